@@ -1,0 +1,1 @@
+"""Kernel contract, registry and built-in kernels (cpu, int_mm, triton)."""

@@ -1,0 +1,97 @@
+"""The kernel contract of DESIGN.md section 3: what a registered kernel is.
+
+``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None)``
+  a       int8   [M, K]  activations, row-major
+  b       int8   [N, K]  weights (nn.Linear layout)
+  scale_a float32 [M] | [M, 1] | scalar   per-token
+  scale_b float32 [N] | [N, 1] | scalar   per-output-channel
+  bias    out_dtype [N] or None
+  returns out_dtype [M, N]
+
+``int_mm(a, b) -> int32 [M, N]`` is the optional accumulator-only entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Callable, Optional
+
+from reference.contract import EpilogueContract
+
+
+@dataclass(frozen=True)
+class ShapeConstraints:
+    """Shapes a kernel accepts natively (the harness pads or skips otherwise).
+
+    Attributes:
+        min_m: smallest M the kernel accepts (``torch._int_mm`` on CUDA: 17).
+        m_multiple, k_multiple, n_multiple: required divisibility (1 = any).
+        max_k: largest K (None = unbounded).
+        note: free text shown in reports.
+    """
+
+    min_m: int = 1
+    m_multiple: int = 1
+    k_multiple: int = 1
+    n_multiple: int = 1
+    max_k: Optional[int] = None
+    note: str = ""
+
+    def violations(self, m: int, k: int, n: int) -> list[str]:
+        """Human-readable list of the constraints (m, k, n) breaks; [] if none."""
+        out = []
+        if m < self.min_m:
+            out.append(f"M={m} < min_m={self.min_m}")
+        for name, v, mult in (("M", m, self.m_multiple), ("K", k, self.k_multiple),
+                              ("N", n, self.n_multiple)):
+            if mult > 1 and v % mult:
+                out.append(f"{name}={v} is not a multiple of {mult}")
+        if self.max_k is not None and k > self.max_k:
+            out.append(f"K={k} > max_k={self.max_k}")
+        return out
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A registered W8A8 kernel and everything it declares.
+
+    Attributes:
+        name: registry name (``cpu``, ``int_mm``, ``triton``, or a user name).
+        scaled_mm: the callable of the contract above.
+        contract: the declared epilogue (order of scales, bias point, rounding).
+        devices: device types it runs on, e.g. ``("cpu",)`` or ``("cuda", "cpu")``.
+        constraints: native shape constraints.
+        version: free version string.
+        source_digest: SHA-256 hex of the kernel's source (module file or
+            callable source), used by check C1.
+        int_mm: optional accumulator-only entry ``(a int8 [M,K], b int8 [N,K])
+            -> int32 [M,N]``.
+        origin: where it came from (``builtin``, ``module:pkg.mod:fn``,
+            ``entry-point:name``).
+        description: one line for reports.
+    """
+
+    name: str
+    scaled_mm: Callable
+    contract: EpilogueContract
+    devices: tuple = ("cpu",)
+    constraints: ShapeConstraints = field(default_factory=ShapeConstraints)
+    version: str = "0"
+    source_digest: str = ""
+    int_mm: Optional[Callable] = None
+    origin: str = "builtin"
+    description: str = ""
+
+    def manifest(self) -> dict:
+        """JSON-able declared manifest (no callables)."""
+        return {
+            "name": self.name,
+            "contract": self.contract.to_dict(),
+            "devices": list(self.devices),
+            "constraints": asdict(self.constraints),
+            "version": self.version,
+            "source_digest": self.source_digest,
+            "has_int_mm": self.int_mm is not None,
+            "origin": self.origin,
+            "description": self.description,
+        }

@@ -1,0 +1,1 @@
+"""Pre-registered prediction matrices (YAML), their lock file and amendments."""

@@ -1,0 +1,39 @@
+"""Error types shared by every int8conf package.
+
+Every error a user can cause (bad operand, bad file, bad option) is an
+``Int8confError`` whose message is one line naming the problem (shape, dtype,
+file, field). The CLI and the pytest plugin print that line instead of a
+traceback.
+"""
+
+
+class Int8confError(Exception):
+    """Base class: a user-facing problem described in one line."""
+
+
+class OperandError(Int8confError, ValueError):
+    """An operand of ``scaled_mm`` / ``int_mm`` has the wrong dtype, shape,
+    layout or value (e.g. NaN/inf/zero scale, K=0)."""
+
+
+class ContractError(Int8confError, ValueError):
+    """An epilogue contract or kernel spec is malformed."""
+
+
+class KernelLoadError(Int8confError, ImportError):
+    """A ``--kernel`` name could not be resolved, imported or validated."""
+
+
+class CheckpointError(Int8confError, ValueError):
+    """A checkpoint directory or safetensors file is missing, truncated,
+    not a Qwen3 checkpoint, or its digests do not match."""
+
+
+class CaptureError(Int8confError, ValueError):
+    """A layer capture or its manifest is inconsistent (digest mismatch,
+    capture from a different model, missing layer)."""
+
+
+class PredictionError(Int8confError, ValueError):
+    """A prediction matrix, lock file or amendment is malformed or its digest
+    does not match its lock."""
