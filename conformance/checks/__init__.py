@@ -1,0 +1,20 @@
+"""The conformance checks C1-C8 of DESIGN.md section 6.
+
+Each check is a plain function returning a :class:`CheckResult`
+(``pass`` / ``fail`` / ``n/a`` plus evidence). Per-case checks share one
+signature, ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``:
+
+* ``conformance.checks.manifest``: C1 kernel_manifest
+* ``conformance.checks.operand_sharing``: C2 operand_sharing
+* ``conformance.checks.accumulator``: C3 int32_headroom, C4 fp32_exact_accumulator
+* ``conformance.checks.output_bits``: C5 pow2_bit_identity, C6 real_scale_spacing,
+  C8 declared_contract
+* ``conformance.checks.token_flip``: C7 token_flip (model-level, owner MODEL)
+
+This package module stays import-light (only the result type) so that
+check modules of other owners can import ``CheckResult`` from here.
+"""
+
+from conformance.checks.result import (  # noqa: F401
+    CHECK_NAMES, PRECONDITION_CHECKS, VERDICTS, CheckResult, aggregate, not_applicable,
+)

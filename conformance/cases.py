@@ -1,0 +1,218 @@
+"""Operand cases for the conformance suite: deterministic synthetic cases,
+an alignment-straddling shape sweep, and replay of real layer captures.
+
+Everything here is deterministic given its seeds (``torch.Generator``), and
+independent of hypothesis (the property tests live in
+``conformance.property``). Each case is a ``reference.operands.GemmOperands``
+whose ``meta["source"]`` is ``synthetic``, ``sweep`` or ``capture``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from reference.operands import GemmOperands
+
+#: Synthetic case kinds, in report order.
+SYNTHETIC_KINDS = ("ordinary", "pow2", "bias", "pow2_bias", "m1", "extreme", "tails", "fp16_out")
+#: Tile edges the sweep straddles (typical BLOCK_M/N/K of GPU int8 GEMMs).
+TILE_EDGES = (16, 32, 64, 128)
+NO_CAPTURES = "no captures available: synthetic only"
+
+
+def _int8(g: torch.Generator, shape) -> torch.Tensor:
+    return torch.randint(-128, 128, shape, generator=g, dtype=torch.int16).to(torch.int8)
+
+
+def _token_scales(g: torch.Generator, m: int) -> torch.Tensor:
+    """Per-token scales like dynamic quantization's absmax/127 with absmax in
+    [0.5, 8): full float32 mantissas, so scale order matters."""
+    absmax = 0.5 + 7.5 * torch.rand(m, generator=g, dtype=torch.float64)
+    return (absmax / 127.0).to(torch.float32)
+
+
+def _channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
+    """Per-channel weight scales absmax/127.5 with absmax in [0.02, 0.3)."""
+    absmax = 0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)
+    return (absmax / 127.5).to(torch.float32)
+
+
+def _pow2_channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
+    """Power-of-two weight scales 2**-e, e in [7, 12] (like requantized
+    per-channel scales snapped to a power of two)."""
+    e = torch.randint(7, 13, (n,), generator=g)
+    return torch.pow(2.0, -e.to(torch.float64)).to(torch.float32)
+
+
+def _bias(g: torch.Generator, n: int, dtype: torch.dtype) -> torch.Tensor:
+    return (0.5 * torch.randn(n, generator=g, dtype=torch.float32)).to(dtype)
+
+
+def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int] = None,
+              n: Optional[int] = None, out_dtype: torch.dtype = torch.bfloat16,
+              bias: Optional[bool] = None, source: str = "synthetic",
+              name: Optional[str] = None) -> GemmOperands:
+    """Build one deterministic synthetic case.
+
+    Args:
+        kind: one of :data:`SYNTHETIC_KINDS`: ``ordinary`` (random int8, real
+            scales), ``pow2`` (power-of-two per-channel scales, scale_mode
+            ``pow2``), ``bias`` / ``pow2_bias`` (with an out_dtype bias),
+            ``m1`` (one token, decode), ``extreme`` (int8 values only -128 /
+            127, row 0 of a and b all -128 so -128 x -128 products appear),
+            ``tails`` (M, K, N not multiples of 8), ``fp16_out`` (float16
+            output and bias).
+        seed: generator seed (same seed, same bits).
+        m, k, n: shape override (defaults depend on kind).
+        out_dtype: output dtype (bias has this dtype).
+        bias: force bias on/off (default by kind).
+        source: ``meta["source"]`` label.
+        name: case name (default ``synthetic/<kind>-s<seed>``).
+
+    Returns:
+        GemmOperands with a int8 [M,K], b int8 [N,K], scale_a fp32 [M],
+        scale_b fp32 [N], bias out_dtype [N] or None.
+
+    Raises:
+        ValueError: unknown kind.
+    """
+    if kind not in SYNTHETIC_KINDS:
+        raise ValueError(f"unknown synthetic case kind {kind!r}; known: {SYNTHETIC_KINDS}")
+    shapes = {"m1": (1, 96, 40), "extreme": (8, 256, 32), "tails": (5, 37, 23)}
+    dm, dk, dn = shapes.get(kind, (8, 64, 48))
+    m, k, n = m or dm, k or dk, n or dn
+    if kind == "fp16_out":
+        out_dtype = torch.float16
+    g = torch.Generator().manual_seed(1000 * seed + SYNTHETIC_KINDS.index(kind))
+    if kind == "extreme":
+        a = torch.where(torch.rand((m, k), generator=g) < 0.5, -128, 127).to(torch.int8)
+        b = torch.where(torch.rand((n, k), generator=g) < 0.5, -128, 127).to(torch.int8)
+        a[0].fill_(-128)
+        b[0].fill_(-128)
+    else:
+        a, b = _int8(g, (m, k)), _int8(g, (n, k))
+    sa = _token_scales(g, m)
+    pow2 = kind.startswith("pow2")
+    sb = _pow2_channel_scales(g, n) if pow2 else _channel_scales(g, n)
+    if bias is None:
+        bias = kind in ("bias", "pow2_bias", "fp16_out")
+    bv = _bias(g, n, out_dtype) if bias else None
+    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bv, out_dtype=out_dtype,
+                        name=name or f"synthetic/{kind}-s{seed}",
+                        scale_mode="pow2" if pow2 else "synthetic",
+                        meta={"source": source, "kind": kind, "seed": seed})
+
+
+def synthetic_cases(seeds: Sequence[int] = (0, 1),
+                    kinds: Sequence[str] = SYNTHETIC_KINDS) -> list[GemmOperands]:
+    """Every kind in ``kinds`` for every seed in ``seeds`` (kind-major order)."""
+    return [make_case(kind, s) for kind in kinds for s in seeds]
+
+
+def sweep_shapes(edges: Sequence[int] = TILE_EDGES) -> list[tuple[int, int, int]]:
+    """(M, K, N) shapes straddling tile edges: for each edge e, the cube
+    (s, s, s) for s in e-1, e, e+1; K and N alone at e-1, e, e+1 (small M);
+    and M = 1 .. 9 (decode-like tails) at odd K and N. Duplicates removed,
+    order kept."""
+    out: list[tuple[int, int, int]] = []
+    for e in edges:
+        for s in (e - 1, e, e + 1):
+            out.append((s, s, s))
+    for m in range(1, 10):
+        out.append((m, 65, 33))
+    for e in edges:
+        for s in (e - 1, e, e + 1):
+            out.append((3, s, 17))
+            out.append((3, 33, s))
+    seen, uniq = set(), []
+    for s in out:
+        if s not in seen:
+            seen.add(s)
+            uniq.append(s)
+    return uniq
+
+
+def shape_sweep(edges: Sequence[int] = TILE_EDGES, seed: int = 0) -> list[GemmOperands]:
+    """Alignment-straddling sweep: one ``ordinary``-style case per shape of
+    :func:`sweep_shapes`; every second shape carries a bias (tail masking of
+    the bias load is exercised too). Names ``sweep/M{m}xK{k}xN{n}``."""
+    cases = []
+    for i, (m, k, n) in enumerate(sweep_shapes(edges)):
+        c = make_case("ordinary", seed=seed + i, m=m, k=k, n=n, bias=bool(i % 2),
+                      source="sweep", name=f"sweep/M{m}xK{k}xN{n}")
+        c.meta.update({"kind": "sweep", "shape": [m, k, n]})
+        cases.append(c)
+    return cases
+
+
+@dataclass
+class CaptureReplay:
+    """Layer captures loaded for replay.
+
+    Attributes:
+        cases: GemmOperands per (layer, scale mode), ``meta["source"] == "capture"``.
+        available: whether a capture set was found.
+        note: one line for the report (``"no captures available: synthetic
+            only (...)"`` when none).
+        source: capture directory (str) or "".
+    """
+
+    cases: list = field(default_factory=list)
+    available: bool = False
+    note: str = NO_CAPTURES
+    source: str = ""
+
+
+def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
+                  capture_set=None, max_layers: Optional[int] = None) -> CaptureReplay:
+    """Replay real layer captures (``reference.capture``, owner CKPT).
+
+    Args:
+        scale_modes: which operand sets to build per layer: ``own`` (the
+            checkpoint's scales) and/or ``pow2`` (weights requantized from
+            the parents with power-of-two scales, rule ``nearest``).
+        capture_set: a ``reference.capture.CaptureSet``; default
+            ``default_capture_set()`` (the one shipped with the default model).
+        max_layers: keep only the first N layers per scale mode (None = all).
+
+    Returns:
+        :class:`CaptureReplay`; ``available=False`` with a note saying why
+        when ``reference.capture`` is missing or no capture set is built.
+
+    Raises:
+        CaptureError: the capture set exists but is inconsistent (from
+            ``reference.capture``; one line).
+    """
+    try:
+        from reference.capture import default_capture_set, iter_layer_operands
+    except ImportError as e:
+        return CaptureReplay(note=f"{NO_CAPTURES} (reference.capture not importable: {e})")
+    cs = capture_set if capture_set is not None else default_capture_set()
+    if cs is None:
+        return CaptureReplay(note=f"{NO_CAPTURES} (no capture set has been built)")
+    cases = []
+    modes = list(scale_modes)
+    for mode in modes:
+        for i, ops in enumerate(iter_layer_operands(cs, mode)):
+            if max_layers is not None and i >= max_layers:
+                break
+            ops.meta = dict(ops.meta or {})
+            ops.meta["source"] = "capture"
+            ops.scale_mode = mode
+            cases.append(ops)
+    src = str(getattr(cs, "dir", "") or "")
+    layers = len({c.name for c in cases})
+    return CaptureReplay(cases=cases, available=True, source=src,
+                         note=f"{layers} captured layers replayed in scale modes "
+                              f"{', '.join(modes)} ({len(cases)} cases) from {src or 'capture set'}")
+
+
+def case_id(ops: GemmOperands) -> str:
+    """Unique, readable id of a case: captures ``<layer>[<scale mode>]``,
+    others their name."""
+    if (ops.meta or {}).get("source") == "capture":
+        return f"{ops.name}[{ops.scale_mode}]"
+    return ops.name or f"M{ops.m}xK{ops.k}xN{ops.n}"

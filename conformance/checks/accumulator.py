@@ -1,0 +1,208 @@
+"""Precondition checks C3 int32_headroom and C4 fp32_exact_accumulator
+(DESIGN.md section 6), on the accumulator ``acc = a @ b.T``.
+
+Integer accumulation is exact and order-free only while every partial sum
+fits int32 (C3), and ``float32(acc)`` in the epilogue is exact only while
+``|acc| < 2**24`` (C4; float32 has a 24-bit significand, IEEE 754 section
+3.3). The *observed* accumulator is the kernel's own accumulator-only entry
+``int_mm`` (through ``conformance.kernels.runner.run_int_mm``) when the
+kernel has one, else the reference's exact accumulator
+(``reference.accumulate.exact_int_mm``); the evidence says which.
+
+A failure caused by the operands (fault families F6 / F7) has
+``evidence["failure_kind"] == "precondition"``; a failure of the kernel's
+own accumulator (its ``int_mm`` raised, returned the wrong shape, or
+disagrees with the exact accumulator while the bound holds) has
+``failure_kind == "kernel"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from conformance.checks.result import CheckResult
+
+C3, C4 = "C3", "C4"
+
+
+@dataclass
+class ObservedAccumulator:
+    """The accumulator a check looks at.
+
+    Attributes:
+        acc: int32 (or int64) [M, N] on the CPU, or None when unavailable.
+        source: ``"kernel int_mm"`` or ``"reference exact_int_mm"``.
+        error: the kernel's accumulator-entry failure, if any (one line).
+        manifest: the accumulator run's manifest (path taken), if any.
+    """
+
+    acc: Optional[Tensor]
+    source: str
+    error: Optional[str] = None
+    manifest: Optional[dict] = None
+
+
+def observe_accumulator(spec, ops) -> ObservedAccumulator:
+    """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
+
+    Uses ``conformance.kernels.runner.run_int_mm(spec, a, b)`` when
+    ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
+    ``"reference exact_int_mm"`` (the checks then use the exact accumulator).
+    Never raises for the kernel's own failure (the error is kept).
+    """
+    if getattr(spec, "int_mm", None) is None:
+        return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
+    from conformance.kernels.runner import run_int_mm
+    r = run_int_mm(spec, ops.a, ops.b)
+    man = getattr(r, "manifest", None) or {}
+    if man.get("skipped"):
+        return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "
+                                         f"here: {getattr(r, 'error', '')})", None, man)
+    acc = getattr(r, "acc", None)
+    if acc is None:
+        acc = getattr(r, "output", None)
+    err = getattr(r, "error", None)
+    if acc is not None and not err:
+        acc = acc.cpu()
+    return ObservedAccumulator(None if err else acc, "kernel int_mm", err,
+                               getattr(r, "manifest", None))
+
+
+def _as_observed(acc: Union[None, Tensor, ObservedAccumulator]) -> ObservedAccumulator:
+    if isinstance(acc, ObservedAccumulator):
+        return acc
+    if acc is None:
+        return ObservedAccumulator(None, "reference exact_int_mm")
+    return ObservedAccumulator(acc, "given accumulator")
+
+
+def _exact(ops, exact: Optional[Tensor]) -> Tensor:
+    if exact is not None:
+        return exact
+    from reference.accumulate import exact_int_mm
+    return exact_int_mm(ops.a.cpu(), ops.b.cpu())
+
+
+def _worst(t: Tensor) -> dict:
+    a = t.to(torch.int64).abs()
+    w = int(a.reshape(-1).argmax())
+    i, j = divmod(w, t.shape[1])
+    return {"index": [i, j], "value": int(t.reshape(-1)[w])}
+
+
+def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
+    """C3: bound on |acc| from the operands and K, and observed |acc|, vs 2**31.
+
+    Bounds (``reference.accumulate``): the cheap ``K * max|a| * max|b|`` and
+    the tight per-element ``|a| @ |b|.T`` (an upper bound on every partial sum
+    in every summation order, so tight bound <= INT32_MAX proves no order can
+    overflow). Verdict: fail (precondition) when the tight bound exceeds
+    INT32_MAX; else fail (kernel) when the observed accumulator errs or
+    differs from the exact int64 one; else pass.
+
+    Args:
+        spec, run: unused except for the uniform signature.
+        ops: GemmOperands (a int8 [M,K], b int8 [N,K]).
+        acc: observed accumulator: Tensor int32/int64 [M,N], an
+            :class:`ObservedAccumulator`, or None (use the exact one).
+        exact: exact int64 accumulator if already computed.
+
+    Returns:
+        CheckResult; evidence ``{bound_cheap, bound_tight_max, exact_max_abs,
+        observed_max_abs, acc_source, n_acc_mismatch, worst_exact,
+        failure_kind, int32_max, operand_digests}``.
+    """
+    from reference.accumulate import INT32_MAX, accumulator_bound, accumulator_row_col_bound
+    name = "int32_headroom"
+    obs = _as_observed(acc)
+    exact = _exact(ops, exact)
+    a, b = ops.a.cpu(), ops.b.cpu()
+    cheap = int(accumulator_bound(a, b))
+    tight = accumulator_row_col_bound(a, b)
+    tight_max = int(tight.max()) if tight.numel() else 0
+    ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": cheap,
+                "bound_tight_max": tight_max,
+                "exact_max_abs": int(exact.abs().max()) if exact.numel() else 0,
+                "worst_exact": _worst(exact) if exact.numel() else None,
+                "acc_source": obs.source, "operand_digests": ops.digests()}
+    if obs.manifest:
+        ev["acc_manifest"] = {k: obs.manifest.get(k) for k in ("path", "device", "padded")}
+    mismatch_line = None
+    if obs.error:
+        ev["acc_error"] = obs.error
+        mismatch_line = f"kernel accumulator entry failed: {obs.error}"
+    elif obs.acc is not None:
+        o = obs.acc
+        if tuple(o.shape) != tuple(exact.shape):
+            mismatch_line = f"kernel accumulator shape {tuple(o.shape)} != {tuple(exact.shape)}"
+        else:
+            o64 = o.to(torch.int64)
+            ev["observed_max_abs"] = int(o64.abs().max()) if o64.numel() else 0
+            ev["observed_dtype"] = str(o.dtype)
+            diff = o64 != exact
+            ev["n_acc_mismatch"] = int(diff.sum())
+            if ev["n_acc_mismatch"]:
+                i, j = diff.nonzero()[0].tolist()
+                ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
+                                            "exact": int(exact[i, j])}
+                mismatch_line = (f"kernel accumulator differs from the exact one at "
+                                 f"{ev['n_acc_mismatch']} elements (first [{i},{j}]: "
+                                 f"{int(o64[i, j])} vs {int(exact[i, j])})")
+    if tight_max > INT32_MAX:
+        ev["failure_kind"] = "precondition"
+        n_over = int((tight > INT32_MAX).sum())
+        ex_over = int((exact.abs() > INT32_MAX).sum())
+        s = (f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements "
+             f"(exact |acc| > 2^31-1 at {ex_over})")
+        if mismatch_line:
+            s += "; " + mismatch_line
+        ev["n_bound_over"], ev["n_exact_over"] = n_over, ex_over
+        return CheckResult(C3, name, "fail", s, ev)
+    if mismatch_line:
+        ev["failure_kind"] = "kernel"
+        return CheckResult(C3, name, "fail", mismatch_line, ev)
+    return CheckResult(C3, name, "pass",
+                       f"bound |acc| <= {tight_max} < 2^31 (K={ops.k}); observed accumulator "
+                       f"from {obs.source} matches exact" if obs.acc is not None else
+                       f"bound |acc| <= {tight_max} < 2^31 (K={ops.k})", ev)
+
+
+def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
+    """C4: observed |acc| < 2**24, so ``float32(acc)`` is exact.
+
+    Uses the observed accumulator when available (kernel ``int_mm``), else
+    the exact one. A failure is a precondition violation (fault F7 family):
+    the kernel is not wrong, but its int32 -> float32 conversion rounds.
+
+    Args/Returns: as :func:`check_int32_headroom`; evidence ``{fp32_exact_int,
+    max_abs, n_at_or_over, worst, acc_source, bound_tight_max}``.
+    """
+    from reference.accumulate import FP32_EXACT_INT, accumulator_row_col_bound
+    name = "fp32_exact_accumulator"
+    obs = _as_observed(acc)
+    src = obs.source
+    t = obs.acc if (obs.acc is not None and not obs.error) else None
+    if t is None or tuple(t.shape) != (ops.m, ops.n):
+        t = _exact(ops, exact)
+        if obs.source == "kernel int_mm":
+            src = "reference exact_int_mm (kernel int_mm unusable)"
+    t64 = t.to(torch.int64)
+    over = t64.abs() >= FP32_EXACT_INT
+    n_over = int(over.sum())
+    tight = accumulator_row_col_bound(ops.a.cpu(), ops.b.cpu())
+    ev = {"fp32_exact_int": int(FP32_EXACT_INT), "acc_source": src,
+          "max_abs": int(t64.abs().max()) if t64.numel() else 0, "n_at_or_over": n_over,
+          "n_elements": int(t64.numel()),
+          "worst": _worst(t64) if t64.numel() else None,
+          "bound_tight_max": int(tight.max()) if tight.numel() else 0,
+          "operand_digests": ops.digests()}
+    if n_over:
+        ev["failure_kind"] = "precondition"
+        return CheckResult(C4, name, "fail",
+                           f"|acc| >= 2^24 at {n_over}/{t64.numel()} elements (max {ev['max_abs']} "
+                           f"at {ev['worst']['index']}): float32(acc) is inexact", ev)
+    return CheckResult(C4, name, "pass", f"max |acc| = {ev['max_abs']} < 2^24 ({src})", ev)

@@ -1,0 +1,51 @@
+"""Check C2 operand_sharing (DESIGN.md section 6): digests of the operands
+the kernel received vs the reference's (or the capture's), exact."""
+
+from __future__ import annotations
+
+from conformance.checks.compare import skipped_reason
+from conformance.checks.result import CheckResult, not_applicable
+
+C2 = "C2"
+KEYS = ("a", "b", "scale_a", "scale_b", "bias")
+
+
+def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
+    """C2: ``run.received_digests`` vs ``ops.digests()``, key by key.
+
+    Digests are ``reference.operands.tensor_digest`` (dtype, shape, bytes),
+    so a transposed, stale, re-scaled or re-quantized operand differs. The
+    digests are the kernel's own (``conformance.kernels.trace.record_operands``)
+    or, when it records nothing, the runner's at the call boundary
+    (``manifest["operands_recorded_by"]``, reported in the evidence). Empty
+    digests or a kernel that could not run here give ``n/a``.
+
+    Args:
+        spec, acc, exact: unused (uniform check signature).
+        ops: GemmOperands the reference used.
+        run: KernelRun with ``received_digests``.
+
+    Returns:
+        CheckResult; evidence ``{"expected", "received", "mismatched": [keys]}``.
+    """
+    name = "operand_sharing"
+    if skipped_reason(run):
+        return not_applicable(C2, skipped_reason(run))
+    got = dict(run.received_digests or {})
+    by = (run.manifest or {}).get("operands_recorded_by") or "kernel"
+    want = ops.digests()
+    if not got:
+        return not_applicable(C2, "kernel did not record the operands it received",
+                              expected=want)
+    bad = [k for k in KEYS if got.get(k) != want.get(k)]
+    ev = {"expected": want, "received": got, "mismatched": bad, "recorded_by": by}
+    if bad:
+        return CheckResult(C2, name, "fail",
+                           "kernel received operands other than the reference's: "
+                           + ", ".join(f"{k} {str(got.get(k))[:12]}... != {want[k][:12]}..."
+                                       for k in bad), ev)
+    note = "" if by == "kernel" else (
+        " (digests taken by the runner at the call boundary: the kernel does not record "
+        "what it received)")
+    return CheckResult(C2, name, "pass", "kernel received the reference's operands "
+                       "(a, b, scale_a, scale_b, bias digests equal)" + note, ev)

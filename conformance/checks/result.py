@@ -1,0 +1,153 @@
+"""``CheckResult``: the verdict and evidence of one check (DESIGN.md section 6).
+
+Every check returns one; the suite aggregates per-case results into one
+result per check (:func:`aggregate`). Evidence is a JSON-able dict (ints,
+floats, strings, lists, dicts) so reports can store it verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Iterable
+
+VERDICTS = ("pass", "fail", "n/a")
+
+#: check id -> name (DESIGN.md section 6). ``E1`` is the detllm engine-hash
+#: oracle (DESIGN.md section 4), an end-to-end check of the accumulator path.
+CHECK_NAMES: dict[str, str] = {
+    "C1": "kernel_manifest",
+    "C2": "operand_sharing",
+    "C3": "int32_headroom",
+    "C4": "fp32_exact_accumulator",
+    "C5": "pow2_bit_identity",
+    "C6": "real_scale_spacing",
+    "C7": "token_flip",
+    "C8": "declared_contract",
+    "E1": "engine_hash",
+}
+
+#: Precondition checks: their failure says the operands left the range where
+#: integer accumulation is exact and order-free (faults F6 / F7), which is not
+#: by itself a defect of the kernel. A precondition check whose evidence has
+#: any other ``failure_kind`` (``"kernel"``: the kernel's own accumulator
+#: differs from the exact one or its accumulator entry failed; ``"harness"``:
+#: the check itself raised) counts as a failure of the kernel run.
+PRECONDITION_CHECKS = ("C3", "C4")
+
+
+@dataclass
+class CheckResult:
+    """Outcome of one check on one case (or aggregated over cases).
+
+    Attributes:
+        check_id: ``C1`` .. ``C8`` (or ``E1``).
+        name: snake_case check name (:data:`CHECK_NAMES`).
+        verdict: ``"pass"`` | ``"fail"`` | ``"n/a"``.
+        summary: one line a kernel engineer can read.
+        evidence: JSON-able details (counts, worst element with indices,
+            operand digests, ulp histogram, ...).
+    """
+
+    check_id: str
+    name: str
+    verdict: str
+    summary: str
+    evidence: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    @property
+    def is_kernel_failure(self) -> bool:
+        """True when this result is a failure of the kernel itself (every
+        failing check except a precondition check whose evidence says the
+        failure is the operands', see :data:`PRECONDITION_CHECKS`)."""
+        if self.verdict != "fail":
+            return False
+        if self.check_id in PRECONDITION_CHECKS:
+            return self.evidence.get("failure_kind") != "precondition"
+        return True
+
+    @property
+    def is_precondition_violation(self) -> bool:
+        """True for a failing precondition check caused by the operands."""
+        return self.verdict == "fail" and not self.is_kernel_failure
+
+    def to_dict(self) -> dict:
+        """Plain dict (evidence included as is)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckResult":
+        """Inverse of :meth:`to_dict`."""
+        return cls(d["check_id"], d["name"], d["verdict"], d["summary"], dict(d.get("evidence", {})))
+
+
+def not_applicable(check_id: str, reason: str, **evidence) -> CheckResult:
+    """An ``n/a`` result whose summary is ``reason``."""
+    return CheckResult(check_id, CHECK_NAMES.get(check_id, check_id), "n/a", reason,
+                       {"reason": reason, **evidence})
+
+
+def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:
+    """Sum ulp histograms bin by bin (bins in first-seen order)."""
+    out: dict[str, int] = {}
+    for h in hists:
+        for k, v in h.items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
+              max_listed: int = 20) -> CheckResult:
+    """Combine one check's per-case results into one result.
+
+    Verdict: ``fail`` if any case fails, else ``pass`` if any case passes,
+    else ``n/a``. Evidence: counts per verdict, the failing case names (first
+    ``max_listed``), the summed ulp histogram (when cases carry one), the worst
+    case (largest ``max_ulp`` / first failure) with its full evidence, and the
+    distinct n/a reasons.
+
+    Args:
+        check_id: the check's id.
+        per_case: ``(case name, CheckResult)`` for every case the check saw.
+        max_listed: how many failing case names to keep.
+    """
+    name = CHECK_NAMES.get(check_id, check_id)
+    if not per_case:
+        return not_applicable(check_id, "no case exercised this check")
+    counts = {v: 0 for v in VERDICTS}
+    for _, r in per_case:
+        counts[r.verdict] += 1
+    failed = [(c, r) for c, r in per_case if r.verdict == "fail"]
+    hists = [r.evidence["ulp_histogram"] for _, r in per_case
+             if r.verdict != "n/a" and isinstance(r.evidence.get("ulp_histogram"), dict)]
+    ev: dict = {"cases": counts, "failed_cases": [c for c, _ in failed[:max_listed]],
+                "n_failed_cases": len(failed)}
+    if hists:
+        ev["ulp_histogram"] = merge_histograms(hists)
+    pool = failed or [(c, r) for c, r in per_case if r.verdict == "pass"]
+    if pool:
+        worst_case, worst = max(pool, key=lambda cr: cr[1].evidence.get("max_ulp", 0) or 0)
+        ev["worst_case"] = {"case": worst_case, "summary": worst.summary, "evidence": worst.evidence}
+    reasons = sorted({r.summary for _, r in per_case if r.verdict == "n/a"})
+    if reasons:
+        ev["na_reasons"] = reasons[:max_listed]
+    n = len(per_case)
+    if failed:
+        kinds = sorted({r.evidence.get("failure_kind", "kernel") for _, r in failed})
+        ev["failure_kinds"] = kinds
+        # one kind -> that kind; a mix -> "kernel" (not only a precondition)
+        ev["failure_kind"] = kinds[0] if len(kinds) == 1 else "kernel"
+        verdict = "fail"
+        summary = (f"failed on {len(failed)}/{n} cases; first: {failed[0][0]}: "
+                   f"{failed[0][1].summary}")
+    elif counts["pass"]:
+        verdict = "pass"
+        summary = f"passed on {counts['pass']}/{n} cases" + (
+            f" (n/a on {counts['n/a']})" if counts["n/a"] else "")
+    else:
+        verdict = "n/a"
+        summary = f"n/a on all {n} cases: " + "; ".join(reasons[:3])
+    return CheckResult(check_id, name, verdict, summary, ev)

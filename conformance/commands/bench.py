@@ -1,0 +1,58 @@
+"""``int8conf bench``: throughput of the reference exact accumulator and of
+each kernel on Qwen3-1.7B layer shapes (see ``conformance.bench``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the ``bench`` subcommand (argparse) to ``subparsers``."""
+    p = subparsers.add_parser(
+        "bench", help="throughput (GMAC/s) of the reference and the kernels",
+        description="Time reference.accumulate.exact_int_mm and each kernel's scaled_mm on "
+                    "Qwen3-1.7B layer shapes (M=512; K,N in {2048, 6144}); the Triton "
+                    "interpreter is timed on a reduced shape.")
+    p.add_argument("--kernel", action="append", default=None, metavar="NAME",
+                   help="kernel to time (repeatable; 'all' = every available built-in; "
+                        "default all)")
+    p.add_argument("--reps", type=int, default=3, help="timed calls per cell (median)")
+    p.add_argument("--quick", action="store_true",
+                   help="only the 512x2048x2048 shape (plus the interpreter's reduced shape)")
+    p.add_argument("--no-interpreter", action="store_true",
+                   help="skip kernels that run under the Triton interpreter")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH",
+                   help="also write the rows and environment as JSON (atomic write)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from conformance import bench
+    from conformance.kernels.registry import resolve_kernels
+
+    names = [s.name for s in resolve_kernels(args.kernel or ["all"])]
+    shapes = bench.QWEN3_1_7B_SHAPES[:1] if args.quick else bench.QWEN3_1_7B_SHAPES
+    interp = None if args.no_interpreter else bench.INTERPRETER_SHAPE
+    if args.no_interpreter:
+        names = [n for n in names if n != "triton"] if not _cuda() else names
+    df = bench.run_bench(tuple(names), reps=args.reps, shapes=shapes, interpreter_shape=interp)
+    env = bench.environment()
+    bench.render(df, title=f"int8conf bench  (torch {env['torch']}, triton {env['triton']}, "
+                           f"{env['threads']} threads, {env['device']})")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=args.json.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            rows = df if isinstance(df, list) else df.to_dict("records")
+            json.dump({"environment": env, "rows": rows}, f, indent=1)
+        os.replace(tmp, args.json)
+    return 0
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()

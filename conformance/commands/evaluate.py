@@ -1,0 +1,213 @@
+"""``int8conf perplexity`` and ``int8conf generate``: the model run W8A8 through a kernel.
+
+``int8conf perplexity [--model DIR] [--kernel NAME[,NAME...]|all] [--scale-mode MODE]
+                      [--checkpoint DIR] [--windows N] [--window-len L] [--track-acc] [--json]``
+    Held-out perplexity (``reference.w8a8_forward.perplexity``) on the fixed
+    evaluation windows (``reference.assets.eval_windows`` with the model's
+    tokenizer): ``exp`` of the mean next-token NLL over every window position
+    but the first. MODE ``bf16`` runs the float model as is (no kernel);
+    ``own`` quantizes every decoder linear with the reference quantizer
+    (llm-compressor's per-channel absmax/127.5 rule, == the committed
+    compressed-tensors checkpoint); ``pow2-nearest`` / ``pow2-ceiling``
+    requantize from the parent weights with power-of-two per-channel scales.
+    ``--checkpoint`` takes the int8 weights and scales from a compressed-tensors
+    W8A8 checkpoint instead (ours or another tool's; embeddings and norms
+    still come from ``--model``). Activations are always quantized per token
+    dynamically; ``lm_head`` stays bf16.
+
+``int8conf generate [--prompt TEXT | --prompt-index I] [--max-new-tokens N] [same options]``
+    Greedy continuation (argmax, ties -> smallest id, stops at <|endoftext|>)
+    of a prompt (default: the first fixed prompt, the opening of Sonnet 18).
+
+``--model`` defaults to the shipped default model, ``--kernel`` to ``cpu``.
+Errors are one line (Int8confError, printed by ``conformance.cli.main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from reference.errors import Int8confError
+
+SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
+
+
+def _model_dir(arg) -> Path:
+    if arg is not None:
+        return Path(arg)
+    from reference.assets import default_model_dir
+    return default_model_dir()
+
+
+def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
+    """Quantized weights for ``scale_mode`` (or from a W8A8 checkpoint dir).
+
+    Raises:
+        CheckpointError: checkpoint unreadable or missing a layer.
+        Int8confError: checkpoint combined with a pow2 scale mode.
+    """
+    from reference import w8a8_forward as wf
+
+    if checkpoint is None:
+        return wf.weights_for_scale_mode(model, scale_mode)
+    from reference.checkpoint import load_w8a8_checkpoint
+
+    ck = load_w8a8_checkpoint(checkpoint)
+    tensors = {}
+    for name, q in ck.weights.items():
+        tensors[f"{name}.weight"] = q
+        tensors[f"{name}.weight_scale"] = ck.scales[name]
+    return wf.weights_from_tensors(tensors, model.config.num_hidden_layers)
+
+
+def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
+                track_acc: bool = False, base_model=None, weights=None):
+    """The model to evaluate: bf16 as is, or W8A8 through ``kernel``.
+
+    Args:
+        model_dir: Qwen3 directory.
+        scale_mode: one of :data:`SCALE_MODES`.
+        kernel: ``KernelSpec`` (ignored for ``bf16``).
+        checkpoint: optional compressed-tensors W8A8 directory.
+        track_acc: record per-layer max |acc| (``AccStats``).
+        base_model / weights: reuse an already loaded model / weight map.
+
+    Returns:
+        ``(model, stats or None, first-call kernel manifest dict)``.
+    """
+    from conformance.checks.token_flip import kernel_layer_callables
+    from reference import w8a8_forward as wf
+
+    if scale_mode not in SCALE_MODES:
+        raise Int8confError(f"--scale-mode {scale_mode!r} is not one of {SCALE_MODES}")
+    base = base_model if base_model is not None else wf.load_model(model_dir)
+    if scale_mode == "bf16":
+        return base, None, {}
+    if weights is None:
+        weights = load_weights(base, scale_mode, checkpoint)
+    manifest: dict = {}
+    fns = kernel_layer_callables(kernel, wf.linear_names(base.config.num_hidden_layers),
+                                 scale_mode, first_manifest=manifest)
+    model, stats = wf.build_w8a8_model(base, weights, fns, track_acc=track_acc)
+    return model, stats, manifest
+
+
+def _kernels(arg: str):
+    from conformance.kernels.registry import resolve_kernels
+    return resolve_kernels([n.strip() for n in arg.split(",") if n.strip()])
+
+
+def _run_perplexity(args: argparse.Namespace) -> int:
+    from reference import w8a8_forward as wf
+    from reference.assets import eval_windows, load_tokenizer
+
+    mdir = _model_dir(args.model)
+    kernels = [None] if args.scale_mode == "bf16" else _kernels(args.kernel)
+    base = wf.load_model(mdir)
+    windows = eval_windows(load_tokenizer(mdir), args.windows, args.window_len)
+    weights = None if args.scale_mode == "bf16" else load_weights(base, args.scale_mode, args.checkpoint)
+    records = []
+    for spec in kernels:
+        model, stats, man = build_model(mdir, args.scale_mode, spec, args.checkpoint,
+                                        args.track_acc, base_model=base, weights=weights)
+        t0 = time.perf_counter()
+        ppl = wf.perplexity(model, windows, args.batch_size)
+        rec = {"perplexity": ppl, "model": str(mdir), "scale_mode": args.scale_mode,
+               "kernel": None if spec is None else spec.name,
+               "kernel_path": man.get("path"), "checkpoint": args.checkpoint,
+               "windows": args.windows, "window_len": args.window_len,
+               "predicted_tokens": args.windows * (args.window_len - 1),
+               "elapsed_s": round(time.perf_counter() - t0, 2)}
+        if stats is not None:
+            rec["max_abs_acc"] = stats.max_abs_acc
+            rec["layers_acc_ge_2_24"] = stats.layers_at_or_above(wf.FP32_EXACT_INT)
+        records.append(rec)
+        if not args.json:
+            what = "bf16 model" if spec is None else (
+                f"W8A8 {args.scale_mode} scales, kernel {spec.name}"
+                + (f" ({rec['kernel_path']})" if rec["kernel_path"] else ""))
+            print(f"perplexity {ppl:.4f}  [{what}; {args.windows} windows x {args.window_len} "
+                  f"tokens, {rec['predicted_tokens']} predicted; {rec['elapsed_s']} s]")
+            if stats is not None:
+                big = rec["layers_acc_ge_2_24"]
+                top = max(stats.max_abs_acc.items(), key=lambda kv: kv[1])
+                print(f"  layers with max |acc| >= 2^24: {len(big)} of {len(stats.max_abs_acc)}"
+                      f"{(': ' + ', '.join(big)) if big else ''}; largest {top[1]} in {top[0]}")
+    if args.json:
+        print(json.dumps(records if len(records) > 1 else records[0], indent=2))
+    return 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from reference import w8a8_forward as wf
+    from reference.assets import encode, eot_id, load_tokenizer, prompts
+
+    mdir = _model_dir(args.model)
+    spec = None if args.scale_mode == "bf16" else _kernels(args.kernel)[0]
+    tok = load_tokenizer(mdir)
+    if args.prompt is not None:
+        text = args.prompt
+    else:
+        ps = prompts()
+        if not 0 <= args.prompt_index < len(ps):
+            raise Int8confError(f"--prompt-index {args.prompt_index} outside [0, {len(ps)})")
+        text = ps[args.prompt_index]
+    ids = encode(tok, text)
+    if not ids:
+        raise Int8confError("--prompt encodes to 0 tokens")
+    model, _, man = build_model(mdir, args.scale_mode, spec, args.checkpoint)
+    try:
+        eos = eot_id(tok)
+    except Int8confError:
+        eos = None
+    out = wf.greedy_generate(model, ids, args.max_new_tokens, eos_token_id=eos)
+    body = tok.decode(out)
+    if args.json:
+        print(json.dumps({"prompt": text, "prompt_ids": ids, "generated_ids": out,
+                          "text": body, "scale_mode": args.scale_mode,
+                          "kernel": None if spec is None else spec.name,
+                          "kernel_path": man.get("path")}, indent=2))
+    else:
+        print(text + body)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Qwen3 directory (default: the shipped default model)")
+    p.add_argument("--kernel", default="cpu",
+                   help="kernel for every decoder linear: a built-in (cpu, int_mm, triton), "
+                        "pkg.module:function or entry point (default: cpu); perplexity also "
+                        "takes a comma list or 'all'")
+    p.add_argument("--scale-mode", default="own", choices=SCALE_MODES,
+                   help="weight scales: own (reference quantizer), pow2-nearest, pow2-ceiling "
+                        "(requantized from the parent), or bf16 (no quantization)")
+    p.add_argument("--checkpoint", help="take int8 weights + scales from this compressed-tensors "
+                                        "W8A8 checkpoint instead of quantizing --model")
+    p.add_argument("--json", action="store_true", help="print a JSON record")
+
+
+def register(subparsers) -> None:
+    """Add ``perplexity`` and ``generate`` to an argparse subparsers object;
+    each sets ``func(args) -> exit code``."""
+    doc = __doc__.split("\n\n")
+    p = subparsers.add_parser("perplexity", help="held-out perplexity, bf16 or W8A8 through a kernel",
+                              description=doc[1])
+    _common(p)
+    p.add_argument("--windows", type=int, default=8, help="evaluation windows (default 8)")
+    p.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
+    p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
+    p.add_argument("--track-acc", action="store_true",
+                   help="also report per-layer max |acc| and the layers at or above 2^24")
+    p.set_defaults(func=_run_perplexity)
+
+    g = subparsers.add_parser("generate", help="greedy generation, bf16 or W8A8 through a kernel",
+                              description=doc[2])
+    _common(g)
+    g.add_argument("--prompt", help="prompt text (default: a fixed prompt, see --prompt-index)")
+    g.add_argument("--prompt-index", type=int, default=0,
+                   help="index into the 8 fixed prompts (default 0: Sonnet 18)")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.set_defaults(func=_run_generate)

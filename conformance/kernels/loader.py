@@ -1,0 +1,284 @@
+"""Load third-party kernels: ``pkg.module:function`` and the
+``int8conf.kernels`` entry-point group.
+
+How a third-party callable declares itself
+------------------------------------------
+The loaded object may be
+
+1. a :class:`~conformance.kernels.spec.KernelSpec` (used as is; origin set), or
+2. a zero-argument function marked ``fn.int8conf_factory = True`` returning a
+   KernelSpec, or
+3. a callable carrying a declaration, either via the :func:`declare`
+   decorator::
+
+       from conformance.kernels.loader import declare
+       from reference.contract import CUTLASS_STYLE
+
+       @declare(contract=CUTLASS_STYLE, devices=("cuda",),
+                constraints=ShapeConstraints(min_m=17, k_multiple=16),
+                int_mm=my_int_mm, convention="int8conf")
+       def my_scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None): ...
+
+   or, equivalently, plain attributes ``fn.int8conf_contract`` (an
+   EpilogueContract, its dict, or ``"cutlass"`` / ``"triton"`` /
+   ``"<scale_order>/<bias_point>"``), ``fn.int8conf_devices``,
+   ``fn.int8conf_constraints`` (ShapeConstraints or dict), ``fn.int8conf_int_mm``,
+   ``fn.int8conf_convention`` (``"int8conf"`` or ``"vllm"``), ``fn.int8conf_name``,
+   ``fn.int8conf_version``, ``fn.int8conf_description``.
+
+A callable with no contract is refused (KernelLoadError): check C8 and the
+reference emulation need the declared epilogue. For a callable you cannot
+decorate (e.g. a compiled op), put the declaration in the name with a query
+string: ``pkg.mod:fn?contract=cutlass&convention=vllm&devices=cuda``
+(keys: contract, convention, devices (comma list), name, version).
+
+Calling conventions
+-------------------
+``int8conf`` (DESIGN section 3): ``fn(a int8[M,K], b int8[N,K], scale_a, scale_b,
+out_dtype, bias)``. ``vllm``: ``fn(a int8[M,K], b int8[K,N], scale_a fp32[M,1],
+scale_b fp32[N,1], out_dtype, bias)`` as vLLM's ``cutlass_scaled_mm`` /
+``triton_scaled_mm``; :func:`vllm_adapter` passes ``b.t()`` -- a [K,N]
+column-major view of the [N,K] row-major weight, the layout CUTLASS kernels
+require -- and scales reshaped to columns (values unchanged).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+from urllib.parse import parse_qs
+
+import torch
+
+from conformance.kernels._digest import callable_digest
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
+from reference.errors import ContractError, KernelLoadError
+
+ENTRY_POINT_GROUP = "int8conf.kernels"
+CONVENTIONS = ("int8conf", "vllm")
+
+
+@dataclass(frozen=True)
+class KernelDeclaration:
+    """What a third-party callable declares (attached as ``fn.int8conf``).
+
+    Attributes:
+        contract: declared epilogue contract.
+        devices: device types it runs on, e.g. ``("cuda",)``.
+        constraints: native shape constraints.
+        int_mm: optional accumulator-only entry ``(a int8[M,K], b int8[N,K]) -> int32[M,N]``.
+        convention: ``"int8conf"`` or ``"vllm"`` (see module docstring).
+        name, version, description: for the registry and reports.
+    """
+
+    contract: EpilogueContract
+    devices: tuple = ("cpu",)
+    constraints: ShapeConstraints = ShapeConstraints()
+    int_mm: Optional[Callable] = None
+    convention: str = "int8conf"
+    name: str = ""
+    version: str = "0"
+    description: str = ""
+
+
+def parse_contract(value) -> EpilogueContract:
+    """EpilogueContract from a contract, dict, ``"cutlass"``, ``"triton"`` or
+    ``"<scale_order>/<bias_point>"``.
+
+    Raises:
+        ContractError: unknown value.
+    """
+    if isinstance(value, EpilogueContract):
+        return value
+    if isinstance(value, dict):
+        return EpilogueContract.from_dict(value)
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("cutlass", "cutlass_style"):
+            return CUTLASS_STYLE
+        if v in ("triton", "triton_style"):
+            return TRITON_STYLE
+        parts = v.split("/")
+        if len(parts) == 2:
+            return EpilogueContract(parts[0], parts[1])
+    raise ContractError(f"cannot read an epilogue contract from {value!r} "
+                        f"(use 'cutlass', 'triton' or '<scale_order>/<bias_point>')")
+
+
+def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] = None,
+            int_mm: Optional[Callable] = None, convention: str = "int8conf", name: str = "",
+            version: str = "0", description: str = "") -> Callable:
+    """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
+
+    Raises:
+        ContractError: bad contract or convention.
+    """
+    if convention not in CONVENTIONS:
+        raise ContractError(f"convention={convention!r} is not one of {CONVENTIONS}")
+    decl = KernelDeclaration(parse_contract(contract), tuple(devices),
+                             constraints or ShapeConstraints(), int_mm, convention, name,
+                             version, description)
+
+    def wrap(fn: Callable) -> Callable:
+        fn.int8conf = decl
+        return fn
+    return wrap
+
+
+def vllm_adapter(fn: Callable) -> Callable:
+    """Wrap a vLLM-convention kernel ``fn(a, b[K,N], scale_a[M,1], scale_b[N,1],
+    out_dtype, bias)`` into the int8conf convention ``(a, b[N,K], scale_a,
+    scale_b, out_dtype=bf16, bias=None)``.
+
+    ``b.t()`` is a [K,N] column-major view (no copy); scalar / 1-D scales are
+    reshaped (broadcast for scalars) to [M,1] / [N,1] float32, values unchanged.
+    """
+    @functools.wraps(fn)
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        m, n = a.shape[0], b.shape[0]
+        sa = scale_a.reshape(-1)
+        sb = scale_b.reshape(-1)
+        sa = (sa.expand(m) if sa.numel() == 1 else sa).reshape(m, 1).contiguous()
+        sb = (sb.expand(n) if sb.numel() == 1 else sb).reshape(n, 1).contiguous()
+        return fn(a, b.t(), sa, sb, out_dtype, bias)
+    scaled_mm.int8conf_adapted = "vllm"
+    return scaled_mm
+
+
+def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
+    decl = getattr(obj, "int8conf", None)
+    if isinstance(decl, KernelDeclaration):
+        base = decl
+    else:
+        contract = query.get("contract", getattr(obj, "int8conf_contract", None))
+        if contract is None:
+            return None
+        cons = getattr(obj, "int8conf_constraints", None)
+        if isinstance(cons, dict):
+            cons = ShapeConstraints(**cons)
+        base = KernelDeclaration(
+            contract=parse_contract(contract),
+            devices=tuple(getattr(obj, "int8conf_devices", ("cpu",))),
+            constraints=cons or ShapeConstraints(),
+            int_mm=getattr(obj, "int8conf_int_mm", None),
+            convention=getattr(obj, "int8conf_convention", "int8conf"),
+            name=getattr(obj, "int8conf_name", ""),
+            version=str(getattr(obj, "int8conf_version", "0")),
+            description=getattr(obj, "int8conf_description", ""))
+    over = {}
+    if "contract" in query:
+        over["contract"] = parse_contract(query["contract"])
+    if "convention" in query:
+        over["convention"] = query["convention"]
+    if "devices" in query:
+        over["devices"] = tuple(d for d in query["devices"].split(",") if d)
+    if "name" in query:
+        over["name"] = query["name"]
+    if "version" in query:
+        over["version"] = query["version"]
+    decl = replace(base, **over)
+    if decl.convention not in CONVENTIONS:
+        raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
+    return decl
+
+
+def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) -> KernelSpec:
+    """Turn a loaded object into a KernelSpec (see module docstring for the forms).
+
+    Raises:
+        KernelLoadError: not a KernelSpec / factory / declared callable, or a bad declaration.
+    """
+    query = query or {}
+    try:
+        if getattr(obj, "int8conf_factory", False) and callable(obj):
+            obj = obj()
+        if isinstance(obj, KernelSpec):
+            return replace(obj, origin=origin, source_digest=obj.source_digest
+                           or callable_digest(obj.scaled_mm))
+        if not callable(obj):
+            raise KernelLoadError(f"kernel {name!r}: {type(obj).__name__} object is neither a "
+                                  f"KernelSpec nor a callable")
+        decl = _declaration_from_attrs(obj, query)
+    except ContractError as e:
+        raise KernelLoadError(f"kernel {name!r}: bad declaration: {e}") from None
+    except KernelLoadError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a user factory failing must be one line
+        raise KernelLoadError(f"kernel {name!r}: factory raised {type(e).__name__}: "
+                              f"{_first_line(e)}") from None
+    if decl is None:
+        raise KernelLoadError(
+            f"kernel {name!r} declares no epilogue contract: decorate it with "
+            f"conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append "
+            f"'?contract=cutlass|triton|<order>/<bias_point>' to the name")
+    fn = vllm_adapter(obj) if decl.convention == "vllm" else obj
+    return KernelSpec(
+        name=decl.name or name, scaled_mm=fn, contract=decl.contract, devices=decl.devices,
+        constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
+        int_mm=decl.int_mm, origin=origin,
+        description=decl.description or f"{origin} ({decl.convention} convention)")
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else ""
+
+
+def split_query(name: str) -> tuple[str, dict]:
+    """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``."""
+    if "?" not in name:
+        return name, {}
+    base, q = name.split("?", 1)
+    return base, {k: v[-1] for k, v in parse_qs(q, keep_blank_values=True).items()}
+
+
+def load_module_function(name: str) -> KernelSpec:
+    """Load ``pkg.module:attr[.attr...][?query]``.
+
+    Raises:
+        KernelLoadError: one line naming the module / attribute / problem.
+    """
+    base, query = split_query(name)
+    mod_name, _, attr = base.partition(":")
+    if not mod_name or not attr:
+        raise KernelLoadError(f"--kernel {name!r}: expected 'pkg.module:function'")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
+        raise KernelLoadError(f"--kernel {name!r}: cannot import module {mod_name!r}: "
+                              f"{type(e).__name__}: {_first_line(e)}") from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise KernelLoadError(f"--kernel {name!r}: module {mod_name!r} has no attribute "
+                                  f"{attr!r}")
+        obj = getattr(obj, part)
+    return spec_from_object(obj, base, f"module:{base}", query)
+
+
+def entry_point_names() -> list[str]:
+    """Names in the ``int8conf.kernels`` entry-point group (installed distributions)."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def load_entry_point(name: str) -> Optional[KernelSpec]:
+    """Load entry point ``name`` of group ``int8conf.kernels``; None if absent.
+
+    Raises:
+        KernelLoadError: the entry point exists but fails to load or declare.
+    """
+    base, query = split_query(name)
+    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+           if ep.name == base]
+    if not eps:
+        return None
+    try:
+        obj = eps[0].load()
+    except Exception as e:  # noqa: BLE001
+        raise KernelLoadError(f"entry point {base!r} ({eps[0].value}) failed to load: "
+                              f"{type(e).__name__}: {_first_line(e)}") from None
+    return spec_from_object(obj, base, f"entry-point:{base}", query)

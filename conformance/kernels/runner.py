@@ -1,0 +1,275 @@
+"""Run a registered kernel on one case and collect output plus evidence.
+
+:func:`run_kernel` never raises for a kernel's own failure: an exception, an
+output of the wrong type / shape / dtype, or NaN where the reference of the
+kernel's *declared* contract has none, is written to ``KernelRun.error``
+(one line) with the evidence in ``manifest["extra"]`` (traceback tail, NaN
+count and first index, ...). Invalid *operands* (the caller's fault) raise
+``OperandError`` before the kernel is called.
+
+Manifest keys (check C1): ``name``, ``source_digest`` (what the kernel
+reported at run time, else the declared one), ``declared_source_digest``,
+``device`` (device type of the returned tensor), ``path`` (what the kernel
+reported via ``trace.record_path``; ``"unreported"`` otherwise),
+``interpreter``, ``padded``, ``contract``, ``origin``, ``version``,
+``operands_recorded_by`` (``"kernel"`` if it called ``trace.record_operands``,
+else ``"runner"`` = digests of what the runner handed over), ``skipped``
+(True when the kernel cannot run here: device missing or shape outside its
+declared constraints), ``extra``.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from conformance.kernels import trace
+from conformance.kernels.spec import KernelSpec
+from reference.operands import GemmOperands
+
+_PROMOTED = ("interpreter", "padded", "source_digest", "device")
+
+
+@dataclass
+class KernelRun:
+    """Result of one ``scaled_mm`` call through :func:`run_kernel`.
+
+    Attributes:
+        output: out_dtype [M,N] on the CPU, or None when the kernel failed.
+        error: one line describing the kernel's failure, None on success.
+        manifest: what actually ran (module docstring lists the keys).
+        received_digests: ``{"a","b","scale_a","scale_b","bias"}`` -> sha256
+            hex (``reference.operands.tensor_digest``; bias "none" if absent).
+        elapsed_s: wall-clock seconds of the kernel call (CUDA synchronized).
+    """
+
+    output: Optional[Tensor]
+    error: Optional[str]
+    manifest: dict
+    received_digests: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class AccRun:
+    """Result of one accumulator-only ``int_mm`` call through :func:`run_int_mm`.
+
+    Attributes:
+        acc: int32 [M,N] on the CPU, or None when the kernel failed / has no
+            ``int_mm`` entry.
+        error: one line, None on success.
+        manifest: as in KernelRun (no received_digests: only a, b go in).
+        elapsed_s: wall-clock seconds of the call (CUDA synchronized).
+    """
+
+    acc: Optional[Tensor]
+    error: Optional[str]
+    manifest: dict
+    elapsed_s: float = 0.0
+
+    @property
+    def output(self) -> Optional[Tensor]:
+        """Alias of ``acc`` (same name as KernelRun's field)."""
+        return self.acc
+
+
+def pick_device(spec: KernelSpec, device: Optional[str] = None) -> tuple[Optional[str], str]:
+    """(device, reason): the requested device, else CUDA when the kernel
+    supports it and one is present, else CPU when supported; (None, reason)
+    when the kernel cannot run on this machine."""
+    cuda = torch.cuda.is_available()
+    if device is not None:
+        dtype = torch.device(device).type
+        if dtype not in spec.devices:
+            return None, f"kernel {spec.name!r} supports devices {list(spec.devices)}, not {dtype!r}"
+        if dtype == "cuda" and not cuda:
+            return None, "device 'cuda' requested but torch.cuda.is_available() is False"
+        return device, ""
+    if "cuda" in spec.devices and cuda:
+        return "cuda", ""
+    if "cpu" in spec.devices:
+        return "cpu", ""
+    return None, (f"kernel {spec.name!r} supports devices {list(spec.devices)}, none available "
+                  f"here (cuda available: {cuda})")
+
+
+def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
+    return {"name": spec.name, "source_digest": spec.source_digest,
+            "declared_source_digest": spec.source_digest, "device": device or "",
+            "path": "unreported", "interpreter": False, "padded": False,
+            "contract": spec.contract.to_dict(), "origin": spec.origin, "version": spec.version,
+            "operands_recorded_by": "", "skipped": False, "extra": {}}
+
+
+def _fill_from_trace(man: dict, t: trace.Trace) -> None:
+    if t.path:
+        man["path"] = t.path
+    extra = dict(t.extra)
+    man["interpreter"] = bool(extra.get("interpreter", "interpreter" in man["path"]))
+    man["padded"] = bool(extra.get("padded", "padded" in man["path"]))
+    if extra.get("source_digest"):
+        man["source_digest"] = extra["source_digest"]
+    for k in _PROMOTED:
+        extra.pop(k, None)
+    if len(t.paths) > 1:
+        extra["paths"] = list(t.paths)
+    man["extra"].update(extra)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0][:300] if s else ""
+
+
+def _raised(man: dict, e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    man["extra"]["exception"] = type(e).__name__
+    man["extra"]["traceback_tail"] = [f"{f.filename}:{f.lineno} in {f.name}" for f in tb[-4:]]
+    where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"kernel raised {type(e).__name__}: {_first_line(e)}{where}"
+
+
+def _sync(device: Optional[str]) -> None:
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optional[str]:
+    if not isinstance(out, Tensor):
+        return f"{what} returned {type(out).__name__}, expected a torch.Tensor [{m},{n}] {dtype}"
+    if tuple(out.shape) != (m, n):
+        return f"{what} returned shape {tuple(out.shape)}, expected [{m},{n}]"
+    if out.dtype != dtype:
+        return f"{what} returned dtype {out.dtype}, expected {dtype}"
+    return None
+
+
+def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict) -> Optional[str]:
+    """Error line if ``out`` has NaN where the declared-contract reference has
+    none (a legal kernel can produce NaN only where the reference does, e.g.
+    0 * inf with a fused scale that overflows)."""
+    if not out.is_floating_point():
+        return None
+    nan = torch.isnan(out)
+    cnt = int(nan.sum())
+    if cnt == 0:
+        return None
+    from reference.epilogue import reference_scaled_mm
+
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
+                              bias=ops.bias, out_dtype=ops.out_dtype)
+    bad = nan & ~torch.isnan(ref)
+    nbad = int(bad.sum())
+    man["extra"]["nan_count"] = cnt
+    if nbad == 0:
+        man["extra"]["nan_expected"] = True  # the declared reference has NaN there too
+        return None
+    i, j = (int(v) for v in bad.nonzero()[0])
+    man["extra"]["unexpected_nan_count"] = nbad
+    man["extra"]["first_unexpected_nan"] = [i, j]
+    return (f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference "
+            f"({spec.contract.label()}) has none; first at [{i},{j}] (reference "
+            f"{float(ref[i, j])!r})")
+
+
+def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None) -> KernelRun:
+    """Run ``spec.scaled_mm`` on ``ops`` and check what came back.
+
+    Args:
+        spec: the kernel.
+        ops: the case (moved to the chosen device before the call).
+        device: "cpu", "cuda", "cuda:1", ...; None = CUDA if the kernel
+            supports it and one is present, else CPU.
+    Returns:
+        KernelRun (output on the CPU). Kernel failures go to ``error``;
+        ``manifest["skipped"]`` is True when the kernel cannot run here.
+    Raises:
+        OperandError: ``ops`` themselves are invalid
+            (``reference.validate.validate_operands``).
+    """
+    from reference.validate import validate_operands
+
+    m, k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    dev, why = pick_device(spec, device)
+    man = _base_manifest(spec, dev)
+    if dev is None:
+        man["skipped"] = True
+        return KernelRun(None, f"not runnable here: {why}", man)
+    viol = spec.constraints.violations(m, k, n)
+    if viol:
+        man["skipped"] = True
+        man["extra"]["constraint_violations"] = viol
+        return KernelRun(None, f"not runnable here: shape outside declared constraints: "
+                               f"{'; '.join(viol)}", man)
+    dops = ops.to(dev)
+    t0 = time.perf_counter()
+    with trace.capture() as t:
+        try:
+            out = spec.scaled_mm(dops.a, dops.b, dops.scale_a, dops.scale_b,
+                                 out_dtype=dops.out_dtype, bias=dops.bias)
+            _sync(dev)
+            err = None
+        except Exception as e:  # noqa: BLE001 -- the kernel's failure is evidence, not a crash
+            out, err = None, _raised(man, e)
+    elapsed = time.perf_counter() - t0
+    _fill_from_trace(man, t)
+    if t.received_digests:
+        digests, man["operands_recorded_by"] = t.received_digests, "kernel"
+    else:
+        digests, man["operands_recorded_by"] = trace.digest_operands(
+            dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias), "runner"
+    if err is None:
+        err = _check_output(out, m, n, ops.out_dtype, "kernel")
+    if err is not None:
+        return KernelRun(None, err, man, digests, elapsed)
+    man["device"] = out.device.type
+    out = out.detach().to("cpu")
+    # NaN evidence keeps the output: the checks may still want the other elements
+    return KernelRun(out, _nan_error(out, ops, spec, man), man, digests, elapsed)
+
+
+def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None) -> AccRun:
+    """Run the accumulator-only entry ``spec.int_mm(a, b)``.
+
+    Args:
+        spec: the kernel; a: int8 [M,K]; b: int8 [N,K]; device as in :func:`run_kernel`.
+    Returns:
+        AccRun with int32 [M,N] on the CPU, or ``error`` ("kernel has no int_mm
+        entry", an exception, wrong shape/dtype).
+    Raises:
+        OperandError: invalid a / b (dtype, shape, layout, K mismatch, empty).
+    """
+    from reference.validate import validate_operands
+
+    one = torch.ones((), dtype=torch.float32)
+    m, _, n = validate_operands(a, b, one, one)
+    dev, why = pick_device(spec, device)
+    man = _base_manifest(spec, dev)
+    if spec.int_mm is None:
+        man["skipped"] = True
+        return AccRun(None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry", man)
+    if dev is None:
+        man["skipped"] = True
+        return AccRun(None, f"not runnable here: {why}", man)
+    da, db = a.to(dev), b.to(dev)
+    t0 = time.perf_counter()
+    with trace.capture() as t:
+        try:
+            acc = spec.int_mm(da, db)
+            _sync(dev)
+            err = None
+        except Exception as e:  # noqa: BLE001
+            acc, err = None, _raised(man, e)
+    elapsed = time.perf_counter() - t0
+    _fill_from_trace(man, t)
+    if err is None:
+        err = _check_output(acc, m, n, torch.int32, "int_mm")
+    if err is not None:
+        return AccRun(None, err, man, elapsed)
+    man["device"] = acc.device.type
+    return AccRun(acc.detach().to("cpu"), None, man, elapsed)

@@ -1,0 +1,106 @@
+"""What a kernel reports about itself while it runs (feeds checks C1 and C2).
+
+A kernel calls :func:`record_path` to say which code path it took (e.g.
+``"triton-native"``, ``"triton-interpreter"``, ``"int_mm-padded"``) and
+:func:`record_operands` with the tensors it actually received. The runner
+opens a :func:`capture` around each call and copies what was recorded into
+``KernelRun.manifest`` / ``KernelRun.received_digests``.
+
+Outside a capture both functions are no-ops, so kernels can call them
+unconditionally. Captures nest (a fault wrapper calling an inner kernel):
+records go to the innermost open capture, and the last record wins, so the
+operands digested are the ones the innermost kernel saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+from torch import Tensor
+
+__all__ = ["Trace", "capture", "record_path", "record_operands", "current"]
+
+
+@dataclass
+class Trace:
+    """Everything recorded during one kernel call.
+
+    Attributes:
+        path: code path the kernel says it took ("" if it said nothing).
+        extra: free key/values the kernel attached to its path (JSON-able).
+        received_digests: ``{"a","b","scale_a","scale_b","bias"} -> sha256 hex``
+            of the operands the kernel received (bias digest "none" when None);
+            empty if the kernel never called :func:`record_operands`.
+        paths: every path recorded, in order (a wrapper and its inner kernel).
+    """
+
+    path: str = ""
+    extra: dict = field(default_factory=dict)
+    received_digests: dict = field(default_factory=dict)
+    paths: list = field(default_factory=list)
+
+
+_CURRENT: contextvars.ContextVar[Optional[Trace]] = contextvars.ContextVar(
+    "int8conf_kernel_trace", default=None)
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[Trace]:
+    """Open a fresh :class:`Trace` for the duration of the ``with`` block."""
+    t = Trace()
+    token = _CURRENT.set(t)
+    try:
+        yield t
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> Optional[Trace]:
+    """The innermost open trace, or None outside :func:`capture`."""
+    return _CURRENT.get()
+
+
+def record_path(path: str, **extra) -> None:
+    """Record the code path a kernel took, with JSON-able details.
+
+    Args:
+        path: short label, e.g. ``"triton-interpreter"``.
+        **extra: merged into ``Trace.extra`` (later keys overwrite).
+    """
+    t = _CURRENT.get()
+    if t is None:
+        return
+    t.path = str(path)
+    t.paths.append(str(path))
+    t.extra.update(extra)
+
+
+def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
+                    bias: Optional[Tensor] = None) -> dict:
+    """sha256 hex digests of the operands, same keys as
+    ``GemmOperands.digests()`` (``reference.operands.tensor_digest``; bias ->
+    "none" when None). Tensors on any device (copied to CPU to hash)."""
+    from reference.operands import tensor_digest  # lazy: REF module
+
+    out = {}
+    for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b),
+                   ("bias", bias)):
+        out[key] = tensor_digest(t)
+    return out
+
+
+def record_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
+                    bias: Optional[Tensor] = None) -> None:
+    """Record digests of the operands the kernel actually received.
+
+    Call it with the tensors as the kernel got them (before any padding or
+    reshaping of its own). Costs one hash pass over the operands, only while
+    a capture is open.
+    """
+    t = _CURRENT.get()
+    if t is None:
+        return
+    t.received_digests = digest_operands(a, b, scale_a, scale_b, bias)

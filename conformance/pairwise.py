@@ -1,0 +1,117 @@
+"""Pairwise interchangeability of two kernels (``--against=OTHER``).
+
+For every case both kernels run on the same operands; their outputs are
+compared bit for bit (spacing distance, ``reference.bits``). Two kernels
+are *interchangeable* on a case set when their outputs are bit-identical on
+every case. Whether that is expected follows from the declared contracts
+(DESIGN.md section 1): identical contracts must agree; under power-of-two
+per-channel scales every scale order gives the same bits, so kernels whose
+bias points agree (or with no bias) must agree too; otherwise legal kernels
+may differ (by about one spacing, more where a bias cancels the product).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from conformance.checks.compare import compare_bits, output_problem
+from conformance.checks.result import merge_histograms
+
+
+def expected_agreement(spec_a, spec_b, ops) -> tuple[bool, str]:
+    """Whether two correct kernels must give identical bits on ``ops``.
+
+    Returns:
+        ``(True, reason)`` when the declared contracts force bit identity
+        (same contract; or ``pow2`` scale mode with no bias or the same bias
+        point), else ``(False, reason)``.
+    """
+    ca, cb = spec_a.contract, spec_b.contract
+    if ca == cb:
+        return True, f"same declared contract {ca.label()}"
+    if ops.scale_mode == "pow2" and (ops.bias is None or ca.bias_point == cb.bias_point):
+        return True, "power-of-two weight scales: every scale order gives the same bits"
+    return False, f"declared contracts differ ({ca.label()} vs {cb.label()})"
+
+
+def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
+    """Bit agreement of two kernels' outputs on one case.
+
+    Args:
+        spec_a, spec_b: the kernel under test and the other kernel.
+        ops: the case's GemmOperands.
+        run_a, run_b: their KernelRuns on ``ops``.
+
+    Returns:
+        JSON-able dict: ``status`` (``identical`` | ``differ-expected`` |
+        ``differ-unexpected`` | ``error``), ``expected_identical``, ``reason``,
+        ``n_elements``, ``n_equal``, ``agreement`` (fraction of bit-identical
+        elements), ``max_ulp``, ``ulp_histogram``, ``worst`` (index, both
+        values and bit patterns, operand values), ``error``.
+    """
+    expect, reason = expected_agreement(spec_a, spec_b, ops)
+    out = {"expected_identical": expect, "reason": reason}
+    shape = (ops.m, ops.n)
+    pa = output_problem(run_a.output, shape, ops.out_dtype, run_a.error)
+    pb = output_problem(run_b.output, shape, ops.out_dtype, run_b.error)
+    if pa or pb:
+        out.update(status="error", error="; ".join(
+            f"{s.name}: {p}" for s, p in ((spec_a, pa), (spec_b, pb)) if p))
+        return out
+    _, ev = compare_bits(run_a.output, run_b.output, 0, ops)
+    ev.pop("operand_digests", None)
+    ev.pop("first_over_tol", None)
+    n = ev["n_elements"]
+    out.update(n_elements=n, n_equal=n - ev["n_differ"],
+               agreement=(n - ev["n_differ"]) / n if n else 1.0,
+               max_ulp=ev["max_ulp"], ulp_histogram=ev["ulp_histogram"])
+    if "worst" in ev:
+        out["worst"] = ev["worst"]
+    if ev["n_differ"] == 0:
+        out["status"] = "identical"
+    else:
+        out["status"] = "differ-expected" if not expect else "differ-unexpected"
+    return out
+
+
+def summarize_pairs(kernel: str, other: str, pairs: list[tuple[str, dict]],
+                    other_manifest: Optional[dict] = None) -> dict:
+    """Aggregate per-case pair results into the report's pairwise section.
+
+    Args:
+        kernel, other: kernel names.
+        pairs: ``(case id, compare_pair result)`` per case.
+        other_manifest: the other kernel's declared manifest.
+
+    Returns:
+        ``{"kernel", "other", "other_manifest", "interchangeable" (bool: bit
+        identical on every case), "summary", "counts" (per status),
+        "n_elements", "n_equal", "agreement", "max_ulp", "ulp_histogram",
+        "per_case": [{"case", ...}]}``.
+    """
+    counts: dict[str, int] = {}
+    for _, p in pairs:
+        counts[p["status"]] = counts.get(p["status"], 0) + 1
+    ok = [p for _, p in pairs if p["status"] != "error"]
+    n_el = sum(p["n_elements"] for p in ok)
+    n_eq = sum(p["n_equal"] for p in ok)
+    max_ulp = max((p["max_ulp"] for p in ok), default=0)
+    inter = bool(pairs) and counts.get("identical", 0) == len(pairs)
+    if not pairs:
+        summary = "no cases compared"
+    elif inter:
+        summary = f"interchangeable: bit-identical on all {len(pairs)} cases ({n_el} elements)"
+    else:
+        summary = (f"not interchangeable: {len(pairs) - counts.get('identical', 0)}/{len(pairs)} "
+                   f"cases differ; {n_el - n_eq}/{n_el} elements differ (max {max_ulp} ulp)")
+        if counts.get("differ-unexpected"):
+            summary += (f"; {counts['differ-unexpected']} cases differ where the declared "
+                        f"contracts require identical bits")
+        if counts.get("error"):
+            summary += f"; {counts['error']} cases errored"
+    return {"kernel": kernel, "other": other, "other_manifest": other_manifest,
+            "interchangeable": inter, "summary": summary, "counts": counts,
+            "n_elements": n_el, "n_equal": n_eq,
+            "agreement": n_eq / n_el if n_el else None, "max_ulp": max_ulp,
+            "ulp_histogram": merge_histograms(p["ulp_histogram"] for p in ok),
+            "per_case": [{"case": c, **p} for c, p in pairs]}

@@ -1,0 +1,87 @@
+"""Hypothesis property test: random operands against the reference under
+the kernel's declared contract (checks C1-C6 and C8 on every example).
+
+Fixed CI profile (:data:`CI_SETTINGS`): derandomized (the same examples on
+every run and machine), no example database, no deadline, no shrinking (a
+kernel under the Triton interpreter can take seconds per call; the first
+failing example is reported with its full evidence instead), health checks
+for slow data generation suppressed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+#: Operand bounds of the property test (shapes straddle 8/16/32/64 edges).
+MAX_M, MAX_K, MAX_N = 48, 160, 48
+
+
+def ci_settings(max_examples: int = 25) -> settings:
+    """The fixed CI profile (see module docstring)."""
+    return settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+                    phases=(Phase.explicit, Phase.generate), print_blob=False,
+                    suppress_health_check=list(HealthCheck))
+
+
+def run_property_test(spec, sink: Callable, max_examples: int = 25,
+                      device: Optional[str] = None) -> dict:
+    """Run the property test for one kernel.
+
+    Every example is evaluated with ``conformance.suite.evaluate_case`` and
+    handed to ``sink`` (a ``CaseResult`` named ``property/<i>:<shape>``,
+    ``source == "property"``). The property: no check fails because of the
+    kernel. Stops at the first failing example (hypothesis re-runs it once;
+    the re-run is not sunk twice).
+
+    Args:
+        spec: KernelSpec.
+        sink: called with each CaseResult.
+        max_examples: hypothesis examples.
+        device: kernel device (None = runner default).
+
+    Returns:
+        ``{"examples", "failed" (bool), "falsifying_case", "failure",
+        "strategy", "settings"}``; ``{"skipped": reason}`` when
+        ``reference.strategies`` is not importable.
+    """
+    try:
+        from reference.strategies import gemm_operands
+    except ImportError as e:
+        return {"skipped": f"reference.strategies not importable: {e}", "examples": 0,
+                "failed": False}
+    from conformance.suite import evaluate_case
+    import torch
+
+    strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N,
+                             out_dtypes=(torch.bfloat16, torch.float16))
+    seen: set = set()
+    state = {"n": 0, "failing": None}
+
+    @ci_settings(max_examples)
+    @given(ops=strategy)
+    def prop(ops):
+        key = tuple(sorted(ops.digests().items())) + (str(ops.out_dtype),)
+        first = key not in seen
+        seen.add(key)
+        if first:
+            state["n"] += 1
+            ops.name = f"property/{state['n']}:M{ops.m}xK{ops.k}xN{ops.n}"
+        cr = evaluate_case(spec, ops, device=device, source="property")
+        if first:
+            sink(cr)
+        if cr.kernel_failures:
+            state["failing"] = cr
+            raise AssertionError(f"{cr.case}: " + "; ".join(cr.failure_lines()))
+
+    summary = {"strategy": f"reference.strategies.gemm_operands(max_m={MAX_M}, max_k={MAX_K}, "
+                           f"max_n={MAX_N}, out_dtypes=(bf16, fp16))",
+               "settings": f"max_examples={max_examples}, derandomize=True, no shrinking"}
+    try:
+        prop()
+        summary.update(examples=state["n"], failed=False)
+    except AssertionError as e:
+        summary.update(examples=state["n"], failed=True, failure=str(e).splitlines()[0],
+                       falsifying_case=state["failing"].case if state["failing"] else None)
+    return summary

@@ -1,0 +1,295 @@
+"""pytest plugin: ``pytest --kernel=NAME`` runs the conformance suite.
+
+Registered in the ``pytest11`` entry-point group, so it is active in every
+pytest run of an environment where int8conf is installed; without
+``--kernel`` it adds nothing and the project's own tests run as usual.
+
+Options:
+    --kernel=NAME         kernel to check (repeatable; ``all`` = every built-in
+                          available here; ``pkg.module:function``; an
+                          ``int8conf.kernels`` entry point). A name that does
+                          not resolve is a one-line usage error.
+    --against=OTHER       add pairwise interchangeability items vs OTHER.
+    --int8conf-reports=DIR  where ``<kernel>/conformance.{json,md}`` go
+                          (default ``reports``, relative to the invocation dir).
+    --int8conf-examples=N hypothesis examples of the property test (default 25).
+    --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
+    --int8conf-no-sweep   skip the alignment-straddling shape sweep.
+
+Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
+(``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
+captures) running checks C1-C6 and C8; ``property`` (hypothesis, fixed CI
+profile); ``C7-token_flip`` and ``E1-engine_hash``; with ``--against``, one
+``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
+the kernel fails the item (so ``--junitxml`` records it); a precondition
+violation (C3 / C4 caused by the operands) passes with a
+:class:`PreconditionWarning`; an item whose checks are all n/a is skipped
+with the reason. A pairwise item fails only when the two kernels differ where
+their declared contracts require identical bits, or one errors.
+
+When ``--kernel`` is given without explicit paths, only the conformance
+suite is collected (the ``testpaths`` / current directory are not).
+The reports are written at session finish from whatever items ran.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from reference.errors import Int8confError
+
+
+class PreconditionWarning(UserWarning):
+    """A case violates a precondition of exact, order-free accumulation (C3 / C4)."""
+
+
+class ConformanceFailure(AssertionError):
+    """A conformance item failed; the message is the evidence lines."""
+
+
+@dataclass
+class _KernelState:
+    spec: object
+    cases: list
+    captures: object
+    results: dict = field(default_factory=dict)
+    prop_cases: list = field(default_factory=list)
+    property: Optional[dict] = None
+    model: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _State:
+    kernels: list
+    against: object
+    out_dir: Path
+    examples: int
+    model_checks: bool
+    written: list = field(default_factory=list)
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+def pytest_addoption(parser) -> None:
+    g = parser.getgroup("int8conf", "int8conf kernel conformance")
+    g.addoption("--kernel", action="append", default=[], metavar="NAME",
+                help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
+                     "built-in available here; or pkg.module:function)")
+    g.addoption("--against", default=None, metavar="OTHER",
+                help="add pairwise bit-agreement items against kernel OTHER")
+    g.addoption("--int8conf-reports", default="reports", metavar="DIR",
+                help="directory for <kernel>/conformance.{json,md} (default: reports)")
+    g.addoption("--int8conf-examples", type=int, default=25, metavar="N",
+                help="hypothesis examples in the property test (default 25; 0 = none)")
+    g.addoption("--int8conf-no-model", action="store_true",
+                help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
+    g.addoption("--int8conf-no-sweep", action="store_true",
+                help="skip the alignment-straddling shape sweep")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "int8conf: a generated kernel-conformance item")
+    names = config.getoption("kernel", default=[]) or []
+    if not names:
+        return
+    from conformance.kernels.registry import get_kernel, resolve_kernels
+    from conformance.suite import default_cases
+    try:
+        specs = resolve_kernels(list(names))
+        against = config.getoption("against")
+        other = get_kernel(against) if against else None
+        cases, cap = default_cases(include_sweep=not config.getoption("int8conf_no_sweep"))
+    except Int8confError as e:
+        raise pytest.UsageError(f"int8conf: {e}") from None
+    out = Path(config.getoption("int8conf_reports"))
+    if not out.is_absolute():
+        out = Path(config.invocation_params.dir) / out
+    config.stash[_STATE] = _State(
+        kernels=[_KernelState(s, cases, cap) for s in specs], against=other, out_dir=out,
+        examples=int(config.getoption("int8conf_examples")),
+        model_checks=not config.getoption("int8conf_no_model"))
+
+
+def _state(config) -> Optional[_State]:
+    return config.stash.get(_STATE, None)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With --kernel and no explicit paths, collect only the conformance suite."""
+    st = _state(config)
+    if st is None:
+        return None
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return True
+    return None
+
+
+class KernelSuite(pytest.Collector):
+    """Collector of one kernel's conformance items."""
+
+    def __init__(self, *, kstate: _KernelState, st: _State, **kw):
+        super().__init__(**kw)
+        self.kstate, self.st = kstate, st
+
+    def collect(self):
+        from conformance.cases import case_id
+        ks, st = self.kstate, self.st
+        for ops in ks.cases:
+            cid = case_id(ops)
+            yield CaseItem.from_parent(self, name=cid, kstate=ks, st=st, ops=ops)
+        if st.examples > 0:
+            yield PropertyItem.from_parent(self, name="property", kstate=ks, st=st)
+        if st.model_checks:
+            from conformance.suite import MODEL_CHECKS
+            from conformance.checks.result import CHECK_NAMES
+            for cid, _, _ in MODEL_CHECKS:
+                yield ModelCheckItem.from_parent(self, name=f"{cid}-{CHECK_NAMES[cid]}",
+                                                 kstate=ks, st=st, check_id=cid)
+        if st.against is not None:
+            for ops in ks.cases:
+                yield PairItem.from_parent(self, name=f"pairwise/{case_id(ops)}", kstate=ks,
+                                           st=st, ops=ops)
+
+
+class _Item(pytest.Item):
+    def __init__(self, *, kstate: _KernelState, st: _State, **kw):
+        super().__init__(**kw)
+        self.kstate, self.st = kstate, st
+        self.add_marker("int8conf")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return f"int8conf-{self.kstate.spec.name}", None, self.name
+
+
+def _evaluate(ks: _KernelState, st: _State, ops):
+    from conformance.cases import case_id
+    from conformance.suite import evaluate_case
+    cid = case_id(ops)
+    if cid not in ks.results:
+        ks.results[cid] = evaluate_case(ks.spec, ops, against=st.against)
+    return ks.results[cid]
+
+
+class CaseItem(_Item):
+    """Checks C1-C6 and C8 on one fixed case."""
+
+    def __init__(self, *, ops, **kw):
+        super().__init__(**kw)
+        self.ops = ops
+
+    def runtest(self):
+        cr = _evaluate(self.kstate, self.st, self.ops)
+        if cr.kernel_failures:
+            raise ConformanceFailure(f"{cr.case} ({self.kstate.spec.name}):\n  "
+                                     + "\n  ".join(cr.failure_lines()))
+        for r in cr.precondition_violations:
+            warnings.warn(PreconditionWarning(f"{self.kstate.spec.name} {cr.case}: "
+                                              f"{r.check_id} {r.name}: {r.summary}"))
+        if all(r.verdict == "n/a" for r in cr.checks.values()):
+            pytest.skip("; ".join(sorted({r.summary for r in cr.checks.values()})))
+
+
+class PropertyItem(_Item):
+    """Hypothesis property test under the declared contract."""
+
+    def runtest(self):
+        from conformance.property import run_property_test
+        ks = self.kstate
+        ks.prop_cases = []
+        ks.property = run_property_test(ks.spec, ks.prop_cases.append,
+                                        max_examples=self.st.examples)
+        if ks.property.get("skipped"):
+            pytest.skip(ks.property["skipped"])
+        if ks.property.get("failed"):
+            raise ConformanceFailure(f"property test failed: {ks.property.get('failure')}")
+
+
+class ModelCheckItem(_Item):
+    """A model-level check (C7 token_flip / E1 engine_hash)."""
+
+    def __init__(self, *, check_id: str, **kw):
+        super().__init__(**kw)
+        self.check_id = check_id
+
+    def runtest(self):
+        from conformance.suite import run_model_check
+        r = run_model_check(self.check_id, self.kstate.spec)
+        self.kstate.model[self.check_id] = r
+        if r.verdict == "n/a":
+            pytest.skip(r.summary)
+        if r.verdict == "fail":
+            raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
+
+
+class PairItem(_Item):
+    """Bit agreement with ``--against`` on one fixed case."""
+
+    def __init__(self, *, ops, **kw):
+        super().__init__(**kw)
+        self.ops = ops
+
+    def runtest(self):
+        cr = _evaluate(self.kstate, self.st, self.ops)
+        p = cr.pair or {}
+        other = self.st.against.name
+        if p.get("status") == "error":
+            raise ConformanceFailure(f"{cr.case}: {p.get('error')}")
+        if p.get("status") == "differ-unexpected":
+            w = p.get("worst", {})
+            raise ConformanceFailure(
+                f"{cr.case}: {self.kstate.spec.name} and {other} differ at "
+                f"{p['n_elements'] - p['n_equal']}/{p['n_elements']} elements (max "
+                f"{p['max_ulp']} ulp, worst {w.get('index')}: {w.get('out_bits')} vs "
+                f"{w.get('ref_bits')}) although {p['reason']}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items) -> None:
+    st = _state(config)
+    if st is None:
+        return
+    new = []
+    for ks in st.kernels:
+        name = f"int8conf-{ks.spec.name}"
+        col = KernelSuite.from_parent(session, name=name, nodeid=name, kstate=ks, st=st)
+        new.extend(col.collect())
+    items[:0] = new
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    st = _state(session.config)
+    if st is None:
+        return
+    from conformance.report import write_reports
+    from conformance.suite import build_result
+    for ks in st.kernels:
+        cases = list(ks.results.values()) + list(ks.prop_cases)
+        if not cases and not ks.model:
+            continue
+        res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
+                           st.against if any(c.pair for c in ks.results.values()) else None,
+                           time.perf_counter() - ks.t0)
+        jp, mp = write_reports(res, st.out_dir)
+        st.written.append((ks.spec.name, res.verdict, jp, mp))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    st = _state(config)
+    if st is None or not st.written:
+        return
+    terminalreporter.section("int8conf conformance reports")
+    for name, verdict, jp, mp in st.written:
+        terminalreporter.write_line(f"{name}: overall {verdict.upper()}  {jp}  {mp}")

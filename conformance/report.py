@@ -1,0 +1,236 @@
+"""Conformance reports: ``<out>/<kernel>/conformance.json`` and ``.md``.
+
+JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level keys:
+
+* ``schema``, ``schema_version``, ``generated_at`` (UTC ISO-8601)
+* ``kernel``: declared manifest (``KernelSpec.manifest()``: name, contract,
+  devices, constraints, version, source_digest, has_int_mm, origin, description)
+* ``environment``: python / torch / triton / hypothesis versions, platform,
+  CUDA device, ``execution`` (``interpreter`` | ``native`` | ``mixed``),
+  ``paths_used`` (code path -> number of runs)
+* ``captures``: ``{"available", "note", "source"}`` (the note says
+  "no captures available: synthetic only" when no layer capture was replayed)
+* ``overall``: ``{"verdict": "pass"|"fail"|"n/a", "summary", "failed_checks",
+  "precondition_violations"}``
+* ``checks``: one per check id (C1..C8, E1): ``{check_id, name, verdict,
+  summary, evidence}`` aggregated over cases
+* ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
+  out_dtype, bias, verdict, checks {id: {verdict, summary, evidence}}, path,
+  elapsed_s, error, operand_digests, meta[, pair]}``
+* ``property_tests``: hypothesis summary or null
+* ``pairwise``: interchangeability with ``--against`` (or null)
+* ``elapsed_s``
+
+Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
+is strict JSON. Both files are written atomically (temporary file in the same
+directory, then ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import pandas as pd
+
+SCHEMA = "int8conf.conformance"
+SCHEMA_VERSION = 1
+
+
+def kernel_dirname(name: str) -> str:
+    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` ->
+    ``pkg.mod_fn_x_1``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
+
+
+def _clean(x):
+    """Recursively make ``x`` strict-JSON-able."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else repr(x)
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def to_json_dict(result) -> dict:
+    """The report's JSON document for a ``conformance.suite.ConformanceResult``."""
+    return _clean({
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "kernel": result.kernel, "environment": result.environment,
+        "captures": result.captures, "overall": result.overall,
+        "checks": [c.to_dict() for c in result.checks],
+        "cases": [c.to_dict() for c in result.cases],
+        "property_tests": result.property_tests, "pairwise": result.pairwise,
+        "elapsed_s": round(result.elapsed_s, 3),
+    })
+
+
+def _table(df: pd.DataFrame) -> str:
+    """Markdown table (pandas + tabulate); without tabulate, a fixed-width
+    block from ``DataFrame.to_string``."""
+    if df.empty:
+        return "_(none)_"
+    try:
+        return df.to_markdown(index=False)
+    except ImportError:
+        return "```\n" + df.to_string(index=False) + "\n```"
+
+
+def _hist_str(h: dict) -> str:
+    return " ".join(f"{k}:{v}" for k, v in (h or {}).items() if v)
+
+
+def _cell(s: str, width: int = 140) -> str:
+    s = str(s).replace("|", "\\|").replace("\n", " ")
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def render_markdown(doc: dict) -> str:
+    """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
+    k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
+    c = k.get("contract", {})
+    lines = [f"# Conformance report: `{k['name']}`", "",
+             f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}", "",
+             f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
+             f"suite time {doc['elapsed_s']} s.", "",
+             f"Captures: {doc['captures']['note']}.", "", "## Kernel", ""]
+    lines.append(_table(pd.DataFrame([
+        ("name", k["name"]), ("origin", k.get("origin")), ("description", k.get("description")),
+        ("declared contract", f"scale order `{c.get('scale_order')}`, bias "
+                              f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`"),
+        ("devices", ", ".join(k.get("devices", []))), ("version", k.get("version")),
+        ("source digest", f"`{k.get('source_digest')}`"),
+        ("accumulator entry (int_mm)", "yes" if k.get("has_int_mm") else "no"),
+        ("shape constraints", ", ".join(f"{a}={b}" for a, b in (k.get("constraints") or {}).items()
+                                        if b not in (None, "", 1) or a == "min_m")),
+    ], columns=["field", "value"]).map(_cell)))
+    lines += ["", "## Environment", ""]
+    lines.append(_table(pd.DataFrame([
+        ("execution", env.get("execution")), ("code paths taken", _hist_str(env.get("paths_used"))),
+        ("devices used", ", ".join(env.get("devices_used", []))),
+        ("python", env.get("python")), ("torch", env.get("torch")), ("triton", env.get("triton")),
+        ("hypothesis", env.get("hypothesis")), ("platform", env.get("platform")),
+        ("CUDA device", env.get("cuda_device") or "none"),
+        ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
+    ], columns=["field", "value"]).map(_cell)))
+    lines += ["", "## Checks", ""]
+    lines.append(_table(pd.DataFrame(
+        [(ch["check_id"], ch["name"], ch["verdict"], _cell(ch["summary"], 200))
+         for ch in doc["checks"]], columns=["id", "check", "verdict", "summary"])))
+    lines += ["", "C3/C4 are preconditions: their failure means the operands leave the range where "
+              "int32 accumulation is exact and order-free (or float32(acc) is exact); it fails the "
+              "overall verdict only when the kernel's own accumulator is wrong. C5 compares to the "
+              "power-of-two reference (canonical scale order, the declared bias point); C6 allows "
+              "1 spacing against the reference with scale order a_then_w and the declared bias "
+              "point; C8 demands 0 ulp against the declared contract."]
+    failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"]
+    if failing:
+        lines += ["", "### Failure evidence", ""]
+        for ch in failing:
+            ev = ch["evidence"]
+            lines.append(f"- **{ch['check_id']} {ch['name']}**: {ch['summary']}")
+            wc = ev.get("worst_case")
+            if wc:
+                w = wc["evidence"].get("worst")
+                lines.append(f"  - worst case `{wc['case']}`: {wc['summary']}")
+                if w:
+                    lines.append("  - worst element: " + ", ".join(
+                        f"{a}={w[a]}" for a in ("index", "out_bits", "ref_bits", "ulp", "acc",
+                                                "scale_a", "scale_b", "bias") if a in w))
+            if ev.get("ulp_histogram"):
+                lines.append(f"  - ulp histogram: {_hist_str(ev['ulp_histogram'])}")
+            if ev.get("failed_cases"):
+                lines.append(f"  - failing cases ({ev.get('n_failed_cases')}): "
+                             + ", ".join(f"`{x}`" for x in ev["failed_cases"][:10]))
+    pt = doc.get("property_tests")
+    if pt:
+        lines += ["", "## Property test (hypothesis)", ""]
+        if pt.get("skipped"):
+            lines.append(f"Skipped: {pt['skipped']}")
+        else:
+            lines.append(f"{pt.get('examples')} examples ({pt.get('settings')}); "
+                         + (f"**failed**: {pt.get('failure')}" if pt.get("failed") else "all passed")
+                         + f". Strategy: `{pt.get('strategy')}`.")
+    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "E1")]
+    for src, title in (("capture", "Per-layer results (captures)"),
+                       ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),
+                       ("property", "Property-test examples")):
+        rows = [cs for cs in doc["cases"] if cs["source"] == src]
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
+        recs = []
+        for cs in rows:
+            c8 = cs["checks"].get("C8", {}).get("evidence", {})
+            r = {"case": cs["case"], "scale": cs["scale_mode"],
+                 "M,K,N": ",".join(map(str, cs["shape"])),
+                 "out": cs["out_dtype"].replace("torch.", ""), "bias": "y" if cs["bias"] else "",
+                 "verdict": cs["verdict"]}
+            for cid in ids:
+                v = cs["checks"].get(cid, {}).get("verdict", "")
+                r[cid] = {"pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
+            r["max ulp vs declared"] = c8.get("max_ulp", "")
+            r["max abs acc"] = cs["checks"].get("C4", {}).get("evidence", {}).get("max_abs", "")
+            r["path"] = cs.get("path") or ""
+            recs.append(r)
+        lines.append(_table(pd.DataFrame(recs)))
+    pw = doc.get("pairwise")
+    if pw:
+        lines += ["", f"## Pairwise: `{pw['kernel']}` vs `{pw['other']}`", "",
+                  f"**{pw['summary']}**", "",
+                  f"Element agreement {pw['n_equal']}/{pw['n_elements']}; "
+                  f"ulp histogram: {_hist_str(pw['ulp_histogram'])}", ""]
+        recs = [{"case": p["case"], "status": p["status"],
+                 "agreement": (f"{p['agreement']:.4f}" if isinstance(p.get("agreement"), float)
+                               else ""),
+                 "max ulp": p.get("max_ulp", ""), "ulp histogram": _hist_str(p.get("ulp_histogram")),
+                 "expected identical": "yes" if p["expected_identical"] else "no"}
+                for p in pw["per_case"]]
+        lines.append(_table(pd.DataFrame(recs)))
+    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, - = not applicable. Distances are in "
+              "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
+              "to this one holds every number shown here and the full evidence.", ""]
+    return "\n".join(lines)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; reports are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, Path]:
+    """Write ``<out_dir>/<kernel>/conformance.json`` and ``conformance.md``.
+
+    Args:
+        result: a ``conformance.suite.ConformanceResult``.
+        out_dir: reports root (created if missing).
+
+    Returns:
+        ``(json_path, md_path)``.
+    """
+    doc = to_json_dict(result)
+    d = Path(out_dir) / kernel_dirname(result.kernel["name"])
+    jp, mp = d / "conformance.json", d / "conformance.md"
+    _atomic_write(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    _atomic_write(mp, render_markdown(doc))
+    return jp, mp

@@ -1,0 +1,464 @@
+"""The conformance suite as a library call: ``run_conformance``.
+
+Used by both ``int8conf check`` and the pytest plugin (``pytest
+--kernel=NAME``), which share :func:`evaluate_case` (one operand case
+through every per-case check) and :func:`build_result` (aggregation into a
+:class:`ConformanceResult`, the content of ``reports/<kernel>/conformance.*``).
+
+Overall verdict: ``fail`` when any check fails because of the kernel (every
+failure except precondition violations C3 / C4 caused by the operands, see
+``conformance.checks.result.PRECONDITION_CHECKS``); ``pass`` when nothing
+failed that way and at least one check passed; ``n/a`` otherwise.
+Precondition violations are listed separately: they say which cases leave
+the range where integer accumulation is exact and order-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from conformance.cases import (NO_CAPTURES, CaptureReplay, capture_cases, case_id,
+                               shape_sweep, synthetic_cases)
+from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exact_accumulator,
+                                            check_int32_headroom, observe_accumulator)
+from conformance.checks.manifest import check_kernel_manifest
+from conformance.checks.operand_sharing import check_operand_sharing
+from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
+                                            check_real_scale_spacing)
+from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
+from reference.errors import Int8confError
+
+#: Per-case checks in report order (uniform signature
+#: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
+PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
+    ("C1", check_kernel_manifest),
+    ("C2", check_operand_sharing),
+    ("C3", check_int32_headroom),
+    ("C4", check_fp32_exact_accumulator),
+    ("C5", check_pow2_bit_identity),
+    ("C6", check_real_scale_spacing),
+    ("C8", check_declared_contract),
+)
+#: Model-level checks: (check id, module, attribute); each callable takes the
+#: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
+MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("C7", "conformance.checks.token_flip", "check_token_flip"),
+    ("E1", "detllm.oracle", "engine_hash_check"),
+)
+REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
+
+
+@dataclass
+class CaseResult:
+    """Every per-case check on one operand case.
+
+    Attributes:
+        case: case id (``conformance.cases.case_id``).
+        source: ``synthetic`` | ``sweep`` | ``capture`` | ``property``.
+        scale_mode: ``own`` | ``pow2`` | ``synthetic``.
+        shape: ``[M, K, N]``.
+        out_dtype: e.g. ``"torch.bfloat16"``.
+        bias: whether the case has a bias.
+        checks: check id -> CheckResult (C1-C6, C8).
+        run_manifest: the KernelRun manifest (path taken, device, ...).
+        elapsed_s: kernel wall time (seconds, from the runner).
+        error: the kernel's error line, if it failed.
+        operand_digests: ``GemmOperands.digests()``.
+        pair: ``conformance.pairwise.compare_pair`` result when ``--against``.
+        meta: the case's meta (layer, block, seed, ...).
+    """
+
+    case: str
+    source: str
+    scale_mode: str
+    shape: list
+    out_dtype: str
+    bias: bool
+    checks: dict
+    run_manifest: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    error: Optional[str] = None
+    operand_digests: dict = field(default_factory=dict)
+    pair: Optional[dict] = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def kernel_failures(self) -> list[CheckResult]:
+        """Checks failed because of the kernel."""
+        return [r for r in self.checks.values() if r.is_kernel_failure]
+
+    @property
+    def precondition_violations(self) -> list[CheckResult]:
+        """Failed precondition checks caused by the operands."""
+        return [r for r in self.checks.values() if r.is_precondition_violation]
+
+    @property
+    def verdict(self) -> str:
+        """``fail`` on any kernel failure, else ``pass``."""
+        return "fail" if self.kernel_failures else "pass"
+
+    def failure_lines(self) -> list[str]:
+        """One line per kernel failure: ``C8 declared_contract: <summary>``."""
+        return [f"{r.check_id} {r.name}: {r.summary}" for r in self.kernel_failures]
+
+    def to_dict(self) -> dict:
+        """JSON-able dict; full evidence for failing checks, the headline
+        numbers (max ulp, histogram, accumulator maxima) for the others."""
+        keep = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
+                "observed_max_abs", "exact_max_abs", "max_abs", "bound_tight_max",
+                "acc_source", "mismatched", "reason")
+        checks = {}
+        for cid, r in self.checks.items():
+            ev = r.evidence if r.verdict == "fail" else {
+                k: v for k, v in r.evidence.items() if k in keep}
+            checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
+        d = {"case": self.case, "source": self.source, "scale_mode": self.scale_mode,
+             "shape": self.shape, "out_dtype": self.out_dtype, "bias": self.bias,
+             "verdict": self.verdict, "checks": checks,
+             "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
+             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta}
+        if self.pair is not None:
+            d["pair"] = self.pair
+        return d
+
+
+def _check_error(cid: str, e: BaseException) -> CheckResult:
+    line = f"check raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line,
+                       {"check_error": line, "failure_kind": "harness"})
+
+
+def _jsonable_meta(meta: dict) -> dict:
+    out = {}
+    for k, v in (meta or {}).items():
+        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list)) else str(v)
+    return out
+
+
+def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
+                  source: Optional[str] = None) -> CaseResult:
+    """Run ``spec`` on one case and apply every per-case check.
+
+    Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
+    (``reference.accumulate.exact_int_mm``, computed once and shared); the
+    observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
+    when it has one); C1-C6 and C8; with ``against``, the other kernel on the
+    same operands and their bit agreement (``conformance.pairwise``).
+
+    Args:
+        spec: KernelSpec under test.
+        ops: GemmOperands (CPU tensors).
+        against: optional second KernelSpec.
+        device: device for the kernel run (None = the runner's default).
+        source: overrides ``ops.meta["source"]`` in the result.
+
+    Returns:
+        CaseResult. Never raises for a kernel's failure (it is a check
+        failure); a check that itself raises gives a ``fail`` result with
+        ``failure_kind == "harness"``.
+    """
+    from conformance.kernels.runner import run_kernel
+    from reference.accumulate import exact_int_mm
+
+    run = run_kernel(spec, ops, device=device)
+    exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    try:
+        obs = observe_accumulator(spec, ops)
+    except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
+        obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
+    checks: dict[str, CheckResult] = {}
+    for cid, fn in PER_CASE_CHECKS:
+        try:
+            checks[cid] = fn(spec, ops, run, acc=obs, exact=exact)
+        except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+            checks[cid] = _check_error(cid, e)
+    pair = None
+    if against is not None:
+        from conformance.pairwise import compare_pair
+        run_b = run_kernel(against, ops, device=device)
+        pair = compare_pair(spec, against, ops, run, run_b)
+    meta = dict(ops.meta or {})
+    return CaseResult(
+        case=case_id(ops), source=source or meta.get("source", "synthetic"),
+        scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
+        bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
+        elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
+        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta))
+
+
+def run_model_check(check_id: str, spec, module: Optional[str] = None,
+                    attr: Optional[str] = None) -> CheckResult:
+    """Run one model-level check (C7 token_flip, E1 engine_hash) if importable.
+
+    Args:
+        check_id: ``C7`` or ``E1`` (or any id of :data:`MODEL_CHECKS`).
+        spec: KernelSpec.
+        module, attr: override where the callable lives.
+
+    Returns:
+        The check's CheckResult; ``n/a`` with the reason when the module or
+        attribute is missing or the check raises an Int8confError (e.g. no
+        default model here); ``fail`` (``failure_kind == "harness"``) when it
+        raises anything else.
+    """
+    if module is None or attr is None:
+        module, attr = {cid: (m, a) for cid, m, a in MODEL_CHECKS}[check_id]
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        return not_applicable(check_id, f"{module}.{attr} is not available: "
+                                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    try:
+        res = fn(spec)
+    except Int8confError as e:
+        return not_applicable(check_id, f"{module}.{attr} could not run: {e}")
+    except Exception as e:  # noqa: BLE001
+        return _check_error(check_id, e)
+    if not isinstance(res, CheckResult):
+        return _check_error(check_id, TypeError(f"{attr} returned {type(res).__name__}"))
+    return res
+
+
+def _version(mod: str) -> Optional[str]:
+    try:
+        return getattr(importlib.import_module(mod), "__version__", None)
+    except Exception:  # noqa: BLE001 -- optional package missing or broken
+        return None
+
+
+def environment(manifests: Sequence[dict] = ()) -> dict:
+    """Where the suite ran: versions, device, interpreter or native.
+
+    Args:
+        manifests: KernelRun manifests of the cases (for the device / path /
+            interpreter actually used).
+
+    Returns:
+        JSON-able dict: ``python, platform, machine, cpu_count, torch, triton,
+        hypothesis, numpy, int8conf, cuda_available, cuda_device,
+        triton_interpret_env, devices_used, paths_used {path: count},
+        execution`` (``interpreter`` / ``native`` / ``mixed`` / ``unknown``).
+    """
+    try:
+        from importlib.metadata import version as _v
+        own = _v("int8conf")
+    except Exception:  # noqa: BLE001 -- not installed as a distribution
+        own = None
+    paths: dict[str, int] = {}
+    devices: set[str] = set()
+    interp: set[bool] = set()
+    for m in manifests:
+        p = str(m.get("path") or "unreported")
+        paths[p] = paths.get(p, 0) + 1
+        if m.get("device"):
+            devices.add(str(m["device"]))
+        if m.get("interpreter") is not None:
+            interp.add(bool(m["interpreter"]))
+    execution = ("unknown" if not interp else "mixed" if len(interp) > 1
+                 else "interpreter" if interp.pop() else "native")
+    cuda = torch.cuda.is_available()
+    return {
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "machine": platform.machine(), "cpu_count": os.cpu_count(),
+        "torch": torch.__version__, "triton": _version("triton"),
+        "hypothesis": _version("hypothesis"), "numpy": _version("numpy"), "int8conf": own,
+        "cuda_available": cuda, "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
+        "devices_used": sorted(devices), "paths_used": paths, "execution": execution,
+    }
+
+
+@dataclass
+class ConformanceResult:
+    """Everything a conformance report holds (``conformance.report`` writes it).
+
+    Attributes:
+        kernel: the declared manifest (``KernelSpec.manifest()``).
+        environment: :func:`environment`.
+        checks: one aggregated CheckResult per check, report order.
+        cases: per-case (per-layer) results.
+        captures: ``{"available", "note", "source"}``.
+        property_tests: summary of the hypothesis property test, or None.
+        pairwise: ``conformance.pairwise.summarize_pairs`` result, or None.
+        overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
+        elapsed_s: wall time of the suite.
+    """
+
+    kernel: dict
+    environment: dict
+    checks: list
+    cases: list
+    captures: dict
+    property_tests: Optional[dict] = None
+    pairwise: Optional[dict] = None
+    overall: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        """``pass`` | ``fail`` | ``n/a`` (see module docstring)."""
+        return self.overall.get("verdict", "n/a")
+
+    @property
+    def conformant(self) -> bool:
+        """True when the overall verdict is ``pass``."""
+        return self.verdict == "pass"
+
+    def check(self, check_id: str) -> CheckResult:
+        """The aggregated result of one check (KeyError if absent)."""
+        for c in self.checks:
+            if c.check_id == check_id:
+                return c
+        raise KeyError(check_id)
+
+
+def overall_verdict(checks: Sequence[CheckResult]) -> dict:
+    """Overall verdict from aggregated checks (module docstring)."""
+    failed = [c for c in checks if c.is_kernel_failure]
+    pre = [c for c in checks if c.is_precondition_violation]
+    if failed:
+        verdict = "fail"
+        summary = "NOT conformant: " + "; ".join(f"{c.check_id} {c.name} failed" for c in failed)
+    elif any(c.verdict == "pass" for c in checks):
+        verdict = "pass"
+        summary = "conformant: no check failed because of the kernel"
+    else:
+        verdict, summary = "n/a", "no check could run"
+    if pre:
+        summary += ("; precondition violated (operands, not the kernel): "
+                    + "; ".join(f"{c.check_id} {c.name}: {c.evidence.get('n_failed_cases', 1)} cases"
+                                for c in pre))
+    return {"verdict": verdict, "summary": summary,
+            "failed_checks": [c.check_id for c in failed],
+            "precondition_violations": [c.check_id for c in pre]}
+
+
+def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
+                 model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
+                 against=None, elapsed_s: float = 0.0) -> ConformanceResult:
+    """Aggregate per-case and model-level results into a ConformanceResult.
+
+    Args:
+        spec: KernelSpec under test.
+        case_results: every evaluated case (any source, property examples included).
+        captures: what :func:`conformance.cases.capture_cases` found.
+        model_results: C7 / E1 results (absent ones are reported n/a "not run").
+        property_tests: property-test summary (``conformance.property``).
+        against: the other KernelSpec when pairwise results are present.
+        elapsed_s: suite wall time.
+    """
+    per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
+    for cr in case_results:
+        for cid, r in cr.checks.items():
+            per.setdefault(cid, []).append((cr.case, r))
+    agg = {cid: aggregate(cid, lst) for cid, lst in per.items()}
+    for r in model_results:
+        agg[r.check_id] = r
+    for cid, _, _ in MODEL_CHECKS:
+        agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
+    checks = [agg[c] for c in REPORT_ORDER if c in agg] + [
+        r for c, r in agg.items() if c not in REPORT_ORDER]
+    pairwise = None
+    if against is not None:
+        from conformance.pairwise import summarize_pairs
+        pairs = [(cr.case, cr.pair) for cr in case_results if cr.pair is not None]
+        pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
+    return ConformanceResult(
+        kernel=spec.manifest(), environment=environment([cr.run_manifest for cr in case_results]),
+        checks=checks, cases=list(case_results),
+        captures={"available": captures.available, "note": captures.note,
+                  "source": captures.source},
+        property_tests=property_tests, pairwise=pairwise, overall=overall_verdict(checks),
+        elapsed_s=elapsed_s)
+
+
+def default_cases(include_captures: bool = True, include_sweep: bool = True,
+                  seeds: Sequence[int] = (0, 1), max_capture_layers: Optional[int] = None,
+                  capture_set=None) -> tuple[list, CaptureReplay]:
+    """The suite's fixed cases: synthetic (per seed), the shape sweep, and the
+    layer captures in both scale modes (when available).
+
+    Returns:
+        ``(cases, captures)``; ``captures.note`` says "no captures available:
+        synthetic only" when there are none (or captures were not requested).
+    """
+    cases = list(synthetic_cases(seeds))
+    if include_sweep:
+        cases += shape_sweep()
+    if include_captures:
+        cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
+    else:
+        cap = CaptureReplay(note=f"{NO_CAPTURES} (capture replay not requested)")
+    return cases + list(cap.cases), cap
+
+
+def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
+                    include_captures: bool = True, include_sweep: bool = True,
+                    seeds: Sequence[int] = (0, 1), property_examples: int = 25,
+                    model_checks: bool = True, max_capture_layers: Optional[int] = None,
+                    device: Optional[str] = None,
+                    progress: Optional[Callable[[str], None]] = None) -> ConformanceResult:
+    """Run the whole conformance suite for one kernel.
+
+    Args:
+        kernel: KernelSpec, or a name for ``conformance.kernels.registry.get_kernel``.
+        against: optional other kernel (spec or name) for pairwise
+            interchangeability on the fixed cases.
+        cases: explicit GemmOperands list (replaces synthetic + sweep +
+            captures; the report then says no captures were replayed unless
+            some cases have ``meta["source"] == "capture"``).
+        include_captures, include_sweep, seeds, max_capture_layers: see
+            :func:`default_cases`.
+        property_examples: hypothesis examples of the property test (0 = skip).
+        model_checks: run C7 token_flip and E1 engine_hash when importable.
+        device: device for kernel runs (None = runner default).
+        progress: called with a short line per step (e.g. ``print``).
+
+    Returns:
+        ConformanceResult (never raises for a kernel's failure).
+
+    Raises:
+        KernelLoadError: a kernel name that does not resolve (one line).
+        CaptureError: an inconsistent capture set (one line).
+    """
+    from conformance.kernels.registry import get_kernel
+    t0 = time.perf_counter()
+    spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
+    other = get_kernel(against) if isinstance(against, str) else against
+    say = progress or (lambda s: None)
+    if cases is None:
+        cases, cap = default_cases(include_captures, include_sweep, seeds, max_capture_layers)
+    else:
+        cases = list(cases)
+        n_cap = sum(1 for c in cases if (c.meta or {}).get("source") == "capture")
+        cap = CaptureReplay(cases=[], available=bool(n_cap),
+                            note=(f"{n_cap} captured cases given" if n_cap
+                                  else f"{NO_CAPTURES} (explicit case list)"))
+    say(f"{spec.name}: {len(cases)} cases; {cap.note}")
+    results = []
+    for i, ops in enumerate(cases):
+        cr = evaluate_case(spec, ops, against=other, device=device)
+        results.append(cr)
+        say(f"[{i + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
+    prop = None
+    if property_examples > 0:
+        from conformance.property import run_property_test
+        say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
+        prop_cases: list[CaseResult] = []
+        prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
+                                 device=device)
+        results += prop_cases
+    model = []
+    if model_checks:
+        for cid, mod, attr in MODEL_CHECKS:
+            say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
+            model.append(run_model_check(cid, spec, mod, attr))
+    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0)

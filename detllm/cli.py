@@ -1,0 +1,315 @@
+"""``detllm`` command line: prepare, generate, demo, perplexity, bench.
+
+Every user-causable error is an ``Int8confError`` printed as one line
+``detllm: error: <problem>`` with exit code 2 (no traceback).
+
+Examples::
+
+    detllm prepare --model reference/assets/default_model --out /tmp/art
+    detllm generate --prompt "Shall I compare thee to a summer's day?" -n 24
+    detllm demo                      # configuration x (integer hash, float hash)
+    detllm perplexity --windows 8 --length 256
+    detllm bench --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from reference.errors import Int8confError, OperandError
+
+
+# ------------------------------------------------------------------ helpers
+
+def _default_model() -> Path:
+    from reference import assets
+    return assets.default_model_dir()
+
+
+def _artifact_and_model(args):
+    """(Artifact, model_dir or None) from --artifact / --model (default model)."""
+    from detllm.artifact import load_artifact
+    from detllm.prepare import cached_artifact
+    if getattr(args, "artifact", None):
+        art = load_artifact(args.artifact)
+        md = args.model or art.config.get("source", {}).get("model_dir")
+        return art, (Path(md) if md else None)
+    md = Path(args.model) if args.model else _default_model()
+    from reference.checkpoint import read_config
+    read_config(md)  # one-line CheckpointError if missing / not Qwen3
+    return cached_artifact(md, verbose=True), md
+
+
+def _tokenizer(model_dir):
+    if model_dir is None or not (Path(model_dir) / "tokenizer.json").is_file():
+        return None
+    from reference import assets
+    return assets.load_tokenizer(Path(model_dir))
+
+
+def _parse_ids(s: str) -> list[int]:
+    try:
+        return [int(x) for x in s.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise OperandError(f"--ids {s!r}: expected comma-separated integers") from None
+
+
+def _schedule(s: str):
+    if s in ("full", "half", "token"):
+        return s
+    try:
+        return int(s)
+    except ValueError:
+        raise OperandError(f"--schedule {s!r}: expected full, half, token or an integer chunk size") from None
+
+
+def _prompt_ids(args, tok) -> list[list[int]]:
+    from reference import assets
+    if args.ids:
+        return [_parse_ids(x) for x in args.ids]
+    texts = args.prompt or [assets.prompts()[0]]
+    if tok is None:
+        raise OperandError("no tokenizer.json next to the model: pass token ids with --ids")
+    return [assets.encode(tok, t) for t in texts]
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*r)
+    Console(width=160).print(t)
+
+
+# ------------------------------------------------------------------ commands
+
+def cmd_prepare(args) -> int:
+    from detllm.prepare import PrepareOptions, prepare
+    md = Path(args.model) if args.model else _default_model()
+    opts = PrepareOptions(alpha=args.alpha, calib_windows=args.calib_windows, calib_len=args.calib_len,
+                          calib_source=args.calib_source, max_position=args.max_position)
+    art = prepare(md, args.out, opts, verbose=True)
+    print(f"artifact {args.out}  digest {art.digest[:12]}  tensors {len(art.tensors)} (integer only)")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from detllm import engine as E
+    from detllm import generate as G
+    art, md = _artifact_and_model(args)
+    tok = _tokenizer(md)
+    ids = _prompt_ids(args, tok)
+    eng = E.load_engine(art, args.kernel, args.device, guard=not args.no_guard)
+    t0 = time.time()
+    res = G.generate(eng, ids, args.max_new_tokens, _schedule(args.schedule))
+    dt = time.time() - t0
+    print(f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  "
+          f"guard {'on' if eng.guard else 'off'}  {dt:.2f}s")
+    for i, (p, g) in enumerate(zip(res.prompts, res.generated)):
+        lh, th = res.short(i)
+        text = tok.decode(p + g) if tok is not None else " ".join(map(str, p + g))
+        print(f"[{i}] logits {lh}  tokens {th}  | {text!r}")
+    return 0
+
+
+def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(3, 40))] for _ in range(n)]
+
+
+def cmd_demo(args) -> int:
+    from detllm import engine as E
+    from detllm import generate as G
+    from conformance.kernels.registry import resolve_kernels, builtin_available, get_kernel
+    art, md = _artifact_and_model(args)
+    tok = _tokenizer(md)
+    ids = _prompt_ids(args, tok)[0]
+    n = args.max_new_tokens
+    V = art.config["model"]["vocab"]
+    co = _co_prompts(7, V, args.seed)
+    fmodel = None
+    if md is not None and not args.no_float:
+        fmodel = G.load_float_model(md, torch.bfloat16 if args.float_dtype == "bf16" else torch.float32)
+    configs = [("batch 1", [ids], "full", 0),
+               ("batch 8 (7 random co-prompts)", [ids] + co, "full", 0),
+               ("batch 8, prompt in slot 5", co[:5] + [ids] + co[5:], "full", 5),
+               ("prefill split in two, then token by token", [ids], "half", 0),
+               ("prefill token by token", [ids], "token", 0)]
+    rows = []
+    ref_eng = E.load_engine(art, None, "cpu", guard=not args.no_guard)
+    int_hashes = []
+    for label, ps, sched, slot in configs:
+        r = G.generate(ref_eng, ps, n, sched)
+        lh, th = r.short(slot)
+        int_hashes.append((lh, th))
+        fl = ("-", "-")
+        if fmodel is not None:
+            f = G.float_generate(fmodel, ps, n, sched)
+            fl = f.short(slot)
+        rows.append([label + " [reference]", lh, th, fl[0], fl[1]])
+    names = [k.strip() for k in args.kernels.split(",")] if args.kernels != "all" else \
+        [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
+    if args.kernels == "all" and not torch.cuda.is_available() and "triton" in names and not args.with_interpreter:
+        names.remove("triton")  # interpreter run of the full model is slow; ask with --with-interpreter
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    fl_cache = {}
+    for name in names:
+        spec = get_kernel(name)
+        for dev in devices:
+            if dev not in spec.devices:
+                continue
+            try:
+                eng = E.load_engine(art, spec, dev, guard=not args.no_guard and dev == "cpu")
+                r = G.generate(eng, [ids], n, "full")
+                lh, th = r.short(0)
+            except Int8confError as exc:
+                lh, th = "error", str(exc)[:40]
+            int_hashes.append((lh, th))
+            fl = ("-", "-")
+            if fmodel is not None:
+                if dev not in fl_cache:
+                    fl_cache[dev] = G.float_generate(fmodel.to(dev), [ids], n, "full").short(0)
+                    fmodel.to("cpu")
+                fl = fl_cache[dev]
+            rows.append([f"batch 1, kernel {name} on {dev}", lh, th, fl[0], fl[1]])
+    same = len(set(int_hashes)) == 1
+    _print_table(f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
+                 ["configuration", "integer logits", "integer tokens",
+                  f"float ({args.float_dtype}) logits", "float tokens"], rows)
+    fl_set = {r[3] for r in rows if r[3] != "-"}
+    print(f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
+          f"float logits hashes: {len(fl_set)} distinct")
+    return 0 if same else 1
+
+
+def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: float = 1.0) -> float:
+    """exp(mean NLL of next-token prediction); logits [n, L, V] (times ``scale``), windows [n, L]."""
+    lg = logits[:, :-1].to(torch.float64) * scale
+    tgt = windows[:, 1:]
+    nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="mean")
+    return float(math.exp(float(nll)))
+
+
+def cmd_perplexity(args) -> int:
+    from detllm import engine as E
+    from detllm import generate as G
+    from reference import assets
+    art, md = _artifact_and_model(args)
+    tok = _tokenizer(md)
+    if tok is None:
+        raise OperandError("perplexity needs the model's tokenizer.json (held-out text)")
+    L = min(args.length, art.config["model"]["max_position"])
+    win = assets.eval_windows(tok, args.windows, L)
+    eng = E.load_engine(art, args.kernel, args.device, guard=False)
+    t0 = time.time()
+    il = G.teacher_forced_logits(eng, win, args.batch_size)
+    p_int = perplexity_from_logits(il, win, 2.0 ** -art.config["units"]["logit_exp"])
+    t_int = time.time() - t0
+    out = [["integer engine", f"{p_int:.4f}", "", f"{t_int:.1f}"]]
+    ref = None
+    for dtype, label in ((torch.bfloat16, "bf16 transformers"), (torch.float32, "fp32 transformers")):
+        m = G.load_float_model(md, dtype)
+        t0 = time.time()
+        with torch.no_grad():
+            fl = torch.cat([m(win[s:s + args.batch_size]).logits.float() for s in range(0, win.shape[0], args.batch_size)])
+        p = perplexity_from_logits(fl, win)
+        ref = ref or p
+        out.append([label, f"{p:.4f}", "", f"{time.time() - t0:.1f}"])
+    for r in out:
+        r[2] = f"{(float(r[1]) / ref - 1) * 100:+.2f}%"
+    _print_table(f"held-out perplexity: {args.windows} windows x {L} tokens, artifact {art.digest[:12]}",
+                 ["model", "perplexity", "vs bf16", "seconds"], out)
+    gap = abs(p_int / ref - 1)
+    print(f"integer vs bf16 gap: {gap * 100:.2f}% ({'within' if gap <= 0.02 else 'OUTSIDE'} 2%)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from detllm import bench
+    return bench.main_args(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def model_args(sp):
+        sp.add_argument("--model", help="Qwen3 checkpoint dir (default: the shipped default model)")
+        sp.add_argument("--artifact", help="prepared artifact dir (default: prepare --model into the cache)")
+
+    sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
+    sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
+    sp.add_argument("--out", required=True, help="artifact directory to write")
+    sp.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant migration strength")
+    sp.add_argument("--calib-windows", type=int, default=16)
+    sp.add_argument("--calib-len", type=int, default=128)
+    sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto")
+    sp.add_argument("--max-position", type=int, default=None, help="RoPE table length override")
+    sp.set_defaults(func=cmd_prepare)
+
+    sp = sub.add_parser("generate", help="greedy decoding; prints the logits / token hashes")
+    model_args(sp)
+    sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
+    sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
+    sp.add_argument("-n", "--max-new-tokens", type=int, default=16)
+    sp.add_argument("--kernel", default=None, help="kernel registry name (default: exact reference)")
+    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
+    sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
+    sp.set_defaults(func=cmd_generate)
+
+    sp = sub.add_parser("demo", help="table: configuration x (integer hash, float hash)")
+    model_args(sp)
+    sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
+    sp.add_argument("--ids", action="append", help="prompt as token ids")
+    sp.add_argument("-n", "--max-new-tokens", type=int, default=16)
+    sp.add_argument("--kernels", default="all", help="comma-separated kernels or 'all'")
+    sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
+    sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16")
+    sp.add_argument("--no-float", action="store_true")
+    sp.add_argument("--no-guard", action="store_true")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the random co-prompts")
+    sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")
+    model_args(sp)
+    sp.add_argument("--windows", type=int, default=8)
+    sp.add_argument("--length", type=int, default=256)
+    sp.add_argument("--batch-size", type=int, default=4)
+    sp.add_argument("--kernel", default=None)
+    sp.add_argument("--device", default="cpu")
+    sp.set_defaults(func=cmd_perplexity)
+
+    sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
+    from detllm import bench
+    bench.add_args(sp)
+    sp.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Console entry point ``detllm``. Returns the exit code."""
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return int(args.func(args) or 0)
+    except Int8confError as exc:
+        print(f"detllm: error: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

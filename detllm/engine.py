@@ -1,0 +1,410 @@
+"""The integer-only Qwen3 forward with a KV cache (issue 4, deliverable 3/4).
+
+Every op from token ids to int32 logits is integer arithmetic (shifts, adds,
+integer multiplies, floor/rounded integer divisions, compares, gathers); the
+only hardware-dependent op is the int8 x int8 -> int32 matmul, which goes
+through a kernel's accumulator-only entry ``KernelSpec.int_mm`` (default: the
+exact reference ``reference.accumulate.exact_int_mm`` cast to int32). Integer
+addition is associative, so any correct kernel, batch composition, prefill
+split or device gives the same bits.
+
+Per block (units from the artifact config, see ``detllm.prepare``)::
+
+  resid  int32 [T,H] (units 2^-R)
+  -> norm_quant (RMSNorm with integer sqrt + per-token int8; gamma and
+     SmoothQuant factors folded in g)        -> int8 [T,H], per-token dyadic
+  -> qkv int_mm + dyadic epilogue            -> q,k (2^-q_exp, 2^-k_exp), v int8 (cache units)
+  -> QK-norm per head (gamma * key rescaling)-> 2^-14
+  -> RoPE (ops.apply_rope, int16 Q14 tables, rotate-half)
+                                             -> q per-(token,head) int8, k int8 (fixed scale)
+  -> K/V written ONCE to the int8 cache
+  -> scores int_mm -> Q(score_exp) natural units -> ops.int_softmax (shift-exp,
+     integer sentinel mask: masked keys get exactly 0) -> Q0.15 probabilities
+  -> ops.pv_matmul (hi/lo int8 bytes stacked, one int_mm) -> per-token int8
+  -> o_proj -> residual add (saturating int32)
+  -> norm_quant -> gate_up int_mm -> ops.int_swiglu -> per-token int8 -> down -> add
+  final norm_quant -> lm_head int_mm -> int32 logits (units 2^-logit_exp)
+
+Rounding rules are those of ``detllm.intops`` / ``detllm/README.md``
+(round_shift / div_round: ties away from zero; saturation on int8/int32
+casts). RMSNorm is ``norm_quant`` / ``norm_fixed`` below (per-token dyadic
+output scale using the full int8 range, built on ``intops``), not
+``ops.int_rmsnorm`` (per-token power-of-two scale).
+References: I-BERT (Kim et al. 2021, sections 3.1-3.5: dyadic requantization,
+integer exp/softmax via shifts, integer sqrt for normalization); I-ViT (Li &
+Gu 2023, section 3.2 "Shiftmax": base-2 exp by shifts); I-LLM (Hu et al.
+2024, fully-smooth block reconstruction / dynamic integer-only operators);
+SmoothQuant (Xiao et al. 2023, eq. 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from detllm import guard as _guard
+from detllm import intops, ops
+from detllm.artifact import Artifact, load_artifact
+from reference.errors import Int8confError, KernelLoadError, OperandError
+
+_NEG_INF = -(1 << 62)
+
+
+# ------------------------------------------------------------------- kernels
+
+def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact reference accumulator: ``exact_int_mm(a, b)`` cast to int32.
+
+    a int8 [M,K], b int8 [N,K] -> int32 [M,N]. Exact while |acc| < 2^31
+    (always true here: K * 127 * 127 < 2^31 for K < 133,000).
+    """
+    from reference.accumulate import exact_int_mm
+    return exact_int_mm(a, b).to(torch.int32)
+
+
+def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
+    """(int_mm callable, label) for None / a KernelSpec / a registry name / a callable.
+
+    Raises:
+        KernelLoadError: unknown name, or a kernel without an ``int_mm`` entry.
+    """
+    if kernel is None or kernel in ("reference", "exact"):
+        return reference_int_mm, "reference"
+    if callable(kernel) and not hasattr(kernel, "int_mm"):
+        return kernel, getattr(kernel, "__name__", "callable")
+    if isinstance(kernel, str):
+        from conformance.kernels.registry import get_kernel
+        kernel = get_kernel(kernel)
+    fn = getattr(kernel, "int_mm", None)
+    if fn is None:
+        raise KernelLoadError(f"kernel {getattr(kernel, 'name', kernel)!r} has no int_mm (accumulator-only) entry")
+    return fn, str(getattr(kernel, "name", "kernel"))
+
+
+# ------------------------------------------------------------------ helpers
+
+def _bitlen(a: torch.Tensor) -> torch.Tensor:
+    """Number of bits of a >= 0 (0 for 0), int64."""
+    return intops.ilog2_or(a, -1) + 1
+
+
+def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row dyadic m * 2^-k ~= num / den with m in [2^15, 2^17] (one rounding).
+
+    num >= 0, den >= 1 int64 [R]. k = 16 - (floor(log2 num) - floor(log2 den));
+    m = div_round(num * 2^k, den) (or num / (den * 2^-k) for k < 0). num == 0
+    gives m = 0, k = 0. Precondition: num * 2^k, den * 2^-k < 2^63.
+    """
+    pos = num > 0
+    a = intops.ilog2_or(num, 0)
+    b = intops.ilog2(den)
+    k = torch.where(pos, 16 - (a - b), torch.zeros_like(a))
+    numer = intops.floor_shift(num, -k.clamp(min=0))
+    denom = intops.floor_shift(den, -((-k).clamp(min=0)))
+    return intops.div_round(numer, denom), k
+
+
+def normalize17(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row v >= 0 as m * 2^-k with m < 2^17 (round_shift; k <= 0)."""
+    s = (_bitlen(v) - 17).clamp(min=0)
+    return intops.round_shift(v, s), -s
+
+
+def _rms_core(x: torch.Tensor, eps_int: int):
+    """Shared RMS part: per-row shift to <= 16 bits, sum of squares, isqrt.
+
+    x int64 [..., H]. Returns (xs [..., H] with |xs| <= 2^15, r [...] =
+    isqrt((S << 2P) // H) ~= sqrt(S/H) * 2^P, P), S = sum xs^2 + eps in xs units.
+    I-BERT (Kim et al. 2021) section 3.5 / Algorithm 4: integer-only sqrt for
+    LayerNorm; here RMSNorm (Zhang & Sennrich 2019) has no mean term.
+    """
+    H = x.shape[-1]
+    sh = (_bitlen(x.abs().amax(-1)) - 15).clamp(min=0)
+    xs = intops.round_shift(x, sh[..., None])
+    eps_t = intops.round_shift(torch.full_like(sh, int(eps_int)), 2 * sh)
+    S = (xs * xs).sum(-1) + eps_t
+    bound = H * (1 << 30) + int(eps_int)
+    P = max(0, (62 - bound.bit_length()) // 2)
+    r = intops.isqrt(torch.div(intops.floor_shift(S, -2 * P), H, rounding_mode="floor")).clamp(min=1)
+    return xs, r, P
+
+
+def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int):
+    """RMSNorm fused with per-token int8 quantization.
+
+    x int64 [R, H] (any fixed unit u; eps_int = eps / u^2), g int [H] (gamma /
+    smoothing * 2^gs). Returns (q int8 [R, H] in [-127, 127], tm [R], tk [R])
+    with real normalized value ~= q * tm * 2^-tk * 2^-gs / 127 (the constant
+    2^-gs / 127 is folded into the next linear's dyadic by ``prepare``).
+    """
+    xs, r, P = _rms_core(x, eps_int)
+    z = xs * g.to(torch.int64)
+    M = z.abs().amax(-1)
+    q = intops.div_round(127 * z, M.clamp(min=1)[:, None]).to(torch.int8)
+    tm, tk = ratio_dyadic(intops.floor_shift(M, -P), r)
+    return q, tm, tk
+
+
+def norm_fixed(x: torch.Tensor, g: torch.Tensor, gs: int, eps_int: int, out_exp: int) -> torch.Tensor:
+    """RMSNorm to a fixed unit: y ~= x / rms(x) * gamma in units 2^-out_exp.
+
+    x int64 [..., D]; g int [..., D] broadcastable (gamma * 2^gs, per head).
+    One rounding: y = div_round(xs * g * 2^(out_exp - gs + P), r).
+    """
+    xs, r, P = _rms_core(x, eps_int)
+    z = xs * g.to(torch.int64)
+    e = out_exp - gs + P
+    if e >= 0:
+        return intops.div_round(intops.floor_shift(z, -e), r[..., None])
+    return intops.div_round(z, intops.floor_shift(r, e)[..., None])
+
+
+def quant_rows(v: torch.Tensor):
+    """Per-row (per-token) int8: q = div_round(127 v, max|v|); scale = tm 2^-tk / 127 * unit."""
+    M = v.abs().amax(-1)
+    q = intops.div_round(127 * v, M.clamp(min=1)[..., None]).to(torch.int8)
+    tm, tk = normalize17(M)
+    return q, tm, tk
+
+
+def sat32(x: torch.Tensor) -> torch.Tensor:
+    """Saturate int64 to the int32 range (kept as int64)."""
+    return x.clamp(-(2 ** 31), 2 ** 31 - 1)
+
+
+# ------------------------------------------------------------------- engine
+
+@dataclass
+class KVCache:
+    """int8 K/V cache, quantized ONCE when written (fixed calibrated scales).
+
+    Attributes:
+        k, v: per layer int8 [B, kv_heads, capacity, head_dim].
+        length: tokens already cached per sequence (list of B ints).
+        capacity: positions allocated per sequence.
+    """
+
+    k: list
+    v: list
+    length: list
+    capacity: int
+
+
+@dataclass
+class Engine:
+    """A loaded artifact bound to an int_mm kernel and a device.
+
+    Attributes:
+        artifact: the verified Artifact (digest is the guarantee's key).
+        int_mm: (a int8 [M,K], b int8 [N,K]) -> int32 [M,N].
+        kernel_name: label for reports.
+        device: torch.device of all tensors.
+        t: artifact tensors on device (m/k mantissas as int64).
+        guard: run each forward under the float guard.
+        mm_calls: number of int_mm calls so far (evidence).
+    """
+
+    artifact: Artifact
+    int_mm: Callable
+    kernel_name: str
+    device: torch.device
+    t: dict = field(default_factory=dict)
+    guard: bool = True
+    mm_calls: int = 0
+
+    @property
+    def dims(self) -> dict:
+        return self.artifact.config["model"]
+
+    @property
+    def units(self) -> dict:
+        return self.artifact.config["units"]
+
+    @property
+    def digest(self) -> str:
+        return self.artifact.digest
+
+    @property
+    def max_context(self) -> int:
+        return int(self.dims["max_position"])
+
+
+def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu",
+                guard: bool = True) -> Engine:
+    """Engine from an Artifact (or artifact dir path) and a kernel.
+
+    Args:
+        artifact: Artifact or path (verified by ``load_artifact``).
+        kernel: None (exact reference), registry name, KernelSpec or callable.
+        device: "cpu" or "cuda[:i]".
+        guard: float guard around every forward (default on).
+    Raises:
+        CheckpointError, KernelLoadError: one line.
+    """
+    art = artifact if isinstance(artifact, Artifact) else load_artifact(artifact)
+    fn, name = resolve_int_mm(kernel)
+    dev = torch.device(device)
+    t = {}
+    for k, v in art.tensors.items():
+        v = v.to(dev)
+        if k.endswith(".m") or k.endswith(".k") or k.endswith(".g") or k == "embed":
+            v = v.to(torch.int64)
+        t[k] = v
+    return Engine(artifact=art, int_mm=fn, kernel_name=name, device=dev, t=t, guard=guard)
+
+
+def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
+    """Empty KV cache for ``batch`` sequences of up to ``capacity`` positions.
+
+    Raises:
+        OperandError: capacity > the model's context (max_position_embeddings).
+    """
+    d = engine.dims
+    if capacity > engine.max_context:
+        raise OperandError(f"context of {capacity} tokens exceeds the model's maximum of {engine.max_context}")
+    shape = (batch, d["kv_heads"], max(1, capacity), d["head_dim"])
+    return KVCache(k=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
+                   v=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
+                   length=[0] * batch, capacity=max(1, capacity))
+
+
+def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The only hardware-dependent op: kernel int_mm, output checked int32 [M,N]."""
+    with _guard.suspended():
+        out = engine.int_mm(a.contiguous(), b.contiguous())
+    engine.mm_calls += 1
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
+        got = f"{getattr(out, 'dtype', type(out).__name__)} {list(getattr(out, 'shape', []))}"
+        raise OperandError(f"kernel {engine.kernel_name!r} int_mm returned {got}, expected int32 "
+                           f"[{a.shape[0]}, {b.shape[0]}]")
+    return out
+
+
+def _mm(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``_mm32`` widened to int64."""
+    return _mm32(engine, a, b).to(torch.int64)
+
+
+def _linear(engine: Engine, q: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, name: str) -> torch.Tensor:
+    """int8 linear + dyadic epilogue: round(acc * tm * m_n / 2^(tk + k_n)), ONE rounding."""
+    acc = _mm(engine, q, engine.t[name + ".w"])
+    return intops.round_shift(acc * tm[:, None] * engine.t[name + ".m"][None, :], tk[:, None] + engine.t[name + ".k"][None, :])
+
+
+def check_tokens(engine: Engine, tokens: torch.Tensor) -> None:
+    """Raise OperandError (one line) for ids outside [0, vocab) or a non-integer tensor."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+        raise OperandError(f"token ids must be an int64/int32 tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+    V = engine.dims["vocab"]
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
+        raise OperandError(f"token id out of range [0, {V}): min {int(tokens.min())}, max {int(tokens.max())}")
+
+
+def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: KVCache) -> torch.Tensor:
+    """One integer forward step (prefill chunk or decode) for a batch.
+
+    Args:
+        engine: the Engine.
+        tokens: int64 [B, T] new token ids, row b valid in [:n_new[b]] (rest
+            is padding, computed but never written to the cache nor returned
+            meaningfully).
+        n_new: valid new tokens per row (0 allowed: the row only idles).
+        cache: KVCache; row b's new tokens take positions
+            cache.length[b] ... cache.length[b] + n_new[b] - 1; lengths advance.
+    Returns:
+        int32 logits [B, T, vocab] (units 2^-logit_exp); rows t >= n_new[b] are padding.
+    Raises:
+        OperandError: bad ids, context overflow, shape mismatch (one line).
+    """
+    B, T = tokens.shape
+    if len(n_new) != B or len(cache.length) != B:
+        raise OperandError(f"batch mismatch: tokens {B} rows, n_new {len(n_new)}, cache {len(cache.length)}")
+    for b in range(B):
+        if not 0 <= n_new[b] <= T:
+            raise OperandError(f"n_new[{b}]={n_new[b]} outside [0, {T}]")
+        if cache.length[b] + n_new[b] > cache.capacity:
+            raise OperandError(f"sequence {b}: {cache.length[b] + n_new[b]} tokens exceed the context of "
+                               f"{cache.capacity} (model maximum {engine.max_context})")
+    valid = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        valid[b, :n_new[b]] = True
+    check_tokens(engine, tokens[valid])
+    tokens = torch.where(valid, tokens, torch.zeros_like(tokens)).to(engine.device)
+    with _guard.float_guard(engine.guard):
+        logits = _forward(engine, tokens, list(n_new), cache)
+    for b in range(B):
+        cache.length[b] += n_new[b]
+    return logits
+
+
+def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) -> torch.Tensor:
+    d, u, t = engine.dims, engine.units, engine.t
+    dev = engine.device
+    B, T = tokens.shape
+    H, nh, nkv, hd = d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
+    group = nh // nkv
+    qk_exp, rope_exp, score_exp = u["qk_exp"], u["rope_exp"], u["score_exp"]
+    base = torch.tensor(cache.length, dtype=torch.int64, device=dev)
+    ar = torch.arange(T, dtype=torch.int64, device=dev)
+    pos = (base[:, None] + ar[None, :]).clamp(max=engine.max_context - 1)       # [B, T]
+    rpos = pos.reshape(-1, 1)                                                    # [B*T, 1]
+    # cache write indices of the valid new tokens
+    vb = [b for b in range(B) for _ in range(n_new[b])]
+    vt = [i for b in range(B) for i in range(n_new[b])]
+    vb_t = torch.tensor(vb, dtype=torch.int64, device=dev)
+    vt_t = torch.tensor(vt, dtype=torch.int64, device=dev)
+    vpos = base[vb_t] + vt_t if vb else vt_t
+    x = t["embed"][tokens.reshape(-1)]                                           # [BT, H] int64
+    R = B * T
+    for i, lc in enumerate(engine.artifact.config["layers"]):
+        p = f"layers.{i}."
+        q8, tm, tk = norm_quant(x, t[p + "attn_norm.g"], u["resid_eps"])
+        y = _linear(engine, q8, tm, tk, p + "qkv")
+        q = y[:, :nh * hd].reshape(R, nh, hd)
+        k = y[:, nh * hd:(nh + nkv) * hd].reshape(R, nkv, hd)
+        v8 = y[:, (nh + nkv) * hd:].clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
+        q = ops.apply_rope(norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp),
+                           t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp)
+        k = ops.apply_rope(norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp),
+                           t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp)
+        k8 = intops.round_shift(k * t[p + "k_cache.m"][None, :, None], t[p + "k_cache.k"][None, :, None])
+        k8 = k8.clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
+        if vb:
+            cache.k[i][vb_t, :, vpos, :] = k8[vb_t, vt_t]
+            cache.v[i][vb_t, :, vpos, :] = v8[vb_t, vt_t]
+        qm = q.abs().amax(-1)                                                    # [R, nh]
+        qq = intops.div_round(127 * q, qm.clamp(min=1)[..., None]).to(torch.int8).reshape(B, T, nh, hd)
+        qtm, qtk = normalize17(qm)
+        qtm, qtk = qtm.reshape(B, T, nh), qtk.reshape(B, T, nh)
+        o = torch.zeros(B, T, nh, hd, dtype=torch.int64, device=dev)
+        mm32 = lambda a_, b_: _mm32(engine, a_, b_)  # noqa: E731  (pv_matmul's int_mm)
+        for b in range(B):
+            L = cache.length[b] + n_new[b]
+            if n_new[b] == 0 or L == 0:
+                continue
+            keys = torch.arange(L, dtype=torch.int64, device=dev)
+            mask = (keys[None, :] <= pos[b][:, None]).repeat(group, 1)              # [group*T, L] causal
+            for g in range(nkv):
+                hs = slice(g * group, (g + 1) * group)
+                qa = qq[b, :, hs, :].permute(1, 0, 2).reshape(group * T, hd)      # rows: head-major
+                acc = _mm(engine, qa, cache.k[i][b, g, :L, :])                    # [group*T, L]
+                sm = qtm[b, :, hs].permute(1, 0).reshape(-1) * t[p + "score.m"][g]
+                sk = qtk[b, :, hs].permute(1, 0).reshape(-1) + t[p + "score.k"][g]
+                sc = intops.round_shift(acc * sm[:, None], sk[:, None]).clamp(min=ops.MASK_SENTINEL + 1)
+                pr = ops.int_softmax(ops.mask_scores(sc, mask), score_exp)         # int16 Q0.15
+                tot = ops.pv_matmul(pr, cache.v[i][b, g, :L, :], mm32)             # [group*T, hd]
+                o[b, :, hs, :] = tot.reshape(group, T, hd).permute(1, 0, 2)
+        oq, otm, otk = quant_rows(o.reshape(R, nh * hd))
+        x = sat32(x + _linear(engine, oq, otm, otk, p + "o"))
+        m8, tm, tk = norm_quant(x, t[p + "mlp_norm.g"], u["resid_eps"])
+        gu = _linear(engine, m8, tm, tk, p + "gate_up")
+        I = gu.shape[1] // 2
+        fg, fu = lc["gate_exp"], lc["up_exp"]
+        h = ops.int_swiglu(gu[:, :I], gu[:, I:], fg, fu, fg + fu)                   # units 2^-(fg+fu)
+        hq, htm, htk = quant_rows(h)
+        x = sat32(x + _linear(engine, hq, htm, htk, p + "down"))
+    f8, tm, tk = norm_quant(x, t["final_norm.g"], u["resid_eps"])
+    logits = sat32(_linear(engine, f8, tm, tk, "lm_head"))
+    return logits.to(torch.int32).reshape(B, T, -1)

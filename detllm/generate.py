@@ -1,0 +1,295 @@
+"""Greedy decoding with the integer engine, and the run's hashes (issue 4, deliverable 4).
+
+Hashes (per sequence, chained SHA-256):
+
+* logits hash: ``h_0 = sha256(b"detllm-logits-v1")``; for every position p of
+  the sequence whose logits are computed (every prompt position, then every
+  fed-back generated token, in position order) ``h_{p+1} = sha256(h_p ||
+  int32 little-endian bytes of logits[p, :])``. Chaining by position (not by
+  forward call) makes it independent of how the prompt was split into
+  prefill chunks.
+* token hash: ``t_0 = sha256(b"detllm-tokens-v1")``; for each generated
+  token id ``t_{i+1} = sha256(t_i || int32 LE bytes of id)``.
+
+Printed as the first 12 hex digits. Greedy: argmax over the int32 logits,
+ties broken toward the smallest token id (``ops.argmax_int``).
+
+``float_generate`` runs the same schedule through a transformers model
+(bf16/fp32, left-padded batches, DynamicCache) and hashes its float32 logits
+with the same chaining, for contrast: those hashes move with batch
+composition, prefill split and backend; the integer ones do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from detllm import engine as E
+from detllm import ops
+from reference.errors import Int8confError, OperandError
+
+LOGITS_TAG = b"detllm-logits-v1"
+TOKENS_TAG = b"detllm-tokens-v1"
+
+
+class HashChain:
+    """Chained SHA-256: state = sha256(state || chunk) per update."""
+
+    def __init__(self, tag: bytes):
+        self.state = hashlib.sha256(tag).digest()
+        self.count = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.state = hashlib.sha256(self.state + chunk).digest()
+        self.count += 1
+
+    def update_rows(self, rows: torch.Tensor, dtype: str) -> None:
+        """One update per row of a 2-D tensor, bytes as numpy ``dtype`` (e.g. '<i4')."""
+        a = np.ascontiguousarray(rows.detach().cpu().numpy().astype(dtype, copy=False))
+        for r in a:
+            self.update(r.tobytes())
+
+    def hexdigest(self) -> str:
+        return self.state.hex()
+
+
+@dataclass
+class GenerationResult:
+    """Output of ``generate`` / ``float_generate``.
+
+    Attributes:
+        prompts: token ids per sequence.
+        generated: generated ids per sequence (max_new_tokens each).
+        logits_hash: full hex of the chained logits hash per sequence.
+        token_hash: full hex of the chained token-id hash per sequence.
+        logits: per sequence, [positions, vocab] logits (int32 for the engine,
+            float32 for the float model) if ``keep_logits``; else None.
+        forward_calls: number of forward calls made.
+        info: free-form (kernel, digest, schedule).
+    """
+
+    prompts: list
+    generated: list
+    logits_hash: list
+    token_hash: list
+    logits: Optional[list] = None
+    forward_calls: int = 0
+    info: dict = field(default_factory=dict)
+
+    def short(self, i: int = 0) -> tuple[str, str]:
+        """(logits hash, token hash) of sequence i, 12 hex digits each."""
+        return self.logits_hash[i][:12], self.token_hash[i][:12]
+
+
+Schedule = Union[str, int, Sequence[int]]
+
+
+def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
+    """Chunk sizes that split a prompt of n tokens for prefill.
+
+    schedule: "full" (one chunk), "half" (two chunks: ceil(n/2), rest),
+    "token" (n chunks of 1), an int c (chunks of c), or explicit sizes
+    (must sum to n). Raises OperandError on a bad schedule.
+    """
+    if schedule == "full":
+        out = [n]
+    elif schedule == "half":
+        a = (n + 1) // 2
+        out = [a, n - a] if n - a else [a]
+    elif schedule == "token":
+        out = [1] * n
+    elif isinstance(schedule, int) and not isinstance(schedule, bool) and schedule >= 1:
+        out = [min(schedule, n - s) for s in range(0, n, schedule)]
+    elif isinstance(schedule, (list, tuple)) and all(isinstance(c, int) and c >= 1 for c in schedule):
+        out = list(schedule)
+    else:
+        raise OperandError(f"prefill schedule {schedule!r}: expected 'full', 'half', 'token', an int >= 1 or sizes")
+    if sum(out) != n:
+        raise OperandError(f"prefill schedule {schedule!r} covers {sum(out)} tokens, prompt has {n}")
+    return out
+
+
+def _check_prompts(prompts, vocab: int, context: int, max_new_tokens: int) -> list[list[int]]:
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise OperandError("prompts: expected a non-empty list of token-id lists")
+    out = []
+    for i, p in enumerate(prompts):
+        ids = p.tolist() if isinstance(p, torch.Tensor) else list(p)
+        if not ids:
+            raise OperandError(f"prompt {i} is empty (need at least one token)")
+        if any((not isinstance(t, int)) or isinstance(t, bool) for t in ids):
+            raise OperandError(f"prompt {i}: token ids must be integers")
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= vocab:
+            raise OperandError(f"prompt {i}: token id out of range [0, {vocab}) (min {lo}, max {hi})")
+        if len(ids) + max(0, max_new_tokens - 1) > context:
+            raise OperandError(f"prompt {i}: {len(ids)} tokens + {max_new_tokens} new exceed the context of "
+                               f"{context} tokens")
+        out.append(ids)
+    if max_new_tokens < 0:
+        raise OperandError(f"max_new_tokens={max_new_tokens} must be >= 0")
+    return out
+
+
+def generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Schedule = "full",
+             keep_logits: bool = False) -> GenerationResult:
+    """Greedy decoding of a batch of prompts with the integer engine.
+
+    Args:
+        engine: ``detllm.engine.Engine``.
+        prompts: list of B token-id lists (lengths may differ; padded on the
+            right internally, padding never touches other rows' bits).
+        max_new_tokens: tokens generated per sequence (no early stop).
+        schedule: prefill split (``prefill_chunks``); every sequence uses it
+            on its own prompt; chunks are run together across the batch.
+        keep_logits: keep every position's int32 logits.
+    Returns:
+        GenerationResult (hashes per sequence).
+    Raises:
+        OperandError: empty prompt, id out of range, context exceeded (one line).
+    """
+    d = engine.dims
+    ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
+    B = len(ps)
+    chunks = [prefill_chunks(len(p), schedule) for p in ps]
+    cap = max(len(p) + max(0, max_new_tokens - 1) for p in ps)
+    cache = E.new_cache(engine, B, cap)
+    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
+    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
+    kept = [[] for _ in range(B)] if keep_logits else None
+    last = [None] * B
+    calls = 0
+    for c in range(max(len(ch) for ch in chunks)):
+        sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
+        T = max(sizes)
+        toks = torch.zeros(B, T, dtype=torch.int64)
+        for b in range(B):
+            s = cache.length[b]
+            toks[b, :sizes[b]] = torch.tensor(ps[b][s:s + sizes[b]], dtype=torch.int64)
+        logits = E.forward(engine, toks, sizes, cache)
+        calls += 1
+        for b in range(B):
+            if sizes[b]:
+                rows = logits[b, :sizes[b]]
+                lchain[b].update_rows(rows, "<i4")
+                if keep_logits:
+                    kept[b].append(rows.cpu())
+                last[b] = rows[-1]
+    generated = [[] for _ in range(B)]
+    for step in range(max_new_tokens):
+        nxt = ops.argmax_int(torch.stack(last)).cpu()
+        for b in range(B):
+            generated[b].append(int(nxt[b]))
+            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+        if step == max_new_tokens - 1:
+            break
+        logits = E.forward(engine, nxt.view(B, 1), [1] * B, cache)
+        calls += 1
+        for b in range(B):
+            lchain[b].update_rows(logits[b, :1], "<i4")
+            if keep_logits:
+                kept[b].append(logits[b, :1].cpu())
+            last[b] = logits[b, 0]
+    return GenerationResult(
+        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        token_hash=[h.hexdigest() for h in tchain],
+        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None, forward_calls=calls,
+        info={"kernel": engine.kernel_name, "artifact": engine.digest[:12], "schedule": str(schedule),
+              "device": str(engine.device)})
+
+
+def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
+    """int32 logits [n, L, vocab] of the engine on token windows [n, L] (one prefill each)."""
+    outs = []
+    for s in range(0, windows.shape[0], batch_size):
+        w = windows[s:s + batch_size]
+        cache = E.new_cache(engine, w.shape[0], w.shape[1])
+        outs.append(E.forward(engine, w.to(torch.int64), [w.shape[1]] * w.shape[0], cache).cpu())
+    return torch.cat(outs, 0)
+
+
+# ------------------------------------------------------------------- float model
+
+def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
+    """transformers Qwen3ForCausalLM in ``dtype`` (eval mode, sdpa/eager default)."""
+    import transformers
+    try:
+        m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise Int8confError(f"{model_dir}: cannot load the float model ({exc.__class__.__name__})") from None
+    return m.to(device).eval()
+
+
+@torch.no_grad()
+def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full",
+                   keep_logits: bool = False, pad_id: int = 0) -> GenerationResult:
+    """The same greedy schedule through a float transformers model, for contrast.
+
+    Left-padded batch (attention mask + explicit position ids), prefill chunks
+    across the batch like ``generate``; hashes over each row's float32 logits
+    bytes. Ties -> smallest id (torch.argmax on float returns the first max).
+    """
+    from transformers import DynamicCache
+
+    V = model.config.vocab_size
+    ctx = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    ps = _check_prompts(prompts, V, ctx, max_new_tokens)
+    B = len(ps)
+    dev = next(model.parameters()).device
+    lens = [len(p) for p in ps]
+    Lmax = max(lens)
+    # schedule in terms of the padded prompt: chunks of the longest prompt
+    chunks = prefill_chunks(Lmax, schedule)
+    ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
+    mask = torch.zeros(B, Lmax, dtype=torch.long)
+    for b, p in enumerate(ps):
+        ids[b, Lmax - len(p):] = torch.tensor(p)
+        mask[b, Lmax - len(p):] = 1
+    cache = DynamicCache()
+    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
+    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
+    kept = [[] for _ in range(B)] if keep_logits else None
+    s = 0
+    last = None
+    full_mask = mask
+    for c in chunks:
+        pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s:s + c]
+        out = model(input_ids=ids[:, s:s + c].to(dev), attention_mask=full_mask[:, :s + c].to(dev),
+                    position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
+        lg = out.logits.float().cpu()
+        for b in range(B):
+            valid = mask[b, s:s + c].bool()
+            lchain[b].update_rows(lg[b][valid], "<f4")
+            if keep_logits:
+                kept[b].append(lg[b][valid])
+        last = lg[:, -1]
+        s += c
+    generated = [[] for _ in range(B)]
+    cur_mask = full_mask
+    for step in range(max_new_tokens):
+        nxt = last.argmax(-1)
+        for b in range(B):
+            generated[b].append(int(nxt[b]))
+            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+        if step == max_new_tokens - 1:
+            break
+        cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
+        pos = (cur_mask.sum(-1, keepdim=True) - 1)
+        out = model(input_ids=nxt.view(B, 1).to(dev), attention_mask=cur_mask.to(dev), position_ids=pos.to(dev),
+                    past_key_values=cache, use_cache=True)
+        lg = out.logits.float().cpu()
+        for b in range(B):
+            lchain[b].update_rows(lg[b], "<f4")
+            if keep_logits:
+                kept[b].append(lg[b])
+        last = lg[:, -1]
+    return GenerationResult(
+        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        token_hash=[h.hexdigest() for h in tchain],
+        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+        info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)})

@@ -1,0 +1,427 @@
+"""Integer primitives of the integer-only engine, with frozen rounding rules.
+
+Every forward-time function here takes and returns torch *integer* tensors
+(int8/int16/int32/int64) and performs integer arithmetic only (shifts, adds,
+integer multiplies, floor divisions, compares), so results are bit-identical
+on every device and for every evaluation order. Floats appear only in the
+offline ``fit_*`` helpers, which ``prepare`` runs once.
+
+Frozen rounding rules (also the table in ``detllm/README.md``):
+
+=====================  ====================================================
+function               rule
+=====================  ====================================================
+``floor_shift(x, k)``  floor(x / 2^k) (arithmetic shift); k < 0: exact x*2^-k
+``round_shift(x, k)``  round(x / 2^k), ties AWAY from zero; k < 0: exact
+``div_floor(a, b)``    floor(a / b)
+``div_round(a, b)``    round(a / b), ties AWAY from zero, any signs
+``isqrt(x)``           floor(sqrt(x)), exact, 0 <= x <= 2^63 - 1
+``ilog2(x)``           floor(log2(x)), exact, 1 <= x <= 2^63 - 1
+``apply_dyadic``       round(x * m / 2^(k + shift)), ties away, ONE rounding
+``requantize``         apply_dyadic, then saturate to [-2^(b-1), 2^(b-1)-1]
+``saturate``           clamp to [-2^(b-1), 2^(b-1)-1]
+``fit_dyadic``         m = round(r * 2^k) ties away, largest k with |m| < 2^bits
+=====================  ====================================================
+
+Dyadic scales (I-BERT, Kim et al. 2021, section 3.1, "dyadic numbers"
+b/2^c): a real multiplier r is replaced offline by m / 2^k with an integer
+mantissa m; at run time x*r becomes the integer product x*m followed by one
+rounding right shift.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Tuple, Union
+
+import torch
+
+from reference.errors import OperandError
+
+INT8_MIN, INT8_MAX = -(2**7), 2**7 - 1
+INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
+_OUT_DTYPES = {8: torch.int8, 16: torch.int16, 32: torch.int32}
+
+# Shift amounts are clamped to this range: torch's >> of 63 or more on int64
+# is sign fill (== floor), so clamping keeps the frozen floor semantics.
+_MAX_SHIFT = 62
+
+IntLike = Union[int, torch.Tensor]
+
+
+# ---------------------------------------------------------------- validation
+
+
+def require_int(x, name: str = "x") -> torch.Tensor:
+    """Return ``x`` if it is a torch tensor of a signed integer dtype.
+
+    Raises:
+        OperandError: one line naming ``name`` and the offending type/dtype.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise OperandError(f"{name}: expected an integer torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INT_DTYPES:
+        raise OperandError(f"{name}: expected dtype int8/int16/int32/int64, got {x.dtype}")
+    return x
+
+
+def _as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> torch.Tensor:
+    """Integer tensor or Python int -> int64 tensor (on ``like``'s device)."""
+    if isinstance(x, bool):
+        raise OperandError(f"{name}: expected an integer, got bool")
+    if isinstance(x, int):
+        dev = like.device if like is not None else None
+        return torch.tensor(x, dtype=torch.int64, device=dev)
+    return require_int(x, name).to(torch.int64)
+
+
+def _pow2(k: torch.Tensor) -> torch.Tensor:
+    """2^k for int64 tensor k in [0, 62]."""
+    return torch.bitwise_left_shift(torch.ones_like(k), k)
+
+
+# ------------------------------------------------------------------- shifts
+
+
+def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
+    """floor(x / 2^k) for k >= 0; exact x * 2^-k for k < 0.
+
+    Args:
+        x: integer tensor, any shape.
+        k: Python int or integer tensor broadcastable to ``x`` (per-token or
+            per-channel shifts); any k >= 63 gives the floor (0 or -1).
+    Returns:
+        int64 tensor, broadcast shape. Left shifts must not overflow int64
+        (caller's precondition; not checked).
+    Raises:
+        OperandError: non-integer ``x`` or ``k``.
+    """
+    x = _as_i64(x, name="x")
+    k = _as_i64(k, like=x, name="k")
+    right = torch.bitwise_right_shift(x, k.clamp(0, 63))
+    left = torch.bitwise_left_shift(x, (-k).clamp(0, 63))
+    return torch.where(k >= 0, right, left)
+
+
+def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
+    """round(x / 2^k), ties rounded AWAY from zero; exact x * 2^-k for k < 0.
+
+    With q = floor(x / 2^k) and r = x mod 2^k (0 <= r < 2^k), the result is
+    q + 1 when r > 2^(k-1), or when r == 2^(k-1) and x >= 0; else q. No
+    intermediate exceeds |x|, so it is exact over the full int64 range, for
+    every k (k >= 63 gives -1, 0 or 1 by the same rule).
+    ``round_shift(5, 1) == 3``, ``round_shift(-5, 1) == -3``,
+    ``round_shift(-6, 2) == -2`` (-1.5 -> -2), ``round_shift(6, 2) == 2``.
+
+    Args:
+        x: integer tensor, any shape.
+        k: Python int or integer tensor broadcastable to ``x`` (per-token or
+            per-channel shifts).
+    Returns:
+        int64 tensor, broadcast shape. Left shifts (k < 0) must not overflow
+        int64 (caller's precondition; not checked).
+    Raises:
+        OperandError: non-integer ``x`` or ``k``.
+    """
+    x = _as_i64(x, name="x")
+    if isinstance(k, int) and not isinstance(k, bool):
+        if k <= 0:
+            return torch.bitwise_left_shift(x, min(-k, 63))
+        if k <= _MAX_SHIFT:
+            q = torch.bitwise_right_shift(x, k)
+            r = torch.bitwise_and(x, (1 << k) - 1)
+            half = 1 << (k - 1)
+            return q + ((r > half) | ((r == half) & (x >= 0))).to(torch.int64)
+    k = _as_i64(k, like=x, name="k")
+    kr = k.clamp(0, _MAX_SHIFT)
+    q = torch.bitwise_right_shift(x, kr)
+    r = torch.bitwise_and(x, _pow2(kr) - 1)
+    half = torch.bitwise_right_shift(_pow2(kr), 1)  # 0 when k == 0
+    up = (r > half) | ((r == half) & (x >= 0) & (kr > 0))
+    right = q + up.to(torch.int64)
+    # k >= 63: |x / 2^k| <= 1; +-1 iff |x| >= 2^(k-1) (ties away), else 0.
+    r63 = (x >= 2**62).to(torch.int64) - (x <= -(2**62)).to(torch.int64)
+    r64 = -(x == INT64_MIN).to(torch.int64)
+    big = torch.where(k == 63, r63, torch.where(k == 64, r64, torch.zeros_like(r63)))
+    right = torch.where(k > _MAX_SHIFT, big, right)
+    left = torch.bitwise_left_shift(x, (-k).clamp(0, 63))
+    return torch.where(k >= 0, right, left)
+
+
+# ---------------------------------------------------------------- division
+
+
+def _check_divisor(b: torch.Tensor) -> None:
+    if bool((b == 0).any()):
+        raise OperandError("divisor: contains 0")
+
+
+def div_floor(a: IntLike, b: IntLike) -> torch.Tensor:
+    """floor(a / b) for integer tensors (torch floor division, exact).
+
+    Returns int64, broadcast shape. Raises OperandError if any b == 0.
+    """
+    a = _as_i64(a, name="a")
+    b = _as_i64(b, like=a, name="b")
+    _check_divisor(b)
+    return torch.div(a, b, rounding_mode="floor")
+
+
+def div_round(a: IntLike, b: IntLike) -> torch.Tensor:
+    """round(a / b), ties rounded AWAY from zero, for any signs of a and b.
+
+    Computed on magnitudes: q = |a| // |b|, r = |a| - q|b|; q += 1 when
+    r >= |b| - r (i.e. 2r >= |b|, without forming 2r); sign applied last.
+    Exact for |a|, |b| <= 2^63 - 1 (a, b != INT64_MIN).
+    ``div_round(5, 2) == 3``, ``div_round(-5, 2) == -3``, ``div_round(7, -2) == -4``.
+
+    Args:
+        a, b: integer tensors (or Python ints), broadcastable.
+    Returns:
+        int64 tensor, broadcast shape.
+    Raises:
+        OperandError: non-integer operand or any b == 0.
+    """
+    a = _as_i64(a, name="a")
+    b = _as_i64(b, like=a, name="b")
+    _check_divisor(b)
+    aa, bb = a.abs(), b.abs()
+    q = torch.div(aa, bb, rounding_mode="floor")
+    r = aa - q * bb
+    q = q + (r >= bb - r).to(torch.int64)
+    neg = (a < 0) != (b < 0)
+    return torch.where(neg, -q, q)
+
+
+# ------------------------------------------------------------- sqrt / log2
+
+
+def isqrt(x: torch.Tensor) -> torch.Tensor:
+    """Exact floor(sqrt(x)) for int64 0 <= x <= 2^63 - 1.
+
+    Digit-by-digit (bitwise) square root, 32 fixed steps: each step decides
+    one result bit by comparing the remainder with (root + bit); every
+    intermediate stays below 2^63. Fixed step count -> no data-dependent
+    control flow.
+
+    Args:
+        x: integer tensor, any shape, all elements >= 0.
+    Returns:
+        int64 tensor, same shape (values <= 3037000499).
+    Raises:
+        OperandError: non-integer dtype or a negative element.
+    """
+    x = _as_i64(x, name="x")
+    if bool((x < 0).any()):
+        raise OperandError("isqrt: negative input")
+    rem = x.clone()
+    res = torch.zeros_like(x)
+    bit = 1 << 62
+    while bit:
+        t = res + bit
+        ge = rem >= t
+        rem = torch.where(ge, rem - t, rem)
+        res = torch.where(ge, torch.bitwise_right_shift(res, 1) + bit, torch.bitwise_right_shift(res, 1))
+        bit >>= 2
+    return res
+
+
+def ilog2(x: torch.Tensor) -> torch.Tensor:
+    """Exact floor(log2(x)) for int64 1 <= x <= 2^63 - 1 (binary search, 6 steps).
+
+    Args:
+        x: integer tensor, any shape, all elements >= 1.
+    Returns:
+        int64 tensor, same shape, values in [0, 62].
+    Raises:
+        OperandError: non-integer dtype or an element <= 0.
+    """
+    x = _as_i64(x, name="x")
+    if bool((x <= 0).any()):
+        raise OperandError("ilog2: input must be >= 1")
+    r = torch.zeros_like(x)
+    for s in (32, 16, 8, 4, 2, 1):
+        ge = x >= (1 << s)
+        x = torch.where(ge, torch.bitwise_right_shift(x, s), x)
+        r = r + ge.to(torch.int64) * s
+    return r
+
+
+def ilog2_or(x: torch.Tensor, zero_value: int = -1) -> torch.Tensor:
+    """floor(log2(x)) for x >= 1, ``zero_value`` where x == 0 (x >= 0, int64).
+
+    Raises OperandError for negative elements.
+    """
+    x = _as_i64(x, name="x")
+    if bool((x < 0).any()):
+        raise OperandError("ilog2_or: negative input")
+    return torch.where(x > 0, ilog2(x.clamp(min=1)), torch.full_like(x, zero_value))
+
+
+# ------------------------------------------------------------------ dyadic
+
+
+@dataclass(frozen=True)
+class Dyadic:
+    """A dyadic scale m / 2^k (I-BERT, Kim et al. 2021, section 3.1).
+
+    Attributes:
+        m: integer mantissa (signed; ``fit_dyadic`` gives |m| < 2^bits).
+        k: shift; k < 0 means the multiplier m * 2^-k (ratio >= 2^bits).
+    """
+
+    m: int
+    k: int
+
+    def __post_init__(self):
+        if not isinstance(self.m, int) or not isinstance(self.k, int) or isinstance(self.m, bool):
+            raise OperandError(f"Dyadic: m and k must be Python ints, got {type(self.m).__name__}, {type(self.k).__name__}")
+
+    def value(self) -> Fraction:
+        """The exact rational value m / 2^k (offline use)."""
+        return Fraction(self.m) / Fraction(2) ** self.k
+
+
+# Per-channel dyadic scales: (m int64[N], k int64[N] or int), broadcast along
+# the last dimension of the tensor they scale.
+DyadicLike = Union[Dyadic, Tuple[torch.Tensor, IntLike]]
+
+
+def _round_half_away(fr: Fraction) -> int:
+    n = abs(fr.numerator) * 2 + fr.denominator
+    q = n // (2 * fr.denominator)
+    return q if fr >= 0 else -q
+
+
+def fit_dyadic(ratio: float, mantissa_bits: int = 16) -> Dyadic:
+    """Offline: the dyadic m / 2^k closest to ``ratio`` with |m| < 2^mantissa_bits.
+
+    k is the largest integer (<= 62) such that m = round(ratio * 2^k) (exact
+    rational arithmetic, ties away from zero) has |m| <= 2^mantissa_bits - 1,
+    so |m| >= 2^(mantissa_bits-1) (full mantissa) unless k hit 62. Relative
+    error <= 2^-mantissa_bits. ratio == 0 gives Dyadic(0, 0).
+
+    Raises:
+        OperandError: ratio not finite, or mantissa_bits outside [2, 31].
+    """
+    if not (2 <= int(mantissa_bits) <= 31):
+        raise OperandError(f"fit_dyadic: mantissa_bits must be in [2, 31], got {mantissa_bits}")
+    ratio = float(ratio)
+    if not math.isfinite(ratio):
+        raise OperandError(f"fit_dyadic: ratio must be finite, got {ratio}")
+    if ratio == 0.0:
+        return Dyadic(0, 0)
+    fr = Fraction(ratio)
+    limit = 2**mantissa_bits - 1
+    # frexp: |ratio| = f * 2^e with 0.5 <= f < 1 -> start near the answer.
+    _, e = math.frexp(abs(ratio))
+    k = min(mantissa_bits - e, _MAX_SHIFT)
+    while True:
+        m = _round_half_away(fr * Fraction(2) ** k)
+        if abs(m) <= limit:
+            break
+        k -= 1
+    return Dyadic(int(m), int(k))
+
+
+def fit_dyadic_per_channel(ratios, mantissa_bits: int = 16, shared_shift: bool = False):
+    """Offline: per-channel dyadic scales for a float tensor/list ``ratios[N]``.
+
+    Args:
+        ratios: float values, shape [N].
+        mantissa_bits: |m| < 2^mantissa_bits.
+        shared_shift: if True, one k for all channels (the largest k such that
+            every |m| fits), so the run-time shift is a single int.
+    Returns:
+        (m int64[N], k int64[N]) or, with shared_shift, (m int64[N], k int).
+    """
+    vals = [float(v) for v in (ratios.tolist() if isinstance(ratios, torch.Tensor) else ratios)]
+    ds = [fit_dyadic(v, mantissa_bits) for v in vals]
+    if not shared_shift:
+        return (torch.tensor([d.m for d in ds], dtype=torch.int64),
+                torch.tensor([d.k for d in ds], dtype=torch.int64))
+    k = min(d.k for d in ds if d.m != 0) if any(d.m != 0 for d in ds) else 0
+    ms = [_round_half_away(Fraction(v) * Fraction(2) ** k) for v in vals]
+    return torch.tensor(ms, dtype=torch.int64), int(k)
+
+
+def fit_channel_multipliers(values, bits: int = 15):
+    """Offline: per-channel multipliers (e.g. RMSNorm gamma) as int16 m[N] / 2^k.
+
+    One shared k, the largest (<= 30) with every |round(v * 2^k)| <= 2^bits - 1.
+    Returns (m int16[N] (int32 if bits > 15), k int). Used by
+    ``detllm.ops.int_rmsnorm(gamma=...)``.
+    """
+    m, k = fit_dyadic_per_channel(values, mantissa_bits=bits, shared_shift=True)
+    k = min(k, 30)
+    vals = [float(v) for v in (values.tolist() if isinstance(values, torch.Tensor) else values)]
+    m = torch.tensor([_round_half_away(Fraction(v) * Fraction(2) ** k) for v in vals], dtype=torch.int64)
+    return m.to(torch.int16 if bits <= 15 else torch.int32), int(k)
+
+
+def _dyadic_tensors(d: DyadicLike, like: torch.Tensor):
+    if isinstance(d, Dyadic):
+        return _as_i64(d.m, like), _as_i64(d.k, like)
+    if isinstance(d, tuple) and len(d) == 2:
+        m = _as_i64(d[0], like, "dyadic m").to(like.device)
+        k = _as_i64(d[1], like, "dyadic k").to(like.device)
+        return m, k
+    raise OperandError(f"dyadic: expected Dyadic or (m, k) tensors, got {type(d).__name__}")
+
+
+def apply_dyadic(x: torch.Tensor, d: DyadicLike, shift: IntLike = 0) -> torch.Tensor:
+    """round(x * m / 2^(k + shift)) with ONE rounding (ties away from zero).
+
+    Args:
+        x: int32/int64 (or narrower) tensor [..., N].
+        d: ``Dyadic`` (scalar) or per-channel ``(m int[N], k int[N] | int)``
+            broadcast along the last dim.
+        shift: extra shift, Python int or int tensor broadcastable to x (e.g.
+            ``(out_exp - token_exp)[..., None]`` to move a per-token power-of-two
+            scale into the same single rounding).
+    Returns:
+        int64 tensor [..., N]. Precondition (not checked): |x * m| < 2^63,
+        true for int32 x and |m| < 2^31.
+    """
+    x = require_int(x, "x").to(torch.int64)
+    m, k = _dyadic_tensors(d, x)
+    return round_shift(x * m, k + _as_i64(shift, x, "shift"))
+
+
+def saturate(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Clamp to [-2^(bits-1), 2^(bits-1) - 1] and cast to int8/int16/int32.
+
+    Raises OperandError if bits not in {8, 16, 32}.
+    """
+    if bits not in _OUT_DTYPES:
+        raise OperandError(f"saturate: bits must be 8, 16 or 32, got {bits}")
+    x = require_int(x, "x")
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return x.to(torch.int64).clamp(lo, hi).to(_OUT_DTYPES[bits])
+
+
+def requantize(x_int32: torch.Tensor, d: DyadicLike, out_bits: int = 8, shift: IntLike = 0) -> torch.Tensor:
+    """int32 accumulator -> int8/int16: saturate(round(x * m / 2^(k+shift))).
+
+    ONE rounding (``apply_dyadic``), then saturation to the full signed range
+    of ``out_bits`` ([-128, 127] or [-32768, 32767]).
+
+    Args:
+        x_int32: int32 (or int64 with |x*m| < 2^63) tensor [..., N].
+        d: ``Dyadic`` or per-channel ``(m int[N], k int[N] | int)``.
+        out_bits: 8 or 16.
+        shift: extra (per-token) shift as in ``apply_dyadic``.
+    Returns:
+        int8 or int16 tensor [..., N].
+    Raises:
+        OperandError: bad dtype or out_bits.
+    """
+    if out_bits not in (8, 16):
+        raise OperandError(f"requantize: out_bits must be 8 or 16, got {out_bits}")
+    return saturate(apply_dyadic(x_int32, d, shift), out_bits)

@@ -1,0 +1,623 @@
+"""Integer operators of the integer-only Qwen3 engine.
+
+Every forward-time function takes and returns torch integer tensors and uses
+integer arithmetic only (rounding rules: ``detllm/intops.py`` and
+``detllm/README.md``). Offline helpers that use floats are named
+``build_*`` / ``fit_*`` and run once in ``prepare``.
+
+Fixed-point notation: "Q(f)" means an integer v standing for the real number
+v / 2^f. "exponent e" (per token) means v stands for v * 2^e.
+
+Sources:
+- I-BERT: Kim et al., "I-BERT: Integer-only BERT Quantization", ICML 2021,
+  arXiv:2101.01321 (i-exp: exp(x) = 2^(-z) * exp(p) range reduction and the
+  integer-only Softmax; i-sqrt for the integer-only LayerNorm; dyadic
+  requantization).
+- I-ViT: Li & Gu, "I-ViT: Integer-only Quantization for Efficient Vision
+  Transformer Inference", ICCV 2023, arXiv:2207.01405 (Shiftmax:
+  x*log2(e) ~ x + (x>>1) - (x>>4), 2^(-r) ~ 1 - r/2, 2^(-q) as a shift;
+  ShiftGELU: sigmoid from the same shift-based exp).
+- I-LLM: Hu et al., "I-LLM: Efficient Integer-Only Inference for Fully-
+  Quantized Low-Bit Large Language Models", 2024, arXiv:2405.17849
+  (DI-Exp and DI-ClippedSoftmax: dyadic log2(e) and clipped score range;
+  DI-Norm: integer RMSNorm).
+Paper names are cited for the method; section/equation numbers differ
+between the papers' versions, so none are quoted.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, localcontext
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from reference.errors import OperandError
+from detllm.intops import (
+    IntLike,
+    _as_i64,
+    div_floor,
+    div_round,
+    floor_shift,
+    ilog2_or,
+    isqrt,
+    require_int,
+    round_shift,
+    saturate,
+)
+
+# ------------------------------------------------------------------ int exp
+
+EXP_FRAC_BITS = 30          # int_exp output is Q30: exp(x) * 2^30, in [0, 2^30]
+LOG2_FRAC_BITS = 24         # internal log2-domain fixed point, Q24
+EXP_CLIP = 64               # inputs below -64 (real) are clipped (exp < 2^-92 -> 0 in Q30)
+MAX_EXP_IN_FRAC_BITS = 30   # int_exp accepts Q(f) inputs with 0 <= f <= 30
+_TABLE_BITS = 10            # 2^(-j/1024), j = 0..1024, linear interpolation between
+
+# log2(e) as a dyadic m / 2^24 = round(2^24 / ln 2) / 2^24 (relative error < 2^-25).
+LOG2E_K = 24
+LOG2E_M = 24204406
+
+
+def _build_exp2_table() -> list:
+    """Q30 table of 2^(-j/1024), j = 0..1024, ties up; decimal arithmetic at 50
+    digits (software, identical on every platform; local context only)."""
+    with localcontext() as ctx:
+        ctx.prec = 50
+        step = Decimal(2**_TABLE_BITS)
+        return [int((Decimal(2) ** (Decimal(-j) / step) * (2**EXP_FRAC_BITS)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+                for j in range(2**_TABLE_BITS + 1)]
+
+
+_EXP2_TABLE = _build_exp2_table()
+_table_cache: dict = {}
+
+
+def _exp2_table(device) -> torch.Tensor:
+    key = str(device)
+    t = _table_cache.get(key)
+    if t is None:
+        t = torch.tensor(_EXP2_TABLE, dtype=torch.int64, device=device)
+        _table_cache[key] = t
+    return t
+
+
+def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = "table") -> torch.Tensor:
+    """Shift-based integer exp: Q30 approximation of exp(x / 2^frac_bits) for x <= 0.
+
+    Method (I-ViT Shiftmax; I-LLM DI-Exp; I-BERT i-exp range reduction):
+    exp(x) = 2^(x*log2 e) = 2^(-q) * 2^(-r), q integer,
+    0 <= r < 1; 2^(-q) is a right shift (round_shift), 2^(-r) is:
+      frac="table"  : a 1025-entry Q30 table of 2^(-j/1024) with linear
+                      interpolation (abs error < 2^-26 before the final shift);
+      frac="linear" : I-ViT's 2^(-r) ~ 1 - r/2 (max relative error ~6 %).
+    and x*log2 e is:
+      log2e="dyadic": round(x * LOG2E_M / 2^24) (relative error < 2^-25);
+      log2e="shift" : I-ViT's x + (x>>1) - (x>>4) (= 1.4375 x, -0.36 %).
+    Inputs below -64 (real) are clipped to -64 (DI-ClippedSoftmax's clip idea),
+    whose exp is 0 in Q30. Frozen absolute error bounds on exp in [0, 1]
+    (``tests/test_det_ops_attention.py``): dyadic/table 2^-23 (measured
+    ~2^-23.7); shift/table 2^-9 + 2^-frac_bits; */linear 2^-4 + 2^-frac_bits
+    (the I-ViT floor shifts cost ~2^-frac_bits, so use frac_bits >= 12 there).
+
+    Args:
+        x: integer tensor, any shape, all elements <= 0, value x / 2^frac_bits.
+        frac_bits: 0 <= frac_bits <= 30.
+    Returns:
+        int64 tensor, same shape, Q30, in [0, 2^30]; int_exp(0) == 2^30 exactly.
+    Raises:
+        OperandError: non-integer x, positive element, bad frac_bits or mode.
+    """
+    x = require_int(x, "x").to(torch.int64)
+    if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
+        raise OperandError(f"int_exp: frac_bits must be in [0, {MAX_EXP_IN_FRAC_BITS}], got {frac_bits}")
+    if bool((x > 0).any()):
+        raise OperandError("int_exp: input must be <= 0")
+    x = x.clamp(min=-(EXP_CLIP << frac_bits))
+    if log2e == "dyadic":
+        t = round_shift(x * LOG2E_M, LOG2E_K + frac_bits - LOG2_FRAC_BITS)
+    elif log2e == "shift":
+        t = x + floor_shift(x, 1) - floor_shift(x, 4)
+        t = round_shift(t, frac_bits - LOG2_FRAC_BITS)
+    else:
+        raise OperandError(f"int_exp: log2e must be 'dyadic' or 'shift', got {log2e!r}")
+    n = -t                                            # >= 0, Q24
+    q = torch.bitwise_right_shift(n, LOG2_FRAC_BITS)  # integer part
+    r = torch.bitwise_and(n, (1 << LOG2_FRAC_BITS) - 1)
+    if frac == "table":
+        table = _exp2_table(x.device)
+        sub = LOG2_FRAC_BITS - _TABLE_BITS
+        j = torch.bitwise_right_shift(r, sub)
+        rr = torch.bitwise_and(r, (1 << sub) - 1)
+        t0, t1 = table[j], table[j + 1]
+        mant = t0 - round_shift((t0 - t1) * rr, sub)
+    elif frac == "linear":
+        mant = (1 << EXP_FRAC_BITS) - torch.bitwise_left_shift(r, EXP_FRAC_BITS - LOG2_FRAC_BITS - 1)
+    else:
+        raise OperandError(f"int_exp: frac must be 'table' or 'linear', got {frac!r}")
+    return round_shift(mant, q.clamp(max=62))
+
+
+# ------------------------------------------------------------------ softmax
+
+PROB_BITS = 15                     # probabilities are Q0.15
+PROB_MAX = 2**PROB_BITS - 1        # 32767: probability 1 saturates here (error 2^-15)
+MASK_SENTINEL = -(2**30)           # scores <= this are masked: probability exactly 0
+MAX_PV_LEN = 131071                # L limit so both byte GEMMs fit an int32 accumulator
+
+
+def mask_scores(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Put ``MASK_SENTINEL`` where ``keep`` is False.
+
+    Args:
+        scores: int32/int64 [..., L] attention logits.
+        keep: bool tensor broadcastable to scores.
+    Returns:
+        int64 tensor [..., L].
+    """
+    s = require_int(scores, "scores").to(torch.int64)
+    if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool:
+        raise OperandError("mask_scores: keep must be a bool tensor")
+    return torch.where(keep, s, torch.full_like(s, MASK_SENTINEL))
+
+
+def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = "table") -> torch.Tensor:
+    """Integer softmax over the last dim, output Q0.15 int16 probabilities.
+
+    p_i = min(round(2^15 * e_i / sum_j e_j), 32767), e_i = int_exp(s_i - max_j s_j)
+    (max subtraction as in I-BERT's / I-ViT's integer Softmax; exp: ``int_exp``; one
+    rounding per element, ``div_round``). Entries with scores <=
+    ``MASK_SENTINEL`` get exactly 0 and are excluded from the max; a row with
+    every entry masked gives all zeros. Rows sum to 2^15 +- L/2 (rounding).
+    Measured max |p/2^15 - softmax| <= 2^-14 for the default modes
+    (``tests/test_det_ops_softmax.py``).
+
+    Args:
+        scores: int32/int64 [..., L], value s / 2^frac_bits; unmasked entries
+            must be > MASK_SENTINEL.
+        frac_bits: 0..30 (see ``int_exp``).
+        log2e, frac: ``int_exp`` modes.
+    Returns:
+        int16 [..., L], values in [0, 32767], probability = p / 2^15.
+    Raises:
+        OperandError: non-integer scores, bad frac_bits/modes.
+    """
+    s = require_int(scores, "scores").to(torch.int64)
+    if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
+        raise OperandError(f"int_softmax: frac_bits must be in [0, {MAX_EXP_IN_FRAC_BITS}], got {frac_bits}")
+    masked = s <= MASK_SENTINEL
+    mx = torch.where(masked, torch.full_like(s, MASK_SENTINEL), s).amax(dim=-1, keepdim=True)
+    d = torch.where(masked, torch.full_like(s, -(EXP_CLIP << frac_bits)), s - mx)
+    d = d.clamp(min=-(EXP_CLIP << frac_bits))
+    e = int_exp(d, frac_bits, log2e=log2e, frac=frac)
+    e = torch.where(masked, torch.zeros_like(e), e)
+    tot = e.sum(dim=-1, keepdim=True)
+    tot = torch.where(tot == 0, torch.ones_like(tot), tot)  # all-masked row -> zeros
+    p = div_round(torch.bitwise_left_shift(e, PROB_BITS), tot).clamp(max=PROB_MAX)
+    return p.to(torch.int16)
+
+
+def split_prob_bytes(p: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Split Q0.15 probabilities into two int8 operands for the P.V GEMMs.
+
+    hi = p >> 8 in [0, 127]; lo = (p & 255) - 128 in [-128, 127]; so
+    p == 256*hi + lo + 128 exactly (the offset 128 keeps lo inside int8).
+
+    Args:
+        p: int16 (or wider) tensor, values in [0, 32767].
+    Returns:
+        (hi int8, lo int8), same shape as p.
+    Raises:
+        OperandError: non-integer p or values outside [0, 32767].
+    """
+    p = require_int(p, "p").to(torch.int64)
+    if bool(((p < 0) | (p > PROB_MAX)).any()):
+        raise OperandError("split_prob_bytes: p must be in [0, 32767]")
+    hi = torch.bitwise_right_shift(p, 8).to(torch.int8)
+    lo = (torch.bitwise_and(p, 255) - 128).to(torch.int8)
+    return hi, lo
+
+
+IntMM = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Tensor:
+    """Exact P @ V with Q0.15 probabilities, as int8 GEMMs through ``int_mm``.
+
+    With (hi, lo) = split_prob_bytes(p):
+        P @ V = 256 * (hi @ V) + (lo @ V) + 128 * colsum(V)
+    (colsum over the L keys, int64). hi and lo are stacked into one
+    [2M, L] operand, so each (batch, head) slice is one int_mm call computing
+    both GEMMs. Each int32 accumulator is bounded by L * 128 * 128 < 2^31 for
+    L <= 131071, so the result equals the exact int64 p @ v bit for bit.
+
+    Args:
+        p: int16 [..., M, L], values in [0, 32767] (from ``int_softmax``).
+        v_int8: int8 [..., L, D]; leading dims broadcast against p's. For
+            GQA, fold the query heads that share a KV head into M
+            (p [B, Hkv, n_rep*M, L], v [B, Hkv, L, D]): fewer int_mm calls.
+        int_mm: accumulator-only kernel entry ``(a int8[M,K], b int8[N,K]) ->
+            int32[M,N]`` (``KernelSpec.int_mm``).
+    Returns:
+        int64 [..., M, D]; real value = out * s_v / 2^15.
+    Raises:
+        OperandError: bad dtypes/shapes, L > 131071, or an int_mm result of
+            the wrong shape.
+    """
+    require_int(p, "p")
+    if not isinstance(v_int8, torch.Tensor) or v_int8.dtype != torch.int8:
+        raise OperandError(f"pv_matmul: v must be an int8 tensor, got {getattr(v_int8, 'dtype', type(v_int8).__name__)}")
+    if p.dim() < 2 or v_int8.dim() < 2 or p.shape[-1] != v_int8.shape[-2]:
+        raise OperandError(f"pv_matmul: shapes {tuple(p.shape)} and {tuple(v_int8.shape)} do not match as [..., M, L] @ [..., L, D]")
+    m, length = p.shape[-2], p.shape[-1]
+    d = v_int8.shape[-1]
+    if length > MAX_PV_LEN:
+        raise OperandError(f"pv_matmul: L={length} exceeds {MAX_PV_LEN} (int32 accumulator bound)")
+    hi, lo = split_prob_bytes(p)
+    lead = torch.broadcast_shapes(p.shape[:-2], v_int8.shape[:-2])
+    a = torch.cat([hi, lo], dim=-2).expand(*lead, 2 * m, length).reshape(-1, 2 * m, length)
+    vb = v_int8.expand(*lead, length, d).reshape(-1, length, d)
+    out = torch.empty((a.shape[0], m, d), dtype=torch.int64, device=p.device)
+    for i in range(a.shape[0]):
+        vt = vb[i].transpose(0, 1).contiguous()          # [D, L] = nn.Linear layout
+        acc = int_mm(a[i].contiguous(), vt)
+        if not isinstance(acc, torch.Tensor) or tuple(acc.shape) != (2 * m, d):
+            raise OperandError(f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))}, expected {(2 * m, d)}")
+        acc = acc.to(torch.int64)
+        colsum = vb[i].to(torch.int64).sum(dim=0)
+        out[i] = 256 * acc[:m] + acc[m:] + 128 * colsum
+    return out.reshape(*lead, m, d)
+
+
+# ------------------------------------------------------------------ RMSNorm
+
+_NORM_BITS = 21   # inputs are rescaled per token to |x'| <= 2^21 before squaring
+_RMS_FRAC = 9     # rms is computed as isqrt(ms << 18) = sqrt(ms) * 2^9
+_MAX_NORM_DIM = 2**19
+
+
+def int_rmsnorm(
+    x: torch.Tensor,
+    gamma: Optional[Tuple[torch.Tensor, int]] = None,
+    out_bits: int = 8,
+    out_exp: Optional[int] = None,
+    x_exp: Optional[IntLike] = None,
+    eps: Optional[Tuple[int, int]] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Integer RMSNorm per token: q * 2^q_exp ~ x / sqrt(mean(x^2) + eps) * gamma.
+
+    I-BERT's integer-only LayerNorm (i-sqrt) without the mean subtraction, as
+    I-LLM's DI-Norm; ``isqrt`` is exact (digit-by-digit) where I-BERT iterates
+    Newton's method to the same floor(sqrt). Each token is first
+    brought to |x'| <= 2^21 by a per-token power-of-two shift (RMSNorm is
+    scale invariant, so the shift cancels), then
+      ms  = round(sum(x'^2) / H)          (int64, exact sum)
+            [+ eps in x' units; ms and eps both >> 2c when eps is large]
+      rms = isqrt(ms * 2^18)              (= floor(sqrt(ms) * 2^9), exact)
+      q_j = round(x'_j * g_j * 2^(9 - c - k - q_exp) / rms), saturated,
+    one rounding per output. gamma = None: gamma folded into the next linear;
+    gamma = (g int16[H], k): per-channel multipliers g/2^k applied at run time
+    (QK-norm, whose gamma cannot be folded through RoPE; build them with
+    ``detllm.intops.fit_channel_multipliers``).
+
+    Output scale: with ``out_exp=None`` a per-token power of two, the smallest
+    with max|q| <= 2^(out_bits-1) - 1 (so max|q| >= 2^(out_bits-2)); with an
+    int ``out_exp`` the fixed scale 2^out_exp (values saturate).
+
+    Args:
+        x: int32/int64 [..., H], |x| <= 2^62, H <= 2^19.
+        gamma: optional (g int[H] with |g| < 2^15, k int in [0, 30]).
+        out_bits: 8 or 16.
+        out_exp: fixed output exponent, or None for per-token.
+        x_exp: per-token exponent of x (int or int tensor [...]); needed only
+            to place eps, which is ignored when x_exp or eps is None.
+        eps: (m, k) Python ints, eps = m / 2^k (e.g. fit_dyadic(1e-6)).
+    Returns:
+        (q int8/int16 [..., H], q_exp int64 [...]). An all-zero token gives
+        q = 0, q_exp = 0 (or out_exp).
+    Raises:
+        OperandError: bad dtypes/shapes/arguments.
+    """
+    x = require_int(x, "x").to(torch.int64)
+    if out_bits not in (8, 16):
+        raise OperandError(f"int_rmsnorm: out_bits must be 8 or 16, got {out_bits}")
+    h = x.shape[-1]
+    if h == 0 or h > _MAX_NORM_DIM:
+        raise OperandError(f"int_rmsnorm: last dim {h} must be in [1, {_MAX_NORM_DIM}]")
+    if gamma is None:
+        gm, gk = torch.ones(h, dtype=torch.int64, device=x.device), 0
+    else:
+        gm, gk = gamma
+        gm = require_int(gm, "gamma").to(torch.int64).to(x.device)
+        if tuple(gm.shape) != (h,):
+            raise OperandError(f"int_rmsnorm: gamma shape {tuple(gm.shape)} != ({h},)")
+        if not isinstance(gk, int) or not (0 <= gk <= 30):
+            raise OperandError(f"int_rmsnorm: gamma shift must be an int in [0, 30], got {gk}")
+    amax = x.abs().amax(dim=-1)
+    zero = amax == 0
+    s = ilog2_or(amax, 0) + 1 - _NORM_BITS                    # per-token shift
+    xs = round_shift(x, s.unsqueeze(-1))                       # |x'| <= 2^21
+    ms = div_round((xs * xs).sum(dim=-1), h)                   # <= 2^42
+    c = torch.zeros_like(ms)                                   # extra halving of rms when eps is large
+    if eps is not None and x_exp is not None:
+        em, ek = int(eps[0]), int(eps[1])
+        if em < 0:
+            raise OperandError("int_rmsnorm: eps must be >= 0")
+        xe = _as_i64(x_exp, like=x, name="x_exp")
+        # eps in x' units is em / 2^sh; choose c so that it is <= 2^42 after >> 2c.
+        sh = ek + 2 * (xe + s)
+        c = div_floor(em.bit_length() - sh - 41, 2).clamp(min=0)
+        ms = round_shift(ms, 2 * c) + round_shift(torch.full_like(ms, em), sh + 2 * c)
+    ms = torch.where(zero | (ms == 0), torch.ones_like(ms), ms)
+    rms = isqrt(torch.bitwise_left_shift(ms, 2 * _RMS_FRAC))   # sqrt(ms) * 2^9, ms < 2^44
+    num = xs * gm                                              # |num| < 2^36
+    if out_exp is None:
+        # A = floor(max|num| * 2^20 / rms) = max|y*g| * 2^(k + c + 11); choose E so max|q| < 2^(b-1) - 1/2.
+        amx = num.abs().amax(dim=-1)
+        a = div_floor(torch.bitwise_left_shift(amx, 20), rms)
+        ep = ilog2_or(a, 0) - (out_bits - 2)
+        over = floor_shift(2 * a, -(-ep).clamp(min=0)) >= floor_shift(torch.full_like(ep, (1 << out_bits) - 1), -ep.clamp(min=0))
+        ep = ep + over.to(torch.int64)
+        t = (_RMS_FRAC + 11) - ep                              # E = ep - k - c - 11
+    else:
+        t = _RMS_FRAC - c - gk - int(out_exp)
+    t = torch.where(zero, torch.zeros_like(t), t).clamp(-30, 24)
+    q_exp = _RMS_FRAC - c - gk - t
+    if out_exp is not None:
+        q_exp = torch.where(zero, torch.full_like(q_exp, int(out_exp)), q_exp)
+    else:
+        q_exp = torch.where(zero, torch.zeros_like(q_exp), q_exp)
+    tt = t.unsqueeze(-1)
+    q = div_round(floor_shift(num, -tt.clamp(min=0)), floor_shift(rms.unsqueeze(-1), -(-tt).clamp(min=0)))
+    return saturate(q, out_bits), q_exp
+
+
+# ------------------------------------------------------------------ SwiGLU
+
+SIGMOID_FRAC_BITS = 30
+
+
+def int_sigmoid(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
+    """Integer sigmoid, Q30: sigma(x / 2^frac_bits) * 2^30 in [0, 2^30].
+
+    With E = int_exp(-|x|) (Q30): sigma = 2^60 / (2^30 + E) for x >= 0 and
+    E * 2^30 / (2^30 + E) for x < 0 (one ``div_round`` each; the exp form of
+    the sigmoid used by I-ViT's ShiftGELU, sigma(x) = e^x / (e^x + 1),
+    evaluated on -|x| so the exp never exceeds 1).
+
+    Args:
+        x: integer tensor, any shape, |x| <= 2^62; frac_bits in [0, 30].
+    Returns:
+        int64 tensor, same shape, Q30.
+    """
+    x = require_int(x, "x").to(torch.int64)
+    e = int_exp(-x.abs(), frac_bits)
+    one = 1 << SIGMOID_FRAC_BITS
+    den = one + e
+    pos = div_round(torch.full_like(e, one * one), den)
+    neg = div_round(torch.bitwise_left_shift(e, SIGMOID_FRAC_BITS), den)
+    return torch.where(x >= 0, pos, neg)
+
+
+def _check_31(t: torch.Tensor, name: str) -> None:
+    if t.numel() and int(t.abs().max()) > 2**31 - 1:
+        raise OperandError(f"{name}: |values| must be < 2^31")
+
+
+def int_silu(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
+    """Integer SiLU: round(x * sigma(x)) in the same Q(frac_bits) as x.
+
+    Args:
+        x: integer tensor, |x| < 2^31, Q(frac_bits), frac_bits in [0, 30].
+    Returns:
+        int64 tensor, same shape and Q-format.
+    """
+    x = require_int(x, "x").to(torch.int64)
+    _check_31(x, "int_silu x")
+    return round_shift(x * int_sigmoid(x, frac_bits), SIGMOID_FRAC_BITS)
+
+
+def int_swiglu(gate: torch.Tensor, up: torch.Tensor, gate_frac_bits: int, up_frac_bits: int, out_frac_bits: int) -> torch.Tensor:
+    """Integer SwiGLU: silu(gate) * up (Qwen3 MLP; cf. I-LLM's DI-SwiGLU), two roundings.
+
+    silu = int_silu(gate) (Q(gate_frac_bits)), then
+    out = round(silu * up / 2^(gate_frac_bits + up_frac_bits - out_frac_bits)).
+
+    Args:
+        gate, up: integer tensors of one shape [..., I], |values| < 2^31,
+            Q(gate_frac_bits) and Q(up_frac_bits); gate_frac_bits in [0, 30].
+        out_frac_bits: Q-format of the result.
+    Returns:
+        int64 [..., I], Q(out_frac_bits).
+    Raises:
+        OperandError: dtype/shape mismatch or |values| >= 2^31.
+    """
+    gate = require_int(gate, "gate")
+    up = require_int(up, "up").to(torch.int64)
+    if gate.shape != up.shape:
+        raise OperandError(f"int_swiglu: gate shape {tuple(gate.shape)} != up shape {tuple(up.shape)}")
+    _check_31(up, "int_swiglu up")
+    silu = int_silu(gate, gate_frac_bits)
+    return round_shift(silu * up, gate_frac_bits + up_frac_bits - out_frac_bits)
+
+
+# ------------------------------------------------------------------ RoPE
+
+ROPE_SHIFT = 14   # tables are Q14: cos * 2^14 in [-16384, 16384]
+
+
+def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = ROPE_SHIFT):
+    """Offline: Q(shift) int16 cos/sin tables in Qwen3's rotate-half layout.
+
+    cos[p, i] = round(cos(p * theta^(-2(i mod D/2)/D)) * 2^shift) (ties away),
+    same for sin; the two halves of the last dim repeat (transformers'
+    ``emb = cat(freqs, freqs)``). Angles are computed in float64 (the
+    transformers model uses float32; the difference is below 2^-15 for
+    p < 2^12 and grows with p). Store the tables in the artifact so the engine
+    never recomputes them.
+
+    Args:
+        head_dim: even D; max_pos: number of positions; theta: rope base.
+        shift: fixed-point bits, <= 14 (so 2^shift fits int16).
+    Returns:
+        (cos int16 [max_pos, D], sin int16 [max_pos, D], shift int).
+    Raises:
+        OperandError: odd/zero head_dim, max_pos < 1, theta <= 0, shift > 14.
+    """
+    if head_dim <= 0 or head_dim % 2 or max_pos < 1 or not theta > 0 or not (0 < shift <= 14):
+        raise OperandError(f"build_rope_tables: need even head_dim > 0, max_pos >= 1, theta > 0, 0 < shift <= 14; got {head_dim}, {max_pos}, {theta}, {shift}")
+    half = head_dim // 2
+    inv = 1.0 / (float(theta) ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    scale = float(2**shift)
+
+    def q(t):
+        v = t * scale
+        return (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int16)
+
+    assert ang.shape[-1] == 2 * half
+    return q(torch.cos(ang)), q(torch.sin(ang)), int(shift)
+
+
+def apply_rope(x_int: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+               shift: int = ROPE_SHIFT, frac_bits_out: int = 0) -> torch.Tensor:
+    """Integer RoPE, rotate-half layout: round((x*cos + rotate_half(x)*sin) * 2^(frac_bits_out - shift)).
+
+    rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]) (transformers Qwen3).
+    One rounding (``round_shift``); the result is in x's units times
+    2^frac_bits_out (keep fractional bits for a later requantization).
+
+    Args:
+        x_int: integer [..., D], |x| < 2^31 (e.g. int8 q/k after QK-norm).
+        cos, sin: int16 [max_pos, D] from ``build_rope_tables``.
+        positions: int64, shape broadcastable to x.shape[:-1] (e.g. [B, 1, S]
+            for x [B, H, S, D]), values in [0, max_pos).
+        shift: the tables' fixed-point bits.
+        frac_bits_out: extra fractional bits kept in the result (>= 0).
+    Returns:
+        int64 [..., D].
+    Raises:
+        OperandError: dtypes, D mismatch, positions out of range.
+    """
+    x = require_int(x_int, "x").to(torch.int64)
+    cos, sin = require_int(cos, "cos"), require_int(sin, "sin")
+    positions = require_int(positions, "positions")
+    d = x.shape[-1]
+    if cos.dim() != 2 or cos.shape != sin.shape or cos.shape[-1] != d or d % 2:
+        raise OperandError(f"apply_rope: tables {tuple(cos.shape)}/{tuple(sin.shape)} do not match head_dim {d}")
+    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= cos.shape[0]):
+        raise OperandError(f"apply_rope: positions must be in [0, {cos.shape[0]})")
+    c = cos.to(x.device)[positions.long()].to(torch.int64)
+    s = sin.to(x.device)[positions.long()].to(torch.int64)
+    half = d // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return round_shift(x * c + rot * s, shift - frac_bits_out)
+
+
+# ------------------------------------------------------------------ residual stream
+
+RESIDUAL_BITS = 30   # residual values are kept at |r| <= 2^30 (one bit of int32 headroom)
+
+
+def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per token, shift right (rounding) just enough that |r| <= 2^bits; int32 out.
+
+    s = max(0, ilog2(max|x|) + 1 - bits) per token; r = round_shift(x, s),
+    exponent x_exp + s. Exact (s = 0) whenever the token already fits.
+
+    Args:
+        x: integer [..., H]; x_exp: int or int tensor [...].
+        bits: 1..30.
+    Returns:
+        (r int32 [..., H], exp int64 [...]).
+    """
+    x = require_int(x, "x").to(torch.int64)
+    if not (1 <= bits <= 30):
+        raise OperandError(f"renormalize: bits must be in [1, 30], got {bits}")
+    xe = _as_i64(x_exp, like=x, name="x_exp")
+    s = (ilog2_or(x.abs().amax(dim=-1), 0) + 1 - bits).clamp(min=0)
+    return round_shift(x, s.unsqueeze(-1)).to(torch.int32), xe + s
+
+
+def residual_add(a: torch.Tensor, a_exp: IntLike, b: torch.Tensor, b_exp: IntLike,
+                 bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Add two per-token power-of-two streams: a*2^a_exp + b*2^b_exp.
+
+    Both are aligned to e = max(min(a_exp, b_exp), max(a_exp, b_exp) - 31) by
+    exact left shifts (the operand with the larger exponent), so the int64
+    sum is EXACT unless the exponents differ by more than 31 (then the small
+    operand is rounded, ``round_shift``); the sum is then ``renormalize``d to
+    |r| <= 2^bits (exact when it fits).
+
+    Args:
+        a, b: integer [..., H], |values| < 2^31 (``renormalize`` a wider
+            sub-layer output first).
+        a_exp, b_exp: int or int64 tensors [...] (per token).
+    Returns:
+        (r int32 [..., H], exp int64 [...]).
+    Raises:
+        OperandError: shape mismatch or |values| >= 2^31.
+    """
+    a = require_int(a, "a").to(torch.int64)
+    b = require_int(b, "b").to(torch.int64)
+    if a.shape != b.shape:
+        raise OperandError(f"residual_add: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
+    _check_31(a, "residual_add a")
+    _check_31(b, "residual_add b")
+    ae = _as_i64(a_exp, like=a, name="a_exp").expand(a.shape[:-1])
+    be = _as_i64(b_exp, like=a, name="b_exp").expand(a.shape[:-1])
+    e = torch.maximum(torch.minimum(ae, be), torch.maximum(ae, be) - 31)
+    total = round_shift(a, (e - ae).unsqueeze(-1)) + round_shift(b, (e - be).unsqueeze(-1))
+    return renormalize(total, e, bits)
+
+
+def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-token int8 (or int16) quantization with a power-of-two scale.
+
+    The integer-only form of dynamic per-token activation quantization (I-LLM's
+    DI-MatMul quantizes its inputs per token with integer operations only).
+
+    s = smallest shift >= 0 with max|x| / 2^s < 2^(bits-1) - 1/2, then
+    q = round_shift(x, s) (ties away), so |q| <= 2^(bits-1) - 1 (symmetric,
+    never -128) and max|q| >= 2^(bits-2) when s > 0. Real value q * 2^(x_exp + s).
+
+    Args:
+        x: integer [..., H] (e.g. int32 residual), |x| <= 2^62.
+        x_exp: int or int tensor [...].
+        bits: 8 or 16.
+    Returns:
+        (q int8/int16 [..., H], exp int64 [...]).
+    """
+    x = require_int(x, "x").to(torch.int64)
+    if bits not in (8, 16):
+        raise OperandError(f"quantize_pow2_per_token: bits must be 8 or 16, got {bits}")
+    xe = _as_i64(x_exp, like=x, name="x_exp")
+    amax = x.abs().amax(dim=-1)
+    s = (ilog2_or(amax, 0) - (bits - 2)).clamp(min=0)
+    over = 2 * amax >= ((1 << bits) - 1) * torch.bitwise_left_shift(torch.ones_like(s), s)
+    s = s + over.to(torch.int64)
+    return saturate(round_shift(x, s.unsqueeze(-1)), bits), xe + s
+
+
+# ------------------------------------------------------------------ argmax
+
+
+def argmax_int(x: torch.Tensor) -> torch.Tensor:
+    """Integer argmax over the last dim; ties go to the SMALLEST index.
+
+    Implemented as min(index where x == max) so the tie rule does not depend
+    on a backend's argmax.
+
+    Args:
+        x: integer [..., V], V >= 1.
+    Returns:
+        int64 [...].
+    """
+    x = require_int(x, "x")
+    if x.shape[-1] == 0:
+        raise OperandError("argmax_int: empty last dim")
+    mx = x.amax(dim=-1, keepdim=True)
+    idx = torch.arange(x.shape[-1], device=x.device, dtype=torch.int64).expand(x.shape)
+    big = torch.full_like(idx, x.shape[-1])
+    return torch.where(x == mx, idx, big).amin(dim=-1)

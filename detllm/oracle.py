@@ -1,0 +1,181 @@
+"""The engine as an end-to-end oracle for a kernel's accumulator path
+(issue 4, deliverable 5; DESIGN.md section 4).
+
+``engine_hash_check(kernel)``: greedy-decode the default model's prompts with
+the integer engine twice -- once with the exact reference accumulator
+(``reference.accumulate.exact_int_mm``), once with ``kernel.int_mm`` -- and
+demand identical chained logits and token hashes (zero tolerance). Every
+int8 GEMM of the forward (linears, QK^T, P.V) goes through the kernel, so any
+accumulator that differs from the exact integer sum anywhere changes the
+hash. ``fault_sensitivity`` shows, on the same run, that injected
+precondition / operand faults in the accumulator path do change it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import torch
+
+from detllm import engine as E
+from detllm import generate as G
+from reference.errors import Int8confError
+
+CHECK_ID = "E1"
+CHECK_NAME = "engine_hash"
+
+
+def _result(verdict: str, summary: str, evidence: dict):
+    try:
+        from conformance.checks.result import CheckResult
+        return CheckResult(CHECK_ID, CHECK_NAME, verdict, summary, evidence)
+    except ImportError:  # CHK's module not present: same fields as a dict
+        return {"check_id": CHECK_ID, "name": CHECK_NAME, "verdict": verdict, "summary": summary,
+                "evidence": evidence}
+
+
+def default_setup(model_dir=None, n_prompts: int = 8):
+    """(artifact, prompt id lists) for the shipped default model and prompts.
+
+    Raises Int8confError when the default model is not present.
+    """
+    from reference import assets
+    from detllm.prepare import cached_artifact
+    md = model_dir or assets.default_model_dir()
+    from reference.checkpoint import is_qwen3_dir
+    if not is_qwen3_dir(md):
+        raise Int8confError(f"{md}: default model not present")
+    art = cached_artifact(md)
+    tok = assets.load_tokenizer(md)
+    prompts = [assets.encode(tok, p) for p in assets.prompts()[:n_prompts]]
+    return art, prompts
+
+
+def _kernel_device(kernel) -> str:
+    devs = tuple(getattr(kernel, "devices", ("cpu",)) or ("cpu",))
+    if "cpu" in devs:
+        return "cpu"
+    if "cuda" in devs and torch.cuda.is_available():
+        return "cuda"
+    return devs[0]
+
+
+def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8,
+                      device: Optional[str] = None):
+    """E1: engine hash with ``kernel.int_mm`` == hash with the exact reference.
+
+    Args:
+        kernel: KernelSpec (needs an ``int_mm`` entry) or registry name.
+        model_dir: Qwen3 dir (default: the shipped default model).
+        artifact: Artifact or dir to use instead of preparing ``model_dir``.
+        prompts: token-id lists (default: the 8 shipped prompts, one batch).
+        max_new_tokens: greedy tokens per prompt.
+        device: where the kernel's engine runs (default: a device the kernel
+            declares, CPU preferred). The reference always runs on the CPU.
+    Returns:
+        CheckResult(check_id "E1", name "engine_hash"): ``pass`` when every
+        sequence's logits and token hashes match, ``fail`` with the first
+        differing sequence otherwise (or when the kernel raises), ``n/a`` when
+        the kernel has no int_mm entry or no model is available.
+    """
+    name = getattr(kernel, "name", str(kernel))
+    if isinstance(kernel, str):
+        from conformance.kernels.registry import get_kernel
+        kernel = get_kernel(kernel)
+    if getattr(kernel, "int_mm", None) is None:
+        return _result("n/a", f"kernel {name!r} has no int_mm (accumulator-only) entry", {"kernel": name})
+    try:
+        if artifact is None:
+            artifact, default_prompts = default_setup(model_dir)
+            prompts = prompts or default_prompts
+        elif not isinstance(artifact, E.Artifact):
+            artifact = E.load_artifact(artifact)
+    except Int8confError as exc:
+        return _result("n/a", f"no model for the engine oracle: {exc}", {"kernel": name})
+    if not prompts:
+        return _result("n/a", "no prompts given", {"kernel": name})
+    dev = device or _kernel_device(kernel)
+    t0 = time.time()
+    ref = G.generate(E.load_engine(artifact, None, "cpu", guard=False), prompts, max_new_tokens)
+    t1 = time.time()
+    evidence = {"kernel": name, "device": dev, "artifact_digest": artifact.digest[:12],
+                "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+                "reference_logits_hash": [h[:12] for h in ref.logits_hash],
+                "reference_token_hash": [h[:12] for h in ref.token_hash], "reference_s": round(t1 - t0, 2)}
+    try:
+        eng = E.load_engine(artifact, kernel, dev, guard=False)
+        got = G.generate(eng, prompts, max_new_tokens)
+    except Exception as exc:  # the kernel's own failure is evidence, not a crash
+        evidence["error"] = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return _result("fail", f"engine with kernel {name!r} raised: {evidence['error']}", evidence)
+    evidence["kernel_logits_hash"] = [h[:12] for h in got.logits_hash]
+    evidence["kernel_token_hash"] = [h[:12] for h in got.token_hash]
+    evidence["kernel_s"] = round(time.time() - t1, 2)
+    evidence["int_mm_calls"] = eng.mm_calls
+    bad = [i for i in range(len(prompts))
+           if got.logits_hash[i] != ref.logits_hash[i] or got.token_hash[i] != ref.token_hash[i]]
+    if bad:
+        i = bad[0]
+        evidence["mismatched_sequences"] = bad
+        return _result("fail", f"engine hash differs from the exact reference on {len(bad)}/{len(prompts)} "
+                       f"sequences (first: #{i} {got.logits_hash[i][:12]} != {ref.logits_hash[i][:12]})", evidence)
+    return _result("pass", f"engine hash {ref.logits_hash[0][:12]} identical to the exact reference on "
+                   f"{len(prompts)} sequences x {max_new_tokens} tokens ({eng.mm_calls} int_mm calls)", evidence)
+
+
+# ------------------------------------------------------------- fault injection
+
+def wraparound_fault(base: Callable, call_index: int = 0, row: int = 0, col: int = 0) -> Callable:
+    """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps
+    like an overflowed int32 register: as if the exact sum were acc + 2^31
+    (beyond INT32_MAX for acc >= 0), the register keeps its low 32 bits, so
+    the kernel returns acc + 2^31 - 2^32 = acc - 2^31 (fault F6's mechanism)."""
+    state = {"n": 0}
+
+    def int_mm(a, b):
+        out = base(a, b)
+        if state["n"] == call_index:
+            v = out.to(torch.int64)
+            r, c = min(row, v.shape[0] - 1), min(col, v.shape[1] - 1)
+            v[r, c] = ((v[r, c] + 2 ** 31 + 2 ** 31) % 2 ** 32) - 2 ** 31   # low 32 bits of acc + 2^31
+            out = v.to(torch.int32)
+        state["n"] += 1
+        return out
+    return int_mm
+
+
+def transposed_operand_fault(base: Callable, call_index: int = 0) -> Callable:
+    """int_mm fed a transposed/stale weight on one call: for a square b it uses
+    b^T; otherwise b with its rows rolled by one (a stale/misaligned tensor)."""
+    state = {"n": 0}
+
+    def int_mm(a, b):
+        if state["n"] == call_index:
+            b = b.t().contiguous() if b.shape[0] == b.shape[1] else torch.roll(b, 1, dims=0).contiguous()
+        state["n"] += 1
+        return base(a, b)
+    return int_mm
+
+
+def fault_sensitivity(artifact, prompts, max_new_tokens: int = 4) -> dict:
+    """Hashes with faults injected into the accumulator path vs the clean hash.
+
+    Returns ``{fault name: {"logits_hash": .., "changed": bool}}`` plus
+    ``"clean"``. Faults: int32 wraparound of one accumulator (first GEMM; a
+    late GEMM: the lm_head of the last decode step), transposed/stale weight
+    operand (first GEMM).
+    """
+    ref_mm = E.reference_int_mm
+    clean = G.generate(E.load_engine(artifact, ref_mm, guard=False), prompts, max_new_tokens)
+    out = {"clean": {"logits_hash": clean.logits_hash[0][:12]}}
+    probe = E.load_engine(artifact, ref_mm, guard=False)
+    G.generate(probe, prompts, max_new_tokens)
+    last = probe.mm_calls - 1
+    cases = {"int32_wraparound_first_gemm": wraparound_fault(ref_mm, 0),
+             "int32_wraparound_last_gemm": wraparound_fault(ref_mm, last),
+             "transposed_or_stale_weight": transposed_operand_fault(ref_mm, 0)}
+    for nm, fn in cases.items():
+        r = G.generate(E.load_engine(artifact, fn, guard=False), prompts, max_new_tokens)
+        out[nm] = {"logits_hash": r.logits_hash[0][:12], "changed": r.logits_hash[0] != clean.logits_hash[0]}
+    return out

@@ -1,0 +1,498 @@
+"""``detllm prepare``: float Qwen3 checkpoint -> integer-only artifact.
+
+This is the ONLY place in ``detllm`` where floating point is allowed. It
+
+1. runs a float64 reference forward of the checkpoint (``float_forward``,
+   Qwen3 as in transformers' ``modeling_qwen3``) over calibration windows of
+   training-split text (``reference.assets`` train works; random token ids
+   when the corpus/tokenizer do not match the model) and records per-channel
+   absolute maxima of every tensor the integer forward quantizes;
+2. folds and quantizes:
+
+   * RMSNorm gammas (input / post-attention / final) are folded into the
+     next linear's integer per-channel multiplier ``g`` (int16 range) together
+     with the SmoothQuant factors (Xiao et al. 2023, "SmoothQuant", eq. 4:
+     ``s_j = max|X_j|^alpha / max|W_j|^(1-alpha)``; X_j / s_j, W_:,j * s_j);
+   * the down_proj smoothing factor is folded into up_proj's rows;
+   * per-channel KEY rescaling: k_j / kappa_j, q_j * kappa_j, with kappa
+     equal on the rotate-half pairs (j, j + d/2) so it commutes with RoPE and
+     cancels exactly in q.k; folded into the QK-norm gammas (per head);
+   * the fixed, offline-calibrated K-cache scale (one per KV head, after key
+     rescaling) and V-cache scales (per channel; folded into v_proj's output
+     unit and into o_proj's columns);
+   * weights to int8, per output channel, symmetric (absmax / 127, round half
+     to even, clamp to [-127, 127]);
+   * every real multiplier to a dyadic m / 2^k (``detllm.intops.fit_dyadic``,
+     16-bit mantissa; I-BERT, Kim et al. 2021, section 3.1);
+   * RoPE cos/sin tables to int16 Q14 (``ops.build_rope_tables``, rotate-half);
+3. writes the artifact (``detllm.artifact.save_artifact``: integer tensors
+   only, asserted; config JSON with every shift; digest).
+
+Fixed-point units chosen here (all written into the config):
+``resid_exp`` R (residual stream int32 in units 2^-R), ``q_exp``/``k_exp``
+(q/k projection outputs), ``gate_exp``/``up_exp``, ``logit_exp`` (int32
+logits in units 2^-logit_exp), ``qk_exp`` = 14 (QK-norm / RoPE outputs),
+``score_exp`` = 16 (attention scores for ``ops.int_softmax``), probabilities
+Q0.15 (``ops.int_softmax`` / ``ops.pv_matmul``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, asdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from detllm import intops, ops
+from detllm.artifact import Artifact, save_artifact
+from reference.errors import CheckpointError, Int8confError
+
+QK_EXP = 14            # QK-norm and RoPE outputs in units 2^-14
+ROPE_EXP = ops.ROPE_SHIFT   # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
+SCORE_EXP = 16         # attention scores (natural units) in Q16 for ops.int_softmax
+PROB_BITS = ops.PROB_BITS   # probabilities Q0.15 (ops.int_softmax)
+MAX_GATE_EXP = 30      # ops.int_silu accepts Q(f) with f <= 30
+WEIGHT_QMAX = 127
+LOG2E = 1.0 / math.log(2.0)
+
+
+@dataclass
+class PrepareOptions:
+    """Knobs of ``prepare``.
+
+    Attributes:
+        alpha: SmoothQuant migration strength (0 = no smoothing).
+        calib_windows: number of calibration windows.
+        calib_len: tokens per calibration window.
+        seed: seed for random-token calibration (fallback) only.
+        target_bits: calibrated absmax of intermediate int tensors is mapped
+            to 2^target_bits (q/k/gate/up); residual and logits use
+            ``resid_bits``; headroom to int32 / int64 limits is the rest.
+        resid_bits: residual stream / logits target bits (int32 storage).
+        max_position: override of the RoPE table length (default: the
+            config's ``max_position_embeddings``).
+        calib_source: "auto" (training split if the tokenizer fits the
+            model, else random ids), "corpus" or "random".
+    """
+
+    alpha: float = 0.5
+    calib_windows: int = 16
+    calib_len: int = 128
+    seed: int = 0
+    target_bits: int = 20
+    resid_bits: int = 24
+    max_position: Optional[int] = None
+    calib_source: str = "auto"
+
+
+# ----------------------------------------------------------------- float model
+
+def _cfg_dims(config: dict) -> dict:
+    hd = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+    rope = config.get("rope_parameters") or {}
+    theta = float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+    rtype = rope.get("rope_type", "default")
+    if rtype not in ("default", None):
+        raise CheckpointError(f"config.json: rope_type={rtype!r} is not supported by detllm (only 'default')")
+    if config.get("attention_bias"):
+        raise CheckpointError("config.json: attention_bias=true is not supported by detllm")
+    if config.get("use_sliding_window"):
+        raise CheckpointError("config.json: use_sliding_window=true is not supported by detllm")
+    if config.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"config.json: hidden_act={config.get('hidden_act')!r} (detllm needs silu)")
+    return dict(
+        hidden=int(config["hidden_size"]), layers=int(config["num_hidden_layers"]),
+        heads=int(config["num_attention_heads"]),
+        kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
+        head_dim=hd, intermediate=int(config["intermediate_size"]), vocab=int(config["vocab_size"]),
+        max_position=int(config.get("max_position_embeddings", 2048)),
+        rms_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def _float_state(state: dict, dims: dict) -> dict:
+    """fp64 copy of the state; lm_head from the embedding if tied/missing."""
+    st = {k: v.to(torch.float64) for k, v in state.items()}
+    if "lm_head.weight" not in st:
+        st["lm_head.weight"] = st["model.embed_tokens.weight"]
+    return st
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 cos/sin [T, head_dim/2] of Qwen3's default RoPE (Su et al. 2021,
+    "RoFormer", eq. 34; inv_freq_i = theta^(-2i/d), rotate-half layout)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    return torch.cos(ang), torch.sin(ang)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+class _Stats:
+    """Running absmax per named statistic (elementwise over the last dims)."""
+
+    def __init__(self):
+        self.v: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, x: torch.Tensor, dims) -> None:
+        a = x.abs().amax(dim=dims) if dims else x.abs()
+        self.v[name] = a if name not in self.v else torch.maximum(self.v[name], a)
+
+
+def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stats] = None) -> torch.Tensor:
+    """fp64 Qwen3 forward (no cache), for calibration and golden tests.
+
+    Args:
+        dims: from ``_cfg_dims``.
+        st: fp64 state dict (Hugging Face names).
+        ids: LongTensor [B, T] token ids.
+        stats: if given, absmax statistics are recorded into it.
+    Returns:
+        fp64 logits [B, T, vocab].
+    """
+    B, T = ids.shape
+    H, nh, nkv, hd = dims["hidden"], dims["heads"], dims["kv_heads"], dims["head_dim"]
+    eps = dims["rms_eps"]
+    cos, sin = rope_cos_sin(torch.arange(T), hd, dims["rope_theta"])
+    x = st["model.embed_tokens.weight"][ids]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    rec = stats.add if stats is not None else (lambda *a, **k: None)
+    for i in range(dims["layers"]):
+        p = f"model.layers.{i}."
+        rec("resid", x, (0, 1, 2))
+        a = _rms(x, st[p + "input_layernorm.weight"], eps)
+        rec(f"{i}.attn_in", a, (0, 1))
+        q = a @ st[p + "self_attn.q_proj.weight"].T
+        k = a @ st[p + "self_attn.k_proj.weight"].T
+        v = a @ st[p + "self_attn.v_proj.weight"].T
+        rec(f"{i}.q_out", q, (0, 1, 2))
+        rec(f"{i}.k_out", k, (0, 1, 2))
+        rec(f"{i}.v_out", v, (0, 1))
+        q = _rms(q.view(B, T, nh, hd), st[p + "self_attn.q_norm.weight"], eps)
+        k = _rms(k.view(B, T, nkv, hd), st[p + "self_attn.k_norm.weight"], eps)
+        q = _rope(q, cos[None, :, None, :], sin[None, :, None, :])
+        k = _rope(k, cos[None, :, None, :], sin[None, :, None, :])
+        rec(f"{i}.k_rot", k, (0, 1))            # [nkv, hd]
+        v = v.view(B, T, nkv, hd)
+        g = nh // nkv
+        qh = q.permute(0, 2, 1, 3)                                  # B nh T hd
+        kh = k.permute(0, 2, 1, 3).repeat_interleave(g, dim=1)
+        vh = v.permute(0, 2, 1, 3).repeat_interleave(g, dim=1)
+        s = (qh @ kh.transpose(-1, -2)) / math.sqrt(hd)
+        s = s.masked_fill(~causal, float("-inf"))
+        o = torch.softmax(s, dim=-1) @ vh                           # B nh T hd
+        o = o.permute(0, 2, 1, 3).reshape(B, T, nh * hd)
+        x = x + o @ st[p + "self_attn.o_proj.weight"].T
+        rec("resid", x, (0, 1, 2))
+        m = _rms(x, st[p + "post_attention_layernorm.weight"], eps)
+        rec(f"{i}.mlp_in", m, (0, 1))
+        gt = m @ st[p + "mlp.gate_proj.weight"].T
+        up = m @ st[p + "mlp.up_proj.weight"].T
+        rec(f"{i}.gate", gt, (0, 1, 2))
+        rec(f"{i}.up", up, (0, 1))
+        h = torch.nn.functional.silu(gt) * up
+        rec(f"{i}.h", h, (0, 1))
+        x = x + h @ st[p + "mlp.down_proj.weight"].T
+    rec("resid", x, (0, 1, 2))
+    f = _rms(x, st["model.norm.weight"], eps)
+    rec("final_in", f, (0, 1))
+    logits = f @ st["lm_head.weight"].T
+    rec("logits", logits, (0, 1, 2))
+    return logits
+
+
+# ----------------------------------------------------------------- calibration
+
+def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[torch.Tensor, str]:
+    """LongTensor [n, len] of calibration token ids and a provenance string.
+
+    "corpus": consecutive windows spread over the TRAINING split of the
+    shipped corpus (``reference.assets``; never held-out works), tokenized
+    with the model directory's tokenizer. "random": uniform random ids
+    (seeded). "auto": corpus when the model dir has a tokenizer whose ids fit
+    the vocabulary and the corpus is present, else random.
+    """
+    n, L = opts.calib_windows, opts.calib_len
+    if opts.calib_source in ("auto", "corpus"):
+        try:
+            from reference import assets
+            tok = assets.load_tokenizer(Path(model_dir))
+            stream = assets.token_stream(tok, assets.load_corpus_split()["train"])
+            if tok.get_vocab_size() > dims["vocab"] or len(stream) < n * L:
+                raise CheckpointError("tokenizer does not fit the model")
+            w = len(stream) // L
+            idx = torch.linspace(0, w - 1, n, dtype=torch.float64).round().long()
+            ids = torch.tensor(stream[: w * L], dtype=torch.long).view(w, L)[idx]
+            return ids, f"train split, {n} windows x {L} tokens"
+        except Int8confError:
+            if opts.calib_source == "corpus":
+                raise
+    g = torch.Generator().manual_seed(opts.seed)
+    return torch.randint(0, dims["vocab"], (n, L), generator=g), f"random ids (seed {opts.seed}), {n} x {L}"
+
+
+def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> dict:
+    """Absmax statistics of the float forward over ``windows`` [n, L]."""
+    stats = _Stats()
+    with torch.no_grad():
+        for s in range(0, windows.shape[0], batch):
+            float_forward(dims, st, windows[s:s + batch], stats)
+    return stats.v
+
+
+# ------------------------------------------------------------------ quantizers
+
+def _exp_for(absmax: float, bits: int) -> int:
+    """Largest unit exponent F with absmax * 2^F <= 2^bits (F in [-30, 40])."""
+    a = max(float(absmax), 1e-12)
+    return int(max(-30, min(40, math.floor(bits - math.log2(a)))))
+
+
+def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: scale = absmax/127 (fp64), q =
+    round-half-even(w/scale) clamped to [-127, 127]. Returns (int8 [N,K], fp64 [N])."""
+    s = w.abs().amax(dim=1).clamp(min=1e-30) / WEIGHT_QMAX
+    q = torch.round(w / s[:, None]).clamp(-WEIGHT_QMAX, WEIGHT_QMAX).to(torch.int8)
+    return q, s
+
+
+def _dyadic_vec(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return intops.fit_dyadic_per_channel(r.to(torch.float64), mantissa_bits=16)
+
+
+def _smooth(act_absmax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
+    """SmoothQuant factors s_j (Xiao et al. 2023, eq. 4) for input channels of w [N, K]."""
+    if alpha <= 0:
+        return torch.ones(w.shape[1], dtype=torch.float64)
+    a = act_absmax.clamp(min=1e-5)
+    wc = w.abs().amax(dim=0).clamp(min=1e-5)
+    return (a ** alpha / wc ** (1 - alpha)).clamp(min=1e-5, max=1e5)
+
+
+def _norm_mult(values: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Per-channel norm multiplier as int (|m| <= 2^14) / 2^k, one shared k."""
+    vmax = float(values.abs().max().clamp(min=1e-30))
+    k = int(math.floor(14 - math.log2(vmax)))
+    m = torch.round(values * 2.0 ** k).to(torch.int64).clamp(-(2 ** 15) + 1, 2 ** 15 - 1)
+    return m.to(torch.int32), k
+
+
+def _linear(w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
+    """int8 weight + per-channel dyadic for out = acc * s_a_token * s_w / unit.
+
+    ``in_const`` is the per-layer constant part of the input's per-token scale
+    (the per-token dyadic comes at run time); ``out_unit`` [N] the real value
+    of one output integer step.
+    """
+    q, s = quantize_rows(w)
+    m, k = _dyadic_vec(s * in_const / out_unit)
+    return {"w": q, "m": m, "k": k}
+
+
+def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
+            calib_ids: Optional[torch.Tensor] = None, verbose: bool = False) -> Artifact:
+    """Build the integer-only artifact of a Qwen3 checkpoint.
+
+    Args:
+        model_dir: Hugging Face Qwen3 directory (config.json + safetensors).
+        out_dir: artifact directory to write (atomic per file).
+        options: PrepareOptions (defaults if None).
+        calib_ids: optional LongTensor [n, L] overriding the calibration text.
+        verbose: print progress.
+    Returns:
+        The written Artifact.
+    Raises:
+        CheckpointError: not a supported Qwen3 checkpoint (one line).
+    """
+    from reference.checkpoint import load_qwen3_state, state_digest
+
+    opts = options or PrepareOptions()
+    t0 = time.time()
+    config, state = load_qwen3_state(model_dir)
+    dims = _cfg_dims(config)
+    if opts.max_position:
+        dims["max_position"] = int(opts.max_position)
+    if dims["head_dim"] % 2 or dims["heads"] % dims["kv_heads"]:
+        raise CheckpointError(f"{model_dir}: head_dim must be even and heads a multiple of kv_heads")
+    st = _float_state(state, dims)
+    if calib_ids is None:
+        calib_ids, calib_note = calibration_windows(model_dir, dims, opts)
+    else:
+        calib_note = f"caller-supplied ids {list(calib_ids.shape)}"
+    stats = calibrate(dims, st, calib_ids)
+    if verbose:
+        print(f"calibrated on {calib_note} in {time.time() - t0:.1f}s")
+
+    H, nh, nkv, hd, I = dims["hidden"], dims["heads"], dims["kv_heads"], dims["head_dim"], dims["intermediate"]
+    half = hd // 2
+    eps = dims["rms_eps"]
+    R = _exp_for(float(stats["resid"]), opts.resid_bits)
+    TB = opts.target_bits
+    tensors: dict[str, torch.Tensor] = {}
+    layers_cfg = []
+
+    def norm_in_const(gs: int) -> float:
+        # per-token activation scale of a norm->int8 output is
+        # tm*2^-tk * 2^-gs / 127 (see engine.norm_quant)
+        return 2.0 ** -gs / 127.0
+
+    for i in range(dims["layers"]):
+        p = f"model.layers.{i}."
+        lc: dict = {}
+        wq, wk, wv = (st[p + f"self_attn.{n}_proj.weight"] for n in ("q", "k", "v"))
+        wo = st[p + "self_attn.o_proj.weight"]
+        # ---- attention input: RMSNorm gamma + smoothing -> g
+        w_qkv = torch.cat([wq, wk, wv], 0)
+        s_attn = _smooth(stats[f"{i}.attn_in"], w_qkv, opts.alpha)
+        g, gs = _norm_mult(st[p + "input_layernorm.weight"] / s_attn)
+        tensors[f"layers.{i}.attn_norm.g"] = g
+        lc["attn_norm_shift"] = gs
+        # ---- q/k/v output units
+        fq = _exp_for(float(stats[f"{i}.q_out"]), TB)
+        fk = _exp_for(float(stats[f"{i}.k_out"]), TB)
+        v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)                      # [nkv*hd]
+        s_v = v_abs / WEIGHT_QMAX                                         # V cache scale per channel
+        out_unit = torch.cat([torch.full((nh * hd,), 2.0 ** -fq, dtype=torch.float64),
+                              torch.full((nkv * hd,), 2.0 ** -fk, dtype=torch.float64), s_v])
+        lin = _linear(w_qkv * s_attn[None, :], norm_in_const(gs), out_unit)
+        for kname, t in lin.items():
+            tensors[f"layers.{i}.qkv.{kname}"] = t
+        lc["q_exp"], lc["k_exp"] = fq, fk
+        # ---- key rescaling kappa (pair-equal), K cache scale per kv head
+        kr = stats[f"{i}.k_rot"].clamp(min=1e-6)                           # [nkv, hd]
+        kp = torch.maximum(kr[:, :half], kr[:, half:])
+        kp = torch.cat([kp, kp], dim=1)
+        gm = torch.exp(torch.log(kp).mean(dim=1, keepdim=True))            # [nkv, 1]
+        kappa = kp / gm                                                    # k' = k / kappa
+        s_k = (gm[:, 0] * 1.0) / WEIGHT_QMAX                               # |k'| <= gm
+        group = nh // nkv
+        kappa_q = kappa.repeat_interleave(group, dim=0)                    # [nh, hd]
+        gq, gqs = _norm_mult(st[p + "self_attn.q_norm.weight"][None, :] * kappa_q)
+        gk, gks = _norm_mult(st[p + "self_attn.k_norm.weight"][None, :] / kappa)
+        tensors[f"layers.{i}.q_norm.g"], tensors[f"layers.{i}.k_norm.g"] = gq, gk
+        lc["q_norm_shift"], lc["k_norm_shift"] = gqs, gks
+        lc["q_norm_eps"] = int(round(eps * 2.0 ** (2 * fq)))
+        lc["k_norm_eps"] = int(round(eps * 2.0 ** (2 * fk)))
+        # k (units 2^-QK_EXP) -> int8 cache: k8 = k * 2^-QK_EXP / s_k
+        m, k = _dyadic_vec(2.0 ** -QK_EXP / s_k)
+        tensors[f"layers.{i}.k_cache.m"], tensors[f"layers.{i}.k_cache.k"] = m, k
+        # scores in Q(SCORE_EXP): acc * (Mq/127 * 2^-QK_EXP) * s_k / sqrt(hd)
+        m, k = _dyadic_vec(s_k / WEIGHT_QMAX * 2.0 ** (SCORE_EXP - QK_EXP) / math.sqrt(hd))
+        tensors[f"layers.{i}.score.m"], tensors[f"layers.{i}.score.k"] = m, k
+        # ---- o_proj: input total_j with real o_j = total_j * s_v_j / 2^PROB_BITS
+        v_cols = s_v.view(nkv, hd).repeat_interleave(group, dim=0).reshape(nh * hd)
+        lin = _linear(wo * v_cols[None, :], 1.0 / (WEIGHT_QMAX * 2.0 ** PROB_BITS),
+                      torch.full((H,), 2.0 ** -R, dtype=torch.float64))
+        for kname, t in lin.items():
+            tensors[f"layers.{i}.o.{kname}"] = t
+        # ---- MLP: norm + smoothing, gate/up, silu, down smoothing via up rows
+        wg, wu, wd = (st[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
+        w_gu = torch.cat([wg, wu], 0)
+        s_mlp = _smooth(stats[f"{i}.mlp_in"], w_gu, opts.alpha)
+        g, gs = _norm_mult(st[p + "post_attention_layernorm.weight"] / s_mlp)
+        tensors[f"layers.{i}.mlp_norm.g"] = g
+        lc["mlp_norm_shift"] = gs
+        s_down = _smooth(stats[f"{i}.h"], wd, opts.alpha)
+        fg = min(MAX_GATE_EXP, _exp_for(float(stats[f"{i}.gate"]), TB))
+        fu = min(MAX_GATE_EXP, _exp_for(float((stats[f"{i}.up"] / s_down).max()), TB))
+        out_unit = torch.cat([torch.full((I,), 2.0 ** -fg, dtype=torch.float64),
+                              torch.full((I,), 2.0 ** -fu, dtype=torch.float64)])
+        w_gu_s = torch.cat([wg, wu / s_down[:, None]], 0) * s_mlp[None, :]
+        lin = _linear(w_gu_s, norm_in_const(gs), out_unit)
+        for kname, t in lin.items():
+            tensors[f"layers.{i}.gate_up.{kname}"] = t
+        lc["gate_exp"], lc["up_exp"] = fg, fu
+        lin = _linear(wd * s_down[None, :], 2.0 ** -(fg + fu) / WEIGHT_QMAX,
+                      torch.full((H,), 2.0 ** -R, dtype=torch.float64))
+        for kname, t in lin.items():
+            tensors[f"layers.{i}.down.{kname}"] = t
+        layers_cfg.append(lc)
+
+    # ---- embedding (residual units), final norm, lm_head
+    emb = torch.round(st["model.embed_tokens.weight"] * 2.0 ** R)
+    if float(emb.abs().max()) >= 2 ** 31 - 1:
+        raise CheckpointError("embedding does not fit int32 at the residual unit (resid_bits too large)")
+    tensors["embed"] = emb.to(torch.int32)
+    lm = st["lm_head.weight"]
+    s_fin = _smooth(stats["final_in"], lm, opts.alpha)
+    g, gs = _norm_mult(st["model.norm.weight"] / s_fin)
+    tensors["final_norm.g"] = g
+    L_exp = _exp_for(float(stats["logits"]), opts.resid_bits)
+    lin = _linear(lm * s_fin[None, :], norm_in_const(gs), torch.full((dims["vocab"],), 2.0 ** -L_exp,
+                                                                        dtype=torch.float64))
+    for kname, t in lin.items():
+        tensors[f"lm_head.{kname}"] = t
+    # ---- tables
+    cos_t, sin_t, _ = ops.build_rope_tables(hd, dims["max_position"], dims["rope_theta"], ROPE_EXP)
+    tensors["rope.cos"], tensors["rope.sin"] = cos_t, sin_t
+
+    cfg = {
+        "model": dims,
+        "units": {"resid_exp": R, "logit_exp": L_exp, "qk_exp": QK_EXP, "rope_exp": ROPE_EXP,
+                  "score_exp": SCORE_EXP, "prob_bits": PROB_BITS,
+                  "resid_eps": int(round(eps * 2.0 ** (2 * R))),
+                  "final_norm_shift": gs},
+        "layers": layers_cfg,
+        "source": {"model_dir": str(Path(model_dir).resolve()), "state_sha256": state_digest(state)},
+        "calibration": {"text": calib_note, "options": asdict(opts)},
+    }
+    art = save_artifact(out_dir, cfg, tensors)
+    if verbose:
+        print(f"wrote {out_dir} digest {art.digest[:12]} in {time.time() - t0:.1f}s")
+    return art
+
+
+# ------------------------------------------------------------------ cache
+
+def model_fingerprint(model_dir) -> str:
+    """sha256 hex over config.json and the safetensors file(s) of a model dir."""
+    import hashlib
+    d = Path(model_dir)
+    h = hashlib.sha256()
+    files = [d / "config.json"] + sorted(d.glob("*.safetensors")) + sorted(d.glob("*.safetensors.index.json"))
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode())
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    """Artifact cache: $INT8CONF_CACHE/detllm or ~/.cache/int8conf/detllm."""
+    import os
+    base = os.environ.get("INT8CONF_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "int8conf") / "detllm"
+
+
+def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose: bool = False) -> Artifact:
+    """The artifact of ``model_dir`` from the cache, preparing it once if missing.
+
+    Keyed by the model fingerprint and the options; a cached artifact that
+    fails verification is rebuilt.
+    """
+    import hashlib
+    import json as _json
+    from detllm.artifact import is_artifact_dir, load_artifact
+    opts = options or PrepareOptions()
+    key = hashlib.sha256((model_fingerprint(model_dir) + _json.dumps(asdict(opts), sort_keys=True)).encode()).hexdigest()
+    out = cache_root() / key[:16]
+    if is_artifact_dir(out):
+        try:
+            return load_artifact(out)
+        except CheckpointError:
+            pass
+    return prepare(model_dir, out, opts, verbose=verbose)

@@ -1,0 +1,184 @@
+"""Exact int8 x int8 accumulation (the GEMM's accumulator, DESIGN.md 1 and 4).
+
+``exact_int_mm`` is the reference accumulator: the mathematically exact
+``A @ B^T`` of int8 operands as int64, computed fast through float32 BLAS
+on K-chunks whose every partial sum is provably an exactly representable
+integer. ``int_mm_int64_naive`` is an independent slow path used to test it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from reference.errors import OperandError
+
+INT32_MAX: int = 2 ** 31 - 1
+INT32_MIN: int = -(2 ** 31)
+#: Integers with magnitude <= 2**24 are exactly representable in float32
+#: (24-bit significand, IEEE 754 binary32); the int -> float32 conversion of
+#: an accumulator is exact iff ``|acc| <= 2**24`` or acc has enough trailing
+#: zero bits. DESIGN.md F7 / check C4 use ``|acc| < 2**24`` as the bound.
+FP32_EXACT_INT: int = 2 ** 24
+
+#: K-chunk length of the float32 path: |a*b| <= 128*128 = 2**14, so any sum of
+#: at most 2**10 such products has magnitude <= 2**24 (exact in float32).
+CHUNK_K: int = 1024
+
+
+def _check_pair(a, b, names=("a", "b")) -> None:
+    for x, nm in zip((a, b), names):
+        if not isinstance(x, torch.Tensor):
+            raise OperandError(f"{nm} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.int8:
+            raise OperandError(f"{nm} has dtype {x.dtype}; expected torch.int8")
+        if x.dim() != 2:
+            raise OperandError(f"{nm} must be 2-D, got shape {tuple(x.shape)}")
+    if a.shape[1] != b.shape[1]:
+        raise OperandError(
+            f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
+
+
+@contextlib.contextmanager
+def _ieee_fp32_matmul():
+    # int8 values (|v| <= 128 = 2**7) are exact even in bf16/tf32 inputs, so a
+    # reduced-precision setting would still be exact as long as products are
+    # summed in fp32; we force "highest" anyway so the proof needs no such
+    # assumption about oneDNN internals.
+    prev = torch.get_float32_matmul_precision()
+    if prev != "highest":
+        torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        if prev != "highest":
+            torch.set_float32_matmul_precision(prev)
+
+
+def _exact_small_int_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
+    """``af @ bf.T`` for float32 matrices holding integers with |v| <= 128.
+
+    Same exactness argument as :func:`exact_int_mm`. Returns int64 [M, N].
+    """
+    m, k = af.shape
+    n = bf.shape[0]
+    with _ieee_fp32_matmul():
+        if k <= CHUNK_K:
+            return (af @ bf.T).to(torch.int64)
+        acc = torch.zeros((m, n), dtype=torch.float64, device=af.device)
+        for c in range(0, k, CHUNK_K):
+            acc += af[:, c:c + CHUNK_K] @ bf[:, c:c + CHUNK_K].T
+        return acc.to(torch.int64)
+
+
+def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact accumulator ``A @ B^T`` of int8 operands.
+
+    Args:
+        a: int8 [M, K] (any strides).
+        b: int8 [N, K] (nn.Linear layout; any strides).
+
+    Returns:
+        int64 [M, N] on a's device, equal to the exact integer sum
+        ``sum_k a[m,k] * b[n,k]`` (no int32 wrap-around: values outside the
+        int32 range are returned as they are, so the F6 int32_overflow case
+        has a known exact value).
+
+    Raises:
+        OperandError: non-tensor, non-int8, non-2-D operands or K mismatch.
+
+    Exactness argument (float32 BLAS on K-chunks; measured ~4x faster than a
+    float64 GEMM on this CPU, see ``python -m reference.bench_accumulate``):
+      1. Every int8 value is an integer with |v| <= 2**7, exactly
+         representable in float32 (and in bf16 / tf32).
+      2. Each product has |a*b| <= 128*128 = 2**14 (the maximum is the
+         -128 x -128 case), an integer, exact in float32; a fused
+         multiply-add of such values is exact as well.
+      3. K is cut into chunks of at most ``CHUNK_K`` = 1024 = 2**10. Whatever
+         order, blocking or reduction tree the BLAS uses inside a chunk,
+         every intermediate is a sum of a subset of that chunk's products,
+         so an integer of magnitude <= 2**10 * 2**14 = 2**24. All integers
+         with |x| <= 2**24 are representable in float32 (IEEE 754 binary32,
+         24-bit significand), so every addition is exact (RNE never has to
+         round) and the chunk's float32 result is its exact integer sum.
+      4. Chunk results are added in float64: every partial sum is an integer
+         of magnitude <= K * 2**14, exact in float64 while K * 2**14 <= 2**53,
+         i.e. K <= 2**39 -- far beyond any GEMM here. The final float64 ->
+         int64 conversion of an exact integer is exact.
+    The float32 matmul precision is forced to "highest" for the call (IEEE
+    fp32, no bf16/tf32 down-conversion), although step 1 makes even that
+    unnecessary.
+    """
+    _check_pair(a, b)
+    return _exact_small_int_mm(a.to(torch.float32), b.to(torch.float32))
+
+
+def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Slow, obviously-exact int64 reference: ``sum_k int64(a) * int64(b)``.
+
+    Element-wise int64 products and an int64 sum over K (no BLAS, no float),
+    processed in row blocks to bound memory. Meant for tests (small shapes).
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K].
+
+    Returns:
+        int64 [M, N].
+
+    Raises:
+        OperandError: as :func:`exact_int_mm`.
+    """
+    _check_pair(a, b)
+    a64 = a.to(torch.int64)
+    b64 = b.to(torch.int64)
+    m, k = a64.shape
+    n = b64.shape[0]
+    out = torch.empty((m, n), dtype=torch.int64, device=a.device)
+    rows = max(1, (1 << 22) // max(1, n * k))
+    for r in range(0, m, rows):
+        out[r:r + rows] = (a64[r:r + rows, None, :] * b64[None, :, :]).sum(dim=-1)
+    return out
+
+
+def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Cheap bound on every accumulator: ``K * max|a| * max|b|``.
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K].
+
+    Returns:
+        Python int >= max |acc[m, n]| (0 when K = 0 or an operand is all 0).
+        The worst case over int8 is ``K * 16384`` (all -128).
+
+    Raises:
+        OperandError: as :func:`exact_int_mm`.
+    """
+    _check_pair(a, b)
+    k = int(a.shape[1])
+    if k == 0 or a.numel() == 0 or b.numel() == 0:
+        return 0
+    ma = int(a.to(torch.int16).abs().max())
+    mb = int(b.to(torch.int16).abs().max())
+    return k * ma * mb
+
+
+def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Tight per-element bound ``|A| @ |B|^T`` (exact, int64 [M, N]).
+
+    ``|acc[m,n]| <= sum_k |a[m,k]| * |b[n,k]|`` with equality when the signs
+    agree term by term; used by check C3 (int32_headroom) and C4. Computed
+    with the exact float32-chunk path of :func:`exact_int_mm` (|a| <= 128 so
+    the same 2**14 per-product bound holds).
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K].
+
+    Returns:
+        int64 [M, N], every entry >= 0.
+
+    Raises:
+        OperandError: as :func:`exact_int_mm`.
+    """
+    _check_pair(a, b)
+    return _exact_small_int_mm(a.to(torch.float32).abs(), b.to(torch.float32).abs())

@@ -1,0 +1,212 @@
+"""Package data: the default Qwen3 model and the Shakespeare corpus.
+
+Layout::
+
+    reference/assets/
+      manifest.json              sha256 of every shipped file below
+      corpus/corpus.json.xz      {work: cleaned text}, xz-compressed JSON
+      corpus/split.json          train / validation / heldout works (whole works)
+      corpus/prompts.json        8 fixed prompts (prompts[0]: Sonnet 18)
+      default_model/             config.json, model.safetensors (bf16),
+                                 tokenizer.json, tokenizer_config.json,
+                                 generation_config.json, train_log.json
+
+Built by ``int8conf build-corpus`` (``reference/corpus.py``) and
+``int8conf train-default`` (``reference/train_default.py``). Nothing here
+downloads anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import lzma
+from pathlib import Path
+
+import torch
+
+from reference.errors import CheckpointError, Int8confError
+
+_ROOT = Path(__file__).resolve().parent
+MANIFEST_FILE = "manifest.json"
+EOT = "<|endoftext|>"
+
+
+def assets_dir() -> Path:
+    """Directory holding the package data (``reference/assets``)."""
+    return _ROOT
+
+
+def default_model_dir() -> Path:
+    """Directory of the shipped default Qwen3 model (Hugging Face layout;
+    loads with ``transformers.Qwen3ForCausalLM.from_pretrained``)."""
+    return _ROOT / "default_model"
+
+
+def corpus_dir() -> Path:
+    """Directory of the shipped corpus (``corpus.json.xz``, ``split.json``,
+    ``prompts.json``)."""
+    return _ROOT / "corpus"
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (run `int8conf build-corpus` / `int8conf train-default`)") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON (line {exc.lineno})") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _load_works(path_str: str, expect_sha: str | None) -> dict[str, str]:
+    path = Path(path_str)
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (run `int8conf build-corpus`)") from None
+    if expect_sha is not None and hashlib.sha256(blob).hexdigest() != expect_sha:
+        raise CheckpointError(f"{path}: sha256 does not match corpus_sha256 in split.json")
+    try:
+        return json.loads(lzma.decompress(blob).decode("utf-8"))
+    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: corrupt corpus ({exc.__class__.__name__})") from None
+
+
+def load_corpus_split(directory: Path | None = None) -> dict:
+    """The cleaned corpus, split into whole works.
+
+    Returns ``{"train": {work: text}, "validation": {work: text},
+    "heldout": {work: text}, "meta": <split.json contents>}``; each inner
+    dict keeps the work order listed in ``split.json``. Raises CheckpointError
+    if a file is missing or the corpus digest does not match ``split.json``."""
+    d = Path(directory) if directory is not None else corpus_dir()
+    meta = _read_json(d / "split.json")
+    works = _load_works(str(d / "corpus.json.xz"), meta.get("corpus_sha256"))
+    out = {"meta": meta}
+    for part in ("train", "validation", "heldout"):
+        missing = [w for w in meta[part] if w not in works]
+        if missing:
+            raise CheckpointError(f"{d / 'corpus.json.xz'}: split.json names missing work {missing[0]!r}")
+        out[part] = {w: works[w] for w in meta[part]}
+    return out
+
+
+def prompts(directory: Path | None = None) -> list[str]:
+    """The 8 fixed prompts (``prompts[0]`` is the opening line of Sonnet 18,
+    "Shall I compare thee to a summer's day?")."""
+    d = Path(directory) if directory is not None else corpus_dir()
+    return list(_read_json(d / "prompts.json")["prompts"])
+
+
+def load_tokenizer(model_dir: Path | None = None):
+    """The byte-level BPE tokenizer (``tokenizers.Tokenizer``) of a model dir
+    (default: the shipped default model). Raises CheckpointError if missing."""
+    from tokenizers import Tokenizer
+
+    path = Path(model_dir if model_dir is not None else default_model_dir()) / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing tokenizer.json")
+    return Tokenizer.from_file(str(path))
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` without special tokens, for either a
+    ``tokenizers.Tokenizer`` or a transformers tokenizer."""
+    from tokenizers import Tokenizer
+
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer.encode(text, add_special_tokens=False).ids
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def eot_id(tokenizer) -> int:
+    """Id of the ``<|endoftext|>`` separator token (CheckpointError if the
+    tokenizer lacks it)."""
+    from tokenizers import Tokenizer
+
+    tid = tokenizer.token_to_id(EOT) if isinstance(tokenizer, Tokenizer) else tokenizer.convert_tokens_to_ids(EOT)
+    if tid is None or (not isinstance(tokenizer, Tokenizer) and tid == getattr(tokenizer, "unk_token_id", -1)):
+        raise CheckpointError(f"tokenizer has no {EOT} token")
+    return int(tid)
+
+
+def token_stream(tokenizer, works: dict[str, str]) -> list[int]:
+    """Works tokenized one by one (in dict order), joined by the EOT id."""
+    sep = eot_id(tokenizer)
+    ids: list[int] = []
+    for i, text in enumerate(works.values()):
+        if i:
+            ids.append(sep)
+        ids.extend(encode(tokenizer, text))
+    return ids
+
+
+def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
+    """Fixed held-out evaluation windows.
+
+    ``tokenizer``: ``tokenizers.Tokenizer`` or transformers tokenizer (None:
+    the default model's). The held-out works (``split.json``) are tokenized
+    separately and joined with the EOT id; the stream is cut into
+    W = len // length consecutive non-overlapping windows and the windows at
+    indices ``round(linspace(0, W-1, n))`` are returned, so windows spread
+    over every held-out work. Returns LongTensor ``[n, length]`` (token ids).
+    Raises Int8confError if ``n``/``length`` < 1 or n > W."""
+    if n < 1 or length < 1:
+        raise Int8confError(f"eval_windows: n={n} and length={length} must both be >= 1")
+    tok = tokenizer if tokenizer is not None else load_tokenizer()
+    stream = torch.tensor(token_stream(tok, load_corpus_split()["heldout"]), dtype=torch.long)
+    w = stream.numel() // length
+    if n > w:
+        raise Int8confError(f"eval_windows: n={n} exceeds the {w} held-out windows of length {length}")
+    idx = torch.linspace(0, w - 1, n, dtype=torch.float64).round().long()
+    return stream[: w * length].view(w, length)[idx].clone()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 hex of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shipped_files() -> list[str]:
+    """Relative paths (posix) of every shipped asset file, sorted (excludes
+    the manifest itself, Python files and hidden/temp files)."""
+    out = []
+    for p in sorted(_ROOT.rglob("*")):
+        rel = p.relative_to(_ROOT).as_posix()
+        if (p.is_file() and p.suffix not in (".py", ".pyc", ".tmp") and rel != MANIFEST_FILE
+                and not any(part.startswith((".", "__")) for part in p.relative_to(_ROOT).parts)):
+            out.append(rel)
+    return out
+
+
+def write_manifest() -> dict[str, str]:
+    """Record ``{relative path: sha256}`` of every shipped file in
+    ``manifest.json`` (atomically). Returns the mapping."""
+    from reference.corpus import atomic_write_json
+
+    digests = {rel: file_digest(_ROOT / rel) for rel in shipped_files()}
+    atomic_write_json(_ROOT / MANIFEST_FILE, {"sha256": digests})
+    return digests
+
+
+def verify_manifest() -> dict[str, str]:
+    """Check every file in ``manifest.json`` exists with the recorded sha256
+    and no shipped file is unrecorded. Returns the mapping; raises
+    CheckpointError naming the first mismatching file."""
+    recorded = _read_json(_ROOT / MANIFEST_FILE)["sha256"]
+    for rel, digest in recorded.items():
+        path = _ROOT / rel
+        if not path.is_file():
+            raise CheckpointError(f"{path}: listed in {MANIFEST_FILE} but missing")
+        if file_digest(path) != digest:
+            raise CheckpointError(f"{path}: sha256 does not match {MANIFEST_FILE}")
+    extra = sorted(set(shipped_files()) - set(recorded))
+    if extra:
+        raise CheckpointError(f"{_ROOT / extra[0]}: shipped but not recorded in {MANIFEST_FILE}")
+    return recorded

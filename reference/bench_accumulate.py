@@ -1,0 +1,94 @@
+"""Benchmark of exact int8 accumulation methods (issue 2, Performance).
+
+Run: ``python -m reference.bench_accumulate [--m 512] [--repeat 3] [--check]``.
+Prints GMAC/s (M*K*N multiply-accumulates per second, best of ``repeat``)
+for Qwen3-1.7B-like layer shapes, M=512 and K, N in {2048, 6144}:
+
+``exact_int_mm``   the reference (float32 BLAS on K-chunks of 1024, chunk
+                   sums added in float64; exact, see its docstring)
+``float64_gemm``   one float64 GEMM (exact while K * 2**14 <= 2**53)
+``int64_naive``    reference.accumulate.int_mm_int64_naive (only with
+                   --naive; very slow)
+``torch._int_mm``  int32-accumulating torch._int_mm (oneDNN/VNNI on CPU; shown
+                   for comparison -- it is a kernel under test, not ground truth)
+
+This is a benchmark, not a test: it prints figures and ratios and asserts
+nothing (``--check`` additionally verifies every method against the reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from reference.accumulate import exact_int_mm, int_mm_int64_naive
+
+SHAPES = [(2048, 2048), (2048, 6144), (6144, 2048), (6144, 6144)]
+
+
+def _float64_gemm(a, b):
+    return (a.to(torch.float64) @ b.to(torch.float64).T).to(torch.int64)
+
+
+def _torch_int_mm(a, b):
+    return torch._int_mm(a, b.T.contiguous()).to(torch.int64)
+
+
+def _best(fn, a, b, repeat: int) -> tuple[float, float, torch.Tensor]:
+    """Best wall time and best process CPU time (all threads) over ``repeat`` runs."""
+    out = fn(a, b)  # warm-up
+    best, best_cpu = float("inf"), float("inf")
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(a, b)
+        best = min(best, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, time.process_time() - c0)
+    return best, best_cpu, out
+
+
+def main(argv=None) -> None:
+    """CLI entry: print a GMAC/s table (one row per shape, one column per method)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="verify each method's output")
+    ap.add_argument("--naive", action="store_true", help="also time the int64 naive path")
+    args = ap.parse_args(argv)
+    methods = [("exact_int_mm", exact_int_mm), ("float64_gemm", _float64_gemm),
+               ("torch._int_mm", _torch_int_mm)]
+    if args.naive:
+        methods.append(("int64_naive", int_mm_int64_naive))
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, threads={threads}, M={args.m}, best of {args.repeat}")
+    print("GMAC/s wall-clock (and, in brackets, GMAC per CPU-second x threads: the rate an "
+          "unloaded machine would reach; differs from wall-clock when other processes compete)")
+    head = f"{'K':>6} {'N':>6} " + " ".join(f"{n:>22}" for n, _ in methods) + "   ref/f64"
+    print(head)
+    g = torch.Generator().manual_seed(0)
+    for k, n in SHAPES:
+        a = torch.randint(-128, 128, (args.m, k), generator=g, dtype=torch.int8)
+        b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+        macs = args.m * k * n
+        rates, cpu_rates, ref = {}, {}, None
+        for name, fn in methods:
+            try:
+                t, tc, out = _best(fn, a, b, args.repeat)
+                rates[name] = macs / t / 1e9
+                cpu_rates[name] = macs / max(tc, 1e-9) / 1e9 * threads
+                if name == "exact_int_mm":
+                    ref = out
+                elif args.check and ref is not None and not torch.equal(out, ref):
+                    rates[name] = float("nan")
+                    print(f"  !! {name} differs from exact_int_mm at K={k} N={n}")
+            except Exception as e:  # a method unavailable on this build
+                rates[name] = cpu_rates[name] = float("nan")
+                print(f"  {name} failed: {type(e).__name__}: {e}")
+        row = f"{k:>6} {n:>6} " + " ".join(
+            f"{rates[nm]:>12.1f} [{cpu_rates.get(nm, float('nan')):>7.1f}]" for nm, _ in methods)
+        print(row + f"   {rates['exact_int_mm'] / rates['float64_gemm']:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Bit-level tools for bf16 / fp16 / fp32: ordered encoding, spacing (ulp)
+distance, ulp histogram and bit-exact rounding from float32.
+
+Outputs are compared on bit patterns, never with a float tolerance. The
+distance between two values of one dtype is the number of representable
+values you step over to get from one to the other: the difference of their
+*ordered integer encodings*. The binary interchange formats (IEEE 754-2019
+section 3.4) store sign and magnitude, and within one sign the magnitude bits
+(exponent above fraction) increase with the value, so consecutive
+representable values have consecutive bit patterns (the "ulps via integer
+representation" technique, B. Dawson, "Comparing Floating Point Numbers,
+2012 Edition"). Folding the sign gives one monotone integer line:
+
+    ordered(x) =  bits(x)              if the sign bit is clear
+    ordered(x) = -(bits(x) & ~sign)    if the sign bit is set
+
+so ``+0`` and ``-0`` both encode to 0 (distance 0), the smallest subnormal
+is 1, the step across a power of two counts as one spacing on each side (the
+spacing just below ``2**k`` is half the spacing just above it, and both are
+one ulp), the largest finite value is one step below ``inf``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.errors import OperandError
+
+#: Distance reported between a NaN and a non-NaN value (any NaN payload).
+NAN_DISTANCE: int = 2 ** 62
+
+#: Bin labels of :func:`ulp_histogram`, in order.
+ULP_BINS: tuple[str, ...] = ("0", "1", "2", "3-4", "5-8", "9-16", "17-256", ">256", "nan")
+
+# dtype -> (same-width signed int dtype, total bits)
+_INT_VIEW = {
+    torch.bfloat16: (torch.int16, 16),
+    torch.float16: (torch.int16, 16),
+    torch.float32: (torch.int32, 32),
+}
+
+
+def _check_float(x, what: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise OperandError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INT_VIEW:
+        raise OperandError(f"{what} has dtype {x.dtype}; expected bfloat16, float16 or float32")
+
+
+def bits_of(x: torch.Tensor) -> torch.Tensor:
+    """Raw IEEE bit pattern of each element as a non-negative integer.
+
+    Args:
+        x: Tensor of any shape, dtype bfloat16 / float16 (result 0..65535) or
+           float32 (result 0..2**32-1).
+
+    Returns:
+        int64 tensor, same shape, on x's device. E.g. bf16 1.0 -> 0x3F80,
+        bf16 -0.0 -> 0x8000.
+
+    Raises:
+        OperandError: x is not a tensor or has another dtype.
+    """
+    _check_float(x)
+    idt, nbits = _INT_VIEW[x.dtype]
+    raw = x.contiguous().view(idt).to(torch.int64)
+    return raw & ((1 << nbits) - 1)
+
+
+def ordered_int(x: torch.Tensor) -> torch.Tensor:
+    """Monotone integer encoding of float values (see module docstring).
+
+    Args:
+        x: Tensor of any shape, dtype bfloat16, float16 or float32.
+
+    Returns:
+        int64 tensor, same shape: ``ordered(a) < ordered(b)`` iff ``a < b``
+        for non-NaN a, b; ``+0`` and ``-0`` both give 0; adjacent
+        representable values differ by exactly 1 (including across a power
+        of two, between the largest subnormal and the smallest normal, and
+        between the largest finite value and ``inf``). NaNs encode beyond
+        ``±inf`` (by payload); use :func:`spacing_distance`, which handles
+        NaN explicitly, rather than comparing their encodings.
+
+    Raises:
+        OperandError: x is not a tensor or has another dtype.
+    """
+    b = bits_of(x)
+    nbits = _INT_VIEW[x.dtype][1]
+    sign = 1 << (nbits - 1)
+    mag = b & (sign - 1)
+    return torch.where(b >= sign, -mag, mag)
+
+
+def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Element-wise distance in units of spacing (ulp) of the common dtype.
+
+    ``|ordered(x) - ordered(y)|`` (see :func:`ordered_int`). Handling:
+    ``+0`` vs ``-0`` -> 0; subnormals are counted like any other step (the
+    smallest subnormal is 1 from zero); ``inf`` is one step beyond the
+    largest finite value (bf16 max 0x7F7F vs inf 0x7F80 -> 1) and ``-inf`` vs
+    ``+inf`` is the full span; NaN vs NaN (any payloads) -> 0; NaN vs
+    non-NaN -> :data:`NAN_DISTANCE` (2**62, larger than any finite-or-inf
+    distance, so a max/histogram still flags it).
+
+    Args:
+        x, y: tensors of one shape and one dtype (bfloat16, float16, float32).
+
+    Returns:
+        int64 tensor of x's shape, values >= 0.
+
+    Raises:
+        OperandError: non-tensor, unsupported dtype, dtype or shape mismatch.
+    """
+    _check_float(x, "x")
+    _check_float(y, "y")
+    if x.dtype != y.dtype:
+        raise OperandError(f"spacing_distance: dtype mismatch {x.dtype} vs {y.dtype}")
+    if tuple(x.shape) != tuple(y.shape):
+        raise OperandError(
+            f"spacing_distance: shape mismatch {tuple(x.shape)} vs {tuple(y.shape)}")
+    y = y.to(x.device)
+    d = (ordered_int(x) - ordered_int(y)).abs()
+    nx, ny = torch.isnan(x), torch.isnan(y)
+    d = torch.where(nx & ny, torch.zeros_like(d), d)
+    d = torch.where(nx ^ ny, torch.full_like(d, NAN_DISTANCE), d)
+    return d
+
+
+def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
+    """Histogram of spacing distances into fixed bins.
+
+    Args:
+        dist: int64 tensor (any shape) from :func:`spacing_distance`.
+
+    Returns:
+        ``{"0", "1", "2", "3-4", "5-8", "9-16", "17-256", ">256", "nan"}`` ->
+        count (Python ints, every key present, counts sum to ``dist.numel()``).
+        ``"nan"`` counts entries equal to :data:`NAN_DISTANCE` (NaN vs
+        non-NaN); ``">256"`` counts every other distance above 256.
+
+    Raises:
+        OperandError: dist is not an integer tensor.
+    """
+    if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
+        raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
+    d = dist.reshape(-1).to(torch.int64)
+    nan = d == NAN_DISTANCE
+    edges = [(0, 0), (1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 256)]
+    out: dict[str, int] = {}
+    for label, (lo, hi) in zip(ULP_BINS, edges):
+        out[label] = int(((d >= lo) & (d <= hi)).sum())
+    out[">256"] = int(((d > 256) & ~nan).sum())
+    out["nan"] = int(nan.sum())
+    return out
+
+
+def _bf16_rne_bits(x32: torch.Tensor) -> torch.Tensor:
+    """float32 -> bf16 RNE on the raw bits (independent of torch's cast).
+
+    Adds 0x7FFF plus the lowest kept bit, then drops the low 16 bits: a tie
+    (low half exactly 0x8000) rounds up only when the kept part is odd. Carry
+    into the exponent gives the next binade or inf, as IEEE requires. NaN is
+    mapped to a quiet NaN keeping the sign (payload's top bits kept, quiet bit
+    forced) so truncation can never turn a NaN into inf.
+    """
+    b = x32.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    lsb = (b >> 16) & 1
+    r = ((b + 0x7FFF + lsb) >> 16) & 0xFFFF
+    nan_r = ((b >> 16) | 0x0040) & 0xFFFF
+    return torch.where(torch.isnan(x32), nan_r, r)
+
+
+def _from_bits(bits64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    idt, nbits = _INT_VIEW[dtype]
+    v = bits64 & ((1 << nbits) - 1)
+    v = torch.where(v >= (1 << (nbits - 1)), v - (1 << nbits), v)
+    return v.to(idt).view(dtype)
+
+
+def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.Tensor:
+    """Round float32 values to ``dtype`` bit-exactly.
+
+    Args:
+        x: float32 tensor, any shape.
+        dtype: torch.bfloat16, torch.float16 or torch.float32 (identity copy).
+        mode: ``"rne"`` round to nearest, ties to even (IEEE 754 default,
+            roundTiesToEven); ``"rtz"`` round toward zero (truncation, the
+            F4 output_truncation fault). Overflow: RNE gives ±inf past the
+            midpoint above the largest finite value; RTZ saturates at the
+            largest finite value (IEEE 754 section 7.4). Subnormal results
+            are produced (no flush to zero); NaN stays NaN (quiet), ±inf and
+            ±0 are kept with their sign.
+
+    Returns:
+        Tensor of ``dtype``, same shape and device.
+
+    Raises:
+        OperandError: x not float32, unsupported dtype or mode.
+
+    bf16 RNE is computed on the integer bits (bias-and-shift); fp16 RNE uses
+    torch's float32->float16 cast (IEEE RNE, checked against numpy in
+    tests/test_ref_bits.py); RTZ is derived from RNE by stepping one spacing
+    toward zero whenever RNE rounded away from zero.
+    """
+    _check_float(x)
+    if x.dtype != torch.float32:
+        raise OperandError(f"round_fp32 expects float32 input, got {x.dtype}")
+    if dtype not in _INT_VIEW:
+        raise OperandError(f"round_fp32: unsupported target dtype {dtype}")
+    if mode not in ("rne", "rtz"):
+        raise OperandError(f"round_fp32: mode must be 'rne' or 'rtz', got {mode!r}")
+    if dtype == torch.float32:
+        return x.clone()
+    if dtype == torch.bfloat16:
+        rne = _from_bits(_bf16_rne_bits(x), torch.bfloat16)
+    else:
+        rne = x.to(torch.float16)
+    if mode == "rne":
+        return rne
+    back = rne.to(torch.float32)  # exact widening
+    away = (back.abs() > x.abs()) & torch.isfinite(x)
+    # one step toward zero in sign-magnitude = magnitude bits - 1
+    b = bits_of(rne)
+    stepped = _from_bits(b - 1, dtype)
+    return torch.where(away, stepped, rne)

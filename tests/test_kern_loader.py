@@ -1,0 +1,154 @@
+"""Third-party kernels: pkg.module:function (declare / attributes / query),
+the int8conf.kernels entry-point group, the vLLM-convention adapter, and
+one-line KernelLoadErrors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from conformance.kernels.registry import get_kernel, list_kernels, register, resolve_kernels
+from conformance.kernels.runner import run_int_mm, run_kernel
+from conformance.kernels.spec import KernelSpec
+from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
+from reference.epilogue import reference_scaled_mm
+from reference.errors import KernelLoadError
+from reference.operands import GemmOperands
+
+MODULE = textwrap.dedent('''
+    import torch
+    from conformance.kernels.loader import declare
+    from conformance.kernels.spec import ShapeConstraints
+    from reference.contract import TRITON_STYLE, CUTLASS_STYLE
+    from reference.epilogue import reference_scaled_mm
+
+    def _acc(a, b):
+        return (a.long() @ b.long().T).int()
+
+    @declare(contract="triton", constraints=ShapeConstraints(min_m=1), int_mm=_acc,
+             name="mine", version="2.1")
+    def declared(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return reference_scaled_mm(a, b, sa, sb, TRITON_STYLE, bias, out_dtype)
+
+    def attrs(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return reference_scaled_mm(a, b, sa, sb, CUTLASS_STYLE, bias, out_dtype)
+    attrs.int8conf_contract = {"scale_order": "w_then_a", "bias_point": "fp32_before_round"}
+
+    SEEN = {}
+    def vllm_style(a, b, scale_a, scale_b, out_dtype, bias):
+        # vLLM convention: b is [K,N] (column-major view), scales are columns
+        SEEN.update(b_shape=tuple(b.shape), b_stride=b.stride(), sa=tuple(scale_a.shape),
+                    sb=tuple(scale_b.shape))
+        return reference_scaled_mm(a, b.t().contiguous(), scale_a, scale_b, CUTLASS_STYLE,
+                                   bias, out_dtype)
+
+    def undeclared(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return None
+
+    def factory():
+        from conformance.kernels.spec import KernelSpec
+        return KernelSpec(name="fact", scaled_mm=attrs, contract=CUTLASS_STYLE)
+    factory.int8conf_factory = True
+
+    def bad_factory():
+        raise ValueError("no GPU\\nmore")
+    bad_factory.int8conf_factory = True
+''')
+
+
+@pytest.fixture
+def usermod(tmp_path, monkeypatch):
+    (tmp_path / "kern_user_mod.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    import sys
+    sys.modules.pop("kern_user_mod", None)
+    importlib.invalidate_caches()
+    yield importlib.import_module("kern_user_mod")
+    sys.modules.pop("kern_user_mod", None)
+
+
+def _ops(bias=True):
+    g = torch.Generator().manual_seed(2)
+    return GemmOperands(torch.randint(-128, 128, (5, 9), dtype=torch.int8, generator=g),
+                        torch.randint(-128, 128, (6, 9), dtype=torch.int8, generator=g),
+                        torch.rand(5, generator=g) + 0.1, torch.rand(6, generator=g) + 0.1,
+                        torch.randn(6, generator=g).bfloat16() if bias else None)
+
+
+def test_declared_function(usermod):
+    spec = get_kernel("kern_user_mod:declared")
+    assert spec.name == "mine" and spec.version == "2.1" and spec.contract == TRITON_STYLE
+    assert spec.origin == "module:kern_user_mod:declared" and len(spec.source_digest) == 64
+    ops = _ops()
+    run = run_kernel(spec, ops)
+    assert run.error is None
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, TRITON_STYLE, ops.bias)
+    assert torch.equal(run.output.view(torch.int16), ref.view(torch.int16))
+    assert torch.equal(run_int_mm(spec, ops.a, ops.b).acc.long(), ops.a.long() @ ops.b.long().T)
+
+
+def test_attribute_declaration_and_query_override(usermod):
+    assert get_kernel("kern_user_mod:attrs").contract == CUTLASS_STYLE
+    spec = get_kernel("kern_user_mod:attrs?contract=fused/after_round&name=x")
+    assert spec.contract == EpilogueContract("fused", "after_round") and spec.name == "x"
+
+
+def test_vllm_adapter(usermod):
+    spec = get_kernel("kern_user_mod:vllm_style?contract=cutlass&convention=vllm")
+    ops = _ops()
+    ops.scale_b = torch.tensor(0.25)  # scalar scale broadcast to [N,1]
+    run = run_kernel(spec, ops)
+    assert run.error is None
+    assert usermod.SEEN == {"b_shape": (9, 6), "b_stride": (1, 9), "sa": (5, 1), "sb": (6, 1)}
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, CUTLASS_STYLE, ops.bias)
+    assert torch.equal(run.output.view(torch.int16), ref.view(torch.int16))
+
+
+def test_factory(usermod):
+    spec = get_kernel("kern_user_mod:factory")
+    assert spec.name == "fact" and spec.origin == "module:kern_user_mod:factory"
+    with pytest.raises(KernelLoadError, match=r"^kernel 'kern_user_mod:bad_factory': factory "
+                                              r"raised ValueError: no GPU$"):
+        get_kernel("kern_user_mod:bad_factory")
+
+
+@pytest.mark.parametrize("name,msg", [
+    ("kern_user_mod:undeclared", "declares no epilogue contract"),
+    ("kern_user_mod:nothere", "module 'kern_user_mod' has no attribute 'nothere'"),
+    ("no_such_pkg_xyz.mod:fn", "cannot import module 'no_such_pkg_xyz.mod': ModuleNotFoundError"),
+    ("kern_user_mod:attrs?convention=cuda", "bad declaration: convention='cuda'"),
+    ("no-such-kernel", "unknown kernel 'no-such-kernel'"),
+    ("", "kernel name must be a non-empty string"),
+])
+def test_load_errors_are_one_line(usermod, name, msg):
+    with pytest.raises(KernelLoadError) as ei:
+        get_kernel(name)
+    assert msg in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_entry_point_group(usermod, tmp_path, monkeypatch):
+    dist = tmp_path / "kernuser-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kernuser\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[int8conf.kernels]\nuserkern = kern_user_mod:declared\nbroken = kern_user_mod:nope\n")
+    assert "userkern" in list_kernels() and "broken" in list_kernels()
+    spec = get_kernel("userkern")
+    assert spec.origin == "entry-point:userkern" and spec.contract == TRITON_STYLE
+    with pytest.raises(KernelLoadError, match=r"^entry point 'broken' \(kern_user_mod:nope\) "
+                                              r"failed to load: AttributeError"):
+        get_kernel("broken")
+
+
+def test_register_and_resolve():
+    spec = KernelSpec(name="kern_test_registered", scaled_mm=lambda *a, **k: None,
+                      contract=CUTLASS_STYLE)
+    register(spec)
+    assert get_kernel("kern_test_registered") is spec
+    names = [s.name for s in resolve_kernels(["cpu", "all", "kern_test_registered", "cpu"])]
+    assert names == ["cpu", "int_mm", "triton", "kern_test_registered"]
+    with pytest.raises(KernelLoadError, match="built-in name"):
+        register(KernelSpec(name="cpu", scaled_mm=print, contract=CUTLASS_STYLE))

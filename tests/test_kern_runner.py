@@ -1,0 +1,131 @@
+"""runner.run_kernel / run_int_mm: broken kernels are reported with evidence,
+never crash; digests and manifests tell what ran."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.kernels import trace
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import run_int_mm, run_kernel
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from reference.contract import CUTLASS_STYLE
+from reference.epilogue import reference_scaled_mm
+from reference.errors import OperandError
+from reference.operands import GemmOperands
+
+
+def _ops(m=4, k=8, n=3, bias=False):
+    g = torch.Generator().manual_seed(1)
+    return GemmOperands(torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
+                        torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
+                        torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5,
+                        torch.ones(n, dtype=torch.bfloat16) if bias else None)
+
+
+def _good(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+    return reference_scaled_mm(a, b, sa, sb, CUTLASS_STYLE, bias, out_dtype)
+
+
+def _spec(fn, **kw):
+    return KernelSpec(name="t", scaled_mm=fn, contract=CUTLASS_STYLE, **kw)
+
+
+def test_good_kernel_runner_records_digests():
+    ops = _ops()
+    run = run_kernel(_spec(_good), ops)
+    assert run.error is None and run.output.dtype == torch.bfloat16
+    assert run.manifest["path"] == "unreported" and run.manifest["operands_recorded_by"] == "runner"
+    assert run.received_digests == ops.digests()
+
+
+def test_raising_kernel():
+    def boom(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        raise RuntimeError("CUDA error: an illegal memory access\nsecond line")
+    run = run_kernel(_spec(boom), _ops())
+    assert run.output is None
+    assert run.error.startswith("kernel raised RuntimeError: CUDA error: an illegal memory access")
+    assert "\n" not in run.error
+    assert run.manifest["extra"]["exception"] == "RuntimeError"
+    assert run.manifest["extra"]["traceback_tail"][-1].endswith("in boom")
+
+
+@pytest.mark.parametrize("ret,msg", [
+    (lambda o: o.t().contiguous(), "kernel returned shape (3, 4), expected [4,3]"),
+    (lambda o: o.float(), "kernel returned dtype torch.float32, expected torch.bfloat16"),
+    (lambda o: o.tolist(), "kernel returned list, expected a torch.Tensor [4,3] torch.bfloat16"),
+])
+def test_wrong_output(ret, msg):
+    def bad(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return ret(_good(a, b, sa, sb, out_dtype, bias))
+    run = run_kernel(_spec(bad), _ops())
+    assert run.error == msg and run.output is None
+
+
+def test_nan_output_reported_with_position():
+    def nan_one(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        o = _good(a, b, sa, sb, out_dtype, bias)
+        o[2, 1] = float("nan")
+        return o
+    run = run_kernel(_spec(nan_one), _ops())
+    assert run.error.startswith("kernel wrote NaN at 1 of 12 elements")
+    assert "first at [2,1]" in run.error
+    assert run.manifest["extra"]["first_unexpected_nan"] == [2, 1]
+    assert run.output is not None and torch.isnan(run.output).sum() == 1
+
+
+def test_kernel_recorded_operands_win_over_runner():
+    # a wrapper that feeds the kernel a transposed-then-copied b (an F9-like fault):
+    # the digests show what the innermost kernel received.
+    inner = get_kernel("cpu")
+
+    def swap(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return inner.scaled_mm(a, b.flip(0).contiguous(), sa, sb, out_dtype, bias)
+    ops = _ops()
+    run = run_kernel(_spec(swap), ops)
+    assert run.error is None and run.manifest["operands_recorded_by"] == "kernel"
+    assert run.manifest["path"] == "cpu-exact"
+    d = ops.digests()
+    assert run.received_digests["a"] == d["a"] and run.received_digests["b"] != d["b"]
+
+
+def test_invalid_operands_raise_one_line():
+    ops = _ops()
+    ops.scale_a = ops.scale_a.clone()
+    ops.scale_a[1] = 0.0
+    with pytest.raises(OperandError, match=r"^scale_a has 1 zero value\(s\) \(first at index 1\)$"):
+        run_kernel(get_kernel("cpu"), ops)
+    with pytest.raises(OperandError, match="K mismatch"):
+        run_int_mm(get_kernel("cpu"), ops.a, ops.b[:, :5].contiguous())
+
+
+def test_constraints_and_device_skip():
+    spec = _spec(_good, constraints=ShapeConstraints(min_m=17, k_multiple=8))
+    run = run_kernel(spec, _ops(m=4, k=12))
+    assert run.manifest["skipped"] is True and run.output is None
+    assert run.error == ("not runnable here: shape outside declared constraints: "
+                         "M=4 < min_m=17; K=12 is not a multiple of 8")
+    if not torch.cuda.is_available():
+        run = run_kernel(_spec(_good, devices=("cuda",)), _ops())
+        assert run.manifest["skipped"] and "none available here" in run.error
+
+
+def test_int_mm_missing_and_bad():
+    a, b = _ops().a, _ops().b
+    run = run_int_mm(_spec(_good), a, b)
+    assert run.acc is None and run.error == "kernel 't' has no int_mm (accumulator-only) entry"
+    run = run_int_mm(_spec(_good, int_mm=lambda a, b: (a.long() @ b.long().T)), a, b)
+    assert run.error == "int_mm returned dtype torch.int64, expected torch.int32"
+    run = run_int_mm(_spec(_good, int_mm=lambda a, b: (a.long() @ b.long().T).int()), a, b)
+    assert run.error is None and run.output.tolist() == (a.long() @ b.long().T).tolist()
+
+
+def test_trace_outside_capture_is_noop_and_nested_last_wins():
+    trace.record_path("x", k=1)  # no capture: nothing happens, no error
+    with trace.capture() as outer:
+        trace.record_path("wrapper", a=1)
+        trace.record_path("inner", b=2)
+    assert outer.path == "inner" and outer.paths == ["wrapper", "inner"]
+    assert outer.extra == {"a": 1, "b": 2}
+    assert trace.current() is None
