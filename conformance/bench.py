@@ -79,6 +79,22 @@ def _row(kernel: str, device: str, shape: tuple, t: tuple, ref_t: Optional[tuple
             "x reference": (ref_t[0] / secs) if ref_t else float("nan"), "note": note}
 
 
+def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int,
+               ref_t: tuple, note: str) -> dict:
+    """Time ``spec.scaled_mm`` on ``ops``; a kernel that raises gets a row with
+    NaN figures and the exception in ``note`` (the bench goes on)."""
+    try:
+        t = time_call(lambda: spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b,
+                                             torch.bfloat16, ops.bias), reps,
+                      cuda=device == "cuda")
+    except Exception as e:  # noqa: BLE001 -- report, keep benchmarking the others
+        msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        row = _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t,
+                   f"FAILED {type(e).__name__}: {msg}")
+        return row
+    return _row(spec.name, device, shape, t, ref_t, note)
+
+
 def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
               shapes: tuple = QWEN3_1_7B_SHAPES,
               interpreter_shape: Optional[tuple] = INTERPRETER_SHAPE,
@@ -132,17 +148,13 @@ def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
                 if cpu_interp != is_reduced:
                     continue  # interpreter only on the reduced shape; others only on full
                 ops = make_operands(*shape[:3])
-                secs = time_call(lambda: spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b,
-                                                        torch.bfloat16, ops.bias), reps)
                 note = ("Triton interpreter (numpy); reduced shape" if cpu_interp else "")
-                rows.append(_row(spec.name, "cpu", shape, secs, ref_time[shape], note))
+                rows.append(_timed_row(spec, "cpu", shape, ops, reps, ref_time[shape], note))
         if cuda and "cuda" in spec.devices and pick_device(spec, "cuda")[0]:
             for shape in shapes:
                 ops = make_operands(*shape[:3]).to("cuda")
-                secs = time_call(lambda: spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b,
-                                                        torch.bfloat16, ops.bias), reps, cuda=True)
-                rows.append(_row(spec.name, "cuda", shape, secs, ref_time[shape],
-                                 "native; ratio vs CPU reference"))
+                rows.append(_timed_row(spec, "cuda", shape, ops, reps, ref_time[shape],
+                                       "native; ratio vs CPU reference"))
     try:
         import pandas as pd
     except ImportError:  # bare GPU boxes: plain rows

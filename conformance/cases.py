@@ -210,6 +210,17 @@ def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
                               f"{', '.join(modes)} ({len(cases)} cases) from {src or 'capture set'}")
 
 
+def load_capture_dir(capture_dir) -> object:
+    """``reference.capture.load_capture_set(capture_dir)`` (a user's own
+    captures, e.g. from ``int8conf capture --model DIR``).
+
+    Raises:
+        CaptureError: missing or inconsistent capture directory (one line).
+    """
+    from reference.capture import load_capture_set
+    return load_capture_set(capture_dir)
+
+
 def case_id(ops: GemmOperands) -> str:
     """Unique, readable id of a case: captures ``<layer>[<scale mode>]``,
     others their name."""

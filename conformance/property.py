@@ -56,18 +56,18 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
 
     strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N,
                              out_dtypes=(torch.bfloat16, torch.float16))
-    seen: set = set()
+    names: dict = {}
     state = {"n": 0, "failing": None}
 
     @ci_settings(max_examples)
     @given(ops=strategy)
     def prop(ops):
         key = tuple(sorted(ops.digests().items())) + (str(ops.out_dtype),)
-        first = key not in seen
-        seen.add(key)
+        first = key not in names
         if first:
             state["n"] += 1
-            ops.name = f"property/{state['n']}:M{ops.m}xK{ops.k}xN{ops.n}"
+            names[key] = f"property/{state['n']}:M{ops.m}xK{ops.k}xN{ops.n}"
+        ops.name = names[key]
         cr = evaluate_case(spec, ops, device=device, source="property")
         if first:
             sink(cr)
@@ -81,7 +81,10 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
     try:
         prop()
         summary.update(examples=state["n"], failed=False)
-    except AssertionError as e:
-        summary.update(examples=state["n"], failed=True, failure=str(e).splitlines()[0],
+    except Exception as e:  # noqa: BLE001 -- AssertionError = a failing example; others too
+        line = str(e).splitlines()[0] if str(e) else ""
+        if not isinstance(e, AssertionError):
+            line = f"{type(e).__name__}: {line}"
+        summary.update(examples=state["n"], failed=True, failure=line,
                        falsifying_case=state["failing"].case if state["failing"] else None)
     return summary

@@ -15,6 +15,9 @@ Options:
     --int8conf-examples=N hypothesis examples of the property test (default 25).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
     --int8conf-no-sweep   skip the alignment-straddling shape sweep.
+    --int8conf-captures=DIR  replay this capture directory instead of the
+                          default model's shipped captures.
+    --int8conf-no-captures  skip layer-capture replay (synthetic cases only).
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
@@ -93,6 +96,10 @@ def pytest_addoption(parser) -> None:
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
     g.addoption("--int8conf-no-sweep", action="store_true",
                 help="skip the alignment-straddling shape sweep")
+    g.addoption("--int8conf-captures", default=None, metavar="DIR",
+                help="replay this capture directory (default: the default model's captures)")
+    g.addoption("--int8conf-no-captures", action="store_true",
+                help="skip layer-capture replay (synthetic cases only)")
 
 
 def pytest_configure(config) -> None:
@@ -106,7 +113,14 @@ def pytest_configure(config) -> None:
         specs = resolve_kernels(list(names))
         against = config.getoption("against")
         other = get_kernel(against) if against else None
-        cases, cap = default_cases(include_sweep=not config.getoption("int8conf_no_sweep"))
+        cs = None
+        no_cap = config.getoption("int8conf_no_captures")
+        if config.getoption("int8conf_captures") and not no_cap:
+            from conformance.cases import load_capture_dir
+            cs = load_capture_dir(config.getoption("int8conf_captures"))
+        cases, cap = default_cases(include_captures=not no_cap,
+                                   include_sweep=not config.getoption("int8conf_no_sweep"),
+                                   capture_set=cs)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf: {e}") from None
     out = Path(config.getoption("int8conf_reports"))

@@ -171,7 +171,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     run = run_kernel(spec, ops, device=device)
     exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
     try:
-        obs = observe_accumulator(spec, ops)
+        obs = observe_accumulator(spec, ops, device=device)
     except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
         obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
     checks: dict[str, CheckResult] = {}
@@ -320,13 +320,19 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
-def overall_verdict(checks: Sequence[CheckResult]) -> dict:
-    """Overall verdict from aggregated checks (module docstring)."""
+def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict] = None) -> dict:
+    """Overall verdict from aggregated checks (module docstring); a property
+    test that failed without a failing example (e.g. hypothesis itself
+    errored) also fails it."""
     failed = [c for c in checks if c.is_kernel_failure]
     pre = [c for c in checks if c.is_precondition_violation]
-    if failed:
+    prop_failed = bool(property_tests and property_tests.get("failed"))
+    if failed or prop_failed:
         verdict = "fail"
-        summary = "NOT conformant: " + "; ".join(f"{c.check_id} {c.name} failed" for c in failed)
+        summary = "NOT conformant: " + "; ".join(
+            [f"{c.check_id} {c.name} failed" for c in failed]
+            + ([f"property test failed: {property_tests.get('failure')}"]
+               if prop_failed and not failed else []))
     elif any(c.verdict == "pass" for c in checks):
         verdict = "pass"
         summary = "conformant: no check failed because of the kernel"
@@ -376,7 +382,8 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         checks=checks, cases=list(case_results),
         captures={"available": captures.available, "note": captures.note,
                   "source": captures.source},
-        property_tests=property_tests, pairwise=pairwise, overall=overall_verdict(checks),
+        property_tests=property_tests, pairwise=pairwise,
+        overall=overall_verdict(checks, property_tests),
         elapsed_s=elapsed_s)
 
 
@@ -404,7 +411,7 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                     include_captures: bool = True, include_sweep: bool = True,
                     seeds: Sequence[int] = (0, 1), property_examples: int = 25,
                     model_checks: bool = True, max_capture_layers: Optional[int] = None,
-                    device: Optional[str] = None,
+                    capture_dir=None, device: Optional[str] = None,
                     progress: Optional[Callable[[str], None]] = None) -> ConformanceResult:
     """Run the whole conformance suite for one kernel.
 
@@ -417,6 +424,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             some cases have ``meta["source"] == "capture"``).
         include_captures, include_sweep, seeds, max_capture_layers: see
             :func:`default_cases`.
+        capture_dir: replay this capture directory instead of the default
+            model's shipped captures.
         property_examples: hypothesis examples of the property test (0 = skip).
         model_checks: run C7 token_flip and E1 engine_hash when importable.
         device: device for kernel runs (None = runner default).
@@ -435,7 +444,11 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
     other = get_kernel(against) if isinstance(against, str) else against
     say = progress or (lambda s: None)
     if cases is None:
-        cases, cap = default_cases(include_captures, include_sweep, seeds, max_capture_layers)
+        cs = None
+        if capture_dir is not None and include_captures:
+            from conformance.cases import load_capture_dir
+            cs = load_capture_dir(capture_dir)
+        cases, cap = default_cases(include_captures, include_sweep, seeds, max_capture_layers, cs)
     else:
         cases = list(cases)
         n_cap = sum(1 for c in cases if (c.meta or {}).get("source") == "capture")

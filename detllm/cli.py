@@ -157,7 +157,7 @@ def cmd_demo(args) -> int:
         if fmodel is not None:
             f = G.float_generate(fmodel, ps, n, sched)
             fl = f.short(slot)
-        rows.append([label + " [reference]", lh, th, fl[0], fl[1]])
+        rows.append([label + ", reference int_mm", lh, th, fl[0], fl[1]])
     names = [k.strip() for k in args.kernels.split(",")] if args.kernels != "all" else \
         [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
     if args.kernels == "all" and not torch.cuda.is_available() and "triton" in names and not args.with_interpreter:

@@ -339,6 +339,72 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
     return logits
 
 
+ATTN_BLOCK_ELEMS = 1 << 22   # score-matrix elements per attention block (memory bound)
+
+
+def _attention(engine: Engine, i: int, qq: torch.Tensor, qtm: torch.Tensor, qtk: torch.Tensor,
+               cache: KVCache, pos: torch.Tensor, n_new: list) -> torch.Tensor:
+    """Attention of layer i for a batch, as block-masked int8 GEMMs.
+
+    Sequences are processed in groups (as many as fit ``ATTN_BLOCK_ELEMS``
+    score elements). Within a group, all query rows (sequence, head, token)
+    meet all cached key rows (sequence, kv head, position) in ONE int_mm;
+    entries whose key belongs to another sequence or KV head, lies in the
+    future (causal) or beyond the sequence's cache length are masked with
+    ``ops.MASK_SENTINEL``, get probability exactly 0, and contribute exactly 0
+    to ``ops.pv_matmul`` (its hi/lo/column-sum terms cancel for p = 0). So a
+    row's bits depend only on its own sequence's keys, whatever the grouping.
+
+    Args:
+        qq: int8 [B, T, nh, hd] queries; qtm/qtk: [B, T, nh] per-(token, head) dyadic.
+        pos: int64 [B, T] absolute positions; n_new: valid new tokens per row.
+    Returns:
+        int64 [B, T, nh, hd] = P.V in units s_v / 2^15.
+    """
+    d, t, u = engine.dims, engine.t, engine.units
+    B, T, nh, hd = qq.shape
+    nkv = d["kv_heads"]
+    group = nh // nkv
+    dev = qq.device
+    p = f"layers.{i}."
+    lengths = [cache.length[b] + n_new[b] for b in range(B)]
+    o = torch.zeros(B, T, nh, hd, dtype=torch.int64, device=dev)
+    mm32 = lambda a_, b_: _mm32(engine, a_, b_)  # noqa: E731  (pv_matmul's int_mm)
+    todo = [b for b in range(B) if n_new[b] > 0 and lengths[b] > 0]
+    while todo:
+        grp = [todo.pop(0)]
+        while todo:
+            L = max(lengths[b] for b in grp + [todo[0]])
+            if (len(grp) + 1) ** 2 * nh * T * nkv * L > ATTN_BLOCK_ELEMS:
+                break
+            grp.append(todo.pop(0))
+        G = len(grp)
+        L = max(lengths[b] for b in grp)
+        gi = torch.tensor(grp, dtype=torch.int64, device=dev)
+        qa = qq[gi].permute(0, 2, 1, 3).reshape(G * nh * T, hd)                      # rows (b, h, t)
+        ka = cache.k[i][gi, :, :L, :].reshape(G * nkv * L, hd)                        # cols (b, g, s)
+        va = cache.v[i][gi, :, :L, :].reshape(G * nkv * L, hd)
+        acc = _mm(engine, qa, ka)                                                     # [G*nh*T, G*nkv*L]
+        # per-row score dyadic: (Mq/127 * 2^-qk_exp) * s_k(g) / sqrt(hd) -> Q(score_exp)
+        hh = torch.arange(nh, device=dev)
+        sm = (qtm[gi] * t[p + "score.m"][hh // group][None, None, :]).permute(0, 2, 1).reshape(-1)
+        sk = (qtk[gi] + t[p + "score.k"][hh // group][None, None, :]).permute(0, 2, 1).reshape(-1)
+        sc = intops.round_shift(acc * sm[:, None], sk[:, None]).clamp(min=ops.MASK_SENTINEL + 1)
+        rb = torch.arange(G, device=dev).repeat_interleave(nh * T)
+        rg = (hh // group).repeat_interleave(T).repeat(G)
+        rpos = pos[gi].repeat_interleave(nh, dim=0).reshape(-1)        # pos[b, t] for rows (b, h, t)
+        cb = torch.arange(G, device=dev).repeat_interleave(nkv * L)
+        cg = torch.arange(nkv, device=dev).repeat_interleave(L).repeat(G)
+        cs = torch.arange(L, device=dev).repeat(G * nkv)
+        lim = torch.tensor([lengths[b] for b in grp], dtype=torch.int64, device=dev)
+        keep = ((rb[:, None] == cb[None, :]) & (rg[:, None] == cg[None, :])
+                & (cs[None, :] <= rpos[:, None]) & (cs[None, :] < lim[rb][:, None]))
+        pr = ops.int_softmax(ops.mask_scores(sc, keep), u["score_exp"])              # int16 Q0.15
+        tot = ops.pv_matmul(pr, va, mm32)                                             # [G*nh*T, hd]
+        o[gi] = tot.reshape(G, nh, T, hd).permute(0, 2, 1, 3)
+    return o
+
+
 def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) -> torch.Tensor:
     d, u, t = engine.dims, engine.units, engine.t
     dev = engine.device
@@ -378,24 +444,7 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
         qq = intops.div_round(127 * q, qm.clamp(min=1)[..., None]).to(torch.int8).reshape(B, T, nh, hd)
         qtm, qtk = normalize17(qm)
         qtm, qtk = qtm.reshape(B, T, nh), qtk.reshape(B, T, nh)
-        o = torch.zeros(B, T, nh, hd, dtype=torch.int64, device=dev)
-        mm32 = lambda a_, b_: _mm32(engine, a_, b_)  # noqa: E731  (pv_matmul's int_mm)
-        for b in range(B):
-            L = cache.length[b] + n_new[b]
-            if n_new[b] == 0 or L == 0:
-                continue
-            keys = torch.arange(L, dtype=torch.int64, device=dev)
-            mask = (keys[None, :] <= pos[b][:, None]).repeat(group, 1)              # [group*T, L] causal
-            for g in range(nkv):
-                hs = slice(g * group, (g + 1) * group)
-                qa = qq[b, :, hs, :].permute(1, 0, 2).reshape(group * T, hd)      # rows: head-major
-                acc = _mm(engine, qa, cache.k[i][b, g, :L, :])                    # [group*T, L]
-                sm = qtm[b, :, hs].permute(1, 0).reshape(-1) * t[p + "score.m"][g]
-                sk = qtk[b, :, hs].permute(1, 0).reshape(-1) + t[p + "score.k"][g]
-                sc = intops.round_shift(acc * sm[:, None], sk[:, None]).clamp(min=ops.MASK_SENTINEL + 1)
-                pr = ops.int_softmax(ops.mask_scores(sc, mask), score_exp)         # int16 Q0.15
-                tot = ops.pv_matmul(pr, cache.v[i][b, g, :L, :], mm32)             # [group*T, hd]
-                o[b, :, hs, :] = tot.reshape(group, T, hd).permute(1, 0, 2)
+        o = _attention(engine, i, qq, qtm, qtk, cache, pos, n_new)
         oq, otm, otk = quant_rows(o.reshape(R, nh * hd))
         x = sat32(x + _linear(engine, oq, otm, otk, p + "o"))
         m8, tm, tk = norm_quant(x, t[p + "mlp_norm.g"], u["resid_eps"])

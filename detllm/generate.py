@@ -260,7 +260,7 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
     for c in chunks:
         pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s:s + c]
         out = model(input_ids=ids[:, s:s + c].to(dev), attention_mask=full_mask[:, :s + c].to(dev),
-                    position_ids=pos.to(dev), past_key_values=cache, use_cache=True)
+                    position_ids=pos.to(dev), cache=cache, use_cache=True)
         lg = out.logits.float().cpu()
         for b in range(B):
             valid = mask[b, s:s + c].bool()
@@ -281,7 +281,7 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
         pos = (cur_mask.sum(-1, keepdim=True) - 1)
         out = model(input_ids=nxt.view(B, 1).to(dev), attention_mask=cur_mask.to(dev), position_ids=pos.to(dev),
-                    past_key_values=cache, use_cache=True)
+                    cache=cache, use_cache=True)
         lg = out.logits.float().cpu()
         for b in range(B):
             lchain[b].update_rows(lg[b], "<f4")

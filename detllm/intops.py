@@ -109,6 +109,21 @@ def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     return torch.where(k >= 0, right, left)
 
 
+def _round_shift_tensor_fast(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """round_shift for int64 x and int64 tensor k with 0 <= k <= 62 (same rule).
+
+    y = floor(x / 2^(k-1)); floor((y + 1) / 2) = (y >> 1) + (y & 1) rounds
+    half up; a negative exact tie (y odd, no bits below) goes down instead.
+    No intermediate exceeds |x|.
+    """
+    km1 = (k - 1).clamp(min=0)
+    y = torch.bitwise_right_shift(x, km1)
+    odd = torch.bitwise_and(y, 1)
+    neg_tie = (x < 0) & (torch.bitwise_left_shift(y, km1) == x)
+    out = torch.bitwise_right_shift(y, 1) + torch.where(neg_tie, torch.zeros_like(odd), odd)
+    return torch.where(k == 0, x, out)
+
+
 def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     """round(x / 2^k), ties rounded AWAY from zero; exact x * 2^-k for k < 0.
 
@@ -139,6 +154,8 @@ def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
             half = 1 << (k - 1)
             return q + ((r > half) | ((r == half) & (x >= 0))).to(torch.int64)
     k = _as_i64(k, like=x, name="k")
+    if k.numel() and 0 <= int(k.min()) and int(k.max()) <= _MAX_SHIFT:
+        return _round_shift_tensor_fast(x, k)
     kr = k.clamp(0, _MAX_SHIFT)
     q = torch.bitwise_right_shift(x, kr)
     r = torch.bitwise_and(x, _pow2(kr) - 1)

@@ -113,15 +113,41 @@ def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = 
         raise OperandError(f"int_exp: frac_bits must be in [0, {MAX_EXP_IN_FRAC_BITS}], got {frac_bits}")
     if bool((x > 0).any()):
         raise OperandError("int_exp: input must be <= 0")
-    x = x.clamp(min=-(EXP_CLIP << frac_bits))
-    if log2e == "dyadic":
-        t = round_shift(x * LOG2E_M, LOG2E_K + frac_bits - LOG2_FRAC_BITS)
-    elif log2e == "shift":
-        t = x + floor_shift(x, 1) - floor_shift(x, 4)
-        t = round_shift(t, frac_bits - LOG2_FRAC_BITS)
-    else:
+    if log2e not in ("dyadic", "shift"):
         raise OperandError(f"int_exp: log2e must be 'dyadic' or 'shift', got {log2e!r}")
-    n = -t                                            # >= 0, Q24
+    if frac not in ("table", "linear"):
+        raise OperandError(f"int_exp: frac must be 'table' or 'linear', got {frac!r}")
+    return _int_exp_checked(x, frac_bits, log2e, frac)
+
+
+def _round_half_up_nonneg(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """round_shift for 0 <= x < 2^62, 0 <= k <= 62: (x + 2^(k-1)) >> k."""
+    half = torch.bitwise_right_shift(torch.bitwise_left_shift(torch.ones_like(k), k), 1)
+    return torch.bitwise_right_shift(x + half, k)
+
+
+def _round_half_up_nonneg_int(x: torch.Tensor, k: int) -> torch.Tensor:
+    """round_shift for 0 <= x < 2^62 and a Python int k (k <= 0: exact left shift)."""
+    if k <= 0:
+        return torch.bitwise_left_shift(x, -k)
+    return torch.bitwise_right_shift(x + (1 << (k - 1)), k)
+
+
+def _div_round_nonneg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """div_round for a >= 0, b > 0, 2a + b < 2^63: floor((2a + b) / 2b)."""
+    return torch.div(2 * a + b, 2 * b, rounding_mode="floor")
+
+
+def _int_exp_checked(x: torch.Tensor, frac_bits: int, log2e: str, frac: str) -> torch.Tensor:
+    """``int_exp`` body for validated int64 x <= 0."""
+    x = x.clamp(min=-(EXP_CLIP << frac_bits))
+    # n = -round_shift(x * log2e, .) >= 0 (Q24); for x <= 0, ties away from zero
+    # is half-up on the magnitude, so the rounding is done on -x directly.
+    if log2e == "dyadic":
+        n = _round_half_up_nonneg_int(x * (-LOG2E_M), LOG2E_K + frac_bits - LOG2_FRAC_BITS)
+    else:  # "shift"
+        t = x + floor_shift(x, 1) - floor_shift(x, 4)
+        n = _round_half_up_nonneg_int(-t, frac_bits - LOG2_FRAC_BITS)
     q = torch.bitwise_right_shift(n, LOG2_FRAC_BITS)  # integer part
     r = torch.bitwise_and(n, (1 << LOG2_FRAC_BITS) - 1)
     if frac == "table":
@@ -131,11 +157,9 @@ def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = 
         rr = torch.bitwise_and(r, (1 << sub) - 1)
         t0, t1 = table[j], table[j + 1]
         mant = t0 - round_shift((t0 - t1) * rr, sub)
-    elif frac == "linear":
+    else:  # "linear"
         mant = (1 << EXP_FRAC_BITS) - torch.bitwise_left_shift(r, EXP_FRAC_BITS - LOG2_FRAC_BITS - 1)
-    else:
-        raise OperandError(f"int_exp: frac must be 'table' or 'linear', got {frac!r}")
-    return round_shift(mant, q.clamp(max=62))
+    return _round_half_up_nonneg(mant, q.clamp(max=62))       # mant >= 0: same as round_shift
 
 
 # ------------------------------------------------------------------ softmax
@@ -166,11 +190,11 @@ def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", fra
 
     p_i = min(round(2^15 * e_i / sum_j e_j), 32767), e_i = int_exp(s_i - max_j s_j)
     (max subtraction as in I-BERT's / I-ViT's integer Softmax; exp: ``int_exp``; one
-    rounding per element, ``div_round``). Entries with scores <=
+    rounding per element, ``div_round``'s rule). Entries with scores <=
     ``MASK_SENTINEL`` get exactly 0 and are excluded from the max; a row with
-    every entry masked gives all zeros. Rows sum to 2^15 +- L/2 (rounding).
-    Measured max |p/2^15 - softmax| <= 2^-14 for the default modes
-    (``tests/test_det_ops_softmax.py``).
+    every entry masked gives all zeros. Rows sum to 2^15 +- (L/2 + 1).
+    Frozen bound max |p/2^15 - softmax| <= 2^-14 for the default modes
+    (measured 2^-15; ``tests/test_det_ops_attention.py``).
 
     Args:
         scores: int32/int64 [..., L], value s / 2^frac_bits; unmasked entries
@@ -185,15 +209,17 @@ def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", fra
     s = require_int(scores, "scores").to(torch.int64)
     if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
         raise OperandError(f"int_softmax: frac_bits must be in [0, {MAX_EXP_IN_FRAC_BITS}], got {frac_bits}")
+    if log2e not in ("dyadic", "shift") or frac not in ("table", "linear"):
+        raise OperandError(f"int_softmax: unknown exp mode {log2e!r}/{frac!r}")
     masked = s <= MASK_SENTINEL
     mx = torch.where(masked, torch.full_like(s, MASK_SENTINEL), s).amax(dim=-1, keepdim=True)
     d = torch.where(masked, torch.full_like(s, -(EXP_CLIP << frac_bits)), s - mx)
-    d = d.clamp(min=-(EXP_CLIP << frac_bits))
-    e = int_exp(d, frac_bits, log2e=log2e, frac=frac)
+    e = _int_exp_checked(d, frac_bits, log2e, frac)          # d <= 0 by construction
     e = torch.where(masked, torch.zeros_like(e), e)
     tot = e.sum(dim=-1, keepdim=True)
     tot = torch.where(tot == 0, torch.ones_like(tot), tot)  # all-masked row -> zeros
-    p = div_round(torch.bitwise_left_shift(e, PROB_BITS), tot).clamp(max=PROB_MAX)
+    # e, tot >= 0: the non-negative form of div_round (same rule, one division)
+    p = _div_round_nonneg(torch.bitwise_left_shift(e, PROB_BITS), tot).clamp(max=PROB_MAX)
     return p.to(torch.int16)
 
 
@@ -261,8 +287,9 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
     for i in range(a.shape[0]):
         vt = vb[i].transpose(0, 1).contiguous()          # [D, L] = nn.Linear layout
         acc = int_mm(a[i].contiguous(), vt)
-        if not isinstance(acc, torch.Tensor) or tuple(acc.shape) != (2 * m, d):
-            raise OperandError(f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))}, expected {(2 * m, d)}")
+        if not isinstance(acc, torch.Tensor) or tuple(acc.shape) != (2 * m, d) or acc.dtype not in (torch.int32, torch.int64):
+            raise OperandError(f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))} "
+                               f"dtype {getattr(acc, 'dtype', None)}, expected int32 {(2 * m, d)}")
         acc = acc.to(torch.int64)
         colsum = vb[i].to(torch.int64).sum(dim=0)
         out[i] = 256 * acc[:m] + acc[m:] + 128 * colsum
@@ -356,8 +383,8 @@ def int_rmsnorm(
         amx = num.abs().amax(dim=-1)
         a = div_floor(torch.bitwise_left_shift(amx, 20), rms)
         ep = ilog2_or(a, 0) - (out_bits - 2)
-        over = floor_shift(2 * a, -(-ep).clamp(min=0)) >= floor_shift(torch.full_like(ep, (1 << out_bits) - 1), -ep.clamp(min=0))
-        ep = ep + over.to(torch.int64)
+        # A / 2^ep >= 2^(b-1) - 1/2  <=>  round_shift(A, ep) >= 2^(b-1): then one more bit
+        ep = ep + (round_shift(a, ep) >= (1 << (out_bits - 1))).to(torch.int64)
         t = (_RMS_FRAC + 11) - ep                              # E = ep - k - c - 11
     else:
         t = _RMS_FRAC - c - gk - int(out_exp)
@@ -391,11 +418,13 @@ def int_sigmoid(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
         int64 tensor, same shape, Q30.
     """
     x = require_int(x, "x").to(torch.int64)
-    e = int_exp(-x.abs(), frac_bits)
+    if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
+        raise OperandError(f"int_sigmoid: frac_bits must be in [0, {MAX_EXP_IN_FRAC_BITS}], got {frac_bits}")
+    e = _int_exp_checked(-x.abs(), frac_bits, "dyadic", "table")
     one = 1 << SIGMOID_FRAC_BITS
     den = one + e
-    pos = div_round(torch.full_like(e, one * one), den)
-    neg = div_round(torch.bitwise_left_shift(e, SIGMOID_FRAC_BITS), den)
+    pos = _div_round_nonneg(torch.full_like(e, one * one), den)
+    neg = _div_round_nonneg(torch.bitwise_left_shift(e, SIGMOID_FRAC_BITS), den)
     return torch.where(x >= 0, pos, neg)
 
 
@@ -583,7 +612,7 @@ def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) 
     never -128) and max|q| >= 2^(bits-2) when s > 0. Real value q * 2^(x_exp + s).
 
     Args:
-        x: integer [..., H] (e.g. int32 residual), |x| <= 2^62.
+        x: integer [..., H] (e.g. int32 residual), |x| <= 2^63 - 1.
         x_exp: int or int tensor [...].
         bits: 8 or 16.
     Returns:
@@ -595,8 +624,8 @@ def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) 
     xe = _as_i64(x_exp, like=x, name="x_exp")
     amax = x.abs().amax(dim=-1)
     s = (ilog2_or(amax, 0) - (bits - 2)).clamp(min=0)
-    over = 2 * amax >= ((1 << bits) - 1) * torch.bitwise_left_shift(torch.ones_like(s), s)
-    s = s + over.to(torch.int64)
+    # amax / 2^s >= 2^(bits-1) - 1/2  <=>  round_shift(amax, s) >= 2^(bits-1): one more bit
+    s = s + (round_shift(amax, s) >= (1 << (bits - 1))).to(torch.int64)
     return saturate(round_shift(x, s.unsqueeze(-1)), bits), xe + s
 
 

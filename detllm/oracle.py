@@ -126,7 +126,7 @@ def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_n
 
 # ------------------------------------------------------------- fault injection
 
-def wraparound_fault(base: Callable, call_index: int = 0, row: int = 0, col: int = 0) -> Callable:
+def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: int = 0) -> Callable:
     """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps
     like an overflowed int32 register: as if the exact sum were acc + 2^31
     (beyond INT32_MAX for acc >= 0), the register keeps its low 32 bits, so
@@ -137,7 +137,8 @@ def wraparound_fault(base: Callable, call_index: int = 0, row: int = 0, col: int
         out = base(a, b)
         if state["n"] == call_index:
             v = out.to(torch.int64)
-            r, c = min(row, v.shape[0] - 1), min(col, v.shape[1] - 1)
+            r = row % v.shape[0] if row < 0 else min(row, v.shape[0] - 1)
+            c = col % v.shape[1] if col < 0 else min(col, v.shape[1] - 1)
             v[r, c] = ((v[r, c] + 2 ** 31 + 2 ** 31) % 2 ** 32) - 2 ** 31   # low 32 bits of acc + 2^31
             out = v.to(torch.int32)
         state["n"] += 1
@@ -162,9 +163,14 @@ def fault_sensitivity(artifact, prompts, max_new_tokens: int = 4) -> dict:
     """Hashes with faults injected into the accumulator path vs the clean hash.
 
     Returns ``{fault name: {"logits_hash": .., "changed": bool}}`` plus
-    ``"clean"``. Faults: int32 wraparound of one accumulator (first GEMM; a
-    late GEMM: the lm_head of the last decode step), transposed/stale weight
-    operand (first GEMM).
+    ``"clean"``. Faults: int32 wraparound of one accumulator (first GEMM --
+    the q/k/v projection of block 0 -- at the last prompt token's query
+    channel 0; the last GEMM -- the lm_head of the last decode step),
+    transposed/stale weight operand (first GEMM). A control case wraps the
+    query of position 0 (row 0, channel 0), which provably cannot change any
+    logit: position 0 attends only to itself, so its softmax is exactly 1
+    whatever the score -- the hash sees every accumulator that influences the
+    logits, and only those.
     """
     ref_mm = E.reference_int_mm
     clean = G.generate(E.load_engine(artifact, ref_mm, guard=False), prompts, max_new_tokens)
@@ -174,7 +180,8 @@ def fault_sensitivity(artifact, prompts, max_new_tokens: int = 4) -> dict:
     last = probe.mm_calls - 1
     cases = {"int32_wraparound_first_gemm": wraparound_fault(ref_mm, 0),
              "int32_wraparound_last_gemm": wraparound_fault(ref_mm, last),
-             "transposed_or_stale_weight": transposed_operand_fault(ref_mm, 0)}
+             "transposed_or_stale_weight": transposed_operand_fault(ref_mm, 0),
+             "control_wraparound_query_of_position_0": wraparound_fault(ref_mm, 0, row=0, col=0)}
     for nm, fn in cases.items():
         r = G.generate(E.load_engine(artifact, fn, guard=False), prompts, max_new_tokens)
         out[nm] = {"logits_hash": r.logits_hash[0][:12], "changed": r.logits_hash[0] != clean.logits_hash[0]}

@@ -496,3 +496,26 @@ def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose
         except CheckpointError:
             pass
     return prepare(model_dir, out, opts, verbose=verbose)
+
+
+TINY_QWEN3 = dict(vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, intermediate_size=1536, tie_word_embeddings=True,
+                  max_position_embeddings=256)
+
+
+def make_tiny_model(out_dir, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:
+    """Save a randomly initialised small Qwen3 (``TINY_QWEN3`` + overrides) for tests/dev.
+
+    Norm gammas are randomised too (transformers initialises them to 1), so
+    gamma folding and key rescaling are exercised.
+    """
+    import transformers
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3Config(**{**TINY_QWEN3, **overrides})
+    m = transformers.Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for n, prm in m.named_parameters():
+            if n.endswith("norm.weight"):
+                prm.copy_(0.5 + torch.rand_like(prm))
+    m.to(dtype).save_pretrained(str(out_dir))
+    return Path(out_dir)

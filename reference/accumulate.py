@@ -56,20 +56,38 @@ def _ieee_fp32_matmul():
             torch.set_float32_matmul_precision(prev)
 
 
-def _exact_small_int_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
-    """``af @ bf.T`` for float32 matrices holding integers with |v| <= 128.
+#: Above this many elements of b, b is converted to float32 in row blocks of
+#: about this size (bounds the temporary copy to 256 MiB, e.g. for lm_head).
+_B_BLOCK_ELEMS: int = 2 ** 26
 
-    Same exactness argument as :func:`exact_int_mm`. Returns int64 [M, N].
-    """
+
+def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
+    """``af @ bf.T`` for float32 matrices holding integers with |v| <= 128,
+    exact by the argument in :func:`exact_int_mm`. Returns int64 [M, N]."""
     m, k = af.shape
     n = bf.shape[0]
+    if k <= CHUNK_K:
+        return (af @ bf.T).to(torch.int64)
+    acc = torch.zeros((m, n), dtype=torch.float64, device=af.device)
+    for c in range(0, k, CHUNK_K):
+        acc += af[:, c:c + CHUNK_K] @ bf[:, c:c + CHUNK_K].T
+    return acc.to(torch.int64)
+
+
+def _exact_mm(a: torch.Tensor, b: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """Exact ``a @ b.T`` (or ``|a| @ |b|.T``) of int8 operands as int64 [M, N]."""
+    conv = (lambda t: t.to(torch.float32).abs()) if absolute else (lambda t: t.to(torch.float32))
+    m, k = a.shape
+    n = b.shape[0]
     with _ieee_fp32_matmul():
-        if k <= CHUNK_K:
-            return (af @ bf.T).to(torch.int64)
-        acc = torch.zeros((m, n), dtype=torch.float64, device=af.device)
-        for c in range(0, k, CHUNK_K):
-            acc += af[:, c:c + CHUNK_K] @ bf[:, c:c + CHUNK_K].T
-        return acc.to(torch.int64)
+        af = conv(a)
+        if n * k <= _B_BLOCK_ELEMS:
+            return _chunked_f32_mm(af, conv(b))
+        out = torch.empty((m, n), dtype=torch.int64, device=a.device)
+        rows = max(1, _B_BLOCK_ELEMS // max(1, k))
+        for r in range(0, n, rows):
+            out[:, r:r + rows] = _chunked_f32_mm(af, conv(b[r:r + rows]))
+        return out
 
 
 def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -111,7 +129,7 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     unnecessary.
     """
     _check_pair(a, b)
-    return _exact_small_int_mm(a.to(torch.float32), b.to(torch.float32))
+    return _exact_mm(a, b, absolute=False)
 
 
 def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -181,4 +199,4 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         OperandError: as :func:`exact_int_mm`.
     """
     _check_pair(a, b)
-    return _exact_small_int_mm(a.to(torch.float32).abs(), b.to(torch.float32).abs())
+    return _exact_mm(a, b, absolute=True)

@@ -40,7 +40,10 @@ def cache_dir(cache=None) -> Path:
     or ``~/.cache/int8conf``), created if missing."""
     d = Path(cache) if cache is not None else Path(
         os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "int8conf")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(f"{d}: artifact cache not writable ({exc.strerror}); set ${CACHE_ENV}") from None
     return d
 
 

@@ -155,20 +155,23 @@ def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
     return out
 
 
-def _bf16_rne_bits(x32: torch.Tensor) -> torch.Tensor:
+def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:
     """float32 -> bf16 RNE on the raw bits (independent of torch's cast).
 
     Adds 0x7FFF plus the lowest kept bit, then drops the low 16 bits: a tie
-    (low half exactly 0x8000) rounds up only when the kept part is odd. Carry
-    into the exponent gives the next binade or inf, as IEEE requires. NaN is
-    mapped to a quiet NaN keeping the sign (payload's top bits kept, quiet bit
-    forced) so truncation can never turn a NaN into inf.
+    (low half exactly 0x8000) rounds up only when the kept part is odd; a
+    carry into the exponent gives the next binade or inf, as IEEE requires.
+    Done in int32: addition is modulo 2**32 like unsigned bit arithmetic, and
+    the arithmetic shift keeps the right low 16 bits (for every non-NaN
+    pattern the shifted value already fits int16). NaN maps to a quiet NaN
+    with the same sign (top payload bits kept, quiet bit forced), so
+    truncation can never turn a NaN into inf.
     """
-    b = x32.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    b = x32.contiguous().view(torch.int32)
     lsb = (b >> 16) & 1
-    r = ((b + 0x7FFF + lsb) >> 16) & 0xFFFF
-    nan_r = ((b >> 16) | 0x0040) & 0xFFFF
-    return torch.where(torch.isnan(x32), nan_r, r)
+    r = ((b + lsb + 0x7FFF) >> 16).to(torch.int16)
+    quiet = ((b >> 16) | 0x40).to(torch.int16)
+    return torch.where(torch.isnan(x32), quiet, r).view(torch.bfloat16)
 
 
 def _from_bits(bits64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -213,7 +216,7 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
     if dtype == torch.float32:
         return x.clone()
     if dtype == torch.bfloat16:
-        rne = _from_bits(_bf16_rne_bits(x), torch.bfloat16)
+        rne = _bf16_rne(x)
     else:
         rne = x.to(torch.float16)
     if mode == "rne":

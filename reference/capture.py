@@ -313,8 +313,10 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
     for name in cs.layer_names():
         entry = cs.manifest["layers"][name]
         t = cs.load_layer(name)
-        b = ck.weight(name)
-        sb = ck.scale_b(name)
+        # copies: a kernel or fault that writes into its operands must not
+        # corrupt the cached checkpoint that later layers / modes reuse
+        b = ck.weight(name).clone()
+        sb = ck.scale_b(name).clone()
         ref = entry["weights"][kind]
         if tensor_digest(b) != ref["b"] or tensor_digest(sb) != ref["scale_b"]:
             raise CaptureError(f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not "
@@ -654,6 +656,12 @@ def _summary(man: dict) -> dict:
             "max_acc_absmax": {k: max((e["acc_absmax"][k] for e in ls), default=0) for k in kinds}}
 
 
+def _is_capture_file(p: Path) -> bool:
+    """Hidden / temp files and layer files a capture writes (a crash can leave
+    a layer file the manifest does not list yet)."""
+    return p.name.startswith(".") or (p.name.startswith("model.layers.") and p.suffix == ".safetensors")
+
+
 def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[dict]:
     """The manifest already in ``out`` (None if none), after checking it is
     a capture of the same model with the same settings (CaptureError if not)."""
@@ -677,7 +685,7 @@ def _resume_or_start(out: Path, header: dict) -> dict:
     leaves the directory untouched."""
     path = out / MANIFEST
     if not path.is_file():
-        if out.exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
+        if out.exists() and any(p for p in out.iterdir() if not _is_capture_file(p)):
             raise CaptureError(f"{out}: exists, is not empty and has no {MANIFEST}; refusing to write a capture there")
         out.mkdir(parents=True, exist_ok=True)
         man = dict(header, layers={}, complete=False)
@@ -696,3 +704,26 @@ def _resume_or_start(out: Path, header: dict) -> dict:
             pass  # damaged layer file: recapture it
     man["layers"] = keep
     return man
+
+
+def remove_capture(capture_dir) -> int:
+    """Delete a capture: the layer files its manifest lists, then the
+    manifest (nothing else in the directory is touched). Returns the number
+    of files removed (0 if there is no manifest).
+
+    Raises:
+        CaptureError: the manifest exists but is not an int8conf capture.
+    """
+    cdir = Path(capture_dir)
+    if not (cdir / MANIFEST).is_file():
+        return 0
+    man = _read_manifest(cdir)
+    n = 0
+    files = {cdir / Path(e["file"]).name for e in man["layers"].values()}
+    files |= {p for p in cdir.iterdir() if p.is_file() and _is_capture_file(p) and not p.name.startswith(".")}
+    for f in sorted(files):
+        if f.is_file():
+            f.unlink()
+            n += 1
+    (cdir / MANIFEST).unlink()
+    return n + 1

@@ -204,7 +204,13 @@ def write_checkpoint_dir(out_dir, config: Mapping, tensors: Mapping[str, torch.T
         if out.exists():
             old = out.parent / f".{out.name}.old.{os.getpid()}"
             os.replace(out, old)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            # another process put a checkpoint there in between (same inputs
+            # give the same bytes); keep theirs
+            if not (out / CONFIG_FILE).is_file():
+                raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:

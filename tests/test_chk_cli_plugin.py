@@ -49,7 +49,8 @@ def _pytest(tmp_path, *args):
 def test_plugin_kernel_junit_and_reports(tmp_path):
     rep = tmp_path / "out"
     r = _pytest(tmp_path, "--kernel=cpu", "--kernel=test_chk_kernels:truncating_kernel",
-                "--int8conf-no-sweep", "--int8conf-examples=2", "--int8conf-no-model",
+                "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=2",
+                "--int8conf-no-model",
                 f"--int8conf-reports={rep}", "--junitxml=j.xml")
     assert r.returncode == 1, r.stdout[-2000:]
     cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")

@@ -145,3 +145,12 @@ def test_model_checks_plumbing(monkeypatch):
     r = run_model_check("C7", spec, "fake_model_checks", "boom")
     assert r.verdict == "fail" and r.evidence["failure_kind"] == "harness"
     assert "ZeroDivisionError" in r.summary
+
+
+def test_property_test_finds_truncation():
+    from conformance.property import run_property_test
+    sunk = []
+    s = run_property_test(make_kernel("t", rounding="rtz"), sunk.append, max_examples=10)
+    assert s["failed"] is True and s["examples"] == len(sunk) >= 1
+    assert s["falsifying_case"] == sunk[-1].case and sunk[-1].verdict == "fail"
+    assert s["failure"].startswith(sunk[-1].case + ": C8 declared_contract")

@@ -167,3 +167,14 @@ def test_derived_checkpoints_are_deterministic(models, tmp_path):
     assert a["own"].digest == committed.digest
     assert {k: v.digest for k, v in a.items()} == {k: v.digest for k, v in b.items()}
     assert len({v.digest for v in a.values()}) == 3
+
+
+def test_own_scale_shortcut_matches_full_quantizer():
+    """pow2_exponents quantizes only the column of row absmaxes; the scales
+    equal the full quantizer's (bf16, fp16, fp32, incl. an all-zero row)."""
+    g = torch.Generator().manual_seed(9)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        w = (torch.randn(50, 70, generator=g) * torch.logspace(-3, 1, 50)[:, None]).to(dtype)
+        w[7] = 0
+        col = w.abs().amax(dim=1, keepdim=True)
+        assert torch.equal(quantize_weight_per_channel(col)[1], quantize_weight_per_channel(w)[1])

@@ -186,6 +186,8 @@ def test_pv_matmul_rejects_bad_operands():
         ops.pv_matmul(p, torch.zeros(4, 4, dtype=torch.int8), int64_mm)
     with pytest.raises(OperandError, match="int_mm returned shape"):
         ops.pv_matmul(p, torch.zeros(3, 4, dtype=torch.int8), lambda a, b: torch.zeros(1, 1, dtype=torch.int32))
+    with pytest.raises(OperandError, match="dtype torch.float32"):
+        ops.pv_matmul(p, torch.zeros(3, 4, dtype=torch.int8), lambda a, b: torch.zeros(4, 4))
     with pytest.raises(OperandError, match="131071"):
         ops.pv_matmul(torch.zeros(1, 131072, dtype=torch.int16), torch.zeros(131072, 1, dtype=torch.int8), int64_mm)
 

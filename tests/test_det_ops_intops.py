@@ -161,6 +161,9 @@ def test_fit_dyadic_known_values():
     assert fit_dyadic(2.0**20) == Dyadic(32768, -5)
     with pytest.raises(OperandError, match="finite"):
         fit_dyadic(float("nan"))
+    with pytest.raises(OperandError, match="Python ints"):
+        Dyadic(0.5, 1)
+    assert Dyadic(3, 2).value() == Fraction(3, 4) and Dyadic(3, -2).value() == 12
 
 
 @settings(max_examples=200, deadline=None)
@@ -220,3 +223,24 @@ def test_float_operands_rejected_with_one_line_error():
         round_shift(torch.tensor([1.5]), 1)
     with pytest.raises(OperandError, match="expected an integer torch.Tensor"):
         apply_dyadic([1, 2], Dyadic(1, 0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(INT64_MIN, INT64_MAX), st.integers(0, 62)), min_size=1, max_size=20))
+def test_round_shift_per_element_tensor_shifts_match_exact_rational(pairs):
+    x = t([p[0] for p in pairs])
+    k = t([p[1] for p in pairs])
+    assert round_shift(x, k).tolist() == [py_round_away(Fraction(a, 2**b)) for a, b in pairs]
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 2**61), st.integers(0, 62), st.integers(1, 2**40)), min_size=1, max_size=20))
+def test_private_nonnegative_fast_paths_follow_the_same_rules(pairs):
+    from detllm.ops import _div_round_nonneg, _round_half_up_nonneg
+
+    x = t([p[0] for p in pairs])
+    k = t([p[1] for p in pairs])
+    b = t([p[2] for p in pairs])
+    assert torch.equal(_round_half_up_nonneg(x, k), round_shift(x, k))
+    a = x >> 20                                              # keeps 2a + b < 2^63
+    assert torch.equal(_div_round_nonneg(a, b), div_round(a, b))

@@ -38,6 +38,12 @@ def test_rmsnorm_exact_values():
     assert q.tolist() == [[32, 0, 0, 0]] and e.tolist() == [-4]      # y = [2, 0, 0, 0]
     q, e = ops.int_rmsnorm(torch.tensor([[1] + [0] * 255]), out_exp=-4)
     assert q.tolist()[0][0] == 127                                  # y = 16 -> saturated
+    # full int64 range: y = +-sqrt(2) -> 90.5 -> 91 (ties away) at exponent -6
+    q, e = ops.int_rmsnorm(torch.tensor([[2**62, -(2**62), 5, 0]]))
+    assert q.tolist() == [[91, -91, 0, 0]] and e.tolist() == [-6]
+    # int16 output: y = 2 -> 2 * 2^13 = 16384 (2 * 2^14 would exceed 32767.5)
+    q, e = ops.int_rmsnorm(torch.tensor([[1, 0, 0, 0]]), out_bits=16)
+    assert q.dtype == torch.int16 and q.tolist() == [[16384, 0, 0, 0]] and e.tolist() == [-13]
 
 
 @pytest.mark.parametrize("bits", [8, 16])
@@ -168,6 +174,9 @@ def test_quantize_pow2_per_token_known_values_and_bound():
     assert q.dtype == torch.int8
     assert q.tolist() == [[127, 0], [64, -1], [127, 2], [64, -64], [0, 0], [-64, 1]]
     assert e.tolist() == [0, 1, 1, 2, 0, -3]
+    big = torch.tensor([[2**63 - 1, -(2**63 - 1)], [2**62, 1]])
+    q, e = ops.quantize_pow2_per_token(big)
+    assert q.tolist() == [[64, -64], [64, 0]] and e.tolist() == [57, 56]
     g = torch.Generator().manual_seed(12)
     x = torch.randint(-(2**31), 2**31, (50, 64), generator=g) >> torch.randint(0, 31, (50, 1), generator=g)
     q, e = ops.quantize_pow2_per_token(x)

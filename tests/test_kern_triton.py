@@ -59,7 +59,7 @@ def test_triton_kernel_is_rne_despite_interpreter_cast():
     a = torch.ones((1, 1), dtype=torch.int8)
     b = torch.ones((2, 1), dtype=torch.int8)
     sw = torch.tensor([1 + 3 * 2 ** -8, 2.0 ** -130], dtype=torch.float32)
-    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw))
+    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw), device="cpu")
     assert run.error is None
     assert (run.output.view(torch.int16).to(torch.int64) & 0xFFFF).tolist() == [[0x3F82, 0x0008]]
     m = run.manifest
@@ -77,7 +77,8 @@ def test_bias_bits_subnormal_and_after_round():
     b = torch.ones((2, 1), dtype=torch.int8)
     sw = torch.tensor([1 + 2 ** -8 + 2 ** -9, 2.0 ** -133], dtype=torch.float32)
     bias = torch.tensor([2 ** -8, 2.0 ** -130], dtype=torch.float32).to(torch.bfloat16)
-    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw, bias))
+    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw, bias),
+                     device="cpu")
     assert (run.output.view(torch.int16).to(torch.int64) & 0xFFFF).tolist() == [[0x3F82, 0x0009]]
 
 
@@ -99,7 +100,7 @@ def test_env_var_set_before_import_gives_same_bits():
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     err, path, bits = json.loads(res.stdout.strip().splitlines()[-1])
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (9, 40), dtype=torch.int8, generator=g)

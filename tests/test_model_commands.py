@@ -94,3 +94,22 @@ def test_bad_model_dir_and_kernel_are_one_line_errors(model_dir, tmp_path, capsy
     rc, out, err = _run(capsys, "perplexity", "--model", model_dir, "--kernel", "no_such_kernel",
                         "--windows", 1, "--window-len", 8)
     assert rc == 2 and err.startswith("int8conf: error:") and "no_such_kernel" in err
+
+
+def test_checkpoint_option_reads_compressed_tensors_weights(model_dir, tmp_path, capsys):
+    from reference.compressed_tensors import build_w8a8_checkpoint
+    from reference.pow2 import requantize_pow2
+
+    own, p2 = tmp_path / "own", tmp_path / "p2"
+    build_w8a8_checkpoint(model_dir, own)
+    build_w8a8_checkpoint(model_dir, p2, quantizer=lambda w: requantize_pow2(w, rule="nearest"))
+    args = ["perplexity", "--model", model_dir, "--windows", 2, "--window-len", 16, "--json"]
+    ppl = {}
+    for key, extra in (("own", []), ("ck_own", ["--checkpoint", own]),
+                       ("pow2", ["--scale-mode", "pow2-nearest"]), ("ck_pow2", ["--checkpoint", p2])):
+        rc, out, _ = _run(capsys, *args, *extra)
+        assert rc == 0
+        ppl[key] = json.loads(out)["perplexity"]
+    # the checkpoints hold the quantizers' bytes: same perplexity as quantizing in process
+    assert ppl["own"] == ppl["ck_own"] and ppl["pow2"] == ppl["ck_pow2"]
+    assert ppl["own"] != ppl["pow2"]  # and the weights really come from the checkpoint

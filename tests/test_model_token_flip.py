@@ -4,6 +4,8 @@ fail with flips above the margin threshold."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -89,6 +91,7 @@ def test_reference_kernel_passes_with_zero_flips(model_dir, windows, contract):
     assert ev["reference_contract"] == contract.to_dict()
     assert ev["ppl_reference"] == ev["ppl_kernel"]
     assert ev["max_abs_top1_change"] == 0.0
+    assert json.loads(json.dumps(r.to_dict()))["evidence"]["flips"] == 0  # report-ready
 
 
 def test_builtin_cpu_kernel_passes(model_dir, windows):

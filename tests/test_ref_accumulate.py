@@ -119,3 +119,18 @@ def test_fast_path_equals_naive(data):
     bound = accumulator_row_col_bound(a, b)
     assert bool((ref.abs() <= bound).all())
     assert int(bound.max()) <= accumulator_bound(a, b)
+
+
+def test_row_blocked_path_for_large_b(monkeypatch):
+    import reference.accumulate as acc_mod
+    monkeypatch.setattr(acc_mod, "_B_BLOCK_ELEMS", 3000)  # force several b row blocks
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-128, 128, (5, 2100), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (11, 2100), generator=g, dtype=torch.int8)
+    b[4] = -128
+    a[0] = -128
+    assert torch.equal(exact_int_mm(a, b), int_mm_int64_naive(a, b))
+    assert exact_int_mm(a, b)[0, 4].item() == 2100 * 16384
+    expected_bound = (a.long().abs()[:, None, :] * b.long().abs()[None, :, :]).sum(-1)
+    assert torch.equal(accumulator_row_col_bound(a, b), expected_bound)
+    assert accumulator_row_col_bound(a, b)[0, 4].item() == 2100 * 16384

@@ -46,18 +46,21 @@ class ObservedAccumulator:
     manifest: Optional[dict] = None
 
 
-def observe_accumulator(spec, ops) -> ObservedAccumulator:
+def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccumulator:
     """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
 
     Uses ``conformance.kernels.runner.run_int_mm(spec, a, b)`` when
     ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
     ``"reference exact_int_mm"`` (the checks then use the exact accumulator).
-    Never raises for the kernel's own failure (the error is kept).
+    ``device`` as in ``run_int_mm`` (None = CUDA when the kernel supports it
+    and one is present, else CPU). Never raises for the kernel's own failure
+    (the error is kept); a kernel that cannot run here falls back to the
+    exact accumulator, saying so in ``source``.
     """
     if getattr(spec, "int_mm", None) is None:
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
     from conformance.kernels.runner import run_int_mm
-    r = run_int_mm(spec, ops.a, ops.b)
+    r = run_int_mm(spec, ops.a, ops.b, device=device)
     man = getattr(r, "manifest", None) or {}
     if man.get("skipped"):
         return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "

@@ -156,6 +156,8 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     res = _result(C5, name, n_over, ev, f"the pow2 reference (bias {bp})")
     if n_bad:
         res.summary += f"; {n_bad} elements excluded (scale orders disagree in the reference)"
+    if not ev["scale_b_all_pow2"]:
+        res.summary += "; note: scale_b is not all powers of two"
     return res
 
 

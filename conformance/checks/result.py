@@ -147,6 +147,17 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
         verdict = "pass"
         summary = f"passed on {counts['pass']}/{n} cases" + (
             f" (n/a on {counts['n/a']})" if counts["n/a"] else "")
+        passed = [r.evidence for _, r in per_case if r.verdict == "pass"]
+        n_el = sum(int(e.get("n_compared", 0)) for e in passed)
+        if n_el:
+            ev["n_elements_compared"] = n_el
+            summary += f"; {n_el} elements compared"
+        for key, label in (("max_abs", "max |acc|"), ("bound_tight_max", "max |acc| bound")):
+            vals = [int(e[key]) for e in passed if isinstance(e.get(key), int)]
+            if vals:
+                ev[f"overall_{key}"] = max(vals)
+                summary += f"; {label} {max(vals)}"
+                break
     else:
         verdict = "n/a"
         summary = f"n/a on all {n} cases: " + "; ".join(reasons[:3])

@@ -1,7 +1,7 @@
 """``int8conf capture``: capture every decoder linear's operands of a Qwen3 model.
 
 ``int8conf capture [--model DIR] [--out DIR] [--w8a8 DIR] [--windows N]
-[--window-len L] [--tokens-per-window P] [--engine f64|hf] [--no-raw]``
+[--window-len L] [--tokens-per-window P] [--engine f64|hf] [--no-raw] [--fresh]``
 
 Runs the float model on held-out evaluation windows and writes, per layer,
 the per-token-quantized input activations (plus the raw bf16 rows) and a
@@ -9,7 +9,7 @@ manifest that references the weight operands (own scales and power-of-two
 scales) by digest. Re-running the same command resumes an interrupted
 capture. ``--model`` defaults to the shipped default model and ``--out`` to
 ``<cache>/captures/<model digest[:16]>``. To rebuild the shipped captures:
-``int8conf capture --out reference/assets/captures``.
+``int8conf capture --fresh --out reference/assets/captures``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,14 @@ from pathlib import Path
 
 def _run_capture(args: argparse.Namespace) -> int:
     from reference.artifacts import cache_dir, default_parent_dir, parent_digest
-    from reference.capture import capture_model
+    from reference.capture import capture_model, remove_capture
 
     model = Path(args.model) if args.model else default_parent_dir()
     out = Path(args.out) if args.out else cache_dir(args.cache) / "captures" / parent_digest(model)[:16]
+    if args.fresh:
+        removed = remove_capture(out)
+        if removed:
+            print(f"removed the previous capture in {out} ({removed} files)")
     cs = capture_model(model, out, windows=args.windows, window_len=args.window_len,
                        tokens_per_window=args.tokens_per_window, w8a8_dir=args.w8a8, cache=args.cache,
                        engine=args.engine, store_raw=not args.no_raw,
@@ -52,5 +56,7 @@ def register(subparsers) -> None:
                    help="f64: machine-independent float64 forward (default); hf: transformers bf16 forward")
     p.add_argument("--no-raw", action="store_true", help="do not store the raw bf16 input rows")
     p.add_argument("--cache", help="artifact cache directory")
+    p.add_argument("--fresh", action="store_true",
+                   help="first delete the capture already in --out (only the files its manifest lists)")
     p.add_argument("--quiet", action="store_true", help="no per-layer lines")
     p.set_defaults(func=_run_capture)

@@ -31,6 +31,8 @@ def register(subparsers) -> None:
                    help="skip model-level checks (C7 token_flip, E1 engine_hash)")
     p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
+    p.add_argument("--captures", metavar="DIR", default=None,
+                   help="replay this capture directory (default: the default model's captures)")
     p.add_argument("--device", default=None, help="device for kernel runs (default: auto)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             res = run_conformance(
                 spec, other, include_captures=not args.no_captures,
                 include_sweep=not args.no_sweep, property_examples=args.examples,
-                model_checks=not args.no_model, device=args.device,
+                model_checks=not args.no_model, capture_dir=args.captures, device=args.device,
                 progress=None if args.quiet else status.update)
         jp, mp = write_reports(res, args.out)
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "

@@ -53,6 +53,9 @@ def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
 
     if checkpoint is None:
         return wf.weights_for_scale_mode(model, scale_mode)
+    if scale_mode != "own":
+        raise Int8confError(f"--checkpoint takes its weights and scales from {checkpoint}; "
+                            f"drop --scale-mode {scale_mode}")
     from reference.checkpoint import load_w8a8_checkpoint
 
     ck = load_w8a8_checkpoint(checkpoint)

@@ -61,7 +61,8 @@ _OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 def _w8a8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr,
                M, N, K, stride_am, stride_bn, stride_om,
                HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               K_STATIC: tl.constexpr):
     # a: int8 [M,K] row stride stride_am; b: int8 [N,K] row stride stride_bn;
     # out: int32 (ACC_ONLY) | int16 bits of bf16 | fp16 | fp32, [M,N].
     pid_m = tl.program_id(0)
@@ -70,7 +71,8 @@ def _w8a8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # not tl.zeros: a @jit stdlib fn (see docstring)
-    for k0 in range(0, K, BLOCK_K):
+    # K_STATIC > 0 (interpreter only): loop bound as a plain int, see _launch
+    for k0 in range(0, K_STATIC if K_STATIC > 0 else K, BLOCK_K):
         kk = k0 + rk
         a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :],
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0)
@@ -146,6 +148,10 @@ def _launch(a: Tensor, b: Tensor, sa: Optional[Tensor], sb: Optional[Tensor],
     native = a.is_cuda
     kern, interp = _kernel(native)
     bm, bn, bk = _blocks(m, n, interp)
+    # Interpreter: K goes in as a constexpr loop bound too. Triton <= 3.6's
+    # interpreter turns a runtime loop bound into an int with int(ndarray[1]),
+    # which numpy >= 2.3 rejects ("only 0-dimensional arrays can be converted");
+    # natively K stays a runtime argument (no recompilation per K).
     acc_only = out_dtype is None
     if acc_only:
         out = torch.empty((m, n), dtype=torch.int32, device=a.device)
@@ -161,7 +167,8 @@ def _launch(a: Tensor, b: Tensor, sa: Optional[Tensor], sb: Optional[Tensor],
     kern[grid](a, b, dummy if sa is None else sa, dummy if sb is None else sb, bias_arg, out_view,
                m, n, k, a.stride(0), b.stride(0), out_view.stride(0),
                HAS_BIAS=bias is not None, OUT_KIND=_OUT_KIND.get(out_dtype, 0),
-               ACC_ONLY=acc_only, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+               ACC_ONLY=acc_only, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+               K_STATIC=k if interp else 0, **opts)
     extra = {"block_m": bm, "block_n": bn, "block_k": bk, "triton_version": triton.__version__,
              "final_rounding": "explicit-rne-bitops" if out_dtype == torch.bfloat16 else
              ("cast-to-fp16" if out_dtype == torch.float16 else "none"),

@@ -3,7 +3,7 @@
 Layout::
 
     reference/assets/
-      manifest.json              sha256 of every shipped file below
+      assets_manifest.json       sha256 of every file in corpus/ and default_model/
       corpus/corpus.json.xz      {work: cleaned text}, xz-compressed JSON
       corpus/split.json          train / validation / heldout works (whole works)
       corpus/prompts.json        8 fixed prompts (prompts[0]: Sonnet 18)
@@ -29,7 +29,10 @@ import torch
 from reference.errors import CheckpointError, Int8confError
 
 _ROOT = Path(__file__).resolve().parent
-MANIFEST_FILE = "manifest.json"
+MANIFEST_FILE = "assets_manifest.json"
+# Only these sub-dirs are covered by the manifest (other owners ship their own
+# package data, e.g. captures, under reference/assets/ with their own digests).
+MANIFEST_DIRS = ("corpus", "default_model")
 EOT = "<|endoftext|>"
 
 
@@ -173,40 +176,44 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def shipped_files() -> list[str]:
-    """Relative paths (posix) of every shipped asset file, sorted (excludes
-    the manifest itself, Python files and hidden/temp files)."""
+def shipped_files(root: Path | None = None) -> list[str]:
+    """Relative paths (posix, sorted) of every shipped file under the
+    manifest's dirs (``corpus/``, ``default_model/``) of ``root`` (default:
+    this package's dir), excluding hidden and temp files."""
+    root = Path(root) if root is not None else _ROOT
     out = []
-    for p in sorted(_ROOT.rglob("*")):
-        rel = p.relative_to(_ROOT).as_posix()
-        if (p.is_file() and p.suffix not in (".py", ".pyc", ".tmp") and rel != MANIFEST_FILE
-                and not any(part.startswith((".", "__")) for part in p.relative_to(_ROOT).parts)):
-            out.append(rel)
-    return out
+    for sub in MANIFEST_DIRS:
+        for p in sorted((root / sub).rglob("*")):
+            parts = p.relative_to(root).parts
+            if p.is_file() and p.suffix not in (".tmp", ".pyc") and not any(x.startswith((".", "__")) for x in parts):
+                out.append(p.relative_to(root).as_posix())
+    return sorted(out)
 
 
-def write_manifest() -> dict[str, str]:
-    """Record ``{relative path: sha256}`` of every shipped file in
-    ``manifest.json`` (atomically). Returns the mapping."""
+def write_manifest(root: Path | None = None) -> dict[str, str]:
+    """Record ``{relative path: sha256}`` of every shipped corpus/model file
+    in ``<root>/assets_manifest.json`` (atomically). Returns the mapping."""
     from reference.corpus import atomic_write_json
 
-    digests = {rel: file_digest(_ROOT / rel) for rel in shipped_files()}
-    atomic_write_json(_ROOT / MANIFEST_FILE, {"sha256": digests})
+    root = Path(root) if root is not None else _ROOT
+    digests = {rel: file_digest(root / rel) for rel in shipped_files(root)}
+    atomic_write_json(root / MANIFEST_FILE, {"sha256": digests})
     return digests
 
 
-def verify_manifest() -> dict[str, str]:
-    """Check every file in ``manifest.json`` exists with the recorded sha256
-    and no shipped file is unrecorded. Returns the mapping; raises
-    CheckpointError naming the first mismatching file."""
-    recorded = _read_json(_ROOT / MANIFEST_FILE)["sha256"]
+def verify_manifest(root: Path | None = None) -> dict[str, str]:
+    """Check every file in ``<root>/assets_manifest.json`` exists with the
+    recorded sha256 and no shipped file is unrecorded. Returns the mapping;
+    raises CheckpointError naming the first mismatching file."""
+    root = Path(root) if root is not None else _ROOT
+    recorded = _read_json(root / MANIFEST_FILE)["sha256"]
     for rel, digest in recorded.items():
-        path = _ROOT / rel
+        path = root / rel
         if not path.is_file():
             raise CheckpointError(f"{path}: listed in {MANIFEST_FILE} but missing")
         if file_digest(path) != digest:
             raise CheckpointError(f"{path}: sha256 does not match {MANIFEST_FILE}")
-    extra = sorted(set(shipped_files()) - set(recorded))
+    extra = sorted(set(shipped_files(root)) - set(recorded))
     if extra:
-        raise CheckpointError(f"{_ROOT / extra[0]}: shipped but not recorded in {MANIFEST_FILE}")
+        raise CheckpointError(f"{root / extra[0]}: shipped but not recorded in {MANIFEST_FILE}")
     return recorded

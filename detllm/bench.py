@@ -1,0 +1,212 @@
+"""Decode throughput benchmark (issue 4: a benchmark, not a test).
+
+Prints greedy-decode tokens/s of the integer engine at batch 1 and 8 next to
+the bf16 transformers model measured in the same run, and their ratio.
+
+* ``--device cpu`` (default): the shipped default model (or ``--model``).
+* ``--device cuda``: Qwen3-0.6B shapes (hidden 1024, 28 blocks, 16/8 heads,
+  head_dim 128, intermediate 3072, vocab 151936) from a randomly initialised
+  float model put through ``prepare`` (random-id calibration), for each CUDA
+  int_mm backend (``int_mm`` = torch._int_mm / cuBLASLt, ``triton``); with
+  ``--hash-check`` it also checks that those backends give the CPU
+  reference's hash on the default model (the acceptance's GPU line).
+
+Timing: prefill is excluded; decode steps are timed with
+``torch.cuda.synchronize`` on GPU; the first step is a warm-up.
+Run: ``detllm bench --device cuda --hash-check`` (the lead runs the GPU part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128, intermediate_size=3072, tie_word_embeddings=True,
+                 max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
+
+
+def add_args(sp: argparse.ArgumentParser) -> None:
+    """Options of ``detllm bench``."""
+    sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
+    sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
+    sp.add_argument("--batches", default="1,8")
+    sp.add_argument("--prompt-len", type=int, default=32)
+    sp.add_argument("--new-tokens", type=int, default=16)
+    sp.add_argument("--kernels", default=None, help="comma-separated int_mm backends (default: cpu->reference,"
+                    " cuda->int_mm,triton)")
+    sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
+    sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
+
+
+def _sync(dev) -> None:
+    if str(dev).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def engine_decode_tps(eng, prompts, new_tokens: int) -> tuple[float, str]:
+    """(decode tokens/s, logits hash of seq 0) of the integer engine; prefill not timed."""
+    from detllm import engine as E
+    from detllm import ops
+    from detllm.generate import HashChain, LOGITS_TAG
+    B = len(prompts)
+    T = max(len(p) for p in prompts)
+    cache = E.new_cache(eng, B, T + new_tokens + 1)
+    toks = torch.zeros(B, T, dtype=torch.int64)
+    for b, p in enumerate(prompts):
+        toks[b, :len(p)] = torch.tensor(p)
+    lg = E.forward(eng, toks, [len(p) for p in prompts], cache)
+    last = torch.stack([lg[b, len(p) - 1] for b, p in enumerate(prompts)])
+    chain = HashChain(LOGITS_TAG)
+    nxt = ops.argmax_int(last)
+    lg = E.forward(eng, nxt.view(B, 1).cpu(), [1] * B, cache)      # warm-up step
+    _sync(eng.device)
+    t0 = time.perf_counter()
+    for _ in range(new_tokens):
+        nxt = ops.argmax_int(lg[:, 0])
+        lg = E.forward(eng, nxt.view(B, 1).cpu(), [1] * B, cache)
+        chain.update_rows(lg[0], "<i4")
+    _sync(eng.device)
+    return B * new_tokens / (time.perf_counter() - t0), chain.hexdigest()[:12]
+
+
+@torch.no_grad()
+def float_decode_tps(model, prompts, new_tokens: int) -> float:
+    """Decode tokens/s of a transformers model (left-padded batch, DynamicCache)."""
+    from transformers import DynamicCache
+    dev = next(model.parameters()).device
+    B = len(prompts)
+    T = max(len(p) for p in prompts)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, T - len(p):] = torch.tensor(p)
+        mask[b, T - len(p):] = 1
+    cache = DynamicCache()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                cache=cache, use_cache=True)
+    nxt = out.logits[:, -1].argmax(-1)
+
+    def step(nxt, mask):
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
+        out = model(input_ids=nxt.view(B, 1), attention_mask=mask.to(dev),
+                    position_ids=(mask.sum(-1, keepdim=True) - 1).to(dev), cache=cache, use_cache=True)
+        return out.logits[:, -1].argmax(-1), mask
+
+    nxt, mask = step(nxt, mask)  # warm-up
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(new_tokens):
+        nxt, mask = step(nxt, mask)
+    _sync(dev)
+    return B * new_tokens / (time.perf_counter() - t0)
+
+
+def _prompts(vocab: int, batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (max(1, length - 3 * b),), generator=g).tolist() for b in range(batch)]
+
+
+def _table(rows, title):
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title)
+    for c in ("model", "backend", "device", "batch", "int tok/s", "bf16 tok/s", "int/bf16", "hash (seq 0)"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    Console(width=160).print(t)
+
+
+def bench_cpu(args) -> list:
+    from detllm import engine as E
+    from detllm.generate import load_float_model
+    from detllm.prepare import cached_artifact
+    from reference import assets
+    md = Path(args.model) if args.model else assets.default_model_dir()
+    art = cached_artifact(md)
+    fm = load_float_model(md, torch.bfloat16)
+    V = art.config["model"]["vocab"]
+    rows = []
+    for kname in (args.kernels.split(",") if args.kernels else [None]):
+        eng = E.load_engine(art, kname, "cpu", guard=False)
+        for B in [int(x) for x in args.batches.split(",")]:
+            ps = _prompts(V, B, args.prompt_len)
+            tps, h = engine_decode_tps(eng, ps, args.new_tokens)
+            ftps = float_decode_tps(fm, ps, args.new_tokens)
+            rows.append([md.name, eng.kernel_name, "cpu", B, f"{tps:.1f}", f"{ftps:.1f}", f"{tps / ftps:.3f}", h])
+    _table(rows, f"decode throughput, CPU ({torch.get_num_threads()} threads), artifact {art.digest[:12]}")
+    return rows
+
+
+def make_06b_model(out_dir: Path, seed: int = 0) -> Path:
+    """Random-init float Qwen3 at Qwen3-0.6B shapes, saved as bf16 safetensors."""
+    import transformers
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3Config(**QWEN3_06B)
+    m = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    m.save_pretrained(str(out_dir))
+    return out_dir
+
+
+def bench_cuda(args) -> list:
+    from detllm import engine as E
+    from detllm.generate import load_float_model
+    from detllm.prepare import PrepareOptions, prepare
+    if not torch.cuda.is_available():
+        print("no CUDA device: GPU bench skipped")
+        return []
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
+    rows = []
+    if args.hash_check:
+        from detllm import oracle
+        for k in (args.kernels.split(",") if args.kernels else ["int_mm", "triton"]):
+            r = oracle.engine_hash_check(k, device="cuda", max_new_tokens=8)
+            rd = r.to_dict() if hasattr(r, "to_dict") else r
+            print(f"default model, kernel {k} on cuda vs CPU reference: {rd['verdict']}: {rd['summary']}")
+    t0 = time.time()
+    md = work / "qwen3_06b_random"
+    if not (md / "config.json").is_file():
+        make_06b_model(md)
+    art_dir = work / "artifact"
+    from detllm.artifact import is_artifact_dir, load_artifact
+    art = load_artifact(art_dir) if is_artifact_dir(art_dir) else prepare(
+        md, art_dir, PrepareOptions(calib_windows=2, calib_len=32, calib_source="random"), verbose=True)
+    print(f"0.6B-shape model + artifact ready in {time.time() - t0:.0f}s")
+    fm = load_float_model(md, torch.bfloat16, "cuda")
+    V = art.config["model"]["vocab"]
+    for kname in (args.kernels.split(",") if args.kernels else ["int_mm", "triton"]):
+        eng = E.load_engine(art, kname, "cuda", guard=False)
+        for B in [int(x) for x in args.batches.split(",")]:
+            ps = _prompts(V, B, args.prompt_len)
+            tps, h = engine_decode_tps(eng, ps, args.new_tokens)
+            ftps = float_decode_tps(fm, ps, args.new_tokens)
+            rows.append(["qwen3-0.6B-shape", eng.kernel_name, "cuda", B, f"{tps:.1f}", f"{ftps:.1f}",
+                         f"{tps / ftps:.3f}", h])
+    _table(rows, f"decode throughput, {torch.cuda.get_device_name()}, artifact {art.digest[:12]}")
+    return rows
+
+
+def main_args(args) -> int:
+    """Run the bench selected by ``args.device``; prints tables. Returns 0."""
+    if str(args.device).startswith("cuda"):
+        bench_cuda(args)
+    else:
+        bench_cpu(args)
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m detllm.bench``."""
+    p = argparse.ArgumentParser(prog="python -m detllm.bench")
+    add_args(p)
+    return main_args(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
