@@ -78,6 +78,7 @@ def engine_decode_tps(eng, prompts, new_tokens: int) -> tuple[float, str]:
 def float_decode_tps(model, prompts, new_tokens: int) -> float:
     """Decode tokens/s of a transformers model (left-padded batch, DynamicCache)."""
     from transformers import DynamicCache
+    from detllm.generate import cache_kwargs
     dev = next(model.parameters()).device
     B = len(prompts)
     T = max(len(p) for p in prompts)
@@ -89,13 +90,14 @@ def float_decode_tps(model, prompts, new_tokens: int) -> float:
     cache = DynamicCache()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                cache=cache, use_cache=True)
+                use_cache=True, **cache_kwargs(model, cache))
     nxt = out.logits[:, -1].argmax(-1)
 
     def step(nxt, mask):
         mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
         out = model(input_ids=nxt.view(B, 1), attention_mask=mask.to(dev),
-                    position_ids=(mask.sum(-1, keepdim=True) - 1).to(dev), cache=cache, use_cache=True)
+                    position_ids=(mask.sum(-1, keepdim=True) - 1).to(dev), use_cache=True,
+                    **cache_kwargs(model, cache))
         return out.logits[:, -1].argmax(-1), mask
 
     nxt, mask = step(nxt, mask)  # warm-up

@@ -190,7 +190,40 @@ def cmd_demo(args) -> int:
     fl_set = {r[3] for r in rows if r[3] != "-"}
     print(f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
           f"float logits hashes: {len(fl_set)} distinct")
+    if args.context_tokens != 0:
+        same = _demo_whole_context(args, art, ref_eng, fmodel, tok) and same
     return 0 if same else 1
+
+
+def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
+    """Second table: a context as long as the model allows (held-out text),
+    one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
+    a batch of 2."""
+    from detllm import generate as G
+    from reference import assets
+    ctx = art.config["model"]["max_position"]
+    total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
+    new = 4
+    if tok is not None:
+        p = assets.eval_windows(tok, 1, total - new + 1)[0].tolist()
+    else:
+        p = _co_prompts(1, art.config["model"]["vocab"], args.seed + 1)[0] * total
+        p = p[: total - new + 1]
+    configs = [("one prefill", [p], "full", 0), ("prefill in chunks of 64", [p], 64, 0),
+               ("batch 2 (+1 random co-prompt), chunks of 100", _co_prompts(1, art.config["model"]["vocab"], 5) + [p],
+                100, 1)]
+    if args.context_token_by_token:
+        configs.append(("prefill token by token", [p], "token", 0))
+    rows, ih = [], set()
+    for label, ps, sched, slot in configs:
+        r = G.generate(eng, ps, new, sched)
+        ih.add(r.short(slot))
+        fl = G.float_generate(fmodel, ps, new, sched).short(slot) if fmodel is not None else ("-", "-")
+        rows.append([label, *r.short(slot), *fl])
+    _print_table(f"whole context: {len(p) + new - 1} of {ctx} positions ({len(p)}-token held-out prompt + {new} new)",
+                 ["configuration", "integer logits", "integer tokens", "float logits", "float tokens"], rows)
+    print(f"whole-context integer hashes identical: {'YES' if len(ih) == 1 else 'NO'}")
+    return len(ih) == 1
 
 
 def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: float = 1.0) -> float:
@@ -281,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-float", action="store_true")
     sp.add_argument("--no-guard", action="store_true")
     sp.add_argument("--seed", type=int, default=0, help="seed of the random co-prompts")
+    sp.add_argument("--context-tokens", type=int, default=-1,
+                    help="whole-context table length (-1: the model's maximum, 0: skip)")
+    sp.add_argument("--context-token-by-token", action="store_true",
+                    help="also run the whole context token by token (slow)")
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")

@@ -225,6 +225,14 @@ def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str
     return m.to(device).eval()
 
 
+def cache_kwargs(model, cache) -> dict:
+    """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed
+    transformers' forward accepts (renamed in transformers 5.2x)."""
+    import inspect
+    params = inspect.signature(type(model).forward).parameters
+    return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+
+
 @torch.no_grad()
 def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full",
                    keep_logits: bool = False, pad_id: int = 0) -> GenerationResult:
@@ -260,7 +268,7 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
     for c in chunks:
         pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s:s + c]
         out = model(input_ids=ids[:, s:s + c].to(dev), attention_mask=full_mask[:, :s + c].to(dev),
-                    position_ids=pos.to(dev), cache=cache, use_cache=True)
+                    position_ids=pos.to(dev), use_cache=True, **cache_kwargs(model, cache))
         lg = out.logits.float().cpu()
         for b in range(B):
             valid = mask[b, s:s + c].bool()
@@ -281,7 +289,7 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
         pos = (cur_mask.sum(-1, keepdim=True) - 1)
         out = model(input_ids=nxt.view(B, 1).to(dev), attention_mask=cur_mask.to(dev), position_ids=pos.to(dev),
-                    cache=cache, use_cache=True)
+                    use_cache=True, **cache_kwargs(model, cache))
         lg = out.logits.float().cpu()
         for b in range(B):
             lchain[b].update_rows(lg[b], "<f4")

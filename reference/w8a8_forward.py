@@ -12,11 +12,10 @@ per-channel int8 weights, dynamic per-token int8 activations). Everything
 else (embedding, RMSNorm, QK-norm, RoPE, attention softmax, SwiGLU, residual
 adds) runs as the bf16 model does.
 
-The ``lm_head`` stays bf16, as in vLLM / llm-compressor W8A8 recipes, which
-list ``lm_head`` in ``ignore`` (the tied embedding is shared with the input
-embedding, and quantizing it costs most of the accuracy of small models).
-Consequence: the final logits are a bf16 matmul; a kernel under test only
-touches the 7 x blocks decoder linears.
+The ``lm_head`` stays bf16, as in llm-compressor's W8A8 recipes, which put
+``lm_head`` in ``ignore`` (here it is also tied to the input embedding).
+Consequence: the final logits come from a bf16 matmul identical in every
+arm; a kernel under test only touches the 7 x blocks decoder linears.
 
 ``scaled_mm`` is any callable ``(a, b, scale_a, scale_b, out_dtype, bias) ->
 Tensor[M, N]``; the exact reference is :func:`reference_scaled_mm_for` (a
@@ -27,8 +26,12 @@ Public API
 ----------
 * :func:`load_model` -- bf16 ``Qwen3ForCausalLM`` from a directory.
 * :func:`linear_names` -- the 7 x blocks linear names.
-* :func:`quantize_weights` -- ``{name: QuantWeight}`` from the parent weights.
-* :func:`build_w8a8_model` -- a W8A8 copy of a model plus an :class:`AccStats`.
+* :func:`quantize_weights` / :func:`weights_for_scale_mode` -- ``{name:
+  QuantWeight}`` from the parent weights (own or power-of-two scales);
+  :func:`weights_from_tensors` -- from a compressed-tensors state dict.
+* :func:`build_w8a8_model` -- a W8A8 copy of a model plus an :class:`AccStats`
+  (per-layer max |acc|).
+* :func:`reference_scaled_mm_for` -- the exact reference callable of a contract.
 * :func:`teacher_forced` -- per-position argmax, top-2 margin, NLL.
 * :func:`perplexity` -- exp(mean NLL) over evaluation windows.
 * :func:`greedy_generate` -- greedy decoding with a KV cache.
@@ -46,7 +49,9 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from reference.errors import CheckpointError, OperandError
+from reference.accumulate import FP32_EXACT_INT, exact_int_mm  # 2**24 bound, exact acc
+from reference.errors import CheckpointError, ContractError, OperandError
+from reference.quantize import quantize_activation_per_token, quantize_weight_per_channel
 
 # The 7 linears of a Qwen3 decoder block, in forward order (module path
 # relative to ``model.layers.{i}``).
@@ -55,9 +60,6 @@ BLOCK_LINEARS = (
     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
 )
 
-# |acc| at or above this is no longer exactly representable after the
-# int32 -> float32 conversion of the epilogue (24-bit significand).
-FP32_EXACT_INT = 2 ** 24
 
 ScaledMM = Callable[..., torch.Tensor]
 
@@ -179,7 +181,7 @@ def quantize_weights(model: nn.Module,
         ``{layer name: QuantWeight}`` for all ``7 * blocks`` linears.
     """
     if quantizer is None:
-        from reference.quantize import quantize_weight_per_channel as quantizer
+        quantizer = quantize_weight_per_channel
     out = {}
     mods = dict(model.named_modules())
     for name in linear_names(model.config.num_hidden_layers):
@@ -207,8 +209,6 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
     Raises:
         ContractError: unknown scale mode.
     """
-    from reference.errors import ContractError
-
     if scale_mode == "own":
         return quantize_weights(model)
     if scale_mode in ("pow2-nearest", "pow2-ceiling"):
@@ -284,8 +284,6 @@ class W8A8Linear(nn.Module):
         self.out_features = weight.q.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        from reference.quantize import quantize_activation_per_token
-
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         a, s_a = quantize_activation_per_token(x2)
@@ -295,7 +293,6 @@ class W8A8Linear(nn.Module):
         w = self.qweight
         y = self.scaled_mm(a, w.q, s_a, w.scale, x.dtype, w.bias)
         if self.stats is not None:
-            from reference.accumulate import exact_int_mm
             m = int(exact_int_mm(a, w.q).abs().max())
             prev = self.stats.max_abs_acc.get(self.name, 0)
             self.stats.max_abs_acc[self.name] = max(prev, m)
@@ -366,7 +363,7 @@ def reference_scaled_mm_for(contract) -> ScaledMM:
         ``reference.epilogue.reference_scaled_mm(..., contract, bias, out_dtype)``
         (exact int accumulator, IEEE float32 epilogue, one RNE rounding).
     """
-    from reference.epilogue import reference_scaled_mm
+    from reference.epilogue import reference_scaled_mm  # lazy: only the reference arm needs it
 
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         return reference_scaled_mm(a, b, scale_a, scale_b, contract, bias=bias,

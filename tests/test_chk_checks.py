@@ -16,8 +16,8 @@ from conformance.checks.result import CheckResult, aggregate
 from conformance.kernels.runner import run_kernel
 from conformance.suite import evaluate_case
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
-from test_chk_kernels import (TEST_DIGEST, const_case, make_kernel, order_case, sha_int8,
-                              tie_case)
+from test_chk_kernels import (TEST_DIGEST, bias_tie_case, const_case, make_kernel, order_case,
+                              sha_int8, tie_case)
 
 
 def _run(spec, ops):
@@ -62,6 +62,19 @@ def test_c8_sees_scale_order_c6_does_not():
     # the same arithmetic declared honestly (TRITON_STYLE is a_then_w) conforms
     honest = make_kernel("honest", TRITON_STYLE)
     assert check_declared_contract(honest, ops, _run(honest, ops)).verdict == "pass"
+
+
+def test_c6_fails_when_bias_enters_elsewhere():
+    ops = bias_tie_case()
+    # declares bias after the rounding (TRITON_STYLE) but adds it in float32 before: fault F5
+    f5 = make_kernel("f5", TRITON_STYLE, bias_point="fp32_before_round")
+    r = check_real_scale_spacing(f5, ops, _run(f5, ops))
+    assert r.verdict == "fail" and r.evidence["max_ulp"] == 0x3B80 == 15232
+    assert (r.evidence["worst"]["out_bits"], r.evidence["worst"]["ref_bits"]) == ("0x3B80", "0x0000")
+    assert r.evidence["ulp_histogram"][">256"] == 1
+    assert check_declared_contract(f5, ops, _run(f5, ops)).verdict == "fail"
+    honest = make_kernel("honest", TRITON_STYLE)
+    assert check_real_scale_spacing(honest, ops, _run(honest, ops)).verdict == "pass"
 
 
 def test_c2_transposed_operand():

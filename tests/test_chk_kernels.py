@@ -107,7 +107,7 @@ def emulate(acc: torch.Tensor, sa, sb, order: str, bias_point: str, bias, out_dt
 
 
 def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, rounding: str = "rne",
-                order: str = None, transpose_b: bool = False, acc_off_by_one: bool = False,
+                order: str = None, bias_point: str = None, transpose_b: bool = False, acc_off_by_one: bool = False,
                 ran_digest: str = TEST_DIGEST, record_path: bool = True, raises: bool = False,
                 nan: bool = False, devices=("cpu",)) -> KernelSpec:
     """A KernelSpec whose scaled_mm emulates ``contract`` with optional faults.
@@ -115,6 +115,7 @@ def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, roundi
     Args:
         rounding: final rounding (``rtz`` = F4 output_truncation).
         order: scale order actually used (default: the declared one; F3 if different).
+        bias_point: bias point actually used (default: the declared one; F5 if different).
         transpose_b: consume ``b.T`` (square cases) and record it (F9-like, C2).
         acc_off_by_one: the int_mm entry adds 1 at [0, 0] (C3 kernel failure).
         ran_digest: source digest the kernel reports at run time (C1).
@@ -123,6 +124,7 @@ def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, roundi
         nan: write NaN at [0, 0].
     """
     used = order or contract.scale_order
+    used_bias = bias_point or contract.bias_point
 
     def int_mm(a, b):
         acc = exact_acc32(a.cpu(), b.cpu())
@@ -138,7 +140,7 @@ def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, roundi
         trace.record_operands(a, b, scale_a, scale_b, bias)
         if record_path:
             trace.record_path("test-emulation", source_digest=ran_digest)
-        out = emulate(exact_acc32(a, b), scale_a, scale_b, used, contract.bias_point, bias,
+        out = emulate(exact_acc32(a, b), scale_a, scale_b, used, used_bias, bias,
                       out_dtype, rounding)
         if nan:
             out[0, 0] = float("nan")

