@@ -85,9 +85,17 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
 
 # ------------------------------------------------------------------ helpers
 
+_POW2: dict = {}
+
+
 def _bitlen(a: torch.Tensor) -> torch.Tensor:
-    """Number of bits of a >= 0 (0 for 0), int64."""
-    return intops.ilog2_or(a, -1) + 1
+    """Number of bits of 0 <= a < 2^63 (0 for 0), int64: the count of k in
+    [0, 62] with a >= 2^k (two tensor ops; equals ``intops.ilog2_or(a, -1) + 1``).
+    Used on per-row vectors only."""
+    key = str(a.device)
+    if key not in _POW2:
+        _POW2[key] = torch.tensor([1 << k for k in range(63)], dtype=torch.int64, device=a.device)
+    return (a.unsqueeze(-1) >= _POW2[key]).sum(-1)
 
 
 def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,8 +106,8 @@ def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, to
     gives m = 0, k = 0. Precondition: num * 2^k, den * 2^-k < 2^63.
     """
     pos = num > 0
-    a = intops.ilog2_or(num, 0)
-    b = intops.ilog2(den)
+    a = _bitlen(num)
+    b = _bitlen(den)
     k = torch.where(pos, 16 - (a - b), torch.zeros_like(a))
     numer = intops.floor_shift(num, -k.clamp(min=0))
     denom = intops.floor_shift(den, -((-k).clamp(min=0)))
