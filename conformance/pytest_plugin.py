@@ -293,9 +293,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         cases = list(ks.results.values()) + list(ks.prop_cases)
         if not cases and not ks.model:
             continue
+        notes = []
+        if len(ks.results) < len(ks.cases):
+            notes.append(f"partial run: {len(ks.results)} of {len(ks.cases)} fixed cases ran "
+                         f"(pytest selection or early stop); the verdict covers only those")
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0)
+                           time.perf_counter() - ks.t0, notes)
         jp, mp = write_reports(res, st.out_dir)
         st.written.append((ks.spec.name, res.verdict, jp, mp))
 

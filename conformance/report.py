@@ -19,7 +19,7 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
   elapsed_s, error, operand_digests, meta[, pair]}``
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
-* ``elapsed_s``
+* ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
 
 Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
 is strict JSON. Both files are written atomically (temporary file in the same
@@ -72,7 +72,7 @@ def to_json_dict(result) -> dict:
         "checks": [c.to_dict() for c in result.checks],
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
-        "elapsed_s": round(result.elapsed_s, 3),
+        "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
     })
 
 
@@ -85,6 +85,11 @@ def _table(df: pd.DataFrame) -> str:
         return df.to_markdown(index=False)
     except ImportError:
         return "```\n" + df.to_string(index=False) + "\n```"
+
+
+def _is_pre(verdict: str, evidence: dict) -> bool:
+    """A failing precondition check (C3/C4) caused by the operands."""
+    return verdict == "fail" and (evidence or {}).get("failure_kind") == "precondition"
 
 
 def _hist_str(h: dict) -> str:
@@ -104,7 +109,10 @@ def render_markdown(doc: dict) -> str:
              f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}", "",
              f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
              f"suite time {doc['elapsed_s']} s.", "",
-             f"Captures: {doc['captures']['note']}.", "", "## Kernel", ""]
+             f"Captures: {doc['captures']['note']}.", ""]
+    for note in doc.get("notes") or []:
+        lines += [f"> Note: {note}", ""]
+    lines += ["## Kernel", ""]
     lines.append(_table(pd.DataFrame([
         ("name", k["name"]), ("origin", k.get("origin")), ("description", k.get("description")),
         ("declared contract", f"scale order `{c.get('scale_order')}`, bias "
@@ -126,7 +134,9 @@ def render_markdown(doc: dict) -> str:
     ], columns=["field", "value"]).map(_cell)))
     lines += ["", "## Checks", ""]
     lines.append(_table(pd.DataFrame(
-        [(ch["check_id"], ch["name"], ch["verdict"], _cell(ch["summary"], 200))
+        [(ch["check_id"], ch["name"],
+          "fail (precondition)" if _is_pre(ch["verdict"], ch["evidence"]) else ch["verdict"],
+          _cell(ch["summary"], 200))
          for ch in doc["checks"]], columns=["id", "check", "verdict", "summary"])))
     lines += ["", "C3/C4 are preconditions: their failure means the operands leave the range where "
               "int32 accumulation is exact and order-free (or float32(acc) is exact); it fails the "
@@ -178,8 +188,10 @@ def render_markdown(doc: dict) -> str:
                  "out": cs["out_dtype"].replace("torch.", ""), "bias": "y" if cs["bias"] else "",
                  "verdict": cs["verdict"]}
             for cid in ids:
-                v = cs["checks"].get(cid, {}).get("verdict", "")
-                r[cid] = {"pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
+                ch = cs["checks"].get(cid, {})
+                v = ch.get("verdict", "")
+                r[cid] = "pre" if _is_pre(v, ch.get("evidence", {})) else {
+                    "pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
             r["max ulp vs declared"] = c8.get("max_ulp", "")
             r["max abs acc"] = cs["checks"].get("C4", {}).get("evidence", {}).get("max_abs", "")
             r["path"] = cs.get("path") or ""
@@ -198,10 +210,35 @@ def render_markdown(doc: dict) -> str:
                  "expected identical": "yes" if p["expected_identical"] else "no"}
                 for p in pw["per_case"]]
         lines.append(_table(pd.DataFrame(recs)))
-    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, - = not applicable. Distances are in "
+    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, pre = precondition violated by the "
+              "operands (C3/C4; not a kernel failure), - = not applicable. Distances are in "
               "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
               "to this one holds every number shown here and the full evidence.", ""]
     return "\n".join(lines)
+
+
+def read_report(path: Union[str, Path]) -> dict:
+    """Load a ``conformance.json`` written by :func:`write_reports`.
+
+    Raises:
+        Int8confError: missing or unreadable file, not JSON, another schema,
+            or a newer schema version than this code reads (one line).
+    """
+    from reference.errors import Int8confError
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise Int8confError(f"{p}: cannot read conformance report ({e.strerror})") from None
+    except ValueError as e:
+        raise Int8confError(f"{p}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise Int8confError(f"{p}: not an {SCHEMA} report")
+    v = doc.get("schema_version")
+    if not isinstance(v, int) or v > SCHEMA_VERSION:
+        raise Int8confError(f"{p}: schema_version {v!r} not readable (this code reads <= "
+                            f"{SCHEMA_VERSION})")
+    return doc
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -139,7 +139,7 @@ def _check_error(cid: str, e: BaseException) -> CheckResult:
 def _jsonable_meta(meta: dict) -> dict:
     out = {}
     for k, v in (meta or {}).items():
-        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list)) else str(v)
+        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
     return out
 
 
@@ -290,6 +290,7 @@ class ConformanceResult:
         pairwise: ``conformance.pairwise.summarize_pairs`` result, or None.
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
         elapsed_s: wall time of the suite.
+        notes: lines the report shows under the verdict (e.g. a partial run).
     """
 
     kernel: dict
@@ -301,6 +302,7 @@ class ConformanceResult:
     pairwise: Optional[dict] = None
     overall: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
+    notes: list = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -349,7 +351,8 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
 
 def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
                  model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
-                 against=None, elapsed_s: float = 0.0) -> ConformanceResult:
+                 against=None, elapsed_s: float = 0.0,
+                 notes: Sequence[str] = ()) -> ConformanceResult:
     """Aggregate per-case and model-level results into a ConformanceResult.
 
     Args:
@@ -360,6 +363,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         property_tests: property-test summary (``conformance.property``).
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
+        notes: extra report lines (e.g. "partial run").
     """
     per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
     for cr in case_results:
@@ -384,7 +388,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
                   "source": captures.source},
         property_tests=property_tests, pairwise=pairwise,
         overall=overall_verdict(checks, property_tests),
-        elapsed_s=elapsed_s)
+        elapsed_s=elapsed_s, notes=list(notes))
 
 
 def default_cases(include_captures: bool = True, include_sweep: bool = True,

@@ -105,6 +105,7 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -134,6 +135,7 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
     try:
         save_file(cpu, tmp, metadata={"format": FORMAT})
         sha = _file_sha256(Path(tmp))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, out / TENSORS_FILE)
     except BaseException:
         if os.path.exists(tmp):

@@ -41,6 +41,9 @@ def add_args(sp: argparse.ArgumentParser) -> None:
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
+    sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None,
+                    help="model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes "
+                         "(cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)")
 
 
 def _sync(dev) -> None:
@@ -128,10 +131,10 @@ def _table(rows, title):
 def bench_cpu(args) -> list:
     from detllm import engine as E
     from detllm.generate import load_float_model
-    from detllm.prepare import cached_artifact
+    from detllm.prepare import artifact_for
     from reference import assets
     md = Path(args.model) if args.model else assets.default_model_dir()
-    art = cached_artifact(md)
+    art = artifact_for(md)
     fm = load_float_model(md, torch.bfloat16)
     V = art.config["model"]["vocab"]
     rows = []
@@ -146,58 +149,65 @@ def bench_cpu(args) -> list:
     return rows
 
 
-def make_06b_model(out_dir: Path, seed: int = 0) -> Path:
+def make_06b_model(out_dir: Path, seed: int = 0, shapes: dict = QWEN3_06B) -> Path:
     """Random-init float Qwen3 at Qwen3-0.6B shapes, saved as bf16 safetensors."""
     import transformers
     torch.manual_seed(seed)
-    cfg = transformers.Qwen3Config(**QWEN3_06B)
+    cfg = transformers.Qwen3Config(**shapes)
     m = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
     m.save_pretrained(str(out_dir))
     return out_dir
 
 
-def bench_cuda(args) -> list:
+def bench_shapes(args) -> list:
+    """Random-init model at fixed shapes (Qwen3-0.6B or tiny) on ``args.device``."""
     from detllm import engine as E
     from detllm.generate import load_float_model
-    from detllm.prepare import PrepareOptions, prepare
-    if not torch.cuda.is_available():
+    from detllm.prepare import PrepareOptions, TINY_QWEN3, prepare
+    dev = str(args.device)
+    if dev.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: GPU bench skipped")
         return []
+    shapes_name = args.shapes or "0.6b"
+    shapes = QWEN3_06B if shapes_name == "0.6b" else TINY_QWEN3
+    label = "qwen3-0.6B-shape" if shapes_name == "0.6b" else "tiny-random"
     work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
     rows = []
     if args.hash_check:
         from detllm import oracle
         for k in (args.kernels.split(",") if args.kernels else ["int_mm", "triton"]):
-            r = oracle.engine_hash_check(k, device="cuda", max_new_tokens=8)
+            r = oracle.engine_hash_check(k, device=dev, max_new_tokens=8)
             rd = r.to_dict() if hasattr(r, "to_dict") else r
             print(f"default model, kernel {k} on cuda vs CPU reference: {rd['verdict']}: {rd['summary']}")
     t0 = time.time()
-    md = work / "qwen3_06b_random"
+    md = work / f"{label}_random"
     if not (md / "config.json").is_file():
-        make_06b_model(md)
+        make_06b_model(md, shapes=shapes)
     art_dir = work / "artifact"
     from detllm.artifact import is_artifact_dir, load_artifact
     art = load_artifact(art_dir) if is_artifact_dir(art_dir) else prepare(
         md, art_dir, PrepareOptions(calib_windows=2, calib_len=32, calib_source="random"), verbose=True)
-    print(f"0.6B-shape model + artifact ready in {time.time() - t0:.0f}s")
-    fm = load_float_model(md, torch.bfloat16, "cuda")
+    print(f"{label} model + artifact ready in {time.time() - t0:.0f}s")
+    fm = load_float_model(md, torch.bfloat16, dev)
     V = art.config["model"]["vocab"]
-    for kname in (args.kernels.split(",") if args.kernels else ["int_mm", "triton"]):
-        eng = E.load_engine(art, kname, "cuda", guard=False)
+    default_k = ["int_mm", "triton"] if dev.startswith("cuda") else [None]
+    for kname in (args.kernels.split(",") if args.kernels else default_k):
+        eng = E.load_engine(art, kname, dev, guard=False)
         for B in [int(x) for x in args.batches.split(",")]:
             ps = _prompts(V, B, args.prompt_len)
             tps, h = engine_decode_tps(eng, ps, args.new_tokens)
             ftps = float_decode_tps(fm, ps, args.new_tokens)
-            rows.append(["qwen3-0.6B-shape", eng.kernel_name, "cuda", B, f"{tps:.1f}", f"{ftps:.1f}",
-                         f"{tps / ftps:.3f}", h])
-    _table(rows, f"decode throughput, {torch.cuda.get_device_name()}, artifact {art.digest[:12]}")
+            rows.append([label, eng.kernel_name, dev, B, f"{tps:.1f}", f"{ftps:.1f}", f"{tps / ftps:.3f}", h])
+            print(rows[-1], flush=True)
+    where = torch.cuda.get_device_name() if dev.startswith("cuda") else f"CPU ({torch.get_num_threads()} threads)"
+    _table(rows, f"decode throughput, {where}, artifact {art.digest[:12]}")
     return rows
 
 
 def main_args(args) -> int:
     """Run the bench selected by ``args.device``; prints tables. Returns 0."""
-    if str(args.device).startswith("cuda"):
-        bench_cuda(args)
+    if args.shapes in ("0.6b", "tiny") or (args.shapes is None and str(args.device).startswith("cuda")):
+        bench_shapes(args)
     else:
         bench_cpu(args)
     return 0

@@ -37,15 +37,20 @@ def _default_model() -> Path:
 def _artifact_and_model(args):
     """(Artifact, model_dir or None) from --artifact / --model (default model)."""
     from detllm.artifact import load_artifact
-    from detllm.prepare import cached_artifact
+    from detllm.prepare import artifact_for
     if getattr(args, "artifact", None):
         art = load_artifact(args.artifact)
-        md = args.model or art.config.get("source", {}).get("model_dir")
-        return art, (Path(md) if md else None)
+        if args.model:
+            return art, Path(args.model)
+        from detllm.prepare import model_fingerprint
+        dm = _default_model()
+        fp = art.config.get("source", {}).get("fingerprint")
+        same = fp is not None and (dm / "config.json").is_file() and fp == model_fingerprint(dm)
+        return art, (dm if same else None)   # tokenizer / float model only when known
     md = Path(args.model) if args.model else _default_model()
     from reference.checkpoint import read_config
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
-    return cached_artifact(md, verbose=True), md
+    return artifact_for(md, verbose=True), md
 
 
 def _tokenizer(model_dir):
@@ -149,8 +154,10 @@ def cmd_demo(args) -> int:
     rows = []
     ref_eng = E.load_engine(art, None, "cpu", guard=not args.no_guard)
     int_hashes = []
+    full = None
     for label, ps, sched, slot in configs:
         r = G.generate(ref_eng, ps, n, sched)
+        full = full or (r.logits_hash[slot], r.token_hash[slot])
         lh, th = r.short(slot)
         int_hashes.append((lh, th))
         fl = ("-", "-")
@@ -190,6 +197,7 @@ def cmd_demo(args) -> int:
     fl_set = {r[3] for r in rows if r[3] != "-"}
     print(f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
           f"float logits hashes: {len(fl_set)} distinct")
+    print(f"artifact digest {art.digest}\nlogits hash {full[0]}\ntoken hash  {full[1]}")
     if args.context_tokens != 0:
         same = _demo_whole_context(args, art, ref_eng, fmodel, tok) and same
     return 0 if same else 1

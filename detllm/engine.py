@@ -40,14 +40,14 @@ SmoothQuant (Xiao et al. 2023, eq. 4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import torch
 
 from detllm import guard as _guard
 from detllm import intops, ops
 from detllm.artifact import Artifact, load_artifact
-from reference.errors import Int8confError, KernelLoadError, OperandError
+from reference.errors import KernelLoadError, OperandError
 
 _NEG_INF = -(1 << 62)
 
@@ -88,6 +88,17 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
 _POW2: dict = {}
 
 
+def div_round_pos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """round(a / b), ties AWAY from zero, for int64 a and b > 0 (caller's
+    guarantee; no device sync for a zero check). Same values as
+    ``intops.div_round`` for b > 0: q = floor((2|a| + b) / (2b)), sign of a.
+    Precondition: 2|a| + b < 2^63 and 2b < 2^63.
+    """
+    aa = a.abs()
+    q = torch.div(2 * aa + b, 2 * b, rounding_mode="floor")
+    return torch.where(a < 0, -q, q)
+
+
 def _bitlen(a: torch.Tensor) -> torch.Tensor:
     """Number of bits of 0 <= a < 2^63 (0 for 0), int64: the count of k in
     [0, 62] with a >= 2^k (two tensor ops; equals ``intops.ilog2_or(a, -1) + 1``).
@@ -111,7 +122,7 @@ def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, to
     k = torch.where(pos, 16 - (a - b), torch.zeros_like(a))
     numer = intops.floor_shift(num, -k.clamp(min=0))
     denom = intops.floor_shift(den, -((-k).clamp(min=0)))
-    return intops.div_round(numer, denom), k
+    return div_round_pos(numer, denom), k
 
 
 def normalize17(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,7 +182,7 @@ def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int):
     xs, r, P = _rms_core(x, eps_int)
     z = xs * g.to(torch.int64)
     M = z.abs().amax(-1)
-    q = intops.div_round(127 * z, M.clamp(min=1)[:, None]).to(torch.int8)
+    q = div_round_pos(127 * z, M.clamp(min=1)[:, None]).to(torch.int8)
     tm, tk = ratio_dyadic(intops.floor_shift(M, -P), r)
     return q, tm, tk
 
@@ -186,14 +197,14 @@ def norm_fixed(x: torch.Tensor, g: torch.Tensor, gs: int, eps_int: int, out_exp:
     z = xs * g.to(torch.int64)
     e = out_exp - gs + P
     if e >= 0:
-        return intops.div_round(intops.floor_shift(z, -e), r[..., None])
-    return intops.div_round(z, intops.floor_shift(r, e)[..., None])
+        return div_round_pos(intops.floor_shift(z, -e), r[..., None])
+    return div_round_pos(z, intops.floor_shift(r, e)[..., None])
 
 
 def quant_rows(v: torch.Tensor):
     """Per-row (per-token) int8: q = div_round(127 v, max|v|); scale = tm 2^-tk / 127 * unit."""
     M = v.abs().amax(-1)
-    q = intops.div_round(127 * v, M.clamp(min=1)[..., None]).to(torch.int8)
+    q = div_round_pos(127 * v, M.clamp(min=1)[..., None]).to(torch.int8)
     tm, tk = normalize17(M)
     return q, tm, tk
 
@@ -347,6 +358,9 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
     Raises:
         OperandError: bad ids, context overflow, shape mismatch (one line).
     """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        raise OperandError(f"tokens must be a 2-D [B, T] tensor, got {getattr(tokens, 'shape', type(tokens).__name__)}")
+    tokens = tokens.cpu()
     B, T = tokens.shape
     if len(n_new) != B or len(cache.length) != B:
         raise OperandError(f"batch mismatch: tokens {B} rows, n_new {len(n_new)}, cache {len(cache.length)}")
@@ -470,7 +484,7 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
             cache.k[i][vb_t, :, vpos, :] = k8[vb_t, vt_t]
             cache.v[i][vb_t, :, vpos, :] = v8[vb_t, vt_t]
         qm = q.abs().amax(-1)                                                    # [R, nh]
-        qq = intops.div_round(127 * q, qm.clamp(min=1)[..., None]).to(torch.int8).reshape(B, T, nh, hd)
+        qq = div_round_pos(127 * q, qm.clamp(min=1)[..., None]).to(torch.int8).reshape(B, T, nh, hd)
         qtm, qtk = normalize17(qm)
         qtm, qtk = qtm.reshape(B, T, nh), qtk.reshape(B, T, nh)
         o = _attention(engine, i, qq, qtm, qtk, cache, pos, n_new)

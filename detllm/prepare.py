@@ -14,9 +14,10 @@ This is the ONLY place in ``detllm`` where floating point is allowed. It
      with the SmoothQuant factors (Xiao et al. 2023, "SmoothQuant", eq. 4:
      ``s_j = max|X_j|^alpha / max|W_j|^(1-alpha)``; X_j / s_j, W_:,j * s_j);
    * the down_proj smoothing factor is folded into up_proj's rows;
-   * per-channel KEY rescaling: k_j / kappa_j, q_j * kappa_j, with kappa
-     equal on the rotate-half pairs (j, j + d/2) so it commutes with RoPE and
-     cancels exactly in q.k; folded into the QK-norm gammas (per head);
+   * per-channel KEY rescaling: k_j / kappa_j, q_j * kappa_j, with kappa a
+     power of two (from the channel pair's calibrated absmax after QK-norm and
+     RoPE), equal on the rotate-half pairs (j, j + d/2) so it commutes with
+     RoPE and cancels exactly in q.k; folded into the QK-norm gammas (per head);
    * the fixed, offline-calibrated K-cache scale (one per KV head, after key
      rescaling) and V-cache scales (per channel; folded into v_proj's output
      unit and into o_proj's columns);
@@ -56,7 +57,6 @@ SCORE_EXP = 16         # attention scores (natural units) in Q16 for ops.int_sof
 PROB_BITS = ops.PROB_BITS   # probabilities Q0.15 (ops.int_softmax)
 MAX_GATE_EXP = 30      # ops.int_silu accepts Q(f) with f <= 30
 WEIGHT_QMAX = 127
-LOG2E = 1.0 / math.log(2.0)
 
 
 @dataclass
@@ -243,13 +243,25 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
     return torch.randint(0, dims["vocab"], (n, L), generator=g), f"random ids (seed {opts.seed}), {n} x {L}"
 
 
+def coarse_up(x: torch.Tensor, bits: int = 4) -> torch.Tensor:
+    """Round positive values UP to ``bits`` significant bits (exact: frexp/ldexp).
+
+    Calibration statistics pass through this so that last-ulp differences of
+    float64 BLAS reductions between machines / thread counts almost never
+    change the artifact (and so its digest and the engine's hashes).
+    """
+    m, e = torch.frexp(x.to(torch.float64).clamp(min=1e-30))
+    return torch.ldexp(torch.ceil(m * 2 ** bits) / 2 ** bits, e)
+
+
 def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> dict:
-    """Absmax statistics of the float forward over ``windows`` [n, L]."""
+    """Absmax statistics of the float forward over ``windows`` [n, L], each
+    rounded up to 4 significant bits (``coarse_up``)."""
     stats = _Stats()
     with torch.no_grad():
         for s in range(0, windows.shape[0], batch):
             float_forward(dims, st, windows[s:s + batch], stats)
-    return stats.v
+    return {k: coarse_up(v) for k, v in stats.v.items()}
 
 
 # ------------------------------------------------------------------ quantizers
@@ -273,11 +285,16 @@ def _dyadic_vec(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _smooth(act_absmax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
-    """SmoothQuant factors s_j (Xiao et al. 2023, eq. 4) for input channels of w [N, K]."""
+    """SmoothQuant factors s_j (Xiao et al. 2023, eq. 4) for input channels of w [N, K].
+
+    alpha = 0.5 uses sqrt (correctly rounded IEEE, identical on every
+    platform) instead of pow."""
     if alpha <= 0:
         return torch.ones(w.shape[1], dtype=torch.float64)
     a = act_absmax.clamp(min=1e-5)
     wc = w.abs().amax(dim=0).clamp(min=1e-5)
+    if alpha == 0.5:
+        return (torch.sqrt(a) / torch.sqrt(wc)).clamp(min=1e-5, max=1e5)
     return (a ** alpha / wc ** (1 - alpha)).clamp(min=1e-5, max=1e5)
 
 
@@ -374,9 +391,11 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
         kr = stats[f"{i}.k_rot"].clamp(min=1e-6)                           # [nkv, hd]
         kp = torch.maximum(kr[:, :half], kr[:, half:])
         kp = torch.cat([kp, kp], dim=1)
-        gm = torch.exp(torch.log(kp).mean(dim=1, keepdim=True))            # [nkv, 1]
-        kappa = kp / gm                                                    # k' = k / kappa
-        s_k = (gm[:, 0] * 1.0) / WEIGHT_QMAX                               # |k'| <= gm
+        # kappa: powers of two (exact, platform-independent) within 2x of each
+        # channel pair's calibrated absmax; k' = k / kappa has |k'_j| in [0.5, 1)
+        _, ex = torch.frexp(kp)
+        kappa = torch.ldexp(torch.ones_like(kp), ex)
+        s_k = (kp / kappa).amax(dim=1) / WEIGHT_QMAX                         # per kv head
         group = nh // nkv
         kappa_q = kappa.repeat_interleave(group, dim=0)                    # [nh, hd]
         gq, gqs = _norm_mult(st[p + "self_attn.q_norm.weight"][None, :] * kappa_q)
@@ -445,7 +464,8 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
                   "resid_eps": int(round(eps * 2.0 ** (2 * R))),
                   "final_norm_shift": gs},
         "layers": layers_cfg,
-        "source": {"model_dir": str(Path(model_dir).resolve()), "state_sha256": state_digest(state)},
+        "source": {"model_dir": Path(model_dir).resolve().name, "state_sha256": state_digest(state),
+                   "fingerprint": model_fingerprint(model_dir)},
         "calibration": {"text": calib_note, "options": asdict(opts)},
     }
     art = save_artifact(out_dir, cfg, tensors)
@@ -476,6 +496,38 @@ def cache_root() -> Path:
     import os
     base = os.environ.get("INT8CONF_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "int8conf") / "detllm"
+
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "assets" / "default_artifact"
+
+
+def default_artifact(verbose: bool = False) -> Artifact:
+    """The artifact of the shipped default model.
+
+    Uses the artifact shipped in ``detllm/assets/default_artifact`` when its
+    recorded source fingerprint matches the current default model (so every
+    machine uses the same digest, hence the same hashes); otherwise prepares
+    one into the cache (``cached_artifact``).
+    """
+    from reference import assets
+    from detllm.artifact import is_artifact_dir, load_artifact
+    md = assets.default_model_dir()
+    if is_artifact_dir(SHIPPED_DIR):
+        try:
+            art = load_artifact(SHIPPED_DIR)
+            if art.config.get("source", {}).get("fingerprint") == model_fingerprint(md):
+                return art
+        except CheckpointError:
+            pass
+    return cached_artifact(md, verbose=verbose)
+
+
+def artifact_for(model_dir, verbose: bool = False) -> Artifact:
+    """``default_artifact()`` for the shipped default model dir, else ``cached_artifact``."""
+    from reference import assets
+    if Path(model_dir).resolve() == assets.default_model_dir().resolve():
+        return default_artifact(verbose)
+    return cached_artifact(model_dir, verbose=verbose)
 
 
 def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose: bool = False) -> Artifact:

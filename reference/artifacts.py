@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Optional
 
 from reference.checkpoint import load_qwen3_state, state_digest
 from reference.errors import CheckpointError

@@ -59,7 +59,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from reference.checkpoint import (
-    layer_block_proj, linear_names, linear_shapes, load_safetensors_file, read_config,
+    layer_block_proj, linear_names, linear_shapes, load_safetensors_file,
     save_safetensors_atomic, write_json_atomic,
 )
 from reference.errors import CaptureError, CheckpointError

@@ -49,7 +49,7 @@ def _pytest(tmp_path, *args):
 def test_plugin_kernel_junit_and_reports(tmp_path):
     rep = tmp_path / "out"
     r = _pytest(tmp_path, "--kernel=cpu", "--kernel=test_chk_kernels:truncating_kernel",
-                "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=2",
+                "--against=cpu", "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=2",
                 "--int8conf-no-model",
                 f"--int8conf-reports={rep}", "--junitxml=j.xml")
     assert r.returncode == 1, r.stdout[-2000:]
@@ -60,14 +60,19 @@ def test_plugin_kernel_junit_and_reports(tmp_path):
         res.setdefault(c.get("classname"), {})[c.get("name")] = failed
     # the loaded kernel takes the name it declares (``declare(name="truncating")``)
     assert set(res) == {"int8conf-cpu", "int8conf-truncating"}
-    assert len(res["int8conf-cpu"]) == 17 and not any(res["int8conf-cpu"].values())
+    # 16 synthetic cases + property + 16 pairwise items (cpu vs cpu: identical)
+    assert len(res["int8conf-cpu"]) == 33 and not any(res["int8conf-cpu"].values())
     trunc = res["int8conf-truncating"]
-    # every synthetic case rounds some element away from zero under RNE
-    assert all(v for k, v in trunc.items() if k.startswith("synthetic/"))
+    # every synthetic case rounds some element away from zero under RNE, and
+    # differs from cpu although both declare the CUTLASS-style contract
+    syn = [k for k in trunc if k.startswith("synthetic/")]
+    pair = [k for k in trunc if k.startswith("pairwise/")]
+    assert len(syn) == len(pair) == 16 and all(trunc[k] for k in syn + pair)
     assert json.loads((rep / "cpu" / "conformance.json").read_text())["overall"]["verdict"] == "pass"
     doc = json.loads((rep / "truncating" / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     assert doc["kernel"]["contract"]["scale_order"] == "w_then_a"
+    assert doc["pairwise"]["counts"] == {"differ-unexpected": 16}
 
 
 def test_plugin_bad_kernel_and_inactive(tmp_path):

@@ -15,9 +15,10 @@ from conformance.cases import (NO_CAPTURES, capture_cases, make_case, shape_swee
 from conformance.checks.result import CheckResult
 from conformance.kernels.runner import run_kernel
 from conformance.pairwise import compare_pair, expected_agreement
-from conformance.report import SCHEMA_VERSION, kernel_dirname, write_reports
+from conformance.report import SCHEMA_VERSION, kernel_dirname, read_report, write_reports
 from conformance.suite import run_conformance, run_model_check
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
+from reference.errors import Int8confError
 from test_chk_kernels import bias_tie_case, make_kernel, order_case, tie_case
 
 
@@ -103,6 +104,11 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
     assert res.captures["note"] == f"{NO_CAPTURES} (explicit case list)"
     jp, mp = write_reports(res, tmp_path)
     assert jp.parent.name == kernel_dirname(spec.name) == "pkg.mod_trunc_x_1"
+    assert read_report(jp)["kernel"]["name"] == spec.name
+    other = tmp_path / "other.json"
+    other.write_text("[1]")
+    with pytest.raises(Int8confError, match="not an int8conf.conformance report"):
+        read_report(other)
     doc = json.loads(jp.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert doc["schema_version"] == SCHEMA_VERSION and doc["overall"]["verdict"] == "fail"
     assert [c["check_id"] for c in doc["checks"]] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7",
@@ -115,6 +121,9 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
     row = [ln for ln in md.splitlines() if ln.startswith("| tie-pow2 ")]
     assert len(row) == 2 and row[0].count("FAIL") == 2  # per-case row: C5 and C8
     assert "differ-unexpected" in row[1]  # pairwise row: same contract, different bits
+    k1024 = [ln for ln in md.splitlines() if ln.startswith("| const-K1024 ")][0]
+    assert "| pre " in k1024 and "FAIL" not in k1024  # C4 precondition, not a kernel failure
+    assert "| C4   | fp32_exact_accumulator | fail (precondition) |" in md
     assert "no captures available: synthetic only" in md
     assert sorted(p.name for p in jp.parent.iterdir()) == ["conformance.json", "conformance.md"]
 
@@ -154,3 +163,12 @@ def test_property_test_finds_truncation():
     assert s["failed"] is True and s["examples"] == len(sunk) >= 1
     assert s["falsifying_case"] == sunk[-1].case and sunk[-1].verdict == "fail"
     assert s["failure"].startswith(sunk[-1].case + ": C8 declared_contract")
+
+
+def test_fault_catalogue():
+    from faults.catalogue import FAMILIES, FAULTS, get_fault
+    assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 10)]
+    assert get_fault("multiplication_order").id == "F3" and get_fault("F8").family == "control"
+    assert {f.family for f in FAULTS} == set(FAMILIES)
+    with pytest.raises(Exception, match="unknown fault 'F10'"):
+        get_fault("F10")

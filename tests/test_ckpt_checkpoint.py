@@ -180,3 +180,19 @@ def test_reader_rejects_float_parent_and_bad_zero_point(parent, committed, tmp_p
     save_safetensors_atomic(raw, d / "model.safetensors")
     with pytest.raises(CheckpointError, match=r"q_proj\.weight_zero_point is non-zero"):
         load_w8a8_checkpoint(d)
+
+
+def test_sharded_w8a8_reads_like_single(committed, tmp_path):
+    _, raw = load_qwen3_state(committed.dir)
+    d = tmp_path / "sharded_w8a8"
+    d.mkdir()
+    shutil.copy(committed.dir / "config.json", d / "config.json")
+    names = sorted(raw)
+    wm = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        fname = f"model-0000{i + 1}-of-00002.safetensors"
+        save_safetensors_atomic({n: raw[n] for n in part}, d / fname)
+        wm.update({n: fname for n in part})
+    write_json_atomic({"metadata": {}, "weight_map": wm}, d / "model.safetensors.index.json")
+    ck = load_w8a8_checkpoint(d)
+    assert ck.digest == committed.digest and ck.layer_names() == committed.layer_names()

@@ -167,3 +167,13 @@ def test_own_scale_shortcut_matches_full_quantizer():
         w[7] = 0
         col = w.abs().amax(dim=1, keepdim=True)
         assert torch.equal(quantize_weight_per_channel(col)[1], quantize_weight_per_channel(w)[1])
+
+
+def test_nearest_in_log2_straddles_sqrt2():
+    """bf16 neighbours around sqrt(2) * 2^k = 1.41421...: 1.4140625 snaps
+    down, 1.421875 snaps up (nearest in log2, not in linear distance, where
+    the midpoint would be 1.5)."""
+    from reference.pow2 import _nearest_exponent
+
+    s = torch.tensor([1.4140625, 1.421875, 1.4140625 / 64, 1.421875 / 64, 1.49, 0.75], dtype=torch.bfloat16)
+    assert _nearest_exponent(s).tolist() == [0, 1, -6, -5, 1, 0]

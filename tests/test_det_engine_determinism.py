@@ -150,3 +150,39 @@ def test_cuda_kernels_match_cpu_reference(art, alone):
     for name in ("int_mm", "triton"):
         e = E.load_engine(art, get_kernel(name), "cuda", guard=False)
         assert G.generate(e, [PROMPT], NEW).logits_hash == alone.logits_hash, name
+
+
+# Known-right values: the shipped artifact of the default model, Sonnet 18,
+# 16 greedy tokens. The engine is integer-only, so these hashes are the same
+# on every machine, kernel, batch and prefill split for this artifact digest.
+DEFAULT_DIGEST = "8ea2b6f9240c9da151006222c1a0c698a251beab01a5a927c476bfb684ef9939"
+DEFAULT_LOGITS = "c54e130c3f8a14a0ad1d4fb1f046663605f67bcf88202cd3c90a1c6d693e0edf"
+DEFAULT_TOKENS = "2f454eed0248e6e2778ee79c0446eba4e1621347cdf3d886df35cb785b8af762"
+DEFAULT_GENERATED = [199, 199, 59, 526, 436, 778, 1757, 355, 199, 199, 1680, 14, 199, 47, 12, 3648]
+
+
+def test_default_model_pinned_hash():
+    from detllm.artifact import is_artifact_dir, load_artifact
+    from detllm.prepare import SHIPPED_DIR, model_fingerprint
+    from reference import assets
+    from reference.checkpoint import is_qwen3_dir
+    md = assets.default_model_dir()
+    if not (is_qwen3_dir(md) and is_artifact_dir(SHIPPED_DIR)):
+        pytest.skip("default model or shipped artifact not present")
+    art = load_artifact(SHIPPED_DIR)
+    if art.config["source"]["fingerprint"] != model_fingerprint(md):
+        pytest.skip("default model changed since the artifact was shipped (re-run detllm prepare)")
+    assert art.digest == DEFAULT_DIGEST
+    tok = assets.load_tokenizer()
+    ids = assets.encode(tok, assets.prompts()[0])
+    r = G.generate(E.load_engine(art, guard=True), [ids], 16)
+    assert (r.logits_hash[0], r.token_hash[0]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
+    assert r.generated[0] == DEFAULT_GENERATED
+    # same pinned hashes in a batch of 32 (slot 20, random co-prompts) and token by token
+    eng = E.load_engine(art, guard=False)
+    g = torch.Generator().manual_seed(32)
+    co = [torch.randint(0, art.config["model"]["vocab"], (int(n),), generator=g).tolist()
+          for n in torch.randint(1, 40, (31,), generator=g)]
+    r32 = G.generate(eng, co[:20] + [ids] + co[20:], 16)
+    assert (r32.logits_hash[20], r32.token_hash[20]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
+    assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS

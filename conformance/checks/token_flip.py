@@ -116,8 +116,19 @@ def _resolve_model_dir(model_dir) -> Path:
     return Path(model_dir).resolve()
 
 
+def _dir_stamp(model_dir: Path) -> tuple:
+    """(name, size, mtime_ns) of the files the model loads: a cache key that
+    changes when the checkpoint on disk is rewritten."""
+    out = []
+    for p in sorted(model_dir.glob("*")):
+        if p.suffix in (".safetensors", ".json") and p.is_file():
+            st = p.stat()
+            out.append((p.name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=2)
-def _model_and_weights(model_dir: str, scale_mode: str):
+def _model_and_weights(model_dir: str, scale_mode: str, stamp: tuple):
     from reference import w8a8_forward as wf
     model = wf.load_model(model_dir)
     return model, wf.weights_for_scale_mode(model, scale_mode)
@@ -329,7 +340,8 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
     if not ok:
         return CheckResult(CHECK_ID, NAME, "n/a", why, {"kernel": kernel.name})
     mdir = _resolve_model_dir(model_dir)
-    model, weights = _model_and_weights(str(mdir), scale_mode)
+    stamp = _dir_stamp(mdir)
+    model, weights = _model_and_weights(str(mdir), scale_mode, stamp)
     if isinstance(windows, torch.Tensor):
         win = windows
     else:
@@ -337,7 +349,7 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
     win = wf.check_windows(win, model.config.vocab_size)
     wdig = _digest(win)
     contract = kernel.contract
-    ref = _reference_replay((str(mdir), scale_mode, wdig, contract, batch_size),
+    ref = _reference_replay((str(mdir), stamp, scale_mode, wdig, contract, batch_size),
                             model, weights, win, contract, batch_size)
 
     first_run: dict = {}

@@ -197,7 +197,8 @@ def register(subparsers) -> None:
     each sets ``func(args) -> exit code``."""
     doc = __doc__.split("\n\n")
     p = subparsers.add_parser("perplexity", help="held-out perplexity, bf16 or W8A8 through a kernel",
-                              description=doc[1])
+                              description=doc[1],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--windows", type=int, default=8, help="evaluation windows (default 8)")
     p.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
@@ -207,7 +208,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=_run_perplexity)
 
     g = subparsers.add_parser("generate", help="greedy generation, bf16 or W8A8 through a kernel",
-                              description=doc[2])
+                              description=doc[2],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(g)
     g.add_argument("--prompt", help="prompt text (default: a fixed prompt, see --prompt-index)")
     g.add_argument("--prompt-index", type=int, default=0,

@@ -1,0 +1,1 @@
+"""Package data of detllm: the prepared integer-only artifact of the shipped default model."""
