@@ -491,7 +491,7 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
         oq, otm, otk = quant_rows(o.reshape(R, nh * hd))
         x = sat32(x + _linear(engine, oq, otm, otk, p + "o"))
         m8, tm, tk = norm_quant(x, t[p + "mlp_norm.g"], u["resid_eps"])
-        gu = _linear(engine, m8, tm, tk, p + "gate_up")
+        gu = _linear(engine, m8, tm, tk, p + "gate_up").clamp(-(2 ** 31 - 1), 2 ** 31 - 1)  # int_swiglu: |.| < 2^31
         I = gu.shape[1] // 2
         fg, fu = lc["gate_exp"], lc["up_exp"]
         h = ops.int_swiglu(gu[:, :I], gu[:, I:], fg, fu, fg + fu)                   # units 2^-(fg+fu)

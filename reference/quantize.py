@@ -1,7 +1,9 @@
 """W8A8 quantizers matching the field's standard tools byte for byte.
 
 Weights: symmetric per-output-channel int8 as compressed-tensors (the format
-and library llm-compressor uses to write W8A8 checkpoints) computes it:
+and library llm-compressor uses to write W8A8 checkpoints) computes it, from
+the per-row min / max that llm-compressor's min-max observer takes with
+``torch.amin`` / ``torch.amax`` in the weight's own dtype:
   * ``calculate_qparams`` (compressed_tensors/quantization/utils/helpers.py,
     vllm-project/compressed-tensors): ``min_vals = min(min_vals, 0)``,
     ``max_vals = max(max_vals, 0)``, ``max_val_pos = max(|min_vals|,
@@ -13,8 +15,10 @@ and library llm-compressor uses to write W8A8 checkpoints) computes it:
   * scale floor: current releases replace a scale that is exactly 0 by
     ``torch.finfo(scale.dtype).eps`` (bf16 2**-7, fp16 2**-10, fp32 2**-23)
     ("Update any 0s with small values to prevent div by 0"); older releases
-    (neuralmagic/compressed-tensors <= 0.9-era helpers.py) instead clamp every
-    scale from below with ``torch.clamp(scales, min=torch.finfo(torch.float32).eps)``.
+    (neuralmagic/compressed-tensors helpers.py before that change) instead
+    clamp every scale from below with
+    ``torch.clamp(scales, min=torch.finfo(torch.float32).eps)``; the two agree
+    unless a row's absmax is below 127.5 * 2**-23 (~1.5e-5).
     Both are available via ``scale_floor``; the default is the current one.
   * device note: torch's CUDA ``tensor / python_scalar`` multiplies by the
     float32 reciprocal (aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu,

@@ -161,7 +161,7 @@ DEFAULT_TOKENS = "2f454eed0248e6e2778ee79c0446eba4e1621347cdf3d886df35cb785b8af7
 DEFAULT_GENERATED = [199, 199, 59, 526, 436, 778, 1757, 355, 199, 199, 1680, 14, 199, 47, 12, 3648]
 
 
-def test_default_model_pinned_hash():
+def test_default_model_pinned_hash(art):  # `art` fixture: single-threaded torch for this module
     from detllm.artifact import is_artifact_dir, load_artifact
     from detllm.prepare import SHIPPED_DIR, model_fingerprint
     from reference import assets

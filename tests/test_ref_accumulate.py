@@ -134,3 +134,16 @@ def test_row_blocked_path_for_large_b(monkeypatch):
     expected_bound = (a.long().abs()[:, None, :] * b.long().abs()[None, :, :]).sum(-1)
     assert torch.equal(accumulator_row_col_bound(a, b), expected_bound)
     assert accumulator_row_col_bound(a, b)[0, 4].item() == 2100 * 16384
+
+
+def test_reduced_matmul_precision_setting_is_overridden_and_restored():
+    prev = torch.get_float32_matmul_precision()
+    a = torch.full((4, 3000), -128, dtype=torch.int8)
+    a[:, ::7] = 127
+    try:
+        torch.set_float32_matmul_precision("medium")
+        got = exact_int_mm(a, a)
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    assert torch.equal(got, int_mm_int64_naive(a, a))

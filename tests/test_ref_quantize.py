@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 from reference.errors import OperandError
 from reference.quantize import (dequantize_weight, quantize_activation_per_token,
@@ -39,6 +40,19 @@ def test_weight_hand_case_bf16():
     assert s.shape == (3, 1) and s.dtype == torch.bfloat16
     assert q.tolist() == [[64, -127, 32, 0], [127, 2, 4, -2], [-128, 0, 2, 10]]
     assert q.dtype == torch.int8
+
+
+def test_weight_division_happens_in_bf16():
+    # scale = 0x3C81 = 0.0157470703125 (row absmax 2.0, as above).
+    # 1.5859375 / scale = 100.713.. -> rounded to bf16 first (spacing 0.5 in [64, 128),
+    # below the midpoint 100.75) = 100.5 -> round half even -> 100, whereas a float32
+    # division would give round(100.713) = 101. 1.59375 / scale = 101.209 -> bf16 101 -> 101.
+    w = torch.tensor([[2.0, 1.5859375, -1.5859375, 1.59375]], dtype=torch.bfloat16)
+    q, s = quantize_weight_per_channel(w)
+    assert bits16(s) == [0x3C81]
+    assert q.tolist() == [[127, 100, -100, 101]]
+    fp32_way = torch.round(w.float() / s.float()).to(torch.int8)
+    assert fp32_way.tolist() == [[127, 101, -101, 101]]
 
 
 def test_weight_scale_floor_variants():
@@ -129,3 +143,42 @@ def test_quantize_errors():
         quantize_activation_per_token(torch.zeros(3))
     with pytest.raises(OperandError, match="scale_floor"):
         quantize_weight_per_channel(torch.ones(2, 2), scale_floor="none")
+
+
+def _bf16_of_f32(arr: np.ndarray) -> np.ndarray:
+    """Round float32 values to bf16 (RNE) and widen back, via integer bits."""
+    b = arr.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from([1e-3, 0.05, 1.0, 30.0]))
+def test_weight_matches_numpy_emulation_of_the_tool(n, k, seed, mag):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * mag).to(torch.bfloat16)
+    q, s = quantize_weight_per_channel(w)
+    wf = w.float().numpy()
+    absmax = np.abs(wf).max(axis=1, keepdims=True)
+    scale = _bf16_of_f32(absmax / np.float32(127.5))          # fp32 op, then bf16
+    scale = np.where(scale == 0, np.float32(2.0 ** -7), scale)
+    scaled = _bf16_of_f32(wf / scale)                         # fp32 op, then bf16
+    exp_q = np.round(np.clip(scaled, -128, 127)).astype(np.int8)   # np.round: half even
+    assert s.float().numpy().tolist() == scale.tolist()
+    assert q.numpy().tolist() == exp_q.tolist()
+
+
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+def test_activation_matches_numpy_emulation_of_vllm(m, k, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=g) * 3).to(dtype)
+    x[0, 0] = 0.0
+    q, s = quantize_activation_per_token(x)
+    xf = x.float().numpy()
+    absmax = np.abs(xf).max(axis=1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(absmax == 0, np.float32(0), np.float32(127.0) / absmax).astype(np.float32)
+    exp_q = np.clip(np.round(xf * inv[:, None]), -128, 127).astype(np.int8)
+    assert q.numpy().tolist() == exp_q.tolist()
+    assert s.numpy().tolist() == (absmax / np.float32(127.0)).astype(np.float32).tolist()
