@@ -281,11 +281,16 @@ def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu"
         device: "cpu" or "cuda[:i]".
         guard: float guard around every forward (default on).
     Raises:
-        CheckpointError, KernelLoadError: one line.
+        CheckpointError, KernelLoadError, OperandError (bad / absent device): one line.
     """
     art = artifact if isinstance(artifact, Artifact) else load_artifact(artifact)
     fn, name = resolve_int_mm(kernel)
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise OperandError(f"device {device!r} is not a torch device") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise OperandError(f"device {device!r} requested but CUDA is not available on this machine")
     t = {}
     for k, v in art.tensors.items():
         v = v.to(dev)

@@ -6,7 +6,9 @@ This is the ONLY place in ``detllm`` where floating point is allowed. It
    Qwen3 as in transformers' ``modeling_qwen3``) over calibration windows of
    training-split text (``reference.assets`` train works; random token ids
    when the corpus/tokenizer do not match the model) and records per-channel
-   absolute maxima of every tensor the integer forward quantizes;
+   absolute maxima of every tensor the integer forward quantizes, rounded up
+   to 4 significant bits (``coarse_up``) so BLAS last-ulp differences between
+   machines do not change the artifact;
 2. folds and quantizes:
 
    * RMSNorm gammas (input / post-attention / final) are folded into the
@@ -30,7 +32,10 @@ This is the ONLY place in ``detllm`` where floating point is allowed. It
    only, asserted; config JSON with every shift; digest).
 
 Fixed-point units chosen here (all written into the config):
-``resid_exp`` R (residual stream int32 in units 2^-R), ``q_exp``/``k_exp``
+``resid_exp`` R (residual stream int32 in units 2^-R: one power-of-two scale
+for the whole model, chosen so the calibrated absmax maps to 2^24 -- 128x
+headroom before the saturating int32 add; a fixed scale is batch-invariant
+like a per-token one and needs no realignment at each add), ``q_exp``/``k_exp``
 (q/k projection outputs), ``gate_exp``/``up_exp``, ``logit_exp`` (int32
 logits in units 2^-logit_exp), ``qk_exp`` = 14 (QK-norm / RoPE outputs),
 ``score_exp`` = 16 (attention scores for ``ops.int_softmax``), probabilities

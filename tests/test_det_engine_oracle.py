@@ -132,3 +132,14 @@ def test_cli_generate_prints_the_api_hashes(art, clean, capsys):
     assert rc == 0
     m = re.search(r"logits ([0-9a-f]{12})  tokens ([0-9a-f]{12})", out)
     assert m and m.groups() == clean.short(0), out
+
+
+def test_cli_demo_table_all_integer_hashes_identical(art, clean, capsys):
+    from detllm.cli import main
+    rc = main(["demo", "--artifact", str(art.path), "--ids", ",".join(map(str, PROMPT)), "-n", "4",
+               "--no-float", "--no-guard", "--kernels", "cpu,int_mm", "--context-tokens", "64"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "integer hashes identical across all 7 configurations: YES" in out
+    assert "whole-context integer hashes identical: YES" in out
+    assert f"logits hash {clean.logits_hash[0]}" in out
