@@ -14,11 +14,14 @@ What ships and what is built (decision, see also README):
   digest instead of duplicating them.
 
 Cache: ``$INT8CONF_CACHE`` if set, else ``~/.cache/int8conf``; layout
-``<cache>/checkpoints/<parent state digest[:16]>/<kind>/`` (a normal
+``<cache>/checkpoints/<parent digest[:16]>-<build code digest[:8]>/<kind>/``
+(a normal
 compressed-tensors checkpoint directory, servable by vLLM). Each build
 records ``parent_digest`` and ``state_digest`` in ``config.json``
 (``int8conf`` block); a cached entry whose recorded or recomputed digests
-disagree is rebuilt. Builds are atomic (directory renamed into place).
+disagree is rebuilt; the build code digest (source of the quantizer,
+pow2 and writer modules) keeps a changed quantizer from reusing stale
+entries. Builds are atomic (directory renamed into place).
 """
 
 from __future__ import annotations
@@ -84,6 +87,24 @@ def parent_digest(parent_dir) -> str:
     return load_parent(parent_dir)[2]
 
 
+# Modules whose code determines a derived checkpoint's bytes.
+_BUILD_MODULES = ("quantize.py", "pow2.py", "compressed_tensors.py", "checkpoint.py")
+
+
+@functools.lru_cache(maxsize=1)
+def build_code_digest() -> str:
+    """SHA-256 hex of the source of the modules that build derived
+    checkpoints; part of the cache key, so a changed quantizer never reuses
+    checkpoints cached by the old code."""
+    import hashlib
+
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in _BUILD_MODULES:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return h.hexdigest()
+
+
 def _kind_check(kind: str) -> None:
     if kind not in KINDS:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
@@ -126,7 +147,7 @@ def derived_checkpoint(parent_dir, kind: str = "own", cache=None):
 
     _kind_check(kind)
     config, state, pdigest = load_parent(parent_dir)
-    root = cache_dir(cache) / "checkpoints" / pdigest[:16]
+    root = cache_dir(cache) / "checkpoints" / f"{pdigest[:16]}-{build_code_digest()[:8]}"
     target = root / kind
     ck = _valid_entry(target, pdigest)
     if ck is not None:
