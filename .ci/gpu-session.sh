@@ -12,9 +12,9 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; \
   ( time timeout "$limit" "$@" ) > "$OUT/$name.log" 2>&1; echo "rc=$?" >> "$OUT/$name.log"; tail -n 25 "$OUT/$name.log"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 $py -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
-step cuda-tests 150 $py -m pytest -q -m cuda -p no:cacheprovider tests
-step conformance 240 $py -m pytest -q -p no:cacheprovider -p conformance.pytest_plugin \
+step cuda-tests 110 $py -m pytest -q -m cuda -p no:cacheprovider tests
+step conformance 190 $py -m pytest -q -p no:cacheprovider -p conformance.pytest_plugin \
   --kernel=triton --kernel=int_mm --against=cpu --int8conf-reports="$OUT/reports"
-step bench 60 $py -m conformance.cli bench --kernel cpu --kernel int_mm --kernel triton --no-interpreter --json "$OUT/bench.json"
-step detllm 200 $py -m detllm.cli bench --device cuda --hash-check --new-tokens 16
+step bench 50 $py -m conformance.cli bench --kernel cpu --kernel int_mm --kernel triton --no-interpreter --json "$OUT/bench.json"
+step detllm 190 $py -m detllm.cli bench --device cuda --hash-check --new-tokens 16
 tar -C "$OUT" -czf "$OUT/reports.tgz" reports 2>/dev/null; rm -rf "$OUT/reports"
