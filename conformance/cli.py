@@ -7,9 +7,11 @@ parsed namespace, returning the exit code) via ``set_defaults``. A command
 module that fails to import is reported as one warning line and skipped, so
 one broken command cannot take the others down.
 
-Exit codes: what the command returns (``check``: 0 conformant, 1 not);
-2 for a usage error or any ``reference.errors.Int8confError``, printed as
-``int8conf: error: <one line>`` on stderr.
+Exit codes: what the command returns (``check``: 0 conformant, 1 not
+conformant, 3 not run / inconclusive); 2 for a usage error, any
+``reference.errors.Int8confError``, or an ``OSError`` reading or writing a
+file (e.g. ``--out`` naming a file), printed as ``int8conf: error: <one
+line>`` on stderr (the OSError line names the path).
 """
 
 from __future__ import annotations
@@ -21,6 +23,43 @@ import sys
 from typing import Optional, Sequence
 
 from reference.errors import Int8confError
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type`` for counts where 0 means "none" (e.g. ``--examples``).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or negative.
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or < 1.
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _os_error_line(e: OSError) -> str:
+    """One line naming the path and the reason of an OSError."""
+    paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
+    why = e.strerror or (str(e).splitlines()[0] if str(e) else "cannot access")
+    return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +101,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Int8confError as e:
         line = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"int8conf: error: {line}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a report / output path the user gave is unusable
+        print(f"int8conf: error: {_os_error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("int8conf: interrupted", file=sys.stderr)

@@ -17,6 +17,8 @@ Options:
     --int8conf-no-sweep   skip the alignment-straddling shape sweep.
     --int8conf-captures=DIR  replay this capture directory instead of the
                           default model's shipped captures.
+    --int8conf-model=DIR  parent model of --int8conf-captures when it moved
+                          since the capture was taken.
     --int8conf-no-captures  skip layer-capture replay (synthetic cases only).
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
@@ -26,8 +28,11 @@ profile); ``C7-token_flip`` and ``E1-engine_hash``; with ``--against``, one
 ``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
 the kernel fails the item (so ``--junitxml`` records it); a precondition
 violation (C3 / C4 caused by the operands) passes with a
-:class:`PreconditionWarning`; an item whose checks are all n/a is skipped
-with the reason. A pairwise item fails only when the two kernels differ where
+:class:`PreconditionWarning`; a case the kernel cannot run on here (device,
+shape constraints) and an item whose checks are all n/a are skipped with the
+reason. The terminal summary says ``NOT RUN`` for a kernel that produced
+output on no case, and names the cases where the ``--against`` kernel differs
+as allowed by the contracts (the two are then NOT bit-interchangeable). A pairwise item fails only when the two kernels differ where
 their declared contracts require identical bits, or one errors.
 
 When ``--kernel`` is given without explicit paths, only the conformance
@@ -81,6 +86,11 @@ class _State:
 _STATE = pytest.StashKey[_State]()
 
 
+def _non_negative_int(text: str) -> int:
+    from conformance.cli import non_negative_int
+    return non_negative_int(text)
+
+
 def pytest_addoption(parser) -> None:
     g = parser.getgroup("int8conf", "int8conf kernel conformance")
     g.addoption("--kernel", action="append", default=[], metavar="NAME",
@@ -90,7 +100,7 @@ def pytest_addoption(parser) -> None:
                 help="add pairwise bit-agreement items against kernel OTHER")
     g.addoption("--int8conf-reports", default="reports", metavar="DIR",
                 help="directory for <kernel>/conformance.{json,md} (default: reports)")
-    g.addoption("--int8conf-examples", type=int, default=25, metavar="N",
+    g.addoption("--int8conf-examples", type=_non_negative_int, default=25, metavar="N",
                 help="hypothesis examples in the property test (default 25; 0 = none)")
     g.addoption("--int8conf-no-model", action="store_true",
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
@@ -98,6 +108,8 @@ def pytest_addoption(parser) -> None:
                 help="skip the alignment-straddling shape sweep")
     g.addoption("--int8conf-captures", default=None, metavar="DIR",
                 help="replay this capture directory (default: the default model's captures)")
+    g.addoption("--int8conf-model", default=None, metavar="DIR",
+                help="parent model directory of --int8conf-captures, when it moved since capture")
     g.addoption("--int8conf-no-captures", action="store_true",
                 help="skip layer-capture replay (synthetic cases only)")
 
@@ -108,7 +120,7 @@ def pytest_configure(config) -> None:
     if not names:
         return
     from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.suite import default_cases
+    from conformance.suite import default_cases, load_captures
     try:
         specs = resolve_kernels(list(names))
         against = config.getoption("against")
@@ -116,13 +128,15 @@ def pytest_configure(config) -> None:
         cs = None
         no_cap = config.getoption("int8conf_no_captures")
         if config.getoption("int8conf_captures") and not no_cap:
-            from conformance.cases import load_capture_dir
-            cs = load_capture_dir(config.getoption("int8conf_captures"))
+            cs = load_captures(config.getoption("int8conf_captures"),
+                               config.getoption("int8conf_model"))
         cases, cap = default_cases(include_captures=not no_cap,
                                    include_sweep=not config.getoption("int8conf_no_sweep"),
                                    capture_set=cs)
     except Int8confError as e:
-        raise pytest.UsageError(f"int8conf: {e}") from None
+        from conformance.suite import cli_capture_message
+        msg = cli_capture_message(e).replace("--model DIR", "--int8conf-model=DIR")
+        raise pytest.UsageError(f"int8conf: {msg}") from None
     out = Path(config.getoption("int8conf_reports"))
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
@@ -209,6 +223,8 @@ class CaseItem(_Item):
         if cr.kernel_failures:
             raise ConformanceFailure(f"{cr.case} ({self.kstate.spec.name}):\n  "
                                      + "\n  ".join(cr.failure_lines()))
+        if cr.not_run_reason is not None:  # C3/C4 ran on the reference only
+            pytest.skip(f"{self.kstate.spec.name}: {cr.not_run_reason}")
         for r in cr.precondition_violations:
             warnings.warn(PreconditionWarning(f"{self.kstate.spec.name} {cr.case}: "
                                               f"{r.check_id} {r.name}: {r.summary}"))
@@ -259,6 +275,8 @@ class PairItem(_Item):
         cr = _evaluate(self.kstate, self.st, self.ops)
         p = cr.pair or {}
         other = self.st.against.name
+        if cr.not_run_reason is not None and p.get("status") == "error":
+            pytest.skip(f"{self.kstate.spec.name}: {cr.not_run_reason}")
         if p.get("status") == "error":
             raise ConformanceFailure(f"{cr.case}: {p.get('error')}")
         if p.get("status") == "differ-unexpected":
@@ -301,13 +319,25 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                            st.against if any(c.pair for c in ks.results.values()) else None,
                            time.perf_counter() - ks.t0, notes)
         jp, mp = write_reports(res, st.out_dir)
-        st.written.append((ks.spec.name, res.verdict, jp, mp))
+        st.written.append((ks.spec.name, res, jp, mp))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     st = _state(config)
     if st is None or not st.written:
         return
+    from conformance.report import pair_difference_line
+    from conformance.suite import NOT_RUN
     terminalreporter.section("int8conf conformance reports")
-    for name, verdict, jp, mp in st.written:
-        terminalreporter.write_line(f"{name}: overall {verdict.upper()}  {jp}  {mp}")
+    for name, res, jp, mp in st.written:
+        ov = res.overall
+        if res.verdict == NOT_RUN:
+            head = "NOT RUN (inconclusive: the kernel produced output on no case)"
+        else:
+            head = res.verdict.upper()
+            if ov.get("cases_not_run"):
+                head += f" ({ov['cases_not_run']} of {ov['cases_total']} cases not run)"
+        terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
+        line = pair_difference_line(res.pairwise) if res.pairwise else ""
+        if line:
+            terminalreporter.write_line("  " + line.replace("`", ""))

@@ -7,16 +7,20 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
   devices, constraints, version, source_digest, has_int_mm, origin, description)
 * ``environment``: python / torch / triton / hypothesis versions, platform,
   CUDA device, ``execution`` (``interpreter`` | ``native`` | ``mixed``),
-  ``paths_used`` (code path -> number of runs)
+  ``paths_used`` (code path -> number of runs), ``interpreter_semantics``
+  (the Triton interpreter's measured epilogue semantics, or null)
 * ``captures``: ``{"available", "note", "source"}`` (the note says
   "no captures available: synthetic only" when no layer capture was replayed)
-* ``overall``: ``{"verdict": "pass"|"fail"|"n/a", "summary", "failed_checks",
-  "precondition_violations"}``
+* ``overall``: ``{"verdict": "pass"|"fail"|"not run"|"n/a", "summary",
+  "failed_checks", "precondition_violations", "cases_total", "cases_run",
+  "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
+  kernel produced output on zero cases; inconclusive)
 * ``checks``: one per check id (C1..C8, E1): ``{check_id, name, verdict,
   summary, evidence}`` aggregated over cases
 * ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
-  out_dtype, bias, verdict, checks {id: {verdict, summary, evidence}}, path,
-  elapsed_s, error, operand_digests, meta[, pair]}``
+  out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
+  summary, evidence}}, path, elapsed_s, error, operand_digests, meta,
+  produced_output, not_run_reason[, pair]}``
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
@@ -101,12 +105,70 @@ def _cell(s: str, width: int = 140) -> str:
     return s if len(s) <= width else s[:width - 3] + "..."
 
 
+def _not_run_lines(ov: dict) -> list[str]:
+    """Lines naming how many cases the kernel did not run on, and why."""
+    n, total = ov.get("cases_not_run") or 0, ov.get("cases_total") or 0
+    if not n:
+        return []
+    lines = [f"**Cases not run: {n} of {total}** (the kernel produced no output on them; "
+             f"the verdict covers only the {total - n} cases that ran):", ""]
+    for why, cnt in sorted((ov.get("not_run_reasons") or {}).items(), key=lambda kv: -kv[1])[:10]:
+        lines.append(f"- {cnt} cases: {why}")
+    return lines + [""]
+
+
+def pair_difference_line(pw: dict) -> str:
+    """One line saying whether two kernels are bit-interchangeable; for
+    ``differ-expected`` cases (allowed by their declared contracts) it says
+    explicitly that they are NOT interchangeable although that is no failure.
+
+    Args:
+        pw: ``conformance.pairwise.summarize_pairs`` result.
+
+    Returns:
+        The line ("" when no case was compared).
+    """
+    per = pw.get("per_case") or []
+    if not per:
+        return ""
+    exp = [p for p in per if p.get("status") == "differ-expected"]
+    if pw.get("interchangeable"):
+        return (f"`{pw['kernel']}` and `{pw['other']}` are bit-interchangeable on all "
+                f"{len(per)} cases compared.")
+    if not exp:
+        return ""
+    n_el = sum(int(p.get("n_elements", 0)) for p in exp)
+    n_diff = sum(int(p.get("n_elements", 0)) - int(p.get("n_equal", 0)) for p in exp)
+    return (f"`{pw['kernel']}` and `{pw['other']}` are NOT bit-interchangeable: they differ on "
+            f"{len(exp)} of {len(per)} cases ({n_diff}/{n_el} elements of those cases) where "
+            f"their declared contracts allow it (differ-expected); not a failure, but swapping "
+            f"one for the other changes output bits.")
+
+
+def _semantics_lines(env: dict) -> list[str]:
+    """The Environment's "Interpreter semantics" subsection (empty when the
+    kernel never ran under the Triton interpreter)."""
+    sem = env.get("interpreter_semantics")
+    if not isinstance(sem, dict):
+        return []
+    lines = ["", "### Interpreter semantics", "",
+             "Measured by `conformance.kernels.triton_probe` under the Triton interpreter "
+             f"(triton {sem.get('triton_version', '?')}): how each epilogue step rounds there "
+             "(rne = round to nearest even, rtz = toward zero). These are the interpreter's "
+             "numpy semantics, not necessarily the compiled kernel's on a GPU.", ""]
+    rows = [(key, val) for key, val in sem.items() if key not in ("mode", "triton_version")]
+    lines.append(_table(pd.DataFrame(rows, columns=["step", "measured"]).map(_cell)))
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
     c = k.get("contract", {})
-    lines = [f"# Conformance report: `{k['name']}`", "",
-             f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}", "",
+    head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
+            f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
+            else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
+    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + _not_run_lines(ov) + [
              f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
              f"suite time {doc['elapsed_s']} s.", "",
              f"Captures: {doc['captures']['note']}.", ""]
@@ -132,6 +194,7 @@ def render_markdown(doc: dict) -> str:
         ("CUDA device", env.get("cuda_device") or "none"),
         ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
     ], columns=["field", "value"]).map(_cell)))
+    lines += _semantics_lines(env)
     lines += ["", "## Checks", ""]
     lines.append(_table(pd.DataFrame(
         [(ch["check_id"], ch["name"],
@@ -143,7 +206,11 @@ def render_markdown(doc: dict) -> str:
               "overall verdict only when the kernel's own accumulator is wrong. C5 compares to the "
               "power-of-two reference (canonical scale order, the declared bias point); C6 allows "
               "1 spacing against the reference with scale order a_then_w and the declared bias "
-              "point; C8 demands 0 ulp against the declared contract."]
+              "point; C8 demands 0 ulp against the declared contract. C7's reference arm (\"ppl "
+              "ref X vs kernel Y\") is the reference emulating the kernel's declared "
+              "contract (same scale order, bias point and rounding), not a bf16 or "
+              "contract-free model: C7 measures what the kernel changes relative to its own "
+              "declaration."]
     failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"]
     if failing:
         lines += ["", "### Failure evidence", ""]
@@ -192,6 +259,8 @@ def render_markdown(doc: dict) -> str:
                 v = ch.get("verdict", "")
                 r[cid] = "pre" if _is_pre(v, ch.get("evidence", {})) else {
                     "pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
+            if cs.get("not_run_reason"):  # C3/C4 pass on the reference alone; kernel never ran
+                r.update({cid: "skip" for cid in ids if r[cid] == "-"})
             r["max ulp vs declared"] = c8.get("max_ulp", "")
             r["max abs acc"] = cs["checks"].get("C4", {}).get("evidence", {}).get("max_abs", "")
             r["path"] = cs.get("path") or ""
@@ -200,7 +269,11 @@ def render_markdown(doc: dict) -> str:
     pw = doc.get("pairwise")
     if pw:
         lines += ["", f"## Pairwise: `{pw['kernel']}` vs `{pw['other']}`", "",
-                  f"**{pw['summary']}**", "",
+                  f"**{pw['summary']}**", ""]
+        diff_line = pair_difference_line(pw)
+        if diff_line:
+            lines += [diff_line, ""]
+        lines += [
                   f"Element agreement {pw['n_equal']}/{pw['n_elements']}; "
                   f"ulp histogram: {_hist_str(pw['ulp_histogram'])}", ""]
         recs = [{"case": p["case"], "status": p["status"],
@@ -211,7 +284,8 @@ def render_markdown(doc: dict) -> str:
                 for p in pw["per_case"]]
         lines.append(_table(pd.DataFrame(recs)))
     lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, pre = precondition violated by the "
-              "operands (C3/C4; not a kernel failure), - = not applicable. Distances are in "
+              "operands (C3/C4; not a kernel failure), - = not applicable, skip = the kernel "
+              "could not run on this case here (not runnable), case verdict 'not run'. Distances are in "
               "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
               "to this one holds every number shown here and the full evidence.", ""]
     return "\n".join(lines)

@@ -7,8 +7,13 @@ through every per-case check) and :func:`build_result` (aggregation into a
 
 Overall verdict: ``fail`` when any check fails because of the kernel (every
 failure except precondition violations C3 / C4 caused by the operands, see
-``conformance.checks.result.PRECONDITION_CHECKS``); ``pass`` when nothing
-failed that way and at least one check passed; ``n/a`` otherwise.
+``conformance.checks.result.PRECONDITION_CHECKS``); ``not run`` (inconclusive)
+when nothing failed and the kernel produced output on zero cases (not runnable
+here: wrong device, shape constraints excluding every case); ``pass`` when
+nothing failed, the kernel ran on at least one case and at least one check
+passed; ``n/a`` otherwise. Cases the kernel could not run on are counted in
+``overall["cases_not_run"]`` with their reasons (C3 / C4 pass on the
+reference accumulator alone, so they never make a run conclusive).
 Precondition violations are listed separately: they say which cases leave
 the range where integer accumulation is exact and order-free.
 """
@@ -74,6 +79,8 @@ class CaseResult:
         operand_digests: ``GemmOperands.digests()``.
         pair: ``conformance.pairwise.compare_pair`` result when ``--against``.
         meta: the case's meta (layer, block, seed, ...).
+        produced_output: the kernel returned an output tensor on this case
+            (False when it was not runnable here or raised).
     """
 
     case: str
@@ -89,6 +96,16 @@ class CaseResult:
     operand_digests: dict = field(default_factory=dict)
     pair: Optional[dict] = None
     meta: dict = field(default_factory=dict)
+    produced_output: bool = True
+
+    @property
+    def not_run_reason(self) -> Optional[str]:
+        """Why the kernel did not run on this case (runner's ``not runnable
+        here: ...`` line), or None when it ran (or tried to and failed)."""
+        err = self.error or ""
+        if self.run_manifest.get("skipped") or err.startswith("not runnable here"):
+            return err or "not runnable here"
+        return None
 
     @property
     def kernel_failures(self) -> list[CheckResult]:
@@ -102,8 +119,11 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
-        """``fail`` on any kernel failure, else ``pass``."""
-        return "fail" if self.kernel_failures else "pass"
+        """``fail`` on any kernel failure, else ``not run`` when the kernel
+        could not run on this case, else ``pass``."""
+        if self.kernel_failures:
+            return "fail"
+        return NOT_RUN if self.not_run_reason is not None else "pass"
 
     def failure_lines(self) -> list[str]:
         """One line per kernel failure: ``C8 declared_contract: <summary>``."""
@@ -124,7 +144,8 @@ class CaseResult:
              "shape": self.shape, "out_dtype": self.out_dtype, "bias": self.bias,
              "verdict": self.verdict, "checks": checks,
              "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
-             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta}
+             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
+             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
         if self.pair is not None:
             d["pair"] = self.pair
         return d
@@ -191,7 +212,8 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
         bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
         elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
-        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta))
+        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
+        produced_output=run.output is not None)
 
 
 def run_model_check(check_id: str, spec, module: Optional[str] = None,
@@ -245,7 +267,10 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
         JSON-able dict: ``python, platform, machine, cpu_count, torch, triton,
         hypothesis, numpy, int8conf, cuda_available, cuda_device,
         triton_interpret_env, devices_used, paths_used {path: count},
-        execution`` (``interpreter`` / ``native`` / ``mixed`` / ``unknown``).
+        execution`` (``interpreter`` / ``native`` / ``mixed`` / ``unknown``),
+        ``interpreter_semantics``: the Triton interpreter's measured epilogue
+        semantics (``conformance.kernels.triton_probe.probe``, from the first
+        manifest whose ``extra`` carries it) or None.
     """
     try:
         from importlib.metadata import version as _v
@@ -255,7 +280,11 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
     paths: dict[str, int] = {}
     devices: set[str] = set()
     interp: set[bool] = set()
+    semantics = None
     for m in manifests:
+        if semantics is None and isinstance((m.get("extra") or {}).get("interpreter_semantics"),
+                                            dict):
+            semantics = dict(m["extra"]["interpreter_semantics"])
         p = str(m.get("path") or "unreported")
         paths[p] = paths.get(p, 0) + 1
         if m.get("device"):
@@ -273,6 +302,7 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
         "cuda_available": cuda, "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
         "devices_used": sorted(devices), "paths_used": paths, "execution": execution,
+        "interpreter_semantics": semantics,
     }
 
 
@@ -306,7 +336,7 @@ class ConformanceResult:
 
     @property
     def verdict(self) -> str:
-        """``pass`` | ``fail`` | ``n/a`` (see module docstring)."""
+        """``pass`` | ``fail`` | ``not run`` | ``n/a`` (see module docstring)."""
         return self.overall.get("verdict", "n/a")
 
     @property
@@ -322,10 +352,43 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
-def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict] = None) -> dict:
+#: Overall verdict when the kernel produced output on zero cases (inconclusive).
+NOT_RUN = "not run"
+
+
+def not_run_counts(case_results: Sequence[CaseResult]) -> dict[str, int]:
+    """``{reason: number of cases}`` for cases the kernel could not run on."""
+    out: dict[str, int] = {}
+    for cr in case_results:
+        why = cr.not_run_reason
+        if why is not None:
+            out[why] = out.get(why, 0) + 1
+    return out
+
+
+def _reasons_text(reasons: dict[str, int], limit: int = 3) -> str:
+    """``reason (n cases); ...`` for the most frequent ``limit`` reasons."""
+    top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = "; ".join(f"{why} ({n} cases)" for why, n in top[:limit])
+    if len(top) > limit:
+        text += f"; and {len(top) - limit} other reasons"
+    return text
+
+
+def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict] = None,
+                    case_results: Optional[Sequence[CaseResult]] = None) -> dict:
     """Overall verdict from aggregated checks (module docstring); a property
     test that failed without a failing example (e.g. hypothesis itself
-    errored) also fails it."""
+    errored) also fails it.
+
+    Args:
+        checks: aggregated CheckResults.
+        property_tests: property-test summary or None.
+        case_results: the evaluated cases; when given, a kernel that produced
+            output on none of them gets ``not run`` (unless something failed),
+            and skipped cases are counted (``cases_run``, ``cases_not_run``,
+            ``not_run_reasons``) and named in the summary.
+    """
     failed = [c for c in checks if c.is_kernel_failure]
     pre = [c for c in checks if c.is_precondition_violation]
     prop_failed = bool(property_tests and property_tests.get("failed"))
@@ -335,6 +398,12 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
             [f"{c.check_id} {c.name} failed" for c in failed]
             + ([f"property test failed: {property_tests.get('failure')}"]
                if prop_failed and not failed else []))
+    elif case_results and not any(cr.produced_output for cr in case_results):
+        verdict = NOT_RUN
+        reasons = not_run_counts(case_results)
+        summary = (f"inconclusive, nothing verified: the kernel produced output on 0 of "
+                   f"{len(case_results)} cases"
+                   + (": " + _reasons_text(reasons) if reasons else ""))
     elif any(c.verdict == "pass" for c in checks):
         verdict = "pass"
         summary = "conformant: no check failed because of the kernel"
@@ -344,9 +413,19 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
         summary += ("; precondition violated (operands, not the kernel): "
                     + "; ".join(f"{c.check_id} {c.name}: {c.evidence.get('n_failed_cases', 1)} cases"
                                 for c in pre))
-    return {"verdict": verdict, "summary": summary,
-            "failed_checks": [c.check_id for c in failed],
-            "precondition_violations": [c.check_id for c in pre]}
+    out = {"verdict": verdict, "summary": summary,
+           "failed_checks": [c.check_id for c in failed],
+           "precondition_violations": [c.check_id for c in pre]}
+    if case_results is not None:
+        reasons = not_run_counts(case_results)
+        n_skip = sum(reasons.values())
+        out.update(cases_total=len(case_results), cases_run=len(case_results) - n_skip,
+                   cases_not_run=n_skip, not_run_reasons=reasons)
+        if n_skip and verdict != NOT_RUN:
+            out["summary"] += (f"; {n_skip} of {len(case_results)} cases not run (not covered "
+                               f"by this verdict): "
+                               + _reasons_text(reasons))
+    return out
 
 
 def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
@@ -387,7 +466,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         captures={"available": captures.available, "note": captures.note,
                   "source": captures.source},
         property_tests=property_tests, pairwise=pairwise,
-        overall=overall_verdict(checks, property_tests),
+        overall=overall_verdict(checks, property_tests, list(case_results)),
         elapsed_s=elapsed_s, notes=list(notes))
 
 
@@ -411,11 +490,71 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
     return cases + list(cap.cases), cap
 
 
+def validate_device(device: Optional[str]) -> Optional[str]:
+    """Check a user's ``--device`` string before any kernel runs.
+
+    Args:
+        device: ``None`` (runner default), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ...
+
+    Returns:
+        ``device`` unchanged.
+
+    Raises:
+        Int8confError: not a torch device string (e.g. ``tpu``); CUDA
+            requested while ``torch.cuda.is_available()`` is False; a CUDA
+            index beyond ``torch.cuda.device_count()`` (one line each).
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise Int8confError(f"--device {device!r}: not a valid device ({type(e).__name__}); "
+                            f"use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Int8confError(f"--device {device!r}: CUDA requested but "
+                                f"torch.cuda.is_available() is False")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise Int8confError(f"--device {device!r}: only {torch.cuda.device_count()} CUDA "
+                                f"device(s) present")
+    elif dev.type != "cpu":
+        raise Int8confError(f"--device {device!r}: unsupported device type {dev.type!r} "
+                            f"(int8conf runs kernels on 'cpu' or 'cuda')")
+    return device
+
+
+#: Hint of reference.capture for a moved parent model, and its CLI form.
+_API_MODEL_HINT = "pass model_dir to load_capture_set"
+CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
+
+
+def load_captures(capture_dir, model_dir=None):
+    """``reference.capture.load_capture_set(capture_dir, model_dir=model_dir)``.
+
+    Args:
+        capture_dir: a capture directory (``manifest.json`` inside).
+        model_dir: the parent model directory, when it moved since capture.
+
+    Raises:
+        CaptureError: missing / inconsistent capture (one line).
+    """
+    from reference.capture import load_capture_set
+    return load_capture_set(capture_dir, model_dir=model_dir)
+
+
+def cli_capture_message(e: BaseException) -> str:
+    """An error line with reference.capture's Python-API hint replaced by the
+    command-line option (``--model DIR``)."""
+    line = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return line.replace(_API_MODEL_HINT, CLI_MODEL_HINT)
+
+
 def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                     include_captures: bool = True, include_sweep: bool = True,
                     seeds: Sequence[int] = (0, 1), property_examples: int = 25,
                     model_checks: bool = True, max_capture_layers: Optional[int] = None,
-                    capture_dir=None, device: Optional[str] = None,
+                    capture_dir=None, model_dir=None, device: Optional[str] = None,
                     progress: Optional[Callable[[str], None]] = None) -> ConformanceResult:
     """Run the whole conformance suite for one kernel.
 
@@ -430,9 +569,12 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             :func:`default_cases`.
         capture_dir: replay this capture directory instead of the default
             model's shipped captures.
+        model_dir: the parent model of ``capture_dir`` when it is no longer
+            where the capture manifest recorded it.
         property_examples: hypothesis examples of the property test (0 = skip).
         model_checks: run C7 token_flip and E1 engine_hash when importable.
-        device: device for kernel runs (None = runner default).
+        device: device for kernel runs (None = runner default); checked
+            by :func:`validate_device`.
         progress: called with a short line per step (e.g. ``print``).
 
     Returns:
@@ -441,8 +583,10 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
     Raises:
         KernelLoadError: a kernel name that does not resolve (one line).
         CaptureError: an inconsistent capture set (one line).
+        Int8confError: an invalid or unavailable ``device`` (one line).
     """
     from conformance.kernels.registry import get_kernel
+    validate_device(device)
     t0 = time.perf_counter()
     spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
     other = get_kernel(against) if isinstance(against, str) else against
@@ -450,8 +594,7 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
     if cases is None:
         cs = None
         if capture_dir is not None and include_captures:
-            from conformance.cases import load_capture_dir
-            cs = load_capture_dir(capture_dir)
+            cs = load_captures(capture_dir, model_dir)
         cases, cap = default_cases(include_captures, include_sweep, seeds, max_capture_layers, cs)
     else:
         cases = list(cases)

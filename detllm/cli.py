@@ -81,6 +81,9 @@ def _prompt_ids(args, tok) -> list[list[int]]:
     if args.ids:
         return [_parse_ids(x) for x in args.ids]
     texts = args.prompt or [assets.prompts()[0]]
+    for i, t in enumerate(texts):
+        if t != "" and not t.strip():   # "" falls through to generate's "is empty" check
+            raise OperandError(f"prompt {i} is whitespace only (need at least one non-space character)")
     if tok is None:
         raise OperandError("no tokenizer.json next to the model: pass token ids with --ids")
     return [assets.encode(tok, t) for t in texts]

@@ -32,6 +32,7 @@ Public API
 * :func:`build_w8a8_model` -- a W8A8 copy of a model plus an :class:`AccStats`
   (per-layer max |acc|).
 * :func:`reference_scaled_mm_for` -- the exact reference callable of a contract.
+* :func:`check_context` -- reject sequences beyond ``max_position_embeddings``.
 * :func:`teacher_forced` -- per-position argmax, top-2 margin, NLL.
 * :func:`perplexity` -- exp(mean NLL) over evaluation windows.
 * :func:`greedy_generate` -- greedy decoding with a KV cache.
@@ -71,6 +72,14 @@ ScaledMM = Callable[..., torch.Tensor]
 def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     """Load a Hugging Face Qwen3 causal LM for inference.
 
+    The directory is validated first with
+    :func:`reference.checkpoint.load_qwen3_state` (every tensor the config
+    implies present with the right shape), so a missing or misshapen tensor
+    is a one-line CheckpointError -- never transformers' fallback of
+    random-initializing it (its "MISSING ... newly initialized" report).
+    transformers' own loading report and progress bar are silenced while it
+    loads; anything it still finds missing or mismatched is also an error.
+
     Args:
         model_dir: directory with ``config.json`` (``model_type`` ``qwen3``)
             and safetensors weights (single or sharded).
@@ -82,9 +91,12 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
 
     Raises:
         CheckpointError: directory or config.json missing, not a Qwen3 model,
-            or the weights fail to load (message names the directory).
+            a required tensor missing or of the wrong shape (names file and
+            tensor), or the weights fail to load (message names the directory).
     """
     from transformers import Qwen3ForCausalLM
+
+    from reference.checkpoint import load_qwen3_state
 
     d = Path(model_dir)
     cfg_path = d / "config.json"
@@ -94,22 +106,47 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
         cfg = json.loads(cfg_path.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{cfg_path}: unreadable config ({e})") from None
-    if cfg.get("model_type") != "qwen3":
-        raise CheckpointError(
-            f"{cfg_path}: model_type={cfg.get('model_type')!r}, expected 'qwen3'")
-    from transformers.utils import logging as hf_logging
-
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bar on stderr
-    try:
-        model = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype)
-    except Exception as e:  # one line instead of a deep transformers traceback
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{d}: cannot load Qwen3 weights ({msg})") from None
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
+    if not isinstance(cfg, dict) or cfg.get("model_type") != "qwen3":
+        got = cfg.get("model_type") if isinstance(cfg, dict) else type(cfg).__name__
+        raise CheckpointError(f"{cfg_path}: model_type={got!r}, expected 'qwen3'")
+    # The one checkpoint validator (CheckpointError naming file and tensor);
+    # the tensors themselves are dropped, transformers reads them again.
+    load_qwen3_state(d)
+    with _quiet_transformers():
+        try:
+            model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype,
+                                                           output_loading_info=True)
+        except Exception as e:  # one line instead of a deep transformers traceback
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"{d}: cannot load Qwen3 weights ({msg})") from None
+    for key, what in (("missing_keys", "missing"), ("mismatched_keys", "has a mismatched shape")):
+        bad = sorted(info.get(key) or [], key=str)
+        if bad:
+            name = bad[0][0] if isinstance(bad[0], (tuple, list)) else bad[0]
+            raise CheckpointError(f"{d}: tensor {name!r} {what} ({len(bad)} such; transformers "
+                                  f"would have initialized them randomly)")
     return model.eval()
+
+
+class _quiet_transformers:
+    """Context: transformers logging at ERROR and no progress bar (restored
+    on exit), so loading prints no multi-line report or "Loading weights" bar."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+
+        self._hf = hf_logging
+        self._level = hf_logging.get_verbosity()
+        self._bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        return self
+
+    def __exit__(self, *exc):
+        self._hf.set_verbosity(self._level)
+        if self._bar:
+            self._hf.enable_progress_bar()
+        return False
 
 
 def linear_names(num_layers: int) -> list[str]:
@@ -437,6 +474,37 @@ def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
     return windows.long()
 
 
+def context_length(config) -> Optional[int]:
+    """The model's context in tokens: ``max_position_embeddings`` of a
+    transformers config object or a ``config.json`` dict (None if absent)."""
+    v = config.get("max_position_embeddings") if isinstance(config, Mapping) else getattr(
+        config, "max_position_embeddings", None)
+    return int(v) if isinstance(v, int) and v > 0 else None
+
+
+def check_context(n_tokens: int, config, what: str = "window") -> None:
+    """Reject a sequence longer than the model's context.
+
+    Positions past ``max_position_embeddings`` lie outside what the model's
+    rotary position range was configured (and trained) for; a perplexity or
+    a continuation there measures extrapolation, not the kernel.
+
+    Args:
+        n_tokens: tokens the run feeds through the model (window length, or
+            prompt + new tokens).
+        config: transformers config or ``config.json`` dict.
+        what: how the caller names the length (e.g. ``"--window-len 1000"``).
+
+    Raises:
+        OperandError: ``n_tokens`` > ``max_position_embeddings`` (one line
+            naming both numbers). No check if the config has no such field.
+    """
+    ctx = context_length(config)
+    if ctx is not None and int(n_tokens) > ctx:
+        raise OperandError(f"{what}: {int(n_tokens)} tokens exceeds the model's context of {ctx} "
+                           f"tokens (max_position_embeddings in config.json)")
+
+
 @torch.no_grad()
 def teacher_forced(model: nn.Module, windows: torch.Tensor,
                    batch_size: int = 8) -> TeacherForced:
@@ -453,9 +521,11 @@ def teacher_forced(model: nn.Module, windows: torch.Tensor,
         :class:`TeacherForced`.
 
     Raises:
-        OperandError: windows not int [B, T] or ids out of vocabulary.
+        OperandError: windows not int [B, T], ids out of vocabulary, or T
+            longer than the model's context (``max_position_embeddings``).
     """
     windows = check_windows(windows, model.config.vocab_size)
+    check_context(windows.shape[1], model.config, "window length")
     am, mg, t1, nl = [], [], [], []
     for i in range(0, windows.shape[0], batch_size):
         ids = windows[i:i + batch_size]
@@ -506,7 +576,8 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
         the generated token ids (without the prompt).
 
     Raises:
-        OperandError: empty prompt, ids out of vocabulary, negative length.
+        OperandError: empty prompt, ids out of vocabulary, negative length,
+            prompt + ``max_new_tokens`` longer than the model's context.
     """
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
     if ids.numel() == 0:
@@ -515,6 +586,8 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
         raise OperandError(f"max_new_tokens={max_new_tokens} < 0")
     if int(ids.min()) < 0 or int(ids.max()) >= model.config.vocab_size:
         raise OperandError(f"prompt holds token ids outside [0, {model.config.vocab_size})")
+    check_context(ids.shape[1] + max_new_tokens, model.config,
+                  f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens})")
     stop = set() if eos_token_id is None else (
         {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id})
     out: list[int] = []

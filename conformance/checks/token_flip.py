@@ -331,8 +331,13 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
         ``model_dir``, ``windows`` (shape) and ``windows_sha256``; on a kernel
         failure, ``kernel_error`` and ``failed_layer``.
 
+    Summary line ends ``ppl reference(declared contract) X vs kernel Y``: the
+    reference perplexity is that of the kernel's own declared contract, so
+    it differs between kernels with different contracts.
+
     Raises:
-        Int8confError subclasses for bad inputs (model dir, windows, scale mode).
+        Int8confError subclasses for bad inputs (model dir, windows, scale
+        mode, a window longer than the model's ``max_position_embeddings``).
     """
     from reference import w8a8_forward as wf
 
@@ -343,10 +348,12 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
     stamp = _dir_stamp(mdir)
     model, weights = _model_and_weights(str(mdir), scale_mode, stamp)
     if isinstance(windows, torch.Tensor):
-        win = windows
+        win = windows  # teacher_forced checks T against the context
     else:
+        wf.check_context(int(window_len), model.config, f"C7 window_len {int(window_len)}")
         win = _default_windows(mdir, int(windows), int(window_len))
     win = wf.check_windows(win, model.config.vocab_size)
+    wf.check_context(win.shape[1], model.config, "C7 window length")
     wdig = _digest(win)
     contract = kernel.contract
     ref = _reference_replay((str(mdir), stamp, scale_mode, wdig, contract, batch_size),
@@ -377,6 +384,6 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
     n_above, n_flips, total = ev["flips_above_threshold"], ev["flips"], ev["total_positions"]
     verdict = "fail" if n_above else "pass"
     summary = (f"{n_flips} flip(s) in {total} positions, {n_above} above threshold "
-               f"({ev['threshold']}); ppl ref {ev['ppl_reference']:.4f} vs kernel "
+               f"({ev['threshold']}); ppl reference(declared contract) {ev['ppl_reference']:.4f} vs kernel "
                f"{ev['ppl_kernel']:.4f}")
     return CheckResult(CHECK_ID, NAME, verdict, summary, ev)

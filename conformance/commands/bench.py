@@ -9,6 +9,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from conformance.cli import positive_int
+
 
 def register(subparsers) -> None:
     """Add the ``bench`` subcommand (argparse) to ``subparsers``."""
@@ -20,7 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", action="append", default=None, metavar="NAME",
                    help="kernel to time (repeatable; 'all' = every available built-in; "
                         "default all)")
-    p.add_argument("--reps", type=int, default=3, help="timed calls per cell (median)")
+    p.add_argument("--reps", type=positive_int, default=3,
+                   help="timed calls per cell (median; at least 1)")
     p.add_argument("--quick", action="store_true",
                    help="only the 512x2048x2048 shape (plus the interpreter's reduced shape)")
     p.add_argument("--no-interpreter", action="store_true",

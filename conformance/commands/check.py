@@ -3,14 +3,27 @@
 Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
 hypothesis property test, C7 / E1 when available, optional pairwise
-comparison. Prints a summary table per kernel and the report paths; exit 0
-when every kernel is conformant, 1 otherwise.
+comparison. Prints a summary table per kernel and the report paths.
+
+Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
+not conformant; 2 bad input (unknown kernel, bad option, unusable device or
+capture directory, report directory not writable); 3 not run / inconclusive
+(no kernel failed, but some kernel produced output on zero cases, e.g. not
+runnable on this device or its shape constraints exclude every case).
 """
 
 from __future__ import annotations
 
 import argparse
 import warnings
+from pathlib import Path
+
+from conformance.cli import non_negative_int
+
+#: ``int8conf check`` exit codes.
+EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
+EXIT_CODES = {EXIT_CONFORMANT: "conformant", EXIT_NOT_CONFORMANT: "not conformant",
+              EXIT_BAD_INPUT: "bad input", EXIT_NOT_RUN: "not run / inconclusive"}
 
 
 def register(subparsers) -> None:
@@ -18,7 +31,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check", help="run the conformance suite for a kernel and write its report",
         description="Run checks C1-C8 (and the engine-hash oracle when available) for a kernel; "
-                    "write <out>/<kernel>/conformance.json and .md.")
+                    "write <out>/<kernel>/conformance.json and .md.",
+        epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
+               "option, unavailable device, unusable captures or --out); 3 not run / "
+               "inconclusive (the kernel produced output on zero cases here)")
     p.add_argument("--kernel", action="append", required=True, metavar="NAME",
                    help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
                         "or an int8conf.kernels entry point (repeatable)")
@@ -26,7 +42,7 @@ def register(subparsers) -> None:
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
     p.add_argument("--out", default="reports", metavar="DIR",
                    help="reports directory (default: reports)")
-    p.add_argument("--examples", type=int, default=25, metavar="N",
+    p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
                    help="skip model-level checks (C7 token_flip, E1 engine_hash)")
@@ -34,7 +50,11 @@ def register(subparsers) -> None:
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument("--captures", metavar="DIR", default=None,
                    help="replay this capture directory (default: the default model's captures)")
-    p.add_argument("--device", default=None, help="device for kernel runs (default: auto)")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="parent model directory of --captures, when it moved since the capture "
+                        "was taken")
+    p.add_argument("--device", default=None,
+                   help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -45,26 +65,36 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.report import write_reports
-    from conformance.suite import run_conformance
+    from conformance.report import pair_difference_line, write_reports
+    from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
+    from reference.errors import CaptureError, Int8confError
 
+    if args.model is not None and args.captures is None:
+        raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); "
+                            "give --captures too")
+    validate_device(args.device)
+    _ensure_out_dir(Path(args.out))
     specs = resolve_kernels(args.kernel)
     other = get_kernel(args.against) if args.against else None
     con = Console()
     err = Console(stderr=True)
-    ok = True
+    ok, not_run = True, False
     for spec in specs:
         with err.status(f"checking {spec.name}") as status, warnings.catch_warnings():
             # numpy overflow warnings from inside the Triton interpreter (huge
             # scales in the property test); the outputs are compared anyway
             warnings.filterwarnings("ignore", category=RuntimeWarning,
                                     module=r"triton\.runtime\.interpreter")
-            res = run_conformance(
-                spec, other, include_captures=not args.no_captures,
-                include_sweep=not args.no_sweep, property_examples=args.examples,
-                model_checks=not args.no_model, capture_dir=args.captures, device=args.device,
-                progress=None if args.quiet else status.update)
-        jp, mp = write_reports(res, args.out)
+            try:
+                res = run_conformance(
+                    spec, other, include_captures=not args.no_captures,
+                    include_sweep=not args.no_sweep, property_examples=args.examples,
+                    model_checks=not args.no_model, capture_dir=args.captures,
+                    model_dir=args.model, device=args.device,
+                    progress=None if args.quiet else status.update)
+            except CaptureError as e:
+                raise CaptureError(cli_capture_message(e)) from None
+        jp, mp = _write(write_reports, res, args.out)
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
                         f"({res.environment.get('execution')}, {len(res.cases)} cases, "
                         f"{res.elapsed_s:.1f} s)")
@@ -72,15 +102,58 @@ def run(args: argparse.Namespace) -> int:
         t.add_column("check")
         t.add_column("verdict")
         t.add_column("summary", overflow="fold")
-        style = {"pass": "green", "fail": "bold red", "n/a": "dim"}
+        style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
         for c in res.checks:
             t.add_row(c.check_id, c.name, f"[{style[c.verdict]}]{c.verdict}[/]", c.summary)
         con.print(t)
+        if res.verdict == NOT_RUN:
+            con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified",
+                      style="bold yellow")
         con.print(res.overall["summary"], markup=False)
         con.print(f"captures: {res.captures['note']}", markup=False)
         if res.pairwise:
             con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}",
                       markup=False)
+            line = pair_difference_line(res.pairwise)
+            if line:
+                con.print(line.replace("`", ""), markup=False)
         con.print(f"report: {jp}\nreport: {mp}", markup=False)
-        ok = ok and res.conformant
-    return 0 if ok else 1
+        if res.verdict == NOT_RUN:
+            not_run = True
+        else:
+            ok = ok and res.conformant
+    if not ok:
+        return EXIT_NOT_CONFORMANT
+    return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
+
+
+def _ensure_out_dir(out: Path) -> None:
+    """Create the reports root now, so a bad ``--out`` fails before the suite runs.
+
+    Raises:
+        Int8confError: ``out`` (or a parent) is a file, or cannot be created (one line).
+    """
+    from reference.errors import Int8confError
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise Int8confError(f"--out {out}: exists and is not a directory") from None
+    except OSError as e:
+        raise Int8confError(f"--out {out}: cannot create reports directory "
+                            f"({e.strerror or type(e).__name__}"
+                            f"{': ' + str(e.filename) if e.filename else ''})") from None
+
+
+def _write(write_reports, res, out):
+    """``write_reports(res, out)`` with an OSError turned into one line naming the path.
+
+    Raises:
+        Int8confError: the report files cannot be written.
+    """
+    from reference.errors import Int8confError
+    try:
+        return write_reports(res, out)
+    except OSError as e:
+        raise Int8confError(f"cannot write report under {out}: "
+                            f"{e.strerror or type(e).__name__}"
+                            f"{' (' + str(e.filename) + ')' if e.filename else ''}") from None

@@ -12,12 +12,16 @@
     requantize from the parent weights with power-of-two per-channel scales.
     ``--checkpoint`` takes the int8 weights and scales from a compressed-tensors
     W8A8 checkpoint instead (ours or another tool's; embeddings and norms
-    still come from ``--model``). Activations are always quantized per token
-    dynamically; ``lm_head`` stays bf16.
+    still come from ``--model``); its scale mode is read from the checkpoint
+    (our ``int8conf.scale_rule``, else ``pow2`` when every weight_scale is an
+    exact power of two), not from ``--scale-mode``. Activations are always
+    quantized per token dynamically; ``lm_head`` stays bf16. A window longer
+    than the model's context (``max_position_embeddings``) is an error.
 
 ``int8conf generate [--prompt TEXT | --prompt-index I] [--max-new-tokens N] [same options]``
     Greedy continuation (argmax, ties -> smallest id, stops at <|endoftext|>)
-    of a prompt (default: the first fixed prompt, the opening of Sonnet 18).
+    of a prompt (default: the first fixed prompt, the opening of Sonnet 18);
+    prompt + N beyond the model's context is an error.
 
 ``--model`` defaults to the shipped default model, ``--kernel`` to ``cpu``.
 Errors are one line (Int8confError, printed by ``conformance.cli.main``).
@@ -42,6 +46,59 @@ def _model_dir(arg) -> Path:
     return default_model_dir()
 
 
+def checkpoint_scale_mode(ck) -> tuple[str, str]:
+    """Scale mode of a W8A8 checkpoint, read from the checkpoint itself.
+
+    Sources, in order: our ``int8conf.scale_rule`` record (written by
+    ``reference.pow2.build_pow2_checkpoint``: ``pow2-nearest`` /
+    ``pow2-ceiling``; by ``reference.compressed_tensors.build_w8a8_checkpoint``:
+    ``own``), checked against the stored scales; otherwise inferred: every
+    ``weight_scale`` an exact power of two (float32 mantissa 0.5 in
+    ``frexp``) -> ``pow2``.
+
+    Args:
+        ck: ``reference.compressed_tensors.W8A8Checkpoint``.
+
+    Returns:
+        ``(mode, label)``: mode ``pow2-nearest`` | ``pow2-ceiling`` | ``pow2``
+        (rule unknown) | ``own`` (any other per-channel scales); label for
+        output, e.g. ``"power-of-two scales (from checkpoint)"``.
+    """
+    import torch
+
+    all_pow2 = all(bool(torch.all(torch.frexp(ck.scale_b(n)).mantissa == 0.5)) for n in ck.scales)
+    rule = (ck.meta or {}).get("scale_rule")
+    if all_pow2 and rule in ("pow2-nearest", "pow2-ceiling"):
+        return rule, f"{rule} scales (from checkpoint)"
+    if all_pow2:
+        return "pow2", "power-of-two scales (from checkpoint)"
+    if rule == "own":
+        return "own", "own scales (from checkpoint)"
+    return "own", "per-channel scales (from checkpoint)"
+
+
+def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
+    """Weights of a compressed-tensors W8A8 checkpoint plus its scale mode.
+
+    Returns:
+        ``(weights, mode, label)``: ``{layer: QuantWeight}`` and
+        :func:`checkpoint_scale_mode`'s pair.
+
+    Raises:
+        CheckpointError: checkpoint unreadable or missing a layer.
+    """
+    from reference import w8a8_forward as wf
+    from reference.checkpoint import load_w8a8_checkpoint
+
+    ck = load_w8a8_checkpoint(checkpoint)
+    tensors = {}
+    for name, q in ck.weights.items():
+        tensors[f"{name}.weight"] = q
+        tensors[f"{name}.weight_scale"] = ck.scales[name]
+    mode, label = checkpoint_scale_mode(ck)
+    return wf.weights_from_tensors(tensors, model.config.num_hidden_layers), mode, label
+
+
 def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
     """Quantized weights for ``scale_mode`` (or from a W8A8 checkpoint dir).
 
@@ -53,21 +110,19 @@ def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
 
     if checkpoint is None:
         return wf.weights_for_scale_mode(model, scale_mode)
-    if scale_mode != "own":
+    _check_checkpoint_mode(checkpoint, scale_mode)
+    return checkpoint_weights(model, checkpoint)[0]
+
+
+def _check_checkpoint_mode(checkpoint, scale_mode: str) -> None:
+    if checkpoint is not None and scale_mode != "own":
         raise Int8confError(f"--checkpoint takes its weights and scales from {checkpoint}; "
                             f"drop --scale-mode {scale_mode}")
-    from reference.checkpoint import load_w8a8_checkpoint
-
-    ck = load_w8a8_checkpoint(checkpoint)
-    tensors = {}
-    for name, q in ck.weights.items():
-        tensors[f"{name}.weight"] = q
-        tensors[f"{name}.weight_scale"] = ck.scales[name]
-    return wf.weights_from_tensors(tensors, model.config.num_hidden_layers)
 
 
 def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
-                track_acc: bool = False, base_model=None, weights=None):
+                track_acc: bool = False, base_model=None, weights=None,
+                kernel_scale_mode=None):
     """The model to evaluate: bf16 as is, or W8A8 through ``kernel``.
 
     Args:
@@ -77,6 +132,10 @@ def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
         checkpoint: optional compressed-tensors W8A8 directory.
         track_acc: record per-layer max |acc| (``AccStats``).
         base_model / weights: reuse an already loaded model / weight map.
+        kernel_scale_mode: scale mode the kernel is told (GemmOperands
+            ``scale_mode``); default ``scale_mode``, or the checkpoint's
+            (:func:`checkpoint_scale_mode`) when ``checkpoint`` is given and
+            ``weights`` is not.
 
     Returns:
         ``(model, stats or None, first-call kernel manifest dict)``.
@@ -86,14 +145,18 @@ def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
 
     if scale_mode not in SCALE_MODES:
         raise Int8confError(f"--scale-mode {scale_mode!r} is not one of {SCALE_MODES}")
+    _check_checkpoint_mode(checkpoint, scale_mode)
     base = base_model if base_model is not None else wf.load_model(model_dir)
     if scale_mode == "bf16":
         return base, None, {}
-    if weights is None:
-        weights = load_weights(base, scale_mode, checkpoint)
+    if weights is None and checkpoint is not None:
+        weights, ck_mode, _ = checkpoint_weights(base, checkpoint)
+        kernel_scale_mode = kernel_scale_mode or ck_mode
+    elif weights is None:
+        weights = load_weights(base, scale_mode)
     manifest: dict = {}
     fns = kernel_layer_callables(kernel, wf.linear_names(base.config.num_hidden_layers),
-                                 scale_mode, first_manifest=manifest)
+                                 kernel_scale_mode or scale_mode, first_manifest=manifest)
     model, stats = wf.build_w8a8_model(base, weights, fns, track_acc=track_acc)
     return model, stats, manifest
 
@@ -108,17 +171,25 @@ def _run_perplexity(args: argparse.Namespace) -> int:
     from reference.assets import eval_windows, load_tokenizer
 
     mdir = _model_dir(args.model)
+    _check_checkpoint_mode(args.checkpoint, args.scale_mode)
     kernels = [None] if args.scale_mode == "bf16" else _kernels(args.kernel)
     base = wf.load_model(mdir)
+    wf.check_context(args.window_len, base.config, f"--window-len {args.window_len}")
     windows = eval_windows(load_tokenizer(mdir), args.windows, args.window_len)
-    weights = None if args.scale_mode == "bf16" else load_weights(base, args.scale_mode, args.checkpoint)
+    mode, label = args.scale_mode, f"{args.scale_mode} scales"
+    weights = None
+    if args.checkpoint is not None:
+        weights, mode, label = checkpoint_weights(base, args.checkpoint)
+    elif args.scale_mode != "bf16":
+        weights = load_weights(base, args.scale_mode)
     records = []
     for spec in kernels:
         model, stats, man = build_model(mdir, args.scale_mode, spec, args.checkpoint,
-                                        args.track_acc, base_model=base, weights=weights)
+                                        args.track_acc, base_model=base, weights=weights,
+                                        kernel_scale_mode=mode)
         t0 = time.perf_counter()
         ppl = wf.perplexity(model, windows, args.batch_size)
-        rec = {"perplexity": ppl, "model": str(mdir), "scale_mode": args.scale_mode,
+        rec = {"perplexity": ppl, "model": str(mdir), "scale_mode": mode, "scale_label": label,
                "kernel": None if spec is None else spec.name,
                "kernel_path": man.get("path"), "checkpoint": args.checkpoint,
                "windows": args.windows, "window_len": args.window_len,
@@ -130,7 +201,7 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         records.append(rec)
         if not args.json:
             what = "bf16 model" if spec is None else (
-                f"W8A8 {args.scale_mode} scales, kernel {spec.name}"
+                f"W8A8 {label}, kernel {spec.name}"
                 + (f" ({rec['kernel_path']})" if rec["kernel_path"] else ""))
             print(f"perplexity {ppl:.4f}  [{what}; {args.windows} windows x {args.window_len} "
                   f"tokens, {rec['predicted_tokens']} predicted; {rec['elapsed_s']} s]")
@@ -149,6 +220,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     from reference.assets import encode, eot_id, load_tokenizer, prompts
 
     mdir = _model_dir(args.model)
+    _check_checkpoint_mode(args.checkpoint, args.scale_mode)
     spec = None if args.scale_mode == "bf16" else _kernels(args.kernel)[0]
     tok = load_tokenizer(mdir)
     if args.prompt is not None:
@@ -161,7 +233,15 @@ def _run_generate(args: argparse.Namespace) -> int:
     ids = encode(tok, text)
     if not ids:
         raise Int8confError("--prompt encodes to 0 tokens")
-    model, _, man = build_model(mdir, args.scale_mode, spec, args.checkpoint)
+    base = wf.load_model(mdir)
+    wf.check_context(len(ids) + args.max_new_tokens, base.config,
+                     f"prompt ({len(ids)} tokens) + --max-new-tokens ({args.max_new_tokens})")
+    mode = args.scale_mode
+    weights = None
+    if args.checkpoint is not None and args.scale_mode != "bf16":
+        weights, mode, _ = checkpoint_weights(base, args.checkpoint)
+    model, _, man = build_model(mdir, args.scale_mode, spec, args.checkpoint, base_model=base,
+                                weights=weights, kernel_scale_mode=mode)
     try:
         eos = eot_id(tok)
     except Int8confError:
@@ -170,7 +250,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     body = tok.decode(out)
     if args.json:
         print(json.dumps({"prompt": text, "prompt_ids": ids, "generated_ids": out,
-                          "text": body, "scale_mode": args.scale_mode,
+                          "text": body, "scale_mode": mode,
                           "kernel": None if spec is None else spec.name,
                           "kernel_path": man.get("path")}, indent=2))
     else:

@@ -249,8 +249,13 @@ def load_module_function(name: str) -> KernelSpec:
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
+        # the module itself (or its package) is missing, not a failing import inside it
+        missing = (isinstance(e, ModuleNotFoundError) and e.name is not None
+                   and (mod_name == e.name or mod_name.startswith(e.name + ".")))
+        hint = (" (is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
+                if missing else "")
         raise KernelLoadError(f"--kernel {name!r}: cannot import module {mod_name!r}: "
-                              f"{type(e).__name__}: {_first_line(e)}") from None
+                              f"{type(e).__name__}: {_first_line(e)}{hint}") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):

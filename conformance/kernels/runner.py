@@ -7,13 +7,25 @@ kernel's *declared* contract has none, is written to ``KernelRun.error``
 count and first index, ...). Invalid *operands* (the caller's fault) raise
 ``OperandError`` before the kernel is called.
 
+Any exception the kernel raises is its failure, ``SystemExit`` and other
+``BaseException`` subclasses included (a kernel calling ``sys.exit`` must not
+end ``int8conf check``); only ``KeyboardInterrupt`` propagates.
+
+The kernel is handed *clones* of the operands, so the caller's
+``GemmOperands`` stay pristine for the reference and the checks. After the
+call the clones are compared bit for bit with the originals; a kernel that
+wrote into an operand gets ``error = "kernel modified operand <names> in
+place"`` and ``manifest["extra"]["modified_operands"] = [names]`` (its output,
+if well-formed, is kept as evidence).
+
 Manifest keys (check C1): ``name``, ``source_digest`` (what the kernel
 reported at run time, else the declared one), ``declared_source_digest``,
 ``device`` (device type of the returned tensor), ``path`` (what the kernel
 reported via ``trace.record_path``; ``"unreported"`` otherwise),
 ``interpreter``, ``padded``, ``contract``, ``origin``, ``version``,
 ``operands_recorded_by`` (``"kernel"`` if it called ``trace.record_operands``,
-else ``"runner"`` = digests of what the runner handed over), ``skipped``
+else ``"runner"`` = digests of what the runner handed over, taken before the
+call, i.e. before any in-place write by the kernel), ``skipped``
 (True when the kernel cannot run here: device missing or shape outside its
 declared constraints), ``extra``.
 """
@@ -33,6 +45,8 @@ from conformance.kernels.spec import KernelSpec
 from reference.operands import GemmOperands
 
 _PROMOTED = ("interpreter", "padded", "source_digest", "device")
+#: Same-width integer dtypes used to compare operands bit for bit (NaN, -0.0).
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass
@@ -134,6 +148,34 @@ def _raised(man: dict, e: BaseException) -> str:
     return f"kernel raised {type(e).__name__}: {_first_line(e)}{where}"
 
 
+def _bits_equal(x: Tensor, y: Tensor) -> bool:
+    """True when ``x`` and ``y`` have the same dtype, shape and bits (NaN
+    payloads and the sign of zero count; ``torch.equal`` on floats would not)."""
+    if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+        return False
+    it = _INT_VIEW.get(x.element_size())
+    if it is None or x.dtype == torch.bool:
+        return bool(torch.equal(x, y))
+    return bool(torch.equal(x.view(it), y.view(it)))
+
+
+def _clone_operands(named: dict) -> dict:
+    """Clones handed to the kernel (strides kept), None stays None."""
+    return {k: None if v is None else v.detach().clone() for k, v in named.items()}
+
+
+def _modified(originals: dict, given: dict, man: dict) -> Optional[str]:
+    """Error line when the kernel wrote into any operand it was handed
+    (``given`` vs the untouched ``originals``); the names go to
+    ``manifest["extra"]["modified_operands"]``."""
+    bad = [k for k, v in originals.items()
+           if v is not None and not _bits_equal(v, given[k])]
+    if not bad:
+        return None
+    man["extra"]["modified_operands"] = bad
+    return f"kernel modified operand {', '.join(bad)} in place"
+
+
 def _sync(device: Optional[str]) -> None:
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize()
@@ -186,8 +228,10 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
         device: "cpu", "cuda", "cuda:1", ...; None = CUDA if the kernel
             supports it and one is present, else CPU.
     Returns:
-        KernelRun (output on the CPU). Kernel failures go to ``error``;
-        ``manifest["skipped"]`` is True when the kernel cannot run here.
+        KernelRun (output on the CPU). Kernel failures go to ``error``
+        (exceptions incl. ``SystemExit``; wrong output; unexpected NaN; an
+        operand modified in place -- the kernel gets clones, ``ops`` is never
+        written); ``manifest["skipped"]`` is True when the kernel cannot run here.
     Raises:
         OperandError: ``ops`` themselves are invalid
             (``reference.validate.validate_operands``).
@@ -206,21 +250,28 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
         man["extra"]["constraint_violations"] = viol
         return KernelRun(None, f"not runnable here: shape outside declared constraints: "
                                f"{'; '.join(viol)}", man)
-    dops = ops.to(dev)
+    dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
+    originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
+                 "bias": dops.bias}
+    given = _clone_operands(originals)
     t0 = time.perf_counter()
     with trace.capture() as t:
         try:
-            out = spec.scaled_mm(dops.a, dops.b, dops.scale_a, dops.scale_b,
-                                 out_dtype=dops.out_dtype, bias=dops.bias)
+            out = spec.scaled_mm(given["a"], given["b"], given["scale_a"], given["scale_b"],
+                                 out_dtype=dops.out_dtype, bias=given["bias"])
             _sync(dev)
             err = None
-        except Exception as e:  # noqa: BLE001 -- the kernel's failure is evidence, not a crash
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 -- incl. SystemExit: evidence, not a crash
             out, err = None, _raised(man, e)
     elapsed = time.perf_counter() - t0
     _fill_from_trace(man, t)
+    mod_err = _modified(originals, given, man)
     if t.received_digests:
         digests, man["operands_recorded_by"] = t.received_digests, "kernel"
     else:
+        # the originals are untouched, so this is what was handed over
         digests, man["operands_recorded_by"] = trace.digest_operands(
             dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias), "runner"
     if err is None:
@@ -229,8 +280,9 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
         return KernelRun(None, err, man, digests, elapsed)
     man["device"] = out.device.type
     out = out.detach().to("cpu")
-    # NaN evidence keeps the output: the checks may still want the other elements
-    return KernelRun(out, _nan_error(out, ops, spec, man), man, digests, elapsed)
+    # NaN / in-place evidence keeps the output: the checks may still want the other elements
+    nan_err = _nan_error(out, ops, spec, man)
+    return KernelRun(out, mod_err or nan_err, man, digests, elapsed)
 
 
 def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None) -> AccRun:
@@ -240,7 +292,8 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
         spec: the kernel; a: int8 [M,K]; b: int8 [N,K]; device as in :func:`run_kernel`.
     Returns:
         AccRun with int32 [M,N] on the CPU, or ``error`` ("kernel has no int_mm
-        entry", an exception, wrong shape/dtype).
+        entry", an exception incl. ``SystemExit``, wrong shape/dtype, "kernel
+        modified operand a in place" -- it gets clones of a, b).
     Raises:
         OperandError: invalid a / b (dtype, shape, layout, K mismatch, empty).
     """
@@ -256,20 +309,24 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     if dev is None:
         man["skipped"] = True
         return AccRun(None, f"not runnable here: {why}", man)
-    da, db = a.to(dev), b.to(dev)
+    originals = {"a": a.to(dev), "b": b.to(dev)}
+    given = _clone_operands(originals)
     t0 = time.perf_counter()
     with trace.capture() as t:
         try:
-            acc = spec.int_mm(da, db)
+            acc = spec.int_mm(given["a"], given["b"])
             _sync(dev)
             err = None
-        except Exception as e:  # noqa: BLE001
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 -- incl. SystemExit: evidence, not a crash
             acc, err = None, _raised(man, e)
     elapsed = time.perf_counter() - t0
     _fill_from_trace(man, t)
+    mod_err = _modified(originals, given, man)
     if err is None:
         err = _check_output(acc, m, n, torch.int32, "int_mm")
     if err is not None:
         return AccRun(None, err, man, elapsed)
     man["device"] = acc.device.type
-    return AccRun(acc.detach().to("cpu"), None, man, elapsed)
+    return AccRun(acc.detach().to("cpu"), mod_err, man, elapsed)
