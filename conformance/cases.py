@@ -16,8 +16,13 @@ import torch
 
 from reference.operands import GemmOperands
 
-#: Synthetic case kinds, in report order.
-SYNTHETIC_KINDS = ("ordinary", "pow2", "bias", "pow2_bias", "m1", "extreme", "tails", "fp16_out")
+#: Synthetic case kinds, in report order (new kinds go last: the index seeds the generator).
+SYNTHETIC_KINDS = ("ordinary", "pow2", "bias", "pow2_bias", "m1", "extreme", "tails", "fp16_out",
+                   "epilogue_ties")
+#: epilogue_ties: K entries per output channel (TIE_BLOCK - 1 weights of 127, one of 1).
+TIE_BLOCK = 32
+#: Scale orders the epilogue_ties search tells apart (reference.contract).
+TIE_ORDERS = ("a_then_w", "w_then_a", "fused")
 #: Tile edges the sweep straddles (typical BLOCK_M/N/K of GPU int8 GEMMs).
 TILE_EDGES = (16, 32, 64, 128)
 NO_CAPTURES = "no captures available: synthetic only"
@@ -51,6 +56,119 @@ def _bias(g: torch.Generator, n: int, dtype: torch.dtype) -> torch.Tensor:
     return (0.5 * torch.randn(n, generator=g, dtype=torch.float32)).to(dtype)
 
 
+def _tie_targets(sa: torch.Tensor, sb: torch.Tensor, vmax: int) -> torch.Tensor:
+    """Candidate accumulators per element: for every bf16 rounding midpoint
+    mu in the top two binades of ``vmax * s_a[m] * s_w[n]``, the integer v
+    nearest to ``mu / (s_a[m] * s_w[n])`` (clamped to [1, vmax]).
+
+    Why these: two scale orders give different bf16 bits only when their
+    float32 results (each within ~1 float32 ulp of the exact v * s_a * s_w)
+    straddle a bf16 midpoint, so v must put the exact product within about an
+    ulp of one. Doubling v scales the product exactly and cannot create a new
+    straddle, so only v in the top binade [vmax/2, vmax] adds candidates
+    (measured: lower binades found no element the top ones missed).
+
+    Returns:
+        float64 [M, N, 256] of integers (float64 is exact here: sa, sb are
+        float32, so sa*sb has <= 48 significant bits).
+    """
+    c = sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)  # exact
+    e = torch.floor(torch.log2(vmax * c))
+    i = torch.arange(128, dtype=torch.float64)
+    cands = []
+    for j in (0, 1):  # r binades [2^(e-j), 2^(e-j+1)); 128 bf16 midpoints each
+        base = torch.pow(2.0, e - j).unsqueeze(-1)
+        mu = base * (1 + (i + 0.5) / 128)
+        cands.append(torch.round(mu / c.unsqueeze(-1)))
+    return torch.cat(cands, -1).clamp(1, vmax)
+
+
+def _tie_orders_bits(v: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> list:
+    """bf16 bits (int16) of the three scale orders on accumulators ``v``
+    (float64 integers [M, N, C], |v| < 2**24 so float32(v) is exact), each
+    order as ``reference.epilogue.apply_epilogue`` computes it: separate
+    IEEE float32 multiplies, then one RNE to bf16 (``reference.bits.round_fp32``)."""
+    from reference.bits import round_fp32
+
+    x = v.to(torch.float32)
+    s_a = sa.reshape(-1, 1, 1)
+    s_w = sb.reshape(1, -1, 1)
+    ys = ((x * s_a) * s_w, (x * s_w) * s_a, x * (s_a * s_w))  # TIE_ORDERS order
+    return [round_fp32(y, torch.bfloat16, "rne").view(torch.int16) for y in ys]
+
+
+def _epilogue_ties(g: torch.Generator, m: int, n: int):
+    """(a, b, scale_a, scale_b) of the ``epilogue_ties`` kind (see make_case).
+
+    b [N, K = N*TIE_BLOCK] is block diagonal: row n holds TIE_BLOCK-1 weights
+    of 127 then one 1 in columns [n*TIE_BLOCK, (n+1)*TIE_BLOCK), zeros
+    elsewhere, so acc[m, n] = 127 * (sum of TIE_BLOCK-1 entries of a) + a_last
+    can be any integer in [-VMAX, VMAX], VMAX = 127*127*(TIE_BLOCK-1) + 127
+    (500126 < 2**24: the float32 conversion stays exact). Per element we pick,
+    among :func:`_tie_targets`, an accumulator whose bf16 result differs
+    between scale orders: preferring all three different, then a_then_w !=
+    w_then_a, then fused != one of them; ties broken by a seeded draw; random
+    sign (rounding and products are sign-symmetric).
+    """
+    vmax = 127 * 127 * (TIE_BLOCK - 1) + 127
+    sa, sb = _token_scales(g, m), _channel_scales(g, n)
+    v = _tie_targets(sa, sb, vmax)
+    y1, y2, y3 = _tie_orders_bits(v, sa, sb)
+    aw = y1 != y2
+    fd = (y3 != y1) | (y3 != y2)
+    all3 = aw & (y3 != y1) & (y3 != y2)
+    score = 4.0 * all3 + 2.0 * aw + 1.0 * fd + torch.rand(v.shape, generator=g,
+                                                           dtype=torch.float64)
+    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
+    sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
+    acc = pick * sign  # [M, N] int64, |acc| <= vmax
+    # acc = 127*s + r with s in [-128, 127]*(TIE_BLOCK-1), r in [-128, 127]
+    nbig = TIE_BLOCK - 1
+    s = torch.clamp(torch.round(acc.double() / 127).to(torch.int64), -128 * nbig, 127 * nbig)
+    r = acc - 127 * s
+    q = torch.div(s, nbig, rounding_mode="floor")
+    rem = s - nbig * q  # s = nbig*q + rem, 0 <= rem < nbig
+    idx = torch.arange(nbig)
+    big = q.unsqueeze(-1) + (idx < rem.unsqueeze(-1)).to(torch.int64)  # [M, N, nbig]
+    blocks = torch.cat([big, r.unsqueeze(-1)], -1)  # [M, N, TIE_BLOCK]
+    assert int(blocks.min()) >= -128 and int(blocks.max()) <= 127  # by construction
+    a = blocks.reshape(m, n * TIE_BLOCK).to(torch.int8)
+    b = torch.zeros((n, n * TIE_BLOCK), dtype=torch.int8)
+    for j in range(n):
+        b[j, j * TIE_BLOCK:(j + 1) * TIE_BLOCK - 1] = 127
+        b[j, (j + 1) * TIE_BLOCK - 1] = 1
+    return a, b, sa, sb
+
+
+def tie_discrimination(ops: GemmOperands, exact: Optional[torch.Tensor] = None) -> dict:
+    """How many output elements of ``ops`` tell the scale orders apart.
+
+    Computed with ``reference.epilogue.apply_epilogue`` for each order in
+    :data:`TIE_ORDERS` (the case's bias and out_dtype; bias point
+    ``fp32_before_round``).
+
+    Returns:
+        ``{"elements", "a_then_w!=w_then_a", "a_then_w!=fused",
+        "w_then_a!=fused", "any", "all_three"}`` (element counts).
+    """
+    from reference.accumulate import exact_int_mm
+    from reference.bits import bits_of
+    from reference.contract import EpilogueContract
+    from reference.epilogue import apply_epilogue
+
+    acc = exact if exact is not None else exact_int_mm(ops.a, ops.b)
+    bits = {o: bits_of(apply_epilogue(acc, ops.scale_a, ops.scale_b,
+                                      EpilogueContract(o, "fp32_before_round"),
+                                      bias=ops.bias, out_dtype=ops.out_dtype))
+            for o in TIE_ORDERS}
+    d_aw = bits["a_then_w"] != bits["w_then_a"]
+    d_af = bits["a_then_w"] != bits["fused"]
+    d_wf = bits["w_then_a"] != bits["fused"]
+    return {"elements": int(acc.numel()), "a_then_w!=w_then_a": int(d_aw.sum()),
+            "a_then_w!=fused": int(d_af.sum()), "w_then_a!=fused": int(d_wf.sum()),
+            "any": int((d_aw | d_af | d_wf).sum()), "all_three": int((d_aw & d_af & d_wf).sum())}
+
+
 def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int] = None,
               n: Optional[int] = None, out_dtype: torch.dtype = torch.bfloat16,
               bias: Optional[bool] = None, source: str = "synthetic",
@@ -64,7 +182,12 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
             ``m1`` (one token, decode), ``extreme`` (int8 values only -128 /
             127, row 0 of a and b all -128 so -128 x -128 products appear),
             ``tails`` (M, K, N not multiples of 8), ``fp16_out`` (float16
-            output and bias).
+            output and bias), ``epilogue_ties`` (M = N = 32, K = 32 * N,
+            block-diagonal b; every accumulator chosen so that the bf16
+            results of the scale orders a_then_w / w_then_a / fused differ
+            where possible: about 3/4 of the elements tell a_then_w from
+            w_then_a, see :func:`_epilogue_ties`; ``meta["discriminating"]``
+            holds :func:`tie_discrimination`; a ``k`` override is ignored).
         seed: generator seed (same seed, same bits).
         m, k, n: shape override (defaults depend on kind).
         out_dtype: output dtype (bias has this dtype).
@@ -81,12 +204,22 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
     """
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"unknown synthetic case kind {kind!r}; known: {SYNTHETIC_KINDS}")
-    shapes = {"m1": (1, 96, 40), "extreme": (8, 256, 32), "tails": (5, 37, 23)}
+    shapes = {"m1": (1, 96, 40), "extreme": (8, 256, 32), "tails": (5, 37, 23),
+              "epilogue_ties": (32, 32 * TIE_BLOCK, 32)}
     dm, dk, dn = shapes.get(kind, (8, 64, 48))
     m, k, n = m or dm, k or dk, n or dn
     if kind == "fp16_out":
         out_dtype = torch.float16
     g = torch.Generator().manual_seed(1000 * seed + SYNTHETIC_KINDS.index(kind))
+    if kind == "epilogue_ties":
+        a, b, sa, sb = _epilogue_ties(g, m, n)
+        bv = _bias(g, n, out_dtype) if bias else None
+        ops = GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bv, out_dtype=out_dtype,
+                           name=name or f"synthetic/{kind}-s{seed}", scale_mode="synthetic",
+                           meta={"source": source, "kind": kind, "seed": seed,
+                                 "tie_block": TIE_BLOCK})
+        ops.meta["discriminating"] = tie_discrimination(ops)
+        return ops
     if kind == "extreme":
         a = torch.where(torch.rand((m, k), generator=g) < 0.5, -128, 127).to(torch.int8)
         b = torch.where(torch.rand((n, k), generator=g) < 0.5, -128, 127).to(torch.int8)
