@@ -245,6 +245,9 @@ class PropertyItem(_Item):
             pytest.skip(ks.property["skipped"])
         if ks.property.get("failed"):
             raise ConformanceFailure(f"property test failed: {ks.property.get('failure')}")
+        reasons = {cr.not_run_reason for cr in ks.prop_cases}
+        if ks.prop_cases and None not in reasons:  # no example ran: nothing verified
+            pytest.skip(f"{ks.spec.name}: property test not run: {sorted(reasons)[0]}")
 
 
 class ModelCheckItem(_Item):

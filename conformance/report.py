@@ -236,9 +236,15 @@ def render_markdown(doc: dict) -> str:
         if pt.get("skipped"):
             lines.append(f"Skipped: {pt['skipped']}")
         else:
+            prop = [cs for cs in doc["cases"] if cs["source"] == "property"]
+            n_skip = sum(1 for cs in prop if cs.get("not_run_reason"))
+            ok = "NOT RUN" if prop and n_skip == len(prop) else "all passed"
             lines.append(f"{pt.get('examples')} examples ({pt.get('settings')}); "
-                         + (f"**failed**: {pt.get('failure')}" if pt.get("failed") else "all passed")
+                         + (f"**failed**: {pt.get('failure')}" if pt.get("failed") else ok)
                          + f". Strategy: `{pt.get('strategy')}`.")
+            if n_skip:
+                lines.append(f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
+                             f"runnable here); those examples verified nothing.")
     ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "E1")]
     for src, title in (("capture", "Per-layer results (captures)"),
                        ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),

@@ -260,3 +260,13 @@ def test_differ_expected_says_not_bit_interchangeable():
                            property_examples=0, model_checks=False)
     assert pair_difference_line(same.pairwise) == (
         "`fixb-cut` and `fixb-cut2` are bit-interchangeable on all 2 cases compared.")
+
+
+@no_cuda
+def test_property_examples_not_run_are_reported(tmp_path):
+    spec = make_kernel("fixb-cuda-prop", devices=("cuda",))
+    res = run_conformance(spec, cases=[tie_case()], property_examples=3, model_checks=False)
+    assert res.verdict == "not run" and res.overall["cases_total"] == 4
+    md = render_markdown(to_json_dict(res))
+    assert "no shrinking); NOT RUN." in md
+    assert "The kernel did not run on 3 of 3 examples" in md
