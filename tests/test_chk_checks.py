@@ -3,6 +3,8 @@ known evidence (bit patterns, counts, indices, digests)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -140,8 +142,13 @@ def test_c1_manifest():
     assert r.verdict == "fail"
     assert r.evidence["mismatches"] == [f"ran source digest {'f' * 12}..., declared "
                                         f"{TEST_DIGEST[:12]}..."]
+    # A third-party kernel need not report its path; a built-in must.
     silent = make_kernel("silent", record_path=False)
     r = check_kernel_manifest(silent, ops, _run(silent, ops))
+    assert r.verdict == "pass"
+    assert r.evidence["observed"]["path"] == "not reported by kernel (runner-observed call)"
+    silent_builtin = dataclasses.replace(silent, origin="builtin")
+    r = check_kernel_manifest(silent_builtin, ops, _run(silent_builtin, ops))
     assert r.verdict == "fail" and "recorded no code path" in r.summary
 
 

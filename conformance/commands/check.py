@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             line = pair_difference_line(res.pairwise)
             if line:
                 con.print(line.replace("`", ""), markup=False)
-        con.print(f"report: {jp}\nreport: {mp}", markup=False)
+        con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
         if res.verdict == NOT_RUN:
             not_run = True
         else:
