@@ -35,13 +35,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Union
 
 import pandas as pd
+
+from reference.fileio import atomic_write_text
 
 SCHEMA = "int8conf.conformance"
 SCHEMA_VERSION = 1
@@ -321,20 +321,6 @@ def read_report(path: Union[str, Path]) -> dict:
     return doc
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; reports are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, Path]:
     """Write ``<out_dir>/<kernel>/conformance.json`` and ``conformance.md``.
 
@@ -348,6 +334,6 @@ def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, 
     doc = to_json_dict(result)
     d = Path(out_dir) / kernel_dirname(result.kernel["name"])
     jp, mp = d / "conformance.json", d / "conformance.md"
-    _atomic_write(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
-    _atomic_write(mp, render_markdown(doc))
+    atomic_write_text(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(mp, render_markdown(doc))
     return jp, mp

@@ -36,6 +36,7 @@ from safetensors import SafetensorError as _SafetensorsError
 from safetensors.torch import load_file, save_file
 
 from reference.errors import CheckpointError
+from reference.fileio import atomic_write_json, file_sha256, read_json_object
 
 TENSORS_FILE = "detllm.safetensors"
 CONFIG_FILE = "detllm.json"
@@ -257,27 +258,6 @@ def artifact_digest(config: Mapping, tensors_sha256: str) -> str:
     return h.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) -> Artifact:
     """Write an artifact directory atomically (each file via temp + os.replace).
 
@@ -302,7 +282,7 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
     os.close(fd)
     try:
         save_file(cpu, tmp, metadata={"format": FORMAT})
-        sha = _file_sha256(Path(tmp))
+        sha = file_sha256(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, out / TENSORS_FILE)
     except BaseException:
@@ -314,7 +294,7 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
     cfg["tensors_sha256"] = sha
     cfg.pop("digest", None)
     cfg["digest"] = artifact_digest(cfg, sha)
-    _atomic_bytes(out / CONFIG_FILE, (json.dumps(cfg, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    atomic_write_json(out / CONFIG_FILE, cfg, indent=1, ensure_ascii=True)
     return Artifact(config=cfg, tensors=cpu, digest=cfg["digest"], path=out)
 
 
@@ -342,16 +322,13 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
     """
     p = Path(path)
     cfg_path, ten_path = p / CONFIG_FILE, p / TENSORS_FILE
-    for f in (cfg_path, ten_path):
-        if not f.is_file():
-            raise CheckpointError(f"{f}: missing (not a detllm artifact; run `detllm prepare`)")
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{cfg_path}: not valid JSON ({exc.__class__.__name__})") from None
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT:
+    hint = "not a detllm artifact; run `detllm prepare`"
+    if not ten_path.is_file():
+        raise CheckpointError(f"{ten_path}: missing ({hint})")
+    cfg = read_json_object(cfg_path, CheckpointError, hint)
+    if cfg.get("format") != FORMAT:
         raise CheckpointError(f"{cfg_path}: field 'format' is not {FORMAT!r}")
-    sha = _file_sha256(ten_path)
+    sha = file_sha256(ten_path)
     if sha != cfg.get("tensors_sha256"):
         raise CheckpointError(f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "
                               f"{str(cfg.get('tensors_sha256'))[:12]} in {CONFIG_FILE}")

@@ -139,7 +139,7 @@ def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
 def cmd_demo(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
-    from conformance.kernels.registry import resolve_kernels, builtin_available, get_kernel
+    from conformance.kernels.registry import builtin_available, get_kernel
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)[0]

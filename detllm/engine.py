@@ -457,9 +457,8 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
     d, u, t = engine.dims, engine.units, engine.t
     dev = engine.device
     B, T = tokens.shape
-    H, nh, nkv, hd = d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
-    group = nh // nkv
-    qk_exp, rope_exp, score_exp = u["qk_exp"], u["rope_exp"], u["score_exp"]
+    nh, nkv, hd = d["heads"], d["kv_heads"], d["head_dim"]
+    qk_exp, rope_exp = u["qk_exp"], u["rope_exp"]
     base = torch.tensor(cache.length, dtype=torch.int64, device=dev)
     ar = torch.arange(T, dtype=torch.int64, device=dev)
     pos = (base[:, None] + ar[None, :]).clamp(max=engine.max_context - 1)       # [B, T]

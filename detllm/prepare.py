@@ -168,7 +168,7 @@ def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stat
         fp64 logits [B, T, vocab].
     """
     B, T = ids.shape
-    H, nh, nkv, hd = dims["hidden"], dims["heads"], dims["kv_heads"], dims["head_dim"]
+    nh, nkv, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
     eps = dims["rms_eps"]
     cos, sin = rope_cos_sin(torch.arange(T), hd, dims["rope_theta"])
     x = st["model.embed_tokens.weight"][ids]

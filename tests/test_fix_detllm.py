@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from detllm import artifact as A
+from reference.fileio import file_sha256
 from detllm import cli
 from detllm.prepare import SHIPPED_DIR, PrepareOptions, make_tiny_model, prepare
 from reference.errors import CheckpointError
@@ -45,7 +46,7 @@ def _resealed(art, dst, edit):
     edit(ts)
     save_file(ts, str(dst / A.TENSORS_FILE))
     cfg = json.loads((art.path / A.CONFIG_FILE).read_text())
-    cfg["tensors_sha256"] = A._file_sha256(dst / A.TENSORS_FILE)
+    cfg["tensors_sha256"] = file_sha256(dst / A.TENSORS_FILE)
     cfg["digest"] = A.artifact_digest(cfg, cfg["tensors_sha256"])
     (dst / A.CONFIG_FILE).write_text(json.dumps(cfg))
     return dst

@@ -150,7 +150,7 @@ def test_oserror_writing_report_is_one_line(tmp_path, capsys, monkeypatch):
     def deny(path, text):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(report, "_atomic_write", deny)
+    monkeypatch.setattr(report, "atomic_write_text", deny)
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
     assert _err_lines(capsys) == [
         f"int8conf: error: cannot write report under {tmp_path}: Permission denied "

@@ -4,12 +4,10 @@ each kernel on Qwen3-1.7B layer shapes (see ``conformance.bench``)."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
 from pathlib import Path
 
 from conformance.cli import positive_int
+from reference.fileio import atomic_write_json
 
 
 def register(subparsers) -> None:
@@ -47,12 +45,8 @@ def _run(args: argparse.Namespace) -> int:
     bench.render(df, title=f"int8conf bench  (torch {env['torch']}, triton {env['triton']}, "
                            f"{env['threads']} threads, {env['device']})")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=args.json.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            rows = df if isinstance(df, list) else df.to_dict("records")
-            json.dump({"environment": env, "rows": rows}, f, indent=1)
-        os.replace(tmp, args.json)
+        rows = df if isinstance(df, list) else df.to_dict("records")
+        atomic_write_json(args.json, {"environment": env, "rows": rows}, indent=1)
     return 0
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 from reference.errors import CheckpointError, Int8confError
+from reference.fileio import atomic_write_json
+from reference.fileio import file_sha256 as file_digest  # public name of this module's API
 
 _ROOT = Path(__file__).resolve().parent
 MANIFEST_FILE = "assets_manifest.json"
@@ -184,15 +186,6 @@ def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
     return stream[: w * length].view(w, length)[idx].clone()
 
 
-def file_digest(path: Path) -> str:
-    """sha256 hex of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def shipped_files(root: Path | None = None) -> list[str]:
     """Relative paths (posix, sorted) of every shipped file under the
     manifest's dirs (``corpus/``, ``default_model/``) of ``root`` (default:
@@ -210,8 +203,6 @@ def shipped_files(root: Path | None = None) -> list[str]:
 def write_manifest(root: Path | None = None) -> dict[str, str]:
     """Record ``{relative path: sha256}`` of every shipped corpus/model file
     in ``<root>/assets_manifest.json`` (atomically). Returns the mapping."""
-    from reference.corpus import atomic_write_json
-
     root = Path(root) if root is not None else _ROOT
     digests = {rel: file_digest(root / rel) for rel in shipped_files(root)}
     atomic_write_json(root / MANIFEST_FILE, {"sha256": digests})
