@@ -186,3 +186,30 @@ def test_default_model_pinned_hash(art):  # `art` fixture: single-threaded torch
     r32 = G.generate(eng, co[:20] + [ids] + co[20:], 16)
     assert (r32.logits_hash[20], r32.token_hash[20]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
     assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["int_mm", "triton"])
+def test_cuda_default_model_pinned_hash(art, kernel):
+    """On a GPU the CUDA kernels reproduce the CPU-pinned hashes of the
+    shipped artifact (Sonnet 18, 16 tokens), alone, in a batch of 8 and token
+    by token."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from conformance.kernels.registry import get_kernel
+    from detllm.artifact import load_artifact
+    from detllm.prepare import SHIPPED_DIR
+    from reference import assets
+    shipped = load_artifact(SHIPPED_DIR)
+    if shipped.digest != DEFAULT_DIGEST:
+        pytest.skip("shipped artifact changed (re-pin the hashes)")
+    ids = assets.encode(assets.load_tokenizer(), assets.prompts()[0])
+    eng = E.load_engine(shipped, get_kernel(kernel), "cuda", guard=False)
+    r = G.generate(eng, [ids], 16)
+    assert (r.logits_hash[0], r.token_hash[0]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
+    g = torch.Generator().manual_seed(8)
+    co = [torch.randint(0, shipped.config["model"]["vocab"], (int(n),), generator=g).tolist()
+          for n in torch.randint(1, 40, (7,), generator=g)]
+    r8 = G.generate(eng, co[:3] + [ids] + co[3:], 16)
+    assert r8.logits_hash[3] == DEFAULT_LOGITS
+    assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
