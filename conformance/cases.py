@@ -301,7 +301,7 @@ class CaptureReplay:
 
 def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
                   capture_set=None, max_layers: Optional[int] = None) -> CaptureReplay:
-    """Replay real layer captures (``reference.capture``, owner CKPT).
+    """Replay real layer captures (``reference.capture``).
 
     Args:
         scale_modes: which operand sets to build per layer: ``own`` (the

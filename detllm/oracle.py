@@ -30,7 +30,7 @@ def _result(verdict: str, summary: str, evidence: dict):
     try:
         from conformance.checks.result import CheckResult
         return CheckResult(CHECK_ID, CHECK_NAME, verdict, summary, evidence)
-    except ImportError:  # CHK's module not present: same fields as a dict
+    except ImportError:  # conformance.checks not importable: same fields as a dict
         return {"check_id": CHECK_ID, "name": CHECK_NAME, "verdict": verdict, "summary": summary,
                 "evidence": evidence}
 

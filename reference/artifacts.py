@@ -3,7 +3,7 @@
 What ships and what is built (decision, see also README):
 
 * shipped in the git tree: the parent bf16 default model
-  (``reference/assets/default_model``, owner MODEL-TRAIN) and its layer
+  (``reference/assets/default_model``) and its layer
   captures (``reference/assets/captures``: per-layer activations, a few
   hundred KiB per block);
 * built on demand, deterministically, into the cache: the three W8A8

@@ -238,7 +238,7 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
         model: bf16 ``Qwen3ForCausalLM``.
         scale_mode: ``own`` -- ``reference.quantize.quantize_weight_per_channel``
             (byte-identical to the committed compressed-tensors checkpoint, as
-            the CKPT reconstruction gate proves); ``pow2-nearest`` /
+            the reconstruction gate proves); ``pow2-nearest`` /
             ``pow2-ceiling`` -- ``reference.pow2.requantize_pow2(w, rule)``
             (per-channel scale snapped to a power of two, weights requantized
             from the parent -- never a scale rewrite, which is fault F9).

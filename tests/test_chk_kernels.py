@@ -1,4 +1,4 @@
-"""Deliberately wrong (and one right) in-test kernels for the CHK tests, plus
+"""Deliberately wrong (and one right) in-test kernels for the checks' tests, plus
 hand-made cases with bit patterns derived by hand / with numpy.
 
 Helpers are imported by the other ``test_chk_*`` modules and, through

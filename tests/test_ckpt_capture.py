@@ -1,4 +1,4 @@
-"""Layer capture and replay (owner CKPT)."""
+"""Layer capture and replay."""
 
 import json
 import shutil

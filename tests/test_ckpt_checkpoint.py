@@ -1,4 +1,4 @@
-"""Checkpoint I/O and the compressed-tensors W8A8 format (owner CKPT)."""
+"""Checkpoint I/O and the compressed-tensors W8A8 format."""
 
 import json
 import shutil

@@ -1,4 +1,4 @@
-"""``int8conf quantize`` / ``pow2`` / ``capture`` (owner CKPT)."""
+"""``int8conf quantize`` / ``pow2`` / ``capture``."""
 
 import json
 

@@ -1,5 +1,5 @@
 """Acceptance: the default model's derived checkpoints and shipped captures
-rebuild bit for bit from the parents (owner CKPT).
+rebuild bit for bit from the parents.
 
 Skipped only while the shipped captures do not exist yet (before the default
 model lands); once ``reference/assets/captures/manifest.json`` exists every

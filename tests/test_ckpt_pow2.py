@@ -1,4 +1,4 @@
-"""Power-of-two requantization and the reconstruction gate (owner CKPT)."""
+"""Power-of-two requantization and the reconstruction gate."""
 
 import re
 import shutil

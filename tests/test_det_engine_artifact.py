@@ -1,4 +1,4 @@
-"""detllm artifact + bad-input tests (DET-ENGINE).
+"""detllm artifact + bad-input tests.
 
 The artifact must hold integer tensors only (asserted on write and on load),
 carry a digest that load verifies, and every user error must be a one-line

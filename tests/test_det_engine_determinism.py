@@ -1,4 +1,4 @@
-"""detllm determinism acceptance (DET-ENGINE): zero tolerance, torch.equal /
+"""detllm determinism acceptance: zero tolerance, torch.equal /
 identical hashes, on a tiny random Qwen3 (2 blocks, hidden 256, 4/2 heads,
 head_dim 64, vocab 512, context 256).
 

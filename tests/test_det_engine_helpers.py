@@ -1,4 +1,4 @@
-"""detllm engine helpers vs the frozen primitives of detllm.intops (DET-OPS):
+"""detllm engine helpers vs the frozen primitives of detllm.intops:
 the engine's faster isqrt / bit length / positive-divisor rounding must give
 exactly the same integers (so the engine's rounding rules are the README's)."""
 

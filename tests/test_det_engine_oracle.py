@@ -1,4 +1,4 @@
-"""detllm float guard, accumulator-path faults, the E1 oracle and the CLI (DET-ENGINE)."""
+"""detllm float guard, accumulator-path faults, the E1 oracle and the CLI."""
 
 import re
 

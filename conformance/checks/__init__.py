@@ -14,7 +14,7 @@ them all on one case:
 * ``conformance.checks.accumulator``: C3 int32_headroom, C4 fp32_exact_accumulator
 * ``conformance.checks.output_bits``: C5 pow2_bit_identity, C6 real_scale_spacing,
   C8 declared_contract
-* ``conformance.checks.token_flip``: C7 token_flip (model-level, owner MODEL)
+* ``conformance.checks.token_flip``: C7 token_flip (model-level)
 * ``conformance.checks.compare``: the shared bit-level comparison (spacing
   distance, ulp histogram, worst element with its operands)
 

@@ -83,7 +83,7 @@ def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     """sha256 hex digests of the operands, same keys as
     ``GemmOperands.digests()`` (``reference.operands.tensor_digest``; bias ->
     "none" when None). Tensors on any device (copied to CPU to hash)."""
-    from reference.operands import tensor_digest  # lazy: REF module
+    from reference.operands import tensor_digest  # lazy import
 
     out = {}
     for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b),
