@@ -18,7 +18,7 @@ from reference.operands import GemmOperands
 
 #: Synthetic case kinds, in report order (new kinds go last: the index seeds the generator).
 SYNTHETIC_KINDS = ("ordinary", "pow2", "bias", "pow2_bias", "m1", "extreme", "tails", "fp16_out",
-                   "epilogue_ties")
+                   "epilogue_ties", "column_scales", "scalar_scales")
 #: epilogue_ties: K entries per output channel (TIE_BLOCK - 1 weights of 127, one of 1).
 TIE_BLOCK = 32
 #: Scale orders the epilogue_ties search tells apart (reference.contract).
@@ -187,7 +187,10 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
             results of the scale orders a_then_w / w_then_a / fused differ
             where possible: about 3/4 of the elements tell a_then_w from
             w_then_a, see :func:`_epilogue_ties`; ``meta["discriminating"]``
-            holds :func:`tie_discrimination`; a ``k`` override is ignored).
+            holds :func:`tie_discrimination`; a ``k`` override is ignored),
+            ``column_scales`` (scale_a [M,1], scale_b [N,1], the vLLM
+            layout) and ``scalar_scales`` (per-tensor 0-d scales): the
+            contract admits all three scale layouts, so a kernel must too.
         seed: generator seed (same seed, same bits).
         m, k, n: shape override (defaults depend on kind).
         out_dtype: output dtype (bias has this dtype).
@@ -196,8 +199,9 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
         name: case name (default ``synthetic/<kind>-s<seed>``).
 
     Returns:
-        GemmOperands with a int8 [M,K], b int8 [N,K], scale_a fp32 [M],
-        scale_b fp32 [N], bias out_dtype [N] or None.
+        GemmOperands with a int8 [M,K], b int8 [N,K], scale_a fp32 [M]
+        ([M,1] / 0-d for the layout kinds), scale_b fp32 [N] ([N,1] / 0-d),
+        bias out_dtype [N] or None.
 
     Raises:
         ValueError: unknown kind.
@@ -230,6 +234,10 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
     sa = _token_scales(g, m)
     pow2 = kind.startswith("pow2")
     sb = _pow2_channel_scales(g, n) if pow2 else _channel_scales(g, n)
+    if kind == "column_scales":
+        sa, sb = sa.view(-1, 1).clone(), sb.view(-1, 1).clone()
+    elif kind == "scalar_scales":
+        sa, sb = sa[0].clone(), sb[0].clone()
     if bias is None:
         bias = kind in ("bias", "pow2_bias", "fp16_out")
     bv = _bias(g, n, out_dtype) if bias else None

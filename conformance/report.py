@@ -155,7 +155,11 @@ def _semantics_lines(env: dict) -> list[str]:
              "Measured by `conformance.kernels.triton_probe` under the Triton interpreter "
              f"(triton {sem.get('triton_version', '?')}): how each epilogue step rounds there "
              "(rne = round to nearest even, rtz = toward zero). These are the interpreter's "
-             "numpy semantics, not necessarily the compiled kernel's on a GPU.", ""]
+             "numpy semantics, not necessarily the compiled kernel's on a GPU. A kernel whose "
+             "epilogue relies on a step marked rtz or other would not round as declared there; "
+             "the built-in `triton` kernel rounds to bf16 with integer operations and "
+             "bit-casts bias and output, so these steps do not reach its output (C8 checks "
+             "its bits either way).", ""]
     rows = [(key, val) for key, val in sem.items() if key not in ("mode", "triton_version")]
     lines.append(_table(pd.DataFrame(rows, columns=["step", "measured"]).map(_cell)))
     return lines

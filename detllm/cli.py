@@ -67,6 +67,39 @@ def _parse_ids(s: str) -> list[int]:
         raise OperandError(f"--ids {s!r}: expected comma-separated integers") from None
 
 
+def _positive_int(text: str) -> int:
+    """argparse ``type`` for counts that must be at least 1 (--batch-size, --threads).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or < 1 (argparse prints one line, exit 2).
+    """
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def check_length(length: int, context: int) -> None:
+    """Reject a perplexity window length outside ``[2, context]``.
+
+    A window needs >= 2 tokens to predict one (a 1-token window has no next-token
+    NLL: the mean over zero positions is nan); beyond the artifact's RoPE table
+    (``max_position``) there are no positions to run.
+
+    Raises:
+        OperandError: one line naming ``length`` and ``context``.
+    """
+    if length < 2:
+        raise OperandError(f"--length {length}: a window needs at least 2 tokens "
+                           f"(model context {context} tokens)")
+    if length > context:
+        raise OperandError(f"--length {length} exceeds the model's context of {context} tokens "
+                           f"(max_position in the artifact config)")
+
+
 def _schedule(s: str):
     if s in ("full", "half", "token"):
         return s
@@ -249,11 +282,14 @@ def cmd_perplexity(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
     from reference import assets
+    if args.length < 2:   # cheap, before preparing / loading the artifact
+        raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
     art, md = _artifact_and_model(args)
+    check_length(args.length, int(art.config["model"]["max_position"]))
     tok = _tokenizer(md)
     if tok is None:
         raise OperandError("perplexity needs the model's tokenizer.json (held-out text)")
-    L = min(args.length, art.config["model"]["max_position"])
+    L = args.length
     win = assets.eval_windows(tok, args.windows, L)
     eng = E.load_engine(art, args.kernel, args.device, guard=False)
     t0 = time.time()
@@ -286,7 +322,8 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch CPU threads, >= 1 (default: torch's)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def model_args(sp):
@@ -335,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--windows", type=int, default=8)
     sp.add_argument("--length", type=int, default=256)
-    sp.add_argument("--batch-size", type=int, default=4)
+    sp.add_argument("--batch-size", type=_positive_int, default=4, help="windows per forward pass (>= 1)")
     sp.add_argument("--kernel", default=None)
     sp.add_argument("--device", default="cpu")
     sp.set_defaults(func=cmd_perplexity)

@@ -22,7 +22,7 @@ FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
 def test_cli_check_conformant_and_not(tmp_path, capsys):
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 0
     doc = json.loads((tmp_path / "cpu" / "conformance.json").read_text())
-    assert doc["overall"]["verdict"] == "pass" and len(doc["cases"]) == 18
+    assert doc["overall"]["verdict"] == "pass" and len(doc["cases"]) == 22
     out = capsys.readouterr().out
     assert str(tmp_path / "cpu" / "conformance.md") in out
     registry.register(make_kernel("chk-trunc", rounding="rtz"))
@@ -60,19 +60,19 @@ def test_plugin_kernel_junit_and_reports(tmp_path):
         res.setdefault(c.get("classname"), {})[c.get("name")] = failed
     # the loaded kernel takes the name it declares (``declare(name="truncating")``)
     assert set(res) == {"int8conf-cpu", "int8conf-truncating"}
-    # 18 synthetic cases + property + 18 pairwise items (cpu vs cpu: identical)
-    assert len(res["int8conf-cpu"]) == 37 and not any(res["int8conf-cpu"].values())
+    # 22 synthetic cases + property + 22 pairwise items (cpu vs cpu: identical)
+    assert len(res["int8conf-cpu"]) == 45 and not any(res["int8conf-cpu"].values())
     trunc = res["int8conf-truncating"]
     # every synthetic case rounds some element away from zero under RNE, and
     # differs from cpu although both declare the CUTLASS-style contract
     syn = [k for k in trunc if k.startswith("synthetic/")]
     pair = [k for k in trunc if k.startswith("pairwise/")]
-    assert len(syn) == len(pair) == 18 and all(trunc[k] for k in syn + pair)
+    assert len(syn) == len(pair) == 22 and all(trunc[k] for k in syn + pair)
     assert json.loads((rep / "cpu" / "conformance.json").read_text())["overall"]["verdict"] == "pass"
     doc = json.loads((rep / "truncating" / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     assert doc["kernel"]["contract"]["scale_order"] == "w_then_a"
-    assert doc["pairwise"]["counts"] == {"differ-unexpected": 18}
+    assert doc["pairwise"]["counts"] == {"differ-unexpected": 22}
 
 
 def test_plugin_bad_kernel_and_inactive(tmp_path):

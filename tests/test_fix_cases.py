@@ -103,7 +103,8 @@ def test_ordinary_cases_never_discriminate():
 
 
 def test_in_default_synthetic_set():
-    assert SYNTHETIC_KINDS[-1] == "epilogue_ties"
+    # new kinds go last (a kind's index seeds its generator)
+    assert SYNTHETIC_KINDS[-3:] == ("epilogue_ties", "column_scales", "scalar_scales")
     names = [c.name for c in synthetic_cases()]
     assert "synthetic/epilogue_ties-s0" in names and "synthetic/epilogue_ties-s1" in names
     cases, _ = default_cases(include_captures=False, include_sweep=False)
@@ -144,3 +145,29 @@ def test_builtins_pass(ties, name, seed):
     cr = evaluate_case(get_kernel(name), ties[seed], device="cpu")
     assert cr.checks["C8"].verdict == "pass" and cr.checks["C8"].evidence["n_differ"] == 0
     assert cr.verdict == "pass"
+
+
+def test_scale_layout_cases_catch_a_kernel_that_only_takes_1d_scales():
+    """The contract admits [M]/[M,1]/scalar scales: the suite feeds all three,
+    so a kernel that handles only 1-D scales fails exactly on the two layout
+    cases (and passes the ordinary one)."""
+    from conformance.cases import make_case
+    from conformance.suite import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.kernels.spec import KernelSpec
+    cpu = get_kernel("cpu")
+
+    def only_1d(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        if scale_a.dim() != 1 or scale_b.dim() != 1:
+            raise ValueError("scales must be 1-D")
+        return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
+
+    spec = KernelSpec(name="only1d", scaled_mm=only_1d, contract=cpu.contract, origin="test")
+    col, sc = make_case("column_scales", 0), make_case("scalar_scales", 0)
+    assert tuple(col.scale_a.shape) == (8, 1) and tuple(col.scale_b.shape) == (48, 1)
+    assert sc.scale_a.dim() == 0 and sc.scale_b.dim() == 0
+    for ops in (col, sc):
+        cr = evaluate_case(spec, ops, device="cpu")
+        assert cr.checks["C8"].verdict == "fail"
+        assert "scales must be 1-D" in cr.checks["C8"].summary
+    assert evaluate_case(spec, make_case("ordinary", 0), device="cpu").checks["C8"].verdict == "pass"

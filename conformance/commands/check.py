@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); "
                             "give --captures too")
     validate_device(args.device)
+    if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
+        raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
     _ensure_out_dir(Path(args.out))
     specs = resolve_kernels(args.kernel)
     other = get_kernel(args.against) if args.against else None

@@ -222,6 +222,9 @@ def _run_generate(args: argparse.Namespace) -> int:
     mdir = _model_dir(args.model)
     _check_checkpoint_mode(args.checkpoint, args.scale_mode)
     spec = None if args.scale_mode == "bf16" else _kernels(args.kernel)[0]
+    if args.prompt is not None and not args.prompt.strip():   # as detllm: nothing to continue
+        raise Int8confError(f"--prompt {args.prompt!r} is empty or whitespace only "
+                            "(need at least one non-space character)")
     tok = load_tokenizer(mdir)
     if args.prompt is not None:
         text = args.prompt
@@ -236,10 +239,10 @@ def _run_generate(args: argparse.Namespace) -> int:
     base = wf.load_model(mdir)
     wf.check_context(len(ids) + args.max_new_tokens, base.config,
                      f"prompt ({len(ids)} tokens) + --max-new-tokens ({args.max_new_tokens})")
-    mode = args.scale_mode
+    mode, label = args.scale_mode, f"{args.scale_mode} scales"
     weights = None
     if args.checkpoint is not None and args.scale_mode != "bf16":
-        weights, mode, _ = checkpoint_weights(base, args.checkpoint)
+        weights, mode, label = checkpoint_weights(base, args.checkpoint)
     model, _, man = build_model(mdir, args.scale_mode, spec, args.checkpoint, base_model=base,
                                 weights=weights, kernel_scale_mode=mode)
     try:
@@ -254,8 +257,25 @@ def _run_generate(args: argparse.Namespace) -> int:
                           "kernel": None if spec is None else spec.name,
                           "kernel_path": man.get("path")}, indent=2))
     else:
+        print(f"[{generate_header(spec, label, man.get('path'))}]")
         print(text + body)
     return 0
+
+
+def generate_header(spec, label: str, kernel_path=None) -> str:
+    """One-line description of the model arm a text-mode run used.
+
+    Args:
+        spec: ``KernelSpec`` or None (bf16 model, no kernel).
+        label: scale-mode label, e.g. ``"own scales"``.
+        kernel_path: kernel manifest ``path`` (e.g. ``"triton-native"``) or None.
+
+    Returns:
+        e.g. ``"bf16 model"`` or ``"W8A8 own scales, kernel cpu (cpu-ref)"``.
+    """
+    if spec is None:
+        return "bf16 model"
+    return f"W8A8 {label}, kernel {spec.name}" + (f" ({kernel_path})" if kernel_path else "")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -275,6 +295,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     """Add ``perplexity`` and ``generate`` to an argparse subparsers object;
     each sets ``func(args) -> exit code``."""
+    from conformance.cli import positive_int   # lazy: conformance.cli discovers this module
     doc = __doc__.split("\n\n")
     p = subparsers.add_parser("perplexity", help="held-out perplexity, bf16 or W8A8 through a kernel",
                               description=doc[1],
@@ -282,7 +303,8 @@ def register(subparsers) -> None:
     _common(p)
     p.add_argument("--windows", type=int, default=8, help="evaluation windows (default 8)")
     p.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
-    p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=8,
+                   help="windows per forward pass (>= 1)")
     p.add_argument("--track-acc", action="store_true",
                    help="also report per-layer max |acc| and the layers at or above 2^24")
     p.set_defaults(func=_run_perplexity)
