@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from reference.errors import Int8confError, OperandError
+from conformance.cli import positive_int
 
 
 # ------------------------------------------------------------------ helpers
@@ -65,21 +66,6 @@ def _parse_ids(s: str) -> list[int]:
         return [int(x) for x in s.replace(" ", "").split(",") if x != ""]
     except ValueError:
         raise OperandError(f"--ids {s!r}: expected comma-separated integers") from None
-
-
-def _positive_int(text: str) -> int:
-    """argparse ``type`` for counts that must be at least 1 (--batch-size, --threads).
-
-    Raises:
-        argparse.ArgumentTypeError: not an integer, or < 1 (argparse prints one line, exit 2).
-    """
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
 
 
 def check_length(length: int, context: int) -> None:
@@ -322,7 +308,7 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
-    p.add_argument("--threads", type=_positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads, >= 1 (default: torch's)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -372,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--windows", type=int, default=8)
     sp.add_argument("--length", type=int, default=256)
-    sp.add_argument("--batch-size", type=_positive_int, default=4, help="windows per forward pass (>= 1)")
+    sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
     sp.add_argument("--kernel", default=None)
     sp.add_argument("--device", default="cpu")
     sp.set_defaults(func=cmd_perplexity)
