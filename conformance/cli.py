@@ -25,34 +25,25 @@ from typing import Optional, Sequence
 from reference.errors import Int8confError
 
 
-def non_negative_int(text: str) -> int:
-    """argparse ``type`` for counts where 0 means "none" (e.g. ``--examples``).
+def _int_at_least(lo: int):
+    """argparse ``type`` factory: an integer >= ``lo`` (argparse prints one
+    error line and exits 2 otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
+        return v
+    return parse
 
-    Raises:
-        argparse.ArgumentTypeError: not an integer, or negative.
-    """
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
 
-
-def positive_int(text: str) -> int:
-    """argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
-
-    Raises:
-        argparse.ArgumentTypeError: not an integer, or < 1.
-    """
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+#: argparse ``type`` for counts that may be 0 (e.g. ``--examples``);
+#: raises argparse.ArgumentTypeError for a non-integer or a negative value.
+non_negative_int = _int_at_least(0)
+#: argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
+positive_int = _int_at_least(1)
 
 
 def _os_error_line(e: OSError) -> str:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -219,6 +219,32 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict) -> O
             f"{float(ref[i, j])!r})")
 
 
+def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
+    """Call a kernel entry under ``trace.capture`` so that the kernel's own
+    failure never escapes.
+
+    Returns:
+        ``(result or None, error line or None, elapsed seconds, trace record)``;
+        the recorded path/extras are already merged into ``man``.
+    Raises:
+        KeyboardInterrupt only; every other exception, ``SystemExit``
+        included, becomes the error line (evidence, not a crash).
+    """
+    t0 = time.perf_counter()
+    with trace.capture() as t:
+        try:
+            out = fn(*args, **kwargs)
+            _sync(dev)
+            err = None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 -- incl. SystemExit
+            out, err = None, _raised(man, e)
+    elapsed = time.perf_counter() - t0
+    _fill_from_trace(man, t)
+    return out, err, elapsed, t
+
+
 def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None) -> KernelRun:
     """Run ``spec.scaled_mm`` on ``ops`` and check what came back.
 
@@ -254,19 +280,9 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
     originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
                  "bias": dops.bias}
     given = _clone_operands(originals)
-    t0 = time.perf_counter()
-    with trace.capture() as t:
-        try:
-            out = spec.scaled_mm(given["a"], given["b"], given["scale_a"], given["scale_b"],
-                                 out_dtype=dops.out_dtype, bias=given["bias"])
-            _sync(dev)
-            err = None
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 -- incl. SystemExit: evidence, not a crash
-            out, err = None, _raised(man, e)
-    elapsed = time.perf_counter() - t0
-    _fill_from_trace(man, t)
+    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
+                                         given["scale_a"], given["scale_b"],
+                                         out_dtype=dops.out_dtype, bias=given["bias"])
     mod_err = _modified(originals, given, man)
     if t.received_digests:
         digests, man["operands_recorded_by"] = t.received_digests, "kernel"
@@ -311,18 +327,7 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
         return AccRun(None, f"not runnable here: {why}", man)
     originals = {"a": a.to(dev), "b": b.to(dev)}
     given = _clone_operands(originals)
-    t0 = time.perf_counter()
-    with trace.capture() as t:
-        try:
-            acc = spec.int_mm(given["a"], given["b"])
-            _sync(dev)
-            err = None
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 -- incl. SystemExit: evidence, not a crash
-            acc, err = None, _raised(man, e)
-    elapsed = time.perf_counter() - t0
-    _fill_from_trace(man, t)
+    acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
     mod_err = _modified(originals, given, man)
     if err is None:
         err = _check_output(acc, m, n, torch.int32, "int_mm")
