@@ -54,7 +54,9 @@ def _check_values(t: torch.Tensor, name: str, forbid_zero: bool) -> None:
             raise OperandError(f"{name} has {cnt} zero value(s) (first at index {first})")
 
 
-def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
+def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
+    """Raise OperandError unless ``s`` is a float32 tensor of shape [rows],
+    [rows, 1] or a scalar."""
     _is_tensor(s, name)
     if s.dtype != torch.float32:
         raise OperandError(f"{name} has dtype {s.dtype}; expected torch.float32")
@@ -62,6 +64,10 @@ def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
         raise OperandError(
             f"{name} has shape {tuple(s.shape)}; expected [{rows_name}]=[{rows}], "
             f"[{rows_name},1]=[{rows},1] or a scalar")
+
+
+def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
+    _check_scale_layout(s, name, rows, rows_name)
     _check_values(s, name, forbid_zero=True)
 
 
@@ -132,13 +138,7 @@ def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: in
     """
     out = []
     for s, rows, name, rn in ((scale_a, m, "scale_a", "M"), (scale_b, n, "scale_b", "N")):
-        _is_tensor(s, name)
-        if s.dtype != torch.float32:
-            raise OperandError(f"{name} has dtype {s.dtype}; expected torch.float32")
-        if not _scale_shape_ok(s, rows):
-            raise OperandError(
-                f"{name} has shape {tuple(s.shape)}; expected [{rn}]=[{rows}], "
-                f"[{rn},1]=[{rows},1] or a scalar")
+        _check_scale_layout(s, name, rows, rn)
         out.append(s.reshape(-1).expand(rows).contiguous() if s.numel() == 1
                    else s.reshape(rows).contiguous())
     return out[0], out[1]

@@ -83,6 +83,17 @@ def _kernel_failure(check_id: str, name: str, problem: str, ops) -> CheckResult:
                        {"kernel_error": problem, "operand_digests": ops.digests()})
 
 
+def _unusable_output(check_id: str, name: str, ops, run) -> Optional[CheckResult]:
+    """The verdict when there is no output to compare: ``n/a`` if the kernel
+    could not run here, a kernel failure if it raised or returned a wrong
+    shape / dtype / NaN output; None when the output can be compared."""
+    why = skipped_reason(run)
+    if why:
+        return not_applicable(check_id, why)
+    problem = output_problem(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
+    return _kernel_failure(check_id, name, problem, ops) if problem else None
+
+
 def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C8: output bits vs the reference emulating the kernel's declared
     epilogue contract (any scale mode), 0 ulp.
@@ -101,11 +112,9 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
         all (runner's ``manifest["skipped"]``) gives ``n/a``.
     """
     name = "declared_contract"
-    if skipped_reason(run):
-        return not_applicable(C8, skipped_reason(run))
-    problem = output_problem(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
-    if problem:
-        return _kernel_failure(C8, name, problem, ops)
+    early = _unusable_output(C8, name, ops, run)
+    if early:
+        return early
     exact = _exact(ops, exact)
     ref = reference_output(ops, spec.contract, exact)
     n_over, ev = compare_bits(run.output, ref, 0, ops, exact)
@@ -134,11 +143,9 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     if ops.scale_mode != "pow2":
         return not_applicable(C5, f"scale mode {ops.scale_mode!r}: C5 applies to power-of-two "
                                   f"weight scales only")
-    if skipped_reason(run):
-        return not_applicable(C5, skipped_reason(run))
-    problem = output_problem(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
-    if problem:
-        return _kernel_failure(C5, name, problem, ops)
+    early = _unusable_output(C5, name, ops, run)
+    if early:
+        return early
     exact = _exact(ops, exact)
     bp = spec.contract.bias_point
     refs = [reference_output(ops, EpilogueContract(o, bp), exact) for o in SCALE_ORDERS]
@@ -172,11 +179,9 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
     name = "real_scale_spacing"
     if ops.scale_mode == "pow2":
         return not_applicable(C6, "scale mode 'pow2': C6 applies to real scales (C5 covers pow2)")
-    if skipped_reason(run):
-        return not_applicable(C6, skipped_reason(run))
-    problem = output_problem(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
-    if problem:
-        return _kernel_failure(C6, name, problem, ops)
+    early = _unusable_output(C6, name, ops, run)
+    if early:
+        return early
     exact = _exact(ops, exact)
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
     ref = reference_output(ops, c, exact)
