@@ -309,28 +309,28 @@ class CaptureReplay:
 
 def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
                   capture_set=None, max_layers: Optional[int] = None) -> CaptureReplay:
-    """Replay real layer captures (``reference.capture``).
+    """Replay real layer captures (``reference.model.capture``).
 
     Args:
         scale_modes: which operand sets to build per layer: ``own`` (the
             checkpoint's scales) and/or ``pow2`` (weights requantized from
             the parents with power-of-two scales, rule ``nearest``).
-        capture_set: a ``reference.capture.CaptureSet``; default
+        capture_set: a ``reference.model.capture.CaptureSet``; default
             ``default_capture_set()`` (the one shipped with the default model).
         max_layers: keep only the first N layers per scale mode (None = all).
 
     Returns:
         :class:`CaptureReplay`; ``available=False`` with a note saying why
-        when ``reference.capture`` is missing or no capture set is built.
+        when ``reference.model.capture`` is missing or no capture set is built.
 
     Raises:
         CaptureError: the capture set exists but is inconsistent (from
-            ``reference.capture``; one line).
+            ``reference.model.capture``; one line).
     """
     try:
-        from reference.capture import default_capture_set, iter_layer_operands
+        from reference.model.capture import default_capture_set, iter_layer_operands
     except ImportError as e:
-        return CaptureReplay(note=f"{NO_CAPTURES} (reference.capture not importable: {e})")
+        return CaptureReplay(note=f"{NO_CAPTURES} (reference.model.capture not importable: {e})")
     cs = capture_set if capture_set is not None else default_capture_set()
     if cs is None:
         return CaptureReplay(note=f"{NO_CAPTURES} (no capture set has been built)")
@@ -352,13 +352,13 @@ def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
 
 
 def load_capture_dir(capture_dir) -> object:
-    """``reference.capture.load_capture_set(capture_dir)`` (a user's own
+    """``reference.model.capture.load_capture_set(capture_dir)`` (a user's own
     captures, e.g. from ``int8conf capture --model DIR``).
 
     Raises:
         CaptureError: missing or inconsistent capture directory (one line).
     """
-    from reference.capture import load_capture_set
+    from reference.model.capture import load_capture_set
     return load_capture_set(capture_dir)
 
 

@@ -25,27 +25,6 @@ from typing import Optional, Sequence
 from reference.errors import Int8confError
 
 
-def _int_at_least(lo: int):
-    """argparse ``type`` factory: an integer >= ``lo`` (argparse prints one
-    error line and exits 2 otherwise)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
-        return v
-    return parse
-
-
-#: argparse ``type`` for counts that may be 0 (e.g. ``--examples``);
-#: raises argparse.ArgumentTypeError for a non-integer or a negative value.
-non_negative_int = _int_at_least(0)
-#: argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
-positive_int = _int_at_least(1)
-
-
 def _os_error_line(e: OSError) -> str:
     """One line naming the path and the reason of an OSError."""
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]

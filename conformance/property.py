@@ -29,7 +29,7 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
                       device: Optional[str] = None) -> dict:
     """Run the property test for one kernel.
 
-    Every example is evaluated with ``conformance.suite.evaluate_case`` and
+    Every example is evaluated with ``conformance.evaluate.evaluate_case`` and
     handed to ``sink`` (a ``CaseResult`` named ``property/<i>:<shape>``,
     ``source == "property"``). The property: no check fails because of the
     kernel. Stops at the first failing example (hypothesis re-runs it once;
@@ -51,7 +51,7 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
     except ImportError as e:
         return {"skipped": f"reference.strategies not importable: {e}", "examples": 0,
                 "failed": False}
-    from conformance.suite import evaluate_case
+    from conformance.evaluate import evaluate_case
     import torch
 
     strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N,

@@ -87,7 +87,7 @@ _STATE = pytest.StashKey[_State]()
 
 
 def _non_negative_int(text: str) -> int:
-    from conformance.cli import non_negative_int
+    from conformance.commands._options import non_negative_int
     return non_negative_int(text)
 
 
@@ -204,7 +204,7 @@ class _Item(pytest.Item):
 
 def _evaluate(ks: _KernelState, st: _State, ops):
     from conformance.cases import case_id
-    from conformance.suite import evaluate_case
+    from conformance.evaluate import evaluate_case
     cid = case_id(ops)
     if cid not in ks.results:
         ks.results[cid] = evaluate_case(ks.spec, ops, against=st.against)

@@ -1,9 +1,10 @@
 """The conformance suite as a library call: ``run_conformance``.
 
 Used by both ``int8conf check`` and the pytest plugin (``pytest
---kernel=NAME``), which share :func:`evaluate_case` (one operand case
-through every per-case check) and :func:`build_result` (aggregation into a
-:class:`ConformanceResult`, the content of ``reports/<kernel>/conformance.*``).
+--kernel=NAME``), which share ``conformance.evaluate.evaluate_case`` (one
+operand case through every per-case check) and :func:`build_result`
+(aggregation into a :class:`ConformanceResult`, the content of
+``reports/<kernel>/conformance.*``).
 
 Overall verdict: ``fail`` when any check fails because of the kernel (every
 failure except precondition violations C3 / C4 caused by the operands, see
@@ -30,28 +31,11 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from conformance.cases import (NO_CAPTURES, CaptureReplay, capture_cases, case_id,
-                               shape_sweep, synthetic_cases)
-from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exact_accumulator,
-                                            check_int32_headroom, observe_accumulator)
-from conformance.checks.manifest import check_kernel_manifest
-from conformance.checks.operand_sharing import check_operand_sharing
-from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
-                                            check_real_scale_spacing)
+from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_sweep, synthetic_cases
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
+from conformance.evaluate import NOT_RUN, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
 from reference.errors import Int8confError
 
-#: Per-case checks in report order (uniform signature
-#: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
-PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
-    ("C1", check_kernel_manifest),
-    ("C2", check_operand_sharing),
-    ("C3", check_int32_headroom),
-    ("C4", check_fp32_exact_accumulator),
-    ("C5", check_pow2_bit_identity),
-    ("C6", check_real_scale_spacing),
-    ("C8", check_declared_contract),
-)
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
 MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
@@ -59,161 +43,6 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("E1", "detllm.oracle", "engine_hash_check"),
 )
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
-
-
-@dataclass
-class CaseResult:
-    """Every per-case check on one operand case.
-
-    Attributes:
-        case: case id (``conformance.cases.case_id``).
-        source: ``synthetic`` | ``sweep`` | ``capture`` | ``property``.
-        scale_mode: ``own`` | ``pow2`` | ``synthetic``.
-        shape: ``[M, K, N]``.
-        out_dtype: e.g. ``"torch.bfloat16"``.
-        bias: whether the case has a bias.
-        checks: check id -> CheckResult (C1-C6, C8).
-        run_manifest: the KernelRun manifest (path taken, device, ...).
-        elapsed_s: kernel wall time (seconds, from the runner).
-        error: the kernel's error line, if it failed.
-        operand_digests: ``GemmOperands.digests()``.
-        pair: ``conformance.pairwise.compare_pair`` result when ``--against``.
-        meta: the case's meta (layer, block, seed, ...).
-        produced_output: the kernel returned an output tensor on this case
-            (False when it was not runnable here or raised).
-    """
-
-    case: str
-    source: str
-    scale_mode: str
-    shape: list
-    out_dtype: str
-    bias: bool
-    checks: dict
-    run_manifest: dict = field(default_factory=dict)
-    elapsed_s: float = 0.0
-    error: Optional[str] = None
-    operand_digests: dict = field(default_factory=dict)
-    pair: Optional[dict] = None
-    meta: dict = field(default_factory=dict)
-    produced_output: bool = True
-
-    @property
-    def not_run_reason(self) -> Optional[str]:
-        """Why the kernel did not run on this case (runner's ``not runnable
-        here: ...`` line), or None when it ran (or tried to and failed)."""
-        err = self.error or ""
-        if self.run_manifest.get("skipped") or err.startswith("not runnable here"):
-            return err or "not runnable here"
-        return None
-
-    @property
-    def kernel_failures(self) -> list[CheckResult]:
-        """Checks failed because of the kernel."""
-        return [r for r in self.checks.values() if r.is_kernel_failure]
-
-    @property
-    def precondition_violations(self) -> list[CheckResult]:
-        """Failed precondition checks caused by the operands."""
-        return [r for r in self.checks.values() if r.is_precondition_violation]
-
-    @property
-    def verdict(self) -> str:
-        """``fail`` on any kernel failure, else ``not run`` when the kernel
-        could not run on this case, else ``pass``."""
-        if self.kernel_failures:
-            return "fail"
-        return NOT_RUN if self.not_run_reason is not None else "pass"
-
-    def failure_lines(self) -> list[str]:
-        """One line per kernel failure: ``C8 declared_contract: <summary>``."""
-        return [f"{r.check_id} {r.name}: {r.summary}" for r in self.kernel_failures]
-
-    def to_dict(self) -> dict:
-        """JSON-able dict; full evidence for failing checks, the headline
-        numbers (max ulp, histogram, accumulator maxima) for the others."""
-        keep = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
-                "observed_max_abs", "exact_max_abs", "max_abs", "bound_tight_max",
-                "acc_source", "mismatched", "reason")
-        checks = {}
-        for cid, r in self.checks.items():
-            ev = r.evidence if r.verdict == "fail" else {
-                k: v for k, v in r.evidence.items() if k in keep}
-            checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
-        d = {"case": self.case, "source": self.source, "scale_mode": self.scale_mode,
-             "shape": self.shape, "out_dtype": self.out_dtype, "bias": self.bias,
-             "verdict": self.verdict, "checks": checks,
-             "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
-             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
-             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
-        if self.pair is not None:
-            d["pair"] = self.pair
-        return d
-
-
-def _check_error(cid: str, e: BaseException) -> CheckResult:
-    line = f"check raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line,
-                       {"check_error": line, "failure_kind": "harness"})
-
-
-def _jsonable_meta(meta: dict) -> dict:
-    out = {}
-    for k, v in (meta or {}).items():
-        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
-    return out
-
-
-def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
-                  source: Optional[str] = None) -> CaseResult:
-    """Run ``spec`` on one case and apply every per-case check.
-
-    Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
-    (``reference.accumulate.exact_int_mm``, computed once and shared); the
-    observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
-    when it has one); C1-C6 and C8; with ``against``, the other kernel on the
-    same operands and their bit agreement (``conformance.pairwise``).
-
-    Args:
-        spec: KernelSpec under test.
-        ops: GemmOperands (CPU tensors).
-        against: optional second KernelSpec.
-        device: device for the kernel run (None = the runner's default).
-        source: overrides ``ops.meta["source"]`` in the result.
-
-    Returns:
-        CaseResult. Never raises for a kernel's failure (it is a check
-        failure); a check that itself raises gives a ``fail`` result with
-        ``failure_kind == "harness"``.
-    """
-    from conformance.kernels.runner import run_kernel
-    from reference.accumulate import exact_int_mm
-
-    run = run_kernel(spec, ops, device=device)
-    exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
-    try:
-        obs = observe_accumulator(spec, ops, device=device)
-    except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
-        obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
-    checks: dict[str, CheckResult] = {}
-    for cid, fn in PER_CASE_CHECKS:
-        try:
-            checks[cid] = fn(spec, ops, run, acc=obs, exact=exact)
-        except Exception as e:  # noqa: BLE001 -- report, never crash the suite
-            checks[cid] = _check_error(cid, e)
-    pair = None
-    if against is not None:
-        from conformance.pairwise import compare_pair
-        run_b = run_kernel(against, ops, device=device)
-        pair = compare_pair(spec, against, ops, run, run_b)
-    meta = dict(ops.meta or {})
-    return CaseResult(
-        case=case_id(ops), source=source or meta.get("source", "synthetic"),
-        scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
-        bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
-        elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
-        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None)
 
 
 def run_model_check(check_id: str, spec, module: Optional[str] = None,
@@ -243,9 +72,9 @@ def run_model_check(check_id: str, spec, module: Optional[str] = None,
     except Int8confError as e:
         return not_applicable(check_id, f"{module}.{attr} could not run: {e}")
     except Exception as e:  # noqa: BLE001
-        return _check_error(check_id, e)
+        return check_error(check_id, e)
     if not isinstance(res, CheckResult):
-        return _check_error(check_id, TypeError(f"{attr} returned {type(res).__name__}"))
+        return check_error(check_id, TypeError(f"{attr} returned {type(res).__name__}"))
     return res
 
 
@@ -352,8 +181,6 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
-#: Overall verdict when the kernel produced output on zero cases (inconclusive).
-NOT_RUN = "not run"
 
 
 def not_run_counts(case_results: Sequence[CaseResult]) -> dict[str, int]:
@@ -524,13 +351,13 @@ def validate_device(device: Optional[str]) -> Optional[str]:
     return device
 
 
-#: Hint of reference.capture for a moved parent model, and its CLI form.
+#: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
 CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
 
 
 def load_captures(capture_dir, model_dir=None):
-    """``reference.capture.load_capture_set(capture_dir, model_dir=model_dir)``.
+    """``reference.model.capture.load_capture_set(capture_dir, model_dir=model_dir)``.
 
     Args:
         capture_dir: a capture directory (``manifest.json`` inside).
@@ -539,12 +366,12 @@ def load_captures(capture_dir, model_dir=None):
     Raises:
         CaptureError: missing / inconsistent capture (one line).
     """
-    from reference.capture import load_capture_set
+    from reference.model.capture import load_capture_set
     return load_capture_set(capture_dir, model_dir=model_dir)
 
 
 def cli_capture_message(e: BaseException) -> str:
-    """An error line with reference.capture's Python-API hint replaced by the
+    """An error line with reference.model.capture's Python-API hint replaced by the
     command-line option (``--model DIR``)."""
     line = str(e).splitlines()[0] if str(e) else type(e).__name__
     return line.replace(_API_MODEL_HINT, CLI_MODEL_HINT)

@@ -132,8 +132,8 @@ def bench_cpu(args) -> list:
     from detllm import engine as E
     from detllm.generate import load_float_model
     from detllm.prepare import artifact_for
-    from reference import assets
-    md = Path(args.model) if args.model else assets.default_model_dir()
+    from reference.model.assets import default_model_dir
+    md = Path(args.model) if args.model else default_model_dir()
     art = artifact_for(md)
     fm = load_float_model(md, torch.bfloat16)
     V = art.config["model"]["vocab"]

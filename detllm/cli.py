@@ -5,7 +5,7 @@ Every user-causable error is an ``Int8confError`` printed as one line
 
 Examples::
 
-    detllm prepare --model reference/assets/default_model --out /tmp/art
+    detllm prepare --model reference/model/assets/default_model --out /tmp/art
     detllm generate --prompt "Shall I compare thee to a summer's day?" -n 24
     detllm demo                      # configuration x (integer hash, float hash)
     detllm perplexity --windows 8 --length 256
@@ -25,14 +25,14 @@ from typing import Optional
 import torch
 
 from reference.errors import Int8confError, OperandError
-from conformance.cli import positive_int
+from conformance.commands._options import positive_int
 
 
 # ------------------------------------------------------------------ helpers
 
 def _default_model() -> Path:
-    from reference import assets
-    return assets.default_model_dir()
+    from reference.model.assets import default_model_dir
+    return default_model_dir()
 
 
 def _artifact_and_model(args):
@@ -49,7 +49,7 @@ def _artifact_and_model(args):
         same = fp is not None and (dm / "config.json").is_file() and fp == model_fingerprint(dm)
         return art, (dm if same else None)   # tokenizer / float model only when known
     md = Path(args.model) if args.model else _default_model()
-    from reference.checkpoint import read_config
+    from reference.model.checkpoint import read_config
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     return artifact_for(md, verbose=True), md
 
@@ -57,8 +57,8 @@ def _artifact_and_model(args):
 def _tokenizer(model_dir):
     if model_dir is None or not (Path(model_dir) / "tokenizer.json").is_file():
         return None
-    from reference import assets
-    return assets.load_tokenizer(Path(model_dir))
+    from reference.model.tokenizer import load_tokenizer
+    return load_tokenizer(Path(model_dir))
 
 
 def _parse_ids(s: str) -> list[int]:
@@ -96,16 +96,17 @@ def _schedule(s: str):
 
 
 def _prompt_ids(args, tok) -> list[list[int]]:
-    from reference import assets
+    from reference.model.corpus import prompts
+    from reference.model.tokenizer import encode
     if args.ids:
         return [_parse_ids(x) for x in args.ids]
-    texts = args.prompt or [assets.prompts()[0]]
+    texts = args.prompt or [prompts()[0]]
     for i, t in enumerate(texts):
         if t != "" and not t.strip():   # "" falls through to generate's "is empty" check
             raise OperandError(f"prompt {i} is whitespace only (need at least one non-space character)")
     if tok is None:
         raise OperandError("no tokenizer.json next to the model: pass token ids with --ids")
-    return [assets.encode(tok, t) for t in texts]
+    return [encode(tok, t) for t in texts]
 
 
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -230,12 +231,12 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
     a batch of 2."""
     from detllm import generate as G
-    from reference import assets
+    from reference.model.corpus import eval_windows
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
     new = 4
     if tok is not None:
-        p = assets.eval_windows(tok, 1, total - new + 1)[0].tolist()
+        p = eval_windows(tok, 1, total - new + 1)[0].tolist()
     else:
         p = _co_prompts(1, art.config["model"]["vocab"], args.seed + 1)[0] * total
         p = p[: total - new + 1]
@@ -267,7 +268,7 @@ def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: f
 def cmd_perplexity(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
-    from reference import assets
+    from reference.model.corpus import eval_windows
     if args.length < 2:   # cheap, before preparing / loading the artifact
         raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
     art, md = _artifact_and_model(args)
@@ -276,7 +277,7 @@ def cmd_perplexity(args) -> int:
     if tok is None:
         raise OperandError("perplexity needs the model's tokenizer.json (held-out text)")
     L = args.length
-    win = assets.eval_windows(tok, args.windows, L)
+    win = eval_windows(tok, args.windows, L)
     eng = E.load_engine(art, args.kernel, args.device, guard=False)
     t0 = time.time()
     il = G.teacher_forced_logits(eng, win, args.batch_size)

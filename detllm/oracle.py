@@ -40,15 +40,17 @@ def default_setup(model_dir=None, n_prompts: int = 8):
 
     Raises Int8confError when the default model is not present.
     """
-    from reference import assets
+    from reference.model.assets import default_model_dir
+    from reference.model.corpus import prompts as corpus_prompts
+    from reference.model.tokenizer import encode, load_tokenizer
     from detllm.prepare import artifact_for
-    md = model_dir or assets.default_model_dir()
-    from reference.checkpoint import is_qwen3_dir
+    md = model_dir or default_model_dir()
+    from reference.model.checkpoint import is_qwen3_dir
     if not is_qwen3_dir(md):
         raise Int8confError(f"{md}: default model not present")
     art = artifact_for(md)
-    tok = assets.load_tokenizer(md)
-    prompts = [assets.encode(tok, p) for p in assets.prompts()[:n_prompts]]
+    tok = load_tokenizer(md)
+    prompts = [encode(tok, p) for p in corpus_prompts()[:n_prompts]]
     return art, prompts
 
 

@@ -4,7 +4,7 @@ This is the ONLY place in ``detllm`` where floating point is allowed. It
 
 1. runs a float64 reference forward of the checkpoint (``float_forward``,
    Qwen3 as in transformers' ``modeling_qwen3``) over calibration windows of
-   training-split text (``reference.assets`` train works; random token ids
+   training-split text (``reference.model.corpus`` train works; random token ids
    when the corpus/tokenizer do not match the model) and records per-channel
    absolute maxima of every tensor the integer forward quantizes, rounded up
    to 4 significant bits (``coarse_up``) so BLAS last-ulp differences between
@@ -224,7 +224,7 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
     """LongTensor [n, len] of calibration token ids and a provenance string.
 
     "corpus": consecutive windows spread over the TRAINING split of the
-    shipped corpus (``reference.assets``; never held-out works), tokenized
+    shipped corpus (``reference.model.corpus``; never held-out works), tokenized
     with the model directory's tokenizer. "random": uniform random ids
     (seeded). "auto": corpus when the model dir has a tokenizer whose ids fit
     the vocabulary and the corpus is present, else random.
@@ -232,9 +232,10 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
     n, L = opts.calib_windows, opts.calib_len
     if opts.calib_source in ("auto", "corpus"):
         try:
-            from reference import assets
-            tok = assets.load_tokenizer(Path(model_dir))
-            stream = assets.token_stream(tok, assets.load_corpus_split()["train"])
+            from reference.model.corpus import load_corpus_split
+            from reference.model.tokenizer import load_tokenizer, token_stream
+            tok = load_tokenizer(Path(model_dir))
+            stream = token_stream(tok, load_corpus_split()["train"])
             if tok.get_vocab_size() > dims["vocab"] or len(stream) < n * L:
                 raise CheckpointError("tokenizer does not fit the model")
             w = len(stream) // L
@@ -338,7 +339,7 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
     Raises:
         CheckpointError: not a supported Qwen3 checkpoint (one line).
     """
-    from reference.checkpoint import load_qwen3_state, state_digest
+    from reference.model.checkpoint import load_qwen3_state, state_digest
 
     opts = options or PrepareOptions()
     t0 = time.time()
@@ -514,9 +515,9 @@ def default_artifact(verbose: bool = False) -> Artifact:
     machine uses the same digest, hence the same hashes); otherwise prepares
     one into the cache (``cached_artifact``).
     """
-    from reference import assets
+    from reference.model.assets import default_model_dir
     from detllm.artifact import is_artifact_dir, load_artifact
-    md = assets.default_model_dir()
+    md = default_model_dir()
     if is_artifact_dir(SHIPPED_DIR):
         try:
             art = load_artifact(SHIPPED_DIR)
@@ -529,8 +530,8 @@ def default_artifact(verbose: bool = False) -> Artifact:
 
 def artifact_for(model_dir, verbose: bool = False) -> Artifact:
     """``default_artifact()`` for the shipped default model dir, else ``cached_artifact``."""
-    from reference import assets
-    if Path(model_dir).resolve() == assets.default_model_dir().resolve():
+    from reference.model.assets import default_model_dir
+    if Path(model_dir).resolve() == default_model_dir().resolve():
         return default_artifact(verbose)
     return cached_artifact(model_dir, verbose=verbose)
 

@@ -6,7 +6,7 @@ signature, ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``
 (``spec`` KernelSpec, ``ops`` the reference's GemmOperands, ``run`` the
 KernelRun of ``spec`` on ``ops``, ``acc`` the observed accumulator as a
 tensor or ``accumulator.ObservedAccumulator``, ``exact`` the exact int64
-accumulator if already computed); ``conformance.suite.evaluate_case`` runs
+accumulator if already computed); ``conformance.evaluate.evaluate_case`` runs
 them all on one case:
 
 * ``conformance.checks.manifest``: C1 kernel_manifest

@@ -1,7 +1,7 @@
 """Check C7 token_flip: teacher-forced replay of the model through a kernel.
 
 Both arms run the same Qwen3 model on the same held-out windows, with every
-decoder linear executed W8A8 (``reference.w8a8_forward``) and the same int8
+decoder linear executed W8A8 (``reference.model.forward``) and the same int8
 weights and scales:
 
 * **reference arm**: ``reference.epilogue.reference_scaled_mm`` emulating the
@@ -111,7 +111,7 @@ def bf16_spacing(x: torch.Tensor) -> torch.Tensor:
 
 def _resolve_model_dir(model_dir) -> Path:
     if model_dir is None:
-        from reference.assets import default_model_dir
+        from reference.model.assets import default_model_dir
         model_dir = default_model_dir()
     return Path(model_dir).resolve()
 
@@ -129,13 +129,14 @@ def _dir_stamp(model_dir: Path) -> tuple:
 
 @functools.lru_cache(maxsize=2)
 def _model_and_weights(model_dir: str, scale_mode: str, stamp: tuple):
-    from reference import w8a8_forward as wf
+    from reference.model import forward as wf
     model = wf.load_model(model_dir)
     return model, wf.weights_for_scale_mode(model, scale_mode)
 
 
 def _default_windows(model_dir: Path, n: int, length: int) -> torch.Tensor:
-    from reference.assets import eval_windows, load_tokenizer
+    from reference.model.corpus import eval_windows
+    from reference.model.tokenizer import load_tokenizer
     return eval_windows(load_tokenizer(model_dir), n, length)
 
 
@@ -150,7 +151,7 @@ def _reference_replay(key, model, weights, windows, contract, batch_size):
     """Reference arm, memoized on (model dir, scale mode, windows digest,
     contract, batch size): the sweep replays many kernels per contract."""
     if key not in _REF_CACHE:
-        from reference import w8a8_forward as wf
+        from reference.model import forward as wf
         ref_model, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(contract))
         if len(_REF_CACHE) >= 8:
             _REF_CACHE.pop(next(iter(_REF_CACHE)))
@@ -177,7 +178,7 @@ class KernelLayerFailure(Int8confError):
 def kernel_layer_callables(kernel: KernelSpec, names, scale_mode: str = "own",
                            device: Optional[str] = None,
                            first_manifest: Optional[dict] = None) -> dict:
-    """Adapt a kernel to ``reference.w8a8_forward``'s ``scaled_mm`` callables.
+    """Adapt a kernel to ``reference.model.forward``'s ``scaled_mm`` callables.
 
     Each call goes through ``conformance.kernels.runner.run_kernel`` with a
     ``GemmOperands`` named after the layer (``meta``: block, proj, K, N,
@@ -186,7 +187,7 @@ def kernel_layer_callables(kernel: KernelSpec, names, scale_mode: str = "own",
 
     Args:
         kernel: the kernel.
-        names: layer names (``reference.w8a8_forward.linear_names``).
+        names: layer names (``reference.model.forward.linear_names``).
         scale_mode: ``own`` | ``pow2-nearest`` | ``pow2-ceiling`` (recorded
             as GemmOperands.scale_mode ``own`` / ``pow2``).
         device: passed to ``run_kernel``.
@@ -244,7 +245,7 @@ def compare_replays(ref, test, margin_threshold: Optional[float] = None) -> dict
     """Flip statistics between two teacher-forced replays of the same windows.
 
     Args:
-        ref: ``reference.w8a8_forward.TeacherForced`` of the reference arm.
+        ref: ``reference.model.forward.TeacherForced`` of the reference arm.
         test: same, kernel arm (same windows, so same ``[B, T]`` shape).
         margin_threshold: absolute logit threshold, or None for
             ``DEFAULT_THRESHOLD_SPACINGS`` bf16 spacings of each position's
@@ -311,8 +312,8 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
         kernel: the kernel under test (its declared ``contract`` picks the
             reference arm's epilogue, see the module docstring).
         model_dir: Qwen3 directory (default: the shipped default model,
-            ``reference.assets.default_model_dir()``).
-        windows: number of held-out windows (``reference.assets.eval_windows``
+            ``reference.model.assets.default_model_dir()``).
+        windows: number of held-out windows (``reference.model.assets.eval_windows``
             with the model's tokenizer), or an explicit int64 ``[B, T]``
             tensor of token ids.
         window_len: tokens per window when ``windows`` is a count.
@@ -339,7 +340,7 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
         Int8confError subclasses for bad inputs (model dir, windows, scale
         mode, a window longer than the model's ``max_position_embeddings``).
     """
-    from reference import w8a8_forward as wf
+    from reference.model import forward as wf
 
     ok, why = _runs_here(kernel)
     if not ok:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conformance.cli import positive_int
+from conformance.commands._options import positive_int
 from reference.fileio import atomic_write_json
 
 

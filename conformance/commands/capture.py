@@ -9,7 +9,7 @@ manifest that references the weight operands (own scales and power-of-two
 scales) by digest. Re-running the same command resumes an interrupted
 capture. ``--model`` defaults to the shipped default model and ``--out`` to
 ``<cache>/captures/<model digest[:16]>``. To rebuild the shipped captures:
-``int8conf capture --fresh --out reference/assets/captures``.
+``int8conf capture --fresh --out reference/model/assets/captures``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from reference.artifacts import cache_dir, default_parent_dir, parent_digest
-    from reference.capture import capture_model, remove_capture
+    from reference.model.artifacts import cache_dir, default_parent_dir, parent_digest
+    from reference.model.capture import capture_model, remove_capture
 
     model = Path(args.model) if args.model else default_parent_dir()
     out = Path(args.out) if args.out else cache_dir(args.cache) / "captures" / parent_digest(model)[:16]
@@ -42,7 +42,7 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``capture`` subcommand (sets ``func(args) -> exit code``)."""
-    from reference.capture import DEFAULT_SETTINGS
+    from reference.model.capture import DEFAULT_SETTINGS
 
     p = subparsers.add_parser("capture", help="capture real W8A8 layer operands of a Qwen3 model",
                               description=__doc__.split("\n\n")[2])

@@ -1,0 +1,193 @@
+"""One operand case through every per-case check: :func:`evaluate_case`.
+
+The unit of work shared by the suite (``conformance.suite``), the property
+test (``conformance.property``) and the pytest plugin: run the kernel on one
+:class:`~reference.operands.GemmOperands`, compute the exact accumulator
+once, observe the kernel's own accumulator where it has an ``int_mm`` entry,
+apply C1-C6 and C8, and optionally compare with a second kernel. The result
+is a :class:`CaseResult`, one row of a conformance report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from conformance.cases import case_id
+from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exact_accumulator,
+                                            check_int32_headroom, observe_accumulator)
+from conformance.checks.manifest import check_kernel_manifest
+from conformance.checks.operand_sharing import check_operand_sharing
+from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
+                                            check_real_scale_spacing)
+from conformance.checks.result import CHECK_NAMES, CheckResult
+
+#: Overall verdict when the kernel produced output on zero cases (inconclusive).
+NOT_RUN = "not run"
+#: Per-case checks in report order (uniform signature
+#: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
+PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
+    ("C1", check_kernel_manifest),
+    ("C2", check_operand_sharing),
+    ("C3", check_int32_headroom),
+    ("C4", check_fp32_exact_accumulator),
+    ("C5", check_pow2_bit_identity),
+    ("C6", check_real_scale_spacing),
+    ("C8", check_declared_contract),
+)
+
+@dataclass
+class CaseResult:
+    """Every per-case check on one operand case.
+
+    Attributes:
+        case: case id (``conformance.cases.case_id``).
+        source: ``synthetic`` | ``sweep`` | ``capture`` | ``property``.
+        scale_mode: ``own`` | ``pow2`` | ``synthetic``.
+        shape: ``[M, K, N]``.
+        out_dtype: e.g. ``"torch.bfloat16"``.
+        bias: whether the case has a bias.
+        checks: check id -> CheckResult (C1-C6, C8).
+        run_manifest: the KernelRun manifest (path taken, device, ...).
+        elapsed_s: kernel wall time (seconds, from the runner).
+        error: the kernel's error line, if it failed.
+        operand_digests: ``GemmOperands.digests()``.
+        pair: ``conformance.pairwise.compare_pair`` result when ``--against``.
+        meta: the case's meta (layer, block, seed, ...).
+        produced_output: the kernel returned an output tensor on this case
+            (False when it was not runnable here or raised).
+    """
+
+    case: str
+    source: str
+    scale_mode: str
+    shape: list
+    out_dtype: str
+    bias: bool
+    checks: dict
+    run_manifest: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    error: Optional[str] = None
+    operand_digests: dict = field(default_factory=dict)
+    pair: Optional[dict] = None
+    meta: dict = field(default_factory=dict)
+    produced_output: bool = True
+
+    @property
+    def not_run_reason(self) -> Optional[str]:
+        """Why the kernel did not run on this case (runner's ``not runnable
+        here: ...`` line), or None when it ran (or tried to and failed)."""
+        err = self.error or ""
+        if self.run_manifest.get("skipped") or err.startswith("not runnable here"):
+            return err or "not runnable here"
+        return None
+
+    @property
+    def kernel_failures(self) -> list[CheckResult]:
+        """Checks failed because of the kernel."""
+        return [r for r in self.checks.values() if r.is_kernel_failure]
+
+    @property
+    def precondition_violations(self) -> list[CheckResult]:
+        """Failed precondition checks caused by the operands."""
+        return [r for r in self.checks.values() if r.is_precondition_violation]
+
+    @property
+    def verdict(self) -> str:
+        """``fail`` on any kernel failure, else ``not run`` when the kernel
+        could not run on this case, else ``pass``."""
+        if self.kernel_failures:
+            return "fail"
+        return NOT_RUN if self.not_run_reason is not None else "pass"
+
+    def failure_lines(self) -> list[str]:
+        """One line per kernel failure: ``C8 declared_contract: <summary>``."""
+        return [f"{r.check_id} {r.name}: {r.summary}" for r in self.kernel_failures]
+
+    def to_dict(self) -> dict:
+        """JSON-able dict; full evidence for failing checks, the headline
+        numbers (max ulp, histogram, accumulator maxima) for the others."""
+        keep = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
+                "observed_max_abs", "exact_max_abs", "max_abs", "bound_tight_max",
+                "acc_source", "mismatched", "reason")
+        checks = {}
+        for cid, r in self.checks.items():
+            ev = r.evidence if r.verdict == "fail" else {
+                k: v for k, v in r.evidence.items() if k in keep}
+            checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
+        d = {"case": self.case, "source": self.source, "scale_mode": self.scale_mode,
+             "shape": self.shape, "out_dtype": self.out_dtype, "bias": self.bias,
+             "verdict": self.verdict, "checks": checks,
+             "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
+             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
+             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
+        if self.pair is not None:
+            d["pair"] = self.pair
+        return d
+
+
+def check_error(cid: str, e: BaseException) -> CheckResult:
+    """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that
+    itself raised ``e``: one line naming the exception."""
+    line = f"check raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line,
+                       {"check_error": line, "failure_kind": "harness"})
+
+
+def _jsonable_meta(meta: dict) -> dict:
+    out = {}
+    for k, v in (meta or {}).items():
+        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
+    return out
+
+
+def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
+                  source: Optional[str] = None) -> CaseResult:
+    """Run ``spec`` on one case and apply every per-case check.
+
+    Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
+    (``reference.accumulate.exact_int_mm``, computed once and shared); the
+    observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
+    when it has one); C1-C6 and C8; with ``against``, the other kernel on the
+    same operands and their bit agreement (``conformance.pairwise``).
+
+    Args:
+        spec: KernelSpec under test.
+        ops: GemmOperands (CPU tensors).
+        against: optional second KernelSpec.
+        device: device for the kernel run (None = the runner's default).
+        source: overrides ``ops.meta["source"]`` in the result.
+
+    Returns:
+        CaseResult. Never raises for a kernel's failure (it is a check
+        failure); a check that itself raises gives a ``fail`` result with
+        ``failure_kind == "harness"``.
+    """
+    from conformance.kernels.runner import run_kernel
+    from reference.accumulate import exact_int_mm
+
+    run = run_kernel(spec, ops, device=device)
+    exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    try:
+        obs = observe_accumulator(spec, ops, device=device)
+    except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
+        obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
+    checks: dict[str, CheckResult] = {}
+    for cid, fn in PER_CASE_CHECKS:
+        try:
+            checks[cid] = fn(spec, ops, run, acc=obs, exact=exact)
+        except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+            checks[cid] = check_error(cid, e)
+    pair = None
+    if against is not None:
+        from conformance.pairwise import compare_pair
+        run_b = run_kernel(against, ops, device=device)
+        pair = compare_pair(spec, against, ops, run, run_b)
+    meta = dict(ops.meta or {})
+    return CaseResult(
+        case=case_id(ops), source=source or meta.get("source", "synthetic"),
+        scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
+        bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
+        elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
+        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
+        produced_output=run.output is not None)

@@ -1,0 +1,727 @@
+"""Layer capture and replay: real W8A8 GEMM operands from a Qwen3 model.
+
+Capture runs the float model on evaluation windows and records, for every
+decoder linear (q, k, v, o, gate, up, down of every block), the input
+activations at a fixed set of token positions:
+
+* ``x``: the raw input rows, bf16 ``[M, K]`` (the dtype a W8A8 server
+  feeds its per-token quantizer);
+* ``a`` int8 ``[M, K]`` and ``scale_a`` fp32 ``[M]``:
+  :func:`reference.quantize.quantize_activation_per_token` of ``x``
+  (vLLM's dynamic per-token quantization).
+
+The weight operands are *referenced*, not copied: the manifest names the
+derived checkpoints (``own`` = the committed compressed-tensors checkpoint;
+``pow2-nearest`` / ``pow2-ceiling`` = requantized from the parents, see
+:mod:`reference.model.pow2`) by state digest, and every layer's ``b`` / ``scale_b``
+by :func:`reference.operands.tensor_digest`. Replay
+(:func:`iter_layer_operands`) rebuilds or finds those checkpoints
+(:mod:`reference.model.artifacts`) and refuses any whose digests differ.
+
+Forward engine. ``engine="f64"`` (default) runs a float64 Qwen3 forward
+(weights widened exactly from bf16; RMSNorm, QK-norm, RoPE, causal GQA
+softmax attention, SwiGLU as in transformers' ``modeling_qwen3``), and
+rounds each linear's input once to bf16. All arithmetic error before that
+rounding is ~1e-16 relative, so the captured bits do not depend on BLAS,
+thread count or CPU vector width: the shipped captures rebuild bit for bit
+anywhere. ``engine="hf"`` runs ``transformers.Qwen3ForCausalLM`` in
+``dtype`` with forward pre-hooks on every linear (the serving model's
+own bf16 rounding; bits may vary across machines).
+
+Files (``out_dir``): ``manifest.json`` plus one
+``<layer name>.safetensors`` per layer (``x``, ``a``, ``scale_a``), each
+written atomically; the manifest is rewritten atomically after each layer,
+so an interrupted capture resumes where it stopped and never loses a
+finished layer.
+
+Manifest (``format`` = ``int8conf-capture/1``)::
+
+    model:       {digest, dir, num_hidden_layers, hidden_size, intermediate_size, ...}
+    settings:    {engine, windows, window_len, positions, tokens_per_layer,
+                  input_digest, token_source, activation_quantizer, raw_dtype}
+    checkpoints: {own | pow2-nearest | pow2-ceiling: {digest, origin, scale_rule}}
+    layers:      {name: {file, block, proj, M, K, N, digests{x,a,scale_a},
+                  weights{kind: {b, scale_b}}, acc_absmax{kind}, acc_ge_2p24{kind},
+                  zero_rows}}
+    summary:     {layers, layers_acc_ge_2p24{kind}, max_acc_absmax{kind}}
+    complete:    bool
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+import torch
+
+from reference.model.checkpoint import (
+    layer_block_proj, linear_names, linear_shapes, load_safetensors_file,
+    save_safetensors_atomic, write_json_atomic,
+)
+from reference.errors import CaptureError, CheckpointError
+from reference.fileio import read_json_object
+
+if TYPE_CHECKING:
+    from reference.operands import GemmOperands
+
+FORMAT = "int8conf-capture/1"
+MANIFEST = "manifest.json"
+KINDS = ("own", "pow2-nearest", "pow2-ceiling")
+FP32_EXACT_INT = 2 ** 24
+DEFAULT_SETTINGS = {"windows": 4, "window_len": 128, "tokens_per_window": 16}
+DEFAULT_MODEL_TAG = "<default>"
+
+
+# --------------------------------------------------------------------------
+# data classes and loading
+# --------------------------------------------------------------------------
+
+@dataclass
+class CaptureSet:
+    """A loaded, digest-verified capture directory.
+
+    Attributes:
+        dir: capture directory.
+        manifest: parsed ``manifest.json`` (see module docstring).
+        model_dir: the parent model directory used to resolve the weight
+            checkpoints (None: not resolvable; replay raises CaptureError).
+        cache: artifact cache override (None: the default cache).
+        external: ``{kind: checkpoint dir}`` for checkpoints not built from
+            the parent (e.g. an llm-compressor ``own`` checkpoint).
+    """
+
+    dir: Path
+    manifest: dict
+    model_dir: Optional[Path] = None
+    cache: Optional[Path] = None
+    external: dict = field(default_factory=dict)
+    _checkpoints: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def model_digest(self) -> str:
+        """State digest of the model the capture came from."""
+        return self.manifest["model"]["digest"]
+
+    def layer_names(self) -> list[str]:
+        """Captured layer names in forward order."""
+        return sorted(self.manifest["layers"], key=lambda n: _layer_order_key(n))
+
+    def load_layer(self, name: str) -> dict[str, torch.Tensor]:
+        """Tensors of one layer file (``x`` if stored, ``a``, ``scale_a``),
+        verified against the manifest digests.
+
+        Raises:
+            CaptureError: unknown layer, unreadable file or digest mismatch.
+        """
+        entry = self.manifest["layers"].get(name)
+        if entry is None:
+            raise CaptureError(f"{self.dir / MANIFEST}: no layer {name!r}")
+        return _load_verified(self.dir, entry)
+
+    def checkpoint(self, kind: str):
+        """The W8A8 checkpoint of ``kind`` the capture refers to, checked
+        against the manifest's state digest.
+
+        Raises:
+            CaptureError: unknown kind, no model to rebuild from, or digest
+                mismatch (a checkpoint other than the one captured against).
+        """
+        if kind in self._checkpoints:
+            return self._checkpoints[kind]
+        rec = self.manifest["checkpoints"].get(kind)
+        if rec is None:
+            raise CaptureError(f"{self.dir / MANIFEST}: no checkpoint {kind!r} recorded")
+        try:
+            if kind in self.external:
+                from reference.model.compressed_tensors import read_w8a8_checkpoint
+                ck = read_w8a8_checkpoint(self.external[kind])
+            else:
+                if self.model_dir is None:
+                    raise CaptureError(f"{self.dir / MANIFEST}: parent model {self.manifest['model'].get('dir')!r} "
+                                       f"not found; pass model_dir to load_capture_set")
+                from reference.model.artifacts import derived_checkpoint
+                ck = derived_checkpoint(self.model_dir, kind, self.cache)
+        except CheckpointError as exc:
+            raise CaptureError(f"{self.dir / MANIFEST}: checkpoint {kind!r}: {exc}") from None
+        if ck.digest != rec["digest"]:
+            raise CaptureError(f"{self.dir / MANIFEST}: checkpoint {kind!r} at {ck.dir} has digest "
+                               f"{ck.digest[:12]}, the capture was taken against {rec['digest'][:12]}")
+        self._checkpoints[kind] = ck
+        return ck
+
+
+def _layer_order_key(name: str) -> tuple:
+    from reference.model.checkpoint import BLOCK_LINEARS
+    block, proj = layer_block_proj(name)
+    order = [p.split(".")[1] for p in BLOCK_LINEARS]
+    return block, order.index(proj) if proj in order else len(order)
+
+
+def _digests(tensors: dict) -> dict:
+    from reference.operands import tensor_digest
+    return {k: tensor_digest(v) for k, v in sorted(tensors.items())}
+
+
+def _load_verified(cdir: Path, entry: dict) -> dict:
+    path = cdir / entry["file"]
+    try:
+        tensors = load_safetensors_file(path)
+    except CheckpointError as exc:
+        raise CaptureError(str(exc)) from None
+    want = entry["digests"]
+    got = _digests({k: v for k, v in tensors.items()})
+    for key in sorted(set(want) | set(got)):
+        if want.get(key) != got.get(key):
+            raise CaptureError(f"{path}: tensor {key!r} digest {str(got.get(key))[:12]} does not match "
+                               f"manifest {str(want.get(key))[:12]}")
+    return tensors
+
+
+def _read_manifest(cdir: Path) -> dict:
+    path = cdir / MANIFEST
+    man = read_json_object(path, CaptureError, "not a capture directory")
+    if man.get("format") != FORMAT:
+        raise CaptureError(f"{path}: format={man.get('format')!r}, expected {FORMAT!r}")
+    for key in ("model", "settings", "checkpoints", "layers"):
+        if not isinstance(man.get(key), dict):
+            raise CaptureError(f"{path}: field {key!r} missing or not an object")
+    return man
+
+
+def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
+    if model_dir is not None:
+        return Path(model_dir)
+    recorded = man["model"].get("dir")
+    if recorded == DEFAULT_MODEL_TAG:
+        from reference.model.artifacts import default_parent_dir
+        return default_parent_dir()
+    if recorded and Path(recorded).is_dir():
+        return Path(recorded)
+    return None
+
+
+def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = True) -> CaptureSet:
+    """Load a capture directory and verify it.
+
+    Args:
+        capture_dir: directory with ``manifest.json``.
+        model_dir: parent model to check against and rebuild weights from
+            (default: the manifest's recorded directory, or the shipped
+            default model for its captures).
+        cache: artifact cache override.
+        verify: check every layer file against the manifest digests (and
+            the model digest when the model is available).
+
+    Returns:
+        :class:`CaptureSet`.
+
+    Raises:
+        CaptureError: missing / invalid manifest, incomplete capture, a layer
+            file whose tensors do not match the manifest digests, or a model
+            whose digest differs from the manifest's (capture from a
+            different model); each names the file and the mismatch.
+    """
+    cdir = Path(capture_dir)
+    man = _read_manifest(cdir)
+    if not man.get("complete"):
+        raise CaptureError(f"{cdir / MANIFEST}: capture incomplete ({len(man['layers'])} layers); "
+                           f"re-run `int8conf capture` to resume it")
+    mdir = _resolve_model_dir(man, model_dir)
+    external = {k: Path(r["origin"][len("dir:"):]) for k, r in man["checkpoints"].items()
+                if str(r.get("origin", "")).startswith("dir:")}
+    cs = CaptureSet(dir=cdir, manifest=man, model_dir=mdir,
+                    cache=Path(cache) if cache is not None else None, external=external)
+    if verify:
+        for name in cs.layer_names():
+            _load_verified(cdir, man["layers"][name])
+        if mdir is not None:
+            _check_model(cdir, man, mdir)
+    return cs
+
+
+def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
+    from reference.model.artifacts import parent_digest
+    try:
+        got = parent_digest(mdir)
+    except CheckpointError as exc:
+        raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
+    if got != man["model"]["digest"]:
+        raise CaptureError(f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
+                           f"but {mdir} has digest {got[:12]} (a different model)")
+
+
+def default_captures_dir() -> Path:
+    """Where the default model's captures ship: ``reference/model/assets/captures``."""
+    return Path(__file__).resolve().parent / "assets" / "captures"
+
+
+@functools.lru_cache(maxsize=1)
+def _default_capture_set_cached(mtime_ns: int) -> CaptureSet:
+    return load_capture_set(default_captures_dir())
+
+
+def default_capture_set() -> Optional[CaptureSet]:
+    """The shipped captures of the default model, verified (None if they
+    have not been built yet).
+
+    Raises:
+        CaptureError: they exist but are inconsistent (digests, model).
+    """
+    path = default_captures_dir() / MANIFEST
+    if not path.is_file():
+        return None
+    return _default_capture_set_cached(path.stat().st_mtime_ns)
+
+
+def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest"
+                        ) -> Iterator["GemmOperands"]:
+    """Per-layer GEMM operands of a capture set, in forward order.
+
+    Args:
+        cs: a :class:`CaptureSet`.
+        scale_mode: ``"own"`` (the committed checkpoint's per-channel scales)
+            or ``"pow2"`` (weights requantized from the parents with
+            power-of-two scales).
+        rule: pow2 snapping rule, ``"nearest"`` or ``"ceiling"``.
+
+    Yields:
+        :class:`reference.operands.GemmOperands` with ``a`` int8 [M, K],
+        ``b`` int8 [N, K], ``scale_a`` fp32 [M], ``scale_b`` fp32 [N], bias
+        None (Qwen3 linears have none) or the checkpoint's bias in bf16,
+        ``out_dtype`` bf16, ``name`` the layer name, ``scale_mode`` as given,
+        ``meta`` = {block, proj, M, K, N, kind, rule, model_digest,
+        capture_dir, acc_absmax, acc_ge_2p24, source: "capture"}.
+
+    Raises:
+        CaptureError: bad mode / rule, unresolvable checkpoint, or any
+            digest mismatch between the capture and its checkpoints.
+    """
+    from reference.operands import GemmOperands, tensor_digest
+
+    if scale_mode not in ("own", "pow2"):
+        raise CaptureError(f"scale_mode={scale_mode!r} is not 'own' or 'pow2'")
+    if scale_mode == "pow2" and rule not in ("nearest", "ceiling"):
+        raise CaptureError(f"rule={rule!r} is not 'nearest' or 'ceiling'")
+    kind = "own" if scale_mode == "own" else f"pow2-{rule}"
+    ck = cs.checkpoint(kind)
+    for name in cs.layer_names():
+        entry = cs.manifest["layers"][name]
+        t = cs.load_layer(name)
+        # copies: a kernel or fault that writes into its operands must not
+        # corrupt the cached checkpoint that later layers / modes reuse
+        b = ck.weight(name).clone()
+        sb = ck.scale_b(name).clone()
+        ref = entry["weights"][kind]
+        if tensor_digest(b) != ref["b"] or tensor_digest(sb) != ref["scale_b"]:
+            raise CaptureError(f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not "
+                               f"match the captured digests")
+        bias = ck.others.get(f"{name}.bias")
+        yield GemmOperands(
+            a=t["a"], b=b, scale_a=t["scale_a"], scale_b=sb,
+            bias=None if bias is None else bias.to(torch.bfloat16),
+            out_dtype=torch.bfloat16, name=name, scale_mode=scale_mode,
+            meta={"block": entry["block"], "proj": entry["proj"], "M": entry["M"], "K": entry["K"],
+                  "N": entry["N"], "kind": kind, "rule": rule if scale_mode == "pow2" else None,
+                  "model_digest": cs.model_digest, "capture_dir": str(cs.dir),
+                  "acc_absmax": entry["acc_absmax"][kind], "acc_ge_2p24": entry["acc_ge_2p24"][kind],
+                  "source": "capture"})
+
+
+# --------------------------------------------------------------------------
+# forward engines
+# --------------------------------------------------------------------------
+
+Hook = Callable[[str, torch.Tensor], None]
+
+
+def _rope_theta(config: dict) -> float:
+    rp = config.get("rope_parameters") or {}
+    rs = config.get("rope_scaling") or {}
+    rtype = rp.get("rope_type") or rs.get("rope_type") or rs.get("type") or "default"
+    if rtype != "default":
+        raise CaptureError(f"rope_type={rtype!r} is not supported by the f64 capture engine (use engine='hf')")
+    theta = rp.get("rope_theta", config.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    # Qwen3RMSNorm: x * rsqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019).
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def forward_f64(config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None,
+                layers: Optional[set] = None) -> torch.Tensor:
+    """Float64 Qwen3 forward (transformers ``modeling_qwen3`` semantics).
+
+    Args:
+        config: Qwen3 config dict.
+        state: checkpoint tensors (any float dtype; widened exactly).
+        input_ids: LongTensor ``[B, T]``.
+        hook: called as ``hook(layer name, input float64 [B, T, K])`` before
+            every decoder linear (a forward pre-hook).
+        layers: if given, stop after the last block containing one of these
+            layer names (logits are then not computed; returns None).
+
+    Returns:
+        float64 logits ``[B, T, vocab]`` (None when stopped early).
+
+    Raises:
+        CaptureError: unsupported rope scaling or sliding-window attention.
+    """
+    if config.get("use_sliding_window") and config.get("sliding_window") and \
+            input_ids.shape[1] > int(config["sliding_window"]):
+        raise CaptureError("sliding-window attention is not supported by the f64 capture engine")
+    f = lambda n: state[n].to(torch.float64)  # noqa: E731
+    eps = float(config.get("rms_norm_eps", 1e-6))
+    nh = int(config["num_attention_heads"])
+    nkv = int(config.get("num_key_value_heads") or nh)
+    from reference.model.checkpoint import head_dim
+    hd = head_dim(config)
+    B, T = input_ids.shape
+    inv_freq = 1.0 / (_rope_theta(config) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    last_block = None
+    if layers is not None:
+        last_block = max(layer_block_proj(n)[0] for n in layers) if layers else -1
+
+    def lin(name: str, x: torch.Tensor) -> torch.Tensor:
+        if hook is not None:
+            hook(name, x)
+        y = x @ f(f"{name}.weight").T
+        if f"{name}.bias" in state:
+            y = y + f(f"{name}.bias")
+        return y
+
+    x = f("model.embed_tokens.weight")[input_ids]
+    for i in range(int(config["num_hidden_layers"])):
+        if last_block is not None and i > last_block:
+            return None
+        p = f"model.layers.{i}"
+        h = _rms_norm(x, f(f"{p}.input_layernorm.weight"), eps)
+        q = lin(f"{p}.self_attn.q_proj", h).view(B, T, nh, hd)
+        k = lin(f"{p}.self_attn.k_proj", h).view(B, T, nkv, hd)
+        v = lin(f"{p}.self_attn.v_proj", h).view(B, T, nkv, hd)
+        q = _rms_norm(q, f(f"{p}.self_attn.q_norm.weight"), eps).transpose(1, 2)
+        k = _rms_norm(k, f(f"{p}.self_attn.k_norm.weight"), eps).transpose(1, 2)
+        v = v.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=1)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(hd) + mask
+        o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, nh * hd)
+        x = x + lin(f"{p}.self_attn.o_proj", o)
+        h = _rms_norm(x, f(f"{p}.post_attention_layernorm.weight"), eps)
+        g = lin(f"{p}.mlp.gate_proj", h)
+        u = lin(f"{p}.mlp.up_proj", h)
+        x = x + lin(f"{p}.mlp.down_proj", torch.nn.functional.silu(g) * u)
+    if last_block is not None:
+        return None
+    x = _rms_norm(x, f("model.norm.weight"), eps)
+    head = "lm_head.weight" if "lm_head.weight" in state else "model.embed_tokens.weight"
+    return x @ f(head).T
+
+
+def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str], dtype) -> None:
+    """transformers ``Qwen3ForCausalLM`` with forward pre-hooks on ``names``,
+    run on each window (row of ``input_ids``) separately."""
+    from transformers import Qwen3ForCausalLM
+
+    try:
+        model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="eager")
+    except Exception as exc:  # transformers raises many types; one line for the user
+        raise CaptureError(f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    model.eval()
+    handles = []
+    for name in names:
+        mod = model.get_submodule(name)
+        handles.append(mod.register_forward_pre_hook(lambda m, args, _n=name: hook(_n, args[0])))
+    try:
+        with torch.no_grad():
+            for w in range(input_ids.shape[0]):
+                model(input_ids=input_ids[w:w + 1])
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# --------------------------------------------------------------------------
+# capture
+# --------------------------------------------------------------------------
+
+def token_positions(window_len: int, per_window: int) -> list[int]:
+    """Fixed positions captured in each window: ``round(linspace(0, L-1, P))``
+    (first and last token included), deduplicated."""
+    if per_window < 1 or window_len < 1:
+        raise CaptureError(f"tokens_per_window={per_window} and window_len={window_len} must be >= 1")
+    idx = torch.linspace(0, window_len - 1, min(per_window, window_len), dtype=torch.float64).round().long()
+    return sorted({int(i) for i in idx})
+
+
+def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
+    """(max |acc|, count |acc| >= 2^24) of the exact int8 GEMM ``a @ b.T``.
+
+    Exact in float64: every partial sum is an integer of magnitude
+    <= K * 128 * 128 < 2^53 for K < 2^39, and float64 represents all such
+    integers, so no rounding occurs in any summation order."""
+    acc = a.to(torch.float64) @ b.to(torch.float64).T
+    return int(acc.abs().max()), int((acc.abs() >= FP32_EXACT_INT).sum())
+
+
+def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
+    from reference.operands import tensor_digest
+    return {"engine": engine, "engine_dtype": "float64" if engine == "f64" else str(dtype).replace("torch.", ""),
+            "windows": int(input_ids.shape[0]), "window_len": int(input_ids.shape[1]),
+            "positions": positions, "tokens_per_layer": int(input_ids.shape[0]) * len(positions),
+            "input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()), "token_source": source,
+            "activation_quantizer": "reference.quantize.quantize_activation_per_token",
+            "raw_dtype": "bfloat16", "store_raw": bool(store_raw)}
+
+
+def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = None,
+                  windows: int = DEFAULT_SETTINGS["windows"], window_len: int = DEFAULT_SETTINGS["window_len"],
+                  tokens_per_window: int = DEFAULT_SETTINGS["tokens_per_window"],
+                  w8a8_dir=None, cache=None, engine: str = "f64", dtype=torch.bfloat16,
+                  store_raw: bool = True, max_new_layers: Optional[int] = None,
+                  progress: Optional[Callable[[str], None]] = None) -> Optional[CaptureSet]:
+    """Capture every decoder linear's input of a Qwen3 model (resumable).
+
+    Args:
+        model_dir: float parent Qwen3 directory (single or sharded).
+        out_dir: capture directory (created; resumed if it holds a partial
+            capture of the same model and settings).
+        input_ids: LongTensor ``[W, L]`` of windows; default
+            ``reference.model.corpus.eval_windows(tokenizer of model_dir, windows,
+            window_len)`` (held-out corpus windows).
+        windows, window_len: used when ``input_ids`` is None.
+        tokens_per_window: positions kept per window (see :func:`token_positions`);
+            M = windows x positions rows per layer.
+        w8a8_dir: an existing compressed-tensors W8A8 checkpoint of this
+            model to use as ``own`` (e.g. from llm-compressor); default: the
+            committed checkpoint built by :mod:`reference.model.artifacts`.
+        cache: artifact cache override.
+        engine: ``"f64"`` (machine-independent bits) or ``"hf"``.
+        dtype: parameter dtype for ``engine="hf"``.
+        store_raw: also store the bf16 input rows ``x``.
+        max_new_layers: stop after writing this many new layers (testing
+            interruption / budgeting); the capture stays incomplete.
+        progress: optional callback receiving one line per layer written.
+
+    Returns:
+        The verified :class:`CaptureSet` when complete, else None.
+
+    Raises:
+        CheckpointError: bad model directory.
+        CaptureError: out_dir holds a capture of a different model or with
+            different settings (nothing there is touched), bad token ids,
+            unsupported model features, inconsistent ``w8a8_dir``.
+    """
+    from reference.model.artifacts import default_parent_dir, derived_checkpoint, load_parent
+    from reference.quantize import quantize_activation_per_token
+    from reference.operands import tensor_digest
+
+    if engine not in ("f64", "hf"):
+        raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
+    mdir = Path(model_dir)
+    config, state, mdigest = load_parent(mdir)
+    if "quantization_config" in config or "compression_config" in config:
+        raise CaptureError(f"{mdir / 'config.json'}: has quantization_config; capture needs the float parent "
+                           f"model (pass the W8A8 checkpoint as w8a8_dir / --w8a8)")
+    source = "explicit"
+    if input_ids is None:
+        from reference.model.corpus import eval_windows
+        from reference.model.tokenizer import load_tokenizer
+        try:
+            input_ids = eval_windows(load_tokenizer(mdir), windows, window_len)
+        except CheckpointError as exc:
+            raise CaptureError(f"{mdir}: cannot build evaluation windows ({exc})") from None
+        source = "reference.model.corpus.eval_windows"
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise CaptureError("input_ids must be a non-empty LongTensor [windows, length]")
+    if int(input_ids.min()) < 0 or int(input_ids.max()) >= int(config["vocab_size"]):
+        raise CaptureError(f"token ids span [{int(input_ids.min())}, {int(input_ids.max())}], "
+                           f"outside the vocabulary of {mdir} (size {config['vocab_size']})")
+    input_ids = input_ids.to(torch.long)
+    positions = token_positions(int(input_ids.shape[1]), tokens_per_window)
+    settings = _settings(input_ids, source, engine, dtype, positions, store_raw)
+
+    out = Path(out_dir)
+    _check_existing(out, mdigest, settings)  # before any build: refuse early, touch nothing
+    cks = {}
+    try:
+        cks["own"] = derived_checkpoint(mdir, "own", cache)
+        if w8a8_dir is not None:
+            from reference.model.compressed_tensors import read_w8a8_checkpoint
+            cks["own"] = read_w8a8_checkpoint(w8a8_dir)
+        for kind in KINDS[1:]:
+            cks[kind] = derived_checkpoint(mdir, kind, cache)
+    except CheckpointError as exc:
+        raise CaptureError(f"cannot build the weight checkpoints of {mdir}: {exc}") from None
+    missing = [n for n in linear_names(config) if n not in cks["own"].weights]
+    if missing:
+        raise CaptureError(f"{cks['own'].dir}: linear {missing[0]} is not quantized (needed for replay)")
+    shapes = linear_shapes(config)
+    for n in linear_names(config):
+        if tuple(cks["own"].weights[n].shape) != shapes[n]:
+            raise CaptureError(f"{cks['own'].dir}: {n}.weight shape {list(cks['own'].weights[n].shape)} "
+                               f"does not match {mdir} ({list(shapes[n])})")
+    try:
+        is_default = mdir.resolve() == default_parent_dir().resolve()
+    except Exception:
+        is_default = False
+    model_rec = {"digest": mdigest, "dir": DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()),
+                 "model_type": "qwen3"}
+    for key in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size"):
+        model_rec[key] = config.get(key)
+    ck_rec = {k: {"digest": ck.digest, "scale_rule": k,
+                  "origin": f"dir:{Path(ck.dir).resolve()}" if (k == "own" and w8a8_dir is not None)
+                  else "built:reference.model.artifacts.derived_checkpoint"} for k, ck in cks.items()}
+
+    header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
+    man = _resume_or_start(out, header)
+    todo = [n for n in linear_names(config) if n not in man["layers"]]
+    if max_new_layers is not None:
+        todo = todo[:max_new_layers]
+    if todo:
+        rows: dict[str, list] = {n: [] for n in todo}
+        pos = torch.tensor(positions)
+        wanted = set(todo)
+
+        def hook(name: str, x: torch.Tensor) -> None:
+            if name in wanted:
+                rows[name].append(x.detach()[:, pos, :].to(torch.bfloat16).reshape(-1, x.shape[-1]))
+
+        with torch.no_grad():
+            if engine == "f64":
+                for w in range(input_ids.shape[0]):
+                    forward_f64(config, state, input_ids[w:w + 1], hook, layers=wanted)
+            else:
+                _forward_hf(mdir, input_ids, hook, todo, dtype)
+        for name in todo:
+            x = torch.cat(rows.pop(name), dim=0).contiguous()
+            a, sa = quantize_activation_per_token(x)
+            zero_rows = int((sa == 0).sum())
+            # An all-zero row has scale 0 (invalid for a GEMM); any scale gives
+            # the same all-zero accumulator row, so substitute 1.0.
+            sa = torch.where(sa == 0, torch.ones_like(sa), sa).contiguous()
+            tensors = {"a": a, "scale_a": sa}
+            if store_raw:
+                tensors["x"] = x
+            fname = f"{name}.safetensors"
+            save_safetensors_atomic(tensors, out / fname)
+            block, proj = layer_block_proj(name)
+            n_out, k_in = shapes[name]
+            entry = {"file": fname, "block": block, "proj": proj, "M": int(a.shape[0]), "K": k_in,
+                     "N": n_out, "digests": _digests(tensors), "zero_rows": zero_rows,
+                     "weights": {}, "acc_absmax": {}, "acc_ge_2p24": {}}
+            for kind, ck in cks.items():
+                b = ck.weight(name)
+                entry["weights"][kind] = {"b": tensor_digest(b), "scale_b": tensor_digest(ck.scale_b(name))}
+                entry["acc_absmax"][kind], entry["acc_ge_2p24"][kind] = _acc_stats(a, b)
+            man["layers"][name] = entry
+            man["complete"] = len(man["layers"]) == len(linear_names(config))
+            man["summary"] = _summary(man)
+            write_json_atomic(man, out / MANIFEST)
+            if progress is not None:
+                progress(f"{name}: M={entry['M']} K={k_in} N={n_out} "
+                         f"max|acc| own={entry['acc_absmax']['own']}")
+    man["complete"] = len(man["layers"]) == len(linear_names(config))
+    man["summary"] = _summary(man)
+    write_json_atomic(man, out / MANIFEST)
+    if not man["complete"]:
+        return None
+    return load_capture_set(out, model_dir=mdir, cache=cache)
+
+
+def _summary(man: dict) -> dict:
+    kinds = list(man["checkpoints"])
+    ls = man["layers"].values()
+    return {"layers": len(man["layers"]),
+            "layers_acc_ge_2p24": {k: sum(1 for e in ls if e["acc_ge_2p24"][k] > 0) for k in kinds},
+            "max_acc_absmax": {k: max((e["acc_absmax"][k] for e in ls), default=0) for k in kinds}}
+
+
+def _is_capture_file(p: Path) -> bool:
+    """Hidden / temp files and layer files a capture writes (a crash can leave
+    a layer file the manifest does not list yet)."""
+    return p.name.startswith(".") or (p.name.startswith("model.layers.") and p.suffix == ".safetensors")
+
+
+def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[dict]:
+    """The manifest already in ``out`` (None if none), after checking it is
+    a capture of the same model with the same settings (CaptureError if not)."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return None
+    man = _read_manifest(out)
+    if man["model"].get("digest") != model_digest:
+        raise CaptureError(f"{path}: holds a capture of model {str(man['model'].get('digest'))[:12]}, "
+                           f"not {model_digest[:12]}; use another output directory")
+    for key in sorted(set(man["settings"]) | set(settings)):
+        if man["settings"].get(key) != settings.get(key):
+            raise CaptureError(f"{path}: setting {key!r} is {man['settings'].get(key)!r} there, "
+                               f"{settings.get(key)!r} now; use another output directory")
+    return man
+
+
+def _resume_or_start(out: Path, header: dict) -> dict:
+    """Existing manifest (same model and settings: keep its verified layers)
+    or a fresh one. A different model or settings raises CaptureError and
+    leaves the directory untouched."""
+    path = out / MANIFEST
+    if not path.is_file():
+        if out.exists() and any(p for p in out.iterdir() if not _is_capture_file(p)):
+            raise CaptureError(f"{out}: exists, is not empty and has no {MANIFEST}; refusing to write a capture there")
+        out.mkdir(parents=True, exist_ok=True)
+        man = dict(header, layers={}, complete=False)
+        return man
+    man = _check_existing(out, header["model"]["digest"], header["settings"])
+    for kind, rec in header["checkpoints"].items():
+        if man["checkpoints"].get(kind, {}).get("digest") != rec["digest"]:
+            raise CaptureError(f"{path}: checkpoint {kind!r} digest changed since the capture started "
+                               f"({man['checkpoints'].get(kind, {}).get('digest', '')[:12]} -> {rec['digest'][:12]})")
+    keep = {}
+    for name, entry in man["layers"].items():
+        try:
+            _load_verified(out, entry)
+            keep[name] = entry
+        except CaptureError:
+            pass  # damaged layer file: recapture it
+    man["layers"] = keep
+    return man
+
+
+def remove_capture(capture_dir) -> int:
+    """Delete a capture: the layer files its manifest lists, then the
+    manifest (nothing else in the directory is touched). Returns the number
+    of files removed (0 if there is no manifest).
+
+    Raises:
+        CaptureError: the manifest exists but is not an int8conf capture.
+    """
+    cdir = Path(capture_dir)
+    if not (cdir / MANIFEST).is_file():
+        return 0
+    man = _read_manifest(cdir)
+    n = 0
+    files = {cdir / Path(e["file"]).name for e in man["layers"].values()}
+    files |= {p for p in cdir.iterdir() if p.is_file() and _is_capture_file(p) and not p.name.startswith(".")}
+    for f in sorted(files):
+        if f.is_file():
+            f.unlink()
+            n += 1
+    (cdir / MANIFEST).unlink()
+    return n + 1

@@ -1,0 +1,373 @@
+"""Hugging Face Qwen3 checkpoint directories: detection, loading, digests.
+
+A Qwen3 checkpoint directory (the Hugging Face layout) holds ``config.json``
+(``model_type`` ``qwen3`` / ``architectures`` ``["Qwen3ForCausalLM"]``) and
+its tensors either in one ``model.safetensors`` or in shards listed by
+``model.safetensors.index.json`` (``{"weight_map": {tensor: shard file}}``).
+The same loader reads the parent bf16 model and its W8A8 compressed-tensors
+children (whose linears hold int8 ``weight`` + ``weight_scale``).
+
+Every problem a user can cause (not a Qwen3 directory, unreadable JSON, a
+truncated safetensors file, a tensor missing or of the wrong shape) raises
+:class:`~reference.errors.CheckpointError` with one line naming the file and
+the mismatch; no safetensors/torch traceback escapes.
+
+Public API: :func:`is_qwen3_dir`, :func:`read_config`,
+:func:`load_qwen3_state`, :func:`linear_names`, :func:`linear_shapes`,
+:func:`state_digest`, :func:`save_safetensors_atomic`, :func:`copy_side_files`,
+:func:`write_random_qwen3`. W8A8 (compressed-tensors) checkpoints are read
+by :mod:`reference.model.compressed_tensors`, which builds on this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional
+
+import torch
+
+from reference.errors import CheckpointError
+from reference.fileio import read_json_object
+
+CONFIG_FILE = "config.json"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+QWEN3_ARCH = "Qwen3ForCausalLM"
+
+# The 7 linears of a Qwen3 decoder block in forward order (path relative to
+# ``model.layers.{i}``); the same order as reference.model.forward.BLOCK_LINEARS.
+BLOCK_LINEARS = (
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+)
+
+# Files copied next to a derived checkpoint so that it is servable as is.
+SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+              "generation_config.json", "vocab.json", "merges.txt")
+
+
+def read_config(model_dir) -> dict:
+    """``config.json`` of a checkpoint directory, checked to be Qwen3.
+
+    Args:
+        model_dir: path of a Hugging Face checkpoint directory.
+
+    Returns:
+        The parsed config dict.
+
+    Raises:
+        CheckpointError: the directory or ``config.json`` is missing, the JSON
+            is invalid, or ``model_type``/``architectures`` is not Qwen3
+            (dense; ``qwen3_moe`` is rejected).
+    """
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise CheckpointError(f"{d}: not a directory (expected a Hugging Face Qwen3 checkpoint)")
+    path = d / CONFIG_FILE
+    config = read_json_object(path, CheckpointError, "not a Hugging Face checkpoint directory")
+    model_type = config.get("model_type")
+    archs = config.get("architectures") or []
+    if model_type != "qwen3" and QWEN3_ARCH not in archs:
+        raise CheckpointError(
+            f"{path}: not a Qwen3 checkpoint (model_type={model_type!r}, architectures={archs!r}; "
+            f"expected model_type 'qwen3' / {QWEN3_ARCH!r})")
+    if model_type not in (None, "qwen3"):
+        raise CheckpointError(f"{path}: model_type={model_type!r} contradicts architectures={archs!r}")
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise CheckpointError(f"{path}: field {key!r} missing or not a positive integer")
+    return config
+
+
+def is_qwen3_dir(model_dir) -> bool:
+    """True if ``model_dir`` has a Qwen3 ``config.json`` and a safetensors
+    weight file (single or index). Never raises."""
+    try:
+        read_config(model_dir)
+    except CheckpointError:
+        return False
+    d = Path(model_dir)
+    return (d / SINGLE_FILE).is_file() or (d / INDEX_FILE).is_file()
+
+
+def head_dim(config: Mapping) -> int:
+    """Per-head dimension (``head_dim`` or ``hidden_size // num_attention_heads``)."""
+    return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+
+
+def linear_names(config: Mapping) -> list[str]:
+    """The 7 x ``num_hidden_layers`` linear layer names in forward order,
+    e.g. ``model.layers.0.self_attn.q_proj``."""
+    return [f"model.layers.{i}.{p}" for i in range(int(config["num_hidden_layers"]))
+            for p in BLOCK_LINEARS]
+
+
+def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
+    """``{layer name: (N, K)}`` (nn.Linear weight layout, out x in) implied by
+    a Qwen3 config."""
+    h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
+    hd = head_dim(config)
+    nq = int(config["num_attention_heads"]) * hd
+    nkv = int(config.get("num_key_value_heads") or config["num_attention_heads"]) * hd
+    per = {"self_attn.q_proj": (nq, h), "self_attn.k_proj": (nkv, h),
+           "self_attn.v_proj": (nkv, h), "self_attn.o_proj": (h, nq),
+           "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h),
+           "mlp.down_proj": (h, inter)}
+    return {name: per[name.split(".", 3)[3]] for name in linear_names(config)}
+
+
+def layer_block_proj(name: str) -> tuple[int, str]:
+    """``model.layers.3.mlp.up_proj`` -> ``(3, "up_proj")``."""
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)", name)
+    if not m:
+        raise CheckpointError(f"not a Qwen3 block linear name: {name!r}")
+    return int(m.group(1)), m.group(3)
+
+
+def required_tensors(config: Mapping) -> dict[str, Optional[tuple[int, ...]]]:
+    """Tensor names every Qwen3 checkpoint must hold, with their expected
+    shape (None = shape not checked). Linear weights keep the [N, K] shape
+    whether bf16 (parent) or int8 (W8A8)."""
+    h = int(config["hidden_size"])
+    hd = head_dim(config)
+    req: dict[str, Optional[tuple[int, ...]]] = {
+        "model.embed_tokens.weight": (int(config["vocab_size"]), h),
+        "model.norm.weight": (h,),
+    }
+    for name, (n, k) in linear_shapes(config).items():
+        req[f"{name}.weight"] = (n, k)
+    for i in range(int(config["num_hidden_layers"])):
+        req[f"model.layers.{i}.input_layernorm.weight"] = (h,)
+        req[f"model.layers.{i}.post_attention_layernorm.weight"] = (h,)
+        req[f"model.layers.{i}.self_attn.q_norm.weight"] = (hd,)
+        req[f"model.layers.{i}.self_attn.k_norm.weight"] = (hd,)
+    if not config.get("tie_word_embeddings", False):
+        req["lm_head.weight"] = (int(config["vocab_size"]), h)
+    return req
+
+
+def _safetensors_expected_size(path: Path) -> Optional[int]:
+    """Byte size a safetensors file's header says it has (None if the header
+    itself is unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                return None
+            n = struct.unpack("<Q", raw)[0]
+            if n > 100_000_000:
+                return None
+            header = json.loads(f.read(n))
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+        return 8 + n + (max(ends) if ends else 0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def load_safetensors_file(path) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file (CPU).
+
+    Raises:
+        CheckpointError: file missing, truncated (size below what its header
+            declares) or otherwise unreadable; names the file and sizes.
+    """
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"{p}: safetensors file missing")
+    size = p.stat().st_size
+    expected = _safetensors_expected_size(p)
+    if expected is None:
+        raise CheckpointError(f"{p}: not a readable safetensors file (header unreadable; "
+                              f"file has {size} bytes, may be truncated)")
+    if size < expected:
+        raise CheckpointError(f"{p}: truncated safetensors file ({size} bytes, header declares {expected})")
+    try:
+        return load_file(str(p), device="cpu")
+    except Exception as exc:  # safetensors raises its own SafetensorError / OSError
+        msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise CheckpointError(f"{p}: not a readable safetensors file ({msg})") from None
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        wm = index["weight_map"]
+        if not isinstance(wm, dict):
+            raise TypeError
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: not valid JSON") from None
+    except (KeyError, TypeError):
+        raise CheckpointError(f"{path}: field 'weight_map' missing or not an object") from None
+    return {str(k): str(v) for k, v in wm.items()}
+
+
+def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Config and every tensor of a Qwen3 checkpoint directory.
+
+    Reads ``model.safetensors`` or, if present, the shards listed in
+    ``model.safetensors.index.json``. Checks that every tensor a Qwen3 of this
+    config needs is present with the right shape (linear weights [N, K] in
+    any dtype, so W8A8 children load too).
+
+    Args:
+        model_dir: Hugging Face Qwen3 directory.
+
+    Returns:
+        ``(config, state)``: config dict; ``{tensor name: CPU tensor}`` in the
+        stored dtypes (e.g. bf16 for the parent, int8 + scales for W8A8).
+
+    Raises:
+        CheckpointError: not a Qwen3 dir; no weight file; truncated or
+            unreadable shard; a shard named by the index is missing or lacks
+            a tensor the index assigns to it; a required tensor is missing or
+            has the wrong shape (names file and tensor).
+    """
+    d = Path(model_dir)
+    config = read_config(d)
+    state: dict[str, torch.Tensor] = {}
+    origin: dict[str, Path] = {}
+    if (d / INDEX_FILE).is_file():
+        wm = _read_index(d / INDEX_FILE)
+        for shard in sorted(set(wm.values())):
+            tensors = load_safetensors_file(d / shard)
+            for name, t in tensors.items():
+                state[name] = t
+                origin[name] = d / shard
+        for name, shard in wm.items():
+            if name not in state:
+                raise CheckpointError(f"{d / shard}: missing tensor {name!r} (listed in {INDEX_FILE})")
+        where = d / INDEX_FILE
+    elif (d / SINGLE_FILE).is_file():
+        state = load_safetensors_file(d / SINGLE_FILE)
+        origin = {n: d / SINGLE_FILE for n in state}
+        where = d / SINGLE_FILE
+    else:
+        raise CheckpointError(f"{d}: no {SINGLE_FILE} or {INDEX_FILE} (not a safetensors checkpoint)")
+    for name, shape in required_tensors(config).items():
+        if name not in state:
+            raise CheckpointError(f"{where}: missing tensor {name!r} required by {d / CONFIG_FILE}")
+        if shape is not None and tuple(state[name].shape) != shape:
+            raise CheckpointError(f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, "
+                                  f"config implies {list(shape)}")
+    return config, state
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 hex over every ``(name, tensor_digest)`` in name order: the
+    content identity of a checkpoint (independent of file layout, sharding
+    and safetensors header formatting)."""
+    from reference.operands import tensor_digest
+
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(f"{name}={tensor_digest(state[name])};".encode("ascii"))
+    return h.hexdigest()
+
+
+def save_safetensors_atomic(tensors: Mapping[str, torch.Tensor], path, metadata: Optional[dict] = None) -> None:
+    """Write a safetensors file atomically (temp file in the same directory,
+    then ``os.replace``), tensors made contiguous; deterministic bytes for
+    equal inputs."""
+    from safetensors.torch import save_file
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, tmp,
+                  metadata=dict(metadata or {"format": "pt"}))
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json_atomic(obj, path) -> None:
+    """Write JSON (sorted keys, indent 2, trailing newline) atomically."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def copy_side_files(src_dir, dst_dir) -> list[str]:
+    """Copy tokenizer / generation config files (those of :data:`SIDE_FILES`
+    that exist) from ``src_dir`` to ``dst_dir``; returns the names copied."""
+    out = []
+    for name in SIDE_FILES:
+        src = Path(src_dir) / name
+        if src.is_file():
+            shutil.copyfile(src, Path(dst_dir) / name)
+            out.append(name)
+    return out
+
+
+def random_qwen3_config(**overrides) -> dict:
+    """A small Qwen3 ``config.json`` dict (defaults: vocab 512, hidden 256,
+    2 blocks, 4 query / 2 KV heads, head_dim 64, intermediate 1536, tied
+    embeddings, bf16) with ``overrides`` applied."""
+    cfg = {"architectures": [QWEN3_ARCH], "model_type": "qwen3", "vocab_size": 512, "hidden_size": 256,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+           "intermediate_size": 1536, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
+           "hidden_act": "silu", "attention_bias": False, "max_position_embeddings": 2048,
+           "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "rope_theta": 10000.0,
+           "use_sliding_window": False, "sliding_window": None, "dtype": "bfloat16"}
+    cfg.update(overrides)
+    return cfg
+
+
+def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> Path:
+    """Write a deterministic random bf16 Qwen3 checkpoint (for tests and
+    examples; loads with ``transformers.Qwen3ForCausalLM.from_pretrained``).
+
+    Weights ~ N(0, 0.02^2) (transformers' initializer range), norm gains
+    ~ 1 + N(0, 0.1^2) so they are not all ones. ``shards > 1`` writes
+    ``model-0000i-of-0000n.safetensors`` files plus ``model.safetensors.index.json``
+    (the Hugging Face sharded layout).
+
+    Returns:
+        ``Path(out_dir)``.
+    """
+    cfg = random_qwen3_config(**overrides)
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, shape in required_tensors(cfg).items():
+        if name.endswith("norm.weight") or "layernorm" in name:
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        else:
+            t = 0.02 * torch.randn(shape, generator=g)
+        state[name] = t.to(torch.bfloat16)
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(cfg, d / CONFIG_FILE)
+    names = sorted(state)
+    if shards <= 1:
+        save_safetensors_atomic(state, d / SINGLE_FILE)
+        return d
+    weight_map = {}
+    for i in range(shards):
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: state[n] for n in names[i::shards]}
+        save_safetensors_atomic(part, d / fname)
+        weight_map.update({n: fname for n in part})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    write_json_atomic({"metadata": {"total_size": total}, "weight_map": weight_map}, d / INDEX_FILE)
+    return d

@@ -1,0 +1,87 @@
+"""``int8conf check`` (in process) and ``pytest --kernel`` (subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.kernels import registry
+from buggy_kernels import make_kernel
+
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # holds buggy_kernels.py
+FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+
+
+def test_cli_check_conformant_and_not(tmp_path, capsys):
+    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 0
+    doc = json.loads((tmp_path / "cpu" / "conformance.json").read_text())
+    assert doc["overall"]["verdict"] == "pass" and len(doc["cases"]) == 22
+    out = capsys.readouterr().out
+    assert str(tmp_path / "cpu" / "conformance.md") in out
+    registry.register(make_kernel("chk-trunc", rounding="rtz"))
+    assert main(["check", "--kernel", "chk-trunc", "--out", str(tmp_path), *FAST]) == 1
+    doc = json.loads((tmp_path / "chk-trunc" / "conformance.json").read_text())
+    assert doc["overall"]["failed_checks"] == ["C5", "C8"]
+
+
+def test_cli_errors_are_one_line(capsys):
+    assert main(["check", "--kernel", "no_such_pkg_xyz.mod:fn", *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("int8conf: error: ") and "no_such_pkg_xyz" in err[0]
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+
+
+def _pytest(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_plugin_kernel_junit_and_reports(tmp_path):
+    rep = tmp_path / "out"
+    r = _pytest(tmp_path, "--kernel=cpu", "--kernel=buggy_kernels:truncating_kernel",
+                "--against=cpu", "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=2",
+                "--int8conf-no-model",
+                f"--int8conf-reports={rep}", "--junitxml=j.xml")
+    assert r.returncode == 1, r.stdout[-2000:]
+    cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
+    res: dict = {}
+    for c in cases:
+        failed = c.find("failure") is not None
+        res.setdefault(c.get("classname"), {})[c.get("name")] = failed
+    # the loaded kernel takes the name it declares (``declare(name="truncating")``)
+    assert set(res) == {"int8conf-cpu", "int8conf-truncating"}
+    # 22 synthetic cases + property + 22 pairwise items (cpu vs cpu: identical)
+    assert len(res["int8conf-cpu"]) == 45 and not any(res["int8conf-cpu"].values())
+    trunc = res["int8conf-truncating"]
+    # every synthetic case rounds some element away from zero under RNE, and
+    # differs from cpu although both declare the CUTLASS-style contract
+    syn = [k for k in trunc if k.startswith("synthetic/")]
+    pair = [k for k in trunc if k.startswith("pairwise/")]
+    assert len(syn) == len(pair) == 22 and all(trunc[k] for k in syn + pair)
+    assert json.loads((rep / "cpu" / "conformance.json").read_text())["overall"]["verdict"] == "pass"
+    doc = json.loads((rep / "truncating" / "conformance.json").read_text())
+    assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
+    assert doc["kernel"]["contract"]["scale_order"] == "w_then_a"
+    assert doc["pairwise"]["counts"] == {"differ-unexpected": 22}
+
+
+def test_plugin_bad_kernel_and_inactive(tmp_path):
+    r = _pytest(tmp_path, "--kernel=bogus_kernel_name")
+    assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == [f"ERROR: int8conf: unknown kernel 'bogus_kernel_name': not a built-in "
+                     f"{list(registry.BUILTINS)}, not registered, not 'pkg.module:function', "
+                     f"not an 'int8conf.kernels' entry point"]
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    r = _pytest(tmp_path)
+    assert r.returncode == 0 and "1 passed" in r.stdout and "int8conf" not in r.stdout

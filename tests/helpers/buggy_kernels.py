@@ -1,0 +1,178 @@
+"""Deliberately wrong (and one right) in-test kernels for the checks' tests, plus
+hand-made cases with bit patterns derived by hand / with numpy.
+
+Imported by the checks' and suite's tests (``tests/`` is on ``sys.path``, see
+``tests/conftest.py``) and, through ``--kernel=buggy_kernels:<fn>``, by the
+pytest-plugin subprocess tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+import torch
+
+from conformance.kernels import trace
+from conformance.kernels.loader import declare
+from conformance.kernels.spec import KernelSpec
+from reference.bits import round_fp32
+from reference.contract import CUTLASS_STYLE, EpilogueContract
+from reference.operands import GemmOperands
+
+TEST_DIGEST = "0" * 63 + "1"
+
+# --- hand-made cases -------------------------------------------------------
+
+#: bf16 tie: 1 + 3 * 2**-8 lies exactly halfway between bf16 0x3F81
+#: (1 + 2**-7) and 0x3F82 (1 + 2**-6); RNE picks the even mantissa 0x3F82,
+#: truncation keeps 0x3F81.
+TIE = 1.0 + 3 * 2.0 ** -8
+
+
+def tie_case(pow2: bool = False) -> GemmOperands:
+    """1x1x1 case, acc = 1; the product is the tie ``TIE``. pow2: the
+    per-channel scale is 1.0 (a power of two) and the per-token scale TIE."""
+    one = torch.ones((1, 1), dtype=torch.int8)
+    sa = torch.tensor([TIE if pow2 else 1.0], dtype=torch.float32)
+    sb = torch.tensor([1.0 if pow2 else TIE], dtype=torch.float32)
+    return GemmOperands(one, one.clone(), sa, sb, name="tie-pow2" if pow2 else "tie",
+                        scale_mode="pow2" if pow2 else "synthetic", meta={"source": "synthetic"})
+
+
+#: Scale order matters (found by a numpy search, values as float32 bits):
+#: acc = 545, s_a = 0x3D6C7C76, s_w = 0x39B48310:
+#: (acc*s_a)*s_w -> bf16 0x3C31, (acc*s_w)*s_a -> bf16 0x3C32.
+ORDER_SA_BITS, ORDER_SB_BITS = 0x3D6C7C76, 0x39B48310
+
+
+def _f32(bits: int) -> float:
+    return float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+
+
+def order_case() -> GemmOperands:
+    """1x5x1 case with acc = 127*4 + 37 = 545 and the scales above."""
+    a = torch.tensor([[127, 127, 127, 127, 37]], dtype=torch.int8)
+    b = torch.ones((1, 5), dtype=torch.int8)
+    sa = torch.tensor([_f32(ORDER_SA_BITS)], dtype=torch.float32)
+    sb = torch.tensor([_f32(ORDER_SB_BITS)], dtype=torch.float32)
+    return GemmOperands(a, b, sa, sb, name="order", meta={"source": "synthetic"})
+
+
+def bias_tie_case() -> GemmOperands:
+    """acc = 1, s_a = 1, s_w = 1 + 2**-8, bias = -1 (bf16). Bias in float32
+    before rounding: 2**-8 -> bf16 0x3B80. Bias after rounding: rnd(1 + 2**-8)
+    is a tie -> 1.0 (even), 1.0 - 1.0 = 0 -> 0x0000. Distance 0x3B80 = 15232."""
+    one = torch.ones((1, 1), dtype=torch.int8)
+    return GemmOperands(one, one.clone(), torch.tensor([1.0]), torch.tensor([1.0 + 2.0 ** -8]),
+                        bias=torch.tensor([-1.0], dtype=torch.bfloat16), name="bias-tie",
+                        meta={"source": "synthetic"})
+
+
+def const_case(k: int, value: int = -128) -> GemmOperands:
+    """1xKx1 case, every int8 equal to ``value``: acc = K * value**2."""
+    a = torch.full((1, k), value, dtype=torch.int8)
+    return GemmOperands(a, a.clone(), torch.tensor([2.0 ** -20]), torch.tensor([2.0 ** -10]),
+                        name=f"const-K{k}", meta={"source": "synthetic"})
+
+
+def sha_int8(t: torch.Tensor) -> str:
+    """Independent tensor digest: sha256 of 'torch.int8;<dims>;' + bytes."""
+    h = hashlib.sha256(f"torch.int8;{','.join(map(str, t.shape))};".encode())
+    h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# --- kernel emulation ------------------------------------------------------
+
+def exact_acc32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """int64 exact a @ b.T wrapped to int32 (independent of the reference)."""
+    acc = a.to(torch.int64) @ b.to(torch.int64).T
+    return (((acc + 2 ** 31) % 2 ** 32) - 2 ** 31).to(torch.int32)
+
+
+def emulate(acc: torch.Tensor, sa, sb, order: str, bias_point: str, bias, out_dtype,
+            rounding: str = "rne") -> torch.Tensor:
+    """Epilogue in torch float32 (IEEE RNE multiplies), final rounding ``rounding``."""
+    x = acc.to(torch.float32)
+    sa = sa.reshape(-1, 1).to(torch.float32)
+    sb = sb.reshape(1, -1).to(torch.float32)
+    y = (x * sa) * sb if order == "a_then_w" else (x * sb) * sa if order == "w_then_a" \
+        else x * (sa * sb)
+    if bias is not None and bias_point == "fp32_before_round":
+        y = y + bias.to(torch.float32)
+    out = round_fp32(y, out_dtype, rounding)
+    if bias is not None and bias_point == "after_round":
+        out = round_fp32(out.to(torch.float32) + bias.to(torch.float32), out_dtype, rounding)
+    return out
+
+
+def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, rounding: str = "rne",
+                order: str = None, bias_point: str = None, transpose_b: bool = False, acc_off_by_one: bool = False,
+                ran_digest: str = TEST_DIGEST, record_path: bool = True, raises: bool = False,
+                nan: bool = False, devices=("cpu",)) -> KernelSpec:
+    """A KernelSpec whose scaled_mm emulates ``contract`` with optional faults.
+
+    Args:
+        rounding: final rounding (``rtz`` = F4 output_truncation).
+        order: scale order actually used (default: the declared one; F3 if different).
+        bias_point: bias point actually used (default: the declared one; F5 if different).
+        transpose_b: consume ``b.T`` (square cases) and record it (F9-like, C2).
+        acc_off_by_one: the int_mm entry adds 1 at [0, 0] (C3 kernel failure).
+        ran_digest: source digest the kernel reports at run time (C1).
+        record_path: whether it reports its code path (C1).
+        raises: raise RuntimeError instead of computing.
+        nan: write NaN at [0, 0].
+    """
+    used = order or contract.scale_order
+    used_bias = bias_point or contract.bias_point
+
+    def int_mm(a, b):
+        acc = exact_acc32(a.cpu(), b.cpu())
+        if acc_off_by_one:
+            acc[0, 0] += 1
+        return acc
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        if raises:
+            raise RuntimeError("deliberate failure")
+        if transpose_b:
+            b = b.t().contiguous()
+        trace.record_operands(a, b, scale_a, scale_b, bias)
+        if record_path:
+            trace.record_path("test-emulation", source_digest=ran_digest)
+        out = emulate(exact_acc32(a, b), scale_a, scale_b, used, used_bias, bias,
+                      out_dtype, rounding)
+        if nan:
+            out[0, 0] = float("nan")
+        return out
+
+    return KernelSpec(name=name, scaled_mm=scaled_mm, contract=contract, devices=tuple(devices),
+                      source_digest=TEST_DIGEST, int_mm=int_mm, origin="test",
+                      description=f"test kernel {name}")
+
+
+def _trunc_int_mm(a, b):
+    return exact_acc32(a.cpu(), b.cpu())
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncating",
+         description="CUTLASS-style epilogue with round-toward-zero (fault F4)")
+def truncating_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Third-party-style kernel (loaded as ``test_chk_kernels:truncating_kernel``):
+    declares CUTLASS_STYLE but truncates the final conversion."""
+    trace.record_path("test-truncating")
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
+                   out_dtype, "rtz")
+
+
+# --- tests of the helpers themselves ---------------------------------------
+
+
+def exiting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """A kernel that ends the process (loaded by name, ``buggy_kernels:exiting_kernel``, by the CLI test)."""
+    sys.exit(3)
+
+
+exiting_kernel.int8conf_contract = "cutlass"
