@@ -14,7 +14,7 @@ with steps separated by ``;``)::
     cast <dtype> [rne|rtz]        round the current value to <dtype>
     mul <operand> [-> <dtype>]    current * operand, result dtype (default: current)
     add bias [-> <dtype>]         current + bias, result dtype (default: current)
-    fma <operand> bias [-> <dtype>]  fused: current * operand + bias, ONE rounding
+    fma <operand> bias|0 [-> <dtype>]  fused: current * operand + (bias or +0.0), ONE rounding
     <dtype>   := fp32 | bf16 | fp16 | out     (``out`` = the call's out_dtype)
     <operand> := a Python-syntax product of  s_a | s_w | <number> | bf16(..) | fp16(..) | fp32(..)
                  e.g.  s_a   s_a*s_w   (s_a*127)*(s_w*127)   6.200124e-05   bf16(s_a)
@@ -38,7 +38,7 @@ Semantics (every rounding is IEEE 754; ``rne`` = roundTiesToEven):
   RNE multiply (left to right, parentheses respected); ``bf16(x)`` /
   ``fp16(x)`` / ``fp32(x)`` round x to that dtype.
 * ``add bias`` with no bias in the call is skipped; ``fma c bias`` with no
-  bias adds ``+0.0`` (as bitsandbytes' kernel does). ``fma`` rounds
+  bias, and ``fma c 0``, add ``+0.0`` (as bitsandbytes' kernel does). ``fma`` rounds
   ``x * c + b`` once to float32 (C ``fmaf``), computed exactly here.
 * The last step must be a ``cast``; at evaluation its dtype must equal the
   call's ``out_dtype``.
@@ -78,7 +78,8 @@ class Step:
         dtype: target / result dtype name (``fp32``, ``bf16``, ``fp16``,
             ``out``) or None (= the current dtype; ``mul``/``add``/``fma`` only).
         operand: the operand expression text (``mul`` / ``fma``), else "".
-        rounding: ``rne`` or ``rtz`` (``cast`` only; arithmetic is RNE).
+        rounding: ``rne`` or ``rtz`` for ``cast`` (arithmetic is RNE); for
+            ``fma`` the addend, ``bias`` or ``0``.
         text: the normalized step text.
     """
 
@@ -170,11 +171,11 @@ def parse_step(text: str, i: int = 0) -> Step:
         return Step("add_bias", dt, "", "rne", t)
     if op == "fma":
         body, dt = _split_result(rest, i, text)
-        if not body.endswith(" bias"):
-            raise _err(i, text, "expected 'fma <operand> bias [-> dtype]'")
-        expr = body[: -len(" bias")].strip()
-        _check_operand(expr, i, text)
-        return Step("fma", dt, expr, "rne", t)
+        expr, _, addend = body.rpartition(" ")
+        if addend not in ("bias", "0") or not expr.strip():
+            raise _err(i, text, "expected 'fma <operand> bias|0 [-> dtype]'")
+        _check_operand(expr.strip(), i, text)
+        return Step("fma", dt, expr.strip(), addend, t)
     raise _err(i, text, f"unknown step {op!r} (use cast, mul, add bias, fma)")
 
 
@@ -206,16 +207,14 @@ class EpilogueSteps:
     def nearest_contract(self) -> EpilogueContract:
         """The standard :class:`EpilogueContract` closest in structure (used
         by C5/C6, which only need a scale order and a bias point): bias
-        ``after_round`` when a ``cast`` to ``out`` precedes the bias step,
-        else ``fp32_before_round``; scale order from the first ``mul`` whose
+        ``after_round`` when no ``cast`` follows the ``add bias`` step (the
+        bias is added in the output dtype), else ``fp32_before_round``; scale order from the first ``mul`` whose
         operand names exactly one scale (``s_a`` first -> ``a_then_w``),
         ``fused`` when one operand names both."""
-        order, bias_point, seen_out_cast = "a_then_w", "fp32_before_round", False
-        for s in self.steps:
-            if s.op == "cast" and s.dtype == "out":
-                seen_out_cast = True
-            if s.op == "add_bias" and seen_out_cast:
-                bias_point = "after_round"
+        order, bias_point = "a_then_w", "fp32_before_round"
+        ops = [s.op for s in self.steps]
+        if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1:]:
+            bias_point = "after_round"
         names = []
         for s in self.steps:
             if s.op in ("mul", "fma"):
@@ -388,7 +387,8 @@ def apply_steps(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     val = _round_to(val, cur)
             else:  # fma
                 opnd = _eval_operand(ast.parse(st.operand, mode="eval").body, sa, sw)
-                b = bf if bf is not None else torch.zeros((), dtype=torch.float32)
+                b = bf if (bf is not None and st.rounding == "bias") \
+                    else torch.zeros((), dtype=torch.float32)
                 cur = _resolve(st.dtype, cur, out_dtype)
                 val = _round_to(_fma_fp32(val, opnd, b), cur)
         if cur != out_dtype:

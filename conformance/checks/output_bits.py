@@ -116,10 +116,31 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
+    steps = _declared_steps(spec, ops, run)
+    if steps is not None:  # a step-list declaration (reference.epilogue_steps)
+        from reference.epilogue_steps import apply_steps, steps_label
+        ref = apply_steps(exact, ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
+                          bias=None if ops.bias is None else ops.bias.cpu(),
+                          out_dtype=ops.out_dtype)
+        n_over, ev = compare_bits(run.output, ref, 0, ops, exact)
+        ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
+        return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
     ref = reference_output(ops, spec.contract, exact)
     n_over, ev = compare_bits(run.output, ref, 0, ops, exact)
     ev["contract"] = spec.contract.to_dict()
     return _result(C8, name, n_over, ev, f"declared contract {spec.contract.label()}")
+
+
+def _declared_steps(spec, ops, run):
+    """The kernel's declared step list for this call's device / out dtype, or
+    None (no ``steps`` declared, or none for this device: then the standard
+    ``contract`` applies)."""
+    decl = getattr(spec, "steps", None)
+    if decl is None:
+        return None
+    from reference.epilogue_steps import select_steps
+    dev = (run.manifest or {}).get("device") or "cpu"
+    return select_steps(decl, dev, ops.out_dtype)
 
 
 def _is_pow2(s: Tensor) -> Tensor:

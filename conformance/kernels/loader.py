@@ -83,6 +83,23 @@ class KernelDeclaration:
     name: str = ""
     version: str = "0"
     description: str = ""
+    steps: Optional[object] = None
+
+
+def _contract_and_steps(contract) -> tuple:
+    """``(EpilogueContract, steps or None)``: a step list / mapping / named
+    step list (``reference.epilogue_steps``) declares steps, and its nearest
+    standard contract; anything else goes through :func:`parse_contract`."""
+    from reference.epilogue_steps import EpilogueSteps, parse_declared
+    if isinstance(contract, (list, tuple, EpilogueSteps, dict)) and not (
+            isinstance(contract, dict) and "scale_order" in contract):
+        steps = parse_declared(contract)
+        first = steps if isinstance(steps, EpilogueSteps) else next(iter(steps.values()))
+        return first.nearest_contract(), steps
+    if isinstance(contract, str) and ";" in contract:
+        steps = parse_declared(contract)
+        return steps.nearest_contract(), steps
+    return parse_contract(contract), None
 
 
 def parse_contract(value) -> EpilogueContract:
@@ -119,9 +136,10 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
     """
     if convention not in CONVENTIONS:
         raise ContractError(f"convention={convention!r} is not one of {CONVENTIONS}")
-    decl = KernelDeclaration(parse_contract(contract), tuple(devices),
+    contract, steps = _contract_and_steps(contract)
+    decl = KernelDeclaration(contract, tuple(devices),
                              constraints or ShapeConstraints(), int_mm, convention, name,
-                             version, description)
+                             version, description, steps)
 
     def wrap(fn: Callable) -> Callable:
         fn.int8conf = decl
@@ -160,8 +178,9 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         cons = getattr(obj, "int8conf_constraints", None)
         if isinstance(cons, dict):
             cons = ShapeConstraints(**cons)
+        contract, attr_steps = _contract_and_steps(contract)
         base = KernelDeclaration(
-            contract=parse_contract(contract),
+            contract=contract, steps=attr_steps,
             devices=tuple(getattr(obj, "int8conf_devices", ("cpu",))),
             constraints=cons or ShapeConstraints(),
             int_mm=getattr(obj, "int8conf_int_mm", None),
@@ -171,7 +190,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             description=getattr(obj, "int8conf_description", ""))
     over = {}
     if "contract" in query:
-        over["contract"] = parse_contract(query["contract"])
+        over["contract"], over["steps"] = _contract_and_steps(query["contract"])
     if "convention" in query:
         over["convention"] = query["convention"]
     if "devices" in query:
@@ -220,7 +239,8 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         name=decl.name or name, scaled_mm=fn, contract=decl.contract, devices=decl.devices,
         constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
         int_mm=decl.int_mm, origin=origin,
-        description=decl.description or f"{origin} ({decl.convention} convention)")
+        description=decl.description or f"{origin} ({decl.convention} convention)",
+        steps=decl.steps)
 
 
 def _first_line(e: BaseException) -> str:

@@ -118,6 +118,10 @@ def get_kernel(name: str) -> KernelSpec:
         return _builtin(name)
     if name in _REGISTERED:
         return _REGISTERED[name]
+    from conformance.kernels import adapters  # torchao, bnb, vLLM-family (optional libraries)
+    adapted = adapters.lookup(name)
+    if adapted is not None:
+        return adapted
     if ":" in name.split("?", 1)[0]:
         return loader.load_module_function(name)
     spec = loader.load_entry_point(name)

@@ -69,6 +69,12 @@ class KernelSpec:
         origin: where it came from (``builtin``, ``module:pkg.mod:fn``,
             ``entry-point:name``).
         description: one line for reports.
+        steps: optional declared epilogue *step list*
+            (``reference.epilogue_steps``: an EpilogueSteps, or a mapping
+            ``"cpu"`` / ``"cuda"`` / ``"cuda/float16"`` / ``"*"`` -> steps for a
+            library whose path differs by device or out dtype). When set, C8
+            holds the kernel to it; ``contract`` is then its nearest standard
+            contract (used by C5/C6 for the bias point).
     """
 
     name: str
@@ -81,6 +87,7 @@ class KernelSpec:
     int_mm: Optional[Callable] = None
     origin: str = "builtin"
     description: str = ""
+    steps: Optional[object] = None
 
     def manifest(self) -> dict:
         """JSON-able declared manifest (no callables)."""
@@ -94,4 +101,10 @@ class KernelSpec:
             "has_int_mm": self.int_mm is not None,
             "origin": self.origin,
             "description": self.description,
+            **({"steps": _steps_dict(self.steps)} if self.steps is not None else {}),
         }
+
+
+def _steps_dict(steps) -> dict:
+    from reference.epilogue_steps import declared_to_dict
+    return declared_to_dict(steps)

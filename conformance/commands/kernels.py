@@ -1,0 +1,81 @@
+"""``int8conf kernels``: every kernel int8conf knows -- built-ins, adapters for
+the field's libraries (torchao, bitsandbytes, vLLM-family), registered and
+entry-point kernels -- with availability here and the reason when not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    """Add the ``kernels`` subcommand."""
+    p = subparsers.add_parser(
+        "kernels", help="list the kernels int8conf can run, with availability",
+        description="List built-in and adapted kernels: name, origin, devices, declared "
+                    "epilogue, availability on this machine (and why not).")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def kernel_rows() -> list[dict]:
+    """One dict per known kernel: ``name, origin, devices, available, reason,
+    contract, steps, version``."""
+    from conformance.kernels import adapters
+    from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel, list_kernels
+    from reference.epilogue_steps import declared_to_dict
+
+    rows = []
+    for name in list_kernels():
+        if name in BUILTINS:
+            ok, why = builtin_available(name)
+        else:
+            ok, why = True, ""
+        row = {"name": name, "origin": "builtin" if name in BUILTINS else "registered/entry-point",
+               "available": bool(ok), "reason": why or ""}
+        try:
+            spec = get_kernel(name)
+            row.update(devices=list(spec.devices), contract=spec.contract.label(),
+                       steps=declared_to_dict(spec.steps), version=spec.version)
+        except Exception as e:  # noqa: BLE001 -- one line per broken kernel
+            row.update(available=False, reason=str(e).splitlines()[0] if str(e) else repr(e))
+        rows.append(row)
+    for name, info in adapters.ADAPTERS.items():
+        ok, why = adapters.availability(name)
+        row = {"name": name, "origin": f"adapter ({info.requires[0]})", "available": ok,
+               "reason": why, "devices": list(info.devices), "description": info.description}
+        if ok:
+            spec = adapters.make_spec(name)
+            row.update(contract=spec.contract.label(), steps=declared_to_dict(spec.steps),
+                       version=spec.version)
+        rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the kernel list; exit 0."""
+    rows = kernel_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="int8conf kernels")
+    for c in ("name", "origin", "devices", "available", "declared epilogue / reason"):
+        t.add_column(c)
+    for r in rows:
+        if r["available"]:
+            st = r.get("steps")
+            if st and "steps" in st:
+                what = "; ".join(st["steps"])
+            elif st:
+                what = " | ".join(f"{k}: {'; '.join(v['steps'])}" for k, v in st.items())
+            else:
+                what = r.get("contract", "")
+        else:
+            what = r["reason"]
+        t.add_row(r["name"], r["origin"], ",".join(r.get("devices", [])),
+                  "yes" if r["available"] else "no", what)
+    Console().print(t)
+    return 0

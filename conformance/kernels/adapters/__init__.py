@@ -1,0 +1,139 @@
+"""Adapters for the field's real int8 kernels, loaded only when their library
+is installed (optional extras ``torchao``, ``bnb``; never a hard dependency).
+
+Each adapter module exposes ``make_spec(name) -> KernelSpec`` and declares
+the epilogue the library's *own code* implements, as a step list
+(``reference.epilogue_steps``) read from the library's source and cited in
+the module docstring with version and file. :data:`ADAPTERS` is the
+catalogue: ``int8conf kernels`` lists it with availability, the registry
+resolves its names (``--kernel=torchao``, ``--kernel=bnb``, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Optional
+
+from reference.errors import KernelLoadError
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """One adapted kernel.
+
+    Attributes:
+        name: the ``--kernel`` name.
+        module: adapter module (``conformance.kernels.adapters.<lib>``).
+        requires: import names that must be importable (the library).
+        install: how to install it (shown when unavailable).
+        devices: devices the library path runs on.
+        description: one line for ``int8conf kernels``.
+    """
+
+    name: str
+    module: str
+    requires: tuple
+    install: str
+    devices: tuple
+    description: str
+
+
+_TA = "conformance.kernels.adapters.torchao"
+_BNB = "conformance.kernels.adapters.bnb"
+_VL = "conformance.kernels.adapters.vllm"
+ADAPTERS: dict[str, AdapterInfo] = {a.name: a for a in (
+    AdapterInfo("torchao", _TA, ("torchao",), "pip install 'int8conf[torchao]'", ("cuda", "cpu"),
+                "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel "
+                "rescale and bias (quantization/utils.py)"),
+    AdapterInfo("torchao-w8a8", _TA, ("torchao",), "pip install 'int8conf[torchao]'",
+                ("cuda", "cpu"),
+                "torchao Int8DynamicActivationInt8Weight linear (Int8Tensor, float32 activation "
+                "scales): bf16 rounding between the two scale multiplies"),
+    AdapterInfo("torchao-w8a8-bf16", _TA, ("torchao",), "pip install 'int8conf[torchao]'",
+                ("cuda", "cpu"),
+                "the same Int8Tensor linear with bf16 activation scales: the int32 accumulator "
+                "is cast to bf16 before any scale"),
+    AdapterInfo("torchao-triton", _TA, ("torchao", "triton"), "pip install 'int8conf[torchao]'",
+                ("cuda",),
+                "torchao int_scaled_matmul through its autotuned Triton kernel "
+                "(TORCHAO_AUTOTUNER_ENABLE path; CUDA only)"),
+    AdapterInfo("bnb", _BNB, ("bitsandbytes",), "pip install 'int8conf[bnb]'", ("cuda", "cpu"),
+                "bitsandbytes int8_linear_matmul + int8_mm_dequant (LLM.int8 int8 path: absmax "
+                "statistics, constant 1/127^2, float16 output)"),
+    AdapterInfo("vllm-cutlass", _VL, ("vllm",), "pip install vllm (CUDA)", ("cuda",),
+                "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter"),
+    AdapterInfo("vllm-triton", _VL, ("vllm",), "pip install vllm (CUDA)", ("cuda",),
+                "vLLM triton_scaled_mm through the vLLM-convention adapter"),
+    AdapterInfo("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",),
+                "sgl-kernel int8_scaled_mm through the vLLM-convention adapter"),
+)}
+
+
+def availability(name: str) -> tuple[bool, str]:
+    """``(available, reason)`` for adapter ``name`` on this machine: every
+    required module is importable and the adapter builds its spec.
+
+    Raises:
+        KernelLoadError: unknown adapter name.
+    """
+    info = _info(name)
+    for mod in info.requires:
+        if importlib.util.find_spec(mod) is None:
+            return False, f"{mod} is not installed ({info.install})"
+    try:
+        make_spec(name)
+    except KernelLoadError as e:
+        return False, str(e)
+    return True, ""
+
+
+def _info(name: str) -> AdapterInfo:
+    if name not in ADAPTERS:
+        raise KernelLoadError(f"unknown adapter {name!r}: one of {sorted(ADAPTERS)}")
+    return ADAPTERS[name]
+
+
+_CACHE: dict = {}
+
+
+def make_spec(name: str):
+    """The KernelSpec of adapter ``name`` (imports its library).
+
+    Raises:
+        KernelLoadError: one line: unknown name, library missing or failing to import.
+    """
+    if name in _CACHE:
+        return _CACHE[name]
+    info = _info(name)
+    try:
+        mod = importlib.import_module(info.module)
+        spec = mod.make_spec(name)
+    except KernelLoadError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a broken install must be one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise KernelLoadError(f"adapter {name!r}: {type(e).__name__}: {msg} "
+                              f"({info.install})") from None
+    _CACHE[name] = spec
+    return spec
+
+
+def available_adapters() -> list[str]:
+    """Names of the adapters usable here, catalogue order."""
+    return [n for n in ADAPTERS if availability(n)[0]]
+
+
+def lookup(name: str) -> Optional[object]:
+    """KernelSpec for an adapter name, None when ``name`` is not an adapter.
+
+    Raises:
+        KernelLoadError: it is an adapter but its library is unavailable.
+    """
+    if name not in ADAPTERS:
+        return None
+    ok, why = availability(name)
+    if not ok:
+        raise KernelLoadError(f"kernel {name!r} is unavailable here: {why}")
+    return make_spec(name)

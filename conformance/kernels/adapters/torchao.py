@@ -1,0 +1,182 @@
+"""torchao adapters (read from torchao 0.18.0; install: ``pip install 'int8conf[torchao]'``).
+
+Facts from the installed source (``site-packages/torchao``, version 0.18.0):
+
+* ``torchao/kernel/intmm.py``, ``int_scaled_matmul(a[M,K], b[K,N], scales1[M,1])``:
+  on the CPU (``_int_scaled_matmul_cpu``) ``c = torch._int_mm(a, b)`` (or the
+  u8s8 variant ``_int_mm(a+128 as uint8, b) - 128 * colsum(b)`` on
+  AVX512-VNNI machines without AMX, torch >= 2.12 -- the same exact int32),
+  then ``c.to(scales1.dtype) * scales1``; on CUDA ``safe_int_mm(a, b) *
+  scales1`` (int32 * float promotes to the scale's dtype), or with
+  ``TORCHAO_AUTOTUNER_ENABLE=1`` the Triton kernel of
+  ``torchao/kernel/intmm_triton.py`` whose epilogue stores ``acc * tmp0``
+  (int32 accumulator times the row scale, in the scale's dtype).
+  ``safe_int_mm`` on CUDA: K or N not a multiple of 8 -> exact int32 matmul
+  on the CPU; otherwise ``torch._int_mm`` (cuBLASLt), and if that raises (it
+  does for M <= 16) ``torch.matmul(a.float(), b.float()).to(int32)`` -- a
+  float32 GEMM, exact only while partial sums stay below 2**24.
+* ``torchao/quantization/utils.py``, ``_quant_int8_per_token_matmul``:
+  ``y = int_scaled_matmul(x, w_t, x_scales) * w_scales`` then
+  ``y.to(output_dtype)``; ``_quant_int8_dynamic_per_token_linear`` adds the
+  bias after that (``mm_out + bias``, in the output dtype). Adapter
+  ``torchao``: ``cast fp32; mul s_a; mul s_w; cast out; add bias`` (=
+  ``a_then_w/after_round``).
+* ``torchao/quantization/quantize_/workflows/int8/int8_tensor.py``, the
+  ``aten.linear`` implementation of ``Int8Tensor`` (what
+  ``quantize_(model, Int8DynamicActivationInt8WeightConfig())`` runs; lines
+  ~296-330): activation scales from ``Int8Tensor.from_hp`` are float32
+  (``scale_dtype=torch.float32``); ``intermediate_dtype = x_scales.dtype``
+  (float32, or float32 for half scales, else the scale's dtype);
+  ``y_dot_scaled = int_scaled_matmul(x, w_t, x_scales.to(intermediate_dtype))
+  .to(output_dtype)`` -- a rounding to the activation dtype (bf16) *between*
+  the two scale multiplies --; ``y = y_dot_scaled * w_scales.flatten()``
+  (bf16 [M,N] * float32 [N] promotes to float32); ``y += bias``;
+  ``y.to(output_dtype)``. Adapter ``torchao-w8a8``: ``cast fp32; mul s_a;
+  cast out; mul s_w -> fp32; add bias; cast out``. With bf16 activation
+  scales (``torchao-w8a8-bf16``: the intermediate dtype is bf16, so
+  ``c.to(bfloat16)`` rounds the int32 accumulator to 8 significand bits):
+  ``cast bf16; mul bf16(s_a) -> bf16; cast out; mul s_w -> fp32; add bias;
+  cast out``.
+
+The adapters call the library's own ``int_scaled_matmul`` /
+``_quant_int8_per_token_matmul``; the Int8Tensor composition around
+``int_scaled_matmul`` is replayed line for line from the file above (building
+an ``Int8Tensor`` from already-quantized int8 operands and given scales has
+no public entry).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import torch
+
+from conformance.kernels import trace
+from conformance.kernels._digest import module_digest
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from reference.epilogue_steps import parse_steps
+
+STEPS = {
+    "torchao": parse_steps(["cast fp32", "mul s_a", "mul s_w", "cast out", "add bias"],
+                           name="torchao int_scaled_matmul + per-channel rescale"),
+    "torchao-w8a8": parse_steps(["cast fp32", "mul s_a", "cast out", "mul s_w -> fp32",
+                                 "add bias", "cast out"],
+                                name="torchao Int8Tensor linear (fp32 act scales)"),
+    "torchao-w8a8-bf16": parse_steps(["cast bf16", "mul bf16(s_a) -> bf16", "cast out",
+                                      "mul s_w -> fp32", "add bias", "cast out"],
+                                     name="torchao Int8Tensor linear (bf16 act scales)"),
+}
+STEPS["torchao-triton"] = STEPS["torchao"]
+
+
+def _cols(scale_a, scale_b, m: int, n: int):
+    sa = scale_a.reshape(-1)
+    sb = scale_b.reshape(-1)
+    sa = (sa.expand(m) if sa.numel() == 1 else sa).reshape(m, 1).contiguous()
+    sb = (sb.expand(n) if sb.numel() == 1 else sb).contiguous()
+    return sa, sb
+
+
+def _record(a, b, autotune: bool) -> None:
+    """Name the path torchao takes for this call (C1 evidence)."""
+    from torchao.utils import _cpu_is_amx_tile_supported, _cpu_is_vnni_supported
+    m, k = a.shape
+    n = b.shape[0]
+    if a.device.type == "cpu":
+        u8 = (not _cpu_is_amx_tile_supported()) and _cpu_is_vnni_supported() \
+            and tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
+        trace.record_path("torchao/cpu-" + ("u8s8-int_mm" if u8 else "s8s8-int_mm"))
+    elif autotune:
+        trace.record_path("torchao/cuda-triton-autotuned")
+    elif k % 8 or n % 8:
+        trace.record_path("torchao/cuda-safe_int_mm-cpu-int32-fallback")
+    elif m <= 16:
+        trace.record_path("torchao/cuda-safe_int_mm-fp32-matmul-fallback",
+                          note="torch._int_mm rejects M<=16; safe_int_mm falls back to a "
+                               "float32 matmul")
+    else:
+        trace.record_path("torchao/cuda-safe_int_mm-cublas")
+
+
+def _with_autotuner(on: bool):
+    """Context toggling torchao's module-level AUTOTUNER_ENABLE (read at call time)."""
+    import contextlib
+
+    import torchao.kernel.intmm as intmm
+
+    @contextlib.contextmanager
+    def ctx():
+        old = intmm.AUTOTUNER_ENABLE
+        intmm.AUTOTUNER_ENABLE = on
+        try:
+            yield
+        finally:
+            intmm.AUTOTUNER_ENABLE = old
+    return ctx()
+
+
+def _per_token_linear(autotune: bool):
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        from torchao.quantization.utils import _quant_int8_per_token_matmul
+        m, n = a.shape[0], b.shape[0]
+        sa, sb = _cols(scale_a, scale_b, m, n)
+        _record(a, b, autotune)
+        with _with_autotuner(autotune):
+            y = _quant_int8_per_token_matmul(a, sa, b.t(), sb, output_dtype=out_dtype)
+        if bias is not None:  # _quant_int8_dynamic_per_token_linear: mm_out + bias
+            y = y + bias
+        return y
+    return scaled_mm
+
+
+def _int8_tensor_linear(bf16_scales: bool):
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        from torchao.kernel import int_scaled_matmul
+        m, n = a.shape[0], b.shape[0]
+        sa, sb = _cols(scale_a, scale_b, m, n)
+        x_scales = sa.to(torch.bfloat16) if bf16_scales else sa
+        output_dtype = out_dtype
+        _record(a, b, False)
+        # int8_tensor.py, aten.linear of Int8Tensor (act_quant_kwargs path), verbatim order:
+        w_vals_int8_t = b.contiguous().t()
+        intermediate_dtype = torch.float if x_scales.dtype == torch.half else x_scales.dtype
+        y_dot_scaled = int_scaled_matmul(
+            a, w_vals_int8_t, x_scales.reshape(-1, 1).to(intermediate_dtype)).to(output_dtype)
+        w_scales = sb.reshape(n, 1)  # Int8Tensor weight scale: float32 [N, 1]
+        y = y_dot_scaled * w_scales.flatten()
+        if bias is not None:
+            y += bias
+        return y.to(output_dtype)
+    return scaled_mm
+
+
+def _int_mm(a, b):
+    from torchao.kernel import safe_int_mm
+    return safe_int_mm(a, b.t())
+
+
+def make_spec(name: str) -> KernelSpec:
+    """KernelSpec for ``torchao``, ``torchao-w8a8``, ``torchao-w8a8-bf16`` or
+    ``torchao-triton`` (module docstring: source and declared steps).
+
+    Raises:
+        ImportError: torchao missing (the catalogue turns it into one line).
+    """
+    import torchao
+    import torchao.kernel.intmm as intmm
+
+    version = getattr(torchao, "__version__", None) or importlib.metadata.version("torchao")
+    digest = module_digest(intmm.__file__)
+    if name in ("torchao", "torchao-triton"):
+        fn = _per_token_linear(name == "torchao-triton")
+    else:
+        fn = _int8_tensor_linear(name == "torchao-w8a8-bf16")
+    steps = STEPS[name]
+    devices = ("cuda",) if name == "torchao-triton" else ("cuda", "cpu")
+    if name == "torchao-triton" and intmm.intmm_triton is None:
+        raise ImportError("torchao.kernel.intmm_triton did not import (no triton)")
+    return KernelSpec(
+        name=name, scaled_mm=fn, contract=steps.nearest_contract(), devices=devices,
+        constraints=ShapeConstraints(note="any shape; CUDA path depends on M<=16 and K,N % 8"),
+        version=f"torchao {version}", source_digest=digest, int_mm=_int_mm,
+        origin=f"adapter:{name}", description=f"torchao {version}: {steps.name}", steps=steps)
