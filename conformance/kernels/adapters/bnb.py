@@ -16,8 +16,9 @@ Facts from the installed source (``site-packages/bitsandbytes``, 0.50.2):
   (``bitsandbytes::int8_mm_dequant``, "default"): ``out = A_calc *
   (row_stats * col_stats) * 6.200124e-05``; ``out += bias``;
   ``out.to(float16)``. The constant is **6.200124e-05**, not
-  ``1/127**2 = 6.2000124e-05`` (float32 ``0x3882095F`` vs ``0x38820834``: 299
-  float32 spacings apart; the CUDA kernel uses ``6.200012e-05f``).
+  ``1/127**2 = 6.2000124e-05``: float32 ``0x388206AA`` vs ``0x38820610``, 154
+  float32 spacings (relative 1.8e-5) apart; the CUDA kernel's
+  ``6.200012e-05f`` is ``0x38820610``, the float32 nearest to 1/127**2.
   int8_linear_matmul on the CPU: ``torch._int_mm`` when torch >= 2.6 and
   the CPU has AVX-512 (``backends/cpu/ops.py``), else a float32 matmul
   (``backends/default/ops.py``: ``torch.matmul(A.float(), B.float().t())``,

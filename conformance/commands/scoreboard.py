@@ -1,0 +1,66 @@
+"""``int8conf scoreboard``: every available kernel (built-in and adapted) on
+the same cases; writes ``reports/scoreboard/`` (JSON, Markdown, PNG,
+reproducers). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
+it reproduces, 0 when it does not)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return v
+
+
+def register(subparsers) -> None:
+    """Add the ``scoreboard`` subcommand."""
+    p = subparsers.add_parser(
+        "scoreboard", help="run every available kernel on the same cases; write a scoreboard",
+        description="Run built-in and adapted kernels (torchao, bitsandbytes, vLLM-family when "
+                    "installed) on one case set; write <out>/scoreboard.{json,md,png} and "
+                    "reproducers for every failure.")
+    p.add_argument("--out", default="reports/scoreboard", metavar="DIR",
+                   help="output directory (default: reports/scoreboard)")
+    p.add_argument("--kernel", action="append", metavar="NAME",
+                   help="only these kernels (repeatable; default: every available one)")
+    p.add_argument("--device", action="append", choices=("cpu", "cuda"),
+                   help="only these devices (default: cpu, plus cuda when present)")
+    p.add_argument("--quick", action="store_true", help="four small synthetic cases only")
+    p.add_argument("--captures", type=int, default=2, metavar="N",
+                   help="captured layers of the default model per scale mode (default 2)")
+    p.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
+                   help="seconds per case before the worker is killed (default 60)")
+    p.add_argument("--warmup-timeout", type=_positive_float, default=300.0, metavar="S",
+                   help="seconds for a row's worker start + warm-up call (default 300)")
+    p.add_argument("--repro", metavar="FILE", default=None,
+                   help="re-run one saved reproducer alone and report whether it still fails")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the scoreboard (exit 0) or one reproducer (exit 1 reproduced, 0 not)."""
+    from conformance import scoreboard as sb
+    from reference.errors import Int8confError
+
+    if args.repro:
+        ok, line = sb.rerun_repro(args.repro)
+        print(("REPRODUCED " if ok else "NOT REPRODUCED ") + line)
+        return 1 if ok else 0
+    if args.captures < 0:
+        raise Int8confError(f"--captures {args.captures}: expected an integer >= 0")
+    cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
+    doc = sb.run_scoreboard(args.out, kernels=args.kernel, devices=args.device, cases=cases,
+                            case_timeout=args.case_timeout, warmup_timeout=args.warmup_timeout,
+                            quiet=args.quiet)
+    for r in doc["rows"]:
+        print(f"{r['kernel']:>18}@{r['device']:<4} {r['overall']:<15} "
+              f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}")
+    print(f"wrote {args.out}/scoreboard.json, scoreboard.md, scoreboard.png")
+    return 0
