@@ -177,8 +177,13 @@ class _Pool:
 
 
 def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
-            warmup_timeout: float, progress=None, task=None) -> Row:
+            warmup_timeout: float, progress=None, task=None, give_up_after: int = 2) -> Row:
     """Run one kernel on one device over ``cases`` in a worker process.
+
+    A case that exceeds ``case_timeout`` seconds kills the worker (restarted
+    for the next case); after ``give_up_after`` consecutive timeouts the rest
+    of the row is recorded as not attempted (a shape-autotuning kernel would
+    otherwise spend minutes per case).
 
     Returns:
         Row (timeouts recorded per case, never raised).
@@ -207,8 +212,15 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
             row.cases[case_id(ops)] = {"verdict": "timeout", "checks": {}, "error": row.error}
         return row
     row.warmup_s = time.perf_counter() - tw
+    streak = 0
     for i, ops in enumerate(cases):
         cid = case_id(ops)
+        if streak >= give_up_after:
+            row.cases[cid] = {"verdict": "timeout", "checks": {},
+                              "error": f"not attempted: {streak} consecutive timeouts"}
+            if progress is not None:
+                progress.advance(task)
+            continue
         if pool.proc is None:
             why = pool.start(warmup_timeout)
             if why:
@@ -218,7 +230,9 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
         if got is None:
             row.cases[cid] = {"verdict": "timeout", "checks": {},
                               "error": f"case exceeded {case_timeout:.0f} s (worker restarted)"}
+            streak += 1
         else:
+            streak = 0
             _idx, res, out = got
             row.cases[cid] = res
             if out is not None:
@@ -376,7 +390,7 @@ def rerun_repro(path) -> tuple[bool, str]:
     return ok, line
 
 
-def _write_repros(out_dir: Path, rows, cases) -> dict:
+def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> dict:
     """Save a reproducer per failing (row, check); returns
     ``{row_key: {check: {"file", "command", "minimal", "case"}}}``."""
     from conformance.cases import case_id
@@ -411,9 +425,54 @@ def _write_repros(out_dir: Path, rows, cases) -> dict:
                 links.setdefault(key, {})[chk] = {
                     "file": f"repro/{fname}", "case": cid_case, "minimal": minimal,
                     "shape": [target.m, target.k, target.n],
-                    "command": f"int8conf scoreboard --repro {out_dir / 'repro' / fname}",
+                    "command": f"int8conf scoreboard --repro {(root or out_dir) / 'repro' / fname}",
                     "summary": c.get("summary", "")}
     return links
+
+
+# ------------------------------------------------------------------ raw rows (merge)
+
+def save_raw(out_dir: Path, rows) -> None:
+    """Write ``raw.json`` (per-case results of every row) and
+    ``outputs.safetensors`` (every output, key ``<kernel>@<device>|<case>``)
+    so a scoreboard from another machine can be merged (``--merge``)."""
+    from safetensors.torch import save
+    from reference.fileio import atomic_write_bytes, atomic_write_json
+
+    raw = [{"kernel": r.kernel, "device": r.device, "spec": r.spec, "cases": r.cases,
+            "error": r.error, "elapsed_s": r.elapsed_s, "warmup_s": r.warmup_s} for r in rows]
+    atomic_write_json(out_dir / "raw.json", raw)
+    tensors = {f"{r.kernel}@{r.device}|{cid}": o.contiguous()
+               for r in rows for cid, o in r.outputs.items()}
+    atomic_write_bytes(out_dir / "outputs.safetensors", save(tensors))
+
+
+def load_raw(src: Path) -> list:
+    """Rows saved by :func:`save_raw` in directory ``src``.
+
+    Raises:
+        Int8confError: missing or unreadable files.
+    """
+    from safetensors.torch import load_file
+
+    src = Path(src)
+    if not (src / "raw.json").is_file() or not (src / "outputs.safetensors").is_file():
+        raise Int8confError(f"--merge {str(src)!r}: needs raw.json and outputs.safetensors "
+                            f"(written by 'int8conf scoreboard --save-outputs')")
+    try:
+        raw = json.loads((src / "raw.json").read_text())
+        outs = load_file(str(src / "outputs.safetensors"))
+    except Exception as e:  # noqa: BLE001
+        raise Int8confError(f"--merge {str(src)!r}: unreadable ({type(e).__name__})") from None
+    rows = []
+    for d in raw:
+        r = Row(d["kernel"], d["device"], d.get("spec") or {}, d.get("cases") or {},
+                error=d.get("error"), elapsed_s=d.get("elapsed_s", 0.0),
+                warmup_s=d.get("warmup_s", 0.0))
+        key = f"{r.kernel}@{r.device}|"
+        r.outputs = {k[len(key):]: v for k, v in outs.items() if k.startswith(key)}
+        rows.append(r)
+    return rows
 
 
 # ------------------------------------------------------------------ report
@@ -531,7 +590,7 @@ def render_png(doc: dict, path: Path) -> None:
     ax0.set_yticks(range(n), keys, fontsize=8)
     ax0.invert_yaxis()
     ax0.set_xticks([])
-    ax0.set_title("verdict vs declared epilogue", fontsize=9)
+    ax0.set_title("overall verdict (C1-C8; C8 = own declared epilogue)", fontsize=9)
     im = ax1.imshow(frac, vmin=0, vmax=1, cmap="viridis")
     ax1.set_xticks(range(n), keys, rotation=60, ha="right", fontsize=8)
     ax1.set_yticks(range(n), keys, fontsize=8)
@@ -576,7 +635,8 @@ def default_kernels() -> list[str]:
 def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]] = None,
                    devices: Optional[Sequence[str]] = None, cases: Optional[Sequence] = None,
                    case_timeout: float = 60.0, warmup_timeout: float = 300.0,
-                   quiet: bool = False) -> dict:
+                   quiet: bool = False, jobs: int = 1, merge: Sequence = (),
+                   save_outputs: bool = False, report_root: Optional[str] = None) -> dict:
     """Run the scoreboard and write its files.
 
     Args:
@@ -587,6 +647,13 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
         cases: GemmOperands (default :func:`scoreboard_cases`).
         case_timeout, warmup_timeout: seconds.
         quiet: no progress bar.
+        jobs: rows run concurrently (each in its own worker process).
+        merge: directories of scoreboards saved with ``save_outputs`` on
+            other machines (same case set): their rows (and reproducers) are
+            added, the spacing and interchangeability tables span all rows.
+        save_outputs: also write ``raw.json`` + ``outputs.safetensors``.
+        report_root: directory named in the reproducer commands (default
+            ``out_dir``), e.g. ``reports/scoreboard`` when writing elsewhere.
 
     Returns:
         the scoreboard document (also written as JSON / Markdown / PNG).
@@ -610,15 +677,47 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
         for d in devs:
             if d in spec.devices:
                 plan.append((nm, d))
-    rows = []
+    from concurrent.futures import ThreadPoolExecutor
+
     with Progress(disable=quiet, transient=False) as prog:
-        for nm, d in plan:
-            task = prog.add_task(f"{nm}@{d}", total=len(cases))
-            rows.append(run_row(nm, d, cases, case_timeout, warmup_timeout, prog, task))
-    for f in (out / "repro").glob("*.safetensors") if (out / "repro").exists() else []:
-        f.unlink()
-    links = _write_repros(out, rows, cases)
-    doc = build(rows, cases, links, environment(devs))
+        tasks = [prog.add_task(f"{nm}@{d}", total=len(cases)) for nm, d in plan]
+        with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:
+            futs = [ex.submit(run_row, nm, d, cases, case_timeout, warmup_timeout, prog, t)
+                    for (nm, d), t in zip(plan, tasks)]
+            rows = [f.result() for f in futs]
+    if save_outputs:
+        save_raw(out, rows)
+    merged = []
+    for src in merge:
+        merged += load_raw(Path(src))
+    own = {f"{r.kernel}@{r.device}" for r in rows}
+    merged = [r for r in merged if f"{r.kernel}@{r.device}" not in own]
+    if (out / "repro").exists():
+        keep = {f"{r.kernel}-{r.device}-" for r in merged}
+        for f in (out / "repro").glob("*.safetensors"):
+            if not any(f.name.startswith(k) for k in keep):
+                f.unlink()
+    root = Path(report_root) if report_root else out
+    links = _write_repros(out, rows, cases, root)
+    for src in merge:  # bring the merged rows' reproducers and links along
+        import shutil
+        sdoc = json.loads((Path(src) / "scoreboard.json").read_text()) \
+            if (Path(src) / "scoreboard.json").is_file() else {"rows": []}
+        for r in sdoc["rows"]:
+            key = f"{r['kernel']}@{r['device']}"
+            if key in own or not r.get("repro"):
+                continue
+            for chk, lk in r["repro"].items():
+                (out / "repro").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(src) / lk["file"], out / lk["file"])
+                lk["command"] = f"int8conf scoreboard --repro {root / lk['file']}"
+                links.setdefault(key, {})[chk] = lk
+    rows = rows + merged
+    env = environment(devs)
+    if merged:
+        env["merged_from"] = [str(m) for m in merge]
+        env["devices"] = sorted({r.device for r in rows})
+    doc = build(rows, cases, links, env)
     atomic_write_json(out / "scoreboard.json", doc)
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
     render_png(doc, out / "scoreboard.png")

@@ -38,6 +38,15 @@ def register(subparsers) -> None:
                    help="seconds per case before the worker is killed (default 60)")
     p.add_argument("--warmup-timeout", type=_positive_float, default=300.0, metavar="S",
                    help="seconds for a row's worker start + warm-up call (default 300)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="rows run concurrently, each in its own worker process (default 1)")
+    p.add_argument("--save-outputs", action="store_true",
+                   help="also write raw.json + outputs.safetensors (for --merge elsewhere)")
+    p.add_argument("--merge", action="append", default=[], metavar="DIR",
+                   help="add the rows of a scoreboard written with --save-outputs on another "
+                        "machine (same case options), e.g. the CUDA rows (repeatable)")
+    p.add_argument("--report-root", metavar="DIR", default=None,
+                   help="directory named in reproducer commands (default: --out)")
     p.add_argument("--repro", metavar="FILE", default=None,
                    help="re-run one saved reproducer alone and report whether it still fails")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -55,10 +64,13 @@ def run(args: argparse.Namespace) -> int:
         return 1 if ok else 0
     if args.captures < 0:
         raise Int8confError(f"--captures {args.captures}: expected an integer >= 0")
+    if args.jobs < 1:
+        raise Int8confError(f"--jobs {args.jobs}: expected an integer >= 1")
     cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
     doc = sb.run_scoreboard(args.out, kernels=args.kernel, devices=args.device, cases=cases,
                             case_timeout=args.case_timeout, warmup_timeout=args.warmup_timeout,
-                            quiet=args.quiet)
+                            quiet=args.quiet, jobs=args.jobs, merge=args.merge,
+                            save_outputs=args.save_outputs, report_root=args.report_root)
     for r in doc["rows"]:
         print(f"{r['kernel']:>18}@{r['device']:<4} {r['overall']:<15} "
               f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}")

@@ -29,7 +29,7 @@ only when the package imports.
 
 from __future__ import annotations
 
-import importlib
+
 from typing import Callable
 
 from conformance.kernels._digest import callable_digest
