@@ -13,7 +13,7 @@ element when that still fails the same check, else the whole case) and the
 command ``int8conf scoreboard --repro FILE`` that re-runs it alone.
 
 Isolation and time: each (kernel, device) row runs in its own worker
-process (``multiprocessing`` spawn); every case has a wall-clock timeout
+process (``multiprocessing`` forkserver with torch preloaded, else spawn); every case has a wall-clock timeout
 (the worker is killed and restarted, the case recorded as ``timeout``);
 the first call of a row is a warm-up (JIT compilation, autotuning) with
 its own, longer timeout and is not scored. Progress is shown with rich.
@@ -135,12 +135,31 @@ class Row:
     warmup_s: float = 0.0
 
 
+_CTX = None
+
+
+def _context():
+    """The multiprocessing context for workers: ``forkserver`` with torch and
+    the checks preloaded (a worker then starts in a fraction of a second, and
+    no worker inherits a CUDA context or the parent's threads), ``spawn``
+    where forkserver is unavailable."""
+    global _CTX
+    if _CTX is None:
+        if "forkserver" in mp.get_all_start_methods():
+            _CTX = mp.get_context("forkserver")
+            _CTX.set_forkserver_preload(["torch", "conformance.evaluate",
+                                         "conformance.kernels.registry"])
+        else:
+            _CTX = mp.get_context("spawn")
+    return _CTX
+
+
 class _Pool:
     """One worker for a row; restarted after a timeout."""
 
     def __init__(self, kernel: str, device: str):
         self.kernel, self.device = kernel, device
-        self.ctx = mp.get_context("spawn")
+        self.ctx = _context()
         self.proc = None
         self.conn = None
 
@@ -150,18 +169,44 @@ class _Pool:
                                      daemon=True)
         self.proc.start()
         self.conn = parent
-        if not parent.poll(timeout):
+        state = self._wait(timeout)
+        if state != "ready":
             self.stop()
-            return f"worker did not start within {timeout:.0f} s"
-        kind, why = parent.recv()
+            return ("worker did not start within " f"{timeout:.0f} s" if state == "timeout"
+                    else state)
+        try:
+            kind, why = parent.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            msg = f"worker process died at start (exit code {self.proc.exitcode})"
+            self.stop()
+            return msg
         return why if kind == "load_error" else None
 
+    def _wait(self, timeout: float) -> str:
+        """``ready`` when a reply is waiting, ``timeout``, or a line saying the
+        worker died (a crashing library must not cost the whole timeout)."""
+        end = time.monotonic() + timeout
+        while True:
+            if self.conn.poll(min(0.2, max(0.0, end - time.monotonic()))):
+                return "ready"
+            if not self.proc.is_alive():
+                return f"worker process died (exit code {self.proc.exitcode})"
+            if time.monotonic() >= end:
+                return "timeout"
+
     def call(self, msg, timeout: float):
+        """Send one request; the reply, ``None`` on timeout, or the death line (str)."""
         self.conn.send(msg)
-        if not self.conn.poll(timeout):
-            self.stop()
-            return None
-        return self.conn.recv()
+        state = self._wait(timeout)
+        if state == "ready":
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):  # the pipe closed: the worker died mid-call
+                self.proc.join(5)
+                state = f"worker process died (exit code {self.proc.exitcode})"
+        self.stop()
+        return None if state == "timeout" else state
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.is_alive():
@@ -205,11 +250,14 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
         return row
     # warm-up: the first case's shape, not scored (JIT / autotuning)
     tw = time.perf_counter()
-    if pool.call((-1, cases[0], True), warmup_timeout) is None:
+    got = pool.call((-1, cases[0], True), warmup_timeout)
+    if got is None or isinstance(got, str):
         row.warmup_s = time.perf_counter() - tw
-        row.error = f"warm-up call exceeded {warmup_timeout:.0f} s"
+        row.error = (f"warm-up call exceeded {warmup_timeout:.0f} s" if got is None
+                     else f"warm-up call: {got}")
         for ops in cases:
-            row.cases[case_id(ops)] = {"verdict": "timeout", "checks": {}, "error": row.error}
+            row.cases[case_id(ops)] = {"verdict": "timeout" if got is None else "fail",
+                                       "checks": {}, "error": row.error}
         return row
     row.warmup_s = time.perf_counter() - tw
     streak = 0
@@ -227,7 +275,10 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
                 row.cases[cid] = {"verdict": "timeout", "checks": {}, "error": why}
                 continue
         got = pool.call((i, ops, False), case_timeout)
-        if got is None:
+        if isinstance(got, str):  # the worker died inside the kernel: a kernel failure
+            row.cases[cid] = {"verdict": "fail", "checks": {}, "error": got}
+            streak = 0
+        elif got is None:
             row.cases[cid] = {"verdict": "timeout", "checks": {},
                               "error": f"case exceeded {case_timeout:.0f} s (worker restarted)"}
             streak += 1
@@ -502,6 +553,13 @@ def build(rows, cases, links, env: dict) -> dict:
     }
 
 
+def _anchor(kernel: str, device: str, check: str) -> str:
+    """Heading text and its GitHub anchor for a failure section."""
+    import re
+    text = re.sub(r"[^A-Za-z0-9_-]", "_", f"{kernel}-{device}-{check}")
+    return text, text.lower()
+
+
 def render_markdown(doc: dict) -> str:
     """Markdown scoreboard."""
     env = doc["environment"]
@@ -517,7 +575,7 @@ def render_markdown(doc: dict) -> str:
     L.append("|---|---|---|" + "---|" * len(checks) + "---|---|")
     for r in doc["rows"]:
         cells = [r["checks"].get(c, "-") for c in checks]
-        cells = [f"[{v}](#{r['kernel']}-{r['device']}-{c})".lower()
+        cells = [f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})"
                  if v == "fail" and c in r["repro"] else v for v, c in zip(cells, checks)]
         L.append(f"| {r['kernel']} | {r['device']} | **{r['overall']}** | " + " | ".join(cells)
                  + f" | {r['cases_run']} | {', '.join(r['paths'])} |")
@@ -549,7 +607,7 @@ def render_markdown(doc: dict) -> str:
     for r in doc["rows"]:
         for chk, lk in r["repro"].items():
             any_f = True
-            L += [f"### {r['kernel']}-{r['device']}-{chk}", "",
+            L += [f"### {_anchor(r['kernel'], r['device'], chk)[0]}", "",
                   f"{r['kernel']} on {r['device']}, {chk}: {lk['summary']}", "",
                   f"reproducer: [`{lk['file']}`]({lk['file']}) "
                   f"({'single element' if lk['minimal'] else 'whole case'} "
@@ -641,7 +699,8 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
 
     Args:
         out_dir: output directory (created).
-        kernels: kernel names (default :func:`default_kernels`).
+        kernels: kernel names (None: :func:`default_kernels`; ``[]``: none,
+            e.g. to only merge saved rows).
         devices: device types (default ``cpu`` plus ``cuda`` when present); a
             kernel gets one row per listed device it declares.
         cases: GemmOperands (default :func:`scoreboard_cases`).
@@ -668,7 +727,7 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    names = list(kernels) if kernels else default_kernels()
+    names = list(kernels) if kernels is not None else default_kernels()
     devs = list(devices) if devices else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     cases = list(cases) if cases is not None else scoreboard_cases()
     plan = []

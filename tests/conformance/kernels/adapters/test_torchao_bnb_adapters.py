@@ -1,0 +1,123 @@
+"""torchao and bitsandbytes adapters: each declared step list reproduces the
+library's output bit for bit on a hand-made case whose expected bits are
+derived here with numpy float32 arithmetic (not with reference/)."""
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.evaluate import evaluate_case
+from conformance.kernels import adapters
+from conformance.kernels.runner import run_kernel
+from reference.accumulate import exact_int_mm
+from reference.epilogue_steps import NAMED, apply_steps, select_steps
+from reference.operands import GemmOperands
+
+
+def _np_bf16(x):
+    """float32 -> bf16 RNE -> float32 on the bits (numpy, independent of reference.bits)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return (r & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+
+
+def _case(out_dtype=torch.bfloat16, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    m, k, n = 4, 48, 8
+    a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+    sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).float()
+    sw = (torch.rand(n, generator=g) * 0.004 + 1e-4).float()
+    bias = (torch.randn(n, generator=g) * 2).to(out_dtype)
+    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sw, bias=bias, out_dtype=out_dtype,
+                        name="hand", scale_mode="synthetic", meta={"source": "test"})
+
+
+def _np_parts(ops):
+    acc = ops.a.numpy().astype(np.int64) @ ops.b.numpy().astype(np.int64).T
+    return (acc.astype(np.float32), ops.scale_a.numpy()[:, None], ops.scale_b.numpy()[None, :],
+            ops.bias.float().numpy()[None, :])
+
+
+def _out_f32(ops, name):
+    run = run_kernel(adapters.make_spec(name), ops, device="cpu")
+    assert run.error is None, run.error
+    return run.output.float().numpy()
+
+
+
+
+def test_torchao_int_scaled_matmul_composition_bits():
+    pytest.importorskip("torchao")
+    ops = _case()
+    acc, sa, sw, bias = _np_parts(ops)
+    # _quant_int8_per_token_matmul: (acc*s_a)*s_w in float32 -> bf16; then + bias in bf16
+    y = _np_bf16((acc * sa) * sw)
+    want = _np_bf16(y + bias)
+    assert np.array_equal(_out_f32(ops, "torchao").view(np.uint32), want.view(np.uint32))
+
+
+def test_torchao_w8a8_rounds_to_bf16_between_the_scales():
+    pytest.importorskip("torchao")
+    ops = _case()
+    acc, sa, sw, bias = _np_parts(ops)
+    # Int8Tensor linear: int_scaled_matmul(...).to(bf16) * w_scales (fp32) + bias -> bf16
+    want = _np_bf16(_np_bf16(acc * sa) * sw + bias)
+    got = _out_f32(ops, "torchao-w8a8")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    one_rounding = _np_bf16((acc * sa) * sw + bias)
+    assert (one_rounding != want).any()  # the case exercises the intermediate rounding
+    spec = adapters.make_spec("torchao-w8a8")
+    assert evaluate_case(spec, ops, device="cpu").checks["C8"].verdict == "pass"
+
+
+def test_torchao_w8a8_bf16_scales_cast_the_accumulator_to_bf16():
+    pytest.importorskip("torchao")
+    ops = _case()
+    acc, sa, sw, bias = _np_parts(ops)
+    want = _np_bf16(_np_bf16(_np_bf16(acc) * _np_bf16(sa)) * sw + bias)
+    got = _out_f32(ops, "torchao-w8a8-bf16")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    steps = adapters.make_spec("torchao-w8a8-bf16").steps
+    ref = apply_steps(exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b, steps, bias=ops.bias)
+    assert np.array_equal(ref.float().numpy().view(np.uint32), want.view(np.uint32))
+
+
+def test_bnb_cpu_dequant_constant_and_float16_output():
+    pytest.importorskip("bitsandbytes")
+    ops = _case()
+    acc, sa, sw, bias = _np_parts(ops)
+    rs, cs = (sa * np.float32(127)).astype(np.float32), (sw * np.float32(127)).astype(np.float32)
+    # backends/default/ops.py: A * (row_stats * col_stats) * 6.200124e-05; += bias; .to(fp16)
+    y = (acc * (rs * cs)) * np.float32(6.200124e-05) + bias
+    want = _np_bf16(y.astype(np.float16).astype(np.float32))
+    got = _out_f32(ops, "bnb")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # the constant is not the float32 nearest to 1/127**2 (that is the CUDA kernel's)
+    assert np.float32(6.200124e-05) != np.float32(1 / 127 ** 2) == np.float32(6.200012e-05)
+    spec = adapters.make_spec("bnb")
+    assert select_steps(spec.steps, "cpu", torch.bfloat16).to_list()[2] == "mul 6.200124e-05"
+    assert "fma 6.200012e-05 bias" in select_steps(spec.steps, "cuda", torch.float16).to_list()
+    r = evaluate_case(spec, ops, device="cpu")
+    assert r.checks["C8"].verdict == "pass", r.checks["C8"].summary
+
+
+def test_bnb_float16_output_overflows_where_bf16_would_not():
+    pytest.importorskip("bitsandbytes")
+    ops = _case()
+    ops.scale_a = ops.scale_a * 1e6  # products far above float16's 65504
+    ops.bias = None
+    got = _out_f32(ops, "bnb")
+    assert np.isinf(got).any()  # the fp16 intermediate overflows ...
+    exact = NAMED["a_then_w/fp32_before_round"]
+    ref = apply_steps(exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b, exact)
+    assert torch.isfinite(ref).all()  # ... where a bf16 epilogue stays finite
+
+
+def test_unavailable_adapter_names_its_reason(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "vllm" else real(n, *a))
+    ok, why = adapters.availability("vllm-cutlass")
+    assert not ok and why == "vllm is not installed (pip install vllm (CUDA))"
