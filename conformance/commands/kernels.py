@@ -40,11 +40,17 @@ def kernel_rows() -> list[dict]:
         except Exception as e:  # noqa: BLE001 -- one line per broken kernel
             row.update(available=False, reason=str(e).splitlines()[0] if str(e) else repr(e))
         rows.append(row)
+    import torch
+
     for name, info in adapters.ADAPTERS.items():
         ok, why = adapters.availability(name)
+        if ok and "cpu" not in info.devices and not torch.cuda.is_available():
+            ok, why = False, (f"{info.requires[0]} is installed, but this kernel runs on "
+                              f"{'/'.join(info.devices)} only and torch.cuda.is_available() "
+                              f"is False")
         row = {"name": name, "origin": f"adapter ({info.requires[0]})", "available": ok,
                "reason": why, "devices": list(info.devices), "description": info.description}
-        if ok:
+        if adapters.availability(name)[0]:
             spec = adapters.make_spec(name)
             row.update(contract=spec.contract.label(), steps=declared_to_dict(spec.steps),
                        version=spec.version)

@@ -18,9 +18,9 @@ CRASH = "scoreboard_kernels:crashing_kernel"
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     out = tmp_path_factory.mktemp("sb")
-    cases = [make_case("ordinary", 0), make_case("bias", 0), make_case("tails", 0)]
+    cases = [make_case("bias", 0), make_case("tails", 0)]
     doc = run_scoreboard(out, kernels=["cpu", TRUNC, SLEEP, CRASH], devices=["cpu"],
-                         cases=cases, case_timeout=4, warmup_timeout=120, quiet=True, jobs=4,
+                         cases=cases, case_timeout=3, warmup_timeout=120, quiet=True, jobs=4,
                          save_outputs=True)
     return out, doc
 
@@ -42,9 +42,9 @@ def test_scoreboard_verdicts_and_tables(board):
     assert sp["cpu@cpu"]["a_then_w/after_round"] > 0  # the bias case tells the bias points apart
     assert sp[f"{TRUNC}@cpu"]["w_then_a/fp32_before_round"] >= 1
     inter = doc["interchangeability"]
-    assert inter["cpu@cpu"]["cpu@cpu"] == {"identical": 3, "shared": 3}
-    assert inter["cpu@cpu"][f"{TRUNC}@cpu"]["identical"] < 3
-    assert inter["cpu@cpu"][f"{SLEEP}@cpu"] == {"identical": 2, "shared": 2}
+    assert inter["cpu@cpu"]["cpu@cpu"] == {"identical": 2, "shared": 2}
+    assert inter["cpu@cpu"][f"{TRUNC}@cpu"]["identical"] < 2
+    assert inter["cpu@cpu"][f"{SLEEP}@cpu"] == {"identical": 1, "shared": 1}
 
 
 def test_a_step_declared_kernel_is_held_to_its_steps_by_c8():
@@ -60,13 +60,13 @@ def test_a_hanging_case_times_out_and_the_row_continues(board):
     _out, doc = board
     sl = _row(doc, SLEEP)
     assert len(sl["cases_timeout"]) == 1 and "tails" in sl["cases_timeout"][0]
-    assert sl["cases_run"] == 2 and sl["overall"] == "timeout"
+    assert sl["cases_run"] == 1 and sl["overall"] == "timeout"
 
 
 def test_a_kernel_that_kills_its_process_fails_that_case_only(board):
     _out, doc = board
     cr = _row(doc, CRASH)
-    assert cr["cases_failed"] == ["synthetic/tails-s0"] and cr["cases_run"] == 2
+    assert cr["cases_failed"] == ["synthetic/tails-s0"] and cr["cases_run"] == 1
     assert cr["overall"] == "not conformant"
 
 
@@ -83,10 +83,10 @@ def test_every_failure_has_a_reproducer_that_reruns_alone(board):
 
 def test_merge_adds_rows_from_another_machine(board, tmp_path):
     out, _doc = board
-    cases = [make_case("ordinary", 0), make_case("bias", 0), make_case("tails", 0)]
+    cases = [make_case("bias", 0), make_case("tails", 0)]
     doc = run_scoreboard(tmp_path, kernels=[], devices=["cpu"], cases=cases, quiet=True,
                          merge=[out])
     keys = [f"{r['kernel']}@{r['device']}" for r in doc["rows"]]
     assert keys == ["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"]
-    assert doc["interchangeability"]["cpu@cpu"]["cpu@cpu"]["identical"] == 3
+    assert doc["interchangeability"]["cpu@cpu"]["cpu@cpu"]["identical"] == 2
     assert (tmp_path / "repro").is_dir() and any((tmp_path / "repro").iterdir())
