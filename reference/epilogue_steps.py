@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Union
 
 import torch
 
