@@ -566,6 +566,10 @@ def render_markdown(doc: dict) -> str:
     L = ["# int8conf scoreboard", "",
          f"torch {env.get('torch')}, devices {env.get('devices')}, {len(doc['cases'])} cases, "
          f"libraries: " + ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items()), "",
+         *[f"Merged rows from {e.get('cuda_device') or e.get('machine')}: torch {e.get('torch')}, "
+           f"devices {e.get('devices')}, libraries: "
+           + ", ".join(f"{k} {v}" for k, v in e.get("libraries", {}).items()) + "\n"
+           for e in env.get("merged_environments", [])],
          "Verdicts are against each kernel's **own declared epilogue** (C8: 0 ulp) plus the "
          "other per-case checks (C1, C2, C5 pow2 bit identity, C6 within 1 spacing of the "
          "a_then_w reference at the declared bias point).", "",
@@ -776,6 +780,11 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
     if merged:
         env["merged_from"] = [str(m) for m in merge]
         env["devices"] = sorted({r.device for r in rows})
+        env["merged_environments"] = []
+        for src in merge:
+            p = Path(src) / "scoreboard.json"
+            if p.is_file():
+                env["merged_environments"].append(json.loads(p.read_text()).get("environment", {}))
     doc = build(rows, cases, links, env)
     atomic_write_json(out / "scoreboard.json", doc)
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
