@@ -6,8 +6,8 @@ exact-accumulator throughput on the CPU (``reference.accumulate.exact_int_mm``,
 and the full ``reference_scaled_mm`` = accumulator + epilogue) and each
 kernel's ``scaled_mm`` throughput, in GMAC/s (10**9 multiply-accumulates per
 second: M*K*N / seconds / 1e9), with the ratio kernel / reference-on-the-same-
-device-and-shape, so the cost of checking a kernel is known. Target (issue 2,
-Performance): reference >= 20 GMAC/s exact on the 2-core CI machine.
+device-and-shape, so the cost of checking a kernel is known. Target: reference >= 20 GMAC/s
+exact on the 2-core CI machine.
 
 The Triton *interpreter* (no GPU) executes every program instance in Python
 over numpy blocks, about 10**3-10**4 times slower than the reference; it is

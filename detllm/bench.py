@@ -1,4 +1,4 @@
-"""Decode throughput benchmark (issue 4: a benchmark, not a test).
+"""Decode throughput benchmark (a benchmark, not a test).
 
 Prints greedy-decode tokens/s of the integer engine at batch 1 and 8 next to
 the bf16 transformers model measured in the same run, and their ratio.

@@ -1,4 +1,4 @@
-"""The integer-only Qwen3 forward with a KV cache (issue 4, deliverable 3/4).
+"""The integer-only Qwen3 forward with a KV cache.
 
 Every op from token ids to int32 logits is integer arithmetic (shifts, adds,
 integer multiplies, floor/rounded integer divisions, compares, gathers); the

@@ -1,2 +1,2 @@
-"""The fault catalogue (DESIGN.md section 5) and the wrappers that inject a
-fault into any kernel at a given coverage."""
+"""The fault classes of DESIGN.md section 5 (``catalogue``: the single
+table of their ids, names and families)."""

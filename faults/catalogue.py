@@ -1,7 +1,7 @@
 """The nine fault classes of DESIGN.md section 5, as data.
 
-Used by reports and scoring to name faults; the injection wrappers live
-elsewhere in ``faults``. Families: ``post-processing`` (the epilogue after an
+The single table of fault ids, names and families, used wherever a fault
+is named. Families: ``post-processing`` (the epilogue after an
 exact accumulator), ``precondition`` (the accumulator itself leaves the range
 where integer accumulation is exact and order-free), ``control`` (no change)
 and ``operand`` (the kernel sees operands other than the reference's).

@@ -1,1 +1,2 @@
-"""Pre-registered prediction matrices (YAML), their lock file and amendments."""
+"""Pre-registered prediction matrices (DESIGN.md section 7); empty until the
+first matrix is written."""

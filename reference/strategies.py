@@ -1,4 +1,4 @@
-"""Hypothesis strategies for W8A8 GEMM operands (DESIGN.md 4, issue 2).
+"""Hypothesis strategies for W8A8 GEMM operands (DESIGN.md 4).
 
 Shapes include M=1 and tails that are not multiples of 8/16/32; int8 values
 are biased toward the extremes -128 and 127 (where the -128 x -128 = 16384
