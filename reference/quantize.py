@@ -100,7 +100,7 @@ def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dty
     # Same op and dtype as the tool. For bf16/fp16 weights the result is the
     # correctly rounded absmax/127.5 whatever the device computes internally
     # (true fp32 division on CPU, x * (1/127.5) on CUDA): checked exhaustively
-    # over every finite bf16/fp16 value in tests/test_ref_quantize.py.
+    # over every finite bf16/fp16 value in tests/reference/test_quantize.py.
     scale = max_val_pos / (255.0 / 2)
     if scale_floor == "clamp_fp32_eps":
         scale = torch.clamp(scale, min=torch.finfo(torch.float32).eps)

@@ -16,7 +16,7 @@ ties to even, on the float32 bit pattern; NaN -> 0x7FC0 like torch), and the
 bf16 result is stored through a bitcast. Why: Triton 3.9's interpreter
 implements ``x.to(tl.bfloat16)`` as truncation toward zero, with or without
 ``fp_downcast_rounding="rtne"``, and mishandles subnormals in fp32 <-> bf16
-casts (tests/test_kern_triton.py pins this). With explicit rounding the kernel
+casts (tests/conformance/kernels/test_triton.py pins this). With explicit rounding the kernel
 gives the same, correct RNE bits in the interpreter and natively. bf16 bias
 is loaded as its 16 raw bits and widened by a shift (exact). float16 output
 uses ``.to(tl.float16)``: numpy ``astype`` in the interpreter and
@@ -41,7 +41,7 @@ Modes (reported by ``trace.record_path``):
     variable unset they are compiled-mode objects that raise "Cannot call
     @triton.jit'd outside of the scope of a kernel" inside an interpreted
     kernel. The kernel therefore uses only builtins (``tl.full`` instead of
-    ``tl.zeros``); tests/test_kern_triton.py runs it with the variable set
+    ``tl.zeros``); tests/conformance/kernels/test_triton.py runs it with the variable set
     before import and unset, and checks identical bits.
   The manifest ``extra`` carries the block sizes and, in interpreter mode, the
   measured interpreter semantics of every epilogue step

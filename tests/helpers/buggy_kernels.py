@@ -160,7 +160,7 @@ def _trunc_int_mm(a, b):
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncating",
          description="CUTLASS-style epilogue with round-toward-zero (fault F4)")
 def truncating_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-    """Third-party-style kernel (loaded as ``test_chk_kernels:truncating_kernel``):
+    """Third-party-style kernel (loaded as ``buggy_kernels:truncating_kernel``):
     declares CUTLASS_STYLE but truncates the final conversion."""
     trace.record_path("test-truncating")
     return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
