@@ -20,6 +20,13 @@ Options:
     --int8conf-model=DIR  parent model of --int8conf-captures when it moved
                           since the capture was taken.
     --int8conf-no-captures  skip layer-capture replay (synthetic cases only).
+    --inject=FAULT[:COVERAGE[:SEED]]  run the suite on ``faults.inject(kernel,
+                          ...)`` instead (repeatable; e.g. ``F4:all``,
+                          ``output_truncation:1%``, ``F9.stale:one:3``): mutation
+                          testing -- failing items show what caught the fault.
+                          F6 / F7 cases are prepared by ``faults.prepare_case``.
+                          A bad spec is a one-line usage error. The report and
+                          the terminal summary name fault, coverage and seed.
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
@@ -112,17 +119,26 @@ def pytest_addoption(parser) -> None:
                 help="parent model directory of --int8conf-captures, when it moved since capture")
     g.addoption("--int8conf-no-captures", action="store_true",
                 help="skip layer-capture replay (synthetic cases only)")
+    g.addoption("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
+                help="inject a fault into every --kernel (repeatable): FAULT F1..F9 or its name "
+                     "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
+                     "(default all), SEED integer (default 0); e.g. F4:all")
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "int8conf: a generated kernel-conformance item")
     names = config.getoption("kernel", default=[]) or []
     if not names:
+        if config.getoption("inject", default=[]):
+            raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to "
+                                    "inject the fault into)")
         return
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.suite import default_cases, load_captures
     try:
         specs = resolve_kernels(list(names))
+        runs = _injected(specs, config.getoption("inject", default=[]) or [])
         against = config.getoption("against")
         other = get_kernel(against) if against else None
         cs = None
@@ -141,9 +157,32 @@ def pytest_configure(config) -> None:
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     config.stash[_STATE] = _State(
-        kernels=[_KernelState(s, cases, cap) for s in specs], against=other, out_dir=out,
+        kernels=[_KernelState(s, _prepared(cases, inj), cap) for s, inj in runs], against=other,
+        out_dir=out,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
+
+
+def _injected(specs, texts) -> list:
+    """(spec, Injection or None) per kernel and ``--inject`` value (``faults.inject``).
+
+    Raises:
+        Int8confError: a bad ``--inject`` value (one line; becomes a usage error).
+    """
+    if not texts:
+        return [(s, None) for s in specs]
+    from faults import inject, parse_injection
+    injections = [parse_injection(t) for t in texts]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
+            for s in specs for i in injections]
+
+
+def _prepared(cases, inj) -> list:
+    """The fixed cases, prepared by ``faults.prepare_case`` for F6 / F7."""
+    if inj is None:
+        return cases
+    from faults import prepare_case
+    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
 
 
 def _state(config) -> Optional[_State]:
@@ -321,6 +360,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
                            time.perf_counter() - ks.t0, notes)
+        from faults.inject import annotate_result
+        annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
         st.written.append((ks.spec.name, res, jp, mp))
     from conformance.suite import NOT_RUN
@@ -345,6 +386,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             if ov.get("cases_not_run"):
                 head += f" ({ov['cases_not_run']} of {ov['cases_total']} cases not run)"
         terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
+        if (res.kernel or {}).get("injection"):
+            terminalreporter.write_line(f"  {res.notes[0]}")
         line = pair_difference_line(res.pairwise) if res.pairwise else ""
         if line:
             terminalreporter.write_line("  " + line.replace("`", ""))

@@ -283,3 +283,38 @@ def resolve_injected_name(name: str) -> Optional[KernelSpec]:
     base, inj = parsed
     return inject(base, inj.fault, inj.coverage, inj.seed, variant=inj.variant,
                   prepared=inj.prepared)
+
+
+def injection_note(spec) -> Optional[str]:
+    """One report line naming an injected kernel's fault, coverage and seed,
+    e.g. ``fault injected: F4 output_truncation (post-processing), coverage
+    all, seed 0, into kernel cpu (faults.inject)``; None for a clean kernel."""
+    inj = injection_of(spec)
+    if inj is None:
+        return None
+    inner = wrapped_kernel(spec)
+    fam = inj.family
+    line = (f"fault injected: {inj.fault} {inj.name}"
+            f"{' (' + inj.variant + ')' if inj.variant else ''} ({fam}), coverage "
+            f"{inj.coverage}, seed {inj.seed}, into kernel {inner.name if inner else '?'} "
+            f"(faults.inject)")
+    if inj.fault in PRECONDITION_FAULTS:
+        line += ("; fixed cases prepared by faults.prepare_case (K extended with saturated "
+                 "columns), property-test operands not prepared" if inj.prepared
+                 else "; K extended inside the wrapper on every call")
+    return line
+
+
+def annotate_result(result, spec) -> None:
+    """Name the injection in a conformance result (``conformance.suite.ConformanceResult``):
+    the :func:`injection_note` line first in ``result.notes`` and
+    ``result.kernel["injection"]`` = ``Injection.to_dict()`` plus ``wrapped``
+    (the clean kernel's name). No-op for a clean kernel."""
+    inj = injection_of(spec)
+    if inj is None:
+        return
+    note = injection_note(spec)
+    if note not in result.notes:
+        result.notes.insert(0, note)
+    inner = wrapped_kernel(spec)
+    result.kernel["injection"] = dict(inj.to_dict(), wrapped=inner.name if inner else None)
