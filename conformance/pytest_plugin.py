@@ -169,9 +169,9 @@ def _injected(specs, texts) -> list:
     Raises:
         Int8confError: a bad ``--inject`` value (one line; becomes a usage error).
     """
-    if not texts:
-        return [(s, None) for s in specs]
-    from faults import inject, parse_injection
+    from faults import inject, injection_of, parse_injection
+    if not texts:   # a kernel named like cpu+F7@one#s0 is injected already
+        return [(s, injection_of(s)) for s in specs]
     injections = [parse_injection(t) for t in texts]
     return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
             for s in specs for i in injections]

@@ -157,9 +157,9 @@ def _parse_injections(texts) -> list:
 
 def _runs(specs, injections) -> list:
     """(spec, injection or None) pairs: every kernel, injected once per injection."""
-    if not injections:
-        return [(s, None) for s in specs]
-    from faults import inject
+    from faults import inject, injection_of
+    if not injections:   # a kernel named like cpu+F7@one#s0 is injected already
+        return [(s, injection_of(s)) for s in specs]
     return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
             for s in specs for i in injections]
 
