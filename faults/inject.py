@@ -120,13 +120,44 @@ class FaultyScaledMM:
             out = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
             _record(inj, self.digest, 0, fault_operands="prepared by faults.prepare_case")
             return out
-        from faults.precondition import precondition_operands
-        a2, b2, rows, cols, extra, _ = precondition_operands(a, b, scale_a, scale_b, bias, inj.fault,
-                                                             inj.coverage, inj.seed)
-        out = inner.scaled_mm(a2, b2, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
-        trace.record_operands(a2, b2, scale_a, scale_b, bias)
-        _record(inj, self.digest, len(rows) * len(cols), fault_extra_k=int(extra))
-        return out
+        return self_prepared(
+            lambda *ops: inner.scaled_mm(*ops[:4], out_dtype=out_dtype, bias=ops[4]),
+            (a, b, scale_a, scale_b, bias), inj, self.digest, case_key(a, b, scale_a, scale_b, bias))
+
+
+def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str):
+    """F6 / F7 inside the wrapper (``prepared=False``): run ``fn`` for real on
+    operands whose selected accumulators leave the range.
+
+    ``fn(a, b, scale_a, scale_b, bias)`` is the wrapped entry. With every row
+    and channel selected it runs once on the K-extended case
+    (``faults.precondition.extend_k``). Otherwise it runs on the original
+    operands and on the selected block alone, K-extended
+    (``faults.precondition.block_case``), and the block's outputs replace the
+    selected elements: the same bits a run on the full extended case gives
+    (each output element depends only on its own row, channel, scales and
+    bias), at ``r*c/(M*N)`` of its cost -- what makes a model-level F6 with
+    coverage ``one`` or ``1%`` affordable. The operands of the extended run
+    are recorded (``trace.record_operands``) as what the kernel received.
+    """
+    from faults.precondition import block_case, extend_k, select_block
+    a, b, scale_a, scale_b, bias = ops
+    rows, cols, extra, _ = select_block(a, b, scale_a, scale_b, bias, inj.fault, inj.coverage,
+                                        inj.seed, key=key)
+    m, n = int(a.shape[0]), int(b.shape[0])
+    if len(rows) == m and len(cols) == n:
+        a2, b2 = extend_k(a, b, rows, cols, extra)
+        ext = (a2, b2, scale_a, scale_b, bias)
+        out = fn(*ext)
+    else:
+        ext = block_case(a, b, scale_a, scale_b, bias, rows, cols, extra)
+        out = fn(*ops).clone()
+        sub = fn(*ext)
+        dev = out.device
+        out[rows.to(dev).unsqueeze(1), cols.to(dev).unsqueeze(0)] = sub.to(dev)
+    trace.record_operands(*ext)
+    _record(inj, digest, len(rows) * len(cols), fault_extra_k=int(extra))
+    return out
 
 
 class FaultyIntMM:
@@ -142,13 +173,9 @@ class FaultyIntMM:
     def __call__(self, a, b):
         inj, fn = self.injection, self.inner.int_mm
         if inj.fault in PRECONDITION_FAULTS and not inj.prepared:
-            from faults.precondition import precondition_operands
             one = torch.ones((), dtype=torch.float32)
-            a2, b2, rows, cols, extra, _ = precondition_operands(
-                a, b, one, one, None, inj.fault, inj.coverage, inj.seed, key=acc_case_key(a, b))
-            out = fn(a2, b2)
-            _record(inj, self.digest, len(rows) * len(cols), fault_extra_k=int(extra))
-            return out
+            return self_prepared(lambda a_, b_, *_: fn(a_, b_), (a, b, one, one, None), inj,
+                                 self.digest, acc_case_key(a, b))
         from faults.operand import ACC_VARIANTS, mismatched_acc_operands
         if inj.fault == "F9" and inj.variant in ACC_VARIANTS:
             m, n = int(a.shape[0]), int(b.shape[0])

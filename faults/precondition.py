@@ -99,6 +99,26 @@ def _ranges(idx: torch.Tensor) -> str:
     return "[" + ", ".join(out) + "]"
 
 
+def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
+                 key: Optional[str] = None):
+    """Selected rows, channels and extension length of a case (no operand built).
+
+    Returns:
+        ``(rows, cols, extra, acc)``: int64 index tensors, ``E`` and the exact
+        int64 [M, N] accumulator of the unextended operands.
+    Raises:
+        OperandError: fault is not F6/F7.
+    """
+    from reference.accumulate import exact_int_mm
+    if fault not in THRESHOLD:
+        raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
+    key = key or case_key(a, b, scale_a, scale_b, bias)
+    m, n = int(a.shape[0]), int(b.shape[0])
+    rows, cols = block_selection(m, n, key, fault, coverage, seed)
+    acc = exact_int_mm(a.cpu(), b.cpu())
+    return rows, cols, extension_length(acc, rows, cols, fault), acc
+
+
 def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
                           key: Optional[str] = None):
     """Extended operands for F6 / F7 on a whole case (no window).
@@ -112,18 +132,32 @@ def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: st
     Raises:
         OperandError: fault is not F6/F7.
     """
-    from reference.accumulate import exact_int_mm
-    if fault not in THRESHOLD:
-        raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
-    key = key or case_key(a, b, scale_a, scale_b, bias)
-    m, n = int(a.shape[0]), int(b.shape[0])
-    rows, cols = block_selection(m, n, key, fault, coverage, seed)
-    acc = exact_int_mm(a.cpu(), b.cpu())
-    extra = extension_length(acc, rows, cols, fault)
+    rows, cols, extra, acc = select_block(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)
     a2, b2 = extend_k(a, b, rows, cols, extra)
     acc2 = acc.clone()
     acc2[rows.unsqueeze(1), cols.unsqueeze(0)] += extra * SATURATED_PRODUCT
     return a2, b2, rows, cols, extra, acc2
+
+
+def _take(s: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``idx`` of a per-row scale / bias ([R], [R, 1]); a scalar stays as it is."""
+    return s if s.numel() == 1 else s[idx.to(s.device)].contiguous()
+
+
+def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
+    """The selected block as its own case, K extended on every row and channel.
+
+    Returns:
+        ``(a' [r, K+E], b' [c, K+E], scale_a', scale_b', bias')``: every
+        accumulator of this case equals the corresponding selected accumulator
+        of :func:`extend_k`'s full case (a GEMM output element depends only on
+        its own row, channel, scales and bias).
+    """
+    a_s, b_s = a[rows.to(a.device)], b[cols.to(b.device)]
+    r, c = int(a_s.shape[0]), int(b_s.shape[0])
+    a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra)
+    return a2, b2, _take(scale_a, rows), _take(scale_b, cols), \
+        None if bias is None else _take(bias, cols)
 
 
 def _window(ops, key: str, seed: int):

@@ -12,6 +12,7 @@ from conformance.evaluate import evaluate_case
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import run_int_mm, run_kernel
 from faults import ground_truth, inject, prepare_case
+from faults.mask import acc_case_key
 from faults.operand import pow2_scales
 from faults.precondition import F6_WINDOW, precondition_operands
 from reference.operands import GemmOperands
@@ -107,6 +108,26 @@ def test_f6_f7_wrapper_passes_through_prepared_operands_or_extends_k_itself():
         a2, b2, ops.scale_a, ops.scale_b, out_dtype=ops.out_dtype, bias=ops.bias)))
     run = run_kernel(spec, ops)
     assert run.received_digests["a"] != ops.digests()["a"]       # what the kernel really got
+
+
+def test_self_prepared_f6_block_run_equals_a_run_on_the_full_extended_case():
+    # prepared=False runs the selected block alone (K-extended) and merges: same bits as the
+    # kernel on the whole K-extended case, for scaled_mm and for int_mm
+    cpu = get_kernel("cpu")
+    ops = _small(m=4, k=6, n=5, seed=3)
+    ops.bias = torch.tensor([0.5, -1.0, 2.0, 0.25, -0.125], dtype=torch.bfloat16)
+    spec = inject(cpu, "F6", "1%", 2, prepared=False)
+    a2, b2, rows, cols, extra, acc2 = precondition_operands(
+        ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, "F6", "1%", 2)
+    want = cpu.scaled_mm(a2, b2, ops.scale_a, ops.scale_b, bias=ops.bias)
+    got = spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, bias=ops.bias)
+    assert torch.equal(_bits(got), _bits(want))
+    acc_want = cpu.int_mm(*precondition_operands(
+        ops.a, ops.b, torch.ones(()), torch.ones(()), None, "F6", "1%", 2,
+        key=acc_case_key(ops.a, ops.b))[:2])
+    assert torch.equal(spec.int_mm(ops.a, ops.b), acc_want)
+    # 1% of 4 x 5 outputs is one element: exactly one accumulator wrapped
+    assert int((acc_want.to(torch.int64) != torch.from_numpy(_acc64(ops.a, ops.b))).sum()) == 1
 
 
 def test_f9_variants_feed_the_kernel_other_operands():
