@@ -42,7 +42,6 @@ source digest (so check C1 sees the kernel that was declared), and
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -315,14 +314,15 @@ def resolve_injected_name(name: str) -> Optional[KernelSpec]:
 def injection_note(spec) -> Optional[str]:
     """One report line naming an injected kernel's fault, coverage and seed,
     e.g. ``fault injected: F4 output_truncation (post-processing), coverage
-    all, seed 0, into kernel cpu (faults.inject)``; None for a clean kernel."""
+    all, seed 0, into kernel cpu (faults.inject)`` (F9 adds ``, variant
+    stale`` after the family); None for a clean kernel."""
     inj = injection_of(spec)
     if inj is None:
         return None
     inner = wrapped_kernel(spec)
     fam = inj.family
-    line = (f"fault injected: {inj.fault} {inj.name}"
-            f"{' (' + inj.variant + ')' if inj.variant else ''} ({fam}), coverage "
+    variant = f", variant {inj.variant}" if inj.variant else ""
+    line = (f"fault injected: {inj.fault} {inj.name} ({fam}){variant}, coverage "
             f"{inj.coverage}, seed {inj.seed}, into kernel {inner.name if inner else '?'} "
             f"(faults.inject)")
     if inj.fault in PRECONDITION_FAULTS:

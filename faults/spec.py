@@ -92,9 +92,9 @@ def fault_id(fault: str) -> tuple[str, Optional[str]]:
     if not isinstance(fault, str) or not fault.strip():
         raise FaultError(f"fault must be a non-empty string like 'F4', got {fault!r}")
     base, _, variant = fault.strip().partition(".")
-    try:
-        fid = get_fault(base).id if base in {f.id for f in FAULTS} | {f.name for f in FAULTS} \
-            else get_fault(base.upper()).id
+    known = {f.id for f in FAULTS} | {f.name for f in FAULTS}
+    try:  # ids are accepted in either case ("f4"), names as written in the catalogue
+        fid = get_fault(base if base in known else base.upper()).id
     except Int8confError as e:
         raise FaultError(str(e)) from None
     if variant:
@@ -138,7 +138,7 @@ def make_injection(fault: str, coverage: str = "all", seed: int = 0,
     """
     fid, v = fault_id(fault)
     if variant is not None:
-        fid2, v = fault_id(f"{fid}.{variant}")
+        _, v = fault_id(f"{fid}.{variant}")
     if fid == "F9" and v is None:
         v = F9_VARIANTS[0]
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from faults.mask import block_counts, case_key, element_mask
+from faults.mask import case_key, element_mask
 from faults.spec import POSTPROCESSING_FAULTS, PRECONDITION_FAULTS, make_injection
 
 
@@ -165,5 +165,3 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     cmp = _compare(clean_out.cpu(), frun.output.cpu(), sel)
     return GroundTruth(no_op=cmp["changed"] == 0, **cmp, **base)
 
-
-__all__ = ["GroundTruth", "ground_truth", "block_counts"]

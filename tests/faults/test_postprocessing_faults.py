@@ -10,7 +10,7 @@ import torch
 
 from buggy_kernels import make_kernel
 from faults import ground_truth, inject
-from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
+from reference.contract import TRITON_STYLE, EpilogueContract
 from reference.operands import GemmOperands
 
 F32 = np.float32
