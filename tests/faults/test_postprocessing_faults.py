@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from buggy_kernels import make_kernel
-from faults import ground_truth, inject
+from conformance.kernels.registry import get_kernel
+from faults import ground_truth, inject, prepare_case
 from reference.contract import TRITON_STYLE, EpilogueContract
+from reference.epilogue import reference_scaled_mm
 from reference.operands import GemmOperands
 
 F32 = np.float32
@@ -72,7 +74,6 @@ FUSED_EMU = make_kernel("emu-fused", EpilogueContract("fused", "fp32_before_roun
 
 def _pin(kernel, fault, ops, before: int, after: int, spacings: int):
     spec = kernel if not isinstance(kernel, str) else None
-    from conformance.kernels.registry import get_kernel
     spec = spec or get_kernel(kernel)
     assert out_bits(spec, ops) == before
     assert out_bits(inject(spec, fault, "all", 0), ops) == after
@@ -170,3 +171,28 @@ def test_f4_under_power_of_two_scales_still_changes_bits():
     _pin("cpu", "F4", ops, rne16(y), rtz16(y), rne16(y) - rtz16(y))
     # while F3 cannot: multiplying by a power of two is exact, both orders agree
     _pin("cpu", "F3", ops, rne16(y), rne16(y), 0)
+
+
+def test_f6_f7_f9_exact_bits_on_a_one_element_case():
+    # F6: acc = 1, E = ceil((2**31 - 1) / 16384) = 131072 columns -> exact acc 2**31 + 1.
+    # the cpu kernel's int32 accumulator wraps to -2**31 + 1; float32 -> -2**31 (RNE);
+    # * 2**-20 -> -2048 = bf16 0xC500. Declared contract on the exact value: 2048 = 0x4500.
+    # ordered encodings 0x4500 and -0x4500 are 2 * 0x4500 = 35328 spacings apart.
+    ops = case(1, 1.0, 2.0 ** -20)
+    p = prepare_case(ops, "F6", "all", 0)
+    assert p.k == 1 + 131072
+    assert out_bits(inject("cpu", "F6"), p) == 0xC500
+    ref = reference_scaled_mm(p.a, p.b, p.scale_a, p.scale_b, get_kernel("cpu").contract)
+    assert int(ref.view(torch.int16)[0, 0]) & 0xFFFF == 0x4500
+    gt = ground_truth("cpu", "F6", "all", 0, ops)
+    assert (gt.selected, gt.changed, gt.max_spacing) == (1, 1, 2 * 0x4500)
+    assert gt.spacing_hist[">256"] == 1
+    # F7: E = ceil((2**24 - 1) / 16384) = 1024 -> acc 2**24 + 1, a float32 tie -> 2**24
+    # (even) in the kernel and in the reference alike: bf16 0x4B80 both, a no-op
+    p7 = prepare_case(case(1, 1.0, 1.0), "F7", "one", 0)
+    assert p7.k == 1 + 1024 and out_bits(get_kernel("cpu"), p7) == 0x4B80
+    assert ground_truth("cpu", "F7", "one", 0, case(1, 1.0, 1.0)).no_op
+    # F9 (pow2_scales): s_w = 0.3 -> 0.25; 3 * 0.3 = 0.9 -> bf16 0x3F66, 3 * 0.25 = 0x3F40
+    before, after = rne16(F32(F32(3) * F32(0.3)) * F32(1)), rne16(F32(0.75))
+    assert (before, after) == (0x3F66, 0x3F40)
+    _pin("cpu", "F9", case(3, 1.0, 0.3), before, after, before - after)
