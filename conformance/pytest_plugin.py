@@ -45,6 +45,14 @@ their declared contracts require identical bits, or one errors.
 When ``--kernel`` is given without explicit paths, only the conformance
 suite is collected (the ``testpaths`` / current directory are not).
 The reports are written at session finish from whatever items ran.
+
+Your own tests: the fixture ``int8conf_kernel`` is the KernelSpec under test,
+one parametrization per ``--kernel`` (x ``--inject``), so ``pytest
+tests/my_gemm_tests --kernel=mypkg.gemm:scaled_mm --inject=F3:all`` runs our
+suite and yours against the same faulty kernel (mutation testing of your
+suite). There F6 / F7 extend K inside the wrapper on every call
+(``faults.inject(..., prepared=False)``): your tests call the kernel on
+their own operands. Without ``--kernel`` a test using the fixture is skipped.
 """
 
 from __future__ import annotations
@@ -183,6 +191,36 @@ def _prepared(cases, inj) -> list:
         return cases
     from faults import prepare_case
     return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+
+
+def _fixture_spec(spec):
+    """The spec handed to user tests: F6 / F7 re-injected with ``prepared=False``
+    (user tests call the kernel on operands nobody prepared)."""
+    from faults import inject, injection_of, wrapped_kernel
+    inj = injection_of(spec)
+    if inj is None or inj.fault not in ("F6", "F7") or not inj.prepared:
+        return spec
+    return inject(wrapped_kernel(spec), inj.fault, inj.coverage, inj.seed, prepared=False)
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """Parametrize ``int8conf_kernel`` over the kernels under test."""
+    if "int8conf_kernel" not in metafunc.fixturenames:
+        return
+    st = _state(metafunc.config)
+    if st is None:
+        return
+    specs = [_fixture_spec(ks.spec) for ks in st.kernels]
+    metafunc.parametrize("int8conf_kernel", specs, ids=[s.name for s in specs])
+
+
+@pytest.fixture
+def int8conf_kernel(request):
+    """The KernelSpec under test (``--kernel``, with ``--inject`` applied): one
+    parametrization per kernel and injection; skipped without ``--kernel``."""
+    if not hasattr(request, "param"):
+        pytest.skip("int8conf_kernel: no --kernel given")
+    return request.param
 
 
 def _state(config) -> Optional[_State]:

@@ -11,7 +11,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401 -- imported before pytester's in-process runs: a second import of torch's C extension would crash
 
+import faults  # noqa: F401 -- likewise kept across in-process runs (registers the name resolver)
 from conformance.cli import main
 
 pytest_plugins = ["pytester"]
@@ -88,3 +90,28 @@ def test_pytest_bad_inject_is_a_usage_error(pytester):
     r = pytester.runpytest_inprocess("--inject=F4")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     assert "--inject needs --kernel" in "\n".join(r.outlines + r.errlines)
+
+
+USER_TEST = '''
+import torch
+
+def test_tie_rounds_to_nearest_even(int8conf_kernel):
+    # 1 + 3 * 2**-8 is a bf16 tie: RNE gives 0x3F82
+    one = torch.ones((1, 1), dtype=torch.int8)
+    out = int8conf_kernel.scaled_mm(one, one.clone(), torch.tensor([1.0]),
+                                    torch.tensor([1.0 + 3 * 2.0 ** -8]))
+    assert int(out.view(torch.int16)[0, 0]) == 0x3F82
+'''
+
+
+def test_user_tests_get_the_injected_kernel_through_a_fixture(pytester):
+    pytester.makepyfile(test_user=USER_TEST)
+    fast = ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=0",
+            "--int8conf-no-model", f"--int8conf-reports={pytester.path / 'r'}"]
+    r = pytester.runpytest_inprocess("test_user.py", "--kernel=cpu", "--inject=F4:all",
+                                     "--inject=F8:all", "-k", "test_user", *fast)
+    r.assert_outcomes(passed=1, failed=1)      # F4 caught by the user's test, F8 not
+    assert any(ln.startswith("FAILED test_user.py::test_tie_rounds_to_nearest_even"
+                             "[cpu+F4@all#s0]") for ln in r.outlines)
+    r = pytester.runpytest_inprocess("test_user.py")   # no --kernel: skipped
+    r.assert_outcomes(skipped=1)
