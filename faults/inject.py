@@ -25,9 +25,11 @@ Per family (definitions in the family modules):
   use them, and the wrapper passes through (same bits as the wrapped kernel
   on those operands, which is the point: the kernel then runs on them for
   real). With ``prepared=False`` the wrapper extends K itself on every call
-  (``scaled_mm`` and ``int_mm``), feeds the wrapped kernel the extended
-  operands and records them: for callers that cannot prepare cases
-  (detllm's engine, a user's own tests).
+  (``scaled_mm`` and ``int_mm``; :func:`self_prepared`: the selected block
+  runs K-extended and is merged into the normal run) and records the
+  extended operands: for callers that cannot prepare cases (detllm's
+  engine, model replays, a user's own tests through the pytest plugin's
+  ``int8conf_kernel`` fixture).
 * control F8: goes through the same machinery (mask, clean run, merge) and
   returns the kernel's own bits.
 * operand F9 (``faults.operand``): the wrapped kernel also runs on the

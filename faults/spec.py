@@ -43,7 +43,8 @@ class Injection:
             :func:`faults.prepare_case` (sweep, ``check --inject``, pytest
             plugin) and the wrapper passes through; False = the wrapper
             extends K itself on every call (contexts that call the kernel
-            directly: detllm's ``int_mm``, a user's own tests).
+            directly: detllm's ``int_mm``, model replays, a user's own tests
+            through the ``int8conf_kernel`` fixture).
     """
 
     fault: str
