@@ -240,11 +240,19 @@ class IsolatedKernel:
         child.close()
         self._conn = parent
 
-    def _tail(self, n: int = 25) -> list:
+    def _tail(self, n: int = 60) -> list:
+        """The child's log for the evidence: from its last ``faulthandler``
+        report (``Fatal Python error`` / ``Timeout``, the stack of the crash
+        or hang) on, else the last ``n`` lines; lines cut at 300 characters."""
         try:
-            return self._log.read_text(errors="replace").splitlines()[-n:] if self._log else []
+            lines = self._log.read_text(errors="replace").splitlines() if self._log else []
         except OSError:
             return []
+        starts = [i for i, ln in enumerate(lines)
+                  if ln.startswith("Fatal Python error") or ln.startswith("Timeout (")]
+        keep = lines[starts[-1]:] if starts else lines[-n:]
+        keep = [ln[:300] for ln in keep if not ln.startswith("Extension modules:")]
+        return keep[:n]
 
     def _reap(self, kill: bool) -> Optional[int]:
         proc, self._proc = self._proc, None

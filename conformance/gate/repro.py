@@ -68,14 +68,14 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
             "strides": {k: list(v.stride()) for k, v in tensors.items()}, "what_happened": what}
     atomic_write_text(d / "case.json", json.dumps(info, indent=1, default=str) + "\n")
     pp = os.environ.get("PYTHONPATH")
-    cmd = (f"{'PYTHONPATH=' + shlex.quote(pp) + ' ' if pp else ''}"
-           f"{shlex.quote(sys.executable)} -m conformance.gate.repro \"$(dirname \"$0\")\" \"$@\"")
+    env = f"export PYTHONPATH={shlex.quote(pp)}\n" if pp else ""
+    cmd = f"{shlex.quote(sys.executable)} -m conformance.gate.repro \"$(dirname \"$0\")\" \"$@\""
     atomic_write_text(d / "command.sh", "#!/bin/sh\n"
                       f"# Re-runs kernel {kernel_ref['label'] if kernel_ref else '(in-memory)'} on "
                       f"case {case} in this process, no isolation (the gate saw: "
                       f"{what.get('status')}{': ' + str(what.get('error')) if what.get('error') else ''}).\n"
                       f"# Add --timeout S to print the stack of a hang after S seconds.\n"
-                      f"exec {cmd}\n")
+                      f"{env}exec {cmd}\n")
     os.chmod(d / "command.sh", 0o755)
     return d
 
