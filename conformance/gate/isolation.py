@@ -142,6 +142,8 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     logf = os.fdopen(os.dup(fd), "w", buffering=1)
+    import sys
+    sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
     if method == "fork":
         # an OpenMP pool the parent used is not usable after fork (the first
