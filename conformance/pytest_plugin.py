@@ -106,7 +106,10 @@ def _non_negative_int(text: str) -> int:
     return non_negative_int(text)
 
 
-def pytest_addoption(parser) -> None:
+def pytest_addoption(parser, pluginmanager) -> None:
+    import conformance.gate.pytest_gate as gate_plugin
+    if not pluginmanager.is_registered(gate_plugin):
+        pluginmanager.register(gate_plugin, "int8conf-gate")
     g = parser.getgroup("int8conf", "int8conf kernel conformance")
     g.addoption("--kernel", action="append", default=[], metavar="NAME",
                 help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
@@ -381,13 +384,67 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items[:0] = new
 
 
+def _cuda_count() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` with several GPUs: one worker per GPU (else xdist's default)."""
+    if (config.getoption("kernel", default=None) or config.getoption("gate_candidate",
+                                                                      default=None)):
+        n = _cuda_count()
+        if n > 1:
+            return n
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: give each worker its GPU index where several exist."""
+    n = _cuda_count()
+    if n > 1:
+        wid = node.workerinput.get("workerid", "gw0")
+        node.workerinput["int8conf_gpu"] = int(wid[2:] or 0) % n
+
+
+_WORKER_KEY = "int8conf_suite"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: merge a worker's results into the kernels' states."""
+    import pickle
+    st = _state(node.config)
+    data = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY)
+    if st is None or not data:
+        return
+    for ks, (results, prop_cases, prop, model) in zip(st.kernels, pickle.loads(data)):
+        ks.results.update(results)
+        ks.prop_cases.extend(prop_cases)
+        ks.property = ks.property or prop
+        ks.model.update(model)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = _state(session.config)
     if st is None:
         return
+    if hasattr(session.config, "workerinput"):  # an xdist worker: ship, the controller writes
+        import pickle
+        session.config.workeroutput[_WORKER_KEY] = pickle.dumps(
+            [(ks.results, ks.prop_cases, ks.property, ks.model) for ks in st.kernels])
+        return
+    from conformance.cases import case_id
     from conformance.report import write_reports
     from conformance.suite import build_result
     for ks in st.kernels:
+        order = {case_id(o): i for i, o in enumerate(ks.cases)}  # case order, serial or not
+        ks.results = dict(sorted(ks.results.items(), key=lambda kv: order.get(kv[0], len(order))))
         cases = list(ks.results.values()) + list(ks.prop_cases)
         if not cases and not ks.model:
             continue

@@ -169,6 +169,7 @@ class Decision:
         expectations_used: indices of the policy's expectations applied.
         layer, family, scale_mode, source: the case's coordinates.
         evidence: crash / timeout / model-check evidence; ``repro`` dir.
+        manifest: the candidate's run manifest on this case (or None).
     """
 
     item: str
@@ -183,9 +184,10 @@ class Decision:
     scale_mode: Optional[str] = None
     source: Optional[str] = None
     evidence: dict = field(default_factory=dict)
+    manifest: Optional[dict] = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        """JSON-able dict."""
+        """JSON-able dict (the run ``manifest`` feeds the report's environment only)."""
         return {"item": self.item, "status": self.status, "blocking": self.blocking,
                 "reasons": self.reasons, "delta": self.delta, "changes": self.changes,
                 "expectations_used": self.expectations_used, "layer": self.layer,

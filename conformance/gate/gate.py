@@ -243,6 +243,182 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
             "expectations_used": used}
 
 
+class GateSession:
+    """A gate in progress: kernels resolved, cases built, baseline checked;
+    cases are decided one at a time (:meth:`run_case`), so the pytest plugin
+    can spread them over xdist workers and :func:`run_gate` can loop.
+
+    Args: as :func:`run_gate`.
+
+    Raises:
+        Int8confError / NotComparable: as :func:`run_gate` (at construction,
+            before any kernel runs).
+    """
+
+    def __init__(self, candidate, incumbent=None, baseline=None, policy: Optional[Policy] = None,
+                 options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
+                 cases: Optional[Sequence] = None,
+                 progress: Optional[Callable[[str], None]] = None):
+        from conformance.report import read_report
+        from conformance.suite import comparability, default_cases, load_captures, validate_device
+        self.t0 = time.perf_counter()
+        self.opts = options or GateOptions()
+        self.policy = policy or Policy()
+        self.say = progress or (lambda s: None)
+        if (incumbent is None) == (baseline is None):
+            raise Int8confError("give exactly one of --incumbent KERNEL or --baseline REPORT")
+        validate_device(self.opts.device)
+        self.candidate, self.incumbent, self.baseline = candidate, incumbent, baseline
+        self.cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
+        self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
+        opts = self.opts
+        if cases is None:
+            cs = load_captures(opts.capture_dir, opts.model_dir) if (
+                opts.capture_dir and opts.include_captures) else None
+            cases, cap = default_cases(opts.include_captures, opts.include_sweep, opts.seeds,
+                                       opts.max_capture_layers, cs)
+            cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
+        else:
+            cases = list(cases)
+            cap_d = {"available": False, "note": "explicit case list", "source": ""}
+        self.cases, self.rows = cases, case_rows(cases)
+        self.comparability = comparability(self.rows, None, cap_d)
+        self.doc = None
+        if baseline is not None:
+            self.doc = read_report(baseline)
+            probs = baseline_problems(self.doc, self.comparability, baseline)
+            if probs:
+                raise NotComparable(baseline, probs)
+        self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}
+        self.out = Path(out_dir)
+        self.log_dir = self.out / "logs"  # per xdist worker: logs/<worker id>
+        self.runners: dict = {}
+        self.repros: list = []
+
+    def _runner(self, role: str) -> IsolatedKernel:
+        if role not in self.runners:
+            k = self.candidate if role == "candidate" else self.incumbent
+            self.runners[role] = IsolatedKernel(k, self.cases, self.opts.timeout_s,
+                                                self.log_dir, self.opts.device,
+                                                self.opts.method)
+        return self.runners[role]
+
+    @property
+    def roles(self) -> tuple:
+        """``("candidate", "incumbent")``, or only the candidate with a baseline."""
+        return ("candidate",) if self.doc is not None else ("candidate", "incumbent")
+
+    def run_case(self, i: int) -> C.Decision:
+        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy.
+
+        Returns:
+            Decision; ``manifest`` holds the candidate's run manifest (or None).
+        """
+        ops, row = self.cases[i], self.rows[i]
+        cid = row["case"]
+        sides = {}
+        manifest = None
+        for role in self.roles:
+            r = self._runner(role)
+            oc = r.run_case(i)
+            sides[role] = _side(oc)
+            if oc.kind == OK and role == "candidate":
+                manifest = oc.value.run_manifest
+            elif oc.kind in (CRASHED, TIMED_OUT):
+                from conformance.gate.repro import save_reproducer
+                ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
+                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid,
+                                    {"status": sides[role].status, "role": role,
+                                     "error": oc.error, "signal": oc.signal,
+                                     "exitcode": oc.exitcode, "log_tail": oc.log_tail,
+                                     "timeout_s": self.opts.timeout_s})
+                sides[role].evidence["repro"] = str(d)
+                self.repros.append(str(d))
+        cand = sides["candidate"]
+        if self.doc is not None:
+            b = self.base_cases.get(cid)
+            inc = C.side_from_report_case(b) if b is not None else None
+            delta = (_baseline_delta(cand, inc, ops, self.doc["kernel"].get("contract"))
+                     if inc else None)
+        else:
+            inc = sides["incumbent"]
+            delta = (C.output_delta(cand.output, inc.output)
+                     if cand.output is not None and inc.output is not None else None)
+        dec = C.decide_case(cid, cand, inc, delta, self.policy, ops.scale_mode, layer_of(ops),
+                            row["source"])
+        if "incumbent" in sides and sides["incumbent"].status in (CRASH, TIMEOUT):
+            dec.evidence["incumbent"] = sides["incumbent"].evidence
+        dec.manifest = manifest
+        self.say(f"[{i + 1}/{len(self.cases)}] {cid}: {dec.status}")
+        return dec
+
+    def run_model(self, check_id: str) -> C.Decision:
+        """Run model-level check ``check_id`` (C7 / E1) isolated and decide it."""
+        res = {}
+        for role in self.roles:
+            self.say(f"gate: {check_id} for the {role}")
+            res[role] = self._runner(role).run_model(check_id, self.opts.model_timeout_s)
+        oc = res["candidate"]
+        cand_d = oc.value.to_dict() if oc.kind == OK else None
+        if self.doc is not None:
+            inc_d = next((c for c in self.doc.get("checks") or []
+                          if c.get("check_id") == check_id), None)
+        else:
+            io = res["incumbent"]
+            inc_d = io.value.to_dict() if io.kind == OK else None
+        st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
+        return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error,
+                              {"signal": oc.signal, "exitcode": oc.exitcode,
+                               "log_tail": oc.log_tail} if oc.kind != OK else None)
+
+    def close(self) -> None:
+        """Stop the child processes."""
+        for r in self.runners.values():
+            r.close()
+        self.runners = {}
+
+    def result(self, decisions: Sequence, model: Sequence = (),
+               elapsed_s: Optional[float] = None) -> GateResult:
+        """The GateResult of decided cases (in case order) and model checks."""
+        from conformance.suite import environment
+        order = {row["case"]: i for i, row in enumerate(self.rows)}
+        decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
+        model = list(model)
+        manifests = [d.manifest for d in decisions if getattr(d, "manifest", None)]
+        env = environment(manifests)
+        doc, policy = self.doc, self.policy
+        inc_info = ({"baseline": str(self.baseline), "manifest": doc.get("kernel"),
+                     "generated_at": doc.get("generated_at"),
+                     "environment": (doc.get("comparability") or {}).get("environment")}
+                    if doc is not None else
+                    {"ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef)
+                     else None, "manifest": self.inc_spec.manifest()})
+        notes = []
+        if doc is not None:
+            theirs = (doc.get("comparability") or {}).get("environment") or {}
+            diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in
+                    ("torch", "triton", "execution", "cuda_device") if theirs.get(k) != env.get(k)]
+            if diff:
+                notes.append("environment differs from the baseline's (bits are compared as "
+                             "they are; kernels may legitimately take other paths): "
+                             + "; ".join(diff))
+        repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
+        if repros:
+            notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
+        missing = len(self.rows) - len(decisions)
+        if missing:
+            notes.append(f"partial run: {len(decisions)} of {len(self.rows)} cases decided "
+                         f"(pytest selection or early stop)")
+        return GateResult(
+            candidate={"ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef)
+                       else None, "manifest": self.cand_spec.manifest()},
+            incumbent=inc_info, policy=policy.to_dict(), cases=list(decisions), model=model,
+            overall=_overall(list(decisions), model, policy), comparability=self.comparability,
+            environment=env, options=self.opts.to_dict(),
+            elapsed_s=(time.perf_counter() - self.t0) if elapsed_s is None else elapsed_s,
+            notes=notes)
+
+
 def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, object, None] = None,
              baseline: Union[str, Path, None] = None, policy: Optional[Policy] = None,
              options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
@@ -254,8 +430,8 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
         candidate: KernelRef (or an in-memory KernelSpec; fork start method only).
         incumbent: KernelRef / KernelSpec to run, or None with ``baseline``.
         baseline: a stored ``conformance.json`` of the incumbent instead.
-        policy: Policy (default: ``Policy()`` -- bit identity everywhere not
-            allowed otherwise, no token flips, engine hash must not move).
+        policy: Policy (default: ``Policy()`` -- bit identity everywhere,
+            no token flips, engine hash must not move).
         options: GateOptions.
         out_dir: where reproducers and child logs go (the reports are
             written by ``conformance.gate.report.write_gate_reports``).
@@ -270,122 +446,12 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
             baseline, unreadable baseline, bad device (one line).
         NotComparable: the baseline does not match this run's cases / captures.
     """
-    from conformance.report import read_report
-    from conformance.suite import comparability, default_cases, environment, load_captures, validate_device
-    opts = options or GateOptions()
-    policy = policy or Policy()
-    say = progress or (lambda s: None)
-    t0 = time.perf_counter()
-    if (incumbent is None) == (baseline is None):
-        raise Int8confError("give exactly one of --incumbent KERNEL or --baseline REPORT")
-    validate_device(opts.device)
-    cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
-    inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
-    if cases is None:
-        cs = load_captures(opts.capture_dir, opts.model_dir) if (
-            opts.capture_dir and opts.include_captures) else None
-        cases, cap = default_cases(opts.include_captures, opts.include_sweep, opts.seeds,
-                                   opts.max_capture_layers, cs)
-        cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
-    else:
-        cases = list(cases)
-        cap_d = {"available": False, "note": "explicit case list", "source": ""}
-    rows = case_rows(cases)
-    mine = comparability(rows, None, cap_d)
-    doc = None
-    if baseline is not None:
-        doc = read_report(baseline)
-        probs = baseline_problems(doc, mine, baseline)
-        if probs:
-            raise NotComparable(baseline, probs)
-    out = Path(out_dir)
-    logs = out / "logs"
-    say(f"gate: {len(cases)} cases; candidate {getattr(candidate, 'label', lambda: cand_spec.name)()}")
-    runners = {"candidate": IsolatedKernel(candidate, cases, opts.timeout_s, logs, opts.device,
-                                           opts.method)}
-    if inc_spec is not None:
-        runners["incumbent"] = IsolatedKernel(incumbent, cases, opts.timeout_s, logs, opts.device,
-                                              opts.method)
-    base_cases = {c["case"]: c for c in (doc or {}).get("cases") or []}
-    decisions, manifests, repros = [], [], []
+    from conformance.suite import MODEL_CHECKS
+    s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
+    s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
     try:
-        for i, (ops, row) in enumerate(zip(cases, rows)):
-            cid = row["case"]
-            sides, outcomes = {}, {}
-            for role, r in runners.items():
-                oc = r.run_case(i)
-                outcomes[role], sides[role] = oc, _side(oc)
-                if oc.kind == OK:
-                    if role == "candidate":
-                        manifests.append(oc.value.run_manifest)
-                elif oc.kind in (CRASHED, TIMED_OUT):
-                    from conformance.gate.repro import save_reproducer
-                    ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
-                    d = save_reproducer(out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid,
-                                        {"status": sides[role].status, "role": role,
-                                         "error": oc.error, "signal": oc.signal,
-                                         "exitcode": oc.exitcode, "log_tail": oc.log_tail,
-                                         "timeout_s": opts.timeout_s})
-                    sides[role].evidence["repro"] = str(d)
-                    repros.append(str(d))
-            cand = sides["candidate"]
-            if doc is not None:
-                b = base_cases.get(cid)
-                inc = C.side_from_report_case(b) if b is not None else None
-                delta = _baseline_delta(cand, inc, ops, doc["kernel"].get("contract")) if inc else None
-            else:
-                inc = sides["incumbent"]
-                delta = (C.output_delta(cand.output, inc.output)
-                         if cand.output is not None and inc.output is not None else None)
-            dec = C.decide_case(cid, cand, inc, delta, policy, ops.scale_mode, layer_of(ops),
-                                row["source"])
-            if "incumbent" in sides and sides["incumbent"].status in (CRASH, TIMEOUT):
-                dec.evidence["incumbent"] = sides["incumbent"].evidence
-            decisions.append(dec)
-            say(f"[{i + 1}/{len(cases)}] {cid}: {dec.status}")
-        model = []
-        if opts.model_checks:
-            from conformance.suite import MODEL_CHECKS
-            for cid, _, _ in MODEL_CHECKS:
-                res = {}
-                for role, r in runners.items():
-                    say(f"gate: {cid} for the {role}")
-                    res[role] = r.run_model(cid, opts.model_timeout_s)
-                oc = res["candidate"]
-                cand_d = oc.value.to_dict() if oc.kind == OK else None
-                if doc is not None:
-                    inc_d = next((c for c in doc.get("checks") or [] if c.get("check_id") == cid), None)
-                else:
-                    io = res["incumbent"]
-                    inc_d = io.value.to_dict() if io.kind == OK else None
-                st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-                model.append(C.decide_model(cid, cand_d, inc_d, policy, st, oc.error,
-                                            {"signal": oc.signal, "exitcode": oc.exitcode,
-                                             "log_tail": oc.log_tail} if oc.kind != OK else None))
+        decisions = [s.run_case(i) for i in range(len(s.cases))]
+        model = ([s.run_model(cid) for cid, _, _ in MODEL_CHECKS] if s.opts.model_checks else [])
     finally:
-        for r in runners.values():
-            r.close()
-    overall = _overall(decisions, model, policy)
-    inc_info = ({"baseline": str(baseline), "manifest": doc.get("kernel"),
-                 "generated_at": doc.get("generated_at"),
-                 "environment": (doc.get("comparability") or {}).get("environment")}
-                if doc is not None else
-                {"ref": incumbent.to_dict() if isinstance(incumbent, KernelRef) else None,
-                 "manifest": inc_spec.manifest()})
-    notes = []
-    if doc is not None:
-        theirs = (doc.get("comparability") or {}).get("environment") or {}
-        env = environment(manifests)
-        diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in
-                ("torch", "triton", "execution", "cuda_device") if theirs.get(k) != env.get(k)]
-        if diff:
-            notes.append("environment differs from the baseline's (bits are compared as they "
-                         "are; kernels may legitimately take other paths): " + "; ".join(diff))
-    if repros:
-        notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
-    return GateResult(
-        candidate={"ref": candidate.to_dict() if isinstance(candidate, KernelRef) else None,
-                   "manifest": cand_spec.manifest()},
-        incumbent=inc_info, policy=policy.to_dict(), cases=decisions, model=model,
-        overall=overall, comparability=mine, environment=environment(manifests),
-        options=opts.to_dict(), elapsed_s=time.perf_counter() - t0, notes=notes)
+        s.close()
+    return s.result(decisions, model)
