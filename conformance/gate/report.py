@@ -97,7 +97,7 @@ def _cell(s, width: int = 160) -> str:
     return s if len(s) <= width else s[:width - 3] + "..."
 
 
-def render_markdown(doc: dict, max_rows: int = 25) -> str:
+def render_markdown(doc: dict, max_rows: int = 15) -> str:
     """The pull-request comment: verdict, counts, blocking items with reasons,
     per-layer classes, check changes, model-level checks, expectations,
     reproducers (long lists folded in ``<details>``)."""
@@ -127,7 +127,7 @@ def render_markdown(doc: dict, max_rows: int = 25) -> str:
         for c in bad[:max_rows]:
             why = "; ".join(r["text"] for r in c["reasons"] if r["blocking"])
             rep = (c.get("evidence") or {}).get("repro")
-            lines.append(f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 300)}"
+            lines.append(f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 240)}"
                          + (f" -- reproducer: `{rep}/command.sh`" if rep else ""))
         if len(bad) > max_rows:
             lines.append(f"- ... and {len(bad) - max_rows} more (gate.json)")
@@ -146,16 +146,21 @@ def render_markdown(doc: dict, max_rows: int = 25) -> str:
     layers = [r for r in doc.get("per_layer") or [] if not r["layer"].startswith("(")]
     other = [r for r in doc.get("per_layer") or [] if r["layer"].startswith("(")]
     if layers or other:
-        lines += ["<details><summary>Per layer: output vs the incumbent (identical / "
-                  "within_one_spacing / worse)</summary>", "",
-                  "| layer | own scales | pow2 scales |", "|---|---|---|"]
-        for r in layers:
-            lines.append(f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |")
-        for r in other:
-            cls = ", ".join(f"{k}: {v}" for k, v in sorted(r.get("classes", {}).items()))
-            st = ", ".join(f"{k}: {v}" for k, v in sorted(r["statuses"].items()))
-            lines.append(f"| {r['layer']} | {cls} | {st} |")
-        lines += ["", "</details>", ""]
+        lines += ["<details><summary>Per layer and case group: output vs the incumbent "
+                  "(identical / within_one_spacing / worse)</summary>", ""]
+        if layers:
+            lines += ["| layer | own scales | pow2 scales |", "|---|---|---|"]
+            lines += [f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |"
+                      for r in layers]
+            lines.append("")
+        if other:
+            lines += ["| cases | output classes | statuses |", "|---|---|---|"]
+            for r in other:
+                cls = ", ".join(f"{k}: {v}" for k, v in sorted(r.get("classes", {}).items()))
+                st = ", ".join(f"{k}: {v}" for k, v in sorted(r["statuses"].items()))
+                lines.append(f"| {r['layer'][1:-1]} | {cls} | {st} |")
+            lines.append("")
+        lines += ["</details>", ""]
     chg = doc.get("check_changes") or {}
     if chg:
         lines += ["Check verdict changes (cases): " + "; ".join(
