@@ -321,11 +321,12 @@ class IsolatedKernel:
         if self._proc is None:
             return
         try:
-            self._conn.send(("stop",))
+            if self._conn is not None:
+                self._conn.send(("stop",))
         except (OSError, BrokenPipeError):
             pass
-        proc = self._proc
-        proc.join(5)
+        if self._proc.pid is not None:
+            self._proc.join(5)
         self._reap(kill=True)
 
     def __enter__(self):
