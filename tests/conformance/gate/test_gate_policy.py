@@ -99,3 +99,19 @@ def test_model_level_flips_and_engine_hash():
     lenient = parse_policy({"allow_engine_hash_change": True})
     assert decide_model("E1", e1("aaa"), e1("bbb"), lenient).status == "warn"
     assert decide_model("C7", None, None, pol, "crash", "killed by SIGSEGV").status == "crash"
+
+
+def test_ci_recipe_gates_on_cpu_and_gpu_uploads_reports_and_ci_run_checks_exit_codes():
+    import yaml
+    wf = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    jobs = wf["jobs"]
+    assert set(jobs) == {"gate-cpu", "gate-gpu"} and "HAS_GPU_RUNNER" in jobs["gate-gpu"]["if"]
+    for name, job in jobs.items():
+        runs = " ".join(s.get("run", "") for s in job["steps"])
+        assert "int8conf gate" in runs and "--policy" in runs and "pip install" in runs
+        up = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+        assert up and up[0]["if"] == "always()"  # reports uploaded even when the gate blocks
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("python -m pytest -q") < ci.index("expect 0 exact")
+    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 2 stale-baseline"):
+        assert want in ci
