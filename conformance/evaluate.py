@@ -56,6 +56,11 @@ class CaseResult:
         meta: the case's meta (layer, block, seed, ...).
         produced_output: the kernel returned an output tensor on this case
             (False when it was not runnable here or raised).
+        output_digest: ``reference.operands.tensor_digest`` of the kernel's
+            output (None without output): lets a later run tell, from the
+            report alone, whether another kernel gives the same bits here.
+        output: the output tensor itself when ``evaluate_case(keep_output=True)``
+            (not serialized; the gate compares two kernels' outputs with it).
     """
 
     case: str
@@ -72,6 +77,8 @@ class CaseResult:
     pair: Optional[dict] = None
     meta: dict = field(default_factory=dict)
     produced_output: bool = True
+    output_digest: Optional[str] = None
+    output: Optional[object] = field(default=None, repr=False, compare=False)
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -120,7 +127,8 @@ class CaseResult:
              "verdict": self.verdict, "checks": checks,
              "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
              "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
-             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
+             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason,
+             "output_digest": self.output_digest}
         if self.pair is not None:
             d["pair"] = self.pair
         return d
@@ -142,7 +150,7 @@ def _jsonable_meta(meta: dict) -> dict:
 
 
 def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
-                  source: Optional[str] = None) -> CaseResult:
+                  source: Optional[str] = None, keep_output: bool = False) -> CaseResult:
     """Run ``spec`` on one case and apply every per-case check.
 
     Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
@@ -157,6 +165,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         against: optional second KernelSpec.
         device: device for the kernel run (None = the runner's default).
         source: overrides ``ops.meta["source"]`` in the result.
+        keep_output: keep the kernel's output tensor on ``CaseResult.output``.
 
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
@@ -165,6 +174,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     """
     from conformance.kernels.runner import run_kernel
     from reference.accumulate import exact_int_mm
+    from reference.operands import tensor_digest
 
     run = run_kernel(spec, ops, device=device)
     exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
@@ -190,4 +200,6 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
         elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
         operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None)
+        produced_output=run.output is not None,
+        output_digest=None if run.output is None else tensor_digest(run.output),
+        output=run.output if keep_output else None)

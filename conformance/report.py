@@ -24,6 +24,11 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
+* ``comparability``: ``conformance.suite.comparability`` -- suite version,
+  SHA-256 digests of the fixed cases' operands and of the layer captures,
+  the case ids and the environment; ``int8conf gate --baseline`` refuses a
+  report whose digests differ from its own run. Each case also carries
+  ``output_digest`` (SHA-256 of the kernel's output bits).
 
 Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
 is strict JSON. Both files are written atomically (temporary file in the same
@@ -77,6 +82,7 @@ def to_json_dict(result) -> dict:
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
+        "comparability": getattr(result, "comparability", None) or None,
     })
 
 

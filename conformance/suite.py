@@ -21,7 +21,9 @@ the range where integer accumulation is exact and order-free.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import os
 import platform
 import sys
@@ -43,6 +45,10 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("E1", "detllm.oracle", "engine_hash_check"),
 )
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
+#: Version of the suite's case construction and check semantics. Two reports
+#: compare (``int8conf gate --baseline``) only when it is equal; bump it when
+#: a case generator or a check's meaning changes.
+SUITE_VERSION = "1"
 
 
 def run_model_check(check_id: str, spec, module: Optional[str] = None,
@@ -150,6 +156,8 @@ class ConformanceResult:
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
+        comparability: :func:`comparability` of the fixed cases (what makes
+            two reports comparable).
     """
 
     kernel: dict
@@ -162,6 +170,7 @@ class ConformanceResult:
     overall: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     notes: list = field(default_factory=list)
+    comparability: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -181,6 +190,44 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
+
+
+def _digest_rows(rows: list) -> str:
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def comparability(cases: Sequence[dict], environment_: Optional[dict] = None,
+                  captures: Optional[dict] = None) -> dict:
+    """What two runs must share to be compared case by case.
+
+    Args:
+        cases: per-case dicts (``CaseResult.to_dict()`` or a report's
+            ``cases``): keys ``case, source, scale_mode, out_dtype,
+            operand_digests``. Property-test examples are left out (they are
+            not a fixed case set).
+        environment_: :func:`environment` (versions and device are recorded,
+            not required equal: a swap across devices is a legal comparison).
+        captures: the report's ``captures`` dict (its ``source`` is recorded).
+
+    Returns:
+        ``{"suite_version", "n_cases", "cases_digest", "n_capture_cases",
+        "captures_digest", "captures_source", "case_ids", "environment"}``:
+        the digests are SHA-256 over the sorted ``[case id, scale mode,
+        out dtype, operand digests]`` rows (all fixed cases, resp. only the
+        layer captures), so equal digests mean the same operand bits.
+    """
+    rows = sorted([d["case"], d.get("scale_mode"), d.get("out_dtype"),
+                   d.get("operand_digests") or {}, d.get("source")]
+                  for d in cases if d.get("source") != "property")
+    cap = [r for r in rows if r[4] == "capture"]
+    env = environment_ or {}
+    return {"suite_version": SUITE_VERSION, "n_cases": len(rows),
+            "cases_digest": _digest_rows(rows), "n_capture_cases": len(cap),
+            "captures_digest": _digest_rows(cap) if cap else None,
+            "captures_source": (captures or {}).get("source") or None,
+            "case_ids": [r[0] for r in rows],
+            "environment": {k: env.get(k) for k in ("torch", "triton", "python", "execution",
+                                                    "cuda_device", "devices_used")}}
 
 
 def not_run_counts(case_results: Sequence[CaseResult]) -> dict[str, int]:
@@ -287,14 +334,15 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         from conformance.pairwise import summarize_pairs
         pairs = [(cr.case, cr.pair) for cr in case_results if cr.pair is not None]
         pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
+    env = environment([cr.run_manifest for cr in case_results])
+    cap = {"available": captures.available, "note": captures.note, "source": captures.source}
     return ConformanceResult(
-        kernel=spec.manifest(), environment=environment([cr.run_manifest for cr in case_results]),
-        checks=checks, cases=list(case_results),
-        captures={"available": captures.available, "note": captures.note,
-                  "source": captures.source},
+        kernel=spec.manifest(), environment=env,
+        checks=checks, cases=list(case_results), captures=cap,
         property_tests=property_tests, pairwise=pairwise,
         overall=overall_verdict(checks, property_tests, list(case_results)),
-        elapsed_s=elapsed_s, notes=list(notes))
+        elapsed_s=elapsed_s, notes=list(notes),
+        comparability=comparability([cr.to_dict() for cr in case_results], env, cap))
 
 
 def default_cases(include_captures: bool = True, include_sweep: bool = True,

@@ -10,6 +10,13 @@ not conformant; 2 bad input (unknown kernel, bad option, unusable device or
 capture directory, report directory not writable); 3 not run / inconclusive
 (no kernel failed, but some kernel produced output on zero cases, e.g. not
 runnable on this device or its shape constraints exclude every case).
+
+``--inject FAULT[:COVERAGE[:SEED]]`` (repeatable) checks ``faults.inject(kernel,
+...)`` instead of the kernel itself, once per kernel and injection: mutation
+testing of the suite. Exit 1 then means the suite caught the fault, 0 that it
+did not. For F6 / F7 the cases are prepared first (``faults.prepare_case``).
+The report (``<out>/<kernel>+<fault>@<coverage>#s<seed>``, sanitized) names
+the fault, coverage and seed in its notes and under ``kernel.injection``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", action="append", required=True, metavar="NAME",
                    help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
                         "or an int8conf.kernels entry point (repeatable)")
+    p.add_argument("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
+                   help="check the kernel with a fault injected (repeatable): FAULT is F1..F9 or "
+                        "its name (F9.stale / F9.transposed for the other F9 variants), "
+                        "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
+                        "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it")
     p.add_argument("--against", metavar="OTHER", default=None,
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
     p.add_argument("--out", default="reports", metavar="DIR",
@@ -75,22 +87,29 @@ def run(args: argparse.Namespace) -> int:
     if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
     _ensure_out_dir(Path(args.out))
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+    injections = _parse_injections(args.inject)
     specs = resolve_kernels(args.kernel)
     other = get_kernel(args.against) if args.against else None
     con = Console()
     err = Console(stderr=True)
     ok, not_run = True, False
-    for spec in specs:
+    for spec, inj in _runs(specs, injections):
         with err.status(f"checking {spec.name}") as status:
             try:
                 res = run_conformance(
-                    spec, other, include_captures=not args.no_captures,
+                    spec, other, cases=_injected_cases(args, inj),
+                    include_captures=not args.no_captures,
                     include_sweep=not args.no_sweep, property_examples=args.examples,
                     model_checks=not args.no_model, capture_dir=args.captures,
                     model_dir=args.model, device=args.device,
                     progress=None if args.quiet else status.update)
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
+        if inj is not None:
+            from faults import annotate_result
+            annotate_result(res, spec)
+            con.print(res.notes[0], markup=False)
         jp, mp = _write(write_reports, res, args.out)
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
                         f"({res.environment.get('execution')}, {len(res.cases)} cases, "
@@ -122,6 +141,43 @@ def run(args: argparse.Namespace) -> int:
     if not ok:
         return EXIT_NOT_CONFORMANT
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
+
+
+def _parse_injections(texts) -> list:
+    """``--inject`` values as ``faults.spec.Injection`` objects.
+
+    Raises:
+        FaultError: one line naming the bad value (exit 2).
+    """
+    if not texts:
+        return []
+    from faults import parse_injection
+    return [parse_injection(t) for t in texts]
+
+
+def _runs(specs, injections) -> list:
+    """(spec, injection or None) pairs: every kernel, injected once per injection."""
+    from faults import inject, injection_of
+    if not injections:   # a kernel named like cpu+F7@one#s0 is injected already
+        return [(s, injection_of(s)) for s in specs]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
+            for s in specs for i in injections]
+
+
+def _injected_cases(args, inj):
+    """The suite's cases prepared for a precondition fault (F6 / F7), else None
+    (the suite builds its own cases)."""
+    from faults.spec import PRECONDITION_FAULTS
+    if inj is None or inj.fault not in PRECONDITION_FAULTS:
+        return None
+    from conformance.suite import default_cases, load_captures
+    from faults import prepare_case
+    cs = None
+    if args.captures is not None and not args.no_captures:
+        cs = load_captures(args.captures, args.model)
+    cases, _ = default_cases(include_captures=not args.no_captures,
+                             include_sweep=not args.no_sweep, capture_set=cs)
+    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
 
 
 def _ensure_out_dir(out: Path) -> None:

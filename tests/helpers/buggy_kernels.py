@@ -16,7 +16,7 @@ import torch
 
 from conformance.kernels import trace
 from conformance.kernels.loader import declare
-from conformance.kernels.spec import KernelSpec
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.bits import round_fp32
 from reference.contract import CUTLASS_STYLE, EpilogueContract
 from reference.operands import GemmOperands
@@ -176,3 +176,54 @@ def exiting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 
 
 exiting_kernel.int8conf_contract = "cutlass"
+
+
+# --- kernels that take their process down (gate isolation tests) ----------
+#: K of the one case on which the hostile kernels below misbehave; on every
+#: other case they compute exactly like the ``cpu`` built-in (CUTLASS-style
+#: epilogue), so a gate against ``cpu`` passes those cases.
+HOSTILE_K = 37
+
+
+def _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias):
+    trace.record_path("test-hostile")
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
+                   out_dtype, "rne")
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="segfaulting",
+         description="segfaults (NULL read via ctypes) when K == HOSTILE_K")
+def segfaulting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Reads address 0 through ctypes (a real SIGSEGV) on K == HOSTILE_K."""
+    if a.shape[1] == HOSTILE_K:
+        import ctypes
+        ctypes.string_at(0)
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="aborting",
+         description="calls os.abort() (SIGABRT) when K == HOSTILE_K")
+def aborting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``os.abort()`` on K == HOSTILE_K (what a failed C assert does)."""
+    if a.shape[1] == HOSTILE_K:
+        import os
+        os.abort()
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="hanging",
+         description="sleeps for an hour when K == HOSTILE_K")
+def hanging_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``time.sleep(3600)`` on K == HOSTILE_K (a kernel that never returns)."""
+    if a.shape[1] == HOSTILE_K:
+        import time
+        time.sleep(3600)
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="declining",
+         constraints=ShapeConstraints(k_multiple=8),
+         description="declares K % 8 == 0 (declines other shapes)")
+def declining_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style kernel that declares ``k_multiple=8``."""
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
