@@ -2,7 +2,7 @@
 
 ``int8conf study pow2 [--kernels A,B] [--model DIR] [--committed DIR] [--device cpu|cuda] [--out DIR]
                       [--tokens N] [--windows N] [--window-len L] [--flip-windows N]
-                      [--prompts N] [--new-tokens N] [--resamples R] [--seed S] [--no-fresh-process]``
+                      [--prompts N] [--new-tokens N] [--resamples R] [--seed S] [--fresh-process none|a|both]``
     Reconstruction gate (which quantization rule reproduces the committed
     checkpoint), layer-level agreement of kernels A and B on every captured
     layer (own vs power-of-two scales), end-to-end greedy agreement (A vs B,
@@ -46,7 +46,7 @@ def _run_study(args: argparse.Namespace) -> int:
         window_len=args.window_len or d["window_len"], flip_windows=args.flip_windows or d["flip_windows"],
         prompts=args.prompts or d["prompts"], new_tokens=args.new_tokens or d["new_tokens"],
         resamples=args.resamples, seed=args.seed, level=args.level,
-        fresh_processes=not args.no_fresh_process)
+        fresh_process=args.fresh_process or d["fresh_process"])
     quiet = args.quiet
     report = run_study(s, args.out, cache=args.cache,
                        progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr, flush=True)))
@@ -77,10 +77,11 @@ def register(subparsers) -> None:
     p.add_argument("--window-len", type=positive_int, help="tokens per window (default cpu 128, cuda 256)")
     p.add_argument("--flip-windows", type=positive_int, help="windows for the flip analysis (default cpu 4, cuda 16)")
     p.add_argument("--prompts", type=positive_int, help="fixed prompts for generation, 1-8 (default cpu 2, cuda 8)")
-    p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default cpu 8, cuda 64)")
+    p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default cpu 3, cuda 64)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (>= 10000)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.9, help="confidence level (default 0.9)")
-    p.add_argument("--no-fresh-process", action="store_true", help="skip the cross-process repeat")
+    p.add_argument("--fresh-process", choices=("none", "a", "both"),
+                   help="kernels that repeat their generation in a fresh process (default cpu a, cuda both)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=_run_study)

@@ -27,9 +27,10 @@ PARTS = ("gate", "layer_agreement", "e2e_agreement", "accuracy", "flips")
 #: Triton interpreter as one kernel stays within 15 minutes on 2 cores;
 #: CUDA: the full protocol of the issue (8 prompts x 64 new tokens).
 DEFAULTS = {
-    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 2, "new_tokens": 8},
+    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 2, "new_tokens": 3,
+            "fresh_process": "a"},
     "cuda": {"tokens": 2048, "windows": 64, "window_len": 256, "flip_windows": 16, "prompts": 8,
-             "new_tokens": 64},
+             "new_tokens": 64, "fresh_process": "both"},
 }
 
 
@@ -48,7 +49,8 @@ class StudySettings:
         flip_windows: windows for the flip analysis (kernel B replays them).
         prompts / new_tokens: end-to-end generation.
         resamples / seed / level: bootstrap.
-        fresh_processes: run the cross-process repeat.
+        fresh_process: which kernels repeat their own-scale generation in a
+            fresh process: ``"none"``, ``"a"`` (kernel A) or ``"both"``.
         batch_size: windows per teacher-forced forward.
     """
 
@@ -65,7 +67,7 @@ class StudySettings:
     resamples: int = 10_000
     seed: int = 0
     level: float = 0.9
-    fresh_processes: bool = True
+    fresh_process: str = "a"
     batch_size: int = 8
 
     def part_key(self, part: str) -> dict:
@@ -75,7 +77,7 @@ class StudySettings:
         keys = {"gate": {},
                 "layer_agreement": dict(k, tokens=self.tokens),
                 "e2e_agreement": dict(k, prompts=self.prompts, new_tokens=self.new_tokens,
-                                      fresh_processes=self.fresh_processes),
+                                      fresh_process=self.fresh_process),
                 "accuracy": dict(k, windows=self.windows, window_len=self.window_len, resamples=self.resamples,
                                  seed=self.seed, level=self.level, batch_size=self.batch_size),
                 "flips": dict(k, flip_windows=self.flip_windows, window_len=self.window_len,
@@ -106,6 +108,8 @@ def check_settings(s: StudySettings) -> None:
         raise Int8confError(f"--windows {s.windows}: a window bootstrap needs at least 2 windows")
     if s.window_len < 2:
         raise Int8confError(f"--window-len {s.window_len} must be >= 2")
+    if s.fresh_process not in ("none", "a", "both"):
+        raise Int8confError(f"--fresh-process {s.fresh_process!r} is not one of none, a, both")
     if s.new_tokens < 1:
         raise Int8confError(f"--new-tokens {s.new_tokens} must be >= 1")
 
@@ -186,7 +190,7 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, settings.tokens, say))
     part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
         ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
-        fresh_processes=settings.fresh_processes, progress=say))
+        fresh=settings.fresh_process, progress=say))
     part("accuracy", lambda: accuracy.run_accuracy(ctx, settings.windows, settings.window_len, settings.resamples,
                                                    settings.seed, settings.level, settings.batch_size, say))
     part("flips", lambda: flips.run_flips(ctx, settings.flip_windows, settings.window_len,
