@@ -2,7 +2,8 @@
 
 ``int8conf study pow2 [--kernels A,B] [--model DIR] [--committed DIR] [--device cpu|cuda] [--out DIR]
                       [--tokens N] [--windows N] [--window-len L] [--flip-windows N]
-                      [--prompts N] [--new-tokens N] [--resamples R] [--seed S] [--fresh-process none|a|both]``
+                      [--prompts N] [--new-tokens N] [--resamples R] [--seed S] [--fresh-process none|a|both]
+                      [--time-budget S] [--report-only]``
     Reconstruction gate (which quantization rule reproduces the committed
     checkpoint), layer-level agreement of kernels A and B on every captured
     layer (own vs power-of-two scales), end-to-end greedy agreement (A vs B,
@@ -49,7 +50,8 @@ def _run_study(args: argparse.Namespace) -> int:
         fresh_process=args.fresh_process or d["fresh_process"])
     quiet = args.quiet
     report = run_study(s, args.out, cache=args.cache,
-                       progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr, flush=True)))
+                       progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr, flush=True)),
+                       time_budget_s=args.time_budget, report_only=args.report_only)
     for line in headline(report):
         print(line)
     print(f"report: {args.out}/study.md")
@@ -83,5 +85,10 @@ def register(subparsers) -> None:
     p.add_argument("--level", type=float, default=0.9, help="confidence level (default 0.9)")
     p.add_argument("--fresh-process", choices=("none", "a", "both"),
                    help="kernels that repeat their generation in a fresh process (default cpu a, cuda both)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="start no new part after this many seconds (the report lists the parts not run; "
+                        "rerun to resume them)")
+    p.add_argument("--report-only", action="store_true",
+                   help="render the report from the parts already finished under --out (after the gate)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=_run_study)

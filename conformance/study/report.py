@@ -28,24 +28,25 @@ def _num(x, digits: int = 4) -> str:
 
 def headline(r: dict) -> list[str]:
     """The headline lines (also printed by the CLI)."""
-    la, e2e, acc, fl = r["layer_agreement"], r["e2e_agreement"], r["accuracy"], r["flips"]
+    la, e2e, acc, fl = (r.get(k) or {} for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
     a, b = (k["name"] for k in r["kernels"])
-    lines = [f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
+    lines = [f"NOT RUN (time budget / interrupted): {', '.join(r['missing_parts'])}"] if r.get("missing_parts") else []
+    lines += [f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
              f"the two rules differ on {r['gate']['rule_disagreement']['fraction'] * 100:.2f} % of int8 weights"]
-    for mode, m in la["modes"].items():
+    for mode, m in la.get("modes", {}).items():
         lines.append(f"layers {mode}: {m['layers_identical']}/{m['layers']} bit-identical {a} vs {b}, "
                      f"{m['differing']} of {m['elements']} elements differ ({m['per_million']:.2f} per million; "
                      f"declared contracts predict {m['predicted_differing']}), max {m['max_ulp']} ulp")
-    for mode, c in e2e["a_vs_b"].items():
+    for mode, c in e2e.get("a_vs_b", {}).items():
         lines.append(f"e2e {mode}: {c['identical_sequences']}/{c['prompts']} greedy sequences byte-identical "
                      f"{a} vs {b} ({e2e['new_tokens']} new tokens)")
-    for arm, rec in acc["arms"].items():
+    for arm, rec in acc.get("arms", {}).items():
         if "rel_change_vs_own" in rec:
             lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
                          f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)")
         else:
             lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}")
-    for mode, m in fl["modes"].items():
+    for mode, m in fl.get("modes", {}).items():
         lines.append(f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "
                      f"({100 * m['flip_rate']:.3f} %), {m['flips_above_4_spacings']} above 4 spacings")
     return lines
@@ -195,10 +196,12 @@ def to_markdown(r: dict) -> str:
     L += [f"- {h}" for h in headline(r)]
     L.append("")
     L += _md_gate(r["gate"])
-    L += _md_layers(r["layer_agreement"], a, b)
-    L += _md_e2e(r["e2e_agreement"], a, b)
-    L += _md_accuracy(r["accuracy"])
-    L += _md_flips(r["flips"], a, b)
+    for key, title, fn in (("layer_agreement", "## 2. Layer-level agreement", lambda x: _md_layers(x, a, b)),
+                           ("e2e_agreement", "## 3. End-to-end greedy agreement", lambda x: _md_e2e(x, a, b)),
+                           ("accuracy", "## 4. Accuracy cost", _md_accuracy),
+                           ("flips", "## 5. Teacher-forced flips", lambda x: _md_flips(x, a, b))):
+        L += fn(r[key]) if r.get(key) else [title, "", "Not run in this report (time budget reached or run "
+                                                       "interrupted; rerun the same command to resume).", ""]
     L += ["Reproduce: `int8conf study pow2 " + " ".join(_cli_args(r["settings"])) + "`", ""]
     return "\n".join(L)
 
@@ -221,17 +224,26 @@ def write_report(r: dict, out_dir) -> dict:
     from conformance.study import plots
     from reference.fileio import atomic_write_json, atomic_write_text
 
+    import json
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # render what study.json holds (key-sorted), so the report can be re-rendered from the JSON byte for byte
+    r = json.loads(json.dumps(r, sort_keys=True))
     a, b = (k["name"] for k in r["kernels"])
-    figs = {"layers": plots.plot_layer_agreement(r["layer_agreement"]["layers"], out / FIGURES["layers"],
-                                                 f"{a} vs {b}: elements differing per layer "
-                                                 f"({r['layer_agreement']['capture']['tokens_per_layer']} tokens/layer)"),
-            "flips": plots.plot_flip_rate(r["flips"]["modes"], out / FIGURES["flips"],
-                                          f"teacher-forced flips {a} vs {b} ({r['flips']['windows']} windows)"),
-            "perplexity": plots.plot_perplexity(r["accuracy"], out / FIGURES["perplexity"],
-                                                f"held-out perplexity ({r['accuracy']['windows']} windows x "
-                                                f"{r['accuracy']['window_len']} tokens)")}
+    figs = {}
+    if r.get("layer_agreement"):
+        figs["layers"] = plots.plot_layer_agreement(
+            r["layer_agreement"]["layers"], out / FIGURES["layers"],
+            f"{a} vs {b}: elements differing per layer ({r['layer_agreement']['capture']['tokens_per_layer']} "
+            f"tokens/layer)")
+    if r.get("flips"):
+        figs["flips"] = plots.plot_flip_rate(r["flips"]["modes"], out / FIGURES["flips"],
+                                             f"teacher-forced flips {a} vs {b} ({r['flips']['windows']} windows)")
+    if r.get("accuracy"):
+        figs["perplexity"] = plots.plot_perplexity(r["accuracy"], out / FIGURES["perplexity"],
+                                                   f"held-out perplexity ({r['accuracy']['windows']} windows x "
+                                                   f"{r['accuracy']['window_len']} tokens)")
     r["figures"] = figs
     atomic_write_json(out / JSON_NAME, r, allow_nan=True)
     atomic_write_text(out / MD_NAME, to_markdown(r))

@@ -21,7 +21,9 @@ from reference.errors import Int8confError
 
 SCHEMA = "int8conf.study.pow2"
 SCHEMA_VERSION = 1
-PARTS = ("gate", "layer_agreement", "e2e_agreement", "accuracy", "flips")
+#: Execution order: the gate first, the most expensive part (generation) last,
+#: so a time budget cuts the least.
+PARTS = ("gate", "layer_agreement", "accuracy", "flips", "e2e_agreement")
 
 #: Defaults per kernel device. CPU: sized so that the whole study with the
 #: Triton interpreter as one kernel stays within 15 minutes on 2 cores;
@@ -132,7 +134,8 @@ def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float) ->
 
 
 def run_study(settings: StudySettings, out_dir, cache=None,
-              progress: Optional[Callable[[str], None]] = None) -> dict:
+              progress: Optional[Callable[[str], None]] = None,
+              time_budget_s: Optional[float] = None, report_only: bool = False) -> dict:
     """Run (or resume) the study and write the report.
 
     Args:
@@ -140,6 +143,11 @@ def run_study(settings: StudySettings, out_dir, cache=None,
         out_dir: report directory (``study.json``, ``study.md``, the PNGs).
         cache: artifact cache override.
         progress: callback for one-line progress messages.
+        time_budget_s: start no new part once this many seconds have passed
+            (parts not run are listed as ``missing_parts`` in the report;
+            rerunning resumes them).
+        report_only: compute nothing beyond the gate; render the report from
+            the finished parts stored under ``out_dir``.
 
     Returns:
         The report dict written to ``study.json``.
@@ -167,7 +175,8 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     ctx = StudyContext(model_dir=model_dir, kernels=kernels, device=settings.device,
                        committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
                        cache=Path(cache) if cache is not None else None)
-    results, seconds = {}, {}
+    results, seconds, missing = {}, {}, []
+    t_start = time.perf_counter()
 
     def part(name, fn):
         key = settings.part_key(name)
@@ -175,6 +184,12 @@ def run_study(settings: StudySettings, out_dir, cache=None,
         if got is not None:
             say(f"{name}: reused from {out / '.parts' / (name + '.json')}")
             results[name], seconds[name] = got, json.loads((out / ".parts" / f"{name}.json").read_text())["seconds"]
+            return
+        over = time_budget_s is not None and time.perf_counter() - t_start > time_budget_s
+        if name != "gate" and (report_only or over):
+            say(f"{name}: not run ({'report only' if report_only else 'time budget reached'})")
+            results[name] = None
+            missing.append(name)
             return
         t0 = time.perf_counter()
         results[name] = fn()
@@ -188,16 +203,17 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     if settings.committed_dir is None and results["gate"]["which_rule"]["rule"] != "cpu":
         raise Int8confError("internal: the reference quantizer's checkpoint is not reproduced by the cpu rule")
     part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, settings.tokens, say))
-    part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
-        ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
-        fresh=settings.fresh_process, progress=say))
     part("accuracy", lambda: accuracy.run_accuracy(ctx, settings.windows, settings.window_len, settings.resamples,
                                                    settings.seed, settings.level, settings.batch_size, say))
     part("flips", lambda: flips.run_flips(ctx, settings.flip_windows, settings.window_len,
                                           batch_size=settings.batch_size, progress=say))
+    part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
+        ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
+        fresh=settings.fresh_process, progress=say))
 
     from conformance.study.report import write_report
     report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds)
+    report["missing_parts"] = missing
     write_report(report, out)
     say(f"report written to {out / 'study.md'}")
     return report
@@ -225,18 +241,19 @@ def build_report(settings, ctx, kernels, config, pdigest, committed, results, se
 
     n_params = sum(p.numel() for p in ctx.base.parameters())
     la, e2e, acc, fl = (results[k] for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
-    first = (la["layers"].get("own") or [{}])[0].get("paths") or [None, None]
+    first = ((la or {}).get("layers", {}).get("own") or [{}])[0].get("paths") or [None, None]
     # the code path each kernel took on the study's device (first captured layer)
     paths = {spec.name: {"path": p, "device": settings.device} for spec, p in zip(kernels, first)}
     limits = {
         "model": f"{config.get('num_hidden_layers')} blocks, hidden {config.get('hidden_size')}, "
                  f"{n_params / 1e6:.1f} M parameters ({settings.model_dir})",
         "corpus": "held-out works of the bundled Shakespeare corpus (reference.model.corpus eval_windows)",
-        "accuracy_windows": f"{acc['windows']} windows x {acc['window_len']} tokens = "
-                            f"{acc['predicted_tokens']} predicted tokens (bootstrap unit: window)",
-        "flip_windows": f"{fl['windows']} windows x {fl['window_len']} tokens",
-        "captured_tokens": f"{la['capture']['tokens_per_layer']} rows per layer x {la['capture']['layers']} layers",
-        "e2e": f"{e2e['prompts']} of the 8 fixed prompts x {e2e['new_tokens']} new tokens",
+        "accuracy_windows": f"{settings.windows} windows x {settings.window_len} tokens = "
+                            f"{settings.windows * (settings.window_len - 1)} predicted tokens (bootstrap unit: window)",
+        "flip_windows": f"{settings.flip_windows} windows x {settings.window_len} tokens",
+        "captured_tokens": (f"{la['capture']['tokens_per_layer']} rows per layer x {la['capture']['layers']} layers"
+                            if la else f"{settings.tokens} rows per layer"),
+        "e2e": f"{settings.prompts} of the 8 fixed prompts x {settings.new_tokens} new tokens",
         "device": settings.device,
     }
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "settings": asdict(settings),
