@@ -599,9 +599,12 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
     out: list[int] = []
     cache = None
     step_in = ids
+    # transformers >= 5 names the KV cache ``cache``; 4.x ``past_key_values``
+    import inspect
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for _ in range(max_new_tokens):
-        res = model(input_ids=step_in, cache=cache, use_cache=True)
-        cache = res.cache
+        res = model(input_ids=step_in, use_cache=True, **{cache_kw: cache})
+        cache = getattr(res, cache_kw)
         logits = res.logits[0, -1].float()
         if on_step is not None:
             on_step(len(out), logits)
