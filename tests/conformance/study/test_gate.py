@@ -29,6 +29,9 @@ def test_the_issue_example_rounds_differently_under_the_two_rules():
     assert int(s.view(torch.int16)) == 0x3A25 and torch.equal(s, s2)
     assert float((w / target)[0]) == 38.5
     assert int(q_cpu[0, 0]) == 38 and int(q_f32[0, 0]) == 39
+    from reference.errors import OperandError
+    with pytest.raises(OperandError, match="division"):
+        quantize_weight_per_channel(row, division="float64")
 
 
 def test_the_cpu_rule_is_the_library_itself_on_the_cpu():
