@@ -12,7 +12,8 @@ Files:
 * ``scorecard.md``: the same for reading.
 * ``detection.png``: heatmap, rows fault@scale mode, columns C1-C8 and E1,
   colour = detection rate, text = fired/applicable cells, a box on each
-  cell where the latest matrix's prediction disagrees.
+  cell where the latest matrix's prediction disagrees (FP, or FN in a cell
+  whose fault changed an output).
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> Non
             txt[i][j] = f"{r.fired}/{r.fired + r.silent}"
         else:
             txt[i][j] = "n/a"
-        box[i, j] = (getattr(r, f"fp_{tag.replace('.', '_')}", 0) or 0) + \
-                    (getattr(r, f"fn_{tag.replace('.', '_')}", 0) or 0) > 0
+        t = tag.replace(".", "_")
+        # false negatives in cells where the fault changed nothing are not the check's miss
+        box[i, j] = (getattr(r, f"fp_{t}", 0) or 0) + (getattr(r, f"fn_{t}", 0) or 0) \
+            - (getattr(r, f"fn_no_op_{t}", 0) or 0) > 0
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(cols), 0.9 + 0.36 * len(rows)))
     im = ax.imshow(z, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
@@ -97,7 +100,8 @@ def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> Non
     ax.set_yticks(range(len(rows)), [f"{f} {get_fault(f).name} [{m}]" for f, m in rows], fontsize=7)
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="detection rate (fired / applicable cells)")
-    fig.text(0.01, 0.005, f"red box: disagrees with predictions {tag} (FP or FN)", fontsize=7)
+    fig.text(0.01, 0.005, f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed "
+                         f"an output); n/a: check not applicable in that scale mode", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)

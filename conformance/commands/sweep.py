@@ -197,8 +197,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         rows = store.rows()
         n_rows = len(rows)
+        worker_s = sum(t for _, t in store.cell_times())
     matrices = {m.id: m for m in chain}
     meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs)
+    meta["worker_s"] = round(worker_s, 1)
+    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (one thread per worker), "
+                            f"i.e. about {worker_s / 2:.0f} s of compute on 2 cores")
     from conformance import scorecard
     sc = scorecard.build(rows, matrices, meta)
     paths = scorecard.write(sc, out_dir)
@@ -234,7 +238,7 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
               f"({done / wall:.2f} cells/s)" if wall else "no cells computed")
     if runs:
         timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
-                                   f"{runs[-1]['executor']}"
+                                   f"{runs[-1]['executor']} on a {runs[-1].get('cpu_count')}-core machine"
     return {
         "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,
         "model_dir": spec.model_dir, "command": cmd, "db": str(db), "rows": n_rows,
@@ -248,5 +252,6 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
                     f"greedy tokens) with the faulty int_mm entry, "
                     "once per model cell, stored under both scale modes (the integer engine has "
                     "no scale mode)" if spec.model_checks else "off"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "machine": (f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+                    f"cells computed by the runs listed in scorecard.json meta.runs"),
     }
