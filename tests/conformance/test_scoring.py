@@ -37,3 +37,29 @@ def test_truncation_signature_names_f4_and_a_clean_run_names_nothing():
     assert match_signatures(FailureFeatures()) == []
     pre = FailureFeatures(failed={"C3", "C4", "C8"}, precondition={"C3", "C4"}, max_ulp=30000)
     assert [f for f, _ in match_signatures(pre)] == ["F6"]
+
+
+def test_failing_conformance_report_names_the_truncation_signature():
+    import pytest
+
+    from conformance.cases import CaptureReplay, make_case
+    from conformance.evaluate import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.report import render_markdown, to_json_dict
+    from conformance.suite import build_result
+    from faults import inject
+
+    try:
+        ops = make_case("ordinary", seed=0)
+    except TypeError:
+        pytest.skip("make_case signature changed")
+    bad = inject(get_kernel("cpu"), "F4", "all", 0)
+    res = build_result(bad, [evaluate_case(bad, ops)], CaptureReplay())
+    assert res.verdict == "fail"
+    doc = to_json_dict(res)
+    assert "consistent with F4 output truncation: 1-spacing errors, all toward zero" in \
+        doc["fault_signatures"]
+    assert not any(x.startswith("consistent with F6") for x in doc["fault_signatures"])
+    assert "consistent with F4 output truncation" in render_markdown(doc)
+    clean = build_result(get_kernel("cpu"), [evaluate_case(get_kernel("cpu"), ops)], CaptureReplay())
+    assert to_json_dict(clean)["fault_signatures"] == []
