@@ -73,18 +73,23 @@ def _capture_set(capture_dir: str, model_dir: str):
     return load_capture_set(capture_dir, model_dir=model_dir or None, verify=False)
 
 
-@functools.lru_cache(maxsize=4)
-def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str) -> dict:
-    """``{layer name: GemmOperands}`` of one scale mode (pow2 rule ``nearest``)."""
+@functools.lru_cache(maxsize=8)
+def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
+    """GemmOperands of one layer in one scale mode (pow2 rule ``nearest``),
+    built the way ``reference.model.capture.iter_layer_operands`` builds them
+    but for this layer only, so a worker holds a few layers, not the model."""
     from reference.model.capture import iter_layer_operands
     cs = _capture_set(capture_dir, model_dir)
-    return {ops.name: ops for ops in iter_layer_operands(cs, scale_mode)}
+    sub = type(cs)(dir=cs.dir, manifest=dict(cs.manifest, layers={layer: cs.manifest["layers"][layer]}),
+                   model_dir=cs.model_dir, cache=cs.cache, external=cs.external,
+                   _checkpoints=cs._checkpoints)
+    return next(iter(iter_layer_operands(sub, scale_mode)))
 
 
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     """A fresh copy of the capture operands of ``layer`` in ``scale_mode``."""
     from reference.operands import GemmOperands
-    o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode)[layer]
+    o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
     return GemmOperands(a=o.a.clone(), b=o.b.clone(), scale_a=o.scale_a.clone(),
                         scale_b=o.scale_b.clone(),
                         bias=None if o.bias is None else o.bias.clone(), out_dtype=o.out_dtype,
