@@ -10,7 +10,7 @@ Files:
 * ``mismatches.csv``: every cell that disagrees with a matrix (all matrices,
   column ``matrix``).
 * ``scorecard.md``: the same for reading.
-* ``detection.png``: heatmap, rows fault@scale mode, columns C1-C8 and E1,
+* ``detection.png`` (needs the ``plots`` extra, matplotlib): heatmap, rows fault@scale mode, columns C1-C8 and E1,
   colour = detection rate, text = fired/applicable cells, a box on each
   cell where the latest matrix's prediction disagrees (FP, or FN in a cell
   whose fault changed an output).
@@ -200,7 +200,7 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     js["table_by_fault"] = json.loads(sc["table_by_fault"].to_json(orient="records"))
     js["mismatches"] = {t: json.loads(df.to_json(orient="records")) for t, df in sc["mismatches"].items()}
     paths = [out / "scorecard.json", out / "scorecard.csv", out / "mismatches.csv",
-             out / "scorecard.md", out / "detection.png"]
+             out / "scorecard.md"]
     atomic_write_json(paths[0], js)
     atomic_write_text(paths[1], sc["table"].to_csv(index=False))
     mm = pd.concat([df.assign(matrix=t) for t, df in sc["mismatches"].items()], ignore_index=True) \
@@ -208,6 +208,11 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     atomic_write_text(paths[2], mm.to_csv(index=False))
     atomic_write_text(paths[3], markdown(sc))
     card = sc["table"].rename(columns=lambda c: c.replace(".", "_"))
+    try:
+        import matplotlib  # noqa: F401 -- optional extra int8conf[plots]
+    except ImportError:
+        return paths  # JSON / CSV / Markdown still written; the PNG needs the plots extra
+    paths.append(out / "detection.png")
     heatmap(card, None, tags[-1], paths[4],
             heat_title or f"{sc['meta']['kernel']}: fault x check detection "
                           f"({sc['meta']['layer_cells']} layer cells)")
