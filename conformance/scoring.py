@@ -315,54 +315,56 @@ def features_of_cell(rows: Iterable[dict]) -> FailureFeatures:
     return ft
 
 
-def features_of_result(result) -> FailureFeatures:
-    """Features of a conformance run (``conformance.suite.ConformanceResult``)
-    from its failing cases' evidence; the direction is that of the worst
-    element of each failing output check (the report keeps no other)."""
-    ft = FailureFeatures(direction_basis="worst element of each failing case")
+def features_of_case(cr) -> FailureFeatures:
+    """Features of one conformance case (``conformance.evaluate.CaseResult``)
+    from its failing checks' evidence; the direction is that of the worst
+    element of each failing output check (a report keeps no other)."""
+    ft = FailureFeatures(direction_basis="worst element of each failing output check")
     tz = az = sc = 0
     seen = False
-    for cr in result.cases:
-        for cid, r in cr.checks.items():
-            if r.verdict != "fail":
-                continue
-            ft.failed.add(cid)
-            if r.is_precondition_violation:
-                ft.precondition.add(cid)
-            if cid in OUTPUT_CHECKS:
-                ev = r.evidence or {}
-                if ev.get("max_ulp") is not None:
-                    ft.max_ulp = max(ft.max_ulp or 0, int(ev["max_ulp"]))
-                if cr.scale_mode == "pow2":
-                    ft.pow2_output_failure = True
-                w = ev.get("worst") or {}
-                o, rf = w.get("out"), w.get("ref")
-                if isinstance(o, (int, float)) and isinstance(rf, (int, float)):
-                    seen = True
-                    if (o >= 0) != (rf >= 0) and o != 0:
-                        sc += 1
-                    elif abs(o) < abs(rf):
-                        tz += 1
-                    elif abs(o) > abs(rf):
-                        az += 1
-    for c in result.checks:   # model-level failures (C7, E1) count as failures too
-        if c.check_id in ("C7", "E1") and c.verdict == "fail":
-            ft.failed.add(c.check_id)
+    for cid, r in cr.checks.items():
+        if r.verdict != "fail":
+            continue
+        ft.failed.add(cid)
+        if r.is_precondition_violation:
+            ft.precondition.add(cid)
+        if cid in OUTPUT_CHECKS:
+            ev = r.evidence or {}
+            if ev.get("max_ulp") is not None:
+                ft.max_ulp = max(ft.max_ulp or 0, int(ev["max_ulp"]))
+            if cr.scale_mode == "pow2":
+                ft.pow2_output_failure = True
+            w = ev.get("worst") or {}
+            o, rf = w.get("out"), w.get("ref")
+            if isinstance(o, (int, float)) and isinstance(rf, (int, float)):
+                seen = True
+                if (o > 0 and rf < 0) or (o < 0 and rf > 0):
+                    sc += 1
+                elif abs(o) < abs(rf):
+                    tz += 1
+                elif abs(o) > abs(rf):
+                    az += 1
     if seen:
         ft.toward_zero, ft.away_from_zero, ft.sign_change = tz, az, sc
     return ft
 
 
 def signature_lines(result) -> list[str]:
-    """Lines for a failing conformance report: the fault classes its failures
-    match (empty for a passing run)."""
-    ft = features_of_result(result)
-    lines = [line for _, line in match_signatures(ft)]
-    if lines and ft.max_ulp is not None:
-        lines.append(f"(evidence: failing checks {', '.join(sorted(ft.failed))}; max "
-                     f"{ft.max_ulp} spacing(s); direction {ft.direction}, "
-                     f"{ft.direction_basis})")
-    return lines
+    """Lines for a failing conformance report (``ConformanceResult``): each
+    fault class whose signature matches at least one failing case, most
+    matched first, with how many of the failing cases it matches. Cases are
+    matched one by one (a precondition violation in one case does not hide
+    a rounding signature in another). Empty when no case failed."""
+    failing = [cr for cr in result.cases if any(r.verdict == "fail" for r in cr.checks.values())]
+    counts: dict = {}
+    lines_of: dict = {}
+    for cr in failing:
+        for fid, line in match_signatures(features_of_case(cr)):
+            counts[fid] = counts.get(fid, 0) + 1
+            lines_of[fid] = line
+    n = len(failing)
+    order = sorted(counts, key=lambda f: (-counts[f], int(f[1:])))
+    return [f"{lines_of[f]} ({counts[f]} of {n} failing cases)" for f in order]
 
 
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:

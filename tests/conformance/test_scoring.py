@@ -57,8 +57,8 @@ def test_failing_conformance_report_names_the_truncation_signature():
     res = build_result(bad, [evaluate_case(bad, ops)], CaptureReplay())
     assert res.verdict == "fail"
     doc = to_json_dict(res)
-    assert "consistent with F4 output truncation: 1-spacing errors, all toward zero" in \
-        doc["fault_signatures"]
+    assert "consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 " \
+        "failing cases)" in doc["fault_signatures"]
     assert not any(x.startswith("consistent with F6") for x in doc["fault_signatures"])
     assert "consistent with F4 output truncation" in render_markdown(doc)
     clean = build_result(get_kernel("cpu"), [evaluate_case(get_kernel("cpu"), ops)], CaptureReplay())
