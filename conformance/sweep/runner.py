@@ -170,7 +170,8 @@ def _inject_model(kernel, fault: str, coverage: str, seed: int):
     fault is an operand construction, which a model forward never builds);
     realising it inside the model (``prepared=False``: K extended by up to
     ~132k saturated columns in every call) measured 1,556 s per F6 model cell
-    on the 2-core CI machine, beyond any sweep budget."""
+    on the 2-core machine with the wrapper of that time (before faults commit
+    d0caf7b made it run only the selected block); not re-measured since."""
     from faults import inject
     return inject(kernel, fault, coverage, seed)
 
