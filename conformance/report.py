@@ -83,7 +83,18 @@ def to_json_dict(result) -> dict:
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
         "comparability": getattr(result, "comparability", None) or None,
+        "fault_signatures": _fault_signatures(result),
     })
+
+
+def _fault_signatures(result) -> list:
+    """Fault classes whose signature the failures match
+    (``conformance.scoring.signature_lines``, the code that scores the
+    sweep); empty for a run that did not fail."""
+    if result.overall.get("verdict") != "fail":
+        return []
+    from conformance.scoring import signature_lines
+    return signature_lines(result)
 
 
 def _table(df: pd.DataFrame) -> str:
@@ -178,7 +189,10 @@ def render_markdown(doc: dict) -> str:
     head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
             f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
             else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
-    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + _not_run_lines(ov) + [
+    sig = doc.get("fault_signatures") or []
+    sig_lines = (["Failure signature (`conformance.scoring`):", ""] + [f"- {x}" for x in sig] + [""]
+                 if sig else [])
+    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + sig_lines + _not_run_lines(ov) + [
              f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
              f"suite time {doc['elapsed_s']} s.", "",
              f"Captures: {doc['captures']['note']}.", ""]

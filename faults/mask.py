@@ -66,18 +66,45 @@ def stream_key(case: str, fault: str, coverage: str, seed: int, stream: str = "e
 
 
 def scores(n: int, key: int) -> np.ndarray:
-    """uint64 [n]: ``splitmix64(key + i)`` for ``i = 0 .. n-1`` (mod 2**64)."""
+    """uint64 [n]: ``splitmix64(key + i)`` for ``i = 0 .. n-1`` (mod 2**64).
+
+    The same arithmetic as :func:`splitmix64`, done in place (one scratch
+    array) because masks of large outputs (millions of elements) are drawn
+    once per kernel call.
+    """
     with np.errstate(over="ignore"):
-        return splitmix64(np.arange(n, dtype=np.uint64) + np.uint64(key))
+        z = np.arange(n, dtype=np.uint64)
+        z += np.uint64((key + 0x9E3779B97F4A7C15) % 2 ** 64)
+        t = np.empty_like(z)
+        for shift, mult in ((30, _M1), (27, _M2)):
+            np.right_shift(z, np.uint64(shift), out=t)
+            z ^= t
+            z *= mult
+        np.right_shift(z, np.uint64(31), out=t)
+        z ^= t
+        return z
 
 
 def lowest(n: int, count: int, key: int) -> np.ndarray:
-    """Indices (int64, ascending) of the ``count`` lowest scores among ``n``."""
+    """Indices (int64, ascending) of the ``count`` lowest scores among ``n``
+    (ties broken by index)."""
     if count >= n:
         return np.arange(n, dtype=np.int64)
-    s = scores(n, key)
-    idx = np.argsort(s, kind="stable")[:count]
-    return np.sort(idx).astype(np.int64)
+    return lowest_of(scores(n, key), count)
+
+
+def lowest_of(s: np.ndarray, count: int) -> np.ndarray:
+    """Ascending indices of the ``count`` lowest values of ``s``, ties broken by
+    index -- the first ``count`` of a stable argsort, in O(n) (``np.partition``)
+    instead of O(n log n): a 1% mask of a 512 x 6144 output takes milliseconds."""
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if count == 1:
+        return np.array([int(np.argmin(s))], dtype=np.int64)  # first minimum
+    kth = np.partition(s, count - 1)[count - 1]
+    less = np.flatnonzero(s < kth)
+    eq = np.flatnonzero(s == kth)[:count - len(less)]
+    return np.sort(np.concatenate([less, eq])).astype(np.int64)
 
 
 def selected_count(m: int, n: int, coverage: str) -> int:

@@ -177,7 +177,8 @@ def lock_matrix(path) -> LockEntry:
         parent = verify_matrix(parent_path)
         if parent.sha256 != m.amends["sha256"]:
             raise PredictionError(f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., "
-                                  f"but the locked file is {parent.sha256[:16]}...")
+                                  f"but that file is now {parent.sha256[:16]}...: an earlier matrix was edited "
+                                  f"instead of amended")
         check_amendment(parent, m)
     prev = entries[-1].chain if entries else _ZERO
     e = LockEntry(m.sha256, path.name, _chain(prev, m.sha256, path.name))

@@ -65,16 +65,16 @@ def _pytest(tmp_path, *args):
 
 def test_pytest_inject_end_to_end(tmp_path):
     rep = tmp_path / "r"
-    r = _pytest(tmp_path, "--kernel=cpu", "--inject=output_truncation:1%", "--inject=F8:one",
+    r = _pytest(tmp_path, "--kernel=cpu", "--inject=output_truncation:1%",
                 "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=0",
                 "--int8conf-no-model", f"--int8conf-reports={rep}", "--junitxml=j.xml")
     assert r.returncode == 1, r.stdout[-3000:]
     res: dict = {}
     for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase"):
         res.setdefault(c.get("classname"), {})[c.get("name")] = c.find("failure") is not None
-    assert set(res) == {"int8conf-cpu+F4@1%#s0", "int8conf-cpu+F8@one#s0"}
-    assert len(res["int8conf-cpu+F8@one#s0"]) == 22 and not any(res["int8conf-cpu+F8@one#s0"].values())
-    assert any(res["int8conf-cpu+F4@1%#s0"].values())
+    assert set(res) == {"int8conf-cpu+F4@1%#s0"}      # F8 end to end: the CLI and fixture tests
+    items = res["int8conf-cpu+F4@1%#s0"]
+    assert len(items) == 22 and any(items.values()) and not all(items.values())
     assert ("fault injected: F4 output_truncation (post-processing), coverage 1%, seed 0"
             in r.stdout)
     doc = json.loads((rep / "cpu_F4_1_s0" / "conformance.json").read_text())

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from faults import COVERAGES, FaultError
-from faults.mask import block_counts, block_selection, element_mask, selected_count, stream_key
+from faults.mask import (block_counts, block_selection, element_mask, lowest_of, selected_count,
+                         stream_key)
 
 MASK64 = (1 << 64) - 1
 
@@ -92,3 +93,11 @@ def test_block_selection_counts_and_determinism():
     r2, c2 = block_selection(64, 384, "k", "F6", "1%", 2)
     assert torch.equal(r1, r2) and torch.equal(c1, c2)
     assert len(r1) == 6 and len(c1) == 41 and r1.tolist() == sorted(set(r1.tolist()))
+
+
+def test_lowest_of_equals_a_stable_argsort_prefix_with_ties():
+    rng = np.random.default_rng(0)
+    for n, count, hi in [(50, 1, 5), (50, 7, 5), (200, 30, 3), (1000, 10, 2 ** 62)]:
+        s = rng.integers(0, hi, n).astype(np.uint64)          # many ties when hi is small
+        want = np.sort(np.argsort(s, kind="stable")[:count])
+        assert lowest_of(s, count).tolist() == want.tolist()
