@@ -263,7 +263,7 @@ def _operands(a, b, out_dtype) -> tuple[int, int, int]:
 # ----------------------------------------------------------------- plans
 @dataclass
 class _Plan:
-    """Everything cached for one key: the configuration, its kernel, whether
+    """The configuration chosen for one tuning key, its kernel object, whether
     it was timed, and the manifest details for ``trace.record_path``."""
 
     config: Config
@@ -273,10 +273,32 @@ class _Plan:
     extra: dict
 
 
+@dataclass
+class _Call:
+    """Everything about a call that depends only on operand metadata (cached
+    per metadata key, so a repeated call only allocates and launches)."""
+
+    plan: _Plan
+    m: int
+    n: int
+    k: int
+    grid: tuple
+    ints: tuple          # the kernel's integer arguments, in order
+    kw: dict             # constexprs and launch options
+    alloc_dtype: torch.dtype
+    ret_dtype: Optional[torch.dtype]
+    device: torch.device
+    ws_words: int        # split-K workspace words (0: none)
+
+
 _PLANS: dict = {}
+_CALLS: dict = {}
+_MAX_CALLS = 4096
 _TUNE_LOCK = threading.Lock()
 _WORKSPACES: dict = {}
 _SM_COUNT: dict = {}
+#: key -> {"config": label, "timings_ms": {label: ms | error}} for every tuned key
+_TUNING: dict = {}
 
 
 def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) -> dict:
@@ -309,10 +331,18 @@ def _need_int64(a: Tensor, b: Tensor, m: int, n: int, k: int) -> bool:
     return max(span_a, span_b, m * n + 2 * max(m, n)) > _INT32_MAX // 2
 
 
+def _stream_id(dev: torch.device) -> int:
+    try:  # C call, ~0.3 us (torch.cuda.current_stream builds a Python object)
+        return torch._C._cuda_getCurrentRawStream(dev.index)
+    except AttributeError:  # pragma: no cover -- older/newer torch
+        return torch.cuda.current_stream(dev).cuda_stream
+
+
 def _workspace(dev: torch.device, words: int) -> Tensor:
-    """int32 split-K workspace (all zero between calls) for the current stream."""
-    key = (dev.index, torch.cuda.current_stream(dev).cuda_stream) if dev.type == "cuda" \
-        else ("cpu", 0)
+    """int32 split-K workspace + arrival counters, all zero between calls (the
+    kernel restores zeros), one per device and stream (concurrent calls on
+    different streams never share one)."""
+    key = (dev.index, _stream_id(dev)) if dev.type == "cuda" else ("cpu", 0)
     ws = _WORKSPACES.get(key)
     if ws is None or ws.numel() < words:
         ws = torch.zeros(max(words, 1 << 16), dtype=torch.int32, device=dev)
@@ -327,43 +357,55 @@ def _num_sms(dev: torch.device) -> int:
     return n
 
 
-def _launch(plan_cfg: Config, kern, interp: bool, a: Tensor, b: Tensor, sa, sa_st: int, sb,
-            sb_st: int, bias: Optional[Tensor], out: Tensor, out_dtype, m: int, n: int, k: int,
-            int64: bool) -> None:
-    """One kernel launch with configuration ``plan_cfg`` writing ``out``."""
-    cfg = plan_cfg
-    acc_only = out_dtype is None
-    out_view = out.view(torch.int16) if out_dtype == torch.bfloat16 else out
-    if bias is None:
-        bias_arg, bias_st = out_view, 0  # never read (HAS_BIAS False)
-    else:
-        bias_arg = bias.view(torch.int16) if bias.dtype == torch.bfloat16 else bias
-        bias_st = bias.stride(0)
-    sa_arg = out_view if sa is None else sa
-    sb_arg = out_view if sb is None else sb
+def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: int,
+            bias: Optional[Tensor], out_dtype, m: int, n: int, k: int, int64: bool) -> tuple:
+    """``(grid, integer args, keyword args, workspace words)`` of a launch of
+    configuration ``cfg`` (all metadata; no tensor data)."""
     tiles = ((m + cfg.block_m - 1) // cfg.block_m) * ((n + cfg.block_n - 1) // cfg.block_n)
-    meta = dict(HAS_BIAS=bias is not None, OUT_KIND=_OUT_KIND.get(out_dtype, 0),
-                ACC_ONLY=acc_only, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
+    bias_st = 0 if bias is None else bias.stride(0)
+    kw = dict(HAS_BIAS=bias is not None, OUT_KIND=_OUT_KIND.get(out_dtype, 0),
+              ACC_ONLY=out_dtype is None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+              BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     if not interp:
-        meta.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+        kw.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+    if cfg.kernel == "tma":
+        progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
+        kw["FLATTEN"] = cfg.flatten
+        return (progs,), (m, n, k, sa_st, sb_st, bias_st, n, progs), kw, 0
+    sk = cfg.split_k
+    kw.update(SPLIT_K=sk, EVEN_K=k % (cfg.block_k * sk) == 0, INT64_IDX=int64,
+              K_ITERS_STATIC=(k + cfg.block_k * sk - 1) // (cfg.block_k * sk) if interp else 0)
+    ints = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), sa_st, sb_st, bias_st, n)
+    return (tiles, sk), ints, kw, (m * n + tiles if sk > 1 else 0)
+
+
+def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None:
+    """Launch ``call``'s kernel on these tensors, writing ``out``."""
+    plan, cfg = call.plan, call.plan.config
+    sa = out if sa is None else sa  # never read when ACC_ONLY
+    sb = out if sb is None else sb
+    if bias is None:
+        bias = out  # never read (HAS_BIAS False)
+    elif plan.interp and bias.dtype == torch.bfloat16:
+        bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
     if cfg.kernel == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [cfg.block_m, cfg.block_k])
-        b_desc = TensorDescriptor(b, [n, k], [b.stride(0), 1], [cfg.block_n, cfg.block_k])
-        progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
-        kern[(progs,)](a_desc, b_desc, sa_arg, sb_arg, bias_arg, out_view, m, n, k, sa_st, sb_st,
-                       bias_st, out_view.stride(0), progs, FLATTEN=cfg.flatten, **meta)
+        m, n, k = call.m, call.n, call.k
+        a_d = TensorDescriptor(a, [m, k], [a.stride(0), 1], [cfg.block_m, cfg.block_k])
+        b_d = TensorDescriptor(b, [n, k], [b.stride(0), 1], [cfg.block_n, cfg.block_k])
+        plan.kern[call.grid](a_d, b_d, sa, sb, bias, out, *call.ints, **call.kw)
         return
-    sk = cfg.split_k
-    ws = _workspace(a.device, m * n + tiles) if sk > 1 else out_view
-    cnt = ws[m * n:] if sk > 1 else out_view
-    k_iters = (k + cfg.block_k * sk - 1) // (cfg.block_k * sk)
-    kern[(tiles, sk)](a, b, sa_arg, sb_arg, bias_arg, out_view, ws, cnt, m, n, k,
-                      a.stride(0), a.stride(1), b.stride(0), b.stride(1), sa_st, sb_st, bias_st,
-                      out_view.stride(0), SPLIT_K=sk, EVEN_K=k % (cfg.block_k * sk) == 0,
-                      INT64_IDX=int64, K_ITERS_STATIC=k_iters if interp else 0, **meta)
+    if call.ws_words:
+        ws = _workspace(call.device, call.ws_words)
+        cnt = ws[call.m * call.n:]
+    else:
+        ws = cnt = out  # never touched (SPLIT_K == 1)
+    if plan.interp:
+        with _quiet_ieee_overflow():
+            plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
+    else:
+        plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
 
 
 def _candidates(m: int, tma: bool) -> list[Config]:
@@ -374,7 +416,7 @@ def _autotune_enabled() -> bool:
     return os.environ.get("INT8CONF_TRITON_AUTOTUNE", "1") not in ("0", "false", "no", "off")
 
 
-def _tune(cands: list[Config], args: tuple) -> tuple[Config, dict]:
+def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]:
     """Time every candidate (``triton.testing.do_bench``, median ms) and
     return the fastest with the timings; a candidate that fails to compile
     or launch is dropped (its error kept in the timings)."""
@@ -383,11 +425,10 @@ def _tune(cands: list[Config], args: tuple) -> tuple[Config, dict]:
     times: dict = {}
     best, best_t = None, float("inf")
     for cfg in cands:
-        kern = _kernel(cfg.kernel, True)[0]
         try:
-            _launch(cfg, kern, False, *args)
-            t = do_bench(lambda: _launch(cfg, kern, False, *args), warmup=5, rep=20,
-                         return_mode="median")
+            call = make_call(cfg)
+            _issue(call, *tensors)
+            t = do_bench(lambda: _issue(call, *tensors), warmup=5, rep=20, return_mode="median")
         except Exception as e:  # noqa: BLE001 -- e.g. out of shared memory for this tile
             times[cfg.label()] = f"failed: {type(e).__name__}: {str(e).strip()[:100]}"
             continue
@@ -399,64 +440,27 @@ def _tune(cands: list[Config], args: tuple) -> tuple[Config, dict]:
     return best, times
 
 
-#: key -> {"config": label, "timings_ms": {label: ms | error}} for every tuned key
-_TUNING: dict = {}
-
-
 def tuning_table() -> dict:
     """Tuning decisions of this process: ``{key string: {"config", "timings_ms"}}``."""
     return {str(k): dict(v) for k, v in _TUNING.items()}
 
 
-def _plan(a: Tensor, b: Tensor, m: int, n: int, k: int, out_dtype, has_bias: bool,
-          int64: bool, launch_args: tuple, config: Optional[Config] = None) -> _Plan:
-    native = a.is_cuda
-    tma = native and not int64 and _tma_ok(a, b)
-    mbin = 1 << max(0, (m - 1).bit_length())
-    key = (a.device.index if native else -1, native, mbin, n, k,
-           _OUT_KIND.get(out_dtype, -1), has_bias, tma, a.stride(1) == 1, b.stride(1) == 1, config)
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
-    if config is not None:
-        kern, interp = _kernel(config.kernel, native)
-        plan = _Plan(config, kern, interp, False, {})
-    elif not native or _kernel("ptr", True)[1]:
-        cfg = _interp_config(m, n)
-        kern, interp = _kernel("ptr", False)
-        plan = _Plan(cfg, kern, interp, False, {})
-    else:
-        cands = _candidates(m, tma)
-        capturing = torch.cuda.is_current_stream_capturing()
-        if (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
-                or len(cands) == 1):
-            cfg, tuned = cands[0], False
-        else:
-            with _TUNE_LOCK:
-                cfg, times = _tune(cands, launch_args)
-            _TUNING[key[:-1]] = {"config": cfg.label(), "timings_ms": times}
-            tuned = True
-        plan = _Plan(cfg, _kernel(cfg.kernel, True)[0], False, tuned, {})
-        if capturing:  # not cached: tune properly once outside the capture
-            plan.extra = _extra(cfg, False, False, out_dtype, a.device.type)
-            return plan
-    plan.extra = _extra(plan.config, plan.interp, plan.tuned, out_dtype, a.device.type)
-    _PLANS[key] = plan
-    return plan
-
-
-def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
-         config: Optional[Config] = None) -> Tensor:
+def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
+           config: Optional[Config]) -> tuple[_Call, bool, tuple]:
+    """Slow path of a call: validate metadata, move stray operands to a's
+    device, choose (and on first sight of a key, tune) the configuration.
+    Returns ``(call, cacheable, (a, b, sa, sb, bias))``."""
     m, k, n = _operands(a, b, out_dtype)
     dev = a.device
+    moved = False
     if b.device != dev:
-        b = b.to(dev)
-    if out_dtype is None:
-        sa = sb = None
-        sa_st = sb_st = 0
-    else:
+        b, moved = b.to(dev), True
+    sa = sb = None
+    sa_st = sb_st = 0
+    if out_dtype is not None:
         sa, sa_st = _scale_stride(scale_a, "scale_a", m, "M", dev)
         sb, sb_st = _scale_stride(scale_b, "scale_b", n, "N", dev)
+        moved = moved or sa is not scale_a or sb is not scale_b
         if bias is not None:
             if not isinstance(bias, Tensor) or bias.dtype != out_dtype or bias.dim() != 1 \
                     or bias.shape[0] != n:
@@ -464,19 +468,79 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
                      f"{getattr(bias, 'dtype', type(bias).__name__)} "
                      f"{tuple(getattr(bias, 'shape', ()))}")
             if bias.device != dev:
-                bias = bias.to(dev)
-    out = torch.empty((m, n), dtype=torch.int32 if out_dtype is None else out_dtype, device=dev)
+                bias, moved = bias.to(dev), True
+    native = a.is_cuda and not _kernel("ptr", True)[1]
     int64 = _need_int64(a, b, m, n, k)
-    args = (a, b, sa, sa_st, sb, sb_st, bias, out, out_dtype, m, n, k, int64)
-    plan = _plan(a, b, m, n, k, out_dtype, bias is not None, int64, args, config)
-    if plan.interp:
-        with _quiet_ieee_overflow():
-            _launch(plan.config, plan.kern, True, *args)
-    else:
-        _launch(plan.config, plan.kern, False, *args)
+    tma = native and not int64 and m > 16 and _tma_ok(a, b)
+    mbin = 1 << max(0, (m - 1).bit_length())
+    pkey = (a.device.index if a.is_cuda else -1, native, mbin, n, k, _OUT_KIND.get(out_dtype, -1),
+            bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
+    interp = not native
+    alloc = torch.int32 if out_dtype is None else (
+        torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
+
+    def make_call(cfg: Config, plan: Optional[_Plan] = None) -> _Call:
+        plan = plan or _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, False, {})
+        grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype,
+                                        m, n, k, int64)
+        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words)
+
+    plan = _PLANS.get(pkey)
+    capturing = native and torch.cuda.is_current_stream_capturing()
+    if plan is None:
+        if config is not None:
+            cfg, tuned = config, False
+        elif interp:
+            cfg, tuned = _interp_config(m, n), False
+        else:
+            cands = _candidates(m, tma)
+            cfg, tuned = cands[0], False
+            if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
+                    or len(cands) == 1):
+                out = torch.empty((m, n), dtype=alloc, device=dev)
+                with _TUNE_LOCK:
+                    cfg, times = _tune(cands, make_call, (a, b, sa, sb, bias, out))
+                _TUNING[pkey[:-1]] = {"config": cfg.label(), "timings_ms": times}
+                tuned = True
+        plan = _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, tuned,
+                     _extra(cfg, interp, tuned, out_dtype, dev.type))
+        if not (capturing and not tuned and config is None):  # tune later, outside a capture
+            _PLANS[pkey] = plan
+    call = make_call(plan.config, plan)
+    return call, not moved, (a, b, sa, sb, bias)
+
+
+def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
+         config: Optional[Config] = None) -> Tensor:
+    try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
+        key = (a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+               None if scale_a is None else (scale_a.dtype, scale_a.shape, scale_a.stride(),
+                                             scale_a.device),
+               None if scale_b is None else (scale_b.dtype, scale_b.shape, scale_b.stride(),
+                                             scale_b.device),
+               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device),
+               out_dtype, config)
+    except AttributeError:  # a non-tensor operand: the slow path names it
+        key = None
+    call = _CALLS.get(key)
+    if call is not None and call.plan.config.kernel == "tma" and (
+            a.data_ptr() % 16 or b.data_ptr() % 16):
+        call = None  # TMA needs 16-byte aligned bases: re-plan without caching
+        key = None
+    if call is None:
+        call, cacheable, (a, b, scale_a, scale_b, bias) = _build(a, b, scale_a, scale_b, bias,
+                                                                out_dtype, config)
+        if cacheable and key is not None:
+            if len(_CALLS) >= _MAX_CALLS:
+                _CALLS.clear()
+            _CALLS[key] = call
+    out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
+    _issue(call, a, b, scale_a, scale_b, bias, out)
     if trace.current() is not None:
-        trace.record_path("triton-interpreter" if plan.interp else "triton-native", **plan.extra)
-    return out
+        trace.record_path("triton-interpreter" if call.plan.interp else "triton-native",
+                          **call.plan.extra)
+    return out if out.dtype == call.ret_dtype or call.ret_dtype is None else \
+        out.view(call.ret_dtype)
 
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
@@ -520,18 +584,19 @@ def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scal
 
 def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
                 out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None):
-    """``(launch, out)`` for the benchmark's "bare launch" measurement:
-    ``launch()`` re-issues exactly the kernel launch a ``scaled_mm`` call with
-    these operands makes (same tuned configuration, writing into ``out``),
-    without validation, planning or output allocation."""
-    out = scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
-    m, k, n = _operands(a, b, out_dtype)
-    sa, sa_st = _scale_stride(scale_a, "scale_a", m, "M", a.device)
-    sb, sb_st = _scale_stride(scale_b, "scale_b", n, "N", a.device)
-    int64 = _need_int64(a, b, m, n, k)
-    args = (a, b, sa, sa_st, sb, sb_st, bias, out, out_dtype, m, n, k, int64)
-    plan = _plan(a, b, m, n, k, out_dtype, bias is not None, int64, args)
-    return (lambda: _launch(plan.config, plan.kern, plan.interp, *args)), out, plan.config
+    """``(launch, out, config)`` for the benchmark's "bare launch" measurement:
+    ``launch()`` re-issues exactly the Triton launch a ``scaled_mm`` call with
+    these operands makes (same compiled kernel and configuration, arguments
+    precomputed, writing into ``out``) -- no validation, lookup or allocation."""
+    scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    call, _, (a, b, sa, sb, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, None)
+    out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
+    if call.plan.config.kernel == "tma" or call.ws_words:
+        return (lambda: _issue(call, a, b, sa, sb, bias, out)), out, call.plan.config
+    kern = call.plan.kern[call.grid]
+    pos = (a, b, sa, sb, out if bias is None else bias, out, out, out) + call.ints
+    kw = call.kw
+    return (lambda: kern(*pos, **kw)), out, call.plan.config
 
 
 def available() -> tuple[bool, str]:

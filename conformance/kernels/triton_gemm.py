@@ -165,7 +165,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
                 u = z.to(tl.uint32, bitcast=True)
                 hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
                 hi = tl.where(z != z, 0x7FC0, hi)
-            tl.store(optrs, hi.to(tl.uint16).to(tl.int16, bitcast=True), mask=omask)
+            tl.store(optrs, hi.to(tl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
         elif OUT_KIND == 1:
             r = y.to(tl.float16)
             if HAS_BIAS:
@@ -232,7 +232,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
                     u = z.to(tl.uint32, bitcast=True)
                     hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
                     hi = tl.where(z != z, 0x7FC0, hi)
-                tl.store(optrs, hi.to(tl.uint16).to(tl.int16, bitcast=True), mask=omask)
+                tl.store(optrs, hi.to(tl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
             elif OUT_KIND == 1:
                 r = y.to(tl.float16)
                 if HAS_BIAS:
