@@ -83,7 +83,7 @@ SOURCE_DIGEST = hashlib.sha256(b"".join(
 _OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 _OUT_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 #: below this many multiply-accumulates a shape is not timed (heuristic config)
-AUTOTUNE_MIN_MACS = 1 << 24
+AUTOTUNE_MIN_MACS = 1 << 20
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -428,7 +428,7 @@ def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]
         try:
             call = make_call(cfg)
             _issue(call, *tensors)
-            t = do_bench(lambda: _issue(call, *tensors), warmup=5, rep=20, return_mode="median")
+            t = do_bench(lambda: _issue(call, *tensors), warmup=2, rep=10, return_mode="median")
         except Exception as e:  # noqa: BLE001 -- e.g. out of shared memory for this tile
             times[cfg.label()] = f"failed: {type(e).__name__}: {str(e).strip()[:100]}"
             continue
