@@ -279,7 +279,7 @@ def _plain_int8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, stride_am, st
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BLOCK_K, other=0)
         b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BLOCK_K, other=0)
-        acc = tl.dot(a, b, acc)
+        acc += tl.dot(a, b)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
     y = (acc.to(tl.float32) * tl.load(sa_ptr + rm)[:, None]) * tl.load(sb_ptr + rn)[None, :]

@@ -124,7 +124,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
             kk = k_lo + i * BLOCK_K + rk
             a = tl.load(a_ptrs, mask=kk[None, :] < K, other=0)
             b = tl.load(b_ptrs, mask=kk[:, None] < K, other=0)
-        acc = tl.dot(a, b, acc)  # int8 x int8 -> int32
+        acc += tl.dot(a, b)  # int8 x int8 -> int32 (not dot(a, b, acc): 3.6 wants out_dtype=)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
@@ -207,7 +207,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
         for ki in range(0, k_iters):
             a = a_desc.load([off_m, ki * BLOCK_K])
             b = b_desc.load([off_n, ki * BLOCK_K])
-            acc = tl.dot(a, b.T, acc)
+            acc += tl.dot(a, b.T)
 
         rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
