@@ -604,12 +604,12 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
                 torch.empty_like(out)
                 launch()
             call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
-            host = {name: [] for name in ("call", "bare", "bare_alloc", "plain")}
+            host = {w: [] for w in ("call", "bare", "bare_alloc", "plain")}
             for _ in range(5):  # interleaved rounds, median
-                for name, fn in (("call", call), ("bare", launch), ("bare_alloc", launch_alloc),
-                                 ("plain", lambda: plain(a, b, sa, sb))):
-                    host[name].append(_host_us(fn))
-            med = {name: statistics.median(v) for name, v in host.items()}
+                for w, fn in (("call", call), ("bare", launch), ("bare_alloc", launch_alloc),
+                              ("plain", lambda: plain(a, b, sa, sb))):
+                    host[w].append(_host_us(fn))
+            med = {w: statistics.median(v) for w, v in host.items()}
             e2e_hp = _e2e_interleaved({"call": call, "bare": launch})
             host_path = {"shape": [m, k, n], "config": cfg.label(),
                          "triton_host_us": med["call"], "bare_launch_host_us": med["bare"],
@@ -671,6 +671,13 @@ def acceptance(rows: list, host_path: Optional[dict]) -> dict:
     return out
 
 
+def _kernel_names(res: dict) -> list:
+    """Kernel columns: triton, int_mm, plain_triton, then any extra (JSON may sort keys)."""
+    names = list(res["rows"][0]["kernels"]) if res["rows"] else []
+    first = [x for x in ("triton", "int_mm", "plain_triton") if x in names]
+    return first + sorted(x for x in names if x not in first)
+
+
 def _fmt(v, spec=".1f") -> str:
     return "—" if v is None or v != v else format(v, spec)
 
@@ -679,7 +686,7 @@ def render_gpu_markdown(res: dict) -> str:
     """bench.md: environment, the table (µs, TOPS, % of peak per kernel; ratio
     to the best peer; bits), host path, acceptance."""
     env, peak = res["environment"], res["peak_tops"]
-    names = list(res["rows"][0]["kernels"]) if res["rows"] else []
+    names = _kernel_names(res)
     lines = [f"# int8conf bench --gpu: {env['device']}", "",
              f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
              f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
@@ -737,7 +744,7 @@ def plot_roofline(res: dict, path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 6))
-    names = list(res["rows"][0]["kernels"]) if res["rows"] else []
+    names = _kernel_names(res)
     markers = dict(zip(names, "osD^vx+*"))
     ais = []
     for x in names:
@@ -757,8 +764,8 @@ def plot_roofline(res: dict, path) -> None:
         if res.get("peak_tops"):
             ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1,
                     label=f"peak {res['peak_tops']:,.0f} TOPS")
-        if res.get("peak_tbs"):
-            xs = [lo, hi]
+        if res.get("peak_tbs"):  # ops/byte x TB/s = TOPS, capped by the compute roof
+            xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
             ax.plot(xs, [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
                     "k:", lw=1, label=f"HBM {res['peak_tbs']} TB/s")
     ax.set_xscale("log")
@@ -788,5 +795,6 @@ def write_gpu_reports(res: dict, out_root) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".png", dir=d, delete=False) as f:
         tmp = f.name
     plot_roofline(res, tmp)
+    Path(tmp).chmod(0o644)  # NamedTemporaryFile creates 0600
     Path(tmp).replace(paths["png"])
     return paths
