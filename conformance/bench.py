@@ -781,7 +781,9 @@ def plot_roofline(res: dict, path) -> None:
 
 
 def write_gpu_reports(res: dict, out_root) -> dict:
-    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns the paths."""
+    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns
+    the paths written (no ``png`` key when matplotlib, the ``plots`` extra, is
+    not installed)."""
     import tempfile
     from pathlib import Path
 
@@ -789,12 +791,18 @@ def write_gpu_reports(res: dict, out_root) -> dict:
 
     d = Path(out_root) / _device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
-    paths = {"json": d / "bench.json", "md": d / "bench.md", "png": d / "bench.png"}
+    paths = {"json": d / "bench.json", "md": d / "bench.md"}
     atomic_write_json(paths["json"], res, indent=1)
     atomic_write_text(paths["md"], render_gpu_markdown(res))
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        print("bench: matplotlib not installed (pip install 'int8conf[plots]'): no bench.png")
+        return paths
     with tempfile.NamedTemporaryFile(suffix=".png", dir=d, delete=False) as f:
         tmp = f.name
     plot_roofline(res, tmp)
     Path(tmp).chmod(0o644)  # NamedTemporaryFile creates 0600
-    Path(tmp).replace(paths["png"])
+    Path(tmp).replace(d / "bench.png")
+    paths["png"] = d / "bench.png"
     return paths
