@@ -545,7 +545,10 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         if not (capturing and not tuned and config is None):  # tune later, outside a capture
             _PLANS[pkey] = plan
     call = make_call(plan.config, plan)
-    return call, not moved, (a, b, sa, sb, bias)
+    # not cacheable: operands moved to a's device (the copy is per call), or an
+    # untuned stand-in chosen during a CUDA-graph capture (tune on the next eager call)
+    cacheable = not moved and _PLANS.get(pkey) is plan
+    return call, cacheable, (a, b, sa, sb, bias)
 
 
 def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
