@@ -24,7 +24,8 @@ Options:
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
 captures) running checks C1-C6 and C8; ``property`` (hypothesis, fixed CI
-profile); ``C7-token_flip`` and ``E1-engine_hash``; with ``--against``, one
+profile); ``C9-batch_invariance`` (always); ``C7-token_flip`` and
+``E1-engine_hash``; with ``--against``, one
 ``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
 the kernel fails the item (so ``--junitxml`` records it); a precondition
 violation (C3 / C4 caused by the operands) passes with a
@@ -175,6 +176,7 @@ class KernelSuite(pytest.Collector):
             yield CaseItem.from_parent(self, name=cid, kstate=ks, st=st, ops=ops)
         if st.examples > 0:
             yield PropertyItem.from_parent(self, name="property", kstate=ks, st=st)
+        yield BatchInvarianceItem.from_parent(self, name="C9-batch_invariance", kstate=ks, st=st)
         if st.model_checks:
             from conformance.suite import MODEL_CHECKS
             from conformance.checks.result import CHECK_NAMES
@@ -248,6 +250,19 @@ class PropertyItem(_Item):
         reasons = {cr.not_run_reason for cr in ks.prop_cases}
         if ks.prop_cases and None not in reasons:  # no example ran: nothing verified
             pytest.skip(f"{ks.spec.name}: property test not run: {sorted(reasons)[0]}")
+
+
+class BatchInvarianceItem(_Item):
+    """C9 batch_invariance over the kernel's fixed cases (no reference needed)."""
+
+    def runtest(self):
+        from conformance.suite import run_batch_invariance
+        r = run_batch_invariance(self.kstate.spec, self.kstate.cases)
+        self.kstate.model["C9"] = r
+        if r.verdict == "n/a":
+            pytest.skip(r.summary)
+        if r.verdict == "fail":
+            raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
 
 
 class ModelCheckItem(_Item):

@@ -15,7 +15,7 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
   "failed_checks", "precondition_violations", "cases_total", "cases_run",
   "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
   kernel produced output on zero cases; inconclusive)
-* ``checks``: one per check id (C1..C8, E1): ``{check_id, name, verdict,
+* ``checks``: one per check id (C1..C9, E1; C9 batch_invariance is kernel-level): ``{check_id, name, verdict,
   summary, evidence}`` aggregated over cases
 * ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
   out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
@@ -234,6 +234,13 @@ def render_markdown(doc: dict) -> str:
             if ev.get("failed_cases"):
                 lines.append(f"  - failing cases ({ev.get('n_failed_cases')}): "
                              + ", ".join(f"`{x}`" for x in ev["failed_cases"][:10]))
+            for d in (ev.get("differences") or [])[:5]:  # C9: row, batch, differing bits
+                cols = ", ".join(f"col {c['col']} {c['bits']} vs {c['reference_call_bits']}"
+                                 for c in d.get("columns", [])[:3])
+                lines.append(f"  - `{d['case']}` row {d['row']}, {d['context']}: "
+                             + (f"kernel failed: {d['error']}" if "error" in d else
+                                f"{d['n_differ']} element(s) differ from the case's own call "
+                                f"({cols})"))
     pt = doc.get("property_tests")
     if pt:
         lines += ["", "## Property test (hypothesis)", ""]
@@ -249,7 +256,7 @@ def render_markdown(doc: dict) -> str:
             if n_skip:
                 lines.append(f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
                              f"runnable here); those examples verified nothing.")
-    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "E1")]
+    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "C9", "E1")]
     for src, title in (("capture", "Per-layer results (captures)"),
                        ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),
                        ("property", "Property-test examples")):

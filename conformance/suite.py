@@ -42,7 +42,17 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "detllm.oracle", "engine_hash_check"),
 )
-REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
+REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "E1")
+
+
+def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
+    """C9 batch_invariance over the fixed cases (``conformance.checks.batch_invariance``):
+    one kernel-level result; a check that raises gives a ``harness`` failure."""
+    from conformance.checks.batch_invariance import check_batch_invariance
+    try:
+        return check_batch_invariance(spec, cases, device=device)
+    except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+        return check_error("C9", e)
 
 
 def run_model_check(check_id: str, spec, module: Optional[str] = None,
@@ -265,7 +275,8 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         spec: KernelSpec under test.
         case_results: every evaluated case (any source, property examples included).
         captures: what :func:`conformance.cases.capture_cases` found.
-        model_results: C7 / E1 results (absent ones are reported n/a "not run").
+        model_results: kernel-level results: C9 batch_invariance, C7, E1
+            (absent ones are reported n/a "not run").
         property_tests: property-test summary (``conformance.property``).
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
@@ -280,6 +291,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         agg[r.check_id] = r
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
+    agg.setdefault("C9", not_applicable("C9", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [
         r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
@@ -443,7 +455,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
                                  device=device)
         results += prop_cases
-    model = []
+    say(f"{spec.name}: C9 {CHECK_NAMES['C9']}")
+    model = [run_batch_invariance(spec, cases, device)]
     if model_checks:
         for cid, mod, attr in MODEL_CHECKS:
             say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")

@@ -25,7 +25,13 @@ The loaded object may be
    ``fn.int8conf_constraints`` (ShapeConstraints or dict), ``fn.int8conf_int_mm``,
    ``fn.int8conf_convention`` (``"int8conf"`` or ``"vllm"``), ``fn.int8conf_name``,
    ``fn.int8conf_version``, ``fn.int8conf_description``,
-   ``fn.int8conf_contiguous_only``.
+   ``fn.int8conf_contiguous_only``, ``fn.int8conf_overflow``.
+
+What the accumulator does when a sum leaves int32 is declared with
+``overflow="wrap"`` (default: two's-complement int32, what int32 hardware
+adds do), ``"saturate"`` or ``"undefined"`` (``@declare(..., overflow=...)``,
+``fn.int8conf_overflow`` or ``?overflow=saturate``); the checks compare such
+elements with the declared behaviour (``conformance.checks.overflow``).
 
 A kernel that needs dense operands declares ``contiguous_only=True``
 (``@declare(..., contiguous_only=True)`` or ``?contiguous_only=1``; or only
@@ -40,7 +46,7 @@ reference emulation need the declared epilogue. For a callable you cannot
 decorate (e.g. a compiled op), put the declaration in the name with a query
 string: ``pkg.mod:fn?contract=cutlass&convention=vllm&devices=cuda``
 (keys: contract, convention, devices (comma list), name, version,
-contiguous_only (1/0)).
+contiguous_only (1/0), overflow (wrap/saturate/undefined)).
 
 Calling conventions
 -------------------
@@ -85,6 +91,7 @@ class KernelDeclaration:
         name, version, description: for the registry and reports.
         contiguous_only: the kernel needs dense operands: True (all) or a
             tuple of operand names (see module docstring).
+        overflow: ``"wrap"`` | ``"saturate"`` | ``"undefined"`` (module docstring).
     """
 
     contract: EpilogueContract
@@ -96,6 +103,7 @@ class KernelDeclaration:
     version: str = "0"
     description: str = ""
     contiguous_only: object = False
+    overflow: str = "wrap"
 
 
 def _flag(value):
@@ -129,6 +137,19 @@ def _flag(value):
     return ops
 
 
+def _overflow(value) -> str:
+    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS``.
+
+    Raises:
+        ContractError: anything else.
+    """
+    from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
+    v = str(value).strip().lower()
+    if v not in OVERFLOW_BEHAVIOURS:
+        raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
+    return v
+
+
 def parse_contract(value) -> EpilogueContract:
     """EpilogueContract from a contract, dict, ``"cutlass"``, ``"triton"`` or
     ``"<scale_order>/<bias_point>"``.
@@ -156,7 +177,7 @@ def parse_contract(value) -> EpilogueContract:
 def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] = None,
             int_mm: Optional[Callable] = None, convention: str = "int8conf", name: str = "",
             version: str = "0", description: str = "",
-            contiguous_only=False) -> Callable:
+            contiguous_only=False, overflow: str = "wrap") -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
 
     Raises:
@@ -166,7 +187,8 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
         raise ContractError(f"convention={convention!r} is not one of {CONVENTIONS}")
     decl = KernelDeclaration(parse_contract(contract), tuple(devices),
                              constraints or ShapeConstraints(), int_mm, convention, name,
-                             version, description, _flag(contiguous_only))
+                             version, description, _flag(contiguous_only),
+                             _overflow(overflow))
 
     def wrap(fn: Callable) -> Callable:
         fn.int8conf = decl
@@ -220,7 +242,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             name=getattr(obj, "int8conf_name", ""),
             version=str(getattr(obj, "int8conf_version", "0")),
             description=getattr(obj, "int8conf_description", ""),
-            contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)))
+            contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
+            overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")))
     over = {}
     if "contract" in query:
         over["contract"] = parse_contract(query["contract"])
@@ -234,6 +257,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         over["version"] = query["version"]
     if "contiguous_only" in query:
         over["contiguous_only"] = _flag(query["contiguous_only"])
+    if "overflow" in query:
+        over["overflow"] = _overflow(query["overflow"])
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
@@ -275,7 +300,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
         int_mm=decl.int_mm, origin=origin,
         description=decl.description or f"{origin} ({decl.convention} convention)",
-        contiguous_only=decl.contiguous_only)
+        contiguous_only=decl.contiguous_only, overflow=decl.overflow)
 
 
 def _first_line(e: BaseException) -> str:

@@ -87,7 +87,8 @@ def _builtin(name: str) -> KernelSpec:
                       constraints=cons, version="1", source_digest=mod.SOURCE_DIGEST,
                       int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name],
                       contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", _CONTIGUOUS_ONLY.get(name,
-                                                                                         False)))
+                                                                                         False)),
+                      overflow=mod.OVERFLOW)
     _BUILT[name] = spec
     return spec
 

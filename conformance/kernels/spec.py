@@ -17,6 +17,10 @@ from dataclasses import dataclass, field, asdict
 from typing import Callable, Optional, Union
 
 from reference.contract import EpilogueContract
+from reference.errors import ContractError
+
+#: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
+OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ class KernelSpec:
             kernel accepts every layout of the contract (DESIGN.md 3: row-major
             with unit inner stride and leading stride >= K; ``b`` also as the
             transposed view of a [K, N] buffer; scales of any stride).
+        overflow: what the accumulator does when a sum leaves int32
+            (``conformance.checks.overflow``): ``"wrap"`` (two's complement,
+            the default: the contract's accumulator is int32, and int32
+            hardware adds wrap), ``"saturate"`` (clamped partial sums) or
+            ``"undefined"`` (no promise). Overflow is a precondition, never a
+            failure: C3/C5/C6/C8 compare such elements with the declared
+            behaviour (undefined ones are excluded and counted).
     """
 
     name: str
@@ -91,6 +102,12 @@ class KernelSpec:
     origin: str = "builtin"
     description: str = ""
     contiguous_only: Union[bool, tuple] = False
+    overflow: str = "wrap"
+
+    def __post_init__(self) -> None:
+        if self.overflow not in OVERFLOW_BEHAVIOURS:
+            raise ContractError(f"kernel {self.name!r}: overflow={self.overflow!r} is not one "
+                                f"of {OVERFLOW_BEHAVIOURS}")
 
     def dense_operands(self) -> frozenset:
         """Operand names the kernel must be handed dense (see ``contiguous_only``)."""
@@ -114,4 +131,5 @@ class KernelSpec:
             "description": self.description,
             "contiguous_only": (self.contiguous_only if isinstance(self.contiguous_only, bool)
                                 else sorted(self.contiguous_only)),
+            "overflow": self.overflow,
         }

@@ -176,3 +176,83 @@ def exiting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 
 
 exiting_kernel.int8conf_contract = "cutlass"
+
+
+# --- buggy kernels for the verdict checks (issue 8, deliverables 2 and 3) ----
+# Each is a CUTLASS-style kernel (declared w_then_a, bias in float32 before
+# the one RNE rounding, overflow "wrap" by default) with one realistic bug.
+# Loaded by the default suite as ``--kernel=buggy_kernels:<name>``.
+
+
+def _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order="w_then_a"):
+    return emulate(acc, scale_a, scale_b, order, "fp32_before_round", bias, out_dtype)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="signed_zero_lost",
+         description="writes +0 where the accumulator is 0 (skips the epilogue), "
+                     "losing -0 = 0 * negative scale")
+def signed_zero_lost(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: zero accumulators short-cut to +0.0 (as a kernel that skips the
+    epilogue of all-zero tiles does), so ``0 * (negative scale) = -0`` becomes +0."""
+    acc = exact_acc32(a, b)
+    out = _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+    if bias is None:
+        out = torch.where(acc == 0, torch.zeros_like(out), out)
+    return out
+
+
+def _sat_int_mm(a, b):
+    return (a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T).clamp(
+        -2 ** 31, 2 ** 31 - 1).to(torch.int32)
+
+
+@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declares_wrap",
+         description="saturating int32 accumulator, declares (by default) wrap")
+def saturating_declares_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the accumulator saturates (clamps to the int32 range) while the
+    kernel declares the default two's-complement wrap."""
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declared", overflow="saturate",
+         description="saturating int32 accumulator, declared as such (correct)")
+def saturating_declared(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct: same saturating accumulator, declared ``overflow="saturate"``."""
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="bf16_when_fp16")
+def bf16_when_fp16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: always returns bfloat16 (the output dtype is hard-wired), so a
+    float16 request gets bf16 bits."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, torch.bfloat16,
+                        None if bias is None else bias.to(torch.bfloat16))
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_path_order")
+def decode_path_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: an M = 1 (decode) fast path applies the scales in the other order
+    (``s_a`` first), unlike the declared and the batched path."""
+    order = "a_then_w" if a.shape[0] == 1 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+_STALE: dict = {}
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="stale_accumulator")
+def stale_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a workspace accumulator cached per output shape is not reset
+    between calls; a second call with the same shape adds onto the first."""
+    key = (a.shape[0], b.shape[0])
+    acc = _STALE.setdefault(key, torch.zeros(key, dtype=torch.int64))
+    acc += a.to(torch.int64) @ b.to(torch.int64).T
+    return _cutlass_out(acc.clamp(-2 ** 31, 2 ** 31 - 1), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="good_cutlass")
+def good_cutlass(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct CUTLASS-style emulation (the control of the tests above)."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
