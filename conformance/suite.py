@@ -341,7 +341,8 @@ def validate_device(device: Optional[str]) -> Optional[str]:
     Raises:
         Int8confError: not a torch device string (e.g. ``tpu``); CUDA
             requested while ``torch.cuda.is_available()`` is False; a CUDA
-            index beyond ``torch.cuda.device_count()`` (one line each).
+            index beyond ``torch.cuda.device_count()``; a CPU index other than 0
+            (``cpu:1``: torch has one CPU device) (one line each).
     """
     if device is None:
         return None
@@ -360,6 +361,9 @@ def validate_device(device: Optional[str]) -> Optional[str]:
     elif dev.type != "cpu":
         raise Int8confError(f"--device {device!r}: unsupported device type {dev.type!r} "
                             f"(int8conf runs kernels on 'cpu' or 'cuda')")
+    elif dev.index not in (None, 0):
+        # torch has one CPU device; "cpu:1" would silently run on it
+        raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
     return device
 
 

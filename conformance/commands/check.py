@@ -2,7 +2,7 @@
 
 Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
-hypothesis property test, C7 / E1 when available, optional pairwise
+hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
 comparison. Prints a summary table per kernel and the report paths.
 
 Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
@@ -29,8 +29,10 @@ def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
     p = subparsers.add_parser(
         "check", help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C8 (and the engine-hash oracle when available) for a kernel; "
-                    "write <out>/<kernel>/conformance.json and .md.",
+        description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
+                    "write <out>/<kernel>/conformance.json and .md (with --out DIR ending in the "
+                    "kernel's name, DIR itself: --out reports/triton -> "
+                    "reports/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
                "option, unavailable device, unusable captures or --out); 3 not run / "
                "inconclusive (the kernel produced output on zero cases here)")
@@ -40,7 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--against", metavar="OTHER", default=None,
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
     p.add_argument("--out", default="reports", metavar="DIR",
-                   help="reports directory (default: reports)")
+                   help="reports root: each kernel's report goes to DIR/<kernel>/, or to DIR "
+                        "itself when DIR's last component already is the kernel's name "
+                        "(default: reports)")
     p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=None if args.quiet else status.update)
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
-        jp, mp = _write(write_reports, res, args.out)
+        jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
                         f"({res.environment.get('execution')}, {len(res.cases)} cases, "
                         f"{res.elapsed_s:.1f} s)")
@@ -122,6 +126,22 @@ def run(args: argparse.Namespace) -> int:
     if not ok:
         return EXIT_NOT_CONFORMANT
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
+
+
+def report_root(out, kernel_name: str) -> Path:
+    """The root to hand ``conformance.report.write_reports`` (which writes
+    ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
+    or in ``out`` itself when its last component already is the kernel's
+    directory name (``--out reports/triton --kernel triton`` writes
+    ``reports/triton/conformance.json``, not ``reports/triton/triton/``).
+
+    Args:
+        out: the ``--out`` value.
+        kernel_name: ``KernelSpec.name``.
+    """
+    from conformance.report import kernel_dirname
+    p = Path(out)
+    return p.parent if p.name == kernel_dirname(kernel_name) else p
 
 
 def _ensure_out_dir(out: Path) -> None:
