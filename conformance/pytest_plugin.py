@@ -14,7 +14,8 @@ Options:
                           (default ``reports``, relative to the invocation dir).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
-    --int8conf-no-sweep   skip the alignment-straddling shape sweep.
+    --int8conf-no-sweep   skip the alignment-straddling shape sweep and the
+                          trigger-condition case families.
     --int8conf-captures=DIR  replay this capture directory instead of the
                           default model's shipped captures.
     --int8conf-model=DIR  parent model of --int8conf-captures when it moved
@@ -106,7 +107,8 @@ def pytest_addoption(parser) -> None:
     g.addoption("--int8conf-no-model", action="store_true",
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
     g.addoption("--int8conf-no-sweep", action="store_true",
-                help="skip the alignment-straddling shape sweep")
+                help="skip the alignment-straddling shape sweep and the trigger-condition "
+                     "case families")
     g.addoption("--int8conf-captures", default=None, metavar="DIR",
                 help="replay this capture directory (default: the default model's captures)")
     g.addoption("--int8conf-model", default=None, metavar="DIR",

@@ -259,6 +259,7 @@ def render_markdown(doc: dict) -> str:
     ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "C9", "E1")]
     for src, title in (("capture", "Per-layer results (captures)"),
                        ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),
+                       ("family", "Trigger-condition families"),
                        ("property", "Property-test examples")):
         rows = [cs for cs in doc["cases"] if cs["source"] == src]
         if not rows:

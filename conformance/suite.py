@@ -312,8 +312,10 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
 def default_cases(include_captures: bool = True, include_sweep: bool = True,
                   seeds: Sequence[int] = (0, 1), max_capture_layers: Optional[int] = None,
                   capture_set=None) -> tuple[list, CaptureReplay]:
-    """The suite's fixed cases: synthetic (per seed), the shape sweep, and the
-    layer captures in both scale modes (when available).
+    """The suite's fixed cases: synthetic (per seed), the shape sweep and the
+    trigger-condition families (``conformance.cases.families``; both skipped
+    with ``include_sweep=False``), and the layer captures in both scale modes
+    (when available).
 
     Returns:
         ``(cases, captures)``; ``captures.note`` says "no captures available:
@@ -321,7 +323,8 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
     """
     cases = list(synthetic_cases(seeds))
     if include_sweep:
-        cases += shape_sweep()
+        from conformance.cases.families import family_cases
+        cases += shape_sweep() + family_cases()
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:

@@ -105,7 +105,10 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     h = hashlib.sha256()
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    flat = t.detach().to("cpu").reshape(-1)
+    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1
+    # view, e.g. a one-element column of a wider scale buffer)
+    flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()

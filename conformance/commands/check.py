@@ -49,7 +49,9 @@ def register(subparsers) -> None:
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
                    help="skip model-level checks (C7 token_flip, E1 engine_hash)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    p.add_argument("--no-sweep", action="store_true",
+                   help="skip the shape sweep and the trigger-condition case families "
+                        "(quick runs; the default suite includes both)")
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument("--captures", metavar="DIR", default=None,
                    help="replay this capture directory (default: the default model's captures)")
