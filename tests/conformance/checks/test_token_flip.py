@@ -57,10 +57,10 @@ def _tf(argmax, margin, top1):
 
 
 def test_compare_replays_bins_and_threshold():
-    # top1 = 8.0 -> bf16 spacing 2**-4, default threshold 4 * 2**-4 = 0.25
+    # top1 = 8.0 -> bf16 spacing 2**-4; absolute threshold 0.25 (= 4 spacings here)
     ref = _tf([[1, 2, 3, 4, 5, 6]], [[0.0, 0.0625, 0.25, 0.3125, 2.0, 5e-4]], [[8.0] * 6])
     ker = _tf([[1, 9, 9, 9, 5, 9]], [[0.0] * 6], [[8.0] * 6])
-    ev = tfl.compare_replays(ref, ker)
+    ev = tfl.compare_replays(ref, ker, 0.25)
     assert ev["total_positions"] == 6 and ev["flips"] == 4
     assert ev["flips_above_threshold"] == 1  # only the 0.3125 flip (> 0.25, strictly)
     assert ev["bins"] == {
