@@ -56,6 +56,9 @@ class CaseResult:
         meta: the case's meta (layer, block, seed, ...).
         produced_output: the kernel returned an output tensor on this case
             (False when it was not runnable here or raised).
+        coverage: trigger conditions the case reaches
+            (``conformance.coverage.case_coverage``; ``{"error": line}`` if
+            that measurement itself failed).
     """
 
     case: str
@@ -72,6 +75,7 @@ class CaseResult:
     pair: Optional[dict] = None
     meta: dict = field(default_factory=dict)
     produced_output: bool = True
+    coverage: dict = field(default_factory=dict)
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -120,7 +124,8 @@ class CaseResult:
              "verdict": self.verdict, "checks": checks,
              "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
              "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
-             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
+             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason,
+             "coverage": self.coverage}
         if self.pair is not None:
             d["pair"] = self.pair
         return d
@@ -184,10 +189,15 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         run_b = run_kernel(against, ops, device=device)
         pair = compare_pair(spec, against, ops, run, run_b)
     meta = dict(ops.meta or {})
+    try:
+        from conformance.coverage import case_coverage
+        cov = case_coverage(spec, ops, run, exact)
+    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+        cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return CaseResult(
         case=case_id(ops), source=source or meta.get("source", "synthetic"),
         scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
         bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
         elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
         operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None)
+        produced_output=run.output is not None, coverage=cov)

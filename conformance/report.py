@@ -24,6 +24,13 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
+* ``coverage``: the trigger conditions the run actually exercised
+  (``conformance.coverage.coverage_table``): rows ``{condition, reached,
+  cases, covered}`` (max partial sum and max |acc| reached, subnormal / inf /
+  signed-zero outputs, negative and zero scales, K residues, M values,
+  layouts handed to the kernel, ...); per case ``cases[i].coverage``
+* ``invocation``: ``{command, options}``, the command line and options that
+  produced the report
 
 Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
 is strict JSON. Both files are written atomically (temporary file in the same
@@ -77,6 +84,8 @@ def to_json_dict(result) -> dict:
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
+        "coverage": list(getattr(result, "coverage", []) or []),
+        "invocation": dict(getattr(result, "invocation", {}) or {}),
     })
 
 
@@ -165,6 +174,21 @@ def _semantics_lines(env: dict) -> list[str]:
     return lines
 
 
+def _coverage_lines(rows: list) -> list[str]:
+    """The "Coverage of trigger conditions" section (empty without rows)."""
+    if not rows:
+        return []
+    lines = ["", "## Coverage of trigger conditions", "",
+             "What the cases the kernel ran on actually exercised (from the operands, the exact "
+             "accumulator and the reference output of the declared contract), so that PASS says "
+             "what it covers. `covered`: yes / partial / no against what the default suite "
+             "aims for.", ""]
+    lines.append(_table(pd.DataFrame(
+        [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered"))
+         for r in rows], columns=["condition", "reached", "cases", "covered"])))
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -176,6 +200,9 @@ def render_markdown(doc: dict) -> str:
              f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
              f"suite time {doc['elapsed_s']} s.", "",
              f"Captures: {doc['captures']['note']}.", ""]
+    inv = doc.get("invocation") or {}
+    if inv.get("command"):
+        lines += [f"Produced by: `{inv['command']}`", ""]
     for note in doc.get("notes") or []:
         lines += [f"> Note: {note}", ""]
     lines += ["## Kernel", ""]
@@ -241,6 +268,7 @@ def render_markdown(doc: dict) -> str:
                              + (f"kernel failed: {d['error']}" if "error" in d else
                                 f"{d['n_differ']} element(s) differ from the case's own call "
                                 f"({cols})"))
+    lines += _coverage_lines(doc.get("coverage") or [])
     pt = doc.get("property_tests")
     if pt:
         lines += ["", "## Property test (hypothesis)", ""]

@@ -160,6 +160,10 @@ class ConformanceResult:
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
+        coverage: ``conformance.coverage.coverage_table`` rows: the trigger
+            conditions the cases the kernel ran on actually reached.
+        invocation: ``conformance.coverage.invocation``: the command line and
+            options that produced the report (``{}`` when unknown).
     """
 
     kernel: dict
@@ -172,6 +176,8 @@ class ConformanceResult:
     overall: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     notes: list = field(default_factory=list)
+    coverage: list = field(default_factory=list)
+    invocation: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -268,7 +274,8 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
 def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
                  model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
                  against=None, elapsed_s: float = 0.0,
-                 notes: Sequence[str] = ()) -> ConformanceResult:
+                 notes: Sequence[str] = (),
+                 invocation: Optional[dict] = None) -> ConformanceResult:
     """Aggregate per-case and model-level results into a ConformanceResult.
 
     Args:
@@ -281,6 +288,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
         notes: extra report lines (e.g. "partial run").
+        invocation: command line and options (``conformance.coverage.invocation``).
     """
     per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
     for cr in case_results:
@@ -306,7 +314,19 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
                   "source": captures.source},
         property_tests=property_tests, pairwise=pairwise,
         overall=overall_verdict(checks, property_tests, list(case_results)),
-        elapsed_s=elapsed_s, notes=list(notes))
+        elapsed_s=elapsed_s, notes=list(notes), coverage=_coverage(case_results),
+        invocation=dict(invocation or {}))
+
+
+def _coverage(case_results) -> list:
+    """``conformance.coverage.coverage_table`` of the cases (never raises: a
+    failure becomes one row saying so)."""
+    try:
+        from conformance.coverage import coverage_table
+        return coverage_table(case_results)
+    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+        return [{"condition": "coverage table", "reached": f"not computed: {type(e).__name__}: "
+                 f"{str(e).splitlines()[0] if str(e) else ''}", "cases": 0, "covered": "no"}]
 
 
 def default_cases(include_captures: bool = True, include_sweep: bool = True,
@@ -401,7 +421,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                     seeds: Sequence[int] = (0, 1), property_examples: int = 25,
                     model_checks: bool = True, max_capture_layers: Optional[int] = None,
                     capture_dir=None, model_dir=None, device: Optional[str] = None,
-                    progress: Optional[Callable[[str], None]] = None) -> ConformanceResult:
+                    progress: Optional[Callable[[str], None]] = None,
+                    invocation: Optional[dict] = None) -> ConformanceResult:
     """Run the whole conformance suite for one kernel.
 
     Args:
@@ -422,6 +443,9 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         device: device for kernel runs (None = runner default); checked
             by :func:`validate_device`.
         progress: called with a short line per step (e.g. ``print``).
+        invocation: the command line and options to record in the report
+            (``conformance.coverage.invocation``); None = this call's own
+            arguments as ``run_conformance(...)``.
 
     Returns:
         ConformanceResult (never raises for a kernel's failure).
@@ -468,4 +492,12 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         for cid, mod, attr in MODEL_CHECKS:
             say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
             model.append(run_model_check(cid, spec, mod, attr))
-    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0)
+    if invocation is None:
+        from conformance.coverage import invocation as _inv
+        invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),
+                           "include_captures": include_captures, "include_sweep": include_sweep,
+                           "property_examples": property_examples, "model_checks": model_checks,
+                           "device": device, "explicit_cases": len(cases)},
+                          prog="conformance.suite.run_conformance")
+    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
+                        invocation=invocation)

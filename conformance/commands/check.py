@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.report import pair_difference_line, write_reports
     from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
@@ -94,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                     include_sweep=not args.no_sweep, property_examples=args.examples,
                     model_checks=not args.no_model, capture_dir=args.captures,
                     model_dir=args.model, device=args.device,
-                    progress=None if args.quiet else status.update)
+                    progress=None if args.quiet else status.update,
+                    invocation=invocation(args))
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
         jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
