@@ -163,6 +163,13 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def _invocation(config) -> dict:
+    """The pytest command line that produced a report (for its ``invocation``)."""
+    import shlex
+    args = [str(a) for a in config.invocation_params.args]
+    return {"command": "pytest " + shlex.join(args), "options": {"args": args}}
+
+
 class KernelSuite(pytest.Collector):
     """Collector of one kernel's conformance items."""
 
@@ -337,7 +344,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                          f"(pytest selection or early stop); the verdict covers only those")
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0, notes)
+                           time.perf_counter() - ks.t0, notes,
+                           invocation=_invocation(session.config))
         jp, mp = write_reports(res, st.out_dir)
         st.written.append((ks.spec.name, res, jp, mp))
     from conformance.suite import NOT_RUN
