@@ -34,8 +34,8 @@ and bias presence, then by discrimination; plus C9's own three seeded probe
 cases (:func:`probe_cases`: float32 output, where scale orders differ on
 many elements; bfloat16 with bias; float16). Rows: the ``rows_per_case``
 most discriminating rows. Cost: per case ``2 + rows + len(batch_sizes)``
-kernel calls; cases above :data:`MAX_CASE_WORK` multiply-accumulates are not
-selected.
+kernel calls; cases above :data:`MAX_CASE_WORK` multiply-accumulates or
+:data:`MAX_CASE_K` are not selected.
 
 Batch sizes the kernel's declared shape constraints exclude (e.g. ``min_m``)
 are skipped and listed in the evidence; a run that raises where the case
@@ -63,6 +63,10 @@ MAX_CASES = 4
 ROWS_PER_CASE = 2
 #: Largest M * K * N of a fixed case C9 selects (bounds the cost of a batch of 64).
 MAX_CASE_WORK = 1 << 21
+#: Largest K of a fixed case C9 selects: batch dependence lives in the tiling of
+#: M and N and in the epilogue, which any K shows; a K = 131,073 overflow case
+#: would only make 64-row batches expensive.
+MAX_CASE_K = 4096
 #: Differences listed individually in the evidence (the count is complete).
 MAX_LISTED = 10
 
@@ -114,10 +118,11 @@ def _row_discrimination(ops) -> Tensor:
 def select_cases(cases: Sequence, max_cases: int = MAX_CASES) -> list[tuple]:
     """``[(ops, row discrimination int64 [M])]``: at most ``max_cases`` of
     ``cases`` (module docstring: epilogue-discriminating first, one per
-    (out_dtype, bias) group, then by discrimination; M*K*N <= MAX_CASE_WORK)."""
+    (out_dtype, bias) group, then by discrimination; M*K*N <= MAX_CASE_WORK,
+    K <= MAX_CASE_K)."""
     scored = []
     for i, ops in enumerate(cases):
-        if ops.m * ops.k * ops.n > MAX_CASE_WORK:
+        if ops.m * ops.k * ops.n > MAX_CASE_WORK or ops.k > MAX_CASE_K:
             continue
         try:
             disc = _row_discrimination(ops)
