@@ -241,7 +241,13 @@ def render_markdown(doc: dict) -> str:
               "ref X vs kernel Y\") is the reference emulating the kernel's declared "
               "contract (same scale order, bias point and rounding), not a bf16 or "
               "contract-free model: C7 measures what the kernel changes relative to its own "
-              "declaration."]
+              "declaration; its threshold is the largest change of a top-1 logit difference "
+              "any legal epilogue makes on the same windows. Where an accumulator can leave "
+              "int32, C3/C5/C6/C8 compare with the kernel's declared overflow behaviour "
+              f"(`{k.get('overflow', 'wrap')}` here). C5/C8 compare bits: +0 vs -0 differs "
+              "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
+              "sampled rows must give the same bits alone (M=1), in batches of other sizes "
+              "and in a repeated call."]
     failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"]
     if failing:
         lines += ["", "### Failure evidence", ""]
