@@ -57,7 +57,10 @@ spacings of the position's top-1 logit, under which a flip at margin 0.1875
 passed where one at 0.15625 failed. Cost: one extra forward pass per legal
 contract plus one of the declared reference (3 for Qwen3, which has no
 linear bias), cached per (model, scale mode, windows, contract). A float
-``margin_threshold`` replaces ``T`` with an absolute threshold.
+``margin_threshold`` replaces ``T`` with an absolute threshold. ``T`` is a
+property of the windows: on few, short windows legal epilogues may change
+no logit at all (``T = 0``, measured on 4 x 32 tokens), and C7 then fails any
+flip at a nonzero margin.
 
 Calibration on the shipped default model (8 held-out windows x 128 tokens,
 own scales, declared CUTLASS_STYLE reference, batch 8), measured 2026-11-30
