@@ -7,9 +7,12 @@ C6 and C8 then compare the kernel with what its declared overflow behaviour
 (``KernelSpec.overflow``) makes of the exact sum, and never fail a kernel for
 having overflowed:
 
-* ``wrap``: two's-complement int32 arithmetic. Addition modulo 2**32 is
-  associative and commutative, so every order gives ``wrap32(exact)``:
-  defined everywhere.
+* ``wrap`` (the default): two's-complement int32 arithmetic. Addition
+  modulo 2**32 is associative and commutative, so every order gives
+  ``wrap32(exact)``: defined everywhere. The exact sum is accepted too
+  (:attr:`DeclaredAccumulator.alternative`): an accumulator wider than int32
+  (int64, float64) never wraps and is not a fault; a saturating one matches
+  neither and fails.
 * ``saturate``: every partial sum clamped to [-2**31, 2**31 - 1]. The result
   depends on the order, except where all products of the element have one
   sign (the partial sums are then monotone and any order gives
@@ -29,6 +32,7 @@ the orders that add all positives first / all negatives first reach ``P`` /
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -50,12 +54,15 @@ class DeclaredAccumulator:
             undefined (excluded from the comparison).
         at_risk: bool [M, N]: some summation order leaves int32.
         behaviour: ``wrap`` | ``saturate`` | ``undefined``.
+        alternative: int64 [M, N] also accepted where ``at_risk`` (``wrap``:
+            the exact sum, from an accumulator wider than int32), or None.
     """
 
     acc: Tensor
     defined: Tensor
     at_risk: Tensor
     behaviour: str
+    alternative: Optional[Tensor] = None
 
     @property
     def n_at_risk(self) -> int:
@@ -120,6 +127,7 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
     defined = torch.ones_like(at_risk)
     if behaviour == "wrap":
         acc = torch.where(at_risk, wrap32(exact), exact)
+        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact)
     elif behaviour == "saturate":
         monotone = (p == 0) | (q == 0)
         acc = torch.where(at_risk & monotone, exact.clamp(INT32_MIN, INT32_MAX), exact)

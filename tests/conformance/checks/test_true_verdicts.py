@@ -8,7 +8,7 @@ overflow case, from Python integers), never by the code under test.
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 import types
 
 import pytest
@@ -59,21 +59,33 @@ def test_wrapped_accumulator_is_a_precondition_not_a_fault():
 
 
 def test_saturating_kernel_that_declares_wrap_fails_and_is_diagnosed():
-    # saturated acc = 2**31 - 1 -> float32 RNE 2**31 -> * 2**-30 = 2.0 = 0x4000,
-    # while the declared wrap gives 0xC000 (previous test): C8 fails on it
-    spec = _spec(saturating_declares_wrap, "sat")
-    ops = const_case(K_OVER)
-    cr = evaluate_case(spec, ops, device="cpu")
+    # float32 output, same operands: wrap -> -(2**31 - 2**14) * 2**-30 = -(2 - 2**-16)
+    # = 0xBFFFFF80; exact (an int64 accumulator, also accepted under wrap)
+    # (2**31 + 2**14) * 2**-30 = 2 + 2**-16 = 0x40000040; saturated 2**31 - 1 ->
+    # float32 RNE 2**31 -> 2.0 = 0x40000000: neither, 64 ulp from the exact one
+    ops = dataclasses.replace(const_case(K_OVER), out_dtype=torch.float32)
+    for name in ("cpu", "int_mm"):
+        cr = evaluate_case(get_kernel(name), ops, device="cpu")
+        assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
+    exact64 = KernelSpec("exact64", _exact_kernel, CUTLASS_STYLE, source_digest="1" * 64,
+                         origin="test")
+    assert evaluate_case(exact64, ops, device="cpu").checks["C8"].verdict == "pass"
+    cr = evaluate_case(_spec(saturating_declares_wrap, "sat"), ops, device="cpu")
     c8 = cr.checks["C8"]
-    assert c8.verdict == "fail" and c8.evidence["worst"]["out_bits"] == "0x4000"
-    assert c8.evidence["worst"]["ref_bits"] == "0xC000"
+    assert c8.verdict == "fail" and c8.evidence["worst"]["out_bits"] == "0x40000000"
+    assert c8.evidence["worst"]["ref_bits"] == "0x40000040" and c8.evidence["max_ulp"] == 64
     assert c8.evidence["overflow_diagnosis"] == {
         "over_tolerance_at_risk": 1, "matches_wrap": 0, "matches_saturate": 1,
-        "matches_exact_int64": 1}
+        "matches_exact_int64": 0}
     c3 = cr.checks["C3"]  # its int_mm saturates: 2147483647 vs the declared -2147467264
     assert c3.is_kernel_failure
     assert c3.evidence["first_acc_mismatch"] == {"index": [0, 0], "observed": 2 ** 31 - 1,
                                                  "declared": -2147467264, "exact": 2 ** 31 + 2 ** 14}
+
+
+def _exact_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    from reference.epilogue import reference_scaled_mm  # exact int64 accumulator
+    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, bias, out_dtype)
 
 
 def test_saturating_kernel_declared_saturate_passes_and_undefined_is_excluded():
