@@ -61,6 +61,9 @@ class CaseResult:
             report alone, whether another kernel gives the same bits here.
         output: the output tensor itself when ``evaluate_case(keep_output=True)``
             (not serialized; the gate compares two kernels' outputs with it).
+        coverage: trigger conditions the case reaches
+            (``conformance.coverage.case_coverage``; ``{"error": line}`` if
+            that measurement itself failed).
     """
 
     case: str
@@ -79,6 +82,7 @@ class CaseResult:
     produced_output: bool = True
     output_digest: Optional[str] = None
     output: Optional[object] = field(default=None, repr=False, compare=False)
+    coverage: dict = field(default_factory=dict)
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -128,7 +132,8 @@ class CaseResult:
              "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
              "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
              "produced_output": self.produced_output, "not_run_reason": self.not_run_reason,
-             "output_digest": self.output_digest}
+             "output_digest": self.output_digest,
+             "coverage": self.coverage}
         if self.pair is not None:
             d["pair"] = self.pair
         return d
@@ -194,12 +199,17 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         run_b = run_kernel(against, ops, device=device)
         pair = compare_pair(spec, against, ops, run, run_b)
     meta = dict(ops.meta or {})
+    try:
+        from conformance.coverage import case_coverage
+        cov = case_coverage(spec, ops, run, exact)
+    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+        cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return CaseResult(
         case=case_id(ops), source=source or meta.get("source", "synthetic"),
         scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
         bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
         elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
         operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None,
+        produced_output=run.output is not None, coverage=cov,
         output_digest=None if run.output is None else tensor_digest(run.output),
         output=run.output if keep_output else None)

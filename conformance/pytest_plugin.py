@@ -14,7 +14,8 @@ Options:
                           (default ``reports``, relative to the invocation dir).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
-    --int8conf-no-sweep   skip the alignment-straddling shape sweep.
+    --int8conf-no-sweep   skip the alignment-straddling shape sweep and the
+                          trigger-condition case families.
     --int8conf-captures=DIR  replay this capture directory instead of the
                           default model's shipped captures.
     --int8conf-model=DIR  parent model of --int8conf-captures when it moved
@@ -31,7 +32,8 @@ Options:
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
 captures) running checks C1-C6 and C8; ``property`` (hypothesis, fixed CI
-profile); ``C7-token_flip`` and ``E1-engine_hash``; with ``--against``, one
+profile); ``C9-batch_invariance`` (always); ``C7-token_flip`` and
+``E1-engine_hash``; with ``--against``, one
 ``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
 the kernel fails the item (so ``--junitxml`` records it); a precondition
 violation (C3 / C4 caused by the operands) passes with a
@@ -123,7 +125,8 @@ def pytest_addoption(parser, pluginmanager) -> None:
     g.addoption("--int8conf-no-model", action="store_true",
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
     g.addoption("--int8conf-no-sweep", action="store_true",
-                help="skip the alignment-straddling shape sweep")
+                help="skip the alignment-straddling shape sweep and the trigger-condition "
+                     "case families")
     g.addoption("--int8conf-captures", default=None, metavar="DIR",
                 help="replay this capture directory (default: the default model's captures)")
     g.addoption("--int8conf-model", default=None, metavar="DIR",
@@ -240,6 +243,13 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def _invocation(config) -> dict:
+    """The pytest command line that produced a report (for its ``invocation``)."""
+    import shlex
+    args = [str(a) for a in config.invocation_params.args]
+    return {"command": "pytest " + shlex.join(args), "options": {"args": args}}
+
+
 class KernelSuite(pytest.Collector):
     """Collector of one kernel's conformance items."""
 
@@ -255,6 +265,7 @@ class KernelSuite(pytest.Collector):
             yield CaseItem.from_parent(self, name=cid, kstate=ks, st=st, ops=ops)
         if st.examples > 0:
             yield PropertyItem.from_parent(self, name="property", kstate=ks, st=st)
+        yield BatchInvarianceItem.from_parent(self, name="C9-batch_invariance", kstate=ks, st=st)
         if st.model_checks:
             from conformance.suite import MODEL_CHECKS
             from conformance.checks.result import CHECK_NAMES
@@ -328,6 +339,19 @@ class PropertyItem(_Item):
         reasons = {cr.not_run_reason for cr in ks.prop_cases}
         if ks.prop_cases and None not in reasons:  # no example ran: nothing verified
             pytest.skip(f"{ks.spec.name}: property test not run: {sorted(reasons)[0]}")
+
+
+class BatchInvarianceItem(_Item):
+    """C9 batch_invariance over the kernel's fixed cases (no reference needed)."""
+
+    def runtest(self):
+        from conformance.suite import run_batch_invariance
+        r = run_batch_invariance(self.kstate.spec, self.kstate.cases)
+        self.kstate.model["C9"] = r
+        if r.verdict == "n/a":
+            pytest.skip(r.summary)
+        if r.verdict == "fail":
+            raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
 
 
 class ModelCheckItem(_Item):
@@ -454,7 +478,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                          f"(pytest selection or early stop); the verdict covers only those")
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0, notes)
+                           time.perf_counter() - ks.t0, notes,
+                           invocation=_invocation(session.config))
         from faults.inject import annotate_result
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)

@@ -2,7 +2,7 @@
 
 Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
-hypothesis property test, C7 / E1 when available, optional pairwise
+hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
 comparison. Prints a summary table per kernel and the report paths.
 
 Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
@@ -36,8 +36,10 @@ def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
     p = subparsers.add_parser(
         "check", help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C8 (and the engine-hash oracle when available) for a kernel; "
-                    "write <out>/<kernel>/conformance.json and .md.",
+        description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
+                    "write <out>/<kernel>/conformance.json and .md (with --out DIR ending in the "
+                    "kernel's name, DIR itself: --out reports/triton -> "
+                    "reports/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
                "option, unavailable device, unusable captures or --out); 3 not run / "
                "inconclusive (the kernel produced output on zero cases here)")
@@ -52,12 +54,16 @@ def register(subparsers) -> None:
     p.add_argument("--against", metavar="OTHER", default=None,
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
     p.add_argument("--out", default="reports", metavar="DIR",
-                   help="reports directory (default: reports)")
+                   help="reports root: each kernel's report goes to DIR/<kernel>/, or to DIR "
+                        "itself when DIR's last component already is the kernel's name "
+                        "(default: reports)")
     p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
                    help="skip model-level checks (C7 token_flip, E1 engine_hash)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    p.add_argument("--no-sweep", action="store_true",
+                   help="skip the shape sweep and the trigger-condition case families "
+                        "(quick runs; the default suite includes both)")
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument("--captures", metavar="DIR", default=None,
                    help="replay this capture directory (default: the default model's captures)")
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.report import pair_difference_line, write_reports
     from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
@@ -103,14 +110,15 @@ def run(args: argparse.Namespace) -> int:
                     include_sweep=not args.no_sweep, property_examples=args.examples,
                     model_checks=not args.no_model, capture_dir=args.captures,
                     model_dir=args.model, device=args.device,
-                    progress=None if args.quiet else status.update)
+                    progress=None if args.quiet else status.update,
+                    invocation=invocation(args))
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
         if inj is not None:
             from faults import annotate_result
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
-        jp, mp = _write(write_reports, res, args.out)
+        jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
                         f"({res.environment.get('execution')}, {len(res.cases)} cases, "
                         f"{res.elapsed_s:.1f} s)")
@@ -178,6 +186,20 @@ def _injected_cases(args, inj):
     cases, _ = default_cases(include_captures=not args.no_captures,
                              include_sweep=not args.no_sweep, capture_set=cs)
     return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+def report_root(out, kernel_name: str) -> Path:
+    """The root to hand ``conformance.report.write_reports`` (which writes
+    ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
+    or in ``out`` itself when its last component already is the kernel's
+    directory name (``--out reports/triton --kernel triton`` writes
+    ``reports/triton/conformance.json``, not ``reports/triton/triton/``).
+
+    Args:
+        out: the ``--out`` value.
+        kernel_name: ``KernelSpec.name``.
+    """
+    from conformance.report import kernel_dirname
+    p = Path(out)
+    return p.parent if p.name == kernel_dirname(kernel_name) else p
 
 
 def _ensure_out_dir(out: Path) -> None:

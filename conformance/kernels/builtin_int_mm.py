@@ -35,6 +35,10 @@ from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 
 CONTRACT = CUTLASS_STYLE
+#: int32 overflow behaviour (KernelSpec.overflow): torch._int_mm accumulates in
+#: int32 and wraps two's complement (measured on the CPU: M = N = 1,
+#: K = 131,073, all -128 gives -2147467264 = wrap32(2**31 + 16384)).
+OVERFLOW = "wrap"
 SOURCE_DIGEST = module_digest(__file__)
 CUDA_CONSTRAINTS = ShapeConstraints(min_m=17, k_multiple=8, n_multiple=8,
                                     note="torch._int_mm on CUDA; K padded to >= 16 as well")

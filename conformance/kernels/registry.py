@@ -38,6 +38,13 @@ _DESCRIPTIONS = {
     "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; "
               "native on CUDA, interpreter on CPU)",
 }
+#: Layout declarations of built-ins whose module does not define CONTIGUOUS_ONLY.
+#: ``triton``: its kernel addresses b as ``b_ptr + n * b.stride(0) + k`` (unit
+#: inner stride assumed), so the transposed view of a [K, N] buffer (strides
+#: (1, N)) gives wrong results; measured, issue 8. Padded row-major a and b are
+#: fine. Until the kernel reads b.stride(1), it is handed b dense and its
+#: report says the column-major b layout was not covered.
+_CONTIGUOUS_ONLY = {"triton": ("b",)}
 _REGISTERED: dict[str, KernelSpec] = {}
 _BUILT: dict[str, KernelSpec] = {}
 #: Name resolvers tried first by :func:`get_kernel` (``name -> KernelSpec | None``);
@@ -93,7 +100,10 @@ def _builtin(name: str) -> KernelSpec:
         cons = ShapeConstraints(note="any M, K, N >= 1")
     spec = KernelSpec(name=name, scaled_mm=mod.scaled_mm, contract=mod.CONTRACT, devices=devices,
                       constraints=cons, version="1", source_digest=mod.SOURCE_DIGEST,
-                      int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name])
+                      int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name],
+                      contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", _CONTIGUOUS_ONLY.get(name,
+                                                                                         False)),
+                      overflow=mod.OVERFLOW)
     _BUILT[name] = spec
     return spec
 
