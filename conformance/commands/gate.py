@@ -53,8 +53,10 @@ def register(subparsers) -> None:
                         "engine hash must not move)")
     p.add_argument("--fault", metavar="F", default=None,
                    help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
-    p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"))
-    p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),
+                   help="elements --fault touches: one, 1%% or all (default all)")
+    p.add_argument("--fault-seed", type=int, default=0,
+                   help="seed that picks the faulted elements (default 0)")
     p.add_argument("--out", default="reports/gate", metavar="DIR",
                    help="where gate.json, gate.md, junit.xml, repro/ and logs/ go "
                         "(default reports/gate)")
