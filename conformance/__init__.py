@@ -1,2 +1,4 @@
-"""Kernel contract and registry, the checks, the pytest plugin, the sweep
-runner, scoring, reports and the ``int8conf`` CLI."""
+"""The conformance side of int8conf: the kernel contract and registry
+(``kernels/``), the checks (``checks/``), the cases, the suite and its
+reports, the pytest plugin and the ``int8conf`` CLI (``cli.py`` +
+``commands/``)."""

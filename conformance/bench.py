@@ -6,8 +6,8 @@ exact-accumulator throughput on the CPU (``reference.accumulate.exact_int_mm``,
 and the full ``reference_scaled_mm`` = accumulator + epilogue) and each
 kernel's ``scaled_mm`` throughput, in GMAC/s (10**9 multiply-accumulates per
 second: M*K*N / seconds / 1e9), with the ratio kernel / reference-on-the-same-
-device-and-shape, so the cost of checking a kernel is known. Target (issue 2,
-Performance): reference >= 20 GMAC/s exact on the 2-core CI machine.
+device-and-shape, so the cost of checking a kernel is known. Target: reference >= 20 GMAC/s
+exact on the 2-core CI machine.
 
 The Triton *interpreter* (no GPU) executes every program instance in Python
 over numpy blocks, about 10**3-10**4 times slower than the reference; it is
@@ -26,6 +26,7 @@ import time
 from typing import Callable, Optional
 
 import torch
+import triton.language as tl
 
 from reference.contract import CUTLASS_STYLE
 from reference.operands import GemmOperands
@@ -199,3 +200,609 @@ def environment() -> dict:
             "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else
             platform.processor() or platform.machine()}
+
+
+# ===================================================================== GPU bench
+# ``int8conf bench --gpu``: the built-in ``triton`` kernel against its two
+# peers -- ``torch._int_mm`` + eager torch epilogue, and a plain autotuned
+# Triton int8 GEMM (``_plain_int8_gemm`` below) -- measured in one run, with
+# the output bits of every kernel checked against the reference of its
+# declared contract on every shape.
+
+#: Qwen3 decoder linears as (layer, K, N): K = in_features, N = out_features
+#: (config.json of Qwen/Qwen3-0.6B: hidden 1024, intermediate 3072, 16 q heads
+#: x 128 = 2048, 8 kv heads x 128 = 1024; Qwen/Qwen3-1.7B: hidden 2048,
+#: intermediate 6144, q 2048, kv 1024).
+QWEN3_LAYERS = {
+    "Qwen3-0.6B": (("q_proj", 1024, 2048), ("k_proj/v_proj", 1024, 1024),
+                   ("o_proj", 2048, 1024), ("gate_proj/up_proj", 1024, 3072),
+                   ("down_proj", 3072, 1024)),
+    "Qwen3-1.7B": (("q_proj/o_proj", 2048, 2048), ("k_proj/v_proj", 2048, 1024),
+                   ("gate_proj/up_proj", 2048, 6144), ("down_proj", 6144, 2048)),
+}
+GPU_M = (1, 16, 128, 512, 4096)
+#: square problems, plus the issue's 16384x8192x8192 row, as (M, K, N)
+SQUARES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192))
+#: dense int8 tensor-core peak (TOPS, 2 ops per MAC) by device-name substring;
+#: H100/H200 SXM: 1,979 TOPS dense (NVIDIA H200 datasheet, INT8 Tensor Core
+#: 3,958 TOPS with sparsity)
+PEAK_TOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0}
+#: HBM bandwidth (TB/s) for the roofline's memory roof (H200: 4.8 TB/s)
+PEAK_TBS = {"H200": 4.8, "H100 80GB HBM3": 3.35, "H100": 3.35}
+ROWS_FULL_CHECK = 512     # outputs with at most this many rows are checked entirely
+ROWS_SAMPLED = 256        # otherwise this many rows (first, last, random) are checked
+HOST_PATH_SHAPE = (1, 2048, 6144)
+
+
+def gpu_shapes(quick: bool = False) -> list[dict]:
+    """The benchmarked shapes, deduplicated: ``{"M","K","N","layers"}`` with
+    ``layers`` the model/layer labels that share the shape. ``quick``: only
+    M in {1, 512} of Qwen3-1.7B gate/up and 4096^3."""
+    out: dict = {}
+    for model, layers in QWEN3_LAYERS.items():
+        for layer, k, n in layers:
+            for m in GPU_M:
+                if quick and not (model == "Qwen3-1.7B" and layer.startswith("gate") and m in (1, 512)):
+                    continue
+                out.setdefault((m, k, n), []).append(f"{model} {layer}")
+    for m, k, n in (SQUARES[:1] if quick else SQUARES):
+        out.setdefault((m, k, n), []).append("square" if m == k == n else "issue table")
+    return [{"M": m, "K": k, "N": n, "layers": v} for (m, k, n), v in out.items()]
+
+
+def tops(m: int, k: int, n: int, us: float) -> float:
+    """Tera-ops per second, 2 ops per multiply-accumulate: ``2*m*k*n / us / 1e6``."""
+    return float("nan") if not us or us != us else 2.0 * m * k * n / us / 1e6
+
+
+def _plain_int8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, stride_am, stride_bn,
+                     stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch
+    order, ``tl.dot`` int32 accumulator, epilogue ``((acc * s_a) * s_w)`` cast
+    to bf16 with Triton's native (RNE on CUDA) conversion -- the same contract
+    as the built-in (TRITON_STYLE, no bias). a [M,K], b [N,K], K-contiguous."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_pid_n
+    first_m = (pid // width) * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BLOCK_K, other=0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BLOCK_K, other=0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    y = (acc.to(tl.float32) * tl.load(sa_ptr + rm)[:, None]) * tl.load(sb_ptr + rn)[None, :]
+    cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :], y.to(tl.bfloat16),
+             mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+#: the plain GEMM's autotuning space: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
+PLAIN_CONFIGS = ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
+                 (128, 128, 128, 4, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
+                 (64, 64, 128, 4, 4), (32, 64, 256, 4, 4), (16, 64, 256, 4, 4))
+_PLAIN: dict = {}
+
+
+def plain_triton_gemm():
+    """The autotuned plain Triton GEMM as ``fn(a, b, sa, sb) -> bf16 [M,N]``
+    (``triton.autotune`` keyed on M, N, K; timing 2 ms warm-up, 10 ms rep,
+    as the built-in's own tuner)."""
+    if "fn" in _PLAIN:
+        return _PLAIN["fn"]
+    import triton
+
+    configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                             num_warps=w, num_stages=s) for bm, bn, bk, w, s in PLAIN_CONFIGS]
+
+    def bench_fn(fn, quantiles=None, **_):  # same timing as the built-in's tuner
+        return triton.testing.do_bench(fn, warmup=2, rep=10, quantiles=quantiles)
+
+    try:
+        tuner = triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=bench_fn)
+    except TypeError:  # a Triton without the do_bench hook
+        tuner = triton.autotune(configs=configs, key=["M", "N", "K"], warmup=2, rep=10)
+    kern = tuner(triton.jit(_plain_int8_gemm))
+
+    def run(a, b, sa, sb):
+        m, k = a.shape
+        n = b.shape[0]
+        c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+        grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+        kern[grid](a, b, sa, sb, c, m, n, k, a.stride(0), b.stride(0), c.stride(0))
+        return c
+
+    _PLAIN["fn"], _PLAIN["kernel"] = run, kern
+    return run
+
+
+def int_mm_peer(a, b, sa, sb):
+    """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE
+    (``(acc * s_w) * s_a`` -> bf16). torch._int_mm needs M > 16 on CUDA, so
+    M <= 16 is zero-padded to 17 rows (part of the measured cost)."""
+    import torch.nn.functional as F
+
+    m = a.shape[0]
+    ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
+    acc = torch._int_mm(ap, b.t())
+    if m <= 16:
+        acc = acc[:m]
+    return ((acc.to(torch.float32) * sb[None, :]) * sa[:, None]).to(torch.bfloat16)
+
+
+def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> dict:
+    """End-to-end microseconds per call of several kernels: CUDA events around
+    back-to-back calls (host launch cost and GPU time, whichever bounds), after
+    warm-up, batches interleaved (round r times one batch of every kernel), so a transient slowdown of the
+    host or the GPU hits all kernels alike; median of ``rounds`` batches each."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = {}
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        s.record()
+        for _ in range(5):
+            fn()
+        e.record()
+        e.synchronize()
+        reps[name] = int(min(max(min_batch_ms / max(s.elapsed_time(e) / 5, 1e-3), 5), 2000))
+    ts: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            s.record()
+            for _ in range(reps[name]):
+                fn()
+            e.record()
+            e.synchronize()
+            ts[name].append(s.elapsed_time(e) * 1e3 / reps[name])
+    return {name: statistics.median(v) for name, v in ts.items()}
+
+
+def _kernel_us(fn) -> float:
+    """GPU microseconds per call with a cold L2 (``triton.testing.do_bench``
+    flushes L2 before each call; median)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
+
+
+def _host_us(fn, n: int = 300) -> float:
+    """Host microseconds per call: ``n`` back-to-back calls, wall clock until
+    the last is issued (meaningful when the GPU work is shorter than the host
+    work, as at decode shapes)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def _check_rows(m: int, seed: int) -> list[int]:
+    if m <= ROWS_FULL_CHECK:
+        return list(range(m))
+    g = torch.Generator().manual_seed(seed)
+    pick = torch.randperm(m - 2, generator=g)[:ROWS_SAMPLED - 2] + 1
+    return sorted({0, m - 1, *pick.tolist()})
+
+
+def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
+    """Compare each kernel's bf16 output with the reference of its declared contract.
+
+    Reference: the int32 accumulator from ``torch._int_mm`` on the GPU (exact:
+    cuBLASLt int8 GEMM with int32 accumulation; M zero-padded to >= 17, which
+    adds rows only), certified on up to 4 rows against the CPU's exact int64
+    ``reference.accumulate.exact_int_mm``; then ``reference.epilogue.apply_epilogue``
+    on the CPU for the checked rows (all rows when M <= ROWS_FULL_CHECK, else
+    ROWS_SAMPLED rows: first, last, seeded random).
+
+    Args:
+        outputs: ``name -> (bf16 [M,N] CUDA tensor, EpilogueContract)``.
+    Returns:
+        ``{"rows_checked", "rows_total", "acc_certified_rows", "acc_certified",
+        name: mismatching element count}``.
+    """
+    import torch.nn.functional as F
+
+    from reference.accumulate import exact_int_mm
+    from reference.epilogue import apply_epilogue
+
+    m = a.shape[0]
+    rows = _check_rows(m, seed)
+    ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
+    idx = torch.tensor(rows, device=a.device)
+    acc = torch._int_mm(ap, b.t())[:m].index_select(0, idx).cpu()
+    cert = rows[:2] + rows[-2:] if len(rows) > 4 else rows
+    cert = sorted(set(cert))
+    exact = exact_int_mm(a[cert].cpu(), b.cpu())
+    pos = [rows.index(r) for r in cert]
+    res = {"rows_checked": len(rows), "rows_total": m, "acc_certified_rows": len(cert),
+           "acc_certified": bool(torch.equal(acc[pos].to(torch.int64), exact))}
+    sa_c, sb_c = sa.index_select(0, idx).cpu(), sb.cpu()
+    refs: dict = {}
+    for name, (out, contract) in outputs.items():
+        if contract not in refs:
+            refs[contract] = apply_epilogue(acc, sa_c, sb_c, contract, None, torch.bfloat16)
+        got = out.index_select(0, idx).cpu()
+        res[name] = int((got.view(torch.int16) != refs[contract].view(torch.int16)).sum())
+    return res
+
+
+def _device_slug(name: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "cuda"
+
+
+def _peak(name: str, table: dict) -> Optional[float]:
+    for key, v in table.items():
+        if key in name:
+            return v
+    return None
+
+
+def _precompile_task(shape: tuple, configs: list) -> int:
+    """Worker: compile every candidate configuration of the built-in and of the
+    plain GEMM for one shape (fills Triton's on-disk cache; timings discarded)."""
+    import triton
+
+    from conformance.kernels import builtin_triton as bt
+
+    m, k, n = shape
+    a, b, sa, sb = _gpu_operands(m, k, n, 0)
+    done = 0
+    for cfg in configs:
+        try:
+            bt.scaled_mm_config(cfg, a, b, sa, sb)
+            done += 1
+        except Exception:  # noqa: BLE001 -- a config that does not compile is dropped by tuning too
+            pass
+    plain_triton_gemm()
+    kern = _PLAIN["kernel"].fn
+    c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    for bm, bn, bk, w, s in PLAIN_CONFIGS:
+        try:
+            kern[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](
+                a, b, sa, sb, c, m, n, k, a.stride(0), b.stride(0), c.stride(0),
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
+            done += 1
+        except Exception:  # noqa: BLE001
+            pass
+    torch.cuda.synchronize()
+    return done
+
+
+def precompile(shapes: list[dict], workers: int) -> float:
+    """Compile all candidate kernels for ``shapes`` in ``workers`` processes
+    (spawned; Triton's on-disk cache is shared), so the in-process tuning only
+    loads binaries. Returns seconds spent."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    from conformance.kernels import builtin_triton as bt
+
+    t0 = time.perf_counter()
+    tasks = []
+    for s in shapes:
+        m, k, n = s["M"], s["K"], s["N"]
+        tasks.append(((m, k, n), list(bt.BUCKET_CONFIGS[bt.bucket(m)])))
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        list(ex.map(_precompile_task, *zip(*tasks)))
+    return time.perf_counter() - t0
+
+
+def _gpu_operands(m: int, k: int, n: int, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=g)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=g)
+    sa = torch.rand(m, device="cuda", generator=g) * 0.02 + 1e-3
+    sb = torch.rand(n, device="cuda", generator=g) * 0.01 + 1e-4
+    return a, b, sa, sb
+
+
+def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
+                  precompile_workers: int = 0, log=print) -> dict:
+    """Benchmark ``triton`` vs ``int_mm`` (+ eager epilogue) vs the plain
+    autotuned Triton GEMM on every shape, in one process, and check bits.
+
+    Timing per kernel and shape: ``us`` = end-to-end microseconds per call
+    (:func:`_e2e_interleaved`: CUDA events over back-to-back calls, warm-up
+    and autotuning excluded), ``kernel_us`` = cold-L2 GPU time (``do_bench``).
+    TOPS = 2*M*K*N / us. At M = 1 also host microseconds per call of
+    ``triton`` and of a bare launch of the same compiled kernel and
+    configuration (``builtin_triton.launch_spec``).
+
+    Args:
+        shapes: from :func:`gpu_shapes` (default: all).
+        extra_kernels: registry names benchmarked alongside (e.g. an older
+            version of the kernel), each checked against its declared contract.
+        precompile_workers: > 0 compiles all candidates in that many processes first.
+    Returns:
+        JSON-able dict: ``environment``, ``peak_tops``, ``rows`` (one per shape),
+        ``host_path``, ``tuning``, ``acceptance``.
+    Raises:
+        RuntimeError: no CUDA device.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("int8conf bench --gpu needs a CUDA device")
+    from conformance.kernels import builtin_triton as bt
+    from conformance.kernels.registry import get_kernel
+    from reference.contract import CUTLASS_STYLE, TRITON_STYLE
+
+    shapes = shapes or gpu_shapes()
+    env = environment()
+    name = env["device"]
+    peak = _peak(name, PEAK_TOPS)
+    extras = [get_kernel(x) for x in extra_kernels]
+    pre_s = precompile(shapes, precompile_workers) if precompile_workers > 0 else 0.0
+    if pre_s:
+        log(f"precompiled in {pre_s:.1f} s with {precompile_workers} workers")
+    plain = plain_triton_gemm()
+    rows = []
+    host_path = None
+    for i, s in enumerate(shapes):
+        m, k, n = s["M"], s["K"], s["N"]
+        a, b, sa, sb = _gpu_operands(m, k, n, i)
+        fns = {"triton": (lambda: bt.scaled_mm(a, b, sa, sb), TRITON_STYLE),
+               "int_mm": (lambda: int_mm_peer(a, b, sa, sb), CUTLASS_STYLE),
+               "plain_triton": (lambda: plain(a, b, sa, sb), TRITON_STYLE)}
+        for spec in extras:
+            fns[spec.name] = ((lambda f=spec.scaled_mm: f(a, b, sa, sb)), spec.contract)
+        row = {"M": m, "K": k, "N": n, "layers": s["layers"], "kernels": {}}
+        outs, ok = {}, {}
+        for kname, (fn, contract) in fns.items():
+            try:
+                outs[kname] = (fn(), contract)  # warm-up / autotune (not timed)
+                ok[kname] = fn
+            except Exception as e:  # noqa: BLE001 -- report it, keep going
+                row["kernels"][kname] = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+        e2e = _e2e_interleaved(ok)
+        for kname, fn in ok.items():
+            kus = _kernel_us(fn)
+            row["kernels"][kname] = {"us": e2e[kname], "kernel_us": kus,
+                                     "tops": tops(m, k, n, e2e[kname]),
+                                     "kernel_tops": tops(m, k, n, kus)}
+        row["kernels"] = {x: row["kernels"][x] for x in fns if x in row["kernels"]}
+        try:
+            bits = check_bits(a, b, sa, sb, outs, seed=i)
+        except Exception as e:  # noqa: BLE001
+            bits = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+        row["bits"] = bits
+        for kname, r in row["kernels"].items():
+            r["mismatches"] = bits.get(kname)
+            r["bits_ok"] = bits.get(kname) == 0 and bits.get("acc_certified", False)
+            if peak and "tops" in r:
+                r["fraction_of_peak"] = r["tops"] / peak
+        try:
+            _, _, cfg = bt.launch_spec(a, b, sa, sb)
+            row["kernels"]["triton"]["config"] = cfg.label()
+        except Exception:  # noqa: BLE001
+            pass
+        peers = [row["kernels"][p].get("tops", float("nan")) for p in ("int_mm", "plain_triton")]
+        peers = [p for p in peers if p == p]
+        t = row["kernels"]["triton"].get("tops", float("nan"))
+        row["best_peer_tops"] = max(peers) if peers else float("nan")
+        row["triton_vs_best_peer"] = t / max(peers) if peers else float("nan")
+        if (m, k, n) == HOST_PATH_SHAPE:
+            launch, out, cfg = bt.launch_spec(a, b, sa, sb)
+
+            def launch_alloc():  # bare launch + allocating its output, as any call must
+                torch.empty_like(out)
+                launch()
+            call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
+            host = {w: [] for w in ("call", "bare", "bare_alloc", "plain")}
+            for _ in range(5):  # interleaved rounds, median
+                for w, fn in (("call", call), ("bare", launch), ("bare_alloc", launch_alloc),
+                              ("plain", lambda: plain(a, b, sa, sb))):
+                    host[w].append(_host_us(fn))
+            med = {w: statistics.median(v) for w, v in host.items()}
+            e2e_hp = _e2e_interleaved({"call": call, "bare": launch})
+            host_path = {"shape": [m, k, n], "config": cfg.label(),
+                         "triton_host_us": med["call"], "bare_launch_host_us": med["bare"],
+                         "bare_launch_alloc_host_us": med["bare_alloc"],
+                         "triton_e2e_us": e2e_hp["call"], "bare_launch_e2e_us": e2e_hp["bare"],
+                         "plain_triton_host_us": med["plain"]}
+            host_path["host_ratio"] = med["call"] / med["bare"]
+            host_path["host_ratio_vs_bare_with_alloc"] = med["call"] / med["bare_alloc"]
+        rows.append(row)
+        kt = row["kernels"]
+        log(f"{m:>6}x{k:>5}x{n:>5}  " + "  ".join(
+            f"{kn} {kv.get('us', float('nan')):9.1f} us {kv.get('tops', float('nan')):7.1f} TOPS"
+            f"{'' if kv.get('bits_ok') else ' BITS!'}" for kn, kv in kt.items())
+            + f"  x{row['triton_vs_best_peer']:.2f}  {kt['triton'].get('config', '')}")
+    torch.cuda.empty_cache()
+    return {"environment": env, "peak_tops": peak, "peak_tbs": _peak(name, PEAK_TBS),
+            "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning "
+                      "(median of 7 batches of >= 10 ms, batches of the kernels interleaved); "
+                      "kernel_us: triton.testing.do_bench median with L2 flushed before each "
+                      "call",
+            "bits_reference": f"torch._int_mm int32 accumulator on the GPU (certified against "
+                              f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
+                              f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
+                              f"{ROWS_SAMPLED} sampled rows",
+            "precompile_s": pre_s, "rows": rows, "host_path": host_path,
+            "tuning": bt.tuning_table(), "acceptance": acceptance(rows, host_path)}
+
+
+def acceptance(rows: list, host_path: Optional[dict]) -> dict:
+    """The issue's acceptance targets, evaluated on the measured rows:
+    ``triton`` >= 1.0x the best peer everywhere, >= 1,400 TOPS at 8192^3,
+    <= 45 us per call at M=1 (K=2048, N=6144), host path <= 1.2x a bare
+    launch, bits identical on every shape."""
+    worst = min(rows, key=lambda r: r.get("triton_vs_best_peer", float("inf")), default=None)
+    sq = [r for r in rows if (r["M"], r["K"], r["N"]) == (8192, 8192, 8192)]
+    m1 = [r for r in rows if (r["M"], r["K"], r["N"]) == HOST_PATH_SHAPE]
+    below = [f"{r['M']}x{r['K']}x{r['N']}" for r in rows if not r.get("triton_vs_best_peer", 0) >= 1.0]
+    bits_bad = [f"{r['M']}x{r['K']}x{r['N']}:{k}" for r in rows for k, v in r["kernels"].items()
+                if not v.get("bits_ok")]
+    out = {"triton_ge_best_peer_everywhere": not below, "shapes_below_1x": below,
+           "worst_ratio": worst.get("triton_vs_best_peer") if worst else None,
+           "worst_shape": f"{worst['M']}x{worst['K']}x{worst['N']}" if worst else None,
+           "bits_identical_everywhere": not bits_bad, "bits_mismatch": bits_bad}
+    if sq:
+        t = sq[0]["kernels"]["triton"].get("tops", float("nan"))
+        out["tops_8192"] = t
+        out["tops_8192_ge_1400"] = t >= 1400
+    if m1:
+        us = m1[0]["kernels"]["triton"].get("us", float("nan"))
+        out["us_m1_2048x6144"] = us
+        out["us_m1_le_45"] = us <= 45
+    if host_path:
+        out["host_ratio"] = host_path["host_ratio"]
+        out["host_ratio_le_1_2"] = host_path["host_ratio"] <= 1.2
+        if "host_ratio_vs_bare_with_alloc" in host_path:
+            r = host_path["host_ratio_vs_bare_with_alloc"]
+            out["host_ratio_vs_bare_with_alloc"] = r
+            out["host_ratio_vs_bare_with_alloc_le_1_2"] = r <= 1.2
+    return out
+
+
+def _kernel_names(res: dict) -> list:
+    """Kernel columns: triton, int_mm, plain_triton, then any extra (JSON may sort keys)."""
+    names = list(res["rows"][0]["kernels"]) if res["rows"] else []
+    first = [x for x in ("triton", "int_mm", "plain_triton") if x in names]
+    return first + sorted(x for x in names if x not in first)
+
+
+def _fmt(v, spec=".1f") -> str:
+    return "—" if v is None or v != v else format(v, spec)
+
+
+def render_gpu_markdown(res: dict) -> str:
+    """bench.md: environment, the table (µs, TOPS, % of peak per kernel; ratio
+    to the best peer; bits), host path, acceptance."""
+    env, peak = res["environment"], res["peak_tops"]
+    names = _kernel_names(res)
+    lines = [f"# int8conf bench --gpu: {env['device']}", "",
+             f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
+             f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
+             "", "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` "
+             "+ eager torch epilogue (CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); "
+             "`plain_triton` = a plain autotuned Triton int8 GEMM (conformance/bench.py, "
+             "grouped order, same epilogue as `triton`)"
+             + "".join(f"; `{x}`" for x in names if x not in ("triton", "int_mm", "plain_triton"))
+             + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / "
+             "best of `int_mm` and `plain_triton`.", ""]
+    head = "| M×K×N | layers | " + " | ".join(f"`{x}`" for x in names) + \
+        " | ratio | bits | triton config |"
+    lines += [head, "|" + "---|" * (len(names) + 5)]
+    for r in res["rows"]:
+        cells = []
+        for x in names:
+            kv = r["kernels"][x]
+            if "error" in kv:
+                cells.append(f"error: {kv['error'][:60]}")
+                continue
+            pct = f" ({100 * kv['fraction_of_peak']:.0f} %)" if "fraction_of_peak" in kv else ""
+            cells.append(f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}")
+        bits = r["bits"]
+        ok = all(r["kernels"][x].get("bits_ok") for x in names)
+        btxt = (f"identical ({bits.get('rows_checked')}/{bits.get('rows_total')} rows)" if ok
+                else "MISMATCH " + ", ".join(f"{x}:{bits.get(x)}" for x in names
+                                             if not r["kernels"][x].get("bits_ok")))
+        lines.append(f"| {r['M']}×{r['K']}×{r['N']} | {'; '.join(r['layers'])} | "
+                     + " | ".join(cells) + f" | {_fmt(r['triton_vs_best_peer'], '.2f')}× | {btxt} | "
+                     f"{r['kernels']['triton'].get('config', '')} |")
+    hp = res.get("host_path")
+    if hp:
+        lines += ["", "## Host path at M = 1 (K = 2048, N = 6144)", "",
+                  f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs "
+                  f"end to end; bare launch of the same compiled kernel and configuration "
+                  f"(`{hp['config']}`, arguments precomputed, output preallocated): "
+                  f"{hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end "
+                  f"to end; ratio {hp['host_ratio']:.2f}×",
+                  f"- bare launch plus allocating its output (`torch.empty_like`, which every "
+                  f"call that returns a new tensor pays): "
+                  f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
+                  f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
+                  f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host"]
+    acc = res["acceptance"]
+    lines += ["", "## Acceptance", ""] + [f"- {k}: {v}" for k, v in acc.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot_roofline(res: dict, path) -> None:
+    """Roofline-style PNG: TOPS against arithmetic intensity (ops per byte of
+    int8 operands + bf16 output), one marker per kernel, with the compute roof
+    (peak TOPS) and the memory roof (bandwidth x intensity) when known."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    names = _kernel_names(res)
+    markers = dict(zip(names, "osD^vx+*"))
+    ais = []
+    for x in names:
+        xs, ys = [], []
+        for r in res["rows"]:
+            kv = r["kernels"][x]
+            if "tops" not in kv or kv["tops"] != kv["tops"]:
+                continue
+            m, k, n = r["M"], r["K"], r["N"]
+            ai = 2.0 * m * k * n / (m * k + n * k + 2 * m * n)
+            xs.append(ai)
+            ys.append(kv["tops"])
+        ais += xs
+        ax.scatter(xs, ys, marker=markers.get(x, "o"), label=x, alpha=0.75)
+    if ais:
+        lo, hi = min(ais) / 1.5, max(ais) * 1.5
+        if res.get("peak_tops"):
+            ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1,
+                    label=f"peak {res['peak_tops']:,.0f} TOPS")
+        if res.get("peak_tbs"):  # ops/byte x TB/s = TOPS, capped by the compute roof
+            xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
+            ax.plot(xs, [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
+                    "k:", lw=1, label=f"HBM {res['peak_tbs']} TB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (int8 ops / byte of A, B and bf16 output)")
+    ax.set_ylabel("TOPS (end to end per call)")
+    ax.set_title(f"int8conf bench --gpu: {res['environment']['device']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_gpu_reports(res: dict, out_root) -> dict:
+    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns
+    the paths written (no ``png`` key when matplotlib, the ``plots`` extra, is
+    not installed)."""
+    import tempfile
+    from pathlib import Path
+
+    from reference.fileio import atomic_write_json, atomic_write_text
+
+    d = Path(out_root) / _device_slug(res["environment"]["device"])
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"json": d / "bench.json", "md": d / "bench.md"}
+    atomic_write_json(paths["json"], res, indent=1)
+    atomic_write_text(paths["md"], render_gpu_markdown(res))
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        print("bench: matplotlib not installed (pip install 'int8conf[plots]'): no bench.png")
+        return paths
+    with tempfile.NamedTemporaryFile(suffix=".png", dir=d, delete=False) as f:
+        tmp = f.name
+    plot_roofline(res, tmp)
+    Path(tmp).chmod(0o644)  # NamedTemporaryFile creates 0600
+    Path(tmp).replace(d / "bench.png")
+    paths["png"] = d / "bench.png"
+    return paths

@@ -12,13 +12,26 @@ conformant, 3 not run / inconclusive); 2 for a usage error, any
 ``reference.errors.Int8confError``, or an ``OSError`` reading or writing a
 file (e.g. ``--out`` naming a file), printed as ``int8conf: error: <one
 line>`` on stderr (the OSError line names the path).
+
+Usability rules:
+
+* an option the subcommand does not have is reported as unknown (with the
+  closest option names), before any "required option missing" message;
+* kernels given as ``pkg.module:function`` import from the current directory
+  too: like ``python -m`` and pytest's rootdir, the current directory is put
+  on ``sys.path`` (first) before the command runs;
+* help texts come from module docstrings; their reStructuredText markup
+  (````code````, ``:func:`x```) is shown as plain text.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import pkgutil
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -30,6 +43,85 @@ def _os_error_line(e: OSError) -> str:
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
     why = e.strerror or (str(e).splitlines()[0] if str(e) else "cannot access")
     return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
+
+
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc):`~?([^`]+)`")
+
+
+def strip_markup(text: str) -> str:
+    """Docstring markup -> plain help text: ````x```` -> ``x``, ``:func:`x``` -> ``x``."""
+    return _ROLE.sub(r"\1", text or "").replace("``", "") if text else text
+
+
+def plain_help_formatter(base: type) -> type:
+    """A subclass of the argparse formatter ``base`` that shows docstring
+    markup as plain text (descriptions, epilogs and option help)."""
+    if getattr(base, "_strips_markup", False):
+        return base
+
+    class Plain(base):
+        _strips_markup = True
+
+        def _format_text(self, text):
+            return super()._format_text(strip_markup(text))
+
+        def _expand_help(self, action):
+            return strip_markup(super()._expand_help(action))
+
+        def _format_usage(self, usage, actions, groups, prefix):
+            return strip_markup(super()._format_usage(usage, actions, groups, prefix))
+    return Plain
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
+    """``{command name: subparser}`` of ``parser`` (empty when it has none)."""
+    for a in parser._actions:  # argparse keeps no public accessor
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    return {}
+
+
+def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """One line per ``--option`` in ``argv`` that the chosen subcommand does
+    not define (argparse would otherwise first say that a *required* option is
+    missing, e.g. "--kernel is required" for a misspelled ``--kernal``).
+
+    Abbreviations argparse accepts (unique prefixes) are not reported. Each
+    line names the closest defined options (``difflib.get_close_matches``).
+    """
+    subs = _subparsers(parser)
+    cmd = next((t for t in argv if not t.startswith("-")), None)
+    target = subs.get(cmd) if cmd in subs else None
+    scope = parser if target is None else target
+    known = [o for a in scope._actions for o in a.option_strings]
+    if target is not None:
+        known += [o for a in parser._actions for o in a.option_strings]
+    out = []
+    seen_cmd = target is None
+    for t in argv:
+        if t == "--":
+            break
+        if not seen_cmd:
+            seen_cmd = t == cmd
+            continue
+        if not t.startswith("--"):
+            continue
+        opt = t.split("=", 1)[0]
+        if opt in known or sum(1 for k in known if k.startswith(opt)) == 1:
+            continue
+        near = difflib.get_close_matches(opt, known, n=2, cutoff=0.6)
+        out.append(f"unknown option {opt}" + (f" (did you mean {' or '.join(near)}?)" if near
+                                                else f"; {cmd} takes: {', '.join(sorted(known))}"))
+    return out
+
+
+def cwd_on_sys_path() -> None:
+    """Put the current directory first on ``sys.path`` (once), as ``python -m``
+    and pytest (rootdir) do, so ``--kernel=mod:fn`` finds ``mod.py`` in the
+    folder the command runs from even when started through the console script."""
+    cwd = os.getcwd()
+    if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
             line = str(e).splitlines()[0] if str(e) else ""
             print(f"int8conf: warning: command module {info.name!r} not loaded: "
                   f"{type(e).__name__}: {line}", file=sys.stderr)
+    for sp in [parser, *_subparsers(parser).values()]:
+        sp.formatter_class = plain_help_formatter(sp.formatter_class)
     return parser
 
 
@@ -65,6 +159,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         The exit code (the console script passes it to ``sys.exit``).
     """
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    bad = unknown_options(parser, argv)
+    if bad:  # argparse's own error path: usage, "int8conf CMD: error: ...", SystemExit(2)
+        cmd = next((t for t in argv if not t.startswith("-")), None)
+        _subparsers(parser).get(cmd, parser).error("; ".join(bad))
+    cwd_on_sys_path()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

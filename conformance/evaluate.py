@@ -56,6 +56,14 @@ class CaseResult:
         meta: the case's meta (layer, block, seed, ...).
         produced_output: the kernel returned an output tensor on this case
             (False when it was not runnable here or raised).
+        output_digest: ``reference.operands.tensor_digest`` of the kernel's
+            output (None without output): lets a later run tell, from the
+            report alone, whether another kernel gives the same bits here.
+        output: the output tensor itself when ``evaluate_case(keep_output=True)``
+            (not serialized; the gate compares two kernels' outputs with it).
+        coverage: trigger conditions the case reaches
+            (``conformance.coverage.case_coverage``; ``{"error": line}`` if
+            that measurement itself failed).
     """
 
     case: str
@@ -72,6 +80,9 @@ class CaseResult:
     pair: Optional[dict] = None
     meta: dict = field(default_factory=dict)
     produced_output: bool = True
+    output_digest: Optional[str] = None
+    output: Optional[object] = field(default=None, repr=False, compare=False)
+    coverage: dict = field(default_factory=dict)
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -120,7 +131,9 @@ class CaseResult:
              "verdict": self.verdict, "checks": checks,
              "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
              "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
-             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason}
+             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason,
+             "output_digest": self.output_digest,
+             "coverage": self.coverage}
         if self.pair is not None:
             d["pair"] = self.pair
         return d
@@ -142,7 +155,7 @@ def _jsonable_meta(meta: dict) -> dict:
 
 
 def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
-                  source: Optional[str] = None) -> CaseResult:
+                  source: Optional[str] = None, keep_output: bool = False) -> CaseResult:
     """Run ``spec`` on one case and apply every per-case check.
 
     Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
@@ -157,6 +170,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         against: optional second KernelSpec.
         device: device for the kernel run (None = the runner's default).
         source: overrides ``ops.meta["source"]`` in the result.
+        keep_output: keep the kernel's output tensor on ``CaseResult.output``.
 
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
@@ -165,6 +179,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     """
     from conformance.kernels.runner import run_kernel
     from reference.accumulate import exact_int_mm
+    from reference.operands import tensor_digest
 
     run = run_kernel(spec, ops, device=device)
     exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
@@ -184,10 +199,17 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         run_b = run_kernel(against, ops, device=device)
         pair = compare_pair(spec, against, ops, run, run_b)
     meta = dict(ops.meta or {})
+    try:
+        from conformance.coverage import case_coverage
+        cov = case_coverage(spec, ops, run, exact)
+    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+        cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return CaseResult(
         case=case_id(ops), source=source or meta.get("source", "synthetic"),
         scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
         bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
         elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
         operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None)
+        produced_output=run.output is not None, coverage=cov,
+        output_digest=None if run.output is None else tensor_digest(run.output),
+        output=run.output if keep_output else None)

@@ -14,17 +14,26 @@ Options:
                           (default ``reports``, relative to the invocation dir).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
-    --int8conf-no-sweep   skip the alignment-straddling shape sweep.
+    --int8conf-no-sweep   skip the alignment-straddling shape sweep and the
+                          trigger-condition case families.
     --int8conf-captures=DIR  replay this capture directory instead of the
                           default model's shipped captures.
     --int8conf-model=DIR  parent model of --int8conf-captures when it moved
                           since the capture was taken.
     --int8conf-no-captures  skip layer-capture replay (synthetic cases only).
+    --inject=FAULT[:COVERAGE[:SEED]]  run the suite on ``faults.inject(kernel,
+                          ...)`` instead (repeatable; e.g. ``F4:all``,
+                          ``output_truncation:1%``, ``F9.stale:one:3``): mutation
+                          testing -- failing items show what caught the fault.
+                          F6 / F7 cases are prepared by ``faults.prepare_case``.
+                          A bad spec is a one-line usage error. The report and
+                          the terminal summary name fault, coverage and seed.
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
 captures) running checks C1-C6 and C8; ``property`` (hypothesis, fixed CI
-profile); ``C7-token_flip`` and ``E1-engine_hash``; with ``--against``, one
+profile); ``C9-batch_invariance`` (always); ``C7-token_flip`` and
+``E1-engine_hash``; with ``--against``, one
 ``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
 the kernel fails the item (so ``--junitxml`` records it); a precondition
 violation (C3 / C4 caused by the operands) passes with a
@@ -38,6 +47,14 @@ their declared contracts require identical bits, or one errors.
 When ``--kernel`` is given without explicit paths, only the conformance
 suite is collected (the ``testpaths`` / current directory are not).
 The reports are written at session finish from whatever items ran.
+
+Your own tests: the fixture ``int8conf_kernel`` is the KernelSpec under test,
+one parametrization per ``--kernel`` (x ``--inject``), so ``pytest
+tests/my_gemm_tests --kernel=mypkg.gemm:scaled_mm --inject=F3:all`` runs our
+suite and yours against the same faulty kernel (mutation testing of your
+suite). There F6 / F7 extend K inside the wrapper on every call
+(``faults.inject(..., prepared=False)``): your tests call the kernel on
+their own operands. Without ``--kernel`` a test using the fixture is skipped.
 """
 
 from __future__ import annotations
@@ -91,7 +108,10 @@ def _non_negative_int(text: str) -> int:
     return non_negative_int(text)
 
 
-def pytest_addoption(parser) -> None:
+def pytest_addoption(parser, pluginmanager) -> None:
+    import conformance.gate.pytest_gate as gate_plugin
+    if not pluginmanager.is_registered(gate_plugin):
+        pluginmanager.register(gate_plugin, "int8conf-gate")
     g = parser.getgroup("int8conf", "int8conf kernel conformance")
     g.addoption("--kernel", action="append", default=[], metavar="NAME",
                 help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
@@ -105,24 +125,34 @@ def pytest_addoption(parser) -> None:
     g.addoption("--int8conf-no-model", action="store_true",
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
     g.addoption("--int8conf-no-sweep", action="store_true",
-                help="skip the alignment-straddling shape sweep")
+                help="skip the alignment-straddling shape sweep and the trigger-condition "
+                     "case families")
     g.addoption("--int8conf-captures", default=None, metavar="DIR",
                 help="replay this capture directory (default: the default model's captures)")
     g.addoption("--int8conf-model", default=None, metavar="DIR",
                 help="parent model directory of --int8conf-captures, when it moved since capture")
     g.addoption("--int8conf-no-captures", action="store_true",
                 help="skip layer-capture replay (synthetic cases only)")
+    g.addoption("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
+                help="inject a fault into every --kernel (repeatable): FAULT F1..F9 or its name "
+                     "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
+                     "(default all), SEED integer (default 0); e.g. F4:all")
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "int8conf: a generated kernel-conformance item")
     names = config.getoption("kernel", default=[]) or []
     if not names:
+        if config.getoption("inject", default=[]):
+            raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to "
+                                    "inject the fault into)")
         return
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.suite import default_cases, load_captures
     try:
         specs = resolve_kernels(list(names))
+        runs = _injected(specs, config.getoption("inject", default=[]) or [])
         against = config.getoption("against")
         other = get_kernel(against) if against else None
         cs = None
@@ -141,9 +171,62 @@ def pytest_configure(config) -> None:
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     config.stash[_STATE] = _State(
-        kernels=[_KernelState(s, cases, cap) for s in specs], against=other, out_dir=out,
+        kernels=[_KernelState(s, _prepared(cases, inj), cap) for s, inj in runs], against=other,
+        out_dir=out,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
+
+
+def _injected(specs, texts) -> list:
+    """(spec, Injection or None) per kernel and ``--inject`` value (``faults.inject``).
+
+    Raises:
+        Int8confError: a bad ``--inject`` value (one line; becomes a usage error).
+    """
+    from faults import inject, injection_of, parse_injection
+    if not texts:   # a kernel named like cpu+F7@one#s0 is injected already
+        return [(s, injection_of(s)) for s in specs]
+    injections = [parse_injection(t) for t in texts]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
+            for s in specs for i in injections]
+
+
+def _prepared(cases, inj) -> list:
+    """The fixed cases, prepared by ``faults.prepare_case`` for F6 / F7."""
+    if inj is None:
+        return cases
+    from faults import prepare_case
+    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+
+
+def _fixture_spec(spec):
+    """The spec handed to user tests: F6 / F7 re-injected with ``prepared=False``
+    (user tests call the kernel on operands nobody prepared)."""
+    from faults import inject, injection_of, wrapped_kernel
+    inj = injection_of(spec)
+    if inj is None or inj.fault not in ("F6", "F7") or not inj.prepared:
+        return spec
+    return inject(wrapped_kernel(spec), inj.fault, inj.coverage, inj.seed, prepared=False)
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """Parametrize ``int8conf_kernel`` over the kernels under test."""
+    if "int8conf_kernel" not in metafunc.fixturenames:
+        return
+    st = _state(metafunc.config)
+    if st is None:
+        return
+    specs = [_fixture_spec(ks.spec) for ks in st.kernels]
+    metafunc.parametrize("int8conf_kernel", specs, ids=[s.name for s in specs])
+
+
+@pytest.fixture
+def int8conf_kernel(request):
+    """The KernelSpec under test (``--kernel``, with ``--inject`` applied): one
+    parametrization per kernel and injection; skipped without ``--kernel``."""
+    if not hasattr(request, "param"):
+        pytest.skip("int8conf_kernel: no --kernel given")
+    return request.param
 
 
 def _state(config) -> Optional[_State]:
@@ -158,6 +241,13 @@ def pytest_ignore_collect(collection_path, config):
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         return True
     return None
+
+
+def _invocation(config) -> dict:
+    """The pytest command line that produced a report (for its ``invocation``)."""
+    import shlex
+    args = [str(a) for a in config.invocation_params.args]
+    return {"command": "pytest " + shlex.join(args), "options": {"args": args}}
 
 
 class KernelSuite(pytest.Collector):
@@ -175,6 +265,7 @@ class KernelSuite(pytest.Collector):
             yield CaseItem.from_parent(self, name=cid, kstate=ks, st=st, ops=ops)
         if st.examples > 0:
             yield PropertyItem.from_parent(self, name="property", kstate=ks, st=st)
+        yield BatchInvarianceItem.from_parent(self, name="C9-batch_invariance", kstate=ks, st=st)
         if st.model_checks:
             from conformance.suite import MODEL_CHECKS
             from conformance.checks.result import CHECK_NAMES
@@ -250,6 +341,19 @@ class PropertyItem(_Item):
             pytest.skip(f"{ks.spec.name}: property test not run: {sorted(reasons)[0]}")
 
 
+class BatchInvarianceItem(_Item):
+    """C9 batch_invariance over the kernel's fixed cases (no reference needed)."""
+
+    def runtest(self):
+        from conformance.suite import run_batch_invariance
+        r = run_batch_invariance(self.kstate.spec, self.kstate.cases)
+        self.kstate.model["C9"] = r
+        if r.verdict == "n/a":
+            pytest.skip(r.summary)
+        if r.verdict == "fail":
+            raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
+
+
 class ModelCheckItem(_Item):
     """A model-level check (C7 token_flip / E1 engine_hash)."""
 
@@ -304,13 +408,67 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items[:0] = new
 
 
+def _cuda_count() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` with several GPUs: one worker per GPU (else xdist's default)."""
+    if (config.getoption("kernel", default=None) or config.getoption("gate_candidate",
+                                                                      default=None)):
+        n = _cuda_count()
+        if n > 1:
+            return n
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: give each worker its GPU index where several exist."""
+    n = _cuda_count()
+    if n > 1:
+        wid = node.workerinput.get("workerid", "gw0")
+        node.workerinput["int8conf_gpu"] = int(wid[2:] or 0) % n
+
+
+_WORKER_KEY = "int8conf_suite"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: merge a worker's results into the kernels' states."""
+    import pickle
+    st = _state(node.config)
+    data = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY)
+    if st is None or not data:
+        return
+    for ks, (results, prop_cases, prop, model) in zip(st.kernels, pickle.loads(data)):
+        ks.results.update(results)
+        ks.prop_cases.extend(prop_cases)
+        ks.property = ks.property or prop
+        ks.model.update(model)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = _state(session.config)
     if st is None:
         return
+    if hasattr(session.config, "workerinput"):  # an xdist worker: ship, the controller writes
+        import pickle
+        session.config.workeroutput[_WORKER_KEY] = pickle.dumps(
+            [(ks.results, ks.prop_cases, ks.property, ks.model) for ks in st.kernels])
+        return
+    from conformance.cases import case_id
     from conformance.report import write_reports
     from conformance.suite import build_result
     for ks in st.kernels:
+        order = {case_id(o): i for i, o in enumerate(ks.cases)}  # case order, serial or not
+        ks.results = dict(sorted(ks.results.items(), key=lambda kv: order.get(kv[0], len(order))))
         cases = list(ks.results.values()) + list(ks.prop_cases)
         if not cases and not ks.model:
             continue
@@ -320,7 +478,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
                          f"(pytest selection or early stop); the verdict covers only those")
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0, notes)
+                           time.perf_counter() - ks.t0, notes,
+                           invocation=_invocation(session.config))
+        from faults.inject import annotate_result
+        annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
         st.written.append((ks.spec.name, res, jp, mp))
     from conformance.suite import NOT_RUN
@@ -345,6 +506,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             if ov.get("cases_not_run"):
                 head += f" ({ov['cases_not_run']} of {ov['cases_total']} cases not run)"
         terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
+        if (res.kernel or {}).get("injection"):
+            terminalreporter.write_line(f"  {res.notes[0]}")
         line = pair_difference_line(res.pairwise) if res.pairwise else ""
         if line:
             terminalreporter.write_line("  " + line.replace("`", ""))

@@ -15,7 +15,7 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
   "failed_checks", "precondition_violations", "cases_total", "cases_run",
   "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
   kernel produced output on zero cases; inconclusive)
-* ``checks``: one per check id (C1..C8, E1): ``{check_id, name, verdict,
+* ``checks``: one per check id (C1..C9, E1; C9 batch_invariance is kernel-level): ``{check_id, name, verdict,
   summary, evidence}`` aggregated over cases
 * ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
   out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
@@ -24,6 +24,18 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
+* ``comparability``: ``conformance.suite.comparability`` -- suite version,
+  SHA-256 digests of the fixed cases' operands and of the layer captures,
+  the case ids and the environment; ``int8conf gate --baseline`` refuses a
+  report whose digests differ from its own run. Each case also carries
+  ``output_digest`` (SHA-256 of the kernel's output bits).
+* ``coverage``: the trigger conditions the run actually exercised
+  (``conformance.coverage.coverage_table``): rows ``{condition, reached,
+  cases, covered}`` (max partial sum and max |acc| reached, subnormal / inf /
+  signed-zero outputs, negative and zero scales, K residues, M values,
+  layouts handed to the kernel, ...); per case ``cases[i].coverage``
+* ``invocation``: ``{command, options}``, the command line and options that
+  produced the report
 
 Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
 is strict JSON. Both files are written atomically (temporary file in the same
@@ -77,7 +89,21 @@ def to_json_dict(result) -> dict:
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
+        "comparability": getattr(result, "comparability", None) or None,
+        "fault_signatures": _fault_signatures(result),
+        "coverage": list(getattr(result, "coverage", []) or []),
+        "invocation": dict(getattr(result, "invocation", {}) or {}),
     })
+
+
+def _fault_signatures(result) -> list:
+    """Fault classes whose signature the failures match
+    (``conformance.scoring.signature_lines``, the code that scores the
+    sweep); empty for a run that did not fail."""
+    if result.overall.get("verdict") != "fail":
+        return []
+    from conformance.scoring import signature_lines
+    return signature_lines(result)
 
 
 def _table(df: pd.DataFrame) -> str:
@@ -165,6 +191,21 @@ def _semantics_lines(env: dict) -> list[str]:
     return lines
 
 
+def _coverage_lines(rows: list) -> list[str]:
+    """The "Coverage of trigger conditions" section (empty without rows)."""
+    if not rows:
+        return []
+    lines = ["", "## Coverage of trigger conditions", "",
+             "What the cases the kernel ran on actually exercised (from the operands, the exact "
+             "accumulator and the reference output of the declared contract), so that PASS says "
+             "what it covers. `covered`: yes / partial / no against what the default suite "
+             "aims for.", ""]
+    lines.append(_table(pd.DataFrame(
+        [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered"))
+         for r in rows], columns=["condition", "reached", "cases", "covered"])))
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -172,10 +213,16 @@ def render_markdown(doc: dict) -> str:
     head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
             f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
             else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
-    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + _not_run_lines(ov) + [
+    sig = doc.get("fault_signatures") or []
+    sig_lines = (["Failure signature (`conformance.scoring`):", ""] + [f"- {x}" for x in sig] + [""]
+                 if sig else [])
+    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + sig_lines + _not_run_lines(ov) + [
              f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
              f"suite time {doc['elapsed_s']} s.", "",
              f"Captures: {doc['captures']['note']}.", ""]
+    inv = doc.get("invocation") or {}
+    if inv.get("command"):
+        lines += [f"Produced by: `{inv['command']}`", ""]
     for note in doc.get("notes") or []:
         lines += [f"> Note: {note}", ""]
     lines += ["## Kernel", ""]
@@ -214,7 +261,13 @@ def render_markdown(doc: dict) -> str:
               "ref X vs kernel Y\") is the reference emulating the kernel's declared "
               "contract (same scale order, bias point and rounding), not a bf16 or "
               "contract-free model: C7 measures what the kernel changes relative to its own "
-              "declaration."]
+              "declaration; its threshold is the largest change of a top-1 logit difference "
+              "any legal epilogue makes on the same windows. Where an accumulator can leave "
+              "int32, C3/C5/C6/C8 compare with the kernel's declared overflow behaviour "
+              f"(`{k.get('overflow', 'wrap')}` here). C5/C8 compare bits: +0 vs -0 differs "
+              "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
+              "sampled rows must give the same bits alone (M=1), in batches of other sizes "
+              "and in a repeated call."]
     failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"]
     if failing:
         lines += ["", "### Failure evidence", ""]
@@ -234,6 +287,14 @@ def render_markdown(doc: dict) -> str:
             if ev.get("failed_cases"):
                 lines.append(f"  - failing cases ({ev.get('n_failed_cases')}): "
                              + ", ".join(f"`{x}`" for x in ev["failed_cases"][:10]))
+            for d in (ev.get("differences") or [])[:5]:  # C9: row, batch, differing bits
+                cols = ", ".join(f"col {c['col']} {c['bits']} vs {c['reference_call_bits']}"
+                                 for c in d.get("columns", [])[:3])
+                lines.append(f"  - `{d['case']}` row {d['row']}, {d['context']}: "
+                             + (f"kernel failed: {d['error']}" if "error" in d else
+                                f"{d['n_differ']} element(s) differ from the case's own call "
+                                f"({cols})"))
+    lines += _coverage_lines(doc.get("coverage") or [])
     pt = doc.get("property_tests")
     if pt:
         lines += ["", "## Property test (hypothesis)", ""]
@@ -249,9 +310,10 @@ def render_markdown(doc: dict) -> str:
             if n_skip:
                 lines.append(f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
                              f"runnable here); those examples verified nothing.")
-    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "E1")]
+    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "C9", "E1")]
     for src, title in (("capture", "Per-layer results (captures)"),
                        ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),
+                       ("family", "Trigger-condition families"),
                        ("property", "Property-test examples")):
         rows = [cs for cs in doc["cases"] if cs["source"] == src]
         if not rows:

@@ -21,7 +21,9 @@ the range where integer accumulation is exact and order-free.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import os
 import platform
 import sys
@@ -42,7 +44,21 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "detllm.oracle", "engine_hash_check"),
 )
-REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
+REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "E1")
+#: Version of the suite's case construction and check semantics. Two reports
+#: compare (``int8conf gate --baseline``) only when it is equal; bump it when
+#: a case generator or a check's meaning changes.
+SUITE_VERSION = "1"
+
+
+def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
+    """C9 batch_invariance over the fixed cases (``conformance.checks.batch_invariance``):
+    one kernel-level result; a check that raises gives a ``harness`` failure."""
+    from conformance.checks.batch_invariance import check_batch_invariance
+    try:
+        return check_batch_invariance(spec, cases, device=device)
+    except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+        return check_error("C9", e)
 
 
 def run_model_check(check_id: str, spec, module: Optional[str] = None,
@@ -150,6 +166,12 @@ class ConformanceResult:
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
+        comparability: :func:`comparability` of the fixed cases (what makes
+            two reports comparable).
+        coverage: ``conformance.coverage.coverage_table`` rows: the trigger
+            conditions the cases the kernel ran on actually reached.
+        invocation: ``conformance.coverage.invocation``: the command line and
+            options that produced the report (``{}`` when unknown).
     """
 
     kernel: dict
@@ -162,6 +184,9 @@ class ConformanceResult:
     overall: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     notes: list = field(default_factory=list)
+    comparability: dict = field(default_factory=dict)
+    coverage: list = field(default_factory=list)
+    invocation: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -181,6 +206,44 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
+
+
+def _digest_rows(rows: list) -> str:
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def comparability(cases: Sequence[dict], environment_: Optional[dict] = None,
+                  captures: Optional[dict] = None) -> dict:
+    """What two runs must share to be compared case by case.
+
+    Args:
+        cases: per-case dicts (``CaseResult.to_dict()`` or a report's
+            ``cases``): keys ``case, source, scale_mode, out_dtype,
+            operand_digests``. Property-test examples are left out (they are
+            not a fixed case set).
+        environment_: :func:`environment` (versions and device are recorded,
+            not required equal: a swap across devices is a legal comparison).
+        captures: the report's ``captures`` dict (its ``source`` is recorded).
+
+    Returns:
+        ``{"suite_version", "n_cases", "cases_digest", "n_capture_cases",
+        "captures_digest", "captures_source", "case_ids", "environment"}``:
+        the digests are SHA-256 over the sorted ``[case id, scale mode,
+        out dtype, operand digests]`` rows (all fixed cases, resp. only the
+        layer captures), so equal digests mean the same operand bits.
+    """
+    rows = sorted([d["case"], d.get("scale_mode"), d.get("out_dtype"),
+                   d.get("operand_digests") or {}, d.get("source")]
+                  for d in cases if d.get("source") != "property")
+    cap = [r for r in rows if r[4] == "capture"]
+    env = environment_ or {}
+    return {"suite_version": SUITE_VERSION, "n_cases": len(rows),
+            "cases_digest": _digest_rows(rows), "n_capture_cases": len(cap),
+            "captures_digest": _digest_rows(cap) if cap else None,
+            "captures_source": (captures or {}).get("source") or None,
+            "case_ids": [r[0] for r in rows],
+            "environment": {k: env.get(k) for k in ("torch", "triton", "python", "execution",
+                                                    "cuda_device", "devices_used")}}
 
 
 def not_run_counts(case_results: Sequence[CaseResult]) -> dict[str, int]:
@@ -258,18 +321,21 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
 def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
                  model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
                  against=None, elapsed_s: float = 0.0,
-                 notes: Sequence[str] = ()) -> ConformanceResult:
+                 notes: Sequence[str] = (),
+                 invocation: Optional[dict] = None) -> ConformanceResult:
     """Aggregate per-case and model-level results into a ConformanceResult.
 
     Args:
         spec: KernelSpec under test.
         case_results: every evaluated case (any source, property examples included).
         captures: what :func:`conformance.cases.capture_cases` found.
-        model_results: C7 / E1 results (absent ones are reported n/a "not run").
+        model_results: kernel-level results: C9 batch_invariance, C7, E1
+            (absent ones are reported n/a "not run").
         property_tests: property-test summary (``conformance.property``).
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
         notes: extra report lines (e.g. "partial run").
+        invocation: command line and options (``conformance.coverage.invocation``).
     """
     per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
     for cr in case_results:
@@ -280,6 +346,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         agg[r.check_id] = r
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
+    agg.setdefault("C9", not_applicable("C9", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [
         r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
@@ -287,21 +354,36 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         from conformance.pairwise import summarize_pairs
         pairs = [(cr.case, cr.pair) for cr in case_results if cr.pair is not None]
         pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
+    env = environment([cr.run_manifest for cr in case_results])
+    cap = {"available": captures.available, "note": captures.note, "source": captures.source}
     return ConformanceResult(
-        kernel=spec.manifest(), environment=environment([cr.run_manifest for cr in case_results]),
-        checks=checks, cases=list(case_results),
-        captures={"available": captures.available, "note": captures.note,
-                  "source": captures.source},
+        kernel=spec.manifest(), environment=env,
+        checks=checks, cases=list(case_results), captures=cap,
         property_tests=property_tests, pairwise=pairwise,
         overall=overall_verdict(checks, property_tests, list(case_results)),
-        elapsed_s=elapsed_s, notes=list(notes))
+        elapsed_s=elapsed_s, notes=list(notes), coverage=_coverage(case_results),
+        invocation=dict(invocation or {}),
+        comparability=comparability([cr.to_dict() for cr in case_results], env, cap))
+
+
+def _coverage(case_results) -> list:
+    """``conformance.coverage.coverage_table`` of the cases (never raises: a
+    failure becomes one row saying so)."""
+    try:
+        from conformance.coverage import coverage_table
+        return coverage_table(case_results)
+    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+        return [{"condition": "coverage table", "reached": f"not computed: {type(e).__name__}: "
+                 f"{str(e).splitlines()[0] if str(e) else ''}", "cases": 0, "covered": "no"}]
 
 
 def default_cases(include_captures: bool = True, include_sweep: bool = True,
                   seeds: Sequence[int] = (0, 1), max_capture_layers: Optional[int] = None,
                   capture_set=None) -> tuple[list, CaptureReplay]:
-    """The suite's fixed cases: synthetic (per seed), the shape sweep, and the
-    layer captures in both scale modes (when available).
+    """The suite's fixed cases: synthetic (per seed), the shape sweep and the
+    trigger-condition families (``conformance.cases.families``; both skipped
+    with ``include_sweep=False``), and the layer captures in both scale modes
+    (when available).
 
     Returns:
         ``(cases, captures)``; ``captures.note`` says "no captures available:
@@ -309,7 +391,8 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
     """
     cases = list(synthetic_cases(seeds))
     if include_sweep:
-        cases += shape_sweep()
+        from conformance.cases.families import family_cases
+        cases += shape_sweep() + family_cases()
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:
@@ -329,7 +412,8 @@ def validate_device(device: Optional[str]) -> Optional[str]:
     Raises:
         Int8confError: not a torch device string (e.g. ``tpu``); CUDA
             requested while ``torch.cuda.is_available()`` is False; a CUDA
-            index beyond ``torch.cuda.device_count()`` (one line each).
+            index beyond ``torch.cuda.device_count()``; a CPU index other than 0
+            (``cpu:1``: torch has one CPU device) (one line each).
     """
     if device is None:
         return None
@@ -348,6 +432,9 @@ def validate_device(device: Optional[str]) -> Optional[str]:
     elif dev.type != "cpu":
         raise Int8confError(f"--device {device!r}: unsupported device type {dev.type!r} "
                             f"(int8conf runs kernels on 'cpu' or 'cuda')")
+    elif dev.index not in (None, 0):
+        # torch has one CPU device; "cpu:1" would silently run on it
+        raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
     return device
 
 
@@ -382,7 +469,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                     seeds: Sequence[int] = (0, 1), property_examples: int = 25,
                     model_checks: bool = True, max_capture_layers: Optional[int] = None,
                     capture_dir=None, model_dir=None, device: Optional[str] = None,
-                    progress: Optional[Callable[[str], None]] = None) -> ConformanceResult:
+                    progress: Optional[Callable[[str], None]] = None,
+                    invocation: Optional[dict] = None) -> ConformanceResult:
     """Run the whole conformance suite for one kernel.
 
     Args:
@@ -403,6 +491,9 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         device: device for kernel runs (None = runner default); checked
             by :func:`validate_device`.
         progress: called with a short line per step (e.g. ``print``).
+        invocation: the command line and options to record in the report
+            (``conformance.coverage.invocation``); None = this call's own
+            arguments as ``run_conformance(...)``.
 
     Returns:
         ConformanceResult (never raises for a kernel's failure).
@@ -443,9 +534,18 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
                                  device=device)
         results += prop_cases
-    model = []
+    say(f"{spec.name}: C9 {CHECK_NAMES['C9']}")
+    model = [run_batch_invariance(spec, cases, device)]
     if model_checks:
         for cid, mod, attr in MODEL_CHECKS:
             say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
             model.append(run_model_check(cid, spec, mod, attr))
-    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0)
+    if invocation is None:
+        from conformance.coverage import invocation as _inv
+        invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),
+                           "include_captures": include_captures, "include_sweep": include_sweep,
+                           "property_examples": property_examples, "model_checks": model_checks,
+                           "device": device, "explicit_cases": len(cases)},
+                          prog="conformance.suite.run_conformance")
+    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
+                        invocation=invocation)

@@ -1,4 +1,4 @@
-"""The integer-only artifact of the detllm engine (issue 4, deliverable 3).
+"""The integer-only artifact of the detllm engine.
 
 Layout of an artifact directory::
 

@@ -1,4 +1,4 @@
-"""Decode throughput benchmark (issue 4: a benchmark, not a test).
+"""Decode throughput benchmark (a benchmark, not a test).
 
 Prints greedy-decode tokens/s of the integer engine at batch 1 and 8 next to
 the bf16 transformers model measured in the same run, and their ratio.
@@ -34,9 +34,9 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     """Options of ``detllm bench``."""
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
     sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
-    sp.add_argument("--batches", default="1,8")
-    sp.add_argument("--prompt-len", type=int, default=32)
-    sp.add_argument("--new-tokens", type=int, default=16)
+    sp.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
+    sp.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per sequence (default 32)")
+    sp.add_argument("--new-tokens", type=int, default=16, help="decoded tokens per sequence (default 16)")
     sp.add_argument("--kernels", default=None, help="comma-separated int_mm backends (default: cpu->reference,"
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")

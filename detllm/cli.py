@@ -144,6 +144,10 @@ def cmd_generate(args) -> int:
     dt = time.time() - t0
     print(f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  "
           f"guard {'on' if eng.guard else 'off'}  {dt:.2f}s")
+    if args.kernel:
+        print(f"note: detllm uses only the accumulator entry int_mm of kernel {args.kernel!r} "
+              f"(int8 x int8 -> int32); its scaled_mm epilogue is not exercised here "
+              f"(int8conf check --kernel={args.kernel} checks it)")
     for i, (p, g) in enumerate(zip(res.prompts, res.generated)):
         lh, th = res.short(i)
         text = tok.decode(p + g) if tok is not None else " ".join(map(str, p + g))
@@ -321,9 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
     sp.add_argument("--out", required=True, help="artifact directory to write")
     sp.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant migration strength")
-    sp.add_argument("--calib-windows", type=int, default=16)
-    sp.add_argument("--calib-len", type=int, default=128)
-    sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto")
+    sp.add_argument("--calib-windows", type=int, default=16,
+                    help="calibration windows for the fixed activation / KV scales (default 16)")
+    sp.add_argument("--calib-len", type=int, default=128, help="tokens per calibration window (default 128)")
+    sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto",
+                    help="calibration text: the shipped corpus, random tokens, or auto (corpus when "
+                         "the model has the shipped tokenizer) (default auto)")
     sp.add_argument("--max-position", type=int, default=None, help="RoPE table length override")
     sp.set_defaults(func=cmd_prepare)
 
@@ -331,9 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
-    sp.add_argument("-n", "--max-new-tokens", type=int, default=16)
-    sp.add_argument("--kernel", default=None, help="kernel registry name (default: exact reference)")
-    sp.add_argument("--device", default="cpu")
+    sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument("--kernel", default=None,
+                    help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+                        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+                        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+                        "integers; check the epilogue with int8conf check) (default: the exact "
+                        "reference)")
+    sp.add_argument("--device", default="cpu", help="device of the integer matmuls (default cpu)")
     sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.set_defaults(func=cmd_generate)
@@ -342,12 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as token ids")
-    sp.add_argument("-n", "--max-new-tokens", type=int, default=16)
-    sp.add_argument("--kernels", default="all", help="comma-separated kernels or 'all'")
+    sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument("--kernels", default="all",
+                    help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used")
     sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
-    sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16")
-    sp.add_argument("--no-float", action="store_true")
-    sp.add_argument("--no-guard", action="store_true")
+    sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16",
+                    help="dtype of the float model whose hash is shown next to the integer one")
+    sp.add_argument("--no-float", action="store_true", help="skip the float model column")
+    sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.add_argument("--seed", type=int, default=0, help="seed of the random co-prompts")
     sp.add_argument("--context-tokens", type=int, default=-1,
                     help="whole-context table length (-1: the model's maximum, 0: skip)")
@@ -357,11 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")
     model_args(sp)
-    sp.add_argument("--windows", type=int, default=8)
-    sp.add_argument("--length", type=int, default=256)
+    sp.add_argument("--windows", type=int, default=8, help="held-out windows (default 8)")
+    sp.add_argument("--length", type=int, default=256, help="tokens per window (default 256)")
     sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
-    sp.add_argument("--kernel", default=None)
-    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--kernel", default=None,
+                    help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+                        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+                        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+                        "integers; check the epilogue with int8conf check) (default: the exact "
+                        "reference)")
+    sp.add_argument("--device", default="cpu", help="device of the integer matmuls (default cpu)")
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
@@ -374,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point ``detllm``. Returns the exit code."""
     args = build_parser().parse_args(argv)
+    from conformance.cli import cwd_on_sys_path
+    cwd_on_sys_path()  # --kernel=mod:fn from the module's own folder, as python -m does
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

@@ -1,4 +1,4 @@
-"""The integer-only Qwen3 forward with a KV cache (issue 4, deliverable 3/4).
+"""The integer-only Qwen3 forward with a KV cache.
 
 Every op from token ids to int32 logits is integer arithmetic (shifts, adds,
 integer multiplies, floor/rounded integer divisions, compares, gathers); the
@@ -142,7 +142,7 @@ def isqrt_newton(n: torch.Tensor) -> torch.Tensor:
     squares the relative error (<= 1, 1/4, 1/40, 3e-4, 5e-8, 1e-15), so six
     steps reach floor(sqrt(n)) or floor(sqrt(n)) + 1 for n < 2^62; a final
     compare fixes the +1. Tested equal to ``intops.isqrt`` on edge and random
-    values (tests/test_det_engine_artifact.py).
+    values (tests/detllm/test_artifact.py).
     """
     b = _bitlen(n)
     x = torch.bitwise_left_shift(torch.ones_like(n), torch.div(b + 1, 2, rounding_mode="floor"))

@@ -1,4 +1,4 @@
-"""Greedy decoding with the integer engine, and the run's hashes (issue 4, deliverable 4).
+"""Greedy decoding with the integer engine, and the run's hashes.
 
 Hashes (per sequence, chained SHA-256):
 

@@ -1,5 +1,5 @@
 """Float guard: a ``TorchDispatchMode`` that turns any floating-point tensor
-inside the integer forward into an error (issue 4, deliverable 4).
+inside the integer forward into an error.
 
 Every aten op dispatched while the guard is active has its tensor inputs and
 outputs inspected; a floating-point (or complex) dtype raises

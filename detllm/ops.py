@@ -96,7 +96,7 @@ def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = 
       log2e="shift" : I-ViT's x + (x>>1) - (x>>4) (= 1.4375 x, -0.36 %).
     Inputs below -64 (real) are clipped to -64 (DI-ClippedSoftmax's clip idea),
     whose exp is 0 in Q30. Frozen absolute error bounds on exp in [0, 1]
-    (``tests/test_det_ops_attention.py``): dyadic/table 2^-23 (measured
+    (``tests/detllm/test_attention_ops.py``): dyadic/table 2^-23 (measured
     ~2^-23.7); shift/table 2^-9 + 2^-frac_bits; */linear 2^-4 + 2^-frac_bits
     (the I-ViT floor shifts cost ~2^-frac_bits, so use frac_bits >= 12 there).
 
@@ -194,7 +194,7 @@ def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", fra
     ``MASK_SENTINEL`` get exactly 0 and are excluded from the max; a row with
     every entry masked gives all zeros. Rows sum to 2^15 +- (L/2 + 1).
     Frozen bound max |p/2^15 - softmax| <= 2^-14 for the default modes
-    (measured 2^-15; ``tests/test_det_ops_attention.py``).
+    (measured 2^-15; ``tests/detllm/test_attention_ops.py``).
 
     Args:
         scores: int32/int64 [..., L], value s / 2^frac_bits; unmasked entries

@@ -1,5 +1,5 @@
 """The engine as an end-to-end oracle for a kernel's accumulator path
-(issue 4, deliverable 5; DESIGN.md section 4).
+(DESIGN.md section 4).
 
 ``engine_hash_check(kernel)``: greedy-decode the default model's prompts with
 the integer engine twice -- once with the exact reference accumulator

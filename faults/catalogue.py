@@ -1,10 +1,15 @@
 """The nine fault classes of DESIGN.md section 5, as data.
 
-Used by reports and scoring to name faults; the injection wrappers live
-elsewhere in ``faults``. Families: ``post-processing`` (the epilogue after an
-exact accumulator), ``precondition`` (the accumulator itself leaves the range
-where integer accumulation is exact and order-free), ``control`` (no change)
-and ``operand`` (the kernel sees operands other than the reference's).
+The single table of fault names: reports, predictions and scoring take names
+from here. The injection wrappers are ``faults.inject`` (``inject``,
+``prepare_case``) with one module per family: ``faults.postprocessing``
+(F1-F5), ``faults.precondition`` (F6, F7), ``faults.operand`` (F9); F8 goes
+through the same wrapper and changes nothing.
+
+Families: ``post-processing`` (the epilogue after an exact accumulator),
+``precondition`` (the accumulator itself leaves the range where integer
+accumulation is exact and order-free), ``control`` (no change) and
+``operand`` (the kernel sees operands other than the reference's).
 """
 
 from __future__ import annotations

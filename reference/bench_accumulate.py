@@ -1,4 +1,4 @@
-"""Benchmark of exact int8 accumulation methods (issue 2, Performance).
+"""Benchmark of exact int8 accumulation methods (exact-accumulator throughput).
 
 Run: ``python -m reference.bench_accumulate [--m 512] [--repeat 5] [--check] [--naive]``.
 Prints GMAC/s (M*K*N multiply-accumulates per second, best of ``repeat``)

@@ -228,7 +228,7 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
 
     bf16 RNE is computed on the integer bits (bias-and-shift); fp16 RNE uses
     torch's float32->float16 cast (IEEE RNE, checked against numpy in
-    tests/test_ref_bits.py); RTZ is derived from RNE by stepping one spacing
+    tests/reference/test_bits.py); RTZ is derived from RNE by stepping one spacing
     toward zero whenever RNE rounded away from zero.
     """
     _check_float(x)

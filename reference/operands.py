@@ -13,6 +13,76 @@ from typing import Optional
 import torch
 
 SCALE_MODES = ("own", "pow2", "synthetic")
+#: Operand names in call order (``scaled_mm(a, b, scale_a, scale_b, bias=...)``).
+OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
+
+
+def storage_span(t: torch.Tensor) -> int:
+    """Elements from a view's first to its last element in its storage:
+    ``1 + sum((size_i - 1) * stride_i)`` (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))
+
+
+def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
+    """A copy of ``t`` with the same shape, strides AND the bytes between its
+    elements (the padding of a ``x[:, :K]`` view), optionally on another device.
+
+    ``Tensor.clone()`` and ``Tensor.to(device)`` make a non-dense view dense,
+    which would hide a kernel that ignores a padded leading stride; this copy
+    keeps the storage span ``[first element, last element]`` of the view and
+    re-creates the view on it (``as_strided``), so such a kernel reads the
+    same padding it would read in the original.
+
+    Args:
+        t: any tensor (or None, returned as None).
+        device: target device (None = ``t``'s device).
+
+    Returns:
+        New tensor, ``shape == t.shape``, ``stride() == t.stride()``,
+        ``storage_offset() == 0``, equal bits; never shares memory with ``t``.
+    """
+    if t is None:
+        return None
+    t = t.detach()
+    dev = t.device if device is None else torch.device(device)
+    if t.numel() == 0 or t.is_contiguous():
+        return t.to(dev, copy=True).contiguous() if t.numel() == 0 else t.to(dev, copy=True)
+    span = t.as_strided((storage_span(t),), (1,), t.storage_offset())
+    flat = span.to(dev, copy=True)
+    return flat.as_strided(tuple(t.shape), tuple(t.stride()), 0)
+
+
+def layout_label(t: Optional[torch.Tensor]) -> str:
+    """Short name of an operand's memory layout, for manifests and coverage.
+
+    Returns:
+        ``none`` (absent), ``scalar`` (0-d or one element), ``dense``
+        (contiguous), ``row-major padded`` (2-D, unit inner stride, leading
+        stride > columns: a ``x[:, :K]`` view), ``column-major`` (2-D
+        transposed view ``w.t()`` of a row-major buffer, dense or padded;
+        both for matrices with two dimensions > 1),
+        ``broadcast`` (a zero stride on a dimension of size > 1), or
+        ``strided`` (any other non-contiguous layout, e.g. a 1-D scale with
+        stride 2).
+    """
+    if t is None:
+        return "none"
+    if t.numel() <= 1:
+        return "scalar"
+    if t.is_contiguous():
+        return "dense"
+    if any(int(s) == 0 and int(n) > 1 for n, s in zip(t.shape, t.stride())):
+        return "broadcast"
+    if t.dim() == 2 and min(int(v) for v in t.shape) > 1:
+        r, c = (int(v) for v in t.shape)
+        s0, s1 = (int(v) for v in t.stride())
+        if (c <= 1 or s1 == 1) and s0 >= c:
+            return "row-major padded"
+        if (r <= 1 or s0 == 1) and s1 >= r:
+            return "column-major"
+    return "strided"
 
 
 def tensor_digest(t: Optional[torch.Tensor]) -> str:
@@ -35,7 +105,10 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     h = hashlib.sha256()
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    flat = t.detach().to("cpu").reshape(-1)
+    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1
+    # view, e.g. a one-element column of a wider scale buffer)
+    flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
@@ -46,10 +119,12 @@ class GemmOperands:
     """Operands of one ``scaled_mm`` call (DESIGN.md section 3).
 
     Attributes:
-        a: int8 [M, K] activations (row-major), per-token quantized.
-        b: int8 [N, K] weights, nn.Linear layout, per-channel quantized.
-        scale_a: float32 [M] per-token scales.
-        scale_b: float32 [N] per-output-channel scales.
+        a: int8 [M, K] activations (row-major, leading stride >= K), per-token
+            quantized.
+        b: int8 [N, K] weights, nn.Linear layout (row-major, or the
+            transposed view of a [K, N] buffer), per-channel quantized.
+        scale_a: float32 [M] per-token scales ([M, 1] / scalar; any strides).
+        scale_b: float32 [N] per-output-channel scales ([N, 1] / scalar).
         bias: optional [N] tensor in ``out_dtype``.
         out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
         name: case label, e.g. a layer name ``model.layers.0.self_attn.q_proj``.
@@ -96,12 +171,32 @@ class GemmOperands:
             "bias": tensor_digest(self.bias),
         }
 
+    def layouts(self) -> dict[str, str]:
+        """``{operand name: layout_label(tensor)}`` for the five operands."""
+        return {k: layout_label(getattr(self, k)) for k in OPERAND_NAMES}
+
     def to(self, device) -> "GemmOperands":
-        """Copy with every tensor moved to ``device`` (meta shallow-copied)."""
-        mv = lambda t: None if t is None else t.to(device)  # noqa: E731
+        """Operands on ``device`` (meta shallow-copied). Tensors already there
+        are kept as they are (not copied); others are moved with
+        :func:`copy_keep_layout`, so shapes, strides and padding survive."""
+        dev = torch.device(device)
+
+        def mv(t):
+            if t is None or t.device == dev or (dev.index is None and t.device.type == dev.type):
+                return t
+            return copy_keep_layout(t, dev)
         return GemmOperands(
             a=mv(self.a), b=mv(self.b), scale_a=mv(self.scale_a), scale_b=mv(self.scale_b),
             bias=mv(self.bias), out_dtype=self.out_dtype, name=self.name,
+            scale_mode=self.scale_mode, meta=dict(self.meta))
+
+    def dense(self) -> "GemmOperands":
+        """Copy with every tensor contiguous (what a kernel that declares
+        ``contiguous_only`` is handed); values and meta unchanged."""
+        c = lambda t: None if t is None else t.detach().contiguous().clone()  # noqa: E731
+        return GemmOperands(
+            a=c(self.a), b=c(self.b), scale_a=c(self.scale_a), scale_b=c(self.scale_b),
+            bias=c(self.bias), out_dtype=self.out_dtype, name=self.name,
             scale_mode=self.scale_mode, meta=dict(self.meta))
 
     def __repr__(self) -> str:

@@ -52,6 +52,15 @@ from reference.errors import OperandError
 
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_FLOORS = ("zero_to_dtype_eps", "clamp_fp32_eps")
+#: Where ``w / scale`` is computed: ``"weight_dtype"`` -- compressed-tensors'
+#: torch path (CPU), the tool's documented rule and this module's default;
+#: ``"float32"`` -- its Triton path (``_quantize_triton`` in
+#: compressed_tensors/quantization/lifecycle/forward_helpers.py, taken for
+#: CUDA tensors: ``tl.div_rn(x.to(float32), scale.to(float32))``, then clamp
+#: and ``rint``). For bf16 weights the two differ by +-1 in a few percent of
+#: the int8 values (a bf16 quotient is rounded to 8 significant bits before
+#: the round-to-integer, a float32 quotient to 24).
+DIVISIONS = ("weight_dtype", "float32")
 
 
 def _check_2d_float(x, name: str, dims: str) -> None:
@@ -68,8 +77,8 @@ def _check_2d_float(x, name: str, dims: str) -> None:
         raise OperandError(f"{name} has {int(bad.sum())} non-finite value(s) (first at {first})")
 
 
-def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dtype_eps"
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dtype_eps",
+                                division: str = "weight_dtype") -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 weight quantization (compressed-tensors).
 
     Args:
@@ -87,9 +96,11 @@ def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dty
 
     Raises:
         OperandError: non-tensor, unsupported dtype, not 2-D / empty,
-            non-finite values, unknown scale_floor.
+            non-finite values, unknown scale_floor or division.
     """
     _check_2d_float(w, "w", "N,K")
+    if division not in DIVISIONS:
+        raise OperandError(f"division={division!r} is not one of {DIVISIONS}")
     if scale_floor not in SCALE_FLOORS:
         raise OperandError(f"scale_floor={scale_floor!r} is not one of {SCALE_FLOORS}")
     w = w.detach()
@@ -100,14 +111,14 @@ def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dty
     # Same op and dtype as the tool. For bf16/fp16 weights the result is the
     # correctly rounded absmax/127.5 whatever the device computes internally
     # (true fp32 division on CPU, x * (1/127.5) on CUDA): checked exhaustively
-    # over every finite bf16/fp16 value in tests/test_ref_quantize.py.
+    # over every finite bf16/fp16 value in tests/reference/test_quantize.py.
     scale = max_val_pos / (255.0 / 2)
     if scale_floor == "clamp_fp32_eps":
         scale = torch.clamp(scale, min=torch.finfo(torch.float32).eps)
     else:
         scale = torch.where(scale == 0, torch.tensor(torch.finfo(w.dtype).eps, dtype=w.dtype),
                             scale)
-    scaled = w / scale
+    scaled = w / scale if division == "weight_dtype" else w.float() / scale.float()
     q = torch.round(torch.clamp(scaled, -128.0, 127.0)).to(torch.int8)
     return q.contiguous(), scale.contiguous()
 

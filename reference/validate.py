@@ -28,10 +28,37 @@ def _check_int8_matrix(x, name: str, dims: str) -> None:
     if x.dim() != 2:
         raise OperandError(
             f"{name} must be 2-D [{dims}], got {x.dim()}-D shape {tuple(x.shape)}")
-    if not x.is_contiguous():
-        raise OperandError(
-            f"{name} is not contiguous (shape {tuple(x.shape)}, strides {tuple(x.stride())}); "
-            f"pass {name}.contiguous()")
+
+
+def is_row_major(x: torch.Tensor) -> bool:
+    """True when the 2-D ``x`` [R, C] is row-major with unit inner stride and
+    leading stride >= C (BLAS ``lda >= K``): a dense matrix or a view such as
+    ``buf[:, :C]`` of a wider buffer. Strides of size-1 dimensions are
+    irrelevant (torch keeps arbitrary ones there)."""
+    r, c = (int(v) for v in x.shape)
+    s0, s1 = (int(v) for v in x.stride())
+    return (c <= 1 or s1 == 1) and (r <= 1 or s0 >= max(c, 1))
+
+
+def is_column_major(x: torch.Tensor) -> bool:
+    """True when the 2-D ``x`` [R, C] is column-major with unit stride along
+    rows and leading stride >= R: the transposed view ``buf.t()`` of a
+    row-major [C, R] buffer (vLLM's weight layout, ``b`` of ``cutlass_scaled_mm``
+    seen from the [N, K] side)."""
+    return is_row_major(x.t())
+
+
+def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
+    """BLAS rule (DESIGN.md 3): row-major, unit inner stride, leading stride
+    >= K; ``b`` may also be the transposed view of a [K, N] buffer."""
+    if is_row_major(x) or (allow_column_major and is_column_major(x)):
+        return
+    r, c = (int(v) for v in x.shape)
+    alt = (f", or column-major (the transposed view of a [{c},{r}] buffer)"
+           if allow_column_major else "")
+    raise OperandError(
+        f"{name} has strides {tuple(x.stride())} for shape {tuple(x.shape)}: expected row-major "
+        f"with unit inner stride and leading stride >= {c}{alt}; pass {name}.contiguous()")
 
 
 def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
@@ -39,19 +66,14 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
     return shp in ((), (1,), (rows,), (rows, 1))
 
 
-def _check_values(t: torch.Tensor, name: str, forbid_zero: bool) -> None:
+def _check_values(t: torch.Tensor, name: str) -> None:
+    """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
     flat = t.detach().reshape(-1)
     for what, mask in (("NaN", torch.isnan(flat)), ("inf", torch.isinf(flat))):
         cnt = int(mask.sum())
         if cnt:
             first = int(mask.nonzero()[0, 0])
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
-    if forbid_zero:
-        mask = flat == 0
-        cnt = int(mask.sum())
-        if cnt:
-            first = int(mask.nonzero()[0, 0])
-            raise OperandError(f"{name} has {cnt} zero value(s) (first at index {first})")
 
 
 def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
@@ -68,7 +90,8 @@ def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
 
 def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
     _check_scale_layout(s, name, rows, rows_name)
-    _check_values(s, name, forbid_zero=True)
+    # zero is legal: an all-zero activation row quantizes to scale 0 (absmax 0)
+    _check_values(s, name)
 
 
 def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = None,
@@ -76,11 +99,17 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
     """Check the operands of one ``scaled_mm`` call.
 
     Args:
-        a: int8 [M, K], contiguous (row-major).
-        b: int8 [N, K], contiguous (nn.Linear layout).
-        scale_a: float32 per-token scale, shape [M], [M, 1] or scalar ([] / [1]).
+        a: int8 [M, K], row-major with unit inner stride and any leading
+            stride >= K (a dense tensor or a view ``x[:, :K]`` of a wider
+            buffer; BLAS ``lda >= K``).
+        b: int8 [N, K] (nn.Linear layout), row-major like ``a``, or
+            column-major: the transposed view ``w.t()`` of a [K, N] buffer
+            (leading stride >= N), as vLLM passes it.
+        scale_a: float32 per-token scale, shape [M], [M, 1] or scalar ([] / [1]);
+            any strides; zero and negative values are legal.
         scale_b: float32 per-channel scale, shape [N], [N, 1] or scalar.
-        bias: None or a tensor of shape [N] and dtype ``out_dtype``, finite.
+        bias: None or a tensor of shape [N] and dtype ``out_dtype``, finite
+            (any stride).
         out_dtype: torch.bfloat16, torch.float16 or torch.float32.
 
     Returns:
@@ -88,9 +117,10 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
 
     Raises:
         OperandError: one line naming the operand and problem, for: a
-            non-tensor, wrong dtype, not 2-D, non-contiguous a or b, K
-            mismatch, M, N or K equal to 0, a scale of another shape, NaN /
-            inf / zero scales (negative scales are legal), a bias of wrong
+            non-tensor, wrong dtype, not 2-D, an a or b layout outside the
+            BLAS rule above, K mismatch, M, N or K equal to 0, a scale of
+            another shape, NaN / inf scales (zero and negative scales are
+            legal), a bias of wrong
             shape or dtype or with NaN/inf, out_dtype not bf16/fp16/fp32.
     """
     if out_dtype not in OUT_DTYPES:
@@ -98,6 +128,8 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
             f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     _check_int8_matrix(a, "a", "M,K")
     _check_int8_matrix(b, "b", "N,K")
+    _check_layout(a, "a", allow_column_major=False)
+    _check_layout(b, "b", allow_column_major=True)
     m, k = (int(s) for s in a.shape)
     n, kb = (int(s) for s in b.shape)
     if k != kb:
@@ -115,7 +147,7 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
             raise OperandError(f"bias has dtype {bias.dtype}; expected out_dtype {out_dtype}")
         if tuple(bias.shape) != (n,):
             raise OperandError(f"bias has shape {tuple(bias.shape)}; expected [N]=[{n}]")
-        _check_values(bias, "bias", forbid_zero=False)
+        _check_values(bias, "bias")
     return m, k, n
 
 

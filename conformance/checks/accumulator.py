@@ -14,6 +14,17 @@ A failure caused by the operands (fault families F6 / F7) has
 own accumulator (its ``int_mm`` raised, returned the wrong shape, or
 disagrees with the exact accumulator while the bound holds) has
 ``failure_kind == "kernel"``.
+
+Where some summation order leaves int32 the kernel's accumulator is compared
+with what its *declared* overflow behaviour gives (``KernelSpec.overflow``,
+:mod:`conformance.checks.overflow`: ``wrap`` -> the wrapped int32,
+``saturate`` -> clamped where every order agrees, ``undefined`` -> not
+compared), never with the unwrapped int64 sum: overflowing is a precondition,
+not a fault, but behaving otherwise than declared is a fault.
+
+Both checks are ``n/a`` when the kernel could not run on the case at all
+(not runnable here: device missing, shape outside its declared constraints):
+passing on the reference's accumulator alone would verify nothing about it.
 """
 
 from __future__ import annotations
@@ -24,7 +35,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from conformance.checks.result import CheckResult
+from conformance.checks.compare import skipped_reason
+from conformance.checks.result import CheckResult, not_applicable
 
 C3, C4 = "C3", "C4"
 
@@ -104,11 +116,13 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     the tight per-element ``|a| @ |b|.T`` (an upper bound on every partial sum
     in every summation order, so tight bound <= INT32_MAX proves no order can
     overflow). Verdict: fail (precondition) when the tight bound exceeds
-    INT32_MAX; else fail (kernel) when the observed accumulator errs or
-    differs from the exact int64 one; else pass.
+    INT32_MAX, unless the observed accumulator also differs from the
+    declared-overflow one (then fail, kernel); else fail (kernel) when the
+    observed accumulator errs or differs from the exact int64 one; else pass.
 
     Args:
-        spec, run: unused except for the uniform signature.
+        spec: KernelSpec (its ``overflow`` declaration, see module docstring).
+        run: the KernelRun (``n/a`` when it was not runnable here), or None.
         ops: GemmOperands (a int8 [M,K], b int8 [N,K]).
         acc: observed accumulator: Tensor int32/int64 [M,N], an
             :class:`ObservedAccumulator`, or None (use the exact one).
@@ -121,6 +135,8 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     """
     from reference.accumulate import INT32_MAX, accumulator_bound, accumulator_row_col_bound
     name = "int32_headroom"
+    if run is not None and skipped_reason(run):
+        return not_applicable(C3, skipped_reason(run))
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
     a, b = ops.a.cpu(), ops.b.cpu()
@@ -143,26 +159,38 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         if tuple(o.shape) != tuple(exact.shape):
             mismatch_line = f"kernel accumulator shape {tuple(o.shape)} != {tuple(exact.shape)}"
         else:
+            from conformance.checks.output_bits import overflow_of
+            from conformance.checks.overflow import declared_accumulator
+            dacc = declared_accumulator(ops, exact, overflow_of(spec))
+            ev.update(dacc.evidence())
+            want = dacc.acc
             o64 = o.to(torch.int64)
             ev["observed_max_abs"] = int(o64.abs().max()) if o64.numel() else 0
             ev["observed_dtype"] = str(o.dtype)
-            diff = o64 != exact
+            diff = (o64 != want) & dacc.defined
+            if dacc.alternative is not None:  # wrap: a wider accumulator's exact sum is fine
+                diff &= ~(dacc.at_risk & (o64 == dacc.alternative))
             ev["n_acc_mismatch"] = int(diff.sum())
             if ev["n_acc_mismatch"]:
                 i, j = diff.nonzero()[0].tolist()
                 ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
+                                            "declared": int(want[i, j]),
                                             "exact": int(exact[i, j])}
-                mismatch_line = (f"kernel accumulator differs from the exact one at "
+                what = ("exact" if not dacc.n_at_risk else
+                        f"declared (overflow {dacc.behaviour})")
+                mismatch_line = (f"kernel accumulator differs from the {what} one at "
                                  f"{ev['n_acc_mismatch']} elements (first [{i},{j}]: "
-                                 f"{int(o64[i, j])} vs {int(exact[i, j])})")
+                                 f"{int(o64[i, j])} vs {int(want[i, j])})")
     if tight_max > INT32_MAX:
-        ev["failure_kind"] = "precondition"
+        # a kernel accumulator that differs from its declared overflow
+        # behaviour is the kernel's fault even on a precondition case
+        ev["failure_kind"] = "kernel" if mismatch_line else "precondition"
         n_over = int((tight > INT32_MAX).sum())
         ex_over = int((exact.abs() > INT32_MAX).sum())
         s = (f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements "
              f"(exact |acc| > 2^31-1 at {ex_over})")
         if mismatch_line:
-            s += "; " + mismatch_line
+            s = mismatch_line + "; " + s
         ev["n_bound_over"], ev["n_exact_over"] = n_over, ex_over
         return CheckResult(C3, name, "fail", s, ev)
     if mismatch_line:
@@ -186,6 +214,8 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
     """
     from reference.accumulate import FP32_EXACT_INT, accumulator_row_col_bound
     name = "fp32_exact_accumulator"
+    if run is not None and skipped_reason(run):
+        return not_applicable(C4, skipped_reason(run))
     obs = _as_observed(acc)
     src = obs.source
     t = obs.acc if (obs.acc is not None and not obs.error) else None

@@ -37,9 +37,44 @@ def skipped_reason(run) -> Optional[str]:
     return None
 
 
+def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
+                 error: Optional[str] = None) -> Optional[str]:
+    """Category of :func:`output_problem`'s line: ``dtype`` (a tensor of
+    another dtype than asked), ``shape``, ``type`` (not a tensor),
+    ``exception`` (the kernel raised), ``nan`` (NaN where the declared
+    reference has none), ``in-place`` (wrote into an operand), ``no output``,
+    ``error`` (any other runner error); None when the output can be compared.
+
+    The runner (``conformance.kernels.runner``) rejects a wrong dtype / shape
+    before the checks see it and says so in ``error`` ("... returned dtype
+    X, expected Y"); that wording is matched here so that a dtype error is
+    reported as one, never as a spacing failure.
+    """
+    if error:
+        e = error.lower()
+        for key, kind in (("returned dtype", "dtype"), ("returned shape", "shape"),
+                          (" nan ", "nan"), ("in place", "in-place"), ("raised", "exception"),
+                          ("expected a torch.tensor", "type")):
+            if key in e:
+                return kind
+        return "error"
+    if out is None:
+        return "no output"
+    if not isinstance(out, Tensor):
+        return "type"
+    if tuple(out.shape) != tuple(shape):
+        return "shape"
+    if out.dtype != dtype:
+        return "dtype"
+    return None
+
+
 def output_problem(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
                    error: Optional[str] = None) -> Optional[str]:
     """One line saying why ``out`` cannot be compared, or None if it can.
+
+    The line starts with the problem's category (:func:`problem_kind`), e.g.
+    ``dtype error: kernel returned dtype torch.bfloat16, expected torch.float16``.
 
     Args:
         out: the kernel output (or None when the kernel failed).
@@ -47,17 +82,22 @@ def output_problem(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
         dtype: expected output dtype.
         error: the runner's error text for this run, if any.
     """
+    kind = problem_kind(out, shape, dtype, error)
+    if kind is None:
+        return None
     if error:
-        return f"kernel failed: {error}"
-    if out is None:
-        return "kernel produced no output"
-    if not isinstance(out, Tensor):
-        return f"kernel returned {type(out).__name__}, not a tensor"
-    if tuple(out.shape) != tuple(shape):
-        return f"kernel output shape {tuple(out.shape)} != expected {tuple(shape)}"
-    if out.dtype != dtype:
-        return f"kernel output dtype {out.dtype} != expected {dtype}"
-    return None
+        line = error
+    elif out is None:
+        line = "kernel produced no output"
+    elif not isinstance(out, Tensor):
+        line = f"kernel returned {type(out).__name__}, not a tensor"
+    elif kind == "shape":
+        line = f"kernel output shape {tuple(out.shape)} != expected {tuple(shape)}"
+    else:
+        line = f"kernel output dtype {out.dtype} != expected {dtype}"
+    if kind in ("dtype", "shape", "type"):
+        return f"{kind} error: {line}"
+    return f"kernel failed ({kind}): {line}"
 
 
 def element_context(ops, i: int, j: int, exact: Optional[Tensor] = None) -> dict:
@@ -85,10 +125,47 @@ def element_context(ops, i: int, j: int, exact: Optional[Tensor] = None) -> dict
     return ctx
 
 
+def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
+    """Element-wise bit inequality of two same-dtype tensors, NaN canonical.
+
+    Args:
+        out, ref: same shape and dtype (bf16 / fp16 / fp32), CPU.
+
+    Returns:
+        ``(differ, signed_zero)`` bool tensors of that shape: ``differ`` where
+        the IEEE bit patterns differ, except that any NaN equals any NaN
+        (payloads and the NaN's sign are canonicalised: IEEE 754 leaves NaN
+        payload propagation implementation-defined, section 6.2.3);
+        ``signed_zero`` where one is +0 and the other -0 (bits differ, values
+        compare equal: the sign of zero is lost or invented).
+    """
+    nan = torch.isnan(out) & torch.isnan(ref)
+    differ = (bits_of(out) != bits_of(ref)) & ~nan
+    signed_zero = differ & (out == 0) & (ref == 0)
+    return differ, signed_zero
+
+
+def _histogram(dist: Tensor) -> dict:
+    """``reference.bits.ulp_histogram`` of ``dist``, binning only the nonzero
+    distances (almost every element of a conformant output is 0, and binning
+    is the costliest step of a comparison); same result."""
+    nz = dist[dist != 0]
+    h = ulp_histogram(nz)
+    h["0"] = int(dist.numel() - nz.numel())
+    return h
+
+
 def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
                  exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                  max_listed: int = 5) -> tuple[int, dict]:
     """Compare ``out`` with ``ref`` element by element on bit patterns.
+
+    With ``tol_ulp == 0`` (bit identity: C5, C8, pairwise) an element is over
+    tolerance when its bits differ (:func:`bit_differences`: the sign of zero
+    counts, NaN payloads do not); ±0 differences are counted separately as
+    ``n_signed_zero`` (their spacing distance is 0). With ``tol_ulp >= 1``
+    (C6) an element is over tolerance when its spacing distance exceeds
+    ``tol_ulp`` (a ±0 difference is then within tolerance, but still counted).
 
     Args:
         out, ref: same shape [M, N] and dtype (bf16 / fp16 / fp32), CPU.
@@ -100,18 +177,24 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
         max_listed: how many offending elements to list besides the worst.
 
     Returns:
-        ``(n_over_tol, evidence)``: the number of compared elements whose
-        distance exceeds ``tol_ulp``, and a JSON-able dict with
-        ``n_elements, n_compared, n_differ (distance > 0), n_over_tol,
+        ``(n_over_tol, evidence)``: the number of compared elements over
+        tolerance, and a JSON-able dict with ``n_elements, n_compared,
+        n_differ (distance > 0), n_bits_differ, n_signed_zero, n_over_tol,
         max_ulp, tol_ulp, ulp_histogram, worst {index, out, ref, out_bits,
         ref_bits, ulp, acc, scale_a, scale_b, bias}, first_over_tol
-        [[i, j, ulp], ...], operand_digests``.
+        [[i, j, ulp], ...], signed_zero_first [[i, j], ...],
+        operand_digests``. ``worst`` is the element of largest distance, or
+        the first ±0 difference when every distance is 0.
     """
-    dist = spacing_distance(out.cpu(), ref.cpu())
+    out, ref = out.cpu(), ref.cpu()
+    dist = spacing_distance(out, ref)
+    differ, szero = bit_differences(out, ref)
     if mask is not None:
         dist = torch.where(mask, dist, torch.zeros_like(dist))
+        differ = differ & mask
+        szero = szero & mask
     n_compared = int(dist.numel() if mask is None else mask.sum())
-    over = dist > tol_ulp
+    over = differ if tol_ulp == 0 else dist > tol_ulp
     n_over = int(over.sum())
     flat = dist.reshape(-1)
     hist_src = flat if mask is None else flat[mask.reshape(-1)]
@@ -119,22 +202,29 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
         "n_elements": int(dist.numel()),
         "n_compared": n_compared,
         "n_differ": int((dist > 0).sum()),
+        "n_bits_differ": int(differ.sum()),
+        "n_signed_zero": int(szero.sum()),
         "n_over_tol": n_over,
         "tol_ulp": int(tol_ulp),
         "max_ulp": int(flat.max()) if flat.numel() else 0,
-        "ulp_histogram": ulp_histogram(hist_src),
+        "ulp_histogram": _histogram(hist_src),
     }
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
-    if flat.numel() and ev["max_ulp"] > 0:
-        w = int(flat.argmax())
+    if ev["n_signed_zero"]:
+        ev["signed_zero_first"] = [[int(a), int(b)] for a, b in
+                                   szero.nonzero()[:max_listed].tolist()]
+    if flat.numel() and (ev["max_ulp"] > 0 or ev["n_bits_differ"]):
+        w = int(flat.argmax()) if ev["max_ulp"] > 0 else int(differ.reshape(-1).nonzero()[0])
         n_cols = dist.shape[1] if dist.dim() == 2 else 1
         i, j = divmod(w, n_cols)
-        ob = int(bits_of(out.reshape(-1)[w:w + 1].cpu())[0])
-        rb = int(bits_of(ref.reshape(-1)[w:w + 1].cpu())[0])
+        ob = int(bits_of(out.reshape(-1)[w:w + 1])[0])
+        rb = int(bits_of(ref.reshape(-1)[w:w + 1])[0])
         worst = {"index": [i, j], "ulp": int(flat[w]),
                  "out": _num(out.reshape(-1)[w]), "ref": _num(ref.reshape(-1)[w]),
                  "out_bits": _hex(ob, out.dtype), "ref_bits": _hex(rb, ref.dtype)}
+        if bool(szero.reshape(-1)[w]):
+            worst["kind"] = "signed zero"
         if ops is not None:
             worst.update(element_context(ops, i, j, exact))
         ev["worst"] = worst

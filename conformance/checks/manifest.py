@@ -29,7 +29,8 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     The path itself (e.g. ``triton-interpreter`` vs ``triton-native``,
     ``int_mm-padded``) is not declared by a KernelSpec; it
     is reported in the evidence, and the interpreter flag with it. A kernel
-    that could not run here (runner's ``manifest["skipped"]``) gives ``n/a``.
+    that could not run here (runner's ``manifest["skipped"]``) or produced no
+    output (raised, wrong dtype / shape) gives ``n/a``: there is no run to certify.
 
     Args:
         spec: KernelSpec (declared manifest ``spec.manifest()``).
@@ -44,6 +45,10 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     name = "kernel_manifest"
     if skipped_reason(run):
         return not_applicable(C1, skipped_reason(run))
+    if getattr(run, "output", None) is None:
+        # nothing came back: "pass" would certify a run that verified nothing
+        return not_applicable(C1, "kernel produced no output on this case"
+                              + (f" ({run.error})" if getattr(run, "error", None) else ""))
     m = dict(run.manifest or {})
     declared = {"name": spec.name, "source_digest": spec.source_digest,
                 "devices": list(spec.devices)}

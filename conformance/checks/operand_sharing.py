@@ -18,7 +18,8 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
     digests are the kernel's own (``conformance.kernels.trace.record_operands``)
     or, when it records nothing, the runner's at the call boundary
     (``manifest["operands_recorded_by"]``, reported in the evidence). Empty
-    digests or a kernel that could not run here give ``n/a``.
+    digests, a kernel that could not run here, or one that produced no output
+    (raised, wrong dtype / shape: C5/C6/C8 fail it) give ``n/a``.
 
     Args:
         spec, acc, exact: unused (uniform check signature).
@@ -31,6 +32,10 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
     name = "operand_sharing"
     if skipped_reason(run):
         return not_applicable(C2, skipped_reason(run))
+    if getattr(run, "output", None) is None:
+        # nothing came back: "pass" would certify a run that verified nothing
+        return not_applicable(C2, "kernel produced no output on this case"
+                              + (f" ({run.error})" if getattr(run, "error", None) else ""))
     got = dict(run.received_digests or {})
     by = (run.manifest or {}).get("operands_recorded_by") or "kernel"
     want = ops.digests()

@@ -29,6 +29,21 @@ what the kernel received: a kernel fed other operands, fault F9, must differ).
   change the verdict for a correct kernel; the bias point is taken from the
   declaration because ``rnd(rnd(x) + b)`` and ``rnd(x + b)`` can differ by
   many spacings when the bias cancels the product.
+
+Accumulators that leave int32 (DESIGN.md section 3) are a precondition, never
+a failure: all three checks apply the epilogue to the accumulator the
+kernel's *declared* overflow behaviour gives (``KernelSpec.overflow``:
+``wrap`` -> the wrapped int32 (or the exact sum of a wider accumulator),
+``saturate`` -> clamped where every order agrees, ``undefined`` ->
+excluded), see :mod:`conformance.checks.overflow`.
+Elements the declaration leaves undefined are excluded and counted
+(``evidence["overflow_excluded"]``); a mismatch on an at-risk element says
+which behaviour the output matches instead (``overflow_diagnosis``).
+
+Bit identity (C5, C8) compares bits: the sign of zero counts (a lost sign
+is reported as its own category, ``n_signed_zero``), NaN payloads are
+canonical (:func:`conformance.checks.compare.bit_differences`). A wrong
+output dtype or shape is reported as a dtype / shape error.
 """
 
 from __future__ import annotations
@@ -38,7 +53,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from conformance.checks.compare import compare_bits, output_problem, skipped_reason
+from conformance.checks.compare import compare_bits, output_problem, problem_kind, skipped_reason
+from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator
 from conformance.checks.result import CheckResult, not_applicable
 from reference.contract import SCALE_ORDERS, EpilogueContract
 
@@ -52,46 +68,134 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     return exact_int_mm(ops.a.cpu(), ops.b.cpu())
 
 
-def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = None) -> Tensor:
+def overflow_of(spec) -> str:
+    """The kernel's declared overflow behaviour (``wrap`` when it declares none:
+    the contract's accumulator is int32, DESIGN.md section 3)."""
+    return getattr(spec, "overflow", None) or "wrap"
+
+
+def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = None,
+                     acc: Optional[DeclaredAccumulator] = None) -> Tensor:
     """Reference output of ``ops`` under ``contract``.
+
+    Args:
+        ops: GemmOperands.
+        contract: the epilogue to emulate.
+        exact: exact int64 accumulator [M, N] if already computed.
+        acc: the declared accumulator (:func:`conformance.checks.overflow.declared_accumulator`)
+            to use instead of the exact one (they differ only where the sum
+            can leave int32).
 
     Returns:
         out_dtype [M, N] (CPU): ``reference.epilogue.apply_epilogue`` on the
-        exact int64 accumulator of ``ops.a @ ops.b.T``.
+        accumulator.
     """
     from reference.epilogue import apply_epilogue
-    return apply_epilogue(_exact(ops, exact), ops.scale_a.cpu(), ops.scale_b.cpu(), contract,
+    x = acc.acc if acc is not None else _exact(ops, exact)
+    return apply_epilogue(x, ops.scale_a.cpu(), ops.scale_b.cpu(), contract,
                           bias=None if ops.bias is None else ops.bias.cpu(),
                           out_dtype=ops.out_dtype)
 
 
+def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
+                       dacc: DeclaredAccumulator) -> Tensor:
+    """The reference output under ``dacc``, where an at-risk element takes the
+    output of ``dacc.alternative`` instead when the kernel's output is closer
+    to it (``wrap`` accepts the wrapped and the exact sum)."""
+    ref = reference_output(ops, contract, acc=dacc)
+    if dacc.alternative is None or not dacc.n_at_risk or not isinstance(out, Tensor):
+        return ref
+    from reference.bits import spacing_distance
+    alt = reference_output(ops, contract, acc=DeclaredAccumulator(
+        dacc.alternative, dacc.defined, dacc.at_risk, dacc.behaviour))
+    take = dacc.at_risk & (spacing_distance(out, alt) < spacing_distance(out, ref))
+    return torch.where(take, alt, ref)
+
+
+def _declared(spec, ops, exact: Tensor) -> DeclaredAccumulator:
+    return declared_accumulator(ops, exact, overflow_of(spec))
+
+
+def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, contract,
+                       exact: Tensor, tol_ulp: int) -> None:
+    """Add the overflow counts and, where at-risk elements are over tolerance,
+    which behaviour (wrap / saturate / exact int64) the output matches there."""
+    ev.update(dacc.evidence())
+    if not dacc.n_at_risk:
+        return
+    from conformance.checks.compare import bit_differences
+    from conformance.checks.overflow import saturated_accumulator, wrap32
+    from reference.bits import spacing_distance
+
+    def bad(ref):
+        if tol_ulp == 0:
+            return bit_differences(out, ref)[0]
+        return spacing_distance(out, ref) > tol_ulp
+
+    risky = dacc.at_risk & dacc.defined & bad(accepted_reference(out, ops, contract, dacc))
+    if not bool(risky.any()):
+        return
+    diag = {"over_tolerance_at_risk": int(risky.sum())}
+    for label, a in (("wrap", wrap32(exact)), ("saturate", saturated_accumulator(exact)),
+                     ("exact_int64", exact)):
+        ref = reference_output(ops, contract, acc=DeclaredAccumulator(a, dacc.defined,
+                                                                      dacc.at_risk, label))
+        diag[f"matches_{label}"] = int((risky & ~bad(ref)).sum())
+    ev["overflow_diagnosis"] = diag
+
+
 def _result(check_id: str, name: str, n_over: int, ev: dict, what: str) -> CheckResult:
     n = ev["n_compared"]
+    if n == 0 and ev.get("overflow_excluded"):
+        return not_applicable(check_id, f"all {ev['overflow_excluded']} elements excluded: their "
+                                        f"accumulator may leave int32 and the kernel declares "
+                                        f"overflow {ev['overflow_behaviour']}", **ev)
+    excl = (f"; {ev['overflow_excluded']} elements excluded (accumulator may leave int32, "
+            f"overflow declared {ev['overflow_behaviour']})" if ev.get("overflow_excluded") else "")
     if n_over == 0:
         extra = f" ({ev['n_differ']} within tolerance)" if ev["n_differ"] else ""
         return CheckResult(check_id, name, "pass",
-                           f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}", ev)
+                           f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}{excl}", ev)
     w = ev.get("worst", {})
+    nz = ev.get("n_signed_zero", 0)
+    if ev["tol_ulp"] == 0:
+        head = f"{n_over}/{n} elements differ in bits from {what}"
+        if nz:
+            head += f" ({nz} of them +0 vs -0: sign of zero lost or invented)"
+        head += f" (max {ev['max_ulp']} ulp)"
+    else:
+        head = f"{n_over}/{n} elements over {ev['tol_ulp']} ulp of {what} (max {ev['max_ulp']} ulp)"
+    diag = ev.get("overflow_diagnosis")
+    if diag:
+        head += (f"; {diag['over_tolerance_at_risk']} at elements whose accumulator leaves "
+                 f"int32: output matches wrap at {diag['matches_wrap']}, saturate at "
+                 f"{diag['matches_saturate']}, exact int64 at {diag['matches_exact_int64']} "
+                 f"(declared {ev.get('overflow_behaviour')})")
     return CheckResult(
         check_id, name, "fail",
-        f"{n_over}/{n} elements over {ev['tol_ulp']} ulp of {what} (max {ev['max_ulp']} ulp); "
-        f"worst at {w.get('index')}: out {w.get('out_bits')} vs ref {w.get('ref_bits')}", ev)
+        f"{head}; worst at {w.get('index')}: out {w.get('out_bits')} vs ref {w.get('ref_bits')}"
+        + excl, ev)
 
 
-def _kernel_failure(check_id: str, name: str, problem: str, ops) -> CheckResult:
+def _kernel_failure(check_id: str, name: str, problem: str, ops, kind: Optional[str]) -> CheckResult:
     return CheckResult(check_id, name, "fail", problem,
-                       {"kernel_error": problem, "operand_digests": ops.digests()})
+                       {"kernel_error": problem, "problem_kind": kind,
+                        "operand_digests": ops.digests()})
 
 
 def _unusable_output(check_id: str, name: str, ops, run) -> Optional[CheckResult]:
     """The verdict when there is no output to compare: ``n/a`` if the kernel
     could not run here, a kernel failure if it raised or returned a wrong
-    shape / dtype / NaN output; None when the output can be compared."""
+    shape / dtype (reported as a dtype / shape error, evidence
+    ``problem_kind``) / NaN output; None when the output can be compared."""
     why = skipped_reason(run)
     if why:
         return not_applicable(check_id, why)
     problem = output_problem(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
-    return _kernel_failure(check_id, name, problem, ops) if problem else None
+    if not problem:
+        return None
+    kind = problem_kind(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
+    return _kernel_failure(check_id, name, problem, ops, kind)
 
 
 def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
@@ -116,18 +220,22 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
+    dacc = _declared(spec, ops, exact)
+    mask = None if not dacc.n_undefined else dacc.defined
     steps = _declared_steps(spec, ops, run)
     if steps is not None:  # a step-list declaration (reference.epilogue_steps)
         from reference.epilogue_steps import apply_steps, steps_label
-        ref = apply_steps(exact, ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
+        ref = apply_steps(dacc.acc, ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
                           bias=None if ops.bias is None else ops.bias.cpu(),
                           out_dtype=ops.out_dtype)
-        n_over, ev = compare_bits(run.output, ref, 0, ops, exact)
+        n_over, ev = compare_bits(run.output, ref, 0, ops, exact, mask=mask)
         ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
+        ev.update(dacc.evidence())
         return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
-    ref = reference_output(ops, spec.contract, exact)
-    n_over, ev = compare_bits(run.output, ref, 0, ops, exact)
+    ref = accepted_reference(run.output, ops, spec.contract, dacc)
+    n_over, ev = compare_bits(run.output, ref, 0, ops, exact, mask=mask)
     ev["contract"] = spec.contract.to_dict()
+    _overflow_evidence(ev, dacc, run.output, ops, spec.contract, exact, 0)
     return _result(C8, name, n_over, ev, f"declared contract {spec.contract.label()}")
 
 
@@ -168,17 +276,21 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
+    dacc = _declared(spec, ops, exact)
     bp = spec.contract.bias_point
-    refs = [reference_output(ops, EpilogueContract(o, bp), exact) for o in SCALE_ORDERS]
+    refs = [accepted_reference(run.output, ops, EpilogueContract(o, bp), dacc)
+            for o in SCALE_ORDERS]
     from reference.bits import bits_of
     b0 = bits_of(refs[0])
     agree = torch.ones_like(b0, dtype=torch.bool)
     for r in refs[1:]:
         agree &= bits_of(r) == b0
     n_bad = int((~agree).sum())
+    keep = agree & dacc.defined
     n_over, ev = compare_bits(run.output, refs[0], 0, ops, exact,
-                              mask=None if n_bad == 0 else agree)
+                              mask=None if bool(keep.all()) else keep)
     ev["reference"] = EpilogueContract("a_then_w", bp).to_dict()
+    _overflow_evidence(ev, dacc, run.output, ops, EpilogueContract("a_then_w", bp), exact, 0)
     ev["premise_violations"] = n_bad
     ev["scale_b_all_pow2"] = bool(_is_pow2(ops.scale_b).all())
     res = _result(C5, name, n_over, ev, f"the pow2 reference (bias {bp})")
@@ -204,8 +316,11 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
     if early:
         return early
     exact = _exact(ops, exact)
+    dacc = _declared(spec, ops, exact)
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
-    ref = reference_output(ops, c, exact)
-    n_over, ev = compare_bits(run.output, ref, 1, ops, exact)
+    ref = accepted_reference(run.output, ops, c, dacc)
+    n_over, ev = compare_bits(run.output, ref, 1, ops, exact,
+                              mask=None if not dacc.n_undefined else dacc.defined)
     ev["reference"] = c.to_dict()
+    _overflow_evidence(ev, dacc, run.output, ops, c, exact, 1)
     return _result(C6, name, n_over, ev, f"the reference ({c.label()})")

@@ -23,6 +23,7 @@ CHECK_NAMES: dict[str, str] = {
     "C6": "real_scale_spacing",
     "C7": "token_flip",
     "C8": "declared_contract",
+    "C9": "batch_invariance",
     "E1": "engine_hash",
 }
 
@@ -99,6 +100,21 @@ def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:
     return out
 
 
+#: Evidence keys that rank how bad a case is for a check, most significant
+#: first (:func:`severity`): spacing distance, bit differences, accumulator
+#: mismatches, then the accumulator magnitudes of the precondition checks.
+SEVERITY_KEYS = ("max_ulp", "n_over_tol", "n_bits_differ", "n_acc_mismatch", "n_at_or_over",
+                 "n_bound_over", "exact_max_abs", "max_abs", "bound_tight_max")
+
+
+def severity(r: CheckResult) -> tuple:
+    """Sort key of a per-case result: larger is worse (:data:`SEVERITY_KEYS`
+    in order; missing or non-integer values count as 0)."""
+    ev = r.evidence or {}
+    return tuple(int(ev[k]) if isinstance(ev.get(k), (int, float)) and not isinstance(
+        ev.get(k), bool) else 0 for k in SEVERITY_KEYS)
+
+
 def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
               max_listed: int = 20) -> CheckResult:
     """Combine one check's per-case results into one result.
@@ -106,8 +122,9 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
     Verdict: ``fail`` if any case fails, else ``pass`` if any case passes,
     else ``n/a``. Evidence: counts per verdict, the failing case names (first
     ``max_listed``), the summed ulp histogram (when cases carry one), the worst
-    case (largest ``max_ulp`` / first failure) with its full evidence, and the
-    distinct n/a reasons.
+    case (the failing -- else passing -- case of largest :func:`severity`:
+    spacing distance, bit differences, accumulator mismatches, |acc|) with
+    its full evidence, and the distinct n/a reasons.
 
     Args:
         check_id: the check's id.
@@ -129,7 +146,7 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
         ev["ulp_histogram"] = merge_histograms(hists)
     pool = failed or [(c, r) for c, r in per_case if r.verdict == "pass"]
     if pool:
-        worst_case, worst = max(pool, key=lambda cr: cr[1].evidence.get("max_ulp", 0) or 0)
+        worst_case, worst = max(pool, key=lambda cr: severity(cr[1]))
         ev["worst_case"] = {"case": worst_case, "summary": worst.summary, "evidence": worst.evidence}
     reasons = sorted({r.summary for _, r in per_case if r.verdict == "n/a"})
     if reasons:

@@ -49,9 +49,14 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="float Qwen3 checkpoint directory (default: the shipped default model)")
     p.add_argument("--out", help="capture directory (default: <cache>/captures/<model digest>)")
     p.add_argument("--w8a8", help="existing compressed-tensors W8A8 checkpoint to use for the own scales")
-    p.add_argument("--windows", type=int, default=DEFAULT_SETTINGS["windows"])
-    p.add_argument("--window-len", type=int, default=DEFAULT_SETTINGS["window_len"])
-    p.add_argument("--tokens-per-window", type=int, default=DEFAULT_SETTINGS["tokens_per_window"])
+    p.add_argument("--windows", type=int, default=DEFAULT_SETTINGS["windows"], metavar="N",
+                   help=f"held-out windows run through the model (default {DEFAULT_SETTINGS['windows']})")
+    p.add_argument("--window-len", type=int, default=DEFAULT_SETTINGS["window_len"], metavar="L",
+                   help=f"tokens per window (default {DEFAULT_SETTINGS['window_len']})")
+    p.add_argument("--tokens-per-window", type=int, default=DEFAULT_SETTINGS["tokens_per_window"],
+                   metavar="P", help="token positions per window whose activation rows are "
+                                     f"kept as the capture's M rows (default "
+                                     f"{DEFAULT_SETTINGS['tokens_per_window']})")
     p.add_argument("--engine", default="f64", choices=("f64", "hf"),
                    help="f64: machine-independent float64 forward (default); hf: transformers bf16 forward")
     p.add_argument("--no-raw", action="store_true", help="do not store the raw bf16 input rows")

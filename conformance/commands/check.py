@@ -2,7 +2,7 @@
 
 Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
-hypothesis property test, C7 / E1 when available, optional pairwise
+hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
 comparison. Prints a summary table per kernel and the report paths.
 
 Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
@@ -10,6 +10,13 @@ not conformant; 2 bad input (unknown kernel, bad option, unusable device or
 capture directory, report directory not writable); 3 not run / inconclusive
 (no kernel failed, but some kernel produced output on zero cases, e.g. not
 runnable on this device or its shape constraints exclude every case).
+
+``--inject FAULT[:COVERAGE[:SEED]]`` (repeatable) checks ``faults.inject(kernel,
+...)`` instead of the kernel itself, once per kernel and injection: mutation
+testing of the suite. Exit 1 then means the suite caught the fault, 0 that it
+did not. For F6 / F7 the cases are prepared first (``faults.prepare_case``).
+The report (``<out>/<kernel>+<fault>@<coverage>#s<seed>``, sanitized) names
+the fault, coverage and seed in its notes and under ``kernel.injection``.
 """
 
 from __future__ import annotations
@@ -29,23 +36,34 @@ def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
     p = subparsers.add_parser(
         "check", help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C8 (and the engine-hash oracle when available) for a kernel; "
-                    "write <out>/<kernel>/conformance.json and .md.",
+        description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
+                    "write <out>/<kernel>/conformance.json and .md (with --out DIR ending in the "
+                    "kernel's name, DIR itself: --out reports/triton -> "
+                    "reports/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
                "option, unavailable device, unusable captures or --out); 3 not run / "
                "inconclusive (the kernel produced output on zero cases here)")
     p.add_argument("--kernel", action="append", required=True, metavar="NAME",
                    help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
                         "or an int8conf.kernels entry point (repeatable)")
+    p.add_argument("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
+                   help="check the kernel with a fault injected (repeatable): FAULT is F1..F9 or "
+                        "its name (F9.stale / F9.transposed for the other F9 variants), "
+                        "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
+                        "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it")
     p.add_argument("--against", metavar="OTHER", default=None,
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
     p.add_argument("--out", default="reports", metavar="DIR",
-                   help="reports directory (default: reports)")
+                   help="reports root: each kernel's report goes to DIR/<kernel>/, or to DIR "
+                        "itself when DIR's last component already is the kernel's name "
+                        "(default: reports)")
     p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
                    help="skip model-level checks (C7 token_flip, E1 engine_hash)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    p.add_argument("--no-sweep", action="store_true",
+                   help="skip the shape sweep and the trigger-condition case families "
+                        "(quick runs; the default suite includes both)")
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument("--captures", metavar="DIR", default=None,
                    help="replay this capture directory (default: the default model's captures)")
@@ -63,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.report import pair_difference_line, write_reports
     from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
@@ -75,23 +94,31 @@ def run(args: argparse.Namespace) -> int:
     if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
     _ensure_out_dir(Path(args.out))
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+    injections = _parse_injections(args.inject)
     specs = resolve_kernels(args.kernel)
     other = get_kernel(args.against) if args.against else None
     con = Console()
     err = Console(stderr=True)
     ok, not_run = True, False
-    for spec in specs:
+    for spec, inj in _runs(specs, injections):
         with err.status(f"checking {spec.name}") as status:
             try:
                 res = run_conformance(
-                    spec, other, include_captures=not args.no_captures,
+                    spec, other, cases=_injected_cases(args, inj),
+                    include_captures=not args.no_captures,
                     include_sweep=not args.no_sweep, property_examples=args.examples,
                     model_checks=not args.no_model, capture_dir=args.captures,
                     model_dir=args.model, device=args.device,
-                    progress=None if args.quiet else status.update)
+                    progress=None if args.quiet else status.update,
+                    invocation=invocation(args))
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
-        jp, mp = _write(write_reports, res, args.out)
+        if inj is not None:
+            from faults import annotate_result
+            annotate_result(res, spec)
+            con.print(res.notes[0], markup=False)
+        jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
         t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
                         f"({res.environment.get('execution')}, {len(res.cases)} cases, "
                         f"{res.elapsed_s:.1f} s)")
@@ -122,6 +149,57 @@ def run(args: argparse.Namespace) -> int:
     if not ok:
         return EXIT_NOT_CONFORMANT
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
+
+
+def _parse_injections(texts) -> list:
+    """``--inject`` values as ``faults.spec.Injection`` objects.
+
+    Raises:
+        FaultError: one line naming the bad value (exit 2).
+    """
+    if not texts:
+        return []
+    from faults import parse_injection
+    return [parse_injection(t) for t in texts]
+
+
+def _runs(specs, injections) -> list:
+    """(spec, injection or None) pairs: every kernel, injected once per injection."""
+    from faults import inject, injection_of
+    if not injections:   # a kernel named like cpu+F7@one#s0 is injected already
+        return [(s, injection_of(s)) for s in specs]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
+            for s in specs for i in injections]
+
+
+def _injected_cases(args, inj):
+    """The suite's cases prepared for a precondition fault (F6 / F7), else None
+    (the suite builds its own cases)."""
+    from faults.spec import PRECONDITION_FAULTS
+    if inj is None or inj.fault not in PRECONDITION_FAULTS:
+        return None
+    from conformance.suite import default_cases, load_captures
+    from faults import prepare_case
+    cs = None
+    if args.captures is not None and not args.no_captures:
+        cs = load_captures(args.captures, args.model)
+    cases, _ = default_cases(include_captures=not args.no_captures,
+                             include_sweep=not args.no_sweep, capture_set=cs)
+    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+def report_root(out, kernel_name: str) -> Path:
+    """The root to hand ``conformance.report.write_reports`` (which writes
+    ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
+    or in ``out`` itself when its last component already is the kernel's
+    directory name (``--out reports/triton --kernel triton`` writes
+    ``reports/triton/conformance.json``, not ``reports/triton/triton/``).
+
+    Args:
+        out: the ``--out`` value.
+        kernel_name: ``KernelSpec.name``.
+    """
+    from conformance.report import kernel_dirname
+    p = Path(out)
+    return p.parent if p.name == kernel_dirname(kernel_name) else p
 
 
 def _ensure_out_dir(out: Path) -> None:

@@ -78,5 +78,6 @@ def register(subparsers) -> None:
     g.add_argument("--prompt", help="prompt text (default: a fixed prompt, see --prompt-index)")
     g.add_argument("--prompt-index", type=int, default=0,
                    help="index into the 8 fixed prompts (default 0: Sonnet 18)")
-    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
+                   help="tokens to generate greedily (default 64)")
     g.set_defaults(func=_run_generate)

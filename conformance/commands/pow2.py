@@ -40,7 +40,9 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[1])
     q.add_argument("--model", help="float parent Qwen3 directory (default: the shipped default model)")
     q.add_argument("--committed", required=True, help="the committed own-scale W8A8 checkpoint of that parent")
-    q.add_argument("--rule", default="nearest", choices=("nearest", "ceiling"))
+    q.add_argument("--rule", default="nearest", choices=("nearest", "ceiling"),
+                   help="power-of-two weight scale: nearest (round log2 of the own scale) or "
+                        "ceiling (next power of two up: no clipping) (default nearest)")
     q.add_argument("--out", help="output directory (default: the artifact cache)")
     q.add_argument("--gate-only", action="store_true", help="run the reconstruction gate only")
     q.add_argument("--cache", help="artifact cache directory")

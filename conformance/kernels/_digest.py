@@ -1,4 +1,5 @@
-"""Source digests for check C1 (kernel manifest)."""
+"""Source digests for check C1 (kernel manifest): per module (built-ins, one
+kernel per module) and per kernel function (third-party kernels)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,32 @@ def module_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _qualified_name(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
 def callable_digest(fn: Callable) -> str:
-    """SHA-256 hex of the source of the module defining ``fn`` (whole file),
-    else of ``fn``'s own source, else of its qualified name (compiled
-    extension functions have no Python source)."""
+    """SHA-256 hex identifying one kernel *function*, for check C1.
+
+    The digest covers the bytes of the module file defining ``fn`` (so any
+    change to the module, helpers included, changes it) *and* ``fn``'s
+    qualified name, so several kernels defined in one module get different
+    digests. Without a source file: ``fn``'s own source plus its qualified
+    name; without any Python source (compiled extension functions): the
+    qualified name alone. ``functools.wraps`` wrappers are followed to the
+    wrapped function (``__wrapped__``).
+    """
     target = getattr(fn, "__wrapped__", fn)
+    name = _qualified_name(target).encode()
     try:
         src_file = inspect.getsourcefile(target)
         if src_file and Path(src_file).is_file():
-            return module_digest(src_file)
+            h = hashlib.sha256(Path(src_file).read_bytes())
+            h.update(b"\0" + name)
+            return h.hexdigest()
     except TypeError:
         pass
     try:
-        return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
+        return hashlib.sha256(inspect.getsource(target).encode() + b"\0" + name).hexdigest()
     except (OSError, TypeError):
-        name = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
-        return hashlib.sha256(name.encode()).hexdigest()
+        return hashlib.sha256(name).hexdigest()

@@ -29,6 +29,9 @@ from conformance.kernels._digest import module_digest
 from reference.contract import CUTLASS_STYLE
 
 CONTRACT = CUTLASS_STYLE
+#: int32 overflow behaviour (KernelSpec.overflow): the exact int64 sum is
+#: wrapped to int32 two's complement (``_wrap_int32``), as int32 hardware does.
+OVERFLOW = "wrap"
 SOURCE_DIGEST = module_digest(__file__)
 _CHUNK = 1024  # 1024 * 2**14 = 2**24: largest chunk exact in float32
 

@@ -6,7 +6,7 @@ Shape constraints of ``torch._int_mm`` (``mat1 [M,K] @ mat2 [K,N]``):
   * CUDA (cuBLASLt int8 path, aten/src/ATen/native/cuda/Blas.cpp
     ``_int_mm_out_cuda``): M > 16, K a multiple of 8, N a multiple of 8
     (K >= 16 in some releases; we pad K to a multiple of 8 and at least 16).
-  * CPU (torch 2.13, found empirically by tests/test_kern_builtins.py): any
+  * CPU (torch 2.13, found empirically by tests/conformance/kernels/test_builtins.py): any
     M and N, odd sizes included, are exact -- except K = 1 with N > 1, which
     returns wrong values: the [1,N] ``mat2`` then has strides (1, 1) (torch
     keeps degenerate strides on size-1 dims, even after ``.contiguous()``)
@@ -35,6 +35,10 @@ from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 
 CONTRACT = CUTLASS_STYLE
+#: int32 overflow behaviour (KernelSpec.overflow): torch._int_mm accumulates in
+#: int32 and wraps two's complement (measured on the CPU: M = N = 1,
+#: K = 131,073, all -128 gives -2147467264 = wrap32(2**31 + 16384)).
+OVERFLOW = "wrap"
 SOURCE_DIGEST = module_digest(__file__)
 CUDA_CONSTRAINTS = ShapeConstraints(min_m=17, k_multiple=8, n_multiple=8,
                                     note="torch._int_mm on CUDA; K padded to >= 16 as well")

@@ -24,13 +24,29 @@ The loaded object may be
    ``"<scale_order>/<bias_point>"``), ``fn.int8conf_devices``,
    ``fn.int8conf_constraints`` (ShapeConstraints or dict), ``fn.int8conf_int_mm``,
    ``fn.int8conf_convention`` (``"int8conf"`` or ``"vllm"``), ``fn.int8conf_name``,
-   ``fn.int8conf_version``, ``fn.int8conf_description``.
+   ``fn.int8conf_version``, ``fn.int8conf_description``,
+   ``fn.int8conf_contiguous_only``, ``fn.int8conf_overflow``.
+
+What the accumulator does when a sum leaves int32 is declared with
+``overflow="wrap"`` (default: two's-complement int32, what int32 hardware
+adds do), ``"saturate"`` or ``"undefined"`` (``@declare(..., overflow=...)``,
+``fn.int8conf_overflow`` or ``?overflow=saturate``); the checks compare such
+elements with the declared behaviour (``conformance.checks.overflow``).
+
+A kernel that needs dense operands declares ``contiguous_only=True``
+(``@declare(..., contiguous_only=True)`` or ``?contiguous_only=1``; or only
+some operands: ``contiguous_only=("b",)``, ``?contiguous_only=b``): the
+suite then hands it contiguous copies of strided operands and its report
+says which layouts were not covered. Without it the kernel must accept every
+layout of the contract (row-major with leading stride >= K, ``b`` also as a
+transposed [K, N] view, strided scales).
 
 A callable with no contract is refused (KernelLoadError): check C8 and the
 reference emulation need the declared epilogue. For a callable you cannot
 decorate (e.g. a compiled op), put the declaration in the name with a query
 string: ``pkg.mod:fn?contract=cutlass&convention=vllm&devices=cuda``
-(keys: contract, convention, devices (comma list), name, version).
+(keys: contract, convention, devices (comma list), name, version,
+contiguous_only (1/0), overflow (wrap/saturate/undefined)).
 
 Calling conventions
 -------------------
@@ -73,6 +89,9 @@ class KernelDeclaration:
         int_mm: optional accumulator-only entry ``(a int8[M,K], b int8[N,K]) -> int32[M,N]``.
         convention: ``"int8conf"`` or ``"vllm"`` (see module docstring).
         name, version, description: for the registry and reports.
+        contiguous_only: the kernel needs dense operands: True (all) or a
+            tuple of operand names (see module docstring).
+        overflow: ``"wrap"`` | ``"saturate"`` | ``"undefined"`` (module docstring).
     """
 
     contract: EpilogueContract
@@ -84,6 +103,8 @@ class KernelDeclaration:
     version: str = "0"
     description: str = ""
     steps: Optional[object] = None
+    contiguous_only: object = False
+    overflow: str = "wrap"
 
 
 def _contract_and_steps(contract) -> tuple:
@@ -100,6 +121,50 @@ def _contract_and_steps(contract) -> tuple:
         steps = parse_declared(contract)
         return steps.nearest_contract(), steps
     return parse_contract(contract), None
+
+
+def _flag(value):
+    """``contiguous_only`` from a bool, a query string (1/0, true/false,
+    yes/no, or a comma list of operand names) or an iterable of operand names.
+
+    Returns:
+        True / False, or a tuple of operand names.
+    Raises:
+        ContractError: anything else (unknown operand names included).
+    """
+    names = ("a", "b", "scale_a", "scale_b", "bias")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("1", "true", "yes", "on", ""):
+            return True
+        if v in ("0", "false", "no", "off"):
+            return False
+        value = [x.strip() for x in v.split(",") if x.strip()]
+    try:
+        ops = tuple(sorted(set(value)))
+    except TypeError:
+        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand "
+                            f"names {names}") from None
+    bad = [o for o in ops if o not in names]
+    if bad or not ops:
+        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand "
+                            f"names {names}")
+    return ops
+
+
+def _overflow(value) -> str:
+    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS``.
+
+    Raises:
+        ContractError: anything else.
+    """
+    from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
+    v = str(value).strip().lower()
+    if v not in OVERFLOW_BEHAVIOURS:
+        raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
+    return v
 
 
 def parse_contract(value) -> EpilogueContract:
@@ -128,7 +193,8 @@ def parse_contract(value) -> EpilogueContract:
 
 def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] = None,
             int_mm: Optional[Callable] = None, convention: str = "int8conf", name: str = "",
-            version: str = "0", description: str = "") -> Callable:
+            version: str = "0", description: str = "",
+            contiguous_only=False, overflow: str = "wrap") -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
 
     Raises:
@@ -139,7 +205,8 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
     contract, steps = _contract_and_steps(contract)
     decl = KernelDeclaration(contract, tuple(devices),
                              constraints or ShapeConstraints(), int_mm, convention, name,
-                             version, description, steps)
+                             version, description, steps, _flag(contiguous_only),
+                             _overflow(overflow))
 
     def wrap(fn: Callable) -> Callable:
         fn.int8conf = decl
@@ -152,7 +219,8 @@ def vllm_adapter(fn: Callable) -> Callable:
     out_dtype, bias)`` into the int8conf convention ``(a, b[N,K], scale_a,
     scale_b, out_dtype=bf16, bias=None)``.
 
-    ``b.t()`` is a [K,N] column-major view (no copy); scalar / 1-D scales are
+    ``b.t()`` is a [K,N] column-major view (no copy; when ``b`` itself is the
+    transposed view of a [K,N] buffer, a column-major copy); scalar / 1-D scales are
     reshaped (broadcast for scalars) to [M,1] / [N,1] float32, values unchanged.
     """
     @functools.wraps(fn)
@@ -162,7 +230,12 @@ def vllm_adapter(fn: Callable) -> Callable:
         sb = scale_b.reshape(-1)
         sa = (sa.expand(m) if sa.numel() == 1 else sa).reshape(m, 1).contiguous()
         sb = (sb.expand(n) if sb.numel() == 1 else sb).reshape(n, 1).contiguous()
-        return fn(a, b.t(), sa, sb, out_dtype, bias)
+        bt = b.t()
+        if bt.dim() == 2 and bt.shape[0] > 1 and bt.stride(0) != 1:
+            # b came as the transposed view of a [K, N] buffer: b.t() is then
+            # row-major, and CUTLASS-style kernels need [K, N] column-major
+            bt = b.contiguous().t()
+        return fn(a, bt, sa, sb, out_dtype, bias)
     scaled_mm.int8conf_adapted = "vllm"
     return scaled_mm
 
@@ -187,7 +260,9 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             convention=getattr(obj, "int8conf_convention", "int8conf"),
             name=getattr(obj, "int8conf_name", ""),
             version=str(getattr(obj, "int8conf_version", "0")),
-            description=getattr(obj, "int8conf_description", ""))
+            description=getattr(obj, "int8conf_description", ""),
+            contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
+            overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")))
     over = {}
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
@@ -199,6 +274,10 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         over["name"] = query["name"]
     if "version" in query:
         over["version"] = query["version"]
+    if "contiguous_only" in query:
+        over["contiguous_only"] = _flag(query["contiguous_only"])
+    if "overflow" in query:
+        over["overflow"] = _overflow(query["overflow"])
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
@@ -240,7 +319,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
         int_mm=decl.int_mm, origin=origin,
         description=decl.description or f"{origin} ({decl.convention} convention)",
-        steps=decl.steps)
+        steps=decl.steps, contiguous_only=decl.contiguous_only, overflow=decl.overflow)
 
 
 def _first_line(e: BaseException) -> str:

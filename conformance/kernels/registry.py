@@ -38,8 +38,29 @@ _DESCRIPTIONS = {
     "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; "
               "native on CUDA, interpreter on CPU)",
 }
+#: Layout declarations of built-ins whose module does not define CONTIGUOUS_ONLY.
+#: ``triton``: its kernel addresses b as ``b_ptr + n * b.stride(0) + k`` (unit
+#: inner stride assumed), so the transposed view of a [K, N] buffer (strides
+#: (1, N)) gives wrong results; measured, issue 8. Padded row-major a and b are
+#: fine. Until the kernel reads b.stride(1), it is handed b dense and its
+#: report says the column-major b layout was not covered.
 _REGISTERED: dict[str, KernelSpec] = {}
 _BUILT: dict[str, KernelSpec] = {}
+#: Name resolvers tried first by :func:`get_kernel` (``name -> KernelSpec | None``);
+#: ``faults`` registers one for injected names such as ``triton+F4@all#s0``.
+_RESOLVERS: list[Callable] = []
+
+
+def register_resolver(fn: Callable) -> None:
+    """Add a name resolver ``fn(name) -> KernelSpec | None`` (idempotent).
+
+    :func:`get_kernel` asks every resolver, in registration order, before the
+    built-ins; the first non-None answer wins. Used by ``faults`` (imported by
+    ``int8conf check``, the pytest plugin and the sweep) so that an injected
+    kernel's name resolves anywhere a kernel name does.
+    """
+    if fn not in _RESOLVERS:
+        _RESOLVERS.append(fn)
 
 
 def register(spec: KernelSpec) -> None:
@@ -78,7 +99,9 @@ def _builtin(name: str) -> KernelSpec:
         cons = ShapeConstraints(note="any M, K, N >= 1")
     spec = KernelSpec(name=name, scaled_mm=mod.scaled_mm, contract=mod.CONTRACT, devices=devices,
                       constraints=cons, version="1", source_digest=mod.SOURCE_DIGEST,
-                      int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name])
+                      int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name],
+                      contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", False),
+                      overflow=mod.OVERFLOW)
     _BUILT[name] = spec
     return spec
 
@@ -99,7 +122,9 @@ def get_kernel(name: str) -> KernelSpec:
     """Resolve a kernel name.
 
     Args:
-        name: a built-in (``cpu``, ``int_mm``, ``triton``), a name given to
+        name: a name a resolver of :func:`register_resolver` knows (e.g. an
+            injected kernel ``triton+F4@all#s0`` once ``faults`` is imported),
+            a built-in (``cpu``, ``int_mm``, ``triton``), a name given to
             :func:`register`, ``pkg.module:function[?query]`` (see
             ``conformance.kernels.loader``), or an entry-point name in group
             ``int8conf.kernels``.
@@ -114,6 +139,10 @@ def get_kernel(name: str) -> KernelSpec:
     if not isinstance(name, str) or not name.strip():
         raise KernelLoadError(f"kernel name must be a non-empty string, got {name!r}")
     name = name.strip()
+    for resolve in _RESOLVERS:
+        spec = resolve(name)
+        if spec is not None:
+            return spec
     if name in BUILTINS:
         return _builtin(name)
     if name in _REGISTERED:

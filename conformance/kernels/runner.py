@@ -11,8 +11,14 @@ Any exception the kernel raises is its failure, ``SystemExit`` and other
 ``BaseException`` subclasses included (a kernel calling ``sys.exit`` must not
 end ``int8conf check``); only ``KeyboardInterrupt`` propagates.
 
-The kernel is handed *clones* of the operands, so the caller's
-``GemmOperands`` stay pristine for the reference and the checks. After the
+The kernel is handed *copies* of the operands that keep their layout (same
+shape, strides and padding bytes: ``reference.operands.copy_keep_layout``),
+so the caller's ``GemmOperands`` stay pristine for the reference and the
+checks, and a kernel that ignores a padded leading stride or treats a
+transposed ``b`` as dense reads what it would read in real use. A kernel
+that declares ``contiguous_only`` gets dense copies instead;
+``manifest["extra"]["operand_layouts"]`` records each operand's layout and
+``["densified"]`` the operands handed as dense copies (layouts not covered). After the
 call the clones are compared bit for bit with the originals; a kernel that
 wrote into an operand gets ``error = "kernel modified operand <names> in
 place"`` and ``manifest["extra"]["modified_operands"] = [names]`` (its output,
@@ -159,9 +165,37 @@ def _bits_equal(x: Tensor, y: Tensor) -> bool:
     return bool(torch.equal(x.view(it), y.view(it)))
 
 
-def _clone_operands(named: dict) -> dict:
-    """Clones handed to the kernel (strides kept), None stays None."""
-    return {k: None if v is None else v.detach().clone() for k, v in named.items()}
+def _clone_operands(named: dict, dense=frozenset()) -> dict:
+    """Copies handed to the kernel, None stays None: for names in ``dense``
+    (a kernel that declares ``contiguous_only`` for them) contiguous copies,
+    for the others copies with the same shape, strides and padding bytes
+    (``reference.operands.copy_keep_layout``; ``Tensor.clone`` would make a
+    padded view dense and hide a kernel that ignores the leading stride)."""
+    from reference.operands import copy_keep_layout
+
+    return {k: None if v is None else
+            (v.detach().contiguous().clone() if k in dense else copy_keep_layout(v))
+            for k, v in named.items()}
+
+
+def _dense_names(spec) -> frozenset:
+    """Operand names ``spec`` declares it needs dense (``contiguous_only``)."""
+    fn = getattr(spec, "dense_operands", None)
+    return fn() if callable(fn) else frozenset()
+
+
+def _record_layouts(man: dict, originals: dict, given: dict) -> None:
+    """``manifest["extra"]["operand_layouts"]``: the layout of each operand as
+    the case has it; ``"densified"``: those the kernel got as dense copies
+    instead (it declares ``contiguous_only``), i.e. layouts NOT covered."""
+    from reference.operands import layout_label
+
+    lay = {k: layout_label(v) for k, v in originals.items()}
+    man["extra"]["operand_layouts"] = lay
+    dens = sorted(k for k, v in originals.items()
+                  if v is not None and layout_label(given[k]) != lay[k])
+    if dens:
+        man["extra"]["densified"] = dens
 
 
 def _modified(originals: dict, given: dict, man: dict) -> Optional[str]:
@@ -279,7 +313,8 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
     dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
     originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
                  "bias": dops.bias}
-    given = _clone_operands(originals)
+    given = _clone_operands(originals, dense=_dense_names(spec))
+    _record_layouts(man, originals, given)
     out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
                                          given["scale_a"], given["scale_b"],
                                          out_dtype=dops.out_dtype, bias=given["bias"])
@@ -325,8 +360,12 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     if dev is None:
         man["skipped"] = True
         return AccRun(None, f"not runnable here: {why}", man)
-    originals = {"a": a.to(dev), "b": b.to(dev)}
-    given = _clone_operands(originals)
+    from reference.operands import copy_keep_layout
+
+    originals = {"a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
+                 "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev)}
+    given = _clone_operands(originals, dense=_dense_names(spec))
+    _record_layouts(man, originals, given)
     acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
     mod_err = _modified(originals, given, man)
     if err is None:

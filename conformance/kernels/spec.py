@@ -14,9 +14,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, asdict
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from reference.contract import EpilogueContract
+from reference.errors import ContractError
+
+#: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
+OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,22 @@ class KernelSpec:
             library whose path differs by device or out dtype). When set, C8
             holds the kernel to it; ``contract`` is then its nearest standard
             contract (used by C5/C6 for the bias point).
+        contiguous_only: the kernel needs dense operands: True (all of them)
+            or a tuple of operand names (``"a"``, ``"b"``, ``"scale_a"``,
+            ``"scale_b"``, ``"bias"``). The runner then hands it contiguous
+            copies of those operands when strided (padded ``a``, transposed
+            ``b``, strided scales), and the report's coverage table says
+            which layouts were NOT covered. False (default): the
+            kernel accepts every layout of the contract (DESIGN.md 3: row-major
+            with unit inner stride and leading stride >= K; ``b`` also as the
+            transposed view of a [K, N] buffer; scales of any stride).
+        overflow: what the accumulator does when a sum leaves int32
+            (``conformance.checks.overflow``): ``"wrap"`` (two's complement,
+            the default: the contract's accumulator is int32, and int32
+            hardware adds wrap), ``"saturate"`` (clamped partial sums) or
+            ``"undefined"`` (no promise). Overflow is a precondition, never a
+            failure: C3/C5/C6/C8 compare such elements with the declared
+            behaviour (undefined ones are excluded and counted).
     """
 
     name: str
@@ -88,6 +108,21 @@ class KernelSpec:
     origin: str = "builtin"
     description: str = ""
     steps: Optional[object] = None
+    contiguous_only: Union[bool, tuple] = False
+    overflow: str = "wrap"
+
+    def __post_init__(self) -> None:
+        if self.overflow not in OVERFLOW_BEHAVIOURS:
+            raise ContractError(f"kernel {self.name!r}: overflow={self.overflow!r} is not one "
+                                f"of {OVERFLOW_BEHAVIOURS}")
+
+    def dense_operands(self) -> frozenset:
+        """Operand names the kernel must be handed dense (see ``contiguous_only``)."""
+        if self.contiguous_only is True:
+            return frozenset(("a", "b", "scale_a", "scale_b", "bias"))
+        if not self.contiguous_only:
+            return frozenset()
+        return frozenset(self.contiguous_only)
 
     def manifest(self) -> dict:
         """JSON-able declared manifest (no callables)."""
@@ -101,6 +136,9 @@ class KernelSpec:
             "has_int_mm": self.int_mm is not None,
             "origin": self.origin,
             "description": self.description,
+            "contiguous_only": (self.contiguous_only if isinstance(self.contiguous_only, bool)
+                                else sorted(self.contiguous_only)),
+            "overflow": self.overflow,
             **({"steps": _steps_dict(self.steps)} if self.steps is not None else {}),
         }
 

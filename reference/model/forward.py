@@ -560,7 +560,8 @@ def perplexity(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> 
 @torch.no_grad()
 def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
                     max_new_tokens: int = 64,
-                    eos_token_id: Optional[int | Iterable[int]] = None) -> list[int]:
+                    eos_token_id: Optional[int | Iterable[int]] = None,
+                    on_step: Optional[Callable[[int, torch.Tensor], None]] = None) -> list[int]:
     """Greedy decoding (argmax, ties -> smallest token id) with a KV cache.
 
     The prompt is one prefill pass (M = prompt length per linear); each new
@@ -571,6 +572,11 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
         prompt_ids: 1-D token ids (list or int64 tensor), non-empty.
         max_new_tokens: tokens to generate (>= 0).
         eos_token_id: stop after emitting this id (or any of these ids).
+        on_step: optional ``(step, logits)`` callback, called once per new
+            token with the step index (0 = the token after the prompt) and
+            that step's float32 logits ``[V]`` (exact upcast of the model's
+            output) before the argmax is taken (e.g. to record the top-2
+            margin at every step).
 
     Returns:
         the generated token ids (without the prompt).
@@ -593,10 +599,16 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
     out: list[int] = []
     cache = None
     step_in = ids
+    # transformers >= 5 names the KV cache ``cache``; 4.x ``past_key_values``
+    import inspect
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for _ in range(max_new_tokens):
-        res = model(input_ids=step_in, cache=cache, use_cache=True)
-        cache = res.cache
-        nxt = int(argmax_smallest(res.logits[0, -1].float()))
+        res = model(input_ids=step_in, use_cache=True, **{cache_kw: cache})
+        cache = getattr(res, cache_kw)
+        logits = res.logits[0, -1].float()
+        if on_step is not None:
+            on_step(len(out), logits)
+        nxt = int(argmax_smallest(logits))
         out.append(nxt)
         if nxt in stop:
             break

@@ -378,13 +378,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="model dir (default: reference/model/assets/default_model)")
     p.add_argument("--tokenizer-only", action="store_true", help="only (re)build tokenizer.json")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--steps", type=int, default=TrainConfig.steps)
-    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    p.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
-    p.add_argument("--lr", type=float, default=TrainConfig.lr)
-    p.add_argument("--embed-dropout", type=float, default=TrainConfig.embed_dropout)
-    p.add_argument("--attention-dropout", type=float, default=TrainConfig.attention_dropout)
-    p.add_argument("--time-limit", type=float, default=TrainConfig.time_limit_s, help="seconds")
+    p.add_argument("--steps", type=int, default=TrainConfig.steps,
+                   help=f"optimizer steps (default {TrainConfig.steps})")
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size,
+                   help=f"training sequences per step (default {TrainConfig.batch_size})")
+    p.add_argument("--eval-every", type=int, default=TrainConfig.eval_every,
+                   help=f"steps between held-out evaluations (default {TrainConfig.eval_every})")
+    p.add_argument("--lr", type=float, default=TrainConfig.lr,
+                   help=f"peak learning rate (default {TrainConfig.lr:g})")
+    p.add_argument("--embed-dropout", type=float, default=TrainConfig.embed_dropout,
+                   help=f"dropout on the embeddings (default {TrainConfig.embed_dropout:g})")
+    p.add_argument("--attention-dropout", type=float, default=TrainConfig.attention_dropout,
+                   help=f"dropout on the attention weights (default "
+                        f"{TrainConfig.attention_dropout:g})")
+    p.add_argument("--time-limit", type=float, default=TrainConfig.time_limit_s, help="stop after this many seconds of training")
     p.add_argument("--state", type=Path, default=None, help="resumable training-state file")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from conformance import bench
 
 
@@ -30,3 +32,73 @@ def test_run_bench_rows_tiny():
     assert (ref_rows["x reference"] == 1.0).all()
     for r in df.to_dict("records"):
         assert math.isclose(r["GMAC/s"], r["M"] * r["K"] * r["N"] / (r["ms"] / 1e3) / 1e9)
+
+
+# ------------------------------------------------------------ GPU bench (no GPU needed)
+def test_gpu_shapes_cover_both_models_and_squares():
+    shapes = bench.gpu_shapes()
+    got = {(s["M"], s["K"], s["N"]) for s in shapes}
+    kn = {(1024, 2048), (1024, 1024), (2048, 1024), (1024, 3072), (3072, 1024),
+          (2048, 2048), (2048, 6144), (6144, 2048)}  # 0.6B/1.7B (K, N), shared ones once
+    assert got == {(m, k, n) for m in (1, 16, 128, 512, 4096) for k, n in kn} | {
+        (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192)}
+    assert len(shapes) == len(got) == 43
+    shared = next(s for s in shapes if (s["M"], s["K"], s["N"]) == (1, 2048, 1024))
+    assert shared["layers"] == ["Qwen3-0.6B o_proj", "Qwen3-1.7B k_proj/v_proj"]
+
+
+def test_tops_arithmetic():
+    assert bench.tops(8192, 8192, 8192, 1000.0) == 2 * 8192 ** 3 / 1000.0 / 1e6
+    assert math.isclose(bench.tops(1, 2048, 6144, 36.0), 0.699, rel_tol=1e-3)  # issue's 0.7 TOPS
+
+
+def _fake_result():
+    def k(us, ok=True):
+        return {"us": us, "kernel_us": us, "tops": None, "bits_ok": ok, "mismatches": 0 if ok else 3}
+    rows = []
+    for (m, kk, n), (t, i, p) in {(1, 2048, 6144): (30.0, 60.0, 35.0),
+                                  (8192, 8192, 8192): (700.0, 2000.0, 850.0)}.items():
+        r = {"M": m, "K": kk, "N": n, "layers": ["x"], "bits": {"rows_checked": m,
+                                                               "rows_total": m},
+             "kernels": {"triton": k(t), "int_mm": k(i), "plain_triton": k(p, ok=m == 1)}}
+        for v in r["kernels"].values():
+            v["tops"] = bench.tops(m, kk, n, v["us"])
+            v["fraction_of_peak"] = v["tops"] / 1979.0
+        r["best_peer_tops"] = max(r["kernels"][x]["tops"] for x in ("int_mm", "plain_triton"))
+        r["triton_vs_best_peer"] = r["kernels"]["triton"]["tops"] / r["best_peer_tops"]
+        rows.append(r)
+    host = {"shape": [1, 2048, 6144], "config": "ptr", "triton_host_us": 12.0,
+            "bare_launch_host_us": 10.0, "triton_e2e_us": 30.0, "bare_launch_e2e_us": 29.0,
+            "plain_triton_host_us": 20.0, "host_ratio": 1.2}
+    return {"environment": {"device": "NVIDIA H200", "torch": "t", "triton": "3.6"},
+            "peak_tops": 1979.0, "peak_tbs": 4.8, "timing": "t", "bits_reference": "r",
+            "rows": rows, "host_path": host, "tuning": {},
+            "acceptance": bench.acceptance(rows, host)}
+
+
+def test_acceptance_reads_the_targets_off_the_rows():
+    acc = _fake_result()["acceptance"]
+    assert acc["triton_ge_best_peer_everywhere"] is True
+    assert acc["tops_8192"] == bench.tops(8192, 8192, 8192, 700.0)
+    assert acc["tops_8192_ge_1400"] is True  # 2*8192^3 / 700 us = 1570.7 TOPS
+    assert acc["us_m1_2048x6144"] == 30.0 and acc["us_m1_le_45"] is True
+    assert acc["host_ratio_le_1_2"] is True
+    assert acc["bits_identical_everywhere"] is False
+    assert acc["bits_mismatch"] == ["8192x8192x8192:plain_triton"]
+
+
+def test_gpu_reports_written(tmp_path):
+    res = _fake_result()
+    paths = bench.write_gpu_reports(res, tmp_path)
+    assert paths["md"].parent == tmp_path / "nvidia-h200"
+    md = paths["md"].read_text()
+    assert "| 8192×8192×8192 | x | 700.0 µs / 1570.7 (79 %)" in md
+    assert "MISMATCH plain_triton" in md
+    import json
+    assert json.loads(paths["json"].read_text())["rows"][0]["M"] == 1
+
+
+def test_gpu_roofline_png(tmp_path):
+    pytest.importorskip("matplotlib")  # the optional 'plots' extra
+    paths = bench.write_gpu_reports(_fake_result(), tmp_path)
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"

@@ -16,7 +16,7 @@ import torch
 
 from conformance.kernels import trace
 from conformance.kernels.loader import declare
-from conformance.kernels.spec import KernelSpec
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.bits import round_fp32
 from reference.contract import CUTLASS_STYLE, EpilogueContract
 from reference.operands import GemmOperands
@@ -160,7 +160,7 @@ def _trunc_int_mm(a, b):
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncating",
          description="CUTLASS-style epilogue with round-toward-zero (fault F4)")
 def truncating_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-    """Third-party-style kernel (loaded as ``test_chk_kernels:truncating_kernel``):
+    """Third-party-style kernel (loaded as ``buggy_kernels:truncating_kernel``):
     declares CUTLASS_STYLE but truncates the final conversion."""
     trace.record_path("test-truncating")
     return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
@@ -176,3 +176,282 @@ def exiting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 
 
 exiting_kernel.int8conf_contract = "cutlass"
+
+
+# --- kernels that take their process down (gate isolation tests) ----------
+#: K of the one case on which the hostile kernels below misbehave; on every
+#: other case they compute exactly like the ``cpu`` built-in (CUTLASS-style
+#: epilogue), so a gate against ``cpu`` passes those cases.
+HOSTILE_K = 37
+
+
+def _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias):
+    trace.record_path("test-hostile")
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
+                   out_dtype, "rne")
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="segfaulting",
+         description="segfaults (NULL read via ctypes) when K == HOSTILE_K")
+def segfaulting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Reads address 0 through ctypes (a real SIGSEGV) on K == HOSTILE_K."""
+    if a.shape[1] == HOSTILE_K:
+        import ctypes
+        ctypes.string_at(0)
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="aborting",
+         description="calls os.abort() (SIGABRT) when K == HOSTILE_K")
+def aborting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``os.abort()`` on K == HOSTILE_K (what a failed C assert does)."""
+    if a.shape[1] == HOSTILE_K:
+        import os
+        os.abort()
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="hanging",
+         description="sleeps for an hour when K == HOSTILE_K")
+def hanging_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``time.sleep(3600)`` on K == HOSTILE_K (a kernel that never returns)."""
+    if a.shape[1] == HOSTILE_K:
+        import time
+        time.sleep(3600)
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="declining",
+         constraints=ShapeConstraints(k_multiple=8),
+         description="declares K % 8 == 0 (declines other shapes)")
+def declining_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style kernel that declares ``k_multiple=8``."""
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+# --- buggy kernels for the verdict checks (issue 8, deliverables 2 and 3) ----
+# Each is a CUTLASS-style kernel (declared w_then_a, bias in float32 before
+# the one RNE rounding, overflow "wrap" by default) with one realistic bug.
+# Loaded by the default suite as ``--kernel=buggy_kernels:<name>``.
+
+
+def _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order="w_then_a"):
+    return emulate(acc, scale_a, scale_b, order, "fp32_before_round", bias, out_dtype)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="signed_zero_lost",
+         description="writes +0 where the accumulator is 0 (skips the epilogue), "
+                     "losing -0 = 0 * negative scale")
+def signed_zero_lost(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: zero accumulators short-cut to +0.0 (as a kernel that skips the
+    epilogue of all-zero tiles does), so ``0 * (negative scale) = -0`` becomes +0."""
+    acc = exact_acc32(a, b)
+    out = _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+    if bias is None:
+        out = torch.where(acc == 0, torch.zeros_like(out), out)
+    return out
+
+
+def _sat_int_mm(a, b):
+    return (a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T).clamp(
+        -2 ** 31, 2 ** 31 - 1).to(torch.int32)
+
+
+@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declares_wrap",
+         description="saturating int32 accumulator, declares (by default) wrap")
+def saturating_declares_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the accumulator saturates (clamps to the int32 range) while the
+    kernel declares the default two's-complement wrap."""
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declared", overflow="saturate",
+         description="saturating int32 accumulator, declared as such (correct)")
+def saturating_declared(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct: same saturating accumulator, declared ``overflow="saturate"``."""
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="bf16_when_fp16")
+def bf16_when_fp16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: always returns bfloat16 (the output dtype is hard-wired), so a
+    float16 request gets bf16 bits."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, torch.bfloat16,
+                        None if bias is None else bias.to(torch.bfloat16))
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_path_order")
+def decode_path_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: an M = 1 (decode) fast path applies the scales in the other order
+    (``s_a`` first), unlike the declared and the batched path."""
+    order = "a_then_w" if a.shape[0] == 1 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+_STALE: dict = {}
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="stale_accumulator")
+def stale_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a workspace accumulator cached per output shape is not reset
+    between calls; a second call with the same shape adds onto the first."""
+    key = (a.shape[0], b.shape[0])
+    acc = _STALE.setdefault(key, torch.zeros(key, dtype=torch.int64))
+    acc += a.to(torch.int64) @ b.to(torch.int64).T
+    return _cutlass_out(acc.clamp(-2 ** 31, 2 ** 31 - 1), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="good_cutlass")
+def good_cutlass(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct CUTLASS-style emulation (the control of the tests above)."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- issue 8: one buggy kernel per trigger condition of the case families ----
+# Each declares the CUTLASS-style contract (w_then_a, bias fp32 before the one
+# RNE) and is correct except for the one bug, modelled on public bug reports.
+# tests/conformance/test_cases_buggy.py shows the default suite fails each.
+
+
+def _float32_acc(a, b, block: int = 32):
+    """a @ b.T with a float32 accumulator, one BLOCK_K = 32 tile at a time (as a
+    GPU kernel with ``tl.dot(..., out_dtype=tl.float32)`` or an fp32 MMA
+    accumulator runs): each tile's dot product is exact (32 * 2**14 < 2**24),
+    the running sum over tiles rounds once it passes 2**24."""
+    acc = torch.zeros((a.shape[0], b.shape[0]), dtype=torch.float32)
+    a64, b64 = a.to(torch.int64), b.to(torch.int64)
+    for k0 in range(0, a.shape[1], block):
+        acc += (a64[:, k0:k0 + block] @ b64[:, k0:k0 + block].T).to(torch.float32)
+    return acc
+
+
+def _fp32acc_int_mm(a, b):
+    return _float32_acc(a, b).round().clamp(-2 ** 31, 2 ** 31 - 1).to(torch.int32)
+
+
+@declare(contract="cutlass", int_mm=_fp32acc_int_mm, name="fp32_accumulator")
+def fp32_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the accumulator is float32 (``tl.dot(..., out_dtype=tl.float32)``,
+    an fp32 MMA accumulator): partial sums beyond 2**24 round."""
+    return _cutlass_out(_float32_acc(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+def _ftz(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Flush values below the smallest normal of ``dtype`` to a zero of the same sign."""
+    tiny = torch.finfo(dtype).tiny
+    return torch.where(x.abs() < tiny, x * 0.0, x)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="subnormal_ftz")
+def subnormal_ftz(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: flush-to-zero (``-ftz=true`` / fast-math): float32 subnormal
+    intermediates and subnormal outputs become +-0."""
+    x = exact_acc32(a, b).to(torch.float32)
+    sa = scale_a.reshape(-1, 1).to(torch.float32)
+    sb = scale_b.reshape(1, -1).to(torch.float32)
+    y = _ftz(_ftz(x * sb, torch.float32) * sa, torch.float32)
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    out = round_fp32(y, out_dtype, "rne")
+    return _ftz(out.to(torch.float32), out_dtype).to(out_dtype)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="k_tail_dropped")
+def k_tail_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the K loop runs over whole BLOCK_K = 32 tiles only (no masked
+    tail), so the last K % 32 products are dropped."""
+    k = (a.shape[1] // 32) * 32
+    return _cutlass_out(exact_acc32(a[:, :k], b[:, :k]), scale_a, scale_b, out_dtype, bias)
+
+
+def _pair_sat_acc(a, b):
+    """Products summed in pairs (k = 2i, 2i+1) into int16 with saturation
+    (x86 ``vpmaddubsw``-style), then accumulated in int32."""
+    p = a.to(torch.int32)[:, None, :] * b.to(torch.int32)[None, :, :]
+    if p.shape[-1] % 2:
+        p = torch.nn.functional.pad(p, (0, 1))
+    pairs = (p[..., 0::2] + p[..., 1::2]).clamp(-32768, 32767)
+    return pairs.sum(-1, dtype=torch.int64)
+
+
+@declare(contract="cutlass", int_mm=lambda a, b: _pair_sat_acc(a, b).to(torch.int32),
+         name="pair_saturation_int16")
+def pair_saturation_int16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: adjacent products saturate in int16 pairs: (-128)*(-128) twice is
+    32768 -> 32767 when the pair is aligned on an even k."""
+    return _cutlass_out(_pair_sat_acc(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+def _dense_view(t: torch.Tensor) -> torch.Tensor:
+    """What a kernel that assumes a dense row-major [R, C] tensor reads:
+    ``data_ptr + r * C + c`` of the same storage."""
+    return torch.as_strided(t, t.shape, (t.shape[1], 1))
+
+
+@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(_dense_view(a), b),
+         name="ignores_lda")
+def ignores_lda(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: ignores the leading stride of ``a`` (treats a ``x[:, :K]`` view
+    as dense), as kernels that pass ``K`` for ``lda`` do."""
+    return _cutlass_out(exact_acc32(_dense_view(a), b), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(a, _dense_view(b)),
+         name="b_as_contiguous")
+def b_as_contiguous(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: reads ``b`` as a dense row-major [N, K] buffer whatever its strides
+    (a transposed [K, N] view or a padded one is misread)."""
+    return _cutlass_out(exact_acc32(a, _dense_view(b)), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_bias_vector")
+def zero_bias_vector(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with no bias the fused epilogue adds a zero bias vector anyway;
+    -0 + 0 = +0 loses the sign of zero."""
+    if bias is None:
+        bias = torch.zeros(b.shape[0], dtype=out_dtype)
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="abs_scales")
+def abs_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: assumes positive scales (e.g. computes them as exp2(log2(s)))."""
+    return _cutlass_out(exact_acc32(a, b), scale_a.abs(), scale_b.abs(), out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="saturate_to_finite")
+def saturate_to_finite(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: clamps the result to the output dtype's finite range before the
+    conversion (``satfinite``), so +-inf becomes +-max."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    big = torch.finfo(out_dtype).max
+    return out.clamp(-big, big)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_scale_as_one")
+def zero_scale_as_one(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a division-safe guard replaces zero scales with 1."""
+    one = torch.ones((), dtype=torch.float32)
+    return _cutlass_out(exact_acc32(a, b), torch.where(scale_a == 0, one, scale_a),
+                        torch.where(scale_b == 0, one, scale_b), out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="m_tail_scale_shift")
+def m_tail_scale_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: rows of a partial last BLOCK_M = 16 tile (M > 16, M % 16 != 0) read
+    the per-token scale one row too early (off-by-one in the tail path)."""
+    m = a.shape[0]
+    sa = scale_a.reshape(-1).expand(m).clone() if scale_a.numel() == 1 else \
+        scale_a.reshape(-1).clone()
+    if m > 16 and m % 16:
+        t = (m // 16) * 16
+        sa[t:] = scale_a.reshape(-1)[t - 1:m - 1] if scale_a.numel() > 1 else sa[t:]
+    return _cutlass_out(exact_acc32(a, b), sa, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="bias_rounded_first")
+def bias_rounded_first(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares bias in float32 before the rounding but rounds the
+    product to out_dtype first and adds the bias after (fault F5)."""
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias,
+                   out_dtype)

@@ -43,8 +43,13 @@ def test_exact_messages():
     assert err(a.float(), b, sa, sb) == "a has dtype torch.float32; expected torch.int8"
     assert err(a, b[None], sa, sb) == "b must be 2-D [N,K], got 3-D shape (1, 4, 5)"
     at = torch.ones(5, 3, dtype=I8).t()
-    assert err(at, b, sa, sb) == ("a is not contiguous (shape (3, 5), strides (1, 3)); "
+    assert err(at, b, sa, sb) == ("a has strides (1, 3) for shape (3, 5): expected row-major "
+                                  "with unit inner stride and leading stride >= 5; "
                                   "pass a.contiguous()")
+    assert err(a, torch.ones(4, 10, dtype=I8)[:, ::2], sa, sb) == (
+        "b has strides (10, 2) for shape (4, 5): expected row-major with unit inner stride "
+        "and leading stride >= 5, or column-major (the transposed view of a [5,4] buffer); "
+        "pass b.contiguous()")
     assert err(a, torch.ones(4, 6, dtype=I8), sa, sb) == \
         "K mismatch: a is (3, 5) [M,K] but b is (4, 6) [N,K]"
     assert err(torch.ones(0, 5, dtype=I8), b, torch.ones(0), sb).startswith("M=0")
@@ -61,8 +66,6 @@ def test_exact_messages():
     assert err(a10, b, nan, sb) == "scale_a has 3 NaN value(s) (first at index 7)"
     assert err(a, b, sa, torch.tensor([1.0, float("-inf"), 1.0, 1.0])) == \
         "scale_b has 1 inf value(s) (first at index 1)"
-    assert err(a, b, torch.tensor([[1.0], [0.0], [-0.0]]), sb) == \
-        "scale_a has 2 zero value(s) (first at index 1)"
     assert err(a, b, sa, sb, bias=torch.zeros(4)) == \
         "bias has dtype torch.float32; expected out_dtype torch.bfloat16"
     assert err(a, b, sa, sb, bias=torch.zeros(3, dtype=torch.bfloat16)) == \
@@ -114,3 +117,31 @@ def test_gemm_operands_properties_digests_and_to():
     moved = ops.to("cpu")
     assert moved.digests() == d and moved.meta == {"K": 3} and moved.meta is not ops.meta
     assert ops.out_dtype == torch.bfloat16 and ops.scale_mode == "synthetic"
+
+
+def test_zero_scales_and_all_zero_rows_are_legal():
+    # an all-zero activation row quantizes to scale 0 (absmax 0), vLLM-style padding tokens
+    a, b, sa, sb = ok_ops()
+    a[1] = 0
+    assert validate_operands(a, b, torch.tensor([1.0, 0.0, -0.0]), torch.zeros(4)) == (3, 5, 4)
+
+
+def test_blas_layouts_are_legal():
+    """Row-major with unit inner stride and leading stride >= K (a view x[:, :K]),
+    b also as the transposed view of a [K, N] buffer (vLLM), scales of any stride."""
+    wide = torch.zeros(3, 9, dtype=I8)
+    a = wide[:, :5]
+    assert a.stride() == (9, 1)
+    bt = torch.zeros(5, 7, dtype=I8)[:, :4].t()     # [N=4, K=5], strides (1, 7)
+    bpad = torch.zeros(4, 6, dtype=I8)[:, :5]
+    sa = torch.ones(3, 2)[:, 0]                      # stride 2
+    sb = torch.ones(4, 3)[:, 1:2]                    # [N,1], strides (3, 1)
+    assert validate_operands(a, bt, sa, sb) == (3, 5, 4)
+    assert validate_operands(a, bpad, sa, sb) == (3, 5, 4)
+    # M = 1: the leading stride of a one-row view is irrelevant
+    assert validate_operands(torch.zeros(1, 40, dtype=I8)[:, 3:8], bpad, sa[:1], sb) == (1, 5, 4)
+    # a may not be column-major (only b has that exemption)
+    assert "a has strides (1, 3)" in err(torch.zeros(5, 3, dtype=I8).t(), bpad, sa, sb)
+    # overlapping rows (leading stride < K) are not a matrix
+    over = torch.zeros(20, dtype=I8).as_strided((3, 5), (4, 1))
+    assert "a has strides (4, 1)" in err(over, bpad, sa, sb)

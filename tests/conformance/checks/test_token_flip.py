@@ -57,10 +57,10 @@ def _tf(argmax, margin, top1):
 
 
 def test_compare_replays_bins_and_threshold():
-    # top1 = 8.0 -> bf16 spacing 2**-4, default threshold 4 * 2**-4 = 0.25
+    # top1 = 8.0 -> bf16 spacing 2**-4; absolute threshold 0.25 (= 4 spacings here)
     ref = _tf([[1, 2, 3, 4, 5, 6]], [[0.0, 0.0625, 0.25, 0.3125, 2.0, 5e-4]], [[8.0] * 6])
     ker = _tf([[1, 9, 9, 9, 5, 9]], [[0.0] * 6], [[8.0] * 6])
-    ev = tfl.compare_replays(ref, ker)
+    ev = tfl.compare_replays(ref, ker, 0.25)
     assert ev["total_positions"] == 6 and ev["flips"] == 4
     assert ev["flips_above_threshold"] == 1  # only the 0.3125 flip (> 0.25, strictly)
     assert ev["bins"] == {
@@ -91,6 +91,13 @@ def test_reference_kernel_passes_with_zero_flips(model_dir, windows, contract):
     assert ev["reference_contract"] == contract.to_dict()
     assert ev["ppl_reference"] == ev["ppl_kernel"]
     assert ev["max_abs_top1_change"] == 0.0
+    # default threshold: the legal-epilogue envelope of these windows (the two other
+    # scale orders; Qwen3 has no linear bias, so one bias point). On these 4 x 32
+    # windows no legal epilogue changes a logit (envelope 0: C7 is strictest here);
+    # on the default 8 x 128 windows it is 0.25 (module docstring)
+    env = ev["legal_envelope"]
+    assert len(env["per_contract"]) == 2 and contract.label() not in env["per_contract"]
+    assert ev["threshold_value"] == env["threshold"] == max(env["per_contract"].values()) >= 0
     assert json.loads(json.dumps(r.to_dict()))["evidence"]["flips"] == 0  # report-ready
 
 

@@ -1,4 +1,4 @@
-"""``int8conf perplexity`` / ``int8conf generate`` (conformance/commands/evaluate.py)
+"""``int8conf perplexity`` / ``int8conf generate`` (conformance/commands/perplexity.py, generate.py)
 on a tiny random Qwen3 that uses the shipped tokenizer."""
 
 from __future__ import annotations

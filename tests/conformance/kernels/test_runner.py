@@ -93,8 +93,8 @@ def test_kernel_recorded_operands_win_over_runner():
 def test_invalid_operands_raise_one_line():
     ops = _ops()
     ops.scale_a = ops.scale_a.clone()
-    ops.scale_a[1] = 0.0
-    with pytest.raises(OperandError, match=r"^scale_a has 1 zero value\(s\) \(first at index 1\)$"):
+    ops.scale_a[1] = float("nan")  # zero is legal (issue 8), NaN is not
+    with pytest.raises(OperandError, match=r"^scale_a has 1 NaN value\(s\) \(first at index 1\)$"):
         run_kernel(get_kernel("cpu"), ops)
     with pytest.raises(OperandError, match="K mismatch"):
         run_int_mm(get_kernel("cpu"), ops.a, ops.b[:, :5].contiguous())

@@ -59,12 +59,10 @@ def vllm_kernel(a, b_kn, scale_a, scale_b, out_dtype, bias):
                                CUTLASS_STYLE, bias, out_dtype)
 
 
-
-
 @pytest.mark.parametrize("obj,name", [(user_kernel, "userkern"), (vllm_kernel, "vllmkern")])
 def test_c1_third_party_kernel_without_path_passes(obj, name):
-    spec = spec_from_object(obj, f"test_fix_runner:{obj.__name__}",
-                            f"module:test_fix_runner:{obj.__name__}")
+    spec = spec_from_object(obj, f"hostile_kernels:{obj.__name__}",
+                            f"module:hostile_kernels:{obj.__name__}")
     assert spec.origin != "builtin" and spec.name == name
     ops = _ops()
     run = run_kernel(spec, ops)

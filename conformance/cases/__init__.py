@@ -1,0 +1,31 @@
+"""Operand cases for the conformance suite.
+
+* :mod:`conformance.cases.synthetic`: the fixed synthetic kinds (``make_case``)
+  and the epilogue-tie search (``meta["source"] == "synthetic"``);
+* :mod:`conformance.cases.sweep`: the alignment-straddling shape sweep
+  (``"sweep"``);
+* :mod:`conformance.cases.families`: the trigger-condition families
+  (``"family"``): accumulator (:mod:`~conformance.cases.accumulator`),
+  output (:mod:`~conformance.cases.outputs`), alignment and shape
+  (:mod:`~conformance.cases.alignment`), epilogue ties at every M
+  (:mod:`~conformance.cases.ties`) and operand layouts
+  (:mod:`~conformance.cases.layouts`);
+* :mod:`conformance.cases.captures`: replay of real layer captures
+  (``"capture"``) and :func:`case_id`.
+
+Everything is deterministic given its seeds (``torch.Generator``) and
+independent of hypothesis (the property test lives in ``conformance.property``).
+Each case is a ``reference.operands.GemmOperands``.
+"""
+
+from conformance.cases.captures import (NO_CAPTURES, CaptureReplay, capture_cases, case_id,
+                                        load_capture_dir)
+from conformance.cases.sweep import TILE_EDGES, shape_sweep, sweep_shapes
+from conformance.cases.synthetic import (MANT_BITS, SYNTHETIC_KINDS, TIE_BLOCK, TIE_ORDERS, VMAX,
+                                         make_case, pick_ties, realize_acc, synthetic_cases,
+                                         tie_discrimination)
+
+__all__ = ["NO_CAPTURES", "CaptureReplay", "capture_cases", "case_id", "load_capture_dir",
+           "TILE_EDGES", "shape_sweep", "sweep_shapes", "MANT_BITS", "SYNTHETIC_KINDS",
+           "TIE_BLOCK", "TIE_ORDERS", "VMAX", "make_case", "pick_ties", "realize_acc",
+           "synthetic_cases", "tie_discrimination"]

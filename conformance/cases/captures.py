@@ -1,0 +1,91 @@
+"""Replay of real layer captures (``meta["source"] == "capture"``) and case ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from reference.operands import GemmOperands
+
+NO_CAPTURES = "no captures available: synthetic only"
+
+
+@dataclass
+class CaptureReplay:
+    """Layer captures loaded for replay.
+
+    Attributes:
+        cases: GemmOperands per (layer, scale mode), ``meta["source"] == "capture"``.
+        available: whether a capture set was found.
+        note: one line for the report (``"no captures available: synthetic
+            only (...)"`` when none).
+        source: capture directory (str) or "".
+    """
+
+    cases: list = field(default_factory=list)
+    available: bool = False
+    note: str = NO_CAPTURES
+    source: str = ""
+
+
+def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
+                  capture_set=None, max_layers: Optional[int] = None) -> CaptureReplay:
+    """Replay real layer captures (``reference.model.capture``).
+
+    Args:
+        scale_modes: which operand sets to build per layer: ``own`` (the
+            checkpoint's scales) and/or ``pow2`` (weights requantized from
+            the parents with power-of-two scales, rule ``nearest``).
+        capture_set: a ``reference.model.capture.CaptureSet``; default
+            ``default_capture_set()`` (the one shipped with the default model).
+        max_layers: keep only the first N layers per scale mode (None = all).
+
+    Returns:
+        :class:`CaptureReplay`; ``available=False`` with a note saying why
+        when ``reference.model.capture`` is missing or no capture set is built.
+
+    Raises:
+        CaptureError: the capture set exists but is inconsistent (from
+            ``reference.model.capture``; one line).
+    """
+    try:
+        from reference.model.capture import default_capture_set, iter_layer_operands
+    except ImportError as e:
+        return CaptureReplay(note=f"{NO_CAPTURES} (reference.model.capture not importable: {e})")
+    cs = capture_set if capture_set is not None else default_capture_set()
+    if cs is None:
+        return CaptureReplay(note=f"{NO_CAPTURES} (no capture set has been built)")
+    cases = []
+    modes = list(scale_modes)
+    for mode in modes:
+        for i, ops in enumerate(iter_layer_operands(cs, mode)):
+            if max_layers is not None and i >= max_layers:
+                break
+            ops.meta = dict(ops.meta or {})
+            ops.meta["source"] = "capture"
+            ops.scale_mode = mode
+            cases.append(ops)
+    src = str(getattr(cs, "dir", "") or "")
+    layers = len({c.name for c in cases})
+    return CaptureReplay(cases=cases, available=True, source=src,
+                         note=f"{layers} captured layers replayed in scale modes "
+                              f"{', '.join(modes)} ({len(cases)} cases) from {src or 'capture set'}")
+
+
+def load_capture_dir(capture_dir) -> object:
+    """``reference.model.capture.load_capture_set(capture_dir)`` (a user's own
+    captures, e.g. from ``int8conf capture --model DIR``).
+
+    Raises:
+        CaptureError: missing or inconsistent capture directory (one line).
+    """
+    from reference.model.capture import load_capture_set
+    return load_capture_set(capture_dir)
+
+
+def case_id(ops: GemmOperands) -> str:
+    """Unique, readable id of a case: captures ``<layer>[<scale mode>]``,
+    others their name."""
+    if (ops.meta or {}).get("source") == "capture":
+        return f"{ops.name}[{ops.scale_mode}]"
+    return ops.name or f"M{ops.m}xK{ops.k}xN{ops.n}"

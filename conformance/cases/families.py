@@ -1,0 +1,56 @@
+"""The trigger-condition families of the default suite (issue 8).
+
+:data:`FAMILIES` maps a family name to ``(builder, what it reaches)``; each
+builder takes a seed and returns GemmOperands (``meta["source"] ==
+"family"``). :func:`family_cases` concatenates them in this order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from conformance.cases.accumulator import (int32_overflow_family, large_acc_family,
+                                           partial_sums_family)
+from conformance.cases.alignment import extreme_pairs_family, k_residues_family, m_n_edges_family
+from conformance.cases.layouts import layouts_family
+from conformance.cases.outputs import (bias_cancel_family, negative_scales_family,
+                                       overflow_inf_family, signed_zero_family,
+                                       subnormal_family, zero_scales_family)
+from conformance.cases.ties import ties_family
+from reference.operands import GemmOperands
+
+#: name -> (builder(seed) -> cases, the trigger condition it reaches)
+FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
+    "partial_sums": (partial_sums_family,
+                     "partial sums >= 2^24 (both K directions) with small final |acc|"),
+    "large_acc": (large_acc_family, "final |acc| >= 2^24 (float32(acc) inexact)"),
+    "int32_overflow": (int32_overflow_family, "|acc| > 2^31 (K = 131073, all -128)"),
+    "subnormal": (subnormal_family, "subnormal outputs in bf16 / fp16 / fp32"),
+    "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf"),
+    "signed_zero": (signed_zero_family, "-0 and +0 outputs"),
+    "negative_scales": (negative_scales_family, "negative per-token and per-channel scales"),
+    "zero_scales": (zero_scales_family, "zero scales (0 and -0) and all-zero rows"),
+    "bias_cancel": (bias_cancel_family, "bias near cancellation"),
+    "extreme_pairs": (extreme_pairs_family,
+                      "adjacent (-128)*(-128) products at every alignment mod 32"),
+    "k_residues": (k_residues_family, "K at every residue mod 8..128 (K = 128..255, 1..7)"),
+    "m_n_edges": (m_n_edges_family, "M = 1..17, N and K around tile edges, (17, 16, 16)"),
+    "ties": (ties_family, "scale-order ties at M = 1..17, 64, 96"),
+    "layouts": (layouts_family, "padded a, transposed / padded b, strided scales and bias"),
+}
+
+
+def family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> list[GemmOperands]:
+    """Cases of the families ``names`` (default: all, in :data:`FAMILIES` order).
+
+    Raises:
+        ValueError: an unknown family name.
+    """
+    names = list(FAMILIES) if names is None else list(names)
+    bad = [x for x in names if x not in FAMILIES]
+    if bad:
+        raise ValueError(f"unknown case families {bad}; known: {list(FAMILIES)}")
+    out: list[GemmOperands] = []
+    for name in names:
+        out += FAMILIES[name][0](seed)
+    return out

@@ -1,0 +1,47 @@
+"""The alignment-straddling shape sweep (``meta["source"] == "sweep"``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from conformance.cases.synthetic import make_case
+from reference.operands import GemmOperands
+
+#: Tile edges the sweep straddles (typical BLOCK_M/N/K of GPU int8 GEMMs).
+TILE_EDGES = (16, 32, 64, 128)
+
+
+def sweep_shapes(edges: Sequence[int] = TILE_EDGES) -> list[tuple[int, int, int]]:
+    """(M, K, N) shapes straddling tile edges: for each edge e, the cube
+    (s, s, s) for s in e-1, e, e+1; K and N alone at e-1, e, e+1 (small M);
+    and M = 1 .. 9 (decode-like tails) at odd K and N. Duplicates removed,
+    order kept."""
+    out: list[tuple[int, int, int]] = []
+    for e in edges:
+        for s in (e - 1, e, e + 1):
+            out.append((s, s, s))
+    for m in range(1, 10):
+        out.append((m, 65, 33))
+    for e in edges:
+        for s in (e - 1, e, e + 1):
+            out.append((3, s, 17))
+            out.append((3, 33, s))
+    seen, uniq = set(), []
+    for s in out:
+        if s not in seen:
+            seen.add(s)
+            uniq.append(s)
+    return uniq
+
+
+def shape_sweep(edges: Sequence[int] = TILE_EDGES, seed: int = 0) -> list[GemmOperands]:
+    """Alignment-straddling sweep: one ``ordinary``-style case per shape of
+    :func:`sweep_shapes`; every second shape carries a bias (tail masking of
+    the bias load is exercised too). Names ``sweep/M{m}xK{k}xN{n}``."""
+    cases = []
+    for i, (m, k, n) in enumerate(sweep_shapes(edges)):
+        c = make_case("ordinary", seed=seed + i, m=m, k=k, n=n, bias=bool(i % 2),
+                      source="sweep", name=f"sweep/M{m}xK{k}xN{n}")
+        c.meta.update({"kind": "sweep", "shape": [m, k, n]})
+        cases.append(c)
+    return cases

@@ -1,0 +1,142 @@
+"""The accumulator a kernel's *declared* int32-overflow behaviour gives.
+
+Integer accumulation is exact and order-free only while every partial sum
+fits int32 (DESIGN.md sections 1 and 3). Where some summation order can leave
+int32 the case violates a precondition (C3 reports it); the output checks C5,
+C6 and C8 then compare the kernel with what its declared overflow behaviour
+(``KernelSpec.overflow``) makes of the exact sum, and never fail a kernel for
+having overflowed:
+
+* ``wrap`` (the default): two's-complement int32 arithmetic. Addition
+  modulo 2**32 is associative and commutative, so every order gives
+  ``wrap32(exact)``: defined everywhere. The exact sum is accepted too
+  (:attr:`DeclaredAccumulator.alternative`): an accumulator wider than int32
+  (int64, float64) never wraps and is not a fault; a saturating one matches
+  neither and fails.
+* ``saturate``: every partial sum clamped to [-2**31, 2**31 - 1]. The result
+  depends on the order, except where all products of the element have one
+  sign (the partial sums are then monotone and any order gives
+  ``clamp(exact)``); other at-risk elements are undefined, excluded and counted.
+* ``undefined``: the kernel promises nothing once an accumulator may leave
+  int32: at-risk elements are excluded and counted.
+
+At risk: with ``P`` the sum of the element's positive products and ``Q`` the
+magnitude of the sum of its negative products, every partial sum in every
+order lies in ``[-Q, P]`` (a partial sum adds a subset of the products), and
+the orders that add all positives first / all negatives first reach ``P`` /
+``-Q``. So the element can leave int32 in some order iff ``P > 2**31 - 1`` or
+``Q > 2**31``. ``P + Q = |a| @ |b|.T`` (the tight bound of C3) and
+``P - Q = exact``, so both come from two integer GEMMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from conformance.kernels.spec import OVERFLOW_BEHAVIOURS  # noqa: E402,F401 -- one definition
+INT32_MAX = 2 ** 31 - 1
+INT32_MIN = -(2 ** 31)
+
+
+@dataclass
+class DeclaredAccumulator:
+    """What the declared overflow behaviour makes of the exact accumulator.
+
+    Attributes:
+        acc: int64 [M, N]: the exact sum where no order leaves int32, else
+            the declared behaviour's value (wrapped / clamped); undefined
+            elements keep the exact sum (they are masked out anyway).
+        defined: bool [M, N]: False where the declaration leaves the value
+            undefined (excluded from the comparison).
+        at_risk: bool [M, N]: some summation order leaves int32.
+        behaviour: ``wrap`` | ``saturate`` | ``undefined``.
+        alternative: int64 [M, N] also accepted where ``at_risk`` (``wrap``:
+            the exact sum, from an accumulator wider than int32), or None.
+    """
+
+    acc: Tensor
+    defined: Tensor
+    at_risk: Tensor
+    behaviour: str
+    alternative: Optional[Tensor] = None
+
+    @property
+    def n_at_risk(self) -> int:
+        """Elements where some summation order leaves int32."""
+        return int(self.at_risk.sum())
+
+    @property
+    def n_undefined(self) -> int:
+        """Elements excluded because the declaration leaves them undefined."""
+        return int((~self.defined).sum())
+
+    def evidence(self) -> dict:
+        """JSON-able counts for a check's evidence (empty when nothing is at risk)."""
+        if not self.n_at_risk:
+            return {}
+        return {"overflow_behaviour": self.behaviour, "overflow_at_risk": self.n_at_risk,
+                "overflow_excluded": self.n_undefined}
+
+
+def wrap32(x: Tensor) -> Tensor:
+    """int64 -> int64 holding the two's-complement int32 wrap of ``x``."""
+    return ((x.to(torch.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
+
+
+def positive_negative_sums(a: Tensor, b: Tensor, exact: Tensor) -> tuple[Tensor, Tensor]:
+    """``(P, Q)`` int64 [M, N]: sum of the positive products and magnitude of
+    the sum of the negative products of each element (module docstring).
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K] (CPU); exact: int64 [M, N] ``a @ b.T``.
+    """
+    from reference.accumulate import accumulator_row_col_bound
+    tight = accumulator_row_col_bound(a, b).to(torch.int64)
+    return (tight + exact) // 2, (tight - exact) // 2
+
+
+def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> DeclaredAccumulator:
+    """The accumulator of ``ops`` under a declared overflow behaviour.
+
+    Args:
+        ops: GemmOperands (``a`` int8 [M, K], ``b`` int8 [N, K]).
+        exact: exact int64 accumulator [M, N].
+        behaviour: one of :data:`OVERFLOW_BEHAVIOURS`.
+
+    Returns:
+        :class:`DeclaredAccumulator`.
+
+    Raises:
+        ValueError: unknown behaviour.
+    """
+    if behaviour not in OVERFLOW_BEHAVIOURS:
+        raise ValueError(f"overflow behaviour {behaviour!r} is not one of {OVERFLOW_BEHAVIOURS}")
+    exact = exact.to(torch.int64)
+    # cheap exit: |exact| <= K * 2**14 < 2**31 for K < 131072, the usual case
+    k = int(ops.a.shape[1])
+    if k * 16384 <= INT32_MAX:
+        none = torch.zeros_like(exact, dtype=torch.bool)
+        return DeclaredAccumulator(exact, ~none, none, behaviour)
+    p, q = positive_negative_sums(ops.a.cpu(), ops.b.cpu(), exact)
+    at_risk = (p > INT32_MAX) | (q > -INT32_MIN)
+    acc = exact.clone()
+    defined = torch.ones_like(at_risk)
+    if behaviour == "wrap":
+        acc = torch.where(at_risk, wrap32(exact), exact)
+        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact)
+    elif behaviour == "saturate":
+        monotone = (p == 0) | (q == 0)
+        acc = torch.where(at_risk & monotone, exact.clamp(INT32_MIN, INT32_MAX), exact)
+        defined = ~at_risk | monotone
+    else:
+        defined = ~at_risk
+    return DeclaredAccumulator(acc, defined, at_risk, behaviour)
+
+
+def saturated_accumulator(exact: Tensor) -> Tensor:
+    """int64 ``clamp(exact)`` to the int32 range (for diagnosing a mismatch)."""
+    return exact.to(torch.int64).clamp(INT32_MIN, INT32_MAX)

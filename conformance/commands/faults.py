@@ -1,0 +1,67 @@
+"""``int8conf faults``: the nine fault classes and what each one does to a
+kernel's declared epilogue.
+
+``int8conf faults [--kernel NAME | --contract C] [--json]`` prints, for the
+declared contract of ``--kernel`` (default ``cpu``) or ``--contract``
+(``cutlass``, ``triton`` or ``<scale_order>/<bias_point>``), the declared
+epilogue and, per fault, the faulty formula with and without bias (F1-F5) or
+the operand change (F6-F9), from ``faults.describe``. Use the ids or names
+with ``int8conf check --inject`` / ``pytest --inject``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    """Add the ``faults`` subcommand."""
+    p = subparsers.add_parser(
+        "faults", help="list the fault classes and what each does to a declared epilogue",
+        description=__doc__.split("\n\n")[1])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--kernel", default=None, metavar="NAME",
+                   help="take the declared contract of this kernel (default: cpu)")
+    g.add_argument("--contract", default=None, metavar="C",
+                   help="a contract: cutlass, triton or <scale_order>/<bias_point>")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the table (or JSON); 0. Bad kernel / contract: Int8confError (exit 2)."""
+    from conformance.kernels.loader import parse_contract
+    from conformance.kernels.registry import get_kernel
+    from faults.describe import declared_formula, fault_rows
+    from reference.errors import ContractError, Int8confError
+
+    if args.contract is not None:
+        try:
+            contract, label = parse_contract(args.contract), f"contract {args.contract}"
+        except ContractError as e:
+            raise Int8confError(f"--contract: {e}") from None
+    else:
+        spec = get_kernel(args.kernel or "cpu")
+        contract, label = spec.contract, f"kernel {spec.name}"
+    rows = fault_rows(contract)
+    if args.json:
+        print(json.dumps({"contract": contract.to_dict(),
+                          "declared": {"no_bias": declared_formula(contract, False),
+                                       "with_bias": declared_formula(contract, True)},
+                          "faults": rows}, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"faults for {label} ({contract.label()}): declared "
+                    f"{declared_formula(contract, False)} / {declared_formula(contract, True)}")
+    for col in ("id", "name", "family", "no bias", "with bias"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        same = r["with_bias"] == r["no_bias"]
+        t.add_row(r["id"], r["name"], r["family"], r["no_bias"], "(same)" if same else r["with_bias"])
+    con = Console()
+    con.print(t)
+    con.print("x = float32(acc), rne/rtz = rounding to the output dtype, r16 = 16-bit "
+              "intermediate, b = bias; details: faults/README.md", markup=False)
+    return 0

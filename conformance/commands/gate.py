@@ -1,0 +1,140 @@
+"""``int8conf gate``: may a candidate kernel replace an incumbent? (CLI)
+
+Thin wrapper over ``conformance.gate.gate.run_gate``: parses options, loads
+the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
+pull-request comment) and ``junit.xml``, prints the summary.
+
+Exit codes (``conformance.gate.status``): 0 pass (warnings the policy allows
+included); 1 blocked by the policy; 2 not comparable / bad input (unknown
+kernel, bad policy file, stale or incomparable baseline -- with the reasons);
+3 internal error of int8conf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from conformance.commands._options import positive_int
+from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return v
+
+
+def register(subparsers) -> None:
+    """Add the ``gate`` subcommand."""
+    p = subparsers.add_parser(
+        "gate", help="decide whether a candidate kernel may replace an incumbent (CI gate)",
+        description="Run a candidate kernel and an incumbent (or read the incumbent's stored "
+                    "conformance report) on the same cases, each kernel isolated in a child "
+                    "process with a timeout, and decide per case under a YAML policy: pass, "
+                    "warn, fail, not-supported, crash, timeout. Writes gate.json, gate.md and "
+                    "junit.xml.",
+        epilog="exit codes: 0 pass; 1 blocked by policy; 2 not comparable / bad input; "
+               "3 internal error")
+    p.add_argument("--candidate", required=True, metavar="KERNEL",
+                   help="the new kernel: built-in, pkg.module:function, or entry point")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--incumbent", metavar="KERNEL", help="the kernel it replaces (run now)")
+    src.add_argument("--baseline", metavar="REPORT",
+                     help="the incumbent's stored conformance.json instead of re-running it")
+    p.add_argument("--policy", metavar="FILE",
+                   help="policy YAML (default: bit identity everywhere, no token flips, "
+                        "engine hash must not move)")
+    p.add_argument("--fault", metavar="F", default=None,
+                   help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
+    p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),
+                   help="elements --fault touches: one, 1%% or all (default all)")
+    p.add_argument("--fault-seed", type=int, default=0,
+                   help="seed that picks the faulted elements (default 0)")
+    p.add_argument("--out", default="reports/gate", metavar="DIR",
+                   help="where gate.json, gate.md, junit.xml, repro/ and logs/ go "
+                        "(default reports/gate)")
+    p.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+                   help="seconds one case may take per kernel before its process is killed "
+                        "(default 60)")
+    p.add_argument("--model-timeout", type=_seconds, default=1800.0, metavar="S",
+                   help="the same for one model-level check C7 / E1 (default 1800)")
+    p.add_argument("--no-model", action="store_true", help="skip C7 token_flip and E1 engine_hash")
+    p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
+    p.add_argument("--captures", metavar="DIR", default=None,
+                   help="replay this capture directory (default: the default model's)")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="parent model of --captures, when it moved since capture")
+    p.add_argument("--max-capture-layers", type=positive_int, default=None, metavar="N",
+                   help="replay only the first N layers per scale mode")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: auto)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the gate; returns the exit code (module docstring)."""
+    from reference.errors import Int8confError
+    try:
+        return _run(args)
+    except Int8confError:
+        raise  # the CLI prints the line and exits 2 (not comparable / bad input)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 -- anything else is int8conf's own bug: exit 3
+        line = str(e).splitlines()[0] if str(e) else ""
+        print(f"int8conf: internal error: {type(e).__name__}: {line} (please report it; "
+              f"traceback below)", file=sys.stderr)
+        traceback.print_exc()
+        return EXIT_INTERNAL
+
+
+def _run(args: argparse.Namespace) -> int:
+    from conformance.gate.gate import GateOptions, NotComparable, run_gate
+    from conformance.gate.isolation import KernelRef
+    from conformance.gate.policy import Policy, load_policy
+    from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
+    from reference.errors import Int8confError
+
+    if args.model is not None and args.captures is None:
+        raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
+    if not str(args.out).strip():
+        raise Int8confError(f"--out {args.out!r} is empty: give a directory")
+    policy = load_policy(args.policy) if args.policy else Policy(name="default (bit identity)")
+    cand = KernelRef(args.candidate, args.fault, args.fault_coverage, args.fault_seed)
+    inc = KernelRef(args.incumbent) if args.incumbent else None
+    opts = GateOptions(include_captures=not args.no_captures, include_sweep=not args.no_sweep,
+                       max_capture_layers=args.max_capture_layers, capture_dir=args.captures,
+                       model_dir=args.model, model_checks=not args.no_model, device=args.device,
+                       timeout_s=args.timeout, model_timeout_s=args.model_timeout)
+    out = Path(args.out)
+    say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    try:
+        res = run_gate(cand, inc, args.baseline, policy, opts, out, progress=say)
+    except NotComparable as e:
+        doc = not_comparable_doc(cand.label(), e.path, e.reasons, policy.to_dict())
+        paths = write_gate_reports(doc, out)
+        print(f"int8conf gate: NOT COMPARABLE: baseline {e.path}", file=sys.stderr)
+        for r in e.reasons:
+            print(f"  - {r}", file=sys.stderr)
+        print(f"report: {paths['md']}", file=sys.stderr)
+        return EXIT_NOT_COMPARABLE
+    doc = to_json_dict(res)
+    paths = write_gate_reports(doc, out)
+    print(doc["overall"]["summary"])
+    for d in res.cases + res.model:
+        if d.blocking:
+            why = "; ".join(r["text"] for r in d.reasons if r["blocking"])
+            print(f"  {d.status.upper():13} {d.item}: {why[:240]}")
+    for e in doc["overall"].get("unused_expectations") or []:
+        print(f"  unused expectation: {e['check']} on {e.get('case') or e.get('layer') or 'model'} "
+              f"({e['owner']})")
+    print(f"report: {paths['md']}\nreport: {paths['json']}\nreport: {paths['junit']}")
+    return EXIT_BLOCKED if res.overall["verdict"] == "blocked" else EXIT_PASS

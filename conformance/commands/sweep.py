@@ -1,0 +1,257 @@
+"""``int8conf sweep``: the fault-injection sweep and its scorecard.
+
+Every captured layer x fault x coverage x scale mode x seed is a cell; every
+per-case check (C1-C6, C8) evaluates every layer cell, and the model-level
+checks (C7, E1) run once per (fault, coverage, seed) with the fault injected
+into every linear layer (C7 per scale mode). Results go into a SQLite store
+as cells finish (resumable: re-running the same command skips finished
+cells), then the sweep is scored against the latest locked prediction
+matrix and every matrix it amends, and the scorecard is written to
+``<out>/<kernel>/``.
+
+Exit codes: 0 done (scorecard written); 2 bad input (unknown kernel, fault,
+coverage, layer, a store of another sweep, a prediction matrix that does not
+match its lock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+
+def _csv(text: str) -> list[str]:
+    return [t for t in re.split(r"[,\s]+", text.strip()) if t]
+
+
+def register(subparsers) -> None:
+    """Add the ``sweep`` subcommand."""
+    from conformance.commands._options import non_negative_int, positive_int
+    p = subparsers.add_parser(
+        "sweep", help="fault-injection sweep: every layer x fault x coverage x scale mode, scored",
+        description="Inject every fault class (F1-F9) at every coverage into a kernel, run every "
+                    "check on every captured layer in both scale modes, store one row per "
+                    "cell x check in SQLite (resumable), score against the locked prediction "
+                    "matrices and write reports/sweep/<kernel>/scorecard.{json,csv,md,png}.",
+        epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
+               "another sweep, a prediction matrix that does not match its lock)")
+    p.add_argument("--kernel", required=True, metavar="NAME",
+                   help="kernel: built-in (cpu, int_mm, triton), pkg.module:function or entry point")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="DIR", default=None,
+                     help="Qwen3 model: its captures (taken with `int8conf capture` defaults into "
+                          "the artifact cache if missing) and, for C7 / E1, the model itself")
+    src.add_argument("--captures", metavar="DIR", default=None,
+                     help="capture directory (default: the default model's captures)")
+    p.add_argument("--layers", type=_csv, default=None, metavar="L,...",
+                   help="layer names or forward-order indices (default: every captured layer)")
+    p.add_argument("--faults", type=_csv, default=None, metavar="F,...",
+                   help="fault ids or names (default: F1-F9)")
+    p.add_argument("--coverages", type=_csv, default=None, metavar="C,...",
+                   help="one, 1%%, all (default: all three)")
+    p.add_argument("--scale-modes", type=_csv, default=["own", "pow2"], metavar="M,...",
+                   help="own, pow2 (default: both)")
+    p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
+    p.add_argument("--db", default=None, metavar="PATH",
+                   help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists")
+    p.add_argument("--out", default="reports/sweep", metavar="DIR",
+                   help="scorecard directory root (default: reports/sweep)")
+    p.add_argument("--predictions", default=None, metavar="FILE",
+                   help="latest prediction matrix to score against (default: the newest locked "
+                        "one in predictions/); every matrix it amends is scored too")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                   help="Dask distributed scheduler (needs the 'dist' extra); overrides --workers")
+    p.add_argument("--workers", type=non_negative_int, default=0, metavar="N",
+                   help="local worker processes (default 0 = one per core; 1 = serial)")
+    p.add_argument("--c7-windows", type=positive_int, default=8, metavar="N",
+                   help="C7 held-out windows per model cell (default 8)")
+    p.add_argument("--c7-window-len", type=positive_int, default=128, metavar="T",
+                   help="C7 tokens per window (default 128)")
+    p.add_argument("--e1-prompts", type=positive_int, default=8, metavar="N",
+                   help="E1 prompts per model cell (default 8, the oracle's default)")
+    p.add_argument("--e1-tokens", type=positive_int, default=8, metavar="N",
+                   help="E1 greedy tokens per prompt (default 8)")
+    p.add_argument("--no-model-checks", action="store_true", help="skip C7 / E1 model cells")
+    p.add_argument("--device", default=None, help="kernel device: cpu, cuda, cuda:N (default: auto)")
+    p.add_argument("--no-score", action="store_true", help="only compute and store cells")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _resolve_captures(args):
+    """(CaptureSet, model dir str) from --captures / --model / the default."""
+    from reference.errors import CaptureError, Int8confError
+    from reference.model.capture import default_capture_set, load_capture_set
+    if args.captures:
+        cs = load_capture_set(args.captures)
+        return cs, str(cs.model_dir) if cs.model_dir else ""
+    if args.model:
+        from reference.model.artifacts import cache_dir, parent_digest
+        from reference.model.capture import capture_model
+        mdir = Path(args.model)
+        if not mdir.is_dir():
+            raise Int8confError(f"--model {mdir}: not a directory")
+        out = cache_dir(None) / "captures" / parent_digest(mdir)[:16]
+        cs = capture_model(mdir, out, progress=None if args.quiet else print)
+        if cs is None:
+            raise CaptureError(f"capture of {mdir} into {out} did not complete")
+        return cs, str(mdir)
+    cs = default_capture_set()
+    if cs is None:
+        raise Int8confError("no default captures: give --captures DIR or --model DIR")
+    from reference.model.assets import default_model_dir
+    return cs, str(default_model_dir())
+
+
+def _select_layers(names: list, wanted) -> list:
+    from reference.errors import Int8confError
+    if not wanted:
+        return names
+    out = []
+    for w in wanted:
+        if w.isdigit():
+            i = int(w)
+            if i >= len(names):
+                raise Int8confError(f"--layers {w}: the capture has {len(names)} layers (0..{len(names) - 1})")
+            out.append(names[i])
+        elif w in names:
+            out.append(w)
+        else:
+            raise Int8confError(f"--layers {w!r} is not a captured layer (e.g. {names[0]})")
+    return list(dict.fromkeys(out))
+
+
+def latest_matrix(path=None) -> Path:
+    """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
+    from predictions.lock import default_dir, read_lock
+    from reference.errors import PredictionError
+    if path:
+        return Path(path)
+    entries = read_lock(default_dir())
+    if not entries:
+        raise PredictionError(f"no locked prediction matrix in {default_dir()}")
+    return default_dir() / entries[-1].file
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep; returns the exit code."""
+    from faults import COVERAGES
+    from faults.catalogue import FAULTS, get_fault
+    from conformance.kernels.registry import get_kernel
+    from conformance.suite import validate_device
+    from conformance.sweep.cells import SweepSpec, layer_cells, model_cells
+    from conformance.sweep.distributed import run_cells
+    from conformance.sweep.runner import SweepTask
+    from conformance.sweep.store import SweepStore
+    from predictions.lock import matrix_chain
+    from reference.errors import Int8confError
+
+    validate_device(args.device)
+    kernel = get_kernel(args.kernel)
+    faults = [get_fault(f).id for f in (args.faults or [f.id for f in FAULTS])]
+    covs = args.coverages or list(COVERAGES)
+    bad = [c for c in covs if c not in COVERAGES]
+    if bad:
+        raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
+    try:
+        seeds = [int(s) for s in args.seeds]
+    except ValueError:
+        raise Int8confError(f"--seeds {args.seeds}: integers expected") from None
+    # refuse a tampered matrix before spending any compute
+    chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
+
+    cs, model_dir = _resolve_captures(args)
+    layers = _select_layers(cs.layer_names(), args.layers)
+    ck = cs.manifest.get("checkpoints", {})
+    capture_digest = cs.model_digest + "|" + "|".join(
+        f"{k}:{v.get('digest')}" for k, v in sorted(ck.items()))
+    spec = SweepSpec(kernel=args.kernel, kernel_digest=kernel.source_digest, capture_dir=str(cs.dir),
+                     capture_digest=capture_digest, model_dir=model_dir,
+                     c7={"windows": args.c7_windows, "window_len": args.c7_window_len,
+                         "e1_prompts": args.e1_prompts, "e1_tokens": args.e1_tokens},
+                     model_checks=not args.no_model_checks)
+    cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
+    mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
+    out_dir = Path(args.out) / re.sub(r"[^A-Za-z0-9_.+-]", "_", args.kernel)
+    db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
+    tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
+    with SweepStore(db, spec.identity()) as store:
+        before = len(store.done())
+        if not args.quiet:
+            print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
+                  f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
+                  f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
+                  + (f" ({before} cells already stored)" if before else ""))
+        st = run_cells(tasks, store, workers=args.workers, scheduler=args.scheduler, quiet=args.quiet)
+        runs = _runs(store, st)
+        if not args.quiet:
+            print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
+                  f"({st.cells_per_s:.2f} cells/s; {st.executor or 'nothing to do'}); "
+                  f"{st.skipped} already stored")
+        if args.no_score:
+            return 0
+        rows = store.rows()
+        n_rows = len(rows)
+        worker_s = sum(t for _, t in store.cell_times())
+    matrices = {m.id: m for m in chain}
+    meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs)
+    meta["worker_s"] = round(worker_s, 1)
+    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (one thread per worker), "
+                            f"i.e. about {worker_s / 2:.0f} s of compute on 2 cores")
+    from conformance import scorecard
+    sc = scorecard.build(rows, matrices, meta)
+    paths = scorecard.write(sc, out_dir)
+    if not args.quiet:
+        h = sc["headlines"]
+        for tag, t in sc["totals"].items():
+            x = t["core"]
+            print(f"against {tag} (C1-C7): TP {x['TP']} TN {x['TN']} FP {x['FP']} FN {x['FN']} "
+                  f"({x['FN_no_op']} FN in no-op cells)")
+        print(f"F8 fired in {h['f8_fired']} check-cells")
+        print("scorecard: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _runs(store, st) -> list:
+    """Append this run's timing to the store's meta ``runs`` list."""
+    import json
+    runs = json.loads(store.meta("runs") or "[]")
+    if st.computed:
+        runs.append({"computed": st.computed, "skipped": st.skipped, "wall_s": round(st.elapsed_s, 2),
+                     "cells_per_s": round(st.cells_per_s, 3), "executor": st.executor,
+                     "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu_count": os.cpu_count()})
+        store.set_meta("runs", runs)
+    return runs
+
+
+def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs) -> dict:
+    cmd = "int8conf " + " ".join(a if " " not in a else repr(a) for a in sys.argv[1:]) \
+        if Path(sys.argv[0]).name in ("int8conf", "cli.py", "__main__.py") else "int8conf sweep"
+    wall = sum(r["wall_s"] for r in runs)
+    done = sum(r["computed"] for r in runs)
+    timing = (f"{done} cells computed in {wall:.1f} s wall over {len(runs)} run(s) "
+              f"({done / wall:.2f} cells/s)" if wall else "no cells computed")
+    if runs:
+        timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
+                                   f"{runs[-1]['executor']} on a {runs[-1].get('cpu_count')}-core machine"
+    return {
+        "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,
+        "model_dir": spec.model_dir, "command": cmd, "db": str(db), "rows": n_rows,
+        "layer_cells": len(cells), "model_cells": len(mcells), "layers": len(layers),
+        "faults": len(faults), "coverages": len(covs), "scale_modes": len(args.scale_modes),
+        "seeds": len(seeds), "runs": runs, "timing_line": timing,
+        "c7_line": (f"{spec.c7['windows']} windows x {spec.c7['window_len']} tokens per model cell "
+                    f"and scale mode (own, pow2-nearest), teacher-forced, fault in every linear layer"
+                    if spec.model_checks else "off"),
+        "e1_line": (f"detllm engine hash ({spec.c7['e1_prompts']} prompts x {spec.c7['e1_tokens']} "
+                    f"greedy tokens) with the faulty int_mm entry, "
+                    "once per model cell, stored under both scale modes (the integer engine has "
+                    "no scale mode)" if spec.model_checks else "off"),
+        "machine": (f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+                    f"cells computed by the runs listed in scorecard.json meta.runs"),
+    }

@@ -1,0 +1,338 @@
+"""Trigger-condition coverage: what a conformance run actually exercised.
+
+A PASS says only as much as the cases reach. For every evaluated case
+:func:`case_coverage` measures, from the operands, the exact accumulator and
+the reference output of the kernel's *declared* contract (not the kernel's
+output: a kernel that flushes subnormals must not make the run look as if no
+subnormal was exercised), the trigger conditions of issue 8:
+
+* accumulator: max |partial sum| over K in both summation directions
+  (:func:`partial_sum_extremes`), max |acc|, elements with partial sums
+  >= 2**24 while the final |acc| < 2**24, |acc| >= 2**24, |acc| > 2**31 - 1;
+* output (reference of the declared contract): subnormal, +-inf, -0 and +0
+  elements;
+* operands: negative / zero scales, all-zero rows, adjacent (-128)*(-128)
+  product pairs and their alignments mod 32, bias near cancellation
+  (|y + bias| < 2**-8 |bias|), scale-order-discriminating elements;
+* shape: K mod 128, M, N; output dtype; scale mode;
+* layouts: what the kernel was handed (``manifest["extra"]["operand_layouts"]``)
+  and which operands it got as dense copies instead (``contiguous_only``).
+
+:func:`coverage_table` aggregates the cases the kernel produced output on
+into rows ``{"condition", "reached", "cases", "covered"}`` for the report
+(``conformance.report``) and its JSON (``coverage``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+FP32_EXACT = 2 ** 24
+INT32_MAX = 2 ** 31 - 1
+#: Elements x K per batch of :func:`partial_sum_extremes` (float64: 32 MiB).
+PARTIAL_BUDGET = 2 ** 22
+#: Residue moduli of K reported (usual K tiles).
+K_MODULI = (8, 16, 32, 64, 128)
+#: M values the table wants (decode and small-batch tails).
+M_WANTED = tuple(range(1, 18))
+#: N values around tile edges the table looks for.
+N_EDGES = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
+PAIR_ALIGN = 32
+#: Layouts of ``a`` / ``b`` / scales the contract admits (reference.operands.layout_label).
+LAYOUTS_WANTED = {"a": ("dense", "row-major padded"),
+                  "b": ("dense", "row-major padded", "column-major"),
+                  "scale_a": ("dense", "strided"), "scale_b": ("dense", "strided")}
+
+
+def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET
+                         ) -> tuple[Tensor, Tensor, int]:
+    """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in
+    each summation direction.
+
+    Prefix sums ``P_j`` (after the first j products, j = 0..K) are computed
+    exactly (float64 batched matmuls of int8 values: every sum is an integer
+    of magnitude <= K * 2**14 < 2**53). Forward (k = 0, 1, ...) the partial
+    sums are the ``P_j``; backward (k = K-1, ...) they are ``acc - P_j``.
+    Since ``|acc - x|`` is convex in x, the backward maximum is reached at the
+    smallest or largest ``P_j``, so only the per-element min / max of ``P_j``
+    are kept. When ``M * N * K > budget`` the prefix sums are taken every
+    ``g`` products (``g`` a power of two): a lower bound, reported as such.
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K] (any layout, CPU).
+        budget: largest M * N * (K / g) handled per pass.
+
+    Returns:
+        ``(forward int64 [M, N], backward int64 [M, N], g)``.
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    g = 1
+    while m * n * math.ceil(k / g) > budget and g < k:
+        g *= 2
+    c = math.ceil(k / g)
+    pad = c * g - k
+    af = torch.nn.functional.pad(a.to(torch.float64), (0, pad)).reshape(m, c, g).transpose(0, 1)
+    bf = torch.nn.functional.pad(b.to(torch.float64), (0, pad)).reshape(n, c, g).permute(1, 2, 0)
+    run = torch.zeros((m, n), dtype=torch.float64)
+    lo, hi = run.clone(), run.clone()
+    step = max(1, budget // max(1, m * n))
+    for c0 in range(0, c, step):
+        s = torch.bmm(af[c0:c0 + step], bf[c0:c0 + step])          # [C', M, N] chunk sums
+        p = run.unsqueeze(0) + torch.cumsum(s, 0)
+        lo = torch.minimum(lo, p.amin(0))
+        hi = torch.maximum(hi, p.amax(0))
+        run = p[-1]
+    fwd = torch.maximum(lo.abs(), hi.abs())
+    bwd = torch.maximum((run - lo).abs(), (run - hi).abs())
+    return fwd.to(torch.int64), bwd.to(torch.int64), g
+
+
+def _pairs(a: Tensor, b: Tensor) -> list[int]:
+    """Sorted k (mod PAIR_ALIGN) where some element has the adjacent products
+    a[m,k]*b[n,k] and a[m,k+1]*b[n,k+1] both equal to (-128)*(-128)."""
+    if a.shape[1] < 2:
+        return []
+    pa = ((a[:, :-1] == -128) & (a[:, 1:] == -128)).any(0)
+    pb = ((b[:, :-1] == -128) & (b[:, 1:] == -128)).any(0)
+    ks = torch.nonzero(pa & pb).reshape(-1)
+    return sorted({int(x) % PAIR_ALIGN for x in ks})
+
+
+def _float_counts(y: Tensor) -> dict:
+    """Subnormal / inf / signed-zero element counts of an output tensor."""
+    f = y.to(torch.float32) if y.dtype != torch.float32 else y
+    tiny = torch.finfo(y.dtype).tiny
+    sub = (f != 0) & (f.abs() < tiny) & torch.isfinite(f)
+    zero = f == 0
+    neg = torch.signbit(f)
+    return {"subnormal": int(sub.sum()), "pos_inf": int((f == math.inf).sum()),
+            "neg_inf": int((f == -math.inf).sum()), "neg_zero": int((zero & neg).sum()),
+            "pos_zero": int((zero & ~neg).sum())}
+
+
+def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
+    """Trigger conditions one case reaches (module docstring).
+
+    Args:
+        spec: KernelSpec (its declared contract gives the reference output).
+        ops: GemmOperands (CPU).
+        run: the KernelRun (for the layouts the kernel was handed), or None.
+        exact: exact int64 accumulator [M, N] if already computed.
+
+    Returns:
+        JSON-able dict: ``max_partial_fwd, max_partial_bwd, partial_step,
+        n_partial_big_final_small, max_abs_acc, n_acc_ge_2_24,
+        n_acc_gt_int32, out {subnormal, pos_inf, neg_inf, neg_zero,
+        pos_zero}, out_dtype, scale_mode, m, k, n, neg_scale_a, neg_scale_b,
+        zero_scale_a, zero_scale_b, zero_rows_a, pair_alignments,
+        bias_cancel, discriminating, layouts, densified``.
+    """
+    from reference.accumulate import exact_int_mm
+    from reference.epilogue import apply_epilogue
+
+    a, b = ops.a.cpu(), ops.b.cpu()
+    acc = exact if exact is not None else exact_int_mm(a, b)
+    fwd, bwd, step = partial_sum_extremes(a, b)
+    big = torch.maximum(fwd, bwd) >= FP32_EXACT
+    sa, sb = ops.scale_a.cpu().reshape(-1), ops.scale_b.cpu().reshape(-1)
+    bias = None if ops.bias is None else ops.bias.cpu()
+    ref = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=bias,
+                         out_dtype=ops.out_dtype)
+    cov = {
+        "max_partial_fwd": int(fwd.max()), "max_partial_bwd": int(bwd.max()),
+        "partial_step": step,
+        "n_partial_big_final_small": int((big & (acc.abs() < FP32_EXACT)).sum()),
+        "max_abs_acc": int(acc.abs().max()), "n_acc_ge_2_24": int((acc.abs() >= FP32_EXACT).sum()),
+        "n_acc_gt_int32": int((acc.abs() > INT32_MAX).sum()),
+        "out": _float_counts(ref), "out_dtype": str(ops.out_dtype).replace("torch.", ""),
+        "scale_mode": ops.scale_mode, "m": ops.m, "k": ops.k, "n": ops.n,
+        "neg_scale_a": bool((torch.signbit(sa) & (sa != 0)).any()),
+        "neg_scale_b": bool((torch.signbit(sb) & (sb != 0)).any()),
+        "zero_scale_a": bool((sa == 0).any()), "zero_scale_b": bool((sb == 0).any()),
+        "zero_rows_a": int((a == 0).all(1).sum()), "pair_alignments": _pairs(a, b),
+        "scale_layout": ("scalar" if ops.scale_a.dim() == 0 or ops.scale_a.numel() == 1
+                         and ops.m > 1 else "[M,1]" if ops.scale_a.dim() == 2 else "[M]"),
+    }
+    if bias is not None:
+        y = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract,
+                           bias=None, out_dtype=torch.float32)
+        bf = bias.to(torch.float32).reshape(1, -1)
+        cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0 ** -8).sum())
+    else:
+        cov["bias_cancel"] = 0
+    if ops.out_dtype != torch.float32 and int(acc.abs().max()) < FP32_EXACT:
+        from conformance.cases import tie_discrimination
+        cov["discriminating"] = tie_discrimination(ops, acc)["a_then_w!=w_then_a"]
+    else:
+        cov["discriminating"] = 0
+    extra = ((getattr(run, "manifest", None) or {}).get("extra") or {}) if run is not None else {}
+    from reference.operands import OPERAND_NAMES, layout_label
+    cov["layouts"] = extra.get("operand_layouts") or {
+        k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
+    cov["densified"] = list(extra.get("densified") or [])
+    return cov
+
+
+def _log2(v: int) -> str:
+    return f"2^{math.log2(v):.2f}" if v > 0 else "0"
+
+
+def _list(xs, limit: int = 20) -> str:
+    xs = list(xs)
+    s = ", ".join(str(x) for x in xs[:limit])
+    return s + (f", ... ({len(xs)})" if len(xs) > limit else "")
+
+
+def coverage_table(case_results: Sequence) -> list[dict]:
+    """Rows ``{"condition", "reached", "cases", "covered"}`` over the cases
+    the kernel produced output on (``CaseResult.coverage`` set).
+
+    ``covered`` is ``"yes"`` / ``"no"`` / ``"partial"`` against what the
+    default suite aims for (module docstring); ``cases`` counts the cases
+    that reached the condition.
+    """
+    covs = [cr.coverage for cr in case_results
+            if getattr(cr, "produced_output", False) and getattr(cr, "coverage", None)
+            and "error" not in cr.coverage]
+    rows: list[dict] = []
+
+    def row(cond, reached, n, covered):
+        rows.append({"condition": cond, "reached": reached, "cases": n,
+                     "covered": covered if isinstance(covered, str) else
+                     ("yes" if covered else "no")})
+
+    def count(pred):
+        return sum(1 for c in covs if pred(c))
+
+    row("cases that ran", f"{len(covs)} of {len(case_results)}", len(covs), bool(covs))
+    if not covs:
+        return rows
+    mp = max(max(c["max_partial_fwd"], c["max_partial_bwd"]) for c in covs)
+    sampled = count(lambda c: c["partial_step"] > 1)
+    row("max |partial sum| (forward / backward K order)",
+        f"{mp} ({_log2(mp)}); forward {max(c['max_partial_fwd'] for c in covs)}, backward "
+        f"{max(c['max_partial_bwd'] for c in covs)}"
+        + (f"; {sampled} large cases sampled every 2..{max(c['partial_step'] for c in covs)} k "
+           f"(lower bound)" if sampled else ""),
+        count(lambda c: max(c["max_partial_fwd"], c["max_partial_bwd"]) >= FP32_EXACT),
+        mp >= FP32_EXACT)
+    n_ps = sum(c["n_partial_big_final_small"] for c in covs)
+    row("partial sums >= 2^24 with final |acc| < 2^24", f"{n_ps} elements",
+        count(lambda c: c["n_partial_big_final_small"] > 0), n_ps > 0)
+    ma = max(c["max_abs_acc"] for c in covs)
+    row("max |acc|", f"{ma} ({_log2(ma)})", len(covs), True)
+    row("|acc| >= 2^24 (float32(acc) inexact)",
+        f"{sum(c['n_acc_ge_2_24'] for c in covs)} elements",
+        count(lambda c: c["n_acc_ge_2_24"] > 0), ma >= FP32_EXACT)
+    row("|acc| > 2^31 - 1 (int32 overflow)", f"{sum(c['n_acc_gt_int32'] for c in covs)} elements",
+        count(lambda c: c["n_acc_gt_int32"] > 0), ma > INT32_MAX)
+    dts = sorted({c["out_dtype"] for c in covs})
+    for key, label in (("subnormal", "subnormal outputs"), ("pos_inf", "+inf outputs"),
+                       ("neg_inf", "-inf outputs"), ("neg_zero", "-0 outputs"),
+                       ("pos_zero", "+0 outputs")):
+        per = {dt: sum(c["out"][key] for c in covs if c["out_dtype"] == dt) for dt in dts}
+        got = [dt for dt in dts if per[dt]]
+        row(f"{label} (reference of the declared contract)",
+            ", ".join(f"{dt} {per[dt]}" for dt in dts), count(lambda c: c["out"][key] > 0),
+            "yes" if len(got) == len(dts) else ("partial" if got else "no"))
+    row("negative scales", f"scale_a in {count(lambda c: c['neg_scale_a'])} cases, scale_b in "
+        f"{count(lambda c: c['neg_scale_b'])}",
+        count(lambda c: c["neg_scale_a"] or c["neg_scale_b"]),
+        count(lambda c: c["neg_scale_a"]) > 0 and count(lambda c: c["neg_scale_b"]) > 0)
+    row("zero scales", f"scale_a in {count(lambda c: c['zero_scale_a'])} cases, scale_b in "
+        f"{count(lambda c: c['zero_scale_b'])}",
+        count(lambda c: c["zero_scale_a"] or c["zero_scale_b"]),
+        count(lambda c: c["zero_scale_a"]) > 0)
+    row("all-zero rows of a", f"{sum(c['zero_rows_a'] for c in covs)} rows",
+        count(lambda c: c["zero_rows_a"] > 0), count(lambda c: c["zero_rows_a"] > 0) > 0)
+    row("bias near cancellation (|y + bias| < 2^-8 |bias|)",
+        f"{sum(c['bias_cancel'] for c in covs)} elements", count(lambda c: c["bias_cancel"] > 0),
+        count(lambda c: c["bias_cancel"] > 0) > 0)
+    al = sorted({x for c in covs for x in c["pair_alignments"]})
+    row(f"adjacent (-128)*(-128) products, start k mod {PAIR_ALIGN}",
+        f"{len(al)}/{PAIR_ALIGN} alignments", count(lambda c: bool(c["pair_alignments"])),
+        "yes" if len(al) == PAIR_ALIGN else ("partial" if al else "no"))
+    res = {mod: {c["k"] % mod for c in covs} for mod in K_MODULI}
+    row("K residues (mod " + "/".join(map(str, K_MODULI)) + ")",
+        ", ".join(f"{len(res[mod])}/{mod}" for mod in K_MODULI), len(covs),
+        "yes" if all(len(res[mod]) == mod for mod in K_MODULI) else "partial")
+    ms = sorted({c["m"] for c in covs})
+    miss = [m for m in M_WANTED if m not in ms]
+    row("M values", f"1..17 {'all' if not miss else 'missing ' + _list(miss)}; "
+        f"max M {max(ms)}; {len(ms)} distinct", len(covs), not miss)
+    ns = {c["n"] for c in covs}
+    nmiss = [n for n in N_EDGES if n not in ns]
+    row("N around tile edges (" + _list(N_EDGES) + ")",
+        "all" if not nmiss else "missing " + _list(nmiss), len(covs), not nmiss)
+    tie_ms = sorted({c["m"] for c in covs if c["discriminating"] > 0})
+    tmiss = [m for m in M_WANTED if m not in tie_ms]
+    row("scale-order-discriminating elements (a_then_w != w_then_a), by M",
+        f"{sum(c['discriminating'] for c in covs)} elements at M = {_list(tie_ms)}"
+        + (f"; missing M {_list(tmiss)}" if tmiss else ""),
+        count(lambda c: c["discriminating"] > 0), "yes" if not tmiss else
+        ("partial" if tie_ms else "no"))
+    row("output dtypes", ", ".join(f"{dt} {count(lambda c, d=dt: c['out_dtype'] == d)}"
+                                   for dt in dts), len(covs), len(dts) == 3)
+    modes = sorted({c["scale_mode"] for c in covs})
+    row("scale modes", ", ".join(f"{md} {count(lambda c, x=md: c['scale_mode'] == x)}"
+                                 for md in modes), len(covs), "pow2" in modes and len(modes) > 1)
+    sl = sorted({c["scale_layout"] for c in covs})
+    row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)
+    for op, wanted in LAYOUTS_WANTED.items():
+        seen = {}
+        dens = 0
+        for c in covs:
+            lab = c["layouts"].get(op)
+            if op in c["densified"]:
+                dens += 1
+                continue
+            seen[lab] = seen.get(lab, 0) + 1
+        miss = [w for w in wanted if w not in seen]
+        txt = ", ".join(f"{k} {v}" for k, v in sorted(seen.items()))
+        if dens:
+            txt += f"; NOT covered: {dens} cases handed as dense copies (kernel declares " \
+                   f"contiguous_only)"
+        row(f"layout of {op}", txt, len(covs),
+            "yes" if not miss else ("partial" if len(miss) < len(wanted) else "no"))
+    return rows
+
+
+def invocation(args=None, prog: str = "int8conf check") -> dict:
+    """The command line and options that produced a report.
+
+    Args:
+        args: the parsed ``argparse.Namespace`` of ``int8conf check`` (or a
+            dict of options); None gives ``{"command": prog, "options": {}}``.
+        prog: the program / subcommand name.
+
+    Returns:
+        ``{"command": "<prog> --opt value ...", "options": {name: value}}``:
+        ``command`` re-creates the run (options whose value is not None,
+        False or empty, in parser order, list options repeated).
+    """
+    import shlex
+
+    opts = dict(vars(args)) if args is not None and not isinstance(args, dict) else dict(args or {})
+    # ``command``: the subcommand's argparse dest (already in ``prog``)
+    opts = {k: v for k, v in opts.items()
+            if not callable(v) and not k.startswith("_") and k != "command"}
+    parts: list[str] = []
+    for k, v in opts.items():
+        flag = "--" + k.replace("_", "-")
+        if v is None or v is False or v == [] or v == "":
+            continue
+        if v is True:
+            parts.append(flag)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                parts += [flag, str(x)]
+        else:
+            parts += [flag, str(v)]
+    clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.items()}
+    return {"command": " ".join([prog] + ([shlex.join(parts)] if parts else [])),
+            "options": clean}

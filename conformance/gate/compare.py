@@ -1,0 +1,339 @@
+"""Candidate vs incumbent, per case and per model-level check, decided under a policy.
+
+Per case the gate knows, for each kernel, a :class:`Side`: whether it ran
+(or declined the case, crashed, timed out), its per-check verdicts and its
+output bits. :func:`output_delta` measures the candidate's output against
+the incumbent's in spacings (``reference.bits.spacing_distance``, ordered
+bf16/fp16 encodings) and puts the case in one class:
+
+* ``identical`` -- every element has the same bits;
+* ``within_one_spacing`` -- some differ, none by more than one spacing;
+* ``worse`` -- some element differs by more than one spacing (or in NaN-ness);
+* ``unknown`` -- the incumbent's output is not known exactly (a stored
+  baseline whose output digest cannot be reproduced, see
+  ``conformance.gate.gate``).
+
+:func:`decide_case` turns that plus the check verdict changes into one
+status of ``conformance.gate.status.STATUSES`` with its reasons (module
+docstring of ``conformance.gate.policy`` for the rules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS
+from conformance.gate.policy import REQUIRE_RULES, Policy
+from conformance.gate.status import CRASH, FAIL, NOT_SUPPORTED, PASS, TIMEOUT, WARN
+
+IDENTICAL, WITHIN_ONE, WORSE, UNKNOWN = "identical", "within_one_spacing", "worse", "unknown"
+#: Side statuses: the kernel ran (possibly failing checks), declined, died, hung,
+#: or the harness itself failed on the case.
+RAN, HARNESS = "ran", "harness-error"
+#: Checks whose regressions are judged by the output rules (they are about the same bits).
+OUTPUT_CHECKS = ("C5", "C8")
+
+
+@dataclass
+class Side:
+    """One kernel's outcome on one case.
+
+    Attributes:
+        status: ``ran`` | ``not-supported`` | ``crash`` | ``timeout`` | ``harness-error``.
+        checks: ``{check id: {"verdict", "summary", "kernel_failure"}}``.
+        output: the output tensor (CPU) or None.
+        output_digest: ``tensor_digest`` of the output, or None.
+        error: the runner's / isolation's one-line error.
+        evidence: crash / timeout evidence (signal, exit status, log tail).
+    """
+
+    status: str
+    checks: dict = field(default_factory=dict)
+    output: object = None
+    output_digest: Optional[str] = None
+    error: Optional[str] = None
+    evidence: dict = field(default_factory=dict)
+
+    def failed(self, cid: str) -> bool:
+        """True when check ``cid`` failed because of the kernel."""
+        return bool((self.checks.get(cid) or {}).get("kernel_failure"))
+
+
+def _kernel_failure(cid: str, verdict: str, evidence: dict) -> bool:
+    if verdict != "fail":
+        return False
+    return not (cid in PRECONDITION_CHECKS and (evidence or {}).get("failure_kind") == "precondition")
+
+
+def side_from_case_result(cr) -> Side:
+    """Side of a ``conformance.evaluate.CaseResult`` (output kept if it was)."""
+    checks = {cid: {"verdict": r.verdict, "summary": r.summary,
+                    "kernel_failure": r.is_kernel_failure} for cid, r in cr.checks.items()}
+    status = NOT_SUPPORTED if cr.not_run_reason is not None else RAN
+    return Side(status, checks, cr.output, cr.output_digest, cr.error)
+
+
+def side_from_report_case(d: dict) -> Side:
+    """Side of one ``cases[]`` entry of a stored conformance report (no output
+    tensor: only its digest)."""
+    checks = {cid: {"verdict": c.get("verdict"), "summary": c.get("summary", ""),
+                    "kernel_failure": _kernel_failure(cid, c.get("verdict"), c.get("evidence"))}
+              for cid, c in (d.get("checks") or {}).items()}
+    status = NOT_SUPPORTED if d.get("not_run_reason") else RAN
+    return Side(status, checks, None, d.get("output_digest"), d.get("error"))
+
+
+def output_delta(cand, inc) -> dict:
+    """Bit distance of two outputs of one case.
+
+    Args:
+        cand, inc: out_dtype [M, N] tensors (same shape and dtype).
+
+    Returns:
+        ``{"class", "max_ulp", "n_differ", "n_elements", "ulp_histogram"}``;
+        a shape / dtype mismatch is ``worse`` with ``why``.
+    """
+    from reference.bits import spacing_distance, ulp_histogram
+    if tuple(cand.shape) != tuple(inc.shape) or cand.dtype != inc.dtype:
+        return {"class": WORSE, "why": f"output {tuple(cand.shape)} {cand.dtype} vs incumbent "
+                                       f"{tuple(inc.shape)} {inc.dtype}"}
+    dist = spacing_distance(cand, inc)
+    mx = int(dist.max()) if dist.numel() else 0
+    n = int((dist > 0).sum())
+    cls = IDENTICAL if mx == 0 else WITHIN_ONE if mx <= 1 else WORSE
+    return {"class": cls, "max_ulp": mx, "n_differ": n, "n_elements": int(dist.numel()),
+            "ulp_histogram": ulp_histogram(dist)}
+
+
+def check_changes(cand: Side, inc: Optional[Side]) -> list[dict]:
+    """Per-check verdict changes from the incumbent to the candidate.
+
+    Returns:
+        ``[{"check", "incumbent", "candidate", "change"}]`` with ``change``
+        ``regression`` (the candidate fails because of the kernel where the
+        incumbent did not), ``improvement`` (the reverse) or ``changed``
+        (another verdict change, e.g. pass -> n/a); unchanged checks are left out.
+    """
+    out = []
+    if inc is None:
+        return out
+    for cid in sorted(set(cand.checks) | set(inc.checks)):
+        c, i = cand.checks.get(cid) or {}, inc.checks.get(cid) or {}
+        cv, iv = c.get("verdict"), i.get("verdict")
+        if cv == iv and bool(c.get("kernel_failure")) == bool(i.get("kernel_failure")):
+            continue
+        change = ("regression" if c.get("kernel_failure") and not i.get("kernel_failure")
+                  else "improvement" if i.get("kernel_failure") and not c.get("kernel_failure")
+                  else "changed")
+        out.append({"check": cid, "incumbent": iv, "candidate": cv, "change": change})
+    return out
+
+
+def scale_family(scale_mode: str) -> str:
+    """``pow2`` for the power-of-two weight scale mode, ``real`` otherwise."""
+    return "pow2" if scale_mode == "pow2" else "real"
+
+
+class _Reasons:
+    """Collects reasons, applying the policy's expectations to blocking ones."""
+
+    def __init__(self, policy: Policy, case: Optional[str], layer: Optional[str]):
+        self.policy, self.case, self.layer = policy, case, layer
+        self.items: list[dict] = []
+        self.used: set[int] = set()
+
+    def add(self, check: str, text: str, blocks: bool) -> None:
+        exp = self.policy.expectation_for(check, self.case, self.layer) if blocks else None
+        if exp is not None:
+            self.used.add(exp.index)
+        self.items.append({"check": check, "text": text, "blocking": blocks and exp is None,
+                           "expected": exp.label() if exp is not None else None})
+
+    @property
+    def blocking(self) -> bool:
+        return any(r["blocking"] for r in self.items)
+
+
+@dataclass
+class Decision:
+    """The gate's verdict on one case or model-level check.
+
+    Attributes:
+        item: case id (or ``C7`` / ``E1``).
+        status: one of ``conformance.gate.status.STATUSES``.
+        blocking: whether it blocks the swap.
+        reasons: ``[{"check", "text", "blocking", "expected"}]``.
+        delta: :func:`output_delta` (cases) or None.
+        changes: :func:`check_changes`.
+        expectations_used: indices of the policy's expectations applied.
+        layer, family, scale_mode, source: the case's coordinates.
+        evidence: crash / timeout / model-check evidence; ``repro`` dir.
+        manifest: the candidate's run manifest on this case (or None).
+    """
+
+    item: str
+    status: str
+    blocking: bool
+    reasons: list
+    delta: Optional[dict] = None
+    changes: list = field(default_factory=list)
+    expectations_used: list = field(default_factory=list)
+    layer: Optional[str] = None
+    family: Optional[str] = None
+    scale_mode: Optional[str] = None
+    source: Optional[str] = None
+    evidence: dict = field(default_factory=dict)
+    manifest: Optional[dict] = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (the run ``manifest`` feeds the report's environment only)."""
+        return {"item": self.item, "status": self.status, "blocking": self.blocking,
+                "reasons": self.reasons, "delta": self.delta, "changes": self.changes,
+                "expectations_used": self.expectations_used, "layer": self.layer,
+                "family": self.family, "scale_mode": self.scale_mode, "source": self.source,
+                "evidence": self.evidence}
+
+
+def _describe_delta(delta: dict) -> str:
+    if "why" in delta:
+        return delta["why"]
+    return (f"{delta['n_differ']}/{delta['n_elements']} elements differ from the incumbent's "
+            f"output (max {delta['max_ulp']} spacing{'s' if delta['max_ulp'] != 1 else ''})")
+
+
+def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict],
+                policy: Policy, scale_mode: str = "synthetic", layer: Optional[str] = None,
+                source: Optional[str] = None) -> Decision:
+    """One case's status under ``policy``.
+
+    Args:
+        case: case id; ``layer``: its layer name (captures) for expectations.
+        cand: the candidate's Side; ``inc``: the incumbent's (None if unknown).
+        delta: :func:`output_delta` of the two outputs (None when either has no output).
+        policy: the policy.
+        scale_mode: the case's scale mode (``pow2`` -> the pow2 family).
+
+    Returns:
+        Decision (rules: ``conformance.gate.policy`` module docstring).
+    """
+    fam = scale_family(scale_mode)
+    rs = _Reasons(policy, case, layer)
+    changes = check_changes(cand, inc) if cand.status == RAN and inc is not None and inc.status == RAN else []
+    inc_ran = inc is not None and inc.status == RAN
+    if cand.status in (CRASH, TIMEOUT):
+        rs.add(cand.status, cand.error or cand.status, True)
+        status = cand.status
+    elif cand.status == NOT_SUPPORTED:
+        blocks = policy.not_supported == "block" and inc_ran
+        rs.add(NOT_SUPPORTED, (cand.error or "not runnable here")
+               + ("; the incumbent ran this case" if inc_ran else "; the incumbent did not run it either"),
+               blocks)
+        status = NOT_SUPPORTED
+    elif cand.status == HARNESS:
+        rs.add("harness", f"the gate could not evaluate this case: {cand.error}", True)
+        status = FAIL
+    else:
+        identical = delta is not None and delta.get("class") == IDENTICAL
+        for cid in sorted(cid for cid in cand.checks if cand.failed(cid)):
+            name = CHECK_NAMES.get(cid, cid)
+            summ = (cand.checks[cid].get("summary") or "")[:200]
+            if inc_ran and inc.failed(cid):
+                rs.add(cid, f"{cid} {name} fails, as it does for the incumbent: {summ}", False)
+            elif cid in OUTPUT_CHECKS and delta is not None and not identical:
+                rs.add(cid, f"{cid} {name} fails where the incumbent passes (judged by the "
+                            f"output rule below): {summ}", False)
+            else:
+                was = inc.checks.get(cid, {}).get("verdict") if inc_ran else "unknown"
+                rs.add(cid, f"{cid} {name}: incumbent {was} -> candidate fail: {summ}", True)
+        if delta is not None:
+            cls = delta.get("class")
+            text = _describe_delta(delta)
+            if cls == WITHIN_ONE:
+                if fam in policy.required_families:
+                    rule = next(r for r in policy.require if fam in REQUIRE_RULES[r])
+                    rs.add("output", f"{text}; policy requires bit identity here ({rule})", True)
+                elif fam in policy.allowed_families:
+                    rs.add("output", f"{text}; allowed by the policy (within one spacing, {fam} "
+                                     f"scales)", False)
+                else:
+                    rs.add("output", f"{text}; no allow rule of the policy covers {fam}-scale cases",
+                           True)
+            elif cls == WORSE:
+                rs.add("output", f"{text}: more than one spacing", True)
+            elif cls == UNKNOWN:
+                rs.add("output", text, True)
+        elif not inc_ran:
+            rs.add("output", "no incumbent output on this case (it "
+                   + (inc.status if inc is not None else "is unknown")
+                   + "): judged on the candidate's own checks", False)
+        status = FAIL if rs.blocking else WARN if rs.items else PASS
+    return Decision(item=case, status=status, blocking=rs.blocking, reasons=rs.items, delta=delta,
+                    changes=changes, expectations_used=sorted(rs.used), layer=layer, family=fam,
+                    scale_mode=scale_mode, source=source,
+                    evidence=dict(cand.evidence))
+
+
+def _hash(res: Optional[dict]) -> Optional[list]:
+    ev = (res or {}).get("evidence") or {}
+    return ev.get("kernel_logits_hash")
+
+
+def decide_model(check_id: str, cand: Optional[dict], inc: Optional[dict], policy: Policy,
+                 cand_status: str = RAN, error: Optional[str] = None,
+                 evidence: Optional[dict] = None) -> Decision:
+    """The status of a model-level check (C7 token_flip, E1 engine_hash).
+
+    Args:
+        check_id: ``C7`` or ``E1``.
+        cand, inc: the check's result dicts (``CheckResult.to_dict()`` or a
+            report's ``checks[]`` entry); None when absent.
+        policy: the policy (``max_token_flips_above_threshold``,
+            ``allow_engine_hash_change``).
+        cand_status: ``ran`` | ``crash`` | ``timeout`` | ``harness-error``.
+        error, evidence: crash / timeout details.
+
+    Returns:
+        Decision; C7 fails above the policy's flip limit, warns on flips
+        below it; E1 fails when the candidate's engine hash differs from the
+        incumbent's (unless the policy allows it) or newly differs from the
+        exact reference.
+    """
+    rs = _Reasons(policy, None, None)
+    name = CHECK_NAMES.get(check_id, check_id)
+    status = PASS
+    if cand_status in (CRASH, TIMEOUT):
+        rs.add(cand_status, error or cand_status, True)
+        status = cand_status
+    elif cand_status == HARNESS:
+        rs.add("harness", f"the gate could not run {check_id}: {error}", True)
+        status = FAIL
+    elif cand is None or cand.get("verdict") == "n/a":
+        rs.add(check_id, f"{check_id} {name} not run: "
+               + ((cand or {}).get("summary") or "disabled"), False)
+        status = NOT_SUPPORTED
+    else:
+        ev = cand.get("evidence") or {}
+        if check_id == "C7":
+            above = ev.get("flips_above_threshold")
+            lim = policy.max_token_flips_above_threshold
+            if cand.get("verdict") == "fail" and above is None:
+                rs.add("C7", f"C7 token_flip failed: {cand.get('summary')}", True)
+            elif above is not None and lim is not None and int(above) > lim:
+                rs.add("C7", f"{above} token flips above the margin threshold "
+                             f"({ev.get('threshold')}), policy allows {lim}", True)
+            elif ev.get("flips"):
+                rs.add("C7", f"{ev.get('flips')} token flips, {above} above the threshold "
+                             f"(policy allows {lim})", False)
+        else:
+            ch, ih = _hash(cand), _hash(inc)
+            if cand.get("verdict") == "fail" and (inc or {}).get("verdict") != "fail":
+                rs.add("E1", f"E1 engine_hash fails where the incumbent passes: "
+                             f"{cand.get('summary')}", True)
+            if ch is not None and ih is not None and ch != ih:
+                rs.add("E1", f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)",
+                       not policy.allow_engine_hash_change)
+        status = FAIL if rs.blocking else WARN if rs.items else PASS
+    return Decision(item=check_id, status=status, blocking=rs.blocking, reasons=rs.items,
+                    expectations_used=sorted(rs.used),
+                    evidence={"candidate": cand, "incumbent": inc, **(evidence or {})})

@@ -1,0 +1,457 @@
+"""The gate as a library call: :func:`run_gate`.
+
+1. Resolve the candidate (and the incumbent) kernel in this process, so a
+   bad name fails at once with one line; load the policy.
+2. Build the suite's fixed cases (``conformance.suite.default_cases``:
+   synthetic, shape sweep, layer captures in both scale modes).
+3. With ``baseline`` (a stored ``conformance.json``), check comparability
+   before any kernel runs: same schema, suite version, case-set digest and
+   capture digest (``conformance.suite.comparability``), no partial run,
+   per-case output digests present; otherwise :class:`NotComparable` with
+   every reason.
+4. Run each kernel in its own child process (``conformance.gate.isolation``),
+   case by case with a timeout; a crash / hang ends that case as ``crash`` /
+   ``timeout``, a reproducer is saved (``conformance.gate.repro``), and a
+   fresh child takes the next case. Then the model-level checks C7 / E1
+   (unless disabled), also isolated.
+5. Compare per case (``conformance.gate.compare``): outputs bit for bit (in
+   baseline mode: the stored output digest, and where it differs, the
+   reference emulating the incumbent's declared contract when its digest
+   reproduces the stored one), check verdict changes; decide each case and
+   model-level check under the policy; overall ``pass`` or ``blocked``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+from conformance.gate import compare as C
+from conformance.gate.isolation import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
+from conformance.gate.policy import Policy
+from conformance.gate.status import (CRASH, EXIT_BLOCKED, EXIT_PASS, FAIL, NOT_SUPPORTED, TIMEOUT,
+                                     status_counts)
+from reference.errors import Int8confError
+
+SCHEMA = "int8conf.gate"
+SCHEMA_VERSION = 1
+
+
+class NotComparable(Int8confError):
+    """A stored baseline cannot be compared with this run (reasons in ``reasons``)."""
+
+    def __init__(self, path, reasons: Sequence[str]):
+        self.path, self.reasons = str(path), list(reasons)
+        super().__init__(f"baseline {path} is not comparable with this run: " + "; ".join(reasons))
+
+
+@dataclass
+class GateOptions:
+    """How the gate runs (defaults = the full suite).
+
+    Attributes:
+        include_captures, include_sweep, seeds, max_capture_layers,
+        capture_dir, model_dir: the case set (``conformance.suite.default_cases``).
+        model_checks: run C7 / E1 (slow on CPU; ``--no-model`` turns them off).
+        device: kernel device (None = runner default).
+        timeout_s: seconds one case may take (per kernel) before its child is killed.
+        model_timeout_s: the same for one model-level check.
+        method: process start method (None = ``isolation.start_method()``).
+    """
+
+    include_captures: bool = True
+    include_sweep: bool = True
+    seeds: tuple = (0, 1)
+    max_capture_layers: Optional[int] = None
+    capture_dir: Optional[str] = None
+    model_dir: Optional[str] = None
+    model_checks: bool = True
+    device: Optional[str] = None
+    timeout_s: float = 60.0
+    model_timeout_s: float = 1800.0
+    method: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        """JSON-able dict."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class GateResult:
+    """Everything the gate report holds (``conformance.gate.report``).
+
+    Attributes:
+        candidate, incumbent: ``{"ref", "manifest"}`` (incumbent: or
+            ``{"baseline": path, "manifest"}``).
+        policy: ``Policy.to_dict()``.
+        cases, model: Decisions.
+        overall: ``{"verdict": "pass"|"blocked", "exit_code", "summary",
+            "counts", "blocking", "unused_expectations"}``.
+        comparability: of this run's cases (``conformance.suite.comparability``).
+        environment: ``conformance.suite.environment`` of the candidate's runs.
+        options: GateOptions.to_dict(); elapsed_s; notes.
+    """
+
+    candidate: dict
+    incumbent: dict
+    policy: dict
+    cases: list
+    model: list
+    overall: dict
+    comparability: dict
+    environment: dict
+    options: dict
+    elapsed_s: float = 0.0
+    notes: list = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """``EXIT_PASS`` or ``EXIT_BLOCKED``."""
+        return self.overall["exit_code"]
+
+    def decision(self, item: str) -> C.Decision:
+        """The Decision of one case id or model check (KeyError if absent)."""
+        for d in list(self.cases) + list(self.model):
+            if d.item == item:
+                return d
+        raise KeyError(item)
+
+
+def case_rows(cases) -> list[dict]:
+    """The comparability rows of GemmOperands (as ``CaseResult.to_dict`` has them)."""
+    from conformance.cases import case_id
+    return [{"case": case_id(o), "source": (o.meta or {}).get("source", "synthetic"),
+             "scale_mode": o.scale_mode, "out_dtype": str(o.out_dtype),
+             "operand_digests": o.digests()} for o in cases]
+
+
+def layer_of(ops) -> Optional[str]:
+    """Layer name of a capture case (its ``name``), else None."""
+    return ops.name if (ops.meta or {}).get("source") == "capture" else None
+
+
+def baseline_problems(doc: dict, mine: dict, path) -> list[str]:
+    """Why a stored report cannot be compared with this run ([] if it can).
+
+    Args:
+        doc: the report (``conformance.report.read_report``).
+        mine: ``conformance.suite.comparability`` of this run's cases.
+        path: for messages.
+    """
+    from conformance.suite import SUITE_VERSION, comparability
+    probs = []
+    comp = doc.get("comparability")
+    if not isinstance(comp, dict):
+        probs.append("it has no comparability record (written before int8conf recorded case "
+                     "digests); re-run `int8conf check` for the incumbent")
+        comp = comparability(doc.get("cases") or [], doc.get("environment"), doc.get("captures"))
+        comp["suite_version"] = None
+    if comp.get("suite_version") not in (None, SUITE_VERSION):
+        probs.append(f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
+                     f"checks changed since it was written)")
+    for note in doc.get("notes") or []:
+        if "partial run" in str(note):
+            probs.append(f"it is a partial run ({note})")
+    if comp.get("captures_digest") != mine.get("captures_digest"):
+        probs.append(f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
+                     f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
+                     f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
+                     f"(digest {str(mine.get('captures_digest'))[:12]}, from "
+                     f"{mine.get('captures_source')})")
+    if comp.get("cases_digest") != mine.get("cases_digest"):
+        theirs, ours = set(comp.get("case_ids") or []), set(mine.get("case_ids") or [])
+        only_b, only_m = sorted(theirs - ours), sorted(ours - theirs)
+        detail = []
+        if only_b:
+            detail.append(f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})")
+        if only_m:
+            detail.append(f"{len(only_m)} only in this run (e.g. {only_m[0]})")
+        if not detail:
+            detail.append("same case ids, different operand bits")
+        probs.append("different case set: " + ", ".join(detail)
+                     + "; run the gate with the options the baseline was made with "
+                       "(--no-captures / --no-sweep / --captures DIR)")
+    cases = doc.get("cases") or []
+    if cases and any(c.get("source") != "property" and "output_digest" not in c for c in cases):
+        probs.append("its cases carry no output digests (an older report); re-run "
+                     "`int8conf check` for the incumbent")
+    return probs
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:120] or "case"
+
+
+def _side(outcome) -> C.Side:
+    if outcome.kind == OK:
+        return C.side_from_case_result(outcome.value)
+    status = {CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[outcome.kind]
+    return C.Side(status, error=outcome.error,
+                  evidence={"exitcode": outcome.exitcode, "signal": outcome.signal,
+                            "log_tail": outcome.log_tail, "elapsed_s": round(outcome.elapsed_s, 3)})
+
+
+def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) -> Optional[dict]:
+    """Output class vs a stored baseline (module docstring, step 5)."""
+    if cand.output is None or inc.status != C.RAN or inc.output_digest is None:
+        return None
+    n = int(cand.output.numel())
+    if cand.output_digest == inc.output_digest:
+        return {"class": C.IDENTICAL, "max_ulp": 0, "n_differ": 0, "n_elements": n,
+                "via": "output digest equal to the baseline's"}
+    from conformance.checks.output_bits import reference_output
+    from reference.contract import EpilogueContract
+    from reference.operands import tensor_digest
+    try:
+        ref = reference_output(ops, EpilogueContract.from_dict(contract or {}))
+    except Exception as e:  # noqa: BLE001 -- a malformed contract in the stored report
+        return {"class": C.UNKNOWN, "why": f"the baseline's declared contract is unusable ({e})"}
+    if tensor_digest(ref) != inc.output_digest:
+        return {"class": C.UNKNOWN,
+                "why": "output differs from the baseline's, and the baseline's output on this "
+                       "case is not the reference of its declared contract, so the distance is "
+                       "unknown; gate with --incumbent to measure it"}
+    d = C.output_delta(cand.output, ref)
+    d["via"] = "baseline output reproduced by the reference of its declared contract"
+    return d
+
+
+def _overall(decisions: list, model: list, policy: Policy) -> dict:
+    used = sorted({i for d in decisions + model for i in d.expectations_used})
+    unused = [e.to_dict() for e in policy.expectations if e.index not in used]
+    blocking = [d.item for d in decisions + model if d.blocking]
+    counts = status_counts(d.status for d in decisions)
+    if unused and policy.fail_on_unused_expectations:
+        blocking.append("unused expectations")
+    verdict = "blocked" if blocking else "pass"
+    n = len(decisions)
+    parts = [f"{counts[s]} {s}" for s in counts if counts[s]]
+    summary = (f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {n} cases ("
+               + ", ".join(parts) + ")")
+    mparts = [f"{d.item} {d.status}" for d in model]
+    if mparts:
+        summary += "; model-level: " + ", ".join(mparts)
+    if unused:
+        summary += f"; {len(unused)} unused expectation{'s' if len(unused) > 1 else ''}"
+    return {"verdict": verdict, "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
+            "summary": summary, "counts": counts,
+            "model_counts": status_counts(d.status for d in model),
+            "blocking": blocking, "unused_expectations": unused,
+            "expectations_used": used}
+
+
+class GateSession:
+    """A gate in progress: kernels resolved, cases built, baseline checked;
+    cases are decided one at a time (:meth:`run_case`), so the pytest plugin
+    can spread them over xdist workers and :func:`run_gate` can loop.
+
+    Args: as :func:`run_gate`.
+
+    Raises:
+        Int8confError / NotComparable: as :func:`run_gate` (at construction,
+            before any kernel runs).
+    """
+
+    def __init__(self, candidate, incumbent=None, baseline=None, policy: Optional[Policy] = None,
+                 options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
+                 cases: Optional[Sequence] = None,
+                 progress: Optional[Callable[[str], None]] = None):
+        from conformance.report import read_report
+        from conformance.suite import comparability, default_cases, load_captures, validate_device
+        self.t0 = time.perf_counter()
+        self.opts = options or GateOptions()
+        self.policy = policy or Policy()
+        self.say = progress or (lambda s: None)
+        if (incumbent is None) == (baseline is None):
+            raise Int8confError("give exactly one of --incumbent KERNEL or --baseline REPORT")
+        validate_device(self.opts.device)
+        self.candidate, self.incumbent, self.baseline = candidate, incumbent, baseline
+        self.cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
+        self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
+        opts = self.opts
+        if cases is None:
+            cs = load_captures(opts.capture_dir, opts.model_dir) if (
+                opts.capture_dir and opts.include_captures) else None
+            cases, cap = default_cases(opts.include_captures, opts.include_sweep, opts.seeds,
+                                       opts.max_capture_layers, cs)
+            cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
+        else:
+            cases = list(cases)
+            cap_d = {"available": False, "note": "explicit case list", "source": ""}
+        self.cases, self.rows = cases, case_rows(cases)
+        self.comparability = comparability(self.rows, None, cap_d)
+        self.doc = None
+        if baseline is not None:
+            self.doc = read_report(baseline)
+            probs = baseline_problems(self.doc, self.comparability, baseline)
+            if probs:
+                raise NotComparable(baseline, probs)
+        self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}
+        self.out = Path(out_dir)
+        self.log_dir = self.out / "logs"  # per xdist worker: logs/<worker id>
+        self.runners: dict = {}
+        self.repros: list = []
+
+    def _runner(self, role: str) -> IsolatedKernel:
+        if role not in self.runners:
+            k = self.candidate if role == "candidate" else self.incumbent
+            self.runners[role] = IsolatedKernel(k, self.cases, self.opts.timeout_s,
+                                                self.log_dir, self.opts.device,
+                                                self.opts.method)
+        return self.runners[role]
+
+    @property
+    def roles(self) -> tuple:
+        """``("candidate", "incumbent")``, or only the candidate with a baseline."""
+        return ("candidate",) if self.doc is not None else ("candidate", "incumbent")
+
+    def run_case(self, i: int) -> C.Decision:
+        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy.
+
+        Returns:
+            Decision; ``manifest`` holds the candidate's run manifest (or None).
+        """
+        ops, row = self.cases[i], self.rows[i]
+        cid = row["case"]
+        sides = {}
+        manifest = None
+        for role in self.roles:
+            r = self._runner(role)
+            oc = r.run_case(i)
+            sides[role] = _side(oc)
+            if oc.kind == OK and role == "candidate":
+                manifest = oc.value.run_manifest
+            elif oc.kind in (CRASHED, TIMED_OUT):
+                from conformance.gate.repro import save_reproducer
+                ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
+                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid,
+                                    {"status": sides[role].status, "role": role,
+                                     "error": oc.error, "signal": oc.signal,
+                                     "exitcode": oc.exitcode, "log_tail": oc.log_tail,
+                                     "timeout_s": self.opts.timeout_s})
+                sides[role].evidence["repro"] = str(d)
+                self.repros.append(str(d))
+        cand = sides["candidate"]
+        if self.doc is not None:
+            b = self.base_cases.get(cid)
+            inc = C.side_from_report_case(b) if b is not None else None
+            delta = (_baseline_delta(cand, inc, ops, self.doc["kernel"].get("contract"))
+                     if inc else None)
+        else:
+            inc = sides["incumbent"]
+            delta = (C.output_delta(cand.output, inc.output)
+                     if cand.output is not None and inc.output is not None else None)
+        dec = C.decide_case(cid, cand, inc, delta, self.policy, ops.scale_mode, layer_of(ops),
+                            row["source"])
+        if "incumbent" in sides and sides["incumbent"].status in (CRASH, TIMEOUT):
+            dec.evidence["incumbent"] = sides["incumbent"].evidence
+        dec.manifest = manifest
+        self.say(f"[{i + 1}/{len(self.cases)}] {cid}: {dec.status}")
+        return dec
+
+    def run_model(self, check_id: str) -> C.Decision:
+        """Run model-level check ``check_id`` (C7 / E1) isolated and decide it."""
+        res = {}
+        for role in self.roles:
+            self.say(f"gate: {check_id} for the {role}")
+            res[role] = self._runner(role).run_model(check_id, self.opts.model_timeout_s)
+        oc = res["candidate"]
+        cand_d = oc.value.to_dict() if oc.kind == OK else None
+        if self.doc is not None:
+            inc_d = next((c for c in self.doc.get("checks") or []
+                          if c.get("check_id") == check_id), None)
+        else:
+            io = res["incumbent"]
+            inc_d = io.value.to_dict() if io.kind == OK else None
+        st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
+        return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error,
+                              {"signal": oc.signal, "exitcode": oc.exitcode,
+                               "log_tail": oc.log_tail} if oc.kind != OK else None)
+
+    def close(self) -> None:
+        """Stop the child processes."""
+        for r in self.runners.values():
+            r.close()
+        self.runners = {}
+
+    def result(self, decisions: Sequence, model: Sequence = (),
+               elapsed_s: Optional[float] = None) -> GateResult:
+        """The GateResult of decided cases (in case order) and model checks."""
+        from conformance.suite import environment
+        order = {row["case"]: i for i, row in enumerate(self.rows)}
+        decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
+        model = list(model)
+        manifests = [d.manifest for d in decisions if getattr(d, "manifest", None)]
+        env = environment(manifests)
+        doc, policy = self.doc, self.policy
+        inc_info = ({"baseline": str(self.baseline), "manifest": doc.get("kernel"),
+                     "generated_at": doc.get("generated_at"),
+                     "environment": (doc.get("comparability") or {}).get("environment")}
+                    if doc is not None else
+                    {"ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef)
+                     else None, "manifest": self.inc_spec.manifest()})
+        notes = []
+        if doc is not None:
+            theirs = (doc.get("comparability") or {}).get("environment") or {}
+            diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in
+                    ("torch", "triton", "execution", "cuda_device") if theirs.get(k) != env.get(k)]
+            if diff:
+                notes.append("environment differs from the baseline's (bits are compared as "
+                             "they are; kernels may legitimately take other paths): "
+                             + "; ".join(diff))
+        repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
+        if repros:
+            notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
+        missing = len(self.rows) - len(decisions)
+        if missing:
+            notes.append(f"partial run: {len(decisions)} of {len(self.rows)} cases decided "
+                         f"(pytest selection or early stop)")
+        return GateResult(
+            candidate={"ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef)
+                       else None, "manifest": self.cand_spec.manifest()},
+            incumbent=inc_info, policy=policy.to_dict(), cases=list(decisions), model=model,
+            overall=_overall(list(decisions), model, policy), comparability=self.comparability,
+            environment=env, options=self.opts.to_dict(),
+            elapsed_s=(time.perf_counter() - self.t0) if elapsed_s is None else elapsed_s,
+            notes=notes)
+
+
+def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, object, None] = None,
+             baseline: Union[str, Path, None] = None, policy: Optional[Policy] = None,
+             options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
+             cases: Optional[Sequence] = None,
+             progress: Optional[Callable[[str], None]] = None) -> GateResult:
+    """Decide whether ``candidate`` may replace the incumbent.
+
+    Args:
+        candidate: KernelRef (or an in-memory KernelSpec; fork start method only).
+        incumbent: KernelRef / KernelSpec to run, or None with ``baseline``.
+        baseline: a stored ``conformance.json`` of the incumbent instead.
+        policy: Policy (default: ``Policy()`` -- bit identity everywhere,
+            no token flips, engine hash must not move).
+        options: GateOptions.
+        out_dir: where reproducers and child logs go (the reports are
+            written by ``conformance.gate.report.write_gate_reports``).
+        cases: explicit GemmOperands (replaces the suite's case set).
+        progress: called with one line per step.
+
+    Returns:
+        GateResult (never raises for a kernel's behaviour).
+
+    Raises:
+        Int8confError: bad kernel name, both or neither of incumbent /
+            baseline, unreadable baseline, bad device (one line).
+        NotComparable: the baseline does not match this run's cases / captures.
+    """
+    from conformance.suite import MODEL_CHECKS
+    s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
+    s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
+    try:
+        decisions = [s.run_case(i) for i in range(len(s.cases))]
+        model = ([s.run_model(cid) for cid, _, _ in MODEL_CHECKS] if s.opts.model_checks else [])
+    finally:
+        s.close()
+    return s.result(decisions, model)

@@ -1,0 +1,336 @@
+"""Run a kernel in a child process, one case at a time, with a timeout.
+
+A kernel that segfaults, aborts, hits a fatal CUDA error or calls
+``os._exit`` kills only its child process; one that hangs is killed after
+``timeout_s``. The parent (the gate) records the case as ``crash`` /
+``timeout`` with the evidence (exit status, signal name, the tail of the
+child's log, where ``faulthandler`` writes the Python stack of a fatal
+signal) and starts a fresh child for the next case. A healthy child is
+reused for every case, so the ~2-3 s of importing torch is paid once per
+kernel, not once per case.
+
+Start method: ``fork`` where the platform has it and the parent has not
+initialized CUDA (the child inherits the imported modules, the cases and
+even an in-memory ``KernelSpec``: no pickling, start in milliseconds);
+``spawn`` otherwise (the kernel must then be a :class:`KernelRef`,
+resolvable by name in a fresh interpreter). Each child resolves its own
+device, so under ``CUDA_VISIBLE_DEVICES`` / ``device="cuda:N"`` one child
+per GPU is possible.
+
+Protocol (``multiprocessing`` pipe, pickled tuples): the parent sends
+``("case", i)`` or ``("model", check_id)`` or ``("stop",)``; the child
+answers ``("ok", CaseResult | CheckResult)`` or ``("error", line)`` (an
+exception of the harness itself, not of the kernel: the runner already turns
+those into check failures).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from reference.errors import KernelLoadError
+
+#: Outcomes of one isolated request.
+OK, CRASHED, TIMED_OUT, HARNESS_ERROR = "ok", "crash", "timeout", "error"
+#: Error text after which a CUDA context is unusable: the child is replaced.
+_STICKY_CUDA = ("CUDA error", "device-side assert", "illegal memory access",
+                "CUBLAS_STATUS", "unspecified launch failure")
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """A kernel as a name a fresh process can resolve, optionally wrapped
+    with a fault (``faults.inject``).
+
+    Attributes:
+        name: registry name (built-in, ``pkg.module:function[?query]``,
+            entry point).
+        fault: ``F1`` .. ``F9`` or None.
+        coverage: fault coverage ``one`` | ``1%`` | ``all``.
+        seed: fault seed.
+    """
+
+    name: str
+    fault: Optional[str] = None
+    coverage: str = "all"
+    seed: int = 0
+
+    def label(self) -> str:
+        """``cpu`` or ``cpu+F3[all,seed=0]``."""
+        if not self.fault:
+            return self.name
+        return f"{self.name}+{self.fault}[{self.coverage},seed={self.seed}]"
+
+    def resolve(self):
+        """The KernelSpec (``get_kernel(name)``, then ``faults.inject`` if a fault is set).
+
+        Raises:
+            KernelLoadError: unknown kernel, or the fault wrappers are not
+                available / reject the fault or coverage (one line).
+        """
+        from conformance.kernels.registry import get_kernel
+        spec = get_kernel(self.name)
+        if not self.fault:
+            return spec
+        try:
+            from faults.inject import inject
+        except ImportError as e:
+            raise KernelLoadError(f"--fault {self.fault}: fault injection is not available "
+                                  f"(faults.inject: {e})") from None
+        try:
+            return inject(spec, self.fault, coverage=self.coverage, seed=self.seed)
+        except KernelLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
+            line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise KernelLoadError(f"cannot inject {self.fault} (coverage {self.coverage}) into "
+                                  f"{self.name!r}: {line}") from None
+
+    def to_dict(self) -> dict:
+        """JSON-able dict."""
+        return {"name": self.name, "fault": self.fault, "coverage": self.coverage,
+                "seed": self.seed, "label": self.label()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelRef":
+        """Inverse of :meth:`to_dict`."""
+        return cls(d["name"], d.get("fault"), d.get("coverage", "all"), int(d.get("seed", 0)))
+
+
+@dataclass
+class Outcome:
+    """What one isolated request ended in.
+
+    Attributes:
+        kind: ``ok`` | ``crash`` | ``timeout`` | ``error`` (harness error).
+        value: the CaseResult / CheckResult for ``ok``.
+        error: one line for the other kinds.
+        exitcode: the child's exit status (negative: killed by that signal).
+        signal: signal name (``SIGSEGV``, ``SIGABRT``, ``SIGKILL`` ...) or None.
+        log_tail: last lines of the child's stdout/stderr (faulthandler stack).
+        elapsed_s: wall seconds of the request.
+    """
+
+    kind: str
+    value: object = None
+    error: Optional[str] = None
+    exitcode: Optional[int] = None
+    signal: Optional[str] = None
+    log_tail: list = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def _signal_name(code: Optional[int]) -> Optional[str]:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
+    """Child loop: answer requests until ``stop`` or EOF (module docstring)."""
+    import faulthandler
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    logf = os.fdopen(os.dup(fd), "w", buffering=1)
+    import sys
+    sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
+    faulthandler.enable(file=logf, all_threads=True)
+    if method == "fork":
+        # an OpenMP pool the parent used is not usable after fork (the first
+        # parallel region deadlocks): a forked child computes on one thread
+        import torch
+        torch.set_num_threads(1)
+    try:
+        spec = kernel.resolve() if isinstance(kernel, KernelRef) else kernel
+        err = None
+    except Exception as e:  # noqa: BLE001 -- reported per request
+        spec, err = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    from conformance.evaluate import evaluate_case
+    from conformance.suite import run_model_check
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        if spec is None:
+            conn.send(("error", f"kernel could not be resolved in the child: {err}"))
+            continue
+        print(f"--- request {msg[:2]!r}", flush=True)
+        if len(msg) > 2 and msg[2]:  # the stack of a hang lands in the log before the kill
+            faulthandler.dump_traceback_later(msg[2], exit=False, file=logf)
+        try:
+            if msg[0] == "case":
+                val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
+            else:
+                val = run_model_check(msg[1], spec)
+            faulthandler.cancel_dump_traceback_later()
+            conn.send(("ok", val))
+        except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
+            faulthandler.cancel_dump_traceback_later()
+            conn.send(("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+
+
+def start_method() -> str:
+    """``fork`` when available and CUDA is not initialized here, else ``spawn``."""
+    if "fork" not in mp.get_all_start_methods():
+        return "spawn"
+    try:
+        import torch
+        if torch.cuda.is_initialized():
+            return "spawn"
+    except Exception:  # noqa: BLE001
+        pass
+    return "fork"
+
+
+class IsolatedKernel:
+    """One kernel behind a (replaceable) child process.
+
+    Args:
+        kernel: KernelRef (any start method) or KernelSpec (``fork`` only).
+        cases: the GemmOperands list; requests name cases by index.
+        timeout_s: seconds one case may take before the child is killed.
+        log_dir: where ``<label>.<n>.log`` of each child goes.
+        device: device for the kernel runs (None = runner default).
+        method: ``fork`` | ``spawn`` | None (:func:`start_method`).
+
+    Raises:
+        KernelLoadError: ``spawn`` with an in-memory KernelSpec.
+    """
+
+    def __init__(self, kernel: Union[KernelRef, object], cases: Sequence, timeout_s: float,
+                 log_dir: Union[str, Path], device: Optional[str] = None,
+                 method: Optional[str] = None):
+        self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
+        self.method = method or start_method()
+        if self.method != "fork" and not isinstance(kernel, KernelRef):
+            raise KernelLoadError("an in-memory KernelSpec can only be isolated with the fork "
+                                  "start method; pass a KernelRef (a kernel name)")
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.label = (kernel.label() if isinstance(kernel, KernelRef)
+                      else getattr(kernel, "name", "kernel"))
+        self._proc = None
+        self._conn = None
+        self._log: Optional[Path] = None
+        self.children_started = 0
+
+    def _start(self) -> None:
+        import re
+        ctx = mp.get_context(self.method)
+        parent, child = ctx.Pipe()
+        self.children_started += 1
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
+        self._log = self.log_dir / f"{slug}.{self.children_started}.log"
+        self._log.write_text("")
+        self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}",
+                                 args=(child, self.kernel, self.cases, self.device,
+                                       str(self._log), self.method))
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _tail(self, n: int = 60) -> list:
+        """The child's log for the evidence: from its last ``faulthandler``
+        report (``Fatal Python error`` / ``Timeout``, the stack of the crash
+        or hang) on, else the last ``n`` lines; lines cut at 300 characters."""
+        try:
+            lines = self._log.read_text(errors="replace").splitlines() if self._log else []
+        except OSError:
+            return []
+        starts = [i for i, ln in enumerate(lines)
+                  if ln.startswith("Fatal Python error") or ln.startswith("Timeout (")]
+        keep = lines[starts[-1]:] if starts else lines[-n:]
+        keep = [ln[:300] for ln in keep if not ln.startswith("Extension modules:")]
+        return keep[:n]
+
+    def _reap(self, kill: bool) -> Optional[int]:
+        proc, self._proc = self._proc, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if proc is None:
+            return None
+        if kill and proc.is_alive():
+            proc.kill()
+        proc.join(10)
+        return proc.exitcode
+
+    def request(self, msg: tuple, timeout_s: Optional[float] = None) -> Outcome:
+        """Send one request; never raises for what the kernel does.
+
+        Returns:
+            Outcome ``ok`` / ``crash`` (the child died; exit status, signal,
+            log tail) / ``timeout`` (killed after ``timeout_s``) / ``error``.
+        """
+        if self._proc is None:
+            self._start()
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        t0 = time.perf_counter()
+        # ask the child to dump its stack shortly before the deadline (evidence of a hang)
+        msg = tuple(msg[:2]) + (max(limit * 0.9, limit - 1.0),) if msg[0] != "stop" else msg
+        try:
+            self._conn.send(msg)
+            ready = self._conn.poll(limit)
+            reply = self._conn.recv() if ready else None
+        except (EOFError, OSError, BrokenPipeError):
+            ready, reply = True, None
+        dt = time.perf_counter() - t0
+        if not ready:
+            time.sleep(0.2)  # let the child's stack dump reach the log
+            code = self._reap(kill=True)
+            return Outcome(TIMED_OUT, error=f"no result within {limit:g} s: child process killed",
+                           exitcode=code, signal=_signal_name(code), log_tail=self._tail(),
+                           elapsed_s=dt)
+        if reply is None:
+            code = self._reap(kill=False)
+            sig = _signal_name(code)
+            why = f"killed by {sig}" if sig else f"exited with status {code}"
+            return Outcome(CRASHED, error=f"the kernel's process died during the request: {why}",
+                           exitcode=code, signal=sig, log_tail=self._tail(), elapsed_s=dt)
+        kind, val = reply
+        if kind != "ok":
+            return Outcome(HARNESS_ERROR, error=str(val), log_tail=self._tail(), elapsed_s=dt)
+        err = getattr(val, "error", None) or ""
+        if any(s in err for s in _STICKY_CUDA):  # the context is poisoned: fresh child next time
+            self._reap(kill=True)
+        return Outcome(OK, value=val, elapsed_s=dt)
+
+    def run_case(self, index: int) -> Outcome:
+        """Evaluate case ``index`` (``evaluate_case(..., keep_output=True)``)."""
+        return self.request(("case", index))
+
+    def run_model(self, check_id: str, timeout_s: Optional[float] = None) -> Outcome:
+        """Run a model-level check (C7 / E1) in the child."""
+        return self.request(("model", check_id), timeout_s)
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force)."""
+        if self._proc is None:
+            return
+        try:
+            if self._conn is not None:
+                self._conn.send(("stop",))
+        except (OSError, BrokenPipeError):
+            pass
+        if self._proc.pid is not None:
+            self._proc.join(5)
+        self._reap(kill=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

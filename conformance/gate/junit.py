@@ -1,0 +1,55 @@
+"""JUnit XML of a gate report (``xml.etree.ElementTree``), for CI test views.
+
+One ``<testsuite name="int8conf-gate">`` with a ``<testcase>`` per case
+(``classname`` ``gate.<source>``) and per model-level check
+(``gate.model``). Status mapping: pass -> passed; warn -> passed with a
+``<system-out>`` line and property ``status=warn``; fail -> ``<failure>``;
+crash / timeout -> ``<error type="crash|timeout">``; not-supported ->
+``<skipped>`` (plus ``<failure>`` when the policy blocks it). Every testcase
+carries property ``status`` with the gate status.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+
+def to_junit_xml(doc: dict) -> str:
+    """The JUnit XML text of a ``gate.json`` document."""
+    items = [(c, f"gate.{c.get('source') or 'case'}") for c in doc.get("cases") or []]
+    items += [(m, "gate.model") for m in doc.get("model") or []]
+    counts = {"failures": 0, "errors": 0, "skipped": 0}
+    suite = ET.Element("testsuite", name="int8conf-gate")
+    for d, cls in items:
+        tc = ET.SubElement(suite, "testcase", classname=cls, name=d["item"],
+                           time=str((d.get("evidence") or {}).get("elapsed_s", 0) or 0))
+        props = ET.SubElement(tc, "properties")
+        ET.SubElement(props, "property", name="status", value=d["status"])
+        text = "\n".join(r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "")
+                         for r in d["reasons"])
+        msg = "; ".join(r["text"] for r in d["reasons"] if r["blocking"])[:500]
+        st = d["status"]
+        if st in ("crash", "timeout"):
+            e = ET.SubElement(tc, "error", type=st, message=msg or st)
+            tail = (d.get("evidence") or {}).get("log_tail") or []
+            e.text = text + ("\n" + "\n".join(tail) if tail else "")
+            counts["errors"] += 1
+        elif st == "not-supported":
+            ET.SubElement(tc, "skipped", message=text[:500])
+            counts["skipped"] += 1
+            if d["blocking"]:
+                ET.SubElement(tc, "failure", message=msg).text = text
+                counts["failures"] += 1
+        elif d["blocking"]:
+            ET.SubElement(tc, "failure", message=msg).text = text
+            counts["failures"] += 1
+        elif text:
+            ET.SubElement(tc, "system-out").text = f"{st}: {text}"
+    suite.set("tests", str(len(items)))
+    for k, v in counts.items():
+        suite.set(k, str(v))
+    suite.set("time", str(doc.get("elapsed_s", 0)))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

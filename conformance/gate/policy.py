@@ -1,0 +1,296 @@
+"""Gate policies: a YAML file, kept in the user's repository, that says what
+blocks a kernel swap, plus an expectations list of known, accepted deviations.
+
+Format (every key optional except ``require`` or ``allow`` where noted)::
+
+    version: 1
+    name: bit-identity                  # shown in reports
+    require: [bit_identical_pow2]       # which cases must be bit-identical to the incumbent
+    allow: [within_one_spacing_real_scales]   # which deviations warn instead of block
+    max_token_flips_above_threshold: 0  # C7: flips above its margin threshold (null = ignore)
+    allow_engine_hash_change: false     # E1: may the detllm engine hash move?
+    not_supported: block                # candidate declines a case the incumbent ran: block | allow
+    fail_on_unused_expectations: false  # an expectation that matched nothing blocks
+    expectations:                       # known, accepted deviations (warn, never block)
+      - layer: "model.layers.*.mlp.down_proj"   # or  case: "synthetic/epilogue_ties-*"
+        check: C8                       # C1..C8, C7, E1, output, crash, timeout, not-supported
+        reason: "split-K epilogue, see #123"
+        owner: "@alice"
+
+Rule names (``require`` / ``allow``; a string or a list): ``bit_identical``,
+``bit_identical_pow2``, ``bit_identical_real_scales`` and
+``within_one_spacing``, ``within_one_spacing_pow2``,
+``within_one_spacing_real_scales``. "pow2" cases are the power-of-two weight
+scale mode (where every legal epilogue gives the same bits, DESIGN.md 1);
+"real scales" every other case. A case whose output is not bit-identical to
+the incumbent's is blocked unless an ``allow`` rule covers its scale family
+and no ``require`` rule does; a difference of more than one spacing always
+blocks (unless an expectation accepts it). Check regressions of C1-C4 and C6
+(the candidate fails where the incumbent passed) always block; C5 / C8
+regressions follow the output rules, since they are statements about the
+same output bits.
+
+Errors are one line naming the file and the field (:class:`PolicyError`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from reference.errors import Int8confError
+
+#: ``require`` rules -> the scale families they cover.
+REQUIRE_RULES = {"bit_identical": ("pow2", "real"), "bit_identical_pow2": ("pow2",),
+                 "bit_identical_real_scales": ("real",)}
+#: ``allow`` rules -> the scale families they cover.
+ALLOW_RULES = {"within_one_spacing": ("pow2", "real"), "within_one_spacing_pow2": ("pow2",),
+               "within_one_spacing_real_scales": ("real",)}
+#: What an expectation may name: a check id, ``output`` (the bit difference
+#: to the incumbent) or a status the candidate ended in.
+EXPECTATION_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "output",
+                      "crash", "timeout", "not-supported")
+#: Model-level checks (an expectation for them needs no case / layer).
+MODEL_LEVEL = ("C7", "E1")
+_KEYS = ("version", "name", "require", "allow", "max_token_flips_above_threshold",
+         "allow_engine_hash_change", "not_supported", "fail_on_unused_expectations",
+         "expectations", "description")
+_EXP_KEYS = ("case", "layer", "check", "reason", "owner")
+
+
+class PolicyError(Int8confError):
+    """A gate policy file is missing, not YAML, or has a bad field (one line)."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One known, accepted deviation.
+
+    Attributes:
+        check: a member of :data:`EXPECTATION_CHECKS`.
+        reason: why it is accepted (shown in every report).
+        owner: who owns removing it.
+        case: fnmatch pattern on the case id (e.g. ``sweep/M127*``), or None.
+        layer: fnmatch pattern on the layer name of capture cases, or None.
+        index: position in the file's list (for messages).
+    """
+
+    check: str
+    reason: str
+    owner: str
+    case: Optional[str] = None
+    layer: Optional[str] = None
+    index: int = 0
+
+    def matches(self, check: str, case: Optional[str] = None, layer: Optional[str] = None) -> bool:
+        """True when this expectation covers ``check`` on ``case`` / ``layer``
+        (a model-level expectation without case / layer covers the model check)."""
+        if check != self.check:
+            return False
+        if self.case is None and self.layer is None:
+            return case is None or check in MODEL_LEVEL
+        if self.case is not None and case is not None and fnmatch.fnmatchcase(case, self.case):
+            return True
+        return (self.layer is not None and layer is not None
+                and fnmatch.fnmatchcase(layer, self.layer))
+
+    def label(self) -> str:
+        """``C8 on layer model.layers.*.mlp.down_proj (@alice: reason)``."""
+        where = (f"case {self.case}" if self.case else f"layer {self.layer}" if self.layer
+                 else "the model-level check")
+        return f"{self.check} on {where} ({self.owner}: {self.reason})"
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (None fields left out)."""
+        d = {"check": self.check, "reason": self.reason, "owner": self.owner, "index": self.index}
+        if self.case is not None:
+            d["case"] = self.case
+        if self.layer is not None:
+            d["layer"] = self.layer
+        return d
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed gate policy (module docstring for the meaning of each field).
+
+    Attributes:
+        name: policy name; ``source``: the file it came from (or ``<dict>``).
+        require, allow: rule names as given.
+        required_families, allowed_families: scale families (``pow2`` /
+            ``real``) that must be bit-identical / may differ by one spacing.
+        max_token_flips_above_threshold: C7 limit (None = not gated).
+        allow_engine_hash_change: E1 may move.
+        not_supported: ``block`` | ``allow``.
+        fail_on_unused_expectations: unused expectations block.
+        expectations: the list.
+    """
+
+    name: str = "default"
+    source: str = "<default>"
+    require: tuple = ()
+    allow: tuple = ()
+    max_token_flips_above_threshold: Optional[int] = 0
+    allow_engine_hash_change: bool = False
+    not_supported: str = "block"
+    fail_on_unused_expectations: bool = False
+    expectations: tuple = ()
+    description: str = ""
+
+    @property
+    def required_families(self) -> frozenset:
+        """Scale families that must be bit-identical."""
+        return frozenset(f for r in self.require for f in REQUIRE_RULES[r])
+
+    @property
+    def allowed_families(self) -> frozenset:
+        """Scale families where one spacing is a warning (a ``require`` wins)."""
+        return frozenset(f for r in self.allow for f in ALLOW_RULES[r]) - self.required_families
+
+    def expectation_for(self, check: str, case: Optional[str] = None,
+                        layer: Optional[str] = None) -> Optional[Expectation]:
+        """The first expectation covering ``check`` on ``case`` / ``layer``, or None."""
+        for e in self.expectations:
+            if e.matches(check, case, layer):
+                return e
+        return None
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (for the gate report)."""
+        return {"name": self.name, "source": self.source, "description": self.description,
+                "require": list(self.require), "allow": list(self.allow),
+                "required_families": sorted(self.required_families),
+                "allowed_families": sorted(self.allowed_families),
+                "max_token_flips_above_threshold": self.max_token_flips_above_threshold,
+                "allow_engine_hash_change": self.allow_engine_hash_change,
+                "not_supported": self.not_supported,
+                "fail_on_unused_expectations": self.fail_on_unused_expectations,
+                "expectations": [e.to_dict() for e in self.expectations]}
+
+
+def _rules(src: str, key: str, value, known: dict) -> tuple:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise PolicyError(f"{src}: field '{key}': expected a rule name or a list of rule names, "
+                          f"got {type(value).__name__}")
+    for x in items:
+        if x not in known:
+            raise PolicyError(f"{src}: field '{key}': unknown rule {x!r}; known: "
+                              f"{', '.join(known)}")
+    return tuple(dict.fromkeys(items))
+
+
+def _bool(src: str, key: str, value, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PolicyError(f"{src}: field '{key}': expected true or false, got {value!r}")
+    return value
+
+
+def _expectation(src: str, i: int, item) -> Expectation:
+    where = f"{src}: field 'expectations[{i}]'"
+    if not isinstance(item, dict):
+        raise PolicyError(f"{where}: expected a mapping with check, reason, owner and case or "
+                          f"layer, got {type(item).__name__}")
+    extra = sorted(set(map(str, item)) - set(_EXP_KEYS))
+    if extra:
+        raise PolicyError(f"{where}: unknown key {extra[0]!r}; known: {', '.join(_EXP_KEYS)}")
+    for k in ("check", "reason", "owner"):
+        v = item.get(k)
+        if not isinstance(v, str) or not v.strip():
+            raise PolicyError(f"{where}.{k}: required, a non-empty string")
+    for k in ("case", "layer"):
+        if k in item and (not isinstance(item[k], str) or not item[k].strip()):
+            raise PolicyError(f"{where}.{k}: expected a non-empty string (an fnmatch pattern)")
+    check = item["check"].strip()
+    if check not in EXPECTATION_CHECKS:
+        raise PolicyError(f"{where}.check: unknown check {check!r}; known: "
+                          f"{', '.join(EXPECTATION_CHECKS)}")
+    if "case" in item and "layer" in item:
+        raise PolicyError(f"{where}: give either case or layer, not both")
+    if "case" not in item and "layer" not in item and check not in MODEL_LEVEL:
+        raise PolicyError(f"{where}: needs case or layer (only C7 / E1 are model-level)")
+    return Expectation(check=check, reason=item["reason"].strip(), owner=item["owner"].strip(),
+                       case=item.get("case"), layer=item.get("layer"), index=i)
+
+
+def parse_policy(obj, source: str = "<dict>") -> Policy:
+    """Validate a policy mapping (as ``yaml.safe_load`` returns it).
+
+    Args:
+        obj: the mapping (``None`` = an empty file = every default).
+        source: file name for messages.
+
+    Returns:
+        Policy.
+
+    Raises:
+        PolicyError: one line naming ``source`` and the field.
+    """
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, dict):
+        raise PolicyError(f"{source}: top level must be a mapping, got {type(obj).__name__}")
+    extra = sorted(set(map(str, obj)) - set(_KEYS))
+    if extra:
+        raise PolicyError(f"{source}: unknown field {extra[0]!r}; known: {', '.join(_KEYS)}")
+    version = obj.get("version", 1)
+    if version != 1:
+        raise PolicyError(f"{source}: field 'version': {version!r} is not supported (this code "
+                          f"reads version 1)")
+    name = obj.get("name", "policy" if source.startswith("<") else Path(source).stem)
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError(f"{source}: field 'name': expected a non-empty string")
+    desc = obj.get("description", "")
+    if not isinstance(desc, str):
+        raise PolicyError(f"{source}: field 'description': expected a string")
+    flips = obj.get("max_token_flips_above_threshold", 0)
+    if flips is not None and (isinstance(flips, bool) or not isinstance(flips, int) or flips < 0):
+        raise PolicyError(f"{source}: field 'max_token_flips_above_threshold': expected an "
+                          f"integer >= 0 or null, got {flips!r}")
+    ns = obj.get("not_supported", "block")
+    if ns not in ("block", "allow"):
+        raise PolicyError(f"{source}: field 'not_supported': expected block or allow, got {ns!r}")
+    exps = obj.get("expectations") or []
+    if not isinstance(exps, list):
+        raise PolicyError(f"{source}: field 'expectations': expected a list, got "
+                          f"{type(exps).__name__}")
+    return Policy(
+        name=name.strip(), source=source, description=desc,
+        require=_rules(source, "require", obj.get("require"), REQUIRE_RULES),
+        allow=_rules(source, "allow", obj.get("allow"), ALLOW_RULES),
+        max_token_flips_above_threshold=flips,
+        allow_engine_hash_change=_bool(source, "allow_engine_hash_change",
+                                       obj.get("allow_engine_hash_change"), False),
+        not_supported=ns,
+        fail_on_unused_expectations=_bool(source, "fail_on_unused_expectations",
+                                          obj.get("fail_on_unused_expectations"), False),
+        expectations=tuple(_expectation(source, i, e) for i, e in enumerate(exps)))
+
+
+def load_policy(path: Union[str, Path]) -> Policy:
+    """Read and validate a policy YAML file (``yaml.safe_load``).
+
+    Raises:
+        PolicyError: missing / unreadable file, not YAML, or a bad field (one line).
+    """
+    import yaml
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise PolicyError(f"{p}: cannot read policy ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"{p}: not UTF-8 text") from None
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PolicyError(f"{p}: not valid YAML{at} ({getattr(e, 'problem', None) or type(e).__name__})") from None
+    return parse_policy(obj, str(p))

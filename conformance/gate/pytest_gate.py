@@ -1,0 +1,222 @@
+"""pytest plugin of the gate: ``pytest --gate-candidate=B --gate-incumbent=A``
+(or ``--gate-baseline=REPORT``) ``--gate-policy=FILE [-n auto]``.
+
+One item per case (``int8conf-gate::gate/<case id>``) and per model-level
+check (``gate/C7``, ``gate/E1``), each running its case through
+``conformance.gate.gate.GateSession.run_case`` (kernels isolated in child
+processes with a timeout, one child per kernel per pytest process, reused).
+Outcomes: a blocking case fails the item (reasons as the message); ``warn``
+passes with a :class:`GateWarning`; a non-blocking ``not-supported``
+skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
+are written once, by the controller under pytest-xdist: every worker ships
+its Decisions back (``workeroutput``) and the controller merges them in case
+order, so ``-n N`` writes the same report as a serial run.
+
+Registered by ``conformance.pytest_plugin`` (active wherever int8conf is
+installed); without ``--gate-candidate`` it adds nothing.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from reference.errors import Int8confError
+
+_KEY = "int8conf_gate"
+
+
+class GateWarning(UserWarning):
+    """A gate case within the policy but not bit-identical (status ``warn``)."""
+
+
+class GateFailure(AssertionError):
+    """A gate case blocked by the policy; the message is the reasons."""
+
+
+@dataclass
+class _GateState:
+    session: object
+    out_dir: Path
+    decisions: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    written: Optional[dict] = None
+
+
+_STATE = pytest.StashKey[_GateState]()
+
+
+def pytest_addoption(parser) -> None:
+    g = parser.getgroup("int8conf-gate", "int8conf kernel-swap gate")
+    g.addoption("--gate-candidate", default=None, metavar="KERNEL",
+                help="gate this kernel against --gate-incumbent / --gate-baseline")
+    g.addoption("--gate-incumbent", default=None, metavar="KERNEL")
+    g.addoption("--gate-baseline", default=None, metavar="REPORT",
+                help="the incumbent's stored conformance.json instead of running it")
+    g.addoption("--gate-policy", default=None, metavar="FILE", help="policy YAML")
+    g.addoption("--gate-fault", default=None, metavar="F",
+                help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)")
+    g.addoption("--gate-out", default="reports/gate", metavar="DIR")
+    g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
+    g.addoption("--gate-device", default=None, metavar="DEV")
+    g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
+    g.addoption("--gate-no-captures", action="store_true")
+    g.addoption("--gate-no-sweep", action="store_true")
+    g.addoption("--gate-max-capture-layers", type=int, default=None, metavar="N")
+
+
+def _worker_gpu(config) -> Optional[int]:
+    return (getattr(config, "workerinput", None) or {}).get("int8conf_gpu")
+
+
+def pytest_configure(config) -> None:
+    cand = config.getoption("gate_candidate", default=None)
+    if not cand:
+        return
+    from conformance.gate.gate import GateOptions, GateSession
+    from conformance.gate.isolation import KernelRef
+    from conformance.gate.policy import Policy, load_policy
+    gpu = _worker_gpu(config)
+    dev = config.getoption("gate_device") or (f"cuda:{gpu}" if gpu is not None else None)
+    opts = GateOptions(include_captures=not config.getoption("gate_no_captures"),
+                       include_sweep=not config.getoption("gate_no_sweep"),
+                       max_capture_layers=config.getoption("gate_max_capture_layers"),
+                       model_checks=not config.getoption("gate_no_model"),
+                       timeout_s=config.getoption("gate_timeout"), device=dev)
+    out = Path(config.getoption("gate_out"))
+    if not out.is_absolute():
+        out = Path(config.invocation_params.dir) / out
+    inc = config.getoption("gate_incumbent")
+    try:
+        pol = load_policy(config.getoption("gate_policy")) if config.getoption(
+            "gate_policy") else Policy(name="default (bit identity)")
+        sess = GateSession(KernelRef(cand, config.getoption("gate_fault")),
+                           KernelRef(inc) if inc else None, config.getoption("gate_baseline"),
+                           pol, opts, out)
+    except Int8confError as e:
+        raise pytest.UsageError(f"int8conf gate: {e}") from None
+    wid = (getattr(config, "workerinput", None) or {}).get("workerid")
+    if wid:
+        sess.log_dir = out / "logs" / wid
+    config.stash[_STATE] = _GateState(sess, out)
+
+
+def _state(config) -> Optional[_GateState]:
+    return config.stash.get(_STATE, None)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With --gate-candidate and no explicit paths, collect only the gate items."""
+    if _state(config) is not None and config.args_source != pytest.Config.ArgsSource.ARGS:
+        return True
+    return None
+
+
+class _GateItem(pytest.Item):
+    def __init__(self, *, gstate: _GateState, **kw):
+        super().__init__(**kw)
+        self.gstate = gstate
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return "int8conf-gate", None, self.name
+
+    def _outcome(self, d) -> None:
+        if d.blocking:
+            raise GateFailure(f"{d.item}: {d.status.upper()}: " + "; ".join(
+                r["text"] for r in d.reasons if r["blocking"]))
+        if d.status == "not-supported":
+            pytest.skip("; ".join(r["text"] for r in d.reasons))
+        if d.status == "warn":
+            warnings.warn(GateWarning(f"{d.item}: " + "; ".join(r["text"] for r in d.reasons)))
+
+
+class GateCaseItem(_GateItem):
+    """One case of the gate."""
+
+    def __init__(self, *, index: int, **kw):
+        super().__init__(**kw)
+        self.index = index
+
+    def runtest(self):
+        d = self.gstate.session.run_case(self.index)
+        self.gstate.decisions[d.item] = d
+        self._outcome(d)
+
+
+class GateModelItem(_GateItem):
+    """A model-level check (C7 / E1) of the gate."""
+
+    def __init__(self, *, check_id: str, **kw):
+        super().__init__(**kw)
+        self.check_id = check_id
+
+    def runtest(self):
+        d = self.gstate.session.run_model(self.check_id)
+        self.gstate.model[d.item] = d
+        self._outcome(d)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items) -> None:
+    gs = _state(config)
+    if gs is None:
+        return
+    s = gs.session
+    new = [GateCaseItem.from_parent(session, name=f"gate/{row['case']}", gstate=gs, index=i)
+           for i, row in enumerate(s.rows)]
+    if s.opts.model_checks:
+        from conformance.suite import MODEL_CHECKS
+        new += [GateModelItem.from_parent(session, name=f"gate/{cid}", gstate=gs, check_id=cid)
+                for cid, _, _ in MODEL_CHECKS]
+    items[len(items):] = new
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: merge a worker's Decisions."""
+    gs = _state(node.config)
+    data = (getattr(node, "workeroutput", None) or {}).get(_KEY)
+    if gs is None or not data:
+        return
+    dec, model = pickle.loads(data)
+    gs.decisions.update(dec)
+    gs.model.update(model)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    gs = _state(session.config)
+    if gs is None:
+        return
+    gs.session.close()
+    if hasattr(session.config, "workerinput"):  # an xdist worker: ship, do not write
+        session.config.workeroutput[_KEY] = pickle.dumps((gs.decisions, gs.model))
+        return
+    if not gs.decisions and not gs.model:
+        return
+    from conformance.gate.report import to_json_dict, write_gate_reports
+    from conformance.suite import MODEL_CHECKS
+    order = [cid for cid, _, _ in MODEL_CHECKS]
+    model = [gs.model[c] for c in order if c in gs.model]
+    res = gs.session.result(list(gs.decisions.values()), model)
+    gs.written = write_gate_reports(to_json_dict(res), gs.out_dir)
+    gs.written["summary"] = res.overall["summary"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    gs = _state(config)
+    if gs is None or not gs.written:
+        return
+    terminalreporter.section("int8conf gate")
+    terminalreporter.write_line(gs.written["summary"])
+    for k in ("md", "json", "junit"):
+        terminalreporter.write_line(f"report: {gs.written[k]}")

@@ -1,0 +1,228 @@
+"""Part 3 of the power-of-two study: end-to-end greedy agreement.
+
+Greedy decoding (:func:`reference.model.forward.greedy_generate`: one prefill
+of the prompt, then one KV-cached decode step per new token, argmax with ties
+to the smallest id, no early stop) of the fixed prompts
+(``reference.model.corpus.prompts``) through the W8A8 model, compared:
+
+* **A vs B** under own scales and under power-of-two scales: byte-identical
+  sequences out of the prompts run, and for each diverging prompt the first
+  divergence step and the top-2 logit margin there (in logit units and in
+  bf16 spacings of the top-1 logit), as each arm saw it;
+* **the same kernel across fresh processes** (a second Python process per
+  kernel, own scales): separates run-to-run nondeterminism of a kernel or of
+  the rest of the model from differences between kernels;
+* **prefill vs token-by-token decode** (same kernel, own scales): the whole
+  generated sequence is fed again as one prefill and its argmax at every
+  position compared with the token the cached decode produced. This
+  separates shape effects (M = 1 decode GEMMs, KV-cache attention) from
+  kernel differences.
+
+A step's logits are compared through their top-1 value and top-2 margin
+(float32, exact upcasts of the bf16 logits): equal tokens with different
+margins show a disagreement that has not (yet) flipped a token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+
+def prompt_token_ids(ctx, n: int) -> list[list[int]]:
+    """Token ids of the first ``n`` fixed prompts (1 <= n <= 8).
+
+    Raises:
+        Int8confError: ``n`` outside [1, number of prompts].
+    """
+    from reference.errors import Int8confError
+    from reference.model.corpus import prompts
+    from reference.model.tokenizer import encode
+
+    ps = prompts()
+    if not 1 <= n <= len(ps):
+        raise Int8confError(f"--prompts {n} outside [1, {len(ps)}]")
+    return [encode(ctx.tokenizer, p) for p in ps[:n]]
+
+
+def generate(model, prompts_ids: list[list[int]], new_tokens: int) -> list[dict]:
+    """Greedy continuation of every prompt.
+
+    Returns:
+        one dict per prompt: ``tokens`` (new token ids), ``top1`` and
+        ``margin`` (float32 top-1 logit and top-1 minus top-2, per step).
+    """
+    from reference.model.forward import greedy_generate
+
+    out = []
+    for ids in prompts_ids:
+        top1, margin = [], []
+
+        def on_step(step, logits, _t=top1, _m=margin):
+            t2 = logits.topk(2).values
+            _t.append(float(t2[0]))
+            _m.append(float(t2[0] - t2[1]))
+
+        toks = greedy_generate(model, ids, new_tokens, eos_token_id=None, on_step=on_step)
+        out.append({"tokens": toks, "top1": top1, "margin": margin})
+    return out
+
+
+def _spacing(x: float) -> float:
+    from conformance.checks.token_flip import bf16_spacing
+    return float(bf16_spacing(torch.tensor([x], dtype=torch.float32))[0])
+
+
+def compare_runs(x: list[dict], y: list[dict]) -> dict:
+    """Compare two generation runs prompt by prompt.
+
+    Returns:
+        ``{"prompts", "identical_sequences", "identical_logits" (sequences
+        whose per-step top-1 and margin are also equal), "per_prompt": [{
+        "identical", "logits_identical", "first_divergence" (step or None),
+        "tokens" ([x, y] at that step), "margin_x", "margin_y",
+        "margin_x_spacings", "margin_y_spacings", "first_logit_difference"
+        (first step whose top-1 / margin differ, or None)}]}``.
+    """
+    per = []
+    for rx, ry in zip(x, y):
+        tx, ty = rx["tokens"], ry["tokens"]
+        div = next((i for i, (p, q) in enumerate(zip(tx, ty)) if p != q), None)
+        if div is None and len(tx) != len(ty):
+            div = min(len(tx), len(ty))
+        steps = min(len(rx["top1"]), len(ry["top1"]))
+        ldiff = next((i for i in range(steps) if rx["top1"][i] != ry["top1"][i]
+                      or rx["margin"][i] != ry["margin"][i]), None)
+        rec = {"identical": div is None, "first_divergence": div, "first_logit_difference": ldiff,
+               "logits_identical": div is None and ldiff is None}
+        if div is not None and div < steps:
+            mx, my = rx["margin"][div], ry["margin"][div]
+            rec.update(tokens=[tx[div], ty[div]], margin_x=mx, margin_y=my,
+                       margin_x_spacings=mx / _spacing(rx["top1"][div]),
+                       margin_y_spacings=my / _spacing(ry["top1"][div]))
+        per.append(rec)
+    return {"prompts": len(per), "identical_sequences": sum(r["identical"] for r in per),
+            "identical_logits": sum(r["logits_identical"] for r in per), "per_prompt": per}
+
+
+def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict]) -> list[dict]:
+    """Re-run each prompt + its decoded continuation as ONE prefill
+    (teacher forcing, :func:`reference.model.forward.teacher_forced`) and
+    return, in :func:`generate`'s format, the token the prefill predicts at
+    each decode step with its top-1 and margin."""
+    from reference.model.forward import teacher_forced
+
+    out = []
+    for ids, run in zip(prompts_ids, decoded):
+        toks = run["tokens"]
+        if not toks:
+            out.append({"tokens": [], "top1": [], "margin": []})
+            continue
+        seq = torch.tensor([list(ids) + toks[:-1]], dtype=torch.long)
+        tf = teacher_forced(model, seq, batch_size=1)
+        s = len(ids) - 1
+        out.append({"tokens": [int(v) for v in tf.argmax[0, s:]],
+                    "top1": [float(v) for v in tf.top1[0, s:]],
+                    "margin": [float(v) for v in tf.margin[0, s:]]})
+    return out
+
+
+def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_tokens: int) -> list[dict]:
+    """:func:`generate` in a new Python process (``python -m
+    conformance.study.e2e_agreement SPEC OUT``), same model / kernel / arm."""
+    from reference.errors import Int8confError
+
+    spec = {"model_dir": str(ctx.model_dir), "kernel": kernel_arg, "arm": arm, "prompts": n_prompts,
+            "new_tokens": new_tokens, "device": ctx.device,
+            "committed_dir": None if ctx.committed_dir is None else str(ctx.committed_dir),
+            "cache": None if ctx.cache is None else str(ctx.cache)}
+    with tempfile.TemporaryDirectory(prefix="int8conf-study-") as td:
+        sp, op = Path(td) / "spec.json", Path(td) / "out.json"
+        sp.write_text(json.dumps(spec))
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        r = subprocess.run([sys.executable, "-m", "conformance.study.e2e_agreement", str(sp), str(op)],
+                           env=env, capture_output=True, text=True)
+        if r.returncode != 0 or not op.is_file():
+            tail = (r.stderr or r.stdout or "").strip().splitlines()
+            raise Int8confError(f"fresh-process generation with kernel {kernel_arg!r} failed "
+                                f"(exit {r.returncode}): {tail[-1] if tail else 'no output'}")
+        return json.loads(op.read_text())["runs"]
+
+
+def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tokens: int,
+                      modes=("own", "pow2-nearest"), fresh: str = "a",
+                      progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Part 3 on a :class:`conformance.study.arms.StudyContext`.
+
+    Args:
+        kernel_args: the kernels as named on the command line (a fresh
+            process resolves them again).
+        n_prompts: fixed prompts used (first n of 8); new_tokens per prompt.
+        modes: weight arms compared A vs B.
+        fresh: kernels that repeat their own-scale run in a new process:
+            ``"none"``, ``"a"`` (kernel A only) or ``"both"``.
+
+    Returns:
+        ``{"prompts", "new_tokens", "prompt_lengths", "a_vs_b": {mode:
+        compare_runs}, "fresh_process": {kernel: compare_runs}, "prefill_vs_decode":
+        {kernel: compare_runs}, "sequences": {mode: {kernel: [tokens]}}}``.
+    """
+    say = progress or (lambda s: None)
+    pids = prompt_token_ids(ctx, n_prompts)
+    from reference.model.forward import check_context
+    check_context(max(len(p) for p in pids) + new_tokens, ctx.base.config,
+                  f"longest prompt ({max(len(p) for p in pids)} tokens) + --new-tokens ({new_tokens})")
+    a, b = ctx.kernels
+    runs: dict = {}
+    models: dict = {}
+    out = {"prompts": n_prompts, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in pids],
+           "a_vs_b": {}, "fresh_process": {}, "prefill_vs_decode": {}, "sequences": {}}
+    for mode in modes:
+        for spec in (a, b):
+            models[(spec.name, mode)] = ctx.model(spec, mode)[0]
+            runs[(spec.name, mode)] = generate(models[(spec.name, mode)], pids, new_tokens)
+            say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
+        out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
+        out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
+        say(f"e2e {mode}: {out['a_vs_b'][mode]['identical_sequences']}/{n_prompts} sequences identical A vs B")
+    for i, (spec, arg) in enumerate(zip((a, b), kernel_args)):
+        if fresh == "both" or (fresh == "a" and i == 0):
+            again = _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens)
+            out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
+            say(f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
+                f"/{n_prompts} identical")
+        pre = prefill_run(models[(spec.name, "own")], pids, runs[(spec.name, "own")])
+        out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
+        say(f"e2e {spec.name} prefill vs decode: "
+            f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical")
+    return out
+
+
+def _worker(spec_path: str, out_path: str) -> int:
+    """Fresh-process entry: read a spec JSON, generate, write ``{"runs": ...}``."""
+    from conformance.model_run import resolve_kernel_list
+    from conformance.study.arms import StudyContext
+    from reference.fileio import atomic_write_json
+
+    spec = json.loads(Path(spec_path).read_text())
+    kern = resolve_kernel_list(spec["kernel"])[0]
+    ctx = StudyContext(model_dir=Path(spec["model_dir"]), kernels=(kern,), device=spec["device"],
+                       committed_dir=None if spec["committed_dir"] is None else Path(spec["committed_dir"]),
+                       cache=None if spec["cache"] is None else Path(spec["cache"]))
+    model, _ = ctx.model(kern, spec["arm"])
+    runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"])
+    atomic_write_json(Path(out_path), {"runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1], sys.argv[2]))

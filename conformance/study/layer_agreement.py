@@ -1,0 +1,194 @@
+"""Part 2 of the power-of-two study: layer-level agreement of two kernels.
+
+Every captured decoder linear (``reference.model.capture``: real activations
+of the model on held-out text, per-token quantized) is run through kernel A
+and kernel B under three weight modes -- the checkpoint's own scales and
+power-of-two scales requantized from the parents (``nearest``,
+``ceiling``) -- and the two outputs are compared on bf16 bit patterns
+(``conformance.pairwise.compare_pair``: elements differing, maximum spacing
+distance, histogram).
+
+Why enough tokens matter: integer accumulation is exact, so kernels of
+different declared scale orders (``w_then_a`` vs ``a_then_w``) can differ
+only where the two float32 products round differently *and* that difference
+survives the final bf16 rounding -- about one element per million on the
+default model. The study captures ``--tokens`` rows per layer (default
+~10^7 elements in all) so that such disagreements actually appear under own
+scales; the report also gives the number the two *declared* contracts predict
+on the same operands (``reference.epilogue.reference_scaled_mm``), so an
+observed count can be checked exactly, not just "about".
+
+Under power-of-two weight scales every legal scale order gives the same bits
+(DESIGN.md section 1), provided the preconditions below hold in that layer.
+When a pow2 layer disagrees, the report names the precondition that failed
+there (or, if all held, flags the disagreement as a kernel departing from
+its declared contract):
+
+* ``pow2_scales``: every ``s_w`` is an exact power of two;
+* ``bias_point``: no bias, or both kernels add it at the same point;
+* ``int32_headroom``: the exact accumulator fits int32;
+* ``fp32_normal_range``: every nonzero intermediate ``|acc| s_a``,
+  ``|acc| s_w``, ``|acc| s_a s_w`` lies in float32's normal range
+  [2^-126, max] (scaling by 2^k is exact only there).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+#: Weight modes compared, as (capture scale_mode, pow2 rule, label).
+MODES = (("own", "nearest", "own"), ("pow2", "nearest", "pow2-nearest"), ("pow2", "ceiling", "pow2-ceiling"))
+#: Tokens kept per capture window (window length 128).
+TOKENS_PER_WINDOW = 64
+WINDOW_LEN = 128
+_FP32_MIN_NORMAL = 2.0 ** -126
+_FP32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def ensure_capture(model_dir, tokens: int, cache=None, committed_dir=None,
+                   progress: Optional[Callable[[str], None]] = None):
+    """A capture set of ``model_dir`` with at least ``tokens`` rows per layer
+    (``ceil(tokens / 64)`` held-out windows of 128 tokens, 64 positions
+    each), built once into the artifact cache and resumed if interrupted.
+
+    Returns:
+        ``reference.model.capture.CaptureSet``.
+
+    Raises:
+        CaptureError / CheckpointError: see ``reference.model.capture.capture_model``.
+    """
+    from reference.model.artifacts import build_code_digest, cache_dir, parent_digest
+    from reference.model.capture import capture_model
+
+    windows = max(1, math.ceil(tokens / TOKENS_PER_WINDOW))
+    tag = "own" if committed_dir is None else "ext-" + Path(committed_dir).resolve().name
+    out = (cache_dir(cache) / "captures" /
+           f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}")
+    return capture_model(model_dir, out, windows=windows, window_len=WINDOW_LEN,
+                         tokens_per_window=TOKENS_PER_WINDOW, w8a8_dir=committed_dir, cache=cache,
+                         store_raw=False, progress=progress)
+
+
+def pow2_preconditions(ops, spec_a, spec_b) -> dict[str, bool]:
+    """The preconditions under which every legal scale order gives the same
+    bits on ``ops`` (module docstring). Returns ``{name: holds}``."""
+    from reference.accumulate import exact_int_mm
+
+    sb = ops.scale_b.reshape(-1).to(torch.float32)
+    sa = ops.scale_a.reshape(-1).to(torch.float32)
+    acc = exact_int_mm(ops.a, ops.b).to(torch.float64).abs()
+    nz = acc > 0
+    pa = acc * sa.to(torch.float64)[:, None]
+    pw = acc * sb.to(torch.float64)[None, :]
+    p = pa * sb.to(torch.float64)[None, :]
+
+    def in_range(x):
+        v = x[nz]
+        return bool(v.numel() == 0 or (float(v.min()) >= _FP32_MIN_NORMAL and float(v.max()) <= _FP32_MAX))
+
+    return {
+        "pow2_scales": bool(torch.all(torch.frexp(sb).mantissa.abs() == 0.5)),
+        "bias_point": ops.bias is None or spec_a.contract.bias_point == spec_b.contract.bias_point,
+        "int32_headroom": bool(float(acc.max()) < 2.0 ** 31) if acc.numel() else True,
+        "fp32_normal_range": in_range(pa) and in_range(pw) and in_range(p),
+    }
+
+
+def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
+    """Run both kernels on one layer's operands and compare them.
+
+    Returns:
+        JSON-able dict: ``conformance.pairwise.compare_pair``'s fields
+        (``status``, ``n_elements``, ``n_equal``, ``max_ulp``,
+        ``ulp_histogram``, ``worst``...) plus ``layer``, ``block``, ``proj``,
+        ``M``, ``K``, ``N``, ``differing``, ``predicted_differing`` (elements
+        where the two declared contracts, emulated by the reference, differ),
+        ``a_vs_declared`` / ``b_vs_declared`` (elements where each kernel
+        departs from its own declared contract), ``preconditions`` and
+        ``failed_preconditions`` (pow2 modes), ``paths``.
+    """
+    from conformance.kernels.runner import run_kernel
+    from conformance.pairwise import compare_pair
+    from reference.epilogue import reference_scaled_mm
+
+    ra = run_kernel(spec_a, ops, device=device)
+    rb = run_kernel(spec_b, ops, device=device)
+    rec = compare_pair(spec_a, spec_b, ops, ra, rb)
+    rec.update(layer=ops.name, block=ops.meta.get("block"), proj=ops.meta.get("proj"),
+               M=int(ops.a.shape[0]), K=int(ops.a.shape[1]), N=int(ops.b.shape[0]),
+               paths=[ra.manifest.get("path"), rb.manifest.get("path")])
+    ref_a = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec_a.contract, bias=ops.bias)
+    ref_b = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec_b.contract, bias=ops.bias)
+    bits = lambda t: t.contiguous().view(torch.int16)  # noqa: E731
+    rec["predicted_differing"] = int((bits(ref_a) != bits(ref_b)).sum())
+    if rec["status"] != "error":
+        rec["differing"] = rec["n_elements"] - rec["n_equal"]
+        rec["a_vs_declared"] = int((bits(ra.output) != bits(ref_a)).sum())
+        rec["b_vs_declared"] = int((bits(rb.output) != bits(ref_b)).sum())
+    if ops.scale_mode == "pow2":
+        pre = pow2_preconditions(ops, spec_a, spec_b)
+        rec["preconditions"] = pre
+        rec["failed_preconditions"] = [k for k, v in pre.items() if not v]
+    return rec
+
+
+def summarize_mode(layers: list[dict], label: str) -> dict:
+    """Totals of one mode: layers bit-identical / total, elements, differing
+    (and per million), predicted, max ulp, merged histogram, errors, and for
+    pow2 modes the layers that differ with the precondition that failed."""
+    from conformance.checks.result import merge_histograms
+
+    ok = [r for r in layers if r["status"] != "error"]
+    elements = sum(r["n_elements"] for r in ok)
+    differing = sum(r["differing"] for r in ok)
+    out = {"mode": label, "layers": len(layers), "layers_identical": sum(r["status"] == "identical" for r in ok),
+           "layers_error": [r["layer"] for r in layers if r["status"] == "error"],
+           "elements": elements, "differing": differing,
+           "per_million": differing / elements * 1e6 if elements else 0.0,
+           "predicted_differing": sum(r["predicted_differing"] for r in layers),
+           "a_vs_declared": sum(r.get("a_vs_declared", 0) for r in ok),
+           "b_vs_declared": sum(r.get("b_vs_declared", 0) for r in ok),
+           "max_ulp": max((r["max_ulp"] for r in ok), default=0),
+           "ulp_histogram": merge_histograms([r["ulp_histogram"] for r in ok]) if ok else {}}
+    if label != "own":
+        out["differing_layers"] = [{"layer": r["layer"], "differing": r["differing"],
+                                    "failed_preconditions": r.get("failed_preconditions", []),
+                                    "explanation": ("precondition failed: " + ", ".join(r["failed_preconditions"]))
+                                    if r.get("failed_preconditions") else
+                                    "all preconditions hold: a kernel departs from its declared contract"}
+                                   for r in ok if r["differing"]]
+    return out
+
+
+def run_layer_agreement(ctx, tokens: int, progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Part 2 on a :class:`conformance.study.arms.StudyContext`.
+
+    Returns:
+        ``{"capture": {dir, windows, tokens_per_layer, layers}, "modes": {label:
+        summary}, "layers": {label: [per-layer records]}}``.
+    """
+    from reference.model.capture import iter_layer_operands
+
+    say = progress or (lambda s: None)
+    cs = ensure_capture(ctx.model_dir, tokens, ctx.cache, ctx.committed_dir, progress=say)
+    a, b = ctx.kernels
+    out = {"capture": {"dir": str(cs.dir), "windows": cs.manifest["settings"]["windows"],
+                       "window_len": cs.manifest["settings"]["window_len"],
+                       "tokens_per_layer": cs.manifest["settings"]["tokens_per_layer"],
+                       "layers": len(cs.layer_names())},
+           "modes": {}, "layers": {}}
+    for scale_mode, rule, label in MODES:
+        recs = []
+        for ops in iter_layer_operands(cs, scale_mode, rule):
+            recs.append(compare_layer(ops, a, b, ctx.device))
+        out["layers"][label] = recs
+        out["modes"][label] = summarize_mode(recs, label)
+        m = out["modes"][label]
+        say(f"layers {label}: {m['layers_identical']}/{m['layers']} bit-identical, "
+            f"{m['differing']} of {m['elements']} elements differ (declared contracts predict "
+            f"{m['predicted_differing']})")
+    return out

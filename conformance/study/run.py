@@ -1,0 +1,269 @@
+"""The power-of-two study end to end: settings, the six parts in order,
+resumable part results, and the report files.
+
+Order: the reconstruction gate first (nothing else runs if no quantization
+rule reproduces the committed checkpoint), then layer agreement, end-to-end
+agreement, accuracy, flips, and the report + pictures. Each finished part is
+stored as ``<out>/.parts/<part>.json`` together with the settings it was
+computed under; a rerun with the same settings reuses it (an interrupted run
+resumes after its last finished part), a change of settings recomputes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from reference.errors import Int8confError
+
+SCHEMA = "int8conf.study.pow2"
+SCHEMA_VERSION = 1
+#: Execution order: the gate first, the most expensive part (generation) last,
+#: so a time budget cuts the least.
+PARTS = ("gate", "layer_agreement", "accuracy", "flips", "e2e_agreement")
+
+#: Defaults per kernel device. CPU: sized so that the whole study with the
+#: Triton interpreter as one kernel stays within 15 minutes on 2 cores;
+#: CUDA: the full protocol of the issue (8 prompts x 64 new tokens).
+DEFAULTS = {
+    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 2, "new_tokens": 3,
+            "fresh_process": "a"},
+    "cuda": {"tokens": 2048, "windows": 64, "window_len": 256, "flip_windows": 16, "prompts": 8,
+             "new_tokens": 64, "fresh_process": "both"},
+}
+
+
+@dataclass
+class StudySettings:
+    """Everything that determines the study's numbers.
+
+    Attributes:
+        model_dir: float parent Qwen3 directory (str).
+        kernels: the two kernel names as given (``"cpu"``, ``"triton"``, ``pkg.mod:fn``).
+        device: ``"cpu"`` or ``"cuda"``: where the kernels run.
+        committed_dir: committed own-scale checkpoint (None: the reference
+            quantizer's, built into the cache).
+        tokens: captured rows per layer (layer agreement).
+        windows / window_len: held-out windows for perplexity.
+        flip_windows: windows for the flip analysis (kernel B replays them).
+        prompts / new_tokens: end-to-end generation.
+        resamples / seed / level: bootstrap.
+        fresh_process: which kernels repeat their own-scale generation in a
+            fresh process: ``"none"``, ``"a"`` (kernel A) or ``"both"``.
+        batch_size: windows per teacher-forced forward.
+    """
+
+    model_dir: str
+    kernels: tuple
+    device: str = "cpu"
+    committed_dir: Optional[str] = None
+    tokens: int = 512
+    windows: int = 32
+    window_len: int = 128
+    flip_windows: int = 4
+    prompts: int = 2
+    new_tokens: int = 8
+    resamples: int = 10_000
+    seed: int = 0
+    level: float = 0.9
+    fresh_process: str = "a"
+    batch_size: int = 8
+
+    def part_key(self, part: str) -> dict:
+        """The settings one part depends on (its cache key)."""
+        common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir}
+        k = {"kernels": list(self.kernels), "device": self.device}
+        keys = {"gate": {},
+                "layer_agreement": dict(k, tokens=self.tokens),
+                "e2e_agreement": dict(k, prompts=self.prompts, new_tokens=self.new_tokens,
+                                      fresh_process=self.fresh_process),
+                "accuracy": dict(k, windows=self.windows, window_len=self.window_len, resamples=self.resamples,
+                                 seed=self.seed, level=self.level, batch_size=self.batch_size),
+                "flips": dict(k, flip_windows=self.flip_windows, window_len=self.window_len,
+                              batch_size=self.batch_size)}
+        return dict(common, **keys[part])
+
+
+def check_settings(s: StudySettings) -> None:
+    """Reject bad settings with one line (Int8confError)."""
+    from conformance.study.bootstrap import MIN_RESAMPLES
+
+    if len(s.kernels) != 2 or not all(s.kernels):
+        raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(s.kernels)!r}")
+    if s.device not in ("cpu", "cuda"):
+        raise Int8confError(f"--device {s.device!r} is not 'cpu' or 'cuda'")
+    if s.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise Int8confError("--device cuda: no CUDA device on this machine")
+    if s.resamples < MIN_RESAMPLES:
+        raise Int8confError(f"--resamples {s.resamples} is below the minimum {MIN_RESAMPLES}")
+    if not 0.0 < s.level < 1.0:
+        raise Int8confError(f"--level {s.level} is not in (0, 1)")
+    for name in ("tokens", "windows", "flip_windows", "prompts", "batch_size"):
+        if getattr(s, name) < 1:
+            raise Int8confError(f"--{name.replace('_', '-')} {getattr(s, name)} must be >= 1")
+    if s.windows < 2:
+        raise Int8confError(f"--windows {s.windows}: a window bootstrap needs at least 2 windows")
+    if s.window_len < 2:
+        raise Int8confError(f"--window-len {s.window_len} must be >= 2")
+    if s.fresh_process not in ("none", "a", "both"):
+        raise Int8confError(f"--fresh-process {s.fresh_process!r} is not one of none, a, both")
+    if s.new_tokens < 1:
+        raise Int8confError(f"--new-tokens {s.new_tokens} must be >= 1")
+
+
+def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
+    p = out / ".parts" / f"{part}.json"
+    if not p.is_file():
+        return None
+    try:
+        rec = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec.get("result") if rec.get("key") == key else None
+
+
+def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float) -> None:
+    from reference.fileio import atomic_write_json
+    atomic_write_json(out / ".parts" / f"{part}.json", {"key": key, "result": result, "seconds": seconds},
+                      allow_nan=True)
+
+
+def run_study(settings: StudySettings, out_dir, cache=None,
+              progress: Optional[Callable[[str], None]] = None,
+              time_budget_s: Optional[float] = None, report_only: bool = False) -> dict:
+    """Run (or resume) the study and write the report.
+
+    Args:
+        settings: :class:`StudySettings` (checked by :func:`check_settings`).
+        out_dir: report directory (``study.json``, ``study.md``, the PNGs).
+        cache: artifact cache override.
+        progress: callback for one-line progress messages.
+        time_budget_s: start no new part once this many seconds have passed
+            (parts not run are listed as ``missing_parts`` in the report;
+            rerunning resumes them).
+        report_only: compute nothing beyond the gate; render the report from
+            the finished parts stored under ``out_dir``.
+
+    Returns:
+        The report dict written to ``study.json``.
+
+    Raises:
+        Int8confError subclasses: bad settings, unknown kernels, a failed
+        reconstruction gate, bad model directory.
+    """
+    from conformance.model_run import resolve_kernel_list
+    from conformance.study.arms import StudyContext
+    from reference.model.artifacts import derived_checkpoint, load_parent
+
+    check_settings(settings)
+    say = progress or (lambda s: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    kernels = tuple(resolve_kernel_list(k)[0] for k in settings.kernels)
+    model_dir = Path(settings.model_dir)
+    config, state, pdigest = load_parent(model_dir)
+    if "quantization_config" in config or "compression_config" in config:
+        raise Int8confError(f"{model_dir}: is a quantized checkpoint; --model takes the float parent "
+                            f"(pass the W8A8 checkpoint as --committed)")
+    committed = Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(
+        model_dir, "own", cache).dir
+    ctx = StudyContext(model_dir=model_dir, kernels=kernels, device=settings.device,
+                       committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
+                       cache=Path(cache) if cache is not None else None)
+    results, seconds, missing = {}, {}, []
+    t_start = time.perf_counter()
+
+    def part(name, fn):
+        key = settings.part_key(name)
+        got = _load_part(out, name, key)
+        if got is not None:
+            say(f"{name}: reused from {out / '.parts' / (name + '.json')}")
+            results[name], seconds[name] = got, json.loads((out / ".parts" / f"{name}.json").read_text())["seconds"]
+            return
+        over = time_budget_s is not None and time.perf_counter() - t_start > time_budget_s
+        if name != "gate" and (report_only or over):
+            say(f"{name}: not run ({'report only' if report_only else 'time budget reached'})")
+            results[name] = None
+            missing.append(name)
+            return
+        t0 = time.perf_counter()
+        results[name] = fn()
+        seconds[name] = round(time.perf_counter() - t0, 1)
+        _save_part(out, name, key, results[name], seconds[name])
+        say(f"{name}: done in {seconds[name]} s")
+
+    from conformance.study import accuracy, e2e_agreement, flips, gate, layer_agreement
+
+    part("gate", lambda: gate.run_gate(model_dir, committed, (config, state)))
+    if settings.committed_dir is None and results["gate"]["which_rule"]["rule"] != "cpu":
+        raise Int8confError("internal: the reference quantizer's checkpoint is not reproduced by the cpu rule")
+    part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, settings.tokens, say))
+    part("accuracy", lambda: accuracy.run_accuracy(ctx, settings.windows, settings.window_len, settings.resamples,
+                                                   settings.seed, settings.level, settings.batch_size, say))
+    part("flips", lambda: flips.run_flips(ctx, settings.flip_windows, settings.window_len,
+                                          batch_size=settings.batch_size, progress=say))
+    part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
+        ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
+        fresh=settings.fresh_process, progress=say))
+
+    from conformance.study.report import write_report
+    report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds)
+    report["missing_parts"] = missing
+    write_report(report, out)
+    say(f"report written to {out / 'study.md'}")
+    return report
+
+
+def _environment(device: str) -> dict:
+    import platform
+
+    import torch
+    env = {"python": platform.python_version(), "torch": torch.__version__, "device": device,
+           "cpu_threads": torch.get_num_threads()}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        env["triton"] = None
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds) -> dict:
+    """Assemble the JSON report (schema :data:`SCHEMA` v:data:`SCHEMA_VERSION`)."""
+    from conformance.study.arms import kernel_record
+
+    n_params = sum(p.numel() for p in ctx.base.parameters())
+    la, e2e, acc, fl = (results[k] for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
+    first = ((la or {}).get("layers", {}).get("own") or [{}])[0].get("paths") or [None, None]
+    # the code path each kernel took on the study's device (first captured layer)
+    paths = {spec.name: {"path": p, "device": settings.device} for spec, p in zip(kernels, first)}
+    limits = {
+        "model": f"{config.get('num_hidden_layers')} blocks, hidden {config.get('hidden_size')}, "
+                 f"{n_params / 1e6:.1f} M parameters ({settings.model_dir})",
+        "corpus": "held-out works of the bundled Shakespeare corpus (reference.model.corpus eval_windows)",
+        "accuracy_windows": f"{settings.windows} windows x {settings.window_len} tokens = "
+                            f"{settings.windows * (settings.window_len - 1)} predicted tokens (bootstrap unit: window)",
+        "flip_windows": f"{settings.flip_windows} windows x {settings.window_len} tokens",
+        "captured_tokens": (f"{la['capture']['tokens_per_layer']} rows per layer x {la['capture']['layers']} layers"
+                            if la else f"{settings.tokens} rows per layer"),
+        "e2e": f"{settings.prompts} of the 8 fixed prompts x {settings.new_tokens} new tokens",
+        "device": settings.device,
+    }
+    return {"schema": SCHEMA, "version": SCHEMA_VERSION, "settings": asdict(settings),
+            "environment": _environment(settings.device),
+            "model": {"dir": settings.model_dir, "digest": pdigest, "parameters": n_params,
+                      "config": {k: config.get(k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
+                                                            "num_attention_heads", "num_key_value_heads",
+                                                            "vocab_size")},
+                      "committed_checkpoint": str(committed)},
+            "kernels": [kernel_record(s, paths.get(s.name)) for s in kernels],
+            "limits": limits, "seconds": seconds,
+            "gate": results["gate"], "layer_agreement": la, "e2e_agreement": e2e,
+            "accuracy": acc, "flips": fl}

@@ -1,0 +1,175 @@
+"""Run sweep cells and store what comes back: serially, on every local core,
+or on a Dask distributed cluster.
+
+Workers only compute (:func:`conformance.sweep.runner.run_task`: one cell in,
+its rows out); the calling process is the single writer and stores each cell
+as it arrives (:meth:`conformance.sweep.store.SweepStore.put`). Local
+parallelism is the standard library's ``concurrent.futures.ProcessPoolExecutor``;
+beyond one machine, ``dask.distributed`` (``--scheduler tcp://HOST:8786``,
+optional extra ``int8conf[dist]``), with one worker per GPU where GPUs are
+present (start them with ``dask worker tcp://HOST:8786 --nworkers 1
+--nthreads 1`` per GPU and ``CUDA_VISIBLE_DEVICES`` set). No hand-written
+scheduler or queue.
+
+Progress: a rich progress bar with cells/s and ETA.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from conformance.sweep.runner import SweepTask, run_task
+from conformance.sweep.store import SweepStore
+from reference.errors import Int8confError
+
+
+@dataclass
+class RunStats:
+    """What a run did.
+
+    Attributes:
+        total: cells requested; skipped: already finished (resume);
+        computed: stored this run; duplicates: returned but already stored;
+        elapsed_s: wall time of the compute phase; executor: description.
+    """
+
+    total: int = 0
+    skipped: int = 0
+    computed: int = 0
+    duplicates: int = 0
+    elapsed_s: float = 0.0
+    executor: str = ""
+    layer_cells_per_s: Optional[float] = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def cells_per_s(self) -> float:
+        """Stored cells per second of compute wall time."""
+        return self.computed / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-able dict."""
+        return {"total": self.total, "skipped": self.skipped, "computed": self.computed,
+                "duplicates": self.duplicates, "elapsed_s": round(self.elapsed_s, 3),
+                "cells_per_s": round(self.cells_per_s, 3), "executor": self.executor,
+                "notes": list(self.notes)}
+
+
+def _progress(total: int, quiet: bool):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    class Rate(TextColumn):
+        def __init__(self):
+            super().__init__("")
+
+        def render(self, task):
+            from rich.text import Text
+            sp = task.finished_speed or task.speed
+            return Text(f"{sp:6.1f} cells/s" if sp else "   -- cells/s")
+
+    return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    disable=quiet, refresh_per_second=4)
+
+
+def _init_worker(threads: int) -> None:
+    os.environ["INT8CONF_SWEEP_THREADS"] = str(threads)
+    import torch
+    torch.set_num_threads(threads)
+
+
+def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
+              scheduler: Optional[str] = None, quiet: bool = False,
+              on_stored: Optional[Callable[[int], None]] = None,
+              cluster=None) -> RunStats:
+    """Compute every task not yet in ``store`` and store the results.
+
+    Args:
+        tasks: cells of one sweep.
+        store: the open store (single writer: this process).
+        workers: local processes; 0 = one per core (``os.cpu_count()``);
+            1 = serial in this process.
+        scheduler: Dask scheduler address (``tcp://HOST:8786``); overrides ``workers``.
+        quiet: no progress bar.
+        on_stored: called with the running count after each stored cell.
+        cluster: an existing ``dask.distributed`` cluster object (tests:
+            ``LocalCluster``); overrides ``scheduler`` and ``workers``.
+
+    Returns:
+        RunStats.
+
+    Raises:
+        Int8confError: ``--scheduler`` given but dask.distributed is not
+            installed (one line naming the extra), or unreachable.
+    """
+    done = store.done()
+    todo = [t for t in tasks if t.cell.key not in done]
+    st = RunStats(total=len(tasks), skipped=len(tasks) - len(todo))
+    # model cells are the slowest: start them first so they do not form the tail
+    todo.sort(key=lambda t: (not t.cell.is_model,))
+    n = 0
+
+    def store_one(cr):
+        nonlocal n
+        if store.put(cr):
+            st.computed += 1
+        else:
+            st.duplicates += 1
+        n += 1
+        prog.advance(bar)
+        if on_stored:
+            on_stored(st.computed)
+
+    t0 = time.perf_counter()
+    with _progress(len(todo), quiet) as prog:
+        bar = prog.add_task("cells", total=len(todo))
+        if not todo:
+            pass
+        elif cluster is not None or scheduler:
+            st.executor = _run_dask(todo, store_one, scheduler, cluster)
+        elif (workers or os.cpu_count() or 1) <= 1:
+            st.executor = "serial (this process)"
+            for t in todo:
+                store_one(run_task(t))
+        else:
+            nw = workers or os.cpu_count() or 1
+            st.executor = f"local process pool, {nw} workers x 1 thread"
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            import multiprocessing as mp
+            ctx = mp.get_context("spawn")  # fork after torch init is unsafe
+            with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(1,)) as ex:
+                futs = [ex.submit(run_task, t) for t in todo]
+                try:
+                    for f in as_completed(futs):
+                        store_one(f.result())
+                except BaseException:
+                    for f in futs:
+                        f.cancel()
+                    raise
+    st.elapsed_s = time.perf_counter() - t0
+    return st
+
+
+def _run_dask(todo, store_one, scheduler, cluster) -> str:
+    try:
+        from dask.distributed import Client, as_completed
+    except ImportError:
+        raise Int8confError("--scheduler needs dask.distributed: pip install 'int8conf[dist]'") from None
+    try:
+        client = Client(cluster if cluster is not None else scheduler, timeout="30s")
+    except (OSError, TimeoutError) as e:
+        raise Int8confError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
+    try:
+        nw = len(client.scheduler_info().get("workers", {}))
+        # pure=False: a retried cell is recomputed, never served from another key
+        futs = client.map(run_task, todo, pure=False)
+        for f in as_completed(futs):
+            store_one(f.result())
+        return f"dask.distributed at {client.scheduler.address} ({nw} workers)"
+    finally:
+        client.close()

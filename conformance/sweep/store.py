@@ -1,0 +1,215 @@
+"""The sweep's embedded store: SQLite from the standard library.
+
+Tables:
+
+* ``meta(key PRIMARY KEY, value)``: the sweep identity
+  (``cells.SweepSpec.identity`` as JSON and its digest), written once; a
+  store refuses cells of a different sweep.
+* ``cells(layer, fault, coverage, scale_mode, seed PRIMARY KEY ...)``: one
+  row per finished cell: ground truth (JSON), the faulted case's digest,
+  elapsed seconds and worker (the only non-deterministic columns).
+* ``results(layer, fault, coverage, scale_mode, seed, check_id PRIMARY KEY ...)``:
+  one row per cell x check: verdict, failure kind, summary, evidence (JSON).
+
+A cell's rows are written in one transaction together with its ``cells``
+row, so a sweep killed at any point leaves either the whole cell or none of
+it; on resume the finished cells (``cells`` rows) are skipped. Primary keys
+make storing a cell twice impossible (a second insert of a finished cell is
+ignored by :meth:`SweepStore.put`, which reports it). WAL journaling keeps a
+reader (scoring) from blocking the single writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from conformance.sweep.cells import Cell
+from reference.errors import Int8confError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+  layer TEXT NOT NULL, fault TEXT NOT NULL, coverage TEXT NOT NULL, scale_mode TEXT NOT NULL,
+  seed INTEGER NOT NULL, ground_truth TEXT NOT NULL, case_digest TEXT NOT NULL,
+  elapsed_s REAL NOT NULL, worker TEXT NOT NULL,
+  PRIMARY KEY (layer, fault, coverage, scale_mode, seed));
+CREATE TABLE IF NOT EXISTS results (
+  layer TEXT NOT NULL, fault TEXT NOT NULL, coverage TEXT NOT NULL, scale_mode TEXT NOT NULL,
+  seed INTEGER NOT NULL, check_id TEXT NOT NULL, verdict TEXT NOT NULL,
+  failure_kind TEXT, summary TEXT NOT NULL, evidence TEXT NOT NULL,
+  PRIMARY KEY (layer, fault, coverage, scale_mode, seed, check_id));
+"""
+
+
+class StoreError(Int8confError):
+    """The store belongs to another sweep, or is not a sweep store."""
+
+
+@dataclass
+class CellRows:
+    """What a worker returns for one cell (plain data, picklable).
+
+    Attributes:
+        cell: the Cell.
+        rows: one dict per (scale mode, check): ``scale_mode, check_id,
+            verdict, failure_kind, summary, evidence``. A layer cell has the
+            cell's scale mode in every row; a model cell has rows for
+            ``own`` and ``pow2``.
+        ground_truth: ``faults.GroundTruth.to_dict()`` (layer cells) or the
+            model run's summary (model cells).
+        case_digest: SHA-256 over the faulted case's operand digests ("" for model cells).
+        elapsed_s: worker wall time for the cell.
+        worker: who computed it (host:pid).
+    """
+
+    cell: Cell
+    rows: list
+    ground_truth: dict
+    case_digest: str = ""
+    elapsed_s: float = 0.0
+    worker: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=str, allow_nan=True)
+
+
+class SweepStore:
+    """A SQLite sweep store (module docstring). Use as a context manager or
+    call :meth:`close`. Not shared across processes: the single writer owns it."""
+
+    def __init__(self, path, identity: Optional[dict] = None):
+        """Open (creating if needed) the store at ``path``.
+
+        Args:
+            path: database file.
+            identity: the sweep identity; recorded on first use, compared
+                afterwards (None: read-only use, e.g. scoring).
+
+        Raises:
+            StoreError: ``path`` is not a sweep store, or holds another sweep
+                (one line naming both kernels / digests).
+        """
+        self.path = Path(path)
+        if identity is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.is_file():
+            raise StoreError(f"sweep store {self.path} does not exist")
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=60)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a sweep store: {e}") from None
+        if identity is not None:
+            self._claim(identity)
+
+    def _claim(self, identity: dict) -> None:
+        have = self.meta("identity")
+        want = _json(identity)
+        if have is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('identity', ?)", (want,))
+        elif have != want:
+            old = json.loads(have)
+            raise StoreError(
+                f"{self.path} holds a sweep of kernel {old.get('kernel')!r} "
+                f"(digest {str(old.get('kernel_digest'))[:12]}, captures "
+                f"{str(old.get('capture_digest'))[:12]}, C7 {old.get('c7')}); this sweep is kernel "
+                f"{identity.get('kernel')!r} (digest {str(identity.get('kernel_digest'))[:12]}, captures "
+                f"{str(identity.get('capture_digest'))[:12]}, C7 {identity.get('c7')}): use another --db")
+
+    def meta(self, key: str) -> Optional[str]:
+        """A meta value (None when absent)."""
+        r = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if r is None else r[0]
+
+    def set_meta(self, key: str, value) -> None:
+        """Set a meta value (JSON-encoded unless a str)."""
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                            (key, value if isinstance(value, str) else _json(value)))
+
+    def done(self) -> set:
+        """Keys (``Cell.key``) of every finished cell."""
+        return {tuple(r) for r in self.db.execute(
+            "SELECT layer, fault, coverage, scale_mode, seed FROM cells")}
+
+    def put(self, cr: CellRows) -> bool:
+        """Store one finished cell and its rows atomically.
+
+        Returns:
+            True when stored; False when the cell was already finished (the
+            rows are then not stored again).
+        """
+        c = cr.cell
+        try:
+            with self.db:
+                self.db.execute("INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
+                                (*c.key, _json(cr.ground_truth), cr.case_digest,
+                                 float(cr.elapsed_s), cr.worker))
+                self.db.executemany(
+                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [(c.layer, c.fault, c.coverage, r["scale_mode"], int(c.seed), r["check_id"],
+                      r["verdict"], r.get("failure_kind"), r["summary"], _json(r["evidence"]))
+                     for r in cr.rows])
+        except sqlite3.IntegrityError:
+            return False
+        return True
+
+    def rows(self, deterministic_only: bool = False) -> list[dict]:
+        """Every result row joined with its cell's ground truth, ordered by key.
+
+        Args:
+            deterministic_only: drop ``elapsed_s`` and ``worker`` (for
+                comparing two sweeps of the same inputs).
+        """
+        q = ("SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
+             "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
+             "c.worker, c.scale_mode FROM results r JOIN cells c ON r.layer = c.layer AND "
+             "r.fault = c.fault AND r.coverage = c.coverage AND r.seed = c.seed AND "
+             "(c.scale_mode = r.scale_mode OR c.scale_mode = 'both') "
+             "ORDER BY r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id")
+        out = []
+        for t in self.db.execute(q):
+            d = {"layer": t[0], "fault": t[1], "coverage": t[2], "scale_mode": t[3], "seed": t[4],
+                 "check_id": t[5], "verdict": t[6], "failure_kind": t[7], "summary": t[8],
+                 "evidence": json.loads(t[9]), "ground_truth": json.loads(t[10]),
+                 "case_digest": t[11]}
+            if not deterministic_only:
+                d.update(elapsed_s=t[12], worker=t[13])
+            out.append(d)
+        return out
+
+    def cell_times(self) -> list[tuple]:
+        """``(layer, elapsed_s)`` of every finished cell."""
+        return list(self.db.execute("SELECT layer, elapsed_s FROM cells"))
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def count_rows(path) -> int:
+    """Number of result rows in a store (0 when it does not exist)."""
+    if not Path(path).is_file():
+        return 0
+    with SweepStore(path) as s:
+        return int(s.db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+
+def put_all(store: SweepStore, results: Iterable[CellRows]) -> int:
+    """Store many cells; returns how many were new."""
+    return sum(store.put(r) for r in results)

@@ -1,0 +1,213 @@
+"""Precondition faults F6 int32_overflow and F7 fp32_inexact_accumulator:
+operands built so that the selected accumulators really leave the range
+where integer accumulation is exact (F6: outside int32) or where
+``float32(acc)`` is exact (F7: ``|acc| >= 2**24``), on the real data of the
+case, with the exact value known from ``reference.accumulate.exact_int_mm``.
+
+Construction (:func:`extend_k`): K is extended by ``E`` columns. In the new
+columns ``a`` is -128 on the selected rows and 0 elsewhere, ``b`` is -128
+on the selected output channels and 0 elsewhere, so every selected
+accumulator grows by exactly ``E * 16384`` and every other accumulator is
+unchanged (each new column adds ``a[m,k]*b[n,k] = 0`` unless both the row
+and the channel are selected). Scales and bias are untouched. ``E`` is the
+smallest count that puts *every* selected accumulator over the threshold:
+``E = ceil((T - min_selected(acc)) / 16384)`` with ``T = 2**31`` (F6: the
+exact value is at least ``INT32_MAX + 1``) or ``T = 2**24`` (F7). Since an
+int8 product is at most 16384 in magnitude, F6 needs K > 131,072
+(DESIGN.md section 1); F7 needs about 1024 more columns.
+
+The selection is a block of rows x channels (``faults.mask.block_selection``:
+one / 1 % / all, deterministic given case, fault, coverage, seed).
+
+F6 window: a GEMM with K > 131,072 costs ``M*N*131072`` multiply-adds per
+kernel call, about ten seconds of a 2-core CPU for a 64 x 1536 layer (and
+1.2 s for 64 x 64, measured), plus hundreds of MB of operands, and a sweep
+cell calls it several times (kernel, int_mm, reference, C3 bound, ground
+truth). :func:`prepare_precondition` therefore builds the F6 case on a
+window of the real data: the first ``min(M, 16)`` tokens and ``min(N, 16)``
+consecutive output channels starting at a seeded offset
+(:data:`F6_WINDOW`); the selection and the coverage apply to that window
+(``1%`` of 256 outputs: a 2 x 2 block).
+F7 uses the whole case. Inside an injected kernel that extends K on every
+call (``Injection.prepared=False``) there is no window: the output must keep
+the caller's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import torch
+
+from faults.mask import block_selection, case_key, stream_key, lowest
+from reference.errors import OperandError
+
+#: (max rows, max output channels) of the F6 window.
+F6_WINDOW: tuple[int, int] = (16, 16)
+#: Threshold each selected accumulator must reach: F6 2**31 (outside int32), F7 2**24.
+THRESHOLD = {"F6": 2 ** 31, "F7": 2 ** 24}
+#: Product of the saturated entries of the new columns: (-128) * (-128).
+SATURATED_PRODUCT = 16384
+
+
+def extension_length(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, fault: str) -> int:
+    """``E = ceil((T - min_selected(acc)) / 16384)`` (module docstring), at least 1.
+
+    Args:
+        acc: exact int64 [M, N] accumulator of the unextended operands.
+        rows, cols: selected row / channel indices.
+        fault: ``F6`` or ``F7``.
+    """
+    low = int(acc[rows][:, cols].min())
+    need = THRESHOLD[fault] - low
+    return max(1, -(-need // SATURATED_PRODUCT))
+
+
+def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+             extra: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere.
+
+    Args:
+        a: int8 [M, K]; b: int8 [N, K]; rows, cols: int64 indices; extra: >= 1.
+    Returns:
+        ``(a' int8 [M, K+extra], b' int8 [N, K+extra])``, contiguous, on a's device.
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    a2 = torch.zeros((m, k + extra), dtype=torch.int8, device=a.device)
+    b2 = torch.zeros((n, k + extra), dtype=torch.int8, device=b.device)
+    a2[:, :k] = a
+    b2[:, :k] = b
+    a2[rows.to(a.device), k:] = -128
+    b2[cols.to(b.device), k:] = -128
+    return a2, b2
+
+
+def _ranges(idx: torch.Tensor) -> str:
+    """Compact ``[0-3, 7, 9-10]`` text of ascending indices."""
+    v = [int(i) for i in idx]
+    out, i = [], 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[j + 1] == v[j] + 1:
+            j += 1
+        out.append(str(v[i]) if i == j else f"{v[i]}-{v[j]}")
+        i = j + 1
+    if len(out) > 8:
+        out = out[:8] + [f"... ({len(v)} in all)"]
+    return "[" + ", ".join(out) + "]"
+
+
+def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
+                 key: Optional[str] = None):
+    """Selected rows, channels and extension length of a case (no operand built).
+
+    Returns:
+        ``(rows, cols, extra, acc)``: int64 index tensors, ``E`` and the exact
+        int64 [M, N] accumulator of the unextended operands.
+    Raises:
+        OperandError: fault is not F6/F7.
+    """
+    from reference.accumulate import exact_int_mm
+    if fault not in THRESHOLD:
+        raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
+    key = key or case_key(a, b, scale_a, scale_b, bias)
+    m, n = int(a.shape[0]), int(b.shape[0])
+    rows, cols = block_selection(m, n, key, fault, coverage, seed)
+    acc = exact_int_mm(a.cpu(), b.cpu())
+    return rows, cols, extension_length(acc, rows, cols, fault), acc
+
+
+def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
+                          key: Optional[str] = None):
+    """Extended operands for F6 / F7 on a whole case (no window).
+
+    Args:
+        a, b, scale_a, scale_b, bias: the case as ``scaled_mm`` gets it.
+        fault: ``F6`` | ``F7``; coverage; seed.
+        key: case key for the selection (default ``faults.mask.case_key``).
+    Returns:
+        ``(a', b', rows, cols, extra, exact_acc' int64 [M, N])``.
+    Raises:
+        OperandError: fault is not F6/F7.
+    """
+    rows, cols, extra, acc = select_block(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)
+    a2, b2 = extend_k(a, b, rows, cols, extra)
+    acc2 = acc.clone()
+    acc2[rows.unsqueeze(1), cols.unsqueeze(0)] += extra * SATURATED_PRODUCT
+    return a2, b2, rows, cols, extra, acc2
+
+
+def _take(s: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``idx`` of a per-row scale / bias ([R], [R, 1]); a scalar stays as it is."""
+    return s if s.numel() == 1 else s[idx.to(s.device)].contiguous()
+
+
+def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
+    """The selected block as its own case, K extended on every row and channel.
+
+    Returns:
+        ``(a' [r, K+E], b' [c, K+E], scale_a', scale_b', bias')``: every
+        accumulator of this case equals the corresponding selected accumulator
+        of :func:`extend_k`'s full case (a GEMM output element depends only on
+        its own row, channel, scales and bias).
+    """
+    a_s, b_s = a[rows.to(a.device)], b[cols.to(b.device)]
+    r, c = int(a_s.shape[0]), int(b_s.shape[0])
+    a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra)
+    return a2, b2, _take(scale_a, rows), _take(scale_b, cols), \
+        None if bias is None else _take(bias, cols)
+
+
+def _window(ops, key: str, seed: int):
+    """F6 window of ``ops``: first rows, a seeded run of consecutive channels."""
+    mr, nc = F6_WINDOW
+    m, n = ops.m, ops.n
+    r, c = min(m, mr), min(n, nc)
+    start = 0
+    if c < n:
+        start = int(lowest(n - c + 1, 1, stream_key(key, "F6", "window", seed, "window"))[0])
+    sl = slice(start, start + c)
+    sb = ops.scale_b.reshape(-1)
+    sb = sb if sb.numel() == 1 else sb[sl].contiguous()
+    sa = ops.scale_a.reshape(-1)
+    sa = sa if sa.numel() == 1 else sa[:r].contiguous()
+    w = replace(ops, a=ops.a[:r].contiguous(), b=ops.b[sl].contiguous(), scale_a=sa, scale_b=sb,
+                bias=None if ops.bias is None else ops.bias[sl].contiguous(), meta=dict(ops.meta))
+    return w, (r, start, c)
+
+
+def prepare_precondition(ops, fault: str, coverage: str, seed: int):
+    """The F6 / F7 operands of a case (module docstring).
+
+    Args:
+        ops: ``reference.operands.GemmOperands`` (CPU tensors).
+        fault: ``F6`` | ``F7``; coverage: ``one`` | ``1%`` | ``all``; seed: int >= 0.
+    Returns:
+        ``(GemmOperands, description)``: a new case (same name, scale mode and
+        meta plus ``meta["fault_prepared"]``) and one line saying what changed,
+        e.g. ``"K 384 -> 131873 (+131489 columns of -128 x -128) on rows [3] x
+        channels [17]; selected exact acc in [2147483653, 2147483653]"``.
+    """
+    key = case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
+    src, win, bounds = ops, None, None
+    if fault == "F6":
+        src, (r, start, c) = _window(ops, key, seed)
+        if (r, c) != (ops.m, ops.n):
+            bounds = [r, start, c]
+            win = f"window rows 0-{r - 1} x channels {start}-{start + c - 1} of {ops.m}x{ops.n}; "
+    a2, b2, rows, cols, extra, acc2 = precondition_operands(
+        src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed, key=key)
+    sel = acc2[rows.unsqueeze(1), cols.unsqueeze(0)]
+    desc = (f"{win or ''}K {src.k} -> {src.k + extra} (+{extra} columns of -128 x -128) on rows "
+            f"{_ranges(rows)} x channels {_ranges(cols)}; selected exact acc in "
+            f"[{int(sel.min())}, {int(sel.max())}]")
+    meta = dict(ops.meta or {})
+    meta["fault_prepared"] = {"fault": fault, "coverage": coverage, "seed": int(seed),
+                              "rows": [int(i) for i in rows], "cols": [int(i) for i in cols],
+                              "extra_k": int(extra), "operand_change": desc,
+                              "window": bounds}
+    new = replace(src, a=a2, b=b2, meta=meta)
+    return new, desc
+

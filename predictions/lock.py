@@ -1,0 +1,249 @@
+"""Locks of prediction matrices: ``predictions/LOCK`` (DESIGN.md section 7).
+
+A matrix is locked when it is created: its SHA-256 is appended to the LOCK
+file of its directory, one line per matrix::
+
+    <sha256 of the file's bytes>  <file name>  chain=<sha256>
+
+``chain`` links every line to all lines above it
+(``chain_i = sha256(chain_{i-1} + " " + digest + " " + name)``, ``chain_0`` =
+64 zeros), so rewriting an earlier line breaks every later one. The LOCK is
+append-only and a locked matrix is never edited: a change of mind is a new
+amendment file naming the digest it amends (:mod:`predictions.matrix`).
+
+What is refused, each with one line (``PredictionError``):
+
+* a matrix whose bytes do not hash to its lock line (edited after locking);
+* a matrix with no lock line;
+* a broken chain (an earlier lock line rewritten);
+* an amendment whose ``amends.sha256`` is not the digest of the file it
+  amends as it is now (the earlier file was edited, perhaps with a new lock,
+  instead of adding an amendment), or whose change list is not exactly the
+  difference (:func:`predictions.matrix.check_amendment`);
+* inside a git work tree, a committed history in which the LOCK was ever
+  rewritten rather than appended to, or a locked matrix whose committed
+  content ever changed (:func:`verify_git_history`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from predictions.matrix import PredictionMatrix, check_amendment, parse_matrix
+from reference.errors import PredictionError
+
+LOCK_NAME = "LOCK"
+_HEADER = ("# int8conf prediction-matrix locks (DESIGN.md section 7): append-only, one line per\n"
+           "# matrix, written when the matrix is created: <sha256>  <file>  chain=<sha256>\n")
+_ZERO = "0" * 64
+
+
+def default_dir() -> Path:
+    """The project's ``predictions/`` directory (this package)."""
+    return Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """One LOCK line: ``sha256`` of ``file`` (a name in the LOCK's directory) and its ``chain``."""
+
+    sha256: str
+    file: str
+    chain: str
+
+
+def _chain(prev: str, digest: str, name: str) -> str:
+    return hashlib.sha256(f"{prev} {digest} {name}".encode()).hexdigest()
+
+
+def read_lock(directory=None) -> list[LockEntry]:
+    """Parse and verify ``<directory>/LOCK``.
+
+    Returns:
+        Entries in file order (empty when there is no LOCK yet).
+
+    Raises:
+        PredictionError: malformed line, duplicate file, or broken chain.
+    """
+    d = Path(directory) if directory is not None else default_dir()
+    p = d / LOCK_NAME
+    if not p.is_file():
+        return []
+    out: list[LockEntry] = []
+    prev = _ZERO
+    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 3 or not parts[2].startswith("chain=") or len(parts[0]) != 64:
+            raise PredictionError(f"{p}: line {no} is not '<sha256>  <file>  chain=<sha256>'")
+        digest, name, chain = parts[0], parts[1], parts[2][len("chain="):]
+        if any(e.file == name for e in out):
+            raise PredictionError(f"{p}: {name} is locked twice (line {no}); a locked matrix is "
+                                  f"never re-locked, add an amendment instead")
+        if chain != _chain(prev, digest, name):
+            raise PredictionError(f"{p}: chain broken at line {no} ({name}): an earlier lock line "
+                                  f"was rewritten; the LOCK is append-only")
+        out.append(LockEntry(digest, name, chain))
+        prev = chain
+    return out
+
+
+def lock_entry(path) -> Optional[LockEntry]:
+    """The LOCK entry of matrix ``path`` (None when it has none)."""
+    path = Path(path)
+    for e in read_lock(path.parent):
+        if e.file == path.name:
+            return e
+    return None
+
+
+def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
+    """Load a matrix and prove it is the locked one, and so is every matrix it amends.
+
+    Args:
+        path: ``predictions/v1.1.yaml`` (any directory with a LOCK).
+
+    Returns:
+        The validated PredictionMatrix.
+
+    Raises:
+        PredictionError: see the module docstring (one line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PredictionError(f"prediction matrix {path} does not exist")
+    seen = set() if _seen is None else _seen
+    if path.resolve() in seen:
+        raise PredictionError(f"{path.name}: amends itself (cycle)")
+    seen.add(path.resolve())
+    data = path.read_bytes()
+    m = parse_matrix(path, data)
+    entry = lock_entry(path)
+    if entry is None:
+        raise PredictionError(f"{path.name} is not locked: no line for it in {path.parent / LOCK_NAME} "
+                              f"(lock it when it is created: int8conf predictions lock {path})")
+    if entry.sha256 != m.sha256:
+        raise PredictionError(
+            f"{path.name}: SHA-256 {m.sha256[:16]}... does not match its lock {entry.sha256[:16]}... "
+            f"in {path.parent / LOCK_NAME}: a locked matrix was edited (add an amendment instead)")
+    if m.amends is not None:
+        parent_path = path.parent / m.amends["file"]
+        if not parent_path.is_file():
+            raise PredictionError(f"{path.name} amends {m.amends['file']}, which does not exist")
+        actual = hashlib.sha256(parent_path.read_bytes()).hexdigest()
+        if actual != m.amends["sha256"]:
+            raise PredictionError(
+                f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., but that file "
+                f"is now {actual[:16]}...: an earlier matrix was edited instead of amended")
+        parent = verify_matrix(parent_path, seen)
+        check_amendment(parent, m)
+    return m
+
+
+def matrix_chain(path) -> list[PredictionMatrix]:
+    """The verified matrix at ``path`` and every matrix it amends, oldest first."""
+    m = verify_matrix(path)
+    out = [m]
+    while m.amends is not None:
+        m = verify_matrix(m.path.parent / m.amends["file"])
+        out.insert(0, m)
+    return out
+
+
+def lock_matrix(path) -> LockEntry:
+    """Append the lock line of a new matrix (after validating it, and, for an
+    amendment, verifying what it amends).
+
+    Raises:
+        PredictionError: invalid matrix, already locked (a locked matrix is
+            never re-locked), or an invalid amendment.
+    """
+    from reference.fileio import atomic_write_text
+
+    path = Path(path)
+    entries = read_lock(path.parent)
+    if any(e.file == path.name for e in entries):
+        raise PredictionError(f"{path.name} is already locked; a locked matrix is never edited or "
+                              f"re-locked, add an amendment file instead")
+    data = path.read_bytes()
+    m = parse_matrix(path, data)
+    if m.amends is not None:
+        parent_path = path.parent / m.amends["file"]
+        parent = verify_matrix(parent_path)
+        if parent.sha256 != m.amends["sha256"]:
+            raise PredictionError(f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., "
+                                  f"but that file is now {parent.sha256[:16]}...: an earlier matrix was edited "
+                                  f"instead of amended")
+        check_amendment(parent, m)
+    prev = entries[-1].chain if entries else _ZERO
+    e = LockEntry(m.sha256, path.name, _chain(prev, m.sha256, path.name))
+    lock = path.parent / LOCK_NAME
+    old = lock.read_text(encoding="utf-8") if lock.is_file() else _HEADER
+    if old and not old.endswith("\n"):
+        old += "\n"
+    atomic_write_text(lock, old + f"{e.sha256}  {e.file}  chain={e.chain}\n")
+    return e
+
+
+def _git(repo: Path, *args: str) -> Optional[str]:
+    try:
+        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def verify_git_history(directory=None) -> Optional[dict]:
+    """Prove from committed history that the LOCK only ever grew by appended
+    lines and that no locked matrix's committed bytes ever changed.
+
+    Args:
+        directory: the predictions directory (default: this package's).
+
+    Returns:
+        None when ``directory`` is not inside a git work tree (nothing to
+        prove); else ``{"lock_commits": n, "matrices": {file: first commit}}``.
+
+    Raises:
+        PredictionError: a commit rewrote LOCK lines, or changed a locked
+            matrix (one line naming the commit and file).
+    """
+    d = Path(directory).resolve() if directory is not None else default_dir()
+    top = _git(d, "rev-parse", "--show-toplevel")
+    if top is None:
+        return None
+    repo = Path(top.strip())
+    rel = d.relative_to(repo).as_posix()
+    lock_rel = f"{rel}/{LOCK_NAME}"
+    commits = (_git(repo, "log", "--reverse", "--format=%H", "--", lock_rel) or "").split()
+    prev = ""
+    for c in commits:
+        cur = _git(repo, "show", f"{c}:{lock_rel}")
+        if cur is None:
+            raise PredictionError(f"commit {c[:10]} deleted {lock_rel}; the LOCK is append-only")
+        if not cur.startswith(prev):
+            raise PredictionError(f"commit {c[:10]} rewrote lines of {lock_rel} instead of "
+                                  f"appending; the LOCK is append-only")
+        prev = cur
+    first: dict = {}
+    for e in read_lock(d):
+        f_rel = f"{rel}/{e.file}"
+        hist = (_git(repo, "log", "--reverse", "--format=%H", "--", f_rel) or "").split()
+        blobs = set()
+        for c in hist:
+            b = _git(repo, "rev-parse", f"{c}:{f_rel}")
+            if b is None:
+                raise PredictionError(f"commit {c[:10]} deleted locked matrix {f_rel}")
+            blobs.add(b.strip())
+        if len(blobs) > 1:
+            raise PredictionError(f"{f_rel} changed after it was first committed ({len(blobs)} "
+                                  f"versions in history): a locked matrix is never edited")
+        if hist:
+            first[e.file] = hist[0]
+    return {"lock_commits": len(commits), "matrices": first}

@@ -1,0 +1,278 @@
+"""Prediction matrices (DESIGN.md section 7): parse, validate, look up.
+
+A matrix is a YAML file under ``predictions/`` read with ``yaml.safe_load``
+only. Layout (every key required unless marked optional)::
+
+    matrix: v1                     # this matrix's id (= file stem)
+    amends: null                   # or {file: v1.yaml, sha256: <64 hex>}
+    description: ...               # free text
+    core_checks: [C1, ..., C7]     # the published seven-check suite
+    extra_checks: [C8, E1]         # this project's additions, separate columns
+    rows:                          # one row per fault, or per fault@scale mode
+      F1:
+        C1: {prediction: silent, rationale: "one line"}
+        ...
+      F3@own: {...}                # optional split of a fault row by scale mode
+      F3@pow2: {...}
+    changes:                       # amendments only: every changed cell
+      - {row: F3@pow2, check: C8, from: fire, to: silent, reason: "one line"}
+
+Predictions are ``fire`` (the check fails in the cell), ``silent`` (it
+passes) or ``n/a`` (it does not apply there). A cell of the sweep
+(fault, check, scale mode) takes the prediction of row ``F@mode`` when the
+matrix splits that fault, else of row ``F``.
+
+An amendment repeats the whole matrix (so every matrix stands alone) and
+lists each cell that differs from the matrix it amends, with the reason;
+:func:`check_amendment` proves the list is exactly the difference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from reference.errors import PredictionError
+
+PREDICTIONS = ("fire", "silent", "n/a")
+CORE_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
+EXTRA_CHECKS = ("C8", "E1")
+SCALE_MODES = ("own", "pow2")
+_ROW = re.compile(r"^(F[1-9])(?:@(own|pow2))?$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One predicted cell: ``prediction`` in :data:`PREDICTIONS` and its one-line ``rationale``."""
+
+    prediction: str
+    rationale: str
+
+
+@dataclass
+class PredictionMatrix:
+    """A parsed, validated prediction matrix.
+
+    Attributes:
+        id: ``matrix`` field (e.g. ``v1``, ``v1.1``).
+        path: the YAML file.
+        sha256: SHA-256 hex of the file's bytes (what its lock must record).
+        amends: None, or ``{"file": name, "sha256": hex}`` of the matrix it amends.
+        description: free text.
+        core_checks, extra_checks: column ids.
+        rows: row key (``F1`` or ``F3@pow2``) -> check id -> :class:`Cell`.
+        changes: the amendment's change list (dicts: row, check, from, to, reason).
+    """
+
+    id: str
+    path: Path
+    sha256: str
+    amends: Optional[dict]
+    description: str
+    core_checks: tuple
+    extra_checks: tuple
+    rows: dict
+    changes: list = field(default_factory=list)
+
+    @property
+    def checks(self) -> tuple:
+        """Every column, core first."""
+        return tuple(self.core_checks) + tuple(self.extra_checks)
+
+    @property
+    def split_faults(self) -> list[str]:
+        """Faults whose row is split by scale mode (``["F3", "F5"]``)."""
+        return sorted({k.split("@")[0] for k in self.rows if "@" in k})
+
+    def n_core_cells(self) -> int:
+        """Rows x core checks (63 unsplit; 77 with two faults split by scale mode)."""
+        return len(self.rows) * len(self.core_checks)
+
+    def row_key(self, fault: str, scale_mode: str) -> str:
+        """The row governing (fault, scale mode): ``F@mode`` if split, else ``F``."""
+        k = f"{fault}@{scale_mode}"
+        return k if k in self.rows else fault
+
+    def cell(self, fault: str, check: str, scale_mode: str) -> Cell:
+        """Prediction for one (fault, check, scale mode).
+
+        Raises:
+            PredictionError: fault or check not in the matrix.
+        """
+        key = self.row_key(fault, scale_mode)
+        if key not in self.rows:
+            raise PredictionError(f"{self.path.name}: no row for fault {fault!r}")
+        if check not in self.rows[key]:
+            raise PredictionError(f"{self.path.name}: row {key} has no column {check!r}")
+        return self.rows[key][check]
+
+    def predict(self, fault: str, check: str, scale_mode: str) -> str:
+        """``fire`` | ``silent`` | ``n/a`` for one (fault, check, scale mode)."""
+        return self.cell(fault, check, scale_mode).prediction
+
+    def to_records(self) -> list[dict]:
+        """One dict per (row, check): row, fault, scale_mode (``all`` when
+        unsplit), check, prediction, rationale."""
+        out = []
+        for key, row in self.rows.items():
+            fault, _, mode = key.partition("@")
+            for cid in self.checks:
+                c = row[cid]
+                out.append({"row": key, "fault": fault, "scale_mode": mode or "all",
+                            "check": cid, "prediction": c.prediction, "rationale": c.rationale})
+        return out
+
+
+def _fail(path: Path, msg: str) -> PredictionError:
+    return PredictionError(f"{path.name}: {msg}")
+
+
+def _one_line(path: Path, where: str, text) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise _fail(path, f"{where}: rationale/reason must be a non-empty string")
+    if "\n" in text.strip():
+        raise _fail(path, f"{where}: rationale/reason must be one line")
+    return text.strip()
+
+
+def parse_matrix(path, data: bytes) -> PredictionMatrix:
+    """Validate the YAML bytes of a matrix (``yaml.safe_load``; no other loader).
+
+    Args:
+        path: the file (for messages and ``PredictionMatrix.path``).
+        data: its bytes (the digest is taken of exactly these).
+
+    Returns:
+        PredictionMatrix.
+
+    Raises:
+        PredictionError: YAML error, missing key, unknown fault / check /
+            prediction, missing cell, a fault missing from the rows, a split
+            row without both scale modes, a multi-line rationale (one line each).
+    """
+    import hashlib
+
+    from faults.catalogue import FAULTS
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise _fail(path, f"not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise _fail(path, "top level must be a mapping")
+    for key in ("matrix", "core_checks", "extra_checks", "rows"):
+        if key not in doc:
+            raise _fail(path, f"missing key {key!r}")
+    core, extra = tuple(doc["core_checks"] or ()), tuple(doc["extra_checks"] or ())
+    if core != CORE_CHECKS:
+        raise _fail(path, f"core_checks must be {list(CORE_CHECKS)}, got {list(core)}")
+    if not set(extra) <= set(EXTRA_CHECKS):
+        raise _fail(path, f"extra_checks must be among {list(EXTRA_CHECKS)}, got {list(extra)}")
+    amends = doc.get("amends")
+    if amends is not None:
+        if (not isinstance(amends, dict) or not isinstance(amends.get("file"), str)
+                or not _HEX64.match(str(amends.get("sha256", "")))):
+            raise _fail(path, "amends must be {file: NAME.yaml, sha256: <64 lowercase hex>}")
+    rows_in = doc["rows"]
+    if not isinstance(rows_in, dict):
+        raise _fail(path, "rows must be a mapping")
+    rows: dict = {}
+    for key, row in rows_in.items():
+        m = _ROW.match(str(key))
+        if not m:
+            raise _fail(path, f"row {key!r} is not F1..F9 or F<n>@own / F<n>@pow2")
+        if not isinstance(row, dict):
+            raise _fail(path, f"row {key}: must map check ids to cells")
+        cells = {}
+        for cid in core + extra:
+            c = row.get(cid)
+            if not isinstance(c, dict):
+                raise _fail(path, f"row {key}: missing cell {cid}")
+            pred = c.get("prediction")
+            if pred not in PREDICTIONS:
+                raise _fail(path, f"row {key} {cid}: prediction {pred!r} is not one of "
+                                  f"{list(PREDICTIONS)}")
+            cells[cid] = Cell(pred, _one_line(path, f"row {key} {cid}", c.get("rationale")))
+        unknown = set(row) - set(core + extra)
+        if unknown:
+            raise _fail(path, f"row {key}: unknown column(s) {sorted(unknown)}")
+        rows[str(key)] = cells
+    ids = [f.id for f in FAULTS]
+    for fid in ids:
+        whole, split = fid in rows, [f"{fid}@{s}" for s in SCALE_MODES]
+        has_split = [s in rows for s in split]
+        if whole and any(has_split):
+            raise _fail(path, f"fault {fid} has both an unsplit row and scale-mode rows")
+        if not whole and not all(has_split):
+            raise _fail(path, f"fault {fid} needs row {fid} or both {split[0]} and {split[1]}")
+    extra_rows = {k.split("@")[0] for k in rows} - set(ids)
+    if extra_rows:
+        raise _fail(path, f"rows for unknown faults {sorted(extra_rows)}")
+    changes = doc.get("changes") or []
+    if not isinstance(changes, list):
+        raise _fail(path, "changes must be a list")
+    for i, ch in enumerate(changes):
+        if not isinstance(ch, dict) or not {"row", "check", "from", "to", "reason"} <= set(ch):
+            raise _fail(path, f"changes[{i}] needs row, check, from, to, reason")
+        _one_line(path, f"changes[{i}]", ch["reason"])
+    if changes and amends is None:
+        raise _fail(path, "lists changes but amends nothing")
+    return PredictionMatrix(
+        id=str(doc["matrix"]), path=path, sha256=hashlib.sha256(data).hexdigest(),
+        amends=dict(amends) if amends else None, description=str(doc.get("description", "")),
+        core_checks=core, extra_checks=extra, rows=rows, changes=list(changes))
+
+
+def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[dict]:
+    """Prove that ``child.changes`` is exactly the cell-by-cell difference
+    between ``child`` and ``parent``, per (fault, check, scale mode).
+
+    Splitting a row by scale mode is not itself a change; a split row whose
+    prediction differs from the parent's unsplit row is, and must be listed
+    as ``row: F@mode``.
+
+    Returns:
+        The effective change list (row, check, from, to, reason).
+
+    Raises:
+        PredictionError: a changed cell without a listed change, a listed
+            change that changes nothing or whose ``from`` is not the parent's
+            prediction, or a column dropped from the parent.
+    """
+    from faults.catalogue import FAULTS
+
+    if not set(parent.checks) <= set(child.checks):
+        raise _fail(child.path, f"drops column(s) {sorted(set(parent.checks) - set(child.checks))} "
+                                f"of {parent.path.name}")
+    listed = {}
+    for ch in child.changes:
+        listed[(str(ch["row"]), str(ch["check"]))] = ch
+    actual = {}
+    for f in FAULTS:
+        for mode in SCALE_MODES:
+            for cid in parent.checks:
+                was = parent.predict(f.id, cid, mode)
+                now = child.predict(f.id, cid, mode)
+                if was != now:
+                    key = (child.row_key(f.id, mode), cid)
+                    actual[key] = (parent.predict(f.id, cid, mode), now)
+    for key, (was, now) in actual.items():
+        ch = listed.get(key)
+        if ch is None:
+            raise _fail(child.path, f"cell {key[0]} {key[1]} changed {was} -> {now} without a "
+                                    f"listed reason (add it to changes)")
+        if ch["from"] != was or ch["to"] != now:
+            raise _fail(child.path, f"changes entry {key[0]} {key[1]} says {ch['from']} -> "
+                                    f"{ch['to']}, but {parent.path.name} -> {child.path.name} "
+                                    f"is {was} -> {now}")
+    for key, ch in listed.items():
+        if key not in actual:
+            raise _fail(child.path, f"changes entry {key[0]} {key[1]} ({ch['from']} -> {ch['to']}) "
+                                    f"does not change anything against {parent.path.name}")
+    return [dict(listed[k]) for k in actual]

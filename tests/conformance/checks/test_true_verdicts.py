@@ -1,0 +1,218 @@
+"""Verdicts that are true (issue 8, deliverable 2): declared int32-overflow
+behaviour, bit identity on bits (sign of zero, canonical NaN), dtype errors,
+n/a without output, the worst case, per-function digests.
+
+Expected bit patterns are derived by hand in the comments (and, for the
+overflow case, from Python integers), never by the code under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from buggy_kernels import (bf16_when_fp16, const_case, good_cutlass, saturating_declared,
+                           saturating_declares_wrap, signed_zero_lost)
+from conformance.checks.compare import compare_bits
+from conformance.checks.overflow import declared_accumulator, wrap32
+from conformance.checks.result import CheckResult, aggregate
+from conformance.evaluate import evaluate_case
+from conformance.kernels._digest import callable_digest
+from conformance.kernels.loader import declare, load_module_function, spec_from_object
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.spec import KernelSpec
+from reference.bits import bits_of
+from reference.contract import CUTLASS_STYLE
+from reference.errors import ContractError, KernelLoadError
+from reference.operands import GemmOperands
+
+K_OVER = 131_073  # 131,073 * (-128)**2 = 2**31 + 2**14 > INT32_MAX
+
+
+def _spec(fn, name):
+    return spec_from_object(fn, name, f"module:buggy_kernels:{name}")
+
+
+def _bits(t):
+    return [f"0x{int(v):04X}" for v in bits_of(t).reshape(-1)]
+
+
+# ------------------------------------------------------------ int32 overflow
+
+def test_wrapped_accumulator_is_a_precondition_not_a_fault():
+    # M = N = 1, K = 131,073, all -128: exact acc = 2**31 + 2**14 = 2147500032;
+    # wrap32 = 2147500032 - 2**32 = -2147467264 = -(2**31 - 2**14), 17 significant
+    # bits, exact in float32; * 2**-10 * 2**-20 = -(2 - 2**-16) -> bf16 RNE -2.0 = 0xC000
+    ops = const_case(K_OVER)
+    assert int(wrap32(torch.tensor([2 ** 31 + 2 ** 14]))[0]) == -2147467264
+    for name in ("cpu", "int_mm"):
+        cr = evaluate_case(get_kernel(name), ops, device="cpu")
+        v = {c: r.verdict for c, r in cr.checks.items()}
+        assert v["C6"] == v["C8"] == "pass" and cr.verdict == "pass", (name, v)
+        c3 = cr.checks["C3"]
+        assert c3.is_precondition_violation and c3.evidence["n_acc_mismatch"] == 0
+        assert cr.checks["C8"].evidence["overflow_at_risk"] == 1
+        assert cr.checks["C8"].evidence["n_compared"] == 1
+
+
+def test_saturating_kernel_that_declares_wrap_fails_and_is_diagnosed():
+    # float32 output, same operands: wrap -> -(2**31 - 2**14) * 2**-30 = -(2 - 2**-16)
+    # = 0xBFFFFF80; exact (an int64 accumulator, also accepted under wrap)
+    # (2**31 + 2**14) * 2**-30 = 2 + 2**-16 = 0x40000040; saturated 2**31 - 1 ->
+    # float32 RNE 2**31 -> 2.0 = 0x40000000: neither, 64 ulp from the exact one
+    ops = dataclasses.replace(const_case(K_OVER), out_dtype=torch.float32)
+    cr = evaluate_case(get_kernel("cpu"), ops, device="cpu")
+    assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
+    exact64 = KernelSpec("exact64", _exact_kernel, CUTLASS_STYLE, source_digest="1" * 64,
+                         origin="test")
+    assert evaluate_case(exact64, ops, device="cpu").checks["C8"].verdict == "pass"
+    cr = evaluate_case(_spec(saturating_declares_wrap, "sat"), ops, device="cpu")
+    c8 = cr.checks["C8"]
+    assert c8.verdict == "fail" and c8.evidence["worst"]["out_bits"] == "0x40000000"
+    assert c8.evidence["worst"]["ref_bits"] == "0x40000040" and c8.evidence["max_ulp"] == 64
+    assert c8.evidence["overflow_diagnosis"] == {
+        "over_tolerance_at_risk": 1, "matches_wrap": 0, "matches_saturate": 1,
+        "matches_exact_int64": 0}
+    c3 = cr.checks["C3"]  # its int_mm saturates: 2147483647 vs the declared -2147467264
+    assert c3.is_kernel_failure
+    assert c3.evidence["first_acc_mismatch"] == {"index": [0, 0], "observed": 2 ** 31 - 1,
+                                                 "declared": -2147467264, "exact": 2 ** 31 + 2 ** 14}
+
+
+def _exact_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    from reference.epilogue import reference_scaled_mm  # exact int64 accumulator
+    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, bias, out_dtype)
+
+
+def test_saturating_kernel_declared_saturate_passes_and_undefined_is_excluded():
+    ops = const_case(K_OVER)
+    cr = evaluate_case(_spec(saturating_declared, "satd"), ops, device="cpu")
+    assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
+    undef = KernelSpec("u", saturating_declared, CUTLASS_STYLE, source_digest="1" * 64,
+                       origin="test", overflow="undefined")
+    cr = evaluate_case(undef, ops, device="cpu")
+    assert cr.checks["C8"].verdict == "n/a" and cr.checks["C8"].evidence["overflow_excluded"] == 1
+    assert cr.verdict == "pass"
+
+
+def test_declared_accumulator_mixed_signs():
+    # a = 131,073 x (-128) then 10 x 127; b all -128: positive products sum
+    # P = 131,073 * 16384 = 2147500032 > INT32_MAX, negatives Q = 10 * 16256 = 162560,
+    # exact = P - Q = 2147337472 (fits). wrap: order-free -> exact; saturate:
+    # depends on the order (positives first clamp at INT32_MAX) -> undefined.
+    a = torch.tensor([[-128] * K_OVER + [127] * 10], dtype=torch.int8)
+    b = torch.full((1, K_OVER + 10), -128, dtype=torch.int8)
+    ops = GemmOperands(a, b, torch.ones(1), torch.ones(1))
+    exact = torch.tensor([[2147337472]], dtype=torch.int64)
+    w = declared_accumulator(ops, exact, "wrap")
+    assert w.at_risk.tolist() == [[True]] and w.defined.tolist() == [[True]]
+    assert w.acc.tolist() == [[2147337472]]
+    s = declared_accumulator(ops, exact, "saturate")
+    assert s.defined.tolist() == [[False]] and s.n_undefined == 1
+    assert declared_accumulator(ops, exact, "undefined").n_undefined == 1
+
+
+def test_overflow_declaration_is_validated():
+    with pytest.raises(ContractError, match="overflow='clamp'"):
+        declare(contract="cutlass", overflow="clamp")
+    with pytest.raises(ContractError, match="overflow"):
+        KernelSpec("x", good_cutlass, CUTLASS_STYLE, overflow="sometimes")
+    s = load_module_function("buggy_kernels:good_cutlass?overflow=saturate")
+    assert s.overflow == "saturate" and s.manifest()["overflow"] == "saturate"
+    assert load_module_function("buggy_kernels:good_cutlass").overflow == "wrap"
+    for name in ("cpu", "int_mm", "triton"):
+        assert get_kernel(name).overflow == "wrap"
+
+
+# ------------------------------------------------------------ bits, not values
+
+def _zero_case():
+    # acc = 1*0 + 0*1 = 0; s_a = -1.0: out = (0 * 1.0) * -1.0 = -0.0 -> bf16 0x8000
+    a = torch.tensor([[1, 0]], dtype=torch.int8)
+    b = torch.tensor([[0, 1]], dtype=torch.int8)
+    return GemmOperands(a, b, torch.tensor([-1.0]), torch.tensor([1.0]), name="neg-zero")
+
+
+def test_lost_sign_of_zero_fails_bit_identity_as_its_own_category():
+    ops = _zero_case()
+    good = evaluate_case(_spec(good_cutlass, "good"), ops, device="cpu")
+    assert good.verdict == "pass"
+    cr = evaluate_case(_spec(signed_zero_lost, "sz"), ops, device="cpu")
+    c8 = cr.checks["C8"]
+    assert c8.verdict == "fail" and c8.evidence["n_signed_zero"] == 1
+    assert c8.evidence["max_ulp"] == 0  # same value, different bits
+    assert (c8.evidence["worst"]["out_bits"], c8.evidence["worst"]["ref_bits"]) == ("0x0000", "0x8000")
+    assert c8.evidence["worst"]["kind"] == "signed zero" and "sign of zero" in c8.summary
+    c6 = cr.checks["C6"]  # 1-spacing tolerance: within, but counted
+    assert c6.verdict == "pass" and c6.evidence["n_signed_zero"] == 1
+
+
+def test_nan_payloads_are_canonical_and_signed_zero_counted():
+    # bf16 0x7FC0 (qNaN) vs 0x7FC1 (NaN, other payload) vs 0xFFC0 (-qNaN): all equal
+    a = torch.tensor([0x7FC0, 0x0000, 0x3F80], dtype=torch.int16).view(torch.bfloat16)
+    b = torch.tensor([0x7FC1, 0x0000, 0x3F80], dtype=torch.int16).view(torch.bfloat16)
+    c = torch.tensor([-64, -32768, 0x3F81], dtype=torch.int16).view(torch.bfloat16)  # 0xFFC0, 0x8000
+    n, ev = compare_bits(a.reshape(1, 3), b.reshape(1, 3), 0)
+    assert n == 0 and ev["n_bits_differ"] == 0
+    n, ev = compare_bits(a.reshape(1, 3), c.reshape(1, 3), 0)
+    assert n == 2 and ev["n_signed_zero"] == 1 and ev["max_ulp"] == 1
+    assert _bits(c) == ["0xFFC0", "0x8000", "0x3F81"]
+
+
+def test_wrong_output_dtype_is_a_dtype_error_not_a_spacing_failure():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (3, 16), generator=g, dtype=torch.int16).to(torch.int8)
+    ops = GemmOperands(a, a.clone(), torch.full((3,), 0.01), torch.full((3,), 0.02),
+                       out_dtype=torch.float16, name="fp16")
+    cr = evaluate_case(_spec(bf16_when_fp16, "bf16fp16"), ops, device="cpu")
+    for cid in ("C6", "C8"):
+        r = cr.checks[cid]
+        assert r.verdict == "fail" and r.evidence["problem_kind"] == "dtype"
+        assert r.summary.startswith("dtype error:") and "torch.bfloat16" in r.summary
+    # no output: C1 / C2 have nothing to certify
+    assert cr.checks["C1"].verdict == cr.checks["C2"].verdict == "n/a"
+
+
+# ------------------------------------------------------------ aggregation, digests
+
+def test_worst_case_is_the_worst_not_the_first():
+    def c3(mx, kind="precondition"):
+        return CheckResult("C3", "int32_headroom", "fail", f"{mx}",
+                           {"failure_kind": kind, "exact_max_abs": mx, "bound_tight_max": mx})
+    agg = aggregate("C3", [("a", c3(2 ** 31)), ("b", c3(2 ** 33)), ("c", c3(2 ** 32))])
+    assert agg.evidence["worst_case"]["case"] == "b"
+    c4 = [(n, CheckResult("C4", "fp32_exact_accumulator", "pass", "", {"max_abs": v}))
+          for n, v in (("x", 5), ("y", 900), ("z", 7))]
+    assert aggregate("C4", c4).evidence["worst_case"]["case"] == "y"
+    u = [(n, CheckResult("C8", "declared_contract", "fail", "", {"max_ulp": u, "n_bits_differ": d}))
+         for n, u, d in (("p", 0, 3), ("q", 2, 1), ("r", 0, 9))]
+    assert aggregate("C8", u).evidence["worst_case"]["case"] == "q"
+
+
+def test_three_kernels_in_one_module_have_three_digests(tmp_path):
+    mod = types.ModuleType("three_kernels_mod")
+    src = tmp_path / "three_kernels_mod.py"
+    src.write_text("def k1(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
+                   "def k2(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
+                   "def k3(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n")
+    code = compile(src.read_text(), str(src), "exec")
+    exec(code, mod.__dict__)
+    for f in ("k1", "k2", "k3"):
+        mod.__dict__[f].__module__ = "three_kernels_mod"
+    d = {callable_digest(mod.__dict__[f]) for f in ("k1", "k2", "k3")}
+    assert len(d) == 3
+    assert callable_digest(mod.k1) == callable_digest(mod.k1)
+
+
+def test_failing_kernel_gets_na_not_pass_for_c1_c2():
+    def boom(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        raise RuntimeError("no")
+    spec = KernelSpec("boom", boom, CUTLASS_STYLE, source_digest="1" * 64, origin="test")
+    cr = evaluate_case(spec, _zero_case(), device="cpu")
+    assert cr.checks["C1"].verdict == cr.checks["C2"].verdict == "n/a"
+    assert cr.checks["C8"].verdict == "fail" and cr.checks["C8"].evidence["problem_kind"] == "exception"
+    with pytest.raises(KernelLoadError):
+        load_module_function("buggy_kernels:good_cutlass?overflow=wraps")

@@ -1,0 +1,86 @@
+"""Usability defects of issue 8 (deliverable 5): unknown options, kernels from
+the current folder, ``--device cpu:1``, ``--out`` doubling, help text."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from conformance.cli import build_parser, main, strip_markup
+
+#: The cheapest check run (synthetic cases only; not the default suite).
+FAST = ["--no-sweep", "--no-captures", "--examples", "0", "--no-model", "-q"]
+
+
+def test_misspelled_option_is_named_not_a_missing_kernel(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--kernal", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == "int8conf check: error: unknown option --kernal (did you mean --kernel?)"
+    with pytest.raises(SystemExit):
+        main(["check", "--kernel", "cpu", "--no-modle"])
+    assert "unknown option --no-modle (did you mean --no-model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # still: a missing --kernel is reported as such
+        main(["check"])
+    assert "--kernel" in capsys.readouterr().err
+
+
+def test_cpu_device_index_is_an_error(capsys):
+    assert main(["check", "--kernel", "cpu", "--device", "cpu:1", *FAST]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "int8conf: error: --device 'cpu:1': there is one CPU device; use 'cpu'")
+
+
+def test_out_ending_in_the_kernel_name_is_not_doubled(tmp_path):
+    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path / "cpu"), *FAST]) == 0
+    assert (tmp_path / "cpu" / "conformance.json").is_file()
+    assert not (tmp_path / "cpu" / "cpu").exists()
+    from conformance.commands.check import report_root
+    assert report_root(tmp_path / "run1", "cpu") == tmp_path / "run1"  # -> run1/cpu/
+
+
+def test_import_path_kernel_found_from_its_own_folder(tmp_path, monkeypatch):
+    (tmp_path / "my_local_kernel.py").write_text(
+        "import torch\n"
+        "from reference.contract import CUTLASS_STYLE\n"
+        "from reference.epilogue import reference_scaled_mm\n"
+        "def fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
+        "    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, bias, out_dtype)\n"
+        "fn.int8conf_contract = 'cutlass'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "my_local_kernel", raising=False)
+    assert main(["check", "--kernel", "my_local_kernel:fn", "--out", "r", *FAST]) == 0
+    doc = json.loads((tmp_path / "r" / "my_local_kernel_fn" / "conformance.json").read_text())
+    assert doc["overall"]["verdict"] == "pass"
+
+
+def _all_parsers(parser):
+    yield "int8conf", parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items():
+                yield name, sp
+
+
+def test_help_has_no_docstring_markup_and_every_option_has_help():
+    assert strip_markup("``--out`` and :func:`x.y`") == "--out and x.y"
+    for name, p in _all_parsers(build_parser()):
+        text = p.format_help()
+        assert "``" not in text and ":func:" not in text, name
+        missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
+        assert not missing, (name, missing)
+
+
+def test_detllm_kernel_help_says_only_int_mm_is_used(capsys):
+    from detllm.cli import build_parser as detllm_parser
+    for name, p in _all_parsers(detllm_parser()):
+        missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
+        assert not missing, (name, missing)
+        for a in p._actions:
+            if "--kernel" in a.option_strings:
+                assert "int_mm" in a.help and "NOT used" in a.help, name

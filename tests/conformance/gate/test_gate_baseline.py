@@ -1,0 +1,122 @@
+"""``--baseline``: compare with a stored conformance report instead of
+re-running the incumbent; a stale / incomparable baseline is refused with
+the reason; the CLI's documented exit codes."""
+
+import json
+
+import pytest
+
+from conformance.cases import capture_cases, make_case
+from conformance.cli import main
+from conformance.gate.gate import GateOptions, NotComparable, run_gate
+from conformance.gate.isolation import KernelRef
+from conformance.gate.policy import parse_policy
+from conformance.report import write_reports
+from conformance.suite import run_conformance
+
+SYN = [make_case("ordinary", 0), make_case("pow2", 0), make_case("epilogue_ties", 0)]
+BIT = parse_policy({"name": "bit", "require": "bit_identical"})
+ONE = parse_policy({"name": "one", "allow": "within_one_spacing"})
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """cpu's stored report on SYN + the first captured layer (both scale modes)."""
+    cases = SYN + capture_cases(max_layers=1).cases
+    res = run_conformance("cpu", cases=cases, property_examples=0, model_checks=False)
+    jp, _ = write_reports(res, tmp_path_factory.mktemp("baseline"))
+    return jp, cases
+
+
+def _gate(tmp_path, cand, baseline, cases, policy=BIT):
+    return run_gate(cand, baseline=baseline, policy=policy, cases=cases, out_dir=tmp_path,
+                    options=GateOptions(model_checks=False))
+
+
+def test_report_carries_comparability_and_output_digests(baseline):
+    doc = json.loads(baseline[0].read_text())
+    comp = doc["comparability"]
+    assert comp["n_cases"] == 5 and comp["n_capture_cases"] == 2 and comp["suite_version"]
+    assert len(comp["cases_digest"]) == 64 and len(comp["captures_digest"]) == 64
+    assert all(len(c["output_digest"]) == 64 for c in doc["cases"])
+
+
+def test_exact_candidate_passes_against_the_stored_baseline(tmp_path, baseline):
+    jp, cases = baseline
+    res = _gate(tmp_path, KernelRef("int_mm"), jp, cases)
+    assert [d.status for d in res.cases] == ["pass"] * 5 and res.exit_code == 0
+    assert all(d.delta["via"].startswith("output digest equal") for d in res.cases)
+    assert res.incumbent["baseline"] == str(jp)
+
+
+def test_faulty_candidate_measured_against_the_baseline_contract_reference(tmp_path, baseline):
+    """F4 (truncation) moves outputs by one spacing: the distance to the
+    stored incumbent is measured through the reference of its declared
+    contract, whose digest reproduces the stored output digest."""
+    jp, cases = baseline
+    bit = _gate(tmp_path / "bit", KernelRef("cpu", "F4"), jp, cases, BIT)
+    one = _gate(tmp_path / "one", KernelRef("cpu", "F4"), jp, cases, ONE)
+    assert bit.exit_code == 1 and all(d.status == "fail" for d in bit.cases)
+    assert one.exit_code == 0 and all(d.status == "warn" for d in one.cases)
+    assert all(d.delta["max_ulp"] == 1 and d.delta["via"].startswith("baseline output reproduced")
+               for d in one.cases)
+
+
+def test_stale_baseline_with_different_captures_is_refused(tmp_path, baseline):
+    jp, _ = baseline
+    other = SYN + capture_cases(max_layers=2).cases
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), jp, other)
+    assert any(r.startswith("different captures: baseline 2 capture cases") and
+               "this run 4" in r for r in e.value.reasons)
+    assert not (tmp_path / "logs").exists()  # refused before any kernel ran
+
+
+def test_old_or_partial_baseline_is_refused(tmp_path, baseline):
+    jp, cases = baseline
+    doc = json.loads(jp.read_text())
+    doc.pop("comparability")
+    doc["notes"] = ["partial run: 3 of 5 fixed cases ran"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), old, cases)
+    assert any("no comparability record" in r for r in e.value.reasons)
+    assert any("partial run" in r for r in e.value.reasons)
+
+
+def _cli(tmp_path, *args):
+    return main(["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q",
+                 "--out", str(tmp_path / "out"), *args])
+
+
+def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
+    base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0,
+                           model_checks=False)
+    jp, _ = write_reports(base, tmp_path / "A")
+    policy = tmp_path / "p.yaml"
+    policy.write_text("require: [bit_identical]\n")
+    assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "1",
+                "--policy", str(policy)) == 0
+    assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "2") == 2
+    err = capsys.readouterr().err
+    assert "NOT COMPARABLE" in err and "different captures" in err
+    md = (tmp_path / "out" / "gate.md").read_text()
+    assert "NOT COMPARABLE" in md and "different captures" in md
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("allow: [everything]\n")
+    assert _cli(tmp_path, "--incumbent", "cpu", "--policy", str(bad)) == 2
+    assert "field 'allow'" in capsys.readouterr().err
+    import conformance.gate.gate as G
+
+    def boom(*a, **k):
+        raise RuntimeError("bug")
+    monkeypatch.setattr(G, "run_gate", boom)
+    assert _cli(tmp_path, "--incumbent", "cpu") == 3
+    assert "internal error: RuntimeError: bug" in capsys.readouterr().err
+
+
+def test_cli_blocked_exit_code(tmp_path):
+    assert main(["gate", "--candidate", "cpu", "--fault", "F4", "--incumbent", "cpu",
+                 "--no-model", "--no-captures", "--no-sweep", "-q",
+                 "--out", str(tmp_path)]) == 1

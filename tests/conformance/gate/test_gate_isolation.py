@@ -1,0 +1,93 @@
+"""Crash isolation: a segfaulting, an aborting and a hanging kernel each end
+with their own status (crash / timeout), the other cases still run and pass,
+the report is written, and the saved reproducer re-runs the case."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.cases import make_case
+from conformance.gate.gate import GateOptions, run_gate
+from conformance.gate.isolation import KernelRef
+from conformance.gate.policy import parse_policy
+from conformance.gate.report import to_json_dict, write_gate_reports
+from conformance.gate.repro import load_reproducer
+
+ROOT = Path(__file__).resolve().parents[3]
+HELPERS = ROOT / "tests" / "helpers"
+#: the "tails" case has K = 37 = buggy_kernels.HOSTILE_K; the others do not
+CASES = [make_case("ordinary", 0), make_case("tails", 0), make_case("pow2", 0)]
+POLICY = parse_policy({"name": "bit", "require": "bit_identical"})
+
+
+def _gate(tmp_path, kernel, timeout_s=60.0):
+    res = run_gate(KernelRef(f"buggy_kernels:{kernel}"), KernelRef("cpu"), policy=POLICY,
+                   cases=CASES, out_dir=tmp_path,
+                   options=GateOptions(model_checks=False, timeout_s=timeout_s))
+    paths = write_gate_reports(to_json_dict(res), tmp_path)
+    return res, json.loads(paths["json"].read_text()), paths
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HELPERS)])
+    return env
+
+
+def _check_survivors(res, status):
+    assert [d.status for d in res.cases] == ["pass", status, "pass"]
+    assert res.overall["verdict"] == "blocked" and res.overall["blocking"] == ["synthetic/tails-s0"]
+
+
+def test_segfaulting_kernel_is_a_crash_and_its_reproducer_segfaults_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])  # recorded in command.sh
+    res, doc, paths = _gate(tmp_path, "segfaulting_kernel")
+    _check_survivors(res, "crash")
+    ev = res.cases[1].evidence
+    assert ev["signal"] == "SIGSEGV" and ev["exitcode"] == -11
+    assert any("segfaulting_kernel" in ln for ln in ev["log_tail"])  # faulthandler's stack
+    assert doc["overall"]["counts"]["crash"] == 1 and "CRASH" in paths["md"].read_text()
+    assert '<error type="crash"' in paths["junit"].read_text()
+    repro = Path(ev["repro"])
+    ops, info = load_reproducer(repro)
+    assert ops.digests() == CASES[1].digests() and info["kernel"]["name"].endswith("segfaulting_kernel")
+    run = subprocess.run(["sh", str(repro / "command.sh")], capture_output=True, text=True,
+                         timeout=120, env=_env())
+    assert run.returncode in (-11, 139), run.stderr[-2000:]
+    assert "Segmentation fault" in run.stderr and "segfaulting_kernel" in run.stderr
+
+
+def test_aborting_kernel_is_a_crash_with_sigabrt(tmp_path):
+    res, _, _ = _gate(tmp_path, "aborting_kernel")
+    _check_survivors(res, "crash")
+    assert res.cases[1].evidence["signal"] == "SIGABRT"
+
+
+def _repro_main(directory, log):
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)  # not pytest's capture
+    from conformance.gate.repro import main
+    sys.exit(main([directory, "--timeout", "1"]))
+
+
+def test_hanging_kernel_times_out_and_its_reproducer_shows_where_it_hangs(tmp_path):
+    res, doc, paths = _gate(tmp_path, "hanging_kernel", timeout_s=2.0)
+    _check_survivors(res, "timeout")
+    ev = res.cases[1].evidence
+    assert ev["signal"] == "SIGKILL" and 2.0 <= ev["elapsed_s"] < 30
+    assert any("hanging_kernel" in ln for ln in ev["log_tail"])  # the stack dumped before the kill
+    assert '<error type="timeout"' in paths["junit"].read_text()
+    assert "conformance.gate.repro" in (Path(ev["repro"]) / "command.sh").read_text()
+    # the reproducer's entry point (what command.sh execs), in a forked child to spare a
+    # torch import: --timeout 1 dumps the hanging stack and exits with status 1
+    import multiprocessing as mp
+    log = tmp_path / "repro.err"
+    p = mp.get_context("fork").Process(target=_repro_main, args=(ev["repro"], str(log)))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 1 and "in hanging_kernel" in log.read_text(), log.read_text()[-2000:]

@@ -1,0 +1,117 @@
+"""Gate policies: YAML parsing with one-line errors naming file and field,
+rule semantics, expectations matching, the shipped example policies."""
+
+from pathlib import Path
+
+import pytest
+
+from conformance.gate.compare import Side, decide_model, decide_case
+from conformance.gate.policy import PolicyError, load_policy, parse_policy
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "policy.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, field", [
+    ("require: [bit_identicle]\n", "field 'require': unknown rule 'bit_identicle'"),
+    ("allow: 3\n", "field 'allow'"),
+    ("max_token_flips_above_threshold: -1\n", "field 'max_token_flips_above_threshold'"),
+    ("not_supported: maybe\n", "field 'not_supported'"),
+    ("colour: red\n", "unknown field 'colour'"),
+    ("expectations:\n  - case: x\n    check: C8\n    reason: r\n", "field 'expectations[0]'.owner"),
+    ("expectations:\n  - check: C8\n    reason: r\n    owner: o\n", "needs case or layer"),
+    ("expectations:\n  - case: x\n    check: C9\n    reason: r\n    owner: o\n", "unknown check 'C9'"),
+    ("version: 2\n", "field 'version'"),
+    ("require: [bit_identical\n", "not valid YAML at line"),
+])
+def test_bad_policy_is_one_line_naming_file_and_field(tmp_path, text, field):
+    p = _write(tmp_path, text)
+    with pytest.raises(PolicyError) as e:
+        load_policy(p)
+    msg = str(e.value)
+    assert "\n" not in msg and str(p) in msg and field in msg.replace('"', "'")
+
+
+def test_missing_policy_file_is_one_line(tmp_path):
+    with pytest.raises(PolicyError, match="cannot read policy"):
+        load_policy(tmp_path / "nope.yaml")
+
+
+def test_example_policies_load_with_the_documented_families():
+    pol = {p.stem: load_policy(p) for p in (ROOT / "examples" / "policies").glob("*.yaml")}
+    assert pol["bit-identity"].required_families == {"pow2", "real"}
+    assert pol["one-spacing"].required_families == {"pow2"}
+    assert pol["one-spacing"].allowed_families == {"real"}
+    assert pol["one-spacing-everywhere"].allowed_families == {"pow2", "real"}
+    assert len(pol["with-expectations"].expectations) == 2
+
+
+def _ran(**checks):
+    return Side("ran", {c: {"verdict": v, "summary": "", "kernel_failure": v == "fail"}
+                        for c, v in checks.items()})
+
+
+def test_require_wins_over_allow_and_one_spacing_warns_only_where_allowed():
+    pol = parse_policy({"require": "bit_identical_pow2", "allow": "within_one_spacing"})
+    one = {"class": "within_one_spacing", "max_ulp": 1, "n_differ": 3, "n_elements": 10}
+    assert decide_case("p", _ran(C5="pass"), _ran(C5="pass"), one, pol, "pow2").status == "fail"
+    d = decide_case("r", _ran(C8="fail"), _ran(C8="pass"), one, pol, "own")
+    assert d.status == "warn" and not d.blocking
+    worse = dict(one, **{"class": "worse", "max_ulp": 2})
+    assert decide_case("r", _ran(), _ran(), worse, pol, "own").status == "fail"
+
+
+def test_non_output_check_regression_blocks_even_with_identical_bits():
+    pol = parse_policy({"allow": "within_one_spacing"})
+    same = {"class": "identical", "max_ulp": 0, "n_differ": 0, "n_elements": 4}
+    d = decide_case("c", _ran(C2="fail"), _ran(C2="pass"), same, pol)
+    assert d.status == "fail" and [r["check"] for r in d.reasons if r["blocking"]] == ["C2"]
+    assert d.changes == [{"check": "C2", "incumbent": "pass", "candidate": "fail",
+                          "change": "regression"}]
+
+
+def test_expectation_turns_a_blocker_into_a_warning_by_layer_pattern():
+    pol = parse_policy({"expectations": [
+        {"layer": "model.layers.*.mlp.down_proj", "check": "output", "reason": "r", "owner": "@a"}]})
+    one = {"class": "within_one_spacing", "max_ulp": 1, "n_differ": 1, "n_elements": 4}
+    hit = decide_case("model.layers.3.mlp.down_proj[own]", _ran(), _ran(), one, pol, "own",
+                      layer="model.layers.3.mlp.down_proj")
+    miss = decide_case("model.layers.3.mlp.up_proj[own]", _ran(), _ran(), one, pol, "own",
+                       layer="model.layers.3.mlp.up_proj")
+    assert (hit.status, hit.expectations_used, miss.status) == ("warn", [0], "fail")
+    assert "@a: r" in hit.reasons[0]["expected"]
+
+
+def test_model_level_flips_and_engine_hash():
+    pol = parse_policy({"max_token_flips_above_threshold": 1})
+    c7 = lambda above: {"verdict": "pass", "evidence": {"flips": 5, "flips_above_threshold": above,
+                                                        "threshold": "4 spacings"}}
+    assert decide_model("C7", c7(2), None, pol).status == "fail"
+    assert decide_model("C7", c7(1), None, pol).status == "warn"
+    e1 = lambda h: {"verdict": "pass", "evidence": {"kernel_logits_hash": [h]}}
+    assert decide_model("E1", e1("aaa"), e1("aaa"), pol).status == "pass"
+    assert decide_model("E1", e1("aaa"), e1("bbb"), pol).status == "fail"
+    lenient = parse_policy({"allow_engine_hash_change": True})
+    assert decide_model("E1", e1("aaa"), e1("bbb"), lenient).status == "warn"
+    assert decide_model("C7", None, None, pol, "crash", "killed by SIGSEGV").status == "crash"
+
+
+def test_ci_recipe_gates_on_cpu_and_gpu_uploads_reports_and_ci_run_checks_exit_codes():
+    import yaml
+    wf = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    jobs = wf["jobs"]
+    assert set(jobs) == {"gate-cpu", "gate-gpu"} and "HAS_GPU_RUNNER" in jobs["gate-gpu"]["if"]
+    for name, job in jobs.items():
+        runs = " ".join(s.get("run", "") for s in job["steps"])
+        assert "int8conf gate" in runs and "--policy" in runs and "pip install" in runs
+        up = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+        assert up and up[0]["if"] == "always()"  # reports uploaded even when the gate blocks
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("python -m pytest -q") < ci.index("expect 0 exact")
+    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 2 stale-baseline"):
+        assert want in ci

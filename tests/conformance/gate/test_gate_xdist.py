@@ -1,0 +1,59 @@
+"""The conformance suite and the gate under pytest-xdist: ``-n 2`` writes the
+same conformance report and the same gate report as a serial run (timings
+and timestamps aside), and each is written once, by the controller."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401 -- imported before pytester's in-process run (a second import would crash)
+
+import conformance.gate.gate  # noqa: F401 -- same: keep the gate's modules loaded across the inner run
+
+pytest.importorskip("xdist")
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _strip(x):
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items()
+                if k not in ("generated_at", "elapsed_s", "log_tail", "invocation")}  # the command line differs by -n 2
+    if isinstance(x, list):
+        return [_strip(v) for v in x]
+    return x
+
+
+def _args(out: Path):
+    return ["-p", "no:cacheprovider", "-q", "--kernel=cpu", "--int8conf-no-captures", "--int8conf-no-sweep",
+            "--int8conf-no-model", "--int8conf-examples=0", f"--int8conf-reports={out}/suite",
+            "--gate-candidate=cpu", "--gate-fault=F4", "--gate-incumbent=cpu",
+            "--gate-no-captures", "--gate-no-sweep", "--gate-no-model", f"--gate-out={out}/gate",
+            f"--gate-policy={ROOT}/examples/policies/one-spacing-everywhere.yaml"]
+
+
+def _reports(out: Path):
+    return (json.loads((out / "suite" / "cpu" / "conformance.json").read_text()),
+            json.loads((out / "gate" / "gate.json").read_text()))
+
+
+@pytest.mark.slow
+def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
+    serial = pytester.runpytest_inprocess(*_args(tmp_path / "serial"))  # serial, this process
+    assert serial.ret == 0, serial.stdout.str()[-3000:]
+    suite_1, gate_1 = _reports(tmp_path / "serial")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", *_args(tmp_path / "xdist")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    suite_2, gate_2 = _reports(tmp_path / "xdist")
+    out = r.stdout
+    assert "45 passed" in out  # 22 suite cases + C9 + 22 gate cases, spread over 2 workers
+    assert _strip(suite_2) == _strip(suite_1)
+    assert _strip(gate_2) == _strip(gate_1)
+    assert suite_1["overall"]["cases_total"] == 22 and not suite_1["notes"]
+    assert gate_1["overall"]["counts"]["warn"] == 22 and gate_1["overall"]["verdict"] == "pass"
+    assert [c["item"] for c in gate_2["cases"]] == [c["item"] for c in gate_1["cases"]]

@@ -1,0 +1,148 @@
+"""The sweep: store, executors (serial, Dask LocalCluster), resumability
+after a real SIGKILL, and the null fault never firing."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance.sweep.cells import Cell, SweepSpec, layer_cells
+from conformance.sweep.distributed import run_cells
+from conformance.sweep.runner import SweepTask
+from conformance.sweep.store import CellRows, StoreError, SweepStore
+
+ROOT = Path(__file__).resolve().parents[3]
+LAYER = "model.layers.0.self_attn.k_proj"   # the smallest captured layer: 64 x 384 x 128
+
+
+def _spec():
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    return SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1, "window_len": 8},
+                     model_checks=False)
+
+
+def _row(check, verdict, mode="own"):
+    return {"scale_mode": mode, "check_id": check, "verdict": verdict,
+            "failure_kind": "kernel" if verdict == "fail" else None, "summary": "s",
+            "evidence": {"max_ulp": 1}}
+
+
+def test_a_finished_cell_is_never_stored_twice_and_another_sweep_is_refused(tmp_path):
+    db = tmp_path / "s.sqlite"
+    cell = Cell(LAYER, "F4", "all", "own", 0)
+    cr = CellRows(cell, [_row("C8", "fail"), _row("C6", "pass")], {"changed": 3})
+    with SweepStore(db, {"kernel": "cpu"}) as s:
+        assert s.put(cr) is True
+        assert s.put(cr) is False
+        assert len(s.rows()) == 2
+        assert s.done() == {cell.key}
+    with pytest.raises(StoreError, match="holds a sweep of kernel 'cpu'"):
+        SweepStore(db, {"kernel": "triton"})
+
+
+def _tasks(faults, coverages=("all",)):
+    spec = _spec()
+    return [SweepTask(c, spec) for c in layer_cells([LAYER], faults, list(coverages),
+                                                    ["own", "pow2"], [0])]
+
+
+def test_local_cluster_gives_the_serial_rows_and_scorecard_and_f8_never_fires(tmp_path):
+    pytest.importorskip("dask.distributed")
+    from dask.distributed import LocalCluster
+
+    from conformance import scorecard
+    from predictions.lock import default_dir, matrix_chain, read_lock
+
+    tasks = _tasks(["F4", "F8", "F9"])
+    with SweepStore(tmp_path / "serial.sqlite", {"t": 1}) as s:
+        st = run_cells(tasks, s, workers=1, quiet=True)
+        serial = s.rows(deterministic_only=True)
+    assert st.computed == 6
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, \
+            SweepStore(tmp_path / "dask.sqlite", {"t": 1}) as s:
+        st = run_cells(tasks, s, cluster=cluster, quiet=True)
+        dask_rows = s.rows(deterministic_only=True)
+    assert st.executor.startswith("dask.distributed")
+    assert dask_rows == serial
+    chain = matrix_chain(default_dir() / read_lock(default_dir())[-1].file)
+    mats = {m.id: m for m in chain}
+    meta = {"kernel": "cpu"}
+    a = scorecard.build(serial, mats, meta)
+    b = scorecard.build(dask_rows, mats, meta)
+    assert a["table"].equals(b["table"])
+    # the null fault never fires, F4 fires C8 in both scale modes, F9 fires C2 under own scales
+    by = {(r["fault"], r["scale_mode"], r["check_id"]): r["verdict"] for r in serial}
+    assert all(v != "fail" for (f, _, _), v in by.items() if f == "F8")
+    assert by[("F4", "own", "C8")] == by[("F4", "pow2", "C8")] == "fail"
+    assert by[("F4", "pow2", "C5")] == "fail" and by[("F4", "own", "C6")] == "pass"
+    assert by[("F9", "own", "C2")] == "fail"
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers", "1",
+            "--no-model-checks", "--workers", "1", "--quiet", *args], env
+
+
+def _cells(db):
+    if not Path(db).is_file():
+        return 0
+    try:
+        with sqlite3.connect(str(db), timeout=5) as c:
+            return c.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_scorecard(tmp_path):
+    if _spec() is None:
+        return
+    faults = ["--faults", "F4,F8", "--coverages", "one,all"]
+    total = 2 * 2 * 2
+    db = tmp_path / "killed.sqlite"
+    cmd, env = _cli(*faults, "--db", str(db), "--out", str(tmp_path / "a"))
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while _cells(db) < 2 and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_at_kill = _cells(db)
+    assert 0 < done_at_kill < total, "the kill must land part-way"
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _cells(db) == total
+    from conformance.cli import main
+    assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--no-model-checks", "--workers", "1",
+                 "--quiet", *faults, "--db", str(tmp_path / "full.sqlite"),
+                 "--out", str(tmp_path / "b")]) == 0
+    with SweepStore(db) as a, SweepStore(tmp_path / "full.sqlite") as b:
+        assert a.rows(deterministic_only=True) == b.rows(deterministic_only=True)
+    assert (tmp_path / "a/cpu/scorecard.csv").read_text() == (tmp_path / "b/cpu/scorecard.csv").read_text()
+
+
+def test_sweep_refuses_a_tampered_matrix_before_computing(tmp_path, capsys):
+    import shutil
+    from conformance.cli import main
+    d = tmp_path / "pred"
+    d.mkdir()
+    for f in ("v1.yaml", "LOCK"):
+        shutil.copy(ROOT / "predictions" / f, d / f)
+    (d / "v1.yaml").write_text((d / "v1.yaml").read_text().replace('"fire"', '"silent"', 1))
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--no-model-checks", "--quiet",
+               "--predictions", str(d / "v1.yaml"), "--db", str(tmp_path / "x.sqlite"),
+               "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and "does not match its lock" in err[0]
+    assert not (tmp_path / "x.sqlite").exists()

@@ -1,0 +1,65 @@
+"""Scoring against a matrix and the fault signatures, on constructed rows."""
+
+from pathlib import Path
+
+from conformance.scoring import (FailureFeatures, features_of_cell, match_signatures,
+                                 observations, totals)
+from predictions.lock import verify_matrix
+
+V1 = Path(__file__).resolve().parents[2] / "predictions" / "v1.yaml"
+
+
+def _rows(fault, mode, verdicts, gt=None):
+    gt = gt or {"changed": 5, "max_spacing": 1, "no_op": False, "selected": 5}
+    return [{"layer": "L", "fault": fault, "coverage": "all", "scale_mode": mode, "seed": 0,
+             "check_id": c, "verdict": v, "failure_kind": "kernel" if v == "fail" else None,
+             "summary": "", "evidence": {"max_ulp": 1 if v == "fail" else 0}, "ground_truth": gt}
+            for c, v in verdicts.items()]
+
+
+def test_false_positives_and_negatives_against_v1_and_na_is_not_scored():
+    m = verify_matrix(V1)
+    # F4 under own scales: C8 fired (predicted fire: TP), C6 fired (predicted silent: FP),
+    # C5 n/a by scale mode (not scored); F2 under pow2: C5 silent (predicted fire: FN) in a no-op cell
+    rows = _rows("F4", "own", {"C8": "fail", "C6": "fail", "C5": "n/a", "C1": "pass"})
+    rows += _rows("F2", "pow2", {"C5": "pass"}, gt={"changed": 0, "max_spacing": 0, "no_op": True})
+    t = totals(observations(rows), m, "v1")["all"]
+    assert (t["TP"], t["FP"], t["FN"], t["TN"], t["FN_no_op"], t["scored"]) == (1, 1, 1, 1, 1, 4)
+
+
+def test_truncation_signature_names_f4_and_a_clean_run_names_nothing():
+    rows = _rows("F4", "own", {"C8": "fail", "C6": "pass"},
+                 gt={"direction_vs_declared": {"toward_zero": 7, "away_from_zero": 0, "sign_change": 0}})
+    ids = [f for f, _ in match_signatures(features_of_cell(rows))]
+    assert "F4" in ids and "F3" not in ids and "F6" not in ids
+    line = dict(match_signatures(features_of_cell(rows)))["F4"]
+    assert line == "consistent with F4 output truncation: 1-spacing errors, all toward zero"
+    assert match_signatures(FailureFeatures()) == []
+    pre = FailureFeatures(failed={"C3", "C4", "C8"}, precondition={"C3", "C4"}, max_ulp=30000)
+    assert [f for f, _ in match_signatures(pre)] == ["F6"]
+
+
+def test_failing_conformance_report_names_the_truncation_signature():
+    import pytest
+
+    from conformance.cases import CaptureReplay, make_case
+    from conformance.evaluate import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.report import render_markdown, to_json_dict
+    from conformance.suite import build_result
+    from faults import inject
+
+    try:
+        ops = make_case("ordinary", seed=0)
+    except TypeError:
+        pytest.skip("make_case signature changed")
+    bad = inject(get_kernel("cpu"), "F4", "all", 0)
+    res = build_result(bad, [evaluate_case(bad, ops)], CaptureReplay())
+    assert res.verdict == "fail"
+    doc = to_json_dict(res)
+    assert "consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 " \
+        "failing cases)" in doc["fault_signatures"]
+    assert not any(x.startswith("consistent with F6") for x in doc["fault_signatures"])
+    assert "consistent with F4 output truncation" in render_markdown(doc)
+    clean = build_result(get_kernel("cpu"), [evaluate_case(get_kernel("cpu"), ops)], CaptureReplay())
+    assert to_json_dict(clean)["fault_signatures"] == []
