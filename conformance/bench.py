@@ -496,7 +496,7 @@ def _probe_one(index: int) -> None:
     torch.cuda.synchronize()
 
 
-def probe_configs(timeout_s: float = 300.0, log=print) -> dict:
+def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
     """Compile every TMA configuration of the ``large`` bucket in its own
     subprocess, all at once, and exclude (``builtin_triton.exclude_configs``)
     those whose process fails -- including by a crash of the compiler, which

@@ -449,8 +449,9 @@ def _hooks() -> tuple:
     """Triton's launch hooks ``(enter, exit)`` when a profiler (e.g. proton)
     installed any, else ``(None, None)``. Triton 3.6+ keeps them as (usually
     empty) ``HookChain`` s; older versions as None or a callable."""
-    rt = triton.knobs.runtime
-    enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    enter = getattr(rt, "launch_enter_hook", None)
+    leave = getattr(rt, "launch_exit_hook", None)
     if getattr(enter, "calls", True) or getattr(leave, "calls", True):
         return enter, leave
     return None, None
@@ -506,7 +507,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
             _launch_raw(call, args + call.tail)
             return
         ck = plan.kern[call.grid](*args, **call.kw)
-        if _aligned(sa, sb, bias, out):
+        if ck is not None and _aligned(sa, sb, bias, out):
             call.fast = (ck, _grid3(call.grid))
         return
     if call.ws_words:
@@ -524,7 +525,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
         _launch_raw(call, (a, b, sa, sb, bias, out, ws, cnt) + call.ints + call.tail)
         return
     ck = plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
-    if _aligned(a, b, sa, sb, bias, out, ws, cnt):
+    if ck is not None and _aligned(a, b, sa, sb, bias, out, ws, cnt):
         call.fast = (ck, _grid3(call.grid))
 
 
