@@ -486,6 +486,53 @@ def _precompile_task(shape: tuple, configs: list) -> int:
     return done
 
 
+def _probe_one(index: int) -> None:
+    """Subprocess entry of :func:`probe_configs`: compile and run large-bucket
+    configuration ``index`` once at 4096^3 (exit status 0 = usable)."""
+    from conformance.kernels import builtin_triton as bt
+
+    a, b, sa, sb = _gpu_operands(4096, 4096, 4096, 0)
+    bt.scaled_mm_config(bt.BUCKET_CONFIGS["large"][index], a, b, sa, sb)
+    torch.cuda.synchronize()
+
+
+def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
+    """Compile every TMA configuration of the ``large`` bucket in its own
+    subprocess, all at once, and exclude (``builtin_triton.exclude_configs``)
+    those whose process fails -- including by a crash of the compiler, which
+    no ``except`` in the tuner could catch (warp specialisation is new in
+    this Triton). Returns ``{label: reason}`` of the excluded ones."""
+    import subprocess
+    import sys
+
+    from conformance.kernels import builtin_triton as bt
+
+    procs = {}
+    for i, cfg in enumerate(bt.BUCKET_CONFIGS["large"]):
+        if cfg.kernel != "tma" or cfg.label() in bt._EXCLUDED:
+            continue
+        procs[cfg.label()] = subprocess.Popen(
+            [sys.executable, "-c", f"from conformance.bench import _probe_one; _probe_one({i})"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    bad: dict = {}
+    t_end = time.monotonic() + timeout_s
+    for label, p in procs.items():
+        try:
+            _, err = p.communicate(timeout=max(1.0, t_end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            bad[label] = "timed out"
+            continue
+        if p.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            bad[label] = f"exit {p.returncode}: {tail[0][:160]}"
+    if bad:
+        bt.exclude_configs(bad)
+        log(f"excluded {len(bad)} configuration(s): {bad}")
+    return bad
+
+
 def precompile(shapes: list[dict], workers: int) -> float:
     """Compile all candidate kernels for ``shapes`` in ``workers`` processes
     (spawned; Triton's on-disk cache is shared), so the in-process tuning only
@@ -499,7 +546,8 @@ def precompile(shapes: list[dict], workers: int) -> float:
     tasks = []
     for s in shapes:
         m, k, n = s["M"], s["K"], s["N"]
-        tasks.append(((m, k, n), list(bt.BUCKET_CONFIGS[bt.bucket(m)])))
+        tasks.append(((m, k, n), [c for c in bt.BUCKET_CONFIGS[bt.bucket(m)]
+                                  if c.label() not in bt._EXCLUDED]))
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         list(ex.map(_precompile_task, *zip(*tasks)))
     return time.perf_counter() - t0
@@ -548,6 +596,7 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
     name = env["device"]
     peak = _peak(name, PEAK_TOPS)
     extras = [get_kernel(x) for x in extra_kernels]
+    excluded = probe_configs(log=log) if precompile_workers > 0 else {}
     pre_s = precompile(shapes, precompile_workers) if precompile_workers > 0 else 0.0
     if pre_s:
         log(f"precompiled in {pre_s:.1f} s with {precompile_workers} workers")
@@ -599,25 +648,35 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
         row["triton_vs_best_peer"] = t / max(peers) if peers else float("nan")
         if (m, k, n) == HOST_PATH_SHAPE:
             launch, out, cfg = bt.launch_spec(a, b, sa, sb)
+            raw, _, _ = bt.launch_spec(a, b, sa, sb, raw=True)
 
             def launch_alloc():  # bare launch + allocating its output, as any call must
                 torch.empty_like(out)
                 launch()
+
+            def raw_alloc():
+                torch.empty_like(out)
+                raw()
             call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
-            host = {w: [] for w in ("call", "bare", "bare_alloc", "plain")}
+            host = {w: [] for w in ("call", "bare", "bare_alloc", "raw", "raw_alloc", "plain")}
             for _ in range(5):  # interleaved rounds, median
                 for w, fn in (("call", call), ("bare", launch), ("bare_alloc", launch_alloc),
+                              ("raw", raw), ("raw_alloc", raw_alloc),
                               ("plain", lambda: plain(a, b, sa, sb))):
                     host[w].append(_host_us(fn))
             med = {w: statistics.median(v) for w, v in host.items()}
-            e2e_hp = _e2e_interleaved({"call": call, "bare": launch})
+            e2e_hp = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
             host_path = {"shape": [m, k, n], "config": cfg.label(),
                          "triton_host_us": med["call"], "bare_launch_host_us": med["bare"],
                          "bare_launch_alloc_host_us": med["bare_alloc"],
+                         "raw_launch_host_us": med["raw"],
+                         "raw_launch_alloc_host_us": med["raw_alloc"],
                          "triton_e2e_us": e2e_hp["call"], "bare_launch_e2e_us": e2e_hp["bare"],
+                         "raw_launch_e2e_us": e2e_hp["raw"],
                          "plain_triton_host_us": med["plain"]}
             host_path["host_ratio"] = med["call"] / med["bare"]
             host_path["host_ratio_vs_bare_with_alloc"] = med["call"] / med["bare_alloc"]
+            host_path["host_ratio_vs_raw_with_alloc"] = med["call"] / med["raw_alloc"]
         rows.append(row)
         kt = row["kernels"]
         log(f"{m:>6}x{k:>5}x{n:>5}  " + "  ".join(
@@ -634,7 +693,8 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
                               f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
                               f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
                               f"{ROWS_SAMPLED} sampled rows",
-            "precompile_s": pre_s, "rows": rows, "host_path": host_path,
+            "precompile_s": pre_s, "excluded_configs": excluded, "rows": rows,
+            "host_path": host_path,
             "tuning": bt.tuning_table(), "acceptance": acceptance(rows, host_path)}
 
 
@@ -730,6 +790,12 @@ def render_gpu_markdown(res: dict) -> str:
                   f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
                   f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
                   f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host"]
+        if "raw_launch_host_us" in hp:
+            lines.append(f"- the compiled kernel's own launcher (`CompiledKernel.run`, what "
+                         f"`triton` calls after its first launch; no binding or cache lookup): "
+                         f"{hp['raw_launch_host_us']:.1f} µs host, "
+                         f"{hp['raw_launch_alloc_host_us']:.1f} µs with its output allocation "
+                         f"(`triton` call / that: {hp['host_ratio_vs_raw_with_alloc']:.2f}×)")
     acc = res["acceptance"]
     lines += ["", "## Acceptance", ""] + [f"- {k}: {v}" for k, v in acc.items()]
     return "\n".join(lines) + "\n"

@@ -39,8 +39,15 @@ so tuning changes speed only. Interpreter: fixed small tiles, no tuning.
 Host path: everything that does not change between calls (kernel object,
 configuration, grid shape, the manifest details handed to ``trace``) is cached
 per key; a call does metadata-only validation (dtypes, shapes, devices: no
-value scans, no host-device sync), reads strides, allocates the output and
-launches. Operand digests for check C2 are taken by the conformance runner
+value scans, no host-device sync) by one dictionary lookup on a flat metadata
+key, allocates the output and launches. The first launch of a cached call goes
+through ``kernel[grid](...)`` (Triton binds and specialises the arguments,
+compiles or finds the kernel) and keeps the returned ``CompiledKernel``;
+later calls whose pointers are 16-byte aligned (Triton specialised on that)
+call its launcher directly (``CompiledKernel.run``: no per-launch binding,
+specialisation key, cache lookup or empty launch-hook calls; hooks a
+profiler installed are still called). TMA descriptors are rebuilt per call
+from cached, validated fields. Operand digests for check C2 are taken by the conformance runner
 (``conformance.kernels.runner``), not here; ``trace.record_path`` is a
 context-variable lookup outside a conformance capture. Value checks (NaN /
 inf scales) are the runner's ``reference.validate.validate_operands``; zero
@@ -109,6 +116,8 @@ class Config:
         num_warps, num_stages: Triton launch options (software pipelining depth).
         persistent: ``tma`` only: one program per SM walking tiles.
         flatten: ``tma`` persistent only: ``tl.range(flatten=True)``.
+        warp_spec: ``tma`` only: compiler warp specialisation (producer /
+            consumer warps) of the tile loop (persistent) or the K loop.
     """
 
     kernel: str = "ptr"
@@ -121,16 +130,32 @@ class Config:
     num_stages: int = 3
     persistent: bool = False
     flatten: bool = False
+    warp_spec: bool = False
 
     def label(self) -> str:
         """Short text, e.g. ``ptr 16x64x256 g8 sk4 w4 s4``."""
         s = (f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
              f"sk{self.split_k} w{self.num_warps} s{self.num_stages}")
-        return s + (" persistent" if self.persistent else "") + (" flat" if self.flatten else "")
+        return (s + (" persistent" if self.persistent else "") + (" flat" if self.flatten else "")
+                + (" ws" if self.warp_spec else ""))
 
 
-def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False) -> Config:
-    return Config(kernel, bm, bn, bk, g, sk, w, s, persistent, flatten)
+def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False, ws=False) -> Config:
+    return Config(kernel, bm, bn, bk, g, sk, w, s, persistent, flatten, ws)
+
+
+#: the plain autotuned Triton GEMM's configuration space (conformance.bench
+#: PLAIN_CONFIGS: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), included
+#: in the small and large buckets so the tuner never has only worse choices
+_PLAIN_SPACE = ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
+                (128, 128, 128, 4, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
+                (64, 64, 128, 4, 4), (32, 64, 256, 4, 4), (16, 64, 256, 4, 4))
+
+
+def _with_plain(cfgs: tuple) -> tuple:
+    """``cfgs`` followed by the pointer-kernel twins of ``_PLAIN_SPACE`` not in it."""
+    extra = tuple(_c("ptr", bm, bn, bk, 8, 1, w, s) for bm, bn, bk, w, s in _PLAIN_SPACE)
+    return cfgs + tuple(c for c in extra if c not in cfgs)
 
 
 #: candidate configurations per bucket, heuristic default first. Chosen from a
@@ -146,7 +171,7 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
         _c("ptr", 16, 32, 256, 1, 4, 4, 4),
         _c("ptr", 16, 64, 128, 1, 8, 4, 4),
     ),
-    "small": (
+    "small": _with_plain((
         _c("ptr", 64, 128, 128, 8, 1, 4, 4),
         _c("ptr", 32, 64, 256, 8, 1, 4, 4),
         _c("ptr", 64, 64, 128, 8, 1, 4, 4),
@@ -155,8 +180,8 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
         _c("ptr", 32, 64, 128, 8, 4, 4, 4),
         _c("tma", 64, 128, 128, 8, 1, 4, 4),
         _c("tma", 128, 128, 128, 8, 1, 8, 4),
-    ),
-    "large": (
+    )),
+    "large": _with_plain((
         _c("ptr", 128, 256, 128, 8, 1, 8, 3),
         _c("ptr", 128, 128, 128, 8, 1, 8, 4),
         _c("ptr", 128, 128, 128, 8, 1, 4, 4),
@@ -165,11 +190,35 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
         _c("tma", 128, 256, 128, 8, 1, 8, 4),
         _c("tma", 128, 128, 128, 8, 1, 8, 4),
         _c("tma", 256, 128, 128, 8, 1, 8, 3),
+        _c("tma", 128, 256, 64, 8, 1, 8, 5),
         _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True),
         _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, flatten=True),
+        _c("tma", 128, 256, 128, 16, 1, 8, 3, persistent=True, flatten=True),
         _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, flatten=True),
-    ),
+        # compiler warp specialisation (Hopper: TMA producer + MMA consumer warps)
+        _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, ws=True),
+        _c("tma", 128, 256, 128, 8, 1, 8, 4, persistent=True, ws=True),
+        _c("tma", 128, 256, 64, 8, 1, 8, 5, persistent=True, ws=True),
+        _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, ws=True),
+        _c("tma", 128, 128, 128, 8, 1, 4, 4, persistent=True, ws=True),
+        _c("tma", 256, 128, 128, 8, 1, 8, 3, persistent=True, ws=True),
+        _c("tma", 128, 256, 128, 8, 1, 8, 3, ws=True),
+        _c("tma", 128, 256, 128, 8, 1, 8, 4, ws=True),
+    )),
 }
+
+#: configuration labels never tried (``exclude_configs`` or the environment
+#: variable ``INT8CONF_TRITON_EXCLUDE``, labels separated by ``;``): e.g. a
+#: variant that crashes this Triton build's compiler (a crash is not an
+#: exception the tuner could catch)
+_EXCLUDED: set = {x.strip() for x in os.environ.get("INT8CONF_TRITON_EXCLUDE", "").split(";")
+                  if x.strip()}
+
+
+def exclude_configs(labels) -> None:
+    """Never try the configurations with these :meth:`Config.label` s again
+    in this process (the tuning of keys already decided is kept)."""
+    _EXCLUDED.update(labels)
 
 
 def bucket(m: int) -> str:
@@ -298,6 +347,12 @@ class _Call:
     device: torch.device
     ws_words: int        # split-K workspace words (0: none)
     ws_views: tuple = ()  # (workspace buffer, its [ws, counters] views) last used
+    #: the constexpr values in the kernel's parameter order (the raw launcher
+    #: takes every parameter, constexprs included, as ``JITFunction.run`` passes them)
+    tail: tuple = ()
+    #: ``(CompiledKernel, grid)`` once a launch with 16-byte aligned pointers
+    #: compiled / found it (native only): later aligned calls launch it directly
+    fast: Optional[tuple] = None
 
 
 _PLANS: dict = {}
@@ -381,6 +436,7 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: 
     if cfg.kernel == "tma":
         progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
         kw["FLATTEN"] = cfg.flatten
+        kw["WARP_SPEC"] = (1 if cfg.persistent else 2) if cfg.warp_spec else 0
         return (progs,), (m, n, k, sa_st, sb_st, bias_st, n, progs), kw, 0
     sk = cfg.split_k
     kw.update(SPLIT_K=sk, EVEN_K=k % (cfg.block_k * sk) == 0, INT64_IDX=int64,
@@ -389,8 +445,52 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: 
     return (tiles, sk), ints, kw, (m * n + tiles if sk > 1 else 0)
 
 
+def _hooks() -> tuple:
+    """Triton's launch hooks ``(enter, exit)`` when a profiler (e.g. proton)
+    installed any, else ``(None, None)``. Triton 3.6+ keeps them as (usually
+    empty) ``HookChain`` s; older versions as None or a callable."""
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    enter = getattr(rt, "launch_enter_hook", None)
+    leave = getattr(rt, "launch_exit_hook", None)
+    if getattr(enter, "calls", True) or getattr(leave, "calls", True):
+        return enter, leave
+    return None, None
+
+
+def _launch_raw(call: _Call, args: tuple) -> None:
+    """Launch the cached ``CompiledKernel`` of ``call`` directly (what
+    ``JITFunction.run`` does after its argument binding, specialisation key and
+    cache lookup -- all fixed for this call's metadata and pointer alignment):
+    ``CompiledKernel.run(grid..., stream, function, packed_metadata,
+    launch_metadata, enter_hook, exit_hook, *every parameter)``, the same
+    signature in Triton 3.6 and 3.9. On the current CUDA stream (graph-capturable)."""
+    ck, grid = call.fast
+    stream = _stream_id(call.device)
+    enter, leave = _hooks()
+    meta = None if enter is None else ck.launch_metadata(grid, stream, *args)
+    ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta,
+           enter, leave, *args)
+
+
+def _aligned(*ts) -> bool:
+    """True when every tensor's data pointer is 16-byte aligned (Triton
+    specialises pointer arguments on it, so a kernel compiled for aligned
+    pointers may only be reused for aligned pointers)."""
+    acc = 0
+    for t in ts:
+        acc |= t.data_ptr()
+    return acc & 15 == 0
+
+
 def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None:
-    """Launch ``call``'s kernel on these tensors, writing ``out``."""
+    """Launch ``call``'s kernel on these tensors, writing ``out``.
+
+    Native: the first launch with 16-byte aligned pointers goes through
+    ``kernel[grid](...)`` (compile or cache lookup) and keeps the returned
+    ``CompiledKernel`` in ``call.fast``; later aligned launches skip Triton's
+    per-launch binding and go straight to its launcher (:func:`_launch_raw`).
+    Unaligned pointers (e.g. a view starting at an odd column) always take
+    the full path, which specialises for them."""
     plan, cfg = call.plan, call.plan.config
     sa = out if sa is None else sa  # never read when ACC_ONLY
     sb = out if sb is None else sb
@@ -398,13 +498,17 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
         bias = out  # never read (HAS_BIAS False)
     elif plan.interp and bias.dtype == torch.bfloat16:
         bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
-    if cfg.kernel == "tma":
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
+    if cfg.kernel == "tma":  # a, b bases are 16-byte aligned (checked by the caller)
         m, n, k = call.m, call.n, call.k
-        a_d = TensorDescriptor(a, [m, k], [a.stride(0), 1], [cfg.block_m, cfg.block_k])
-        b_d = TensorDescriptor(b, [n, k], [b.stride(0), 1], [cfg.block_n, cfg.block_k])
-        plan.kern[call.grid](a_d, b_d, sa, sb, bias, out, *call.ints, **call.kw)
+        a_d = _descriptor(a, m, k, a.stride(0), cfg.block_m, cfg.block_k)
+        b_d = _descriptor(b, n, k, b.stride(0), cfg.block_n, cfg.block_k)
+        args = (a_d, b_d, sa, sb, bias, out) + call.ints
+        if call.fast is not None and _aligned(sa, sb, bias):
+            _launch_raw(call, args + call.tail)
+            return
+        ck = plan.kern[call.grid](*args, **call.kw)
+        if ck is not None and _aligned(sa, sb, bias, out):
+            call.fast = (ck, _grid3(call.grid))
         return
     if call.ws_words:
         buf = _workspace(call.device, call.ws_words)
@@ -416,22 +520,64 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
     if plan.interp:
         with _quiet_ieee_overflow():
             plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
-    else:
-        plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
+        return
+    if call.fast is not None and _aligned(a, b, sa, sb, bias):
+        _launch_raw(call, (a, b, sa, sb, bias, out, ws, cnt) + call.ints + call.tail)
+        return
+    ck = plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
+    if ck is not None and _aligned(a, b, sa, sb, bias, out, ws, cnt):
+        call.fast = (ck, _grid3(call.grid))
+
+
+def _grid3(grid: tuple) -> tuple:
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+
+
+_TD_FIELDS: dict = {}
+
+
+def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int):
+    """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``, unit
+    inner stride), block [br, bc]. The first one per layout is built through
+    ``TensorDescriptor``'s own validation; later ones copy its fields and swap
+    the base tensor (the validation is metadata-only and the layout, base
+    alignment included, was checked by the caller)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    key = (rows, cols, ld, br, bc)
+    fields = _TD_FIELDS.get(key)
+    if fields is None:
+        d = TensorDescriptor(t, [rows, cols], [ld, 1], [br, bc])
+        _TD_FIELDS[key] = dict(vars(d))
+        return d
+    d = TensorDescriptor.__new__(TensorDescriptor)
+    d.__dict__.update(fields)
+    d.base = t
+    return d
+
+
+def _constexpr_tail(kern, kw: dict) -> tuple:
+    """Values of the kernel's constexpr parameters (every parameter after the
+    runtime ones), in declaration order, from the launch keywords."""
+    names = [p.name for p in kern.params if p.is_constexpr]
+    return tuple(kw[nm] for nm in names)
 
 
 def _candidates(m: int, tma: bool) -> list[Config]:
-    return [c for c in BUCKET_CONFIGS[bucket(m)] if tma or c.kernel != "tma"]
+    """The bucket's configurations this call may use (TMA ones only when the
+    operands allow TMA; none that is excluded), heuristic default first."""
+    return [c for c in BUCKET_CONFIGS[bucket(m)]
+            if (tma or c.kernel != "tma") and c.label() not in _EXCLUDED]
 
 
 def _autotune_enabled() -> bool:
     return os.environ.get("INT8CONF_TRITON_AUTOTUNE", "1") not in ("0", "false", "no", "off")
 
 
-def _time_e2e(fn, batches: int = 3) -> float:
+def _time_e2e(fn, batches: int = 5) -> float:
     """Milliseconds per call as a caller sees it: CUDA events around
     back-to-back calls (host launch cost and GPU time, whichever bounds),
-    median of ``batches`` batches of ~3 ms (5-200 calls)."""
+    median of ``batches`` batches of ~4 ms (5-400 calls)."""
     fn()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
@@ -439,7 +585,7 @@ def _time_e2e(fn, batches: int = 3) -> float:
         fn()
     e.record()
     e.synchronize()
-    reps = int(min(max(3.0 / max(s.elapsed_time(e) / 3, 1e-3), 5), 200))
+    reps = int(min(max(4.0 / max(s.elapsed_time(e) / 3, 1e-3), 5), 400))
     ts = []
     for _ in range(batches):
         s.record()
@@ -517,7 +663,8 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         plan = plan or _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, False, {})
         grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype,
                                         m, n, k, int64)
-        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words)
+        tail = () if interp else _constexpr_tail(plan.kern, kw)
+        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words, tail=tail)
 
     plan = _PLANS.get(pkey)
     capturing = native and torch.cuda.is_current_stream_capturing()
@@ -535,7 +682,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         elif interp:
             cfg, tuned = _interp_config(m, n), False
         else:
-            cands = _candidates(m, tma)
+            cands = _candidates(m, tma) or [BUCKET_CONFIGS["decode"][0]]
             cfg, tuned = cands[0], False
             if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
                     or len(cands) == 1):
@@ -559,18 +706,22 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
 def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
          config: Optional[Config] = None) -> Tensor:
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
-        key = (a.dtype, a.shape, a.stride(), a.device, b.dtype, b.shape, b.stride(), b.device,
+        # (flat, device as (index, is_cuda) ints/bools: building and hashing it is
+        # the dominant host cost of a repeated call, so no nested tuples or torch.device)
+        key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda,
+               b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda,
                None if scale_a is None else (scale_a.dtype, scale_a.shape, scale_a.stride(),
-                                             scale_a.device),
+                                             scale_a.get_device(), scale_a.is_cuda),
                None if scale_b is None else (scale_b.dtype, scale_b.shape, scale_b.stride(),
-                                             scale_b.device),
-               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device),
+                                             scale_b.get_device(), scale_b.is_cuda),
+               None if bias is None else (bias.dtype, bias.shape, bias.stride(),
+                                          bias.get_device(), bias.is_cuda),
                out_dtype, config)
-    except AttributeError:  # a non-tensor operand: the slow path names it
+    except (AttributeError, TypeError):  # a non-tensor operand: the slow path names it
         key = None
     call = _CALLS.get(key)
     if call is not None and call.plan.config.kernel == "tma" and (
-            a.data_ptr() % 16 or b.data_ptr() % 16):
+            (a.data_ptr() | b.data_ptr()) & 15):
         call = None  # TMA needs 16-byte aligned bases: re-plan without caching
         key = None
     if call is None:
@@ -629,20 +780,49 @@ def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scal
 
 
 def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None):
+                out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None,
+                raw: bool = False):
     """``(launch, out, config)`` for the benchmark's "bare launch" measurement:
-    ``launch()`` re-issues exactly the Triton launch a ``scaled_mm`` call with
-    these operands makes (same compiled kernel and configuration, arguments
-    precomputed, writing into ``out``) -- no validation, lookup or allocation."""
+    ``launch()`` re-issues the Triton launch a ``scaled_mm`` call with these
+    operands makes -- same compiled kernel and configuration, every argument
+    (TMA descriptors and split-K workspace included) precomputed, writing into
+    ``out``; no validation, lookup or allocation.
+
+    ``raw=False``: the standard launch ``kernel[grid](*args, **constexprs)``
+    (Triton binds and specialises the arguments and looks the compiled kernel
+    up on every launch). ``raw=True``: the compiled kernel's launcher itself
+    (``CompiledKernel.run``, as :func:`_launch_raw`), the floor of any Triton
+    launch from Python."""
     scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
     call, _, (a, b, sa, sb, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, None)
     out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
-    if call.plan.config.kernel == "tma" or call.ws_words:
-        return (lambda: _issue(call, a, b, sa, sb, bias, out)), out, call.plan.config
+    cfg = call.plan.config
+    sa = out if sa is None else sa
+    sb = out if sb is None else sb
+    bias = out if bias is None else bias
+    if cfg.kernel == "tma":
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        pos = (TensorDescriptor(a, [call.m, call.k], [a.stride(0), 1], [cfg.block_m, cfg.block_k]),
+               TensorDescriptor(b, [call.n, call.k], [b.stride(0), 1], [cfg.block_n, cfg.block_k]),
+               sa, sb, bias, out) + call.ints
+    else:
+        if call.ws_words:
+            buf = _workspace(call.device, call.ws_words)
+            ws, cnt = buf, buf[call.m * call.n:]
+        else:
+            ws = cnt = out
+        pos = (a, b, sa, sb, bias, out, ws, cnt) + call.ints
     kern = call.plan.kern[call.grid]
-    pos = (a, b, sa, sb, out if bias is None else bias, out, out, out) + call.ints
     kw = call.kw
-    return (lambda: kern(*pos, **kw)), out, call.plan.config
+    if not raw:
+        return (lambda: kern(*pos, **kw)), out, cfg
+    ck = kern(*pos, **kw)
+    fake = _Call(call.plan, call.m, call.n, call.k, call.grid, call.ints, kw, call.alloc_dtype,
+                 call.ret_dtype, call.device, call.ws_words, tail=call.tail,
+                 fast=(ck, _grid3(call.grid)))
+    args = pos + call.tail
+    return (lambda: _launch_raw(fake, args)), out, cfg
 
 
 def available() -> tuple[bool, str]:

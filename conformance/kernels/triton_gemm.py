@@ -184,19 +184,25 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
                 M, N, K, stride_sa, stride_sb, stride_bias, stride_om, NUM_PROGS,
                 HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, FLATTEN: tl.constexpr):
+                GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
     """TMA W8A8 GEMM (CUDA only): ``a_desc`` over a [M,K] block [BLOCK_M,BLOCK_K],
     ``b_desc`` over b [N,K] block [BLOCK_N,BLOCK_K] (out-of-range reads are
     zero-filled by the TMA unit, so K tails add nothing). Grid: (NUM_PROGS,);
     program p handles tiles p, p + NUM_PROGS, ... in grouped order. Other
-    arguments and the epilogue as in :func:`w8a8_mm` (must stay identical)."""
+    arguments and the epilogue as in :func:`w8a8_mm` (must stay identical).
+    ``WARP_SPEC``: ask the compiler to warp-specialise (``tl.range(...,
+    warp_specialize=True)``: TMA producer warps feeding MMA consumer warp
+    groups; Hopper's automatic warp specialisation in Triton >= 3.6) -- 1: the
+    tile loop (persistent), 2: the K loop, 0: off. Only the schedule changes: the
+    same int32 sums, the same epilogue."""
     pid = tl.program_id(0)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
     num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
     num_tiles = num_pid_m * num_pid_n
     k_iters = (K + BLOCK_K - 1) // BLOCK_K
     width = GROUP_M * num_pid_n
-    for tile in tl.range(pid, num_tiles, NUM_PROGS, flatten=FLATTEN):
+    for tile in tl.range(pid, num_tiles, NUM_PROGS, flatten=FLATTEN,
+                         warp_specialize=WARP_SPEC == 1):
         first_m = (tile // width) * GROUP_M
         group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
         pid_m = first_m + (tile % width) % group_rows
@@ -204,7 +210,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)
-        for ki in range(0, k_iters):
+        for ki in tl.range(0, k_iters, warp_specialize=WARP_SPEC == 2):
             a = a_desc.load([off_m, ki * BLOCK_K])
             b = b_desc.load([off_n, ki * BLOCK_K])
             acc += tl.dot(a, b.T)

@@ -67,8 +67,10 @@ def test_split_k_natively_exact(cfg):
         assert torch.equal(acc.cpu().to(torch.int64), exact_int_mm(a.cpu(), b.cpu()))
 
 
-@pytest.mark.parametrize("cfg", [c for c in bt.BUCKET_CONFIGS["large"] if c.kernel == "tma"][:1]
-                         + [c for c in bt.BUCKET_CONFIGS["large"] if c.persistent],
+@pytest.mark.parametrize("cfg", [c for c in bt.BUCKET_CONFIGS["large"]
+                                 if c.kernel == "tma" and c.label() not in bt._EXCLUDED
+                                 and (c.persistent or c.warp_spec or c.block_k != 128
+                                      or c == bt._c("tma", 128, 256, 128, 8, 1, 8, 3))],
                          ids=lambda c: c.label())
 def test_tma_and_persistent_natively_exact(cfg):
     a, b, sa, sb, bias = _ops(300, 1040, 520, seed=7)  # edge tiles in M, N and K
@@ -99,3 +101,47 @@ def test_every_tuned_plan_reports_its_config():
     with trace.capture() as t:
         bt.scaled_mm(a, b, sa, sb)
     assert t.path == "triton-native" and t.extra["config"] and "split_k" in t.extra
+
+
+def _plan_of(a, b, sa, sb):
+    key_hits = [c for c in bt._CALLS.values() if c.m == a.shape[0] and c.n == b.shape[0]
+                and c.k == a.shape[1]]
+    return key_hits
+
+
+@pytest.mark.parametrize("m", [1, 512])
+def test_repeated_calls_use_the_raw_launcher_and_stay_exact(m):
+    k, n = 2048, 1536
+    a, b, sa, sb, bias = _ops(m, k, n, seed=40 + m)
+    bt.scaled_mm(a, b, sa, sb, torch.bfloat16, bias)
+    calls = [c for c in _plan_of(a, b, sa, sb) if c.fast is not None]
+    assert calls, "an aligned first call keeps the compiled kernel"
+    for seed in (41, 42):  # new tensors, same metadata: the cached raw launch
+        a2, b2, sa2, sb2, bias2 = _ops(m, k, n, seed=seed)
+        out = bt.scaled_mm(a2, b2, sa2, sb2, torch.bfloat16, bias2)
+        assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(a2, b2, sa2, sb2, bias2))
+
+
+@pytest.mark.parametrize("m", [1, 40])
+def test_unaligned_view_with_cached_metadata_takes_the_full_launch(m):
+    # same shape and strides as an aligned call (so the same cache entry), but
+    # a base pointer 1 byte off: Triton specialised the cached kernel on
+    # 16-byte alignment, so it must not be reused
+    k, n = 256, 96
+    buf, b, sa, sb, _ = _ops(m, k + 16, n, seed=5)
+    b = b[:, :k]
+    aligned, shifted = buf[:, :k], buf[:, 1:k + 1]
+    for x in (aligned, shifted, aligned, shifted):
+        out = bt.scaled_mm(x, b, sa, sb)
+        assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(x, b, sa, sb))
+
+
+def test_raw_and_standard_bare_launches_write_the_call_s_bits():
+    a, b, sa, sb, _ = _ops(1, 2048, 6144, seed=11)
+    want = bt.scaled_mm(a, b, sa, sb)
+    for raw in (False, True):
+        launch, out, _ = bt.launch_spec(a, b, sa, sb, raw=raw)
+        out.zero_()
+        launch()
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16))

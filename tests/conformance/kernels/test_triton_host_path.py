@@ -1,0 +1,100 @@
+"""Host path of the built-in ``triton`` kernel, checkable without a GPU: the
+raw launcher's argument order, launch hooks, cached TMA descriptors, and the
+tuning space (the plain GEMM's configurations are always candidates; an
+excluded configuration never is)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import triton
+
+from conformance import bench
+from conformance.kernels import builtin_triton as bt
+from conformance.kernels import triton_gemm
+
+
+def test_constexpr_tail_is_every_constexpr_in_signature_order():
+    kern = triton.jit(triton_gemm.w8a8_mm)
+    cfg = bt.Config("ptr", 16, 64, 256, 1, 4, 4, 4)
+    a = torch.zeros(3, 2048, dtype=torch.int8)
+    b = torch.zeros(40, 2048, dtype=torch.int8)
+    _, ints, kw, _ = bt._layout(cfg, False, a, b, 1, 1, None, torch.bfloat16, 3, 40, 2048, False)
+    tail = bt._constexpr_tail(kern, kw)
+    params = list(inspect.signature(triton_gemm.w8a8_mm).parameters)
+    first = params.index("HAS_BIAS")
+    # runtime parameters: 8 tensors + the integer arguments, then only constexprs
+    assert first == 8 + len(ints)
+    # HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M/N/K, GROUP_M, SPLIT_K, EVEN_K (2048 = 2 x 1024),
+    # INT64_IDX, K_ITERS_STATIC (0 natively)
+    assert tail == (False, 0, False, 16, 64, 256, 1, 4, True, False, 0)
+    assert tail == tuple(kw[p] for p in params[first:])
+
+
+def test_tma_constexpr_tail_carries_warp_specialisation():
+    kern = triton.jit(triton_gemm.w8a8_mm_tma)
+    a = torch.zeros(300, 1024, dtype=torch.int8)
+    b = torch.zeros(520, 1024, dtype=torch.int8)
+    for cfg, ws in ((bt.Config("tma", 128, 256, 128, 8, 1, 8, 3, warp_spec=True), 2),
+                    (bt.Config("tma", 128, 256, 128, 8, 1, 8, 3), 0)):
+        _, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.bfloat16,
+                                        300, 520, 1024, False)
+        assert words == 0 and ints[-1] == 9  # NUM_PROGS: 3 x 3 tiles, not persistent
+        assert bt._constexpr_tail(kern, kw)[-2:] == (False, ws)  # FLATTEN, WARP_SPEC
+
+
+def test_launch_hooks_only_when_a_profiler_installed_one():
+    assert bt._hooks() == (None, None)
+    rt = triton.knobs.runtime
+    seen = []
+
+    def hook(meta):
+        seen.append(meta)
+    rt.launch_enter_hook.add(hook)
+    try:
+        enter, leave = bt._hooks()
+        assert enter is rt.launch_enter_hook and leave is rt.launch_exit_hook
+    finally:
+        rt.launch_enter_hook.remove(hook)
+    assert bt._hooks() == (None, None)
+
+
+def test_cached_descriptor_has_the_validated_fields_and_the_new_base():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.zeros(64, 256, dtype=torch.int8)
+    y = torch.ones(64, 256, dtype=torch.int8)
+    d1 = bt._descriptor(x, 64, 256, 256, 32, 128)
+    d2 = bt._descriptor(y, 64, 256, 256, 32, 128)
+    want = TensorDescriptor(y, [64, 256], [256, 1], [32, 128])
+    assert d2.base is y and d1.base is x
+    assert (d2.shape, d2.strides, d2.block_shape, d2.padding) == \
+        (want.shape, want.strides, want.block_shape, want.padding)
+
+
+@pytest.mark.parametrize("bucket", ["small", "large"])
+def test_plain_gemm_space_is_always_a_candidate(bucket):
+    cands = bt.BUCKET_CONFIGS[bucket]
+    for bm, bn, bk, w, s in bench.PLAIN_CONFIGS:
+        assert bt.Config("ptr", bm, bn, bk, 8, 1, w, s) in cands, (bm, bn, bk, w, s)
+    assert len(set(cands)) == len(cands)
+
+
+def test_excluded_configuration_is_never_a_candidate():
+    cfg = bt.BUCKET_CONFIGS["large"][0]
+    assert cfg in bt._candidates(4096, True)
+    bt.exclude_configs([cfg.label()])
+    try:
+        assert cfg not in bt._candidates(4096, True)
+        assert bt._candidates(4096, True)  # the others remain
+    finally:
+        bt._EXCLUDED.discard(cfg.label())
+
+
+def test_labels_name_every_option():
+    c = bt.Config("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, flatten=True, warp_spec=True)
+    assert c.label() == "tma 128x256x128 g8 sk1 w8 s3 persistent flat ws"
+    for cfgs in bt.BUCKET_CONFIGS.values():  # a label names one configuration of a bucket
+        assert len({c.label() for c in cfgs}) == len(cfgs)
