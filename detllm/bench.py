@@ -30,6 +30,11 @@ QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_
                  max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
 
 
+QWEN3_17B = dict(QWEN3_06B, hidden_size=2048, intermediate_size=6144)
+
+SHAPES = {"0.6b": ("qwen3-0.6B-shape", QWEN3_06B), "1.7b": ("qwen3-1.7B-shape", QWEN3_17B)}
+
+
 def add_args(sp: argparse.ArgumentParser) -> None:
     """Options of ``detllm bench``."""
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
@@ -41,6 +46,17 @@ def add_args(sp: argparse.ArgumentParser) -> None:
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
+    sp.add_argument("--fast", action="store_true",
+                    help="(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; "
+                         "writes reports/bench/<device>/detllm.{json,md,png}")
+    sp.add_argument("--models", default="default,0.6b,1.7b",
+                    help="--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)")
+    sp.add_argument("--before", default="int_mm,triton",
+                    help="--fast: engine int_mm backends measured as the 'before' rows on 0.6b (b1, b8); '' = none")
+    sp.add_argument("--before-tokens", type=int, default=4, help="--fast: decode tokens of the 'before' rows")
+    sp.add_argument("--cpu-check-tokens", type=int, default=4,
+                    help="--fast: tokens of the CPU-reference hash check per model (0 = skip)")
+    sp.add_argument("--out", default=None, help="--fast: report dir (default reports/bench/<device>)")
     sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None,
                     help="model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes "
                          "(cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)")
@@ -206,6 +222,9 @@ def bench_shapes(args) -> list:
 
 def main_args(args) -> int:
     """Run the bench selected by ``args.device``; prints tables. Returns 0."""
+    if getattr(args, "fast", False):
+        from detllm import bench_fast
+        return bench_fast.run(args)
     if args.shapes in ("0.6b", "tiny") or (args.shapes is None and str(args.device).startswith("cuda")):
         bench_shapes(args)
     else:
