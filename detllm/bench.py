@@ -56,6 +56,8 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--before-tokens", type=int, default=4, help="--fast: decode tokens of the 'before' rows")
     sp.add_argument("--cpu-check-tokens", type=int, default=4,
                     help="--fast: tokens of the CPU-reference hash check per model (0 = skip)")
+    sp.add_argument("--cpu-check-models", default="default,0.6b,tiny",
+                    help="--fast: models whose fast-path hash is checked against the CPU reference engine")
     sp.add_argument("--out", default=None, help="--fast: report dir (default reports/bench/<device>)")
     sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None,
                     help="model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from detllm.kernels.intlang import rmax, rsum, bitlen, div_round_pos, launcher, next_pow2, round_shift
+from detllm.kernels.intlang import bitlen, div_round_pos, launcher, next_pow2, rmax, round_shift
 
 
 def _quant_rows_kernel(v_ptr, q_ptr, tm_ptr, tk_ptr, H, BLOCK_H: tl.constexpr):

@@ -1,0 +1,76 @@
+"""The fused GPU decode path (detllm.fast) gives the reference engine's bits.
+
+CPU: a small random model under Triton's interpreter, a batch of two prompts
+of different lengths (padding rows), prefill in one chunk and in chunks:
+chained logits and token hashes equal ``detllm.generate.generate``'s.
+CUDA (marked): the shipped default model's pinned hashes through the fused
+kernels with the decode step captured in a CUDA graph, alone, in a batch of 8
+and with token-by-token prefill.
+"""
+
+import pytest
+import torch
+
+from detllm import engine as E
+from detllm import fast as F
+from detllm import generate as G
+
+# the shipped artifact's pinned values (as tests/detllm/test_engine_determinism.py)
+DEFAULT_DIGEST = "8ea2b6f9240c9da151006222c1a0c698a251beab01a5a927c476bfb684ef9939"
+DEFAULT_LOGITS = "c54e130c3f8a14a0ad1d4fb1f046663605f67bcf88202cd3c90a1c6d693e0edf"
+DEFAULT_TOKENS = "2f454eed0248e6e2778ee79c0446eba4e1621347cdf3d886df35cb785b8af762"
+DEFAULT_GENERATED = [199, 199, 59, 526, 436, 778, 1757, 355, 199, 199, 1680, 14, 199, 47, 12, 3648]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from detllm.prepare import PrepareOptions, make_tiny_model, prepare
+    d = tmp_path_factory.mktemp("fast")
+    md = make_tiny_model(d / "model", seed=3, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, vocab_size=96, num_hidden_layers=1,
+                         max_position_embeddings=32)
+    art = prepare(md, d / "art", PrepareOptions(calib_windows=2, calib_len=16, calib_source="random"))
+    return E.load_engine(art, guard=False)
+
+
+def test_fast_path_equals_reference_engine_with_padding_and_chunked_prefill(small):
+    prompts = [[5, 17, 42, 3, 88, 1, 60], [9, 2, 77]]
+    ref = G.generate(small, prompts, 3)
+    got = F.fast_generate(small, prompts, 3)
+    assert got.logits_hash == ref.logits_hash and got.token_hash == ref.token_hash
+    assert got.generated == ref.generated
+    chunked = F.fast_generate(small, prompts[:1], 3, schedule=3)
+    assert chunked.logits_hash[0] == ref.logits_hash[0]
+
+
+def test_fast_decoder_rejects_context_overflow(small):
+    from reference.errors import OperandError
+    dec = F.FastDecoder(small, 1, 4)
+    dec.prefill(torch.tensor([[1, 2, 3, 4]]), [4])
+    with pytest.raises(OperandError, match="context"):
+        dec.step()
+
+
+@pytest.mark.cuda
+def test_cuda_graph_fast_path_reproduces_pinned_default_hash():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from detllm.artifact import load_artifact
+    from detllm.prepare import SHIPPED_DIR
+    from reference.model.corpus import prompts
+    from reference.model.tokenizer import encode, load_tokenizer
+    shipped = load_artifact(SHIPPED_DIR)
+    if shipped.digest != DEFAULT_DIGEST:
+        pytest.skip("shipped artifact changed (re-pin the hashes)")
+    ids = encode(load_tokenizer(), prompts()[0])
+    eng = E.load_engine(shipped, None, "cuda", guard=False)
+    r = F.fast_generate(eng, [ids], 16)
+    assert r.info["cuda_graph"]
+    assert (r.logits_hash[0], r.token_hash[0]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
+    assert r.generated[0] == DEFAULT_GENERATED
+    g = torch.Generator().manual_seed(8)
+    co = [torch.randint(0, shipped.config["model"]["vocab"], (int(n),), generator=g).tolist()
+          for n in torch.randint(1, 40, (7,), generator=g)]
+    assert F.fast_generate(eng, co[:3] + [ids] + co[3:], 16).logits_hash[3] == DEFAULT_LOGITS
+    assert F.fast_generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
+    assert F.fast_generate(eng, [ids], 16, use_graph=False).logits_hash[0] == DEFAULT_LOGITS
