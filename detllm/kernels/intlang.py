@@ -150,9 +150,13 @@ def int_exp(x, table_ptr, F: tl.constexpr):
 def int_sigmoid(x, table_ptr, F: tl.constexpr):
     """``ops.int_sigmoid``: Q30 sigma(x / 2^F); E = int_exp(-|x|);
     x >= 0: (2^61 + d) // 2d, x < 0: (2 E 2^30 + d) // 2d, d = 2^30 + E."""
-    e = int_exp(-tl.abs(x), table_ptr, F)
-    den = e + (1 << 30)
-    pos = ((e * 0 + (1 << 61)) + den) // (2 * den)
+    # -|x| by a select and the powers of two by shifts of an int64 one: the
+    # compiled form of -tl.abs(x) / (1 << 61) constants gave wrong bits on
+    # triton 3.6 (H200), while this form is exact in both modes
+    one = x * 0 + 1
+    e = int_exp(tl.where(x >= 0, -x, x), table_ptr, F)
+    den = e + (one << 30)
+    pos = ((one << 61) + den) // (2 * den)
     neg = (2 * (e << 30) + den) // (2 * den)
     return tl.where(x >= 0, pos, neg)
 
