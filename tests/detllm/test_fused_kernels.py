@@ -21,7 +21,7 @@ from detllm.kernels import norm_quant as KN
 from detllm.kernels import qk_rope as KQ
 from detllm.kernels import quant_rows as KR
 
-SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=6, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 I64 = st.integers(-(2 ** 63), 2 ** 63 - 1)
 
@@ -203,7 +203,7 @@ def _qk_case(seed, R=3, nh=4, nkv=2, hd=16, B=2, cap=8, maxpos=16):
     return y, gq, gk, cos, sin, pos, seq, valid, kcm, kck, (nh, nkv, hd, B, cap)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_qk_rope_cache_fused_equals_engine_ops(seed):
     y, gq, gk, cos, sin, pos, seq, valid, kcm, kck, (nh, nkv, hd, B, cap) = _qk_case(seed)
     R = y.shape[0]
