@@ -269,10 +269,12 @@ def _check_attention(o, qq, qtm, qtk, sm, sk, kc, vc, seq, nkeys):
             assert torch.equal(o[r, h * hd:(h + 1) * hd], ref), (r, h)
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
 @pytest.mark.cuda
-def test_fused_kernels_on_cuda_equal_torch_ops_at_qwen3_06b_shapes():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+@needs_cuda
+def test_cuda_row_kernels_equal_torch_ops_at_qwen3_06b_shapes():
     g = torch.Generator().manual_seed(0)
     x = torch.randint(-2 ** 31, 2 ** 31, (9, 1024), generator=g)
     x[3] = 0
@@ -282,13 +284,23 @@ def test_fused_kernels_on_cuda_equal_torch_ops_at_qwen3_06b_shapes():
     v = torch.randint(-2 ** 40, 2 ** 40, (9, 3072), generator=g)
     for a, b in zip(KR.quant_rows(v.cuda()), E.quant_rows(v)):
         assert torch.equal(a.cpu(), b)
-    for R in (1, 8, 32, 300):
-        a, w, tm, tk, m, k, y = _linear_case(R, 1024, 512, R)
-        cu = [t.cuda() for t in (a, w, tm, tk, m, k)]
-        assert torch.equal(KL.linear(*cu).cpu(), y)
-        h = KL.linear(*cu, KL.MODE_SWIGLU, gate_exp=17, up_exp=20).cpu()
-        gu = y.clamp(-(2 ** 31 - 1), 2 ** 31 - 1)
-        assert torch.equal(h, ops.int_swiglu(gu[:, :256], gu[:, 256:], 17, 20, 37))
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("R", [1, 8, 32, 300])
+def test_cuda_linear_epilogues_equal_torch(R):
+    a, w, tm, tk, m, k, y = _linear_case(R, 1024, 512, R)
+    cu = [t.cuda() for t in (a, w, tm, tk, m, k)]
+    assert torch.equal(KL.linear(*cu).cpu(), y)
+    h = KL.linear(*cu, KL.MODE_SWIGLU, gate_exp=17, up_exp=20).cpu()
+    gu = y.clamp(-(2 ** 31 - 1), 2 ** 31 - 1)
+    assert torch.equal(h, ops.int_swiglu(gu[:, :256], gu[:, 256:], 17, 20, 37))
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_elementwise_helpers_equal_torch():
     x = torch.tensor([-7, 7, -(2 ** 63), 2 ** 63 - 1, 6, -6] * 4)
     k = torch.tensor([1, 1, 63, 64, 2, 2, 0, -1, 65, 62, 31, 30] * 2)
     assert torch.equal(_elem(0, x, k, "cuda"), intops.round_shift(x, k))
@@ -296,7 +308,15 @@ def test_fused_kernels_on_cuda_equal_torch_ops_at_qwen3_06b_shapes():
     assert torch.equal(_elem(5, t, device="cuda"), ops.int_exp(t, 16))
     s = torch.tensor([0, 1, -1, 2 ** 31 - 1, -(2 ** 31) + 1, 123456789, -123456789, 1 << 17, -(1 << 17)])
     assert torch.equal(_elem(6, s, device="cuda"), ops.int_sigmoid(s, 17))
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("cap", [40, 300])
+def test_cuda_attention_equals_int_softmax_and_pv(cap):
+    """cap 40: one key block per row (what the H200 run verified end to end);
+    cap 300: several blocks (the per-row loops over the cache)."""
     for seed, big in ((0, False), (1, True)):
-        case = _attention_case(seed, big, R=3, nh=16, nkv=8, hd=128, B=2, cap=300)
+        case = _attention_case(seed, big, R=3, nh=16, nkv=8, hd=128, B=2, cap=cap)
         o = KA.attention(*[t_.cuda() for t_ in case], 16).cpu()
         _check_attention(o, *case)
