@@ -4,7 +4,10 @@ Prints greedy-decode tokens/s of the integer engine at batch 1 and 8 next to
 the bf16 transformers model measured in the same run, and their ratio.
 
 * ``--device cpu`` (default): the shipped default model (or ``--model``).
-* ``--device cuda``: Qwen3-0.6B shapes (hidden 1024, 28 blocks, 16/8 heads,
+* ``--device cuda`` (or ``--fast``): the fused-kernel CUDA-graph decode path
+  vs bf16, default model + Qwen3-0.6B / -1.7B shapes, batch 1/8/32
+  (``detllm.bench_fast``; reports under reports/bench/<device>/).
+* ``--device cuda --shapes 0.6b`` (the unfused engine): Qwen3-0.6B shapes (hidden 1024, 28 blocks, 16/8 heads,
   head_dim 128, intermediate 3072, vocab 151936) from a randomly initialised
   float model put through ``prepare`` (random-id calibration), for each CUDA
   int_mm backend (``int_mm`` = torch._int_mm / cuBLASLt, ``triton``); with
@@ -39,9 +42,10 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     """Options of ``detllm bench``."""
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
     sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
-    sp.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
+    sp.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8; fused bench 1,8,32)")
     sp.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per sequence (default 32)")
-    sp.add_argument("--new-tokens", type=int, default=16, help="decoded tokens per sequence (default 16)")
+    sp.add_argument("--new-tokens", type=int, default=None,
+                    help="decoded tokens per sequence (default 16; fused bench 32)")
     sp.add_argument("--kernels", default=None, help="comma-separated int_mm backends (default: cpu->reference,"
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
@@ -224,9 +228,16 @@ def bench_shapes(args) -> list:
 
 def main_args(args) -> int:
     """Run the bench selected by ``args.device``; prints tables. Returns 0."""
-    if getattr(args, "fast", False):
+    # on a GPU the default is the fused-kernel bench; --shapes / --hash-check
+    # select the unfused engine's bench (kernel backends through engine.forward)
+    fast_default = str(args.device).startswith("cuda") and args.shapes is None and not args.hash_check
+    if getattr(args, "fast", False) or fast_default:
         from detllm import bench_fast
+        args.batches = args.batches or "1,8,32"
+        args.new_tokens = args.new_tokens or 32
         return bench_fast.run(args)
+    args.batches = args.batches or "1,8"
+    args.new_tokens = args.new_tokens or 16
     if args.shapes in ("0.6b", "tiny") or (args.shapes is None and str(args.device).startswith("cuda")):
         bench_shapes(args)
     else:

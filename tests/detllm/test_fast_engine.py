@@ -76,3 +76,28 @@ def test_cuda_graph_fast_path_reproduces_pinned_default_hash():
     assert F.fast_generate(eng, co[:3] + [ids] + co[3:], 16).logits_hash[3] == DEFAULT_LOGITS
     assert F.fast_generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
     assert F.fast_generate(eng, [ids], 16, use_graph=False).logits_hash[0] == DEFAULT_LOGITS
+
+
+def test_bench_reports_put_the_hash_beside_every_figure(tmp_path):
+    from detllm.bench_fast import write_reports
+    rec = {"device": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "prompt_len": 32, "new_tokens": 32,
+           "timing": "graph replays", "errors": [], "before": [
+               {"model": "qwen3-0.6B-shape", "backend": "detllm engine, int_mm", "batch": 1, "decode_tps": 2.8,
+                "decode_hash": "fe6b9dafe0ab"}],
+           "checks": [{"model": "m", "check": "pinned", "ok": False, "got": "d1797143e78f",
+                       "expected": "c54e130c3f8a"}],
+           "rows": [{"model": "qwen3-0.6B-shape", "artifact": "b03c", "batch": b, "int_decode_tps": 500.0 * b,
+                     "int_prefill_tps": 3000.0, "int_step_ms": 1.7, "logits_hash": "5f887b8804ab",
+                     "token_hash": "310c3bfd0a32", "bf16_eager_tps": 14.8, "bf16_graph_tps": None,
+                     "bf16_graph_error": "RuntimeError('capture')", "bf16_prefill_tps": 1300.0,
+                     "bf16_best_tps": 14.8, "int_over_bf16": 500.0 * b / 14.8} for b in (1, 8)]}
+    write_reports(rec, tmp_path)
+    md = (tmp_path / "detllm.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| qwen3-0.6B-shape | ")]
+    assert len(rows) == 3 and all("`5f887b8804ab`" in r for r in rows[:2]) and "`fe6b9dafe0ab`" in rows[2]
+    assert "| 4,000.0 |" in rows[1] and "| - |" in rows[0]            # b8 int tok/s; no bf16 graph figure
+    assert "FAIL: m: pinned: got `d1797143e78f`, expected `c54e130c3f8a`" in md
+    assert "bf16 CUDA graph not captured for qwen3-0.6B-shape b1" in md
+    import json
+    assert json.loads((tmp_path / "detllm.json").read_text())["rows"][1]["int_decode_tps"] == 4000.0
+    assert (tmp_path / "detllm.png").stat().st_size > 1000
