@@ -4,7 +4,10 @@ Prints greedy-decode tokens/s of the integer engine at batch 1 and 8 next to
 the bf16 transformers model measured in the same run, and their ratio.
 
 * ``--device cpu`` (default): the shipped default model (or ``--model``).
-* ``--device cuda``: Qwen3-0.6B shapes (hidden 1024, 28 blocks, 16/8 heads,
+* ``--device cuda`` (or ``--fast``): the fused-kernel CUDA-graph decode path
+  vs bf16, default model + Qwen3-0.6B / -1.7B shapes, batch 1/8/32
+  (``detllm.bench_fast``; reports under reports/bench/<device>/).
+* ``--device cuda --shapes 0.6b`` (the unfused engine): Qwen3-0.6B shapes (hidden 1024, 28 blocks, 16/8 heads,
   head_dim 128, intermediate 3072, vocab 151936) from a randomly initialised
   float model put through ``prepare`` (random-id calibration), for each CUDA
   int_mm backend (``int_mm`` = torch._int_mm / cuBLASLt, ``triton``); with
@@ -30,17 +33,36 @@ QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_
                  max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
 
 
+QWEN3_17B = dict(QWEN3_06B, hidden_size=2048, intermediate_size=6144)
+
+SHAPES = {"0.6b": ("qwen3-0.6B-shape", QWEN3_06B), "1.7b": ("qwen3-1.7B-shape", QWEN3_17B)}
+
+
 def add_args(sp: argparse.ArgumentParser) -> None:
     """Options of ``detllm bench``."""
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
     sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
-    sp.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
+    sp.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8; fused bench 1,8,32)")
     sp.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per sequence (default 32)")
-    sp.add_argument("--new-tokens", type=int, default=16, help="decoded tokens per sequence (default 16)")
+    sp.add_argument("--new-tokens", type=int, default=None,
+                    help="decoded tokens per sequence (default 16; fused bench 32)")
     sp.add_argument("--kernels", default=None, help="comma-separated int_mm backends (default: cpu->reference,"
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
+    sp.add_argument("--fast", action="store_true",
+                    help="(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; "
+                         "writes reports/bench/<device>/detllm.{json,md,png}")
+    sp.add_argument("--models", default="default,0.6b,1.7b",
+                    help="--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)")
+    sp.add_argument("--before", default="int_mm,triton",
+                    help="--fast: engine int_mm backends measured as the 'before' rows on 0.6b (b1, b8); '' = none")
+    sp.add_argument("--before-tokens", type=int, default=4, help="--fast: decode tokens of the 'before' rows")
+    sp.add_argument("--cpu-check-tokens", type=int, default=4,
+                    help="--fast: tokens of the CPU-reference hash check per model (0 = skip)")
+    sp.add_argument("--cpu-check-models", default="default,0.6b,tiny",
+                    help="--fast: models whose fast-path hash is checked against the CPU reference engine")
+    sp.add_argument("--out", default=None, help="--fast: report dir (default reports/bench/<device>)")
     sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None,
                     help="model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes "
                          "(cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)")
@@ -206,6 +228,16 @@ def bench_shapes(args) -> list:
 
 def main_args(args) -> int:
     """Run the bench selected by ``args.device``; prints tables. Returns 0."""
+    # on a GPU the default is the fused-kernel bench; --shapes / --hash-check
+    # select the unfused engine's bench (kernel backends through engine.forward)
+    fast_default = str(args.device).startswith("cuda") and args.shapes is None and not args.hash_check
+    if getattr(args, "fast", False) or fast_default:
+        from detllm import bench_fast
+        args.batches = args.batches or "1,8,32"
+        args.new_tokens = args.new_tokens or 32
+        return bench_fast.run(args)
+    args.batches = args.batches or "1,8"
+    args.new_tokens = args.new_tokens or 16
     if args.shapes in ("0.6b", "tiny") or (args.shapes is None and str(args.device).startswith("cuda")):
         bench_shapes(args)
     else:

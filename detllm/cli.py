@@ -196,6 +196,8 @@ def cmd_demo(args) -> int:
         [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     fl_cache = {}
+    want_fast = (args.kernels == "all" and torch.cuda.is_available()) or "fast" in names
+    names = [x for x in names if x != "fast"]
     for name in names:
         spec = get_kernel(name)
         for dev in devices:
@@ -217,6 +219,19 @@ def cmd_demo(args) -> int:
                     fmodel.to("cpu")
                 fl = fl_cache[dev]
             rows.append([f"batch 1, kernel {name} on {dev}", lh, th, fl[0], fl[1]])
+    if want_fast:
+        # the fused-kernel decode path with the step captured in a CUDA graph (detllm.fast)
+        from detllm import fast as F
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            r = F.fast_generate(E.load_engine(art, None, dev, guard=False), [ids], n, "full")
+            lh, th = r.short(0)
+        except Int8confError as exc:
+            lh, th = "error", str(exc)[:40]
+        int_hashes.append((lh, th))
+        fl = fl_cache.get(dev, ("-", "-"))
+        rows.append([f"batch 1, fused Triton kernels{' + CUDA graph' if dev == 'cuda' else ' (interpreter)'} "
+                     f"on {dev}", lh, th, fl[0], fl[1]])
     same = len(set(int_hashes)) == 1
     _print_table(f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
                  ["configuration", "integer logits", "integer tokens",
@@ -356,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ids", action="append", help="prompt as token ids")
     sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
     sp.add_argument("--kernels", default="all",
-                    help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used")
+                    help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
+                         "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)")
     sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
     sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16",
                     help="dtype of the float model whose hash is shown next to the integer one")

@@ -1,0 +1,291 @@
+"""The engine's GPU decode path: fused integer kernels, static KV cache, one
+CUDA graph per decode step.
+
+``FastDecoder`` runs the same integer forward as ``detllm.engine._forward``
+(same artifact, same frozen rules, same bits -- tests/detllm/
+test_fast_engine.py) with the per-token integer ops fused into the Triton
+kernels of ``detllm.kernels`` (about nine launches per block instead of
+hundreds of small torch ops):
+
+  x = embed[ids]                                          (int64 residual, units 2^-R)
+  per block: norm_quant -> linear(qkv) -> qk_rope_cache (QK-norm, RoPE, int8
+  K/V written once at the token's position, per-head query int8) ->
+  attention (scores, int_softmax, exact P.V over the token's cached keys) ->
+  quant_rows -> linear(o, + residual, saturating) -> norm_quant ->
+  linear(gate_up, SwiGLU fused) -> quant_rows -> linear(down, + residual)
+  final norm_quant -> linear(lm_head, int32 logits)
+
+Decode without the host in the loop: the KV cache, the token buffer, the
+per-sequence lengths and every intermediate are static device tensors; a
+decode step reads the fed-back token and the lengths from device memory,
+writes the logits, the greedy next token (``ops.argmax_int``: ties -> the
+smallest id) and lengths + 1 back to device memory. It has no host sync and
+no data-dependent Python control flow, so on CUDA it is captured once in a
+``torch.cuda.CUDAGraph`` and replayed per token; the host only counts steps
+(capacity is checked against a host mirror of the lengths). On the CPU the
+same code runs eagerly, with the kernels under Triton's interpreter.
+
+Prefill uses the same fused kernels eagerly (rows = valid prompt tokens of
+all sequences, each attending to its own sequence's keys 0..pos).
+The matmuls here are the fused Triton GEMM of ``detllm.kernels.linear``, not
+a registry kernel's ``int_mm``: this path is the fast ground truth; the
+kernel-under-test path stays ``detllm.engine`` (``detllm.oracle``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from detllm import engine as E
+from detllm import ops
+from detllm.generate import LOGITS_TAG, TOKENS_TAG, GenerationResult, HashChain, _check_prompts, prefill_chunks
+from detllm.kernels import attention as KA
+from detllm.kernels import linear as KL
+from detllm.kernels import norm_quant as KN
+from detllm.kernels import qk_rope as KQ
+from detllm.kernels import quant_rows as KR
+from reference.errors import OperandError
+
+
+@dataclass
+class FastDecoder:
+    """Static-state fused decoder for ``batch`` sequences of up to ``capacity`` positions.
+
+    Attributes:
+        engine: the ``detllm.engine.Engine`` (artifact tensors on its device).
+        batch, capacity: static sizes.
+        cache: ``engine.KVCache`` (int8 [B, kv_heads, capacity, head_dim] per layer).
+        lengths: int64 [B] device tensor (tokens cached per sequence).
+        tok: int64 [B] device tensor (the token fed to the next decode step).
+        logits: int32 [B, vocab] device tensor (the last decode step's logits).
+        use_graph: capture the decode step in a CUDA graph (CUDA only).
+    """
+
+    engine: E.Engine
+    batch: int
+    capacity: int
+    use_graph: bool = True
+    cache: Optional[E.KVCache] = None
+    lengths: Optional[torch.Tensor] = None
+    tok: Optional[torch.Tensor] = None
+    logits: Optional[torch.Tensor] = None
+    host_lengths: list = field(default_factory=list)
+    graph: object = None
+    graph_steps: int = 0
+    eager_steps: int = 0
+
+    def __post_init__(self):
+        eng = self.engine
+        d = eng.dims
+        if d["head_dim"] & (d["head_dim"] - 1):
+            raise OperandError(f"fast path: head_dim {d['head_dim']} must be a power of two")
+        self.cache = E.new_cache(eng, self.batch, self.capacity)
+        dev = eng.device
+        self.lengths = torch.zeros(self.batch, dtype=torch.int64, device=dev)
+        self.tok = torch.zeros(self.batch, dtype=torch.int64, device=dev)
+        self.logits = torch.zeros(self.batch, d["vocab"], dtype=torch.int32, device=dev)
+        self.host_lengths = [0] * self.batch
+        self._seq = torch.arange(self.batch, dtype=torch.int64, device=dev)
+        self._ones = torch.ones(self.batch, dtype=torch.int32, device=dev)
+        t = eng.t
+        self._gqk = [torch.cat([t[f"layers.{i}.q_norm.g"], t[f"layers.{i}.k_norm.g"]], 0).contiguous()
+                     for i in range(d["layers"])]
+        self._w = {k: v.contiguous() for k, v in t.items()}
+
+    # ------------------------------------------------------------ forward
+    def _forward_rows(self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor,
+                      nkeys: torch.Tensor) -> torch.Tensor:
+        """Fused forward of R token rows (device tensors, no host sync).
+
+        ids, pos, seq, nkeys: int64 [R]; valid: int32 [R]. Returns int32 logits [R, vocab].
+        """
+        eng, w = self.engine, self._w
+        d, u = eng.dims, eng.units
+        nh, nkv = d["heads"], d["kv_heads"]
+        x = w["embed"][ids]                                                    # int64 [R, H]
+        for i, lc in enumerate(eng.artifact.config["layers"]):
+            p = f"layers.{i}."
+            q8, tm, tk = KN.norm_quant(x, w[p + "attn_norm.g"], u["resid_eps"])
+            y = KL.linear(q8, w[p + "qkv.w"], tm, tk, w[p + "qkv.m"], w[p + "qkv.k"])
+            qq, qtm, qtk = KQ.qk_rope_cache(
+                y, self._gqk[i], w["rope.cos"], w["rope.sin"], pos, seq, valid, w[p + "k_cache.m"],
+                w[p + "k_cache.k"], self.cache.k[i], self.cache.v[i], nh, nkv, lc["q_norm_eps"],
+                lc["q_norm_shift"], lc["k_norm_eps"], lc["k_norm_shift"], u["qk_exp"], u["rope_exp"])
+            o = KA.attention(qq, qtm, qtk, w[p + "score.m"], w[p + "score.k"], self.cache.k[i], self.cache.v[i],
+                             seq, nkeys, u["score_exp"])
+            oq, otm, otk = KR.quant_rows(o)
+            KL.linear(oq, w[p + "o.w"], otm, otk, w[p + "o.m"], w[p + "o.k"], KL.MODE_RESIDUAL, out=x)
+            m8, tm, tk = KN.norm_quant(x, w[p + "mlp_norm.g"], u["resid_eps"])
+            h = KL.linear(m8, w[p + "gate_up.w"], tm, tk, w[p + "gate_up.m"], w[p + "gate_up.k"], KL.MODE_SWIGLU,
+                          gate_exp=lc["gate_exp"], up_exp=lc["up_exp"])
+            hq, htm, htk = KR.quant_rows(h)
+            KL.linear(hq, w[p + "down.w"], htm, htk, w[p + "down.m"], w[p + "down.k"], KL.MODE_RESIDUAL, out=x)
+        f8, tm, tk = KN.norm_quant(x, w["final_norm.g"], u["resid_eps"])
+        return KL.linear(f8, w["lm_head.w"], tm, tk, w["lm_head.m"], w["lm_head.k"], KL.MODE_LOGITS)
+
+    def prefill(self, tokens: torch.Tensor, n_new: list) -> torch.Tensor:
+        """One prefill chunk: row b's first n_new[b] ids of ``tokens`` [B, T] at
+        positions lengths[b] ...; returns int32 logits [B, T, vocab] (rows t >=
+        n_new[b] are zero). Host work (validation, row layout) happens here,
+        not in decode.
+
+        Raises:
+            OperandError: bad ids, context overflow (one line).
+        """
+        B, T = tokens.shape
+        if B != self.batch or len(n_new) != B:
+            raise OperandError(f"prefill: batch {B} / n_new {len(n_new)} != decoder batch {self.batch}")
+        rows = [(b, t) for b in range(B) for t in range(n_new[b])]
+        for b in range(B):
+            if self.host_lengths[b] + n_new[b] > self.capacity:
+                raise OperandError(f"sequence {b}: {self.host_lengths[b] + n_new[b]} tokens exceed the "
+                                   f"context of {self.capacity}")
+        V = self.engine.dims["vocab"]
+        out = torch.zeros(B, T, V, dtype=torch.int32, device=self.engine.device)
+        if not rows:
+            return out
+        tok = tokens.cpu()
+        ids = torch.tensor([int(tok[b, t]) for b, t in rows], dtype=torch.int64)
+        E.check_tokens(self.engine, ids)
+        pos = torch.tensor([self.host_lengths[b] + t for b, t in rows], dtype=torch.int64)
+        seq = torch.tensor([b for b, _ in rows], dtype=torch.int64)
+        dev = self.engine.device
+        lg = self._forward_rows(ids.to(dev), pos.to(dev), seq.to(dev),
+                                torch.ones(len(rows), dtype=torch.int32, device=dev), (pos + 1).to(dev))
+        bi = seq.to(dev)
+        ti = torch.tensor([t for _, t in rows], dtype=torch.int64, device=dev)
+        out[bi, ti] = lg
+        for b in range(B):
+            self.host_lengths[b] += n_new[b]
+        self.lengths.copy_(torch.tensor(self.host_lengths, dtype=torch.int64))
+        return out
+
+    def _decode_body(self) -> None:
+        """One decode step on device state only (captured in the CUDA graph)."""
+        lg = self._forward_rows(self.tok, self.lengths, self._seq, self._ones, self.lengths + 1)
+        self.logits.copy_(lg)
+        self.tok.copy_(ops.argmax_int(lg))
+        self.lengths.add_(1)
+
+    def step(self) -> None:
+        """Feed ``tok`` (one token per sequence) at position ``lengths``; leaves the
+        logits in ``logits`` and the greedy next token in ``tok``. The first
+        CUDA step runs eagerly (compiles the kernels), the second captures the
+        graph, every later one replays it.
+
+        Raises:
+            OperandError: a sequence would exceed the capacity.
+        """
+        if max(self.host_lengths) + 1 > self.capacity:
+            raise OperandError(f"decode: context of {self.capacity} tokens exhausted")
+        cuda = self.engine.device.type == "cuda"
+        if cuda and self.use_graph and self.eager_steps >= 1:
+            if self.graph is None:
+                torch.cuda.synchronize()
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    self._decode_body()
+            self.graph.replay()
+            self.graph_steps += 1
+        else:
+            self._decode_body()
+            self.eager_steps += 1
+        for b in range(self.batch):
+            self.host_lengths[b] += 1
+
+
+def fast_generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule="full",
+                  keep_logits: bool = False, use_graph: bool = True, timings: Optional[dict] = None
+                  ) -> GenerationResult:
+    """``detllm.generate.generate`` through ``FastDecoder``: same hashes, same tokens.
+
+    Decode logits stay on the device until the end (a history buffer filled by
+    async copies), so timing covers only device work and graph replays.
+
+    Args:
+        engine, prompts, max_new_tokens, schedule, keep_logits: as ``generate``.
+        use_graph: CUDA-graph the decode step (CUDA only).
+        timings: if a dict, gets ``prefill_s`` and ``decode_s`` (wall seconds,
+            synchronized) and ``decode_steps`` (the timed steps: on CUDA the
+            first eager step and the capturing step are excluded).
+    Returns:
+        GenerationResult (hashes per sequence, as ``generate``).
+    """
+    d = engine.dims
+    ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
+    B = len(ps)
+    cap = max(len(p) + max(0, max_new_tokens - 1) for p in ps)
+    dec = FastDecoder(engine, B, max(1, cap), use_graph=use_graph)
+    dev = engine.device
+    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
+    chunks = [prefill_chunks(len(p), schedule) for p in ps]
+    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
+    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
+    kept = [[] for _ in range(B)] if keep_logits else None
+    last = [None] * B
+    sync()
+    t0 = time.perf_counter()
+    outs = []
+    for c in range(max(len(ch) for ch in chunks)):
+        sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
+        T = max(sizes)
+        toks = torch.zeros(B, T, dtype=torch.int64)
+        for b in range(B):
+            s = dec.host_lengths[b]
+            toks[b, :sizes[b]] = torch.tensor(ps[b][s:s + sizes[b]], dtype=torch.int64)
+        outs.append((sizes, dec.prefill(toks, sizes)))
+    sync()
+    t1 = time.perf_counter()
+    for sizes, lg in outs:
+        lg = lg.cpu()
+        for b in range(B):
+            if sizes[b]:
+                rows = lg[b, :sizes[b]]
+                lchain[b].update_rows(rows, "<i4")
+                if keep_logits:
+                    kept[b].append(rows)
+                last[b] = rows[-1]
+    first = ops.argmax_int(torch.stack(last))
+    steps = max(0, max_new_tokens - 1)
+    hist = torch.empty(steps, B, d["vocab"], dtype=torch.int32, device=dev)
+    thist = torch.empty(steps, B, dtype=torch.int64, device=dev)
+    dec.tok.copy_(first.to(dev))
+    # the first CUDA step runs eagerly (kernel compilation) and the second
+    # captures the graph: the timed window starts after them
+    warm = min(steps, 2 if (dev.type == "cuda" and use_graph) else 0)
+    t2 = None
+    for s in range(steps):
+        if s == warm:
+            sync()
+            t2 = time.perf_counter()
+        dec.step()
+        hist[s].copy_(dec.logits)
+        thist[s].copy_(dec.tok)
+    sync()
+    t3 = time.perf_counter()
+    t2 = t3 if t2 is None else t2
+    hist, thist = hist.cpu(), thist.cpu()
+    generated = [[int(first[b])] + [int(thist[s, b]) for s in range(steps)] for b in range(B)]
+    generated = [g[:max_new_tokens] for g in generated]
+    for b in range(B):
+        for s in range(steps):
+            lchain[b].update_rows(hist[s, b:b + 1], "<i4")
+        if keep_logits:
+            kept[b].append(hist[:, b])
+        for tid in generated[b]:
+            tchain[b].update(np.int32(tid).astype("<i4").tobytes())
+    if timings is not None:
+        timings.update(prefill_s=t1 - t0, decode_s=t3 - t2, decode_steps=steps - warm,
+                       prefill_tokens=sum(len(p) for p in ps), graph_steps=dec.graph_steps)
+    return GenerationResult(
+        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        token_hash=[h.hexdigest() for h in tchain],
+        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+        forward_calls=len(outs) + steps,
+        info={"kernel": "fused-triton", "artifact": engine.digest[:12], "schedule": str(schedule),
+              "device": str(dev), "cuda_graph": dec.graph is not None})

@@ -1,0 +1,47 @@
+"""Fused per-token activation quantization: ``detllm.engine.quant_rows``.
+
+Rule (``detllm/README.md``: ``div_round`` ties away, ``round_shift``): per
+row, M = max|v|; q = div_round(127 v, max(M, 1)) (int8 in [-127, 127]);
+scale mantissa/shift (tm, tk) = (round_shift(M, s), -s) with s = max(0,
+bitlen(M) - 17) (``engine.normalize17``). One program per row.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from detllm.kernels.intlang import bitlen, div_round_pos, launcher, next_pow2, rmax, round_shift
+
+
+def _quant_rows_kernel(v_ptr, q_ptr, tm_ptr, tk_ptr, H, BLOCK_H: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_H)
+    msk = offs < H
+    v = tl.load(v_ptr + row * H + offs, mask=msk, other=0).to(tl.int64)
+    M = rmax(tl.abs(v))
+    q = div_round_pos(127 * v, tl.maximum(M, 1))
+    tl.store(q_ptr + row * H + offs, q.to(tl.int8), mask=msk)
+    s = tl.maximum(bitlen(M) - 17, 0)
+    tl.store(tm_ptr + row, round_shift(M, s))
+    tl.store(tk_ptr + row, -s)
+
+
+_KERNEL = launcher(_quant_rows_kernel)
+
+
+def quant_rows(v: torch.Tensor, out=None):
+    """Fused ``engine.quant_rows`` for int64 v [R, H] (contiguous).
+
+    Returns (q int8 [R, H], tm int64 [R], tk int64 [R]); ``out`` optionally
+    gives the three preallocated tensors.
+    """
+    R, H = v.shape
+    if out is None:
+        out = (torch.empty(R, H, dtype=torch.int8, device=v.device),
+               torch.empty(R, dtype=torch.int64, device=v.device),
+               torch.empty(R, dtype=torch.int64, device=v.device))
+    q, tm, tk = out
+    bh = next_pow2(H)
+    _KERNEL[(R,)](v, q, tm, tk, H, BLOCK_H=bh, num_warps=4 if bh <= 1024 else 8)
+    return q, tm, tk
