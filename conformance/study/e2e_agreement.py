@@ -52,8 +52,11 @@ def prompt_token_ids(ctx, n: int) -> list[list[int]]:
     return [encode(ctx.tokenizer, p) for p in ps[:n]]
 
 
-def generate(model, prompts_ids: list[list[int]], new_tokens: int) -> list[dict]:
-    """Greedy continuation of every prompt.
+def generate(model, prompts_ids: list[list[int]], new_tokens: int, lockstep=None) -> list[dict]:
+    """Greedy continuation of every prompt (each prompt its own batch-1 run;
+    with ``lockstep`` -- a :class:`conformance.study.lockstep.Lockstep` of
+    ``len(prompts_ids)`` threads that ``model``'s kernel callables were
+    wrapped with -- the prompts run together, one kernel call per layer).
 
     Returns:
         one dict per prompt: ``tokens`` (new token ids), ``top1`` and
@@ -61,18 +64,35 @@ def generate(model, prompts_ids: list[list[int]], new_tokens: int) -> list[dict]
     """
     from reference.model.forward import greedy_generate
 
-    out = []
-    for ids in prompts_ids:
+    def one(i):
         top1, margin = [], []
 
-        def on_step(step, logits, _t=top1, _m=margin):
+        def on_step(step, logits):
             t2 = logits.topk(2).values
-            _t.append(float(t2[0]))
-            _m.append(float(t2[0] - t2[1]))
+            top1.append(float(t2[0]))
+            margin.append(float(t2[0] - t2[1]))
 
-        toks = greedy_generate(model, ids, new_tokens, eos_token_id=None, on_step=on_step)
-        out.append({"tokens": toks, "top1": top1, "margin": margin})
-    return out
+        toks = greedy_generate(model, prompts_ids[i], new_tokens, eos_token_id=None, on_step=on_step)
+        return {"tokens": toks, "top1": top1, "margin": margin}
+
+    return _per_prompt(one, len(prompts_ids), lockstep)
+
+
+def _per_prompt(fn, n: int, lockstep) -> list:
+    if lockstep is None:
+        return [fn(i) for i in range(n)]
+    if lockstep.n != n:
+        raise ValueError(f"lockstep of {lockstep.n} threads for {n} prompts")
+    return lockstep.run(fn)
+
+
+def lockstep_model(ctx, spec, arm: str, n_prompts: int):
+    """``(model, Lockstep)``: ``arm`` through ``spec`` with its kernel calls
+    batched across ``n_prompts`` lockstep threads (:mod:`conformance.study.lockstep`)."""
+    from conformance.study.lockstep import Lockstep
+
+    ls = Lockstep(n_prompts)
+    return ctx.model(spec, arm, wrap=ls.wrap_all)[0], ls
 
 
 def _spacing(x: float) -> float:
@@ -112,26 +132,24 @@ def compare_runs(x: list[dict], y: list[dict]) -> dict:
             "identical_logits": sum(r["logits_identical"] for r in per), "per_prompt": per}
 
 
-def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict]) -> list[dict]:
+def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockstep=None) -> list[dict]:
     """Re-run each prompt + its decoded continuation as ONE prefill
-    (teacher forcing, :func:`reference.model.forward.teacher_forced`) and
-    return, in :func:`generate`'s format, the token the prefill predicts at
-    each decode step with its top-1 and margin."""
+    (teacher forcing, :func:`reference.model.forward.teacher_forced`, batch 1
+    per prompt; ``lockstep`` as in :func:`generate`) and return, in
+    :func:`generate`'s format, the token the prefill predicts at each decode
+    step with its top-1 and margin. Every prompt needs >= 1 decoded token."""
     from reference.model.forward import teacher_forced
 
-    out = []
-    for ids, run in zip(prompts_ids, decoded):
-        toks = run["tokens"]
-        if not toks:
-            out.append({"tokens": [], "top1": [], "margin": []})
-            continue
+    def one(i):
+        ids, toks = prompts_ids[i], decoded[i]["tokens"]
         seq = torch.tensor([list(ids) + toks[:-1]], dtype=torch.long)
         tf = teacher_forced(model, seq, batch_size=1)
         s = len(ids) - 1
-        out.append({"tokens": [int(v) for v in tf.argmax[0, s:]],
-                    "top1": [float(v) for v in tf.top1[0, s:]],
-                    "margin": [float(v) for v in tf.margin[0, s:]]})
-    return out
+        return {"tokens": [int(v) for v in tf.argmax[0, s:]],
+                "top1": [float(v) for v in tf.top1[0, s:]],
+                "margin": [float(v) for v in tf.margin[0, s:]]}
+
+    return _per_prompt(one, len(prompts_ids), lockstep)
 
 
 def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_tokens: int) -> list[dict]:
@@ -185,11 +203,14 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
     runs: dict = {}
     models: dict = {}
     out = {"prompts": n_prompts, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in pids],
+           "batching": "lockstep: each prompt its own batch-1 run (own KV cache, attention, lm_head); "
+                       "the kernel called once per layer on all prompts' rows (conformance.study.lockstep)",
            "a_vs_b": {}, "fresh_process": {}, "prefill_vs_decode": {}, "sequences": {}}
     for mode in modes:
         for spec in (a, b):
-            models[(spec.name, mode)] = ctx.model(spec, mode)[0]
-            runs[(spec.name, mode)] = generate(models[(spec.name, mode)], pids, new_tokens)
+            models[(spec.name, mode)] = lockstep_model(ctx, spec, mode, n_prompts)
+            runs[(spec.name, mode)] = generate(models[(spec.name, mode)][0], pids, new_tokens,
+                                               models[(spec.name, mode)][1])
             say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
         out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
         out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
@@ -200,7 +221,8 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
             out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
             say(f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
                 f"/{n_prompts} identical")
-        pre = prefill_run(models[(spec.name, "own")], pids, runs[(spec.name, "own")])
+        pre = prefill_run(models[(spec.name, "own")][0], pids, runs[(spec.name, "own")],
+                          models[(spec.name, "own")][1])
         out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
         say(f"e2e {spec.name} prefill vs decode: "
             f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical")
@@ -214,12 +236,13 @@ def _worker(spec_path: str, out_path: str) -> int:
     from reference.fileio import atomic_write_json
 
     spec = json.loads(Path(spec_path).read_text())
-    kern = resolve_kernel_list(spec["kernel"])[0]
+    from conformance.study.interp import study_kernel
+    kern = study_kernel(resolve_kernel_list(spec["kernel"])[0], spec["device"])
     ctx = StudyContext(model_dir=Path(spec["model_dir"]), kernels=(kern,), device=spec["device"],
                        committed_dir=None if spec["committed_dir"] is None else Path(spec["committed_dir"]),
                        cache=None if spec["cache"] is None else Path(spec["cache"]))
-    model, _ = ctx.model(kern, spec["arm"])
-    runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"])
+    model, ls = lockstep_model(ctx, kern, spec["arm"], spec["prompts"])
+    runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"], ls)
     atomic_write_json(Path(out_path), {"runs": runs})
     return 0
 
