@@ -178,8 +178,14 @@ def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_token
 
 def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tokens: int,
                       modes=("own", "pow2-nearest"), fresh: str = "a",
-                      progress: Optional[Callable[[str], None]] = None) -> dict:
+                      progress: Optional[Callable[[str], None]] = None,
+                      resume_dir=None, resume_key: Optional[dict] = None) -> dict:
     """Part 3 on a :class:`conformance.study.arms.StudyContext`.
+
+    Resumable: with ``resume_dir``, every finished run (a generation, a
+    fresh-process repeat, a prefill replay) is stored there under
+    ``resume_key`` (:class:`ResumableRuns`), so an interrupted part restarts
+    after its last finished run.
 
     Args:
         kernel_args: the kernels as named on the command line (a fresh
@@ -202,31 +208,72 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
     a, b = ctx.kernels
     runs: dict = {}
     models: dict = {}
+    store = ResumableRuns(resume_dir, dict(resume_key or {}, modes=list(modes)))
+
+    def model(spec, mode):
+        if (spec.name, mode) not in models:
+            models[(spec.name, mode)] = lockstep_model(ctx, spec, mode, n_prompts)
+        return models[(spec.name, mode)]
+
     out = {"prompts": n_prompts, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in pids],
            "batching": "lockstep: each prompt its own batch-1 run (own KV cache, attention, lm_head); "
                        "the kernel called once per layer on all prompts' rows (conformance.study.lockstep)",
            "a_vs_b": {}, "fresh_process": {}, "prefill_vs_decode": {}, "sequences": {}}
     for mode in modes:
         for spec in (a, b):
-            models[(spec.name, mode)] = lockstep_model(ctx, spec, mode, n_prompts)
-            runs[(spec.name, mode)] = generate(models[(spec.name, mode)][0], pids, new_tokens,
-                                               models[(spec.name, mode)][1])
+            runs[(spec.name, mode)] = store.get(
+                f"generate-{spec.name}-{mode}",
+                lambda: generate(model(spec, mode)[0], pids, new_tokens, model(spec, mode)[1]))
             say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
         out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
         out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
         say(f"e2e {mode}: {out['a_vs_b'][mode]['identical_sequences']}/{n_prompts} sequences identical A vs B")
     for i, (spec, arg) in enumerate(zip((a, b), kernel_args)):
         if fresh == "both" or (fresh == "a" and i == 0):
-            again = _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens)
+            again = store.get(f"fresh-{spec.name}",
+                              lambda: _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens))
             out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
             say(f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
                 f"/{n_prompts} identical")
-        pre = prefill_run(models[(spec.name, "own")][0], pids, runs[(spec.name, "own")],
-                          models[(spec.name, "own")][1])
+        pre = store.get(f"prefill-{spec.name}",
+                        lambda: prefill_run(model(spec, "own")[0], pids, runs[(spec.name, "own")],
+                                            model(spec, "own")[1]))
         out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
         say(f"e2e {spec.name} prefill vs decode: "
             f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical")
     return out
+
+
+class ResumableRuns:
+    """Finished runs of the end-to-end part, one JSON file each.
+
+    ``get(name, compute)`` returns the stored result of ``name`` when
+    ``<dir>/<name>.json`` exists with the same key, else computes it and
+    stores it atomically. ``dir`` None: always computes, stores nothing.
+    """
+
+    def __init__(self, directory, key: dict):
+        self.dir = None if directory is None else Path(directory)
+        self.key = key
+        self.reused: list[str] = []
+
+    def get(self, name: str, compute: Callable[[], list]) -> list:
+        from reference.fileio import atomic_write_json
+
+        if self.dir is None:
+            return compute()
+        p = self.dir / f"{name}.json"
+        try:
+            rec = json.loads(p.read_text())
+            if rec.get("key") == self.key:
+                self.reused.append(name)
+                return rec["runs"]
+        except (OSError, ValueError, AttributeError, KeyError):
+            pass
+        runs = compute()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(p, {"key": self.key, "runs": runs})
+        return runs
 
 
 def _worker(spec_path: str, out_path: str) -> int:

@@ -231,7 +231,8 @@ def run_study(settings: StudySettings, out_dir, cache=None,
                                           batch_size=settings.batch_size, progress=say))
     part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
         ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
-        fresh=settings.fresh_process, progress=say))
+        fresh=settings.fresh_process, progress=say, resume_dir=out / ".parts" / "e2e_runs",
+        resume_key=settings.part_key("e2e_agreement")))
 
     from conformance.study.report import write_report
     # the environment the numbers were computed in: recorded with the parts

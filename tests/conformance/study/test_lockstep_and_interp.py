@@ -113,3 +113,25 @@ def test_study_interpreter_tiles_give_the_default_tiles_bits(m, k, n, bias):
     assert torch.equal(got, want)
     assert study_kernel(resolve_kernels(["cpu"])[0], "cpu").scaled_mm is resolve_kernels(["cpu"])[0].scaled_mm
     assert study_kernel(spec, "cuda") is spec
+
+
+def test_e2e_runs_resume_after_the_last_finished_run(tmp_path):
+    from conformance.study.e2e_agreement import ResumableRuns
+
+    calls = []
+
+    def run(tag):
+        def compute():
+            calls.append(tag)
+            return [{"tokens": [1, 2], "top1": [0.5, 0.25], "margin": [0.0, 0.125], "tag": tag}]
+        return compute
+
+    key = {"kernels": ["cpu", "triton"], "new_tokens": 2}
+    first = ResumableRuns(tmp_path, key)
+    got = first.get("generate-cpu-own", run("a"))
+    again = ResumableRuns(tmp_path, dict(key))
+    assert again.get("generate-cpu-own", run("b")) == got and again.reused == ["generate-cpu-own"]
+    assert calls == ["a"]  # the interrupted part's finished run is not recomputed
+    other = ResumableRuns(tmp_path, dict(key, new_tokens=3))  # other settings: recomputed
+    assert other.get("generate-cpu-own", run("c"))[0]["tag"] == "c" and calls == ["a", "c"]
+    assert ResumableRuns(None, key).get("x", run("d"))[0]["tag"] == "d" and not list(tmp_path.glob("x.json"))
