@@ -70,7 +70,7 @@ class Lockstep:
             names = {s[0] for s in self._slots}
             if len(names) != 1:
                 raise LockstepError(f"lockstep threads reached different layers: {sorted(names)}")
-            name, fn, b, sb, out_dtype, bias = self._slots[0][0], *self._slots[0][3:]
+            fn, b, sb, out_dtype, bias = self._slots[0][3:]
             a = torch.cat([s[1] for s in self._slots], dim=0)
             sa = torch.cat([s[2].reshape(-1) for s in self._slots], dim=0)
             y = fn(a, b, sa, sb, out_dtype, bias)
