@@ -16,9 +16,9 @@
 
 The default pair ``cpu,triton`` has different declared contracts (``cpu``:
 ``w_then_a``, CUTLASS style; ``triton``: ``a_then_w``). Size defaults depend
-on ``--device``: on ``cpu`` (Triton interpreted) they keep the study within
-15 minutes on 2 cores; on ``cuda`` they follow the full protocol (8 prompts
-x 64 new tokens). Errors are one line (exit 2).
+on ``--device``: both generate 8 prompts x 64 new tokens; on ``cpu`` (Triton
+interpreted, with larger tiles: same bits) the other sizes keep the study
+within 15 minutes on 2 cores. Errors are one line (exit 2).
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def register(subparsers) -> None:
     p.add_argument("--windows", type=positive_int, help="held-out windows for perplexity (default cpu 32, cuda 64)")
     p.add_argument("--window-len", type=positive_int, help="tokens per window (default cpu 128, cuda 256)")
     p.add_argument("--flip-windows", type=positive_int, help="windows for the flip analysis (default cpu 4, cuda 16)")
-    p.add_argument("--prompts", type=positive_int, help="fixed prompts for generation, 1-8 (default cpu 2, cuda 8)")
-    p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default cpu 3, cuda 64)")
+    p.add_argument("--prompts", type=positive_int, help="fixed prompts for generation, 1-8 (default 8)")
+    p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default 64)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (>= 10000)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.9, help="confidence level (default 0.9)")

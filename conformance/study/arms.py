@@ -94,9 +94,11 @@ class StudyContext:
                 self._weights[arm] = wf.weights_for_scale_mode(self.base, arm)
         return self._weights[arm]
 
-    def model(self, kernel, arm: str):
+    def model(self, kernel, arm: str, wrap=None):
         """The model of one arm: bf16 (``arm == "bf16"``, kernel ignored) or
         W8A8 with ``arm``'s weights through ``kernel`` on :attr:`device`.
+        ``wrap``: optional ``{layer: scaled_mm} -> {layer: scaled_mm}`` applied
+        to the kernel callables (e.g. ``conformance.study.lockstep.Lockstep.wrap_all``).
 
         Returns:
             ``(model, first-call kernel manifest dict)``.
@@ -110,6 +112,8 @@ class StudyContext:
         man: dict = {}
         kmode = arm if arm in ("own", "pow2-nearest", "pow2-ceiling") else "own"
         fns = kernel_layer_callables(kernel, names, kmode, device=self.device, first_manifest=man)
+        if wrap is not None:
+            fns = wrap(fns)
         model, _ = wf.build_w8a8_model(self.base, self.weights(arm), fns)
         return model, man
 

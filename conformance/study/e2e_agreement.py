@@ -52,8 +52,11 @@ def prompt_token_ids(ctx, n: int) -> list[list[int]]:
     return [encode(ctx.tokenizer, p) for p in ps[:n]]
 
 
-def generate(model, prompts_ids: list[list[int]], new_tokens: int) -> list[dict]:
-    """Greedy continuation of every prompt.
+def generate(model, prompts_ids: list[list[int]], new_tokens: int, lockstep=None) -> list[dict]:
+    """Greedy continuation of every prompt (each prompt its own batch-1 run;
+    with ``lockstep`` -- a :class:`conformance.study.lockstep.Lockstep` of
+    ``len(prompts_ids)`` threads that ``model``'s kernel callables were
+    wrapped with -- the prompts run together, one kernel call per layer).
 
     Returns:
         one dict per prompt: ``tokens`` (new token ids), ``top1`` and
@@ -61,18 +64,35 @@ def generate(model, prompts_ids: list[list[int]], new_tokens: int) -> list[dict]
     """
     from reference.model.forward import greedy_generate
 
-    out = []
-    for ids in prompts_ids:
+    def one(i):
         top1, margin = [], []
 
-        def on_step(step, logits, _t=top1, _m=margin):
+        def on_step(step, logits):
             t2 = logits.topk(2).values
-            _t.append(float(t2[0]))
-            _m.append(float(t2[0] - t2[1]))
+            top1.append(float(t2[0]))
+            margin.append(float(t2[0] - t2[1]))
 
-        toks = greedy_generate(model, ids, new_tokens, eos_token_id=None, on_step=on_step)
-        out.append({"tokens": toks, "top1": top1, "margin": margin})
-    return out
+        toks = greedy_generate(model, prompts_ids[i], new_tokens, eos_token_id=None, on_step=on_step)
+        return {"tokens": toks, "top1": top1, "margin": margin}
+
+    return _per_prompt(one, len(prompts_ids), lockstep)
+
+
+def _per_prompt(fn, n: int, lockstep) -> list:
+    if lockstep is None:
+        return [fn(i) for i in range(n)]
+    if lockstep.n != n:
+        raise ValueError(f"lockstep of {lockstep.n} threads for {n} prompts")
+    return lockstep.run(fn)
+
+
+def lockstep_model(ctx, spec, arm: str, n_prompts: int):
+    """``(model, Lockstep)``: ``arm`` through ``spec`` with its kernel calls
+    batched across ``n_prompts`` lockstep threads (:mod:`conformance.study.lockstep`)."""
+    from conformance.study.lockstep import Lockstep
+
+    ls = Lockstep(n_prompts)
+    return ctx.model(spec, arm, wrap=ls.wrap_all)[0], ls
 
 
 def _spacing(x: float) -> float:
@@ -112,26 +132,24 @@ def compare_runs(x: list[dict], y: list[dict]) -> dict:
             "identical_logits": sum(r["logits_identical"] for r in per), "per_prompt": per}
 
 
-def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict]) -> list[dict]:
+def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockstep=None) -> list[dict]:
     """Re-run each prompt + its decoded continuation as ONE prefill
-    (teacher forcing, :func:`reference.model.forward.teacher_forced`) and
-    return, in :func:`generate`'s format, the token the prefill predicts at
-    each decode step with its top-1 and margin."""
+    (teacher forcing, :func:`reference.model.forward.teacher_forced`, batch 1
+    per prompt; ``lockstep`` as in :func:`generate`) and return, in
+    :func:`generate`'s format, the token the prefill predicts at each decode
+    step with its top-1 and margin. Every prompt needs >= 1 decoded token."""
     from reference.model.forward import teacher_forced
 
-    out = []
-    for ids, run in zip(prompts_ids, decoded):
-        toks = run["tokens"]
-        if not toks:
-            out.append({"tokens": [], "top1": [], "margin": []})
-            continue
+    def one(i):
+        ids, toks = prompts_ids[i], decoded[i]["tokens"]
         seq = torch.tensor([list(ids) + toks[:-1]], dtype=torch.long)
         tf = teacher_forced(model, seq, batch_size=1)
         s = len(ids) - 1
-        out.append({"tokens": [int(v) for v in tf.argmax[0, s:]],
-                    "top1": [float(v) for v in tf.top1[0, s:]],
-                    "margin": [float(v) for v in tf.margin[0, s:]]})
-    return out
+        return {"tokens": [int(v) for v in tf.argmax[0, s:]],
+                "top1": [float(v) for v in tf.top1[0, s:]],
+                "margin": [float(v) for v in tf.margin[0, s:]]}
+
+    return _per_prompt(one, len(prompts_ids), lockstep)
 
 
 def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_tokens: int) -> list[dict]:
@@ -160,8 +178,14 @@ def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_token
 
 def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tokens: int,
                       modes=("own", "pow2-nearest"), fresh: str = "a",
-                      progress: Optional[Callable[[str], None]] = None) -> dict:
+                      progress: Optional[Callable[[str], None]] = None,
+                      resume_dir=None, resume_key: Optional[dict] = None) -> dict:
     """Part 3 on a :class:`conformance.study.arms.StudyContext`.
+
+    Resumable: with ``resume_dir``, every finished run (a generation, a
+    fresh-process repeat, a prefill replay) is stored there under
+    ``resume_key`` (:class:`ResumableRuns`), so an interrupted part restarts
+    after its last finished run.
 
     Args:
         kernel_args: the kernels as named on the command line (a fresh
@@ -184,27 +208,72 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
     a, b = ctx.kernels
     runs: dict = {}
     models: dict = {}
+    store = ResumableRuns(resume_dir, dict(resume_key or {}, modes=list(modes)))
+
+    def model(spec, mode):
+        if (spec.name, mode) not in models:
+            models[(spec.name, mode)] = lockstep_model(ctx, spec, mode, n_prompts)
+        return models[(spec.name, mode)]
+
     out = {"prompts": n_prompts, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in pids],
+           "batching": "lockstep: each prompt its own batch-1 run (own KV cache, attention, lm_head); "
+                       "the kernel called once per layer on all prompts' rows (conformance.study.lockstep)",
            "a_vs_b": {}, "fresh_process": {}, "prefill_vs_decode": {}, "sequences": {}}
     for mode in modes:
         for spec in (a, b):
-            models[(spec.name, mode)] = ctx.model(spec, mode)[0]
-            runs[(spec.name, mode)] = generate(models[(spec.name, mode)], pids, new_tokens)
+            runs[(spec.name, mode)] = store.get(
+                f"generate-{spec.name}-{mode}",
+                lambda: generate(model(spec, mode)[0], pids, new_tokens, model(spec, mode)[1]))
             say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
         out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
         out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
         say(f"e2e {mode}: {out['a_vs_b'][mode]['identical_sequences']}/{n_prompts} sequences identical A vs B")
     for i, (spec, arg) in enumerate(zip((a, b), kernel_args)):
         if fresh == "both" or (fresh == "a" and i == 0):
-            again = _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens)
+            again = store.get(f"fresh-{spec.name}",
+                              lambda: _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens))
             out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
             say(f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
                 f"/{n_prompts} identical")
-        pre = prefill_run(models[(spec.name, "own")], pids, runs[(spec.name, "own")])
+        pre = store.get(f"prefill-{spec.name}",
+                        lambda: prefill_run(model(spec, "own")[0], pids, runs[(spec.name, "own")],
+                                            model(spec, "own")[1]))
         out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
         say(f"e2e {spec.name} prefill vs decode: "
             f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical")
     return out
+
+
+class ResumableRuns:
+    """Finished runs of the end-to-end part, one JSON file each.
+
+    ``get(name, compute)`` returns the stored result of ``name`` when
+    ``<dir>/<name>.json`` exists with the same key, else computes it and
+    stores it atomically. ``dir`` None: always computes, stores nothing.
+    """
+
+    def __init__(self, directory, key: dict):
+        self.dir = None if directory is None else Path(directory)
+        self.key = key
+        self.reused: list[str] = []
+
+    def get(self, name: str, compute: Callable[[], list]) -> list:
+        from reference.fileio import atomic_write_json
+
+        if self.dir is None:
+            return compute()
+        p = self.dir / f"{name}.json"
+        try:
+            rec = json.loads(p.read_text())
+            if rec.get("key") == self.key:
+                self.reused.append(name)
+                return rec["runs"]
+        except (OSError, ValueError, AttributeError, KeyError):
+            pass
+        runs = compute()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(p, {"key": self.key, "runs": runs})
+        return runs
 
 
 def _worker(spec_path: str, out_path: str) -> int:
@@ -214,12 +283,13 @@ def _worker(spec_path: str, out_path: str) -> int:
     from reference.fileio import atomic_write_json
 
     spec = json.loads(Path(spec_path).read_text())
-    kern = resolve_kernel_list(spec["kernel"])[0]
+    from conformance.study.interp import study_kernel
+    kern = study_kernel(resolve_kernel_list(spec["kernel"])[0], spec["device"])
     ctx = StudyContext(model_dir=Path(spec["model_dir"]), kernels=(kern,), device=spec["device"],
                        committed_dir=None if spec["committed_dir"] is None else Path(spec["committed_dir"]),
                        cache=None if spec["cache"] is None else Path(spec["cache"]))
-    model, _ = ctx.model(kern, spec["arm"])
-    runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"])
+    model, ls = lockstep_model(ctx, kern, spec["arm"], spec["prompts"])
+    runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"], ls)
     atomic_write_json(Path(out_path), {"runs": runs})
     return 0
 

@@ -30,25 +30,30 @@ def headline(r: dict) -> list[str]:
     """The headline lines (also printed by the CLI)."""
     la, e2e, acc, fl = (r.get(k) or {} for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
     a, b = (k["name"] for k in r["kernels"])
+    model = f"{r['model']['parameters'] / 1e6:.1f} M-parameter model" if r.get("model") else "this model"
     lines = [f"NOT RUN (time budget / interrupted): {', '.join(r['missing_parts'])}"] if r.get("missing_parts") else []
     lines += [f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
              f"the two rules differ on {r['gate']['rule_disagreement']['fraction'] * 100:.2f} % of int8 weights"]
     for mode, m in la.get("modes", {}).items():
         lines.append(f"layers {mode}: {m['layers_identical']}/{m['layers']} bit-identical {a} vs {b}, "
                      f"{m['differing']} of {m['elements']} elements differ ({m['per_million']:.2f} per million; "
-                     f"declared contracts predict {m['predicted_differing']}), max {m['max_ulp']} ulp")
+                     f"declared contracts predict {m['predicted_differing']}), max {m['max_ulp']} ulp "
+                     f"[{la['capture']['tokens_per_layer']} captured rows per layer]")
     for mode, c in e2e.get("a_vs_b", {}).items():
         lines.append(f"e2e {mode}: {c['identical_sequences']}/{c['prompts']} greedy sequences byte-identical "
-                     f"{a} vs {b} ({e2e['new_tokens']} new tokens)")
+                     f"{a} vs {b} [{e2e['prompts']} prompts x {e2e['new_tokens']} new tokens]")
+    scope = (f" [{acc['windows']} windows x {acc['window_len']} tokens, {model}]" if acc else "")
     for arm, rec in acc.get("arms", {}).items():
         if "rel_change_vs_own" in rec:
             lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
-                         f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)")
+                         f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)"
+                         + scope)
         else:
-            lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}")
+            lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}" + scope)
     for mode, m in fl.get("modes", {}).items():
         lines.append(f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "
-                     f"({100 * m['flip_rate']:.3f} %), {m['flips_above_4_spacings']} above 4 spacings")
+                     f"({100 * m['flip_rate']:.3f} %), {m['flips_above_4_spacings']} above 4 spacings "
+                     f"[{fl['windows']} windows x {fl['window_len']} tokens]")
     return lines
 
 
@@ -112,7 +117,8 @@ def _md_layers(la: dict, a: str, b: str) -> list[str]:
 def _md_e2e(e: dict, a: str, b: str) -> list[str]:
     L = ["## 3. End-to-end greedy agreement", "",
          f"{e['prompts']} of the 8 fixed prompts (lengths {e['prompt_lengths']} tokens) x {e['new_tokens']} new "
-         f"tokens, greedy, KV cache, no early stop.", "",
+         f"tokens, greedy, KV cache, no early stop."
+         + (f" Batching: {e['batching']}." if e.get("batching") else ""), "",
          "| comparison | byte-identical sequences | also identical top-1 / margin every step | first divergence "
          "step (margin there, bf16 spacings) |", "|---|---|---|---|"]
 
@@ -139,6 +145,8 @@ def _md_accuracy(acc: dict) -> list[str]:
          f"Held-out perplexity, {acc['windows']} windows x {acc['window_len']} tokens ({acc['predicted_tokens']} "
          f"predicted tokens), W8A8 arms through kernel `{acc['kernel']}`. Intervals: {bs['method']}, "
          f"{bs['n_resamples']} resamples, seed {bs['seed']}, {lvl} %. Figure: ![perplexity]({FIGURES['perplexity']})",
+         "", f"Scope: {acc.get('scope') or 'this model on these windows'}; the intervals cover window-to-window "
+             f"variation of this corpus only, not other models, corpora or context lengths.",
          "", f"| arm | perplexity [{lvl} % CI] | change vs W8A8 own [{lvl} % CI] |", "|---|---|---|"]
     for arm, rec in acc["arms"].items():
         p = rec["perplexity"]

@@ -25,11 +25,14 @@ SCHEMA_VERSION = 1
 #: so a time budget cuts the least.
 PARTS = ("gate", "layer_agreement", "accuracy", "flips", "e2e_agreement")
 
-#: Defaults per kernel device. CPU: sized so that the whole study with the
-#: Triton interpreter as one kernel stays within 15 minutes on 2 cores;
-#: CUDA: the full protocol of the issue (8 prompts x 64 new tokens).
+#: Defaults per kernel device. Both run the end-to-end protocol of the issue
+#: (8 prompts x 64 new tokens; on the CPU the prompts run in lockstep,
+#: conformance.study.lockstep, and the interpreted triton kernel with larger
+#: tiles, conformance.study.interp). CPU: the other sizes keep the whole study
+#: with the Triton interpreter as one kernel within 15 minutes on 2 cores;
+#: CUDA: more captured rows, windows and flip windows.
 DEFAULTS = {
-    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 2, "new_tokens": 3,
+    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 8, "new_tokens": 64,
             "fresh_process": "a"},
     "cuda": {"tokens": 2048, "windows": 64, "window_len": 256, "flip_windows": 16, "prompts": 8,
              "new_tokens": 64, "fresh_process": "both"},
@@ -87,15 +90,17 @@ class StudySettings:
         return dict(common, **keys[part])
 
 
-def check_settings(s: StudySettings) -> None:
-    """Reject bad settings with one line (Int8confError)."""
+def check_settings(s: StudySettings, need_device: bool = True) -> None:
+    """Reject bad settings with one line (Int8confError). ``need_device``
+    False (``--report-only``): the parts may have been computed on another
+    machine, so a missing CUDA device is no error."""
     from conformance.study.bootstrap import MIN_RESAMPLES
 
     if len(s.kernels) != 2 or not all(s.kernels):
         raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(s.kernels)!r}")
     if s.device not in ("cpu", "cuda"):
         raise Int8confError(f"--device {s.device!r} is not 'cpu' or 'cuda'")
-    if s.device == "cuda":
+    if s.device == "cuda" and need_device:
         import torch
         if not torch.cuda.is_available():
             raise Int8confError("--device cuda: no CUDA device on this machine")
@@ -127,10 +132,24 @@ def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
     return rec.get("result") if rec.get("key") == key else None
 
 
-def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float) -> None:
+def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float, device: str) -> None:
     from reference.fileio import atomic_write_json
-    atomic_write_json(out / ".parts" / f"{part}.json", {"key": key, "result": result, "seconds": seconds},
+    atomic_write_json(out / ".parts" / f"{part}.json", {"key": key, "result": result, "seconds": seconds,
+                                                         "environment": _environment(device)},
                       allow_nan=True)
+
+
+def _part_environments(out: Path, parts) -> dict:
+    """``{part: environment}`` recorded with the stored parts (where they ran)."""
+    envs = {}
+    for name in parts:
+        try:
+            rec = json.loads((out / ".parts" / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("environment"):
+            envs[name] = rec["environment"]
+    return envs
 
 
 def run_study(settings: StudySettings, out_dir, cache=None,
@@ -160,11 +179,14 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     from conformance.study.arms import StudyContext
     from reference.model.artifacts import derived_checkpoint, load_parent
 
-    check_settings(settings)
+    check_settings(settings, need_device=not report_only)
     say = progress or (lambda s: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    kernels = tuple(resolve_kernel_list(k)[0] for k in settings.kernels)
+    from conformance.study.interp import study_kernel
+    # the built-in triton kernel under the interpreter runs with larger tiles
+    # (same bits, conformance.study.interp); every other kernel as registered
+    kernels = tuple(study_kernel(resolve_kernel_list(k)[0], settings.device) for k in settings.kernels)
     model_dir = Path(settings.model_dir)
     config, state, pdigest = load_parent(model_dir)
     if "quantization_config" in config or "compression_config" in config:
@@ -194,7 +216,7 @@ def run_study(settings: StudySettings, out_dir, cache=None,
         t0 = time.perf_counter()
         results[name] = fn()
         seconds[name] = round(time.perf_counter() - t0, 1)
-        _save_part(out, name, key, results[name], seconds[name])
+        _save_part(out, name, key, results[name], seconds[name], settings.device)
         say(f"{name}: done in {seconds[name]} s")
 
     from conformance.study import accuracy, e2e_agreement, flips, gate, layer_agreement
@@ -209,10 +231,18 @@ def run_study(settings: StudySettings, out_dir, cache=None,
                                           batch_size=settings.batch_size, progress=say))
     part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
         ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
-        fresh=settings.fresh_process, progress=say))
+        fresh=settings.fresh_process, progress=say, resume_dir=out / ".parts" / "e2e_runs",
+        resume_key=settings.part_key("e2e_agreement")))
 
     from conformance.study.report import write_report
-    report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds)
+    # the environment the numbers were computed in: recorded with the parts
+    # (a --report-only run may render on another machine)
+    envs = _part_environments(out, [p for p in PARTS if results.get(p) is not None])
+    env = next((envs[p] for p in PARTS[1:] if p in envs), None)
+    if env is None:
+        env = _environment(settings.device) if not (report_only and settings.device == "cuda") else \
+            {"device": settings.device, "note": "not recorded with the stored parts"}
+    report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds, env)
     report["missing_parts"] = missing
     write_report(report, out)
     say(f"report written to {out / 'study.md'}")
@@ -235,7 +265,8 @@ def _environment(device: str) -> dict:
     return env
 
 
-def build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds) -> dict:
+def build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds,
+                 environment: Optional[dict] = None) -> dict:
     """Assemble the JSON report (schema :data:`SCHEMA` v:data:`SCHEMA_VERSION`)."""
     from conformance.study.arms import kernel_record
 
@@ -255,9 +286,16 @@ def build_report(settings, ctx, kernels, config, pdigest, committed, results, se
                             if la else f"{settings.tokens} rows per layer"),
         "e2e": f"{settings.prompts} of the 8 fixed prompts x {settings.new_tokens} new tokens",
         "device": settings.device,
+        "scope": "every number describes this model on this corpus and these windows; a random-weight "
+                 "model's perplexities mean nothing about accuracy (its agreement counts still hold)",
     }
+    if any((getattr(k, "description", "") or "").endswith("conformance.study.interp]") for k in kernels):
+        limits["interpreter_tiles"] = ("built-in triton under the Triton interpreter with the study's larger tiles "
+                                       "(conformance.study.interp; same bits as its default tiles)")
+    if acc:
+        acc = dict(acc, scope=f"{limits['model']}; {limits['corpus']}; {limits['accuracy_windows']}")
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "settings": asdict(settings),
-            "environment": _environment(settings.device),
+            "environment": environment if environment is not None else _environment(settings.device),
             "model": {"dir": settings.model_dir, "digest": pdigest, "parameters": n_params,
                       "config": {k: config.get(k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
                                                             "num_attention_heads", "num_key_value_heads",
