@@ -119,7 +119,8 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
     """How the differing elements of ``out`` sit against ``ref``.
 
     Args:
-        out, ref: same-shape float tensors (bf16 / fp16 / fp32), CPU.
+        out, ref: same-shape float tensors (bf16 / fp16 / fp32); counted on
+            ref's device (``out`` is moved there).
 
     Returns:
         ``{"n_differ", "toward_zero", "away_from_zero", "sign_change"}``:
@@ -127,6 +128,7 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
         and in none of the three classes).
     """
     from reference.bits import bits_of
+    out = out.to(ref.device)
     o, r = out.to(torch.float64), ref.to(torch.float64)
     differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
     o, r = o.reshape(-1)[differ], r.reshape(-1)[differ]
@@ -137,31 +139,104 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
             "away_from_zero": int(away.sum()), "sign_change": int((~same_sign).sum())}
 
 
-def run_layer_cell(task: SweepTask) -> CellRows:
-    """Evaluate one layer cell (module docstring)."""
+class LayerContext:
+    """What the cells of one layer (one scale mode) share inside a worker.
+
+    The capture operands are loaded once and, when the kernel runs on a GPU,
+    moved to it once (``GemmOperands.to``; the runner then clones them on
+    the device for each call instead of copying them from the host); the
+    fault-free kernel run is made once (ground truth of F1-F5, F8, F9).
+    Everything else that repeats across the cells -- operand digests, the
+    exact accumulator and the ``|a| @ |b|.T`` bound, on the operands' device
+    -- is memoized by ``reference.memo`` inside the batch's scope.
+
+    Attributes:
+        spec: the SweepSpec; device: the kernel device as requested (None = auto).
+        ref_device: where operands and references live: the device the
+            kernel runs on when it is CUDA, else the CPU.
+    """
+
+    def __init__(self, spec: SweepSpec, device: Optional[str] = None):
+        from conformance.kernels.runner import pick_device
+        self.spec, self.device = spec, device
+        dev, _ = pick_device(_kernel(spec.kernel), device)
+        self.ref_device = dev if dev is not None and torch.device(dev).type == "cuda" else "cpu"
+        self._ops: dict = {}
+        self._clean: dict = {}
+
+    def ops(self, layer: str, scale_mode: str):
+        """The layer's capture operands in ``scale_mode`` on :attr:`ref_device`."""
+        key = (layer, scale_mode)
+        if key not in self._ops:
+            base = capture_ops(self.spec, layer, scale_mode)
+            self._ops[key] = base if self.ref_device == "cpu" else base.to(self.ref_device)
+        return self._ops[key]
+
+    def clean_run(self, layer: str, scale_mode: str):
+        """The clean kernel's KernelRun on :meth:`ops` (made once)."""
+        from conformance.kernels.runner import run_kernel
+        key = (layer, scale_mode)
+        if key not in self._clean:
+            self._clean[key] = run_kernel(_kernel(self.spec.kernel), self.ops(layer, scale_mode),
+                                          device=self.device)
+        return self._clean[key]
+
+
+def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellRows:
+    """Evaluate one layer cell (module docstring).
+
+    The faulty kernel runs once; that run feeds the checks
+    (``evaluate_case(run=...)``), the ground truth (``faulty_run=``) and the
+    error direction. With ``ctx`` (a batch of cells of one layer,
+    :func:`run_layer_batch`) operands and the clean run come from it.
+    """
     from conformance.checks.output_bits import reference_output
     from conformance.evaluate import evaluate_case
     from conformance.kernels.runner import run_kernel
     from faults import ground_truth, inject, prepare_case
+    from faults.spec import PRECONDITION_FAULTS
 
     t0 = time.perf_counter()
     c, spec = task.cell, task.spec
-    base = capture_ops(spec, c.layer, c.scale_mode)
+    base = ctx.ops(c.layer, c.scale_mode) if ctx is not None else capture_ops(spec, c.layer,
+                                                                              c.scale_mode)
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
-    res = evaluate_case(faulty, ops, device=task.device, source="sweep")
-    gt = ground_truth(kernel, c.fault, c.coverage, c.seed, ops).to_dict()
+    frun = run_kernel(faulty, ops, device=task.device)
+    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun)
+    clean = None
+    if ctx is not None and c.fault not in PRECONDITION_FAULTS:
+        clean = ctx.clean_run(c.layer, c.scale_mode)
+    gt = ground_truth(kernel, c.fault, c.coverage, c.seed, ops, device=task.device,
+                      clean_run=clean, faulty_run=frun).to_dict()
     # error direction against the declared-contract reference (signature input)
     # (only where C8 failed: a passing cell has no differing element)
-    run = run_kernel(faulty, ops, device=task.device) if res.checks["C8"].verdict == "fail" else None
-    if run is not None and run.output is not None:
-        gt["direction_vs_declared"] = direction_counts(run.output.cpu(),
+    if res.checks["C8"].verdict == "fail" and frun.output is not None:
+        gt["direction_vs_declared"] = direction_counts(frun.output,
                                                        reference_output(ops, kernel.contract))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
     return CellRows(cell=c, rows=rows, ground_truth=_jsonable(gt), case_digest=digest,
                     elapsed_s=time.perf_counter() - t0, worker=worker_id())
+
+
+def run_layer_batch(tasks) -> list:
+    """Evaluate layer cells that share a layer and scale mode, in one worker
+    call (:class:`LayerContext`, ``reference.memo.scope``); returns their
+    CellRows in order. A batch is the executors' unit of work: a killed sweep
+    loses at most the batches in flight, never a stored cell."""
+    from reference import memo
+    tasks = list(tasks)
+    if not tasks:
+        return []
+    _worker_env()
+    ctx = LayerContext(tasks[0].spec, tasks[0].device)
+    out = []
+    with memo.scope():
+        for t in tasks:
+            out.append(run_layer_cell(t, ctx))
+    return out
 
 
 def _inject_model(kernel, fault: str, coverage: str, seed: int):
@@ -228,7 +303,39 @@ def _engine_hash(faulty, model_dir: Optional[str], n_prompts: int, tokens: int):
                                     f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
-def run_task(task: SweepTask) -> CellRows:
-    """Entry point for every executor: one cell in, its rows out."""
+def _worker_env() -> None:
+    """Per-call worker settings: torch threads (``INT8CONF_SWEEP_THREADS``,
+    default 1: one worker per core) and, unless the user chose otherwise,
+    no per-shape timing in the Triton built-in (``INT8CONF_TRITON_AUTOTUNE=0``):
+    a sweep calls each shape a few dozen times, every F6 / F7 case has a K
+    of its own (the tuner would time candidates for each), and the bits do
+    not depend on the configuration (``conformance.kernels.builtin_triton``)."""
     torch.set_num_threads(max(1, int(os.environ.get("INT8CONF_SWEEP_THREADS", "1"))))
+    os.environ.setdefault("INT8CONF_TRITON_AUTOTUNE", "0")
+
+
+def run_task(task: SweepTask) -> CellRows:
+    """Entry point for one cell: its rows out (a layer cell without batch context)."""
+    _worker_env()
     return run_model_cell(task) if task.cell.is_model else run_layer_cell(task)
+
+
+def run_unit(unit) -> list:
+    """Entry point for every executor: a model cell (one SweepTask) or a
+    batch of layer cells (a tuple of SweepTasks, :func:`run_layer_batch`) in,
+    a list of CellRows out."""
+    if isinstance(unit, SweepTask):
+        return [run_task(unit)]
+    return run_layer_batch(unit)
+
+
+def batches(tasks) -> list:
+    """Units of work for the executors: every model cell alone (the slowest
+    first), then the layer cells grouped by (layer, scale mode), each group
+    a tuple in the tasks' order."""
+    groups: dict = {}
+    units = [t for t in tasks if t.cell.is_model]
+    for t in tasks:
+        if not t.cell.is_model:
+            groups.setdefault((t.cell.layer, t.cell.scale_mode), []).append(t)
+    return units + [tuple(g) for g in groups.values()]
