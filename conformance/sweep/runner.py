@@ -73,6 +73,56 @@ def _capture_set(capture_dir: str, model_dir: str):
     return load_capture_set(capture_dir, model_dir=model_dir or None, verify=False)
 
 
+def _checkpoint_tensor(ck_dir: str, key: str) -> torch.Tensor:
+    """One tensor of a (single-file or sharded) safetensors checkpoint,
+    read alone (``safetensors.safe_open``: only its bytes are read)."""
+    from pathlib import Path
+    from safetensors import safe_open
+    from reference.model.checkpoint import INDEX_FILE, SINGLE_FILE
+    d = Path(ck_dir)
+    f = d / SINGLE_FILE
+    if not f.is_file():
+        f = d / json.loads((d / INDEX_FILE).read_text())["weight_map"][key]
+    with safe_open(str(f), framework="pt", device="cpu") as fh:
+        return fh.get_tensor(key)
+
+
+def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
+    """The layer's GemmOperands read from the checkpoint directories the
+    sweep's main process resolved (``SweepSpec.checkpoint_dirs``): the
+    layer's weight and scale only, checked against the capture manifest's
+    digests of exactly these tensors -- what ``iter_layer_operands`` checks,
+    without loading the parent model and both whole checkpoints into every
+    worker (gigabytes per process at paper scale). None when the spec has
+    no directory for this scale mode."""
+    from reference.model.capture import CaptureError
+    from reference.operands import GemmOperands, tensor_digest
+    kind = "own" if scale_mode == "own" else "pow2-nearest"
+    ck_dir = dict(spec.checkpoint_dirs).get(kind)
+    if not ck_dir:
+        return None
+    cs = _capture_set(spec.capture_dir, spec.model_dir)
+    entry = cs.manifest["layers"][layer]
+    t = cs.load_layer(layer)
+    b = _checkpoint_tensor(ck_dir, f"{layer}.weight").contiguous()
+    sb = _checkpoint_tensor(ck_dir, f"{layer}.weight_scale").reshape(-1).to(torch.float32).contiguous()
+    ref = entry["weights"][kind]
+    if tensor_digest(b) != ref["b"] or tensor_digest(sb) != ref["scale_b"]:
+        raise CaptureError(f"{ck_dir}: layer {layer}: {kind} weight does not match the captured digests")
+    try:
+        bias = _checkpoint_tensor(ck_dir, f"{layer}.bias").to(torch.bfloat16)
+    except Exception:  # noqa: BLE001 -- Qwen3 linears have no bias
+        bias = None
+    return GemmOperands(
+        a=t["a"], b=b, scale_a=t["scale_a"], scale_b=sb, bias=bias, out_dtype=torch.bfloat16,
+        name=layer, scale_mode=scale_mode,
+        meta={"block": entry["block"], "proj": entry["proj"], "M": entry["M"], "K": entry["K"],
+              "N": entry["N"], "kind": kind, "rule": "nearest" if scale_mode == "pow2" else None,
+              "model_digest": cs.model_digest, "capture_dir": str(cs.dir),
+              "acc_absmax": entry["acc_absmax"][kind], "acc_ge_2p24": entry["acc_ge_2p24"][kind],
+              "source": "capture"})
+
+
 @functools.lru_cache(maxsize=8)
 def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
     """GemmOperands of one layer in one scale mode (pow2 rule ``nearest``),
@@ -89,7 +139,11 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     """A fresh copy of the capture operands of ``layer`` in ``scale_mode``."""
     from reference.operands import GemmOperands
-    o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
+    o = None
+    if spec.checkpoint_dirs:
+        o = _layer_ops_direct(spec, scale_mode, layer)
+    if o is None:
+        o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
     return GemmOperands(a=o.a.clone(), b=o.b.clone(), scale_a=o.scale_a.clone(),
                         scale_b=o.scale_b.clone(),
                         bias=None if o.bias is None else o.bias.clone(), out_dtype=o.out_dtype,
