@@ -67,3 +67,24 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
         assert len(s.done()) == len(batch)
     assert [_key(x) for x in run_unit(tuple(SweepTask(c, direct) for c in cells[:1]))] == \
         [_key(one_by_one[0])]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_a_layer_batch_with_device_references_stores_what_cpu_references_store():
+    # triton natively on the GPU in both arms; the batch keeps operands, exact
+    # accumulators, bounds and every reference output on the GPU, the
+    # cell-by-cell arm computes them on the CPU: every row must be identical
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    spec = SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                     model_checks=False, checkpoint_dirs=dirs)
+    for mode in ("own", "pow2"):
+        cells = layer_cells([LAYER], [f"F{i}" for i in range(1, 10)], ["1%"], [mode], [0])
+        batch = run_layer_batch([SweepTask(c, spec) for c in cells])
+        one_by_one = [run_task(SweepTask(c, spec)) for c in cells]
+        assert [_key(x) for x in batch] == [_key(x) for x in one_by_one]
+        assert {r["check_id"]: r["evidence"].get("max_ulp") for r in batch[3].rows}["C8"] >= 1  # F4
