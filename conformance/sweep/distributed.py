@@ -112,8 +112,10 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
     done = store.done()
     todo = [t for t in tasks if t.cell.key not in done]
     st = RunStats(total=len(tasks), skipped=len(tasks) - len(todo))
-    # model cells are the slowest: start them first so they do not form the tail
-    units = batches(todo)
+    # model cells are the slowest: start them first so they do not form the tail;
+    # half the workers take them (each pays the model set-up once), the rest start on layers
+    nw_local = workers or os.cpu_count() or 1
+    units = batches(todo, model_units=max(1, nw_local // 2))
 
     def store_one(crs):
         new = store.put_many(crs)
@@ -135,7 +137,7 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
             for u in units:
                 store_one(run_unit(u))
         else:
-            nw = min(workers or os.cpu_count() or 1, len(units))
+            nw = min(nw_local, len(units))
             st.executor = f"local process pool, {nw} workers x 1 thread"
             from concurrent.futures import ProcessPoolExecutor, as_completed
             import multiprocessing as mp

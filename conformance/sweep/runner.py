@@ -375,20 +375,31 @@ def run_task(task: SweepTask) -> CellRows:
 
 
 def run_unit(unit) -> list:
-    """Entry point for every executor: a model cell (one SweepTask) or a
-    batch of layer cells (a tuple of SweepTasks, :func:`run_layer_batch`) in,
-    a list of CellRows out."""
+    """Entry point for every executor: a unit of :func:`batches` (a tuple of
+    SweepTasks: model cells, or layer cells of one layer and scale mode; a
+    single SweepTask is accepted too) in, a list of CellRows out."""
     if isinstance(unit, SweepTask):
-        return [run_task(unit)]
+        unit = (unit,)
+    if unit and unit[0].cell.is_model:
+        return [run_task(t) for t in unit]
     return run_layer_batch(unit)
 
 
-def batches(tasks) -> list:
-    """Units of work for the executors: every model cell alone (the slowest
-    first), then the layer cells grouped by (layer, scale mode), each group
-    a tuple in the tasks' order."""
+def batches(tasks, model_units: int = 0) -> list:
+    """Units of work for the executors, each a tuple of SweepTasks.
+
+    Model cells come first (the slowest), dealt round-robin into
+    ``model_units`` units (0: one unit per model cell). A process pays the
+    model checks' set-up once (transformers import, model load, reference
+    replays, the integer engine: ~40 s of one 2-core machine's CPU), so
+    fewer model units than workers means fewer processes pay it; the
+    executors use half the workers. Then the layer cells, one unit per
+    (layer, scale mode), in the tasks' order.
+    """
+    model = [t for t in tasks if t.cell.is_model]
+    k = len(model) if model_units <= 0 else min(model_units, len(model))
+    units = [tuple(model[i::k]) for i in range(k)] if model else []
     groups: dict = {}
-    units = [t for t in tasks if t.cell.is_model]
     for t in tasks:
         if not t.cell.is_model:
             groups.setdefault((t.cell.layer, t.cell.scale_mode), []).append(t)

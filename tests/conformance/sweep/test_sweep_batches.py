@@ -54,9 +54,11 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
     # units: model cells alone first, then one batch per (layer, scale mode)
     tasks = [SweepTask(c, direct) for c in layer_cells([LAYER, "model.layers.0.self_attn.v_proj"],
                                                         ["F8"], ["one"], ["own", "pow2"], [0])]
-    model = SweepTask(Cell("*model*", "F8", "one", "both", 0), direct)
-    units = batches(tasks + [model])
-    assert units[0] is model and [len(u) for u in units[1:]] == [1, 1, 1, 1]
+    models = [SweepTask(Cell("*model*", f, "one", "both", 0), direct) for f in ("F1", "F2", "F3")]
+    units = batches(tasks + models)
+    assert units[:3] == [(m,) for m in models] and [len(u) for u in units[3:]] == [1, 1, 1, 1]
+    assert batches(tasks + models, model_units=2)[:2] == [(models[0], models[2]), (models[1],)]
+    units = units[2:]
     assert {(u[0].cell.layer, u[0].cell.scale_mode) for u in units[1:]} == {
         (t.cell.layer, t.cell.scale_mode) for t in tasks}
     # a batch is stored in one transaction; a cell already stored is skipped
