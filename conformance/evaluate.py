@@ -155,7 +155,8 @@ def _jsonable_meta(meta: dict) -> dict:
 
 
 def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
-                  source: Optional[str] = None, keep_output: bool = False) -> CaseResult:
+                  source: Optional[str] = None, keep_output: bool = False,
+                  coverage: bool = True, run=None) -> CaseResult:
     """Run ``spec`` on one case and apply every per-case check.
 
     Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
@@ -166,11 +167,18 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
 
     Args:
         spec: KernelSpec under test.
-        ops: GemmOperands (CPU tensors).
+        ops: GemmOperands (CPU tensors, or tensors on one device: the exact
+            accumulator and the checks' references are then computed on that
+            device, ``reference.accumulate.exact_int_mm`` being exact on any).
         against: optional second KernelSpec.
         device: device for the kernel run (None = the runner's default).
         source: overrides ``ops.meta["source"]`` in the result.
         keep_output: keep the kernel's output tensor on ``CaseResult.output``.
+        coverage: measure the case's trigger conditions
+            (``conformance.coverage.case_coverage``; the sweep, which stores
+            no coverage, turns it off: it was half of a layer cell's time).
+        run: the KernelRun of ``spec`` on ``ops`` when the caller already has
+            it (``run_kernel`` is then not called again).
 
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
@@ -181,8 +189,9 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     from reference.accumulate import exact_int_mm
     from reference.operands import tensor_digest
 
-    run = run_kernel(spec, ops, device=device)
-    exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    if run is None:
+        run = run_kernel(spec, ops, device=device)
+    exact = exact_int_mm(ops.a, ops.b)
     try:
         obs = observe_accumulator(spec, ops, device=device)
     except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
@@ -199,9 +208,11 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         run_b = run_kernel(against, ops, device=device)
         pair = compare_pair(spec, against, ops, run, run_b)
     meta = dict(ops.meta or {})
+    cov = {}
     try:
-        from conformance.coverage import case_coverage
-        cov = case_coverage(spec, ops, run, exact)
+        if coverage:
+            from conformance.coverage import case_coverage
+            cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
     except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
         cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     return CaseResult(

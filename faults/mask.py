@@ -33,6 +33,7 @@ columns, ``T`` the ``1%`` count above (so ``r*c`` is within one row of
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Optional
 
@@ -134,6 +135,14 @@ def element_mask(m: int, n: int, case: str, fault: str, coverage: str, seed: int
     Raises:
         FaultError: as :func:`selected_count`.
     """
+    return _element_mask(int(m), int(n), str(case), str(fault), str(coverage), int(seed)).clone()
+
+
+@functools.lru_cache(maxsize=64)
+def _element_mask(m: int, n: int, case: str, fault: str, coverage: str, seed: int) -> torch.Tensor:
+    """:func:`element_mask`, memoized: a pure function of its arguments, asked
+    for by every run of an injected kernel and by the ground truth of the
+    same cell (callers get a clone, never the stored tensor)."""
     count = selected_count(m, n, coverage)
     flat = torch.zeros(m * n, dtype=torch.bool)
     if coverage == "all":

@@ -59,7 +59,7 @@ def extension_length(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, 
         rows, cols: selected row / channel indices.
         fault: ``F6`` or ``F7``.
     """
-    low = int(acc[rows][:, cols].min())
+    low = int(acc[rows.to(acc.device)][:, cols.to(acc.device)].min())
     need = THRESHOLD[fault] - low
     return max(1, -(-need // SATURATED_PRODUCT))
 
@@ -115,7 +115,7 @@ def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: 
     key = key or case_key(a, b, scale_a, scale_b, bias)
     m, n = int(a.shape[0]), int(b.shape[0])
     rows, cols = block_selection(m, n, key, fault, coverage, seed)
-    acc = exact_int_mm(a.cpu(), b.cpu())
+    acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
     return rows, cols, extension_length(acc, rows, cols, fault), acc
 
 
@@ -135,7 +135,8 @@ def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: st
     rows, cols, extra, acc = select_block(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)
     a2, b2 = extend_k(a, b, rows, cols, extra)
     acc2 = acc.clone()
-    acc2[rows.unsqueeze(1), cols.unsqueeze(0)] += extra * SATURATED_PRODUCT
+    r, c = rows.to(acc.device), cols.to(acc.device)
+    acc2[r.unsqueeze(1), c.unsqueeze(0)] += extra * SATURATED_PRODUCT
     return a2, b2, rows, cols, extra, acc2
 
 
@@ -199,7 +200,7 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
             win = f"window rows 0-{r - 1} x channels {start}-{start + c - 1} of {ops.m}x{ops.n}; "
     a2, b2, rows, cols, extra, acc2 = precondition_operands(
         src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed, key=key)
-    sel = acc2[rows.unsqueeze(1), cols.unsqueeze(0)]
+    sel = acc2[rows.to(acc2.device).unsqueeze(1), cols.to(acc2.device).unsqueeze(0)]
     desc = (f"{win or ''}K {src.k} -> {src.k + extra} (+{extra} columns of -128 x -128) on rows "
             f"{_ranges(rows)} x channels {_ranges(cols)}; selected exact acc in "
             f"[{int(sel.min())}, {int(sel.max())}]")

@@ -108,7 +108,8 @@ def _definition(spec, inj, ops) -> str:
 
 
 def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
-                 variant: Optional[str] = None, device: Optional[str] = None) -> GroundTruth:
+                 variant: Optional[str] = None, device: Optional[str] = None,
+                 clean_run=None, faulty_run=None) -> GroundTruth:
     """Run clean and injected kernel on ``ops`` and record what changed.
 
     Args:
@@ -117,6 +118,13 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
         ops: ``reference.operands.GemmOperands`` (CPU); for F6/F7 either the
             original case or the one ``faults.prepare_case`` returned.
         device: kernel device (None = the runner's default).
+        clean_run: the clean kernel's KernelRun on ``ops`` when the caller has
+            it already (ignored for F6 / F7, whose fault-free output is the
+            exact reference's); faulty_run: the injected kernel's KernelRun on
+            the (prepared) case, likewise. The sweep passes the runs it made
+            for the checks instead of running the kernels again (same bits
+            for a deterministic kernel; a non-deterministic one is compared
+            with the very runs the checks saw).
     Returns:
         GroundTruth (never raises for a kernel's own failure: ``error`` is set).
     Raises:
@@ -145,12 +153,12 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     else:
         sel = element_mask(ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias),
                            inj.fault, inj.coverage, inj.seed)
-        run = run_kernel(spec, ops, device=device)
+        run = clean_run if clean_run is not None else run_kernel(spec, ops, device=device)
         clean_out, clean_err = run.output, run.error if run.output is None else None
         if inj.fault == "F9":
             from faults.operand import describe
             operand_change = describe(inj.variant, ops)
-    frun = run_kernel(faulty_spec, ops, device=device)
+    frun = faulty_run if faulty_run is not None else run_kernel(faulty_spec, ops, device=device)
     if inj.fault in POSTPROCESSING_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
     base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed, selected=int(sel.sum()),
@@ -162,6 +170,7 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
         from reference.bits import ULP_BINS
         return GroundTruth(changed=0, max_spacing=0, spacing_hist={k: 0 for k in ULP_BINS},
                            no_op=False, error=err or "no output", **base)
-    cmp = _compare(clean_out.cpu(), frun.output.cpu(), sel)
+    dev = ops.a.device  # compared where the operands live (integer bit arithmetic)
+    cmp = _compare(clean_out.to(dev), frun.output.to(dev), sel.to(dev))
     return GroundTruth(no_op=cmp["changed"] == 0, **cmp, **base)
 

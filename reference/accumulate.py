@@ -128,13 +128,20 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     The float32 matmul precision is forced to "highest" for the call (IEEE
     fp32, no bf16/tf32 down-conversion), although step 1 makes even that
     unnecessary as long as products are summed in float32. The argument holds
-    on any device (CPU BLAS, cuBLAS with or without split-K). A large b
+    on any device (CPU BLAS, cuBLAS with or without split-K): the result is
+    computed on a's device, and "highest" also turns cuBLAS TF32 off (TF32
+    would be exact here anyway: int8 values need 8 significand bits, TF32
+    has 11, and its products are accumulated in float32). The sweep relies
+    on this to compute its reference accumulators on the kernel's GPU;
+    ``tests/reference/test_memo_device.py`` runs this very code path on the
+    CPU and (marked ``cuda``) on a GPU against :func:`int_mm_int64_naive`. A large b
     (more than 2**26 elements, e.g. an lm_head) is converted in row blocks to
     bound the temporary float32 copy; rows are independent, so this changes
     nothing.
     """
     _check_pair(a, b)
-    return _exact_mm(a, b, absolute=False)
+    from reference import memo
+    return memo.cached("exact", (a, b), lambda: _exact_mm(a, b, absolute=False))
 
 
 def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -204,4 +211,5 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         OperandError: as :func:`exact_int_mm`.
     """
     _check_pair(a, b)
-    return _exact_mm(a, b, absolute=True)
+    from reference import memo
+    return memo.cached("bound", (a, b), lambda: _exact_mm(a, b, absolute=True))

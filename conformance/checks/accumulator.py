@@ -99,7 +99,7 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     if exact is not None:
         return exact
     from reference.accumulate import exact_int_mm
-    return exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    return exact_int_mm(ops.a, ops.b)
 
 
 def _worst(t: Tensor) -> dict:
@@ -139,7 +139,7 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         return not_applicable(C3, skipped_reason(run))
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
-    a, b = ops.a.cpu(), ops.b.cpu()
+    a, b = ops.a, ops.b  # on their own device, like ``exact`` (reference.accumulate)
     cheap = int(accumulator_bound(a, b))
     tight = accumulator_row_col_bound(a, b)
     tight_max = int(tight.max()) if tight.numel() else 0
@@ -164,7 +164,7 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
             dacc = declared_accumulator(ops, exact, overflow_of(spec))
             ev.update(dacc.evidence())
             want = dacc.acc
-            o64 = o.to(torch.int64)
+            o64 = o.to(device=exact.device, dtype=torch.int64)
             ev["observed_max_abs"] = int(o64.abs().max()) if o64.numel() else 0
             ev["observed_dtype"] = str(o.dtype)
             diff = (o64 != want) & dacc.defined
@@ -226,7 +226,7 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
     t64 = t.to(torch.int64)
     over = t64.abs() >= FP32_EXACT_INT
     n_over = int(over.sum())
-    tight = accumulator_row_col_bound(ops.a.cpu(), ops.b.cpu())
+    tight = accumulator_row_col_bound(ops.a, ops.b)
     ev = {"fp32_exact_int": int(FP32_EXACT_INT), "acc_source": src,
           "max_abs": int(t64.abs().max()) if t64.numel() else 0, "n_at_or_over": n_over,
           "n_elements": int(t64.numel()),

@@ -186,7 +186,11 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
         operand_digests``. ``worst`` is the element of largest distance, or
         the first ±0 difference when every distance is 0.
     """
-    out, ref = out.cpu(), ref.cpu()
+    # on ref's device (the CPU for CPU references, the GPU for the sweep's
+    # on-device references): integer bit arithmetic, the same result anywhere
+    out = out.to(ref.device)
+    if mask is not None:
+        mask = mask.to(ref.device)
     dist = spacing_distance(out, ref)
     differ, szero = bit_differences(out, ref)
     if mask is not None:

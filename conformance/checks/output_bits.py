@@ -65,7 +65,7 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     if exact is not None:
         return exact
     from reference.accumulate import exact_int_mm
-    return exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    return exact_int_mm(ops.a, ops.b)
 
 
 def overflow_of(spec) -> str:
@@ -87,13 +87,14 @@ def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = 
             can leave int32).
 
     Returns:
-        out_dtype [M, N] (CPU): ``reference.epilogue.apply_epilogue`` on the
-        accumulator.
+        out_dtype [M, N] on the accumulator's device (the CPU for CPU
+        operands): ``reference.epilogue.apply_epilogue`` on the accumulator
+        (IEEE float32 element-wise operations, the same bits on any device:
+        ``tests/conformance/checks/test_device_references.py``).
     """
     from reference.epilogue import apply_epilogue
     x = acc.acc if acc is not None else _exact(ops, exact)
-    return apply_epilogue(x, ops.scale_a.cpu(), ops.scale_b.cpu(), contract,
-                          bias=None if ops.bias is None else ops.bias.cpu(),
+    return apply_epilogue(x, ops.scale_a, ops.scale_b, contract, bias=ops.bias,
                           out_dtype=ops.out_dtype)
 
 
@@ -105,6 +106,7 @@ def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
     ref = reference_output(ops, contract, acc=dacc)
     if dacc.alternative is None or not dacc.n_at_risk or not isinstance(out, Tensor):
         return ref
+    out = out.to(ref.device)
     from reference.bits import spacing_distance
     alt = reference_output(ops, contract, acc=DeclaredAccumulator(
         dacc.alternative, dacc.defined, dacc.at_risk, dacc.behaviour))
@@ -223,19 +225,21 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     dacc = _declared(spec, ops, exact)
     mask = None if not dacc.n_undefined else dacc.defined
     steps = _declared_steps(spec, ops, run)
-    if steps is not None:  # a step-list declaration (reference.epilogue_steps)
+    if steps is not None:  # a step-list declaration (reference.epilogue_steps), on the CPU
         from reference.epilogue_steps import apply_steps, steps_label
-        ref = apply_steps(dacc.acc, ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
+        ref = apply_steps(dacc.acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
                           bias=None if ops.bias is None else ops.bias.cpu(),
                           out_dtype=ops.out_dtype)
-        n_over, ev = compare_bits(run.output, ref, 0, ops, exact, mask=mask)
+        n_over, ev = compare_bits(run.output.cpu(), ref, 0, ops, exact.cpu(),
+                                  mask=None if mask is None else mask.cpu())
         ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
         ev.update(dacc.evidence())
         return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
-    ref = accepted_reference(run.output, ops, spec.contract, dacc)
-    n_over, ev = compare_bits(run.output, ref, 0, ops, exact, mask=mask)
+    out = run.output.to(exact.device)  # compared where the reference lives
+    ref = accepted_reference(out, ops, spec.contract, dacc)
+    n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=mask)
     ev["contract"] = spec.contract.to_dict()
-    _overflow_evidence(ev, dacc, run.output, ops, spec.contract, exact, 0)
+    _overflow_evidence(ev, dacc, out, ops, spec.contract, exact, 0)
     return _result(C8, name, n_over, ev, f"declared contract {spec.contract.label()}")
 
 
@@ -277,8 +281,9 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
         return early
     exact = _exact(ops, exact)
     dacc = _declared(spec, ops, exact)
+    out = run.output.to(exact.device)  # compared where the reference lives
     bp = spec.contract.bias_point
-    refs = [accepted_reference(run.output, ops, EpilogueContract(o, bp), dacc)
+    refs = [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
             for o in SCALE_ORDERS]
     from reference.bits import bits_of
     b0 = bits_of(refs[0])
@@ -287,10 +292,10 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
         agree &= bits_of(r) == b0
     n_bad = int((~agree).sum())
     keep = agree & dacc.defined
-    n_over, ev = compare_bits(run.output, refs[0], 0, ops, exact,
+    n_over, ev = compare_bits(out, refs[0], 0, ops, exact,
                               mask=None if bool(keep.all()) else keep)
     ev["reference"] = EpilogueContract("a_then_w", bp).to_dict()
-    _overflow_evidence(ev, dacc, run.output, ops, EpilogueContract("a_then_w", bp), exact, 0)
+    _overflow_evidence(ev, dacc, out, ops, EpilogueContract("a_then_w", bp), exact, 0)
     ev["premise_violations"] = n_bad
     ev["scale_b_all_pow2"] = bool(_is_pow2(ops.scale_b).all())
     res = _result(C5, name, n_over, ev, f"the pow2 reference (bias {bp})")
@@ -317,10 +322,11 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
         return early
     exact = _exact(ops, exact)
     dacc = _declared(spec, ops, exact)
+    out = run.output.to(exact.device)  # compared where the reference lives
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
-    ref = accepted_reference(run.output, ops, c, dacc)
-    n_over, ev = compare_bits(run.output, ref, 1, ops, exact,
+    ref = accepted_reference(out, ops, c, dacc)
+    n_over, ev = compare_bits(out, ref, 1, ops, exact,
                               mask=None if not dacc.n_undefined else dacc.defined)
     ev["reference"] = c.to_dict()
-    _overflow_evidence(ev, dacc, run.output, ops, c, exact, 1)
+    _overflow_evidence(ev, dacc, out, ops, c, exact, 1)
     return _result(C6, name, n_over, ev, f"the reference ({c.label()})")

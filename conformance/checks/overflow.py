@@ -121,7 +121,7 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
     if k * 16384 <= INT32_MAX:
         none = torch.zeros_like(exact, dtype=torch.bool)
         return DeclaredAccumulator(exact, ~none, none, behaviour)
-    p, q = positive_negative_sums(ops.a.cpu(), ops.b.cpu(), exact)
+    p, q = positive_negative_sums(ops.a.to(exact.device), ops.b.to(exact.device), exact)
     at_risk = (p > INT32_MAX) | (q > -INT32_MIN)
     acc = exact.clone()
     defined = torch.ones_like(at_risk)

@@ -126,6 +126,14 @@ def _select_layers(names: list, wanted) -> list:
     return list(dict.fromkeys(out))
 
 
+def _checkpoint_dirs(cs, scale_modes) -> tuple:
+    """``((kind, dir), ...)`` of the checkpoints the selected scale modes read
+    (``own``, ``pow2-nearest``), each loaded and digest-checked here once
+    (``CaptureSet.checkpoint``) so that workers can read single layers."""
+    kinds = [("own" if m == "own" else "pow2-nearest") for m in scale_modes]
+    return tuple((k, str(cs.checkpoint(k).dir)) for k in dict.fromkeys(kinds))
+
+
 def latest_matrix(path=None) -> Path:
     """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
     from predictions.lock import default_dir, read_lock
@@ -174,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
                      capture_digest=capture_digest, model_dir=model_dir,
                      c7={"windows": args.c7_windows, "window_len": args.c7_window_len,
                          "e1_prompts": args.e1_prompts, "e1_tokens": args.e1_tokens},
-                     model_checks=not args.no_model_checks)
+                     model_checks=not args.no_model_checks,
+                     checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes))
     cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
     out_dir = Path(args.out) / re.sub(r"[^A-Za-z0-9_.+-]", "_", args.kernel)

@@ -80,6 +80,10 @@ class SweepSpec:
             checks are off.
         c7: C7 settings (windows, window_len) as a dict.
         model_checks: whether C7 / E1 run.
+        checkpoint_dirs: ``((kind, dir), ...)`` of the W8A8 checkpoints the
+            captures refer to, resolved (and digest-checked) once by the
+            main process, so workers read single layers from them; empty:
+            workers resolve them themselves. Not part of the identity.
     """
 
     kernel: str
@@ -89,6 +93,7 @@ class SweepSpec:
     model_dir: str
     c7: dict
     model_checks: bool = True
+    checkpoint_dirs: tuple = ()
 
     def identity(self) -> dict:
         """The fields that must match to resume into an existing store

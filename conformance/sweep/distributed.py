@@ -1,9 +1,12 @@
 """Run sweep cells and store what comes back: serially, on every local core,
 or on a Dask distributed cluster.
 
-Workers only compute (:func:`conformance.sweep.runner.run_task`: one cell in,
-its rows out); the calling process is the single writer and stores each cell
-as it arrives (:meth:`conformance.sweep.store.SweepStore.put`). Local
+Workers only compute (:func:`conformance.sweep.runner.run_unit`: a model cell,
+or the layer cells of one (layer, scale mode) as a batch that shares the
+operands, their device copy, the clean run and the memoized references; its
+cells' rows out); the calling process is the single writer and stores the
+cells of each unit as it arrives, one transaction per unit
+(:meth:`conformance.sweep.store.SweepStore.put_many`). Local
 parallelism is the standard library's ``concurrent.futures.ProcessPoolExecutor``;
 beyond one machine, ``dask.distributed`` (``--scheduler tcp://HOST:8786``,
 optional extra ``int8conf[dist]``), with one worker per GPU where GPUs are
@@ -21,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from conformance.sweep.runner import SweepTask, run_task
+from conformance.sweep.runner import SweepTask, batches, run_unit
 from conformance.sweep.store import SweepStore
 from reference.errors import Int8confError
 
@@ -109,18 +112,16 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
     done = store.done()
     todo = [t for t in tasks if t.cell.key not in done]
     st = RunStats(total=len(tasks), skipped=len(tasks) - len(todo))
-    # model cells are the slowest: start them first so they do not form the tail
-    todo.sort(key=lambda t: (not t.cell.is_model,))
-    n = 0
+    # model cells are the slowest: start them first so they do not form the tail;
+    # half the workers take them (each pays the model set-up once), the rest start on layers
+    nw_local = workers or os.cpu_count() or 1
+    units = batches(todo, model_units=max(1, nw_local // 2))
 
-    def store_one(cr):
-        nonlocal n
-        if store.put(cr):
-            st.computed += 1
-        else:
-            st.duplicates += 1
-        n += 1
-        prog.advance(bar)
+    def store_one(crs):
+        new = store.put_many(crs)
+        st.computed += new
+        st.duplicates += len(crs) - new
+        prog.advance(bar, len(crs))
         if on_stored:
             on_stored(st.computed)
 
@@ -130,20 +131,20 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
         if not todo:
             pass
         elif cluster is not None or scheduler:
-            st.executor = _run_dask(todo, store_one, scheduler, cluster)
+            st.executor = _run_dask(units, store_one, scheduler, cluster)
         elif (workers or os.cpu_count() or 1) <= 1:
             st.executor = "serial (this process)"
-            for t in todo:
-                store_one(run_task(t))
+            for u in units:
+                store_one(run_unit(u))
         else:
-            nw = workers or os.cpu_count() or 1
+            nw = min(nw_local, len(units))
             st.executor = f"local process pool, {nw} workers x 1 thread"
             from concurrent.futures import ProcessPoolExecutor, as_completed
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch init is unsafe
             with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
                                      initargs=(1,)) as ex:
-                futs = [ex.submit(run_task, t) for t in todo]
+                futs = [ex.submit(run_unit, u) for u in units]
                 try:
                     for f in as_completed(futs):
                         store_one(f.result())
@@ -167,7 +168,7 @@ def _run_dask(todo, store_one, scheduler, cluster) -> str:
     try:
         nw = len(client.scheduler_info().get("workers", {}))
         # pure=False: a retried cell is recomputed, never served from another key
-        futs = client.map(run_task, todo, pure=False)
+        futs = client.map(run_unit, todo, pure=False)
         for f in as_completed(futs):
             store_one(f.result())
         return f"dask.distributed at {client.scheduler.address} ({nw} workers)"

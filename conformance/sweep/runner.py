@@ -73,6 +73,56 @@ def _capture_set(capture_dir: str, model_dir: str):
     return load_capture_set(capture_dir, model_dir=model_dir or None, verify=False)
 
 
+def _checkpoint_tensor(ck_dir: str, key: str) -> torch.Tensor:
+    """One tensor of a (single-file or sharded) safetensors checkpoint,
+    read alone (``safetensors.safe_open``: only its bytes are read)."""
+    from pathlib import Path
+    from safetensors import safe_open
+    from reference.model.checkpoint import INDEX_FILE, SINGLE_FILE
+    d = Path(ck_dir)
+    f = d / SINGLE_FILE
+    if not f.is_file():
+        f = d / json.loads((d / INDEX_FILE).read_text())["weight_map"][key]
+    with safe_open(str(f), framework="pt", device="cpu") as fh:
+        return fh.get_tensor(key)
+
+
+def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
+    """The layer's GemmOperands read from the checkpoint directories the
+    sweep's main process resolved (``SweepSpec.checkpoint_dirs``): the
+    layer's weight and scale only, checked against the capture manifest's
+    digests of exactly these tensors -- what ``iter_layer_operands`` checks,
+    without loading the parent model and both whole checkpoints into every
+    worker (gigabytes per process at paper scale). None when the spec has
+    no directory for this scale mode."""
+    from reference.model.capture import CaptureError
+    from reference.operands import GemmOperands, tensor_digest
+    kind = "own" if scale_mode == "own" else "pow2-nearest"
+    ck_dir = dict(spec.checkpoint_dirs).get(kind)
+    if not ck_dir:
+        return None
+    cs = _capture_set(spec.capture_dir, spec.model_dir)
+    entry = cs.manifest["layers"][layer]
+    t = cs.load_layer(layer)
+    b = _checkpoint_tensor(ck_dir, f"{layer}.weight").contiguous()
+    sb = _checkpoint_tensor(ck_dir, f"{layer}.weight_scale").reshape(-1).to(torch.float32).contiguous()
+    ref = entry["weights"][kind]
+    if tensor_digest(b) != ref["b"] or tensor_digest(sb) != ref["scale_b"]:
+        raise CaptureError(f"{ck_dir}: layer {layer}: {kind} weight does not match the captured digests")
+    try:
+        bias = _checkpoint_tensor(ck_dir, f"{layer}.bias").to(torch.bfloat16)
+    except Exception:  # noqa: BLE001 -- Qwen3 linears have no bias
+        bias = None
+    return GemmOperands(
+        a=t["a"], b=b, scale_a=t["scale_a"], scale_b=sb, bias=bias, out_dtype=torch.bfloat16,
+        name=layer, scale_mode=scale_mode,
+        meta={"block": entry["block"], "proj": entry["proj"], "M": entry["M"], "K": entry["K"],
+              "N": entry["N"], "kind": kind, "rule": "nearest" if scale_mode == "pow2" else None,
+              "model_digest": cs.model_digest, "capture_dir": str(cs.dir),
+              "acc_absmax": entry["acc_absmax"][kind], "acc_ge_2p24": entry["acc_ge_2p24"][kind],
+              "source": "capture"})
+
+
 @functools.lru_cache(maxsize=8)
 def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
     """GemmOperands of one layer in one scale mode (pow2 rule ``nearest``),
@@ -89,7 +139,11 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     """A fresh copy of the capture operands of ``layer`` in ``scale_mode``."""
     from reference.operands import GemmOperands
-    o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
+    o = None
+    if spec.checkpoint_dirs:
+        o = _layer_ops_direct(spec, scale_mode, layer)
+    if o is None:
+        o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
     return GemmOperands(a=o.a.clone(), b=o.b.clone(), scale_a=o.scale_a.clone(),
                         scale_b=o.scale_b.clone(),
                         bias=None if o.bias is None else o.bias.clone(), out_dtype=o.out_dtype,
@@ -119,7 +173,8 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
     """How the differing elements of ``out`` sit against ``ref``.
 
     Args:
-        out, ref: same-shape float tensors (bf16 / fp16 / fp32), CPU.
+        out, ref: same-shape float tensors (bf16 / fp16 / fp32); counted on
+            ref's device (``out`` is moved there).
 
     Returns:
         ``{"n_differ", "toward_zero", "away_from_zero", "sign_change"}``:
@@ -127,6 +182,7 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
         and in none of the three classes).
     """
     from reference.bits import bits_of
+    out = out.to(ref.device)
     o, r = out.to(torch.float64), ref.to(torch.float64)
     differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
     o, r = o.reshape(-1)[differ], r.reshape(-1)[differ]
@@ -137,31 +193,104 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
             "away_from_zero": int(away.sum()), "sign_change": int((~same_sign).sum())}
 
 
-def run_layer_cell(task: SweepTask) -> CellRows:
-    """Evaluate one layer cell (module docstring)."""
+class LayerContext:
+    """What the cells of one layer (one scale mode) share inside a worker.
+
+    The capture operands are loaded once and, when the kernel runs on a GPU,
+    moved to it once (``GemmOperands.to``; the runner then clones them on
+    the device for each call instead of copying them from the host); the
+    fault-free kernel run is made once (ground truth of F1-F5, F8, F9).
+    Everything else that repeats across the cells -- operand digests, the
+    exact accumulator and the ``|a| @ |b|.T`` bound, on the operands' device
+    -- is memoized by ``reference.memo`` inside the batch's scope.
+
+    Attributes:
+        spec: the SweepSpec; device: the kernel device as requested (None = auto).
+        ref_device: where operands and references live: the device the
+            kernel runs on when it is CUDA, else the CPU.
+    """
+
+    def __init__(self, spec: SweepSpec, device: Optional[str] = None):
+        from conformance.kernels.runner import pick_device
+        self.spec, self.device = spec, device
+        dev, _ = pick_device(_kernel(spec.kernel), device)
+        self.ref_device = dev if dev is not None and torch.device(dev).type == "cuda" else "cpu"
+        self._ops: dict = {}
+        self._clean: dict = {}
+
+    def ops(self, layer: str, scale_mode: str):
+        """The layer's capture operands in ``scale_mode`` on :attr:`ref_device`."""
+        key = (layer, scale_mode)
+        if key not in self._ops:
+            base = capture_ops(self.spec, layer, scale_mode)
+            self._ops[key] = base if self.ref_device == "cpu" else base.to(self.ref_device)
+        return self._ops[key]
+
+    def clean_run(self, layer: str, scale_mode: str):
+        """The clean kernel's KernelRun on :meth:`ops` (made once)."""
+        from conformance.kernels.runner import run_kernel
+        key = (layer, scale_mode)
+        if key not in self._clean:
+            self._clean[key] = run_kernel(_kernel(self.spec.kernel), self.ops(layer, scale_mode),
+                                          device=self.device)
+        return self._clean[key]
+
+
+def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellRows:
+    """Evaluate one layer cell (module docstring).
+
+    The faulty kernel runs once; that run feeds the checks
+    (``evaluate_case(run=...)``), the ground truth (``faulty_run=``) and the
+    error direction. With ``ctx`` (a batch of cells of one layer,
+    :func:`run_layer_batch`) operands and the clean run come from it.
+    """
     from conformance.checks.output_bits import reference_output
     from conformance.evaluate import evaluate_case
     from conformance.kernels.runner import run_kernel
     from faults import ground_truth, inject, prepare_case
+    from faults.spec import PRECONDITION_FAULTS
 
     t0 = time.perf_counter()
     c, spec = task.cell, task.spec
-    base = capture_ops(spec, c.layer, c.scale_mode)
+    base = ctx.ops(c.layer, c.scale_mode) if ctx is not None else capture_ops(spec, c.layer,
+                                                                              c.scale_mode)
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
-    res = evaluate_case(faulty, ops, device=task.device, source="sweep")
-    gt = ground_truth(kernel, c.fault, c.coverage, c.seed, ops).to_dict()
+    frun = run_kernel(faulty, ops, device=task.device)
+    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun)
+    clean = None
+    if ctx is not None and c.fault not in PRECONDITION_FAULTS:
+        clean = ctx.clean_run(c.layer, c.scale_mode)
+    gt = ground_truth(kernel, c.fault, c.coverage, c.seed, ops, device=task.device,
+                      clean_run=clean, faulty_run=frun).to_dict()
     # error direction against the declared-contract reference (signature input)
     # (only where C8 failed: a passing cell has no differing element)
-    run = run_kernel(faulty, ops, device=task.device) if res.checks["C8"].verdict == "fail" else None
-    if run is not None and run.output is not None:
-        gt["direction_vs_declared"] = direction_counts(run.output.cpu(),
+    if res.checks["C8"].verdict == "fail" and frun.output is not None:
+        gt["direction_vs_declared"] = direction_counts(frun.output,
                                                        reference_output(ops, kernel.contract))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
     return CellRows(cell=c, rows=rows, ground_truth=_jsonable(gt), case_digest=digest,
                     elapsed_s=time.perf_counter() - t0, worker=worker_id())
+
+
+def run_layer_batch(tasks) -> list:
+    """Evaluate layer cells that share a layer and scale mode, in one worker
+    call (:class:`LayerContext`, ``reference.memo.scope``); returns their
+    CellRows in order. A batch is the executors' unit of work: a killed sweep
+    loses at most the batches in flight, never a stored cell."""
+    from reference import memo
+    tasks = list(tasks)
+    if not tasks:
+        return []
+    _worker_env()
+    ctx = LayerContext(tasks[0].spec, tasks[0].device)
+    out = []
+    with memo.scope():
+        for t in tasks:
+            out.append(run_layer_cell(t, ctx))
+    return out
 
 
 def _inject_model(kernel, fault: str, coverage: str, seed: int):
@@ -228,7 +357,50 @@ def _engine_hash(faulty, model_dir: Optional[str], n_prompts: int, tokens: int):
                                     f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
-def run_task(task: SweepTask) -> CellRows:
-    """Entry point for every executor: one cell in, its rows out."""
+def _worker_env() -> None:
+    """Per-call worker settings: torch threads (``INT8CONF_SWEEP_THREADS``,
+    default 1: one worker per core) and, unless the user chose otherwise,
+    no per-shape timing in the Triton built-in (``INT8CONF_TRITON_AUTOTUNE=0``):
+    a sweep calls each shape a few dozen times, every F6 / F7 case has a K
+    of its own (the tuner would time candidates for each), and the bits do
+    not depend on the configuration (``conformance.kernels.builtin_triton``)."""
     torch.set_num_threads(max(1, int(os.environ.get("INT8CONF_SWEEP_THREADS", "1"))))
+    os.environ.setdefault("INT8CONF_TRITON_AUTOTUNE", "0")
+
+
+def run_task(task: SweepTask) -> CellRows:
+    """Entry point for one cell: its rows out (a layer cell without batch context)."""
+    _worker_env()
     return run_model_cell(task) if task.cell.is_model else run_layer_cell(task)
+
+
+def run_unit(unit) -> list:
+    """Entry point for every executor: a unit of :func:`batches` (a tuple of
+    SweepTasks: model cells, or layer cells of one layer and scale mode; a
+    single SweepTask is accepted too) in, a list of CellRows out."""
+    if isinstance(unit, SweepTask):
+        unit = (unit,)
+    if unit and unit[0].cell.is_model:
+        return [run_task(t) for t in unit]
+    return run_layer_batch(unit)
+
+
+def batches(tasks, model_units: int = 0) -> list:
+    """Units of work for the executors, each a tuple of SweepTasks.
+
+    Model cells come first (the slowest), dealt round-robin into
+    ``model_units`` units (0: one unit per model cell). A process pays the
+    model checks' set-up once (transformers import, model load, reference
+    replays, the integer engine: ~40 s of one 2-core machine's CPU), so
+    fewer model units than workers means fewer processes pay it; the
+    executors use half the workers. Then the layer cells, one unit per
+    (layer, scale mode), in the tasks' order.
+    """
+    model = [t for t in tasks if t.cell.is_model]
+    k = len(model) if model_units <= 0 else min(model_units, len(model))
+    units = [tuple(model[i::k]) for i in range(k)] if model else []
+    groups: dict = {}
+    for t in tasks:
+        if not t.cell.is_model:
+            groups.setdefault((t.cell.layer, t.cell.scale_mode), []).append(t)
+    return units + [tuple(g) for g in groups.values()]

@@ -163,6 +163,28 @@ class SweepStore:
             return False
         return True
 
+    def put_many(self, crs) -> int:
+        """Store finished cells in one transaction (each cell still whole or
+        absent: a cell already stored is skipped with its rows, the others
+        are written). Returns how many were new."""
+        new = 0
+        with self.db:
+            for cr in crs:
+                c = cr.cell
+                try:
+                    self.db.execute("INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
+                                    (*c.key, _json(cr.ground_truth), cr.case_digest,
+                                     float(cr.elapsed_s), cr.worker))
+                except sqlite3.IntegrityError:
+                    continue
+                self.db.executemany(
+                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [(c.layer, c.fault, c.coverage, r["scale_mode"], int(c.seed), r["check_id"],
+                      r["verdict"], r.get("failure_kind"), r["summary"], _json(r["evidence"]))
+                     for r in cr.rows])
+                new += 1
+        return new
+
     def rows(self, deterministic_only: bool = False) -> list[dict]:
         """Every result row joined with its cell's ground truth, ordered by key.
 

@@ -1,0 +1,92 @@
+"""Layer batches (one worker call per layer x scale mode, sharing operands,
+the clean run and the memoized references) store exactly what cell-by-cell
+evaluation stores, and workers reading single layers from the checkpoints
+get the operands iter_layer_operands builds."""
+
+import pytest
+
+from conformance.sweep.cells import Cell, SweepSpec, layer_cells
+from conformance.sweep.runner import (SweepTask, batches, capture_ops, run_layer_batch, run_task,
+                                      run_unit)
+from conformance.sweep.store import CellRows, SweepStore
+
+LAYER = "model.layers.0.self_attn.k_proj"   # the smallest captured layer: 64 x 384 x 128
+
+
+def _specs():
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    plain = SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                      model_checks=False)
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    direct = SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                       model_checks=False, checkpoint_dirs=dirs)
+    return plain, direct
+
+
+def test_direct_layer_reads_give_the_operands_iter_layer_operands_builds():
+    plain, direct = _specs()
+    for mode in ("own", "pow2"):
+        a, b = capture_ops(plain, LAYER, mode), capture_ops(direct, LAYER, mode)
+        assert a.digests() == b.digests() and a.meta == b.meta and a.name == b.name
+        assert (a.scale_mode, a.out_dtype) == (b.scale_mode, b.out_dtype)
+
+
+def _key(cr: CellRows):
+    return cr.cell, cr.rows, cr.ground_truth, cr.case_digest
+
+
+def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_path):
+    plain, direct = _specs()
+    faults = [f"F{i}" for i in range(1, 10)]
+    cells = layer_cells([LAYER], faults, ["1%"], ["own"], [0])
+    one_by_one = [run_task(SweepTask(c, plain)) for c in cells]
+    batch = run_layer_batch([SweepTask(c, direct) for c in cells])
+    assert [_key(x) for x in batch] == [_key(x) for x in one_by_one]
+    # not vacuous: F4 moved elements and C8 saw it, F8 moved none and nothing fired
+    by = {cr.cell.fault: cr for cr in batch}
+    assert by["F4"].ground_truth["changed"] > 0
+    assert {r["check_id"]: r["verdict"] for r in by["F4"].rows}["C8"] == "fail"
+    assert by["F8"].ground_truth["changed"] == 0
+    assert all(r["verdict"] != "fail" for r in by["F8"].rows)
+    # units: model cells alone first, then one batch per (layer, scale mode)
+    tasks = [SweepTask(c, direct) for c in layer_cells([LAYER, "model.layers.0.self_attn.v_proj"],
+                                                        ["F8"], ["one"], ["own", "pow2"], [0])]
+    models = [SweepTask(Cell("*model*", f, "one", "both", 0), direct) for f in ("F1", "F2", "F3")]
+    units = batches(tasks + models)
+    assert units[:3] == [(m,) for m in models] and [len(u) for u in units[3:]] == [1, 1, 1, 1]
+    assert batches(tasks + models, model_units=2)[:2] == [(models[0], models[2]), (models[1],)]
+    units = units[2:]
+    assert {(u[0].cell.layer, u[0].cell.scale_mode) for u in units[1:]} == {
+        (t.cell.layer, t.cell.scale_mode) for t in tasks}
+    # a batch is stored in one transaction; a cell already stored is skipped
+    with SweepStore(tmp_path / "s.sqlite", {"kernel": "cpu"}) as s:
+        assert s.put(batch[0]) is True
+        assert s.put_many(batch) == len(batch) - 1
+        assert s.put_many(batch) == 0
+        assert len(s.done()) == len(batch)
+    assert [_key(x) for x in run_unit(tuple(SweepTask(c, direct) for c in cells[:1]))] == \
+        [_key(one_by_one[0])]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_a_layer_batch_with_device_references_stores_what_cpu_references_store():
+    # triton natively on the GPU in both arms; the batch keeps operands, exact
+    # accumulators, bounds and every reference output on the GPU, the
+    # cell-by-cell arm computes them on the CPU: every row must be identical
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    spec = SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                     model_checks=False, checkpoint_dirs=dirs)
+    for mode in ("own", "pow2"):
+        cells = layer_cells([LAYER], [f"F{i}" for i in range(1, 10)], ["1%"], [mode], [0])
+        batch = run_layer_batch([SweepTask(c, spec) for c in cells])
+        one_by_one = [run_task(SweepTask(c, spec)) for c in cells]
+        assert [_key(x) for x in batch] == [_key(x) for x in one_by_one]
+        assert {r["check_id"]: r["evidence"].get("max_ulp") for r in batch[3].rows}["C8"] >= 1  # F4
