@@ -203,7 +203,7 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
     if convention not in CONVENTIONS:
         raise ContractError(f"convention={convention!r} is not one of {CONVENTIONS}")
     contract, steps = _contract_and_steps(contract)
-    decl = KernelDeclaration(contract, tuple(devices),
+    decl = KernelDeclaration(contract, _devices(devices, "declare(devices=...)"),
                              constraints or ShapeConstraints(), int_mm, convention, name,
                              version, description, steps, _flag(contiguous_only),
                              _overflow(overflow))
@@ -254,7 +254,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         contract, attr_steps = _contract_and_steps(contract)
         base = KernelDeclaration(
             contract=contract, steps=attr_steps,
-            devices=tuple(getattr(obj, "int8conf_devices", ("cpu",))),
+            devices=_devices(getattr(obj, "int8conf_devices", ("cpu",)), "int8conf_devices"),
             constraints=cons or ShapeConstraints(),
             int_mm=getattr(obj, "int8conf_int_mm", None),
             convention=getattr(obj, "int8conf_convention", "int8conf"),
@@ -269,7 +269,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     if "convention" in query:
         over["convention"] = query["convention"]
     if "devices" in query:
-        over["devices"] = tuple(d for d in query["devices"].split(",") if d)
+        over["devices"] = _devices([d for d in query["devices"].split(",") if d], "?devices=")
     if "name" in query:
         over["name"] = query["name"]
     if "version" in query:
@@ -327,12 +327,44 @@ def _first_line(e: BaseException) -> str:
     return s.splitlines()[0] if s else ""
 
 
+QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only",
+              "overflow")
+
+
 def split_query(name: str) -> tuple[str, dict]:
-    """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``."""
+    """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``.
+
+    Raises:
+        ContractError: a key outside ``QUERY_KEYS`` (a typo would otherwise be
+            dropped silently).
+    """
     if "?" not in name:
         return name, {}
     base, q = name.split("?", 1)
-    return base, {k: v[-1] for k, v in parse_qs(q, keep_blank_values=True).items()}
+    query = {k: v[-1] for k, v in parse_qs(q, keep_blank_values=True).items()}
+    unknown = sorted(set(query) - set(QUERY_KEYS))
+    if unknown:
+        raise ContractError(f"kernel {base!r}: unknown query key(s) {unknown}; "
+                            f"expected some of {QUERY_KEYS}")
+    return base, query
+
+
+def _devices(value, where: str) -> tuple:
+    """Declared device types, each one torch knows (``cpu``, ``cuda``, ...).
+
+    Raises:
+        ContractError: empty, or a name torch does not know as a device type.
+    """
+    devs = tuple(value)
+    if not devs:
+        raise ContractError(f"{where}: devices is empty; declare e.g. ('cpu',) or ('cuda',)")
+    for d in devs:
+        try:
+            torch.device(d)
+        except (RuntimeError, TypeError):
+            raise ContractError(f"{where}: device {d!r} is not a torch device type "
+                                f"(e.g. 'cpu', 'cuda')") from None
+    return devs
 
 
 def load_module_function(name: str) -> KernelSpec:

@@ -222,6 +222,9 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
         return f"{what} returned shape {tuple(out.shape)}, expected [{m},{n}]"
     if out.dtype != dtype:
         return f"{what} returned dtype {out.dtype}, expected {dtype}"
+    if not out.is_contiguous():  # callers .view() the result as torch ops' outputs allow
+        return (f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), "
+                f"expected a dense row-major [{m},{n}] tensor")
     return None
 
 

@@ -85,6 +85,19 @@ def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path):
     assert doc["invocation"]["command"].startswith("int8conf check --kernel buggy_kernels:")
 
 
+def test_a_column_major_output_is_an_error_on_every_case_with_m_and_n_above_1():
+    import buggy_kernels
+    spec = get_kernel("buggy_kernels:column_major_output")
+    assert buggy_kernels.column_major_output is not None
+    cases = _fam("m_n_edges")
+    res = {c.name: evaluate_case(spec, c, device="cpu") for c in cases}
+    wide = [c.name for c in cases if c.m > 1 and c.n > 1]
+    assert wide and all(res[n].verdict == "fail" for n in wide)
+    assert all(res[c.name].verdict == "pass" for c in cases if not (c.m > 1 and c.n > 1))
+    err = next(r for r in res.values() if r.verdict == "fail").error
+    assert "non-contiguous output (strides (1, " in err and "row-major" in err
+
+
 @pytest.mark.parametrize("name", ["cpu", "int_mm"])
 def test_exact_builtins_pass_every_family_case(name):
     spec = get_kernel(name)

@@ -396,6 +396,13 @@ def ignores_lda(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return _cutlass_out(exact_acc32(_dense_view(a), b), scale_a, scale_b, out_dtype, bias)
 
 
+@declare(contract="cutlass", int_mm=exact_acc32, name="column_major_output")
+def column_major_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: right values in a column-major [M, N] output (strides (1, M)), as
+    a kernel that computes C^T = B A^T and returns its transpose does."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias).t().contiguous().t()
+
+
 @declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(a, _dense_view(b)),
          name="b_as_contiguous")
 def b_as_contiguous(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):

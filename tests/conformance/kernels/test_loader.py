@@ -152,3 +152,16 @@ def test_register_and_resolve():
     assert names == ["cpu", "int_mm", "triton", "kern_test_registered"]
     with pytest.raises(KernelLoadError, match="built-in name"):
         register(KernelSpec(name="cpu", scaled_mm=print, contract=CUTLASS_STYLE))
+
+
+def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
+    from conformance.kernels.loader import declare, load_module_function, split_query
+    from reference.errors import ContractError
+    assert split_query("m:f?contract=cutlass&overflow=wrap") == (
+        "m:f", {"contract": "cutlass", "overflow": "wrap"})
+    with pytest.raises(ContractError, match=r"unknown query key\(s\) \['overflo'\]"):
+        split_query("m:f?contract=cutlass&overflo=saturate")
+    with pytest.raises(ContractError, match="device 'tpu' is not a torch device type"):
+        declare("cutlass", devices=("tpu",))
+    with pytest.raises(KernelLoadError, match=r"\?devices=: devices is empty"):
+        load_module_function("buggy_kernels:column_major_output?devices=")
