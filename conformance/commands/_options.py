@@ -31,6 +31,22 @@ non_negative_int = _int_at_least(0)
 positive_int = _int_at_least(1)
 
 
+def positive_seconds(text: str) -> float:
+    """argparse ``type`` for a timeout in seconds: a float > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, or <= 0 (argparse prints
+            one error line and exits 2).
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return v
+
+
 def default_model_dir_arg(arg) -> Path:
     """``--model`` value as a Path, or the shipped default model when None."""
     if arg is not None:

@@ -17,18 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.commands._options import positive_int
+from conformance.commands._options import positive_int, positive_seconds
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return v
 
 
 def register(subparsers) -> None:
@@ -60,10 +50,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", default="reports/gate", metavar="DIR",
                    help="where gate.json, gate.md, junit.xml, repro/ and logs/ go "
                         "(default reports/gate)")
-    p.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                    help="seconds one case may take per kernel before its process is killed "
                         "(default 60)")
-    p.add_argument("--model-timeout", type=_seconds, default=1800.0, metavar="S",
+    p.add_argument("--model-timeout", type=positive_seconds, default=1800.0, metavar="S",
                    help="the same for one model-level check C7 / E1 (default 1800)")
     p.add_argument("--no-model", action="store_true", help="skip C7 token_flip and E1 engine_hash")
     p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")

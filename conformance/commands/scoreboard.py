@@ -7,15 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return v
+from conformance.commands._options import positive_seconds
 
 
 def register(subparsers) -> None:
@@ -34,9 +26,9 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="four small synthetic cases only")
     p.add_argument("--captures", type=int, default=2, metavar="N",
                    help="captured layers of the default model per scale mode (default 2)")
-    p.add_argument("--case-timeout", type=_positive_float, default=60.0, metavar="S",
+    p.add_argument("--case-timeout", type=positive_seconds, default=60.0, metavar="S",
                    help="seconds per case before the worker is killed (default 60)")
-    p.add_argument("--warmup-timeout", type=_positive_float, default=300.0, metavar="S",
+    p.add_argument("--warmup-timeout", type=positive_seconds, default=300.0, metavar="S",
                    help="seconds for a row's worker start + warm-up call (default 300)")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="rows run concurrently, each in its own worker process (default 1)")
