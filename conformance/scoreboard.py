@@ -713,7 +713,9 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
         jobs: rows run concurrently (each in its own worker process).
         merge: directories of scoreboards saved with ``save_outputs`` on
             other machines (same case set): their rows (and reproducers) are
-            added, the spacing and interchangeability tables span all rows.
+            added, the spacing and interchangeability tables span all rows;
+            a row of this run wins over a merged one, and a later directory's
+            row over an earlier one's (re-running one row elsewhere).
         save_outputs: also write ``raw.json`` + ``outputs.safetensors``.
         report_root: directory named in the reproducer commands (default
             ``out_dir``), e.g. ``reports/scoreboard`` when writing elsewhere.
@@ -750,11 +752,13 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
             rows = [f.result() for f in futs]
     if save_outputs:
         save_raw(out, rows)
-    merged = []
-    for src in merge:
-        merged += load_raw(Path(src))
     own = {f"{r.kernel}@{r.device}" for r in rows}
-    merged = [r for r in merged if f"{r.kernel}@{r.device}" not in own]
+    source = {}  # kernel@device -> (row, merge dir): a later --merge replaces an earlier one's row
+    for src in merge:
+        for r in load_raw(Path(src)):
+            if f"{r.kernel}@{r.device}" not in own:
+                source[f"{r.kernel}@{r.device}"] = (r, str(src))
+    merged = [r for r, _ in source.values()]
     if (out / "repro").exists():
         keep = {f"{r.kernel}-{r.device}-" for r in merged}
         for f in (out / "repro").glob("*.safetensors"):
@@ -768,7 +772,7 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
             if (Path(src) / "scoreboard.json").is_file() else {"rows": []}
         for r in sdoc["rows"]:
             key = f"{r['kernel']}@{r['device']}"
-            if key in own or not r.get("repro"):
+            if key not in source or source[key][1] != str(src) or not r.get("repro"):
                 continue
             for chk, lk in r["repro"].items():
                 (out / "repro").mkdir(parents=True, exist_ok=True)

@@ -90,3 +90,17 @@ def test_merge_adds_rows_from_another_machine(board, tmp_path):
     assert keys == ["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"]
     assert doc["interchangeability"]["cpu@cpu"]["cpu@cpu"]["identical"] == 2
     assert (tmp_path / "repro").is_dir() and any((tmp_path / "repro").iterdir())
+
+
+def test_a_later_merge_replaces_an_earlier_ones_row(board, tmp_path):
+    out, _doc = board
+    cases = [make_case("bias", 0), make_case("tails", 0)]
+    again = tmp_path / "again"  # one row re-run elsewhere (as a CUDA row re-run on the H200)
+    run_scoreboard(again, kernels=[TRUNC], devices=["cpu"], cases=cases, quiet=True,
+                   save_outputs=True)
+    doc = run_scoreboard(tmp_path / "m", kernels=[], devices=["cpu"], cases=cases, quiet=True,
+                         merge=[out, again])
+    keys = [f"{r['kernel']}@{r['device']}" for r in doc["rows"]]
+    assert sorted(keys) == sorted(["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"])
+    assert _row(doc, TRUNC)["checks"]["C8"] == "fail"
+    assert doc["environment"]["merged_from"] == [str(out), str(again)]

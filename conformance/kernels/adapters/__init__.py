@@ -57,7 +57,7 @@ ADAPTERS: dict[str, AdapterInfo] = {a.name: a for a in (
                 "is cast to bf16 before any scale"),
     AdapterInfo("torchao-triton", _TA, ("torchao", "triton"), "pip install 'int8conf[torchao]'",
                 ("cuda",),
-                "torchao int_scaled_matmul through its autotuned Triton kernel "
+                "torchao int_scaled_matmul through its Triton kernel (one pinned config of its search list) "
                 "(TORCHAO_AUTOTUNER_ENABLE path; CUDA only)"),
     AdapterInfo("bnb", _BNB, ("bitsandbytes",), "pip install 'int8conf[bnb]'", ("cuda", "cpu"),
                 "bitsandbytes int8_linear_matmul + int8_mm_dequant (LLM.int8 int8 path: absmax "

@@ -11,6 +11,18 @@ Facts from the installed source (``site-packages/torchao``, version 0.18.0):
   ``TORCHAO_AUTOTUNER_ENABLE=1`` the Triton kernel of
   ``torchao/kernel/intmm_triton.py`` whose epilogue stores ``acc * tmp0``
   (int32 accumulator times the row scale, in the scale's dtype).
+  Its first call per (dtype, shape, stride) key benchmarks every entry of
+  ``int8_mm_kernel_configs`` (4**3 tile shapes x 15 stage/warp pairs = 960
+  compiled configurations; torchao ships tuned configs for the A100 only), far
+  beyond a conformance run, so the ``torchao-triton`` adapter replaces the
+  search (``intmm_triton.get_best_config_fn``, looked up at call time) by one
+  configuration from that list, ``PINNED_TRITON_CONFIG`` (BLOCK_K = 32, the
+  smallest in the list). The integer accumulator is exact for every tile
+  shape; what the tile shape can change is the K loop: the kernel loads
+  unmasked when ``EVEN_K = (K % 2 == 0)``, so for an even K that is not a
+  multiple of BLOCK_K the last K step reads past K. With BLOCK_K = 32 this
+  happens exactly when K is even and K % 32 != 0, and then for every
+  configuration of the list (all have BLOCK_K >= 32 and a power of two).
   ``safe_int_mm`` on CUDA: K or N not a multiple of 8 -> exact int32 matmul
   on the CPU; otherwise ``torch._int_mm`` (cuBLASLt), and if that raises (it
   does for M <= 16) ``torch.matmul(a.float(), b.float()).to(int32)`` -- a
@@ -87,7 +99,9 @@ def _record(a, b, autotune: bool) -> None:
             and tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
         trace.record_path("torchao/cpu-" + ("u8s8-int_mm" if u8 else "s8s8-int_mm"))
     elif autotune:
-        trace.record_path("torchao/cuda-triton-autotuned")
+        trace.record_path("torchao/cuda-triton-pinned-config",
+                          note=f"config {PINNED_TRITON_CONFIG} (BLOCK_M, BLOCK_N, BLOCK_K, "
+                               "stages, warps); EVEN_K=" + str(k % 2 == 0))
     elif k % 8 or n % 8:
         trace.record_path("torchao/cuda-safe_int_mm-cpu-int32-fallback")
     elif m <= 16:
@@ -98,8 +112,33 @@ def _record(a, b, autotune: bool) -> None:
         trace.record_path("torchao/cuda-safe_int_mm-cublas")
 
 
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps): an entry of torchao's
+# int8_mm_kernel_configs (module docstring: why one is pinned).
+PINNED_TRITON_CONFIG = (64, 64, 32, 3, 4)
+
+
+def pinned_config():
+    """The ``triton.Config`` the ``torchao-triton`` adapter uses for every call.
+
+    Returns:
+        triton.Config: ``PINNED_TRITON_CONFIG`` in torchao's own form (GROUP_M 8).
+
+    Raises:
+        LookupError: torchao's search list no longer contains that configuration
+            (a torchao upgrade: the adapter must be re-read against its source).
+    """
+    import torchao.kernel.intmm_triton as it
+    bm, bn, bk, stages, warps = PINNED_TRITON_CONFIG
+    for c in it.int8_mm_kernel_configs:
+        if (c.kwargs.get("BLOCK_M"), c.kwargs.get("BLOCK_N"), c.kwargs.get("BLOCK_K"),
+                c.num_stages, c.num_warps) == (bm, bn, bk, stages, warps):
+            return c
+    raise LookupError(f"torchao int8_mm_kernel_configs has no {PINNED_TRITON_CONFIG}")
+
+
 def _with_autotuner(on: bool):
-    """Context toggling torchao's module-level AUTOTUNER_ENABLE (read at call time)."""
+    """Context toggling torchao's module-level AUTOTUNER_ENABLE (read at call
+    time); when on, torchao's config search returns the pinned configuration."""
     import contextlib
 
     import torchao.kernel.intmm as intmm
@@ -108,10 +147,17 @@ def _with_autotuner(on: bool):
     def ctx():
         old = intmm.AUTOTUNER_ENABLE
         intmm.AUTOTUNER_ENABLE = on
+        it = intmm.intmm_triton if on else None
+        old_search = it.get_best_config_fn if it is not None else None
+        if it is not None:
+            cfg = pinned_config()
+            it.get_best_config_fn = lambda fn, args, configs: cfg
         try:
             yield
         finally:
             intmm.AUTOTUNER_ENABLE = old
+            if it is not None:
+                it.get_best_config_fn = old_search
     return ctx()
 
 

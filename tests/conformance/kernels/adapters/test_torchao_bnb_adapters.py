@@ -121,3 +121,21 @@ def test_unavailable_adapter_names_its_reason(monkeypatch):
                         lambda n, *a: None if n == "vllm" else real(n, *a))
     ok, why = adapters.availability("vllm-cutlass")
     assert not ok and why == "vllm is not installed (pip install vllm (CUDA))"
+
+
+def test_torchao_triton_search_is_replaced_by_the_pinned_config_and_restored():
+    pytest.importorskip("torchao")
+    it = pytest.importorskip("torchao.kernel.intmm_triton")
+    from conformance.kernels.adapters import torchao as ta
+    cfg = ta.pinned_config()
+    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"],
+            cfg.num_stages, cfg.num_warps) == (64, 64, 32, 3, 4)
+    assert cfg in it.int8_mm_kernel_configs
+    # every entry of torchao's list has a power-of-two BLOCK_K >= 32 (the docstring's
+    # claim that an even K with K % 32 != 0 reads past K under any of them)
+    assert {c.kwargs["BLOCK_K"] for c in it.int8_mm_kernel_configs} == {32, 64, 128, 256}
+    assert len(it.int8_mm_kernel_configs) == 960
+    original = it.get_best_config_fn
+    with ta._with_autotuner(True):
+        assert it.get_best_config_fn(None, [], it.int8_mm_kernel_configs) is cfg
+    assert it.get_best_config_fn is original
