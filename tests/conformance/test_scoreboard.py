@@ -90,3 +90,15 @@ def test_merge_adds_rows_from_another_machine(board, tmp_path):
     assert keys == ["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"]
     assert doc["interchangeability"]["cpu@cpu"]["cpu@cpu"]["identical"] == 2
     assert (tmp_path / "repro").is_dir() and any((tmp_path / "repro").iterdir())
+
+
+def test_scoreboard_files_name_no_machine_path(board):
+    from machine_paths import absolute_strings, machine_paths
+
+    out, doc = board
+    text = (out / "scoreboard.json").read_text() + (out / "scoreboard.md").read_text()
+    assert machine_paths(text, out) == []
+    assert absolute_strings(json.loads((out / "scoreboard.json").read_text())) == []
+    # the reproducer command names the file portably ($TMPDIR/... here)
+    cmd = _row(doc, TRUNC)["repro"]["C8"]["command"]
+    assert cmd.startswith("int8conf scoreboard --repro $TMPDIR/") and cmd.endswith(".safetensors")
