@@ -92,11 +92,11 @@ def _sm90_ptx(kernel: str) -> str:
                    stride_bk="constexpr", SPLIT_K="constexpr", EVEN_K="constexpr",
                    INT64_IDX="constexpr", K_ITERS_STATIC="constexpr")
         const = dict(stride_ak=1, stride_bk=1, SPLIT_K=1, EVEN_K=False, INT64_IDX=False,
-                     K_ITERS_STATIC=0, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64)
+                     K_ITERS_STATIC=0, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
     else:
-        sig = dict(common, a_desc="tensordesc<i8[128, 64]>", b_desc="tensordesc<i8[128, 64]>",
+        sig = dict(common, a_desc="tensordesc<i8[64, 32]>", b_desc="tensordesc<i8[32, 32]>",
                    NUM_PROGS="i32", FLATTEN="constexpr", WARP_SPEC="constexpr")
-        const = dict(FLATTEN=False, WARP_SPEC=0, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)
+        const = dict(FLATTEN=False, WARP_SPEC=0, BLOCK_M=64, BLOCK_N=32, BLOCK_K=32)
     const.update(stride_bias=1, HAS_BIAS=True, OUT_KIND=0, ACC_ONLY=False, GROUP_M=8)
     src = ASTSource(fn=triton.jit(fn), signature={p: sig[p] for p in params}, constexprs=const)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
