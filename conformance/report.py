@@ -37,6 +37,11 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``invocation``: ``{command, options}``, the command line and options that
   produced the report
 
+Paths (capture and model directories, notes, the command line) are written
+portably (``reference.fileio.portable_paths``): relative to the repository
+root, ``$INT8CONF_CACHE/...``, ``$TMPDIR/...``, ``~/...``, or ``.../<name>``
+outside those -- never an absolute path of the machine that ran it.
+
 Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
 is strict JSON. Both files are written atomically (temporary file in the same
 directory, then ``os.replace``).
@@ -53,7 +58,7 @@ from typing import Union
 
 import pandas as pd
 
-from reference.fileio import atomic_write_text
+from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
 SCHEMA_VERSION = 1
@@ -79,8 +84,13 @@ def _clean(x):
 
 
 def to_json_dict(result) -> dict:
-    """The report's JSON document for a ``conformance.suite.ConformanceResult``."""
-    return _clean({
+    """The report's JSON document for a ``conformance.suite.ConformanceResult``.
+
+    Paths are recorded portably (``reference.fileio.portable_paths``: relative
+    to the repository root, ``$INT8CONF_CACHE/...``, ...), never as this
+    machine's absolute paths, so committed reports compare across machines.
+    """
+    return portable_paths(_clean({
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "kernel": result.kernel, "environment": result.environment,
@@ -93,7 +103,7 @@ def to_json_dict(result) -> dict:
         "fault_signatures": _fault_signatures(result),
         "coverage": list(getattr(result, "coverage", []) or []),
         "invocation": dict(getattr(result, "invocation", {}) or {}),
-    })
+    }))
 
 
 def _fault_signatures(result) -> list:

@@ -729,7 +729,7 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
     from rich.progress import Progress
 
     from conformance.kernels.registry import get_kernel
-    from reference.fileio import atomic_write_json, atomic_write_text
+    from reference.fileio import atomic_write_json, atomic_write_text, portable_paths
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -789,7 +789,7 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
             p = Path(src) / "scoreboard.json"
             if p.is_file():
                 env["merged_environments"].append(json.loads(p.read_text()).get("environment", {}))
-    doc = build(rows, cases, links, env)
+    doc = portable_paths(build(rows, cases, links, env))   # no machine paths in the files
     atomic_write_json(out / "scoreboard.json", doc)
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
     render_png(doc, out / "scoreboard.png")

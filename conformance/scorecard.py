@@ -26,7 +26,7 @@ import pandas as pd
 
 from conformance.scoring import CHECK_ORDER, headlines, mismatches, scorecard, signature_hits, totals
 from faults.catalogue import get_fault
-from reference.fileio import atomic_write_json, atomic_write_text
+from reference.fileio import atomic_write_json, atomic_write_text, portable_paths, portable_text
 
 
 def build(rows: list, matrices: dict, meta: dict) -> dict:
@@ -191,22 +191,28 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
 
 
 def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
-    """Write every scorecard file into ``out_dir``; returns the paths."""
+    """Write every scorecard file into ``out_dir``; returns the paths.
+
+    Paths (model / capture directories, database, command line) are written
+    portably (``reference.fileio.portable_paths``), never as this machine's
+    absolute paths.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tags = list(sc["matrices"])
+    sc = dict(sc, meta=portable_paths(sc.get("meta")))
     js = {k: v for k, v in sc.items() if k not in ("table", "table_by_fault", "mismatches")}
     js["table"] = json.loads(sc["table"].to_json(orient="records"))
     js["table_by_fault"] = json.loads(sc["table_by_fault"].to_json(orient="records"))
     js["mismatches"] = {t: json.loads(df.to_json(orient="records")) for t, df in sc["mismatches"].items()}
     paths = [out / "scorecard.json", out / "scorecard.csv", out / "mismatches.csv",
              out / "scorecard.md"]
-    atomic_write_json(paths[0], js)
-    atomic_write_text(paths[1], sc["table"].to_csv(index=False))
+    atomic_write_json(paths[0], portable_paths(js))
+    atomic_write_text(paths[1], portable_text(sc["table"].to_csv(index=False)))
     mm = pd.concat([df.assign(matrix=t) for t, df in sc["mismatches"].items()], ignore_index=True) \
         if sc["mismatches"] else pd.DataFrame()
-    atomic_write_text(paths[2], mm.to_csv(index=False))
-    atomic_write_text(paths[3], markdown(sc))
+    atomic_write_text(paths[2], portable_text(mm.to_csv(index=False)))
+    atomic_write_text(paths[3], portable_text(markdown(sc)))
     card = sc["table"].rename(columns=lambda c: c.replace(".", "_"))
     try:
         import matplotlib  # noqa: F401 -- optional extra int8conf[plots]

@@ -43,7 +43,8 @@ import torch
 
 from detllm import engine as E
 from detllm import ops
-from detllm.generate import LOGITS_TAG, TOKENS_TAG, GenerationResult, HashChain, _check_prompts, prefill_chunks
+from detllm.generate import (LOGITS_TAG, TOKENS_TAG, GenerationResult, HashChain, _check_prompts,
+                             chunk_tokens, prefill_chunks)
 from detllm.kernels import attention as KA
 from detllm.kernels import linear as KL
 from detllm.kernels import norm_quant as KN
@@ -232,12 +233,7 @@ def fast_generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule=
     t0 = time.perf_counter()
     outs = []
     for c in range(max(len(ch) for ch in chunks)):
-        sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
-        T = max(sizes)
-        toks = torch.zeros(B, T, dtype=torch.int64)
-        for b in range(B):
-            s = dec.host_lengths[b]
-            toks[b, :sizes[b]] = torch.tensor(ps[b][s:s + sizes[b]], dtype=torch.int64)
+        sizes, toks = chunk_tokens(ps, chunks, c, dec.host_lengths)
         outs.append((sizes, dec.prefill(toks, sizes)))
     sync()
     t1 = time.perf_counter()

@@ -114,6 +114,26 @@ def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
     return out
 
 
+def chunk_tokens(prompts: list, chunks: list, c: int, lengths) -> tuple[list[int], torch.Tensor]:
+    """Prefill chunk ``c`` of every sequence of a batch, run together.
+
+    Args:
+        prompts: B token-id lists; chunks: their ``prefill_chunks`` sizes;
+        c: chunk index; lengths: tokens already in each sequence's KV cache
+            (where its chunk ``c`` starts).
+    Returns:
+        (sizes: B ints, 0 for a sequence with fewer chunks; toks: int64
+        [B, max(sizes)], each row's chunk on the left, zero padding on the
+        right -- padding never touches other rows' bits).
+    """
+    sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
+    toks = torch.zeros(len(prompts), max(sizes), dtype=torch.int64)
+    for b, p in enumerate(prompts):
+        s = lengths[b]
+        toks[b, :sizes[b]] = torch.tensor(p[s:s + sizes[b]], dtype=torch.int64)
+    return sizes, toks
+
+
 def _check_prompts(prompts, vocab: int, context: int, max_new_tokens: int) -> list[list[int]]:
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise OperandError("prompts: expected a non-empty list of token-id lists")
@@ -165,12 +185,7 @@ def generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Sche
     last = [None] * B
     calls = 0
     for c in range(max(len(ch) for ch in chunks)):
-        sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
-        T = max(sizes)
-        toks = torch.zeros(B, T, dtype=torch.int64)
-        for b in range(B):
-            s = cache.length[b]
-            toks[b, :sizes[b]] = torch.tensor(ps[b][s:s + sizes[b]], dtype=torch.int64)
+        sizes, toks = chunk_tokens(ps, chunks, c, cache.length)
         logits = E.forward(engine, toks, sizes, cache)
         calls += 1
         for b in range(B):

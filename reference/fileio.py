@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -88,4 +89,94 @@ def read_json_object(path: Path, error: type = Int8confError, missing_hint: str 
         raise error(f"{path}: not valid JSON ({exc.__class__.__name__})") from None
     if not isinstance(obj, dict):
         raise error(f"{path}: top level is {type(obj).__name__}, expected an object")
+    return obj
+
+
+# ------------------------------------------------------------ portable paths
+#: the directory holding the ``reference`` package: the repository root of a
+#: checkout (``site-packages`` of an installed copy, where the packages and
+#: their assets keep the same relative paths)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: what an absolute path outside every known root becomes: ``.../<name>``
+EXTERNAL = "..."
+
+
+def _path_roots() -> list:
+    """``(absolute root, portable prefix)`` pairs, longest root first: the
+    repository root (-> relative path), the artifact cache (->
+    ``$INT8CONF_CACHE``), the temporary directory (-> ``$TMPDIR``) and the
+    home directory (-> ``~``); each root both as written and symlink-resolved."""
+    from reference.model.artifacts import CACHE_ENV, cache_location
+
+    pairs = [(REPO_ROOT, ""), (cache_location(), f"${CACHE_ENV}"),
+             (Path(tempfile.gettempdir()), "$TMPDIR"), (Path.home(), "~")]
+    out: dict = {}
+    for root, pre in pairs:
+        for variant in (os.path.abspath(root), os.path.realpath(root)):
+            if variant != os.sep:
+                out.setdefault(variant.rstrip(os.sep), pre)
+    return sorted(out.items(), key=lambda kv: -len(kv[0]))
+
+
+def portable_path(p, _roots=None) -> Any:
+    """A path as it may appear in a committed report: no machine-specific
+    absolute path.
+
+    Inside the repository root: the relative POSIX path
+    (``reference/model/assets/captures``); inside the artifact cache:
+    ``$INT8CONF_CACHE/<rel>``; the temporary or home directory: ``$TMPDIR/<rel>``,
+    ``~/<rel>``; any other absolute path: ``.../<last component>``. Relative
+    paths, empty strings and None are returned unchanged.
+
+    Args:
+        p: ``str`` / ``os.PathLike`` / None.
+
+    Returns:
+        str (None for None).
+    """
+    if p is None:
+        return None
+    s = os.fspath(p)
+    if not s or not os.path.isabs(s):
+        return s
+    cands = {os.path.normpath(os.path.abspath(s)), os.path.realpath(s)}
+    for root, pre in _roots if _roots is not None else _path_roots():
+        for c in cands:
+            if c == root:
+                return pre or "."
+            if c.startswith(root + os.sep):
+                rel = Path(os.path.relpath(c, root)).as_posix()
+                return f"{pre}/{rel}" if pre else rel
+    name = os.path.basename(os.path.normpath(s))
+    return f"{EXTERNAL}/{name}" if name else s
+
+
+def portable_text(text: str, _roots=None) -> str:
+    """``text`` with every absolute path under a known root (see
+    :func:`portable_path`) rewritten the same way, wherever it occurs (notes,
+    error messages, command lines). Paths outside the known roots are left:
+    free text cannot be parsed for paths safely."""
+    for root, pre in _roots if _roots is not None else _path_roots():
+        if root not in text:
+            continue
+        rx = re.compile(re.escape(root) + r"(/|(?![\w.\-]))")
+        text = rx.sub(lambda m, pre=pre: (f"{pre}/" if pre else "") if m.group(1)
+                      else (pre or "."), text)
+    return text
+
+
+def portable_paths(obj: Any, _roots=None) -> Any:
+    """A copy of a JSON-like document (dicts, lists, scalars) for a committed
+    report: a string that is an absolute path by itself goes through
+    :func:`portable_path`, any other string through :func:`portable_text`.
+    Dict keys are kept."""
+    roots = _roots if _roots is not None else _path_roots()
+    if isinstance(obj, dict):
+        return {k: portable_paths(v, roots) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [portable_paths(v, roots) for v in obj]
+    if isinstance(obj, str):
+        if os.path.isabs(obj) and not any(ch.isspace() for ch in obj):
+            return portable_path(obj, roots)
+        return portable_text(obj, roots)
     return obj

@@ -4,6 +4,9 @@ Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
 hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
 comparison. Prints a summary table per kernel and the report paths.
+Progress goes to stderr (``conformance.progress``): a live status on a
+terminal, plain periodic lines otherwise (cases done / total, elapsed);
+``--quiet`` silences both.
 
 Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
 not conformant; 2 bad input (unknown kernel, bad option, unusable device or
@@ -72,7 +75,9 @@ def register(subparsers) -> None:
                         "was taken")
     p.add_argument("--device", default=None,
                    help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress display (by default a live status on a terminal, "
+                        "plain progress lines on stderr otherwise: CI logs, pipes)")
     p.set_defaults(func=run)
 
 
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
+    from conformance.progress import suite_progress
     from conformance.report import pair_difference_line, write_reports
     from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
     from reference.errors import CaptureError, Int8confError
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     ok, not_run = True, False
     for spec, inj in _runs(specs, injections):
-        with err.status(f"checking {spec.name}") as status:
+        with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
                 res = run_conformance(
                     spec, other, cases=_injected_cases(args, inj),
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                     include_sweep=not args.no_sweep, property_examples=args.examples,
                     model_checks=not args.no_model, capture_dir=args.captures,
                     model_dir=args.model, device=args.device,
-                    progress=None if args.quiet else status.update,
+                    progress=progress,
                     invocation=invocation(args))
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None

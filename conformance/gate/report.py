@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 from conformance.gate.status import STATUSES
 from conformance.report import _clean
-from reference.fileio import atomic_write_text
+from reference.fileio import atomic_write_text, portable_paths
 
 _MARK = {"pass": "pass", "warn": "warn", "fail": "FAIL", "not-supported": "not-supported",
          "crash": "CRASH", "timeout": "TIMEOUT"}
@@ -196,6 +196,7 @@ def write_gate_reports(doc: dict, out_dir: Union[str, Path]) -> dict:
     """
     from conformance.gate.junit import to_junit_xml
     d = Path(out_dir)
+    doc = portable_paths(doc)   # no absolute path of this machine (repro/ keeps real ones)
     paths = {"json": d / "gate.json", "md": d / "gate.md", "junit": d / "junit.xml"}
     atomic_write_text(paths["json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
     atomic_write_text(paths["md"], render_markdown(doc))

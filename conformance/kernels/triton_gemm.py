@@ -44,7 +44,8 @@ Two kernels:
     walks tiles ``pid, pid + NUM_PROGS, ...`` (``tl.range(flatten=...)`` lets
     the compiler pipeline across tile boundaries).
 
-Epilogue (identical in both kernels): ``(float32(acc) * s_a) * s_w`` with
+Epilogue (one ``@triton.jit`` device function, :func:`_epilogue`, called by
+both kernels and inlined into each natively): ``(float32(acc) * s_a) * s_w`` with
 ``enable_fp_fusion=False`` at launch (no FMA contraction), then rounding to
 bfloat16 *in integer arithmetic* on the float32 bit pattern (``u + 0x7FFF +
 lsb``, keep the top 16 bits: RNE; NaN -> 0x7FC0), stored through an int16
@@ -55,10 +56,13 @@ formulation that gives identical, correct bits natively and interpreted. bf16
 bias is read as its raw 16 bits and widened by a shift (exact). float16
 output uses ``.to(tl.float16)`` (RNE natively and in numpy).
 
-Interpreter constraints honoured here: no ``@triton.jit`` helper functions and
-no ``triton.language.standard`` helpers (``tl.zeros``, ``tl.cdiv``, ...) --
-those are compiled-mode objects that cannot be called inside an interpreted
-kernel; and the K loop's trip count is passed as the constexpr
+Interpreter constraints honoured here: no ``triton.language.standard``
+helpers (``tl.zeros``, ``tl.cdiv``, ...) and no plain ``@triton.jit`` helper
+functions -- those are compiled-mode objects that cannot be called inside an
+interpreted kernel (the kernels are interpreted through an explicit
+``InterpretedFunction``, not ``TRITON_INTERPRET=1`` at import); the one
+device function, :func:`_epilogue`, is a :class:`_DeviceFunction`, which
+the interpreter can call; and the K loop's trip count is passed as the constexpr
 ``K_ITERS_STATIC`` in interpreter mode (Triton <= 3.6's interpreter cannot
 take a runtime loop bound with numpy 2).
 """
@@ -66,6 +70,86 @@ take a runtime loop bound with numpy 2).
 from __future__ import annotations
 
 import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+
+class _DeviceFunction(JITFunction):
+    """A ``@triton.jit`` device function that the Triton interpreter can call too.
+
+    Natively it *is* a ``JITFunction``: Triton's code generator compiles a call
+    to it as a call of a device function (``tt.call``), which the first pass of
+    the pipeline (the MLIR inliner) inlines -- the same IR as if the body were
+    written out at each call site (Triton refuses ``noinline`` for a device
+    function with tensor arguments, so it cannot become a real call; the
+    sm_90 PTX of both kernels is instruction for instruction that of the
+    hand-repeated epilogue this replaced). A plain ``JITFunction`` refuses to be
+    called from Python ("Cannot call @triton.jit'd outside of the scope of a
+    kernel"), which is exactly what an interpreted kernel does; this subclass
+    runs the function the way Triton's own interpreter runs a device function
+    under ``TRITON_INTERPRET=1`` (``InterpretedFunction.__call__``: the body
+    rewritten by the interpreter's AST pass, executed with ``triton.language``
+    patched to numpy). Used for the output epilogue shared by both kernels.
+    """
+
+    def __call__(self, *args, **kwargs):
+        interp = self.__dict__.get("_interpreted")
+        if interp is None:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            interp = self._interpreted = InterpretedFunction(self.fn)
+        return interp(*args, **kwargs)
+
+
+@_DeviceFunction
+def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
+              stride_sa, stride_sb, stride_bias, stride_om,
+              HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr):
+    """Output epilogue of both kernels (module docstring): store one
+    ``[BLOCK_M, BLOCK_N]`` tile of the full int32 sums ``acc``.
+
+    acc: int32 [BLOCK_M, BLOCK_N], the complete accumulator of rows ``rm``
+    (int32 or int64 [BLOCK_M]) and columns ``rn`` ([BLOCK_N]); omask: bool
+    [BLOCK_M, BLOCK_N], the elements to store. ACC_ONLY: store ``acc`` (int32
+    out). Otherwise ``(float32(acc) * s_a) * s_w`` (TRITON_STYLE), rounded RNE
+    to the output kind (OUT_KIND 0: bf16 as int16 bits, rounded in integer
+    arithmetic; 1: fp16; 2: fp32), then, with HAS_BIAS, ``+ bias`` in float32
+    and rounded RNE again. Scales and bias are read through their element
+    strides (0 = scalar); out row stride ``stride_om``, unit column stride.
+    """
+    optrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
+    if ACC_ONLY:
+        tl.store(optrs, acc, mask=omask)
+    else:
+        sa = tl.load(sa_ptr + rm * stride_sa, mask=rm < M, other=1.0)
+        sb = tl.load(sb_ptr + rn * stride_sb, mask=rn < N, other=1.0)
+        y = acc.to(tl.float32) * sa[:, None]  # TRITON_STYLE: s_a first ...
+        y = y * sb[None, :]                   # ... then s_w
+        if OUT_KIND == 0:
+            # RNE fp32 -> bf16 on the bit pattern (module docstring)
+            u = y.to(tl.uint32, bitcast=True)
+            hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            hi = tl.where(y != y, 0x7FC0, hi)
+            if HAS_BIAS:
+                bb = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0)  # raw bf16 bits
+                bf = (bb.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32,
+                                                                              bitcast=True)
+                z = (hi << 16).to(tl.float32, bitcast=True) + bf[None, :]
+                u = z.to(tl.uint32, bitcast=True)
+                hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+                hi = tl.where(z != z, 0x7FC0, hi)
+            tl.store(optrs, hi.to(tl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
+        elif OUT_KIND == 1:
+            r = y.to(tl.float16)
+            if HAS_BIAS:
+                bh = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
+                r = (r.to(tl.float32) + bh.to(tl.float32)[None, :]).to(tl.float16)
+            tl.store(optrs, r, mask=omask)
+        else:
+            r = y
+            if HAS_BIAS:
+                bs = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
+                r = r + bs[None, :]
+            tl.store(optrs, r, mask=omask)
 
 
 def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
@@ -144,40 +228,8 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
                              sem="relaxed")  # full sum out, workspace zeroed
         tl.atomic_xchg(cnt_ptr + tile, 0, mask=last, sem="relaxed")
 
-    optrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
-    if ACC_ONLY:
-        tl.store(optrs, acc, mask=omask)
-    else:
-        sa = tl.load(sa_ptr + rm * stride_sa, mask=rm < M, other=1.0)
-        sb = tl.load(sb_ptr + rn * stride_sb, mask=rn < N, other=1.0)
-        y = acc.to(tl.float32) * sa[:, None]  # TRITON_STYLE: s_a first ...
-        y = y * sb[None, :]                   # ... then s_w
-        if OUT_KIND == 0:
-            # RNE fp32 -> bf16 on the bit pattern (module docstring)
-            u = y.to(tl.uint32, bitcast=True)
-            hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-            hi = tl.where(y != y, 0x7FC0, hi)
-            if HAS_BIAS:
-                bb = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0)  # raw bf16 bits
-                bf = (bb.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32,
-                                                                              bitcast=True)
-                z = (hi << 16).to(tl.float32, bitcast=True) + bf[None, :]
-                u = z.to(tl.uint32, bitcast=True)
-                hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-                hi = tl.where(z != z, 0x7FC0, hi)
-            tl.store(optrs, hi.to(tl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
-        elif OUT_KIND == 1:
-            r = y.to(tl.float16)
-            if HAS_BIAS:
-                bh = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
-                r = (r.to(tl.float32) + bh.to(tl.float32)[None, :]).to(tl.float16)
-            tl.store(optrs, r, mask=omask)
-        else:
-            r = y
-            if HAS_BIAS:
-                bs = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
-                r = r + bs[None, :]
-            tl.store(optrs, r, mask=omask)
+    _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
+              stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)
 
 
 def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
@@ -189,7 +241,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     ``b_desc`` over b [N,K] block [BLOCK_N,BLOCK_K] (out-of-range reads are
     zero-filled by the TMA unit, so K tails add nothing). Grid: (NUM_PROGS,);
     program p handles tiles p, p + NUM_PROGS, ... in grouped order. Other
-    arguments and the epilogue as in :func:`w8a8_mm` (must stay identical).
+    arguments as in :func:`w8a8_mm`; the same :func:`_epilogue`.
     ``WARP_SPEC``: ask the compiler to warp-specialise (``tl.range(...,
     warp_specialize=True)``: TMA producer warps feeding MMA consumer warp
     groups; Hopper's automatic warp specialisation in Triton >= 3.6) -- 1: the
@@ -218,36 +270,5 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
         rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
         omask = (rm[:, None] < M) & (rn[None, :] < N)
-        optrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
-        if ACC_ONLY:
-            tl.store(optrs, acc, mask=omask)
-        else:
-            sa = tl.load(sa_ptr + rm * stride_sa, mask=rm < M, other=1.0)
-            sb = tl.load(sb_ptr + rn * stride_sb, mask=rn < N, other=1.0)
-            y = acc.to(tl.float32) * sa[:, None]
-            y = y * sb[None, :]
-            if OUT_KIND == 0:
-                u = y.to(tl.uint32, bitcast=True)
-                hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-                hi = tl.where(y != y, 0x7FC0, hi)
-                if HAS_BIAS:
-                    bb = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0)
-                    bf = (bb.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32,
-                                                                                  bitcast=True)
-                    z = (hi << 16).to(tl.float32, bitcast=True) + bf[None, :]
-                    u = z.to(tl.uint32, bitcast=True)
-                    hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-                    hi = tl.where(z != z, 0x7FC0, hi)
-                tl.store(optrs, hi.to(tl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
-            elif OUT_KIND == 1:
-                r = y.to(tl.float16)
-                if HAS_BIAS:
-                    bh = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
-                    r = (r.to(tl.float32) + bh.to(tl.float32)[None, :]).to(tl.float16)
-                tl.store(optrs, r, mask=omask)
-            else:
-                r = y
-                if HAS_BIAS:
-                    bs = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0.0)
-                    r = r + bs[None, :]
-                tl.store(optrs, r, mask=omask)
+        _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
+                  stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)

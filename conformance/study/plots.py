@@ -21,13 +21,17 @@ def _plt():
 
 
 def _save(fig, path: Path) -> str:
+    """Lay out ``fig``, write it to ``path`` as PNG (atomically), close it;
+    returns the file name."""
     from reference.fileio import atomic_write_bytes
     import io
 
+    fig.tight_layout()
     buf = io.BytesIO()
     # fixed metadata: same numbers -> same bytes
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     atomic_write_bytes(path, buf.getvalue())
+    _plt().close(fig)
     return path.name
 
 
@@ -56,10 +60,7 @@ def plot_layer_agreement(layers: dict, path: Path, title: str) -> str:
     ax.set_ylabel("elements differing A vs B (per million)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def plot_flip_rate(modes: dict, path: Path, title: str) -> str:
@@ -75,10 +76,7 @@ def plot_flip_rate(modes: dict, path: Path, title: str) -> str:
     ax.set_xticks(range(1, 11))
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def plot_perplexity(acc: dict, path: Path, title: str) -> str:
@@ -107,7 +105,4 @@ def plot_perplexity(acc: dict, path: Path, title: str) -> str:
     ax2.set_yscale("symlog", linthresh=1.0)
     ax2.set_title("relative change, paired bootstrap interval", fontsize=9)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return _save(fig, path)

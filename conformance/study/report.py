@@ -230,14 +230,15 @@ def write_report(r: dict, out_dir) -> dict:
         ``{"json", "markdown", "figures": {key: file name}}`` (paths as str).
     """
     from conformance.study import plots
-    from reference.fileio import atomic_write_json, atomic_write_text
+    from reference.fileio import atomic_write_json, atomic_write_text, portable_paths
 
     import json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # render what study.json holds (key-sorted), so the report can be re-rendered from the JSON byte for byte
-    r = json.loads(json.dumps(r, sort_keys=True))
+    # (paths portable: no absolute path of this machine in a committed report)
+    r = portable_paths(json.loads(json.dumps(r, sort_keys=True)))
     a, b = (k["name"] for k in r["kernels"])
     figs = {}
     if r.get("layer_agreement"):

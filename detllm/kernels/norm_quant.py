@@ -15,6 +15,7 @@ import torch
 import triton.language as tl
 
 from detllm.kernels.intlang import rmax, rsum, bitlen, div_round_pos, isqrt_newton, launcher, next_pow2, round_shift
+from detllm.kernels.quant_rows import row_outputs
 
 
 def _norm_quant_kernel(x_ptr, g_ptr, q_ptr, tm_ptr, tk_ptr, H, eps_int, P,
@@ -67,11 +68,7 @@ def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int, out=None):
         (q int8 [R, H], tm int64 [R], tk int64 [R]).
     """
     R, H = x.shape
-    if out is None:
-        out = (torch.empty(R, H, dtype=torch.int8, device=x.device),
-               torch.empty(R, dtype=torch.int64, device=x.device),
-               torch.empty(R, dtype=torch.int64, device=x.device))
-    q, tm, tk = out
+    q, tm, tk = out if out is not None else row_outputs(R, H, x.device)
     bh = next_pow2(H)
     _KERNEL[(R,)](x, g, q, tm, tk, H, int(eps_int), rms_p(H, eps_int), BLOCK_H=bh,
                   num_warps=4 if bh <= 1024 else 8)

@@ -30,6 +30,14 @@ def _quant_rows_kernel(v_ptr, q_ptr, tm_ptr, tk_ptr, H, BLOCK_H: tl.constexpr):
 _KERNEL = launcher(_quant_rows_kernel)
 
 
+def row_outputs(R: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Uninitialised outputs of a per-row int8 quantization (this kernel and
+    ``norm_quant``): (q int8 [R, H], tm int64 [R], tk int64 [R]) on ``device``."""
+    return (torch.empty(R, H, dtype=torch.int8, device=device),
+            torch.empty(R, dtype=torch.int64, device=device),
+            torch.empty(R, dtype=torch.int64, device=device))
+
+
 def quant_rows(v: torch.Tensor, out=None):
     """Fused ``engine.quant_rows`` for int64 v [R, H] (contiguous).
 
@@ -37,11 +45,7 @@ def quant_rows(v: torch.Tensor, out=None):
     gives the three preallocated tensors.
     """
     R, H = v.shape
-    if out is None:
-        out = (torch.empty(R, H, dtype=torch.int8, device=v.device),
-               torch.empty(R, dtype=torch.int64, device=v.device),
-               torch.empty(R, dtype=torch.int64, device=v.device))
-    q, tm, tk = out
+    q, tm, tk = out if out is not None else row_outputs(R, H, v.device)
     bh = next_pow2(H)
     _KERNEL[(R,)](v, q, tm, tk, H, BLOCK_H=bh, num_warps=4 if bh <= 1024 else 8)
     return q, tm, tk

@@ -37,11 +37,16 @@ KINDS = ("own", "pow2-nearest", "pow2-ceiling")
 CACHE_ENV = "INT8CONF_CACHE"
 
 
-def cache_dir(cache=None) -> Path:
-    """The artifact cache directory (``cache`` argument, ``$INT8CONF_CACHE``
-    or ``~/.cache/int8conf``), created if missing."""
-    d = Path(cache) if cache is not None else Path(
+def cache_location(cache=None) -> Path:
+    """Where the artifact cache is (``cache`` argument, ``$INT8CONF_CACHE``
+    or ``~/.cache/int8conf``), without creating it."""
+    return Path(cache) if cache is not None else Path(
         os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "int8conf")
+
+
+def cache_dir(cache=None) -> Path:
+    """The artifact cache directory (:func:`cache_location`), created if missing."""
+    d = cache_location(cache)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -103,4 +103,16 @@ def test_a_later_merge_replaces_an_earlier_ones_row(board, tmp_path):
     keys = [f"{r['kernel']}@{r['device']}" for r in doc["rows"]]
     assert sorted(keys) == sorted(["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"])
     assert _row(doc, TRUNC)["checks"]["C8"] == "fail"
-    assert doc["environment"]["merged_from"] == [str(out), str(again)]
+    assert [m.rsplit("/", 1)[-1] for m in doc["environment"]["merged_from"]] == [out.name, "again"]
+
+
+def test_scoreboard_files_name_no_machine_path(board):
+    from machine_paths import absolute_strings, machine_paths
+
+    out, doc = board
+    text = (out / "scoreboard.json").read_text() + (out / "scoreboard.md").read_text()
+    assert machine_paths(text, out) == []
+    assert absolute_strings(json.loads((out / "scoreboard.json").read_text())) == []
+    # the reproducer command names the file portably ($TMPDIR/... here)
+    cmd = _row(doc, TRUNC)["repro"]["C8"]["command"]
+    assert cmd.startswith("int8conf scoreboard --repro $TMPDIR/") and cmd.endswith(".safetensors")

@@ -54,3 +54,20 @@ def test_ratio_dyadic_and_normalize17():
     assert m.tolist()[:4] == [0, 5, 2 ** 17 - 1, 2 ** 16] and k.tolist()[:4] == [0, 0, 0, -1]
     # 2^40 + 2^22 has 41 bits -> shift 24: round(2^16 + 1/4) = 2^16
     assert (int(m[4]), int(k[4])) == (2 ** 16, -24)
+
+
+def test_chunk_tokens_pads_right_and_starts_at_each_cache_length():
+    from detllm.generate import chunk_tokens, prefill_chunks
+
+    prompts = [[5, 6, 7, 8, 9], [1, 2], [3, 4, 4]]
+    chunks = [prefill_chunks(len(p), 2) for p in prompts]   # [2,2,1], [2], [2,1]
+    lengths = [0, 0, 0]
+    got = []
+    for c in range(3):
+        sizes, toks = chunk_tokens(prompts, chunks, c, lengths)
+        assert toks.dtype == torch.int64
+        got.append((sizes, toks.tolist()))
+        lengths = [n + s for n, s in zip(lengths, sizes)]
+    assert got == [([2, 2, 2], [[5, 6], [1, 2], [3, 4]]),
+                   ([2, 0, 1], [[7, 8], [0, 0], [4, 0]]),
+                   ([1, 0, 0], [[9], [0], [0]])]

@@ -98,6 +98,11 @@ def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
     policy.write_text("require: [bit_identical]\n")
     assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "1",
                 "--policy", str(policy)) == 0
+    from machine_paths import absolute_strings, machine_paths
+    out = tmp_path / "out"
+    assert machine_paths((out / "gate.json").read_text() + (out / "gate.md").read_text()
+                         + (out / "junit.xml").read_text(), tmp_path) == []
+    assert absolute_strings(json.loads((out / "gate.json").read_text())) == []
     assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "2") == 2
     err = capsys.readouterr().err
     assert "NOT COMPARABLE" in err and "different captures" in err

@@ -1,6 +1,7 @@
 """The sweep: store, executors (serial, Dask LocalCluster), resumability
 after a real SIGKILL, and the null fault never firing."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -129,6 +130,13 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
     with SweepStore(db) as a, SweepStore(tmp_path / "full.sqlite") as b:
         assert a.rows(deterministic_only=True) == b.rows(deterministic_only=True)
     assert (tmp_path / "a/cpu/scorecard.csv").read_text() == (tmp_path / "b/cpu/scorecard.csv").read_text()
+    # no absolute path of this machine in the scorecard (database, captures, model, command)
+    from machine_paths import absolute_strings, machine_paths
+    card = tmp_path / "b/cpu"
+    text = "".join((card / f).read_text() for f in ("scorecard.json", "scorecard.md", "scorecard.csv"))
+    assert machine_paths(text, tmp_path) == []
+    meta = json.loads((card / "scorecard.json").read_text())["meta"]
+    assert absolute_strings(meta) == [] and meta["capture_dir"] == "reference/model/assets/captures"
 
 
 def test_sweep_refuses_a_tampered_matrix_before_computing(tmp_path, capsys):

@@ -1,0 +1,66 @@
+"""``reference.fileio.portable_path`` / ``portable_text`` / ``portable_paths``:
+how paths are recorded in committed reports (no machine-specific absolute
+path)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from reference.fileio import REPO_ROOT, portable_path, portable_paths, portable_text
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    """A private cache and home so the test does not depend on this machine's."""
+    cache, home = tmp_path / "cache", tmp_path / "home"
+    monkeypatch.setenv("INT8CONF_CACHE", str(cache))
+    monkeypatch.setenv("HOME", str(home))
+    return cache, home
+
+
+def test_paths_under_each_known_root(roots):
+    cache, home = roots
+    assert portable_path(REPO_ROOT / "reference" / "model" / "assets" / "captures") == \
+        "reference/model/assets/captures"
+    assert portable_path(REPO_ROOT) == "."
+    assert portable_path(cache / "captures" / "f29ff7f2") == "$INT8CONF_CACHE/captures/f29ff7f2"
+    assert portable_path(home / "out" / "triton") == "~/out/triton"
+    # the cache lies inside the temporary directory: the longer root wins
+    tmp_rel = Path(os.path.relpath(os.path.realpath(cache.parent), os.path.realpath(tempfile.gettempdir())))
+    assert portable_path(cache.parent / "x") == f"$TMPDIR/{tmp_rel.as_posix()}/x"
+
+
+def test_other_paths(roots):
+    assert portable_path("/data/models/qwen3-1.7b") == ".../qwen3-1.7b"
+    assert portable_path("/data/models/qwen3-1.7b/") == ".../qwen3-1.7b"
+    assert portable_path("reports/triton") == "reports/triton"     # relative: unchanged
+    assert portable_path("") == "" and portable_path(None) is None
+
+
+def test_text_rewrites_known_roots_only_at_path_boundaries(roots):
+    cache, _ = roots
+    r = str(REPO_ROOT)
+    text = (f"28 layers from {r}/reference/model/assets/captures; gate failed: "
+            f"{cache}/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd {r}; "
+            f"sibling {r}-old/x; /data/x stays")
+    assert portable_text(text) == (
+        "28 layers from reference/model/assets/captures; gate failed: "
+        "$INT8CONF_CACHE/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd .; "
+        f"sibling {r}-old/x; /data/x stays")
+
+
+def test_documents_keep_structure_and_non_paths(roots):
+    cache, _ = roots
+    doc = {"captures": {"source": str(REPO_ROOT / "caps"), "available": True, "n": 3},
+           "cases": [{"meta": {"capture_dir": str(cache / "c"), "source": "capture"}}],
+           "note": f"int8conf sweep --model /data/big --out {cache}/out",
+           "ratio": 1.5, "nothing": None, "label": "GMAC/s"}
+    assert portable_paths(doc) == {
+        "captures": {"source": "caps", "available": True, "n": 3},
+        "cases": [{"meta": {"capture_dir": "$INT8CONF_CACHE/c", "source": "capture"}}],
+        "note": "int8conf sweep --model /data/big --out $INT8CONF_CACHE/out",
+        "ratio": 1.5, "nothing": None, "label": "GMAC/s"}
