@@ -165,6 +165,11 @@ def _bits_equal(x: Tensor, y: Tensor) -> bool:
     return bool(torch.equal(x.view(it), y.view(it)))
 
 
+#: the unit scale ``run_int_mm`` validates ``a`` and ``b`` with (one object, so
+#: its value check is memoized inside a ``reference.memo`` scope; never written)
+_ONE = torch.ones((), dtype=torch.float32)
+
+
 def _differing(originals: dict, given: dict) -> list:
     """Names of the operands whose copy in ``given`` no longer has the bits of
     the original (dtype, shape, bits; NaN payloads and the sign of zero
@@ -379,8 +384,7 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     """
     from reference.validate import validate_operands
 
-    one = torch.ones((), dtype=torch.float32)
-    m, _, n = validate_operands(a, b, one, one)
+    m, _, n = validate_operands(a, b, _ONE, _ONE)
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
     if spec.int_mm is None:
