@@ -190,9 +190,9 @@ def _differing(originals: dict, given: dict) -> list:
         names.append(k)
         flags.append((v.view(it) != g.view(it)).any())
     if flags:
-        for k, f in zip(names, torch.stack(flags).tolist()):
-            if f:
-                bad.append(k)
+        same = all(f.device == flags[0].device for f in flags)
+        vals = torch.stack(flags).tolist() if same else [bool(f) for f in flags]
+        bad += [k for k, f in zip(names, vals) if f]
     order = list(originals)
     return sorted(bad, key=order.index)
 
