@@ -262,7 +262,8 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
     frun = run_kernel(faulty, ops, device=task.device)
-    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun)
+    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun,
+                        output_digest=False)  # not stored: no per-cell hash of the output
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:
         clean = ctx.clean_run(c.layer, c.scale_mode)
