@@ -86,7 +86,7 @@ def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.T
 
 def _ranges(idx: torch.Tensor) -> str:
     """Compact ``[0-3, 7, 9-10]`` text of ascending indices."""
-    v = [int(i) for i in idx]
+    v = [int(i) for i in idx.tolist()]  # one conversion, not one per element
     out, i = [], 0
     while i < len(v):
         j = i
@@ -206,7 +206,8 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
             f"[{int(sel.min())}, {int(sel.max())}]")
     meta = dict(ops.meta or {})
     meta["fault_prepared"] = {"fault": fault, "coverage": coverage, "seed": int(seed),
-                              "rows": [int(i) for i in rows], "cols": [int(i) for i in cols],
+                              "rows": [int(i) for i in rows.tolist()],
+                              "cols": [int(i) for i in cols.tolist()],
                               "extra_k": int(extra), "operand_change": desc,
                               "window": bounds}
     new = replace(src, a=a2, b=b2, meta=meta)

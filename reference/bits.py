@@ -145,17 +145,40 @@ def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
     Raises:
         OperandError: dist is not an integer tensor.
     """
+    return histogram_dict(ulp_histogram_counts(dist).tolist())
+
+
+#: lower edges of the bins "0" .. ">256": ``bucketize(d, edges, right=True)``
+#: puts d in 1 .. 8 (0 for a negative d, counted nowhere, as before)
+_HIST_EDGES = (0, 1, 2, 3, 5, 9, 17, 257)
+_EDGE_TENSORS: dict = {}
+
+
+def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
+    """:func:`ulp_histogram` as an int64 [9] tensor of counts in
+    :data:`ULP_BINS` order, on ``dist``'s device, without reading anything
+    back (one ``bucketize`` + one ``bincount`` instead of a masked sum per
+    bin: a caller that reads several counts reads them in one transfer).
+
+    Raises:
+        OperandError: dist is not an integer tensor.
+    """
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
-    nan = d == NAN_DISTANCE
-    edges = [(0, 0), (1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 256)]
-    out: dict[str, int] = {}
-    for label, (lo, hi) in zip(ULP_BINS, edges):
-        out[label] = int(((d >= lo) & (d <= hi)).sum())
-    out[">256"] = int(((d > 256) & ~nan).sum())
-    out["nan"] = int(nan.sum())
-    return out
+    edges = _EDGE_TENSORS.get(d.device)
+    if edges is None:
+        edges = _EDGE_TENSORS[d.device] = torch.tensor(_HIST_EDGES, dtype=torch.int64,
+                                                       device=d.device)
+    idx = torch.bucketize(d, edges, right=True)
+    idx = torch.where(d == NAN_DISTANCE, torch.full_like(idx, 9), idx)  # "nan" (not ">256")
+    return torch.bincount(idx, minlength=10)[1:]
+
+
+def histogram_dict(counts) -> dict[str, int]:
+    """``{bin label: count}`` (Python ints) from the 9 counts of
+    :func:`ulp_histogram_counts` (a list or a tensor), in :data:`ULP_BINS` order."""
+    return {label: int(c) for label, c in zip(ULP_BINS, counts)}
 
 
 @contextlib.contextmanager

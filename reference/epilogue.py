@@ -127,6 +127,28 @@ def apply_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tens
         return _apply(acc, scale_a, scale_b, contract, bias, out_dtype)
 
 
+def cached_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                    contract: EpilogueContract, bias: Optional[torch.Tensor] = None,
+                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """:func:`apply_epilogue`, memoized inside a ``reference.memo.scope`` on
+    the identities of ``acc``, the scales and ``bias`` plus ``contract`` and
+    ``out_dtype`` (a pure function of them). The sweep asks for the same
+    reference of a layer's accumulator in every check of every cell. The
+    result is shared: callers must not write into it. Non-tensor scales are
+    never memoized (they have no identity to key on).
+
+    Args / Returns / Raises: as :func:`apply_epilogue`.
+    """
+    from reference import memo
+    if not (isinstance(acc, torch.Tensor) and isinstance(scale_a, torch.Tensor)
+            and isinstance(scale_b, torch.Tensor)
+            and (bias is None or isinstance(bias, torch.Tensor))):
+        return apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
+    return memo.cached(("epilogue", contract, out_dtype), (acc, scale_a, scale_b, bias),
+                       lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias,
+                                              out_dtype=out_dtype))
+
+
 def _apply(acc, scale_a, scale_b, contract, bias, out_dtype) -> torch.Tensor:
     x = acc_to_fp32(acc)
     if x.dim() != 2:

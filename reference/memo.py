@@ -101,13 +101,51 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     return val
 
 
+def moved(t, device):
+    """``t.to(device)``, memoized on ``t``'s identity and version inside a
+    scope (a kernel's output is compared on the references' device by several
+    checks and by the ground truth: one host-to-device copy, not one per
+    comparison). ``t`` itself when it is already there or not a tensor;
+    callers must not write into the result."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    dev = torch.device(device)
+    if t.device == dev or (dev.index is None and t.device.type == dev.type):
+        return t
+    return cached(("moved", str(dev)), (t,), lambda: t.to(dev))
+
+
 def note_copy(src, dst) -> None:
     """Record that ``dst`` (a fresh copy) has ``src``'s dtype, shape and
-    bits: its known digest becomes ``dst``'s too. No-op outside a scope."""
+    bits: its known digest becomes ``dst``'s too; when ``src``'s digest is
+    not known yet, ``dst`` remembers its source (:func:`copy_source`), so
+    whichever of the two is digested first, the other costs nothing (the
+    runner hands a kernel copies of a case's operands, and the kernel's
+    record of what it received is often digested before the case itself).
+    No-op outside a scope."""
     if not active() or not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        return
+    if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
         return
     store = _STATE["store"]
     hit = store.get(("digest", _ident(src)))
     if hit is None or not _alive(hit[0], (src,)):
+        store[("copyof", _ident(dst))] = ((weakref.ref(dst),), (weakref.ref(src), int(src._version)))
         return
     store[("digest", _ident(dst))] = ((weakref.ref(dst),), hit[1])
+
+
+def copy_source(t) -> Optional[torch.Tensor]:
+    """The tensor ``t`` was copied from (:func:`note_copy`), when both are
+    alive and neither was written since the copy (in-place version counters
+    unchanged); else None. Always None outside a scope."""
+    if not active() or not isinstance(t, torch.Tensor):
+        return None
+    hit = _STATE["store"].get(("copyof", _ident(t)))
+    if hit is None or not _alive(hit[0], (t,)):
+        return None
+    ref, version = hit[1]
+    src = ref()
+    if src is None or int(src._version) != version:
+        return None
+    return src

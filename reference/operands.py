@@ -108,7 +108,16 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     if t is None:
         return "none"
     from reference import memo
-    return memo.cached("digest", (t,), lambda: _digest(t))
+    return memo.cached("digest", (t,), lambda: _digest_or_source(t))
+
+
+def _digest_or_source(t: torch.Tensor) -> str:
+    """The digest of the tensor ``t`` is a fresh copy of (``reference.memo.copy_source``:
+    same dtype, shape and bits, so the same digest, memoized for both), else
+    :func:`_digest` of ``t`` itself."""
+    from reference import memo
+    src = memo.copy_source(t)
+    return _digest(t) if src is None else tensor_digest(src)
 
 
 def _digest(t: torch.Tensor) -> str:

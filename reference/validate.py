@@ -68,12 +68,22 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
 
 def _check_values(t: torch.Tensor, name: str) -> None:
     """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
+    from reference import memo
+    # both counts in one read-back, memoized per tensor inside a memo scope
+    # (the sweep validates the same scales in every kernel run of a layer)
+    counts = memo.cached("nonfinite", (t,), lambda: _nonfinite_counts(t))
     flat = t.detach().reshape(-1)
-    for what, mask in (("NaN", torch.isnan(flat)), ("inf", torch.isinf(flat))):
-        cnt = int(mask.sum())
+    for what, cnt, fn in (("NaN", counts[0], torch.isnan), ("inf", counts[1], torch.isinf)):
         if cnt:
-            first = int(mask.nonzero()[0, 0])
+            first = int(fn(flat).nonzero()[0, 0])
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
+
+
+def _nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
+    """``(NaN count, +-inf count)`` of ``t``, read back together."""
+    flat = t.detach().reshape(-1)
+    n = torch.stack([torch.isnan(flat).sum(), torch.isinf(flat).sum()]).tolist()
+    return int(n[0]), int(n[1])
 
 
 def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:

@@ -102,6 +102,26 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     return exact_int_mm(ops.a, ops.b)
 
 
+def _per_tensor(kind: str, t: Tensor, fn):
+    """``fn(t)`` memoized on ``t`` inside a ``reference.memo`` scope: the
+    exact accumulator and the bound of a sweep layer are the same tensors in
+    every cell, so their maxima are read back from the device once."""
+    from reference import memo
+    return memo.cached(kind, (t,), lambda: fn(t))
+
+
+def _max_abs(t: Tensor) -> int:
+    return int(t.abs().max()) if t.numel() else 0
+
+
+def _max(t: Tensor) -> int:
+    return int(t.max()) if t.numel() else 0
+
+
+def _copy_worst(w: dict) -> dict:
+    return dict(w, index=list(w["index"]))  # the memoized dict is never handed out
+
+
 def _worst(t: Tensor) -> dict:
     a = t.to(torch.int64).abs()
     w = int(a.reshape(-1).argmax())
@@ -140,13 +160,14 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
     a, b = ops.a, ops.b  # on their own device, like ``exact`` (reference.accumulate)
-    cheap = int(accumulator_bound(a, b))
+    from reference import memo
+    cheap = memo.cached("bound_cheap", (a, b), lambda: int(accumulator_bound(a, b)))
     tight = accumulator_row_col_bound(a, b)
-    tight_max = int(tight.max()) if tight.numel() else 0
+    tight_max = _per_tensor("max", tight, _max)
     ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": cheap,
                 "bound_tight_max": tight_max,
-                "exact_max_abs": int(exact.abs().max()) if exact.numel() else 0,
-                "worst_exact": _worst(exact) if exact.numel() else None,
+                "exact_max_abs": _per_tensor("max_abs", exact, _max_abs),
+                "worst_exact": _copy_worst(_per_tensor("worst", exact, _worst)) if exact.numel() else None,
                 "acc_source": obs.source, "operand_digests": ops.digests()}
     if obs.manifest:
         ev["acc_manifest"] = {k: obs.manifest.get(k) for k in ("path", "device", "padded")}
@@ -231,7 +252,7 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
           "max_abs": int(t64.abs().max()) if t64.numel() else 0, "n_at_or_over": n_over,
           "n_elements": int(t64.numel()),
           "worst": _worst(t64) if t64.numel() else None,
-          "bound_tight_max": int(tight.max()) if tight.numel() else 0,
+          "bound_tight_max": _per_tensor("max", tight, _max),
           "operand_digests": ops.digests()}
     if n_over:
         ev["failure_kind"] = "precondition"

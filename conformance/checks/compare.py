@@ -13,7 +13,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from reference.bits import NAN_DISTANCE, bits_of, spacing_distance, ulp_histogram
+from reference.bits import (NAN_DISTANCE, bits_of, histogram_dict, spacing_distance,
+                            ulp_histogram_counts)
 
 
 def _num(x: float):
@@ -145,16 +146,6 @@ def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
     return differ, signed_zero
 
 
-def _histogram(dist: Tensor) -> dict:
-    """``reference.bits.ulp_histogram`` of ``dist``, binning only the nonzero
-    distances (almost every element of a conformant output is 0, and binning
-    is the costliest step of a comparison); same result."""
-    nz = dist[dist != 0]
-    h = ulp_histogram(nz)
-    h["0"] = int(dist.numel() - nz.numel())
-    return h
-
-
 def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
                  exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                  max_listed: int = 5) -> tuple[int, dict]:
@@ -188,7 +179,8 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
     """
     # on ref's device (the CPU for CPU references, the GPU for the sweep's
     # on-device references): integer bit arithmetic, the same result anywhere
-    out = out.to(ref.device)
+    from reference import memo
+    out = memo.moved(out, ref.device)  # one copy per output inside a memo scope (the sweep)
     if mask is not None:
         mask = mask.to(ref.device)
     dist = spacing_distance(out, ref)
@@ -197,21 +189,29 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
         dist = torch.where(mask, dist, torch.zeros_like(dist))
         differ = differ & mask
         szero = szero & mask
-    n_compared = int(dist.numel() if mask is None else mask.sum())
     over = differ if tol_ulp == 0 else dist > tol_ulp
-    n_over = int(over.sum())
     flat = dist.reshape(-1)
-    hist_src = flat if mask is None else flat[mask.reshape(-1)]
+    # every headline count in one read-back (one device sync on a GPU, not ten)
+    z = torch.zeros((), dtype=torch.int64, device=flat.device)
+    # masked-out elements become -1, which no bin counts (distances are >= 0):
+    # no boolean indexing, whose result size would need a sync of its own
+    hist = ulp_histogram_counts(flat if mask is None else
+                                torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1)))
+    counts = torch.cat([torch.stack([
+        mask.sum() if mask is not None else z, over.sum(), (dist > 0).sum(), differ.sum(),
+        szero.sum(), flat.max().to(torch.int64) if flat.numel() else z]), hist]).tolist()
+    n_masked, n_over, n_differ, n_bits, n_szero, max_ulp = counts[:6]
+    n_over = int(n_over)
     ev: dict = {
         "n_elements": int(dist.numel()),
-        "n_compared": n_compared,
-        "n_differ": int((dist > 0).sum()),
-        "n_bits_differ": int(differ.sum()),
-        "n_signed_zero": int(szero.sum()),
+        "n_compared": int(dist.numel() if mask is None else n_masked),
+        "n_differ": int(n_differ),
+        "n_bits_differ": int(n_bits),
+        "n_signed_zero": int(n_szero),
         "n_over_tol": n_over,
         "tol_ulp": int(tol_ulp),
-        "max_ulp": int(flat.max()) if flat.numel() else 0,
-        "ulp_histogram": _histogram(hist_src),
+        "max_ulp": int(max_ulp),
+        "ulp_histogram": histogram_dict(counts[6:]),
     }
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
@@ -233,7 +233,8 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
             worst.update(element_context(ops, i, j, exact))
         ev["worst"] = worst
         idx = over.nonzero()[:max_listed].tolist() if n_over else []
-        ev["first_over_tol"] = [[int(a), int(b), int(dist[a, b])] for a, b in idx]
+        ulps = dist[[a for a, _ in idx], [b for _, b in idx]].tolist() if idx else []
+        ev["first_over_tol"] = [[int(a), int(b), int(u)] for (a, b), u in zip(idx, ulps)]
     if ops is not None:
         ev["operand_digests"] = ops.digests()
     return n_over, ev

@@ -56,6 +56,7 @@ from torch import Tensor
 from conformance.checks.compare import compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator
 from conformance.checks.result import CheckResult, not_applicable
+from reference import memo
 from reference.contract import SCALE_ORDERS, EpilogueContract
 
 C5, C6, C8 = "C5", "C6", "C8"
@@ -92,10 +93,12 @@ def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = 
         (IEEE float32 element-wise operations, the same bits on any device:
         ``tests/conformance/checks/test_device_references.py``).
     """
-    from reference.epilogue import apply_epilogue
+    from reference.epilogue import cached_epilogue
     x = acc.acc if acc is not None else _exact(ops, exact)
-    return apply_epilogue(x, ops.scale_a, ops.scale_b, contract, bias=ops.bias,
-                          out_dtype=ops.out_dtype)
+    # memoized inside a reference.memo scope (the sweep): the same reference
+    # serves every check of every cell of a layer
+    return cached_epilogue(x, ops.scale_a, ops.scale_b, contract, bias=ops.bias,
+                           out_dtype=ops.out_dtype)
 
 
 def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
@@ -106,7 +109,7 @@ def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
     ref = reference_output(ops, contract, acc=dacc)
     if dacc.alternative is None or not dacc.n_at_risk or not isinstance(out, Tensor):
         return ref
-    out = out.to(ref.device)
+    out = memo.moved(out, ref.device)
     from reference.bits import spacing_distance
     alt = reference_output(ops, contract, acc=DeclaredAccumulator(
         dacc.alternative, dacc.defined, dacc.at_risk, dacc.behaviour))
@@ -235,7 +238,7 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
         ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
         ev.update(dacc.evidence())
         return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
-    out = run.output.to(exact.device)  # compared where the reference lives
+    out = memo.moved(run.output, exact.device)  # compared where the reference lives
     ref = accepted_reference(out, ops, spec.contract, dacc)
     n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=mask)
     ev["contract"] = spec.contract.to_dict()
@@ -281,7 +284,7 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
         return early
     exact = _exact(ops, exact)
     dacc = _declared(spec, ops, exact)
-    out = run.output.to(exact.device)  # compared where the reference lives
+    out = memo.moved(run.output, exact.device)  # compared where the reference lives
     bp = spec.contract.bias_point
     refs = [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
             for o in SCALE_ORDERS]
@@ -322,7 +325,7 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
         return early
     exact = _exact(ops, exact)
     dacc = _declared(spec, ops, exact)
-    out = run.output.to(exact.device)  # compared where the reference lives
+    out = memo.moved(run.output, exact.device)  # compared where the reference lives
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
     ref = accepted_reference(out, ops, c, dacc)
     n_over, ev = compare_bits(out, ref, 1, ops, exact,

@@ -31,7 +31,7 @@ the orders that add all positives first / all negatives first reach ``P`` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -63,16 +63,22 @@ class DeclaredAccumulator:
     at_risk: Tensor
     behaviour: str
     alternative: Optional[Tensor] = None
+    #: the two counts, once known (no device read-back per question)
+    _counts: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_at_risk(self) -> int:
         """Elements where some summation order leaves int32."""
-        return int(self.at_risk.sum())
+        if "at_risk" not in self._counts:
+            self._counts["at_risk"] = int(self.at_risk.sum())
+        return self._counts["at_risk"]
 
     @property
     def n_undefined(self) -> int:
         """Elements excluded because the declaration leaves them undefined."""
-        return int((~self.defined).sum())
+        if "undefined" not in self._counts:
+            self._counts["undefined"] = int((~self.defined).sum())
+        return self._counts["undefined"]
 
     def evidence(self) -> dict:
         """JSON-able counts for a check's evidence (empty when nothing is at risk)."""
@@ -115,12 +121,22 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
     """
     if behaviour not in OVERFLOW_BEHAVIOURS:
         raise ValueError(f"overflow behaviour {behaviour!r} is not one of {OVERFLOW_BEHAVIOURS}")
+    from reference import memo
+    # a pure function of (a, b, exact, behaviour): every output check of a
+    # sweep cell asks for it (memoized inside a reference.memo scope only)
+    return memo.cached(("declared", behaviour), (ops.a, ops.b, exact),
+                       lambda: _declared_accumulator(ops, exact, behaviour))
+
+
+def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
+    """:func:`declared_accumulator` computed (no memo)."""
     exact = exact.to(torch.int64)
     # cheap exit: |exact| <= K * 2**14 < 2**31 for K < 131072, the usual case
     k = int(ops.a.shape[1])
     if k * 16384 <= INT32_MAX:
         none = torch.zeros_like(exact, dtype=torch.bool)
-        return DeclaredAccumulator(exact, ~none, none, behaviour)
+        return DeclaredAccumulator(exact, ~none, none, behaviour,
+                                   _counts={"at_risk": 0, "undefined": 0})
     p, q = positive_negative_sums(ops.a.to(exact.device), ops.b.to(exact.device), exact)
     at_risk = (p > INT32_MAX) | (q > -INT32_MIN)
     acc = exact.clone()

@@ -67,7 +67,9 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="Dask distributed scheduler (needs the 'dist' extra); overrides --workers")
     p.add_argument("--workers", type=non_negative_int, default=0, metavar="N",
-                   help="local worker processes (default 0 = one per core; 1 = serial)")
+                   help="local worker processes (default 0: one per GPU when the kernel runs on "
+                        "CUDA -- a single GPU runs serially in this process, since processes "
+                        "sharing one GPU are slower than one -- else one per core; 1 = serial)")
     p.add_argument("--c7-windows", type=positive_int, default=8, metavar="N",
                    help="C7 held-out windows per model cell (default 8)")
     p.add_argument("--c7-window-len", type=positive_int, default=128, metavar="T",
@@ -196,7 +198,12 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
                   f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
                   + (f" ({before} cells already stored)" if before else ""))
-        st = run_cells(tasks, store, workers=args.workers, scheduler=args.scheduler, quiet=args.quiet)
+        workers, gpus = args.workers, ()
+        if not workers and not args.scheduler:
+            from conformance.sweep.distributed import default_workers
+            workers, gpus = default_workers(kernel, args.device)
+        st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler, quiet=args.quiet,
+                       gpus=gpus)
         runs = _runs(store, st)
         if not args.quiet:
             print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "

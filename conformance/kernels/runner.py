@@ -165,6 +165,38 @@ def _bits_equal(x: Tensor, y: Tensor) -> bool:
     return bool(torch.equal(x.view(it), y.view(it)))
 
 
+#: the unit scale ``run_int_mm`` validates ``a`` and ``b`` with (one object, so
+#: its value check is memoized inside a ``reference.memo`` scope; never written)
+_ONE = torch.ones((), dtype=torch.float32)
+
+
+def _differing(originals: dict, given: dict) -> list:
+    """Names of the operands whose copy in ``given`` no longer has the bits of
+    the original (dtype, shape, bits; NaN payloads and the sign of zero
+    count, as :func:`_bits_equal`). The per-operand verdicts are read back
+    together: one device sync on a GPU instead of one per operand."""
+    names, flags = [], []
+    bad = []
+    for k, v in originals.items():
+        if v is None:
+            continue
+        g = given[k]
+        it = _INT_VIEW.get(v.element_size())
+        if (v.dtype != g.dtype or tuple(v.shape) != tuple(g.shape) or it is None
+                or v.dtype == torch.bool or v.device != g.device):
+            if not _bits_equal(v, g):
+                bad.append(k)
+            continue
+        names.append(k)
+        flags.append((v.view(it) != g.view(it)).any())
+    if flags:
+        same = all(f.device == flags[0].device for f in flags)
+        vals = torch.stack(flags).tolist() if same else [bool(f) for f in flags]
+        bad += [k for k, f in zip(names, vals) if f]
+    order = list(originals)
+    return sorted(bad, key=order.index)
+
+
 def _clone_operands(named: dict, dense=frozenset()) -> dict:
     """Copies handed to the kernel, None stays None: for names in ``dense``
     (a kernel that declares ``contiguous_only`` for them) contiguous copies,
@@ -202,8 +234,7 @@ def _modified(originals: dict, given: dict, man: dict) -> Optional[str]:
     """Error line when the kernel wrote into any operand it was handed
     (``given`` vs the untouched ``originals``); the names go to
     ``manifest["extra"]["modified_operands"]``."""
-    bad = [k for k, v in originals.items()
-           if v is not None and not _bits_equal(v, given[k])]
+    bad = _differing(originals, given)
     if not bad:
         return None
     man["extra"]["modified_operands"] = bad
@@ -353,8 +384,7 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     """
     from reference.validate import validate_operands
 
-    one = torch.ones((), dtype=torch.float32)
-    m, _, n = validate_operands(a, b, one, one)
+    m, _, n = validate_operands(a, b, _ONE, _ONE)
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
     if spec.int_mm is None:

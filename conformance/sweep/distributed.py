@@ -79,28 +79,65 @@ def _progress(total: int, quiet: bool):
                     disable=quiet, refresh_per_second=4)
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, gpu_queue=None) -> None:
     os.environ["INT8CONF_SWEEP_THREADS"] = str(threads)
+    if gpu_queue is not None:
+        # one GPU per worker process: pinned before CUDA is initialised here
+        import queue
+        try:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_queue.get(timeout=5))
+        except queue.Empty:  # a replacement worker: no GPU left to pin, keep the default
+            pass
     import torch
     torch.set_num_threads(threads)
+
+
+def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
+    """``(workers, gpus)`` for ``--workers 0`` (the default).
+
+    When the kernel runs on CUDA (``conformance.kernels.runner.pick_device``
+    with ``device``): one worker process per GPU -- ``(1, ())`` on a
+    single-GPU machine or for an explicit ``cuda:N`` (serial, in this
+    process), ``(n, (0, .., n-1))`` with ``n`` visible GPUs, each worker
+    pinned to its own GPU. Several processes sharing one GPU time-slice their
+    CUDA contexts: on the H200, 16 processes were 30x slower per cell than
+    one (reports/sweep/h200-paper-scale/NOTE.md), slower in total than one
+    process. Otherwise ``(os.cpu_count(), ())``: one process per core.
+
+    Args:
+        kernel: the KernelSpec; device: ``--device`` (None = auto).
+    """
+    import torch
+    from conformance.kernels.runner import pick_device
+    dev, _ = pick_device(kernel, device)
+    if dev is not None and torch.device(dev).type == "cuda":
+        n = torch.cuda.device_count()
+        if torch.device(dev).index is not None or n <= 1:
+            return 1, ()
+        return n, tuple(range(n))
+    return os.cpu_count() or 1, ()
 
 
 def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
               scheduler: Optional[str] = None, quiet: bool = False,
               on_stored: Optional[Callable[[int], None]] = None,
-              cluster=None) -> RunStats:
+              cluster=None, gpus: Sequence[int] = ()) -> RunStats:
     """Compute every task not yet in ``store`` and store the results.
 
     Args:
         tasks: cells of one sweep.
         store: the open store (single writer: this process).
         workers: local processes; 0 = one per core (``os.cpu_count()``);
-            1 = serial in this process.
+            1 = serial in this process (:func:`default_workers` gives the
+            command's default: one per GPU when the kernel runs on CUDA).
         scheduler: Dask scheduler address (``tcp://HOST:8786``); overrides ``workers``.
         quiet: no progress bar.
         on_stored: called with the running count after each stored cell.
         cluster: an existing ``dask.distributed`` cluster object (tests:
             ``LocalCluster``); overrides ``scheduler`` and ``workers``.
+        gpus: GPU indices, one per local worker process (``workers`` must
+            equal their number): worker ``i`` sees only its GPU
+            (``CUDA_VISIBLE_DEVICES``); empty: no pinning.
 
     Returns:
         RunStats.
@@ -138,12 +175,18 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                 store_one(run_unit(u))
         else:
             nw = min(nw_local, len(units))
-            st.executor = f"local process pool, {nw} workers x 1 thread"
             from concurrent.futures import ProcessPoolExecutor, as_completed
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch init is unsafe
+            gpu_queue = None
+            if gpus:
+                gpu_queue = ctx.Queue()
+                for g in list(gpus)[:nw]:
+                    gpu_queue.put(int(g))
+            st.executor = (f"local process pool, {nw} workers x 1 thread"
+                           + (f", one per GPU {list(gpus)[:nw]}" if gpus else ""))
             with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(1,)) as ex:
+                                     initargs=(1, gpu_queue)) as ex:
                 futs = [ex.submit(run_unit, u) for u in units]
                 try:
                     for f in as_completed(futs):

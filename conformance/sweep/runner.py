@@ -137,16 +137,19 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
 
 
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
-    """A fresh copy of the capture operands of ``layer`` in ``scale_mode``."""
-    from reference.operands import GemmOperands
+    """A fresh copy of the capture operands of ``layer`` in ``scale_mode``
+    (``copy_keep_layout``: same layout and bits, and inside a
+    ``reference.memo`` scope a digest already taken of the source -- the
+    weight digests checked against the capture manifest -- carries over)."""
+    from reference.operands import GemmOperands, copy_keep_layout
     o = None
     if spec.checkpoint_dirs:
         o = _layer_ops_direct(spec, scale_mode, layer)
     if o is None:
         o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
-    return GemmOperands(a=o.a.clone(), b=o.b.clone(), scale_a=o.scale_a.clone(),
-                        scale_b=o.scale_b.clone(),
-                        bias=None if o.bias is None else o.bias.clone(), out_dtype=o.out_dtype,
+    return GemmOperands(a=copy_keep_layout(o.a), b=copy_keep_layout(o.b),
+                        scale_a=copy_keep_layout(o.scale_a), scale_b=copy_keep_layout(o.scale_b),
+                        bias=copy_keep_layout(o.bias), out_dtype=o.out_dtype,
                         name=o.name, scale_mode=scale_mode, meta=dict(o.meta, source="capture"))
 
 
@@ -181,8 +184,9 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
         counts over elements whose bits differ (NaN pairs count as differ
         and in none of the three classes).
     """
+    from reference import memo
     from reference.bits import bits_of
-    out = out.to(ref.device)
+    out = memo.moved(out, ref.device)
     o, r = out.to(torch.float64), ref.to(torch.float64)
     differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
     o, r = o.reshape(-1)[differ], r.reshape(-1)[differ]
@@ -258,7 +262,8 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
     frun = run_kernel(faulty, ops, device=task.device)
-    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun)
+    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun,
+                        output_digest=False)  # not stored: no per-cell hash of the output
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:
         clean = ctx.clean_run(c.layer, c.scale_mode)

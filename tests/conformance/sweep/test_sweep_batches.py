@@ -90,3 +90,32 @@ def test_on_the_gpu_a_layer_batch_with_device_references_stores_what_cpu_referen
         one_by_one = [run_task(SweepTask(c, spec)) for c in cells]
         assert [_key(x) for x in batch] == [_key(x) for x in one_by_one]
         assert {r["check_id"]: r["evidence"].get("max_ulp") for r in batch[3].rows}["C8"] >= 1  # F4
+
+
+def test_default_workers_one_process_per_gpu_on_cuda_one_per_core_otherwise(monkeypatch):
+    import os
+    import torch
+    from conformance.kernels.registry import get_kernel
+    from conformance.sweep.distributed import default_workers
+    assert default_workers(get_kernel("cpu")) == (os.cpu_count() or 1, ())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    tri = get_kernel("triton")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert default_workers(tri) == (1, ())           # one GPU: serial, in this process
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert default_workers(tri) == (4, (0, 1, 2, 3))  # one pinned worker per GPU
+    assert default_workers(tri, "cuda:2") == (1, ())
+    assert default_workers(tri, "cpu") == (os.cpu_count() or 1, ())
+    assert default_workers(get_kernel("cpu")) == (os.cpu_count() or 1, ())
+
+
+def test_a_pool_worker_takes_one_gpu_from_the_queue(monkeypatch):
+    import queue
+    from conformance.sweep import distributed
+    q = queue.Queue()
+    q.put(3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    distributed._init_worker(1, q)
+    import os
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"

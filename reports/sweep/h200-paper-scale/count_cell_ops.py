@@ -1,0 +1,61 @@
+"""Deterministic per-cell cost proxy of the sweep (issue 7c, NOTE.md): aten ops
+(kernel launches on a GPU) and scalar read-backs (_local_scalar_dense / equal /
+is_nonzero / nonzero: a host-device sync each on a GPU) per layer cell, per fault,
+counted with a TorchDispatchMode on the default model's captures.
+
+Usage (repository root, PYTHONPATH=.):
+  python reports/sweep/h200-paper-scale/count_cell_ops.py KERNEL LAYERS FAULTS [v] [w|all]
+  e.g. ... count_cell_ops.py triton 1 F1,F2,F3,F4,F5,F6,F7,F8,F9
+  ``v``: the most frequent ops; ``w``: where the read-backs come from (``all``: every op).
+"""
+import sys, collections
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from conformance.commands.sweep import _checkpoint_dirs
+from conformance.kernels.registry import get_kernel
+from conformance.sweep.cells import SweepSpec, layer_cells
+from conformance.sweep.runner import SweepTask, batches, run_unit
+import conformance.sweep.runner as R
+from reference.model.capture import default_capture_set
+from reference.model.assets import default_model_dir
+WHERE = collections.Counter() if len(sys.argv) > 5 else None
+ALL = len(sys.argv) > 5 and sys.argv[5] == 'all'
+SYNC = {"_local_scalar_dense", "equal", "is_nonzero", "item", "nonzero", "masked_select", "_to_copy"}
+class Count(TorchDispatchMode):
+    def __init__(self): super().__init__(); self.ops = 0; self.sync = 0; self.by = collections.Counter()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        name = func.overloadpacket.__name__
+        self.by[name] += 1
+        if name in ("_local_scalar_dense", "equal", "is_nonzero", "nonzero"):
+            self.sync += 1
+        if WHERE is not None and (ALL or name in ("_local_scalar_dense", "equal", "is_nonzero", "nonzero")):
+            if True:
+                import traceback
+                fr = [f for f in traceback.extract_stack(limit=12)[:-2] if "/torch/" not in f.filename]
+                WHERE[" <- ".join(f"{f.filename.rsplit('/',1)[-1]}:{f.lineno}:{f.name}" for f in fr[-3:][::-1])] += 1
+        return func(*args, **(kwargs or {}))
+kernel = sys.argv[1]; layers = [int(x) for x in sys.argv[2].split(",")]; faults = sys.argv[3].split(",")
+cs = default_capture_set(); names = cs.layer_names()
+spec = SweepSpec(kernel=kernel, kernel_digest=get_kernel(kernel).source_digest, capture_dir=str(cs.dir),
+                 capture_digest="x", model_dir=str(default_model_dir()), c7={}, model_checks=False,
+                 checkpoint_dirs=_checkpoint_dirs(cs, ["own", "pow2"]))
+cells = layer_cells([names[i] for i in layers], faults, ["one", "1%", "all"], ["own", "pow2"], [0])
+units = batches([SweepTask(c, spec, None) for c in cells])
+orig = R.run_layer_cell
+stats = collections.defaultdict(lambda: [0, 0, 0]); tot = collections.Counter()
+def counted(task, ctx=None):
+    with Count() as c:
+        out = orig(task, ctx)
+    s = stats[task.cell.fault]; s[0] += 1; s[1] += c.ops; s[2] += c.sync; tot.update(c.by)
+    return out
+R.run_layer_cell = counted
+for u in units:
+    run_unit(u)
+n = sum(s[0] for s in stats.values())
+print("per cell (aten ops / scalar read-backs):", " ".join(f"{f}:{s[1]//s[0]}/{s[2]//s[0]}" for f, s in sorted(stats.items())),
+      f"| all: {sum(s[1] for s in stats.values())/n:.0f}/{sum(s[2] for s in stats.values())/n:.1f}")
+if len(sys.argv) > 4: print([(k, round(v / n, 1)) for k, v in tot.most_common(25)])
+
+if WHERE is not None:
+    for k, v in WHERE.most_common(45): print(round(v / n, 2), k)
