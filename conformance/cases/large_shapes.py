@@ -4,13 +4,15 @@ Serving kernels dispatch on shape: a prefill bucket for large M, a wide-N
 tile configuration, split-K for long reductions at small M. A bug on such a
 path is invisible to every case that stays below its threshold, so this
 family puts a few rows / columns / K elements beyond the usual thresholds and
-keeps the other dimensions small (the Triton interpreter runs them in a few
-seconds in all). Three variants, 18 cases:
+keeps the other dimensions small (the Triton interpreter runs the 17 cases in
+about 10 s on 2 cores). Three variants, 17 cases:
 
 * ``prefill_M<m>``: epilogue-discriminating (scale-order tie) accumulators
   (``conformance.cases.synthetic.pick_ties`` / ``realize_acc``, N = 24,
-  K = 768) at M = 128, 129, 257, 513 (bfloat16) and M = 129, 257 (float16):
-  both sides of the usual 128-row bucket edge, the 256 edge, and beyond 512.
+  K = 768) at M = 128, 129, 257 (bfloat16) and M = 129, 257 (float16):
+  both sides of the usual 128-row bucket edge and beyond the 256 edge (the
+  largest M bucket of common dispatch tables; M = 513 was left out for the
+  Triton interpreter's time budget).
   About 3/4 of the elements give different bits under the scale orders
   a_then_w and w_then_a, so a large-M path that applies the scales in
   another order than declared is caught by C8 (and C6 where the difference
@@ -60,7 +62,7 @@ from reference.operands import GemmOperands
 FAMILY = "large_shapes"
 #: (M, output dtype) of the prefill tie cases.
 PREFILL = ((128, torch.bfloat16), (129, torch.bfloat16), (257, torch.bfloat16),
-           (513, torch.bfloat16), (129, torch.float16), (257, torch.float16))
+           (129, torch.float16), (257, torch.float16))
 PREFILL_N = 24
 #: (N, M, bias) of the wide-N cases, one per (mode, out_dtype) of GRID.
 WIDE = ((257, 1, True), (300, 2, True), (520, 3, False),
@@ -151,7 +153,7 @@ def splitk_case(i: int, seed: int = 0) -> GemmOperands:
 
 
 def large_shapes_family(seed: int = 0) -> list[GemmOperands]:
-    """``large_shapes``: 6 prefill, 6 wide-N and 6 split-K cases (18)."""
+    """``large_shapes``: 5 prefill, 6 wide-N and 6 split-K cases (17)."""
     return ([prefill_case(m, dt, seed) for m, dt in PREFILL]
             + [wide_n_case(i, seed) for i in range(len(WIDE))]
             + [splitk_case(i, seed) for i in range(len(SPLITK))])
