@@ -41,6 +41,11 @@ says which layouts were not covered. Without it the kernel must accept every
 layout of the contract (row-major with leading stride >= K, ``b`` also as a
 transposed [K, N] view, strided scales).
 
+A bad ``@declare(...)`` argument does not break the module's import (which
+would make every kernel of the module unloadable): the function carries an
+:class:`InvalidDeclaration`, and loading it raises KernelLoadError naming
+the function, the field and the value; the module's other kernels load.
+
 A callable with no contract is refused (KernelLoadError): check C8 and the
 reference emulation need the declared epilogue. For a callable you cannot
 decorate (e.g. a compiled op), put the declaration in the name with a query
