@@ -26,8 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.commands._options import (non_negative_int, parent_model_dir_arg, positive_int,
-                                           seed_int)
+from conformance.commands._options import parent_model_dir_arg, positive_int, seed_int
 
 DEFAULT_KERNELS = "cpu,triton"
 
