@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from reference.errors import Int8confError, OperandError
-from conformance.commands._options import positive_int
+from conformance.commands._options import positive_int, seed_int
 
 
 # ------------------------------------------------------------------ helpers
@@ -378,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="dtype of the float model whose hash is shown next to the integer one")
     sp.add_argument("--no-float", action="store_true", help="skip the float model column")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
-    sp.add_argument("--seed", type=int, default=0, help="seed of the random co-prompts")
+    sp.add_argument("--seed", type=seed_int, default=0,
+                    help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
     sp.add_argument("--context-tokens", type=int, default=-1,
                     help="whole-context table length (-1: the model's maximum, 0: skip)")
     sp.add_argument("--context-token-by-token", action="store_true",

@@ -13,7 +13,8 @@ from dataclasses import dataclass, asdict
 from typing import Optional
 
 from faults.catalogue import FAULTS, get_fault
-from reference.errors import Int8confError
+from reference.errors import Int8confError, SeedError
+from reference.seeds import check_seed
 
 #: Coverage severities (DESIGN.md section 5): one element, 1 % of elements, all elements.
 COVERAGES: tuple[str, ...] = ("one", "1%", "all")
@@ -129,7 +130,7 @@ def make_injection(fault: str, coverage: str = "all", seed: int = 0,
     Args:
         fault: id, name, or ``F9.<variant>``.
         coverage: see :func:`parse_coverage`.
-        seed: int >= 0 (bool rejected).
+        seed: int in [0, 2**63 - 1] (``reference.seeds``; bool rejected).
         variant: F9 variant (overrides one given in ``fault``); default
             ``pow2_scales`` for F9, must be None otherwise.
         prepared: see :class:`Injection`.
@@ -142,8 +143,12 @@ def make_injection(fault: str, coverage: str = "all", seed: int = 0,
         _, v = fault_id(f"{fid}.{variant}")
     if fid == "F9" and v is None:
         v = F9_VARIANTS[0]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, int):
         raise FaultError(f"seed must be an integer >= 0, got {seed!r}")
+    try:
+        seed = check_seed(seed)
+    except SeedError as e:
+        raise FaultError(str(e)) from None
     return Injection(fid, parse_coverage(coverage), int(seed), v, bool(prepared))
 
 
@@ -156,7 +161,8 @@ def parse_injection(text: str) -> Injection:
     ``FAULT`` is an id (``F4``), a catalogue name (``output_truncation``) or
     ``F9.<variant>``; ``COVERAGE`` is ``one``, ``1%`` (or ``1pct``) or ``all``
     (default ``all``); ``SEED`` an integer >= 0 (default 0). Examples:
-    ``F4:all``, ``output_truncation:1%``, ``F9.transposed:one:7``.
+    ``F4:all``, ``output_truncation:1%``, ``F9.transposed:one:7``. Seeds lie in
+    [0, 2**63 - 1] (``reference.seeds``).
 
     Raises:
         FaultError: one line saying what is wrong and what is expected.

@@ -37,3 +37,8 @@ class CaptureError(Int8confError, ValueError):
 class PredictionError(Int8confError, ValueError):
     """A prediction matrix, lock file or amendment is malformed or its digest
     does not match its lock."""
+
+
+class SeedError(Int8confError, ValueError):
+    """A seed given by the user is not an integer in the accepted range
+    (``reference.seeds``)."""

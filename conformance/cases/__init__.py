@@ -8,8 +8,9 @@
   (``"family"``): accumulator (:mod:`~conformance.cases.accumulator`),
   output (:mod:`~conformance.cases.outputs`), alignment and shape
   (:mod:`~conformance.cases.alignment`), epilogue ties at every M
-  (:mod:`~conformance.cases.ties`) and operand layouts
-  (:mod:`~conformance.cases.layouts`);
+  (:mod:`~conformance.cases.ties`), operand layouts
+  (:mod:`~conformance.cases.layouts`) and size-dependent paths (large M,
+  wide N, split-K; :mod:`~conformance.cases.large_shapes`);
 * :mod:`conformance.cases.captures`: replay of real layer captures
   (``"capture"``) and :func:`case_id`.
 

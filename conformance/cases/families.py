@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 from conformance.cases.accumulator import (int32_overflow_family, large_acc_family,
                                            partial_sums_family)
 from conformance.cases.alignment import extreme_pairs_family, k_residues_family, m_n_edges_family
+from conformance.cases.large_shapes import large_shapes_family
 from conformance.cases.layouts import layouts_family
 from conformance.cases.outputs import (bias_cancel_family, negative_scales_family,
                                        overflow_inf_family, signed_zero_family,
@@ -37,6 +38,10 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "m_n_edges": (m_n_edges_family, "M = 1..17, N and K around tile edges, (17, 16, 16)"),
     "ties": (ties_family, "scale-order ties at M = 1..17, 64, 96"),
     "layouts": (layouts_family, "padded a, transposed / padded b, strided scales and bias"),
+    "large_shapes": (large_shapes_family,
+                     "size-dependent paths: scale-order ties at M = 128..513, N > 256 with a "
+                     "partial last tile and bias, split-K shapes (K = 8195, M <= 16) with "
+                     "partial sums >= 2^25 and an odd small acc"),
 }
 
 

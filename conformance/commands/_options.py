@@ -31,6 +31,22 @@ non_negative_int = _int_at_least(0)
 positive_int = _int_at_least(1)
 
 
+def seed_int(text: str) -> int:
+    """argparse ``type`` for a seed: an integer in [0, 2**63 - 1]
+    (``reference.seeds.check_seed``).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, negative or too large
+            (argparse prints one error line naming the seed and exits 2).
+    """
+    from reference.errors import SeedError
+    from reference.seeds import check_seed
+    try:
+        return check_seed(text)
+    except SeedError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def positive_seconds(text: str) -> float:
     """argparse ``type`` for a timeout in seconds: a float > 0.
 

@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.commands._options import positive_int, positive_seconds
+from conformance.commands._options import positive_int, positive_seconds, seed_int
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
 
 
@@ -45,8 +45,8 @@ def register(subparsers) -> None:
                    help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
     p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),
                    help="elements --fault touches: one, 1%% or all (default all)")
-    p.add_argument("--fault-seed", type=int, default=0,
-                   help="seed that picks the faulted elements (default 0)")
+    p.add_argument("--fault-seed", type=seed_int, default=0,
+                   help="seed that picks the faulted elements, 0 .. 2**63-1 (default 0)")
     p.add_argument("--out", default="reports/gate", metavar="DIR",
                    help="where gate.json, gate.md, junit.xml, repro/ and logs/ go "
                         "(default reports/gate)")

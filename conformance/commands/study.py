@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.commands._options import non_negative_int, parent_model_dir_arg, positive_int
+from conformance.commands._options import parent_model_dir_arg, positive_int, seed_int
 
 DEFAULT_KERNELS = "cpu,triton"
 
@@ -81,7 +81,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", type=positive_int, help="fixed prompts for generation, 1-8 (default 8)")
     p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default 64)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (>= 10000)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="bootstrap seed, 0 .. 2**63-1 (default 0)")
     p.add_argument("--level", type=float, default=0.9, help="confidence level (default 0.9)")
     p.add_argument("--fresh-process", choices=("none", "a", "both"),
                    help="kernels that repeat their generation in a fresh process (default cpu a, cuda both)")

@@ -168,10 +168,8 @@ def run(args: argparse.Namespace) -> int:
     bad = [c for c in covs if c not in COVERAGES]
     if bad:
         raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
-    try:
-        seeds = [int(s) for s in args.seeds]
-    except ValueError:
-        raise Int8confError(f"--seeds {args.seeds}: integers expected") from None
+    from reference.seeds import check_seed
+    seeds = [check_seed(s, "--seeds: seed") for s in args.seeds]
     # refuse a tampered matrix before spending any compute
     chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
 

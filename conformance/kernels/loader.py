@@ -41,6 +41,11 @@ says which layouts were not covered. Without it the kernel must accept every
 layout of the contract (row-major with leading stride >= K, ``b`` also as a
 transposed [K, N] view, strided scales).
 
+A bad ``@declare(...)`` argument does not break the module's import (which
+would make every kernel of the module unloadable): the function carries an
+:class:`InvalidDeclaration`, and loading it raises KernelLoadError naming
+the function, the field and the value; the module's other kernels load.
+
 A callable with no contract is refused (KernelLoadError): check C8 and the
 reference emulation need the declared epilogue. For a callable you cannot
 decorate (e.g. a compiled op), put the declaration in the name with a query
@@ -191,22 +196,80 @@ def parse_contract(value) -> EpilogueContract:
                         f"(use 'cutlass', 'triton' or '<scale_order>/<bias_point>')")
 
 
+@dataclass(frozen=True)
+class InvalidDeclaration:
+    """A :func:`declare` whose arguments are wrong, attached as ``fn.int8conf``
+    instead of a :class:`KernelDeclaration`.
+
+    Why deferred: raising inside the decorator would fail the import of the
+    whole module, so one bad ``@declare`` would make every kernel of that
+    module unloadable and the error would name only the module. Instead the
+    module imports, the other kernels load, and loading this one raises
+    KernelLoadError naming the function, the field and the value.
+
+    Attributes:
+        problems: ``((field, message), ...)`` one per bad argument, each
+            message one line starting with ``field=value``.
+    """
+
+    problems: tuple
+
+    def describe(self, fn) -> str:
+        """One line: ``@declare(...) on function 'f' (module m): field=value: why; ...``."""
+        where = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+        mod = getattr(fn, "__module__", None)
+        return (f"@declare(...) on function {where!r}" + (f" (module {mod})" if mod else "")
+                + ": " + "; ".join(msg for _, msg in self.problems))
+
+
 def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] = None,
             int_mm: Optional[Callable] = None, convention: str = "int8conf", name: str = "",
             version: str = "0", description: str = "",
             contiguous_only=False, overflow: str = "wrap") -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
 
-    Raises:
-        ContractError: bad contract or convention.
+    Every argument is validated here, but a bad one does not raise at
+    decoration (module import) time: the decorated function then carries an
+    :class:`InvalidDeclaration` (which fields are wrong and why), and loading
+    it (``pkg.mod:fn``, an entry point, :func:`spec_from_object`) raises
+    KernelLoadError naming the function and the field, while the other
+    kernels of the same module still load.
     """
-    if convention not in CONVENTIONS:
-        raise ContractError(f"convention={convention!r} is not one of {CONVENTIONS}")
-    contract, steps = _contract_and_steps(contract)
-    decl = KernelDeclaration(contract, _devices(devices, "declare(devices=...)"),
-                             constraints or ShapeConstraints(), int_mm, convention, name,
-                             version, description, steps, _flag(contiguous_only),
-                             _overflow(overflow))
+    problems: list[tuple[str, str]] = []
+    values: dict = {}
+
+    def field(key: str, value, parse) -> None:
+        try:
+            values[key] = parse(value)
+        except ContractError as e:
+            msg = _first_line(e)
+            problems.append((key, msg if f"{key}=" in msg else f"{key}={value!r}: {msg}"))
+        except Exception as e:  # noqa: BLE001 -- any parse failure of a user value is one line
+            problems.append((key, f"{key}={value!r}: {type(e).__name__}: {_first_line(e)}"))
+
+    def _conv(v):
+        if v not in CONVENTIONS:
+            raise ContractError(f"convention={v!r} is not one of {CONVENTIONS}")
+        return v
+
+    def _cons(v):
+        if v is not None and not isinstance(v, ShapeConstraints):
+            raise ContractError(f"constraints={v!r}: expected a ShapeConstraints")
+        return v or ShapeConstraints()
+
+    field("contract", contract, _contract_and_steps)
+    field("devices", devices, lambda v: _devices(v, f"devices={v!r}"))
+    field("constraints", constraints, _cons)
+    field("convention", convention, _conv)
+    field("contiguous_only", contiguous_only, _flag)
+    field("overflow", overflow, _overflow)
+    if problems:
+        decl = InvalidDeclaration(tuple(problems))
+    else:
+        cont, steps = values["contract"]
+        decl = KernelDeclaration(cont, values["devices"], values["constraints"], int_mm,
+                                 values["convention"], name, version, description, steps,
+                                 values["contiguous_only"], values["overflow"])
 
     def wrap(fn: Callable) -> Callable:
         fn.int8conf = decl
@@ -242,6 +305,8 @@ def vllm_adapter(fn: Callable) -> Callable:
 
 def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     decl = getattr(obj, "int8conf", None)
+    if isinstance(decl, InvalidDeclaration):
+        raise ContractError(decl.describe(obj))
     if isinstance(decl, KernelDeclaration):
         base = decl
     else:

@@ -73,8 +73,9 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
     assert counts == {"partial_sums": 12, "large_acc": 6, "int32_overflow": 1, "subnormal": 6,
                       "overflow_inf": 6, "signed_zero": 6, "negative_scales": 6,
                       "zero_scales": 6, "bias_cancel": 6, "extreme_pairs": 6,
-                      "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10}
-    assert len({c.name for cs in fams.values() for c in cs}) == 248
+                      "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10,
+                      "large_shapes": 17}
+    assert len({c.name for cs in fams.values() for c in cs}) == 265
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"]
                                             + fams["layouts"]]

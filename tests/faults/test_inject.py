@@ -125,7 +125,8 @@ def test_every_catalogue_fault_injects_and_names_are_canonical():
 @pytest.mark.parametrize("bad,msg", [
     ("F10", "unknown fault"), ("F4:5%", "unknown coverage"), ("F4:all:x", "not an integer"),
     ("F4.stale", "only F9"), ("F9.sideways", "unknown F9 variant"), ("", "expected FAULT"),
-    ("F4:all:-1", "seed must be an integer >= 0")])
+    ("F4:all:-1", "seed -1 is out of range"),
+    ("F4:all:18446744073709551616", "seed 18446744073709551616 is out of range")])
 def test_bad_injection_specs_are_one_line_errors(bad, msg):
     with pytest.raises(FaultError) as e:
         parse_injection(bad)

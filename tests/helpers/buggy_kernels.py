@@ -462,3 +462,63 @@ def bias_rounded_first(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
     product to out_dtype first and adds the bias after (fault F5)."""
     return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias,
                    out_dtype)
+
+
+# --- issue 8: bugs on size-dependent paths (family ``large_shapes``) ---------
+# Each is correct below its path's threshold, so only a case beyond it (large
+# M, N > 256, K >= 8192 at small M) can catch it.
+
+#: M above which the prefill kernel below takes its large-M tile configuration.
+PREFILL_M = 128
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="prefill_scale_order")
+def prefill_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the large-M (prefill) configuration, M > 128, has its own
+    epilogue that multiplies by ``s_a`` first (a_then_w), unlike the declared
+    and the small-M path (w_then_a)."""
+    order = "a_then_w" if a.shape[0] > PREFILL_M else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="wide_n_tail_tile_dropped")
+def wide_n_tail_tile_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the wide-N configuration (N > 256, BLOCK_N = 128) launches
+    ``N // 128`` column tiles instead of ``cdiv(N, 128)``: the columns of the
+    partial last tile are never written (the output buffer's zeros remain)."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    n = out.shape[1]
+    if n > 256:
+        out[:, (n // 128) * 128:] = 0
+    return out
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="bias_cache_wraps")
+def bias_cache_wraps(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the bias is staged in a 256-entry shared-memory buffer indexed by
+    ``n & 255``: column n reads ``bias[n % 256]`` once N > 256."""
+    if bias is not None and bias.shape[0] > 256:
+        bias = bias[torch.arange(bias.shape[0]) % 256]
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+def _splitk_fp32_acc(a, b):
+    """int64 [M, N]: for K >= 8192 and M <= 16 (a decode shape), K split in
+    two at a multiple of 128 near K/2, each half an exact int32 sum, the two
+    partials converted to float32 and added in float32 (a float atomicAdd
+    into the output workspace); else the exact sum."""
+    m, k = a.shape
+    if k < 8192 or m > 16:
+        return exact_acc32(a, b).to(torch.int64)
+    h = (k // 2 // 128) * 128
+    p1 = exact_acc32(a[:, :h], b[:, :h]).to(torch.float32)
+    p2 = exact_acc32(a[:, h:], b[:, h:]).to(torch.float32)
+    return (p1 + p2).to(torch.int64)
+
+
+@declare(contract="cutlass", int_mm=lambda a, b: _splitk_fp32_acc(a, b).to(torch.int32),
+         name="splitk_float32_reduce")
+def splitk_float32_reduce(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: split-K for long K at decode shapes reduces the two int32
+    partial sums in float32 (inexact once a partial passes 2**24)."""
+    return _cutlass_out(_splitk_fp32_acc(a, b), scale_a, scale_b, out_dtype, bias)

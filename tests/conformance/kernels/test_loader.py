@@ -155,13 +155,67 @@ def test_register_and_resolve():
 
 
 def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
-    from conformance.kernels.loader import declare, load_module_function, split_query
+    from conformance.kernels.loader import (declare, load_module_function, spec_from_object,
+                                            split_query)
     from reference.errors import ContractError
     assert split_query("m:f?contract=cutlass&overflow=wrap") == (
         "m:f", {"contract": "cutlass", "overflow": "wrap"})
     with pytest.raises(ContractError, match=r"unknown query key\(s\) \['overflo'\]"):
         split_query("m:f?contract=cutlass&overflo=saturate")
-    with pytest.raises(ContractError, match="device 'tpu' is not a torch device type"):
-        declare("cutlass", devices=("tpu",))
+    tpu = declare("cutlass", devices=("tpu",))(lambda *a: None)
+    with pytest.raises(KernelLoadError, match="device 'tpu' is not a torch device type"):
+        spec_from_object(tpu, "m:tpu", "test")
     with pytest.raises(KernelLoadError, match=r"\?devices=: devices is empty"):
         load_module_function("buggy_kernels:column_major_output?devices=")
+
+
+MIXED_MODULE = textwrap.dedent('''
+    import torch
+    from conformance.kernels.loader import declare
+
+    @declare(contract="cutlass")
+    def good_before(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return None
+
+    @declare(contract="no_such_contract")
+    def bad_contract(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return None
+
+    @declare(contract="cutlass", overflow="clamp", convention="tf")
+    def two_bad_fields(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return None
+
+    @declare(contract="triton")
+    def good_after(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return None
+''')
+
+
+def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_path,
+                                                                            monkeypatch):
+    """One bad ``@declare`` no longer fails the module's import: the kernels
+    declared before and after it load, and loading the bad one names the
+    function, the field and the value in one line."""
+    import sys
+    from conformance.kernels.loader import load_module_function
+    (tmp_path / "kern_mixed_mod.py").write_text(MIXED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kern_mixed_mod", raising=False)
+    assert load_module_function("kern_mixed_mod:good_before").contract == CUTLASS_STYLE
+    assert load_module_function("kern_mixed_mod:good_after").contract == TRITON_STYLE
+    with pytest.raises(KernelLoadError) as e:
+        load_module_function("kern_mixed_mod:bad_contract")
+    assert str(e.value) == (
+        "kernel 'kern_mixed_mod:bad_contract': bad declaration: @declare(...) on function "
+        "'bad_contract' (module kern_mixed_mod): contract='no_such_contract': cannot read an "
+        "epilogue contract from 'no_such_contract' (use 'cutlass', 'triton' or "
+        "'<scale_order>/<bias_point>')")
+    with pytest.raises(KernelLoadError) as e:
+        get_kernel("kern_mixed_mod:two_bad_fields")
+    msg = str(e.value)
+    assert "\n" not in msg and "on function 'two_bad_fields'" in msg
+    assert "convention='tf' is not one of ('int8conf', 'vllm')" in msg
+    assert "overflow='clamp' is not one of ('wrap', 'saturate', 'undefined')" in msg
+    # a query string cannot repair an invalid decorator (the declaration is wrong as written)
+    with pytest.raises(KernelLoadError, match="contract='no_such_contract'"):
+        load_module_function("kern_mixed_mod:bad_contract?contract=cutlass")
