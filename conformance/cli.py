@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import os
 import pkgutil
 import re
 import sys
 from typing import Optional, Sequence
 
 from reference.errors import Int8confError
+from conformance.kernels.loader import cwd_on_sys_path
 
 
 def _os_error_line(e: OSError) -> str:
@@ -113,15 +113,6 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
         out.append(f"unknown option {opt}" + (f" (did you mean {' or '.join(near)}?)" if near
                                                 else f"; {cmd} takes: {', '.join(sorted(known))}"))
     return out
-
-
-def cwd_on_sys_path() -> None:
-    """Put the current directory first on ``sys.path`` (once), as ``python -m``
-    and pytest (rootdir) do, so ``--kernel=mod:fn`` finds ``mod.py`` in the
-    folder the command runs from even when started through the console script."""
-    cwd = os.getcwd()
-    if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
-        sys.path.insert(0, cwd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -148,7 +148,11 @@ def pytest_configure(config) -> None:
                                     "inject the fault into)")
         return
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+    from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
+    # the `pytest` console script puts its own folder, not the invocation
+    # directory, on sys.path: --kernel=mod:fn must find mod.py where pytest runs
+    cwd_on_sys_path(config.invocation_params.dir)
     from conformance.suite import default_cases, load_captures
     try:
         specs = resolve_kernels(list(names))

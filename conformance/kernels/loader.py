@@ -483,3 +483,16 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
         raise KernelLoadError(f"entry point {base!r} ({eps[0].value}) failed to load: "
                               f"{type(e).__name__}: {_first_line(e)}") from None
     return spec_from_object(obj, base, f"entry-point:{base}", query)
+
+
+def cwd_on_sys_path(directory=None) -> None:
+    """Put ``directory`` (default: the current directory) first on ``sys.path``
+    (once), as ``python -m`` and pytest's rootdir do, so ``--kernel=mod:fn``
+    finds ``mod.py`` in the folder the command runs from, also when started
+    through the ``int8conf`` or ``pytest`` console scripts (whose ``sys.path[0]``
+    is the script's folder)."""
+    import os
+    import sys
+    cwd = os.path.abspath(directory if directory is not None else os.getcwd())
+    if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
+        sys.path.insert(0, cwd)

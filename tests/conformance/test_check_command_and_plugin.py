@@ -85,3 +85,23 @@ def test_plugin_bad_kernel_and_inactive(tmp_path):
     (tmp_path / "test_plain.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
     r = _pytest(tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout and "int8conf" not in r.stdout
+
+
+def test_pytest_console_script_imports_a_kernel_from_the_directory_it_runs_in(tmp_path):
+    # the `pytest` script puts its bin folder, not the invocation directory, on sys.path
+    script = Path(sys.executable).with_name("pytest")
+    if not script.exists():
+        pytest.skip("no pytest console script next to this interpreter")
+    (tmp_path / "my_cwd_kernel.py").write_text(
+        "import torch\n"
+        "from conformance.kernels.loader import declare\n"
+        "@declare(contract='cutlass')\n"
+        "def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
+        "    raise RuntimeError('not called by --collect-only')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(script), "--collect-only", "-q", "-p", "no:cacheprovider",
+                        "--kernel=my_cwd_kernel:scaled_mm", "--int8conf-no-sweep",
+                        "--int8conf-no-captures", "--int8conf-no-model"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "int8conf-my_cwd_kernel" in r.stdout or "my_cwd_kernel" in r.stdout
