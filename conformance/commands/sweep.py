@@ -59,8 +59,9 @@ def register(subparsers) -> None:
     p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
     p.add_argument("--db", default=None, metavar="PATH",
                    help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists")
-    p.add_argument("--out", default="reports/sweep", metavar="DIR",
-                   help="scorecard directory root (default: reports/sweep)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="scorecard directory root: files go to <out>/<kernel>/ (default: "
+                        "reports/sweep; with --db and no --out, the store's own directory)")
     p.add_argument("--predictions", default=None, metavar="FILE",
                    help="latest prediction matrix to score against (default: the newest locked "
                         "one in predictions/); every matrix it amends is scored too")
@@ -186,8 +187,13 @@ def run(args: argparse.Namespace) -> int:
                      checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes))
     cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
-    out_dir = Path(args.out) / re.sub(r"[^A-Za-z0-9_.+-]", "_", args.kernel)
+    kdir = re.sub(r"[^A-Za-z0-9_.+-]", "_", args.kernel)
+    if args.out is not None:
+        out_dir = Path(args.out) / kdir
+    else:  # a store given alone keeps its scorecard beside it, not over the committed one
+        out_dir = Path(args.db).parent if args.db else Path("reports/sweep") / kdir
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
+    _writable_dir(out_dir, "--out")
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with SweepStore(db, spec.identity()) as store:
         before = len(store.done())
@@ -269,3 +275,20 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
         "machine": (f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
                     f"cells computed by the runs listed in scorecard.json meta.runs"),
     }
+
+
+def _writable_dir(d: Path, option: str) -> None:
+    """Create ``d`` and check it is writable before any cell is computed.
+
+    Raises:
+        Int8confError: it cannot be created or written (names the option and path).
+    """
+    import os
+
+    from reference.errors import Int8confError
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Int8confError(f"{option} {str(d)!r}: cannot create it ({e.strerror or e})") from None
+    if not os.access(d, os.W_OK):
+        raise Int8confError(f"{option} {str(d)!r}: not writable")

@@ -152,7 +152,9 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
     # model cells are the slowest: start them first so they do not form the tail;
     # half the workers take them (each pays the model set-up once), the rest start on layers
     nw_local = workers or os.cpu_count() or 1
-    units = batches(todo, model_units=max(1, nw_local // 2))
+    serial = cluster is None and not scheduler and nw_local <= 1
+    # serial: one unit per model cell (one process pays the set-up anyway)
+    units = batches(todo, model_units=0 if serial else max(1, nw_local // 2))
 
     def store_one(crs):
         new = store.put_many(crs)

@@ -390,19 +390,23 @@ def run_unit(unit) -> list:
     return run_layer_batch(unit)
 
 
-def batches(tasks, model_units: int = 0) -> list:
+def batches(tasks, model_units: int = 0, max_model_cells: int = 3) -> list:
     """Units of work for the executors, each a tuple of SweepTasks.
 
     Model cells come first (the slowest), dealt round-robin into
-    ``model_units`` units (0: one unit per model cell). A process pays the
-    model checks' set-up once (transformers import, model load, reference
-    replays, the integer engine: ~40 s of one 2-core machine's CPU), so
-    fewer model units than workers means fewer processes pay it; the
-    executors use half the workers. Then the layer cells, one unit per
-    (layer, scale mode), in the tasks' order.
+    ``model_units`` units (0: one unit per model cell), but never more than
+    ``max_model_cells`` cells in one unit: a unit's rows are stored when the
+    whole unit finishes, so this bounds what an interrupted sweep recomputes.
+    A process pays the model checks' set-up once (transformers import, model
+    load, reference replays, the integer engine: ~40 s of one 2-core
+    machine's CPU), so fewer model units than workers means fewer processes
+    pay it; the pool executor asks for half the workers. Then the layer
+    cells, one unit per (layer, scale mode), in the tasks' order.
     """
     model = [t for t in tasks if t.cell.is_model]
     k = len(model) if model_units <= 0 else min(model_units, len(model))
+    if model:
+        k = max(k, -(-len(model) // max(1, max_model_cells)))
     units = [tuple(model[i::k]) for i in range(k)] if model else []
     groups: dict = {}
     for t in tasks:

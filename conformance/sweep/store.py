@@ -123,7 +123,7 @@ class SweepStore:
                 f"(digest {str(old.get('kernel_digest'))[:12]}, captures "
                 f"{str(old.get('capture_digest'))[:12]}, C7 {old.get('c7')}); this sweep is kernel "
                 f"{identity.get('kernel')!r} (digest {str(identity.get('kernel_digest'))[:12]}, captures "
-                f"{str(identity.get('capture_digest'))[:12]}, C7 {identity.get('c7')}): use another --db")
+                f"{str(identity.get('capture_digest'))[:12]}, C7 {identity.get('c7')}): use another --out DIR (or --db PATH)")
 
     def meta(self, key: str) -> Optional[str]:
         """A meta value (None when absent)."""

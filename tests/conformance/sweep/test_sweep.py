@@ -154,3 +154,24 @@ def test_sweep_refuses_a_tampered_matrix_before_computing(tmp_path, capsys):
     assert rc == 2
     assert len(err) == 1 and "does not match its lock" in err[0]
     assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refused_first(tmp_path, capsys):
+    from conformance.cli import main
+    committed = ROOT / "reports" / "sweep" / "cpu" / "scorecard.json"
+    before = committed.stat().st_mtime_ns if committed.exists() else None
+    db = tmp_path / "slice" / "x.sqlite"
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+               "--scale-modes", "own", "--no-model-checks", "--quiet", "--db", str(db)])
+    assert rc == 0
+    assert (tmp_path / "slice" / "scorecard.json").is_file()
+    assert (committed.stat().st_mtime_ns if committed.exists() else None) == before
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    capsys.readouterr()
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+               "--no-model-checks", "--quiet", "--db", str(tmp_path / "y.sqlite"),
+               "--out", str(blocker / "sub")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--out" in err[0] and "cannot create" in err[0]
+    assert not (tmp_path / "y.sqlite").exists()

@@ -58,6 +58,11 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
     units = batches(tasks + models)
     assert units[:3] == [(m,) for m in models] and [len(u) for u in units[3:]] == [1, 1, 1, 1]
     assert batches(tasks + models, model_units=2)[:2] == [(models[0], models[2]), (models[1],)]
+    # never more than max_model_cells model cells in one unit (what an interruption can lose)
+    many = [SweepTask(Cell("*model*", f, c, "both", 0), direct)
+            for f in ("F1", "F2", "F3", "F4") for c in ("one", "all")]
+    assert [len(u) for u in batches(many, model_units=1)] == [3, 3, 2]
+    assert [len(u) for u in batches(many, model_units=1, max_model_cells=8)] == [8]
     units = units[2:]
     assert {(u[0].cell.layer, u[0].cell.scale_mode) for u in units[1:]} == {
         (t.cell.layer, t.cell.scale_mode) for t in tasks}
