@@ -63,3 +63,28 @@ def test_failing_conformance_report_names_the_truncation_signature():
     assert "consistent with F4 output truncation" in render_markdown(doc)
     clean = build_result(get_kernel("cpu"), [evaluate_case(get_kernel("cpu"), ops)], CaptureReplay())
     assert to_json_dict(clean)["fault_signatures"] == []
+
+
+def test_precondition_only_cases_do_not_count_as_failing_cases_in_the_signature_lines():
+    import torch
+
+    from conformance.cases import CaptureReplay, make_case
+    from conformance.cases.accumulator import large_acc_case
+    from conformance.evaluate import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.report import to_json_dict
+    from conformance.suite import build_result
+    from faults import inject
+
+    good = get_kernel("cpu")
+    pre = evaluate_case(good, large_acc_case("own", torch.bfloat16))
+    # the correct kernel's own large-accumulator case: C4 fires as a precondition only
+    assert {c for c, r in pre.checks.items() if r.verdict == "fail"} == {"C4"}
+    assert all(r.is_precondition_violation for r in pre.checks.values() if r.verdict == "fail")
+    bad = inject(good, "F4", "all", 0)
+    res = build_result(bad, [evaluate_case(bad, make_case("ordinary", seed=0)), pre], CaptureReplay())
+    sig = to_json_dict(res)["fault_signatures"]
+    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero "
+            "(1 of 1 failing cases)") in sig
+    assert all(x.endswith("(1 of 1 failing cases)") for x in sig)
+    assert not any(x.startswith(("consistent with F6", "consistent with F7")) for x in sig)
