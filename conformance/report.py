@@ -127,7 +127,7 @@ def _table(df: pd.DataFrame) -> str:
         return "```\n" + df.to_string(index=False) + "\n```"
 
 
-def _is_pre(verdict: str, evidence: dict) -> bool:
+def is_precondition_failure(verdict: str, evidence: dict) -> bool:
     """A failing precondition check (C3/C4) caused by the operands."""
     return verdict == "fail" and (evidence or {}).get("failure_kind") == "precondition"
 
@@ -259,7 +259,7 @@ def render_markdown(doc: dict) -> str:
     lines += ["", "## Checks", ""]
     lines.append(_table(pd.DataFrame(
         [(ch["check_id"], ch["name"],
-          "fail (precondition)" if _is_pre(ch["verdict"], ch["evidence"]) else ch["verdict"],
+          "fail (precondition)" if is_precondition_failure(ch["verdict"], ch["evidence"]) else ch["verdict"],
           _cell(ch["summary"], 200))
          for ch in doc["checks"]], columns=["id", "check", "verdict", "summary"])))
     lines += ["", "C3/C4 are preconditions: their failure means the operands leave the range where "
@@ -339,7 +339,7 @@ def render_markdown(doc: dict) -> str:
             for cid in ids:
                 ch = cs["checks"].get(cid, {})
                 v = ch.get("verdict", "")
-                r[cid] = "pre" if _is_pre(v, ch.get("evidence", {})) else {
+                r[cid] = "pre" if is_precondition_failure(v, ch.get("evidence", {})) else {
                     "pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
             if cs.get("not_run_reason"):  # C3/C4 pass on the reference alone; kernel never ran
                 r.update({cid: "skip" for cid in ids if r[cid] == "-"})

@@ -48,17 +48,18 @@ def seed_int(text: str) -> int:
 
 
 def positive_seconds(text: str) -> float:
-    """argparse ``type`` for a timeout in seconds: a float > 0.
+    """argparse ``type`` for a timeout in seconds: a finite float > 0.
 
     Raises:
-        argparse.ArgumentTypeError: not a number, or <= 0 (argparse prints
-            one error line and exits 2).
+        argparse.ArgumentTypeError: not a number, <= 0, NaN or infinite
+            (argparse prints one error line and exits 2).
     """
+    import math
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not v > 0:
+    if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return v
 

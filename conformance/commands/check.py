@@ -132,9 +132,8 @@ def run(args: argparse.Namespace) -> int:
         t.add_column("check")
         t.add_column("verdict")
         t.add_column("summary", overflow="fold")
-        style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
         for c in res.checks:
-            t.add_row(c.check_id, c.name, f"[{style[c.verdict]}]{c.verdict}[/]", c.summary)
+            t.add_row(c.check_id, c.name, verdict_markup(c.verdict, c.evidence), c.summary)
         con.print(t)
         if res.verdict == NOT_RUN:
             con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified",
@@ -238,3 +237,15 @@ def _write(write_reports, res, out):
         raise Int8confError(f"cannot write report under {out}: "
                             f"{e.strerror or type(e).__name__}"
                             f"{' (' + str(e.filename) + ')' if e.filename else ''}") from None
+
+
+def verdict_markup(verdict: str, evidence: dict) -> str:
+    """The console table's verdict cell (rich markup): C3/C4 failing on the
+    operands reads ``fail (precondition)``, as in conformance.md, not a kernel
+    failure."""
+    from conformance.report import is_precondition_failure
+    from conformance.suite import NOT_RUN
+    if is_precondition_failure(verdict, evidence):
+        return "[yellow]fail (precondition)[/]"
+    style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
+    return f"[{style.get(verdict, 'bold')}]{verdict}[/]"

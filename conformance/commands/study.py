@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.commands._options import parent_model_dir_arg, positive_int, seed_int
+from conformance.commands._options import positive_seconds, parent_model_dir_arg, positive_int, seed_int
 
 DEFAULT_KERNELS = "cpu,triton"
 
@@ -86,7 +86,7 @@ def register(subparsers) -> None:
     p.add_argument("--level", type=float, default=0.9, help="confidence level (default 0.9)")
     p.add_argument("--fresh-process", choices=("none", "a", "both"),
                    help="kernels that repeat their generation in a fresh process (default cpu a, cuda both)")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+    p.add_argument("--time-budget", type=positive_seconds, metavar="SECONDS",
                    help="start no new part after this many seconds (the report lists the parts not run; "
                         "rerun to resume them)")
     p.add_argument("--report-only", action="store_true",

@@ -105,3 +105,10 @@ def test_pytest_console_script_imports_a_kernel_from_the_directory_it_runs_in(tm
                        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-500:]
     assert "int8conf-my_cwd_kernel" in r.stdout or "my_cwd_kernel" in r.stdout
+
+
+def test_console_verdict_of_a_precondition_failure_says_so():
+    from conformance.commands.check import verdict_markup
+    assert verdict_markup("fail", {"failure_kind": "precondition"}) == "[yellow]fail (precondition)[/]"
+    assert verdict_markup("fail", {"failure_kind": "kernel"}) == "[bold red]fail[/]"
+    assert verdict_markup("pass", {}) == "[green]pass[/]"

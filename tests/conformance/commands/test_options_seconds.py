@@ -1,0 +1,24 @@
+"""Timeouts and time budgets: finite seconds > 0, one error line otherwise."""
+
+import pytest
+
+from conformance.cli import main
+
+
+@pytest.mark.parametrize("argv", [
+    ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "inf"],
+    ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "nan"],
+    ["study", "pow2", "--time-budget", "-5", "--report-only"],
+    ["study", "pow2", "--time-budget", "0", "--report-only"],
+])
+def test_non_finite_or_non_positive_seconds_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected seconds > 0" in err and "Traceback" not in err
+
+
+def test_finite_positive_seconds_are_accepted():
+    from conformance.commands._options import positive_seconds
+    assert positive_seconds("0.5") == 0.5 and positive_seconds("300") == 300.0
