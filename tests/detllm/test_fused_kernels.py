@@ -6,9 +6,13 @@ comparison compiled, at Qwen3-0.6B shapes. Extremes: int64 / int32 limits,
 exact ties of the ties-away rounding, all-zero rows, shifts outside [0, 62].
 """
 
+import math
+from fractions import Fraction
+
 import pytest
 import torch
 import triton.language as tl
+from bit_diff import assert_same_bits
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from detllm import engine as E
@@ -253,7 +257,7 @@ def _attention_case(seed, big, R=3, nh=4, nkv=2, hd=16, B=2, cap=21):
     return qq, qtm, qtk, sm, sk, kc, vc, seq, nkeys
 
 
-def _check_attention(o, qq, qtm, qtk, sm, sk, kc, vc, seq, nkeys):
+def _check_attention(o, qq, qtm, qtk, sm, sk, kc, vc, seq, nkeys, what="attention"):
     """o [R, nh*hd] vs ops.int_softmax + ops.pv_matmul over each row's keys."""
     R, nh, hd = qq.shape
     nkv = kc.shape[1]
@@ -266,48 +270,113 @@ def _check_attention(o, qq, qtm, qtk, sm, sk, kc, vc, seq, nkeys):
             sc = intops.round_shift(acc * qtm[r, h] * sm[gg], qtk[r, h] + sk[gg]).clamp(min=ops.MASK_SENTINEL + 1)
             p = ops.int_softmax(sc[None], 16)
             ref = ops.pv_matmul(p, vv, lambda a_, b_: (a_.long() @ b_.long().T).to(torch.int32))[0]
-            assert torch.equal(o[r, h * hd:(h + 1) * hd], ref), (r, h)
+            assert_same_bits(o[r, h * hd:(h + 1) * hd], ref, f"{what} row {r} head {h} (keys {n})")
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
-@pytest.mark.cuda
-@needs_cuda
-def test_cuda_row_kernels_equal_torch_ops_at_qwen3_06b_shapes():
+# The inputs of the cuda-marked tests, shared with their interpreter twins
+# below: a CUDA failure is then a compiled-vs-interpreted difference on inputs
+# the CPU run pins, and its message names the first differing element.
+def _row_inputs():
     g = torch.Generator().manual_seed(0)
     x = torch.randint(-2 ** 31, 2 ** 31, (9, 1024), generator=g)
     x[3] = 0
     gm = torch.randint(1, 2 ** 15, (1024,), generator=g)
-    for a, b in zip(KN.norm_quant(x.cuda(), gm.cuda(), 1099512), E.norm_quant(x, gm, 1099512)):
-        assert torch.equal(a.cpu(), b)
     v = torch.randint(-2 ** 40, 2 ** 40, (9, 3072), generator=g)
-    for a, b in zip(KR.quant_rows(v.cuda()), E.quant_rows(v)):
-        assert torch.equal(a.cpu(), b)
+    return x, gm, 1099512, v
+
+
+def _check_row_kernels(device):
+    x, gm, eps, v = _row_inputs()
+    for name, a, b in zip(("q", "tm", "tk"), KN.norm_quant(x.to(device), gm.to(device), eps), E.norm_quant(x, gm, eps)):
+        assert_same_bits(a, b, f"norm_quant {name} on {device}")
+    for name, a, b in zip(("q", "tm", "tk"), KR.quant_rows(v.to(device)), E.quant_rows(v)):
+        assert_same_bits(a, b, f"quant_rows {name} on {device}")
+
+
+def _elementwise_inputs():
+    x = torch.tensor([-7, 7, -(2 ** 63), 2 ** 63 - 1, 6, -6] * 4)
+    k = torch.tensor([1, 1, 63, 64, 2, 2, 0, -1, 65, 62, 31, 30] * 2)
+    t = torch.tensor([0, -1, -(64 << 16) - 1, -123456789, -(1 << 16)])
+    s = torch.tensor([0, 1, -1, 2 ** 31 - 1, -(2 ** 31) + 1, 123456789, -123456789, 1 << 17, -(1 << 17)])
+    return x, k, t, s
+
+
+def _check_elementwise(device):
+    x, k, t, s = _elementwise_inputs()
+    assert_same_bits(_elem(0, x, k, device), intops.round_shift(x, k), f"round_shift on {device}", {"x": x, "k": k})
+    assert_same_bits(_elem(5, t, device=device), ops.int_exp(t, 16), f"int_exp(., 16) on {device}", {"x": t})
+    assert_same_bits(_elem(6, s, device=device), ops.int_sigmoid(s, 17), f"int_sigmoid(., 17) on {device}", {"x": s})
+
+
+def _check_linear(R, device):
+    a, w, tm, tk, m, k, y = _linear_case(R, 1024, 512, R)
+    cu = [t.to(device) for t in (a, w, tm, tk, m, k)]
+    assert_same_bits(KL.linear(*cu), y, f"linear plain R={R} on {device}")
+    h = KL.linear(*cu, KL.MODE_SWIGLU, gate_exp=17, up_exp=20)
+    gu = y.clamp(-(2 ** 31 - 1), 2 ** 31 - 1)
+    assert_same_bits(h, ops.int_swiglu(gu[:, :256], gu[:, 256:], 17, 20, 37), f"linear swiglu R={R} on {device}",
+                     {"gate": gu[:, :256], "up": gu[:, 256:]})
+
+
+def test_cuda_test_inputs_pinned_under_the_interpreter():
+    """The element-wise and row-kernel inputs of the cuda tests give the torch
+    ops' bits under the interpreter (so a CUDA mismatch is compiled-only)."""
+    _check_elementwise("cpu")
+    _check_row_kernels("cpu")
+    # the values the compiled kernels must reproduce: round_shift from exact
+    # rationals (ties away: -3.5 -> -4), exp / sigmoid pinned from the frozen
+    # ops and within their frozen bounds of the float64 functions
+    x, k, t, s = _elementwise_inputs()
+    half_away = lambda fr: (1 if fr >= 0 else -1) * math.floor(abs(fr) + Fraction(1, 2))   # noqa: E731
+    want = [half_away(Fraction(a, 2 ** b)) if b >= 0 else a << -b for a, b in zip(x.tolist(), k.tolist())]
+    assert want[:12] == [-4, 4, -1, 0, 2, -2, -7, 14, 0, 2, 0, 0]
+    assert _elem(0, x, k).tolist() == want
+    e = _elem(5, t).tolist()
+    assert e == [2 ** 30, 1073725460, 0, 0, 395007567]
+    assert all(abs(v / 2 ** 30 - math.exp(max(a / 2 ** 16, -64))) <= 2 ** -23 for v, a in zip(e, t.tolist()))
+    sg = _elem(6, s).tolist()
+    assert sg == [2 ** 29, 536872963, 536868861, 2 ** 30, 0, 2 ** 30, 0, 784968158, 288773666]
+    assert all(abs(v / 2 ** 30 - 0.5 * (1 + math.tanh(a / 2 ** 18))) <= 2 ** -24 for v, a in zip(sg, s.tolist()))
+
+
+def test_bit_diff_message_names_first_index_values_and_inputs():
+    from bit_diff import first_difference
+    a = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    b = a.clone()
+    b[1, 1], b[1, 2] = -5, 0
+    assert first_difference(a, a.clone(), "op") == ""
+    assert first_difference(a, b, "op", {"x": torch.arange(6) * 10}) == \
+        "op: first diff at index (1, 1) [flat 4]: got 5 want -5 (diff 10; 2 of 6 differ) x=40"
+    assert first_difference(a, b.int(), "op") == "op: dtype torch.int64 != expected torch.int32"
+    with pytest.raises(AssertionError, match="first diff at index"):
+        assert_same_bits(a, b)
+
+
+def test_cuda_linear_inputs_pinned_under_the_interpreter():
+    """R = 1 of the cuda linear test (plain and SwiGLU) under the interpreter."""
+    _check_linear(1, "cpu")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_row_kernels_equal_torch_ops_at_qwen3_06b_shapes():
+    _check_row_kernels("cuda")
 
 
 @pytest.mark.cuda
 @needs_cuda
 @pytest.mark.parametrize("R", [1, 8, 32, 300])
 def test_cuda_linear_epilogues_equal_torch(R):
-    a, w, tm, tk, m, k, y = _linear_case(R, 1024, 512, R)
-    cu = [t.cuda() for t in (a, w, tm, tk, m, k)]
-    assert torch.equal(KL.linear(*cu).cpu(), y)
-    h = KL.linear(*cu, KL.MODE_SWIGLU, gate_exp=17, up_exp=20).cpu()
-    gu = y.clamp(-(2 ** 31 - 1), 2 ** 31 - 1)
-    assert torch.equal(h, ops.int_swiglu(gu[:, :256], gu[:, 256:], 17, 20, 37))
+    _check_linear(R, "cuda")
 
 
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_elementwise_helpers_equal_torch():
-    x = torch.tensor([-7, 7, -(2 ** 63), 2 ** 63 - 1, 6, -6] * 4)
-    k = torch.tensor([1, 1, 63, 64, 2, 2, 0, -1, 65, 62, 31, 30] * 2)
-    assert torch.equal(_elem(0, x, k, "cuda"), intops.round_shift(x, k))
-    t = torch.tensor([0, -1, -(64 << 16) - 1, -123456789, -(1 << 16)])
-    assert torch.equal(_elem(5, t, device="cuda"), ops.int_exp(t, 16))
-    s = torch.tensor([0, 1, -1, 2 ** 31 - 1, -(2 ** 31) + 1, 123456789, -123456789, 1 << 17, -(1 << 17)])
-    assert torch.equal(_elem(6, s, device="cuda"), ops.int_sigmoid(s, 17))
+    _check_elementwise("cuda")
 
 
 @pytest.mark.cuda
@@ -319,4 +388,4 @@ def test_cuda_attention_equals_int_softmax_and_pv(cap):
     for seed, big in ((0, False), (1, True)):
         case = _attention_case(seed, big, R=3, nh=16, nkv=8, hd=128, B=2, cap=cap)
         o = KA.attention(*[t_.cuda() for t_ in case], 16).cpu()
-        _check_attention(o, *case)
+        _check_attention(o, *case, what=f"cuda cap={cap} seed={seed}")
