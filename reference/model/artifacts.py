@@ -69,7 +69,8 @@ def _parent_cached(path: str, size_mtime: tuple) -> tuple:
 
 def _weight_files_key(d: Path) -> tuple:
     out = []
-    for p in sorted(d.glob("*.safetensors")) + [d / "config.json"]:
+    # the shard index too: it names which file holds each tensor
+    for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]:
         if p.is_file():
             st = p.stat()
             out.append((p.name, st.st_size, st.st_mtime_ns))
@@ -116,14 +117,33 @@ def _kind_check(kind: str) -> None:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
 
 
-def _valid_entry(d: Path, pdigest: str):
-    """The cached checkpoint at ``d`` if it is complete and its digests agree."""
+@functools.lru_cache(maxsize=4)
+def _read_cached(path: str, size_mtime: tuple):
+    """``read_w8a8_checkpoint(path)`` memoized per (path, file sizes and
+    mtimes) within the process, like :func:`load_parent`; a
+    ``CheckpointError`` is not cached (it propagates).
+
+    Why (issue 7d): a sweep's start-up resolves the derived checkpoints
+    several times (the captures, then the own and pow2 directories), and
+    every read re-hashed all tensors of the same unchanged files
+    (``W8A8Checkpoint.digest``, a full-checkpoint SHA-256): 5 reads, ~7.5 s
+    of the start of a Qwen3-1.7B-shaped sweep on the H200
+    (``reports/sweep/h200-paper-scale/NOTE.md``). The digest is unchanged
+    (the SHA-256 of the same bytes, taken on the first read); the returned
+    object is shared, and no caller writes into it. At most 4 are held
+    (own, pow2-nearest, pow2-ceiling and one more). Not covered (as in
+    ``load_parent``): a file rewritten with the same size and ``mtime_ns``."""
     from reference.model.compressed_tensors import read_w8a8_checkpoint
 
+    return read_w8a8_checkpoint(Path(path))
+
+
+def _valid_entry(d: Path, pdigest: str):
+    """The cached checkpoint at ``d`` if it is complete and its digests agree."""
     if not (d / "config.json").is_file():
         return None
     try:
-        ck = read_w8a8_checkpoint(d)
+        ck = _read_cached(str(d), _weight_files_key(d))  # ck.dir == d, as before
     except CheckpointError:
         return None
     if ck.meta.get("parent_digest") != pdigest or ck.meta.get("state_digest") != ck.digest:

@@ -1,0 +1,69 @@
+"""Full SHA-256 tensor digests (``reference.operands._digest``) a sweep cell
+takes: pinned per fault, so a change that makes the per-cell hot path hash
+operands it already knows (a copy or view that loses its source's digest, a
+clone per check, ...) fails here (issue 7d). Every digest counted below is
+of a tensor first built in that cell whose SHA-256 is stored (the
+``case_digest`` over ``GemmOperands.digests()``, C2's received digests)."""
+
+import pytest
+
+import conformance.sweep.runner as R
+import reference.operands as O
+from conformance.sweep.cells import SweepSpec, layer_cells
+from conformance.sweep.runner import SweepTask, run_layer_batch
+
+LAYER = "model.layers.0.self_attn.k_proj"   # 64 x 384 x 128
+
+
+def _spec():
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    return SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                     model_checks=False, checkpoint_dirs=dirs)
+
+
+def test_a_sweep_cell_hashes_only_the_operands_it_builds_itself(monkeypatch):
+    spec = _spec()
+    hashed, per_cell = [], []
+    orig_digest, orig_cell = O._digest, R.run_layer_cell
+
+    def digest(t):
+        hashed.append((tuple(t.shape), t.dtype))
+        return orig_digest(t)
+
+    def cell(task, ctx=None):
+        n = len(hashed)
+        out = orig_cell(task, ctx)
+        per_cell.append((task.cell.fault, task.cell.coverage, hashed[n:]))
+        return out
+
+    monkeypatch.setattr(O, "_digest", digest)
+    monkeypatch.setattr(R, "run_layer_cell", cell)
+    faults = ["F8", "F1", "F2", "F3", "F4", "F5", "F6", "F7", "F9"]
+    run_layer_batch([SweepTask(c, spec) for c in layer_cells([LAYER], faults, ["one"],
+                                                              ["own"], [0])])
+    import torch
+    first = per_cell[0]
+    # the batch's first cell loads the layer: the capture file's three
+    # tensors checked against the capture manifest, the weight and its
+    # scales against the checkpoint digests -- once per (layer, scale mode)
+    assert first[:2] == ("F8", "one") and len(first[2]) == 5
+    counts = {(f, cov): h for f, cov, h in per_cell[1:]}
+    assert len(counts) == len(faults) - 1
+    for f in ("F1", "F2", "F3", "F4", "F5"):
+        # the operands are the batch's: copies inherit their digests
+        assert counts[(f, "one")] == [], f
+    for cov in ("one",):
+        # F9: the one operand the wrapper swapped in (scale_b, N = 128)
+        assert counts[("F9", cov)] == [((128,), torch.float32)]
+        # F7: the K-extended a [M, K+E] and b [N, K+E], each hashed once
+        (sa, da), (sb, db) = counts[("F7", cov)]
+        assert (sa[0], sb[0], da, db) == (64, 128, torch.int8, torch.int8) and sa[1] == sb[1] > 384
+        # F6: the K-extended block (a, b rows) and its two scale vectors, each once
+        got = counts[("F6", cov)]
+        assert len(got) == 4 and [d for _, d in got] == [torch.int8, torch.int8,
+                                                         torch.float32, torch.float32]
+        assert got[0][0][1] > 131072  # K + E past 2^17: the int32 range is left
