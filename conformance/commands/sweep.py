@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         runs = _runs(store, st)
         if not args.quiet:
             print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
-                  f"({st.cells_per_s:.2f} cells/s; {st.executor or 'nothing to do'}); "
+                  f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
                   f"{st.skipped} already stored")
         if args.no_score:
             return 0

@@ -71,8 +71,10 @@ def _progress(total: int, quiet: bool):
 
         def render(self, task):
             from rich.text import Text
+            # rich's speed is over its recent samples, not the run's average (the summary
+            # line after the run gives the average, model cells' set-up included)
             sp = task.finished_speed or task.speed
-            return Text(f"{sp:6.1f} cells/s" if sp else "   -- cells/s")
+            return Text(f"{sp:6.1f} cells/s recent" if sp else "   -- cells/s recent")
 
     return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
