@@ -102,3 +102,26 @@ def describe_checkpoint(ck) -> str:
     digest and scale rule (``ck``: ``W8A8Checkpoint``)."""
     n = len(ck.weights)
     return f"{ck.dir}  ({n} int8 linears, state digest {ck.digest[:16]}, scales {ck.meta.get('scale_rule', '?')})"
+
+
+def ensure_out_dir(out: Path, option: str = "--out") -> None:
+    """Create an output directory now and check it is writable, so a bad
+    ``--out`` fails before any work is done (check, sweep).
+
+    Raises:
+        Int8confError: ``out`` (or a parent) is a file, cannot be created, or
+            is not writable (one line naming the option and path).
+    """
+    import os
+
+    from reference.errors import Int8confError
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise Int8confError(f"{option} {out}: exists and is not a directory") from None
+    except OSError as e:
+        raise Int8confError(f"{option} {out}: cannot create reports directory "
+                            f"({e.strerror or type(e).__name__}"
+                            f"{': ' + str(e.filename) if e.filename else ''})") from None
+    if not os.access(out, os.W_OK):
+        raise Int8confError(f"{option} {out}: not writable")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conformance.commands._options import non_negative_int
+from conformance.commands._options import ensure_out_dir, non_negative_int
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     validate_device(args.device)
     if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
-    _ensure_out_dir(Path(args.out))
+    ensure_out_dir(Path(args.out))
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     injections = _parse_injections(args.inject)
     specs = resolve_kernels(args.kernel)
@@ -205,23 +205,6 @@ def report_root(out, kernel_name: str) -> Path:
     from conformance.report import kernel_dirname
     p = Path(out)
     return p.parent if p.name == kernel_dirname(kernel_name) else p
-
-
-def _ensure_out_dir(out: Path) -> None:
-    """Create the reports root now, so a bad ``--out`` fails before the suite runs.
-
-    Raises:
-        Int8confError: ``out`` (or a parent) is a file, or cannot be created (one line).
-    """
-    from reference.errors import Int8confError
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise Int8confError(f"--out {out}: exists and is not a directory") from None
-    except OSError as e:
-        raise Int8confError(f"--out {out}: cannot create reports directory "
-                            f"({e.strerror or type(e).__name__}"
-                            f"{': ' + str(e.filename) if e.filename else ''})") from None
 
 
 def _write(write_reports, res, out):

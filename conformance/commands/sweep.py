@@ -193,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     else:  # a store given alone keeps its scorecard beside it, not over the committed one
         out_dir = Path(args.db).parent if args.db else Path("reports/sweep") / kdir
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
-    _writable_dir(out_dir, "--out")
+    from conformance.commands._options import ensure_out_dir
+    ensure_out_dir(out_dir)
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with SweepStore(db, spec.identity()) as store:
         before = len(store.done())
@@ -275,20 +276,3 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
         "machine": (f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
                     f"cells computed by the runs listed in scorecard.json meta.runs"),
     }
-
-
-def _writable_dir(d: Path, option: str) -> None:
-    """Create ``d`` and check it is writable before any cell is computed.
-
-    Raises:
-        Int8confError: it cannot be created or written (names the option and path).
-    """
-    import os
-
-    from reference.errors import Int8confError
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise Int8confError(f"{option} {str(d)!r}: cannot create it ({e.strerror or e})") from None
-    if not os.access(d, os.W_OK):
-        raise Int8confError(f"{option} {str(d)!r}: not writable")
