@@ -152,13 +152,9 @@ def test_cuda_kernels_match_cpu_reference(art, alone):
         assert G.generate(e, [PROMPT], NEW).logits_hash == alone.logits_hash, name
 
 
-# Known-right values: the shipped artifact of the default model, Sonnet 18,
-# 16 greedy tokens. The engine is integer-only, so these hashes are the same
-# on every machine, kernel, batch and prefill split for this artifact digest.
-DEFAULT_DIGEST = "8ea2b6f9240c9da151006222c1a0c698a251beab01a5a927c476bfb684ef9939"
-DEFAULT_LOGITS = "c54e130c3f8a14a0ad1d4fb1f046663605f67bcf88202cd3c90a1c6d693e0edf"
-DEFAULT_TOKENS = "2f454eed0248e6e2778ee79c0446eba4e1621347cdf3d886df35cb785b8af762"
-DEFAULT_GENERATED = [199, 199, 59, 526, 436, 778, 1757, 355, 199, 199, 1680, 14, 199, 47, 12, 3648]
+# Known-right values of the shipped artifact (tests/helpers/shipped_pins.py)
+from shipped_pins import (DEFAULT_DIGEST, DEFAULT_GENERATED, DEFAULT_LOGITS,  # noqa: E402
+                          DEFAULT_TOKENS, shipped_sonnet)
 
 
 def test_default_model_pinned_hash(art):  # `art` fixture: single-threaded torch for this module
@@ -199,14 +195,7 @@ def test_cuda_default_model_pinned_hash(art, kernel):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from conformance.kernels.registry import get_kernel
-    from detllm.artifact import load_artifact
-    from detllm.prepare import SHIPPED_DIR
-    from reference.model.corpus import prompts
-    from reference.model.tokenizer import encode, load_tokenizer
-    shipped = load_artifact(SHIPPED_DIR)
-    if shipped.digest != DEFAULT_DIGEST:
-        pytest.skip("shipped artifact changed (re-pin the hashes)")
-    ids = encode(load_tokenizer(), prompts()[0])
+    shipped, ids = shipped_sonnet()
     eng = E.load_engine(shipped, get_kernel(kernel), "cuda", guard=False)
     r = G.generate(eng, [ids], 16)
     assert (r.logits_hash[0], r.token_hash[0]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
@@ -216,3 +205,12 @@ def test_cuda_default_model_pinned_hash(art, kernel):
     r8 = G.generate(eng, co[:3] + [ids] + co[3:], 16)
     assert r8.logits_hash[3] == DEFAULT_LOGITS
     assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
+
+
+def test_shipped_sonnet_is_the_pinned_artifact_and_its_prompt():
+    # the helper the CUDA tests share, exercised where there is no GPU
+    from reference.model.corpus import prompts
+    from reference.model.tokenizer import encode, load_tokenizer
+    shipped, ids = shipped_sonnet()
+    assert shipped.digest == DEFAULT_DIGEST
+    assert ids == encode(load_tokenizer(), prompts()[0]) and len(ids) > 0

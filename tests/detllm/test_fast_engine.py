@@ -15,11 +15,7 @@ from detllm import engine as E
 from detllm import fast as F
 from detllm import generate as G
 
-# the shipped artifact's pinned values (as tests/detllm/test_engine_determinism.py)
-DEFAULT_DIGEST = "8ea2b6f9240c9da151006222c1a0c698a251beab01a5a927c476bfb684ef9939"
-DEFAULT_LOGITS = "c54e130c3f8a14a0ad1d4fb1f046663605f67bcf88202cd3c90a1c6d693e0edf"
-DEFAULT_TOKENS = "2f454eed0248e6e2778ee79c0446eba4e1621347cdf3d886df35cb785b8af762"
-DEFAULT_GENERATED = [199, 199, 59, 526, 436, 778, 1757, 355, 199, 199, 1680, 14, 199, 47, 12, 3648]
+from shipped_pins import DEFAULT_GENERATED, DEFAULT_LOGITS, DEFAULT_TOKENS, shipped_sonnet
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +53,7 @@ def test_fast_decoder_rejects_context_overflow(small):
 def test_cuda_graph_fast_path_reproduces_pinned_default_hash():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from detllm.artifact import load_artifact
-    from detllm.prepare import SHIPPED_DIR
-    from reference.model.corpus import prompts
-    from reference.model.tokenizer import encode, load_tokenizer
-    shipped = load_artifact(SHIPPED_DIR)
-    if shipped.digest != DEFAULT_DIGEST:
-        pytest.skip("shipped artifact changed (re-pin the hashes)")
-    ids = encode(load_tokenizer(), prompts()[0])
+    shipped, ids = shipped_sonnet()
     eng = E.load_engine(shipped, None, "cuda", guard=False)
     r = F.fast_generate(eng, [ids], 16)
     assert r.info["cuda_graph"]
