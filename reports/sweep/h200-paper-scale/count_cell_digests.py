@@ -8,20 +8,11 @@ Usage (repository root, PYTHONPATH=.):
 """
 import sys, collections, time, traceback
 import reference.operands as O
-from conformance.commands.sweep import _checkpoint_dirs
-from conformance.kernels.registry import get_kernel
-from conformance.sweep.cells import SweepSpec, layer_cells
-from conformance.sweep.runner import SweepTask, batches, run_unit
-from reference.model.capture import default_capture_set
-from reference.model.assets import default_model_dir
+from conformance.sweep.runner import run_unit
+from _layer_units import layer_units
 kernel = sys.argv[1]; layers = [int(x) for x in sys.argv[2].split(",")]
 faults = sys.argv[3].split(",") if len(sys.argv) > 3 else "F1,F2,F3,F4,F5,F6,F7,F8,F9".split(",")
-cs = default_capture_set(); names = cs.layer_names()
-spec = SweepSpec(kernel=kernel, kernel_digest=get_kernel(kernel).source_digest, capture_dir=str(cs.dir),
-                 capture_digest="x", model_dir=str(default_model_dir()), c7={}, model_checks=False,
-                 checkpoint_dirs=_checkpoint_dirs(cs, ["own", "pow2"]))
-cells = layer_cells([names[i] for i in layers], faults, ["one", "1%", "all"], ["own", "pow2"], [0])
-units = batches([SweepTask(c, spec, None) for c in cells])
+units = layer_units(kernel, layers, faults)
 orig = O._digest
 WHERE = collections.Counter(); N = [0, 0]
 def counted(t):
@@ -38,7 +29,7 @@ R.run_layer_cell = cc
 t0 = time.perf_counter()
 for u in units: run_unit(u)
 dt = time.perf_counter() - t0
-n = len(cells)
+n = sum(len(u) for u in units)
 print(f"cells {n}  digests {N[0]} ({N[0]/n:.2f}/cell)  bytes hashed {N[1]/1e6:.1f} MB ({N[1]/n/1e6:.2f} MB/cell)  {dt:.2f}s ({dt/n*1000:.1f} ms/cell)")
 print("in cells per fault (cells/digests/MB):", {f: (v[0], v[1], round(v[2]/1e6,2)) for f, v in sorted(PER.items())})
 for k, v in WHERE.most_common(30): print(v, k)

@@ -11,13 +11,9 @@ Usage (repository root, PYTHONPATH=.):
 import sys, collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from conformance.commands.sweep import _checkpoint_dirs
-from conformance.kernels.registry import get_kernel
-from conformance.sweep.cells import SweepSpec, layer_cells
-from conformance.sweep.runner import SweepTask, batches, run_unit
+from conformance.sweep.runner import run_unit
+from _layer_units import layer_units
 import conformance.sweep.runner as R
-from reference.model.capture import default_capture_set
-from reference.model.assets import default_model_dir
 WHERE = collections.Counter() if len(sys.argv) > 5 else None
 ALL = len(sys.argv) > 5 and sys.argv[5] == 'all'
 SYNC = {"_local_scalar_dense", "equal", "is_nonzero", "item", "nonzero", "masked_select", "_to_copy"}
@@ -36,12 +32,7 @@ class Count(TorchDispatchMode):
                 WHERE[" <- ".join(f"{f.filename.rsplit('/',1)[-1]}:{f.lineno}:{f.name}" for f in fr[-3:][::-1])] += 1
         return func(*args, **(kwargs or {}))
 kernel = sys.argv[1]; layers = [int(x) for x in sys.argv[2].split(",")]; faults = sys.argv[3].split(",")
-cs = default_capture_set(); names = cs.layer_names()
-spec = SweepSpec(kernel=kernel, kernel_digest=get_kernel(kernel).source_digest, capture_dir=str(cs.dir),
-                 capture_digest="x", model_dir=str(default_model_dir()), c7={}, model_checks=False,
-                 checkpoint_dirs=_checkpoint_dirs(cs, ["own", "pow2"]))
-cells = layer_cells([names[i] for i in layers], faults, ["one", "1%", "all"], ["own", "pow2"], [0])
-units = batches([SweepTask(c, spec, None) for c in cells])
+units = layer_units(kernel, layers, faults)
 orig = R.run_layer_cell
 stats = collections.defaultdict(lambda: [0, 0, 0]); tot = collections.Counter()
 def counted(task, ctx=None):
