@@ -165,7 +165,7 @@ def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
     def boom(out):
         raise IsADirectoryError(21, "Is a directory", str(out))
 
-    monkeypatch.setattr(check, "_ensure_out_dir", boom)
+    monkeypatch.setattr(check, "ensure_out_dir", boom)
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
     assert _err_lines(capsys) == [f"int8conf: error: {tmp_path}: Is a directory "
                                   f"(IsADirectoryError)"]
