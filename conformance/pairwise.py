@@ -18,14 +18,45 @@ from conformance.checks.compare import compare_bits, output_problem
 from conformance.checks.result import merge_histograms
 
 
-def expected_agreement(spec_a, spec_b, ops) -> tuple[bool, str]:
+def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
+    """Why overflow frees the pair from bit identity on ``ops``, or None.
+
+    Two's-complement wrap is order-free, so two ``wrap`` kernels still must
+    agree; any other pair of declarations (saturate, undefined, or a wrap
+    against either) promises nothing at elements whose sum can leave int32
+    (``conformance.checks.overflow``)."""
+    from conformance.checks.output_bits import overflow_of
+    from conformance.checks.overflow import INT32_MAX, declared_accumulator
+    ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
+    if ba == bb == "wrap" or int(ops.a.shape[1]) * 16384 <= INT32_MAX:
+        return None
+    from reference.accumulate import exact_int_mm
+    n = declared_accumulator(ops, exact_int_mm(ops.a, ops.b), "wrap").n_at_risk
+    if not n:
+        return None
+    return (f"an accumulator can leave int32 at {n} elements and the declared overflow "
+            f"behaviours are {ba} ({spec_a.name}) and {bb} ({spec_b.name})")
+
+
+def expected_agreement(spec_a, spec_b, ops, dev_a: Optional[str] = None,
+                       dev_b: Optional[str] = None) -> tuple[bool, str]:
     """Whether two correct kernels must give identical bits on ``ops``.
 
+    Args:
+        spec_a, spec_b: the two KernelSpecs; ops: the case's GemmOperands.
+        dev_a, dev_b: the device types they ran on (their overflow
+            declarations may differ by device, ``KernelSpec.overflow_on``).
+
     Returns:
-        ``(True, reason)`` when the declared contracts force bit identity
-        (same contract; or ``pow2`` scale mode with no bias or the same bias
+        ``(False, reason)`` when an accumulator can leave int32 and the two
+        overflow declarations do not force the same value; else ``(True,
+        reason)`` when the declared contracts force bit identity (same
+        contract; or ``pow2`` scale mode with no bias or the same bias
         point), else ``(False, reason)``.
     """
+    freed = _overflow_frees(spec_a, spec_b, ops, dev_a, dev_b)
+    if freed:
+        return False, freed
     ca, cb = spec_a.contract, spec_b.contract
     if ca == cb:
         return True, f"same declared contract {ca.label()}"
@@ -49,7 +80,8 @@ def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
         elements), ``max_ulp``, ``ulp_histogram``, ``worst`` (index, both
         values and bit patterns, operand values), ``error``.
     """
-    expect, reason = expected_agreement(spec_a, spec_b, ops)
+    from conformance.checks.output_bits import run_device
+    expect, reason = expected_agreement(spec_a, spec_b, ops, run_device(run_a), run_device(run_b))
     out = {"expected_identical": expect, "reason": reason}
     shape = (ops.m, ops.n)
     pa = output_problem(run_a.output, shape, ops.out_dtype, run_a.error)

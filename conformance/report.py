@@ -216,6 +216,14 @@ def _coverage_lines(rows: list) -> list[str]:
     return lines
 
 
+
+def _overflow_text(decl) -> str:
+    """A kernel's overflow declaration for the report: `wrap`, or per device
+    (`cpu`: `wrap`, `cuda`: `undefined`)."""
+    if isinstance(decl, dict):
+        return ", ".join(f"`{d}`: `{b}`" for d, b in decl.items())
+    return f"`{decl}`"
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -274,7 +282,7 @@ def render_markdown(doc: dict) -> str:
               "declaration; its threshold is the largest change of a top-1 logit difference "
               "any legal epilogue makes on the same windows. Where an accumulator can leave "
               "int32, C3/C5/C6/C8 compare with the kernel's declared overflow behaviour "
-              f"(`{k.get('overflow', 'wrap')}` here). C5/C8 compare bits: +0 vs -0 differs "
+              f"({_overflow_text(k.get('overflow', 'wrap'))} here). C5/C8 compare bits: +0 vs -0 differs "
               "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
               "sampled rows must give the same bits alone (M=1), in batches of other sizes "
               "and in a repeated call."]

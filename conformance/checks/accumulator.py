@@ -180,9 +180,9 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         if tuple(o.shape) != tuple(exact.shape):
             mismatch_line = f"kernel accumulator shape {tuple(o.shape)} != {tuple(exact.shape)}"
         else:
-            from conformance.checks.output_bits import overflow_of
+            from conformance.checks.output_bits import overflow_of, run_device
             from conformance.checks.overflow import declared_accumulator
-            dacc = declared_accumulator(ops, exact, overflow_of(spec))
+            dacc = declared_accumulator(ops, exact, overflow_of(spec, run_device(obs)))
             ev.update(dacc.evidence())
             want = dacc.acc
             o64 = o.to(device=exact.device, dtype=torch.int64)

@@ -69,10 +69,20 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     return exact_int_mm(ops.a, ops.b)
 
 
-def overflow_of(spec) -> str:
-    """The kernel's declared overflow behaviour (``wrap`` when it declares none:
-    the contract's accumulator is int32, DESIGN.md section 3)."""
+def overflow_of(spec, device_type: Optional[str] = None) -> str:
+    """The kernel's declared overflow behaviour on the device it ran on
+    (``KernelSpec.overflow_on``; ``wrap`` when it declares none: the
+    contract's accumulator is int32, DESIGN.md section 3)."""
+    on = getattr(spec, "overflow_on", None)
+    if on is not None:
+        return on(device_type)
     return getattr(spec, "overflow", None) or "wrap"
+
+
+def run_device(run) -> Optional[str]:
+    """The device type a KernelRun / AccRun ran on (its manifest), or None."""
+    man = getattr(run, "manifest", None) or {}
+    return man.get("device") or None
 
 
 def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = None,
@@ -117,8 +127,8 @@ def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
     return torch.where(take, alt, ref)
 
 
-def _declared(spec, ops, exact: Tensor) -> DeclaredAccumulator:
-    return declared_accumulator(ops, exact, overflow_of(spec))
+def _declared(spec, ops, exact: Tensor, run=None) -> DeclaredAccumulator:
+    return declared_accumulator(ops, exact, overflow_of(spec, run_device(run)))
 
 
 def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, contract,
@@ -225,7 +235,7 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact)
+    dacc = _declared(spec, ops, exact, run)
     mask = None if not dacc.n_undefined else dacc.defined
     steps = _declared_steps(spec, ops, run)
     if steps is not None:  # a step-list declaration (reference.epilogue_steps), on the CPU
@@ -283,7 +293,7 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact)
+    dacc = _declared(spec, ops, exact, run)
     out = memo.moved(run.output, exact.device)  # compared where the reference lives
     bp = spec.contract.bias_point
     refs = [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
@@ -324,7 +334,7 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact)
+    dacc = _declared(spec, ops, exact, run)
     out = memo.moved(run.output, exact.device)  # compared where the reference lives
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
     ref = accepted_reference(out, ops, c, dacc)

@@ -35,10 +35,13 @@ from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 
 CONTRACT = CUTLASS_STYLE
-#: int32 overflow behaviour (KernelSpec.overflow): torch._int_mm accumulates in
-#: int32 and wraps two's complement (measured on the CPU: M = N = 1,
-#: K = 131,073, all -128 gives -2147467264 = wrap32(2**31 + 16384)).
-OVERFLOW = "wrap"
+#: int32 overflow behaviour (KernelSpec.overflow), per device: torch._int_mm
+#: on the CPU accumulates in int32 and wraps two's complement (M = N = 1,
+#: K = 131,073, all -128 gives -2147467264 = wrap32(2**31 + 16384)); on CUDA
+#: cuBLASLt documents nothing (H200, torch 2.11: the same products clamp to
+#: 2**31 - 1, and with 20,000 products of -16,256 after them the exact sum
+#: comes back), so nothing is promised.
+OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 SOURCE_DIGEST = module_digest(__file__)
 CUDA_CONSTRAINTS = ShapeConstraints(min_m=17, k_multiple=8, n_multiple=8,
                                     note="torch._int_mm on CUDA; K padded to >= 16 as well")
@@ -70,7 +73,13 @@ def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, boo
     Returns (acc, padded)."""
     m, k = a.shape
     n = b.shape[0]
-    mp, kp, np_ = padded_shape(m, k, n, rules or a.device.type)
+    rules = rules or a.device.type
+    if rules == "cuda":
+        # cuBLASLt's int8 path refuses other layouts (CUBLAS_STATUS_NOT_SUPPORTED
+        # on the H200 for a padded a, lda 23, and for b given as the transposed
+        # view of a [K, N] buffer): dense copies, the same values
+        a, b = a.contiguous(), b.contiguous()
+    mp, kp, np_ = padded_shape(m, k, n, rules)
     padded = (mp, kp, np_) != (m, k, n)
     if padded:
         a = F.pad(a, (0, kp - k, 0, mp - m))  # zeros: exact (see module docstring)

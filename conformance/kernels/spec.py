@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, asdict
-from typing import Callable, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract
 from reference.errors import ContractError
@@ -92,9 +92,14 @@ class KernelSpec:
             (``conformance.checks.overflow``): ``"wrap"`` (two's complement,
             the default: the contract's accumulator is int32, and int32
             hardware adds wrap), ``"saturate"`` (clamped partial sums) or
-            ``"undefined"`` (no promise). Overflow is a precondition, never a
-            failure: C3/C5/C6/C8 compare such elements with the declared
-            behaviour (undefined ones are excluded and counted).
+            ``"undefined"`` (no promise); or a mapping device type
+            (``"cpu"``, ``"cuda"``, ``"*"`` for the rest) -> one of those, for
+            a kernel whose accumulator differs by device (the Triton
+            built-in wraps in the interpreter, while NVIDIA integer MMA
+            instructions clamp: :meth:`overflow_on`). Overflow is a
+            precondition, never a failure: C3/C5/C6/C8 compare such elements
+            with the declared behaviour (undefined ones are excluded and
+            counted).
     """
 
     name: str
@@ -109,12 +114,24 @@ class KernelSpec:
     description: str = ""
     steps: Optional[object] = None
     contiguous_only: Union[bool, tuple] = False
-    overflow: str = "wrap"
+    overflow: Union[str, Mapping[str, str]] = "wrap"
 
     def __post_init__(self) -> None:
-        if self.overflow not in OVERFLOW_BEHAVIOURS:
-            raise ContractError(f"kernel {self.name!r}: overflow={self.overflow!r} is not one "
-                                f"of {OVERFLOW_BEHAVIOURS}")
+        values = (self.overflow.values() if isinstance(self.overflow, Mapping)
+                  else (self.overflow,))
+        for v in values:
+            if v not in OVERFLOW_BEHAVIOURS:
+                raise ContractError(f"kernel {self.name!r}: overflow={self.overflow!r}: {v!r} is "
+                                    f"not one of {OVERFLOW_BEHAVIOURS}")
+
+    def overflow_on(self, device_type: Optional[str] = None) -> str:
+        """The declared overflow behaviour on ``device_type`` (``"cpu"``,
+        ``"cuda"``, or a full device string such as ``"cuda:1"``; None or
+        unknown: the mapping's ``"*"`` entry, else ``"wrap"``)."""
+        if not isinstance(self.overflow, Mapping):
+            return self.overflow
+        dev = (device_type or "").split(":")[0]
+        return self.overflow.get(dev, self.overflow.get("*", "wrap"))
 
     def dense_operands(self) -> frozenset:
         """Operand names the kernel must be handed dense (see ``contiguous_only``)."""
@@ -138,7 +155,8 @@ class KernelSpec:
             "description": self.description,
             "contiguous_only": (self.contiguous_only if isinstance(self.contiguous_only, bool)
                                 else sorted(self.contiguous_only)),
-            "overflow": self.overflow,
+            "overflow": (dict(self.overflow) if isinstance(self.overflow, Mapping)
+                         else self.overflow),
             **({"steps": _steps_dict(self.steps)} if self.steps is not None else {}),
         }
 

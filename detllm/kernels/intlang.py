@@ -150,11 +150,10 @@ def int_exp(x, table_ptr, F: tl.constexpr):
 def int_sigmoid(x, table_ptr, F: tl.constexpr):
     """``ops.int_sigmoid``: Q30 sigma(x / 2^F); E = int_exp(-|x|);
     x >= 0: (2^61 + d) // 2d, x < 0: (2 E 2^30 + d) // 2d, d = 2^30 + E."""
-    # -|x| by a select and the powers of two by shifts of an int64 one. The
-    # earlier form (-tl.abs(x), (1 << 61) literal) was blamed for wrong bits on
-    # triton 3.6 (H200), but compiled for sm_90 by triton 3.6 both forms give
-    # the same LLVM IR (llvm.abs + sub, the same sdiv): that change cannot
-    # have altered the GPU's bits, so the failure seen then had another cause
+    # Known GPU defect (H200, triton 3.6; reports/detllm-ir-audit/NOTE.md): in a
+    # kernel that applies this to a plain load, int_exp(-|x|) comes out 0 below
+    # the (correct) LLVM IR, so the result is wrong there; fed a GEMM result in
+    # detllm.kernels.linear it is right (engine hash = CPU reference)
     one = x * 0 + 1
     e = int_exp(tl.where(x >= 0, -x, x), table_ptr, F)
     den = e + (one << 30)

@@ -125,8 +125,47 @@ def test_overflow_declaration_is_validated():
     s = load_module_function("buggy_kernels:good_cutlass?overflow=saturate")
     assert s.overflow == "saturate" and s.manifest()["overflow"] == "saturate"
     assert load_module_function("buggy_kernels:good_cutlass").overflow == "wrap"
-    for name in ("cpu", "int_mm", "triton"):
-        assert get_kernel(name).overflow == "wrap"
+    assert get_kernel("cpu").overflow == "wrap"
+    for name in ("int_mm", "triton"):  # wrap in int32 on the CPU, no promise on CUDA
+        spec = get_kernel(name)
+        assert [spec.overflow_on(d) for d in ("cpu", "cuda", "cuda:1", None)] == [
+            "wrap", "undefined", "undefined", "wrap"]
+        assert spec.manifest()["overflow"] == {"cpu": "wrap", "cuda": "undefined"}
+    with pytest.raises(ContractError, match="'clamp' is not one of"):
+        KernelSpec("x", good_cutlass, CUTLASS_STYLE, overflow={"cuda": "clamp"})
+
+
+def test_overflow_declaration_follows_the_device_the_kernel_ran_on():
+    # the saturating kernel's output on the K_OVER case (float32: 2**31 - 1 ->
+    # 2.0 = 0x40000000) against a declaration {"cpu": wrap, "cuda": undefined}:
+    # a CPU run is held to wrap (fails, 64 ulp as above); a CUDA run promises
+    # nothing at the one at-risk element (excluded: n/a, never a failure)
+    from conformance.checks.output_bits import check_declared_contract
+    from conformance.kernels.runner import KernelRun
+    ops = dataclasses.replace(const_case(K_OVER), out_dtype=torch.float32)
+    spec = KernelSpec("percase", saturating_declares_wrap, CUTLASS_STYLE, source_digest="1" * 64,
+                      origin="test", overflow={"cpu": "wrap", "cuda": "undefined"})
+    out = saturating_declares_wrap(ops.a, ops.b, ops.scale_a, ops.scale_b, torch.float32)
+    assert _bits(out) == ["0x40000000"]
+    on_cpu = check_declared_contract(spec, ops, KernelRun(out, None, {"device": "cpu"}))
+    assert on_cpu.verdict == "fail" and on_cpu.evidence["max_ulp"] == 64
+    on_cuda = check_declared_contract(spec, ops, KernelRun(out, None, {"device": "cuda"}))
+    assert on_cuda.verdict == "n/a" and on_cuda.evidence["overflow_excluded"] == 1
+    assert on_cuda.evidence["overflow_behaviour"] == "undefined"
+
+
+def test_pairwise_expects_identity_only_where_both_overflow_declarations_force_it():
+    from conformance.pairwise import expected_agreement
+    # power-of-two scales, no bias: every legal contract gives the same bits barring overflow
+    ops = dataclasses.replace(const_case(K_OVER), scale_mode="pow2")
+    cpu, tri = get_kernel("cpu"), get_kernel("triton")
+    assert expected_agreement(cpu, tri, ops, "cpu", "cpu")[0] is True  # wrap and wrap
+    expect, why = expected_agreement(cpu, tri, ops, "cpu", "cuda")
+    assert expect is False and why == ("an accumulator can leave int32 at 1 elements and the "
+                                       "declared overflow behaviours are wrap (cpu) and "
+                                       "undefined (triton)")
+    small = dataclasses.replace(const_case(16), scale_mode="pow2")  # no element can leave int32: the devices do not matter
+    assert expected_agreement(cpu, tri, small, "cpu", "cuda")[0] is True
 
 
 # ------------------------------------------------------------ bits, not values

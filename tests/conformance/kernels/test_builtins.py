@@ -223,3 +223,21 @@ def test_int_mm_padded_shape_rules():
     assert builtin_int_mm.padded_shape(512, 2048, 6144, "cuda") == (512, 2048, 6144)
     assert builtin_int_mm.padded_shape(5, 7, 3, "cpu") == (5, 7, 3)
     assert builtin_int_mm.padded_shape(5, 1, 3, "cpu") == (5, 2, 3)
+
+
+def test_int_mm_hands_cublas_dense_operands(monkeypatch):
+    # cuBLASLt refused a padded a (lda 23) and b as the transposed view of a [K, N]
+    # buffer with CUBLAS_STATUS_NOT_SUPPORTED on the H200 (family/layouts cases):
+    # under the CUDA rule the kernel passes dense copies; the CPU rule passes the views
+    g = torch.Generator().manual_seed(5)
+    m, k, n = 17, 64, 48  # no padding needed under either rule
+    a = torch.randint(-128, 128, (m, k + 7), generator=g, dtype=torch.int8)[:, :k]
+    b = torch.randint(-128, 128, (k, n), generator=g, dtype=torch.int8).t()
+    seen = []
+    real = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm", lambda x, y: seen.append((x.stride(), y.stride())) or real(x, y))
+    for rules, want in (("cuda", [((k, 1), (1, k))]), ("cpu", [((k + 7, 1), (n, 1))])):
+        seen.clear()
+        acc, padded = builtin_int_mm._acc(a, b, rules=rules)
+        assert not padded and seen == want
+        assert torch.equal(acc.to(torch.int64), exact_int_mm(a, b))
