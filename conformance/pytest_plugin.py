@@ -408,7 +408,12 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     for ks in st.kernels:
         name = f"int8conf-{ks.spec.name}"
         col = KernelSuite.from_parent(session, name=name, nodeid=name, kstate=ks, st=st)
-        new.extend(col.collect())
+        got = list(col.collect())
+        # report them like collected items, so the terminal's count ("collected
+        # N items", --collect-only's summary) includes them
+        config.hook.pytest_collectreport(report=pytest.CollectReport(
+            nodeid=name, outcome="passed", longrepr=None, result=got))
+        new.extend(got)
     items[:0] = new
 
 

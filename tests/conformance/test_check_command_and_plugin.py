@@ -15,6 +15,8 @@ from conformance.cli import main
 from conformance.kernels import registry
 from buggy_kernels import make_kernel
 
+pytest_plugins = ["pytester"]
+
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # holds buggy_kernels.py
 FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
 
@@ -112,3 +114,12 @@ def test_console_verdict_of_a_precondition_failure_says_so():
     assert verdict_markup("fail", {"failure_kind": "precondition"}) == "[yellow]fail (precondition)[/]"
     assert verdict_markup("fail", {"failure_kind": "kernel"}) == "[bold red]fail[/]"
     assert verdict_markup("pass", {}) == "[green]pass[/]"
+
+
+def test_collect_only_counts_the_suite_items(pytester):
+    # the suite's items are made in pytest_collection_modifyitems; --collect-only's
+    # summary must count them (it said "no tests collected")
+    r = pytester.runpytest_inprocess("--co", "-q", "--kernel=cpu", "-p", "no:cacheprovider")
+    ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
+    assert r.ret == pytest.ExitCode.OK and len(ids) > 300
+    assert f"{len(ids)} tests collected" in r.outlines[-1]
