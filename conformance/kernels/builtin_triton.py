@@ -625,6 +625,11 @@ def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]
     return best, times
 
 
+def _pow2_bin(v: int) -> int:
+    """The smallest power of two >= ``v`` (>= 1): a tuning key's size bin."""
+    return 1 << max(0, (v - 1).bit_length())
+
+
 def tuning_table() -> dict:
     """Tuning decisions of this process: ``{key string: {"config", "timings_ms"}}``."""
     return {str(k): dict(v) for k, v in _TUNING.items()}
@@ -657,7 +662,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     native = a.is_cuda and not _kernel("ptr", True)[1]
     int64 = _need_int64(a, b, m, n, k)
     tma = native and not int64 and m > 16 and _tma_ok(a, b)
-    mbin = 1 << max(0, (m - 1).bit_length())
+    mbin = _pow2_bin(m)
     pkey = (a.device.index if a.is_cuda else -1, native, mbin, n, k, _OUT_KIND.get(out_dtype, -1),
             bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
     interp = not native
@@ -673,9 +678,11 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
 
     plan = _PLANS.get(pkey)
     capturing = native and torch.cuda.is_current_stream_capturing()
-    # one tuning per (device, M bin, N, K, layout): the epilogue variants (out
-    # dtype, bias) share the main loop, so they reuse the choice (one compile each)
-    tkey = pkey[:5] + pkey[7:]
+    # one tuning per (device, next powers of two of M, N, K, layout): the epilogue
+    # variants (out dtype, bias) share the main loop, and neighbouring shapes
+    # (e.g. the property test's random ones) share a tile choice, so they reuse
+    # it (one compile each) instead of timing every candidate again
+    tkey = pkey[:3] + (_pow2_bin(n), _pow2_bin(k)) + pkey[7:]
     if plan is None and config is None and tkey in _CHOSEN:
         cfg, tuned = _CHOSEN[tkey]
         plan = _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, tuned,
