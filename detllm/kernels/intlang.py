@@ -150,12 +150,14 @@ def int_exp(x, table_ptr, F: tl.constexpr):
 def int_sigmoid(x, table_ptr, F: tl.constexpr):
     """``ops.int_sigmoid``: Q30 sigma(x / 2^F); E = int_exp(-|x|);
     x >= 0: (2^61 + d) // 2d, x < 0: (2 E 2^30 + d) // 2d, d = 2^30 + E."""
-    # Known GPU defect (H200, triton 3.6; reports/detllm-ir-audit/NOTE.md): in a
-    # kernel that applies this to a plain load, int_exp(-|x|) comes out 0 below
-    # the (correct) LLVM IR, so the result is wrong there; fed a GEMM result in
-    # detllm.kernels.linear it is right (engine hash = CPU reference)
+    # Clamped to +-64 (real) before the negation, which int_exp would clip to
+    # anyway: unclamped, the compiled kernel (H200, triton 3.6) gave
+    # int_exp(-|x|) = 0 for every x although its LLVM IR is correct; clamped
+    # first it gives ops.int_sigmoid's bits (reports/detllm-ir-audit/NOTE.md,
+    # probe_sigmoid_variants.py: variants 2, 4, 5 right, 0, 1, 3 wrong)
     one = x * 0 + 1
-    e = int_exp(tl.where(x >= 0, -x, x), table_ptr, F)
+    xc = tl.minimum(tl.maximum(x, -(64 << F)), 64 << F)
+    e = int_exp(tl.where(xc >= 0, -xc, xc), table_ptr, F)
     den = e + (one << 30)
     pos = ((one << 61) + den) // (2 * den)
     neg = (2 * (e << 30) + den) // (2 * den)
