@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
 # tool, where the repo is a plain copy, not installed). What is left to measure,
-# as of 2026-12-01 (reports/h200-native/2026-12-01/README.md):
-#   1. issue 12: which formulation of -|x| -> int_exp the GPU computes right
-#      (reports/detllm-ir-audit/NOTE.md), then the detllm CUDA tests;
-#   2. issue 8: a COMPLETE native `--kernel=triton --kernel=int_mm --against=cpu`
-#      pass (1,556 items; the last one reached 1,470 in 484 s, 0 failed);
+# as of the second session of 2026-12-01 (reports/h200-native/2026-12-01b/README.md):
+#   2. issue 8: a COMPLETE native conformance pass. The last three calls ran 1,500 and
+#      1,502 of 1,556 items with 0 failed (both kernels at once, cut at 560 s), then a
+#      triton-only call showed ONE failing item that no log names (killed before its
+#      summary). Run it per kernel (2a: triton, 2b: int_mm), each with --against=cpu,
+#      and -vv (net -v after -q) so that every outcome is logged the moment it happens;
 #   3. issue 9: `study pow2` on CUDA with its end-to-end part, default model;
 #   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh).
+#   1. (done 2026-12-01b: int_sigmoid fixed, detllm CUDA tests 11/11) kept as a re-check.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
-# command to 600 s: run STAGE=1, 2, 3 or 4 as separate calls. Carry .devwork/whl
+# command to 600 s: run STAGE=2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all.tgz (at most 8
 # files come back). Every step is bounded, SIGINT first so pytest prints its summary.
+# The plugin caps each xdist worker's torch threads at cores // workers (15 workers
+# with 16 threads each spent 147 CPU-minutes in one 9.5-minute call).
 set -u
 OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
 [ -d .devwork/whl ] && python3 -m pip install -q --no-index --no-deps --no-compile \
@@ -19,7 +23,8 @@ OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(date +%T)"; \
   ( time timeout -s INT -k 15 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
-  echo "rc=$?" >> "$OUT/logs/$name.log"; grep -v "━" "$OUT/logs/$name.log" | tail -n 25 | cut -c1-600; }
+  echo "rc=$?" >> "$OUT/logs/$name.log"; grep -E " (FAILED|ERROR) " "$OUT/logs/$name.log" | head -20; \
+  grep -v -e "━" -e " PASSED " -e PytestBenchmarkWarning "$OUT/logs/$name.log" | tail -n 25 | cut -c1-600; }
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -p conformance.pytest_plugin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "${STAGE:-1}" in
@@ -27,7 +32,8 @@ case "${STAGE:-1}" in
    # no xdist: it hides a failure's message while a slow test runs
    step detllm-cuda 200 $P -m cuda tests/detllm -k "not pinned_hash"
    step cuda-tests 250 $P -n 15 -m cuda tests/conformance tests/reference ;;
-2) step conformance 560 $P -n 15 --durations=20 --kernel=triton --kernel=int_mm --against=cpu \
+2a|2b) kern=triton; [ "$STAGE" = 2b ] && kern=int_mm
+   step "conformance-$kern" 560 $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
      --int8conf-reports="$OUT/reports" ;;
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;

@@ -29,6 +29,10 @@ Options:
                           A bad spec is a one-line usage error. The report and
                           the terminal summary name fault, coverage and seed.
 
+Under pytest-xdist each worker caps torch's CPU threads at its share of the
+cores (``cores // workers``) unless ``OMP_NUM_THREADS`` or
+``INT8CONF_WORKER_THREADS`` says otherwise (:func:`worker_threads`).
+
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
 captures) running checks C1-C6 and C8; ``property`` (hypothesis, fixed CI
@@ -59,6 +63,7 @@ their own operands. Without ``--kernel`` a test using the fixture is skipped.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -139,6 +144,42 @@ def pytest_addoption(parser, pluginmanager) -> None:
                      "(default all), SEED integer (default 0); e.g. F4:all")
 
 
+def worker_threads(cores: int, workers: int, environ) -> Optional[int]:
+    """torch intra-op threads for one of ``workers`` xdist workers sharing
+    ``cores`` CPU cores: ``max(1, cores // workers)``, or None (leave torch's
+    default) when the user chose a count (``OMP_NUM_THREADS`` or
+    ``INT8CONF_WORKER_THREADS`` in ``environ``) or there is one worker.
+
+    Why: every worker otherwise starts one thread per core, so 15 workers on
+    16 cores ran 240 spinning threads; the H200 run of 2026-12-01 spent 147
+    CPU-minutes in 9.5 minutes, and a captured-layer item that takes 0.7 s
+    alone took 45 s there (reports/h200-native/2026-12-01b).
+    """
+    if environ.get("INT8CONF_WORKER_THREADS"):
+        return max(1, int(environ["INT8CONF_WORKER_THREADS"]))
+    if environ.get("OMP_NUM_THREADS") or workers <= 1:
+        return None
+    return max(1, cores // workers)
+
+
+def _share_cores(config) -> None:
+    """In an xdist worker, cap torch's threads at this worker's share of the
+    cores (:func:`worker_threads`)."""
+    if not hasattr(config, "workerinput"):
+        return
+    try:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+        n = worker_threads(cores, workers, os.environ)
+    except ValueError:
+        raise pytest.UsageError("int8conf: INT8CONF_WORKER_THREADS must be an integer, got "
+                                f"{os.environ.get('INT8CONF_WORKER_THREADS')!r}") from None
+    if n is not None:
+        import torch
+        torch.set_num_threads(n)
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "int8conf: a generated kernel-conformance item")
     names = config.getoption("kernel", default=[]) or []
@@ -147,6 +188,7 @@ def pytest_configure(config) -> None:
             raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to "
                                     "inject the fault into)")
         return
+    _share_cores(config)
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels

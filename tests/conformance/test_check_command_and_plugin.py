@@ -123,3 +123,35 @@ def test_collect_only_counts_the_suite_items(pytester):
     ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
     assert r.ret == pytest.ExitCode.OK and len(ids) > 300
     assert f"{len(ids)} tests collected" in r.outlines[-1]
+
+
+# ---------------------------------------------------------- xdist worker threads
+
+def test_worker_threads_share_the_cores_unless_the_user_chose():
+    from conformance.pytest_plugin import worker_threads
+    assert worker_threads(16, 15, {}) == 1
+    assert worker_threads(16, 4, {}) == 4
+    assert worker_threads(2, 2, {}) == 1
+    assert worker_threads(2, 3, {}) == 1          # more workers than cores: still one each
+    assert worker_threads(16, 1, {}) is None      # one worker: torch's default
+    assert worker_threads(16, 4, {"OMP_NUM_THREADS": "8"}) is None
+    assert worker_threads(16, 4, {"INT8CONF_WORKER_THREADS": "3"}) == 3
+
+
+def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
+    import types
+    import torch
+    from conformance import pytest_plugin as plug
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("INT8CONF_WORKER_THREADS", raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    monkeypatch.setattr(plug.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    plug._share_cores(types.SimpleNamespace())                       # controller / no xdist
+    assert calls == []
+    plug._share_cores(types.SimpleNamespace(workerinput={"workerid": "gw1"}))
+    assert calls == [4]
+    monkeypatch.setenv("INT8CONF_WORKER_THREADS", "two")
+    with pytest.raises(pytest.UsageError, match="INT8CONF_WORKER_THREADS must be an integer"):
+        plug._share_cores(types.SimpleNamespace(workerinput={"workerid": "gw1"}))
