@@ -26,9 +26,9 @@ def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[s
     against either) promises nothing at elements whose sum can leave int32
     (``conformance.checks.overflow``)."""
     from conformance.checks.output_bits import overflow_of
-    from conformance.checks.overflow import INT32_MAX, declared_accumulator
+    from conformance.checks.overflow import declared_accumulator, may_leave_int32
     ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
-    if ba == bb == "wrap" or int(ops.a.shape[1]) * 16384 <= INT32_MAX:
+    if ba == bb == "wrap" or not may_leave_int32(ops.a.shape[1]):
         return None
     from reference.accumulate import exact_int_mm
     n = declared_accumulator(ops, exact_int_mm(ops.a, ops.b), "wrap").n_at_risk

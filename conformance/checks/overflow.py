@@ -88,6 +88,13 @@ class DeclaredAccumulator:
                 "overflow_excluded": self.n_undefined}
 
 
+def may_leave_int32(k: int) -> bool:
+    """Whether an int8 GEMM over ``k`` products can leave int32 at all: each
+    product is at most (-128)^2 = 2^14 in magnitude, so ``|acc| <= k * 2^14``
+    and ``k < 131072`` never overflows (the cheap exit of every overflow test)."""
+    return int(k) * 16384 > INT32_MAX
+
+
 def wrap32(x: Tensor) -> Tensor:
     """int64 -> int64 holding the two's-complement int32 wrap of ``x``."""
     return ((x.to(torch.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
@@ -131,9 +138,7 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
 def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
     """:func:`declared_accumulator` computed (no memo)."""
     exact = exact.to(torch.int64)
-    # cheap exit: |exact| <= K * 2**14 < 2**31 for K < 131072, the usual case
-    k = int(ops.a.shape[1])
-    if k * 16384 <= INT32_MAX:
+    if not may_leave_int32(ops.a.shape[1]):  # the usual case
         none = torch.zeros_like(exact, dtype=torch.bool)
         return DeclaredAccumulator(exact, ~none, none, behaviour,
                                    _counts={"at_risk": 0, "undefined": 0})

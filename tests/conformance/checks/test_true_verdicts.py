@@ -257,3 +257,12 @@ def test_failing_kernel_gets_na_not_pass_for_c1_c2():
     assert cr.checks["C8"].verdict == "fail" and cr.checks["C8"].evidence["problem_kind"] == "exception"
     with pytest.raises(KernelLoadError):
         load_module_function("buggy_kernels:good_cutlass?overflow=wraps")
+
+
+def test_may_leave_int32_boundary_is_k_131072():
+    """(-128)^2 = 16384 per product: 131071 products reach at most 2^31 - 16384,
+    131072 all-(-128) products reach exactly 2^31, one past int32."""
+    from conformance.checks.overflow import may_leave_int32
+    assert not may_leave_int32(131071)
+    assert may_leave_int32(131072)
+    assert 131072 * 16384 == 2 ** 31
