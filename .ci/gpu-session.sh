@@ -2,6 +2,10 @@
 # One GPU session on a CUDA machine, in priority order (used through the `device`
 # tool, where the repo is a plain copy, not installed). What is left to measure,
 # as of the second session of 2026-12-01 (reports/h200-native/2026-12-01b/README.md):
+#   1. first, ~5 min: the CUDA unit tests, which now run EVERY candidate configuration
+#      (TMA included) on the suite's edge shapes (large_shapes, layouts, 17x16x16) --
+#      the likeliest home of that one failure; then the detllm CUDA tests (11/11 on
+#      2026-12-01b after the int_sigmoid fix) as a re-check.
 #   2. issue 8: a COMPLETE native conformance pass. The last three calls ran 1,500 and
 #      1,502 of 1,556 items with 0 failed (both kernels at once, cut at 560 s), then a
 #      triton-only call showed ONE failing item that no log names (killed before its
@@ -9,9 +13,8 @@
 #      and -vv (net -v after -q) so that every outcome is logged the moment it happens;
 #   3. issue 9: `study pow2` on CUDA with its end-to-end part, default model;
 #   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh).
-#   1. (done 2026-12-01b: int_sigmoid fixed, detllm CUDA tests 11/11) kept as a re-check.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
-# command to 600 s: run STAGE=2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
+# command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all.tgz (at most 8
 # files come back). Every step is bounded, SIGINT first so pytest prints its summary.
 # The plugin caps each xdist worker's torch threads at cores // workers (15 workers
@@ -28,10 +31,9 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(da
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -p conformance.pytest_plugin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "${STAGE:-1}" in
-1) step sigmoid-variants 90 python3 reports/detllm-ir-audit/probe_sigmoid_variants.py
+1) step cuda-tests 300 $P -n 15 -vv -m cuda tests/conformance tests/reference
    # no xdist: it hides a failure's message while a slow test runs
-   step detllm-cuda 200 $P -m cuda tests/detllm -k "not pinned_hash"
-   step cuda-tests 250 $P -n 15 -m cuda tests/conformance tests/reference ;;
+   step detllm-cuda 200 $P -m cuda tests/detllm ;;
 2a|2b) kern=triton; [ "$STAGE" = 2b ] && kern=int_mm
    step "conformance-$kern" 560 $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
      --int8conf-reports="$OUT/reports" ;;

@@ -145,3 +145,59 @@ def test_raw_and_standard_bare_launches_write_the_call_s_bits():
         launch()
         torch.cuda.synchronize()
         assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
+# (M, K, N, out dtype, layout): the default suite's families that reach tile
+# edges (large_shapes, layouts, ties at M = 33, 17x16x16); the tuner may pick
+# any candidate of the bucket for them, so every candidate must be exact
+_EDGE_SHAPES = [
+    (128, 257, 300, torch.bfloat16, "dense"), (129, 1040, 257, torch.bfloat16, "dense"),
+    (257, 520, 328, torch.float16, "dense"), (16, 8195, 320, torch.float32, "dense"),
+    (2, 8195, 383, torch.bfloat16, "dense"), (17, 16, 16, torch.bfloat16, "dense"),
+    (33, 100, 77, torch.float16, "a_padded"), (33, 96, 80, torch.bfloat16, "b_transposed"),
+    (5, 64, 48, torch.float32, "b_transposed"),
+]
+
+
+def _edge_operands(m, k, n, layout, seed, device="cuda"):
+    a, b, sa, sb, bias = _ops(m, k + 32, n, seed=seed, device=device)
+    a, b = a[:, :k], b[:, :k]
+    if layout != "a_padded":
+        a = a.contiguous()
+    b = b.t().contiguous().t() if layout == "b_transposed" else b.contiguous()
+    return a, b, sa, sb, bias
+
+
+@pytest.mark.parametrize("shape", _EDGE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}-"
+                         f"{str(s[3]).split('.')[-1]}-{s[4]}")
+def test_every_candidate_configuration_exact_on_edge_shapes(shape):
+    _check_candidates(shape, "cuda")
+
+
+def _check_candidates(shape, device):
+    """Every candidate of the shape's bucket (TMA ones where the operands
+    allow TMA) against the declared contract's bits; one line per wrong one."""
+    m, k, n, out_dtype, layout = shape
+    a, b, sa, sb, bias = _edge_operands(m, k, n, layout, seed=m + k + n, device=device)
+    bias = bias.to(out_dtype)
+    acc = exact_int_mm(a.cpu().contiguous(), b.cpu().contiguous())
+    want = apply_epilogue(acc, sa.cpu(), sb.cpu(), TRITON_STYLE, bias.cpu(), out_dtype)
+    ibits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+    tma = a.is_cuda and m > 16 and bt._tma_ok(a, b)
+    bad, built = [], 0
+    for cfg in bt._candidates(m, tma):
+        try:
+            out = bt.scaled_mm_config(cfg, a, b, sa, sb, out_dtype, bias)
+        except Exception:  # noqa: BLE001 -- the tuner drops a variant that does not build
+            continue
+        built += 1
+        got = out.cpu().view(ibits[out_dtype])
+        diff = (got != want.view(ibits[out_dtype])).nonzero()
+        if len(diff):
+            i, j = diff[0].tolist()
+            mask = (1 << (8 * got.element_size())) - 1
+            bad.append(f"{cfg.label()}: {len(diff)} of {m * n} differ, first [{i},{j}] got "
+                       f"{int(got[i, j]) & mask:#x} want "
+                       f"{int(want.view(ibits[out_dtype])[i, j]) & mask:#x}")
+    assert built, "no candidate configuration builds"
+    assert not bad, "; ".join(bad)
