@@ -32,6 +32,9 @@ Options:
 Under pytest-xdist each worker caps torch's CPU threads at its share of the
 cores (``cores // workers``) unless ``OMP_NUM_THREADS`` or
 ``INT8CONF_WORKER_THREADS`` says otherwise (:func:`worker_threads`).
+Each item's result travels to the controller on the item's own report
+(``conformance.xdist_ship``), so a run stopped part-way (Ctrl-C, a CI time
+limit) still reports every item that finished, marked as a partial run.
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
@@ -221,6 +224,8 @@ def pytest_configure(config) -> None:
         out_dir=out,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Merger(config), "int8conf-xdist-merger")
 
 
 def _injected(specs, texts) -> list:
@@ -338,6 +343,14 @@ class _Item(pytest.Item):
     def reportinfo(self):
         return f"int8conf-{self.kstate.spec.name}", None, self.name
 
+    def result_delta(self) -> tuple:
+        """``(kernel index, kind, key, value)``: what this item added to its
+        kernel's state, for the xdist controller (:class:`_Merger`)."""
+        raise NotImplementedError
+
+    def _kernel_index(self) -> int:
+        return self.st.kernels.index(self.kstate)
+
 
 def _evaluate(ks: _KernelState, st: _State, ops):
     from conformance.cases import case_id
@@ -355,6 +368,11 @@ class CaseItem(_Item):
         super().__init__(**kw)
         self.ops = ops
 
+    def result_delta(self) -> tuple:
+        from conformance.cases import case_id
+        cid = case_id(self.ops)
+        return self._kernel_index(), "case", cid, self.kstate.results.get(cid)
+
     def runtest(self):
         cr = _evaluate(self.kstate, self.st, self.ops)
         if cr.kernel_failures:
@@ -371,6 +389,10 @@ class CaseItem(_Item):
 
 class PropertyItem(_Item):
     """Hypothesis property test under the declared contract."""
+
+    def result_delta(self) -> tuple:
+        ks = self.kstate
+        return self._kernel_index(), "property", None, (ks.prop_cases, ks.property)
 
     def runtest(self):
         from conformance.property import run_property_test
@@ -390,6 +412,9 @@ class PropertyItem(_Item):
 class BatchInvarianceItem(_Item):
     """C9 batch_invariance over the kernel's fixed cases (no reference needed)."""
 
+    def result_delta(self) -> tuple:
+        return self._kernel_index(), "model", "C9", self.kstate.model.get("C9")
+
     def runtest(self):
         from conformance.suite import run_batch_invariance
         r = run_batch_invariance(self.kstate.spec, self.kstate.cases)
@@ -407,6 +432,9 @@ class ModelCheckItem(_Item):
         super().__init__(**kw)
         self.check_id = check_id
 
+    def result_delta(self) -> tuple:
+        return self._kernel_index(), "model", self.check_id, self.kstate.model.get(self.check_id)
+
     def runtest(self):
         from conformance.suite import run_model_check
         r = run_model_check(self.check_id, self.kstate.spec)
@@ -417,12 +445,8 @@ class ModelCheckItem(_Item):
             raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
 
 
-class PairItem(_Item):
+class PairItem(CaseItem):
     """Bit agreement with ``--against`` on one fixed case."""
-
-    def __init__(self, *, ops, **kw):
-        super().__init__(**kw)
-        self.ops = ops
 
     def runtest(self):
         cr = _evaluate(self.kstate, self.st, self.ops)
@@ -487,33 +511,48 @@ def pytest_configure_node(node) -> None:
         node.workerinput["int8conf_gpu"] = int(wid[2:] or 0) % n
 
 
-_WORKER_KEY = "int8conf_suite"
+_ITEM_KEY = "int8conf_result"
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
-    """xdist controller: merge a worker's results into the kernels' states."""
-    import pickle
-    st = _state(node.config)
-    data = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY)
-    if st is None or not data:
-        return
-    for ks, (results, prop_cases, prop, model) in zip(st.kernels, pickle.loads(data)):
-        ks.results.update(results)
-        ks.prop_cases.extend(prop_cases)
-        ks.property = ks.property or prop
-        ks.model.update(model)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """xdist worker: the item's result rides on its call-phase report
+    (``conformance.xdist_ship``); the controller merges it as it logs it."""
+    outcome = yield
+    if call.when == "call" and isinstance(item, _Item) and hasattr(item.config, "workerinput"):
+        from conformance.xdist_ship import attach
+        attach(outcome.get_result(), _ITEM_KEY, item.result_delta())
+
+
+class _Merger:
+    """xdist controller: merges each item's shipped result into the state."""
+
+    def __init__(self, config):
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before JUnit XML or a report log sees the payload
+    def pytest_runtest_logreport(self, report) -> None:
+        from conformance.xdist_ship import take
+        delta = take(report, _ITEM_KEY)
+        st = _state(self.config)
+        if delta is None or st is None:
+            return
+        k, kind, key, value = delta
+        ks = st.kernels[k]
+        if kind == "case" and value is not None:
+            ks.results[key] = value
+        elif kind == "property":
+            ks.prop_cases, ks.property = value
+        elif kind == "model" and value is not None:
+            ks.model[key] = value
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     st = _state(session.config)
     if st is None:
         return
-    if hasattr(session.config, "workerinput"):  # an xdist worker: ship, the controller writes
-        import pickle
-        session.config.workeroutput[_WORKER_KEY] = pickle.dumps(
-            [(ks.results, ks.prop_cases, ks.property, ks.model) for ks in st.kernels])
-        return
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its items shipped their
+        return                                      # results; the controller writes
     from conformance.cases import case_id
     from conformance.report import write_reports
     from conformance.suite import build_result

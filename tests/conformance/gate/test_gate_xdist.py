@@ -57,3 +57,44 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     assert suite_1["overall"]["cases_total"] == 22 and not suite_1["notes"]
     assert gate_1["overall"]["counts"]["warn"] == 22 and gate_1["overall"]["verdict"] == "pass"
     assert [c["item"] for c in gate_2["cases"]] == [c["item"] for c in gate_1["cases"]]
+
+
+_INTERRUPTING_KERNEL = '''
+import dataclasses, os, signal, time
+from conformance.kernels.registry import get_kernel
+
+_cpu = get_kernel("cpu")
+_calls = 0
+
+def _scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+    global _calls
+    _calls += 1
+    if _calls == 40 and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
+        os.kill(os.getppid(), signal.SIGINT)  # the controller, as a time limit would
+        time.sleep(2)
+    return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_scaled_mm, origin="test")
+'''
+
+
+@pytest.mark.slow
+def test_interrupted_xdist_run_reports_every_finished_item(tmp_path):
+    """SIGINT to the controller mid-run (what a time limit does): the report
+    still holds every item that passed before it, because each item ships its
+    result on its own report instead of at worker shutdown."""
+    (tmp_path / "stopmod.py").write_text(_INTERRUPTING_KERNEL)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+                        "--kernel=stopmod:spec", "--int8conf-no-captures", "--int8conf-no-model",
+                        "--int8conf-examples=0", f"--int8conf-reports={tmp_path}/rep"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-3000:]  # pytest's INTERRUPTED
+    import re
+    passed = int(re.search(r"(\d+) passed", out).group(1))
+    rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
+    c9 = any(c["check_id"] == "C9" and c["verdict"] != "n/a" for c in rep["checks"])
+    assert 0 < passed < rep["overall"]["cases_total"] + 50, out[-2000:]
+    assert len(rep["cases"]) + int(c9) >= passed, (len(rep["cases"]), c9, passed)
+    assert "partial run" in " ".join(rep["notes"])

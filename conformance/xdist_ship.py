@@ -1,0 +1,37 @@
+"""Results of one pytest item carried from an xdist worker to the controller
+on the item's own report, so that the controller holds every finished item's
+result the moment pytest logs it.
+
+Shipping everything in ``workeroutput`` when a worker shuts down loses the
+results of every worker that never shuts down cleanly: the native H200 runs
+of 2026-12-01 were stopped at the device's time limit after 1,500 passed
+items, and their reports missed items that had passed (the property test,
+C9). A report's ``user_properties`` travel with it (pytest-xdist serialises
+them with the report), so a worker appends one entry per item and the
+controller takes it off again before any other plugin (JUnit XML, report
+logs) sees the report.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import Any, Optional
+
+
+def attach(report, key: str, payload: Any) -> None:
+    """Append ``payload`` (any picklable object) to ``report.user_properties``
+    under ``key``, as base64 text (every serialiser of reports carries str)."""
+    blob = base64.b64encode(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    report.user_properties.append((key, blob.decode("ascii")))
+
+
+def take(report, key: str) -> Optional[Any]:
+    """Remove and return the payload :func:`attach` put on ``report`` under
+    ``key``, or None when there is none."""
+    props = getattr(report, "user_properties", None) or []
+    for i, (name, value) in enumerate(props):
+        if name == key:
+            del props[i]
+            return pickle.loads(base64.b64decode(value))
+    return None
