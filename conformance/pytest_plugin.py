@@ -224,8 +224,8 @@ def pytest_configure(config) -> None:
         out_dir=out,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(_Merger(config), "int8conf-xdist-merger")
+    from conformance.xdist_ship import merge_on_controller
+    merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
 
 
 def _injected(specs, texts) -> list:
@@ -345,7 +345,7 @@ class _Item(pytest.Item):
 
     def result_delta(self) -> tuple:
         """``(kernel index, kind, key, value)``: what this item added to its
-        kernel's state, for the xdist controller (:class:`_Merger`)."""
+        kernel's state, for the xdist controller (:func:`_merge`)."""
         raise NotImplementedError
 
     def _kernel_index(self) -> int:
@@ -524,27 +524,19 @@ def pytest_runtest_makereport(item, call):
         attach(outcome.get_result(), _ITEM_KEY, item.result_delta())
 
 
-class _Merger:
-    """xdist controller: merges each item's shipped result into the state."""
-
-    def __init__(self, config):
-        self.config = config
-
-    @pytest.hookimpl(tryfirst=True)  # before JUnit XML or a report log sees the payload
-    def pytest_runtest_logreport(self, report) -> None:
-        from conformance.xdist_ship import take
-        delta = take(report, _ITEM_KEY)
-        st = _state(self.config)
-        if delta is None or st is None:
-            return
-        k, kind, key, value = delta
-        ks = st.kernels[k]
-        if kind == "case" and value is not None:
-            ks.results[key] = value
-        elif kind == "property":
-            ks.prop_cases, ks.property = value
-        elif kind == "model" and value is not None:
-            ks.model[key] = value
+def _merge(config, delta) -> None:
+    """xdist controller: one item's shipped ``(kernel index, kind, key, value)``."""
+    st = _state(config)
+    k, kind, key, value = delta
+    if st is None:
+        return
+    ks = st.kernels[k]
+    if kind == "case" and value is not None:
+        ks.results[key] = value
+    elif kind == "property":
+        ks.prop_cases, ks.property = value
+    elif kind == "model" and value is not None:
+        ks.model[key] = value
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import pickle
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+import pytest
 
 
 def attach(report, key: str, payload: Any) -> None:
@@ -35,3 +37,25 @@ def take(report, key: str) -> Optional[Any]:
             del props[i]
             return pickle.loads(base64.b64decode(value))
     return None
+
+
+class _Merger:
+    """A pytest plugin object of the controller: hands each report's payload
+    under ``key`` to ``merge``."""
+
+    def __init__(self, key: str, merge: Callable[[Any], None]):
+        self.key, self.merge = key, merge
+
+    @pytest.hookimpl(tryfirst=True)  # before JUnit XML or a report log sees the payload
+    def pytest_runtest_logreport(self, report) -> None:
+        payload = take(report, self.key)
+        if payload is not None:
+            self.merge(payload)
+
+
+def merge_on_controller(config, key: str, merge: Callable[[Any], None]) -> None:
+    """Register ``merge(payload)`` for every report that carries ``key``, on
+    the controller (or a run without xdist, where no report carries one);
+    nothing in an xdist worker."""
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Merger(key, merge), f"{key}-xdist-merger")

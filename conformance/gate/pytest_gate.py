@@ -8,9 +8,11 @@ processes with a timeout, one child per kernel per pytest process, reused).
 Outcomes: a blocking case fails the item (reasons as the message); ``warn``
 passes with a :class:`GateWarning`; a non-blocking ``not-supported``
 skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
-are written once, by the controller under pytest-xdist: every worker ships
-its Decisions back (``workeroutput``) and the controller merges them in case
-order, so ``-n N`` writes the same report as a serial run.
+are written once, by the controller under pytest-xdist: every item ships its
+Decision on its own report (``conformance.xdist_ship``) and the controller
+merges them in case order, so ``-n N`` writes the same report as a serial
+run, and a run stopped part-way still reports every decided case (as a
+partial run).
 
 Registered by ``conformance.pytest_plugin`` (active wherever int8conf is
 installed); without ``--gate-candidate`` it adds nothing.
@@ -18,7 +20,6 @@ installed); without ``--gate-candidate`` it adds nothing.
 
 from __future__ import annotations
 
-import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,8 @@ def pytest_configure(config) -> None:
     if wid:
         sess.log_dir = out / "logs" / wid
     config.stash[_STATE] = _GateState(sess, out)
+    from conformance.xdist_ship import merge_on_controller
+    merge_on_controller(config, _KEY, lambda shipped: _merge(config, shipped))
 
 
 def _state(config) -> Optional[_GateState]:
@@ -130,6 +133,13 @@ class _GateItem(pytest.Item):
     def reportinfo(self):
         return "int8conf-gate", None, self.name
 
+    kind = "case"
+    decided = None  # the Decision runtest made (None: it raised before deciding)
+
+    def shipped(self) -> tuple:
+        """``(kind, Decision or None)`` of this item, for the xdist controller."""
+        return self.kind, self.decided
+
     def _outcome(self, d) -> None:
         if d.blocking:
             raise GateFailure(f"{d.item}: {d.status.upper()}: " + "; ".join(
@@ -148,7 +158,7 @@ class GateCaseItem(_GateItem):
         self.index = index
 
     def runtest(self):
-        d = self.gstate.session.run_case(self.index)
+        d = self.decided = self.gstate.session.run_case(self.index)
         self.gstate.decisions[d.item] = d
         self._outcome(d)
 
@@ -160,8 +170,10 @@ class GateModelItem(_GateItem):
         super().__init__(**kw)
         self.check_id = check_id
 
+    kind = "model"
+
     def runtest(self):
-        d = self.gstate.session.run_model(self.check_id)
+        d = self.decided = self.gstate.session.run_model(self.check_id)
         self.gstate.model[d.item] = d
         self._outcome(d)
 
@@ -181,16 +193,21 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items[len(items):] = new
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
-    """xdist controller: merge a worker's Decisions."""
-    gs = _state(node.config)
-    data = (getattr(node, "workeroutput", None) or {}).get(_KEY)
-    if gs is None or not data:
-        return
-    dec, model = pickle.loads(data)
-    gs.decisions.update(dec)
-    gs.model.update(model)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """xdist worker: the item's Decision rides on its call-phase report."""
+    outcome = yield
+    if call.when == "call" and isinstance(item, _GateItem) and hasattr(item.config, "workerinput"):
+        from conformance.xdist_ship import attach
+        attach(outcome.get_result(), _KEY, item.shipped())
+
+
+def _merge(config, shipped) -> None:
+    """xdist controller: one item's shipped ``(kind, Decision)``."""
+    kind, d = shipped
+    gs = _state(config)
+    if gs is not None and d is not None:
+        (gs.decisions if kind == "case" else gs.model)[d.item] = d
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -198,8 +215,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if gs is None:
         return
     gs.session.close()
-    if hasattr(session.config, "workerinput"):  # an xdist worker: ship, do not write
-        session.config.workeroutput[_KEY] = pickle.dumps((gs.decisions, gs.model))
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its items shipped
         return
     if not gs.decisions and not gs.model:
         return
