@@ -34,7 +34,9 @@ cores (``cores // workers``) unless ``OMP_NUM_THREADS`` or
 ``INT8CONF_WORKER_THREADS`` says otherwise (:func:`worker_threads`).
 Each item's result travels to the controller on the item's own report
 (``conformance.xdist_ship``), so a run stopped part-way (Ctrl-C, a CI time
-limit) still reports every item that finished, marked as a partial run.
+limit) still reports every item that finished, marked as a partial run;
+SIGTERM (what ``timeout`` and CI runners send) stops it the same way as
+Ctrl-C (``conformance.graceful_stop``).
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
@@ -226,6 +228,9 @@ def pytest_configure(config) -> None:
         model_checks=not config.getoption("int8conf_no_model"))
     from conformance.xdist_ship import merge_on_controller
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
+    if not hasattr(config, "workerinput"):
+        from conformance.graceful_stop import sigterm_as_interrupt
+        sigterm_as_interrupt()
 
 
 def _injected(specs, texts) -> list:
@@ -593,3 +598,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         line = pair_difference_line(res.pairwise) if res.pairwise else ""
         if line:
             terminalreporter.write_line("  " + line.replace("`", ""))
+
+
+def pytest_unconfigure(config) -> None:
+    from conformance.graceful_stop import restore_sigterm
+    restore_sigterm()

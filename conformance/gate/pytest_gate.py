@@ -11,8 +11,8 @@ skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
 are written once, by the controller under pytest-xdist: every item ships its
 Decision on its own report (``conformance.xdist_ship``) and the controller
 merges them in case order, so ``-n N`` writes the same report as a serial
-run, and a run stopped part-way still reports every decided case (as a
-partial run).
+run, and a run stopped part-way (Ctrl-C, or SIGTERM from a CI time limit)
+still reports every decided case (as a partial run).
 
 Registered by ``conformance.pytest_plugin`` (active wherever int8conf is
 installed); without ``--gate-candidate`` it adds nothing.
@@ -107,6 +107,9 @@ def pytest_configure(config) -> None:
     config.stash[_STATE] = _GateState(sess, out)
     from conformance.xdist_ship import merge_on_controller
     merge_on_controller(config, _KEY, lambda shipped: _merge(config, shipped))
+    if not hasattr(config, "workerinput"):
+        from conformance.graceful_stop import sigterm_as_interrupt
+        sigterm_as_interrupt()
 
 
 def _state(config) -> Optional[_GateState]:

@@ -79,11 +79,13 @@ spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_scaled_mm, origin="t
 
 
 @pytest.mark.slow
-def test_interrupted_xdist_run_reports_every_finished_item(tmp_path):
-    """SIGINT to the controller mid-run (what a time limit does): the report
-    still holds every item that passed before it, because each item ships its
-    result on its own report instead of at worker shutdown."""
-    (tmp_path / "stopmod.py").write_text(_INTERRUPTING_KERNEL)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupted_xdist_run_reports_every_finished_item(tmp_path, sig):
+    """SIGINT or SIGTERM (what a time limit sends) to the controller mid-run:
+    the report still holds every item that passed before it, because each
+    item ships its result on its own report instead of at worker shutdown,
+    and SIGTERM stops the run like Ctrl-C."""
+    (tmp_path / "stopmod.py").write_text(_INTERRUPTING_KERNEL.replace("signal.SIGINT", f"signal.{sig}"))
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
                         "--kernel=stopmod:spec", "--int8conf-no-captures", "--int8conf-no-model",

@@ -1,0 +1,38 @@
+"""SIGTERM as Ctrl-C for long runs, so a stopped run still writes its reports.
+
+CI time limits and ``timeout`` stop a process with SIGTERM, whose default
+action ends Python at once: no ``finally``, no pytest session finish, so a
+conformance or gate run of many minutes would leave no report at all. With
+this handler SIGTERM raises KeyboardInterrupt in the main thread, which
+pytest (and the CLI) already turn into an orderly stop that writes what was
+finished, marked as a partial run.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def sigterm_as_interrupt() -> bool:
+    """Install the handler when SIGTERM still has its default action (a
+    handler someone else installed is kept), from the main thread only.
+    Returns whether it was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    return True
+
+
+def restore_sigterm() -> None:
+    """Put SIGTERM's default action back if :func:`sigterm_as_interrupt`
+    installed the handler (a pytest run in-process must not leave it behind)."""
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGTERM) is _raise_interrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
