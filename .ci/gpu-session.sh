@@ -16,7 +16,8 @@
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all.tgz (at most 8
-# files come back). Every step is bounded, SIGINT first so pytest prints its summary.
+# files come back). Every step is bounded, SIGINT first so pytest prints its summary and
+# writes the reports of what finished (40 s of grace before SIGKILL).
 # The plugin caps each xdist worker's torch threads at cores // workers (15 workers
 # with 16 threads each spent 147 CPU-minutes in one 9.5-minute call).
 set -u
@@ -25,7 +26,7 @@ OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
   --target /tmp/site .devwork/whl/*.whl >/dev/null 2>&1
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(date +%T)"; \
-  ( time timeout -s INT -k 15 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
+  ( time timeout -s INT -k 40 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
   echo "rc=$?" >> "$OUT/logs/$name.log"; grep -E " (FAILED|ERROR) " "$OUT/logs/$name.log" | head -20; \
   grep -v -e "━" -e " PASSED " -e PytestBenchmarkWarning "$OUT/logs/$name.log" | tail -n 25 | cut -c1-600; }
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -p conformance.pytest_plugin"
@@ -35,7 +36,7 @@ case "${STAGE:-1}" in
    # no xdist: it hides a failure's message while a slow test runs
    step detllm-cuda 200 $P -m cuda tests/detllm ;;
 2a|2b) kern=triton; [ "$STAGE" = 2b ] && kern=int_mm
-   step "conformance-$kern" 560 $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
+   step "conformance-$kern" 530 $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
      --int8conf-reports="$OUT/reports" ;;
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
