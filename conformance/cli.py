@@ -157,6 +157,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _subparsers(parser).get(cmd, parser).error("; ".join(bad))
     cwd_on_sys_path()
     args = parser.parse_args(argv)
+    from conformance.graceful_stop import restore_sigterm, sigterm_as_interrupt
+    sigterm_as_interrupt()  # a CI time limit stops a long command like Ctrl-C: partial reports
     try:
         return int(args.func(args) or 0)
     except Int8confError as e:
@@ -169,6 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("int8conf: interrupted", file=sys.stderr)
         return 130
+    finally:
+        restore_sigterm()
 
 
 if __name__ == "__main__":

@@ -499,6 +499,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         ConformanceResult (never raises for a kernel's failure).
 
     Raises:
+        SuiteInterrupted: Ctrl-C (or SIGTERM, see ``conformance.graceful_stop``)
+            during the run; it carries the partial result.
         KernelLoadError: a kernel name that does not resolve (one line).
         CaptureError: an inconsistent capture set (one line).
         Int8confError: an invalid or unavailable ``device`` (one line).
@@ -521,25 +523,32 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                             note=(f"{n_cap} captured cases given" if n_cap
                                   else f"{NO_CAPTURES} (explicit case list)"))
     say(f"{spec.name}: {len(cases)} cases; {cap.note}")
-    results = []
-    for i, ops in enumerate(cases):
-        cr = evaluate_case(spec, ops, against=other, device=device)
-        results.append(cr)
-        say(f"[{i + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
-    prop = None
-    if property_examples > 0:
-        from conformance.property import run_property_test
-        say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
-        prop_cases: list[CaseResult] = []
-        prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
-                                 device=device)
-        results += prop_cases
-    say(f"{spec.name}: C9 {CHECK_NAMES['C9']}")
-    model = [run_batch_invariance(spec, cases, device)]
-    if model_checks:
-        for cid, mod, attr in MODEL_CHECKS:
-            say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
-            model.append(run_model_check(cid, spec, mod, attr))
+    results: list[CaseResult] = []
+    model: list[CheckResult] = []
+    prop, n_fixed, stopped = None, 0, None
+    try:
+        for i, ops in enumerate(cases):
+            cr = evaluate_case(spec, ops, against=other, device=device)
+            results.append(cr)
+            n_fixed = len(results)
+            say(f"[{i + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
+        if property_examples > 0:
+            from conformance.property import run_property_test
+            say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
+            prop_cases: list[CaseResult] = []
+            prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
+                                     device=device)
+            results += prop_cases
+        say(f"{spec.name}: C9 {CHECK_NAMES['C9']}")
+        model.append(run_batch_invariance(spec, cases, device))
+        if model_checks:
+            for cid, mod, attr in MODEL_CHECKS:
+                say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
+                model.append(run_model_check(cid, spec, mod, attr))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
+        stopped = (f"partial run: interrupted after {n_fixed} of {len(cases)} fixed cases; "
+                   f"the verdict covers only what finished")
+        results = results[:n_fixed] if prop is None else results  # no half-run property test
     if invocation is None:
         from conformance.coverage import invocation as _inv
         invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),
@@ -547,5 +556,19 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                            "property_examples": property_examples, "model_checks": model_checks,
                            "device": device, "explicit_cases": len(cases)},
                           prog="conformance.suite.run_conformance")
-    return build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
-                        invocation=invocation)
+    res = build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
+                       notes=[stopped] if stopped else (), invocation=invocation)
+    if stopped:
+        raise SuiteInterrupted(res)
+    return res
+
+
+class SuiteInterrupted(KeyboardInterrupt):
+    """:func:`run_conformance` was interrupted; ``result`` is the partial
+    ConformanceResult of what finished (its notes say "partial run"), for the
+    caller to write before it stops. A KeyboardInterrupt, so callers that do
+    not care stop as on Ctrl-C."""
+
+    def __init__(self, result: ConformanceResult):
+        super().__init__(result.notes[0] if result.notes else "interrupted")
+        self.result = result

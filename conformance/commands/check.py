@@ -12,7 +12,9 @@ Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
 not conformant; 2 bad input (unknown kernel, bad option, unusable device or
 capture directory, report directory not writable); 3 not run / inconclusive
 (no kernel failed, but some kernel produced output on zero cases, e.g. not
-runnable on this device or its shape constraints exclude every case).
+runnable on this device or its shape constraints exclude every case); 130
+interrupted (Ctrl-C, or SIGTERM from a time limit): the report of what
+finished is written first, with the note "partial run: interrupted ...".
 
 ``--inject FAULT[:COVERAGE[:SEED]]`` (repeatable) checks ``faults.inject(kernel,
 ...)`` instead of the kernel itself, once per kernel and injection: mutation
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.progress import suite_progress
     from conformance.report import pair_difference_line, write_reports
-    from conformance.suite import NOT_RUN, cli_capture_message, run_conformance, validate_device
+    from conformance.suite import (NOT_RUN, SuiteInterrupted, cli_capture_message,
+                                   run_conformance, validate_device)
     from reference.errors import CaptureError, Int8confError
 
     if args.model is not None and args.captures is None:
@@ -120,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
                     invocation=invocation(args))
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
+            except SuiteInterrupted as stop:  # write what finished, then stop (exit 130)
+                jp, mp = _write(write_reports, stop.result, report_root(args.out, spec.name))
+                err.print(f"{spec.name}: {stop.result.notes[0]}\nreport: {jp}\nreport: {mp}",
+                          markup=False, soft_wrap=True)
+                raise
         if inj is not None:
             from faults import annotate_result
             annotate_result(res, spec)

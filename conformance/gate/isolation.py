@@ -145,6 +145,8 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
     import sys
     sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
+    from conformance.graceful_stop import restore_sigterm
+    restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
     if method == "fork":
         # an OpenMP pool the parent used is not usable after fork (the first
         # parallel region deadlocks): a forked child computes on one thread

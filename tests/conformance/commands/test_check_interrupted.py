@@ -1,0 +1,74 @@
+"""``int8conf check`` stopped part-way (Ctrl-C, or SIGTERM from a time limit):
+the report of what finished is written, says "partial run", and the exit code
+is 130; ``run_conformance`` carries that partial result on SuiteInterrupted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.kernels.registry import get_kernel
+from conformance.suite import SuiteInterrupted, run_conformance
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _stopping_kernel(after: int):
+    cpu = get_kernel("cpu")
+    calls = [0]
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+        calls[0] += 1
+        if calls[0] > after:
+            raise KeyboardInterrupt
+        return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    return dataclasses.replace(cpu, name="stopper", scaled_mm=scaled_mm)
+
+
+def test_run_conformance_interrupted_carries_the_finished_cases():
+    spec = _stopping_kernel(after=3)
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance(spec, include_captures=False, include_sweep=False,
+                        property_examples=0, model_checks=False)
+    res = e.value.result
+    done = len(res.cases)
+    assert 1 <= done <= 3                       # a case may call the kernel more than once
+    m = re.fullmatch(r"partial run: interrupted after (\d+) of (\d+) fixed cases; "
+                     r"the verdict covers only what finished", res.notes[0])
+    assert m and int(m.group(1)) == done and int(m.group(2)) == 22, res.notes  # the synthetic set
+    assert all(c.verdict == "pass" for c in res.cases)
+
+
+_KERNEL_MODULE = '''
+import dataclasses, os, signal
+from conformance.kernels.registry import get_kernel
+_cpu = get_kernel("cpu")
+_n = [0]
+def _mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+    _n[0] += 1
+    if _n[0] == 30:
+        os.kill(os.getpid(), signal.SIGTERM)   # as `timeout` or a CI runner would
+    return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_mm)
+'''
+
+
+@pytest.mark.slow
+def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
+    (tmp_path / "stopmod.py").write_text(_KERNEL_MODULE)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
+    r = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--kernel", "stopmod:spec",
+                        "--no-model", "--no-captures", "-q", "--out", str(tmp_path / "rep")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 130, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
+    assert rep["notes"][0].startswith("partial run: interrupted after ")
+    assert 0 < len(rep["cases"]) < 100
+    assert "int8conf: interrupted" in r.stderr and "report: " in r.stderr
