@@ -152,35 +152,41 @@ def pytest_addoption(parser, pluginmanager) -> None:
 def worker_threads(cores: int, workers: int, environ) -> Optional[int]:
     """torch intra-op threads for one of ``workers`` xdist workers sharing
     ``cores`` CPU cores: ``max(1, cores // workers)``, or None (leave torch's
-    default) when the user chose a count (``OMP_NUM_THREADS`` or
-    ``INT8CONF_WORKER_THREADS`` in ``environ``) or there is one worker.
+    default) when the user chose a count (``OMP_NUM_THREADS``) or there is
+    one worker; ``INT8CONF_WORKER_THREADS`` in ``environ`` sets it outright.
 
     Why: every worker otherwise starts one thread per core, so 15 workers on
     16 cores ran 240 spinning threads; the H200 run of 2026-12-01 spent 147
     CPU-minutes in 9.5 minutes, and a captured-layer item that takes 0.7 s
     alone took 45 s there (reports/h200-native/2026-12-01b).
+
+    Raises:
+        pytest.UsageError: ``INT8CONF_WORKER_THREADS`` is not an integer >= 1.
     """
-    if environ.get("INT8CONF_WORKER_THREADS"):
-        return max(1, int(environ["INT8CONF_WORKER_THREADS"]))
+    text = environ.get("INT8CONF_WORKER_THREADS")
+    if text is not None:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise pytest.UsageError("int8conf: INT8CONF_WORKER_THREADS must be an integer >= 1, "
+                                    f"got {text!r}")
+        return n
     if environ.get("OMP_NUM_THREADS") or workers <= 1:
         return None
     return max(1, cores // workers)
 
 
 def _share_cores(config) -> None:
-    """In an xdist worker, cap torch's threads at this worker's share of the
-    cores (:func:`worker_threads`)."""
-    if not hasattr(config, "workerinput"):
-        return
-    try:
-        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1)
-        n = worker_threads(cores, workers, os.environ)
-    except ValueError:
-        raise pytest.UsageError("int8conf: INT8CONF_WORKER_THREADS must be an integer, got "
-                                f"{os.environ.get('INT8CONF_WORKER_THREADS')!r}") from None
-    if n is not None:
+    """Validate ``INT8CONF_WORKER_THREADS`` (in every process, so the
+    controller refuses a bad value before any worker starts) and, in an xdist
+    worker, cap torch's threads at this worker's share (:func:`worker_threads`)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    n = worker_threads(cores, workers, os.environ)
+    if n is not None and hasattr(config, "workerinput"):
         import torch
         torch.set_num_threads(n)
 

@@ -32,6 +32,7 @@ CONTRACT = CUTLASS_STYLE
 #: int32 overflow behaviour (KernelSpec.overflow): the exact int64 sum is
 #: wrapped to int32 two's complement (``_wrap_int32``), as int32 hardware does.
 OVERFLOW = "wrap"
+NAME = "cpu"  # registry name: the digest this kernel records at run time is its own
 SOURCE_DIGEST = module_digest(__file__)
 _CHUNK = 1024  # 1024 * 2**14 = 2**24: largest chunk exact in float32
 
@@ -71,7 +72,7 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
         OperandError: wrong dtype / shape / layout (reference.validate rules).
     """
     _validate_int(a, b)
-    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST)
+    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME)
     return _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
 
 
@@ -92,7 +93,8 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
 
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
-    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, epilogue="torch-fp32")
+    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME,
+                      epilogue="torch-fp32")
     from conformance.kernels._torch_epilogue import epilogue
 
     acc = _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))

@@ -25,7 +25,9 @@ place"`` and ``manifest["extra"]["modified_operands"] = [names]`` (its output,
 if well-formed, is kept as evidence).
 
 Manifest keys (check C1): ``name``, ``source_digest`` (what the kernel
-reported at run time, else the declared one), ``declared_source_digest``,
+reported at run time, else the declared one; a digest recorded with
+``digest_of=<another kernel's name>`` is that nested kernel's and is not
+promoted), ``declared_source_digest``,
 ``device`` (device type of the returned tensor), ``path`` (what the kernel
 reported via ``trace.record_path``; ``"unreported"`` otherwise),
 ``interpreter``, ``padded``, ``contract``, ``origin``, ``version``,
@@ -132,8 +134,11 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
     extra = dict(t.extra)
     man["interpreter"] = bool(extra.get("interpreter", "interpreter" in man["path"]))
     man["padded"] = bool(extra.get("padded", "padded" in man["path"]))
-    if extra.get("source_digest"):
+    # a digest a nested kernel recorded for itself (e.g. the built-in ``cpu`` inside
+    # a user's wrapper, ``digest_of="cpu"``) identifies that kernel, not this one
+    if extra.get("source_digest") and extra.get("digest_of", man["name"]) == man["name"]:
         man["source_digest"] = extra["source_digest"]
+    extra.pop("digest_of", None)
     for k in _PROMOTED:
         extra.pop(k, None)
     if len(t.paths) > 1:

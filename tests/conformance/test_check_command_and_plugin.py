@@ -136,6 +136,10 @@ def test_worker_threads_share_the_cores_unless_the_user_chose():
     assert worker_threads(16, 1, {}) is None      # one worker: torch's default
     assert worker_threads(16, 4, {"OMP_NUM_THREADS": "8"}) is None
     assert worker_threads(16, 4, {"INT8CONF_WORKER_THREADS": "3"}) == 3
+    assert worker_threads(16, 1, {"INT8CONF_WORKER_THREADS": "3"}) == 3
+    for bad in ("abc", "0", "-4", "1.5", " "):
+        with pytest.raises(pytest.UsageError, match="INT8CONF_WORKER_THREADS must be an integer >= 1"):
+            worker_threads(16, 4, {"INT8CONF_WORKER_THREADS": bad})
 
 
 def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
@@ -152,6 +156,16 @@ def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     assert calls == []
     plug._share_cores(types.SimpleNamespace(workerinput={"workerid": "gw1"}))
     assert calls == [4]
-    monkeypatch.setenv("INT8CONF_WORKER_THREADS", "two")
-    with pytest.raises(pytest.UsageError, match="INT8CONF_WORKER_THREADS must be an integer"):
-        plug._share_cores(types.SimpleNamespace(workerinput={"workerid": "gw1"}))
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist):
+    env = dict(os.environ, INT8CONF_WORKER_THREADS="abc")
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kernel=cpu",
+            "--int8conf-no-captures", "--int8conf-no-sweep", "--int8conf-no-model",
+            f"--int8conf-reports={tmp_path}"] + (["-n", "2"] if xdist else [])
+    r = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out[-2000:]  # pytest's usage error
+    assert "INT8CONF_WORKER_THREADS must be an integer >= 1, got 'abc'" in out
+    assert "Traceback" not in out and "node down" not in out, out[-2000:]

@@ -155,6 +155,27 @@ def test_c1_manifest():
     assert r.verdict == "fail" and "recorded no code path" in r.summary
 
 
+def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
+    """The built-in ``cpu`` records its own module digest (``digest_of="cpu"``);
+    called inside a user's kernel, that digest is the inner kernel's, so the
+    wrapper's C1 compares its own declared digest (it used to fail on every case)."""
+    from conformance.kernels import builtin_cpu
+
+    def wrapper(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=wrapper,
+                               source_digest="ab" * 32)
+    ops = tie_case()
+    run = _run(spec, ops)
+    r = check_kernel_manifest(spec, ops, run)
+    assert r.verdict == "pass", r.summary
+    assert run.manifest["source_digest"] == "ab" * 32 and run.manifest["path"] == "cpu-exact"
+    cpu = dataclasses.replace(spec, name="cpu", source_digest="ab" * 32)  # the built-in itself
+    r = check_kernel_manifest(cpu, ops, _run(cpu, ops))  # its run-time digest is promoted
+    assert r.verdict == "fail" and r.evidence["mismatches"] == [
+        f"ran source digest {builtin_cpu.SOURCE_DIGEST[:12]}..., declared {'ab' * 6}..."]
+
+
 def test_kernel_errors_fail_output_checks():
     ops = tie_case(pow2=True)
     boom = make_kernel("boom", raises=True)
