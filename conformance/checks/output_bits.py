@@ -273,6 +273,37 @@ def _is_pow2(s: Tensor) -> Tensor:
     return mant.abs() == 0.5
 
 
+def _pow2_premise(refs: list, defined: Tensor, scale_b: Tensor) -> tuple:
+    """Where C5's power-of-two premise holds.
+
+    Args:
+        refs: the reference outputs [M, N] of every scale order (same dtype
+            and device); defined: bool [M, N] (declared accumulator defined);
+        scale_b: the weight scales (any shape, float).
+
+    Returns:
+        ``(n_bad, keep, all_pow2)``: elements where the scale orders disagree
+        (int), the comparison mask (bool [M, N]: orders agree and defined;
+        None when that is every element) and whether every ``scale_b`` is a
+        power of two (bool). The counts come back in one read-back, memoized
+        on the tensors inside a ``reference.memo`` scope: without an
+        overflow at risk the references are the layer's memoized ones, so a
+        sweep batch computes this once, not once per cell.
+    """
+    from reference.bits import bits_of
+
+    def compute() -> tuple:
+        b0 = bits_of(refs[0])
+        agree = torch.ones_like(b0, dtype=torch.bool)
+        for r in refs[1:]:
+            agree &= bits_of(r) == b0
+        keep = agree & defined
+        n_bad, keep_all, all_pow2 = torch.stack([(~agree).sum(), keep.all().to(torch.int64),
+                                                 _is_pow2(scale_b).all().to(torch.int64)]).tolist()
+        return int(n_bad), None if keep_all else keep, bool(all_pow2)
+    return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), compute)
+
+
 def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C5: in power-of-two scale mode, output bits vs the reference, 0 ulp.
 
@@ -298,19 +329,12 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     bp = spec.contract.bias_point
     refs = [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
             for o in SCALE_ORDERS]
-    from reference.bits import bits_of
-    b0 = bits_of(refs[0])
-    agree = torch.ones_like(b0, dtype=torch.bool)
-    for r in refs[1:]:
-        agree &= bits_of(r) == b0
-    n_bad = int((~agree).sum())
-    keep = agree & dacc.defined
-    n_over, ev = compare_bits(out, refs[0], 0, ops, exact,
-                              mask=None if bool(keep.all()) else keep)
+    n_bad, keep, all_pow2 = _pow2_premise(refs, dacc.defined, ops.scale_b)
+    n_over, ev = compare_bits(out, refs[0], 0, ops, exact, mask=keep)
     ev["reference"] = EpilogueContract("a_then_w", bp).to_dict()
     _overflow_evidence(ev, dacc, out, ops, EpilogueContract("a_then_w", bp), exact, 0)
     ev["premise_violations"] = n_bad
-    ev["scale_b_all_pow2"] = bool(_is_pow2(ops.scale_b).all())
+    ev["scale_b_all_pow2"] = all_pow2
     res = _result(C5, name, n_over, ev, f"the pow2 reference (bias {bp})")
     if n_bad:
         res.summary += f"; {n_bad} elements excluded (scale orders disagree in the reference)"
