@@ -70,8 +70,12 @@ def _check_values(t: torch.Tensor, name: str) -> None:
     """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
     from reference import memo
     # both counts in one read-back, memoized per tensor inside a memo scope
-    # (the sweep validates the same scales in every kernel run of a layer)
-    counts = memo.cached("nonfinite", (t,), lambda: _nonfinite_counts(t))
+    # (the sweep validates the same scales in every kernel run of a layer);
+    # a fresh copy (the clones the runner hands a kernel, which validates
+    # them again) has its source's counts (reference.memo.copy_source)
+    src = memo.copy_source(t)
+    key = t if src is None else src
+    counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
     flat = t.detach().reshape(-1)
     for what, cnt, fn in (("NaN", counts[0], torch.isnan), ("inf", counts[1], torch.isinf)):
         if cnt:

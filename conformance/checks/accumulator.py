@@ -118,33 +118,40 @@ def _copy_worst(w: dict) -> dict:
     return dict(w, index=list(w["index"]))  # the memoized dict is never handed out
 
 
-def _acc_stats(t: Tensor) -> dict:
+def _acc_stats(t: Tensor, extra: tuple = ()):
     """Headline numbers of an accumulator, read back together.
 
     Args:
         t: integer [M, N] accumulator (int32 / int64), M * N > 0, any device.
+        extra: 0-d integer tensors on ``t``'s device to read back in the
+            same transfer (C3's mismatch count), or ().
 
     Returns:
         ``{"max_abs": int, "n_at_or_over": int (|t| >= 2**24), "worst":
         {"index": [i, j], "value": int}}`` (worst = the first element of
-        largest magnitude). One device read-back for all of them, memoized
-        on ``t`` inside a ``reference.memo`` scope: C3 and C4 ask about the
-        same observed accumulator, and about the same exact one in every
-        cell of a sweep layer.
+        largest magnitude); with ``extra``, ``(that dict, [ints])``. One
+        device read-back, memoized on ``t`` inside a ``reference.memo``
+        scope: C3 and C4 ask about the same observed accumulator, and about
+        the same exact one in every cell of a sweep layer (a call with
+        ``extra`` reads anyway, and leaves the stats for the next caller).
     """
     from reference import memo
     from reference.accumulate import FP32_EXACT_INT
 
-    def compute() -> dict:
+    def read() -> tuple:
         t64 = t.to(torch.int64).reshape(-1)
         a = t64.abs()
         w = a.argmax().reshape(1)  # the first maximal element; index_select: no sync
-        mx, n_over, wi, val = torch.cat([a.index_select(0, w), (a >= FP32_EXACT_INT).sum().reshape(1),
-                                         w, t64.index_select(0, w)]).tolist()
+        vals = torch.cat([a.index_select(0, w), (a >= FP32_EXACT_INT).sum().reshape(1), w,
+                          t64.index_select(0, w)] + [x.reshape(1) for x in extra]).tolist()
+        mx, n_over, wi, val = vals[:4]
         i, j = divmod(int(wi), t.shape[1])
-        return {"max_abs": int(mx), "n_at_or_over": int(n_over),
-                "worst": {"index": [i, j], "value": int(val)}}
-    return memo.cached("acc_stats", (t,), compute)
+        return ({"max_abs": int(mx), "n_at_or_over": int(n_over),
+                 "worst": {"index": [i, j], "value": int(val)}}, [int(v) for v in vals[4:]])
+    if not extra:
+        return memo.cached("acc_stats", (t,), lambda: read()[0])
+    stats, vals = read()
+    return memo.cached("acc_stats", (t,), lambda: stats), vals
 
 
 def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
@@ -204,12 +211,16 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
             ev.update(dacc.evidence())
             want = dacc.acc
             o64 = o.to(device=exact.device, dtype=torch.int64)
-            ev["observed_max_abs"] = _acc_stats(o)["max_abs"] if o.numel() else 0
-            ev["observed_dtype"] = str(o.dtype)
             diff = (o64 != want) & dacc.defined
             if dacc.alternative is not None:  # wrap: a wider accumulator's exact sum is fine
                 diff &= ~(dacc.at_risk & (o64 == dacc.alternative))
-            ev["n_acc_mismatch"] = int(diff.sum())
+            if o.numel():  # the mismatch count comes back with the observed maxima
+                stats, (n_mismatch,) = _acc_stats(o, (diff.sum().to(o.device),))
+            else:
+                stats, n_mismatch = {"max_abs": 0}, 0
+            ev["observed_max_abs"] = stats["max_abs"]
+            ev["observed_dtype"] = str(o.dtype)
+            ev["n_acc_mismatch"] = n_mismatch
             if ev["n_acc_mismatch"]:
                 i, j = diff.nonzero()[0].tolist()
                 ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
