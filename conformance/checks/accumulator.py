@@ -46,7 +46,8 @@ class ObservedAccumulator:
     """The accumulator a check looks at.
 
     Attributes:
-        acc: int32 (or int64) [M, N] on the CPU, or None when unavailable.
+        acc: int32 (or int64) [M, N] on the CPU (or the kernel's device:
+            ``observe_accumulator(keep_on_device=True)``), or None when unavailable.
         source: ``"kernel int_mm"`` or ``"reference exact_int_mm"``.
         error: the kernel's accumulator-entry failure, if any (one line).
         manifest: the accumulator run's manifest (path taken), if any.
@@ -58,8 +59,13 @@ class ObservedAccumulator:
     manifest: Optional[dict] = None
 
 
-def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccumulator:
+def observe_accumulator(spec, ops, device: Optional[str] = None,
+                        keep_on_device: bool = False) -> ObservedAccumulator:
     """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
+
+    With ``keep_on_device`` the accumulator stays where the kernel returned
+    it (the sweep: compared there with the on-device exact one) instead of
+    being copied to the CPU.
 
     Uses ``conformance.kernels.runner.run_int_mm(spec, a, b)`` when
     ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
@@ -72,7 +78,7 @@ def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccu
     if getattr(spec, "int_mm", None) is None:
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
     from conformance.kernels.runner import run_int_mm
-    r = run_int_mm(spec, ops.a, ops.b, device=device)
+    r = run_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
     man = getattr(r, "manifest", None) or {}
     if man.get("skipped"):
         return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "
@@ -81,7 +87,7 @@ def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccu
     if acc is None:
         acc = getattr(r, "output", None)
     err = getattr(r, "error", None)
-    if acc is not None and not err:
+    if acc is not None and not err and not keep_on_device:
         acc = acc.cpu()
     return ObservedAccumulator(None if err else acc, "kernel int_mm", err,
                                getattr(r, "manifest", None))

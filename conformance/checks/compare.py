@@ -197,6 +197,39 @@ def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
     return differ, signed_zero
 
 
+def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple[dict, Tensor]:
+    """The element-wise tensors of :func:`_comparison` and its counts as one
+    int64 [15] device tensor, not read back yet."""
+    dist = spacing_distance(out, ref)
+    differ, szero = bit_differences(out, ref)
+    if mask is not None:
+        dist = torch.where(mask, dist, torch.zeros_like(dist))
+        differ = differ & mask
+        szero = szero & mask
+    flat = dist.reshape(-1)
+    z = torch.zeros((), dtype=torch.int64, device=flat.device)
+    # masked-out elements become -1, which no bin counts (distances are >= 0):
+    # no boolean indexing, whose result size would need a sync of its own
+    hist = ulp_histogram_counts(flat if mask is None else
+                                torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1)))
+    counts = torch.cat([torch.stack([
+        mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(),
+        szero.sum(), flat.max().to(torch.int64) if flat.numel() else z,
+        (dist > 1).sum()]), hist])
+    return {"dist": dist, "differ": differ, "szero": szero}, counts
+
+
+def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
+    """:func:`_comparison`'s result from its parts and their counts read back
+    (``masked``: the comparison had a mask)."""
+    n_masked, n_differ, n_bits, n_szero, max_ulp, n_over1 = (int(c) for c in counts[:6])
+    n = int(parts["dist"].numel())
+    ev = {"n_elements": n, "n_compared": n_masked if masked else n,
+          "n_differ": n_differ, "n_bits_differ": n_bits, "n_signed_zero": n_szero,
+          "max_ulp": max_ulp, "ulp_histogram": histogram_dict(counts[6:])}
+    return dict(parts, ev=ev, n_over={0: n_bits, 1: n_over1})
+
+
 def _comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> dict:
     """The element-wise comparison of ``out`` with ``ref`` and its counts.
 
@@ -211,36 +244,39 @@ def _comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> dict:
         ({0: elements whose bits differ, 1: elements over 1 spacing}). Every
         count comes from one read-back (one device sync on a GPU, not ten),
         and the whole is memoized on the tensors inside a ``reference.memo``
-        scope: checks that compare one output with one reference (C8 and C6
-        against the same epilogue, C5 and C8 under pow2) share it.
+        scope: checks that compare one output with one reference (C5 and C8
+        under pow2 when the declared order is ``a_then_w``) share it, and
+        :func:`prefetch_comparisons` can compute several in one read-back.
     """
     from reference import memo
 
     def compute() -> dict:
-        dist = spacing_distance(out, ref)
-        differ, szero = bit_differences(out, ref)
-        if mask is not None:
-            dist = torch.where(mask, dist, torch.zeros_like(dist))
-            differ = differ & mask
-            szero = szero & mask
-        flat = dist.reshape(-1)
-        z = torch.zeros((), dtype=torch.int64, device=flat.device)
-        # masked-out elements become -1, which no bin counts (distances are >= 0):
-        # no boolean indexing, whose result size would need a sync of its own
-        hist = ulp_histogram_counts(flat if mask is None else
-                                    torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1)))
-        counts = torch.cat([torch.stack([
-            mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(),
-            szero.sum(), flat.max().to(torch.int64) if flat.numel() else z,
-            (dist > 1).sum()]), hist]).tolist()
-        n_masked, n_differ, n_bits, n_szero, max_ulp, n_over1 = (int(c) for c in counts[:6])
-        ev = {"n_elements": int(dist.numel()),
-              "n_compared": int(dist.numel() if mask is None else n_masked),
-              "n_differ": n_differ, "n_bits_differ": n_bits, "n_signed_zero": n_szero,
-              "max_ulp": max_ulp, "ulp_histogram": histogram_dict(counts[6:])}
-        return {"dist": dist, "differ": differ, "szero": szero, "ev": ev,
-                "n_over": {0: n_bits, 1: n_over1}}
+        parts, counts = _comparison_parts(out, ref, mask)
+        return _comparison_from(parts, counts.tolist(), mask is not None)
     return memo.cached("comparison", (out, ref, mask), compute)
+
+
+def prefetch_comparisons(triples: list) -> None:
+    """Compute the :func:`_comparison` of every ``(out, ref, mask)`` triple
+    with one read-back for all of them, and leave the results in the
+    ``reference.memo`` scope, where :func:`compare_bits` finds them (the
+    output checks of one sweep cell: one device sync instead of one per
+    check). No-op outside a scope or when the triples live on several
+    devices; a triple whose result is already there is recomputed (callers
+    prefetch fresh outputs only)."""
+    from reference import memo
+    if not memo.active() or not triples:
+        return
+    uniq = list({tuple(id(t) for t in tr): tr for tr in triples}.values())
+    if len({tr[1].device for tr in uniq}) != 1:
+        return
+    parts = [_comparison_parts(*tr) for tr in uniq]
+    vals = torch.cat([c for _, c in parts]).tolist()
+    width = len(vals) // len(parts)
+    for i, ((out, ref, mask), (p, _)) in enumerate(zip(uniq, parts)):
+        got = vals[i * width:(i + 1) * width]
+        res = _comparison_from(p, got, mask is not None)
+        memo.cached("comparison", (out, ref, mask), lambda res=res: res)
 
 
 def _worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops,

@@ -238,7 +238,7 @@ class LayerContext:
         key = (layer, scale_mode)
         if key not in self._clean:
             self._clean[key] = run_kernel(_kernel(self.spec.kernel), self.ops(layer, scale_mode),
-                                          device=self.device)
+                                          device=self.device, keep_on_device=True)
         return self._clean[key]
 
 
@@ -263,9 +263,11 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
-    frun = run_kernel(faulty, ops, device=task.device)
+    # outputs stay on the kernel's device, where the batch's references live
+    frun = run_kernel(faulty, ops, device=task.device, keep_on_device=True)
     res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun,
-                        output_digest=False)  # not stored: no per-cell hash of the output
+                        output_digest=False,  # not stored: no per-cell hash of the output
+                        keep_on_device=True)
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:
         clean = ctx.clean_run(c.layer, c.scale_mode)
