@@ -125,7 +125,7 @@ def apply_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tens
     if out_dtype not in OUT_DTYPES:
         raise OperandError(
             f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
-    with ieee_subnormals():
+    with ieee_subnormals(acc, scale_a, scale_b, *([] if bias is None else [bias])):
         return _apply(acc, scale_a, scale_b, contract, bias, out_dtype)
 
 
