@@ -65,6 +65,15 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
         OperandError: x is not a tensor or has another dtype.
     """
     _check_float(x)
+    from reference import memo
+    # memoized on x inside a reference.memo scope (the sweep compares one
+    # output and one layer reference several times); callers never write
+    # into the result
+    return memo.cached("bits_of", (x,), lambda: _bits_of(x))
+
+
+def _bits_of(x: torch.Tensor) -> torch.Tensor:
+    """:func:`bits_of` computed (no memo)."""
     idt, nbits = _INT_VIEW[x.dtype]
     raw = x.contiguous().view(idt).to(torch.int64)
     return raw & ((1 << nbits) - 1)
@@ -88,6 +97,12 @@ def ordered_int(x: torch.Tensor) -> torch.Tensor:
     Raises:
         OperandError: x is not a tensor or has another dtype.
     """
+    from reference import memo
+    return memo.cached("ordered_int", (x,), lambda: _ordered_int(x))
+
+
+def _ordered_int(x: torch.Tensor) -> torch.Tensor:
+    """:func:`ordered_int` computed (no memo; memoized like :func:`bits_of`)."""
     b = bits_of(x)
     nbits = _INT_VIEW[x.dtype][1]
     sign = 1 << (nbits - 1)

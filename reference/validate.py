@@ -76,10 +76,9 @@ def _check_values(t: torch.Tensor, name: str) -> None:
     src = memo.copy_source(t)
     key = t if src is None else src
     counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
-    flat = t.detach().reshape(-1)
     for what, cnt, fn in (("NaN", counts[0], torch.isnan), ("inf", counts[1], torch.isinf)):
-        if cnt:
-            first = int(fn(flat).nonzero()[0, 0])
+        if cnt:  # only then: a valid tensor costs no op beyond its (memoized) counts
+            first = int(fn(t.detach().reshape(-1)).nonzero()[0, 0])
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
 
 

@@ -195,10 +195,12 @@ def _differing_and(originals: dict, given: dict, extra: tuple = ()) -> tuple[lis
             continue
         names.append(k)
         flags.append((v.view(it) != g.view(it)).any())
-    asked = [f.to(torch.int64) for f in flags] + [x.to(torch.int64) for x in extra]
+    asked = list(flags) + list(extra)
     if asked:
         same = all(f.device == asked[0].device for f in asked)
-        vals = torch.stack(asked).tolist() if same else [int(f) for f in asked]
+        # bool flags and integer counts: one cast per kind, not per tensor
+        vals = torch.cat([torch.stack(x).to(torch.int64) for x in (flags, list(extra)) if x]
+                         ).tolist() if same else [int(f) for f in asked]
         bad += [k for k, f in zip(names, vals) if f]
     order = list(originals)
     return sorted(bad, key=order.index), [int(v) for v in vals[len(flags):]] if asked else []
