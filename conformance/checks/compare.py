@@ -134,7 +134,6 @@ def _element_values(out: Tensor, ref: Tensor, flat: Tensor, szero: Tensor, ops,
         parenthesised ones only when ``exact`` / ``ops`` / ``ops.bias`` are
         given), in that order; :func:`_element_dict` reads them.
     """
-    from reference.bits import bits_of
     o, r = _at(out, w), _at(ref, w)
     ints = [_at(flat, w), bits_of(o), bits_of(r), _at(szero, w).to(torch.int64)]
     floats = [o.to(torch.float64), r.to(torch.float64)]
