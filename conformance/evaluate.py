@@ -19,7 +19,7 @@ from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exac
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
-                                            check_real_scale_spacing)
+                                            check_real_scale_spacing, prefetch_output_comparisons)
 from conformance.checks.result import CHECK_NAMES, CheckResult
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
@@ -156,7 +156,8 @@ def _jsonable_meta(meta: dict) -> dict:
 
 def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
                   source: Optional[str] = None, keep_output: bool = False,
-                  coverage: bool = True, run=None, output_digest: bool = True) -> CaseResult:
+                  coverage: bool = True, run=None, output_digest: bool = True,
+                  keep_on_device: bool = False) -> CaseResult:
     """Run ``spec`` on one case and apply every per-case check.
 
     Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
@@ -182,6 +183,10 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         output_digest: hash the kernel's output into ``CaseResult.output_digest``
             (the sweep, which does not store it, turns it off: a SHA-256 of
             every output, e.g. 0.8 MB for 64 x 6144 bf16, per cell).
+        keep_on_device: leave the kernel's output and observed accumulator
+            on the device they were computed on (``run_kernel(keep_on_device=)``;
+            the sweep, whose references live there: no copy to the host and
+            back per cell). ``CaseResult.output`` is then on that device.
 
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
@@ -193,12 +198,16 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     from reference.operands import tensor_digest
 
     if run is None:
-        run = run_kernel(spec, ops, device=device)
+        run = run_kernel(spec, ops, device=device, keep_on_device=keep_on_device)
     exact = exact_int_mm(ops.a, ops.b)
     try:
-        obs = observe_accumulator(spec, ops, device=device)
+        obs = observe_accumulator(spec, ops, device=device, keep_on_device=keep_on_device)
     except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
         obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
+    try:  # inside a reference.memo scope (the sweep): C5/C6 and C8 in one read-back
+        prefetch_output_comparisons(spec, ops, run, exact)
+    except Exception:  # noqa: BLE001 -- each check recomputes and reports its own error
+        pass
     checks: dict[str, CheckResult] = {}
     for cid, fn in PER_CASE_CHECKS:
         try:

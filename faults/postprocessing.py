@@ -149,7 +149,7 @@ def faulty_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Ten
         OperandError: bad fault id, acc dtype or scale layout.
     """
     steps = faulty_steps(contract, fault, bias is not None)
-    with ieee_subnormals():
+    with ieee_subnormals(acc, scale_a, scale_b, *([] if bias is None else [bias])):
         x = acc_to_fp32(acc)
         m, n = (int(s) for s in x.shape)
         sa, sw = normalize_scales(scale_a.to(torch.float32), scale_b.to(torch.float32), m, n)

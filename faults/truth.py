@@ -87,16 +87,19 @@ class GroundTruth:
 
 
 def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor) -> dict:
+    """Spacing distances of ``faulty`` from ``clean`` (same shape / dtype and
+    device as the bool mask ``sel``): ``{changed, max_spacing, spacing_hist
+    (over sel), changed_outside, selected}``, read back in one transfer."""
     from reference.bits import histogram_dict, spacing_distance, ulp_histogram_counts
     d = spacing_distance(faulty, clean)
     ch = d > 0
     z = torch.zeros((), dtype=torch.int64, device=d.device)
     # one read-back for every count (one device sync on a GPU)
     c = torch.cat([torch.stack([ch.sum(), d.max().to(torch.int64) if d.numel() else z,
-                                (ch & ~sel).sum()]), ulp_histogram_counts(
+                                (ch & ~sel).sum(), sel.sum()]), ulp_histogram_counts(
                        torch.where(sel, d, torch.full_like(d, -1)))]).tolist()  # -1: no bin (d >= 0)
-    return {"changed": int(c[0]), "max_spacing": int(c[1]), "spacing_hist": histogram_dict(c[3:]),
-            "changed_outside": int(c[2])}
+    return {"changed": int(c[0]), "max_spacing": int(c[1]), "spacing_hist": histogram_dict(c[4:]),
+            "changed_outside": int(c[2]), "selected": int(c[3])}
 
 
 def _definition(spec, inj, ops) -> str:
@@ -166,7 +169,7 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     frun = faulty_run if faulty_run is not None else run_kernel(faulty_spec, ops, device=device)
     if inj.fault in POSTPROCESSING_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
-    base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed, selected=int(sel.sum()),
+    base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed,
                 accumulator_source=acc_source, operand_change=operand_change, variant=inj.variant,
                 definition=_definition(spec, inj, ops), shape=[ops.m, ops.k, ops.n],
                 kernel=spec.name)
@@ -174,9 +177,11 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     if err is not None or clean_out is None or frun.output is None:
         from reference.bits import ULP_BINS
         return GroundTruth(changed=0, max_spacing=0, spacing_hist={k: 0 for k in ULP_BINS},
-                           no_op=False, error=err or "no output", **base)
+                           no_op=False, error=err or "no output", selected=int(sel.sum()),
+                           **base)
     dev = ops.a.device  # compared where the operands live (integer bit arithmetic)
     from reference import memo
+    # the selected count is read back with the comparison's other counts
     cmp = _compare(memo.moved(clean_out, dev), memo.moved(frun.output, dev), sel.to(dev))
     return GroundTruth(no_op=cmp["changed"] == 0, **cmp, **base)
 

@@ -65,6 +65,15 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
         OperandError: x is not a tensor or has another dtype.
     """
     _check_float(x)
+    from reference import memo
+    # memoized on x inside a reference.memo scope (the sweep compares one
+    # output and one layer reference several times); callers never write
+    # into the result
+    return memo.cached("bits_of", (x,), lambda: _bits_of(x))
+
+
+def _bits_of(x: torch.Tensor) -> torch.Tensor:
+    """:func:`bits_of` computed (no memo)."""
     idt, nbits = _INT_VIEW[x.dtype]
     raw = x.contiguous().view(idt).to(torch.int64)
     return raw & ((1 << nbits) - 1)
@@ -88,6 +97,12 @@ def ordered_int(x: torch.Tensor) -> torch.Tensor:
     Raises:
         OperandError: x is not a tensor or has another dtype.
     """
+    from reference import memo
+    return memo.cached("ordered_int", (x,), lambda: _ordered_int(x))
+
+
+def _ordered_int(x: torch.Tensor) -> torch.Tensor:
+    """:func:`ordered_int` computed (no memo; memoized like :func:`bits_of`)."""
     b = bits_of(x)
     nbits = _INT_VIEW[x.dtype][1]
     sign = 1 << (nbits - 1)
@@ -182,14 +197,23 @@ def histogram_dict(counts) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def ieee_subnormals():
+def ieee_subnormals(*tensors):
     """Context in which CPU float ops keep subnormals (IEEE 754 default).
 
     If the process enabled ``torch.set_flush_denormal(True)`` (x86 FTZ/DAZ),
     subnormal inputs would read as zero and subnormal results be flushed; GPU
     float32 epilogues and IEEE keep them. Detected with one tiny probe op,
     switched off for the block and restored afterwards.
+
+    Args:
+        tensors: the block's inputs, optional. When given and every one is a
+            tensor off the CPU, the block runs no CPU float op, the setting
+            cannot matter and the probe (a CPU op and a read per call, on
+            the sweep's per-cell path) is skipped.
     """
+    if tensors and all(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
+        yield
+        return
     probe = torch.tensor([2.0 ** -130], dtype=torch.float32) * 0.5
     flushed = bool(probe[0] == 0)
     if flushed:
@@ -263,7 +287,7 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
         raise OperandError(f"round_fp32: mode must be 'rne' or 'rtz', got {mode!r}")
     if dtype == torch.float32:
         return x.clone()
-    with ieee_subnormals():
+    with ieee_subnormals(x):
         return _round16(x, dtype, mode)
 
 

@@ -117,8 +117,8 @@ def moved(t, device):
 
 def note_copy(src, dst) -> None:
     """Record that ``dst`` (a fresh copy) has ``src``'s dtype, shape and
-    bits: its known digest becomes ``dst``'s too; when ``src``'s digest is
-    not known yet, ``dst`` remembers its source (:func:`copy_source`), so
+    bits: its known digest becomes ``dst``'s too, and ``dst`` remembers its
+    source (:func:`copy_source`), so when ``src``'s digest is not known yet
     whichever of the two is digested first, the other costs nothing (the
     runner hands a kernel copies of a case's operands, and the kernel's
     record of what it received is often digested before the case itself).
@@ -128,11 +128,12 @@ def note_copy(src, dst) -> None:
     if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
         return
     store = _STATE["store"]
+    # the source is remembered in any case: other per-content results (the
+    # operand value checks of reference.validate) carry over through it too
+    store[("copyof", _ident(dst))] = ((weakref.ref(dst),), (weakref.ref(src), int(src._version)))
     hit = store.get(("digest", _ident(src)))
-    if hit is None or not _alive(hit[0], (src,)):
-        store[("copyof", _ident(dst))] = ((weakref.ref(dst),), (weakref.ref(src), int(src._version)))
-        return
-    store[("digest", _ident(dst))] = ((weakref.ref(dst),), hit[1])
+    if hit is not None and _alive(hit[0], (src,)):
+        store[("digest", _ident(dst))] = ((weakref.ref(dst),), hit[1])
 
 
 def copy_source(t) -> Optional[torch.Tensor]:

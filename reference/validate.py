@@ -70,12 +70,15 @@ def _check_values(t: torch.Tensor, name: str) -> None:
     """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
     from reference import memo
     # both counts in one read-back, memoized per tensor inside a memo scope
-    # (the sweep validates the same scales in every kernel run of a layer)
-    counts = memo.cached("nonfinite", (t,), lambda: _nonfinite_counts(t))
-    flat = t.detach().reshape(-1)
+    # (the sweep validates the same scales in every kernel run of a layer);
+    # a fresh copy (the clones the runner hands a kernel, which validates
+    # them again) has its source's counts (reference.memo.copy_source)
+    src = memo.copy_source(t)
+    key = t if src is None else src
+    counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
     for what, cnt, fn in (("NaN", counts[0], torch.isnan), ("inf", counts[1], torch.isinf)):
-        if cnt:
-            first = int(fn(flat).nonzero()[0, 0])
+        if cnt:  # only then: a valid tensor costs no op beyond its (memoized) counts
+            first = int(fn(t.detach().reshape(-1)).nonzero()[0, 0])
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
 
 

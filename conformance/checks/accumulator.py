@@ -46,7 +46,8 @@ class ObservedAccumulator:
     """The accumulator a check looks at.
 
     Attributes:
-        acc: int32 (or int64) [M, N] on the CPU, or None when unavailable.
+        acc: int32 (or int64) [M, N] on the CPU (or the kernel's device:
+            ``observe_accumulator(keep_on_device=True)``), or None when unavailable.
         source: ``"kernel int_mm"`` or ``"reference exact_int_mm"``.
         error: the kernel's accumulator-entry failure, if any (one line).
         manifest: the accumulator run's manifest (path taken), if any.
@@ -58,8 +59,13 @@ class ObservedAccumulator:
     manifest: Optional[dict] = None
 
 
-def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccumulator:
+def observe_accumulator(spec, ops, device: Optional[str] = None,
+                        keep_on_device: bool = False) -> ObservedAccumulator:
     """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
+
+    With ``keep_on_device`` the accumulator stays where the kernel returned
+    it (the sweep: compared there with the on-device exact one) instead of
+    being copied to the CPU.
 
     Uses ``conformance.kernels.runner.run_int_mm(spec, a, b)`` when
     ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
@@ -72,7 +78,7 @@ def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccu
     if getattr(spec, "int_mm", None) is None:
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
     from conformance.kernels.runner import run_int_mm
-    r = run_int_mm(spec, ops.a, ops.b, device=device)
+    r = run_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
     man = getattr(r, "manifest", None) or {}
     if man.get("skipped"):
         return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "
@@ -81,7 +87,7 @@ def observe_accumulator(spec, ops, device: Optional[str] = None) -> ObservedAccu
     if acc is None:
         acc = getattr(r, "output", None)
     err = getattr(r, "error", None)
-    if acc is not None and not err:
+    if acc is not None and not err and not keep_on_device:
         acc = acc.cpu()
     return ObservedAccumulator(None if err else acc, "kernel int_mm", err,
                                getattr(r, "manifest", None))
@@ -110,10 +116,6 @@ def _per_tensor(kind: str, t: Tensor, fn):
     return memo.cached(kind, (t,), lambda: fn(t))
 
 
-def _max_abs(t: Tensor) -> int:
-    return int(t.abs().max()) if t.numel() else 0
-
-
 def _max(t: Tensor) -> int:
     return int(t.max()) if t.numel() else 0
 
@@ -122,11 +124,40 @@ def _copy_worst(w: dict) -> dict:
     return dict(w, index=list(w["index"]))  # the memoized dict is never handed out
 
 
-def _worst(t: Tensor) -> dict:
-    a = t.to(torch.int64).abs()
-    w = int(a.reshape(-1).argmax())
-    i, j = divmod(w, t.shape[1])
-    return {"index": [i, j], "value": int(t.reshape(-1)[w])}
+def _acc_stats(t: Tensor, extra: tuple = ()):
+    """Headline numbers of an accumulator, read back together.
+
+    Args:
+        t: integer [M, N] accumulator (int32 / int64), M * N > 0, any device.
+        extra: 0-d integer tensors on ``t``'s device to read back in the
+            same transfer (C3's mismatch count), or ().
+
+    Returns:
+        ``{"max_abs": int, "n_at_or_over": int (|t| >= 2**24), "worst":
+        {"index": [i, j], "value": int}}`` (worst = the first element of
+        largest magnitude); with ``extra``, ``(that dict, [ints])``. One
+        device read-back, memoized on ``t`` inside a ``reference.memo``
+        scope: C3 and C4 ask about the same observed accumulator, and about
+        the same exact one in every cell of a sweep layer (a call with
+        ``extra`` reads anyway, and leaves the stats for the next caller).
+    """
+    from reference import memo
+    from reference.accumulate import FP32_EXACT_INT
+
+    def read() -> tuple:
+        t64 = t.to(torch.int64).reshape(-1)
+        a = t64.abs()
+        w = a.argmax().reshape(1)  # the first maximal element; index_select: no sync
+        vals = torch.cat([a.index_select(0, w), (a >= FP32_EXACT_INT).sum().reshape(1), w,
+                          t64.index_select(0, w)] + [x.reshape(1) for x in extra]).tolist()
+        mx, n_over, wi, val = vals[:4]
+        i, j = divmod(int(wi), t.shape[1])
+        return ({"max_abs": int(mx), "n_at_or_over": int(n_over),
+                 "worst": {"index": [i, j], "value": int(val)}}, [int(v) for v in vals[4:]])
+    if not extra:
+        return memo.cached("acc_stats", (t,), lambda: read()[0])
+    stats, vals = read()
+    return memo.cached("acc_stats", (t,), lambda: stats), vals
 
 
 def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
@@ -166,8 +197,8 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     tight_max = _per_tensor("max", tight, _max)
     ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": cheap,
                 "bound_tight_max": tight_max,
-                "exact_max_abs": _per_tensor("max_abs", exact, _max_abs),
-                "worst_exact": _copy_worst(_per_tensor("worst", exact, _worst)) if exact.numel() else None,
+                "exact_max_abs": _acc_stats(exact)["max_abs"] if exact.numel() else 0,
+                "worst_exact": _copy_worst(_acc_stats(exact)["worst"]) if exact.numel() else None,
                 "acc_source": obs.source, "operand_digests": ops.digests()}
     if obs.manifest:
         ev["acc_manifest"] = {k: obs.manifest.get(k) for k in ("path", "device", "padded")}
@@ -186,12 +217,16 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
             ev.update(dacc.evidence())
             want = dacc.acc
             o64 = o.to(device=exact.device, dtype=torch.int64)
-            ev["observed_max_abs"] = int(o64.abs().max()) if o64.numel() else 0
-            ev["observed_dtype"] = str(o.dtype)
             diff = (o64 != want) & dacc.defined
             if dacc.alternative is not None:  # wrap: a wider accumulator's exact sum is fine
                 diff &= ~(dacc.at_risk & (o64 == dacc.alternative))
-            ev["n_acc_mismatch"] = int(diff.sum())
+            if o.numel():  # the mismatch count comes back with the observed maxima
+                stats, (n_mismatch,) = _acc_stats(o, (diff.sum().to(o.device),))
+            else:
+                stats, n_mismatch = {"max_abs": 0}, 0
+            ev["observed_max_abs"] = stats["max_abs"]
+            ev["observed_dtype"] = str(o.dtype)
+            ev["n_acc_mismatch"] = n_mismatch
             if ev["n_acc_mismatch"]:
                 i, j = diff.nonzero()[0].tolist()
                 ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
@@ -244,19 +279,18 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
         t = _exact(ops, exact)
         if obs.source == "kernel int_mm":
             src = "reference exact_int_mm (kernel int_mm unusable)"
-    t64 = t.to(torch.int64)
-    over = t64.abs() >= FP32_EXACT_INT
-    n_over = int(over.sum())
+    stats = _acc_stats(t) if t.numel() else {"max_abs": 0, "n_at_or_over": 0, "worst": None}
+    n_over = stats["n_at_or_over"]
     tight = accumulator_row_col_bound(ops.a, ops.b)
     ev = {"fp32_exact_int": int(FP32_EXACT_INT), "acc_source": src,
-          "max_abs": int(t64.abs().max()) if t64.numel() else 0, "n_at_or_over": n_over,
-          "n_elements": int(t64.numel()),
-          "worst": _worst(t64) if t64.numel() else None,
+          "max_abs": stats["max_abs"], "n_at_or_over": n_over,
+          "n_elements": int(t.numel()),
+          "worst": _copy_worst(stats["worst"]) if stats["worst"] else None,
           "bound_tight_max": _per_tensor("max", tight, _max),
           "operand_digests": ops.digests()}
     if n_over:
         ev["failure_kind"] = "precondition"
         return CheckResult(C4, name, "fail",
-                           f"|acc| >= 2^24 at {n_over}/{t64.numel()} elements (max {ev['max_abs']} "
+                           f"|acc| >= 2^24 at {n_over}/{t.numel()} elements (max {ev['max_abs']} "
                            f"at {ev['worst']['index']}): float32(acc) is inexact", ev)
     return CheckResult(C4, name, "pass", f"max |acc| = {ev['max_abs']} < 2^24 ({src})", ev)

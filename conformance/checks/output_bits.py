@@ -213,6 +213,64 @@ def _unusable_output(check_id: str, name: str, ops, run) -> Optional[CheckResult
     return _kernel_failure(check_id, name, problem, ops, kind)
 
 
+def _against(spec, ops, run, exact: Tensor, contract: EpilogueContract) -> tuple:
+    """``(out, ref, mask, dacc)`` of an output check against ``contract``:
+    the output on the reference's device, the accepted reference under the
+    declared accumulator ``dacc``, and the mask of the elements the
+    declaration defines (None when that is all of them)."""
+    dacc = _declared(spec, ops, exact, run)
+    out = memo.moved(run.output, exact.device)  # compared where the reference lives
+    ref = accepted_reference(out, ops, contract, dacc)
+    return out, ref, None if not dacc.n_undefined else dacc.defined, dacc
+
+
+def _c8_inputs(spec, ops, run, exact: Tensor) -> tuple:
+    """C8's ``(out, ref, mask, dacc)``: the declared contract (:func:`_against`)."""
+    return _against(spec, ops, run, exact, spec.contract)
+
+
+def _c6_inputs(spec, ops, run, exact: Tensor) -> tuple:
+    """C6's ``(out, ref, mask, dacc)``: order ``a_then_w``, declared bias point."""
+    return _against(spec, ops, run, exact, EpilogueContract("a_then_w", spec.contract.bias_point))
+
+
+def _c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
+    """C5's ``((out, ref, mask, dacc), (n_bad, all_pow2))``: the ``a_then_w``
+    reference with the declared bias point, masked to where every scale
+    order agrees (:func:`_pow2_premise`) and the declaration defines."""
+    bp = spec.contract.bias_point
+    out, ref, _, dacc = _against(spec, ops, run, exact, EpilogueContract("a_then_w", bp))
+    refs = [ref] + [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
+                    for o in SCALE_ORDERS if o != "a_then_w"]
+    n_bad, keep, all_pow2 = _pow2_premise(refs, dacc.defined, ops.scale_b)
+    return (out, ref, keep, dacc), (n_bad, all_pow2)
+
+
+def prefetch_output_comparisons(spec, ops, run, exact: Tensor) -> None:
+    """Compute the comparisons C5 / C6 and C8 will make on this case in one
+    read-back (``conformance.checks.compare.prefetch_comparisons``), so that
+    each check finds its own in the ``reference.memo`` scope (the sweep: one
+    device sync per cell for all output checks, not one per check). Nothing
+    happens outside a scope, without a comparable output, or for a
+    step-list declaration (compared on the CPU), nor where an accumulator
+    is at risk of leaving int32 under ``wrap`` (each check then builds a
+    reference of its own from the output, :func:`accepted_reference`: a
+    prefetched comparison would never be found); results are unchanged."""
+    if not memo.active() or _unusable_output(C8, "", ops, run):
+        return
+    dacc = _declared(spec, ops, exact, run)
+    if dacc.alternative is not None and dacc.n_at_risk:
+        return
+    from conformance.checks.compare import prefetch_comparisons
+    triples = [] if _declared_steps(spec, ops, run) is not None else [
+        _c8_inputs(spec, ops, run, exact)[:3]]
+    if ops.scale_mode == "pow2":
+        triples.append(_c5_inputs(spec, ops, run, exact)[0][:3])
+    else:
+        triples.append(_c6_inputs(spec, ops, run, exact)[:3])
+    prefetch_comparisons(triples)
+
+
 def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C8: output bits vs the reference emulating the kernel's declared
     epilogue contract (any scale mode), 0 ulp.
@@ -235,11 +293,11 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact, run)
-    mask = None if not dacc.n_undefined else dacc.defined
     steps = _declared_steps(spec, ops, run)
     if steps is not None:  # a step-list declaration (reference.epilogue_steps), on the CPU
         from reference.epilogue_steps import apply_steps, steps_label
+        dacc = _declared(spec, ops, exact, run)
+        mask = None if not dacc.n_undefined else dacc.defined
         ref = apply_steps(dacc.acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
                           bias=None if ops.bias is None else ops.bias.cpu(),
                           out_dtype=ops.out_dtype)
@@ -248,8 +306,7 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
         ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
         ev.update(dacc.evidence())
         return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
-    out = memo.moved(run.output, exact.device)  # compared where the reference lives
-    ref = accepted_reference(out, ops, spec.contract, dacc)
+    out, ref, mask, dacc = _c8_inputs(spec, ops, run, exact)
     n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=mask)
     ev["contract"] = spec.contract.to_dict()
     _overflow_evidence(ev, dacc, out, ops, spec.contract, exact, 0)
@@ -273,6 +330,37 @@ def _is_pow2(s: Tensor) -> Tensor:
     return mant.abs() == 0.5
 
 
+def _pow2_premise(refs: list, defined: Tensor, scale_b: Tensor) -> tuple:
+    """Where C5's power-of-two premise holds.
+
+    Args:
+        refs: the reference outputs [M, N] of every scale order (same dtype
+            and device); defined: bool [M, N] (declared accumulator defined);
+        scale_b: the weight scales (any shape, float).
+
+    Returns:
+        ``(n_bad, keep, all_pow2)``: elements where the scale orders disagree
+        (int), the comparison mask (bool [M, N]: orders agree and defined;
+        None when that is every element) and whether every ``scale_b`` is a
+        power of two (bool). The counts come back in one read-back, memoized
+        on the tensors inside a ``reference.memo`` scope: without an
+        overflow at risk the references are the layer's memoized ones, so a
+        sweep batch computes this once, not once per cell.
+    """
+    from reference.bits import bits_of
+
+    def compute() -> tuple:
+        b0 = bits_of(refs[0])
+        agree = torch.ones_like(b0, dtype=torch.bool)
+        for r in refs[1:]:
+            agree &= bits_of(r) == b0
+        keep = agree & defined
+        n_bad, keep_all, all_pow2 = torch.stack([(~agree).sum(), keep.all().to(torch.int64),
+                                                 _is_pow2(scale_b).all().to(torch.int64)]).tolist()
+        return int(n_bad), None if keep_all else keep, bool(all_pow2)
+    return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), compute)
+
+
 def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C5: in power-of-two scale mode, output bits vs the reference, 0 ulp.
 
@@ -293,24 +381,13 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact, run)
-    out = memo.moved(run.output, exact.device)  # compared where the reference lives
     bp = spec.contract.bias_point
-    refs = [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
-            for o in SCALE_ORDERS]
-    from reference.bits import bits_of
-    b0 = bits_of(refs[0])
-    agree = torch.ones_like(b0, dtype=torch.bool)
-    for r in refs[1:]:
-        agree &= bits_of(r) == b0
-    n_bad = int((~agree).sum())
-    keep = agree & dacc.defined
-    n_over, ev = compare_bits(out, refs[0], 0, ops, exact,
-                              mask=None if bool(keep.all()) else keep)
+    (out, ref, keep, dacc), (n_bad, all_pow2) = _c5_inputs(spec, ops, run, exact)
+    n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=keep)
     ev["reference"] = EpilogueContract("a_then_w", bp).to_dict()
     _overflow_evidence(ev, dacc, out, ops, EpilogueContract("a_then_w", bp), exact, 0)
     ev["premise_violations"] = n_bad
-    ev["scale_b_all_pow2"] = bool(_is_pow2(ops.scale_b).all())
+    ev["scale_b_all_pow2"] = all_pow2
     res = _result(C5, name, n_over, ev, f"the pow2 reference (bias {bp})")
     if n_bad:
         res.summary += f"; {n_bad} elements excluded (scale orders disagree in the reference)"
@@ -334,12 +411,9 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
     if early:
         return early
     exact = _exact(ops, exact)
-    dacc = _declared(spec, ops, exact, run)
-    out = memo.moved(run.output, exact.device)  # compared where the reference lives
     c = EpilogueContract("a_then_w", spec.contract.bias_point)
-    ref = accepted_reference(out, ops, c, dacc)
-    n_over, ev = compare_bits(out, ref, 1, ops, exact,
-                              mask=None if not dacc.n_undefined else dacc.defined)
+    out, ref, mask, dacc = _c6_inputs(spec, ops, run, exact)
+    n_over, ev = compare_bits(out, ref, 1, ops, exact, mask=mask)
     ev["reference"] = c.to_dict()
     _overflow_evidence(ev, dacc, out, ops, c, exact, 1)
     return _result(C6, name, n_over, ev, f"the reference ({c.label()})")

@@ -180,6 +180,12 @@ def _differing(originals: dict, given: dict) -> list:
     the original (dtype, shape, bits; NaN payloads and the sign of zero
     count, as :func:`_bits_equal`). The per-operand verdicts are read back
     together: one device sync on a GPU instead of one per operand."""
+    return _differing_and(originals, given)[0]
+
+
+def _differing_and(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, list]:
+    """:func:`_differing`, and the values of ``extra`` (0-d integer tensors,
+    e.g. the output's NaN count) as ints, read back in the same transfer."""
     names, flags = [], []
     bad = []
     for k, v in originals.items():
@@ -194,12 +200,15 @@ def _differing(originals: dict, given: dict) -> list:
             continue
         names.append(k)
         flags.append((v.view(it) != g.view(it)).any())
-    if flags:
-        same = all(f.device == flags[0].device for f in flags)
-        vals = torch.stack(flags).tolist() if same else [bool(f) for f in flags]
+    asked = list(flags) + list(extra)
+    if asked:
+        same = all(f.device == asked[0].device for f in asked)
+        # bool flags and integer counts: one cast per kind, not per tensor
+        vals = torch.cat([torch.stack(x).to(torch.int64) for x in (flags, list(extra)) if x]
+                         ).tolist() if same else [int(f) for f in asked]
         bad += [k for k, f in zip(names, vals) if f]
     order = list(originals)
-    return sorted(bad, key=order.index)
+    return sorted(bad, key=order.index), [int(v) for v in vals[len(flags):]] if asked else []
 
 
 def _clone_operands(named: dict, dense=frozenset()) -> dict:
@@ -235,15 +244,18 @@ def _record_layouts(man: dict, originals: dict, given: dict) -> None:
         man["extra"]["densified"] = dens
 
 
-def _modified(originals: dict, given: dict, man: dict) -> Optional[str]:
-    """Error line when the kernel wrote into any operand it was handed
-    (``given`` vs the untouched ``originals``); the names go to
-    ``manifest["extra"]["modified_operands"]``."""
-    bad = _differing(originals, given)
-    if not bad:
-        return None
-    man["extra"]["modified_operands"] = bad
-    return f"kernel modified operand {', '.join(bad)} in place"
+def _modified(originals: dict, given: dict, man: dict, extra: tuple = ()) -> tuple:
+    """``(error line or None, [values of extra])``: the line when the kernel
+    wrote into any operand it was handed (``given`` vs the untouched
+    ``originals``; the names go to ``manifest["extra"]["modified_operands"]``);
+    ``extra``: 0-d integer tensors read back in the same transfer
+    (:func:`_differing_and`)."""
+    bad, vals = _differing_and(originals, given, extra)
+    line = None
+    if bad:
+        man["extra"]["modified_operands"] = bad
+        line = f"kernel modified operand {', '.join(bad)} in place"
+    return line, vals
 
 
 def _sync(device: Optional[str]) -> None:
@@ -264,21 +276,24 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
     return None
 
 
-def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict) -> Optional[str]:
+def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict,
+               cnt: Optional[int] = None) -> Optional[str]:
     """Error line if ``out`` has NaN where the declared-contract reference has
     none (a legal kernel can produce NaN only where the reference does, e.g.
-    0 * inf with a fused scale that overflows)."""
+    0 * inf with a fused scale that overflows). ``cnt``: the output's NaN
+    count when the caller already read it back (None: counted here)."""
     if not out.is_floating_point():
         return None
     nan = torch.isnan(out)
-    cnt = int(nan.sum())
+    if cnt is None:
+        cnt = int(nan.sum())
     if cnt == 0:
         return None
     from reference.epilogue import reference_scaled_mm
 
     ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
                               bias=ops.bias, out_dtype=ops.out_dtype)
-    bad = nan & ~torch.isnan(ref)
+    bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt
     if nbad == 0:
@@ -318,7 +333,8 @@ def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
     return out, err, elapsed, t
 
 
-def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None) -> KernelRun:
+def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
+               keep_on_device: bool = False) -> KernelRun:
     """Run ``spec.scaled_mm`` on ``ops`` and check what came back.
 
     Args:
@@ -326,8 +342,12 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
         ops: the case (moved to the chosen device before the call).
         device: "cpu", "cuda", "cuda:1", ...; None = CUDA if the kernel
             supports it and one is present, else CPU.
+        keep_on_device: leave the output on the device the kernel returned
+            it on (the sweep, whose references live there: no copy to the
+            host and back per cell); default: copied to the CPU.
     Returns:
-        KernelRun (output on the CPU). Kernel failures go to ``error``
+        KernelRun (output on the CPU, or where the kernel returned it with
+        ``keep_on_device``). Kernel failures go to ``error``
         (exceptions incl. ``SystemExit``; wrong output; unexpected NaN; an
         operand modified in place -- the kernel gets clones, ``ops`` is never
         written); ``manifest["skipped"]`` is True when the kernel cannot run here.
@@ -357,31 +377,38 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
     out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
                                          given["scale_a"], given["scale_b"],
                                          out_dtype=dops.out_dtype, bias=given["bias"])
-    mod_err = _modified(originals, given, man)
+    if err is None:
+        err = _check_output(out, m, n, ops.out_dtype, "kernel")
+    # the output's NaN count is read back with the in-place verdicts (one sync)
+    asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
+    mod_err, n_nan = _modified(originals, given, man, asked)
     if t.received_digests:
         digests, man["operands_recorded_by"] = t.received_digests, "kernel"
     else:
         # the originals are untouched, so this is what was handed over
         digests, man["operands_recorded_by"] = trace.digest_operands(
             dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias), "runner"
-    if err is None:
-        err = _check_output(out, m, n, ops.out_dtype, "kernel")
     if err is not None:
         return KernelRun(None, err, man, digests, elapsed)
     man["device"] = out.device.type
-    out = out.detach().to("cpu")
+    out = out.detach()
+    if not keep_on_device:
+        out = out.to("cpu")
     # NaN / in-place evidence keeps the output: the checks may still want the other elements
-    nan_err = _nan_error(out, ops, spec, man)
+    nan_err = _nan_error(out, ops, spec, man, n_nan[0] if n_nan else None)
     return KernelRun(out, mod_err or nan_err, man, digests, elapsed)
 
 
-def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None) -> AccRun:
+def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None,
+               keep_on_device: bool = False) -> AccRun:
     """Run the accumulator-only entry ``spec.int_mm(a, b)``.
 
     Args:
-        spec: the kernel; a: int8 [M,K]; b: int8 [N,K]; device as in :func:`run_kernel`.
+        spec: the kernel; a: int8 [M,K]; b: int8 [N,K]; device and
+            keep_on_device as in :func:`run_kernel`.
     Returns:
-        AccRun with int32 [M,N] on the CPU, or ``error`` ("kernel has no int_mm
+        AccRun with int32 [M,N] on the CPU (with ``keep_on_device``: where
+        the kernel returned it), or ``error`` ("kernel has no int_mm
         entry", an exception incl. ``SystemExit``, wrong shape/dtype, "kernel
         modified operand a in place" -- it gets clones of a, b).
     Raises:
@@ -405,10 +432,11 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
     acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
-    mod_err = _modified(originals, given, man)
+    mod_err, _ = _modified(originals, given, man)
     if err is None:
         err = _check_output(acc, m, n, torch.int32, "int_mm")
     if err is not None:
         return AccRun(None, err, man, elapsed)
     man["device"] = acc.device.type
-    return AccRun(acc.detach().to("cpu"), mod_err, man, elapsed)
+    acc = acc.detach()
+    return AccRun(acc if keep_on_device else acc.to("cpu"), mod_err, man, elapsed)

@@ -193,8 +193,10 @@ def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
     same_sign = torch.sign(o) == torch.sign(r)
     toward = same_sign & (o.abs() < r.abs())
     away = same_sign & (o.abs() > r.abs())
-    return {"n_differ": int(differ.sum()), "toward_zero": int(toward.sum()),
-            "away_from_zero": int(away.sum()), "sign_change": int((~same_sign).sum())}
+    # the four counts in one read-back (one device sync on a GPU, not four)
+    n, t, w, s = torch.stack([differ.sum(), toward.sum(), away.sum(), (~same_sign).sum()]).tolist()
+    return {"n_differ": int(n), "toward_zero": int(t), "away_from_zero": int(w),
+            "sign_change": int(s)}
 
 
 class LayerContext:
@@ -236,7 +238,7 @@ class LayerContext:
         key = (layer, scale_mode)
         if key not in self._clean:
             self._clean[key] = run_kernel(_kernel(self.spec.kernel), self.ops(layer, scale_mode),
-                                          device=self.device)
+                                          device=self.device, keep_on_device=True)
         return self._clean[key]
 
 
@@ -261,9 +263,11 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
-    frun = run_kernel(faulty, ops, device=task.device)
+    # outputs stay on the kernel's device, where the batch's references live
+    frun = run_kernel(faulty, ops, device=task.device, keep_on_device=True)
     res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun,
-                        output_digest=False)  # not stored: no per-cell hash of the output
+                        output_digest=False,  # not stored: no per-cell hash of the output
+                        keep_on_device=True)
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:
         clean = ctx.clean_run(c.layer, c.scale_mode)

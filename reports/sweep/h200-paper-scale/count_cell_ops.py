@@ -1,7 +1,9 @@
 """Deterministic per-cell cost proxy of the sweep (issue 7c, NOTE.md): aten ops
 (kernel launches on a GPU) and scalar read-backs (_local_scalar_dense / equal /
 is_nonzero / nonzero: a host-device sync each on a GPU) per layer cell, per fault,
-counted with a TorchDispatchMode on the default model's captures.
+counted with a TorchDispatchMode on the default model's captures. ``Tensor.tolist``
+is counted as a read-back too (a device-to-host copy and sync on a GPU; on the CPU
+it dispatches no aten op, so the mode alone would not see it).
 
 Usage (repository root, PYTHONPATH=.):
   python reports/sweep/h200-paper-scale/count_cell_ops.py KERNEL LAYERS FAULTS [v] [w|all]
@@ -26,18 +28,35 @@ class Count(TorchDispatchMode):
         if name in ("_local_scalar_dense", "equal", "is_nonzero", "nonzero"):
             self.sync += 1
         if WHERE is not None and (ALL or name in ("_local_scalar_dense", "equal", "is_nonzero", "nonzero")):
-            if True:
-                import traceback
-                fr = [f for f in traceback.extract_stack(limit=12)[:-2] if "/torch/" not in f.filename]
-                WHERE[" <- ".join(f"{f.filename.rsplit('/',1)[-1]}:{f.lineno}:{f.name}" for f in fr[-3:][::-1])] += 1
+            where()
         return func(*args, **(kwargs or {}))
+def where():
+    """Count the caller (three frames outside torch) of a read-back in WHERE."""
+    import traceback
+    fr = [f for f in traceback.extract_stack(limit=12)[:-2]
+          if "/torch/" not in f.filename and "count_cell_ops" not in f.filename]
+    WHERE[" <- ".join(f"{f.filename.rsplit('/',1)[-1]}:{f.lineno}:{f.name}" for f in fr[-3:][::-1])] += 1
+_tolist = torch.Tensor.tolist
+_ACTIVE = []
+def _counted_tolist(self):
+    """``Tensor.tolist`` counted as one read-back of the innermost Count."""
+    if _ACTIVE:
+        _ACTIVE[-1].sync += 1; _ACTIVE[-1].by["tolist"] += 1
+        if WHERE is not None:
+            where()
+    return _tolist(self)
+torch.Tensor.tolist = _counted_tolist
 kernel = sys.argv[1]; layers = [int(x) for x in sys.argv[2].split(",")]; faults = sys.argv[3].split(",")
 units = layer_units(kernel, layers, faults)
 orig = R.run_layer_cell
 stats = collections.defaultdict(lambda: [0, 0, 0]); tot = collections.Counter()
 def counted(task, ctx=None):
     with Count() as c:
-        out = orig(task, ctx)
+        _ACTIVE.append(c)
+        try:
+            out = orig(task, ctx)
+        finally:
+            _ACTIVE.pop()
     s = stats[task.cell.fault]; s[0] += 1; s[1] += c.ops; s[2] += c.sync; tot.update(c.by)
     return out
 R.run_layer_cell = counted
