@@ -177,6 +177,9 @@ def cmd_demo(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
     from conformance.kernels.registry import builtin_available, get_kernel
+    if 0 < args.context_tokens < _MIN_CONTEXT_TOKENS:   # cheap, before loading the artifact
+        raise OperandError(f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
+                           f"{_MIN_CONTEXT_TOKENS} tokens (-1: the model's maximum, 0: skip)")
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)[0]
@@ -258,6 +261,11 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
+#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many new tokens
+_CONTEXT_NEW_TOKENS = 4
+_MIN_CONTEXT_TOKENS = _CONTEXT_NEW_TOKENS
+
+
 def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     """Second table: a context as long as the model allows (held-out text),
     one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
@@ -266,7 +274,7 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     from reference.model.corpus import eval_windows
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
-    new = 4
+    new = _CONTEXT_NEW_TOKENS
     if tok is not None:
         p = eval_windows(tok, 1, total - new + 1)[0].tolist()
     else:
@@ -310,7 +318,10 @@ def cmd_perplexity(args) -> int:
     if tok is None:
         raise OperandError("perplexity needs the model's tokenizer.json (held-out text)")
     L = args.length
-    win = eval_windows(tok, args.windows, L)
+    try:
+        win = eval_windows(tok, args.windows, L)
+    except Int8confError as exc:   # e.g. more windows than the held-out text has: name the options
+        raise OperandError(f"--windows {args.windows} x --length {L}: {str(exc).split(': ', 1)[-1]}") from None
     eng = E.load_engine(art, args.kernel, args.device, guard=False)
     t0 = time.time()
     il = G.teacher_forced_logits(eng, win, args.batch_size)
@@ -398,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=seed_int, default=0,
                     help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
     sp.add_argument("--context-tokens", type=int_at_least(-1), default=-1,
-                    help="whole-context table length: tokens >= 1, -1 (the model's maximum) or 0 (skip) "
-                         "(default -1)")
+                    help="whole-context table length: tokens >= 4 (capped at the model's maximum), "
+                         "-1 (the model's maximum) or 0 (skip) (default -1)")
     sp.add_argument("--context-token-by-token", action="store_true",
                     help="also run the whole context token by token (slow)")
     sp.set_defaults(func=cmd_demo)

@@ -235,3 +235,22 @@ def test_artifact_missing_integrity_field_is_named(capfd, tiny_art, tmp_path, fi
     assert str(ei.value) == f"{d / A.CONFIG_FILE}: field {field!r} is missing (re-run `detllm prepare`)"
     line = _one_line_error(capfd, "generate", "--artifact", d, "--ids", "1,2", "-n", "1", "--no-guard")
     assert line == f"detllm: error: {ei.value}"
+
+
+def test_perplexity_more_windows_than_held_out_text_names_the_options(capfd, tiny_art, tiny_model, tmp_path):
+    from reference.model.assets import default_model_dir
+    md = tmp_path / "model"
+    shutil.copytree(tiny_model, md)
+    shutil.copy(default_model_dir() / "tokenizer.json", md / "tokenizer.json")
+    line = _one_line_error(capfd, "perplexity", "--windows", 10 ** 9, "--length", 2,
+                           "--artifact", tiny_art.path, "--model", md)
+    assert line.startswith(f"detllm: error: --windows {10 ** 9} x --length 2: n={10 ** 9} exceeds the ")
+    assert "eval_windows" not in line
+
+
+@pytest.mark.parametrize("bad", [1, 3])
+def test_demo_context_tokens_too_short_for_the_table(capfd, tmp_path, bad):
+    # the artifact does not exist: the length is refused first
+    line = _one_line_error(capfd, "demo", "--context-tokens", bad, "--artifact", tmp_path / "none")
+    assert line == (f"detllm: error: --context-tokens {bad}: the whole-context table needs at least 4 tokens "
+                    f"(-1: the model's maximum, 0: skip)")
