@@ -254,3 +254,14 @@ def test_demo_context_tokens_too_short_for_the_table(capfd, tmp_path, bad):
     line = _one_line_error(capfd, "demo", "--context-tokens", bad, "--artifact", tmp_path / "none")
     assert line == (f"detllm: error: --context-tokens {bad}: the whole-context table needs at least 4 tokens "
                     f"(-1: the model's maximum, 0: skip)")
+
+
+@pytest.mark.parametrize("kw,field", [({"alpha": -1.0}, "alpha"), ({"alpha": float("nan")}, "alpha"),
+                                      ({"calib_windows": 0}, "calib_windows"), ({"calib_len": 0}, "calib_len"),
+                                      ({"max_position": 0}, "max_position")])
+def test_prepare_api_refuses_bad_options_before_loading(tmp_path, kw, field):
+    from detllm.prepare import PrepareOptions, prepare
+    # the model does not exist: the options are refused first (no KeyError / ZeroDivisionError later)
+    with pytest.raises(OperandError, match=rf"^PrepareOptions\.{field}="):
+        prepare(tmp_path / "no_model", tmp_path / "art", PrepareOptions(**kw))
+    assert not (tmp_path / "art").exists()
