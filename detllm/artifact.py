@@ -308,7 +308,8 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
     """Load and verify an artifact directory.
 
     Checks, in order: both files exist; the config is JSON with
-    ``format == detllm-artifact-v1``; the tensors file's sha256 equals
+    ``format == detllm-artifact-v1``; the fields ``tensors_sha256`` and
+    ``digest`` are present (strings); the tensors file's sha256 equals
     ``tensors_sha256``; the recomputed digest equals ``digest`` (and
     ``expect_digest`` if given, full or a prefix of >= 12 hex digits); every
     tensor is an integer dtype; the tensors are exactly the schema of the
@@ -328,6 +329,10 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
     cfg = read_json_object(cfg_path, CheckpointError, hint)
     if cfg.get("format") != FORMAT:
         raise CheckpointError(f"{cfg_path}: field 'format' is not {FORMAT!r}")
+    for field in ("tensors_sha256", "digest"):
+        if not isinstance(cfg.get(field), str):
+            raise CheckpointError(f"{cfg_path}: field {field!r} is "
+                                  f"{'missing' if field not in cfg else 'not a string'} (re-run `detllm prepare`)")
     sha = file_sha256(ten_path)
     if sha != cfg.get("tensors_sha256"):
         raise CheckpointError(f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "

@@ -39,14 +39,17 @@ SHAPES = {"0.6b": ("qwen3-0.6B-shape", QWEN3_06B), "1.7b": ("qwen3-1.7B-shape", 
 
 
 def add_args(sp: argparse.ArgumentParser) -> None:
-    """Options of ``detllm bench``."""
+    """Options of ``detllm bench`` (bad values: one argparse error line, exit 2)."""
+    from conformance.commands._options import name_list, non_negative_int, positive_int, positive_int_list
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
     sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
-    sp.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8; fused bench 1,8,32)")
-    sp.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per sequence (default 32)")
-    sp.add_argument("--new-tokens", type=int, default=None,
-                    help="decoded tokens per sequence (default 16; fused bench 32)")
-    sp.add_argument("--kernels", default=None, help="comma-separated int_mm backends (default: cpu->reference,"
+    sp.add_argument("--batches", type=positive_int_list, default=None,
+                    help="comma-separated batch sizes >= 1 (default 1,8; fused bench 1,8,32)")
+    sp.add_argument("--prompt-len", type=positive_int, default=32, help="prompt tokens per sequence, >= 1 (default 32)")
+    sp.add_argument("--new-tokens", type=positive_int, default=None,
+                    help="decoded tokens per sequence, >= 1 (default 16; fused bench 32)")
+    sp.add_argument("--kernels", type=name_list, default=None,
+                    help="comma-separated int_mm backends (default: cpu->reference,"
                     " cuda->int_mm,triton)")
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
@@ -57,8 +60,8 @@ def add_args(sp: argparse.ArgumentParser) -> None:
                     help="--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)")
     sp.add_argument("--before", default="int_mm,triton",
                     help="--fast: engine int_mm backends measured as the 'before' rows on 0.6b (b1, b8); '' = none")
-    sp.add_argument("--before-tokens", type=int, default=4, help="--fast: decode tokens of the 'before' rows")
-    sp.add_argument("--cpu-check-tokens", type=int, default=4,
+    sp.add_argument("--before-tokens", type=positive_int, default=4, help="--fast: decode tokens of the 'before' rows")
+    sp.add_argument("--cpu-check-tokens", type=non_negative_int, default=4,
                     help="--fast: tokens of the CPU-reference hash check per model (0 = skip)")
     sp.add_argument("--cpu-check-models", default="default,0.6b,tiny",
                     help="--fast: models whose fast-path hash is checked against the CPU reference engine")
@@ -150,6 +153,21 @@ def _table(rows, title):
     Console(width=160).print(t)
 
 
+def check_context(args, art) -> None:
+    """Refuse ``--prompt-len`` + ``--new-tokens`` (+ the warm-up step) beyond
+    the artifact's context (``max_position``), naming both options.
+
+    Raises:
+        OperandError: one line.
+    """
+    from reference.errors import OperandError
+    ctx = int(art.config["model"]["max_position"])
+    need = args.prompt_len + args.new_tokens + 1
+    if need > ctx:
+        raise OperandError(f"--prompt-len {args.prompt_len} + --new-tokens {args.new_tokens} (+1 warm-up) = "
+                           f"{need} tokens exceed the model's context of {ctx} tokens")
+
+
 def bench_cpu(args) -> list:
     from detllm import engine as E
     from detllm.generate import load_float_model
@@ -157,12 +175,13 @@ def bench_cpu(args) -> list:
     from reference.model.assets import default_model_dir
     md = Path(args.model) if args.model else default_model_dir()
     art = artifact_for(md)
+    check_context(args, art)
     fm = load_float_model(md, torch.bfloat16)
     V = art.config["model"]["vocab"]
     rows = []
     for kname in (args.kernels.split(",") if args.kernels else [None]):
         eng = E.load_engine(art, kname, "cpu", guard=False)
-        for B in [int(x) for x in args.batches.split(",")]:
+        for B in args.batches:
             ps = _prompts(V, B, args.prompt_len)
             tps, h = engine_decode_tps(eng, ps, args.new_tokens)
             ftps = float_decode_tps(fm, ps, args.new_tokens)
@@ -186,10 +205,8 @@ def bench_shapes(args) -> list:
     from detllm import engine as E
     from detllm.generate import load_float_model
     from detllm.prepare import PrepareOptions, TINY_QWEN3, prepare
-    dev = str(args.device)
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: GPU bench skipped")
-        return []
+    from conformance.suite import validate_device
+    dev = str(validate_device(args.device))
     shapes_name = args.shapes or "0.6b"
     shapes = QWEN3_06B if shapes_name == "0.6b" else TINY_QWEN3
     label = "qwen3-0.6B-shape" if shapes_name == "0.6b" else "tiny-random"
@@ -210,12 +227,13 @@ def bench_shapes(args) -> list:
     art = load_artifact(art_dir) if is_artifact_dir(art_dir) else prepare(
         md, art_dir, PrepareOptions(calib_windows=2, calib_len=32, calib_source="random"), verbose=True)
     print(f"{label} model + artifact ready in {time.time() - t0:.0f}s")
+    check_context(args, art)
     fm = load_float_model(md, torch.bfloat16, dev)
     V = art.config["model"]["vocab"]
     default_k = ["int_mm", "triton"] if dev.startswith("cuda") else [None]
     for kname in (args.kernels.split(",") if args.kernels else default_k):
         eng = E.load_engine(art, kname, dev, guard=False)
-        for B in [int(x) for x in args.batches.split(",")]:
+        for B in args.batches:
             ps = _prompts(V, B, args.prompt_len)
             tps, h = engine_decode_tps(eng, ps, args.new_tokens)
             ftps = float_decode_tps(fm, ps, args.new_tokens)
@@ -227,16 +245,24 @@ def bench_shapes(args) -> list:
 
 
 def main_args(args) -> int:
-    """Run the bench selected by ``args.device``; prints tables. Returns 0."""
+    """Run the bench selected by ``args.device``; prints tables. Returns 0.
+
+    Raises:
+        Int8confError: a bad ``--device`` (``conformance.suite.validate_device``:
+            e.g. ``cuda`` on a machine without CUDA, ``cpu:1``), checked before
+            any model is loaded (one line; the CLI exits 2).
+    """
+    from conformance.suite import validate_device
+    validate_device(args.device)
     # on a GPU the default is the fused-kernel bench; --shapes / --hash-check
     # select the unfused engine's bench (kernel backends through engine.forward)
     fast_default = str(args.device).startswith("cuda") and args.shapes is None and not args.hash_check
     if getattr(args, "fast", False) or fast_default:
         from detllm import bench_fast
-        args.batches = args.batches or "1,8,32"
+        args.batches = args.batches or [1, 8, 32]
         args.new_tokens = args.new_tokens or 32
         return bench_fast.run(args)
-    args.batches = args.batches or "1,8"
+    args.batches = args.batches or [1, 8]
     args.new_tokens = args.new_tokens or 16
     if args.shapes in ("0.6b", "tiny") or (args.shapes is None and str(args.device).startswith("cuda")):
         bench_shapes(args)
@@ -247,9 +273,13 @@ def main_args(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m detllm.bench``."""
+    from reference.errors import Int8confError
     p = argparse.ArgumentParser(prog="python -m detllm.bench")
     add_args(p)
-    return main_args(p.parse_args(argv))
+    try:
+        return main_args(p.parse_args(argv))
+    except Int8confError as exc:
+        p.error(str(exc).splitlines()[0])   # one line, exit 2
 
 
 if __name__ == "__main__":

@@ -139,14 +139,12 @@ def run(args) -> int:
     """Run the fast-path benchmark; print tables; write the reports. Returns 0
     (1 if any hash check failed)."""
     from detllm import bench, engine as E, fast as F, generate as G
-    dev = str(args.device)
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: fast bench skipped")
-        return 0
+    from conformance.suite import validate_device
+    dev = str(validate_device(args.device))   # one line (Int8confError) for cuda without CUDA
     where = torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"
     out = Path(args.out or Path("reports") / "bench" / _slug(where))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
-    batches = [int(x) for x in args.batches.split(",")]
+    batches = list(args.batches)   # ints >= 1 (bench.add_args: positive_int_list)
     rec = {"device": where, "torch": torch.__version__, "rows": [], "checks": [], "before": [], "errors": [],
            "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
            "timing": "decode: CUDA-graph replays after one eager and one capturing step, synchronized wall "

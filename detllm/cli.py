@@ -25,7 +25,8 @@ from typing import Optional
 import torch
 
 from reference.errors import Int8confError, OperandError
-from conformance.commands._options import positive_int, seed_int
+from conformance.commands._options import (ensure_out_dir, int_at_least, name_list, positive_int, seed_int,
+                                            unit_interval_float)
 
 
 # ------------------------------------------------------------------ helpers
@@ -122,9 +123,20 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 # ------------------------------------------------------------------ commands
 
+def _check_device(args) -> None:
+    """``--device`` checked as ``int8conf check`` does (``validate_device``:
+    not a device, CUDA absent, a CUDA index beyond the count, ``cpu:1``),
+    before any model is loaded. Raises Int8confError (one line)."""
+    from conformance.suite import validate_device
+    validate_device(args.device)
+
+
 def cmd_prepare(args) -> int:
     from detllm.prepare import PrepareOptions, prepare
+    from reference.model.checkpoint import read_config
     md = Path(args.model) if args.model else _default_model()
+    read_config(md)                                   # one-line CheckpointError if missing / not Qwen3
+    ensure_out_dir(Path(args.out), "--out", "artifact directory")   # before calibrating
     opts = PrepareOptions(alpha=args.alpha, calib_windows=args.calib_windows, calib_len=args.calib_len,
                           calib_source=args.calib_source, max_position=args.max_position)
     art = prepare(md, args.out, opts, verbose=True)
@@ -135,6 +147,7 @@ def cmd_prepare(args) -> int:
 def cmd_generate(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
+    _check_device(args)
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)
@@ -164,6 +177,9 @@ def cmd_demo(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
     from conformance.kernels.registry import builtin_available, get_kernel
+    if 0 < args.context_tokens < _MIN_CONTEXT_TOKENS:   # cheap, before loading the artifact
+        raise OperandError(f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
+                           f"{_MIN_CONTEXT_TOKENS} tokens (-1: the model's maximum, 0: skip)")
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)[0]
@@ -245,6 +261,11 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
+#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many new tokens
+_CONTEXT_NEW_TOKENS = 4
+_MIN_CONTEXT_TOKENS = _CONTEXT_NEW_TOKENS
+
+
 def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     """Second table: a context as long as the model allows (held-out text),
     one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
@@ -253,7 +274,7 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     from reference.model.corpus import eval_windows
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
-    new = 4
+    new = _CONTEXT_NEW_TOKENS
     if tok is not None:
         p = eval_windows(tok, 1, total - new + 1)[0].tolist()
     else:
@@ -290,13 +311,17 @@ def cmd_perplexity(args) -> int:
     from reference.model.corpus import eval_windows
     if args.length < 2:   # cheap, before preparing / loading the artifact
         raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
+    _check_device(args)
     art, md = _artifact_and_model(args)
     check_length(args.length, int(art.config["model"]["max_position"]))
     tok = _tokenizer(md)
     if tok is None:
         raise OperandError("perplexity needs the model's tokenizer.json (held-out text)")
     L = args.length
-    win = eval_windows(tok, args.windows, L)
+    try:
+        win = eval_windows(tok, args.windows, L)
+    except Int8confError as exc:   # e.g. more windows than the held-out text has: name the options
+        raise OperandError(f"--windows {args.windows} x --length {L}: {str(exc).split(': ', 1)[-1]}") from None
     eng = E.load_engine(art, args.kernel, args.device, guard=False)
     t0 = time.time()
     il = G.teacher_forced_logits(eng, win, args.batch_size)
@@ -339,14 +364,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
     sp.add_argument("--out", required=True, help="artifact directory to write")
-    sp.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant migration strength")
-    sp.add_argument("--calib-windows", type=int, default=16,
-                    help="calibration windows for the fixed activation / KV scales (default 16)")
-    sp.add_argument("--calib-len", type=int, default=128, help="tokens per calibration window (default 128)")
+    sp.add_argument("--alpha", type=unit_interval_float, default=0.5,
+                    help="SmoothQuant migration strength alpha in [0, 1] (0 = no smoothing; default 0.5)")
+    sp.add_argument("--calib-windows", type=positive_int, default=16,
+                    help="calibration windows for the fixed activation / KV scales, >= 1 (default 16)")
+    sp.add_argument("--calib-len", type=positive_int, default=128,
+                    help="tokens per calibration window, >= 1 (default 128)")
     sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto",
                     help="calibration text: the shipped corpus, random tokens, or auto (corpus when "
                          "the model has the shipped tokenizer) (default auto)")
-    sp.add_argument("--max-position", type=int, default=None, help="RoPE table length override")
+    sp.add_argument("--max-position", type=positive_int, default=None,
+                    help="RoPE table length override, >= 1 (default: the model's max_position_embeddings)")
     sp.set_defaults(func=cmd_prepare)
 
     sp = sub.add_parser("generate", help="greedy decoding; prints the logits / token hashes")
@@ -360,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
                         "integers; check the epilogue with int8conf check) (default: the exact "
                         "reference)")
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls (default cpu)")
+    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
     sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.set_defaults(func=cmd_generate)
@@ -370,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as token ids")
     sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
-    sp.add_argument("--kernels", default="all",
+    sp.add_argument("--kernels", type=name_list, default="all",
                     help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
                          "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)")
     sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
@@ -380,15 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.add_argument("--seed", type=seed_int, default=0,
                     help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
-    sp.add_argument("--context-tokens", type=int, default=-1,
-                    help="whole-context table length (-1: the model's maximum, 0: skip)")
+    sp.add_argument("--context-tokens", type=int_at_least(-1), default=-1,
+                    help="whole-context table length: tokens >= 4 (capped at the model's maximum), "
+                         "-1 (the model's maximum) or 0 (skip) (default -1)")
     sp.add_argument("--context-token-by-token", action="store_true",
                     help="also run the whole context token by token (slow)")
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")
     model_args(sp)
-    sp.add_argument("--windows", type=int, default=8, help="held-out windows (default 8)")
+    sp.add_argument("--windows", type=positive_int, default=8, help="held-out windows, >= 1 (default 8)")
     sp.add_argument("--length", type=int, default=256, help="tokens per window (default 256)")
     sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
     sp.add_argument("--kernel", default=None,
@@ -397,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
                         "integers; check the epilogue with int8conf check) (default: the exact "
                         "reference)")
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls (default cpu)")
+    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")

@@ -54,7 +54,7 @@ import torch
 
 from detllm import intops, ops
 from detllm.artifact import Artifact, save_artifact
-from reference.errors import CheckpointError, Int8confError
+from reference.errors import CheckpointError, Int8confError, OperandError
 
 QK_EXP = 14            # QK-norm and RoPE outputs in units 2^-14
 ROPE_EXP = ops.ROPE_SHIFT   # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
@@ -91,6 +91,22 @@ class PrepareOptions:
     resid_bits: int = 24
     max_position: Optional[int] = None
     calib_source: str = "auto"
+
+    def check(self) -> None:
+        """Refuse values ``prepare`` cannot use (the CLI refuses them earlier,
+        naming its options).
+
+        Raises:
+            OperandError: ``alpha`` outside [0, 1] (SmoothQuant's migration
+                strength), ``calib_windows`` / ``calib_len`` < 1, or
+                ``max_position`` < 1 (one line naming the field).
+        """
+        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha <= 1.0):
+            raise OperandError(f"PrepareOptions.alpha={self.alpha!r}: expected a number in [0, 1]")
+        for name in ("calib_windows", "calib_len") + (("max_position",) if self.max_position is not None else ()):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise OperandError(f"PrepareOptions.{name}={v!r}: expected an integer >= 1")
 
 
 # ----------------------------------------------------------------- float model
@@ -338,14 +354,16 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
         The written Artifact.
     Raises:
         CheckpointError: not a supported Qwen3 checkpoint (one line).
+        OperandError: bad options (``PrepareOptions.check``), before loading.
     """
     from reference.model.checkpoint import load_qwen3_state, state_digest
 
     opts = options or PrepareOptions()
+    opts.check()
     t0 = time.time()
     config, state = load_qwen3_state(model_dir)
     dims = _cfg_dims(config)
-    if opts.max_position:
+    if opts.max_position is not None:
         dims["max_position"] = int(opts.max_position)
     if dims["head_dim"] % 2 or dims["heads"] % dims["kv_heads"]:
         raise CheckpointError(f"{model_dir}: head_dim must be even and heads a multiple of kv_heads")

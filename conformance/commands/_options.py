@@ -29,6 +29,55 @@ def _int_at_least(lo: int):
 non_negative_int = _int_at_least(0)
 #: argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
 positive_int = _int_at_least(1)
+#: argparse ``type`` factory: an integer >= ``lo`` (e.g. ``int_at_least(-1)``
+#: for ``detllm demo --context-tokens``, where -1 means "the maximum").
+int_at_least = _int_at_least
+
+
+def positive_int_list(text: str) -> list[int]:
+    """argparse ``type`` for a comma-separated list of integers >= 1
+    (e.g. ``detllm bench --batches 1,8``).
+
+    Raises:
+        argparse.ArgumentTypeError: empty, an empty item (``1,,2``), a
+            non-integer or a value < 1 (argparse prints one line, exit 2).
+    """
+    items = [t.strip() for t in text.split(",")]
+    try:
+        vals = [int(t) for t in items]
+    except ValueError:
+        vals = None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return vals
+
+
+def name_list(text: str) -> str:
+    """argparse ``type`` for a comma-separated list of names (e.g. kernels):
+    returns ``text`` unchanged.
+
+    Raises:
+        argparse.ArgumentTypeError: empty or with an empty item (``a,,b``).
+    """
+    if not all(t.strip() for t in text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return text
+
+
+def unit_interval_float(text: str) -> float:
+    """argparse ``type`` for a number in [0, 1] (e.g. SmoothQuant's migration
+    strength alpha).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, NaN or outside [0, 1].
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:   # also False for NaN
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return v
 
 
 def seed_int(text: str) -> int:
@@ -104,9 +153,10 @@ def describe_checkpoint(ck) -> str:
     return f"{ck.dir}  ({n} int8 linears, state digest {ck.digest[:16]}, scales {ck.meta.get('scale_rule', '?')})"
 
 
-def ensure_out_dir(out: Path, option: str = "--out") -> None:
+def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports directory") -> None:
     """Create an output directory now and check it is writable, so a bad
-    ``--out`` fails before any work is done (check, sweep).
+    ``--out`` fails before any work is done (check, sweep, detllm prepare);
+    ``what`` names the directory in the error.
 
     Raises:
         Int8confError: ``out`` (or a parent) is a file, cannot be created, or
@@ -120,7 +170,7 @@ def ensure_out_dir(out: Path, option: str = "--out") -> None:
     except FileExistsError:
         raise Int8confError(f"{option} {out}: exists and is not a directory") from None
     except OSError as e:
-        raise Int8confError(f"{option} {out}: cannot create reports directory "
+        raise Int8confError(f"{option} {out}: cannot create {what} "
                             f"({e.strerror or type(e).__name__}"
                             f"{': ' + str(e.filename) if e.filename else ''})") from None
     if not os.access(out, os.W_OK):
