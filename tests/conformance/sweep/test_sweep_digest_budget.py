@@ -5,24 +5,18 @@ clone per check, ...) fails here (issue 7d). Every digest counted below is
 of a tensor first built in that cell whose SHA-256 is stored (the
 ``case_digest`` over ``GemmOperands.digests()``, C2's received digests)."""
 
-import pytest
 
 import conformance.sweep.runner as R
 import reference.operands as O
-from conformance.sweep.cells import SweepSpec, layer_cells
+from conformance.sweep.cells import layer_cells
 from conformance.sweep.runner import SweepTask, run_layer_batch
+from sweep_spec import default_capture_sweep_spec
 
 LAYER = "model.layers.0.self_attn.k_proj"   # 64 x 384 x 128
 
 
 def _spec():
-    from reference.model.capture import default_capture_set
-    cs = default_capture_set()
-    if cs is None:
-        pytest.skip("default captures not built")
-    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    return SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                     model_checks=False, checkpoint_dirs=dirs)
+    return default_capture_sweep_spec("digest")
 
 
 def test_a_sweep_cell_hashes_only_the_operands_it_builds_itself(monkeypatch):

@@ -19,8 +19,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import conformance.sweep.runner as R
-from conformance.sweep.cells import SweepSpec, layer_cells
+from conformance.sweep.cells import layer_cells
 from conformance.sweep.runner import SweepTask, run_layer_batch
+from sweep_spec import default_capture_sweep_spec
 
 LAYER = "model.layers.0.self_attn.k_proj"   # 64 x 384 x 128
 _SYNCS = ("_local_scalar_dense", "equal", "is_nonzero", "nonzero")
@@ -46,13 +47,7 @@ class _ReadBacks(TorchDispatchMode):
 
 
 def _spec():
-    from reference.model.capture import default_capture_set
-    cs = default_capture_set()
-    if cs is None:
-        pytest.skip("default captures not built")
-    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    return SweepSpec("cpu", "readbacks", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                     model_checks=False, checkpoint_dirs=dirs)
+    return default_capture_sweep_spec("readbacks")
 
 
 @pytest.mark.parametrize("scale_mode", ["own", "pow2"])
