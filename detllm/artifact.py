@@ -329,10 +329,11 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
     cfg = read_json_object(cfg_path, CheckpointError, hint)
     if cfg.get("format") != FORMAT:
         raise CheckpointError(f"{cfg_path}: field 'format' is not {FORMAT!r}")
-    for field in ("tensors_sha256", "digest"):
-        if not isinstance(cfg.get(field), str):
-            raise CheckpointError(f"{cfg_path}: field {field!r} is "
-                                  f"{'missing' if field not in cfg else 'not a string'} (re-run `detllm prepare`)")
+    for key in ("tensors_sha256", "digest"):
+        if not isinstance(cfg.get(key), str):
+            raise CheckpointError(f"{cfg_path}: field {key!r} is "
+                                  f"{'missing' if key not in cfg else 'not a string'} "
+                                  f"(re-run `detllm prepare`)")
     sha = file_sha256(ten_path)
     if sha != cfg.get("tensors_sha256"):
         raise CheckpointError(f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "
