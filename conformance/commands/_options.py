@@ -54,14 +54,15 @@ def positive_int_list(text: str) -> list[int]:
 
 def name_list(text: str) -> str:
     """argparse ``type`` for a comma-separated list of names (e.g. kernels):
-    returns ``text`` unchanged.
+    returns ``text`` with the blanks around each name removed (``"a, b"`` ->
+    ``"a,b"``).
 
     Raises:
         argparse.ArgumentTypeError: empty or with an empty item (``a,,b``).
     """
     if not all(t.strip() for t in text.split(",")):
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
-    return text
+    return ",".join(t.strip() for t in text.split(","))
 
 
 def unit_interval_float(text: str) -> float:

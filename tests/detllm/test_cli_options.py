@@ -265,3 +265,9 @@ def test_prepare_api_refuses_bad_options_before_loading(tmp_path, kw, field):
     with pytest.raises(OperandError, match=rf"^PrepareOptions\.{field}="):
         prepare(tmp_path / "no_model", tmp_path / "art", PrepareOptions(**kw))
     assert not (tmp_path / "art").exists()
+
+
+def test_name_lists_lose_the_blanks_around_names():
+    from conformance.commands._options import name_list
+    assert name_list("int_mm, triton") == "int_mm,triton"
+    assert name_list(" cpu ") == "cpu"
