@@ -136,9 +136,9 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
     man["padded"] = bool(extra.get("padded", "padded" in man["path"]))
     # a digest a nested kernel recorded for itself (e.g. the built-in ``cpu`` inside
     # a user's wrapper, ``digest_of="cpu"``) identifies that kernel, not this one
-    if extra.get("source_digest") and extra.get("digest_of", man["name"]) == man["name"]:
-        man["source_digest"] = extra["source_digest"]
-    extra.pop("digest_of", None)
+    own = [d for d, owner in t.digests if owner in (None, man["name"])]
+    if own:
+        man["source_digest"] = own[-1]
     for k in _PROMOTED:
         extra.pop(k, None)
     if len(t.paths) > 1:

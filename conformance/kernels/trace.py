@@ -35,12 +35,18 @@ class Trace:
             of the operands the kernel received (bias digest "none" when None);
             empty if the kernel never called :func:`record_operands`.
         paths: every path recorded, in order (a wrapper and its inner kernel).
+        digests: every ``(source_digest, digest_of)`` recorded, in order: the
+            run-time source digest a kernel reported and whose it is (None:
+            the caller's own; a built-in called inside another kernel names
+            itself, e.g. ``"cpu"``), kept per call so an inner kernel's record
+            cannot overwrite its wrapper's.
     """
 
     path: str = ""
     extra: dict = field(default_factory=dict)
     received_digests: dict = field(default_factory=dict)
     paths: list = field(default_factory=list)
+    digests: list = field(default_factory=list)
 
 
 _CURRENT: contextvars.ContextVar[Optional[Trace]] = contextvars.ContextVar(
@@ -68,14 +74,19 @@ def record_path(path: str, **extra) -> None:
 
     Args:
         path: short label, e.g. ``"triton-interpreter"``.
-        **extra: merged into ``Trace.extra`` (later keys overwrite).
+        **extra: merged into ``Trace.extra`` (later keys overwrite), except
+            ``source_digest`` (the code that ran, for check C1) and
+            ``digest_of`` (whose digest it is, when not the caller's own),
+            which go to ``Trace.digests``.
     """
     t = _CURRENT.get()
     if t is None:
         return
     t.path = str(path)
     t.paths.append(str(path))
-    t.extra.update(extra)
+    if extra.get("source_digest"):
+        t.digests.append((str(extra["source_digest"]), extra.get("digest_of")))
+    t.extra.update({k: v for k, v in extra.items() if k not in ("source_digest", "digest_of")})
 
 
 def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,

@@ -170,6 +170,15 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
     r = check_kernel_manifest(spec, ops, run)
     assert r.verdict == "pass", r.summary
     assert run.manifest["source_digest"] == "ab" * 32 and run.manifest["path"] == "cpu-exact"
+    from conformance.kernels import trace
+
+    def stale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        trace.record_path("mine", source_digest="f" * 64)    # before the inner kernel's record
+        return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    stale_spec = dataclasses.replace(spec, scaled_mm=stale)
+    r = check_kernel_manifest(stale_spec, ops, _run(stale_spec, ops))
+    assert r.verdict == "fail" and r.evidence["mismatches"] == [
+        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."]
     cpu = dataclasses.replace(spec, name="cpu", source_digest="ab" * 32)  # the built-in itself
     r = check_kernel_manifest(cpu, ops, _run(cpu, ops))  # its run-time digest is promoted
     assert r.verdict == "fail" and r.evidence["mismatches"] == [
