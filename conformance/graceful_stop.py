@@ -5,7 +5,9 @@ action ends Python at once: no ``finally``, no pytest session finish, so a
 conformance or gate run of many minutes would leave no report at all. With
 this handler SIGTERM raises KeyboardInterrupt in the main thread, which
 pytest (and the CLI) already turn into an orderly stop that writes what was
-finished, marked as a partial run.
+finished, marked as a partial run; it also remembers the request, so a raise
+that Python discards (inside a garbage-collector callback) is raised again
+at the next step of a long loop (:func:`raise_if_requested`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,25 @@ import signal
 import threading
 
 
+_requested: list = []  # the signal numbers received while the handler was installed
+
+
 def _raise_interrupt(signum, frame):
+    _requested.append(signum)
     raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def raise_if_requested() -> None:
+    """Raise KeyboardInterrupt again if SIGTERM arrived since the handler was
+    installed. Long loops call it between steps: an exception raised inside
+    a garbage-collector callback (hypothesis installs one) is printed and
+    discarded by Python, so the handler's own raise can be lost.
+
+    Raises:
+        KeyboardInterrupt: a stop was requested.
+    """
+    if _requested:
+        raise KeyboardInterrupt(f"stopped by signal {_requested[-1]}")
 
 
 def sigterm_as_interrupt() -> bool:
@@ -36,3 +55,4 @@ def restore_sigterm() -> None:
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGTERM) is _raise_interrupt:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _requested.clear()

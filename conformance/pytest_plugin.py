@@ -525,6 +525,14 @@ def pytest_configure_node(node) -> None:
 _ITEM_KEY = "int8conf_result"
 
 
+def pytest_runtest_setup(item) -> None:
+    """A stop whose KeyboardInterrupt Python discarded (``graceful_stop``) is
+    raised before the next item instead."""
+    if isinstance(item, _Item):
+        from conformance.graceful_stop import raise_if_requested
+        raise_if_requested()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """xdist worker: the item's result rides on its call-phase report

@@ -29,6 +29,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -525,30 +526,43 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
     say(f"{spec.name}: {len(cases)} cases; {cap.note}")
     results: list[CaseResult] = []
     model: list[CheckResult] = []
-    prop, n_fixed, stopped = None, 0, None
+    prop, n_fixed, stopped, stage = None, 0, None, "fixed cases"
+    from conformance.graceful_stop import raise_if_requested
+    steps = [("C9", partial(run_batch_invariance, spec, cases, device))]  # kernel-level checks
+    if model_checks:
+        steps += [(cid, partial(run_model_check, cid, spec, mod, attr))
+                  for cid, mod, attr in MODEL_CHECKS]
     try:
         for i, ops in enumerate(cases):
+            raise_if_requested()
             cr = evaluate_case(spec, ops, against=other, device=device)
             results.append(cr)
             n_fixed = len(results)
             say(f"[{i + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
         if property_examples > 0:
             from conformance.property import run_property_test
+            stage = "the property test"
             say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
             prop_cases: list[CaseResult] = []
-            prop = run_property_test(spec, prop_cases.append, max_examples=property_examples,
-                                     device=device)
+
+            def keep(cr: CaseResult) -> None:
+                prop_cases.append(cr)
+                raise_if_requested()
+            prop = run_property_test(spec, keep, max_examples=property_examples, device=device)
             results += prop_cases
-        say(f"{spec.name}: C9 {CHECK_NAMES['C9']}")
-        model.append(run_batch_invariance(spec, cases, device))
-        if model_checks:
-            for cid, mod, attr in MODEL_CHECKS:
-                say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
-                model.append(run_model_check(cid, spec, mod, attr))
+        for cid, run in steps:
+            raise_if_requested()
+            stage = cid
+            say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
+            model.append(run())
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
-        stopped = (f"partial run: interrupted after {n_fixed} of {len(cases)} fixed cases; "
-                   f"the verdict covers only what finished")
         results = results[:n_fixed] if prop is None else results  # no half-run property test
+        done = {r.check_id for r in model}
+        model += [not_applicable(cid, "not run: the run was interrupted")
+                  for cid, _ in steps if cid not in done]
+        stopped = (f"partial run: interrupted after {n_fixed} of {len(cases)} fixed cases"
+                   + ("" if stage == "fixed cases" else f", during {stage}")
+                   + "; the verdict covers only what finished")
     if invocation is None:
         from conformance.coverage import invocation as _inv
         invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),

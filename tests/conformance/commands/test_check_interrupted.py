@@ -72,3 +72,56 @@ def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
     assert rep["notes"][0].startswith("partial run: interrupted after ")
     assert 0 < len(rep["cases"]) < 100
     assert "int8conf: interrupted" in r.stderr and "report: " in r.stderr
+
+
+def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():
+    """Python discards an exception raised in a garbage-collector callback
+    (hypothesis installs one): SIGTERM's KeyboardInterrupt can be lost there.
+    The request is remembered and raised again before the next case."""
+    import signal
+
+    from conformance.graceful_stop import restore_sigterm, sigterm_as_interrupt
+    cpu = get_kernel("cpu")
+    calls = [0]
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+        calls[0] += 1
+        if calls[0] == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            except KeyboardInterrupt:
+                pass                                  # as if raised where Python drops it
+        return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(cpu, name="swallower", scaled_mm=scaled_mm)
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert sigterm_as_interrupt()
+        with pytest.raises(SuiteInterrupted) as e:
+            run_conformance(spec, include_captures=False, include_sweep=False,
+                            property_examples=0, model_checks=False)
+    finally:
+        restore_sigterm()
+        signal.signal(signal.SIGTERM, before)
+    res = e.value.result
+    assert 1 <= len(res.cases) <= 2 and res.notes[0].startswith("partial run: interrupted after ")
+    c9 = next(c for c in res.checks if c.check_id == "C9")
+    assert c9.verdict == "n/a" and c9.summary == "not run: the run was interrupted"
+
+
+def test_interrupted_during_the_property_test_says_so():
+    cpu = get_kernel("cpu")
+    calls = [0]
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+        calls[0] += 1
+        if calls[0] > 60:   # the 22 synthetic cases are done by then
+            raise KeyboardInterrupt
+        return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(cpu, name="late", scaled_mm=scaled_mm)
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance(spec, include_captures=False, include_sweep=False,
+                        property_examples=200, model_checks=False)
+    assert e.value.result.notes[0] == ("partial run: interrupted after 22 of 22 fixed cases, "
+                                       "during the property test; the verdict covers only "
+                                       "what finished")
