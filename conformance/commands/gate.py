@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from conformance.gate.gate import GateOptions, NotComparable, run_gate
+    from conformance.gate.gate import GateInterrupted, GateOptions, NotComparable, run_gate
     from conformance.gate.isolation import KernelRef
     from conformance.gate.policy import Policy, load_policy
     from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
@@ -108,6 +108,12 @@ def _run(args: argparse.Namespace) -> int:
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         res = run_gate(cand, inc, args.baseline, policy, opts, out, progress=say)
+    except GateInterrupted as stop:  # write what was decided, then stop (exit 130)
+        paths = write_gate_reports(to_json_dict(stop.result), out)
+        note = next((n for n in stop.result.notes if n.startswith("partial run")), "partial run")
+        print(f"int8conf gate: {note}\nreport: {paths['md']}\nreport: {paths['json']}",
+              file=sys.stderr)
+        raise
     except NotComparable as e:
         doc = not_comparable_doc(cand.label(), e.path, e.reasons, policy.to_dict())
         paths = write_gate_reports(doc, out)

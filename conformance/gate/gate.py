@@ -445,13 +445,33 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
         Int8confError: bad kernel name, both or neither of incumbent /
             baseline, unreadable baseline, bad device (one line).
         NotComparable: the baseline does not match this run's cases / captures.
+        GateInterrupted: Ctrl-C or SIGTERM during the run; carries the partial result.
     """
     from conformance.suite import MODEL_CHECKS
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
     s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
+    from conformance.graceful_stop import raise_if_requested
+    decisions: list = []
+    model: list = []
     try:
-        decisions = [s.run_case(i) for i in range(len(s.cases))]
-        model = ([s.run_model(cid) for cid, _, _ in MODEL_CHECKS] if s.opts.model_checks else [])
+        for i in range(len(s.cases)):
+            raise_if_requested()
+            decisions.append(s.run_case(i))
+        for cid, _, _ in (MODEL_CHECKS if s.opts.model_checks else ()):
+            raise_if_requested()
+            model.append(s.run_model(cid))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
+        raise GateInterrupted(s.result(decisions, model)) from None
     finally:
         s.close()
     return s.result(decisions, model)
+
+
+class GateInterrupted(KeyboardInterrupt):
+    """:func:`run_gate` was interrupted; ``result`` is the GateResult of the
+    cases decided so far (its notes say "partial run"), for the caller to
+    write before it stops."""
+
+    def __init__(self, result: "GateResult"):
+        super().__init__("gate interrupted")
+        self.result = result

@@ -129,3 +129,33 @@ def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
                for c in gate["cases"]}
     assert passed and passed <= decided, (sorted(passed - decided), out[-2000:])
     assert len(decided) < 22 and any("partial run" in n for n in gate["notes"]), gate["notes"]
+
+
+@pytest.mark.slow
+def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
+    """``int8conf gate`` stopped part-way (SIGTERM, as a CI time limit sends):
+    exit 130, and gate.json holds the decided cases with the partial-run note
+    (before, nothing was written and a previous run's report stayed)."""
+    import signal
+    out = tmp_path / "g"
+    out.mkdir()
+    (out / "gate.json").write_text('{"stale": true}')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "conformance.cli", "gate", "--candidate", "int_mm",
+                          "--incumbent", "cpu", "--no-model", "--no-sweep", "--no-captures",
+                          "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if sum(": pass" in x for x in lines) >= 4:
+            p.send_signal(signal.SIGTERM)
+            break
+    rest = p.stderr.read()
+    p.wait(timeout=300)
+    assert p.returncode == 130, "".join(lines) + rest
+    gate = json.loads((out / "gate.json").read_text())
+    assert 1 <= len(gate["cases"]) < 22, len(gate["cases"])
+    assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided")
+               for n in gate["notes"]), gate["notes"]
+    assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
