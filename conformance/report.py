@@ -231,6 +231,9 @@ def render_markdown(doc: dict) -> str:
     head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
             f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
             else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
+    partial = [n for n in doc.get("notes") or [] if str(n).startswith("partial run")]
+    if partial:  # a verdict over part of the suite must not read like the whole one
+        head = f"**PARTIAL RUN** ({partial[0]})\n\n{head}"
     sig = doc.get("fault_signatures") or []
     sig_lines = (["Failure signature (`conformance.scoring`):", ""] + [f"- {x}" for x in sig] + [""]
                  if sig else [])

@@ -103,6 +103,8 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
     reproducers (long lists folded in ``<details>``)."""
     ov = doc["overall"]
     verdict = ov["verdict"].upper()
+    if any(str(n).startswith("partial run") for n in doc.get("notes") or []):
+        verdict += " (PARTIAL RUN: not every case was decided)"
     lines = [f"## int8conf gate: `{_label(doc['candidate'])}` replacing "
              f"`{_label(doc['incumbent'])}` -- **{verdict}**", ""]
     pol = doc.get("policy") or {}

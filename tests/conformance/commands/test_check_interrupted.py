@@ -125,3 +125,13 @@ def test_interrupted_during_the_property_test_says_so():
     assert e.value.result.notes[0] == ("partial run: interrupted after 22 of 22 fixed cases, "
                                        "during the property test; the verdict covers only "
                                        "what finished")
+
+
+def test_a_partial_report_says_so_before_its_verdict(tmp_path):
+    from conformance.report import render_markdown, to_json_dict
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance(_stopping_kernel(after=3), include_captures=False, include_sweep=False,
+                        property_examples=0, model_checks=False)
+    md = render_markdown(to_json_dict(e.value.result))
+    head = md.split("\n")[2]
+    assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head

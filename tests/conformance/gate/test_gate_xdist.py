@@ -159,3 +159,4 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
     assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided")
                for n in gate["notes"]), gate["notes"]
     assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
+    assert "(PARTIAL RUN: not every case was decided)" in (out / "gate.md").read_text().split("\n")[0]
