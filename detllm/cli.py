@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 
 from reference.errors import Int8confError, OperandError
-from conformance.commands._options import (ensure_out_dir, int_at_least, name_list, positive_int, seed_int,
-                                            unit_interval_float)
+from conformance.commands._options import (ensure_out_dir, int_at_least, name_list, non_negative_int,
+                                            positive_int, seed_int, unit_interval_float)
 
 
 # ------------------------------------------------------------------ helpers
@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
-    sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16,
+                    help="tokens to generate (default 16)")
     sp.add_argument("--kernel", default=None,
                     help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
                         "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
@@ -397,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as token ids")
-    sp.add_argument("-n", "--max-new-tokens", type=int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16,
+                    help="tokens to generate (default 16)")
     sp.add_argument("--kernels", type=name_list, default="all",
                     help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
                          "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)")

@@ -271,3 +271,10 @@ def test_name_lists_lose_the_blanks_around_names():
     from conformance.commands._options import name_list
     assert name_list("int_mm, triton") == "int_mm,triton"
     assert name_list(" cpu ") == "cpu"
+
+
+@pytest.mark.parametrize("cmd", ["generate", "demo"])
+def test_max_new_tokens_negative_names_the_option(capfd, cmd):
+    line = _argparse_exit(capfd, cmd, "-n", "-1")
+    assert line == (f"detllm {cmd}: error: argument -n/--max-new-tokens: "
+                    "expected an integer >= 0, got -1")
