@@ -175,17 +175,13 @@ def _bits_equal(x: Tensor, y: Tensor) -> bool:
 _ONE = torch.ones((), dtype=torch.float32)
 
 
-def _differing(originals: dict, given: dict) -> list:
-    """Names of the operands whose copy in ``given`` no longer has the bits of
-    the original (dtype, shape, bits; NaN payloads and the sign of zero
-    count, as :func:`_bits_equal`). The per-operand verdicts are read back
-    together: one device sync on a GPU instead of one per operand."""
-    return _differing_and(originals, given)[0]
-
-
-def _differing_and(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, list]:
-    """:func:`_differing`, and the values of ``extra`` (0-d integer tensors,
-    e.g. the output's NaN count) as ints, read back in the same transfer."""
+def _differing(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, list]:
+    """``(names, values)``: the names of the operands whose copy in ``given``
+    no longer has the bits of the original (dtype, shape, bits; NaN payloads
+    and the sign of zero count, as :func:`_bits_equal`), and the values of
+    ``extra`` (0-d integer tensors, e.g. the output's NaN count) as ints. The
+    per-operand verdicts and ``extra`` are read back together: one device
+    sync on a GPU instead of one per operand."""
     names, flags = [], []
     bad = []
     for k, v in originals.items():
@@ -249,8 +245,8 @@ def _modified(originals: dict, given: dict, man: dict, extra: tuple = ()) -> tup
     wrote into any operand it was handed (``given`` vs the untouched
     ``originals``; the names go to ``manifest["extra"]["modified_operands"]``);
     ``extra``: 0-d integer tensors read back in the same transfer
-    (:func:`_differing_and`)."""
-    bad, vals = _differing_and(originals, given, extra)
+    (:func:`_differing`)."""
+    bad, vals = _differing(originals, given, extra)
     line = None
     if bad:
         man["extra"]["modified_operands"] = bad
