@@ -177,9 +177,9 @@ def cmd_demo(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
     from conformance.kernels.registry import builtin_available, get_kernel
-    if 0 < args.context_tokens < _MIN_CONTEXT_TOKENS:   # cheap, before loading the artifact
+    if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:   # cheap, before loading the artifact
         raise OperandError(f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
-                           f"{_MIN_CONTEXT_TOKENS} tokens (-1: the model's maximum, 0: skip)")
+                           f"{_CONTEXT_NEW_TOKENS} tokens (-1: the model's maximum, 0: skip)")
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)[0]
@@ -261,9 +261,9 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
-#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many new tokens
+#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many
+#: new tokens, so ``--context-tokens`` must be at least this many
 _CONTEXT_NEW_TOKENS = 4
-_MIN_CONTEXT_TOKENS = _CONTEXT_NEW_TOKENS
 
 
 def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:

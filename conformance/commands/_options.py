@@ -10,9 +10,10 @@ from pathlib import Path
 from reference.model.weights import SCALE_MODES
 
 
-def _int_at_least(lo: int):
+def int_at_least(lo: int):
     """argparse ``type`` factory: an integer >= ``lo`` (argparse prints one
-    error line and exits 2 otherwise)."""
+    error line and exits 2 otherwise; e.g. ``int_at_least(-1)`` for ``detllm
+    demo --context-tokens``, where -1 means "the maximum")."""
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -26,12 +27,9 @@ def _int_at_least(lo: int):
 
 #: argparse ``type`` for counts that may be 0 (e.g. ``--examples``);
 #: raises argparse.ArgumentTypeError for a non-integer or a negative value.
-non_negative_int = _int_at_least(0)
+non_negative_int = int_at_least(0)
 #: argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
-positive_int = _int_at_least(1)
-#: argparse ``type`` factory: an integer >= ``lo`` (e.g. ``int_at_least(-1)``
-#: for ``detllm demo --context-tokens``, where -1 means "the maximum").
-int_at_least = _int_at_least
+positive_int = int_at_least(1)
 
 
 def positive_int_list(text: str) -> list[int]:
