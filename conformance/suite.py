@@ -549,14 +549,13 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                 prop_cases.append(cr)
                 raise_if_requested()
             prop = run_property_test(spec, keep, max_examples=property_examples, device=device)
-            results += prop_cases
+            results += prop_cases  # only once the property test finished: never half of it
         for cid, run in steps:
             raise_if_requested()
             stage = cid
             say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
             model.append(run())
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
-        results = results[:n_fixed] if prop is None else results  # no half-run property test
         done = {r.check_id for r in model}
         model += [not_applicable(cid, "not run: the run was interrupted")
                   for cid, _ in steps if cid not in done]
