@@ -7,7 +7,10 @@ this handler SIGTERM raises KeyboardInterrupt in the main thread, which
 pytest (and the CLI) already turn into an orderly stop that writes what was
 finished, marked as a partial run; it also remembers the request, so a raise
 that Python discards (inside a garbage-collector callback) is raised again
-at the next step of a long loop (:func:`raise_if_requested`).
+at the next step of a long loop (:func:`raise_if_requested`). Only the first
+SIGTERM raises: a second one (CI runners and users often repeat the signal)
+would otherwise interrupt the writing of the partial report; SIGKILL still
+ends the process at once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ _requested: list = []  # the signal numbers received while the handler was insta
 
 def _raise_interrupt(signum, frame):
     _requested.append(signum)
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
+    if len(_requested) == 1:  # a repeated SIGTERM must not break the partial report's writing
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
 def raise_if_requested() -> None:

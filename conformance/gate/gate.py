@@ -453,6 +453,7 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
     from conformance.graceful_stop import raise_if_requested
     decisions: list = []
     model: list = []
+    stopped = False
     try:
         for i in range(len(s.cases)):
             raise_if_requested()
@@ -461,10 +462,16 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
             raise_if_requested()
             model.append(s.run_model(cid))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
-        raise GateInterrupted(s.result(decisions, model)) from None
+        stopped = True
     finally:
-        s.close()
-    return s.result(decisions, model)
+        try:
+            s.close()
+        except KeyboardInterrupt:  # the stop landed while the children shut down: still report
+            stopped = True
+    res = s.result(decisions, model)
+    if stopped:
+        raise GateInterrupted(res)
+    return res
 
 
 class GateInterrupted(KeyboardInterrupt):

@@ -91,3 +91,24 @@ def test_hanging_kernel_times_out_and_its_reproducer_shows_where_it_hangs(tmp_pa
     p.start()
     p.join(60)
     assert p.exitcode == 1 and "in hanging_kernel" in log.read_text(), log.read_text()[-2000:]
+
+
+def test_a_stop_while_the_children_shut_down_still_carries_every_decision(tmp_path, monkeypatch):
+    """Ctrl-C / SIGTERM after the last case, while the gate stops its child
+    processes: GateInterrupted still carries the result (it used to escape as
+    a bare KeyboardInterrupt, and the CLI wrote no report)."""
+    from conformance.gate.gate import GateInterrupted, GateSession
+    close = GateSession.close
+    stops = [KeyboardInterrupt]
+
+    def interrupted_close(self):
+        close(self)
+        if stops:
+            raise stops.pop()
+    monkeypatch.setattr(GateSession, "close", interrupted_close)
+    with pytest.raises(GateInterrupted) as e:
+        run_gate(KernelRef("int_mm"), KernelRef("cpu"), policy=POLICY, cases=CASES,
+                 out_dir=tmp_path, options=GateOptions(model_checks=False))
+    res = e.value.result
+    assert len(res.cases) == len(CASES) and all(d.status == "pass" for d in res.cases)
+    assert not any(str(n).startswith("partial run") for n in res.notes)  # every case decided
