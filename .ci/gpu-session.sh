@@ -15,7 +15,7 @@
 #   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh).
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
-# (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all.tgz (at most 8
+# (pytest-xdist and execnet wheels, 87 KB) and .devwork/tcache. Logs go to $OUT/all-STAGE.tgz (at most 8
 # files come back). Every step is bounded, SIGINT first so pytest prints its summary and
 # writes the reports of what finished (40 s of grace before SIGKILL).
 # The plugin caps each xdist worker's torch threads at cores // workers (15 workers
@@ -25,6 +25,9 @@ OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
 [ -d .devwork/whl ] && python3 -m pip install -q --no-index --no-deps --no-compile \
   --target /tmp/site .devwork/whl/*.whl >/dev/null 2>&1
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# a fresh machine pays every Triton compile again: keep the cache in a carried folder
+# and send it back ($OUT/tcache.tgz), so the next call (carry .devwork/tcache) reuses it
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$PWD/.devwork/tcache}"; mkdir -p "$TRITON_CACHE_DIR"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(date +%T)"; \
   ( time timeout -s INT -k 40 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
   echo "rc=$?" >> "$OUT/logs/$name.log"; grep -E " (FAILED|ERROR) " "$OUT/logs/$name.log" | head -20; \
@@ -36,12 +39,13 @@ case "${STAGE:-1}" in
    # no xdist: it hides a failure's message while a slow test runs
    step detllm-cuda 200 $P -m cuda tests/detllm ;;
 2a|2b) kern=triton; [ "$STAGE" = 2b ] && kern=int_mm
-   step "conformance-$kern" 530 $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
+   step "conformance-$kern" "${LIMIT:-530}" $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
      --int8conf-reports="$OUT/reports" ;;
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
 4) OUT="$OUT" BUDGET=540 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
-cd "$OUT" && tar -czf all.tgz logs $(ls -d reports pow2 sweep 2>/dev/null) 2>/dev/null
+tar -czf "$OUT/tcache.tgz" -C "$(dirname "$TRITON_CACHE_DIR")" "$(basename "$TRITON_CACHE_DIR")"
+cd "$OUT" && tar -czf "all-${STAGE:-1}.tgz" logs $(ls -d reports pow2 sweep 2>/dev/null) 2>/dev/null
 rm -rf logs reports pow2

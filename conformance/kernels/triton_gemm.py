@@ -64,7 +64,8 @@ interpreted kernel (the kernels are interpreted through an explicit
 device function, :func:`_epilogue`, is a :class:`_DeviceFunction`, which
 the interpreter can call; and the K loop's trip count is passed as the constexpr
 ``K_ITERS_STATIC`` in interpreter mode (Triton <= 3.6's interpreter cannot
-take a runtime loop bound with numpy 2).
+take a runtime loop bound with numpy >= 2.4: it makes every assigned value a
+1-element array, which ``range`` cannot convert).
 """
 
 from __future__ import annotations
@@ -192,15 +193,15 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     # the main loop; those outputs are never stored
     ram = rm % M
     rbn = rn % N
-    if K_ITERS_STATIC > 0:
-        k_iters = K_ITERS_STATIC
-    else:
-        k_iters = (K + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K)
+    # the bound goes to range() as an expression, not through a variable: the
+    # <= 3.6 interpreter turns every assignment into a 1-element tensor, which
+    # range() cannot take with numpy >= 2.4; natively the constexpr test folds away
+    k_iters = (K + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K)
     k_lo = pid_k * k_iters * BLOCK_K
     a_ptrs = a_ptr + ram[:, None] * stride_am + (k_lo + rk)[None, :] * stride_ak
     b_ptrs = b_ptr + rbn[None, :] * stride_bn + (k_lo + rk)[:, None] * stride_bk
     acc = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)  # not tl.zeros (module docstring)
-    for i in range(0, k_iters):
+    for i in range(0, K_ITERS_STATIC if K_ITERS_STATIC > 0 else k_iters):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
