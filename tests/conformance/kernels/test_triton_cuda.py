@@ -156,6 +156,10 @@ _EDGE_SHAPES = [
     (2, 8195, 383, torch.bfloat16, "dense"), (17, 16, 16, torch.bfloat16, "dense"),
     (33, 100, 77, torch.float16, "a_padded"), (33, 96, 80, torch.bfloat16, "b_transposed"),
     (5, 64, 48, torch.float32, "b_transposed"),
+    # TMA-eligible (K, N multiples of 16) with more tiles than SMs, so persistent
+    # programs loop over several tiles: the 512x2048x6144 layer shape is where
+    # a warp-specialised candidate hung natively (none of the above allows TMA)
+    (512, 2048, 6144, torch.bfloat16, "dense"), (200, 1024, 4096, torch.float16, "dense"),
 ]
 
 

@@ -98,3 +98,50 @@ def test_labels_name_every_option():
     assert c.label() == "tma 128x256x128 g8 sk1 w8 s3 persistent flat ws"
     for cfgs in bt.BUCKET_CONFIGS.values():  # a label names one configuration of a bucket
         assert len({c.label() for c in cfgs}) == len(cfgs)
+
+
+class _Event:
+    """Stands in for a ``torch.cuda.Event``: complete after ``polls`` queries."""
+
+    def __init__(self, polls):
+        self.polls, self.queries = polls, 0
+
+    def query(self):
+        self.queries += 1
+        return self.polls is not None and self.queries > self.polls
+
+
+def test_wait_returns_once_the_event_completes():
+    ev = _Event(polls=3)
+    bt._wait(ev, "ptr 16x64x256 g1 sk1 w4 s4", limit_s=5)
+    assert ev.queries == 4
+
+
+def test_a_launch_that_never_finishes_is_named_not_waited_on_forever():
+    label = "tma 128x256x128 g8 sk1 w8 s3 persistent ws"
+    with pytest.raises(bt.KernelHang) as e:
+        bt._wait(_Event(polls=None), label, limit_s=0.05)
+    assert f"'{label}' did not finish within 0.05 s" in str(e.value)
+    assert f"INT8CONF_TRITON_EXCLUDE='{label}'" in str(e.value)
+
+
+def test_the_tuner_stops_at_a_hang_instead_of_queueing_the_next_candidate(monkeypatch):
+    tried = []
+
+    def fake_time(fn, batches=5, what="?"):
+        tried.append(what)
+        if len(tried) == 2:
+            raise bt.KernelHang(what)
+        return 1.0
+
+    monkeypatch.setattr(bt, "_time_e2e", fake_time)
+    monkeypatch.setattr(bt, "_issue", lambda *a: None)
+    cands = list(bt.BUCKET_CONFIGS["large"][:4])
+    with pytest.raises(bt.KernelHang):
+        bt._tune(cands, lambda cfg: cfg, ())
+    assert tried == [c.label() for c in cands[:2]]
+
+
+def test_no_candidate_is_the_configuration_that_hung_on_the_h200():
+    labels = {c.label() for cs in bt.BUCKET_CONFIGS.values() for c in cs}
+    assert "tma 128x128x128 g8 sk1 w4 s4 persistent ws" not in labels
