@@ -565,6 +565,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if hasattr(session.config, "workerinput"):  # an xdist worker: its items shipped their
         return                                      # results; the controller writes
     from conformance.cases import case_id
+    from conformance.partial_run import partial_run
     from conformance.report import write_reports
     from conformance.suite import build_result
     for ks in st.kernels:
@@ -573,14 +574,14 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         cases = list(ks.results.values()) + list(ks.prop_cases)
         if not cases and not ks.model:
             continue
-        notes = []
-        if len(ks.results) < len(ks.cases):
-            notes.append(f"partial run: {len(ks.results)} of {len(ks.cases)} fixed cases ran "
-                         f"(pytest selection or early stop); the verdict covers only those")
+        # a Ctrl-C / SIGTERM stop is partial even when every fixed case ran
+        # (the property test or a model-level item may be what it cut short)
+        part = partial_run(len(ks.results), len(ks.cases), kind="plugin",
+                           interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
                            st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0, notes,
-                           invocation=_invocation(session.config))
+                           time.perf_counter() - ks.t0, invocation=_invocation(session.config),
+                           partial=part)
         from faults.inject import annotate_result
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)

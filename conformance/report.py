@@ -24,6 +24,14 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
+* ``partial``: whether the verdict covers the whole run
+  (``conformance.partial_run.partial_run``): ``{"partial": bool, "reason":
+  "interrupted" | "subset" | null, "cases_ran", "cases_total" (fixed cases),
+  "stage" (what a stopped run was doing: "fixed cases", "the property
+  test", "C9", "C7", "E1"; null if not stopped or not known), "note" (the
+  "partial run: ..." line, also first in ``notes``; null when complete)}``;
+  ``partial: false`` on a complete run. Added within v1 (a reader of v1
+  finds it absent in older reports: then a "partial run" note is the mark)
 * ``comparability``: ``conformance.suite.comparability`` -- suite version,
   SHA-256 digests of the fixed cases' operands and of the layer captures,
   the case ids and the environment; ``int8conf gate --baseline`` refuses a
@@ -58,6 +66,7 @@ from typing import Union
 
 import pandas as pd
 
+from conformance.partial_run import complete_run, partial_note
 from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
@@ -99,6 +108,8 @@ def to_json_dict(result) -> dict:
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
+        "partial": dict(getattr(result, "partial", None) or complete_run(
+            sum(1 for c in result.cases if c.source != "property"))),
         "comparability": getattr(result, "comparability", None) or None,
         "fault_signatures": _fault_signatures(result),
         "coverage": list(getattr(result, "coverage", []) or []),
@@ -231,9 +242,9 @@ def render_markdown(doc: dict) -> str:
     head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
             f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
             else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
-    partial = [n for n in doc.get("notes") or [] if str(n).startswith("partial run")]
+    partial = partial_note(doc)
     if partial:  # a verdict over part of the suite must not read like the whole one
-        head = f"**PARTIAL RUN** ({partial[0]})\n\n{head}"
+        head = f"**PARTIAL RUN** ({partial})\n\n{head}"
     sig = doc.get("fault_signatures") or []
     sig_lines = (["Failure signature (`conformance.scoring`):", ""] + [f"- {x}" for x in sig] + [""]
                  if sig else [])

@@ -37,6 +37,7 @@ import torch
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_sweep, synthetic_cases
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.evaluate import NOT_RUN, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
+from conformance.partial_run import complete_run, partial_run
 from reference.errors import Int8confError
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
@@ -167,6 +168,9 @@ class ConformanceResult:
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
+        partial: ``conformance.partial_run.partial_run`` record: whether the
+            verdict covers the whole run (the report's top-level ``partial``
+            object; its ``note`` is also in ``notes``).
         comparability: :func:`comparability` of the fixed cases (what makes
             two reports comparable).
         coverage: ``conformance.coverage.coverage_table`` rows: the trigger
@@ -188,6 +192,7 @@ class ConformanceResult:
     comparability: dict = field(default_factory=dict)
     coverage: list = field(default_factory=list)
     invocation: dict = field(default_factory=dict)
+    partial: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -323,7 +328,8 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
                  model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
                  against=None, elapsed_s: float = 0.0,
                  notes: Sequence[str] = (),
-                 invocation: Optional[dict] = None) -> ConformanceResult:
+                 invocation: Optional[dict] = None,
+                 partial: Optional[dict] = None) -> ConformanceResult:
     """Aggregate per-case and model-level results into a ConformanceResult.
 
     Args:
@@ -335,8 +341,12 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         property_tests: property-test summary (``conformance.property``).
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
-        notes: extra report lines (e.g. "partial run").
+        notes: extra report lines.
         invocation: command line and options (``conformance.coverage.invocation``).
+        partial: ``conformance.partial_run.partial_run`` record of the run;
+            None = complete (every case given ran). A partial record's
+            ``note`` goes first in the notes (the report's one source of
+            "partial run").
     """
     per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
     for cr in case_results:
@@ -357,13 +367,17 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
     env = environment([cr.run_manifest for cr in case_results])
     cap = {"available": captures.available, "note": captures.note, "source": captures.source}
+    if partial is None:
+        partial = complete_run(sum(1 for cr in case_results if cr.source != "property"))
+    notes = ([partial["note"]] if partial["partial"] else []) + [
+        n for n in notes if n != partial["note"]]
     return ConformanceResult(
         kernel=spec.manifest(), environment=env,
         checks=checks, cases=list(case_results), captures=cap,
         property_tests=property_tests, pairwise=pairwise,
         overall=overall_verdict(checks, property_tests, list(case_results)),
-        elapsed_s=elapsed_s, notes=list(notes), coverage=_coverage(case_results),
-        invocation=dict(invocation or {}),
+        elapsed_s=elapsed_s, notes=notes, coverage=_coverage(case_results),
+        invocation=dict(invocation or {}), partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap))
 
 
@@ -559,9 +573,7 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
         done = {r.check_id for r in model}
         model += [not_applicable(cid, "not run: the run was interrupted")
                   for cid, _ in steps if cid not in done]
-        stopped = (f"partial run: interrupted after {n_fixed} of {len(cases)} fixed cases"
-                   + ("" if stage == "fixed cases" else f", during {stage}")
-                   + "; the verdict covers only what finished")
+        stopped = partial_run(n_fixed, len(cases), interrupted=True, stage=stage, kind="suite")
     if invocation is None:
         from conformance.coverage import invocation as _inv
         invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),
@@ -570,7 +582,7 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
                            "device": device, "explicit_cases": len(cases)},
                           prog="conformance.suite.run_conformance")
     res = build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
-                       notes=[stopped] if stopped else (), invocation=invocation)
+                       invocation=invocation, partial=stopped or complete_run(len(cases)))
     if stopped:
         raise SuiteInterrupted(res)
     return res

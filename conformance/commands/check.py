@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CaptureError(cli_capture_message(e)) from None
             except SuiteInterrupted as stop:  # write what finished, then stop (exit 130)
                 jp, mp = _write(write_reports, stop.result, report_root(args.out, spec.name))
-                err.print(f"{spec.name}: {stop.result.notes[0]}\nreport: {jp}\nreport: {mp}",
+                err.print(f"{spec.name}: {stop.result.partial['note']}\nreport: {jp}\nreport: {mp}",
                           markup=False, soft_wrap=True)
                 raise
         if inj is not None:

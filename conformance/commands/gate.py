@@ -110,7 +110,8 @@ def _run(args: argparse.Namespace) -> int:
         res = run_gate(cand, inc, args.baseline, policy, opts, out, progress=say)
     except GateInterrupted as stop:  # write what was decided, then stop (exit 130)
         paths = write_gate_reports(to_json_dict(stop.result), out)
-        note = next((n for n in stop.result.notes if n.startswith("partial run")), "partial run")
+        # a stop after the last decision (while the children shut down) leaves a complete report
+        note = stop.result.partial.get("note") or "interrupted after every case was decided"
         print(f"int8conf gate: {note}\nreport: {paths['md']}\nreport: {paths['json']}",
               file=sys.stderr)
         raise

@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence, Union
 from conformance.gate import compare as C
 from conformance.gate.isolation import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.gate.policy import Policy
+from conformance.partial_run import partial_run
 from conformance.gate.status import (CRASH, EXIT_BLOCKED, EXIT_PASS, FAIL, NOT_SUPPORTED, TIMEOUT,
                                      status_counts)
 from reference.errors import Int8confError
@@ -93,6 +94,9 @@ class GateResult:
         comparability: of this run's cases (``conformance.suite.comparability``).
         environment: ``conformance.suite.environment`` of the candidate's runs.
         options: GateOptions.to_dict(); elapsed_s; notes.
+        partial: ``conformance.partial_run.partial_run`` record (kind
+            ``gate``): whether every case was decided; the report's
+            top-level ``partial`` object.
     """
 
     candidate: dict
@@ -106,6 +110,7 @@ class GateResult:
     options: dict
     elapsed_s: float = 0.0
     notes: list = field(default_factory=list)
+    partial: dict = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -152,9 +157,13 @@ def baseline_problems(doc: dict, mine: dict, path) -> list[str]:
     if comp.get("suite_version") not in (None, SUITE_VERSION):
         probs.append(f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
                      f"checks changed since it was written)")
-    for note in doc.get("notes") or []:
-        if "partial run" in str(note):
-            probs.append(f"it is a partial run ({note})")
+    rec = doc.get("partial")
+    if isinstance(rec, dict) and rec.get("partial"):
+        probs.append(f"it is a partial run ({rec.get('note') or rec.get('reason')})")
+    else:  # a report written before the ``partial`` record: its notes say so
+        for note in doc.get("notes") or []:
+            if "partial run" in str(note):
+                probs.append(f"it is a partial run ({note})")
     if comp.get("captures_digest") != mine.get("captures_digest"):
         probs.append(f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
                      f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
@@ -378,8 +387,24 @@ class GateSession:
         self.runners = {}
 
     def result(self, decisions: Sequence, model: Sequence = (),
-               elapsed_s: Optional[float] = None) -> GateResult:
-        """The GateResult of decided cases (in case order) and model checks."""
+               elapsed_s: Optional[float] = None, interrupted: bool = False,
+               stage: Optional[str] = None) -> GateResult:
+        """The GateResult of decided cases (in case order) and model checks.
+
+        Args:
+            decisions: case Decisions (any order).
+            model: model-level Decisions (C7 / E1).
+            elapsed_s: wall time (None = since the session started).
+            interrupted: the run was stopped (Ctrl-C / SIGTERM) before it
+                finished; with every case decided it is still partial (a
+                model-level check was cut short).
+            stage: what it was doing when stopped (``"cases"``, ``"C7"``,
+                ``"E1"``; None = not known).
+
+        Returns:
+            GateResult; ``partial`` is its ``conformance.partial_run``
+            record, whose note (if partial) is also in ``notes``.
+        """
         from conformance.suite import environment
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
@@ -405,10 +430,10 @@ class GateSession:
         repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
         if repros:
             notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
-        missing = len(self.rows) - len(decisions)
-        if missing:
-            notes.append(f"partial run: {len(decisions)} of {len(self.rows)} cases decided "
-                         f"(pytest selection or early stop)")
+        part = partial_run(len(decisions), len(self.rows), interrupted=interrupted, stage=stage,
+                           kind="gate")
+        if part["partial"]:
+            notes.append(part["note"])
         return GateResult(
             candidate={"ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef)
                        else None, "manifest": self.cand_spec.manifest()},
@@ -416,7 +441,7 @@ class GateSession:
             overall=_overall(list(decisions), model, policy), comparability=self.comparability,
             environment=env, options=self.opts.to_dict(),
             elapsed_s=(time.perf_counter() - self.t0) if elapsed_s is None else elapsed_s,
-            notes=notes)
+            notes=notes, partial=part)
 
 
 def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, object, None] = None,
@@ -454,13 +479,16 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
     decisions: list = []
     model: list = []
     stopped = False
+    stage: Optional[str] = "cases"  # None once every case and model check is decided
     try:
         for i in range(len(s.cases)):
             raise_if_requested()
             decisions.append(s.run_case(i))
         for cid, _, _ in (MODEL_CHECKS if s.opts.model_checks else ()):
+            stage = cid
             raise_if_requested()
             model.append(s.run_model(cid))
+        stage = None
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
         stopped = True
     finally:
@@ -468,7 +496,8 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
             s.close()
         except KeyboardInterrupt:  # the stop landed while the children shut down: still report
             stopped = True
-    res = s.result(decisions, model)
+    # a stop after the last decision (while the children shut down) cut nothing short
+    res = s.result(decisions, model, interrupted=stopped and stage is not None, stage=stage)
     if stopped:
         raise GateInterrupted(res)
     return res

@@ -226,7 +226,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     from conformance.suite import MODEL_CHECKS
     order = [cid for cid, _, _ in MODEL_CHECKS]
     model = [gs.model[c] for c in order if c in gs.model]
-    res = gs.session.result(list(gs.decisions.values()), model)
+    res = gs.session.result(list(gs.decisions.values()), model,
+                            interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     gs.written = write_gate_reports(to_json_dict(res), gs.out_dir)
     gs.written["summary"] = res.overall["summary"]
 

@@ -1,7 +1,8 @@
 """Gate reports: ``gate.json`` (everything), ``gate.md`` (a short summary fit
 for a pull-request comment) and ``junit.xml`` (``conformance.gate.junit``).
 
-JSON schema ``int8conf.gate`` v1, top-level keys: ``schema``,
+JSON schema ``int8conf.gate`` v1 (``conformance.gate.gate.SCHEMA`` /
+``SCHEMA_VERSION``), top-level keys: ``schema``,
 ``schema_version``, ``generated_at``, ``candidate`` / ``incumbent``
 (``{"ref", "manifest"}``; a baseline gives ``{"baseline", "manifest",
 "generated_at", "environment"}``), ``policy`` (``Policy.to_dict``),
@@ -12,7 +13,13 @@ mode), ``cases`` (one Decision per case: ``item, status, blocking, reasons,
 delta, changes, layer, family, scale_mode, source, evidence``), ``model``
 (C7 / E1 Decisions), ``check_changes`` (per check: regressions /
 improvements / other changes), ``comparability``, ``environment``,
-``options``, ``elapsed_s``, ``notes``. Written atomically.
+``options``, ``elapsed_s``, ``notes``, ``partial`` (whether every case was
+decided, ``conformance.partial_run.partial_run``: ``{"partial": bool,
+"reason": "interrupted" | "subset" | null, "cases_ran" (cases decided),
+"cases_total", "stage" ("cases", "C7", "E1"; null if not stopped or not
+known), "note" (the "partial run: ..." line, also in ``notes``)}``;
+``partial: false`` on a complete run and on a refused baseline; added
+within v1). Written atomically.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import json
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.gate.gate import SCHEMA, SCHEMA_VERSION
 from conformance.gate.status import STATUSES
+from conformance.partial_run import complete_run, partial_note
 from conformance.report import _clean
 from reference.fileio import atomic_write_text, portable_paths
 
@@ -61,7 +70,7 @@ def check_change_summary(cases: list) -> dict:
 def to_json_dict(res) -> dict:
     """The ``gate.json`` document of a ``conformance.gate.gate.GateResult``."""
     return _clean({
-        "schema": "int8conf.gate", "schema_version": 1,
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "candidate": res.candidate, "incumbent": res.incumbent, "policy": res.policy,
         "overall": res.overall, "per_layer": per_layer(res.cases),
@@ -69,20 +78,22 @@ def to_json_dict(res) -> dict:
         "model": [d.to_dict() for d in res.model], "cases": [d.to_dict() for d in res.cases],
         "comparability": {k: v for k, v in res.comparability.items() if k != "case_ids"},
         "environment": res.environment, "options": res.options,
-        "elapsed_s": round(res.elapsed_s, 3), "notes": list(res.notes)})
+        "elapsed_s": round(res.elapsed_s, 3), "notes": list(res.notes),
+        "partial": dict(getattr(res, "partial", None) or complete_run(len(res.cases), "gate"))})
 
 
 def not_comparable_doc(candidate: str, baseline: str, reasons: list, policy: Optional[dict]) -> dict:
     """A ``gate.json`` document for a refused baseline (no kernel ran)."""
     return _clean({
-        "schema": "int8conf.gate", "schema_version": 1,
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "candidate": {"ref": {"label": candidate}}, "incumbent": {"baseline": baseline},
         "policy": policy,
         "overall": {"verdict": "not comparable", "exit_code": 2,
                     "summary": "NOT COMPARABLE: " + "; ".join(reasons), "reasons": reasons,
                     "counts": {s: 0 for s in STATUSES}, "blocking": [], "unused_expectations": []},
-        "per_layer": [], "check_changes": {}, "model": [], "cases": [], "notes": []})
+        "per_layer": [], "check_changes": {}, "model": [], "cases": [], "notes": [],
+        "partial": complete_run(0, "gate")})  # refused before any case: nothing was cut short
 
 
 def _label(side: dict) -> str:
@@ -103,8 +114,14 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
     reproducers (long lists folded in ``<details>``)."""
     ov = doc["overall"]
     verdict = ov["verdict"].upper()
-    if any(str(n).startswith("partial run") for n in doc.get("notes") or []):
-        verdict += " (PARTIAL RUN: not every case was decided)"
+    if partial_note(doc):
+        rec = doc.get("partial") or {}
+        if rec.get("partial") and rec.get("cases_ran") == rec.get("cases_total"):
+            # every case decided, but the stop cut a model-level check short
+            cut = f"stopped during {rec['stage']}" if rec.get("stage") else "stopped before the end"
+        else:
+            cut = "not every case was decided"
+        verdict += f" (PARTIAL RUN: {cut})"
     lines = [f"## int8conf gate: `{_label(doc['candidate'])}` replacing "
              f"`{_label(doc['incumbent'])}` -- **{verdict}**", ""]
     pol = doc.get("policy") or {}

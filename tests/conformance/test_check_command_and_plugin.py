@@ -70,11 +70,30 @@ def test_plugin_kernel_junit_and_reports(tmp_path):
     syn = [k for k in trunc if k.startswith("synthetic/")]
     pair = [k for k in trunc if k.startswith("pairwise/")]
     assert len(syn) == len(pair) == 22 and all(trunc[k] for k in syn + pair)
-    assert json.loads((rep / "cpu" / "conformance.json").read_text())["overall"]["verdict"] == "pass"
+    cpu = json.loads((rep / "cpu" / "conformance.json").read_text())
+    assert cpu["overall"]["verdict"] == "pass"
+    assert cpu["partial"] == {"partial": False, "reason": None, "cases_ran": 22,
+                              "cases_total": 22, "stage": None, "note": None}
     doc = json.loads((rep / "truncating" / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     assert doc["kernel"]["contract"]["scale_order"] == "w_then_a"
     assert doc["pairwise"]["counts"] == {"differ-unexpected": 22}
+
+
+def test_plugin_selection_marks_the_report_partial(tmp_path):
+    """A pytest selection runs 2 of the 22 fixed cases: conformance.json says
+    so in its ``partial`` record (reason ``subset``, no stop stage)."""
+    rep = tmp_path / "out"
+    r = _pytest(tmp_path, "--kernel=cpu", "--int8conf-no-sweep", "--int8conf-no-captures",
+                "--int8conf-examples=0", "--int8conf-no-model", f"--int8conf-reports={rep}",
+                "-k", "ordinary")
+    assert r.returncode == 0, r.stdout[-2000:]
+    doc = json.loads((rep / "cpu" / "conformance.json").read_text())
+    note = ("partial run: 2 of 22 fixed cases ran (pytest selection or early stop); the "
+            "verdict covers only those")
+    assert doc["partial"] == {"partial": True, "reason": "subset", "cases_ran": 2,
+                              "cases_total": 22, "stage": None, "note": note}
+    assert doc["notes"] == [note] and len(doc["cases"]) == 2
 
 
 def test_plugin_bad_kernel_and_inactive(tmp_path):

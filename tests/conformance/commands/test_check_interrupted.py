@@ -71,6 +71,8 @@ def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     assert rep["notes"][0].startswith("partial run: interrupted after ")
     assert 0 < len(rep["cases"]) < 100
+    assert (rep["partial"]["partial"], rep["partial"]["reason"], rep["partial"]["note"]) == (
+        True, "interrupted", rep["notes"][0])
     assert "int8conf: interrupted" in r.stderr and "report: " in r.stderr
 
 
@@ -135,3 +137,44 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
     assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head
+
+
+def test_a_stopped_run_marks_its_json_partial(tmp_path):
+    """conformance.json carries the machine-readable mark the Markdown
+    heading is built from: ``partial`` with reason, counts and stage."""
+    import json
+
+    from conformance.report import write_reports
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance(_stopping_kernel(after=3), include_captures=False, include_sweep=False,
+                        property_examples=0, model_checks=False)
+    res = e.value.result
+    jp, mp = write_reports(res, tmp_path)
+    doc = json.loads(jp.read_text())
+    done = len(res.cases)
+    note = (f"partial run: interrupted after {done} of 22 fixed cases; the verdict covers "
+            f"only what finished")
+    assert doc["partial"] == {"partial": True, "reason": "interrupted", "cases_ran": done,
+                              "cases_total": 22, "stage": "fixed cases", "note": note}
+    assert doc["notes"] == [note]  # one source: the note is the record's
+    assert mp.read_text().split("\n")[2] == f"**PARTIAL RUN** ({note})"
+
+
+def test_a_stop_during_the_property_test_is_partial_with_every_fixed_case_run():
+    from conformance.report import to_json_dict
+    cpu = get_kernel("cpu")
+    calls = [0]
+
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
+        calls[0] += 1
+        if calls[0] > 60:   # the 22 synthetic cases are done by then
+            raise KeyboardInterrupt
+        return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(cpu, name="late", scaled_mm=scaled_mm)
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance(spec, include_captures=False, include_sweep=False,
+                        property_examples=200, model_checks=False)
+    part = to_json_dict(e.value.result)["partial"]
+    assert {k: part[k] for k in ("partial", "reason", "cases_ran", "cases_total", "stage")} == {
+        "partial": True, "reason": "interrupted", "cases_ran": 22, "cases_total": 22,
+        "stage": "the property test"}

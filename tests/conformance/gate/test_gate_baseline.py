@@ -85,6 +85,22 @@ def test_old_or_partial_baseline_is_refused(tmp_path, baseline):
     assert any("partial run" in r for r in e.value.reasons)
 
 
+def test_a_baseline_marked_partial_is_refused(tmp_path, baseline):
+    """The ``partial`` record alone (no note) marks a stored report partial."""
+    from conformance.partial_run import partial_run
+    jp, cases = baseline
+    doc = json.loads(jp.read_text())
+    assert doc["partial"]["partial"] is False
+    doc["partial"] = partial_run(3, 5, interrupted=True, stage="fixed cases")
+    doc["notes"] = []
+    stopped = tmp_path / "stopped.json"
+    stopped.write_text(json.dumps(doc))
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), stopped, cases)
+    assert "it is a partial run (partial run: interrupted after 3 of 5 fixed cases; the verdict " \
+           "covers only what finished)" in e.value.reasons
+
+
 def _cli(tmp_path, *args):
     return main(["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q",
                  "--out", str(tmp_path / "out"), *args])

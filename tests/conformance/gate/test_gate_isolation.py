@@ -112,3 +112,50 @@ def test_a_stop_while_the_children_shut_down_still_carries_every_decision(tmp_pa
     res = e.value.result
     assert len(res.cases) == len(CASES) and all(d.status == "pass" for d in res.cases)
     assert not any(str(n).startswith("partial run") for n in res.notes)  # every case decided
+    assert to_json_dict(res)["partial"] == {"partial": False, "reason": None, "cases_ran": 3,
+                                            "cases_total": 3, "stage": None, "note": None}
+
+
+def test_a_stop_between_cases_marks_gate_json_partial(tmp_path, monkeypatch):
+    """Ctrl-C / SIGTERM after the first decided case: gate.json's ``partial``
+    record says interrupted, 1 of 3 cases, and its note heads gate.md."""
+    from conformance.gate.gate import GateInterrupted, GateSession
+    run_case = GateSession.run_case
+
+    def stop_at_second(self, i):
+        if i == 1:
+            raise KeyboardInterrupt
+        return run_case(self, i)
+    monkeypatch.setattr(GateSession, "run_case", stop_at_second)
+    with pytest.raises(GateInterrupted) as e:
+        run_gate(KernelRef("int_mm"), KernelRef("cpu"), policy=POLICY, cases=CASES,
+                 out_dir=tmp_path, options=GateOptions(model_checks=False))
+    paths = write_gate_reports(to_json_dict(e.value.result), tmp_path)
+    doc = json.loads(paths["json"].read_text())
+    note = "partial run: 1 of 3 cases decided (interrupted)"
+    assert doc["partial"] == {"partial": True, "reason": "interrupted", "cases_ran": 1,
+                              "cases_total": 3, "stage": "cases", "note": note}
+    assert note in doc["notes"]
+    assert paths["md"].read_text().split("\n")[0] == (
+        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS (PARTIAL RUN: not every case "
+        "was decided)**")
+
+
+def test_a_stop_during_a_model_check_marks_gate_json_partial(tmp_path, monkeypatch):
+    """Every case decided, then the stop lands in C7: still a partial run (the
+    verdict lacks the model-level checks), with the stage named."""
+    from conformance.gate.gate import GateInterrupted, GateSession
+
+    def stopped(self, check_id):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(GateSession, "run_model", stopped)
+    with pytest.raises(GateInterrupted) as e:
+        run_gate(KernelRef("int_mm"), KernelRef("cpu"), policy=POLICY, cases=CASES,
+                 out_dir=tmp_path, options=GateOptions(model_checks=True))
+    doc = to_json_dict(e.value.result)
+    assert doc["partial"] == {"partial": True, "reason": "interrupted", "cases_ran": 3,
+                              "cases_total": 3, "stage": "C7",
+                              "note": "partial run: 3 of 3 cases decided (interrupted during C7)"}
+    from conformance.gate.report import render_markdown
+    assert render_markdown(doc).split("\n")[0] == (
+        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS (PARTIAL RUN: stopped during C7)**")

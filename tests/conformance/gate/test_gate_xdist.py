@@ -55,6 +55,9 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     assert _strip(suite_2) == _strip(suite_1)
     assert _strip(gate_2) == _strip(gate_1)
     assert suite_1["overall"]["cases_total"] == 22 and not suite_1["notes"]
+    assert suite_1["partial"]["partial"] is False and gate_1["partial"] == {
+        "partial": False, "reason": None, "cases_ran": 22, "cases_total": 22, "stage": None,
+        "note": None}
     assert gate_1["overall"]["counts"]["warn"] == 22 and gate_1["overall"]["verdict"] == "pass"
     assert [c["item"] for c in gate_2["cases"]] == [c["item"] for c in gate_1["cases"]]
 
@@ -100,6 +103,7 @@ def test_interrupted_xdist_run_reports_every_finished_item(tmp_path, sig):
     assert 0 < passed < rep["overall"]["cases_total"] + 50, out[-2000:]
     assert len(rep["cases"]) + int(c9) >= passed, (len(rep["cases"]), c9, passed)
     assert "partial run" in " ".join(rep["notes"])
+    assert (rep["partial"]["partial"], rep["partial"]["reason"]) == (True, "interrupted")
 
 
 @pytest.mark.slow
@@ -129,6 +133,9 @@ def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
                for c in gate["cases"]}
     assert passed and passed <= decided, (sorted(passed - decided), out[-2000:])
     assert len(decided) < 22 and any("partial run" in n for n in gate["notes"]), gate["notes"]
+    assert {k: gate["partial"][k] for k in ("partial", "reason", "cases_ran", "cases_total")} == {
+        "partial": True, "reason": "interrupted", "cases_ran": len(gate["cases"]),
+        "cases_total": 22}
 
 
 @pytest.mark.slow
@@ -158,5 +165,9 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
     assert 1 <= len(gate["cases"]) < 22, len(gate["cases"])
     assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided")
                for n in gate["notes"]), gate["notes"]
+    assert gate["partial"] == {"partial": True, "reason": "interrupted",
+                               "cases_ran": len(gate["cases"]), "cases_total": 22,
+                               "stage": "cases", "note": f"partial run: {len(gate['cases'])} "
+                                                         f"of 22 cases decided (interrupted)"}
     assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
     assert "(PARTIAL RUN: not every case was decided)" in (out / "gate.md").read_text().split("\n")[0]
