@@ -53,6 +53,28 @@ def sigterm_as_interrupt() -> bool:
     return True
 
 
+def sigterm_as_interrupt_in_pytest(config) -> bool:
+    """:func:`sigterm_as_interrupt` for a pytest plugin's ``pytest_configure``
+    (the suite's ``conformance.pytest_plugin`` and the gate's
+    ``conformance.gate.pytest_gate``): installed in the process that writes
+    the reports -- a serial run, or the pytest-xdist controller -- and not
+    in an xdist worker: a worker writes no report (its items ship their
+    results to the controller as they finish), so it keeps SIGTERM's
+    default and whoever stops it ends it at once. The handler is removed
+    by :func:`restore_sigterm` in ``pytest_unconfigure``.
+
+    Args:
+        config: the ``pytest.Config`` (an xdist worker's has ``workerinput``).
+
+    Returns:
+        Whether the handler was installed (False in a worker, outside the
+        main thread, or when SIGTERM already had a handler).
+    """
+    if hasattr(config, "workerinput"):
+        return False
+    return sigterm_as_interrupt()
+
+
 def restore_sigterm() -> None:
     """Put SIGTERM's default action back if :func:`sigterm_as_interrupt`
     installed the handler (a pytest run in-process must not leave it behind)."""

@@ -234,9 +234,8 @@ def pytest_configure(config) -> None:
         model_checks=not config.getoption("int8conf_no_model"))
     from conformance.xdist_ship import merge_on_controller
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
-    if not hasattr(config, "workerinput"):
-        from conformance.graceful_stop import sigterm_as_interrupt
-        sigterm_as_interrupt()
+    from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
+    sigterm_as_interrupt_in_pytest(config)
 
 
 def _injected(specs, texts) -> list:

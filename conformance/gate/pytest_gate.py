@@ -107,9 +107,8 @@ def pytest_configure(config) -> None:
     config.stash[_STATE] = _GateState(sess, out)
     from conformance.xdist_ship import merge_on_controller
     merge_on_controller(config, _KEY, lambda shipped: _merge(config, shipped))
-    if not hasattr(config, "workerinput"):
-        from conformance.graceful_stop import sigterm_as_interrupt
-        sigterm_as_interrupt()
+    from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
+    sigterm_as_interrupt_in_pytest(config)
 
 
 def _state(config) -> Optional[_GateState]:
