@@ -10,6 +10,7 @@ is a :class:`CaseResult`, one row of a conformance report.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -64,6 +65,10 @@ class CaseResult:
         coverage: trigger conditions the case reaches
             (``conformance.coverage.case_coverage``; ``{"error": line}`` if
             that measurement itself failed).
+        prefetch_error: one line naming the exception
+            ``prefetch_output_comparisons`` raised, or None (it did not
+            raise). The checks then computed their comparisons themselves,
+            so the verdicts are those of a run without the prefetch.
     """
 
     case: str
@@ -83,6 +88,7 @@ class CaseResult:
     output_digest: Optional[str] = None
     output: Optional[object] = field(default=None, repr=False, compare=False)
     coverage: dict = field(default_factory=dict)
+    prefetch_error: Optional[str] = None
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -136,7 +142,42 @@ class CaseResult:
              "coverage": self.coverage}
         if self.pair is not None:
             d["pair"] = self.pair
+        if self.prefetch_error is not None:
+            d["prefetch_error"] = self.prefetch_error
         return d
+
+
+class PrefetchWarning(RuntimeWarning):
+    """The output-comparison prefetch of a case raised; the checks computed
+    their comparisons themselves (verdicts unaffected). Also recorded on
+    ``CaseResult.prefetch_error``."""
+
+
+def _prefetch(spec, ops, run, exact) -> Optional[str]:
+    """Run ``prefetch_output_comparisons``; None when it returned, else one
+    line naming its exception (also warned as :class:`PrefetchWarning`).
+
+    The prefetch is an optimisation (one read-back for C5/C6 and C8 inside a
+    ``reference.memo`` scope) that must not change a verdict: the checks look
+    their comparison up in the memo and compute it themselves when it is
+    not there, and the memo stores a comparison only once it is complete,
+    so after a failure they run exactly as without the prefetch. Falling
+    back is therefore safe; hiding the failure is not (it would silently
+    cost the sweep its speed-up, or mask a bug the checks then hit too), so
+    it is warned and kept on the case. KeyboardInterrupt and SystemExit are
+    not caught: a stop is the caller's (``conformance.graceful_stop``), and
+    the kernel's own errors never reach here (``run_kernel`` records them
+    on ``run.error``).
+    """
+    try:
+        prefetch_output_comparisons(spec, ops, run, exact)
+        return None
+    except Exception as e:  # noqa: BLE001 -- fall back to the checks' own comparisons
+        line = (f"prefetch_output_comparisons raised {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}")
+        warnings.warn(PrefetchWarning(f"{spec.name} {case_id(ops)}: {line}; the checks "
+                                      f"computed their comparisons themselves"), stacklevel=2)
+        return line
 
 
 def check_error(cid: str, e: BaseException) -> CheckResult:
@@ -191,7 +232,12 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
         failure); a check that itself raises gives a ``fail`` result with
-        ``failure_kind == "harness"``.
+        ``failure_kind == "harness"``; a failed output-comparison prefetch
+        is warned (:class:`PrefetchWarning`) and kept on
+        ``CaseResult.prefetch_error``, the checks computing without it.
+
+    Raises:
+        KeyboardInterrupt: a stop (Ctrl-C, SIGTERM via ``conformance.graceful_stop``).
     """
     from conformance.kernels.runner import run_kernel
     from reference.accumulate import exact_int_mm
@@ -204,10 +250,8 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         obs = observe_accumulator(spec, ops, device=device, keep_on_device=keep_on_device)
     except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
         obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
-    try:  # inside a reference.memo scope (the sweep): C5/C6 and C8 in one read-back
-        prefetch_output_comparisons(spec, ops, run, exact)
-    except Exception:  # noqa: BLE001 -- each check recomputes and reports its own error
-        pass
+    # inside a reference.memo scope (the sweep): C5/C6 and C8 in one read-back
+    prefetch_error = _prefetch(spec, ops, run, exact)
     checks: dict[str, CheckResult] = {}
     for cid, fn in PER_CASE_CHECKS:
         try:
@@ -235,4 +279,4 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
         produced_output=run.output is not None, coverage=cov,
         output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
-        output=run.output if keep_output else None)
+        output=run.output if keep_output else None, prefetch_error=prefetch_error)

@@ -20,7 +20,8 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
   out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
   summary, evidence}}, path, elapsed_s, error, operand_digests, meta,
-  produced_output, not_run_reason[, pair]}``
+  produced_output, not_run_reason[, pair][, prefetch_error]}`` (``prefetch_error``:
+  the output-comparison prefetch raised; the checks computed without it)
 * ``property_tests``: hypothesis summary or null
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
