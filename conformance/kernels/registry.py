@@ -22,7 +22,7 @@ non-power-of-two scales.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from typing import Callable, Optional
 
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError
@@ -104,6 +104,23 @@ def _builtin(name: str) -> KernelSpec:
                       overflow=mod.OVERFLOW)
     _BUILT[name] = spec
     return spec
+
+
+def builtin_source_digest(name: object) -> Optional[str]:
+    """The source digest of built-in ``name`` (SHA-256 hex of its module,
+    ``KernelSpec.source_digest``), or None when ``name`` is not a built-in
+    or its module does not import here. Imports the module on first use
+    (``triton``: about a second).
+
+    Used by the runner to accept a run-time digest recorded with
+    ``digest_of=<built-in>`` only when it is that built-in's own.
+    """
+    if not isinstance(name, str) or name not in BUILTINS:
+        return None
+    try:
+        return _builtin(name).source_digest
+    except KernelLoadError:
+        return None
 
 
 def builtin_available(name: str) -> tuple[bool, str]:

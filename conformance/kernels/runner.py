@@ -26,8 +26,10 @@ if well-formed, is kept as evidence).
 
 Manifest keys (check C1): ``name``, ``source_digest`` (what the kernel
 reported at run time, else the declared one; a digest recorded with
-``digest_of=<another kernel's name>`` is that nested kernel's and is not
-promoted), ``declared_source_digest``,
+``digest_of=<a built-in's name>`` that equals that built-in's source digest
+is that nested built-in's and is not promoted, any other claim counts as the
+kernel's own and is listed, with why, in ``extra["refused_digest_claims"]``:
+:func:`own_digests`), ``declared_source_digest``,
 ``device`` (device type of the returned tensor), ``path`` (what the kernel
 reported via ``trace.record_path``; ``"unreported"`` otherwise),
 ``interpreter``, ``padded``, ``contract``, ``origin``, ``version``,
@@ -128,21 +130,71 @@ def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
             "operands_recorded_by": "", "skipped": False, "extra": {}}
 
 
+def own_digests(name: str, digests: list) -> tuple[list, list]:
+    """Split the run-time source digests a call recorded (``Trace.digests``:
+    ``(digest, digest_of)`` pairs, in order) into the running kernel's own
+    and the claims that were refused.
+
+    A record with ``digest_of`` None or ``name`` is the running kernel's. A
+    record naming another kernel is set aside (a nested kernel's identity,
+    e.g. the built-in ``cpu`` inside a user's wrapper) only when it names a
+    built-in *and* the digest is that built-in's registered source digest
+    (``registry.builtin_source_digest``: the SHA-256 of its module file). Any
+    other claim -- a user kernel calling ``record_path(...,
+    digest_of="cpu")`` with a digest of its own, or naming a kernel that is
+    not a built-in -- is refused and counted as the running kernel's, so C1
+    compares it with the declared digest. Why the digest and not the caller:
+    ``digest_of`` is a free argument, and the calling module (a stack
+    frame's ``__name__``) can be set by any code that runs, whereas a
+    digest can only match a built-in's when it names that built-in's exact
+    source; a claim that is set aside therefore can never hide a digest
+    that differs from anything registered. (A kernel can still record
+    nothing at all and keep its declared digest: C1 checks what a kernel
+    reports, not what the interpreter executed.)
+
+    Args:
+        name: the running kernel's name (``KernelSpec.name``).
+        digests: ``Trace.digests``.
+
+    Returns:
+        ``(own, refused)``: the running kernel's digests in record order,
+        and one line per refused claim saying why.
+    """
+    from conformance.kernels.registry import builtin_source_digest
+    own, refused = [], []
+    for digest, owner in digests:
+        if owner in (None, name):
+            own.append(digest)
+            continue
+        real = builtin_source_digest(owner)
+        if real is not None and digest == real:
+            continue  # the built-in's own record, made inside this kernel
+        own.append(digest)
+        why = (f"{owner!r} is not a built-in kernel" if real is None
+               else f"built-in {owner!r} has source digest {real[:12]}...")
+        refused.append(f"digest {str(digest)[:12]}... recorded with digest_of={owner!r} counted "
+                       f"as {name!r}'s own: {why}")
+    return own, refused
+
+
 def _fill_from_trace(man: dict, t: trace.Trace) -> None:
     if t.path:
         man["path"] = t.path
     extra = dict(t.extra)
     man["interpreter"] = bool(extra.get("interpreter", "interpreter" in man["path"]))
     man["padded"] = bool(extra.get("padded", "padded" in man["path"]))
-    # a digest a nested kernel recorded for itself (e.g. the built-in ``cpu`` inside
-    # a user's wrapper, ``digest_of="cpu"``) identifies that kernel, not this one
-    own = [d for d, owner in t.digests if owner in (None, man["name"])]
+    # a digest a nested built-in recorded for itself (e.g. ``cpu`` inside a user's
+    # wrapper, ``digest_of="cpu"``) identifies that kernel, not this one; a claim
+    # that is not provably the built-in's counts as this kernel's (own_digests)
+    own, refused = own_digests(man["name"], t.digests)
     if own:
         man["source_digest"] = own[-1]
     for k in _PROMOTED:
         extra.pop(k, None)
     if len(t.paths) > 1:
         extra["paths"] = list(t.paths)
+    if refused:
+        extra["refused_digest_claims"] = refused
     man["extra"].update(extra)
 
 

@@ -76,8 +76,12 @@ def record_path(path: str, **extra) -> None:
         path: short label, e.g. ``"triton-interpreter"``.
         **extra: merged into ``Trace.extra`` (later keys overwrite), except
             ``source_digest`` (the code that ran, for check C1) and
-            ``digest_of`` (whose digest it is, when not the caller's own),
-            which go to ``Trace.digests``.
+            ``digest_of`` (whose digest it is, when not the caller's own:
+            a built-in's name, used by the built-in itself), which go to
+            ``Trace.digests``. The runner accepts a ``digest_of`` claim only
+            when the digest is that built-in's source digest; any other is
+            counted as the running kernel's own
+            (``conformance.kernels.runner.own_digests``).
     """
     t = _CURRENT.get()
     if t is None:

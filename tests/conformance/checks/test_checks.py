@@ -170,6 +170,7 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
     r = check_kernel_manifest(spec, ops, run)
     assert r.verdict == "pass", r.summary
     assert run.manifest["source_digest"] == "ab" * 32 and run.manifest["path"] == "cpu-exact"
+    assert "refused_digest_claims" not in run.manifest["extra"]
     from conformance.kernels import trace
 
     def stale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
@@ -183,6 +184,45 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
     r = check_kernel_manifest(cpu, ops, _run(cpu, ops))  # its run-time digest is promoted
     assert r.verdict == "fail" and r.evidence["mismatches"] == [
         f"ran source digest {builtin_cpu.SOURCE_DIGEST[:12]}..., declared {'ab' * 6}..."]
+
+
+def test_c1_a_kernel_cannot_hide_its_digest_under_a_builtins_name():
+    """``digest_of`` is a free argument: a user kernel that records its own
+    (stale) digest as the built-in ``cpu``'s must not pass C1 with it. The
+    claim is refused (the digest is not cpu's source digest), counted as the
+    kernel's own, and the manifest says why; a wrapper whose inner ``cpu``
+    records cpu's real digest still keeps its own identity."""
+    from conformance.kernels import builtin_cpu, trace
+
+    def spoof(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        trace.record_path("mine", source_digest="f" * 64, digest_of="cpu")
+        return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=spoof,
+                               source_digest="ab" * 32)
+    ops = tie_case()
+    run = _run(spec, ops)
+    assert run.manifest["source_digest"] == "f" * 64
+    why = (f"digest {'f' * 12}... recorded with digest_of='cpu' counted as 'mine''s own: "
+           f"built-in 'cpu' has source digest {builtin_cpu.SOURCE_DIGEST[:12]}...")
+    assert run.manifest["extra"]["refused_digest_claims"] == [why]
+    r = check_kernel_manifest(spec, ops, run)
+    assert r.verdict == "fail" and r.evidence["mismatches"] == [
+        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."]
+
+    def other_name(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        trace.record_path("mine", source_digest="e" * 64, digest_of="not-a-builtin")
+        return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    run = _run(dataclasses.replace(spec, scaled_mm=other_name), ops)
+    assert run.manifest["source_digest"] == "e" * 64
+    assert run.manifest["extra"]["refused_digest_claims"] == [
+        f"digest {'e' * 12}... recorded with digest_of='not-a-builtin' counted as 'mine''s own: "
+        f"'not-a-builtin' is not a built-in kernel"]
+    # the built-in's own record (its real digest) is set aside, with nothing refused
+    from conformance.kernels.runner import own_digests
+    assert own_digests("mine", [("ab" * 32, None), (builtin_cpu.SOURCE_DIGEST, "cpu")]) == (
+        ["ab" * 32], [])
+    assert own_digests("cpu", [(builtin_cpu.SOURCE_DIGEST, "cpu")]) == (
+        [builtin_cpu.SOURCE_DIGEST], [])
 
 
 def test_kernel_errors_fail_output_checks():
