@@ -43,6 +43,7 @@ CONTRACT = CUTLASS_STYLE
 #: comes back), so nothing is promised.
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 SOURCE_DIGEST = module_digest(__file__)
+NAME = "int_mm"  # registry name: the digest this kernel records at run time is its own
 CUDA_CONSTRAINTS = ShapeConstraints(min_m=17, k_multiple=8, n_multiple=8,
                                     note="torch._int_mm on CUDA; K padded to >= 16 as well")
 CPU_CONSTRAINTS = ShapeConstraints(note="torch._int_mm on CPU: K >= 2 (K = 1 gives wrong "
@@ -100,7 +101,8 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     validate_operands(a, b, one, one)
     acc, padded = _acc(a, b)
     trace.record_path("int_mm-padded" if padded else "int_mm", padded=padded,
-                      source_digest=SOURCE_DIGEST, device=a.device.type)
+                      source_digest=SOURCE_DIGEST, digest_of=NAME,
+                      device=a.device.type)
     return acc.contiguous()
 
 
@@ -124,7 +126,8 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     trace.record_operands(a, b, scale_a, scale_b, bias)
     acc, padded = _acc(a, b)
     trace.record_path("int_mm-padded" if padded else "int_mm", padded=padded,
-                      source_digest=SOURCE_DIGEST, device=a.device.type, epilogue="torch-fp32")
+                      source_digest=SOURCE_DIGEST, digest_of=NAME,
+                      device=a.device.type, epilogue="torch-fp32")
     dev = acc.device
     return epilogue(acc, scale_a.to(dev), scale_b.to(dev), CONTRACT,
                     None if bias is None else bias.to(dev), out_dtype)

@@ -381,7 +381,8 @@ def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) 
              "triton_version": triton.__version__,
              "final_rounding": "explicit-rne-bitops" if out_dtype == torch.bfloat16 else
              ("cast-to-fp16" if out_dtype == torch.float16 else "none"),
-             "source_digest": SOURCE_DIGEST, "device": device_type, "interpreter": interp}
+             "source_digest": SOURCE_DIGEST, "digest_of": "triton", "device": device_type,
+             "interpreter": interp}
     if interp:
         from conformance.kernels.triton_probe import probe
 

@@ -186,6 +186,30 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
         f"ran source digest {builtin_cpu.SOURCE_DIGEST[:12]}..., declared {'ab' * 6}..."]
 
 
+@pytest.mark.parametrize("inner", ["int_mm", "triton"])
+def test_c1_a_wrapper_around_int_mm_or_triton_keeps_its_own_identity(inner):
+    """Every built-in records its run-time digest with ``digest_of`` its own
+    name, so a user's wrapper around ``int_mm`` or ``triton`` (interpreter
+    here) is judged on its own declared digest, and the built-in alone on
+    the digest it recorded."""
+    from conformance.kernels.registry import get_kernel
+
+    builtin = get_kernel(inner)
+
+    def wrapper(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return builtin.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    spec = dataclasses.replace(builtin, name="mine", scaled_mm=wrapper, source_digest="cd" * 32)
+    ops = tie_case()
+    run = _run(spec, ops)
+    assert run.error is None, run.error
+    r = check_kernel_manifest(spec, ops, run)
+    assert r.verdict == "pass", r.summary
+    assert run.manifest["source_digest"] == "cd" * 32
+    assert "refused_digest_claims" not in run.manifest["extra"]
+    itself = _run(builtin, ops)
+    assert itself.manifest["source_digest"] == builtin.source_digest
+
+
 def test_c1_a_kernel_cannot_hide_its_digest_under_a_builtins_name():
     """``digest_of`` is a free argument: a user kernel that records its own
     (stale) digest as the built-in ``cpu``'s must not pass C1 with it. The
