@@ -20,7 +20,8 @@ from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exac
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
-                                            check_real_scale_spacing, prefetch_output_comparisons)
+                                            check_real_scale_spacing, declared_output_differs,
+                                            prefetch_output_comparisons, prefetch_output_evidence)
 from conformance.checks.result import CHECK_NAMES, CheckResult
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
@@ -65,10 +66,11 @@ class CaseResult:
         coverage: trigger conditions the case reaches
             (``conformance.coverage.case_coverage``; ``{"error": line}`` if
             that measurement itself failed).
-        prefetch_error: one line naming the exception
-            ``prefetch_output_comparisons`` raised, or None (it did not
-            raise). The checks then computed their comparisons themselves,
-            so the verdicts are those of a run without the prefetch.
+        prefetch_error: one line naming the exception a prefetch
+            (``prefetch_output_comparisons``, ``prefetch_accumulator_questions``,
+            ``prefetch_output_evidence``) raised, several joined by ``"; "``,
+            or None (none raised). The checks then computed their answers
+            themselves, so the verdicts are those of a run without the prefetch.
     """
 
     case: str
@@ -153,31 +155,32 @@ class PrefetchWarning(RuntimeWarning):
     ``CaseResult.prefetch_error``."""
 
 
-def _prefetch(spec, ops, run, exact) -> Optional[str]:
-    """Run ``prefetch_output_comparisons``; None when it returned, else one
-    line naming its exception (also warned as :class:`PrefetchWarning`).
+def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
+    """Run the prefetch ``fn(spec, ops, *args)``: ``(its result, None)``, or
+    ``(None, one line naming its exception)`` (also warned as
+    :class:`PrefetchWarning`).
 
-    The prefetch is an optimisation (one read-back for C5/C6 and C8 inside a
-    ``reference.memo`` scope) that must not change a verdict: the checks look
-    their comparison up in the memo and compute it themselves when it is
-    not there, and the memo stores a comparison only once it is complete,
-    so after a failure they run exactly as without the prefetch. Falling
-    back is therefore safe; hiding the failure is not (it would silently
-    cost the sweep its speed-up, or mask a bug the checks then hit too), so
-    it is warned and kept on the case. KeyboardInterrupt and SystemExit are
-    not caught: a stop is the caller's (``conformance.graceful_stop``), and
-    the kernel's own errors never reach here (``run_kernel`` records them
-    on ``run.error``).
+    A prefetch (``prefetch_output_comparisons``, ``prefetch_accumulator_questions``,
+    ``prefetch_output_evidence``) is an optimisation (questions asked early,
+    read in one read-back inside a ``reference.memo`` scope) that must not
+    change a verdict: the checks look their answers up in the memo and
+    compute them themselves when they are not there, and the memo holds an
+    answer only once its question was completely asked, so after a failure
+    they run exactly as without the prefetch. Falling back is therefore
+    safe; hiding the failure is not (it would silently cost the sweep its
+    speed-up, or mask a bug the checks then hit too), so it is warned and
+    kept on the case. KeyboardInterrupt and SystemExit are not caught: a
+    stop is the caller's (``conformance.graceful_stop``), and the kernel's
+    own errors never reach here (``run_kernel`` records them on ``run.error``).
     """
     try:
-        prefetch_output_comparisons(spec, ops, run, exact)
-        return None
-    except Exception as e:  # noqa: BLE001 -- fall back to the checks' own comparisons
-        line = (f"prefetch_output_comparisons raised {type(e).__name__}: "
+        return fn(spec, ops, *args), None
+    except Exception as e:  # noqa: BLE001 -- fall back to the checks' own computations
+        line = (f"{fn.__name__} raised {type(e).__name__}: "
                 f"{str(e).splitlines()[0] if str(e) else ''}")
         warnings.warn(PrefetchWarning(f"{spec.name} {case_id(ops)}: {line}; the checks "
-                                      f"computed their comparisons themselves"), stacklevel=2)
-        return line
+                                      f"computed their comparisons themselves"), stacklevel=3)
+        return None, line
 
 
 def check_error(cid: str, e: BaseException) -> CheckResult:
@@ -195,6 +198,142 @@ def _jsonable_meta(meta: dict) -> dict:
     return out
 
 
+class CaseEvaluation:
+    """:func:`evaluate_case` in three steps, so that a caller can ask its own
+    device questions (``reference.readback``) together with the case's:
+
+    1. construction: the kernel runs (or its launch is given), the exact
+       accumulator is computed, the kernel's ``int_mm`` runs; their in-place
+       / NaN verdicts are asked, not read, and inside a ``reference.memo``
+       scope so is everything the checks will read (output comparisons,
+       accumulator maxima, bounds: ``prefetch_output_comparisons``,
+       ``prefetch_accumulator_questions``);
+    2. :meth:`settle`: one read-back for all of it (and whatever the caller
+       asked meanwhile); then, inside a scope, the failure evidence of every
+       comparison with differing elements is asked;
+    3. :meth:`result`: the checks run (one more read-back when step 2 asked
+       anything) and the CaseResult is built.
+
+    Outside a memo scope nothing is prefetched and the checks read as they
+    go (the pytest plugin, ``int8conf check``); either way the results are
+    those of running the checks one after the other.
+
+    Attributes:
+        spec, ops, exact (int64 [M, N] on the operands' device), launch (the
+        ``KernelLaunch``, None when a KernelRun was given), run (the
+        KernelRun, once settled), obs (the ObservedAccumulator, once settled).
+    """
+
+    def __init__(self, spec, ops, device: Optional[str] = None, run=None,
+                 keep_on_device: bool = False):
+        from conformance.checks.accumulator import prefetch_accumulator_questions
+        from conformance.kernels.runner import KernelLaunch, start_int_mm, start_kernel
+        from reference.accumulate import exact_int_mm
+
+        self.spec, self.ops, self.device, self.keep_on_device = spec, ops, device, keep_on_device
+        self.launch, self.run, self.obs = None, None, None
+        if isinstance(run, KernelLaunch):
+            self.launch = run
+        elif run is None:
+            self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device)
+        else:
+            self.run = run
+        self.exact = exact_int_mm(ops.a, ops.b)
+        self._acc_launch, self._acc_error = None, None
+        if getattr(spec, "int_mm", None) is not None:
+            try:
+                self._acc_launch = start_int_mm(spec, ops.a, ops.b, device=device,
+                                                keep_on_device=keep_on_device)
+            except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
+                self._acc_error = e
+        subject = self.run if self.run is not None else self.launch
+        acc = self._acc_launch
+        # inside a reference.memo scope (the sweep): every question asked now
+        self._outputs, err = _prefetch(spec, ops, prefetch_output_comparisons, subject,
+                                       self.exact)
+        _, err2 = _prefetch(spec, ops, prefetch_accumulator_questions,
+                            None if acc is None else acc.acc,
+                            None if acc is None else acc.manifest, self.exact)
+        self._prefetch_errors = [e for e in (err, err2) if e]
+
+    def settle(self) -> "CaseEvaluation":
+        """Read the runs' verdicts (and everything asked so far: one
+        read-back), then ask the failure evidence of the output checks.
+        Idempotent; returns self."""
+        if self.obs is not None:
+            return self
+        if self.run is None:
+            self.run = self.launch.result()
+        self.obs = self._observed()
+        _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact,
+                           self._outputs)
+        if err:
+            self._prefetch_errors.append(err)
+        return self
+
+    def _observed(self) -> ObservedAccumulator:
+        if self._acc_error is not None:
+            e = self._acc_error
+            return ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
+        try:
+            return observe_accumulator(self.spec, self.ops, device=self.device,
+                                       keep_on_device=self.keep_on_device, launch=self._acc_launch)
+        except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
+            return ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
+
+    def output_differs(self) -> bool:
+        """After :meth:`settle`: whether C8 may fail (the settled run has an
+        output that is not known to match the declared-contract reference
+        bit for bit: ``conformance.checks.output_bits.declared_output_differs``).
+        A hint for asking failure-related questions before :meth:`result`
+        reads, never a verdict."""
+        self.settle()
+        try:
+            return declared_output_differs(self.spec, self.ops, self.run, self.exact,
+                                           self._outputs)
+        except Exception:  # noqa: BLE001 -- only a hint
+            return True
+
+    def result(self, against=None, source: Optional[str] = None, keep_output: bool = False,
+               coverage: bool = True, output_digest: bool = True) -> CaseResult:
+        """The CaseResult (settles first). Args as :func:`evaluate_case`."""
+        from conformance.kernels.runner import run_kernel
+        from reference.operands import tensor_digest
+
+        self.settle()
+        spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
+        checks: dict[str, CheckResult] = {}
+        for cid, fn in PER_CASE_CHECKS:
+            try:
+                checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
+            except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+                checks[cid] = check_error(cid, e)
+        pair = None
+        if against is not None:
+            from conformance.pairwise import compare_pair
+            run_b = run_kernel(against, ops, device=device)
+            pair = compare_pair(spec, against, ops, run, run_b)
+        meta = dict(ops.meta or {})
+        cov = {}
+        try:
+            if coverage:
+                from conformance.coverage import case_coverage
+                cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
+        except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
+            cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        return CaseResult(
+            case=case_id(ops), source=source or meta.get("source", "synthetic"),
+            scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
+            bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
+            elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
+            operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
+            produced_output=run.output is not None, coverage=cov,
+            output_digest=None if run.output is None or not output_digest
+            else tensor_digest(run.output),
+            output=run.output if keep_output else None,
+            prefetch_error="; ".join(self._prefetch_errors) or None)
+
+
 def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
                   source: Optional[str] = None, keep_output: bool = False,
                   coverage: bool = True, run=None, output_digest: bool = True,
@@ -206,6 +345,8 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
     when it has one); C1-C6 and C8; with ``against``, the other kernel on the
     same operands and their bit agreement (``conformance.pairwise``).
+    (:class:`CaseEvaluation` does it; its steps let a caller read its own
+    device questions with the case's.)
 
     Args:
         spec: KernelSpec under test.
@@ -220,7 +361,8 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
             (``conformance.coverage.case_coverage``; the sweep, which stores
             no coverage, turns it off: it was half of a layer cell's time).
         run: the KernelRun of ``spec`` on ``ops`` when the caller already has
-            it (``run_kernel`` is then not called again).
+            it (``run_kernel`` is then not called again), or its
+            ``KernelLaunch`` (``conformance.kernels.runner.start_kernel``).
         output_digest: hash the kernel's output into ``CaseResult.output_digest``
             (the sweep, which does not store it, turns it off: a SHA-256 of
             every output, e.g. 0.8 MB for 64 x 6144 bf16, per cell).
@@ -232,51 +374,15 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
     Returns:
         CaseResult. Never raises for a kernel's failure (it is a check
         failure); a check that itself raises gives a ``fail`` result with
-        ``failure_kind == "harness"``; a failed output-comparison prefetch
-        is warned (:class:`PrefetchWarning`) and kept on
-        ``CaseResult.prefetch_error``, the checks computing without it.
+        ``failure_kind == "harness"``; a failed prefetch is warned
+        (:class:`PrefetchWarning`) and kept on ``CaseResult.prefetch_error``,
+        the checks computing without it.
 
     Raises:
+        OperandError: ``ops`` themselves are invalid (as ``run_kernel``).
         KeyboardInterrupt: a stop (Ctrl-C, SIGTERM via ``conformance.graceful_stop``).
     """
-    from conformance.kernels.runner import run_kernel
-    from reference.accumulate import exact_int_mm
-    from reference.operands import tensor_digest
-
-    if run is None:
-        run = run_kernel(spec, ops, device=device, keep_on_device=keep_on_device)
-    exact = exact_int_mm(ops.a, ops.b)
-    try:
-        obs = observe_accumulator(spec, ops, device=device, keep_on_device=keep_on_device)
-    except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
-        obs = ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
-    # inside a reference.memo scope (the sweep): C5/C6 and C8 in one read-back
-    prefetch_error = _prefetch(spec, ops, run, exact)
-    checks: dict[str, CheckResult] = {}
-    for cid, fn in PER_CASE_CHECKS:
-        try:
-            checks[cid] = fn(spec, ops, run, acc=obs, exact=exact)
-        except Exception as e:  # noqa: BLE001 -- report, never crash the suite
-            checks[cid] = check_error(cid, e)
-    pair = None
-    if against is not None:
-        from conformance.pairwise import compare_pair
-        run_b = run_kernel(against, ops, device=device)
-        pair = compare_pair(spec, against, ops, run, run_b)
-    meta = dict(ops.meta or {})
-    cov = {}
-    try:
-        if coverage:
-            from conformance.coverage import case_coverage
-            cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
-    except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
-        cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-    return CaseResult(
-        case=case_id(ops), source=source or meta.get("source", "synthetic"),
-        scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
-        bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
-        elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
-        operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-        produced_output=run.output is not None, coverage=cov,
-        output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
-        output=run.output if keep_output else None, prefetch_error=prefetch_error)
+    return CaseEvaluation(spec, ops, device=device, run=run,
+                          keep_on_device=keep_on_device).result(
+        against=against, source=source, keep_output=keep_output, coverage=coverage,
+        output_digest=output_digest)

@@ -50,7 +50,7 @@ import torch
 
 from conformance.kernels import trace
 from conformance.kernels.spec import KernelSpec
-from faults.mask import acc_case_key, case_key, element_mask
+from faults.mask import acc_case_key, case_key, element_mask, selected_count
 from faults.spec import (POSTPROCESSING_FAULTS, PRECONDITION_FAULTS, FaultError, Injection,
                          make_injection, split_injected_name)
 
@@ -112,7 +112,9 @@ class FaultyScaledMM:
         else:  # F8 null: the kernel's own bits through the same merge
             faulty = clean
         out = torch.where(mask.to(clean.device), faulty.to(clean.device), clean)
-        _record(inj, self.digest, int(mask.sum()), **extra)
+        # element_mask selects exactly selected_count elements: counted from
+        # the shape, not read back from the mask
+        _record(inj, self.digest, selected_count(m, n, inj.coverage), **extra)
         return out
 
     def _precondition(self, a, b, scale_a, scale_b, out_dtype, bias):
@@ -184,7 +186,7 @@ class FaultyIntMM:
             clean = fn(a, b)
             wrong = fn(*mismatched_acc_operands(a, b, inj.variant))
             out = torch.where(mask.to(clean.device), wrong.to(clean.device), clean)
-            _record(inj, self.digest, int(mask.sum()))
+            _record(inj, self.digest, selected_count(m, n, inj.coverage))
             return out
         out = fn(a, b)
         _record(inj, self.digest, 0)

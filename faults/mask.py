@@ -127,7 +127,8 @@ def selected_count(m: int, n: int, coverage: str) -> int:
 
 
 def element_mask(m: int, n: int, case: str, fault: str, coverage: str, seed: int) -> torch.Tensor:
-    """bool [m, n]: the selected output elements (row-major flat index stream).
+    """bool [m, n]: the selected output elements (row-major flat index stream),
+    exactly :func:`selected_count` ``(m, n, coverage)`` of them.
 
     Args:
         m, n: output shape; case: case key (:func:`case_key`); fault: id
@@ -172,10 +173,18 @@ def block_selection(m: int, n: int, case: str, fault: str, coverage: str,
     Rows come from stream ``rows``, columns from stream ``cols`` of the same
     (case, fault, coverage, seed); the selected elements are their product.
     """
+    rows, cols = block_indices(m, n, case, fault, coverage, seed)
+    return torch.from_numpy(rows), torch.from_numpy(cols)
+
+
+def block_indices(m: int, n: int, case: str, fault: str, coverage: str,
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`block_selection` as the host (numpy int64) arrays it is drawn as
+    (for callers that need the indices as Python values: no tensor to read)."""
     r, c = block_counts(m, n, coverage)
     rows = lowest(m, r, stream_key(case, fault, coverage, seed, "rows"))
     cols = lowest(n, c, stream_key(case, fault, coverage, seed, "cols"))
-    return torch.from_numpy(rows), torch.from_numpy(cols)
+    return rows, cols
 
 
 def case_key(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,

@@ -40,7 +40,8 @@ from typing import Optional
 
 import torch
 
-from faults.mask import block_selection, case_key, stream_key, lowest
+from faults.mask import block_indices, case_key, stream_key, lowest
+from reference import readback
 from reference.errors import OperandError
 
 #: (max rows, max output channels) of the F6 window.
@@ -59,8 +60,20 @@ def extension_length(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, 
         rows, cols: selected row / channel indices.
         fault: ``F6`` or ``F7``.
     """
-    low = int(acc[rows.to(acc.device)][:, cols.to(acc.device)].min())
-    need = THRESHOLD[fault] - low
+    return _extension(_block_range(acc, rows, cols)[0], fault)
+
+
+def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
+    """``(min, max)`` of the selected block of ``acc``, read back together
+    (one read-back: the extension length needs the minimum, the case's
+    description both)."""
+    blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
+    return tuple(readback.read([blk.min(), blk.max()]))
+
+
+def _extension(low: int, fault: str) -> int:
+    """:func:`extension_length` from the block's minimum."""
+    need = THRESHOLD[fault] - int(low)
     return max(1, -(-need // SATURATED_PRODUCT))
 
 
@@ -84,9 +97,8 @@ def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.T
     return a2, b2
 
 
-def _ranges(idx: torch.Tensor) -> str:
-    """Compact ``[0-3, 7, 9-10]`` text of ascending indices."""
-    v = [int(i) for i in idx.tolist()]  # one conversion, not one per element
+def _ranges(v: list) -> str:
+    """Compact ``[0-3, 7, 9-10]`` text of ascending indices (Python ints)."""
     out, i = [], 0
     while i < len(v):
         j = i
@@ -109,14 +121,25 @@ def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: 
     Raises:
         OperandError: fault is not F6/F7.
     """
+    return _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
+
+
+def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
+            key: Optional[str] = None) -> tuple:
+    """:func:`select_block` plus what the case description needs:
+    ``(rows, cols, extra, acc, (min, max) of the selected block of acc,
+    rows as a list, cols as a list)`` -- the indices are drawn on the host
+    (``faults.mask.block_indices``), so their lists cost no read-back."""
     from reference.accumulate import exact_int_mm
     if fault not in THRESHOLD:
         raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
     key = key or case_key(a, b, scale_a, scale_b, bias)
     m, n = int(a.shape[0]), int(b.shape[0])
-    rows, cols = block_selection(m, n, key, fault, coverage, seed)
+    rows_h, cols_h = block_indices(m, n, key, fault, coverage, seed)
+    rows, cols = torch.from_numpy(rows_h), torch.from_numpy(cols_h)
     acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
-    return rows, cols, extension_length(acc, rows, cols, fault), acc
+    lo, hi = _block_range(acc, rows, cols)
+    return rows, cols, _extension(lo, fault), acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
 def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
@@ -132,7 +155,12 @@ def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: st
     Raises:
         OperandError: fault is not F6/F7.
     """
-    rows, cols, extra, acc = select_block(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)
+    return _extended(_select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key), a, b)
+
+
+def _extended(sel: tuple, a, b) -> tuple:
+    """:func:`precondition_operands`' result from a :func:`_select` result."""
+    rows, cols, extra, acc = sel[:4]
     a2, b2 = extend_k(a, b, rows, cols, extra)
     acc2 = acc.clone()
     r, c = rows.to(acc.device), cols.to(acc.device)
@@ -162,7 +190,22 @@ def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
 
 
 def _window(ops, key: str, seed: int):
-    """F6 window of ``ops``: first rows, a seeded run of consecutive channels."""
+    """F6 window of ``ops``: first rows, a seeded run of consecutive channels.
+
+    The window depends on the case and the seed only (not on the coverage),
+    so inside a ``reference.memo`` scope it is cut once per case and seed:
+    the sweep's three F6 cells of a layer share its tensors (their digests,
+    value checks and accumulators). Each slice is recorded as a part of the
+    tensor it was cut from (``memo.note_part``: a part of a tensor without
+    NaN / inf has none either, so its value check costs no read-back)."""
+    from reference import memo
+    tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
+    return memo.cached(("f6_window", key, int(seed)), tensors, lambda: _cut_window(ops, key, seed))
+
+
+def _cut_window(ops, key: str, seed: int):
+    """:func:`_window` computed (no memo)."""
+    from reference import memo
     mr, nc = F6_WINDOW
     m, n = ops.m, ops.n
     r, c = min(m, mr), min(n, nc)
@@ -170,12 +213,17 @@ def _window(ops, key: str, seed: int):
     if c < n:
         start = int(lowest(n - c + 1, 1, stream_key(key, "F6", "window", seed, "window"))[0])
     sl = slice(start, start + c)
+
+    def part(whole, cut):
+        memo.note_part(whole, cut)
+        return cut
     sb = ops.scale_b.reshape(-1)
-    sb = sb if sb.numel() == 1 else sb[sl].contiguous()
+    sb = sb if sb.numel() == 1 else part(ops.scale_b, sb[sl].contiguous())
     sa = ops.scale_a.reshape(-1)
-    sa = sa if sa.numel() == 1 else sa[:r].contiguous()
+    sa = sa if sa.numel() == 1 else part(ops.scale_a, sa[:r].contiguous())
+    bias = None if ops.bias is None else part(ops.bias, ops.bias[sl].contiguous())
     w = replace(ops, a=ops.a[:r].contiguous(), b=ops.b[sl].contiguous(), scale_a=sa, scale_b=sb,
-                bias=None if ops.bias is None else ops.bias[sl].contiguous(), meta=dict(ops.meta))
+                bias=bias, meta=dict(ops.meta))
     return w, (r, start, c)
 
 
@@ -198,16 +246,19 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
         if (r, c) != (ops.m, ops.n):
             bounds = [r, start, c]
             win = f"window rows 0-{r - 1} x channels {start}-{start + c - 1} of {ops.m}x{ops.n}; "
-    a2, b2, rows, cols, extra, acc2 = precondition_operands(
-        src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed, key=key)
-    sel = acc2[rows.to(acc2.device).unsqueeze(1), cols.to(acc2.device).unsqueeze(0)]
+    sel = _select(src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed,
+                  key=key)
+    rows, cols, extra = sel[:3]
+    a2, b2 = extend_k(src.a, src.b, rows, cols, extra)
+    (lo, hi), row_list, col_list = sel[4:]
+    # every selected accumulator grew by exactly extra * 16384 (module docstring)
+    grown = extra * SATURATED_PRODUCT
     desc = (f"{win or ''}K {src.k} -> {src.k + extra} (+{extra} columns of -128 x -128) on rows "
-            f"{_ranges(rows)} x channels {_ranges(cols)}; selected exact acc in "
-            f"[{int(sel.min())}, {int(sel.max())}]")
+            f"{_ranges(row_list)} x channels {_ranges(col_list)}; selected exact acc in "
+            f"[{lo + grown}, {hi + grown}]")
     meta = dict(ops.meta or {})
     meta["fault_prepared"] = {"fault": fault, "coverage": coverage, "seed": int(seed),
-                              "rows": [int(i) for i in rows.tolist()],
-                              "cols": [int(i) for i in cols.tolist()],
+                              "rows": row_list, "cols": col_list,
                               "extra_k": int(extra), "operand_change": desc,
                               "window": bounds}
     new = replace(src, a=a2, b=b2, meta=meta)

@@ -30,6 +30,7 @@ import torch
 
 from faults.mask import case_key, element_mask
 from faults.spec import POSTPROCESSING_FAULTS, PRECONDITION_FAULTS, make_injection
+from reference import readback
 
 
 @dataclass
@@ -86,20 +87,25 @@ class GroundTruth:
         return asdict(self)
 
 
-def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor) -> dict:
+def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
     """Spacing distances of ``faulty`` from ``clean`` (same shape / dtype and
-    device as the bool mask ``sel``): ``{changed, max_spacing, spacing_hist
-    (over sel), changed_outside, selected}``, read back in one transfer."""
+    device as the bool mask ``sel``): ``reference.readback.Deferred`` of
+    ``{changed, max_spacing, spacing_hist (over sel), changed_outside,
+    selected}``, every count asked together (one read-back, shared with
+    whatever else is pending)."""
     from reference.bits import histogram_dict, spacing_distance, ulp_histogram_counts
     d = spacing_distance(faulty, clean)
     ch = d > 0
     z = torch.zeros((), dtype=torch.int64, device=d.device)
-    # one read-back for every count (one device sync on a GPU)
     c = torch.cat([torch.stack([ch.sum(), d.max().to(torch.int64) if d.numel() else z,
                                 (ch & ~sel).sum(), sel.sum()]), ulp_histogram_counts(
-                       torch.where(sel, d, torch.full_like(d, -1)))]).tolist()  # -1: no bin (d >= 0)
-    return {"changed": int(c[0]), "max_spacing": int(c[1]), "spacing_hist": histogram_dict(c[4:]),
-            "changed_outside": int(c[2]), "selected": int(c[3])}
+                       torch.where(sel, d, torch.full_like(d, -1)))])  # -1: no bin (d >= 0)
+
+    def convert(c: list) -> dict:
+        return {"changed": int(c[0]), "max_spacing": int(c[1]),
+                "spacing_hist": histogram_dict(c[4:]), "changed_outside": int(c[2]),
+                "selected": int(c[3])}
+    return readback.ask([c], convert)
 
 
 def _definition(spec, inj, ops) -> str:
@@ -118,7 +124,19 @@ def _definition(spec, inj, ops) -> str:
 def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
                  variant: Optional[str] = None, device: Optional[str] = None,
                  clean_run=None, faulty_run=None) -> GroundTruth:
-    """Run clean and injected kernel on ``ops`` and record what changed.
+    """Run clean and injected kernel on ``ops`` and record what changed:
+    :func:`ask_ground_truth` read now. Args / Returns / Raises as there."""
+    return ask_ground_truth(kernel, fault, coverage, seed, ops, variant=variant, device=device,
+                            clean_run=clean_run, faulty_run=faulty_run).get()
+
+
+def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
+                     variant: Optional[str] = None, device: Optional[str] = None,
+                     clean_run=None, faulty_run=None):
+    """Run clean and injected kernel on ``ops`` and ask what changed (the
+    counts are read by the returned Deferred's ``get``, with every other
+    pending ``reference.readback`` question: the sweep reads them with its
+    checks' in one read-back).
 
     Args:
         kernel: the clean KernelSpec or a kernel name.
@@ -144,7 +162,7 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     inj = make_injection(fault, coverage, seed, variant=variant)
     faulty_spec = inject(spec, inj.fault, inj.coverage, inj.seed, variant=inj.variant)
     acc_source = "kernel int_mm" if spec.int_mm is not None else "exact reference"
-    operand_change = None
+    operand_change, change_asked = None, None
     if inj.fault in PRECONDITION_FAULTS:
         ops = prepare_case(ops, inj.fault, inj.coverage, inj.seed)
         prep = ops.meta["fault_prepared"]
@@ -163,9 +181,11 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
                            inj.fault, inj.coverage, inj.seed)
         run = clean_run if clean_run is not None else run_kernel(spec, ops, device=device)
         clean_out, clean_err = run.output, run.error if run.output is None else None
-        if inj.fault == "F9":
-            from faults.operand import describe
-            operand_change = describe(inj.variant, ops)
+        if inj.fault == "F9":  # asked now, read with the comparison's counts
+            from faults.operand import ask_changed_operands, describe
+            variant = inj.variant
+            change_asked = ask_changed_operands(variant, ops).then(
+                lambda ch: describe(variant, changed=list(ch)))
     frun = faulty_run if faulty_run is not None else run_kernel(faulty_spec, ops, device=device)
     if inj.fault in POSTPROCESSING_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
@@ -174,14 +194,19 @@ def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
                 definition=_definition(spec, inj, ops), shape=[ops.m, ops.k, ops.n],
                 kernel=spec.name)
     err = clean_err or (frun.error if frun.output is None else None)
+
+    def truth(fields: dict) -> GroundTruth:
+        """The record from the counts read back (and F9's operand change)."""
+        if change_asked is not None:
+            return GroundTruth(**fields, **dict(base, operand_change=change_asked.get()))
+        return GroundTruth(**fields, **base)
     if err is not None or clean_out is None or frun.output is None:
         from reference.bits import ULP_BINS
-        return GroundTruth(changed=0, max_spacing=0, spacing_hist={k: 0 for k in ULP_BINS},
-                           no_op=False, error=err or "no output", selected=int(sel.sum()),
-                           **base)
+        return readback.ask([sel.sum()]).then(lambda v: truth(dict(
+            changed=0, max_spacing=0, spacing_hist={k: 0 for k in ULP_BINS}, no_op=False,
+            error=err or "no output", selected=int(v[0]))))
     dev = ops.a.device  # compared where the operands live (integer bit arithmetic)
     from reference import memo
     # the selected count is read back with the comparison's other counts
     cmp = _compare(memo.moved(clean_out, dev), memo.moved(frun.output, dev), sel.to(dev))
-    return GroundTruth(no_op=cmp["changed"] == 0, **cmp, **base)
-
+    return cmp.then(lambda c: truth(dict(c, no_op=c["changed"] == 0)))

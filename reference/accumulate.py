@@ -12,6 +12,7 @@ import contextlib
 
 import torch
 
+from reference import readback
 from reference.errors import OperandError
 
 INT32_MAX: int = 2 ** 31 - 1
@@ -158,7 +159,7 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     _check_pair(a, b)
     from reference import memo
-    return memo.cached("exact", (a, b), lambda: _exact_mm(a, b, absolute=False))
+    return memo.cached("exact", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=False), a))
 
 
 def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -201,13 +202,23 @@ def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
     Raises:
         OperandError: as :func:`exact_int_mm`.
     """
+    return ask_accumulator_bound(a, b).get()
+
+
+def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
+    """:func:`accumulator_bound` as a ``reference.readback.Deferred``: both
+    maxima asked together (one read-back, shared with whatever else is
+    pending), read by its ``get()``.
+
+    Raises:
+        OperandError: as :func:`exact_int_mm` (at once, not at ``get``).
+    """
     _check_pair(a, b)
     k = int(a.shape[1])
     if k == 0 or a.numel() == 0 or b.numel() == 0:
-        return 0
-    ma = int(a.to(torch.int16).abs().max())
-    mb = int(b.to(torch.int16).abs().max())
-    return k * ma * mb
+        return readback.ask([], lambda v: 0)
+    parts = [a.to(torch.int16).abs().max(), b.to(torch.int16).abs().max()]
+    return readback.ask(parts, lambda v: k * int(v[0]) * int(v[1]))
 
 
 def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -229,4 +240,15 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     _check_pair(a, b)
     from reference import memo
-    return memo.cached("bound", (a, b), lambda: _exact_mm(a, b, absolute=True))
+    return memo.cached("bound", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=True), a))
+
+
+def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``acc`` (an int8 GEMM's int64 [M, N] result over ``a``'s K), with the
+    bound ``K * 2**14`` on its magnitude noted in the ``reference.memo``
+    scope (``memo.note_bound``: each product is at most (-128)**2 = 2**14):
+    the epilogue's int64 -> float32 conversion then knows without a
+    read-back that no element is beyond 2**53."""
+    from reference import memo
+    memo.note_bound(acc, int(a.shape[1]) * 16384)
+    return acc

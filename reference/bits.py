@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 
 from reference.errors import OperandError
@@ -202,20 +203,19 @@ def ieee_subnormals(*tensors):
 
     If the process enabled ``torch.set_flush_denormal(True)`` (x86 FTZ/DAZ),
     subnormal inputs would read as zero and subnormal results be flushed; GPU
-    float32 epilogues and IEEE keep them. Detected with one tiny probe op,
-    switched off for the block and restored afterwards.
+    float32 epilogues and IEEE keep them. Detected with one tiny probe op
+    (:func:`_flushes_subnormals`), switched off for the block and restored
+    afterwards.
 
     Args:
         tensors: the block's inputs, optional. When given and every one is a
             tensor off the CPU, the block runs no CPU float op, the setting
-            cannot matter and the probe (a CPU op and a read per call, on
-            the sweep's per-cell path) is skipped.
+            cannot matter and the probe is skipped.
     """
     if tensors and all(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
         yield
         return
-    probe = torch.tensor([2.0 ** -130], dtype=torch.float32) * 0.5
-    flushed = bool(probe[0] == 0)
+    flushed = _flushes_subnormals()
     if flushed:
         torch.set_flush_denormal(False)
     try:
@@ -223,6 +223,23 @@ def ieee_subnormals(*tensors):
     finally:
         if flushed:
             torch.set_flush_denormal(True)
+
+
+def _flushes_subnormals() -> bool:
+    """Whether float ops of the calling thread flush subnormals now (FTZ /
+    DAZ, what ``torch.set_flush_denormal(True)`` switches on; torch has no
+    getter for it).
+
+    The setting is a register of the calling thread (x86 MXCSR, AArch64
+    FPCR) that every float instruction the thread executes obeys, numpy's
+    scalar arithmetic as much as a torch CPU op, so it is probed with one
+    numpy float32 multiply: ``2**-130 * 0.5`` (a subnormal times a normal)
+    is 0 exactly when subnormals are flushed. A host probe, not a torch op:
+    no dispatch and no tensor read-back on the sweep's per-cell path, where
+    the reference and fault epilogues enter :func:`ieee_subnormals` several
+    times per cell on the CPU.
+    """
+    return bool(np.float32(2.0 ** -130) * np.float32(0.5) == 0)
 
 
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,13 @@ digest of the clone a kernel is handed (``trace.record_operands``) costs
 nothing either; a later in-place write bumps the clone's version and its
 digest is computed again.
 
+Facts that spare a read-back (issue 7g): :func:`note_part` records that a
+tensor is a cut of another (a part of a tensor without NaN / inf has none),
+:func:`note_bound` that an integer tensor's magnitude is bounded by
+construction (an int8 GEMM's accumulator: ``K * 2**14``), so code that would
+read the tensor to find out skips the read; :func:`peek` looks a result up
+without computing it.
+
 Outside a scope nothing is stored and every call computes (the default:
 tests, ``int8conf check``, the pytest plugin behave exactly as before).
 """
@@ -71,7 +78,10 @@ def _ident(t) -> Optional[tuple]:
 
 
 def _alive(refs, tensors) -> bool:
-    return all(r() is t for r, t in zip(refs, tensors))
+    for r, t in zip(refs, tensors):
+        if r() is not t:
+            return False
+    return True
 
 
 def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
@@ -86,18 +96,28 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     Returns:
         The (possibly stored) result. Outside a scope: ``compute()``.
     """
-    if not active():
+    if _STATE["depth"] <= 0:
         return compute()
-    key = (kind,) + tuple(_ident(t) for t in tensors)
+    # the sweep's per-cell path makes a few dozen lookups per cell: one pass
+    # over the tensors builds the key (``_ident``, inlined) and the live list
+    key, live = [kind], []
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            key.append((id(t), t._version))
+            live.append(t)
+        else:
+            key.append(None)
+            if t is not None:
+                live.append(t)
+    key = tuple(key)
     store = _STATE["store"]
     hit = store.get(key)
-    live = tuple(t for t in tensors if t is not None)
     if hit is not None and _alive(hit[0], live):
         _STATE["hits"] += 1
         return hit[1]
     _STATE["misses"] += 1
     val = compute()
-    store[key] = (tuple(weakref.ref(t) for t in live), val)
+    store[key] = (tuple([weakref.ref(t) for t in live]), val)
     return val
 
 
@@ -150,3 +170,63 @@ def copy_source(t) -> Optional[torch.Tensor]:
     if src is None or int(src._version) != version:
         return None
     return src
+
+
+def note_part(whole, part) -> None:
+    """Record that ``part`` (a fresh tensor) holds a subset of ``whole``'s
+    elements (a slice, copied): a property every element of ``whole`` has,
+    e.g. no NaN / inf (``reference.validate``), ``part``'s elements have
+    too (:func:`part_source`). No-op outside a scope."""
+    if not active() or not isinstance(whole, torch.Tensor) or not isinstance(part, torch.Tensor):
+        return
+    _STATE["store"][("partof", _ident(part))] = ((weakref.ref(part),),
+                                                 (weakref.ref(whole), int(whole._version)))
+
+
+def part_source(t) -> Optional[torch.Tensor]:
+    """The tensor ``t`` was cut from (:func:`note_part`), when both are alive
+    and neither was written since; else None (always outside a scope)."""
+    if not active() or not isinstance(t, torch.Tensor):
+        return None
+    hit = _STATE["store"].get(("partof", _ident(t)))
+    if hit is None or not _alive(hit[0], (t,)):
+        return None
+    ref, version = hit[1]
+    whole = ref()
+    if whole is None or int(whole._version) != version:
+        return None
+    return whole
+
+
+def peek(kind, tensors: tuple):
+    """The result :func:`cached` stored for (``kind``, ``tensors``), or None
+    when there is none (nothing is computed; always None outside a scope)."""
+    if not active():
+        return None
+    hit = _STATE["store"].get((kind,) + tuple(_ident(t) for t in tensors))
+    live = tuple(t for t in tensors if t is not None)
+    if hit is None or not _alive(hit[0], live):
+        return None
+    return hit[1]
+
+
+def note_bound(t, bound: int) -> None:
+    """Record that every element of the integer tensor ``t`` has magnitude at
+    most ``bound`` (known from how ``t`` was made, e.g. an int8 GEMM's
+    accumulator: ``K * 2**14``), so that a caller that must know whether
+    ``t`` leaves some range can skip reading it (:func:`known_bound`). A
+    later in-place write to ``t`` voids the note. No-op outside a scope."""
+    if not active() or not isinstance(t, torch.Tensor):
+        return
+    _STATE["store"][("bound_note", _ident(t))] = ((weakref.ref(t),), int(bound))
+
+
+def known_bound(t) -> Optional[int]:
+    """The bound :func:`note_bound` recorded for ``t`` (unwritten since), or
+    None (always outside a scope)."""
+    if not active() or not isinstance(t, torch.Tensor):
+        return None
+    hit = _STATE["store"].get(("bound_note", _ident(t)))
+    if hit is None or not _alive(hit[0], (t,)):
+        return None
+    return hit[1]

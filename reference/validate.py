@@ -75,7 +75,12 @@ def _check_values(t: torch.Tensor, name: str) -> None:
     # them again) has its source's counts (reference.memo.copy_source)
     src = memo.copy_source(t)
     key = t if src is None else src
-    counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
+    whole = memo.part_source(key)
+    if whole is not None and memo.peek("nonfinite", (whole,)) == (0, 0):
+        # a part of a tensor without NaN / inf has none (the F6 window's scales)
+        counts = memo.cached("nonfinite", (key,), lambda: (0, 0))
+    else:
+        counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
     for what, cnt, fn in (("NaN", counts[0], torch.isnan), ("inf", counts[1], torch.isinf)):
         if cnt:  # only then: a valid tensor costs no op beyond its (memoized) counts
             first = int(fn(t.detach().reshape(-1)).nonzero()[0, 0])

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from conformance.checks.compare import skipped_reason
 from conformance.checks.result import CheckResult, not_applicable
+from reference import memo, readback
 
 C3, C4 = "C3", "C4"
 
@@ -60,7 +61,7 @@ class ObservedAccumulator:
 
 
 def observe_accumulator(spec, ops, device: Optional[str] = None,
-                        keep_on_device: bool = False) -> ObservedAccumulator:
+                        keep_on_device: bool = False, launch=None) -> ObservedAccumulator:
     """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
 
     With ``keep_on_device`` the accumulator stays where the kernel returned
@@ -71,14 +72,19 @@ def observe_accumulator(spec, ops, device: Optional[str] = None,
     ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
     ``"reference exact_int_mm"`` (the checks then use the exact accumulator).
     ``device`` as in ``run_int_mm`` (None = CUDA when the kernel supports it
-    and one is present, else CPU). Never raises for the kernel's own failure
+    and one is present, else CPU). ``launch``: the
+    ``conformance.kernels.runner.AccLaunch`` of that very call when the
+    caller started it already (``start_int_mm``: its verdicts are read here,
+    with whatever else is pending). Never raises for the kernel's own failure
     (the error is kept); a kernel that cannot run here falls back to the
     exact accumulator, saying so in ``source``.
     """
     if getattr(spec, "int_mm", None) is None:
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
-    from conformance.kernels.runner import run_int_mm
-    r = run_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
+    if launch is None:
+        from conformance.kernels.runner import start_int_mm
+        launch = start_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
+    r = launch.result()
     man = getattr(r, "manifest", None) or {}
     if man.get("skipped"):
         return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "
@@ -108,56 +114,104 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     return exact_int_mm(ops.a, ops.b)
 
 
-def _per_tensor(kind: str, t: Tensor, fn):
-    """``fn(t)`` memoized on ``t`` inside a ``reference.memo`` scope: the
-    exact accumulator and the bound of a sweep layer are the same tensors in
-    every cell, so their maxima are read back from the device once."""
-    from reference import memo
-    return memo.cached(kind, (t,), lambda: fn(t))
-
-
-def _max(t: Tensor) -> int:
-    return int(t.max()) if t.numel() else 0
+def _tensor_max(t: Tensor):
+    """``reference.readback.Deferred`` of ``int(t.max())`` (0 for an empty
+    tensor), memoized on ``t`` inside a ``reference.memo`` scope: the bound
+    of a sweep layer is the same tensor in every cell, so its maximum is
+    read back from the device once."""
+    return memo.cached("max", (t,), lambda: readback.ask(
+        [t.max()] if t.numel() else [], lambda v: int(v[0]) if v else 0))
 
 
 def _copy_worst(w: dict) -> dict:
     return dict(w, index=list(w["index"]))  # the memoized dict is never handed out
 
 
-def _acc_stats(t: Tensor, extra: tuple = ()):
-    """Headline numbers of an accumulator, read back together.
+def _acc_stats(t: Tensor):
+    """Headline numbers of an accumulator, asked together.
 
     Args:
         t: integer [M, N] accumulator (int32 / int64), M * N > 0, any device.
-        extra: 0-d integer tensors on ``t``'s device to read back in the
-            same transfer (C3's mismatch count), or ().
 
     Returns:
-        ``{"max_abs": int, "n_at_or_over": int (|t| >= 2**24), "worst":
-        {"index": [i, j], "value": int}}`` (worst = the first element of
-        largest magnitude); with ``extra``, ``(that dict, [ints])``. One
-        device read-back, memoized on ``t`` inside a ``reference.memo``
-        scope: C3 and C4 ask about the same observed accumulator, and about
-        the same exact one in every cell of a sweep layer (a call with
-        ``extra`` reads anyway, and leaves the stats for the next caller).
+        ``reference.readback.Deferred`` of ``{"max_abs": int, "n_at_or_over":
+        int (|t| >= 2**24), "worst": {"index": [i, j], "value": int}}``
+        (worst = the first element of largest magnitude; callers copy it,
+        :func:`_copy_worst`). One read-back, shared with whatever else is
+        pending, memoized on ``t`` inside a ``reference.memo`` scope: C3 and
+        C4 ask about the same observed accumulator, and about the same exact
+        one in every cell of a sweep layer.
     """
-    from reference import memo
     from reference.accumulate import FP32_EXACT_INT
 
-    def read() -> tuple:
+    def ask():
         t64 = t.to(torch.int64).reshape(-1)
         a = t64.abs()
         w = a.argmax().reshape(1)  # the first maximal element; index_select: no sync
-        vals = torch.cat([a.index_select(0, w), (a >= FP32_EXACT_INT).sum().reshape(1), w,
-                          t64.index_select(0, w)] + [x.reshape(1) for x in extra]).tolist()
-        mx, n_over, wi, val = vals[:4]
-        i, j = divmod(int(wi), t.shape[1])
-        return ({"max_abs": int(mx), "n_at_or_over": int(n_over),
-                 "worst": {"index": [i, j], "value": int(val)}}, [int(v) for v in vals[4:]])
-    if not extra:
-        return memo.cached("acc_stats", (t,), lambda: read()[0])
-    stats, vals = read()
-    return memo.cached("acc_stats", (t,), lambda: stats), vals
+        parts = [a.index_select(0, w), (a >= FP32_EXACT_INT).sum(), w,
+                 t64.index_select(0, w)]
+
+        def convert(v: list) -> dict:
+            i, j = divmod(int(v[2]), t.shape[1])
+            return {"max_abs": int(v[0]), "n_at_or_over": int(v[1]),
+                    "worst": {"index": [i, j], "value": int(v[3])}}
+        return readback.ask(parts, convert)
+    return memo.cached("acc_stats", (t,), ask)
+
+
+def _acc_mismatch(o: Tensor, exact: Tensor, dacc) -> tuple:
+    """Where the observed accumulator ``o`` differs from the declared one.
+
+    Args:
+        o: observed integer [M, N] accumulator (any device); exact: exact
+            int64 [M, N]; dacc: its ``conformance.checks.overflow.DeclaredAccumulator``.
+
+    Returns:
+        ``(o64, diff)``: ``o`` as int64 on exact's device and bool [M, N]
+        (differs where the declaration defines the value; under ``wrap`` an
+        at-risk element equal to the exact sum is fine: a wider accumulator
+        never wraps).
+    """
+    o64 = o.to(device=exact.device, dtype=torch.int64)
+    diff = (o64 != dacc.acc) & dacc.defined
+    if dacc.alternative is not None:
+        diff &= ~(dacc.at_risk & (o64 == dacc.alternative))
+    return o64, diff
+
+
+def _ask_mismatch(o: Tensor, exact: Tensor, dacc):
+    """``reference.readback.Deferred`` of the number of :func:`_acc_mismatch`
+    elements, memoized on the tensors inside a ``reference.memo`` scope (the
+    sweep asks it before C3 reads it; only the count is kept, not the
+    [M, N] masks: C3 rebuilds them in the rare case it is not 0)."""
+    return memo.cached(("acc_mismatch", dacc.behaviour), (o, exact, dacc.acc, dacc.defined),
+                       lambda: readback.ask([_acc_mismatch(o, exact, dacc)[1].sum()],
+                                            lambda v: int(v[0])))
+
+
+def _declared_for(spec, ops, exact: Tensor, manifest: Optional[dict]):
+    """The declared accumulator C3 compares the observed one with (the
+    kernel's overflow behaviour on the device the accumulator came from)."""
+    from conformance.checks.output_bits import overflow_of
+    from conformance.checks.overflow import declared_accumulator
+    device = (manifest or {}).get("device") or None
+    return declared_accumulator(ops, exact, overflow_of(spec, device))
+
+
+def prefetch_accumulator_questions(spec, ops, acc: Optional[Tensor], manifest: Optional[dict],
+                                   exact: Tensor) -> None:
+    """Ask (``reference.readback``) what C3 and C4 will read on this case,
+    so that they find it in the ``reference.memo`` scope and it is read with
+    the case's other questions (:func:`_headroom_questions`: bounds, the
+    exact and the observed accumulator's maxima, the mismatch count).
+    ``acc`` / ``manifest``: the kernel's ``int_mm`` result and its
+    manifest, known before its verdicts are read (an accumulator the checks
+    then judge unusable was asked about for nothing). No-op outside a
+    scope; results are unchanged."""
+    from reference import memo
+    if not memo.active():
+        return
+    _headroom_questions(spec, ops, ObservedAccumulator(acc, "", None, manifest), exact)
 
 
 def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
@@ -184,21 +238,23 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         observed_max_abs, acc_source, n_acc_mismatch, worst_exact,
         failure_kind, int32_max, operand_digests}``.
     """
-    from reference.accumulate import INT32_MAX, accumulator_bound, accumulator_row_col_bound
+    from reference.accumulate import INT32_MAX, accumulator_row_col_bound
     name = "int32_headroom"
     if run is not None and skipped_reason(run):
         return not_applicable(C3, skipped_reason(run))
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
     a, b = ops.a, ops.b  # on their own device, like ``exact`` (reference.accumulate)
-    from reference import memo
-    cheap = memo.cached("bound_cheap", (a, b), lambda: int(accumulator_bound(a, b)))
     tight = accumulator_row_col_bound(a, b)
-    tight_max = _per_tensor("max", tight, _max)
-    ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": cheap,
+    # every question is asked before the first answer is read: one read-back
+    # for all of them (none in the sweep, which asked them with the case's others)
+    asked = _headroom_questions(spec, ops, obs, exact)
+    tight_max = asked["tight_max"].get()
+    ex = asked["exact"].get() if asked["exact"] is not None else None
+    ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": asked["cheap"].get(),
                 "bound_tight_max": tight_max,
-                "exact_max_abs": _acc_stats(exact)["max_abs"] if exact.numel() else 0,
-                "worst_exact": _copy_worst(_acc_stats(exact)["worst"]) if exact.numel() else None,
+                "exact_max_abs": ex["max_abs"] if ex else 0,
+                "worst_exact": _copy_worst(ex["worst"]) if ex else None,
                 "acc_source": obs.source, "operand_digests": ops.digests()}
     if obs.manifest:
         ev["acc_manifest"] = {k: obs.manifest.get(k) for k in ("path", "device", "padded")}
@@ -211,23 +267,18 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         if tuple(o.shape) != tuple(exact.shape):
             mismatch_line = f"kernel accumulator shape {tuple(o.shape)} != {tuple(exact.shape)}"
         else:
-            from conformance.checks.output_bits import overflow_of, run_device
-            from conformance.checks.overflow import declared_accumulator
-            dacc = declared_accumulator(ops, exact, overflow_of(spec, run_device(obs)))
+            dacc = asked["dacc"]
             ev.update(dacc.evidence())
             want = dacc.acc
-            o64 = o.to(device=exact.device, dtype=torch.int64)
-            diff = (o64 != want) & dacc.defined
-            if dacc.alternative is not None:  # wrap: a wider accumulator's exact sum is fine
-                diff &= ~(dacc.at_risk & (o64 == dacc.alternative))
-            if o.numel():  # the mismatch count comes back with the observed maxima
-                stats, (n_mismatch,) = _acc_stats(o, (diff.sum().to(o.device),))
+            if o.numel():
+                stats, n_mismatch = asked["observed"].get(), asked["mismatch"].get()
             else:
                 stats, n_mismatch = {"max_abs": 0}, 0
             ev["observed_max_abs"] = stats["max_abs"]
             ev["observed_dtype"] = str(o.dtype)
             ev["n_acc_mismatch"] = n_mismatch
             if ev["n_acc_mismatch"]:
+                o64, diff = _acc_mismatch(o, exact, dacc)
                 i, j = diff.nonzero()[0].tolist()
                 ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
                                             "declared": int(want[i, j]),
@@ -241,8 +292,7 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         # a kernel accumulator that differs from its declared overflow
         # behaviour is the kernel's fault even on a precondition case
         ev["failure_kind"] = "kernel" if mismatch_line else "precondition"
-        n_over = int((tight > INT32_MAX).sum())
-        ex_over = int((exact.abs() > INT32_MAX).sum())
+        n_over, ex_over = _over_int32(tight, exact).get()
         s = (f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements "
              f"(exact |acc| > 2^31-1 at {ex_over})")
         if mismatch_line:
@@ -256,6 +306,42 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
                        f"bound |acc| <= {tight_max} < 2^31 (K={ops.k}); observed accumulator "
                        f"from {obs.source} matches exact" if obs.acc is not None else
                        f"bound |acc| <= {tight_max} < 2^31 (K={ops.k})", ev)
+
+
+def _over_int32(tight: Tensor, exact: Tensor):
+    """``reference.readback.Deferred`` of ``(elements whose tight bound
+    exceeds INT32_MAX, elements whose exact |acc| does)``, memoized on the
+    two tensors inside a ``reference.memo`` scope."""
+    from reference.accumulate import INT32_MAX
+    return memo.cached("over_int32", (tight, exact), lambda: readback.ask(
+        [(tight > INT32_MAX).sum(), (exact.abs() > INT32_MAX).sum()],
+        lambda v: (int(v[0]), int(v[1]))))
+
+
+def _headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> dict:
+    """Everything C3 reads, asked (``reference.readback``) and not read:
+    ``cheap`` bound, ``tight_max``, ``exact`` stats (None for an empty
+    case), and for a usable observed accumulator of the right shape its
+    declared accumulator ``dacc``, ``mismatch`` (:func:`_ask_mismatch`) and
+    ``observed`` stats (None when empty); for a tight bound over int32 the
+    counts over it (:func:`_over_int32`), asked now so that they come back
+    with the rest. Memoized pieces make a second call free."""
+    from reference import memo
+    from reference.accumulate import ask_accumulator_bound, accumulator_row_col_bound
+    a, b = ops.a, ops.b
+    tight = accumulator_row_col_bound(a, b)
+    q = {"cheap": memo.cached("bound_cheap", (a, b), lambda: ask_accumulator_bound(a, b)),
+         "tight_max": _tensor_max(tight),
+         "exact": _acc_stats(exact) if exact.numel() else None}
+    o = obs.acc
+    if not obs.error and o is not None and tuple(o.shape) == tuple(exact.shape):
+        q["dacc"] = _declared_for(spec, ops, exact, obs.manifest)
+        q["mismatch"] = _ask_mismatch(o, exact, q["dacc"])
+        q["observed"] = _acc_stats(o) if o.numel() else None
+    from conformance.checks.overflow import may_leave_int32
+    if memo.active() and may_leave_int32(ops.k):  # else the bound cannot exceed int32
+        _over_int32(tight, exact)  # kept in the memo until C3 reads it
+    return q
 
 
 def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
@@ -279,14 +365,15 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
         t = _exact(ops, exact)
         if obs.source == "kernel int_mm":
             src = "reference exact_int_mm (kernel int_mm unusable)"
-    stats = _acc_stats(t) if t.numel() else {"max_abs": 0, "n_at_or_over": 0, "worst": None}
+    tight = _tensor_max(accumulator_row_col_bound(ops.a, ops.b))  # asked with the stats
+    stats = _acc_stats(t).get() if t.numel() else {"max_abs": 0, "n_at_or_over": 0,
+                                                    "worst": None}
     n_over = stats["n_at_or_over"]
-    tight = accumulator_row_col_bound(ops.a, ops.b)
     ev = {"fp32_exact_int": int(FP32_EXACT_INT), "acc_source": src,
           "max_abs": stats["max_abs"], "n_at_or_over": n_over,
           "n_elements": int(t.numel()),
           "worst": _copy_worst(stats["worst"]) if stats["worst"] else None,
-          "bound_tight_max": _per_tensor("max", tight, _max),
+          "bound_tight_max": tight.get(),
           "operand_digests": ops.digests()}
     if n_over:
         ev["failure_kind"] = "precondition"

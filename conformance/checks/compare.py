@@ -9,12 +9,12 @@ encodings; NaN vs number = ``NAN_DISTANCE``).
 from __future__ import annotations
 
 import copy
-import struct
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+from reference import memo, readback
 from reference.bits import (NAN_DISTANCE, bits_of, histogram_dict, spacing_distance,
                             ulp_histogram_counts)
 
@@ -101,18 +101,6 @@ def output_problem(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
     if kind in ("dtype", "shape", "type"):
         return f"{kind} error: {line}"
     return f"kernel failed ({kind}): {line}"
-
-
-def _float_bits(x: Tensor) -> Tensor:
-    """float64 values -> int64 [same shape] holding their bit patterns (so
-    floats travel in one int64 read-back with integers; :func:`_unpack_float`
-    undoes it on the host)."""
-    return x.to(torch.float64).view(torch.int64)
-
-
-def _unpack_float(v: int) -> float:
-    """Inverse of :func:`_float_bits` for one element read back as int."""
-    return struct.unpack("<d", struct.pack("<q", int(v)))[0]
 
 
 def _at(t: Tensor, idx: Tensor) -> Tensor:
@@ -229,66 +217,67 @@ def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
     return dict(parts, ev=ev, n_over={0: n_bits, 1: n_over1})
 
 
-def _comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> dict:
-    """The element-wise comparison of ``out`` with ``ref`` and its counts.
+def ask_comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]):
+    """The element-wise comparison of ``out`` with ``ref``, its counts asked
+    (``reference.readback``), not read.
 
     Args:
         out, ref: same shape [M, N], dtype and device; mask: bool [M, N] on
             that device, or None (compare every element).
 
     Returns:
+        ``reference.readback.Deferred`` of the dict
         ``{"dist", "differ", "szero"}`` (masked tensors: spacing distance,
         bits differ, ±0 difference), ``"ev"`` (the tolerance-free headline
-        counts of :func:`compare_bits`' evidence) and ``"n_over"``
-        ({0: elements whose bits differ, 1: elements over 1 spacing}). Every
-        count comes from one read-back (one device sync on a GPU, not ten),
-        and the whole is memoized on the tensors inside a ``reference.memo``
+        counts of :func:`compare_bits`' evidence) and ``"n_over"`` ({0:
+        elements whose bits differ, 1: elements over 1 spacing}). Every count
+        comes from one read-back, shared with whatever else is pending, and
+        the whole is memoized on the tensors inside a ``reference.memo``
         scope: checks that compare one output with one reference (C5 and C8
         under pow2 when the declared order is ``a_then_w``) share it, and
-        :func:`prefetch_comparisons` can compute several in one read-back.
+        :func:`prefetch_comparisons` asks a case's comparisons before any of
+        them is read.
     """
-    from reference import memo
 
-    def compute() -> dict:
+    def ask():
         parts, counts = _comparison_parts(out, ref, mask)
-        return _comparison_from(parts, counts.tolist(), mask is not None)
-    return memo.cached("comparison", (out, ref, mask), compute)
+        return readback.ask([counts], lambda v: _comparison_from(parts, v, mask is not None))
+    return memo.cached("comparison", (out, ref, mask), ask)
+
+
+def _comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> dict:
+    """:func:`ask_comparison`'s dict, read."""
+    return ask_comparison(out, ref, mask).get()
 
 
 def prefetch_comparisons(triples: list) -> None:
-    """Compute the :func:`_comparison` of every ``(out, ref, mask)`` triple
-    with one read-back for all of them, and leave the results in the
-    ``reference.memo`` scope, where :func:`compare_bits` finds them (the
-    output checks of one sweep cell: one device sync instead of one per
-    check). No-op outside a scope or when the triples live on several
-    devices; a triple whose result is already there is recomputed (callers
-    prefetch fresh outputs only)."""
+    """Ask the comparison (:func:`ask_comparison`) of every ``(out, ref,
+    mask)`` triple and leave it in the ``reference.memo`` scope, where
+    :func:`compare_bits` finds it: the first one read brings back all of
+    them, and everything else pending, in one read-back (the output checks
+    of one sweep cell: one device sync, not one per check). No-op outside a
+    scope."""
     from reference import memo
-    if not memo.active() or not triples:
+    if not memo.active():
         return
-    uniq = list({tuple(id(t) for t in tr): tr for tr in triples}.values())
-    if len({tr[1].device for tr in uniq}) != 1:
-        return
-    parts = [_comparison_parts(*tr) for tr in uniq]
-    vals = torch.cat([c for _, c in parts]).tolist()
-    width = len(vals) // len(parts)
-    for i, ((out, ref, mask), (p, _)) in enumerate(zip(uniq, parts)):
-        got = vals[i * width:(i + 1) * width]
-        res = _comparison_from(p, got, mask is not None)
-        memo.cached("comparison", (out, ref, mask), lambda res=res: res)
+    for tr in triples:
+        ask_comparison(*tr)
 
 
-def _worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops,
-                    exact: Optional[Tensor], max_listed: int) -> tuple[dict, list]:
-    """``(worst, first_over_tol)`` of :func:`compare_bits`' evidence, every
-    value gathered on the device and read back once.
+def _ask_worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops,
+                        exact: Optional[Tensor], max_listed: int):
+    """``(worst, first_over_tol, signed_zero_first)`` of :func:`compare_bits`'
+    evidence, every value gathered on the device and asked
+    (``reference.readback.Deferred``), read together.
 
     ``worst`` is the element of largest distance (the first one), or the
     first bit difference when every distance is 0 (a ±0 difference);
     ``first_over_tol`` lists the first ``max_listed`` elements over
     ``tol_ulp`` in row-major order as ``[i, j, ulp]`` (empty when
-    ``n_over == 0``). Args as :func:`compare_bits` (``cmp`` from
-    :func:`_comparison`); the comparison must have a differing element.
+    ``n_over == 0``); ``signed_zero_first`` the first ``max_listed`` ±0
+    differences as ``[i, j]`` (None when there is none). Args as
+    :func:`compare_bits` (``cmp`` from :func:`_comparison`); the comparison
+    must have a differing element.
     """
     dist, differ = cmp["dist"], cmp["differ"]
     flat = dist.reshape(-1)
@@ -298,20 +287,71 @@ def _worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: i
     w = (flat if cmp["ev"]["max_ulp"] > 0 else differ.reshape(-1).to(torch.uint8)).argmax()
     w = w.reshape(1)
     ints, floats = _element_values(out, ref, flat, cmp["szero"], ops, exact, w, n_cols)
+    idx = torch.arange(n, device=flat.device)
+
+    def first_k(where: Tensor, k: int) -> Tensor:
+        """Row-major positions of the first ``k`` True elements (``n`` pads)."""
+        pos = torch.where(where.reshape(-1), idx, torch.full_like(idx, n))
+        return pos.topk(k, largest=False).values  # ascending
+
     k = min(max_listed, n) if n_over else 0
-    over = differ if tol_ulp == 0 else dist > tol_ulp
-    pos = torch.where(over.reshape(-1), torch.arange(n, device=flat.device),
-                      torch.full_like(flat, n))
-    first = pos.topk(k, largest=False).values  # ascending: the first k over tolerance
+    first = first_k(differ if tol_ulp == 0 else dist > tol_ulp, k)
     first_ulp = flat.index_select(0, first.clamp(max=n - 1))
-    vals = torch.cat([w] + ints + [first, first_ulp] + [_float_bits(f) for f in floats]).tolist()
-    nf = len(floats)
-    wi, ivals, fvals = vals[0], vals[1:1 + len(ints)], [_unpack_float(v) for v in vals[-nf:]]
-    fpos, fulp = vals[1 + len(ints):1 + len(ints) + k], vals[1 + len(ints) + k:-nf]
-    worst = {"index": list(divmod(int(wi), n_cols))}
-    worst.update(_element_dict(ivals, fvals, out.dtype, ops, exact is not None))
-    listed = [[*divmod(int(p), n_cols), int(u)] for p, u in zip(fpos, fulp) if p < n]
-    return worst, listed
+    kz = min(max_listed, n) if cmp["ev"]["n_signed_zero"] else 0
+    zfirst = [first_k(cmp["szero"], kz)] if kz else []
+    parts = [w] + ints + [first, first_ulp] + zfirst + [readback.float_bits(f) for f in floats]
+    ni, nf = len(ints), len(floats)
+
+    def convert(vals: list) -> tuple:
+        wi, ivals = vals[0], vals[1:1 + ni]
+        fvals = [readback.unpack_float(v) for v in vals[len(vals) - nf:]]
+        at = 1 + ni
+        fpos, fulp = vals[at:at + k], vals[at + k:at + 2 * k]
+        zpos = vals[at + 2 * k:at + 2 * k + kz]
+        worst = {"index": list(divmod(int(wi), n_cols))}
+        worst.update(_element_dict(ivals, fvals, out.dtype, ops, exact is not None))
+        listed = [[*divmod(int(p), n_cols), int(u)] for p, u in zip(fpos, fulp) if p < n]
+        zeros = [list(divmod(int(p), n_cols)) for p in zpos if p < n] if kz else None
+        return worst, listed, zeros
+    return readback.ask(parts, convert)
+
+
+def _evidence_questions(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
+                        exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                        max_listed: int = 5) -> tuple:
+    """``(out, mask, cmp, n_over, worst)``: :func:`compare_bits`' inputs on
+    ref's device, its comparison (read), the count over ``tol_ulp`` and the
+    ``reference.readback.Deferred`` of its failure evidence
+    (:func:`_ask_worst_evidence`, memoized on the tensors inside a
+    ``reference.memo`` scope), or None when no element differs."""
+    from reference import memo
+    out = memo.moved(out, ref.device)  # one copy per output inside a memo scope (the sweep)
+    if mask is not None:
+        mask = mask.to(ref.device)
+    cmp = _comparison(out, ref, mask)
+    n_over = cmp["n_over"].get(int(tol_ulp))
+    if n_over is None:  # a tolerance other than C5/C8's 0 and C6's 1: one more read-back
+        n_over = int((cmp["dist"] > tol_ulp).sum())
+    worst = None
+    if cmp["dist"].numel() and (cmp["ev"]["max_ulp"] > 0 or cmp["ev"]["n_bits_differ"]):
+        key = ("worst", int(tol_ulp), int(max_listed), ops is not None)
+        tensors = (out, ref, mask, exact) + (() if ops is None else
+                                             (ops.scale_a, ops.scale_b, ops.bias))
+        worst = memo.cached(key, tensors, lambda: _ask_worst_evidence(
+            cmp, out, ref, tol_ulp, n_over, ops, exact, max_listed))
+    return out, mask, cmp, n_over, worst
+
+
+def prefetch_failure_evidence(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
+                              exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                              max_listed: int = 5) -> None:
+    """Ask the evidence :func:`compare_bits` (same arguments) will read when
+    the comparison has differing elements, so that the failing checks of a
+    sweep cell read theirs together (one read-back). Reads the comparison
+    itself if it is not read yet. No-op outside a ``reference.memo`` scope."""
+    from reference import memo
+    if memo.active():
+        _evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
 
 
 def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
@@ -347,14 +387,8 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
     """
     # on ref's device (the CPU for CPU references, the GPU for the sweep's
     # on-device references): integer bit arithmetic, the same result anywhere
-    from reference import memo
-    out = memo.moved(out, ref.device)  # one copy per output inside a memo scope (the sweep)
-    if mask is not None:
-        mask = mask.to(ref.device)
-    cmp = _comparison(out, ref, mask)
-    n_over = cmp["n_over"].get(int(tol_ulp))
-    if n_over is None:  # a tolerance other than C5/C8's 0 and C6's 1: one more read-back
-        n_over = int((cmp["dist"] > tol_ulp).sum())
+    out, mask, cmp, n_over, worst = _evidence_questions(out, ref, tol_ulp, ops, exact, mask,
+                                                        max_listed)
     ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
     # key order of the evidence as it always was (stored rows are JSON of it)
     ev = {k: ev[k] for k in ("n_elements", "n_compared", "n_differ", "n_bits_differ",
@@ -362,16 +396,11 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
                              "ulp_histogram")}
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
-    if ev["n_signed_zero"]:
-        ev["signed_zero_first"] = [[int(a), int(b)] for a, b in
-                                   cmp["szero"].nonzero()[:max_listed].tolist()]
-    if cmp["dist"].numel() and (ev["max_ulp"] > 0 or ev["n_bits_differ"]):
-        key = ("worst", int(tol_ulp), int(max_listed), ops is not None)
-        tensors = (out, ref, mask, exact) + (() if ops is None else
-                                             (ops.scale_a, ops.scale_b, ops.bias))
-        worst, first = copy.deepcopy(memo.cached(key, tensors, lambda: _worst_evidence(
-            cmp, out, ref, tol_ulp, n_over, ops, exact, max_listed)))
-        ev["worst"], ev["first_over_tol"] = worst, first
+    if worst is not None:
+        w, first, zeros = copy.deepcopy(worst.get())
+        if ev["n_signed_zero"]:
+            ev["signed_zero_first"] = zeros
+        ev["worst"], ev["first_over_tol"] = w, first
     if ops is not None:
         ev["operand_digests"] = ops.digests()
     return n_over, ev

@@ -56,7 +56,7 @@ from torch import Tensor
 from conformance.checks.compare import compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator
 from conformance.checks.result import CheckResult, not_applicable
-from reference import memo
+from reference import memo, readback
 from reference.contract import SCALE_ORDERS, EpilogueContract
 
 C5, C6, C8 = "C5", "C6", "C8"
@@ -115,47 +115,70 @@ def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
                        dacc: DeclaredAccumulator) -> Tensor:
     """The reference output under ``dacc``, where an at-risk element takes the
     output of ``dacc.alternative`` instead when the kernel's output is closer
-    to it (``wrap`` accepts the wrapped and the exact sum)."""
+    to it (``wrap`` accepts the wrapped and the exact sum).
+
+    Memoized on the tensors inside a ``reference.memo`` scope (the sweep's
+    prefetched comparisons are keyed on it). The choice is made element-wise
+    whether or not any element is at risk (where none is, it takes the
+    reference everywhere), so it needs no read-back of the at-risk count."""
     ref = reference_output(ops, contract, acc=dacc)
-    if dacc.alternative is None or not dacc.n_at_risk or not isinstance(out, Tensor):
+    if dacc.alternative is None or not isinstance(out, Tensor):
         return ref
     out = memo.moved(out, ref.device)
-    from reference.bits import spacing_distance
-    alt = reference_output(ops, contract, acc=DeclaredAccumulator(
-        dacc.alternative, dacc.defined, dacc.at_risk, dacc.behaviour))
-    take = dacc.at_risk & (spacing_distance(out, alt) < spacing_distance(out, ref))
-    return torch.where(take, alt, ref)
+
+    def choose() -> Tensor:
+        from reference.bits import spacing_distance
+        alt = reference_output(ops, contract, exact=dacc.alternative)
+        take = dacc.at_risk & (spacing_distance(out, alt) < spacing_distance(out, ref))
+        return torch.where(take, alt, ref)
+    return memo.cached(("accepted", contract), (out, ref, dacc.alternative, dacc.at_risk), choose)
 
 
 def _declared(spec, ops, exact: Tensor, run=None) -> DeclaredAccumulator:
     return declared_accumulator(ops, exact, overflow_of(spec, run_device(run)))
 
 
+def _bad(out: Tensor, ref: Tensor, tol_ulp: int) -> Tensor:
+    """bool [M, N]: elements of ``out`` over ``tol_ulp`` from ``ref`` (bits
+    differ for 0, spacing distance above it otherwise)."""
+    from conformance.checks.compare import bit_differences
+    from reference.bits import spacing_distance
+    if tol_ulp == 0:
+        return bit_differences(out, ref)[0]
+    return spacing_distance(out, ref) > tol_ulp
+
+
+def _ask_risky(dacc: DeclaredAccumulator, out: Tensor, ops, contract, tol_ulp: int) -> tuple:
+    """``(risky, count)``: at-risk, defined elements over tolerance against
+    the accepted reference (bool [M, N]) and the ``reference.readback.Deferred``
+    of their number, memoized on the tensors inside a ``reference.memo``
+    scope (asked by the sweep's prefetch, read by the check)."""
+    ref = accepted_reference(out, ops, contract, dacc)
+
+    def ask() -> tuple:
+        risky = dacc.at_risk & dacc.defined & _bad(out, ref, tol_ulp)
+        return risky, readback.ask([risky.sum()], lambda v: int(v[0]))
+    return memo.cached(("risky", contract, int(tol_ulp)), (out, ref, dacc.at_risk, dacc.defined),
+                       ask)
+
+
 def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, contract,
                        exact: Tensor, tol_ulp: int) -> None:
     """Add the overflow counts and, where at-risk elements are over tolerance,
-    which behaviour (wrap / saturate / exact int64) the output matches there."""
+    which behaviour (wrap / saturate / exact int64) the output matches there
+    (the three counts read back together)."""
     ev.update(dacc.evidence())
     if not dacc.n_at_risk:
         return
-    from conformance.checks.compare import bit_differences
     from conformance.checks.overflow import saturated_accumulator, wrap32
-    from reference.bits import spacing_distance
-
-    def bad(ref):
-        if tol_ulp == 0:
-            return bit_differences(out, ref)[0]
-        return spacing_distance(out, ref) > tol_ulp
-
-    risky = dacc.at_risk & dacc.defined & bad(accepted_reference(out, ops, contract, dacc))
-    if not bool(risky.any()):
+    risky, n_risky = _ask_risky(dacc, out, ops, contract, tol_ulp)
+    if not n_risky.get():
         return
-    diag = {"over_tolerance_at_risk": int(risky.sum())}
-    for label, a in (("wrap", wrap32(exact)), ("saturate", saturated_accumulator(exact)),
-                     ("exact_int64", exact)):
-        ref = reference_output(ops, contract, acc=DeclaredAccumulator(a, dacc.defined,
-                                                                      dacc.at_risk, label))
-        diag[f"matches_{label}"] = int((risky & ~bad(ref)).sum())
+    labels = ("wrap", "saturate", "exact_int64")
+    parts = [(risky & ~_bad(out, reference_output(ops, contract, exact=a), tol_ulp)).sum()
+             for a in (wrap32(exact), saturated_accumulator(exact), exact)]
+    diag = {"over_tolerance_at_risk": n_risky.get()}
+    diag.update(readback.read(parts, lambda v: {f"matches_{k}": int(x) for k, x in zip(labels, v)}))
     ev["overflow_diagnosis"] = diag
 
 
@@ -221,7 +244,10 @@ def _against(spec, ops, run, exact: Tensor, contract: EpilogueContract) -> tuple
     dacc = _declared(spec, ops, exact, run)
     out = memo.moved(run.output, exact.device)  # compared where the reference lives
     ref = accepted_reference(out, ops, contract, dacc)
-    return out, ref, None if not dacc.n_undefined else dacc.defined, dacc
+    # unmasked where every element is defined by construction; else the
+    # mask, even if it turns out to be all True (the same comparison, and no
+    # read-back of the undefined count to decide)
+    return out, ref, None if dacc.all_defined else dacc.defined, dacc
 
 
 def _c8_inputs(spec, ops, run, exact: Tensor) -> tuple:
@@ -235,40 +261,124 @@ def _c6_inputs(spec, ops, run, exact: Tensor) -> tuple:
 
 
 def _c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
-    """C5's ``((out, ref, mask, dacc), (n_bad, all_pow2))``: the ``a_then_w``
+    """C5's ``((out, ref, mask, dacc), premise)``: the ``a_then_w``
     reference with the declared bias point, masked to where every scale
-    order agrees (:func:`_pow2_premise`) and the declaration defines."""
+    order agrees and the declaration defines, and the
+    ``reference.readback.Deferred`` of ``(n_bad, all_pow2)``
+    (:func:`_pow2_premise`).
+
+    The mask is None (compare everything) when the premise was already read
+    and holds everywhere, else the mask itself -- also when it turns out to
+    be all True: the same comparison, without waiting for the premise's
+    read-back to decide (a sweep layer's premise is read once, in its first
+    cell; an F6 / F7 case has references, and a premise, of its own). The
+    choice is memoized per output and references, so the sweep's prefetch
+    and the check make the same one."""
     bp = spec.contract.bias_point
     out, ref, _, dacc = _against(spec, ops, run, exact, EpilogueContract("a_then_w", bp))
     refs = [ref] + [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
                     for o in SCALE_ORDERS if o != "a_then_w"]
-    n_bad, keep, all_pow2 = _pow2_premise(refs, dacc.defined, ops.scale_b)
-    return (out, ref, keep, dacc), (n_bad, all_pow2)
+    keep, premise = _pow2_premise(refs, dacc.defined, ops.scale_b)
+
+    def mask():
+        return None if premise.done and premise.get()[2] else keep
+    key = (out,) + tuple(refs) + (dacc.defined, ops.scale_b)
+    return (out, ref, memo.cached("c5_mask", key, mask), dacc), premise.then(lambda p: p[::2])
 
 
-def prefetch_output_comparisons(spec, ops, run, exact: Tensor) -> None:
-    """Compute the comparisons C5 / C6 and C8 will make on this case in one
-    read-back (``conformance.checks.compare.prefetch_comparisons``), so that
-    each check finds its own in the ``reference.memo`` scope (the sweep: one
-    device sync per cell for all output checks, not one per check). Nothing
-    happens outside a scope, without a comparable output, or for a
-    step-list declaration (compared on the CPU), nor where an accumulator
-    is at risk of leaving int32 under ``wrap`` (each check then builds a
-    reference of its own from the output, :func:`accepted_reference`: a
-    prefetched comparison would never be found); results are unchanged."""
-    if not memo.active() or _unusable_output(C8, "", ops, run):
-        return
-    dacc = _declared(spec, ops, exact, run)
-    if dacc.alternative is not None and dacc.n_at_risk:
-        return
-    from conformance.checks.compare import prefetch_comparisons
-    triples = [] if _declared_steps(spec, ops, run) is not None else [
-        _c8_inputs(spec, ops, run, exact)[:3]]
+def _prefetchable(spec, ops, run, exact: Tensor) -> list:
+    """The ``(out, ref, tol_ulp, mask, dacc, contract)`` comparisons the
+    output checks will make on this case, for the prefetches below: C8's
+    (unless the kernel declares a step list: compared on the CPU by C8
+    itself) and C5's (pow2) or C6's (otherwise). Empty without a comparable
+    output. ``run``: a KernelRun, or a ``KernelLaunch`` whose output is known and
+    verdicts are not (its comparisons are then asked speculatively: a
+    verdict that makes the output unusable leaves them unread)."""
+    if _unusable_output(C8, "", ops, run):
+        return []
+    out = []
+    bp = spec.contract.bias_point
+    if _declared_steps(spec, ops, run) is None:
+        o, r, m, d = _c8_inputs(spec, ops, run, exact)
+        out.append((o, r, 0, m, d, spec.contract))
     if ops.scale_mode == "pow2":
-        triples.append(_c5_inputs(spec, ops, run, exact)[0][:3])
+        o, r, m, d = _c5_inputs(spec, ops, run, exact)[0]
+        out.append((o, r, 0, m, d, EpilogueContract("a_then_w", bp)))
     else:
-        triples.append(_c6_inputs(spec, ops, run, exact)[:3])
-    prefetch_comparisons(triples)
+        o, r, m, d = _c6_inputs(spec, ops, run, exact)
+        out.append((o, r, 1, m, d, EpilogueContract("a_then_w", bp)))
+    return out
+
+
+def prefetch_output_comparisons(spec, ops, run, exact: Tensor) -> list:
+    """Ask the comparisons C5 / C6 and C8 will make on this case
+    (``conformance.checks.compare.prefetch_comparisons``), so that each
+    check finds its own in the ``reference.memo`` scope and all are read
+    with the case's other questions (the sweep: one device sync per cell for
+    every output check, not one per check). Nothing happens outside a scope
+    or where :func:`_prefetchable` finds nothing; results are unchanged.
+
+    Returns:
+        The comparisons asked (:func:`_prefetchable`'s list, [] outside a
+        scope), for :func:`prefetch_output_evidence` and
+        :func:`declared_output_differs` on the same output.
+    """
+    if not memo.active():
+        return []
+    from conformance.checks.compare import prefetch_comparisons
+    pre = _prefetchable(spec, ops, run, exact)
+    prefetch_comparisons([(o, r, m) for o, r, _, m, _, _ in pre])
+    for o, _, tol, _, dacc, contract in pre:  # _overflow_evidence's count, where it is asked
+        if dacc.known("at_risk") != 0:
+            _ask_risky(dacc, o, ops, contract, tol)
+    return pre
+
+
+def _settled(spec, ops, run, exact: Tensor, pre: Optional[list]) -> list:
+    """The comparisons of the settled ``run``: ``pre`` (asked on its launch,
+    the same output) unless its verdicts made the output unusable; computed
+    when ``pre`` is None."""
+    if pre is None:
+        return _prefetchable(spec, ops, run, exact)
+    return [] if _unusable_output(C8, "", ops, run) else pre
+
+
+def prefetch_output_evidence(spec, ops, run, exact: Tensor, pre: Optional[list] = None) -> None:
+    """Ask the failure evidence (worst element, first offending elements)
+    of every output check whose comparison has differing elements
+    (``conformance.checks.compare.prefetch_failure_evidence``), so that the
+    failing checks of a case read theirs in one read-back. Call after the
+    comparisons were read (:func:`prefetch_output_comparisons`, whose list
+    ``pre`` is, then any read-back), with the settled KernelRun. No-op
+    outside a scope."""
+    if not memo.active():
+        return
+    from conformance.checks.compare import prefetch_failure_evidence
+    for o, r, tol, m, _, _ in _settled(spec, ops, run, exact, pre):
+        prefetch_failure_evidence(o, r, tol, ops, exact, mask=m)
+
+
+def declared_output_differs(spec, ops, run, exact: Tensor, pre: Optional[list] = None) -> bool:
+    """Whether the output may differ from the declared-contract reference
+    (C8 may fail): False only when C8's comparison was prefetched, has been
+    read and found no differing bit, or there is no output; True otherwise
+    (an error, a step-list declaration, a comparison not read yet). A hint
+    for asking failure-related questions early, never a verdict. ``pre``:
+    as :func:`prefetch_output_evidence`."""
+    from conformance.checks.compare import ask_comparison
+    if run.output is None:
+        return False
+    if run.error or not memo.active() or _declared_steps(spec, ops, run) is not None:
+        return True
+    pre = _settled(spec, ops, run, exact, pre)
+    if not pre:
+        return True
+    o, r, _, m = pre[0][:4]  # C8's (out, ref, tol, mask)
+    d = ask_comparison(o, r, m)
+    if not d.done:
+        return True
+    ev = d.get()["ev"]
+    return bool(ev["n_bits_differ"] or ev["max_ulp"])
 
 
 def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
@@ -339,26 +449,26 @@ def _pow2_premise(refs: list, defined: Tensor, scale_b: Tensor) -> tuple:
         scale_b: the weight scales (any shape, float).
 
     Returns:
-        ``(n_bad, keep, all_pow2)``: elements where the scale orders disagree
-        (int), the comparison mask (bool [M, N]: orders agree and defined;
-        None when that is every element) and whether every ``scale_b`` is a
-        power of two (bool). The counts come back in one read-back, memoized
-        on the tensors inside a ``reference.memo`` scope: without an
-        overflow at risk the references are the layer's memoized ones, so a
-        sweep batch computes this once, not once per cell.
+        ``(keep, premise)``: the comparison mask (bool [M, N]: orders agree
+        and defined) and the ``reference.readback.Deferred`` of ``(n_bad,
+        all_pow2, keep_all)``: elements where the scale orders disagree
+        (int), whether every ``scale_b`` is a power of two and whether
+        ``keep`` is all True. Memoized on the tensors inside a
+        ``reference.memo`` scope: without an overflow at risk the references
+        are the layer's memoized ones, so a sweep batch computes this once,
+        not once per cell.
     """
     from reference.bits import bits_of
 
-    def compute() -> tuple:
+    def ask():
         b0 = bits_of(refs[0])
         agree = torch.ones_like(b0, dtype=torch.bool)
         for r in refs[1:]:
             agree &= bits_of(r) == b0
         keep = agree & defined
-        n_bad, keep_all, all_pow2 = torch.stack([(~agree).sum(), keep.all().to(torch.int64),
-                                                 _is_pow2(scale_b).all().to(torch.int64)]).tolist()
-        return int(n_bad), None if keep_all else keep, bool(all_pow2)
-    return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), compute)
+        parts = [(~agree).sum(), _is_pow2(scale_b).all(), keep.all()]
+        return keep, readback.ask(parts, lambda v: (int(v[0]), bool(v[1]), bool(v[2])))
+    return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), ask)
 
 
 def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult:
@@ -382,7 +492,8 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
         return early
     exact = _exact(ops, exact)
     bp = spec.contract.bias_point
-    (out, ref, keep, dacc), (n_bad, all_pow2) = _c5_inputs(spec, ops, run, exact)
+    (out, ref, keep, dacc), premise = _c5_inputs(spec, ops, run, exact)
+    n_bad, all_pow2 = premise.get()
     n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=keep)
     ev["reference"] = EpilogueContract("a_then_w", bp).to_dict()
     _overflow_evidence(ev, dacc, out, ops, EpilogueContract("a_then_w", bp), exact, 0)

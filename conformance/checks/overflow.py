@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from conformance.kernels.spec import OVERFLOW_BEHAVIOURS  # noqa: E402,F401 -- one definition
+from reference import readback
 INT32_MAX = 2 ** 31 - 1
 INT32_MIN = -(2 ** 31)
 
@@ -65,20 +66,41 @@ class DeclaredAccumulator:
     alternative: Optional[Tensor] = None
     #: the two counts, once known (no device read-back per question)
     _counts: dict = field(default_factory=dict, repr=False, compare=False)
+    #: ``reference.readback.Deferred`` of the counts not known at construction
+    _asked: Optional[object] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        # every element defined by construction (nothing may leave int32, or
+        # wrap): checks then compare unmasked without reading a count
+        self.all_defined = self._counts.get("undefined") == 0
+        # asked now, read with whatever the caller reads next (one read-back)
+        missing = [k for k in ("at_risk", "undefined") if k not in self._counts]
+        if missing and self._asked is None:
+            parts = {"at_risk": self.at_risk, "undefined": ~self.defined}
+            self._asked = readback.ask([parts[k].sum() for k in missing],
+                                       lambda v: dict(zip(missing, (int(x) for x in v))))
+
+    def known(self, key: str) -> Optional[int]:
+        """The count ``key`` (``at_risk`` / ``undefined``) when it is known
+        without a read-back (given at construction, or already read), else None."""
+        if key not in self._counts and self._asked is not None and self._asked.done:
+            self._counts.update(self._asked.get())
+        return self._counts.get(key)
+
+    def _count(self, key: str) -> int:
+        if key not in self._counts:
+            self._counts.update(self._asked.get())
+        return self._counts[key]
 
     @property
     def n_at_risk(self) -> int:
         """Elements where some summation order leaves int32."""
-        if "at_risk" not in self._counts:
-            self._counts["at_risk"] = int(self.at_risk.sum())
-        return self._counts["at_risk"]
+        return self._count("at_risk")
 
     @property
     def n_undefined(self) -> int:
         """Elements excluded because the declaration leaves them undefined."""
-        if "undefined" not in self._counts:
-            self._counts["undefined"] = int((~self.defined).sum())
-        return self._counts["undefined"]
+        return self._count("undefined")
 
     def evidence(self) -> dict:
         """JSON-able counts for a check's evidence (empty when nothing is at risk)."""
@@ -96,8 +118,13 @@ def may_leave_int32(k: int) -> bool:
 
 
 def wrap32(x: Tensor) -> Tensor:
-    """int64 -> int64 holding the two's-complement int32 wrap of ``x``."""
-    return ((x.to(torch.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
+    """int64 -> int64 holding the two's-complement int32 wrap of ``x``
+    (inside a ``reference.memo`` scope its int32 range is noted:
+    ``memo.note_bound``)."""
+    from reference import memo
+    w = ((x.to(torch.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
+    memo.note_bound(w, 2 ** 31)
+    return w
 
 
 def positive_negative_sums(a: Tensor, b: Tensor, exact: Tensor) -> tuple[Tensor, Tensor]:
@@ -142,22 +169,34 @@ def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumul
         none = torch.zeros_like(exact, dtype=torch.bool)
         return DeclaredAccumulator(exact, ~none, none, behaviour,
                                    _counts={"at_risk": 0, "undefined": 0})
+    from reference import memo
     p, q = positive_negative_sums(ops.a.to(exact.device), ops.b.to(exact.device), exact)
     at_risk = (p > INT32_MAX) | (q > -INT32_MIN)
     acc = exact.clone()
     defined = torch.ones_like(at_risk)
-    if behaviour == "wrap":
+    # the declared accumulator is no larger than the exact one (or int32's range)
+    bound = memo.known_bound(exact)
+    if behaviour == "wrap":  # defined everywhere: nothing to count
         acc = torch.where(at_risk, wrap32(exact), exact)
-        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact)
+        if bound is not None:
+            memo.note_bound(acc, max(bound, 2 ** 31))
+        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact,
+                                   _counts={"undefined": 0})
     elif behaviour == "saturate":
         monotone = (p == 0) | (q == 0)
         acc = torch.where(at_risk & monotone, exact.clamp(INT32_MIN, INT32_MAX), exact)
         defined = ~at_risk | monotone
     else:
         defined = ~at_risk
+    if bound is not None:
+        memo.note_bound(acc, bound)
     return DeclaredAccumulator(acc, defined, at_risk, behaviour)
 
 
 def saturated_accumulator(exact: Tensor) -> Tensor:
-    """int64 ``clamp(exact)`` to the int32 range (for diagnosing a mismatch)."""
-    return exact.to(torch.int64).clamp(INT32_MIN, INT32_MAX)
+    """int64 ``clamp(exact)`` to the int32 range (for diagnosing a mismatch;
+    the range is noted as in :func:`wrap32`)."""
+    from reference import memo
+    s = exact.to(torch.int64).clamp(INT32_MIN, INT32_MAX)
+    memo.note_bound(s, 2 ** 31)
+    return s

@@ -1,6 +1,10 @@
 """Run a registered kernel on one case and collect output plus evidence.
 
-:func:`run_kernel` never raises for a kernel's own failure: an exception, an
+:func:`run_kernel` (:func:`start_kernel` then :meth:`KernelLaunch.result`:
+the kernel's in-place and NaN verdicts are asked as ``reference.readback``
+questions and read by ``result``, so a caller that starts several things
+before reading pays one device read-back for all) never raises for a
+kernel's own failure: an exception, an
 output of the wrong type / shape / dtype, or NaN where the reference of the
 kernel's *declared* contract has none, is written to ``KernelRun.error``
 (one line) with the evidence in ``manifest["extra"]`` (traceback tail, NaN
@@ -52,6 +56,7 @@ from torch import Tensor
 
 from conformance.kernels import trace
 from conformance.kernels.spec import KernelSpec
+from reference import readback
 from reference.operands import GemmOperands
 
 _PROMOTED = ("interpreter", "padded", "source_digest", "device")
@@ -231,9 +236,19 @@ def _differing(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, l
     """``(names, values)``: the names of the operands whose copy in ``given``
     no longer has the bits of the original (dtype, shape, bits; NaN payloads
     and the sign of zero count, as :func:`_bits_equal`), and the values of
-    ``extra`` (0-d integer tensors, e.g. the output's NaN count) as ints. The
-    per-operand verdicts and ``extra`` are read back together: one device
-    sync on a GPU instead of one per operand."""
+    ``extra`` (0-d integer tensors, e.g. the output's NaN count) as ints:
+    :func:`_ask_differing` read now."""
+    return _ask_differing(originals, given, extra).get()
+
+
+def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
+    """:func:`_differing` as a ``reference.readback.Deferred``: the
+    per-operand verdicts and ``extra`` are asked together and read with
+    whatever else is pending (one device sync on a GPU for all of them, and
+    none of its own when the caller reads later, with its other questions).
+    Operands whose copy changed dtype, shape or device are compared at once
+    (``_bits_equal``: a kernel that replaced an operand, never the sweep's
+    case)."""
     names, flags = [], []
     bad = []
     for k, v in originals.items():
@@ -248,15 +263,16 @@ def _differing(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, l
             continue
         names.append(k)
         flags.append((v.view(it) != g.view(it)).any())
-    asked = list(flags) + list(extra)
-    if asked:
-        same = all(f.device == asked[0].device for f in asked)
-        # bool flags and integer counts: one cast per kind, not per tensor
-        vals = torch.cat([torch.stack(x).to(torch.int64) for x in (flags, list(extra)) if x]
-                         ).tolist() if same else [int(f) for f in asked]
-        bad += [k for k, f in zip(names, vals) if f]
     order = list(originals)
-    return sorted(bad, key=order.index), [int(v) for v in vals[len(flags):]] if asked else []
+    nf = len(flags)
+
+    def convert(vals: list) -> tuple[list, list]:
+        got = bad + [k for k, f in zip(names, vals[:nf]) if f]
+        return sorted(got, key=order.index), [int(v) for v in vals[nf:]]
+    asked = flags + list(extra)
+    if len({t.device for t in asked}) > 1:  # one transfer per device otherwise: read each
+        return readback.ask([], lambda _: convert([int(t) for t in asked]))
+    return readback.ask(asked, convert)
 
 
 def _clone_operands(named: dict, dense=frozenset()) -> dict:
@@ -292,13 +308,11 @@ def _record_layouts(man: dict, originals: dict, given: dict) -> None:
         man["extra"]["densified"] = dens
 
 
-def _modified(originals: dict, given: dict, man: dict, extra: tuple = ()) -> tuple:
-    """``(error line or None, [values of extra])``: the line when the kernel
-    wrote into any operand it was handed (``given`` vs the untouched
-    ``originals``; the names go to ``manifest["extra"]["modified_operands"]``);
-    ``extra``: 0-d integer tensors read back in the same transfer
-    (:func:`_differing`)."""
-    bad, vals = _differing(originals, given, extra)
+def _modified_line(man: dict, bad: list, vals: list) -> tuple:
+    """``(error line or None, vals)`` from :func:`_differing`'s answer: the
+    line when the kernel wrote into any operand it was handed (the names go
+    to ``manifest["extra"]["modified_operands"]``); ``vals`` passes through
+    (the values of the extra tensors read with the verdicts)."""
     line = None
     if bad:
         man["extra"]["modified_operands"] = bad
@@ -381,6 +395,108 @@ def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
     return out, err, elapsed, t
 
 
+class KernelLaunch:
+    """A ``scaled_mm`` call made (:func:`start_kernel`) whose verdicts are
+    asked but not read yet: :meth:`result` reads them (with every other
+    pending ``reference.readback`` question) and gives the KernelRun.
+
+    Attributes:
+        output: the kernel's output on the device it returned it on, when it
+            is well-formed (a dense tensor of the right shape and dtype), else
+            None. Known before :meth:`result` (its NaN / in-place verdicts
+            are not): a caller may start computing with it (the sweep asks
+            its comparisons) and must judge it only from the KernelRun.
+        manifest: the run's manifest (``device`` is set when there is an
+            output; the in-place / NaN evidence is added by :meth:`result`).
+        error: the failure line known at call time (exception, malformed
+            output, not runnable here), or None: final whenever ``output``
+            is None.
+    """
+
+    def __init__(self, spec, ops, output, error, manifest, elapsed, verdicts, digests,
+                 keep_on_device):
+        self.spec, self.ops, self.output, self.error = spec, ops, output, error
+        self.manifest, self.elapsed_s = manifest, elapsed
+        self._verdicts, self._digests, self._keep = verdicts, digests, keep_on_device
+        self._run: Optional[KernelRun] = None
+
+    def result(self) -> KernelRun:
+        """The KernelRun (module docstring; as :func:`run_kernel` returns it),
+        made once."""
+        if self._run is None:
+            self._run = self._finish()
+        return self._run
+
+    def _finish(self) -> KernelRun:
+        man = self.manifest
+        if self._verdicts is None:  # not runnable here: nothing was called
+            return KernelRun(None, self.error, man)
+        mod_err, n_nan = _modified_line(man, *self._verdicts.get())
+        digests = self._digests()
+        if self.output is None:
+            return KernelRun(None, self.error, man, digests, self.elapsed_s)
+        out = self.output if self._keep else self.output.to("cpu")
+        # NaN / in-place evidence keeps the output: the checks may still want the other elements
+        nan_err = _nan_error(out, self.ops, self.spec, man, n_nan[0] if n_nan else None)
+        return KernelRun(out, mod_err or nan_err, man, digests, self.elapsed_s)
+
+
+def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
+                 keep_on_device: bool = False) -> KernelLaunch:
+    """:func:`run_kernel` up to the kernel call: the kernel runs on copies of
+    the operands, its output's type / shape / dtype are checked, and the
+    in-place verdicts and the output's NaN count are asked
+    (``reference.readback``), not read.
+
+    Args / Raises: as :func:`run_kernel`.
+
+    Returns:
+        :class:`KernelLaunch`; ``.result()`` is what :func:`run_kernel` returns.
+    """
+    from reference.validate import validate_operands
+
+    m, k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    dev, why = pick_device(spec, device)
+    man = _base_manifest(spec, dev)
+    if dev is None:
+        man["skipped"] = True
+        return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None,
+                            keep_on_device)
+    viol = spec.constraints.violations(m, k, n)
+    if viol:
+        man["skipped"] = True
+        man["extra"]["constraint_violations"] = viol
+        return KernelLaunch(spec, ops, None, f"not runnable here: shape outside declared "
+                                             f"constraints: {'; '.join(viol)}", man, 0.0, None,
+                            None, keep_on_device)
+    dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
+    originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
+                 "bias": dops.bias}
+    given = _clone_operands(originals, dense=_dense_names(spec))
+    _record_layouts(man, originals, given)
+    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
+                                         given["scale_a"], given["scale_b"],
+                                         out_dtype=dops.out_dtype, bias=given["bias"])
+    if err is None:
+        err = _check_output(out, m, n, ops.out_dtype, "kernel")
+    # the output's NaN count is asked with the in-place verdicts (one read-back)
+    asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
+    verdicts = _ask_differing(originals, given, asked)
+
+    def digests() -> tuple:
+        if t.received_digests:
+            man["operands_recorded_by"] = "kernel"
+            return t.received_digests
+        # the originals are untouched, so this is what was handed over
+        man["operands_recorded_by"] = "runner"
+        return trace.digest_operands(dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias)
+    if err is not None:
+        return KernelLaunch(spec, ops, None, err, man, elapsed, verdicts, digests, keep_on_device)
+    man["device"] = out.device.type
+    return KernelLaunch(spec, ops, out.detach(), None, man, elapsed, verdicts, digests,
+                        keep_on_device)
+
+
 def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
                keep_on_device: bool = False) -> KernelRun:
     """Run ``spec.scaled_mm`` on ``ops`` and check what came back.
@@ -403,48 +519,71 @@ def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None
         OperandError: ``ops`` themselves are invalid
             (``reference.validate.validate_operands``).
     """
+    return start_kernel(spec, ops, device, keep_on_device).result()
+
+
+class AccLaunch:
+    """An ``int_mm`` call made (:func:`start_int_mm`), its in-place verdicts
+    asked, not read; :meth:`result` gives the AccRun.
+
+    Attributes:
+        acc: the accumulator as returned (on the kernel's device) when it is
+            well-formed (int32 [M, N], dense), else None; known before
+            :meth:`result` (judge it only from the AccRun).
+        manifest, error: as :class:`KernelLaunch`.
+    """
+
+    def __init__(self, acc, error, manifest, elapsed, verdicts, keep_on_device):
+        self.acc, self.error, self.manifest, self.elapsed_s = acc, error, manifest, elapsed
+        self._verdicts, self._keep = verdicts, keep_on_device
+        self._run: Optional[AccRun] = None
+
+    def result(self) -> AccRun:
+        """The AccRun (as :func:`run_int_mm` returns it), made once."""
+        if self._run is None:
+            if self._verdicts is None:
+                self._run = AccRun(None, self.error, self.manifest)
+            else:
+                mod_err, _ = _modified_line(self.manifest, *self._verdicts.get())
+                if self.acc is None:
+                    self._run = AccRun(None, self.error, self.manifest, self.elapsed_s)
+                else:
+                    self._run = AccRun(self.acc if self._keep else self.acc.to("cpu"), mod_err,
+                                       self.manifest, self.elapsed_s)
+        return self._run
+
+
+def start_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None,
+                 keep_on_device: bool = False) -> AccLaunch:
+    """:func:`run_int_mm` up to the call: the in-place verdicts are asked
+    (``reference.readback``), not read. Args / Raises as :func:`run_int_mm`;
+    ``.result()`` of the returned :class:`AccLaunch` is what it returns."""
     from reference.validate import validate_operands
 
-    m, k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    m, _, n = validate_operands(a, b, _ONE, _ONE)
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
+    if spec.int_mm is None:
+        man["skipped"] = True
+        return AccLaunch(None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry",
+                         man, 0.0, None, keep_on_device)
     if dev is None:
         man["skipped"] = True
-        return KernelRun(None, f"not runnable here: {why}", man)
-    viol = spec.constraints.violations(m, k, n)
-    if viol:
-        man["skipped"] = True
-        man["extra"]["constraint_violations"] = viol
-        return KernelRun(None, f"not runnable here: shape outside declared constraints: "
-                               f"{'; '.join(viol)}", man)
-    dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
-    originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
-                 "bias": dops.bias}
+        return AccLaunch(None, f"not runnable here: {why}", man, 0.0, None, keep_on_device)
+    from reference.operands import copy_keep_layout
+
+    originals = {"a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
+                 "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev)}
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
-    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
-                                         given["scale_a"], given["scale_b"],
-                                         out_dtype=dops.out_dtype, bias=given["bias"])
+    acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
+    verdicts = _ask_differing(originals, given)
     if err is None:
-        err = _check_output(out, m, n, ops.out_dtype, "kernel")
-    # the output's NaN count is read back with the in-place verdicts (one sync)
-    asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
-    mod_err, n_nan = _modified(originals, given, man, asked)
-    if t.received_digests:
-        digests, man["operands_recorded_by"] = t.received_digests, "kernel"
-    else:
-        # the originals are untouched, so this is what was handed over
-        digests, man["operands_recorded_by"] = trace.digest_operands(
-            dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias), "runner"
+        err = _check_output(acc, m, n, torch.int32, "int_mm")
     if err is not None:
-        return KernelRun(None, err, man, digests, elapsed)
-    man["device"] = out.device.type
-    out = out.detach()
-    if not keep_on_device:
-        out = out.to("cpu")
-    # NaN / in-place evidence keeps the output: the checks may still want the other elements
-    nan_err = _nan_error(out, ops, spec, man, n_nan[0] if n_nan else None)
-    return KernelRun(out, mod_err or nan_err, man, digests, elapsed)
+        return AccLaunch(None, err, man, elapsed, verdicts, keep_on_device)
+    man["device"] = acc.device.type
+    return AccLaunch(acc.detach(), None, man, elapsed, verdicts, keep_on_device)
 
 
 def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None,
@@ -462,29 +601,4 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
     Raises:
         OperandError: invalid a / b (dtype, shape, layout, K mismatch, empty).
     """
-    from reference.validate import validate_operands
-
-    m, _, n = validate_operands(a, b, _ONE, _ONE)
-    dev, why = pick_device(spec, device)
-    man = _base_manifest(spec, dev)
-    if spec.int_mm is None:
-        man["skipped"] = True
-        return AccRun(None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry", man)
-    if dev is None:
-        man["skipped"] = True
-        return AccRun(None, f"not runnable here: {why}", man)
-    from reference.operands import copy_keep_layout
-
-    originals = {"a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
-                 "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev)}
-    given = _clone_operands(originals, dense=_dense_names(spec))
-    _record_layouts(man, originals, given)
-    acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
-    mod_err, _ = _modified(originals, given, man)
-    if err is None:
-        err = _check_output(acc, m, n, torch.int32, "int_mm")
-    if err is not None:
-        return AccRun(None, err, man, elapsed)
-    man["device"] = acc.device.type
-    acc = acc.detach()
-    return AccRun(acc if keep_on_device else acc.to("cpu"), mod_err, man, elapsed)
+    return start_int_mm(spec, a, b, device, keep_on_device).result()

@@ -173,30 +173,43 @@ def row_of(scale_mode: str, r, keep_all: bool = False) -> dict:
 
 
 def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
-    """How the differing elements of ``out`` sit against ``ref``.
+    """How the differing elements of ``out`` sit against ``ref``:
+    :func:`ask_direction_counts` read now (args / returns as there)."""
+    return ask_direction_counts(out, ref).get()
+
+
+def ask_direction_counts(out: torch.Tensor, ref: torch.Tensor):
+    """How the differing elements of ``out`` sit against ``ref``, asked.
 
     Args:
         out, ref: same-shape float tensors (bf16 / fp16 / fp32); counted on
             ref's device (``out`` is moved there).
 
     Returns:
-        ``{"n_differ", "toward_zero", "away_from_zero", "sign_change"}``:
-        counts over elements whose bits differ (NaN pairs count as differ
-        and in none of the three classes).
+        ``reference.readback.Deferred`` of ``{"n_differ", "toward_zero",
+        "away_from_zero", "sign_change"}``: counts over elements whose bits
+        differ (a NaN against anything has no sign in common with it and
+        counts as a sign change). The four counts are asked together
+        (element-wise masks, no boolean indexing, whose result size would be
+        a read-back of its own) and memoized on the two tensors inside a
+        ``reference.memo`` scope, so the sweep can ask them before its
+        checks read.
     """
-    from reference import memo
+    from reference import memo, readback
     from reference.bits import bits_of
     out = memo.moved(out, ref.device)
-    o, r = out.to(torch.float64), ref.to(torch.float64)
-    differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
-    o, r = o.reshape(-1)[differ], r.reshape(-1)[differ]
-    same_sign = torch.sign(o) == torch.sign(r)
-    toward = same_sign & (o.abs() < r.abs())
-    away = same_sign & (o.abs() > r.abs())
-    # the four counts in one read-back (one device sync on a GPU, not four)
-    n, t, w, s = torch.stack([differ.sum(), toward.sum(), away.sum(), (~same_sign).sum()]).tolist()
-    return {"n_differ": int(n), "toward_zero": int(t), "away_from_zero": int(w),
-            "sign_change": int(s)}
+
+    def ask():
+        o, r = out.to(torch.float64).reshape(-1), ref.to(torch.float64).reshape(-1)
+        differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
+        moved = differ & (torch.sign(o) == torch.sign(r))  # differs, same sign
+        oa, ra = o.abs(), r.abs()
+        parts = [differ.sum(), (moved & (oa < ra)).sum(), (moved & (oa > ra)).sum(),
+                 (differ & ~moved).sum()]
+        return readback.ask(parts, lambda v: {"n_differ": int(v[0]), "toward_zero": int(v[1]),
+                                                "away_from_zero": int(v[2]),
+                                                "sign_change": int(v[3])})
+    return memo.cached("direction", (out, ref), ask)
 
 
 class LayerContext:
@@ -246,15 +259,24 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     """Evaluate one layer cell (module docstring).
 
     The faulty kernel runs once; that run feeds the checks
-    (``evaluate_case(run=...)``), the ground truth (``faulty_run=``) and the
+    (``CaseEvaluation(run=...)``), the ground truth (``faulty_run=``) and the
     error direction. With ``ctx`` (a batch of cells of one layer,
     :func:`run_layer_batch`) operands and the clean run come from it.
+
+    Device read-backs (``reference.readback``; one host-device sync each on
+    a GPU): every question of the cell is asked before any is read, in two
+    rounds. Round one: the runs' in-place / NaN verdicts, every check's
+    counts and maxima, the ground truth's counts. Round two, only when an
+    output differs from a reference: the failing comparisons' worst
+    elements and the error direction. Inside the batch's ``reference.memo``
+    scope the checks then find their answers already read.
     """
     from conformance.checks.output_bits import reference_output
-    from conformance.evaluate import evaluate_case
-    from conformance.kernels.runner import run_kernel
-    from faults import ground_truth, inject, prepare_case
+    from conformance.evaluate import CaseEvaluation
+    from conformance.kernels.runner import start_kernel
+    from faults import inject, prepare_case
     from faults.spec import PRECONDITION_FAULTS
+    from faults.truth import ask_ground_truth
 
     t0 = time.perf_counter()
     c, spec = task.cell, task.spec
@@ -263,18 +285,24 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
-    # outputs stay on the kernel's device, where the batch's references live
-    frun = run_kernel(faulty, ops, device=task.device, keep_on_device=True)
-    res = evaluate_case(faulty, ops, device=task.device, source="sweep", coverage=False, run=frun,
-                        output_digest=False,  # not stored: no per-cell hash of the output
-                        keep_on_device=True)
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:
-        clean = ctx.clean_run(c.layer, c.scale_mode)
-    gt = ground_truth(kernel, c.fault, c.coverage, c.seed, ops, device=task.device,
-                      clean_run=clean, faulty_run=frun).to_dict()
-    # error direction against the declared-contract reference (signature input)
-    # (only where C8 failed: a passing cell has no differing element)
+        clean = ctx.clean_run(c.layer, c.scale_mode)  # before any question: made once per batch
+    # outputs stay on the kernel's device, where the batch's references live
+    launch = start_kernel(faulty, ops, device=task.device, keep_on_device=True)
+    case = CaseEvaluation(faulty, ops, device=task.device, run=launch, keep_on_device=True)
+    gt_asked = ask_ground_truth(kernel, c.fault, c.coverage, c.seed, ops, device=task.device,
+                                clean_run=clean, faulty_run=launch)
+    case.settle()  # round one read
+    frun = case.run
+    # error direction against the declared-contract reference (signature
+    # input), only where C8 fails: asked now when C8 may fail, so that it
+    # comes back with the failing checks' evidence (round two)
+    if frun.output is not None and case.output_differs():
+        ask_direction_counts(frun.output, reference_output(ops, kernel.contract))
+    res = case.result(source="sweep", coverage=False,
+                      output_digest=False)  # not stored: no per-cell hash of the output
+    gt = gt_asked.get().to_dict()
     if res.checks["C8"].verdict == "fail" and frun.output is not None:
         gt["direction_vs_declared"] = direction_counts(frun.output,
                                                        reference_output(ops, kernel.contract))
