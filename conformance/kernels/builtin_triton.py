@@ -591,11 +591,19 @@ class KernelHang(RuntimeError):
 
 
 def _hang_limit_s() -> float:
-    """Seconds a tuning launch may take: ``INT8CONF_TRITON_HANG_S`` (default 60)."""
+    """Seconds a tuning launch may take: ``INT8CONF_TRITON_HANG_S`` (default 60).
+
+    Raises:
+        ValueError: the variable is set but not a finite number > 0.
+    """
+    raw = os.environ.get("INT8CONF_TRITON_HANG_S", "60")
     try:
-        return max(0.01, float(os.environ.get("INT8CONF_TRITON_HANG_S", "60")))
+        v = float(raw)
     except ValueError:
-        return 60.0
+        v = float("nan")
+    if not (0 < v < float("inf")):
+        raise ValueError(f"INT8CONF_TRITON_HANG_S must be a number of seconds > 0, got {raw!r}")
+    return v
 
 
 def _wait(event, what: str, limit_s: Optional[float] = None) -> None:

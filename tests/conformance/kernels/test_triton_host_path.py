@@ -145,3 +145,13 @@ def test_the_tuner_stops_at_a_hang_instead_of_queueing_the_next_candidate(monkey
 def test_no_candidate_is_the_configuration_that_hung_on_the_h200():
     labels = {c.label() for cs in bt.BUCKET_CONFIGS.values() for c in cs}
     assert "tma 128x128x128 g8 sk1 w4 s4 persistent ws" not in labels
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-5", "inf"])
+def test_a_bad_hang_limit_is_named(monkeypatch, raw):
+    monkeypatch.setenv("INT8CONF_TRITON_HANG_S", raw)
+    with pytest.raises(ValueError, match=f"INT8CONF_TRITON_HANG_S must be a number of seconds "
+                                         f"> 0, got '{raw}'"):
+        bt._hang_limit_s()
+    monkeypatch.setenv("INT8CONF_TRITON_HANG_S", "2.5")
+    assert bt._hang_limit_s() == 2.5
