@@ -204,7 +204,10 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
+    try:
+        s = str(e).strip()
+    except Exception as inner:  # noqa: BLE001 -- a kernel's exception may not even print
+        return f"<its message could not be printed: {type(inner).__name__}>"
     return s.splitlines()[0][:300] if s else ""
 
 
@@ -332,6 +335,9 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
         return f"{what} returned shape {tuple(out.shape)}, expected [{m},{n}]"
     if out.dtype != dtype:
         return f"{what} returned dtype {out.dtype}, expected {dtype}"
+    if out.device.type not in ("cpu", "cuda"):  # e.g. 'meta': no values to compare
+        return (f"{what} returned a tensor on device {out.device.type!r}, expected one on "
+                f"'cpu' or 'cuda' holding its values")
     if not out.is_contiguous():  # callers .view() the result as torch ops' outputs allow
         return (f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), "
                 f"expected a dense row-major [{m},{n}] tensor")

@@ -245,3 +245,30 @@ def test_triton_interpreter_overflow_is_quiet_and_correct(scale, out_dtype):
     # the filter was scoped to the interpreter call: numpy overflow warns again here
     with pytest.warns(RuntimeWarning, match="overflow encountered in multiply"):
         np.multiply(np.float32(3e38), np.float32(10.0))
+
+
+def test_a_meta_output_or_an_unprintable_exception_is_a_kernel_error_not_a_crash():
+    """New-user pass 2026-12-01c: both crashed ``int8conf check`` with a torch
+    traceback (``.item()`` on a meta tensor; ``str(e)`` raising)."""
+    def meta_out(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        return torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device="meta")
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise ValueError("no")
+
+    def weird(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        raise Unprintable()
+    def spec(fn):
+        return spec_from_object(declare(contract="cutlass")(fn), f"m:{fn.__name__}",
+                                f"module:m:{fn.__name__}")
+    ops = _ops()
+    run = run_kernel(spec(meta_out), ops)
+    assert run.output is None and run.error == (
+        "kernel returned a tensor on device 'meta', expected one on 'cpu' or 'cuda' holding "
+        "its values")
+    run = run_kernel(spec(weird), ops)
+    assert run.output is None and run.error.startswith(
+        "kernel raised Unprintable: <its message could not be printed: ValueError> (at ")
+    res = evaluate_case(spec(meta_out), ops)
+    assert res.checks["C8"].verdict == "fail"
