@@ -25,6 +25,19 @@ def int_at_least(lo: int):
     return parse
 
 
+def int_between(lo: int, hi: int):
+    """argparse ``type`` factory: an integer in [``lo``, ``hi``] (one error
+    line, exit 2, before any work; e.g. ``study pow2 --prompts``, 1-8)."""
+    at_least = int_at_least(lo)
+
+    def parse(text: str) -> int:
+        v = at_least(text)
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {v}")
+        return v
+    return parse
+
+
 #: argparse ``type`` for counts that may be 0 (e.g. ``--examples``);
 #: raises argparse.ArgumentTypeError for a non-integer or a negative value.
 non_negative_int = int_at_least(0)

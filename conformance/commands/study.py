@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conformance.commands._options import positive_seconds, parent_model_dir_arg, positive_int, seed_int
+from conformance.commands._options import (int_between, parent_model_dir_arg, positive_int,
+                                           positive_seconds, seed_int)
+from reference.model.corpus import prompts
 
 DEFAULT_KERNELS = "cpu,triton"
 
@@ -78,7 +80,8 @@ def register(subparsers) -> None:
     p.add_argument("--windows", type=positive_int, help="held-out windows for perplexity (default cpu 32, cuda 64)")
     p.add_argument("--window-len", type=positive_int, help="tokens per window (default cpu 128, cuda 256)")
     p.add_argument("--flip-windows", type=positive_int, help="windows for the flip analysis (default cpu 4, cuda 16)")
-    p.add_argument("--prompts", type=positive_int, help="fixed prompts for generation, 1-8 (default 8)")
+    p.add_argument("--prompts", type=int_between(1, len(prompts())),
+                   help="fixed prompts for generation, 1-8 (default 8)")
     p.add_argument("--new-tokens", type=positive_int, help="greedy new tokens per prompt (default 64)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (>= 10000)")
     p.add_argument("--seed", type=seed_int, default=0,

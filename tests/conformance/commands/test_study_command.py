@@ -27,6 +27,17 @@ def test_bad_study_input_is_one_line_exit_2(argv, words, capsys, tmp_path):
     assert len(err) == 1 and err[0].startswith("int8conf: error:") and words in err[0]
 
 
+def test_too_many_prompts_is_refused_before_any_work(capsys, tmp_path):
+    """New-user pass 2026-12-01c: ``--prompts 9`` used to be refused only after
+    the gate, the layer agreement, the accuracy arms and the flips (195 s)."""
+    with pytest.raises(SystemExit) as e:
+        main(["study", "pow2", "--out", str(tmp_path / "r"), "--prompts", "9"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "argument --prompts: expected an integer in [1, 8], got 9")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_device_cuda_without_a_gpu_is_refused(capsys, tmp_path):
     assert main(["study", "pow2", "--device", "cuda", "--out", str(tmp_path / "r")]) == 2
