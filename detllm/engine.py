@@ -47,7 +47,7 @@ import torch
 from detllm import guard as _guard
 from detllm import intops, ops
 from detllm.artifact import Artifact, load_artifact
-from reference.errors import KernelLoadError, OperandError
+from reference.errors import Int8confError, KernelLoadError, OperandError
 
 _NEG_INF = -(1 << 62)
 
@@ -316,9 +316,24 @@ def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
 
 
 def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The only hardware-dependent op: kernel int_mm, output checked int32 [M,N]."""
+    """The only hardware-dependent op: kernel int_mm, output checked int32 [M,N].
+
+    Raises:
+        OperandError: the kernel raised (its exception type and first line,
+            chained) or returned something other than int32 [M, N].
+    """
     with _guard.suspended():
-        out = engine.int_mm(a.contiguous(), b.contiguous())
+        try:
+            out = engine.int_mm(a.contiguous(), b.contiguous())
+        except Int8confError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- a user's kernel: one line for the CLI, cause chained
+            try:
+                msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            except Exception:  # noqa: BLE001 -- its message may not even print
+                msg = "<its message could not be printed>"
+            raise OperandError(f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: "
+                               f"{msg} (M={a.shape[0]}, K={a.shape[1]}, N={b.shape[0]})") from e
     engine.mm_calls += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
         got = f"{getattr(out, 'dtype', type(out).__name__)} {list(getattr(out, 'shape', []))}"

@@ -278,3 +278,24 @@ def test_max_new_tokens_negative_names_the_option(capfd, cmd):
     line = _argparse_exit(capfd, cmd, "-n", "-1")
     assert line == (f"detllm {cmd}: error: argument -n/--max-new-tokens: "
                     "expected an integer >= 0, got -1")
+
+
+# ------------------------------------------- 9. a kernel whose int_mm raises
+def test_generate_with_a_raising_int_mm_is_one_line_exit_2(capfd, tmp_path, monkeypatch):
+    """New-user pass 2026-12-01c: a wrong dtype/shape from ``int_mm`` was one
+    line, but an exception from it reached the user as a traceback."""
+    (tmp_path / "raising_kern.py").write_text(
+        "import torch\n"
+        "from conformance.kernels.loader import declare\n"
+        "def _im(a, b):\n"
+        "    raise RuntimeError('int_mm boom')\n"
+        "@declare(contract='cutlass', int_mm=_im)\n"
+        "def k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
+        "    raise RuntimeError('unused')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = dcli.main(["generate", "--kernel", "raising_kern:k", "-n", "2"])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0] == ("detllm: error: kernel 'raising_kern:k' int_mm raised RuntimeError: int_mm boom "
+                      "(M=11, K=384, N=640)"), err[0]
