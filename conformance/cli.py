@@ -91,6 +91,8 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
     """
     subs = _subparsers(parser)
     cmd = next((t for t in argv if not t.startswith("-")), None)
+    if cmd is not None and cmd not in subs:
+        return []  # a misspelled command: argparse's "invalid choice" names it
     target = subs.get(cmd) if cmd in subs else None
     scope = parser if target is None else target
     known = [o for a in scope._actions for o in a.option_strings]

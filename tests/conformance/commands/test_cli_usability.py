@@ -29,6 +29,17 @@ def test_misspelled_option_is_named_not_a_missing_kernel(capsys):
     assert "--kernel" in capsys.readouterr().err
 
 
+def test_misspelled_command_is_named_not_its_options(capsys):
+    """New-user pass 2026-12-01c: ``int8conf chek --kernel=cpu`` said
+    "unknown option --kernel; chek takes: --help, -h"."""
+    with pytest.raises(SystemExit) as e:
+        main(["chek", "--kernel=cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("int8conf: error: argument COMMAND: invalid choice: 'chek' (choose from ")
+    assert "'check'" in err
+
+
 def test_cpu_device_index_is_an_error(capsys):
     assert main(["check", "--kernel", "cpu", "--device", "cpu:1", *FAST]) == 2
     assert capsys.readouterr().err.strip() == (
