@@ -23,6 +23,7 @@ from conformance.checks.output_bits import (check_declared_contract, check_pow2_
                                             check_real_scale_spacing, declared_output_differs,
                                             prefetch_output_comparisons, prefetch_output_evidence)
 from conformance.checks.result import CHECK_NAMES, CheckResult
+from reference.errors import first_line
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
 NOT_RUN = "not run"
@@ -176,8 +177,7 @@ def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
     try:
         return fn(spec, ops, *args), None
     except Exception as e:  # noqa: BLE001 -- fall back to the checks' own computations
-        line = (f"{fn.__name__} raised {type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''}")
+        line = f"{fn.__name__} raised {type(e).__name__}: {first_line(e, limit=None)}"
         warnings.warn(PrefetchWarning(f"{spec.name} {case_id(ops)}: {line}; the checks "
                                       f"computed their comparisons themselves"), stacklevel=3)
         return None, line

@@ -47,7 +47,7 @@ import torch
 from detllm import guard as _guard
 from detllm import intops, ops
 from detllm.artifact import Artifact, load_artifact
-from reference.errors import Int8confError, KernelLoadError, OperandError
+from reference.errors import Int8confError, KernelLoadError, OperandError, first_line
 
 _NEG_INF = -(1 << 62)
 
@@ -328,12 +328,9 @@ def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         except Int8confError:
             raise
         except Exception as e:  # noqa: BLE001 -- a user's kernel: one line for the CLI, cause chained
-            try:
-                msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-            except Exception:  # noqa: BLE001 -- its message may not even print
-                msg = "<its message could not be printed>"
             raise OperandError(f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: "
-                               f"{msg} (M={a.shape[0]}, K={a.shape[1]}, N={b.shape[0]})") from e
+                               f"{first_line(e, 200)} (M={a.shape[0]}, K={a.shape[1]}, "
+                               f"N={b.shape[0]})") from e
     engine.mm_calls += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
         got = f"{getattr(out, 'dtype', type(out).__name__)} {list(getattr(out, 'shape', []))}"

@@ -42,3 +42,15 @@ class PredictionError(Int8confError, ValueError):
 class SeedError(Int8confError, ValueError):
     """A seed given by the user is not an integer in the accepted range
     (``reference.seeds``)."""
+
+
+def first_line(e: BaseException, limit: "int | None" = 300) -> str:
+    """The first line of ``str(e)``, stripped and cut to ``limit`` characters
+    (None: uncut; "" for an empty message). A user kernel's exception may not even print
+    (its ``__str__`` raises): then a placeholder naming that, never a new error.
+    """
+    try:
+        s = str(e).strip()
+    except Exception as inner:  # noqa: BLE001 -- e.g. a __str__ that raises
+        return f"<its message could not be printed: {type(inner).__name__}>"
+    return s.splitlines()[0][:limit] if s else ""

@@ -160,16 +160,7 @@ def copy_source(t) -> Optional[torch.Tensor]:
     """The tensor ``t`` was copied from (:func:`note_copy`), when both are
     alive and neither was written since the copy (in-place version counters
     unchanged); else None. Always None outside a scope."""
-    if not active() or not isinstance(t, torch.Tensor):
-        return None
-    hit = _STATE["store"].get(("copyof", _ident(t)))
-    if hit is None or not _alive(hit[0], (t,)):
-        return None
-    ref, version = hit[1]
-    src = ref()
-    if src is None or int(src._version) != version:
-        return None
-    return src
+    return _unchanged_origin("copyof", t)
 
 
 def note_part(whole, part) -> None:
@@ -186,16 +177,22 @@ def note_part(whole, part) -> None:
 def part_source(t) -> Optional[torch.Tensor]:
     """The tensor ``t`` was cut from (:func:`note_part`), when both are alive
     and neither was written since; else None (always outside a scope)."""
+    return _unchanged_origin("partof", t)
+
+
+def _unchanged_origin(kind: str, t) -> Optional[torch.Tensor]:
+    """The tensor recorded as ``t``'s origin under ``kind`` (``"copyof"`` /
+    ``"partof"``), when both are alive and neither was written since; else None."""
     if not active() or not isinstance(t, torch.Tensor):
         return None
-    hit = _STATE["store"].get(("partof", _ident(t)))
+    hit = _STATE["store"].get((kind, _ident(t)))
     if hit is None or not _alive(hit[0], (t,)):
         return None
     ref, version = hit[1]
-    whole = ref()
-    if whole is None or int(whole._version) != version:
+    origin = ref()
+    if origin is None or int(origin._version) != version:
         return None
-    return whole
+    return origin
 
 
 def peek(kind, tensors: tuple):

@@ -77,7 +77,7 @@ import torch
 from conformance.kernels._digest import callable_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
-from reference.errors import ContractError, KernelLoadError
+from reference.errors import ContractError, KernelLoadError, first_line
 
 ENTRY_POINT_GROUP = "int8conf.kernels"
 CONVENTIONS = ("int8conf", "vllm")
@@ -242,10 +242,10 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
         try:
             values[key] = parse(value)
         except ContractError as e:
-            msg = _first_line(e)
+            msg = first_line(e, limit=None)
             problems.append((key, msg if f"{key}=" in msg else f"{key}={value!r}: {msg}"))
         except Exception as e:  # noqa: BLE001 -- any parse failure of a user value is one line
-            problems.append((key, f"{key}={value!r}: {type(e).__name__}: {_first_line(e)}"))
+            problems.append((key, f"{key}={value!r}: {type(e).__name__}: {first_line(e, limit=None)}"))
 
     def _conv(v):
         if v not in CONVENTIONS:
@@ -372,7 +372,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         raise
     except Exception as e:  # noqa: BLE001 -- a user factory failing must be one line
         raise KernelLoadError(f"kernel {name!r}: factory raised {type(e).__name__}: "
-                              f"{_first_line(e)}") from None
+                              f"{first_line(e, limit=None)}") from None
     if decl is None:
         raise KernelLoadError(
             f"kernel {name!r} declares no epilogue contract: decorate it with "
@@ -385,11 +385,6 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         int_mm=decl.int_mm, origin=origin,
         description=decl.description or f"{origin} ({decl.convention} convention)",
         steps=decl.steps, contiguous_only=decl.contiguous_only, overflow=decl.overflow)
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else ""
 
 
 QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only",
@@ -451,7 +446,7 @@ def load_module_function(name: str) -> KernelSpec:
         hint = (" (is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
                 if missing else "")
         raise KernelLoadError(f"--kernel {name!r}: cannot import module {mod_name!r}: "
-                              f"{type(e).__name__}: {_first_line(e)}{hint}") from None
+                              f"{type(e).__name__}: {first_line(e, limit=None)}{hint}") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -481,7 +476,7 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
         obj = eps[0].load()
     except Exception as e:  # noqa: BLE001
         raise KernelLoadError(f"entry point {base!r} ({eps[0].value}) failed to load: "
-                              f"{type(e).__name__}: {_first_line(e)}") from None
+                              f"{type(e).__name__}: {first_line(e, limit=None)}") from None
     return spec_from_object(obj, base, f"entry-point:{base}", query)
 
 

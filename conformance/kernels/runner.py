@@ -57,6 +57,7 @@ from torch import Tensor
 from conformance.kernels import trace
 from conformance.kernels.spec import KernelSpec
 from reference import readback
+from reference.errors import first_line
 from reference.operands import GemmOperands
 
 _PROMOTED = ("interpreter", "padded", "source_digest", "device")
@@ -203,20 +204,12 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
     man["extra"].update(extra)
 
 
-def _first_line(e: BaseException) -> str:
-    try:
-        s = str(e).strip()
-    except Exception as inner:  # noqa: BLE001 -- a kernel's exception may not even print
-        return f"<its message could not be printed: {type(inner).__name__}>"
-    return s.splitlines()[0][:300] if s else ""
-
-
 def _raised(man: dict, e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     man["extra"]["exception"] = type(e).__name__
     man["extra"]["traceback_tail"] = [f"{f.filename}:{f.lineno} in {f.name}" for f in tb[-4:]]
     where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-    return f"kernel raised {type(e).__name__}: {_first_line(e)}{where}"
+    return f"kernel raised {type(e).__name__}: {first_line(e)}{where}"
 
 
 def _bits_equal(x: Tensor, y: Tensor) -> bool:
