@@ -9,7 +9,9 @@
 #   1. the CUDA unit tests (every candidate on edge shapes, now with two TMA-eligible
 #      large shapes), then the detllm CUDA tests as a re-check;
 #   3. issue 9: `study pow2` on CUDA with its end-to-end part, default model;
-#   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh).
+#   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh);
+#   3b. issue 9: `study pow2` on the random Qwen3-1.7B-shaped model of the sweep;
+#   5. issue 7: worker-count probe, then the full grid (run_workers.sh).
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all-STAGE.tgz (at most 8
@@ -39,6 +41,12 @@ case "${STAGE:-1}" in
      --int8conf-reports="$OUT/reports" ;;
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
+3b) step model 60 python3 reports/sweep/h200-paper-scale/paper_model.py /tmp/big big
+   INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-480}" python3 -m conformance.cli study pow2 \
+     --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 32 --flip-windows 8 \
+     --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-480} - 60 ))" ;;
+5) OUT="$OUT" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
+   grep -v "━" "$OUT/logs/workers.log" | tail -40 | cut -c1-300 ;;
 4) OUT="$OUT" BUDGET=540 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
