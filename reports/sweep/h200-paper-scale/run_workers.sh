@@ -11,7 +11,7 @@ START=$(date +%s); BUDGET=${BUDGET:-540}
 left() { echo $(( START + BUDGET - $(date +%s) )); }
 stamp() { echo "== $(date +%T) (+$(( $(date +%s) - START )) s) $*"; }
 rm -rf /tmp/w*.sqlite* /tmp/wout* /tmp/paper.sqlite*
-sweep() { python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks "$@" 2>&1 | grep -v "━"; }
+sweep() { python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks "$@" 2>&1 | sed "/━/d"; }
 rate() { python - "$1" "$2" <<'PY'
 import json, sqlite3, sys
 r = json.loads(sqlite3.connect(sys.argv[1]).execute("select value from meta where key='runs'").fetchone()[0])[-1]
@@ -20,15 +20,15 @@ PY
 }
 stamp model; python reports/sweep/h200-paper-scale/paper_model.py /tmp/big big || exit 1
 stamp warm-up; sweep --no-score --layers 0 --coverages one --db /tmp/wwarm.sqlite --out /tmp/wout-warm --quiet || exit 1
-for w in 1 2 4 6; do
-  stamp "layers 0-6 (378 cells), --workers $w"
-  sweep --no-score --layers 0,1,2,3,4,5,6 --workers $w --db /tmp/w$w.sqlite --out /tmp/wout$w --quiet
+for w in 1 3 6; do
+  stamp "layers 0-3 (216 cells), --workers $w"
+  sweep --no-score --layers 0,1,2,3 --workers $w --db /tmp/w$w.sqlite --out /tmp/wout$w --quiet
   rate /tmp/w$w.sqlite $w
 done | tee "$OUT/probe.txt"
 best=$(grep ^RATE "$OUT/probe.txt" | sort -k3 -gr | head -1 | sed 's/RATE workers=\([0-9]*\).*/\1/')
 stamp "full grid (10,584 cells) with --workers ${best:-1}"
 timeout $(( $(left) - 15 )) python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks \
-  --workers "${best:-1}" --db /tmp/paper.sqlite --out "$OUT/sweep" 2>&1 | grep -v "━"
+  --workers "${best:-1}" --db /tmp/paper.sqlite --out "$OUT/sweep" 2>&1 | sed "/━/d"
 rate /tmp/paper.sqlite "${best:-1}" | tee -a "$OUT/probe.txt"
 gzip -6 -c /tmp/paper.sqlite > "$OUT/paper.sqlite.gz"
 stamp done
