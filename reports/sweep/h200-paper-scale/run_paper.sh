@@ -2,12 +2,12 @@
 # The paper-scale run on one H200 (reports/sweep/h200-paper-scale/NOTE.md), self-contained,
 # one device call of at most ~500 s:
 #   model -> Triton pre-compile of the F6/F7 shape variants -> warm-up sweep (captures,
-#   both checkpoints) -> cProfile of one layer's 54 cells -> the full timed sweep
+#   both checkpoints) -> cProfile of 108 cells alone (profile_cells.py) -> the full timed sweep
 #   (196 layers x 9 faults x 3 coverages x 2 scale modes = 10,584 cells, one process:
 #   the default on one GPU) with its scorecard -> store -> cuda tests.
 # From the repository root:  OUT=<result dir> bash reports/sweep/h200-paper-scale/run_paper.sh
 # Writes under $OUT: run steps on stdout, profile-cumtime.txt / profile-tottime.txt (the
-# profiled cells), per-fault.txt (timed sweep), sweep/triton/scorecard.{md,json,csv,png},
+# profiled cells alone), per-fault.txt (timed sweep), sweep/triton/scorecard.{md,json,csv,png},
 # mismatches.csv, paper.sqlite.gz.
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -66,17 +66,11 @@ timeout $(( $(left) - 200 )) python -m conformance.cli sweep --kernel triton --m
   --no-model-checks --no-score --layers 0 --coverages one --db /tmp/warm.sqlite --out /tmp/warm || exit 1
 per_fault /tmp/warm.sqlite
 
-# where the time goes: every cell of one layer (block 0 k_proj: 54 cells) under cProfile
-stamp "cProfile: layer 1 (54 cells), bounded to ~40 s"
-timeout 60 python -m cProfile -o /tmp/prof.out -m conformance.cli sweep --kernel triton --model /tmp/big \
-  --no-model-checks --no-score --layers 1 --db /tmp/prof.sqlite --out /tmp/prof --quiet
-python - "$OUT" <<'PY'
-import pstats, sys
-out = sys.argv[1]
-for key in ("cumtime", "tottime"):
-    with open(f"{out}/profile-{key}.txt", "w") as f:
-        pstats.Stats("/tmp/prof.out", stream=f).sort_stats(key).print_stats(40)
-PY
+# where the time goes: the cells alone (profile_cells.py wraps run_layer_batch; the start-up
+# and the first two batches, layer 1 own / pow2, are not profiled), layers 2-3: 108 cells
+stamp "cProfile of the cells alone: layers 2-3 (108 cells) after layer 1"
+timeout 90 python $HERE/profile_cells.py "$OUT/profile" --skip 2 -- sweep --kernel triton --model /tmp/big \
+  --no-model-checks --no-score --workers 1 --layers 1,2,3 --db /tmp/prof.sqlite --out /tmp/prof --quiet
 per_fault /tmp/prof.sqlite | tee "$OUT/profile-per-fault.txt"
 
 stamp "timed sweep: 196 layers x 9 faults x 3 coverages x 2 scale modes (default workers: one process per GPU)"
