@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). What is left to measure,
-# as of the third session of 2026-12-01 (reports/h200-native/2026-12-01c/README.md):
-#   2a. issue 8: the triton conformance pass to its end. On 2026-12-01c int_mm passed
-#      778/778 natively; triton stopped at 761/778 (0 failed) twice, because the tuner
-#      hung in one candidate ("tma 128x128x128 g8 sk1 w4 s4 persistent ws", since
-#      removed; a launch that does not finish now raises KernelHang naming it);
-#   1. the CUDA unit tests (every candidate on edge shapes, now with two TMA-eligible
-#      large shapes), then the detllm CUDA tests as a re-check;
-#   3. issue 9: `study pow2` on CUDA with its end-to-end part, default model;
-#   4. issue 7: the paper-scale sweep (reports/sweep/h200-paper-scale/run_paper.sh);
-#   3b. issue 9: `study pow2` on the random Qwen3-1.7B-shaped model of the sweep;
-#   5. issue 7: worker-count probe, then the full grid (run_workers.sh).
+# tool, where the repo is a plain copy, not installed). As of 2026-12-01d
+# (reports/h200-native/2026-12-01d/README.md) issue 8's native runs are complete
+# (triton and int_mm 778/778, CUDA tests 57/57). What is left to measure:
+#   3b. issue 9: `study pow2` on the random Qwen3-1.7B-shaped model (one full call;
+#      the layer part now computes its references on the GPU; the model's float ops
+#      stay on the CPU, hence 8 perplexity windows, 4 flip windows, 16 new tokens);
+#   4. issue 7: the paper-scale sweep (run_paper.sh; its cProfile is now of the cells
+#      alone, profile_cells.py), after any per-cell speed-up;
+#   2a/2b/1: re-checks after kernel changes (triton / int_mm conformance, CUDA tests);
+#   3. the pow2 study on the default model (complete in 2026-12-01d);
+#   5. worker-count probe (run_workers.sh; 2026-12-01d: one process is fastest).
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all-STAGE.tgz (at most 8
@@ -42,9 +41,9 @@ case "${STAGE:-1}" in
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
 3b) step model 60 python3 reports/sweep/h200-paper-scale/paper_model.py /tmp/big big
-   INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-480}" python3 -m conformance.cli study pow2 \
-     --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 32 --flip-windows 8 \
-     --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-480} - 60 ))" ;;
+   INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
+     --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
+     --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
 5) OUT="$OUT" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
    grep -v "━" "$OUT/logs/workers.log" | tail -40 | cut -c1-300 ;;
 4) OUT="$OUT" BUDGET=540 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
