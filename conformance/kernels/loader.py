@@ -353,15 +353,16 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
     """Turn a loaded object into a KernelSpec (see module docstring for the forms).
 
     Raises:
-        KernelLoadError: not a KernelSpec / factory / declared callable, or a bad declaration.
+        KernelLoadError: not a KernelSpec / factory / declared callable, a bad
+            declaration, or a declared name reserved for a built-in (or ``all``).
     """
     query = query or {}
     try:
         if getattr(obj, "int8conf_factory", False) and callable(obj):
             obj = obj()
         if isinstance(obj, KernelSpec):
-            return replace(obj, origin=origin, source_digest=obj.source_digest
-                           or callable_digest(obj.scaled_mm))
+            return _own_name(replace(obj, origin=origin, source_digest=obj.source_digest
+                                     or callable_digest(obj.scaled_mm)), name)
         if not callable(obj):
             raise KernelLoadError(f"kernel {name!r}: {type(obj).__name__} object is neither a "
                                   f"KernelSpec nor a callable")
@@ -379,12 +380,29 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
             f"conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append "
             f"'?contract=cutlass|triton|<order>/<bias_point>' to the name")
     fn = vllm_adapter(obj) if decl.convention == "vllm" else obj
-    return KernelSpec(
+    return _own_name(KernelSpec(
         name=decl.name or name, scaled_mm=fn, contract=decl.contract, devices=decl.devices,
         constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
         int_mm=decl.int_mm, origin=origin,
         description=decl.description or f"{origin} ({decl.convention} convention)",
-        steps=decl.steps, contiguous_only=decl.contiguous_only, overflow=decl.overflow)
+        steps=decl.steps, contiguous_only=decl.contiguous_only, overflow=decl.overflow), name)
+
+
+def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
+    """``spec`` unless it declares a built-in's name (or ``all``): its reports
+    would land in, and replace, that built-in's report directory.
+
+    Raises:
+        KernelLoadError: the declared name is reserved.
+    """
+    from conformance.kernels.registry import BUILTINS
+    if spec.name in BUILTINS or spec.name == "all":
+        raise KernelLoadError(
+            f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for "
+            f"{'the built-in kernel' if spec.name != 'all' else 'every kernel'}: its reports "
+            f"would replace reports/{spec.name}/; declare another name (declare(name=...) "
+            f"or ?name=)")
+    return spec
 
 
 QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only",
@@ -396,12 +414,16 @@ def split_query(name: str) -> tuple[str, dict]:
 
     Raises:
         ContractError: a key outside ``QUERY_KEYS`` (a typo would otherwise be
-            dropped silently).
+            dropped silently), or a key given twice (which one wins is not obvious).
     """
     if "?" not in name:
         return name, {}
     base, q = name.split("?", 1)
-    query = {k: v[-1] for k, v in parse_qs(q, keep_blank_values=True).items()}
+    parsed = parse_qs(q, keep_blank_values=True)
+    twice = sorted(k for k, v in parsed.items() if len(v) > 1)
+    if twice:
+        raise ContractError(f"kernel {base!r}: query key(s) {twice} given more than once")
+    query = {k: v[0] for k, v in parsed.items()}
     unknown = sorted(set(query) - set(QUERY_KEYS))
     if unknown:
         raise ContractError(f"kernel {base!r}: unknown query key(s) {unknown}; "

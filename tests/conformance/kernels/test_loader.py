@@ -168,6 +168,24 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
     with pytest.raises(KernelLoadError, match=r"\?devices=: devices is empty"):
         load_module_function("buggy_kernels:column_major_output?devices=")
 
+    with pytest.raises(ContractError, match=r"query key\(s\) \['contract'\] given more than once"):
+        split_query("m:f?contract=cutlass&contract=triton")
+
+
+def test_a_loaded_kernel_cannot_take_a_builtin_name():
+    """Its reports would replace the built-in's (reports/cpu/)."""
+    from conformance.kernels.loader import declare, spec_from_object
+    fn = declare("cutlass", name="cpu")(lambda *a: None)
+    with pytest.raises(KernelLoadError, match=r"^kernel 'm:f' declares the name 'cpu', which is "
+                                              r"reserved for the built-in kernel"):
+        spec_from_object(fn, "m:f", "module:m:f")
+    with pytest.raises(KernelLoadError, match="declares the name 'all'"):
+        spec_from_object(declare("cutlass")(lambda *a: None), "m:f", "module:m:f", {"name": "all"})
+    spec = KernelSpec(name="triton", scaled_mm=print, contract=CUTLASS_STYLE)
+    with pytest.raises(KernelLoadError, match="declares the name 'triton'"):
+        spec_from_object(spec, "m:SPEC", "module:m:SPEC")
+    assert spec_from_object(declare("cutlass", name="cpu2")(lambda *a: None), "m:f", "t").name == "cpu2"
+
 
 MIXED_MODULE = textwrap.dedent('''
     import torch
