@@ -34,14 +34,14 @@ import re
 import sys
 from typing import Optional, Sequence
 
-from reference.errors import Int8confError
+from reference.errors import Int8confError, first_line
 from conformance.kernels.loader import cwd_on_sys_path
 
 
 def _os_error_line(e: OSError) -> str:
     """One line naming the path and the reason of an OSError."""
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
-    why = e.strerror or (str(e).splitlines()[0] if str(e) else "cannot access")
+    why = e.strerror or ((first_line(e, None) or "cannot access"))
     return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
 
 
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
             reg = getattr(mod, "register")
             reg(sub)
         except Exception as e:  # noqa: BLE001 -- keep the other commands usable
-            line = str(e).splitlines()[0] if str(e) else ""
+            line = first_line(e, None)
             print(f"int8conf: warning: command module {info.name!r} not loaded: "
                   f"{type(e).__name__}: {line}", file=sys.stderr)
     for sp in [parser, *_subparsers(parser).values()]:
@@ -164,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Int8confError as e:
-        line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        line = (first_line(e, None) or type(e).__name__)
         print(f"int8conf: error: {line}", file=sys.stderr)
         return 2
     except OSError as e:  # a report / output path the user gave is unusable

@@ -186,7 +186,7 @@ def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
 def check_error(cid: str, e: BaseException) -> CheckResult:
     """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that
     itself raised ``e``: one line naming the exception."""
-    line = f"check raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    line = f"check raised {type(e).__name__}: {first_line(e, None)}"
     return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line,
                        {"check_error": line, "failure_kind": "harness"})
 
@@ -320,7 +320,7 @@ class CaseEvaluation:
                 from conformance.coverage import case_coverage
                 cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
-            cov = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
         return CaseResult(
             case=case_id(ops), source=source or meta.get("source", "synthetic"),
             scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),

@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from reference.errors import first_line
+
 #: Operand bounds of the property test (shapes straddle 8/16/32/64 edges).
 MAX_M, MAX_K, MAX_N = 48, 160, 48
 
@@ -82,7 +84,7 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
         prop()
         summary.update(examples=state["n"], failed=False)
     except Exception as e:  # noqa: BLE001 -- AssertionError = a failing example; others too
-        line = str(e).splitlines()[0] if str(e) else ""
+        line = first_line(e, None)
         if not isinstance(e, AssertionError):
             line = f"{type(e).__name__}: {line}"
         summary.update(examples=state["n"], failed=True, failure=line,

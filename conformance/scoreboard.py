@@ -34,7 +34,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from reference.errors import Int8confError
+from reference.errors import Int8confError, first_line
 
 SCHEMA, SCHEMA_VERSION = "int8conf.scoreboard", 1
 STANDARD = ("a_then_w/fp32_before_round", "a_then_w/after_round", "w_then_a/fp32_before_round",
@@ -87,7 +87,7 @@ def _worker(kernel: str, device: str, conn) -> None:
     try:
         spec = get_kernel(kernel)
     except Exception as e:  # noqa: BLE001
-        conn.send(("load_error", str(e).splitlines()[0] if str(e) else repr(e)))
+        conn.send(("load_error", (first_line(e, None) or repr(e))))
         return
     conn.send(("ready", None))
     while True:

@@ -38,7 +38,7 @@ from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_s
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.evaluate import NOT_RUN, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
 from conformance.partial_run import complete_run, partial_run
-from reference.errors import Int8confError
+from reference.errors import Int8confError, first_line
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
@@ -84,7 +84,7 @@ def run_model_check(check_id: str, spec, module: Optional[str] = None,
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
         return not_applicable(check_id, f"{module}.{attr} is not available: "
-                                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                                        f"{type(e).__name__}: {first_line(e, None)}")
     try:
         res = fn(spec)
     except Int8confError as e:
@@ -389,7 +389,7 @@ def _coverage(case_results) -> list:
         return coverage_table(case_results)
     except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
         return [{"condition": "coverage table", "reached": f"not computed: {type(e).__name__}: "
-                 f"{str(e).splitlines()[0] if str(e) else ''}", "cases": 0, "covered": "no"}]
+                 f"{first_line(e, None)}", "cases": 0, "covered": "no"}]
 
 
 def default_cases(include_captures: bool = True, include_sweep: bool = True,
@@ -475,7 +475,7 @@ def load_captures(capture_dir, model_dir=None):
 def cli_capture_message(e: BaseException) -> str:
     """An error line with reference.model.capture's Python-API hint replaced by the
     command-line option (``--model DIR``)."""
-    line = str(e).splitlines()[0] if str(e) else type(e).__name__
+    line = (first_line(e, None) or type(e).__name__)
     return line.replace(_API_MODEL_HINT, CLI_MODEL_HINT)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from conformance.commands._options import positive_int, positive_seconds, seed_int
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
+from reference.errors import first_line
 
 
 def register(subparsers) -> None:
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 -- anything else is int8conf's own bug: exit 3
-        line = str(e).splitlines()[0] if str(e) else ""
+        line = first_line(e, None)
         print(f"int8conf: internal error: {type(e).__name__}: {line} (please report it; "
               f"traceback below)", file=sys.stderr)
         traceback.print_exc()

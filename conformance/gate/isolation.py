@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from reference.errors import KernelLoadError
+from reference.errors import KernelLoadError, first_line
 
 #: Outcomes of one isolated request.
 OK, CRASHED, TIMED_OUT, HARNESS_ERROR = "ok", "crash", "timeout", "error"
@@ -88,7 +88,7 @@ class KernelRef:
         except KernelLoadError:
             raise
         except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
-            line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            line = (first_line(e, None) or type(e).__name__)
             raise KernelLoadError(f"cannot inject {self.fault} (coverage {self.coverage}) into "
                                   f"{self.name!r}: {line}") from None
 
@@ -156,7 +156,7 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
         spec = kernel.resolve() if isinstance(kernel, KernelRef) else kernel
         err = None
     except Exception as e:  # noqa: BLE001 -- reported per request
-        spec, err = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
     from conformance.evaluate import evaluate_case
     from conformance.suite import run_model_check
     while True:
@@ -181,7 +181,7 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
             conn.send(("ok", val))
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
             faulthandler.cancel_dump_traceback_later()
-            conn.send(("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            conn.send(("error", f"{type(e).__name__}: {first_line(e, None)}"))
 
 
 def start_method() -> str:

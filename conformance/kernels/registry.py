@@ -25,7 +25,7 @@ import importlib
 from typing import Callable, Optional
 
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
-from reference.errors import KernelLoadError
+from reference.errors import KernelLoadError, first_line
 
 BUILTINS = ("cpu", "int_mm", "triton")
 _MODULES = {"cpu": "conformance.kernels.builtin_cpu",
@@ -83,7 +83,7 @@ def _builtin(name: str) -> KernelSpec:
     try:
         mod = importlib.import_module(_MODULES[name])
     except Exception as e:  # noqa: BLE001 -- e.g. triton missing or broken
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = first_line(e, None)
         raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: "
                               f"{type(e).__name__}: {msg}") from None
     if name == "int_mm":

@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from reference.errors import first_line
+
 _CACHE: dict = {}
 
 
@@ -132,7 +134,7 @@ def probe(native: bool = False) -> dict:
             o = _run(kern, d, d["x"], device)
             osub = _run(kern, d, d["sub"], device)
     except Exception as e:  # noqa: BLE001 -- report, never crash a conformance run
-        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        res["error"] = f"{type(e).__name__}: {first_line(e, None)}"
         _CACHE[key] = res
         return dict(res)
     x, s = d["x"], d["s"]

@@ -35,7 +35,7 @@ from typing import Optional
 
 import torch
 
-from reference.errors import CheckpointError
+from reference.errors import CheckpointError, first_line
 from reference.model.checkpoint import linear_names
 
 #: Rule name -> ``division`` argument of reference.quantize.quantize_weight_per_channel.
@@ -202,7 +202,7 @@ def library_check(config: dict, state: dict, max_layers: Optional[int] = None) -
         from compressed_tensors.quantization.lifecycle.forward import quantize
         from compressed_tensors.quantization.utils import calculate_qparams
     except Exception as e:  # noqa: BLE001 -- optional dependency, any import failure
-        return {"installed": False, "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        return {"installed": False, "reason": f"{type(e).__name__}: {first_line(e, None)}"}
     args = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel")
     ours = rule_quantizer("cpu")
     names = linear_names(config)[: max_layers if max_layers is not None else None]

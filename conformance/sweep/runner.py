@@ -36,6 +36,7 @@ import torch
 
 from conformance.sweep.cells import Cell, SweepSpec
 from conformance.sweep.store import CellRows
+from reference.errors import first_line
 
 #: Evidence keys kept for a passing / n/a check (the failing ones keep all).
 _KEEP = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
@@ -391,7 +392,7 @@ def _engine_hash(faulty, model_dir: Optional[str], n_prompts: int, tokens: int):
                                         max_new_tokens=tokens)
     except Exception as e:  # noqa: BLE001 -- no engine for this model: n/a with the reason
         return not_applicable("E1", f"engine hash not available for {model_dir}: "
-                                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                                    f"{type(e).__name__}: {first_line(e, None)}")
 
 
 def _worker_env() -> None:

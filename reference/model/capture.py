@@ -61,7 +61,7 @@ from reference.model.checkpoint import (
     layer_block_proj, linear_names, linear_shapes, load_safetensors_file,
     save_safetensors_atomic, write_json_atomic,
 )
-from reference.errors import CaptureError, CheckpointError
+from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
 
 if TYPE_CHECKING:
@@ -442,7 +442,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
         model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="eager")
     except Exception as exc:  # transformers raises many types; one line for the user
         raise CaptureError(f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                           f"{first_line(exc, None)})") from None
     model.eval()
     handles = []
     for name in names:

@@ -33,7 +33,7 @@ from typing import Mapping, Optional
 
 import torch
 
-from reference.errors import CheckpointError
+from reference.errors import CheckpointError, first_line
 from reference.fileio import read_json_object
 
 CONFIG_FILE = "config.json"
@@ -194,7 +194,7 @@ def load_safetensors_file(path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(p), device="cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError
-        msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        msg = (first_line(exc, None) or type(exc).__name__)
         raise CheckpointError(f"{p}: not a readable safetensors file ({msg})") from None
 
 

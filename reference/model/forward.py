@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from reference.accumulate import FP32_EXACT_INT, exact_int_mm  # 2**24 bound, exact acc
-from reference.errors import CheckpointError, ContractError, OperandError
+from reference.errors import CheckpointError, ContractError, OperandError, first_line
 from reference.quantize import quantize_activation_per_token, quantize_weight_per_channel
 
 # The 7 linears of a Qwen3 decoder block, in forward order (module path
@@ -117,7 +117,7 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
             model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype,
                                                            output_loading_info=True)
         except Exception as e:  # one line instead of a deep transformers traceback
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg = (first_line(e, None) or type(e).__name__)
             raise CheckpointError(f"{d}: cannot load Qwen3 weights ({msg})") from None
     for key, what in (("missing_keys", "missing"), ("mismatched_keys", "has a mismatched shape")):
         bad = sorted(info.get(key) or [], key=str)

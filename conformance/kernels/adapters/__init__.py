@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Optional
 
-from reference.errors import KernelLoadError
+from reference.errors import KernelLoadError, first_line
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def make_spec(name: str):
     except KernelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 -- a broken install must be one line
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        msg = first_line(e, None)
         raise KernelLoadError(f"adapter {name!r}: {type(e).__name__}: {msg} "
                               f"({info.install})") from None
     _CACHE[name] = spec
