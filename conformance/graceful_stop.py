@@ -82,3 +82,39 @@ def restore_sigterm() -> None:
             and signal.getsignal(signal.SIGTERM) is _raise_interrupt:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _requested.clear()
+
+
+def exit_with_parent() -> bool:
+    """Have the kernel end this (child) process with SIGKILL when its parent
+    dies, as ``prctl(PR_SET_PDEATHSIG)`` does on Linux (prctl(2)).
+
+    A sweep's pool workers and the gate's kernel child wait for their parent's
+    next request; a parent killed with SIGKILL (an OOM kill, ``kill -9``, a CI
+    runner's hard limit) leaves them running, and a child inside a hung kernel
+    never reads its closed pipe. They hold nothing to save: the parent is the
+    single writer. Call it first thing in the child. No-op (False) off Linux
+    or where libc has no ``prctl``.
+
+    Returns:
+        True when armed; the process exits at once if its parent already died.
+    """
+    import ctypes
+    import multiprocessing
+    import os
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    # the parent that started us, not getppid(): a parent killed before this call has
+    # already handed us to init or a subreaper
+    started_by = multiprocessing.parent_process()
+    parent = started_by.pid if started_by is not None else os.getppid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    pr_set_pdeathsig = 1
+    if prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:  # the parent died before the request was made
+        os._exit(1)
+    return True

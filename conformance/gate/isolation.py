@@ -138,6 +138,8 @@ def _signal_name(code: Optional[int]) -> Optional[str]:
 def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
     """Child loop: answer requests until ``stop`` or EOF (module docstring)."""
     import faulthandler
+    from conformance.graceful_stop import exit_with_parent
+    exit_with_parent()  # EOF is never read while a kernel hangs: SIGKILL with the parent
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

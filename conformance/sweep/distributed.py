@@ -82,6 +82,8 @@ def _progress(total: int, quiet: bool):
 
 
 def _init_worker(threads: int, gpu_queue=None) -> None:
+    from conformance.graceful_stop import exit_with_parent
+    exit_with_parent()  # a parent killed with SIGKILL must not leave workers behind
     os.environ["INT8CONF_SWEEP_THREADS"] = str(threads)
     if gpu_queue is not None:
         # one GPU per worker process: pinned before CUDA is initialised here
