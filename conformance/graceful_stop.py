@@ -93,7 +93,10 @@ def exit_with_parent() -> bool:
     runner's hard limit) leaves them running, and a child inside a hung kernel
     never reads its closed pipe. They hold nothing to save: the parent is the
     single writer. Call it first thing in the child. No-op (False) off Linux
-    or where libc has no ``prctl``.
+    or where libc has no ``prctl``. The signal follows the *thread* that
+    started the child: arm it only in children started by a thread that
+    outlives them (the main thread; a process pool's submitting thread, which
+    waits for its results).
 
     Returns:
         True when armed; the process exits at once if its parent already died.

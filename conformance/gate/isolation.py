@@ -29,6 +29,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,11 +136,15 @@ def _signal_name(code: Optional[int]) -> Optional[str]:
         return f"signal {-code}"
 
 
-def _child_main(conn, kernel, cases, device, log_path, method="fork") -> None:
-    """Child loop: answer requests until ``stop`` or EOF (module docstring)."""
+def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_parent=False) -> None:
+    """Child loop: answer requests until ``stop`` or EOF (module docstring).
+    ``die_with_parent``: end with the parent (``graceful_stop.exit_with_parent``);
+    only for a child started by the main thread, since the kernel's death signal
+    follows the thread that started the child, not the process."""
     import faulthandler
-    from conformance.graceful_stop import exit_with_parent
-    exit_with_parent()  # EOF is never read while a kernel hangs: SIGKILL with the parent
+    if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
+        from conformance.graceful_stop import exit_with_parent
+        exit_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -241,7 +246,8 @@ class IsolatedKernel:
         self._log.write_text("")
         self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}",
                                  args=(child, self.kernel, self.cases, self.device,
-                                       str(self._log), self.method))
+                                       str(self._log), self.method,
+                                       threading.current_thread() is threading.main_thread()))
         self._proc.start()
         child.close()
         self._conn = parent
