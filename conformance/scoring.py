@@ -252,7 +252,9 @@ class FailureFeatures:
 
 
 def _small(ft: FailureFeatures) -> bool:
-    return ft.max_ulp is not None and ft.max_ulp <= 1
+    # exactly one spacing: 0 means the failures are ±0 sign differences only, which no
+    # post-processing fault makes without also moving magnitudes
+    return ft.max_ulp == 1
 
 
 #: fault id -> (predicate over FailureFeatures, description of the signature).

@@ -37,6 +37,9 @@ def test_truncation_signature_names_f4_and_a_clean_run_names_nothing():
     assert match_signatures(FailureFeatures()) == []
     pre = FailureFeatures(failed={"C3", "C4", "C8"}, precondition={"C3", "C4"}, max_ulp=30000)
     assert [f for f, _ in match_signatures(pre)] == ["F6"]
+    # a kernel that only loses the sign of zero (max spacing 0) matches no post-processing fault
+    assert match_signatures(FailureFeatures(failed={"C5", "C8"}, max_ulp=0)) == []
+    assert [f for f, _ in match_signatures(FailureFeatures(failed={"C8"}, max_ulp=1))] == ["F1", "F2", "F3", "F5"]
 
 
 def test_failing_conformance_report_names_the_truncation_signature():
