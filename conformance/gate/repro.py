@@ -67,8 +67,10 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
             "shape": [ops.m, ops.k, ops.n], "operand_digests": ops.digests(),
             "strides": {k: list(v.stride()) for k, v in tensors.items()}, "what_happened": what}
     atomic_write_text(d / "case.json", json.dumps(info, indent=1, default=str) + "\n")
-    pp = os.environ.get("PYTHONPATH")
-    env = f"export PYTHONPATH={shlex.quote(pp)}\n" if pp else ""
+    # the directory the gate ran in comes first: a kernel module found there (the loader puts
+    # the working directory on sys.path, as pytest and python -m do) must resolve from anywhere
+    pp = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    env = f"export PYTHONPATH={shlex.quote(pp)}\n"
     cmd = f"{shlex.quote(sys.executable)} -m conformance.gate.repro \"$(dirname \"$0\")\" \"$@\""
     atomic_write_text(d / "command.sh", "#!/bin/sh\n"
                       f"# Re-runs kernel {kernel_ref['label'] if kernel_ref else '(in-memory)'} on "

@@ -61,6 +61,35 @@ def test_segfaulting_kernel_is_a_crash_and_its_reproducer_segfaults_again(tmp_pa
     assert "Segmentation fault" in run.stderr and "segfaulting_kernel" in run.stderr
 
 
+def test_a_reproducer_finds_a_kernel_module_of_the_gate_s_working_directory_from_anywhere(
+        tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mykern_abort.py").write_text(
+        "import os\n"
+        "from conformance.kernels.loader import declare\n"
+        "@declare('cutlass')\n"
+        "def k(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n"
+        "    if a.shape[0] == CASE_M:\n"
+        "        os.abort()\n"
+        "    from conformance.kernels.registry import get_kernel\n"
+        "    return get_kernel('cpu').scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)\n"
+        .replace("CASE_M", str(CASES[1].m)))
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from conformance.kernels.loader import cwd_on_sys_path
+    cwd_on_sys_path()  # what the int8conf command does first
+    res = run_gate(KernelRef("mykern_abort:k"), KernelRef("cpu"), policy=POLICY, cases=CASES,
+                   out_dir=tmp_path / "out", options=GateOptions(model_checks=False, timeout_s=60.0))
+    assert [d.status for d in res.cases][1] == "crash"
+    repro = Path(res.cases[1].evidence["repro"])
+    run = subprocess.run(["sh", str(repro / "command.sh")], capture_output=True, text=True,
+                         timeout=120, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "No module named" not in run.stderr, run.stderr[-1000:]
+    assert run.returncode in (-6, 134), run.stderr[-2000:]
+
+
 def test_aborting_kernel_is_a_crash_with_sigabrt(tmp_path):
     res, _, _ = _gate(tmp_path, "aborting_kernel")
     _check_survivors(res, "crash")
