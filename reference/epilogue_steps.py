@@ -52,6 +52,7 @@ Bad descriptions raise :class:`~reference.errors.ContractError` with one line.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
@@ -90,6 +91,9 @@ class Step:
     text: str = ""
 
 
+_FP32_MAX = 3.4028234663852886e38  # float32's largest finite value
+
+
 def _err(i: int, text: str, why: str) -> ContractError:
     return ContractError(f"epilogue step {i + 1} {text!r}: {why}")
 
@@ -111,6 +115,9 @@ def _check_operand(expr: str, i: int, text: str) -> ast.AST:
         elif isinstance(node, ast.Constant):
             if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
                 raise _err(i, text, f"constant {node.value!r} is not a number")
+            # 1e999 parses as inf, and 1e39 becomes inf as float32: a constant must be finite there
+            if not math.isfinite(float(node.value)) or abs(float(node.value)) > _FP32_MAX:
+                raise _err(i, text, f"constant {node.value!r} is not a finite float32 number")
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
                 and isinstance(node.operand, ast.Constant):
             walk(node.operand)

@@ -105,6 +105,8 @@ def test_fma_step_rounds_once():
     ("cast bf16 nearest", "rounding 'nearest'"),
     ("cast fp32; fma 2.0 bais; cast out", "fma <operand> bias|0"),
     ("cast fp32; mul s_a -> fp64; cast out", "result dtype 'fp64'"),
+    ("cast fp32; mul s_a*1e999; cast out", "constant inf is not a finite float32 number"),
+    ("cast fp32; mul s_a*-1e39; cast out", "constant 1e+39 is not a finite float32 number"),
     ("", "empty epilogue description"),
     (5, "must be a list of step strings"),
     ({"gpu": "cast out"}, "selector 'gpu'"),
