@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence
 from conformance.cases.accumulator import (int32_overflow_family, large_acc_family,
                                            partial_sums_family)
 from conformance.cases.alignment import extreme_pairs_family, k_residues_family, m_n_edges_family
+from conformance.cases.dispatch import dispatch_family
 from conformance.cases.large_shapes import large_shapes_family
 from conformance.cases.layouts import layouts_family
 from conformance.cases.outputs import (bias_cancel_family, negative_scales_family,
@@ -42,6 +43,10 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
                      "size-dependent paths: scale-order ties at M = 128..513, N > 256 with a "
                      "partial last tile and bias, split-K shapes (K = 8195, M <= 16) with "
                      "partial sums >= 2^25 and an odd small acc"),
+    "dispatch": (dispatch_family,
+                 "epilogue discriminators where kernels switch paths: scale-order ties at "
+                 "K = 2048..8195, N = 2064..8208, M = 18..127 and with every |acc| < 2^16; "
+                 "bias near cancellation at K = 2048..8195"),
 }
 
 

@@ -152,14 +152,14 @@ def realize_acc(acc: torch.Tensor, block: int = TIE_BLOCK) -> tuple[torch.Tensor
 
 
 def pick_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor,
-              out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Per element, an accumulator (int64 [M, N], |acc| <= VMAX) whose output
+              out_dtype: torch.dtype = torch.bfloat16, vmax: int = VMAX) -> torch.Tensor:
+    """Per element, an accumulator (int64 [M, N], |acc| <= vmax, default VMAX) whose output
     differs between scale orders: among :func:`_tie_targets`, preferring all
     three different, then a_then_w != w_then_a, then fused != one of them;
     ties broken by a seeded draw; random sign (rounding and products are
     sign-symmetric)."""
     m, n = int(sa.numel()), int(sb.numel())
-    v = _tie_targets(sa, sb, VMAX, out_dtype, g)
+    v = _tie_targets(sa, sb, vmax, out_dtype, g)
     y1, y2, y3 = _tie_orders_bits(v, sa, sb, out_dtype)
     aw = y1 != y2
     fd = (y3 != y1) | (y3 != y2)

@@ -9,8 +9,10 @@ mode). bf16 at every M in 1..17 plus M = 64 and 96; fp16 at M = 1, 2, 7,
 differ by up to two float32 spacings (each rounds twice), which C6's one
 spacing does not allow, so real-scale float32 cases would fail correct
 kernels (scale-order bugs show in bf16 and fp16 output). A kernel that takes another scale
-order (or epilogue) only on some M -- a decode path at M = 1, a small-M
-split, a large-M tile config -- is caught by C8 at that M.
+order (or epilogue) only at one of these M -- a decode path at M = 1, a
+small-M split -- is caught by C8 at that M; the same accumulators at deep K,
+wide N, the M between 17 and 128 and small |acc| are family ``dispatch``
+(``conformance.cases.dispatch``), at M >= 128 ``large_shapes``.
 """
 
 from __future__ import annotations

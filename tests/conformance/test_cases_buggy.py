@@ -50,6 +50,13 @@ BUGS = {
     "wide_n_tail_tile_dropped": ("large_shapes", "C8", 6),   # the six wide-N cases
     "bias_cache_wraps": ("large_shapes", "C8", 4),     # the four wide-N cases with bias
     "splitk_float32_reduce": ("large_shapes", "C8", 6),  # the six split-K cases
+    # dispatch paths (family ``dispatch``; each passed the whole suite before it existed)
+    "splitk_fused_epilogue": ("dispatch", "C8", 6),     # deep_k at M <= 16 and K >= 4096
+    "splitk_bias_after_round": ("dispatch", "C8", 5),   # deep_k_bias at K >= 4096
+    "deep_k_scale_order": ("dispatch", "C8", 11),       # every deep_k case (K >= 2048)
+    "mid_m_bucket_order": ("dispatch", "C8", 4),        # m_gap M = 40, 48, 56, 63 in bf16
+    "wide_n_fused_epilogue": ("dispatch", "C8", 4),     # wide_n at N >= 4096 (not 2064)
+    "small_acc_fast_path": ("dispatch", "C8", 4),       # small_acc (deep_k_bias: orders agree)
 }
 
 
@@ -68,7 +75,7 @@ def test_buggy_kernel_fails_on_its_family(kernel):
 def test_the_correct_control_passes_every_family():
     spec = get_kernel("buggy_kernels:good_cutlass")
     for fam in ("partial_sums", "subnormal", "extreme_pairs", "layouts", "signed_zero",
-                "overflow_inf", "bias_cancel", "ties"):
+                "overflow_inf", "bias_cancel", "ties", "dispatch"):
         assert all(evaluate_case(spec, c).verdict == "pass" for c in _fam(fam)), fam
 
 

@@ -74,8 +74,8 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
                       "overflow_inf": 6, "signed_zero": 6, "negative_scales": 6,
                       "zero_scales": 6, "bias_cancel": 6, "extreme_pairs": 6,
                       "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10,
-                      "large_shapes": 17}
-    assert len({c.name for cs in fams.values() for c in cs}) == 265
+                      "large_shapes": 17, "dispatch": 42}
+    assert len({c.name for cs in fams.values() for c in cs}) == 307
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"]
                                             + fams["layouts"]]
@@ -113,6 +113,21 @@ def test_each_family_reaches_its_trigger(fams, covs):
     assert (17, 16, 16) in shapes and {s[0] for s in shapes} == set(range(1, 18))
     tie_m = {c.m for c in fams["ties"] if tie_discrimination(c)["a_then_w!=w_then_a"] > 0}
     assert set(range(1, 18)) | {64, 96} <= tie_m
+    # dispatch: the tie accumulators reach every path threshold unchanged
+    from reference.accumulate import exact_int_mm
+    disp = {c.meta["variant"].split("-")[0]: [] for c in fams["dispatch"]}
+    for c in fams["dispatch"]:
+        disp[c.meta["variant"].split("-")[0]].append(c)
+    assert {k: len(v) for k, v in disp.items()} == {"deep_k": 11, "wide_n": 5, "m_gap": 15,
+                                                    "small_acc": 4, "deep_k_bias": 7}
+    assert all(tie_discrimination(c)["a_then_w!=w_then_a"] > 0
+               for v in ("deep_k", "wide_n", "m_gap", "small_acc") for c in disp[v])
+    assert {c.k for c in disp["deep_k"]} == {c.k for c in disp["deep_k_bias"]} == {2048, 4096, 8195}
+    assert {c.m for c in disp["deep_k"]} == {1, 16, 64}
+    assert {c.n for c in disp["wide_n"]} == {2064, 4104, 8208}
+    assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127}
+    assert all(int(exact_int_mm(c.a, c.b).abs().max()) < 2 ** 16 for c in disp["small_acc"])
+    assert {c.scale_mode for c in disp["deep_k_bias"]} == {"synthetic", "pow2"}
     lay = [cv["layouts"] for cv in covs["layouts"]]
     assert sum(x["a"] == "row-major padded" for x in lay) == 4
     assert sum(x["b"] == "column-major" for x in lay) == 4
@@ -248,6 +263,31 @@ def test_m_n_edge_and_ties_by_hand():
     sa, sb = [_f32(ORDER_SA_BITS)], [_f32(ORDER_SB_BITS)]
     assert out(a, b, sa, sb, BF) == [0x3C32]                    # declared w_then_a
     assert bits(decode_path_order(a, b, torch.tensor(sa), torch.tensor(sb))) == [0x3C31]
+
+
+def test_dispatch_spread_and_widen_by_hand():
+    # the M = 1 tie above (acc 545, declared w_then_a -> 0x3C32, a_then_w -> 0x3C31) spread
+    # over K = 4096: columns j -> j * 4096 // 5 = 0, 819, 1638, 2457, 3276, zeros in a elsewhere
+    from buggy_kernels import ORDER_SA_BITS, ORDER_SB_BITS, _f32, deep_k_scale_order
+    from conformance.cases.dispatch import spread_k, widen_n
+    a = torch.tensor([[127, 127, 127, 127, 37]], dtype=I8)
+    b = torch.ones((1, 5), dtype=I8)
+    a2, b2 = spread_k(a, b, 4096, torch.Generator().manual_seed(0))
+    assert a2.shape == (1, 4096) and b2.shape == (1, 4096)
+    assert torch.nonzero(a2[0]).reshape(-1).tolist() == [0, 819, 1638, 2457, 3276]
+    assert a2[0, [0, 819, 1638, 2457, 3276]].tolist() == [127, 127, 127, 127, 37]
+    assert int((b2 != 0).sum()) > 4000                      # real weights between them
+    assert int(a2.long() @ b2.long().T) == 545
+    sa, sb = [_f32(ORDER_SA_BITS)], [_f32(ORDER_SB_BITS)]
+    assert out(a2, b2, sa, sb, BF) == [0x3C32]                    # cutlass: w_then_a
+    ref, got = out(a2, b2, sa, sb, BF, contract=TRITON_STYLE, kernel="triton")
+    assert ref == got == [0x3C31]           # triton declares a_then_w: its K loop over 4096
+    ta, tb = torch.tensor(sa), torch.tensor(sb)
+    assert bits(deep_k_scale_order(a2, b2, ta, tb)) == [0x3C31]   # its K >= 2048 path
+    assert bits(deep_k_scale_order(a, b, ta, tb)) == [0x3C32]     # below the threshold
+    # widen_n: channel c is channel c % 3
+    b3, sb3 = widen_n(torch.tensor([[1], [2], [3]], dtype=I8), torch.tensor([1.0, 2.0, 3.0]), 7)
+    assert b3.reshape(-1).tolist() == [1, 2, 3, 1, 2, 3, 1] and sb3.tolist() == [1, 2, 3, 1, 2, 3, 1]
 
 
 def test_layouts_by_hand():

@@ -522,3 +522,54 @@ def splitk_float32_reduce(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias
     """Bug: split-K for long K at decode shapes reduces the two int32
     partial sums in float32 (inexact once a partial passes 2**24)."""
     return _cutlass_out(_splitk_fp32_acc(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- issue 8 (new-user pass, 2026-12-01d): epilogue bugs on dispatch paths ----
+# Each takes another epilogue only past a shape or value threshold that the
+# ``ties`` / ``bias_cancel`` cases never reach; family ``dispatch`` does.
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="splitk_fused_epilogue")
+def splitk_fused_epilogue(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the split-K reduce kernel (M <= 16, K >= 4096) applies the scales
+    as one fused product ``acc * (s_a * s_w)``, unlike the declared w_then_a."""
+    order = "fused" if a.shape[0] <= 16 and a.shape[1] >= 4096 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="splitk_bias_after_round")
+def splitk_bias_after_round(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the split-K reduce kernel (M <= 16, K >= 4096) adds the bias after
+    rounding to out_dtype (fault F5 on that path only)."""
+    point = "after_round" if a.shape[0] <= 16 and a.shape[1] >= 4096 else "fp32_before_round"
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", point, bias, out_dtype)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="deep_k_scale_order")
+def deep_k_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the deep-K tile configuration (K >= 2048) multiplies by ``s_a`` first."""
+    order = "a_then_w" if a.shape[1] >= 2048 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="mid_m_bucket_order")
+def mid_m_bucket_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the 33 <= M <= 63 bucket (bf16 output only) has its own epilogue, s_a first."""
+    m = a.shape[0]
+    order = "a_then_w" if out_dtype == torch.bfloat16 and 33 <= m <= 63 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="wide_n_fused_epilogue")
+def wide_n_fused_epilogue(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the wide-N grid (N >= 4096) precomputes ``s_a * s_w`` (fused order)."""
+    order = "fused" if b.shape[0] >= 4096 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="small_acc_fast_path")
+def small_acc_fast_path(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: when every |acc| < 2^16 a narrower fast path fuses the scales first
+    (a data-dependent path: also batch-variant, since one large row switches it off)."""
+    acc = exact_acc32(a, b)
+    order = "fused" if int(acc.abs().max()) < 2 ** 16 else "w_then_a"
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order)

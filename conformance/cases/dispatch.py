@@ -1,0 +1,165 @@
+"""``dispatch``: epilogue discriminators at the shapes where kernels switch code paths.
+
+The ``ties`` family tells the scale orders apart at M = 1..17, 64, 96 with
+K = 768 and N = 24, and ``bias_cancel`` tells the bias points apart at K = 64.
+A kernel that takes another epilogue only past a shape threshold never meets
+either there: a split-K reduce with its own epilogue at small M and deep K, a
+deep-K tile configuration, a wide-N grid, an M bucket between 17 and 128, or
+a fast path taken when every accumulator is small. Real kernels dispatch on
+exactly these (vLLM's and CUTLASS's M buckets, split-K heuristics at decode
+shapes, per-N tile choices), and a bug found by a new user passed the whole
+default suite this way: the discriminating cases never reached the path.
+
+This family carries the same discriminating accumulators to those shapes
+without changing a single accumulator, so the declared contract's output is
+known exactly and every legal kernel still passes:
+
+* ``deep_k``: a ``ties`` case whose K = 768 columns are spread evenly over
+  K = 2048, 4096 or 8195 (:func:`spread_k`): ``a`` is zero in the new
+  columns and ``b`` holds seeded int8 there, so each split of the reduction
+  carries real data, the kernel streams real weights, and ``acc`` is
+  unchanged; M = 1, 16, 64 (bf16) and two fp16 cases.
+* ``wide_n``: the 24 discriminating channels repeated to N = 2064, 4104 or
+  8208 (:func:`widen_n`: ``b`` rows and ``s_w`` tiled), K = 768.
+* ``m_gaps``: ``ties`` cases at M between 17 and 128 that no other family has
+  (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127; fp16 at 40, 80).
+* ``small_acc``: ties among accumulators below 2^16 (``pick_ties`` with
+  ``vmax`` = 65535), where a kernel might take a narrower fast path.
+* ``deep_k_bias``: ``bias_cancel`` cases (bias near cancellation, where only
+  the bias point decides) spread to K = 2048, 4096, 8195 at M = 4, in both
+  scale modes (the bias point matters under power-of-two scales too).
+
+Scale-order ties need real scales, so the tie-based variants have no
+power-of-two mode, and no float32 output (see ``conformance.cases.ties``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases._common import family_case, generator, token_scales
+from conformance.cases.outputs import bias_cancel_case
+from conformance.cases.synthetic import _channel_scales, pick_ties, realize_acc
+from conformance.cases.ties import N_TIES
+from reference.operands import GemmOperands
+
+BF, FP16 = torch.bfloat16, torch.float16
+FAMILY = "dispatch"
+#: (M, K, out dtype) of the deep-K tie cases
+DEEP_K = tuple((m, k, BF) for m in (1, 16, 64) for k in (2048, 4096, 8195)) + (
+    (1, 4096, FP16), (16, 8195, FP16))
+#: (M, N, out dtype) of the wide-N tie cases
+WIDE_N = ((1, 4104, BF), (16, 4104, BF), (16, 4104, FP16), (64, 2064, BF), (8, 8208, BF))
+#: (M, out dtype) of the M-gap tie cases
+M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127)) + (
+    (40, FP16), (80, FP16))
+#: (M, out dtype) of the small-accumulator tie cases, and their bound
+SMALL_ACC = ((1, BF), (16, BF), (64, BF), (16, FP16))
+SMALL_VMAX = 2 ** 16 - 1
+#: (K, scale mode, out dtype) of the deep-K bias-cancellation cases (M = 4)
+DEEP_K_BIAS = ((2048, "real", BF), (4096, "real", BF), (8195, "real", BF), (4096, "real", FP16),
+               (2048, "pow2", BF), (4096, "pow2", BF), (8195, "pow2", BF))
+
+_TAG = {BF: "bf16", FP16: "fp16"}
+
+
+def spread_k(a: torch.Tensor, b: torch.Tensor, k: int, g: torch.Generator
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spread the K0 columns of ``(a, b)`` evenly over ``k`` >= K0 columns.
+
+    Column j goes to ``(j * k) // K0``; ``a`` is zero in every other column and
+    ``b`` holds seeded int8 there (values in [-128, 127]), so the exact
+    accumulator ``a @ b^T`` is unchanged and every part of a split reduction
+    holds real data.
+
+    Args:
+        a: int8 [M, K0]; b: int8 [N, K0]; k: the new K (>= K0);
+        g: the generator of the filler weights.
+
+    Returns:
+        ``(a int8 [M, k], b int8 [N, k])``, contiguous.
+
+    Raises:
+        ValueError: ``k`` < K0.
+    """
+    m, k0 = a.shape
+    n = b.shape[0]
+    if k < k0:
+        raise ValueError(f"spread_k: k={k} is smaller than the operands' K={k0}")
+    pos = (torch.arange(k0) * k) // k0
+    a2 = torch.zeros((m, k), dtype=torch.int8)
+    a2[:, pos] = a
+    b2 = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
+    b2[:, pos] = b
+    return a2, b2
+
+
+def widen_n(b: torch.Tensor, scale_b: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The channels of ``(b, scale_b)`` repeated cyclically to ``n`` channels.
+
+    Args:
+        b: int8 [N0, K]; scale_b: float32 [N0]; n: the new N (>= 1).
+
+    Returns:
+        ``(b int8 [n, K], scale_b float32 [n])``: channel c is channel ``c % N0``.
+    """
+    idx = torch.arange(n) % b.shape[0]
+    return b[idx].contiguous(), scale_b[idx].contiguous()
+
+
+def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax=None):
+    g = generator(FAMILY, f"{variant}-M{m}-{_TAG[out_dtype]}", seed)
+    sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
+    acc = pick_ties(g, sa, sb, out_dtype) if vmax is None else pick_ties(g, sa, sb, out_dtype, vmax)
+    a, b = realize_acc(acc)
+    return g, a, b, sa, sb
+
+
+def deep_k_case(m: int, k: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """A ``ties`` accumulator set at M = m, N = 24, its K = 768 spread to ``k``."""
+    g, a, b, sa, sb = _ties(f"deep_k{k}", m, out_dtype, seed)
+    a, b = spread_k(a, b, k, g)
+    return family_case(FAMILY, f"deep_k-M{m}xK{k}", "real", out_dtype, a, b, sa, sb, seed=seed,
+                       trigger=f"scale-order ties at K = {k} (split-K / deep-K paths)")
+
+
+def wide_n_case(m: int, n: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """A ``ties`` accumulator set at M = m, its 24 channels repeated to ``n``."""
+    _, a, b, sa, sb = _ties(f"wide_n{n}", m, out_dtype, seed)
+    b, sb = widen_n(b, sb, n)
+    return family_case(FAMILY, f"wide_n-M{m}xN{n}", "real", out_dtype, a, b, sa, sb, seed=seed,
+                       trigger=f"scale-order ties at N = {n}")
+
+
+def m_gap_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """A ``ties`` case at an M between 17 and 128 (N = 24, K = 768)."""
+    _, a, b, sa, sb = _ties("m_gap", m, out_dtype, seed)
+    return family_case(FAMILY, f"m_gap-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed,
+                       trigger=f"scale-order ties at M = {m}")
+
+
+def small_acc_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """Ties among accumulators with |acc| <= 2^16 - 1 (N = 24, K = 768)."""
+    _, a, b, sa, sb = _ties("small_acc", m, out_dtype, seed, vmax=SMALL_VMAX)
+    return family_case(FAMILY, f"small_acc-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed,
+                       trigger="scale-order ties with every |acc| < 2^16")
+
+
+def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """A ``bias_cancel`` case (M = 4, N = 16, K = 64) spread to ``k``."""
+    src = bias_cancel_case(mode, out_dtype, seed)
+    g = generator(FAMILY, f"deep_k_bias{k}-{mode}-{_TAG[out_dtype]}", seed)
+    a, b = spread_k(src.a, src.b, k, g)
+    return family_case(FAMILY, f"deep_k_bias-K{k}", mode, out_dtype, a, b, src.scale_a,
+                       src.scale_b, bias=src.bias, seed=seed,
+                       trigger=f"bias near cancellation at K = {k}")
+
+
+def dispatch_family(seed: int = 0) -> list[GemmOperands]:
+    """``dispatch``: 11 deep-K, 5 wide-N, 15 M-gap, 4 small-accumulator and 7
+    deep-K bias cases (42)."""
+    return ([deep_k_case(m, k, dt, seed) for m, k, dt in DEEP_K]
+            + [wide_n_case(m, n, dt, seed) for m, n, dt in WIDE_N]
+            + [m_gap_case(m, dt, seed) for m, dt in M_GAPS]
+            + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
+            + [deep_k_bias_case(k, mode, dt, seed) for k, mode, dt in DEEP_K_BIAS])
