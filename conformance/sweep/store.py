@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from conformance.sweep.cells import Cell
+from conformance.sweep.cells import MODEL_LAYER, Cell
 from reference.errors import Int8confError
 
 _SCHEMA = """
@@ -92,8 +92,9 @@ class SweepStore:
                 afterwards (None: read-only use, e.g. scoring).
 
         Raises:
-            StoreError: ``path`` is not a sweep store, or holds another sweep
-                (one line naming both kernels / digests).
+            StoreError: ``path`` is not a sweep store, holds another sweep
+                (one line naming both kernels / digests), or was edited
+                outside int8conf (:meth:`_verify`).
         """
         self.path = Path(path)
         if identity is not None:
@@ -109,6 +110,45 @@ class SweepStore:
             raise StoreError(f"{self.path} is not a sweep store: {e}") from None
         if identity is not None:
             self._claim(identity)
+        self._verify()
+
+    def _verify(self) -> None:
+        """Refuse a store edited outside int8conf (one line naming the problem):
+        every cell and its rows are written in one transaction, so a verdict
+        outside pass / fail / n/a, result rows without their cell, or a cell
+        with fewer rows than the others of its kind can only come from outside,
+        and would be scored (or resumed) silently wrong."""
+        bad = self.db.execute("SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict "
+                              "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') "
+                              "LIMIT 1").fetchone()
+        if bad is not None:
+            raise StoreError(f"{self.path}: result row {bad[:6]} has verdict {bad[6]!r} (not pass, "
+                             f"fail or n/a): the store was modified outside int8conf")
+        orphan = self.db.execute(
+            "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed FROM results r LEFT JOIN cells c "
+            "ON r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND r.seed = c.seed "
+            "AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both') WHERE c.layer IS NULL "
+            "LIMIT 1").fetchone()
+        if orphan is not None:
+            raise StoreError(f"{self.path}: result rows of cell {tuple(orphan)} without the cell "
+                             f"itself: the store was modified outside int8conf")
+        counts = self.db.execute(
+            "SELECT c.layer, c.fault, c.coverage, c.scale_mode, c.seed, COUNT(r.check_id) FROM cells c "
+            "LEFT JOIN results r ON r.layer = c.layer AND r.fault = c.fault AND "
+            "r.coverage = c.coverage AND r.seed = c.seed AND "
+            "(c.scale_mode = r.scale_mode OR c.scale_mode = 'both') "
+            "GROUP BY c.layer, c.fault, c.coverage, c.scale_mode, c.seed").fetchall()
+        for model in (False, True):
+            n = [t[5] for t in counts if (t[0] == MODEL_LAYER) == model]
+            if not n:
+                continue
+            usual = max(n)  # every cell of a kind has the same checks: fewer rows = rows deleted
+            short = next((t for t in counts if (t[0] == MODEL_LAYER) == model and t[5] < usual), None)
+            if short is not None:
+                raise StoreError(f"{self.path}: cell {tuple(short[:5])} has {short[5]} result rows, "
+                                 f"the other {'model' if model else 'layer'} cells {usual}: the store "
+                                 f"was modified outside int8conf (use a new --db, or delete that "
+                                 f"cell from table cells to recompute it)")
 
     def _claim(self, identity: dict) -> None:
         have = self.meta("identity")

@@ -49,6 +49,39 @@ def test_a_finished_cell_is_never_stored_twice_and_another_sweep_is_refused(tmp_
         SweepStore(db, {"kernel": "triton"})
 
 
+def test_a_store_edited_outside_int8conf_is_refused_with_one_line(tmp_path):
+    import sqlite3
+
+    def fresh(name):
+        db = tmp_path / name
+        with SweepStore(db, {"kernel": "cpu"}) as s:
+            for fault in ("F4", "F8"):
+                s.put(CellRows(Cell(LAYER, fault, "all", "own", 0),
+                               [_row("C8", "fail"), _row("C6", "pass")], {"changed": 3}))
+        return db
+
+    def edit(db, sql):
+        con = sqlite3.connect(db)
+        with con:
+            con.execute(sql)
+        con.close()
+
+    db = fresh("verdict.sqlite")
+    edit(db, "UPDATE results SET verdict = 'bogus' WHERE fault = 'F4' AND check_id = 'C8'")
+    with pytest.raises(StoreError, match=r"has verdict 'bogus' \(not pass, fail or n/a\): the "
+                                         r"store was modified outside int8conf"):
+        SweepStore(db)
+    db = fresh("short.sqlite")
+    edit(db, "DELETE FROM results WHERE fault = 'F8' AND check_id = 'C6'")
+    with pytest.raises(StoreError, match=r"cell \('model.layers.0.self_attn.k_proj', 'F8', 'all', "
+                                         r"'own', 0\) has 1 result rows, the other layer cells 2"):
+        SweepStore(db, {"kernel": "cpu"})   # refused on resume too, before any cell is skipped
+    db = fresh("orphan.sqlite")
+    edit(db, "DELETE FROM cells WHERE fault = 'F4'")
+    with pytest.raises(StoreError, match=r"result rows of cell .*'F4'.* without the cell itself"):
+        SweepStore(db)
+
+
 def _tasks(faults, coverages=("all",)):
     spec = _spec()
     return [SweepTask(c, spec) for c in layer_cells([LAYER], faults, list(coverages),
