@@ -26,7 +26,16 @@ from pathlib import Path
 
 
 def _csv(text: str) -> list[str]:
-    return [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    """A comma / space separated list (argparse type).
+
+    Raises:
+        argparse.ArgumentTypeError: no item (``--layers ""`` would otherwise mean "all").
+    """
+    items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list: give at least one value, or leave the "
+                                         "option out for the default")
+    return items
 
 
 def register(subparsers) -> None:

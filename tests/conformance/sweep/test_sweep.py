@@ -208,3 +208,13 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--out" in err[0] and "cannot create" in err[0]
     assert not (tmp_path / "y.sqlite").exists()
+
+
+@pytest.mark.parametrize("option", ["--layers", "--faults", "--coverages", "--scale-modes", "--seeds"])
+def test_an_empty_list_option_is_an_error_not_the_default(option, capsys):
+    """``--layers ""`` used to run every layer (504 cells), silently."""
+    from conformance.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--kernel", "cpu", option, " , "])
+    assert e.value.code == 2
+    assert f"argument {option}: empty list: give at least one value" in capsys.readouterr().err
