@@ -186,15 +186,24 @@ _SUFFIX = re.compile(r"^(?P<inner>.+)\+(?P<fault>F[1-9])(?:\.(?P<variant>[a-z0-9
                      r"@(?P<cov>one|1%|all)#s(?P<seed>\d+)(?P<bang>!?)$")
 
 
+_LOOSE_SUFFIX = re.compile(r"^[^?]*\+F\d")
+
+
 def split_injected_name(name: str) -> Optional[tuple[str, Injection]]:
     """``"triton+F4@all#s0"`` -> ``("triton", Injection("F4", "all", 0))``; None
     when ``name`` carries no injection suffix (see :meth:`Injection.suffix`).
 
     Raises:
-        FaultError: a suffix that parses but names an invalid variant.
+        FaultError: a suffix that parses but names an invalid variant, or a
+            name that carries a suffix (``+F<digit>`` before any ``?query``)
+            in another form (e.g. ``cpu+F4@all#sx``: a bad seed).
     """
     m = _SUFFIX.match(name or "")
     if not m:
+        if _LOOSE_SUFFIX.match(name or ""):
+            raise FaultError(f"kernel {name!r}: an injection suffix reads KERNEL+F<1-9>[.variant]"
+                             f"@<one|1%|all>#s<seed>[!], e.g. triton+F4@all#s0 or "
+                             f"cpu+F9.transposed@one#s7")
         return None
     inj = make_injection(m.group("fault"), m.group("cov"), int(m.group("seed")),
                          variant=m.group("variant"), prepared=not m.group("bang"))

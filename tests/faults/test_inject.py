@@ -149,3 +149,16 @@ def test_injected_builtin_kernel_pickles():
     back = pickle.loads(pickle.dumps(spec))
     ops = make_case("ordinary", 0)
     assert back.name == spec.name and torch.equal(_bits(_call(back, ops)), _bits(_call(spec, ops)))
+
+
+def test_a_malformed_injection_suffix_is_named_not_an_unknown_kernel():
+    """``cpu+F4@all#sx`` used to read "unknown kernel"; a name without ``+F<digit>``
+    (or with it only inside a ``?query``) is no injection at all."""
+    from faults.spec import FaultError, split_injected_name
+    for bad in ("cpu+F4@all#sx", "cpu+F4@two#s0", "triton+F4", "cpu+F4@all#s-1"):
+        with pytest.raises(FaultError, match=r"an injection suffix reads KERNEL\+F<1-9>"):
+            get_kernel(bad)
+    name, inj = split_injected_name("triton+F4@1%#s7")
+    assert (name, inj.fault, inj.coverage, inj.seed) == ("triton", "F4", "1%", 7)
+    assert split_injected_name("mod:fn?contract=cutlass+F4") is None
+    assert split_injected_name("triton") is None
