@@ -237,3 +237,16 @@ def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_pa
     # a query string cannot repair an invalid decorator (the declaration is wrong as written)
     with pytest.raises(KernelLoadError, match="contract='no_such_contract'"):
         load_module_function("kern_mixed_mod:bad_contract?contract=cutlass")
+
+
+def test_a_per_device_mapping_may_name_contracts():
+    """``{"cpu": "triton", "cuda": "cutlass"}`` was refused ("unknown step 'triton'")."""
+    from conformance.kernels.loader import declare, spec_from_object
+    from reference.epilogue_steps import select_steps, steps_label
+    spec = spec_from_object(declare({"cpu": "triton", "cuda/float16": "w_then_a/after_round",
+                                     "*": ["cast fp32", "mul s_a*s_w", "cast out"]})(
+        lambda *a: None), "m:f", "test")
+    label = lambda dev, dt: steps_label(select_steps(spec.steps, dev, dt))  # noqa: E731
+    assert label("cpu", torch.bfloat16) == "a_then_w/after_round: cast fp32; mul s_a; mul s_w; cast out; add bias"
+    assert label("cuda", torch.float16).startswith("w_then_a/after_round: cast fp32; mul s_w; mul s_a")
+    assert label("cuda", torch.bfloat16).endswith("cast fp32; mul s_a*s_w; cast out")
