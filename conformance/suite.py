@@ -50,7 +50,7 @@ REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "E1")
 #: Version of the suite's case construction and check semantics. Two reports
 #: compare (``int8conf gate --baseline``) only when it is equal; bump it when
 #: a case generator or a check's meaning changes.
-SUITE_VERSION = "1"
+SUITE_VERSION = "2"  # 2: family dispatch (2026-12-01)
 
 
 def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
