@@ -8,7 +8,10 @@
 #      stay on the CPU, hence 8 perplexity windows, 4 flip windows, 16 new tokens);
 #   4. issue 7: the paper-scale sweep (run_paper.sh; its cProfile is now of the cells
 #      alone, profile_cells.py), after any per-cell speed-up;
-#   2a/2b/1: re-checks after kernel changes (triton / int_mm conformance, CUDA tests);
+#   2a/2b: triton and int_mm conformance again: the default suite gained family
+#      `dispatch` after the 778/778 runs (ties at K up to 8195 on the split-K shapes,
+#      N up to 8208, M = 18..127; not yet run natively);
+#   1: the CUDA tests after kernel changes;
 #   3. the pow2 study on the default model (complete in 2026-12-01d);
 #   5. worker-count probe (run_workers.sh; 2026-12-01d: one process is fastest).
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
