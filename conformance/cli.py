@@ -41,7 +41,7 @@ from conformance.kernels.loader import cwd_on_sys_path
 def _os_error_line(e: OSError) -> str:
     """One line naming the path and the reason of an OSError."""
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
-    why = e.strerror or ((first_line(e, None) or "cannot access"))
+    why = e.strerror or (first_line(e, None) or "cannot access")
     return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
 
 
@@ -164,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Int8confError as e:
-        line = (first_line(e, None) or type(e).__name__)
+        line = first_line(e, None) or type(e).__name__
         print(f"int8conf: error: {line}", file=sys.stderr)
         return 2
     except OSError as e:  # a report / output path the user gave is unusable

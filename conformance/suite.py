@@ -475,7 +475,7 @@ def load_captures(capture_dir, model_dir=None):
 def cli_capture_message(e: BaseException) -> str:
     """An error line with reference.model.capture's Python-API hint replaced by the
     command-line option (``--model DIR``)."""
-    line = (first_line(e, None) or type(e).__name__)
+    line = first_line(e, None) or type(e).__name__
     return line.replace(_API_MODEL_HINT, CLI_MODEL_HINT)
 
 

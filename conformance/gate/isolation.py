@@ -89,7 +89,7 @@ class KernelRef:
         except KernelLoadError:
             raise
         except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
-            line = (first_line(e, None) or type(e).__name__)
+            line = first_line(e, None) or type(e).__name__
             raise KernelLoadError(f"cannot inject {self.fault} (coverage {self.coverage}) into "
                                   f"{self.name!r}: {line}") from None
 

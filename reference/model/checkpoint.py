@@ -194,7 +194,7 @@ def load_safetensors_file(path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(p), device="cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError / OSError
-        msg = (first_line(exc, None) or type(exc).__name__)
+        msg = first_line(exc, None) or type(exc).__name__
         raise CheckpointError(f"{p}: not a readable safetensors file ({msg})") from None
 
 
