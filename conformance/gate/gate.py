@@ -33,7 +33,7 @@ from conformance.gate import compare as C
 from conformance.gate.isolation import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.gate.policy import Policy
 from conformance.partial_run import partial_run
-from conformance.gate.status import (CRASH, EXIT_BLOCKED, EXIT_PASS, FAIL, NOT_SUPPORTED, TIMEOUT,
+from conformance.gate.status import (CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT,
                                      status_counts)
 from reference.errors import Int8confError
 

@@ -36,7 +36,7 @@ Errors are one line naming the file and the field (:class:`PolicyError`).
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 

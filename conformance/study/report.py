@@ -194,12 +194,12 @@ def to_markdown(r: dict) -> str:
     """The Markdown report of a study report dict."""
     a, b = (k["name"] for k in r["kernels"])
     L = ["# The power-of-two study", "",
-         f"Kernels: " + "; ".join(f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, "
+         "Kernels: " + "; ".join(f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, "
                                   f"device {r['settings']['device']})" for k in r["kernels"]) + ".", "",
          "## Limits (read these next to every number)", ""]
     L += [f"- {k.replace('_', ' ')}: {v}" for k, v in r["limits"].items()]
-    L += [f"- environment: " + ", ".join(f"{k} {v}" for k, v in r["environment"].items()),
-          f"- run time per part (s): " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()), "",
+    L += ["- environment: " + ", ".join(f"{k} {v}" for k, v in r["environment"].items()),
+          "- run time per part (s): " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()), "",
           "## Headline", ""]
     L += [f"- {h}" for h in headline(r)]
     L.append("")
