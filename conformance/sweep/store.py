@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS results (
 """
 
 
+#: a result row ``r`` belongs to cell ``c`` (a model cell has scale mode 'both')
+_CELL_JOIN = ("r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND "
+              "r.seed = c.seed AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both')")
+
+
 class StoreError(Int8confError):
     """The store belongs to another sweep, or is not a sweep store."""
 
@@ -125,18 +130,14 @@ class SweepStore:
             raise StoreError(f"{self.path}: result row {bad[:6]} has verdict {bad[6]!r} (not pass, "
                              f"fail or n/a): the store was modified outside int8conf")
         orphan = self.db.execute(
-            "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed FROM results r LEFT JOIN cells c "
-            "ON r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND r.seed = c.seed "
-            "AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both') WHERE c.layer IS NULL "
-            "LIMIT 1").fetchone()
+            "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed FROM results r LEFT JOIN "
+            f"cells c ON {_CELL_JOIN} WHERE c.layer IS NULL LIMIT 1").fetchone()
         if orphan is not None:
             raise StoreError(f"{self.path}: result rows of cell {tuple(orphan)} without the cell "
                              f"itself: the store was modified outside int8conf")
         counts = self.db.execute(
             "SELECT c.layer, c.fault, c.coverage, c.scale_mode, c.seed, COUNT(r.check_id) FROM cells c "
-            "LEFT JOIN results r ON r.layer = c.layer AND r.fault = c.fault AND "
-            "r.coverage = c.coverage AND r.seed = c.seed AND "
-            "(c.scale_mode = r.scale_mode OR c.scale_mode = 'both') "
+            f"LEFT JOIN results r ON {_CELL_JOIN} "
             "GROUP BY c.layer, c.fault, c.coverage, c.scale_mode, c.seed").fetchall()
         for model in (False, True):
             n = [t[5] for t in counts if (t[0] == MODEL_LAYER) == model]
@@ -234,9 +235,7 @@ class SweepStore:
         """
         q = ("SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
              "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
-             "c.worker, c.scale_mode FROM results r JOIN cells c ON r.layer = c.layer AND "
-             "r.fault = c.fault AND r.coverage = c.coverage AND r.seed = c.seed AND "
-             "(c.scale_mode = r.scale_mode OR c.scale_mode = 'both') "
+             f"c.worker, c.scale_mode FROM results r JOIN cells c ON {_CELL_JOIN} "
              "ORDER BY r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id")
         out = []
         for t in self.db.execute(q):
