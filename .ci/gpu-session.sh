@@ -3,14 +3,14 @@
 # tool, where the repo is a plain copy, not installed). As of 2026-12-01d
 # (reports/h200-native/2026-12-01d/README.md) issue 8's native runs are complete
 # (triton and int_mm 778/778, CUDA tests 57/57). What is left to measure:
+#   2a/2b: triton and int_mm conformance again: the default suite gained family
+#      `dispatch` after the 778/778 runs (ties at K up to 8195 on the split-K shapes,
+#      N up to 8208, M = 18..127; not yet run natively);
 #   3b. issue 9: `study pow2` on the random Qwen3-1.7B-shaped model (one full call;
 #      the layer part now computes its references on the GPU; the model's float ops
 #      stay on the CPU, hence 8 perplexity windows, 4 flip windows, 16 new tokens);
 #   4. issue 7: the paper-scale sweep (run_paper.sh; its cProfile is now of the cells
 #      alone, profile_cells.py), after any per-cell speed-up;
-#   2a/2b: triton and int_mm conformance again: the default suite gained family
-#      `dispatch` after the 778/778 runs (ties at K up to 8195 on the split-K shapes,
-#      N up to 8208, M = 18..127; not yet run natively);
 #   1: the CUDA tests after kernel changes;
 #   3. the pow2 study on the default model (complete in 2026-12-01d);
 #   5. worker-count probe (run_workers.sh; 2026-12-01d: one process is fastest).
