@@ -13,7 +13,8 @@
 #      alone, profile_cells.py), after any per-cell speed-up;
 #   1: the CUDA tests after kernel changes;
 #   3. the pow2 study on the default model (complete in 2026-12-01d);
-#   5. worker-count probe (run_workers.sh; 2026-12-01d: one process is fastest).
+#   5. worker-count probe (run_workers.sh; 2026-12-01d on 216-cell subsets, pool start-up
+#      included: one process fastest; probe_workers_28.sh measures the steady state).
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all-STAGE.tgz (at most 8
