@@ -15,22 +15,29 @@ without changing a single accumulator, so the declared contract's output is
 known exactly and every legal kernel still passes:
 
 * ``deep_k``: a ``ties`` case whose K = 768 columns are spread evenly over
-  K = 2048, 4096 or 8195 (:func:`spread_k`): ``a`` is zero in the new
-  columns and ``b`` holds seeded int8 there, so each split of the reduction
-  carries real data, the kernel streams real weights, and ``acc`` is
-  unchanged; M = 1, 16, 64 (bf16) and two fp16 cases.
-* ``wide_n``: the 24 discriminating channels repeated to N = 2064, 4104 or
-  8208 (:func:`widen_n`: ``b`` rows and ``s_w`` tiled), K = 768.
-* ``m_gaps``: ``ties`` cases at M between 17 and 128 that no other family has
-  (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127; fp16 at 40, 80).
+  K = 1100, 2048, 4096, 8195 or 16387 (:func:`spread_k`): ``a`` is zero in
+  the new columns and ``b`` holds seeded int8 there, so each split of the
+  reduction carries real data, the kernel streams real weights, and ``acc``
+  is unchanged; M = 1, 16, 64.
+* ``wide_n``: the 24 discriminating channels repeated (or cut) to N = 23,
+  601, 1031, 2064, 4104 or 8208 (:func:`widen_n`: ``b`` rows and ``s_w``
+  tiled; N % 8 != 0 included), K = 768.
+* ``m_gap``: ``ties`` cases at the M no other family has: 18..127 (13 values)
+  and 300, 512, 1024 (bf16); 40, 80, 512 (fp16).
 * ``small_acc``: ties among accumulators below 2^16 (``pick_ties`` with
   ``vmax`` = 65535), where a kernel might take a narrower fast path.
+* operand forms (:data:`FORMS`): ties with an all-zero bias, with negative
+  scales, with per-tensor (0-d) scales on both sides, and with |acc| up to
+  10^6 (above 2^19), each a path a kernel may choose on them.
 * ``deep_k_bias``: ``bias_cancel`` cases (bias near cancellation, where only
   the bias point decides) spread to K = 2048, 4096, 8195 at M = 4, in both
   scale modes (the bias point matters under power-of-two scales too).
 
 Scale-order ties need real scales, so the tie-based variants have no
-power-of-two mode, and no float32 output (see ``conformance.cases.ties``).
+power-of-two mode, and no float32 output (see ``conformance.cases.ties``): an
+epilogue that changes only for float32 output is not reached by the default
+suite (its float32 cases use power-of-two per-token scales, where every order
+agrees, because C6 allows one spacing and two legal orders may differ by two).
 """
 
 from __future__ import annotations
@@ -47,12 +54,19 @@ BF, FP16 = torch.bfloat16, torch.float16
 FAMILY = "dispatch"
 #: (M, K, out dtype) of the deep-K tie cases
 DEEP_K = tuple((m, k, BF) for m in (1, 16, 64) for k in (2048, 4096, 8195)) + (
-    (1, 4096, FP16), (16, 8195, FP16))
-#: (M, N, out dtype) of the wide-N tie cases
-WIDE_N = ((1, 4104, BF), (16, 4104, BF), (16, 4104, FP16), (64, 2064, BF), (8, 8208, BF))
+    (1, 4096, FP16), (16, 8195, FP16), (16, 1100, BF), (1, 16387, BF), (16, 16387, FP16))
+#: (M, N, out dtype) of the wide-N tie cases (N = 23: fewer channels than the tie set)
+WIDE_N = ((1, 4104, BF), (16, 4104, BF), (16, 4104, FP16), (64, 2064, BF), (8, 8208, BF),
+          (16, 23, BF), (16, 601, BF), (8, 1031, FP16))
 #: (M, out dtype) of the M-gap tie cases
-M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127)) + (
-    (40, FP16), (80, FP16))
+M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127,
+                                 300, 512, 1024)) + ((40, FP16), (80, FP16), (512, FP16))
+#: (variant, M, out dtype) of the tie cases with another operand form: an all-zero
+#: bias, negative scales, per-tensor (0-d) scales on both sides, |acc| up to ~2^20
+FORMS = (("bias0", 16, BF), ("bias0", 16, FP16), ("negative", 16, BF), ("scalar", 16, BF),
+         ("scalar", 1, FP16), ("big_acc", 16, BF), ("big_acc", 16, FP16))
+#: the big_acc ties: block 64 (K = 64 * 24 = 1536), |acc| <= BIG_VMAX (above 2^19)
+BIG_BLOCK, BIG_VMAX = 64, 1_000_000
 #: (M, out dtype) of the small-accumulator tie cases, and their bound
 SMALL_ACC = ((1, BF), (16, BF), (64, BF), (16, FP16))
 SMALL_VMAX = 2 ** 16 - 1
@@ -107,11 +121,16 @@ def widen_n(b: torch.Tensor, scale_b: torch.Tensor, n: int) -> tuple[torch.Tenso
     return b[idx].contiguous(), scale_b[idx].contiguous()
 
 
-def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax=None):
+def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax=None, block=None,
+          scalar: bool = False):
     g = generator(FAMILY, f"{variant}-M{m}-{_TAG[out_dtype]}", seed)
-    sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
-    acc = pick_ties(g, sa, sb, out_dtype) if vmax is None else pick_ties(g, sa, sb, out_dtype, vmax)
-    a, b = realize_acc(acc)
+    if scalar:  # one scale per tensor: the ties are chosen for that single product
+        sa, sb = token_scales(g, 1).expand(m), _channel_scales(g, 1).expand(N_TIES)
+    else:
+        sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
+    kw = {} if vmax is None else {"vmax": vmax}
+    acc = pick_ties(g, sa, sb, out_dtype, **kw)
+    a, b = realize_acc(acc) if block is None else realize_acc(acc, block)
     return g, a, b, sa, sb
 
 
@@ -145,6 +164,27 @@ def small_acc_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperand
                        trigger="scale-order ties with every |acc| < 2^16")
 
 
+def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
+    """A ``ties`` case in another operand form (:data:`FORMS`): ``bias0`` an all-zero
+    bias (``y + 0`` is exact, so the ties survive either bias point); ``negative``
+    every other per-token and per-channel scale negated (rounding is sign-symmetric);
+    ``scalar`` 0-d scales on both sides (a per-tensor fast path); ``big_acc``
+    accumulators up to :data:`BIG_VMAX` (K = 1536)."""
+    big = form == "big_acc"
+    _, a, b, sa, sb = _ties(form, m, out_dtype, seed, vmax=BIG_VMAX if big else None,
+                            block=BIG_BLOCK if big else None, scalar=form == "scalar")
+    bias = torch.zeros(N_TIES, dtype=out_dtype) if form == "bias0" else None
+    if form == "negative":
+        sa, sb = sa.clone(), sb.clone()
+        sa[::2] = -sa[::2]
+        sb[1::2] = -sb[1::2]
+    if form == "scalar":
+        sa, sb = sa[0].clone(), sb[0].clone()
+    return family_case(FAMILY, f"{form}-M{m}", "real", out_dtype, a, b, sa.contiguous(),
+                       sb.contiguous(), bias=bias, seed=seed,
+                       trigger=f"scale-order ties with {form.replace('_', ' ')} operands")
+
+
 def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """A ``bias_cancel`` case (M = 4, N = 16, K = 64) spread to ``k``."""
     src = bias_cancel_case(mode, out_dtype, seed)
@@ -156,10 +196,11 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
 
 
 def dispatch_family(seed: int = 0) -> list[GemmOperands]:
-    """``dispatch``: 11 deep-K, 5 wide-N, 15 M-gap, 4 small-accumulator and 7
-    deep-K bias cases (42)."""
+    """``dispatch``: 14 deep-K, 8 wide-N, 19 M-gap, 4 small-accumulator, 7 operand-form
+    and 7 deep-K bias cases (59)."""
     return ([deep_k_case(m, k, dt, seed) for m, k, dt in DEEP_K]
             + [wide_n_case(m, n, dt, seed) for m, n, dt in WIDE_N]
             + [m_gap_case(m, dt, seed) for m, dt in M_GAPS]
             + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
+            + [form_case(f, m, dt, seed) for f, m, dt in FORMS]
             + [deep_k_bias_case(k, mode, dt, seed) for k, mode, dt in DEEP_K_BIAS])

@@ -45,8 +45,9 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
                      "partial sums >= 2^25 and an odd small acc"),
     "dispatch": (dispatch_family,
                  "epilogue discriminators where kernels switch paths: scale-order ties at "
-                 "K = 2048..8195, N = 2064..8208, M = 18..127 and with every |acc| < 2^16; "
-                 "bias near cancellation at K = 2048..8195"),
+                 "K = 1100..16387, N = 23..8208, M = 18..127 and 300..1024, every |acc| < 2^16 "
+                 "or up to 10^6, with a zero bias, negative or per-tensor scales; bias near "
+                 "cancellation at K = 2048..8195"),
 }
 
 

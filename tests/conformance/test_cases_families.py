@@ -74,8 +74,8 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
                       "overflow_inf": 6, "signed_zero": 6, "negative_scales": 6,
                       "zero_scales": 6, "bias_cancel": 6, "extreme_pairs": 6,
                       "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10,
-                      "large_shapes": 17, "dispatch": 42}
-    assert len({c.name for cs in fams.values() for c in cs}) == 307
+                      "large_shapes": 17, "dispatch": 59}
+    assert len({c.name for cs in fams.values() for c in cs}) == 324
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"]
                                             + fams["layouts"]]
@@ -118,15 +118,22 @@ def test_each_family_reaches_its_trigger(fams, covs):
     disp = {c.meta["variant"].split("-")[0]: [] for c in fams["dispatch"]}
     for c in fams["dispatch"]:
         disp[c.meta["variant"].split("-")[0]].append(c)
-    assert {k: len(v) for k, v in disp.items()} == {"deep_k": 11, "wide_n": 5, "m_gap": 15,
-                                                    "small_acc": 4, "deep_k_bias": 7}
+    assert {k: len(v) for k, v in disp.items()} == {
+        "deep_k": 14, "wide_n": 8, "m_gap": 19, "small_acc": 4, "bias0": 2, "negative": 1,
+        "scalar": 2, "big_acc": 2, "deep_k_bias": 7}
     assert all(tie_discrimination(c)["a_then_w!=w_then_a"] > 0
-               for v in ("deep_k", "wide_n", "m_gap", "small_acc") for c in disp[v])
-    assert {c.k for c in disp["deep_k"]} == {c.k for c in disp["deep_k_bias"]} == {2048, 4096, 8195}
+               for v, cs in disp.items() if v != "deep_k_bias" for c in cs)
+    assert {c.k for c in disp["deep_k"]} == {1100, 2048, 4096, 8195, 16387}
+    assert {c.k for c in disp["deep_k_bias"]} == {2048, 4096, 8195}
     assert {c.m for c in disp["deep_k"]} == {1, 16, 64}
-    assert {c.n for c in disp["wide_n"]} == {2064, 4104, 8208}
-    assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127}
+    assert {c.n for c in disp["wide_n"]} == {23, 601, 1031, 2064, 4104, 8208}
+    assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127,
+                                             300, 512, 1024}
     assert all(int(exact_int_mm(c.a, c.b).abs().max()) < 2 ** 16 for c in disp["small_acc"])
+    assert all(int(exact_int_mm(c.a, c.b).abs().max()) > 2 ** 19 for c in disp["big_acc"])
+    assert all(c.bias is not None and not c.bias.any() for c in disp["bias0"])
+    assert all((c.scale_a < 0).any() and (c.scale_b < 0).any() for c in disp["negative"])
+    assert all(c.scale_a.dim() == c.scale_b.dim() == 0 for c in disp["scalar"])
     assert {c.scale_mode for c in disp["deep_k_bias"]} == {"synthetic", "pow2"}
     lay = [cv["layouts"] for cv in covs["layouts"]]
     assert sum(x["a"] == "row-major padded" for x in lay) == 4
