@@ -364,6 +364,15 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
+    if isinstance(decl.steps, dict):
+        # a device the mapping does not name would be checked against the contract nearest
+        # to its first entry: a silent guess
+        keys = [k.split("/")[0] for k in decl.steps]
+        missing = [d for d in decl.devices if d not in keys and "*" not in keys]
+        if missing:
+            raise ContractError(f"the per-device epilogue names {sorted(decl.steps)} but not the "
+                                f"declared device(s) {missing}: add an entry for each (or '*'), "
+                                f"or declare devices={tuple(sorted(set(keys)))}")
     return decl
 
 

@@ -250,3 +250,16 @@ def test_a_per_device_mapping_may_name_contracts():
     assert label("cpu", torch.bfloat16) == "a_then_w/after_round: cast fp32; mul s_a; mul s_w; cast out; add bias"
     assert label("cuda", torch.float16).startswith("w_then_a/after_round: cast fp32; mul s_w; mul s_a")
     assert label("cuda", torch.bfloat16).endswith("cast fp32; mul s_a*s_w; cast out")
+
+
+def test_a_per_device_mapping_must_cover_every_declared_device():
+    """{"cuda": "triton"} on a kernel declared for the CPU used to load: on the CPU it was
+    then checked against the contract nearest to the cuda entry, a silent guess."""
+    from conformance.kernels.loader import declare, spec_from_object
+    with pytest.raises(KernelLoadError, match=r"names \['cuda'\] but not the declared device\(s\) "
+                                              r"\['cpu'\]: add an entry for each \(or '\*'\)"):
+        spec_from_object(declare({"cuda": "triton"})(lambda *a: None), "m:f", "t")
+    assert spec_from_object(declare({"cuda": "triton"}, devices=("cuda",))(lambda *a: None),
+                            "m:f", "t").devices == ("cuda",)
+    assert spec_from_object(declare({"cuda/float16": "triton", "*": "cutlass"},
+                                    devices=("cpu", "cuda"))(lambda *a: None), "m:f", "t")
