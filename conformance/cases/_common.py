@@ -91,13 +91,16 @@ def snap_pow2_(s: torch.Tensor) -> torch.Tensor:
 
 def family_case(family: str, variant: str, mode: str, out_dtype: torch.dtype, a: torch.Tensor,
                 b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                bias: Optional[torch.Tensor] = None, seed: int = 0, **meta) -> GemmOperands:
+                bias: Optional[torch.Tensor] = None, seed: int = 0, snap_fp32: bool = True,
+                **meta) -> GemmOperands:
     """GemmOperands of one family case (naming and meta in the module docstring);
-    extra keyword arguments go to ``meta`` (JSON-able values)."""
+    extra keyword arguments go to ``meta`` (JSON-able values). ``snap_fp32=False``
+    keeps real token scales with float32 output: only for accumulators chosen so
+    that every legal scale order stays within C6's one spacing."""
     tag = DTYPE_TAG[out_dtype]
     m = {"source": "family", "family": family, "variant": variant, "seed": seed,
          "scale_kind": mode}
-    if mode == "real" and out_dtype == torch.float32:
+    if mode == "real" and out_dtype == torch.float32 and snap_fp32:
         snap_pow2_(scale_a)
         m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
     m.update(meta)

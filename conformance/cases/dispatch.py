@@ -33,11 +33,13 @@ known exactly and every legal kernel still passes:
   the bias point decides) spread to K = 2048, 4096, 8195 at M = 4, in both
   scale modes (the bias point matters under power-of-two scales too).
 
+* ``fp32_ties``: float32 output with real scales, accumulators chosen so every
+  legal order lies exactly one float32 spacing from C6's reference
+  (:func:`pick_fp32_ties`): an epilogue that changes only for float32 output
+  meets C8 while correct kernels of every contract keep C6's premise.
+
 Scale-order ties need real scales, so the tie-based variants have no
-power-of-two mode, and no float32 output (see ``conformance.cases.ties``): an
-epilogue that changes only for float32 output is not reached by the default
-suite (its float32 cases use power-of-two per-token scales, where every order
-agrees, because C6 allows one spacing and two legal orders may differ by two).
+power-of-two mode.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ import torch
 
 from conformance.cases._common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
-from conformance.cases.synthetic import _channel_scales, pick_ties, realize_acc
+from conformance.cases.synthetic import (VMAX, _channel_scales, _tie_orders_bits, _tie_targets,
+                                         pick_ties, realize_acc)
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
 
@@ -67,6 +70,8 @@ FORMS = (("bias0", 16, BF), ("bias0", 16, FP16), ("negative", 16, BF), ("scalar"
          ("scalar", 1, FP16), ("big_acc", 16, BF), ("big_acc", 16, FP16))
 #: the big_acc ties: block 64 (K = 64 * 24 = 1536), |acc| <= BIG_VMAX (above 2^19)
 BIG_BLOCK, BIG_VMAX = 64, 1_000_000
+#: M of the float32-output tie cases (real scales, orders within one spacing)
+FP32_TIES_M = (1, 16, 64)
 #: (M, out dtype) of the small-accumulator tie cases, and their bound
 SMALL_ACC = ((1, BF), (16, BF), (64, BF), (16, FP16))
 SMALL_VMAX = 2 ** 16 - 1
@@ -185,6 +190,43 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
                        trigger=f"scale-order ties with {form.replace('_', ' ')} operands")
 
 
+def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    """Per element, an accumulator (int64 [M, N], |acc| <= VMAX) whose float32
+    output tells the scale orders apart by exactly one float32 spacing: among
+    the 256 seeded top-binade candidates of ``_tie_targets``, one where
+    ``w_then_a`` and ``fused`` each lie within one spacing of ``a_then_w`` (C6's
+    reference), preferring both different from it; 0 where no candidate keeps
+    within one spacing (every order then gives +-0). Random sign.
+
+    Why: without a final rounding two legal orders may differ by two float32
+    spacings, more than C6 allows, so float32 cases elsewhere use power-of-two
+    token scales, where every order agrees; these keep real scales and stay
+    inside C6's premise, so an epilogue that changes only for float32 output
+    meets C8."""
+    m, n = int(sa.numel()), int(sb.numel())
+    v = _tie_targets(sa, sb, VMAX, torch.float32, g)
+    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
+    d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()  # positive finite floats: bits order like values
+    ok = (d2 <= 1) & (d3 <= 1)
+    score = torch.where(ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0)
+                        + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0)
+    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
+    pick = torch.where(ok.any(-1), pick, 0)
+    sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
+    return pick * sign
+
+
+def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
+    """Scale-order ties in float32 output with real token and channel scales
+    (:func:`pick_fp32_ties`; N = 24, K = 768)."""
+    g = generator(FAMILY, f"fp32_ties-M{m}", seed)
+    sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
+    a, b = realize_acc(pick_fp32_ties(g, sa, sb))
+    return family_case(FAMILY, f"fp32_ties-M{m}", "real", torch.float32, a, b, sa, sb, seed=seed,
+                       snap_fp32=False, trigger="scale-order ties in float32 output, real scales",
+                       token_scales="real (every legal order within one float32 spacing)")
+
+
 def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """A ``bias_cancel`` case (M = 4, N = 16, K = 64) spread to ``k``."""
     src = bias_cancel_case(mode, out_dtype, seed)
@@ -196,11 +238,12 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
 
 
 def dispatch_family(seed: int = 0) -> list[GemmOperands]:
-    """``dispatch``: 14 deep-K, 8 wide-N, 19 M-gap, 4 small-accumulator, 7 operand-form
-    and 7 deep-K bias cases (59)."""
+    """``dispatch``: 14 deep-K, 8 wide-N, 19 M-gap, 4 small-accumulator, 7 operand-form,
+    3 float32-output and 7 deep-K bias cases (62)."""
     return ([deep_k_case(m, k, dt, seed) for m, k, dt in DEEP_K]
             + [wide_n_case(m, n, dt, seed) for m, n, dt in WIDE_N]
             + [m_gap_case(m, dt, seed) for m, dt in M_GAPS]
             + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
             + [form_case(f, m, dt, seed) for f, m, dt in FORMS]
+            + [fp32_ties_case(m, seed) for m in FP32_TIES_M]
             + [deep_k_bias_case(k, mode, dt, seed) for k, mode, dt in DEEP_K_BIAS])

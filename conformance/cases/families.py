@@ -46,7 +46,7 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "dispatch": (dispatch_family,
                  "epilogue discriminators where kernels switch paths: scale-order ties at "
                  "K = 1100..16387, N = 23..8208, M = 18..127 and 300..1024, every |acc| < 2^16 "
-                 "or up to 10^6, with a zero bias, negative or per-tensor scales; bias near "
+                 "or up to 10^6, with a zero bias, negative or per-tensor scales, in float32 output; bias near "
                  "cancellation at K = 2048..8195"),
 }
 

@@ -573,3 +573,11 @@ def small_acc_fast_path(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
     acc = exact_acc32(a, b)
     order = "fused" if int(acc.abs().max()) < 2 ** 16 else "w_then_a"
     return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="fp32_output_scale_order")
+def fp32_output_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the float32-output variant multiplies by ``s_a`` first (no final
+    rounding there, so the two orders differ by up to two float32 spacings)."""
+    order = "a_then_w" if out_dtype == torch.float32 else "w_then_a"
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
