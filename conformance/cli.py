@@ -41,7 +41,7 @@ from conformance.kernels.loader import cwd_on_sys_path
 def _os_error_line(e: OSError) -> str:
     """One line naming the path and the reason of an OSError."""
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
-    why = e.strerror or (first_line(e, None) or "cannot access")
+    why = e.strerror or first_line(e, None) or "cannot access"
     return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
 
 

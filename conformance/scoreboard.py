@@ -87,7 +87,7 @@ def _worker(kernel: str, device: str, conn) -> None:
     try:
         spec = get_kernel(kernel)
     except Exception as e:  # noqa: BLE001
-        conn.send(("load_error", (first_line(e, None) or repr(e))))
+        conn.send(("load_error", first_line(e, None) or repr(e)))
         return
     conn.send(("ready", None))
     while True:

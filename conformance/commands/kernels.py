@@ -40,7 +40,7 @@ def kernel_rows() -> list[dict]:
             row.update(devices=list(spec.devices), contract=spec.contract.label(),
                        steps=declared_to_dict(spec.steps), version=spec.version)
         except Exception as e:  # noqa: BLE001 -- one line per broken kernel
-            row.update(available=False, reason=(first_line(e, None) or repr(e)))
+            row.update(available=False, reason=first_line(e, None) or repr(e))
         rows.append(row)
     import torch
 

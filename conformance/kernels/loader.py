@@ -116,11 +116,10 @@ def _contract_and_steps(contract) -> tuple:
     """``(EpilogueContract, steps or None)``: a step list / mapping / named
     step list (``reference.epilogue_steps``) declares steps, and its nearest
     standard contract; anything else goes through :func:`parse_contract`."""
-    from reference.epilogue_steps import EpilogueSteps, from_contract, parse_declared
+    from reference.epilogue_steps import EpilogueSteps, parse_declared
     if isinstance(contract, dict) and "scale_order" not in contract:
         # a per-device mapping may name contracts too: {"cpu": "triton", "cuda": [steps...]}
-        contract = {k: from_contract(parse_contract(v)) if _names_contract(v) else v
-                    for k, v in contract.items()}
+        contract = {k: _named_contract_steps(v) or v for k, v in contract.items()}
     if isinstance(contract, (list, tuple, EpilogueSteps, dict)) and not (
             isinstance(contract, dict) and "scale_order" in contract):
         steps = parse_declared(contract)
@@ -132,18 +131,17 @@ def _contract_and_steps(contract) -> tuple:
     return parse_contract(contract), None
 
 
-def _names_contract(v) -> bool:
-    """Whether a per-device mapping value is a contract (``"cutlass"``,
-    ``"triton"``, ``"<order>/<bias_point>"``, an EpilogueContract) rather than steps."""
-    if isinstance(v, EpilogueContract):
-        return True
-    if not isinstance(v, str) or ";" in v:
-        return False
+def _named_contract_steps(v):
+    """The step list of a per-device mapping value that names a contract
+    (``"cutlass"``, ``"triton"``, ``"<order>/<bias_point>"``, an
+    EpilogueContract); None when the value is a step description."""
+    from reference.epilogue_steps import from_contract
+    if not isinstance(v, (EpilogueContract, str)) or (isinstance(v, str) and ";" in v):
+        return None
     try:
-        parse_contract(v)
+        return from_contract(parse_contract(v))
     except ContractError:
-        return False
-    return True
+        return None
 
 
 def _flag(value):
