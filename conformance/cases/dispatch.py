@@ -48,8 +48,8 @@ import torch
 
 from conformance.cases._common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
-from conformance.cases.synthetic import (VMAX, _channel_scales, _tie_orders_bits, _tie_targets,
-                                         pick_ties, realize_acc)
+from conformance.cases.synthetic import (TIE_BLOCK, VMAX, _channel_scales, _tie_orders_bits,
+                                         _tie_targets, pick_ties, realize_acc)
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
 
@@ -126,16 +126,14 @@ def widen_n(b: torch.Tensor, scale_b: torch.Tensor, n: int) -> tuple[torch.Tenso
     return b[idx].contiguous(), scale_b[idx].contiguous()
 
 
-def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax=None, block=None,
-          scalar: bool = False):
+def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax: int = VMAX,
+          block: int = TIE_BLOCK, scalar: bool = False):
     g = generator(FAMILY, f"{variant}-M{m}-{_TAG[out_dtype]}", seed)
     if scalar:  # one scale per tensor: the ties are chosen for that single product
         sa, sb = token_scales(g, 1).expand(m), _channel_scales(g, 1).expand(N_TIES)
     else:
         sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
-    kw = {} if vmax is None else {"vmax": vmax}
-    acc = pick_ties(g, sa, sb, out_dtype, **kw)
-    a, b = realize_acc(acc) if block is None else realize_acc(acc, block)
+    a, b = realize_acc(pick_ties(g, sa, sb, out_dtype, vmax), block)
     return g, a, b, sa, sb
 
 
@@ -176,8 +174,8 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
     ``scalar`` 0-d scales on both sides (a per-tensor fast path); ``big_acc``
     accumulators up to :data:`BIG_VMAX` (K = 1536)."""
     big = form == "big_acc"
-    _, a, b, sa, sb = _ties(form, m, out_dtype, seed, vmax=BIG_VMAX if big else None,
-                            block=BIG_BLOCK if big else None, scalar=form == "scalar")
+    _, a, b, sa, sb = _ties(form, m, out_dtype, seed, vmax=BIG_VMAX if big else VMAX,
+                            block=BIG_BLOCK if big else TIE_BLOCK, scalar=form == "scalar")
     bias = torch.zeros(N_TIES, dtype=out_dtype) if form == "bias0" else None
     if form == "negative":
         sa, sb = sa.clone(), sb.clone()
