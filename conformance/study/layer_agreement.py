@@ -122,6 +122,7 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
     from conformance.kernels.runner import run_kernel
     from conformance.pairwise import compare_pair
     from reference.accumulate import exact_int_mm
+    from reference.bits import bits_of
     from reference.epilogue import apply_epilogue
     from reference.validate import normalize_scales, validate_operands
 
@@ -142,7 +143,7 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
     acc = exact_int_mm(ops.a.to(rdev), ops.b.to(rdev))
     ref_a = apply_epilogue(acc, sa, sw, spec_a.contract, bias=bias, out_dtype=ops.out_dtype)
     ref_b = apply_epilogue(acc, sa, sw, spec_b.contract, bias=bias, out_dtype=ops.out_dtype)
-    bits = lambda t: t.to(rdev).contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)  # noqa: E731
+    bits = lambda t: bits_of(t.to(rdev))  # noqa: E731
     rec["predicted_differing"] = int((bits(ref_a) != bits(ref_b)).sum())
     if rec["status"] != "error":
         rec["differing"] = rec["n_elements"] - rec["n_equal"]
