@@ -98,17 +98,12 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     """
     if _STATE["depth"] <= 0:
         return compute()
-    # the sweep's per-cell path makes a few dozen lookups per cell: one pass
-    # over the tensors builds the key (``_ident``, inlined) and the live list
+    # one pass over the tensors builds the key and the list of live referents
     key, live = [kind], []
     for t in tensors:
-        if isinstance(t, torch.Tensor):
-            key.append((id(t), t._version))
+        key.append(_ident(t))
+        if t is not None:
             live.append(t)
-        else:
-            key.append(None)
-            if t is not None:
-                live.append(t)
     key = tuple(key)
     store = _STATE["store"]
     hit = store.get(key)
