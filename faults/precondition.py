@@ -52,17 +52,6 @@ THRESHOLD = {"F6": 2 ** 31, "F7": 2 ** 24}
 SATURATED_PRODUCT = 16384
 
 
-def extension_length(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, fault: str) -> int:
-    """``E = ceil((T - min_selected(acc)) / 16384)`` (module docstring), at least 1.
-
-    Args:
-        acc: exact int64 [M, N] accumulator of the unextended operands.
-        rows, cols: selected row / channel indices.
-        fault: ``F6`` or ``F7``.
-    """
-    return _extension(_block_range(acc, rows, cols)[0], fault)
-
-
 def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
     """``(min, max)`` of the selected block of ``acc``, read back together
     (one read-back: the extension length needs the minimum, the case's
@@ -72,7 +61,8 @@ def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
 
 
 def _extension(low: int, fault: str) -> int:
-    """:func:`extension_length` from the block's minimum."""
+    """Columns to add, ``E = ceil((T - min_selected(acc)) / 16384)`` (module
+    docstring), at least 1, from the selected block's minimum ``low``."""
     need = THRESHOLD[fault] - int(low)
     return max(1, -(-need // SATURATED_PRODUCT))
 
