@@ -11,6 +11,8 @@
 #      stay on the CPU, hence 8 perplexity windows, 4 flip windows, 16 new tokens);
 #   4. issue 7: the paper-scale sweep (run_paper.sh; its cProfile is now of the cells
 #      alone, profile_cells.py), after any per-cell speed-up;
+#   4p. issue 7: run_paper.sh up to the profiles only, plus per-fault cProfile and
+#      torch.profiler tables (F6, F7, F1, F8) under logs/paper/;
 #   1: the CUDA tests after kernel changes;
 #   3. the pow2 study on the default model (complete in 2026-12-01d);
 #   5. worker-count probe (run_workers.sh; 2026-12-01d on 216-cell subsets, pool start-up
@@ -45,11 +47,15 @@ case "${STAGE:-1}" in
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
 3b) step model 60 python3 reports/sweep/h200-paper-scale/paper_model.py /tmp/big big
+   # RESUME=<dir carried in, holding a previous call's pow2/.parts>: the study reuses its parts
+   [ -n "${RESUME:-}" ] && mkdir -p "$OUT/pow2" && cp -r "$RESUME/." "$OUT/pow2/"
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
 5) OUT="$OUT" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
    grep -v "━" "$OUT/logs/workers.log" | tail -40 | cut -c1-300 ;;
+4p) OUT="$OUT/logs/paper" PROFILE_ONLY=1 BUDGET=400 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
+   grep -v "━" "$OUT/logs/paper.log" | grep -v "^ " | tail -60 | cut -c1-300 ;;
 4) OUT="$OUT" BUDGET=540 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
