@@ -9,7 +9,13 @@ columns ``a`` is -128 on the selected rows and 0 elsewhere, ``b`` is -128
 on the selected output channels and 0 elsewhere, so every selected
 accumulator grows by exactly ``E * 16384`` and every other accumulator is
 unchanged (each new column adds ``a[m,k]*b[n,k] = 0`` unless both the row
-and the channel are selected). Scales and bias are untouched. ``E`` is the
+and the channel are selected). Then zero columns pad K to a multiple of
+:data:`K_ALIGN` (they add nothing to any accumulator): a GEMM kernel
+specialises on the row stride's alignment and on K being a multiple of its
+K tile, and an odd K (e.g. 131,873) makes every load of a Triton kernel a
+byte-wide masked one -- on the H200 the sweep's F6 kernel calls took 14 ms
+each at K ~ 131k, one program walking K on one byte at a time; real layers
+have aligned K. Scales and bias are untouched. ``E`` is the
 smallest count that puts *every* selected accumulator over the threshold:
 ``E = ceil((T - min_selected(acc)) / 16384)`` with ``T = 2**31`` (F6: the
 exact value is at least ``INT32_MAX + 1``) or ``T = 2**24`` (F7). Since an
@@ -41,8 +47,9 @@ from typing import Optional
 import torch
 
 from faults.mask import block_indices, case_key, stream_key, lowest
-from reference import readback
+from reference import memo, readback
 from reference.errors import OperandError
+from reference.operands import derived_digest
 
 #: (max rows, max output channels) of the F6 window.
 F6_WINDOW: tuple[int, int] = (16, 16)
@@ -50,6 +57,14 @@ F6_WINDOW: tuple[int, int] = (16, 16)
 THRESHOLD = {"F6": 2 ** 31, "F7": 2 ** 24}
 #: Product of the saturated entries of the new columns: (-128) * (-128).
 SATURATED_PRODUCT = 16384
+#: Extended K is padded with zero columns to a multiple of this (module docstring).
+K_ALIGN = 256
+
+
+def padded_k(k: int, extra: int) -> int:
+    """K of the extended operands: ``k + extra`` rounded up to a multiple of
+    :data:`K_ALIGN` (``extra`` saturated columns, then zero columns)."""
+    return -(-(k + extra) // K_ALIGN) * K_ALIGN
 
 
 def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
@@ -69,21 +84,24 @@ def _extension(low: int, fault: str) -> int:
 
 def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
              extra: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere.
+    """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere;
+    then zero columns up to :func:`padded_k`.
 
     Args:
         a: int8 [M, K]; b: int8 [N, K]; rows, cols: int64 indices; extra: >= 1.
     Returns:
-        ``(a' int8 [M, K+extra], b' int8 [N, K+extra])``, contiguous, on a's device.
+        ``(a' int8 [M, K'], b' int8 [N, K'])`` with ``K' = padded_k(K, extra)``,
+        contiguous, on a's device.
     """
     m, k = a.shape
     n = b.shape[0]
-    a2 = torch.zeros((m, k + extra), dtype=torch.int8, device=a.device)
-    b2 = torch.zeros((n, k + extra), dtype=torch.int8, device=b.device)
+    width = padded_k(k, extra)
+    a2 = torch.zeros((m, width), dtype=torch.int8, device=a.device)
+    b2 = torch.zeros((n, width), dtype=torch.int8, device=b.device)
     a2[:, :k] = a
     b2[:, :k] = b
-    a2[rows.to(a.device), k:] = -128
-    b2[cols.to(b.device), k:] = -128
+    a2[rows.to(a.device), k:k + extra] = -128
+    b2[cols.to(b.device), k:k + extra] = -128
     return a2, b2
 
 
@@ -167,7 +185,7 @@ def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
     """The selected block as its own case, K extended on every row and channel.
 
     Returns:
-        ``(a' [r, K+E], b' [c, K+E], scale_a', scale_b', bias')``: every
+        ``(a' [r, K'], b' [c, K'], scale_a', scale_b', bias')``: every
         accumulator of this case equals the corresponding selected accumulator
         of :func:`extend_k`'s full case (a GEMM output element depends only on
         its own row, channel, scales and bias).
@@ -226,8 +244,9 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
     Returns:
         ``(GemmOperands, description)``: a new case (same name, scale mode and
         meta plus ``meta["fault_prepared"]``) and one line saying what changed,
-        e.g. ``"K 384 -> 131873 (+131489 columns of -128 x -128) on rows [3] x
-        channels [17]; selected exact acc in [2147483653, 2147483653]"``.
+        e.g. ``"K 384 -> 132096 (+131489 columns of -128 x -128, +223 zero
+        columns) on rows [3] x channels [17]; selected exact acc in
+        [2147483653, 2147483653]"``.
     """
     key = case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     src, win, bounds = ops, None, None
@@ -241,9 +260,15 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
     rows, cols, extra = sel[:3]
     a2, b2 = extend_k(src.a, src.b, rows, cols, extra)
     (lo, hi), row_list, col_list = sel[4:]
+    if memo.active():  # their digests from the recipe: no host copy and hash of tens of MB
+        recipe = f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra}"
+        derived_digest(a2, (src.a,), recipe)
+        derived_digest(b2, (src.b,), recipe)
     # every selected accumulator grew by exactly extra * 16384 (module docstring)
     grown = extra * SATURATED_PRODUCT
-    desc = (f"{win or ''}K {src.k} -> {src.k + extra} (+{extra} columns of -128 x -128) on rows "
+    width = padded_k(src.k, extra)
+    desc = (f"{win or ''}K {src.k} -> {width} (+{extra} columns of -128 x -128, "
+            f"+{width - src.k - extra} zero columns) on rows "
             f"{_ranges(row_list)} x channels {_ranges(col_list)}; selected exact acc in "
             f"[{lo + grown}, {hi + grown}]")
     meta = dict(ops.meta or {})

@@ -116,6 +116,17 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     return val
 
 
+def remember(kind: str, tensors: tuple, value) -> None:
+    """Store ``value`` as :func:`cached`'s result for (``kind``, ``tensors``):
+    a result known by construction (e.g. the digest of a tensor built by a
+    recorded recipe, ``reference.operands.derived_digest``). No-op outside a
+    scope."""
+    if _STATE["depth"] <= 0:
+        return
+    key = (kind,) + tuple(_ident(t) for t in tensors)
+    _STATE["store"][key] = (tuple(weakref.ref(t) for t in tensors if t is not None), value)
+
+
 def moved(t, device):
     """``t.to(device)``, memoized on ``t``'s identity and version inside a
     scope (a kernel's output is compared on the references' device by several

@@ -102,6 +102,14 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     Args:
         t: any tensor, or None (digest of None is the string ``"none"``).
 
+    Inside a ``reference.memo`` scope, a tensor built by a recorded,
+    deterministic construction from digested sources carries its recipe's
+    digest instead (:func:`derived_digest`: the F6 / F7 operands, whose
+    tens of MB would otherwise be copied to the host and hashed in every
+    sweep cell); equal digests still mean equal bits (equal recipes build
+    equal tensors), but such a tensor and a byte-equal one made another way
+    differ in digest. Copies of it (``memo.note_copy``) share its digest.
+
     Returns:
         64-character lowercase hex string (or ``"none"``).
     """
@@ -109,6 +117,27 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
         return "none"
     from reference import memo
     return memo.cached("digest", (t,), lambda: _digest_or_source(t))
+
+
+def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
+    """Digest of ``t`` built from the tensors ``sources`` by the construction
+    described by ``recipe`` (deterministic: same sources and recipe, same
+    bits), stored for ``t`` in the open ``reference.memo`` scope
+    (:func:`tensor_digest` then returns it): SHA-256 of
+    ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
+
+    Args:
+        t: the built tensor; sources: the tensors it was built from;
+        recipe: text fixing everything else the construction used.
+    Returns:
+        64-character lowercase hex string.
+    """
+    from reference import memo
+    shape = ",".join(str(int(s)) for s in t.shape)
+    parts = ",".join(tensor_digest(s) for s in sources)
+    d = hashlib.sha256(f"{t.dtype};{shape};derived;{parts};{recipe}".encode("ascii")).hexdigest()
+    memo.remember("digest", (t,), d)
+    return d
 
 
 def _digest_or_source(t: torch.Tensor) -> str:

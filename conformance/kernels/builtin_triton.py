@@ -32,7 +32,9 @@ is cached for the process (:func:`tuning_table`) and shared by the output
 dtype / bias variants of the key (same main loop). Shapes below
 ``AUTOTUNE_MIN_MACS`` multiply-accumulates, calls made while a CUDA graph is
 being captured, and ``INT8CONF_TRITON_AUTOTUNE=0`` use the bucket's first
-(heuristic) configuration without timing. Every configuration gives the same
+(heuristic) configuration without timing, or, when its tiles would occupy
+less than half of the multiprocessors, the split-K candidate with the fewest
+K blocks per program (:func:`_untuned`). Every configuration gives the same
 bits (the accumulator is exact and order-free; the epilogue is one code path),
 so tuning changes speed only. Interpreter: fixed small tiles, no tuning.
 
@@ -579,6 +581,37 @@ def _candidates(m: int, tma: bool) -> list[Config]:
             if (tma or c.kernel != "tma") and c.label() not in _EXCLUDED]
 
 
+#: K blocks per program below which an untimed call keeps the default (a split
+#: costs atomics and a workspace; short K loops are not worth it)
+_SERIAL_K_BLOCKS = 16
+
+
+def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
+    """Configuration of a call that is not timed (tuning off, a small shape, a
+    CUDA-graph capture): the bucket's heuristic default, unless its tiles fill
+    less than half of the ``sms`` multiprocessors while each program walks at
+    least :data:`_SERIAL_K_BLOCKS` K blocks; then the ``ptr`` candidate
+    with the fewest K blocks per program among those whose tiles x split-K
+    fit on the multiprocessors (first in list order on a tie). E.g. the sweep's
+    F6 window, 16 x 16 x ~131k: the default ``16x64x256 sk1`` is one program
+    walking 513 K blocks; ``16x64x256 sk4`` is four programs of 129. Every
+    candidate gives the same bits (exact integer split-K, ``triton_gemm``)."""
+    def tiles(c: Config) -> int:
+        return -(-m // c.block_m) * -(-n // c.block_n)
+
+    best = cands[0]
+    cost = -(-k // (best.block_k * best.split_k))
+    if tiles(best) * best.split_k * 2 > sms or cost < _SERIAL_K_BLOCKS:
+        return best
+    for c in cands[1:]:
+        if c.kernel != "ptr" or tiles(c) * c.split_k > sms:
+            continue
+        cc = -(-k // (c.block_k * c.split_k))
+        if cc < cost:
+            best, cost = c, cc
+    return best
+
+
 def _autotune_enabled() -> bool:
     return os.environ.get("INT8CONF_TRITON_AUTOTUNE", "1") not in ("0", "false", "no", "off")
 
@@ -754,7 +787,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
             cfg, tuned = _interp_config(m, n), False
         else:
             cands = _candidates(m, tma) or [BUCKET_CONFIGS["decode"][0]]
-            cfg, tuned = cands[0], False
+            cfg, tuned = _untuned(cands, m, n, k, _num_sms(dev)), False
             if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
                     or len(cands) == 1):
                 out = torch.empty((m, n), dtype=alloc, device=dev)

@@ -271,7 +271,19 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     output differs from a reference: the failing comparisons' worst
     elements and the error direction. Inside the batch's ``reference.memo``
     scope the checks then find their answers already read.
+
+    A cell always runs inside a ``reference.memo`` scope (its own when no
+    batch opened one), so the F6 / F7 operands it builds carry their recipe
+    digests (``reference.operands.derived_digest``) and its stored
+    ``case_digest`` does not depend on how it was called.
     """
+    from reference import memo
+    with memo.scope():
+        return _run_layer_cell(task, ctx)
+
+
+def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
+    """:func:`run_layer_cell` inside its memo scope."""
     from conformance.checks.output_bits import reference_output
     from conformance.evaluate import CaseEvaluation
     from conformance.kernels.runner import start_kernel

@@ -178,9 +178,10 @@ def test_f6_f7_f9_exact_bits_on_a_one_element_case():
     # the cpu kernel's int32 accumulator wraps to -2**31 + 1; float32 -> -2**31 (RNE);
     # * 2**-20 -> -2048 = bf16 0xC500. Declared contract on the exact value: 2048 = 0x4500.
     # ordered encodings 0x4500 and -0x4500 are 2 * 0x4500 = 35328 spacings apart.
+    # K 1 + 131072 saturated columns, then 255 zero columns: 131328 = 513 * 256
     ops = case(1, 1.0, 2.0 ** -20)
     p = prepare_case(ops, "F6", "all", 0)
-    assert p.k == 1 + 131072
+    assert p.k == 131328 and p.meta["fault_prepared"]["extra_k"] == 131072
     assert out_bits(inject("cpu", "F6"), p) == 0xC500
     ref = reference_scaled_mm(p.a, p.b, p.scale_a, p.scale_b, get_kernel("cpu").contract)
     assert int(ref.view(torch.int16)[0, 0]) & 0xFFFF == 0x4500
@@ -190,7 +191,8 @@ def test_f6_f7_f9_exact_bits_on_a_one_element_case():
     # F7: E = ceil((2**24 - 1) / 16384) = 1024 -> acc 2**24 + 1, a float32 tie -> 2**24
     # (even) in the kernel and in the reference alike: bf16 0x4B80 both, a no-op
     p7 = prepare_case(case(1, 1.0, 1.0), "F7", "one", 0)
-    assert p7.k == 1 + 1024 and out_bits(get_kernel("cpu"), p7) == 0x4B80
+    assert p7.k == 1280 and p7.meta["fault_prepared"]["extra_k"] == 1024  # 1 + 1024 -> 5 * 256
+    assert out_bits(get_kernel("cpu"), p7) == 0x4B80
     assert ground_truth("cpu", "F7", "one", 0, case(1, 1.0, 1.0)).no_op
     # F9 (pow2_scales): s_w = 0.3 -> 0.25; 3 * 0.3 = 0.9 -> bf16 0x3F66, 3 * 0.25 = 0x3F40
     before, after = rne16(F32(F32(3) * F32(0.3)) * F32(1)), rne16(F32(0.75))

@@ -38,8 +38,12 @@ def test_f7_all_pushes_every_accumulator_to_2p24_with_the_smallest_extension():
     acc = _acc64(ops.a, ops.b)
     p = prepare_case(ops, "F7", "all", 0)
     extra = -(-(2 ** 24 - int(acc.min())) // 16384)          # ceil
-    assert p.k == ops.k + extra and p.meta["fault_prepared"]["extra_k"] == extra
-    assert (p.a[:, ops.k:] == -128).all() and (p.b[:, ops.k:] == -128).all()
+    assert p.meta["fault_prepared"]["extra_k"] == extra
+    # then zero columns to the next multiple of 256 (faults.precondition.K_ALIGN)
+    assert p.k % 256 == 0 and ops.k + extra <= p.k < ops.k + extra + 256
+    e = ops.k + extra
+    assert (p.a[:, ops.k:e] == -128).all() and (p.b[:, ops.k:e] == -128).all()
+    assert (p.a[:, e:] == 0).all() and (p.b[:, e:] == 0).all()
     assert torch.equal(p.a[:, :ops.k], ops.a) and torch.equal(p.b[:, :ops.k], ops.b)
     acc2 = _acc64(p.a, p.b)
     assert (acc2 - acc == extra * 16384).all() and acc2.min() >= 2 ** 24

@@ -4,6 +4,7 @@ device copies, the one-read-back histogram, the grouped in-place check."""
 
 import hashlib
 
+import pytest
 import torch
 
 from reference import memo
@@ -104,3 +105,26 @@ def test_batched_chunk_accumulator_equals_the_chunk_loop_and_the_naive_sum_at_f6
     assert torch.equal(batched, exact_int_mm(a, b))
     assert torch.equal(batched, int_mm_int64_naive(a, b))
     assert int(batched[0, 0]) == k * 16384
+
+
+def test_a_derived_digest_is_its_recipes_and_replaces_hashing_inside_a_scope(monkeypatch):
+    import hashlib
+
+    import reference.operands as O
+    src = torch.arange(12, dtype=torch.int8).reshape(3, 4)
+    built = torch.zeros((3, 8), dtype=torch.int8)
+    with memo.scope():
+        d = O.derived_digest(built, (src,), "pad 4")
+        # SHA-256 of "dtype;shape;derived;<source digests>;<recipe>", by hand
+        want = hashlib.sha256(f"torch.int8;3,8;derived;{O._digest(src)};pad 4".encode()).hexdigest()
+        assert d == want
+        monkeypatch.setattr(O, "_digest", lambda t: pytest.fail("hashed a tensor with a known digest"))
+        assert O.tensor_digest(built) == d
+        copy = torch.empty_like(built).copy_(built)
+        memo.note_copy(built, copy)
+        assert O.tensor_digest(copy) == d                 # a copy shares it
+        assert O.derived_digest(torch.zeros((3, 8), dtype=torch.int8), (src,), "pad 5") != d
+        monkeypatch.undo()
+        built.add_(1)                                     # written since: hashed again, by content
+        assert O.tensor_digest(built) == O._digest(built) != d
+    assert O.tensor_digest(copy) == O._digest(copy) != d  # outside a scope: content, always

@@ -155,3 +155,24 @@ def test_a_bad_hang_limit_is_named(monkeypatch, raw):
         bt._hang_limit_s()
     monkeypatch.setenv("INT8CONF_TRITON_HANG_S", "2.5")
     assert bt._hang_limit_s() == 2.5
+
+
+@pytest.mark.parametrize("m, n, k, want", [
+    # the sweep's F6 window (16 x 16, K padded to 131328): one 16x64 tile walking 513
+    # K blocks -> the first candidate with the fewest K blocks per program, 129 (sk4)
+    (16, 16, 131328, "ptr 16x64x256 g1 sk4 w4 s4"),
+    (1, 16, 8195, "ptr 16x64x256 g1 sk4 w4 s4"),
+    # short K loop (8 blocks < 16): a split is not worth its atomics
+    (16, 16, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
+    # tiles already fill half of 132 SMs (96 of 16x64): the default stays
+    (1, 6144, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
+    # small bucket, an F7 case: 64 x 1024 x 3072, 8 tiles of 64x128 walking 24 blocks
+    (64, 1024, 3072, "ptr 32x64x128 g8 sk4 w4 s4"),
+    (512, 6144, 2048, None),  # large bucket: its default, always
+])
+def test_untimed_calls_split_k_only_when_the_default_leaves_the_gpu_idle(m, n, k, want):
+    cands = bt._candidates(m, tma=True)
+    got = bt._untuned(cands, m, n, k, sms=132)
+    assert got.label() == (want or cands[0].label())
+    # the choice is exact like every candidate: a listed configuration of this bucket
+    assert got in bt.BUCKET_CONFIGS[bt.bucket(m)]
