@@ -43,6 +43,7 @@ source digest (so check C1 sees the kernel that was declared), and
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Optional
 
@@ -253,10 +254,12 @@ def inject(kernel, fault: str, coverage: str = "all", seed: int = 0, *,
                          f"the clean kernel")
     inj = make_injection(fault, coverage, seed, variant=variant, prepared=prepared)
     digest = _digest(inner, inj)
-    return KernelSpec(
-        name=f"{inner.name}{inj.suffix()}", scaled_mm=FaultyScaledMM(inner, inj, digest),
-        contract=inner.contract, devices=inner.devices, constraints=inner.constraints,
-        version=inner.version, source_digest=digest,
+    # everything the wrapped kernel declares carries over (contract, devices,
+    # constraints, declared steps, layouts, overflow behaviour per device): the
+    # injected kernel is checked against the same promises
+    return dataclasses.replace(
+        inner, name=f"{inner.name}{inj.suffix()}", scaled_mm=FaultyScaledMM(inner, inj, digest),
+        source_digest=digest,
         int_mm=None if inner.int_mm is None else FaultyIntMM(inner, inj, digest),
         origin=f"fault-injection:{inner.origin}",
         description=f"{inner.name} with fault {inj.label()}")

@@ -162,3 +162,23 @@ def test_a_malformed_injection_suffix_is_named_not_an_unknown_kernel():
     assert (name, inj.fault, inj.coverage, inj.seed) == ("triton", "F4", "1%", 7)
     assert split_injected_name("mod:fn?contract=cutlass+F4") is None
     assert split_injected_name("triton") is None
+
+
+def test_an_injected_kernel_keeps_every_declaration_of_the_wrapped_one():
+    # found on the H200 sweep: the wrapper dropped `overflow`, so F6 on `triton` was
+    # checked as if it declared int32 wrap on CUDA, where it declares nothing
+    import dataclasses
+
+    from conformance.kernels.registry import get_kernel
+    tri = get_kernel("triton")
+    assert tri.overflow_on("cuda") == "undefined" and tri.overflow_on("cpu") == "wrap"
+    inner = dataclasses.replace(get_kernel("cpu"), name="mine", contiguous_only=("a",),
+                                overflow="saturate")
+    for spec in (tri, inner):
+        for fault in ("F6", "F4", "F8"):
+            got = inject(spec, fault, "all", 0)
+            for f in dataclasses.fields(spec):
+                if f.name not in ("name", "scaled_mm", "int_mm", "source_digest", "origin",
+                                  "description"):
+                    assert getattr(got, f.name) == getattr(spec, f.name), (spec.name, f.name)
+            assert got.overflow_on("cuda") == spec.overflow_on("cuda")
