@@ -151,6 +151,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Returns:
         The exit code (the console script passes it to ``sys.exit``).
     """
+    from conformance.import_noise import silence_import_noise
+    silence_import_noise()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     bad = unknown_options(parser, argv)

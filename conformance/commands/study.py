@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from conformance.commands._options import (int_between, parent_model_dir_arg, positive_int,
-                                           positive_seconds, seed_int)
+from conformance.commands._options import (ensure_out_dir, int_between, parent_model_dir_arg,
+                                           positive_int, positive_seconds, seed_int)
 from reference.model.corpus import prompts
 
 DEFAULT_KERNELS = "cpu,triton"
@@ -50,6 +51,8 @@ def _run_study(args: argparse.Namespace) -> int:
         prompts=args.prompts or d["prompts"], new_tokens=args.new_tokens or d["new_tokens"],
         resamples=args.resamples, seed=args.seed, level=args.level,
         fresh_process=args.fresh_process or d["fresh_process"])
+    if not args.report_only:  # a bad --out fails here, before the gate's minutes of work
+        ensure_out_dir(Path(args.out))
     quiet = args.quiet
     report = run_study(s, args.out, cache=args.cache,
                        progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr, flush=True)),

@@ -74,6 +74,7 @@ def plot_flip_rate(modes: dict, path: Path, title: str) -> str:
     ax.set_xlabel("decile of kernel A's top-2 logit margin (1 = smallest)")
     ax.set_ylabel("flip rate A vs B (%)")
     ax.set_xticks(range(1, 11))
+    ax.set_ylim(bottom=0)  # a rate: no negative axis when every decile is 0
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     return _save(fig, path)

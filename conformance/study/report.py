@@ -15,7 +15,8 @@ FIGURES = {"layers": "layer_agreement.png", "flips": "flip_rate.png", "perplexit
 
 
 def _pct(x: float, digits: int = 2) -> str:
-    return f"{100 * x:+.{digits}f} %"
+    t = f"{100 * x:+.{digits}f} %"
+    return "+" + t[1:] if t.startswith("-") and float(t[:-2]) == 0 else t  # no "-0.00 %"
 
 
 def _ci_pct(iv: dict, digits: int = 2) -> str:
@@ -31,7 +32,7 @@ def headline(r: dict) -> list[str]:
     la, e2e, acc, fl = (r.get(k) or {} for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
     a, b = (k["name"] for k in r["kernels"])
     model = f"{r['model']['parameters'] / 1e6:.1f} M-parameter model" if r.get("model") else "this model"
-    lines = [f"NOT RUN (time budget / interrupted): {', '.join(r['missing_parts'])}"] if r.get("missing_parts") else []
+    lines = [f"NOT RUN ({_why_missing(r, p)}): {p}" for p in r.get("missing_parts") or []]
     lines += [f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
              f"the two rules differ on {r['gate']['rule_disagreement']['fraction'] * 100:.2f} % of int8 weights"]
     for mode, m in la.get("modes", {}).items():
@@ -75,8 +76,9 @@ def _md_gate(g: dict) -> list[str]:
                 f"cpu {f['cpu']}, cuda-triton {f['cuda_triton']}." if f else "."))
     pi = g["pow2_rule_independence"]
     L.append("Power-of-two arms are rule-independent (division by 2^k is exact): "
-             + ", ".join(f"pow2-{k}: {v['differing_cpu']} / {v['differing_cuda_triton']} elements differ from "
-                         f"the exact division over {v['layers']} layers" for k, v in pi.items()) + ".")
+             + ", ".join(f"pow2-{k}: elements differing from the exact division over {v['layers']} layers, "
+                         f"cpu rule {v['differing_cpu']}, cuda-triton rule {v['differing_cuda_triton']}"
+                         for k, v in pi.items()) + ".")
     if lib.get("installed"):
         L.append(f"compressed-tensors {lib['version']} itself ({lib['path']}): int8 weights identical to rule "
                  f"`cpu` on {lib['identical_q']}/{lib['layers']} layers, scales on {lib['identical_scale']}/"
@@ -208,15 +210,27 @@ def to_markdown(r: dict) -> str:
                            ("e2e_agreement", "## 3. End-to-end greedy agreement", lambda x: _md_e2e(x, a, b)),
                            ("accuracy", "## 4. Accuracy cost", _md_accuracy),
                            ("flips", "## 5. Teacher-forced flips", lambda x: _md_flips(x, a, b))):
-        L += fn(r[key]) if r.get(key) else [title, "", "Not run in this report (time budget reached or run "
-                                                       "interrupted; rerun the same command to resume).", ""]
-    L += ["Reproduce: `int8conf study pow2 " + " ".join(_cli_args(r["settings"])) + "`", ""]
+        L += fn(r[key]) if r.get(key) else [
+            title, "", f"Not run in this report ({_why_missing(r, key)}; rerun the command without "
+                       f"--report-only and with the same settings to compute it: finished parts are reused).", ""]
+    L += ["Reproduce: `int8conf study pow2 " + " ".join(_cli_args(r)) + "`", ""]
     return "\n".join(L)
 
 
-def _cli_args(s: dict) -> list[str]:
-    out = [f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
-    for k in ("tokens", "windows", "window_len", "flip_windows", "prompts", "new_tokens", "resamples", "seed"):
+def _why_missing(r: dict, part: str) -> str:
+    """Why a part is missing from report ``r`` (time budget reached / report only)."""
+    return (r.get("missing_reasons") or {}).get(part, "time budget reached")
+
+
+def _cli_args(r: dict) -> list[str]:
+    """The command-line options that reproduce report ``r``'s numbers: every
+    setting, the model directory as given and the captured rows actually used."""
+    s = r["settings"]
+    out = [f"--model {s['model_dir']}", f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
+    rows = ((r.get("layer_agreement") or {}).get("capture") or {}).get("tokens_per_layer") or s["tokens"]
+    out.append(f"--tokens {rows}")
+    for k in ("windows", "window_len", "flip_windows", "prompts", "new_tokens", "resamples", "seed", "level",
+              "fresh_process"):
         out.append(f"--{k.replace('_', '-')} {s[k]}")
     if s.get("committed_dir"):
         out.append(f"--committed {s['committed_dir']}")

@@ -75,9 +75,13 @@ class StudySettings:
     fresh_process: str = "a"
     batch_size: int = 8
 
-    def part_key(self, part: str) -> dict:
-        """The settings one part depends on (its cache key)."""
-        common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir}
+    def part_key(self, part: str, identity: Optional[dict] = None) -> dict:
+        """The settings one part depends on (its cache key), with ``identity``
+        (:func:`input_identity`: what the model, the committed checkpoint, the
+        kernels and the study code *are*, not only where they are): a part
+        computed before any of them changed is never reused."""
+        common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir,
+                  "identity": identity or {}}
         k = {"kernels": list(self.kernels), "device": self.device}
         keys = {"gate": {},
                 "layer_agreement": dict(k, tokens=self.tokens),
@@ -90,6 +94,33 @@ class StudySettings:
         return dict(common, **keys[part])
 
 
+def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
+    """Content identity of a study's inputs, part of every part's key.
+
+    Args:
+        pdigest: the float parent's state digest (``reference.model.artifacts.load_parent``).
+        committed_dir: a committed checkpoint given by the user (None: the
+            reference quantizer's, fixed by ``pdigest`` and the build code).
+        kernels: the resolved KernelSpecs A, B (their ``source_digest``).
+    Returns:
+        ``{"model", "committed", "kernels", "study_code"}``: the parent digest;
+        for a given committed checkpoint the (name, size, mtime) of its weight
+        files and config, else the quantizer's build-code digest; the kernels'
+        source digests; SHA-256 of this package's modules (a changed study
+        computes its parts again).
+    """
+    import hashlib
+
+    from reference.model.artifacts import _weight_files_key, build_code_digest
+    committed = (build_code_digest() if committed_dir is None
+                 else [list(x) for x in _weight_files_key(Path(committed_dir).resolve())])
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return {"model": pdigest, "committed": committed,
+            "kernels": [getattr(k, "source_digest", "") for k in kernels], "study_code": h.hexdigest()}
+
+
 def check_settings(s: StudySettings, need_device: bool = True) -> None:
     """Reject bad settings with one line (Int8confError). ``need_device``
     False (``--report-only``): the parts may have been computed on another
@@ -98,6 +129,9 @@ def check_settings(s: StudySettings, need_device: bool = True) -> None:
 
     if len(s.kernels) != 2 or not all(s.kernels):
         raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(s.kernels)!r}")
+    if s.kernels[0] == s.kernels[1]:
+        raise Int8confError(f"--kernels {','.join(s.kernels)}: A and B are the same kernel (the study "
+                            f"compares two; a kernel against itself is the fresh-process comparison)")
     if s.device not in ("cpu", "cuda"):
         raise Int8confError(f"--device {s.device!r} is not 'cpu' or 'cuda'")
     if s.device == "cuda" and need_device:
@@ -119,6 +153,30 @@ def check_settings(s: StudySettings, need_device: bool = True) -> None:
         raise Int8confError(f"--fresh-process {s.fresh_process!r} is not one of none, a, both")
     if s.new_tokens < 1:
         raise Int8confError(f"--new-tokens {s.new_tokens} must be >= 1")
+
+
+def _preflight(ctx, s: StudySettings, config: dict) -> None:
+    """The size checks that need the model (context length, tokenizer,
+    corpus), before the gate: a size that cannot run fails in seconds, not
+    after the parts before it.
+
+    Raises:
+        Int8confError / OperandError: one line naming the option.
+    """
+    from conformance.study.e2e_agreement import prompt_token_ids
+    from reference.errors import first_line
+    from reference.model.forward import check_context
+
+    check_context(s.window_len, config, f"--window-len {s.window_len}")
+    pids = prompt_token_ids(ctx, s.prompts)
+    longest = max(len(p) for p in pids)
+    check_context(longest + s.new_tokens, config,
+                  f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
+    for opt, n in (("--windows", s.windows), ("--flip-windows", s.flip_windows)):
+        try:
+            ctx.windows(n, s.window_len)
+        except Int8confError as e:
+            raise Int8confError(f"{opt} {n} (--window-len {s.window_len}): {first_line(e)}") from None
 
 
 def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
@@ -182,7 +240,8 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     check_settings(settings, need_device=not report_only)
     say = progress or (lambda s: None)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not report_only:  # --report-only computes nothing: no directory of its own
+        out.mkdir(parents=True, exist_ok=True)
     from conformance.study.interp import study_kernel
     # the built-in triton kernel under the interpreter runs with larger tiles
     # (same bits, conformance.study.interp); every other kernel as registered
@@ -197,11 +256,19 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     ctx = StudyContext(model_dir=model_dir, kernels=kernels, device=settings.device,
                        committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
                        cache=Path(cache) if cache is not None else None)
-    results, seconds, missing = {}, {}, []
+    if not report_only:
+        _preflight(ctx, settings, config)
+    identity = input_identity(pdigest, settings.committed_dir, kernels)
+    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None
+                               for p in PARTS[1:]):
+        raise Int8confError(f"--report-only: no finished part under {out} matches these settings "
+                            f"(model, committed checkpoint, kernels, sizes, code); run without "
+                            f"--report-only to compute them")
+    results, seconds, missing = {}, {}, {}
     t_start = time.perf_counter()
 
     def part(name, fn):
-        key = settings.part_key(name)
+        key = settings.part_key(name, identity)
         got = _load_part(out, name, key)
         if got is not None:
             say(f"{name}: reused from {out / '.parts' / (name + '.json')}")
@@ -209,9 +276,9 @@ def run_study(settings: StudySettings, out_dir, cache=None,
             return
         over = time_budget_s is not None and time.perf_counter() - t_start > time_budget_s
         if name != "gate" and (report_only or over):
-            say(f"{name}: not run ({'report only' if report_only else 'time budget reached'})")
+            missing[name] = "report only" if report_only else "time budget reached"
+            say(f"{name}: not run ({missing[name]})")
             results[name] = None
-            missing.append(name)
             return
         t0 = time.perf_counter()
         results[name] = fn()
@@ -232,7 +299,7 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
         ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
         fresh=settings.fresh_process, progress=say, resume_dir=out / ".parts" / "e2e_runs",
-        resume_key=settings.part_key("e2e_agreement")))
+        resume_key=settings.part_key("e2e_agreement", identity)))
 
     from conformance.study.report import write_report
     # the environment the numbers were computed in: recorded with the parts
@@ -243,7 +310,8 @@ def run_study(settings: StudySettings, out_dir, cache=None,
         env = _environment(settings.device) if not (report_only and settings.device == "cuda") else \
             {"device": settings.device, "note": "not recorded with the stored parts"}
     report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds, env)
-    report["missing_parts"] = missing
+    report["missing_parts"] = list(missing)
+    report["missing_reasons"] = missing
     write_report(report, out)
     say(f"report written to {out / 'study.md'}")
     return report

@@ -413,7 +413,10 @@ def _worker_env() -> None:
     no per-shape timing in the Triton built-in (``INT8CONF_TRITON_AUTOTUNE=0``):
     a sweep calls each shape a few dozen times, every F6 / F7 case has a K
     of its own (the tuner would time candidates for each), and the bits do
-    not depend on the configuration (``conformance.kernels.builtin_triton``)."""
+    not depend on the configuration (``conformance.kernels.builtin_triton``);
+    third-party import notices silenced (``conformance.import_noise``)."""
+    from conformance.import_noise import silence_import_noise
+    silence_import_noise()
     torch.set_num_threads(max(1, int(os.environ.get("INT8CONF_SWEEP_THREADS", "1"))))
     os.environ.setdefault("INT8CONF_TRITON_AUTOTUNE", "0")
 

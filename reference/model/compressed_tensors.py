@@ -50,7 +50,7 @@ from reference.model.checkpoint import (
     CONFIG_FILE, INDEX_FILE, SINGLE_FILE, copy_side_files, linear_names, linear_shapes,
     load_qwen3_state, save_safetensors_atomic, state_digest, write_json_atomic,
 )
-from reference.errors import CheckpointError
+from reference.errors import CheckpointError, OperandError, first_line
 
 QUANTIZER_NAME = "reference.quantize.quantize_weight_per_channel"
 SUPPORTED_FORMATS = ("int-quantized", "naive-quantized")
@@ -155,7 +155,10 @@ def quantize_state_w8a8(config: Mapping, state: Mapping[str, torch.Tensor],
     for name, t in state.items():
         base = name[: -len(".weight")] if name.endswith(".weight") else None
         if base in layers:
-            q, s = quantizer(t)
+            try:
+                q, s = quantizer(t)
+            except OperandError as e:  # e.g. a NaN weight: name the tensor, not "w"
+                raise OperandError(f"tensor {name}: {first_line(e)}") from None
             out[f"{base}.weight"] = q.contiguous()
             out[f"{base}.weight_scale"] = s.reshape(-1, 1).contiguous()
         else:

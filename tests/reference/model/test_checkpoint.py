@@ -197,3 +197,16 @@ def test_sharded_w8a8_reads_like_single(committed, tmp_path):
     write_json_atomic({"metadata": {}, "weight_map": wm}, d / "model.safetensors.index.json")
     ck = read_w8a8_checkpoint(d)
     assert ck.digest == committed.digest and ck.layer_names() == committed.layer_names()
+
+
+def test_a_non_finite_weight_is_named_by_its_tensor():
+    """New-user pass 2026-12-01e: the error said only "w has 1 non-finite value(s)"."""
+    from reference.errors import OperandError
+    from reference.model.compressed_tensors import quantize_state_w8a8
+
+    w = torch.ones((4, 8), dtype=torch.bfloat16)
+    w[3, 5] = float("nan")
+    state = {"model.layers.0.self_attn.q_proj.weight": w}
+    with pytest.raises(OperandError, match=r"^tensor model\.layers\.0\.self_attn\.q_proj\.weight: "
+                                           r"w has 1 non-finite value\(s\) \(first at \(3, 5\)\)"):
+        quantize_state_w8a8({"num_hidden_layers": 1}, state)
