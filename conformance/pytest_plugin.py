@@ -228,7 +228,7 @@ def pytest_configure(config) -> None:
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     config.stash[_STATE] = _State(
-        kernels=[_KernelState(s, _prepared(cases, inj), cap) for s, inj in runs], against=other,
+        kernels=[_KernelState(s, _prepared(cases, inj, s), cap) for s, inj in runs], against=other,
         out_dir=out,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
@@ -252,12 +252,13 @@ def _injected(specs, texts) -> list:
             for s in specs for i in injections]
 
 
-def _prepared(cases, inj) -> list:
-    """The fixed cases, prepared by ``faults.prepare_case`` for F6 / F7."""
+def _prepared(cases, inj, spec) -> list:
+    """The fixed cases, prepared by ``faults.prepare_case`` for F6 / F7 within
+    the kernel's declared shape constraints."""
     if inj is None:
         return cases
     from faults import prepare_case
-    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+    return [prepare_case(c, inj.fault, inj.coverage, inj.seed, spec.constraints) for c in cases]
 
 
 def _fixture_spec(spec):

@@ -126,10 +126,11 @@ class FaultyScaledMM:
             return out
         return self_prepared(
             lambda *ops: inner.scaled_mm(*ops[:4], out_dtype=out_dtype, bias=ops[4]),
-            (a, b, scale_a, scale_b, bias), inj, self.digest, case_key(a, b, scale_a, scale_b, bias))
+            (a, b, scale_a, scale_b, bias), inj, self.digest, case_key(a, b, scale_a, scale_b, bias),
+            inner.constraints.k_multiple)
 
 
-def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str):
+def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str, k_multiple: int = 1):
     """F6 / F7 inside the wrapper (``prepared=False``): run ``fn`` for real on
     operands whose selected accumulators leave the range.
 
@@ -150,11 +151,11 @@ def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str):
                                         inj.seed, key=key)
     m, n = int(a.shape[0]), int(b.shape[0])
     if len(rows) == m and len(cols) == n:
-        a2, b2 = extend_k(a, b, rows, cols, extra)
+        a2, b2 = extend_k(a, b, rows, cols, extra, k_multiple)
         ext = (a2, b2, scale_a, scale_b, bias)
         out = fn(*ext)
     else:
-        ext = block_case(a, b, scale_a, scale_b, bias, rows, cols, extra)
+        ext = block_case(a, b, scale_a, scale_b, bias, rows, cols, extra, k_multiple)
         out = fn(*ops).clone()
         sub = fn(*ext)
         dev = out.device
@@ -179,7 +180,7 @@ class FaultyIntMM:
         if inj.fault in PRECONDITION_FAULTS and not inj.prepared:
             one = torch.ones((), dtype=torch.float32)
             return self_prepared(lambda a_, b_, *_: fn(a_, b_), (a, b, one, one, None), inj,
-                                 self.digest, acc_case_key(a, b))
+                                 self.digest, acc_case_key(a, b), self.inner.constraints.k_multiple)
         from faults.operand import ACC_VARIANTS, mismatched_acc_operands
         if inj.fault == "F9" and inj.variant in ACC_VARIANTS:
             m, n = int(a.shape[0]), int(b.shape[0])
@@ -276,7 +277,7 @@ def wrapped_kernel(spec) -> Optional[KernelSpec]:
     return fn.inner if isinstance(fn, FaultyScaledMM) else None
 
 
-def prepare_case(ops, fault: str, coverage: str = "all", seed: int = 0):
+def prepare_case(ops, fault: str, coverage: str = "all", seed: int = 0, constraints=None):
     """The operand-level part of a fault for one case.
 
     F6 / F7: operands whose selected accumulators really leave int32 / reach
@@ -293,6 +294,8 @@ def prepare_case(ops, fault: str, coverage: str = "all", seed: int = 0):
     Args:
         ops: ``reference.operands.GemmOperands``.
         fault, coverage, seed: as :func:`inject`.
+        constraints: the kernel's ``ShapeConstraints`` (F6 window and padded K
+            within what it accepts; None: none).
     Raises:
         FaultError: bad fault / coverage / seed.
     """
@@ -304,7 +307,7 @@ def prepare_case(ops, fault: str, coverage: str = "all", seed: int = 0):
             and prev.get("seed") == inj.seed:
         return ops  # already prepared for this very injection: idempotent
     from faults.precondition import prepare_precondition
-    return prepare_precondition(ops, inj.fault, inj.coverage, inj.seed)[0]
+    return prepare_precondition(ops, inj.fault, inj.coverage, inj.seed, constraints)[0]
 
 
 def resolve_injected_name(name: str) -> Optional[KernelSpec]:

@@ -41,6 +41,7 @@ the caller's shape.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Optional
 
@@ -61,10 +62,17 @@ SATURATED_PRODUCT = 16384
 K_ALIGN = 256
 
 
-def padded_k(k: int, extra: int) -> int:
+def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
     """K of the extended operands: ``k + extra`` rounded up to a multiple of
-    :data:`K_ALIGN` (``extra`` saturated columns, then zero columns)."""
-    return -(-(k + extra) // K_ALIGN) * K_ALIGN
+    :data:`K_ALIGN` and of the kernel's declared ``k_multiple``
+    (``ShapeConstraints``) -- ``extra`` saturated columns, then zero columns."""
+    step = math.lcm(K_ALIGN, max(1, int(k_multiple)))
+    return -(-(k + extra) // step) * step
+
+
+def _round_up(v: int, mult: int) -> int:
+    mult = max(1, int(mult))
+    return -(-int(v) // mult) * mult
 
 
 def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
@@ -83,19 +91,20 @@ def _extension(low: int, fault: str) -> int:
 
 
 def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-             extra: int) -> tuple[torch.Tensor, torch.Tensor]:
+             extra: int, k_multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere;
     then zero columns up to :func:`padded_k`.
 
     Args:
-        a: int8 [M, K]; b: int8 [N, K]; rows, cols: int64 indices; extra: >= 1.
+        a: int8 [M, K]; b: int8 [N, K]; rows, cols: int64 indices; extra: >= 1;
+        k_multiple: the kernel's declared K multiple (1: none).
     Returns:
-        ``(a' int8 [M, K'], b' int8 [N, K'])`` with ``K' = padded_k(K, extra)``,
-        contiguous, on a's device.
+        ``(a' int8 [M, K'], b' int8 [N, K'])`` with ``K' = padded_k(K, extra,
+        k_multiple)``, contiguous, on a's device.
     """
     m, k = a.shape
     n = b.shape[0]
-    width = padded_k(k, extra)
+    width = padded_k(k, extra, k_multiple)
     a2 = torch.zeros((m, width), dtype=torch.int8, device=a.device)
     b2 = torch.zeros((n, width), dtype=torch.int8, device=b.device)
     a2[:, :k] = a
@@ -181,7 +190,7 @@ def _take(s: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return s if s.numel() == 1 else s[idx.to(s.device)].contiguous()
 
 
-def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
+def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int, k_multiple: int = 1):
     """The selected block as its own case, K extended on every row and channel.
 
     Returns:
@@ -192,12 +201,24 @@ def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int):
     """
     a_s, b_s = a[rows.to(a.device)], b[cols.to(b.device)]
     r, c = int(a_s.shape[0]), int(b_s.shape[0])
-    a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra)
+    a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra, k_multiple)
     return a2, b2, _take(scale_a, rows), _take(scale_b, cols), \
         None if bias is None else _take(bias, cols)
 
 
-def _window(ops, key: str, seed: int):
+def window_shape(m: int, n: int, constraints=None) -> tuple[int, int]:
+    """Rows and channels of the F6 window of an ``m x n`` case: :data:`F6_WINDOW`,
+    raised to the kernel's declared ``min_m`` and rounded up to its ``m_multiple``
+    / ``n_multiple`` (``conformance.kernels.spec.ShapeConstraints``; a window
+    the kernel refuses would make every F6 cell n/a), at most the case's own."""
+    mr, nc = F6_WINDOW
+    if constraints is not None:
+        mr = _round_up(max(mr, constraints.min_m), constraints.m_multiple)
+        nc = _round_up(nc, constraints.n_multiple)
+    return min(m, mr), min(n, nc)
+
+
+def _window(ops, key: str, seed: int, shape: tuple[int, int]):
     """F6 window of ``ops``: first rows, a seeded run of consecutive channels.
 
     The window depends on the case and the seed only (not on the coverage),
@@ -208,15 +229,15 @@ def _window(ops, key: str, seed: int):
     NaN / inf has none either, so its value check costs no read-back)."""
     from reference import memo
     tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
-    return memo.cached(("f6_window", key, int(seed)), tensors, lambda: _cut_window(ops, key, seed))
+    return memo.cached(("f6_window", key, int(seed), shape), tensors,
+                       lambda: _cut_window(ops, key, seed, shape))
 
 
-def _cut_window(ops, key: str, seed: int):
+def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
     """:func:`_window` computed (no memo)."""
     from reference import memo
-    mr, nc = F6_WINDOW
     m, n = ops.m, ops.n
-    r, c = min(m, mr), min(n, nc)
+    r, c = shape
     start = 0
     if c < n:
         start = int(lowest(n - c + 1, 1, stream_key(key, "F6", "window", seed, "window"))[0])
@@ -235,12 +256,15 @@ def _cut_window(ops, key: str, seed: int):
     return w, (r, start, c)
 
 
-def prepare_precondition(ops, fault: str, coverage: str, seed: int):
+def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=None):
     """The F6 / F7 operands of a case (module docstring).
 
     Args:
         ops: ``reference.operands.GemmOperands`` (CPU tensors).
         fault: ``F6`` | ``F7``; coverage: ``one`` | ``1%`` | ``all``; seed: int >= 0.
+        constraints: the kernel's ``ShapeConstraints`` (None: none), so the F6
+            window and the padded K are shapes it accepts (:func:`window_shape`,
+            :func:`padded_k`).
     Returns:
         ``(GemmOperands, description)``: a new case (same name, scale mode and
         meta plus ``meta["fault_prepared"]``) and one line saying what changed,
@@ -251,22 +275,24 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int):
     key = case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     src, win, bounds = ops, None, None
     if fault == "F6":
-        src, (r, start, c) = _window(ops, key, seed)
+        src, (r, start, c) = _window(ops, key, seed, window_shape(ops.m, ops.n, constraints))
         if (r, c) != (ops.m, ops.n):
             bounds = [r, start, c]
             win = f"window rows 0-{r - 1} x channels {start}-{start + c - 1} of {ops.m}x{ops.n}; "
     sel = _select(src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed,
                   key=key)
     rows, cols, extra = sel[:3]
-    a2, b2 = extend_k(src.a, src.b, rows, cols, extra)
+    k_mult = 1 if constraints is None else constraints.k_multiple
+    a2, b2 = extend_k(src.a, src.b, rows, cols, extra, k_mult)
     (lo, hi), row_list, col_list = sel[4:]
     if memo.active():  # their digests from the recipe: no host copy and hash of tens of MB
-        recipe = f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra}"
+        recipe = (f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra};"
+                  f"k_multiple={k_mult}")
         derived_digest(a2, (src.a,), recipe)
         derived_digest(b2, (src.b,), recipe)
     # every selected accumulator grew by exactly extra * 16384 (module docstring)
     grown = extra * SATURATED_PRODUCT
-    width = padded_k(src.k, extra)
+    width = padded_k(src.k, extra, k_mult)
     desc = (f"{win or ''}K {src.k} -> {width} (+{extra} columns of -128 x -128, "
             f"+{width - src.k - extra} zero columns) on rows "
             f"{_ranges(row_list)} x channels {_ranges(col_list)}; selected exact acc in "

@@ -164,7 +164,7 @@ def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     acc_source = "kernel int_mm" if spec.int_mm is not None else "exact reference"
     operand_change, change_asked = None, None
     if inj.fault in PRECONDITION_FAULTS:
-        ops = prepare_case(ops, inj.fault, inj.coverage, inj.seed)
+        ops = prepare_case(ops, inj.fault, inj.coverage, inj.seed, spec.constraints)
         prep = ops.meta["fault_prepared"]
         rows, cols = prep["rows"], prep["cols"]
         sel = torch.zeros((ops.m, ops.n), dtype=torch.bool)

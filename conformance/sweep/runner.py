@@ -296,7 +296,7 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     base = ctx.ops(c.layer, c.scale_mode) if ctx is not None else capture_ops(spec, c.layer,
                                                                               c.scale_mode)
     kernel = _kernel(spec.kernel)
-    ops = prepare_case(base, c.fault, c.coverage, c.seed)
+    ops = prepare_case(base, c.fault, c.coverage, c.seed, kernel.constraints)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
     clean = None
     if ctx is not None and c.fault not in PRECONDITION_FAULTS:

@@ -178,3 +178,24 @@ def test_detllm_takes_the_injected_int_mm_entry():
     # row sums of b (1, 6, 19) and of b.T (15, 10, 1) differ everywhere: exactly the one
     # selected accumulator is the transposed one
     assert int((acc != torch.from_numpy(_acc64(a, b)).to(torch.int32)).sum()) == 1
+
+
+def test_f6_f7_cases_stay_within_the_kernels_declared_shapes():
+    """New-user pass 2026-12-01e: a kernel declaring min_m=17 / n_multiple=32 /
+    k_multiple=384 had every F6 cell (16 x 16 window) and some F7 cells (K padded
+    to 256 only) marked n/a, and the scorecard read "none" for F6."""
+    from conformance.kernels.spec import ShapeConstraints
+    from faults.precondition import padded_k, window_shape
+
+    sc = ShapeConstraints(min_m=17, n_multiple=32, k_multiple=384)
+    assert window_shape(64, 2048, sc) == (17, 32) and window_shape(64, 2048) == (16, 16)
+    assert window_shape(8, 20, sc) == (8, 20)               # never more than the case
+    assert padded_k(384, 1000) == 1536 and padded_k(384, 1000, 384) == 1536   # lcm(256, 384)
+    assert padded_k(384, 1200, 384) == 2304
+    ops = _small(64, 384, 128)
+    for fault in ("F6", "F7"):
+        p = prepare_case(ops, fault, "1%", 0, constraints=sc)
+        assert sc.violations(p.m, p.k, p.n) == [], (fault, p.m, p.k, p.n)
+        acc = _acc64(p.a, p.b)
+        (i, *_), (j, *_) = p.meta["fault_prepared"]["rows"], p.meta["fault_prepared"]["cols"]
+        assert acc[i, j] >= (2 ** 31 if fault == "F6" else 2 ** 24)
