@@ -18,18 +18,9 @@ def _qualified_name(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def callable_digest(fn: Callable) -> str:
-    """SHA-256 hex identifying one kernel *function*, for check C1.
-
-    The digest covers the bytes of the module file defining ``fn`` (so any
-    change to the module, helpers included, changes it) *and* ``fn``'s
-    qualified name, so several kernels defined in one module get different
-    digests. Without a source file: ``fn``'s own source plus its qualified
-    name; without any Python source (compiled extension functions): the
-    qualified name alone. ``functools.wraps`` wrappers are followed to the
-    wrapped function (``__wrapped__``).
-    """
-    target = getattr(fn, "__wrapped__", fn)
+def _single_digest(target: Callable) -> str:
+    """SHA-256 hex of one function: its module file's bytes + NUL + qualified
+    name; else its own source + NUL + name; else the name alone."""
     name = _qualified_name(target).encode()
     try:
         src_file = inspect.getsourcefile(target)
@@ -43,3 +34,25 @@ def callable_digest(fn: Callable) -> str:
         return hashlib.sha256(inspect.getsource(target).encode() + b"\0" + name).hexdigest()
     except (OSError, TypeError):
         return hashlib.sha256(name).hexdigest()
+
+
+def callable_digest(fn: Callable) -> str:
+    """SHA-256 hex identifying one kernel *function*, for check C1.
+
+    The digest covers the bytes of the module file defining ``fn`` (so any
+    change to the module, helpers defined in it included, changes it) *and*
+    ``fn``'s qualified name, so several kernels defined in one module get
+    different digests (:func:`_single_digest`). A ``functools.wraps`` wrapper
+    covers itself *and* every function it wraps (``__wrapped__``, up to 16
+    levels): SHA-256 over their single digests joined by commas, so a change
+    to the wrapper's module or to the wrapped one changes it. Code in *other*
+    modules the kernel imports is not covered (state their versions in
+    ``KernelSpec.version``).
+    """
+    chain, target = [], fn
+    while target is not None and len(chain) < 16:
+        chain.append(_single_digest(target))
+        target = getattr(target, "__wrapped__", None)
+    if len(chain) == 1:
+        return chain[0]
+    return hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()

@@ -266,3 +266,40 @@ def test_may_leave_int32_boundary_is_k_131072():
     assert not may_leave_int32(131071)
     assert may_leave_int32(131072)
     assert 131072 * 16384 == 2 ** 31
+
+
+def test_a_wraps_wrapper_is_digested_with_what_it_wraps(tmp_path):
+    """New-user pass 2026-12-01e: a ``functools.wraps`` wrapper was digested as the
+    function it wraps, so editing the wrapper (x 1.5 on the output) left C1's
+    digest, the study's and the sweep's store identity unchanged."""
+    import hashlib
+    import importlib.util
+
+    def load(src: str, name: str):
+        f = tmp_path / f"{name}.py"
+        f.write_text(src)
+        spec = importlib.util.spec_from_file_location(name, f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod, f
+
+    base, bf = load("def inner(a, b):\n    return a\n", "w_inner")
+    src = ("import functools\nimport w_inner\n\n@functools.wraps(w_inner.inner)\n"
+           "def fn(a, b):\n    return w_inner.inner(a, b) * {}\n")
+    import sys
+    sys.modules["w_inner"] = base
+    try:
+        one, f1 = load(src.format(1.0), "w_outer1")
+        two, _ = load(src.format(1.5), "w_outer2")
+        assert callable_digest(one.fn) != callable_digest(two.fn)
+        # what it is, written out: SHA-256 over the chain's single digests (the
+        # wrapper's own file, under the name functools.wraps copied onto it)
+        def single(path, qual):
+            return hashlib.sha256(path.read_bytes() + b"\0" + qual.encode()).hexdigest()
+        want = hashlib.sha256(",".join([single(f1, "w_inner.inner"), single(bf, "w_inner.inner")])
+                              .encode()).hexdigest()
+        assert callable_digest(one.fn) == want
+        # a plain function keeps the single-level digest
+        assert callable_digest(base.inner) == single(bf, "w_inner.inner")
+    finally:
+        sys.modules.pop("w_inner", None)
