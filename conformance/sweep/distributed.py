@@ -182,6 +182,7 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
         else:
             nw = min(nw_local, len(units))
             from concurrent.futures import ProcessPoolExecutor, as_completed
+            from concurrent.futures.process import BrokenProcessPool
             import multiprocessing as mp
             ctx = mp.get_context("spawn")  # fork after torch init is unsafe
             gpu_queue = None
@@ -197,6 +198,15 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                 try:
                     for f in as_completed(futs):
                         store_one(f.result())
+                except BrokenProcessPool:
+                    # a worker died (killed, out of memory, a kernel that crashed the
+                    # process): what was stored stays; say so in one line
+                    for f in futs:
+                        f.cancel()
+                    raise Int8confError(
+                        f"a sweep worker process died (killed, out of memory or a crash inside "
+                        f"the kernel) after {st.computed} cells were stored; run the same "
+                        f"command again to resume (or --workers 1 to see the crash)") from None
                 except BaseException:
                     for f in futs:
                         f.cancel()

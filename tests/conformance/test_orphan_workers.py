@@ -105,3 +105,34 @@ def test_sweep_pool_workers_die_with_a_sigkilled_sweep(tmp_path):
     finally:
         p.kill()
         _kill_all(workers)
+
+
+def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path):
+    """New-user pass 2026-12-01e: ``kill -9`` of one pool worker ended the sweep
+    with a raw BrokenProcessPool traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers", "0,1,2,3",
+           "--workers", "2", "--no-model-checks", "--no-score", "--quiet",
+           "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "o")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=tmp_path)
+    workers: list = []
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not workers:
+            workers = [c for c in _children(p.pid)
+                       if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            time.sleep(0.1)
+        assert workers, "the sweep did not start its pool workers"
+        time.sleep(3)
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        _kill_all(workers)
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert p.returncode == 2, err
+    assert len(lines) == 1 and lines[0].startswith("int8conf: error: a sweep worker process died"), err
+    # the same command resumes and finishes
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
