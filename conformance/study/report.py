@@ -226,14 +226,17 @@ def _cli_args(r: dict) -> list[str]:
     """The command-line options that reproduce report ``r``'s numbers: every
     setting, the model directory as given and the captured rows actually used."""
     s = r["settings"]
-    out = [f"--model {s['model_dir']}", f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
+
+    def shell(path: str) -> str:  # $TMPDIR (how reports write /tmp paths) runs where it is unset too
+        return "${TMPDIR:-/tmp}" + path[len("$TMPDIR"):] if path.startswith("$TMPDIR") else path
+    out = [f"--model {shell(s['model_dir'])}", f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
     rows = ((r.get("layer_agreement") or {}).get("capture") or {}).get("tokens_per_layer") or s["tokens"]
     out.append(f"--tokens {rows}")
     for k in ("windows", "window_len", "flip_windows", "prompts", "new_tokens", "resamples", "seed", "level",
               "fresh_process"):
         out.append(f"--{k.replace('_', '-')} {s[k]}")
     if s.get("committed_dir"):
-        out.append(f"--committed {s['committed_dir']}")
+        out.append(f"--committed {shell(s['committed_dir'])}")
     return out
 
 

@@ -104,21 +104,37 @@ def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
         kernels: the resolved KernelSpecs A, B (their ``source_digest``).
     Returns:
         ``{"model", "committed", "kernels", "study_code"}``: the parent digest;
-        for a given committed checkpoint the (name, size, mtime) of its weight
-        files and config, else the quantizer's build-code digest; the kernels'
-        source digests; SHA-256 of this package's modules (a changed study
-        computes its parts again).
+        for a given committed checkpoint SHA-256 over its weight files, shard
+        index and config (contents, in name order: an edit that keeps size
+        and mtime still counts), else the quantizer's build-code digest; the
+        kernels' source digests; SHA-256 of this package's modules (a changed
+        study computes its parts again).
     """
     import hashlib
 
-    from reference.model.artifacts import _weight_files_key, build_code_digest
-    committed = (build_code_digest() if committed_dir is None
-                 else [list(x) for x in _weight_files_key(Path(committed_dir).resolve())])
+    from reference.model.artifacts import build_code_digest
+    committed = build_code_digest() if committed_dir is None else _files_sha256(Path(committed_dir))
     h = hashlib.sha256()
     for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return {"model": pdigest, "committed": committed,
             "kernels": [getattr(k, "source_digest", "") for k in kernels], "study_code": h.hexdigest()}
+
+
+def _files_sha256(d: Path) -> str:
+    """SHA-256 over a checkpoint directory's ``*.safetensors``, shard index and
+    ``config.json``: each file's name, NUL, its bytes (read in 16 MiB blocks)."""
+    import hashlib
+
+    d = d.resolve()
+    h = hashlib.sha256()
+    for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]:
+        if p.is_file():
+            h.update(p.name.encode() + b"\0")
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    h.update(block)
+    return h.hexdigest()
 
 
 def check_settings(s: StudySettings, need_device: bool = True) -> None:
@@ -172,11 +188,17 @@ def _preflight(ctx, s: StudySettings, config: dict) -> None:
     longest = max(len(p) for p in pids)
     check_context(longest + s.new_tokens, config,
                   f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
-    for opt, n in (("--windows", s.windows), ("--flip-windows", s.flip_windows)):
+    from conformance.study.layer_agreement import TOKENS_PER_WINDOW, WINDOW_LEN
+    capture_windows = -(-s.tokens // TOKENS_PER_WINDOW)
+    for opt, n, length in (("--windows", s.windows, s.window_len),
+                           ("--flip-windows", s.flip_windows, s.window_len),
+                           ("--tokens", capture_windows, WINDOW_LEN)):
         try:
-            ctx.windows(n, s.window_len)
+            ctx.windows(n, length)
         except Int8confError as e:
-            raise Int8confError(f"{opt} {n} (--window-len {s.window_len}): {first_line(e)}") from None
+            what = (f"--tokens {s.tokens} ({n} capture windows of {length} tokens)" if opt == "--tokens"
+                    else f"{opt} {n} (--window-len {length})")
+            raise Int8confError(f"{what}: {first_line(e)}") from None
 
 
 def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:

@@ -24,6 +24,7 @@ COMMITTED = ROOT / "reports" / "pow2"
     (["--new-tokens", "600"], "--new-tokens (600): 616 tokens exceeds the model's context of 512"),
     (["--window-len", "100000"], "--window-len 100000: 100000 tokens exceeds"),
     (["--windows", "100000"], "--windows 100000 (--window-len 128): eval_windows"),
+    (["--tokens", "100000000"], "--tokens 100000000 (1562500 capture windows of 128 tokens)"),
 ])
 def test_bad_study_input_is_one_line_exit_2(argv, words, capsys, tmp_path):
     rc = main(["study", "pow2", "--out", str(tmp_path / "r"), *argv])
@@ -84,6 +85,18 @@ def test_a_part_is_reused_only_for_the_same_model_kernels_and_code(tmp_path):
                   input_identity("d" * 64, None, (replace(cpu, source_digest="0"), tri)),  # kernel code
                   input_identity("d" * 64, str(tmp_path), (cpu, tri))):            # a committed dir
         assert _load_part(tmp_path, "flips", s.part_key("flips", other)) is None
+    # a committed checkpoint is known by its contents: one byte changed with size and
+    # mtime restored is another checkpoint
+    import os
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "config.json").write_text("{}")
+    (ck / "model.safetensors").write_bytes(b"\x00" * 64)
+    before = input_identity("d" * 64, str(ck), (cpu, tri))["committed"]
+    st = os.stat(ck / "model.safetensors")
+    (ck / "model.safetensors").write_bytes(b"\x00" * 63 + b"\x01")
+    os.utime(ck / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert input_identity("d" * 64, str(ck), (cpu, tri))["committed"] != before
 
 
 def test_reproduce_line_names_every_setting_and_the_rows_used():
@@ -97,6 +110,9 @@ def test_reproduce_line_names_every_setting_and_the_rows_used():
     for want in ("--model /big", "--kernels triton,int_mm", "--device cuda", "--tokens 64",
                  "--fresh-process none", "--level 0.95"):
         assert want in got
+    # a path the report writes as $TMPDIR/... still runs where TMPDIR is unset
+    s["model_dir"] = "$TMPDIR/big"
+    assert "--model ${TMPDIR:-/tmp}/big " in " ".join(_cli_args({"settings": s}))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
