@@ -124,9 +124,16 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     tags = list(sc["matrices"])
     out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", "",
            f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
-    out += [f"- cells: {m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
-            f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
-            f"{m['model_cells']} model cells (C7, E1)",
+    asked = (f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
+             f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
+             f"{m['model_cells']} model cells (C7, E1)")
+    stored = (m.get("stored_layer_cells"), m.get("stored_model_cells"))
+    if None in stored or stored == (m["layer_cells"], m["model_cells"]):
+        out += [f"- cells: {asked}"]
+    else:  # a slice run on a store holding more: the tables score every stored cell
+        out += [f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} model "
+                f"cells (this command asked for {asked})"]
+    out += [
             f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)",
             f"- timing: {m.get('timing_line', '')}",
             f"- C7 inside the sweep: {m.get('c7_line', '')}",

@@ -17,6 +17,7 @@ match its lock).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -269,7 +270,11 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
     if runs:
         timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
                                    f"{runs[-1]['executor']} on a {runs[-1].get('cpu_count')}-core machine"
+    import sqlite3
+    with contextlib.closing(sqlite3.connect(str(db))) as con:  # what the scorecard scores: the whole store
+        stored = dict(con.execute("SELECT layer = '*model*', COUNT(*) FROM cells GROUP BY 1").fetchall())
     return {
+        "stored_layer_cells": int(stored.get(0, 0)), "stored_model_cells": int(stored.get(1, 0)),
         "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,
         "model_dir": spec.model_dir, "command": cmd, "db": str(db), "rows": n_rows,
         "layer_cells": len(cells), "model_cells": len(mcells), "layers": len(layers),

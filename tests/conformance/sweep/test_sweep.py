@@ -218,3 +218,18 @@ def test_an_empty_list_option_is_an_error_not_the_default(option, capsys):
         main(["sweep", "--kernel", "cpu", option, " , "])
     assert e.value.code == 2
     assert f"argument {option}: empty list: give at least one value" in capsys.readouterr().err
+
+
+def test_a_slice_on_a_bigger_store_says_its_scorecard_scores_the_whole_store(tmp_path):
+    """New-user pass 2026-12-01e: the header named the slice's 2 cells while the
+    tables scored all 30 stored ones."""
+    from conformance.cli import main
+    base = ["sweep", "--kernel", "cpu", "--layers", "0", "--coverages", "one", "--no-model-checks",
+            "--workers", "1", "--quiet", "--out", str(tmp_path)]
+    assert main(base + ["--faults", "F8,F4"]) == 0
+    md = (tmp_path / "cpu" / "scorecard.md").read_text()
+    assert "- cells: 4 layer cells (1 layers x 2 faults x 1 coverages x 2 scale modes" in md
+    assert main(base + ["--faults", "F8", "--scale-modes", "own"]) == 0
+    md = (tmp_path / "cpu" / "scorecard.md").read_text()
+    assert ("- cells scored: every cell in the store, 4 layer cells + 0 model cells (this command "
+            "asked for 1 layer cells (1 layers x 1 faults x 1 coverages x 1 scale modes") in md
