@@ -273,19 +273,19 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     if "quantization_config" in config or "compression_config" in config:
         raise Int8confError(f"{model_dir}: is a quantized checkpoint; --model takes the float parent "
                             f"(pass the W8A8 checkpoint as --committed)")
-    committed = Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(
-        model_dir, "own", cache).dir
+    identity = input_identity(pdigest, settings.committed_dir, kernels)
+    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None
+                               for p in PARTS[1:]):  # before any checkpoint is built into the cache
+        raise Int8confError(f"--report-only: no finished part under {out} matches these settings "
+                            f"(model, committed checkpoint, kernels, sizes, code); run without "
+                            f"--report-only to compute them")
     ctx = StudyContext(model_dir=model_dir, kernels=kernels, device=settings.device,
                        committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
                        cache=Path(cache) if cache is not None else None)
     if not report_only:
         _preflight(ctx, settings, config)
-    identity = input_identity(pdigest, settings.committed_dir, kernels)
-    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None
-                               for p in PARTS[1:]):
-        raise Int8confError(f"--report-only: no finished part under {out} matches these settings "
-                            f"(model, committed checkpoint, kernels, sizes, code); run without "
-                            f"--report-only to compute them")
+    committed = Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(
+        model_dir, "own", cache).dir
     results, seconds, missing = {}, {}, {}
     t_start = time.perf_counter()
 

@@ -363,8 +363,11 @@ def run_model_cell(task: SweepTask) -> CellRows:
     c, spec = task.cell, task.spec
     kernel = _kernel(spec.kernel)
     faulty = _inject_model(kernel, c.fault, c.coverage, c.seed)
-    rows, gt = [], {"model_level": True, "injected_into": "every linear layer",
-                    "kernel": faulty.name}
+    from faults.spec import PRECONDITION_FAULTS
+    into = ("none: F6/F7 are operand constructions of a layer case, which a model forward never "
+            "builds; the wrapper passes every call through" if c.fault in PRECONDITION_FAULTS
+            else "every linear layer")
+    rows, gt = [], {"model_level": True, "injected_into": into, "kernel": faulty.name}
     mdir = spec.model_dir or None
     for mode, c7_mode in (("own", "own"), ("pow2", "pow2-nearest")):
         try:

@@ -259,6 +259,12 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
         if shape is not None and tuple(state[name].shape) != shape:
             raise CheckpointError(f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, "
                                   f"config implies {list(shape)}")
+    for name, t in state.items():  # a NaN / inf weight would surface later as an anonymous activation error
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = ~torch.isfinite(t)
+            first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+            raise CheckpointError(f"{origin.get(name, where)}: tensor {name!r} has {int(bad.sum())} "
+                                  f"non-finite value(s) (first at {first})")
     return config, state
 
 

@@ -210,3 +210,26 @@ def test_a_non_finite_weight_is_named_by_its_tensor():
     with pytest.raises(OperandError, match=r"^tensor model\.layers\.0\.self_attn\.q_proj\.weight: "
                                            r"w has 1 non-finite value\(s\) \(first at \(3, 5\)\)"):
         quantize_state_w8a8({"num_hidden_layers": 1}, state)
+
+
+def test_a_non_finite_norm_weight_is_refused_at_load_naming_file_and_tensor(tmp_path):
+    """New-user pass 2026-12-01e: a NaN in input_layernorm passed the gate and failed
+    later as "x has 64 non-finite value(s)", naming no tensor."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from reference.errors import CheckpointError
+    from reference.model.assets import default_model_dir
+    from reference.model.checkpoint import load_qwen3_state
+
+    d = tmp_path / "m"
+    shutil.copytree(default_model_dir(), d)
+    f = next(d.glob("*.safetensors"))
+    state = load_file(f)
+    name = "model.layers.0.input_layernorm.weight"
+    state[name][7] = float("inf")
+    save_file(state, f)
+    with pytest.raises(CheckpointError, match=rf"{f}: tensor '{name}' has 1 non-finite value\(s\) "
+                                              r"\(first at \(7,\)\)"):
+        load_qwen3_state(d)
