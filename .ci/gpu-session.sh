@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). As of 2026-12-01d
-# (reports/h200-native/2026-12-01d/README.md) issue 8's native runs are complete
-# (triton and int_mm 778/778, CUDA tests 57/57). What is left to measure:
-#   2a/2b: triton and int_mm conformance again: the default suite gained family
-#      `dispatch` after the 778/778 runs (ties at K up to 8195 on the split-K shapes,
-#      N up to 8208, M = 18..127; not yet run natively);
-#   3b. issue 9: `study pow2` on the random Qwen3-1.7B-shaped model (one full call;
-#      the layer part now computes its references on the GPU; the model's float ops
-#      stay on the CPU, hence 8 perplexity windows, 4 flip windows, 16 new tokens);
-#   4. issue 7: the paper-scale sweep (run_paper.sh; its cProfile is now of the cells
-#      alone, profile_cells.py), after any per-cell speed-up;
+# tool, where the repo is a plain copy, not installed). As of 2026-12-01e
+# (reports/sweep/h200-paper-scale/NOTE.md, reports/pow2/h200-1.7b/NOTE.md) what is left:
+#   4. issue 7 FIRST: the paper-scale sweep again (run_paper.sh, ~300 s on a fresh machine):
+#      its F6 rows were computed while faults.inject dropped the kernel's declared overflow
+#      behaviour (fixed after 2026-12-01e); also measures any per-cell speed-up;
+#   2a/2b: triton and int_mm conformance: the default suite gained family `dispatch`
+#      after the 778/778 runs (not yet run natively);
+#   1: the CUDA tests after kernel changes (the split-K choice of untimed calls,
+#      builtin_triton._untuned, is covered by test_split_k_natively_exact);
+#   5. worker-count probe at steady state (probe_workers_28.sh);
 #   4p. issue 7: run_paper.sh up to the profiles only, plus per-fault cProfile and
-#      torch.profiler tables (F6, F7, F1, F8) under logs/paper/;
-#   1: the CUDA tests after kernel changes;
-#   3. the pow2 study on the default model (complete in 2026-12-01d);
-#   5. worker-count probe (run_workers.sh; 2026-12-01d on 216-cell subsets, pool start-up
-#      included: one process fastest; probe_workers_28.sh measures the steady state).
+#      torch.profiler tables (F6, F7, F1, F8) under logs/paper/ (done 2026-12-01e);
+#   3 / 3b: the pow2 study on the default / the 1.7B-shaped model (both complete;
+#      3b RESUME=<carried dir> resumes a study from a previous call's .parts).
+# Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
+# 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
 # command to 600 s: run STAGE=1, 2a, 2b, 3 or 4 as separate calls. Carry .devwork/whl
 # (pytest-xdist and execnet wheels, 87 KB). Logs go to $OUT/all-STAGE.tgz (at most 8
