@@ -267,7 +267,11 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     from conformance.study.interp import study_kernel
     # the built-in triton kernel under the interpreter runs with larger tiles
     # (same bits, conformance.study.interp); every other kernel as registered
-    kernels = tuple(study_kernel(resolve_kernel_list(k)[0], settings.device) for k in settings.kernels)
+    resolved = [resolve_kernel_list(k)[0] for k in settings.kernels]
+    if resolved[0].scaled_mm is resolved[1].scaled_mm and resolved[0].contract == resolved[1].contract:
+        raise Int8confError(f"--kernels {','.join(settings.kernels)}: A and B are the same function "
+                            f"under the same declared contract (the study compares two kernels)")
+    kernels = tuple(study_kernel(spec, settings.device) for spec in resolved)
     model_dir = Path(settings.model_dir)
     config, state, pdigest = load_parent(model_dir)
     if "quantization_config" in config or "compression_config" in config:

@@ -20,6 +20,8 @@ COMMITTED = ROOT / "reports" / "pow2"
     (["--kernels", "cpu,no_such_kernel"], "no_such_kernel"),
     (["--windows", "1"], "at least 2 windows"),
     (["--kernels", "cpu,cpu"], "A and B are the same kernel"),
+    (["--kernels", "cpu,conformance.kernels.builtin_cpu:scaled_mm?contract=cutlass"],
+     "A and B are the same function under the same declared contract"),
     # sizes the model or corpus cannot hold: refused before the gate (new-user pass 2026-12-01e)
     (["--new-tokens", "600"], "--new-tokens (600): 616 tokens exceeds the model's context of 512"),
     (["--window-len", "100000"], "--window-len 100000: 100000 tokens exceeds"),
