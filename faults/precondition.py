@@ -32,8 +32,9 @@ cell calls it several times (kernel, int_mm, reference, C3 bound, ground
 truth). :func:`prepare_precondition` therefore builds the F6 case on a
 window of the real data: the first ``min(M, 16)`` tokens and ``min(N, 16)``
 consecutive output channels starting at a seeded offset
-(:data:`F6_WINDOW`); the selection and the coverage apply to that window
-(``1%`` of 256 outputs: a 2 x 2 block).
+(:data:`F6_WINDOW`; raised to the kernel's declared ``min_m`` and M / N
+multiples when they ask for more, :func:`window_shape`); the selection and
+the coverage apply to that window (``1%`` of 256 outputs: a 2 x 2 block).
 F7 uses the whole case. Inside an injected kernel that extends K on every
 call (``Injection.prepared=False``) there is no window: the output must keep
 the caller's shape.
@@ -227,7 +228,6 @@ def _window(ops, key: str, seed: int, shape: tuple[int, int]):
     value checks and accumulators). Each slice is recorded as a part of the
     tensor it was cut from (``memo.note_part``: a part of a tensor without
     NaN / inf has none either, so its value check costs no read-back)."""
-    from reference import memo
     tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     return memo.cached(("f6_window", key, int(seed), shape), tensors,
                        lambda: _cut_window(ops, key, seed, shape))
@@ -235,7 +235,6 @@ def _window(ops, key: str, seed: int, shape: tuple[int, int]):
 
 def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
     """:func:`_window` computed (no memo)."""
-    from reference import memo
     m, n = ops.m, ops.n
     r, c = shape
     start = 0
