@@ -17,7 +17,6 @@ match its lock).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import re
@@ -165,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     from faults.catalogue import FAULTS, get_fault
     from conformance.kernels.registry import get_kernel
     from conformance.suite import validate_device
-    from conformance.sweep.cells import SweepSpec, layer_cells, model_cells
+    from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
     from conformance.sweep.distributed import run_cells
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import SweepStore
@@ -228,9 +227,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         rows = store.rows()
         n_rows = len(rows)
-        worker_s = sum(t for _, t in store.cell_times())
+        times = store.cell_times()
+        worker_s = sum(t for _, t in times)
+        n_model = sum(1 for layer, _ in times if layer == MODEL_LAYER)
     matrices = {m.id: m for m in chain}
-    meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs)
+    meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
+                 stored=(len(times) - n_model, n_model))
     meta["worker_s"] = round(worker_s, 1)
     meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (one thread per worker), "
                             f"i.e. about {worker_s / 2:.0f} s of compute on 2 cores")
@@ -260,7 +262,10 @@ def _runs(store, st) -> list:
     return runs
 
 
-def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs) -> dict:
+def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
+          stored: tuple[int, int]) -> dict:
+    """The scorecard's meta: this command's slice, and ``stored`` = (layer cells,
+    model cells) in the whole store, which the scorecard scores."""
     cmd = "int8conf " + " ".join(a if " " not in a else repr(a) for a in sys.argv[1:]) \
         if Path(sys.argv[0]).name in ("int8conf", "cli.py", "__main__.py") else "int8conf sweep"
     wall = sum(r["wall_s"] for r in runs)
@@ -270,11 +275,8 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
     if runs:
         timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
                                    f"{runs[-1]['executor']} on a {runs[-1].get('cpu_count')}-core machine"
-    import sqlite3
-    with contextlib.closing(sqlite3.connect(str(db))) as con:  # what the scorecard scores: the whole store
-        stored = dict(con.execute("SELECT layer = '*model*', COUNT(*) FROM cells GROUP BY 1").fetchall())
     return {
-        "stored_layer_cells": int(stored.get(0, 0)), "stored_model_cells": int(stored.get(1, 0)),
+        "stored_layer_cells": stored[0], "stored_model_cells": stored[1],
         "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,
         "model_dir": spec.model_dir, "command": cmd, "db": str(db), "rows": n_rows,
         "layer_cells": len(cells), "model_cells": len(mcells), "layers": len(layers),
