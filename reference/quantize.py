@@ -49,6 +49,7 @@ from __future__ import annotations
 import torch
 
 from reference.errors import OperandError
+from reference.validate import nonfinite_summary
 
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_FLOORS = ("zero_to_dtype_eps", "clamp_fp32_eps")
@@ -71,10 +72,9 @@ def _check_2d_float(x, name: str, dims: str) -> None:
     if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise OperandError(f"{name} must be a non-empty 2-D [{dims}] tensor, got shape "
                            f"{tuple(x.shape)}")
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        first = tuple(int(i) for i in bad.nonzero()[0])
-        raise OperandError(f"{name} has {int(bad.sum())} non-finite value(s) (first at {first})")
+    bad = nonfinite_summary(x)
+    if bad is not None:
+        raise OperandError(f"{name} has {bad}")
 
 
 def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dtype_eps",

@@ -87,6 +87,17 @@ def _check_values(t: torch.Tensor, name: str) -> None:
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
 
 
+def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
+    """``"3 non-finite value(s) (first at (i, j))"`` for a tensor holding NaN /
+    inf (the first in row-major order, as a full index), None when every value
+    is finite. One pass and one read-back when clean."""
+    bad = ~torch.isfinite(t)
+    if not bool(bad.any()):
+        return None
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    return f"{int(bad.sum())} non-finite value(s) (first at {first})"
+
+
 def _nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
     """``(NaN count, +-inf count)`` of ``t``, read back together."""
     flat = t.detach().reshape(-1)

@@ -35,6 +35,7 @@ import torch
 
 from reference.errors import CheckpointError, first_line
 from reference.fileio import read_json_object
+from reference.validate import nonfinite_summary
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -260,11 +261,9 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
             raise CheckpointError(f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, "
                                   f"config implies {list(shape)}")
     for name, t in state.items():  # a NaN / inf weight would surface later as an anonymous activation error
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            bad = ~torch.isfinite(t)
-            first = tuple(int(i) for i in bad.nonzero()[0].tolist())
-            raise CheckpointError(f"{origin.get(name, where)}: tensor {name!r} has {int(bad.sum())} "
-                                  f"non-finite value(s) (first at {first})")
+        bad = nonfinite_summary(t) if t.is_floating_point() else None
+        if bad is not None:
+            raise CheckpointError(f"{origin.get(name, where)}: tensor {name!r} has {bad}")
     return config, state
 
 
