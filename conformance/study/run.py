@@ -122,18 +122,18 @@ def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
 
 
 def _files_sha256(d: Path) -> str:
-    """SHA-256 over a checkpoint directory's ``*.safetensors``, shard index and
-    ``config.json``: each file's name, NUL, its bytes (read in 16 MiB blocks)."""
+    """SHA-256 over a checkpoint directory's weight files
+    (``reference.model.artifacts.weight_files``): each file's name, NUL, its
+    bytes (read in 16 MiB blocks)."""
     import hashlib
 
-    d = d.resolve()
+    from reference.model.artifacts import weight_files
     h = hashlib.sha256()
-    for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]:
-        if p.is_file():
-            h.update(p.name.encode() + b"\0")
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    h.update(block)
+    for p in weight_files(d.resolve()):
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
     return h.hexdigest()
 
 
@@ -180,6 +180,7 @@ def _preflight(ctx, s: StudySettings, config: dict) -> None:
         Int8confError / OperandError: one line naming the option.
     """
     from conformance.study.e2e_agreement import prompt_token_ids
+    from conformance.study.layer_agreement import TOKENS_PER_WINDOW, WINDOW_LEN
     from reference.errors import first_line
     from reference.model.forward import check_context
 
@@ -188,7 +189,6 @@ def _preflight(ctx, s: StudySettings, config: dict) -> None:
     longest = max(len(p) for p in pids)
     check_context(longest + s.new_tokens, config,
                   f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
-    from conformance.study.layer_agreement import TOKENS_PER_WINDOW, WINDOW_LEN
     capture_windows = -(-s.tokens // TOKENS_PER_WINDOW)
     for opt, n, length in (("--windows", s.windows, s.window_len),
                            ("--flip-windows", s.flip_windows, s.window_len),

@@ -67,14 +67,16 @@ def _parent_cached(path: str, size_mtime: tuple) -> tuple:
     return config, state, state_digest(state)
 
 
+def weight_files(d: Path) -> list[Path]:
+    """The files that define a checkpoint directory's weights, in a fixed order:
+    its ``*.safetensors`` (sorted), the shard index (it names which file holds
+    each tensor) and ``config.json``, those that exist."""
+    return [p for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json",
+                                                          d / "config.json"] if p.is_file()]
+
+
 def _weight_files_key(d: Path) -> tuple:
-    out = []
-    # the shard index too: it names which file holds each tensor
-    for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]:
-        if p.is_file():
-            st = p.stat()
-            out.append((p.name, st.st_size, st.st_mtime_ns))
-    return tuple(out)
+    return tuple((p.name, st.st_size, st.st_mtime_ns) for p in weight_files(d) for st in (p.stat(),))
 
 
 def load_parent(parent_dir) -> tuple[dict, dict, str]:
