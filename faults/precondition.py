@@ -235,7 +235,7 @@ def _window(ops, key: str, seed: int, shape: tuple[int, int]):
 
 def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
     """:func:`_window` computed (no memo)."""
-    m, n = ops.m, ops.n
+    n = ops.n
     r, c = shape
     start = 0
     if c < n:

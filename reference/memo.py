@@ -84,6 +84,17 @@ def _alive(refs, tensors) -> bool:
     return True
 
 
+def _key(kind: str, tensors: tuple) -> tuple[tuple, list]:
+    """(store key, live tensors) of a result: one pass over the tensors builds
+    the key (identities + versions, None kept) and the list of referents."""
+    key, live = [kind], []
+    for t in tensors:
+        key.append(_ident(t))
+        if t is not None:
+            live.append(t)
+    return tuple(key), live
+
+
 def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     """``compute()`` memoized on (``kind``, identities + versions of ``tensors``).
 
@@ -98,13 +109,7 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     """
     if _STATE["depth"] <= 0:
         return compute()
-    # one pass over the tensors builds the key and the list of live referents
-    key, live = [kind], []
-    for t in tensors:
-        key.append(_ident(t))
-        if t is not None:
-            live.append(t)
-    key = tuple(key)
+    key, live = _key(kind, tensors)
     store = _STATE["store"]
     hit = store.get(key)
     if hit is not None and _alive(hit[0], live):
@@ -123,8 +128,8 @@ def remember(kind: str, tensors: tuple, value) -> None:
     scope."""
     if _STATE["depth"] <= 0:
         return
-    key = (kind,) + tuple(_ident(t) for t in tensors)
-    _STATE["store"][key] = (tuple(weakref.ref(t) for t in tensors if t is not None), value)
+    key, live = _key(kind, tensors)
+    _STATE["store"][key] = (tuple(weakref.ref(t) for t in live), value)
 
 
 def moved(t, device):

@@ -599,16 +599,16 @@ def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
     def tiles(c: Config) -> int:
         return -(-m // c.block_m) * -(-n // c.block_n)
 
+    def k_blocks(c: Config) -> int:  # per program
+        return -(-k // (c.block_k * c.split_k))
+
     best = cands[0]
-    cost = -(-k // (best.block_k * best.split_k))
+    cost = k_blocks(best)
     if tiles(best) * best.split_k * 2 > sms or cost < _SERIAL_K_BLOCKS:
         return best
     for c in cands[1:]:
-        if c.kernel != "ptr" or tiles(c) * c.split_k > sms:
-            continue
-        cc = -(-k // (c.block_k * c.split_k))
-        if cc < cost:
-            best, cost = c, cc
+        if c.kernel == "ptr" and tiles(c) * c.split_k <= sms and k_blocks(c) < cost:
+            best, cost = c, k_blocks(c)
     return best
 
 

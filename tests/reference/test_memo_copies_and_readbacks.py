@@ -11,7 +11,7 @@ from reference import memo
 from reference.bits import NAN_DISTANCE, ulp_histogram, ulp_histogram_counts
 from reference.contract import EpilogueContract
 from reference.epilogue import apply_epilogue, cached_epilogue
-from reference.operands import _digest, copy_keep_layout, tensor_digest
+from reference.operands import copy_keep_layout, tensor_digest
 
 
 def _sha(t: torch.Tensor) -> str:
