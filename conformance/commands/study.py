@@ -51,12 +51,23 @@ def _run_study(args: argparse.Namespace) -> int:
         prompts=args.prompts or d["prompts"], new_tokens=args.new_tokens or d["new_tokens"],
         resamples=args.resamples, seed=args.seed, level=args.level,
         fresh_process=args.fresh_process or d["fresh_process"])
+    if args.committed is not None and not Path(args.committed).is_dir():
+        raise Int8confError(f"--committed {args.committed}: not a directory (expected the W8A8 "
+                            f"checkpoint of --model)")
+    out = Path(args.out)
+    created = not out.exists()
     if not args.report_only:  # a bad --out fails here, before the gate's minutes of work
-        ensure_out_dir(Path(args.out))
+        ensure_out_dir(out)
     quiet = args.quiet
-    report = run_study(s, args.out, cache=args.cache,
-                       progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr, flush=True)),
-                       time_budget_s=args.time_budget, report_only=args.report_only)
+    try:
+        report = run_study(s, args.out, cache=args.cache,
+                           progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr,
+                                                                        flush=True)),
+                           time_budget_s=args.time_budget, report_only=args.report_only)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # refused input: leave no empty report directory behind
+        raise
     for line in headline(report):
         print(line)
     print(f"report: {args.out}/study.md")

@@ -20,6 +20,7 @@ COMMITTED = ROOT / "reports" / "pow2"
     (["--kernels", "cpu,no_such_kernel"], "no_such_kernel"),
     (["--windows", "1"], "at least 2 windows"),
     (["--kernels", "cpu,cpu"], "A and B are the same kernel"),
+    (["--committed", "/nonexistent"], "--committed /nonexistent: not a directory"),
     (["--kernels", "cpu,conformance.kernels.builtin_cpu:scaled_mm?contract=cutlass"],
      "A and B are the same function under the same declared contract"),
     # sizes the model or corpus cannot hold: refused before the gate (new-user pass 2026-12-01e)
@@ -33,6 +34,7 @@ def test_bad_study_input_is_one_line_exit_2(argv, words, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("int8conf: error:") and words in err[0]
+    assert not (tmp_path / "r").exists()  # no empty report directory left behind
 
 
 def test_too_many_prompts_is_refused_before_any_work(capsys, tmp_path):
