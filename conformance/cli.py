@@ -117,11 +117,20 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
     return out
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line, ``int8conf CMD:
+    error: ...`` and exit 2, without the usage block argparse prints above it
+    (``--help`` still shows the usage). Subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every command module's subcommands registered."""
     import conformance.commands as commands
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="int8conf",
         description="Fault-injection conformance framework for INT8 (W8A8) GEMM kernels.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
