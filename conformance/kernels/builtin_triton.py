@@ -214,6 +214,15 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
         _c("tma", 256, 128, 128, 8, 1, 8, 3, persistent=True, ws=True),
         _c("tma", 128, 256, 128, 8, 1, 8, 3, ws=True),
         _c("tma", 128, 256, 128, 8, 1, 8, 4, ws=True),
+        # two programs per SM (sm_90 compile, Triton 3.6: <= 190 registers at 4 warps or
+        # 124 at 8, 96 KiB shared): Triton never keeps an int32-accumulator wgmma in
+        # flight across K steps (each step ends in wgmma.wait_group 0), so a second
+        # resident program is what can fill that drain and the epilogue
+        # (reports/bench/nvidia-h200/probe-2026-12-01f/NOTE.md)
+        _c("ptr", 128, 128, 128, 8, 1, 8, 3),
+        _c("ptr", 128, 128, 128, 8, 1, 4, 3),
+        _c("tma", 128, 128, 128, 8, 1, 4, 3),
+        _c("ptr", 128, 128, 64, 8, 1, 4, 4),
     )),
 }
 

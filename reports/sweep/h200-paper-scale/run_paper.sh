@@ -21,60 +21,14 @@ rm -rf /tmp/warm.sqlite* /tmp/paper.sqlite* /tmp/prof.sqlite* /tmp/warm /tmp/pro
 export INT8CONF_TRITON_AUTOTUNE=0   # what the sweep uses anyway (conformance.sweep.runner._worker_env)
 nproc; python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"
 
-per_fault() {  # per-fault mean / max per-cell seconds of a store
-python - "$1" <<'PY'
-import sqlite3, sys, collections
-d = collections.defaultdict(list)
-for f, t in sqlite3.connect(sys.argv[1]).execute("select fault, elapsed_s from cells where layer != '*model*'"):
-    d[f].append(t)
-n = sum(len(v) for v in d.values()); s = sum(sum(v) for v in d.values())
-print(f"{n} cells, summed per-cell time {s:.1f} s, mean {1000 * s / max(n, 1):.2f} ms/cell")
-for f in sorted(d):
-    v = sorted(d[f])
-    print(f"  {f}: n={len(v):5d} mean {1000 * sum(v) / len(v):8.2f} ms  median {1000 * v[len(v) // 2]:8.2f} ms"
-          f"  max {1000 * v[-1]:8.1f} ms")
-PY
-}
+per_fault() { python $HERE/per_fault.py "$1"; }  # per-fault per-cell seconds of a store
 
 stamp "model (random Qwen3-1.7B shape: hidden 2048, intermediate 6144, 28 blocks -> 196 linears)"
 python $HERE/paper_model.py /tmp/big big || exit 1
 
-# Triton specialises integer arguments on divisibility by 16 and the kernel has an EVEN_K
-# constexpr (K % (BLOCK_K * SPLIT_K) == 0). The F6/F7 operands are padded to K % 256 == 0
-# (faults.precondition.K_ALIGN) and untimed calls may take a split-K candidate
-# (builtin_triton._untuned), so the variants are: per layer shape (N, K) of this model,
-# a few K' = K + E classes mod 1024. Compile them here into Triton's disk cache so the
-# timed sweep never compiles (~1.3 s each cold); then time one F6-window call aligned
-# (what the sweep runs now) against the old unpadded K, same configuration.
+# compile every F6/F7 kernel variant into Triton's disk cache (precompile.py says which)
 stamp "pre-compile the F6/F7 kernel variants; F6-window call time, K aligned vs not"
-timeout 150 python - <<'PY'
-import time, torch
-from conformance.kernels import builtin_triton as bt
-t0 = time.perf_counter()
-shapes = [(16, 16, 131072 + 256 * j) for j in range(4)]                     # F6 window
-shapes += [(64, n, k0 + 256 * j) for n in (1024, 2048, 6144) for k0 in (3072, 7168)
-           for j in range(4)]                                                # F7 whole case
-for m, n, k in shapes:
-    a = torch.zeros((m, k), dtype=torch.int8, device="cuda")
-    b = torch.zeros((n, k), dtype=torch.int8, device="cuda")
-    sa = torch.ones(m, device="cuda"); sb = torch.ones(n, device="cuda")
-    bt.scaled_mm(a, b, sa, sb); bt.int_mm(a, b)
-torch.cuda.synchronize()
-print(f"pre-compiled {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s")
-for k in (131328, 131073):                   # padded (now) / odd K (before), F6 window
-    for cfg in (bt.BUCKET_CONFIGS["decode"][0], bt._untuned(bt._candidates(16, False), 16, 16, k, 132)):
-        a = torch.randint(-128, 128, (16, k), dtype=torch.int8, device="cuda")
-        b = torch.randint(-128, 128, (16, k), dtype=torch.int8, device="cuda")
-        sa = torch.ones(16, device="cuda"); sb = torch.ones(16, device="cuda")
-        for _ in range(3):
-            bt.scaled_mm_config(cfg, a, b, sa, sb, torch.bfloat16)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(10):
-            bt.scaled_mm_config(cfg, a, b, sa, sb, torch.bfloat16)
-        e1.record(); torch.cuda.synchronize()
-        print(f"F6 window 16x16x{k} {cfg.label()}: {1000 * e0.elapsed_time(e1) / 10:.1f} us per call")
-PY
+timeout 150 python $HERE/precompile.py
 
 # warm-up into a scratch store: captures the 196 layers, builds the own and pow2 checkpoints
 # (the sweep does it itself), loads the compiled kernels; block 0 q_proj, 18 cells
