@@ -21,7 +21,6 @@ import os
 import platform
 import re
 import sys
-import time
 from pathlib import Path
 
 
@@ -216,9 +215,21 @@ def run(args: argparse.Namespace) -> int:
         if not workers and not args.scheduler:
             from conformance.sweep.distributed import default_workers
             workers, gpus = default_workers(kernel, args.device)
-        st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler, quiet=args.quiet,
-                       gpus=gpus)
-        runs = _runs(store, st)
+        from conformance.sweep.runlog import RunLog
+        done = store.done()
+        log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
+        stored = [0]
+
+        def on_stored(n: int) -> None:
+            stored[0] = n
+            log.heartbeat(n)
+        try:
+            st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
+                           quiet=args.quiet, gpus=gpus, on_stored=on_stored)
+        except BaseException:
+            log.interrupt(stored[0])  # what was stored stays counted in the record
+            raise
+        runs = log.finish(st)
         if not args.quiet:
             print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
                   f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
@@ -250,18 +261,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs(store, st) -> list:
-    """Append this run's timing to the store's meta ``runs`` list."""
-    import json
-    runs = json.loads(store.meta("runs") or "[]")
-    if st.computed:
-        runs.append({"computed": st.computed, "skipped": st.skipped, "wall_s": round(st.elapsed_s, 2),
-                     "cells_per_s": round(st.cells_per_s, 3), "executor": st.executor,
-                     "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu_count": os.cpu_count()})
-        store.set_meta("runs", runs)
-    return runs
-
-
 def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
           stored: tuple[int, int]) -> dict:
     """The scorecard's meta: this command's slice, and ``stored`` = (layer cells,
@@ -270,11 +269,13 @@ def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, ru
         if Path(sys.argv[0]).name in ("int8conf", "cli.py", "__main__.py") else "int8conf sweep"
     wall = sum(r["wall_s"] for r in runs)
     done = sum(r["computed"] for r in runs)
-    timing = (f"{done} cells computed in {wall:.1f} s wall over {len(runs)} run(s) "
-              f"({done / wall:.2f} cells/s)" if wall else "no cells computed")
+    cut = sum(1 for r in runs if r.get("status") == "interrupted")
+    timing = (f"{done} cells computed in {wall:.1f} s wall over {len(runs)} run(s)"
+              + (f", {cut} of them interrupted" if cut else "")
+              + f" ({done / wall:.2f} cells/s)" if wall else "no cells computed")
     if runs:
         timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
-                                   f"{runs[-1]['executor']} on a {runs[-1].get('cpu_count')}-core machine"
+                                   f"{runs[-1].get('executor') or 'an interrupted run'} on a {runs[-1].get('cpu_count')}-core machine"
     return {
         "stored_layer_cells": stored[0], "stored_model_cells": stored[1],
         "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,

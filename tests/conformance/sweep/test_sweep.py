@@ -49,6 +49,33 @@ def test_a_finished_cell_is_never_stored_twice_and_another_sweep_is_refused(tmp_
         SweepStore(db, {"kernel": "triton"})
 
 
+def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_path):
+    """RunLog: a run stopped by an exception is closed as interrupted; a run
+    killed without a word (entry left ``running``) is closed by the next run
+    with the cells stored since it began; a run that stored nothing is dropped."""
+    from types import SimpleNamespace
+
+    from conformance.sweep.runlog import RunLog, read_runs
+    cells = [Cell(LAYER, f, "all", "own", 0) for f in ("F1", "F2", "F3", "F4")]
+    with SweepStore(tmp_path / "r.sqlite", {"kernel": "cpu"}) as s:
+        a = RunLog.start(s, skipped=0)
+        s.put(CellRows(cells[0], [_row("C8", "pass")], {}))
+        a.heartbeat(1)
+        a.interrupt(1)                                  # e.g. KeyboardInterrupt
+        RunLog.start(s, skipped=1)                      # then killed: stays "running"
+        for c in cells[1:3]:
+            s.put(CellRows(c, [_row("C8", "pass")], {}))
+        c = RunLog.start(s, skipped=3)
+        s.put(CellRows(cells[3], [_row("C8", "pass")], {}))
+        runs = c.finish(SimpleNamespace(computed=1, elapsed_s=0.5, executor="serial"))
+        assert runs == read_runs(s)
+        RunLog.start(s, skipped=4).finish(SimpleNamespace(computed=0, elapsed_s=0.1, executor="serial"))
+        runs = read_runs(s)
+    assert [(r["status"], r["computed"], r["stored_before"]) for r in runs] == [
+        ("interrupted", 1, 0), ("interrupted", 2, 1), ("complete", 1, 3)]
+    assert runs[2]["executor"] == "serial" and runs[2]["cells_per_s"] == 2.0
+
+
 def test_a_store_edited_outside_int8conf_is_refused_with_one_line(tmp_path):
     import sqlite3
 
@@ -156,6 +183,12 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert _cells(db) == total
+    # the killed run stays in the store's record of runs, with exactly the cells it stored
+    with SweepStore(db) as s:
+        runs = json.loads(s.meta("runs"))
+    assert [(x["status"], x["computed"]) for x in runs] == [
+        ("interrupted", done_at_kill), ("complete", total - done_at_kill)]
+    assert runs[1]["skipped"] == done_at_kill and runs[1]["stored_before"] == done_at_kill
     from conformance.cli import main
     assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--no-model-checks", "--workers", "1",
                  "--quiet", *faults, "--db", str(tmp_path / "full.sqlite"),
