@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). As of 2026-12-01e
-# (reports/sweep/h200-paper-scale/NOTE.md, reports/pow2/h200-1.7b/NOTE.md) what is left:
-#   4. issue 7 FIRST: the paper-scale sweep again (run_paper.sh, ~300 s on a fresh machine):
-#      its F6 rows were computed while faults.inject dropped the kernel's declared overflow
-#      behaviour (fixed after 2026-12-01e); also measures any per-cell speed-up;
-#   2a/2b: triton and int_mm conformance: the default suite gained family `dispatch`
-#      after the 778/778 runs (not yet run natively);
-#   1: the CUDA tests after kernel changes (the split-K choice of untimed calls,
-#      builtin_triton._untuned, is covered by test_split_k_natively_exact);
-#   5. worker-count probe at steady state (probe_workers_28.sh);
-#   4p. issue 7: run_paper.sh up to the profiles only, plus per-fault cProfile and
-#      torch.profiler tables (F6, F7, F1, F8) under logs/paper/ (done 2026-12-01e);
-#   3 / 3b: the pow2 study on the default / the 1.7B-shaped model (both complete;
-#      3b RESUME=<carried dir> resumes a study from a previous call's .parts).
+# tool, where the repo is a plain copy, not installed). As of 2026-12-01f (no device was
+# lent that session; reports/sweep/h200-paper-scale/NOTE.md, reports/bench/nvidia-h200/
+# probe-2026-12-01f/NOTE.md) what is left:
+#   5. issue 7 FIRST: run_workers.sh (~400 s on a fresh machine): executor probe on 28
+#      layers (serial, --threads 2/3/4 with a CUDA stream each, --workers 2/4), then the
+#      full paper-scale grid with the fastest, scored. This is also the re-run of the F6
+#      rows (computed in 2026-12-01d/e while faults.inject dropped the kernel's declared
+#      overflow behaviour). Commit its sweep/ into reports/sweep/h200-paper-scale/triton/;
+#      if threads win, make them the single-GPU default (conformance.sweep.distributed.
+#      default_workers) and say so in README.
+#   11p. issue 11: probe_8192.py (~2 min; INT8CONF_TRITON_GLUON=1 adds the Gluon kernel
+#      if branch gluon is merged): two-programs-per-SM configurations, larger BLOCK_K,
+#      the fp8 control and cuBLAS fp8 at 8192^3; if a configuration wins, the bench
+#      (`int8conf bench --gpu`) re-measures every shape;
+#   1: the CUDA tests (new: test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows);
+#   2a/2b: triton and int_mm conformance natively (family `dispatch` not yet run natively);
+#   4 / 4p: run_paper.sh (full grid one process + profiles); 3 / 3b: the pow2 studies
+#      (both complete).
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -51,7 +55,9 @@ case "${STAGE:-1}" in
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
-5) OUT="$OUT" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
+11p) timeout 200 python3 reports/bench/nvidia-h200/probe-2026-12-01f/probe_8192.py > "$OUT/logs/probe8192.log" 2>&1
+   grep -v -i warn "$OUT/logs/probe8192.log" | tail -40 | cut -c1-300 ;;
+5) OUT="$OUT/logs/workers-out" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
    grep -v "━" "$OUT/logs/workers.log" | tail -40 | cut -c1-300 ;;
 4p) OUT="$OUT/logs/paper" PROFILE_ONLY=1 BUDGET=400 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | grep -v "^ " | tail -60 | cut -c1-300 ;;

@@ -182,10 +182,12 @@ def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
-    edges = _EDGE_TENSORS.get(d.device)
+    # one per device and CUDA stream: a copy made on one stream is not ordered
+    # before another stream's use of it (the sweep's threads each have a stream)
+    key = (d.device, torch.cuda.current_stream(d.device).cuda_stream if d.is_cuda else 0)
+    edges = _EDGE_TENSORS.get(key)
     if edges is None:
-        edges = _EDGE_TENSORS[d.device] = torch.tensor(_HIST_EDGES, dtype=torch.int64,
-                                                       device=d.device)
+        edges = _EDGE_TENSORS[key] = torch.tensor(_HIST_EDGES, dtype=torch.int64, device=d.device)
     idx = torch.bucketize(d, edges, right=True)
     idx = torch.where(d == NAN_DISTANCE, torch.full_like(idx, 9), idx)  # "nan" (not ">256")
     return torch.bincount(idx, minlength=10)[1:]

@@ -35,40 +35,53 @@ without computing it.
 
 Outside a scope nothing is stored and every call computes (the default:
 tests, ``int8conf check``, the pytest plugin behave exactly as before).
+Scopes and their stores are per thread (``threading.local``): the sweep's
+threaded executor evaluates one batch per thread, each in its own scope.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from typing import Callable, Iterator, Optional
 
 import torch
 
-_STATE: dict = {"depth": 0, "store": {}, "hits": 0, "misses": 0}
+_LOCAL = threading.local()  # .state: this thread's scope (a sweep may run batches in threads)
+
+
+def _state() -> dict:
+    """This thread's memo state: ``depth`` (open scopes), ``store``, ``hits``, ``misses``."""
+    try:
+        return _LOCAL.state
+    except AttributeError:
+        _LOCAL.state = {"depth": 0, "store": {}, "hits": 0, "misses": 0}
+        return _LOCAL.state
 
 
 def active() -> bool:
     """True inside :func:`scope`."""
-    return _STATE["depth"] > 0
+    return _state()["depth"] > 0
 
 
 @contextlib.contextmanager
 def scope() -> Iterator[dict]:
     """Memoize inside the block; everything is dropped when the outermost
     scope exits. Yields the statistics dict (``hits``, ``misses``)."""
-    _STATE["depth"] += 1
+    st = _state()
+    st["depth"] += 1
     try:
-        yield _STATE
+        yield st
     finally:
-        _STATE["depth"] -= 1
-        if _STATE["depth"] == 0:
-            _STATE["store"] = {}
+        st["depth"] -= 1
+        if st["depth"] == 0:
+            st["store"] = {}
 
 
 def clear() -> None:
     """Drop every stored result (the scope stays open)."""
-    _STATE["store"] = {}
+    _state()["store"] = {}
 
 
 def _ident(t) -> Optional[tuple]:
@@ -107,15 +120,16 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     Returns:
         The (possibly stored) result. Outside a scope: ``compute()``.
     """
-    if _STATE["depth"] <= 0:
+    st = _state()
+    if st["depth"] <= 0:
         return compute()
     key, live = _key(kind, tensors)
-    store = _STATE["store"]
+    store = st["store"]
     hit = store.get(key)
     if hit is not None and _alive(hit[0], live):
-        _STATE["hits"] += 1
+        st["hits"] += 1
         return hit[1]
-    _STATE["misses"] += 1
+    st["misses"] += 1
     val = compute()
     store[key] = (tuple([weakref.ref(t) for t in live]), val)
     return val
@@ -126,10 +140,10 @@ def remember(kind: str, tensors: tuple, value) -> None:
     a result known by construction (e.g. the digest of a tensor built by a
     recorded recipe, ``reference.operands.derived_digest``). No-op outside a
     scope."""
-    if _STATE["depth"] <= 0:
+    if _state()["depth"] <= 0:
         return
     key, live = _key(kind, tensors)
-    _STATE["store"][key] = (tuple(weakref.ref(t) for t in live), value)
+    _state()["store"][key] = (tuple(weakref.ref(t) for t in live), value)
 
 
 def moved(t, device):
@@ -158,7 +172,7 @@ def note_copy(src, dst) -> None:
         return
     if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
         return
-    store = _STATE["store"]
+    store = _state()["store"]
     # the source is remembered in any case: other per-content results (the
     # operand value checks of reference.validate) carry over through it too
     store[("copyof", _ident(dst))] = ((weakref.ref(dst),), (weakref.ref(src), int(src._version)))
@@ -181,7 +195,7 @@ def note_part(whole, part) -> None:
     too (:func:`part_source`). No-op outside a scope."""
     if not active() or not isinstance(whole, torch.Tensor) or not isinstance(part, torch.Tensor):
         return
-    _STATE["store"][("partof", _ident(part))] = ((weakref.ref(part),),
+    _state()["store"][("partof", _ident(part))] = ((weakref.ref(part),),
                                                  (weakref.ref(whole), int(whole._version)))
 
 
@@ -196,7 +210,7 @@ def _unchanged_origin(kind: str, t) -> Optional[torch.Tensor]:
     ``"partof"``), when both are alive and neither was written since; else None."""
     if not active() or not isinstance(t, torch.Tensor):
         return None
-    hit = _STATE["store"].get((kind, _ident(t)))
+    hit = _state()["store"].get((kind, _ident(t)))
     if hit is None or not _alive(hit[0], (t,)):
         return None
     ref, version = hit[1]
@@ -211,7 +225,7 @@ def peek(kind, tensors: tuple):
     when there is none (nothing is computed; always None outside a scope)."""
     if not active():
         return None
-    hit = _STATE["store"].get((kind,) + tuple(_ident(t) for t in tensors))
+    hit = _state()["store"].get((kind,) + tuple(_ident(t) for t in tensors))
     live = tuple(t for t in tensors if t is not None)
     if hit is None or not _alive(hit[0], live):
         return None
@@ -226,7 +240,7 @@ def note_bound(t, bound: int) -> None:
     later in-place write to ``t`` voids the note. No-op outside a scope."""
     if not active() or not isinstance(t, torch.Tensor):
         return
-    _STATE["store"][("bound_note", _ident(t))] = ((weakref.ref(t),), int(bound))
+    _state()["store"][("bound_note", _ident(t))] = ((weakref.ref(t),), int(bound))
 
 
 def known_bound(t) -> Optional[int]:
@@ -234,7 +248,7 @@ def known_bound(t) -> Optional[int]:
     None (always outside a scope)."""
     if not active() or not isinstance(t, torch.Tensor):
         return None
-    hit = _STATE["store"].get(("bound_note", _ident(t)))
+    hit = _state()["store"].get(("bound_note", _ident(t)))
     if hit is None or not _alive(hit[0], (t,)):
         return None
     return hit[1]

@@ -79,6 +79,10 @@ def register(subparsers) -> None:
                    help="local worker processes (default 0: one per GPU when the kernel runs on "
                         "CUDA -- a single GPU runs serially in this process, since processes "
                         "sharing one GPU are slower than one -- else one per core; 1 = serial)")
+    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                   help="evaluate layer batches in N threads of this one process, one CUDA "
+                        "stream each when the kernel runs on CUDA (default 1; implies "
+                        "--workers 1, and cannot be combined with --workers > 1 or --scheduler)")
     p.add_argument("--c7-windows", type=positive_int, default=8, metavar="N",
                    help="C7 held-out windows per model cell (default 8)")
     p.add_argument("--c7-window-len", type=positive_int, default=128, metavar="T",
@@ -171,7 +175,20 @@ def run(args: argparse.Namespace) -> int:
     from reference.errors import Int8confError
 
     validate_device(args.device)
+    if args.threads > 1 and (args.workers > 1 or args.scheduler):
+        raise Int8confError(f"--threads {args.threads} runs the cells in threads of this one process: "
+                            f"drop --workers {args.workers}" if not args.scheduler else
+                            f"--threads {args.threads} runs the cells in threads of this one process: "
+                            f"drop --scheduler")
     kernel = get_kernel(args.kernel)
+    if args.threads > 1:
+        from conformance.kernels.runner import pick_device
+        dev, _ = pick_device(kernel, args.device)
+        if dev is None or not str(dev).startswith("cuda"):
+            raise Int8confError(
+                f"--threads {args.threads}: kernel {args.kernel!r} does not run on CUDA here; threads "
+                f"are for one GPU's host-bound cells (Triton's CPU interpreter is not thread-safe): "
+                f"on the CPU use --workers N (processes)")
     faults = [get_fault(f).id for f in (args.faults or [f.id for f in FAULTS])]
     covs = args.coverages or list(COVERAGES)
     bad = [c for c in covs if c not in COVERAGES]
@@ -212,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
                   f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
                   + (f" ({before} cells already stored)" if before else ""))
         workers, gpus = args.workers, ()
-        if not workers and not args.scheduler:
+        if args.threads > 1:
+            workers = 1  # threads of this process (checked against --workers/--scheduler above)
+        elif not workers and not args.scheduler:
             from conformance.sweep.distributed import default_workers
             workers, gpus = default_workers(kernel, args.device)
         from conformance.sweep.runlog import RunLog
@@ -225,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
             log.heartbeat(n)
         try:
             st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
-                           quiet=args.quiet, gpus=gpus, on_stored=on_stored)
+                           quiet=args.quiet, gpus=gpus, on_stored=on_stored,
+                           threads=args.threads)
         except BaseException:
             log.interrupt(stored[0])  # what was stored stays counted in the record
             raise

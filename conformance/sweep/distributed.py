@@ -7,7 +7,12 @@ operands, their device copy, the clean run and the memoized references; its
 cells' rows out); the calling process is the single writer and stores the
 cells of each unit as it arrives, one transaction per unit
 (:meth:`conformance.sweep.store.SweepStore.put_many`). Local
-parallelism is the standard library's ``concurrent.futures.ProcessPoolExecutor``;
+parallelism is the standard library's ``concurrent.futures.ProcessPoolExecutor``,
+or its ``ThreadPoolExecutor`` inside this process (``threads``: one batch per
+thread, one CUDA stream per thread when the kernel runs on CUDA -- for a
+single GPU, whose cells are host-bound: threads overlap one cell's waits on
+the device and torch's GIL-free operator calls with another cell's Python,
+in one CUDA context, where processes would time-slice several);
 beyond one machine, ``dask.distributed`` (``--scheduler tcp://HOST:8786``,
 optional extra ``int8conf[dist]``), with one worker per GPU where GPUs are
 present (start them with ``dask worker tcp://HOST:8786 --nworkers 1
@@ -125,7 +130,7 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
 def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
               scheduler: Optional[str] = None, quiet: bool = False,
               on_stored: Optional[Callable[[int], None]] = None,
-              cluster=None, gpus: Sequence[int] = ()) -> RunStats:
+              cluster=None, gpus: Sequence[int] = (), threads: int = 1) -> RunStats:
     """Compute every task not yet in ``store`` and store the results.
 
     Args:
@@ -142,6 +147,11 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
         gpus: GPU indices, one per local worker process (``workers`` must
             equal their number): worker ``i`` sees only its GPU
             (``CUDA_VISIBLE_DEVICES``); empty: no pinning.
+        threads: with ``workers`` <= 1 (serial), evaluate the layer batches
+            in this many threads of this process (:func:`_run_threaded`);
+            model cells still run one after another on this thread. The
+            kernel must be thread-safe: Triton's CPU interpreter is not (the
+            ``sweep`` command allows threads only for kernels on CUDA).
 
     Returns:
         RunStats.
@@ -175,6 +185,8 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
             pass
         elif cluster is not None or scheduler:
             st.executor = _run_dask(units, store_one, scheduler, cluster)
+        elif (workers or os.cpu_count() or 1) <= 1 and threads > 1:
+            st.executor = _run_threaded(units, store_one, threads)
         elif (workers or os.cpu_count() or 1) <= 1:
             st.executor = "serial (this process)"
             for u in units:
@@ -213,6 +225,61 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                     raise
     st.elapsed_s = time.perf_counter() - t0
     return st
+
+
+def _cuda_device(unit) -> Optional[str]:
+    """The CUDA device the unit's kernel runs on (``pick_device``), else None."""
+    import torch
+    from conformance.kernels.runner import pick_device
+    from conformance.sweep.runner import kernel_spec
+    t = unit[0] if isinstance(unit, tuple) else unit
+    dev, _ = pick_device(kernel_spec(t.spec.kernel), t.device)
+    return dev if dev is not None and torch.device(dev).type == "cuda" else None
+
+
+def _run_threaded(units, store_one, threads: int) -> str:
+    """Run ``units`` in ``threads`` threads of this process; store as they finish.
+
+    Model units run first, one after another on the calling thread (their
+    set-up and caches are process-wide); then the layer batches, one per
+    thread at a time, each thread on its own CUDA stream when the kernel runs
+    on CUDA (a stream's read-backs then wait for that thread's work only).
+    Memo scopes (``reference.memo``) and pending read-backs
+    (``reference.readback``) are per thread; the kernel's process-wide
+    caches are keyed by stream where they hold device memory. Returns the
+    executor's description.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    import torch
+
+    model = [u for u in units if u and u[0].cell.is_model]
+    layer = [u for u in units if u and not u[0].cell.is_model]
+    for u in model:
+        store_one(run_unit(u))
+    cuda = _cuda_device(layer[0]) if layer else None
+    local = threading.local()
+
+    def run(unit):
+        if cuda is None:
+            return run_unit(unit)
+        stream = getattr(local, "stream", None)
+        if stream is None:
+            stream = local.stream = torch.cuda.Stream(device=cuda)
+        with torch.cuda.stream(stream):
+            return run_unit(unit)
+
+    ex = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="int8conf-sweep")
+    try:
+        futs = [ex.submit(run, u) for u in layer]
+        for f in as_completed(futs):
+            store_one(f.result())
+    finally:
+        # on an error or Ctrl-C: queued batches are dropped, running ones finish
+        ex.shutdown(wait=True, cancel_futures=True)
+    return (f"threads of this process: {threads}"
+            + (f", one CUDA stream each on {cuda}" if cuda else ""))
 
 
 def _run_dask(todo, store_one, scheduler, cluster) -> str:

@@ -67,6 +67,11 @@ def _kernel(name: str):
     return get_kernel(name)
 
 
+def kernel_spec(name: str):
+    """The sweep's KernelSpec for kernel ``name`` (loaded once per process)."""
+    return _kernel(name)
+
+
 @functools.lru_cache(maxsize=2)
 def _capture_set(capture_dir: str, model_dir: str):
     from reference.model.capture import load_capture_set

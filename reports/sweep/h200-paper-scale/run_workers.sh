@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Worker-count probe for the paper-scale sweep on one GPU (issue 7 speed target), at steady
-# state: do several processes sharing one H200 beat one process? A cell is host-bound
-# (~6.6 ms of host work, ~0.6 ms of GPU work: profiles-2026-12-01e), so processes could
-# overlap their host work if CUDA's time-slicing of their contexts costs less than it saves.
+# Executor probe for the paper-scale sweep on one GPU (issue 7 speed target), at steady
+# state. A cell is host-bound (~6.6 ms of host work, ~0.6 ms of GPU work:
+# profiles-2026-12-01e), so cells in flight at once could overlap their host work:
+#   --threads N: N threads of one process, one CUDA stream each (one CUDA context; torch's
+#                operator calls and the device waits release the GIL);
+#   --workers N: N processes sharing the GPU (N CUDA contexts, which the GPU time-slices).
 # Model + pre-compile + warm-up as in run_paper.sh; then the same 28 layers (1,512 cells)
-# with --workers 1, 2, 4, 8 into fresh stores; then the full 10,584-cell grid with the
-# fastest count, scored (the committed triton/ result), with per-fault times.
+# serially and with each option into fresh stores; then the full 10,584-cell grid with the
+# fastest, scored (the committed triton/ result), with per-fault times.
 # From the repository root: OUT=<dir> BUDGET=<s> bash <this script>
 set -o pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INT8CONF_TRITON_AUTOTUNE=0
@@ -21,7 +23,7 @@ import json, sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
 r = json.loads(c.execute("select value from meta where key='runs'").fetchone()[0])[-1]
 n, s = c.execute("select count(*), sum(elapsed_s) from cells").fetchone()
-print(f"RATE workers={sys.argv[2]} {r['cells_per_s']} cells/s, {r['computed']} cells in {r['wall_s']} s "
+print(f"RATE {sys.argv[2]} | {r['cells_per_s']} cells/s, {r['computed']} cells in {r['wall_s']} s "
       f"({r['executor']}); summed per-cell {s:.1f} s = {1000 * s / max(n, 1):.2f} ms/cell")
 PY
 }
@@ -30,17 +32,18 @@ stamp model; python $HERE/paper_model.py /tmp/big big || exit 1
 stamp pre-compile; timeout 150 python $HERE/precompile.py
 stamp warm-up; sweep --no-score --layers 0 --coverages one --db /tmp/wwarm.sqlite --out /tmp/wout-warm --quiet || exit 1
 L=$(seq -s, 0 27)
-for w in 1 2 4 8; do
-  stamp "layers 0-27 (1,512 cells), --workers $w"
-  timeout $(( $(left) - 150 )) python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks \
-    --no-score --quiet --layers "$L" --workers $w --db /tmp/w$w.sqlite --out /tmp/wout$w 2>&1 | tail -2
-  rate /tmp/w$w.sqlite $w
+for opt in "--workers 1" "--threads 2" "--threads 3" "--threads 4" "--workers 2" "--workers 4"; do
+  tag=$(echo "$opt" | tr -d ' -')
+  stamp "layers 0-27 (1,512 cells), $opt"
+  timeout $(( $(left) - 170 )) python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks \
+    --no-score --quiet --layers "$L" $opt --db /tmp/w$tag.sqlite --out /tmp/wout$tag 2>&1 | tail -2
+  rate /tmp/w$tag.sqlite "$opt"
 done | tee "$OUT/probe.txt"
-best=$(grep ^RATE "$OUT/probe.txt" | sort -k3 -gr | head -1 | sed 's/RATE workers=\([0-9]*\).*/\1/')
-stamp "full grid (10,584 cells) with --workers ${best:-1}"
+best=$(grep ^RATE "$OUT/probe.txt" | sort -t'|' -k2 -gr | head -1 | sed 's/RATE \(.*\) |.*/\1/')
+stamp "full grid (10,584 cells) with ${best:---workers 1}"
 timeout $(( $(left) - 15 )) python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks \
-  --workers "${best:-1}" --db /tmp/paper.sqlite --out "$OUT/sweep" 2>&1 | sed "/━/d"
-rate /tmp/paper.sqlite "${best:-1}" | tee -a "$OUT/probe.txt"
+  ${best:---workers 1} --db /tmp/paper.sqlite --out "$OUT/sweep" 2>&1 | sed "/━/d"
+rate /tmp/paper.sqlite "${best:---workers 1}" | tee -a "$OUT/probe.txt"
 python $HERE/per_fault.py /tmp/paper.sqlite | tee "$OUT/per-fault.txt"
 gzip -6 -c /tmp/paper.sqlite > "$OUT/paper.sqlite.gz"
 stamp done

@@ -148,6 +148,55 @@ def test_local_cluster_gives_the_serial_rows_and_scorecard_and_f8_never_fires(tm
     assert by[("F9", "own", "C2")] == "fail"
 
 
+def test_threads_give_the_serial_rows_and_memo_scopes_are_per_thread(tmp_path):
+    """The threaded executor (several (layer, scale mode) batches at once in
+    one process, each in its own memo scope) stores exactly the serial rows."""
+    from reference.model.capture import default_capture_set
+    spec = _spec()
+    names = default_capture_set().layer_names()
+    tasks = [SweepTask(c, spec) for c in layer_cells(names[:3], ["F1", "F4", "F8", "F9"],
+                                                     ["one", "all"], ["own", "pow2"], [0])]
+    with SweepStore(tmp_path / "serial.sqlite", {"t": 1}) as s:
+        run_cells(tasks, s, workers=1, quiet=True)
+        serial = s.rows(deterministic_only=True)
+    with SweepStore(tmp_path / "threads.sqlite", {"t": 1}) as s:
+        st = run_cells(tasks, s, workers=1, threads=3, quiet=True)
+        threaded = s.rows(deterministic_only=True)
+    assert st.computed == 48 and st.executor == "threads of this process: 3"
+    assert threaded == serial
+
+
+def test_a_memo_scope_is_seen_by_its_own_thread_only():
+    import threading
+
+    import torch
+
+    from reference import memo
+    t = torch.ones(3)
+    seen = {}
+
+    def other():
+        seen["active"] = memo.active()
+        seen["value"] = memo.cached("k", (t,), lambda: "other")
+    with memo.scope():
+        assert memo.cached("k", (t,), lambda: "mine") == "mine"
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+        assert memo.cached("k", (t,), lambda: "again") == "mine"
+    assert seen == {"active": False, "value": "other"}
+
+
+def test_threads_are_refused_off_cuda_and_with_other_executors(capsys):
+    from conformance.cli import main
+    assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--no-score",
+                 "--quiet"]) == 2
+    assert "--threads 2: kernel 'cpu' does not run on CUDA here" in capsys.readouterr().err
+    assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--workers", "3",
+                 "--no-score", "--quiet"]) == 2
+    assert "drop --workers 3" in capsys.readouterr().err
+
+
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers", "1",

@@ -97,6 +97,31 @@ def test_on_the_gpu_a_layer_batch_with_device_references_stores_what_cpu_referen
         assert {r["check_id"]: r["evidence"].get("max_ulp") for r in batch[3].rows}["C8"] >= 1  # F4
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows(tmp_path):
+    # triton natively: 4 layers x both scale modes x every fault, serially and in 4 threads
+    # (one CUDA stream each, batches of different layers in flight at once): same rows
+    from conformance.sweep.distributed import run_cells
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    spec = SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                     model_checks=False, checkpoint_dirs=dirs)
+    tasks = [SweepTask(c, spec, "cuda") for c in layer_cells(
+        cs.layer_names()[:4], [f"F{i}" for i in range(1, 10)], ["one", "all"], ["own", "pow2"], [0])]
+    rows = {}
+    for threads in (1, 4):
+        with SweepStore(tmp_path / f"t{threads}.sqlite", {"t": 1}) as s:
+            st = run_cells(tasks, s, workers=1, threads=threads, quiet=True)
+            rows[threads] = s.rows(deterministic_only=True)
+        assert st.computed == len(tasks)
+    assert st.executor.startswith("threads of this process: 4, one CUDA stream each")
+    assert rows[4] == rows[1]
+
+
 def test_default_workers_one_process_per_gpu_on_cuda_one_per_core_otherwise(monkeypatch):
     import os
     import torch
