@@ -170,6 +170,16 @@ _HIST_EDGES = (0, 1, 2, 3, 5, 9, 17, 257)
 _EDGE_TENSORS: dict = {}
 
 
+def _stream_key(t: torch.Tensor) -> int:
+    """The current CUDA stream of ``t``'s device (0 off CUDA)."""
+    if not t.is_cuda:
+        return 0
+    try:  # a C call; torch.cuda.current_stream builds a Python object
+        return torch._C._cuda_getCurrentRawStream(t.device.index)
+    except AttributeError:  # pragma: no cover -- a torch without it
+        return torch.cuda.current_stream(t.device).cuda_stream
+
+
 def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     """:func:`ulp_histogram` as an int64 [9] tensor of counts in
     :data:`ULP_BINS` order, on ``dist``'s device, without reading anything
@@ -184,7 +194,7 @@ def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     d = dist.reshape(-1).to(torch.int64)
     # one per device and CUDA stream: a copy made on one stream is not ordered
     # before another stream's use of it (the sweep's threads each have a stream)
-    key = (d.device, torch.cuda.current_stream(d.device).cuda_stream if d.is_cuda else 0)
+    key = (d.device, _stream_key(d))
     edges = _EDGE_TENSORS.get(key)
     if edges is None:
         edges = _EDGE_TENSORS[key] = torch.tensor(_HIST_EDGES, dtype=torch.int64, device=d.device)
