@@ -37,6 +37,11 @@ less than half of the multiprocessors, the split-K candidate with the fewest
 K blocks per program (:func:`_untuned`). Every configuration gives the same
 bits (the accumulator is exact and order-free; the epilogue is one code path),
 so tuning changes speed only. Interpreter: fixed small tiles, no tuning.
+A third kernel, ``gluon`` (``conformance.kernels.gluon_gemm``: the int32-accumulator
+wgmma kept in flight across K steps, which Triton's own pipeliner never does, and
+the same epilogue written in Gluon), joins the small and large buckets only with
+``INT8CONF_TRITON_GLUON=1`` on an sm_90 device (:data:`GLUON_CONFIGS`; not yet run
+on a GPU).
 
 Host path: everything that does not change between calls (kernel object,
 configuration, grid shape, the manifest details handed to ``trace``) is cached
@@ -85,7 +90,7 @@ import torch
 import triton
 from torch import Tensor
 
-from conformance.kernels import trace, triton_gemm
+from conformance.kernels import gluon_gemm, trace, triton_gemm
 from reference.contract import TRITON_STYLE
 from reference.errors import OperandError
 
@@ -100,9 +105,10 @@ CONTRACT = TRITON_STYLE
 #: while split-K tiles are added with wrapping int32 atomics (-2147467264; the
 #: mixed case exact): no single rule holds, so nothing is promised.
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
-#: sha256 over this module and the kernel module (both define what runs).
+#: sha256 over this module and the kernel modules (they define what runs).
 SOURCE_DIGEST = hashlib.sha256(b"".join(
-    Path(p).read_bytes() for p in (__file__, triton_gemm.__file__))).hexdigest()
+    Path(p).read_bytes() for p in (__file__, triton_gemm.__file__,
+                                   gluon_gemm.__file__))).hexdigest()
 _OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 _OUT_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 #: below this many multiply-accumulates a shape is not timed (heuristic config)
@@ -115,14 +121,17 @@ class Config:
     """One launch configuration.
 
     Attributes:
-        kernel: ``"ptr"`` (:func:`triton_gemm.w8a8_mm`) or ``"tma"``
-            (:func:`triton_gemm.w8a8_mm_tma`, CUDA, aligned K-contiguous a, b).
+        kernel: ``"ptr"`` (:func:`triton_gemm.w8a8_mm`), ``"tma"``
+            (:func:`triton_gemm.w8a8_mm_tma`, CUDA, aligned K-contiguous a, b)
+            or ``"gluon"`` (:func:`gluon_gemm.w8a8_mm_gluon`: the same operands,
+            CUDA sm_90 only; opt-in, :data:`GLUON_CONFIGS`).
         block_m, block_n, block_k: tile sizes (each >= 16, powers of two).
         group_m: row-tiles per group in the grouped program order.
         split_k: K ranges reduced in parallel (``ptr`` only; exact, see
             ``triton_gemm``).
-        num_warps, num_stages: Triton launch options (software pipelining depth).
-        persistent: ``tma`` only: one program per SM walking tiles.
+        num_warps, num_stages: Triton launch options (software pipelining depth;
+            ``gluon``: the kernel's own ring depth ``STAGES``).
+        persistent: ``tma`` / ``gluon`` only: one program per SM walking tiles.
         flatten: ``tma`` persistent only: ``tl.range(flatten=True)``.
         warp_spec: ``tma`` only: compiler warp specialisation (producer /
             consumer warps) of the tile loop (persistent) or the K loop.
@@ -141,9 +150,10 @@ class Config:
     warp_spec: bool = False
 
     def label(self) -> str:
-        """Short text, e.g. ``ptr 16x64x256 g8 sk4 w4 s4``."""
+        """Short text, e.g. ``ptr 16x64x256 g8 sk4 w4 s4``, ``gluon 128x256x128 g8 w8 s3``."""
+        sk = "" if self.kernel == "gluon" else f"sk{self.split_k} "
         s = (f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
-             f"sk{self.split_k} w{self.num_warps} s{self.num_stages}")
+             f"{sk}w{self.num_warps} s{self.num_stages}")
         return (s + (" persistent" if self.persistent else "") + (" flat" if self.flatten else "")
                 + (" ws" if self.warp_spec else ""))
 
@@ -226,6 +236,29 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
     )),
 }
 
+#: Gluon candidates (``gluon_gemm``: the int32-accumulator wgmma kept in flight
+#: across K steps, which Triton's own pipeliner never does -- reports/bench/
+#: nvidia-h200/probe-2026-12-01f/NOTE.md). Never yet run on a GPU, so OPT-IN: they
+#: join the end of their bucket's candidates only when ``INT8CONF_TRITON_GLUON=1``,
+#: this Triton has Gluon's Hopper API (``gluon_gemm.AVAILABLE``) and the device is
+#: sm_90 (:func:`_gluon_enabled`, read when a key is first planned); otherwise
+#: nothing changes. Compiled offline for sm_90 (Triton 3.6 and 3.9): no spills, and
+#: 128x128x128 w4 s3 keeps two programs per SM (tests/conformance/kernels/
+#: test_gluon_gemm.py).
+GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
+    "small": (
+        _c("gluon", 128, 128, 128, 8, 1, 4, 3),
+        _c("gluon", 64, 128, 128, 8, 1, 4, 4),
+    ),
+    "large": (
+        _c("gluon", 128, 256, 128, 8, 1, 8, 3),
+        _c("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True),
+        _c("gluon", 128, 128, 128, 8, 1, 4, 3),
+        _c("gluon", 256, 128, 128, 8, 1, 8, 3),
+        _c("gluon", 128, 256, 64, 8, 1, 8, 4),
+    ),
+}
+
 #: configuration labels never tried (``exclude_configs`` or the environment
 #: variable ``INT8CONF_TRITON_EXCLUDE``, labels separated by ``;``): e.g. a
 #: variant that crashes this Triton build's compiler (a crash is not an
@@ -258,12 +291,19 @@ _KERNELS: dict = {}
 
 
 def _kernel(name: str, native: bool):
-    """(kernel object, is_interpreter) for ``name`` in ``{"ptr", "tma"}``, built once."""
+    """(kernel object, is_interpreter) for ``name`` in ``{"ptr", "tma", "gluon"}``,
+    built once (``gluon``: native only, already a ``GluonJITFunction``)."""
     key = (name, native)
     got = _KERNELS.get(key)
     if got is None:
         from triton.runtime.interpreter import InterpretedFunction
 
+        if name == "gluon":
+            if not (native and gluon_gemm.AVAILABLE):
+                raise ValueError("the gluon kernel needs CUDA and a Triton with Gluon's Hopper "
+                                 "API (conformance.kernels.gluon_gemm.AVAILABLE)")
+            got = _KERNELS[key] = (gluon_gemm.w8a8_mm_gluon, False)
+            return got
         fn = triton_gemm.w8a8_mm if name == "ptr" else triton_gemm.w8a8_mm_tma
         k = triton.jit(fn) if native else InterpretedFunction(fn)
         got = _KERNELS[key] = (k, isinstance(k, InterpretedFunction))
@@ -453,6 +493,10 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: 
               BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     if not interp:
         kw.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
+    if cfg.kernel == "gluon":  # the ring depth is the kernel's STAGES, not a compiler option
+        progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
+        kw["STAGES"] = kw.pop("num_stages")
+        return (progs,), (m, n, k, sa_st, sb_st, bias_st, n, progs), kw, 0
     if cfg.kernel == "tma":
         progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
         kw["FLATTEN"] = cfg.flatten
@@ -518,10 +562,11 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
         bias = out  # never read (HAS_BIAS False)
     elif plan.interp and bias.dtype == torch.bfloat16:
         bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
-    if cfg.kernel == "tma":  # a, b bases are 16-byte aligned (checked by the caller)
+    if cfg.kernel in _TMA_KERNELS:  # a, b bases are 16-byte aligned (checked by the caller)
         m, n, k = call.m, call.n, call.k
-        a_d = _descriptor(a, m, k, a.stride(0), cfg.block_m, cfg.block_k)
-        b_d = _descriptor(b, n, k, b.stride(0), cfg.block_n, cfg.block_k)
+        glu = cfg.kernel == "gluon"
+        a_d = _descriptor(a, m, k, a.stride(0), cfg.block_m, cfg.block_k, glu)
+        b_d = _descriptor(b, n, k, b.stride(0), cfg.block_n, cfg.block_k, glu)
         args = (a_d, b_d, sa, sb, bias, out) + call.ints
         if call.fast is not None and _aligned(sa, sb, bias):
             _launch_raw(call, args + call.tail)
@@ -554,20 +599,27 @@ def _grid3(grid: tuple) -> tuple:
 
 
 _TD_FIELDS: dict = {}
+#: kernels whose a / b are read through host TMA descriptors
+_TMA_KERNELS = ("tma", "gluon")
 
 
-def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int):
+def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int,
+                gluon: bool = False):
     """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``, unit
-    inner stride), block [br, bc]. The first one per layout is built through
-    ``TensorDescriptor``'s own validation; later ones copy its fields and swap
+    inner stride), block [br, bc] (``gluon``: Gluon's descriptor, which also carries
+    the shared layout, ``gluon_gemm.descriptor``). The first one per layout is built
+    through ``TensorDescriptor``'s own validation; later ones copy its fields and swap
     the base tensor (the validation is metadata-only and the layout, base
     alignment included, was checked by the caller)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    key = (rows, cols, ld, br, bc)
+    key = (rows, cols, ld, br, bc, gluon)
     fields = _TD_FIELDS.get(key)
+    if gluon:
+        TensorDescriptor = gluon_gemm.TensorDescriptor
+    else:
+        from triton.tools.tensor_descriptor import TensorDescriptor
     if fields is None:
-        d = TensorDescriptor(t, [rows, cols], [ld, 1], [br, bc])
+        d = (gluon_gemm.descriptor(t, rows, cols, ld, br, bc) if gluon else
+             TensorDescriptor(t, [rows, cols], [ld, 1], [br, bc]))
         _TD_FIELDS[key] = dict(vars(d))
         return d
     d = TensorDescriptor.__new__(TensorDescriptor)
@@ -583,11 +635,36 @@ def _constexpr_tail(kern, kw: dict) -> tuple:
     return tuple(kw[nm] for nm in names)
 
 
-def _candidates(m: int, tma: bool) -> list[Config]:
+def _candidates(m: int, tma: bool, gluon: bool = False) -> list[Config]:
     """The bucket's configurations this call may use (TMA ones only when the
-    operands allow TMA; none that is excluded), heuristic default first."""
-    return [c for c in BUCKET_CONFIGS[bucket(m)]
-            if (tma or c.kernel != "tma") and c.label() not in _EXCLUDED]
+    operands allow TMA; none that is excluded), heuristic default first; with
+    ``gluon`` (:func:`_gluon_enabled`) and TMA-able operands, the bucket's
+    :data:`GLUON_CONFIGS` after them."""
+    cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma
+                                         else ())
+    return [c for c in cands
+            if (tma or c.kernel not in _TMA_KERNELS) and c.label() not in _EXCLUDED]
+
+
+_CAPABILITY: dict = {}
+
+
+def _gluon_enabled(dev: torch.device) -> bool:
+    """Whether the opt-in Gluon candidates join the tuning on ``dev``:
+    ``INT8CONF_TRITON_GLUON=1``, ``gluon_gemm.AVAILABLE`` and compute capability
+    (9, 0) (the kernel is sm_90 wgmma code)."""
+    return (os.environ.get("INT8CONF_TRITON_GLUON", "0") == "1" and gluon_gemm.AVAILABLE
+            and _capability(dev) == (9, 0))
+
+
+def _capability(dev: torch.device) -> tuple:
+    """CUDA compute capability of ``dev`` (cached; ``()`` for a non-CUDA device)."""
+    if dev.type != "cuda":
+        return ()
+    cap = _CAPABILITY.get(dev.index)
+    if cap is None:
+        cap = _CAPABILITY[dev.index] = tuple(torch.cuda.get_device_capability(dev))
+    return cap
 
 
 #: K blocks per program below which an untimed call keeps the default (a split
@@ -763,6 +840,11 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     native = a.is_cuda and not _kernel("ptr", True)[1]
     int64 = _need_int64(a, b, m, n, k)
     tma = native and not int64 and m > 16 and _tma_ok(a, b)
+    if config is not None and config.kernel == "gluon" and not (
+            tma and config.split_k == 1 and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0)):
+        raise ValueError(f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton "
+                         "with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, "
+                         "M > 16, K-contiguous, 16-byte aligned, K % 16 == 0)")
     mbin = _pow2_bin(m)
     pkey = (a.device.index if a.is_cuda else -1, native, mbin, n, k, _OUT_KIND.get(out_dtype, -1),
             bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
@@ -795,7 +877,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         elif interp:
             cfg, tuned = _interp_config(m, n), False
         else:
-            cands = _candidates(m, tma) or [BUCKET_CONFIGS["decode"][0]]
+            cands = _candidates(m, tma, _gluon_enabled(dev)) or [BUCKET_CONFIGS["decode"][0]]
             cfg, tuned = _untuned(cands, m, n, k, _num_sms(dev)), False
             if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
                     or len(cands) == 1):
@@ -833,7 +915,7 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     except (AttributeError, TypeError):  # a non-tensor operand: the slow path names it
         key = None
     call = _CALLS.get(key)
-    if call is not None and call.plan.config.kernel == "tma" and (
+    if call is not None and call.plan.config.kernel in _TMA_KERNELS and (
             (a.data_ptr() | b.data_ptr()) & 15):
         call = None  # TMA needs 16-byte aligned bases: re-plan without caching
         key = None
@@ -888,7 +970,9 @@ def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scal
     """``scaled_mm`` with an explicit :class:`Config` instead of the tuned one
     (tests and the benchmark: e.g. split-K under the interpreter). ``out_dtype``
     None = accumulator only (int32). A ``tma`` config needs CUDA and aligned,
-    K-contiguous operands."""
+    K-contiguous operands; a ``gluon`` one also an sm_90 device and
+    ``gluon_gemm.AVAILABLE`` (not the opt-in variable: this is how the probe
+    times it)."""
     return _run(a, b, scale_a, scale_b, bias, out_dtype, config)
 
 
@@ -918,6 +1002,10 @@ def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
 
         pos = (TensorDescriptor(a, [call.m, call.k], [a.stride(0), 1], [cfg.block_m, cfg.block_k]),
                TensorDescriptor(b, [call.n, call.k], [b.stride(0), 1], [cfg.block_n, cfg.block_k]),
+               sa, sb, bias, out) + call.ints
+    elif cfg.kernel == "gluon":
+        pos = (gluon_gemm.descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k),
+               gluon_gemm.descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k),
                sa, sb, bias, out) + call.ints
     else:
         if call.ws_words:

@@ -57,8 +57,9 @@ def test_source_digest_is_sha256_of_module(name):
     spec = get_kernel(name)
     mod = __import__(f"conformance.kernels.builtin_{name}", fromlist=["x"])
     files = [mod.__file__]
-    if name == "triton":  # the kernels live in their own module: both define what runs
-        files.append(__import__("conformance.kernels.triton_gemm", fromlist=["x"]).__file__)
+    if name == "triton":  # the kernels live in their own modules: all define what runs
+        files += [__import__(f"conformance.kernels.{k}", fromlist=["x"]).__file__
+                  for k in ("triton_gemm", "gluon_gemm")]
     want = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
     assert spec.source_digest == want
     run = run_kernel(spec, _ops(3, 5, 4))

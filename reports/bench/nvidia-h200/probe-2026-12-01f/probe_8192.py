@@ -12,9 +12,18 @@ instructions. This measures, in one process, CUDA events over back-to-back calls
   2. the same plain Triton GEMM with e4m3 inputs and an fp32 accumulator (same tensor
      core rate, async wgmma allowed): what the int8 restriction costs;
   3. cuBLAS fp8 (torch._scaled_mm, e4m3, bf16 out): the vendor library's rate at the
-     same tensor-core peak, under the same timing.
-Run on the GPU machine from the repository root: python <this file>
+     same tensor-core peak, under the same timing;
+  4. the Gluon kernel (conformance/kernels/gluon_gemm.py: the int8 wgmma kept in flight
+     across K steps by hand, wait_group 1), never run on a GPU before: first bit for bit
+     against the built-in on awkward shapes (M / N edges, a K tail, K shorter than the
+     ring, more tiles than SMs for the persistent variant) for every output kind, bias
+     and the int32 accumulator, then timed with the rest.
+Run on the GPU machine from the repository root:
+    INT8CONF_TRITON_GLUON=1 python <this file>
+(the variable also lets the tuner try the Gluon candidates in the same process; this
+script times them through scaled_mm_config, which needs only an sm_90 device.)
 """
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +34,7 @@ import triton.language as tl
 
 from conformance.bench import _e2e_interleaved, tops
 from conformance.kernels import builtin_triton as bt
+from conformance.kernels import gluon_gemm
 from conformance.kernels.builtin_triton import Config
 
 M = N = K = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
@@ -56,8 +66,54 @@ def fp8_gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
     tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :], acc.to(tl.bfloat16))
 
 
+GLUON = [Config("gluon", 128, 256, 128, 8, 1, 8, 3),
+         Config("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True),
+         Config("gluon", 128, 128, 128, 8, 1, 4, 3),
+         Config("gluon", 256, 128, 128, 8, 1, 8, 3)]
+
+
+def gluon_exactness(g) -> list:
+    """The Gluon configurations whose outputs equal the built-in's bit for bit on
+    awkward shapes, every output kind, with and without bias, and int32 (printed)."""
+    ok = []
+    ref_cfg = Config("ptr", 64, 128, 64, 8, 1, 4, 3)
+    shapes = ((3000, 2000, 1168),  # edges, K tail, 10 K steps (not a multiple of 3), 192+ tiles
+              (300, 1000, 48))     # K shorter than the ring (predicated prologue)
+    for c in GLUON:
+        bad = []
+        try:
+            for m, n, k in shapes:
+                a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=g)
+                b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda", generator=g)
+                sa = torch.rand(m, device="cuda", generator=g) * 1e-2
+                sb = torch.rand(n, device="cuda", generator=g) * 1e-2
+                for dt in (torch.bfloat16, torch.float16, torch.float32, None):
+                    for bias in ((None,) if dt is None else
+                                 (None, torch.randn(n, device="cuda", generator=g).to(dt))):
+                        want = bt.scaled_mm_config(ref_cfg, a, b, sa, sb, dt, bias)
+                        got = bt.scaled_mm_config(c, a, b, sa, sb, dt, bias)
+                        done = torch.cuda.Event()
+                        done.record()
+                        bt._wait(done, c.label(), 60.0)  # a first launch may hang (mbarriers)
+                        bits = torch.int16 if want.element_size() == 2 else torch.int32
+                        w, h = want.view(bits), got.view(bits)
+                        if not torch.equal(w, h):
+                            bad.append(f"{m}x{n}x{k} {dt} bias={bias is not None}: "
+                                       f"{int((w != h).sum())} elements differ")
+        except bt.KernelHang:
+            raise  # the device is stuck behind it: nothing later would run
+        except Exception as e:  # noqa: BLE001 -- a config this compiler / device cannot run
+            bad.append(f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+        print(f"{c.label():48s} exact on edge shapes: {'yes' if not bad else bad[:3]}")
+        if not bad:
+            ok.append(c)
+    return ok
+
+
 def main():
-    print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0), f"{M}x{K}x{N}")
+    print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0), f"{M}x{K}x{N}",
+          f"INT8CONF_TRITON_GLUON={os.environ.get('INT8CONF_TRITON_GLUON', '')!r}",
+          f"gluon available: {gluon_gemm.AVAILABLE}")
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randint(-128, 128, (M, K), dtype=torch.int8, device="cuda", generator=g)
     b = torch.randint(-128, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
@@ -77,6 +133,11 @@ def main():
              Config("tma", 128, 256, 256, 8, 1, 8, 2),
              Config("tma", 256, 128, 256, 8, 1, 8, 2, persistent=True),
              Config("tma", 128, 256, 256, 8, 1, 8, 2, persistent=True, warp_spec=True)]
+    # the Gluon kernel (int32 accumulator in flight across K steps), if its edges are exact
+    if gluon_gemm.AVAILABLE and torch.cuda.get_device_capability() == (9, 0):
+        cands += gluon_exactness(g)
+    else:
+        print("gluon candidates skipped: no Gluon Hopper API or not an sm_90 device")
     ref = bt.scaled_mm_config(base, a, b, sa, sb, torch.bfloat16)
     fns = {}
     for c in cands:

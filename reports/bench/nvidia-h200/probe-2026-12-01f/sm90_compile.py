@@ -7,7 +7,15 @@ per configuration, what bounds it (issue 11; NOTE.md next to this file):
   bundled with Triton), hence resident programs per SM (65,536 registers, 228 KiB shared
   of which 1 KiB is reserved per program);
 - the same for a minimal pointer-load GEMM with fp16 / e4m3 inputs and an fp32
-  accumulator, the control: its dot is kept in flight (``wait_group 1`` in the loop).
+  accumulator, the control: its dot is kept in flight (``wait_group 1`` in the loop);
+- the same for the Gluon kernel (``conformance/kernels/gluon_gemm.py``, rows ``gluon``):
+  an int8 GEMM whose wgmma is kept in flight by hand (``wait_group 1``), bf16 out,
+  the scale strides the probe's [M] / [N] scales get (1).
+
+ptxas: the one Triton itself uses for sm_90 (``get_ptxas(90)``: Triton 3.6's
+``bin/ptxas``; Triton 3.9's ``bin/ptxas-blackwell``, CUDA 13 -- its plain ``bin/ptxas``,
+CUDA 12.9, cannot read the PTX 9.x that 3.9 emits, hence "no registers" in the first
+version of NOTE.md).
 
 Arguments get the divisibility-by-16 specialisation the JIT gives aligned tensors and
 sizes (without it no load is vectorised and nothing is pipelined). Usage:
@@ -25,9 +33,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 4)))
-from conformance.kernels import triton_gemm  # noqa: E402
+from conformance.kernels import gluon_gemm, triton_gemm  # noqa: E402
 
-PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+try:  # the ptxas this Triton runs for sm_90
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    PTXAS = get_ptxas(90).path
+except Exception:  # noqa: BLE001 -- another Triton layout
+    PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 DIVISIBLE = {"a_ptr", "b_ptr", "sa_ptr", "sb_ptr", "bias_ptr", "out_ptr", "ws_ptr", "cnt_ptr", "c_ptr",
              "M", "N", "K", "stride_am", "stride_bn", "stride_om", "stride_sa", "stride_sb", "sam", "sbn",
              "scm"}
@@ -58,7 +71,9 @@ def compile_one(kernel: str, bm: int, bn: int, bk: int, warps: int, stages: int,
                   BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr", GROUP_M="constexpr")
     const = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, stride_bias=1, HAS_BIAS=False, OUT_KIND=0,
                  ACC_ONLY=False, GROUP_M=8)
-    if kernel == "control":
+    if kernel == "gluon":
+        src = gluon_gemm.sm90_source(bm, bn, bk, stages)
+    elif kernel == "control":
         fn = control_gemm
         sig = dict(a_ptr=f"*{dtype}", b_ptr=f"*{dtype}", c_ptr="*fp32", M="i32", N="i32", K="i32",
                    sam="i32", sbn="i32", scm="i32", BM="constexpr", BN="constexpr", BK="constexpr")
@@ -75,21 +90,25 @@ def compile_one(kernel: str, bm: int, bn: int, bk: int, warps: int, stages: int,
         sig = dict(common, a_desc=f"tensordesc<i8[{bm}, {bk}]>", b_desc=f"tensordesc<i8[{bn}, {bk}]>",
                    NUM_PROGS="i32", FLATTEN="constexpr", WARP_SPEC="constexpr")
         const.update(FLATTEN=False, WARP_SPEC=0)
-    params = list(inspect.signature(fn).parameters)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params)
-             if p in DIVISIBLE and sig[p] != "constexpr"}
-    src = ASTSource(fn=triton.jit(fn), signature={p: sig[p] for p in params}, constexprs=const,
-                    attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=warps, num_stages=stages))
+    if kernel != "gluon":
+        params = list(inspect.signature(fn).parameters)
+        attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params)
+                 if p in DIVISIBLE and sig[p] != "constexpr"}
+        src = ASTSource(fn=triton.jit(fn), signature={p: sig[p] for p in params},
+                        constexprs=const, attrs=attrs)
+    opts = dict(num_warps=warps, num_stages=stages)
+    if kernel == "gluon":  # its ring depth is a constexpr; launched without FMA contraction
+        opts = {"num_warps": warps, "enable_fp_fusion": False}
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     ptx = k.asm["ptx"]
     path = f"/tmp/sm90_{kernel}_{dtype}_{bm}x{bn}x{bk}_w{warps}s{stages}.ptx"
     with open(path, "w") as f:
         f.write(ptx)
     out = subprocess.run([PTXAS, "-v", "-arch=sm_90a", path, "-o", os.devnull],
-                         capture_output=True, text=True).stderr
-    found = re.findall(r"Used (\d+) registers", out)  # none when this Triton ships no sm_90 ptxas
+                         capture_output=True, text=True).stderr if os.path.exists(PTXAS) else ""
+    found = re.findall(r"Used (\d+) registers", out)  # none without a ptxas that reads this PTX
     regs = int(found[0]) if found else None
+    spill = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
     shared = k.metadata.shared
     by_smem = 233472 // (shared + 1024)
     by_regs = 65536 // (((regs + 7) // 8 * 8) * 32 * warps) if regs else by_smem
@@ -97,7 +116,8 @@ def compile_one(kernel: str, bm: int, bn: int, bk: int, warps: int, stages: int,
     waits = sorted(set(int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)))
     return dict(kernel=kernel, dtype=dtype, tile=f"{bm}x{bn}x{bk}", warps=warps, stages=stages,
                 wgmma=",".join(shapes), wait_groups=waits, shared=shared, regs=regs,
-                per_sm=min(by_regs, by_smem))
+                per_sm=min(by_regs, by_smem),
+                spills=sum(int(x) + int(y) for x, y in spill) if spill else None)
 
 
 ROWS = [("control", 128, 256, 64, 8, 3, "fp16"), ("control", 128, 256, 128, 8, 3, "fp8e4nv"),
@@ -105,12 +125,22 @@ ROWS = [("control", 128, 256, 64, 8, 3, "fp16"), ("control", 128, 256, 128, 8, 3
         ("ptr", 128, 128, 128, 8, 4), ("ptr", 128, 128, 128, 4, 4), ("tma", 128, 128, 128, 8, 4),
         ("ptr", 128, 128, 128, 8, 3), ("ptr", 128, 128, 128, 4, 3), ("tma", 128, 128, 128, 4, 3),
         ("tma", 128, 128, 128, 8, 3), ("ptr", 128, 128, 64, 4, 4), ("ptr", 128, 256, 256, 8, 2)]
+if gluon_gemm.AVAILABLE:  # the hand-pipelined Gluon kernel (int8, wait_group 1)
+    ROWS += [("gluon", 128, 256, 128, 8, 3), ("gluon", 128, 128, 128, 4, 3),
+             ("gluon", 256, 128, 128, 8, 3), ("gluon", 64, 128, 128, 4, 4),
+             ("gluon", 128, 256, 64, 8, 4)]
 
 if __name__ == "__main__":
     print(f"Triton {triton.__version__}, target sm_90")
+    print(f"ptxas: {PTXAS}")
     print("| kernel | inputs | tile | warps | stages | wgmma | wait_group N | shared B | regs | programs/SM |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    spilled = []
     for row in ROWS:
         r = compile_one(*row)
         print(f"| {r['kernel']} | {r['dtype']} | {r['tile']} | {r['warps']} | {r['stages']} | {r['wgmma']} "
               f"| {r['wait_groups']} | {r['shared']} | {r['regs']} | {r['per_sm']} |")
+        if r["spills"]:
+            spilled.append(f"{r['kernel']} {r['tile']} w{r['warps']} s{r['stages']}: "
+                           f"{r['spills']} B")
+    print("spills (bytes stored + loaded):", "; ".join(spilled) or "none")
