@@ -76,19 +76,25 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
         [_key(one_by_one[0])]
 
 
+def _triton_spec():
+    """(default capture set, a SweepSpec of ``triton`` reading single layers from its
+    own / pow2 checkpoints); skips when the captures are not built."""
+    from reference.model.capture import default_capture_set
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("default captures not built")
+    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
+    return cs, SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
+                         model_checks=False, checkpoint_dirs=dirs)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_on_the_gpu_a_layer_batch_with_device_references_stores_what_cpu_references_store():
     # triton natively on the GPU in both arms; the batch keeps operands, exact
     # accumulators, bounds and every reference output on the GPU, the
     # cell-by-cell arm computes them on the CPU: every row must be identical
-    from reference.model.capture import default_capture_set
-    cs = default_capture_set()
-    if cs is None:
-        pytest.skip("default captures not built")
-    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    spec = SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                     model_checks=False, checkpoint_dirs=dirs)
+    cs, spec = _triton_spec()
     for mode in ("own", "pow2"):
         cells = layer_cells([LAYER], [f"F{i}" for i in range(1, 10)], ["1%"], [mode], [0])
         batch = run_layer_batch([SweepTask(c, spec) for c in cells])
@@ -103,13 +109,7 @@ def test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows(tmp_path):
     # triton natively: 4 layers x both scale modes x every fault, serially and in 4 threads
     # (one CUDA stream each, batches of different layers in flight at once): same rows
     from conformance.sweep.distributed import run_cells
-    from reference.model.capture import default_capture_set
-    cs = default_capture_set()
-    if cs is None:
-        pytest.skip("default captures not built")
-    dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    spec = SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                     model_checks=False, checkpoint_dirs=dirs)
+    cs, spec = _triton_spec()
     tasks = [SweepTask(c, spec, "cuda") for c in layer_cells(
         cs.layer_names()[:4], [f"F{i}" for i in range(1, 10)], ["one", "all"], ["own", "pow2"], [0])]
     rows = {}
