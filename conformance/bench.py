@@ -486,33 +486,64 @@ def _precompile_task(shape: tuple, configs: list) -> int:
     return done
 
 
-def _probe_one(index: int) -> None:
-    """Subprocess entry of :func:`probe_configs`: compile and run large-bucket
-    configuration ``index`` once at 4096^3 (exit status 0 = usable)."""
+def _tuned_configs(m: int) -> list:
+    """The built-in's configurations for M = ``m`` that the tuner may try on
+    this machine's GPU: the bucket's own, then the opt-in Gluon ones when
+    ``builtin_triton._gluon_enabled`` (none excluded)."""
+    from conformance.kernels import builtin_triton as bt
+
+    extra = bt.GLUON_CONFIGS.get(bt.bucket(m), ()) if bt._gluon_enabled(torch.device("cuda")) \
+        else ()
+    return [c for c in bt.BUCKET_CONFIGS[bt.bucket(m)] + extra if c.label() not in bt._EXCLUDED]
+
+
+def config_by_label(label: str):
+    """The built-in's configuration (a bucket's or a Gluon one) whose
+    ``Config.label()`` is ``label``.
+
+    Raises:
+        KeyError: no configuration has that label.
+    """
+    from conformance.kernels import builtin_triton as bt
+
+    for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values()):
+        for c in cs:
+            if c.label() == label:
+                return c
+    raise KeyError(f"no configuration of the built-in triton kernel is labelled {label!r}")
+
+
+def _probe_one(label: str) -> None:
+    """Subprocess entry of :func:`probe_configs`: compile and run the built-in's
+    configuration labelled ``label`` (a bucket's or a Gluon one) once at 4096^3
+    (exit status 0 = usable)."""
     from conformance.kernels import builtin_triton as bt
 
     a, b, sa, sb = _gpu_operands(4096, 4096, 4096, 0)
-    bt.scaled_mm_config(bt.BUCKET_CONFIGS["large"][index], a, b, sa, sb)
+    bt.scaled_mm_config(config_by_label(label), a, b, sa, sb)
     torch.cuda.synchronize()
 
 
 def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
-    """Compile every TMA configuration of the ``large`` bucket in its own
-    subprocess, all at once, and exclude (``builtin_triton.exclude_configs``)
-    those whose process fails -- including by a crash of the compiler, which
-    no ``except`` in the tuner could catch (warp specialisation is new in
-    this Triton). Returns ``{label: reason}`` of the excluded ones."""
+    """Compile every TMA and (opt-in) Gluon configuration the tuner may try at
+    large M in its own subprocess, all at once, and exclude
+    (``builtin_triton.exclude_configs``) those whose process fails or hangs --
+    including by a crash of the compiler, which no ``except`` in the tuner
+    could catch (warp specialisation is new in this Triton; the Gluon kernel's
+    mbarrier pipeline had never run on a GPU when it was added). Returns
+    ``{label: reason}`` of the excluded ones."""
     import subprocess
     import sys
 
     from conformance.kernels import builtin_triton as bt
 
     procs = {}
-    for i, cfg in enumerate(bt.BUCKET_CONFIGS["large"]):
-        if cfg.kernel != "tma" or cfg.label() in bt._EXCLUDED:
+    for cfg in _tuned_configs(4096) + [c for c in _tuned_configs(128) if c.kernel == "gluon"]:
+        if cfg.kernel not in ("tma", "gluon") or cfg.label() in procs:
             continue
         procs[cfg.label()] = subprocess.Popen(
-            [sys.executable, "-c", f"from conformance.bench import _probe_one; _probe_one({i})"],
+            [sys.executable, "-c",
+             f"from conformance.bench import _probe_one; _probe_one({cfg.label()!r})"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     bad: dict = {}
     t_end = time.monotonic() + timeout_s
@@ -540,14 +571,11 @@ def precompile(shapes: list[dict], workers: int) -> float:
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    from conformance.kernels import builtin_triton as bt
-
     t0 = time.perf_counter()
     tasks = []
     for s in shapes:
         m, k, n = s["M"], s["K"], s["N"]
-        tasks.append(((m, k, n), [c for c in bt.BUCKET_CONFIGS[bt.bucket(m)]
-                                  if c.label() not in bt._EXCLUDED]))
+        tasks.append(((m, k, n), _tuned_configs(m)))
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         list(ex.map(_precompile_task, *zip(*tasks)))
     return time.perf_counter() - t0

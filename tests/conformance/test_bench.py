@@ -102,3 +102,23 @@ def test_gpu_roofline_png(tmp_path):
     pytest.importorskip("matplotlib")  # the optional 'plots' extra
     paths = bench.write_gpu_reports(_fake_result(), tmp_path)
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_bench_probes_and_precompiles_what_the_tuner_may_try(monkeypatch):
+    """Gluon configurations reach the bench's hang probe and pre-compile only with
+    the opt-in (the tuner's own rule); every label maps back to its configuration."""
+    from conformance.kernels import builtin_triton as bt
+
+    monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: False)
+    assert bench._tuned_configs(4096) == [c for c in bt.BUCKET_CONFIGS["large"]
+                                          if c.label() not in bt._EXCLUDED]
+    monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: True)
+    got = bench._tuned_configs(4096)
+    assert [c for c in got if c.kernel == "gluon"] == list(bt.GLUON_CONFIGS["large"])
+    assert [c for c in bench._tuned_configs(128) if c.kernel == "gluon"] == \
+        list(bt.GLUON_CONFIGS["small"])
+    assert bench._tuned_configs(8) == list(bt.BUCKET_CONFIGS["decode"])  # no Gluon at decode
+    for c in got:
+        assert bench.config_by_label(c.label()) == c
+    with pytest.raises(KeyError, match="no configuration of the built-in triton kernel"):
+        bench.config_by_label("ptr 1x1x1 g1 sk1 w1 s1")
