@@ -154,7 +154,8 @@ def test_threads_give_the_serial_rows_and_memo_scopes_are_per_thread(tmp_path):
     from reference.model.capture import default_capture_set
     spec = _spec()
     names = default_capture_set().layer_names()
-    tasks = [SweepTask(c, spec) for c in layer_cells(names[:3], ["F1", "F4", "F8", "F9"],
+    # F6 / F7 carry recipe digests in the memo (their case_digest): per-thread scopes keep them
+    tasks = [SweepTask(c, spec) for c in layer_cells(names[:3], ["F1", "F4", "F6", "F7", "F8", "F9"],
                                                      ["one", "all"], ["own", "pow2"], [0])]
     with SweepStore(tmp_path / "serial.sqlite", {"t": 1}) as s:
         run_cells(tasks, s, workers=1, quiet=True)
@@ -162,7 +163,7 @@ def test_threads_give_the_serial_rows_and_memo_scopes_are_per_thread(tmp_path):
     with SweepStore(tmp_path / "threads.sqlite", {"t": 1}) as s:
         st = run_cells(tasks, s, workers=1, threads=3, quiet=True)
         threaded = s.rows(deterministic_only=True)
-    assert st.computed == 48 and st.executor == "threads of this process: 3"
+    assert st.computed == 72 and st.executor == "threads of this process: 3"
     assert threaded == serial
 
 
