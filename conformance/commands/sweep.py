@@ -80,9 +80,10 @@ def register(subparsers) -> None:
                         "CUDA -- a single GPU runs serially in this process, since processes "
                         "sharing one GPU are slower than one -- else one per core; 1 = serial)")
     p.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                   help="evaluate layer batches in N threads of this one process, one CUDA "
-                        "stream each when the kernel runs on CUDA (default 1; implies "
-                        "--workers 1, and cannot be combined with --workers > 1 or --scheduler)")
+                   help="N > 1: evaluate N layer batches at once in threads of this one "
+                        "process, one CUDA stream each; only for a kernel that runs on CUDA "
+                        "(or the built-in cpu kernel), refused with --workers > 1 or "
+                        "--scheduler (default 1: --workers decides)")
     p.add_argument("--c7-windows", type=positive_int, default=8, metavar="N",
                    help="C7 held-out windows per model cell (default 8)")
     p.add_argument("--c7-window-len", type=positive_int, default=128, metavar="T",
@@ -181,14 +182,10 @@ def run(args: argparse.Namespace) -> int:
                             f"--threads {args.threads} runs the cells in threads of this one process: "
                             f"drop --scheduler")
     kernel = get_kernel(args.kernel)
-    if args.threads > 1:
-        from conformance.kernels.runner import pick_device
-        dev, _ = pick_device(kernel, args.device)
-        if dev is None or not str(dev).startswith("cuda"):
-            raise Int8confError(
-                f"--threads {args.threads}: kernel {args.kernel!r} does not run on CUDA here; threads "
-                f"are for one GPU's host-bound cells (Triton's CPU interpreter is not thread-safe): "
-                f"on the CPU use --workers N (processes)")
+    from conformance.sweep.distributed import threads_refusal
+    why = threads_refusal(args.kernel, kernel, args.device, args.threads)
+    if why:
+        raise Int8confError(why)
     faults = [get_fault(f).id for f in (args.faults or [f.id for f in FAULTS])]
     covs = args.coverages or list(COVERAGES)
     bad = [c for c in covs if c not in COVERAGES]
@@ -235,19 +232,15 @@ def run(args: argparse.Namespace) -> int:
             from conformance.sweep.distributed import default_workers
             workers, gpus = default_workers(kernel, args.device)
         from conformance.sweep.runlog import RunLog
+        store.claim_writer()  # a second sweep on this store is refused, not interleaved
         done = store.done()
         log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
-        stored = [0]
-
-        def on_stored(n: int) -> None:
-            stored[0] = n
-            log.heartbeat(n)
         try:
             st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
-                           quiet=args.quiet, gpus=gpus, on_stored=on_stored,
+                           quiet=args.quiet, gpus=gpus, on_stored=log.heartbeat,
                            threads=args.threads)
         except BaseException:
-            log.interrupt(stored[0])  # what was stored stays counted in the record
+            log.interrupt()  # what was stored stays counted in the record
             raise
         runs = log.finish(st)
         if not args.quiet:
@@ -265,8 +258,10 @@ def run(args: argparse.Namespace) -> int:
     meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
                  stored=(len(times) - n_model, n_model))
     meta["worker_s"] = round(worker_s, 1)
-    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (one thread per worker), "
-                            f"i.e. about {worker_s / 2:.0f} s of compute on 2 cores")
+    cores = (runs[-1].get("cpu_count") if runs else None) or os.cpu_count() or 1
+    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s, i.e. about "
+                            f"{worker_s / cores:.0f} s per core on the {cores}-core machine of the "
+                            f"last run")
     from conformance import scorecard
     sc = scorecard.build(rows, matrices, meta)
     paths = scorecard.write(sc, out_dir)

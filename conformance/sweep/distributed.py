@@ -24,6 +24,7 @@ Progress: a rich progress bar with cells/s and ETA.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,30 @@ def _progress(total: int, quiet: bool):
     return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                     disable=quiet, refresh_per_second=4)
+
+
+@contextlib.contextmanager
+def _quiet_cancelled_pool():
+    """While a process pool runs: drop the ``InvalidStateError`` that the pool's
+    manager thread raises (and ``threading`` prints as a traceback) when the
+    pool breaks after the run cancelled its queued futures -- Ctrl-C or
+    SIGTERM reaching the workers too (``timeout``): Python 3.11's
+    ``ProcessPoolExecutor`` then marks each pending future failed without
+    checking whether it was cancelled. Nothing is lost (the run stops and says
+    so); every other thread exception is printed as before."""
+    import threading
+    from concurrent.futures import InvalidStateError
+    before = threading.excepthook
+
+    def hook(args):
+        if not (args.exc_type is InvalidStateError
+                and type(args.thread).__name__ == "_ExecutorManagerThread"):
+            before(args)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = before
 
 
 def _init_worker(threads: int, gpu_queue=None) -> None:
@@ -204,8 +229,9 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                     gpu_queue.put(int(g))
             st.executor = (f"local process pool, {nw} workers x 1 thread"
                            + (f", one per GPU {list(gpus)[:nw]}" if gpus else ""))
-            with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
-                                     initargs=(1, gpu_queue)) as ex:
+            with _quiet_cancelled_pool(), \
+                    ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
+                                        initargs=(1, gpu_queue)) as ex:
                 futs = [ex.submit(run_unit, u) for u in units]
                 try:
                     for f in as_completed(futs):
@@ -222,9 +248,42 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                 except BaseException:
                     for f in futs:
                         f.cancel()
+                    # stop the workers now: their units in flight are not stored anyway
+                    # (a resume recomputes them), and a worker hit by a second Ctrl-C
+                    # could block its own exit on a result nobody reads any more, which
+                    # hung the command at exit (multiprocessing joins its children).
+                    # ProcessPoolExecutor has no public call for it before Python 3.14.
+                    for proc in list(getattr(ex, "_processes", {}).values()):
+                        proc.terminate()
                     raise
     st.elapsed_s = time.perf_counter() - t0
     return st
+
+
+#: kernels that run on the CPU and may be evaluated in threads (pure torch; Triton's
+#: CPU interpreter is not thread-safe: a threaded run of ``triton`` stored other rows)
+THREAD_SAFE_ON_CPU = frozenset({"cpu"})
+
+
+def threads_refusal(kernel_name: str, kernel, device: Optional[str], threads: int) -> Optional[str]:
+    """Why ``threads`` > 1 may not evaluate ``kernel`` here (None: they may):
+    threads are for a kernel that runs on CUDA (one GPU's host-bound cells), or
+    for one of :data:`THREAD_SAFE_ON_CPU`.
+
+    Args:
+        kernel_name: the name as given (``--kernel``); kernel: its KernelSpec;
+        device: ``--device`` (None = auto); threads: the requested count.
+    """
+    import torch
+    from conformance.kernels.runner import pick_device
+    if threads <= 1 or kernel_name in THREAD_SAFE_ON_CPU:
+        return None
+    dev, _ = pick_device(kernel, device)
+    if dev is not None and torch.device(dev).type == "cuda":
+        return None
+    return (f"--threads {threads}: kernel {kernel_name!r} does not run on CUDA here; threads are "
+            f"for one GPU's host-bound cells (Triton's CPU interpreter is not thread-safe): on "
+            f"the CPU use --workers N (processes)")
 
 
 def _cuda_device(unit) -> Optional[str]:
@@ -256,6 +315,12 @@ def _run_threaded(units, store_one, threads: int) -> str:
 
     model = [u for u in units if u and u[0].cell.is_model]
     layer = [u for u in units if u and not u[0].cell.is_model]
+    if layer:
+        from conformance.sweep.runner import kernel_spec
+        t = layer[0][0]
+        why = threads_refusal(t.spec.kernel, kernel_spec(t.spec.kernel), t.device, threads)
+        if why:
+            raise Int8confError(why)
     for u in model:
         store_one(run_unit(u))
     cuda = _cuda_device(layer[0]) if layer else None

@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Optional
-
 #: at most one meta write per this many seconds while a run stores cells
 HEARTBEAT_S = 1.0
 
@@ -48,7 +46,8 @@ class RunLog:
     @classmethod
     def start(cls, store, skipped: int) -> RunLog:
         """Close the entries of killed runs (``interrupted``, exact cell
-        counts) and add this run's ``running`` entry; written at once."""
+        counts) and add this run's ``running`` entry; written at once. The
+        caller holds the store for writing (``SweepStore.claim_writer``)."""
         runs = read_runs(store)
         now = len(store.done())
         for r in runs:
@@ -84,10 +83,12 @@ class RunLog:
         self.store.set_meta("runs", self.runs)
         return self.runs
 
-    def interrupt(self, computed: Optional[int] = None) -> None:
-        """Close the entry as ``interrupted`` (the run stopped on an exception)."""
-        if computed is not None:
-            self._update(computed, time.perf_counter() - self._t0)
+    def interrupt(self) -> None:
+        """Close the entry as ``interrupted`` (the run stopped on an exception),
+        its cells counted from the store as for a killed run (exact even when
+        the stop lands between a unit's commit and the caller's count)."""
+        computed = max(0, len(self.store.done()) - self.entry["stored_before"])
+        self._update(computed, time.perf_counter() - self._t0)
         self.entry["status"] = "interrupted"
         if not self.entry["computed"]:
             self.runs.remove(self.entry)

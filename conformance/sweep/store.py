@@ -252,9 +252,46 @@ class SweepStore:
         """``(layer, elapsed_s)`` of every finished cell."""
         return list(self.db.execute("SELECT layer, elapsed_s FROM cells"))
 
+    def claim_writer(self) -> None:
+        """Take the store for writing until :meth:`close`: an exclusive advisory
+        lock (``flock``) on the file ``<store>.lock`` beside it, which records
+        who holds it. Two sweeps writing one store would each count the
+        other's cells as their own in the record of runs
+        (``conformance.sweep.runlog``); the second is refused instead. The lock
+        goes with the process (a killed sweep holds nothing). No-op where
+        ``fcntl`` does not exist (Windows).
+
+        Raises:
+            StoreError: another process holds the lock (one line naming it).
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover -- not POSIX
+            return
+        import os
+        import socket
+        fh = open(self.path.with_name(self.path.name + ".lock"), "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            who = fh.read().strip() or "another process"
+            fh.close()
+            raise StoreError(f"sweep store {self.path} is being written by another sweep ({who}): "
+                             f"wait for it to finish, or give this run another --db") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        fh.flush()
+        self._writer_lock = fh
+
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and release :meth:`claim_writer`'s lock)."""
         self.db.close()
+        fh = getattr(self, "_writer_lock", None)
+        if fh is not None:
+            fh.close()  # closing the descriptor releases the flock
+            self._writer_lock = None
 
     def __enter__(self):
         return self

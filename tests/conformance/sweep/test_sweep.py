@@ -61,7 +61,7 @@ def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_pa
         a = RunLog.start(s, skipped=0)
         s.put(CellRows(cells[0], [_row("C8", "pass")], {}))
         a.heartbeat(1)
-        a.interrupt(1)                                  # e.g. KeyboardInterrupt
+        a.interrupt()                                   # e.g. KeyboardInterrupt
         RunLog.start(s, skipped=1)                      # then killed: stays "running"
         for c in cells[1:3]:
             s.put(CellRows(c, [_row("C8", "pass")], {}))
@@ -188,14 +188,41 @@ def test_a_memo_scope_is_seen_by_its_own_thread_only():
     assert seen == {"active": False, "value": "other"}
 
 
-def test_threads_are_refused_off_cuda_and_with_other_executors(capsys):
+def test_threads_are_refused_for_the_interpreter_and_with_other_executors(capsys, tmp_path):
     from conformance.cli import main
-    assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--no-score",
+    from reference.errors import Int8confError
+    assert main(["sweep", "--kernel", "triton", "--layers", "1", "--threads", "2", "--no-score",
                  "--quiet"]) == 2
-    assert "--threads 2: kernel 'cpu' does not run on CUDA here" in capsys.readouterr().err
+    assert "--threads 2: kernel 'triton' does not run on CUDA here" in capsys.readouterr().err
     assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--workers", "3",
                  "--no-score", "--quiet"]) == 2
     assert "drop --workers 3" in capsys.readouterr().err
+    # the library refuses it too (the interpreter's rows came out wrong in threads)
+    spec = _spec()
+    tasks = [SweepTask(c, SweepSpec("triton", "d", spec.capture_dir, spec.capture_digest, "",
+                                    spec.c7, model_checks=False))
+             for c in layer_cells([LAYER], ["F8"], ["one"], ["own", "pow2"], [0])]
+    with SweepStore(tmp_path / "t.sqlite", {"t": 1}) as s, \
+            pytest.raises(Int8confError, match="kernel 'triton' does not run on CUDA here"):
+        run_cells(tasks, s, workers=1, threads=2, quiet=True)
+    # the built-in cpu kernel (pure torch) may run in threads from the command line
+    assert main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages",
+                 "one", "--no-model-checks", "--threads", "2", "--no-score", "--quiet",
+                 "--db", str(tmp_path / "c.sqlite")]) == 0
+    with SweepStore(tmp_path / "c.sqlite") as s:
+        assert json.loads(s.meta("runs"))[0]["executor"] == "threads of this process: 2"
+
+
+def test_a_second_writer_of_one_store_is_refused_and_the_lock_goes_with_the_first(tmp_path):
+    db = tmp_path / "s.sqlite"
+    with SweepStore(db, {"kernel": "cpu"}) as a:
+        a.claim_writer()
+        with SweepStore(db, {"kernel": "cpu"}) as b, \
+                pytest.raises(StoreError, match=rf"sweep store {db} is being written by another "
+                                                rf"sweep \(pid {os.getpid()} on "):
+            b.claim_writer()
+    with SweepStore(db, {"kernel": "cpu"}) as c:  # released with the first store's close
+        c.claim_writer()
 
 
 def _cli(*args):

@@ -66,10 +66,8 @@ def fp8_gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
     tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :], acc.to(tl.bfloat16))
 
 
-GLUON = [Config("gluon", 128, 256, 128, 8, 1, 8, 3),
-         Config("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True),
-         Config("gluon", 128, 128, 128, 8, 1, 4, 3),
-         Config("gluon", 256, 128, 128, 8, 1, 8, 3)]
+#: every Gluon configuration the tuner may try with the opt-in (small and large buckets)
+GLUON = list(dict.fromkeys(c for cs in bt.GLUON_CONFIGS.values() for c in cs))
 
 
 def gluon_exactness(g) -> list:
