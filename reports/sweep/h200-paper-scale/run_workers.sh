@@ -35,9 +35,14 @@ L=$(seq -s, 0 27)
 for opt in "--workers 1" "--threads 2" "--threads 3" "--threads 4" "--workers 2" "--workers 4"; do
   tag=$(echo "$opt" | tr -d ' -')
   stamp "layers 0-27 (1,512 cells), $opt"
+  # GPU busy % every 200 ms while it runs: host-bound (low) or device-bound (high)?
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 > "$OUT/util-$tag.txt" 2>/dev/null &
+  smi=$!
   timeout $(( $(left) - 170 )) python -m conformance.cli sweep --kernel triton --model /tmp/big --no-model-checks \
     --no-score --quiet --layers "$L" $opt --db /tmp/w$tag.sqlite --out /tmp/wout$tag 2>&1 | tail -2
+  kill $smi 2>/dev/null
   rate /tmp/w$tag.sqlite "$opt"
+  awk '{s += $1; n++} END {if (n) printf "  GPU utilization: mean %.0f %% over %d samples\n", s / n, n}' "$OUT/util-$tag.txt"
 done | tee "$OUT/probe.txt"
 best=$(grep ^RATE "$OUT/probe.txt" | sort -t'|' -k2 -gr | head -1 | sed 's/RATE \(.*\) |.*/\1/')
 stamp "full grid (10,584 cells) with ${best:---workers 1}"
