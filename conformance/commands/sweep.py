@@ -216,9 +216,18 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(args.db).parent if args.db else Path("reports/sweep") / kdir
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
     from conformance.commands._options import ensure_out_dir
+    # the directories this command creates (removed again if the store is refused)
+    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]
     ensure_out_dir(out_dir)
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with SweepStore(db, spec.identity()) as store:
+        try:
+            store.claim_writer()  # a second sweep on this store is refused, not interleaved
+        except Int8confError:
+            for d in created:  # leave nothing behind for a refused run (deepest first)
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
+            raise
         before = len(store.done())
         if not args.quiet:
             print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
@@ -232,13 +241,12 @@ def run(args: argparse.Namespace) -> int:
             from conformance.sweep.distributed import default_workers
             workers, gpus = default_workers(kernel, args.device)
         from conformance.sweep.runlog import RunLog
-        store.claim_writer()  # a second sweep on this store is refused, not interleaved
         done = store.done()
         log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
         try:
             st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
                            quiet=args.quiet, gpus=gpus, on_stored=log.heartbeat,
-                           threads=args.threads)
+                           threads=args.threads, on_start=log.executor)
         except BaseException:
             log.interrupt()  # what was stored stays counted in the record
             raise
@@ -258,10 +266,8 @@ def run(args: argparse.Namespace) -> int:
     meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
                  stored=(len(times) - n_model, n_model))
     meta["worker_s"] = round(worker_s, 1)
-    cores = (runs[-1].get("cpu_count") if runs else None) or os.cpu_count() or 1
-    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s, i.e. about "
-                            f"{worker_s / cores:.0f} s per core on the {cores}-core machine of the "
-                            f"last run")
+    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (every stored "
+                            f"cell's own compute time, all runs)")
     from conformance import scorecard
     sc = scorecard.build(rows, matrices, meta)
     paths = scorecard.write(sc, out_dir)

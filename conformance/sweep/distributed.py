@@ -111,6 +111,27 @@ def _quiet_cancelled_pool():
         threading.excepthook = before
 
 
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+    """While worker processes are spawned: SIGINT ignored in this process, so the
+    spawned interpreters start with it ignored (an ignored signal stays ignored
+    across exec, and Python then installs no KeyboardInterrupt handler). Ctrl-C
+    reaches the whole process group; only the parent should act on it: it stops
+    the run, terminates the workers and says so in one line, where a worker
+    still importing torch printed a traceback. Main thread only (elsewhere
+    nothing changes)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _init_worker(threads: int, gpu_queue=None) -> None:
     from conformance.graceful_stop import exit_with_parent
     exit_with_parent()  # a parent killed with SIGKILL must not leave workers behind
@@ -155,7 +176,8 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
 def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
               scheduler: Optional[str] = None, quiet: bool = False,
               on_stored: Optional[Callable[[int], None]] = None,
-              cluster=None, gpus: Sequence[int] = (), threads: int = 1) -> RunStats:
+              cluster=None, gpus: Sequence[int] = (), threads: int = 1,
+              on_start: Optional[Callable[[str], None]] = None) -> RunStats:
     """Compute every task not yet in ``store`` and store the results.
 
     Args:
@@ -174,9 +196,12 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
             (``CUDA_VISIBLE_DEVICES``); empty: no pinning.
         threads: with ``workers`` <= 1 (serial), evaluate the layer batches
             in this many threads of this process (:func:`_run_threaded`);
-            model cells still run one after another on this thread. The
-            kernel must be thread-safe: Triton's CPU interpreter is not (the
-            ``sweep`` command allows threads only for kernels on CUDA).
+            model cells still run one after another on this thread. Refused
+            (:func:`threads_refusal`) unless the kernel runs on CUDA or is one
+            of :data:`THREAD_SAFE_ON_CPU`.
+        on_start: called with the executor's description once it is chosen,
+            before any cell is computed (the record of runs keeps it even
+            when the run is interrupted).
 
     Returns:
         RunStats.
@@ -209,11 +234,13 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
         if not todo:
             pass
         elif cluster is not None or scheduler:
-            st.executor = _run_dask(units, store_one, scheduler, cluster)
+            st.executor = _run_dask(units, store_one, scheduler, cluster, on_start)
         elif (workers or os.cpu_count() or 1) <= 1 and threads > 1:
-            st.executor = _run_threaded(units, store_one, threads)
+            st.executor = _run_threaded(units, store_one, threads, on_start)
         elif (workers or os.cpu_count() or 1) <= 1:
             st.executor = "serial (this process)"
+            if on_start:
+                on_start(st.executor)
             for u in units:
                 store_one(run_unit(u))
         else:
@@ -229,10 +256,13 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                     gpu_queue.put(int(g))
             st.executor = (f"local process pool, {nw} workers x 1 thread"
                            + (f", one per GPU {list(gpus)[:nw]}" if gpus else ""))
+            if on_start:
+                on_start(st.executor)
             with _quiet_cancelled_pool(), \
                     ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
                                         initargs=(1, gpu_queue)) as ex:
-                futs = [ex.submit(run_unit, u) for u in units]
+                with _workers_ignore_ctrl_c():  # the submits spawn the workers
+                    futs = [ex.submit(run_unit, u) for u in units]
                 try:
                     for f in as_completed(futs):
                         store_one(f.result())
@@ -282,8 +312,9 @@ def threads_refusal(kernel_name: str, kernel, device: Optional[str], threads: in
     if dev is not None and torch.device(dev).type == "cuda":
         return None
     return (f"--threads {threads}: kernel {kernel_name!r} does not run on CUDA here; threads are "
-            f"for one GPU's host-bound cells (Triton's CPU interpreter is not thread-safe): on "
-            f"the CPU use --workers N (processes)")
+            f"for one GPU's host-bound cells, and on the CPU only the built-in 'cpu' kernel is "
+            f"known to be thread-safe (Triton's CPU interpreter is not): use --workers N "
+            f"(processes)")
 
 
 def _cuda_device(unit) -> Optional[str]:
@@ -296,7 +327,7 @@ def _cuda_device(unit) -> Optional[str]:
     return dev if dev is not None and torch.device(dev).type == "cuda" else None
 
 
-def _run_threaded(units, store_one, threads: int) -> str:
+def _run_threaded(units, store_one, threads: int, on_start=None) -> str:
     """Run ``units`` in ``threads`` threads of this process; store as they finish.
 
     Model units run first, one after another on the calling thread (their
@@ -321,9 +352,13 @@ def _run_threaded(units, store_one, threads: int) -> str:
         why = threads_refusal(t.spec.kernel, kernel_spec(t.spec.kernel), t.device, threads)
         if why:
             raise Int8confError(why)
+    cuda = _cuda_device(layer[0]) if layer else None
+    described = (f"threads of this process: {threads}"
+                 + (f", one CUDA stream each on {cuda}" if cuda else ""))
+    if on_start:
+        on_start(described)
     for u in model:
         store_one(run_unit(u))
-    cuda = _cuda_device(layer[0]) if layer else None
     local = threading.local()
 
     def run(unit):
@@ -343,11 +378,10 @@ def _run_threaded(units, store_one, threads: int) -> str:
     finally:
         # on an error or Ctrl-C: queued batches are dropped, running ones finish
         ex.shutdown(wait=True, cancel_futures=True)
-    return (f"threads of this process: {threads}"
-            + (f", one CUDA stream each on {cuda}" if cuda else ""))
+    return described
 
 
-def _run_dask(todo, store_one, scheduler, cluster) -> str:
+def _run_dask(todo, store_one, scheduler, cluster, on_start=None) -> str:
     try:
         from dask.distributed import Client, as_completed
     except ImportError:
@@ -358,10 +392,13 @@ def _run_dask(todo, store_one, scheduler, cluster) -> str:
         raise Int8confError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
     try:
         nw = len(client.scheduler_info().get("workers", {}))
+        described = f"dask.distributed at {client.scheduler.address} ({nw} workers)"
+        if on_start:
+            on_start(described)
         # pure=False: a retried cell is recomputed, never served from another key
         futs = client.map(run_unit, todo, pure=False)
         for f in as_completed(futs):
             store_one(f.result())
-        return f"dask.distributed at {client.scheduler.address} ({nw} workers)"
+        return described
     finally:
         client.close()

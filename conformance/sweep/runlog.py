@@ -33,9 +33,10 @@ def read_runs(store) -> list:
 class RunLog:
     """One run's entry in ``store``'s ``runs`` list.
 
-    Usage: ``log = RunLog.start(store, skipped)``; ``log.heartbeat(n)`` after
-    each stored unit (``run_cells(on_stored=...)``); ``log.finish(stats)`` at
-    the end, or ``log.interrupt()`` when the run stops on an exception.
+    Usage: ``log = RunLog.start(store, skipped)``; ``log.executor(text)`` when
+    the executor is chosen (``run_cells(on_start=...)``); ``log.heartbeat(n)``
+    after each stored unit (``run_cells(on_stored=...)``); ``log.finish(stats)``
+    at the end, or ``log.interrupt()`` when the run stops on an exception.
     """
 
     def __init__(self, store, runs: list, entry: dict):
@@ -63,6 +64,12 @@ class RunLog:
         runs.append(entry)
         store.set_meta("runs", runs)
         return cls(store, runs, entry)
+
+    def executor(self, description: str) -> None:
+        """Record how the run computes (``RunStats.executor``), as soon as it is
+        chosen, so that an interrupted run says it too; written at once."""
+        self.entry["executor"] = description
+        self.store.set_meta("runs", self.runs)
 
     def heartbeat(self, computed: int) -> None:
         """Record ``computed`` cells so far (at most one write per ``HEARTBEAT_S``)."""

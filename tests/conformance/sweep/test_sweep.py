@@ -59,6 +59,7 @@ def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_pa
     cells = [Cell(LAYER, f, "all", "own", 0) for f in ("F1", "F2", "F3", "F4")]
     with SweepStore(tmp_path / "r.sqlite", {"kernel": "cpu"}) as s:
         a = RunLog.start(s, skipped=0)
+        a.executor("serial (this process)")             # known before any cell
         s.put(CellRows(cells[0], [_row("C8", "pass")], {}))
         a.heartbeat(1)
         a.interrupt()                                   # e.g. KeyboardInterrupt
@@ -74,6 +75,7 @@ def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_pa
     assert [(r["status"], r["computed"], r["stored_before"]) for r in runs] == [
         ("interrupted", 1, 0), ("interrupted", 2, 1), ("complete", 1, 3)]
     assert runs[2]["executor"] == "serial" and runs[2]["cells_per_s"] == 2.0
+    assert runs[0]["executor"] == "serial (this process)" and runs[1]["executor"] is None
 
 
 def test_a_store_edited_outside_int8conf_is_refused_with_one_line(tmp_path):
@@ -223,6 +225,30 @@ def test_a_second_writer_of_one_store_is_refused_and_the_lock_goes_with_the_firs
             b.claim_writer()
     with SweepStore(db, {"kernel": "cpu"}) as c:  # released with the first store's close
         c.claim_writer()
+
+
+def test_the_sweep_command_on_a_store_being_written_says_so_and_leaves_nothing(tmp_path, capsys):
+    from conformance.cli import main
+    from reference.model.capture import default_capture_set
+    if default_capture_set() is None:
+        pytest.skip("default captures not built")
+    db = tmp_path / "s.sqlite"
+    args = ["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+            "--no-model-checks", "--workers", "1", "--db", str(db), "--out", str(tmp_path / "o" / "p")]
+    assert main(args) == 0                       # the store exists, with this sweep's identity
+    capsys.readouterr()
+    with SweepStore(db) as other:
+        other.claim_writer()                     # another sweep is writing it
+        assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().endswith("give this run another --db")
+    assert f"sweep store {db} is being written by another sweep (pid {os.getpid()} on " in err
+    import shutil
+    shutil.rmtree(tmp_path / "o")
+    with SweepStore(db) as other:
+        other.claim_writer()
+        assert main(args) == 2
+    assert not (tmp_path / "o").exists()         # a refused run creates no output directory
 
 
 def _cli(*args):
