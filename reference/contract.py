@@ -10,7 +10,7 @@ contract bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass
 
 from reference.errors import ContractError
 
@@ -56,8 +56,10 @@ class EpilogueContract:
                 f"rounding={self.rounding!r} is not one of {ROUNDINGS}")
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON reports."""
-        return asdict(self)
+        """Plain dict for JSON reports (built directly: the sweep asks for it
+        several times per cell, and ``dataclasses.asdict`` deep-copies)."""
+        return {"scale_order": self.scale_order, "bias_point": self.bias_point,
+                "rounding": self.rounding}
 
     @classmethod
     def from_dict(cls, d: dict) -> "EpilogueContract":

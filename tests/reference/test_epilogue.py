@@ -275,3 +275,16 @@ def test_flush_denormal_setting_does_not_change_results():
         torch.set_flush_denormal(False)
     assert still_on  # the caller's FTZ setting is restored
     assert bits_of(r1).item() == 0x000A and bits_of(r2).item() == 0x0006
+
+
+def test_contract_to_dict_is_every_field_and_round_trips():
+    """``EpilogueContract.to_dict`` is built by hand (speed): it must still name
+    every field (a new field would otherwise be dropped from reports)."""
+    import dataclasses
+    import itertools
+
+    from reference.contract import BIAS_POINTS, ROUNDINGS, SCALE_ORDERS, EpilogueContract
+    for so, bp, r in itertools.product(SCALE_ORDERS, BIAS_POINTS, ROUNDINGS):
+        c = EpilogueContract(so, bp, r)
+        assert c.to_dict() == dataclasses.asdict(c)
+        assert EpilogueContract.from_dict(c.to_dict()) == c
