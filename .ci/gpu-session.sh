@@ -10,10 +10,11 @@
 #      overflow behaviour). Commit its sweep/ into reports/sweep/h200-paper-scale/triton/;
 #      if threads win, make them the single-GPU default (conformance.sweep.distributed.
 #      default_workers) and say so in README.
-#   11p. issue 11: probe_8192.py (~2 min; INT8CONF_TRITON_GLUON=1 adds the Gluon kernel
-#      if branch gluon is merged): two-programs-per-SM configurations, larger BLOCK_K,
-#      the fp8 control and cuBLAS fp8 at 8192^3; if a configuration wins, the bench
-#      (`int8conf bench --gpu`) re-measures every shape;
+#   11p. issue 11: probe_8192.py (~2-3 min): the Gluon kernel's configurations checked
+#      bit for bit on edge shapes (first and cached launch, 60 s hang guard), then timed at
+#      8192^3 with the two-programs-per-SM and larger-BLOCK_K configurations, the fp8
+#      control and cuBLAS fp8. If a configuration wins, the bench (`int8conf bench --gpu`,
+#      with INT8CONF_TRITON_GLUON=1 for a Gluon one) re-measures every shape;
 #   1: the CUDA tests (new: test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows);
 #   2a/2b: triton and int_mm conformance natively (family `dispatch` not yet run natively);
 #   4 / 4p: run_paper.sh (full grid one process + profiles); 3 / 3b: the pow2 studies
