@@ -563,11 +563,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
     elif plan.interp and bias.dtype == torch.bfloat16:
         bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
     if cfg.kernel in _TMA_KERNELS:  # a, b bases are 16-byte aligned (checked by the caller)
-        m, n, k = call.m, call.n, call.k
-        glu = cfg.kernel == "gluon"
-        a_d = _descriptor(a, m, k, a.stride(0), cfg.block_m, cfg.block_k, glu)
-        b_d = _descriptor(b, n, k, b.stride(0), cfg.block_n, cfg.block_k, glu)
-        args = (a_d, b_d, sa, sb, bias, out) + call.ints
+        args = _descriptor_args(call, a, b, sa, sb, bias, out)
         if call.fast is not None and _aligned(sa, sb, bias):
             _launch_raw(call, args + call.tail)
             return
@@ -601,6 +597,17 @@ def _grid3(grid: tuple) -> tuple:
 _TD_FIELDS: dict = {}
 #: kernels whose a / b are read through host TMA descriptors
 _TMA_KERNELS = ("tma", "gluon")
+
+
+def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> tuple:
+    """The positional arguments of a ``tma`` / ``gluon`` launch of ``call``:
+    descriptors over ``a`` [M, K] and ``b`` [N, K] (:func:`_descriptor`), the
+    scale / bias / output tensors as given, then the call's integers."""
+    cfg = call.plan.config
+    glu = cfg.kernel == "gluon"
+    return (_descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k, glu),
+            _descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k, glu),
+            sa, sb, bias, out) + call.ints
 
 
 def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int,
@@ -997,16 +1004,8 @@ def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     sa = out if sa is None else sa
     sb = out if sb is None else sb
     bias = out if bias is None else bias
-    if cfg.kernel == "tma":
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        pos = (TensorDescriptor(a, [call.m, call.k], [a.stride(0), 1], [cfg.block_m, cfg.block_k]),
-               TensorDescriptor(b, [call.n, call.k], [b.stride(0), 1], [cfg.block_n, cfg.block_k]),
-               sa, sb, bias, out) + call.ints
-    elif cfg.kernel == "gluon":
-        pos = (gluon_gemm.descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k),
-               gluon_gemm.descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k),
-               sa, sb, bias, out) + call.ints
+    if cfg.kernel in _TMA_KERNELS:
+        pos = _descriptor_args(call, a, b, sa, sb, bias, out)
     else:
         if call.ws_words:
             buf = _workspace(call.device, call.ws_words)
