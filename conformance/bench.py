@@ -488,13 +488,12 @@ def _precompile_task(shape: tuple, configs: list) -> int:
 
 def _tuned_configs(m: int) -> list:
     """The built-in's configurations for M = ``m`` that the tuner may try on
-    this machine's GPU: the bucket's own, then the opt-in Gluon ones when
-    ``builtin_triton._gluon_enabled`` (none excluded)."""
+    this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
+    (the bucket's own, then the opt-in Gluon ones when
+    ``builtin_triton._gluon_enabled``; none excluded)."""
     from conformance.kernels import builtin_triton as bt
 
-    extra = bt.GLUON_CONFIGS.get(bt.bucket(m), ()) if bt._gluon_enabled(torch.device("cuda")) \
-        else ()
-    return [c for c in bt.BUCKET_CONFIGS[bt.bucket(m)] + extra if c.label() not in bt._EXCLUDED]
+    return bt._candidates(m, True, bt._gluon_enabled(torch.device("cuda")))
 
 
 def config_by_label(label: str):
