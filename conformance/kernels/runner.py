@@ -128,6 +128,13 @@ def pick_device(spec: KernelSpec, device: Optional[str] = None) -> tuple[Optiona
                   f"here (cuda available: {cuda})")
 
 
+def cuda_device(spec: KernelSpec, device: Optional[str] = None) -> Optional[str]:
+    """The device :func:`pick_device` gives ``spec`` when it is a CUDA one
+    (``"cuda"``, ``"cuda:N"``), else None (the CPU, or not runnable here)."""
+    dev, _ = pick_device(spec, device)
+    return dev if dev is not None and torch.device(dev).type == "cuda" else None
+
+
 def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
     return {"name": spec.name, "source_digest": spec.source_digest,
             "declared_source_digest": spec.source_digest, "device": device or "",

@@ -163,9 +163,9 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
         kernel: the KernelSpec; device: ``--device`` (None = auto).
     """
     import torch
-    from conformance.kernels.runner import pick_device
-    dev, _ = pick_device(kernel, device)
-    if dev is not None and torch.device(dev).type == "cuda":
+    from conformance.kernels.runner import cuda_device
+    dev = cuda_device(kernel, device)
+    if dev is not None:
         n = torch.cuda.device_count()
         if torch.device(dev).index is not None or n <= 1:
             return 1, ()
@@ -304,27 +304,13 @@ def threads_refusal(kernel_name: str, kernel, device: Optional[str], threads: in
         kernel_name: the name as given (``--kernel``); kernel: its KernelSpec;
         device: ``--device`` (None = auto); threads: the requested count.
     """
-    import torch
-    from conformance.kernels.runner import pick_device
-    if threads <= 1 or kernel_name in THREAD_SAFE_ON_CPU:
-        return None
-    dev, _ = pick_device(kernel, device)
-    if dev is not None and torch.device(dev).type == "cuda":
+    from conformance.kernels.runner import cuda_device
+    if threads <= 1 or kernel_name in THREAD_SAFE_ON_CPU or cuda_device(kernel, device):
         return None
     return (f"--threads {threads}: kernel {kernel_name!r} does not run on CUDA here; threads are "
             f"for one GPU's host-bound cells, and on the CPU only the built-in 'cpu' kernel is "
             f"known to be thread-safe (Triton's CPU interpreter is not): use --workers N "
             f"(processes)")
-
-
-def _cuda_device(unit) -> Optional[str]:
-    """The CUDA device the unit's kernel runs on (``pick_device``), else None."""
-    import torch
-    from conformance.kernels.runner import pick_device
-    from conformance.sweep.runner import kernel_spec
-    t = unit[0] if isinstance(unit, tuple) else unit
-    dev, _ = pick_device(kernel_spec(t.spec.kernel), t.device)
-    return dev if dev is not None and torch.device(dev).type == "cuda" else None
 
 
 def _run_threaded(units, store_one, threads: int, on_start=None) -> str:
@@ -344,15 +330,19 @@ def _run_threaded(units, store_one, threads: int, on_start=None) -> str:
 
     import torch
 
+    from conformance.kernels.runner import cuda_device
+    from conformance.sweep.runner import kernel_spec
+
     model = [u for u in units if u and u[0].cell.is_model]
     layer = [u for u in units if u and not u[0].cell.is_model]
+    cuda = None
     if layer:
-        from conformance.sweep.runner import kernel_spec
         t = layer[0][0]
-        why = threads_refusal(t.spec.kernel, kernel_spec(t.spec.kernel), t.device, threads)
+        spec = kernel_spec(t.spec.kernel)
+        why = threads_refusal(t.spec.kernel, spec, t.device, threads)
         if why:
             raise Int8confError(why)
-    cuda = _cuda_device(layer[0]) if layer else None
+        cuda = cuda_device(spec, t.device)
     described = (f"threads of this process: {threads}"
                  + (f", one CUDA stream each on {cuda}" if cuda else ""))
     if on_start:

@@ -236,10 +236,9 @@ class LayerContext:
     """
 
     def __init__(self, spec: SweepSpec, device: Optional[str] = None):
-        from conformance.kernels.runner import pick_device
+        from conformance.kernels.runner import cuda_device
         self.spec, self.device = spec, device
-        dev, _ = pick_device(_kernel(spec.kernel), device)
-        self.ref_device = dev if dev is not None and torch.device(dev).type == "cuda" else "cpu"
+        self.ref_device = cuda_device(_kernel(spec.kernel), device) or "cpu"
         self._ops: dict = {}
         self._clean: dict = {}
 
