@@ -5,6 +5,7 @@ takes."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from reference.model.weights import SCALE_MODES
@@ -187,3 +188,19 @@ def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports direct
                             f"{': ' + str(e.filename) if e.filename else ''})") from None
     if not os.access(out, os.W_OK):
         raise Int8confError(f"{option} {out}: not writable")
+
+
+@contextlib.contextmanager
+def removed_if_refused(out: Path):
+    """Around the part of a command that may refuse its input after its output
+    directory was made (``ensure_out_dir``): if the block raises, ``out`` and
+    the parents that did not exist before the block are removed again, deepest
+    first, those that are still empty -- a refused run leaves nothing behind."""
+    created = [d for d in (out, *out.parents) if not d.exists()]
+    try:
+        yield
+    except BaseException:
+        for d in created:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise

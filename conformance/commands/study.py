@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from conformance.commands._options import (ensure_out_dir, int_between, parent_model_dir_arg,
-                                           positive_int, positive_seconds, seed_int)
+                                           positive_int, positive_seconds, removed_if_refused,
+                                           seed_int)
 from reference.model.corpus import prompts
 
 DEFAULT_KERNELS = "cpu,triton"
@@ -55,19 +56,14 @@ def _run_study(args: argparse.Namespace) -> int:
         raise Int8confError(f"--committed {args.committed}: not a directory (expected the W8A8 "
                             f"checkpoint of --model)")
     out = Path(args.out)
-    created = not out.exists()
-    if not args.report_only:  # a bad --out fails here, before the gate's minutes of work
-        ensure_out_dir(out)
     quiet = args.quiet
-    try:
+    with removed_if_refused(out):  # refused input: no empty report directory left behind
+        if not args.report_only:  # a bad --out fails here, before the gate's minutes of work
+            ensure_out_dir(out)
         report = run_study(s, args.out, cache=args.cache,
                            progress=None if quiet else (lambda m: print(f"[study] {m}", file=sys.stderr,
                                                                         flush=True)),
                            time_budget_s=args.time_budget, report_only=args.report_only)
-    except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # refused input: leave no empty report directory behind
-        raise
     for line in headline(report):
         print(line)
     print(f"report: {args.out}/study.md")

@@ -177,10 +177,9 @@ def run(args: argparse.Namespace) -> int:
 
     validate_device(args.device)
     if args.threads > 1 and (args.workers > 1 or args.scheduler):
+        other = "--scheduler" if args.scheduler else f"--workers {args.workers}"
         raise Int8confError(f"--threads {args.threads} runs the cells in threads of this one process: "
-                            f"drop --workers {args.workers}" if not args.scheduler else
-                            f"--threads {args.threads} runs the cells in threads of this one process: "
-                            f"drop --scheduler")
+                            f"drop {other}")
     kernel = get_kernel(args.kernel)
     from conformance.sweep.distributed import threads_refusal
     why = threads_refusal(args.kernel, kernel, args.device, args.threads)
@@ -215,19 +214,13 @@ def run(args: argparse.Namespace) -> int:
     else:  # a store given alone keeps its scorecard beside it, not over the committed one
         out_dir = Path(args.db).parent if args.db else Path("reports/sweep") / kdir
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
-    from conformance.commands._options import ensure_out_dir
-    # the directories this command creates (removed again if the store is refused)
-    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]
-    ensure_out_dir(out_dir)
+    from conformance.commands._options import ensure_out_dir, removed_if_refused
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
-    with SweepStore(db, spec.identity()) as store:
-        try:
-            store.claim_writer()  # a second sweep on this store is refused, not interleaved
-        except Int8confError:
-            for d in created:  # leave nothing behind for a refused run (deepest first)
-                if d.is_dir() and not any(d.iterdir()):
-                    d.rmdir()
-            raise
+    with removed_if_refused(out_dir):
+        ensure_out_dir(out_dir)
+        # writer: a second sweep on this store is refused, not interleaved
+        store = SweepStore(db, spec.identity(), writer=True)
+    with store:
         before = len(store.done())
         if not args.quiet:
             print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "

@@ -88,18 +88,20 @@ class SweepStore:
     """A SQLite sweep store (module docstring). Use as a context manager or
     call :meth:`close`. Not shared across processes: the single writer owns it."""
 
-    def __init__(self, path, identity: Optional[dict] = None):
+    def __init__(self, path, identity: Optional[dict] = None, writer: bool = False):
         """Open (creating if needed) the store at ``path``.
 
         Args:
             path: database file.
             identity: the sweep identity; recorded on first use, compared
                 afterwards (None: read-only use, e.g. scoring).
+            writer: take the store for writing (:meth:`claim_writer`).
 
         Raises:
             StoreError: ``path`` is not a sweep store, holds another sweep
-                (one line naming both kernels / digests), or was edited
-                outside int8conf (:meth:`_verify`).
+                (one line naming both kernels / digests), was edited
+                outside int8conf (:meth:`_verify`), or (``writer``) is being
+                written by another process.
         """
         self.path = Path(path)
         if identity is not None:
@@ -116,6 +118,12 @@ class SweepStore:
         if identity is not None:
             self._claim(identity)
         self._verify()
+        if writer:
+            try:
+                self.claim_writer()
+            except StoreError:
+                self.db.close()
+                raise
 
     def _verify(self) -> None:
         """Refuse a store edited outside int8conf (one line naming the problem):
