@@ -21,8 +21,14 @@ from __future__ import annotations
 import json
 import os
 import time
+
 #: at most one meta write per this many seconds while a run stores cells
 HEARTBEAT_S = 1.0
+
+
+def _rate(computed: int, wall_s: float) -> float:
+    """Cells per second, 0 for no wall time."""
+    return round(computed / wall_s, 3) if wall_s else 0.0
 
 
 def read_runs(store) -> list:
@@ -55,7 +61,7 @@ class RunLog:
             if r.get("status") == "running":
                 r["status"] = "interrupted"
                 r["computed"] = max(0, now - int(r.get("stored_before", now)))
-                r["cells_per_s"] = round(r["computed"] / r["wall_s"], 3) if r.get("wall_s") else 0.0
+                r["cells_per_s"] = _rate(r["computed"], r.get("wall_s") or 0.0)
         runs = [r for r in runs if r.get("status") != "interrupted" or r["computed"]]
         entry = {"status": "running", "computed": 0, "skipped": skipped, "wall_s": 0.0,
                  "cells_per_s": 0.0, "executor": None,
@@ -102,5 +108,4 @@ class RunLog:
         self.store.set_meta("runs", self.runs)
 
     def _update(self, computed: int, wall_s: float) -> None:
-        self.entry.update(computed=computed, wall_s=round(wall_s, 2),
-                          cells_per_s=round(computed / wall_s, 3) if wall_s > 0 else 0.0)
+        self.entry.update(computed=computed, wall_s=round(wall_s, 2), cells_per_s=_rate(computed, wall_s))
