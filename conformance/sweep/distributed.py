@@ -88,30 +88,6 @@ def _progress(total: int, quiet: bool):
 
 
 @contextlib.contextmanager
-def _quiet_cancelled_pool():
-    """While a process pool runs: drop the ``InvalidStateError`` that the pool's
-    manager thread raises (and ``threading`` prints as a traceback) when the
-    pool breaks after the run cancelled its queued futures -- Ctrl-C or
-    SIGTERM reaching the workers too (``timeout``): Python 3.11's
-    ``ProcessPoolExecutor`` then marks each pending future failed without
-    checking whether it was cancelled. Nothing is lost (the run stops and says
-    so); every other thread exception is printed as before."""
-    import threading
-    from concurrent.futures import InvalidStateError
-    before = threading.excepthook
-
-    def hook(args):
-        if not (args.exc_type is InvalidStateError
-                and type(args.thread).__name__ == "_ExecutorManagerThread"):
-            before(args)
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = before
-
-
-@contextlib.contextmanager
 def _workers_ignore_ctrl_c():
     """While worker processes are spawned: SIGINT ignored in this process, so the
     spawned interpreters start with it ignored (an ignored signal stays ignored
@@ -258,8 +234,7 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                            + (f", one per GPU {list(gpus)[:nw]}" if gpus else ""))
             if on_start:
                 on_start(st.executor)
-            with _quiet_cancelled_pool(), \
-                    ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
+            with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
                                         initargs=(1, gpu_queue)) as ex:
                 with _workers_ignore_ctrl_c():  # the submits spawn the workers
                     futs = [ex.submit(run_unit, u) for u in units]
@@ -269,22 +244,24 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                 except BrokenProcessPool:
                     # a worker died (killed, out of memory, a kernel that crashed the
                     # process): what was stored stays; say so in one line
-                    for f in futs:
-                        f.cancel()
+                    ex.shutdown(wait=False, cancel_futures=True)
                     raise Int8confError(
                         f"a sweep worker process died (killed, out of memory or a crash inside "
                         f"the kernel) after {st.computed} cells were stored; run the same "
                         f"command again to resume (or --workers 1 to see the crash)") from None
                 except BaseException:
-                    for f in futs:
-                        f.cancel()
                     # stop the workers now: their units in flight are not stored anyway
                     # (a resume recomputes them), and a worker hit by a second Ctrl-C
                     # could block its own exit on a result nobody reads any more, which
                     # hung the command at exit (multiprocessing joins its children).
                     # ProcessPoolExecutor has no public call for it before Python 3.14.
-                    for proc in list(getattr(ex, "_processes", {}).values()):
+                    for proc in list((getattr(ex, "_processes", None) or {}).values()):
                         proc.terminate()
+                    # the queued units are cancelled by the executor itself: futures
+                    # cancelled from here stayed in its table, and Python 3.11's pool,
+                    # broken by the stopped workers, then failed to mark them
+                    # (InvalidStateError printed from its manager thread)
+                    ex.shutdown(wait=False, cancel_futures=True)
                     raise
     st.elapsed_s = time.perf_counter() - t0
     return st
