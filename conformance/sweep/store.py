@@ -105,7 +105,11 @@ class SweepStore:
         """
         self.path = Path(path)
         if identity is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # e.g. a file where a parent directory should be
+                raise StoreError(f"sweep store {self.path}: cannot create its directory "
+                                 f"({e.strerror or type(e).__name__})") from None
         elif not self.path.is_file():
             raise StoreError(f"sweep store {self.path} does not exist")
         try:
@@ -113,6 +117,8 @@ class SweepStore:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
+        except sqlite3.OperationalError as e:  # e.g. a directory that cannot hold the file
+            raise StoreError(f"sweep store {self.path}: cannot create or open it ({e})") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a sweep store: {e}") from None
         if identity is not None:
@@ -167,12 +173,15 @@ class SweepStore:
                 self.db.execute("INSERT INTO meta VALUES ('identity', ?)", (want,))
         elif have != want:
             old = json.loads(have)
+            new = json.loads(want)  # as stored: same key order and types as ``old``
+
+            def short(v) -> str:
+                return repr(v[:12]) if isinstance(v, str) and len(v) > 16 else repr(v)
+            differ = "; ".join(f"{k}: {short(old.get(k))} there, {short(new.get(k))} here"
+                               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
             raise StoreError(
-                f"{self.path} holds a sweep of kernel {old.get('kernel')!r} "
-                f"(digest {str(old.get('kernel_digest'))[:12]}, captures "
-                f"{str(old.get('capture_digest'))[:12]}, C7 {old.get('c7')}); this sweep is kernel "
-                f"{identity.get('kernel')!r} (digest {str(identity.get('kernel_digest'))[:12]}, captures "
-                f"{str(identity.get('capture_digest'))[:12]}, C7 {identity.get('c7')}): use another --out DIR (or --db PATH)")
+                f"{self.path} holds a sweep of kernel {old.get('kernel')!r} that differs from this "
+                f"one ({differ}): use another --out DIR (or --db PATH)")
 
     def meta(self, key: str) -> Optional[str]:
         """A meta value (None when absent)."""

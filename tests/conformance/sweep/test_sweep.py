@@ -49,6 +49,24 @@ def test_a_finished_cell_is_never_stored_twice_and_another_sweep_is_refused(tmp_
         SweepStore(db, {"kernel": "triton"})
 
 
+def test_a_refused_store_names_what_differs_and_an_unusable_path_says_so(tmp_path):
+    """New-user pass: a store of another C7 / model-check setting was refused
+    with both identities printed alike (the differing field not among them)."""
+    db = tmp_path / "s.sqlite"
+    with SweepStore(db, {"kernel": "cpu", "model_checks": False, "c7": {"windows": 8, "e1_tokens": 8}}):
+        pass
+    with pytest.raises(StoreError, match=r"holds a sweep of kernel 'cpu' that differs from this one "
+                                         r"\(model_checks: False there, True here\): use another"):
+        SweepStore(db, {"kernel": "cpu", "model_checks": True, "c7": {"e1_tokens": 8, "windows": 8}})
+    (tmp_path / "d.sqlite").mkdir()             # a directory where the file should be
+    with pytest.raises(StoreError, match=r"sweep store .*/d.sqlite: cannot create or open it "
+                                         r"\(unable to open database file\)"):
+        SweepStore(tmp_path / "d.sqlite", {"kernel": "cpu"})
+    (tmp_path / "f").write_text("a file, not a directory")
+    with pytest.raises(StoreError, match=r"sweep store .*/f/x.sqlite: cannot create its directory"):
+        SweepStore(tmp_path / "f" / "x.sqlite", {"kernel": "cpu"})
+
+
 def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_path):
     """RunLog: a run stopped by an exception is closed as interrupted; a run
     killed without a word (entry left ``running``) is closed by the next run
