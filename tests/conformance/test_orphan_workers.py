@@ -111,9 +111,12 @@ def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path
     """New-user pass 2026-12-01e: ``kill -9`` of one pool worker ended the sweep
     with a raw BrokenProcessPool traceback."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers", "0,1,2,3",
-           "--workers", "2", "--no-model-checks", "--no-score", "--quiet",
-           "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "o")]
+    # 12 layers (648 cells, ~12 s on 2 idle cores): the kill 3 s after the workers start must
+    # land while units remain (with 4 layers a fast run could finish first: rc 0, a flake seen
+    # once in CI)
+    cmd = [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers",
+           ",".join(str(i) for i in range(12)), "--workers", "2", "--no-model-checks", "--no-score",
+           "--quiet", "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "o")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          cwd=tmp_path)
     workers: list = []
