@@ -489,8 +489,8 @@ def _precompile_task(shape: tuple, configs: list) -> int:
 def _tuned_configs(m: int) -> list:
     """The built-in's configurations for M = ``m`` that the tuner may try on
     this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
-    (the bucket's own, then the opt-in Gluon ones when
-    ``builtin_triton._gluon_enabled``; none excluded)."""
+    (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``;
+    none excluded)."""
     from conformance.kernels import builtin_triton as bt
 
     return bt._candidates(m, True, bt._gluon_enabled(torch.device("cuda")))
@@ -524,7 +524,7 @@ def _probe_one(label: str) -> None:
 
 
 def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
-    """Compile every TMA and (opt-in) Gluon configuration the tuner may try at
+    """Compile every TMA and (on sm_90) Gluon configuration the tuner may try at
     large M in its own subprocess, all at once, and exclude
     (``builtin_triton.exclude_configs``) those whose process fails or hangs --
     including by a crash of the compiler, which no ``except`` in the tuner

@@ -76,9 +76,9 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                    help="Dask distributed scheduler (needs the 'dist' extra); overrides --workers")
     p.add_argument("--workers", type=non_negative_int, default=0, metavar="N",
-                   help="local worker processes (default 0: one per GPU when the kernel runs on "
-                        "CUDA -- a single GPU runs serially in this process, since processes "
-                        "sharing one GPU are slower than one -- else one per core; 1 = serial)")
+                   help="local worker processes (default 0: when the kernel runs on CUDA, 4 "
+                        "processes sharing a single GPU (at most one per core) or one per GPU "
+                        "when there are several; else one per core; 1 = serial)")
     p.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="N > 1: evaluate N layer batches at once in threads of this one "
                         "process, one CUDA stream each; only for a kernel that runs on CUDA "

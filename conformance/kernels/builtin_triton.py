@@ -39,9 +39,10 @@ bits (the accumulator is exact and order-free; the epilogue is one code path),
 so tuning changes speed only. Interpreter: fixed small tiles, no tuning.
 A third kernel, ``gluon`` (``conformance.kernels.gluon_gemm``: the int32-accumulator
 wgmma kept in flight across K steps, which Triton's own pipeliner never does, and
-the same epilogue written in Gluon), joins the small and large buckets only with
-``INT8CONF_TRITON_GLUON=1`` on an sm_90 device (:data:`GLUON_CONFIGS`; not yet run
-on a GPU).
+the same epilogue written in Gluon), joins the small and large buckets on an sm_90
+device (:data:`GLUON_CONFIGS`; ``INT8CONF_TRITON_GLUON=0`` leaves it out). On the
+H200 it took 8192^3 from 1,136 to 1,367 TOPS, bits identical (reports/bench/
+nvidia-h200/README.md).
 
 Host path: everything that does not change between calls (kernel object,
 configuration, grid shape, the manifest details handed to ``trace``) is cached
@@ -124,7 +125,7 @@ class Config:
         kernel: ``"ptr"`` (:func:`triton_gemm.w8a8_mm`), ``"tma"``
             (:func:`triton_gemm.w8a8_mm_tma`, CUDA, aligned K-contiguous a, b)
             or ``"gluon"`` (:func:`gluon_gemm.w8a8_mm_gluon`: the same operands,
-            CUDA sm_90 only; opt-in, :data:`GLUON_CONFIGS`).
+            CUDA sm_90 only; :data:`GLUON_CONFIGS`).
         block_m, block_n, block_k: tile sizes (each >= 16, powers of two).
         group_m: row-tiles per group in the grouped program order.
         split_k: K ranges reduced in parallel (``ptr`` only; exact, see
@@ -238,19 +239,23 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
 
 #: Gluon candidates (``gluon_gemm``: the int32-accumulator wgmma kept in flight
 #: across K steps, which Triton's own pipeliner never does -- reports/bench/
-#: nvidia-h200/probe-2026-12-01f/NOTE.md). Never yet run on a GPU, so OPT-IN: they
-#: join the end of their bucket's candidates only when ``INT8CONF_TRITON_GLUON=1``,
-#: this Triton has Gluon's Hopper API (``gluon_gemm.AVAILABLE``) and the device is
-#: sm_90 (:func:`_gluon_enabled`, read when a key is first planned); otherwise
-#: nothing changes. Compiled offline for sm_90 (Triton 3.6 and 3.9): no spills, and
-#: 128x128x128 w4 s3 keeps two programs per SM (tests/conformance/kernels/
-#: test_gluon_gemm.py).
+#: nvidia-h200/probe-2026-12-01f/NOTE.md). They join the end of their bucket's
+#: candidates when this Triton has Gluon's Hopper API (``gluon_gemm.AVAILABLE``) and
+#: the device is sm_90, unless ``INT8CONF_TRITON_GLUON=0`` (:func:`_gluon_enabled`,
+#: read when a key is first planned). On the H200 (2026-12-01g): every one exact on
+#: the probe's edge shapes (every output kind, bias, int32; first and cached launch),
+#: native ``pytest --kernel=triton`` 902 passed with them, and the bench picked
+#: ``gluon 128x256x128 g8 w8 s4`` at 8192^3 (1,367 TOPS against 1,136 for the best
+#: Triton schedule); the s4 ring (192 KiB) measured 2-3 % faster than s3
+#: (probe-2026-12-01g).
 GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
     "small": (
         _c("gluon", 128, 128, 128, 8, 1, 4, 3),
         _c("gluon", 64, 128, 128, 8, 1, 4, 4),
     ),
     "large": (
+        _c("gluon", 128, 256, 128, 8, 1, 8, 4, persistent=True),
+        _c("gluon", 128, 256, 128, 8, 1, 8, 4),
         _c("gluon", 128, 256, 128, 8, 1, 8, 3),
         _c("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True),
         _c("gluon", 128, 128, 128, 8, 1, 4, 3),
@@ -657,10 +662,10 @@ _CAPABILITY: dict = {}
 
 
 def _gluon_enabled(dev: torch.device) -> bool:
-    """Whether the opt-in Gluon candidates join the tuning on ``dev``:
-    ``INT8CONF_TRITON_GLUON=1``, ``gluon_gemm.AVAILABLE`` and compute capability
-    (9, 0) (the kernel is sm_90 wgmma code)."""
-    return (os.environ.get("INT8CONF_TRITON_GLUON", "0") == "1" and gluon_gemm.AVAILABLE
+    """Whether the Gluon candidates join the tuning on ``dev``: compute capability
+    (9, 0) (the kernel is sm_90 wgmma code), ``gluon_gemm.AVAILABLE``, and
+    ``INT8CONF_TRITON_GLUON`` not ``0`` (the opt-out)."""
+    return (os.environ.get("INT8CONF_TRITON_GLUON", "1") != "0" and gluon_gemm.AVAILABLE
             and _capability(dev) == (9, 0))
 
 
@@ -978,8 +983,8 @@ def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scal
     (tests and the benchmark: e.g. split-K under the interpreter). ``out_dtype``
     None = accumulator only (int32). A ``tma`` config needs CUDA and aligned,
     K-contiguous operands; a ``gluon`` one also an sm_90 device and
-    ``gluon_gemm.AVAILABLE`` (not the opt-in variable: this is how the probe
-    times it)."""
+    ``gluon_gemm.AVAILABLE`` (``INT8CONF_TRITON_GLUON`` does not apply: this is how
+    the probe times it)."""
     return _run(a, b, scale_a, scale_b, bias, out_dtype, config)
 
 

@@ -123,17 +123,26 @@ def _init_worker(threads: int, gpu_queue=None) -> None:
     torch.set_num_threads(threads)
 
 
+#: worker processes sharing one GPU by default. A cell is host-bound (~6.6 ms of host
+#: work against ~0.6 ms on the device, reports/sweep/h200-paper-scale/profiles-2026-12-01e),
+#: so processes overlap their host work. Measured on the H200 (16 cores, `triton`, the
+#: paper-scale model, run_workers.sh, 2026-12-01g): 28 layers (1,512 cells) at 95 cells/s
+#: serial, 101 with 2 processes, 121 with 4 (worker start-up included), 101-106 with
+#: --threads 2-4; the full 10,584-cell grid at 251 cells/s with 4 processes (42.1 s)
+#: against 104 serial (102 s, 2026-12-01e). 16 processes were 30x slower per cell.
+SHARED_GPU_WORKERS = 4
+
+
 def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
     """``(workers, gpus)`` for ``--workers 0`` (the default).
 
     When the kernel runs on CUDA (``conformance.kernels.runner.pick_device``
-    with ``device``): one worker process per GPU -- ``(1, ())`` on a
-    single-GPU machine or for an explicit ``cuda:N`` (serial, in this
-    process), ``(n, (0, .., n-1))`` with ``n`` visible GPUs, each worker
-    pinned to its own GPU. Several processes sharing one GPU time-slice their
-    CUDA contexts: on the H200, 16 processes were 30x slower per cell than
-    one (reports/sweep/h200-paper-scale/NOTE.md), slower in total than one
-    process. Otherwise ``(os.cpu_count(), ())``: one process per core.
+    with ``device``): on a single-GPU machine, or for an explicit ``cuda:N``,
+    ``(min(SHARED_GPU_WORKERS, cores), ())``: processes sharing that GPU
+    (:data:`SHARED_GPU_WORKERS` gives the measurement); with ``n`` > 1 visible
+    GPUs, ``(n, (0, .., n-1))``: one worker per GPU, each pinned to its own
+    (several per GPU there is not measured). Otherwise ``(os.cpu_count(), ())``:
+    one process per core.
 
     Args:
         kernel: the KernelSpec; device: ``--device`` (None = auto).
@@ -141,12 +150,13 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
     import torch
     from conformance.kernels.runner import cuda_device
     dev = cuda_device(kernel, device)
+    cores = os.cpu_count() or 1
     if dev is not None:
         n = torch.cuda.device_count()
         if torch.device(dev).index is not None or n <= 1:
-            return 1, ()
+            return min(SHARED_GPU_WORKERS, cores), ()
         return n, tuple(range(n))
-    return os.cpu_count() or 1, ()
+    return cores, ()
 
 
 def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,

@@ -105,8 +105,9 @@ def test_gpu_roofline_png(tmp_path):
 
 
 def test_the_bench_probes_and_precompiles_what_the_tuner_may_try(monkeypatch):
-    """Gluon configurations reach the bench's hang probe and pre-compile only with
-    the opt-in (the tuner's own rule); every label maps back to its configuration."""
+    """Gluon configurations reach the bench's hang probe and pre-compile exactly when
+    the tuner may try them (``_gluon_enabled``); every label maps back to its
+    configuration."""
     from conformance.kernels import builtin_triton as bt
 
     monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: False)

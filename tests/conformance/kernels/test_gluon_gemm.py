@@ -6,7 +6,8 @@ nvidia-h200/probe-2026-12-01f/NOTE.md) -- one entry function, no local-memory sp
 and the shared epilogue's bf16 rounding. Its bits on a GPU are checked by the probe
 (probe_8192.py) and by the tuner's candidates once the opt-in is set.
 
-Also: the host's default candidates are unchanged unless ``INT8CONF_TRITON_GLUON=1``.
+Also: the Gluon candidates join the tuning only on sm_90 (on by default there since
+2026-12-01g, when they ran exact natively; ``INT8CONF_TRITON_GLUON=0`` leaves them out).
 """
 
 import os
@@ -91,15 +92,30 @@ def test_sm90_fp32_bias_epilogue_is_not_contracted():
     assert not re.search(r"\bfma\.", ptx)
 
 
-def test_host_defaults_unchanged_without_opt_in(monkeypatch):
+def test_gluon_joins_on_sm90_by_default_and_the_opt_out_removes_it(monkeypatch):
+    import torch
+
     monkeypatch.delenv("INT8CONF_TRITON_GLUON", raising=False)
-    assert not bt._gluon_enabled(__import__("torch").device("cpu"))
+    assert not bt._gluon_enabled(torch.device("cpu"))  # a CPU has no sm_90
+    monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
+    monkeypatch.setattr(gluon_gemm, "AVAILABLE", True)
+    h200 = torch.device("cuda", 0)
+    assert bt._gluon_enabled(h200)                      # the default on sm_90
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")
+    assert not bt._gluon_enabled(h200)                  # the opt-out
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON", "1")
+    assert bt._gluon_enabled(h200)
+    monkeypatch.setattr(bt, "_capability", lambda dev: (10, 0))
+    assert not bt._gluon_enabled(torch.device("cuda", 0))  # sm_100: not wgmma code
+    monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
+    monkeypatch.setattr(gluon_gemm, "AVAILABLE", False)
+    assert not bt._gluon_enabled(h200)                  # no Gluon Hopper API in this Triton
     for m in (8, 128, 4096):
         cands = bt._candidates(m, True)
         assert all(c.kernel != "gluon" for c in cands)
         assert cands == bt._candidates(m, True, False)
     assert all(c.kernel != "gluon" for cs in bt.BUCKET_CONFIGS.values() for c in cs)
-    # with the opt-in, the Gluon candidates follow the bucket's own, for TMA-able operands
+    # enabled, the Gluon candidates follow the bucket's own, for TMA-able operands
     large = bt._candidates(4096, True, True)
     assert large[:len(bt._candidates(4096, True))] == bt._candidates(4096, True)
     assert [c for c in large if c.kernel == "gluon"] == list(bt.GLUON_CONFIGS["large"])

@@ -122,7 +122,8 @@ def test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows(tmp_path):
     assert rows[4] == rows[1]
 
 
-def test_default_workers_one_process_per_gpu_on_cuda_one_per_core_otherwise(monkeypatch):
+def test_default_workers_four_share_one_gpu_one_per_gpu_on_several_one_per_core_otherwise(
+        monkeypatch):
     import os
     import torch
     from conformance.kernels.registry import get_kernel
@@ -131,12 +132,16 @@ def test_default_workers_one_process_per_gpu_on_cuda_one_per_core_otherwise(monk
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     tri = get_kernel("triton")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert default_workers(tri) == (1, ())           # one GPU: serial, in this process
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert default_workers(tri) == (4, ())           # one GPU: 4 processes share it
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_workers(tri) == (2, ())           # never more processes than cores
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert default_workers(tri) == (4, (0, 1, 2, 3))  # one pinned worker per GPU
-    assert default_workers(tri, "cuda:2") == (1, ())
-    assert default_workers(tri, "cpu") == (os.cpu_count() or 1, ())
-    assert default_workers(get_kernel("cpu")) == (os.cpu_count() or 1, ())
+    assert default_workers(tri, "cuda:2") == (4, ())  # an explicit GPU: shared by 4
+    assert default_workers(tri, "cpu") == (16, ())
+    assert default_workers(get_kernel("cpu")) == (16, ())
 
 
 def test_a_pool_worker_takes_one_gpu_from_the_queue(monkeypatch):
