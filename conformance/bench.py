@@ -489,23 +489,26 @@ def _precompile_task(shape: tuple, configs: list) -> int:
 def _tuned_configs(m: int) -> list:
     """The built-in's configurations for M = ``m`` that the tuner may try on
     this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
-    (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``;
-    none excluded)."""
+    (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``,
+    then the warp-specialised Gluon ones when ``builtin_triton._gluon_ws_enabled``
+    -- the opt-in ``INT8CONF_TRITON_GLUON_WS=1``; none excluded)."""
     from conformance.kernels import builtin_triton as bt
 
-    return bt._candidates(m, True, bt._gluon_enabled(torch.device("cuda")))
+    dev = torch.device("cuda")
+    return bt._candidates(m, True, bt._gluon_enabled(dev), bt._gluon_ws_enabled(dev))
 
 
 def config_by_label(label: str):
-    """The built-in's configuration (a bucket's or a Gluon one) whose
-    ``Config.label()`` is ``label``.
+    """The built-in's configuration (a bucket's, a Gluon or a warp-specialised Gluon
+    one) whose ``Config.label()`` is ``label``.
 
     Raises:
         KeyError: no configuration has that label.
     """
     from conformance.kernels import builtin_triton as bt
 
-    for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values()):
+    for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values(),
+               *bt.GLUON_WS_CONFIGS.values()):
         for c in cs:
             if c.label() == label:
                 return c
@@ -529,7 +532,9 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
     (``builtin_triton.exclude_configs``) those whose process fails or hangs --
     including by a crash of the compiler, which no ``except`` in the tuner
     could catch (warp specialisation is new in this Triton; the Gluon kernel's
-    mbarrier pipeline had never run on a GPU when it was added). Returns
+    mbarrier pipeline had never run on a GPU when it was added; with
+    ``INT8CONF_TRITON_GLUON_WS=1`` the warp-specialised Gluon ones, whose mbarrier
+    protocol a wrong parity would deadlock, are among them). Returns
     ``{label: reason}`` of the excluded ones."""
     import subprocess
     import sys

@@ -42,7 +42,10 @@ wgmma kept in flight across K steps, which Triton's own pipeliner never does, an
 the same epilogue written in Gluon), joins the small and large buckets on an sm_90
 device (:data:`GLUON_CONFIGS`; ``INT8CONF_TRITON_GLUON=0`` leaves it out). On the
 H200 it took 8192^3 from 1,136 to 1,367 TOPS, bits identical (reports/bench/
-nvidia-h200/README.md).
+nvidia-h200/README.md). Its warp-specialised ping-pong variant
+(``gluon_gemm.w8a8_mm_gluon_ws``, :data:`GLUON_WS_CONFIGS`, labels ending in ``ws``)
+has never run on a GPU and joins the large bucket only with
+``INT8CONF_TRITON_GLUON_WS=1``.
 
 Host path: everything that does not change between calls (kernel object,
 configuration, grid shape, the manifest details handed to ``trace``) is cached
@@ -134,8 +137,13 @@ class Config:
             ``gluon``: the kernel's own ring depth ``STAGES``).
         persistent: ``tma`` / ``gluon`` only: one program per SM walking tiles.
         flatten: ``tma`` persistent only: ``tl.range(flatten=True)``.
-        warp_spec: ``tma`` only: compiler warp specialisation (producer /
+        warp_spec: ``tma``: compiler warp specialisation (producer /
             consumer warps) of the tile loop (persistent) or the K loop.
+            ``gluon``: the hand-written ping-pong kernel
+            :func:`gluon_gemm.w8a8_mm_gluon_ws` (a TMA producer warp, two
+            consumer warp groups with a [block_m, block_n] tile each;
+            ``num_warps`` 4 = the default partition, one consumer;
+            :data:`GLUON_WS_CONFIGS`).
     """
 
     kernel: str = "ptr"
@@ -264,6 +272,23 @@ GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
     ),
 }
 
+#: Warp-specialised ping-pong Gluon candidates (``gluon_gemm.w8a8_mm_gluon_ws``: one
+#: TMA producer warp, two consumer warp groups alternating on the tensor cores, each
+#: with its own [block_m, block_n] tile, so one group's epilogue runs under the other's
+#: main loop). Never run on a GPU when added (2026-12-01g, offline sm_90 compiles only:
+#: reports/bench/nvidia-h200/probe-2026-12-01g/NOTE.md), so they join the large bucket
+#: only with the opt-in ``INT8CONF_TRITON_GLUON_WS=1`` (:func:`_gluon_ws_enabled`).
+#: ``num_warps`` 4 is the default partition (consumer 0); the kernel launches 12 warps.
+#: Shared memory: STAGES * (block_m + block_n) * block_k bytes of ring (<= 227 KiB).
+GLUON_WS_CONFIGS: dict[str, tuple[Config, ...]] = {
+    "large": (
+        _c("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, ws=True),   # 192 KiB
+        _c("gluon", 128, 128, 128, 8, 1, 4, 4, persistent=True, ws=True),   # 128 KiB
+        _c("gluon", 128, 128, 64, 8, 1, 4, 10, persistent=True, ws=True),   # 160 KiB
+        _c("gluon", 128, 128, 64, 8, 1, 4, 8, persistent=True, ws=True),    # 128 KiB
+    ),
+}
+
 #: configuration labels never tried (``exclude_configs`` or the environment
 #: variable ``INT8CONF_TRITON_EXCLUDE``, labels separated by ``;``): e.g. a
 #: variant that crashes this Triton build's compiler (a crash is not an
@@ -295,19 +320,27 @@ def _interp_config(m: int, n: int, split_k: int = 1) -> Config:
 _KERNELS: dict = {}
 
 
+def _kernel_name(cfg: Config) -> str:
+    """The :func:`_kernel` name of ``cfg``: its ``kernel``, or ``"gluon_ws"`` for a
+    ``gluon`` configuration with ``warp_spec`` (the ping-pong kernel)."""
+    return "gluon_ws" if cfg.kernel == "gluon" and cfg.warp_spec else cfg.kernel
+
+
 def _kernel(name: str, native: bool):
-    """(kernel object, is_interpreter) for ``name`` in ``{"ptr", "tma", "gluon"}``,
-    built once (``gluon``: native only, already a ``GluonJITFunction``)."""
+    """(kernel object, is_interpreter) for ``name`` in ``{"ptr", "tma", "gluon",
+    "gluon_ws"}`` (:func:`_kernel_name`), built once (``gluon`` / ``gluon_ws``: native
+    only, already ``GluonJITFunction`` s)."""
     key = (name, native)
     got = _KERNELS.get(key)
     if got is None:
         from triton.runtime.interpreter import InterpretedFunction
 
-        if name == "gluon":
+        if name in ("gluon", "gluon_ws"):
             if not (native and gluon_gemm.AVAILABLE):
                 raise ValueError("the gluon kernel needs CUDA and a Triton with Gluon's Hopper "
                                  "API (conformance.kernels.gluon_gemm.AVAILABLE)")
-            got = _KERNELS[key] = (gluon_gemm.w8a8_mm_gluon, False)
+            fn = gluon_gemm.w8a8_mm_gluon_ws if name == "gluon_ws" else gluon_gemm.w8a8_mm_gluon
+            got = _KERNELS[key] = (fn, False)
             return got
         fn = triton_gemm.w8a8_mm if name == "ptr" else triton_gemm.w8a8_mm_tma
         k = triton.jit(fn) if native else InterpretedFunction(fn)
@@ -432,7 +465,7 @@ _TUNING: dict = {}
 
 def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) -> dict:
     extra = {"config": cfg.label(), "block_m": cfg.block_m, "block_n": cfg.block_n,
-             "block_k": cfg.block_k, "split_k": cfg.split_k, "kernel_variant": cfg.kernel,
+             "block_k": cfg.block_k, "split_k": cfg.split_k, "kernel_variant": _kernel_name(cfg),
              "persistent": cfg.persistent, "autotuned": tuned,
              "triton_version": triton.__version__,
              "final_rounding": "explicit-rne-bitops" if out_dtype == torch.bfloat16 else
@@ -499,6 +532,7 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: 
     if not interp:
         kw.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
     if cfg.kernel == "gluon":  # the ring depth is the kernel's STAGES, not a compiler option
+        # (ws: num_warps 4 is the default partition; Triton adds the worker warps)
         progs = min(tiles, _num_sms(a.device)) if cfg.persistent else tiles
         kw["STAGES"] = kw.pop("num_stages")
         return (progs,), (m, n, k, sa_st, sb_st, bias_st, n, progs), kw, 0
@@ -647,13 +681,17 @@ def _constexpr_tail(kern, kw: dict) -> tuple:
     return tuple(kw[nm] for nm in names)
 
 
-def _candidates(m: int, tma: bool, gluon: bool = False) -> list[Config]:
+def _candidates(m: int, tma: bool, gluon: bool = False,
+                gluon_ws: bool = False) -> list[Config]:
     """The bucket's configurations this call may use (TMA ones only when the
     operands allow TMA; none that is excluded), heuristic default first; with
     ``gluon`` (:func:`_gluon_enabled`) and TMA-able operands, the bucket's
-    :data:`GLUON_CONFIGS` after them."""
+    :data:`GLUON_CONFIGS` after them; with ``gluon_ws`` too
+    (:func:`_gluon_ws_enabled`), then the bucket's :data:`GLUON_WS_CONFIGS`."""
     cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma
                                          else ())
+    if gluon and gluon_ws and tma:
+        cands += GLUON_WS_CONFIGS.get(bucket(m), ())
     return [c for c in cands
             if (tma or c.kernel not in _TMA_KERNELS) and c.label() not in _EXCLUDED]
 
@@ -667,6 +705,14 @@ def _gluon_enabled(dev: torch.device) -> bool:
     ``INT8CONF_TRITON_GLUON`` not ``0`` (the opt-out)."""
     return (os.environ.get("INT8CONF_TRITON_GLUON", "1") != "0" and gluon_gemm.AVAILABLE
             and _capability(dev) == (9, 0))
+
+
+def _gluon_ws_enabled(dev: torch.device) -> bool:
+    """Whether the warp-specialised Gluon candidates (:data:`GLUON_WS_CONFIGS`) join
+    the tuning on ``dev``: the opt-in ``INT8CONF_TRITON_GLUON_WS=1`` (they have never
+    run on a GPU) and :func:`_gluon_enabled` (sm_90, Gluon's Hopper API, no
+    ``INT8CONF_TRITON_GLUON=0``)."""
+    return os.environ.get("INT8CONF_TRITON_GLUON_WS", "0") == "1" and _gluon_enabled(dev)
 
 
 def _capability(dev: torch.device) -> tuple:
@@ -865,7 +911,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
 
     def make_call(cfg: Config, plan: Optional[_Plan] = None) -> _Call:
-        plan = plan or _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, False, {})
+        plan = plan or _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, False, {})
         grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype,
                                         m, n, k, int64)
         tail = () if interp else _constexpr_tail(plan.kern, kw)
@@ -880,7 +926,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     tkey = pkey[:3] + (_pow2_bin(n), _pow2_bin(k)) + pkey[7:]
     if plan is None and config is None and tkey in _CHOSEN:
         cfg, tuned = _CHOSEN[tkey]
-        plan = _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, tuned,
+        plan = _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
                      _extra(cfg, interp, tuned, out_dtype, dev.type))
         _PLANS[pkey] = plan
     if plan is None:
@@ -889,7 +935,8 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         elif interp:
             cfg, tuned = _interp_config(m, n), False
         else:
-            cands = _candidates(m, tma, _gluon_enabled(dev)) or [BUCKET_CONFIGS["decode"][0]]
+            cands = (_candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev))
+                     or [BUCKET_CONFIGS["decode"][0]])
             cfg, tuned = _untuned(cands, m, n, k, _num_sms(dev)), False
             if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
                     or len(cands) == 1):
@@ -899,7 +946,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
                 _TUNING[tkey[:-1]] = {"config": cfg.label(), "timings_ms": times}
                 tuned = True
                 _CHOSEN[tkey] = (cfg, True)
-        plan = _Plan(cfg, _kernel(cfg.kernel, native)[0], interp, tuned,
+        plan = _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
                      _extra(cfg, interp, tuned, out_dtype, dev.type))
         if not (capturing and not tuned and config is None):  # tune later, outside a capture
             _PLANS[pkey] = plan

@@ -64,6 +64,81 @@ tile to a blocked layout would need 128 KiB of shared scratch on top of the ring
 and the output is written once per tile (at 8192^3 far below the memory system's
 rate), so store coalescing is not worth that shared memory.
 
+Warp-specialised ping-pong variant, :func:`w8a8_mm_gluon_ws` (``Config("gluon", ...,
+warp_spec=True)``, label ending in ``persistent ws``; never run on a GPU when written,
+hence opt-in: ``INT8CONF_TRITON_GLUON_WS=1``). The design of CUTLASS's
+``KernelTmaWarpSpecializedPingpong`` (``sm90_gemm_tma_warpspecialized_pingpong.hpp``,
+its ``PipelineTmaAsync`` full / empty barrier pairs and ``OrderedSequenceBarrier``)
+written with Gluon's ``warp_specialize`` as Triton's Gluon tutorial
+``08-warp-specialization.py`` uses it; the same operands, :func:`_epilogue` and bits.
+It targets the two losses left in :func:`w8a8_mm_gluon`: the tensor cores idle during
+each tile's epilogue, and the consumer warps issue every TMA refill themselves (after
+a ``bar.sync``).
+
+* Partitions (``gl.warp_specialize``; Triton 3.6 and 3.9 take the same form: a list of
+  ``(function, args)`` with the default partition first, then the workers' warp
+  counts and register requests -- 3.9 makes the latter optional, 3.6 requires it;
+  worker arguments may not be register tensors, so each consumer builds its own
+  accumulator): the default partition (``num_warps`` 4) is consumer 0; worker 0 (4
+  warps) is consumer 1; worker 1 (1 warp) is the producer. Register requests
+  [240, 24]: Triton pads the producer's warp group with idle warps (12 warps, 384
+  threads, launched at ``.maxnreg`` 168) and emits ``setmaxnreg``: consumers 240 per
+  thread (the default partition gets the leftover, also 240), producer 24;
+  128 * (240 + 240 + 24) = 64,512 of the 65,536 registers. A consumer's [BLOCK_M,
+  BLOCK_N] int32 tile on one warp group (128x128: 128 registers a thread) plus the
+  epilogue fits in 240 without spills (sm_90 ptxas, both Tritons; a 64x256 tile spilled
+  with the fp32 + bias epilogue and is not offered).
+* Persistent: program p owns tiles p, p + NUM_PROGS, ... (grouped order), its *local*
+  tiles 0, 1, 2, ...; consumer ``WG`` takes local tiles WG, WG + 2, ... The producer
+  walks every local tile's K steps in order; K step ``g`` (counted over the program's
+  life: local tile i's step ki is ``g = i * k_iters + ki``) uses ring slot ``g % STAGES``
+  with phase ``(g // STAGES) & 1`` -- the consumer of local tile i knows its ``g``
+  without talking to the other consumer.
+* Ring barriers (each ``count=1``; an mbarrier starts in phase 0, and waiting for
+  parity 1 on it returns at once): ``ready[s]``: the producer's ``expect`` (one
+  arrival + the tile bytes) and its two TMA loads complete phase ``g // STAGES`` of
+  slot s; the consumer waits parity ``(g // STAGES) & 1`` before its wgmma reads the
+  slot. ``empty[s]``: the consumer arrives once the wgmma that read step g has
+  retired; the producer waits parity ``((g // STAGES) & 1) ^ 1`` before refilling
+  (step g - STAGES released the slot; the first lap passes at once).
+* Consumer K step: wait ``ready``, ``warpgroup_mma(..., is_async=True)``,
+  ``warpgroup_mma_wait(num_outstanding=1)`` (this step's group stays in flight; step
+  g - 1's has retired), then arrive on ``empty[(g - 1) % STAGES]`` (not at a tile's
+  first step: the previous tile's last slot was released after its
+  ``warpgroup_mma_wait(0)``). One elected thread arrives (Triton's lowering: thread 0
+  of the warp group, after a warp-group ``bar.sync`` that Triton's membar analysis
+  inserts -- seen in the PTX); wgmma is a warp-group collective, so its retirement
+  covers the whole group's reads, as CUTLASS's one-thread ``consumer_release``.
+  No proxy fence: wgmma and TMA both access shared memory through the async proxy.
+* Ordering barriers ``order[0]``, ``order[1]`` (CUTLASS's math ``OrderedSequenceBarrier``,
+  main-loop half): before its j-th tile consumer WG waits ``order[WG]`` with parity
+  ``(j & 1) ^ 1`` (WG 0: its first tile passes at once) or ``j & 1`` (WG 1: after WG
+  0's first arrival); after issuing its last wgmma of the tile it arrives on
+  ``order[1 - WG]``, then retires its wgmma, releases the last slot and runs the
+  epilogue while the other group's main loop runs. Besides putting one group at a
+  time on the tensor cores, this wait is what makes the parities exact: a consumer
+  starts local tile i only after the other consumer has passed every ``ready`` wait of
+  tile i - 1 (and itself of tile i - 2, ...), so every fill before tile i has
+  completed; within the tile, the slot's previous fill (step g - STAGES) was either
+  observed by this consumer or belongs to an earlier tile. Hence no ``ready`` barrier is
+  ever an even number of phases short of its waiter (parity aliasing: a wait for
+  parity p also passes when the barrier is two phases short), and none can run ahead
+  (that needs this consumer's own release). Without it a consumer could pass a wait
+  on a slot whose earlier fill has not landed -- e.g. consumer 1's first step g =
+  k_iters in an odd lap of the ring waits parity 1, which a fresh barrier passes (the
+  model check reports/bench/nvidia-h200/probe-2026-12-01g/ws_protocol_sim.py finds such
+  schedules with ``--no-order``, none with the barrier). The producer cannot alias: it
+  fills step g only after it filled g - STAGES, which it did after step g - 2 * STAGES
+  was released. The waits only ever wait for a
+  predecessor that exists (consumer 1 has a j-th tile only if consumer 0 has one; the
+  producer never waits for a consumer), so an odd tile count, a consumer with no tile,
+  ``k_iters < STAGES`` and ``k_iters == 1`` cannot deadlock. CUTLASS also orders the
+  two epilogues (they share its epilogue's shared memory and TMA store); ours store
+  from registers, so they are not ordered.
+* Every TMA load issued is waited for by a consumer, and every wgmma retired, before
+  the program ends (no asynchronous operation outlives the kernel); the barriers are
+  not invalidated (their memory is not reused).
+
 CUDA sm_90 only, never interpreted. Compiles with Triton 3.6 and 3.9 (the one API
 difference, the TMA load's name, is shimmed below). Importing this module never
 fails: ``AVAILABLE`` is False when this Triton has no Gluon Hopper API.
@@ -134,7 +209,7 @@ def operand_layout(rows: int, block_k: int):
 
 def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_kind: int = 0,
                 has_bias: bool = False, acc_only: bool = False, group_m: int = 8,
-                strides: tuple = (1, 1, 1)):
+                strides: tuple = (1, 1, 1), ws: bool = False):
     """A ``GluonASTSource`` of :func:`w8a8_mm_gluon` for ``triton.compile(src,
     target=GPUTarget("cuda", 90, 32), options=dict(num_warps=..., enable_fp_fusion=False))``
     without a GPU (tests, reports/bench/nvidia-h200/probe-2026-12-01f/sm90_compile.py).
@@ -142,7 +217,8 @@ def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_ki
     int32 out if ``acc_only``): aligned pointers, M, N, K and the output row stride
     divisible by 16; ``strides`` = (stride_sa, stride_sb, stride_bias) given as
     values, 1 becoming the constant 1 (the JIT's rule; per-row / per-column scales
-    and a contiguous bias), others a runtime int."""
+    and a contiguous bias), others a runtime int. ``ws``: the warp-specialised
+    :func:`w8a8_mm_gluon_ws` instead (same parameters; compile with ``num_warps=4``)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     out = "*i32" if acc_only else ("*bf16", "*fp16", "*fp32")[out_kind]
@@ -161,10 +237,11 @@ def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_ki
             sig[name] = "i32"
             if v % 16 == 0:
                 aligned.add(name)
-    params = list(w8a8_mm_gluon.arg_names)
+    fn = w8a8_mm_gluon_ws if ws else w8a8_mm_gluon
+    params = list(fn.arg_names)
     sig.update((p, "constexpr") for p in const)
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if p in aligned}
-    return GluonASTSource(fn=w8a8_mm_gluon, signature={p: sig[p] for p in params},
+    return GluonASTSource(fn=fn, signature={p: sig[p] for p in params},
                           constexprs=const, attrs=attrs)
 
 
@@ -311,3 +388,114 @@ def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
 
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
+
+
+# ------------------------------------------------------- warp-specialised ping-pong
+@_jit
+def _ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, num_pid_n,
+                 num_tiles, k_iters, NUM_PROGS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Producer partition (1 warp, 24 registers): the TMA loads of every K step of
+    every tile of this program, in order, step ``g`` into ring slot ``g % STAGES``
+    (module docstring, "Ring barriers"). Runs ahead of the consumers by up to STAGES
+    steps, across tile boundaries; K tails are zero-filled by TMA."""
+    g = 0
+    for tile in range(pid, num_tiles, NUM_PROGS):
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for ki in range(k_iters):
+            slot = g % STAGES
+            # the consumer of step g - STAGES released the slot (first lap: passes at once)
+            mbarrier.wait(empty.index(slot), ((g // STAGES) & 1) ^ 1)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            _tma_load(a_desc, [off_m, ki * BLOCK_K], bar, a_ring.index(slot))
+            _tma_load(b_desc, [off_n, ki * BLOCK_K], bar, b_ring.index(slot))
+            g += 1
+
+
+@_jit
+def _ws_consumer(a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
+                 M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
+                 num_pid_n, num_tiles, k_iters, NUM_PROGS, WG: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """Consumer warp group ``WG`` (0: the default partition, 1: a 4-warp worker): the
+    program's local tiles WG, WG + 2, ..., each a [BLOCK_M, BLOCK_N] int32 accumulator
+    in this warp group's wgmma layout, then :func:`_epilogue` on it (module docstring,
+    "Consumer K step" and "Ordering barriers")."""
+    LAYOUT: gl.constexpr = mma_layout(BLOCK_M, BLOCK_N, gl.num_warps())
+    j = 0
+    for tile in range(pid + WG * NUM_PROGS, num_tiles, 2 * NUM_PROGS):
+        off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        g0 = (2 * j + WG) * k_iters  # ring position of this tile's first K step
+        # my turn on the tensor cores: the other group has issued its previous tile
+        mbarrier.wait(order.index(WG), (j & 1) ^ (1 - WG))
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.int32, layout=LAYOUT)
+        for ki in range(k_iters):
+            g = g0 + ki
+            slot = g % STAGES
+            mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
+            a_s = a_ring.index(slot)
+            b_s = b_ring.index(slot)
+            acc = warpgroup_mma(a_s, b_s.permute((1, 0)), acc, is_async=True)
+            acc, a_s, b_s = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, b_s))
+            # step g - 1's wgmma has retired: hand its slot back to the producer
+            mbarrier.arrive(empty.index((g + STAGES - 1) % STAGES), pred=ki > 0)
+        # every wgmma of this tile is issued: the other group may start its tile
+        mbarrier.arrive(order.index(1 - WG))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((g0 + k_iters - 1) % STAGES))
+        _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
+                  stride_sa, stride_sb, stride_bias, stride_om,
+                  HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, LAYOUT)
+        j += 1
+
+
+@_jit
+def w8a8_mm_gluon_ws(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
+                     M, N, K, stride_sa, stride_sb, stride_bias, stride_om, NUM_PROGS,
+                     HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                     GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Warp-specialised ping-pong int8 GEMM (module docstring): the arguments, grid
+    and results of :func:`w8a8_mm_gluon` (a [M, K] and b [N, K] int8 through TMA
+    descriptors of block [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]; fp32 scales; out bf16 /
+    fp16 / fp32, or int32 if ACC_ONLY), BLOCK_M x BLOCK_N being *one consumer's* tile.
+    Launch with ``num_warps=4`` (the default partition; Triton adds the workers' 8
+    warps) and ``enable_fp_fusion=False``; grid (NUM_PROGS,), normally min(tiles, SMs).
+    Shared memory: STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K bytes of ring + barriers."""
+    gl.static_assert(STAGES >= 2, "a consumer keeps one step in flight while the producer refills")
+    gl.static_assert(gl.num_warps() == 4, "the default partition is one consumer warp group")
+    a_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    order = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    for s in gl.static_range(2):
+        mbarrier.init(order.index(s), count=1)
+    fence_async_shared()  # barrier initialisation visible to the TMA unit
+
+    pid = gl.program_id(0)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_iters = gl.cdiv(K, BLOCK_K)
+    # default partition = consumer 0; workers: consumer 1 (4 warps, 240 registers),
+    # producer (1 warp, 24 registers); the default partition gets the leftover (240)
+    gl.warp_specialize([
+        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
+                        M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
+                        num_pid_n, num_tiles, k_iters, NUM_PROGS, 0, HAS_BIAS, OUT_KIND,
+                        ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
+        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
+                        M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
+                        num_pid_n, num_tiles, k_iters, NUM_PROGS, 1, HAS_BIAS, OUT_KIND,
+                        ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
+        (_ws_producer, (a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m,
+                        num_pid_n, num_tiles, k_iters, NUM_PROGS, BLOCK_M, BLOCK_N, BLOCK_K,
+                        GROUP_M, STAGES)),
+    ], [4, 1], [240, 24])

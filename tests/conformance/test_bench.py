@@ -123,3 +123,25 @@ def test_the_bench_probes_and_precompiles_what_the_tuner_may_try(monkeypatch):
         assert bench.config_by_label(c.label()) == c
     with pytest.raises(KeyError, match="no configuration of the built-in triton kernel"):
         bench.config_by_label("ptr 1x1x1 g1 sk1 w1 s1")
+
+
+def test_the_bench_covers_the_ws_gluon_configs_only_when_opted_in(monkeypatch):
+    """The warp-specialised Gluon configurations reach the bench's hang probe and
+    pre-compile (``_tuned_configs``) only with ``INT8CONF_TRITON_GLUON_WS=1`` on top of
+    ``_gluon_enabled``, after the other Gluon ones; their labels map back."""
+    from conformance.kernels import builtin_triton as bt
+
+    monkeypatch.delenv("INT8CONF_TRITON_GLUON_WS", raising=False)
+    monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: True)
+    ws = list(bt.GLUON_WS_CONFIGS["large"])
+    assert not any(c in ws for c in bench._tuned_configs(4096))
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
+    got = bench._tuned_configs(4096)
+    assert got[-len(ws):] == ws
+    assert [c for c in got if c.kernel == "gluon" and not c.warp_spec] == \
+        list(bt.GLUON_CONFIGS["large"])
+    assert not any(c in ws for c in bench._tuned_configs(128))  # large bucket only
+    for c in ws:
+        assert bench.config_by_label(c.label()) == c
+    monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: False)
+    assert not any(c in ws for c in bench._tuned_configs(4096))

@@ -8,6 +8,13 @@ and the shared epilogue's bf16 rounding. Its bits on a GPU are checked by the pr
 
 Also: the Gluon candidates join the tuning only on sm_90 (on by default there since
 2026-12-01g, when they ran exact natively; ``INT8CONF_TRITON_GLUON=0`` leaves them out).
+
+The warp-specialised ping-pong variant (``w8a8_mm_gluon_ws``, never run on a GPU when
+added): its PTX must show a register-reallocated producer / two-consumer split
+(``setmaxnreg`` 240 / 24), int8 wgmma kept in flight in each consumer's K loop
+(``wait_group 1``) with the ring slot released (``mbarrier.arrive``) only after that
+wait, TMA loads only in the producer after its empty-slot wait, no spills and shared
+memory within 227 KiB; its candidates join only with ``INT8CONF_TRITON_GLUON_WS=1``.
 """
 
 import os
@@ -27,11 +34,11 @@ needs_gluon = pytest.mark.skipif(not gluon_gemm.AVAILABLE,
 CONFIGS = [(128, 256, 128, 8, 3), (128, 128, 128, 4, 3), (256, 128, 128, 8, 3)]
 
 
-def _compile(bm, bn, bk, warps, stages, **kw):
+def _compile(bm, bn, bk, warps, stages, ws=False, **kw):
     import triton
     from triton.backends.compiler import GPUTarget
 
-    src = gluon_gemm.sm90_source(bm, bn, bk, stages, **kw)
+    src = gluon_gemm.sm90_source(bm, bn, bk, stages, ws=ws, **kw)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": warps, "enable_fp_fusion": False})
 
@@ -68,6 +75,12 @@ def test_sm90_ptx_keeps_one_int8_wgmma_group_in_flight(cfg, has_bias, tmp_path):
     assert len(re.findall(r"^\.visible \.entry ", ptx, re.MULTILINE)) == 1
     assert "32767" in ptx  # the epilogue's bf16 RNE rounding constant 0x7FFF
     assert not re.search(r"\bfma\.", ptx)  # no contraction into FMA
+    _assert_no_local_memory(ptx, tmp_path)
+
+
+def _assert_no_local_memory(ptx, tmp_path):
+    """``ptxas -v`` (Triton's own for sm_90) reports no stack frame and no spills;
+    nothing to check without a ptxas that reads this PTX."""
     ptxas = _ptxas()
     if ptxas is None:
         return  # only the spill check needs ptxas
@@ -163,3 +176,146 @@ def test_gluon_config_refused_off_sm90():
     s = torch.ones(())
     with pytest.raises((ValueError, OperandError), match="sm_90|gluon"):
         bt.scaled_mm_config(bt.Config("gluon", 64, 32, 32, 8, 1, 4, 3), a, b, s, s)
+
+
+# ------------------------------------------------- warp-specialised ping-pong variant
+#: (BLOCK_M, BLOCK_N, BLOCK_K, stages, out_kind, has_bias, acc_only): the largest ring
+#: with the epilogue that needs the most registers (bf16 + bias), and the BLOCK_K 64 ring
+#: with the accumulator-only store
+WS_CASES = [(128, 128, 128, 6, 0, True, False), (128, 128, 64, 10, 0, False, True)]
+
+
+def _ops(ptx):
+    """(kind, position) of the PTX's synchronisation-relevant instructions, in order."""
+    pat = (r"(mbarrier\.try_wait|mbarrier\.arrive\.expect_tx|mbarrier\.arrive\.shared"
+           r"|wgmma\.mma_async|wgmma\.wait_group\.sync\.aligned \d|cp\.async\.bulk\.tensor"
+           r"|setmaxnreg\.\w+\.sync\.aligned\.u32\s+\d+)")
+    return [(m.group(1), m.start()) for m in re.finditer(pat, ptx)]
+
+
+@needs_gluon
+@pytest.mark.parametrize("case", WS_CASES,
+                         ids=lambda c: "{}x{}x{}s{}-out{}-bias{}-acc{}".format(*c))
+def test_sm90_ws_ptx_ping_pong(case, tmp_path):
+    bm, bn, bk, stages, out_kind, has_bias, acc_only = case
+    k = _compile(bm, bn, bk, 4, stages, ws=True, out_kind=out_kind, has_bias=has_bias,
+                 acc_only=acc_only)
+    ptx = k.asm["ptx"]
+    assert len(re.findall(r"^\.visible \.entry ", ptx, re.MULTILINE)) == 1
+    assert k.metadata.num_warps == 12  # 4 (consumer 0) + 4 (consumer 1) + 1 producer, padded
+    assert k.metadata.shared <= 227 * 1024
+    assert k.metadata.shared >= stages * (bm + bn) * bk
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.s32\.s8\.s8", ptx)
+    # register reallocation: consumers up to 240 registers a thread, the producer 24
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    ops = _ops(ptx)
+    kinds = [o for o, _ in ops]
+    waits = [o[-1] for o in kinds if o.startswith("wgmma.wait_group")]
+    assert waits.count("1") == 2, waits  # one K loop per consumer partition keeps a group in flight
+    assert waits.count("0") == 2, waits  # ... and each drains it once per tile
+    for i, o in enumerate(kinds):
+        if o == "wgmma.wait_group.sync.aligned 1":
+            # the slot is released after the wait retired the previous step's wgmma,
+            # before anything else touches a barrier or issues a wgmma
+            nxt = next(x for x in kinds[i + 1:] if not x.startswith("setmaxnreg"))
+            assert nxt == "mbarrier.arrive.shared", kinds[i:i + 4]
+        if o == "wgmma.mma_async":
+            # every wgmma follows a ready wait since the previous wait_group / arrive
+            prev = [x for x in kinds[:i] if x != "wgmma.mma_async"]
+            assert prev[-1] == "mbarrier.try_wait", prev[-3:]
+    # TMA loads: only the producer's two (a and b), after its empty-slot wait and expect,
+    # with no wgmma in that partition
+    tma = [i for i, o in enumerate(kinds) if o == "cp.async.bulk.tensor"]
+    assert len(tma) == 2 and tma[1] == tma[0] + 1
+    assert kinds[tma[0] - 2:tma[0]] == ["mbarrier.try_wait", "mbarrier.arrive.expect_tx"]
+    assert kinds.count("mbarrier.arrive.expect_tx") == 1
+    # per consumer: order wait + ready wait; arrivals: slot in the loop, order, last slot
+    assert kinds.count("mbarrier.try_wait") == 5
+    assert kinds.count("mbarrier.arrive.shared") == 6
+    if not acc_only:
+        assert "32767" in ptx  # the shared epilogue's bf16 RNE constant
+    assert not re.search(r"\bfma\.", ptx)
+    _assert_no_local_memory(ptx, tmp_path)
+
+
+def test_gluon_ws_configs_and_labels():
+    """The ws configurations: gluon kernel, ping-pong flag, persistent, 4 warps (the
+    default partition), a ring within 227 KiB; labels unique among every table the
+    bench resolves (``config_by_label``)."""
+    ws = bt.GLUON_WS_CONFIGS["large"]
+    assert ws and set(bt.GLUON_WS_CONFIGS) == {"large"}
+    for c in ws:
+        assert c.kernel == "gluon" and c.warp_spec and c.persistent and c.num_warps == 4
+        assert c.split_k == 1 and c.num_stages >= 2
+        assert c.num_stages * (c.block_m + c.block_n) * c.block_k <= 227 * 1024 - 1024
+        assert c.label().endswith(" persistent ws") and bt._kernel_name(c) == "gluon_ws"
+    assert (bt.Config("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, warp_spec=True).label()
+            == "gluon 128x128x128 g8 w4 s6 persistent ws")
+    assert bt._kernel_name(bt.Config("gluon", 128, 256, 128, 8, 1, 8, 4)) == "gluon"
+    assert bt._kernel_name(bt.Config("tma", 128, 256, 128, 8, 1, 8, 4, warp_spec=True)) == "tma"
+    labels = [c.label() for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS, bt.GLUON_WS_CONFIGS)
+              for cs in t.values() for c in cs]
+    assert len(set(labels)) == len(set(c for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS,
+                                                   bt.GLUON_WS_CONFIGS)
+                                       for cs in t.values() for c in cs))
+    assert not set(c.label() for c in ws) & set(c.label() for t in (bt.BUCKET_CONFIGS,
+                                                                     bt.GLUON_CONFIGS)
+                                                 for cs in t.values() for c in cs)
+
+
+def test_gluon_ws_joins_only_with_its_opt_in(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("INT8CONF_TRITON_GLUON", raising=False)
+    monkeypatch.delenv("INT8CONF_TRITON_GLUON_WS", raising=False)
+    monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
+    monkeypatch.setattr(gluon_gemm, "AVAILABLE", True)
+    h200 = torch.device("cuda", 0)
+    assert bt._gluon_enabled(h200) and not bt._gluon_ws_enabled(h200)  # off by default
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
+    assert bt._gluon_ws_enabled(h200)
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")
+    assert not bt._gluon_ws_enabled(h200)       # the Gluon opt-out covers it too
+    monkeypatch.delenv("INT8CONF_TRITON_GLUON")
+    monkeypatch.setattr(bt, "_capability", lambda dev: (10, 0))
+    assert not bt._gluon_ws_enabled(h200)       # sm_90 code only
+    monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
+    monkeypatch.setattr(gluon_gemm, "AVAILABLE", False)
+    assert not bt._gluon_ws_enabled(h200)
+    assert not bt._gluon_ws_enabled(torch.device("cpu"))
+    # candidates: after the bucket's own and the Gluon ones, large bucket, TMA-able only
+    large = bt._candidates(4096, True, True, True)
+    assert large[:len(bt._candidates(4096, True, True))] == bt._candidates(4096, True, True)
+    assert [c for c in large if c.warp_spec and c.kernel == "gluon"] == \
+        list(bt.GLUON_WS_CONFIGS["large"])
+    assert bt._candidates(4096, True, True) == bt._candidates(4096, True, True, False)
+    assert bt._candidates(4096, True, False, True) == bt._candidates(4096, True)  # needs gluon
+    assert not any(c.kernel == "gluon" for c in bt._candidates(4096, False, True, True))
+    small = bt._candidates(128, True, True, True)
+    assert not any(c.warp_spec and c.kernel == "gluon" for c in small)
+
+
+@needs_gluon
+def test_gluon_ws_launch_keywords_match_the_kernel(monkeypatch):
+    """A ws configuration launches through the same host path as the other Gluon kernel:
+    same runtime arguments and constexprs (so ``_issue`` / ``_launch_raw`` / the TMA
+    descriptors need nothing new), num_warps 4, one program per SM at most."""
+    import torch
+
+    monkeypatch.setattr(bt, "_num_sms", lambda dev: 132)
+    cfg = bt.GLUON_WS_CONFIGS["large"][0]
+    a = torch.zeros((3000, 1168), dtype=torch.int8)
+    b = torch.zeros((2000, 1168), dtype=torch.int8)
+    grid, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.float16,
+                                       3000, 2000, 1168, False)
+    tiles = -(-3000 // cfg.block_m) * -(-2000 // cfg.block_n)
+    assert grid == (min(tiles, 132),) and words == 0 and ints[-1] == grid[0]
+    assert kw["num_warps"] == 4 and kw["STAGES"] == cfg.num_stages and "num_stages" not in kw
+    assert kw["enable_fp_fusion"] is False
+    ws = bt._kernel("gluon_ws", True)[0]
+    plain = bt._kernel("gluon", True)[0]
+    assert ws is gluon_gemm.w8a8_mm_gluon_ws and plain is gluon_gemm.w8a8_mm_gluon
+    assert [p.name for p in ws.params] == [p.name for p in plain.params]
+    assert [p.is_constexpr for p in ws.params] == [p.is_constexpr for p in plain.params]
+    assert bt._constexpr_tail(ws, kw) == (False, 1, False, 128, 128, 128, 8, cfg.num_stages)

@@ -70,14 +70,18 @@ def fp8_gemm(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
 GLUON = list(dict.fromkeys(c for cs in bt.GLUON_CONFIGS.values() for c in cs))
 
 
-def gluon_exactness(g) -> list:
-    """The Gluon configurations whose outputs equal the built-in's bit for bit on
-    awkward shapes, every output kind, with and without bias, and int32 (printed)."""
+#: (M, N, K) the Gluon configurations are checked on by default
+EDGE_SHAPES = ((3000, 2000, 1168),  # edges, K tail, 10 K steps (not a multiple of 3), 192+ tiles
+               (300, 1000, 48))     # K shorter than the ring (predicated prologue)
+
+
+def gluon_exactness(g, configs=None, shapes=EDGE_SHAPES) -> list:
+    """The Gluon configurations (``configs``, default :data:`GLUON`) whose outputs equal
+    the built-in's bit for bit on awkward shapes, every output kind, with and without
+    bias, and int32 (printed)."""
     ok = []
     ref_cfg = Config("ptr", 64, 128, 64, 8, 1, 4, 3)
-    shapes = ((3000, 2000, 1168),  # edges, K tail, 10 K steps (not a multiple of 3), 192+ tiles
-              (300, 1000, 48))     # K shorter than the ring (predicated prologue)
-    for c in GLUON:
+    for c in (GLUON if configs is None else configs):
         bad = []
         try:
             for m, n, k in shapes:
