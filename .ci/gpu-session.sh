@@ -1,24 +1,17 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). As of 2026-12-01f (no device was
-# lent that session; reports/sweep/h200-paper-scale/NOTE.md, reports/bench/nvidia-h200/
-# probe-2026-12-01f/NOTE.md) what is left:
-#   5. issue 7 FIRST: run_workers.sh (~400 s on a fresh machine): executor probe on 28
-#      layers (serial, --threads 2/3/4 with a CUDA stream each, --workers 2/4), then the
-#      full paper-scale grid with the fastest, scored. This is also the re-run of the F6
-#      rows (computed in 2026-12-01d/e while faults.inject dropped the kernel's declared
-#      overflow behaviour). Commit its sweep/ into reports/sweep/h200-paper-scale/triton/;
-#      if threads win, make them the single-GPU default (conformance.sweep.distributed.
-#      default_workers) and say so in README.
-#   11p. issue 11: probe_8192.py (~2-3 min): the Gluon kernel's configurations checked
-#      bit for bit on edge shapes (first and cached launch, 60 s hang guard), then timed at
-#      8192^3 with the two-programs-per-SM and larger-BLOCK_K configurations, the fp8
-#      control and cuBLAS fp8. If a configuration wins, the bench (`int8conf bench --gpu`,
-#      with INT8CONF_TRITON_GLUON=1 for a Gluon one) re-measures every shape;
-#   1: the CUDA tests (new: test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows);
-#   2a/2b: triton and int_mm conformance natively (family `dispatch` not yet run natively);
-#   4 / 4p: run_paper.sh (full grid one process + profiles); 3 / 3b: the pow2 studies
-#      (both complete).
+# tool, where the repo is a plain copy, not installed). As of 2026-12-01g (issue 7's
+# paper-scale sweep done: 42.1 s with 4 processes; issue 11 at 1,367 TOPS at 8192^3 with
+# the Gluon kernel, target 1,400) what is left:
+#   11w. issue 11: probe_ws.py (~3 min): the warp-specialised ping-pong Gluon kernel
+#      (never run on a GPU; opt-in INT8CONF_TRITON_GLUON_WS=1) checked bit for bit on
+#      edge shapes (first and cached launch, 60 s hang guard), then timed at 8192^3
+#      next to gluon 128x256x128 s4 and cuBLAS fp8. If exact and faster: the bench with
+#      INT8CONF_TRITON_GLUON_WS=1, native `pytest --kernel=triton` with it (STAGE=2a),
+#      then move its configurations into GLUON_CONFIGS (on by default on sm_90);
+#   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
+#   5: run_workers.sh (executor probe + full paper grid; done 2026-12-01g);
+#   4 / 4p: run_paper.sh; 3 / 3b: the pow2 studies (both complete).
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -56,6 +49,8 @@ case "${STAGE:-1}" in
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
+11w) timeout 400 python3 reports/bench/nvidia-h200/probe-2026-12-01g/probe_ws.py > "$OUT/logs/probews.log" 2>&1
+   grep -v -i warn "$OUT/logs/probews.log" | tail -60 | cut -c1-300 ;;
 11p) timeout 200 python3 reports/bench/nvidia-h200/probe-2026-12-01f/probe_8192.py > "$OUT/logs/probe8192.log" 2>&1
    grep -v -i warn "$OUT/logs/probe8192.log" | tail -40 | cut -c1-300 ;;
 5) OUT="$OUT/logs/workers-out" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
