@@ -11,7 +11,8 @@ matrix and every matrix it amends, and the scorecard is written to
 
 Exit codes: 0 done (scorecard written); 2 bad input (unknown kernel, fault,
 coverage, layer, a store of another sweep, a prediction matrix that does not
-match its lock).
+match its lock); 130 stopped by Ctrl-C or SIGTERM (what was stored stays; run
+the same command again to resume).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def register(subparsers) -> None:
                     "cell x check in SQLite (resumable), score against the locked prediction "
                     "matrices and write reports/sweep/<kernel>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
-               "another sweep, a prediction matrix that does not match its lock)")
+               "another sweep, a prediction matrix that does not match its lock); 130 stopped "
+               "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)")
     p.add_argument("--kernel", required=True, metavar="NAME",
                    help="kernel: built-in (cpu, int_mm, triton), pkg.module:function or entry point")
     src = p.add_mutually_exclusive_group()
@@ -63,7 +65,8 @@ def register(subparsers) -> None:
     p.add_argument("--coverages", type=_csv, default=None, metavar="C,...",
                    help="one, 1%%, all (default: all three)")
     p.add_argument("--scale-modes", type=_csv, default=["own", "pow2"], metavar="M,...",
-                   help="own, pow2 (default: both)")
+                   help="own, pow2 (default: both); selects the layer cells -- a model cell "
+                        "(C7, E1; see --no-model-checks) always evaluates C7 under both modes")
     p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
     p.add_argument("--db", default=None, metavar="PATH",
                    help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists")
@@ -95,7 +98,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-model-checks", action="store_true", help="skip C7 / E1 model cells")
     p.add_argument("--device", default=None, help="kernel device: cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--no-score", action="store_true", help="only compute and store cells")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print nothing but errors: no progress bar, no start, totals or "
+                        "scorecard-path lines (the store and scorecard are still written)")
     p.set_defaults(func=run)
 
 
@@ -217,7 +222,10 @@ def run(args: argparse.Namespace) -> int:
     from conformance.commands._options import ensure_out_dir, removed_if_refused
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with removed_if_refused(out_dir):
-        ensure_out_dir(out_dir)
+        if args.out is None and args.db:  # the scorecard goes beside the store
+            ensure_out_dir(out_dir, "--db", "directory of the store")
+        else:
+            ensure_out_dir(out_dir)
         # writer: a second sweep on this store is refused, not interleaved
         store = SweepStore(db, spec.identity(), writer=True)
     with store:
@@ -272,6 +280,9 @@ def run(args: argparse.Namespace) -> int:
                   f"({x['FN_no_op']} FN in no-op cells)")
         print(f"F8 fired in {h['f8_fired']} check-cells")
         print("scorecard: " + ", ".join(str(p) for p in paths))
+        if not any(p.suffix == ".png" for p in paths):
+            print("detection.png not written: matplotlib is not installed "
+                  "(pip install 'int8conf[plots]')")
     return 0
 
 

@@ -62,7 +62,9 @@ class RunLog:
                 r["status"] = "interrupted"
                 r["computed"] = max(0, now - int(r.get("stored_before", now)))
                 r["cells_per_s"] = _rate(r["computed"], r.get("wall_s") or 0.0)
-        runs = [r for r in runs if r.get("status") != "interrupted" or r["computed"]]
+        # a killed run that stored nothing left no time on record either: nothing to count
+        runs = [r for r in runs if r.get("status") != "interrupted" or r["computed"]
+                or r.get("wall_s")]
         entry = {"status": "running", "computed": 0, "skipped": skipped, "wall_s": 0.0,
                  "cells_per_s": 0.0, "executor": None,
                  "when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu_count": os.cpu_count(),
@@ -99,12 +101,13 @@ class RunLog:
     def interrupt(self) -> None:
         """Close the entry as ``interrupted`` (the run stopped on an exception),
         its cells counted from the store as for a killed run (exact even when
-        the stop lands between a unit's commit and the caller's count)."""
+        the stop lands between a unit's commit and the caller's count), its wall
+        time kept even when it stored no cell."""
         computed = max(0, len(self.store.done()) - self.entry["stored_before"])
         self._update(computed, time.perf_counter() - self._t0)
+        # kept even with no cell stored: its wall time (start-up, a first unit cut short)
+        # belongs in the timing line
         self.entry["status"] = "interrupted"
-        if not self.entry["computed"]:
-            self.runs.remove(self.entry)
         self.store.set_meta("runs", self.runs)
 
     def _update(self, computed: int, wall_s: float) -> None:

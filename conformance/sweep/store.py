@@ -30,6 +30,9 @@ from typing import Iterable, Optional
 from conformance.sweep.cells import MODEL_LAYER, Cell
 from reference.errors import Int8confError
 
+#: the tables a sweep store holds (:data:`_SCHEMA`)
+_TABLES = {"meta", "cells", "results"}
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS cells (
@@ -114,6 +117,14 @@ class SweepStore:
             raise StoreError(f"sweep store {self.path} does not exist")
         try:
             self.db = sqlite3.connect(str(self.path), timeout=60)
+            # a database holding other tables and no sweep identity is someone else's:
+            # adding the sweep tables to it would silently mix the two
+            names = {r[0] for r in self.db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if names - _TABLES and "meta" not in names:
+                self.db.close()
+                raise StoreError(f"{self.path} is an SQLite database of something else (tables "
+                                 f"{sorted(names)[:5]}), not a sweep store: give another --db")
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)

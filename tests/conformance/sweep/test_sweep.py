@@ -70,7 +70,8 @@ def test_a_refused_store_names_what_differs_and_an_unusable_path_says_so(tmp_pat
 def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_path):
     """RunLog: a run stopped by an exception is closed as interrupted; a run
     killed without a word (entry left ``running``) is closed by the next run
-    with the cells stored since it began; a run that stored nothing is dropped."""
+    with the cells stored since it began; a run that finished with nothing to do
+    is dropped; one interrupted before its first cell keeps its wall time."""
     from types import SimpleNamespace
 
     from conformance.sweep.runlog import RunLog, read_runs
@@ -89,9 +90,15 @@ def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_pa
         runs = c.finish(SimpleNamespace(computed=1, elapsed_s=0.5, executor="serial"))
         assert runs == read_runs(s)
         RunLog.start(s, skipped=4).finish(SimpleNamespace(computed=0, elapsed_s=0.1, executor="serial"))
+        early = RunLog.start(s, skipped=4)
+        early._t0 -= 17.0                               # 17 s of start-up, then Ctrl-C
+        early.interrupt()
+        RunLog.start(s, skipped=4)                      # killed before its first cell: no time
+        RunLog.start(s, skipped=4).finish(SimpleNamespace(computed=0, elapsed_s=0.1, executor="serial"))
         runs = read_runs(s)
     assert [(r["status"], r["computed"], r["stored_before"]) for r in runs] == [
-        ("interrupted", 1, 0), ("interrupted", 2, 1), ("complete", 1, 3)]
+        ("interrupted", 1, 0), ("interrupted", 2, 1), ("complete", 1, 3), ("interrupted", 0, 4)]
+    assert 17.0 <= runs[3]["wall_s"] < 20.0
     assert runs[2]["executor"] == "serial" and runs[2]["cells_per_s"] == 2.0
     assert runs[0]["executor"] == "serial (this process)" and runs[1]["executor"] is None
 
@@ -362,6 +369,39 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--out" in err[0] and "cannot create" in err[0]
     assert not (tmp_path / "y.sqlite").exists()
+    # a store under a file (no --out): the option named is --db, not --out (new-user pass)
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+               "--no-model-checks", "--quiet", "--db", str(blocker / "z.sqlite")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"int8conf: error: --db {blocker}: exists and is not a directory"]
+
+
+def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, capsys):
+    """New-user pass: ``--db`` on an SQLite file holding another application's
+    tables got the sweep's tables added beside them, exit 0."""
+    import sqlite3
+
+    from conformance.cli import main
+    db = tmp_path / "other.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE x (a)")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match=r"is an SQLite database of something else \(tables "
+                                         r"\['x'\]\), not a sweep store: give another --db"):
+        SweepStore(db, {"kernel": "cpu"})
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+               "--no-model-checks", "--quiet", "--db", str(db), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "something else" in err[0]
+    con = sqlite3.connect(db)
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master")] == ["x"]  # untouched
+    con.close()
+    assert not (tmp_path / "o").exists()
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()                   # an empty database file is fine
+    with SweepStore(empty, {"kernel": "cpu"}) as s:
+        assert s.done() == set()
 
 
 @pytest.mark.parametrize("option", ["--layers", "--faults", "--coverages", "--scale-modes", "--seeds"])
@@ -387,3 +427,19 @@ def test_a_slice_on_a_bigger_store_says_its_scorecard_scores_the_whole_store(tmp
     md = (tmp_path / "cpu" / "scorecard.md").read_text()
     assert ("- cells scored: every cell in the store, 4 layer cells + 0 model cells (this command "
             "asked for 1 layer cells (1 layers x 1 faults x 1 coverages x 1 scale modes") in md
+
+
+def test_without_matplotlib_the_sweep_says_the_heatmap_was_not_written(tmp_path, capsys,
+                                                                       monkeypatch):
+    """New-user pass: detection.png was silently missing without the plots extra."""
+    import sys
+
+    from conformance.cli import main
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+               "--scale-modes", "own", "--no-model-checks", "--db", str(tmp_path / "s.sqlite")])
+    out = capsys.readouterr().out
+    assert rc == 0 and (tmp_path / "scorecard.md").is_file()
+    assert not (tmp_path / "detection.png").exists()
+    assert ("detection.png not written: matplotlib is not installed "
+            "(pip install 'int8conf[plots]')") in out
