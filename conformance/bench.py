@@ -595,7 +595,7 @@ def _gpu_operands(m: int, k: int, n: int, seed: int):
 
 
 def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
-                  precompile_workers: int = 0, log=print) -> dict:
+                  precompile_workers: int = 0, probe: bool = True, log=print) -> dict:
     """Benchmark ``triton`` vs ``int_mm`` (+ eager epilogue) vs the plain
     autotuned Triton GEMM on every shape, in one process, and check bits.
 
@@ -610,7 +610,11 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
         shapes: from :func:`gpu_shapes` (default: all).
         extra_kernels: registry names benchmarked alongside (e.g. an older
             version of the kernel), each checked against its declared contract.
-        precompile_workers: > 0 compiles all candidates in that many processes first.
+        precompile_workers: > 0 compiles all candidates in that many processes first
+            (0: no pre-compile; the probe does not depend on it).
+        probe: first compile and run each TMA / Gluon candidate in its own process and
+            exclude those that fail or hang (:func:`probe_configs`), so a hanging
+            candidate cannot stop the in-process tuning.
     Returns:
         JSON-able dict: ``environment``, ``peak_tops``, ``rows`` (one per shape),
         ``host_path``, ``tuning``, ``acceptance``.
@@ -628,7 +632,7 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
     name = env["device"]
     peak = _peak(name, PEAK_TOPS)
     extras = [get_kernel(x) for x in extra_kernels]
-    excluded = probe_configs(log=log) if precompile_workers > 0 else {}
+    excluded = probe_configs(log=log) if probe else {}
     pre_s = precompile(shapes, precompile_workers) if precompile_workers > 0 else 0.0
     if pre_s:
         log(f"precompiled in {pre_s:.1f} s with {precompile_workers} workers")

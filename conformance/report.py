@@ -45,6 +45,9 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
   layouts handed to the kernel, ...); per case ``cases[i].coverage``
 * ``invocation``: ``{command, options}``, the command line and options that
   produced the report
+* ``fault_signatures``: a failing run's signature lines (:func:`fault_signatures`:
+  the fault classes the failing cases match, or that they match none); ``[]``
+  when the run did not fail
 
 Paths (capture and model directories, notes, the command line) are written
 portably (``reference.fileio.portable_paths``): relative to the repository
@@ -112,16 +115,18 @@ def to_json_dict(result) -> dict:
         "partial": dict(getattr(result, "partial", None) or complete_run(
             sum(1 for c in result.cases if c.source != "property"))),
         "comparability": getattr(result, "comparability", None) or None,
-        "fault_signatures": _fault_signatures(result),
+        "fault_signatures": fault_signatures(result),
         "coverage": list(getattr(result, "coverage", []) or []),
         "invocation": dict(getattr(result, "invocation", {}) or {}),
     }))
 
 
-def _fault_signatures(result) -> list:
+def fault_signatures(result) -> list:
     """Fault classes whose signature the failures match
     (``conformance.scoring.signature_lines``, the code that scores the
-    sweep); empty for a run that did not fail."""
+    sweep), or the one line saying the failing cases match none; empty for
+    a run that did not fail. The report's "Failure signature" section and
+    ``int8conf check``'s terminal summary show these lines."""
     if result.overall.get("verdict") != "fail":
         return []
     from conformance.scoring import signature_lines

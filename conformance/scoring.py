@@ -351,6 +351,14 @@ def features_of_case(cr) -> FailureFeatures:
     return ft
 
 
+def no_signature_line(n_failing: int) -> str:
+    """The signature line of a report whose ``n_failing`` failing cases match
+    no fault class of the catalogue (e.g. a kernel that drops the bias):
+    ``the failures match no fault class of the catalogue (6 failing cases)``."""
+    return (f"the failures match no fault class of the catalogue ({n_failing} failing "
+            f"case{'' if n_failing == 1 else 's'})")
+
+
 def signature_lines(result) -> list[str]:
     """Lines for a failing conformance report (``ConformanceResult``): each
     fault class whose signature matches at least one failing case, most
@@ -358,7 +366,9 @@ def signature_lines(result) -> list[str]:
     matched one by one (a precondition violation in one case does not hide
     a rounding signature in another). A case whose only failures are
     precondition violations (C3/C4 on a large accumulator: a correct kernel
-    has them too) is not a failing case here. Empty when no case failed."""
+    has them too) is not a failing case here. Empty when no case failed;
+    the one line :func:`no_signature_line` when cases failed but none
+    matches a class (so a reader sees the hint was computed)."""
     failing = [cr for cr in result.cases
                if any(r.verdict == "fail" and not r.is_precondition_violation
                       for r in cr.checks.values())]
@@ -369,6 +379,8 @@ def signature_lines(result) -> list[str]:
             counts[fid] = counts.get(fid, 0) + 1
             lines_of[fid] = line
     n = len(failing)
+    if n and not counts:
+        return [no_signature_line(n)]
     order = sorted(counts, key=lambda f: (-counts[f], int(f[1:])))
     return [f"{lines_of[f]} ({counts[f]} of {n} failing cases)" for f in order]
 

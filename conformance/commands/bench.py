@@ -13,6 +13,19 @@ from pathlib import Path
 from conformance.commands._options import non_negative_int, positive_int
 from reference.fileio import atomic_write_json
 
+#: ``--reps`` when not given (CPU benchmark)
+DEFAULT_REPS = 3
+#: ``--precompile-workers`` when not given (``--gpu``)
+DEFAULT_PRECOMPILE_WORKERS = 8
+#: ``--out`` when not given (``--gpu``)
+DEFAULT_GPU_OUT = Path("reports/bench")
+#: options of the CPU benchmark only: option -> ``args`` attribute (unset: None / False)
+CPU_ONLY = {"--kernel": "kernel", "--reps": "reps", "--no-interpreter": "no_interpreter",
+            "--json": "json"}
+#: options of ``--gpu`` only: option -> ``args`` attribute (unset: None / [])
+GPU_ONLY = {"--out": "out", "--precompile-workers": "precompile_workers",
+            "--extra-kernel": "extra_kernel"}
+
 
 def register(subparsers) -> None:
     """Add the ``bench`` subcommand (argparse) to ``subparsers``."""
@@ -22,34 +35,72 @@ def register(subparsers) -> None:
                     "Qwen3-1.7B layer shapes (M=512; K,N in {2048, 6144}); the Triton "
                     "interpreter is timed on a reduced shape.")
     p.add_argument("--kernel", action="append", default=None, metavar="NAME",
-                   help="kernel to time (repeatable; 'all' = every available built-in; "
-                        "default all)")
-    p.add_argument("--reps", type=positive_int, default=3,
-                   help="timed calls per cell (median; at least 1)")
+                   help="CPU benchmark only: kernel to time (repeatable; 'all' = every available "
+                        "built-in; default all)")
+    p.add_argument("--reps", type=positive_int, default=None, metavar="N",
+                   help=f"CPU benchmark only: timed calls per cell (median; at least 1; "
+                        f"default {DEFAULT_REPS})")
     p.add_argument("--quick", action="store_true",
-                   help="only the 512x2048x2048 shape (plus the interpreter's reduced shape)")
+                   help="fewer shapes: on the CPU only 512x2048x2048 (plus the interpreter's "
+                        "reduced shape); with --gpu three shapes: 1x2048x6144 and 512x2048x6144 "
+                        "(Qwen3-1.7B gate/up) and 4096^3")
     p.add_argument("--no-interpreter", action="store_true",
-                   help="skip kernels that run under the Triton interpreter")
+                   help="CPU benchmark only: skip kernels that run under the Triton interpreter")
     p.add_argument("--json", type=Path, default=None, metavar="PATH",
-                   help="also write the rows and environment as JSON (atomic write)")
+                   help="CPU benchmark only: also write the rows and environment as JSON "
+                        "(atomic write; --gpu always writes reports/bench/<device>/bench.json)")
     g = p.add_argument_group("GPU benchmark (--gpu)")
     g.add_argument("--gpu", action="store_true",
                    help="benchmark triton vs torch._int_mm vs a plain autotuned Triton GEMM on "
                         "the GPU (Qwen3-0.6B/1.7B layers at M in 1,16,128,512,4096; 4096^3, "
-                        "8192^3, 16384x8192x8192), check bits, write reports/bench/<device>/")
-    g.add_argument("--out", type=Path, default=Path("reports/bench"), metavar="DIR",
-                   help="report root for --gpu (default reports/bench)")
-    g.add_argument("--precompile-workers", type=non_negative_int, default=8, metavar="N",
-                   help="compile all candidate kernels in N processes first (0 = off)")
+                        "8192^3, 16384x8192x8192), check bits, write reports/bench/<device>/; "
+                        "first compiles each TMA/Gluon candidate in its own process and drops "
+                        "those that fail or hang (always)")
+    g.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help=f"--gpu only: report root (default {DEFAULT_GPU_OUT})")
+    g.add_argument("--precompile-workers", type=non_negative_int, default=None, metavar="N",
+                   help=f"--gpu only: compile all candidate kernels in N processes first "
+                        f"(0 = no pre-compile; the hang probe still runs; "
+                        f"default {DEFAULT_PRECOMPILE_WORKERS})")
     g.add_argument("--extra-kernel", action="append", default=[], metavar="NAME",
-                   help="also time this kernel (registry name or pkg.module:function?contract=..)"
-                        " in the same run, bits checked against its declared contract")
+                   help="--gpu only: also time this kernel (registry name or "
+                        "pkg.module:function?contract=..) in the same run, bits checked against "
+                        "its declared contract")
     p.set_defaults(func=_run)
+
+
+def other_mode_options(args: argparse.Namespace) -> list[str]:
+    """The options given in ``args`` that belong to the other benchmark mode:
+    with ``--gpu`` the CPU benchmark's (``--kernel``, ``--reps``,
+    ``--no-interpreter``, ``--json``), without it the GPU benchmark's
+    (``--out``, ``--precompile-workers``, ``--extra-kernel``). An option counts
+    as given when its value differs from the parser's unset value (``None``,
+    ``False`` or ``[]``), so an explicit ``--reps 3`` with ``--gpu`` counts."""
+    table = CPU_ONLY if args.gpu else GPU_ONLY
+    # not ``in (None, False, [])``: 0 == False, and --precompile-workers 0 is given
+    return [opt for opt, attr in table.items()
+            if getattr(args, attr) is not None and getattr(args, attr) is not False
+            and getattr(args, attr) != []]
+
+
+def _refuse_other_mode_options(args: argparse.Namespace) -> None:
+    """Raise a one-line usage error (exit 2) naming the options of the other
+    mode, before any work (the mode would otherwise silently ignore them)."""
+    from reference.errors import Int8confError
+
+    bad = ", ".join(other_mode_options(args))
+    if bad and args.gpu:
+        raise Int8confError(f"bench --gpu: {bad}: option(s) of the CPU benchmark (bench "
+                            f"without --gpu), which --gpu would ignore; drop them")
+    if bad:
+        raise Int8confError(f"bench: {bad}: option(s) of the GPU benchmark (bench --gpu), "
+                            f"which the CPU benchmark would ignore; add --gpu or drop them")
 
 
 def _run(args: argparse.Namespace) -> int:
     from conformance import bench
 
+    _refuse_other_mode_options(args)
     if args.gpu:
         return _run_gpu(args)
     from conformance.kernels.registry import resolve_kernels
@@ -59,7 +110,8 @@ def _run(args: argparse.Namespace) -> int:
     interp = None if args.no_interpreter else bench.INTERPRETER_SHAPE
     if args.no_interpreter:
         names = [n for n in names if n != "triton"] if not _cuda() else names
-    df = bench.run_bench(tuple(names), reps=args.reps, shapes=shapes, interpreter_shape=interp)
+    df = bench.run_bench(tuple(names), reps=args.reps or DEFAULT_REPS, shapes=shapes,
+                         interpreter_shape=interp)
     env = bench.environment()
     bench.render(df, title=f"int8conf bench  (torch {env['torch']}, triton {env['triton']}, "
                            f"{env['threads']} threads, {env['device']})")
@@ -80,10 +132,12 @@ def _run_gpu(args: argparse.Namespace) -> int:
 
     if not _cuda():
         raise Int8confError("bench --gpu: no CUDA device (torch.cuda.is_available() is False)")
+    workers = (DEFAULT_PRECOMPILE_WORKERS if args.precompile_workers is None
+               else args.precompile_workers)
     res = bench.run_gpu_bench(bench.gpu_shapes(quick=args.quick),
                               extra_kernels=tuple(args.extra_kernel),
-                              precompile_workers=args.precompile_workers)
-    paths = bench.write_gpu_reports(res, args.out)
+                              precompile_workers=workers, probe=True)
+    paths = bench.write_gpu_reports(res, args.out or DEFAULT_GPU_OUT)
     print(bench.render_gpu_markdown(res))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0

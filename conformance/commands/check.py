@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.progress import suite_progress
-    from conformance.report import pair_difference_line, write_reports
+    from conformance.report import fault_signatures, pair_difference_line, write_reports
     from conformance.suite import (NOT_RUN, SuiteInterrupted, cli_capture_message,
                                    run_conformance, validate_device)
     from reference.errors import CaptureError, Int8confError
@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
             con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified",
                       style="bold yellow")
         con.print(res.overall["summary"], markup=False)
+        for line in signature_summary(fault_signatures(res)):
+            con.print(line, markup=False, soft_wrap=True)
         con.print(f"captures: {res.captures['note']}", markup=False)
         if res.pairwise:
             con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}",
@@ -228,6 +230,21 @@ def _write(write_reports, res, out):
         raise Int8confError(f"cannot write report under {out}: "
                             f"{e.strerror or type(e).__name__}"
                             f"{' (' + str(e.filename) + ')' if e.filename else ''}") from None
+
+
+#: at most this many signature lines in the terminal summary (conformance.md has all)
+MAX_SIGNATURE_LINES = 4
+
+
+def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str]:
+    """The terminal summary's lines for a failing run's fault-signature lines
+    (``conformance.report.fault_signatures``, the ones conformance.md lists
+    under "Failure signature"): each as ``failure signature: <line>``, at most
+    ``limit``, then one line counting the rest. Empty for no lines."""
+    out = [f"failure signature: {x}" for x in lines[:limit]]
+    if len(lines) > limit:
+        out.append(f"failure signature: {len(lines) - limit} more in conformance.md")
+    return out
 
 
 def verdict_markup(verdict: str, evidence: dict) -> str:

@@ -145,3 +145,106 @@ def test_the_bench_covers_the_ws_gluon_configs_only_when_opted_in(monkeypatch):
         assert bench.config_by_label(c.label()) == c
     monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: False)
     assert not any(c in ws for c in bench._tuned_configs(4096))
+
+
+# ------------------------------------------------------------ the bench command line
+def _bench_help() -> str:
+    from conformance.cli import build_parser
+    from conformance.cli import _subparsers
+    return " ".join(_subparsers(build_parser())["bench"].format_help().split())
+
+
+def test_bench_help_shows_defaults_and_what_quick_means_with_gpu():
+    """New-user pass: ``--quick`` was described for the CPU benchmark only, and the
+    defaults of ``--reps`` / ``--precompile-workers`` were not shown."""
+    text = _bench_help()
+    assert "with --gpu three shapes: 1x2048x6144 and 512x2048x6144 (Qwen3-1.7B gate/up) " \
+           "and 4096^3" in text
+    assert len(bench.gpu_shapes(quick=True)) == 3
+    assert "at least 1; default 3)" in text
+    assert "(0 = no pre-compile; the hang probe still runs; default 8)" in text
+    assert "--gpu only: report root (default reports/bench)" in text
+
+
+@pytest.mark.parametrize("argv, named, mode", [
+    (["--quick", "--extra-kernel", "nosuch:fn", "--out", "/tmp/x"], "--out, --extra-kernel",
+     "option(s) of the GPU benchmark (bench --gpu)"),
+    (["--out", "somewhere"], "--out", "option(s) of the GPU benchmark (bench --gpu)"),
+    (["--precompile-workers", "0"], "--precompile-workers",
+     "option(s) of the GPU benchmark (bench --gpu)"),
+    (["--extra-kernel", "cpu"], "--extra-kernel", "option(s) of the GPU benchmark (bench --gpu)"),
+    (["--gpu", "--kernel", "cpu"], "--kernel", "option(s) of the CPU benchmark (bench without --gpu)"),
+    (["--gpu", "--reps", "3"], "--reps", "option(s) of the CPU benchmark (bench without --gpu)"),
+    (["--gpu", "--json", "r.json"], "--json", "option(s) of the CPU benchmark (bench without --gpu)"),
+    (["--gpu", "--no-interpreter"], "--no-interpreter",
+     "option(s) of the CPU benchmark (bench without --gpu)"),
+])
+def test_bench_refuses_the_other_modes_options_before_any_work(argv, named, mode, monkeypatch,
+                                                                capsys, tmp_path):
+    """An option of the other mode was silently ignored (``bench --quick --extra-kernel
+    nosuch:fn`` exited 0): now one usage line (exit 2) naming it and its mode, before any
+    timing, kernel lookup or CUDA check (this machine may have no GPU)."""
+    from conformance.cli import main
+
+    def no_work(*a, **k):
+        raise AssertionError("work started")
+    monkeypatch.setattr(bench, "run_bench", no_work)
+    monkeypatch.setattr(bench, "run_gpu_bench", no_work)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    prefix = "int8conf: error: bench --gpu: " if "--gpu" in argv else "int8conf: error: bench: "
+    assert len(err) == 1 and err[0].startswith(prefix + named + ": " + mode), err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bench_gpu_options_reach_the_gpu_run(monkeypatch):
+    """Without options, ``--gpu`` runs with 8 pre-compile workers and the probe on;
+    ``--precompile-workers 0`` keeps the probe."""
+    from conformance.cli import main
+    from conformance.commands import bench as cmd
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(shapes, **kw):
+        seen.append((len(shapes), kw))
+        raise Stop
+    monkeypatch.setattr(cmd, "_cuda", lambda: True)
+    monkeypatch.setattr(bench, "run_gpu_bench", fake)
+    for argv in (["--gpu", "--quick"], ["--gpu", "--precompile-workers", "0"]):
+        with pytest.raises(Stop):
+            main(["bench", *argv])
+    assert seen == [(3, {"extra_kernels": (), "precompile_workers": 8, "probe": True}),
+                    (43, {"extra_kernels": (), "precompile_workers": 0, "probe": True})]
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_the_hang_probe_runs_without_precompile_workers(workers, monkeypatch):
+    """``--precompile-workers 0`` used to switch the TMA/Gluon hang probe off as well;
+    the probe protects the in-process tuner from a hanging candidate, so it runs
+    whatever the worker count (``probe=False`` is the one way to skip it)."""
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(*a, **k):
+        raise Stop
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "environment", lambda: {"device": "NVIDIA H200"})
+    monkeypatch.setattr(bench, "probe_configs", lambda log=print: calls.append("probe") or {})
+    monkeypatch.setattr(bench, "precompile",
+                        lambda shapes, w: calls.append(f"precompile {w}") or 1.0)
+    monkeypatch.setattr(bench, "plain_triton_gemm", stop)  # the first step after them
+    shapes = bench.gpu_shapes(quick=True)
+    with pytest.raises(Stop):
+        bench.run_gpu_bench(shapes, precompile_workers=workers, log=lambda *_: None)
+    assert calls == ["probe"] + ([f"precompile {workers}"] if workers else [])
+    calls.clear()
+    with pytest.raises(Stop):
+        bench.run_gpu_bench(shapes, precompile_workers=workers, probe=False,
+                            log=lambda *_: None)
+    assert calls == ([f"precompile {workers}"] if workers else [])

@@ -135,6 +135,66 @@ def test_console_verdict_of_a_precondition_failure_says_so():
     assert verdict_markup("pass", {}) == "[green]pass[/]"
 
 
+NO_BIAS_KERNEL = (
+    "import torch\n"
+    "from reference.contract import CUTLASS_STYLE\n"
+    "from reference.epilogue import reference_scaled_mm\n"
+    "def fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
+    "    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, None, out_dtype)\n"
+    "fn.int8conf_contract = 'cutlass'\n")
+
+
+def test_a_failure_matching_no_fault_class_still_gets_the_signature_section(
+        tmp_path, monkeypatch, capsys):
+    """A kernel that drops the bias (errors of ~32,000 ulp) matches none of the
+    catalogue's signatures: conformance.md, the JSON and the terminal still say so,
+    with the failing case count, so the reader knows the hint was computed."""
+    (tmp_path / "sig_nobias_kernel.py").write_text(NO_BIAS_KERNEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "sig_nobias_kernel", raising=False)
+    assert main(["check", "--kernel", "sig_nobias_kernel:fn", "--out", "r", *FAST]) == 1
+    line = "the failures match no fault class of the catalogue (6 failing cases)"
+    rdir = tmp_path / "r" / "sig_nobias_kernel_fn"
+    doc = json.loads((rdir / "conformance.json").read_text())
+    assert doc["overall"]["failed_checks"] == ["C5", "C6", "C8"]
+    assert max(c["checks"]["C8"]["evidence"].get("max_ulp") or 0 for c in doc["cases"]) > 30000
+    assert doc["fault_signatures"] == [line]
+    md = (rdir / "conformance.md").read_text().splitlines()
+    i = md.index("Failure signature (`conformance.scoring`):")
+    assert md[i + 1:i + 4] == ["", f"- {line}", ""]
+    out = capsys.readouterr().out.splitlines()
+    assert f"failure signature: {line}" in out
+
+
+def test_failing_check_prints_the_matched_signatures_on_the_terminal(tmp_path, capsys):
+    """The fault-signature lines used to be in conformance.md only; the terminal
+    summary of a failing run now shows the same lines (at most
+    MAX_SIGNATURE_LINES), and a passing run shows none."""
+    from conformance.commands.check import MAX_SIGNATURE_LINES
+    registry.register(make_kernel("chk-trunc-sig", rounding="rtz"))
+    assert main(["check", "--kernel", "chk-trunc-sig", "--out", str(tmp_path), *FAST]) == 1
+    out = capsys.readouterr().out.splitlines()
+    doc = json.loads((tmp_path / "chk-trunc-sig" / "conformance.json").read_text())
+    sig = doc["fault_signatures"]
+    assert any(x.startswith("consistent with F4 output truncation: 1-spacing errors, all toward "
+                            "zero (") for x in sig)
+    assert 0 < len(sig) <= MAX_SIGNATURE_LINES
+    printed = [x for x in out if x.startswith("failure signature: ")]
+    assert printed == [f"failure signature: {x}" for x in sig]
+    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 0
+    assert not any(x.startswith("failure signature") for x in capsys.readouterr().out.splitlines())
+
+
+def test_terminal_signature_summary_is_capped():
+    from conformance.commands.check import signature_summary
+    lines = [f"consistent with F{i} x" for i in range(1, 7)]
+    assert signature_summary(lines, limit=4) == [
+        *(f"failure signature: consistent with F{i} x" for i in range(1, 5)),
+        "failure signature: 2 more in conformance.md"]
+    assert signature_summary([]) == []
+
+
 def test_collect_only_counts_the_suite_items(pytester):
     # the suite's items are made in pytest_collection_modifyitems; --collect-only's
     # summary must count them (it said "no tests collected")

@@ -91,3 +91,9 @@ def test_precondition_only_cases_do_not_count_as_failing_cases_in_the_signature_
             "(1 of 1 failing cases)") in sig
     assert all(x.endswith("(1 of 1 failing cases)") for x in sig)
     assert not any(x.startswith(("consistent with F6", "consistent with F7")) for x in sig)
+
+
+def test_no_signature_line_counts_the_failing_cases():
+    from conformance.scoring import no_signature_line
+    assert no_signature_line(6) == "the failures match no fault class of the catalogue (6 failing cases)"
+    assert no_signature_line(1) == "the failures match no fault class of the catalogue (1 failing case)"
