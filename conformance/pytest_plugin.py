@@ -11,7 +11,9 @@ Options:
                           not resolve is a one-line usage error.
     --against=OTHER       add pairwise interchangeability items vs OTHER.
     --int8conf-reports=DIR  where ``<kernel>/conformance.{json,md}`` go
-                          (default ``reports``, relative to the invocation dir).
+                          (default ``reports``, relative to the invocation dir;
+                          each ``DIR/<kernel>`` is made and checked at configure
+                          time: an unusable one is a usage error, exit 4).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
     --int8conf-no-sweep   skip the alignment-straddling shape sweep and the
@@ -108,6 +110,7 @@ class _State:
     examples: int
     model_checks: bool
     written: list = field(default_factory=list)
+    made: list = field(default_factory=list)   # report folders configure created, deepest first
 
 
 _STATE = pytest.StashKey[_State]()
@@ -227,15 +230,47 @@ def pytest_configure(config) -> None:
     out = Path(config.getoption("int8conf_reports"))
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
+    made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])
     config.stash[_STATE] = _State(
         kernels=[_KernelState(s, _prepared(cases, inj, s), cap) for s, inj in runs], against=other,
-        out_dir=out,
+        out_dir=out, made=made,
         examples=int(config.getoption("int8conf_examples")),
         model_checks=not config.getoption("int8conf_no_model"))
     from conformance.xdist_ship import merge_on_controller
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
     from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
     sigterm_as_interrupt_in_pytest(config)
+
+
+def _check_report_dirs(out: Path, specs) -> list:
+    """Make and check every ``<out>/<kernel>/`` the session will write its
+    report into (``ensure_out_dir``), so an unusable ``--int8conf-reports``
+    is refused before any item runs; on a refusal the folders made here are
+    removed again.
+
+    Returns:
+        the folders that did not exist before, deepest first (removed at
+        unconfigure when the session wrote nothing into them).
+
+    Raises:
+        pytest.UsageError: a report folder (or a parent) is a file, cannot
+            be created or is not writable, or a report file in it is a
+            directory (one line naming the option and the folder).
+    """
+    import contextlib
+
+    from conformance.commands._options import ensure_out_dir, removed_if_refused
+    from conformance.report import REPORT_FILES, kernel_dirname
+    dirs = list(dict.fromkeys(out / kernel_dirname(s.name) for s in specs))
+    made = list(dict.fromkeys(d for k in dirs for d in (k, *k.parents) if not d.exists()))
+    try:
+        with contextlib.ExitStack() as refused:
+            for d in dirs:
+                refused.enter_context(removed_if_refused(d))
+                ensure_out_dir(d, "--int8conf-reports", files=REPORT_FILES)
+    except Int8confError as e:
+        raise pytest.UsageError(f"int8conf: {e}") from None
+    return sorted(made, key=lambda d: len(d.parts), reverse=True)
 
 
 def _injected(specs, texts) -> list:
@@ -618,3 +653,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 def pytest_unconfigure(config) -> None:
     from conformance.graceful_stop import restore_sigterm
     restore_sigterm()
+    st = _state(config)
+    for d in st.made if st is not None else ():   # a run that wrote no report (--collect-only,
+        try:                                        # nothing selected) leaves no empty folder
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        except OSError:
+            pass

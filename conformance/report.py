@@ -425,6 +425,10 @@ def read_report(path: Union[str, Path]) -> dict:
     return doc
 
 
+#: the files :func:`write_reports` writes in ``<out_dir>/<kernel>/``.
+REPORT_FILES = ("conformance.json", "conformance.md")
+
+
 def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, Path]:
     """Write ``<out_dir>/<kernel>/conformance.json`` and ``conformance.md``.
 
@@ -437,7 +441,7 @@ def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, 
     """
     doc = to_json_dict(result)
     d = Path(out_dir) / kernel_dirname(result.kernel["name"])
-    jp, mp = d / "conformance.json", d / "conformance.md"
+    jp, mp = (d / name for name in REPORT_FILES)
     atomic_write_text(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     atomic_write_text(mp, render_markdown(doc))
     return jp, mp

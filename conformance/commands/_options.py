@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import Iterable
 
 from reference.model.weights import SCALE_MODES
 
@@ -166,14 +167,20 @@ def describe_checkpoint(ck) -> str:
     return f"{ck.dir}  ({n} int8 linears, state digest {ck.digest[:16]}, scales {ck.meta.get('scale_rule', '?')})"
 
 
-def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports directory") -> None:
+def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports directory",
+                   files: Iterable[str] = ()) -> None:
     """Create an output directory now and check it is writable, so a bad
-    ``--out`` fails before any work is done (check, sweep, detllm prepare);
-    ``what`` names the directory in the error.
+    ``--out`` fails before any work is done (check, gate, sweep, detllm
+    prepare, the pytest plugin's ``--int8conf-reports``); ``what`` names the
+    directory in the error. ``files`` are the names the command will later
+    (re)write inside ``out`` (atomically: temp file + rename): each must not
+    exist as a directory. Wrap the call in :func:`removed_if_refused` where a
+    refusal must leave no directory behind.
 
     Raises:
         Int8confError: ``out`` (or a parent) is a file, cannot be created, or
-            is not writable (one line naming the option and path).
+            is not writable, or one of ``files`` is a directory (one line
+            naming the option and path).
     """
     import os
 
@@ -186,8 +193,13 @@ def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports direct
         raise Int8confError(f"{option} {out}: cannot create {what} "
                             f"({e.strerror or type(e).__name__}"
                             f"{': ' + str(e.filename) if e.filename else ''})") from None
-    if not os.access(out, os.W_OK):
+    # creating a file in a directory takes write and search permission
+    if not os.access(out, os.W_OK | os.X_OK):
         raise Int8confError(f"{option} {out}: not writable")
+    for name in files:
+        f = out / name
+        if f.is_dir() and not f.is_symlink():   # a rename cannot replace a directory
+            raise Int8confError(f"{option} {out}: {name} is a directory, not a file")
 
 
 @contextlib.contextmanager

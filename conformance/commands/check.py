@@ -27,9 +27,10 @@ the fault, coverage and seed in its notes and under ``kernel.injection``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
-from conformance.commands._options import ensure_out_dir, non_negative_int
+from conformance.commands._options import ensure_out_dir, non_negative_int, removed_if_refused
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -91,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.progress import suite_progress
-    from conformance.report import fault_signatures, pair_difference_line, write_reports
+    from conformance.report import (REPORT_FILES, fault_signatures, pair_difference_line,
+                                    write_reports)
     from conformance.suite import (NOT_RUN, SuiteInterrupted, cli_capture_message,
                                    run_conformance, validate_device)
     from reference.errors import CaptureError, Int8confError
@@ -102,15 +104,23 @@ def run(args: argparse.Namespace) -> int:
     validate_device(args.device)
     if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
-    ensure_out_dir(Path(args.out))
-    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
-    injections = _parse_injections(args.inject)
-    specs = resolve_kernels(args.kernel)
-    other = get_kernel(args.against) if args.against else None
+    # a refusal in this block leaves no folder behind; past it the folders stay
+    with contextlib.ExitStack() as refused:
+        refused.enter_context(removed_if_refused(Path(args.out)))
+        ensure_out_dir(Path(args.out))
+        import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+        injections = _parse_injections(args.inject)
+        specs = resolve_kernels(args.kernel)
+        other = get_kernel(args.against) if args.against else None
+        runs = _runs(specs, injections)
+        for spec, _ in runs:   # every report folder, before any case runs
+            kdir = kernel_report_dir(args.out, spec.name)
+            refused.enter_context(removed_if_refused(kdir))
+            ensure_out_dir(kdir, files=REPORT_FILES)
     con = Console()
     err = Console(stderr=True)
     ok, not_run = True, False
-    for spec, inj in _runs(specs, injections):
+    for spec, inj in runs:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
                 res = run_conformance(
@@ -215,6 +225,14 @@ def report_root(out, kernel_name: str) -> Path:
     from conformance.report import kernel_dirname
     p = Path(out)
     return p.parent if p.name == kernel_dirname(kernel_name) else p
+
+
+def kernel_report_dir(out, kernel_name: str) -> Path:
+    """The folder ``int8conf check --out OUT`` writes ``kernel_name``'s
+    ``conformance.json`` / ``.md`` into: ``OUT/<kernel dir>``, or ``OUT``
+    itself when its last component already is that name (:func:`report_root`)."""
+    from conformance.report import kernel_dirname
+    return report_root(out, kernel_name) / kernel_dirname(kernel_name)
 
 
 def _write(write_reports, res, out):

@@ -17,7 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.commands._options import positive_int, positive_seconds, seed_int
+from conformance.commands._options import (ensure_out_dir, positive_int, positive_seconds,
+                                           removed_if_refused, seed_int)
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
 from reference.errors import first_line
 
@@ -88,16 +89,43 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from conformance.gate.gate import GateInterrupted, GateOptions, NotComparable, run_gate
-    from conformance.gate.isolation import KernelRef
-    from conformance.gate.policy import Policy, load_policy
-    from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
     from reference.errors import Int8confError
 
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
     if not str(args.out).strip():
         raise Int8confError(f"--out {args.out!r} is empty: give a directory")
+    out = Path(args.out)
+    # a refusal (unusable --out, bad policy, unknown kernel, ...) leaves no folder behind
+    with removed_if_refused(out / "logs"):
+        _check_out(out)
+        return _gate(args, out)
+
+
+def _check_out(out: Path) -> None:
+    """Make ``out`` and ``out/logs`` (the children's logs) and check them
+    (``ensure_out_dir``) before any kernel runs; an existing ``out/repro``
+    must be a writable directory too.
+
+    Raises:
+        Int8confError: one line naming ``--out``, the folder and the problem
+            (a file where a folder goes, a report file that is a folder, not
+            writable).
+    """
+    from conformance.gate.report import GATE_REPORT_FILES
+    ensure_out_dir(out, files=GATE_REPORT_FILES.values())
+    ensure_out_dir(out / "logs", what="log directory")
+    if (out / "repro").exists() or (out / "repro").is_symlink():
+        ensure_out_dir(out / "repro", what="reproducer directory")
+
+
+def _gate(args: argparse.Namespace, out: Path) -> int:
+    """Load the policy, run the gate into ``out``, write and print the reports."""
+    from conformance.gate.gate import GateInterrupted, GateOptions, NotComparable, run_gate
+    from conformance.gate.isolation import KernelRef
+    from conformance.gate.policy import Policy, load_policy
+    from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
+
     policy = load_policy(args.policy) if args.policy else Policy(name="default (bit identity)")
     cand = KernelRef(args.candidate, args.fault, args.fault_coverage, args.fault_seed)
     inc = KernelRef(args.incumbent) if args.incumbent else None
@@ -105,7 +133,6 @@ def _run(args: argparse.Namespace) -> int:
                        max_capture_layers=args.max_capture_layers, capture_dir=args.captures,
                        model_dir=args.model, model_checks=not args.no_model, device=args.device,
                        timeout_s=args.timeout, model_timeout_s=args.model_timeout)
-    out = Path(args.out)
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         res = run_gate(cand, inc, args.baseline, policy, opts, out, progress=say)

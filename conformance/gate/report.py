@@ -207,6 +207,10 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the files :func:`write_gate_reports` writes, by key of its returned dict.
+GATE_REPORT_FILES = {"json": "gate.json", "md": "gate.md", "junit": "junit.xml"}
+
+
 def write_gate_reports(doc: dict, out_dir: Union[str, Path]) -> dict:
     """Write ``gate.json``, ``gate.md`` and ``junit.xml`` under ``out_dir``.
 
@@ -216,7 +220,7 @@ def write_gate_reports(doc: dict, out_dir: Union[str, Path]) -> dict:
     from conformance.gate.junit import to_junit_xml
     d = Path(out_dir)
     doc = portable_paths(doc)   # no absolute path of this machine (repro/ keeps real ones)
-    paths = {"json": d / "gate.json", "md": d / "gate.md", "junit": d / "junit.xml"}
+    paths = {k: d / name for k, name in GATE_REPORT_FILES.items()}
     atomic_write_text(paths["json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
     atomic_write_text(paths["md"], render_markdown(doc))
     atomic_write_text(paths["junit"], to_junit_xml(doc))

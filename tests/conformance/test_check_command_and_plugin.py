@@ -248,3 +248,63 @@ def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist
     assert r.returncode == 4, out[-2000:]  # pytest's usage error
     assert "INT8CONF_WORKER_THREADS must be an integer >= 1, got 'abc'" in out
     assert "Traceback" not in out and "node down" not in out, out[-2000:]
+
+
+# --- an unusable --int8conf-reports is a usage error at configure time ---------------
+
+_PLUGIN_FAST = ("--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model",
+                "--int8conf-examples=0")
+
+
+def _tree(root: Path) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _refused_at_configure(r) -> list:
+    """pytest exit 4 (usage error), no traceback, no item run; the stderr lines."""
+    assert r.returncode == 4, (r.stdout + r.stderr)[-2000:]
+    assert "Traceback" not in r.stdout + r.stderr
+    assert "passed" not in r.stdout and "int8conf conformance reports" not in r.stdout
+    return [ln for ln in r.stderr.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("layout,kernels,bad,problem", [
+    # the reports "folder" is a file (/etc/passwd): its kernel subfolder cannot be made
+    ("rep", ["cpu"], "rep/cpu", "cannot create reports directory (Not a directory: {bad})"),
+    ("rep/cpu", ["cpu"], "rep/cpu", "exists and is not a directory"),
+    ("rep/cpu/conformance.json/", ["cpu"], "rep/cpu", "conformance.json is a directory, not a file"),
+    # the second kernel's folder is refused: the first one's, just made, is removed again
+    ("rep/int_mm", ["cpu", "int_mm"], "rep/int_mm", "exists and is not a directory"),
+])
+def test_plugin_unusable_reports_folder_is_a_usage_error_before_any_item(
+        tmp_path, layout, kernels, bad, problem):
+    p = tmp_path / layout.rstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.mkdir() if layout.endswith("/") else p.write_text("x")
+    before = _tree(tmp_path)
+    r = _pytest(tmp_path, *(f"--kernel={k}" for k in kernels), *_PLUGIN_FAST,
+                f"--int8conf-reports={tmp_path / 'rep'}")
+    bad = tmp_path / bad
+    assert _refused_at_configure(r) == [
+        f"ERROR: int8conf: --int8conf-reports {bad}: {problem.format(bad=bad)}"]
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_plugin_read_only_reports_folder_is_a_usage_error(tmp_path):
+    (tmp_path / "rep" / "cpu").mkdir(parents=True)
+    (tmp_path / "rep" / "cpu").chmod(0o555)
+    try:
+        r = _pytest(tmp_path, "--kernel=cpu", *_PLUGIN_FAST, f"--int8conf-reports={tmp_path / 'rep'}")
+    finally:
+        (tmp_path / "rep" / "cpu").chmod(0o755)
+    assert _refused_at_configure(r) == [
+        f"ERROR: int8conf: --int8conf-reports {tmp_path / 'rep' / 'cpu'}: not writable"]
+
+
+def test_plugin_report_folders_checked_at_configure_are_not_left_empty(tmp_path):
+    rep = tmp_path / "new" / "rep"
+    r = _pytest(tmp_path, "--collect-only", "--kernel=cpu", *_PLUGIN_FAST,
+                f"--int8conf-reports={rep}")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert _tree(tmp_path) == []   # made and checked at configure, removed: nothing was written

@@ -171,6 +171,73 @@ def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
                                   f"(IsADirectoryError)"]
 
 
+def _tree(root: Path) -> list:
+    """Every path under ``root`` (what a refused command must leave as it was)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def suite_never_runs(monkeypatch):
+    """Fails the test if ``check`` gets as far as running the suite."""
+    import conformance.suite as suite
+
+    def ran(*a, **k):
+        raise AssertionError("the suite ran before --out was refused")
+    monkeypatch.setattr(suite, "run_conformance", ran)
+
+
+def _make(root: Path, layout: str) -> None:
+    """``layout``: ``a/b/`` makes a folder, ``a/b`` a file."""
+    p = root / layout.rstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if layout.endswith("/"):
+        p.mkdir()
+    else:
+        p.write_text("x")
+
+
+@pytest.mark.parametrize("layout,kernels,out,bad,problem", [
+    # a file where the kernel's report folder goes
+    ("o/cpu", ["cpu"], "o", "o/cpu", "exists and is not a directory"),
+    # a report file that is a folder (an atomic rename cannot replace it)
+    ("o/cpu/conformance.json/", ["cpu"], "o", "o/cpu", "conformance.json is a directory, not a file"),
+    ("o/cpu/conformance.md/", ["cpu"], "o", "o/cpu", "conformance.md is a directory, not a file"),
+    # --out ending in the kernel's name is the report folder itself
+    ("o/cpu/conformance.md/", ["cpu"], "o/cpu", "o/cpu", "conformance.md is a directory, not a file"),
+    # the second kernel's folder is refused: the first one's, just made, is removed again
+    ("o/int_mm", ["cpu", "int_mm"], "o", "o/int_mm", "exists and is not a directory"),
+])
+def test_unusable_kernel_report_folder_is_refused_before_any_case(
+        tmp_path, capsys, suite_never_runs, layout, kernels, out, bad, problem):
+    _make(tmp_path, layout)
+    before = _tree(tmp_path)
+    argv = ["check", *(a for k in kernels for a in ("--kernel", k)), "--out", str(tmp_path / out)]
+    assert main([*argv, *FAST[:-1]]) == 2   # without -q: no progress line may appear either
+    assert _err_lines(capsys) == [f"int8conf: error: --out {tmp_path / bad}: {problem}"]
+    assert _tree(tmp_path) == before   # no report, no folder made
+
+
+def test_refused_check_removes_the_out_folder_it_made(tmp_path, capsys, suite_never_runs):
+    out = tmp_path / "new" / "reports"
+    assert main(["check", "--kernel", "cpu", "--against", "fixb_no_such_mod:fn",
+                 "--out", str(out), *FAST]) == 2
+    assert "fixb_no_such_mod" in _err_lines(capsys)[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_read_only_kernel_report_folder_is_refused_before_any_case(tmp_path, capsys,
+                                                                   suite_never_runs):
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu").chmod(0o555)
+    try:
+        assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
+    finally:
+        (tmp_path / "cpu").chmod(0o755)
+    assert _err_lines(capsys) == [f"int8conf: error: --out {tmp_path / 'cpu'}: not writable"]
+    assert _tree(tmp_path) == ["cpu"]
+
+
 # --- 3. argument validation -----------------------------------------------------
 
 @pytest.mark.parametrize("argv,opt", [

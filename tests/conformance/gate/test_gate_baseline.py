@@ -3,6 +3,8 @@ re-running the incumbent; a stale / incomparable baseline is refused with
 the reason; the CLI's documented exit codes."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +143,69 @@ def test_cli_blocked_exit_code(tmp_path):
     assert main(["gate", "--candidate", "cpu", "--fault", "F4", "--incumbent", "cpu",
                  "--no-model", "--no-captures", "--no-sweep", "-q",
                  "--out", str(tmp_path)]) == 1
+
+
+# --- an unusable --out is refused before any kernel runs -------------------------------
+
+POLICIES = Path(__file__).resolve().parents[3] / "examples" / "policies"
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def gate_never_runs(monkeypatch):
+    """Fails the test if the CLI gets as far as running the gate."""
+    import conformance.gate.gate as G
+
+    def ran(*a, **k):
+        raise AssertionError("the gate ran before --out was refused")
+    monkeypatch.setattr(G, "run_gate", ran)
+
+
+@pytest.mark.parametrize("layout,out,bad,problem", [
+    ("o", "o", "o", "exists and is not a directory"),                        # --out /etc/passwd
+    ("o", "o/sub", "o/sub", "cannot create reports directory (Not a directory: {bad})"),
+    ("o/logs", "o", "o/logs", "exists and is not a directory"),               # children's logs
+    ("o/repro", "o", "o/repro", "exists and is not a directory"),             # reproducers
+    ("o/gate.json/", "o", "o", "gate.json is a directory, not a file"),
+    ("o/junit.xml/", "o", "o", "junit.xml is a directory, not a file"),
+])
+def test_cli_unusable_out_is_one_line_exit_2_before_any_work(tmp_path, capsys, gate_never_runs,
+                                                             layout, out, bad, problem):
+    p = tmp_path / layout.rstrip("/")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.mkdir() if layout.endswith("/") else p.write_text("x")
+    before = _tree(tmp_path)
+    assert main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", "--no-model",
+                 "--policy", str(POLICIES / "bit-identity.yaml"), "--out", str(tmp_path / out)]) == 2
+    cap = capsys.readouterr()
+    bad = tmp_path / bad
+    assert cap.err.splitlines() == [f"int8conf: error: --out {bad}: {problem.format(bad=bad)}"]
+    assert cap.out == ""
+    assert _tree(tmp_path) == before   # no logs/, no report
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_cli_read_only_out_is_one_line_exit_2(tmp_path, capsys, gate_never_runs):
+    tmp_path.joinpath("o").mkdir(mode=0o555)
+    try:
+        assert main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", "--no-model",
+                     "--out", str(tmp_path / "o")]) == 2
+    finally:
+        tmp_path.joinpath("o").chmod(0o755)
+    assert capsys.readouterr().err.splitlines() == [f"int8conf: error: --out {tmp_path / 'o'}: "
+                                                    f"not writable"]
+    assert _tree(tmp_path) == ["o"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--candidate", "fixg_no_such_mod:fn", "--incumbent", "cpu"], "fixg_no_such_mod"),
+    (["--candidate", "int_mm", "--incumbent", "cpu", "--policy", "/nonexistent.yaml"],
+     "/nonexistent.yaml"),
+])
+def test_cli_refused_gate_leaves_no_out_folder(tmp_path, capsys, args, words):
+    assert main(["gate", *args, "--no-model", "-q", "--out", str(tmp_path / "new" / "out")]) == 2
+    assert words in capsys.readouterr().err
+    assert _tree(tmp_path) == []
