@@ -98,25 +98,26 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     # a refusal (unusable --out, bad policy, unknown kernel, ...) leaves no folder behind
     with removed_if_refused(out / "logs"):
-        _check_out(out)
+        check_out_dir(out)
         return _gate(args, out)
 
 
-def _check_out(out: Path) -> None:
+def check_out_dir(out: Path, option: str = "--out") -> None:
     """Make ``out`` and ``out/logs`` (the children's logs) and check them
     (``ensure_out_dir``) before any kernel runs; an existing ``out/repro``
-    must be a writable directory too.
+    must be a writable directory too. Used by this command and by the gate's
+    pytest plugin (``option`` = ``--gate-out``).
 
     Raises:
-        Int8confError: one line naming ``--out``, the folder and the problem
+        Int8confError: one line naming ``option``, the folder and the problem
             (a file where a folder goes, a report file that is a folder, not
             writable).
     """
     from conformance.gate.report import GATE_REPORT_FILES
-    ensure_out_dir(out, files=GATE_REPORT_FILES.values())
-    ensure_out_dir(out / "logs", what="log directory")
+    ensure_out_dir(out, option, files=GATE_REPORT_FILES.values())
+    ensure_out_dir(out / "logs", option, what="log directory")
     if (out / "repro").exists() or (out / "repro").is_symlink():
-        ensure_out_dir(out / "repro", what="reproducer directory")
+        ensure_out_dir(out / "repro", option, what="reproducer directory")
 
 
 def _gate(args: argparse.Namespace, out: Path) -> int:

@@ -99,9 +99,12 @@ def pytest_configure(config) -> None:
         sess = GateSession(KernelRef(cand, config.getoption("gate_fault")),
                            KernelRef(inc) if inc else None, config.getoption("gate_baseline"),
                            pol, opts, out)
+        wid = (getattr(config, "workerinput", None) or {}).get("workerid")
+        if not wid:  # the controller: an unusable --gate-out is refused before any item runs
+            from conformance.commands.gate import check_out_dir
+            check_out_dir(out, "--gate-out")
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
-    wid = (getattr(config, "workerinput", None) or {}).get("workerid")
     if wid:
         sess.log_dir = out / "logs" / wid
     config.stash[_STATE] = _GateState(sess, out)

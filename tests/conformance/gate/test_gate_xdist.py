@@ -171,3 +171,20 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
                                                          f"of 22 cases decided (interrupted)"}
     assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
     assert "(PARTIAL RUN: not every case was decided)" in (out / "gate.md").read_text().split("\n")[0]
+
+
+def test_an_unusable_gate_out_is_a_usage_error_before_any_item(tmp_path):
+    """A file where ``--gate-out`` should be: refused at configure time (exit 4,
+    one line naming the option and the path), not at the session's end after
+    every gate case ran (the CLI's ``check_out_dir``, shared)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = [a if not a.startswith("--gate-out=") else f"--gate-out={blocker}/gate"
+            for a in _args(tmp_path / "o")]
+    r = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (f"int8conf gate: --gate-out {blocker}/gate: cannot create reports directory"
+            in r.stderr), r.stderr[-2000:]
+    assert "passed" not in r.stdout and "Traceback" not in r.stderr
