@@ -224,7 +224,10 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     try:
         import matplotlib  # noqa: F401 -- optional extra int8conf[plots]
     except ImportError:
-        return paths  # JSON / CSV / Markdown still written; the PNG needs the plots extra
+        # JSON / CSV / Markdown still written; the PNG needs the plots extra. An older
+        # picture there would sit beside the new scorecard as if it were its heatmap.
+        (out / "detection.png").unlink(missing_ok=True)
+        return paths
     paths.append(out / "detection.png")
     heatmap(card, None, tags[-1], paths[4],
             heat_title or f"{sc['meta']['kernel']}: fault x check detection "

@@ -93,16 +93,16 @@ def pytest_configure(config) -> None:
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     inc = config.getoption("gate_incumbent")
+    wid = (getattr(config, "workerinput", None) or {}).get("workerid")
     try:
+        if not wid:  # the controller: an unusable --gate-out is refused before any work
+            from conformance.commands.gate import check_out_dir
+            check_out_dir(out, "--gate-out")
         pol = load_policy(config.getoption("gate_policy")) if config.getoption(
             "gate_policy") else Policy(name="default (bit identity)")
         sess = GateSession(KernelRef(cand, config.getoption("gate_fault")),
                            KernelRef(inc) if inc else None, config.getoption("gate_baseline"),
                            pol, opts, out)
-        wid = (getattr(config, "workerinput", None) or {}).get("workerid")
-        if not wid:  # the controller: an unusable --gate-out is refused before any item runs
-            from conformance.commands.gate import check_out_dir
-            check_out_dir(out, "--gate-out")
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
     if wid:

@@ -436,6 +436,7 @@ def test_without_matplotlib_the_sweep_says_the_heatmap_was_not_written(tmp_path,
 
     from conformance.cli import main
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    (tmp_path / "detection.png").write_bytes(b"an older run's picture")  # removed, not kept
     rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
                "--scale-modes", "own", "--no-model-checks", "--db", str(tmp_path / "s.sqlite")])
     out = capsys.readouterr().out
