@@ -257,20 +257,16 @@ def _check_report_dirs(out: Path, specs) -> list:
             be created or is not writable, or a report file in it is a
             directory (one line naming the option and the folder).
     """
-    import contextlib
-
     from conformance.commands._options import ensure_out_dir, removed_if_refused
     from conformance.report import REPORT_FILES, kernel_dirname
     dirs = list(dict.fromkeys(out / kernel_dirname(s.name) for s in specs))
-    made = list(dict.fromkeys(d for k in dirs for d in (k, *k.parents) if not d.exists()))
     try:
-        with contextlib.ExitStack() as refused:
+        with removed_if_refused(*dirs) as made:
             for d in dirs:
-                refused.enter_context(removed_if_refused(d))
                 ensure_out_dir(d, "--int8conf-reports", files=REPORT_FILES)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf: {e}") from None
-    return sorted(made, key=lambda d: len(d.parts), reverse=True)
+    return made
 
 
 def _injected(specs, texts) -> list:
@@ -654,9 +650,6 @@ def pytest_unconfigure(config) -> None:
     from conformance.graceful_stop import restore_sigterm
     restore_sigterm()
     st = _state(config)
-    for d in st.made if st is not None else ():   # a run that wrote no report (--collect-only,
-        try:                                        # nothing selected) leaves no empty folder
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        except OSError:
-            pass
+    if st is not None:   # a run that wrote no report (--collect-only, nothing selected)
+        from conformance.commands._options import remove_empty_dirs
+        remove_empty_dirs(st.made)   # leaves no empty folder

@@ -202,17 +202,34 @@ def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports direct
             raise Int8confError(f"{option} {out}: {name} is a directory, not a file")
 
 
-@contextlib.contextmanager
-def removed_if_refused(out: Path):
-    """Around the part of a command that may refuse its input after its output
-    directory was made (``ensure_out_dir``): if the block raises, ``out`` and
-    the parents that did not exist before the block are removed again, deepest
-    first, those that are still empty -- a refused run leaves nothing behind."""
-    created = [d for d in (out, *out.parents) if not d.exists()]
-    try:
-        yield
-    except BaseException:
-        for d in created:
+def missing_dirs(*paths: Path) -> list[Path]:
+    """``paths`` and their parents that do not exist yet, each once, deepest first
+    (what :func:`remove_empty_dirs` may take away again)."""
+    missing = dict.fromkeys(d for p in paths for d in (p, *p.parents) if not d.exists())
+    return sorted(missing, key=lambda d: len(d.parts), reverse=True)
+
+
+def remove_empty_dirs(dirs) -> None:
+    """Remove each of ``dirs`` (in order: deepest first) that is an empty directory;
+    any other, or one that cannot be removed, stays."""
+    for d in dirs:
+        try:
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def removed_if_refused(*outs: Path):
+    """Around the part of a command that may refuse its input after its output
+    directories were made (``ensure_out_dir``): if the block raises, ``outs`` and
+    the parents that did not exist before the block are removed again, deepest
+    first, those that are still empty -- a refused run leaves nothing behind.
+    Yields those folders (:func:`missing_dirs`)."""
+    created = missing_dirs(*outs)
+    try:
+        yield created
+    except BaseException:
+        remove_empty_dirs(created)
         raise
