@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
 # One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). As of 2026-12-01g (issue 7's
-# paper-scale sweep done: 42.1 s with 4 processes; issue 11 at 1,367 TOPS at 8192^3 with
-# the Gluon kernel, target 1,400) what is left:
-#   11w. issue 11: probe_ws.py (~3 min): the warp-specialised ping-pong Gluon kernel
-#      (never run on a GPU; opt-in INT8CONF_TRITON_GLUON_WS=1) checked bit for bit on
-#      edge shapes (first and cached launch, 60 s hang guard), then timed at 8192^3
-#      next to gluon 128x256x128 s4 and cuBLAS fp8. If exact and faster: the bench with
-#      INT8CONF_TRITON_GLUON_WS=1, native `pytest --kernel=triton` with it (STAGE=2a),
-#      then move its configurations into GLUON_CONFIGS (on by default on sm_90);
+# tool, where the repo is a plain copy, not installed). As of 2026-12-02 issue 11 is
+# met (8192^3 at 1,513 TOPS with the warp-specialised Gluon kernel, on by default on
+# sm_90; INT8CONF_TRITON_GLUON_WS=0 opts out) and issue 7 is done. Stages:
+#   11w: probe_ws.py (~3 min): the ping-pong Gluon kernel bit for bit on edge shapes
+#      (60 s hang guard), then timed at 8192^3 next to gluon s4 and cuBLAS fp8;
+#   11p: probe_8192.py (the 2026-12-01f/g Triton and Gluon variants at 8192^3);
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
 #   5: run_workers.sh (executor probe + full paper grid; done 2026-12-01g);
 #   4 / 4p: run_paper.sh; 3 / 3b: the pow2 studies (both complete).

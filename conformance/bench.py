@@ -491,7 +491,7 @@ def _tuned_configs(m: int) -> list:
     this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
     (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``,
     then the warp-specialised Gluon ones when ``builtin_triton._gluon_ws_enabled``
-    -- the opt-in ``INT8CONF_TRITON_GLUON_WS=1``; none excluded)."""
+    -- unless ``INT8CONF_TRITON_GLUON_WS=0``; none excluded)."""
     from conformance.kernels import builtin_triton as bt
 
     dev = torch.device("cuda")
@@ -532,9 +532,9 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
     (``builtin_triton.exclude_configs``) those whose process fails or hangs --
     including by a crash of the compiler, which no ``except`` in the tuner
     could catch (warp specialisation is new in this Triton; the Gluon kernel's
-    mbarrier pipeline had never run on a GPU when it was added; with
-    ``INT8CONF_TRITON_GLUON_WS=1`` the warp-specialised Gluon ones, whose mbarrier
-    protocol a wrong parity would deadlock, are among them). Returns
+    mbarrier pipeline had never run on a GPU when it was added; the
+    warp-specialised Gluon ones, whose mbarrier protocol a wrong parity would
+    deadlock, are among them unless ``INT8CONF_TRITON_GLUON_WS=0``). Returns
     ``{label: reason}`` of the excluded ones."""
     import subprocess
     import sys

@@ -41,11 +41,11 @@ A third kernel, ``gluon`` (``conformance.kernels.gluon_gemm``: the int32-accumul
 wgmma kept in flight across K steps, which Triton's own pipeliner never does, and
 the same epilogue written in Gluon), joins the small and large buckets on an sm_90
 device (:data:`GLUON_CONFIGS`; ``INT8CONF_TRITON_GLUON=0`` leaves it out). On the
-H200 it took 8192^3 from 1,136 to 1,367 TOPS, bits identical (reports/bench/
-nvidia-h200/README.md). Its warp-specialised ping-pong variant
-(``gluon_gemm.w8a8_mm_gluon_ws``, :data:`GLUON_WS_CONFIGS`, labels ending in ``ws``)
-has never run on a GPU and joins the large bucket only with
-``INT8CONF_TRITON_GLUON_WS=1``.
+H200 it took 8192^3 from 1,136 to 1,367 TOPS, bits identical. Its warp-specialised
+ping-pong variant (``gluon_gemm.w8a8_mm_gluon_ws``, :data:`GLUON_WS_CONFIGS`, labels
+ending in ``ws``) joins the large bucket too (``INT8CONF_TRITON_GLUON_WS=0`` leaves it
+out) and took 8192^3 to 1,513 TOPS on the H200 (2026-12-02), bits identical
+(reports/bench/nvidia-h200/README.md).
 
 Host path: everything that does not change between calls (kernel object,
 configuration, grid shape, the manifest details handed to ``trace``) is cached
@@ -275,17 +275,21 @@ GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
 #: Warp-specialised ping-pong Gluon candidates (``gluon_gemm.w8a8_mm_gluon_ws``: one
 #: TMA producer warp, two consumer warp groups alternating on the tensor cores, each
 #: with its own [block_m, block_n] tile, so one group's epilogue runs under the other's
-#: main loop). Never run on a GPU when added (2026-12-01g, offline sm_90 compiles only:
-#: reports/bench/nvidia-h200/probe-2026-12-01g/NOTE.md), so they join the large bucket
-#: only with the opt-in ``INT8CONF_TRITON_GLUON_WS=1`` (:func:`_gluon_ws_enabled`).
+#: main loop). Added offline (2026-12-01g: reports/bench/nvidia-h200/probe-2026-12-01g/
+#: NOTE.md); first run on the H200 2026-12-02 (probe_ws-h200.log there): all four
+#: configurations then tried were bit-identical on the probe's edge shapes, and at 8192^3
+#: s6 ran 1,377 TOPS, s4 1,320, the BLOCK_K-64 rings 1,104 (s8) and 1,032 (s10) against
+#: 1,197 for the best non-ws Gluon one in the same process; the two slow BLOCK_K-64
+#: ones were dropped. With these on, native ``pytest --kernel=triton`` 902 passed and
+#: the bench picked s6 at every shape Gluon won (8192^3: 1,513 TOPS). They join the
+#: large bucket on the devices :func:`_gluon_enabled` admits, unless
+#: ``INT8CONF_TRITON_GLUON_WS=0`` (:func:`_gluon_ws_enabled`).
 #: ``num_warps`` 4 is the default partition (consumer 0); the kernel launches 12 warps.
 #: Shared memory: STAGES * (block_m + block_n) * block_k bytes of ring (<= 227 KiB).
 GLUON_WS_CONFIGS: dict[str, tuple[Config, ...]] = {
     "large": (
         _c("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, ws=True),   # 192 KiB
         _c("gluon", 128, 128, 128, 8, 1, 4, 4, persistent=True, ws=True),   # 128 KiB
-        _c("gluon", 128, 128, 64, 8, 1, 4, 10, persistent=True, ws=True),   # 160 KiB
-        _c("gluon", 128, 128, 64, 8, 1, 4, 8, persistent=True, ws=True),    # 128 KiB
     ),
 }
 
@@ -709,10 +713,10 @@ def _gluon_enabled(dev: torch.device) -> bool:
 
 def _gluon_ws_enabled(dev: torch.device) -> bool:
     """Whether the warp-specialised Gluon candidates (:data:`GLUON_WS_CONFIGS`) join
-    the tuning on ``dev``: the opt-in ``INT8CONF_TRITON_GLUON_WS=1`` (they have never
-    run on a GPU) and :func:`_gluon_enabled` (sm_90, Gluon's Hopper API, no
-    ``INT8CONF_TRITON_GLUON=0``)."""
-    return os.environ.get("INT8CONF_TRITON_GLUON_WS", "0") == "1" and _gluon_enabled(dev)
+    the tuning on ``dev``: :func:`_gluon_enabled` (sm_90, Gluon's Hopper API, no
+    ``INT8CONF_TRITON_GLUON=0``) and ``INT8CONF_TRITON_GLUON_WS`` not ``0`` (their own
+    opt-out)."""
+    return os.environ.get("INT8CONF_TRITON_GLUON_WS", "1") != "0" and _gluon_enabled(dev)
 
 
 def _capability(dev: torch.device) -> tuple:

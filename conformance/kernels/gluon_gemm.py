@@ -13,7 +13,8 @@ flight (``wait_group 1``). The built-in stops near 1,140 TOPS at 8192^3 on the H
 drain. Gluon hands the schedule to the kernel author: ``warpgroup_mma(...,
 is_async=True)`` and the waits are emitted as written, so the pipeline below is
 ours, not the pipeliner's. On the H200 (2026-12-01g) it is exact everywhere it was
-checked and reaches 1,367 TOPS at 8192^3 (128x256x128, 8 warps, 4 stages).
+checked and reaches 1,367 TOPS at 8192^3 (128x256x128, 8 warps, 4 stages); the
+warp-specialised variant below reaches 1,513 (2026-12-02).
 
 What it computes: exactly ``triton_gemm.w8a8_mm_tma`` -- ``a`` int8 [M, K] and ``b``
 int8 [N, K] (both K-contiguous, read through host TMA descriptors; the TMA unit
@@ -65,8 +66,10 @@ and the output is written once per tile (at 8192^3 far below the memory system's
 rate), so store coalescing is not worth that shared memory.
 
 Warp-specialised ping-pong variant, :func:`w8a8_mm_gluon_ws` (``Config("gluon", ...,
-warp_spec=True)``, label ending in ``persistent ws``; never run on a GPU when written,
-hence opt-in: ``INT8CONF_TRITON_GLUON_WS=1``). The design of CUTLASS's
+warp_spec=True)``, label ending in ``persistent ws``; written offline, first run on the
+H200 2026-12-02: exact on every probed shape, 1,513 TOPS at 8192^3 in the bench;
+tried by default on sm_90, ``INT8CONF_TRITON_GLUON_WS=0`` leaves it out). The design of
+CUTLASS's
 ``KernelTmaWarpSpecializedPingpong`` (``sm90_gemm_tma_warpspecialized_pingpong.hpp``,
 its ``PipelineTmaAsync`` full / empty barrier pairs and ``OrderedSequenceBarrier``)
 written with Gluon's ``warp_specialize`` as Triton's Gluon tutorial

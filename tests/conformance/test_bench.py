@@ -115,7 +115,8 @@ def test_the_bench_probes_and_precompiles_what_the_tuner_may_try(monkeypatch):
                                           if c.label() not in bt._EXCLUDED]
     monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: True)
     got = bench._tuned_configs(4096)
-    assert [c for c in got if c.kernel == "gluon"] == list(bt.GLUON_CONFIGS["large"])
+    assert [c for c in got if c.kernel == "gluon"] == \
+        list(bt.GLUON_CONFIGS["large"]) + list(bt.GLUON_WS_CONFIGS["large"])
     assert [c for c in bench._tuned_configs(128) if c.kernel == "gluon"] == \
         list(bt.GLUON_CONFIGS["small"])
     assert bench._tuned_configs(8) == list(bt.BUCKET_CONFIGS["decode"])  # no Gluon at decode
@@ -125,17 +126,18 @@ def test_the_bench_probes_and_precompiles_what_the_tuner_may_try(monkeypatch):
         bench.config_by_label("ptr 1x1x1 g1 sk1 w1 s1")
 
 
-def test_the_bench_covers_the_ws_gluon_configs_only_when_opted_in(monkeypatch):
+def test_the_bench_covers_the_ws_gluon_configs_unless_opted_out(monkeypatch):
     """The warp-specialised Gluon configurations reach the bench's hang probe and
-    pre-compile (``_tuned_configs``) only with ``INT8CONF_TRITON_GLUON_WS=1`` on top of
-    ``_gluon_enabled``, after the other Gluon ones; their labels map back."""
+    pre-compile (``_tuned_configs``) wherever ``_gluon_enabled`` holds, after the other
+    Gluon ones, unless ``INT8CONF_TRITON_GLUON_WS=0``; their labels map back."""
     from conformance.kernels import builtin_triton as bt
 
     monkeypatch.delenv("INT8CONF_TRITON_GLUON_WS", raising=False)
     monkeypatch.setattr(bt, "_gluon_enabled", lambda dev: True)
     ws = list(bt.GLUON_WS_CONFIGS["large"])
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "0")
     assert not any(c in ws for c in bench._tuned_configs(4096))
-    monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
+    monkeypatch.delenv("INT8CONF_TRITON_GLUON_WS")
     got = bench._tuned_configs(4096)
     assert got[-len(ws):] == ws
     assert [c for c in got if c.kernel == "gluon" and not c.warp_spec] == \

@@ -4,17 +4,18 @@ int8 wgmma whose int32 accumulator stays in flight across K steps (``wait_group 
 which Triton's own pipeliner never emits for an int32 accumulator; reports/bench/
 nvidia-h200/probe-2026-12-01f/NOTE.md) -- one entry function, no local-memory spills,
 and the shared epilogue's bf16 rounding. Its bits on a GPU are checked by the probe
-(probe_8192.py) and by the tuner's candidates once the opt-in is set.
+(probe_8192.py, probe_ws.py) and natively by ``pytest --kernel=triton`` on sm_90.
 
 Also: the Gluon candidates join the tuning only on sm_90 (on by default there since
 2026-12-01g, when they ran exact natively; ``INT8CONF_TRITON_GLUON=0`` leaves them out).
 
-The warp-specialised ping-pong variant (``w8a8_mm_gluon_ws``, never run on a GPU when
-added): its PTX must show a register-reallocated producer / two-consumer split
+The warp-specialised ping-pong variant (``w8a8_mm_gluon_ws``, written offline, exact on
+the H200 since 2026-12-02): its PTX must show a register-reallocated producer / two-consumer split
 (``setmaxnreg`` 240 / 24), int8 wgmma kept in flight in each consumer's K loop
 (``wait_group 1``) with the ring slot released (``mbarrier.arrive``) only after that
 wait, TMA loads only in the producer after its empty-slot wait, no spills and shared
-memory within 227 KiB; its candidates join only with ``INT8CONF_TRITON_GLUON_WS=1``.
+memory within 227 KiB; its candidates join wherever the other Gluon ones do, unless
+``INT8CONF_TRITON_GLUON_WS=0``.
 """
 
 import os
@@ -264,7 +265,7 @@ def test_gluon_ws_configs_and_labels():
                                                  for cs in t.values() for c in cs)
 
 
-def test_gluon_ws_joins_only_with_its_opt_in(monkeypatch):
+def test_gluon_ws_joins_with_gluon_unless_opted_out(monkeypatch):
     import torch
 
     monkeypatch.delenv("INT8CONF_TRITON_GLUON", raising=False)
@@ -272,7 +273,9 @@ def test_gluon_ws_joins_only_with_its_opt_in(monkeypatch):
     monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
     monkeypatch.setattr(gluon_gemm, "AVAILABLE", True)
     h200 = torch.device("cuda", 0)
-    assert bt._gluon_enabled(h200) and not bt._gluon_ws_enabled(h200)  # off by default
+    assert bt._gluon_enabled(h200) and bt._gluon_ws_enabled(h200)  # on by default
+    monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "0")
+    assert bt._gluon_enabled(h200) and not bt._gluon_ws_enabled(h200)  # its own opt-out
     monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
     assert bt._gluon_ws_enabled(h200)
     monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")
