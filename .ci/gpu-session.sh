@@ -6,6 +6,8 @@
 #   11w: probe_ws.py (~3 min): the ping-pong Gluon kernel bit for bit on edge shapes
 #      (60 s hang guard), then timed at 8192^3 next to gluon s4 and cuBLAS fp8;
 #   11p: probe_8192.py (the 2026-12-01f/g Triton and Gluon variants at 8192^3);
+#   12: odd K (2026-12-02): probe-2026-12-02/odd_k.py (padded vs unpadded vs aligned,
+#      bits) and the CUDA tests of tests/conformance + tests/reference;
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
 #   5: run_workers.sh (executor probe + full paper grid; done 2026-12-01g);
 #   4 / 4p: run_paper.sh; 3 / 3b: the pow2 studies (both complete).
@@ -48,6 +50,10 @@ case "${STAGE:-1}" in
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
 11w) timeout 400 python3 reports/bench/nvidia-h200/probe-2026-12-01g/probe_ws.py > "$OUT/logs/probews.log" 2>&1
    grep -v -i warn "$OUT/logs/probews.log" | tail -60 | cut -c1-300 ;;
+12) timeout -s INT -k 10 "${ODDK_LIMIT:-110}" python3 reports/bench/nvidia-h200/probe-2026-12-02/odd_k.py \
+     > "$OUT/logs/odd_k.log" 2>&1; echo "rc=$?" >> "$OUT/logs/odd_k.log"
+   grep -v -i warn "$OUT/logs/odd_k.log" | tail -14 | cut -c1-300
+   step cuda-tests "${CUDA_LIMIT:-190}" $P -n 15 -m cuda tests/conformance tests/reference ;;
 11p) timeout 200 python3 reports/bench/nvidia-h200/probe-2026-12-01f/probe_8192.py > "$OUT/logs/probe8192.log" 2>&1
    grep -v -i warn "$OUT/logs/probe8192.log" | tail -40 | cut -c1-300 ;;
 5) OUT="$OUT/logs/workers-out" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1

@@ -71,7 +71,19 @@ with a padded leading stride such as ``x[:, :K]``, ``b`` as the transposed
 view of a ``[K, N]`` buffer -- vLLM's column-major weight -- or any other
 strided view); scales ``[M]``, ``[M,1]`` or scalars, contiguous or not, are
 read through their element stride (0 for a scalar); bias through its stride.
-Nothing is copied, nothing is assumed contiguous.
+Nothing is assumed contiguous, and nothing is copied except in one case: natively,
+when K is not a multiple of 16 and the GEMM is large (M*N*K >= :data:`PAD_K_MIN_MACS`)
+or will not be tuned (``INT8CONF_TRITON_AUTOTUNE=0``), ``a`` and ``b`` are copied into
+zero-padded ``[M, K']`` / ``[N, K']`` buffers, K' the next multiple of 16
+(:func:`_padded_k`, :func:`_pad_k`). Triton specialises integer arguments on
+divisibility by 16; without it neither the row stride nor the K mask allows vector
+loads. The zero products add nothing to the exact int32 sums, so the bits are
+unchanged; the copy costs (M + N) * K' bytes of traffic and memory and two launches
+per call. Measured on the H200 (reports/bench/nvidia-h200/probe-2026-12-02/odd_k*.log,
+bits identical everywhere): tuned, 512x2,049x6,144 518 -> 73 us, while at small
+shapes the tuner's choice for the odd K beats the copy (1x2,047x6,144 19 against 55 us;
+64x8,195x320 59 against 73); untuned, 20-45x at 4096x4,097x4096 and 16x131,073x16,
+and 1.0-7x at the small shapes.
 
 The manifest ``extra`` carries the configuration that ran and, in
 interpreter mode, the measured interpreter semantics of every epilogue step
@@ -454,6 +466,8 @@ class _Call:
     #: ``(CompiledKernel, grid)`` once a launch with 16-byte aligned pointers
     #: compiled / found it (native only): later aligned calls launch it directly
     fast: Optional[tuple] = None
+    #: K' the operands are zero-padded to before each launch (0: none; :func:`_pad_k`)
+    pad_k: int = 0
 
 
 _PLANS: dict = {}
@@ -489,6 +503,31 @@ def _tma_ok(a: Tensor, b: Tensor) -> bool:
     return (a.stride(1) == 1 and b.stride(1) == 1 and a.stride(0) % 16 == 0
             and b.stride(0) % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
             and a.shape[1] % 16 == 0)
+
+
+#: M*N*K from which a native call with K % 16 != 0 pads K even when tuned: the
+#: crossover on the H200 lies between 2e8 (16x2,049x6,144: 28 us unpadded, 85 padded)
+#: and 6.4e9 (512x2,049x6,144: 518 / 73; module docstring, "Layouts")
+PAD_K_MIN_MACS = 1 << 30
+
+
+def _padded_k(m: int, n: int, k: int, native: bool) -> int:
+    """K' for :func:`_pad_k`, or 0 (no copy): the next multiple of 16 above ``k``
+    when the call runs natively, ``k % 16 != 0``, and either ``m * n * k >=``
+    :data:`PAD_K_MIN_MACS` or autotuning is off (an untuned odd-K call was 1.0-45x
+    slower unpadded). The interpreter gains nothing from aligned strides."""
+    if not native or k % 16 == 0:
+        return 0
+    if m * n * k < PAD_K_MIN_MACS and _autotune_enabled():
+        return 0
+    return (k + 15) // 16 * 16
+
+
+def _pad_k(t: Tensor, k_padded: int) -> Tensor:
+    """``t`` (int8 [R, K], any strides) copied into a new contiguous int8
+    [R, ``k_padded``] tensor, zeros in columns K .. k_padded - 1, on t's device.
+    Exact for the GEMM: a zero operand adds 0 to every partial sum."""
+    return torch.nn.functional.pad(t, (0, k_padded - t.shape[1]))
 
 
 def _need_int64(a: Tensor, b: Tensor, m: int, n: int, k: int) -> bool:
@@ -900,13 +939,16 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
             if bias.device != dev:
                 bias, moved = bias.to(dev), True
     native = a.is_cuda and not _kernel("ptr", True)[1]
+    pad_k = _padded_k(m, n, k, native)
+    if pad_k:  # odd K: zero-padded copies (module docstring, "Layouts")
+        a, b, k = _pad_k(a, pad_k), _pad_k(b, pad_k), pad_k
     int64 = _need_int64(a, b, m, n, k)
     tma = native and not int64 and m > 16 and _tma_ok(a, b)
     if config is not None and config.kernel == "gluon" and not (
             tma and config.split_k == 1 and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0)):
         raise ValueError(f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton "
                          "with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, "
-                         "M > 16, K-contiguous, 16-byte aligned, K % 16 == 0)")
+                         "M > 16, K-contiguous, 16-byte aligned base and row stride)")
     mbin = _pow2_bin(m)
     pkey = (a.device.index if a.is_cuda else -1, native, mbin, n, k, _OUT_KIND.get(out_dtype, -1),
             bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
@@ -955,6 +997,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         if not (capturing and not tuned and config is None):  # tune later, outside a capture
             _PLANS[pkey] = plan
     call = make_call(plan.config, plan)
+    call.pad_k = pad_k
     # not cacheable: operands moved to a's device (the copy is per call), or an
     # untuned stand-in chosen during a CUDA-graph capture (tune on the next eager call)
     cacheable = not moved and _PLANS.get(pkey) is plan
@@ -978,6 +1021,8 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     except (AttributeError, TypeError):  # a non-tensor operand: the slow path names it
         key = None
     call = _CALLS.get(key)
+    if call is not None and call.pad_k:
+        a, b = _pad_k(a, call.pad_k), _pad_k(b, call.pad_k)
     if call is not None and call.plan.config.kernel in _TMA_KERNELS and (
             (a.data_ptr() | b.data_ptr()) & 15):
         call = None  # TMA needs 16-byte aligned bases: re-plan without caching
@@ -993,7 +1038,7 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     _issue(call, a, b, scale_a, scale_b, bias, out)
     if trace.current() is not None:
         trace.record_path("triton-interpreter" if call.plan.interp else "triton-native",
-                          **call.plan.extra)
+                          **call.plan.extra, **({"k_padded_to": call.pad_k} if call.pad_k else {}))
     return out if out.dtype == call.ret_dtype or call.ret_dtype is None else \
         out.view(call.ret_dtype)
 
@@ -1015,6 +1060,9 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     Args:
         a: int8 [M,K], any strides (e.g. ``x[:, :K]`` of a wider buffer);
         b: int8 [N,K], any strides (e.g. ``w_kn.t()`` of a [K,N] buffer);
+            natively, a K that is not a multiple of 16 makes a large (or
+            untuned) call copy both into zero-padded buffers (module docstring,
+            "Layouts"; the manifest then records ``k_padded_to``);
         scale_a: float32 [M]|[M,1]|scalar (zeros legal; any stride);
         scale_b: float32 [N]|[N,1]|scalar; bias: out_dtype [N] or None;
         out_dtype: bfloat16 | float16 | float32.

@@ -96,6 +96,59 @@ def test_strided_operands_natively(m):
     assert torch.equal(out.view(torch.int16).cpu(), want)
 
 
+@pytest.mark.parametrize("m, k, n", [(16, 131073, 16), (1, 2047, 300), (33, 100, 77),
+                                     (300, 1000, 520)])
+def test_odd_k_natively_pads_and_stays_exact(monkeypatch, m, k, n):
+    """K % 16 != 0 (padding forced down to these sizes): the call copies a and b
+    zero-padded to K' (the next multiple of 16; builtin_triton._pad_k) on the planned
+    and on the cached path; a strided a and a column-major b; bits against the
+    declared contract; the manifest says K'."""
+    from conformance.kernels import trace
+
+    monkeypatch.setattr(bt, "PAD_K_MIN_MACS", 0)
+    kp = (k + 15) // 16 * 16
+    for seed in (1, 2):  # 2: same metadata, the cached call
+        a, b, sa, sb, bias = _ops(m, k + 3, n, seed=seed)
+        av, bv = a[:, :k], b[:, :k].t().contiguous().t()
+        with trace.capture() as t:
+            out = bt.scaled_mm(av, bv, sa, sb, torch.bfloat16, bias)
+        assert t.extra["k_padded_to"] == kp
+        assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(av, bv, sa, sb, bias))
+        acc = bt.int_mm(av, bv)
+        assert torch.equal(acc.cpu().to(torch.int64), exact_int_mm(av.cpu(), bv.cpu()))
+
+
+def test_odd_k_large_gemm_pads_by_default_and_small_tuned_one_does_not():
+    from conformance.kernels import trace
+
+    for (m, k, n), padded in (((1024, 1041, 1024), 1056), ((64, 1041, 64), None)):
+        a, b, sa, sb, bias = _ops(m, k, n, seed=k + m)
+        with trace.capture() as t:
+            out = bt.scaled_mm(a, b, sa, sb, torch.bfloat16, bias)
+        assert t.extra.get("k_padded_to") == padded
+        assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(a, b, sa, sb, bias))
+
+
+def test_odd_k_call_captured_in_a_cuda_graph_replays_exactly(monkeypatch):
+    monkeypatch.setattr(bt, "PAD_K_MIN_MACS", 0)
+    m, k, n = 16, 1000, 256
+    a, b, sa, sb, _ = _ops(m, k, n, seed=7)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # plan (and tune) outside the capture
+        bt.scaled_mm(a, b, sa, sb)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = bt.scaled_mm(a, b, sa, sb)
+    a2 = _ops(m, k, n, seed=8)[0]
+    a.copy_(a2)  # the padded copy is part of the graph: replay re-reads a
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(a, b, sa, sb))
+
+
 def test_every_tuned_plan_reports_its_config():
     from conformance.kernels import trace
 
