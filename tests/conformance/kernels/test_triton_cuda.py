@@ -33,19 +33,26 @@ def _ref_bits(a, b, sa, sb, bias=None):
     return ref.view(torch.int16)
 
 
-@pytest.mark.parametrize("m", [1, 16, 512])
-def test_cuda_graph_capture_and_replay(m):
-    k, n = 2048, 1024
-    a, b, sa, sb, _ = _ops(m, k, n, seed=m)
+def _captured(a, b, sa, sb):
+    """``(graph, out)``: one ``bt.scaled_mm`` call captured in a CUDA graph, after a
+    warm-up call on a side stream (tuning happens there, never inside the capture)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (tuning happens here, never inside the capture)
+    with torch.cuda.stream(side):
         bt.scaled_mm(a, b, sa, sb)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = bt.scaled_mm(a, b, sa, sb)
+    return graph, out
+
+
+@pytest.mark.parametrize("m", [1, 16, 512])
+def test_cuda_graph_capture_and_replay(m):
+    k, n = 2048, 1024
+    a, b, sa, sb, _ = _ops(m, k, n, seed=m)
+    graph, out = _captured(a, b, sa, sb)
     for seed in (101, 102):  # new operand values in the captured buffers
         a2, _, sa2, _, _ = _ops(m, k, n, seed=seed)
         a.copy_(a2)
@@ -133,15 +140,7 @@ def test_odd_k_call_captured_in_a_cuda_graph_replays_exactly(monkeypatch):
     monkeypatch.setattr(bt, "PAD_K_MIN_MACS", 0)
     m, k, n = 16, 1000, 256
     a, b, sa, sb, _ = _ops(m, k, n, seed=7)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # plan (and tune) outside the capture
-        bt.scaled_mm(a, b, sa, sb)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = bt.scaled_mm(a, b, sa, sb)
+    graph, out = _captured(a, b, sa, sb)
     a2 = _ops(m, k, n, seed=8)[0]
     a.copy_(a2)  # the padded copy is part of the graph: replay re-reads a
     graph.replay()
