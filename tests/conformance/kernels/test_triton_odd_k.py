@@ -16,7 +16,6 @@ from reference.accumulate import exact_int_mm
 from reference.contract import TRITON_STYLE
 from reference.epilogue import apply_epilogue
 
-
 BIG = bt.PAD_K_MIN_MACS
 
 

@@ -15,6 +15,7 @@ zero-padded operands (zero columns add nothing; ``torch._int_mm`` needs aligned 
 Run on the GPU machine from the repository root:
     python reports/bench/nvidia-h200/probe-2026-12-02/odd_k.py
 """
+import functools
 import os
 import sys
 
@@ -22,14 +23,18 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 4)))
-from conformance import bench  # noqa: E402
-from conformance.kernels import builtin_triton as bt  # noqa: E402
-from reference.contract import TRITON_STYLE  # noqa: E402
+from conformance import bench
+from conformance.kernels import builtin_triton as bt
+from reference.contract import TRITON_STYLE
 
 #: M, K, N: the sweep's F6 window (before its own padding), the suite's deep-K
 #: family, decode / prefill layer shapes with K off by one, a square one
 SHAPES = [(16, 131073, 16), (64, 8195, 320), (1, 2047, 6144), (16, 2049, 6144),
           (512, 2049, 6144), (4096, 4095, 4096), (4096, 4097, 4096)]
+
+
+def _force_pad(kp, m, n, k, native):
+    return kp if k % 16 else 0
 
 
 def _fresh_plans():
@@ -49,17 +54,17 @@ def main():
         kp = (k + 15) // 16 * 16
         ap, bp = F.pad(a, (0, kp - k)), F.pad(b, (0, kp - k))
         _fresh_plans()
+        odd = functools.partial(bt.scaled_mm, a, b, sa, sb)
+        aligned = functools.partial(bt.scaled_mm, ap, bp, sa, sb)
         try:
             bt._padded_k = lambda mm, nn, kk, native: 0
-            out_u = bt.scaled_mm(a, b, sa, sb)
-            t_u = bench._e2e_interleaved({"u": lambda: bt.scaled_mm(a, b, sa, sb)},
-                                         min_batch_ms=50, rounds=3)["u"]
+            out_u = odd()
+            t_u = bench._e2e_interleaved({"u": odd}, min_batch_ms=50, rounds=3)["u"]
             _fresh_plans()
-            bt._padded_k = lambda mm, nn, kk, native: kp if kk % 16 else 0
-            out_p = bt.scaled_mm(a, b, sa, sb)
-            bt.scaled_mm(ap, bp, sa, sb)
-            t = bench._e2e_interleaved({"p": lambda: bt.scaled_mm(a, b, sa, sb),
-                                        "al": lambda: bt.scaled_mm(ap, bp, sa, sb)})
+            bt._padded_k = functools.partial(_force_pad, kp)
+            out_p = odd()
+            aligned()
+            t = bench._e2e_interleaved({"p": odd, "al": aligned})
         finally:
             bt._padded_k = real
         bits = bench.check_bits(ap, bp, sa, sb, {"padded": (out_p, TRITON_STYLE),
