@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
+import types
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
+
+#: at most this many helper files are read per kernel (a kernel importing a whole
+#: project tree stops here; the digest then covers the first ones in walk order)
+MAX_HELPER_FILES = 256
+#: int8conf's own packages: a user kernel importing them is not "its" code
+_OWN_DIRS = tuple(Path(__file__).resolve().parents[2] / d
+                  for d in ("conformance", "reference", "faults", "detllm"))
 
 
 def module_digest(path: str) -> str:
@@ -45,14 +54,94 @@ def callable_digest(fn: Callable) -> str:
     different digests (:func:`_single_digest`). A ``functools.wraps`` wrapper
     covers itself *and* every function it wraps (``__wrapped__``, up to 16
     levels): SHA-256 over their single digests joined by commas, so a change
-    to the wrapper's module or to the wrapped one changes it. Code in *other*
-    modules the kernel imports is not covered (state their versions in
-    ``KernelSpec.version``).
+    to the wrapper's module or to the wrapped one changes it.
+
+    Helper modules of the kernel's own project are covered too
+    (:func:`helper_files`: the modules its module imports, transitively, whose
+    files lie in the kernel's directory or package, outside site-packages and
+    int8conf): when there are any, the digest is SHA-256 over the digest above
+    and ``relative/path.py:<sha256 of its bytes>`` per helper, sorted by path, so
+    editing a helper changes C1's digest and a sweep store's identity. A kernel
+    without helpers keeps the digest above. Installed libraries (site-packages)
+    are not covered: state their versions in ``KernelSpec.version``.
     """
-    chain, target = [], fn
+    chain, targets, target = [], [], fn
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
+        targets.append(target)
         target = getattr(target, "__wrapped__", None)
-    if len(chain) == 1:
-        return chain[0]
-    return hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()
+    base = chain[0] if len(chain) == 1 else \
+        hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()
+    helpers = helper_files(targets)
+    if not helpers:
+        return base
+    parts = [base] + [f"{rel}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+                      for rel, path in helpers]
+    return hashlib.sha256(",".join(parts).encode()).hexdigest()
+
+
+def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
+    """(globals, source file) of a module, function or class; (None, None) for
+    anything else or without a ``.py`` file."""
+    if isinstance(obj, types.ModuleType):
+        ns, f = vars(obj), getattr(obj, "__file__", None)
+    elif isinstance(obj, types.FunctionType):
+        ns, f = obj.__globals__, obj.__code__.co_filename
+    elif isinstance(obj, type):
+        mod = sys.modules.get(getattr(obj, "__module__", ""))
+        ns, f = (vars(mod), getattr(mod, "__file__", None)) if mod else (None, None)
+    else:
+        return None, None
+    if not f or not str(f).endswith(".py"):
+        return None, None
+    path = Path(f).resolve()
+    return (ns, path) if path.is_file() else (None, None)
+
+
+def _project_root(ns: dict, path: Path) -> Path:
+    """The kernel's project folder: its top-level package's folder when its module
+    is in a package (``ns['__name__']`` dotted and that package loaded), else the
+    folder of its file."""
+    top = str(ns.get("__name__", "")).split(".")[0]
+    pkg = sys.modules.get(top) if "." in str(ns.get("__name__", "")) else None
+    pkg_file = getattr(pkg, "__file__", None)
+    return Path(pkg_file).resolve().parent if pkg_file else path.parent
+
+
+def _is_helper(path: Path, root: Path) -> bool:
+    return (path.is_relative_to(root)
+            and not any(p in ("site-packages", "dist-packages") for p in path.parts)
+            and not any(path.is_relative_to(d) for d in _OWN_DIRS))
+
+
+def helper_files(targets: list) -> list[tuple[str, Path]]:
+    """The kernel's helper modules: ``[(posix path relative to the project
+    folder, absolute path)]``, sorted, of the ``.py`` files of the modules,
+    functions and classes reachable from the globals of ``targets`` (the kernel
+    and what it wraps), transitively, that lie under the first target's project
+    folder (:func:`_project_root`), outside site-packages / dist-packages and
+    int8conf's own packages, other than the targets' own files; at most
+    :data:`MAX_HELPER_FILES`."""
+    seen: dict[Path, dict] = {}
+    root = None
+    for t in targets:
+        ns, path = _namespace_and_file(t)
+        if ns is None:
+            continue
+        root = root or _project_root(ns, path)
+        seen.setdefault(path, ns)
+    if root is None:
+        return []
+    own = set(seen)
+    queue = list(seen.values())
+    while queue and len(seen) - len(own) < MAX_HELPER_FILES:
+        ns = queue.pop(0)
+        for v in list(ns.values()):
+            sub_ns, path = _namespace_and_file(v)
+            if sub_ns is None or path in seen or not _is_helper(path, root):
+                continue
+            seen[path] = sub_ns
+            queue.append(sub_ns)
+            if len(seen) - len(own) >= MAX_HELPER_FILES:
+                break
+    return sorted((p.relative_to(root).as_posix(), p) for p in seen if p not in own)
