@@ -67,7 +67,7 @@ def _sha(data: bytes) -> str:
 
 
 def test_the_digest_covers_exactly_the_project_helpers(project):
-    root, names = project
+    root, _ = project
     spec = loader.load_module_function("kern:scaled_mm")
     kern = sys.modules["kern"]
     assert [rel for rel, _ in helper_files([kern.scaled_mm])] == ["helper.py", "util/scale.py"]
