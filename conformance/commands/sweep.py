@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
     from conformance.sweep.distributed import run_cells
     from conformance.sweep.runner import SweepTask
-    from conformance.sweep.store import SweepStore
+    from conformance.sweep.store import StoreError, SweepStore
     from predictions.lock import matrix_chain
     from reference.errors import Int8confError
 
@@ -227,7 +227,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             ensure_out_dir(out_dir)
         # writer: a second sweep on this store is refused, not interleaved
-        store = SweepStore(db, spec.identity(), writer=True)
+        try:
+            store = SweepStore(db, spec.identity(), writer=True)
+        except StoreError as e:  # name the option the path came from
+            if args.db and not str(e).startswith("--db"):
+                raise StoreError(f"--db: {e}") from None
+            raise
     with store:
         before = len(store.done())
         if not args.quiet:

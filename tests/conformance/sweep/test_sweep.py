@@ -376,6 +376,22 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
     assert rc == 2 and err == [f"int8conf: error: --db {blocker}: exists and is not a directory"]
 
 
+def test_a_db_that_is_a_text_file_or_a_folder_is_refused_naming_db(tmp_path, capsys):
+    """Re-check pass 2026-12-01g: the refusal named the path but not the option."""
+    from conformance.cli import main
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    (tmp_path / "adir").mkdir()
+    for db, why in ((notes, "is not a sweep store"), (tmp_path / "adir", "cannot create or open")):
+        rc = main(["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages",
+                   "one", "--no-model-checks", "--quiet", "--db", str(db),
+                   "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and err[0].startswith("int8conf: error: --db: ")
+        assert str(db) in err[0] and why in err[0]
+    assert notes.read_text() == "hello\n" and not (tmp_path / "o").exists()
+
+
 def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, capsys):
     """New-user pass: ``--db`` on an SQLite file holding another application's
     tables got the sweep's tables added beside them, exit 0."""
