@@ -97,3 +97,39 @@ def test_no_signature_line_counts_the_failing_cases():
     from conformance.scoring import no_signature_line
     assert no_signature_line(6) == "the failures match no fault class of the catalogue (6 failing cases)"
     assert no_signature_line(1) == "the failures match no fault class of the catalogue (1 failing case)"
+
+
+def test_a_kernel_accumulator_off_the_exact_sum_is_named_and_not_called_a_rounding_fault():
+    """New-user pass 2026-12-02: a kernel dropping the last K column (or padding K
+    with ones) was reported "consistent with F1 ... in-range accumulators" and F7,
+    although C3 had found its accumulator off the exact sum."""
+    from dataclasses import replace
+
+    from conformance.cases import CaptureReplay, make_case
+    from conformance.evaluate import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.report import to_json_dict
+    from conformance.scoring import accumulator_line
+    from conformance.suite import build_result
+
+    assert match_signatures(FailureFeatures(failed={"C3", "C8"}, max_ulp=1)) == []
+    assert match_signatures(FailureFeatures(failed={"C3", "C4"}, precondition={"C4"})) == []
+    good = get_kernel("cpu")
+
+    def drop_last_k(a, b, scale_a, scale_b, out_dtype=None, bias=None):
+        return good.scaled_mm(a[:, :-1], b[:, :-1], scale_a, scale_b, out_dtype, bias)
+
+    def drop_last_k_acc(a, b):
+        return good.int_mm(a[:, :-1], b[:, :-1])
+
+    bad = replace(good, name="drop_last_k", scaled_mm=drop_last_k, int_mm=drop_last_k_acc,
+                  source_digest="", origin="test")
+    cr = evaluate_case(bad, make_case("ordinary", seed=0))
+    assert cr.checks["C3"].verdict == "fail" and not cr.checks["C3"].is_precondition_violation
+    sig = to_json_dict(build_result(bad, [cr], CaptureReplay()))["fault_signatures"]
+    assert sig[0] == accumulator_line(1, 1) == (
+        "the kernel's accumulator differs from the exact integer sum (C3) in 1 of 1 failing "
+        "cases: a main-loop bug, not a post-processing fault")
+    assert not any(x.startswith(("consistent with F1", "consistent with F2",
+                                 "consistent with F3", "consistent with F4",
+                                 "consistent with F5", "consistent with F7")) for x in sig)
