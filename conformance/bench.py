@@ -107,7 +107,8 @@ def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
     (``best GMAC/s``) are reported.
 
     Args:
-        kernels: registry names (built-ins or any ``get_kernel`` name).
+        kernels: registry names (built-ins or any ``get_kernel`` name) or
+            already resolved ``KernelSpec`` objects.
         reps: timed calls per cell (median reported).
         shapes: (M, K, N, label) tuples for the CPU reference and CPU kernels.
         interpreter_shape: reduced (M, K, N, label) for kernels that run under
@@ -123,10 +124,11 @@ def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
     """
     from conformance.kernels.registry import get_kernel
     from conformance.kernels.runner import pick_device
+    from conformance.kernels.spec import KernelSpec
     from reference.accumulate import exact_int_mm
     from reference.epilogue import reference_scaled_mm
 
-    specs = [get_kernel(k) for k in kernels]
+    specs = [k if isinstance(k, KernelSpec) else get_kernel(k) for k in kernels]
     cuda = torch.cuda.is_available() if cuda is None else cuda
     rows, ref_time = [], {}
     all_shapes = list(shapes) + ([interpreter_shape] if interpreter_shape else [])

@@ -98,6 +98,7 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
     known = [o for a in scope._actions for o in a.option_strings]
     if target is not None:
         known += [o for a in parser._actions for o in a.option_strings]
+    known = list(dict.fromkeys(known))  # --help / -h are both the parser's and the command's
     out = []
     seen_cmd = target is None
     for t in argv:

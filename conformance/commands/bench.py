@@ -103,14 +103,21 @@ def _run(args: argparse.Namespace) -> int:
     _refuse_other_mode_options(args)
     if args.gpu:
         return _run_gpu(args)
+    from conformance.commands._options import ensure_out_dir, removed_if_refused
     from conformance.kernels.registry import resolve_kernels
 
-    names = [s.name for s in resolve_kernels(args.kernel or ["all"])]
+    # resolved once and passed on as specs: a user kernel's declared name= or a
+    # ?contract= query would not resolve a second time by its name alone
+    specs = resolve_kernels(args.kernel or ["all"])
+    if args.json is not None:  # refused before any timing, not after it
+        with removed_if_refused(args.json.parent):
+            ensure_out_dir(args.json.parent, "--json", "directory of the JSON file",
+                           files=[args.json.name])
     shapes = bench.QWEN3_1_7B_SHAPES[:1] if args.quick else bench.QWEN3_1_7B_SHAPES
     interp = None if args.no_interpreter else bench.INTERPRETER_SHAPE
-    if args.no_interpreter:
-        names = [n for n in names if n != "triton"] if not _cuda() else names
-    df = bench.run_bench(tuple(names), reps=args.reps or DEFAULT_REPS, shapes=shapes,
+    if args.no_interpreter and not _cuda():
+        specs = [s for s in specs if s.name != "triton"]
+    df = bench.run_bench(tuple(specs), reps=args.reps or DEFAULT_REPS, shapes=shapes,
                          interpreter_shape=interp)
     env = bench.environment()
     bench.render(df, title=f"int8conf bench  (torch {env['torch']}, triton {env['triton']}, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -151,8 +152,7 @@ def test_the_bench_covers_the_ws_gluon_configs_unless_opted_out(monkeypatch):
 
 # ------------------------------------------------------------ the bench command line
 def _bench_help() -> str:
-    from conformance.cli import build_parser
-    from conformance.cli import _subparsers
+    from conformance.cli import _subparsers, build_parser
     return " ".join(_subparsers(build_parser())["bench"].format_help().split())
 
 
@@ -250,3 +250,59 @@ def test_the_hang_probe_runs_without_precompile_workers(workers, monkeypatch):
         bench.run_gpu_bench(shapes, precompile_workers=workers, probe=False,
                             log=lambda *_: None)
     assert calls == ([f"precompile {workers}"] if workers else [])
+
+
+def test_bench_times_a_named_or_queried_user_kernel(monkeypatch, tmp_path, capsys):
+    """New-user pass 2026-12-02: ``bench --kernel mod:fn`` re-resolved the kernel by
+    its declared ``name=`` ("unknown kernel") or lost its ``?contract=`` query
+    ("declares no epilogue contract"); the resolved specs now reach run_bench."""
+    from conformance.cli import main
+    from conformance.kernels.spec import KernelSpec
+
+    (tmp_path / "bk_user.py").write_text(
+        "from conformance.kernels.loader import declare\n"
+        "from conformance.kernels.registry import get_kernel\n\n"
+        "@declare(contract='cutlass', name='bk_named', devices=('cpu',))\n"
+        "def named(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n"
+        "    return get_kernel('cpu').scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)\n\n"
+        "def plain(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n"
+        "    return get_kernel('cpu').scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def fake_run_bench(kernels, **kw):
+        seen.append(kernels)
+        return []
+    monkeypatch.setattr(bench, "run_bench", fake_run_bench)
+    monkeypatch.setattr(bench, "render", lambda *a, **k: None)
+    for name, want in (("bk_user:named", "bk_named"),
+                       ("bk_user:plain?contract=cutlass", "bk_user:plain")):
+        assert main(["bench", "--kernel", name, "--quick"]) == 0, capsys.readouterr().err
+        (spec,) = seen[-1]
+        assert isinstance(spec, KernelSpec) and spec.name == want
+    sys.modules.pop("bk_user", None)
+
+
+def test_bench_json_that_is_a_directory_is_refused_before_timing(monkeypatch, tmp_path, capsys):
+    """New-user pass 2026-12-02: ``--json <a directory>`` ran the whole benchmark, then
+    failed on its temp file's rename."""
+    from conformance.cli import main
+
+    def no_work(*a, **k):
+        raise AssertionError("work started")
+    monkeypatch.setattr(bench, "run_bench", no_work)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for target, why in ((tmp_path / "adir", "adir is a directory, not a file"),
+                        (tmp_path / "afile" / "r.json", "exists and is not a directory")):
+        assert main(["bench", "--kernel", "cpu", "--quick", "--json", str(target)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("int8conf: error: --json ") and why in err[0]
+
+
+def test_unknown_bench_option_lists_each_known_option_once(capsys):
+    """New-user pass 2026-12-02: the list read "--help, --help, -h, -h"."""
+    from conformance.cli import build_parser, unknown_options
+
+    lines = unknown_options(build_parser(), ["bench", "--zzzz"])
+    assert len(lines) == 1 and lines[0].count("--help") <= 1
