@@ -390,11 +390,21 @@ def _bad(msg: str):
     raise OperandError(msg)
 
 
+def _dense_cpu_or_cuda(x: Tensor, name: str) -> None:
+    """One-line OperandError unless ``x`` is a dense (strided) CPU or CUDA tensor
+    (a sparse or meta one would fail deep inside torch or Triton)."""
+    if x.layout != torch.strided:
+        _bad(f"{name} has layout {x.layout}; expected a dense (torch.strided) tensor")
+    if x.device.type not in ("cpu", "cuda"):
+        _bad(f"{name} is on device {x.device}; expected a cpu or cuda tensor")
+
+
 def _scale_stride(s, name: str, rows: int, rows_name: str, dev) -> tuple[Tensor, int]:
     """(tensor on ``dev``, element stride) of a scale: [rows], [rows,1] or a
     scalar ([] / [1]; stride 0). Metadata checks only (values: runner)."""
     if not isinstance(s, Tensor):
         _bad(f"{name} must be a torch.Tensor, got {type(s).__name__}")
+    _dense_cpu_or_cuda(s, name)
     if s.dtype != torch.float32:
         _bad(f"{name} has dtype {s.dtype}; expected torch.float32")
     shp = s.shape
@@ -415,6 +425,7 @@ def _operands(a, b, out_dtype) -> tuple[int, int, int]:
     for x, name, dims in ((a, "a", "M,K"), (b, "b", "N,K")):
         if not isinstance(x, Tensor):
             _bad(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        _dense_cpu_or_cuda(x, name)
         if x.dtype != torch.int8:
             _bad(f"{name} has dtype {x.dtype}; expected torch.int8")
         if x.dim() != 2:
@@ -742,20 +753,27 @@ def _candidates(m: int, tma: bool, gluon: bool = False,
 _CAPABILITY: dict = {}
 
 
+def _env_on(name: str) -> bool:
+    """An on-by-default switch of the environment: off when ``name`` is ``0``,
+    ``false``, ``no`` or ``off`` (any case, surrounding blanks ignored)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _gluon_enabled(dev: torch.device) -> bool:
     """Whether the Gluon candidates join the tuning on ``dev``: compute capability
     (9, 0) (the kernel is sm_90 wgmma code), ``gluon_gemm.AVAILABLE``, and
-    ``INT8CONF_TRITON_GLUON`` not ``0`` (the opt-out)."""
-    return (os.environ.get("INT8CONF_TRITON_GLUON", "1") != "0" and gluon_gemm.AVAILABLE
+    ``INT8CONF_TRITON_GLUON`` not off (the opt-out: ``0``, ``false``, ``no`` or
+    ``off``; :func:`_env_on`)."""
+    return (_env_on("INT8CONF_TRITON_GLUON") and gluon_gemm.AVAILABLE
             and _capability(dev) == (9, 0))
 
 
 def _gluon_ws_enabled(dev: torch.device) -> bool:
     """Whether the warp-specialised Gluon candidates (:data:`GLUON_WS_CONFIGS`) join
     the tuning on ``dev``: :func:`_gluon_enabled` (sm_90, Gluon's Hopper API, no
-    ``INT8CONF_TRITON_GLUON=0``) and ``INT8CONF_TRITON_GLUON_WS`` not ``0`` (their own
+    ``INT8CONF_TRITON_GLUON=0``) and ``INT8CONF_TRITON_GLUON_WS`` not off (their own
     opt-out)."""
-    return os.environ.get("INT8CONF_TRITON_GLUON_WS", "1") != "0" and _gluon_enabled(dev)
+    return _env_on("INT8CONF_TRITON_GLUON_WS") and _gluon_enabled(dev)
 
 
 def _capability(dev: torch.device) -> tuple:
@@ -800,7 +818,7 @@ def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
 
 
 def _autotune_enabled() -> bool:
-    return os.environ.get("INT8CONF_TRITON_AUTOTUNE", "1") not in ("0", "false", "no", "off")
+    return _env_on("INT8CONF_TRITON_AUTOTUNE")
 
 
 class KernelHang(RuntimeError):
@@ -936,6 +954,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
                 _bad(f"bias must be a [{n}] tensor of dtype {out_dtype}, got "
                      f"{getattr(bias, 'dtype', type(bias).__name__)} "
                      f"{tuple(getattr(bias, 'shape', ()))}")
+            _dense_cpu_or_cuda(bias, "bias")
             if bias.device != dev:
                 bias, moved = bias.to(dev), True
     native = a.is_cuda and not _kernel("ptr", True)[1]
@@ -1009,14 +1028,17 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
         # (flat, device as (index, is_cuda) ints/bools: building and hashing it is
         # the dominant host cost of a repeated call, so no nested tuples or torch.device)
-        key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda,
-               b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda,
+        # (is_cpu too: get_device() is -1 for a meta tensor as for a CPU one)
+        key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda, a.is_cpu,
+               b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda, b.is_cpu,
                None if scale_a is None else (scale_a.dtype, scale_a.shape, scale_a.stride(),
-                                             scale_a.get_device(), scale_a.is_cuda),
+                                             scale_a.get_device(), scale_a.is_cuda,
+                                             scale_a.is_cpu),
                None if scale_b is None else (scale_b.dtype, scale_b.shape, scale_b.stride(),
-                                             scale_b.get_device(), scale_b.is_cuda),
+                                             scale_b.get_device(), scale_b.is_cuda,
+                                             scale_b.is_cpu),
                None if bias is None else (bias.dtype, bias.shape, bias.stride(),
-                                          bias.get_device(), bias.is_cuda),
+                                          bias.get_device(), bias.is_cuda, bias.is_cpu),
                out_dtype, config)
     except (AttributeError, TypeError):  # a non-tensor operand: the slow path names it
         key = None
@@ -1070,8 +1092,12 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
         out_dtype [M,N] (contiguous) on a's device (CUDA: native; CPU: interpreter).
     Raises:
         OperandError: a dtype / rank / shape / K mismatch / out_dtype / bias
-            problem (metadata only; value checks are the runner's).
+            problem (metadata only; value checks are the runner's), including
+            ``out_dtype=None`` (the int32 accumulator is :func:`int_mm`'s).
     """
+    if out_dtype is None:
+        _bad("out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
+             "torch.float16, torch.float32); the int32 accumulator is int_mm(a, b)")
     return _run(a, b, scale_a, scale_b, bias, out_dtype)
 
 

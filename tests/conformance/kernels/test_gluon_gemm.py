@@ -276,6 +276,12 @@ def test_gluon_ws_joins_with_gluon_unless_opted_out(monkeypatch):
     assert bt._gluon_enabled(h200) and bt._gluon_ws_enabled(h200)  # on by default
     monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "0")
     assert bt._gluon_enabled(h200) and not bt._gluon_ws_enabled(h200)  # its own opt-out
+    for off in ("false", " OFF ", "no"):  # the spellings INT8CONF_TRITON_AUTOTUNE takes
+        monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", off)
+        assert not bt._gluon_ws_enabled(h200)
+        monkeypatch.setenv("INT8CONF_TRITON_GLUON", off)
+        assert not bt._gluon_enabled(h200)
+        monkeypatch.delenv("INT8CONF_TRITON_GLUON")
     monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
     assert bt._gluon_ws_enabled(h200)
     monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")

@@ -127,6 +127,11 @@ def test_metadata_cache_tells_layouts_apart():
     (lambda a, b, sa, sb: (a, b[:, :-1], sa, sb), "K mismatch"),
     (lambda a, b, sa, sb: (a, b, sa[:2], sb), "scale_a has shape (2,)"),
     (lambda a, b, sa, sb: (a, b, sa, sb.double()), "scale_b has dtype torch.float64"),
+    # new-user pass 2026-12-02: these reached torch / the interpreter
+    (lambda a, b, sa, sb: (a.to_sparse(), b, sa, sb),
+     "a has layout torch.sparse_coo; expected a dense (torch.strided) tensor"),
+    (lambda a, b, sa, sb: (a, b.to("meta"), sa, sb), "b is on device meta; expected a cpu or cuda"),
+    (lambda a, b, sa, sb: (a, b, sa.to("meta"), sb), "scale_a is on device meta; expected a cpu"),
 ])
 def test_bad_metadata_is_one_line_even_after_a_cached_call(bad, msg):
     g = torch.Generator().manual_seed(31)
@@ -136,6 +141,27 @@ def test_bad_metadata_is_one_line_even_after_a_cached_call(bad, msg):
     with pytest.raises(OperandError, match=msg.replace("(", r"\(").replace(")", r"\)")) as e:
         bt.scaled_mm(*bad(a, b, sa, sb))
     assert "\n" not in str(e.value)
+
+
+def test_scaled_mm_refuses_out_dtype_none_without_reading_the_scales():
+    """New-user pass 2026-12-02: ``scaled_mm(a, b, 'garbage', [1, 2], None)`` returned
+    the int32 accumulator, never looking at the scales."""
+    g = torch.Generator().manual_seed(33)
+    a, b = _ints((2, 16), g), _ints((3, 16), g)
+    with pytest.raises(OperandError, match=r"out_dtype=None is not an output dtype of "
+                                           r"scaled_mm .*the int32 accumulator is int_mm"):
+        bt.scaled_mm(a, b, "garbage", [1, 2], None)
+    assert bt.int_mm(a, b).dtype == torch.int32
+
+
+def test_meta_bias_is_refused_in_one_line():
+    g = torch.Generator().manual_seed(34)
+    a, b = _ints((2, 16), g), _ints((16, 16), g)
+    bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16,
+                 torch.zeros(16, dtype=torch.bfloat16))  # the cached call a meta bias must not hit
+    with pytest.raises(OperandError, match="bias is on device meta; expected a cpu or cuda tensor"):
+        bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16,
+                     torch.zeros(16, dtype=torch.bfloat16, device="meta"))
 
 
 def test_bias_of_wrong_dtype_is_refused():
