@@ -525,8 +525,9 @@ PAD_K_MIN_MACS = 1 << 30
 def _padded_k(m: int, n: int, k: int, native: bool) -> int:
     """K' for :func:`_pad_k`, or 0 (no copy): the next multiple of 16 above ``k``
     when the call runs natively, ``k % 16 != 0``, and either ``m * n * k >=``
-    :data:`PAD_K_MIN_MACS` or autotuning is off (an untuned odd-K call was 1.0-45x
-    slower unpadded). The interpreter gains nothing from aligned strides."""
+    :data:`PAD_K_MIN_MACS` or ``INT8CONF_TRITON_AUTOTUNE=0`` (an odd-K call with
+    tuning off was 1.0-45x slower unpadded). The interpreter gains nothing from
+    aligned strides."""
     if not native or k % 16 == 0:
         return 0
     if m * n * k < PAD_K_MIN_MACS and _autotune_enabled():
@@ -1082,9 +1083,10 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     Args:
         a: int8 [M,K], any strides (e.g. ``x[:, :K]`` of a wider buffer);
         b: int8 [N,K], any strides (e.g. ``w_kn.t()`` of a [K,N] buffer);
-            natively, a K that is not a multiple of 16 makes a large (or
-            untuned) call copy both into zero-padded buffers (module docstring,
-            "Layouts"; the manifest then records ``k_padded_to``);
+            natively, a K that is not a multiple of 16 makes a call of
+            M*N*K >= PAD_K_MIN_MACS, or any call with INT8CONF_TRITON_AUTOTUNE=0,
+            copy both into zero-padded buffers (module docstring, "Layouts"; the
+            manifest then records ``k_padded_to``);
         scale_a: float32 [M]|[M,1]|scalar (zeros legal; any stride);
         scale_b: float32 [N]|[N,1]|scalar; bias: out_dtype [N] or None;
         out_dtype: bfloat16 | float16 | float32.

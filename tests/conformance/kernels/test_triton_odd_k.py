@@ -1,7 +1,8 @@
 """Odd K in the built-in ``triton`` kernel: natively, a K that is not a multiple of
-16 makes a large or untuned call copy ``a`` and ``b`` into zero-padded [*, K']
-buffers (``builtin_triton._padded_k`` / ``_pad_k``; without it Triton can vectorise
-no load: 7-45x slower on the H200). The padding is forced under the interpreter here
+16 makes a call of M*N*K >= 2^30, or any call with ``INT8CONF_TRITON_AUTOTUNE=0``,
+copy ``a`` and ``b`` into zero-padded [*, K'] buffers (``builtin_triton._padded_k`` /
+``_pad_k``; without it Triton can vectorise no load: up to 80x slower on the H200,
+reports/bench/nvidia-h200/probe-2026-12-02/NOTE.md). The padding is forced under the interpreter here
 so that the first (planned) and the cached call run the code path on a CPU; the
 native run is ``test_triton_cuda.py::test_odd_k_natively_pads_and_stays_exact``."""
 
