@@ -227,6 +227,10 @@ class FailureFeatures:
         direction_basis: what the counts cover (``all differing elements`` /
             ``worst element of each failing case``).
         pow2_output_failure: an output check failed on a power-of-two case.
+        acc_mismatch: C3 found the kernel's own accumulator (its ``int_mm`` entry)
+            off the exact / declared sum at some elements (evidence
+            ``n_acc_mismatch`` > 0; an entry that raised or returned another shape
+            does not count: it says nothing about the sums).
     """
 
     failed: set = field(default_factory=set)
@@ -237,6 +241,7 @@ class FailureFeatures:
     sign_change: Optional[int] = None
     direction_basis: str = "all differing elements"
     pow2_output_failure: bool = False
+    acc_mismatch: bool = False
 
     @property
     def direction(self) -> str:
@@ -260,7 +265,7 @@ def _small(ft: FailureFeatures) -> bool:
 def _post(ft: FailureFeatures) -> bool:
     # a post-processing fault (F1-F5) leaves the accumulator exact: no precondition,
     # and C3 did not find the kernel's own accumulator off the exact sum
-    return _small(ft) and not ft.precondition and "C3" not in ft.failed
+    return _small(ft) and not ft.precondition and not ft.acc_mismatch
 
 
 #: fault id -> (predicate over FailureFeatures, description of the signature).
@@ -279,7 +284,8 @@ SIGNATURES = {
            "1-spacing errors in both directions, none under power-of-two scales"),
     "F6": (lambda ft: "C3" in ft.precondition,
            "an accumulator bound beyond 2^31-1 (int32 overflow), output garbage where it wraps"),
-    "F7": (lambda ft: "C4" in ft.precondition and "C3" not in ft.failed,
+    "F7": (lambda ft: "C4" in ft.precondition and "C3" not in ft.precondition
+           and not ft.acc_mismatch,
            "|acc| >= 2^24 with int32 headroom (float32 conversion inexact)"),
     "F9": (lambda ft: "C2" in ft.failed,
            "the kernel received operands other than the reference's"),
@@ -310,6 +316,8 @@ def features_of_cell(rows: Iterable[dict]) -> FailureFeatures:
         ft.failed.add(r["check_id"])
         if r.get("failure_kind") == "precondition":
             ft.precondition.add(r["check_id"])
+        if r["check_id"] == "C3" and (r.get("evidence") or {}).get("n_acc_mismatch"):
+            ft.acc_mismatch = True
         if r["check_id"] in OUTPUT_CHECKS:
             mu = (r.get("evidence") or {}).get("max_ulp")
             if mu is not None:
@@ -336,6 +344,8 @@ def features_of_case(cr) -> FailureFeatures:
         ft.failed.add(cid)
         if r.is_precondition_violation:
             ft.precondition.add(cid)
+        if cid == "C3" and (r.evidence or {}).get("n_acc_mismatch"):
+            ft.acc_mismatch = True
         if cid in OUTPUT_CHECKS:
             ev = r.evidence or {}
             if ev.get("max_ulp") is not None:
@@ -382,10 +392,9 @@ def signature_lines(result) -> list[str]:
     lines_of: dict = {}
     acc_off = 0
     for cr in failing:
-        c3 = cr.checks.get("C3")
-        acc_off += bool(c3 is not None and c3.verdict == "fail"
-                        and not c3.is_precondition_violation)
-        for fid, line in match_signatures(features_of_case(cr)):
+        ft = features_of_case(cr)
+        acc_off += ft.acc_mismatch
+        for fid, line in match_signatures(ft):
             counts[fid] = counts.get(fid, 0) + 1
             lines_of[fid] = line
     n = len(failing)
@@ -399,7 +408,7 @@ def signature_lines(result) -> list[str]:
 def accumulator_line(n_off: int, n_failing: int) -> str:
     """The line of a report where C3 found the kernel's own int32 accumulator
     (its ``int_mm`` entry) off the exact sum in ``n_off`` of ``n_failing`` failing
-    cases: a main-loop bug (a K column dropped or padded with non-zeros, a wrong
+    cases (``FailureFeatures.acc_mismatch``): a main-loop bug (a K column dropped or padded with non-zeros, a wrong
     tile), which no post-processing class (F1-F5) or F7 explains; they are not
     offered for those cases."""
     return (f"the kernel's accumulator differs from the exact integer sum (C3) in {n_off} "

@@ -112,8 +112,10 @@ def test_a_kernel_accumulator_off_the_exact_sum_is_named_and_not_called_a_roundi
     from conformance.scoring import accumulator_line
     from conformance.suite import build_result
 
-    assert match_signatures(FailureFeatures(failed={"C3", "C8"}, max_ulp=1)) == []
-    assert match_signatures(FailureFeatures(failed={"C3", "C4"}, precondition={"C4"})) == []
+    assert match_signatures(FailureFeatures(failed={"C3", "C8"}, max_ulp=1,
+                                            acc_mismatch=True)) == []
+    assert match_signatures(FailureFeatures(failed={"C3", "C4"}, precondition={"C4"},
+                                            acc_mismatch=True)) == []
     good = get_kernel("cpu")
 
     def drop_last_k(a, b, scale_a, scale_b, out_dtype=None, bias=None):
@@ -133,3 +135,28 @@ def test_a_kernel_accumulator_off_the_exact_sum_is_named_and_not_called_a_roundi
     assert not any(x.startswith(("consistent with F1", "consistent with F2",
                                  "consistent with F3", "consistent with F4",
                                  "consistent with F5", "consistent with F7")) for x in sig)
+
+
+def test_an_accumulator_entry_that_raises_is_not_an_accumulator_mismatch():
+    """Re-check pass 2026-12-02: an ``int_mm`` entry that raised counted as "the kernel's
+    accumulator differs from the exact sum" and hid the F4 hint of a truncating
+    epilogue."""
+    from dataclasses import replace
+
+    from conformance.cases import CaptureReplay, make_case
+    from conformance.evaluate import evaluate_case
+    from conformance.kernels.registry import get_kernel
+    from conformance.report import to_json_dict
+    from conformance.suite import build_result
+    from faults import inject
+
+    def refuses(a, b):
+        raise NotImplementedError("no accumulator entry for this K")
+
+    bad = replace(inject(get_kernel("cpu"), "F4", "all", 0), int_mm=refuses)
+    cr = evaluate_case(bad, make_case("ordinary", seed=0))
+    assert cr.checks["C3"].verdict == "fail" and "entry failed" in cr.checks["C3"].summary
+    sig = to_json_dict(build_result(bad, [cr], CaptureReplay()))["fault_signatures"]
+    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero "
+            "(1 of 1 failing cases)") in sig
+    assert not any("accumulator differs" in x for x in sig)
