@@ -132,6 +132,9 @@ def test_metadata_cache_tells_layouts_apart():
      "a has layout torch.sparse_coo; expected a dense (torch.strided) tensor"),
     (lambda a, b, sa, sb: (a, b.to("meta"), sa, sb), "b is on device meta; expected a cpu or cuda"),
     (lambda a, b, sa, sb: (a, b, sa.to("meta"), sb), "scale_a is on device meta; expected a cpu"),
+    # re-check pass: CSR has no strides (RuntimeError while building the cache key)
+    (lambda a, b, sa, sb: (a, b.to_sparse_csr(), sa, sb),
+     "b has layout torch.sparse_csr; expected a dense (torch.strided) tensor"),
 ])
 def test_bad_metadata_is_one_line_even_after_a_cached_call(bad, msg):
     g = torch.Generator().manual_seed(31)
@@ -152,6 +155,24 @@ def test_scaled_mm_refuses_out_dtype_none_without_reading_the_scales():
                                            r"scaled_mm .*the int32 accumulator is int_mm"):
         bt.scaled_mm(a, b, "garbage", [1, 2], None)
     assert bt.int_mm(a, b).dtype == torch.int32
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_sparse_operand_never_hits_a_broadcast_dense_call_s_cache_entry():
+    """Re-check pass 2026-12-02: a COO tensor's stride() is (0, 0), a broadcast dense
+    one's too, so the cached call of ``x.expand(8, 32)`` served a COO ``a`` (deep
+    NotImplementedError); the key now holds the layout."""
+    a = torch.ones(1, 1, dtype=torch.int8).expand(8, 32)  # stride (0, 0)
+    b = torch.ones(16, 32, dtype=torch.int8)
+    sa, sb = torch.tensor([0.01]).expand(8), torch.ones(16)
+    bt.scaled_mm(a, b, sa, sb)
+    bt.int_mm(a, b)
+    sparse_sa = torch.full((8,), 0.01).to_sparse()  # stride (0,): the broadcast sa's
+    assert sparse_sa.stride() == sa.stride() and a.to_sparse().stride() == a.stride()
+    for call in (lambda: bt.scaled_mm(a.to_sparse(), b, sa, sb), lambda: bt.int_mm(a.to_sparse(), b),
+                 lambda: bt.scaled_mm(a, b, sparse_sa, sb)):
+        with pytest.raises(OperandError, match="has layout torch.sparse_coo; expected a dense"):
+            call()
 
 
 def test_meta_bias_is_refused_in_one_line():
