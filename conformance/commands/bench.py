@@ -110,6 +110,10 @@ def _run(args: argparse.Namespace) -> int:
     # ?contract= query would not resolve a second time by its name alone
     specs = resolve_kernels(args.kernel or ["all"])
     if args.json is not None:  # refused before any timing, not after it
+        if args.json.name in ("", ".", ".."):
+            from reference.errors import Int8confError
+            raise Int8confError(f"--json {str(args.json)!r}: give the path of a file, "
+                                f"e.g. --json bench.json")
         with removed_if_refused(args.json.parent):
             ensure_out_dir(args.json.parent, "--json", "directory of the JSON file",
                            files=[args.json.name])

@@ -3,9 +3,12 @@ kernel per module) and per kernel function (third-party kernels)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import re
 import sys
+import sysconfig
 import types
 from pathlib import Path
 from typing import Callable, Optional
@@ -16,6 +19,8 @@ MAX_HELPER_FILES = 256
 #: int8conf's own packages: a user kernel importing them is not "its" code
 _OWN_DIRS = tuple(Path(__file__).resolve().parents[2] / d
                   for d in ("conformance", "reference", "faults", "detllm"))
+#: the standard library (a functools.partial's module is functools)
+_STDLIB_DIRS = tuple({Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib")})
 
 
 def module_digest(path: str) -> str:
@@ -23,14 +28,35 @@ def module_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _is_code(obj) -> bool:
+    return (inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj)
+            or inspect.ismodule(obj) or inspect.isbuiltin(obj))
+
+
 def _qualified_name(fn: Callable) -> str:
+    """``module.qualname``; a callable *instance* is named by its class (``Cls()``),
+    never by its ``repr`` (which holds a memory address, new in every process)."""
+    if not _is_code(fn) and not hasattr(fn, "__qualname__"):
+        t = type(fn)
+        return f"{t.__module__}.{t.__qualname__}()"
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _partial_args(p: functools.partial) -> str:
+    # bound arguments of a partial, memory addresses removed (stable across processes)
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr((p.args, sorted(p.keywords.items()))))
 
 
 def _single_digest(target: Callable) -> str:
     """SHA-256 hex of one function: its module file's bytes + NUL + qualified
-    name; else its own source + NUL + name; else the name alone."""
+    name; else its own source + NUL + name; else the name alone. A callable
+    instance is digested by its class's file; a ``functools.partial`` by its
+    bound arguments (the function it wraps is the next link of the chain)."""
+    if isinstance(target, functools.partial):
+        return hashlib.sha256(b"functools.partial\0" + _partial_args(target).encode()).hexdigest()
     name = _qualified_name(target).encode()
+    if not _is_code(target):
+        target = type(target)
     try:
         src_file = inspect.getsourcefile(target)
         if src_file and Path(src_file).is_file():
@@ -56,20 +82,30 @@ def callable_digest(fn: Callable) -> str:
     levels): SHA-256 over their single digests joined by commas, so a change
     to the wrapper's module or to the wrapped one changes it.
 
+    A callable instance is digested by its class (file and name), a
+    ``functools.partial`` by its bound arguments and then the function it wraps,
+    never by a ``repr`` holding a memory address (such a digest changed in every
+    process, and a sweep refused to resume its own store).
+
     Helper modules of the kernel's own project are covered too
-    (:func:`helper_files`: the modules its module imports, transitively, whose
-    files lie in the kernel's directory or package, outside site-packages and
-    int8conf): when there are any, the digest is SHA-256 over the digest above
-    and ``relative/path.py:<sha256 of its bytes>`` per helper, sorted by path, so
+    (:func:`helper_files`: the modules its module imports, transitively -- modules,
+    and the modules of imported functions, classes, instances and ``@triton.jit``
+    kernels, plus their parent packages' ``__init__.py`` -- whose files lie in the
+    kernel's directory or package, outside site-packages, the standard library and
+    int8conf): when there are any, the digest is SHA-256 over the digest above and
+    ``relative/path.py:<sha256 of its bytes>`` per helper, sorted by path, so
     editing a helper changes C1's digest and a sweep store's identity. A kernel
-    without helpers keeps the digest above. Installed libraries (site-packages)
-    are not covered: state their versions in ``KernelSpec.version``.
+    without helpers keeps the digest above. Not covered: installed libraries
+    (state their versions in ``KernelSpec.version``), constants imported by value
+    (``from cfg import BLOCK``: an int names no module) and modules imported
+    inside a function body.
     """
     chain, targets, target = [], [], fn
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
         targets.append(target)
-        target = getattr(target, "__wrapped__", None)
+        target = (target.func if isinstance(target, functools.partial)
+                  else getattr(target, "__wrapped__", None))
     base = chain[0] if len(chain) == 1 else \
         hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()
     helpers = helper_files(targets)
@@ -81,17 +117,21 @@ def callable_digest(fn: Callable) -> str:
 
 
 def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
-    """(globals, source file) of a module, function or class; (None, None) for
-    anything else or without a ``.py`` file."""
+    """(globals, source file) of a module, a function, or any object that names
+    its defining module in ``__module__`` (a class, a callable instance, a
+    ``@triton.jit`` kernel); (None, None) for anything else or without a ``.py``
+    file."""
     if isinstance(obj, types.ModuleType):
         ns, f = vars(obj), getattr(obj, "__file__", None)
     elif isinstance(obj, types.FunctionType):
         ns, f = obj.__globals__, obj.__code__.co_filename
-    elif isinstance(obj, type):
-        mod = sys.modules.get(getattr(obj, "__module__", ""))
-        ns, f = (vars(mod), getattr(mod, "__file__", None)) if mod else (None, None)
     else:
-        return None, None
+        try:
+            modname = getattr(obj, "__module__", None)
+        except Exception:  # noqa: BLE001 -- a lazy proxy may raise anything on getattr
+            return None, None
+        mod = sys.modules.get(modname) if isinstance(modname, str) else None
+        ns, f = (vars(mod), getattr(mod, "__file__", None)) if mod else (None, None)
     if not f or not str(f).endswith(".py"):
         return None, None
     path = Path(f).resolve()
@@ -100,18 +140,35 @@ def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
 
 def _project_root(ns: dict, path: Path) -> Path:
     """The kernel's project folder: its top-level package's folder when its module
-    is in a package (``ns['__name__']`` dotted and that package loaded), else the
+    is in a package (``ns['__name__']`` dotted and that package loaded; a namespace
+    package, without ``__init__.py``, by its first ``__path__`` entry), else the
     folder of its file."""
     top = str(ns.get("__name__", "")).split(".")[0]
     pkg = sys.modules.get(top) if "." in str(ns.get("__name__", "")) else None
     pkg_file = getattr(pkg, "__file__", None)
-    return Path(pkg_file).resolve().parent if pkg_file else path.parent
+    if pkg_file:
+        return Path(pkg_file).resolve().parent
+    pkg_path = list(getattr(pkg, "__path__", None) or [])
+    return Path(pkg_path[0]).resolve() if pkg_path else path.parent
+
+
+def _parent_packages(ns: dict) -> list:
+    """The loaded parent packages of the module whose globals are ``ns``
+    (``a.b.c`` -> ``a.b``, ``a``): their ``__init__.py`` runs before it."""
+    parts = str(ns.get("__name__", "")).split(".")[:-1]
+    return [m for m in (sys.modules.get(".".join(parts[:i])) for i in range(len(parts), 0, -1))
+            if m is not None]
+
+
+def _is_library(path: Path) -> bool:
+    """An installed library, the standard library or int8conf itself: never a
+    kernel's own code."""
+    return (any(p in ("site-packages", "dist-packages") for p in path.parts)
+            or any(path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS))
 
 
 def _is_helper(path: Path, root: Path) -> bool:
-    return (path.is_relative_to(root)
-            and not any(p in ("site-packages", "dist-packages") for p in path.parts)
-            and not any(path.is_relative_to(d) for d in _OWN_DIRS))
+    return path.is_relative_to(root) and not _is_library(path)
 
 
 def helper_files(targets: list) -> list[tuple[str, Path]]:
@@ -119,14 +176,16 @@ def helper_files(targets: list) -> list[tuple[str, Path]]:
     folder, absolute path)]``, sorted, of the ``.py`` files of the modules,
     functions and classes reachable from the globals of ``targets`` (the kernel
     and what it wraps), transitively, that lie under the first target's project
-    folder (:func:`_project_root`), outside site-packages / dist-packages and
-    int8conf's own packages, other than the targets' own files; at most
+    folder (:func:`_project_root`, from the first target that is not library
+    code), outside site-packages / dist-packages, the standard library and
+    int8conf's own packages (:func:`_is_library`), other than the targets' own
+    files, with the parent packages of every module reached; at most
     :data:`MAX_HELPER_FILES`."""
     seen: dict[Path, dict] = {}
     root = None
     for t in targets:
         ns, path = _namespace_and_file(t)
-        if ns is None:
+        if ns is None or _is_library(path):  # e.g. a partial: functools, not the kernel
             continue
         root = root or _project_root(ns, path)
         seen.setdefault(path, ns)
@@ -136,7 +195,7 @@ def helper_files(targets: list) -> list[tuple[str, Path]]:
     queue = list(seen.values())
     while queue and len(seen) - len(own) < MAX_HELPER_FILES:
         ns = queue.pop(0)
-        for v in list(ns.values()):
+        for v in _parent_packages(ns) + list(ns.values()):
             sub_ns, path = _namespace_and_file(v)
             if sub_ns is None or path in seen or not _is_helper(path, root):
                 continue

@@ -294,7 +294,8 @@ def test_bench_json_that_is_a_directory_is_refused_before_timing(monkeypatch, tm
     (tmp_path / "adir").mkdir()
     (tmp_path / "afile").write_text("x")
     for target, why in ((tmp_path / "adir", "adir is a directory, not a file"),
-                        (tmp_path / "afile" / "r.json", "exists and is not a directory")):
+                        (tmp_path / "afile" / "r.json", "exists and is not a directory"),
+                        ("", "'.': give the path of a file")):
         assert main(["bench", "--kernel", "cpu", "--quick", "--json", str(target)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("int8conf: error: --json ") and why in err[0]
