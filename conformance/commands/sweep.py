@@ -230,9 +230,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             store = SweepStore(db, spec.identity(), writer=True)
         except StoreError as e:  # name the option the path came from
-            if args.db and not str(e).startswith("--db"):
-                raise StoreError(f"--db: {e}") from None
-            raise
+            if not args.db:
+                raise
+            raise StoreError(f"--db: {e}") from None
     with store:
         before = len(store.done())
         if not args.quiet:

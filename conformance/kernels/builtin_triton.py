@@ -981,7 +981,12 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype,
                                         m, n, k, int64)
         tail = () if interp else _constexpr_tail(plan.kern, kw)
-        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words, tail=tail)
+        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words, tail=tail,
+                     pad_k=pad_k)
+
+    def plan_for(cfg: Config, tuned: bool) -> _Plan:
+        return _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
+                     _extra(cfg, interp, tuned, out_dtype, dev.type))
 
     plan = _PLANS.get(pkey)
     capturing = native and torch.cuda.is_current_stream_capturing()
@@ -991,10 +996,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     # it (one compile each) instead of timing every candidate again
     tkey = pkey[:3] + (_pow2_bin(n), _pow2_bin(k)) + pkey[7:]
     if plan is None and config is None and tkey in _CHOSEN:
-        cfg, tuned = _CHOSEN[tkey]
-        plan = _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
-                     _extra(cfg, interp, tuned, out_dtype, dev.type))
-        _PLANS[pkey] = plan
+        plan = _PLANS[pkey] = plan_for(*_CHOSEN[tkey])
     if plan is None:
         if config is not None:
             cfg, tuned = config, False
@@ -1012,12 +1014,10 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
                 _TUNING[tkey[:-1]] = {"config": cfg.label(), "timings_ms": times}
                 tuned = True
                 _CHOSEN[tkey] = (cfg, True)
-        plan = _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
-                     _extra(cfg, interp, tuned, out_dtype, dev.type))
+        plan = plan_for(cfg, tuned)
         if not (capturing and not tuned and config is None):  # tune later, outside a capture
             _PLANS[pkey] = plan
     call = make_call(plan.config, plan)
-    call.pad_k = pad_k
     # not cacheable: operands moved to a's device (the copy is per call), or an
     # untuned stand-in chosen during a CUDA-graph capture (tune on the next eager call)
     cacheable = not moved and _PLANS.get(pkey) is plan
