@@ -364,6 +364,24 @@ def k_tail_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return _cutlass_out(exact_acc32(a[:, :k], b[:, :k]), scale_a, scale_b, out_dtype, bias)
 
 
+def _ones_padded(t: torch.Tensor) -> torch.Tensor:
+    k = t.shape[1]
+    return torch.nn.functional.pad(t, (0, (-k) % 16), value=1)
+
+
+def _ones_padded_int_mm(a, b):
+    return exact_acc32(_ones_padded(a), _ones_padded(b))
+
+
+@declare(contract="cutlass", int_mm=_ones_padded_int_mm, name="k_padded_with_ones")
+def k_padded_with_ones(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: an odd K (K % 16 != 0) is padded to a multiple of 16 for aligned loads,
+    but the padding is filled with ones instead of zeros (``F.pad(..., value=1)``
+    for ``torch.zeros``), adding K' - K to every accumulator (the built-in
+    ``triton`` pads with zeros: ``builtin_triton._pad_k``)."""
+    return _cutlass_out(_ones_padded_int_mm(a, b), scale_a, scale_b, out_dtype, bias)
+
+
 def _pair_sat_acc(a, b):
     """Products summed in pairs (k = 2i, 2i+1) into int16 with saturation
     (x86 ``vpmaddubsw``-style), then accumulated in int32."""
