@@ -1,5 +1,5 @@
 """Third-party import-time notices that say nothing about a run, silenced
-for the command line and the sweep's worker processes (not for library
+for the command line, the sweep's and the scoreboard's worker processes (not for library
 users, whose logging is their own).
 
 * ``torchao`` logs "Failed to load <extension>.so" for each CUDA extension

@@ -77,9 +77,12 @@ def scoreboard_cases(quick: bool = False, captures: int = 2) -> list:
 
 def _worker(kernel: str, device: str, conn) -> None:
     """Worker process: receive ``(index, ops)``, reply with the evaluated case
-    (dict) and the output tensor; ``None`` ends it."""
+    (dict) and the output tensor; ``None`` ends it. Third-party import notices
+    are silenced first (``conformance.import_noise``)."""
     import warnings
     warnings.filterwarnings("ignore")
+    from conformance.import_noise import silence_import_noise
+    silence_import_noise()
     import conformance.kernels.runner as runner
     from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel

@@ -1,5 +1,5 @@
 """Third-party import notices (torchao's "Failed to load ...so", torch's
-_pytree Enum deprecation) are dropped by the CLI and the sweep workers;
+_pytree Enum deprecation) are dropped by the CLI, the sweep and the scoreboard workers;
 their errors still show."""
 
 import logging
@@ -32,4 +32,22 @@ def test_the_sweep_worker_setup_silences_them_too():
     _worker_env()
     assert all(logging.getLogger(n).level == logging.ERROR for n in QUIET_LOGGERS)
     silence_import_noise()  # idempotent
+    assert all(logging.getLogger(n).level == logging.ERROR for n in QUIET_LOGGERS)
+
+
+def test_the_scoreboard_worker_silences_them_before_loading_its_kernel():
+    """Issue 31 item 11: ``int8conf scoreboard``'s row workers (fresh processes)
+    printed torchao's "Failed to load ...so" lines."""
+    from conformance.scoreboard import _worker
+
+    class Conn:
+        sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    _worker("no_such_pkg_xyz:fn", "cpu", Conn())
+    assert Conn.sent[0][0] == "load_error"
     assert all(logging.getLogger(n).level == logging.ERROR for n in QUIET_LOGGERS)
