@@ -214,7 +214,7 @@ def pytest_configure(config) -> None:
         specs = resolve_kernels(list(names))
         runs = _injected(specs, config.getoption("inject", default=[]) or [])
         against = config.getoption("against")
-        other = get_kernel(against) if against else None
+        other = get_kernel(against, "--against") if against else None
         cs = None
         no_cap = config.getoption("int8conf_no_captures")
         if config.getoption("int8conf_captures") and not no_cap:

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
         injections = _parse_injections(args.inject)
         specs = resolve_kernels(args.kernel)
-        other = get_kernel(args.against) if args.against else None
+        other = get_kernel(args.against, "--against") if args.against else None
         runs = _runs(specs, injections)
         for spec, _ in runs:   # every report folder, before any case runs
             kdir = kernel_report_dir(args.out, spec.name)

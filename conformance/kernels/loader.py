@@ -474,8 +474,9 @@ def _devices(value, where: str) -> tuple:
     return devs
 
 
-def load_module_function(name: str) -> KernelSpec:
-    """Load ``pkg.module:attr[.attr...][?query]``.
+def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
+    """Load ``pkg.module:attr[.attr...][?query]`` (``option``: the option the
+    name came from, named in the errors).
 
     Raises:
         KernelLoadError: one line naming the module / attribute / problem.
@@ -483,7 +484,7 @@ def load_module_function(name: str) -> KernelSpec:
     base, query = split_query(name)
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
-        raise KernelLoadError(f"--kernel {name!r}: expected 'pkg.module:function'")
+        raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
@@ -492,12 +493,12 @@ def load_module_function(name: str) -> KernelSpec:
                    and (mod_name == e.name or mod_name.startswith(e.name + ".")))
         hint = (" (is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
                 if missing else "")
-        raise KernelLoadError(f"--kernel {name!r}: cannot import module {mod_name!r}: "
+        raise KernelLoadError(f"{option} {name!r}: cannot import module {mod_name!r}: "
                               f"{type(e).__name__}: {first_line(e, limit=None)}{hint}") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise KernelLoadError(f"--kernel {name!r}: module {mod_name!r} has no attribute "
+            raise KernelLoadError(f"{option} {name!r}: module {mod_name!r} has no attribute "
                                   f"{attr!r}")
         obj = getattr(obj, part)
     return spec_from_object(obj, base, f"module:{base}", query)

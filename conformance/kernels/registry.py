@@ -135,7 +135,7 @@ def builtin_available(name: str) -> tuple[bool, str]:
     return check()
 
 
-def get_kernel(name: str) -> KernelSpec:
+def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     """Resolve a kernel name.
 
     Args:
@@ -145,6 +145,8 @@ def get_kernel(name: str) -> KernelSpec:
             :func:`register`, ``pkg.module:function[?query]`` (see
             ``conformance.kernels.loader``), or an entry-point name in group
             ``int8conf.kernels``.
+        option: the option the name came from, named in load errors
+            (e.g. ``--against``).
     Returns:
         The KernelSpec.
     Raises:
@@ -169,7 +171,7 @@ def get_kernel(name: str) -> KernelSpec:
     if adapted is not None:
         return adapted
     if ":" in name.split("?", 1)[0]:
-        return loader.load_module_function(name)
+        return loader.load_module_function(name, option)
     spec = loader.load_entry_point(name)
     if spec is not None:
         return spec

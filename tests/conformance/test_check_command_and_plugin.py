@@ -308,3 +308,21 @@ def test_plugin_report_folders_checked_at_configure_are_not_left_empty(tmp_path)
                 f"--int8conf-reports={rep}")
     assert r.returncode == 0, r.stdout[-2000:]
     assert _tree(tmp_path) == []   # made and checked at configure, removed: nothing was written
+
+
+# --- issue 31 ------------------------------------------------------------------------
+
+_NOSUCH = ("'nosuch:fn': cannot import module 'nosuch': ModuleNotFoundError: No module named "
+           "'nosuch' (is its directory on PYTHONPATH? run from it or set PYTHONPATH)")
+
+
+def test_a_bad_against_kernel_is_named_as_against_not_kernel(tmp_path, capsys):
+    """Issue 31 item 4: the error named --kernel."""
+    assert main(["check", "--kernel", "cpu", "--against", "nosuch:fn", "--out", str(tmp_path),
+                 *FAST]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"int8conf: error: --against {_NOSUCH}"]
+    assert not (tmp_path / "cpu").exists()
+    r = _pytest(tmp_path, "--kernel=cpu", "--against=nosuch:fn")
+    assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
+        f"ERROR: int8conf: --against {_NOSUCH}"]
