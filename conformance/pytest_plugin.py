@@ -15,6 +15,8 @@ Options:
                           each ``DIR/<kernel>`` is made and checked at configure
                           time: an unusable one is a usage error, exit 4).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
+    --int8conf-threads=N  torch CPU threads per process running items (default:
+                          its share of the cores; see below).
     --int8conf-no-model   skip the model-level checks (C7 token_flip, E1 engine_hash).
     --int8conf-no-sweep   skip the alignment-straddling shape sweep and the
                           trigger-condition case families.
@@ -31,9 +33,11 @@ Options:
                           A bad spec is a one-line usage error. The report and
                           the terminal summary name fault, coverage and seed.
 
-Under pytest-xdist each worker caps torch's CPU threads at its share of the
-cores (``cores // workers``) unless ``OMP_NUM_THREADS`` or
-``INT8CONF_WORKER_THREADS`` says otherwise (:func:`worker_threads`).
+torch's CPU threads (``conformance.threads``): ``--int8conf-threads=N`` per
+process running items (at most its cores), else its share of the cores
+(``cores // workers`` under pytest-xdist, every core otherwise) unless
+``OMP_NUM_THREADS`` (torch's own choice) or ``INT8CONF_WORKER_THREADS=N``
+says otherwise.
 Each item's result travels to the controller on the item's own report
 (``conformance.xdist_ship``), so a run stopped part-way (Ctrl-C, a CI time
 limit) still reports every item that finished, marked as a partial run;
@@ -121,6 +125,11 @@ def _non_negative_int(text: str) -> int:
     return non_negative_int(text)
 
 
+def _positive_int(text: str) -> int:
+    from conformance.commands._options import positive_int
+    return positive_int(text)
+
+
 def pytest_addoption(parser, pluginmanager) -> None:
     import conformance.gate.pytest_gate as gate_plugin
     if not pluginmanager.is_registered(gate_plugin):
@@ -135,6 +144,9 @@ def pytest_addoption(parser, pluginmanager) -> None:
                 help="directory for <kernel>/conformance.{json,md} (default: reports)")
     g.addoption("--int8conf-examples", type=_non_negative_int, default=25, metavar="N",
                 help="hypothesis examples in the property test (default 25; 0 = none)")
+    g.addoption("--int8conf-threads", type=_positive_int, default=None, metavar="N",
+                help="torch CPU threads per process running items, at most its cores "
+                     "(default: its share of the cores, cores // xdist workers)")
     g.addoption("--int8conf-no-model", action="store_true",
                 help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
     g.addoption("--int8conf-no-sweep", action="store_true",
@@ -152,44 +164,24 @@ def pytest_addoption(parser, pluginmanager) -> None:
                      "(default all), SEED integer (default 0); e.g. F4:all")
 
 
-def worker_threads(cores: int, workers: int, environ) -> Optional[int]:
-    """torch intra-op threads for one of ``workers`` xdist workers sharing
-    ``cores`` CPU cores: ``max(1, cores // workers)``, or None (leave torch's
-    default) when the user chose a count (``OMP_NUM_THREADS``) or there is
-    one worker; ``INT8CONF_WORKER_THREADS`` in ``environ`` sets it outright.
-
-    Why: every worker otherwise starts one thread per core, so 15 workers on
-    16 cores ran 240 spinning threads; the H200 run of 2026-12-01 spent 147
-    CPU-minutes in 9.5 minutes, and a captured-layer item that takes 0.7 s
-    alone took 45 s there (reports/h200-native/2026-12-01b).
+def _share_cores(config) -> None:
+    """Set torch's CPU threads where the items run (``conformance.threads``:
+    ``--int8conf-threads``, else this process's share of the cores among the
+    xdist workers); an xdist controller, which runs no item, only validates.
 
     Raises:
-        pytest.UsageError: ``INT8CONF_WORKER_THREADS`` is not an integer >= 1.
+        pytest.UsageError: a bad ``--int8conf-threads`` or ``INT8CONF_WORKER_THREADS``.
     """
-    text = environ.get("INT8CONF_WORKER_THREADS")
-    if text is not None:
-        try:
-            n = int(text)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise pytest.UsageError("int8conf: INT8CONF_WORKER_THREADS must be an integer >= 1, "
-                                    f"got {text!r}")
-        return n
-    if environ.get("OMP_NUM_THREADS") or workers <= 1:
-        return None
-    return max(1, cores // workers)
-
-
-def _share_cores(config) -> None:
-    """Validate ``INT8CONF_WORKER_THREADS`` (in every process, so the
-    controller refuses a bad value before any worker starts) and, in an xdist
-    worker, cap torch's threads at this worker's share (:func:`worker_threads`)."""
+    from conformance.threads import available_cores, torch_threads
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else (os.cpu_count() or 1)
-    n = worker_threads(cores, workers, os.environ)
-    if n is not None and hasattr(config, "workerinput"):
+    try:
+        n = torch_threads(config.getoption("int8conf_threads"), available_cores(), workers,
+                          os.environ, option="--int8conf-threads")
+    except Int8confError as e:
+        raise pytest.UsageError(f"int8conf: {e}") from None
+    controller = not hasattr(config, "workerinput") and bool(
+        getattr(config.option, "numprocesses", None))
+    if n is not None and not controller:
         import torch
         torch.set_num_threads(n)
 

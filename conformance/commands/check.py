@@ -30,7 +30,8 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from conformance.commands._options import ensure_out_dir, non_negative_int, removed_if_refused
+from conformance.commands._options import (ensure_out_dir, non_negative_int, positive_int,
+                                           removed_if_refused)
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -78,6 +79,10 @@ def register(subparsers) -> None:
                         "was taken")
     p.add_argument("--device", default=None,
                    help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch CPU threads for the kernel runs, at most the cores this process "
+                        "may use (default: those cores, or torch's own choice when "
+                        "OMP_NUM_THREADS is set; INT8CONF_WORKER_THREADS=N sets it too)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress display (by default a live status on a terminal, "
                         "plain progress lines on stderr otherwise: CI logs, pipes)")
@@ -102,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); "
                             "give --captures too")
     validate_device(args.device)
+    from conformance.threads import set_torch_threads
+    set_torch_threads(args.threads)
     if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
     # a refusal in this block leaves no folder behind; past it the folders stay

@@ -206,21 +206,6 @@ def test_collect_only_counts_the_suite_items(pytester):
 
 # ---------------------------------------------------------- xdist worker threads
 
-def test_worker_threads_share_the_cores_unless_the_user_chose():
-    from conformance.pytest_plugin import worker_threads
-    assert worker_threads(16, 15, {}) == 1
-    assert worker_threads(16, 4, {}) == 4
-    assert worker_threads(2, 2, {}) == 1
-    assert worker_threads(2, 3, {}) == 1          # more workers than cores: still one each
-    assert worker_threads(16, 1, {}) is None      # one worker: torch's default
-    assert worker_threads(16, 4, {"OMP_NUM_THREADS": "8"}) is None
-    assert worker_threads(16, 4, {"INT8CONF_WORKER_THREADS": "3"}) == 3
-    assert worker_threads(16, 1, {"INT8CONF_WORKER_THREADS": "3"}) == 3
-    for bad in ("abc", "0", "-4", "1.5", " "):
-        with pytest.raises(pytest.UsageError, match="INT8CONF_WORKER_THREADS must be an integer >= 1"):
-            worker_threads(16, 4, {"INT8CONF_WORKER_THREADS": bad})
-
-
 def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     import types
     import torch
@@ -231,10 +216,18 @@ def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     monkeypatch.delenv("INT8CONF_WORKER_THREADS", raising=False)
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
     monkeypatch.setattr(plug.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    plug._share_cores(types.SimpleNamespace())                       # controller / no xdist
+    opts = types.SimpleNamespace(int8conf_threads=None, numprocesses=4)
+    cfg = types.SimpleNamespace(option=opts, getoption=lambda name: getattr(opts, name))
+    plug._share_cores(cfg)                                           # xdist controller
     assert calls == []
-    plug._share_cores(types.SimpleNamespace(workerinput={"workerid": "gw1"}))
+    cfg.workerinput = {"workerid": "gw1"}
+    plug._share_cores(cfg)
     assert calls == [4]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    opts.numprocesses = None
+    del cfg.workerinput
+    plug._share_cores(cfg)                                           # no xdist: every core
+    assert calls == [4, 16]
 
 
 @pytest.mark.parametrize("xdist", [False, True])
