@@ -10,17 +10,20 @@ matrix and every matrix it amends, and the scorecard is written to
 ``<out>/<kernel>/``.
 
 Exit codes: 0 done (scorecard written); 2 bad input (unknown kernel, fault,
-coverage, layer, a store of another sweep, a prediction matrix that does not
-match its lock); 130 stopped by Ctrl-C or SIGTERM (what was stored stays; run
+coverage, layer, a store of another sweep, a damaged store -- at open or
+found mid-run, when what was stored stays in it -- a prediction matrix that
+does not match its lock); 130 stopped by Ctrl-C or SIGTERM (what was stored stays; run
 the same command again to resume).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -48,7 +51,7 @@ def register(subparsers) -> None:
                     "cell x check in SQLite (resumable), score against the locked prediction "
                     "matrices and write reports/sweep/<kernel>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
-               "another sweep, a prediction matrix that does not match its lock); 130 stopped "
+               "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
                "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)")
     p.add_argument("--kernel", required=True, metavar="NAME",
                    help="kernel: built-in (cpu, int_mm, triton), pkg.module:function or entry point")
@@ -174,9 +177,8 @@ def run(args: argparse.Namespace) -> int:
     from conformance.kernels.registry import get_kernel
     from conformance.suite import validate_device
     from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
-    from conformance.sweep.distributed import run_cells
     from conformance.sweep.runner import SweepTask
-    from conformance.sweep.store import StoreError, SweepStore
+    from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
     from predictions.lock import matrix_chain
     from reference.errors import Int8confError
 
@@ -229,45 +231,25 @@ def run(args: argparse.Namespace) -> int:
         # writer: a second sweep on this store is refused, not interleaved
         try:
             store = SweepStore(db, spec.identity(), writer=True)
+        except DamagedStoreError:
+            raise  # names the file and --db already
         except StoreError as e:  # name the option the path came from
             if not args.db:
                 raise
             raise StoreError(f"--db: {e}") from None
-    with store:
-        before = len(store.done())
-        if not args.quiet:
-            print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
-                  f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
-                  f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
-                  + (f" ({before} cells already stored)" if before else ""))
-        workers, gpus = args.workers, ()
-        if args.threads > 1:
-            workers = 1  # threads of this process (checked against --workers/--scheduler above)
-        elif not workers and not args.scheduler:
-            from conformance.sweep.distributed import default_workers
-            workers, gpus = default_workers(kernel, args.device)
-        from conformance.sweep.runlog import RunLog
-        done = store.done()
-        log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
-        try:
-            st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
-                           quiet=args.quiet, gpus=gpus, on_stored=log.heartbeat,
-                           threads=args.threads, on_start=log.executor)
-        except BaseException:
-            log.interrupt()  # what was stored stays counted in the record
-            raise
-        runs = log.finish(st)
-        if not args.quiet:
-            print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
-                  f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
-                  f"{st.skipped} already stored")
-        if args.no_score:
-            return 0
-        rows = store.rows()
-        n_rows = len(rows)
-        times = store.cell_times()
-        worker_s = sum(t for _, t in times)
-        n_model = sum(1 for layer, _ in times if layer == MODEL_LAYER)
+    try:
+        with store:
+            runs = _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults,
+                            covs, seeds)
+            if args.no_score:
+                return 0
+            rows = store.rows()
+            times = store.cell_times()
+    except sqlite3.DatabaseError as e:  # damage found mid-run: what was stored stays
+        raise damaged(db, e) from None
+    n_rows = len(rows)
+    worker_s = sum(t for _, t in times)
+    n_model = sum(1 for layer, _ in times if layer == MODEL_LAYER)
     matrices = {m.id: m for m in chain}
     meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
                  stored=(len(times) - n_model, n_model))
@@ -289,6 +271,41 @@ def run(args: argparse.Namespace) -> int:
             print("detection.png not written: matplotlib is not installed "
                   "(pip install 'int8conf[plots]')")
     return 0
+
+
+def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs, seeds) -> list:
+    """Compute and store the cells of ``tasks`` not yet in ``store``; returns
+    the store's record of runs (``conformance.sweep.runlog``)."""
+    from conformance.sweep.distributed import run_cells
+    from conformance.sweep.runlog import RunLog
+    before = len(store.done())
+    if not args.quiet:
+        print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
+              f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
+              f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
+              + (f" ({before} cells already stored)" if before else ""))
+    workers, gpus = args.workers, ()
+    if args.threads > 1:
+        workers = 1  # threads of this process (checked against --workers/--scheduler in run)
+    elif not workers and not args.scheduler:
+        from conformance.sweep.distributed import default_workers
+        workers, gpus = default_workers(kernel, args.device)
+    done = store.done()
+    log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
+    try:
+        st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
+                       quiet=args.quiet, gpus=gpus, on_stored=log.heartbeat,
+                       threads=args.threads, on_start=log.executor)
+    except BaseException:
+        with contextlib.suppress(sqlite3.DatabaseError):  # a damaged store: its own error
+            log.interrupt()  # what was stored stays counted in the record
+        raise
+    runs = log.finish(st)
+    if not args.quiet:
+        print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
+              f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
+              f"{st.skipped} already stored")
+    return runs
 
 
 def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from conformance.sweep.cells import MODEL_LAYER, Cell
-from reference.errors import Int8confError
+from reference.errors import Int8confError, first_line
 
 #: the tables a sweep store holds (:data:`_SCHEMA`)
 _TABLES = {"meta", "cells", "results"}
@@ -55,6 +55,19 @@ _CELL_JOIN = ("r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.covera
 
 class StoreError(Int8confError):
     """The store belongs to another sweep, or is not a sweep store."""
+
+
+class DamagedStoreError(StoreError):
+    """SQLite cannot read the store (:func:`damaged`)."""
+
+
+def damaged(path, e: sqlite3.DatabaseError) -> DamagedStoreError:
+    """The one-line refusal of a store SQLite reports damaged (``e``; at open
+    or when a damaged page is first touched), naming the file and how to
+    start a fresh one. The file itself is left as it is."""
+    why = "".join(c if c.isprintable() else "?" for c in first_line(e, 120))
+    return DamagedStoreError(f"sweep store {path} is damaged ({why}): give a fresh --db PATH, "
+                             f"or delete {path} to start it over")
 
 
 @dataclass
@@ -103,7 +116,8 @@ class SweepStore:
         Raises:
             StoreError: ``path`` is not a sweep store, holds another sweep
                 (one line naming both kernels / digests), was edited
-                outside int8conf (:meth:`_verify`), or (``writer``) is being
+                outside int8conf (:meth:`_verify`), is damaged
+                (:class:`DamagedStoreError`), or (``writer``) is being
                 written by another process.
         """
         self.path = Path(path)
@@ -132,9 +146,13 @@ class SweepStore:
             raise StoreError(f"sweep store {self.path}: cannot create or open it ({e})") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a sweep store: {e}") from None
-        if identity is not None:
-            self._claim(identity)
-        self._verify()
+        try:
+            if identity is not None:
+                self._claim(identity)
+            self._verify()
+        except sqlite3.DatabaseError as e:  # a damaged page, reported when first read
+            self.db.close()
+            raise damaged(self.path, e) from None
         if writer:
             try:
                 self.claim_writer()

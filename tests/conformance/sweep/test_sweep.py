@@ -460,3 +460,65 @@ def test_without_matplotlib_the_sweep_says_the_heatmap_was_not_written(tmp_path,
     assert not (tmp_path / "detection.png").exists()
     assert ("detection.png not written: matplotlib is not installed "
             "(pip install 'int8conf[plots]')") in out
+
+
+# --- issue 31 item 2: a damaged store is one line, exit 2 -----------------------------
+
+_SMALL = ["sweep", "--kernel", "cpu", "--layers", "1", "--faults", "F8", "--coverages", "one",
+          "--scale-modes", "own,pow2", "--no-model-checks", "--workers", "1", "--quiet",
+          "--no-score"]
+
+
+def _damaged_line(db, why="database disk image is malformed") -> str:
+    return (f"int8conf: error: sweep store {db} is damaged ({why}): give a fresh --db PATH, "
+            f"or delete {db} to start it over")
+
+
+def test_a_damaged_store_is_refused_in_one_line_and_left_as_it_is(tmp_path, capsys):
+    from conformance.cli import main
+    from reference.model.capture import default_capture_set
+    if default_capture_set() is None:
+        pytest.skip("default captures not built")
+    db = tmp_path / "s.sqlite"
+    assert main([*_SMALL, "--db", str(db)]) == 0
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'results'").fetchone()[0]
+    con.close()
+    with open(db, "r+b") as f:   # the results table's root page: b-tree garbage
+        f.seek(page * (root - 1))
+        f.write(b"\x0d" + b"\xff" * 200)
+    damaged = db.read_bytes()
+    capsys.readouterr()
+    assert main([*_SMALL, "--db", str(db)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [_damaged_line(db)]
+    assert db.read_bytes() == damaged   # nothing rewritten, nothing deleted
+
+
+def test_damage_found_mid_run_stops_in_one_line_and_keeps_what_was_stored(tmp_path, capsys,
+                                                                          monkeypatch):
+    """SQLite reports damage lazily, when a damaged page is first touched."""
+    from conformance.cli import main
+    from reference.model.capture import default_capture_set
+    if default_capture_set() is None:
+        pytest.skip("default captures not built")
+    put_many = SweepStore.put_many
+    calls = []
+
+    def second_put_fails(self, crs):
+        calls.append(len(crs))
+        if len(calls) == 2:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+        return put_many(self, crs)
+
+    monkeypatch.setattr(SweepStore, "put_many", second_put_fails)
+    db = tmp_path / "s.sqlite"
+    assert main([*_SMALL, "--db", str(db)]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [_damaged_line(db)]
+    monkeypatch.setattr(SweepStore, "put_many", put_many)
+    with SweepStore(db) as s:            # the first unit's cells stayed, the run is recorded
+        assert len(s.done()) == calls[0] == 1
+        assert json.loads(s.meta("runs"))[0]["status"] == "interrupted"
