@@ -11,7 +11,7 @@ Options:
                           not resolve is a one-line usage error.
     --against=OTHER       add pairwise interchangeability items vs OTHER.
     --int8conf-reports=DIR  where ``<kernel>/conformance.{json,md}`` go
-                          (default ``reports``, relative to the invocation dir;
+                          (default ``reports/check``, relative to the invocation dir;
                           each ``DIR/<kernel>`` is made and checked at configure
                           time: an unusable one is a usage error, exit 4).
     --int8conf-examples=N hypothesis examples of the property test (default 25).
@@ -140,8 +140,8 @@ def pytest_addoption(parser, pluginmanager) -> None:
                      "built-in available here; or pkg.module:function)")
     g.addoption("--against", default=None, metavar="OTHER",
                 help="add pairwise bit-agreement items against kernel OTHER")
-    g.addoption("--int8conf-reports", default="reports", metavar="DIR",
-                help="directory for <kernel>/conformance.{json,md} (default: reports)")
+    g.addoption("--int8conf-reports", default="reports/check", metavar="DIR",
+                help="directory for <kernel label>/conformance.{json,md} (default: reports/check)")
     g.addoption("--int8conf-examples", type=_non_negative_int, default=25, metavar="N",
                 help="hypothesis examples in the property test (default 25; 0 = none)")
     g.addoption("--int8conf-threads", type=_positive_int, default=None, metavar="N",

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from conformance.commands._options import non_negative_int, positive_int
+from conformance.output_dirs import command_root
 from reference.fileio import atomic_write_json
 
 #: ``--reps`` when not given (CPU benchmark)
@@ -18,7 +19,7 @@ DEFAULT_REPS = 3
 #: ``--precompile-workers`` when not given (``--gpu``)
 DEFAULT_PRECOMPILE_WORKERS = 8
 #: ``--out`` when not given (``--gpu``)
-DEFAULT_GPU_OUT = Path("reports/bench")
+DEFAULT_GPU_OUT = command_root("bench")
 #: options of the CPU benchmark only: option -> ``args`` attribute (unset: None / False)
 CPU_ONLY = {"--kernel": "kernel", "--reps": "reps", "--no-interpreter": "no_interpreter",
             "--json": "json"}

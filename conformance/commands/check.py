@@ -20,7 +20,8 @@ finished is written first, with the note "partial run: interrupted ...".
 ...)`` instead of the kernel itself, once per kernel and injection: mutation
 testing of the suite. Exit 1 then means the suite caught the fault, 0 that it
 did not. For F6 / F7 the cases are prepared first (``faults.prepare_case``).
-The report (``<out>/<kernel>+<fault>@<coverage>#s<seed>``, sanitized) names
+The report (``reports/check/<kernel>_<fault>_<coverage>_s<seed>``,
+``conformance.output_dirs``) names
 the fault, coverage and seed in its notes and under ``kernel.injection``.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from conformance.commands._options import (ensure_out_dir, non_negative_int, positive_int,
                                            removed_if_refused)
+from conformance.output_dirs import command_root
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -44,9 +46,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check", help="run the conformance suite for a kernel and write its report",
         description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
-                    "write <out>/<kernel>/conformance.json and .md (with --out DIR ending in the "
-                    "kernel's name, DIR itself: --out reports/triton -> "
-                    "reports/triton/conformance.json).",
+                    "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
+                    "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
+                    "reports/h200/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
                "option, unavailable device, unusable captures or --out); 3 not run / "
                "inconclusive (the kernel produced output on zero cases here)")
@@ -60,10 +62,10 @@ def register(subparsers) -> None:
                         "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it")
     p.add_argument("--against", metavar="OTHER", default=None,
                    help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
-    p.add_argument("--out", default="reports", metavar="DIR",
-                   help="reports root: each kernel's report goes to DIR/<kernel>/, or to DIR "
-                        "itself when DIR's last component already is the kernel's name "
-                        "(default: reports)")
+    p.add_argument("--out", default=str(command_root("check")), metavar="DIR",
+                   help="reports root: each kernel's report goes to DIR/<kernel label>/ "
+                        "(cpu, cpu_F4_all_s0 with --inject F4), or to DIR itself when DIR's "
+                        "last component already is that label (default: reports/check)")
     p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
                    help="hypothesis examples in the property test (default 25; 0 = none)")
     p.add_argument("--no-model", action="store_true",
@@ -222,8 +224,8 @@ def report_root(out, kernel_name: str) -> Path:
     """The root to hand ``conformance.report.write_reports`` (which writes
     ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
     or in ``out`` itself when its last component already is the kernel's
-    directory name (``--out reports/triton --kernel triton`` writes
-    ``reports/triton/conformance.json``, not ``reports/triton/triton/``).
+    directory name (``--out reports/h200/triton --kernel triton`` writes
+    ``reports/h200/triton/conformance.json``, not ``.../triton/triton/``).
 
     Args:
         out: the ``--out`` value.

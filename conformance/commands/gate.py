@@ -2,7 +2,8 @@
 
 Thin wrapper over ``conformance.gate.gate.run_gate``: parses options, loads
 the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
-pull-request comment) and ``junit.xml``, prints the summary.
+pull-request comment) and ``junit.xml`` (``<out>`` by default
+``reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
 
 Exit codes (``conformance.gate.status``): 0 pass (warnings the policy allows
 included); 1 blocked by the policy; 2 not comparable / bad input (unknown
@@ -49,9 +50,10 @@ def register(subparsers) -> None:
                    help="elements --fault touches: one, 1%% or all (default all)")
     p.add_argument("--fault-seed", type=seed_int, default=0,
                    help="seed that picks the faulted elements, 0 .. 2**63-1 (default 0)")
-    p.add_argument("--out", default="reports/gate", metavar="DIR",
-                   help="where gate.json, gate.md, junit.xml, repro/ and logs/ go "
-                        "(default reports/gate)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="where gate.json, gate.md, junit.xml, repro/ and logs/ go (default "
+                        "reports/gate/<candidate>-vs-<incumbent>, the candidate's label with "
+                        "its --fault, the incumbent's or --baseline report's kernel)")
     p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                    help="seconds one case may take per kernel before its process is killed "
                         "(default 60)")
@@ -93,13 +95,36 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
-    if not str(args.out).strip():
+    if args.out is not None and not str(args.out).strip():
         raise Int8confError(f"--out {args.out!r} is empty: give a directory")
-    out = Path(args.out)
+    out = out_dir(args)
     # a refusal (unusable --out, bad policy, unknown kernel, ...) leaves no folder behind
     with removed_if_refused(out / "logs"):
         check_out_dir(out)
         return _gate(args, out)
+
+
+def out_dir(args: argparse.Namespace) -> Path:
+    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>``
+    (``conformance.output_dirs``; with ``--baseline``, the kernel its report names).
+
+    Raises:
+        Int8confError: an unknown ``--fault``, an unreadable ``--baseline`` (one line).
+    """
+    if args.out is not None:
+        return Path(args.out)
+    return default_gate_out(args.candidate, args.fault, args.fault_coverage, args.fault_seed,
+                            args.incumbent, args.baseline)
+
+
+def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
+    """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
+    from conformance.output_dirs import default_out, kernel_label, pair_label
+    if incumbent is None:
+        from conformance.report import read_report
+        incumbent = read_report(baseline)["kernel"]["name"]
+    return default_out("gate", pair_label(kernel_label(candidate, fault, coverage, seed),
+                                          kernel_label(incumbent)))
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:

@@ -1,6 +1,7 @@
 """``int8conf scoreboard``: every available kernel (built-in and adapted) on
 the same cases; writes ``reports/scoreboard/`` (JSON, Markdown, PNG,
-reproducers). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
+reproducers; a ``--kernel`` / ``--device`` selection
+``reports/scoreboard/<kernels>@<devices>/``). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
 it reproduces, 0 when it does not)."""
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ def register(subparsers) -> None:
         description="Run built-in and adapted kernels (torchao, bitsandbytes, vLLM-family when "
                     "installed) on one case set; write <out>/scoreboard.{json,md,png} and "
                     "reproducers for every failure.")
-    p.add_argument("--out", default="reports/scoreboard", metavar="DIR",
-                   help="output directory (default: reports/scoreboard)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default: reports/scoreboard, or "
+                        "reports/scoreboard/<kernels>@<devices> for a --kernel / --device "
+                        "selection, e.g. reports/scoreboard/torchao@cpu)")
     p.add_argument("--kernel", action="append", metavar="NAME",
                    help="only these kernels (repeatable; default: every available one)")
     p.add_argument("--device", action="append", choices=("cpu", "cuda"),
@@ -45,6 +48,16 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def out_dir(args: argparse.Namespace):
+    """``--out``, else ``reports/scoreboard[/<selection>]`` (``conformance.output_dirs``)."""
+    from pathlib import Path
+
+    from conformance.output_dirs import default_out, selection_label
+    if args.out is not None:
+        return Path(args.out)
+    return default_out("scoreboard", selection_label(args.kernel or (), args.device or ()))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the scoreboard (exit 0) or one reproducer (exit 1 reproduced, 0 not)."""
     from conformance import scoreboard as sb
@@ -58,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError(f"--captures {args.captures}: expected an integer >= 0")
     if args.jobs < 1:
         raise Int8confError(f"--jobs {args.jobs}: expected an integer >= 1")
+    args.out = str(out_dir(args))
     cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
     doc = sb.run_scoreboard(args.out, kernels=args.kernel, devices=args.device, cases=cases,
                             case_timeout=args.case_timeout, warmup_timeout=args.warmup_timeout,

@@ -11,7 +11,7 @@
     of bf16 / own / pow2-nearest / pow2-ceiling / the wrong arm, paired window
     bootstrap) and teacher-forced flips per margin decile; writes
     ``study.json``, ``study.md`` and three PNGs to ``--out`` (default
-    ``reports/pow2``). Finished parts are kept under ``--out``/.parts and
+    ``reports/pow2/<A>-vs-<B>``). Finished parts are kept under ``--out``/.parts and
     reused by a rerun with the same settings.
 
 The default pair ``cpu,triton`` has different declared contracts (``cpu``:
@@ -55,6 +55,7 @@ def _run_study(args: argparse.Namespace) -> int:
     if args.committed is not None and not Path(args.committed).is_dir():
         raise Int8confError(f"--committed {args.committed}: not a directory (expected the W8A8 "
                             f"checkpoint of --model)")
+    args.out = str(out_dir(args))
     out = Path(args.out)
     quiet = args.quiet
     with removed_if_refused(out):  # refused input: no empty report directory left behind
@@ -70,6 +71,22 @@ def _run_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def out_dir(args: argparse.Namespace) -> Path:
+    """``--out``, else ``reports/pow2/<A>-vs-<B>`` (``conformance.output_dirs``).
+
+    Raises:
+        Int8confError: ``--kernels`` is not two kernels (one line).
+    """
+    if args.out is not None:
+        return Path(args.out)
+    from conformance.output_dirs import default_out, kernel_label, pair_label
+    from reference.errors import Int8confError
+    ks = [k.strip() for k in args.kernels.split(",")]
+    if len(ks) != 2:
+        raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(ks)!r}")
+    return default_out(args.study, pair_label(kernel_label(ks[0]), kernel_label(ks[1])))
+
+
 def register(subparsers) -> None:
     """Add the ``study`` subcommand (sets ``func(args) -> exit code``)."""
     p = subparsers.add_parser("study", help="the power-of-two study: kernel agreement and accuracy cost",
@@ -83,7 +100,7 @@ def register(subparsers) -> None:
     p.add_argument("--committed", help="committed own-scale compressed-tensors W8A8 checkpoint of --model "
                                        "(default: built by the reference quantizer)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the kernels run")
-    p.add_argument("--out", default="reports/pow2", help="report directory (default reports/pow2)")
+    p.add_argument("--out", default=None, help="report directory (default reports/pow2/<A>-vs-<B>)")
     p.add_argument("--cache", help="artifact cache directory")
     p.add_argument("--tokens", type=positive_int, help="captured token rows per layer "
                                                        "(default cpu 512, cuda 2048)")

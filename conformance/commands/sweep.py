@@ -49,7 +49,7 @@ def register(subparsers) -> None:
         description="Inject every fault class (F1-F9) at every coverage into a kernel, run every "
                     "check on every captured layer in both scale modes, store one row per "
                     "cell x check in SQLite (resumable), score against the locked prediction "
-                    "matrices and write reports/sweep/<kernel>/scorecard.{json,csv,md,png}.",
+                    "matrices and write reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
                "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
                "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)")
@@ -74,7 +74,7 @@ def register(subparsers) -> None:
     p.add_argument("--db", default=None, metavar="PATH",
                    help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="scorecard directory root: files go to <out>/<kernel>/ (default: "
+                   help="scorecard directory root: files go to <out>/<kernel label>/ (default: "
                         "reports/sweep; with --db and no --out, the store's own directory)")
     p.add_argument("--predictions", default=None, metavar="FILE",
                    help="latest prediction matrix to score against (default: the newest locked "
@@ -215,11 +215,12 @@ def run(args: argparse.Namespace) -> int:
                      checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes))
     cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
-    kdir = re.sub(r"[^A-Za-z0-9_.+-]", "_", args.kernel)
+    from conformance.output_dirs import default_out, kernel_label
+    kdir = kernel_label(kernel.name)
     if args.out is not None:
         out_dir = Path(args.out) / kdir
     else:  # a store given alone keeps its scorecard beside it, not over the committed one
-        out_dir = Path(args.db).parent if args.db else Path("reports/sweep") / kdir
+        out_dir = Path(args.db).parent if args.db else default_out("sweep", kdir)
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
     from conformance.commands._options import ensure_out_dir, removed_if_refused
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]

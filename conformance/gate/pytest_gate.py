@@ -8,6 +8,7 @@ processes with a timeout, one child per kernel per pytest process, reused).
 Outcomes: a blocking case fails the item (reasons as the message); ``warn``
 passes with a :class:`GateWarning`; a non-blocking ``not-supported``
 skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
+(``--gate-out`` by default ``reports/gate/<candidate>-vs-<incumbent>``)
 are written once, by the controller under pytest-xdist: every item ships its
 Decision on its own report (``conformance.xdist_ship``) and the controller
 merges them in case order, so ``-n N`` writes the same report as a serial
@@ -62,7 +63,8 @@ def pytest_addoption(parser) -> None:
     g.addoption("--gate-policy", default=None, metavar="FILE", help="policy YAML")
     g.addoption("--gate-fault", default=None, metavar="F",
                 help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)")
-    g.addoption("--gate-out", default="reports/gate", metavar="DIR")
+    g.addoption("--gate-out", default=None, metavar="DIR",
+                help="report folder (default reports/gate/<candidate>-vs-<incumbent>)")
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
     g.addoption("--gate-device", default=None, metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
@@ -89,12 +91,17 @@ def pytest_configure(config) -> None:
                        max_capture_layers=config.getoption("gate_max_capture_layers"),
                        model_checks=not config.getoption("gate_no_model"),
                        timeout_s=config.getoption("gate_timeout"), device=dev)
-    out = Path(config.getoption("gate_out"))
-    if not out.is_absolute():
-        out = Path(config.invocation_params.dir) / out
     inc = config.getoption("gate_incumbent")
     wid = (getattr(config, "workerinput", None) or {}).get("workerid")
     try:
+        out = config.getoption("gate_out")
+        if out is None:  # the rule of every command (conformance.output_dirs)
+            from conformance.commands.gate import default_gate_out
+            out = default_gate_out(cand, config.getoption("gate_fault"), "all", 0, inc,
+                                   config.getoption("gate_baseline"))
+        out = Path(out)
+        if not out.is_absolute():
+            out = Path(config.invocation_params.dir) / out
         if not wid:  # the controller: an unusable --gate-out is refused before any work
             from conformance.commands.gate import check_out_dir
             check_out_dir(out, "--gate-out")

@@ -425,7 +425,7 @@ def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
         raise KernelLoadError(
             f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for "
             f"{'the built-in kernel' if spec.name != 'all' else 'every kernel'}: its reports "
-            f"would replace reports/{spec.name}/; declare another name (declare(name=...) "
+            f"would replace reports/check/{spec.name}/; declare another name (declare(name=...) "
             f"or ?name=)")
     return spec
 

@@ -17,7 +17,7 @@ from machine_paths import absolute_strings, machine_paths
 from reference.fileio import REPO_ROOT
 
 CAPTURES = REPO_ROOT / "reference" / "model" / "assets" / "captures"
-COMMITTED_STUDY = REPO_ROOT / "reports" / "pow2"
+COMMITTED_STUDY = REPO_ROOT / "reports" / "pow2" / "cpu-vs-triton"
 
 
 def _run(tmp_path, capture_dir):

@@ -1,5 +1,5 @@
 """``int8conf study pow2``: one-line errors for bad input, and the committed
-report in reports/pow2/ is exactly what the report code renders from its JSON."""
+report in reports/pow2/cpu-vs-triton/ is exactly what the report code renders from its JSON."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ import torch
 from conformance.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
-COMMITTED = ROOT / "reports" / "pow2"
+COMMITTED = ROOT / "reports" / "pow2" / "cpu-vs-triton"
 
 
 @pytest.mark.parametrize("argv, words", [

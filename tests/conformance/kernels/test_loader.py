@@ -173,7 +173,7 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
 
 
 def test_a_loaded_kernel_cannot_take_a_builtin_name():
-    """Its reports would replace the built-in's (reports/cpu/)."""
+    """Its reports would replace the built-in's (reports/check/cpu/)."""
     from conformance.kernels.loader import declare, spec_from_object
     fn = declare("cutlass", name="cpu")(lambda *a: None)
     with pytest.raises(KernelLoadError, match=r"^kernel 'm:f' declares the name 'cpu', which is "

@@ -1,0 +1,91 @@
+"""Every command's default output folder follows one rule,
+``reports/<command>/<label>`` (``conformance.output_dirs``; issue 31 item 7):
+two kernels, or two pairs, never share a folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import build_parser, main
+
+FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+MYGEMM = "buggy_kernels:truncating_kernel?name=mygemm"   # a user kernel declaring its name
+
+
+def _args(*argv):
+    return build_parser().parse_args(list(argv))
+
+
+def test_kernel_labels_are_one_function_of_the_name_and_the_fault():
+    import faults
+    from conformance.kernels.registry import get_kernel
+    from conformance.output_dirs import kernel_label, pair_label, selection_label
+    assert kernel_label("cpu") == "cpu"
+    assert kernel_label("mypkg.gemm:scaled_mm") == "mypkg.gemm_scaled_mm"
+    assert kernel_label("mygemm", "F3", "1%", 7) == "mygemm_F3_1_s7"
+    assert kernel_label("cpu", "output_truncation") == "cpu_F4_all_s0"
+    # the name `check --inject F3:1%:7` gives the injected kernel has the same label
+    assert kernel_label(faults.inject(get_kernel("cpu"), "F3", "1%", 7).name) == "cpu_F3_1_s7"
+    assert pair_label("cpu", "triton") == "cpu-vs-triton"
+    assert selection_label(["torchao", "cpu"], ["cpu"]) == "torchao+cpu@cpu"
+    assert selection_label(["torchao"]) == "torchao" and selection_label() == ""
+
+
+def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monkeypatch):
+    from reference.model.capture import default_capture_set
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--kernel", "cpu", *FAST]) == 0
+    assert main(["check", "--kernel", "cpu", "--inject", "F8:one:3", *FAST]) == 0
+    assert main(["check", "--kernel", MYGEMM, *FAST]) == 1
+    assert sorted(p.parent.relative_to(tmp_path).as_posix()
+                  for p in tmp_path.rglob("conformance.json")) == [
+        "reports/check/cpu", "reports/check/cpu_F8_one_s3", "reports/check/mygemm"]
+    if default_capture_set() is None:
+        pytest.skip("default captures not built")
+    assert main(["sweep", "--kernel", MYGEMM, "--layers", "1", "--faults", "F8", "--coverages",
+                 "one", "--scale-modes", "own", "--no-model-checks", "--workers", "1",
+                 "--quiet", "--no-score"]) == 0
+    assert (tmp_path / "reports" / "sweep" / "mygemm" / "sweep.sqlite").is_file()
+
+
+def test_gate_default_folder_is_its_pair(tmp_path):
+    from conformance.commands.gate import out_dir
+    from conformance.report import write_reports
+    from conformance.suite import run_conformance
+    assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == \
+        Path("reports/gate/triton-vs-cpu")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--fault", "F4",
+                         "--fault-coverage", "1%", "--fault-seed", "7")) == \
+        Path("reports/gate/cpu_F4_1_s7-vs-int_mm")
+    res = run_conformance("int_mm", include_captures=False, include_sweep=False,
+                          property_examples=0, model_checks=False)
+    jp, _ = write_reports(res, tmp_path)
+    assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == \
+        Path("reports/gate/cpu-vs-int_mm")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm",
+                         "--out", "x/y")) == Path("x/y")
+
+
+def test_study_and_scoreboard_default_folders():
+    from conformance.commands import scoreboard, study
+    assert study.out_dir(_args("study", "pow2")) == Path("reports/pow2/cpu-vs-triton")
+    assert study.out_dir(_args("study", "pow2", "--kernels", "triton,int_mm")) == \
+        Path("reports/pow2/triton-vs-int_mm")
+    assert study.out_dir(_args("study", "pow2", "--out", "o")) == Path("o")
+    assert scoreboard.out_dir(_args("scoreboard")) == Path("reports/scoreboard")
+    assert scoreboard.out_dir(_args("scoreboard", "--kernel", "torchao", "--device", "cpu")) == \
+        Path("reports/scoreboard/torchao@cpu")
+    assert scoreboard.out_dir(_args("scoreboard", "--out", "o")) == Path("o")
+
+
+def test_the_committed_examples_are_where_the_rule_puts_them():
+    root = Path(__file__).resolve().parents[3]
+    for k in ("cpu", "int_mm", "triton"):
+        doc = json.loads((root / "reports" / "check" / k / "conformance.json").read_text())
+        assert doc["kernel"]["name"] == k
+    assert (root / "reports" / "pow2" / "cpu-vs-triton" / "study.md").is_file()
+    assert (root / "reports" / "sweep" / "cpu" / "scorecard.md").is_file()
+    assert (root / "reports" / "scoreboard" / "scoreboard.md").is_file()
