@@ -267,11 +267,12 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup): C3/C4 failing on the
-    operands reads ``fail (precondition)``, as in conformance.md, not a kernel
-    failure."""
-    from conformance.report import is_precondition_failure
+    operands reads as in conformance.md (``conformance.report.verdict_label``:
+    ``precondition case (N)``, ``precondition violated (N)``), not a failure."""
+    from conformance.report import is_precondition_case, is_precondition_failure, verdict_label
     from conformance.suite import NOT_RUN
     if is_precondition_failure(verdict, evidence):
-        return "[yellow]fail (precondition)[/]"
+        style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
+        return f"[{style}]{verdict_label(verdict, evidence)}[/]"
     style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
     return f"[{style.get(verdict, 'bold')}]{verdict}[/]"
