@@ -169,8 +169,9 @@ def render(df, title: str = "int8conf bench") -> None:
     """Print the table with rich (GMAC/s and ratio side by side); one JSON
     line per row when rich or pandas is not installed (bare GPU boxes)."""
     try:
-        from rich.console import Console
         from rich.table import Table
+
+        from conformance.console import make_console
         records = df.to_dict("records")
     except (ImportError, AttributeError):
         import json
@@ -189,7 +190,7 @@ def render(df, title: str = "int8conf bench") -> None:
         t.add_row(r["kernel"], r["device"], str(r["M"]), str(r["K"]), str(r["N"]), r["layer"],
                   f"{r['ms']:.2f}", f"{r['GMAC/s']:.3g}", f"{r['best GMAC/s']:.3g}",
                   f"{r['x reference']:.3g}", r["note"])
-    Console(width=max(200, Console().width)).print(t)
+    make_console().print(t)
 
 
 def environment() -> dict:

@@ -109,8 +109,16 @@ class CaseResult:
 
     @property
     def precondition_violations(self) -> list[CheckResult]:
-        """Failed precondition checks caused by the operands."""
-        return [r for r in self.checks.values() if r.is_precondition_violation]
+        """Failed precondition checks caused by the operands, except those of
+        a precondition case (:attr:`precondition_cases`)."""
+        return [r for r in self.checks.values()
+                if r.is_precondition_violation and not r.is_precondition_case]
+
+    @property
+    def precondition_cases(self) -> list[CheckResult]:
+        """Failed precondition checks the case was built to fail
+        (``meta["violates"]``): expected, neither a warning nor a failure."""
+        return [r for r in self.checks.values() if r.is_precondition_case]
 
     @property
     def verdict(self) -> str:
@@ -196,6 +204,18 @@ def _jsonable_meta(meta: dict) -> dict:
     for k, v in (meta or {}).items():
         out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else str(v)
     return out
+
+
+def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
+    """Flag (``checks.result.PRECONDITION_CASE``) each precondition violation
+    of a check the case's ``meta["violates"]`` names: the suite built the case
+    to violate it."""
+    from conformance.cases._common import VIOLATES
+    from conformance.checks.result import PRECONDITION_CASE
+    for cid in (meta or {}).get(VIOLATES) or ():
+        r = checks.get(cid)
+        if r is not None and r.is_precondition_violation:
+            r.evidence[PRECONDITION_CASE] = True
 
 
 class CaseEvaluation:
@@ -308,6 +328,7 @@ class CaseEvaluation:
                 checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
             except Exception as e:  # noqa: BLE001 -- report, never crash the suite
                 checks[cid] = check_error(cid, e)
+        _mark_precondition_cases(checks, ops.meta)
         pair = None
         if against is not None:
             from conformance.pairwise import compare_pair

@@ -52,7 +52,8 @@ profile); ``C9-batch_invariance`` (always); ``C7-token_flip`` and
 ``pairwise/<case>`` item per fixed case. Outcomes: a check failing because of
 the kernel fails the item (so ``--junitxml`` records it); a precondition
 violation (C3 / C4 caused by the operands) passes with a
-:class:`PreconditionWarning`; a case the kernel cannot run on here (device,
+:class:`PreconditionWarning`, except on a precondition case (one the suite
+built to violate it, ``meta["violates"]``), which passes silently; a case the kernel cannot run on here (device,
 shape constraints) and an item whose checks are all n/a are skipped with the
 reason. The terminal summary says ``NOT RUN`` for a kernel that produced
 output on no case, and names the cases where the ``--against`` kernel differs

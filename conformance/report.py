@@ -12,11 +12,12 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``captures``: ``{"available", "note", "source"}`` (the note says
   "no captures available: synthetic only" when no layer capture was replayed)
 * ``overall``: ``{"verdict": "pass"|"fail"|"not run"|"n/a", "summary",
-  "failed_checks", "precondition_violations", "cases_total", "cases_run",
-  "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
+  "failed_checks", "precondition_violations", "precondition_cases" {check: cases},
+  "cases_total", "cases_run", "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
   kernel produced output on zero cases; inconclusive)
 * ``checks``: one per check id (C1..C9, E1; C9 batch_invariance is kernel-level): ``{check_id, name, verdict,
-  summary, evidence}`` aggregated over cases
+  summary, evidence, label}`` aggregated over cases (``label``: :func:`verdict_label`,
+  e.g. ``precondition case (7)``)
 * ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
   out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
   summary, evidence}}, path, elapsed_s, error, operand_digests, meta,
@@ -108,7 +109,8 @@ def to_json_dict(result) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "kernel": result.kernel, "environment": result.environment,
         "captures": result.captures, "overall": result.overall,
-        "checks": [c.to_dict() for c in result.checks],
+        "checks": [dict(c.to_dict(), label=verdict_label(c.verdict, c.evidence))
+                   for c in result.checks],
         "cases": [c.to_dict() for c in result.cases],
         "property_tests": result.property_tests, "pairwise": result.pairwise,
         "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
@@ -147,6 +149,35 @@ def _table(df: pd.DataFrame) -> str:
 def is_precondition_failure(verdict: str, evidence: dict) -> bool:
     """A failing precondition check (C3/C4) caused by the operands."""
     return verdict == "fail" and (evidence or {}).get("failure_kind") == "precondition"
+
+
+def is_precondition_case(verdict: str, evidence: dict) -> bool:
+    """A precondition failure on a case (or only on cases) the suite built
+    to violate it (``conformance.checks.result.PRECONDITION_CASE``)."""
+    return is_precondition_failure(verdict, evidence) and evidence.get("precondition_case") is True
+
+
+def verdict_label(verdict: str, evidence: dict) -> str:
+    """A check's verdict as the report, the JSON (``checks[].label``) and the
+    console show it: the verdict, or for C3/C4 failing on the operands
+    ``precondition case (N)`` (cases built by the suite to violate it),
+    ``precondition violated (N)`` (other operands, e.g. the user's
+    captures), or both joined by ``"; "``."""
+    if not is_precondition_failure(verdict, evidence):
+        return verdict
+    n_case = evidence.get("n_precondition_cases")
+    if n_case is None:   # one case's result
+        n_case = 1 if evidence.get("precondition_case") is True else 0
+    n_viol = evidence.get("n_precondition_violations", 1 - n_case)
+    return "; ".join([f"precondition violated ({n_viol})"] * bool(n_viol)
+                     + [f"precondition case ({n_case})"] * bool(n_case))
+
+
+def _case_cell(verdict: str, evidence: dict) -> str:
+    """A check's cell in the per-case tables (legend at the report's end)."""
+    if is_precondition_failure(verdict, evidence):
+        return "pre" if is_precondition_case(verdict, evidence) else "violated"
+    return {"pass": "ok", "fail": "FAIL", "n/a": "-"}.get(verdict, verdict)
 
 
 def _hist_str(h: dict) -> str:
@@ -287,12 +318,15 @@ def render_markdown(doc: dict) -> str:
     lines += ["", "## Checks", ""]
     lines.append(_table(pd.DataFrame(
         [(ch["check_id"], ch["name"],
-          "fail (precondition)" if is_precondition_failure(ch["verdict"], ch["evidence"]) else ch["verdict"],
+          verdict_label(ch["verdict"], ch["evidence"]),
           _cell(ch["summary"], 200))
          for ch in doc["checks"]], columns=["id", "check", "verdict", "summary"])))
     lines += ["", "C3/C4 are preconditions: their failure means the operands leave the range where "
               "int32 accumulation is exact and order-free (or float32(acc) is exact); it fails the "
-              "overall verdict only when the kernel's own accumulator is wrong. C5 compares to the "
+              "overall verdict only when the kernel's own accumulator is wrong. \"precondition "
+              "case (N)\": N cases the suite built to leave that range on purpose (expected for "
+              "every kernel); \"precondition violated (N)\": N other cases (e.g. your captures) "
+              "whose operands leave it. C5 compares to the "
               "power-of-two reference (canonical scale order, the declared bias point); C6 allows "
               "1 spacing against the reference with scale order a_then_w and the declared bias "
               "point; C8 demands 0 ulp against the declared contract. C7's reference arm (\"ppl "
@@ -306,7 +340,8 @@ def render_markdown(doc: dict) -> str:
               "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
               "sampled rows must give the same bits alone (M=1), in batches of other sizes "
               "and in a repeated call."]
-    failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"]
+    failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"
+               and not is_precondition_case(ch["verdict"], ch["evidence"])]
     if failing:
         lines += ["", "### Failure evidence", ""]
         for ch in failing:
@@ -367,8 +402,7 @@ def render_markdown(doc: dict) -> str:
             for cid in ids:
                 ch = cs["checks"].get(cid, {})
                 v = ch.get("verdict", "")
-                r[cid] = "pre" if is_precondition_failure(v, ch.get("evidence", {})) else {
-                    "pass": "ok", "fail": "FAIL", "n/a": "-"}.get(v, v)
+                r[cid] = _case_cell(v, ch.get("evidence", {}))
             if cs.get("not_run_reason"):  # C3/C4 pass on the reference alone; kernel never ran
                 r.update({cid: "skip" for cid in ids if r[cid] == "-"})
             r["max ulp vs declared"] = c8.get("max_ulp", "")
@@ -393,8 +427,9 @@ def render_markdown(doc: dict) -> str:
                  "expected identical": "yes" if p["expected_identical"] else "no"}
                 for p in pw["per_case"]]
         lines.append(_table(pd.DataFrame(recs)))
-    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, pre = precondition violated by the "
-              "operands (C3/C4; not a kernel failure), - = not applicable, skip = the kernel "
+    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, pre = precondition case (C3/C4: "
+              "the suite built this case to violate it; expected), violated = precondition "
+              "violated by these operands (C3/C4; not a kernel failure), - = not applicable, skip = the kernel "
               "could not run on this case here (not runnable), case verdict 'not run'. Distances are in "
               "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
               "to this one holds every number shown here and the full evidence.", ""]

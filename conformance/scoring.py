@@ -23,6 +23,7 @@ against the declared-contract reference. The sweep scores them too
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
@@ -231,6 +232,8 @@ class FailureFeatures:
             off the exact / declared sum at some elements (evidence
             ``n_acc_mismatch`` > 0; an entry that raised or returned another shape
             does not count: it says nothing about the sums).
+        contradicted: fault ids whose signature a failing element contradicts
+            (:func:`contradicted_classes`; empty: none known).
     """
 
     failed: set = field(default_factory=set)
@@ -242,6 +245,7 @@ class FailureFeatures:
     direction_basis: str = "all differing elements"
     pow2_output_failure: bool = False
     acc_mismatch: bool = False
+    contradicted: set = field(default_factory=set)
 
     @property
     def direction(self) -> str:
@@ -282,14 +286,54 @@ SIGNATURES = {
     "F5": (lambda ft: _post(ft) and "C2" not in ft.failed
            and not ft.pow2_output_failure and ft.direction != "toward zero",
            "1-spacing errors in both directions, none under power-of-two scales"),
-    "F6": (lambda ft: "C3" in ft.precondition,
+    "F6": (lambda ft: "C3" in ft.precondition and "F6" not in ft.contradicted,
            "an accumulator bound beyond 2^31-1 (int32 overflow), output garbage where it wraps"),
     "F7": (lambda ft: "C4" in ft.precondition and "C3" not in ft.precondition
-           and not ft.acc_mismatch,
+           and not ft.acc_mismatch and "F7" not in ft.contradicted,
            "|acc| >= 2^24 with int32 headroom (float32 conversion inexact)"),
     "F9": (lambda ft: "C2" in ft.failed,
            "the kernel received operands other than the reference's"),
 }
+
+
+#: precision (significand bits) and smallest normal of each output dtype
+_PRECISION = {"torch.bfloat16": (8, 2.0 ** -126), "torch.float16": (11, 2.0 ** -14),
+              "torch.float32": (24, 2.0 ** -126)}
+
+
+def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set:
+    """Precondition fault classes that one failing output element contradicts
+    (``worst``: a failing output check's worst element, with ``acc``, ``out``,
+    ``ref``), on a case of depth ``k``:
+
+    * F6 changes no output where the accumulator fits int32: |acc| <= 2^31-1
+      contradicts it;
+    * F7 changes no output where float32(acc) is exact: |acc| < 2^24
+      contradicts it; so does, without bias, an output further from the
+      reference (relative) than a float32 accumulator can move it: (k-1) u /
+      (1 - (k-1) u) * k * 2^14 / |acc| (recursive summation of products
+      |a*b| <= 2^14, u = 2^-24) plus the epilogue's roundings (4 output
+      spacings and 2^-20 relative).
+    """
+    acc = worst.get("acc")
+    if not isinstance(acc, int) or isinstance(acc, bool):
+        return set()
+    out = set()
+    if abs(acc) <= 2 ** 31 - 1:
+        out.add("F6")
+    if abs(acc) < 2 ** 24:
+        return out | {"F7"}
+    o, r = worst.get("out"), worst.get("ref")
+    prec = _PRECISION.get(out_dtype)
+    if bias or prec is None or not all(isinstance(x, (int, float)) and math.isfinite(x)
+                                       for x in (o, r)):
+        return out
+    p, tiny = prec
+    g = (k - 1) * 2.0 ** -24
+    if abs(r) < tiny or g >= 0.5:
+        return out
+    rel = g / (1 - g) * k * 2 ** 14 / abs(acc) + 4 * 2.0 ** (1 - p) + 2.0 ** -20
+    return out | {"F7"} if abs(o - r) > abs(r) * rel else out
 
 
 def match_signatures(ft: FailureFeatures) -> list[tuple[str, str]]:
@@ -353,6 +397,8 @@ def features_of_case(cr) -> FailureFeatures:
             if cr.scale_mode == "pow2":
                 ft.pow2_output_failure = True
             w = ev.get("worst") or {}
+            ft.contradicted |= contradicted_classes(w, int(cr.shape[1]), str(cr.out_dtype),
+                                                    bool(cr.bias))
             o, rf = w.get("out"), w.get("ref")
             if isinstance(o, (int, float)) and isinstance(rf, (int, float)):
                 seen = True

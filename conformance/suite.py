@@ -16,7 +16,11 @@ passed; ``n/a`` otherwise. Cases the kernel could not run on are counted in
 ``overall["cases_not_run"]`` with their reasons (C3 / C4 pass on the
 reference accumulator alone, so they never make a run conclusive).
 Precondition violations are listed separately: they say which cases leave
-the range where integer accumulation is exact and order-free.
+the range where integer accumulation is exact and order-free. A case the
+suite built to violate a precondition (``meta["violates"]``) is a
+*precondition case*: counted in ``overall["precondition_cases"]`` ({check:
+cases}), not in ``overall["precondition_violations"]`` (checks the operands
+violated otherwise, e.g. the user's captures).
 """
 
 from __future__ import annotations
@@ -165,7 +169,8 @@ class ConformanceResult:
         captures: ``{"available", "note", "source"}``.
         property_tests: summary of the hypothesis property test, or None.
         pairwise: ``conformance.pairwise.summarize_pairs`` result, or None.
-        overall: ``{"verdict", "summary", "failed_checks", "precondition_violations"}``.
+        overall: ``{"verdict", "summary", "failed_checks", "precondition_violations",
+            "precondition_cases"}`` (:func:`overall_verdict`).
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
         partial: ``conformance.partial_run.partial_run`` record: whether the
@@ -286,7 +291,10 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
             ``not_run_reasons``) and named in the summary.
     """
     failed = [c for c in checks if c.is_kernel_failure]
-    pre = [c for c in checks if c.is_precondition_violation]
+    pre = [c for c in checks if c.is_precondition_violation
+           and c.evidence.get("n_precondition_violations", 1)]
+    pre_cases = {c.check_id: c.evidence["n_precondition_cases"] for c in checks
+                 if c.is_precondition_violation and c.evidence.get("n_precondition_cases")}
     prop_failed = bool(property_tests and property_tests.get("failed"))
     if failed or prop_failed:
         verdict = "fail"
@@ -306,12 +314,17 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
     else:
         verdict, summary = "n/a", "no check could run"
     if pre:
-        summary += ("; precondition violated (operands, not the kernel): "
-                    + "; ".join(f"{c.check_id} {c.name}: {c.evidence.get('n_failed_cases', 1)} cases"
-                                for c in pre))
+        summary += ("; precondition violated (operands, not the kernel): " + "; ".join(
+            f"{c.check_id} {c.name}: "
+            f"{c.evidence.get('n_precondition_violations', c.evidence.get('n_failed_cases', 1))} "
+            f"cases" for c in pre))
+    if pre_cases:
+        summary += ("; precondition cases (built by the suite to violate them, not failures): "
+                    + "; ".join(f"{cid} {CHECK_NAMES[cid]}: {n}" for cid, n in pre_cases.items()))
     out = {"verdict": verdict, "summary": summary,
            "failed_checks": [c.check_id for c in failed],
-           "precondition_violations": [c.check_id for c in pre]}
+           "precondition_violations": [c.check_id for c in pre],
+           "precondition_cases": pre_cases}
     if case_results is not None:
         reasons = not_run_counts(case_results)
         n_skip = sum(reasons.values())

@@ -143,14 +143,15 @@ def _prompts(vocab: int, batch: int, length: int, seed: int = 0) -> list[list[in
 
 
 def _table(rows, title):
-    from rich.console import Console
     from rich.table import Table
+
+    from conformance.console import make_console
     t = Table(title=title)
     for c in ("model", "backend", "device", "batch", "int tok/s", "bf16 tok/s", "int/bf16", "hash (seq 0)"):
         t.add_column(c)
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    Console(width=160).print(t)
+    make_console().print(t)
 
 
 def check_context(args, art) -> None:

@@ -111,14 +111,15 @@ def _prompt_ids(args, tok) -> list[list[int]]:
 
 
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from conformance.console import make_console
     t = Table(title=title)
     for c in columns:
         t.add_column(c)
     for r in rows:
         t.add_row(*r)
-    Console(width=160).print(t)
+    make_console().print(t)
 
 
 # ------------------------------------------------------------------ commands

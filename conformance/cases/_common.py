@@ -8,6 +8,11 @@ output get power-of-two per-token scales, :func:`snap_pow2_`). ``scale_mode`` is
 for power-of-two weight scales (check C5 applies) and ``synthetic`` for real
 scales (C6 applies). Each case is deterministic given (family, variant,
 seed): its ``torch.Generator`` is seeded with CRC-32 of that triple.
+
+A case built to violate a precondition on purpose lists those checks in
+``meta["violates"]`` (e.g. ``["C3", "C4"]``, :data:`VIOLATES`): its C3 / C4
+failure is a *precondition case* of the suite, not a violation by the
+user's operands (``conformance.evaluate``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DTYPE_TAG = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 #: Weight-scale modes of the families: real float32 mantissas, or powers of two.
 MODES = ("real", "pow2")
+#: meta key: the precondition checks a case is built to violate.
+VIOLATES = "violates"
 #: (mode, out_dtype) for every mode and output dtype, the default variant grid.
 GRID = tuple((mode, dt) for mode in MODES for dt in OUT_DTYPES)
 

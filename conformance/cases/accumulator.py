@@ -76,7 +76,8 @@ def large_acc_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4,
     # scale so that outputs stay finite in float16 too (|acc| * s_a * s_w < 65504)
     sa = token_scales(g, m) / 64
     return family_case("large_acc", "run", mode, out_dtype, a, b, sa,
-                       channel_scales(g, n, mode), seed=seed, trigger="final |acc| >= 2^24")
+                       channel_scales(g, n, mode), seed=seed, trigger="final |acc| >= 2^24",
+                       violates=["C4"])
 
 
 def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVERFLOW_K
@@ -91,7 +92,8 @@ def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVE
     b[0].fill_(-128)
     sa = token_scales(g, 2) / 2 ** 20   # |acc| ~ 2**31: keep float16 outputs finite
     return family_case("int32_overflow", "saturated", mode, out_dtype, a, b, sa,
-                       channel_scales(g, 2, mode), seed=seed, trigger="|acc| > 2^31")
+                       channel_scales(g, 2, mode), seed=seed, trigger="|acc| > 2^31",
+                       violates=["C3", "C4"])
 
 
 def partial_sums_family(seed: int = 0) -> list[GemmOperands]:

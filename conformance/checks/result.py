@@ -34,6 +34,11 @@ CHECK_NAMES: dict[str, str] = {
 #: differs from the exact one or its accumulator entry failed; ``"harness"``:
 #: the check itself raised) counts as a failure of the kernel run.
 PRECONDITION_CHECKS = ("C3", "C4")
+#: Evidence flag of a precondition violation on a case the suite built to
+#: violate that precondition (the case's ``meta["violates"]`` names the
+#: check): a *precondition case*, shown as such rather than as a violation.
+#: On an aggregated result it is set when every failing case is one.
+PRECONDITION_CASE = "precondition_case"
 
 
 @dataclass
@@ -74,6 +79,12 @@ class CheckResult:
     def is_precondition_violation(self) -> bool:
         """True for a failing precondition check caused by the operands."""
         return self.verdict == "fail" and not self.is_kernel_failure
+
+    @property
+    def is_precondition_case(self) -> bool:
+        """True for a precondition violation on a case built to violate it
+        (:data:`PRECONDITION_CASE`)."""
+        return self.is_precondition_violation and self.evidence.get(PRECONDITION_CASE) is True
 
     def to_dict(self) -> dict:
         """Plain dict (evidence included as is)."""
@@ -124,7 +135,9 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
     ``max_listed``), the summed ulp histogram (when cases carry one), the worst
     case (the failing -- else passing -- case of largest :func:`severity`:
     spacing distance, bit differences, accumulator mismatches, |acc|) with
-    its full evidence, and the distinct n/a reasons.
+    its full evidence, and the distinct n/a reasons. For C3 / C4 failures
+    also ``n_precondition_cases`` and ``n_precondition_violations``, and
+    :data:`PRECONDITION_CASE` when every failing case is a precondition case.
 
     Args:
         check_id: the check's id.
@@ -158,8 +171,18 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
         # one kind -> that kind; a mix -> "kernel" (not only a precondition)
         ev["failure_kind"] = kinds[0] if len(kinds) == 1 else "kernel"
         verdict = "fail"
+        if check_id in PRECONDITION_CHECKS:
+            n_case = sum(1 for _, r in failed if r.is_precondition_case)
+            ev["n_precondition_cases"] = n_case
+            ev["n_precondition_violations"] = sum(
+                1 for _, r in failed if r.is_precondition_violation) - n_case
+            if n_case == len(failed):
+                ev[PRECONDITION_CASE] = True
         summary = (f"failed on {len(failed)}/{n} cases; first: {failed[0][0]}: "
                    f"{failed[0][1].summary}")
+        if ev.get(PRECONDITION_CASE):
+            summary = (f"precondition case on {len(failed)}/{n} cases (built to violate it); "
+                       f"first: {failed[0][0]}: {failed[0][1].summary}")
     elif counts["pass"]:
         verdict = "pass"
         summary = f"passed on {counts['pass']}/{n} cases" + (

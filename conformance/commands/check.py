@@ -3,7 +3,8 @@
 Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
 hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
-comparison. Prints a summary table per kernel and the report paths.
+comparison. Prints a summary table per kernel and the report paths (at the
+terminal's width; off a terminal every row on one line: ``conformance.console``).
 Progress goes to stderr (``conformance.progress``): a live status on a
 terminal, plain periodic lines otherwise (cases done / total, elapsed);
 ``--quiet`` silences both.
@@ -93,7 +94,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
-    from rich.console import Console
     from rich.table import Table
 
     from conformance.coverage import invocation
@@ -126,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
             kdir = kernel_report_dir(args.out, spec.name)
             refused.enter_context(removed_if_refused(kdir))
             ensure_out_dir(kdir, files=REPORT_FILES)
-    con = Console()
-    err = Console(stderr=True)
+    from conformance.console import make_console
+    con = make_console()
+    err = make_console(stderr=True)
     ok, not_run = True, False
     for spec, inj in runs:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
@@ -276,11 +277,12 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup): C3/C4 failing on the
-    operands reads ``fail (precondition)``, as in conformance.md, not a kernel
-    failure."""
-    from conformance.report import is_precondition_failure
+    operands reads as in conformance.md (``conformance.report.verdict_label``:
+    ``precondition case (N)``, ``precondition violated (N)``), not a failure."""
+    from conformance.report import is_precondition_case, is_precondition_failure, verdict_label
     from conformance.suite import NOT_RUN
     if is_precondition_failure(verdict, evidence):
-        return "[yellow]fail (precondition)[/]"
+        style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
+        return f"[{style}]{verdict_label(verdict, evidence)}[/]"
     style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
     return f"[{style.get(verdict, 'bold')}]{verdict}[/]"

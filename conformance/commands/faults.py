@@ -51,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
                                        "with_bias": declared_formula(contract, True)},
                           "faults": rows}, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from conformance.console import make_console
     t = Table(title=f"faults for {label} ({contract.label()}): declared "
                     f"{declared_formula(contract, False)} / {declared_formula(contract, True)}")
     for col in ("id", "name", "family", "no bias", "with bias"):
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         same = r["with_bias"] == r["no_bias"]
         t.add_row(r["id"], r["name"], r["family"], r["no_bias"], "(same)" if same else r["with_bias"])
-    con = Console()
+    con = make_console()
     con.print(t)
     con.print("x = float32(acc), rne/rtz = rounding to the output dtype, r16 = 16-bit "
               "intermediate, b = bias; details: faults/README.md", markup=False)

@@ -66,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from conformance.console import make_console
 
     t = Table(title="int8conf kernels")
     for c in ("name", "origin", "devices", "available", "declared epilogue / reason"):
@@ -85,5 +86,5 @@ def run(args: argparse.Namespace) -> int:
             what = r["reason"]
         t.add_row(r["name"], r["origin"], ",".join(r.get("devices", [])),
                   "yes" if r["available"] else "no", what)
-    Console().print(t)
+    make_console().print(t)
     return 0

@@ -58,13 +58,14 @@ def run(args: argparse.Namespace) -> int:
                   f"locked matrices never changed once committed")
         return 0
     m = verify_matrix(args.file)
-    from rich.console import Console
     from rich.table import Table
+
+    from conformance.console import make_console
     t = Table(title=f"{Path(args.file).name} ({m.sha256[:16]}...)")
     t.add_column("row")
     for c in m.checks:
         t.add_column(c, no_wrap=True, min_width=6)
     for key, row in m.rows.items():
         t.add_row(key, *[row[c].prediction for c in m.checks])
-    Console().print(t)
+    make_console().print(t)
     return 0

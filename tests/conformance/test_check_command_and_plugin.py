@@ -130,7 +130,10 @@ def test_pytest_console_script_imports_a_kernel_from_the_directory_it_runs_in(tm
 
 def test_console_verdict_of_a_precondition_failure_says_so():
     from conformance.commands.check import verdict_markup
-    assert verdict_markup("fail", {"failure_kind": "precondition"}) == "[yellow]fail (precondition)[/]"
+    assert verdict_markup("fail", {"failure_kind": "precondition"}) == (
+        "[yellow]precondition violated (1)[/]")
+    assert verdict_markup("fail", {"failure_kind": "precondition", "precondition_case": True}) == (
+        "[cyan]precondition case (1)[/]")
     assert verdict_markup("fail", {"failure_kind": "kernel"}) == "[bold red]fail[/]"
     assert verdict_markup("pass", {}) == "[green]pass[/]"
 

@@ -160,3 +160,37 @@ def test_an_accumulator_entry_that_raises_is_not_an_accumulator_mismatch():
     assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero "
             "(1 of 1 failing cases)") in sig
     assert not any("accumulator differs" in x for x in sig)
+
+
+def _signatures(kernel: str, cases) -> list:
+    from conformance.kernels.loader import load_module_function
+    from conformance.report import fault_signatures
+    from conformance.suite import run_conformance
+    spec = load_module_function(f"buggy_kernels:{kernel}")
+    return fault_signatures(run_conformance(spec, cases=cases, property_examples=0,
+                                            model_checks=False))
+
+
+def test_a_hint_names_no_fault_class_the_evidence_contradicts():
+    """Weight scales cached by N: on the large_acc cases (|acc| >= 2^24, C4 a
+    precondition case) the outputs are off by the scale ratio (435 bf16
+    spacings), far beyond what a float32 accumulator over K = 2085 can move
+    them, so F7 is contradicted; so is F7 where a failing element has
+    |acc| < 2^24 (partial_sums: final |acc| < 400)."""
+    import buggy_kernels
+    from conformance.cases.families import family_cases
+    buggy_kernels._SCALES_BY_N.clear()
+    cases = family_cases(["large_acc", "partial_sums"])
+    assert _signatures("scales_cached_by_n", cases) == [
+        "the failures match no fault class of the catalogue (15 failing cases)"]
+
+
+def test_a_float32_accumulator_is_still_consistent_with_f7():
+    """The control: a kernel accumulating in float32 on the large_acc cases
+    (|acc| >= 2^24, error within the float32 summation bound) keeps its F7 hint."""
+    import torch
+
+    from conformance.cases.accumulator import large_acc_case
+    sig = _signatures("fp32_accumulator_no_int_mm", [large_acc_case("pow2", torch.float32)])
+    assert sig == ["consistent with F7 fp32 inexact accumulator: |acc| >= 2^24 with int32 "
+                   "headroom (float32 conversion inexact) (1 of 1 failing cases)"]

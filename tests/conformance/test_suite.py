@@ -122,8 +122,8 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
     assert len(row) == 2 and row[0].count("FAIL") == 2  # per-case row: C5 and C8
     assert "differ-unexpected" in row[1]  # pairwise row: same contract, different bits
     k1024 = [ln for ln in md.splitlines() if ln.startswith("| const-K1024 ")][0]
-    assert "| pre " in k1024 and "FAIL" not in k1024  # C4 precondition, not a kernel failure
-    assert "| C4   | fp32_exact_accumulator | fail (precondition) |" in md
+    assert "| violated " in k1024 and "FAIL" not in k1024  # C4 precondition, not a kernel failure
+    assert "| C4   | fp32_exact_accumulator | precondition violated (1) |" in md
     assert "no captures available: synthetic only" in md
     assert sorted(p.name for p in jp.parent.iterdir()) == ["conformance.json", "conformance.md"]
 

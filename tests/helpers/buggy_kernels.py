@@ -336,6 +336,13 @@ def fp32_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
     return _cutlass_out(_float32_acc(a, b), scale_a, scale_b, out_dtype, bias)
 
 
+@declare(contract="cutlass", name="fp32_accumulator_no_int_mm")
+def fp32_accumulator_no_int_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """The same float32 accumulator without an ``int_mm`` entry (C3 cannot
+    see the accumulator): its failures are consistent with F7 only."""
+    return _cutlass_out(_float32_acc(a, b), scale_a, scale_b, out_dtype, bias)
+
+
 def _ftz(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Flush values below the smallest normal of ``dtype`` to a zero of the same sign."""
     tiny = torch.finfo(dtype).tiny
@@ -599,3 +606,17 @@ def fp32_output_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bi
     rounding there, so the two orders differ by up to two float32 spacings)."""
     order = "a_then_w" if out_dtype == torch.float32 else "w_then_a"
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias, order)
+
+
+_SCALES_BY_N: dict = {}
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="scales_cached_by_n",
+         description="caches the weight scales by N: a later call with the same N and other "
+                     "scales reuses the first call's")
+def scales_cached_by_n(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the weight scales are cached in a dict keyed by N (as a kernel
+    caching a prepared scale buffer per layer width), so a later call with
+    the same N but other scales uses the first call's."""
+    sb = _SCALES_BY_N.setdefault(b.shape[0], scale_b.clone())
+    return _cutlass_out(exact_acc32(a, b), scale_a, sb, out_dtype, bias)
