@@ -209,3 +209,43 @@ def test_cli_refused_gate_leaves_no_out_folder(tmp_path, capsys, args, words):
     assert main(["gate", *args, "--no-model", "-q", "--out", str(tmp_path / "new" / "out")]) == 2
     assert words in capsys.readouterr().err
     assert _tree(tmp_path) == []
+
+
+# --- a baseline whose per-case digests were edited is refused (issue 31, item 3) -----
+
+def _edited(tmp_path, jp, case_index, operand="b"):
+    """The stored report with one case's operand digest replaced (its
+    comparability record untouched)."""
+    doc = json.loads(jp.read_text())
+    doc["cases"][case_index]["operand_digests"][operand] = "f" * 64
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(doc))
+    return p, doc["cases"][case_index]["case"]
+
+
+def test_baseline_with_an_edited_case_digest_is_refused_naming_the_case(tmp_path, baseline):
+    jp, cases = baseline
+    edited, name = _edited(tmp_path, jp, 1)
+    assert name == "synthetic/pow2-s0"
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), edited, cases)
+    b = cases[1].digests()["b"]
+    assert e.value.reasons == [
+        f"case synthetic/pow2-s0: operand digest 'b' is {'f' * 12} in the baseline, "
+        f"{b[:12]} in this run (1 of 5 cases differ)"]
+    assert not (tmp_path / "logs").exists()  # refused before any kernel ran
+
+
+def test_cli_refuses_an_edited_baseline_exit_2_with_one_reason(tmp_path, capsys):
+    base = run_conformance("cpu", include_captures=False, include_sweep=False,
+                           property_examples=0, model_checks=False)
+    jp, _ = write_reports(base, tmp_path / "A")
+    edited, name = _edited(tmp_path, jp, 3, "scale_a")
+    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures") == 0
+    capsys.readouterr()
+    assert _cli(tmp_path, "--baseline", str(edited), "--no-captures") == 2
+    err = capsys.readouterr().err.splitlines()
+    reasons = [line for line in err if line.startswith("  - ")]
+    assert name == "synthetic/pow2-s1" and len(reasons) == 1
+    assert reasons[0].startswith(f"  - case {name}: operand digest 'scale_a' is ffffffffffff in "
+                                 f"the baseline, ") and reasons[0].endswith("(1 of 22 cases differ)")
