@@ -41,8 +41,10 @@ def register(subparsers) -> None:
     src.add_argument("--baseline", metavar="REPORT",
                      help="the incumbent's stored conformance.json instead of re-running it")
     p.add_argument("--policy", metavar="FILE",
-                   help="policy YAML (default: bit identity everywhere, no token flips, "
-                        "engine hash must not move)")
+                   help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
+                        "a difference of any size where both kernels are bit-exact to their own "
+                        "declared contracts, C8; default: bit identity everywhere, no token "
+                        "flips, engine hash must not move)")
     p.add_argument("--fault", metavar="F", default=None,
                    help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
     p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),

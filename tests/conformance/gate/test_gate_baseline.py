@@ -249,3 +249,17 @@ def test_cli_refuses_an_edited_baseline_exit_2_with_one_reason(tmp_path, capsys)
     assert name == "synthetic/pow2-s1" and len(reasons) == 1
     assert reasons[0].startswith(f"  - case {name}: operand digest 'scale_a' is ffffffffffff in "
                                  f"the baseline, ") and reasons[0].endswith("(1 of 22 cases differ)")
+
+
+def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline):
+    """The stored incumbent's C8 verdicts count as its side of the
+    contract_difference rule (issue 31, item 1)."""
+    jp, cases = baseline
+    pol = parse_policy({"require": "bit_identical", "allow": "contract_difference"})
+    res = _gate(tmp_path, KernelRef("buggy_kernels:good_triton"), jp, cases, pol)
+    faulty = _gate(tmp_path / "faulty", KernelRef("cpu", "F4"), jp, cases, pol)
+    assert [d.status for d in res.cases] == ["pass", "pass", "warn", "pass", "pass"]
+    assert res.exit_code == 0 and res.cases[2].reasons[0]["text"].endswith(
+        "a difference the two declared contracts allow (C8 passes for both kernels): allowed by "
+        "the policy (contract_difference)")
+    assert [d.status for d in faulty.cases] == ["fail"] * 5 and faulty.exit_code == 1
