@@ -149,9 +149,13 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     except NotComparable as e:
         doc = not_comparable_doc(cand.label(), e.path, e.reasons, policy.to_dict())
         paths = write_gate_reports(doc, out)
-        print(f"int8conf gate: NOT COMPARABLE: baseline {e.path}", file=sys.stderr)
-        for r in e.reasons:
-            print(f"  - {r}", file=sys.stderr)
+        head = f"int8conf gate: NOT COMPARABLE: baseline {e.path}"
+        if len(e.reasons) == 1:  # one reason: one line
+            print(f"{head}: {e.reasons[0]}", file=sys.stderr)
+        else:
+            print(head, file=sys.stderr)
+            for r in e.reasons:
+                print(f"  - {r}", file=sys.stderr)
         print(f"report: {paths['md']}", file=sys.stderr)
         return EXIT_NOT_COMPARABLE
     doc = to_json_dict(res)
