@@ -262,7 +262,8 @@ def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict
         if delta is not None:
             cls = delta.get("class")
             text = _describe_delta(delta)
-            legal = cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand) and _own_contract(inc)
+            legal = (cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand)
+                     and _own_contract(inc))
             if legal and policy.allows_contract_difference:
                 rs.add("output", f"{text}; {LEGAL}: allowed by the policy ({CONTRACT_DIFFERENCE})",
                        False)

@@ -6,7 +6,7 @@ Format (every key optional except ``require`` or ``allow`` where noted)::
     version: 1
     name: bit-identity                  # shown in reports
     require: [bit_identical_pow2]       # which cases must be bit-identical to the incumbent
-    allow: [contract_difference, within_one_spacing_real_scales]   # which deviations warn instead of block
+    allow: [contract_difference, within_one_spacing_real_scales]   # deviations that warn
     max_token_flips_above_threshold: 0  # C7: flips above its margin threshold (null = ignore)
     allow_engine_hash_change: false     # E1: may the detllm engine hash move?
     not_supported: block                # candidate declines a case the incumbent ran: block | allow

@@ -264,3 +264,20 @@ def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline)
         "a difference the two declared contracts allow (C8 passes for both kernels): allowed by "
         "the policy (contract_difference)")
     assert [d.status for d in faulty.cases] == ["fail"] * 5 and faulty.exit_code == 1
+
+
+def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused(tmp_path,
+                                                                                  baseline):
+    jp, cases = baseline
+    doc = json.loads(jp.read_text())
+    doc["comparability"]["cases_digest"] = "0" * 64
+    p = tmp_path / "record.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), p, cases)
+    from conformance.gate.gate import case_rows
+    from conformance.suite import comparability
+    mine = comparability(case_rows(cases))["cases_digest"][:12]
+    assert e.value.reasons == [
+        f"its comparability record does not match its own cases (cases digest 000000000000 vs "
+        f"{mine}); re-run `int8conf check` for the incumbent"]
