@@ -42,8 +42,10 @@ def register(subparsers) -> None:
     src.add_argument("--baseline", metavar="REPORT",
                      help="the incumbent's stored conformance.json instead of re-running it")
     p.add_argument("--policy", metavar="FILE",
-                   help="policy YAML (default: bit identity everywhere, no token flips, "
-                        "engine hash must not move)")
+                   help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
+                        "a difference of any size where both kernels are bit-exact to their own "
+                        "declared contracts, C8; default: bit identity everywhere, no token "
+                        "flips, engine hash must not move)")
     p.add_argument("--fault", metavar="F", default=None,
                    help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
     p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),
@@ -172,9 +174,13 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     except NotComparable as e:
         doc = not_comparable_doc(cand.label(), e.path, e.reasons, policy.to_dict())
         paths = write_gate_reports(doc, out)
-        print(f"int8conf gate: NOT COMPARABLE: baseline {e.path}", file=sys.stderr)
-        for r in e.reasons:
-            print(f"  - {r}", file=sys.stderr)
+        head = f"int8conf gate: NOT COMPARABLE: baseline {e.path}"
+        if len(e.reasons) == 1:  # one reason: one line
+            print(f"{head}: {e.reasons[0]}", file=sys.stderr)
+        else:
+            print(head, file=sys.stderr)
+            for r in e.reasons:
+                print(f"  - {r}", file=sys.stderr)
         print(f"report: {paths['md']}", file=sys.stderr)
         return EXIT_NOT_COMPARABLE
     doc = to_json_dict(res)

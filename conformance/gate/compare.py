@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS
-from conformance.gate.policy import REQUIRE_RULES, Policy
+from conformance.gate.policy import CONTRACT_DIFFERENCE, REQUIRE_RULES, Policy
 from conformance.gate.status import CRASH, FAIL, NOT_SUPPORTED, PASS, TIMEOUT, WARN
 
 IDENTICAL, WITHIN_ONE, WORSE, UNKNOWN = "identical", "within_one_spacing", "worse", "unknown"
@@ -202,6 +202,19 @@ def _describe_delta(delta: dict) -> str:
             f"output (max {delta['max_ulp']} spacing{'s' if delta['max_ulp'] != 1 else ''})")
 
 
+#: What a difference is when both kernels pass C8 (policy module docstring, rule 1).
+LEGAL = "a difference the two declared contracts allow (C8 passes for both kernels)"
+
+
+def _own_contract(side: Side) -> bool:
+    """The kernel's output is the reference of its own declared contract (C8 passes)."""
+    return (side.checks.get("C8") or {}).get("verdict") == "pass"
+
+
+def _legal_note(legal: bool) -> str:
+    return f"; {LEGAL}, but the policy has no {CONTRACT_DIFFERENCE} rule" if legal else ""
+
+
 def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict],
                 policy: Policy, scale_mode: str = "synthetic", layer: Optional[str] = None,
                 source: Optional[str] = None) -> Decision:
@@ -249,18 +262,24 @@ def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict
         if delta is not None:
             cls = delta.get("class")
             text = _describe_delta(delta)
-            if cls == WITHIN_ONE:
+            legal = (cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand)
+                     and _own_contract(inc))
+            if legal and policy.allows_contract_difference:
+                rs.add("output", f"{text}; {LEGAL}: allowed by the policy ({CONTRACT_DIFFERENCE})",
+                       False)
+            elif cls == WITHIN_ONE:
                 if fam in policy.required_families:
                     rule = next(r for r in policy.require if fam in REQUIRE_RULES[r])
-                    rs.add("output", f"{text}; policy requires bit identity here ({rule})", True)
+                    rs.add("output", f"{text}; policy requires bit identity here ({rule})"
+                           + _legal_note(legal), True)
                 elif fam in policy.allowed_families:
                     rs.add("output", f"{text}; allowed by the policy (within one spacing, {fam} "
-                                     f"scales)", False)
+                                     f"scales)" + _legal_note(legal), False)
                 else:
-                    rs.add("output", f"{text}; no allow rule of the policy covers {fam}-scale cases",
-                           True)
+                    rs.add("output", f"{text}; no allow rule of the policy covers {fam}-scale cases"
+                           + _legal_note(legal), True)
             elif cls == WORSE:
-                rs.add("output", f"{text}: more than one spacing", True)
+                rs.add("output", f"{text}: more than one spacing" + _legal_note(legal), True)
             elif cls == UNKNOWN:
                 rs.add("output", text, True)
         elif not inc_ran:

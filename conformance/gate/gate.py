@@ -5,8 +5,9 @@
 2. Build the suite's fixed cases (``conformance.suite.default_cases``:
    synthetic, shape sweep, layer captures in both scale modes).
 3. With ``baseline`` (a stored ``conformance.json``), check comparability
-   before any kernel runs: same schema, suite version, case-set digest and
-   capture digest (``conformance.suite.comparability``), no partial run,
+   before any kernel runs: same schema, suite version, capture digest
+   (``conformance.suite.comparability``), the same case ids with the same
+   operand digests case by case, no partial run,
    per-case output digests present; otherwise :class:`NotComparable` with
    every reason.
 4. Run each kernel in its own child process (``conformance.gate.isolation``),
@@ -138,13 +139,29 @@ def layer_of(ops) -> Optional[str]:
     return ops.name if (ops.meta or {}).get("source") == "capture" else None
 
 
-def baseline_problems(doc: dict, mine: dict, path) -> list[str]:
-    """Why a stored report cannot be compared with this run ([] if it can).
+def _row_difference(theirs: dict, ours: dict) -> Optional[str]:
+    """How a baseline case row differs from this run's (None if it does not)."""
+    td, od = theirs.get("operand_digests") or {}, ours.get("operand_digests") or {}
+    for k in list(od) + sorted(set(td) - set(od)):
+        if td.get(k) != od.get(k):
+            return (f"operand digest '{k}' is {str(td.get(k))[:12]} in the baseline, "
+                    f"{str(od.get(k))[:12]} in this run")
+    for k in ("scale_mode", "out_dtype", "source"):
+        if theirs.get(k) != ours.get(k):
+            return f"{k} is {theirs.get(k)!r} in the baseline, {ours.get(k)!r} in this run"
+    return None
+
+
+def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) -> list[str]:
+    """Why a stored report cannot be compared with this run ([] if it can):
+    every baseline case must match this run's case of the same id
+    (operand digests, scale mode, out dtype, source).
 
     Args:
         doc: the report (``conformance.report.read_report``).
         mine: ``conformance.suite.comparability`` of this run's cases.
         path: for messages.
+        rows: this run's :func:`case_rows`.
     """
     from conformance.suite import SUITE_VERSION, comparability
     probs = []
@@ -170,19 +187,27 @@ def baseline_problems(doc: dict, mine: dict, path) -> list[str]:
                      f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
                      f"(digest {str(mine.get('captures_digest'))[:12]}, from "
                      f"{mine.get('captures_source')})")
-    if comp.get("cases_digest") != mine.get("cases_digest"):
-        theirs, ours = set(comp.get("case_ids") or []), set(mine.get("case_ids") or [])
-        only_b, only_m = sorted(theirs - ours), sorted(ours - theirs)
+    theirs = {c.get("case"): c for c in doc.get("cases") or [] if c.get("source") != "property"}
+    ours = {r["case"]: r for r in rows}
+    only_b, only_m = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    if only_b or only_m:
         detail = []
         if only_b:
             detail.append(f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})")
         if only_m:
             detail.append(f"{len(only_m)} only in this run (e.g. {only_m[0]})")
-        if not detail:
-            detail.append("same case ids, different operand bits")
         probs.append("different case set: " + ", ".join(detail)
                      + "; run the gate with the options the baseline was made with "
                        "(--no-captures / --no-sweep / --captures DIR)")
+    common = [cid for cid in ours if cid in theirs]
+    diffs = [(cid, d) for cid in common for d in [_row_difference(theirs[cid], ours[cid])] if d]
+    if diffs:
+        cid, d = diffs[0]
+        probs.append(f"case {cid}: {d} ({len(diffs)} of {len(common)} cases differ)")
+    elif not (only_b or only_m) and comp.get("cases_digest") != mine.get("cases_digest"):
+        probs.append("its comparability record does not match its own cases (cases digest "
+                     f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
+                     "); re-run `int8conf check` for the incumbent")
     cases = doc.get("cases") or []
     if cases and any(c.get("source") != "property" and "output_digest" not in c for c in cases):
         probs.append("its cases carry no output digests (an older report); re-run "
@@ -295,7 +320,7 @@ class GateSession:
         self.doc = None
         if baseline is not None:
             self.doc = read_report(baseline)
-            probs = baseline_problems(self.doc, self.comparability, baseline)
+            probs = baseline_problems(self.doc, self.comparability, baseline, self.rows)
             if probs:
                 raise NotComparable(baseline, probs)
         self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}

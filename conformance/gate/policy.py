@@ -6,7 +6,7 @@ Format (every key optional except ``require`` or ``allow`` where noted)::
     version: 1
     name: bit-identity                  # shown in reports
     require: [bit_identical_pow2]       # which cases must be bit-identical to the incumbent
-    allow: [within_one_spacing_real_scales]   # which deviations warn instead of block
+    allow: [contract_difference, within_one_spacing_real_scales]   # deviations that warn
     max_token_flips_above_threshold: 0  # C7: flips above its margin threshold (null = ignore)
     allow_engine_hash_change: false     # E1: may the detllm engine hash move?
     not_supported: block                # candidate declines a case the incumbent ran: block | allow
@@ -20,14 +20,27 @@ Format (every key optional except ``require`` or ``allow`` where noted)::
 Rule names (``require`` / ``allow``; a string or a list): ``bit_identical``,
 ``bit_identical_pow2``, ``bit_identical_real_scales`` and
 ``within_one_spacing``, ``within_one_spacing_pow2``,
-``within_one_spacing_real_scales``. "pow2" cases are the power-of-two weight
-scale mode (where every legal epilogue gives the same bits, DESIGN.md 1);
-"real scales" every other case. A case whose output is not bit-identical to
-the incumbent's is blocked unless an ``allow`` rule covers its scale family
-and no ``require`` rule does; a difference of more than one spacing always
-blocks (unless an expectation accepts it). Check regressions of C1-C4 and C6
-(the candidate fails where the incumbent passed) always block; C5 / C8
-regressions follow the output rules, since they are statements about the
+``within_one_spacing_real_scales``, ``contract_difference`` (``allow`` only).
+"pow2" cases are the power-of-two weight scale mode (where every legal
+*scale order* gives the same bits, DESIGN.md 1; the two legal bias points
+still differ there); "real scales" every other case.
+
+A case whose output is not bit-identical to the incumbent's is decided so:
+
+1. ``contract_difference``: where both kernels pass C8 (each output is
+   bit-identical to the reference of its own declared epilogue contract),
+   the difference is one the two declared contracts give; with this rule it
+   is a warning of any size (a bias added after the rounding can cancel the
+   product: thousands of spacings), in every scale family, before any
+   ``require`` rule. Without it, such a case goes on to the rules below,
+   and its reason says the contracts allow the difference.
+2. otherwise it is blocked unless an ``allow`` rule covers its scale family
+   and no ``require`` rule does; a difference of more than one spacing
+   always blocks.
+
+An expectation turns a blocker into a warning. Check regressions of C1-C4
+and C6 (the candidate fails where the incumbent passed) always block; C5 /
+C8 regressions follow the output rules, since they are statements about the
 same output bits.
 
 Errors are one line naming the file and the field (:class:`PolicyError`).
@@ -45,9 +58,11 @@ from reference.errors import Int8confError
 #: ``require`` rules -> the scale families they cover.
 REQUIRE_RULES = {"bit_identical": ("pow2", "real"), "bit_identical_pow2": ("pow2",),
                  "bit_identical_real_scales": ("real",)}
-#: ``allow`` rules -> the scale families they cover.
+#: ``allow`` rules -> the scale families they cover (``contract_difference``
+#: covers no family: it applies where both kernels pass C8, module docstring).
+CONTRACT_DIFFERENCE = "contract_difference"
 ALLOW_RULES = {"within_one_spacing": ("pow2", "real"), "within_one_spacing_pow2": ("pow2",),
-               "within_one_spacing_real_scales": ("real",)}
+               "within_one_spacing_real_scales": ("real",), CONTRACT_DIFFERENCE: ()}
 #: What an expectation may name: a check id, ``output`` (the bit difference
 #: to the incumbent) or a status the candidate ended in.
 EXPECTATION_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "output",
@@ -121,6 +136,7 @@ class Policy:
         require, allow: rule names as given.
         required_families, allowed_families: scale families (``pow2`` /
             ``real``) that must be bit-identical / may differ by one spacing.
+        allows_contract_difference: ``contract_difference`` is allowed.
         max_token_flips_above_threshold: C7 limit (None = not gated).
         allow_engine_hash_change: E1 may move.
         not_supported: ``block`` | ``allow``.
@@ -148,6 +164,11 @@ class Policy:
     def allowed_families(self) -> frozenset:
         """Scale families where one spacing is a warning (a ``require`` wins)."""
         return frozenset(f for r in self.allow for f in ALLOW_RULES[r]) - self.required_families
+
+    @property
+    def allows_contract_difference(self) -> bool:
+        """A difference both declared contracts give warns (module docstring, rule 1)."""
+        return CONTRACT_DIFFERENCE in self.allow
 
     def expectation_for(self, check: str, case: Optional[str] = None,
                         layer: Optional[str] = None) -> Optional[Expectation]:

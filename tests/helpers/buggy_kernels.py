@@ -307,6 +307,13 @@ def good_cutlass(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
 
 
+@declare(contract="triton", int_mm=_trunc_int_mm, name="good_triton")
+def good_triton(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct emulation of the vLLM-Triton-style contract (a_then_w, bias added
+    after the rounding): a fast stand-in for the built-in ``triton``."""
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "a_then_w", "after_round", bias, out_dtype)
+
+
 # --- issue 8: one buggy kernel per trigger condition of the case families ----
 # Each declares the CUTLASS-style contract (w_then_a, bias fp32 before the one
 # RNE) and is correct except for the one bug, modelled on public bug reports.

@@ -209,3 +209,75 @@ def test_cli_refused_gate_leaves_no_out_folder(tmp_path, capsys, args, words):
     assert main(["gate", *args, "--no-model", "-q", "--out", str(tmp_path / "new" / "out")]) == 2
     assert words in capsys.readouterr().err
     assert _tree(tmp_path) == []
+
+
+# --- a baseline whose per-case digests were edited is refused (issue 31, item 3) -----
+
+def _edited(tmp_path, jp, case_index, operand="b"):
+    """The stored report with one case's operand digest replaced (its
+    comparability record untouched)."""
+    doc = json.loads(jp.read_text())
+    doc["cases"][case_index]["operand_digests"][operand] = "f" * 64
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(doc))
+    return p, doc["cases"][case_index]["case"]
+
+
+def test_baseline_with_an_edited_case_digest_is_refused_naming_the_case(tmp_path, baseline):
+    jp, cases = baseline
+    edited, name = _edited(tmp_path, jp, 1)
+    assert name == "synthetic/pow2-s0"
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), edited, cases)
+    b = cases[1].digests()["b"]
+    assert e.value.reasons == [
+        f"case synthetic/pow2-s0: operand digest 'b' is {'f' * 12} in the baseline, "
+        f"{b[:12]} in this run (1 of 5 cases differ)"]
+    assert not (tmp_path / "logs").exists()  # refused before any kernel ran
+
+
+def test_cli_refuses_an_edited_baseline_exit_2_in_one_line(tmp_path, capsys):
+    base = run_conformance("cpu", include_captures=False, include_sweep=False,
+                           property_examples=0, model_checks=False)
+    jp, _ = write_reports(base, tmp_path / "A")
+    edited, name = _edited(tmp_path, jp, 3, "scale_a")
+    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures") == 0
+    capsys.readouterr()
+    assert _cli(tmp_path, "--baseline", str(edited), "--no-captures") == 2
+    sa = make_case("pow2", 1).digests()["scale_a"][:12]
+    assert (name, capsys.readouterr().err.splitlines()) == ("synthetic/pow2-s1", [
+        f"int8conf gate: NOT COMPARABLE: baseline {edited}: case synthetic/pow2-s1: operand "
+        f"digest 'scale_a' is ffffffffffff in the baseline, {sa} in this run (1 of 22 cases "
+        f"differ)",
+        f"report: {tmp_path / 'out' / 'gate.md'}"])
+
+
+def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline):
+    """The stored incumbent's C8 verdicts count as its side of the
+    contract_difference rule (issue 31, item 1)."""
+    jp, cases = baseline
+    pol = parse_policy({"require": "bit_identical", "allow": "contract_difference"})
+    res = _gate(tmp_path, KernelRef("buggy_kernels:good_triton"), jp, cases, pol)
+    faulty = _gate(tmp_path / "faulty", KernelRef("cpu", "F4"), jp, cases, pol)
+    assert [d.status for d in res.cases] == ["pass", "pass", "warn", "pass", "pass"]
+    assert res.exit_code == 0 and res.cases[2].reasons[0]["text"].endswith(
+        "a difference the two declared contracts allow (C8 passes for both kernels): allowed by "
+        "the policy (contract_difference)")
+    assert [d.status for d in faulty.cases] == ["fail"] * 5 and faulty.exit_code == 1
+
+
+def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused(tmp_path,
+                                                                                  baseline):
+    jp, cases = baseline
+    doc = json.loads(jp.read_text())
+    doc["comparability"]["cases_digest"] = "0" * 64
+    p = tmp_path / "record.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(NotComparable) as e:
+        _gate(tmp_path, KernelRef("int_mm"), p, cases)
+    from conformance.gate.gate import case_rows
+    from conformance.suite import comparability
+    mine = comparability(case_rows(cases))["cases_digest"][:12]
+    assert e.value.reasons == [
+        f"its comparability record does not match its own cases (cases digest 000000000000 vs "
+        f"{mine}); re-run `int8conf check` for the incumbent"]

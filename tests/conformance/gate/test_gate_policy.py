@@ -47,6 +47,9 @@ def test_example_policies_load_with_the_documented_families():
     assert pol["bit-identity"].required_families == {"pow2", "real"}
     assert pol["one-spacing"].required_families == {"pow2"}
     assert pol["one-spacing"].allowed_families == {"real"}
+    assert [p.allows_contract_difference for p in pol.values()].count(True) == 2
+    assert pol["one-spacing"].allows_contract_difference
+    assert pol["with-expectations"].allows_contract_difference
     assert pol["one-spacing-everywhere"].allowed_families == {"pow2", "real"}
     assert len(pol["with-expectations"].expectations) == 2
 
@@ -113,5 +116,29 @@ def test_ci_recipe_gates_on_cpu_and_gpu_uploads_reports_and_ci_run_checks_exit_c
         assert up and up[0]["if"] == "always()"  # reports uploaded even when the gate blocks
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("python -m pytest -q") < ci.index("expect 0 exact")
-    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 2 stale-baseline"):
+    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 0 legal-swap",
+                 "expect 2 stale-baseline"):
         assert want in ci
+
+
+def test_contract_difference_needs_c8_to_pass_for_both_kernels():
+    """Rule 1 of the policy docstring: with ``contract_difference`` a
+    difference of any size warns only where both kernels pass C8; it goes
+    before ``require``; without C8 on both sides the family rules decide."""
+    pol = parse_policy({"require": "bit_identical", "allow": "contract_difference"})
+    worse = {"class": "worse", "max_ulp": 15003, "n_differ": 3, "n_elements": 10}
+    one = dict(worse, **{"class": "within_one_spacing", "max_ulp": 1})
+    both = decide_case("s", _ran(C8="pass"), _ran(C8="pass"), worse, pol, "pow2")
+    assert (both.status, both.blocking, both.reasons[0]["text"]) == (
+        "warn", False, "3/10 elements differ from the incumbent's output (max 15003 spacings); a "
+        "difference the two declared contracts allow (C8 passes for both kernels): allowed by "
+        "the policy (contract_difference)")
+    assert decide_case("s", _ran(C8="pass"), _ran(C8="fail"), one, pol, "own").status == "fail"
+    assert decide_case("s", _ran(C8="fail"), _ran(C8="pass"), one, pol, "own").status == "fail"
+    assert decide_case("s", _ran(C8="n/a"), _ran(C8="pass"), one, pol, "own").status == "fail"
+    strict = parse_policy({"require": "bit_identical"})
+    d = decide_case("s", _ran(C8="pass"), _ran(C8="pass"), one, strict, "own")
+    assert (d.status, d.reasons[0]["text"]) == (
+        "fail", "3/10 elements differ from the incumbent's output (max 1 spacing); policy "
+        "requires bit identity here (bit_identical); a difference the two declared contracts "
+        "allow (C8 passes for both kernels), but the policy has no contract_difference rule")
