@@ -175,6 +175,10 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     cov["layouts"] = extra.get("operand_layouts") or {
         k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
     cov["densified"] = list(extra.get("densified") or [])
+    meta = ops.meta or {}
+    cov["planted"] = dict(meta.get("planted") or {})
+    if meta.get("regime"):
+        cov["regime"] = dict(meta["regime"])
     return cov
 
 
@@ -281,6 +285,24 @@ def coverage_table(case_results: Sequence) -> list[dict]:
     modes = sorted({c["scale_mode"] for c in covs})
     row("scale modes", ", ".join(f"{md} {count(lambda c, x=md: c['scale_mode'] == x)}"
                                  for md in modes), len(covs), "pow2" in modes and len(modes) > 1)
+    kinds: dict = {}
+    for c in covs:
+        for kind, v in (c.get("planted") or {}).items():
+            e, n = kinds.get(kind, (0, 0))
+            kinds[kind] = (e + v, n + (v > 0))
+    if kinds:
+        row("planted discriminators (elements / cases, conformance.cases.planting)",
+            ", ".join(f"{k} {e}/{n}" for k, (e, n) in kinds.items()),
+            count(lambda c: sum((c.get("planted") or {}).values()) > 0),
+            "yes" if all(n for _, n in kinds.values()) else "partial")
+    axes: dict = {}
+    for c in covs:
+        if c.get("regime"):
+            axes.setdefault(c["regime"]["axis"], set()).add(c["regime"]["value"])
+    for axis, vals in sorted(axes.items()):
+        vs = sorted(vals)
+        row(f"regime {axis} (family regimes)", f"{len(vs)} values, {vs[0]} .. {vs[-1]}",
+            count(lambda c, a=axis: (c.get("regime") or {}).get("axis") == a), True)
     sl = sorted({c["scale_layout"] for c in covs})
     row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)
     for op, wanted in LAYOUTS_WANTED.items():

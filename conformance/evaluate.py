@@ -19,6 +19,7 @@ from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exac
                                             check_int32_headroom, observe_accumulator)
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
+from conformance.checks.ownership import check_output_ownership
 from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
                                             check_real_scale_spacing, declared_output_differs,
                                             prefetch_output_comparisons, prefetch_output_evidence)
@@ -37,6 +38,7 @@ PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
     ("C5", check_pow2_bit_identity),
     ("C6", check_real_scale_spacing),
     ("C8", check_declared_contract),
+    ("C10", check_output_ownership),
 )
 
 @dataclass
@@ -255,7 +257,8 @@ class CaseEvaluation:
         if isinstance(run, KernelLaunch):
             self.launch = run
         elif run is None:
-            self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device)
+            self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device,
+                                       probe_ownership=True)
         else:
             self.run = run
         self.exact = exact_int_mm(ops.a, ops.b)

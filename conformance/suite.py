@@ -50,11 +50,11 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "detllm.oracle", "engine_hash_check"),
 )
-REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "E1")
+REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1")
 #: Version of the suite's case construction and check semantics. Two reports
 #: compare (``int8conf gate --baseline``) only when it is equal; bump it when
 #: a case generator or a check's meaning changes.
-SUITE_VERSION = "2"  # 2: family dispatch (2026-12-01)
+SUITE_VERSION = "3"  # 3: planted cases, family regimes, C10
 
 
 def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
@@ -425,7 +425,21 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:
         cap = CaptureReplay(note=f"{NO_CAPTURES} (capture replay not requested)")
-    return cases + list(cap.cases), cap
+    return mark_ownership_probes(cases + list(cap.cases)), cap
+
+
+def mark_ownership_probes(cases: list) -> list:
+    """Set ``meta["ownership_probe"]`` (check C10, ``conformance.kernels.runner``):
+    True on the first case of each power-of-two size class of (M, N, K), False on
+    the rest. A buffer reused across calls shows on any call of a path that
+    reuses it, and the probe's second kernel call is paid once per class.
+    Returns ``cases``."""
+    seen: set = set()
+    for c in cases:
+        key = ((c.m - 1).bit_length(), (c.n - 1).bit_length(), (c.k - 1).bit_length())
+        c.meta["ownership_probe"] = key not in seen
+        seen.add(key)
+    return cases
 
 
 def validate_device(device: Optional[str]) -> Optional[str]:

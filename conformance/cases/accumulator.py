@@ -96,6 +96,28 @@ def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVE
                        violates=["C3", "C4"])
 
 
+#: K of the two-direction case: 16256 * K > 2**31 (127 * -128 products overflow below -2**31)
+BOTH_K = 132_110
+
+
+def both_directions_case(seed: int = 0, k: int = BOTH_K) -> GemmOperands:
+    """The ``int32_overflow`` case in both directions: M = N = 3; rows 0/1 of ``a``
+    all -128 / 127, columns 0/1 of ``b`` all -128: acc[0,0] = k * 16384 and
+    acc[0,1] above 2**31 - 1, acc[1,0] = acc[1,1] = -k * 16256 below -2**31 (a
+    kernel that wraps one way and saturates the other breaks its declaration);
+    row and column 2 random, inside int32. pow2 weight scales, float32 output."""
+    g = generator("int32_overflow", "both_directions", seed)
+    a = torch.randint(-127, 128, (3, k), generator=g, dtype=torch.int16).to(torch.int8)
+    b = torch.randint(-127, 128, (3, k), generator=g, dtype=torch.int16).to(torch.int8)
+    a[0].fill_(-128)
+    a[1].fill_(127)
+    b[:2].fill_(-128)
+    sa = token_scales(g, 3) / 2 ** 20
+    return family_case("int32_overflow", "both_directions", "pow2", torch.float32, a, b, sa,
+                       channel_scales(g, 3, "pow2"), seed=seed,
+                       trigger="|acc| > 2^31 in both directions", violates=["C3", "C4"])
+
+
 def partial_sums_family(seed: int = 0) -> list[GemmOperands]:
     """``partial_sums``: both variants x both modes x bf16/fp16/fp32 (12 cases)."""
     return [partial_sum_case(v, mode, dt, seed) for v in ("run_first", "run_last")
@@ -114,5 +136,6 @@ def int32_overflow_family(seed: int = 0) -> list[GemmOperands]:
     calls), so the full 6-case grid alone would take a third of the 3-minute
     budget of ``int8conf check --kernel=triton``; the scale mode and output
     dtype matter only for the in-range elements (the overflowing one is a
-    precondition). :func:`overflow_case` builds the other variants."""
-    return [overflow_case("pow2", torch.float32, seed)]
+    precondition). :func:`overflow_case` builds the other variants. A second
+    case overflows in both directions (:func:`both_directions_case`)."""
+    return [overflow_case("pow2", torch.float32, seed), both_directions_case(seed)]

@@ -15,6 +15,7 @@ from conformance.cases.alignment import extreme_pairs_family, k_residues_family,
 from conformance.cases.dispatch import dispatch_family
 from conformance.cases.large_shapes import large_shapes_family
 from conformance.cases.layouts import layouts_family
+from conformance.cases.regimes import regimes_family
 from conformance.cases.outputs import (bias_cancel_family, negative_scales_family,
                                        overflow_inf_family, signed_zero_family,
                                        subnormal_family, zero_scales_family)
@@ -45,9 +46,12 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
                      "partial sums >= 2^25 and an odd small acc"),
     "dispatch": (dispatch_family,
                  "epilogue discriminators where kernels switch paths: scale-order ties at "
-                 "K = 1100..16387, N = 23..8208, M = 18..127 and 300..1024, every |acc| < 2^16 "
-                 "or up to 10^6, with a zero bias, negative or per-tensor scales, in float32 output; bias near "
-                 "cancellation at K = 2048..8195"),
+                 "M = 18..127, every |acc| < 2^16 or up to 10^6, with a zero bias, negative or "
+                 "per-tensor scales, in float32 output; bias near cancellation at K = 2048..8195"),
+    "regimes": (regimes_family,
+                "the trigger map: both sides of every M / N / K boundary a kernel may branch on "
+                "(2^k +- 1 up to 2^17 + 1, tile multiples, 151,936, large-K residues, M*N*K "
+                "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators"),
 }
 
 

@@ -24,6 +24,7 @@ CHECK_NAMES: dict[str, str] = {
     "C7": "token_flip",
     "C8": "declared_contract",
     "C9": "batch_invariance",
+    "C10": "output_ownership",
     "E1": "engine_hash",
 }
 

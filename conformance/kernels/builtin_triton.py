@@ -324,12 +324,31 @@ def bucket(m: int) -> str:
     return "decode" if m <= 16 else ("small" if m <= 256 else "large")
 
 
-def _interp_config(m: int, n: int, split_k: int = 1) -> Config:
-    """Interpreter tiles: as small as tl.dot allows (>= 16), large K blocks
-    (fewer Python-level iterations)."""
-    bm = 16 if m <= 16 else (32 if m <= 32 else 64)
-    bn = 16 if n <= 16 else (32 if n <= 32 else 64)
-    return Config("ptr", bm, bn, 128, 4, split_k, 4, 1)
+def _interp_tile(size: int, small: int, limit: int) -> int:
+    """An interpreter block: ``small`` up to 16 blocks of it, then a power of two
+    >= size / 4 (at most ``limit``): the interpreter's cost is per program and
+    per K step, numpy's per element."""
+    if size <= 16 * small:
+        return small
+    return min(limit, 1 << (-(-size // 4) - 1).bit_length())
+
+
+#: the interpreter's largest block (``triton`` refuses tensors of more elements)
+INTERP_MAX_NUMEL = 1 << 20
+
+
+def _interp_config(m: int, n: int, k: int = 0, split_k: int = 1) -> Config:
+    """Interpreter tiles: as small as tl.dot allows (>= 16) for small M / N,
+    K blocks of 128 (of K rounded up to a power of two below that: numpy's
+    integer matmul pays for masked K too); long M, N or K in
+    at most ~4 blocks (:func:`_interp_tile`), every block of at most
+    :data:`INTERP_MAX_NUMEL` elements."""
+    bk = _interp_tile(k, 128, 4096) if k > 128 else max(16, 1 << (k - 1).bit_length())
+    bm = 16 if m <= 16 else (32 if m <= 32 else _interp_tile(m, 64, INTERP_MAX_NUMEL // bk))
+    bn = 16 if n <= 16 else (32 if n <= 32 else _interp_tile(n, 64, INTERP_MAX_NUMEL // bk))
+    while bm * bn > INTERP_MAX_NUMEL:
+        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
+    return Config("ptr", bm, bn, bk, 4, split_k, 4, 1)
 
 
 # ----------------------------------------------------------------- kernels
@@ -359,9 +378,28 @@ def _kernel(name: str, native: bool):
             got = _KERNELS[key] = (fn, False)
             return got
         fn = triton_gemm.w8a8_mm if name == "ptr" else triton_gemm.w8a8_mm_tma
+        if not native:
+            _skip_dead_overflow_checks()
         k = triton.jit(fn) if native else InterpretedFunction(fn)
         got = _KERNELS[key] = (k, isinstance(k, InterpretedFunction))
     return got
+
+
+def _skip_dead_overflow_checks() -> None:
+    """Turn the interpreter's integer-overflow sanitizer off while ``debug`` is off.
+
+    The interpreter recomputes every integer add / sub / mul in int64 to build a
+    ``device_assert`` that it then drops unless ``debug`` is on (triton
+    ``semantic.device_assert``), so the sanitizer changes no bit and no error,
+    and took half of an interpreted call's time (cProfile, 135 ``k_residues``
+    cases). Affects every interpreted kernel of the process; a no-op with debug on.
+    """
+    from dataclasses import replace
+
+    from triton.runtime import interpreter
+    opts = interpreter.interpreter_builder.options
+    if not opts.debug and opts.sanitize_overflow:
+        interpreter.interpreter_builder.options = replace(opts, sanitize_overflow=False)
 
 
 @contextlib.contextmanager
@@ -1001,7 +1039,7 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         if config is not None:
             cfg, tuned = config, False
         elif interp:
-            cfg, tuned = _interp_config(m, n), False
+            cfg, tuned = _interp_config(m, n, k), False
         else:
             cands = (_candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev))
                      or [BUCKET_CONFIGS["decode"][0]])

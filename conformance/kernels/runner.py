@@ -447,14 +447,57 @@ class KernelLaunch:
         return KernelRun(out, mod_err or nan_err, man, digests, self.elapsed_s)
 
 
+#: Largest M * K * N whose kernel call is repeated for check C10 (output_ownership).
+OWNERSHIP_MAX_WORK = 1 << 22
+
+
+def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
+    return (isinstance(y, Tensor) and x.device == y.device
+            and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+
+
+def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor,
+                     out_dtype: torch.dtype) -> Tensor:
+    """C10's evidence, in ``man["extra"]["ownership"]``: which operands the output
+    shares storage with (``aliases``); then a second call on operands of the same
+    shape and layout with other values (``~a``), after which the held output
+    must keep its bits (``held_result_changed``: elements that changed) and
+    share no storage with the new one (``second_output_shares_storage``);
+    ``second_call_error``: that call's failure line, or None.
+
+    Returns:
+        the output as the kernel returned it (a copy taken at return time
+        when a later call changed it, so the other checks judge the first call).
+    """
+    from reference.operands import copy_keep_layout
+    ev: dict = {"aliases": [k for k, v in given.items() if _same_storage(out, v)]}
+    snap = out.detach().clone()
+    other = {k: copy_keep_layout(v) for k, v in given.items()}
+    other["a"].bitwise_not_()
+    scratch = _base_manifest(spec, dev)
+    out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, other["a"], other["b"],
+                                     other["scale_a"], other["scale_b"], out_dtype=out_dtype,
+                                     bias=other["bias"])
+    ev["second_call_error"] = err2
+    ev["second_output_shares_storage"] = _same_storage(out, out2)
+    it = _INT_VIEW[out.element_size()]
+    changed = int((snap.view(it) != out.detach().view(it)).sum())
+    ev["held_result_changed"] = changed
+    man["extra"]["ownership"] = ev
+    return snap if changed else out
+
+
 def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
-                 keep_on_device: bool = False) -> KernelLaunch:
+                 keep_on_device: bool = False, probe_ownership: bool = False) -> KernelLaunch:
     """:func:`run_kernel` up to the kernel call: the kernel runs on copies of
     the operands, its output's type / shape / dtype are checked, and the
     in-place verdicts and the output's NaN count are asked
     (``reference.readback``), not read.
 
-    Args / Raises: as :func:`run_kernel`.
+    Args / Raises: as :func:`run_kernel`; ``probe_ownership``: record check C10's
+    evidence (:func:`_probe_ownership`) for cases up to :data:`OWNERSHIP_MAX_WORK`
+    whose ``meta["ownership_probe"]`` is not False (the suite probes one case per
+    size class: ``conformance.suite.mark_ownership_probes``).
 
     Returns:
         :class:`KernelLaunch`; ``.result()`` is what :func:`run_kernel` returns.
@@ -485,6 +528,9 @@ def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = No
                                          out_dtype=dops.out_dtype, bias=given["bias"])
     if err is None:
         err = _check_output(out, m, n, ops.out_dtype, "kernel")
+    if (err is None and probe_ownership and m * k * n <= OWNERSHIP_MAX_WORK
+            and (ops.meta or {}).get("ownership_probe", True)):
+        out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype)
     # the output's NaN count is asked with the in-place verdicts (one read-back)
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
     verdicts = _ask_differing(originals, given, asked)

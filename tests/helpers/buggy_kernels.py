@@ -627,3 +627,102 @@ def scales_cached_by_n(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
     the same N but other scales uses the first call's."""
     sb = _SCALES_BY_N.setdefault(b.shape[0], scale_b.clone())
     return _cutlass_out(exact_acc32(a, b), scale_a, sb, out_dtype, bias)
+
+
+# --- issue 27: bugs gated by a shape regime, a layout or an out dtype ---------
+# Each is right on most shapes and takes another path only past a threshold the
+# hand-picked families never reach; the default suite's planted ``regimes`` cases
+# (conformance.cases.regimes) reach it.
+
+def _switched(name: str, when, order: str = "a_then_w", bias_point: str = "fp32_before_round",
+              doc: str = ""):
+    """A CUTLASS-style kernel (w_then_a, bias before rounding) that uses ``order`` /
+    ``bias_point`` instead where ``when(a, b, out_dtype, bias)`` holds."""
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        bad = when(a, b, out_dtype, bias)
+        return emulate(exact_acc32(a, b), scale_a, scale_b, order if bad else "w_then_a",
+                       bias_point if bad else "fp32_before_round", bias, out_dtype)
+    scaled_mm.__name__ = scaled_mm.__qualname__ = name
+    scaled_mm.__doc__ = doc
+    return declare(contract="cutlass", int_mm=_trunc_int_mm, name=name)(scaled_mm)
+
+
+order_past_m_4096 = _switched(
+    "order_past_m_4096", lambda a, b, dt, bias: a.shape[0] > 4096,
+    doc="Bug: the long-prefill configuration (M > 4096) multiplies by s_a first.")
+bias_after_round_past_n_32768 = _switched(
+    "bias_after_round_past_n_32768", lambda a, b, dt, bias: b.shape[0] > 32768,
+    order="w_then_a", bias_point="after_round",
+    doc="Bug: the vocabulary-wide grid (N > 32768) adds the bias after rounding.")
+fused_past_k_16384 = _switched(
+    "fused_past_k_16384", lambda a, b, dt, bias: a.shape[1] > 16384, order="fused",
+    doc="Bug: the deep-K (K > 16384) configuration fuses the two scales first.")
+order_past_mnk_2_30 = _switched(
+    "order_past_mnk_2_30", lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > 2 ** 30,
+    doc="Bug: past M*N*K = 2^30 (a heuristic's large-problem path) s_a goes first.")
+order_for_transposed_b = _switched(
+    "order_for_transposed_b", lambda a, b, dt, bias: b.shape[0] > 1 and b.stride(0) == 1,
+    doc="Bug: the column-major-weight path (vLLM's b = w.t()) multiplies by s_a first.")
+fused_for_fp16 = _switched(
+    "fused_for_fp16", lambda a, b, dt, bias: dt == torch.float16 and a.shape[0] > 64,
+    order="fused", doc="Bug: the float16-output prefill variant (M > 64) fuses the scales.")
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="unmasked_k_tail_large_even_k")
+def unmasked_k_tail_large_even_k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the deep-K path (K >= 8192, K even) loads its last partial BLOCK_K = 64
+    tile unmasked: the 64 - K % 64 elements past the row's end are read from the next
+    row of ``a`` and of ``b`` (wrapping at the last row) and multiplied in."""
+    m, k = a.shape
+    n = b.shape[0]
+    acc = exact_acc32(a, b).to(torch.int64)
+    r = k % 64
+    if k >= 8192 and k % 2 == 0 and r:
+        over = 64 - r
+        a_next = a[torch.arange(1, m + 1) % m, :over].to(torch.int64)
+        b_next = b[torch.arange(1, n + 1) % n, :over].to(torch.int64)
+        acc = acc + a_next @ b_next.T
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="wide_n_last_tile_dropped")
+def wide_n_last_tile_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the wide path (N > 65536, BLOCK_N = 256) launches N // 256 column
+    tiles: the columns of the partial last tile keep the output buffer's zeros."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    n = out.shape[1]
+    if n > 65536 and n % 256:
+        out[:, (n // 256) * 256:] = 0
+    return out
+
+
+def _wrap_pos_saturate_neg(a, b):
+    acc = a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T
+    wrapped = ((acc + 2 ** 31) % 2 ** 32) - 2 ** 31
+    return torch.where(acc < -2 ** 31, torch.tensor(-2 ** 31), wrapped).to(torch.int32)
+
+
+@declare(contract="cutlass", int_mm=_wrap_pos_saturate_neg, name="negative_overflow_saturates",
+         description="declares a wrapping int32 accumulator; saturates below -2^31")
+def negative_overflow_saturates(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares wrap (the default) but the accumulator saturates when it
+    overflows downwards (wraps upwards): the declaration holds one way only."""
+    return _cutlass_out(_wrap_pos_saturate_neg(a, b).to(torch.int64), scale_a, scale_b,
+                        out_dtype, bias)
+
+
+_OUT_BUFFERS: dict = {}
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="reuses_output_buffer",
+         description="returns one cached output buffer per (M, N, dtype)")
+def reuses_output_buffer(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the decode path (M <= 16) writes into a static output buffer cached per
+    (M, N, dtype), as a CUDA-graph pool does, and returns it: a result the caller
+    holds is overwritten by the next call of the same shape."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    if a.shape[0] > 16:
+        return out
+    buf = _OUT_BUFFERS.setdefault((a.shape[0], b.shape[0], out_dtype), torch.empty_like(out))
+    buf.copy_(out)
+    return buf

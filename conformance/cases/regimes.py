@@ -1,0 +1,95 @@
+"""``regimes``: the trigger map of shape regimes, every case planted.
+
+Real kernels branch on shape: M buckets, wide-N grids, deep-K and split-K
+paths, M*N*K thresholds, 16-bit index and 65,535 grid limits. :data:`REGIMES`
+visits both sides of each boundary a kernel may branch on, one narrow case per
+value (one large dimension, the others small), and every case carries planted
+discriminators (``conformance.cases.planting``) for the epilogue's degrees of
+freedom, so an epilogue that changes only in that regime meets bits that tell.
+
+* ``M``, ``N``, ``K``: 2^k - 1, 2^k, 2^k + 1 for k = 6..17 (both sides of
+  every power-of-two tile and BLOCK_K, the 16-bit index limits 32,767 /
+  65,535 and, for one row or column per program, the 65,535 grid limit),
+  multiples of 96 and 192 (non-power-of-two tiles) +- 1; N also the Qwen
+  vocabulary 151,936; K also 8192 + r for residues r mod 256 at large K
+  (the small-K residues are family ``k_residues``).
+* ``MNK``: M*N*K just past 2^28 and 2^30.
+* ``grid``: M and N both spanning several tiles at once (scales distinct per
+  row and column).
+
+Layout, output dtype, scale mode and bias rotate over the cases of an axis
+(:data:`LAYOUTS`), so every layout the contract admits is met at large
+shapes: padded ``a``, the transposed-view ``b`` of the vLLM convention, padded
+``b``, scales as ``[M]``, ``[M,1]``, 0-d, ``[1]`` and strided views, strided bias.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases.layouts import with_layout
+from conformance.cases.planting import planted_case
+from reference.operands import GemmOperands
+
+POW2 = tuple(sorted({2 ** k + d for k in range(6, 18) for d in (-1, 0, 1)}))
+TILE_MULTIPLES = (96, 97, 192, 193, 384, 385)
+VOCAB = 151_936
+K_RESIDUES = tuple(8192 + r for r in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 136, 200))
+#: axis -> (values, the small dimensions (M, K, N) with the axis' one replaced)
+AXES = {
+    "M": (POW2 + TILE_MULTIPLES, (None, 32, 16)),
+    "N": (POW2 + TILE_MULTIPLES + (VOCAB,), (3, 32, None)),
+    "K": (POW2 + TILE_MULTIPLES + K_RESIDUES, (3, None, 16)),
+}
+#: (M, K, N) just past the M*N*K thresholds 2^28 and 2^30 (every smaller case is below)
+MNK = ((16, 4097, 4096), (64, 4097, 4096))
+GRID = ((129, 96, 257), (257, 64, 513), (1025, 64, 1025))
+#: operand layouts, rotating over each axis' cases
+LAYOUTS = ("dense", "b_transposed", "a_padded", "scales_column", "scale_a_0d", "b_padded",
+           "scales_strided", "scale_b_1", "bias_strided", "all")
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TAG = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def regime_shapes() -> list[tuple[str, int, int, int]]:
+    """``(axis, M, K, N)`` of every regime case, in suite order."""
+    out = []
+    for axis, (values, (m0, k0, n0)) in AXES.items():
+        for v in values:
+            out.append((axis, v if m0 is None else m0, v if k0 is None else k0,
+                        v if n0 is None else n0))
+    out += [("MNK", m, k, n) for m, k, n in MNK]
+    out += [("grid", m, k, n) for m, k, n in GRID]
+    return out
+
+
+def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> GemmOperands:
+    """The i-th regime case of ``axis`` at (m, k, n): layout ``LAYOUTS[i % 10]``,
+    output dtype ``DTYPES[i % 3]``, power-of-two weight scales every fourth
+    case, a bias every second (always with ``bias_strided``)."""
+    layout = LAYOUTS[i % len(LAYOUTS)]
+    out_dtype = DTYPES[i % len(DTYPES)]
+    mode = "pow2" if i % 4 == 3 else "real"
+    bias = i % 2 == 0 or layout in ("bias_strided", "all")
+    name = f"family/regimes/{axis}-M{m}xK{k}xN{n}-{layout}-{mode}-{TAG[out_dtype]}"
+    value = {"M": m, "K": k, "N": n}.get(axis, m * k * n)
+    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name,
+                       scale_a_tensor=layout == "scale_a_0d",
+                       scale_b_tensor=layout == "scale_b_1", rotate=i,
+                       meta={"source": "family", "family": "regimes", "seed": seed,
+                             "variant": f"{axis}-M{m}xK{k}xN{n}", "layout": layout,
+                             "scale_kind": mode,
+                             "regime": {"axis": axis, "value": value},
+                             "trigger": f"regime {axis} = {value}"})
+    g = torch.Generator().manual_seed(i * 7919 + seed)
+    return with_layout(ops, layout, g)
+
+
+def regimes_family(seed: int = 0) -> list[GemmOperands]:
+    """``regimes``: one planted case per :func:`regime_shapes` entry."""
+    out, per_axis = [], {}
+    for axis, m, k, n in regime_shapes():
+        i = per_axis.get(axis, 0)
+        per_axis[axis] = i + 1
+        out.append(regime_case(axis, m, k, n, i, seed))
+    return out

@@ -1,0 +1,137 @@
+"""The trigger map (family ``regimes``): every boundary visited, every layout at
+large shapes, correct kernels pass, and one buggy kernel per regime family --
+gated by M, N, K, M*N*K, a layout, an out dtype, an unmasked K tail, a dropped
+column tile, a one-sided overflow saturation, a reused output buffer -- fails
+the default suite on exactly its pinned cases, by the pinned check."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from conformance.cases.families import family_cases
+from conformance.cases.regimes import LAYOUTS, POW2, VOCAB, regime_shapes
+from conformance.cases.synthetic import synthetic_cases
+from conformance.evaluate import evaluate_case
+from conformance.kernels.registry import get_kernel
+from conformance.suite import run_conformance
+
+
+@functools.lru_cache(maxsize=None)
+def _family(name: str) -> tuple:
+    return tuple(family_cases([name]))
+
+
+def _axis(axis: str) -> list:
+    return [c for c in _family("regimes") if c.meta["regime"]["axis"] == axis]
+
+
+def test_the_map_visits_both_sides_of_every_power_of_two_on_each_axis():
+    shapes = regime_shapes()
+    for axis, pos in (("M", 1), ("K", 2), ("N", 3)):
+        seen = {s[pos] for s in shapes if s[0] == axis}
+        for k in range(6, 18):
+            assert {2 ** k - 1, 2 ** k, 2 ** k + 1} <= seen, (axis, k)
+    assert VOCAB in {s[3] for s in shapes if s[0] == "N"}
+    assert max(s[1] for s in shapes if s[0] == "M") == 131073 > 65535
+    mnk = sorted(m * k * n for a, m, k, n in shapes if a == "MNK")
+    assert mnk[0] > 2 ** 28 and mnk[-1] > 2 ** 30
+    assert len(POW2) == 36
+
+
+def test_every_layout_is_met_at_large_shapes_on_every_axis():
+    for axis in ("M", "N", "K"):
+        big = {c.meta["layout"] for c in _axis(axis) if c.meta["regime"]["value"] >= 4096}
+        assert big == set(LAYOUTS), axis
+
+
+def test_every_regime_case_carries_planted_discriminators():
+    cases = _family("regimes")
+    assert len(cases) == len(regime_shapes()) == 146
+    assert all(sum(c.meta["planted"].values()) > 0 for c in cases)
+    total = {k: sum(c.meta["planted"][k] for c in cases) for k in cases[0].meta["planted"]}
+    assert total == None
+
+
+@pytest.mark.parametrize("name", ["cpu", "int_mm"])
+def test_exact_builtins_pass_every_regime_case(name):
+    spec = get_kernel(name)
+    bad = [c.name for c in _family("regimes") if evaluate_case(spec, c, device="cpu").verdict
+           != "pass"]
+    assert bad == []
+
+
+def test_triton_passes_the_small_regime_cases():
+    """The interpreter on the cases up to 2^16 output elements (the whole family
+    runs in the default-suite timing runs, README)."""
+    pytest.importorskip("triton")
+    spec = get_kernel("triton")
+    small = [c for c in _family("regimes") if c.m * c.n <= 2 ** 16]
+    assert len(small) > 100
+    bad = [c.name for c in small if evaluate_case(spec, c, device="cpu").verdict != "pass"]
+    assert bad == []
+
+
+#: buggy kernel -> (the cases it runs on, the check that must fail, the failing cases)
+BUGS = {
+    "order_past_m_4096": ("M", "C8", None),
+    "bias_after_round_past_n_32768": ("N", "C8", None),
+    "fused_past_k_16384": ("K", "C8", None),
+    "order_past_mnk_2_30": ("MNK", "C8", None),
+    "order_for_transposed_b": ("M", "C8", None),
+    "fused_for_fp16": ("M", "C8", None),
+    "unmasked_k_tail_large_even_k": ("K", "C8", None),
+    "wide_n_last_tile_dropped": ("N", "C8", None),
+}
+
+
+def _failing(kernel: str, cases: list, check: str) -> list:
+    spec = get_kernel(f"buggy_kernels:{kernel}")
+    res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False)
+    assert res.verdict == "fail"
+    failed = [cr for cr in res.cases if cr.verdict == "fail"]
+    assert all(cr.checks[check].verdict == "fail" for cr in failed)
+    return sorted(cr.case.split("/")[-1] for cr in failed)
+
+
+@pytest.mark.parametrize("kernel", sorted(BUGS))
+def test_a_regime_gated_bug_fails_on_its_pinned_cases(kernel):
+    axis, check, expected = BUGS[kernel]
+    assert _failing(kernel, _axis(axis), check) == expected
+
+
+def test_a_one_sided_overflow_saturation_fails_the_two_direction_case():
+    assert _failing("negative_overflow_saturates", list(_family("int32_overflow")),
+                    "C8") == ["both_directions-pow2-fp32"]
+
+
+def test_a_reused_output_buffer_fails_c10_on_every_decode_case():
+    cases = synthetic_cases()
+    spec = get_kernel("buggy_kernels:reuses_output_buffer")
+    res = {c.name: evaluate_case(spec, c, device="cpu") for c in cases}
+    failed = sorted(n for n, r in res.items() if r.verdict == "fail")
+    assert failed == sorted(c.name for c in cases if c.m <= 16)
+    for n in failed:
+        assert [f.split(":")[0] for f in res[n].failure_lines()] == ["C10 output_ownership"]
+        ev = res[n].checks["C10"].evidence
+        assert ev["second_output_shares_storage"] is True and ev["held_result_changed"] > 0
+
+
+def test_c10_evidence_of_a_hand_made_case():
+    """a = [[1, 2], [3, 4]], b = [[1, 0], [0, 1], [1, 1]] (acc = [[1, 2, 3], [3, 4, 7]]):
+    the second call uses ~a = [[-2, -3], [-4, -5]] (acc [[-2, -3, -5], [-4, -5, -9]]),
+    so every one of the 6 held elements changes."""
+    from reference.operands import GemmOperands
+    a = torch.tensor([[1, 2], [3, 4]], dtype=torch.int8)
+    b = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.int8)
+    ops = GemmOperands(a, b, torch.ones(2), torch.ones(3), name="c10-hand",
+                       meta={"source": "synthetic"})
+    bad = evaluate_case(get_kernel("buggy_kernels:reuses_output_buffer"), ops, device="cpu")
+    assert bad.checks["C10"].verdict == "fail"
+    assert bad.checks["C10"].evidence["held_result_changed"] == 6
+    assert bad.checks["C10"].evidence["aliases"] == []
+    good = evaluate_case(get_kernel("cpu"), ops, device="cpu")
+    assert good.checks["C10"].verdict == "pass"
+    assert good.checks["C10"].evidence["held_result_changed"] == 0
