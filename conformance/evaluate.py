@@ -24,6 +24,7 @@ from conformance.checks.output_bits import (check_declared_contract, check_pow2_
                                             check_real_scale_spacing, declared_output_differs,
                                             prefetch_output_comparisons, prefetch_output_evidence)
 from conformance.checks.result import CHECK_NAMES, CheckResult
+from reference import memo
 from reference.errors import first_line
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
@@ -38,8 +39,11 @@ PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
     ("C5", check_pow2_bit_identity),
     ("C6", check_real_scale_spacing),
     ("C8", check_declared_contract),
-    ("C10", check_output_ownership),
 )
+#: C10 joins the per-case checks where the evaluation launched the kernel itself
+#: (the runner's ownership probe: ``conformance.kernels.runner.start_kernel``); the
+#: sweep hands its own runs in and stores no C10 row.
+OWNERSHIP_CHECK = ("C10", check_output_ownership)
 
 @dataclass
 class CaseResult:
@@ -254,6 +258,7 @@ class CaseEvaluation:
 
         self.spec, self.ops, self.device, self.keep_on_device = spec, ops, device, keep_on_device
         self.launch, self.run, self.obs = None, None, None
+        self.probed = run is None
         if isinstance(run, KernelLaunch):
             self.launch = run
         elif run is None:
@@ -326,11 +331,14 @@ class CaseEvaluation:
         self.settle()
         spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
         checks: dict[str, CheckResult] = {}
-        for cid, fn in PER_CASE_CHECKS:
-            try:
-                checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
-            except Exception as e:  # noqa: BLE001 -- report, never crash the suite
-                checks[cid] = check_error(cid, e)
+        # one scope per case: the checks share its bound, references and digests
+        # (reference.memo; a no-op inside the sweep's own scope)
+        with memo.scope():
+            for cid, fn in PER_CASE_CHECKS + ((OWNERSHIP_CHECK,) if self.probed else ()):
+                try:
+                    checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
+                except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+                    checks[cid] = check_error(cid, e)
         _mark_precondition_cases(checks, ops.meta)
         pair = None
         if against is not None:

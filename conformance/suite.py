@@ -40,7 +40,8 @@ import torch
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_sweep, synthetic_cases
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
-from conformance.evaluate import NOT_RUN, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
+from conformance.evaluate import (NOT_RUN, OWNERSHIP_CHECK, PER_CASE_CHECKS, CaseResult,
+                                  check_error, evaluate_case)
 from conformance.partial_run import complete_run, partial_run
 from reference.errors import Int8confError, first_line
 
@@ -361,7 +362,7 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
             ``note`` goes first in the notes (the report's one source of
             "partial run").
     """
-    per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS}
+    per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS + (OWNERSHIP_CHECK,)}
     for cr in case_results:
         for cid, r in cr.checks.items():
             per.setdefault(cid, []).append((cr.case, r))

@@ -65,7 +65,7 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
     if layout == "scales_strided" or everything:
         sa = torch.stack([sa, -sa], 1)[:, 0]
         sb = torch.stack([sb, sb, sb], 1)[:, 1:2]
-    if bias is not None and (layout == "bias_strided" or everything):
+    if bias is not None and (layout in ("bias_strided", "scales_strided") or everything):
         bias = torch.stack([bias, bias], 1)[:, 0]
     return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=ops.out_dtype,
                         name=ops.name, scale_mode=ops.scale_mode, meta=ops.meta)

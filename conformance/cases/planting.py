@@ -17,8 +17,8 @@ start of the last tile), one degree of freedom per probe column
   4090..4101 * 16), no intermediate product overflows (|s_a| in [1, 2));
 * ``subnormal``: exact products spanning the normal / subnormal boundary of
   the output dtype, rounding to +-0 at the bottom;
-* ``partial_sums`` (K >= 5690): three odd products first, then a run of
-  +127*127 and its mirror: partial sums >= 2^25, final |acc| small and odd, so
+* ``partial_sums`` (K >= 3023): three odd products first, then a run of
+  +127*127 and its mirror: partial sums > 2^24, final |acc| small and odd, so
   any float32 accumulation or split-K float32 reduce loses the odd bit;
 * ``big_acc`` (K >= 1686, bf16 / fp16 output): odd |acc| in (2^24, 2^24 + 2^21]
   (float32(acc) inexact; C4 reports it as a precondition case).
@@ -46,13 +46,20 @@ from torch import Tensor
 from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, _tie_targets, pick_ties
 from reference.operands import GemmOperands
 
-KINDS = ("scale_order", "bias_point", "signed_zero", "overflow", "subnormal", "partial_sums",
-         "big_acc")
+KINDS = (
+    "scale_order",
+    "bias_point",
+    "signed_zero",
+    "overflow",
+    "subnormal",
+    "partial_sums",
+    "big_acc",
+)
 ROW_KINDS = ("short", "real", "tiny")
 TILE_EDGES = (16, 128, 64, 256, 32)
 MAX_ROWS, MAX_COLS = 8, 12
-#: partial_sums: run length (run * 127^2 >= 2^25) and the K it needs
-RUN = 2100
+#: partial_sums: run length (run * 127^2 > 2^24) and the K it needs
+RUN = 1100
 PARTIAL_K, BIG_ACC_K = 2 * RUN + 3, 1200
 OUT_TAG = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
@@ -101,7 +108,7 @@ def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool) -> list[st
     if mode == "real":
         ks.append("scale_order")
     if bias and out_dtype != torch.float32 and not (sb_tensor and mode == "real"):
-        ks.append("bias_point")   # needs exact products: a short or power-of-two s_w
+        ks.append("bias_point")  # needs exact products: a short or power-of-two s_w
     ks.append("signed_zero")
     if sb_tensor:
         return ks
@@ -139,8 +146,11 @@ def _fp32_ties(g, sa: Tensor, sb: Tensor, vmax: int) -> Tensor:
     y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
     d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()
     ok = (d2 <= 1) & (d3 <= 1)
-    score = torch.where(ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0)
-                        + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0)
+    score = torch.where(
+        ok,
+        2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64),
+        -1.0,
+    )
     pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
     pick = torch.where(ok.any(-1), pick, 0)
     return pick * torch.where(torch.rand(pick.shape, generator=g) < 0.5, -1, 1)
@@ -150,15 +160,15 @@ def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
     """The per-channel scale of a probe column (module docstring)."""
     u = 1.0 if mode == "pow2" else float(_short9(g, 1)[0])
     if kind == "overflow":
-        return (2.0 ** 4 if out_dtype == torch.float16 else 2.0 ** 119) * u
+        return (2.0**4 if out_dtype == torch.float16 else 2.0**119) * u
     if kind == "subnormal":
         e = ((16, 20, 25) if out_dtype == torch.float16 else (62, 66, 70))[j % 3]
-        return 2.0 ** -e * u
+        return 2.0**-e * u
     if kind == "signed_zero":
-        return -(2.0 ** -10) * u
+        return -(2.0**-10) * u
     if kind == "big_acc":
-        return 2.0 ** -14 * u
-    return 2.0 ** -10 * u     # bias_point, partial_sums
+        return 2.0**-14 * u
+    return 2.0**-10 * u  # bias_point, partial_sums
 
 
 def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Tensor, float]:
@@ -167,33 +177,34 @@ def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Ten
     whose scale orders give different bits."""
     best, best_n = None, -1
     vmax = min(cap, 500126)
-    for _ in range(tries):
-        sbc = float((1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0 ** -10)
+    for _ in range(tries if cap > 2**12 else 4 * tries):  # few candidates: more scales
+        sbc = float((1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10)
         sbt = torch.tensor([sbc], dtype=torch.float32)
         if out_dtype == torch.float32:
             v = _fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
         else:
             v = pick_ties(g, sa.float(), sbt, out_dtype, vmax)[:, 0]
-        y1, y2, y3 = _tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt,
-                                      out_dtype)
+        y1, y2, y3 = _tie_orders_bits(
+            v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype
+        )
         n_d = int(((y1 != y2) | (y1 != y3)).sum())
         if n_d > best_n:
             best, best_n = (v, sbc), n_d
     return best
 
 
-def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g,
-             j: int = 0) -> Tensor:
+def _targets(
+    kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g, j: int = 0
+) -> Tensor:
     """int64 [R]: the accumulators of one probe column (0 where a row takes none)."""
     r = len(rows)
     fp32 = out_dtype == torch.float32
     short = torch.tensor([k == "short" for k in rows])
     tiny = torch.tensor([k == "tiny" for k in rows])
-    sbt = torch.tensor([sbc], dtype=torch.float32)
     if kind == "signed_zero":
         return torch.zeros(r, dtype=torch.int64)
     if kind == "bias_point":
-        lim = min(cap, 2 ** 11 - 1)
+        lim = min(cap, 2**11 - 1)
         v = torch.zeros(r, dtype=torch.int64)
         idx = torch.nonzero(short).reshape(-1)
         if len(idx) == 0:
@@ -204,33 +215,45 @@ def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int,
             v[i] = max(1, min(lim, abs(x))) * (1 if x >= 0 else -1)
         return v
     if kind == "overflow":
-        t0, base = (4090, 2.0 ** 4) if out_dtype == torch.float16 else (505, 2.0 ** 119)
+        t0, base = (4090, 2.0**4) if out_dtype == torch.float16 else (505, 2.0**119)
         ok = short if fp32 else short | torch.tensor([k == "real" for k in rows])
-        t = t0 + (5 * torch.arange(r) + 7 * j) % 12   # both sides of the boundary
+        t = t0 + (5 * torch.arange(r) + 7 * j) % 12  # both sides of the boundary
         v = torch.round(t.double() * base / (sa.abs() * sbc)).to(torch.int64)
         return torch.where(ok & (v <= cap), v, 0)
     if kind == "subnormal":
         ok = short if out_dtype == torch.float16 else tiny
         v = torch.randint(1, 32, (r,), generator=g) * torch.where(
-            torch.rand(r, generator=g) < 0.5, -1, 1)
+            torch.rand(r, generator=g) < 0.5, -1, 1
+        )
         return torch.where(ok, v, 0)
     if kind == "big_acc":
         ok = ~tiny
-        v = 2 ** 24 + 1 + 2 * torch.randint(0, 2 ** 20, (r,), generator=g)
+        v = 2**24 + 1 + 2 * torch.randint(0, 2**20, (r,), generator=g)
         v = v * torch.where(torch.rand(r, generator=g) < 0.5, -1, 1)
         return torch.where(ok & (v.abs() <= cap), v, 0)
     raise ValueError(f"unknown planted kind {kind!r}")
 
 
 def _odd(g: torch.Generator, shape) -> Tensor:
-    return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * \
-        torch.where(torch.rand(tuple(shape), generator=g) < 0.5, -1, 1)
+    return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * torch.where(
+        torch.rand(tuple(shape), generator=g) < 0.5, -1, 1
+    )
 
 
-def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16,
-                 mode: str = "real", bias: bool = False, seed: int = 0, name: str = "planted",
-                 scale_a_tensor: bool = False, scale_b_tensor: bool = False,
-                 rotate: int = 0, meta: Optional[dict] = None) -> GemmOperands:
+def planted_case(
+    m: int,
+    k: int,
+    n: int,
+    out_dtype: torch.dtype = torch.bfloat16,
+    mode: str = "real",
+    bias: bool = False,
+    seed: int = 0,
+    name: str = "planted",
+    scale_a_tensor: bool = False,
+    scale_b_tensor: bool = False,
+    rotate: int = 0,
+    meta: Optional[dict] = None,
+) -> GemmOperands:
     """Random (M, K, N) operands with planted discriminators (module docstring).
 
     Args:
@@ -251,7 +274,7 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
         ``meta["probes"]`` the probe rows and columns).
     """
     g = generator(f"{name}/{m}x{k}x{n}/{OUT_TAG[out_dtype]}/{mode}", seed)
-    hi = 127 if 16384 * k >= 2 ** 31 else 128
+    hi = 127 if 16384 * k >= 2**31 else 128
     a = torch.randint(-hi, 128, (m, k), generator=g, dtype=torch.int16)
     b = torch.randint(-hi, 128, (n, k), generator=g, dtype=torch.int16)
     sa = (0.5 + 7.5 * torch.rand(m, generator=g, dtype=torch.float64)) / 127.0
@@ -260,8 +283,11 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
     else:
         sb = (0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)) / 127.5
     if scale_b_tensor:
-        sb.fill_(2.0 ** -10 if mode == "pow2"
-                 else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0 ** -10)
+        sb.fill_(
+            2.0**-10
+            if mode == "pow2"
+            else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10
+        )
     fp32 = out_dtype == torch.float32
     if fp32 and mode == "real":  # every order agrees where s_a is a power of two
         sa = torch.pow(2.0, torch.round(torch.log2(sa)))
@@ -272,24 +298,28 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
 
     prow = probe_positions(m, MAX_ROWS)
     kinds_r = [ROW_KINDS[(i + rotate) % 3] for i in range(len(prow))]
-    sgn_r = torch.tensor([-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))],
-                         dtype=torch.float64)
+    sgn_r = torch.tensor(
+        [-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64
+    )
     if scale_a_tensor:
         kinds_r = ["short"] * len(prow)
         s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(_short(g, 1)[0])) * float(sgn_r[0])
         sa = torch.full((m,), s0, dtype=torch.float64)
     else:
         for i, (r, kind) in enumerate(zip(prow, kinds_r)):
-            v = float(_short(g, 1)[0]) if kind != "real" else \
-                float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0])
-            sa[r] = v * float(sgn_r[i]) * (2.0 ** -64 if kind == "tiny" else 1.0)
+            v = (
+                float(_short(g, 1)[0])
+                if kind != "real"
+                else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0])
+            )
+            sa[r] = v * float(sgn_r[i]) * (2.0**-64 if kind == "tiny" else 1.0)
     sa_probe = sa[prow].clone()
 
     ks = _kinds(out_dtype, mode, bias, k, scale_b_tensor)
     pcol = probe_positions(n, MAX_COLS)
-    ks = ks[rotate % len(ks):] + ks[:rotate % len(ks)]
+    ks = ks[rotate % len(ks) :] + ks[: rotate % len(ks)]
     extra = [x for x in ("scale_order", "bias_point") if x in ks] or ks
-    col_kinds = (ks + extra * len(pcol))[:len(pcol)]
+    col_kinds = (ks + extra * len(pcol))[: len(pcol)]
     budget = 3 * k // 4 if k > 1 else 0
     fixed = {"partial_sums": PARTIAL_K, "big_acc": BIG_ACC_K}
     big = sum(fixed.get(c, 0) for c in col_kinds)
@@ -309,10 +339,10 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
     pos_t = torch.tensor(pos, dtype=torch.int64)
     slots = [pos_t[slot_col[col_of == j]].tolist() for j in range(len(sizes))]
     used = torch.tensor(pos, dtype=torch.int64)
-    if len(pos):   # plant positions carry probe products only
+    if len(pos):  # plant positions carry probe products only
         a[:, used] = 0
         b[:, used] = 0
-    if fp32:   # probe rows isolated: two roundings per order could exceed C6's spacing
+    if fp32:  # probe rows isolated: two roundings per order could exceed C6's spacing
         a[prow] = 0
     cols: list[_Col] = []
     bias_vals: dict[int, float] = {}
@@ -326,13 +356,16 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
             b[c, kp[:3]] = odd_b.to(b.dtype)
             b[c, kp[3:]] = 127
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
-            ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else \
-                torch.tensor([x != "real" for x in kinds_r])
+            ok = (
+                torch.ones(len(prow), dtype=torch.bool)
+                if not fp32
+                else torch.tensor([x != "real" for x in kinds_r])
+            )
             for i, r in enumerate(prow):
                 if ok[i]:
                     a[r, kp[:3]] = _odd(g, (3,)).to(a.dtype)
-                    a[r, kp[3:3 + RUN]] = 127 * int(sgn[i])
-                    a[r, kp[3 + RUN:]] = -127 * int(sgn[i])
+                    a[r, kp[3 : 3 + RUN]] = 127 * int(sgn[i])
+                    a[r, kp[3 + RUN :]] = -127 * int(sgn[i])
         else:
             b[c, kp[:-1]] = 127
             b[c, kp[-1]] = 1
@@ -344,12 +377,16 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
                 v = _targets(kind, kinds_r, sa_probe, sbc, out_dtype, _capacity(len(kp)), g, j)
             if fp32 and kind != "scale_order":
                 v = torch.where(torch.tensor([x != "real" for x in kinds_r]), v, 0)
-            a[torch.tensor(prow).unsqueeze(-1), kp.unsqueeze(0)] = _decompose(v, len(kp)).to(a.dtype)
+            a[torch.tensor(prow).unsqueeze(-1), kp.unsqueeze(0)] = _decompose(v, len(kp)).to(
+                a.dtype
+            )
             if kind == "bias_point" and bias and bool((v != 0).any()):
                 r0 = int(torch.nonzero(v).reshape(-1)[0])
-                y0 = (torch.tensor(float(v[r0]), dtype=torch.float32)
-                      * torch.tensor(float(sa_probe[r0]), dtype=torch.float32)
-                      * torch.tensor(sbc, dtype=torch.float32))   # exact: <= 24 bits
+                y0 = (
+                    torch.tensor(float(v[r0]), dtype=torch.float32)
+                    * torch.tensor(float(sa_probe[r0]), dtype=torch.float32)
+                    * torch.tensor(sbc, dtype=torch.float32)
+                )  # exact: <= 24 bits
                 bias_vals[c] = float(-(y0.to(out_dtype)).float())
         cols.append(_Col(kind, c, tuple(kp.tolist())))
     if bias:
@@ -357,20 +394,39 @@ def planted_case(m: int, k: int, n: int, out_dtype: torch.dtype = torch.bfloat16
             bvec[col.index] = bias_vals.get(col.index, -0.0)
         if mode == "real" and not fp32:
             _keep_c6_premise(a, b, sa, sb, bvec, out_dtype, {c.index for c in cols}, g)
-    ops = GemmOperands(a=a.to(torch.int8), b=b.to(torch.int8), scale_a=sa.to(torch.float32),
-                       scale_b=sb.to(torch.float32), bias=bvec, out_dtype=out_dtype,
-                       name=name, scale_mode="pow2" if mode == "pow2" else "synthetic",
-                       meta=dict(meta or {}))
-    ops.meta["probes"] = {"rows": prow, "row_kinds": kinds_r,
-                          "cols": [[c.index, c.kind] for c in cols]}
+    ops = GemmOperands(
+        a=a.to(torch.int8),
+        b=b.to(torch.int8),
+        scale_a=sa.to(torch.float32),
+        scale_b=sb.to(torch.float32),
+        bias=bvec,
+        out_dtype=out_dtype,
+        name=name,
+        scale_mode="pow2" if mode == "pow2" else "synthetic",
+        meta=dict(meta or {}),
+    )
+    ops.meta["probes"] = {
+        "rows": prow,
+        "row_kinds": kinds_r,
+        "cols": [[c.index, c.kind] for c in cols],
+    }
     ops.meta["planted"] = discrimination(ops)
-    if ops.meta["planted"]["big_acc"]:   # C4 (float32-exact accumulator) fails by design
+    if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design
         ops.meta["violates"] = sorted(set(ops.meta.get("violates", [])) | {"C4"})
     return ops
 
 
-def _keep_c6_premise(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, bias: Tensor, out_dtype,
-                     probe_cols: set, g: torch.Generator, tries: int = 4) -> None:
+def _keep_c6_premise(
+    a: Tensor,
+    b: Tensor,
+    sa: Tensor,
+    sb: Tensor,
+    bias: Tensor,
+    out_dtype,
+    probe_cols: set,
+    g: torch.Generator,
+    tries: int = 4,
+) -> None:
     """Redraw (then zero) the bias of every non-probe column where two legal
     epilogues (scale order x bias point) end more than one spacing apart (a
     random y near -bias: C6's premise), in place."""
@@ -378,6 +434,7 @@ def _keep_c6_premise(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, bias: Tensor,
     from reference.bits import spacing_distance
     from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
     from reference.epilogue import apply_epilogue
+
     acc = exact_int_mm(a.to(torch.int8), b.to(torch.int8))
     s_a, s_b = sa.to(torch.float32), sb.to(torch.float32)
     y = acc.double() * sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)
@@ -385,14 +442,23 @@ def _keep_c6_premise(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor, bias: Tensor,
     free[list(probe_cols)] = False
     for attempt in range(tries + 1):
         # only a near-cancellation can move two legal orders more than a spacing apart
-        near = ((y + bias.double()).abs() <= 2.0 ** -10 * y.abs()).any(0) & free
+        near = ((y + bias.double()).abs() <= 2.0**-10 * y.abs()).any(0) & free
         idx = torch.nonzero(near).reshape(-1)
         if len(idx) == 0:
             return
         bad = torch.zeros(len(idx), dtype=torch.bool)
         for point in BIAS_POINTS:
-            outs = [apply_epilogue(acc[:, idx], s_a, s_b[idx], EpilogueContract(o, point),
-                                   bias=bias[idx], out_dtype=out_dtype) for o in SCALE_ORDERS]
+            outs = [
+                apply_epilogue(
+                    acc[:, idx],
+                    s_a,
+                    s_b[idx],
+                    EpilogueContract(o, point),
+                    bias=bias[idx],
+                    out_dtype=out_dtype,
+                )
+                for o in SCALE_ORDERS
+            ]
             for z in outs[1:]:
                 bad |= (spacing_distance(z, outs[0]) > 1).any(0)
         idx = idx[bad]
@@ -408,7 +474,7 @@ def discrimination(ops: GemmOperands) -> dict:
 
     ``scale_order``: the three scale orders give different bits (any pair);
     ``bias_point``: the two bias points differ (a_then_w); ``signed_zero``: -0
-    outputs; ``overflow``: +-inf outputs; ``subnormal``: subnormal or
+    products (before the bias); ``overflow``: +-inf outputs; ``subnormal``: subnormal or
     underflowed-to-zero outputs of nonzero accumulators; ``partial_sums``:
     partial sums >= 2^24 with an odd final |acc| < 2^24; ``big_acc``: |acc| >
     2^24 not representable in float32.
@@ -426,40 +492,56 @@ def discrimination(ops: GemmOperands) -> dict:
     cols = torch.tensor([c for c, _ in pr["cols"]], dtype=torch.int64)
     kinds = [kd for _, kd in pr["cols"]]
     a, b = ops.a[rows], ops.b[cols]
-    sa = ops.scale_a.reshape(-1).expand(ops.m)[rows] if ops.scale_a.numel() == 1 else \
-        ops.scale_a.reshape(-1)[rows]
-    sb = ops.scale_b.reshape(-1).expand(ops.n)[cols] if ops.scale_b.numel() == 1 else \
-        ops.scale_b.reshape(-1)[cols]
+    sa = (
+        ops.scale_a.reshape(-1).expand(ops.m)[rows]
+        if ops.scale_a.numel() == 1
+        else ops.scale_a.reshape(-1)[rows]
+    )
+    sb = (
+        ops.scale_b.reshape(-1).expand(ops.n)[cols]
+        if ops.scale_b.numel() == 1
+        else ops.scale_b.reshape(-1)[cols]
+    )
     bias = None if ops.bias is None else ops.bias[cols]
     acc = exact_int_mm(a, b)
 
     def ref(order, point="fp32_before_round", with_bias=True):
-        return apply_epilogue(acc, sa, sb, EpilogueContract(order, point),
-                              bias=bias if with_bias else None, out_dtype=ops.out_dtype)
+        return apply_epilogue(
+            acc,
+            sa,
+            sb,
+            EpilogueContract(order, point),
+            bias=bias if with_bias else None,
+            out_dtype=ops.out_dtype,
+        )
+
     r = {o: bits_of(ref(o)) for o in ("a_then_w", "w_then_a", "fused")}
     y = ref("a_then_w").float()
+    y0 = ref("a_then_w", with_bias=False).float()
     for j, kind in enumerate(kinds):
         col = slice(j, j + 1)
         if kind == "scale_order":
-            d = (r["a_then_w"][:, col] != r["w_then_a"][:, col]) | \
-                (r["a_then_w"][:, col] != r["fused"][:, col])
+            d = (r["a_then_w"][:, col] != r["w_then_a"][:, col]) | (
+                r["a_then_w"][:, col] != r["fused"][:, col]
+            )
             out[kind] += int(d.sum())
         elif kind == "bias_point" and bias is not None:
             after = bits_of(ref("a_then_w", "after_round"))
             out[kind] += int((after[:, col] != r["a_then_w"][:, col]).sum())
-        elif kind == "signed_zero":
-            out[kind] += int(((y[:, col] == 0) & torch.signbit(y[:, col])).sum())
+        elif kind == "signed_zero":  # -0 products (a +0 bias, or a skipped one, shows)
+            out[kind] += int(((y0[:, col] == 0) & torch.signbit(y0[:, col])).sum())
         elif kind == "overflow":
             out[kind] += int(torch.isinf(y[:, col]).sum())
         elif kind == "subnormal":
             tiny = torch.finfo(ops.out_dtype).tiny
             out[kind] += int(((acc[:, col] != 0) & (y[:, col].abs() < tiny)).sum())
         elif kind == "partial_sums":
-            out[kind] += int(((acc[:, col] % 2 != 0) & (acc[:, col].abs() < 2 ** 24)).sum())
+            out[kind] += int(((acc[:, col] % 2 != 0) & (acc[:, col].abs() < 2**24)).sum())
         elif kind == "big_acc":
-            big = acc[:, col].abs() > 2 ** 24
-            out[kind] += int((big & (acc[:, col].double().float().double()
-                                     != acc[:, col].double())).sum())
+            big = acc[:, col].abs() > 2**24
+            out[kind] += int(
+                (big & (acc[:, col].double().float().double() != acc[:, col].double())).sum()
+            )
     return out
 
 

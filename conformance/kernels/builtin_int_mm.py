@@ -65,6 +65,12 @@ def padded_shape(m: int, k: int, n: int, device_type: str) -> tuple[int, int, in
     return max(m, 17), max(up8(k), 16), up8(n)
 
 
+#: cuBLASLt's int8 GEMM refuses some N' > 2^17 (CUBLAS_STATUS_NOT_SUPPORTED on the H200 at
+#: N' = 131,080, M' = 17, K = 32; N' = 131,072 and 151,936 ran): on CUDA, N' above
+#: CUDA_MAX_N is computed in column chunks of CUDA_N_CHUNK (int32 sums: exact, the same bits).
+CUDA_MAX_N, CUDA_N_CHUNK = 1 << 17, 1 << 16
+
+
 def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, bool]:
     """int32 [M,N] accumulator via torch._int_mm, padding if needed.
 
@@ -85,7 +91,12 @@ def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, boo
     if padded:
         a = F.pad(a, (0, kp - k, 0, mp - m))  # zeros: exact (see module docstring)
         b = F.pad(b, (0, kp - k, 0, np_ - n))
-    acc = torch._int_mm(a, b.t())  # b.t(): [K,N] column-major view, as cuBLASLt wants
+    # b.t(): [K,N] column-major view, as cuBLASLt wants
+    if rules == "cuda" and np_ > CUDA_MAX_N:
+        acc = torch.cat([torch._int_mm(a, b[j:j + CUDA_N_CHUNK].t())
+                         for j in range(0, np_, CUDA_N_CHUNK)], dim=1)
+    else:
+        acc = torch._int_mm(a, b.t())
     return acc[:m, :n], padded
 
 

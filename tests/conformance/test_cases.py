@@ -96,11 +96,14 @@ def test_discriminating_counts_independent(ties, seed):
     assert int(np.abs(bits["a_then_w"].astype(np.int64) - bits["w_then_a"]).max()) == 1
 
 
-def test_ordinary_cases_never_discriminate():
-    # why the kind exists: the ordinary synthetic cases have no such element
+def test_plain_random_cases_never_discriminate_planted_ones_do():
+    # why planting exists: random operands have no scale-order tie (384 elements);
+    # the planted probe rows and columns of the same kinds do (real scales only)
     for kind in ("ordinary", "bias", "pow2"):
-        d = tie_discrimination(make_case(kind, 0))
+        d = tie_discrimination(make_case(kind, 0, plant=False))
         assert d["any"] == 0 and d["elements"] == 384
+    assert tie_discrimination(make_case("ordinary", 0))["any"] > 0
+    assert make_case("ordinary", 0).meta["planted"]["scale_order"] > 0
 
 
 def test_in_default_synthetic_set():

@@ -70,12 +70,12 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
     monkeypatch.undo()
     assert set(fams) == set(FAMILIES)
     counts = {f: len(cs) for f, cs in fams.items()}
-    assert counts == {"partial_sums": 12, "large_acc": 6, "int32_overflow": 1, "subnormal": 6,
+    assert counts == {"partial_sums": 12, "large_acc": 6, "int32_overflow": 2, "subnormal": 6,
                       "overflow_inf": 6, "signed_zero": 6, "negative_scales": 6,
                       "zero_scales": 6, "bias_cancel": 6, "extreme_pairs": 6,
                       "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10,
-                      "large_shapes": 17, "dispatch": 62}
-    assert len({c.name for cs in fams.values() for c in cs}) == 327
+                      "large_shapes": 17, "dispatch": 36, "regimes": 202}
+    assert len({c.name for cs in fams.values() for c in cs}) == 504
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"]
                                             + fams["layouts"]]
@@ -95,8 +95,8 @@ def test_each_family_reaches_its_trigger(fams, covs):
         assert min(cv["max_partial_fwd"], cv["max_partial_bwd"]) >= 2 ** 24
         assert cv["max_abs_acc"] < 600 and cv["partial_step"] == 1
     assert all(cv["n_acc_ge_2_24"] == 32 for cv in covs["large_acc"])
-    assert all(cv["n_acc_gt_int32"] == 1 and cv["max_abs_acc"] == 131073 * 16384
-               for cv in covs["int32_overflow"])
+    assert [(cv["n_acc_gt_int32"], cv["max_abs_acc"]) for cv in covs["int32_overflow"]] == [
+        (1, 131073 * 16384), (4, 132110 * 16384)]   # the second in both directions
     assert all(cv["out"]["subnormal"] >= 10 for cv in covs["subnormal"])
     assert all(cv["out"]["pos_inf"] >= 2 and cv["out"]["neg_inf"] >= 2
                for cv in covs["overflow_inf"])
@@ -119,16 +119,12 @@ def test_each_family_reaches_its_trigger(fams, covs):
     for c in fams["dispatch"]:
         disp[c.meta["variant"].split("-")[0]].append(c)
     assert {k: len(v) for k, v in disp.items()} == {
-        "deep_k": 14, "wide_n": 8, "m_gap": 19, "small_acc": 4, "bias0": 2, "negative": 1,
+        "m_gap": 15, "small_acc": 4, "bias0": 2, "negative": 1,
         "scalar": 2, "big_acc": 2, "fp32_ties": 3, "deep_k_bias": 7}
     assert all(tie_discrimination(c)["a_then_w!=w_then_a"] > 0
                for v, cs in disp.items() if v != "deep_k_bias" for c in cs)
-    assert {c.k for c in disp["deep_k"]} == {1100, 2048, 4096, 8195, 16387}
     assert {c.k for c in disp["deep_k_bias"]} == {2048, 4096, 8195}
-    assert {c.m for c in disp["deep_k"]} == {1, 16, 64}
-    assert {c.n for c in disp["wide_n"]} == {23, 601, 1031, 2064, 4104, 8208}
-    assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127,
-                                             300, 512, 1024}
+    assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127}
     assert all(int(exact_int_mm(c.a, c.b).abs().max()) < 2 ** 16 for c in disp["small_acc"])
     assert all(int(exact_int_mm(c.a, c.b).abs().max()) > 2 ** 19 for c in disp["big_acc"])
     assert all(c.bias is not None and not c.bias.any() for c in disp["bias0"])
@@ -337,6 +333,9 @@ def test_fp32_real_cases_keep_c6_premise(fams):
             outs = [torch.tensor(bits(apply_epilogue(acc, c.scale_a, c.scale_b, EpilogueContract(o),
                                                      out_dtype=FP32))).to(torch.int64) & 0x7FFFFFFF
                     for o in ("a_then_w", "w_then_a", "fused")]
+            if "planted" in c.meta:   # planted probe rows: every order within one spacing
+                assert all(int((o - outs[0]).abs().max()) <= 1 for o in outs[1:]), c.name
+                continue
             if c.meta["variant"].startswith("fp32_ties"):
                 n_ties += 1
                 assert all(int((o - outs[0]).abs().max()) == 1 for o in outs[1:]), c.name

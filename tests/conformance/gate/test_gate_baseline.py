@@ -259,7 +259,8 @@ def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline)
     pol = parse_policy({"require": "bit_identical", "allow": "contract_difference"})
     res = _gate(tmp_path, KernelRef("buggy_kernels:good_triton"), jp, cases, pol)
     faulty = _gate(tmp_path / "faulty", KernelRef("cpu", "F4"), jp, cases, pol)
-    assert [d.status for d in res.cases] == ["pass", "pass", "warn", "pass", "pass"]
+    # ordinary-s0 and epilogue_ties-s0 carry scale-order ties the two contracts split
+    assert [d.status for d in res.cases] == ["warn", "pass", "warn", "pass", "pass"]
     assert res.exit_code == 0 and res.cases[2].reasons[0]["text"].endswith(
         "a difference the two declared contracts allow (C8 passes for both kernels): allowed by "
         "the policy (contract_difference)")

@@ -14,7 +14,8 @@ from conformance.gate.policy import load_policy
 
 POLICIES = Path(__file__).resolve().parents[3] / "examples" / "policies"
 #: pow2_bias: power-of-two scales with a bias (the bias point still differs);
-#: sweep/M127xK127xN127: the bias cancels the product (max 15003 spacings).
+#: sweep/M127xK127xN127: the bias cancels the product (planted, max 15334 spacings);
+#: ordinary-s0: planted scale-order ties (the contracts' scale orders differ there).
 CASES = [make_case(n, 0) for n in ("ordinary", "pow2", "bias", "pow2_bias", "fp16_out",
                                    "epilogue_ties")] + [shape_sweep()[9]]
 NAMES = ["synthetic/ordinary-s0", "synthetic/pow2-s0", "synthetic/bias-s0",
@@ -42,13 +43,13 @@ P, W, F = "pass", "warn", "fail"
 #: policy -> (legal swap: statuses, exit code), (faulty candidate: statuses, exit code)
 EXPECTED = {
     # same contract only: the legal swap is blocked wherever the two contracts give other bits
-    "bit-identity": (([P, P, F, F, F, F, F], 1), ([F] * 7, 1)),
+    "bit-identity": (([F, P, F, F, F, F, F], 1), ([F] * 7, 1)),
     # one spacing, whatever the contracts: bias cancellation (> 1 spacing) blocks
-    "one-spacing-everywhere": (([P, P, F, F, F, W, F], 1), ([W] * 7, 0)),
+    "one-spacing-everywhere": (([W, P, F, F, F, W, F], 1), ([W] * 7, 0)),
     # different legal contracts: every contract difference warns; F4 blocks on pow2 scales
-    "one-spacing": (([P, P, W, W, W, W, W], 0), ([W, F, W, F, W, W, W], 1)),
+    "one-spacing": (([W, P, W, W, W, W, W], 0), ([W, F, W, F, W, W, W], 1)),
     # the same, with expectation 0 accepting the pow2_bias case
-    "with-expectations": (([P, P, W, W, W, W, W], 0), ([W, F, W, W, W, W, W], 1)),
+    "with-expectations": (([W, P, W, W, W, W, W], 0), ([W, F, W, W, W, W, W], 1)),
 }
 
 
@@ -69,7 +70,7 @@ def test_a_legal_difference_is_reported_truthfully_under_every_policy(tmp_path):
     """The reason gives the measured difference and says the two declared
     contracts allow it, whether the policy accepts it or not."""
     sweep = [CASES[-1]]
-    text = "4599/16129 elements differ from the incumbent's output (max 15003 spacings)"
+    text = "4062/16129 elements differ from the incumbent's output (max 15334 spacings)"
     legal = ("a difference the two declared contracts allow (C8 passes for both kernels)")
     ok = _gate(tmp_path / "ok", LEGAL, "one-spacing", sweep).cases[0].reasons
     assert ok == [{"check": "output", "blocking": False, "expected": None,
@@ -90,4 +91,4 @@ def test_builtin_triton_replaces_cpu_under_one_spacing(tmp_path):
     res = _gate(tmp_path, KernelRef("triton"), "one-spacing", CASES[2:4])
     assert (_statuses(res), res.exit_code) == (
         {"synthetic/bias-s0": W, "synthetic/pow2_bias-s0": W}, 0)
-    assert [d.delta["max_ulp"] for d in res.cases] == [8, 12]
+    assert [d.delta["max_ulp"] for d in res.cases] == [15468, 15208]   # planted cancellation

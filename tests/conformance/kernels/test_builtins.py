@@ -242,3 +242,18 @@ def test_int_mm_hands_cublas_dense_operands(monkeypatch):
         acc, padded = builtin_int_mm._acc(a, b, rules=rules)
         assert not padded and seen == want
         assert torch.equal(acc.to(torch.int64), exact_int_mm(a, b))
+
+
+def test_int_mm_computes_a_wide_n_in_column_chunks_under_the_cuda_rule(monkeypatch):
+    # cuBLASLt refused N' = 131,080 (M' = 17, K = 32) with CUBLAS_STATUS_NOT_SUPPORTED on
+    # the H200 (family/regimes N = 131,073): past 2^17 padded columns the CUDA rule calls
+    # _int_mm on 65,536-column chunks (131,080 = 65,536 + 65,536 + 8); same bits
+    g = torch.Generator().manual_seed(6)
+    a = torch.randint(-128, 128, (3, 32), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (131073, 32), generator=g, dtype=torch.int8)
+    widths = []
+    real = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm", lambda x, y: widths.append(y.shape[1]) or real(x, y))
+    acc, padded = builtin_int_mm._acc(a, b, rules="cuda")
+    assert padded and widths == [65536, 65536, 8]
+    assert torch.equal(acc.to(torch.int64), exact_int_mm(a, b))
