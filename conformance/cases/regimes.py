@@ -124,13 +124,14 @@ def regime_shapes() -> list[tuple[str, int, int, int]]:
 
 
 def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> GemmOperands:
-    """The i-th regime case of ``axis`` at (m, k, n): layout ``LAYOUTS[i % 10]``,
+    """The i-th regime case of ``axis`` at (m, k, n): layout ``LAYOUTS[i % 12]``,
     output dtype ``DTYPES[i % 3]``, power-of-two weight scales every fourth
-    case, a bias every second (always with ``bias_strided``)."""
+    case, a bias every second (always with ``bias_strided`` / ``all`` and on
+    the ``grid`` cases), all +0 every sixth from the fifth."""
     layout = LAYOUTS[i % len(LAYOUTS)]
     out_dtype = DTYPES[i % len(DTYPES)]
     mode = "pow2" if i % 4 == 3 else "real"
-    bias = i % 2 == 0 or layout in ("bias_strided", "all")
+    bias = i % 2 == 0 or layout in ("bias_strided", "all") or axis == "grid"
     zero_bias = bias and i % 6 == 4  # an all-(+0) bias: a kernel that skips it keeps -0
     name = f"family/regimes/{axis}-M{m}xK{k}xN{n}-{layout}-{mode}-{TAG[out_dtype]}"
     value = {"M": m, "K": k, "N": n}.get(axis, m * k * n)
