@@ -431,21 +431,15 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
 
 def mark_ownership_probes(cases: list) -> list:
     """Set ``meta["ownership_probe"]`` (check C10, ``conformance.kernels.runner``):
-    True on one case of each power-of-two size class of (M, N, K), the largest
-    within the runner's ``OWNERSHIP_MAX_WORK`` (a path that reuses buffers only for
-    large problems is met), False on the rest. A buffer reused across calls shows
-    on any call of a path that reuses it; the probe's second kernel call is paid
-    once per class. Returns ``cases``."""
-    from conformance.kernels.runner import OWNERSHIP_MAX_WORK
-    best: dict = {}
-    for i, c in enumerate(cases):
+    True on the first case of each power-of-two size class of (M, N, K), False on
+    the rest. A buffer reused across calls shows on any call of a path that
+    reuses it; the probe's second kernel call is paid once per class (cases above
+    the runner's ``OWNERSHIP_MAX_WORK`` are never probed). Returns ``cases``."""
+    seen: set = set()
+    for c in cases:
         key = ((c.m - 1).bit_length(), (c.n - 1).bit_length(), (c.k - 1).bit_length())
-        work = c.m * c.k * c.n
-        if work <= OWNERSHIP_MAX_WORK and work > best.get(key, (-1, None))[0]:
-            best[key] = (work, i)
-    chosen = {i for _, i in best.values()}
-    for i, c in enumerate(cases):
-        c.meta["ownership_probe"] = i in chosen
+        c.meta["ownership_probe"] = key not in seen
+        seen.add(key)
     return cases
 
 

@@ -448,7 +448,7 @@ class KernelLaunch:
 
 
 #: Largest M * K * N whose kernel call is repeated for check C10 (output_ownership).
-OWNERSHIP_MAX_WORK = 1 << 27
+OWNERSHIP_MAX_WORK = 1 << 25
 
 
 def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
