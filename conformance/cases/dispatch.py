@@ -16,8 +16,7 @@ known exactly and every legal kernel still passes:
 
 * ``m_gap``: ``ties`` cases at M between 17 and 128: 18..127 (13 values,
   bf16) and 40, 80 (fp16). Deep K, wide N and M >= 128 are family
-  ``regimes`` (planted cases at every boundary); :func:`deep_k_case` and
-  :func:`wide_n_case` remain for tests and probes.
+  ``regimes`` (planted cases at every boundary).
 * ``small_acc``: ties among accumulators below 2^16 (``pick_ties`` with
   ``vmax`` = 65535), where a kernel might take a narrower fast path.
 * operand forms (:data:`FORMS`): ties with an all-zero bias, with negative
@@ -42,19 +41,14 @@ import torch
 
 from conformance.cases._common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
-from conformance.cases.synthetic import (TIE_BLOCK, VMAX, _channel_scales, _tie_orders_bits,
-                                         _tie_targets, pick_ties, realize_acc)
+from conformance.cases.synthetic import _channel_scales
+from conformance.cases.tie_search import (TIE_BLOCK, VMAX, _tie_orders_bits, _tie_targets,
+                                          pick_ties, realize_acc)
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
 
 BF, FP16 = torch.bfloat16, torch.float16
 FAMILY = "dispatch"
-#: (M, K, out dtype) of the deep-K tie cases
-DEEP_K = tuple((m, k, BF) for m in (1, 16, 64) for k in (2048, 4096, 8195)) + (
-    (1, 4096, FP16), (16, 8195, FP16), (16, 1100, BF), (1, 16387, BF), (16, 16387, FP16))
-#: (M, N, out dtype) of the wide-N tie cases (N = 23: fewer channels than the tie set)
-WIDE_N = ((1, 4104, BF), (16, 4104, BF), (16, 4104, FP16), (64, 2064, BF), (8, 8208, BF),
-          (16, 23, BF), (16, 601, BF), (8, 1031, FP16))
 #: (M, out dtype) of the M-gap tie cases
 M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127)
                ) + ((40, FP16), (80, FP16))
@@ -129,22 +123,6 @@ def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax: int = V
         sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
     a, b = realize_acc(pick_ties(g, sa, sb, out_dtype, vmax), block)
     return g, a, b, sa, sb
-
-
-def deep_k_case(m: int, k: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
-    """A ``ties`` accumulator set at M = m, N = 24, its K = 768 spread to ``k``."""
-    g, a, b, sa, sb = _ties(f"deep_k{k}", m, out_dtype, seed)
-    a, b = spread_k(a, b, k, g)
-    return family_case(FAMILY, f"deep_k-M{m}xK{k}", "real", out_dtype, a, b, sa, sb, seed=seed,
-                       trigger=f"scale-order ties at K = {k} (split-K / deep-K paths)")
-
-
-def wide_n_case(m: int, n: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
-    """A ``ties`` accumulator set at M = m, its 24 channels repeated to ``n``."""
-    _, a, b, sa, sb = _ties(f"wide_n{n}", m, out_dtype, seed)
-    b, sb = widen_n(b, sb, n)
-    return family_case(FAMILY, f"wide_n-M{m}xN{n}", "real", out_dtype, a, b, sa, sb, seed=seed,
-                       trigger=f"scale-order ties at N = {n}")
 
 
 def m_gap_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
@@ -231,9 +209,8 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
 
 def dispatch_family(seed: int = 0) -> list[GemmOperands]:
     """``dispatch``: 15 M-gap, 4 small-accumulator, 7 operand-form, 3 float32-output
-    and 7 deep-K bias cases (36). The deep-K, wide-N and large-M tie cases
-    (:func:`deep_k_case`, :func:`wide_n_case`, M >= 300) are family ``regimes``'
-    planted cases now."""
+    and 7 deep-K bias cases (36). Deep K, wide N and M >= 128 are family
+    ``regimes``' planted cases."""
     return ([m_gap_case(m, dt, seed) for m, dt in M_GAPS]
             + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
             + [form_case(f, m, dt, seed) for f, m, dt in FORMS]

@@ -56,7 +56,8 @@ import torch
 
 from conformance.cases._common import (GRID, channel_scales, family_case, generator,
                                        nonzero_int8, sign, token_scales)
-from conformance.cases.synthetic import _channel_scales, pick_ties, realize_acc
+from conformance.cases.synthetic import _channel_scales
+from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
 
 FAMILY = "large_shapes"

@@ -35,7 +35,7 @@ import torch
 
 from conformance.cases._common import (GRID, family_case, generator, mantissa, sign,
                                        small_int8, token_scales, channel_scales)
-from conformance.cases.synthetic import realize_acc
+from conformance.cases.tie_search import realize_acc
 from reference.operands import GemmOperands
 
 

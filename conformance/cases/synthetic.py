@@ -11,8 +11,7 @@ from typing import Optional, Sequence
 import torch
 
 from conformance.cases.planting import planted_case
-from conformance.cases.tie_search import (MANT_BITS, TIE_BLOCK, VMAX, _tie_orders_bits,
-                                          _tie_targets, pick_ties, realize_acc)
+from conformance.cases.tie_search import TIE_BLOCK, pick_ties, realize_acc
 from reference.operands import GemmOperands
 
 #: Synthetic case kinds, in report order (new kinds go last: the index seeds the generator).

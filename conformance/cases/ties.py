@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from conformance.cases._common import family_case, generator, token_scales
-from conformance.cases.synthetic import _channel_scales, pick_ties, realize_acc
+from conformance.cases.synthetic import _channel_scales
+from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
 
 N_TIES = 24
