@@ -34,8 +34,8 @@ import re
 import sys
 from typing import Optional, Sequence
 
-from reference.errors import Int8confError, first_line
 from conformance.kernels.loader import cwd_on_sys_path
+from reference.errors import Int8confError, first_line
 
 
 def _os_error_line(e: OSError) -> str:
@@ -70,6 +70,7 @@ def plain_help_formatter(base: type) -> type:
 
         def _format_usage(self, usage, actions, groups, prefix):
             return strip_markup(super()._format_usage(usage, actions, groups, prefix))
+
     return Plain
 
 
@@ -113,8 +114,10 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
         if opt in known or sum(1 for k in known if k.startswith(opt)) == 1:
             continue
         near = difflib.get_close_matches(opt, known, n=2, cutoff=0.6)
-        out.append(f"unknown option {opt}" + (f" (did you mean {' or '.join(near)}?)" if near
-                                                else f"; {cmd} takes: {', '.join(sorted(known))}"))
+        out.append(
+            f"unknown option {opt}"
+            + (f" (did you mean {' or '.join(near)}?)" if near else f"; {cmd} takes: {', '.join(sorted(known))}")
+        )
     return out
 
 
@@ -132,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     import conformance.commands as commands
 
     parser = _OneLineErrors(
-        prog="int8conf",
-        description="Fault-injection conformance framework for INT8 (W8A8) GEMM kernels.")
+        prog="int8conf", description="Fault-injection conformance framework for INT8 (W8A8) GEMM kernels."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -141,12 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         try:
             mod = importlib.import_module(f"{commands.__name__}.{info.name}")
-            reg = getattr(mod, "register")
+            reg = mod.register
             reg(sub)
         except Exception as e:  # noqa: BLE001 -- keep the other commands usable
             line = first_line(e, None)
-            print(f"int8conf: warning: command module {info.name!r} not loaded: "
-                  f"{type(e).__name__}: {line}", file=sys.stderr)
+            print(
+                f"int8conf: warning: command module {info.name!r} not loaded: {type(e).__name__}: {line}",
+                file=sys.stderr,
+            )
     for sp in [parser, *_subparsers(parser).values()]:
         sp.formatter_class = plain_help_formatter(sp.formatter_class)
     return parser
@@ -161,7 +166,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Returns:
         The exit code (the console script passes it to ``sys.exit``).
     """
-    from conformance.import_noise import silence_import_noise
+    from conformance.runtime.import_noise import silence_import_noise
+
     silence_import_noise()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -171,7 +177,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _subparsers(parser).get(cmd, parser).error("; ".join(bad))
     cwd_on_sys_path()
     args = parser.parse_args(argv)
-    from conformance.graceful_stop import restore_sigterm, sigterm_as_interrupt
+    from conformance.runtime.graceful_stop import restore_sigterm, sigterm_as_interrupt
+
     sigterm_as_interrupt()  # a CI time limit stops a long command like Ctrl-C: partial reports
     try:
         return int(args.func(args) or 0)

@@ -33,16 +33,16 @@ Options:
                           A bad spec is a one-line usage error. The report and
                           the terminal summary name fault, coverage and seed.
 
-torch's CPU threads (``conformance.threads``): ``--int8conf-threads=N`` per
+torch's CPU threads (``conformance.runtime.threads``): ``--int8conf-threads=N`` per
 process running items (at most its cores), else its share of the cores
 (``cores // workers`` under pytest-xdist, every core otherwise) unless
 ``OMP_NUM_THREADS`` (torch's own choice) or ``INT8CONF_WORKER_THREADS=N``
 says otherwise.
 Each item's result travels to the controller on the item's own report
-(``conformance.xdist_ship``), so a run stopped part-way (Ctrl-C, a CI time
+(``conformance.runtime.xdist_ship``), so a run stopped part-way (Ctrl-C, a CI time
 limit) still reports every item that finished, marked as a partial run;
 SIGTERM (what ``timeout`` and CI runners send) stops it the same way as
-Ctrl-C (``conformance.graceful_stop``).
+Ctrl-C (``conformance.runtime.graceful_stop``).
 
 Items (node ids ``int8conf-<kernel>::<item>``): one per fixed case
 (``synthetic/...``, ``sweep/M..xK..xN..``, ``<layer>[own|pow2]`` for layer
@@ -115,75 +115,115 @@ class _State:
     examples: int
     model_checks: bool
     written: list = field(default_factory=list)
-    made: list = field(default_factory=list)   # report folders configure created, deepest first
+    made: list = field(default_factory=list)  # report folders configure created, deepest first
 
 
 _STATE = pytest.StashKey[_State]()
 
 
 def _non_negative_int(text: str) -> int:
-    from conformance.commands._options import non_negative_int
+    from reference.command_line import non_negative_int
+
     return non_negative_int(text)
 
 
 def _positive_int(text: str) -> int:
-    from conformance.commands._options import positive_int
+    from reference.command_line import positive_int
+
     return positive_int(text)
 
 
 def pytest_addoption(parser, pluginmanager) -> None:
     import conformance.gate.pytest_gate as gate_plugin
+
     if not pluginmanager.is_registered(gate_plugin):
         pluginmanager.register(gate_plugin, "int8conf-gate")
     g = parser.getgroup("int8conf", "int8conf kernel conformance")
-    g.addoption("--kernel", action="append", default=[], metavar="NAME",
-                help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
-                     "built-in available here; or pkg.module:function)")
-    g.addoption("--against", default=None, metavar="OTHER",
-                help="add pairwise bit-agreement items against kernel OTHER")
-    g.addoption("--int8conf-reports", default="reports/check", metavar="DIR",
-                help="directory for <kernel label>/conformance.{json,md} (default: reports/check)")
-    g.addoption("--int8conf-examples", type=_non_negative_int, default=25, metavar="N",
-                help="hypothesis examples in the property test (default 25; 0 = none)")
-    g.addoption("--int8conf-threads", type=_positive_int, default=None, metavar="N",
-                help="torch CPU threads per process running items, at most its cores "
-                     "(default: its share of the cores, cores // xdist workers)")
-    g.addoption("--int8conf-no-model", action="store_true",
-                help="skip the model-level checks (C7 token_flip, E1 engine_hash)")
-    g.addoption("--int8conf-no-sweep", action="store_true",
-                help="skip the alignment-straddling shape sweep and the trigger-condition "
-                     "case families")
-    g.addoption("--int8conf-captures", default=None, metavar="DIR",
-                help="replay this capture directory (default: the default model's captures)")
-    g.addoption("--int8conf-model", default=None, metavar="DIR",
-                help="parent model directory of --int8conf-captures, when it moved since capture")
-    g.addoption("--int8conf-no-captures", action="store_true",
-                help="skip layer-capture replay (synthetic cases only)")
-    g.addoption("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
-                help="inject a fault into every --kernel (repeatable): FAULT F1..F9 or its name "
-                     "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
-                     "(default all), SEED integer (default 0); e.g. F4:all")
+    g.addoption(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
+        "built-in available here; or pkg.module:function)",
+    )
+    g.addoption(
+        "--against", default=None, metavar="OTHER", help="add pairwise bit-agreement items against kernel OTHER"
+    )
+    g.addoption(
+        "--int8conf-reports",
+        default="reports/check",
+        metavar="DIR",
+        help="directory for <kernel label>/conformance.{json,md} (default: reports/check)",
+    )
+    g.addoption(
+        "--int8conf-examples",
+        type=_non_negative_int,
+        default=25,
+        metavar="N",
+        help="hypothesis examples in the property test (default 25; 0 = none)",
+    )
+    g.addoption(
+        "--int8conf-threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads per process running items, at most its cores "
+        "(default: its share of the cores, cores // xdist workers)",
+    )
+    g.addoption(
+        "--int8conf-no-model", action="store_true", help="skip the model-level checks (C7 token_flip, E1 engine_hash)"
+    )
+    g.addoption(
+        "--int8conf-no-sweep",
+        action="store_true",
+        help="skip the alignment-straddling shape sweep and the trigger-condition case families",
+    )
+    g.addoption(
+        "--int8conf-captures",
+        default=None,
+        metavar="DIR",
+        help="replay this capture directory (default: the default model's captures)",
+    )
+    g.addoption(
+        "--int8conf-model",
+        default=None,
+        metavar="DIR",
+        help="parent model directory of --int8conf-captures, when it moved since capture",
+    )
+    g.addoption("--int8conf-no-captures", action="store_true", help="skip layer-capture replay (synthetic cases only)")
+    g.addoption(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="FAULT[:COVERAGE[:SEED]]",
+        help="inject a fault into every --kernel (repeatable): FAULT F1..F9 or its name "
+        "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
+        "(default all), SEED integer (default 0); e.g. F4:all",
+    )
 
 
 def _share_cores(config) -> None:
-    """Set torch's CPU threads where the items run (``conformance.threads``:
+    """Set torch's CPU threads where the items run (``conformance.runtime.threads``:
     ``--int8conf-threads``, else this process's share of the cores among the
     xdist workers); an xdist controller, which runs no item, only validates.
 
     Raises:
         pytest.UsageError: a bad ``--int8conf-threads`` or ``INT8CONF_WORKER_THREADS``.
     """
-    from conformance.threads import available_cores, torch_threads
+    from conformance.runtime.threads import available_cores, torch_threads
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     try:
-        n = torch_threads(config.getoption("int8conf_threads"), available_cores(), workers,
-                          os.environ, option="--int8conf-threads")
+        n = torch_threads(
+            config.getoption("int8conf_threads"), available_cores(), workers, os.environ, option="--int8conf-threads"
+        )
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf: {e}") from None
-    controller = not hasattr(config, "workerinput") and bool(
-        getattr(config.option, "numprocesses", None))
+    controller = not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
     if n is not None and not controller:
         import torch
+
         torch.set_num_threads(n)
 
 
@@ -192,17 +232,18 @@ def pytest_configure(config) -> None:
     names = config.getoption("kernel", default=[]) or []
     if not names:
         if config.getoption("inject", default=[]):
-            raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to "
-                                    "inject the fault into)")
+            raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to inject the fault into)")
         return
     _share_cores(config)
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
+
     # the `pytest` console script puts its own folder, not the invocation
     # directory, on sys.path: --kernel=mod:fn must find mod.py where pytest runs
     cwd_on_sys_path(config.invocation_params.dir)
-    from conformance.suite import default_cases, load_captures
+    from conformance.suite.run import default_cases, load_captures
+
     try:
         specs = resolve_kernels(list(names))
         runs = _injected(specs, config.getoption("inject", default=[]) or [])
@@ -211,13 +252,13 @@ def pytest_configure(config) -> None:
         cs = None
         no_cap = config.getoption("int8conf_no_captures")
         if config.getoption("int8conf_captures") and not no_cap:
-            cs = load_captures(config.getoption("int8conf_captures"),
-                               config.getoption("int8conf_model"))
-        cases, cap = default_cases(include_captures=not no_cap,
-                                   include_sweep=not config.getoption("int8conf_no_sweep"),
-                                   capture_set=cs)
+            cs = load_captures(config.getoption("int8conf_captures"), config.getoption("int8conf_model"))
+        cases, cap = default_cases(
+            include_captures=not no_cap, include_sweep=not config.getoption("int8conf_no_sweep"), capture_set=cs
+        )
     except Int8confError as e:
-        from conformance.suite import cli_capture_message
+        from conformance.suite.run import cli_capture_message
+
         msg = cli_capture_message(e).replace("--model DIR", "--int8conf-model=DIR")
         raise pytest.UsageError(f"int8conf: {msg}") from None
     out = Path(config.getoption("int8conf_reports"))
@@ -225,13 +266,18 @@ def pytest_configure(config) -> None:
         out = Path(config.invocation_params.dir) / out
     made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])
     config.stash[_STATE] = _State(
-        kernels=[_KernelState(s, _prepared(cases, inj, s), cap) for s, inj in runs], against=other,
-        out_dir=out, made=made,
+        kernels=[_KernelState(s, _prepared(cases, inj, s), cap) for s, inj in runs],
+        against=other,
+        out_dir=out,
+        made=made,
         examples=int(config.getoption("int8conf_examples")),
-        model_checks=not config.getoption("int8conf_no_model"))
-    from conformance.xdist_ship import merge_on_controller
+        model_checks=not config.getoption("int8conf_no_model"),
+    )
+    from conformance.runtime.xdist_ship import merge_on_controller
+
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
-    from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+
     sigterm_as_interrupt_in_pytest(config)
 
 
@@ -250,8 +296,9 @@ def _check_report_dirs(out: Path, specs) -> list:
             be created or is not writable, or a report file in it is a
             directory (one line naming the option and the folder).
     """
-    from conformance.commands._options import ensure_out_dir, removed_if_refused
-    from conformance.report import REPORT_FILES, kernel_dirname
+    from conformance.suite.report import REPORT_FILES, kernel_dirname
+    from reference.command_line import ensure_out_dir, removed_if_refused
+
     dirs = list(dict.fromkeys(out / kernel_dirname(s.name) for s in specs))
     try:
         with removed_if_refused(*dirs) as made:
@@ -269,11 +316,11 @@ def _injected(specs, texts) -> list:
         Int8confError: a bad ``--inject`` value (one line; becomes a usage error).
     """
     from faults import inject, injection_of, parse_injection
-    if not texts:   # a kernel named like cpu+F7@one#s0 is injected already
+
+    if not texts:  # a kernel named like cpu+F7@one#s0 is injected already
         return [(s, injection_of(s)) for s in specs]
     injections = [parse_injection(t) for t in texts]
-    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
-            for s in specs for i in injections]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
 
 
 def _prepared(cases, inj, spec) -> list:
@@ -282,6 +329,7 @@ def _prepared(cases, inj, spec) -> list:
     if inj is None:
         return cases
     from faults import prepare_case
+
     return [prepare_case(c, inj.fault, inj.coverage, inj.seed, spec.constraints) for c in cases]
 
 
@@ -289,6 +337,7 @@ def _fixture_spec(spec):
     """The spec handed to user tests: F6 / F7 re-injected with ``prepared=False``
     (user tests call the kernel on operands nobody prepared)."""
     from faults import inject, injection_of, wrapped_kernel
+
     inj = injection_of(spec)
     if inj is None or inj.fault not in ("F6", "F7") or not inj.prepared:
         return spec
@@ -332,6 +381,7 @@ def pytest_ignore_collect(collection_path, config):
 def _invocation(config) -> dict:
     """The pytest command line that produced a report (for its ``invocation``)."""
     import shlex
+
     args = [str(a) for a in config.invocation_params.args]
     return {"command": "pytest " + shlex.join(args), "options": {"args": args}}
 
@@ -345,6 +395,7 @@ class KernelSuite(pytest.Collector):
 
     def collect(self):
         from conformance.cases import case_id
+
         ks, st = self.kstate, self.st
         for ops in ks.cases:
             cid = case_id(ops)
@@ -353,15 +404,14 @@ class KernelSuite(pytest.Collector):
             yield PropertyItem.from_parent(self, name="property", kstate=ks, st=st)
         yield BatchInvarianceItem.from_parent(self, name="C9-batch_invariance", kstate=ks, st=st)
         if st.model_checks:
-            from conformance.suite import MODEL_CHECKS
             from conformance.checks.result import CHECK_NAMES
+            from conformance.suite.run import MODEL_CHECKS
+
             for cid, _, _ in MODEL_CHECKS:
-                yield ModelCheckItem.from_parent(self, name=f"{cid}-{CHECK_NAMES[cid]}",
-                                                 kstate=ks, st=st, check_id=cid)
+                yield ModelCheckItem.from_parent(self, name=f"{cid}-{CHECK_NAMES[cid]}", kstate=ks, st=st, check_id=cid)
         if st.against is not None:
             for ops in ks.cases:
-                yield PairItem.from_parent(self, name=f"pairwise/{case_id(ops)}", kstate=ks,
-                                           st=st, ops=ops)
+                yield PairItem.from_parent(self, name=f"pairwise/{case_id(ops)}", kstate=ks, st=st, ops=ops)
 
 
 class _Item(pytest.Item):
@@ -389,7 +439,8 @@ class _Item(pytest.Item):
 
 def _evaluate(ks: _KernelState, st: _State, ops):
     from conformance.cases import case_id
-    from conformance.evaluate import evaluate_case
+    from conformance.suite.evaluate import evaluate_case
+
     cid = case_id(ops)
     if cid not in ks.results:
         ks.results[cid] = evaluate_case(ks.spec, ops, against=st.against)
@@ -405,19 +456,21 @@ class CaseItem(_Item):
 
     def result_delta(self) -> tuple:
         from conformance.cases import case_id
+
         cid = case_id(self.ops)
         return self._kernel_index(), "case", cid, self.kstate.results.get(cid)
 
     def runtest(self):
         cr = _evaluate(self.kstate, self.st, self.ops)
         if cr.kernel_failures:
-            raise ConformanceFailure(f"{cr.case} ({self.kstate.spec.name}):\n  "
-                                     + "\n  ".join(cr.failure_lines()))
+            raise ConformanceFailure(f"{cr.case} ({self.kstate.spec.name}):\n  " + "\n  ".join(cr.failure_lines()))
         if cr.not_run_reason is not None:  # C3/C4 ran on the reference only
             pytest.skip(f"{self.kstate.spec.name}: {cr.not_run_reason}")
         for r in cr.precondition_violations:
-            warnings.warn(PreconditionWarning(f"{self.kstate.spec.name} {cr.case}: "
-                                              f"{r.check_id} {r.name}: {r.summary}"))
+            warnings.warn(
+                PreconditionWarning(f"{self.kstate.spec.name} {cr.case}: {r.check_id} {r.name}: {r.summary}"),
+                stacklevel=2,
+            )
         if all(r.verdict == "n/a" for r in cr.checks.values()):
             pytest.skip("; ".join(sorted({r.summary for r in cr.checks.values()})))
 
@@ -430,11 +483,11 @@ class PropertyItem(_Item):
         return self._kernel_index(), "property", None, (ks.prop_cases, ks.property)
 
     def runtest(self):
-        from conformance.property import run_property_test
+        from conformance.suite.property import run_property_test
+
         ks = self.kstate
         ks.prop_cases = []
-        ks.property = run_property_test(ks.spec, ks.prop_cases.append,
-                                        max_examples=self.st.examples)
+        ks.property = run_property_test(ks.spec, ks.prop_cases.append, max_examples=self.st.examples)
         if ks.property.get("skipped"):
             pytest.skip(ks.property["skipped"])
         if ks.property.get("failed"):
@@ -451,7 +504,8 @@ class BatchInvarianceItem(_Item):
         return self._kernel_index(), "model", "C9", self.kstate.model.get("C9")
 
     def runtest(self):
-        from conformance.suite import run_batch_invariance
+        from conformance.suite.run import run_batch_invariance
+
         r = run_batch_invariance(self.kstate.spec, self.kstate.cases)
         self.kstate.model["C9"] = r
         if r.verdict == "n/a":
@@ -471,7 +525,8 @@ class ModelCheckItem(_Item):
         return self._kernel_index(), "model", self.check_id, self.kstate.model.get(self.check_id)
 
     def runtest(self):
-        from conformance.suite import run_model_check
+        from conformance.suite.run import run_model_check
+
         r = run_model_check(self.check_id, self.kstate.spec)
         self.kstate.model[self.check_id] = r
         if r.verdict == "n/a":
@@ -497,7 +552,8 @@ class PairItem(CaseItem):
                 f"{cr.case}: {self.kstate.spec.name} and {other} differ at "
                 f"{p['n_elements'] - p['n_equal']}/{p['n_elements']} elements (max "
                 f"{p['max_ulp']} ulp, worst {w.get('index')}: {w.get('out_bits')} vs "
-                f"{w.get('ref_bits')}) although {p['reason']}")
+                f"{w.get('ref_bits')}) although {p['reason']}"
+            )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -512,8 +568,9 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         got = list(col.collect())
         # report them like collected items, so the terminal's count ("collected
         # N items", --collect-only's summary) includes them
-        config.hook.pytest_collectreport(report=pytest.CollectReport(
-            nodeid=name, outcome="passed", longrepr=None, result=got))
+        config.hook.pytest_collectreport(
+            report=pytest.CollectReport(nodeid=name, outcome="passed", longrepr=None, result=got)
+        )
         new.extend(got)
     items[:0] = new
 
@@ -521,6 +578,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 def _cuda_count() -> int:
     try:
         import torch
+
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # noqa: BLE001
         return 0
@@ -529,8 +587,7 @@ def _cuda_count() -> int:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` with several GPUs: one worker per GPU (else xdist's default)."""
-    if (config.getoption("kernel", default=None) or config.getoption("gate_candidate",
-                                                                      default=None)):
+    if config.getoption("kernel", default=None) or config.getoption("gate_candidate", default=None):
         n = _cuda_count()
         if n > 1:
             return n
@@ -553,17 +610,19 @@ def pytest_runtest_setup(item) -> None:
     """A stop whose KeyboardInterrupt Python discarded (``graceful_stop``) is
     raised before the next item instead."""
     if isinstance(item, _Item):
-        from conformance.graceful_stop import raise_if_requested
+        from conformance.runtime.graceful_stop import raise_if_requested
+
         raise_if_requested()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """xdist worker: the item's result rides on its call-phase report
-    (``conformance.xdist_ship``); the controller merges it as it logs it."""
+    (``conformance.runtime.xdist_ship``); the controller merges it as it logs it."""
     outcome = yield
     if call.when == "call" and isinstance(item, _Item) and hasattr(item.config, "workerinput"):
-        from conformance.xdist_ship import attach
+        from conformance.runtime.xdist_ship import attach
+
         attach(outcome.get_result(), _ITEM_KEY, item.result_delta())
 
 
@@ -587,11 +646,12 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if st is None:
         return
     if hasattr(session.config, "workerinput"):  # an xdist worker: its items shipped their
-        return                                      # results; the controller writes
+        return  # results; the controller writes
     from conformance.cases import case_id
-    from conformance.partial_run import partial_run
-    from conformance.report import write_reports
-    from conformance.suite import build_result
+    from conformance.runtime.partial_run import partial_run
+    from conformance.suite.report import write_reports
+    from conformance.suite.run import build_result
+
     for ks in st.kernels:
         order = {case_id(o): i for i, o in enumerate(ks.cases)}  # case order, serial or not
         ks.results = dict(sorted(ks.results.items(), key=lambda kv: order.get(kv[0], len(order))))
@@ -600,17 +660,27 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             continue
         # a Ctrl-C / SIGTERM stop is partial even when every fixed case ran
         # (the property test or a model-level item may be what it cut short)
-        part = partial_run(len(ks.results), len(ks.cases), kind="plugin",
-                           interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-        res = build_result(ks.spec, cases, ks.captures, list(ks.model.values()), ks.property,
-                           st.against if any(c.pair for c in ks.results.values()) else None,
-                           time.perf_counter() - ks.t0, invocation=_invocation(session.config),
-                           partial=part)
+        part = partial_run(
+            len(ks.results), len(ks.cases), kind="plugin", interrupted=exitstatus == pytest.ExitCode.INTERRUPTED
+        )
+        res = build_result(
+            ks.spec,
+            cases,
+            ks.captures,
+            list(ks.model.values()),
+            ks.property,
+            st.against if any(c.pair for c in ks.results.values()) else None,
+            time.perf_counter() - ks.t0,
+            invocation=_invocation(session.config),
+            partial=part,
+        )
         from faults.inject import annotate_result
+
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
         st.written.append((ks.spec.name, res, jp, mp))
-    from conformance.suite import NOT_RUN
+    from conformance.suite.run import NOT_RUN
+
     if exitstatus == pytest.ExitCode.OK and any(r.verdict == NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -620,8 +690,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     st = _state(config)
     if st is None or not st.written:
         return
-    from conformance.report import pair_difference_line
-    from conformance.suite import NOT_RUN
+    from conformance.suite.report import pair_difference_line
+    from conformance.suite.run import NOT_RUN
+
     terminalreporter.section("int8conf conformance reports")
     for name, res, jp, mp in st.written:
         ov = res.overall
@@ -640,9 +711,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
-    from conformance.graceful_stop import restore_sigterm
+    from conformance.runtime.graceful_stop import restore_sigterm
+
     restore_sigterm()
     st = _state(config)
-    if st is not None:   # a run that wrote no report (--collect-only, nothing selected)
-        from conformance.commands._options import remove_empty_dirs
-        remove_empty_dirs(st.made)   # leaves no empty folder
+    if st is not None:  # a run that wrote no report (--collect-only, nothing selected)
+        from reference.command_line import remove_empty_dirs
+
+        remove_empty_dirs(st.made)  # leaves no empty folder

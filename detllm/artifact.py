@@ -80,8 +80,7 @@ def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> N
         if not isinstance(t, torch.Tensor):
             raise CheckpointError(f"{where}: entry {name!r} is {type(t).__name__}, not a tensor")
         if t.dtype not in INTEGER_DTYPES:
-            raise CheckpointError(
-                f"{where}: tensor {name!r} has dtype {t.dtype} (the artifact must be integer-only)")
+            raise CheckpointError(f"{where}: tensor {name!r} has dtype {t.dtype} (the artifact must be integer-only)")
 
 
 # --------------------------------------------------------------- the schema
@@ -92,8 +91,7 @@ def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> N
 # retyped or reshaped tensor can reach the forward as a KeyError or a deep
 # shape error).
 
-MODEL_FIELDS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab",
-                "max_position")
+MODEL_FIELDS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_position")
 UNIT_FIELDS = ("resid_exp", "logit_exp", "qk_exp", "rope_exp", "score_exp", "resid_eps")
 LAYER_FIELDS = ("q_norm_shift", "k_norm_shift", "q_norm_eps", "k_norm_eps", "gate_exp", "up_exp")
 
@@ -124,8 +122,10 @@ def model_dims(config: Mapping, where: str = "artifact") -> dict:
         raise CheckpointError(f"{where}: config field 'model' is missing or not an object")
     d = {k: _int_field(m, k, where, f"model.{k}", positive=True) for k in MODEL_FIELDS}
     if d["heads"] % d["kv_heads"] or d["head_dim"] % 2:
-        raise CheckpointError(f"{where}: config model.heads={d['heads']} is not a multiple of "
-                              f"model.kv_heads={d['kv_heads']} or model.head_dim={d['head_dim']} is odd")
+        raise CheckpointError(
+            f"{where}: config model.heads={d['heads']} is not a multiple of "
+            f"model.kv_heads={d['kv_heads']} or model.head_dim={d['head_dim']} is odd"
+        )
     return d
 
 
@@ -225,15 +225,16 @@ def check_schema(config: Mapping, tensors: Mapping[str, torch.Tensor], where) ->
     if missing:
         dt, shape = schema[missing[0]]
         more = f"; {len(missing) - 1} more missing" if len(missing) > 1 else ""
-        raise CheckpointError(f"{w}: tensor {missing[0]!r} is missing (expected {_dt(dt)} "
-                              f"{list(shape)}{more})")
+        raise CheckpointError(f"{w}: tensor {missing[0]!r} is missing (expected {_dt(dt)} {list(shape)}{more})")
     extra = sorted(n for n in tensors if n not in schema)
     if extra:
         t = tensors[extra[0]]
         got = f"{_dt(t.dtype)} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
         more = f"; {len(extra) - 1} more unexpected" if len(extra) > 1 else ""
-        raise CheckpointError(f"{w}: unexpected tensor {extra[0]!r} ({got}); an artifact holds exactly "
-                              f"the tensors `detllm prepare` writes{more}")
+        raise CheckpointError(
+            f"{w}: unexpected tensor {extra[0]!r} ({got}); an artifact holds exactly "
+            f"the tensors `detllm prepare` writes{more}"
+        )
     for name, (dt, shape) in schema.items():
         t = tensors[name]
         if not isinstance(t, torch.Tensor):
@@ -331,17 +332,23 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
         raise CheckpointError(f"{cfg_path}: field 'format' is not {FORMAT!r}")
     for key in ("tensors_sha256", "digest"):
         if not isinstance(cfg.get(key), str):
-            raise CheckpointError(f"{cfg_path}: field {key!r} is "
-                                  f"{'missing' if key not in cfg else 'not a string'} "
-                                  f"(re-run `detllm prepare`)")
+            raise CheckpointError(
+                f"{cfg_path}: field {key!r} is "
+                f"{'missing' if key not in cfg else 'not a string'} "
+                f"(re-run `detllm prepare`)"
+            )
     sha = file_sha256(ten_path)
     if sha != cfg.get("tensors_sha256"):
-        raise CheckpointError(f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "
-                              f"{str(cfg.get('tensors_sha256'))[:12]} in {CONFIG_FILE}")
+        raise CheckpointError(
+            f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "
+            f"{str(cfg.get('tensors_sha256'))[:12]} in {CONFIG_FILE}"
+        )
     dig = artifact_digest(cfg, sha)
     if dig != cfg.get("digest"):
-        raise CheckpointError(f"{cfg_path}: artifact digest {dig[:12]} does not match the recorded "
-                              f"digest {str(cfg.get('digest'))[:12]} (config edited?)")
+        raise CheckpointError(
+            f"{cfg_path}: artifact digest {dig[:12]} does not match the recorded "
+            f"digest {str(cfg.get('digest'))[:12]} (config edited?)"
+        )
     if expect_digest is not None:
         e = str(expect_digest).lower()
         if len(e) < 12 or not dig.startswith(e):

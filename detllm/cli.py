@@ -24,15 +24,23 @@ from typing import Optional
 
 import torch
 
+from reference.command_line import (
+    ensure_out_dir,
+    int_at_least,
+    name_list,
+    non_negative_int,
+    positive_int,
+    seed_int,
+    unit_interval_float,
+)
 from reference.errors import Int8confError, OperandError
-from conformance.commands._options import (ensure_out_dir, int_at_least, name_list, non_negative_int,
-                                            positive_int, seed_int, unit_interval_float)
-
 
 # ------------------------------------------------------------------ helpers
 
+
 def _default_model() -> Path:
     from reference.model.assets import default_model_dir
+
     return default_model_dir()
 
 
@@ -40,17 +48,20 @@ def _artifact_and_model(args):
     """(Artifact, model_dir or None) from --artifact / --model (default model)."""
     from detllm.artifact import load_artifact
     from detllm.prepare import artifact_for
+
     if getattr(args, "artifact", None):
         art = load_artifact(args.artifact)
         if args.model:
             return art, Path(args.model)
         from detllm.prepare import model_fingerprint
+
         dm = _default_model()
         fp = art.config.get("source", {}).get("fingerprint")
         same = fp is not None and (dm / "config.json").is_file() and fp == model_fingerprint(dm)
-        return art, (dm if same else None)   # tokenizer / float model only when known
+        return art, (dm if same else None)  # tokenizer / float model only when known
     md = Path(args.model) if args.model else _default_model()
     from reference.model.checkpoint import read_config
+
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     return artifact_for(md, verbose=True), md
 
@@ -59,6 +70,7 @@ def _tokenizer(model_dir):
     if model_dir is None or not (Path(model_dir) / "tokenizer.json").is_file():
         return None
     from reference.model.tokenizer import load_tokenizer
+
     return load_tokenizer(Path(model_dir))
 
 
@@ -80,11 +92,11 @@ def check_length(length: int, context: int) -> None:
         OperandError: one line naming ``length`` and ``context``.
     """
     if length < 2:
-        raise OperandError(f"--length {length}: a window needs at least 2 tokens "
-                           f"(model context {context} tokens)")
+        raise OperandError(f"--length {length}: a window needs at least 2 tokens (model context {context} tokens)")
     if length > context:
-        raise OperandError(f"--length {length} exceeds the model's context of {context} tokens "
-                           f"(max_position in the artifact config)")
+        raise OperandError(
+            f"--length {length} exceeds the model's context of {context} tokens (max_position in the artifact config)"
+        )
 
 
 def _schedule(s: str):
@@ -99,11 +111,12 @@ def _schedule(s: str):
 def _prompt_ids(args, tok) -> list[list[int]]:
     from reference.model.corpus import prompts
     from reference.model.tokenizer import encode
+
     if args.ids:
         return [_parse_ids(x) for x in args.ids]
     texts = args.prompt or [prompts()[0]]
     for i, t in enumerate(texts):
-        if t != "" and not t.strip():   # "" falls through to generate's "is empty" check
+        if t != "" and not t.strip():  # "" falls through to generate's "is empty" check
             raise OperandError(f"prompt {i} is whitespace only (need at least one non-space character)")
     if tok is None:
         raise OperandError("no tokenizer.json next to the model: pass token ids with --ids")
@@ -113,7 +126,8 @@ def _prompt_ids(args, tok) -> list[list[int]]:
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.table import Table
 
-    from conformance.console import make_console
+    from reference.command_line import make_console
+
     t = Table(title=title)
     for c in columns:
         t.add_column(c)
@@ -124,22 +138,30 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 # ------------------------------------------------------------------ commands
 
+
 def _check_device(args) -> None:
     """``--device`` checked as ``int8conf check`` does (``validate_device``:
     not a device, CUDA absent, a CUDA index beyond the count, ``cpu:1``),
     before any model is loaded. Raises Int8confError (one line)."""
-    from conformance.suite import validate_device
+    from conformance.kernels.runner import validate_device
+
     validate_device(args.device)
 
 
 def cmd_prepare(args) -> int:
     from detllm.prepare import PrepareOptions, prepare
     from reference.model.checkpoint import read_config
+
     md = Path(args.model) if args.model else _default_model()
-    read_config(md)                                   # one-line CheckpointError if missing / not Qwen3
-    ensure_out_dir(Path(args.out), "--out", "artifact directory")   # before calibrating
-    opts = PrepareOptions(alpha=args.alpha, calib_windows=args.calib_windows, calib_len=args.calib_len,
-                          calib_source=args.calib_source, max_position=args.max_position)
+    read_config(md)  # one-line CheckpointError if missing / not Qwen3
+    ensure_out_dir(Path(args.out), "--out", "artifact directory")  # before calibrating
+    opts = PrepareOptions(
+        alpha=args.alpha,
+        calib_windows=args.calib_windows,
+        calib_len=args.calib_len,
+        calib_source=args.calib_source,
+        max_position=args.max_position,
+    )
     art = prepare(md, args.out, opts, verbose=True)
     print(f"artifact {args.out}  digest {art.digest[:12]}  tensors {len(art.tensors)} (integer only)")
     return 0
@@ -148,6 +170,7 @@ def cmd_prepare(args) -> int:
 def cmd_generate(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
+
     _check_device(args)
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
@@ -156,12 +179,16 @@ def cmd_generate(args) -> int:
     t0 = time.time()
     res = G.generate(eng, ids, args.max_new_tokens, _schedule(args.schedule))
     dt = time.time() - t0
-    print(f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  "
-          f"guard {'on' if eng.guard else 'off'}  {dt:.2f}s")
+    print(
+        f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  "
+        f"guard {'on' if eng.guard else 'off'}  {dt:.2f}s"
+    )
     if args.kernel:
-        print(f"note: detllm uses only the accumulator entry int_mm of kernel {args.kernel!r} "
-              f"(int8 x int8 -> int32); its scaled_mm epilogue is not exercised here "
-              f"(int8conf check --kernel={args.kernel} checks it)")
+        print(
+            f"note: detllm uses only the accumulator entry int_mm of kernel {args.kernel!r} "
+            f"(int8 x int8 -> int32); its scaled_mm epilogue is not exercised here "
+            f"(int8conf check --kernel={args.kernel} checks it)"
+        )
     for i, (p, g) in enumerate(zip(res.prompts, res.generated)):
         lh, th = res.short(i)
         text = tok.decode(p + g) if tok is not None else " ".join(map(str, p + g))
@@ -175,12 +202,15 @@ def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
 
 
 def cmd_demo(args) -> int:
+    from conformance.kernels.registry import builtin_available, get_kernel
     from detllm import engine as E
     from detllm import generate as G
-    from conformance.kernels.registry import builtin_available, get_kernel
-    if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:   # cheap, before loading the artifact
-        raise OperandError(f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
-                           f"{_CONTEXT_NEW_TOKENS} tokens (-1: the model's maximum, 0: skip)")
+
+    if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:  # cheap, before loading the artifact
+        raise OperandError(
+            f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
+            f"{_CONTEXT_NEW_TOKENS} tokens (-1: the model's maximum, 0: skip)"
+        )
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)[0]
@@ -190,11 +220,13 @@ def cmd_demo(args) -> int:
     fmodel = None
     if md is not None and not args.no_float:
         fmodel = G.load_float_model(md, torch.bfloat16 if args.float_dtype == "bf16" else torch.float32)
-    configs = [("batch 1", [ids], "full", 0),
-               ("batch 8 (7 random co-prompts)", [ids] + co, "full", 0),
-               ("batch 8, prompt in slot 5", co[:5] + [ids] + co[5:], "full", 5),
-               ("prefill split in two, then token by token", [ids], "half", 0),
-               ("prefill token by token", [ids], "token", 0)]
+    configs = [
+        ("batch 1", [ids], "full", 0),
+        ("batch 8 (7 random co-prompts)", [ids] + co, "full", 0),
+        ("batch 8, prompt in slot 5", co[:5] + [ids] + co[5:], "full", 5),
+        ("prefill split in two, then token by token", [ids], "half", 0),
+        ("prefill token by token", [ids], "token", 0),
+    ]
     rows = []
     ref_eng = E.load_engine(art, None, "cpu", guard=not args.no_guard)
     int_hashes = []
@@ -209,8 +241,11 @@ def cmd_demo(args) -> int:
             f = G.float_generate(fmodel, ps, n, sched)
             fl = f.short(slot)
         rows.append([label + ", reference int_mm", lh, th, fl[0], fl[1]])
-    names = [k.strip() for k in args.kernels.split(",")] if args.kernels != "all" else \
-        [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
+    names = (
+        [k.strip() for k in args.kernels.split(",")]
+        if args.kernels != "all"
+        else [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
+    )
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     fl_cache = {}
     want_fast = (args.kernels == "all" and torch.cuda.is_available()) or "fast" in names
@@ -239,6 +274,7 @@ def cmd_demo(args) -> int:
     if want_fast:
         # the fused-kernel decode path with the step captured in a CUDA graph (detllm.fast)
         from detllm import fast as F
+
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             r = F.fast_generate(E.load_engine(art, None, dev, guard=False), [ids], n, "full")
@@ -247,15 +283,26 @@ def cmd_demo(args) -> int:
             lh, th = "error", str(exc)[:40]
         int_hashes.append((lh, th))
         fl = fl_cache.get(dev, ("-", "-"))
-        rows.append([f"batch 1, fused Triton kernels{' + CUDA graph' if dev == 'cuda' else ' (interpreter)'} "
-                     f"on {dev}", lh, th, fl[0], fl[1]])
+        rows.append(
+            [
+                f"batch 1, fused Triton kernels{' + CUDA graph' if dev == 'cuda' else ' (interpreter)'} on {dev}",
+                lh,
+                th,
+                fl[0],
+                fl[1],
+            ]
+        )
     same = len(set(int_hashes)) == 1
-    _print_table(f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
-                 ["configuration", "integer logits", "integer tokens",
-                  f"float ({args.float_dtype}) logits", "float tokens"], rows)
+    _print_table(
+        f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
+        ["configuration", "integer logits", "integer tokens", f"float ({args.float_dtype}) logits", "float tokens"],
+        rows,
+    )
     fl_set = {r[3] for r in rows if r[3] != "-"}
-    print(f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
-          f"float logits hashes: {len(fl_set)} distinct")
+    print(
+        f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
+        f"float logits hashes: {len(fl_set)} distinct"
+    )
     print(f"artifact digest {art.digest}\nlogits hash {full[0]}\ntoken hash  {full[1]}")
     if args.context_tokens != 0:
         same = _demo_whole_context(args, art, ref_eng, fmodel, tok) and same
@@ -273,6 +320,7 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     a batch of 2."""
     from detllm import generate as G
     from reference.model.corpus import eval_windows
+
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
     new = _CONTEXT_NEW_TOKENS
@@ -281,9 +329,11 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     else:
         p = _co_prompts(1, art.config["model"]["vocab"], args.seed + 1)[0] * total
         p = p[: total - new + 1]
-    configs = [("one prefill", [p], "full", 0), ("prefill in chunks of 64", [p], 64, 0),
-               ("batch 2 (+1 random co-prompt), chunks of 100", _co_prompts(1, art.config["model"]["vocab"], 5) + [p],
-                100, 1)]
+    configs = [
+        ("one prefill", [p], "full", 0),
+        ("prefill in chunks of 64", [p], 64, 0),
+        ("batch 2 (+1 random co-prompt), chunks of 100", _co_prompts(1, art.config["model"]["vocab"], 5) + [p], 100, 1),
+    ]
     if args.context_token_by_token:
         configs.append(("prefill token by token", [p], "token", 0))
     rows, ih = [], set()
@@ -292,8 +342,11 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
         ih.add(r.short(slot))
         fl = G.float_generate(fmodel, ps, new, sched).short(slot) if fmodel is not None else ("-", "-")
         rows.append([label, *r.short(slot), *fl])
-    _print_table(f"whole context: {len(p) + new - 1} of {ctx} positions ({len(p)}-token held-out prompt + {new} new)",
-                 ["configuration", "integer logits", "integer tokens", "float logits", "float tokens"], rows)
+    _print_table(
+        f"whole context: {len(p) + new - 1} of {ctx} positions ({len(p)}-token held-out prompt + {new} new)",
+        ["configuration", "integer logits", "integer tokens", "float logits", "float tokens"],
+        rows,
+    )
     print(f"whole-context integer hashes identical: {'YES' if len(ih) == 1 else 'NO'}")
     return len(ih) == 1
 
@@ -310,7 +363,8 @@ def cmd_perplexity(args) -> int:
     from detllm import engine as E
     from detllm import generate as G
     from reference.model.corpus import eval_windows
-    if args.length < 2:   # cheap, before preparing / loading the artifact
+
+    if args.length < 2:  # cheap, before preparing / loading the artifact
         raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
     _check_device(args)
     art, md = _artifact_and_model(args)
@@ -321,7 +375,7 @@ def cmd_perplexity(args) -> int:
     L = args.length
     try:
         win = eval_windows(tok, args.windows, L)
-    except Int8confError as exc:   # e.g. more windows than the held-out text has: name the options
+    except Int8confError as exc:  # e.g. more windows than the held-out text has: name the options
         raise OperandError(f"--windows {args.windows} x --length {L}: {str(exc).split(': ', 1)[-1]}") from None
     eng = E.load_engine(art, args.kernel, args.device, guard=False)
     t0 = time.time()
@@ -334,14 +388,19 @@ def cmd_perplexity(args) -> int:
         m = G.load_float_model(md, dtype)
         t0 = time.time()
         with torch.no_grad():
-            fl = torch.cat([m(win[s:s + args.batch_size]).logits.float() for s in range(0, win.shape[0], args.batch_size)])
+            fl = torch.cat(
+                [m(win[s : s + args.batch_size]).logits.float() for s in range(0, win.shape[0], args.batch_size)]
+            )
         p = perplexity_from_logits(fl, win)
         ref = ref or p
         out.append([label, f"{p:.4f}", "", f"{time.time() - t0:.1f}"])
     for r in out:
         r[2] = f"{(float(r[1]) / ref - 1) * 100:+.2f}%"
-    _print_table(f"held-out perplexity: {args.windows} windows x {L} tokens, artifact {art.digest[:12]}",
-                 ["model", "perplexity", "vs bf16", "seconds"], out)
+    _print_table(
+        f"held-out perplexity: {args.windows} windows x {L} tokens, artifact {art.digest[:12]}",
+        ["model", "perplexity", "vs bf16", "seconds"],
+        out,
+    )
     gap = abs(p_int / ref - 1)
     print(f"integer vs bf16 gap: {gap * 100:.2f}% ({'within' if gap <= 0.02 else 'OUTSIDE'} 2%)")
     return 0
@@ -349,13 +408,13 @@ def cmd_perplexity(args) -> int:
 
 def cmd_bench(args) -> int:
     from detllm import bench
+
     return bench.main_args(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch CPU threads, >= 1 (default: torch's)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads, >= 1 (default: torch's)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def model_args(sp):
@@ -365,31 +424,50 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
     sp.add_argument("--out", required=True, help="artifact directory to write")
-    sp.add_argument("--alpha", type=unit_interval_float, default=0.5,
-                    help="SmoothQuant migration strength alpha in [0, 1] (0 = no smoothing; default 0.5)")
-    sp.add_argument("--calib-windows", type=positive_int, default=16,
-                    help="calibration windows for the fixed activation / KV scales, >= 1 (default 16)")
-    sp.add_argument("--calib-len", type=positive_int, default=128,
-                    help="tokens per calibration window, >= 1 (default 128)")
-    sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto",
-                    help="calibration text: the shipped corpus, random tokens, or auto (corpus when "
-                         "the model has the shipped tokenizer) (default auto)")
-    sp.add_argument("--max-position", type=positive_int, default=None,
-                    help="RoPE table length override, >= 1 (default: the model's max_position_embeddings)")
+    sp.add_argument(
+        "--alpha",
+        type=unit_interval_float,
+        default=0.5,
+        help="SmoothQuant migration strength alpha in [0, 1] (0 = no smoothing; default 0.5)",
+    )
+    sp.add_argument(
+        "--calib-windows",
+        type=positive_int,
+        default=16,
+        help="calibration windows for the fixed activation / KV scales, >= 1 (default 16)",
+    )
+    sp.add_argument(
+        "--calib-len", type=positive_int, default=128, help="tokens per calibration window, >= 1 (default 128)"
+    )
+    sp.add_argument(
+        "--calib-source",
+        choices=("auto", "corpus", "random"),
+        default="auto",
+        help="calibration text: the shipped corpus, random tokens, or auto (corpus when "
+        "the model has the shipped tokenizer) (default auto)",
+    )
+    sp.add_argument(
+        "--max-position",
+        type=positive_int,
+        default=None,
+        help="RoPE table length override, >= 1 (default: the model's max_position_embeddings)",
+    )
     sp.set_defaults(func=cmd_prepare)
 
     sp = sub.add_parser("generate", help="greedy decoding; prints the logits / token hashes")
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
-    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16,
-                    help="tokens to generate (default 16)")
-    sp.add_argument("--kernel", default=None,
-                    help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-                        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-                        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-                        "integers; check the epilogue with int8conf check) (default: the exact "
-                        "reference)")
+    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument(
+        "--kernel",
+        default=None,
+        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+        "integers; check the epilogue with int8conf check) (default: the exact "
+        "reference)",
+    )
     sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
     sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
@@ -399,23 +477,34 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(sp)
     sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as token ids")
-    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16,
-                    help="tokens to generate (default 16)")
-    sp.add_argument("--kernels", type=name_list, default="all",
-                    help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
-                         "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)")
+    sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16, help="tokens to generate (default 16)")
+    sp.add_argument(
+        "--kernels",
+        type=name_list,
+        default="all",
+        help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
+        "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)",
+    )
     sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
-    sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16",
-                    help="dtype of the float model whose hash is shown next to the integer one")
+    sp.add_argument(
+        "--float-dtype",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="dtype of the float model whose hash is shown next to the integer one",
+    )
     sp.add_argument("--no-float", action="store_true", help="skip the float model column")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
-    sp.add_argument("--seed", type=seed_int, default=0,
-                    help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
-    sp.add_argument("--context-tokens", type=int_at_least(-1), default=-1,
-                    help="whole-context table length: tokens >= 4 (capped at the model's maximum), "
-                         "-1 (the model's maximum) or 0 (skip) (default -1)")
-    sp.add_argument("--context-token-by-token", action="store_true",
-                    help="also run the whole context token by token (slow)")
+    sp.add_argument("--seed", type=seed_int, default=0, help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
+    sp.add_argument(
+        "--context-tokens",
+        type=int_at_least(-1),
+        default=-1,
+        help="whole-context table length: tokens >= 4 (capped at the model's maximum), "
+        "-1 (the model's maximum) or 0 (skip) (default -1)",
+    )
+    sp.add_argument(
+        "--context-token-by-token", action="store_true", help="also run the whole context token by token (slow)"
+    )
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")
@@ -423,17 +512,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--windows", type=positive_int, default=8, help="held-out windows, >= 1 (default 8)")
     sp.add_argument("--length", type=int, default=256, help="tokens per window (default 256)")
     sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
-    sp.add_argument("--kernel", default=None,
-                    help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-                        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-                        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-                        "integers; check the epilogue with int8conf check) (default: the exact "
-                        "reference)")
+    sp.add_argument(
+        "--kernel",
+        default=None,
+        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+        "integers; check the epilogue with int8conf check) (default: the exact "
+        "reference)",
+    )
     sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
     from detllm import bench
+
     bench.add_args(sp)
     sp.set_defaults(func=cmd_bench)
     return p
@@ -442,7 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point ``detllm``. Returns the exit code."""
     args = build_parser().parse_args(argv)
-    from conformance.cli import cwd_on_sys_path
+    from conformance.kernels.loader import cwd_on_sys_path
+
     cwd_on_sys_path()  # --kernel=mod:fn from the module's own folder, as python -m does
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -54,6 +54,7 @@ _NEG_INF = -(1 << 62)
 
 # ------------------------------------------------------------------- kernels
 
+
 def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact reference accumulator: ``exact_int_mm(a, b)`` cast to int32.
 
@@ -61,6 +62,7 @@ def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (always true here: K * 127 * 127 < 2^31 for K < 133,000).
     """
     from reference.accumulate import exact_int_mm
+
     return exact_int_mm(a, b).to(torch.int32)
 
 
@@ -76,6 +78,7 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
         return kernel, getattr(kernel, "__name__", "callable")
     if isinstance(kernel, str):
         from conformance.kernels.registry import get_kernel
+
         kernel = get_kernel(kernel)
     fn = getattr(kernel, "int_mm", None)
     if fn is None:
@@ -211,10 +214,11 @@ def quant_rows(v: torch.Tensor):
 
 def sat32(x: torch.Tensor) -> torch.Tensor:
     """Saturate int64 to the int32 range (kept as int64)."""
-    return x.clamp(-(2 ** 31), 2 ** 31 - 1)
+    return x.clamp(-(2**31), 2**31 - 1)
 
 
 # ------------------------------------------------------------------- engine
+
 
 @dataclass
 class KVCache:
@@ -271,8 +275,7 @@ class Engine:
         return int(self.dims["max_position"])
 
 
-def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu",
-                guard: bool = True) -> Engine:
+def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu", guard: bool = True) -> Engine:
     """Engine from an Artifact (or artifact dir path) and a kernel.
 
     Args:
@@ -310,9 +313,12 @@ def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
     if capacity > engine.max_context:
         raise OperandError(f"context of {capacity} tokens exceeds the model's maximum of {engine.max_context}")
     shape = (batch, d["kv_heads"], max(1, capacity), d["head_dim"])
-    return KVCache(k=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
-                   v=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
-                   length=[0] * batch, capacity=max(1, capacity))
+    return KVCache(
+        k=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
+        v=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
+        length=[0] * batch,
+        capacity=max(1, capacity),
+    )
 
 
 def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -328,14 +334,17 @@ def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         except Int8confError:
             raise
         except Exception as e:  # noqa: BLE001 -- a user's kernel: one line for the CLI, cause chained
-            raise OperandError(f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: "
-                               f"{first_line(e, 200)} (M={a.shape[0]}, K={a.shape[1]}, "
-                               f"N={b.shape[0]})") from e
+            raise OperandError(
+                f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: "
+                f"{first_line(e, 200)} (M={a.shape[0]}, K={a.shape[1]}, "
+                f"N={b.shape[0]})"
+            ) from e
     engine.mm_calls += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
         got = f"{getattr(out, 'dtype', type(out).__name__)} {list(getattr(out, 'shape', []))}"
-        raise OperandError(f"kernel {engine.kernel_name!r} int_mm returned {got}, expected int32 "
-                           f"[{a.shape[0]}, {b.shape[0]}]")
+        raise OperandError(
+            f"kernel {engine.kernel_name!r} int_mm returned {got}, expected int32 [{a.shape[0]}, {b.shape[0]}]"
+        )
     return out
 
 
@@ -347,13 +356,17 @@ def _mm(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _linear(engine: Engine, q: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, name: str) -> torch.Tensor:
     """int8 linear + dyadic epilogue: round(acc * tm * m_n / 2^(tk + k_n)), ONE rounding."""
     acc = _mm(engine, q, engine.t[name + ".w"])
-    return intops.round_shift(acc * tm[:, None] * engine.t[name + ".m"][None, :], tk[:, None] + engine.t[name + ".k"][None, :])
+    return intops.round_shift(
+        acc * tm[:, None] * engine.t[name + ".m"][None, :], tk[:, None] + engine.t[name + ".k"][None, :]
+    )
 
 
 def check_tokens(engine: Engine, tokens: torch.Tensor) -> None:
     """Raise OperandError (one line) for ids outside [0, vocab) or a non-integer tensor."""
     if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
-        raise OperandError(f"token ids must be an int64/int32 tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+        raise OperandError(
+            f"token ids must be an int64/int32 tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}"
+        )
     V = engine.dims["vocab"]
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
         raise OperandError(f"token id out of range [0, {V}): min {int(tokens.min())}, max {int(tokens.max())}")
@@ -385,11 +398,13 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
         if not 0 <= n_new[b] <= T:
             raise OperandError(f"n_new[{b}]={n_new[b]} outside [0, {T}]")
         if cache.length[b] + n_new[b] > cache.capacity:
-            raise OperandError(f"sequence {b}: {cache.length[b] + n_new[b]} tokens exceed the context of "
-                               f"{cache.capacity} (model maximum {engine.max_context})")
+            raise OperandError(
+                f"sequence {b}: {cache.length[b] + n_new[b]} tokens exceed the context of "
+                f"{cache.capacity} (model maximum {engine.max_context})"
+            )
     valid = torch.zeros(B, T, dtype=torch.bool)
     for b in range(B):
-        valid[b, :n_new[b]] = True
+        valid[b, : n_new[b]] = True
     check_tokens(engine, tokens[valid])
     tokens = torch.where(valid, tokens, torch.zeros_like(tokens)).to(engine.device)
     with _guard.float_guard(engine.guard):
@@ -399,11 +414,19 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
     return logits
 
 
-ATTN_BLOCK_ELEMS = 1 << 22   # score-matrix elements per attention block (memory bound)
+ATTN_BLOCK_ELEMS = 1 << 22  # score-matrix elements per attention block (memory bound)
 
 
-def _attention(engine: Engine, i: int, qq: torch.Tensor, qtm: torch.Tensor, qtk: torch.Tensor,
-               cache: KVCache, pos: torch.Tensor, n_new: list) -> torch.Tensor:
+def _attention(
+    engine: Engine,
+    i: int,
+    qq: torch.Tensor,
+    qtm: torch.Tensor,
+    qtk: torch.Tensor,
+    cache: KVCache,
+    pos: torch.Tensor,
+    n_new: list,
+) -> torch.Tensor:
     """Attention of layer i for a batch, as block-masked int8 GEMMs.
 
     Sequences are processed in groups (as many as fit ``ATTN_BLOCK_ELEMS``
@@ -441,10 +464,10 @@ def _attention(engine: Engine, i: int, qq: torch.Tensor, qtm: torch.Tensor, qtk:
         G = len(grp)
         L = max(lengths[b] for b in grp)
         gi = torch.tensor(grp, dtype=torch.int64, device=dev)
-        qa = qq[gi].permute(0, 2, 1, 3).reshape(G * nh * T, hd)                      # rows (b, h, t)
-        ka = cache.k[i][gi, :, :L, :].reshape(G * nkv * L, hd)                        # cols (b, g, s)
+        qa = qq[gi].permute(0, 2, 1, 3).reshape(G * nh * T, hd)  # rows (b, h, t)
+        ka = cache.k[i][gi, :, :L, :].reshape(G * nkv * L, hd)  # cols (b, g, s)
         va = cache.v[i][gi, :, :L, :].reshape(G * nkv * L, hd)
-        acc = _mm(engine, qa, ka)                                                     # [G*nh*T, G*nkv*L]
+        acc = _mm(engine, qa, ka)  # [G*nh*T, G*nkv*L]
         # per-row score dyadic: (Mq/127 * 2^-qk_exp) * s_k(g) / sqrt(hd) -> Q(score_exp)
         hh = torch.arange(nh, device=dev)
         sm = (qtm[gi] * t[p + "score.m"][hh // group][None, None, :]).permute(0, 2, 1).reshape(-1)
@@ -452,15 +475,19 @@ def _attention(engine: Engine, i: int, qq: torch.Tensor, qtm: torch.Tensor, qtk:
         sc = intops.round_shift(acc * sm[:, None], sk[:, None]).clamp(min=ops.MASK_SENTINEL + 1)
         rb = torch.arange(G, device=dev).repeat_interleave(nh * T)
         rg = (hh // group).repeat_interleave(T).repeat(G)
-        rpos = pos[gi].repeat_interleave(nh, dim=0).reshape(-1)        # pos[b, t] for rows (b, h, t)
+        rpos = pos[gi].repeat_interleave(nh, dim=0).reshape(-1)  # pos[b, t] for rows (b, h, t)
         cb = torch.arange(G, device=dev).repeat_interleave(nkv * L)
         cg = torch.arange(nkv, device=dev).repeat_interleave(L).repeat(G)
         cs = torch.arange(L, device=dev).repeat(G * nkv)
         lim = torch.tensor([lengths[b] for b in grp], dtype=torch.int64, device=dev)
-        keep = ((rb[:, None] == cb[None, :]) & (rg[:, None] == cg[None, :])
-                & (cs[None, :] <= rpos[:, None]) & (cs[None, :] < lim[rb][:, None]))
-        pr = ops.int_softmax(ops.mask_scores(sc, keep), u["score_exp"])              # int16 Q0.15
-        tot = ops.pv_matmul(pr, va, mm32)                                             # [G*nh*T, hd]
+        keep = (
+            (rb[:, None] == cb[None, :])
+            & (rg[:, None] == cg[None, :])
+            & (cs[None, :] <= rpos[:, None])
+            & (cs[None, :] < lim[rb][:, None])
+        )
+        pr = ops.int_softmax(ops.mask_scores(sc, keep), u["score_exp"])  # int16 Q0.15
+        tot = ops.pv_matmul(pr, va, mm32)  # [G*nh*T, hd]
         o[gi] = tot.reshape(G, nh, T, hd).permute(0, 2, 1, 3)
     return o
 
@@ -473,33 +500,43 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
     qk_exp, rope_exp = u["qk_exp"], u["rope_exp"]
     base = torch.tensor(cache.length, dtype=torch.int64, device=dev)
     ar = torch.arange(T, dtype=torch.int64, device=dev)
-    pos = (base[:, None] + ar[None, :]).clamp(max=engine.max_context - 1)       # [B, T]
-    rpos = pos.reshape(-1, 1)                                                    # [B*T, 1]
+    pos = (base[:, None] + ar[None, :]).clamp(max=engine.max_context - 1)  # [B, T]
+    rpos = pos.reshape(-1, 1)  # [B*T, 1]
     # cache write indices of the valid new tokens
     vb = [b for b in range(B) for _ in range(n_new[b])]
     vt = [i for b in range(B) for i in range(n_new[b])]
     vb_t = torch.tensor(vb, dtype=torch.int64, device=dev)
     vt_t = torch.tensor(vt, dtype=torch.int64, device=dev)
     vpos = base[vb_t] + vt_t if vb else vt_t
-    x = t["embed"][tokens.reshape(-1)]                                           # [BT, H] int64
+    x = t["embed"][tokens.reshape(-1)]  # [BT, H] int64
     R = B * T
     for i, lc in enumerate(engine.artifact.config["layers"]):
         p = f"layers.{i}."
         q8, tm, tk = norm_quant(x, t[p + "attn_norm.g"], u["resid_eps"])
         y = _linear(engine, q8, tm, tk, p + "qkv")
-        q = y[:, :nh * hd].reshape(R, nh, hd)
-        k = y[:, nh * hd:(nh + nkv) * hd].reshape(R, nkv, hd)
-        v8 = y[:, (nh + nkv) * hd:].clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
-        q = ops.apply_rope(norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp),
-                           t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp)
-        k = ops.apply_rope(norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp),
-                           t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp)
+        q = y[:, : nh * hd].reshape(R, nh, hd)
+        k = y[:, nh * hd : (nh + nkv) * hd].reshape(R, nkv, hd)
+        v8 = y[:, (nh + nkv) * hd :].clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
+        q = ops.apply_rope(
+            norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp),
+            t["rope.cos"],
+            t["rope.sin"],
+            rpos,
+            shift=rope_exp,
+        )
+        k = ops.apply_rope(
+            norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp),
+            t["rope.cos"],
+            t["rope.sin"],
+            rpos,
+            shift=rope_exp,
+        )
         k8 = intops.round_shift(k * t[p + "k_cache.m"][None, :, None], t[p + "k_cache.k"][None, :, None])
         k8 = k8.clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
         if vb:
             cache.k[i][vb_t, :, vpos, :] = k8[vb_t, vt_t]
             cache.v[i][vb_t, :, vpos, :] = v8[vb_t, vt_t]
-        qm = q.abs().amax(-1)                                                    # [R, nh]
+        qm = q.abs().amax(-1)  # [R, nh]
         qq = div_round_pos(127 * q, qm.clamp(min=1)[..., None]).to(torch.int8).reshape(B, T, nh, hd)
         qtm, qtk = normalize17(qm)
         qtm, qtk = qtm.reshape(B, T, nh), qtk.reshape(B, T, nh)
@@ -507,10 +544,10 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
         oq, otm, otk = quant_rows(o.reshape(R, nh * hd))
         x = sat32(x + _linear(engine, oq, otm, otk, p + "o"))
         m8, tm, tk = norm_quant(x, t[p + "mlp_norm.g"], u["resid_eps"])
-        gu = _linear(engine, m8, tm, tk, p + "gate_up").clamp(-(2 ** 31 - 1), 2 ** 31 - 1)  # int_swiglu: |.| < 2^31
+        gu = _linear(engine, m8, tm, tk, p + "gate_up").clamp(-(2**31 - 1), 2**31 - 1)  # int_swiglu: |.| < 2^31
         I = gu.shape[1] // 2
         fg, fu = lc["gate_exp"], lc["up_exp"]
-        h = ops.int_swiglu(gu[:, :I], gu[:, I:], fg, fu, fg + fu)                   # units 2^-(fg+fu)
+        h = ops.int_swiglu(gu[:, :I], gu[:, I:], fg, fu, fg + fu)  # units 2^-(fg+fu)
         hq, htm, htk = quant_rows(h)
         x = sat32(x + _linear(engine, hq, htm, htk, p + "down"))
     f8, tm, tk = norm_quant(x, t["final_norm.g"], u["resid_eps"])

@@ -43,8 +43,15 @@ import torch
 
 from detllm import engine as E
 from detllm import ops
-from detllm.generate import (LOGITS_TAG, TOKENS_TAG, GenerationResult, HashChain, _check_prompts,
-                             chunk_tokens, prefill_chunks)
+from detllm.generate import (
+    LOGITS_TAG,
+    TOKENS_TAG,
+    GenerationResult,
+    HashChain,
+    _check_prompts,
+    chunk_tokens,
+    prefill_chunks,
+)
 from detllm.kernels import attention as KA
 from detllm.kernels import linear as KL
 from detllm.kernels import norm_quant as KN
@@ -94,13 +101,16 @@ class FastDecoder:
         self._seq = torch.arange(self.batch, dtype=torch.int64, device=dev)
         self._ones = torch.ones(self.batch, dtype=torch.int32, device=dev)
         t = eng.t
-        self._gqk = [torch.cat([t[f"layers.{i}.q_norm.g"], t[f"layers.{i}.k_norm.g"]], 0).contiguous()
-                     for i in range(d["layers"])]
+        self._gqk = [
+            torch.cat([t[f"layers.{i}.q_norm.g"], t[f"layers.{i}.k_norm.g"]], 0).contiguous()
+            for i in range(d["layers"])
+        ]
         self._w = {k: v.contiguous() for k, v in t.items()}
 
     # ------------------------------------------------------------ forward
-    def _forward_rows(self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor,
-                      nkeys: torch.Tensor) -> torch.Tensor:
+    def _forward_rows(
+        self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor, nkeys: torch.Tensor
+    ) -> torch.Tensor:
         """Fused forward of R token rows (device tensors, no host sync).
 
         ids, pos, seq, nkeys: int64 [R]; valid: int32 [R]. Returns int32 logits [R, vocab].
@@ -108,22 +118,58 @@ class FastDecoder:
         eng, w = self.engine, self._w
         d, u = eng.dims, eng.units
         nh, nkv = d["heads"], d["kv_heads"]
-        x = w["embed"][ids]                                                    # int64 [R, H]
+        x = w["embed"][ids]  # int64 [R, H]
         for i, lc in enumerate(eng.artifact.config["layers"]):
             p = f"layers.{i}."
             q8, tm, tk = KN.norm_quant(x, w[p + "attn_norm.g"], u["resid_eps"])
             y = KL.linear(q8, w[p + "qkv.w"], tm, tk, w[p + "qkv.m"], w[p + "qkv.k"])
             qq, qtm, qtk = KQ.qk_rope_cache(
-                y, self._gqk[i], w["rope.cos"], w["rope.sin"], pos, seq, valid, w[p + "k_cache.m"],
-                w[p + "k_cache.k"], self.cache.k[i], self.cache.v[i], nh, nkv, lc["q_norm_eps"],
-                lc["q_norm_shift"], lc["k_norm_eps"], lc["k_norm_shift"], u["qk_exp"], u["rope_exp"])
-            o = KA.attention(qq, qtm, qtk, w[p + "score.m"], w[p + "score.k"], self.cache.k[i], self.cache.v[i],
-                             seq, nkeys, u["score_exp"])
+                y,
+                self._gqk[i],
+                w["rope.cos"],
+                w["rope.sin"],
+                pos,
+                seq,
+                valid,
+                w[p + "k_cache.m"],
+                w[p + "k_cache.k"],
+                self.cache.k[i],
+                self.cache.v[i],
+                nh,
+                nkv,
+                lc["q_norm_eps"],
+                lc["q_norm_shift"],
+                lc["k_norm_eps"],
+                lc["k_norm_shift"],
+                u["qk_exp"],
+                u["rope_exp"],
+            )
+            o = KA.attention(
+                qq,
+                qtm,
+                qtk,
+                w[p + "score.m"],
+                w[p + "score.k"],
+                self.cache.k[i],
+                self.cache.v[i],
+                seq,
+                nkeys,
+                u["score_exp"],
+            )
             oq, otm, otk = KR.quant_rows(o)
             KL.linear(oq, w[p + "o.w"], otm, otk, w[p + "o.m"], w[p + "o.k"], KL.MODE_RESIDUAL, out=x)
             m8, tm, tk = KN.norm_quant(x, w[p + "mlp_norm.g"], u["resid_eps"])
-            h = KL.linear(m8, w[p + "gate_up.w"], tm, tk, w[p + "gate_up.m"], w[p + "gate_up.k"], KL.MODE_SWIGLU,
-                          gate_exp=lc["gate_exp"], up_exp=lc["up_exp"])
+            h = KL.linear(
+                m8,
+                w[p + "gate_up.w"],
+                tm,
+                tk,
+                w[p + "gate_up.m"],
+                w[p + "gate_up.k"],
+                KL.MODE_SWIGLU,
+                gate_exp=lc["gate_exp"],
+                up_exp=lc["up_exp"],
+            )
             hq, htm, htk = KR.quant_rows(h)
             KL.linear(hq, w[p + "down.w"], htm, htk, w[p + "down.m"], w[p + "down.k"], KL.MODE_RESIDUAL, out=x)
         f8, tm, tk = KN.norm_quant(x, w["final_norm.g"], u["resid_eps"])
@@ -144,8 +190,9 @@ class FastDecoder:
         rows = [(b, t) for b in range(B) for t in range(n_new[b])]
         for b in range(B):
             if self.host_lengths[b] + n_new[b] > self.capacity:
-                raise OperandError(f"sequence {b}: {self.host_lengths[b] + n_new[b]} tokens exceed the "
-                                   f"context of {self.capacity}")
+                raise OperandError(
+                    f"sequence {b}: {self.host_lengths[b] + n_new[b]} tokens exceed the context of {self.capacity}"
+                )
         V = self.engine.dims["vocab"]
         out = torch.zeros(B, T, V, dtype=torch.int32, device=self.engine.device)
         if not rows:
@@ -156,8 +203,13 @@ class FastDecoder:
         pos = torch.tensor([self.host_lengths[b] + t for b, t in rows], dtype=torch.int64)
         seq = torch.tensor([b for b, _ in rows], dtype=torch.int64)
         dev = self.engine.device
-        lg = self._forward_rows(ids.to(dev), pos.to(dev), seq.to(dev),
-                                torch.ones(len(rows), dtype=torch.int32, device=dev), (pos + 1).to(dev))
+        lg = self._forward_rows(
+            ids.to(dev),
+            pos.to(dev),
+            seq.to(dev),
+            torch.ones(len(rows), dtype=torch.int32, device=dev),
+            (pos + 1).to(dev),
+        )
         bi = seq.to(dev)
         ti = torch.tensor([t for _, t in rows], dtype=torch.int64, device=dev)
         out[bi, ti] = lg
@@ -200,9 +252,15 @@ class FastDecoder:
             self.host_lengths[b] += 1
 
 
-def fast_generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule="full",
-                  keep_logits: bool = False, use_graph: bool = True, timings: Optional[dict] = None
-                  ) -> GenerationResult:
+def fast_generate(
+    engine: E.Engine,
+    prompts,
+    max_new_tokens: int = 16,
+    schedule="full",
+    keep_logits: bool = False,
+    use_graph: bool = True,
+    timings: Optional[dict] = None,
+) -> GenerationResult:
     """``detllm.generate.generate`` through ``FastDecoder``: same hashes, same tokens.
 
     Decode logits stay on the device until the end (a history buffer filled by
@@ -241,7 +299,7 @@ def fast_generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule=
         lg = lg.cpu()
         for b in range(B):
             if sizes[b]:
-                rows = lg[b, :sizes[b]]
+                rows = lg[b, : sizes[b]]
                 lchain[b].update_rows(rows, "<i4")
                 if keep_logits:
                     kept[b].append(rows)
@@ -270,18 +328,31 @@ def fast_generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule=
     generated = [g[:max_new_tokens] for g in generated]
     for b in range(B):
         for s in range(steps):
-            lchain[b].update_rows(hist[s, b:b + 1], "<i4")
+            lchain[b].update_rows(hist[s, b : b + 1], "<i4")
         if keep_logits:
             kept[b].append(hist[:, b])
         for tid in generated[b]:
             tchain[b].update(np.int32(tid).astype("<i4").tobytes())
     if timings is not None:
-        timings.update(prefill_s=t1 - t0, decode_s=t3 - t2, decode_steps=steps - warm,
-                       prefill_tokens=sum(len(p) for p in ps), graph_steps=dec.graph_steps)
+        timings.update(
+            prefill_s=t1 - t0,
+            decode_s=t3 - t2,
+            decode_steps=steps - warm,
+            prefill_tokens=sum(len(p) for p in ps),
+            graph_steps=dec.graph_steps,
+        )
     return GenerationResult(
-        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        prompts=ps,
+        generated=generated,
+        logits_hash=[h.hexdigest() for h in lchain],
         token_hash=[h.hexdigest() for h in tchain],
         logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
         forward_calls=len(outs) + steps,
-        info={"kernel": "fused-triton", "artifact": engine.digest[:12], "schedule": str(schedule),
-              "device": str(dev), "cuda_graph": dec.graph is not None})
+        info={
+            "kernel": "fused-triton",
+            "artifact": engine.digest[:12],
+            "schedule": str(schedule),
+            "device": str(dev),
+            "cuda_graph": dec.graph is not None,
+        },
+    )

@@ -130,7 +130,7 @@ def chunk_tokens(prompts: list, chunks: list, c: int, lengths) -> tuple[list[int
     toks = torch.zeros(len(prompts), max(sizes), dtype=torch.int64)
     for b, p in enumerate(prompts):
         s = lengths[b]
-        toks[b, :sizes[b]] = torch.tensor(p[s:s + sizes[b]], dtype=torch.int64)
+        toks[b, : sizes[b]] = torch.tensor(p[s : s + sizes[b]], dtype=torch.int64)
     return sizes, toks
 
 
@@ -148,16 +148,18 @@ def _check_prompts(prompts, vocab: int, context: int, max_new_tokens: int) -> li
         if lo < 0 or hi >= vocab:
             raise OperandError(f"prompt {i}: token id out of range [0, {vocab}) (min {lo}, max {hi})")
         if len(ids) + max(0, max_new_tokens - 1) > context:
-            raise OperandError(f"prompt {i}: {len(ids)} tokens + {max_new_tokens} new exceed the context of "
-                               f"{context} tokens")
+            raise OperandError(
+                f"prompt {i}: {len(ids)} tokens + {max_new_tokens} new exceed the context of {context} tokens"
+            )
         out.append(ids)
     if max_new_tokens < 0:
         raise OperandError(f"max_new_tokens={max_new_tokens} must be >= 0")
     return out
 
 
-def generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Schedule = "full",
-             keep_logits: bool = False) -> GenerationResult:
+def generate(
+    engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False
+) -> GenerationResult:
     """Greedy decoding of a batch of prompts with the integer engine.
 
     Args:
@@ -190,7 +192,7 @@ def generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Sche
         calls += 1
         for b in range(B):
             if sizes[b]:
-                rows = logits[b, :sizes[b]]
+                rows = logits[b, : sizes[b]]
                 lchain[b].update_rows(rows, "<i4")
                 if keep_logits:
                     kept[b].append(rows.cpu())
@@ -211,18 +213,26 @@ def generate(engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Sche
                 kept[b].append(logits[b, :1].cpu())
             last[b] = logits[b, 0]
     return GenerationResult(
-        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        prompts=ps,
+        generated=generated,
+        logits_hash=[h.hexdigest() for h in lchain],
         token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None, forward_calls=calls,
-        info={"kernel": engine.kernel_name, "artifact": engine.digest[:12], "schedule": str(schedule),
-              "device": str(engine.device)})
+        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+        forward_calls=calls,
+        info={
+            "kernel": engine.kernel_name,
+            "artifact": engine.digest[:12],
+            "schedule": str(schedule),
+            "device": str(engine.device),
+        },
+    )
 
 
 def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
     """int32 logits [n, L, vocab] of the engine on token windows [n, L] (one prefill each)."""
     outs = []
     for s in range(0, windows.shape[0], batch_size):
-        w = windows[s:s + batch_size]
+        w = windows[s : s + batch_size]
         cache = E.new_cache(engine, w.shape[0], w.shape[1])
         outs.append(E.forward(engine, w.to(torch.int64), [w.shape[1]] * w.shape[0], cache).cpu())
     return torch.cat(outs, 0)
@@ -230,9 +240,11 @@ def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: i
 
 # ------------------------------------------------------------------- float model
 
+
 def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
     """transformers Qwen3ForCausalLM in ``dtype`` (eval mode, sdpa/eager default)."""
     import transformers
+
     try:
         m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     except (OSError, ValueError) as exc:
@@ -244,13 +256,15 @@ def cache_kwargs(model, cache) -> dict:
     """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed
     transformers' forward accepts (renamed in transformers 5.2x)."""
     import inspect
+
     params = inspect.signature(type(model).forward).parameters
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
 
 
 @torch.no_grad()
-def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full",
-                   keep_logits: bool = False, pad_id: int = 0) -> GenerationResult:
+def float_generate(
+    model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False, pad_id: int = 0
+) -> GenerationResult:
     """The same greedy schedule through a float transformers model, for contrast.
 
     Left-padded batch (attention mask + explicit position ids), prefill chunks
@@ -271,8 +285,8 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
     ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
     mask = torch.zeros(B, Lmax, dtype=torch.long)
     for b, p in enumerate(ps):
-        ids[b, Lmax - len(p):] = torch.tensor(p)
-        mask[b, Lmax - len(p):] = 1
+        ids[b, Lmax - len(p) :] = torch.tensor(p)
+        mask[b, Lmax - len(p) :] = 1
     cache = DynamicCache()
     lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
     tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
@@ -281,12 +295,17 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
     last = None
     full_mask = mask
     for c in chunks:
-        pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s:s + c]
-        out = model(input_ids=ids[:, s:s + c].to(dev), attention_mask=full_mask[:, :s + c].to(dev),
-                    position_ids=pos.to(dev), use_cache=True, **cache_kwargs(model, cache))
+        pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s : s + c]
+        out = model(
+            input_ids=ids[:, s : s + c].to(dev),
+            attention_mask=full_mask[:, : s + c].to(dev),
+            position_ids=pos.to(dev),
+            use_cache=True,
+            **cache_kwargs(model, cache),
+        )
         lg = out.logits.float().cpu()
         for b in range(B):
-            valid = mask[b, s:s + c].bool()
+            valid = mask[b, s : s + c].bool()
             lchain[b].update_rows(lg[b][valid], "<f4")
             if keep_logits:
                 kept[b].append(lg[b][valid])
@@ -302,9 +321,14 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
         if step == max_new_tokens - 1:
             break
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
-        pos = (cur_mask.sum(-1, keepdim=True) - 1)
-        out = model(input_ids=nxt.view(B, 1).to(dev), attention_mask=cur_mask.to(dev), position_ids=pos.to(dev),
-                    use_cache=True, **cache_kwargs(model, cache))
+        pos = cur_mask.sum(-1, keepdim=True) - 1
+        out = model(
+            input_ids=nxt.view(B, 1).to(dev),
+            attention_mask=cur_mask.to(dev),
+            position_ids=pos.to(dev),
+            use_cache=True,
+            **cache_kwargs(model, cache),
+        )
         lg = out.logits.float().cpu()
         for b in range(B):
             lchain[b].update_rows(lg[b], "<f4")
@@ -312,7 +336,10 @@ def float_generate(model, prompts, max_new_tokens: int = 16, schedule: Schedule 
                 kept[b].append(lg[b])
         last = lg[:, -1]
     return GenerationResult(
-        prompts=ps, generated=generated, logits_hash=[h.hexdigest() for h in lchain],
+        prompts=ps,
+        generated=generated,
+        logits_hash=[h.hexdigest() for h in lchain],
         token_hash=[h.hexdigest() for h in tchain],
         logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
-        info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)})
+        info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)},
+    )

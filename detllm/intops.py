@@ -298,7 +298,9 @@ class Dyadic:
 
     def __post_init__(self):
         if not isinstance(self.m, int) or not isinstance(self.k, int) or isinstance(self.m, bool):
-            raise OperandError(f"Dyadic: m and k must be Python ints, got {type(self.m).__name__}, {type(self.k).__name__}")
+            raise OperandError(
+                f"Dyadic: m and k must be Python ints, got {type(self.m).__name__}, {type(self.k).__name__}"
+            )
 
     def value(self) -> Fraction:
         """The exact rational value m / 2^k (offline use)."""
@@ -361,8 +363,7 @@ def fit_dyadic_per_channel(ratios, mantissa_bits: int = 16, shared_shift: bool =
     vals = [float(v) for v in (ratios.tolist() if isinstance(ratios, torch.Tensor) else ratios)]
     ds = [fit_dyadic(v, mantissa_bits) for v in vals]
     if not shared_shift:
-        return (torch.tensor([d.m for d in ds], dtype=torch.int64),
-                torch.tensor([d.k for d in ds], dtype=torch.int64))
+        return (torch.tensor([d.m for d in ds], dtype=torch.int64), torch.tensor([d.k for d in ds], dtype=torch.int64))
     k = min(d.k for d in ds if d.m != 0) if any(d.m != 0 for d in ds) else 0
     ms = [_round_half_away(Fraction(v) * Fraction(2) ** k) for v in vals]
     return torch.tensor(ms, dtype=torch.int64), int(k)

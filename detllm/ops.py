@@ -32,7 +32,6 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from reference.errors import OperandError
 from detllm.intops import (
     IntLike,
     _as_i64,
@@ -45,14 +44,15 @@ from detllm.intops import (
     round_shift,
     saturate,
 )
+from reference.errors import OperandError
 
 # ------------------------------------------------------------------ int exp
 
-EXP_FRAC_BITS = 30          # int_exp output is Q30: exp(x) * 2^30, in [0, 2^30]
-LOG2_FRAC_BITS = 24         # internal log2-domain fixed point, Q24
-EXP_CLIP = 64               # inputs below -64 (real) are clipped (exp < 2^-92 -> 0 in Q30)
-MAX_EXP_IN_FRAC_BITS = 30   # int_exp accepts Q(f) inputs with 0 <= f <= 30
-_TABLE_BITS = 10            # 2^(-j/1024), j = 0..1024, linear interpolation between
+EXP_FRAC_BITS = 30  # int_exp output is Q30: exp(x) * 2^30, in [0, 2^30]
+LOG2_FRAC_BITS = 24  # internal log2-domain fixed point, Q24
+EXP_CLIP = 64  # inputs below -64 (real) are clipped (exp < 2^-92 -> 0 in Q30)
+MAX_EXP_IN_FRAC_BITS = 30  # int_exp accepts Q(f) inputs with 0 <= f <= 30
+_TABLE_BITS = 10  # 2^(-j/1024), j = 0..1024, linear interpolation between
 
 # log2(e) as a dyadic m / 2^24 = round(2^24 / ln 2) / 2^24 (relative error < 2^-25).
 LOG2E_K = 24
@@ -65,8 +65,10 @@ def _build_exp2_table() -> list:
     with localcontext() as ctx:
         ctx.prec = 50
         step = Decimal(2**_TABLE_BITS)
-        return [int((Decimal(2) ** (Decimal(-j) / step) * (2**EXP_FRAC_BITS)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-                for j in range(2**_TABLE_BITS + 1)]
+        return [
+            int((Decimal(2) ** (Decimal(-j) / step) * (2**EXP_FRAC_BITS)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+            for j in range(2**_TABLE_BITS + 1)
+        ]
 
 
 _EXP2_TABLE = _build_exp2_table()
@@ -159,15 +161,15 @@ def _int_exp_checked(x: torch.Tensor, frac_bits: int, log2e: str, frac: str) -> 
         mant = t0 - round_shift((t0 - t1) * rr, sub)
     else:  # "linear"
         mant = (1 << EXP_FRAC_BITS) - torch.bitwise_left_shift(r, EXP_FRAC_BITS - LOG2_FRAC_BITS - 1)
-    return _round_half_up_nonneg(mant, q.clamp(max=62))       # mant >= 0: same as round_shift
+    return _round_half_up_nonneg(mant, q.clamp(max=62))  # mant >= 0: same as round_shift
 
 
 # ------------------------------------------------------------------ softmax
 
-PROB_BITS = 15                     # probabilities are Q0.15
-PROB_MAX = 2**PROB_BITS - 1        # 32767: probability 1 saturates here (error 2^-15)
-MASK_SENTINEL = -(2**30)           # scores <= this are masked: probability exactly 0
-MAX_PV_LEN = 131071                # L limit so both byte GEMMs fit an int32 accumulator
+PROB_BITS = 15  # probabilities are Q0.15
+PROB_MAX = 2**PROB_BITS - 1  # 32767: probability 1 saturates here (error 2^-15)
+MASK_SENTINEL = -(2**30)  # scores <= this are masked: probability exactly 0
+MAX_PV_LEN = 131071  # L limit so both byte GEMMs fit an int32 accumulator
 
 
 def mask_scores(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -214,7 +216,7 @@ def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", fra
     masked = s <= MASK_SENTINEL
     mx = torch.where(masked, torch.full_like(s, MASK_SENTINEL), s).amax(dim=-1, keepdim=True)
     d = torch.where(masked, torch.full_like(s, -(EXP_CLIP << frac_bits)), s - mx)
-    e = _int_exp_checked(d, frac_bits, log2e, frac)          # d <= 0 by construction
+    e = _int_exp_checked(d, frac_bits, log2e, frac)  # d <= 0 by construction
     e = torch.where(masked, torch.zeros_like(e), e)
     tot = e.sum(dim=-1, keepdim=True)
     tot = torch.where(tot == 0, torch.ones_like(tot), tot)  # all-masked row -> zeros
@@ -272,9 +274,13 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
     """
     require_int(p, "p")
     if not isinstance(v_int8, torch.Tensor) or v_int8.dtype != torch.int8:
-        raise OperandError(f"pv_matmul: v must be an int8 tensor, got {getattr(v_int8, 'dtype', type(v_int8).__name__)}")
+        raise OperandError(
+            f"pv_matmul: v must be an int8 tensor, got {getattr(v_int8, 'dtype', type(v_int8).__name__)}"
+        )
     if p.dim() < 2 or v_int8.dim() < 2 or p.shape[-1] != v_int8.shape[-2]:
-        raise OperandError(f"pv_matmul: shapes {tuple(p.shape)} and {tuple(v_int8.shape)} do not match as [..., M, L] @ [..., L, D]")
+        raise OperandError(
+            f"pv_matmul: shapes {tuple(p.shape)} and {tuple(v_int8.shape)} do not match as [..., M, L] @ [..., L, D]"
+        )
     m, length = p.shape[-2], p.shape[-1]
     d = v_int8.shape[-1]
     if length > MAX_PV_LEN:
@@ -285,11 +291,17 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
     vb = v_int8.expand(*lead, length, d).reshape(-1, length, d)
     out = torch.empty((a.shape[0], m, d), dtype=torch.int64, device=p.device)
     for i in range(a.shape[0]):
-        vt = vb[i].transpose(0, 1).contiguous()          # [D, L] = nn.Linear layout
+        vt = vb[i].transpose(0, 1).contiguous()  # [D, L] = nn.Linear layout
         acc = int_mm(a[i].contiguous(), vt)
-        if not isinstance(acc, torch.Tensor) or tuple(acc.shape) != (2 * m, d) or acc.dtype not in (torch.int32, torch.int64):
-            raise OperandError(f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))} "
-                               f"dtype {getattr(acc, 'dtype', None)}, expected int32 {(2 * m, d)}")
+        if (
+            not isinstance(acc, torch.Tensor)
+            or tuple(acc.shape) != (2 * m, d)
+            or acc.dtype not in (torch.int32, torch.int64)
+        ):
+            raise OperandError(
+                f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))} "
+                f"dtype {getattr(acc, 'dtype', None)}, expected int32 {(2 * m, d)}"
+            )
         acc = acc.to(torch.int64)
         colsum = vb[i].to(torch.int64).sum(dim=0)
         out[i] = 256 * acc[:m] + acc[m:] + 128 * colsum
@@ -298,8 +310,8 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
 
 # ------------------------------------------------------------------ RMSNorm
 
-_NORM_BITS = 21   # inputs are rescaled per token to |x'| <= 2^21 before squaring
-_RMS_FRAC = 9     # rms is computed as isqrt(ms << 18) = sqrt(ms) * 2^9
+_NORM_BITS = 21  # inputs are rescaled per token to |x'| <= 2^21 before squaring
+_RMS_FRAC = 9  # rms is computed as isqrt(ms << 18) = sqrt(ms) * 2^9
 _MAX_NORM_DIM = 2**19
 
 
@@ -362,10 +374,10 @@ def int_rmsnorm(
             raise OperandError(f"int_rmsnorm: gamma shift must be an int in [0, 30], got {gk}")
     amax = x.abs().amax(dim=-1)
     zero = amax == 0
-    s = ilog2_or(amax, 0) + 1 - _NORM_BITS                    # per-token shift
-    xs = round_shift(x, s.unsqueeze(-1))                       # |x'| <= 2^21
-    ms = div_round((xs * xs).sum(dim=-1), h)                   # <= 2^42
-    c = torch.zeros_like(ms)                                   # extra halving of rms when eps is large
+    s = ilog2_or(amax, 0) + 1 - _NORM_BITS  # per-token shift
+    xs = round_shift(x, s.unsqueeze(-1))  # |x'| <= 2^21
+    ms = div_round((xs * xs).sum(dim=-1), h)  # <= 2^42
+    c = torch.zeros_like(ms)  # extra halving of rms when eps is large
     if eps is not None and x_exp is not None:
         em, ek = int(eps[0]), int(eps[1])
         if em < 0:
@@ -376,8 +388,8 @@ def int_rmsnorm(
         c = div_floor(em.bit_length() - sh - 41, 2).clamp(min=0)
         ms = round_shift(ms, 2 * c) + round_shift(torch.full_like(ms, em), sh + 2 * c)
     ms = torch.where(zero | (ms == 0), torch.ones_like(ms), ms)
-    rms = isqrt(torch.bitwise_left_shift(ms, 2 * _RMS_FRAC))   # sqrt(ms) * 2^9, ms < 2^44
-    num = xs * gm                                              # |num| < 2^36
+    rms = isqrt(torch.bitwise_left_shift(ms, 2 * _RMS_FRAC))  # sqrt(ms) * 2^9, ms < 2^44
+    num = xs * gm  # |num| < 2^36
     if out_exp is None:
         # A = floor(max|num| * 2^20 / rms) = max|y*g| * 2^(k + c + 11); choose E so max|q| < 2^(b-1) - 1/2.
         amx = num.abs().amax(dim=-1)
@@ -385,7 +397,7 @@ def int_rmsnorm(
         ep = ilog2_or(a, 0) - (out_bits - 2)
         # A / 2^ep >= 2^(b-1) - 1/2  <=>  round_shift(A, ep) >= 2^(b-1): then one more bit
         ep = ep + (round_shift(a, ep) >= (1 << (out_bits - 1))).to(torch.int64)
-        t = (_RMS_FRAC + 11) - ep                              # E = ep - k - c - 11
+        t = (_RMS_FRAC + 11) - ep  # E = ep - k - c - 11
     else:
         t = _RMS_FRAC - c - gk - int(out_exp)
     t = torch.where(zero, torch.zeros_like(t), t).clamp(-30, 24)
@@ -446,7 +458,9 @@ def int_silu(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
     return round_shift(x * int_sigmoid(x, frac_bits), SIGMOID_FRAC_BITS)
 
 
-def int_swiglu(gate: torch.Tensor, up: torch.Tensor, gate_frac_bits: int, up_frac_bits: int, out_frac_bits: int) -> torch.Tensor:
+def int_swiglu(
+    gate: torch.Tensor, up: torch.Tensor, gate_frac_bits: int, up_frac_bits: int, out_frac_bits: int
+) -> torch.Tensor:
     """Integer SwiGLU: silu(gate) * up (Qwen3 MLP; cf. I-LLM's DI-SwiGLU), two roundings.
 
     silu = int_silu(gate) (Q(gate_frac_bits)), then
@@ -472,7 +486,7 @@ def int_swiglu(gate: torch.Tensor, up: torch.Tensor, gate_frac_bits: int, up_fra
 
 # ------------------------------------------------------------------ RoPE
 
-ROPE_SHIFT = 14   # tables are Q14: cos * 2^14 in [-16384, 16384]
+ROPE_SHIFT = 14  # tables are Q14: cos * 2^14 in [-16384, 16384]
 
 
 def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = ROPE_SHIFT):
@@ -494,7 +508,9 @@ def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = RO
         OperandError: odd/zero head_dim, max_pos < 1, theta <= 0, shift > 14.
     """
     if head_dim <= 0 or head_dim % 2 or max_pos < 1 or not theta > 0 or not (0 < shift <= 14):
-        raise OperandError(f"build_rope_tables: need even head_dim > 0, max_pos >= 1, theta > 0, 0 < shift <= 14; got {head_dim}, {max_pos}, {theta}, {shift}")
+        raise OperandError(
+            f"build_rope_tables: need even head_dim > 0, max_pos >= 1, theta > 0, 0 < shift <= 14; got {head_dim}, {max_pos}, {theta}, {shift}"
+        )
     half = head_dim // 2
     inv = 1.0 / (float(theta) ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
@@ -509,8 +525,14 @@ def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = RO
     return q(torch.cos(ang)), q(torch.sin(ang)), int(shift)
 
 
-def apply_rope(x_int: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-               shift: int = ROPE_SHIFT, frac_bits_out: int = 0) -> torch.Tensor:
+def apply_rope(
+    x_int: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    shift: int = ROPE_SHIFT,
+    frac_bits_out: int = 0,
+) -> torch.Tensor:
     """Integer RoPE, rotate-half layout: round((x*cos + rotate_half(x)*sin) * 2^(frac_bits_out - shift)).
 
     rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]) (transformers Qwen3).
@@ -546,7 +568,7 @@ def apply_rope(x_int: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positi
 
 # ------------------------------------------------------------------ residual stream
 
-RESIDUAL_BITS = 30   # residual values are kept at |r| <= 2^30 (one bit of int32 headroom)
+RESIDUAL_BITS = 30  # residual values are kept at |r| <= 2^30 (one bit of int32 headroom)
 
 
 def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -569,8 +591,9 @@ def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> T
     return round_shift(x, s.unsqueeze(-1)).to(torch.int32), xe + s
 
 
-def residual_add(a: torch.Tensor, a_exp: IntLike, b: torch.Tensor, b_exp: IntLike,
-                 bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
+def residual_add(
+    a: torch.Tensor, a_exp: IntLike, b: torch.Tensor, b_exp: IntLike, bits: int = RESIDUAL_BITS
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Add two per-token power-of-two streams: a*2^a_exp + b*2^b_exp.
 
     Both are aligned to e = max(min(a_exp, b_exp), max(a_exp, b_exp) - 31) by

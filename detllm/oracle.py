@@ -26,13 +26,8 @@ CHECK_ID = "E1"
 CHECK_NAME = "engine_hash"
 
 
-def _result(verdict: str, summary: str, evidence: dict):
-    try:
-        from conformance.checks.result import CheckResult
-        return CheckResult(CHECK_ID, CHECK_NAME, verdict, summary, evidence)
-    except ImportError:  # conformance.checks not importable: same fields as a dict
-        return {"check_id": CHECK_ID, "name": CHECK_NAME, "verdict": verdict, "summary": summary,
-                "evidence": evidence}
+def _result(verdict: str, summary: str, evidence: dict) -> dict:
+    return {"check_id": CHECK_ID, "name": CHECK_NAME, "verdict": verdict, "summary": summary, "evidence": evidence}
 
 
 def default_setup(model_dir=None, n_prompts: int = 8):
@@ -40,12 +35,14 @@ def default_setup(model_dir=None, n_prompts: int = 8):
 
     Raises Int8confError when the default model is not present.
     """
+    from detllm.prepare import artifact_for
     from reference.model.assets import default_model_dir
     from reference.model.corpus import prompts as corpus_prompts
     from reference.model.tokenizer import encode, load_tokenizer
-    from detllm.prepare import artifact_for
+
     md = model_dir or default_model_dir()
     from reference.model.checkpoint import is_qwen3_dir
+
     if not is_qwen3_dir(md):
         raise Int8confError(f"{md}: default model not present")
     art = artifact_for(md)
@@ -63,8 +60,9 @@ def _kernel_device(kernel) -> str:
     return devs[0]
 
 
-def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8,
-                      device: Optional[str] = None):
+def engine_hash_check(
+    kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8, device: Optional[str] = None
+):
     """E1: engine hash with ``kernel.int_mm`` == hash with the exact reference.
 
     Args:
@@ -76,7 +74,8 @@ def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_n
         device: where the kernel's engine runs (default: a device the kernel
             declares, CPU preferred). The reference always runs on the CPU.
     Returns:
-        CheckResult(check_id "E1", name "engine_hash"): ``pass`` when every
+        ``{check_id "E1", name "engine_hash", verdict, summary, evidence}``
+        (``conformance.checks.engine_hash`` wraps it as a CheckResult): ``pass`` when every
         sequence's logits and token hashes match, ``fail`` with the first
         differing sequence otherwise (or when the kernel raises), ``n/a`` when
         the kernel has no int_mm entry or no model is available.
@@ -84,6 +83,7 @@ def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_n
     name = getattr(kernel, "name", str(kernel))
     if isinstance(kernel, str):
         from conformance.kernels.registry import get_kernel
+
         kernel = get_kernel(kernel)
     if getattr(kernel, "int_mm", None) is None:
         return _result("n/a", f"kernel {name!r} has no int_mm (accumulator-only) entry", {"kernel": name})
@@ -101,10 +101,16 @@ def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_n
     t0 = time.time()
     ref = G.generate(E.load_engine(artifact, None, "cpu", guard=False), prompts, max_new_tokens)
     t1 = time.time()
-    evidence = {"kernel": name, "device": dev, "artifact_digest": artifact.digest[:12],
-                "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-                "reference_logits_hash": [h[:12] for h in ref.logits_hash],
-                "reference_token_hash": [h[:12] for h in ref.token_hash], "reference_s": round(t1 - t0, 2)}
+    evidence = {
+        "kernel": name,
+        "device": dev,
+        "artifact_digest": artifact.digest[:12],
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "reference_logits_hash": [h[:12] for h in ref.logits_hash],
+        "reference_token_hash": [h[:12] for h in ref.token_hash],
+        "reference_s": round(t1 - t0, 2),
+    }
     try:
         eng = E.load_engine(artifact, kernel, dev, guard=False)
         got = G.generate(eng, prompts, max_new_tokens)
@@ -115,18 +121,30 @@ def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_n
     evidence["kernel_token_hash"] = [h[:12] for h in got.token_hash]
     evidence["kernel_s"] = round(time.time() - t1, 2)
     evidence["int_mm_calls"] = eng.mm_calls
-    bad = [i for i in range(len(prompts))
-           if got.logits_hash[i] != ref.logits_hash[i] or got.token_hash[i] != ref.token_hash[i]]
+    bad = [
+        i
+        for i in range(len(prompts))
+        if got.logits_hash[i] != ref.logits_hash[i] or got.token_hash[i] != ref.token_hash[i]
+    ]
     if bad:
         i = bad[0]
         evidence["mismatched_sequences"] = bad
-        return _result("fail", f"engine hash differs from the exact reference on {len(bad)}/{len(prompts)} "
-                       f"sequences (first: #{i} {got.logits_hash[i][:12]} != {ref.logits_hash[i][:12]})", evidence)
-    return _result("pass", f"engine hash {ref.logits_hash[0][:12]} identical to the exact reference on "
-                   f"{len(prompts)} sequences x {max_new_tokens} tokens ({eng.mm_calls} int_mm calls)", evidence)
+        return _result(
+            "fail",
+            f"engine hash differs from the exact reference on {len(bad)}/{len(prompts)} "
+            f"sequences (first: #{i} {got.logits_hash[i][:12]} != {ref.logits_hash[i][:12]})",
+            evidence,
+        )
+    return _result(
+        "pass",
+        f"engine hash {ref.logits_hash[0][:12]} identical to the exact reference on "
+        f"{len(prompts)} sequences x {max_new_tokens} tokens ({eng.mm_calls} int_mm calls)",
+        evidence,
+    )
 
 
 # ------------------------------------------------------------- fault injection
+
 
 def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: int = 0) -> Callable:
     """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps
@@ -141,10 +159,11 @@ def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: in
             v = out.to(torch.int64)
             r = row % v.shape[0] if row < 0 else min(row, v.shape[0] - 1)
             c = col % v.shape[1] if col < 0 else min(col, v.shape[1] - 1)
-            v[r, c] = ((v[r, c] + 2 ** 31 + 2 ** 31) % 2 ** 32) - 2 ** 31   # low 32 bits of acc + 2^31
+            v[r, c] = ((v[r, c] + 2**31 + 2**31) % 2**32) - 2**31  # low 32 bits of acc + 2^31
             out = v.to(torch.int32)
         state["n"] += 1
         return out
+
     return int_mm
 
 
@@ -158,6 +177,7 @@ def transposed_operand_fault(base: Callable, call_index: int = 0) -> Callable:
             b = b.t().contiguous() if b.shape[0] == b.shape[1] else torch.roll(b, 1, dims=0).contiguous()
         state["n"] += 1
         return base(a, b)
+
     return int_mm
 
 
@@ -180,10 +200,12 @@ def fault_sensitivity(artifact, prompts, max_new_tokens: int = 4) -> dict:
     probe = E.load_engine(artifact, ref_mm, guard=False)
     G.generate(probe, prompts, max_new_tokens)
     last = probe.mm_calls - 1
-    cases = {"int32_wraparound_first_gemm": wraparound_fault(ref_mm, 0),
-             "int32_wraparound_last_gemm": wraparound_fault(ref_mm, last),
-             "transposed_or_stale_weight": transposed_operand_fault(ref_mm, 0),
-             "control_wraparound_query_of_position_0": wraparound_fault(ref_mm, 0, row=0, col=0)}
+    cases = {
+        "int32_wraparound_first_gemm": wraparound_fault(ref_mm, 0),
+        "int32_wraparound_last_gemm": wraparound_fault(ref_mm, last),
+        "transposed_or_stale_weight": transposed_operand_fault(ref_mm, 0),
+        "control_wraparound_query_of_position_0": wraparound_fault(ref_mm, 0, row=0, col=0),
+    }
     for nm, fn in cases.items():
         r = G.generate(E.load_engine(artifact, fn, guard=False), prompts, max_new_tokens)
         out[nm] = {"logits_hash": r.logits_hash[0][:12], "changed": r.logits_hash[0] != clean.logits_hash[0]}

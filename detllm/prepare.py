@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -56,11 +56,11 @@ from detllm import intops, ops
 from detllm.artifact import Artifact, save_artifact
 from reference.errors import CheckpointError, Int8confError, OperandError
 
-QK_EXP = 14            # QK-norm and RoPE outputs in units 2^-14
-ROPE_EXP = ops.ROPE_SHIFT   # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
-SCORE_EXP = 16         # attention scores (natural units) in Q16 for ops.int_softmax
-PROB_BITS = ops.PROB_BITS   # probabilities Q0.15 (ops.int_softmax)
-MAX_GATE_EXP = 30      # ops.int_silu accepts Q(f) with f <= 30
+QK_EXP = 14  # QK-norm and RoPE outputs in units 2^-14
+ROPE_EXP = ops.ROPE_SHIFT  # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
+SCORE_EXP = 16  # attention scores (natural units) in Q16 for ops.int_softmax
+PROB_BITS = ops.PROB_BITS  # probabilities Q0.15 (ops.int_softmax)
+MAX_GATE_EXP = 30  # ops.int_silu accepts Q(f) with f <= 30
 WEIGHT_QMAX = 127
 
 
@@ -111,6 +111,7 @@ class PrepareOptions:
 
 # ----------------------------------------------------------------- float model
 
+
 def _cfg_dims(config: dict) -> dict:
     hd = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
     rope = config.get("rope_parameters") or {}
@@ -125,12 +126,16 @@ def _cfg_dims(config: dict) -> dict:
     if config.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"config.json: hidden_act={config.get('hidden_act')!r} (detllm needs silu)")
     return dict(
-        hidden=int(config["hidden_size"]), layers=int(config["num_hidden_layers"]),
+        hidden=int(config["hidden_size"]),
+        layers=int(config["num_hidden_layers"]),
         heads=int(config["num_attention_heads"]),
         kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
-        head_dim=hd, intermediate=int(config["intermediate_size"]), vocab=int(config["vocab_size"]),
+        head_dim=hd,
+        intermediate=int(config["intermediate_size"]),
+        vocab=int(config["vocab_size"]),
         max_position=int(config.get("max_position_embeddings", 2048)),
-        rms_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+        rms_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
     )
 
@@ -205,15 +210,15 @@ def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stat
         k = _rms(k.view(B, T, nkv, hd), st[p + "self_attn.k_norm.weight"], eps)
         q = _rope(q, cos[None, :, None, :], sin[None, :, None, :])
         k = _rope(k, cos[None, :, None, :], sin[None, :, None, :])
-        rec(f"{i}.k_rot", k, (0, 1))            # [nkv, hd]
+        rec(f"{i}.k_rot", k, (0, 1))  # [nkv, hd]
         v = v.view(B, T, nkv, hd)
         g = nh // nkv
-        qh = q.permute(0, 2, 1, 3)                                  # B nh T hd
+        qh = q.permute(0, 2, 1, 3)  # B nh T hd
         kh = k.permute(0, 2, 1, 3).repeat_interleave(g, dim=1)
         vh = v.permute(0, 2, 1, 3).repeat_interleave(g, dim=1)
         s = (qh @ kh.transpose(-1, -2)) / math.sqrt(hd)
         s = s.masked_fill(~causal, float("-inf"))
-        o = torch.softmax(s, dim=-1) @ vh                           # B nh T hd
+        o = torch.softmax(s, dim=-1) @ vh  # B nh T hd
         o = o.permute(0, 2, 1, 3).reshape(B, T, nh * hd)
         x = x + o @ st[p + "self_attn.o_proj.weight"].T
         rec("resid", x, (0, 1, 2))
@@ -236,6 +241,7 @@ def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stat
 
 # ----------------------------------------------------------------- calibration
 
+
 def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[torch.Tensor, str]:
     """LongTensor [n, len] of calibration token ids and a provenance string.
 
@@ -250,6 +256,7 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
         try:
             from reference.model.corpus import load_corpus_split
             from reference.model.tokenizer import load_tokenizer, token_stream
+
             tok = load_tokenizer(Path(model_dir))
             stream = token_stream(tok, load_corpus_split()["train"])
             if tok.get_vocab_size() > dims["vocab"] or len(stream) < n * L:
@@ -273,7 +280,7 @@ def coarse_up(x: torch.Tensor, bits: int = 4) -> torch.Tensor:
     change the artifact (and so its digest and the engine's hashes).
     """
     m, e = torch.frexp(x.to(torch.float64).clamp(min=1e-30))
-    return torch.ldexp(torch.ceil(m * 2 ** bits) / 2 ** bits, e)
+    return torch.ldexp(torch.ceil(m * 2**bits) / 2**bits, e)
 
 
 def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> dict:
@@ -282,11 +289,12 @@ def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> di
     stats = _Stats()
     with torch.no_grad():
         for s in range(0, windows.shape[0], batch):
-            float_forward(dims, st, windows[s:s + batch], stats)
+            float_forward(dims, st, windows[s : s + batch], stats)
     return {k: coarse_up(v) for k, v in stats.v.items()}
 
 
 # ------------------------------------------------------------------ quantizers
+
 
 def _exp_for(absmax: float, bits: int) -> int:
     """Largest unit exponent F with absmax * 2^F <= 2^bits (F in [-30, 40])."""
@@ -317,14 +325,14 @@ def _smooth(act_absmax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Te
     wc = w.abs().amax(dim=0).clamp(min=1e-5)
     if alpha == 0.5:
         return (torch.sqrt(a) / torch.sqrt(wc)).clamp(min=1e-5, max=1e5)
-    return (a ** alpha / wc ** (1 - alpha)).clamp(min=1e-5, max=1e5)
+    return (a**alpha / wc ** (1 - alpha)).clamp(min=1e-5, max=1e5)
 
 
 def _norm_mult(values: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Per-channel norm multiplier as int (|m| <= 2^14) / 2^k, one shared k."""
     vmax = float(values.abs().max().clamp(min=1e-30))
     k = int(math.floor(14 - math.log2(vmax)))
-    m = torch.round(values * 2.0 ** k).to(torch.int64).clamp(-(2 ** 15) + 1, 2 ** 15 - 1)
+    m = torch.round(values * 2.0**k).to(torch.int64).clamp(-(2**15) + 1, 2**15 - 1)
     return m.to(torch.int32), k
 
 
@@ -340,8 +348,13 @@ def _linear(w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
     return {"w": q, "m": m, "k": k}
 
 
-def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
-            calib_ids: Optional[torch.Tensor] = None, verbose: bool = False) -> Artifact:
+def prepare(
+    model_dir,
+    out_dir,
+    options: Optional[PrepareOptions] = None,
+    calib_ids: Optional[torch.Tensor] = None,
+    verbose: bool = False,
+) -> Artifact:
     """Build the integer-only artifact of a Qwen3 checkpoint.
 
     Args:
@@ -387,7 +400,7 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
     def norm_in_const(gs: int) -> float:
         # per-token activation scale of a norm->int8 output is
         # tm*2^-tk * 2^-gs / 127 (see engine.norm_quant)
-        return 2.0 ** -gs / 127.0
+        return 2.0**-gs / 127.0
 
     for i in range(dims["layers"]):
         p = f"model.layers.{i}."
@@ -403,25 +416,30 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
         # ---- q/k/v output units
         fq = _exp_for(float(stats[f"{i}.q_out"]), TB)
         fk = _exp_for(float(stats[f"{i}.k_out"]), TB)
-        v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)                      # [nkv*hd]
-        s_v = v_abs / WEIGHT_QMAX                                         # V cache scale per channel
-        out_unit = torch.cat([torch.full((nh * hd,), 2.0 ** -fq, dtype=torch.float64),
-                              torch.full((nkv * hd,), 2.0 ** -fk, dtype=torch.float64), s_v])
+        v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)  # [nkv*hd]
+        s_v = v_abs / WEIGHT_QMAX  # V cache scale per channel
+        out_unit = torch.cat(
+            [
+                torch.full((nh * hd,), 2.0**-fq, dtype=torch.float64),
+                torch.full((nkv * hd,), 2.0**-fk, dtype=torch.float64),
+                s_v,
+            ]
+        )
         lin = _linear(w_qkv * s_attn[None, :], norm_in_const(gs), out_unit)
         for kname, t in lin.items():
             tensors[f"layers.{i}.qkv.{kname}"] = t
         lc["q_exp"], lc["k_exp"] = fq, fk
         # ---- key rescaling kappa (pair-equal), K cache scale per kv head
-        kr = stats[f"{i}.k_rot"].clamp(min=1e-6)                           # [nkv, hd]
+        kr = stats[f"{i}.k_rot"].clamp(min=1e-6)  # [nkv, hd]
         kp = torch.maximum(kr[:, :half], kr[:, half:])
         kp = torch.cat([kp, kp], dim=1)
         # kappa: powers of two (exact, platform-independent) within 2x of each
         # channel pair's calibrated absmax; k' = k / kappa has |k'_j| in [0.5, 1)
         _, ex = torch.frexp(kp)
         kappa = torch.ldexp(torch.ones_like(kp), ex)
-        s_k = (kp / kappa).amax(dim=1) / WEIGHT_QMAX                         # per kv head
+        s_k = (kp / kappa).amax(dim=1) / WEIGHT_QMAX  # per kv head
         group = nh // nkv
-        kappa_q = kappa.repeat_interleave(group, dim=0)                    # [nh, hd]
+        kappa_q = kappa.repeat_interleave(group, dim=0)  # [nh, hd]
         gq, gqs = _norm_mult(st[p + "self_attn.q_norm.weight"][None, :] * kappa_q)
         gk, gks = _norm_mult(st[p + "self_attn.k_norm.weight"][None, :] / kappa)
         tensors[f"layers.{i}.q_norm.g"], tensors[f"layers.{i}.k_norm.g"] = gq, gk
@@ -429,15 +447,16 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
         lc["q_norm_eps"] = int(round(eps * 2.0 ** (2 * fq)))
         lc["k_norm_eps"] = int(round(eps * 2.0 ** (2 * fk)))
         # k (units 2^-QK_EXP) -> int8 cache: k8 = k * 2^-QK_EXP / s_k
-        m, k = _dyadic_vec(2.0 ** -QK_EXP / s_k)
+        m, k = _dyadic_vec(2.0**-QK_EXP / s_k)
         tensors[f"layers.{i}.k_cache.m"], tensors[f"layers.{i}.k_cache.k"] = m, k
         # scores in Q(SCORE_EXP): acc * (Mq/127 * 2^-QK_EXP) * s_k / sqrt(hd)
         m, k = _dyadic_vec(s_k / WEIGHT_QMAX * 2.0 ** (SCORE_EXP - QK_EXP) / math.sqrt(hd))
         tensors[f"layers.{i}.score.m"], tensors[f"layers.{i}.score.k"] = m, k
         # ---- o_proj: input total_j with real o_j = total_j * s_v_j / 2^PROB_BITS
         v_cols = s_v.view(nkv, hd).repeat_interleave(group, dim=0).reshape(nh * hd)
-        lin = _linear(wo * v_cols[None, :], 1.0 / (WEIGHT_QMAX * 2.0 ** PROB_BITS),
-                      torch.full((H,), 2.0 ** -R, dtype=torch.float64))
+        lin = _linear(
+            wo * v_cols[None, :], 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS), torch.full((H,), 2.0**-R, dtype=torch.float64)
+        )
         for kname, t in lin.items():
             tensors[f"layers.{i}.o.{kname}"] = t
         # ---- MLP: norm + smoothing, gate/up, silu, down smoothing via up rows
@@ -450,22 +469,24 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
         s_down = _smooth(stats[f"{i}.h"], wd, opts.alpha)
         fg = min(MAX_GATE_EXP, _exp_for(float(stats[f"{i}.gate"]), TB))
         fu = min(MAX_GATE_EXP, _exp_for(float((stats[f"{i}.up"] / s_down).max()), TB))
-        out_unit = torch.cat([torch.full((I,), 2.0 ** -fg, dtype=torch.float64),
-                              torch.full((I,), 2.0 ** -fu, dtype=torch.float64)])
+        out_unit = torch.cat(
+            [torch.full((I,), 2.0**-fg, dtype=torch.float64), torch.full((I,), 2.0**-fu, dtype=torch.float64)]
+        )
         w_gu_s = torch.cat([wg, wu / s_down[:, None]], 0) * s_mlp[None, :]
         lin = _linear(w_gu_s, norm_in_const(gs), out_unit)
         for kname, t in lin.items():
             tensors[f"layers.{i}.gate_up.{kname}"] = t
         lc["gate_exp"], lc["up_exp"] = fg, fu
-        lin = _linear(wd * s_down[None, :], 2.0 ** -(fg + fu) / WEIGHT_QMAX,
-                      torch.full((H,), 2.0 ** -R, dtype=torch.float64))
+        lin = _linear(
+            wd * s_down[None, :], 2.0 ** -(fg + fu) / WEIGHT_QMAX, torch.full((H,), 2.0**-R, dtype=torch.float64)
+        )
         for kname, t in lin.items():
             tensors[f"layers.{i}.down.{kname}"] = t
         layers_cfg.append(lc)
 
     # ---- embedding (residual units), final norm, lm_head
-    emb = torch.round(st["model.embed_tokens.weight"] * 2.0 ** R)
-    if float(emb.abs().max()) >= 2 ** 31 - 1:
+    emb = torch.round(st["model.embed_tokens.weight"] * 2.0**R)
+    if float(emb.abs().max()) >= 2**31 - 1:
         raise CheckpointError("embedding does not fit int32 at the residual unit (resid_bits too large)")
     tensors["embed"] = emb.to(torch.int32)
     lm = st["lm_head.weight"]
@@ -473,8 +494,9 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
     g, gs = _norm_mult(st["model.norm.weight"] / s_fin)
     tensors["final_norm.g"] = g
     L_exp = _exp_for(float(stats["logits"]), opts.resid_bits)
-    lin = _linear(lm * s_fin[None, :], norm_in_const(gs), torch.full((dims["vocab"],), 2.0 ** -L_exp,
-                                                                        dtype=torch.float64))
+    lin = _linear(
+        lm * s_fin[None, :], norm_in_const(gs), torch.full((dims["vocab"],), 2.0**-L_exp, dtype=torch.float64)
+    )
     for kname, t in lin.items():
         tensors[f"lm_head.{kname}"] = t
     # ---- tables
@@ -483,13 +505,22 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
 
     cfg = {
         "model": dims,
-        "units": {"resid_exp": R, "logit_exp": L_exp, "qk_exp": QK_EXP, "rope_exp": ROPE_EXP,
-                  "score_exp": SCORE_EXP, "prob_bits": PROB_BITS,
-                  "resid_eps": int(round(eps * 2.0 ** (2 * R))),
-                  "final_norm_shift": gs},
+        "units": {
+            "resid_exp": R,
+            "logit_exp": L_exp,
+            "qk_exp": QK_EXP,
+            "rope_exp": ROPE_EXP,
+            "score_exp": SCORE_EXP,
+            "prob_bits": PROB_BITS,
+            "resid_eps": int(round(eps * 2.0 ** (2 * R))),
+            "final_norm_shift": gs,
+        },
         "layers": layers_cfg,
-        "source": {"model_dir": Path(model_dir).resolve().name, "state_sha256": state_digest(state),
-                   "fingerprint": model_fingerprint(model_dir)},
+        "source": {
+            "model_dir": Path(model_dir).resolve().name,
+            "state_sha256": state_digest(state),
+            "fingerprint": model_fingerprint(model_dir),
+        },
         "calibration": {"text": calib_note, "options": asdict(opts)},
     }
     art = save_artifact(out_dir, cfg, tensors)
@@ -500,9 +531,11 @@ def prepare(model_dir, out_dir, options: Optional[PrepareOptions] = None,
 
 # ------------------------------------------------------------------ cache
 
+
 def model_fingerprint(model_dir) -> str:
     """sha256 hex over config.json and the safetensors file(s) of a model dir."""
     import hashlib
+
     d = Path(model_dir)
     h = hashlib.sha256()
     files = [d / "config.json"] + sorted(d.glob("*.safetensors")) + sorted(d.glob("*.safetensors.index.json"))
@@ -518,6 +551,7 @@ def model_fingerprint(model_dir) -> str:
 def cache_root() -> Path:
     """Artifact cache: $INT8CONF_CACHE/detllm or ~/.cache/int8conf/detllm."""
     import os
+
     base = os.environ.get("INT8CONF_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "int8conf") / "detllm"
 
@@ -533,8 +567,9 @@ def default_artifact(verbose: bool = False) -> Artifact:
     machine uses the same digest, hence the same hashes); otherwise prepares
     one into the cache (``cached_artifact``).
     """
-    from reference.model.assets import default_model_dir
     from detllm.artifact import is_artifact_dir, load_artifact
+    from reference.model.assets import default_model_dir
+
     md = default_model_dir()
     if is_artifact_dir(SHIPPED_DIR):
         try:
@@ -549,6 +584,7 @@ def default_artifact(verbose: bool = False) -> Artifact:
 def artifact_for(model_dir, verbose: bool = False) -> Artifact:
     """``default_artifact()`` for the shipped default model dir, else ``cached_artifact``."""
     from reference.model.assets import default_model_dir
+
     if Path(model_dir).resolve() == default_model_dir().resolve():
         return default_artifact(verbose)
     return cached_artifact(model_dir, verbose=verbose)
@@ -562,9 +598,13 @@ def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose
     """
     import hashlib
     import json as _json
+
     from detllm.artifact import is_artifact_dir, load_artifact
+
     opts = options or PrepareOptions()
-    key = hashlib.sha256((model_fingerprint(model_dir) + _json.dumps(asdict(opts), sort_keys=True)).encode()).hexdigest()
+    key = hashlib.sha256(
+        (model_fingerprint(model_dir) + _json.dumps(asdict(opts), sort_keys=True)).encode()
+    ).hexdigest()
     out = cache_root() / key[:16]
     if is_artifact_dir(out):
         try:
@@ -574,9 +614,17 @@ def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose
     return prepare(model_dir, out, opts, verbose=verbose)
 
 
-TINY_QWEN3 = dict(vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, intermediate_size=1536, tie_word_embeddings=True,
-                  max_position_embeddings=256)
+TINY_QWEN3 = dict(
+    vocab_size=512,
+    hidden_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    intermediate_size=1536,
+    tie_word_embeddings=True,
+    max_position_embeddings=256,
+)
 
 
 def make_tiny_model(out_dir, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:
@@ -586,6 +634,7 @@ def make_tiny_model(out_dir, seed: int = 0, dtype: torch.dtype = torch.float32, 
     gamma folding and key rescaling are exercised.
     """
     import transformers
+
     torch.manual_seed(seed)
     cfg = transformers.Qwen3Config(**{**TINY_QWEN3, **overrides})
     m = transformers.Qwen3ForCausalLM(cfg)

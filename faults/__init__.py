@@ -17,18 +17,42 @@ such as ``triton+F4@all#s0`` resolve through
 ``precondition``, ``operand``); masks: ``faults.mask``.
 """
 
+from conformance.kernels.registry import register_resolver as _register_resolver
 from faults.catalogue import FAMILIES, FAULTS, FaultClass, get_fault
-from faults.inject import (annotate_result, inject, injection_note, injection_of,
-                           kernel_accumulator, prepare_case, resolve_injected_name, wrapped_kernel)
+from faults.inject import (
+    annotate_result,
+    inject,
+    injection_note,
+    injection_of,
+    kernel_accumulator,
+    prepare_case,
+    resolve_injected_name,
+    wrapped_kernel,
+)
 from faults.spec import COVERAGES, F9_VARIANTS, FaultError, Injection, make_injection, parse_injection
 from faults.truth import GroundTruth, ground_truth
 
-from conformance.kernels.registry import register_resolver as _register_resolver
-
 _register_resolver(resolve_injected_name)
 
-__all__ = ["FAULTS", "FAMILIES", "FaultClass", "get_fault", "COVERAGES", "F9_VARIANTS",
-           "FaultError", "Injection", "make_injection", "parse_injection", "inject",
-           "injection_of", "wrapped_kernel", "kernel_accumulator", "prepare_case",
-           "ground_truth", "GroundTruth", "resolve_injected_name", "injection_note",
-           "annotate_result"]
+__all__ = [
+    "FAULTS",
+    "FAMILIES",
+    "FaultClass",
+    "get_fault",
+    "COVERAGES",
+    "F9_VARIANTS",
+    "FaultError",
+    "Injection",
+    "make_injection",
+    "parse_injection",
+    "inject",
+    "injection_of",
+    "wrapped_kernel",
+    "kernel_accumulator",
+    "prepare_case",
+    "ground_truth",
+    "GroundTruth",
+    "resolve_injected_name",
+    "injection_note",
+    "annotate_result",
+]

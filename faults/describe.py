@@ -11,8 +11,10 @@ from faults.spec import F9_VARIANTS, POSTPROCESSING_FAULTS
 from reference.contract import EpilogueContract
 
 _OPERAND_TEXT = {
-    "F6": ("K extended with -128 x -128 columns on the selected rows x channels until each "
-           "selected accumulator >= 2^31 (prepared on a {r}x{c} window of the case)"),
+    "F6": (
+        "K extended with -128 x -128 columns on the selected rows x channels until each "
+        "selected accumulator >= 2^31 (prepared on a {r}x{c} window of the case)"
+    ),
     "F7": "K extended with -128 x -128 columns until each selected accumulator >= 2^24",
     "F8": "nothing (null control through the same wrapper)",
     "F9": "kernel fed other operands; variants: " + ", ".join(F9_VARIANTS) + " (default first)",
@@ -21,8 +23,7 @@ _OPERAND_TEXT = {
 
 def declared_formula(contract: EpilogueContract, bias: bool) -> str:
     """The declared epilogue as a formula, e.g. ``rne(rne((x*s_a)*s_w) + b)``."""
-    y = {"a_then_w": "(x*s_a)*s_w", "w_then_a": "(x*s_w)*s_a",
-         "fused": "x*(s_a*s_w)"}[contract.scale_order]
+    y = {"a_then_w": "(x*s_a)*s_w", "w_then_a": "(x*s_w)*s_a", "fused": "x*(s_a*s_w)"}[contract.scale_order]
     if not bias:
         return f"rne({y})"
     if contract.bias_point == "fp32_before_round":
@@ -39,10 +40,19 @@ def fault_rows(contract: EpilogueContract) -> list[dict]:
     for f in FAULTS:
         if f.id in POSTPROCESSING_FAULTS:
             from faults.postprocessing import faulty_steps
+
             nb = faulty_steps(contract, f.id, False)["definition"]
             wb = faulty_steps(contract, f.id, True)["definition"]
         else:
             nb = wb = _OPERAND_TEXT[f.id].format(r=r, c=c)
-        rows.append({"id": f.id, "name": f.name, "family": f.family,
-                     "description": f.description, "no_bias": nb, "with_bias": wb})
+        rows.append(
+            {
+                "id": f.id,
+                "name": f.name,
+                "family": f.family,
+                "description": f.description,
+                "no_bias": nb,
+                "with_bias": wb,
+            }
+        )
     return rows

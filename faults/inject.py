@@ -52,8 +52,14 @@ import torch
 from conformance.kernels import trace
 from conformance.kernels.spec import KernelSpec
 from faults.mask import acc_case_key, case_key, element_mask, selected_count
-from faults.spec import (POSTPROCESSING_FAULTS, PRECONDITION_FAULTS, FaultError, Injection,
-                         make_injection, split_injected_name)
+from faults.spec import (
+    POSTPROCESSING_FAULTS,
+    PRECONDITION_FAULTS,
+    FaultError,
+    Injection,
+    make_injection,
+    split_injected_name,
+)
 
 #: Version of the injection semantics, part of every injected kernel's source digest.
 INJECTION_VERSION = "int8conf-faults/1"
@@ -64,6 +70,7 @@ def _resolve(kernel) -> KernelSpec:
         return kernel
     if isinstance(kernel, str):
         from conformance.kernels.registry import get_kernel
+
         return get_kernel(kernel)
     raise FaultError(f"kernel must be a KernelSpec or a kernel name, got {type(kernel).__name__}")
 
@@ -73,9 +80,17 @@ def _record(inj: Injection, digest: str, selected: int, **extra) -> None:
     cur = trace.current()
     if cur is None:
         return
-    trace.record_path(f"{cur.path or 'unreported'}+{inj.fault}", source_digest=digest, fault=inj.fault,
-                      fault_name=inj.name, coverage=inj.coverage, seed=inj.seed,
-                      fault_variant=inj.variant, fault_selected=int(selected), **extra)
+    trace.record_path(
+        f"{cur.path or 'unreported'}+{inj.fault}",
+        source_digest=digest,
+        fault=inj.fault,
+        fault_name=inj.name,
+        coverage=inj.coverage,
+        seed=inj.seed,
+        fault_variant=inj.variant,
+        fault_selected=int(selected),
+        **extra,
+    )
 
 
 class FaultyScaledMM:
@@ -96,17 +111,19 @@ class FaultyScaledMM:
         if fid in PRECONDITION_FAULTS:
             return self._precondition(a, b, scale_a, scale_b, out_dtype, bias)
         m, n = int(a.shape[0]), int(b.shape[0])
-        mask = element_mask(m, n, case_key(a, b, scale_a, scale_b, bias), fid, inj.coverage,
-                            inj.seed)
+        mask = element_mask(m, n, case_key(a, b, scale_a, scale_b, bias), fid, inj.coverage, inj.seed)
         clean = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
         extra = {}
         if fid in POSTPROCESSING_FAULTS:
             from faults.postprocessing import faulty_epilogue
+
             acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)
-            faulty = faulty_epilogue(acc.to(clean.device), scale_a, scale_b, inner.contract, fid,
-                                     bias=bias, out_dtype=out_dtype)
+            faulty = faulty_epilogue(
+                acc.to(clean.device), scale_a, scale_b, inner.contract, fid, bias=bias, out_dtype=out_dtype
+            )
         elif fid == "F9":
             from faults.operand import mismatched
+
             ops2 = mismatched(a, b, scale_a, scale_b, bias, inj.variant)
             faulty = inner.scaled_mm(*ops2[:4], out_dtype=out_dtype, bias=ops2[4])
             trace.record_operands(*ops2)  # what the kernel received (last record wins)
@@ -126,8 +143,12 @@ class FaultyScaledMM:
             return out
         return self_prepared(
             lambda *ops: inner.scaled_mm(*ops[:4], out_dtype=out_dtype, bias=ops[4]),
-            (a, b, scale_a, scale_b, bias), inj, self.digest, case_key(a, b, scale_a, scale_b, bias),
-            inner.constraints.k_multiple)
+            (a, b, scale_a, scale_b, bias),
+            inj,
+            self.digest,
+            case_key(a, b, scale_a, scale_b, bias),
+            inner.constraints.k_multiple,
+        )
 
 
 def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str, k_multiple: int = 1):
@@ -146,9 +167,9 @@ def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str, k_multi
     are recorded (``trace.record_operands``) as what the kernel received.
     """
     from faults.precondition import block_case, extend_k, select_block
+
     a, b, scale_a, scale_b, bias = ops
-    rows, cols, extra, _ = select_block(a, b, scale_a, scale_b, bias, inj.fault, inj.coverage,
-                                        inj.seed, key=key)
+    rows, cols, extra, _ = select_block(a, b, scale_a, scale_b, bias, inj.fault, inj.coverage, inj.seed, key=key)
     m, n = int(a.shape[0]), int(b.shape[0])
     if len(rows) == m and len(cols) == n:
         a2, b2 = extend_k(a, b, rows, cols, extra, k_multiple)
@@ -179,9 +200,16 @@ class FaultyIntMM:
         inj, fn = self.injection, self.inner.int_mm
         if inj.fault in PRECONDITION_FAULTS and not inj.prepared:
             one = torch.ones((), dtype=torch.float32)
-            return self_prepared(lambda a_, b_, *_: fn(a_, b_), (a, b, one, one, None), inj,
-                                 self.digest, acc_case_key(a, b), self.inner.constraints.k_multiple)
+            return self_prepared(
+                lambda a_, b_, *_: fn(a_, b_),
+                (a, b, one, one, None),
+                inj,
+                self.digest,
+                acc_case_key(a, b),
+                self.inner.constraints.k_multiple,
+            )
         from faults.operand import ACC_VARIANTS, mismatched_acc_operands
+
         if inj.fault == "F9" and inj.variant in ACC_VARIANTS:
             m, n = int(a.shape[0]), int(b.shape[0])
             mask = element_mask(m, n, acc_case_key(a, b), inj.fault, inj.coverage, inj.seed)
@@ -206,13 +234,13 @@ def kernel_accumulator(spec: KernelSpec, a, b) -> tuple[torch.Tensor, str]:
         entry exists but failed).
     """
     from reference.accumulate import exact_int_mm
+
     m, n = int(a.shape[0]), int(b.shape[0])
     why = ""
     if spec.int_mm is not None:
         try:
             acc = spec.int_mm(a, b)
-            if (isinstance(acc, torch.Tensor) and acc.dtype in (torch.int32, torch.int64)
-                    and tuple(acc.shape) == (m, n)):
+            if isinstance(acc, torch.Tensor) and acc.dtype in (torch.int32, torch.int64) and tuple(acc.shape) == (m, n):
                 return acc, "kernel int_mm"
             why = " (kernel int_mm returned no int32 [M,N])"
         except Exception as e:  # noqa: BLE001 -- the fault still needs an accumulator
@@ -225,8 +253,9 @@ def _digest(inner: KernelSpec, inj: Injection) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def inject(kernel, fault: str, coverage: str = "all", seed: int = 0, *,
-           variant: Optional[str] = None, prepared: bool = True) -> KernelSpec:
+def inject(
+    kernel, fault: str, coverage: str = "all", seed: int = 0, *, variant: Optional[str] = None, prepared: bool = True
+) -> KernelSpec:
     """A new kernel: ``kernel`` with ``fault`` on the selected elements.
 
     Args:
@@ -251,19 +280,21 @@ def inject(kernel, fault: str, coverage: str = "all", seed: int = 0, *,
     """
     inner = _resolve(kernel)
     if injection_of(inner) is not None:
-        raise FaultError(f"kernel {inner.name!r} already carries an injected fault; inject into "
-                         f"the clean kernel")
+        raise FaultError(f"kernel {inner.name!r} already carries an injected fault; inject into the clean kernel")
     inj = make_injection(fault, coverage, seed, variant=variant, prepared=prepared)
     digest = _digest(inner, inj)
     # everything the wrapped kernel declares carries over (contract, devices,
     # constraints, declared steps, layouts, overflow behaviour per device): the
     # injected kernel is checked against the same promises
     return dataclasses.replace(
-        inner, name=f"{inner.name}{inj.suffix()}", scaled_mm=FaultyScaledMM(inner, inj, digest),
+        inner,
+        name=f"{inner.name}{inj.suffix()}",
+        scaled_mm=FaultyScaledMM(inner, inj, digest),
         source_digest=digest,
         int_mm=None if inner.int_mm is None else FaultyIntMM(inner, inj, digest),
         origin=f"fault-injection:{inner.origin}",
-        description=f"{inner.name} with fault {inj.label()}")
+        description=f"{inner.name} with fault {inj.label()}",
+    )
 
 
 def injection_of(spec) -> Optional[Injection]:
@@ -303,10 +334,15 @@ def prepare_case(ops, fault: str, coverage: str = "all", seed: int = 0, constrai
     if inj.fault not in PRECONDITION_FAULTS:
         return ops
     prev = (ops.meta or {}).get("fault_prepared")
-    if prev and prev.get("fault") == inj.fault and prev.get("coverage") == inj.coverage \
-            and prev.get("seed") == inj.seed:
+    if (
+        prev
+        and prev.get("fault") == inj.fault
+        and prev.get("coverage") == inj.coverage
+        and prev.get("seed") == inj.seed
+    ):
         return ops  # already prepared for this very injection: idempotent
     from faults.precondition import prepare_precondition
+
     return prepare_precondition(ops, inj.fault, inj.coverage, inj.seed, constraints)[0]
 
 
@@ -317,8 +353,7 @@ def resolve_injected_name(name: str) -> Optional[KernelSpec]:
     if parsed is None:
         return None
     base, inj = parsed
-    return inject(base, inj.fault, inj.coverage, inj.seed, variant=inj.variant,
-                  prepared=inj.prepared)
+    return inject(base, inj.fault, inj.coverage, inj.seed, variant=inj.variant, prepared=inj.prepared)
 
 
 def injection_note(spec) -> Optional[str]:
@@ -332,18 +367,23 @@ def injection_note(spec) -> Optional[str]:
     inner = wrapped_kernel(spec)
     fam = inj.family
     variant = f", variant {inj.variant}" if inj.variant else ""
-    line = (f"fault injected: {inj.fault} {inj.name} ({fam}){variant}, coverage "
-            f"{inj.coverage}, seed {inj.seed}, into kernel {inner.name if inner else '?'} "
-            f"(faults.inject)")
+    line = (
+        f"fault injected: {inj.fault} {inj.name} ({fam}){variant}, coverage "
+        f"{inj.coverage}, seed {inj.seed}, into kernel {inner.name if inner else '?'} "
+        f"(faults.inject)"
+    )
     if inj.fault in PRECONDITION_FAULTS:
-        line += ("; fixed cases prepared by faults.prepare_case (K extended with saturated "
-                 "columns), property-test operands not prepared" if inj.prepared
-                 else "; K extended inside the wrapper on every call")
+        line += (
+            "; fixed cases prepared by faults.prepare_case (K extended with saturated "
+            "columns), property-test operands not prepared"
+            if inj.prepared
+            else "; K extended inside the wrapper on every call"
+        )
     return line
 
 
 def annotate_result(result, spec) -> None:
-    """Name the injection in a conformance result (``conformance.suite.ConformanceResult``):
+    """Name the injection in a conformance result (``conformance.suite.run.ConformanceResult``):
     the :func:`injection_note` line first in ``result.notes`` and
     ``result.kernel["injection"]`` = ``Injection.to_dict()`` plus ``wrapped``
     (the clean kernel's name). No-op for a clean kernel."""

@@ -75,7 +75,7 @@ def scores(n: int, key: int) -> np.ndarray:
     """
     with np.errstate(over="ignore"):
         z = np.arange(n, dtype=np.uint64)
-        z += np.uint64((key + 0x9E3779B97F4A7C15) % 2 ** 64)
+        z += np.uint64((key + 0x9E3779B97F4A7C15) % 2**64)
         t = np.empty_like(z)
         for shift, mult in ((30, _M1), (27, _M2)):
             np.right_shift(z, np.uint64(shift), out=t)
@@ -104,7 +104,7 @@ def lowest_of(s: np.ndarray, count: int) -> np.ndarray:
         return np.array([int(np.argmin(s))], dtype=np.int64)  # first minimum
     kth = np.partition(s, count - 1)[count - 1]
     less = np.flatnonzero(s < kth)
-    eq = np.flatnonzero(s == kth)[:count - len(less)]
+    eq = np.flatnonzero(s == kth)[: count - len(less)]
     return np.sort(np.concatenate([less, eq])).astype(np.int64)
 
 
@@ -161,13 +161,14 @@ def block_counts(m: int, n: int, coverage: str) -> tuple[int, int]:
         return 1, 1
     if coverage == "all":
         return m, n
-    r = min(m, max(1, (m * 10 + 50) // 100))    # floor(M/10 + 1/2) in integers
+    r = min(m, max(1, (m * 10 + 50) // 100))  # floor(M/10 + 1/2) in integers
     c = min(n, max(1, (2 * t + r) // (2 * r)))  # floor(T/r + 1/2)
     return r, c
 
 
-def block_selection(m: int, n: int, case: str, fault: str, coverage: str,
-                    seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def block_selection(
+    m: int, n: int, case: str, fault: str, coverage: str, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Selected rows and columns (int64 index tensors, ascending) for F6 / F7.
 
     Rows come from stream ``rows``, columns from stream ``cols`` of the same
@@ -177,8 +178,7 @@ def block_selection(m: int, n: int, case: str, fault: str, coverage: str,
     return torch.from_numpy(rows), torch.from_numpy(cols)
 
 
-def block_indices(m: int, n: int, case: str, fault: str, coverage: str,
-                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+def block_indices(m: int, n: int, case: str, fault: str, coverage: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`block_selection` as the host (numpy int64) arrays it is drawn as
     (for callers that need the indices as Python values: no tensor to read)."""
     r, c = block_counts(m, n, coverage)
@@ -187,12 +187,14 @@ def block_indices(m: int, n: int, case: str, fault: str, coverage: str,
     return rows, cols
 
 
-def case_key(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-             bias: Optional[torch.Tensor] = None) -> str:
+def case_key(
+    a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> str:
     """Content key of a ``scaled_mm`` case: sha256 hex over the operands'
     ``tensor_digest`` values joined by ``|`` (dtype, shape and bits; not strides
     or device)."""
     from reference.operands import tensor_digest
+
     parts = "|".join(tensor_digest(t) for t in (a, b, scale_a, scale_b, bias))
     return hashlib.sha256(parts.encode("ascii")).hexdigest()
 
@@ -200,5 +202,6 @@ def case_key(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
 def acc_case_key(a: torch.Tensor, b: torch.Tensor) -> str:
     """Content key of an ``int_mm`` case (``a``, ``b`` only)."""
     from reference.operands import tensor_digest
+
     parts = "|".join(tensor_digest(t) for t in (a, b)) + "|int_mm"
     return hashlib.sha256(parts.encode("ascii")).hexdigest()

@@ -60,9 +60,11 @@ def pow2_scales(scale_b: torch.Tensor) -> torch.Tensor:
         float32 tensor of the same shape.
     """
     from reference import memo
+
     if not memo.active():
         return _pow2_scales(scale_b)
     from reference.operands import copy_keep_layout
+
     src = memo.copy_source(scale_b)
     src = scale_b if src is None else src
     return copy_keep_layout(memo.cached("f9_pow2_scales", (src,), lambda: _pow2_scales(src)))
@@ -71,6 +73,7 @@ def pow2_scales(scale_b: torch.Tensor) -> torch.Tensor:
 def _pow2_scales(scale_b: torch.Tensor) -> torch.Tensor:
     """:func:`pow2_scales` computed (no memo)."""
     from reference.model.pow2 import rewrite_scales_pow2_without_requant
+
     s = scale_b.to(torch.float32)
     pos = torch.where(s > 0, s, torch.ones_like(s))
     _, p2 = rewrite_scales_pow2_without_requant(torch.zeros(1, dtype=torch.int8), pos, "nearest")
@@ -118,11 +121,11 @@ def describe(variant: str, ops=None, changed: Optional[list] = None) -> str:
     """One line saying what the variant feeds the kernel; with ``ops`` (or
     ``changed``, its :func:`changed_operands` when already read) it names
     the operands really changed on that case."""
-    text = {"pow2_scales": "per-channel scales rewritten to the nearest power of two without "
-                           "requantizing the weights",
-            "stale": "stale activations: row m holds token m-1's int8 row (cyclic), current scales",
-            "transposed": "weight buffer read in the transposed layout "
-                          "(b.t().contiguous().reshape(N, K))"}[variant]
+    text = {
+        "pow2_scales": "per-channel scales rewritten to the nearest power of two without requantizing the weights",
+        "stale": "stale activations: row m holds token m-1's int8 row (cyclic), current scales",
+        "transposed": "weight buffer read in the transposed layout (b.t().contiguous().reshape(N, K))",
+    }[variant]
     if changed is None and ops is not None:
         changed = changed_operands(variant, ops)
     if changed is not None:
@@ -167,5 +170,6 @@ def ask_changed_operands(variant: str, ops):
             else:
                 flags.append((new != old).any())
         return readback.ask(flags, lambda v: [n for n, f in zip(names, v) if f])
+
     key = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     return memo.cached(("f9_changed", variant), key, ask)

@@ -122,13 +122,25 @@ def faulty_steps(contract: EpilogueContract, fault: str, has_bias: bool) -> dict
         out = f"{r}({y} + b)"
     else:
         out = f"{r}({r}({y}) + b)"
-    return {"scale_order": order, "bias_point": bias_point, "rounding": rounding,
-            "scale_a_bf16": sa16, "intermediate16": inter16, "definition": out}
+    return {
+        "scale_order": order,
+        "bias_point": bias_point,
+        "rounding": rounding,
+        "scale_a_bf16": sa16,
+        "intermediate16": inter16,
+        "definition": out,
+    }
 
 
-def faulty_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                    contract: EpilogueContract, fault: str, bias: Optional[torch.Tensor] = None,
-                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def faulty_epilogue(
+    acc: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    contract: EpilogueContract,
+    fault: str,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """The declared epilogue with post-processing fault ``fault`` (module docstring).
 
     Args:

@@ -48,7 +48,7 @@ from typing import Optional
 
 import torch
 
-from faults.mask import block_indices, case_key, stream_key, lowest
+from faults.mask import block_indices, case_key, lowest, stream_key
 from reference import memo, readback
 from reference.errors import OperandError
 from reference.operands import derived_digest
@@ -56,7 +56,7 @@ from reference.operands import derived_digest
 #: (max rows, max output channels) of the F6 window.
 F6_WINDOW: tuple[int, int] = (16, 16)
 #: Threshold each selected accumulator must reach: F6 2**31 (outside int32), F7 2**24.
-THRESHOLD = {"F6": 2 ** 31, "F7": 2 ** 24}
+THRESHOLD = {"F6": 2**31, "F7": 2**24}
 #: Product of the saturated entries of the new columns: (-128) * (-128).
 SATURATED_PRODUCT = 16384
 #: Extended K is padded with zero columns to a multiple of this (module docstring).
@@ -91,8 +91,9 @@ def _extension(low: int, fault: str) -> int:
     return max(1, -(-need // SATURATED_PRODUCT))
 
 
-def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-             extra: int, k_multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def extend_k(
+    a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, extra: int, k_multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere;
     then zero columns up to :func:`padded_k`.
 
@@ -110,8 +111,8 @@ def extend_k(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.T
     b2 = torch.zeros((n, width), dtype=torch.int8, device=b.device)
     a2[:, :k] = a
     b2[:, :k] = b
-    a2[rows.to(a.device), k:k + extra] = -128
-    b2[cols.to(b.device), k:k + extra] = -128
+    a2[rows.to(a.device), k : k + extra] = -128
+    b2[cols.to(b.device), k : k + extra] = -128
     return a2, b2
 
 
@@ -129,8 +130,7 @@ def _ranges(v: list) -> str:
     return "[" + ", ".join(out) + "]"
 
 
-def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
-                 key: Optional[str] = None):
+def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None):
     """Selected rows, channels and extension length of a case (no operand built).
 
     Returns:
@@ -142,13 +142,13 @@ def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: 
     return _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
 
 
-def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
-            key: Optional[str] = None) -> tuple:
+def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None) -> tuple:
     """:func:`select_block` plus what the case description needs:
     ``(rows, cols, extra, acc, (min, max) of the selected block of acc,
     rows as a list, cols as a list)`` -- the indices are drawn on the host
     (``faults.mask.block_indices``), so their lists cost no read-back."""
     from reference.accumulate import exact_int_mm
+
     if fault not in THRESHOLD:
         raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
     key = key or case_key(a, b, scale_a, scale_b, bias)
@@ -160,8 +160,9 @@ def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
     return rows, cols, _extension(lo, fault), acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
-def precondition_operands(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int,
-                          key: Optional[str] = None):
+def precondition_operands(
+    a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None
+):
     """Extended operands for F6 / F7 on a whole case (no window).
 
     Args:
@@ -203,8 +204,7 @@ def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int, k_multiple:
     a_s, b_s = a[rows.to(a.device)], b[cols.to(b.device)]
     r, c = int(a_s.shape[0]), int(b_s.shape[0])
     a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra, k_multiple)
-    return a2, b2, _take(scale_a, rows), _take(scale_b, cols), \
-        None if bias is None else _take(bias, cols)
+    return a2, b2, _take(scale_a, rows), _take(scale_b, cols), None if bias is None else _take(bias, cols)
 
 
 def window_shape(m: int, n: int, constraints=None) -> tuple[int, int]:
@@ -229,8 +229,7 @@ def _window(ops, key: str, seed: int, shape: tuple[int, int]):
     tensor it was cut from (``memo.note_part``: a part of a tensor without
     NaN / inf has none either, so its value check costs no read-back)."""
     tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
-    return memo.cached(("f6_window", key, int(seed), shape), tensors,
-                       lambda: _cut_window(ops, key, seed, shape))
+    return memo.cached(("f6_window", key, int(seed), shape), tensors, lambda: _cut_window(ops, key, seed, shape))
 
 
 def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
@@ -245,13 +244,15 @@ def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
     def part(whole, cut):
         memo.note_part(whole, cut)
         return cut
+
     sb = ops.scale_b.reshape(-1)
     sb = sb if sb.numel() == 1 else part(ops.scale_b, sb[sl].contiguous())
     sa = ops.scale_a.reshape(-1)
     sa = sa if sa.numel() == 1 else part(ops.scale_a, sa[:r].contiguous())
     bias = None if ops.bias is None else part(ops.bias, ops.bias[sl].contiguous())
-    w = replace(ops, a=ops.a[:r].contiguous(), b=ops.b[sl].contiguous(), scale_a=sa, scale_b=sb,
-                bias=bias, meta=dict(ops.meta))
+    w = replace(
+        ops, a=ops.a[:r].contiguous(), b=ops.b[sl].contiguous(), scale_a=sa, scale_b=sb, bias=bias, meta=dict(ops.meta)
+    )
     return w, (r, start, c)
 
 
@@ -278,29 +279,34 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=
         if (r, c) != (ops.m, ops.n):
             bounds = [r, start, c]
             win = f"window rows 0-{r - 1} x channels {start}-{start + c - 1} of {ops.m}x{ops.n}; "
-    sel = _select(src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed,
-                  key=key)
+    sel = _select(src.a, src.b, src.scale_a, src.scale_b, src.bias, fault, coverage, seed, key=key)
     rows, cols, extra = sel[:3]
     k_mult = 1 if constraints is None else constraints.k_multiple
     a2, b2 = extend_k(src.a, src.b, rows, cols, extra, k_mult)
     (lo, hi), row_list, col_list = sel[4:]
     if memo.active():  # their digests from the recipe: no host copy and hash of tens of MB
-        recipe = (f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra};"
-                  f"k_multiple={k_mult}")
+        recipe = f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra};k_multiple={k_mult}"
         derived_digest(a2, (src.a,), recipe)
         derived_digest(b2, (src.b,), recipe)
     # every selected accumulator grew by exactly extra * 16384 (module docstring)
     grown = extra * SATURATED_PRODUCT
     width = padded_k(src.k, extra, k_mult)
-    desc = (f"{win or ''}K {src.k} -> {width} (+{extra} columns of -128 x -128, "
-            f"+{width - src.k - extra} zero columns) on rows "
-            f"{_ranges(row_list)} x channels {_ranges(col_list)}; selected exact acc in "
-            f"[{lo + grown}, {hi + grown}]")
+    desc = (
+        f"{win or ''}K {src.k} -> {width} (+{extra} columns of -128 x -128, "
+        f"+{width - src.k - extra} zero columns) on rows "
+        f"{_ranges(row_list)} x channels {_ranges(col_list)}; selected exact acc in "
+        f"[{lo + grown}, {hi + grown}]"
+    )
     meta = dict(ops.meta or {})
-    meta["fault_prepared"] = {"fault": fault, "coverage": coverage, "seed": int(seed),
-                              "rows": row_list, "cols": col_list,
-                              "extra_k": int(extra), "operand_change": desc,
-                              "window": bounds}
+    meta["fault_prepared"] = {
+        "fault": fault,
+        "coverage": coverage,
+        "seed": int(seed),
+        "rows": row_list,
+        "cols": col_list,
+        "extra_k": int(extra),
+        "operand_change": desc,
+        "window": bounds,
+    }
     new = replace(src, a=a2, b=b2, meta=meta)
     return new, desc
-

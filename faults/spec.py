@@ -9,7 +9,7 @@ of names); this module only parses and labels.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from faults.catalogue import FAULTS, get_fault
@@ -101,8 +101,7 @@ def fault_id(fault: str) -> tuple[str, Optional[str]]:
         raise FaultError(str(e)) from None
     if variant:
         if fid != "F9":
-            raise FaultError(f"fault {fault!r}: only F9 operand_mismatch has variants "
-                             f"({', '.join(F9_VARIANTS)})")
+            raise FaultError(f"fault {fault!r}: only F9 operand_mismatch has variants ({', '.join(F9_VARIANTS)})")
         if variant not in F9_VARIANTS:
             raise FaultError(f"unknown F9 variant {variant!r}; known: {', '.join(F9_VARIANTS)}")
         return fid, variant
@@ -123,8 +122,9 @@ def parse_coverage(text: str) -> str:
     return t
 
 
-def make_injection(fault: str, coverage: str = "all", seed: int = 0,
-                   variant: Optional[str] = None, prepared: bool = True) -> Injection:
+def make_injection(
+    fault: str, coverage: str = "all", seed: int = 0, variant: Optional[str] = None, prepared: bool = True
+) -> Injection:
     """Validated :class:`Injection` from user-level values.
 
     Args:
@@ -169,8 +169,7 @@ def parse_injection(text: str) -> Injection:
     """
     m = _SPEC.match(str(text).strip())
     if not m:
-        raise FaultError(f"--inject {text!r}: expected FAULT[:COVERAGE[:SEED]], e.g. F4:all or "
-                         f"output_truncation:1%")
+        raise FaultError(f"--inject {text!r}: expected FAULT[:COVERAGE[:SEED]], e.g. F4:all or output_truncation:1%")
     seed_t = m.group("seed")
     try:
         seed = int(seed_t) if seed_t is not None else 0
@@ -182,8 +181,10 @@ def parse_injection(text: str) -> Injection:
         raise FaultError(f"--inject {text!r}: {e}") from None
 
 
-_SUFFIX = re.compile(r"^(?P<inner>.+)\+(?P<fault>F[1-9])(?:\.(?P<variant>[a-z0-9_]+))?"
-                     r"@(?P<cov>one|1%|all)#s(?P<seed>\d+)(?P<bang>!?)$")
+_SUFFIX = re.compile(
+    r"^(?P<inner>.+)\+(?P<fault>F[1-9])(?:\.(?P<variant>[a-z0-9_]+))?"
+    r"@(?P<cov>one|1%|all)#s(?P<seed>\d+)(?P<bang>!?)$"
+)
 
 
 _LOOSE_SUFFIX = re.compile(r"^[^?]*\+F\d")
@@ -201,10 +202,13 @@ def split_injected_name(name: str) -> Optional[tuple[str, Injection]]:
     m = _SUFFIX.match(name or "")
     if not m:
         if _LOOSE_SUFFIX.match(name or ""):
-            raise FaultError(f"kernel {name!r}: an injection suffix reads KERNEL+F<1-9>[.variant]"
-                             f"@<one|1%|all>#s<seed>[!], e.g. triton+F4@all#s0 or "
-                             f"cpu+F9.transposed@one#s7")
+            raise FaultError(
+                f"kernel {name!r}: an injection suffix reads KERNEL+F<1-9>[.variant]"
+                f"@<one|1%|all>#s<seed>[!], e.g. triton+F4@all#s0 or "
+                f"cpu+F9.transposed@one#s7"
+            )
         return None
-    inj = make_injection(m.group("fault"), m.group("cov"), int(m.group("seed")),
-                         variant=m.group("variant"), prepared=not m.group("bang"))
+    inj = make_injection(
+        m.group("fault"), m.group("cov"), int(m.group("seed")), variant=m.group("variant"), prepared=not m.group("bang")
+    )
     return m.group("inner"), inj

@@ -23,7 +23,7 @@ Fault-free output, per family:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
@@ -94,45 +94,77 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
     selected}``, every count asked together (one read-back, shared with
     whatever else is pending)."""
     from reference.bits import histogram_dict, spacing_distance, ulp_histogram_counts
+
     d = spacing_distance(faulty, clean)
     ch = d > 0
     z = torch.zeros((), dtype=torch.int64, device=d.device)
-    c = torch.cat([torch.stack([ch.sum(), d.max().to(torch.int64) if d.numel() else z,
-                                (ch & ~sel).sum(), sel.sum()]), ulp_histogram_counts(
-                       torch.where(sel, d, torch.full_like(d, -1)))])  # -1: no bin (d >= 0)
+    c = torch.cat(
+        [
+            torch.stack([ch.sum(), d.max().to(torch.int64) if d.numel() else z, (ch & ~sel).sum(), sel.sum()]),
+            ulp_histogram_counts(torch.where(sel, d, torch.full_like(d, -1))),
+        ]
+    )  # -1: no bin (d >= 0)
 
     def convert(c: list) -> dict:
-        return {"changed": int(c[0]), "max_spacing": int(c[1]),
-                "spacing_hist": histogram_dict(c[4:]), "changed_outside": int(c[2]),
-                "selected": int(c[3])}
+        return {
+            "changed": int(c[0]),
+            "max_spacing": int(c[1]),
+            "spacing_hist": histogram_dict(c[4:]),
+            "changed_outside": int(c[2]),
+            "selected": int(c[3]),
+        }
+
     return readback.ask([c], convert)
 
 
 def _definition(spec, inj, ops) -> str:
     if inj.fault in POSTPROCESSING_FAULTS:
         from faults.postprocessing import faulty_steps
+
         return faulty_steps(spec.contract, inj.fault, ops.bias is not None)["definition"]
     if inj.fault == "F8":
         return "no change (null control)"
     if inj.fault == "F9":
         from faults.operand import describe
+
         return describe(inj.variant)
-    return {"F6": "selected accumulators pushed to >= 2^31 (outside int32)",
-            "F7": "selected accumulators pushed to >= 2^24 (float32 conversion inexact)"}[inj.fault]
+    return {
+        "F6": "selected accumulators pushed to >= 2^31 (outside int32)",
+        "F7": "selected accumulators pushed to >= 2^24 (float32 conversion inexact)",
+    }[inj.fault]
 
 
-def ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
-                 variant: Optional[str] = None, device: Optional[str] = None,
-                 clean_run=None, faulty_run=None) -> GroundTruth:
+def ground_truth(
+    kernel,
+    fault: str,
+    coverage: str,
+    seed: int,
+    ops,
+    *,
+    variant: Optional[str] = None,
+    device: Optional[str] = None,
+    clean_run=None,
+    faulty_run=None,
+) -> GroundTruth:
     """Run clean and injected kernel on ``ops`` and record what changed:
     :func:`ask_ground_truth` read now. Args / Returns / Raises as there."""
-    return ask_ground_truth(kernel, fault, coverage, seed, ops, variant=variant, device=device,
-                            clean_run=clean_run, faulty_run=faulty_run).get()
+    return ask_ground_truth(
+        kernel, fault, coverage, seed, ops, variant=variant, device=device, clean_run=clean_run, faulty_run=faulty_run
+    ).get()
 
 
-def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
-                     variant: Optional[str] = None, device: Optional[str] = None,
-                     clean_run=None, faulty_run=None):
+def ask_ground_truth(
+    kernel,
+    fault: str,
+    coverage: str,
+    seed: int,
+    ops,
+    *,
+    variant: Optional[str] = None,
+    device: Optional[str] = None,
+    clean_run=None,
+    faulty_run=None,
+):
     """Run clean and injected kernel on ``ops`` and ask what changed (the
     counts are read by the returned Deferred's ``get``, with every other
     pending ``reference.readback`` question: the sweep reads them with its
@@ -158,6 +190,7 @@ def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
     """
     from conformance.kernels.runner import run_kernel
     from faults.inject import _resolve, inject, prepare_case
+
     spec = _resolve(kernel)
     inj = make_injection(fault, coverage, seed, variant=variant)
     faulty_spec = inject(spec, inj.fault, inj.coverage, inj.seed, variant=inj.variant)
@@ -172,27 +205,37 @@ def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
         operand_change = prep["operand_change"]
         from reference.accumulate import exact_int_mm
         from reference.epilogue import cached_epilogue
-        clean_out = cached_epilogue(exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b,
-                                    spec.contract, bias=ops.bias, out_dtype=ops.out_dtype)
+
+        clean_out = cached_epilogue(
+            exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype
+        )
         clean_err = None
         acc_source = "exact reference"
     else:
-        sel = element_mask(ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias),
-                           inj.fault, inj.coverage, inj.seed)
+        sel = element_mask(
+            ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias), inj.fault, inj.coverage, inj.seed
+        )
         run = clean_run if clean_run is not None else run_kernel(spec, ops, device=device)
         clean_out, clean_err = run.output, run.error if run.output is None else None
         if inj.fault == "F9":  # asked now, read with the comparison's counts
             from faults.operand import ask_changed_operands, describe
+
             variant = inj.variant
-            change_asked = ask_changed_operands(variant, ops).then(
-                lambda ch: describe(variant, changed=list(ch)))
+            change_asked = ask_changed_operands(variant, ops).then(lambda ch: describe(variant, changed=list(ch)))
     frun = faulty_run if faulty_run is not None else run_kernel(faulty_spec, ops, device=device)
     if inj.fault in POSTPROCESSING_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
-    base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed,
-                accumulator_source=acc_source, operand_change=operand_change, variant=inj.variant,
-                definition=_definition(spec, inj, ops), shape=[ops.m, ops.k, ops.n],
-                kernel=spec.name)
+    base = dict(
+        fault=inj.fault,
+        coverage=inj.coverage,
+        seed=inj.seed,
+        accumulator_source=acc_source,
+        operand_change=operand_change,
+        variant=inj.variant,
+        definition=_definition(spec, inj, ops),
+        shape=[ops.m, ops.k, ops.n],
+        kernel=spec.name,
+    )
     err = clean_err or (frun.error if frun.output is None else None)
 
     def truth(fields: dict) -> GroundTruth:
@@ -200,13 +243,25 @@ def ask_ground_truth(kernel, fault: str, coverage: str, seed: int, ops, *,
         if change_asked is not None:
             return GroundTruth(**fields, **dict(base, operand_change=change_asked.get()))
         return GroundTruth(**fields, **base)
+
     if err is not None or clean_out is None or frun.output is None:
         from reference.bits import ULP_BINS
-        return readback.ask([sel.sum()]).then(lambda v: truth(dict(
-            changed=0, max_spacing=0, spacing_hist={k: 0 for k in ULP_BINS}, no_op=False,
-            error=err or "no output", selected=int(v[0]))))
+
+        return readback.ask([sel.sum()]).then(
+            lambda v: truth(
+                dict(
+                    changed=0,
+                    max_spacing=0,
+                    spacing_hist={k: 0 for k in ULP_BINS},
+                    no_op=False,
+                    error=err or "no output",
+                    selected=int(v[0]),
+                )
+            )
+        )
     dev = ops.a.device  # compared where the operands live (integer bit arithmetic)
     from reference import memo
+
     # the selected count is read back with the comparison's other counts
     cmp = _compare(memo.moved(clean_out, dev), memo.moved(frun.output, dev), sel.to(dev))
     return cmp.then(lambda c: truth(dict(c, no_op=c["changed"] == 0)))

@@ -14,9 +14,12 @@ pilot sweep.
 """
 
 from predictions.lock import (  # noqa: F401
-    LOCK_NAME, default_dir, lock_matrix, matrix_chain, read_lock, verify_git_history,
+    LOCK_NAME,
+    default_dir,
+    lock_matrix,
+    matrix_chain,
+    read_lock,
+    verify_git_history,
     verify_matrix,
 )
-from predictions.matrix import (  # noqa: F401
-    CORE_CHECKS, EXTRA_CHECKS, PREDICTIONS, PredictionMatrix, check_amendment, parse_matrix,
-)
+from predictions.matrix import CORE_CHECKS, EXTRA_CHECKS, PREDICTIONS, PredictionMatrix, check_amendment, parse_matrix  # noqa: F401

@@ -37,8 +37,10 @@ from predictions.matrix import PredictionMatrix, check_amendment, parse_matrix
 from reference.errors import PredictionError
 
 LOCK_NAME = "LOCK"
-_HEADER = ("# int8conf prediction-matrix locks (DESIGN.md section 7): append-only, one line per\n"
-           "# matrix, written when the matrix is created: <sha256>  <file>  chain=<sha256>\n")
+_HEADER = (
+    "# int8conf prediction-matrix locks (DESIGN.md section 7): append-only, one line per\n"
+    "# matrix, written when the matrix is created: <sha256>  <file>  chain=<sha256>\n"
+)
 _ZERO = "0" * 64
 
 
@@ -81,13 +83,15 @@ def read_lock(directory=None) -> list[LockEntry]:
         parts = line.split()
         if len(parts) != 3 or not parts[2].startswith("chain=") or len(parts[0]) != 64:
             raise PredictionError(f"{p}: line {no} is not '<sha256>  <file>  chain=<sha256>'")
-        digest, name, chain = parts[0], parts[1], parts[2][len("chain="):]
+        digest, name, chain = parts[0], parts[1], parts[2][len("chain=") :]
         if any(e.file == name for e in out):
-            raise PredictionError(f"{p}: {name} is locked twice (line {no}); a locked matrix is "
-                                  f"never re-locked, add an amendment instead")
+            raise PredictionError(
+                f"{p}: {name} is locked twice (line {no}); a locked matrix is never re-locked, add an amendment instead"
+            )
         if chain != _chain(prev, digest, name):
-            raise PredictionError(f"{p}: chain broken at line {no} ({name}): an earlier lock line "
-                                  f"was rewritten; the LOCK is append-only")
+            raise PredictionError(
+                f"{p}: chain broken at line {no} ({name}): an earlier lock line was rewritten; the LOCK is append-only"
+            )
         out.append(LockEntry(digest, name, chain))
         prev = chain
     return out
@@ -125,12 +129,15 @@ def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
     m = parse_matrix(path, data)
     entry = lock_entry(path)
     if entry is None:
-        raise PredictionError(f"{path.name} is not locked: no line for it in {path.parent / LOCK_NAME} "
-                              f"(lock it when it is created: int8conf predictions lock {path})")
+        raise PredictionError(
+            f"{path.name} is not locked: no line for it in {path.parent / LOCK_NAME} "
+            f"(lock it when it is created: int8conf predictions lock {path})"
+        )
     if entry.sha256 != m.sha256:
         raise PredictionError(
             f"{path.name}: SHA-256 {m.sha256[:16]}... does not match its lock {entry.sha256[:16]}... "
-            f"in {path.parent / LOCK_NAME}: a locked matrix was edited (add an amendment instead)")
+            f"in {path.parent / LOCK_NAME}: a locked matrix was edited (add an amendment instead)"
+        )
     if m.amends is not None:
         parent_path = path.parent / m.amends["file"]
         if not parent_path.is_file():
@@ -139,7 +146,8 @@ def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
         if actual != m.amends["sha256"]:
             raise PredictionError(
                 f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., but that file "
-                f"is now {actual[:16]}...: an earlier matrix was edited instead of amended")
+                f"is now {actual[:16]}...: an earlier matrix was edited instead of amended"
+            )
         parent = verify_matrix(parent_path, seen)
         check_amendment(parent, m)
     return m
@@ -168,17 +176,21 @@ def lock_matrix(path) -> LockEntry:
     path = Path(path)
     entries = read_lock(path.parent)
     if any(e.file == path.name for e in entries):
-        raise PredictionError(f"{path.name} is already locked; a locked matrix is never edited or "
-                              f"re-locked, add an amendment file instead")
+        raise PredictionError(
+            f"{path.name} is already locked; a locked matrix is never edited or "
+            f"re-locked, add an amendment file instead"
+        )
     data = path.read_bytes()
     m = parse_matrix(path, data)
     if m.amends is not None:
         parent_path = path.parent / m.amends["file"]
         parent = verify_matrix(parent_path)
         if parent.sha256 != m.amends["sha256"]:
-            raise PredictionError(f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., "
-                                  f"but that file is now {parent.sha256[:16]}...: an earlier matrix was edited "
-                                  f"instead of amended")
+            raise PredictionError(
+                f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., "
+                f"but that file is now {parent.sha256[:16]}...: an earlier matrix was edited "
+                f"instead of amended"
+            )
         check_amendment(parent, m)
     prev = entries[-1].chain if entries else _ZERO
     e = LockEntry(m.sha256, path.name, _chain(prev, m.sha256, path.name))
@@ -192,8 +204,7 @@ def lock_matrix(path) -> LockEntry:
 
 def _git(repo: Path, *args: str) -> Optional[str]:
     try:
-        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                           timeout=30)
+        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout if r.returncode == 0 else None
@@ -228,8 +239,9 @@ def verify_git_history(directory=None) -> Optional[dict]:
         if cur is None:
             raise PredictionError(f"commit {c[:10]} deleted {lock_rel}; the LOCK is append-only")
         if not cur.startswith(prev):
-            raise PredictionError(f"commit {c[:10]} rewrote lines of {lock_rel} instead of "
-                                  f"appending; the LOCK is append-only")
+            raise PredictionError(
+                f"commit {c[:10]} rewrote lines of {lock_rel} instead of appending; the LOCK is append-only"
+            )
         prev = cur
     first: dict = {}
     for e in read_lock(d):
@@ -242,8 +254,10 @@ def verify_git_history(directory=None) -> Optional[dict]:
                 raise PredictionError(f"commit {c[:10]} deleted locked matrix {f_rel}")
             blobs.add(b.strip())
         if len(blobs) > 1:
-            raise PredictionError(f"{f_rel} changed after it was first committed ({len(blobs)} "
-                                  f"versions in history): a locked matrix is never edited")
+            raise PredictionError(
+                f"{f_rel} changed after it was first committed ({len(blobs)} "
+                f"versions in history): a locked matrix is never edited"
+            )
         if hist:
             first[e.file] = hist[0]
     return {"lock_commits": len(commits), "matrices": first}

@@ -123,8 +123,16 @@ class PredictionMatrix:
             fault, _, mode = key.partition("@")
             for cid in self.checks:
                 c = row[cid]
-                out.append({"row": key, "fault": fault, "scale_mode": mode or "all",
-                            "check": cid, "prediction": c.prediction, "rationale": c.rationale})
+                out.append(
+                    {
+                        "row": key,
+                        "fault": fault,
+                        "scale_mode": mode or "all",
+                        "check": cid,
+                        "prediction": c.prediction,
+                        "rationale": c.rationale,
+                    }
+                )
         return out
 
 
@@ -176,8 +184,11 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         raise _fail(path, f"extra_checks must be among {list(EXTRA_CHECKS)}, got {list(extra)}")
     amends = doc.get("amends")
     if amends is not None:
-        if (not isinstance(amends, dict) or not isinstance(amends.get("file"), str)
-                or not _HEX64.match(str(amends.get("sha256", "")))):
+        if (
+            not isinstance(amends, dict)
+            or not isinstance(amends.get("file"), str)
+            or not _HEX64.match(str(amends.get("sha256", "")))
+        ):
             raise _fail(path, "amends must be {file: NAME.yaml, sha256: <64 lowercase hex>}")
     rows_in = doc["rows"]
     if not isinstance(rows_in, dict):
@@ -196,8 +207,7 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
                 raise _fail(path, f"row {key}: missing cell {cid}")
             pred = c.get("prediction")
             if pred not in PREDICTIONS:
-                raise _fail(path, f"row {key} {cid}: prediction {pred!r} is not one of "
-                                  f"{list(PREDICTIONS)}")
+                raise _fail(path, f"row {key} {cid}: prediction {pred!r} is not one of {list(PREDICTIONS)}")
             cells[cid] = Cell(pred, _one_line(path, f"row {key} {cid}", c.get("rationale")))
         unknown = set(row) - set(core + extra)
         if unknown:
@@ -224,9 +234,16 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
     if changes and amends is None:
         raise _fail(path, "lists changes but amends nothing")
     return PredictionMatrix(
-        id=str(doc["matrix"]), path=path, sha256=hashlib.sha256(data).hexdigest(),
-        amends=dict(amends) if amends else None, description=str(doc.get("description", "")),
-        core_checks=core, extra_checks=extra, rows=rows, changes=list(changes))
+        id=str(doc["matrix"]),
+        path=path,
+        sha256=hashlib.sha256(data).hexdigest(),
+        amends=dict(amends) if amends else None,
+        description=str(doc.get("description", "")),
+        core_checks=core,
+        extra_checks=extra,
+        rows=rows,
+        changes=list(changes),
+    )
 
 
 def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[dict]:
@@ -248,8 +265,9 @@ def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[d
     from faults.catalogue import FAULTS
 
     if not set(parent.checks) <= set(child.checks):
-        raise _fail(child.path, f"drops column(s) {sorted(set(parent.checks) - set(child.checks))} "
-                                f"of {parent.path.name}")
+        raise _fail(
+            child.path, f"drops column(s) {sorted(set(parent.checks) - set(child.checks))} of {parent.path.name}"
+        )
     listed = {}
     for ch in child.changes:
         listed[(str(ch["row"]), str(ch["check"]))] = ch
@@ -265,14 +283,21 @@ def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[d
     for key, (was, now) in actual.items():
         ch = listed.get(key)
         if ch is None:
-            raise _fail(child.path, f"cell {key[0]} {key[1]} changed {was} -> {now} without a "
-                                    f"listed reason (add it to changes)")
+            raise _fail(
+                child.path, f"cell {key[0]} {key[1]} changed {was} -> {now} without a listed reason (add it to changes)"
+            )
         if ch["from"] != was or ch["to"] != now:
-            raise _fail(child.path, f"changes entry {key[0]} {key[1]} says {ch['from']} -> "
-                                    f"{ch['to']}, but {parent.path.name} -> {child.path.name} "
-                                    f"is {was} -> {now}")
+            raise _fail(
+                child.path,
+                f"changes entry {key[0]} {key[1]} says {ch['from']} -> "
+                f"{ch['to']}, but {parent.path.name} -> {child.path.name} "
+                f"is {was} -> {now}",
+            )
     for key, ch in listed.items():
         if key not in actual:
-            raise _fail(child.path, f"changes entry {key[0]} {key[1]} ({ch['from']} -> {ch['to']}) "
-                                    f"does not change anything against {parent.path.name}")
+            raise _fail(
+                child.path,
+                f"changes entry {key[0]} {key[1]} ({ch['from']} -> {ch['to']}) "
+                f"does not change anything against {parent.path.name}",
+            )
     return [dict(listed[k]) for k in actual]

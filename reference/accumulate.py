@@ -15,13 +15,13 @@ import torch
 from reference import readback
 from reference.errors import OperandError
 
-INT32_MAX: int = 2 ** 31 - 1
-INT32_MIN: int = -(2 ** 31)
+INT32_MAX: int = 2**31 - 1
+INT32_MIN: int = -(2**31)
 #: Integers with magnitude <= 2**24 are exactly representable in float32
 #: (24-bit significand, IEEE 754 binary32); the int -> float32 conversion of
 #: an accumulator is exact iff ``|acc| <= 2**24`` or acc has enough trailing
 #: zero bits. DESIGN.md F7 / check C4 use ``|acc| < 2**24`` as the bound.
-FP32_EXACT_INT: int = 2 ** 24
+FP32_EXACT_INT: int = 2**24
 
 #: K-chunk length of the float32 path: |a*b| <= 128*128 = 2**14, so any sum of
 #: at most 2**10 such products has magnitude <= 2**24 (exact in float32).
@@ -37,8 +37,7 @@ def _check_pair(a, b, names=("a", "b")) -> None:
         if x.dim() != 2:
             raise OperandError(f"{nm} must be 2-D, got shape {tuple(x.shape)}")
     if a.shape[1] != b.shape[1]:
-        raise OperandError(
-            f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
+        raise OperandError(f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
 
 
 @contextlib.contextmanager
@@ -59,12 +58,12 @@ def _ieee_fp32_matmul():
 
 #: Above this many elements of b, b is converted to float32 in row blocks of
 #: about this size (bounds the temporary copy to 256 MiB, e.g. for lm_head).
-_B_BLOCK_ELEMS: int = 2 ** 26
+_B_BLOCK_ELEMS: int = 2**26
 
 
 #: Up to this many float32 elements of per-chunk results ([chunks, M, N], 256 MiB),
 #: the K chunks are multiplied in one batched GEMM.
-_BATCHED_ELEMS: int = 2 ** 26
+_BATCHED_ELEMS: int = 2**26
 
 
 def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
@@ -88,7 +87,7 @@ def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
         return torch.bmm(ac, bc).to(torch.float64).sum(dim=0).to(torch.int64)
     acc = torch.zeros((m, n), dtype=torch.float64, device=af.device)
     for c in range(0, k, CHUNK_K):
-        acc += af[:, c:c + CHUNK_K] @ bf[:, c:c + CHUNK_K].T
+        acc += af[:, c : c + CHUNK_K] @ bf[:, c : c + CHUNK_K].T
     return acc.to(torch.int64)
 
 
@@ -104,7 +103,7 @@ def _exact_mm(a: torch.Tensor, b: torch.Tensor, absolute: bool) -> torch.Tensor:
         out = torch.empty((m, n), dtype=torch.int64, device=a.device)
         rows = max(1, _B_BLOCK_ELEMS // max(1, k))
         for r in range(0, n, rows):
-            out[:, r:r + rows] = _chunked_f32_mm(af, conv(b[r:r + rows]))
+            out[:, r : r + rows] = _chunked_f32_mm(af, conv(b[r : r + rows]))
         return out
 
 
@@ -126,7 +125,7 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Exactness argument (float32 BLAS on K-chunks; on the 2-core dev machine,
     unloaded, ~80-97 GMAC/s vs ~20-44 for one float64 GEMM at M=512,
-    K,N in {2048, 6144}: see ``python -m reference.bench_accumulate``):
+    K,N in {2048, 6144}: see ``python -m conformance.bench.accumulate``):
       1. Every int8 value is an integer with |v| <= 2**7, exactly
          representable in float32 (and in bf16 / tf32).
       2. Each product has |a*b| <= 128*128 = 2**14 (the maximum is the
@@ -159,6 +158,7 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     _check_pair(a, b)
     from reference import memo
+
     return memo.cached("exact", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=False), a))
 
 
@@ -185,7 +185,7 @@ def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = torch.empty((m, n), dtype=torch.int64, device=a.device)
     rows = max(1, (1 << 22) // max(1, n * k))
     for r in range(0, m, rows):
-        out[r:r + rows] = (a64[r:r + rows, None, :] * b64[None, :, :]).sum(dim=-1)
+        out[r : r + rows] = (a64[r : r + rows, None, :] * b64[None, :, :]).sum(dim=-1)
     return out
 
 
@@ -240,6 +240,7 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     _check_pair(a, b)
     from reference import memo
+
     return memo.cached("bound", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=True), a))
 
 
@@ -250,5 +251,6 @@ def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     the epilogue's int64 -> float32 conversion then knows without a
     read-back that no element is beyond 2**53."""
     from reference import memo
+
     memo.note_bound(acc, int(a.shape[1]) * 16384)
     return acc

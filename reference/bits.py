@@ -31,17 +31,13 @@ import torch
 from reference.errors import OperandError
 
 #: Distance reported between a NaN and a non-NaN value (any NaN payload).
-NAN_DISTANCE: int = 2 ** 62
+NAN_DISTANCE: int = 2**62
 
 #: Bin labels of :func:`ulp_histogram`, in order.
 ULP_BINS: tuple[str, ...] = ("0", "1", "2", "3-4", "5-8", "9-16", "17-256", ">256", "nan")
 
 # dtype -> (same-width signed int dtype, total bits)
-_INT_VIEW = {
-    torch.bfloat16: (torch.int16, 16),
-    torch.float16: (torch.int16, 16),
-    torch.float32: (torch.int32, 32),
-}
+_INT_VIEW = {torch.bfloat16: (torch.int16, 16), torch.float16: (torch.int16, 16), torch.float32: (torch.int32, 32)}
 
 
 def _check_float(x, what: str = "x") -> None:
@@ -67,6 +63,7 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
     """
     _check_float(x)
     from reference import memo
+
     # memoized on x inside a reference.memo scope (the sweep compares one
     # output and one layer reference several times); callers never write
     # into the result
@@ -99,6 +96,7 @@ def ordered_int(x: torch.Tensor) -> torch.Tensor:
         OperandError: x is not a tensor or has another dtype.
     """
     from reference import memo
+
     return memo.cached("ordered_int", (x,), lambda: _ordered_int(x))
 
 
@@ -136,8 +134,7 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if x.dtype != y.dtype:
         raise OperandError(f"spacing_distance: dtype mismatch {x.dtype} vs {y.dtype}")
     if tuple(x.shape) != tuple(y.shape):
-        raise OperandError(
-            f"spacing_distance: shape mismatch {tuple(x.shape)} vs {tuple(y.shape)}")
+        raise OperandError(f"spacing_distance: shape mismatch {tuple(x.shape)} vs {tuple(y.shape)}")
     y = y.to(x.device)
     d = (ordered_int(x) - ordered_int(y)).abs()
     nx, ny = torch.isnan(x), torch.isnan(y)
@@ -251,7 +248,7 @@ def _flushes_subnormals() -> bool:
     the reference and fault epilogues enter :func:`ieee_subnormals` several
     times per cell on the CPU.
     """
-    return bool(np.float32(2.0 ** -130) * np.float32(0.5) == 0)
+    return bool(np.float32(2.0**-130) * np.float32(0.5) == 0)
 
 
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:

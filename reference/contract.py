@@ -46,20 +46,16 @@ class EpilogueContract:
 
     def __post_init__(self) -> None:
         if self.scale_order not in SCALE_ORDERS:
-            raise ContractError(
-                f"scale_order={self.scale_order!r} is not one of {SCALE_ORDERS}")
+            raise ContractError(f"scale_order={self.scale_order!r} is not one of {SCALE_ORDERS}")
         if self.bias_point not in BIAS_POINTS:
-            raise ContractError(
-                f"bias_point={self.bias_point!r} is not one of {BIAS_POINTS}")
+            raise ContractError(f"bias_point={self.bias_point!r} is not one of {BIAS_POINTS}")
         if self.rounding not in ROUNDINGS:
-            raise ContractError(
-                f"rounding={self.rounding!r} is not one of {ROUNDINGS}")
+            raise ContractError(f"rounding={self.rounding!r} is not one of {ROUNDINGS}")
 
     def to_dict(self) -> dict:
         """Plain dict for JSON reports (built directly: the sweep asks for it
         several times per cell, and ``dataclasses.asdict`` deep-copies)."""
-        return {"scale_order": self.scale_order, "bias_point": self.bias_point,
-                "rounding": self.rounding}
+        return {"scale_order": self.scale_order, "bias_point": self.bias_point, "rounding": self.rounding}
 
     @classmethod
     def from_dict(cls, d: dict) -> "EpilogueContract":

@@ -24,7 +24,7 @@ from reference.contract import EpilogueContract
 from reference.errors import ContractError, OperandError
 from reference.validate import OUT_DTYPES, normalize_scales, validate_operands
 
-_TWO53 = 2 ** 53
+_TWO53 = 2**53
 
 
 def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
@@ -37,6 +37,7 @@ def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
     result q * 2**e is exact in float64 and float32.
     """
     from reference import memo
+
     a64 = acc.to(torch.int64)
     out = a64.to(torch.float64).to(torch.float32)
     if acc.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
@@ -79,9 +80,7 @@ def acc_to_fp32(acc: torch.Tensor) -> torch.Tensor:
         OperandError: acc is not an int32/int64 tensor.
     """
     if not isinstance(acc, torch.Tensor) or acc.dtype not in (torch.int32, torch.int64):
-        raise OperandError(
-            f"acc must be an int32 or int64 tensor, got "
-            f"{getattr(acc, 'dtype', type(acc).__name__)}")
+        raise OperandError(f"acc must be an int32 or int64 tensor, got {getattr(acc, 'dtype', type(acc).__name__)}")
     return _int64_to_fp32_rne(acc)
 
 
@@ -93,9 +92,14 @@ def _scale_1d(s, rows: int, name: str) -> torch.Tensor:
     return s
 
 
-def apply_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                   contract: EpilogueContract, bias: Optional[torch.Tensor] = None,
-                   out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def apply_epilogue(
+    acc: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    contract: EpilogueContract,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """Emulate a contract's epilogue bit for bit.
 
     Args:
@@ -127,15 +131,19 @@ def apply_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tens
     if not isinstance(contract, EpilogueContract):
         raise ContractError(f"contract must be an EpilogueContract, got {type(contract).__name__}")
     if out_dtype not in OUT_DTYPES:
-        raise OperandError(
-            f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
+        raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     with ieee_subnormals(acc, scale_a, scale_b, *([] if bias is None else [bias])):
         return _apply(acc, scale_a, scale_b, contract, bias, out_dtype)
 
 
-def cached_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                    contract: EpilogueContract, bias: Optional[torch.Tensor] = None,
-                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def cached_epilogue(
+    acc: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    contract: EpilogueContract,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """:func:`apply_epilogue`, memoized inside a ``reference.memo.scope`` on
     the identities of ``acc``, the scales and ``bias`` plus ``contract`` and
     ``out_dtype`` (a pure function of them). The sweep asks for the same
@@ -146,13 +154,19 @@ def cached_epilogue(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Ten
     Args / Returns / Raises: as :func:`apply_epilogue`.
     """
     from reference import memo
-    if not (isinstance(acc, torch.Tensor) and isinstance(scale_a, torch.Tensor)
-            and isinstance(scale_b, torch.Tensor)
-            and (bias is None or isinstance(bias, torch.Tensor))):
+
+    if not (
+        isinstance(acc, torch.Tensor)
+        and isinstance(scale_a, torch.Tensor)
+        and isinstance(scale_b, torch.Tensor)
+        and (bias is None or isinstance(bias, torch.Tensor))
+    ):
         return apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
-    return memo.cached(("epilogue", contract, out_dtype), (acc, scale_a, scale_b, bias),
-                       lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias,
-                                              out_dtype=out_dtype))
+    return memo.cached(
+        ("epilogue", contract, out_dtype),
+        (acc, scale_a, scale_b, bias),
+        lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype),
+    )
 
 
 def _apply(acc, scale_a, scale_b, contract, bias, out_dtype) -> torch.Tensor:
@@ -160,8 +174,7 @@ def _apply(acc, scale_a, scale_b, contract, bias, out_dtype) -> torch.Tensor:
     if x.dim() != 2:
         raise OperandError(f"acc must be 2-D [M,N], got shape {tuple(acc.shape)}")
     m, n = (int(s) for s in x.shape)
-    sa, sw = normalize_scales(_scale_1d(scale_a, m, "scale_a"), _scale_1d(scale_b, n, "scale_b"),
-                              m, n)
+    sa, sw = normalize_scales(_scale_1d(scale_a, m, "scale_a"), _scale_1d(scale_b, n, "scale_b"), m, n)
     sa = sa.to(x.device).reshape(m, 1)
     sw = sw.to(x.device).reshape(1, n)
     if contract.scale_order == "a_then_w":
@@ -175,7 +188,8 @@ def _apply(acc, scale_a, scale_b, contract, bias, out_dtype) -> torch.Tensor:
     if not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype or tuple(bias.shape) != (n,):
         raise OperandError(
             f"bias must be a [{n}] tensor of dtype {out_dtype}, got "
-            f"{getattr(bias, 'dtype', type(bias).__name__)} {tuple(getattr(bias, 'shape', ()))}")
+            f"{getattr(bias, 'dtype', type(bias).__name__)} {tuple(getattr(bias, 'shape', ()))}"
+        )
     bf = bias.to(x.device).to(torch.float32).reshape(1, n)  # exact widening
     if contract.bias_point == "fp32_before_round":
         return round_fp32(y + bf, out_dtype, "rne")
@@ -183,10 +197,15 @@ def _apply(acc, scale_a, scale_b, contract, bias, out_dtype) -> torch.Tensor:
     return round_fp32(r + bf, out_dtype, "rne")
 
 
-def reference_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
-                        scale_b: torch.Tensor, contract: EpilogueContract,
-                        bias: Optional[torch.Tensor] = None,
-                        out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def reference_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    contract: EpilogueContract,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """The reference W8A8 GEMM under a declared contract.
 
     ``validate_operands`` + :func:`reference.accumulate.exact_int_mm` (exact

@@ -102,8 +102,7 @@ def _check_operand(expr: str, i: int, text: str) -> ast.AST:
     try:
         tree = ast.parse(expr, mode="eval").body
     except SyntaxError:
-        raise _err(i, text, f"operand {expr!r} is not a product of s_a, s_w, numbers, "
-                            f"bf16()/fp16()/fp32()") from None
+        raise _err(i, text, f"operand {expr!r} is not a product of s_a, s_w, numbers, bf16()/fp16()/fp32()") from None
 
     def walk(node) -> None:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
@@ -118,15 +117,19 @@ def _check_operand(expr: str, i: int, text: str) -> ast.AST:
             # 1e999 parses as inf, and 1e39 becomes inf as float32: a constant must be finite there
             if not math.isfinite(float(node.value)) or abs(float(node.value)) > _FP32_MAX:
                 raise _err(i, text, f"constant {node.value!r} is not a finite float32 number")
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
-                and isinstance(node.operand, ast.Constant):
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
             walk(node.operand)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in _ROUNDERS and len(node.args) == 1 and not node.keywords:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _ROUNDERS
+            and len(node.args) == 1
+            and not node.keywords
+        ):
             walk(node.args[0])
         else:
-            raise _err(i, text, f"operand {expr!r}: only '*', s_a, s_w, numbers and "
-                                f"bf16()/fp16()/fp32() are allowed")
+            raise _err(i, text, f"operand {expr!r}: only '*', s_a, s_w, numbers and bf16()/fp16()/fp32() are allowed")
+
     walk(tree)
     return tree
 
@@ -163,8 +166,7 @@ def parse_step(text: str, i: int = 0) -> Step:
         rnd = parts[1] if len(parts) == 2 else "rne"
         if rnd not in ROUNDINGS:
             raise _err(i, text, f"rounding {rnd!r} is not one of {list(ROUNDINGS)}")
-        return Step("cast", parts[0], "", rnd, f"cast {parts[0]}" + (f" {rnd}" if rnd != "rne"
-                                                                     else ""))
+        return Step("cast", parts[0], "", rnd, f"cast {parts[0]}" + (f" {rnd}" if rnd != "rne" else ""))
     if op == "mul":
         body, dt = _split_result(rest, i, text)
         if not body:
@@ -220,7 +222,7 @@ class EpilogueSteps:
         ``fused`` when one operand names both."""
         order, bias_point = "a_then_w", "fp32_before_round"
         ops = [s.op for s in self.steps]
-        if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1:]:
+        if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1 :]:
             bias_point = "after_round"
         names = []
         for s in self.steps:
@@ -258,24 +260,30 @@ def parse_steps(desc, name: str = "") -> EpilogueSteps:
     elif isinstance(desc, (list, tuple)):
         items = list(desc)
     else:
-        raise ContractError(f"an epilogue description must be a list of step strings or one "
-                            f"';'-separated string, got {type(desc).__name__}")
+        raise ContractError(
+            f"an epilogue description must be a list of step strings or one "
+            f"';'-separated string, got {type(desc).__name__}"
+        )
     if not items:
         raise ContractError("empty epilogue description: give at least 'cast <dtype>'")
     steps = tuple(parse_step(t, i) for i, t in enumerate(items))
     if steps[0].op != "cast":
-        raise ContractError(f"epilogue step 1 {steps[0].text!r}: the first step must cast the "
-                            f"integer accumulator (e.g. 'cast fp32')")
-    if steps[-1].op != "cast" and not (steps[-1].op in ("add_bias", "fma")
-                                       and steps[-1].dtype is None
-                                       and any(s.op == "cast" for s in steps[1:])):
-        raise ContractError(f"epilogue step {len(steps)} {steps[-1].text!r}: the description "
-                            f"must end in the output dtype: a final 'cast <dtype>' (or a bias "
-                            f"step in the dtype of an earlier cast)")
+        raise ContractError(
+            f"epilogue step 1 {steps[0].text!r}: the first step must cast the integer accumulator (e.g. 'cast fp32')"
+        )
+    if steps[-1].op != "cast" and not (
+        steps[-1].op in ("add_bias", "fma") and steps[-1].dtype is None and any(s.op == "cast" for s in steps[1:])
+    ):
+        raise ContractError(
+            f"epilogue step {len(steps)} {steps[-1].text!r}: the description "
+            f"must end in the output dtype: a final 'cast <dtype>' (or a bias "
+            f"step in the dtype of an earlier cast)"
+        )
     return EpilogueSteps(steps, name)
 
 
 # --------------------------------------------------------------------- evaluation
+
 
 def _resolve(dt: Optional[str], current: torch.dtype, out_dtype: torch.dtype) -> torch.dtype:
     if dt is None:
@@ -300,8 +308,7 @@ def _eval_operand(node, sa: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
     if isinstance(node, ast.UnaryOp):
         return -_eval_operand(node.operand, sa, sw)
     # bf16()/fp16()/fp32() rounding call
-    return _round_to(_eval_operand(node.args[0], sa, sw).to(torch.float32),
-                     DTYPES[node.func.id])
+    return _round_to(_eval_operand(node.args[0], sa, sw).to(torch.float32), DTYPES[node.func.id])
 
 
 def _fma_fp32(x: torch.Tensor, c: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -323,15 +330,19 @@ def _fma_fp32(x: torch.Tensor, c: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     bits = s.view(torch.int64)
     even = (bits & 1) == 0
     fix = (err != 0) & even & torch.isfinite(s)
-    toward = torch.where(err > 0, torch.full_like(s, float("inf")),
-                         torch.full_like(s, float("-inf")))
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
     s = torch.where(fix, torch.nextafter(s, toward), s)
     return s.to(torch.float32)
 
 
-def apply_steps(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                steps, bias: Optional[torch.Tensor] = None,
-                out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def apply_steps(
+    acc: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    steps,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """Evaluate an epilogue description bit for bit.
 
     Args:
@@ -354,31 +365,30 @@ def apply_steps(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
 
     desc = parse_steps(steps)
     if out_dtype not in OUT_DTYPES:
-        raise OperandError(
-            f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
+        raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     x = acc_to_fp32(acc)
     if x.dim() != 2:
         raise OperandError(f"acc must be 2-D [M,N], got shape {tuple(acc.shape)}")
     m, n = (int(s) for s in x.shape)
     for s, nm in ((scale_a, "scale_a"), (scale_b, "scale_b")):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
-            raise OperandError(f"{nm} must be a float32 tensor, got "
-                               f"{getattr(s, 'dtype', type(s).__name__)}")
+            raise OperandError(f"{nm} must be a float32 tensor, got {getattr(s, 'dtype', type(s).__name__)}")
     sa, sw = normalize_scales(scale_a, scale_b, m, n)
     sa = sa.to(x.device).reshape(m, 1)
     sw = sw.to(x.device).reshape(1, n)
     bf = None
     if bias is not None:
-        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point() \
-                or tuple(bias.shape) != (n,):
-            raise OperandError(f"bias must be a float [{n}] tensor, got "
-                               f"{getattr(bias, 'dtype', type(bias).__name__)} "
-                               f"{tuple(getattr(bias, 'shape', ()))}")
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point() or tuple(bias.shape) != (n,):
+            raise OperandError(
+                f"bias must be a float [{n}] tensor, got "
+                f"{getattr(bias, 'dtype', type(bias).__name__)} "
+                f"{tuple(getattr(bias, 'shape', ()))}"
+            )
         bf = bias.to(x.device).to(torch.float32).reshape(1, n)  # exact widening
     with ieee_subnormals():
         cur = torch.float32
         val = x
-        for i, st in enumerate(desc.steps):
+        for st in desc.steps:
             if st.op == "cast":
                 cur = _resolve(st.dtype, cur, out_dtype)
                 val = _round_to(val, cur, st.rounding)
@@ -394,18 +404,19 @@ def apply_steps(acc: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     val = _round_to(val, cur)
             else:  # fma
                 opnd = _eval_operand(ast.parse(st.operand, mode="eval").body, sa, sw)
-                b = bf if (bf is not None and st.rounding == "bias") \
-                    else torch.zeros((), dtype=torch.float32)
+                b = bf if (bf is not None and st.rounding == "bias") else torch.zeros((), dtype=torch.float32)
                 cur = _resolve(st.dtype, cur, out_dtype)
                 val = _round_to(_fma_fp32(val, opnd, b), cur)
         if cur != out_dtype:
             raise ContractError(
                 f"epilogue {desc.label()!r} ends in {_DTYPE_NAMES[cur]} but the call asked "
-                f"for out_dtype {out_dtype}: end it with 'cast out' (or the call's dtype)")
+                f"for out_dtype {out_dtype}: end it with 'cast out' (or the call's dtype)"
+            )
         return val.to(out_dtype) if out_dtype != torch.float32 else val.clone()
 
 
 # --------------------------------------------------------------------- named instances
+
 
 def from_contract(contract: EpilogueContract) -> EpilogueSteps:
     """The step list equal (bit for bit) to a built-in :class:`EpilogueContract`.
@@ -419,14 +430,12 @@ def from_contract(contract: EpilogueContract) -> EpilogueSteps:
         ContractError: not an EpilogueContract.
     """
     if not isinstance(contract, EpilogueContract):
-        raise ContractError(f"from_contract needs an EpilogueContract, got "
-                            f"{type(contract).__name__}")
-    muls = {"a_then_w": ["mul s_a", "mul s_w"], "w_then_a": ["mul s_w", "mul s_a"],
-            "fused": ["mul s_a*s_w"]}[contract.scale_order]
-    tail = (["add bias", "cast out"] if contract.bias_point == "fp32_before_round"
-            else ["cast out", "add bias"])
-    return parse_steps(["cast fp32", *muls, *tail],
-                       name=f"{contract.scale_order}/{contract.bias_point}")
+        raise ContractError(f"from_contract needs an EpilogueContract, got {type(contract).__name__}")
+    muls = {"a_then_w": ["mul s_a", "mul s_w"], "w_then_a": ["mul s_w", "mul s_a"], "fused": ["mul s_a*s_w"]}[
+        contract.scale_order
+    ]
+    tail = ["add bias", "cast out"] if contract.bias_point == "fp32_before_round" else ["cast out", "add bias"]
+    return parse_steps(["cast fp32", *muls, *tail], name=f"{contract.scale_order}/{contract.bias_point}")
 
 
 #: The six built-in contracts as named step lists (``"<scale_order>/<bias_point>"``).
@@ -454,10 +463,10 @@ def parse_declared(desc) -> Union[EpilogueSteps, dict]:
         out = {}
         for k, v in desc.items():
             dev, _, dt = str(k).partition("/")
-            if dev not in ("*", "cpu", "cuda") or (dt and dt not in ("bfloat16", "float16",
-                                                                  "float32")):
-                raise ContractError(f"epilogue selector {k!r}: use '*', 'cpu', 'cuda' or "
-                                    f"'<device>/<bfloat16|float16|float32>'")
+            if dev not in ("*", "cpu", "cuda") or (dt and dt not in ("bfloat16", "float16", "float32")):
+                raise ContractError(
+                    f"epilogue selector {k!r}: use '*', 'cpu', 'cuda' or '<device>/<bfloat16|float16|float32>'"
+                )
             out[str(k)] = parse_steps(v)
         return out
     return parse_steps(desc)

@@ -97,6 +97,15 @@ def read_json_object(path: Path, error: type = Int8confError, missing_hint: str 
 #: checkout (``site-packages`` of an installed copy, where the packages and
 #: their assets keep the same relative paths)
 REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE_ENV = "INT8CONF_CACHE"
+
+
+def cache_location(cache=None) -> Path:
+    """Where the artifact cache is (``cache`` argument, ``$INT8CONF_CACHE``
+    or ``~/.cache/int8conf``), without creating it."""
+    return Path(cache) if cache is not None else Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "int8conf")
+
+
 #: what an absolute path outside every known root becomes: ``.../<name>``
 EXTERNAL = "..."
 
@@ -106,10 +115,12 @@ def _path_roots() -> list:
     repository root (-> relative path), the artifact cache (->
     ``$INT8CONF_CACHE``), the temporary directory (-> ``$TMPDIR``) and the
     home directory (-> ``~``); each root both as written and symlink-resolved."""
-    from reference.model.artifacts import CACHE_ENV, cache_location
-
-    pairs = [(REPO_ROOT, ""), (cache_location(), f"${CACHE_ENV}"),
-             (Path(tempfile.gettempdir()), "$TMPDIR"), (Path.home(), "~")]
+    pairs = [
+        (REPO_ROOT, ""),
+        (cache_location(), f"${CACHE_ENV}"),
+        (Path(tempfile.gettempdir()), "$TMPDIR"),
+        (Path.home(), "~"),
+    ]
     out: dict = {}
     for root, pre in pairs:
         for variant in (os.path.abspath(root), os.path.realpath(root)):
@@ -160,8 +171,7 @@ def portable_text(text: str, _roots=None) -> str:
         if root not in text:
             continue
         rx = re.compile(re.escape(root) + r"(/|(?![\w.\-]))")
-        text = rx.sub(lambda m, pre=pre: (f"{pre}/" if pre else "") if m.group(1)
-                      else (pre or "."), text)
+        text = rx.sub(lambda m, pre=pre: (f"{pre}/" if pre else "") if m.group(1) else (pre or "."), text)
     return text
 
 

@@ -195,8 +195,7 @@ def note_part(whole, part) -> None:
     too (:func:`part_source`). No-op outside a scope."""
     if not active() or not isinstance(whole, torch.Tensor) or not isinstance(part, torch.Tensor):
         return
-    _state()["store"][("partof", _ident(part))] = ((weakref.ref(part),),
-                                                 (weakref.ref(whole), int(whole._version)))
+    _state()["store"][("partof", _ident(part))] = ((weakref.ref(part),), (weakref.ref(whole), int(whole._version)))
 
 
 def part_source(t) -> Optional[torch.Tensor]:

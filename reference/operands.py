@@ -55,6 +55,7 @@ def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.T
         flat = span.to(dev, copy=True)
         out = flat.as_strided(tuple(t.shape), tuple(t.stride()), 0)
     from reference import memo
+
     memo.note_copy(src, out)  # same bits: a known digest carries over (reference.memo)
     return out
 
@@ -116,6 +117,7 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     if t is None:
         return "none"
     from reference import memo
+
     return memo.cached("digest", (t,), lambda: _digest_or_source(t))
 
 
@@ -133,6 +135,7 @@ def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
         64-character lowercase hex string.
     """
     from reference import memo
+
     shape = ",".join(str(int(s)) for s in t.shape)
     parts = ",".join(tensor_digest(s) for s in sources)
     d = hashlib.sha256(f"{t.dtype};{shape};derived;{parts};{recipe}".encode("ascii")).hexdigest()
@@ -145,6 +148,7 @@ def _digest_or_source(t: torch.Tensor) -> str:
     same dtype, shape and bits, so the same digest, memoized for both), else
     :func:`_digest` of ``t`` itself."""
     from reference import memo
+
     src = memo.copy_source(t)
     return _digest(t) if src is None else tensor_digest(src)
 
@@ -234,21 +238,38 @@ class GemmOperands:
             if t is None or t.device == dev or (dev.index is None and t.device.type == dev.type):
                 return t
             return copy_keep_layout(t, dev)
+
         return GemmOperands(
-            a=mv(self.a), b=mv(self.b), scale_a=mv(self.scale_a), scale_b=mv(self.scale_b),
-            bias=mv(self.bias), out_dtype=self.out_dtype, name=self.name,
-            scale_mode=self.scale_mode, meta=dict(self.meta))
+            a=mv(self.a),
+            b=mv(self.b),
+            scale_a=mv(self.scale_a),
+            scale_b=mv(self.scale_b),
+            bias=mv(self.bias),
+            out_dtype=self.out_dtype,
+            name=self.name,
+            scale_mode=self.scale_mode,
+            meta=dict(self.meta),
+        )
 
     def dense(self) -> "GemmOperands":
         """Copy with every tensor contiguous (what a kernel that declares
         ``contiguous_only`` is handed); values and meta unchanged."""
         c = lambda t: None if t is None else t.detach().contiguous().clone()  # noqa: E731
         return GemmOperands(
-            a=c(self.a), b=c(self.b), scale_a=c(self.scale_a), scale_b=c(self.scale_b),
-            bias=c(self.bias), out_dtype=self.out_dtype, name=self.name,
-            scale_mode=self.scale_mode, meta=dict(self.meta))
+            a=c(self.a),
+            b=c(self.b),
+            scale_a=c(self.scale_a),
+            scale_b=c(self.scale_b),
+            bias=c(self.bias),
+            out_dtype=self.out_dtype,
+            name=self.name,
+            scale_mode=self.scale_mode,
+            meta=dict(self.meta),
+        )
 
     def __repr__(self) -> str:
-        return (f"GemmOperands(name={self.name!r}, M={self.m}, K={self.k}, N={self.n}, "
-                f"out_dtype={self.out_dtype}, bias={'yes' if self.bias is not None else 'no'}, "
-                f"scale_mode={self.scale_mode!r})")
+        return (
+            f"GemmOperands(name={self.name!r}, M={self.m}, K={self.k}, N={self.n}, "
+            f"out_dtype={self.out_dtype}, bias={'yes' if self.bias is not None else 'no'}, "
+            f"scale_mode={self.scale_mode!r})"
+        )

@@ -70,15 +70,15 @@ def _check_2d_float(x, name: str, dims: str) -> None:
     if x.dtype not in _W_DTYPES:
         raise OperandError(f"{name} has dtype {x.dtype}; expected bfloat16, float16 or float32")
     if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise OperandError(f"{name} must be a non-empty 2-D [{dims}] tensor, got shape "
-                           f"{tuple(x.shape)}")
+        raise OperandError(f"{name} must be a non-empty 2-D [{dims}] tensor, got shape {tuple(x.shape)}")
     bad = nonfinite_summary(x)
     if bad is not None:
         raise OperandError(f"{name} has {bad}")
 
 
-def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dtype_eps",
-                                division: str = "weight_dtype") -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight_per_channel(
+    w: torch.Tensor, scale_floor: str = "zero_to_dtype_eps", division: str = "weight_dtype"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 weight quantization (compressed-tensors).
 
     Args:
@@ -116,8 +116,7 @@ def quantize_weight_per_channel(w: torch.Tensor, scale_floor: str = "zero_to_dty
     if scale_floor == "clamp_fp32_eps":
         scale = torch.clamp(scale, min=torch.finfo(torch.float32).eps)
     else:
-        scale = torch.where(scale == 0, torch.tensor(torch.finfo(w.dtype).eps, dtype=w.dtype),
-                            scale)
+        scale = torch.where(scale == 0, torch.tensor(torch.finfo(w.dtype).eps, dtype=w.dtype), scale)
     scaled = w / scale if division == "weight_dtype" else w.float() / scale.float()
     q = torch.round(torch.clamp(scaled, -128.0, 127.0)).to(torch.int8)
     return q.contiguous(), scale.contiguous()
@@ -137,8 +136,10 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         OperandError: wrong dtypes or shapes.
     """
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
-        raise OperandError(f"q must be an int8 [N,K] tensor, got "
-                           f"{getattr(q, 'dtype', type(q).__name__)} {tuple(getattr(q, 'shape', ()))}")
+        raise OperandError(
+            f"q must be an int8 [N,K] tensor, got "
+            f"{getattr(q, 'dtype', type(q).__name__)} {tuple(getattr(q, 'shape', ()))}"
+        )
     if not isinstance(scale, torch.Tensor) or not scale.dtype.is_floating_point:
         raise OperandError("scale must be a floating-point tensor")
     n = q.shape[0]

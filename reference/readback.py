@@ -82,9 +82,11 @@ class Deferred:
         if not self.done:
             flush()
             if not self.done:  # not in this thread's queue, or its flush is in progress
-                raise RuntimeError("readback: a Deferred read in another thread than the one "
-                                   "that asked it, or inside another's convert (derive with "
-                                   "then() instead)")
+                raise RuntimeError(
+                    "readback: a Deferred read in another thread than the one "
+                    "that asked it, or inside another's convert (derive with "
+                    "then() instead)"
+                )
         if self._error is not None:
             raise self._error
         return self._value
@@ -132,8 +134,7 @@ def _pending() -> list:
 
 
 #: what :func:`ask` takes (floats would be truncated by the int64 transfer)
-_ASKABLE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
-                      torch.int64})
+_ASKABLE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 
 
 def _gather(parts: list) -> tuple[torch.Tensor, list]:
@@ -166,8 +167,7 @@ def _gather(parts: list) -> tuple[torch.Tensor, list]:
     return (pieces[0] if len(pieces) == 1 else torch.cat(pieces)), slots
 
 
-def ask(parts: Sequence[torch.Tensor], convert: Optional[Callable[[list], object]] = None
-        ) -> Deferred:
+def ask(parts: Sequence[torch.Tensor], convert: Optional[Callable[[list], object]] = None) -> Deferred:
     """Queue a question; nothing is read yet.
 
     Args:
@@ -190,8 +190,9 @@ def ask(parts: Sequence[torch.Tensor], convert: Optional[Callable[[list], object
     dev = ts[0].device if ts else None
     for t in ts:
         if t.dtype not in _ASKABLE:
-            raise TypeError(f"readback.ask takes integer or bool tensors, got {t.dtype} "
-                            f"(pass floats through readback.float_bits)")
+            raise TypeError(
+                f"readback.ask takes integer or bool tensors, got {t.dtype} (pass floats through readback.float_bits)"
+            )
         if t.device != dev:
             devs = sorted({str(x.device) for x in ts})
             raise ValueError(f"readback.ask: parts on several devices {devs}")
@@ -246,7 +247,7 @@ def flush() -> int:
             got = []
             for _ in d._parts:
                 start, n = slots[k]
-                got.extend(vals[start:start + n])
+                got.extend(vals[start : start + n])
                 k += 1
             d._resolve(got)
     _STATS["flushes"] += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from reference.errors import SeedError
 
 #: Largest accepted seed: the largest SQLite INTEGER (signed 64-bit).
-MAX_SEED = 2 ** 63 - 1
+MAX_SEED = 2**63 - 1
 
 
 def check_seed(value, what: str = "seed") -> int:

@@ -33,8 +33,9 @@ SCALE_KINDS = ("ordinary", "pow2", "tiny", "large", "negative")
 _DIM_EDGES = (1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 
 
-def shapes(max_m: int = 64, max_k: int = 160, max_n: int = 64, min_k: int = 1
-           ) -> st.SearchStrategy[tuple[int, int, int]]:
+def shapes(
+    max_m: int = 64, max_k: int = 160, max_n: int = 64, min_k: int = 1
+) -> st.SearchStrategy[tuple[int, int, int]]:
     """``(M, K, N)`` with each dim >= 1, biased toward M=1 and sizes just
     below / at / above multiples of 8, 16, 32 (tails), plus uniform sizes.
 
@@ -44,16 +45,17 @@ def shapes(max_m: int = 64, max_k: int = 160, max_n: int = 64, min_k: int = 1
     Returns:
         Strategy of int triples.
     """
+
     def dim(lo: int, hi: int) -> st.SearchStrategy[int]:
         edges = [d for d in _DIM_EDGES if lo <= d <= hi]
         near_hi = [d for d in (hi - 1, hi) if d >= lo]
         return st.one_of(st.sampled_from(edges + near_hi), st.integers(lo, hi))
+
     return st.tuples(dim(1, max_m), dim(min_k, max_k), dim(1, max_n))
 
 
 @st.composite
-def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = None
-                 ) -> torch.Tensor:
+def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = None) -> torch.Tensor:
     """int8 tensor of ``shape`` with values biased toward -128 and 127.
 
     A drawn fraction of the elements (or ``extreme_prob``) is set to -128 or
@@ -63,7 +65,7 @@ def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = Non
     Returns:
         Strategy of contiguous int8 tensors.
     """
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
     mode = draw(st.sampled_from(["uniform", "extreme_mix", "all_min", "all_max", "small"]))
     p = extreme_prob if extreme_prob is not None else draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
     g = torch.Generator().manual_seed(seed)
@@ -77,8 +79,11 @@ def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = Non
     t = torch.randint(-128, 128, shape, generator=g, dtype=torch.int16)
     if mode == "extreme_mix" and p > 0:
         pick = torch.rand(shape, generator=g) < p
-        ext = torch.where(torch.rand(shape, generator=g) < 0.5,
-                          torch.tensor(-128, dtype=torch.int16), torch.tensor(127, dtype=torch.int16))
+        ext = torch.where(
+            torch.rand(shape, generator=g) < 0.5,
+            torch.tensor(-128, dtype=torch.int16),
+            torch.tensor(127, dtype=torch.int16),
+        )
         t = torch.where(pick, ext, t)
     return t.to(torch.int8).contiguous()
 
@@ -108,7 +113,7 @@ def _scale_tensor(kind: str, n: int, seed: int) -> torch.Tensor:
 def scales(draw, n: int, kinds: Sequence[str] = SCALE_KINDS) -> torch.Tensor:
     """float32 [n] scales of one drawn kind (see module docstring)."""
     kind = draw(st.sampled_from(list(kinds)))
-    return _scale_tensor(kind, n, draw(st.integers(0, 2 ** 32 - 1)))
+    return _scale_tensor(kind, n, draw(st.integers(0, 2**32 - 1)))
 
 
 @st.composite
@@ -117,20 +122,26 @@ def invalid_scales(draw, n: int) -> tuple[torch.Tensor, str, int]:
     where ``problem`` is ``"NaN"`` or ``"inf"`` and ``index`` is the first bad
     element (the others are ordinary positive scales). Zero is legal (an
     all-zero activation row quantizes to scale 0), so it is not drawn here."""
-    s = _scale_tensor("ordinary", n, draw(st.integers(0, 2 ** 32 - 1)))
+    s = _scale_tensor("ordinary", n, draw(st.integers(0, 2**32 - 1)))
     problem = draw(st.sampled_from(["NaN", "inf", "-inf"]))
     idx = draw(st.integers(0, n - 1))
     count = draw(st.integers(1, n - idx))
     val = {"NaN": float("nan"), "inf": float("inf"), "-inf": float("-inf")}[problem]
-    s[idx:idx + count] = val
+    s[idx : idx + count] = val
     return s, {"-inf": "inf"}.get(problem, problem), idx
 
 
 @st.composite
-def gemm_operands(draw, max_m: int = 48, max_k: int = 160, max_n: int = 48,
-                  scale_kinds: Sequence[str] = SCALE_KINDS, with_bias: Optional[bool] = None,
-                  out_dtypes: Sequence[torch.dtype] = (torch.bfloat16,),
-                  min_k: int = 1) -> GemmOperands:
+def gemm_operands(
+    draw,
+    max_m: int = 48,
+    max_k: int = 160,
+    max_n: int = 48,
+    scale_kinds: Sequence[str] = SCALE_KINDS,
+    with_bias: Optional[bool] = None,
+    out_dtypes: Sequence[torch.dtype] = (torch.bfloat16,),
+    min_k: int = 1,
+) -> GemmOperands:
     """A valid :class:`GemmOperands` case.
 
     Args:
@@ -150,16 +161,22 @@ def gemm_operands(draw, max_m: int = 48, max_k: int = 160, max_n: int = 48,
     b = draw(int8_tensors((n, k)))
     kind_a = draw(st.sampled_from(list(scale_kinds)))
     kind_b = draw(st.sampled_from(list(scale_kinds)))
-    sa = _scale_tensor(kind_a, m, draw(st.integers(0, 2 ** 32 - 1)))
-    sb = _scale_tensor(kind_b, n, draw(st.integers(0, 2 ** 32 - 1)))
+    sa = _scale_tensor(kind_a, m, draw(st.integers(0, 2**32 - 1)))
+    sb = _scale_tensor(kind_b, n, draw(st.integers(0, 2**32 - 1)))
     out_dtype = draw(st.sampled_from(list(out_dtypes)))
     has_bias = draw(st.booleans()) if with_bias is None else with_bias
     bias = None
     if has_bias:
-        g = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 32 - 1)))
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
         bias = (torch.randn(n, generator=g) * 4.0).to(out_dtype)
-    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=out_dtype,
-                        name=f"hyp_{m}x{k}x{n}",
-                        scale_mode="pow2" if kind_b == "pow2" else "synthetic",
-                        meta={"scale_kind_a": kind_a, "scale_kind_b": kind_b,
-                              "M": m, "K": k, "N": n})
+    return GemmOperands(
+        a=a,
+        b=b,
+        scale_a=sa,
+        scale_b=sb,
+        bias=bias,
+        out_dtype=out_dtype,
+        name=f"hyp_{m}x{k}x{n}",
+        scale_mode="pow2" if kind_b == "pow2" else "synthetic",
+        meta={"scale_kind_a": kind_a, "scale_kind_b": kind_b, "M": m, "K": k, "N": n},
+    )

@@ -26,8 +26,7 @@ def _check_int8_matrix(x, name: str, dims: str) -> None:
     if x.dtype != torch.int8:
         raise OperandError(f"{name} has dtype {x.dtype}; expected torch.int8")
     if x.dim() != 2:
-        raise OperandError(
-            f"{name} must be 2-D [{dims}], got {x.dim()}-D shape {tuple(x.shape)}")
+        raise OperandError(f"{name} must be 2-D [{dims}], got {x.dim()}-D shape {tuple(x.shape)}")
 
 
 def is_row_major(x: torch.Tensor) -> bool:
@@ -54,11 +53,11 @@ def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
     if is_row_major(x) or (allow_column_major and is_column_major(x)):
         return
     r, c = (int(v) for v in x.shape)
-    alt = (f", or column-major (the transposed view of a [{c},{r}] buffer)"
-           if allow_column_major else "")
+    alt = f", or column-major (the transposed view of a [{c},{r}] buffer)" if allow_column_major else ""
     raise OperandError(
         f"{name} has strides {tuple(x.stride())} for shape {tuple(x.shape)}: expected row-major "
-        f"with unit inner stride and leading stride >= {c}{alt}; pass {name}.contiguous()")
+        f"with unit inner stride and leading stride >= {c}{alt}; pass {name}.contiguous()"
+    )
 
 
 def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
@@ -69,6 +68,7 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
 def _check_values(t: torch.Tensor, name: str) -> None:
     """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
     from reference import memo
+
     # both counts in one read-back, memoized per tensor inside a memo scope
     # (the sweep validates the same scales in every kernel run of a layer);
     # a fresh copy (the clones the runner hands a kernel, which validates
@@ -114,7 +114,8 @@ def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
     if not _scale_shape_ok(s, rows):
         raise OperandError(
             f"{name} has shape {tuple(s.shape)}; expected [{rows_name}]=[{rows}], "
-            f"[{rows_name},1]=[{rows},1] or a scalar")
+            f"[{rows_name},1]=[{rows},1] or a scalar"
+        )
 
 
 def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
@@ -123,8 +124,9 @@ def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
     _check_values(s, name)
 
 
-def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = None,
-                      out_dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int]:
+def validate_operands(
+    a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16
+) -> tuple[int, int, int]:
     """Check the operands of one ``scaled_mm`` call.
 
     Args:
@@ -153,8 +155,7 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
             shape or dtype or with NaN/inf, out_dtype not bf16/fp16/fp32.
     """
     if out_dtype not in OUT_DTYPES:
-        raise OperandError(
-            f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
+        raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     _check_int8_matrix(a, "a", "M,K")
     _check_int8_matrix(b, "b", "N,K")
     _check_layout(a, "a", allow_column_major=False)
@@ -162,12 +163,12 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
     m, k = (int(s) for s in a.shape)
     n, kb = (int(s) for s in b.shape)
     if k != kb:
-        raise OperandError(
-            f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
+        raise OperandError(f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
     for dim, v, nm in (("M", m, "a"), ("N", n, "b"), ("K", k, "a")):
         if v == 0:
-            raise OperandError(f"{dim}=0: {nm} has shape {tuple((a if nm == 'a' else b).shape)}; "
-                               f"empty GEMMs are not supported")
+            raise OperandError(
+                f"{dim}=0: {nm} has shape {tuple((a if nm == 'a' else b).shape)}; empty GEMMs are not supported"
+            )
     _check_scale(scale_a, "scale_a", m, "M")
     _check_scale(scale_b, "scale_b", n, "N")
     if bias is not None:
@@ -180,8 +181,7 @@ def validate_operands(a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = Non
     return m, k, n
 
 
-def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Bring scales to the canonical 1-D float32 form.
 
     Args:
@@ -200,6 +200,5 @@ def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: in
     out = []
     for s, rows, name, rn in ((scale_a, m, "scale_a", "M"), (scale_b, n, "scale_b", "N")):
         _check_scale_layout(s, name, rows, rn)
-        out.append(s.reshape(-1).expand(rows).contiguous() if s.numel() == 1
-                   else s.reshape(rows).contiguous())
+        out.append(s.reshape(-1).expand(rows).contiguous() if s.numel() == 1 else s.reshape(rows).contiguous())
     return out[0], out[1]

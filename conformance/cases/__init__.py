@@ -15,18 +15,32 @@
   (``"capture"``) and :func:`case_id`.
 
 Everything is deterministic given its seeds (``torch.Generator``) and
-independent of hypothesis (the property test lives in ``conformance.property``).
+independent of hypothesis (the property test lives in ``conformance.suite.property``).
 Each case is a ``reference.operands.GemmOperands``.
 """
 
-from conformance.cases.captures import (NO_CAPTURES, CaptureReplay, capture_cases, case_id,
-                                        load_capture_dir)
+from conformance.cases.captures import NO_CAPTURES, CaptureReplay, capture_cases, case_id, load_capture_dir
 from conformance.cases.sweep import TILE_EDGES, shape_sweep, sweep_shapes
-from conformance.cases.synthetic import (SYNTHETIC_KINDS, TIE_ORDERS, make_case, synthetic_cases,
-                                         tie_discrimination)
+from conformance.cases.synthetic import SYNTHETIC_KINDS, TIE_ORDERS, make_case, synthetic_cases, tie_discrimination
 from conformance.cases.tie_search import MANT_BITS, TIE_BLOCK, VMAX, pick_ties, realize_acc
 
-__all__ = ["NO_CAPTURES", "CaptureReplay", "capture_cases", "case_id", "load_capture_dir",
-           "TILE_EDGES", "shape_sweep", "sweep_shapes", "MANT_BITS", "SYNTHETIC_KINDS",
-           "TIE_BLOCK", "TIE_ORDERS", "VMAX", "make_case", "pick_ties", "realize_acc",
-           "synthetic_cases", "tie_discrimination"]
+__all__ = [
+    "NO_CAPTURES",
+    "CaptureReplay",
+    "capture_cases",
+    "case_id",
+    "load_capture_dir",
+    "TILE_EDGES",
+    "shape_sweep",
+    "sweep_shapes",
+    "MANT_BITS",
+    "SYNTHETIC_KINDS",
+    "TIE_BLOCK",
+    "TIE_ORDERS",
+    "VMAX",
+    "make_case",
+    "pick_ties",
+    "realize_acc",
+    "synthetic_cases",
+    "tie_discrimination",
+]

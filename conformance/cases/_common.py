@@ -12,7 +12,7 @@ seed): its ``torch.Generator`` is seeded with CRC-32 of that triple.
 A case built to violate a precondition on purpose lists those checks in
 ``meta["violates"]`` (e.g. ``["C3", "C4"]``, :data:`VIOLATES`): its C3 / C4
 failure is a *precondition case* of the suite, not a violation by the
-user's operands (``conformance.evaluate``).
+user's operands (``conformance.suite.evaluate``).
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ def mantissa(g: torch.Generator, n: int, mode: str) -> torch.Tensor:
     return 1.0 + torch.rand(n, generator=g, dtype=torch.float64)
 
 
-def small_int8(g: torch.Generator, shape, lo: int = -3, hi: int = 3,
-               nonzero: bool = False) -> torch.Tensor:
+def small_int8(g: torch.Generator, shape, lo: int = -3, hi: int = 3, nonzero: bool = False) -> torch.Tensor:
     """int8 uniform in [lo, hi] (``nonzero``: 0 replaced by hi)."""
     t = torch.randint(lo, hi + 1, tuple(shape), generator=g, dtype=torch.int16)
     if nonzero:
@@ -90,27 +89,44 @@ def snap_pow2_(s: torch.Tensor) -> torch.Tensor:
     real significands.
     """
     nz = s != 0
-    e = torch.round(torch.log2(s.abs().double().clamp_min(2.0 ** -149)))
+    e = torch.round(torch.log2(s.abs().double().clamp_min(2.0**-149)))
     snapped = torch.where(nz, torch.sign(s.double()) * torch.pow(2.0, e), s.double())
     s.copy_(snapped.to(s.dtype))
     return s
 
 
-def family_case(family: str, variant: str, mode: str, out_dtype: torch.dtype, a: torch.Tensor,
-                b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                bias: Optional[torch.Tensor] = None, seed: int = 0, snap_fp32: bool = True,
-                **meta) -> GemmOperands:
+def family_case(
+    family: str,
+    variant: str,
+    mode: str,
+    out_dtype: torch.dtype,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    seed: int = 0,
+    snap_fp32: bool = True,
+    **meta,
+) -> GemmOperands:
     """GemmOperands of one family case (naming and meta in the module docstring);
     extra keyword arguments go to ``meta`` (JSON-able values). ``snap_fp32=False``
     keeps real token scales with float32 output: only for accumulators chosen so
     that every legal scale order stays within C6's one spacing."""
     tag = DTYPE_TAG[out_dtype]
-    m = {"source": "family", "family": family, "variant": variant, "seed": seed,
-         "scale_kind": mode}
+    m = {"source": "family", "family": family, "variant": variant, "seed": seed, "scale_kind": mode}
     if mode == "real" and out_dtype == torch.float32 and snap_fp32:
         snap_pow2_(scale_a)
         m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
     m.update(meta)
-    return GemmOperands(a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias,
-                        out_dtype=out_dtype, name=f"family/{family}/{variant}-{mode}-{tag}",
-                        scale_mode="pow2" if mode == "pow2" else "synthetic", meta=m)
+    return GemmOperands(
+        a=a,
+        b=b,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        bias=bias,
+        out_dtype=out_dtype,
+        name=f"family/{family}/{variant}-{mode}-{tag}",
+        scale_mode="pow2" if mode == "pow2" else "synthetic",
+        meta=m,
+    )

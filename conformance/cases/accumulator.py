@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import (GRID, channel_scales, family_case, generator,
-                                       sign, small_int8, token_scales)
+from conformance.cases._common import GRID, channel_scales, family_case, generator, sign, small_int8, token_scales
 from reference.operands import GemmOperands
 
-RUN = 2048          # same-sign products per run
-TAIL = 37           # small products after / before the runs (K not a multiple of 8)
+RUN = 2048  # same-sign products per run
+TAIL = 37  # small products after / before the runs (K not a multiple of 8)
 OVERFLOW_K = 131073  # (2**31 + 16384) / 16384: all -128 overflows int32
 
 
@@ -40,8 +39,16 @@ def _run(g: torch.Generator, m: int, n: int, r: int) -> tuple[torch.Tensor, torc
     return a, b
 
 
-def partial_sum_case(variant: str, mode: str, out_dtype: torch.dtype, seed: int = 0,
-                     m: int = 4, n: int = 8, r: int = RUN, tail: int = TAIL) -> GemmOperands:
+def partial_sum_case(
+    variant: str,
+    mode: str,
+    out_dtype: torch.dtype,
+    seed: int = 0,
+    m: int = 4,
+    n: int = 8,
+    r: int = RUN,
+    tail: int = TAIL,
+) -> GemmOperands:
     """One ``partial_sums`` case (module docstring); K = 2 * r + tail.
 
     Args:
@@ -51,7 +58,7 @@ def partial_sum_case(variant: str, mode: str, out_dtype: torch.dtype, seed: int 
     g = generator("partial_sums", variant, seed)
     a1, b1 = _run(g, m, n, r)
     perm = torch.randperm(r, generator=g)
-    a2, b2 = -a1[:, perm], b1[:, perm]          # cancels the run exactly, in another order
+    a2, b2 = -a1[:, perm], b1[:, perm]  # cancels the run exactly, in another order
     at, bt = small_int8(g, (m, tail), -4, 4), small_int8(g, (n, tail), -4, 4)
     if variant == "run_first":
         a = torch.cat([a1, a2, at.long()], 1)
@@ -59,13 +66,23 @@ def partial_sum_case(variant: str, mode: str, out_dtype: torch.dtype, seed: int 
     else:
         a = torch.cat([at.long(), a1, a2], 1)
         b = torch.cat([bt.long(), b1, b2], 1)
-    return family_case("partial_sums", variant, mode, out_dtype, a.to(torch.int8),
-                       b.to(torch.int8), token_scales(g, m), channel_scales(g, n, mode), seed=seed,
-                       trigger="partial sums >= 2^24, final |acc| small")
+    return family_case(
+        "partial_sums",
+        variant,
+        mode,
+        out_dtype,
+        a.to(torch.int8),
+        b.to(torch.int8),
+        token_scales(g, m),
+        channel_scales(g, n, mode),
+        seed=seed,
+        trigger="partial sums >= 2^24, final |acc| small",
+    )
 
 
-def large_acc_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4, n: int = 8,
-                   r: int = RUN, tail: int = TAIL) -> GemmOperands:
+def large_acc_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4, n: int = 8, r: int = RUN, tail: int = TAIL
+) -> GemmOperands:
     """One ``large_acc`` case: a same-sign run (final |acc| ~ 2.5e7 >= 2**24)
     then a small tail; K = r + tail."""
     g = generator("large_acc", "run", seed)
@@ -75,13 +92,22 @@ def large_acc_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4,
     b = torch.cat([b1, bt.long()], 1).to(torch.int8)
     # scale so that outputs stay finite in float16 too (|acc| * s_a * s_w < 65504)
     sa = token_scales(g, m) / 64
-    return family_case("large_acc", "run", mode, out_dtype, a, b, sa,
-                       channel_scales(g, n, mode), seed=seed, trigger="final |acc| >= 2^24",
-                       violates=["C4"])
+    return family_case(
+        "large_acc",
+        "run",
+        mode,
+        out_dtype,
+        a,
+        b,
+        sa,
+        channel_scales(g, n, mode),
+        seed=seed,
+        trigger="final |acc| >= 2^24",
+        violates=["C4"],
+    )
 
 
-def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVERFLOW_K
-                  ) -> GemmOperands:
+def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVERFLOW_K) -> GemmOperands:
     """One ``int32_overflow`` case: M = N = 2; acc[0,0] = k * 16384 > 2**31 - 1
     (k = 131073: 2**31 + 16384, wraps to -2**31 + 16384); the other three
     accumulators are random and inside int32."""
@@ -90,10 +116,20 @@ def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVE
     b = torch.randint(-128, 128, (2, k), generator=g, dtype=torch.int16).to(torch.int8)
     a[0].fill_(-128)
     b[0].fill_(-128)
-    sa = token_scales(g, 2) / 2 ** 20   # |acc| ~ 2**31: keep float16 outputs finite
-    return family_case("int32_overflow", "saturated", mode, out_dtype, a, b, sa,
-                       channel_scales(g, 2, mode), seed=seed, trigger="|acc| > 2^31",
-                       violates=["C3", "C4"])
+    sa = token_scales(g, 2) / 2**20  # |acc| ~ 2**31: keep float16 outputs finite
+    return family_case(
+        "int32_overflow",
+        "saturated",
+        mode,
+        out_dtype,
+        a,
+        b,
+        sa,
+        channel_scales(g, 2, mode),
+        seed=seed,
+        trigger="|acc| > 2^31",
+        violates=["C3", "C4"],
+    )
 
 
 #: K of the two-direction case: 16256 * K > 2**31 (127 * -128 products overflow below -2**31)
@@ -112,16 +148,25 @@ def both_directions_case(seed: int = 0, k: int = BOTH_K) -> GemmOperands:
     a[0].fill_(-128)
     a[1].fill_(127)
     b[:2].fill_(-128)
-    sa = token_scales(g, 3) / 2 ** 20
-    return family_case("int32_overflow", "both_directions", "pow2", torch.float32, a, b, sa,
-                       channel_scales(g, 3, "pow2"), seed=seed,
-                       trigger="|acc| > 2^31 in both directions", violates=["C3", "C4"])
+    sa = token_scales(g, 3) / 2**20
+    return family_case(
+        "int32_overflow",
+        "both_directions",
+        "pow2",
+        torch.float32,
+        a,
+        b,
+        sa,
+        channel_scales(g, 3, "pow2"),
+        seed=seed,
+        trigger="|acc| > 2^31 in both directions",
+        violates=["C3", "C4"],
+    )
 
 
 def partial_sums_family(seed: int = 0) -> list[GemmOperands]:
     """``partial_sums``: both variants x both modes x bf16/fp16/fp32 (12 cases)."""
-    return [partial_sum_case(v, mode, dt, seed) for v in ("run_first", "run_last")
-            for mode, dt in GRID]
+    return [partial_sum_case(v, mode, dt, seed) for v in ("run_first", "run_last") for mode, dt in GRID]
 
 
 def large_acc_family(seed: int = 0) -> list[GemmOperands]:

@@ -21,17 +21,25 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import (MODES, OUT_DTYPES, GRID, channel_scales, family_case,
-                                       generator, nonzero_int8, small_int8, token_scales)
+from conformance.cases._common import (
+    GRID,
+    MODES,
+    OUT_DTYPES,
+    channel_scales,
+    family_case,
+    generator,
+    nonzero_int8,
+    small_int8,
+    token_scales,
+)
 from reference.operands import GemmOperands
 
-PAIR_OFFSETS = 32                      # a pair at every offset 0..31
-RUNS = ((3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (4, 3), (8, 0), (8, 8))   # (length, offset)
+PAIR_OFFSETS = 32  # a pair at every offset 0..31
+RUNS = ((3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (4, 3), (8, 0), (8, 8))  # (length, offset)
 N_EDGES = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
 
 
-def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 8,
-                       rand_k: int = 24) -> GemmOperands:
+def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 8, rand_k: int = 24) -> GemmOperands:
     """One ``extreme_pairs`` case (module docstring): M = 40, K = 40 + 9 + 24 = 73.
 
     K layout: region P = [0, 40): b = -128 for every n; row m of ``a`` is -128
@@ -45,19 +53,28 @@ def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int 
     m, kp = len(runs), 40
     a = torch.zeros((m, kp + 9), dtype=torch.int16)
     for i, (length, off) in enumerate(runs):
-        a[i, off:off + length] = -128
-        a[i, kp:kp + length] = -128
+        a[i, off : off + length] = -128
+        a[i, kp : kp + length] = -128
         a[i, kp + 8] = -2 * length
     b = torch.zeros((n, kp + 9), dtype=torch.int16)
     b[:, :kp] = -128
-    b[:, kp:kp + 8] = 127
+    b[:, kp : kp + 8] = 127
     b[:, kp + 8] = 64
     ar, br = small_int8(g, (m, rand_k), -3, 3), small_int8(g, (n, rand_k), -3, 3)
     a = torch.cat([a.to(torch.int8), ar], 1)
     b = torch.cat([b.to(torch.int8), br], 1)
-    return family_case("extreme_pairs", "alignment", mode, out_dtype, a, b, token_scales(g, m),
-                       channel_scales(g, n, mode), seed=seed,
-                       trigger="adjacent (-128)*(-128) products at every alignment")
+    return family_case(
+        "extreme_pairs",
+        "alignment",
+        mode,
+        out_dtype,
+        a,
+        b,
+        token_scales(g, m),
+        channel_scales(g, n, mode),
+        seed=seed,
+        trigger="adjacent (-128)*(-128) products at every alignment",
+    )
 
 
 def k_residue_case(k: int, i: int, seed: int = 0) -> GemmOperands:
@@ -69,9 +86,19 @@ def k_residue_case(k: int, i: int, seed: int = 0) -> GemmOperands:
     g = generator("k_residues", f"K{k}", seed)
     a, b = nonzero_int8(g, (m, k)), nonzero_int8(g, (n, k))
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if i % 3 == 2 else None
-    return family_case("k_residues", f"K{k}", mode, out_dtype, a, b, token_scales(g, m),
-                       channel_scales(g, n, mode), bias=bias, seed=seed,
-                       trigger=f"K % 128 = {k % 128}")
+    return family_case(
+        "k_residues",
+        f"K{k}",
+        mode,
+        out_dtype,
+        a,
+        b,
+        token_scales(g, m),
+        channel_scales(g, n, mode),
+        bias=bias,
+        seed=seed,
+        trigger=f"K % 128 = {k % 128}",
+    )
 
 
 def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
@@ -87,9 +114,19 @@ def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
     a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int16).to(torch.int8)
     b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if m % 2 else None
-    return family_case("m_n_edges", f"M{m}xK{k}xN{n}", mode, out_dtype, a, b,
-                       token_scales(g, m), channel_scales(g, n, mode), bias=bias, seed=seed,
-                       trigger="M = 1..17, N and K around tile edges")
+    return family_case(
+        "m_n_edges",
+        f"M{m}xK{k}xN{n}",
+        mode,
+        out_dtype,
+        a,
+        b,
+        token_scales(g, m),
+        channel_scales(g, n, mode),
+        bias=bias,
+        seed=seed,
+        trigger="M = 1..17, N and K around tile edges",
+    )
 
 
 def extreme_pairs_family(seed: int = 0) -> list[GemmOperands]:

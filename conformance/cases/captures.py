@@ -28,8 +28,9 @@ class CaptureReplay:
     source: str = ""
 
 
-def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
-                  capture_set=None, max_layers: Optional[int] = None) -> CaptureReplay:
+def capture_cases(
+    scale_modes: Iterable[str] = ("own", "pow2"), capture_set=None, max_layers: Optional[int] = None
+) -> CaptureReplay:
     """Replay real layer captures (``reference.model.capture``).
 
     Args:
@@ -67,9 +68,13 @@ def capture_cases(scale_modes: Iterable[str] = ("own", "pow2"),
             cases.append(ops)
     src = str(getattr(cs, "dir", "") or "")
     layers = len({c.name for c in cases})
-    return CaptureReplay(cases=cases, available=True, source=src,
-                         note=f"{layers} captured layers replayed in scale modes "
-                              f"{', '.join(modes)} ({len(cases)} cases) from {src or 'capture set'}")
+    return CaptureReplay(
+        cases=cases,
+        available=True,
+        source=src,
+        note=f"{layers} captured layers replayed in scale modes "
+        f"{', '.join(modes)} ({len(cases)} cases) from {src or 'capture set'}",
+    )
 
 
 def load_capture_dir(capture_dir) -> object:
@@ -80,6 +85,7 @@ def load_capture_dir(capture_dir) -> object:
         CaptureError: missing or inconsistent capture directory (one line).
     """
     from reference.model.capture import load_capture_set
+
     return load_capture_set(capture_dir)
 
 

@@ -42,36 +42,47 @@ import torch
 from conformance.cases._common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
 from conformance.cases.synthetic import _channel_scales
-from conformance.cases.tie_search import (TIE_BLOCK, VMAX, _tie_orders_bits, _tie_targets,
-                                          pick_ties, realize_acc)
+from conformance.cases.tie_search import TIE_BLOCK, VMAX, _tie_orders_bits, _tie_targets, pick_ties, realize_acc
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
 
 BF, FP16 = torch.bfloat16, torch.float16
 FAMILY = "dispatch"
 #: (M, out dtype) of the M-gap tie cases
-M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127)
-               ) + ((40, FP16), (80, FP16))
+M_GAPS = tuple((m, BF) for m in (18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127)) + ((40, FP16), (80, FP16))
 #: (variant, M, out dtype) of the tie cases with another operand form: an all-zero
 #: bias, negative scales, per-tensor (0-d) scales on both sides, |acc| up to ~2^20
-FORMS = (("bias0", 16, BF), ("bias0", 16, FP16), ("negative", 16, BF), ("scalar", 16, BF),
-         ("scalar", 1, FP16), ("big_acc", 16, BF), ("big_acc", 16, FP16))
+FORMS = (
+    ("bias0", 16, BF),
+    ("bias0", 16, FP16),
+    ("negative", 16, BF),
+    ("scalar", 16, BF),
+    ("scalar", 1, FP16),
+    ("big_acc", 16, BF),
+    ("big_acc", 16, FP16),
+)
 #: the big_acc ties: block 64 (K = 64 * 24 = 1536), |acc| <= BIG_VMAX (above 2^19)
 BIG_BLOCK, BIG_VMAX = 64, 1_000_000
 #: M of the float32-output tie cases (real scales, orders within one spacing)
 FP32_TIES_M = (1, 16, 64)
 #: (M, out dtype) of the small-accumulator tie cases, and their bound
 SMALL_ACC = ((1, BF), (16, BF), (64, BF), (16, FP16))
-SMALL_VMAX = 2 ** 16 - 1
+SMALL_VMAX = 2**16 - 1
 #: (K, scale mode, out dtype) of the deep-K bias-cancellation cases (M = 4)
-DEEP_K_BIAS = ((2048, "real", BF), (4096, "real", BF), (8195, "real", BF), (4096, "real", FP16),
-               (2048, "pow2", BF), (4096, "pow2", BF), (8195, "pow2", BF))
+DEEP_K_BIAS = (
+    (2048, "real", BF),
+    (4096, "real", BF),
+    (8195, "real", BF),
+    (4096, "real", FP16),
+    (2048, "pow2", BF),
+    (4096, "pow2", BF),
+    (8195, "pow2", BF),
+)
 
 _TAG = {BF: "bf16", FP16: "fp16"}
 
 
-def spread_k(a: torch.Tensor, b: torch.Tensor, k: int, g: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def spread_k(a: torch.Tensor, b: torch.Tensor, k: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Spread the K0 columns of ``(a, b)`` evenly over ``k`` >= K0 columns.
 
     Column j goes to ``(j * k) // K0``; ``a`` is zero in every other column and
@@ -114,8 +125,15 @@ def widen_n(b: torch.Tensor, scale_b: torch.Tensor, n: int) -> tuple[torch.Tenso
     return b[idx].contiguous(), scale_b[idx].contiguous()
 
 
-def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax: int = VMAX,
-          block: int = TIE_BLOCK, scalar: bool = False):
+def _ties(
+    variant: str,
+    m: int,
+    out_dtype: torch.dtype,
+    seed: int,
+    vmax: int = VMAX,
+    block: int = TIE_BLOCK,
+    scalar: bool = False,
+):
     g = generator(FAMILY, f"{variant}-M{m}-{_TAG[out_dtype]}", seed)
     if scalar:  # one scale per tensor: the ties are chosen for that single product
         sa, sb = token_scales(g, 1).expand(m), _channel_scales(g, 1).expand(N_TIES)
@@ -128,15 +146,26 @@ def _ties(variant: str, m: int, out_dtype: torch.dtype, seed: int, vmax: int = V
 def m_gap_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """A ``ties`` case at an M between 17 and 128 (N = 24, K = 768)."""
     _, a, b, sa, sb = _ties("m_gap", m, out_dtype, seed)
-    return family_case(FAMILY, f"m_gap-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed,
-                       trigger=f"scale-order ties at M = {m}")
+    return family_case(
+        FAMILY, f"m_gap-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed, trigger=f"scale-order ties at M = {m}"
+    )
 
 
 def small_acc_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """Ties among accumulators with |acc| <= 2^16 - 1 (N = 24, K = 768)."""
     _, a, b, sa, sb = _ties("small_acc", m, out_dtype, seed, vmax=SMALL_VMAX)
-    return family_case(FAMILY, f"small_acc-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed,
-                       trigger="scale-order ties with every |acc| < 2^16")
+    return family_case(
+        FAMILY,
+        f"small_acc-M{m}",
+        "real",
+        out_dtype,
+        a,
+        b,
+        sa,
+        sb,
+        seed=seed,
+        trigger="scale-order ties with every |acc| < 2^16",
+    )
 
 
 def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
@@ -146,8 +175,15 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
     ``scalar`` 0-d scales on both sides (a per-tensor fast path); ``big_acc``
     accumulators up to :data:`BIG_VMAX` (K = 1536)."""
     big = form == "big_acc"
-    _, a, b, sa, sb = _ties(form, m, out_dtype, seed, vmax=BIG_VMAX if big else VMAX,
-                            block=BIG_BLOCK if big else TIE_BLOCK, scalar=form == "scalar")
+    _, a, b, sa, sb = _ties(
+        form,
+        m,
+        out_dtype,
+        seed,
+        vmax=BIG_VMAX if big else VMAX,
+        block=BIG_BLOCK if big else TIE_BLOCK,
+        scalar=form == "scalar",
+    )
     bias = torch.zeros(N_TIES, dtype=out_dtype) if form == "bias0" else None
     if form == "negative":
         sa, sb = sa.clone(), sb.clone()
@@ -155,9 +191,19 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
         sb[1::2] = -sb[1::2]
     if form == "scalar":
         sa, sb = sa[0].clone(), sb[0].clone()
-    return family_case(FAMILY, f"{form}-M{m}", "real", out_dtype, a, b, sa.contiguous(),
-                       sb.contiguous(), bias=bias, seed=seed,
-                       trigger=f"scale-order ties with {form.replace('_', ' ')} operands")
+    return family_case(
+        FAMILY,
+        f"{form}-M{m}",
+        "real",
+        out_dtype,
+        a,
+        b,
+        sa.contiguous(),
+        sb.contiguous(),
+        bias=bias,
+        seed=seed,
+        trigger=f"scale-order ties with {form.replace('_', ' ')} operands",
+    )
 
 
 def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
@@ -178,8 +224,9 @@ def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor) -> to
     y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
     d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()  # positive finite floats: bits order like values
     ok = (d2 <= 1) & (d3 <= 1)
-    score = torch.where(ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0)
-                        + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0)
+    score = torch.where(
+        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
+    )
     pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
     pick = torch.where(ok.any(-1), pick, 0)
     sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
@@ -192,9 +239,20 @@ def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
     g = generator(FAMILY, f"fp32_ties-M{m}", seed)
     sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
     a, b = realize_acc(pick_fp32_ties(g, sa, sb))
-    return family_case(FAMILY, f"fp32_ties-M{m}", "real", torch.float32, a, b, sa, sb, seed=seed,
-                       snap_fp32=False, trigger="scale-order ties in float32 output, real scales",
-                       token_scales="real (every legal order within one float32 spacing)")
+    return family_case(
+        FAMILY,
+        f"fp32_ties-M{m}",
+        "real",
+        torch.float32,
+        a,
+        b,
+        sa,
+        sb,
+        seed=seed,
+        snap_fp32=False,
+        trigger="scale-order ties in float32 output, real scales",
+        token_scales="real (every legal order within one float32 spacing)",
+    )
 
 
 def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
@@ -202,17 +260,29 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
     src = bias_cancel_case(mode, out_dtype, seed)
     g = generator(FAMILY, f"deep_k_bias{k}-{mode}-{_TAG[out_dtype]}", seed)
     a, b = spread_k(src.a, src.b, k, g)
-    return family_case(FAMILY, f"deep_k_bias-K{k}", mode, out_dtype, a, b, src.scale_a,
-                       src.scale_b, bias=src.bias, seed=seed,
-                       trigger=f"bias near cancellation at K = {k}")
+    return family_case(
+        FAMILY,
+        f"deep_k_bias-K{k}",
+        mode,
+        out_dtype,
+        a,
+        b,
+        src.scale_a,
+        src.scale_b,
+        bias=src.bias,
+        seed=seed,
+        trigger=f"bias near cancellation at K = {k}",
+    )
 
 
 def dispatch_family(seed: int = 0) -> list[GemmOperands]:
     """``dispatch``: 15 M-gap, 4 small-accumulator, 7 operand-form, 3 float32-output
     and 7 deep-K bias cases (36). Deep K, wide N and M >= 128 are family
     ``regimes``' planted cases."""
-    return ([m_gap_case(m, dt, seed) for m, dt in M_GAPS]
-            + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
-            + [form_case(f, m, dt, seed) for f, m, dt in FORMS]
-            + [fp32_ties_case(m, seed) for m in FP32_TIES_M]
-            + [deep_k_bias_case(k, mode, dt, seed) for k, mode, dt in DEEP_K_BIAS])
+    return (
+        [m_gap_case(m, dt, seed) for m, dt in M_GAPS]
+        + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]
+        + [form_case(f, m, dt, seed) for f, m, dt in FORMS]
+        + [fp32_ties_case(m, seed) for m in FP32_TIES_M]
+        + [deep_k_bias_case(k, mode, dt, seed) for k, mode, dt in DEEP_K_BIAS]
+    )

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from conformance.cases.accumulator import (int32_overflow_family, large_acc_family,
-                                           partial_sums_family)
+from conformance.cases.accumulator import int32_overflow_family, large_acc_family, partial_sums_family
 from conformance.cases.alignment import extreme_pairs_family, k_residues_family, m_n_edges_family
 from conformance.cases.dispatch import dispatch_family
 from conformance.cases.large_shapes import large_shapes_family
 from conformance.cases.layouts import layouts_family
+from conformance.cases.outputs import (
+    bias_cancel_family,
+    negative_scales_family,
+    overflow_inf_family,
+    signed_zero_family,
+    subnormal_family,
+    zero_scales_family,
+)
 from conformance.cases.regimes import regimes_family
-from conformance.cases.outputs import (bias_cancel_family, negative_scales_family,
-                                       overflow_inf_family, signed_zero_family,
-                                       subnormal_family, zero_scales_family)
 from conformance.cases.ties import ties_family
 from reference.operands import GemmOperands
 
 #: name -> (builder(seed) -> cases, the trigger condition it reaches)
 FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
-    "partial_sums": (partial_sums_family,
-                     "partial sums >= 2^24 (both K directions) with small final |acc|"),
+    "partial_sums": (partial_sums_family, "partial sums >= 2^24 (both K directions) with small final |acc|"),
     "large_acc": (large_acc_family, "final |acc| >= 2^24 (float32(acc) inexact)"),
     "int32_overflow": (int32_overflow_family, "|acc| > 2^31 (K = 131073, all -128)"),
     "subnormal": (subnormal_family, "subnormal outputs in bf16 / fp16 / fp32"),
@@ -34,24 +37,29 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "negative_scales": (negative_scales_family, "negative per-token and per-channel scales"),
     "zero_scales": (zero_scales_family, "zero scales (0 and -0) and all-zero rows"),
     "bias_cancel": (bias_cancel_family, "bias near cancellation"),
-    "extreme_pairs": (extreme_pairs_family,
-                      "adjacent (-128)*(-128) products at every alignment mod 32"),
+    "extreme_pairs": (extreme_pairs_family, "adjacent (-128)*(-128) products at every alignment mod 32"),
     "k_residues": (k_residues_family, "K at every residue mod 8..128 (K = 128..255, 1..7)"),
     "m_n_edges": (m_n_edges_family, "M = 1..17, N and K around tile edges, (17, 16, 16)"),
     "ties": (ties_family, "scale-order ties at M = 1..17, 64, 96"),
     "layouts": (layouts_family, "padded a, transposed / padded b, strided scales and bias"),
-    "large_shapes": (large_shapes_family,
-                     "size-dependent paths: scale-order ties at M = 128..513, N > 256 with a "
-                     "partial last tile and bias, split-K shapes (K = 8195, M <= 16) with "
-                     "partial sums >= 2^25 and an odd small acc"),
-    "dispatch": (dispatch_family,
-                 "epilogue discriminators where kernels switch paths: scale-order ties at "
-                 "M = 18..127, every |acc| < 2^16 or up to 10^6, with a zero bias, negative or "
-                 "per-tensor scales, in float32 output; bias near cancellation at K = 2048..8195"),
-    "regimes": (regimes_family,
-                "the trigger map: both sides of every M / N / K boundary a kernel may branch on "
-                "(2^k +- 1 up to 2^17 + 1, tile multiples, 151,936, large-K residues, M*N*K "
-                "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators"),
+    "large_shapes": (
+        large_shapes_family,
+        "size-dependent paths: scale-order ties at M = 128..513, N > 256 with a "
+        "partial last tile and bias, split-K shapes (K = 8195, M <= 16) with "
+        "partial sums >= 2^25 and an odd small acc",
+    ),
+    "dispatch": (
+        dispatch_family,
+        "epilogue discriminators where kernels switch paths: scale-order ties at "
+        "M = 18..127, every |acc| < 2^16 or up to 10^6, with a zero bias, negative or "
+        "per-tensor scales, in float32 output; bias near cancellation at K = 2048..8195",
+    ),
+    "regimes": (
+        regimes_family,
+        "the trigger map: both sides of every M / N / K boundary a kernel may branch on "
+        "(2^k +- 1 up to 2^17 + 1, tile multiples, 151,936, large-K residues, M*N*K "
+        "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators",
+    ),
 }
 
 

@@ -54,34 +54,35 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import (GRID, channel_scales, family_case, generator,
-                                       nonzero_int8, sign, token_scales)
+from conformance.cases._common import GRID, channel_scales, family_case, generator, nonzero_int8, sign, token_scales
 from conformance.cases.synthetic import _channel_scales
 from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
 
 FAMILY = "large_shapes"
 #: (M, output dtype) of the prefill tie cases.
-PREFILL = ((128, torch.bfloat16), (129, torch.bfloat16), (257, torch.bfloat16),
-           (129, torch.float16), (257, torch.float16))
+PREFILL = (
+    (128, torch.bfloat16),
+    (129, torch.bfloat16),
+    (257, torch.bfloat16),
+    (129, torch.float16),
+    (257, torch.float16),
+)
 PREFILL_N = 24
 #: (N, M, bias) of the wide-N cases, one per (mode, out_dtype) of GRID.
-WIDE = ((257, 1, True), (300, 2, True), (520, 3, False),
-        (321, 5, False), (383, 16, True), (328, 17, True))
+WIDE = ((257, 1, True), (300, 2, True), (520, 3, False), (321, 5, False), (383, 16, True), (328, 17, True))
 WIDE_K = 40
 #: K of the split-K cases: two runs of SPLITK_RUN plus SPLITK_TAIL odd products.
 SPLITK_RUN, SPLITK_TAIL = 4096, 3
 SPLITK_K = 2 * SPLITK_RUN + SPLITK_TAIL
 #: (M, direction) of the split-K cases, one per (mode, out_dtype) of GRID.
-SPLITK = ((1, "run_first"), (2, "run_last"), (16, "run_first"),
-          (1, "run_last"), (2, "run_first"), (16, "run_last"))
+SPLITK = ((1, "run_first"), (2, "run_last"), (16, "run_first"), (1, "run_last"), (2, "run_first"), (16, "run_last"))
 SPLITK_N = 8
 #: Distinct rows of a prefill case (see prefill_case).
 BASE_ROWS = 32
 
 
-def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0,
-                 n: int = PREFILL_N) -> GemmOperands:
+def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0, n: int = PREFILL_N) -> GemmOperands:
     """One ``prefill_M<m>`` case, real scales, K = 32 n (``realize_acc``).
 
     ``pick_ties`` costs ~M * N * 2**p candidate evaluations (p = 8 for
@@ -95,11 +96,20 @@ def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0,
     base = min(m, BASE_ROWS)
     sa0, sb = token_scales(g, base), _channel_scales(g, n)
     acc0 = pick_ties(g, sa0, sb, out_dtype)
-    rows = torch.cat([torch.randperm(base, generator=g),
-                      torch.randint(0, base, (m - base,), generator=g)])
+    rows = torch.cat([torch.randperm(base, generator=g), torch.randint(0, base, (m - base,), generator=g)])
     a, b = realize_acc(acc0[rows])
-    return family_case(FAMILY, f"prefill_M{m}", "real", out_dtype, a, b, sa0[rows].clone(), sb,
-                       seed=seed, trigger="scale-order ties at M >= 128")
+    return family_case(
+        FAMILY,
+        f"prefill_M{m}",
+        "real",
+        out_dtype,
+        a,
+        b,
+        sa0[rows].clone(),
+        sb,
+        seed=seed,
+        trigger="scale-order ties at M >= 128",
+    )
 
 
 def wide_n_case(i: int, seed: int = 0) -> GemmOperands:
@@ -109,20 +119,31 @@ def wide_n_case(i: int, seed: int = 0) -> GemmOperands:
     g = generator(FAMILY, f"wide_N{n}", seed)
     a, b = nonzero_int8(g, (m, WIDE_K)), nonzero_int8(g, (n, WIDE_K))
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if with_bias else None
-    return family_case(FAMILY, f"wide_N{n}", mode, out_dtype, a, b, token_scales(g, m),
-                       channel_scales(g, n, mode), bias=bias, seed=seed,
-                       trigger=f"N > 256, N % 64 = {n % 64}")
+    return family_case(
+        FAMILY,
+        f"wide_N{n}",
+        mode,
+        out_dtype,
+        a,
+        b,
+        token_scales(g, m),
+        channel_scales(g, n, mode),
+        bias=bias,
+        seed=seed,
+        trigger=f"N > 256, N % 64 = {n % 64}",
+    )
 
 
 def _odd(g: torch.Generator, shape) -> torch.Tensor:
     """int64 odd values in {-5, -3, -1, 1, 3, 5}."""
-    return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * \
-        torch.where(torch.rand(tuple(shape), generator=g) < 0.5, -1, 1)
+    return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * torch.where(
+        torch.rand(tuple(shape), generator=g) < 0.5, -1, 1
+    )
 
 
-def splitk_operands(g: torch.Generator, m: int, n: int, direction: str,
-                    run: int = SPLITK_RUN, tail: int = SPLITK_TAIL
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def splitk_operands(
+    g: torch.Generator, m: int, n: int, direction: str, run: int = SPLITK_RUN, tail: int = SPLITK_TAIL
+) -> tuple[torch.Tensor, torch.Tensor]:
     """int8 ``(a [m, K], b [n, K])``, K = 2 run + tail, of a split-K case
     (module docstring): run products s_m t_n [9216, 16129], the mirror run
     ``-a[:, perm]``, ``b[:, perm]`` cancelling it exactly, ``tail`` odd
@@ -147,14 +168,25 @@ def splitk_case(i: int, seed: int = 0) -> GemmOperands:
     mode, out_dtype = GRID[i]
     g = generator(FAMILY, f"splitk_{direction}-M{m}-{mode}", seed)
     a, b = splitk_operands(g, m, SPLITK_N, direction)
-    sa = token_scales(g, m) * 256   # a power of two: mantissas kept, outputs normal
-    return family_case(FAMILY, f"splitk_{direction}-M{m}", mode, out_dtype, a, b, sa,
-                       channel_scales(g, SPLITK_N, mode), seed=seed,
-                       trigger="K >= 8192 at M <= 16: partial sums >= 2^25, odd small acc")
+    sa = token_scales(g, m) * 256  # a power of two: mantissas kept, outputs normal
+    return family_case(
+        FAMILY,
+        f"splitk_{direction}-M{m}",
+        mode,
+        out_dtype,
+        a,
+        b,
+        sa,
+        channel_scales(g, SPLITK_N, mode),
+        seed=seed,
+        trigger="K >= 8192 at M <= 16: partial sums >= 2^25, odd small acc",
+    )
 
 
 def large_shapes_family(seed: int = 0) -> list[GemmOperands]:
     """``large_shapes``: 5 prefill, 6 wide-N and 6 split-K cases (17)."""
-    return ([prefill_case(m, dt, seed) for m, dt in PREFILL]
-            + [wide_n_case(i, seed) for i in range(len(WIDE))]
-            + [splitk_case(i, seed) for i in range(len(SPLITK))])
+    return (
+        [prefill_case(m, dt, seed) for m, dt in PREFILL]
+        + [wide_n_case(i, seed) for i in range(len(WIDE))]
+        + [splitk_case(i, seed) for i in range(len(SPLITK))]
+    )

@@ -67,23 +67,44 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
         sb = torch.stack([sb, sb, sb], 1)[:, 1:2]
     if bias is not None and (layout in ("bias_strided", "scales_strided") or everything):
         bias = torch.stack([bias, bias], 1)[:, 0]
-    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bias, out_dtype=ops.out_dtype,
-                        name=ops.name, scale_mode=ops.scale_mode, meta=ops.meta)
+    return GemmOperands(
+        a=a,
+        b=b,
+        scale_a=sa,
+        scale_b=sb,
+        bias=bias,
+        out_dtype=ops.out_dtype,
+        name=ops.name,
+        scale_mode=ops.scale_mode,
+        meta=ops.meta,
+    )
 
 
-def layout_case(variant: str, mode: str, out_dtype: torch.dtype, shape, seed: int = 0
-                ) -> GemmOperands:
+def layout_case(variant: str, mode: str, out_dtype: torch.dtype, shape, seed: int = 0) -> GemmOperands:
     """One ``layouts`` case (module docstring) of shape (M, K, N), planted
     (``conformance.cases.planting``): a bias with ``b_padded``, ``scales_strided``
     and ``all``."""
     m, k, n = shape
     tag = DTYPE_TAG[out_dtype]
     bias = variant in ("b_padded", "scales_strided", "all")
-    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed,
-                       name=f"family/layouts/{variant}-{mode}-{tag}",
-                       meta={"source": "family", "family": "layouts", "variant": variant,
-                             "seed": seed, "scale_kind": mode,
-                             "trigger": f"operand layout {variant}"})
+    ops = planted_case(
+        m,
+        k,
+        n,
+        out_dtype,
+        mode,
+        bias,
+        seed=seed,
+        name=f"family/layouts/{variant}-{mode}-{tag}",
+        meta={
+            "source": "family",
+            "family": "layouts",
+            "variant": variant,
+            "seed": seed,
+            "scale_kind": mode,
+            "trigger": f"operand layout {variant}",
+        },
+    )
     return with_layout(ops, variant, generator("layouts", f"{variant}-{mode}-{tag}", seed))
 
 
@@ -92,6 +113,5 @@ def layouts_family(seed: int = 0) -> list[GemmOperands]:
     out = []
     for i, variant in enumerate(VARIANTS):
         for j, mode in enumerate(MODES):
-            out.append(layout_case(variant, mode, OUT_DTYPES[(i + j) % 3],
-                                   SHAPES[(i + j) % len(SHAPES)], seed))
+            out.append(layout_case(variant, mode, OUT_DTYPES[(i + j) % 3], SHAPES[(i + j) % len(SHAPES)], seed))
     return out

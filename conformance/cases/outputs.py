@@ -33,8 +33,16 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import (GRID, family_case, generator, mantissa, sign,
-                                       small_int8, token_scales, channel_scales)
+from conformance.cases._common import (
+    GRID,
+    channel_scales,
+    family_case,
+    generator,
+    mantissa,
+    sign,
+    small_int8,
+    token_scales,
+)
 from conformance.cases.tie_search import realize_acc
 from reference.operands import GemmOperands
 
@@ -47,11 +55,12 @@ def short_mantissa(g: torch.Generator, n: int, bits: int) -> torch.Tensor:
     """float64 [n] significands in [1, 2) with ``bits`` fractional bits
     (products of such scales and small accumulators are exact in float32,
     so every legal scale order gives the same bits: C6's premise holds)."""
-    return 1.0 + torch.randint(0, 2 ** bits, (n,), generator=g).double() / 2 ** bits
+    return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
-def subnormal_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8,
-                   n: int = 16, k: int = 24) -> GemmOperands:
+def subnormal_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 16, k: int = 24
+) -> GemmOperands:
     """One ``subnormal`` case (module docstring): a, b int8 in [-8, 8] (|acc|
     <= 1536 < 2**11), s_a[m] = +-2**-(e0 + m) * (1 + i/8), s_w[n] =
     2**-(f0 + floor(0.75 n)) * (1 + j/256) (j = 0 in pow2 mode). Every
@@ -68,14 +77,13 @@ def subnormal_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8,
     ea = torch.arange(m, dtype=torch.float64) + e0
     ew = torch.floor(torch.arange(n, dtype=torch.float64) * 0.75) + f0
     sa = torch.pow(2.0, -ea) * short_mantissa(g, m, 3) * sign(g, m)
-    sw = torch.pow(2.0, -ew) * (short_mantissa(g, n, 8) if mode == "real"
-                                else torch.ones(n, dtype=torch.float64))
-    return family_case("subnormal", "spread", mode, out_dtype, a, b, _f32(sa), _f32(sw),
-                       seed=seed, trigger="subnormal outputs")
+    sw = torch.pow(2.0, -ew) * (short_mantissa(g, n, 8) if mode == "real" else torch.ones(n, dtype=torch.float64))
+    return family_case(
+        "subnormal", "spread", mode, out_dtype, a, b, _f32(sa), _f32(sw), seed=seed, trigger="subnormal outputs"
+    )
 
 
-def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 12
-                      ) -> GemmOperands:
+def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 12) -> GemmOperands:
     """One ``overflow_inf`` case (module docstring), M = 4, K = N * 32
     (accumulators built by ``realize_acc``)."""
     g = generator("overflow_inf", "boundary", seed)
@@ -83,24 +91,34 @@ def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int =
     # boundary targets t * 2**e: bf16/fp32 e = 119 around 511, fp16 e = 4 around 4095
     t0, e = (4090, 4) if fp16 else (505, 119)
     u = mantissa(g, n, mode)
-    u[0::2] = 1.0                    # even columns exact powers of two in both modes
+    u[0::2] = 1.0  # even columns exact powers of two in both modes
     sw = torch.pow(2.0, torch.full((n,), float(e), dtype=torch.float64)) * u
     targets = torch.arange(t0, t0 + n, dtype=torch.float64)
-    boundary = torch.round(targets / u).to(torch.int64)          # acc * u ~ target
+    boundary = torch.round(targets / u).to(torch.int64)  # acc * u ~ target
     # coarse rows: |acc| in [2**(x-2), 2**(x+1)), s_a in [1, 2): y spans the top binades;
     # |s_a| >= 1 keeps acc * s_w below y, so no scale order overflows before the last step
     x = 10 if fp16 else 7
-    coarse = (torch.randint(2 ** (x - 2), 2 ** (x + 1), (2, n), generator=g)
-              * sign(g, n)[None, :])
+    coarse = torch.randint(2 ** (x - 2), 2 ** (x + 1), (2, n), generator=g) * sign(g, n)[None, :]
     acc = torch.cat([boundary[None, :], boundary[None, :], coarse], 0)
     a, b = realize_acc(acc)
     sa = torch.cat([torch.tensor([1.0, -1.0], dtype=torch.float64), mantissa(g, 2, "real")])
-    return family_case("overflow_inf", "boundary", mode, out_dtype, a, b, _f32(sa), _f32(sw),
-                       seed=seed, trigger="+-inf outputs and the rounding boundary to inf")
+    return family_case(
+        "overflow_inf",
+        "boundary",
+        mode,
+        out_dtype,
+        a,
+        b,
+        _f32(sa),
+        _f32(sw),
+        seed=seed,
+        trigger="+-inf outputs and the rounding boundary to inf",
+    )
 
 
-def signed_zero_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4,
-                     n: int = 8, k: int = 48) -> GemmOperands:
+def signed_zero_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4, n: int = 8, k: int = 48
+) -> GemmOperands:
     """One ``signed_zero`` case (module docstring): row 0 of ``a`` and row 3
     of ``b`` all zero; row 2 scaled so that products underflow to +-0; scales
     of both signs; pow2 mode with a bias of -0.0."""
@@ -114,21 +132,33 @@ def signed_zero_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 
     if out_dtype == torch.float16:
         # row 2: |acc * s_a * s_w| <= 2**20 * 2**-40 * 2**-7 < 2**-25: every order
         # gives a float32 value that rounds to a float16 zero of the product's sign
-        sa[2] = -(2.0 ** -40)
+        sa[2] = -(2.0**-40)
     else:
         # row 2: s_a = -2**-149 (smallest subnormal) and s_w ~ 2**-37..-42, so
         # acc * s_a <= 2**-129, acc * s_w <= 2**-17 and s_a * s_w all end below
         # 2**-150 after the second factor: every order rounds to a signed zero
-        sa[[0, 1, 3]] *= 2.0 ** 30
-        sw = sw * 2.0 ** -30
-        sa[2] = -(2.0 ** -149)
+        sa[[0, 1, 3]] *= 2.0**30
+        sw = sw * 2.0**-30
+        sa[2] = -(2.0**-149)
     bias = torch.full((n,), -0.0, dtype=out_dtype) if mode == "pow2" else None
-    return family_case("signed_zero", "zeros", mode, out_dtype, a, b, _f32(sa), _f32(sw),
-                       bias=bias, seed=seed, trigger="-0 and +0 outputs")
+    return family_case(
+        "signed_zero",
+        "zeros",
+        mode,
+        out_dtype,
+        a,
+        b,
+        _f32(sa),
+        _f32(sw),
+        bias=bias,
+        seed=seed,
+        trigger="-0 and +0 outputs",
+    )
 
 
-def negative_scales_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 6,
-                         n: int = 12, k: int = 64) -> GemmOperands:
+def negative_scales_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 6, n: int = 12, k: int = 64
+) -> GemmOperands:
     """One ``negative_scales`` case: scales of random sign on both sides; a
     bias (out_dtype, N(0, 0.5)) in float16 cases."""
     g = generator("negative_scales", "signs", seed)
@@ -136,14 +166,15 @@ def negative_scales_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: in
     b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
     sa = token_scales(g, m) * sign(g, m).to(torch.float32)
     sw = channel_scales(g, n, mode) * sign(g, n).to(torch.float32)
-    bias = ((0.5 * torch.randn(n, generator=g)).to(out_dtype)
-            if out_dtype == torch.float16 else None)
-    return family_case("negative_scales", "signs", mode, out_dtype, a, b, sa, sw, bias=bias,
-                       seed=seed, trigger="negative scales")
+    bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if out_dtype == torch.float16 else None
+    return family_case(
+        "negative_scales", "signs", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger="negative scales"
+    )
 
 
-def zero_scales_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 6,
-                     n: int = 8, k: int = 40) -> GemmOperands:
+def zero_scales_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 6, n: int = 8, k: int = 40
+) -> GemmOperands:
     """One ``zero_scales`` case: rows 0 and 3 of ``a`` all zero with scale 0
     (quantizer output for padding tokens), row 4 nonzero with scale 0, row 5
     with scale -0.0; real mode also zeroes weight scales 2 (0.0) and 5
@@ -161,14 +192,25 @@ def zero_scales_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 
         sw[2], sw[5] = 0.0, -0.0
     # bias only with bf16 output: float32 output plus a bias would amplify the
     # (legal) one-ulp differences between scale orders past C6's one spacing
-    bias = ((0.5 * torch.randn(n, generator=g)).to(out_dtype)
-            if out_dtype == torch.bfloat16 else None)
-    return family_case("zero_scales", "zeros", mode, out_dtype, a, b, sa, sw, bias=bias,
-                       seed=seed, trigger="zero scales and all-zero rows")
+    bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if out_dtype == torch.bfloat16 else None
+    return family_case(
+        "zero_scales",
+        "zeros",
+        mode,
+        out_dtype,
+        a,
+        b,
+        sa,
+        sw,
+        bias=bias,
+        seed=seed,
+        trigger="zero scales and all-zero rows",
+    )
 
 
-def bias_cancel_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4,
-                     n: int = 16, k: int = 64) -> GemmOperands:
+def bias_cancel_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 4, n: int = 16, k: int = 64
+) -> GemmOperands:
     """One ``bias_cancel`` case: a, b int8 in [-8, 8]; rows 1..3 of ``a`` are
     row 0 with 1..3 entries moved by +-1; bias[n] = -(out_dtype rounding of
     row 0's ``(float32(acc) * s_a) * s_w``), so every output is a
@@ -186,16 +228,17 @@ def bias_cancel_case(mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 
     # |acc| <= 9 * 8 * k < 2**10, s_a with 3 and s_w with 8 fractional bits: every
     # acc * s_a * s_w is exact in float32, so all scale orders agree and only the
     # bias point / bias precision decide the cancellation
-    sa = (2.0 ** -torch.randint(2, 6, (m,), generator=g).double()
-          * short_mantissa(g, m, 3)).to(torch.float32)
-    sw = (2.0 ** -torch.randint(4, 9, (n,), generator=g).double()
-          * (short_mantissa(g, n, 8) if mode == "real"
-             else torch.ones(n, dtype=torch.float64))).to(torch.float32)
-    acc0 = (a[0].long() @ b.long().T).to(torch.float32)     # |acc| < 2**24: exact
+    sa = (2.0 ** -torch.randint(2, 6, (m,), generator=g).double() * short_mantissa(g, m, 3)).to(torch.float32)
+    sw = (
+        2.0 ** -torch.randint(4, 9, (n,), generator=g).double()
+        * (short_mantissa(g, n, 8) if mode == "real" else torch.ones(n, dtype=torch.float64))
+    ).to(torch.float32)
+    acc0 = (a[0].long() @ b.long().T).to(torch.float32)  # |acc| < 2**24: exact
     y0 = (acc0 * sa[0]) * sw
     bias = (-y0).to(out_dtype)
-    return family_case("bias_cancel", "near", mode, out_dtype, a, b, sa, sw, bias=bias,
-                       seed=seed, trigger="bias near cancellation")
+    return family_case(
+        "bias_cancel", "near", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger="bias near cancellation"
+    )
 
 
 def subnormal_family(seed: int = 0) -> list[GemmOperands]:

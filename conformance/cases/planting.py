@@ -46,15 +46,7 @@ from torch import Tensor
 from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, _tie_targets, pick_ties
 from reference.operands import GemmOperands
 
-KINDS = (
-    "scale_order",
-    "bias_point",
-    "signed_zero",
-    "overflow",
-    "subnormal",
-    "partial_sums",
-    "big_acc",
-)
+KINDS = ("scale_order", "bias_point", "signed_zero", "overflow", "subnormal", "partial_sums", "big_acc")
 ROW_KINDS = ("short", "real", "tiny")
 TILE_EDGES = (16, 128, 64, 256, 32)
 MAX_ROWS, MAX_COLS = 8, 12
@@ -147,9 +139,7 @@ def _fp32_ties(g, sa: Tensor, sb: Tensor, vmax: int) -> Tensor:
     d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()
     ok = (d2 <= 1) & (d3 <= 1)
     score = torch.where(
-        ok,
-        2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64),
-        -1.0,
+        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
     )
     pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
     pick = torch.where(ok.any(-1), pick, 0)
@@ -184,18 +174,14 @@ def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Ten
             v = _fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
         else:
             v = pick_ties(g, sa.float(), sbt, out_dtype, vmax)[:, 0]
-        y1, y2, y3 = _tie_orders_bits(
-            v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype
-        )
+        y1, y2, y3 = _tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype)
         n_d = int(((y1 != y2) | (y1 != y3)).sum())
         if n_d > best_n:
             best, best_n = (v, sbc), n_d
     return best
 
 
-def _targets(
-    kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g, j: int = 0
-) -> Tensor:
+def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g, j: int = 0) -> Tensor:
     """int64 [R]: the accumulators of one probe column (0 where a row takes none)."""
     r = len(rows)
     fp32 = out_dtype == torch.float32
@@ -222,9 +208,7 @@ def _targets(
         return torch.where(ok & (v <= cap), v, 0)
     if kind == "subnormal":
         ok = short if out_dtype == torch.float16 else tiny
-        v = torch.randint(1, 32, (r,), generator=g) * torch.where(
-            torch.rand(r, generator=g) < 0.5, -1, 1
-        )
+        v = torch.randint(1, 32, (r,), generator=g) * torch.where(torch.rand(r, generator=g) < 0.5, -1, 1)
         return torch.where(ok, v, 0)
     if kind == "big_acc":
         ok = ~tiny
@@ -284,9 +268,7 @@ def planted_case(
         sb = (0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)) / 127.5
     if scale_b_tensor:
         sb.fill_(
-            2.0**-10
-            if mode == "pow2"
-            else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10
+            2.0**-10 if mode == "pow2" else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10
         )
     fp32 = out_dtype == torch.float32
     if fp32 and mode == "real":  # every order agrees where s_a is a power of two
@@ -298,9 +280,7 @@ def planted_case(
 
     prow = probe_positions(m, MAX_ROWS)
     kinds_r = [ROW_KINDS[(i + rotate) % 3] for i in range(len(prow))]
-    sgn_r = torch.tensor(
-        [-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64
-    )
+    sgn_r = torch.tensor([-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64)
     if scale_a_tensor:
         kinds_r = ["short"] * len(prow)
         s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(_short(g, 1)[0])) * float(sgn_r[0])
@@ -356,11 +336,7 @@ def planted_case(
             b[c, kp[:3]] = odd_b.to(b.dtype)
             b[c, kp[3:]] = 127
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
-            ok = (
-                torch.ones(len(prow), dtype=torch.bool)
-                if not fp32
-                else torch.tensor([x != "real" for x in kinds_r])
-            )
+            ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else torch.tensor([x != "real" for x in kinds_r])
             for i, r in enumerate(prow):
                 if ok[i]:
                     a[r, kp[:3]] = _odd(g, (3,)).to(a.dtype)
@@ -377,9 +353,7 @@ def planted_case(
                 v = _targets(kind, kinds_r, sa_probe, sbc, out_dtype, _capacity(len(kp)), g, j)
             if fp32 and kind != "scale_order":
                 v = torch.where(torch.tensor([x != "real" for x in kinds_r]), v, 0)
-            a[torch.tensor(prow).unsqueeze(-1), kp.unsqueeze(0)] = _decompose(v, len(kp)).to(
-                a.dtype
-            )
+            a[torch.tensor(prow).unsqueeze(-1), kp.unsqueeze(0)] = _decompose(v, len(kp)).to(a.dtype)
             if kind == "bias_point" and bias and bool((v != 0).any()):
                 r0 = int(torch.nonzero(v).reshape(-1)[0])
                 y0 = (
@@ -405,11 +379,7 @@ def planted_case(
         scale_mode="pow2" if mode == "pow2" else "synthetic",
         meta=dict(meta or {}),
     )
-    ops.meta["probes"] = {
-        "rows": prow,
-        "row_kinds": kinds_r,
-        "cols": [[c.index, c.kind] for c in cols],
-    }
+    ops.meta["probes"] = {"rows": prow, "row_kinds": kinds_r, "cols": [[c.index, c.kind] for c in cols]}
     ops.meta["planted"] = discrimination(ops)
     if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design
         ops.meta["violates"] = sorted(set(ops.meta.get("violates", [])) | {"C4"})
@@ -450,12 +420,7 @@ def _keep_c6_premise(
         for point in BIAS_POINTS:
             outs = [
                 apply_epilogue(
-                    acc[:, idx],
-                    s_a,
-                    s_b[idx],
-                    EpilogueContract(o, point),
-                    bias=bias[idx],
-                    out_dtype=out_dtype,
+                    acc[:, idx], s_a, s_b[idx], EpilogueContract(o, point), bias=bias[idx], out_dtype=out_dtype
                 )
                 for o in SCALE_ORDERS
             ]
@@ -492,27 +457,14 @@ def discrimination(ops: GemmOperands) -> dict:
     cols = torch.tensor([c for c, _ in pr["cols"]], dtype=torch.int64)
     kinds = [kd for _, kd in pr["cols"]]
     a, b = ops.a[rows], ops.b[cols]
-    sa = (
-        ops.scale_a.reshape(-1).expand(ops.m)[rows]
-        if ops.scale_a.numel() == 1
-        else ops.scale_a.reshape(-1)[rows]
-    )
-    sb = (
-        ops.scale_b.reshape(-1).expand(ops.n)[cols]
-        if ops.scale_b.numel() == 1
-        else ops.scale_b.reshape(-1)[cols]
-    )
+    sa = ops.scale_a.reshape(-1).expand(ops.m)[rows] if ops.scale_a.numel() == 1 else ops.scale_a.reshape(-1)[rows]
+    sb = ops.scale_b.reshape(-1).expand(ops.n)[cols] if ops.scale_b.numel() == 1 else ops.scale_b.reshape(-1)[cols]
     bias = None if ops.bias is None else ops.bias[cols]
     acc = exact_int_mm(a, b)
 
     def ref(order, point="fp32_before_round", with_bias=True):
         return apply_epilogue(
-            acc,
-            sa,
-            sb,
-            EpilogueContract(order, point),
-            bias=bias if with_bias else None,
-            out_dtype=ops.out_dtype,
+            acc, sa, sb, EpilogueContract(order, point), bias=bias if with_bias else None, out_dtype=ops.out_dtype
         )
 
     r = {o: bits_of(ref(o)) for o in ("a_then_w", "w_then_a", "fused")}
@@ -521,9 +473,7 @@ def discrimination(ops: GemmOperands) -> dict:
     for j, kind in enumerate(kinds):
         col = slice(j, j + 1)
         if kind == "scale_order":
-            d = (r["a_then_w"][:, col] != r["w_then_a"][:, col]) | (
-                r["a_then_w"][:, col] != r["fused"][:, col]
-            )
+            d = (r["a_then_w"][:, col] != r["w_then_a"][:, col]) | (r["a_then_w"][:, col] != r["fused"][:, col])
             out[kind] += int(d.sum())
         elif kind == "bias_point" and bias is not None:
             after = bits_of(ref("a_then_w", "after_round"))
@@ -539,9 +489,7 @@ def discrimination(ops: GemmOperands) -> dict:
             out[kind] += int(((acc[:, col] % 2 != 0) & (acc[:, col].abs() < 2**24)).sum())
         elif kind == "big_acc":
             big = acc[:, col].abs() > 2**24
-            out[kind] += int(
-                (big & (acc[:, col].double().float().double() != acc[:, col].double())).sum()
-            )
+            out[kind] += int((big & (acc[:, col].double().float().double() != acc[:, col].double())).sum())
     return out
 
 

@@ -47,25 +47,11 @@ AXIS_WORK = 1 << 24
 AXES = {
     "M": (
         POW2 + OFF_GRID + TILE_MULTIPLES,
-        (
-            (None, 32, 16),
-            (None, 17, 24),
-            (None, 1100, 16),
-            (None, 4100, 9),
-            (None, 300, 40),
-            (None, 2500, 17),
-        ),
+        ((None, 32, 16), (None, 17, 24), (None, 1100, 16), (None, 4100, 9), (None, 300, 40), (None, 2500, 17)),
     ),
     "N": (
         tuple(v for v in POW2 if v >= 7) + OFF_GRID + TILE_MULTIPLES + (VOCAB,),
-        (
-            (3, 32, None),
-            (24, 300, None),
-            (130, 64, None),
-            (9, 1100, None),
-            (40, 17, None),
-            (300, 48, None),
-        ),
+        ((3, 32, None), (24, 300, None), (130, 64, None), (9, 1100, None), (40, 17, None), (300, 48, None)),
     ),
     "K": (
         tuple(v for v in POW2 if v >= 7) + OFF_GRID + K_RESIDUES,

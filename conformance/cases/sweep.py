@@ -40,8 +40,9 @@ def shape_sweep(edges: Sequence[int] = TILE_EDGES, seed: int = 0) -> list[GemmOp
     the bias load is exercised too). Names ``sweep/M{m}xK{k}xN{n}``."""
     cases = []
     for i, (m, k, n) in enumerate(sweep_shapes(edges)):
-        c = make_case("ordinary", seed=seed + i, m=m, k=k, n=n, bias=bool(i % 2),
-                      source="sweep", name=f"sweep/M{m}xK{k}xN{n}")
+        c = make_case(
+            "ordinary", seed=seed + i, m=m, k=k, n=n, bias=bool(i % 2), source="sweep", name=f"sweep/M{m}xK{k}xN{n}"
+        )
         c.meta.update({"kind": "sweep", "shape": [m, k, n]})
         cases.append(c)
     return cases

@@ -15,8 +15,19 @@ from conformance.cases.tie_search import TIE_BLOCK, pick_ties, realize_acc
 from reference.operands import GemmOperands
 
 #: Synthetic case kinds, in report order (new kinds go last: the index seeds the generator).
-SYNTHETIC_KINDS = ("ordinary", "pow2", "bias", "pow2_bias", "m1", "extreme", "tails", "fp16_out",
-                   "epilogue_ties", "column_scales", "scalar_scales")
+SYNTHETIC_KINDS = (
+    "ordinary",
+    "pow2",
+    "bias",
+    "pow2_bias",
+    "m1",
+    "extreme",
+    "tails",
+    "fp16_out",
+    "epilogue_ties",
+    "column_scales",
+    "scalar_scales",
+)
 #: Scale orders the epilogue_ties search tells apart (reference.contract).
 TIE_ORDERS = ("a_then_w", "w_then_a", "fused")
 
@@ -77,22 +88,44 @@ def tie_discrimination(ops: GemmOperands, exact: Optional[torch.Tensor] = None) 
     from reference.epilogue import apply_epilogue
 
     acc = exact if exact is not None else exact_int_mm(ops.a, ops.b)
-    bits = {o: bits_of(apply_epilogue(acc, ops.scale_a, ops.scale_b,
-                                      EpilogueContract(o, "fp32_before_round"),
-                                      bias=ops.bias, out_dtype=ops.out_dtype))
-            for o in TIE_ORDERS}
+    bits = {
+        o: bits_of(
+            apply_epilogue(
+                acc,
+                ops.scale_a,
+                ops.scale_b,
+                EpilogueContract(o, "fp32_before_round"),
+                bias=ops.bias,
+                out_dtype=ops.out_dtype,
+            )
+        )
+        for o in TIE_ORDERS
+    }
     d_aw = bits["a_then_w"] != bits["w_then_a"]
     d_af = bits["a_then_w"] != bits["fused"]
     d_wf = bits["w_then_a"] != bits["fused"]
-    return {"elements": int(acc.numel()), "a_then_w!=w_then_a": int(d_aw.sum()),
-            "a_then_w!=fused": int(d_af.sum()), "w_then_a!=fused": int(d_wf.sum()),
-            "any": int((d_aw | d_af | d_wf).sum()), "all_three": int((d_aw & d_af & d_wf).sum())}
+    return {
+        "elements": int(acc.numel()),
+        "a_then_w!=w_then_a": int(d_aw.sum()),
+        "a_then_w!=fused": int(d_af.sum()),
+        "w_then_a!=fused": int(d_wf.sum()),
+        "any": int((d_aw | d_af | d_wf).sum()),
+        "all_three": int((d_aw & d_af & d_wf).sum()),
+    }
 
 
-def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int] = None,
-              n: Optional[int] = None, out_dtype: torch.dtype = torch.bfloat16,
-              bias: Optional[bool] = None, source: str = "synthetic",
-              name: Optional[str] = None, plant: bool = True) -> GemmOperands:
+def make_case(
+    kind: str,
+    seed: int = 0,
+    m: Optional[int] = None,
+    k: Optional[int] = None,
+    n: Optional[int] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[bool] = None,
+    source: str = "synthetic",
+    name: Optional[str] = None,
+    plant: bool = True,
+) -> GemmOperands:
     """Build one deterministic synthetic case.
 
     Args:
@@ -131,8 +164,12 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
     """
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"unknown synthetic case kind {kind!r}; known: {SYNTHETIC_KINDS}")
-    shapes = {"m1": (1, 96, 40), "extreme": (8, 256, 32), "tails": (5, 37, 23),
-              "epilogue_ties": (32, 32 * TIE_BLOCK, 32)}
+    shapes = {
+        "m1": (1, 96, 40),
+        "extreme": (8, 256, 32),
+        "tails": (5, 37, 23),
+        "epilogue_ties": (32, 32 * TIE_BLOCK, 32),
+    }
     dm, dk, dn = shapes.get(kind, (8, 64, 48))
     m, k, n = m or dm, k or dk, n or dn
     if kind == "fp16_out":
@@ -141,10 +178,17 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
     if kind == "epilogue_ties":
         a, b, sa, sb = _epilogue_ties(g, m, n)
         bv = _bias(g, n, out_dtype) if bias else None
-        ops = GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bv, out_dtype=out_dtype,
-                           name=name or f"synthetic/{kind}-s{seed}", scale_mode="synthetic",
-                           meta={"source": source, "kind": kind, "seed": seed,
-                                 "tie_block": TIE_BLOCK})
+        ops = GemmOperands(
+            a=a,
+            b=b,
+            scale_a=sa,
+            scale_b=sb,
+            bias=bv,
+            out_dtype=out_dtype,
+            name=name or f"synthetic/{kind}-s{seed}",
+            scale_mode="synthetic",
+            meta={"source": source, "kind": kind, "seed": seed, "tie_block": TIE_BLOCK},
+        )
         ops.meta["discriminating"] = tie_discrimination(ops)
         return ops
     pow2 = kind.startswith("pow2")
@@ -152,10 +196,20 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
         bias = kind in ("bias", "pow2_bias", "fp16_out")
     if plant and kind != "extreme":
         scalar = kind == "scalar_scales"
-        ops = planted_case(m, k, n, out_dtype, "pow2" if pow2 else "real", bias, seed=seed,
-                           name=name or f"synthetic/{kind}-s{seed}", scale_a_tensor=scalar,
-                           scale_b_tensor=scalar, rotate=seed + SYNTHETIC_KINDS.index(kind),
-                           meta={"source": source, "kind": kind, "seed": seed})
+        ops = planted_case(
+            m,
+            k,
+            n,
+            out_dtype,
+            "pow2" if pow2 else "real",
+            bias,
+            seed=seed,
+            name=name or f"synthetic/{kind}-s{seed}",
+            scale_a_tensor=scalar,
+            scale_b_tensor=scalar,
+            rotate=seed + SYNTHETIC_KINDS.index(kind),
+            meta={"source": source, "kind": kind, "seed": seed},
+        )
         if kind == "column_scales":
             ops.scale_a, ops.scale_b = ops.scale_a.view(-1, 1).clone(), ops.scale_b.view(-1, 1).clone()
         elif scalar:
@@ -175,13 +229,19 @@ def make_case(kind: str, seed: int = 0, m: Optional[int] = None, k: Optional[int
     elif kind == "scalar_scales":
         sa, sb = sa[0].clone(), sb[0].clone()
     bv = _bias(g, n, out_dtype) if bias else None
-    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sb, bias=bv, out_dtype=out_dtype,
-                        name=name or f"synthetic/{kind}-s{seed}",
-                        scale_mode="pow2" if pow2 else "synthetic",
-                        meta={"source": source, "kind": kind, "seed": seed})
+    return GemmOperands(
+        a=a,
+        b=b,
+        scale_a=sa,
+        scale_b=sb,
+        bias=bv,
+        out_dtype=out_dtype,
+        name=name or f"synthetic/{kind}-s{seed}",
+        scale_mode="pow2" if pow2 else "synthetic",
+        meta={"source": source, "kind": kind, "seed": seed},
+    )
 
 
-def synthetic_cases(seeds: Sequence[int] = (0, 1),
-                    kinds: Sequence[str] = SYNTHETIC_KINDS) -> list[GemmOperands]:
+def synthetic_cases(seeds: Sequence[int] = (0, 1), kinds: Sequence[str] = SYNTHETIC_KINDS) -> list[GemmOperands]:
     """Every kind in ``kinds`` for every seed in ``seeds`` (kind-major order)."""
     return [make_case(kind, s) for kind in kinds for s in seeds]

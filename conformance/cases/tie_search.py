@@ -20,9 +20,13 @@ MANT_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 VMAX = 127 * 127 * (TIE_BLOCK - 1) + 127
 
 
-def _tie_targets(sa: torch.Tensor, sb: torch.Tensor, vmax: int,
-                 out_dtype: torch.dtype = torch.bfloat16,
-                 g: Optional[torch.Generator] = None) -> torch.Tensor:
+def _tie_targets(
+    sa: torch.Tensor,
+    sb: torch.Tensor,
+    vmax: int,
+    out_dtype: torch.dtype = torch.bfloat16,
+    g: Optional[torch.Generator] = None,
+) -> torch.Tensor:
     """Candidate accumulators per element: for every rounding midpoint mu of
     ``out_dtype`` in the top two binades of ``vmax * s_a[m] * s_w[n]``, the
     integer v nearest to ``mu / (s_a[m] * s_w[n])`` (clamped to [1, vmax]).
@@ -57,8 +61,9 @@ def _tie_targets(sa: torch.Tensor, sb: torch.Tensor, vmax: int,
     return torch.cat(cands, -1).clamp(1, vmax)
 
 
-def _tie_orders_bits(v: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
-                     out_dtype: torch.dtype = torch.bfloat16) -> list:
+def _tie_orders_bits(
+    v: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
+) -> list:
     """Output bits (int16 / int32) of the three scale orders on accumulators
     ``v`` (float64 integers [M, N, C], |v| < 2**24 so float32(v) is exact),
     each order as ``reference.epilogue.apply_epilogue`` computes it: separate
@@ -110,13 +115,14 @@ def realize_acc(acc: torch.Tensor, block: int = TIE_BLOCK) -> tuple[torch.Tensor
     a = blocks.reshape(m, n * block).to(torch.int8)
     b = torch.zeros((n, n * block), dtype=torch.int8)
     for j in range(n):
-        b[j, j * block:(j + 1) * block - 1] = 127
+        b[j, j * block : (j + 1) * block - 1] = 127
         b[j, (j + 1) * block - 1] = 1
     return a, b
 
 
-def pick_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor,
-              out_dtype: torch.dtype = torch.bfloat16, vmax: int = VMAX) -> torch.Tensor:
+def pick_ties(
+    g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, vmax: int = VMAX
+) -> torch.Tensor:
     """Per element, an accumulator (int64 [M, N], |acc| <= vmax, default VMAX) whose output
     differs between scale orders: among :func:`_tie_targets`, preferring all
     three different, then a_then_w != w_then_a, then fused != one of them;
@@ -128,8 +134,7 @@ def pick_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor,
     aw = y1 != y2
     fd = (y3 != y1) | (y3 != y2)
     all3 = aw & (y3 != y1) & (y3 != y2)
-    score = 4.0 * all3 + 2.0 * aw + 1.0 * fd + torch.rand(v.shape, generator=g,
-                                                           dtype=torch.float64)
+    score = 4.0 * all3 + 2.0 * aw + 1.0 * fd + torch.rand(v.shape, generator=g, dtype=torch.float64)
     pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
     sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
     return pick * sign

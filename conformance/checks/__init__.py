@@ -6,7 +6,7 @@ signature, ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``
 (``spec`` KernelSpec, ``ops`` the reference's GemmOperands, ``run`` the
 KernelRun of ``spec`` on ``ops``, ``acc`` the observed accumulator as a
 tensor or ``accumulator.ObservedAccumulator``, ``exact`` the exact int64
-accumulator if already computed); ``conformance.evaluate.evaluate_case`` runs
+accumulator if already computed); ``conformance.suite.evaluate.evaluate_case`` runs
 them all on one case:
 
 * ``conformance.checks.manifest``: C1 kernel_manifest
@@ -22,6 +22,4 @@ This package module stays import-light (only the result type) so that
 check modules of other owners can import ``CheckResult`` from here.
 """
 
-from conformance.checks.result import (  # noqa: F401
-    CHECK_NAMES, PRECONDITION_CHECKS, VERDICTS, CheckResult, aggregate, not_applicable,
-)
+from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS, VERDICTS, CheckResult, aggregate, not_applicable  # noqa: F401

@@ -60,8 +60,9 @@ class ObservedAccumulator:
     manifest: Optional[dict] = None
 
 
-def observe_accumulator(spec, ops, device: Optional[str] = None,
-                        keep_on_device: bool = False, launch=None) -> ObservedAccumulator:
+def observe_accumulator(
+    spec, ops, device: Optional[str] = None, keep_on_device: bool = False, launch=None
+) -> ObservedAccumulator:
     """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
 
     With ``keep_on_device`` the accumulator stays where the kernel returned
@@ -83,20 +84,21 @@ def observe_accumulator(spec, ops, device: Optional[str] = None,
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
     if launch is None:
         from conformance.kernels.runner import start_int_mm
+
         launch = start_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
     r = launch.result()
     man = getattr(r, "manifest", None) or {}
     if man.get("skipped"):
-        return ObservedAccumulator(None, f"reference exact_int_mm (kernel int_mm not runnable "
-                                         f"here: {getattr(r, 'error', '')})", None, man)
+        return ObservedAccumulator(
+            None, f"reference exact_int_mm (kernel int_mm not runnable here: {getattr(r, 'error', '')})", None, man
+        )
     acc = getattr(r, "acc", None)
     if acc is None:
         acc = getattr(r, "output", None)
     err = getattr(r, "error", None)
     if acc is not None and not err and not keep_on_device:
         acc = acc.cpu()
-    return ObservedAccumulator(None if err else acc, "kernel int_mm", err,
-                               getattr(r, "manifest", None))
+    return ObservedAccumulator(None if err else acc, "kernel int_mm", err, getattr(r, "manifest", None))
 
 
 def _as_observed(acc: Union[None, Tensor, ObservedAccumulator]) -> ObservedAccumulator:
@@ -111,6 +113,7 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     if exact is not None:
         return exact
     from reference.accumulate import exact_int_mm
+
     return exact_int_mm(ops.a, ops.b)
 
 
@@ -119,8 +122,9 @@ def _tensor_max(t: Tensor):
     tensor), memoized on ``t`` inside a ``reference.memo`` scope: the bound
     of a sweep layer is the same tensor in every cell, so its maximum is
     read back from the device once."""
-    return memo.cached("max", (t,), lambda: readback.ask(
-        [t.max()] if t.numel() else [], lambda v: int(v[0]) if v else 0))
+    return memo.cached(
+        "max", (t,), lambda: readback.ask([t.max()] if t.numel() else [], lambda v: int(v[0]) if v else 0)
+    )
 
 
 def _copy_worst(w: dict) -> dict:
@@ -148,14 +152,14 @@ def _acc_stats(t: Tensor):
         t64 = t.to(torch.int64).reshape(-1)
         a = t64.abs()
         w = a.argmax().reshape(1)  # the first maximal element; index_select: no sync
-        parts = [a.index_select(0, w), (a >= FP32_EXACT_INT).sum(), w,
-                 t64.index_select(0, w)]
+        parts = [a.index_select(0, w), (a >= FP32_EXACT_INT).sum(), w, t64.index_select(0, w)]
 
         def convert(v: list) -> dict:
             i, j = divmod(int(v[2]), t.shape[1])
-            return {"max_abs": int(v[0]), "n_at_or_over": int(v[1]),
-                    "worst": {"index": [i, j], "value": int(v[3])}}
+            return {"max_abs": int(v[0]), "n_at_or_over": int(v[1]), "worst": {"index": [i, j], "value": int(v[3])}}
+
         return readback.ask(parts, convert)
+
     return memo.cached("acc_stats", (t,), ask)
 
 
@@ -184,9 +188,11 @@ def _ask_mismatch(o: Tensor, exact: Tensor, dacc):
     elements, memoized on the tensors inside a ``reference.memo`` scope (the
     sweep asks it before C3 reads it; only the count is kept, not the
     [M, N] masks: C3 rebuilds them in the rare case it is not 0)."""
-    return memo.cached(("acc_mismatch", dacc.behaviour), (o, exact, dacc.acc, dacc.defined),
-                       lambda: readback.ask([_acc_mismatch(o, exact, dacc)[1].sum()],
-                                            lambda v: int(v[0])))
+    return memo.cached(
+        ("acc_mismatch", dacc.behaviour),
+        (o, exact, dacc.acc, dacc.defined),
+        lambda: readback.ask([_acc_mismatch(o, exact, dacc)[1].sum()], lambda v: int(v[0])),
+    )
 
 
 def _declared_for(spec, ops, exact: Tensor, manifest: Optional[dict]):
@@ -194,12 +200,12 @@ def _declared_for(spec, ops, exact: Tensor, manifest: Optional[dict]):
     kernel's overflow behaviour on the device the accumulator came from)."""
     from conformance.checks.output_bits import overflow_of
     from conformance.checks.overflow import declared_accumulator
+
     device = (manifest or {}).get("device") or None
     return declared_accumulator(ops, exact, overflow_of(spec, device))
 
 
-def prefetch_accumulator_questions(spec, ops, acc: Optional[Tensor], manifest: Optional[dict],
-                                   exact: Tensor) -> None:
+def prefetch_accumulator_questions(spec, ops, acc: Optional[Tensor], manifest: Optional[dict], exact: Tensor) -> None:
     """Ask (``reference.readback``) what C3 and C4 will read on this case,
     so that they find it in the ``reference.memo`` scope and it is read with
     the case's other questions (:func:`_headroom_questions`: bounds, the
@@ -209,6 +215,7 @@ def prefetch_accumulator_questions(spec, ops, acc: Optional[Tensor], manifest: O
     then judge unusable was asked about for nothing). No-op outside a
     scope; results are unchanged."""
     from reference import memo
+
     if not memo.active():
         return
     _headroom_questions(spec, ops, ObservedAccumulator(acc, "", None, manifest), exact)
@@ -239,6 +246,7 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         failure_kind, int32_max, operand_digests}``.
     """
     from reference.accumulate import INT32_MAX, accumulator_row_col_bound
+
     name = "int32_headroom"
     if run is not None and skipped_reason(run):
         return not_applicable(C3, skipped_reason(run))
@@ -251,11 +259,16 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     asked = _headroom_questions(spec, ops, obs, exact)
     tight_max = asked["tight_max"].get()
     ex = asked["exact"].get() if asked["exact"] is not None else None
-    ev: dict = {"int32_max": int(INT32_MAX), "k": ops.k, "bound_cheap": asked["cheap"].get(),
-                "bound_tight_max": tight_max,
-                "exact_max_abs": ex["max_abs"] if ex else 0,
-                "worst_exact": _copy_worst(ex["worst"]) if ex else None,
-                "acc_source": obs.source, "operand_digests": ops.digests()}
+    ev: dict = {
+        "int32_max": int(INT32_MAX),
+        "k": ops.k,
+        "bound_cheap": asked["cheap"].get(),
+        "bound_tight_max": tight_max,
+        "exact_max_abs": ex["max_abs"] if ex else 0,
+        "worst_exact": _copy_worst(ex["worst"]) if ex else None,
+        "acc_source": obs.source,
+        "operand_digests": ops.digests(),
+    }
     if obs.manifest:
         ev["acc_manifest"] = {k: obs.manifest.get(k) for k in ("path", "device", "padded")}
     mismatch_line = None
@@ -280,21 +293,24 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
             if ev["n_acc_mismatch"]:
                 o64, diff = _acc_mismatch(o, exact, dacc)
                 i, j = diff.nonzero()[0].tolist()
-                ev["first_acc_mismatch"] = {"index": [i, j], "observed": int(o64[i, j]),
-                                            "declared": int(want[i, j]),
-                                            "exact": int(exact[i, j])}
-                what = ("exact" if not dacc.n_at_risk else
-                        f"declared (overflow {dacc.behaviour})")
-                mismatch_line = (f"kernel accumulator differs from the {what} one at "
-                                 f"{ev['n_acc_mismatch']} elements (first [{i},{j}]: "
-                                 f"{int(o64[i, j])} vs {int(want[i, j])})")
+                ev["first_acc_mismatch"] = {
+                    "index": [i, j],
+                    "observed": int(o64[i, j]),
+                    "declared": int(want[i, j]),
+                    "exact": int(exact[i, j]),
+                }
+                what = "exact" if not dacc.n_at_risk else f"declared (overflow {dacc.behaviour})"
+                mismatch_line = (
+                    f"kernel accumulator differs from the {what} one at "
+                    f"{ev['n_acc_mismatch']} elements (first [{i},{j}]: "
+                    f"{int(o64[i, j])} vs {int(want[i, j])})"
+                )
     if tight_max > INT32_MAX:
         # a kernel accumulator that differs from its declared overflow
         # behaviour is the kernel's fault even on a precondition case
         ev["failure_kind"] = "kernel" if mismatch_line else "precondition"
         n_over, ex_over = _over_int32(tight, exact).get()
-        s = (f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements "
-             f"(exact |acc| > 2^31-1 at {ex_over})")
+        s = f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements (exact |acc| > 2^31-1 at {ex_over})"
         if mismatch_line:
             s = mismatch_line + "; " + s
         ev["n_bound_over"], ev["n_exact_over"] = n_over, ex_over
@@ -302,10 +318,15 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     if mismatch_line:
         ev["failure_kind"] = "kernel"
         return CheckResult(C3, name, "fail", mismatch_line, ev)
-    return CheckResult(C3, name, "pass",
-                       f"bound |acc| <= {tight_max} < 2^31 (K={ops.k}); observed accumulator "
-                       f"from {obs.source} matches exact" if obs.acc is not None else
-                       f"bound |acc| <= {tight_max} < 2^31 (K={ops.k})", ev)
+    return CheckResult(
+        C3,
+        name,
+        "pass",
+        f"bound |acc| <= {tight_max} < 2^31 (K={ops.k}); observed accumulator from {obs.source} matches exact"
+        if obs.acc is not None
+        else f"bound |acc| <= {tight_max} < 2^31 (K={ops.k})",
+        ev,
+    )
 
 
 def _over_int32(tight: Tensor, exact: Tensor):
@@ -313,9 +334,14 @@ def _over_int32(tight: Tensor, exact: Tensor):
     exceeds INT32_MAX, elements whose exact |acc| does)``, memoized on the
     two tensors inside a ``reference.memo`` scope."""
     from reference.accumulate import INT32_MAX
-    return memo.cached("over_int32", (tight, exact), lambda: readback.ask(
-        [(tight > INT32_MAX).sum(), (exact.abs() > INT32_MAX).sum()],
-        lambda v: (int(v[0]), int(v[1]))))
+
+    return memo.cached(
+        "over_int32",
+        (tight, exact),
+        lambda: readback.ask(
+            [(tight > INT32_MAX).sum(), (exact.abs() > INT32_MAX).sum()], lambda v: (int(v[0]), int(v[1]))
+        ),
+    )
 
 
 def _headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> dict:
@@ -327,18 +353,22 @@ def _headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> d
     counts over it (:func:`_over_int32`), asked now so that they come back
     with the rest. Memoized pieces make a second call free."""
     from reference import memo
-    from reference.accumulate import ask_accumulator_bound, accumulator_row_col_bound
+    from reference.accumulate import accumulator_row_col_bound, ask_accumulator_bound
+
     a, b = ops.a, ops.b
     tight = accumulator_row_col_bound(a, b)
-    q = {"cheap": memo.cached("bound_cheap", (a, b), lambda: ask_accumulator_bound(a, b)),
-         "tight_max": _tensor_max(tight),
-         "exact": _acc_stats(exact) if exact.numel() else None}
+    q = {
+        "cheap": memo.cached("bound_cheap", (a, b), lambda: ask_accumulator_bound(a, b)),
+        "tight_max": _tensor_max(tight),
+        "exact": _acc_stats(exact) if exact.numel() else None,
+    }
     o = obs.acc
     if not obs.error and o is not None and tuple(o.shape) == tuple(exact.shape):
         q["dacc"] = _declared_for(spec, ops, exact, obs.manifest)
         q["mismatch"] = _ask_mismatch(o, exact, q["dacc"])
         q["observed"] = _acc_stats(o) if o.numel() else None
     from conformance.checks.overflow import may_leave_int32
+
     if memo.active() and may_leave_int32(ops.k):  # else the bound cannot exceed int32
         _over_int32(tight, exact)  # kept in the memo until C3 reads it
     return q
@@ -355,6 +385,7 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
     max_abs, n_at_or_over, worst, acc_source, bound_tight_max}``.
     """
     from reference.accumulate import FP32_EXACT_INT, accumulator_row_col_bound
+
     name = "fp32_exact_accumulator"
     if run is not None and skipped_reason(run):
         return not_applicable(C4, skipped_reason(run))
@@ -366,18 +397,26 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
         if obs.source == "kernel int_mm":
             src = "reference exact_int_mm (kernel int_mm unusable)"
     tight = _tensor_max(accumulator_row_col_bound(ops.a, ops.b))  # asked with the stats
-    stats = _acc_stats(t).get() if t.numel() else {"max_abs": 0, "n_at_or_over": 0,
-                                                    "worst": None}
+    stats = _acc_stats(t).get() if t.numel() else {"max_abs": 0, "n_at_or_over": 0, "worst": None}
     n_over = stats["n_at_or_over"]
-    ev = {"fp32_exact_int": int(FP32_EXACT_INT), "acc_source": src,
-          "max_abs": stats["max_abs"], "n_at_or_over": n_over,
-          "n_elements": int(t.numel()),
-          "worst": _copy_worst(stats["worst"]) if stats["worst"] else None,
-          "bound_tight_max": tight.get(),
-          "operand_digests": ops.digests()}
+    ev = {
+        "fp32_exact_int": int(FP32_EXACT_INT),
+        "acc_source": src,
+        "max_abs": stats["max_abs"],
+        "n_at_or_over": n_over,
+        "n_elements": int(t.numel()),
+        "worst": _copy_worst(stats["worst"]) if stats["worst"] else None,
+        "bound_tight_max": tight.get(),
+        "operand_digests": ops.digests(),
+    }
     if n_over:
         ev["failure_kind"] = "precondition"
-        return CheckResult(C4, name, "fail",
-                           f"|acc| >= 2^24 at {n_over}/{t.numel()} elements (max {ev['max_abs']} "
-                           f"at {ev['worst']['index']}): float32(acc) is inexact", ev)
+        return CheckResult(
+            C4,
+            name,
+            "fail",
+            f"|acc| >= 2^24 at {n_over}/{t.numel()} elements (max {ev['max_abs']} "
+            f"at {ev['worst']['index']}): float32(acc) is inexact",
+            ev,
+        )
     return CheckResult(C4, name, "pass", f"max |acc| = {ev['max_abs']} < 2^24 ({src})", ev)

@@ -81,6 +81,7 @@ def probe_cases(seed: int = 0) -> list:
     ``probe-fp16`` (M=4, K=40, N=24, float16 output).
     """
     from reference.operands import GemmOperands
+
     g = torch.Generator().manual_seed(1000 + seed)
 
     def mk(m, k, n, dtype, bias, name):
@@ -89,26 +90,45 @@ def probe_cases(seed: int = 0) -> list:
         sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(torch.float32)
         sb = (torch.rand(n, generator=g) * 0.002 + 1e-4).to(torch.float32)
         bb = (torch.randn(n, generator=g) * 4).to(dtype) if bias else None
-        return GemmOperands(a, b, sa, sb, bias=bb, out_dtype=dtype, name=f"c9/{name}",
-                            scale_mode="synthetic", meta={"source": "c9-probe", "seed": seed})
-    return [mk(6, 72, 40, torch.float32, False, "probe-fp32"),
-            mk(5, 48, 24, torch.bfloat16, True, "probe-bf16-bias"),
-            mk(4, 40, 24, torch.float16, False, "probe-fp16")]
+        return GemmOperands(
+            a,
+            b,
+            sa,
+            sb,
+            bias=bb,
+            out_dtype=dtype,
+            name=f"c9/{name}",
+            scale_mode="synthetic",
+            meta={"source": "c9-probe", "seed": seed},
+        )
+
+    return [
+        mk(6, 72, 40, torch.float32, False, "probe-fp32"),
+        mk(5, 48, 24, torch.bfloat16, True, "probe-bf16-bias"),
+        mk(4, 40, 24, torch.float16, False, "probe-fp16"),
+    ]
 
 
 def _row_discrimination(ops) -> Tensor:
     """int64 [M]: per row, elements where references under the legal
     epilogues (every scale order x every bias point) disagree."""
     from reference.accumulate import exact_int_mm
+    from reference.bits import bits_of
     from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
     from reference.epilogue import apply_epilogue
-    from reference.bits import bits_of
+
     exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
     bias = None if ops.bias is None else ops.bias.cpu()
     points = BIAS_POINTS if bias is not None else BIAS_POINTS[:1]
-    outs = [bits_of(apply_epilogue(exact, ops.scale_a.cpu(), ops.scale_b.cpu(),
-                                   EpilogueContract(o, p), bias=bias, out_dtype=ops.out_dtype))
-            for o in SCALE_ORDERS for p in points]
+    outs = [
+        bits_of(
+            apply_epilogue(
+                exact, ops.scale_a.cpu(), ops.scale_b.cpu(), EpilogueContract(o, p), bias=bias, out_dtype=ops.out_dtype
+            )
+        )
+        for o in SCALE_ORDERS
+        for p in points
+    ]
     differ = torch.zeros_like(outs[0], dtype=torch.bool)
     for o in outs[1:]:
         differ |= o != outs[0]
@@ -147,6 +167,7 @@ def select_cases(cases: Sequence, max_cases: int = MAX_CASES) -> list[tuple]:
 def _bits(x: Tensor) -> Tensor:
     """int64 bit patterns with every NaN mapped to one value (canonical)."""
     from reference.bits import bits_of
+
     b = bits_of(x)
     return torch.where(torch.isnan(x), torch.full_like(b, -1), b)
 
@@ -156,10 +177,11 @@ def _batch(ops, rows: list[int], size: int, g: torch.Generator):
     positions; other rows random int8 with per-token scales drawn from
     ``ops.scale_a``'s range. Returns ``(GemmOperands, positions)``."""
     from reference.operands import GemmOperands
+
     m0, k = ops.m, ops.k
     a0 = ops.a.contiguous()
     perm = torch.randperm(size, generator=g).tolist()
-    pos = perm[:len(rows)]
+    pos = perm[: len(rows)]
     a = torch.randint(-128, 128, (size, k), generator=g, dtype=torch.int16).to(torch.int8)
     for p, r in zip(pos, rows):
         a[p] = a0[r]
@@ -173,23 +195,40 @@ def _batch(ops, rows: list[int], size: int, g: torch.Generator):
         for p, r in zip(pos, rows):
             s[p] = flat[r]
         sa = s.reshape(size, 1) if sa0.dim() == 2 else s
-    return GemmOperands(a, ops.b, sa, ops.scale_b, bias=ops.bias, out_dtype=ops.out_dtype,
-                        name=f"{ops.name}/batch{size}", scale_mode=ops.scale_mode,
-                        meta={"source": "c9-batch"}), pos
+    return GemmOperands(
+        a,
+        ops.b,
+        sa,
+        ops.scale_b,
+        bias=ops.bias,
+        out_dtype=ops.out_dtype,
+        name=f"{ops.name}/batch{size}",
+        scale_mode=ops.scale_mode,
+        meta={"source": "c9-batch"},
+    ), pos
 
 
 def _alone(ops, r: int):
     """Row ``r`` of ``ops`` as its own M = 1 case (per-tensor scales kept)."""
     from reference.operands import GemmOperands
+
     sa0 = ops.scale_a
     if sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
         sa = sa0.clone()
     else:
-        sa = sa0.reshape(-1)[r:r + 1].clone()
+        sa = sa0.reshape(-1)[r : r + 1].clone()
         sa = sa.reshape(1, 1) if sa0.dim() == 2 else sa
-    return GemmOperands(ops.a[r:r + 1].contiguous(), ops.b, sa, ops.scale_b, bias=ops.bias,
-                        out_dtype=ops.out_dtype, name=f"{ops.name}/row{r}",
-                        scale_mode=ops.scale_mode, meta={"source": "c9-alone"})
+    return GemmOperands(
+        ops.a[r : r + 1].contiguous(),
+        ops.b,
+        sa,
+        ops.scale_b,
+        bias=ops.bias,
+        out_dtype=ops.out_dtype,
+        name=f"{ops.name}/row{r}",
+        scale_mode=ops.scale_mode,
+        meta={"source": "c9-alone"},
+    )
 
 
 def _hex(v: int, dtype) -> str:
@@ -203,15 +242,25 @@ def _diff(ref_row: Tensor, got_row: Tensor, dtype) -> Optional[dict]:
     if d.numel() == 0:
         return None
     cols = d[:MAX_LISTED].tolist()
-    return {"n_differ": int(d.numel()),
-            "columns": [{"col": int(j), "reference_call_bits": _hex(int(ref_row[j]), dtype),
-                         "bits": _hex(int(got_row[j]), dtype)} for j in cols]}
+    return {
+        "n_differ": int(d.numel()),
+        "columns": [
+            {"col": int(j), "reference_call_bits": _hex(int(ref_row[j]), dtype), "bits": _hex(int(got_row[j]), dtype)}
+            for j in cols
+        ],
+    }
 
 
-def check_batch_invariance(spec, cases: Sequence = (), device: Optional[str] = None,
-                           seed: int = 0, batch_sizes: Sequence[int] = BATCH_SIZES,
-                           max_cases: int = MAX_CASES, rows_per_case: int = ROWS_PER_CASE,
-                           include_probes: bool = True) -> CheckResult:
+def check_batch_invariance(
+    spec,
+    cases: Sequence = (),
+    device: Optional[str] = None,
+    seed: int = 0,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+    max_cases: int = MAX_CASES,
+    rows_per_case: int = ROWS_PER_CASE,
+    include_probes: bool = True,
+) -> CheckResult:
     """C9 batch_invariance (module docstring).
 
     Args:
@@ -254,10 +303,17 @@ def check_batch_invariance(spec, cases: Sequence = (), device: Optional[str] = N
             continue
         ref = _bits(first.output)
         rows = sorted(range(ops.m), key=lambda r: (-int(disc[r]), r))[:rows_per_case]
-        info = {"case": ops.name, "M": ops.m, "K": ops.k, "N": ops.n,
-                "out_dtype": str(ops.out_dtype), "rows": rows,
-                "rows_discriminating": [int(disc[r]) for r in rows],
-                "sizes_run": [], "sizes_skipped": {}}
+        info = {
+            "case": ops.name,
+            "M": ops.m,
+            "K": ops.k,
+            "N": ops.n,
+            "out_dtype": str(ops.out_dtype),
+            "rows": rows,
+            "rows_discriminating": [int(disc[r]) for r in rows],
+            "sizes_run": [],
+            "sizes_skipped": {},
+        }
         per_case.append(info)
 
         def record(context: str, row: int, got: Optional[Tensor], err: Optional[str]):
@@ -290,8 +346,7 @@ def check_batch_invariance(spec, cases: Sequence = (), device: Optional[str] = N
             if run.manifest.get("skipped"):
                 info["sizes_skipped"]["1"] = run.error
                 continue
-            record("alone (M=1)", r, None if run.output is None else _bits(run.output)[0],
-                   run.error)
+            record("alone (M=1)", r, None if run.output is None else _bits(run.output)[0], run.error)
         for size in batch_sizes:
             if size < len(rows):
                 continue
@@ -304,26 +359,44 @@ def check_batch_invariance(spec, cases: Sequence = (), device: Optional[str] = N
             info["sizes_run"].append(int(size))
             out = None if run.output is None else _bits(run.output)
             for r, p in zip(rows, pos):
-                record(f"batch M={size} at position {p}", r, None if out is None else out[p],
-                       run.error)
-    ev = {"cases": per_case, "batch_sizes": [int(s) for s in batch_sizes], "n_calls": n_calls,
-          "n_comparisons": n_cmp, "n_differences": n_diff, "differences": diffs,
-          "errors": errors[:MAX_LISTED], "cases_not_run": skipped_cases[:MAX_LISTED],
-          "seed": seed}
+                record(f"batch M={size} at position {p}", r, None if out is None else out[p], run.error)
+    ev = {
+        "cases": per_case,
+        "batch_sizes": [int(s) for s in batch_sizes],
+        "n_calls": n_calls,
+        "n_comparisons": n_cmp,
+        "n_differences": n_diff,
+        "differences": diffs,
+        "errors": errors[:MAX_LISTED],
+        "cases_not_run": skipped_cases[:MAX_LISTED],
+        "seed": seed,
+    }
     if n_diff:
         d0 = diffs[0]
-        where = (f"{d0['case']} row {d0['row']} {d0['context']}: "
-                 + (f"kernel failed: {d0['error']}" if "error" in d0 else
-                    f"{d0['n_differ']} element(s) differ, first col {d0['columns'][0]['col']} "
-                    f"{d0['columns'][0]['bits']} vs {d0['columns'][0]['reference_call_bits']} "
-                    f"in the case's own call"))
-        return CheckResult(CHECK_ID, NAME, "fail",
-                           f"row bits depend on the batch or the call: {n_diff} of "
-                           f"{n_cmp + len(errors)} comparisons differ; first: {where}", ev)
+        where = f"{d0['case']} row {d0['row']} {d0['context']}: " + (
+            f"kernel failed: {d0['error']}"
+            if "error" in d0
+            else f"{d0['n_differ']} element(s) differ, first col {d0['columns'][0]['col']} "
+            f"{d0['columns'][0]['bits']} vs {d0['columns'][0]['reference_call_bits']} "
+            f"in the case's own call"
+        )
+        return CheckResult(
+            CHECK_ID,
+            NAME,
+            "fail",
+            f"row bits depend on the batch or the call: {n_diff} of "
+            f"{n_cmp + len(errors)} comparisons differ; first: {where}",
+            ev,
+        )
     if not n_cmp:
         why = "; ".join(skipped_cases[:3]) or "no case selected"
         return not_applicable(CHECK_ID, f"kernel ran on none of the C9 cases: {why}", **ev)
-    return CheckResult(CHECK_ID, NAME, "pass",
-                       f"{n_cmp} row comparisons bit-identical across M=1, batches "
-                       f"{sorted({s for c in per_case for s in c['sizes_run']})}, the cases' own "
-                       f"M and a repeated call ({len(per_case)} cases, {n_calls} kernel calls)", ev)
+    return CheckResult(
+        CHECK_ID,
+        NAME,
+        "pass",
+        f"{n_cmp} row comparisons bit-identical across M=1, batches "
+        f"{sorted({s for c in per_case for s in c['sizes_run']})}, the cases' own "
+        f"M and a repeated call ({len(per_case)} cases, {n_calls} kernel calls)",
+        ev,
+    )

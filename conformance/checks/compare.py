@@ -15,8 +15,7 @@ import torch
 from torch import Tensor
 
 from reference import memo, readback
-from reference.bits import (NAN_DISTANCE, bits_of, histogram_dict, spacing_distance,
-                            ulp_histogram_counts)
+from reference.bits import NAN_DISTANCE, bits_of, histogram_dict, spacing_distance, ulp_histogram_counts
 
 
 def _num(x: float):
@@ -40,8 +39,7 @@ def skipped_reason(run) -> Optional[str]:
     return None
 
 
-def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
-                 error: Optional[str] = None) -> Optional[str]:
+def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype, error: Optional[str] = None) -> Optional[str]:
     """Category of :func:`output_problem`'s line: ``dtype`` (a tensor of
     another dtype than asked), ``shape``, ``type`` (not a tensor),
     ``exception`` (the kernel raised), ``nan`` (NaN where the declared
@@ -55,9 +53,14 @@ def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
     """
     if error:
         e = error.lower()
-        for key, kind in (("returned dtype", "dtype"), ("returned shape", "shape"),
-                          (" nan ", "nan"), ("in place", "in-place"), ("raised", "exception"),
-                          ("expected a torch.tensor", "type")):
+        for key, kind in (
+            ("returned dtype", "dtype"),
+            ("returned shape", "shape"),
+            (" nan ", "nan"),
+            ("in place", "in-place"),
+            ("raised", "exception"),
+            ("expected a torch.tensor", "type"),
+        ):
             if key in e:
                 return kind
         return "error"
@@ -72,8 +75,9 @@ def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
     return None
 
 
-def output_problem(out: Optional[Tensor], shape: tuple, dtype: torch.dtype,
-                   error: Optional[str] = None) -> Optional[str]:
+def output_problem(
+    out: Optional[Tensor], shape: tuple, dtype: torch.dtype, error: Optional[str] = None
+) -> Optional[str]:
     """One line saying why ``out`` cannot be compared, or None if it can.
 
     The line starts with the problem's category (:func:`problem_kind`), e.g.
@@ -108,11 +112,13 @@ def _at(t: Tensor, idx: Tensor) -> Tensor:
     device, without reading the index back (``index_select``, not Python
     indexing, which would turn a 0-d tensor index into an int: a sync)."""
     from reference import memo
+
     return memo.moved(t, idx.device).reshape(-1).index_select(0, idx)
 
 
-def _element_values(out: Tensor, ref: Tensor, flat: Tensor, szero: Tensor, ops,
-                    exact: Optional[Tensor], w: Tensor, n_cols: int) -> tuple[list, list]:
+def _element_values(
+    out: Tensor, ref: Tensor, flat: Tensor, szero: Tensor, ops, exact: Optional[Tensor], w: Tensor, n_cols: int
+) -> tuple[list, list]:
     """Device values behind flat element ``w`` (a long [1] tensor), unread.
 
     Returns:
@@ -140,24 +146,34 @@ def _element_values(out: Tensor, ref: Tensor, flat: Tensor, szero: Tensor, ops,
     return ints, floats
 
 
-def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops,
-                  has_exact: bool) -> dict:
+def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exact: bool) -> dict:
     """The ``worst`` evidence (besides ``index``) from the values
     :func:`_element_values` gathered, read back (Python ints / floats, same
     order): ``ulp, out, ref, out_bits, ref_bits, [kind]`` and, with ``ops``,
     the operand values ``acc, scale_a(_bits), scale_b(_bits), bias(_bits)``."""
     ulp, ob, rb, sz = ints[:4]
-    d = {"ulp": int(ulp), "out": _num(floats[0]), "ref": _num(floats[1]),
-         "out_bits": _hex(ob, out_dtype), "ref_bits": _hex(rb, out_dtype)}
+    d = {
+        "ulp": int(ulp),
+        "out": _num(floats[0]),
+        "ref": _num(floats[1]),
+        "out_bits": _hex(ob, out_dtype),
+        "ref_bits": _hex(rb, out_dtype),
+    }
     if sz:
         d["kind"] = "signed zero"
     if ops is None:
         return d
     rest = ints[4:]
     d["acc"] = int(rest.pop(0)) if has_exact else None
-    d.update({"scale_a": _num(floats[2]), "scale_a_bits": _hex(rest[0], torch.float32),
-              "scale_b": _num(floats[3]), "scale_b_bits": _hex(rest[1], torch.float32),
-              "bias": None})
+    d.update(
+        {
+            "scale_a": _num(floats[2]),
+            "scale_a_bits": _hex(rest[0], torch.float32),
+            "scale_b": _num(floats[3]),
+            "scale_b_bits": _hex(rest[1], torch.float32),
+            "bias": None,
+        }
+    )
     if ops.bias is not None:
         d["bias"] = _num(floats[4])
         d["bias_bits"] = _hex(rest[2], ops.bias.dtype)
@@ -197,12 +213,24 @@ def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple
     z = torch.zeros((), dtype=torch.int64, device=flat.device)
     # masked-out elements become -1, which no bin counts (distances are >= 0):
     # no boolean indexing, whose result size would need a sync of its own
-    hist = ulp_histogram_counts(flat if mask is None else
-                                torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1)))
-    counts = torch.cat([torch.stack([
-        mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(),
-        szero.sum(), flat.max().to(torch.int64) if flat.numel() else z,
-        (dist > 1).sum()]), hist])
+    hist = ulp_histogram_counts(
+        flat if mask is None else torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1))
+    )
+    counts = torch.cat(
+        [
+            torch.stack(
+                [
+                    mask.sum() if mask is not None else z,
+                    (dist > 0).sum(),
+                    differ.sum(),
+                    szero.sum(),
+                    flat.max().to(torch.int64) if flat.numel() else z,
+                    (dist > 1).sum(),
+                ]
+            ),
+            hist,
+        ]
+    )
     return {"dist": dist, "differ": differ, "szero": szero}, counts
 
 
@@ -211,9 +239,15 @@ def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
     (``masked``: the comparison had a mask)."""
     n_masked, n_differ, n_bits, n_szero, max_ulp, n_over1 = (int(c) for c in counts[:6])
     n = int(parts["dist"].numel())
-    ev = {"n_elements": n, "n_compared": n_masked if masked else n,
-          "n_differ": n_differ, "n_bits_differ": n_bits, "n_signed_zero": n_szero,
-          "max_ulp": max_ulp, "ulp_histogram": histogram_dict(counts[6:])}
+    ev = {
+        "n_elements": n,
+        "n_compared": n_masked if masked else n,
+        "n_differ": n_differ,
+        "n_bits_differ": n_bits,
+        "n_signed_zero": n_szero,
+        "max_ulp": max_ulp,
+        "ulp_histogram": histogram_dict(counts[6:]),
+    }
     return dict(parts, ev=ev, n_over={0: n_bits, 1: n_over1})
 
 
@@ -242,6 +276,7 @@ def ask_comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]):
     def ask():
         parts, counts = _comparison_parts(out, ref, mask)
         return readback.ask([counts], lambda v: _comparison_from(parts, v, mask is not None))
+
     return memo.cached("comparison", (out, ref, mask), ask)
 
 
@@ -258,14 +293,16 @@ def prefetch_comparisons(triples: list) -> None:
     of one sweep cell: one device sync, not one per check). No-op outside a
     scope."""
     from reference import memo
+
     if not memo.active():
         return
     for tr in triples:
         ask_comparison(*tr)
 
 
-def _ask_worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops,
-                        exact: Optional[Tensor], max_listed: int):
+def _ask_worst_evidence(
+    cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops, exact: Optional[Tensor], max_listed: int
+):
     """``(worst, first_over_tol, signed_zero_first)`` of :func:`compare_bits`'
     evidence, every value gathered on the device and asked
     (``reference.readback.Deferred``), read together.
@@ -303,28 +340,36 @@ def _ask_worst_evidence(cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_ove
     ni, nf = len(ints), len(floats)
 
     def convert(vals: list) -> tuple:
-        wi, ivals = vals[0], vals[1:1 + ni]
-        fvals = [readback.unpack_float(v) for v in vals[len(vals) - nf:]]
+        wi, ivals = vals[0], vals[1 : 1 + ni]
+        fvals = [readback.unpack_float(v) for v in vals[len(vals) - nf :]]
         at = 1 + ni
-        fpos, fulp = vals[at:at + k], vals[at + k:at + 2 * k]
-        zpos = vals[at + 2 * k:at + 2 * k + kz]
+        fpos, fulp = vals[at : at + k], vals[at + k : at + 2 * k]
+        zpos = vals[at + 2 * k : at + 2 * k + kz]
         worst = {"index": list(divmod(int(wi), n_cols))}
         worst.update(_element_dict(ivals, fvals, out.dtype, ops, exact is not None))
         listed = [[*divmod(int(p), n_cols), int(u)] for p, u in zip(fpos, fulp) if p < n]
         zeros = [list(divmod(int(p), n_cols)) for p in zpos if p < n] if kz else None
         return worst, listed, zeros
+
     return readback.ask(parts, convert)
 
 
-def _evidence_questions(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
-                        exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                        max_listed: int = 5) -> tuple:
+def _evidence_questions(
+    out: Tensor,
+    ref: Tensor,
+    tol_ulp: int,
+    ops=None,
+    exact: Optional[Tensor] = None,
+    mask: Optional[Tensor] = None,
+    max_listed: int = 5,
+) -> tuple:
     """``(out, mask, cmp, n_over, worst)``: :func:`compare_bits`' inputs on
     ref's device, its comparison (read), the count over ``tol_ulp`` and the
     ``reference.readback.Deferred`` of its failure evidence
     (:func:`_ask_worst_evidence`, memoized on the tensors inside a
     ``reference.memo`` scope), or None when no element differs."""
     from reference import memo
+
     out = memo.moved(out, ref.device)  # one copy per output inside a memo scope (the sweep)
     if mask is not None:
         mask = mask.to(ref.device)
@@ -335,28 +380,41 @@ def _evidence_questions(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
     worst = None
     if cmp["dist"].numel() and (cmp["ev"]["max_ulp"] > 0 or cmp["ev"]["n_bits_differ"]):
         key = ("worst", int(tol_ulp), int(max_listed), ops is not None)
-        tensors = (out, ref, mask, exact) + (() if ops is None else
-                                             (ops.scale_a, ops.scale_b, ops.bias))
-        worst = memo.cached(key, tensors, lambda: _ask_worst_evidence(
-            cmp, out, ref, tol_ulp, n_over, ops, exact, max_listed))
+        tensors = (out, ref, mask, exact) + (() if ops is None else (ops.scale_a, ops.scale_b, ops.bias))
+        worst = memo.cached(
+            key, tensors, lambda: _ask_worst_evidence(cmp, out, ref, tol_ulp, n_over, ops, exact, max_listed)
+        )
     return out, mask, cmp, n_over, worst
 
 
-def prefetch_failure_evidence(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
-                              exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                              max_listed: int = 5) -> None:
+def prefetch_failure_evidence(
+    out: Tensor,
+    ref: Tensor,
+    tol_ulp: int,
+    ops=None,
+    exact: Optional[Tensor] = None,
+    mask: Optional[Tensor] = None,
+    max_listed: int = 5,
+) -> None:
     """Ask the evidence :func:`compare_bits` (same arguments) will read when
     the comparison has differing elements, so that the failing checks of a
     sweep cell read theirs together (one read-back). Reads the comparison
     itself if it is not read yet. No-op outside a ``reference.memo`` scope."""
     from reference import memo
+
     if memo.active():
         _evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
 
 
-def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
-                 exact: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                 max_listed: int = 5) -> tuple[int, dict]:
+def compare_bits(
+    out: Tensor,
+    ref: Tensor,
+    tol_ulp: int,
+    ops=None,
+    exact: Optional[Tensor] = None,
+    mask: Optional[Tensor] = None,
+    max_listed: int = 5,
+) -> tuple[int, dict]:
     """Compare ``out`` with ``ref`` element by element on bit patterns.
 
     With ``tol_ulp == 0`` (bit identity: C5, C8, pairwise) an element is over
@@ -387,13 +445,23 @@ def compare_bits(out: Tensor, ref: Tensor, tol_ulp: int, ops=None,
     """
     # on ref's device (the CPU for CPU references, the GPU for the sweep's
     # on-device references): integer bit arithmetic, the same result anywhere
-    out, mask, cmp, n_over, worst = _evidence_questions(out, ref, tol_ulp, ops, exact, mask,
-                                                        max_listed)
+    out, mask, cmp, n_over, worst = _evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
     ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
     # key order of the evidence as it always was (stored rows are JSON of it)
-    ev = {k: ev[k] for k in ("n_elements", "n_compared", "n_differ", "n_bits_differ",
-                             "n_signed_zero", "n_over_tol", "tol_ulp", "max_ulp",
-                             "ulp_histogram")}
+    ev = {
+        k: ev[k]
+        for k in (
+            "n_elements",
+            "n_compared",
+            "n_differ",
+            "n_bits_differ",
+            "n_signed_zero",
+            "n_over_tol",
+            "tol_ulp",
+            "max_ulp",
+            "ulp_histogram",
+        )
+    }
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
     if worst is not None:

@@ -47,13 +47,12 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
         return not_applicable(C1, skipped_reason(run))
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
-        return not_applicable(C1, "kernel produced no output on this case"
-                              + (f" ({run.error})" if getattr(run, "error", None) else ""))
+        return not_applicable(
+            C1, "kernel produced no output on this case" + (f" ({run.error})" if getattr(run, "error", None) else "")
+        )
     m = dict(run.manifest or {})
-    declared = {"name": spec.name, "source_digest": spec.source_digest,
-                "devices": list(spec.devices)}
-    observed = {k: m.get(k) for k in ("name", "source_digest", "device", "path",
-                                      "interpreter", "padded")}
+    declared = {"name": spec.name, "source_digest": spec.source_digest, "devices": list(spec.devices)}
+    observed = {k: m.get(k) for k in ("name", "source_digest", "device", "path", "interpreter", "padded")}
     bad = []
     if m.get("name") != spec.name:
         bad.append(f"ran name {m.get('name')!r}, declared {spec.name!r}")
@@ -80,5 +79,4 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     ev = {"declared": declared, "observed": observed, "mismatches": bad}
     if bad:
         return CheckResult(C1, name, "fail", "; ".join(bad), ev)
-    return CheckResult(C1, name, "pass",
-                       f"{spec.name} ran as declared on {m.get('device')} via {path}", ev)
+    return CheckResult(C1, name, "pass", f"{spec.name} ran as declared on {m.get('device')} via {path}", ev)

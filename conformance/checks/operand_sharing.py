@@ -34,23 +34,34 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
         return not_applicable(C2, skipped_reason(run))
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
-        return not_applicable(C2, "kernel produced no output on this case"
-                              + (f" ({run.error})" if getattr(run, "error", None) else ""))
+        return not_applicable(
+            C2, "kernel produced no output on this case" + (f" ({run.error})" if getattr(run, "error", None) else "")
+        )
     got = dict(run.received_digests or {})
     by = (run.manifest or {}).get("operands_recorded_by") or "kernel"
     want = ops.digests()
     if not got:
-        return not_applicable(C2, "kernel did not record the operands it received",
-                              expected=want)
+        return not_applicable(C2, "kernel did not record the operands it received", expected=want)
     bad = [k for k in KEYS if got.get(k) != want.get(k)]
     ev = {"expected": want, "received": got, "mismatched": bad, "recorded_by": by}
     if bad:
-        return CheckResult(C2, name, "fail",
-                           "kernel received operands other than the reference's: "
-                           + ", ".join(f"{k} {str(got.get(k))[:12]}... != {want[k][:12]}..."
-                                       for k in bad), ev)
-    note = "" if by == "kernel" else (
-        " (digests taken by the runner at the call boundary: the kernel does not record "
-        "what it received)")
-    return CheckResult(C2, name, "pass", "kernel received the reference's operands "
-                       "(a, b, scale_a, scale_b, bias digests equal)" + note, ev)
+        return CheckResult(
+            C2,
+            name,
+            "fail",
+            "kernel received operands other than the reference's: "
+            + ", ".join(f"{k} {str(got.get(k))[:12]}... != {want[k][:12]}..." for k in bad),
+            ev,
+        )
+    note = (
+        ""
+        if by == "kernel"
+        else (" (digests taken by the runner at the call boundary: the kernel does not record what it received)")
+    )
+    return CheckResult(
+        C2,
+        name,
+        "pass",
+        "kernel received the reference's operands (a, b, scale_a, scale_b, bias digests equal)" + note,
+        ev,
+    )

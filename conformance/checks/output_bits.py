@@ -66,6 +66,7 @@ def _exact(ops, exact: Optional[Tensor]) -> Tensor:
     if exact is not None:
         return exact
     from reference.accumulate import exact_int_mm
+
     return exact_int_mm(ops.a, ops.b)
 
 
@@ -85,8 +86,9 @@ def run_device(run) -> Optional[str]:
     return man.get("device") or None
 
 
-def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = None,
-                     acc: Optional[DeclaredAccumulator] = None) -> Tensor:
+def reference_output(
+    ops, contract: EpilogueContract, exact: Optional[Tensor] = None, acc: Optional[DeclaredAccumulator] = None
+) -> Tensor:
     """Reference output of ``ops`` under ``contract``.
 
     Args:
@@ -104,15 +106,14 @@ def reference_output(ops, contract: EpilogueContract, exact: Optional[Tensor] = 
         ``tests/conformance/checks/test_device_references.py``).
     """
     from reference.epilogue import cached_epilogue
+
     x = acc.acc if acc is not None else _exact(ops, exact)
     # memoized inside a reference.memo scope (the sweep): the same reference
     # serves every check of every cell of a layer
-    return cached_epilogue(x, ops.scale_a, ops.scale_b, contract, bias=ops.bias,
-                           out_dtype=ops.out_dtype)
+    return cached_epilogue(x, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
 
 
-def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
-                       dacc: DeclaredAccumulator) -> Tensor:
+def accepted_reference(out: Tensor, ops, contract: EpilogueContract, dacc: DeclaredAccumulator) -> Tensor:
     """The reference output under ``dacc``, where an at-risk element takes the
     output of ``dacc.alternative`` instead when the kernel's output is closer
     to it (``wrap`` accepts the wrapped and the exact sum).
@@ -128,9 +129,11 @@ def accepted_reference(out: Tensor, ops, contract: EpilogueContract,
 
     def choose() -> Tensor:
         from reference.bits import spacing_distance
+
         alt = reference_output(ops, contract, exact=dacc.alternative)
         take = dacc.at_risk & (spacing_distance(out, alt) < spacing_distance(out, ref))
         return torch.where(take, alt, ref)
+
     return memo.cached(("accepted", contract), (out, ref, dacc.alternative, dacc.at_risk), choose)
 
 
@@ -143,6 +146,7 @@ def _bad(out: Tensor, ref: Tensor, tol_ulp: int) -> Tensor:
     differ for 0, spacing distance above it otherwise)."""
     from conformance.checks.compare import bit_differences
     from reference.bits import spacing_distance
+
     if tol_ulp == 0:
         return bit_differences(out, ref)[0]
     return spacing_distance(out, ref) > tol_ulp
@@ -158,12 +162,13 @@ def _ask_risky(dacc: DeclaredAccumulator, out: Tensor, ops, contract, tol_ulp: i
     def ask() -> tuple:
         risky = dacc.at_risk & dacc.defined & _bad(out, ref, tol_ulp)
         return risky, readback.ask([risky.sum()], lambda v: int(v[0]))
-    return memo.cached(("risky", contract, int(tol_ulp)), (out, ref, dacc.at_risk, dacc.defined),
-                       ask)
+
+    return memo.cached(("risky", contract, int(tol_ulp)), (out, ref, dacc.at_risk, dacc.defined), ask)
 
 
-def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, contract,
-                       exact: Tensor, tol_ulp: int) -> None:
+def _overflow_evidence(
+    ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, contract, exact: Tensor, tol_ulp: int
+) -> None:
     """Add the overflow counts and, where at-risk elements are over tolerance,
     which behaviour (wrap / saturate / exact int64) the output matches there
     (the three counts read back together)."""
@@ -171,12 +176,15 @@ def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, co
     if not dacc.n_at_risk:
         return
     from conformance.checks.overflow import saturated_accumulator, wrap32
+
     risky, n_risky = _ask_risky(dacc, out, ops, contract, tol_ulp)
     if not n_risky.get():
         return
     labels = ("wrap", "saturate", "exact_int64")
-    parts = [(risky & ~_bad(out, reference_output(ops, contract, exact=a), tol_ulp)).sum()
-             for a in (wrap32(exact), saturated_accumulator(exact), exact)]
+    parts = [
+        (risky & ~_bad(out, reference_output(ops, contract, exact=a), tol_ulp)).sum()
+        for a in (wrap32(exact), saturated_accumulator(exact), exact)
+    ]
     diag = {"over_tolerance_at_risk": n_risky.get()}
     diag.update(readback.read(parts, lambda v: {f"matches_{k}": int(x) for k, x in zip(labels, v)}))
     ev["overflow_diagnosis"] = diag
@@ -185,15 +193,24 @@ def _overflow_evidence(ev: dict, dacc: DeclaredAccumulator, out: Tensor, ops, co
 def _result(check_id: str, name: str, n_over: int, ev: dict, what: str) -> CheckResult:
     n = ev["n_compared"]
     if n == 0 and ev.get("overflow_excluded"):
-        return not_applicable(check_id, f"all {ev['overflow_excluded']} elements excluded: their "
-                                        f"accumulator may leave int32 and the kernel declares "
-                                        f"overflow {ev['overflow_behaviour']}", **ev)
-    excl = (f"; {ev['overflow_excluded']} elements excluded (accumulator may leave int32, "
-            f"overflow declared {ev['overflow_behaviour']})" if ev.get("overflow_excluded") else "")
+        return not_applicable(
+            check_id,
+            f"all {ev['overflow_excluded']} elements excluded: their "
+            f"accumulator may leave int32 and the kernel declares "
+            f"overflow {ev['overflow_behaviour']}",
+            **ev,
+        )
+    excl = (
+        f"; {ev['overflow_excluded']} elements excluded (accumulator may leave int32, "
+        f"overflow declared {ev['overflow_behaviour']})"
+        if ev.get("overflow_excluded")
+        else ""
+    )
     if n_over == 0:
         extra = f" ({ev['n_differ']} within tolerance)" if ev["n_differ"] else ""
-        return CheckResult(check_id, name, "pass",
-                           f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}{excl}", ev)
+        return CheckResult(
+            check_id, name, "pass", f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}{excl}", ev
+        )
     w = ev.get("worst", {})
     nz = ev.get("n_signed_zero", 0)
     if ev["tol_ulp"] == 0:
@@ -205,20 +222,29 @@ def _result(check_id: str, name: str, n_over: int, ev: dict, what: str) -> Check
         head = f"{n_over}/{n} elements over {ev['tol_ulp']} ulp of {what} (max {ev['max_ulp']} ulp)"
     diag = ev.get("overflow_diagnosis")
     if diag:
-        head += (f"; {diag['over_tolerance_at_risk']} at elements whose accumulator leaves "
-                 f"int32: output matches wrap at {diag['matches_wrap']}, saturate at "
-                 f"{diag['matches_saturate']}, exact int64 at {diag['matches_exact_int64']} "
-                 f"(declared {ev.get('overflow_behaviour')})")
+        head += (
+            f"; {diag['over_tolerance_at_risk']} at elements whose accumulator leaves "
+            f"int32: output matches wrap at {diag['matches_wrap']}, saturate at "
+            f"{diag['matches_saturate']}, exact int64 at {diag['matches_exact_int64']} "
+            f"(declared {ev.get('overflow_behaviour')})"
+        )
     return CheckResult(
-        check_id, name, "fail",
-        f"{head}; worst at {w.get('index')}: out {w.get('out_bits')} vs ref {w.get('ref_bits')}"
-        + excl, ev)
+        check_id,
+        name,
+        "fail",
+        f"{head}; worst at {w.get('index')}: out {w.get('out_bits')} vs ref {w.get('ref_bits')}" + excl,
+        ev,
+    )
 
 
 def _kernel_failure(check_id: str, name: str, problem: str, ops, kind: Optional[str]) -> CheckResult:
-    return CheckResult(check_id, name, "fail", problem,
-                       {"kernel_error": problem, "problem_kind": kind,
-                        "operand_digests": ops.digests()})
+    return CheckResult(
+        check_id,
+        name,
+        "fail",
+        problem,
+        {"kernel_error": problem, "problem_kind": kind, "operand_digests": ops.digests()},
+    )
 
 
 def _unusable_output(check_id: str, name: str, ops, run) -> Optional[CheckResult]:
@@ -276,12 +302,14 @@ def _c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
     and the check make the same one."""
     bp = spec.contract.bias_point
     out, ref, _, dacc = _against(spec, ops, run, exact, EpilogueContract("a_then_w", bp))
-    refs = [ref] + [accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
-                    for o in SCALE_ORDERS if o != "a_then_w"]
+    refs = [ref] + [
+        accepted_reference(out, ops, EpilogueContract(o, bp), dacc) for o in SCALE_ORDERS if o != "a_then_w"
+    ]
     keep, premise = _pow2_premise(refs, dacc.defined, ops.scale_b)
 
     def mask():
         return None if premise.done and premise.get()[2] else keep
+
     key = (out,) + tuple(refs) + (dacc.defined, ops.scale_b)
     return (out, ref, memo.cached("c5_mask", key, mask), dacc), premise.then(lambda p: p[::2])
 
@@ -326,6 +354,7 @@ def prefetch_output_comparisons(spec, ops, run, exact: Tensor) -> list:
     if not memo.active():
         return []
     from conformance.checks.compare import prefetch_comparisons
+
     pre = _prefetchable(spec, ops, run, exact)
     prefetch_comparisons([(o, r, m) for o, r, _, m, _, _ in pre])
     for o, _, tol, _, dacc, contract in pre:  # _overflow_evidence's count, where it is asked
@@ -354,6 +383,7 @@ def prefetch_output_evidence(spec, ops, run, exact: Tensor, pre: Optional[list] 
     if not memo.active():
         return
     from conformance.checks.compare import prefetch_failure_evidence
+
     for o, r, tol, m, _, _ in _settled(spec, ops, run, exact, pre):
         prefetch_failure_evidence(o, r, tol, ops, exact, mask=m)
 
@@ -366,6 +396,7 @@ def declared_output_differs(spec, ops, run, exact: Tensor, pre: Optional[list] =
     for asking failure-related questions early, never a verdict. ``pre``:
     as :func:`prefetch_output_evidence`."""
     from conformance.checks.compare import ask_comparison
+
     if run.output is None:
         return False
     if run.error or not memo.active() or _declared_steps(spec, ops, run) is not None:
@@ -406,13 +437,18 @@ def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult
     steps = _declared_steps(spec, ops, run)
     if steps is not None:  # a step-list declaration (reference.epilogue_steps), on the CPU
         from reference.epilogue_steps import apply_steps, steps_label
+
         dacc = _declared(spec, ops, exact, run)
         mask = None if not dacc.n_undefined else dacc.defined
-        ref = apply_steps(dacc.acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), steps,
-                          bias=None if ops.bias is None else ops.bias.cpu(),
-                          out_dtype=ops.out_dtype)
-        n_over, ev = compare_bits(run.output.cpu(), ref, 0, ops, exact.cpu(),
-                                  mask=None if mask is None else mask.cpu())
+        ref = apply_steps(
+            dacc.acc.cpu(),
+            ops.scale_a.cpu(),
+            ops.scale_b.cpu(),
+            steps,
+            bias=None if ops.bias is None else ops.bias.cpu(),
+            out_dtype=ops.out_dtype,
+        )
+        n_over, ev = compare_bits(run.output.cpu(), ref, 0, ops, exact.cpu(), mask=None if mask is None else mask.cpu())
         ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
         ev.update(dacc.evidence())
         return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
@@ -431,6 +467,7 @@ def _declared_steps(spec, ops, run):
     if decl is None:
         return None
     from reference.epilogue_steps import select_steps
+
     dev = (run.manifest or {}).get("device") or "cpu"
     return select_steps(decl, dev, ops.out_dtype)
 
@@ -468,6 +505,7 @@ def _pow2_premise(refs: list, defined: Tensor, scale_b: Tensor) -> tuple:
         keep = agree & defined
         parts = [(~agree).sum(), _is_pow2(scale_b).all(), keep.all()]
         return keep, readback.ask(parts, lambda v: (int(v[0]), bool(v[1]), bool(v[2])))
+
     return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), ask)
 
 
@@ -485,8 +523,7 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     """
     name = "pow2_bit_identity"
     if ops.scale_mode != "pow2":
-        return not_applicable(C5, f"scale mode {ops.scale_mode!r}: C5 applies to power-of-two "
-                                  f"weight scales only")
+        return not_applicable(C5, f"scale mode {ops.scale_mode!r}: C5 applies to power-of-two weight scales only")
     early = _unusable_output(C5, name, ops, run)
     if early:
         return early

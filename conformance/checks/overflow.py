@@ -39,8 +39,9 @@ from torch import Tensor
 
 from conformance.kernels.spec import OVERFLOW_BEHAVIOURS  # noqa: E402,F401 -- one definition
 from reference import readback
-INT32_MAX = 2 ** 31 - 1
-INT32_MIN = -(2 ** 31)
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
 
 
 @dataclass
@@ -77,8 +78,9 @@ class DeclaredAccumulator:
         missing = [k for k in ("at_risk", "undefined") if k not in self._counts]
         if missing and self._asked is None:
             parts = {"at_risk": self.at_risk, "undefined": ~self.defined}
-            self._asked = readback.ask([parts[k].sum() for k in missing],
-                                       lambda v: dict(zip(missing, (int(x) for x in v))))
+            self._asked = readback.ask(
+                [parts[k].sum() for k in missing], lambda v: dict(zip(missing, (int(x) for x in v)))
+            )
 
     def known(self, key: str) -> Optional[int]:
         """The count ``key`` (``at_risk`` / ``undefined``) when it is known
@@ -106,8 +108,11 @@ class DeclaredAccumulator:
         """JSON-able counts for a check's evidence (empty when nothing is at risk)."""
         if not self.n_at_risk:
             return {}
-        return {"overflow_behaviour": self.behaviour, "overflow_at_risk": self.n_at_risk,
-                "overflow_excluded": self.n_undefined}
+        return {
+            "overflow_behaviour": self.behaviour,
+            "overflow_at_risk": self.n_at_risk,
+            "overflow_excluded": self.n_undefined,
+        }
 
 
 def may_leave_int32(k: int) -> bool:
@@ -122,8 +127,9 @@ def wrap32(x: Tensor) -> Tensor:
     (inside a ``reference.memo`` scope its int32 range is noted:
     ``memo.note_bound``)."""
     from reference import memo
-    w = ((x.to(torch.int64) + 2 ** 31) % 2 ** 32) - 2 ** 31
-    memo.note_bound(w, 2 ** 31)
+
+    w = ((x.to(torch.int64) + 2**31) % 2**32) - 2**31
+    memo.note_bound(w, 2**31)
     return w
 
 
@@ -135,6 +141,7 @@ def positive_negative_sums(a: Tensor, b: Tensor, exact: Tensor) -> tuple[Tensor,
         a: int8 [M, K]; b: int8 [N, K] (CPU); exact: int64 [M, N] ``a @ b.T``.
     """
     from reference.accumulate import accumulator_row_col_bound
+
     tight = accumulator_row_col_bound(a, b).to(torch.int64)
     return (tight + exact) // 2, (tight - exact) // 2
 
@@ -156,10 +163,12 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
     if behaviour not in OVERFLOW_BEHAVIOURS:
         raise ValueError(f"overflow behaviour {behaviour!r} is not one of {OVERFLOW_BEHAVIOURS}")
     from reference import memo
+
     # a pure function of (a, b, exact, behaviour): every output check of a
     # sweep cell asks for it (memoized inside a reference.memo scope only)
-    return memo.cached(("declared", behaviour), (ops.a, ops.b, exact),
-                       lambda: _declared_accumulator(ops, exact, behaviour))
+    return memo.cached(
+        ("declared", behaviour), (ops.a, ops.b, exact), lambda: _declared_accumulator(ops, exact, behaviour)
+    )
 
 
 def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
@@ -167,9 +176,9 @@ def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumul
     exact = exact.to(torch.int64)
     if not may_leave_int32(ops.a.shape[1]):  # the usual case
         none = torch.zeros_like(exact, dtype=torch.bool)
-        return DeclaredAccumulator(exact, ~none, none, behaviour,
-                                   _counts={"at_risk": 0, "undefined": 0})
+        return DeclaredAccumulator(exact, ~none, none, behaviour, _counts={"at_risk": 0, "undefined": 0})
     from reference import memo
+
     p, q = positive_negative_sums(ops.a.to(exact.device), ops.b.to(exact.device), exact)
     at_risk = (p > INT32_MAX) | (q > -INT32_MIN)
     acc = exact.clone()
@@ -179,9 +188,8 @@ def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumul
     if behaviour == "wrap":  # defined everywhere: nothing to count
         acc = torch.where(at_risk, wrap32(exact), exact)
         if bound is not None:
-            memo.note_bound(acc, max(bound, 2 ** 31))
-        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact,
-                                   _counts={"undefined": 0})
+            memo.note_bound(acc, max(bound, 2**31))
+        return DeclaredAccumulator(acc, defined, at_risk, behaviour, exact, _counts={"undefined": 0})
     elif behaviour == "saturate":
         monotone = (p == 0) | (q == 0)
         acc = torch.where(at_risk & monotone, exact.clamp(INT32_MIN, INT32_MAX), exact)
@@ -197,6 +205,7 @@ def saturated_accumulator(exact: Tensor) -> Tensor:
     """int64 ``clamp(exact)`` to the int32 range (for diagnosing a mismatch;
     the range is noted as in :func:`wrap32`)."""
     from reference import memo
+
     s = exact.to(torch.int64).clamp(INT32_MIN, INT32_MAX)
-    memo.note_bound(s, 2 ** 31)
+    memo.note_bound(s, 2**31)
     return s

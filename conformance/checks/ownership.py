@@ -44,17 +44,11 @@ def check_output_ownership(spec, ops, run, acc=None, exact=None) -> CheckResult:
     if ev.get("second_output_shares_storage"):
         problems.append("the second call returned the same storage as the first")
     if ev.get("second_call_error"):
-        problems.append(
-            f"a second call with other operands of the same shape failed: {ev['second_call_error']}"
-        )
+        problems.append(f"a second call with other operands of the same shape failed: {ev['second_call_error']}")
     evidence = dict(ev)
     if problems:
         evidence["failure_kind"] = "kernel"
         return CheckResult(CHECK_ID, NAME, "fail", "; ".join(problems), evidence)
     return CheckResult(
-        CHECK_ID,
-        NAME,
-        "pass",
-        "the output is the caller's: no shared storage, unchanged by a later call",
-        evidence,
+        CHECK_ID, NAME, "pass", "the output is the caller's: no shared storage, unchanged by a later call", evidence
     )

@@ -7,7 +7,7 @@ floats, strings, lists, dicts) so reports can store it verbatim.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 VERDICTS = ("pass", "fail", "n/a")
@@ -99,8 +99,7 @@ class CheckResult:
 
 def not_applicable(check_id: str, reason: str, **evidence) -> CheckResult:
     """An ``n/a`` result whose summary is ``reason``."""
-    return CheckResult(check_id, CHECK_NAMES.get(check_id, check_id), "n/a", reason,
-                       {"reason": reason, **evidence})
+    return CheckResult(check_id, CHECK_NAMES.get(check_id, check_id), "n/a", reason, {"reason": reason, **evidence})
 
 
 def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:
@@ -115,20 +114,30 @@ def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:
 #: Evidence keys that rank how bad a case is for a check, most significant
 #: first (:func:`severity`): spacing distance, bit differences, accumulator
 #: mismatches, then the accumulator magnitudes of the precondition checks.
-SEVERITY_KEYS = ("max_ulp", "n_over_tol", "n_bits_differ", "n_acc_mismatch", "n_at_or_over",
-                 "n_bound_over", "exact_max_abs", "max_abs", "bound_tight_max")
+SEVERITY_KEYS = (
+    "max_ulp",
+    "n_over_tol",
+    "n_bits_differ",
+    "n_acc_mismatch",
+    "n_at_or_over",
+    "n_bound_over",
+    "exact_max_abs",
+    "max_abs",
+    "bound_tight_max",
+)
 
 
 def severity(r: CheckResult) -> tuple:
     """Sort key of a per-case result: larger is worse (:data:`SEVERITY_KEYS`
     in order; missing or non-integer values count as 0)."""
     ev = r.evidence or {}
-    return tuple(int(ev[k]) if isinstance(ev.get(k), (int, float)) and not isinstance(
-        ev.get(k), bool) else 0 for k in SEVERITY_KEYS)
+    return tuple(
+        int(ev[k]) if isinstance(ev.get(k), (int, float)) and not isinstance(ev.get(k), bool) else 0
+        for k in SEVERITY_KEYS
+    )
 
 
-def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
-              max_listed: int = 20) -> CheckResult:
+def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed: int = 20) -> CheckResult:
     """Combine one check's per-case results into one result.
 
     Verdict: ``fail`` if any case fails, else ``pass`` if any case passes,
@@ -152,10 +161,12 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
     for _, r in per_case:
         counts[r.verdict] += 1
     failed = [(c, r) for c, r in per_case if r.verdict == "fail"]
-    hists = [r.evidence["ulp_histogram"] for _, r in per_case
-             if r.verdict != "n/a" and isinstance(r.evidence.get("ulp_histogram"), dict)]
-    ev: dict = {"cases": counts, "failed_cases": [c for c, _ in failed[:max_listed]],
-                "n_failed_cases": len(failed)}
+    hists = [
+        r.evidence["ulp_histogram"]
+        for _, r in per_case
+        if r.verdict != "n/a" and isinstance(r.evidence.get("ulp_histogram"), dict)
+    ]
+    ev: dict = {"cases": counts, "failed_cases": [c for c, _ in failed[:max_listed]], "n_failed_cases": len(failed)}
     if hists:
         ev["ulp_histogram"] = merge_histograms(hists)
     pool = failed or [(c, r) for c, r in per_case if r.verdict == "pass"]
@@ -175,19 +186,18 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]],
         if check_id in PRECONDITION_CHECKS:
             n_case = sum(1 for _, r in failed if r.is_precondition_case)
             ev["n_precondition_cases"] = n_case
-            ev["n_precondition_violations"] = sum(
-                1 for _, r in failed if r.is_precondition_violation) - n_case
+            ev["n_precondition_violations"] = sum(1 for _, r in failed if r.is_precondition_violation) - n_case
             if n_case == len(failed):
                 ev[PRECONDITION_CASE] = True
-        summary = (f"failed on {len(failed)}/{n} cases; first: {failed[0][0]}: "
-                   f"{failed[0][1].summary}")
+        summary = f"failed on {len(failed)}/{n} cases; first: {failed[0][0]}: {failed[0][1].summary}"
         if ev.get(PRECONDITION_CASE):
-            summary = (f"precondition case on {len(failed)}/{n} cases (built to violate it); "
-                       f"first: {failed[0][0]}: {failed[0][1].summary}")
+            summary = (
+                f"precondition case on {len(failed)}/{n} cases (built to violate it); "
+                f"first: {failed[0][0]}: {failed[0][1].summary}"
+            )
     elif counts["pass"]:
         verdict = "pass"
-        summary = f"passed on {counts['pass']}/{n} cases" + (
-            f" (n/a on {counts['n/a']})" if counts["n/a"] else "")
+        summary = f"passed on {counts['pass']}/{n} cases" + (f" (n/a on {counts['n/a']})" if counts["n/a"] else "")
         passed = [r.evidence for _, r in per_case if r.verdict == "pass"]
         n_el = sum(int(e.get("n_compared", 0)) for e in passed)
         if n_el:

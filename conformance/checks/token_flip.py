@@ -141,9 +141,11 @@ def bf16_spacing(x: torch.Tensor) -> torch.Tensor:
 # model, weights and windows (cached: a sweep calls C7 for many kernels)
 # --------------------------------------------------------------------------
 
+
 def _resolve_model_dir(model_dir) -> Path:
     if model_dir is None:
         from reference.model.assets import default_model_dir
+
         model_dir = default_model_dir()
     return Path(model_dir).resolve()
 
@@ -162,6 +164,7 @@ def _dir_stamp(model_dir: Path) -> tuple:
 @functools.lru_cache(maxsize=2)
 def _model_and_weights(model_dir: str, scale_mode: str, stamp: tuple):
     from reference.model import forward as wf
+
     model = wf.load_model(model_dir)
     return model, wf.weights_for_scale_mode(model, scale_mode)
 
@@ -169,6 +172,7 @@ def _model_and_weights(model_dir: str, scale_mode: str, stamp: tuple):
 def _default_windows(model_dir: Path, n: int, length: int) -> torch.Tensor:
     from reference.model.corpus import eval_windows
     from reference.model.tokenizer import load_tokenizer
+
     return eval_windows(load_tokenizer(model_dir), n, length)
 
 
@@ -184,6 +188,7 @@ def _reference_replay(key, model, weights, windows, contract, batch_size):
     contract, batch size): the sweep replays many kernels per contract."""
     if key not in _REF_CACHE:
         from reference.model import forward as wf
+
         ref_model, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(contract))
         if len(_REF_CACHE) >= 8:
             _REF_CACHE.pop(next(iter(_REF_CACHE)))
@@ -199,14 +204,14 @@ def legal_contracts(contract, has_bias: bool) -> list:
     x (each bias point when the model's linears have a bias, else the declared
     one), rounding RNE (DESIGN.md section 3)."""
     from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
+
     points = BIAS_POINTS if has_bias else (contract.bias_point,)
     out = [EpilogueContract(o, p) for o in SCALE_ORDERS for p in points]
     return [c for c in out if c.to_dict() != contract.to_dict()]
 
 
 @torch.no_grad()
-def legal_epilogue_envelope(model, weights, windows: torch.Tensor, contract,
-                            batch_size: int = 8) -> dict:
+def legal_epilogue_envelope(model, weights, windows: torch.Tensor, contract, batch_size: int = 8) -> dict:
     """The largest change of a top-1 logit difference any *legal* epilogue
     makes on ``windows``: C7's default threshold (module docstring, derivation).
 
@@ -224,15 +229,15 @@ def legal_epilogue_envelope(model, weights, windows: torch.Tensor, contract,
         ``contracts`` (labels), ``derivation`` (one line).
     """
     from reference.model import forward as wf
+
     has_bias = any(getattr(w, "bias", None) is not None for w in weights.values())
     legal = legal_contracts(contract, has_bias)
     ref_model, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(contract))
-    arms = {c.label(): wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(c))[0]
-            for c in legal}
+    arms = {c.label(): wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(c))[0] for c in legal}
     per = {lab: 0.0 for lab in arms}
     best = (-1.0, None, 0, 0)
     for i in range(0, windows.shape[0], batch_size):
-        ids = windows[i:i + batch_size]
+        ids = windows[i : i + batch_size]
         lr = ref_model(input_ids=ids, use_cache=False).logits.float()  # exact bf16 upcast
         t1 = wf.argmax_smallest(lr)
         for lab, m in arms.items():
@@ -245,10 +250,14 @@ def legal_epilogue_envelope(model, weights, windows: torch.Tensor, contract,
                 w, p = divmod(int(e.argmax()), e.shape[1])
                 best = (v, lab, i + w, p)
     thr = max(per.values()) if per else 0.0
-    return {"threshold": thr, "per_contract": per, "contracts": list(per),
-            "argmax": {"contract": best[1], "window": best[2], "position": best[3]},
-            "derivation": "max over legal epilogues c != declared and positions p of "
-                          "max_v |delta_c(l_top1 - l_v)| (logit units)"}
+    return {
+        "threshold": thr,
+        "per_contract": per,
+        "contracts": list(per),
+        "argmax": {"contract": best[1], "window": best[2], "position": best[3]},
+        "derivation": "max over legal epilogues c != declared and positions p of "
+        "max_v |delta_c(l_top1 - l_v)| (logit units)",
+    }
 
 
 def _envelope(key, model, weights, windows, contract, batch_size) -> dict:
@@ -264,6 +273,7 @@ def _envelope(key, model, weights, windows, contract, batch_size) -> dict:
 # kernel arm
 # --------------------------------------------------------------------------
 
+
 class KernelLayerFailure(Int8confError):
     """The kernel failed (``skipped=False``) or could not run
     (``skipped=True``: device missing, shape outside its constraints) on one
@@ -276,9 +286,13 @@ class KernelLayerFailure(Int8confError):
         self.layer, self.error, self.skipped = layer, error or "no output", skipped
 
 
-def kernel_layer_callables(kernel: KernelSpec, names, scale_mode: str = "own",
-                           device: Optional[str] = None,
-                           first_manifest: Optional[dict] = None) -> dict:
+def kernel_layer_callables(
+    kernel: KernelSpec,
+    names,
+    scale_mode: str = "own",
+    device: Optional[str] = None,
+    first_manifest: Optional[dict] = None,
+) -> dict:
     """Adapt a kernel to ``reference.model.forward``'s ``scaled_mm`` callables.
 
     Each call goes through ``conformance.kernels.runner.run_kernel`` with a
@@ -313,11 +327,24 @@ def kernel_layer_callables(kernel: KernelSpec, names, scale_mode: str = "own",
         block, proj = name.split(".")[2], name.rsplit(".", 1)[1]
 
         def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-            ops = GemmOperands(a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias,
-                               out_dtype=out_dtype, name=name, scale_mode=ops_mode,
-                               meta={"block": int(block), "proj": proj, "K": int(a.shape[1]),
-                                     "N": int(b.shape[0]), "pow2_rule": rule,
-                                     "source": "token_flip"})
+            ops = GemmOperands(
+                a=a,
+                b=b,
+                scale_a=scale_a,
+                scale_b=scale_b,
+                bias=bias,
+                out_dtype=out_dtype,
+                name=name,
+                scale_mode=ops_mode,
+                meta={
+                    "block": int(block),
+                    "proj": proj,
+                    "K": int(a.shape[1]),
+                    "N": int(b.shape[0]),
+                    "pow2_rule": rule,
+                    "source": "token_flip",
+                },
+            )
             run = run_kernel(kernel, ops, device=device)
             if not first:
                 first.update(run.manifest)
@@ -326,6 +353,7 @@ def kernel_layer_callables(kernel: KernelSpec, names, scale_mode: str = "own",
             if run.error is not None or run.output is None:
                 raise KernelLayerFailure(kernel.name, name, run.error, skipped=False)
             return run.output
+
         return scaled_mm
 
     return {n: make(n) for n in names}
@@ -341,6 +369,7 @@ def _runs_here(kernel: KernelSpec) -> tuple[bool, str]:
 # --------------------------------------------------------------------------
 # comparison
 # --------------------------------------------------------------------------
+
 
 def compare_replays(ref, test, margin_threshold: float, threshold_desc: Optional[str] = None) -> dict:
     """Flip statistics between two teacher-forced replays of the same windows.
@@ -362,8 +391,7 @@ def compare_replays(ref, test, margin_threshold: float, threshold_desc: Optional
         ``max_abs_logit_margin_change``.
     """
     if ref.argmax.shape != test.argmax.shape:
-        raise Int8confError(
-            f"token_flip: replay shapes differ {tuple(ref.argmax.shape)} vs {tuple(test.argmax.shape)}")
+        raise Int8confError(f"token_flip: replay shapes differ {tuple(ref.argmax.shape)} vs {tuple(test.argmax.shape)}")
     spacing = bf16_spacing(ref.top1)
     thr = torch.full_like(ref.margin, float(margin_threshold))
     thr_desc = threshold_desc or f"{float(margin_threshold):g} (absolute logit units)"
@@ -377,12 +405,18 @@ def compare_replays(ref, test, margin_threshold: float, threshold_desc: Optional
     flip_list = []
     for w, p in idx[:MAX_LISTED_FLIPS]:
         m = float(ref.margin[w, p])
-        flip_list.append({
-            "window": w, "position": p,
-            "ref_token": int(ref.argmax[w, p]), "kernel_token": int(test.argmax[w, p]),
-            "ref_margin": m, "ref_margin_spacings": m / float(spacing[w, p]),
-            "threshold": float(thr[w, p]), "above": bool(above[w, p]),
-        })
+        flip_list.append(
+            {
+                "window": w,
+                "position": p,
+                "ref_token": int(ref.argmax[w, p]),
+                "kernel_token": int(test.argmax[w, p]),
+                "ref_margin": m,
+                "ref_margin_spacings": m / float(spacing[w, p]),
+                "threshold": float(thr[w, p]),
+                "above": bool(above[w, p]),
+            }
+        )
     return {
         "total_positions": int(flip.numel()),
         "flips": int(flip.sum()),
@@ -399,11 +433,16 @@ def compare_replays(ref, test, margin_threshold: float, threshold_desc: Optional
     }
 
 
-def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
-                     window_len: int = DEFAULT_WINDOW_LEN,
-                     margin_threshold: Optional[float] = None,
-                     scale_mode: str = "own", batch_size: int = 8,
-                     device: Optional[str] = None) -> CheckResult:
+def check_token_flip(
+    kernel: KernelSpec,
+    model_dir=None,
+    windows=8,
+    window_len: int = DEFAULT_WINDOW_LEN,
+    margin_threshold: Optional[float] = None,
+    scale_mode: str = "own",
+    batch_size: int = 8,
+    device: Optional[str] = None,
+) -> CheckResult:
     """C7 token_flip: kernel vs reference, teacher-forced, flips weighed by margin.
 
     Args:
@@ -457,13 +496,15 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
     wf.check_context(win.shape[1], model.config, "C7 window length")
     wdig = _digest(win)
     contract = kernel.contract
-    ref = _reference_replay((str(mdir), stamp, scale_mode, wdig, contract, batch_size),
-                            model, weights, win, contract, batch_size)
+    ref = _reference_replay(
+        (str(mdir), stamp, scale_mode, wdig, contract, batch_size), model, weights, win, contract, batch_size
+    )
 
     first_run: dict = {}
     names = wf.linear_names(model.config.num_hidden_layers)
     k_model, _ = wf.build_w8a8_model(
-        model, weights, kernel_layer_callables(kernel, names, scale_mode, device, first_run))
+        model, weights, kernel_layer_callables(kernel, names, scale_mode, device, first_run)
+    )
     base = {
         "kernel": kernel.name,
         "reference_contract": contract.to_dict(),
@@ -482,18 +523,23 @@ def check_token_flip(kernel: KernelSpec, model_dir=None, windows=8,
         ev = dict(base, kernel_manifest=first_run, kernel_error=e.error, failed_layer=e.layer)
         return CheckResult(CHECK_ID, NAME, "fail", str(e), ev)
     if margin_threshold is None:
-        env = _envelope((str(mdir), stamp, scale_mode, wdig, contract, batch_size), model, weights,
-                        win, contract, batch_size)
+        env = _envelope(
+            (str(mdir), stamp, scale_mode, wdig, contract, batch_size), model, weights, win, contract, batch_size
+        )
         thr = env["threshold"]
-        desc = (f"{thr:g} = largest change of a top-1 logit difference by a legal epilogue "
-                f"({', '.join(env['contracts'])}) on these windows")
+        desc = (
+            f"{thr:g} = largest change of a top-1 logit difference by a legal epilogue "
+            f"({', '.join(env['contracts'])}) on these windows"
+        )
         base["legal_envelope"] = env
     else:
         thr, desc = float(margin_threshold), None
     ev = dict(base, kernel_manifest=first_run, **compare_replays(ref, test, thr, desc))
     n_above, n_flips, total = ev["flips_above_threshold"], ev["flips"], ev["total_positions"]
     verdict = "fail" if n_above else "pass"
-    summary = (f"{n_flips} flip(s) in {total} positions, {n_above} above threshold "
-               f"({ev['threshold']}); ppl reference(declared contract) {ev['ppl_reference']:.4f} vs kernel "
-               f"{ev['ppl_kernel']:.4f}")
+    summary = (
+        f"{n_flips} flip(s) in {total} positions, {n_above} above threshold "
+        f"({ev['threshold']}); ppl reference(declared contract) {ev['ppl_reference']:.4f} vs kernel "
+        f"{ev['ppl_kernel']:.4f}"
+    )
     return CheckResult(CHECK_ID, NAME, verdict, summary, ev)

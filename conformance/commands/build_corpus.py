@@ -20,7 +20,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``build-corpus`` subcommand (sets ``func(args) -> exit code``)."""
-    p = subparsers.add_parser("build-corpus", help="rebuild the shipped Shakespeare corpus and its split",
-                              description=job.__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "build-corpus",
+        help="rebuild the shipped Shakespeare corpus and its split",
+        description=job.__doc__.split("\n\n")[0],
+    )
     job.add_arguments(p)
     p.set_defaults(func=_run)

@@ -28,15 +28,26 @@ def _run_capture(args: argparse.Namespace) -> int:
         removed = remove_capture(out)
         if removed:
             print(f"removed the previous capture in {out} ({removed} files)")
-    cs = capture_model(model, out, windows=args.windows, window_len=args.window_len,
-                       tokens_per_window=args.tokens_per_window, w8a8_dir=args.w8a8, cache=args.cache,
-                       engine=args.engine, store_raw=not args.no_raw,
-                       progress=None if args.quiet else print)
+    cs = capture_model(
+        model,
+        out,
+        windows=args.windows,
+        window_len=args.window_len,
+        tokens_per_window=args.tokens_per_window,
+        w8a8_dir=args.w8a8,
+        cache=args.cache,
+        engine=args.engine,
+        store_raw=not args.no_raw,
+        progress=None if args.quiet else print,
+    )
     s = cs.manifest["summary"]
     print(f"captured {s['layers']} layers of {model} into {out}")
-    print("layers with observed |acc| >= 2^24: " +
-          ", ".join(f"{k} {v}" for k, v in s["layers_acc_ge_2p24"].items()) +
-          "; max |acc|: " + ", ".join(f"{k} {v}" for k, v in s["max_acc_absmax"].items()))
+    print(
+        "layers with observed |acc| >= 2^24: "
+        + ", ".join(f"{k} {v}" for k, v in s["layers_acc_ge_2p24"].items())
+        + "; max |acc|: "
+        + ", ".join(f"{k} {v}" for k, v in s["max_acc_absmax"].items())
+    )
     return 0
 
 
@@ -44,24 +55,47 @@ def register(subparsers) -> None:
     """Add the ``capture`` subcommand (sets ``func(args) -> exit code``)."""
     from reference.model.capture import DEFAULT_SETTINGS
 
-    p = subparsers.add_parser("capture", help="capture real W8A8 layer operands of a Qwen3 model",
-                              description=__doc__.split("\n\n")[2])
+    p = subparsers.add_parser(
+        "capture", help="capture real W8A8 layer operands of a Qwen3 model", description=__doc__.split("\n\n")[2]
+    )
     p.add_argument("--model", help="float Qwen3 checkpoint directory (default: the shipped default model)")
     p.add_argument("--out", help="capture directory (default: <cache>/captures/<model digest>)")
     p.add_argument("--w8a8", help="existing compressed-tensors W8A8 checkpoint to use for the own scales")
-    p.add_argument("--windows", type=int, default=DEFAULT_SETTINGS["windows"], metavar="N",
-                   help=f"held-out windows run through the model (default {DEFAULT_SETTINGS['windows']})")
-    p.add_argument("--window-len", type=int, default=DEFAULT_SETTINGS["window_len"], metavar="L",
-                   help=f"tokens per window (default {DEFAULT_SETTINGS['window_len']})")
-    p.add_argument("--tokens-per-window", type=int, default=DEFAULT_SETTINGS["tokens_per_window"],
-                   metavar="P", help="token positions per window whose activation rows are "
-                                     f"kept as the capture's M rows (default "
-                                     f"{DEFAULT_SETTINGS['tokens_per_window']})")
-    p.add_argument("--engine", default="f64", choices=("f64", "hf"),
-                   help="f64: machine-independent float64 forward (default); hf: transformers bf16 forward")
+    p.add_argument(
+        "--windows",
+        type=int,
+        default=DEFAULT_SETTINGS["windows"],
+        metavar="N",
+        help=f"held-out windows run through the model (default {DEFAULT_SETTINGS['windows']})",
+    )
+    p.add_argument(
+        "--window-len",
+        type=int,
+        default=DEFAULT_SETTINGS["window_len"],
+        metavar="L",
+        help=f"tokens per window (default {DEFAULT_SETTINGS['window_len']})",
+    )
+    p.add_argument(
+        "--tokens-per-window",
+        type=int,
+        default=DEFAULT_SETTINGS["tokens_per_window"],
+        metavar="P",
+        help="token positions per window whose activation rows are "
+        f"kept as the capture's M rows (default "
+        f"{DEFAULT_SETTINGS['tokens_per_window']})",
+    )
+    p.add_argument(
+        "--engine",
+        default="f64",
+        choices=("f64", "hf"),
+        help="f64: machine-independent float64 forward (default); hf: transformers bf16 forward",
+    )
     p.add_argument("--no-raw", action="store_true", help="do not store the raw bf16 input rows")
     p.add_argument("--cache", help="artifact cache directory")
-    p.add_argument("--fresh", action="store_true",
-                   help="first delete the capture already in --out (only the files its manifest lists)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="first delete the capture already in --out (only the files its manifest lists)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-layer lines")
     p.set_defaults(func=_run_capture)

@@ -1,11 +1,11 @@
 """``int8conf check``: the conformance suite from the command line.
 
-Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run_conformance``):
+Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run.run_conformance``):
 synthetic cases, the shape sweep, layer captures in both scale modes, the
 hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
 comparison. Prints a summary table per kernel and the report paths (at the
-terminal's width; off a terminal every row on one line: ``conformance.console``).
-Progress goes to stderr (``conformance.progress``): a live status on a
+terminal's width; off a terminal every row on one line: ``reference.command_line``).
+Progress goes to stderr (``conformance.runtime.progress``): a live status on a
 terminal, plain periodic lines otherwise (cases done / total, elapsed);
 ``--quiet`` silences both.
 
@@ -22,7 +22,7 @@ finished is written first, with the note "partial run: interrupted ...".
 testing of the suite. Exit 1 then means the suite caught the fault, 0 that it
 did not. For F6 / F7 the cases are prepared first (``faults.prepare_case``).
 The report (``reports/check/<kernel>_<fault>_<coverage>_s<seed>``,
-``conformance.output_dirs``) names
+``conformance.runtime.output_dirs``) names
 the fault, coverage and seed in its notes and under ``kernel.injection``.
 """
 
@@ -32,63 +32,108 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from conformance.commands._options import (ensure_out_dir, non_negative_int, positive_int,
-                                           removed_if_refused)
-from conformance.output_dirs import command_root
+from conformance.runtime.output_dirs import command_root
+from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
-EXIT_CODES = {EXIT_CONFORMANT: "conformant", EXIT_NOT_CONFORMANT: "not conformant",
-              EXIT_BAD_INPUT: "bad input", EXIT_NOT_RUN: "not run / inconclusive"}
+EXIT_CODES = {
+    EXIT_CONFORMANT: "conformant",
+    EXIT_NOT_CONFORMANT: "not conformant",
+    EXIT_BAD_INPUT: "bad input",
+    EXIT_NOT_RUN: "not run / inconclusive",
+}
 
 
 def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
     p = subparsers.add_parser(
-        "check", help="run the conformance suite for a kernel and write its report",
+        "check",
+        help="run the conformance suite for a kernel and write its report",
         description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
-                    "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
-                    "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
-                    "reports/h200/triton/conformance.json).",
+        "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
+        "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
+        "reports/h200/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
-               "option, unavailable device, unusable captures or --out); 3 not run / "
-               "inconclusive (the kernel produced output on zero cases here)")
-    p.add_argument("--kernel", action="append", required=True, metavar="NAME",
-                   help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
-                        "or an int8conf.kernels entry point (repeatable)")
-    p.add_argument("--inject", action="append", default=[], metavar="FAULT[:COVERAGE[:SEED]]",
-                   help="check the kernel with a fault injected (repeatable): FAULT is F1..F9 or "
-                        "its name (F9.stale / F9.transposed for the other F9 variants), "
-                        "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
-                        "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it")
-    p.add_argument("--against", metavar="OTHER", default=None,
-                   help="also compare outputs bit for bit with kernel OTHER (interchangeability)")
-    p.add_argument("--out", default=str(command_root("check")), metavar="DIR",
-                   help="reports root: each kernel's report goes to DIR/<kernel label>/ "
-                        "(cpu, cpu_F4_all_s0 with --inject F4), or to DIR itself when DIR's "
-                        "last component already is that label (default: reports/check)")
-    p.add_argument("--examples", type=non_negative_int, default=25, metavar="N",
-                   help="hypothesis examples in the property test (default 25; 0 = none)")
-    p.add_argument("--no-model", action="store_true",
-                   help="skip model-level checks (C7 token_flip, E1 engine_hash)")
-    p.add_argument("--no-sweep", action="store_true",
-                   help="skip the shape sweep and the trigger-condition case families "
-                        "(quick runs; the default suite includes both)")
+        "option, unavailable device, unusable captures or --out); 3 not run / "
+        "inconclusive (the kernel produced output on zero cases here)",
+    )
+    p.add_argument(
+        "--kernel",
+        action="append",
+        required=True,
+        metavar="NAME",
+        help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
+        "or an int8conf.kernels entry point (repeatable)",
+    )
+    p.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="FAULT[:COVERAGE[:SEED]]",
+        help="check the kernel with a fault injected (repeatable): FAULT is F1..F9 or "
+        "its name (F9.stale / F9.transposed for the other F9 variants), "
+        "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
+        "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it",
+    )
+    p.add_argument(
+        "--against",
+        metavar="OTHER",
+        default=None,
+        help="also compare outputs bit for bit with kernel OTHER (interchangeability)",
+    )
+    p.add_argument(
+        "--out",
+        default=str(command_root("check")),
+        metavar="DIR",
+        help="reports root: each kernel's report goes to DIR/<kernel label>/ "
+        "(cpu, cpu_F4_all_s0 with --inject F4), or to DIR itself when DIR's "
+        "last component already is that label (default: reports/check)",
+    )
+    p.add_argument(
+        "--examples",
+        type=non_negative_int,
+        default=25,
+        metavar="N",
+        help="hypothesis examples in the property test (default 25; 0 = none)",
+    )
+    p.add_argument("--no-model", action="store_true", help="skip model-level checks (C7 token_flip, E1 engine_hash)")
+    p.add_argument(
+        "--no-sweep",
+        action="store_true",
+        help="skip the shape sweep and the trigger-condition case families "
+        "(quick runs; the default suite includes both)",
+    )
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
-    p.add_argument("--captures", metavar="DIR", default=None,
-                   help="replay this capture directory (default: the default model's captures)")
-    p.add_argument("--model", metavar="DIR", default=None,
-                   help="parent model directory of --captures, when it moved since the capture "
-                        "was taken")
-    p.add_argument("--device", default=None,
-                   help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
-    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="torch CPU threads for the kernel runs, at most the cores this process "
-                        "may use (default: those cores, or torch's own choice when "
-                        "OMP_NUM_THREADS is set; INT8CONF_WORKER_THREADS=N sets it too)")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="no progress display (by default a live status on a terminal, "
-                        "plain progress lines on stderr otherwise: CI logs, pipes)")
+    p.add_argument(
+        "--captures",
+        metavar="DIR",
+        default=None,
+        help="replay this capture directory (default: the default model's captures)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="DIR",
+        default=None,
+        help="parent model directory of --captures, when it moved since the capture was taken",
+    )
+    p.add_argument("--device", default=None, help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads for the kernel runs, at most the cores this process "
+        "may use (default: those cores, or torch's own choice when "
+        "OMP_NUM_THREADS is set; INT8CONF_WORKER_THREADS=N sets it too)",
+    )
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress display (by default a live status on a terminal, "
+        "plain progress lines on stderr otherwise: CI logs, pipes)",
+    )
     p.set_defaults(func=run)
 
 
@@ -96,37 +141,38 @@ def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
     from rich.table import Table
 
-    from conformance.coverage import invocation
     from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.progress import suite_progress
-    from conformance.report import (REPORT_FILES, fault_signatures, pair_difference_line,
-                                    write_reports)
-    from conformance.suite import (NOT_RUN, SuiteInterrupted, cli_capture_message,
-                                   run_conformance, validate_device)
+    from conformance.kernels.runner import validate_device
+    from conformance.runtime.progress import suite_progress
+    from conformance.suite.coverage import invocation
+    from conformance.suite.report import REPORT_FILES, fault_signatures, pair_difference_line, write_reports
+    from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_conformance
     from reference.errors import CaptureError, Int8confError
 
     if args.model is not None and args.captures is None:
-        raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); "
-                            "give --captures too")
+        raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); give --captures too")
     validate_device(args.device)
-    from conformance.threads import set_torch_threads
+    from conformance.runtime.threads import set_torch_threads
+
     set_torch_threads(args.threads)
-    if not str(args.out).strip():   # Path("") is ".": reports would land in the cwd unasked
+    if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
     # a refusal in this block leaves no folder behind; past it the folders stay
     with contextlib.ExitStack() as refused:
         refused.enter_context(removed_if_refused(Path(args.out)))
         ensure_out_dir(Path(args.out))
         import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+
         injections = _parse_injections(args.inject)
         specs = resolve_kernels(args.kernel)
         other = get_kernel(args.against, "--against") if args.against else None
         runs = _runs(specs, injections)
-        for spec, _ in runs:   # every report folder, before any case runs
+        for spec, _ in runs:  # every report folder, before any case runs
             kdir = kernel_report_dir(args.out, spec.name)
             refused.enter_context(removed_if_refused(kdir))
             ensure_out_dir(kdir, files=REPORT_FILES)
-    from conformance.console import make_console
+    from reference.command_line import make_console
+
     con = make_console()
     err = make_console(stderr=True)
     ok, not_run = True, False
@@ -134,28 +180,40 @@ def run(args: argparse.Namespace) -> int:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
                 res = run_conformance(
-                    spec, other, cases=_injected_cases(args, inj),
+                    spec,
+                    other,
+                    cases=_injected_cases(args, inj),
                     include_captures=not args.no_captures,
-                    include_sweep=not args.no_sweep, property_examples=args.examples,
-                    model_checks=not args.no_model, capture_dir=args.captures,
-                    model_dir=args.model, device=args.device,
+                    include_sweep=not args.no_sweep,
+                    property_examples=args.examples,
+                    model_checks=not args.no_model,
+                    capture_dir=args.captures,
+                    model_dir=args.model,
+                    device=args.device,
                     progress=progress,
-                    invocation=invocation(args))
+                    invocation=invocation(args),
+                )
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
             except SuiteInterrupted as stop:  # write what finished, then stop (exit 130)
                 jp, mp = _write(write_reports, stop.result, report_root(args.out, spec.name))
-                err.print(f"{spec.name}: {stop.result.partial['note']}\nreport: {jp}\nreport: {mp}",
-                          markup=False, soft_wrap=True)
+                err.print(
+                    f"{spec.name}: {stop.result.partial['note']}\nreport: {jp}\nreport: {mp}",
+                    markup=False,
+                    soft_wrap=True,
+                )
                 raise
         if inj is not None:
             from faults import annotate_result
+
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
         jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
-        t = Table(title=f"{spec.name}: overall {res.verdict.upper()} "
-                        f"({res.environment.get('execution')}, {len(res.cases)} cases, "
-                        f"{res.elapsed_s:.1f} s)")
+        t = Table(
+            title=f"{spec.name}: overall {res.verdict.upper()} "
+            f"({res.environment.get('execution')}, {len(res.cases)} cases, "
+            f"{res.elapsed_s:.1f} s)"
+        )
         t.add_column("id")
         t.add_column("check")
         t.add_column("verdict")
@@ -164,15 +222,13 @@ def run(args: argparse.Namespace) -> int:
             t.add_row(c.check_id, c.name, verdict_markup(c.verdict, c.evidence), c.summary)
         con.print(t)
         if res.verdict == NOT_RUN:
-            con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified",
-                      style="bold yellow")
+            con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
         con.print(res.overall["summary"], markup=False)
         for line in signature_summary(fault_signatures(res)):
             con.print(line, markup=False, soft_wrap=True)
         con.print(f"captures: {res.captures['note']}", markup=False)
         if res.pairwise:
-            con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}",
-                      markup=False)
+            con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}", markup=False)
             line = pair_difference_line(res.pairwise)
             if line:
                 con.print(line.replace("`", ""), markup=False)
@@ -195,34 +251,38 @@ def _parse_injections(texts) -> list:
     if not texts:
         return []
     from faults import parse_injection
+
     return [parse_injection(t) for t in texts]
 
 
 def _runs(specs, injections) -> list:
     """(spec, injection or None) pairs: every kernel, injected once per injection."""
     from faults import inject, injection_of
-    if not injections:   # a kernel named like cpu+F7@one#s0 is injected already
+
+    if not injections:  # a kernel named like cpu+F7@one#s0 is injected already
         return [(s, injection_of(s)) for s in specs]
-    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i)
-            for s in specs for i in injections]
+    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
 
 
 def _injected_cases(args, inj):
     """The suite's cases prepared for a precondition fault (F6 / F7), else None
     (the suite builds its own cases)."""
     from faults.spec import PRECONDITION_FAULTS
+
     if inj is None or inj.fault not in PRECONDITION_FAULTS:
         return None
-    from conformance.suite import default_cases, load_captures
+    from conformance.suite.run import default_cases, load_captures
     from faults import prepare_case
+
     cs = None
     if args.captures is not None and not args.no_captures:
         cs = load_captures(args.captures, args.model)
-    cases, _ = default_cases(include_captures=not args.no_captures,
-                             include_sweep=not args.no_sweep, capture_set=cs)
+    cases, _ = default_cases(include_captures=not args.no_captures, include_sweep=not args.no_sweep, capture_set=cs)
     return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+
+
 def report_root(out, kernel_name: str) -> Path:
-    """The root to hand ``conformance.report.write_reports`` (which writes
+    """The root to hand ``conformance.suite.report.write_reports`` (which writes
     ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
     or in ``out`` itself when its last component already is the kernel's
     directory name (``--out reports/h200/triton --kernel triton`` writes
@@ -232,7 +292,8 @@ def report_root(out, kernel_name: str) -> Path:
         out: the ``--out`` value.
         kernel_name: ``KernelSpec.name``.
     """
-    from conformance.report import kernel_dirname
+    from conformance.suite.report import kernel_dirname
+
     p = Path(out)
     return p.parent if p.name == kernel_dirname(kernel_name) else p
 
@@ -241,7 +302,8 @@ def kernel_report_dir(out, kernel_name: str) -> Path:
     """The folder ``int8conf check --out OUT`` writes ``kernel_name``'s
     ``conformance.json`` / ``.md`` into: ``OUT/<kernel dir>``, or ``OUT``
     itself when its last component already is that name (:func:`report_root`)."""
-    from conformance.report import kernel_dirname
+    from conformance.suite.report import kernel_dirname
+
     return report_root(out, kernel_name) / kernel_dirname(kernel_name)
 
 
@@ -252,12 +314,15 @@ def _write(write_reports, res, out):
         Int8confError: the report files cannot be written.
     """
     from reference.errors import Int8confError
+
     try:
         return write_reports(res, out)
     except OSError as e:
-        raise Int8confError(f"cannot write report under {out}: "
-                            f"{e.strerror or type(e).__name__}"
-                            f"{' (' + str(e.filename) + ')' if e.filename else ''}") from None
+        raise Int8confError(
+            f"cannot write report under {out}: "
+            f"{e.strerror or type(e).__name__}"
+            f"{' (' + str(e.filename) + ')' if e.filename else ''}"
+        ) from None
 
 
 #: at most this many signature lines in the terminal summary (conformance.md has all)
@@ -266,7 +331,7 @@ MAX_SIGNATURE_LINES = 4
 
 def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str]:
     """The terminal summary's lines for a failing run's fault-signature lines
-    (``conformance.report.fault_signatures``, the ones conformance.md lists
+    (``conformance.suite.report.fault_signatures``, the ones conformance.md lists
     under "Failure signature"): each as ``failure signature: <line>``, at most
     ``limit``, then one line counting the rest. Empty for no lines."""
     out = [f"failure signature: {x}" for x in lines[:limit]]
@@ -277,10 +342,11 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup): C3/C4 failing on the
-    operands reads as in conformance.md (``conformance.report.verdict_label``:
+    operands reads as in conformance.md (``conformance.suite.report.verdict_label``:
     ``precondition case (N)``, ``precondition violated (N)``), not a failure."""
-    from conformance.report import is_precondition_case, is_precondition_failure, verdict_label
-    from conformance.suite import NOT_RUN
+    from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
+    from conformance.suite.run import NOT_RUN
+
     if is_precondition_failure(verdict, evidence):
         style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
         return f"[{style}]{verdict_label(verdict, evidence)}[/]"

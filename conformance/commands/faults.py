@@ -18,13 +18,17 @@ import json
 def register(subparsers) -> None:
     """Add the ``faults`` subcommand."""
     p = subparsers.add_parser(
-        "faults", help="list the fault classes and what each does to a declared epilogue",
-        description=__doc__.split("\n\n")[1])
+        "faults",
+        help="list the fault classes and what each does to a declared epilogue",
+        description=__doc__.split("\n\n")[1],
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--kernel", default=None, metavar="NAME",
-                   help="take the declared contract of this kernel (default: cpu)")
-    g.add_argument("--contract", default=None, metavar="C",
-                   help="a contract: cutlass, triton or <scale_order>/<bias_point>")
+    g.add_argument(
+        "--kernel", default=None, metavar="NAME", help="take the declared contract of this kernel (default: cpu)"
+    )
+    g.add_argument(
+        "--contract", default=None, metavar="C", help="a contract: cutlass, triton or <scale_order>/<bias_point>"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -46,16 +50,28 @@ def run(args: argparse.Namespace) -> int:
         contract, label = spec.contract, f"kernel {spec.name}"
     rows = fault_rows(contract)
     if args.json:
-        print(json.dumps({"contract": contract.to_dict(),
-                          "declared": {"no_bias": declared_formula(contract, False),
-                                       "with_bias": declared_formula(contract, True)},
-                          "faults": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "contract": contract.to_dict(),
+                    "declared": {
+                        "no_bias": declared_formula(contract, False),
+                        "with_bias": declared_formula(contract, True),
+                    },
+                    "faults": rows,
+                },
+                indent=2,
+            )
+        )
         return 0
     from rich.table import Table
 
-    from conformance.console import make_console
-    t = Table(title=f"faults for {label} ({contract.label()}): declared "
-                    f"{declared_formula(contract, False)} / {declared_formula(contract, True)}")
+    from reference.command_line import make_console
+
+    t = Table(
+        title=f"faults for {label} ({contract.label()}): declared "
+        f"{declared_formula(contract, False)} / {declared_formula(contract, True)}"
+    )
     for col in ("id", "name", "family", "no bias", "with bias"):
         t.add_column(col, overflow="fold")
     for r in rows:
@@ -63,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         t.add_row(r["id"], r["name"], r["family"], r["no_bias"], "(same)" if same else r["with_bias"])
     con = make_console()
     con.print(t)
-    con.print("x = float32(acc), rne/rtz = rounding to the output dtype, r16 = 16-bit "
-              "intermediate, b = bias; details: faults/README.md", markup=False)
+    con.print(
+        "x = float32(acc), rne/rtz = rounding to the output dtype, r16 = 16-bit "
+        "intermediate, b = bias; details: faults/README.md",
+        markup=False,
+    )
     return 0

@@ -1,6 +1,6 @@
 """``int8conf gate``: may a candidate kernel replace an incumbent? (CLI)
 
-Thin wrapper over ``conformance.gate.gate.run_gate``: parses options, loads
+Thin wrapper over ``conformance.gate.run.run_gate``: parses options, loads
 the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
 pull-request comment) and ``junit.xml`` (``<out>`` by default
 ``reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
@@ -18,58 +18,95 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.commands._options import (ensure_out_dir, positive_int, positive_seconds,
-                                           removed_if_refused, seed_int)
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
+from reference.command_line import ensure_out_dir, positive_int, positive_seconds, removed_if_refused, seed_int
 from reference.errors import first_line
 
 
 def register(subparsers) -> None:
     """Add the ``gate`` subcommand."""
     p = subparsers.add_parser(
-        "gate", help="decide whether a candidate kernel may replace an incumbent (CI gate)",
+        "gate",
+        help="decide whether a candidate kernel may replace an incumbent (CI gate)",
         description="Run a candidate kernel and an incumbent (or read the incumbent's stored "
-                    "conformance report) on the same cases, each kernel isolated in a child "
-                    "process with a timeout, and decide per case under a YAML policy: pass, "
-                    "warn, fail, not-supported, crash, timeout. Writes gate.json, gate.md and "
-                    "junit.xml.",
-        epilog="exit codes: 0 pass; 1 blocked by policy; 2 not comparable / bad input; "
-               "3 internal error")
-    p.add_argument("--candidate", required=True, metavar="KERNEL",
-                   help="the new kernel: built-in, pkg.module:function, or entry point")
+        "conformance report) on the same cases, each kernel isolated in a child "
+        "process with a timeout, and decide per case under a YAML policy: pass, "
+        "warn, fail, not-supported, crash, timeout. Writes gate.json, gate.md and "
+        "junit.xml.",
+        epilog="exit codes: 0 pass; 1 blocked by policy; 2 not comparable / bad input; 3 internal error",
+    )
+    p.add_argument(
+        "--candidate",
+        required=True,
+        metavar="KERNEL",
+        help="the new kernel: built-in, pkg.module:function, or entry point",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--incumbent", metavar="KERNEL", help="the kernel it replaces (run now)")
-    src.add_argument("--baseline", metavar="REPORT",
-                     help="the incumbent's stored conformance.json instead of re-running it")
-    p.add_argument("--policy", metavar="FILE",
-                   help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
-                        "a difference of any size where both kernels are bit-exact to their own "
-                        "declared contracts, C8; default: bit identity everywhere, no token "
-                        "flips, engine hash must not move)")
-    p.add_argument("--fault", metavar="F", default=None,
-                   help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)")
-    p.add_argument("--fault-coverage", default="all", choices=("one", "1%", "all"),
-                   help="elements --fault touches: one, 1%% or all (default all)")
-    p.add_argument("--fault-seed", type=seed_int, default=0,
-                   help="seed that picks the faulted elements, 0 .. 2**63-1 (default 0)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="where gate.json, gate.md, junit.xml, repro/ and logs/ go (default "
-                        "reports/gate/<candidate>-vs-<incumbent>, the candidate's label with "
-                        "its --fault, the incumbent's or --baseline report's kernel)")
-    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
-                   help="seconds one case may take per kernel before its process is killed "
-                        "(default 60)")
-    p.add_argument("--model-timeout", type=positive_seconds, default=1800.0, metavar="S",
-                   help="the same for one model-level check C7 / E1 (default 1800)")
+    src.add_argument(
+        "--baseline", metavar="REPORT", help="the incumbent's stored conformance.json instead of re-running it"
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
+        "a difference of any size where both kernels are bit-exact to their own "
+        "declared contracts, C8; default: bit identity everywhere, no token "
+        "flips, engine hash must not move)",
+    )
+    p.add_argument(
+        "--fault",
+        metavar="F",
+        default=None,
+        help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)",
+    )
+    p.add_argument(
+        "--fault-coverage",
+        default="all",
+        choices=("one", "1%", "all"),
+        help="elements --fault touches: one, 1%% or all (default all)",
+    )
+    p.add_argument(
+        "--fault-seed", type=seed_int, default=0, help="seed that picks the faulted elements, 0 .. 2**63-1 (default 0)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="where gate.json, gate.md, junit.xml, repro/ and logs/ go (default "
+        "reports/gate/<candidate>-vs-<incumbent>, the candidate's label with "
+        "its --fault, the incumbent's or --baseline report's kernel)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds one case may take per kernel before its process is killed (default 60)",
+    )
+    p.add_argument(
+        "--model-timeout",
+        type=positive_seconds,
+        default=1800.0,
+        metavar="S",
+        help="the same for one model-level check C7 / E1 (default 1800)",
+    )
     p.add_argument("--no-model", action="store_true", help="skip C7 token_flip and E1 engine_hash")
     p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
-    p.add_argument("--captures", metavar="DIR", default=None,
-                   help="replay this capture directory (default: the default model's)")
-    p.add_argument("--model", metavar="DIR", default=None,
-                   help="parent model of --captures, when it moved since capture")
-    p.add_argument("--max-capture-layers", type=positive_int, default=None, metavar="N",
-                   help="replay only the first N layers per scale mode")
+    p.add_argument(
+        "--captures", metavar="DIR", default=None, help="replay this capture directory (default: the default model's)"
+    )
+    p.add_argument(
+        "--model", metavar="DIR", default=None, help="parent model of --captures, when it moved since capture"
+    )
+    p.add_argument(
+        "--max-capture-layers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="replay only the first N layers per scale mode",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -78,6 +115,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the gate; returns the exit code (module docstring)."""
     from reference.errors import Int8confError
+
     try:
         return _run(args)
     except Int8confError:
@@ -86,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
         raise
     except Exception as e:  # noqa: BLE001 -- anything else is int8conf's own bug: exit 3
         line = first_line(e, None)
-        print(f"int8conf: internal error: {type(e).__name__}: {line} (please report it; "
-              f"traceback below)", file=sys.stderr)
+        print(
+            f"int8conf: internal error: {type(e).__name__}: {line} (please report it; traceback below)", file=sys.stderr
+        )
         traceback.print_exc()
         return EXIT_INTERNAL
 
@@ -108,25 +147,27 @@ def _run(args: argparse.Namespace) -> int:
 
 def out_dir(args: argparse.Namespace) -> Path:
     """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>``
-    (``conformance.output_dirs``; with ``--baseline``, the kernel its report names).
+    (``conformance.runtime.output_dirs``; with ``--baseline``, the kernel its report names).
 
     Raises:
         Int8confError: an unknown ``--fault``, an unreadable ``--baseline`` (one line).
     """
     if args.out is not None:
         return Path(args.out)
-    return default_gate_out(args.candidate, args.fault, args.fault_coverage, args.fault_seed,
-                            args.incumbent, args.baseline)
+    return default_gate_out(
+        args.candidate, args.fault, args.fault_coverage, args.fault_seed, args.incumbent, args.baseline
+    )
 
 
 def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
     """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
-    from conformance.output_dirs import default_out, kernel_label, pair_label
+    from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
+
     if incumbent is None:
-        from conformance.report import read_report
+        from conformance.suite.report import read_report
+
         incumbent = read_report(baseline)["kernel"]["name"]
-    return default_out("gate", pair_label(kernel_label(candidate, fault, coverage, seed),
-                                          kernel_label(incumbent)))
+    return default_out("gate", pair_label(kernel_label(candidate, fault, coverage, seed), kernel_label(incumbent)))
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:
@@ -141,6 +182,7 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
             writable).
     """
     from conformance.gate.report import GATE_REPORT_FILES
+
     ensure_out_dir(out, option, files=GATE_REPORT_FILES.values())
     ensure_out_dir(out / "logs", option, what="log directory")
     if (out / "repro").exists() or (out / "repro").is_symlink():
@@ -149,18 +191,25 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
 
 def _gate(args: argparse.Namespace, out: Path) -> int:
     """Load the policy, run the gate into ``out``, write and print the reports."""
-    from conformance.gate.gate import GateInterrupted, GateOptions, NotComparable, run_gate
-    from conformance.gate.isolation import KernelRef
     from conformance.gate.policy import Policy, load_policy
     from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
+    from conformance.gate.run import GateInterrupted, GateOptions, NotComparable, run_gate
+    from conformance.runtime.pool import KernelRef
 
     policy = load_policy(args.policy) if args.policy else Policy(name="default (bit identity)")
     cand = KernelRef(args.candidate, args.fault, args.fault_coverage, args.fault_seed)
     inc = KernelRef(args.incumbent) if args.incumbent else None
-    opts = GateOptions(include_captures=not args.no_captures, include_sweep=not args.no_sweep,
-                       max_capture_layers=args.max_capture_layers, capture_dir=args.captures,
-                       model_dir=args.model, model_checks=not args.no_model, device=args.device,
-                       timeout_s=args.timeout, model_timeout_s=args.model_timeout)
+    opts = GateOptions(
+        include_captures=not args.no_captures,
+        include_sweep=not args.no_sweep,
+        max_capture_layers=args.max_capture_layers,
+        capture_dir=args.captures,
+        model_dir=args.model,
+        model_checks=not args.no_model,
+        device=args.device,
+        timeout_s=args.timeout,
+        model_timeout_s=args.model_timeout,
+    )
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         res = run_gate(cand, inc, args.baseline, policy, opts, out, progress=say)
@@ -168,8 +217,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
         paths = write_gate_reports(to_json_dict(stop.result), out)
         # a stop after the last decision (while the children shut down) leaves a complete report
         note = stop.result.partial.get("note") or "interrupted after every case was decided"
-        print(f"int8conf gate: {note}\nreport: {paths['md']}\nreport: {paths['json']}",
-              file=sys.stderr)
+        print(f"int8conf gate: {note}\nreport: {paths['md']}\nreport: {paths['json']}", file=sys.stderr)
         raise
     except NotComparable as e:
         doc = not_comparable_doc(cand.label(), e.path, e.reasons, policy.to_dict())
@@ -191,7 +239,6 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
             why = "; ".join(r["text"] for r in d.reasons if r["blocking"])
             print(f"  {d.status.upper():13} {d.item}: {why[:240]}")
     for e in doc["overall"].get("unused_expectations") or []:
-        print(f"  unused expectation: {e['check']} on {e.get('case') or e.get('layer') or 'model'} "
-              f"({e['owner']})")
+        print(f"  unused expectation: {e['check']} on {e.get('case') or e.get('layer') or 'model'} ({e['owner']})")
     print(f"report: {paths['md']}\nreport: {paths['json']}\nreport: {paths['junit']}")
     return EXIT_BLOCKED if res.overall["verdict"] == "blocked" else EXIT_PASS

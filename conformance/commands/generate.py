@@ -15,23 +15,24 @@ from __future__ import annotations
 import argparse
 import json
 
-from conformance.commands._options import add_model_run_options, default_model_dir_arg
-from conformance.model_run import build_model, generate_header, resolve_kernel_list
+from conformance.commands.options import add_model_run_options, default_model_dir_arg
+from conformance.study.model_run import build_model, generate_header, resolve_kernel_list
 from reference.errors import Int8confError
 from reference.model.weights import check_checkpoint_mode, checkpoint_weights
 
 
 def _run_generate(args: argparse.Namespace) -> int:
     from reference.model import forward as wf
-    from reference.model.tokenizer import encode, eot_id, load_tokenizer
     from reference.model.corpus import prompts
+    from reference.model.tokenizer import encode, eot_id, load_tokenizer
 
     mdir = default_model_dir_arg(args.model)
     check_checkpoint_mode(args.checkpoint, args.scale_mode)
     spec = None if args.scale_mode == "bf16" else resolve_kernel_list(args.kernel)[0]
-    if args.prompt is not None and not args.prompt.strip():   # as detllm: nothing to continue
-        raise Int8confError(f"--prompt {args.prompt!r} is empty or whitespace only "
-                            "(need at least one non-space character)")
+    if args.prompt is not None and not args.prompt.strip():  # as detllm: nothing to continue
+        raise Int8confError(
+            f"--prompt {args.prompt!r} is empty or whitespace only (need at least one non-space character)"
+        )
     tok = load_tokenizer(mdir)
     if args.prompt is not None:
         text = args.prompt
@@ -44,14 +45,18 @@ def _run_generate(args: argparse.Namespace) -> int:
     if not ids:
         raise Int8confError("--prompt encodes to 0 tokens")
     base = wf.load_model(mdir)
-    wf.check_context(len(ids) + args.max_new_tokens, base.config,
-                     f"prompt ({len(ids)} tokens) + --max-new-tokens ({args.max_new_tokens})")
+    wf.check_context(
+        len(ids) + args.max_new_tokens,
+        base.config,
+        f"prompt ({len(ids)} tokens) + --max-new-tokens ({args.max_new_tokens})",
+    )
     mode, label = args.scale_mode, f"{args.scale_mode} scales"
     weights = None
     if args.checkpoint is not None and args.scale_mode != "bf16":
         weights, mode, label = checkpoint_weights(base, args.checkpoint)
-    model, _, man = build_model(mdir, args.scale_mode, spec, args.checkpoint, base_model=base,
-                                weights=weights, kernel_scale_mode=mode)
+    model, _, man = build_model(
+        mdir, args.scale_mode, spec, args.checkpoint, base_model=base, weights=weights, kernel_scale_mode=mode
+    )
     try:
         eos = eot_id(tok)
     except Int8confError:
@@ -59,10 +64,20 @@ def _run_generate(args: argparse.Namespace) -> int:
     out = wf.greedy_generate(model, ids, args.max_new_tokens, eos_token_id=eos)
     body = tok.decode(out)
     if args.json:
-        print(json.dumps({"prompt": text, "prompt_ids": ids, "generated_ids": out,
-                          "text": body, "scale_mode": mode,
-                          "kernel": None if spec is None else spec.name,
-                          "kernel_path": man.get("path")}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "prompt": text,
+                    "prompt_ids": ids,
+                    "generated_ids": out,
+                    "text": body,
+                    "scale_mode": mode,
+                    "kernel": None if spec is None else spec.name,
+                    "kernel_path": man.get("path"),
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"[{generate_header(spec, label, man.get('path'))}]")
         print(text + body)
@@ -71,13 +86,16 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``generate`` subcommand (sets ``func(args) -> exit code``)."""
-    g = subparsers.add_parser("generate", help="greedy generation, bf16 or W8A8 through a kernel",
-                              description=__doc__.split("\n\n")[1],
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = subparsers.add_parser(
+        "generate",
+        help="greedy generation, bf16 or W8A8 through a kernel",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_run_options(g)
     g.add_argument("--prompt", help="prompt text (default: a fixed prompt, see --prompt-index)")
-    g.add_argument("--prompt-index", type=int, default=0,
-                   help="index into the 8 fixed prompts (default 0: Sonnet 18)")
-    g.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
-                   help="tokens to generate greedily (default 64)")
+    g.add_argument("--prompt-index", type=int, default=0, help="index into the 8 fixed prompts (default 0: Sonnet 18)")
+    g.add_argument(
+        "--max-new-tokens", type=int, default=64, metavar="N", help="tokens to generate greedily (default 64)"
+    )
     g.set_defaults(func=_run_generate)

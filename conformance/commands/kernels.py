@@ -13,9 +13,11 @@ from reference.errors import first_line
 def register(subparsers) -> None:
     """Add the ``kernels`` subcommand."""
     p = subparsers.add_parser(
-        "kernels", help="list the kernels int8conf can run, with availability",
+        "kernels",
+        help="list the kernels int8conf can run, with availability",
         description="List built-in and adapted kernels: name, origin, devices, declared "
-                    "epilogue, availability on this machine (and why not).")
+        "epilogue, availability on this machine (and why not).",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -33,12 +35,20 @@ def kernel_rows() -> list[dict]:
             ok, why = builtin_available(name)
         else:
             ok, why = True, ""
-        row = {"name": name, "origin": "builtin" if name in BUILTINS else "registered/entry-point",
-               "available": bool(ok), "reason": why or ""}
+        row = {
+            "name": name,
+            "origin": "builtin" if name in BUILTINS else "registered/entry-point",
+            "available": bool(ok),
+            "reason": why or "",
+        }
         try:
             spec = get_kernel(name)
-            row.update(devices=list(spec.devices), contract=spec.contract.label(),
-                       steps=declared_to_dict(spec.steps), version=spec.version)
+            row.update(
+                devices=list(spec.devices),
+                contract=spec.contract.label(),
+                steps=declared_to_dict(spec.steps),
+                version=spec.version,
+            )
         except Exception as e:  # noqa: BLE001 -- one line per broken kernel
             row.update(available=False, reason=first_line(e, None) or repr(e))
         rows.append(row)
@@ -47,15 +57,25 @@ def kernel_rows() -> list[dict]:
     for name, info in adapters.ADAPTERS.items():
         ok, why = adapters.availability(name)
         if ok and "cpu" not in info.devices and not torch.cuda.is_available():
-            ok, why = False, (f"{info.requires[0]} is installed, but this kernel runs on "
-                              f"{'/'.join(info.devices)} only and torch.cuda.is_available() "
-                              f"is False")
-        row = {"name": name, "origin": f"adapter ({info.requires[0]})", "available": ok,
-               "reason": why, "devices": list(info.devices), "description": info.description}
+            ok, why = (
+                False,
+                (
+                    f"{info.requires[0]} is installed, but this kernel runs on "
+                    f"{'/'.join(info.devices)} only and torch.cuda.is_available() "
+                    f"is False"
+                ),
+            )
+        row = {
+            "name": name,
+            "origin": f"adapter ({info.requires[0]})",
+            "available": ok,
+            "reason": why,
+            "devices": list(info.devices),
+            "description": info.description,
+        }
         if adapters.availability(name)[0]:
             spec = adapters.make_spec(name)
-            row.update(contract=spec.contract.label(), steps=declared_to_dict(spec.steps),
-                       version=spec.version)
+            row.update(contract=spec.contract.label(), steps=declared_to_dict(spec.steps), version=spec.version)
         rows.append(row)
     return rows
 
@@ -68,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from conformance.console import make_console
+    from reference.command_line import make_console
 
     t = Table(title="int8conf kernels")
     for c in ("name", "origin", "devices", "available", "declared epilogue / reason"):
@@ -84,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
                 what = r.get("contract", "")
         else:
             what = r["reason"]
-        t.add_row(r["name"], r["origin"], ",".join(r.get("devices", [])),
-                  "yes" if r["available"] else "no", what)
+        t.add_row(r["name"], r["origin"], ",".join(r.get("devices", [])), "yes" if r["available"] else "no", what)
     make_console().print(t)
     return 0

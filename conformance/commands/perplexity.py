@@ -29,8 +29,9 @@ import argparse
 import json
 import time
 
-from conformance.commands._options import add_model_run_options, default_model_dir_arg, positive_int
-from conformance.model_run import build_model, resolve_kernel_list
+from conformance.commands.options import add_model_run_options, default_model_dir_arg
+from conformance.study.model_run import build_model, resolve_kernel_list
+from reference.command_line import positive_int
 from reference.model.weights import check_checkpoint_mode, checkpoint_weights, load_weights
 
 
@@ -53,32 +54,52 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         weights = load_weights(base, args.scale_mode)
     records = []
     for spec in kernels:
-        model, stats, man = build_model(mdir, args.scale_mode, spec, args.checkpoint,
-                                        args.track_acc, base_model=base, weights=weights,
-                                        kernel_scale_mode=mode)
+        model, stats, man = build_model(
+            mdir,
+            args.scale_mode,
+            spec,
+            args.checkpoint,
+            args.track_acc,
+            base_model=base,
+            weights=weights,
+            kernel_scale_mode=mode,
+        )
         t0 = time.perf_counter()
         ppl = wf.perplexity(model, windows, args.batch_size)
-        rec = {"perplexity": ppl, "model": str(mdir), "scale_mode": mode, "scale_label": label,
-               "kernel": None if spec is None else spec.name,
-               "kernel_path": man.get("path"), "checkpoint": args.checkpoint,
-               "windows": args.windows, "window_len": args.window_len,
-               "predicted_tokens": args.windows * (args.window_len - 1),
-               "elapsed_s": round(time.perf_counter() - t0, 2)}
+        rec = {
+            "perplexity": ppl,
+            "model": str(mdir),
+            "scale_mode": mode,
+            "scale_label": label,
+            "kernel": None if spec is None else spec.name,
+            "kernel_path": man.get("path"),
+            "checkpoint": args.checkpoint,
+            "windows": args.windows,
+            "window_len": args.window_len,
+            "predicted_tokens": args.windows * (args.window_len - 1),
+            "elapsed_s": round(time.perf_counter() - t0, 2),
+        }
         if stats is not None:
             rec["max_abs_acc"] = stats.max_abs_acc
             rec["layers_acc_ge_2_24"] = stats.layers_at_or_above(wf.FP32_EXACT_INT)
         records.append(rec)
         if not args.json:
-            what = "bf16 model" if spec is None else (
-                f"W8A8 {label}, kernel {spec.name}"
-                + (f" ({rec['kernel_path']})" if rec["kernel_path"] else ""))
-            print(f"perplexity {ppl:.4f}  [{what}; {args.windows} windows x {args.window_len} "
-                  f"tokens, {rec['predicted_tokens']} predicted; {rec['elapsed_s']} s]")
+            what = (
+                "bf16 model"
+                if spec is None
+                else (f"W8A8 {label}, kernel {spec.name}" + (f" ({rec['kernel_path']})" if rec["kernel_path"] else ""))
+            )
+            print(
+                f"perplexity {ppl:.4f}  [{what}; {args.windows} windows x {args.window_len} "
+                f"tokens, {rec['predicted_tokens']} predicted; {rec['elapsed_s']} s]"
+            )
             if stats is not None:
                 big = rec["layers_acc_ge_2_24"]
                 top = max(stats.max_abs_acc.items(), key=lambda kv: kv[1])
-                print(f"  layers with max |acc| >= 2^24: {len(big)} of {len(stats.max_abs_acc)}"
-                      f"{(': ' + ', '.join(big)) if big else ''}; largest {top[1]} in {top[0]}")
+                print(
+                    f"  layers with max |acc| >= 2^24: {len(big)} of {len(stats.max_abs_acc)}"
+                    f"{(': ' + ', '.join(big)) if big else ''}; largest {top[1]} in {top[0]}"
+                )
     if args.json:
         print(json.dumps(records if len(records) > 1 else records[0], indent=2))
     return 0
@@ -86,14 +107,17 @@ def _run_perplexity(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``perplexity`` subcommand (sets ``func(args) -> exit code``)."""
-    p = subparsers.add_parser("perplexity", help="held-out perplexity, bf16 or W8A8 through a kernel",
-                              description=__doc__.split("\n\n")[1],
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "perplexity",
+        help="held-out perplexity, bf16 or W8A8 through a kernel",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_run_options(p)
     p.add_argument("--windows", type=int, default=8, help="evaluation windows (default 8)")
     p.add_argument("--window-len", type=int, default=256, help="tokens per window (default 256)")
-    p.add_argument("--batch-size", type=positive_int, default=8,
-                   help="windows per forward pass (>= 1)")
-    p.add_argument("--track-acc", action="store_true",
-                   help="also report per-layer max |acc| and the layers at or above 2^24")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass (>= 1)")
+    p.add_argument(
+        "--track-acc", action="store_true", help="also report per-layer max |acc| and the layers at or above 2^24"
+    )
     p.set_defaults(func=_run_perplexity)

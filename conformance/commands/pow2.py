@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from conformance.commands._options import describe_checkpoint, parent_model_dir_arg
+from conformance.commands.options import describe_checkpoint, parent_model_dir_arg
 
 
 def _run_pow2(args: argparse.Namespace) -> int:
@@ -22,8 +22,10 @@ def _run_pow2(args: argparse.Namespace) -> int:
 
     model = parent_model_dir_arg(args.model)
     gate = reconstruction_gate(model, args.committed)
-    print(f"reconstruction gate passed: {gate['tensors']} tensors of {args.committed} rebuilt byte for byte "
-          f"(state digest {gate['state_digest'][:16]})")
+    print(
+        f"reconstruction gate passed: {gate['tensors']} tensors of {args.committed} rebuilt byte for byte "
+        f"(state digest {gate['state_digest'][:16]})"
+    )
     if args.gate_only:
         return 0
     if args.out is None:
@@ -36,13 +38,20 @@ def _run_pow2(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``pow2`` subcommand (sets ``func(args) -> exit code``)."""
-    q = subparsers.add_parser("pow2", help="reconstruction gate, then a power-of-two-scale W8A8 checkpoint",
-                              description=__doc__.split("\n\n")[1])
+    q = subparsers.add_parser(
+        "pow2",
+        help="reconstruction gate, then a power-of-two-scale W8A8 checkpoint",
+        description=__doc__.split("\n\n")[1],
+    )
     q.add_argument("--model", help="float parent Qwen3 directory (default: the shipped default model)")
     q.add_argument("--committed", required=True, help="the committed own-scale W8A8 checkpoint of that parent")
-    q.add_argument("--rule", default="nearest", choices=("nearest", "ceiling"),
-                   help="power-of-two weight scale: nearest (round log2 of the own scale) or "
-                        "ceiling (next power of two up: no clipping) (default nearest)")
+    q.add_argument(
+        "--rule",
+        default="nearest",
+        choices=("nearest", "ceiling"),
+        help="power-of-two weight scale: nearest (round log2 of the own scale) or "
+        "ceiling (next power of two up: no clipping) (default nearest)",
+    )
     q.add_argument("--out", help="output directory (default: the artifact cache)")
     q.add_argument("--gate-only", action="store_true", help="run the reconstruction gate only")
     q.add_argument("--cache", help="artifact cache directory")

@@ -20,8 +20,10 @@ from pathlib import Path
 def register(subparsers) -> None:
     """Add the ``predictions`` subcommand."""
     p = subparsers.add_parser(
-        "predictions", help="lock / verify / show pre-registered prediction matrices",
-        description="Pre-registered prediction matrices (predictions/*.yaml) and their LOCK.")
+        "predictions",
+        help="lock / verify / show pre-registered prediction matrices",
+        description="Pre-registered prediction matrices (predictions/*.yaml) and their LOCK.",
+    )
     sub = p.add_subparsers(dest="action", required=True)
     lk = sub.add_parser("lock", help="lock a new matrix (append its SHA-256 to LOCK)")
     lk.add_argument("file")
@@ -35,8 +37,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch the action; PredictionError propagates (CLI prints one line, exit 2)."""
-    from predictions.lock import (default_dir, lock_matrix, read_lock, verify_git_history,
-                                  verify_matrix)
+    from predictions.lock import default_dir, lock_matrix, read_lock, verify_git_history, verify_matrix
 
     if args.action == "lock":
         e = lock_matrix(args.file)
@@ -48,19 +49,24 @@ def run(args: argparse.Namespace) -> int:
         for f in files:
             m = verify_matrix(f)
             amends = f" (amends {m.amends['file']})" if m.amends else ""
-            print(f"verified {f.name}: {m.n_core_cells()} core cells + {len(m.extra_checks)} extra "
-                  f"columns, sha256 {m.sha256[:16]}...{amends}")
+            print(
+                f"verified {f.name}: {m.n_core_cells()} core cells + {len(m.extra_checks)} extra "
+                f"columns, sha256 {m.sha256[:16]}...{amends}"
+            )
         hist = verify_git_history(d if not args.files else files[0].parent)
         if hist is None:
             print("git history: not a git work tree (not checked)")
         else:
-            print(f"git history: LOCK append-only over {hist['lock_commits']} commits; "
-                  f"locked matrices never changed once committed")
+            print(
+                f"git history: LOCK append-only over {hist['lock_commits']} commits; "
+                f"locked matrices never changed once committed"
+            )
         return 0
     m = verify_matrix(args.file)
     from rich.table import Table
 
-    from conformance.console import make_console
+    from reference.command_line import make_console
+
     t = Table(title=f"{Path(args.file).name} ({m.sha256[:16]}...)")
     t.add_column("row")
     for c in m.checks:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from conformance.commands._options import describe_checkpoint, parent_model_dir_arg
+from conformance.commands.options import describe_checkpoint, parent_model_dir_arg
 
 
 def _run_quantize(args: argparse.Namespace) -> int:
@@ -37,11 +37,18 @@ def _run_quantize(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``quantize`` subcommand (sets ``func(args) -> exit code``)."""
-    p = subparsers.add_parser("quantize", help="write a compressed-tensors W8A8 checkpoint of a Qwen3 model",
-                              description=__doc__.split("\n\n")[1])
+    p = subparsers.add_parser(
+        "quantize",
+        help="write a compressed-tensors W8A8 checkpoint of a Qwen3 model",
+        description=__doc__.split("\n\n")[1],
+    )
     p.add_argument("--model", help="float Qwen3 checkpoint directory (default: the shipped default model)")
     p.add_argument("--out", help="output directory (default: the artifact cache)")
-    p.add_argument("--scales", default="own", choices=("own", "pow2-nearest", "pow2-ceiling"),
-                   help="per-channel weight scales (default: own = llm-compressor's absmax/127.5)")
+    p.add_argument(
+        "--scales",
+        default="own",
+        choices=("own", "pow2-nearest", "pow2-ceiling"),
+        help="per-channel weight scales (default: own = llm-compressor's absmax/127.5)",
+    )
     p.add_argument("--cache", help="artifact cache directory (default: $INT8CONF_CACHE or ~/.cache/int8conf)")
     p.set_defaults(func=_run_quantize)

@@ -8,51 +8,98 @@ from __future__ import annotations
 
 import argparse
 
-from conformance.commands._options import positive_seconds
+from reference.command_line import positive_seconds
 
 
 def register(subparsers) -> None:
     """Add the ``scoreboard`` subcommand."""
     p = subparsers.add_parser(
-        "scoreboard", help="run every available kernel on the same cases; write a scoreboard",
+        "scoreboard",
+        help="run every available kernel on the same cases; write a scoreboard",
         description="Run built-in and adapted kernels (torchao, bitsandbytes, vLLM-family when "
-                    "installed) on one case set; write <out>/scoreboard.{json,md,png} and "
-                    "reproducers for every failure.")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output directory (default: reports/scoreboard, or "
-                        "reports/scoreboard/<kernels>@<devices> for a --kernel / --device "
-                        "selection, e.g. reports/scoreboard/torchao@cpu)")
-    p.add_argument("--kernel", action="append", metavar="NAME",
-                   help="only these kernels (repeatable; default: every available one)")
-    p.add_argument("--device", action="append", choices=("cpu", "cuda"),
-                   help="only these devices (default: cpu, plus cuda when present)")
+        "installed) on one case set; write <out>/scoreboard.{json,md,png} and "
+        "reproducers for every failure.",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output directory (default: reports/scoreboard, or "
+        "reports/scoreboard/<kernels>@<devices> for a --kernel / --device "
+        "selection, e.g. reports/scoreboard/torchao@cpu)",
+    )
+    p.add_argument(
+        "--kernel",
+        action="append",
+        metavar="NAME",
+        help="only these kernels (repeatable; default: every available one)",
+    )
+    p.add_argument(
+        "--device",
+        action="append",
+        choices=("cpu", "cuda"),
+        help="only these devices (default: cpu, plus cuda when present)",
+    )
     p.add_argument("--quick", action="store_true", help="four small synthetic cases only")
-    p.add_argument("--captures", type=int, default=2, metavar="N",
-                   help="captured layers of the default model per scale mode (default 2)")
-    p.add_argument("--case-timeout", type=positive_seconds, default=60.0, metavar="S",
-                   help="seconds per case before the worker is killed (default 60)")
-    p.add_argument("--warmup-timeout", type=positive_seconds, default=300.0, metavar="S",
-                   help="seconds for a row's worker start + warm-up call (default 300)")
-    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                   help="rows run concurrently, each in its own worker process (default 1)")
-    p.add_argument("--save-outputs", action="store_true",
-                   help="also write raw.json + outputs.safetensors (for --merge elsewhere)")
-    p.add_argument("--merge", action="append", default=[], metavar="DIR",
-                   help="add the rows of a scoreboard written with --save-outputs on another "
-                        "machine (same case options), e.g. the CUDA rows (repeatable)")
-    p.add_argument("--report-root", metavar="DIR", default=None,
-                   help="directory named in reproducer commands (default: --out)")
-    p.add_argument("--repro", metavar="FILE", default=None,
-                   help="re-run one saved reproducer alone and report whether it still fails")
+    p.add_argument(
+        "--captures",
+        type=int,
+        default=2,
+        metavar="N",
+        help="captured layers of the default model per scale mode (default 2)",
+    )
+    p.add_argument(
+        "--case-timeout",
+        type=positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds per case before the worker is killed (default 60)",
+    )
+    p.add_argument(
+        "--warmup-timeout",
+        type=positive_seconds,
+        default=300.0,
+        metavar="S",
+        help="seconds for a row's worker start + warm-up call (default 300)",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="rows run concurrently, each in its own worker process (default 1)",
+    )
+    p.add_argument(
+        "--save-outputs", action="store_true", help="also write raw.json + outputs.safetensors (for --merge elsewhere)"
+    )
+    p.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="add the rows of a scoreboard written with --save-outputs on another "
+        "machine (same case options), e.g. the CUDA rows (repeatable)",
+    )
+    p.add_argument(
+        "--report-root", metavar="DIR", default=None, help="directory named in reproducer commands (default: --out)"
+    )
+    p.add_argument(
+        "--repro",
+        metavar="FILE",
+        default=None,
+        help="re-run one saved reproducer alone and report whether it still fails",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def out_dir(args: argparse.Namespace):
-    """``--out``, else ``reports/scoreboard[/<selection>]`` (``conformance.output_dirs``)."""
+    """``--out``, else ``reports/scoreboard[/<selection>]`` (``conformance.runtime.output_dirs``)."""
     from pathlib import Path
 
-    from conformance.output_dirs import default_out, selection_label
+    from conformance.runtime.output_dirs import default_out, selection_label
+
     if args.out is not None:
         return Path(args.out)
     return default_out("scoreboard", selection_label(args.kernel or (), args.device or ()))
@@ -60,7 +107,7 @@ def out_dir(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Run the scoreboard (exit 0) or one reproducer (exit 1 reproduced, 0 not)."""
-    from conformance import scoreboard as sb
+    from conformance.scoreboard import board as sb
     from reference.errors import Int8confError
 
     if args.repro:
@@ -73,12 +120,23 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError(f"--jobs {args.jobs}: expected an integer >= 1")
     args.out = str(out_dir(args))
     cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
-    doc = sb.run_scoreboard(args.out, kernels=args.kernel, devices=args.device, cases=cases,
-                            case_timeout=args.case_timeout, warmup_timeout=args.warmup_timeout,
-                            quiet=args.quiet, jobs=args.jobs, merge=args.merge,
-                            save_outputs=args.save_outputs, report_root=args.report_root)
+    doc = sb.run_scoreboard(
+        args.out,
+        kernels=args.kernel,
+        devices=args.device,
+        cases=cases,
+        case_timeout=args.case_timeout,
+        warmup_timeout=args.warmup_timeout,
+        quiet=args.quiet,
+        jobs=args.jobs,
+        merge=args.merge,
+        save_outputs=args.save_outputs,
+        report_root=args.report_root,
+    )
     for r in doc["rows"]:
-        print(f"{r['kernel']:>18}@{r['device']:<4} {r['overall']:<15} "
-              f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}")
+        print(
+            f"{r['kernel']:>18}@{r['device']:<4} {r['overall']:<15} "
+            f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}"
+        )
     print(f"wrote {args.out}/scoreboard.json, scoreboard.md, scoreboard.png")
     return 0

@@ -36,74 +36,131 @@ def _csv(text: str) -> list[str]:
     """
     items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
     if not items:
-        raise argparse.ArgumentTypeError("empty list: give at least one value, or leave the "
-                                         "option out for the default")
+        raise argparse.ArgumentTypeError("empty list: give at least one value, or leave the option out for the default")
     return items
 
 
 def register(subparsers) -> None:
     """Add the ``sweep`` subcommand."""
-    from conformance.commands._options import non_negative_int, positive_int
+    from reference.command_line import non_negative_int, positive_int
+
     p = subparsers.add_parser(
-        "sweep", help="fault-injection sweep: every layer x fault x coverage x scale mode, scored",
+        "sweep",
+        help="fault-injection sweep: every layer x fault x coverage x scale mode, scored",
         description="Inject every fault class (F1-F9) at every coverage into a kernel, run every "
-                    "check on every captured layer in both scale modes, store one row per "
-                    "cell x check in SQLite (resumable), score against the locked prediction "
-                    "matrices and write reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
+        "check on every captured layer in both scale modes, store one row per "
+        "cell x check in SQLite (resumable), score against the locked prediction "
+        "matrices and write reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
-               "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
-               "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)")
-    p.add_argument("--kernel", required=True, metavar="NAME",
-                   help="kernel: built-in (cpu, int_mm, triton), pkg.module:function or entry point")
+        "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
+        "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)",
+    )
+    p.add_argument(
+        "--kernel",
+        required=True,
+        metavar="NAME",
+        help="kernel: built-in (cpu, int_mm, triton), pkg.module:function or entry point",
+    )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", metavar="DIR", default=None,
-                     help="Qwen3 model: its captures (taken with `int8conf capture` defaults into "
-                          "the artifact cache if missing) and, for C7 / E1, the model itself")
-    src.add_argument("--captures", metavar="DIR", default=None,
-                     help="capture directory (default: the default model's captures)")
-    p.add_argument("--layers", type=_csv, default=None, metavar="L,...",
-                   help="layer names or forward-order indices (default: every captured layer)")
-    p.add_argument("--faults", type=_csv, default=None, metavar="F,...",
-                   help="fault ids or names (default: F1-F9)")
-    p.add_argument("--coverages", type=_csv, default=None, metavar="C,...",
-                   help="one, 1%%, all (default: all three)")
-    p.add_argument("--scale-modes", type=_csv, default=["own", "pow2"], metavar="M,...",
-                   help="own, pow2 (default: both); selects the layer cells -- a model cell "
-                        "(C7, E1; see --no-model-checks) always evaluates C7 under both modes")
+    src.add_argument(
+        "--model",
+        metavar="DIR",
+        default=None,
+        help="Qwen3 model: its captures (taken with `int8conf capture` defaults into "
+        "the artifact cache if missing) and, for C7 / E1, the model itself",
+    )
+    src.add_argument(
+        "--captures", metavar="DIR", default=None, help="capture directory (default: the default model's captures)"
+    )
+    p.add_argument(
+        "--layers",
+        type=_csv,
+        default=None,
+        metavar="L,...",
+        help="layer names or forward-order indices (default: every captured layer)",
+    )
+    p.add_argument("--faults", type=_csv, default=None, metavar="F,...", help="fault ids or names (default: F1-F9)")
+    p.add_argument("--coverages", type=_csv, default=None, metavar="C,...", help="one, 1%%, all (default: all three)")
+    p.add_argument(
+        "--scale-modes",
+        type=_csv,
+        default=["own", "pow2"],
+        metavar="M,...",
+        help="own, pow2 (default: both); selects the layer cells -- a model cell "
+        "(C7, E1; see --no-model-checks) always evaluates C7 under both modes",
+    )
     p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
-    p.add_argument("--db", default=None, metavar="PATH",
-                   help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="scorecard directory root: files go to <out>/<kernel label>/ (default: "
-                        "reports/sweep; with --db and no --out, the store's own directory)")
-    p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="latest prediction matrix to score against (default: the newest locked "
-                        "one in predictions/); every matrix it amends is scored too")
-    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
-                   help="Dask distributed scheduler (needs the 'dist' extra); overrides --workers")
-    p.add_argument("--workers", type=non_negative_int, default=0, metavar="N",
-                   help="local worker processes (default 0: when the kernel runs on CUDA, 4 "
-                        "processes sharing a single GPU (at most one per core) or one per GPU "
-                        "when there are several; else one per core; 1 = serial)")
-    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                   help="N > 1: evaluate N layer batches at once in threads of this one "
-                        "process, one CUDA stream each; only for a kernel that runs on CUDA "
-                        "(or the built-in cpu kernel), refused with --workers > 1 or "
-                        "--scheduler (default 1: --workers decides)")
-    p.add_argument("--c7-windows", type=positive_int, default=8, metavar="N",
-                   help="C7 held-out windows per model cell (default 8)")
-    p.add_argument("--c7-window-len", type=positive_int, default=128, metavar="T",
-                   help="C7 tokens per window (default 128)")
-    p.add_argument("--e1-prompts", type=positive_int, default=8, metavar="N",
-                   help="E1 prompts per model cell (default 8, the oracle's default)")
-    p.add_argument("--e1-tokens", type=positive_int, default=8, metavar="N",
-                   help="E1 greedy tokens per prompt (default 8)")
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="PATH",
+        help="SQLite store (default: <out>/<kernel>/sweep.sqlite); resumes when it exists",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="scorecard directory root: files go to <out>/<kernel label>/ (default: "
+        "reports/sweep; with --db and no --out, the store's own directory)",
+    )
+    p.add_argument(
+        "--predictions",
+        default=None,
+        metavar="FILE",
+        help="latest prediction matrix to score against (default: the newest locked "
+        "one in predictions/); every matrix it amends is scored too",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="tcp://HOST:8786",
+        help="Dask distributed scheduler (needs the 'dist' extra); overrides --workers",
+    )
+    p.add_argument(
+        "--workers",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="local worker processes (default 0: when the kernel runs on CUDA, 4 "
+        "processes sharing a single GPU (at most one per core) or one per GPU "
+        "when there are several; else one per core; 1 = serial)",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="N > 1: evaluate N layer batches at once in threads of this one "
+        "process, one CUDA stream each; only for a kernel that runs on CUDA "
+        "(or the built-in cpu kernel), refused with --workers > 1 or "
+        "--scheduler (default 1: --workers decides)",
+    )
+    p.add_argument(
+        "--c7-windows", type=positive_int, default=8, metavar="N", help="C7 held-out windows per model cell (default 8)"
+    )
+    p.add_argument(
+        "--c7-window-len", type=positive_int, default=128, metavar="T", help="C7 tokens per window (default 128)"
+    )
+    p.add_argument(
+        "--e1-prompts",
+        type=positive_int,
+        default=8,
+        metavar="N",
+        help="E1 prompts per model cell (default 8, the oracle's default)",
+    )
+    p.add_argument(
+        "--e1-tokens", type=positive_int, default=8, metavar="N", help="E1 greedy tokens per prompt (default 8)"
+    )
     p.add_argument("--no-model-checks", action="store_true", help="skip C7 / E1 model cells")
     p.add_argument("--device", default=None, help="kernel device: cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--no-score", action="store_true", help="only compute and store cells")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="print nothing but errors: no progress bar, no start, totals or "
-                        "scorecard-path lines (the store and scorecard are still written)")
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print nothing but errors: no progress bar, no start, totals or "
+        "scorecard-path lines (the store and scorecard are still written)",
+    )
     p.set_defaults(func=run)
 
 
@@ -111,12 +168,14 @@ def _resolve_captures(args):
     """(CaptureSet, model dir str) from --captures / --model / the default."""
     from reference.errors import CaptureError, Int8confError
     from reference.model.capture import default_capture_set, load_capture_set
+
     if args.captures:
         cs = load_capture_set(args.captures)
         return cs, str(cs.model_dir) if cs.model_dir else ""
     if args.model:
         from reference.model.artifacts import cache_dir, parent_digest
         from reference.model.capture import capture_model
+
         mdir = Path(args.model)
         if not mdir.is_dir():
             raise Int8confError(f"--model {mdir}: not a directory")
@@ -129,11 +188,13 @@ def _resolve_captures(args):
     if cs is None:
         raise Int8confError("no default captures: give --captures DIR or --model DIR")
     from reference.model.assets import default_model_dir
+
     return cs, str(default_model_dir())
 
 
 def _select_layers(names: list, wanted) -> list:
     from reference.errors import Int8confError
+
     if not wanted:
         return names
     out = []
@@ -162,6 +223,7 @@ def latest_matrix(path=None) -> Path:
     """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
     from predictions.lock import default_dir, read_lock
     from reference.errors import PredictionError
+
     if path:
         return Path(path)
     entries = read_lock(default_dir())
@@ -172,23 +234,23 @@ def latest_matrix(path=None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; returns the exit code."""
-    from faults import COVERAGES
-    from faults.catalogue import FAULTS, get_fault
     from conformance.kernels.registry import get_kernel
-    from conformance.suite import validate_device
+    from conformance.kernels.runner import validate_device
     from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
+    from faults import COVERAGES
+    from faults.catalogue import FAULTS, get_fault
     from predictions.lock import matrix_chain
     from reference.errors import Int8confError
 
     validate_device(args.device)
     if args.threads > 1 and (args.workers > 1 or args.scheduler):
         other = "--scheduler" if args.scheduler else f"--workers {args.workers}"
-        raise Int8confError(f"--threads {args.threads} runs the cells in threads of this one process: "
-                            f"drop {other}")
+        raise Int8confError(f"--threads {args.threads} runs the cells in threads of this one process: drop {other}")
     kernel = get_kernel(args.kernel)
     from conformance.sweep.distributed import threads_refusal
+
     why = threads_refusal(args.kernel, kernel, args.device, args.threads)
     if why:
         raise Int8confError(why)
@@ -198,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
     from reference.seeds import check_seed
+
     seeds = [check_seed(s, "--seeds: seed") for s in args.seeds]
     # refuse a tampered matrix before spending any compute
     chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
@@ -205,24 +268,34 @@ def run(args: argparse.Namespace) -> int:
     cs, model_dir = _resolve_captures(args)
     layers = _select_layers(cs.layer_names(), args.layers)
     ck = cs.manifest.get("checkpoints", {})
-    capture_digest = cs.model_digest + "|" + "|".join(
-        f"{k}:{v.get('digest')}" for k, v in sorted(ck.items()))
-    spec = SweepSpec(kernel=args.kernel, kernel_digest=kernel.source_digest, capture_dir=str(cs.dir),
-                     capture_digest=capture_digest, model_dir=model_dir,
-                     c7={"windows": args.c7_windows, "window_len": args.c7_window_len,
-                         "e1_prompts": args.e1_prompts, "e1_tokens": args.e1_tokens},
-                     model_checks=not args.no_model_checks,
-                     checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes))
+    capture_digest = cs.model_digest + "|" + "|".join(f"{k}:{v.get('digest')}" for k, v in sorted(ck.items()))
+    spec = SweepSpec(
+        kernel=args.kernel,
+        kernel_digest=kernel.source_digest,
+        capture_dir=str(cs.dir),
+        capture_digest=capture_digest,
+        model_dir=model_dir,
+        c7={
+            "windows": args.c7_windows,
+            "window_len": args.c7_window_len,
+            "e1_prompts": args.e1_prompts,
+            "e1_tokens": args.e1_tokens,
+        },
+        model_checks=not args.no_model_checks,
+        checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes),
+    )
     cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
-    from conformance.output_dirs import default_out, kernel_label
+    from conformance.runtime.output_dirs import default_out, kernel_label
+
     kdir = kernel_label(kernel.name)
     if args.out is not None:
         out_dir = Path(args.out) / kdir
     else:  # a store given alone keeps its scorecard beside it, not over the committed one
         out_dir = Path(args.db).parent if args.db else default_out("sweep", kdir)
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
-    from conformance.commands._options import ensure_out_dir, removed_if_refused
+    from reference.command_line import ensure_out_dir, removed_if_refused
+
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with removed_if_refused(out_dir):
         if args.out is None and args.db:  # the scorecard goes beside the store
@@ -240,8 +313,7 @@ def run(args: argparse.Namespace) -> int:
             raise StoreError(f"--db: {e}") from None
     try:
         with store:
-            runs = _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults,
-                            covs, seeds)
+            runs = _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs, seeds)
             if args.no_score:
                 return 0
             rows = store.rows()
@@ -252,25 +324,29 @@ def run(args: argparse.Namespace) -> int:
     worker_s = sum(t for _, t in times)
     n_model = sum(1 for layer, _ in times if layer == MODEL_LAYER)
     matrices = {m.id: m for m in chain}
-    meta = _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
-                 stored=(len(times) - n_model, n_model))
+    meta = _meta(
+        args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs, stored=(len(times) - n_model, n_model)
+    )
     meta["worker_s"] = round(worker_s, 1)
-    meta["timing_line"] += (f"; summed per-cell worker time {worker_s:.1f} s (every stored "
-                            f"cell's own compute time, all runs)")
-    from conformance import scorecard
+    meta["timing_line"] += (
+        f"; summed per-cell worker time {worker_s:.1f} s (every stored cell's own compute time, all runs)"
+    )
+    from conformance.sweep import scorecard
+
     sc = scorecard.build(rows, matrices, meta)
     paths = scorecard.write(sc, out_dir)
     if not args.quiet:
         h = sc["headlines"]
         for tag, t in sc["totals"].items():
             x = t["core"]
-            print(f"against {tag} (C1-C7): TP {x['TP']} TN {x['TN']} FP {x['FP']} FN {x['FN']} "
-                  f"({x['FN_no_op']} FN in no-op cells)")
+            print(
+                f"against {tag} (C1-C7): TP {x['TP']} TN {x['TN']} FP {x['FP']} FN {x['FN']} "
+                f"({x['FN_no_op']} FN in no-op cells)"
+            )
         print(f"F8 fired in {h['f8_fired']} check-cells")
         print("scorecard: " + ", ".join(str(p) for p in paths))
         if not any(p.suffix == ".png" for p in paths):
-            print("detection.png not written: matplotlib is not installed "
-                  "(pip install 'int8conf[plots]')")
+            print("detection.png not written: matplotlib is not installed (pip install 'int8conf[plots]')")
     return 0
 
 
@@ -279,65 +355,108 @@ def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs
     the store's record of runs (``conformance.sweep.runlog``)."""
     from conformance.sweep.distributed import run_cells
     from conformance.sweep.runlog import RunLog
+
     before = len(store.done())
     if not args.quiet:
-        print(f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
-              f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
-              f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
-              + (f" ({before} cells already stored)" if before else ""))
+        print(
+            f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
+            f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
+            f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
+            + (f" ({before} cells already stored)" if before else "")
+        )
     workers, gpus = args.workers, ()
     if args.threads > 1:
         workers = 1  # threads of this process (checked against --workers/--scheduler in run)
     elif not workers and not args.scheduler:
         from conformance.sweep.distributed import default_workers
+
         workers, gpus = default_workers(kernel, args.device)
     done = store.done()
     log = RunLog.start(store, skipped=sum(t.cell.key in done for t in tasks))
     try:
-        st = run_cells(tasks, store, workers=workers, scheduler=args.scheduler,
-                       quiet=args.quiet, gpus=gpus, on_stored=log.heartbeat,
-                       threads=args.threads, on_start=log.executor)
+        st = run_cells(
+            tasks,
+            store,
+            workers=workers,
+            scheduler=args.scheduler,
+            quiet=args.quiet,
+            gpus=gpus,
+            on_stored=log.heartbeat,
+            threads=args.threads,
+            on_start=log.executor,
+        )
     except BaseException:
         with contextlib.suppress(sqlite3.DatabaseError):  # a damaged store: its own error
             log.interrupt()  # what was stored stays counted in the record
         raise
     runs = log.finish(st)
     if not args.quiet:
-        print(f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
-              f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
-              f"{st.skipped} already stored")
+        print(
+            f"computed {st.computed} cells in {st.elapsed_s:.1f} s "
+            f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
+            f"{st.skipped} already stored"
+        )
     return runs
 
 
-def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs,
-          stored: tuple[int, int]) -> dict:
+def _meta(args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs, stored: tuple[int, int]) -> dict:
     """The scorecard's meta: this command's slice, and ``stored`` = (layer cells,
     model cells) in the whole store, which the scorecard scores."""
-    cmd = "int8conf " + " ".join(a if " " not in a else repr(a) for a in sys.argv[1:]) \
-        if Path(sys.argv[0]).name in ("int8conf", "cli.py", "__main__.py") else "int8conf sweep"
+    cmd = (
+        "int8conf " + " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
+        if Path(sys.argv[0]).name in ("int8conf", "cli.py", "__main__.py")
+        else "int8conf sweep"
+    )
     wall = sum(r["wall_s"] for r in runs)
     done = sum(r["computed"] for r in runs)
     cut = sum(1 for r in runs if r.get("status") == "interrupted")
-    timing = (f"{done} cells computed in {wall:.1f} s wall over {len(runs)} run(s)"
-              + (f", {cut} of them interrupted" if cut else "")
-              + f" ({done / wall:.2f} cells/s)" if wall else "no cells computed")
+    timing = (
+        f"{done} cells computed in {wall:.1f} s wall over {len(runs)} run(s)"
+        + (f", {cut} of them interrupted" if cut else "")
+        + f" ({done / wall:.2f} cells/s)"
+        if wall
+        else "no cells computed"
+    )
     if runs:
-        timing += "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, " \
-                                   f"{runs[-1].get('executor') or 'an interrupted run'} on a {runs[-1].get('cpu_count')}-core machine"
+        timing += (
+            "; last run: " + f"{runs[-1]['computed']} cells, {runs[-1]['wall_s']} s, "
+            f"{runs[-1].get('executor') or 'an interrupted run'} on a {runs[-1].get('cpu_count')}-core machine"
+        )
     return {
-        "stored_layer_cells": stored[0], "stored_model_cells": stored[1],
-        "kernel": args.kernel, "kernel_digest": spec.kernel_digest, "capture_dir": spec.capture_dir,
-        "model_dir": spec.model_dir, "command": cmd, "db": str(db), "rows": n_rows,
-        "layer_cells": len(cells), "model_cells": len(mcells), "layers": len(layers),
-        "faults": len(faults), "coverages": len(covs), "scale_modes": len(args.scale_modes),
-        "seeds": len(seeds), "runs": runs, "timing_line": timing,
-        "c7_line": (f"{spec.c7['windows']} windows x {spec.c7['window_len']} tokens per model cell "
-                    f"and scale mode (own, pow2-nearest), teacher-forced, fault in every linear layer"
-                    if spec.model_checks else "off"),
-        "e1_line": (f"detllm engine hash ({spec.c7['e1_prompts']} prompts x {spec.c7['e1_tokens']} "
-                    f"greedy tokens) with the faulty int_mm entry, "
-                    "once per model cell, stored under both scale modes (the integer engine has "
-                    "no scale mode)" if spec.model_checks else "off"),
-        "machine": (f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
-                    f"cells computed by the runs listed in scorecard.json meta.runs"),
+        "stored_layer_cells": stored[0],
+        "stored_model_cells": stored[1],
+        "kernel": args.kernel,
+        "kernel_digest": spec.kernel_digest,
+        "capture_dir": spec.capture_dir,
+        "model_dir": spec.model_dir,
+        "command": cmd,
+        "db": str(db),
+        "rows": n_rows,
+        "layer_cells": len(cells),
+        "model_cells": len(mcells),
+        "layers": len(layers),
+        "faults": len(faults),
+        "coverages": len(covs),
+        "scale_modes": len(args.scale_modes),
+        "seeds": len(seeds),
+        "runs": runs,
+        "timing_line": timing,
+        "c7_line": (
+            f"{spec.c7['windows']} windows x {spec.c7['window_len']} tokens per model cell "
+            f"and scale mode (own, pow2-nearest), teacher-forced, fault in every linear layer"
+            if spec.model_checks
+            else "off"
+        ),
+        "e1_line": (
+            f"detllm engine hash ({spec.c7['e1_prompts']} prompts x {spec.c7['e1_tokens']} "
+            f"greedy tokens) with the faulty int_mm entry, "
+            "once per model cell, stored under both scale modes (the integer engine has "
+            "no scale mode)"
+            if spec.model_checks
+            else "off"
+        ),
+        "machine": (
+            f"scored on {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+            f"cells computed by the runs listed in scorecard.json meta.runs"
+        ),
     }

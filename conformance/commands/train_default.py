@@ -21,7 +21,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the ``train-default`` subcommand (sets ``func(args) -> exit code``)."""
-    p = subparsers.add_parser("train-default", help="train the shipped default Qwen3 model (and tokenizer)",
-                              description=job.__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "train-default",
+        help="train the shipped default Qwen3 model (and tokenizer)",
+        description=job.__doc__.split("\n\n")[0],
+    )
     job.add_arguments(p)
     p.set_defaults(func=_run)

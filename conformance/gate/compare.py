@@ -11,7 +11,7 @@ bf16/fp16 encodings) and puts the case in one class:
 * ``worse`` -- some element differs by more than one spacing (or in NaN-ness);
 * ``unknown`` -- the incumbent's output is not known exactly (a stored
   baseline whose output digest cannot be reproduced, see
-  ``conformance.gate.gate``).
+  ``conformance.gate.run``).
 
 :func:`decide_case` turns that plus the check verdict changes into one
 status of ``conformance.gate.status.STATUSES`` with its reasons (module
@@ -67,9 +67,11 @@ def _kernel_failure(cid: str, verdict: str, evidence: dict) -> bool:
 
 
 def side_from_case_result(cr) -> Side:
-    """Side of a ``conformance.evaluate.CaseResult`` (output kept if it was)."""
-    checks = {cid: {"verdict": r.verdict, "summary": r.summary,
-                    "kernel_failure": r.is_kernel_failure} for cid, r in cr.checks.items()}
+    """Side of a ``conformance.suite.evaluate.CaseResult`` (output kept if it was)."""
+    checks = {
+        cid: {"verdict": r.verdict, "summary": r.summary, "kernel_failure": r.is_kernel_failure}
+        for cid, r in cr.checks.items()
+    }
     status = NOT_SUPPORTED if cr.not_run_reason is not None else RAN
     return Side(status, checks, cr.output, cr.output_digest, cr.error)
 
@@ -77,9 +79,14 @@ def side_from_case_result(cr) -> Side:
 def side_from_report_case(d: dict) -> Side:
     """Side of one ``cases[]`` entry of a stored conformance report (no output
     tensor: only its digest)."""
-    checks = {cid: {"verdict": c.get("verdict"), "summary": c.get("summary", ""),
-                    "kernel_failure": _kernel_failure(cid, c.get("verdict"), c.get("evidence"))}
-              for cid, c in (d.get("checks") or {}).items()}
+    checks = {
+        cid: {
+            "verdict": c.get("verdict"),
+            "summary": c.get("summary", ""),
+            "kernel_failure": _kernel_failure(cid, c.get("verdict"), c.get("evidence")),
+        }
+        for cid, c in (d.get("checks") or {}).items()
+    }
     status = NOT_SUPPORTED if d.get("not_run_reason") else RAN
     return Side(status, checks, None, d.get("output_digest"), d.get("error"))
 
@@ -95,15 +102,23 @@ def output_delta(cand, inc) -> dict:
         a shape / dtype mismatch is ``worse`` with ``why``.
     """
     from reference.bits import spacing_distance, ulp_histogram
+
     if tuple(cand.shape) != tuple(inc.shape) or cand.dtype != inc.dtype:
-        return {"class": WORSE, "why": f"output {tuple(cand.shape)} {cand.dtype} vs incumbent "
-                                       f"{tuple(inc.shape)} {inc.dtype}"}
+        return {
+            "class": WORSE,
+            "why": f"output {tuple(cand.shape)} {cand.dtype} vs incumbent {tuple(inc.shape)} {inc.dtype}",
+        }
     dist = spacing_distance(cand, inc)
     mx = int(dist.max()) if dist.numel() else 0
     n = int((dist > 0).sum())
     cls = IDENTICAL if mx == 0 else WITHIN_ONE if mx <= 1 else WORSE
-    return {"class": cls, "max_ulp": mx, "n_differ": n, "n_elements": int(dist.numel()),
-            "ulp_histogram": ulp_histogram(dist)}
+    return {
+        "class": cls,
+        "max_ulp": mx,
+        "n_differ": n,
+        "n_elements": int(dist.numel()),
+        "ulp_histogram": ulp_histogram(dist),
+    }
 
 
 def check_changes(cand: Side, inc: Optional[Side]) -> list[dict]:
@@ -123,9 +138,13 @@ def check_changes(cand: Side, inc: Optional[Side]) -> list[dict]:
         cv, iv = c.get("verdict"), i.get("verdict")
         if cv == iv and bool(c.get("kernel_failure")) == bool(i.get("kernel_failure")):
             continue
-        change = ("regression" if c.get("kernel_failure") and not i.get("kernel_failure")
-                  else "improvement" if i.get("kernel_failure") and not c.get("kernel_failure")
-                  else "changed")
+        change = (
+            "regression"
+            if c.get("kernel_failure") and not i.get("kernel_failure")
+            else "improvement"
+            if i.get("kernel_failure") and not c.get("kernel_failure")
+            else "changed"
+        )
         out.append({"check": cid, "incumbent": iv, "candidate": cv, "change": change})
     return out
 
@@ -147,8 +166,14 @@ class _Reasons:
         exp = self.policy.expectation_for(check, self.case, self.layer) if blocks else None
         if exp is not None:
             self.used.add(exp.index)
-        self.items.append({"check": check, "text": text, "blocking": blocks and exp is None,
-                           "expected": exp.label() if exp is not None else None})
+        self.items.append(
+            {
+                "check": check,
+                "text": text,
+                "blocking": blocks and exp is None,
+                "expected": exp.label() if exp is not None else None,
+            }
+        )
 
     @property
     def blocking(self) -> bool:
@@ -188,18 +213,29 @@ class Decision:
 
     def to_dict(self) -> dict:
         """JSON-able dict (the run ``manifest`` feeds the report's environment only)."""
-        return {"item": self.item, "status": self.status, "blocking": self.blocking,
-                "reasons": self.reasons, "delta": self.delta, "changes": self.changes,
-                "expectations_used": self.expectations_used, "layer": self.layer,
-                "family": self.family, "scale_mode": self.scale_mode, "source": self.source,
-                "evidence": self.evidence}
+        return {
+            "item": self.item,
+            "status": self.status,
+            "blocking": self.blocking,
+            "reasons": self.reasons,
+            "delta": self.delta,
+            "changes": self.changes,
+            "expectations_used": self.expectations_used,
+            "layer": self.layer,
+            "family": self.family,
+            "scale_mode": self.scale_mode,
+            "source": self.source,
+            "evidence": self.evidence,
+        }
 
 
 def _describe_delta(delta: dict) -> str:
     if "why" in delta:
         return delta["why"]
-    return (f"{delta['n_differ']}/{delta['n_elements']} elements differ from the incumbent's "
-            f"output (max {delta['max_ulp']} spacing{'s' if delta['max_ulp'] != 1 else ''})")
+    return (
+        f"{delta['n_differ']}/{delta['n_elements']} elements differ from the incumbent's "
+        f"output (max {delta['max_ulp']} spacing{'s' if delta['max_ulp'] != 1 else ''})"
+    )
 
 
 #: What a difference is when both kernels pass C8 (policy module docstring, rule 1).
@@ -215,9 +251,16 @@ def _legal_note(legal: bool) -> str:
     return f"; {LEGAL}, but the policy has no {CONTRACT_DIFFERENCE} rule" if legal else ""
 
 
-def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict],
-                policy: Policy, scale_mode: str = "synthetic", layer: Optional[str] = None,
-                source: Optional[str] = None) -> Decision:
+def decide_case(
+    case: str,
+    cand: Side,
+    inc: Optional[Side],
+    delta: Optional[dict],
+    policy: Policy,
+    scale_mode: str = "synthetic",
+    layer: Optional[str] = None,
+    source: Optional[str] = None,
+) -> Decision:
     """One case's status under ``policy``.
 
     Args:
@@ -239,9 +282,12 @@ def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict
         status = cand.status
     elif cand.status == NOT_SUPPORTED:
         blocks = policy.not_supported == "block" and inc_ran
-        rs.add(NOT_SUPPORTED, (cand.error or "not runnable here")
-               + ("; the incumbent ran this case" if inc_ran else "; the incumbent did not run it either"),
-               blocks)
+        rs.add(
+            NOT_SUPPORTED,
+            (cand.error or "not runnable here")
+            + ("; the incumbent ran this case" if inc_ran else "; the incumbent did not run it either"),
+            blocks,
+        )
         status = NOT_SUPPORTED
     elif cand.status == HARNESS:
         rs.add("harness", f"the gate could not evaluate this case: {cand.error}", True)
@@ -254,43 +300,63 @@ def decide_case(case: str, cand: Side, inc: Optional[Side], delta: Optional[dict
             if inc_ran and inc.failed(cid):
                 rs.add(cid, f"{cid} {name} fails, as it does for the incumbent: {summ}", False)
             elif cid in OUTPUT_CHECKS and delta is not None and not identical:
-                rs.add(cid, f"{cid} {name} fails where the incumbent passes (judged by the "
-                            f"output rule below): {summ}", False)
+                rs.add(
+                    cid,
+                    f"{cid} {name} fails where the incumbent passes (judged by the output rule below): {summ}",
+                    False,
+                )
             else:
                 was = inc.checks.get(cid, {}).get("verdict") if inc_ran else "unknown"
                 rs.add(cid, f"{cid} {name}: incumbent {was} -> candidate fail: {summ}", True)
         if delta is not None:
             cls = delta.get("class")
             text = _describe_delta(delta)
-            legal = (cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand)
-                     and _own_contract(inc))
+            legal = cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand) and _own_contract(inc)
             if legal and policy.allows_contract_difference:
-                rs.add("output", f"{text}; {LEGAL}: allowed by the policy ({CONTRACT_DIFFERENCE})",
-                       False)
+                rs.add("output", f"{text}; {LEGAL}: allowed by the policy ({CONTRACT_DIFFERENCE})", False)
             elif cls == WITHIN_ONE:
                 if fam in policy.required_families:
                     rule = next(r for r in policy.require if fam in REQUIRE_RULES[r])
-                    rs.add("output", f"{text}; policy requires bit identity here ({rule})"
-                           + _legal_note(legal), True)
+                    rs.add("output", f"{text}; policy requires bit identity here ({rule})" + _legal_note(legal), True)
                 elif fam in policy.allowed_families:
-                    rs.add("output", f"{text}; allowed by the policy (within one spacing, {fam} "
-                                     f"scales)" + _legal_note(legal), False)
+                    rs.add(
+                        "output",
+                        f"{text}; allowed by the policy (within one spacing, {fam} scales)" + _legal_note(legal),
+                        False,
+                    )
                 else:
-                    rs.add("output", f"{text}; no allow rule of the policy covers {fam}-scale cases"
-                           + _legal_note(legal), True)
+                    rs.add(
+                        "output",
+                        f"{text}; no allow rule of the policy covers {fam}-scale cases" + _legal_note(legal),
+                        True,
+                    )
             elif cls == WORSE:
                 rs.add("output", f"{text}: more than one spacing" + _legal_note(legal), True)
             elif cls == UNKNOWN:
                 rs.add("output", text, True)
         elif not inc_ran:
-            rs.add("output", "no incumbent output on this case (it "
-                   + (inc.status if inc is not None else "is unknown")
-                   + "): judged on the candidate's own checks", False)
+            rs.add(
+                "output",
+                "no incumbent output on this case (it "
+                + (inc.status if inc is not None else "is unknown")
+                + "): judged on the candidate's own checks",
+                False,
+            )
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(item=case, status=status, blocking=rs.blocking, reasons=rs.items, delta=delta,
-                    changes=changes, expectations_used=sorted(rs.used), layer=layer, family=fam,
-                    scale_mode=scale_mode, source=source,
-                    evidence=dict(cand.evidence))
+    return Decision(
+        item=case,
+        status=status,
+        blocking=rs.blocking,
+        reasons=rs.items,
+        delta=delta,
+        changes=changes,
+        expectations_used=sorted(rs.used),
+        layer=layer,
+        family=fam,
+        scale_mode=scale_mode,
+        source=source,
+        evidence=dict(cand.evidence),
+    )
 
 
 def _hash(res: Optional[dict]) -> Optional[list]:
@@ -298,9 +364,15 @@ def _hash(res: Optional[dict]) -> Optional[list]:
     return ev.get("kernel_logits_hash")
 
 
-def decide_model(check_id: str, cand: Optional[dict], inc: Optional[dict], policy: Policy,
-                 cand_status: str = RAN, error: Optional[str] = None,
-                 evidence: Optional[dict] = None) -> Decision:
+def decide_model(
+    check_id: str,
+    cand: Optional[dict],
+    inc: Optional[dict],
+    policy: Policy,
+    cand_status: str = RAN,
+    error: Optional[str] = None,
+    evidence: Optional[dict] = None,
+) -> Decision:
     """The status of a model-level check (C7 token_flip, E1 engine_hash).
 
     Args:
@@ -328,8 +400,7 @@ def decide_model(check_id: str, cand: Optional[dict], inc: Optional[dict], polic
         rs.add("harness", f"the gate could not run {check_id}: {error}", True)
         status = FAIL
     elif cand is None or cand.get("verdict") == "n/a":
-        rs.add(check_id, f"{check_id} {name} not run: "
-               + ((cand or {}).get("summary") or "disabled"), False)
+        rs.add(check_id, f"{check_id} {name} not run: " + ((cand or {}).get("summary") or "disabled"), False)
         status = NOT_SUPPORTED
     else:
         ev = cand.get("evidence") or {}
@@ -339,20 +410,29 @@ def decide_model(check_id: str, cand: Optional[dict], inc: Optional[dict], polic
             if cand.get("verdict") == "fail" and above is None:
                 rs.add("C7", f"C7 token_flip failed: {cand.get('summary')}", True)
             elif above is not None and lim is not None and int(above) > lim:
-                rs.add("C7", f"{above} token flips above the margin threshold "
-                             f"({ev.get('threshold')}), policy allows {lim}", True)
+                rs.add(
+                    "C7",
+                    f"{above} token flips above the margin threshold ({ev.get('threshold')}), policy allows {lim}",
+                    True,
+                )
             elif ev.get("flips"):
-                rs.add("C7", f"{ev.get('flips')} token flips, {above} above the threshold "
-                             f"(policy allows {lim})", False)
+                rs.add("C7", f"{ev.get('flips')} token flips, {above} above the threshold (policy allows {lim})", False)
         else:
             ch, ih = _hash(cand), _hash(inc)
             if cand.get("verdict") == "fail" and (inc or {}).get("verdict") != "fail":
-                rs.add("E1", f"E1 engine_hash fails where the incumbent passes: "
-                             f"{cand.get('summary')}", True)
+                rs.add("E1", f"E1 engine_hash fails where the incumbent passes: {cand.get('summary')}", True)
             if ch is not None and ih is not None and ch != ih:
-                rs.add("E1", f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)",
-                       not policy.allow_engine_hash_change)
+                rs.add(
+                    "E1",
+                    f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)",
+                    not policy.allow_engine_hash_change,
+                )
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(item=check_id, status=status, blocking=rs.blocking, reasons=rs.items,
-                    expectations_used=sorted(rs.used),
-                    evidence={"candidate": cand, "incumbent": inc, **(evidence or {})})
+    return Decision(
+        item=check_id,
+        status=status,
+        blocking=rs.blocking,
+        reasons=rs.items,
+        expectations_used=sorted(rs.used),
+        evidence={"candidate": cand, "incumbent": inc, **(evidence or {})},
+    )

@@ -21,12 +21,18 @@ def to_junit_xml(doc: dict) -> str:
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.Element("testsuite", name="int8conf-gate")
     for d, cls in items:
-        tc = ET.SubElement(suite, "testcase", classname=cls, name=d["item"],
-                           time=str((d.get("evidence") or {}).get("elapsed_s", 0) or 0))
+        tc = ET.SubElement(
+            suite,
+            "testcase",
+            classname=cls,
+            name=d["item"],
+            time=str((d.get("evidence") or {}).get("elapsed_s", 0) or 0),
+        )
         props = ET.SubElement(tc, "properties")
         ET.SubElement(props, "property", name="status", value=d["status"])
-        text = "\n".join(r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "")
-                         for r in d["reasons"])
+        text = "\n".join(
+            r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "") for r in d["reasons"]
+        )
         msg = "; ".join(r["text"] for r in d["reasons"] if r["blocking"])[:500]
         st = d["status"]
         if st in ("crash", "timeout"):

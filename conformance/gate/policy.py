@@ -56,22 +56,51 @@ from typing import Optional, Union
 from reference.errors import Int8confError
 
 #: ``require`` rules -> the scale families they cover.
-REQUIRE_RULES = {"bit_identical": ("pow2", "real"), "bit_identical_pow2": ("pow2",),
-                 "bit_identical_real_scales": ("real",)}
+REQUIRE_RULES = {
+    "bit_identical": ("pow2", "real"),
+    "bit_identical_pow2": ("pow2",),
+    "bit_identical_real_scales": ("real",),
+}
 #: ``allow`` rules -> the scale families they cover (``contract_difference``
 #: covers no family: it applies where both kernels pass C8, module docstring).
 CONTRACT_DIFFERENCE = "contract_difference"
-ALLOW_RULES = {"within_one_spacing": ("pow2", "real"), "within_one_spacing_pow2": ("pow2",),
-               "within_one_spacing_real_scales": ("real",), CONTRACT_DIFFERENCE: ()}
+ALLOW_RULES = {
+    "within_one_spacing": ("pow2", "real"),
+    "within_one_spacing_pow2": ("pow2",),
+    "within_one_spacing_real_scales": ("real",),
+    CONTRACT_DIFFERENCE: (),
+}
 #: What an expectation may name: a check id, ``output`` (the bit difference
 #: to the incumbent) or a status the candidate ended in.
-EXPECTATION_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "output",
-                      "crash", "timeout", "not-supported")
+EXPECTATION_CHECKS = (
+    "C1",
+    "C2",
+    "C3",
+    "C4",
+    "C5",
+    "C6",
+    "C7",
+    "C8",
+    "E1",
+    "output",
+    "crash",
+    "timeout",
+    "not-supported",
+)
 #: Model-level checks (an expectation for them needs no case / layer).
 MODEL_LEVEL = ("C7", "E1")
-_KEYS = ("version", "name", "require", "allow", "max_token_flips_above_threshold",
-         "allow_engine_hash_change", "not_supported", "fail_on_unused_expectations",
-         "expectations", "description")
+_KEYS = (
+    "version",
+    "name",
+    "require",
+    "allow",
+    "max_token_flips_above_threshold",
+    "allow_engine_hash_change",
+    "not_supported",
+    "fail_on_unused_expectations",
+    "expectations",
+    "description",
+)
 _EXP_KEYS = ("case", "layer", "check", "reason", "owner")
 
 
@@ -108,13 +137,11 @@ class Expectation:
             return case is None or check in MODEL_LEVEL
         if self.case is not None and case is not None and fnmatch.fnmatchcase(case, self.case):
             return True
-        return (self.layer is not None and layer is not None
-                and fnmatch.fnmatchcase(layer, self.layer))
+        return self.layer is not None and layer is not None and fnmatch.fnmatchcase(layer, self.layer)
 
     def label(self) -> str:
         """``C8 on layer model.layers.*.mlp.down_proj (@alice: reason)``."""
-        where = (f"case {self.case}" if self.case else f"layer {self.layer}" if self.layer
-                 else "the model-level check")
+        where = f"case {self.case}" if self.case else f"layer {self.layer}" if self.layer else "the model-level check"
         return f"{self.check} on {where} ({self.owner}: {self.reason})"
 
     def to_dict(self) -> dict:
@@ -170,8 +197,9 @@ class Policy:
         """A difference both declared contracts give warns (module docstring, rule 1)."""
         return CONTRACT_DIFFERENCE in self.allow
 
-    def expectation_for(self, check: str, case: Optional[str] = None,
-                        layer: Optional[str] = None) -> Optional[Expectation]:
+    def expectation_for(
+        self, check: str, case: Optional[str] = None, layer: Optional[str] = None
+    ) -> Optional[Expectation]:
         """The first expectation covering ``check`` on ``case`` / ``layer``, or None."""
         for e in self.expectations:
             if e.matches(check, case, layer):
@@ -180,15 +208,20 @@ class Policy:
 
     def to_dict(self) -> dict:
         """JSON-able dict (for the gate report)."""
-        return {"name": self.name, "source": self.source, "description": self.description,
-                "require": list(self.require), "allow": list(self.allow),
-                "required_families": sorted(self.required_families),
-                "allowed_families": sorted(self.allowed_families),
-                "max_token_flips_above_threshold": self.max_token_flips_above_threshold,
-                "allow_engine_hash_change": self.allow_engine_hash_change,
-                "not_supported": self.not_supported,
-                "fail_on_unused_expectations": self.fail_on_unused_expectations,
-                "expectations": [e.to_dict() for e in self.expectations]}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "description": self.description,
+            "require": list(self.require),
+            "allow": list(self.allow),
+            "required_families": sorted(self.required_families),
+            "allowed_families": sorted(self.allowed_families),
+            "max_token_flips_above_threshold": self.max_token_flips_above_threshold,
+            "allow_engine_hash_change": self.allow_engine_hash_change,
+            "not_supported": self.not_supported,
+            "fail_on_unused_expectations": self.fail_on_unused_expectations,
+            "expectations": [e.to_dict() for e in self.expectations],
+        }
 
 
 def _rules(src: str, key: str, value, known: dict) -> tuple:
@@ -196,12 +229,12 @@ def _rules(src: str, key: str, value, known: dict) -> tuple:
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
-        raise PolicyError(f"{src}: field '{key}': expected a rule name or a list of rule names, "
-                          f"got {type(value).__name__}")
+        raise PolicyError(
+            f"{src}: field '{key}': expected a rule name or a list of rule names, got {type(value).__name__}"
+        )
     for x in items:
         if x not in known:
-            raise PolicyError(f"{src}: field '{key}': unknown rule {x!r}; known: "
-                              f"{', '.join(known)}")
+            raise PolicyError(f"{src}: field '{key}': unknown rule {x!r}; known: {', '.join(known)}")
     return tuple(dict.fromkeys(items))
 
 
@@ -216,8 +249,9 @@ def _bool(src: str, key: str, value, default: bool) -> bool:
 def _expectation(src: str, i: int, item) -> Expectation:
     where = f"{src}: field 'expectations[{i}]'"
     if not isinstance(item, dict):
-        raise PolicyError(f"{where}: expected a mapping with check, reason, owner and case or "
-                          f"layer, got {type(item).__name__}")
+        raise PolicyError(
+            f"{where}: expected a mapping with check, reason, owner and case or layer, got {type(item).__name__}"
+        )
     extra = sorted(set(map(str, item)) - set(_EXP_KEYS))
     if extra:
         raise PolicyError(f"{where}: unknown key {extra[0]!r}; known: {', '.join(_EXP_KEYS)}")
@@ -230,14 +264,19 @@ def _expectation(src: str, i: int, item) -> Expectation:
             raise PolicyError(f"{where}.{k}: expected a non-empty string (an fnmatch pattern)")
     check = item["check"].strip()
     if check not in EXPECTATION_CHECKS:
-        raise PolicyError(f"{where}.check: unknown check {check!r}; known: "
-                          f"{', '.join(EXPECTATION_CHECKS)}")
+        raise PolicyError(f"{where}.check: unknown check {check!r}; known: {', '.join(EXPECTATION_CHECKS)}")
     if "case" in item and "layer" in item:
         raise PolicyError(f"{where}: give either case or layer, not both")
     if "case" not in item and "layer" not in item and check not in MODEL_LEVEL:
         raise PolicyError(f"{where}: needs case or layer (only C7 / E1 are model-level)")
-    return Expectation(check=check, reason=item["reason"].strip(), owner=item["owner"].strip(),
-                       case=item.get("case"), layer=item.get("layer"), index=i)
+    return Expectation(
+        check=check,
+        reason=item["reason"].strip(),
+        owner=item["owner"].strip(),
+        case=item.get("case"),
+        layer=item.get("layer"),
+        index=i,
+    )
 
 
 def parse_policy(obj, source: str = "<dict>") -> Policy:
@@ -262,8 +301,7 @@ def parse_policy(obj, source: str = "<dict>") -> Policy:
         raise PolicyError(f"{source}: unknown field {extra[0]!r}; known: {', '.join(_KEYS)}")
     version = obj.get("version", 1)
     if version != 1:
-        raise PolicyError(f"{source}: field 'version': {version!r} is not supported (this code "
-                          f"reads version 1)")
+        raise PolicyError(f"{source}: field 'version': {version!r} is not supported (this code reads version 1)")
     name = obj.get("name", "policy" if source.startswith("<") else Path(source).stem)
     if not isinstance(name, str) or not name.strip():
         raise PolicyError(f"{source}: field 'name': expected a non-empty string")
@@ -272,26 +310,29 @@ def parse_policy(obj, source: str = "<dict>") -> Policy:
         raise PolicyError(f"{source}: field 'description': expected a string")
     flips = obj.get("max_token_flips_above_threshold", 0)
     if flips is not None and (isinstance(flips, bool) or not isinstance(flips, int) or flips < 0):
-        raise PolicyError(f"{source}: field 'max_token_flips_above_threshold': expected an "
-                          f"integer >= 0 or null, got {flips!r}")
+        raise PolicyError(
+            f"{source}: field 'max_token_flips_above_threshold': expected an integer >= 0 or null, got {flips!r}"
+        )
     ns = obj.get("not_supported", "block")
     if ns not in ("block", "allow"):
         raise PolicyError(f"{source}: field 'not_supported': expected block or allow, got {ns!r}")
     exps = obj.get("expectations") or []
     if not isinstance(exps, list):
-        raise PolicyError(f"{source}: field 'expectations': expected a list, got "
-                          f"{type(exps).__name__}")
+        raise PolicyError(f"{source}: field 'expectations': expected a list, got {type(exps).__name__}")
     return Policy(
-        name=name.strip(), source=source, description=desc,
+        name=name.strip(),
+        source=source,
+        description=desc,
         require=_rules(source, "require", obj.get("require"), REQUIRE_RULES),
         allow=_rules(source, "allow", obj.get("allow"), ALLOW_RULES),
         max_token_flips_above_threshold=flips,
-        allow_engine_hash_change=_bool(source, "allow_engine_hash_change",
-                                       obj.get("allow_engine_hash_change"), False),
+        allow_engine_hash_change=_bool(source, "allow_engine_hash_change", obj.get("allow_engine_hash_change"), False),
         not_supported=ns,
-        fail_on_unused_expectations=_bool(source, "fail_on_unused_expectations",
-                                          obj.get("fail_on_unused_expectations"), False),
-        expectations=tuple(_expectation(source, i, e) for i, e in enumerate(exps)))
+        fail_on_unused_expectations=_bool(
+            source, "fail_on_unused_expectations", obj.get("fail_on_unused_expectations"), False
+        ),
+        expectations=tuple(_expectation(source, i, e) for i, e in enumerate(exps)),
+    )
 
 
 def load_policy(path: Union[str, Path]) -> Policy:
@@ -301,6 +342,7 @@ def load_policy(path: Union[str, Path]) -> Policy:
         PolicyError: missing / unreadable file, not YAML, or a bad field (one line).
     """
     import yaml
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

@@ -3,14 +3,14 @@
 
 One item per case (``int8conf-gate::gate/<case id>``) and per model-level
 check (``gate/C7``, ``gate/E1``), each running its case through
-``conformance.gate.gate.GateSession.run_case`` (kernels isolated in child
+``conformance.gate.run.GateSession.run_case`` (kernels isolated in child
 processes with a timeout, one child per kernel per pytest process, reused).
 Outcomes: a blocking case fails the item (reasons as the message); ``warn``
 passes with a :class:`GateWarning`; a non-blocking ``not-supported``
 skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
 (``--gate-out`` by default ``reports/gate/<candidate>-vs-<incumbent>``)
 are written once, by the controller under pytest-xdist: every item ships its
-Decision on its own report (``conformance.xdist_ship``) and the controller
+Decision on its own report (``conformance.runtime.xdist_ship``) and the controller
 merges them in case order, so ``-n N`` writes the same report as a serial
 run, and a run stopped part-way (Ctrl-C, or SIGTERM from a CI time limit)
 still reports every decided case (as a partial run).
@@ -55,16 +55,32 @@ _STATE = pytest.StashKey[_GateState]()
 
 def pytest_addoption(parser) -> None:
     g = parser.getgroup("int8conf-gate", "int8conf kernel-swap gate")
-    g.addoption("--gate-candidate", default=None, metavar="KERNEL",
-                help="gate this kernel against --gate-incumbent / --gate-baseline")
+    g.addoption(
+        "--gate-candidate",
+        default=None,
+        metavar="KERNEL",
+        help="gate this kernel against --gate-incumbent / --gate-baseline",
+    )
     g.addoption("--gate-incumbent", default=None, metavar="KERNEL")
-    g.addoption("--gate-baseline", default=None, metavar="REPORT",
-                help="the incumbent's stored conformance.json instead of running it")
+    g.addoption(
+        "--gate-baseline",
+        default=None,
+        metavar="REPORT",
+        help="the incumbent's stored conformance.json instead of running it",
+    )
     g.addoption("--gate-policy", default=None, metavar="FILE", help="policy YAML")
-    g.addoption("--gate-fault", default=None, metavar="F",
-                help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)")
-    g.addoption("--gate-out", default=None, metavar="DIR",
-                help="report folder (default reports/gate/<candidate>-vs-<incumbent>)")
+    g.addoption(
+        "--gate-fault",
+        default=None,
+        metavar="F",
+        help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)",
+    )
+    g.addoption(
+        "--gate-out",
+        default=None,
+        metavar="DIR",
+        help="report folder (default reports/gate/<candidate>-vs-<incumbent>)",
+    )
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
     g.addoption("--gate-device", default=None, metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
@@ -81,43 +97,60 @@ def pytest_configure(config) -> None:
     cand = config.getoption("gate_candidate", default=None)
     if not cand:
         return
-    from conformance.gate.gate import GateOptions, GateSession
-    from conformance.gate.isolation import KernelRef
     from conformance.gate.policy import Policy, load_policy
+    from conformance.gate.run import GateOptions, GateSession
+    from conformance.runtime.pool import KernelRef
+
     gpu = _worker_gpu(config)
     dev = config.getoption("gate_device") or (f"cuda:{gpu}" if gpu is not None else None)
-    opts = GateOptions(include_captures=not config.getoption("gate_no_captures"),
-                       include_sweep=not config.getoption("gate_no_sweep"),
-                       max_capture_layers=config.getoption("gate_max_capture_layers"),
-                       model_checks=not config.getoption("gate_no_model"),
-                       timeout_s=config.getoption("gate_timeout"), device=dev)
+    opts = GateOptions(
+        include_captures=not config.getoption("gate_no_captures"),
+        include_sweep=not config.getoption("gate_no_sweep"),
+        max_capture_layers=config.getoption("gate_max_capture_layers"),
+        model_checks=not config.getoption("gate_no_model"),
+        timeout_s=config.getoption("gate_timeout"),
+        device=dev,
+    )
     inc = config.getoption("gate_incumbent")
     wid = (getattr(config, "workerinput", None) or {}).get("workerid")
     try:
         out = config.getoption("gate_out")
-        if out is None:  # the rule of every command (conformance.output_dirs)
+        if out is None:  # the rule of every command (conformance.runtime.output_dirs)
             from conformance.commands.gate import default_gate_out
-            out = default_gate_out(cand, config.getoption("gate_fault"), "all", 0, inc,
-                                   config.getoption("gate_baseline"))
+
+            out = default_gate_out(
+                cand, config.getoption("gate_fault"), "all", 0, inc, config.getoption("gate_baseline")
+            )
         out = Path(out)
         if not out.is_absolute():
             out = Path(config.invocation_params.dir) / out
         if not wid:  # the controller: an unusable --gate-out is refused before any work
             from conformance.commands.gate import check_out_dir
+
             check_out_dir(out, "--gate-out")
-        pol = load_policy(config.getoption("gate_policy")) if config.getoption(
-            "gate_policy") else Policy(name="default (bit identity)")
-        sess = GateSession(KernelRef(cand, config.getoption("gate_fault")),
-                           KernelRef(inc) if inc else None, config.getoption("gate_baseline"),
-                           pol, opts, out)
+        pol = (
+            load_policy(config.getoption("gate_policy"))
+            if config.getoption("gate_policy")
+            else Policy(name="default (bit identity)")
+        )
+        sess = GateSession(
+            KernelRef(cand, config.getoption("gate_fault")),
+            KernelRef(inc) if inc else None,
+            config.getoption("gate_baseline"),
+            pol,
+            opts,
+            out,
+        )
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
     if wid:
         sess.log_dir = out / "logs" / wid
     config.stash[_STATE] = _GateState(sess, out)
-    from conformance.xdist_ship import merge_on_controller
+    from conformance.runtime.xdist_ship import merge_on_controller
+
     merge_on_controller(config, _KEY, lambda shipped: _merge(config, shipped))
-    from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+
     sigterm_as_interrupt_in_pytest(config)
 
 
@@ -154,12 +187,13 @@ class _GateItem(pytest.Item):
 
     def _outcome(self, d) -> None:
         if d.blocking:
-            raise GateFailure(f"{d.item}: {d.status.upper()}: " + "; ".join(
-                r["text"] for r in d.reasons if r["blocking"]))
+            raise GateFailure(
+                f"{d.item}: {d.status.upper()}: " + "; ".join(r["text"] for r in d.reasons if r["blocking"])
+            )
         if d.status == "not-supported":
             pytest.skip("; ".join(r["text"] for r in d.reasons))
         if d.status == "warn":
-            warnings.warn(GateWarning(f"{d.item}: " + "; ".join(r["text"] for r in d.reasons)))
+            warnings.warn(GateWarning(f"{d.item}: " + "; ".join(r["text"] for r in d.reasons)), stacklevel=2)
 
 
 class GateCaseItem(_GateItem):
@@ -196,13 +230,18 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if gs is None:
         return
     s = gs.session
-    new = [GateCaseItem.from_parent(session, name=f"gate/{row['case']}", gstate=gs, index=i)
-           for i, row in enumerate(s.rows)]
+    new = [
+        GateCaseItem.from_parent(session, name=f"gate/{row['case']}", gstate=gs, index=i)
+        for i, row in enumerate(s.rows)
+    ]
     if s.opts.model_checks:
-        from conformance.suite import MODEL_CHECKS
-        new += [GateModelItem.from_parent(session, name=f"gate/{cid}", gstate=gs, check_id=cid)
-                for cid, _, _ in MODEL_CHECKS]
-    items[len(items):] = new
+        from conformance.suite.run import MODEL_CHECKS
+
+        new += [
+            GateModelItem.from_parent(session, name=f"gate/{cid}", gstate=gs, check_id=cid)
+            for cid, _, _ in MODEL_CHECKS
+        ]
+    items[len(items) :] = new
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -210,7 +249,8 @@ def pytest_runtest_makereport(item, call):
     """xdist worker: the item's Decision rides on its call-phase report."""
     outcome = yield
     if call.when == "call" and isinstance(item, _GateItem) and hasattr(item.config, "workerinput"):
-        from conformance.xdist_ship import attach
+        from conformance.runtime.xdist_ship import attach
+
         attach(outcome.get_result(), _KEY, item.shipped())
 
 
@@ -232,11 +272,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if not gs.decisions and not gs.model:
         return
     from conformance.gate.report import to_json_dict, write_gate_reports
-    from conformance.suite import MODEL_CHECKS
+    from conformance.suite.run import MODEL_CHECKS
+
     order = [cid for cid, _, _ in MODEL_CHECKS]
     model = [gs.model[c] for c in order if c in gs.model]
-    res = gs.session.result(list(gs.decisions.values()), model,
-                            interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    res = gs.session.result(list(gs.decisions.values()), model, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
     gs.written = write_gate_reports(to_json_dict(res), gs.out_dir)
     gs.written["summary"] = res.overall["summary"]
 

@@ -1,7 +1,7 @@
 """Gate reports: ``gate.json`` (everything), ``gate.md`` (a short summary fit
 for a pull-request comment) and ``junit.xml`` (``conformance.gate.junit``).
 
-JSON schema ``int8conf.gate`` v1 (``conformance.gate.gate.SCHEMA`` /
+JSON schema ``int8conf.gate`` v1 (``conformance.gate.run.SCHEMA`` /
 ``SCHEMA_VERSION``), top-level keys: ``schema``,
 ``schema_version``, ``generated_at``, ``candidate`` / ``incumbent``
 (``{"ref", "manifest"}``; a baseline gives ``{"baseline", "manifest",
@@ -14,7 +14,7 @@ delta, changes, layer, family, scale_mode, source, evidence``), ``model``
 (C7 / E1 Decisions), ``check_changes`` (per check: regressions /
 improvements / other changes), ``comparability``, ``environment``,
 ``options``, ``elapsed_s``, ``notes``, ``partial`` (whether every case was
-decided, ``conformance.partial_run.partial_run``: ``{"partial": bool,
+decided, ``conformance.runtime.partial_run.partial_run``: ``{"partial": bool,
 "reason": "interrupted" | "subset" | null, "cases_ran" (cases decided),
 "cases_total", "stage" ("cases", "C7", "E1"; null if not stopped or not
 known), "note" (the "partial run: ..." line, also in ``notes``)}``;
@@ -29,14 +29,20 @@ import json
 from pathlib import Path
 from typing import Optional, Union
 
-from conformance.gate.gate import SCHEMA, SCHEMA_VERSION
+from conformance.gate.run import SCHEMA, SCHEMA_VERSION
 from conformance.gate.status import STATUSES
-from conformance.partial_run import complete_run, partial_note
-from conformance.report import _clean
+from conformance.runtime.partial_run import complete_run, partial_note
+from conformance.suite.report import _clean
 from reference.fileio import atomic_write_text, portable_paths
 
-_MARK = {"pass": "pass", "warn": "warn", "fail": "FAIL", "not-supported": "not-supported",
-         "crash": "CRASH", "timeout": "TIMEOUT"}
+_MARK = {
+    "pass": "pass",
+    "warn": "warn",
+    "fail": "FAIL",
+    "not-supported": "not-supported",
+    "crash": "CRASH",
+    "timeout": "TIMEOUT",
+}
 
 
 def per_layer(cases: list) -> list[dict]:
@@ -68,32 +74,57 @@ def check_change_summary(cases: list) -> dict:
 
 
 def to_json_dict(res) -> dict:
-    """The ``gate.json`` document of a ``conformance.gate.gate.GateResult``."""
-    return _clean({
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "candidate": res.candidate, "incumbent": res.incumbent, "policy": res.policy,
-        "overall": res.overall, "per_layer": per_layer(res.cases),
-        "check_changes": check_change_summary(res.cases),
-        "model": [d.to_dict() for d in res.model], "cases": [d.to_dict() for d in res.cases],
-        "comparability": {k: v for k, v in res.comparability.items() if k != "case_ids"},
-        "environment": res.environment, "options": res.options,
-        "elapsed_s": round(res.elapsed_s, 3), "notes": list(res.notes),
-        "partial": dict(getattr(res, "partial", None) or complete_run(len(res.cases), "gate"))})
+    """The ``gate.json`` document of a ``conformance.gate.run.GateResult``."""
+    return _clean(
+        {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "candidate": res.candidate,
+            "incumbent": res.incumbent,
+            "policy": res.policy,
+            "overall": res.overall,
+            "per_layer": per_layer(res.cases),
+            "check_changes": check_change_summary(res.cases),
+            "model": [d.to_dict() for d in res.model],
+            "cases": [d.to_dict() for d in res.cases],
+            "comparability": {k: v for k, v in res.comparability.items() if k != "case_ids"},
+            "environment": res.environment,
+            "options": res.options,
+            "elapsed_s": round(res.elapsed_s, 3),
+            "notes": list(res.notes),
+            "partial": dict(getattr(res, "partial", None) or complete_run(len(res.cases), "gate")),
+        }
+    )
 
 
 def not_comparable_doc(candidate: str, baseline: str, reasons: list, policy: Optional[dict]) -> dict:
     """A ``gate.json`` document for a refused baseline (no kernel ran)."""
-    return _clean({
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "candidate": {"ref": {"label": candidate}}, "incumbent": {"baseline": baseline},
-        "policy": policy,
-        "overall": {"verdict": "not comparable", "exit_code": 2,
-                    "summary": "NOT COMPARABLE: " + "; ".join(reasons), "reasons": reasons,
-                    "counts": {s: 0 for s in STATUSES}, "blocking": [], "unused_expectations": []},
-        "per_layer": [], "check_changes": {}, "model": [], "cases": [], "notes": [],
-        "partial": complete_run(0, "gate")})  # refused before any case: nothing was cut short
+    return _clean(
+        {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "candidate": {"ref": {"label": candidate}},
+            "incumbent": {"baseline": baseline},
+            "policy": policy,
+            "overall": {
+                "verdict": "not comparable",
+                "exit_code": 2,
+                "summary": "NOT COMPARABLE: " + "; ".join(reasons),
+                "reasons": reasons,
+                "counts": {s: 0 for s in STATUSES},
+                "blocking": [],
+                "unused_expectations": [],
+            },
+            "per_layer": [],
+            "check_changes": {},
+            "model": [],
+            "cases": [],
+            "notes": [],
+            "partial": complete_run(0, "gate"),
+        }
+    )  # refused before any case: nothing was cut short
 
 
 def _label(side: dict) -> str:
@@ -105,7 +136,7 @@ def _label(side: dict) -> str:
 
 def _cell(s, width: int = 160) -> str:
     s = str(s).replace("|", "\\|").replace("\n", " ")
-    return s if len(s) <= width else s[:width - 3] + "..."
+    return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def render_markdown(doc: dict, max_rows: int = 15) -> str:
@@ -122,23 +153,31 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         else:
             cut = "not every case was decided"
         verdict += f" (PARTIAL RUN: {cut})"
-    lines = [f"## int8conf gate: `{_label(doc['candidate'])}` replacing "
-             f"`{_label(doc['incumbent'])}` -- **{verdict}**", ""]
+    lines = [
+        f"## int8conf gate: `{_label(doc['candidate'])}` replacing `{_label(doc['incumbent'])}` -- **{verdict}**",
+        "",
+    ]
     pol = doc.get("policy") or {}
     if pol:
-        lines.append(f"Policy `{pol.get('name')}` ({pol.get('source')}): require "
-                     f"{', '.join(pol.get('require') or []) or 'nothing'}; allow "
-                     f"{', '.join(pol.get('allow') or []) or 'nothing'}; max token flips above "
-                     f"threshold {pol.get('max_token_flips_above_threshold')}; engine hash may "
-                     f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}.")
+        lines.append(
+            f"Policy `{pol.get('name')}` ({pol.get('source')}): require "
+            f"{', '.join(pol.get('require') or []) or 'nothing'}; allow "
+            f"{', '.join(pol.get('allow') or []) or 'nothing'}; max token flips above "
+            f"threshold {pol.get('max_token_flips_above_threshold')}; engine hash may "
+            f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}."
+        )
         lines.append("")
     lines += [ov["summary"], ""]
     if ov["verdict"] == "not comparable":
         lines += ["Reasons:", ""] + [f"- {r}" for r in ov.get("reasons", [])] + [""]
         return "\n".join(lines)
     counts = ov.get("counts") or {}
-    lines += ["| " + " | ".join(STATUSES) + " |", "|" + "---|" * len(STATUSES),
-              "| " + " | ".join(str(counts.get(s, 0)) for s in STATUSES) + " |", ""]
+    lines += [
+        "| " + " | ".join(STATUSES) + " |",
+        "|" + "---|" * len(STATUSES),
+        "| " + " | ".join(str(counts.get(s, 0)) for s in STATUSES) + " |",
+        "",
+    ]
     cases = doc.get("cases") or []
     bad = [c for c in cases if c["blocking"]]
     if bad:
@@ -146,31 +185,44 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         for c in bad[:max_rows]:
             why = "; ".join(r["text"] for r in c["reasons"] if r["blocking"])
             rep = (c.get("evidence") or {}).get("repro")
-            lines.append(f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 240)}"
-                         + (f" -- reproducer: `{rep}/command.sh`" if rep else ""))
+            lines.append(
+                f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 240)}"
+                + (f" -- reproducer: `{rep}/command.sh`" if rep else "")
+            )
         if len(bad) > max_rows:
             lines.append(f"- ... and {len(bad) - max_rows} more (gate.json)")
         lines.append("")
     warn = [c for c in cases if c["status"] == "warn"]
     if warn:
-        lines += [f"<details><summary>Warnings ({len(warn)} cases: within policy, not "
-                  f"bit-identical or accepted by an expectation)</summary>", ""]
+        lines += [
+            f"<details><summary>Warnings ({len(warn)} cases: within policy, not "
+            f"bit-identical or accepted by an expectation)</summary>",
+            "",
+        ]
         for c in warn[:max_rows]:
-            lines.append(f"- `{c['item']}`: " + _cell("; ".join(
-                r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "")
-                for r in c["reasons"]), 300))
+            lines.append(
+                f"- `{c['item']}`: "
+                + _cell(
+                    "; ".join(
+                        r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "") for r in c["reasons"]
+                    ),
+                    300,
+                )
+            )
         if len(warn) > max_rows:
             lines.append(f"- ... and {len(warn) - max_rows} more (gate.json)")
         lines += ["", "</details>", ""]
     layers = [r for r in doc.get("per_layer") or [] if not r["layer"].startswith("(")]
     other = [r for r in doc.get("per_layer") or [] if r["layer"].startswith("(")]
     if layers or other:
-        lines += ["<details><summary>Per layer and case group: output vs the incumbent "
-                  "(identical / within_one_spacing / worse)</summary>", ""]
+        lines += [
+            "<details><summary>Per layer and case group: output vs the incumbent "
+            "(identical / within_one_spacing / worse)</summary>",
+            "",
+        ]
         if layers:
             lines += ["| layer | own scales | pow2 scales |", "|---|---|---|"]
-            lines += [f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |"
-                      for r in layers]
+            lines += [f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |" for r in layers]
             lines.append("")
         if other:
             lines += ["| cases | output classes | statuses |", "|---|---|---|"]
@@ -182,12 +234,15 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         lines += ["</details>", ""]
     chg = doc.get("check_changes") or {}
     if chg:
-        lines += ["Check verdict changes (cases): " + "; ".join(
-            f"{cid}: " + ", ".join(f"{n} {k}" for k, n in v.items() if n)
-            for cid, v in chg.items()), ""]
+        lines += [
+            "Check verdict changes (cases): "
+            + "; ".join(f"{cid}: " + ", ".join(f"{n} {k}" for k, n in v.items() if n) for cid, v in chg.items()),
+            "",
+        ]
     for m in doc.get("model") or []:
         txt = "; ".join(r["text"] for r in m["reasons"]) or (
-            ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or "")
+            ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or ""
+        )
         lines.append(f"- **{m['item']}** {_MARK[m['status']]}: {_cell(txt, 300)}")
     if doc.get("model"):
         lines.append("")
@@ -196,14 +251,18 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         used = set(ov.get("expectations_used") or [])
         lines += [f"Expectations: {len(used)} of {len(exps)} used."]
         for e in ov.get("unused_expectations") or []:
-            lines.append(f"- unused: {e['check']} on {e.get('case') or e.get('layer') or 'model'}"
-                         f" ({e['owner']}: {e['reason']}) -- remove it or fix the pattern")
+            lines.append(
+                f"- unused: {e['check']} on {e.get('case') or e.get('layer') or 'model'}"
+                f" ({e['owner']}: {e['reason']}) -- remove it or fix the pattern"
+            )
         lines.append("")
     for n in doc.get("notes") or []:
         lines += [f"> {_cell(n, 400)}", ""]
-    lines.append("Full evidence: `gate.json`; per-case results: `junit.xml`. Statuses: pass "
-                 "(bit-identical), warn (within policy, not bit-identical), fail, not-supported, "
-                 "crash, timeout.")
+    lines.append(
+        "Full evidence: `gate.json`; per-case results: `junit.xml`. Statuses: pass "
+        "(bit-identical), warn (within policy, not bit-identical), fail, not-supported, "
+        "crash, timeout."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -218,8 +277,9 @@ def write_gate_reports(doc: dict, out_dir: Union[str, Path]) -> dict:
         ``{"json": Path, "md": Path, "junit": Path}``.
     """
     from conformance.gate.junit import to_junit_xml
+
     d = Path(out_dir)
-    doc = portable_paths(doc)   # no absolute path of this machine (repro/ keeps real ones)
+    doc = portable_paths(doc)  # no absolute path of this machine (repro/ keeps real ones)
     paths = {k: d / name for k, name in GATE_REPORT_FILES.items()}
     atomic_write_text(paths["json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
     atomic_write_text(paths["md"], render_markdown(doc))

@@ -25,12 +25,16 @@ NOT_SUPPORTED, CRASH, TIMEOUT = "not-supported", "crash", "timeout"
 STATUSES = (PASS, WARN, FAIL, NOT_SUPPORTED, CRASH, TIMEOUT)
 
 #: ``int8conf gate`` exit codes.
-EXIT_PASS = 0            # the swap may go in (warnings allowed by the policy included)
-EXIT_BLOCKED = 1         # the policy blocks the swap
+EXIT_PASS = 0  # the swap may go in (warnings allowed by the policy included)
+EXIT_BLOCKED = 1  # the policy blocks the swap
 EXIT_NOT_COMPARABLE = 2  # bad input: unknown kernel, bad policy, stale / incomparable baseline
-EXIT_INTERNAL = 3        # int8conf itself failed (a bug: please report it)
-EXIT_CODES = {EXIT_PASS: "pass", EXIT_BLOCKED: "blocked by policy",
-              EXIT_NOT_COMPARABLE: "not comparable / bad input", EXIT_INTERNAL: "internal error"}
+EXIT_INTERNAL = 3  # int8conf itself failed (a bug: please report it)
+EXIT_CODES = {
+    EXIT_PASS: "pass",
+    EXIT_BLOCKED: "blocked by policy",
+    EXIT_NOT_COMPARABLE: "not comparable / bad input",
+    EXIT_INTERNAL: "internal error",
+}
 
 
 def status_counts(statuses) -> dict[str, int]:

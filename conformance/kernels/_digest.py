@@ -17,8 +17,7 @@ from typing import Callable, Optional
 #: project tree stops here; the digest then covers the first ones in walk order)
 MAX_HELPER_FILES = 256
 #: int8conf's own packages: a user kernel importing them is not "its" code
-_OWN_DIRS = tuple(Path(__file__).resolve().parents[2] / d
-                  for d in ("conformance", "reference", "faults", "detllm"))
+_OWN_DIRS = tuple(Path(__file__).resolve().parents[2] / d for d in ("conformance", "reference", "faults", "detllm"))
 #: the standard library (a functools.partial's module is functools)
 _STDLIB_DIRS = tuple({Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib")})
 
@@ -29,8 +28,13 @@ def module_digest(path: str) -> str:
 
 
 def _is_code(obj) -> bool:
-    return (inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj)
-            or inspect.ismodule(obj) or inspect.isbuiltin(obj))
+    return (
+        inspect.isfunction(obj)
+        or inspect.ismethod(obj)
+        or inspect.isclass(obj)
+        or inspect.ismodule(obj)
+        or inspect.isbuiltin(obj)
+    )
 
 
 def _qualified_name(fn: Callable) -> str:
@@ -104,15 +108,12 @@ def callable_digest(fn: Callable) -> str:
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
         targets.append(target)
-        target = (target.func if isinstance(target, functools.partial)
-                  else getattr(target, "__wrapped__", None))
-    base = chain[0] if len(chain) == 1 else \
-        hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()
+        target = target.func if isinstance(target, functools.partial) else getattr(target, "__wrapped__", None)
+    base = chain[0] if len(chain) == 1 else hashlib.sha256(",".join(chain).encode("ascii")).hexdigest()
     helpers = helper_files(targets)
     if not helpers:
         return base
-    parts = [base] + [f"{rel}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
-                      for rel, path in helpers]
+    parts = [base] + [f"{rel}:{hashlib.sha256(path.read_bytes()).hexdigest()}" for rel, path in helpers]
     return hashlib.sha256(",".join(parts).encode()).hexdigest()
 
 
@@ -156,15 +157,15 @@ def _parent_packages(ns: dict) -> list:
     """The loaded parent packages of the module whose globals are ``ns``
     (``a.b.c`` -> ``a.b``, ``a``): their ``__init__.py`` runs before it."""
     parts = str(ns.get("__name__", "")).split(".")[:-1]
-    return [m for m in (sys.modules.get(".".join(parts[:i])) for i in range(len(parts), 0, -1))
-            if m is not None]
+    return [m for m in (sys.modules.get(".".join(parts[:i])) for i in range(len(parts), 0, -1)) if m is not None]
 
 
 def _is_library(path: Path) -> bool:
     """An installed library, the standard library or int8conf itself: never a
     kernel's own code."""
-    return (any(p in ("site-packages", "dist-packages") for p in path.parts)
-            or any(path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS))
+    return any(p in ("site-packages", "dist-packages") for p in path.parts) or any(
+        path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS
+    )
 
 
 def _is_helper(path: Path, root: Path) -> bool:

@@ -34,8 +34,14 @@ def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Ten
     return sa.reshape(m, 1), sb.reshape(1, n)
 
 
-def epilogue(acc: Tensor, scale_a: Tensor, scale_b: Tensor, contract: EpilogueContract,
-             bias: Optional[Tensor], out_dtype: torch.dtype) -> Tensor:
+def epilogue(
+    acc: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    contract: EpilogueContract,
+    bias: Optional[Tensor],
+    out_dtype: torch.dtype,
+) -> Tensor:
     """Apply a declared epilogue to an int32 accumulator.
 
     Args:

@@ -39,7 +39,7 @@ _CHUNK = 1024  # 1024 * 2**14 = 2**24: largest chunk exact in float32
 
 def _wrap_int32(x: Tensor) -> Tensor:
     """int64 -> int32 with two's-complement wrap-around (like int32 hardware)."""
-    return (((x + 2 ** 31) % 2 ** 32) - 2 ** 31).to(torch.int32)
+    return (((x + 2**31) % 2**32) - 2**31).to(torch.int32)
 
 
 def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
@@ -59,7 +59,7 @@ def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
     af = a.to(ftype)
     bf = b.to(ftype)
     for k0 in range(0, k, chunk):
-        part = af[:, k0:k0 + chunk] @ bf[:, k0:k0 + chunk].T
+        part = af[:, k0 : k0 + chunk] @ bf[:, k0 : k0 + chunk].T
         out += part.to(torch.int64)
     return out
 
@@ -76,8 +76,14 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
 
 
-def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-              out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None) -> Tensor:
+def scaled_mm(
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+) -> Tensor:
     """W8A8 GEMM ``rnd((float32(a @ b.T) * s_w) * s_a [+ bias])`` on the CPU.
 
     Args:
@@ -93,13 +99,11 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
 
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
-    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME,
-                      epilogue="torch-fp32")
+    trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME, epilogue="torch-fp32")
     from conformance.kernels._torch_epilogue import epilogue
 
     acc = _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
-    return epilogue(acc, scale_a.cpu(), scale_b.cpu(), CONTRACT,
-                    None if bias is None else bias.cpu(), out_dtype)
+    return epilogue(acc, scale_a.cpu(), scale_b.cpu(), CONTRACT, None if bias is None else bias.cpu(), out_dtype)
 
 
 def _validate_int(a: Tensor, b: Tensor) -> None:

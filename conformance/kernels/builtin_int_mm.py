@@ -44,10 +44,12 @@ CONTRACT = CUTLASS_STYLE
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 SOURCE_DIGEST = module_digest(__file__)
 NAME = "int_mm"  # registry name: the digest this kernel records at run time is its own
-CUDA_CONSTRAINTS = ShapeConstraints(min_m=17, k_multiple=8, n_multiple=8,
-                                    note="torch._int_mm on CUDA; K padded to >= 16 as well")
-CPU_CONSTRAINTS = ShapeConstraints(note="torch._int_mm on CPU: K >= 2 (K = 1 gives wrong "
-                                        "values for N > 1; empirical, torch 2.13)")
+CUDA_CONSTRAINTS = ShapeConstraints(
+    min_m=17, k_multiple=8, n_multiple=8, note="torch._int_mm on CUDA; K padded to >= 16 as well"
+)
+CPU_CONSTRAINTS = ShapeConstraints(
+    note="torch._int_mm on CPU: K >= 2 (K = 1 gives wrong values for N > 1; empirical, torch 2.13)"
+)
 
 
 def constraints_for(device_type: str) -> ShapeConstraints:
@@ -93,8 +95,7 @@ def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, boo
         b = F.pad(b, (0, kp - k, 0, np_ - n))
     # b.t(): [K,N] column-major view, as cuBLASLt wants
     if rules == "cuda" and np_ > CUDA_MAX_N:
-        acc = torch.cat([torch._int_mm(a, b[j:j + CUDA_N_CHUNK].t())
-                         for j in range(0, np_, CUDA_N_CHUNK)], dim=1)
+        acc = torch.cat([torch._int_mm(a, b[j : j + CUDA_N_CHUNK].t()) for j in range(0, np_, CUDA_N_CHUNK)], dim=1)
     else:
         acc = torch._int_mm(a, b.t())
     return acc[:m, :n], padded
@@ -111,14 +112,24 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     one = torch.ones((), dtype=torch.float32)
     validate_operands(a, b, one, one)
     acc, padded = _acc(a, b)
-    trace.record_path("int_mm-padded" if padded else "int_mm", padded=padded,
-                      source_digest=SOURCE_DIGEST, digest_of=NAME,
-                      device=a.device.type)
+    trace.record_path(
+        "int_mm-padded" if padded else "int_mm",
+        padded=padded,
+        source_digest=SOURCE_DIGEST,
+        digest_of=NAME,
+        device=a.device.type,
+    )
     return acc.contiguous()
 
 
-def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-              out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None) -> Tensor:
+def scaled_mm(
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+) -> Tensor:
     """W8A8 GEMM ``rnd((float32(torch._int_mm(a, b.T)) * s_w) * s_a [+ bias])``.
 
     Args:
@@ -130,18 +141,22 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     Raises:
         OperandError: invalid operands (reference.validate.validate_operands).
     """
-    from reference.validate import validate_operands
     from conformance.kernels._torch_epilogue import epilogue
+    from reference.validate import validate_operands
 
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     acc, padded = _acc(a, b)
-    trace.record_path("int_mm-padded" if padded else "int_mm", padded=padded,
-                      source_digest=SOURCE_DIGEST, digest_of=NAME,
-                      device=a.device.type, epilogue="torch-fp32")
+    trace.record_path(
+        "int_mm-padded" if padded else "int_mm",
+        padded=padded,
+        source_digest=SOURCE_DIGEST,
+        digest_of=NAME,
+        device=a.device.type,
+        epilogue="torch-fp32",
+    )
     dev = acc.device
-    return epilogue(acc, scale_a.to(dev), scale_b.to(dev), CONTRACT,
-                    None if bias is None else bias.to(dev), out_dtype)
+    return epilogue(acc, scale_a.to(dev), scale_b.to(dev), CONTRACT, None if bias is None else bias.to(dev), out_dtype)
 
 
 def available() -> tuple[bool, str]:

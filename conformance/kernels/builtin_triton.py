@@ -122,14 +122,14 @@ CONTRACT = TRITON_STYLE
 #: mixed case exact): no single rule holds, so nothing is promised.
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 #: sha256 over this module and the kernel modules (they define what runs).
-SOURCE_DIGEST = hashlib.sha256(b"".join(
-    Path(p).read_bytes() for p in (__file__, triton_gemm.__file__,
-                                   gluon_gemm.__file__))).hexdigest()
+SOURCE_DIGEST = hashlib.sha256(
+    b"".join(Path(p).read_bytes() for p in (__file__, triton_gemm.__file__, gluon_gemm.__file__))
+).hexdigest()
 _OUT_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 _OUT_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 #: below this many multiply-accumulates a shape is not timed (heuristic config)
 AUTOTUNE_MIN_MACS = 1 << 20
-_INT32_MAX = 2 ** 31 - 1
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -173,22 +173,36 @@ class Config:
     def label(self) -> str:
         """Short text, e.g. ``ptr 16x64x256 g8 sk4 w4 s4``, ``gluon 128x256x128 g8 w8 s3``."""
         sk = "" if self.kernel == "gluon" else f"sk{self.split_k} "
-        s = (f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
-             f"{sk}w{self.num_warps} s{self.num_stages}")
-        return (s + (" persistent" if self.persistent else "") + (" flat" if self.flatten else "")
-                + (" ws" if self.warp_spec else ""))
+        s = (
+            f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
+            f"{sk}w{self.num_warps} s{self.num_stages}"
+        )
+        return (
+            s
+            + (" persistent" if self.persistent else "")
+            + (" flat" if self.flatten else "")
+            + (" ws" if self.warp_spec else "")
+        )
 
 
 def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False, ws=False) -> Config:
     return Config(kernel, bm, bn, bk, g, sk, w, s, persistent, flatten, ws)
 
 
-#: the plain autotuned Triton GEMM's configuration space (conformance.bench
+#: the plain autotuned Triton GEMM's configuration space (conformance.bench.gemm
 #: PLAIN_CONFIGS: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), included
 #: in the small and large buckets so the tuner never has only worse choices
-_PLAIN_SPACE = ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
-                (128, 128, 128, 4, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
-                (64, 64, 128, 4, 4), (32, 64, 256, 4, 4), (16, 64, 256, 4, 4))
+_PLAIN_SPACE = (
+    (128, 256, 128, 8, 3),
+    (256, 128, 128, 8, 3),
+    (128, 128, 128, 8, 4),
+    (128, 128, 128, 4, 4),
+    (64, 128, 128, 4, 4),
+    (128, 64, 128, 4, 4),
+    (64, 64, 128, 4, 4),
+    (32, 64, 256, 4, 4),
+    (16, 64, 256, 4, 4),
+)
 
 
 def _with_plain(cfgs: tuple) -> tuple:
@@ -210,51 +224,55 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
         _c("ptr", 16, 32, 256, 1, 4, 4, 4),
         _c("ptr", 16, 64, 128, 1, 8, 4, 4),
     ),
-    "small": _with_plain((
-        _c("ptr", 64, 128, 128, 8, 1, 4, 4),
-        _c("ptr", 32, 64, 256, 8, 1, 4, 4),
-        _c("ptr", 64, 64, 128, 8, 1, 4, 4),
-        _c("ptr", 128, 128, 128, 8, 1, 8, 4),
-        _c("ptr", 64, 128, 128, 8, 2, 4, 4),
-        _c("ptr", 32, 64, 128, 8, 4, 4, 4),
-        _c("tma", 64, 128, 128, 8, 1, 4, 4),
-        _c("tma", 128, 128, 128, 8, 1, 8, 4),
-    )),
-    "large": _with_plain((
-        _c("ptr", 128, 256, 128, 8, 1, 8, 3),
-        _c("ptr", 128, 128, 128, 8, 1, 8, 4),
-        _c("ptr", 128, 128, 128, 8, 1, 4, 4),
-        _c("ptr", 256, 128, 128, 8, 1, 8, 3),
-        _c("tma", 128, 256, 128, 8, 1, 8, 3),
-        _c("tma", 128, 256, 128, 8, 1, 8, 4),
-        _c("tma", 128, 128, 128, 8, 1, 8, 4),
-        _c("tma", 256, 128, 128, 8, 1, 8, 3),
-        _c("tma", 128, 256, 64, 8, 1, 8, 5),
-        _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True),
-        _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, flatten=True),
-        _c("tma", 128, 256, 128, 16, 1, 8, 3, persistent=True, flatten=True),
-        _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, flatten=True),
-        # compiler warp specialisation (Hopper: TMA producer + MMA consumer warps)
-        _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, ws=True),
-        _c("tma", 128, 256, 128, 8, 1, 8, 4, persistent=True, ws=True),
-        _c("tma", 128, 256, 64, 8, 1, 8, 5, persistent=True, ws=True),
-        _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, ws=True),
-        # (no "tma 128x128x128 g8 sk1 w4 s4 persistent ws": on the H200 with Triton
-        # 3.6 it never finishes -- the bench's probe timed it out at 4096^3, and a
-        # native conformance run stalled in the tuner at 512x2048x6144)
-        _c("tma", 256, 128, 128, 8, 1, 8, 3, persistent=True, ws=True),
-        _c("tma", 128, 256, 128, 8, 1, 8, 3, ws=True),
-        _c("tma", 128, 256, 128, 8, 1, 8, 4, ws=True),
-        # two programs per SM (sm_90 compile, Triton 3.6: <= 190 registers at 4 warps or
-        # 124 at 8, 96 KiB shared): Triton never keeps an int32-accumulator wgmma in
-        # flight across K steps (each step ends in wgmma.wait_group 0), so a second
-        # resident program is what can fill that drain and the epilogue
-        # (reports/bench/nvidia-h200/probe-2026-12-01f/NOTE.md)
-        _c("ptr", 128, 128, 128, 8, 1, 8, 3),
-        _c("ptr", 128, 128, 128, 8, 1, 4, 3),
-        _c("tma", 128, 128, 128, 8, 1, 4, 3),
-        _c("ptr", 128, 128, 64, 8, 1, 4, 4),
-    )),
+    "small": _with_plain(
+        (
+            _c("ptr", 64, 128, 128, 8, 1, 4, 4),
+            _c("ptr", 32, 64, 256, 8, 1, 4, 4),
+            _c("ptr", 64, 64, 128, 8, 1, 4, 4),
+            _c("ptr", 128, 128, 128, 8, 1, 8, 4),
+            _c("ptr", 64, 128, 128, 8, 2, 4, 4),
+            _c("ptr", 32, 64, 128, 8, 4, 4, 4),
+            _c("tma", 64, 128, 128, 8, 1, 4, 4),
+            _c("tma", 128, 128, 128, 8, 1, 8, 4),
+        )
+    ),
+    "large": _with_plain(
+        (
+            _c("ptr", 128, 256, 128, 8, 1, 8, 3),
+            _c("ptr", 128, 128, 128, 8, 1, 8, 4),
+            _c("ptr", 128, 128, 128, 8, 1, 4, 4),
+            _c("ptr", 256, 128, 128, 8, 1, 8, 3),
+            _c("tma", 128, 256, 128, 8, 1, 8, 3),
+            _c("tma", 128, 256, 128, 8, 1, 8, 4),
+            _c("tma", 128, 128, 128, 8, 1, 8, 4),
+            _c("tma", 256, 128, 128, 8, 1, 8, 3),
+            _c("tma", 128, 256, 64, 8, 1, 8, 5),
+            _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True),
+            _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, flatten=True),
+            _c("tma", 128, 256, 128, 16, 1, 8, 3, persistent=True, flatten=True),
+            _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, flatten=True),
+            # compiler warp specialisation (Hopper: TMA producer + MMA consumer warps)
+            _c("tma", 128, 256, 128, 8, 1, 8, 3, persistent=True, ws=True),
+            _c("tma", 128, 256, 128, 8, 1, 8, 4, persistent=True, ws=True),
+            _c("tma", 128, 256, 64, 8, 1, 8, 5, persistent=True, ws=True),
+            _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, ws=True),
+            # (no "tma 128x128x128 g8 sk1 w4 s4 persistent ws": on the H200 with Triton
+            # 3.6 it never finishes -- the bench's probe timed it out at 4096^3, and a
+            # native conformance run stalled in the tuner at 512x2048x6144)
+            _c("tma", 256, 128, 128, 8, 1, 8, 3, persistent=True, ws=True),
+            _c("tma", 128, 256, 128, 8, 1, 8, 3, ws=True),
+            _c("tma", 128, 256, 128, 8, 1, 8, 4, ws=True),
+            # two programs per SM (sm_90 compile, Triton 3.6: <= 190 registers at 4 warps or
+            # 124 at 8, 96 KiB shared): Triton never keeps an int32-accumulator wgmma in
+            # flight across K steps (each step ends in wgmma.wait_group 0), so a second
+            # resident program is what can fill that drain and the epilogue
+            # (reports/bench/nvidia-h200/probe-2026-12-01f/NOTE.md)
+            _c("ptr", 128, 128, 128, 8, 1, 8, 3),
+            _c("ptr", 128, 128, 128, 8, 1, 4, 3),
+            _c("tma", 128, 128, 128, 8, 1, 4, 3),
+            _c("ptr", 128, 128, 64, 8, 1, 4, 4),
+        )
+    ),
 }
 
 #: Gluon candidates (``gluon_gemm``: the int32-accumulator wgmma kept in flight
@@ -269,10 +287,7 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
 #: Triton schedule); the s4 ring (192 KiB) measured 2-3 % faster than s3
 #: (probe-2026-12-01g).
 GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
-    "small": (
-        _c("gluon", 128, 128, 128, 8, 1, 4, 3),
-        _c("gluon", 64, 128, 128, 8, 1, 4, 4),
-    ),
+    "small": (_c("gluon", 128, 128, 128, 8, 1, 4, 3), _c("gluon", 64, 128, 128, 8, 1, 4, 4)),
     "large": (
         _c("gluon", 128, 256, 128, 8, 1, 8, 4, persistent=True),
         _c("gluon", 128, 256, 128, 8, 1, 8, 4),
@@ -300,17 +315,16 @@ GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
 #: Shared memory: STAGES * (block_m + block_n) * block_k bytes of ring (<= 227 KiB).
 GLUON_WS_CONFIGS: dict[str, tuple[Config, ...]] = {
     "large": (
-        _c("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, ws=True),   # 192 KiB
-        _c("gluon", 128, 128, 128, 8, 1, 4, 4, persistent=True, ws=True),   # 128 KiB
-    ),
+        _c("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, ws=True),  # 192 KiB
+        _c("gluon", 128, 128, 128, 8, 1, 4, 4, persistent=True, ws=True),  # 128 KiB
+    )
 }
 
 #: configuration labels never tried (``exclude_configs`` or the environment
 #: variable ``INT8CONF_TRITON_EXCLUDE``, labels separated by ``;``): e.g. a
 #: variant that crashes this Triton build's compiler (a crash is not an
 #: exception the tuner could catch)
-_EXCLUDED: set = {x.strip() for x in os.environ.get("INT8CONF_TRITON_EXCLUDE", "").split(";")
-                  if x.strip()}
+_EXCLUDED: set = {x.strip() for x in os.environ.get("INT8CONF_TRITON_EXCLUDE", "").split(";") if x.strip()}
 
 
 def exclude_configs(labels) -> None:
@@ -372,8 +386,10 @@ def _kernel(name: str, native: bool):
 
         if name in ("gluon", "gluon_ws"):
             if not (native and gluon_gemm.AVAILABLE):
-                raise ValueError("the gluon kernel needs CUDA and a Triton with Gluon's Hopper "
-                                 "API (conformance.kernels.gluon_gemm.AVAILABLE)")
+                raise ValueError(
+                    "the gluon kernel needs CUDA and a Triton with Gluon's Hopper "
+                    "API (conformance.kernels.gluon_gemm.AVAILABLE)"
+                )
             fn = gluon_gemm.w8a8_mm_gluon_ws if name == "gluon_ws" else gluon_gemm.w8a8_mm_gluon
             got = _KERNELS[key] = (fn, False)
             return got
@@ -397,6 +413,7 @@ def _skip_dead_overflow_checks() -> None:
     from dataclasses import replace
 
     from triton.runtime import interpreter
+
     opts = interpreter.interpreter_builder.options
     if not opts.debug and opts.sanitize_overflow:
         interpreter.interpreter_builder.options = replace(opts, sanitize_overflow=False)
@@ -418,8 +435,12 @@ def _quiet_ieee_overflow():
     still show.
     """
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"overflow encountered in (cast|multiply|add)",
-                                category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+        warnings.filterwarnings(
+            "ignore",
+            message=r"overflow encountered in (cast|multiply|add)",
+            category=RuntimeWarning,
+            module=r"triton\.runtime\.interpreter",
+        )
         yield
 
 
@@ -451,8 +472,7 @@ def _scale_stride(s, name: str, rows: int, rows_name: str, dev) -> tuple[Tensor,
     elif (len(shp) == 1 and shp[0] == rows) or (len(shp) == 2 and shp[0] == rows and shp[1] == 1):
         stride = s.stride(0)
     else:
-        _bad(f"{name} has shape {tuple(shp)}; expected [{rows_name}]=[{rows}], "
-             f"[{rows_name},1]=[{rows},1] or a scalar")
+        _bad(f"{name} has shape {tuple(shp)}; expected [{rows_name}]=[{rows}], [{rows_name},1]=[{rows},1] or a scalar")
     if s.device != dev:
         s = s.to(dev)
     return s, stride
@@ -502,12 +522,12 @@ class _Call:
     n: int
     k: int
     grid: tuple
-    ints: tuple          # the kernel's integer arguments, in order
-    kw: dict             # constexprs and launch options
+    ints: tuple  # the kernel's integer arguments, in order
+    kw: dict  # constexprs and launch options
     alloc_dtype: torch.dtype
     ret_dtype: Optional[torch.dtype]
     device: torch.device
-    ws_words: int        # split-K workspace words (0: none)
+    ws_words: int  # split-K workspace words (0: none)
     ws_views: tuple = ()  # (workspace buffer, its [ws, counters] views) last used
     #: the constexpr values in the kernel's parameter order (the raw launcher
     #: takes every parameter, constexprs included, as ``JITFunction.run`` passes them)
@@ -531,14 +551,24 @@ _TUNING: dict = {}
 
 
 def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) -> dict:
-    extra = {"config": cfg.label(), "block_m": cfg.block_m, "block_n": cfg.block_n,
-             "block_k": cfg.block_k, "split_k": cfg.split_k, "kernel_variant": _kernel_name(cfg),
-             "persistent": cfg.persistent, "autotuned": tuned,
-             "triton_version": triton.__version__,
-             "final_rounding": "explicit-rne-bitops" if out_dtype == torch.bfloat16 else
-             ("cast-to-fp16" if out_dtype == torch.float16 else "none"),
-             "source_digest": SOURCE_DIGEST, "digest_of": "triton", "device": device_type,
-             "interpreter": interp}
+    extra = {
+        "config": cfg.label(),
+        "block_m": cfg.block_m,
+        "block_n": cfg.block_n,
+        "block_k": cfg.block_k,
+        "split_k": cfg.split_k,
+        "kernel_variant": _kernel_name(cfg),
+        "persistent": cfg.persistent,
+        "autotuned": tuned,
+        "triton_version": triton.__version__,
+        "final_rounding": "explicit-rne-bitops"
+        if out_dtype == torch.bfloat16
+        else ("cast-to-fp16" if out_dtype == torch.float16 else "none"),
+        "source_digest": SOURCE_DIGEST,
+        "digest_of": "triton",
+        "device": device_type,
+        "interpreter": interp,
+    }
     if interp:
         from conformance.kernels.triton_probe import probe
 
@@ -549,9 +579,15 @@ def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) 
 def _tma_ok(a: Tensor, b: Tensor) -> bool:
     """TMA descriptors need unit inner strides, 16-byte aligned bases and
     leading strides (int8: multiples of 16), and K-contiguous b."""
-    return (a.stride(1) == 1 and b.stride(1) == 1 and a.stride(0) % 16 == 0
-            and b.stride(0) % 16 == 0 and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0
-            and a.shape[1] % 16 == 0)
+    return (
+        a.stride(1) == 1
+        and b.stride(1) == 1
+        and a.stride(0) % 16 == 0
+        and b.stride(0) % 16 == 0
+        and a.data_ptr() % 16 == 0
+        and b.data_ptr() % 16 == 0
+        and a.shape[1] % 16 == 0
+    )
 
 
 #: M*N*K from which a native call with K % 16 != 0 pads K even when tuned: the
@@ -613,15 +649,33 @@ def _num_sms(dev: torch.device) -> int:
     return n
 
 
-def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: int,
-            bias: Optional[Tensor], out_dtype, m: int, n: int, k: int, int64: bool) -> tuple:
+def _layout(
+    cfg: Config,
+    interp: bool,
+    a: Tensor,
+    b: Tensor,
+    sa_st: int,
+    sb_st: int,
+    bias: Optional[Tensor],
+    out_dtype,
+    m: int,
+    n: int,
+    k: int,
+    int64: bool,
+) -> tuple:
     """``(grid, integer args, keyword args, workspace words)`` of a launch of
     configuration ``cfg`` (all metadata; no tensor data)."""
     tiles = ((m + cfg.block_m - 1) // cfg.block_m) * ((n + cfg.block_n - 1) // cfg.block_n)
     bias_st = 0 if bias is None else bias.stride(0)
-    kw = dict(HAS_BIAS=bias is not None, OUT_KIND=_OUT_KIND.get(out_dtype, 0),
-              ACC_ONLY=out_dtype is None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-              BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
+    kw = dict(
+        HAS_BIAS=bias is not None,
+        OUT_KIND=_OUT_KIND.get(out_dtype, 0),
+        ACC_ONLY=out_dtype is None,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+    )
     if not interp:
         kw.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False)
     if cfg.kernel == "gluon":  # the ring depth is the kernel's STAGES, not a compiler option
@@ -635,8 +689,12 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st: int, sb_st: 
         kw["WARP_SPEC"] = (1 if cfg.persistent else 2) if cfg.warp_spec else 0
         return (progs,), (m, n, k, sa_st, sb_st, bias_st, n, progs), kw, 0
     sk = cfg.split_k
-    kw.update(SPLIT_K=sk, EVEN_K=k % (cfg.block_k * sk) == 0, INT64_IDX=int64,
-              K_ITERS_STATIC=(k + cfg.block_k * sk - 1) // (cfg.block_k * sk) if interp else 0)
+    kw.update(
+        SPLIT_K=sk,
+        EVEN_K=k % (cfg.block_k * sk) == 0,
+        INT64_IDX=int64,
+        K_ITERS_STATIC=(k + cfg.block_k * sk - 1) // (cfg.block_k * sk) if interp else 0,
+    )
     ints = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), sa_st, sb_st, bias_st, n)
     return (tiles, sk), ints, kw, (m * n + tiles if sk > 1 else 0)
 
@@ -664,8 +722,7 @@ def _launch_raw(call: _Call, args: tuple) -> None:
     stream = _stream_id(call.device)
     enter, leave = _hooks()
     meta = None if enter is None else ck.launch_metadata(grid, stream, *args)
-    ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta,
-           enter, leave, *args)
+    ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta, enter, leave, *args)
 
 
 def _aligned(*ts) -> bool:
@@ -706,7 +763,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
     if call.ws_words:
         buf = _workspace(call.device, call.ws_words)
         if not call.ws_views or call.ws_views[0] is not buf:  # slicing costs ~2 us: keep views
-            call.ws_views = (buf, buf, buf[call.m * call.n:])
+            call.ws_views = (buf, buf, buf[call.m * call.n :])
         ws, cnt = call.ws_views[1], call.ws_views[2]
     else:
         ws = cnt = out  # never touched (SPLIT_K == 1)
@@ -737,13 +794,17 @@ def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tenso
     scale / bias / output tensors as given, then the call's integers."""
     cfg = call.plan.config
     glu = cfg.kernel == "gluon"
-    return (_descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k, glu),
-            _descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k, glu),
-            sa, sb, bias, out) + call.ints
+    return (
+        _descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k, glu),
+        _descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k, glu),
+        sa,
+        sb,
+        bias,
+        out,
+    ) + call.ints
 
 
-def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int,
-                gluon: bool = False):
+def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int, gluon: bool = False):
     """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``, unit
     inner stride), block [br, bc] (``gluon``: Gluon's descriptor, which also carries
     the shared layout, ``gluon_gemm.descriptor``). The first one per layout is built
@@ -757,8 +818,11 @@ def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int,
     else:
         from triton.tools.tensor_descriptor import TensorDescriptor
     if fields is None:
-        d = (gluon_gemm.descriptor(t, rows, cols, ld, br, bc) if gluon else
-             TensorDescriptor(t, [rows, cols], [ld, 1], [br, bc]))
+        d = (
+            gluon_gemm.descriptor(t, rows, cols, ld, br, bc)
+            if gluon
+            else TensorDescriptor(t, [rows, cols], [ld, 1], [br, bc])
+        )
         _TD_FIELDS[key] = dict(vars(d))
         return d
     d = TensorDescriptor.__new__(TensorDescriptor)
@@ -774,19 +838,16 @@ def _constexpr_tail(kern, kw: dict) -> tuple:
     return tuple(kw[nm] for nm in names)
 
 
-def _candidates(m: int, tma: bool, gluon: bool = False,
-                gluon_ws: bool = False) -> list[Config]:
+def _candidates(m: int, tma: bool, gluon: bool = False, gluon_ws: bool = False) -> list[Config]:
     """The bucket's configurations this call may use (TMA ones only when the
     operands allow TMA; none that is excluded), heuristic default first; with
     ``gluon`` (:func:`_gluon_enabled`) and TMA-able operands, the bucket's
     :data:`GLUON_CONFIGS` after them; with ``gluon_ws`` too
     (:func:`_gluon_ws_enabled`), then the bucket's :data:`GLUON_WS_CONFIGS`."""
-    cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma
-                                         else ())
+    cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma else ())
     if gluon and gluon_ws and tma:
         cands += GLUON_WS_CONFIGS.get(bucket(m), ())
-    return [c for c in cands
-            if (tma or c.kernel not in _TMA_KERNELS) and c.label() not in _EXCLUDED]
+    return [c for c in cands if (tma or c.kernel not in _TMA_KERNELS) and c.label() not in _EXCLUDED]
 
 
 _CAPABILITY: dict = {}
@@ -803,8 +864,7 @@ def _gluon_enabled(dev: torch.device) -> bool:
     (9, 0) (the kernel is sm_90 wgmma code), ``gluon_gemm.AVAILABLE``, and
     ``INT8CONF_TRITON_GLUON`` not off (the opt-out: ``0``, ``false``, ``no`` or
     ``off``; :func:`_env_on`)."""
-    return (_env_on("INT8CONF_TRITON_GLUON") and gluon_gemm.AVAILABLE
-            and _capability(dev) == (9, 0))
+    return _env_on("INT8CONF_TRITON_GLUON") and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0)
 
 
 def _gluon_ws_enabled(dev: torch.device) -> bool:
@@ -840,6 +900,7 @@ def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
     F6 window, 16 x 16 x ~131k: the default ``16x64x256 sk1`` is one program
     walking 513 K blocks; ``16x64x256 sk4`` is four programs of 129. Every
     candidate gives the same bits (exact integer split-K, ``triton_gemm``)."""
+
     def tiles(c: Config) -> int:
         return -(-m // c.block_m) * -(-n // c.block_n)
 
@@ -898,8 +959,10 @@ def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
     pause = 1e-5
     while not event.query():
         if time.monotonic() > t_end:
-            raise KernelHang(f"Triton configuration '{what}' did not finish within {limit:g} s "
-                             f"(a GPU hang); set INT8CONF_TRITON_EXCLUDE='{what}' to skip it")
+            raise KernelHang(
+                f"Triton configuration '{what}' did not finish within {limit:g} s "
+                f"(a GPU hang); set INT8CONF_TRITON_EXCLUDE='{what}' to skip it"
+            )
         time.sleep(pause)
         pause = min(pause * 2, 1e-2)
 
@@ -971,8 +1034,9 @@ def tuning_table() -> dict:
     return {str(k): dict(v) for k, v in _TUNING.items()}
 
 
-def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
-           config: Optional[Config]) -> tuple[_Call, bool, tuple]:
+def _build(
+    a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config]
+) -> tuple[_Call, bool, tuple]:
     """Slow path of a call: validate metadata, move stray operands to a's
     device, choose (and on first sight of a key, tune) the configuration.
     Returns ``(call, cacheable, (a, b, sa, sb, bias))``."""
@@ -988,11 +1052,12 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         sb, sb_st = _scale_stride(scale_b, "scale_b", n, "N", dev)
         moved = moved or sa is not scale_a or sb is not scale_b
         if bias is not None:
-            if not isinstance(bias, Tensor) or bias.dtype != out_dtype or bias.dim() != 1 \
-                    or bias.shape[0] != n:
-                _bad(f"bias must be a [{n}] tensor of dtype {out_dtype}, got "
-                     f"{getattr(bias, 'dtype', type(bias).__name__)} "
-                     f"{tuple(getattr(bias, 'shape', ()))}")
+            if not isinstance(bias, Tensor) or bias.dtype != out_dtype or bias.dim() != 1 or bias.shape[0] != n:
+                _bad(
+                    f"bias must be a [{n}] tensor of dtype {out_dtype}, got "
+                    f"{getattr(bias, 'dtype', type(bias).__name__)} "
+                    f"{tuple(getattr(bias, 'shape', ()))}"
+                )
             _dense_cpu_or_cuda(bias, "bias")
             if bias.device != dev:
                 bias, moved = bias.to(dev), True
@@ -1002,29 +1067,43 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         a, b, k = _pad_k(a, pad_k), _pad_k(b, pad_k), pad_k
     int64 = _need_int64(a, b, m, n, k)
     tma = native and not int64 and m > 16 and _tma_ok(a, b)
-    if config is not None and config.kernel == "gluon" and not (
-            tma and config.split_k == 1 and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0)):
-        raise ValueError(f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton "
-                         "with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, "
-                         "M > 16, K-contiguous, 16-byte aligned base and row stride)")
+    if (
+        config is not None
+        and config.kernel == "gluon"
+        and not (tma and config.split_k == 1 and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0))
+    ):
+        raise ValueError(
+            f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton "
+            "with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, "
+            "M > 16, K-contiguous, 16-byte aligned base and row stride)"
+        )
     mbin = _pow2_bin(m)
-    pkey = (a.device.index if a.is_cuda else -1, native, mbin, n, k, _OUT_KIND.get(out_dtype, -1),
-            bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
+    pkey = (
+        a.device.index if a.is_cuda else -1,
+        native,
+        mbin,
+        n,
+        k,
+        _OUT_KIND.get(out_dtype, -1),
+        bias is not None,
+        tma,
+        a.stride(1) == 1,
+        b.stride(1) == 1,
+        config,
+    )
     interp = not native
-    alloc = torch.int32 if out_dtype is None else (
-        torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
+    alloc = torch.int32 if out_dtype is None else (torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
 
     def make_call(cfg: Config, plan: Optional[_Plan] = None) -> _Call:
         plan = plan or _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, False, {})
-        grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype,
-                                        m, n, k, int64)
+        grid, ints, kw, words = _layout(cfg, interp, a, b, sa_st, sb_st, bias, out_dtype, m, n, k, int64)
         tail = () if interp else _constexpr_tail(plan.kern, kw)
-        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words, tail=tail,
-                     pad_k=pad_k)
+        return _Call(plan, m, n, k, grid, ints, kw, alloc, out_dtype, dev, words, tail=tail, pad_k=pad_k)
 
     def plan_for(cfg: Config, tuned: bool) -> _Plan:
-        return _Plan(cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned,
-                     _extra(cfg, interp, tuned, out_dtype, dev.type))
+        return _Plan(
+            cfg, _kernel(_kernel_name(cfg), native)[0], interp, tuned, _extra(cfg, interp, tuned, out_dtype, dev.type)
+        )
 
     plan = _PLANS.get(pkey)
     capturing = native and torch.cuda.is_current_stream_capturing()
@@ -1041,11 +1120,9 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
         elif interp:
             cfg, tuned = _interp_config(m, n, k), False
         else:
-            cands = (_candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev))
-                     or [BUCKET_CONFIGS["decode"][0]])
+            cands = _candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev)) or [BUCKET_CONFIGS["decode"][0]]
             cfg, tuned = _untuned(cands, m, n, k, _num_sms(dev)), False
-            if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS
-                    or len(cands) == 1):
+            if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS or len(cands) == 1):
                 out = torch.empty((m, n), dtype=alloc, device=dev)
                 with _TUNE_LOCK:
                     cfg, times = _tune(cands, make_call, (a, b, sa, sb, bias, out))
@@ -1062,34 +1139,43 @@ def _build(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     return call, cacheable, (a, b, sa, sb, bias)
 
 
-def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
-         config: Optional[Config] = None) -> Tensor:
+def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config] = None) -> Tensor:
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
         # (building and hashing it is the dominant host cost of a repeated call, so it is
         # flat; ``device`` and ``layout`` are one attribute read each (~1.7 us for the key
         # on a CPU, timeit) and tell a meta or a sparse tensor -- whose stride() may equal
         # a broadcast dense one's -- from the dense CPU / CUDA tensor a cached call took)
-        key = (a.dtype, a.shape, a.stride(), a.device, a.layout,
-               b.dtype, b.shape, b.stride(), b.device, b.layout,
-               None if scale_a is None else (scale_a.dtype, scale_a.shape, scale_a.stride(),
-                                             scale_a.device, scale_a.layout),
-               None if scale_b is None else (scale_b.dtype, scale_b.shape, scale_b.stride(),
-                                             scale_b.device, scale_b.layout),
-               None if bias is None else (bias.dtype, bias.shape, bias.stride(),
-                                          bias.device, bias.layout),
-               out_dtype, config)
+        key = (
+            a.dtype,
+            a.shape,
+            a.stride(),
+            a.device,
+            a.layout,
+            b.dtype,
+            b.shape,
+            b.stride(),
+            b.device,
+            b.layout,
+            None
+            if scale_a is None
+            else (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.device, scale_a.layout),
+            None
+            if scale_b is None
+            else (scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.device, scale_b.layout),
+            None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device, bias.layout),
+            out_dtype,
+            config,
+        )
     except (AttributeError, TypeError, RuntimeError):  # a non-tensor or a sparse CSR / BSR
-        key = None                                      # operand: the slow path names it
+        key = None  # operand: the slow path names it
     call = _CALLS.get(key)
     if call is not None and call.pad_k:
         a, b = _pad_k(a, call.pad_k), _pad_k(b, call.pad_k)
-    if call is not None and call.plan.config.kernel in _TMA_KERNELS and (
-            (a.data_ptr() | b.data_ptr()) & 15):
+    if call is not None and call.plan.config.kernel in _TMA_KERNELS and ((a.data_ptr() | b.data_ptr()) & 15):
         call = None  # TMA needs 16-byte aligned bases: re-plan without caching
         key = None
     if call is None:
-        call, cacheable, (a, b, scale_a, scale_b, bias) = _build(a, b, scale_a, scale_b, bias,
-                                                                out_dtype, config)
+        call, cacheable, (a, b, scale_a, scale_b, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, config)
         if cacheable and key is not None:
             if len(_CALLS) >= _MAX_CALLS:
                 _CALLS.clear()
@@ -1097,10 +1183,12 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype,
     out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
     _issue(call, a, b, scale_a, scale_b, bias, out)
     if trace.current() is not None:
-        trace.record_path("triton-interpreter" if call.plan.interp else "triton-native",
-                          **call.plan.extra, **({"k_padded_to": call.pad_k} if call.pad_k else {}))
-    return out if out.dtype == call.ret_dtype or call.ret_dtype is None else \
-        out.view(call.ret_dtype)
+        trace.record_path(
+            "triton-interpreter" if call.plan.interp else "triton-native",
+            **call.plan.extra,
+            **({"k_padded_to": call.pad_k} if call.pad_k else {}),
+        )
+    return out if out.dtype == call.ret_dtype or call.ret_dtype is None else out.view(call.ret_dtype)
 
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
@@ -1113,8 +1201,14 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return _run(a, b, None, None, None, None)
 
 
-def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-              out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None) -> Tensor:
+def scaled_mm(
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+) -> Tensor:
     """W8A8 GEMM, TRITON_STYLE epilogue: ``rnd(rnd((float32(acc) * s_a) * s_w) + bias)``.
 
     Args:
@@ -1135,14 +1229,22 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
             ``out_dtype=None`` (the int32 accumulator is :func:`int_mm`'s).
     """
     if out_dtype is None:
-        _bad("out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
-             "torch.float16, torch.float32); the int32 accumulator is int_mm(a, b)")
+        _bad(
+            "out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
+            "torch.float16, torch.float32); the int32 accumulator is int_mm(a, b)"
+        )
     return _run(a, b, scale_a, scale_b, bias, out_dtype)
 
 
-def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                     out_dtype: Optional[torch.dtype] = torch.bfloat16,
-                     bias: Optional[Tensor] = None) -> Tensor:
+def scaled_mm_config(
+    config: Config,
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: Optional[torch.dtype] = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+) -> Tensor:
     """``scaled_mm`` with an explicit :class:`Config` instead of the tuned one
     (tests and the benchmark: e.g. split-K under the interpreter). ``out_dtype``
     None = accumulator only (int32). A ``tma`` config needs CUDA and aligned,
@@ -1152,9 +1254,15 @@ def scaled_mm_config(config: Config, a: Tensor, b: Tensor, scale_a: Tensor, scal
     return _run(a, b, scale_a, scale_b, bias, out_dtype, config)
 
 
-def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                out_dtype: torch.dtype = torch.bfloat16, bias: Optional[Tensor] = None,
-                raw: bool = False):
+def launch_spec(
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+    raw: bool = False,
+):
     """``(launch, out, config)`` for the benchmark's "bare launch" measurement:
     ``launch()`` re-issues the Triton launch a ``scaled_mm`` call with these
     operands makes -- same compiled kernel and configuration, every argument
@@ -1178,7 +1286,7 @@ def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     else:
         if call.ws_words:
             buf = _workspace(call.device, call.ws_words)
-            ws, cnt = buf, buf[call.m * call.n:]
+            ws, cnt = buf, buf[call.m * call.n :]
         else:
             ws = cnt = out
         pos = (a, b, sa, sb, bias, out, ws, cnt) + call.ints
@@ -1187,9 +1295,21 @@ def launch_spec(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
     if not raw:
         return (lambda: kern(*pos, **kw)), out, cfg
     ck = kern(*pos, **kw)
-    fake = _Call(call.plan, call.m, call.n, call.k, call.grid, call.ints, kw, call.alloc_dtype,
-                 call.ret_dtype, call.device, call.ws_words, tail=call.tail,
-                 fast=(ck, _grid3(call.grid)))
+    fake = _Call(
+        call.plan,
+        call.m,
+        call.n,
+        call.k,
+        call.grid,
+        call.ints,
+        kw,
+        call.alloc_dtype,
+        call.ret_dtype,
+        call.device,
+        call.ws_words,
+        tail=call.tail,
+        fast=(ck, _grid3(call.grid)),
+    )
     args = pos + call.tail
     return (lambda: _launch_raw(fake, args)), out, cfg
 

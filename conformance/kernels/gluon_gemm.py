@@ -200,8 +200,7 @@ def mma_layout(block_m, block_n, num_warps):
             wn *= 2
     cols = block_n // wn
     n = next(x for x in _INT8_N if x <= cols and cols % x == 0)
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[wm, wn],
-                                     instr_shape=[16, n, 32])
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[wm, wn], instr_shape=[16, n, 32])
 
 
 def operand_layout(rows: int, block_k: int):
@@ -210,9 +209,19 @@ def operand_layout(rows: int, block_k: int):
     return gl.NVMMASharedLayout.get_default_for([rows, block_k], gl.int8)
 
 
-def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_kind: int = 0,
-                has_bias: bool = False, acc_only: bool = False, group_m: int = 8,
-                strides: tuple = (1, 1, 1), ws: bool = False):
+def sm90_source(
+    block_m: int,
+    block_n: int,
+    block_k: int,
+    stages: int,
+    *,
+    out_kind: int = 0,
+    has_bias: bool = False,
+    acc_only: bool = False,
+    group_m: int = 8,
+    strides: tuple = (1, 1, 1),
+    ws: bool = False,
+):
     """A ``GluonASTSource`` of :func:`w8a8_mm_gluon` for ``triton.compile(src,
     target=GPUTarget("cuda", 90, 32), options=dict(num_warps=..., enable_fp_fusion=False))``
     without a GPU (tests, reports/bench/nvidia-h200/probe-2026-12-01f/sm90_compile.py).
@@ -225,13 +234,29 @@ def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_ki
     from triton.experimental.gluon._runtime import GluonASTSource
 
     out = "*i32" if acc_only else ("*bf16", "*fp16", "*fp32")[out_kind]
-    sig = {"a_desc": f"tensordesc<i8[{block_m}, {block_k}],{operand_layout(block_m, block_k)!r}>",
-           "b_desc": f"tensordesc<i8[{block_n}, {block_k}],{operand_layout(block_n, block_k)!r}>",
-           "sa_ptr": "*fp32", "sb_ptr": "*fp32", "bias_ptr": out, "out_ptr": out,
-           "M": "i32", "N": "i32", "K": "i32", "stride_om": "i32", "NUM_PROGS": "i32"}
-    const = {"HAS_BIAS": has_bias, "OUT_KIND": out_kind, "ACC_ONLY": acc_only,
-             "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m,
-             "STAGES": stages}
+    sig = {
+        "a_desc": f"tensordesc<i8[{block_m}, {block_k}],{operand_layout(block_m, block_k)!r}>",
+        "b_desc": f"tensordesc<i8[{block_n}, {block_k}],{operand_layout(block_n, block_k)!r}>",
+        "sa_ptr": "*fp32",
+        "sb_ptr": "*fp32",
+        "bias_ptr": out,
+        "out_ptr": out,
+        "M": "i32",
+        "N": "i32",
+        "K": "i32",
+        "stride_om": "i32",
+        "NUM_PROGS": "i32",
+    }
+    const = {
+        "HAS_BIAS": has_bias,
+        "OUT_KIND": out_kind,
+        "ACC_ONLY": acc_only,
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "GROUP_M": group_m,
+        "STAGES": stages,
+    }
     aligned = {"sa_ptr", "sb_ptr", "bias_ptr", "out_ptr", "M", "N", "K", "stride_om"}
     for name, v in zip(("stride_sa", "stride_sb", "stride_bias"), strides):
         if v == 1:
@@ -244,20 +269,17 @@ def sm90_source(block_m: int, block_n: int, block_k: int, stages: int, *, out_ki
     params = list(fn.arg_names)
     sig.update((p, "constexpr") for p in const)
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if p in aligned}
-    return GluonASTSource(fn=fn, signature={p: sig[p] for p in params},
-                          constexprs=const, attrs=attrs)
+    return GluonASTSource(fn=fn, signature={p: sig[p] for p in params}, constexprs=const, attrs=attrs)
 
 
 def descriptor(t, rows: int, cols: int, ld: int, block_rows: int, block_k: int):
     """Gluon host TMA descriptor over int8 ``t`` [rows, cols] (leading stride ``ld``,
     unit inner stride, 16-byte aligned: the caller checked), block [block_rows, block_k]."""
-    return TensorDescriptor(t, [rows, cols], [ld, 1], [block_rows, block_k],
-                            operand_layout(block_rows, block_k))
+    return TensorDescriptor(t, [rows, cols], [ld, 1], [block_rows, block_k], operand_layout(block_rows, block_k))
 
 
 @_jit
-def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  GROUP_M: gl.constexpr):
+def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
     """(row, column) offset of output tile ``tile`` in grouped order (as ``w8a8_mm_tma``)."""
     width = GROUP_M * num_pid_n
     first_m = (tile // width) * GROUP_M
@@ -268,8 +290,7 @@ def _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl
 
 
 @_jit
-def _fill(a_desc, b_desc, a_ring, b_ring, ready, g, off_m, off_n, k, pred,
-          STAGES: gl.constexpr):
+def _fill(a_desc, b_desc, a_ring, b_ring, ready, g, off_m, off_n, k, pred, STAGES: gl.constexpr):
     """Fill ring slot ``g % STAGES`` with the a / b tiles of rows ``off_m`` / ``off_n``
     at K offset ``k`` (skipped when ``pred`` is false); its barrier completes when
     both tiles have landed."""
@@ -281,10 +302,27 @@ def _fill(a_desc, b_desc, a_ring, b_ring, ready, g, off_m, off_n, k, pred,
 
 
 @_jit
-def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-              stride_sa, stride_sb, stride_bias, stride_om,
-              HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr):
+def _epilogue(
+    acc,
+    off_m,
+    off_n,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    HAS_BIAS: gl.constexpr,
+    OUT_KIND: gl.constexpr,
+    ACC_ONLY: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    LAYOUT: gl.constexpr,
+):
     """``triton_gemm._epilogue`` in Gluon, for one [BLOCK_M, BLOCK_N] int32 tile ``acc``
     (complete sums, layout ``LAYOUT``) at (off_m, off_n): the same operations in the
     same order, indices / scales / bias in ``LAYOUT``'s slice layouts."""
@@ -298,7 +336,7 @@ def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
         sa = gl.load(sa_ptr + rm * stride_sa, mask=rm < M, other=1.0)
         sb = gl.load(sb_ptr + rn * stride_sb, mask=rn < N, other=1.0)
         y = acc.to(gl.float32) * sa[:, None]  # TRITON_STYLE: s_a first ...
-        y = y * sb[None, :]                   # ... then s_w (two roundings, no FMA)
+        y = y * sb[None, :]  # ... then s_w (two roundings, no FMA)
         if OUT_KIND == 0:
             # RNE fp32 -> bf16 on the bit pattern (triton_gemm module docstring)
             u = y.to(gl.uint32, bitcast=True)
@@ -306,14 +344,12 @@ def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
             hi = gl.where(y != y, 0x7FC0, hi)  # noqa: PLR0124 -- NaN test
             if HAS_BIAS:
                 bb = gl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0)  # raw bf16 bits
-                bf = (bb.to(gl.uint16, bitcast=True).to(gl.uint32) << 16).to(gl.float32,
-                                                                              bitcast=True)
+                bf = (bb.to(gl.uint16, bitcast=True).to(gl.uint32) << 16).to(gl.float32, bitcast=True)
                 z = (hi << 16).to(gl.float32, bitcast=True) + bf[None, :]
                 u = z.to(gl.uint32, bitcast=True)
                 hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
                 hi = gl.where(z != z, 0x7FC0, hi)  # noqa: PLR0124
-            gl.store(optrs, hi.to(gl.uint16).to(out_ptr.dtype.element_ty, bitcast=True),
-                     mask=omask)
+            gl.store(optrs, hi.to(gl.uint16).to(out_ptr.dtype.element_ty, bitcast=True), mask=omask)
         elif OUT_KIND == 1:
             r = y.to(gl.float16)
             if HAS_BIAS:
@@ -329,11 +365,30 @@ def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
 
 
 @_jit
-def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                  M, N, K, stride_sa, stride_sb, stride_bias, stride_om, NUM_PROGS,
-                  HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
-                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                  GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+def w8a8_mm_gluon(
+    a_desc,
+    b_desc,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    NUM_PROGS,
+    HAS_BIAS: gl.constexpr,
+    OUT_KIND: gl.constexpr,
+    ACC_ONLY: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """Pipelined int8 wgmma GEMM (module docstring). ``a_desc``: Gluon TMA descriptor
     over a [M, K], block [BLOCK_M, BLOCK_K]; ``b_desc``: over b [N, K], block
     [BLOCK_N, BLOCK_K] (layouts :func:`operand_layout`). Other arguments as
@@ -358,8 +413,19 @@ def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     g0 = 0  # K steps this program has issued before the current tile (ring position)
     off_m, off_n = _tile_offsets(pid, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     for j in gl.static_range(STAGES - 1):
-        _fill(a_desc, b_desc, a_ring, b_ring, ready, g0 + j, off_m, off_n, j * BLOCK_K,
-              (j < k_iters) & (pid < num_tiles), STAGES)
+        _fill(
+            a_desc,
+            b_desc,
+            a_ring,
+            b_ring,
+            ready,
+            g0 + j,
+            off_m,
+            off_n,
+            j * BLOCK_K,
+            (j < k_iters) & (pid < num_tiles),
+            STAGES,
+        )
 
     for tile in range(pid, num_tiles, NUM_PROGS):
         off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
@@ -375,19 +441,49 @@ def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
             acc, a_s, b_s = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_s, b_s))
             # ... so its slot ((g - 1) % STAGES) takes step ki + STAGES - 1
             nk = ki + STAGES - 1
-            _fill(a_desc, b_desc, a_ring, b_ring, ready, g + STAGES - 1, off_m, off_n,
-                  nk * BLOCK_K, nk < k_iters, STAGES)
+            _fill(
+                a_desc, b_desc, a_ring, b_ring, ready, g + STAGES - 1, off_m, off_n, nk * BLOCK_K, nk < k_iters, STAGES
+            )
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         g0 += k_iters
         # every slot is free: start the next tile's loads, then this tile's epilogue
         nxt = tile + NUM_PROGS
         n_off_m, n_off_n = _tile_offsets(nxt, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         for j in gl.static_range(STAGES - 1):
-            _fill(a_desc, b_desc, a_ring, b_ring, ready, g0 + j, n_off_m, n_off_n,
-                  j * BLOCK_K, (j < k_iters) & (nxt < num_tiles), STAGES)
-        _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-                  stride_sa, stride_sb, stride_bias, stride_om,
-                  HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, LAYOUT)
+            _fill(
+                a_desc,
+                b_desc,
+                a_ring,
+                b_ring,
+                ready,
+                g0 + j,
+                n_off_m,
+                n_off_n,
+                j * BLOCK_K,
+                (j < k_iters) & (nxt < num_tiles),
+                STAGES,
+            )
+        _epilogue(
+            acc,
+            off_m,
+            off_n,
+            sa_ptr,
+            sb_ptr,
+            bias_ptr,
+            out_ptr,
+            M,
+            N,
+            stride_sa,
+            stride_sb,
+            stride_bias,
+            stride_om,
+            HAS_BIAS,
+            OUT_KIND,
+            ACC_ONLY,
+            BLOCK_M,
+            BLOCK_N,
+            LAYOUT,
+        )
 
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
@@ -395,9 +491,25 @@ def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
 
 # ------------------------------------------------------- warp-specialised ping-pong
 @_jit
-def _ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, num_pid_n,
-                 num_tiles, k_iters, NUM_PROGS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+def _ws_producer(
+    a_desc,
+    b_desc,
+    a_ring,
+    b_ring,
+    ready,
+    empty,
+    pid,
+    num_pid_m,
+    num_pid_n,
+    num_tiles,
+    k_iters,
+    NUM_PROGS,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """Producer partition (1 warp, 24 registers): the TMA loads of every K step of
     every tile of this program, in order, step ``g`` into ring slot ``g % STAGES``
     (module docstring, "Ring barriers"). Runs ahead of the consumers by up to STAGES
@@ -417,12 +529,37 @@ def _ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, n
 
 
 @_jit
-def _ws_consumer(a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                 M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
-                 num_pid_n, num_tiles, k_iters, NUM_PROGS, WG: gl.constexpr,
-                 HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
-                 STAGES: gl.constexpr):
+def _ws_consumer(
+    a_ring,
+    b_ring,
+    ready,
+    empty,
+    order,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    pid,
+    num_pid_m,
+    num_pid_n,
+    num_tiles,
+    k_iters,
+    NUM_PROGS,
+    WG: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    OUT_KIND: gl.constexpr,
+    ACC_ONLY: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """Consumer warp group ``WG`` (0: the default partition, 1: a 4-warp worker): the
     program's local tiles WG, WG + 2, ..., each a [BLOCK_M, BLOCK_N] int32 accumulator
     in this warp group's wgmma layout, then :func:`_epilogue` on it (module docstring,
@@ -449,18 +586,55 @@ def _ws_consumer(a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, 
         mbarrier.arrive(order.index(1 - WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((g0 + k_iters - 1) % STAGES))
-        _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-                  stride_sa, stride_sb, stride_bias, stride_om,
-                  HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, LAYOUT)
+        _epilogue(
+            acc,
+            off_m,
+            off_n,
+            sa_ptr,
+            sb_ptr,
+            bias_ptr,
+            out_ptr,
+            M,
+            N,
+            stride_sa,
+            stride_sb,
+            stride_bias,
+            stride_om,
+            HAS_BIAS,
+            OUT_KIND,
+            ACC_ONLY,
+            BLOCK_M,
+            BLOCK_N,
+            LAYOUT,
+        )
         j += 1
 
 
 @_jit
-def w8a8_mm_gluon_ws(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                     M, N, K, stride_sa, stride_sb, stride_bias, stride_om, NUM_PROGS,
-                     HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
-                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                     GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+def w8a8_mm_gluon_ws(
+    a_desc,
+    b_desc,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    NUM_PROGS,
+    HAS_BIAS: gl.constexpr,
+    OUT_KIND: gl.constexpr,
+    ACC_ONLY: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """Warp-specialised ping-pong int8 GEMM (module docstring): the arguments, grid
     and results of :func:`w8a8_mm_gluon` (a [M, K] and b [N, K] int8 through TMA
     descriptors of block [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]; fp32 scales; out bf16 /
@@ -489,16 +663,99 @@ def w8a8_mm_gluon_ws(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     k_iters = gl.cdiv(K, BLOCK_K)
     # default partition = consumer 0; workers: consumer 1 (4 warps, 240 registers),
     # producer (1 warp, 24 registers); the default partition gets the leftover (240)
-    gl.warp_specialize([
-        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                        M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
-                        num_pid_n, num_tiles, k_iters, NUM_PROGS, 0, HAS_BIAS, OUT_KIND,
-                        ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
-        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                        M, N, stride_sa, stride_sb, stride_bias, stride_om, pid, num_pid_m,
-                        num_pid_n, num_tiles, k_iters, NUM_PROGS, 1, HAS_BIAS, OUT_KIND,
-                        ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
-        (_ws_producer, (a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m,
-                        num_pid_n, num_tiles, k_iters, NUM_PROGS, BLOCK_M, BLOCK_N, BLOCK_K,
-                        GROUP_M, STAGES)),
-    ], [4, 1], [240, 24])
+    gl.warp_specialize(
+        [
+            (
+                _ws_consumer,
+                (
+                    a_ring,
+                    b_ring,
+                    ready,
+                    empty,
+                    order,
+                    sa_ptr,
+                    sb_ptr,
+                    bias_ptr,
+                    out_ptr,
+                    M,
+                    N,
+                    stride_sa,
+                    stride_sb,
+                    stride_bias,
+                    stride_om,
+                    pid,
+                    num_pid_m,
+                    num_pid_n,
+                    num_tiles,
+                    k_iters,
+                    NUM_PROGS,
+                    0,
+                    HAS_BIAS,
+                    OUT_KIND,
+                    ACC_ONLY,
+                    BLOCK_M,
+                    BLOCK_N,
+                    GROUP_M,
+                    STAGES,
+                ),
+            ),
+            (
+                _ws_consumer,
+                (
+                    a_ring,
+                    b_ring,
+                    ready,
+                    empty,
+                    order,
+                    sa_ptr,
+                    sb_ptr,
+                    bias_ptr,
+                    out_ptr,
+                    M,
+                    N,
+                    stride_sa,
+                    stride_sb,
+                    stride_bias,
+                    stride_om,
+                    pid,
+                    num_pid_m,
+                    num_pid_n,
+                    num_tiles,
+                    k_iters,
+                    NUM_PROGS,
+                    1,
+                    HAS_BIAS,
+                    OUT_KIND,
+                    ACC_ONLY,
+                    BLOCK_M,
+                    BLOCK_N,
+                    GROUP_M,
+                    STAGES,
+                ),
+            ),
+            (
+                _ws_producer,
+                (
+                    a_desc,
+                    b_desc,
+                    a_ring,
+                    b_ring,
+                    ready,
+                    empty,
+                    pid,
+                    num_pid_m,
+                    num_pid_n,
+                    num_tiles,
+                    k_iters,
+                    NUM_PROGS,
+                    BLOCK_M,
+                    BLOCK_N,
+                    BLOCK_K,
+                    GROUP_M,
+                    STAGES,
+                ),
+            ),
+        ],
+        [4, 1],
+        [240, 24],
+    )

@@ -75,7 +75,7 @@ from urllib.parse import parse_qs
 import torch
 
 from conformance.kernels._digest import callable_digest
-from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.errors import ContractError, KernelLoadError, first_line
 
@@ -117,11 +117,13 @@ def _contract_and_steps(contract) -> tuple:
     step list (``reference.epilogue_steps``) declares steps, and its nearest
     standard contract; anything else goes through :func:`parse_contract`."""
     from reference.epilogue_steps import EpilogueSteps, parse_declared
+
     if isinstance(contract, dict) and "scale_order" not in contract:
         # a per-device mapping may name contracts too: {"cpu": "triton", "cuda": [steps...]}
         contract = {k: _named_contract_steps(v) or v for k, v in contract.items()}
     if isinstance(contract, (list, tuple, EpilogueSteps, dict)) and not (
-            isinstance(contract, dict) and "scale_order" in contract):
+        isinstance(contract, dict) and "scale_order" in contract
+    ):
         steps = parse_declared(contract)
         first = steps if isinstance(steps, EpilogueSteps) else next(iter(steps.values()))
         return first.nearest_contract(), steps
@@ -136,6 +138,7 @@ def _named_contract_steps(v):
     (``"cutlass"``, ``"triton"``, ``"<order>/<bias_point>"``, an
     EpilogueContract); None when the value is a step description."""
     from reference.epilogue_steps import from_contract
+
     if not isinstance(v, (EpilogueContract, str)) or (isinstance(v, str) and ";" in v):
         return None
     try:
@@ -166,12 +169,10 @@ def _flag(value):
     try:
         ops = tuple(sorted(set(value)))
     except TypeError:
-        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand "
-                            f"names {names}") from None
+        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand names {names}") from None
     bad = [o for o in ops if o not in names]
     if bad or not ops:
-        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand "
-                            f"names {names}")
+        raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand names {names}")
     return ops
 
 
@@ -182,6 +183,7 @@ def _overflow(value) -> str:
         ContractError: anything else.
     """
     from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
+
     v = str(value).strip().lower()
     if v not in OVERFLOW_BEHAVIOURS:
         raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
@@ -208,8 +210,9 @@ def parse_contract(value) -> EpilogueContract:
         parts = v.split("/")
         if len(parts) == 2:
             return EpilogueContract(parts[0], parts[1])
-    raise ContractError(f"cannot read an epilogue contract from {value!r} "
-                        f"(use 'cutlass', 'triton' or '<scale_order>/<bias_point>')")
+    raise ContractError(
+        f"cannot read an epilogue contract from {value!r} (use 'cutlass', 'triton' or '<scale_order>/<bias_point>')"
+    )
 
 
 @dataclass(frozen=True)
@@ -234,14 +237,26 @@ class InvalidDeclaration:
         """One line: ``@declare(...) on function 'f' (module m): field=value: why; ...``."""
         where = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         mod = getattr(fn, "__module__", None)
-        return (f"@declare(...) on function {where!r}" + (f" (module {mod})" if mod else "")
-                + ": " + "; ".join(msg for _, msg in self.problems))
+        return (
+            f"@declare(...) on function {where!r}"
+            + (f" (module {mod})" if mod else "")
+            + ": "
+            + "; ".join(msg for _, msg in self.problems)
+        )
 
 
-def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] = None,
-            int_mm: Optional[Callable] = None, convention: str = "int8conf", name: str = "",
-            version: str = "0", description: str = "",
-            contiguous_only=False, overflow: str = "wrap") -> Callable:
+def declare(
+    contract,
+    devices=("cpu",),
+    constraints: Optional[ShapeConstraints] = None,
+    int_mm: Optional[Callable] = None,
+    convention: str = "int8conf",
+    name: str = "",
+    version: str = "0",
+    description: str = "",
+    contiguous_only=False,
+    overflow: str = "wrap",
+) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
 
     Every argument is validated here, but a bad one does not raise at
@@ -283,13 +298,24 @@ def declare(contract, devices=("cpu",), constraints: Optional[ShapeConstraints] 
         decl = InvalidDeclaration(tuple(problems))
     else:
         cont, steps = values["contract"]
-        decl = KernelDeclaration(cont, values["devices"], values["constraints"], int_mm,
-                                 values["convention"], name, version, description, steps,
-                                 values["contiguous_only"], values["overflow"])
+        decl = KernelDeclaration(
+            cont,
+            values["devices"],
+            values["constraints"],
+            int_mm,
+            values["convention"],
+            name,
+            version,
+            description,
+            steps,
+            values["contiguous_only"],
+            values["overflow"],
+        )
 
     def wrap(fn: Callable) -> Callable:
         fn.int8conf = decl
         return fn
+
     return wrap
 
 
@@ -302,6 +328,7 @@ def vllm_adapter(fn: Callable) -> Callable:
     transposed view of a [K,N] buffer, a column-major copy); scalar / 1-D scales are
     reshaped (broadcast for scalars) to [M,1] / [N,1] float32, values unchanged.
     """
+
     @functools.wraps(fn)
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         m, n = a.shape[0], b.shape[0]
@@ -315,6 +342,7 @@ def vllm_adapter(fn: Callable) -> Callable:
             # row-major, and CUTLASS-style kernels need [K, N] column-major
             bt = b.contiguous().t()
         return fn(a, bt, sa, sb, out_dtype, bias)
+
     scaled_mm.int8conf_adapted = "vllm"
     return scaled_mm
 
@@ -334,7 +362,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             cons = ShapeConstraints(**cons)
         contract, attr_steps = _contract_and_steps(contract)
         base = KernelDeclaration(
-            contract=contract, steps=attr_steps,
+            contract=contract,
+            steps=attr_steps,
             devices=_devices(getattr(obj, "int8conf_devices", ("cpu",)), "int8conf_devices"),
             constraints=cons or ShapeConstraints(),
             int_mm=getattr(obj, "int8conf_int_mm", None),
@@ -343,7 +372,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             version=str(getattr(obj, "int8conf_version", "0")),
             description=getattr(obj, "int8conf_description", ""),
             contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
-            overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")))
+            overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")),
+        )
     over = {}
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
@@ -368,9 +398,11 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         keys = [k.split("/")[0] for k in decl.steps]
         missing = [d for d in decl.devices if d not in keys and "*" not in keys]
         if missing:
-            raise ContractError(f"the per-device epilogue names {sorted(decl.steps)} but not the "
-                                f"declared device(s) {missing}: add an entry for each (or '*'), "
-                                f"or declare devices={tuple(sorted(set(keys)))}")
+            raise ContractError(
+                f"the per-device epilogue names {sorted(decl.steps)} but not the "
+                f"declared device(s) {missing}: add an entry for each (or '*'), "
+                f"or declare devices={tuple(sorted(set(keys)))}"
+            )
     return decl
 
 
@@ -386,31 +418,47 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         if getattr(obj, "int8conf_factory", False) and callable(obj):
             obj = obj()
         if isinstance(obj, KernelSpec):
-            return _own_name(replace(obj, origin=origin, source_digest=obj.source_digest
-                                     or callable_digest(obj.scaled_mm)), name)
+            return _own_name(
+                replace(obj, origin=origin, source_digest=obj.source_digest or callable_digest(obj.scaled_mm)), name
+            )
         if not callable(obj):
-            raise KernelLoadError(f"kernel {name!r}: {type(obj).__name__} object is neither a "
-                                  f"KernelSpec nor a callable")
+            raise KernelLoadError(
+                f"kernel {name!r}: {type(obj).__name__} object is neither a KernelSpec nor a callable"
+            )
         decl = _declaration_from_attrs(obj, query)
     except ContractError as e:
         raise KernelLoadError(f"kernel {name!r}: bad declaration: {e}") from None
     except KernelLoadError:
         raise
     except Exception as e:  # noqa: BLE001 -- a user factory failing must be one line
-        raise KernelLoadError(f"kernel {name!r}: factory raised {type(e).__name__}: "
-                              f"{first_line(e, limit=None)}") from None
+        raise KernelLoadError(
+            f"kernel {name!r}: factory raised {type(e).__name__}: {first_line(e, limit=None)}"
+        ) from None
     if decl is None:
         raise KernelLoadError(
             f"kernel {name!r} declares no epilogue contract: decorate it with "
             f"conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append "
-            f"'?contract=cutlass|triton|<order>/<bias_point>' to the name")
+            f"'?contract=cutlass|triton|<order>/<bias_point>' to the name"
+        )
     fn = vllm_adapter(obj) if decl.convention == "vllm" else obj
-    return _own_name(KernelSpec(
-        name=decl.name or name, scaled_mm=fn, contract=decl.contract, devices=decl.devices,
-        constraints=decl.constraints, version=decl.version, source_digest=callable_digest(obj),
-        int_mm=decl.int_mm, origin=origin,
-        description=decl.description or f"{origin} ({decl.convention} convention)",
-        steps=decl.steps, contiguous_only=decl.contiguous_only, overflow=decl.overflow), name)
+    return _own_name(
+        KernelSpec(
+            name=decl.name or name,
+            scaled_mm=fn,
+            contract=decl.contract,
+            devices=decl.devices,
+            constraints=decl.constraints,
+            version=decl.version,
+            source_digest=callable_digest(obj),
+            int_mm=decl.int_mm,
+            origin=origin,
+            description=decl.description or f"{origin} ({decl.convention} convention)",
+            steps=decl.steps,
+            contiguous_only=decl.contiguous_only,
+            overflow=decl.overflow,
+        ),
+        name,
+    )
 
 
 def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
@@ -420,18 +468,17 @@ def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
     Raises:
         KernelLoadError: the declared name is reserved.
     """
-    from conformance.kernels.registry import BUILTINS
     if spec.name in BUILTINS or spec.name == "all":
         raise KernelLoadError(
             f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for "
             f"{'the built-in kernel' if spec.name != 'all' else 'every kernel'}: its reports "
             f"would replace reports/check/{spec.name}/; declare another name (declare(name=...) "
-            f"or ?name=)")
+            f"or ?name=)"
+        )
     return spec
 
 
-QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only",
-              "overflow")
+QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only", "overflow")
 
 
 def split_query(name: str) -> tuple[str, dict]:
@@ -451,8 +498,7 @@ def split_query(name: str) -> tuple[str, dict]:
     query = {k: v[0] for k, v in parsed.items()}
     unknown = sorted(set(query) - set(QUERY_KEYS))
     if unknown:
-        raise ContractError(f"kernel {base!r}: unknown query key(s) {unknown}; "
-                            f"expected some of {QUERY_KEYS}")
+        raise ContractError(f"kernel {base!r}: unknown query key(s) {unknown}; expected some of {QUERY_KEYS}")
     return base, query
 
 
@@ -469,8 +515,7 @@ def _devices(value, where: str) -> tuple:
         try:
             torch.device(d)
         except (RuntimeError, TypeError):
-            raise ContractError(f"{where}: device {d!r} is not a torch device type "
-                                f"(e.g. 'cpu', 'cuda')") from None
+            raise ContractError(f"{where}: device {d!r} is not a torch device type (e.g. 'cpu', 'cuda')") from None
     return devs
 
 
@@ -489,17 +534,20 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
         mod = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
         # the module itself (or its package) is missing, not a failing import inside it
-        missing = (isinstance(e, ModuleNotFoundError) and e.name is not None
-                   and (mod_name == e.name or mod_name.startswith(e.name + ".")))
-        hint = (" (is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
-                if missing else "")
-        raise KernelLoadError(f"{option} {name!r}: cannot import module {mod_name!r}: "
-                              f"{type(e).__name__}: {first_line(e, limit=None)}{hint}") from None
+        missing = (
+            isinstance(e, ModuleNotFoundError)
+            and e.name is not None
+            and (mod_name == e.name or mod_name.startswith(e.name + "."))
+        )
+        hint = " (is its directory on PYTHONPATH? run from it or set PYTHONPATH)" if missing else ""
+        raise KernelLoadError(
+            f"{option} {name!r}: cannot import module {mod_name!r}: "
+            f"{type(e).__name__}: {first_line(e, limit=None)}{hint}"
+        ) from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise KernelLoadError(f"{option} {name!r}: module {mod_name!r} has no attribute "
-                                  f"{attr!r}")
+            raise KernelLoadError(f"{option} {name!r}: module {mod_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return spec_from_object(obj, base, f"module:{base}", query)
 
@@ -516,15 +564,15 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
         KernelLoadError: the entry point exists but fails to load or declare.
     """
     base, query = split_query(name)
-    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-           if ep.name == base]
+    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == base]
     if not eps:
         return None
     try:
         obj = eps[0].load()
     except Exception as e:  # noqa: BLE001
-        raise KernelLoadError(f"entry point {base!r} ({eps[0].value}) failed to load: "
-                              f"{type(e).__name__}: {first_line(e, limit=None)}") from None
+        raise KernelLoadError(
+            f"entry point {base!r} ({eps[0].value}) failed to load: {type(e).__name__}: {first_line(e, limit=None)}"
+        ) from None
     return spec_from_object(obj, base, f"entry-point:{base}", query)
 
 
@@ -536,6 +584,7 @@ def cwd_on_sys_path(directory=None) -> None:
     is the script's folder)."""
     import os
     import sys
+
     cwd = os.path.abspath(directory if directory is not None else os.getcwd())
     if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
         sys.path.insert(0, cwd)

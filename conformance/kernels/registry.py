@@ -24,19 +24,21 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional
 
-from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from conformance.kernels import loader
+from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError, first_line
 
-BUILTINS = ("cpu", "int_mm", "triton")
-_MODULES = {"cpu": "conformance.kernels.builtin_cpu",
-            "int_mm": "conformance.kernels.builtin_int_mm",
-            "triton": "conformance.kernels.builtin_triton"}
+_MODULES = {
+    "cpu": "conformance.kernels.builtin_cpu",
+    "int_mm": "conformance.kernels.builtin_int_mm",
+    "triton": "conformance.kernels.builtin_triton",
+}
 _DESCRIPTIONS = {
     "cpu": "exact int32 GEMM on the CPU (chunked float32, exact) + torch float32 epilogue",
     "int_mm": "torch._int_mm (cuBLASLt on CUDA, oneDNN/ATen on CPU), zero-padded to its "
-              "shape constraints, + torch float32 epilogue",
+    "shape constraints, + torch float32 epilogue",
     "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; "
-              "native on CUDA, interpreter on CPU)",
+    "native on CUDA, interpreter on CPU)",
 }
 #: Layout declarations of built-ins whose module does not define CONTIGUOUS_ONLY.
 #: ``triton``: its kernel addresses b as ``b_ptr + n * b.stride(0) + k`` (unit
@@ -72,8 +74,7 @@ def register(spec: KernelSpec) -> None:
     if not isinstance(spec, KernelSpec):
         raise KernelLoadError(f"register() needs a KernelSpec, got {type(spec).__name__}")
     if not spec.name or spec.name in BUILTINS or spec.name == "all":
-        raise KernelLoadError(f"cannot register a kernel named {spec.name!r} "
-                              f"(empty, 'all' or a built-in name)")
+        raise KernelLoadError(f"cannot register a kernel named {spec.name!r} (empty, 'all' or a built-in name)")
     _REGISTERED[spec.name] = spec
 
 
@@ -84,24 +85,33 @@ def _builtin(name: str) -> KernelSpec:
         mod = importlib.import_module(_MODULES[name])
     except Exception as e:  # noqa: BLE001 -- e.g. triton missing or broken
         msg = first_line(e, None)
-        raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: "
-                              f"{type(e).__name__}: {msg}") from None
+        raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: {type(e).__name__}: {msg}") from None
     if name == "int_mm":
         devices = ("cuda", "cpu")
         # it pads internally, so it accepts every shape; the note keeps the native rule
-        cons = ShapeConstraints(note="pads internally to torch._int_mm's native constraints "
-                                     "(CUDA: M>16, K and N multiples of 8; CPU: none)")
+        cons = ShapeConstraints(
+            note="pads internally to torch._int_mm's native constraints (CUDA: M>16, K and N multiples of 8; CPU: none)"
+        )
     elif name == "triton":
         devices = ("cuda", "cpu")
         cons = ShapeConstraints(note="masked tails: any M, K, N >= 1")
     else:
         devices = ("cpu",)
         cons = ShapeConstraints(note="any M, K, N >= 1")
-    spec = KernelSpec(name=name, scaled_mm=mod.scaled_mm, contract=mod.CONTRACT, devices=devices,
-                      constraints=cons, version="1", source_digest=mod.SOURCE_DIGEST,
-                      int_mm=mod.int_mm, origin="builtin", description=_DESCRIPTIONS[name],
-                      contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", False),
-                      overflow=mod.OVERFLOW)
+    spec = KernelSpec(
+        name=name,
+        scaled_mm=mod.scaled_mm,
+        contract=mod.CONTRACT,
+        devices=devices,
+        constraints=cons,
+        version="1",
+        source_digest=mod.SOURCE_DIGEST,
+        int_mm=mod.int_mm,
+        origin="builtin",
+        description=_DESCRIPTIONS[name],
+        contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", False),
+        overflow=mod.OVERFLOW,
+    )
     _BUILT[name] = spec
     return spec
 
@@ -153,8 +163,6 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
         KernelLoadError: one line: unknown name, module that does not import,
             missing attribute, missing contract declaration.
     """
-    from conformance.kernels import loader
-
     if not isinstance(name, str) or not name.strip():
         raise KernelLoadError(f"kernel name must be a non-empty string, got {name!r}")
     name = name.strip()
@@ -167,6 +175,7 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     if name in _REGISTERED:
         return _REGISTERED[name]
     from conformance.kernels import adapters  # torchao, bnb, vLLM-family (optional libraries)
+
     adapted = adapters.lookup(name)
     if adapted is not None:
         return adapted
@@ -175,9 +184,11 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     spec = loader.load_entry_point(name)
     if spec is not None:
         return spec
-    raise KernelLoadError(f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not "
-                          f"registered, not 'pkg.module:function', not an "
-                          f"'{loader.ENTRY_POINT_GROUP}' entry point")
+    raise KernelLoadError(
+        f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not "
+        f"registered, not 'pkg.module:function', not an "
+        f"'{loader.ENTRY_POINT_GROUP}' entry point"
+    )
 
 
 def list_kernels() -> list[str]:

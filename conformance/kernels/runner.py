@@ -57,7 +57,7 @@ from torch import Tensor
 from conformance.kernels import trace
 from conformance.kernels.spec import KernelSpec
 from reference import readback
-from reference.errors import first_line
+from reference.errors import Int8confError, first_line
 from reference.operands import GemmOperands
 
 _PROMOTED = ("interpreter", "padded", "source_digest", "device")
@@ -124,8 +124,9 @@ def pick_device(spec: KernelSpec, device: Optional[str] = None) -> tuple[Optiona
         return "cuda", ""
     if "cpu" in spec.devices:
         return "cpu", ""
-    return None, (f"kernel {spec.name!r} supports devices {list(spec.devices)}, none available "
-                  f"here (cuda available: {cuda})")
+    return None, (
+        f"kernel {spec.name!r} supports devices {list(spec.devices)}, none available here (cuda available: {cuda})"
+    )
 
 
 def cuda_device(spec: KernelSpec, device: Optional[str] = None) -> Optional[str]:
@@ -136,11 +137,21 @@ def cuda_device(spec: KernelSpec, device: Optional[str] = None) -> Optional[str]
 
 
 def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
-    return {"name": spec.name, "source_digest": spec.source_digest,
-            "declared_source_digest": spec.source_digest, "device": device or "",
-            "path": "unreported", "interpreter": False, "padded": False,
-            "contract": spec.contract.to_dict(), "origin": spec.origin, "version": spec.version,
-            "operands_recorded_by": "", "skipped": False, "extra": {}}
+    return {
+        "name": spec.name,
+        "source_digest": spec.source_digest,
+        "declared_source_digest": spec.source_digest,
+        "device": device or "",
+        "path": "unreported",
+        "interpreter": False,
+        "padded": False,
+        "contract": spec.contract.to_dict(),
+        "origin": spec.origin,
+        "version": spec.version,
+        "operands_recorded_by": "",
+        "skipped": False,
+        "extra": {},
+    }
 
 
 def own_digests(name: str, digests: list) -> tuple[list, list]:
@@ -174,6 +185,7 @@ def own_digests(name: str, digests: list) -> tuple[list, list]:
         and one line per refused claim saying why.
     """
     from conformance.kernels.registry import builtin_source_digest
+
     own, refused = [], []
     for digest, owner in digests:
         if owner in (None, name):
@@ -183,10 +195,14 @@ def own_digests(name: str, digests: list) -> tuple[list, list]:
         if real is not None and digest == real:
             continue  # the built-in's own record, made inside this kernel
         own.append(digest)
-        why = (f"{owner!r} is not a built-in kernel" if real is None
-               else f"built-in {owner!r} has source digest {real[:12]}...")
-        refused.append(f"digest {str(digest)[:12]}... recorded with digest_of={owner!r} counted "
-                       f"as {name!r}'s own: {why}")
+        why = (
+            f"{owner!r} is not a built-in kernel"
+            if real is None
+            else f"built-in {owner!r} has source digest {real[:12]}..."
+        )
+        refused.append(
+            f"digest {str(digest)[:12]}... recorded with digest_of={owner!r} counted as {name!r}'s own: {why}"
+        )
     return own, refused
 
 
@@ -259,8 +275,13 @@ def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
             continue
         g = given[k]
         it = _INT_VIEW.get(v.element_size())
-        if (v.dtype != g.dtype or tuple(v.shape) != tuple(g.shape) or it is None
-                or v.dtype == torch.bool or v.device != g.device):
+        if (
+            v.dtype != g.dtype
+            or tuple(v.shape) != tuple(g.shape)
+            or it is None
+            or v.dtype == torch.bool
+            or v.device != g.device
+        ):
             if not _bits_equal(v, g):
                 bad.append(k)
             continue
@@ -272,6 +293,7 @@ def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
     def convert(vals: list) -> tuple[list, list]:
         got = bad + [k for k, f in zip(names, vals[:nf]) if f]
         return sorted(got, key=order.index), [int(v) for v in vals[nf:]]
+
     asked = flags + list(extra)
     if len({t.device for t in asked}) > 1:  # one transfer per device otherwise: read each
         return readback.ask([], lambda _: convert([int(t) for t in asked]))
@@ -286,9 +308,10 @@ def _clone_operands(named: dict, dense=frozenset()) -> dict:
     padded view dense and hide a kernel that ignores the leading stride)."""
     from reference.operands import copy_keep_layout
 
-    return {k: None if v is None else
-            (v.detach().contiguous().clone() if k in dense else copy_keep_layout(v))
-            for k, v in named.items()}
+    return {
+        k: None if v is None else (v.detach().contiguous().clone() if k in dense else copy_keep_layout(v))
+        for k, v in named.items()
+    }
 
 
 def _dense_names(spec) -> frozenset:
@@ -305,8 +328,7 @@ def _record_layouts(man: dict, originals: dict, given: dict) -> None:
 
     lay = {k: layout_label(v) for k, v in originals.items()}
     man["extra"]["operand_layouts"] = lay
-    dens = sorted(k for k, v in originals.items()
-                  if v is not None and layout_label(given[k]) != lay[k])
+    dens = sorted(k for k, v in originals.items() if v is not None and layout_label(given[k]) != lay[k])
     if dens:
         man["extra"]["densified"] = dens
 
@@ -336,16 +358,19 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
     if out.dtype != dtype:
         return f"{what} returned dtype {out.dtype}, expected {dtype}"
     if out.device.type not in ("cpu", "cuda"):  # e.g. 'meta': no values to compare
-        return (f"{what} returned a tensor on device {out.device.type!r}, expected one on "
-                f"'cpu' or 'cuda' holding its values")
+        return (
+            f"{what} returned a tensor on device {out.device.type!r}, expected one on "
+            f"'cpu' or 'cuda' holding its values"
+        )
     if not out.is_contiguous():  # callers .view() the result as torch ops' outputs allow
-        return (f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), "
-                f"expected a dense row-major [{m},{n}] tensor")
+        return (
+            f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), "
+            f"expected a dense row-major [{m},{n}] tensor"
+        )
     return None
 
 
-def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict,
-               cnt: Optional[int] = None) -> Optional[str]:
+def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt: Optional[int] = None) -> Optional[str]:
     """Error line if ``out`` has NaN where the declared-contract reference has
     none (a legal kernel can produce NaN only where the reference does, e.g.
     0 * inf with a fused scale that overflows). ``cnt``: the output's NaN
@@ -359,8 +384,9 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict,
         return None
     from reference.epilogue import reference_scaled_mm
 
-    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
-                              bias=ops.bias, out_dtype=ops.out_dtype)
+    ref = reference_scaled_mm(
+        ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype
+    )
     bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt
@@ -370,9 +396,11 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict,
     i, j = (int(v) for v in bad.nonzero()[0])
     man["extra"]["unexpected_nan_count"] = nbad
     man["extra"]["first_unexpected_nan"] = [i, j]
-    return (f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference "
-            f"({spec.contract.label()}) has none; first at [{i},{j}] (reference "
-            f"{float(ref[i, j])!r})")
+    return (
+        f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference "
+        f"({spec.contract.label()}) has none; first at [{i},{j}] (reference "
+        f"{float(ref[i, j])!r})"
+    )
 
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
@@ -419,8 +447,7 @@ class KernelLaunch:
             is None.
     """
 
-    def __init__(self, spec, ops, output, error, manifest, elapsed, verdicts, digests,
-                 keep_on_device):
+    def __init__(self, spec, ops, output, error, manifest, elapsed, verdicts, digests, keep_on_device):
         self.spec, self.ops, self.output, self.error = spec, ops, output, error
         self.manifest, self.elapsed_s = manifest, elapsed
         self._verdicts, self._digests, self._keep = verdicts, digests, keep_on_device
@@ -452,12 +479,14 @@ OWNERSHIP_MAX_WORK = 1 << 25
 
 
 def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
-    return (isinstance(y, Tensor) and x.device == y.device
-            and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+    return (
+        isinstance(y, Tensor)
+        and x.device == y.device
+        and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    )
 
 
-def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor,
-                     out_dtype: torch.dtype) -> Tensor:
+def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype) -> Tensor:
     """C10's evidence, in ``man["extra"]["ownership"]``: which operands the output
     shares storage with (``aliases``); then a second call on operands of the same
     shape and layout with other values (``~a``), after which the held output
@@ -470,14 +499,23 @@ def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Te
         when a later call changed it, so the other checks judge the first call).
     """
     from reference.operands import copy_keep_layout
+
     ev: dict = {"aliases": [k for k, v in given.items() if _same_storage(out, v)]}
     snap = out.detach().clone()
     other = {k: copy_keep_layout(v) for k, v in given.items()}
     other["a"].bitwise_not_()
     scratch = _base_manifest(spec, dev)
-    out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, other["a"], other["b"],
-                                     other["scale_a"], other["scale_b"], out_dtype=out_dtype,
-                                     bias=other["bias"])
+    out2, err2, _, _ = _guarded_call(
+        scratch,
+        dev,
+        spec.scaled_mm,
+        other["a"],
+        other["b"],
+        other["scale_a"],
+        other["scale_b"],
+        out_dtype=out_dtype,
+        bias=other["bias"],
+    )
     ev["second_call_error"] = err2
     ev["second_output_shares_storage"] = _same_storage(out, out2)
     it = _INT_VIEW[out.element_size()]
@@ -487,8 +525,13 @@ def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Te
     return snap if changed else out
 
 
-def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
-                 keep_on_device: bool = False, probe_ownership: bool = False) -> KernelLaunch:
+def start_kernel(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    device: Optional[str] = None,
+    keep_on_device: bool = False,
+    probe_ownership: bool = False,
+) -> KernelLaunch:
     """:func:`run_kernel` up to the kernel call: the kernel runs on copies of
     the operands, its output's type / shape / dtype are checked, and the
     in-place verdicts and the output's NaN count are asked
@@ -497,7 +540,7 @@ def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = No
     Args / Raises: as :func:`run_kernel`; ``probe_ownership``: record check C10's
     evidence (:func:`_probe_ownership`) for cases up to :data:`OWNERSHIP_MAX_WORK`
     whose ``meta["ownership_probe"]`` is not False (the suite probes one case per
-    size class: ``conformance.suite.mark_ownership_probes``).
+    size class: ``conformance.suite.run.mark_ownership_probes``).
 
     Returns:
         :class:`KernelLaunch`; ``.result()`` is what :func:`run_kernel` returns.
@@ -509,27 +552,45 @@ def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = No
     man = _base_manifest(spec, dev)
     if dev is None:
         man["skipped"] = True
-        return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None,
-                            keep_on_device)
+        return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None, keep_on_device)
     viol = spec.constraints.violations(m, k, n)
     if viol:
         man["skipped"] = True
         man["extra"]["constraint_violations"] = viol
-        return KernelLaunch(spec, ops, None, f"not runnable here: shape outside declared "
-                                             f"constraints: {'; '.join(viol)}", man, 0.0, None,
-                            None, keep_on_device)
+        return KernelLaunch(
+            spec,
+            ops,
+            None,
+            f"not runnable here: shape outside declared constraints: {'; '.join(viol)}",
+            man,
+            0.0,
+            None,
+            None,
+            keep_on_device,
+        )
     dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
-    originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b,
-                 "bias": dops.bias}
+    originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b, "bias": dops.bias}
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
-    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, given["a"], given["b"],
-                                         given["scale_a"], given["scale_b"],
-                                         out_dtype=dops.out_dtype, bias=given["bias"])
+    out, err, elapsed, t = _guarded_call(
+        man,
+        dev,
+        spec.scaled_mm,
+        given["a"],
+        given["b"],
+        given["scale_a"],
+        given["scale_b"],
+        out_dtype=dops.out_dtype,
+        bias=given["bias"],
+    )
     if err is None:
         err = _check_output(out, m, n, ops.out_dtype, "kernel")
-    if (err is None and probe_ownership and m * k * n <= OWNERSHIP_MAX_WORK
-            and (ops.meta or {}).get("ownership_probe", True)):
+    if (
+        err is None
+        and probe_ownership
+        and m * k * n <= OWNERSHIP_MAX_WORK
+        and (ops.meta or {}).get("ownership_probe", True)
+    ):
         out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype)
     # the output's NaN count is asked with the in-place verdicts (one read-back)
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
@@ -542,15 +603,16 @@ def start_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = No
         # the originals are untouched, so this is what was handed over
         man["operands_recorded_by"] = "runner"
         return trace.digest_operands(dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias)
+
     if err is not None:
         return KernelLaunch(spec, ops, None, err, man, elapsed, verdicts, digests, keep_on_device)
     man["device"] = out.device.type
-    return KernelLaunch(spec, ops, out.detach(), None, man, elapsed, verdicts, digests,
-                        keep_on_device)
+    return KernelLaunch(spec, ops, out.detach(), None, man, elapsed, verdicts, digests, keep_on_device)
 
 
-def run_kernel(spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None,
-               keep_on_device: bool = False) -> KernelRun:
+def run_kernel(
+    spec: KernelSpec, ops: GemmOperands, device: Optional[str] = None, keep_on_device: bool = False
+) -> KernelRun:
     """Run ``spec.scaled_mm`` on ``ops`` and check what came back.
 
     Args:
@@ -600,13 +662,15 @@ class AccLaunch:
                 if self.acc is None:
                     self._run = AccRun(None, self.error, self.manifest, self.elapsed_s)
                 else:
-                    self._run = AccRun(self.acc if self._keep else self.acc.to("cpu"), mod_err,
-                                       self.manifest, self.elapsed_s)
+                    self._run = AccRun(
+                        self.acc if self._keep else self.acc.to("cpu"), mod_err, self.manifest, self.elapsed_s
+                    )
         return self._run
 
 
-def start_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None,
-                 keep_on_device: bool = False) -> AccLaunch:
+def start_int_mm(
+    spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None, keep_on_device: bool = False
+) -> AccLaunch:
     """:func:`run_int_mm` up to the call: the in-place verdicts are asked
     (``reference.readback``), not read. Args / Raises as :func:`run_int_mm`;
     ``.result()`` of the returned :class:`AccLaunch` is what it returns."""
@@ -617,15 +681,18 @@ def start_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] =
     man = _base_manifest(spec, dev)
     if spec.int_mm is None:
         man["skipped"] = True
-        return AccLaunch(None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry",
-                         man, 0.0, None, keep_on_device)
+        return AccLaunch(
+            None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry", man, 0.0, None, keep_on_device
+        )
     if dev is None:
         man["skipped"] = True
         return AccLaunch(None, f"not runnable here: {why}", man, 0.0, None, keep_on_device)
     from reference.operands import copy_keep_layout
 
-    originals = {"a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
-                 "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev)}
+    originals = {
+        "a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
+        "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev),
+    }
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
     acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
@@ -638,8 +705,9 @@ def start_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] =
     return AccLaunch(acc.detach(), None, man, elapsed, verdicts, keep_on_device)
 
 
-def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None,
-               keep_on_device: bool = False) -> AccRun:
+def run_int_mm(
+    spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None, keep_on_device: bool = False
+) -> AccRun:
     """Run the accumulator-only entry ``spec.int_mm(a, b)``.
 
     Args:
@@ -654,3 +722,41 @@ def run_int_mm(spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = N
         OperandError: invalid a / b (dtype, shape, layout, K mismatch, empty).
     """
     return start_int_mm(spec, a, b, device, keep_on_device).result()
+
+
+def validate_device(device: Optional[str]) -> Optional[str]:
+    """Check a user's ``--device`` string before any kernel runs.
+
+    Args:
+        device: ``None`` (runner default), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ...
+
+    Returns:
+        ``device`` unchanged.
+
+    Raises:
+        Int8confError: not a torch device string (e.g. ``tpu``); CUDA
+            requested while ``torch.cuda.is_available()`` is False; a CUDA
+            index beyond ``torch.cuda.device_count()``; a CPU index other than 0
+            (``cpu:1``: torch has one CPU device) (one line each).
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise Int8confError(
+            f"--device {device!r}: not a valid device ({type(e).__name__}); use cpu, cuda or cuda:N"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Int8confError(f"--device {device!r}: CUDA requested but torch.cuda.is_available() is False")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise Int8confError(f"--device {device!r}: only {torch.cuda.device_count()} CUDA device(s) present")
+    elif dev.type != "cpu":
+        raise Int8confError(
+            f"--device {device!r}: unsupported device type {dev.type!r} (int8conf runs kernels on 'cpu' or 'cuda')"
+        )
+    elif dev.index not in (None, 0):
+        # torch has one CPU device; "cpu:1" would silently run on it
+        raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
+    return device

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract
@@ -21,6 +21,9 @@ from reference.errors import ContractError
 
 #: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
 OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
+
+#: Names of the built-in kernels; reserved, no loaded kernel may declare one.
+BUILTINS = ("cpu", "int_mm", "triton")
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,7 @@ class ShapeConstraints:
         out = []
         if m < self.min_m:
             out.append(f"M={m} < min_m={self.min_m}")
-        for name, v, mult in (("M", m, self.m_multiple), ("K", k, self.k_multiple),
-                              ("N", n, self.n_multiple)):
+        for name, v, mult in (("M", m, self.m_multiple), ("K", k, self.k_multiple), ("N", n, self.n_multiple)):
             if mult > 1 and v % mult:
                 out.append(f"{name}={v} is not a multiple of {mult}")
         if self.max_k is not None and k > self.max_k:
@@ -117,12 +119,12 @@ class KernelSpec:
     overflow: Union[str, Mapping[str, str]] = "wrap"
 
     def __post_init__(self) -> None:
-        values = (self.overflow.values() if isinstance(self.overflow, Mapping)
-                  else (self.overflow,))
+        values = self.overflow.values() if isinstance(self.overflow, Mapping) else (self.overflow,)
         for v in values:
             if v not in OVERFLOW_BEHAVIOURS:
-                raise ContractError(f"kernel {self.name!r}: overflow={self.overflow!r}: {v!r} is "
-                                    f"not one of {OVERFLOW_BEHAVIOURS}")
+                raise ContractError(
+                    f"kernel {self.name!r}: overflow={self.overflow!r}: {v!r} is not one of {OVERFLOW_BEHAVIOURS}"
+                )
 
     def overflow_on(self, device_type: Optional[str] = None) -> str:
         """The declared overflow behaviour on ``device_type`` (``"cpu"``,
@@ -153,14 +155,15 @@ class KernelSpec:
             "has_int_mm": self.int_mm is not None,
             "origin": self.origin,
             "description": self.description,
-            "contiguous_only": (self.contiguous_only if isinstance(self.contiguous_only, bool)
-                                else sorted(self.contiguous_only)),
-            "overflow": (dict(self.overflow) if isinstance(self.overflow, Mapping)
-                         else self.overflow),
+            "contiguous_only": (
+                self.contiguous_only if isinstance(self.contiguous_only, bool) else sorted(self.contiguous_only)
+            ),
+            "overflow": (dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow),
             **({"steps": _steps_dict(self.steps)} if self.steps is not None else {}),
         }
 
 
 def _steps_dict(steps) -> dict:
     from reference.epilogue_steps import declared_to_dict
+
     return declared_to_dict(steps)

@@ -49,8 +49,7 @@ class Trace:
     digests: list = field(default_factory=list)
 
 
-_CURRENT: contextvars.ContextVar[Optional[Trace]] = contextvars.ContextVar(
-    "int8conf_kernel_trace", default=None)
+_CURRENT: contextvars.ContextVar[Optional[Trace]] = contextvars.ContextVar("int8conf_kernel_trace", default=None)
 
 
 @contextlib.contextmanager
@@ -93,22 +92,19 @@ def record_path(path: str, **extra) -> None:
     t.extra.update({k: v for k, v in extra.items() if k not in ("source_digest", "digest_of")})
 
 
-def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                    bias: Optional[Tensor] = None) -> dict:
+def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> dict:
     """sha256 hex digests of the operands, same keys as
     ``GemmOperands.digests()`` (``reference.operands.tensor_digest``; bias ->
     "none" when None). Tensors on any device (copied to CPU to hash)."""
     from reference.operands import tensor_digest  # lazy import
 
     out = {}
-    for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b),
-                   ("bias", bias)):
+    for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias)):
         out[key] = tensor_digest(t)
     return out
 
 
-def record_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor,
-                    bias: Optional[Tensor] = None) -> None:
+def record_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> None:
     """Record digests of the operands the kernel actually received.
 
     Call it with the tensors as the kernel got them (before any padding or

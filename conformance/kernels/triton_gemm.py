@@ -102,9 +102,25 @@ class _DeviceFunction(JITFunction):
 
 
 @_DeviceFunction
-def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-              stride_sa, stride_sb, stride_bias, stride_om,
-              HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr):
+def _epilogue(
+    acc,
+    rm,
+    rn,
+    omask,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    HAS_BIAS: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    ACC_ONLY: tl.constexpr,
+):
     """Output epilogue of both kernels (module docstring): store one
     ``[BLOCK_M, BLOCK_N]`` tile of the full int32 sums ``acc``.
 
@@ -124,7 +140,7 @@ def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
         sa = tl.load(sa_ptr + rm * stride_sa, mask=rm < M, other=1.0)
         sb = tl.load(sb_ptr + rn * stride_sb, mask=rn < N, other=1.0)
         y = acc.to(tl.float32) * sa[:, None]  # TRITON_STYLE: s_a first ...
-        y = y * sb[None, :]                   # ... then s_w
+        y = y * sb[None, :]  # ... then s_w
         if OUT_KIND == 0:
             # RNE fp32 -> bf16 on the bit pattern (module docstring)
             u = y.to(tl.uint32, bitcast=True)
@@ -132,8 +148,7 @@ def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
             hi = tl.where(y != y, 0x7FC0, hi)
             if HAS_BIAS:
                 bb = tl.load(bias_ptr + rn * stride_bias, mask=rn < N, other=0)  # raw bf16 bits
-                bf = (bb.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32,
-                                                                              bitcast=True)
+                bf = (bb.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
                 z = (hi << 16).to(tl.float32, bitcast=True) + bf[None, :]
                 u = z.to(tl.uint32, bitcast=True)
                 hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
@@ -153,14 +168,38 @@ def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
             tl.store(optrs, r, mask=omask)
 
 
-def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-            M, N, K,
-            stride_am, stride_ak, stride_bn, stride_bk,
-            stride_sa, stride_sb, stride_bias, stride_om,
-            HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-            GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-            INT64_IDX: tl.constexpr, K_ITERS_STATIC: tl.constexpr):
+def w8a8_mm(
+    a_ptr,
+    b_ptr,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    ws_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    HAS_BIAS: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    ACC_ONLY: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INT64_IDX: tl.constexpr,
+    K_ITERS_STATIC: tl.constexpr,
+):
     """Pointer-load W8A8 GEMM tile program (module docstring).
 
     a: int8 [M,K] strides (stride_am, stride_ak); b: int8 [N,K] strides
@@ -225,19 +264,57 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
         last = arrived == SPLIT_K - 1
         # a full-shape mask (the interpreter's atomics refuse a broadcast scalar mask)
         omask = omask & ((tl.full((BLOCK_M, BLOCK_N), 0, tl.int32) + arrived) == SPLIT_K - 1)
-        acc = tl.atomic_xchg(wptrs, tl.full((BLOCK_M, BLOCK_N), 0, tl.int32), mask=omask,
-                             sem="relaxed")  # full sum out, workspace zeroed
+        acc = tl.atomic_xchg(
+            wptrs, tl.full((BLOCK_M, BLOCK_N), 0, tl.int32), mask=omask, sem="relaxed"
+        )  # full sum out, workspace zeroed
         tl.atomic_xchg(cnt_ptr + tile, 0, mask=last, sem="relaxed")
 
-    _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-              stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)
+    _epilogue(
+        acc,
+        rm,
+        rn,
+        omask,
+        sa_ptr,
+        sb_ptr,
+        bias_ptr,
+        out_ptr,
+        M,
+        N,
+        stride_sa,
+        stride_sb,
+        stride_bias,
+        stride_om,
+        HAS_BIAS,
+        OUT_KIND,
+        ACC_ONLY,
+    )
 
 
-def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
-                M, N, K, stride_sa, stride_sb, stride_bias, stride_om, NUM_PROGS,
-                HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):
+def w8a8_mm_tma(
+    a_desc,
+    b_desc,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_sa,
+    stride_sb,
+    stride_bias,
+    stride_om,
+    NUM_PROGS,
+    HAS_BIAS: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    ACC_ONLY: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
+):
     """TMA W8A8 GEMM (CUDA only): ``a_desc`` over a [M,K] block [BLOCK_M,BLOCK_K],
     ``b_desc`` over b [N,K] block [BLOCK_N,BLOCK_K] (out-of-range reads are
     zero-filled by the TMA unit, so K tails add nothing). Grid: (NUM_PROGS,);
@@ -254,8 +331,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
     num_tiles = num_pid_m * num_pid_n
     k_iters = (K + BLOCK_K - 1) // BLOCK_K
     width = GROUP_M * num_pid_n
-    for tile in tl.range(pid, num_tiles, NUM_PROGS, flatten=FLATTEN,
-                         warp_specialize=WARP_SPEC == 1):
+    for tile in tl.range(pid, num_tiles, NUM_PROGS, flatten=FLATTEN, warp_specialize=WARP_SPEC == 1):
         first_m = (tile // width) * GROUP_M
         group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
         pid_m = first_m + (tile % width) % group_rows
@@ -271,5 +347,22 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr,
         rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
         omask = (rm[:, None] < M) & (rn[None, :] < N)
-        _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N,
-                  stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)
+        _epilogue(
+            acc,
+            rm,
+            rn,
+            omask,
+            sa_ptr,
+            sb_ptr,
+            bias_ptr,
+            out_ptr,
+            M,
+            N,
+            stride_sa,
+            stride_sb,
+            stride_bias,
+            stride_om,
+            HAS_BIAS,
+            OUT_KIND,
+            ACC_ONLY,
+        )

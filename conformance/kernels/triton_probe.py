@@ -35,9 +35,9 @@ from reference.errors import first_line
 _CACHE: dict = {}
 
 
-def _probe_kernel(i_ptr, x_ptr, s_ptr, h_ptr, g_ptr,
-                  o_i2f, o_mul, o_bf, o_bf_rtne, o_h2f, o_hadd, o_f16,
-                  N: tl.constexpr):
+def _probe_kernel(
+    i_ptr, x_ptr, s_ptr, h_ptr, g_ptr, o_i2f, o_mul, o_bf, o_bf_rtne, o_h2f, o_hadd, o_f16, N: tl.constexpr
+):
     r = tl.arange(0, N)
     i = tl.load(i_ptr + r)
     x = tl.load(x_ptr + r)
@@ -65,8 +65,7 @@ def _rtz_bf16(x: torch.Tensor) -> torch.Tensor:
     return ((x.view(torch.int32) >> 16).to(torch.int16)).view(torch.bfloat16)
 
 
-def _verdict(got: torch.Tensor, rne: torch.Tensor, rtz: torch.Tensor = None,
-             ok_word: str = "rne") -> str:
+def _verdict(got: torch.Tensor, rne: torch.Tensor, rtz: torch.Tensor = None, ok_word: str = "rne") -> str:
     g, r = _bits(got), _bits(rne)
     if torch.equal(g, r):
         return ok_word
@@ -77,32 +76,43 @@ def _verdict(got: torch.Tensor, rne: torch.Tensor, rtz: torch.Tensor = None,
 
 def _inputs() -> dict:
     n = 16
-    i = torch.tensor([2**24 + 1, 2**24 + 3, -(2**24 + 1), 2**31 - 1, -2**31, 123456789, 7, 0]
-                     * 2, dtype=torch.int32)
-    normal = [1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-8 + 2**-20, -(1.0 + 3 * 2**-8),
-              1.0 + 2**-7 - 2**-23, 1.0 - 2**-24, 3.0e38, 0.1]
+    i = torch.tensor([2**24 + 1, 2**24 + 3, -(2**24 + 1), 2**31 - 1, -(2**31), 123456789, 7, 0] * 2, dtype=torch.int32)
+    normal = [
+        1.0 + 2**-8,
+        1.0 + 3 * 2**-8,
+        1.0 + 2**-8 + 2**-20,
+        -(1.0 + 3 * 2**-8),
+        1.0 + 2**-7 - 2**-23,
+        1.0 - 2**-24,
+        3.0e38,
+        0.1,
+    ]
     x = torch.tensor(normal * 2, dtype=torch.float32)
     s = torch.tensor([0.3, 1e-30, 1e-10, 7.0, 2**-20, 1.5, 1e-8, 3.0] * 2, dtype=torch.float32)
-    sub = torch.tensor([2**-130, 3 * 2**-133, -(2**-128), 2**-127 + 2**-133] * 4,
-                       dtype=torch.float32)
-    h = torch.tensor([1.0, 2**-130, 256.0, -3.0, 2**-127, 1.5, 1e30, 0.0078125] * 2,
-                     dtype=torch.float32).to(torch.bfloat16)
-    g = torch.tensor([2**-8, 1.0, 1.0, 2**-9, 2**-126, 2**-8 * 1.5, 1e22, 1.0] * 2,
-                     dtype=torch.float32).to(torch.bfloat16)
+    sub = torch.tensor([2**-130, 3 * 2**-133, -(2**-128), 2**-127 + 2**-133] * 4, dtype=torch.float32)
+    h = torch.tensor([1.0, 2**-130, 256.0, -3.0, 2**-127, 1.5, 1e30, 0.0078125] * 2, dtype=torch.float32).to(
+        torch.bfloat16
+    )
+    g = torch.tensor([2**-8, 1.0, 1.0, 2**-9, 2**-126, 2**-8 * 1.5, 1e22, 1.0] * 2, dtype=torch.float32).to(
+        torch.bfloat16
+    )
     return {"n": n, "i": i, "x": x, "s": s, "sub": sub, "h": h, "g": g}
 
 
 def _run(kern, d: dict, x: torch.Tensor, device: str) -> dict:
     n = d["n"]
     outs = {
-        "i2f": torch.empty(n, dtype=torch.float32), "mul": torch.empty(n, dtype=torch.float32),
-        "bf": torch.empty(n, dtype=torch.bfloat16), "bf_rtne": torch.empty(n, dtype=torch.bfloat16),
-        "h2f": torch.empty(n, dtype=torch.float32), "hadd": torch.empty(n, dtype=torch.bfloat16),
-        "f16": torch.empty(n, dtype=torch.float16)}
+        "i2f": torch.empty(n, dtype=torch.float32),
+        "mul": torch.empty(n, dtype=torch.float32),
+        "bf": torch.empty(n, dtype=torch.bfloat16),
+        "bf_rtne": torch.empty(n, dtype=torch.bfloat16),
+        "h2f": torch.empty(n, dtype=torch.float32),
+        "hadd": torch.empty(n, dtype=torch.bfloat16),
+        "f16": torch.empty(n, dtype=torch.float16),
+    }
     outs = {k: v.to(device) for k, v in outs.items()}
     ins = [t.to(device) for t in (d["i"], x, d["s"], d["h"], d["g"])]
-    kern[(1,)](*ins, outs["i2f"], outs["mul"], outs["bf"], outs["bf_rtne"], outs["h2f"],
-               outs["hadd"], outs["f16"], N=n)
+    kern[(1,)](*ins, outs["i2f"], outs["mul"], outs["bf"], outs["bf_rtne"], outs["h2f"], outs["hadd"], outs["f16"], N=n)
     return {k: v.cpu() for k, v in outs.items()}
 
 
@@ -142,8 +152,7 @@ def probe(native: bool = False) -> dict:
     res["fp32_mul"] = _verdict(o["mul"], x * s, ok_word="ieee")
     res["fp32_to_bf16"] = _verdict(o["bf"], x.to(torch.bfloat16), _rtz_bf16(x))
     res["fp32_to_bf16_rtne"] = _verdict(o["bf_rtne"], x.to(torch.bfloat16), _rtz_bf16(x))
-    res["fp32_to_bf16_subnormal"] = _verdict(osub["bf"], d["sub"].to(torch.bfloat16),
-                                             _rtz_bf16(d["sub"]))
+    res["fp32_to_bf16_subnormal"] = _verdict(osub["bf"], d["sub"].to(torch.bfloat16), _rtz_bf16(d["sub"]))
     res["bf16_to_fp32"] = _verdict(o["h2f"], d["h"].to(torch.float32), ok_word="exact")
     res["bf16_add"] = _verdict(o["hadd"], (d["h"].float() + d["g"].float()).to(torch.bfloat16))
     res["fp32_to_fp16"] = _verdict(o["f16"], x.to(torch.float16))

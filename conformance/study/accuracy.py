@@ -60,17 +60,18 @@ def accuracy_from_nll(sums: dict, counts: np.ndarray, n_resamples: int, seed: in
         "rel_change_vs_own": Interval dict (not for own)}},
         "decomposition": {...} (when wrong and pow2-nearest are present)}``.
     """
-    from conformance.study.bootstrap import (
-        paired_log_ratio_interval, perplexity_interval, relative_change_interval,
-    )
+    from conformance.study.bootstrap import paired_log_ratio_interval, perplexity_interval, relative_change_interval
 
     out = {"arms": {}}
     for arm, s in sums.items():
-        rec = {"perplexity": perplexity_interval(s, counts, n_resamples, seed, level).to_dict(),
-               "mean_nll": float(s.sum() / counts.sum())}
+        rec = {
+            "perplexity": perplexity_interval(s, counts, n_resamples, seed, level).to_dict(),
+            "mean_nll": float(s.sum() / counts.sum()),
+        }
         if arm != "own":
-            rec["rel_change_vs_own"] = relative_change_interval(s, sums["own"], counts, n_resamples, seed,
-                                                                level).to_dict()
+            rec["rel_change_vs_own"] = relative_change_interval(
+                s, sums["own"], counts, n_resamples, seed, level
+            ).to_dict()
         out["arms"][arm] = rec
     if "wrong" in sums and "pow2-nearest" in sums:
         total = paired_log_ratio_interval(sums["wrong"], sums["own"], counts, n_resamples, seed, level)
@@ -88,8 +89,16 @@ def accuracy_from_nll(sums: dict, counts: np.ndarray, n_resamples: int, seed: in
     return out
 
 
-def run_accuracy(ctx, n_windows: int, window_len: int, n_resamples: int, seed: int, level: float,
-                 batch_size: int = 8, progress: Optional[Callable[[str], None]] = None) -> dict:
+def run_accuracy(
+    ctx,
+    n_windows: int,
+    window_len: int,
+    n_resamples: int,
+    seed: int,
+    level: float,
+    batch_size: int = 8,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
     """Part 4 on a :class:`conformance.study.arms.StudyContext` (kernel A).
 
     Returns:
@@ -106,9 +115,18 @@ def run_accuracy(ctx, n_windows: int, window_len: int, n_resamples: int, seed: i
         sums[arm], counts = window_nll(tf)
         say(f"accuracy {arm}: perplexity {tf.perplexity:.4f}")
     out = accuracy_from_nll(sums, counts, n_resamples, seed, level)
-    out.update(windows=int(win.shape[0]), window_len=int(win.shape[1]),
-               predicted_tokens=int(counts.sum()), kernel=kern.name,
-               same_scales_wrong_vs_pow2_nearest=same_scales(ctx),
-               bootstrap={"n_resamples": n_resamples, "seed": seed, "level": level, "unit": "window",
-                          "method": "paired percentile bootstrap over whole windows"})
+    out.update(
+        windows=int(win.shape[0]),
+        window_len=int(win.shape[1]),
+        predicted_tokens=int(counts.sum()),
+        kernel=kern.name,
+        same_scales_wrong_vs_pow2_nearest=same_scales(ctx),
+        bootstrap={
+            "n_resamples": n_resamples,
+            "seed": seed,
+            "level": level,
+            "unit": "window",
+            "method": "paired percentile bootstrap over whole windows",
+        },
+    )
     return out

@@ -58,6 +58,7 @@ class StudyContext:
         """The bf16 ``Qwen3ForCausalLM`` (loaded once)."""
         if self._base is None:
             from reference.model.forward import load_model
+
             self._base = load_model(self.model_dir)
         return self._base
 
@@ -66,6 +67,7 @@ class StudyContext:
         """The model's tokenizer (loaded once)."""
         if self._tokenizer is None:
             from reference.model.tokenizer import load_tokenizer
+
             self._tokenizer = load_tokenizer(self.model_dir)
         return self._tokenizer
 
@@ -83,13 +85,18 @@ class StudyContext:
         if arm not in self._weights:
             if arm == "own" and self.committed_dir is not None:
                 from reference.model.weights import checkpoint_weights
+
                 self._weights[arm] = checkpoint_weights(self.base, self.committed_dir)[0]
             elif arm == "wrong":
                 from reference.model.pow2 import rewrite_scales_pow2_without_requant
+
                 own = self.weights("own")
                 self._weights[arm] = {
-                    n: wf.as_quant_weight(*rewrite_scales_pow2_without_requant(w.q, w.scale, "nearest"),
-                                          bias=w.bias, name=n) for n, w in own.items()}
+                    n: wf.as_quant_weight(
+                        *rewrite_scales_pow2_without_requant(w.q, w.scale, "nearest"), bias=w.bias, name=n
+                    )
+                    for n, w in own.items()
+                }
             else:
                 self._weights[arm] = wf.weights_for_scale_mode(self.base, arm)
         return self._weights[arm]
@@ -117,7 +124,6 @@ class StudyContext:
         model, _ = wf.build_w8a8_model(self.base, self.weights(arm), fns)
         return model, man
 
-
     def teacher_forced(self, kernel, arm: str, windows, batch_size: int = 8):
         """Teacher-forced replay of ``windows`` (int64 [W, T]) through one arm
         (:func:`reference.model.forward.teacher_forced`), memoized per
@@ -130,8 +136,12 @@ class StudyContext:
 
         from reference.model.forward import teacher_forced
 
-        key = (None if arm == "bf16" else kernel.name, arm,
-               hashlib.sha256(windows.contiguous().numpy().tobytes()).hexdigest(), tuple(windows.shape))
+        key = (
+            None if arm == "bf16" else kernel.name,
+            arm,
+            hashlib.sha256(windows.contiguous().numpy().tobytes()).hexdigest(),
+            tuple(windows.shape),
+        )
         if key not in self._tf:
             model, _ = self.model(kernel, arm)
             self._tf[key] = teacher_forced(model, windows, batch_size)
@@ -152,7 +162,13 @@ def kernel_record(spec, manifest: Optional[dict] = None) -> dict:
     """JSON-able description of a kernel: name, declared contract, devices,
     version / digest, and the path it took (from a run manifest)."""
     man = manifest or {}
-    return {"name": spec.name, "contract": spec.contract.label(), "scale_order": spec.contract.scale_order,
-            "devices": list(spec.devices), "version": getattr(spec, "version", None),
-            "source_digest": (getattr(spec, "source_digest", None) or "")[:16] or None,
-            "path": man.get("path"), "device": man.get("device")}
+    return {
+        "name": spec.name,
+        "contract": spec.contract.label(),
+        "scale_order": spec.contract.scale_order,
+        "devices": list(spec.devices),
+        "version": getattr(spec, "version", None),
+        "source_digest": (getattr(spec, "source_digest", None) or "")[:16] or None,
+        "path": man.get("path"),
+        "device": man.get("device"),
+    }

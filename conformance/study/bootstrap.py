@@ -90,8 +90,14 @@ def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float
     return float(lo), float(hi)
 
 
-def bootstrap(stat: Callable[[np.ndarray], np.ndarray], point: float, n_units: int,
-              n_resamples: int = MIN_RESAMPLES, seed: int = 0, level: float = 0.9) -> Interval:
+def bootstrap(
+    stat: Callable[[np.ndarray], np.ndarray],
+    point: float,
+    n_units: int,
+    n_resamples: int = MIN_RESAMPLES,
+    seed: int = 0,
+    level: float = 0.9,
+) -> Interval:
     """Generic bootstrap of a statistic that is vectorized over resamples.
 
     Args:
@@ -107,8 +113,15 @@ def bootstrap(stat: Callable[[np.ndarray], np.ndarray], point: float, n_units: i
     idx = resample_indices(n_units, n_resamples, seed)
     vals = np.asarray(stat(idx), dtype=np.float64)
     lo, hi = percentile_interval(vals, level)
-    return Interval(float(point), lo, hi, float(level), int(n_resamples), int(seed), float(vals.std(ddof=1))
-                    if vals.size > 1 else 0.0)
+    return Interval(
+        float(point),
+        lo,
+        hi,
+        float(level),
+        int(n_resamples),
+        int(seed),
+        float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
+    )
 
 
 def _check_units(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +144,9 @@ def mean_interval(values, n_resamples: int = MIN_RESAMPLES, seed: int = 0, level
     return bootstrap(lambda idx: v[idx].mean(axis=1), float(v.mean()), v.size, n_resamples, seed, level)
 
 
-def perplexity_interval(nll_sums, counts, n_resamples: int = MIN_RESAMPLES, seed: int = 0,
-                        level: float = 0.9) -> Interval:
+def perplexity_interval(
+    nll_sums, counts, n_resamples: int = MIN_RESAMPLES, seed: int = 0, level: float = 0.9
+) -> Interval:
     """Perplexity ``exp(sum NLL / tokens)`` with a window-bootstrap interval.
 
     Args:
@@ -141,12 +155,14 @@ def perplexity_interval(nll_sums, counts, n_resamples: int = MIN_RESAMPLES, seed
     """
     s, c = _check_units(nll_sums, counts)
     point = float(np.exp(s.sum() / c.sum()))
-    return bootstrap(lambda idx: np.exp(s[idx].sum(axis=1) / c[idx].sum(axis=1)), point, s.size,
-                     n_resamples, seed, level)
+    return bootstrap(
+        lambda idx: np.exp(s[idx].sum(axis=1) / c[idx].sum(axis=1)), point, s.size, n_resamples, seed, level
+    )
 
 
-def paired_log_ratio_interval(nll_sums_arm, nll_sums_base, counts, n_resamples: int = MIN_RESAMPLES,
-                              seed: int = 0, level: float = 0.9) -> Interval:
+def paired_log_ratio_interval(
+    nll_sums_arm, nll_sums_base, counts, n_resamples: int = MIN_RESAMPLES, seed: int = 0, level: float = 0.9
+) -> Interval:
     """``log(ppl_arm / ppl_base)`` = difference of mean NLL (nats/token),
     paired over windows (same resampled windows for both arms).
 
@@ -160,12 +176,12 @@ def paired_log_ratio_interval(nll_sums_arm, nll_sums_base, counts, n_resamples: 
         raise BootstrapError(f"paired arms differ in windows: {a.shape} vs {b.shape}")
     d = a - b
     point = float(d.sum() / c.sum())
-    return bootstrap(lambda idx: d[idx].sum(axis=1) / c[idx].sum(axis=1), point, d.size,
-                     n_resamples, seed, level)
+    return bootstrap(lambda idx: d[idx].sum(axis=1) / c[idx].sum(axis=1), point, d.size, n_resamples, seed, level)
 
 
-def relative_change_interval(nll_sums_arm, nll_sums_base, counts, n_resamples: int = MIN_RESAMPLES,
-                             seed: int = 0, level: float = 0.9) -> Interval:
+def relative_change_interval(
+    nll_sums_arm, nll_sums_base, counts, n_resamples: int = MIN_RESAMPLES, seed: int = 0, level: float = 0.9
+) -> Interval:
     """Relative perplexity change ``ppl_arm / ppl_base - 1`` (unitless, e.g.
     0.012 = +1.2 %), paired window bootstrap: each resample applies the same
     window indices to both arms (same seed -> same resamples as
@@ -176,5 +192,6 @@ def relative_change_interval(nll_sums_arm, nll_sums_base, counts, n_resamples: i
         raise BootstrapError(f"paired arms differ in windows: {a.shape} vs {b.shape}")
     d = a - b
     point = float(np.expm1(d.sum() / c.sum()))
-    return bootstrap(lambda idx: np.expm1(d[idx].sum(axis=1) / c[idx].sum(axis=1)), point, d.size,
-                     n_resamples, seed, level)
+    return bootstrap(
+        lambda idx: np.expm1(d[idx].sum(axis=1) / c[idx].sum(axis=1)), point, d.size, n_resamples, seed, level
+    )

@@ -97,6 +97,7 @@ def lockstep_model(ctx, spec, arm: str, n_prompts: int):
 
 def _spacing(x: float) -> float:
     from conformance.checks.token_flip import bf16_spacing
+
     return float(bf16_spacing(torch.tensor([x], dtype=torch.float32))[0])
 
 
@@ -118,18 +119,31 @@ def compare_runs(x: list[dict], y: list[dict]) -> dict:
         if div is None and len(tx) != len(ty):
             div = min(len(tx), len(ty))
         steps = min(len(rx["top1"]), len(ry["top1"]))
-        ldiff = next((i for i in range(steps) if rx["top1"][i] != ry["top1"][i]
-                      or rx["margin"][i] != ry["margin"][i]), None)
-        rec = {"identical": div is None, "first_divergence": div, "first_logit_difference": ldiff,
-               "logits_identical": div is None and ldiff is None}
+        ldiff = next(
+            (i for i in range(steps) if rx["top1"][i] != ry["top1"][i] or rx["margin"][i] != ry["margin"][i]), None
+        )
+        rec = {
+            "identical": div is None,
+            "first_divergence": div,
+            "first_logit_difference": ldiff,
+            "logits_identical": div is None and ldiff is None,
+        }
         if div is not None and div < steps:
             mx, my = rx["margin"][div], ry["margin"][div]
-            rec.update(tokens=[tx[div], ty[div]], margin_x=mx, margin_y=my,
-                       margin_x_spacings=mx / _spacing(rx["top1"][div]),
-                       margin_y_spacings=my / _spacing(ry["top1"][div]))
+            rec.update(
+                tokens=[tx[div], ty[div]],
+                margin_x=mx,
+                margin_y=my,
+                margin_x_spacings=mx / _spacing(rx["top1"][div]),
+                margin_y_spacings=my / _spacing(ry["top1"][div]),
+            )
         per.append(rec)
-    return {"prompts": len(per), "identical_sequences": sum(r["identical"] for r in per),
-            "identical_logits": sum(r["logits_identical"] for r in per), "per_prompt": per}
+    return {
+        "prompts": len(per),
+        "identical_sequences": sum(r["identical"] for r in per),
+        "identical_logits": sum(r["logits_identical"] for r in per),
+        "per_prompt": per,
+    }
 
 
 def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockstep=None) -> list[dict]:
@@ -145,9 +159,11 @@ def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockst
         seq = torch.tensor([list(ids) + toks[:-1]], dtype=torch.long)
         tf = teacher_forced(model, seq, batch_size=1)
         s = len(ids) - 1
-        return {"tokens": [int(v) for v in tf.argmax[0, s:]],
-                "top1": [float(v) for v in tf.top1[0, s:]],
-                "margin": [float(v) for v in tf.margin[0, s:]]}
+        return {
+            "tokens": [int(v) for v in tf.argmax[0, s:]],
+            "top1": [float(v) for v in tf.top1[0, s:]],
+            "margin": [float(v) for v in tf.margin[0, s:]],
+        }
 
     return _per_prompt(one, len(prompts_ids), lockstep)
 
@@ -157,29 +173,48 @@ def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_token
     conformance.study.e2e_agreement SPEC OUT``), same model / kernel / arm."""
     from reference.errors import Int8confError
 
-    spec = {"model_dir": str(ctx.model_dir), "kernel": kernel_arg, "arm": arm, "prompts": n_prompts,
-            "new_tokens": new_tokens, "device": ctx.device,
-            "committed_dir": None if ctx.committed_dir is None else str(ctx.committed_dir),
-            "cache": None if ctx.cache is None else str(ctx.cache)}
+    spec = {
+        "model_dir": str(ctx.model_dir),
+        "kernel": kernel_arg,
+        "arm": arm,
+        "prompts": n_prompts,
+        "new_tokens": new_tokens,
+        "device": ctx.device,
+        "committed_dir": None if ctx.committed_dir is None else str(ctx.committed_dir),
+        "cache": None if ctx.cache is None else str(ctx.cache),
+    }
     with tempfile.TemporaryDirectory(prefix="int8conf-study-") as td:
         sp, op = Path(td) / "spec.json", Path(td) / "out.json"
         sp.write_text(json.dumps(spec))
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        r = subprocess.run([sys.executable, "-m", "conformance.study.e2e_agreement", str(sp), str(op)],
-                           env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "conformance.study.e2e_agreement", str(sp), str(op)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0 or not op.is_file():
             tail = (r.stderr or r.stdout or "").strip().splitlines()
-            raise Int8confError(f"fresh-process generation with kernel {kernel_arg!r} failed "
-                                f"(exit {r.returncode}): {tail[-1] if tail else 'no output'}")
+            raise Int8confError(
+                f"fresh-process generation with kernel {kernel_arg!r} failed "
+                f"(exit {r.returncode}): {tail[-1] if tail else 'no output'}"
+            )
         return json.loads(op.read_text())["runs"]
 
 
-def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tokens: int,
-                      modes=("own", "pow2-nearest"), fresh: str = "a",
-                      progress: Optional[Callable[[str], None]] = None,
-                      resume_dir=None, resume_key: Optional[dict] = None) -> dict:
+def run_e2e_agreement(
+    ctx,
+    kernel_args: tuple[str, str],
+    n_prompts: int,
+    new_tokens: int,
+    modes=("own", "pow2-nearest"),
+    fresh: str = "a",
+    progress: Optional[Callable[[str], None]] = None,
+    resume_dir=None,
+    resume_key: Optional[dict] = None,
+) -> dict:
     """Part 3 on a :class:`conformance.study.arms.StudyContext`.
 
     Resumable: with ``resume_dir``, every finished run (a generation, a
@@ -203,8 +238,12 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
     say = progress or (lambda s: None)
     pids = prompt_token_ids(ctx, n_prompts)
     from reference.model.forward import check_context
-    check_context(max(len(p) for p in pids) + new_tokens, ctx.base.config,
-                  f"longest prompt ({max(len(p) for p in pids)} tokens) + --new-tokens ({new_tokens})")
+
+    check_context(
+        max(len(p) for p in pids) + new_tokens,
+        ctx.base.config,
+        f"longest prompt ({max(len(p) for p in pids)} tokens) + --new-tokens ({new_tokens})",
+    )
     a, b = ctx.kernels
     runs: dict = {}
     models: dict = {}
@@ -215,32 +254,44 @@ def run_e2e_agreement(ctx, kernel_args: tuple[str, str], n_prompts: int, new_tok
             models[(spec.name, mode)] = lockstep_model(ctx, spec, mode, n_prompts)
         return models[(spec.name, mode)]
 
-    out = {"prompts": n_prompts, "new_tokens": new_tokens, "prompt_lengths": [len(p) for p in pids],
-           "batching": "lockstep: each prompt its own batch-1 run (own KV cache, attention, lm_head); "
-                       "the kernel called once per layer on all prompts' rows (conformance.study.lockstep)",
-           "a_vs_b": {}, "fresh_process": {}, "prefill_vs_decode": {}, "sequences": {}}
+    out = {
+        "prompts": n_prompts,
+        "new_tokens": new_tokens,
+        "prompt_lengths": [len(p) for p in pids],
+        "batching": "lockstep: each prompt its own batch-1 run (own KV cache, attention, lm_head); "
+        "the kernel called once per layer on all prompts' rows (conformance.study.lockstep)",
+        "a_vs_b": {},
+        "fresh_process": {},
+        "prefill_vs_decode": {},
+        "sequences": {},
+    }
     for mode in modes:
         for spec in (a, b):
             runs[(spec.name, mode)] = store.get(
                 f"generate-{spec.name}-{mode}",
-                lambda: generate(model(spec, mode)[0], pids, new_tokens, model(spec, mode)[1]))
+                lambda: generate(model(spec, mode)[0], pids, new_tokens, model(spec, mode)[1]),
+            )
             say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
         out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
         out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
         say(f"e2e {mode}: {out['a_vs_b'][mode]['identical_sequences']}/{n_prompts} sequences identical A vs B")
     for i, (spec, arg) in enumerate(zip((a, b), kernel_args)):
         if fresh == "both" or (fresh == "a" and i == 0):
-            again = store.get(f"fresh-{spec.name}",
-                              lambda: _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens))
+            again = store.get(f"fresh-{spec.name}", lambda: _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens))
             out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
-            say(f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
-                f"/{n_prompts} identical")
-        pre = store.get(f"prefill-{spec.name}",
-                        lambda: prefill_run(model(spec, "own")[0], pids, runs[(spec.name, "own")],
-                                            model(spec, "own")[1]))
+            say(
+                f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
+                f"/{n_prompts} identical"
+            )
+        pre = store.get(
+            f"prefill-{spec.name}",
+            lambda: prefill_run(model(spec, "own")[0], pids, runs[(spec.name, "own")], model(spec, "own")[1]),
+        )
         out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
-        say(f"e2e {spec.name} prefill vs decode: "
-            f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical")
+        say(
+            f"e2e {spec.name} prefill vs decode: "
+            f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical"
+        )
     return out
 
 
@@ -278,16 +329,21 @@ class ResumableRuns:
 
 def _worker(spec_path: str, out_path: str) -> int:
     """Fresh-process entry: read a spec JSON, generate, write ``{"runs": ...}``."""
-    from conformance.model_run import resolve_kernel_list
     from conformance.study.arms import StudyContext
+    from conformance.study.model_run import resolve_kernel_list
     from reference.fileio import atomic_write_json
 
     spec = json.loads(Path(spec_path).read_text())
     from conformance.study.interp import study_kernel
+
     kern = study_kernel(resolve_kernel_list(spec["kernel"])[0], spec["device"])
-    ctx = StudyContext(model_dir=Path(spec["model_dir"]), kernels=(kern,), device=spec["device"],
-                       committed_dir=None if spec["committed_dir"] is None else Path(spec["committed_dir"]),
-                       cache=None if spec["cache"] is None else Path(spec["cache"]))
+    ctx = StudyContext(
+        model_dir=Path(spec["model_dir"]),
+        kernels=(kern,),
+        device=spec["device"],
+        committed_dir=None if spec["committed_dir"] is None else Path(spec["committed_dir"]),
+        cache=None if spec["cache"] is None else Path(spec["cache"]),
+    )
     model, ls = lockstep_model(ctx, kern, spec["arm"], spec["prompts"])
     runs = generate(model, prompt_token_ids(ctx, spec["prompts"]), spec["new_tokens"], ls)
     atomic_write_json(Path(out_path), {"runs": runs})

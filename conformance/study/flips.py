@@ -25,7 +25,6 @@ N_BINS = 10
 REPORTED_MARGIN_SPACINGS = 4
 
 
-
 def flip_deciles(tf_a, tf_b, n_bins: int = N_BINS) -> dict:
     """Flip rate per margin decile of two teacher-forced replays of the same
     windows.
@@ -51,19 +50,36 @@ def flip_deciles(tf_a, tf_b, n_bins: int = N_BINS) -> dict:
         if idx.size == 0:
             continue
         m = margin[idx]
-        deciles.append({"decile": i + 1, "positions": int(idx.size), "flips": int(flip[idx].sum()),
-                        "rate": float(flip[idx].mean()), "margin_min": float(m.min()),
-                        "margin_max": float(m.max()),
-                        "margin_median_spacings": float(np.median(m / spacing[idx]))})
+        deciles.append(
+            {
+                "decile": i + 1,
+                "positions": int(idx.size),
+                "flips": int(flip[idx].sum()),
+                "rate": float(flip[idx].mean()),
+                "margin_min": float(m.min()),
+                "margin_max": float(m.max()),
+                "margin_median_spacings": float(np.median(m / spacing[idx])),
+            }
+        )
     above = flip & (margin > REPORTED_MARGIN_SPACINGS * spacing)
-    return {"positions": int(margin.size), "flips": int(flip.sum()), "flip_rate": float(flip.mean()),
-            "flips_above_4_spacings": int(above.sum()),
-            "max_flip_margin_spacings": float((margin / spacing)[flip].max()) if flip.any() else 0.0,
-            "deciles": deciles}
+    return {
+        "positions": int(margin.size),
+        "flips": int(flip.sum()),
+        "flip_rate": float(flip.mean()),
+        "flips_above_4_spacings": int(above.sum()),
+        "max_flip_margin_spacings": float((margin / spacing)[flip].max()) if flip.any() else 0.0,
+        "deciles": deciles,
+    }
 
 
-def run_flips(ctx, n_windows: int, window_len: int, modes=("own", "pow2-nearest"), batch_size: int = 8,
-              progress: Optional[Callable[[str], None]] = None) -> dict:
+def run_flips(
+    ctx,
+    n_windows: int,
+    window_len: int,
+    modes=("own", "pow2-nearest"),
+    batch_size: int = 8,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
     """Part 5 on a :class:`conformance.study.arms.StudyContext`.
 
     Returns:

@@ -43,6 +43,7 @@ def _pow2(x: int) -> int:
 def interp_config(m: int, n: int):
     """The study's interpreter ``builtin_triton.Config`` for an ``[m, n]`` output."""
     from conformance.kernels.builtin_triton import Config
+
     return Config("ptr", min(MAX_BLOCK_M, _pow2(m)), min(MAX_BLOCK_N, _pow2(n)), BLOCK_K, 1, 1, 4, 1)
 
 
@@ -52,6 +53,7 @@ def is_interpreted_builtin_triton(spec, device) -> bool:
     if spec.name != "triton" or spec.origin != "builtin":
         return False
     import torch
+
     return device == "cpu" or (device is None and not torch.cuda.is_available())
 
 
@@ -66,10 +68,13 @@ def study_kernel(spec, device):
 
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):
         import torch
-        out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
-        return bt.scaled_mm_config(interp_config(a.shape[0], b.shape[0]), a, b, scale_a, scale_b,
-                                   out_dtype, bias)
 
-    return dataclasses.replace(spec, scaled_mm=scaled_mm,
-                               description=(spec.description + " " if spec.description else "")
-                               + "[study: interpreter tiles from conformance.study.interp]")
+        out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+        return bt.scaled_mm_config(interp_config(a.shape[0], b.shape[0]), a, b, scale_a, scale_b, out_dtype, bias)
+
+    return dataclasses.replace(
+        spec,
+        scaled_mm=scaled_mm,
+        description=(spec.description + " " if spec.description else "")
+        + "[study: interpreter tiles from conformance.study.interp]",
+    )

@@ -5,7 +5,7 @@ of the model on held-out text, per-token quantized) is run through kernel A
 and kernel B under three weight modes -- the checkpoint's own scales and
 power-of-two scales requantized from the parents (``nearest``,
 ``ceiling``) -- and the two outputs are compared on bf16 bit patterns
-(``conformance.pairwise.compare_pair``: elements differing, maximum spacing
+(``conformance.suite.pairwise.compare_pair``: elements differing, maximum spacing
 distance, histogram).
 
 Why enough tokens matter: integer accumulation is exact, so kernels of
@@ -45,12 +45,13 @@ MODES = (("own", "nearest", "own"), ("pow2", "nearest", "pow2-nearest"), ("pow2"
 #: Tokens kept per capture window (window length 128).
 TOKENS_PER_WINDOW = 64
 WINDOW_LEN = 128
-_FP32_MIN_NORMAL = 2.0 ** -126
+_FP32_MIN_NORMAL = 2.0**-126
 _FP32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def ensure_capture(model_dir, tokens: int, cache=None, committed_dir=None,
-                   progress: Optional[Callable[[str], None]] = None):
+def ensure_capture(
+    model_dir, tokens: int, cache=None, committed_dir=None, progress: Optional[Callable[[str], None]] = None
+):
     """A capture set of ``model_dir`` with at least ``tokens`` rows per layer
     (``ceil(tokens / 64)`` held-out windows of 128 tokens, 64 positions
     each), built once into the artifact cache and resumed if interrupted.
@@ -66,11 +67,22 @@ def ensure_capture(model_dir, tokens: int, cache=None, committed_dir=None,
 
     windows = max(1, math.ceil(tokens / TOKENS_PER_WINDOW))
     tag = "own" if committed_dir is None else "ext-" + Path(committed_dir).resolve().name
-    out = (cache_dir(cache) / "captures" /
-           f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}")
-    return capture_model(model_dir, out, windows=windows, window_len=WINDOW_LEN,
-                         tokens_per_window=TOKENS_PER_WINDOW, w8a8_dir=committed_dir, cache=cache,
-                         store_raw=False, progress=progress)
+    out = (
+        cache_dir(cache)
+        / "captures"
+        / f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}"
+    )
+    return capture_model(
+        model_dir,
+        out,
+        windows=windows,
+        window_len=WINDOW_LEN,
+        tokens_per_window=TOKENS_PER_WINDOW,
+        w8a8_dir=committed_dir,
+        cache=cache,
+        store_raw=False,
+        progress=progress,
+    )
 
 
 def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) -> dict[str, bool]:
@@ -101,7 +113,7 @@ def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) 
     return {
         "pow2_scales": bool(torch.all(torch.frexp(sb).mantissa.abs() == 0.5)),
         "bias_point": ops.bias is None or spec_a.contract.bias_point == spec_b.contract.bias_point,
-        "int32_headroom": bool(float(acc.max()) < 2.0 ** 31) if acc.numel() else True,
+        "int32_headroom": bool(float(acc.max()) < 2.0**31) if acc.numel() else True,
         "fp32_normal_range": in_range(pa) and in_range(pw) and in_range(p),
     }
 
@@ -110,7 +122,7 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
     """Run both kernels on one layer's operands and compare them.
 
     Returns:
-        JSON-able dict: ``conformance.pairwise.compare_pair``'s fields
+        JSON-able dict: ``conformance.suite.pairwise.compare_pair``'s fields
         (``status``, ``n_elements``, ``n_equal``, ``max_ulp``,
         ``ulp_histogram``, ``worst``...) plus ``layer``, ``block``, ``proj``,
         ``M``, ``K``, ``N``, ``differing``, ``predicted_differing`` (elements
@@ -120,7 +132,7 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
         ``failed_preconditions`` (pow2 modes), ``paths``.
     """
     from conformance.kernels.runner import run_kernel
-    from conformance.pairwise import compare_pair
+    from conformance.suite.pairwise import compare_pair
     from reference.accumulate import exact_int_mm
     from reference.bits import bits_of
     from reference.epilogue import apply_epilogue
@@ -129,9 +141,15 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
     ra = run_kernel(spec_a, ops, device=device)
     rb = run_kernel(spec_b, ops, device=device)
     rec = compare_pair(spec_a, spec_b, ops, ra, rb)
-    rec.update(layer=ops.name, block=ops.meta.get("block"), proj=ops.meta.get("proj"),
-               M=int(ops.a.shape[0]), K=int(ops.a.shape[1]), N=int(ops.b.shape[0]),
-               paths=[ra.manifest.get("path"), rb.manifest.get("path")])
+    rec.update(
+        layer=ops.name,
+        block=ops.meta.get("block"),
+        proj=ops.meta.get("proj"),
+        M=int(ops.a.shape[0]),
+        K=int(ops.a.shape[1]),
+        N=int(ops.b.shape[0]),
+        paths=[ra.manifest.get("path"), rb.manifest.get("path")],
+    )
     # the declared contracts' outputs from one exact accumulator, on the kernels' GPU when
     # they run there (the reference gives the same bits on every device: tests/reference,
     # -m cuda); on the CPU three accumulators of a 2048 x 2048 x 6144 layer took most of
@@ -165,22 +183,33 @@ def summarize_mode(layers: list[dict], label: str) -> dict:
     ok = [r for r in layers if r["status"] != "error"]
     elements = sum(r["n_elements"] for r in ok)
     differing = sum(r["differing"] for r in ok)
-    out = {"mode": label, "layers": len(layers), "layers_identical": sum(r["status"] == "identical" for r in ok),
-           "layers_error": [r["layer"] for r in layers if r["status"] == "error"],
-           "elements": elements, "differing": differing,
-           "per_million": differing / elements * 1e6 if elements else 0.0,
-           "predicted_differing": sum(r["predicted_differing"] for r in layers),
-           "a_vs_declared": sum(r.get("a_vs_declared", 0) for r in ok),
-           "b_vs_declared": sum(r.get("b_vs_declared", 0) for r in ok),
-           "max_ulp": max((r["max_ulp"] for r in ok), default=0),
-           "ulp_histogram": merge_histograms([r["ulp_histogram"] for r in ok]) if ok else {}}
+    out = {
+        "mode": label,
+        "layers": len(layers),
+        "layers_identical": sum(r["status"] == "identical" for r in ok),
+        "layers_error": [r["layer"] for r in layers if r["status"] == "error"],
+        "elements": elements,
+        "differing": differing,
+        "per_million": differing / elements * 1e6 if elements else 0.0,
+        "predicted_differing": sum(r["predicted_differing"] for r in layers),
+        "a_vs_declared": sum(r.get("a_vs_declared", 0) for r in ok),
+        "b_vs_declared": sum(r.get("b_vs_declared", 0) for r in ok),
+        "max_ulp": max((r["max_ulp"] for r in ok), default=0),
+        "ulp_histogram": merge_histograms([r["ulp_histogram"] for r in ok]) if ok else {},
+    }
     if label != "own":
-        out["differing_layers"] = [{"layer": r["layer"], "differing": r["differing"],
-                                    "failed_preconditions": r.get("failed_preconditions", []),
-                                    "explanation": ("precondition failed: " + ", ".join(r["failed_preconditions"]))
-                                    if r.get("failed_preconditions") else
-                                    "all preconditions hold: a kernel departs from its declared contract"}
-                                   for r in ok if r["differing"]]
+        out["differing_layers"] = [
+            {
+                "layer": r["layer"],
+                "differing": r["differing"],
+                "failed_preconditions": r.get("failed_preconditions", []),
+                "explanation": ("precondition failed: " + ", ".join(r["failed_preconditions"]))
+                if r.get("failed_preconditions")
+                else "all preconditions hold: a kernel departs from its declared contract",
+            }
+            for r in ok
+            if r["differing"]
+        ]
     return out
 
 
@@ -196,11 +225,17 @@ def run_layer_agreement(ctx, tokens: int, progress: Optional[Callable[[str], Non
     say = progress or (lambda s: None)
     cs = ensure_capture(ctx.model_dir, tokens, ctx.cache, ctx.committed_dir, progress=say)
     a, b = ctx.kernels
-    out = {"capture": {"dir": str(cs.dir), "windows": cs.manifest["settings"]["windows"],
-                       "window_len": cs.manifest["settings"]["window_len"],
-                       "tokens_per_layer": cs.manifest["settings"]["tokens_per_layer"],
-                       "layers": len(cs.layer_names())},
-           "modes": {}, "layers": {}}
+    out = {
+        "capture": {
+            "dir": str(cs.dir),
+            "windows": cs.manifest["settings"]["windows"],
+            "window_len": cs.manifest["settings"]["window_len"],
+            "tokens_per_layer": cs.manifest["settings"]["tokens_per_layer"],
+            "layers": len(cs.layer_names()),
+        },
+        "modes": {},
+        "layers": {},
+    }
     for scale_mode, rule, label in MODES:
         recs = []
         for ops in iter_layer_operands(cs, scale_mode, rule):
@@ -208,7 +243,9 @@ def run_layer_agreement(ctx, tokens: int, progress: Optional[Callable[[str], Non
         out["layers"][label] = recs
         out["modes"][label] = summarize_mode(recs, label)
         m = out["modes"][label]
-        say(f"layers {label}: {m['layers_identical']}/{m['layers']} bit-identical, "
+        say(
+            f"layers {label}: {m['layers_identical']}/{m['layers']} bit-identical, "
             f"{m['differing']} of {m['elements']} elements differ (declared contracts predict "
-            f"{m['predicted_differing']})")
+            f"{m['predicted_differing']})"
+        )
     return out

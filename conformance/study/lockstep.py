@@ -79,7 +79,7 @@ class Lockstep:
             lo = 0
             for i, s in enumerate(self._slots):
                 m = int(s[1].shape[0])
-                self._out[i] = y[lo:lo + m]
+                self._out[i] = y[lo : lo + m]
                 lo += m
         except BaseException as exc:  # noqa: BLE001 - handed to every thread
             self._err = exc
@@ -92,8 +92,10 @@ class Lockstep:
         def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
             i = self._local.index
             if self._done:
-                raise LockstepError(f"{name}: called after another lockstep thread had finished "
-                                    f"(threads made different numbers of calls)")
+                raise LockstepError(
+                    f"{name}: called after another lockstep thread had finished "
+                    f"(threads made different numbers of calls)"
+                )
             self._slots[i] = (name, a, scale_a, fn, b, scale_b, out_dtype, bias)
             try:
                 self._barrier.wait()
@@ -102,6 +104,7 @@ class Lockstep:
             if self._err is not None:
                 raise self._err
             return self._out[i]
+
         return scaled_mm
 
     def wrap_all(self, fns: Mapping[str, Callable]) -> dict:
@@ -144,8 +147,9 @@ class Lockstep:
         if self._err is not None:
             err, self._err = self._err, None
             raise err
-        first = next((e for e in errors if e is not None and not isinstance(e, LockstepError)), None) \
-            or next((e for e in errors if e is not None), None)
+        first = next((e for e in errors if e is not None and not isinstance(e, LockstepError)), None) or next(
+            (e for e in errors if e is not None), None
+        )
         if first is not None:
             raise first
         return results

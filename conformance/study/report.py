@@ -33,28 +33,37 @@ def headline(r: dict) -> list[str]:
     a, b = (k["name"] for k in r["kernels"])
     model = f"{r['model']['parameters'] / 1e6:.1f} M-parameter model" if r.get("model") else "this model"
     lines = [f"NOT RUN ({_why_missing(r, p)}): {p}" for p in r.get("missing_parts") or []]
-    lines += [f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
-             f"the two rules differ on {r['gate']['rule_disagreement']['fraction'] * 100:.2f} % of int8 weights"]
+    lines += [
+        f"gate: committed checkpoint reproduced by rule {', '.join(r['gate']['which_rule']['reproduced_by'])}; "
+        f"the two rules differ on {r['gate']['rule_disagreement']['fraction'] * 100:.2f} % of int8 weights"
+    ]
     for mode, m in la.get("modes", {}).items():
-        lines.append(f"layers {mode}: {m['layers_identical']}/{m['layers']} bit-identical {a} vs {b}, "
-                     f"{m['differing']} of {m['elements']} elements differ ({m['per_million']:.2f} per million; "
-                     f"declared contracts predict {m['predicted_differing']}), max {m['max_ulp']} ulp "
-                     f"[{la['capture']['tokens_per_layer']} captured rows per layer]")
+        lines.append(
+            f"layers {mode}: {m['layers_identical']}/{m['layers']} bit-identical {a} vs {b}, "
+            f"{m['differing']} of {m['elements']} elements differ ({m['per_million']:.2f} per million; "
+            f"declared contracts predict {m['predicted_differing']}), max {m['max_ulp']} ulp "
+            f"[{la['capture']['tokens_per_layer']} captured rows per layer]"
+        )
     for mode, c in e2e.get("a_vs_b", {}).items():
-        lines.append(f"e2e {mode}: {c['identical_sequences']}/{c['prompts']} greedy sequences byte-identical "
-                     f"{a} vs {b} [{e2e['prompts']} prompts x {e2e['new_tokens']} new tokens]")
-    scope = (f" [{acc['windows']} windows x {acc['window_len']} tokens, {model}]" if acc else "")
+        lines.append(
+            f"e2e {mode}: {c['identical_sequences']}/{c['prompts']} greedy sequences byte-identical "
+            f"{a} vs {b} [{e2e['prompts']} prompts x {e2e['new_tokens']} new tokens]"
+        )
+    scope = f" [{acc['windows']} windows x {acc['window_len']} tokens, {model}]" if acc else ""
     for arm, rec in acc.get("arms", {}).items():
         if "rel_change_vs_own" in rec:
-            lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
-                         f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)"
-                         + scope)
+            lines.append(
+                f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
+                f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)" + scope
+            )
         else:
             lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}" + scope)
     for mode, m in fl.get("modes", {}).items():
-        lines.append(f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "
-                     f"({100 * m['flip_rate']:.3f} %), {m['flips_above_4_spacings']} above 4 spacings "
-                     f"[{fl['windows']} windows x {fl['window_len']} tokens]")
+        lines.append(
+            f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "
+            f"({100 * m['flip_rate']:.3f} %), {m['flips_above_4_spacings']} above 4 spacings "
+            f"[{fl['windows']} windows x {fl['window_len']} tokens]"
+        )
     return lines
 
 
@@ -64,45 +73,69 @@ def _md_gate(g: dict) -> list[str]:
     L.append("| rule | how it divides | reproduces the committed checkpoint |")
     L.append("|---|---|---|")
     for rule, res in wr["results"].items():
-        verdict = (f"yes, {res['tensors']} tensors byte for byte" if res["passed"] else
-                   f"no: tensor `{res['tensor']}` element {res['index']}: committed {res['committed']}, "
-                   f"rebuilt {res['rebuilt']}")
+        verdict = (
+            f"yes, {res['tensors']} tensors byte for byte"
+            if res["passed"]
+            else f"no: tensor `{res['tensor']}` element {res['index']}: committed {res['committed']}, "
+            f"rebuilt {res['rebuilt']}"
+        )
         L.append(f"| `{rule}` | {g['rules'][rule]} | {verdict} |")
     L += ["", f"Checkpoint: `{wr['committed_dir']}`. Requantized arms use rule `{wr['rule']}`.", ""]
     f = rd.get("first")
-    L.append(f"On this model's weights the two rules give different int8 values for {rd['differing']} of "
-             f"{rd['elements']} elements ({100 * rd['fraction']:.2f} %, always by at most {rd['max_abs_diff']})"
-             + (f"; first: `{f['layer']}` {f['index']}, w = {f['w_bits']}, scale = {f['scale_bits']}: "
-                f"cpu {f['cpu']}, cuda-triton {f['cuda_triton']}." if f else "."))
+    L.append(
+        f"On this model's weights the two rules give different int8 values for {rd['differing']} of "
+        f"{rd['elements']} elements ({100 * rd['fraction']:.2f} %, always by at most {rd['max_abs_diff']})"
+        + (
+            f"; first: `{f['layer']}` {f['index']}, w = {f['w_bits']}, scale = {f['scale_bits']}: "
+            f"cpu {f['cpu']}, cuda-triton {f['cuda_triton']}."
+            if f
+            else "."
+        )
+    )
     pi = g["pow2_rule_independence"]
-    L.append("Power-of-two arms are rule-independent (division by 2^k is exact): "
-             + ", ".join(f"pow2-{k}: elements differing from the exact division over {v['layers']} layers, "
-                         f"cpu rule {v['differing_cpu']}, cuda-triton rule {v['differing_cuda_triton']}"
-                         for k, v in pi.items()) + ".")
+    L.append(
+        "Power-of-two arms are rule-independent (division by 2^k is exact): "
+        + ", ".join(
+            f"pow2-{k}: elements differing from the exact division over {v['layers']} layers, "
+            f"cpu rule {v['differing_cpu']}, cuda-triton rule {v['differing_cuda_triton']}"
+            for k, v in pi.items()
+        )
+        + "."
+    )
     if lib.get("installed"):
-        L.append(f"compressed-tensors {lib['version']} itself ({lib['path']}): int8 weights identical to rule "
-                 f"`cpu` on {lib['identical_q']}/{lib['layers']} layers, scales on {lib['identical_scale']}/"
-                 f"{lib['layers']}.")
+        L.append(
+            f"compressed-tensors {lib['version']} itself ({lib['path']}): int8 weights identical to rule "
+            f"`cpu` on {lib['identical_q']}/{lib['layers']} layers, scales on {lib['identical_scale']}/"
+            f"{lib['layers']}."
+        )
     else:
-        L.append(f"compressed-tensors not importable here ({lib.get('reason')}): library cross-check skipped "
-                 f"(the test suite runs it on the CPU).")
+        L.append(
+            f"compressed-tensors not importable here ({lib.get('reason')}): library cross-check skipped "
+            f"(the test suite runs it on the CPU)."
+        )
     return L + [""]
 
 
 def _md_layers(la: dict, a: str, b: str) -> list[str]:
     c = la["capture"]
-    L = ["## 2. Layer-level agreement", "",
-         f"Captured: {c['tokens_per_layer']} held-out token rows per layer ({c['windows']} windows x "
-         f"{c['window_len']} tokens, 64 positions each), {c['layers']} layers. Figure: "
-         f"![layer agreement]({FIGURES['layers']})", "",
-         f"| scale mode | layers bit-identical | elements differing {a} vs {b} | per million | predicted by the "
-         f"declared contracts | {a} / {b} off own contract | max ulp | histogram |",
-         "|---|---|---|---|---|---|---|---|"]
+    L = [
+        "## 2. Layer-level agreement",
+        "",
+        f"Captured: {c['tokens_per_layer']} held-out token rows per layer ({c['windows']} windows x "
+        f"{c['window_len']} tokens, 64 positions each), {c['layers']} layers. Figure: "
+        f"![layer agreement]({FIGURES['layers']})",
+        "",
+        f"| scale mode | layers bit-identical | elements differing {a} vs {b} | per million | predicted by the "
+        f"declared contracts | {a} / {b} off own contract | max ulp | histogram |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, m in la["modes"].items():
         hist = ", ".join(f"{k}: {v}" for k, v in m["ulp_histogram"].items() if v)
-        L.append(f"| {mode} | {m['layers_identical']}/{m['layers']} | {m['differing']} of {m['elements']} | "
-                 f"{m['per_million']:.2f} | {m['predicted_differing']} | {m['a_vs_declared']} / {m['b_vs_declared']} | "
-                 f"{m['max_ulp']} | {hist} |")
+        L.append(
+            f"| {mode} | {m['layers_identical']}/{m['layers']} | {m['differing']} of {m['elements']} | "
+            f"{m['per_million']:.2f} | {m['predicted_differing']} | {m['a_vs_declared']} / {m['b_vs_declared']} | "
+            f"{m['max_ulp']} | {hist} |"
+        )
     L.append("")
     for mode, m in la["modes"].items():
         if mode == "own":
@@ -111,25 +144,36 @@ def _md_layers(la: dict, a: str, b: str) -> list[str]:
             for d in m["differing_layers"]:
                 L.append(f"- {mode}: `{d['layer']}` differs in {d['differing']} elements -- {d['explanation']}")
         else:
-            L.append(f"- {mode}: every layer bit-identical; every precondition (power-of-two scales, bias point, "
-                     f"int32 headroom, float32 normal range) held in every layer.")
+            L.append(
+                f"- {mode}: every layer bit-identical; every precondition (power-of-two scales, bias point, "
+                f"int32 headroom, float32 normal range) held in every layer."
+            )
     return L + [""]
 
 
 def _md_e2e(e: dict, a: str, b: str) -> list[str]:
-    L = ["## 3. End-to-end greedy agreement", "",
-         f"{e['prompts']} of the 8 fixed prompts (lengths {e['prompt_lengths']} tokens) x {e['new_tokens']} new "
-         f"tokens, greedy, KV cache, no early stop."
-         + (f" Batching: {e['batching']}." if e.get("batching") else ""), "",
-         "| comparison | byte-identical sequences | also identical top-1 / margin every step | first divergence "
-         "step (margin there, bf16 spacings) |", "|---|---|---|---|"]
+    L = [
+        "## 3. End-to-end greedy agreement",
+        "",
+        f"{e['prompts']} of the 8 fixed prompts (lengths {e['prompt_lengths']} tokens) x {e['new_tokens']} new "
+        f"tokens, greedy, KV cache, no early stop." + (f" Batching: {e['batching']}." if e.get("batching") else ""),
+        "",
+        "| comparison | byte-identical sequences | also identical top-1 / margin every step | first divergence "
+        "step (margin there, bf16 spacings) |",
+        "|---|---|---|---|",
+    ]
 
     def row(label, c):
-        divs = [f"p{i}: step {p['first_divergence']} ({_num(p.get('margin_x'), 3)}, "
-                f"{_num(p.get('margin_x_spacings'), 1)} sp)" for i, p in enumerate(c["per_prompt"])
-                if p["first_divergence"] is not None]
-        L.append(f"| {label} | {c['identical_sequences']}/{c['prompts']} | {c['identical_logits']}/{c['prompts']} | "
-                 f"{'; '.join(divs) if divs else '-'} |")
+        divs = [
+            f"p{i}: step {p['first_divergence']} ({_num(p.get('margin_x'), 3)}, "
+            f"{_num(p.get('margin_x_spacings'), 1)} sp)"
+            for i, p in enumerate(c["per_prompt"])
+            if p["first_divergence"] is not None
+        ]
+        L.append(
+            f"| {label} | {c['identical_sequences']}/{c['prompts']} | {c['identical_logits']}/{c['prompts']} | "
+            f"{'; '.join(divs) if divs else '-'} |"
+        )
 
     for mode, c in e["a_vs_b"].items():
         row(f"{a} vs {b}, {mode}", c)
@@ -143,36 +187,53 @@ def _md_e2e(e: dict, a: str, b: str) -> list[str]:
 def _md_accuracy(acc: dict) -> list[str]:
     bs = acc["bootstrap"]
     lvl = int(round(bs["level"] * 100))
-    L = ["## 4. Accuracy cost", "",
-         f"Held-out perplexity, {acc['windows']} windows x {acc['window_len']} tokens ({acc['predicted_tokens']} "
-         f"predicted tokens), W8A8 arms through kernel `{acc['kernel']}`. Intervals: {bs['method']}, "
-         f"{bs['n_resamples']} resamples, seed {bs['seed']}, {lvl} %. Figure: ![perplexity]({FIGURES['perplexity']})",
-         "", f"Scope: {acc.get('scope') or 'this model on these windows'}; the intervals cover window-to-window "
-             f"variation of this corpus only, not other models, corpora or context lengths.",
-         "", f"| arm | perplexity [{lvl} % CI] | change vs W8A8 own [{lvl} % CI] |", "|---|---|---|"]
+    L = [
+        "## 4. Accuracy cost",
+        "",
+        f"Held-out perplexity, {acc['windows']} windows x {acc['window_len']} tokens ({acc['predicted_tokens']} "
+        f"predicted tokens), W8A8 arms through kernel `{acc['kernel']}`. Intervals: {bs['method']}, "
+        f"{bs['n_resamples']} resamples, seed {bs['seed']}, {lvl} %. Figure: ![perplexity]({FIGURES['perplexity']})",
+        "",
+        f"Scope: {acc.get('scope') or 'this model on these windows'}; the intervals cover window-to-window "
+        f"variation of this corpus only, not other models, corpora or context lengths.",
+        "",
+        f"| arm | perplexity [{lvl} % CI] | change vs W8A8 own [{lvl} % CI] |",
+        "|---|---|---|",
+    ]
     for arm, rec in acc["arms"].items():
         p = rec["perplexity"]
         rc = _ci_pct(rec["rel_change_vs_own"], 3) if "rel_change_vs_own" in rec else "(baseline)"
         L.append(f"| {arm} | {p['point']:.4f} [{p['lo']:.4f}, {p['hi']:.4f}] | {rc} |")
     d = acc.get("decomposition")
     if d:
+
         def iv(x):
             return f"{x['point']:+.5f} [{x['lo']:+.5f}, {x['hi']:+.5f}]"
-        L += ["", f"Decomposition of the wrong arm's damage ({d['unit']}; the wrong arm and pow2-nearest carry "
-                  f"identical scales: {acc['same_scales_wrong_vs_pow2_nearest']}):", "",
-              "| term | log ratio [CI] | share |", "|---|---|---|",
-              f"| total: wrong vs own | {iv(d['total_wrong_vs_own'])} | 100 % |",
-              f"| weight-scale mismatch: wrong vs pow2-nearest | {iv(d['weight_scale_mismatch'])} | "
-              f"{100 * d['mismatch_share']:.1f} % |",
-              f"| power-of-two constraint: pow2-nearest vs own | {iv(d['pow2_constraint'])} | "
-              f"{100 * d['constraint_share']:.1f} % |"]
+
+        L += [
+            "",
+            f"Decomposition of the wrong arm's damage ({d['unit']}; the wrong arm and pow2-nearest carry "
+            f"identical scales: {acc['same_scales_wrong_vs_pow2_nearest']}):",
+            "",
+            "| term | log ratio [CI] | share |",
+            "|---|---|---|",
+            f"| total: wrong vs own | {iv(d['total_wrong_vs_own'])} | 100 % |",
+            f"| weight-scale mismatch: wrong vs pow2-nearest | {iv(d['weight_scale_mismatch'])} | "
+            f"{100 * d['mismatch_share']:.1f} % |",
+            f"| power-of-two constraint: pow2-nearest vs own | {iv(d['pow2_constraint'])} | "
+            f"{100 * d['constraint_share']:.1f} % |",
+        ]
     return L + [""]
 
 
 def _md_flips(fl: dict, a: str, b: str) -> list[str]:
-    L = ["## 5. Teacher-forced flips", "",
-         f"{fl['windows']} windows x {fl['window_len']} tokens; a flip = {a} and {b} pick different argmax "
-         f"tokens; deciles of {a}'s top-2 margin. Figure: ![flip rate]({FIGURES['flips']})", ""]
+    L = [
+        "## 5. Teacher-forced flips",
+        "",
+        f"{fl['windows']} windows x {fl['window_len']} tokens; a flip = {a} and {b} pick different argmax "
+        f"tokens; deciles of {a}'s top-2 margin. Figure: ![flip rate]({FIGURES['flips']})",
+        "",
+    ]
     modes = list(fl["modes"])
     L.append("| decile | margin range (logits) | " + " | ".join(f"{m}: flips / positions" for m in modes) + " |")
     L.append("|---" * (2 + len(modes)) + "|")
@@ -186,33 +247,58 @@ def _md_flips(fl: dict, a: str, b: str) -> list[str]:
     L.append("")
     for m in modes:
         r = fl["modes"][m]
-        L.append(f"- {m}: {r['flips']} flips in {r['positions']} positions ({100 * r['flip_rate']:.3f} %), "
-                 f"{r['flips_above_4_spacings']} at margins above 4 bf16 spacings (largest flip margin "
-                 f"{r['max_flip_margin_spacings']:.1f} spacings).")
+        L.append(
+            f"- {m}: {r['flips']} flips in {r['positions']} positions ({100 * r['flip_rate']:.3f} %), "
+            f"{r['flips_above_4_spacings']} at margins above 4 bf16 spacings (largest flip margin "
+            f"{r['max_flip_margin_spacings']:.1f} spacings)."
+        )
     return L + [""]
 
 
 def to_markdown(r: dict) -> str:
     """The Markdown report of a study report dict."""
     a, b = (k["name"] for k in r["kernels"])
-    L = ["# The power-of-two study", "",
-         "Kernels: " + "; ".join(f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, "
-                                  f"device {r['settings']['device']})" for k in r["kernels"]) + ".", "",
-         "## Limits (read these next to every number)", ""]
+    L = [
+        "# The power-of-two study",
+        "",
+        "Kernels: "
+        + "; ".join(
+            f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, device {r['settings']['device']})"
+            for k in r["kernels"]
+        )
+        + ".",
+        "",
+        "## Limits (read these next to every number)",
+        "",
+    ]
     L += [f"- {k.replace('_', ' ')}: {v}" for k, v in r["limits"].items()]
-    L += ["- environment: " + ", ".join(f"{k} {v}" for k, v in r["environment"].items()),
-          "- run time per part (s): " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()), "",
-          "## Headline", ""]
+    L += [
+        "- environment: " + ", ".join(f"{k} {v}" for k, v in r["environment"].items()),
+        "- run time per part (s): " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()),
+        "",
+        "## Headline",
+        "",
+    ]
     L += [f"- {h}" for h in headline(r)]
     L.append("")
     L += _md_gate(r["gate"])
-    for key, title, fn in (("layer_agreement", "## 2. Layer-level agreement", lambda x: _md_layers(x, a, b)),
-                           ("e2e_agreement", "## 3. End-to-end greedy agreement", lambda x: _md_e2e(x, a, b)),
-                           ("accuracy", "## 4. Accuracy cost", _md_accuracy),
-                           ("flips", "## 5. Teacher-forced flips", lambda x: _md_flips(x, a, b))):
-        L += fn(r[key]) if r.get(key) else [
-            title, "", f"Not run in this report ({_why_missing(r, key)}; rerun the command without "
-                       f"--report-only and with the same settings to compute it: finished parts are reused).", ""]
+    for key, title, fn in (
+        ("layer_agreement", "## 2. Layer-level agreement", lambda x: _md_layers(x, a, b)),
+        ("e2e_agreement", "## 3. End-to-end greedy agreement", lambda x: _md_e2e(x, a, b)),
+        ("accuracy", "## 4. Accuracy cost", _md_accuracy),
+        ("flips", "## 5. Teacher-forced flips", lambda x: _md_flips(x, a, b)),
+    ):
+        L += (
+            fn(r[key])
+            if r.get(key)
+            else [
+                title,
+                "",
+                f"Not run in this report ({_why_missing(r, key)}; rerun the command without "
+                f"--report-only and with the same settings to compute it: finished parts are reused).",
+                "",
+            ]
+        )
     L += ["Reproduce: `int8conf study pow2 " + " ".join(_cli_args(r)) + "`", ""]
     return "\n".join(L)
 
@@ -228,12 +314,22 @@ def _cli_args(r: dict) -> list[str]:
     s = r["settings"]
 
     def shell(path: str) -> str:  # $TMPDIR (how reports write /tmp paths) runs where it is unset too
-        return "${TMPDIR:-/tmp}" + path[len("$TMPDIR"):] if path.startswith("$TMPDIR") else path
+        return "${TMPDIR:-/tmp}" + path[len("$TMPDIR") :] if path.startswith("$TMPDIR") else path
+
     out = [f"--model {shell(s['model_dir'])}", f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
     rows = ((r.get("layer_agreement") or {}).get("capture") or {}).get("tokens_per_layer") or s["tokens"]
     out.append(f"--tokens {rows}")
-    for k in ("windows", "window_len", "flip_windows", "prompts", "new_tokens", "resamples", "seed", "level",
-              "fresh_process"):
+    for k in (
+        "windows",
+        "window_len",
+        "flip_windows",
+        "prompts",
+        "new_tokens",
+        "resamples",
+        "seed",
+        "level",
+        "fresh_process",
+    ):
         out.append(f"--{k.replace('_', '-')} {s[k]}")
     if s.get("committed_dir"):
         out.append(f"--committed {shell(s['committed_dir'])}")
@@ -246,10 +342,10 @@ def write_report(r: dict, out_dir) -> dict:
     Returns:
         ``{"json", "markdown", "figures": {key: file name}}`` (paths as str).
     """
+    import json
+
     from conformance.study import plots
     from reference.fileio import atomic_write_json, atomic_write_text, portable_paths
-
-    import json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,16 +356,23 @@ def write_report(r: dict, out_dir) -> dict:
     figs = {}
     if r.get("layer_agreement"):
         figs["layers"] = plots.plot_layer_agreement(
-            r["layer_agreement"]["layers"], out / FIGURES["layers"],
+            r["layer_agreement"]["layers"],
+            out / FIGURES["layers"],
             f"{a} vs {b}: elements differing per layer ({r['layer_agreement']['capture']['tokens_per_layer']} "
-            f"tokens/layer)")
+            f"tokens/layer)",
+        )
     if r.get("flips"):
-        figs["flips"] = plots.plot_flip_rate(r["flips"]["modes"], out / FIGURES["flips"],
-                                             f"teacher-forced flips {a} vs {b} ({r['flips']['windows']} windows)")
+        figs["flips"] = plots.plot_flip_rate(
+            r["flips"]["modes"],
+            out / FIGURES["flips"],
+            f"teacher-forced flips {a} vs {b} ({r['flips']['windows']} windows)",
+        )
     if r.get("accuracy"):
-        figs["perplexity"] = plots.plot_perplexity(r["accuracy"], out / FIGURES["perplexity"],
-                                                   f"held-out perplexity ({r['accuracy']['windows']} windows x "
-                                                   f"{r['accuracy']['window_len']} tokens)")
+        figs["perplexity"] = plots.plot_perplexity(
+            r["accuracy"],
+            out / FIGURES["perplexity"],
+            f"held-out perplexity ({r['accuracy']['windows']} windows x {r['accuracy']['window_len']} tokens)",
+        )
     r["figures"] = figs
     atomic_write_json(out / JSON_NAME, r, allow_nan=True)
     atomic_write_text(out / MD_NAME, to_markdown(r))

@@ -32,10 +32,24 @@ PARTS = ("gate", "layer_agreement", "accuracy", "flips", "e2e_agreement")
 #: with the Triton interpreter as one kernel within 15 minutes on 2 cores;
 #: CUDA: more captured rows, windows and flip windows.
 DEFAULTS = {
-    "cpu": {"tokens": 512, "windows": 32, "window_len": 128, "flip_windows": 4, "prompts": 8, "new_tokens": 64,
-            "fresh_process": "a"},
-    "cuda": {"tokens": 2048, "windows": 64, "window_len": 256, "flip_windows": 16, "prompts": 8,
-             "new_tokens": 64, "fresh_process": "both"},
+    "cpu": {
+        "tokens": 512,
+        "windows": 32,
+        "window_len": 128,
+        "flip_windows": 4,
+        "prompts": 8,
+        "new_tokens": 64,
+        "fresh_process": "a",
+    },
+    "cuda": {
+        "tokens": 2048,
+        "windows": 64,
+        "window_len": 256,
+        "flip_windows": 16,
+        "prompts": 8,
+        "new_tokens": 64,
+        "fresh_process": "both",
+    },
 }
 
 
@@ -80,17 +94,25 @@ class StudySettings:
         (:func:`input_identity`: what the model, the committed checkpoint, the
         kernels and the study code *are*, not only where they are): a part
         computed before any of them changed is never reused."""
-        common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir,
-                  "identity": identity or {}}
+        common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir, "identity": identity or {}}
         k = {"kernels": list(self.kernels), "device": self.device}
-        keys = {"gate": {},
-                "layer_agreement": dict(k, tokens=self.tokens),
-                "e2e_agreement": dict(k, prompts=self.prompts, new_tokens=self.new_tokens,
-                                      fresh_process=self.fresh_process),
-                "accuracy": dict(k, windows=self.windows, window_len=self.window_len, resamples=self.resamples,
-                                 seed=self.seed, level=self.level, batch_size=self.batch_size),
-                "flips": dict(k, flip_windows=self.flip_windows, window_len=self.window_len,
-                              batch_size=self.batch_size)}
+        keys = {
+            "gate": {},
+            "layer_agreement": dict(k, tokens=self.tokens),
+            "e2e_agreement": dict(
+                k, prompts=self.prompts, new_tokens=self.new_tokens, fresh_process=self.fresh_process
+            ),
+            "accuracy": dict(
+                k,
+                windows=self.windows,
+                window_len=self.window_len,
+                resamples=self.resamples,
+                seed=self.seed,
+                level=self.level,
+                batch_size=self.batch_size,
+            ),
+            "flips": dict(k, flip_windows=self.flip_windows, window_len=self.window_len, batch_size=self.batch_size),
+        }
         return dict(common, **keys[part])
 
 
@@ -113,12 +135,17 @@ def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
     import hashlib
 
     from reference.model.artifacts import build_code_digest
+
     committed = build_code_digest() if committed_dir is None else _files_sha256(Path(committed_dir))
     h = hashlib.sha256()
     for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return {"model": pdigest, "committed": committed,
-            "kernels": [getattr(k, "source_digest", "") for k in kernels], "study_code": h.hexdigest()}
+    return {
+        "model": pdigest,
+        "committed": committed,
+        "kernels": [getattr(k, "source_digest", "") for k in kernels],
+        "study_code": h.hexdigest(),
+    }
 
 
 def _files_sha256(d: Path) -> str:
@@ -128,6 +155,7 @@ def _files_sha256(d: Path) -> str:
     import hashlib
 
     from reference.model.artifacts import weight_files
+
     h = hashlib.sha256()
     for p in weight_files(d.resolve()):
         h.update(p.name.encode() + b"\0")
@@ -146,12 +174,15 @@ def check_settings(s: StudySettings, need_device: bool = True) -> None:
     if len(s.kernels) != 2 or not all(s.kernels):
         raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(s.kernels)!r}")
     if s.kernels[0] == s.kernels[1]:
-        raise Int8confError(f"--kernels {','.join(s.kernels)}: A and B are the same kernel (the study "
-                            f"compares two; a kernel against itself is the fresh-process comparison)")
+        raise Int8confError(
+            f"--kernels {','.join(s.kernels)}: A and B are the same kernel (the study "
+            f"compares two; a kernel against itself is the fresh-process comparison)"
+        )
     if s.device not in ("cpu", "cuda"):
         raise Int8confError(f"--device {s.device!r} is not 'cpu' or 'cuda'")
     if s.device == "cuda" and need_device:
         import torch
+
         if not torch.cuda.is_available():
             raise Int8confError("--device cuda: no CUDA device on this machine")
     if s.resamples < MIN_RESAMPLES:
@@ -187,17 +218,21 @@ def _preflight(ctx, s: StudySettings, config: dict) -> None:
     check_context(s.window_len, config, f"--window-len {s.window_len}")
     pids = prompt_token_ids(ctx, s.prompts)
     longest = max(len(p) for p in pids)
-    check_context(longest + s.new_tokens, config,
-                  f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
+    check_context(longest + s.new_tokens, config, f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
     capture_windows = -(-s.tokens // TOKENS_PER_WINDOW)
-    for opt, n, length in (("--windows", s.windows, s.window_len),
-                           ("--flip-windows", s.flip_windows, s.window_len),
-                           ("--tokens", capture_windows, WINDOW_LEN)):
+    for opt, n, length in (
+        ("--windows", s.windows, s.window_len),
+        ("--flip-windows", s.flip_windows, s.window_len),
+        ("--tokens", capture_windows, WINDOW_LEN),
+    ):
         try:
             ctx.windows(n, length)
         except Int8confError as e:
-            what = (f"--tokens {s.tokens} ({n} capture windows of {length} tokens)" if opt == "--tokens"
-                    else f"{opt} {n} (--window-len {length})")
+            what = (
+                f"--tokens {s.tokens} ({n} capture windows of {length} tokens)"
+                if opt == "--tokens"
+                else f"{opt} {n} (--window-len {length})"
+            )
             raise Int8confError(f"{what}: {first_line(e)}") from None
 
 
@@ -214,9 +249,12 @@ def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
 
 def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float, device: str) -> None:
     from reference.fileio import atomic_write_json
-    atomic_write_json(out / ".parts" / f"{part}.json", {"key": key, "result": result, "seconds": seconds,
-                                                         "environment": _environment(device)},
-                      allow_nan=True)
+
+    atomic_write_json(
+        out / ".parts" / f"{part}.json",
+        {"key": key, "result": result, "seconds": seconds, "environment": _environment(device)},
+        allow_nan=True,
+    )
 
 
 def _part_environments(out: Path, parts) -> dict:
@@ -232,9 +270,14 @@ def _part_environments(out: Path, parts) -> dict:
     return envs
 
 
-def run_study(settings: StudySettings, out_dir, cache=None,
-              progress: Optional[Callable[[str], None]] = None,
-              time_budget_s: Optional[float] = None, report_only: bool = False) -> dict:
+def run_study(
+    settings: StudySettings,
+    out_dir,
+    cache=None,
+    progress: Optional[Callable[[str], None]] = None,
+    time_budget_s: Optional[float] = None,
+    report_only: bool = False,
+) -> dict:
     """Run (or resume) the study and write the report.
 
     Args:
@@ -255,8 +298,8 @@ def run_study(settings: StudySettings, out_dir, cache=None,
         Int8confError subclasses: bad settings, unknown kernels, a failed
         reconstruction gate, bad model directory.
     """
-    from conformance.model_run import resolve_kernel_list
     from conformance.study.arms import StudyContext
+    from conformance.study.model_run import resolve_kernel_list
     from reference.model.artifacts import derived_checkpoint, load_parent
 
     check_settings(settings, need_device=not report_only)
@@ -265,31 +308,44 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     if not report_only:  # --report-only computes nothing: no directory of its own
         out.mkdir(parents=True, exist_ok=True)
     from conformance.study.interp import study_kernel
+
     # the built-in triton kernel under the interpreter runs with larger tiles
     # (same bits, conformance.study.interp); every other kernel as registered
     resolved = [resolve_kernel_list(k)[0] for k in settings.kernels]
     if resolved[0].scaled_mm is resolved[1].scaled_mm and resolved[0].contract == resolved[1].contract:
-        raise Int8confError(f"--kernels {','.join(settings.kernels)}: A and B are the same function "
-                            f"under the same declared contract (the study compares two kernels)")
+        raise Int8confError(
+            f"--kernels {','.join(settings.kernels)}: A and B are the same function "
+            f"under the same declared contract (the study compares two kernels)"
+        )
     kernels = tuple(study_kernel(spec, settings.device) for spec in resolved)
     model_dir = Path(settings.model_dir)
     config, state, pdigest = load_parent(model_dir)
     if "quantization_config" in config or "compression_config" in config:
-        raise Int8confError(f"{model_dir}: is a quantized checkpoint; --model takes the float parent "
-                            f"(pass the W8A8 checkpoint as --committed)")
+        raise Int8confError(
+            f"{model_dir}: is a quantized checkpoint; --model takes the float parent "
+            f"(pass the W8A8 checkpoint as --committed)"
+        )
     identity = input_identity(pdigest, settings.committed_dir, kernels)
-    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None
-                               for p in PARTS[1:]):  # before any checkpoint is built into the cache
-        raise Int8confError(f"--report-only: no finished part under {out} matches these settings "
-                            f"(model, committed checkpoint, kernels, sizes, code); run without "
-                            f"--report-only to compute them")
-    ctx = StudyContext(model_dir=model_dir, kernels=kernels, device=settings.device,
-                       committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
-                       cache=Path(cache) if cache is not None else None)
+    if report_only and not any(
+        _load_part(out, p, settings.part_key(p, identity)) is not None for p in PARTS[1:]
+    ):  # before any checkpoint is built into the cache
+        raise Int8confError(
+            f"--report-only: no finished part under {out} matches these settings "
+            f"(model, committed checkpoint, kernels, sizes, code); run without "
+            f"--report-only to compute them"
+        )
+    ctx = StudyContext(
+        model_dir=model_dir,
+        kernels=kernels,
+        device=settings.device,
+        committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
+        cache=Path(cache) if cache is not None else None,
+    )
     if not report_only:
         _preflight(ctx, settings, config)
-    committed = Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(
-        model_dir, "own", cache).dir
+    committed = (
+        Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(model_dir, "own", cache).dir
+    )
     results, seconds, missing = {}, {}, {}
     t_start = time.perf_counter()
 
@@ -318,23 +374,51 @@ def run_study(settings: StudySettings, out_dir, cache=None,
     if settings.committed_dir is None and results["gate"]["which_rule"]["rule"] != "cpu":
         raise Int8confError("internal: the reference quantizer's checkpoint is not reproduced by the cpu rule")
     part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, settings.tokens, say))
-    part("accuracy", lambda: accuracy.run_accuracy(ctx, settings.windows, settings.window_len, settings.resamples,
-                                                   settings.seed, settings.level, settings.batch_size, say))
-    part("flips", lambda: flips.run_flips(ctx, settings.flip_windows, settings.window_len,
-                                          batch_size=settings.batch_size, progress=say))
-    part("e2e_agreement", lambda: e2e_agreement.run_e2e_agreement(
-        ctx, tuple(settings.kernels), settings.prompts, settings.new_tokens,
-        fresh=settings.fresh_process, progress=say, resume_dir=out / ".parts" / "e2e_runs",
-        resume_key=settings.part_key("e2e_agreement", identity)))
+    part(
+        "accuracy",
+        lambda: accuracy.run_accuracy(
+            ctx,
+            settings.windows,
+            settings.window_len,
+            settings.resamples,
+            settings.seed,
+            settings.level,
+            settings.batch_size,
+            say,
+        ),
+    )
+    part(
+        "flips",
+        lambda: flips.run_flips(
+            ctx, settings.flip_windows, settings.window_len, batch_size=settings.batch_size, progress=say
+        ),
+    )
+    part(
+        "e2e_agreement",
+        lambda: e2e_agreement.run_e2e_agreement(
+            ctx,
+            tuple(settings.kernels),
+            settings.prompts,
+            settings.new_tokens,
+            fresh=settings.fresh_process,
+            progress=say,
+            resume_dir=out / ".parts" / "e2e_runs",
+            resume_key=settings.part_key("e2e_agreement", identity),
+        ),
+    )
 
     from conformance.study.report import write_report
+
     # the environment the numbers were computed in: recorded with the parts
     # (a --report-only run may render on another machine)
     envs = _part_environments(out, [p for p in PARTS if results.get(p) is not None])
     env = next((envs[p] for p in PARTS[1:] if p in envs), None)
     if env is None:
-        env = _environment(settings.device) if not (report_only and settings.device == "cuda") else \
-            {"device": settings.device, "note": "not recorded with the stored parts"}
+        env = (
+            _environment(settings.device)
+            if not (report_only and settings.device == "cuda")
+            else {"device": settings.device, "note": "not recorded with the stored parts"}
+        )
     report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds, env)
     report["missing_parts"] = list(missing)
     report["missing_reasons"] = missing
@@ -347,10 +431,16 @@ def _environment(device: str) -> dict:
     import platform
 
     import torch
-    env = {"python": platform.python_version(), "torch": torch.__version__, "device": device,
-           "cpu_threads": torch.get_num_threads()}
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device,
+        "cpu_threads": torch.get_num_threads(),
+    }
     try:
         import triton
+
         env["triton"] = triton.__version__
     except Exception:  # noqa: BLE001
         env["triton"] = None
@@ -359,8 +449,9 @@ def _environment(device: str) -> dict:
     return env
 
 
-def build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds,
-                 environment: Optional[dict] = None) -> dict:
+def build_report(
+    settings, ctx, kernels, config, pdigest, committed, results, seconds, environment: Optional[dict] = None
+) -> dict:
     """Assemble the JSON report (schema :data:`SCHEMA` v:data:`SCHEMA_VERSION`)."""
     from conformance.study.arms import kernel_record
 
@@ -371,31 +462,56 @@ def build_report(settings, ctx, kernels, config, pdigest, committed, results, se
     paths = {spec.name: {"path": p, "device": settings.device} for spec, p in zip(kernels, first)}
     limits = {
         "model": f"{config.get('num_hidden_layers')} blocks, hidden {config.get('hidden_size')}, "
-                 f"{n_params / 1e6:.1f} M parameters ({settings.model_dir})",
+        f"{n_params / 1e6:.1f} M parameters ({settings.model_dir})",
         "corpus": "held-out works of the bundled Shakespeare corpus (reference.model.corpus eval_windows)",
         "accuracy_windows": f"{settings.windows} windows x {settings.window_len} tokens = "
-                            f"{settings.windows * (settings.window_len - 1)} predicted tokens (bootstrap unit: window)",
+        f"{settings.windows * (settings.window_len - 1)} predicted tokens (bootstrap unit: window)",
         "flip_windows": f"{settings.flip_windows} windows x {settings.window_len} tokens",
-        "captured_tokens": (f"{la['capture']['tokens_per_layer']} rows per layer x {la['capture']['layers']} layers"
-                            if la else f"{settings.tokens} rows per layer"),
+        "captured_tokens": (
+            f"{la['capture']['tokens_per_layer']} rows per layer x {la['capture']['layers']} layers"
+            if la
+            else f"{settings.tokens} rows per layer"
+        ),
         "e2e": f"{settings.prompts} of the 8 fixed prompts x {settings.new_tokens} new tokens",
         "device": settings.device,
         "scope": "every number describes this model on this corpus and these windows; a random-weight "
-                 "model's perplexities mean nothing about accuracy (its agreement counts still hold)",
+        "model's perplexities mean nothing about accuracy (its agreement counts still hold)",
     }
     if any((getattr(k, "description", "") or "").endswith("conformance.study.interp]") for k in kernels):
-        limits["interpreter_tiles"] = ("built-in triton under the Triton interpreter with the study's larger tiles "
-                                       "(conformance.study.interp; same bits as its default tiles)")
+        limits["interpreter_tiles"] = (
+            "built-in triton under the Triton interpreter with the study's larger tiles "
+            "(conformance.study.interp; same bits as its default tiles)"
+        )
     if acc:
         acc = dict(acc, scope=f"{limits['model']}; {limits['corpus']}; {limits['accuracy_windows']}")
-    return {"schema": SCHEMA, "version": SCHEMA_VERSION, "settings": asdict(settings),
-            "environment": environment if environment is not None else _environment(settings.device),
-            "model": {"dir": settings.model_dir, "digest": pdigest, "parameters": n_params,
-                      "config": {k: config.get(k) for k in ("num_hidden_layers", "hidden_size", "intermediate_size",
-                                                            "num_attention_heads", "num_key_value_heads",
-                                                            "vocab_size")},
-                      "committed_checkpoint": str(committed)},
-            "kernels": [kernel_record(s, paths.get(s.name)) for s in kernels],
-            "limits": limits, "seconds": seconds,
-            "gate": results["gate"], "layer_agreement": la, "e2e_agreement": e2e,
-            "accuracy": acc, "flips": fl}
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "settings": asdict(settings),
+        "environment": environment if environment is not None else _environment(settings.device),
+        "model": {
+            "dir": settings.model_dir,
+            "digest": pdigest,
+            "parameters": n_params,
+            "config": {
+                k: config.get(k)
+                for k in (
+                    "num_hidden_layers",
+                    "hidden_size",
+                    "intermediate_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "vocab_size",
+                )
+            },
+            "committed_checkpoint": str(committed),
+        },
+        "kernels": [kernel_record(s, paths.get(s.name)) for s in kernels],
+        "limits": limits,
+        "seconds": seconds,
+        "gate": results["gate"],
+        "layer_agreement": la,
+        "e2e_agreement": e2e,
+        "accuracy": acc,
+        "flips": fl,
+    }

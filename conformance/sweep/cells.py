@@ -98,34 +98,53 @@ class SweepSpec:
     def identity(self) -> dict:
         """The fields that must match to resume into an existing store
         (directories are not part of it: the same captures may move)."""
-        return {"kernel": self.kernel, "kernel_digest": self.kernel_digest,
-                "capture_digest": self.capture_digest, "c7": dict(self.c7),
-                "model_checks": self.model_checks}
+        return {
+            "kernel": self.kernel,
+            "kernel_digest": self.kernel_digest,
+            "capture_digest": self.capture_digest,
+            "c7": dict(self.c7),
+            "model_checks": self.model_checks,
+        }
 
     def digest(self) -> str:
         """SHA-256 of :meth:`identity` (key-sorted JSON)."""
         return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
 
 
-def layer_cells(layers: Sequence[str], faults: Sequence[str], coverages: Sequence[str],
-                scale_modes: Sequence[str], seeds: Sequence[int]) -> list[Cell]:
+def layer_cells(
+    layers: Sequence[str],
+    faults: Sequence[str],
+    coverages: Sequence[str],
+    scale_modes: Sequence[str],
+    seeds: Sequence[int],
+) -> list[Cell]:
     """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed).
 
     Raises:
         Int8confError: empty axis or unknown scale mode.
     """
-    for name, axis in (("layers", layers), ("faults", faults), ("coverages", coverages),
-                       ("scale modes", scale_modes), ("seeds", seeds)):
+    for name, axis in (
+        ("layers", layers),
+        ("faults", faults),
+        ("coverages", coverages),
+        ("scale modes", scale_modes),
+        ("seeds", seeds),
+    ):
         if not axis:
             raise Int8confError(f"sweep: no {name} selected")
     bad = [s for s in scale_modes if s not in SCALE_MODES]
     if bad:
         raise Int8confError(f"sweep: unknown scale mode(s) {bad}; known: {list(SCALE_MODES)}")
-    return [Cell(layer, f, c, s, int(seed)) for layer in layers for s in scale_modes
-            for f in faults for c in coverages for seed in seeds]
+    return [
+        Cell(layer, f, c, s, int(seed))
+        for layer in layers
+        for s in scale_modes
+        for f in faults
+        for c in coverages
+        for seed in seeds
+    ]
 
 
 def model_cells(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Cell]:
     """One model cell per (fault, coverage, seed) (``scale_mode == "both"``)."""
-    return [Cell(MODEL_LAYER, f, c, "both", int(seed)) for f in faults for c in coverages
-            for seed in seeds]
+    return [Cell(MODEL_LAYER, f, c, "both", int(seed)) for f in faults for c in coverages for seed in seeds]

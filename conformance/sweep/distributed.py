@@ -61,15 +61,27 @@ class RunStats:
 
     def to_dict(self) -> dict:
         """JSON-able dict."""
-        return {"total": self.total, "skipped": self.skipped, "computed": self.computed,
-                "duplicates": self.duplicates, "elapsed_s": round(self.elapsed_s, 3),
-                "cells_per_s": round(self.cells_per_s, 3), "executor": self.executor,
-                "notes": list(self.notes)}
+        return {
+            "total": self.total,
+            "skipped": self.skipped,
+            "computed": self.computed,
+            "duplicates": self.duplicates,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "cells_per_s": round(self.cells_per_s, 3),
+            "executor": self.executor,
+            "notes": list(self.notes),
+        }
 
 
 def _progress(total: int, quiet: bool):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     class Rate(TextColumn):
         def __init__(self):
@@ -77,14 +89,23 @@ def _progress(total: int, quiet: bool):
 
         def render(self, task):
             from rich.text import Text
+
             # rich's speed is over its recent samples, not the run's average (the summary
             # line after the run gives the average, model cells' set-up included)
             sp = task.finished_speed or task.speed
             return Text(f"{sp:6.1f} cells/s recent" if sp else "   -- cells/s recent")
 
-    return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                    disable=quiet, refresh_per_second=4)
+    return Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        Rate(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        disable=quiet,
+        refresh_per_second=4,
+    )
 
 
 @contextlib.contextmanager
@@ -98,6 +119,7 @@ def _workers_ignore_ctrl_c():
     nothing changes)."""
     import signal
     import threading
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -109,17 +131,20 @@ def _workers_ignore_ctrl_c():
 
 
 def _init_worker(threads: int, gpu_queue=None) -> None:
-    from conformance.graceful_stop import exit_with_parent
+    from conformance.runtime.graceful_stop import exit_with_parent
+
     exit_with_parent()  # a parent killed with SIGKILL must not leave workers behind
     os.environ["INT8CONF_SWEEP_THREADS"] = str(threads)
     if gpu_queue is not None:
         # one GPU per worker process: pinned before CUDA is initialised here
         import queue
+
         try:
             os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_queue.get(timeout=5))
         except queue.Empty:  # a replacement worker: no GPU left to pin, keep the default
             pass
     import torch
+
     torch.set_num_threads(threads)
 
 
@@ -148,7 +173,9 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
         kernel: the KernelSpec; device: ``--device`` (None = auto).
     """
     import torch
+
     from conformance.kernels.runner import cuda_device
+
     dev = cuda_device(kernel, device)
     cores = os.cpu_count() or 1
     if dev is not None:
@@ -159,11 +186,18 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
     return cores, ()
 
 
-def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
-              scheduler: Optional[str] = None, quiet: bool = False,
-              on_stored: Optional[Callable[[int], None]] = None,
-              cluster=None, gpus: Sequence[int] = (), threads: int = 1,
-              on_start: Optional[Callable[[str], None]] = None) -> RunStats:
+def run_cells(
+    tasks: Sequence[SweepTask],
+    store: SweepStore,
+    workers: int = 0,
+    scheduler: Optional[str] = None,
+    quiet: bool = False,
+    on_stored: Optional[Callable[[int], None]] = None,
+    cluster=None,
+    gpus: Sequence[int] = (),
+    threads: int = 1,
+    on_start: Optional[Callable[[str], None]] = None,
+) -> RunStats:
     """Compute every task not yet in ``store`` and store the results.
 
     Args:
@@ -231,21 +265,24 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                 store_one(run_unit(u))
         else:
             nw = min(nw_local, len(units))
+            import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor, as_completed
             from concurrent.futures.process import BrokenProcessPool
-            import multiprocessing as mp
+
             ctx = mp.get_context("spawn")  # fork after torch init is unsafe
             gpu_queue = None
             if gpus:
                 gpu_queue = ctx.Queue()
                 for g in list(gpus)[:nw]:
                     gpu_queue.put(int(g))
-            st.executor = (f"local process pool, {nw} workers x 1 thread"
-                           + (f", one per GPU {list(gpus)[:nw]}" if gpus else ""))
+            st.executor = f"local process pool, {nw} workers x 1 thread" + (
+                f", one per GPU {list(gpus)[:nw]}" if gpus else ""
+            )
             if on_start:
                 on_start(st.executor)
-            with ProcessPoolExecutor(max_workers=nw, mp_context=ctx, initializer=_init_worker,
-                                        initargs=(1, gpu_queue)) as ex:
+            with ProcessPoolExecutor(
+                max_workers=nw, mp_context=ctx, initializer=_init_worker, initargs=(1, gpu_queue)
+            ) as ex:
                 with _workers_ignore_ctrl_c():  # the submits spawn the workers
                     futs = [ex.submit(run_unit, u) for u in units]
                 try:
@@ -258,7 +295,8 @@ def run_cells(tasks: Sequence[SweepTask], store: SweepStore, workers: int = 0,
                     raise Int8confError(
                         f"a sweep worker process died (killed, out of memory or a crash inside "
                         f"the kernel) after {st.computed} cells were stored; run the same "
-                        f"command again to resume (or --workers 1 to see the crash)") from None
+                        f"command again to resume (or --workers 1 to see the crash)"
+                    ) from None
                 except BaseException:
                     # stop the workers now: their units in flight are not stored anyway
                     # (a resume recomputes them), and a worker hit by a second Ctrl-C
@@ -292,12 +330,15 @@ def threads_refusal(kernel_name: str, kernel, device: Optional[str], threads: in
         device: ``--device`` (None = auto); threads: the requested count.
     """
     from conformance.kernels.runner import cuda_device
+
     if threads <= 1 or kernel_name in THREAD_SAFE_ON_CPU or cuda_device(kernel, device):
         return None
-    return (f"--threads {threads}: kernel {kernel_name!r} does not run on CUDA here; threads are "
-            f"for one GPU's host-bound cells, and on the CPU only the built-in 'cpu' kernel is "
-            f"known to be thread-safe (Triton's CPU interpreter is not): use --workers N "
-            f"(processes)")
+    return (
+        f"--threads {threads}: kernel {kernel_name!r} does not run on CUDA here; threads are "
+        f"for one GPU's host-bound cells, and on the CPU only the built-in 'cpu' kernel is "
+        f"known to be thread-safe (Triton's CPU interpreter is not): use --workers N "
+        f"(processes)"
+    )
 
 
 def _run_threaded(units, store_one, threads: int, on_start=None) -> str:
@@ -330,8 +371,7 @@ def _run_threaded(units, store_one, threads: int, on_start=None) -> str:
         if why:
             raise Int8confError(why)
         cuda = cuda_device(spec, t.device)
-    described = (f"threads of this process: {threads}"
-                 + (f", one CUDA stream each on {cuda}" if cuda else ""))
+    described = f"threads of this process: {threads}" + (f", one CUDA stream each on {cuda}" if cuda else "")
     if on_start:
         on_start(described)
     for u in model:

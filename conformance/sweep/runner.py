@@ -3,11 +3,11 @@
 Layer cell: ``ops = faults.prepare_case(capture ops, fault, coverage, seed)``
 (the F6 / F7 operand construction; identity for the other faults), the
 faulty kernel ``faults.inject(kernel, fault, coverage, seed)``, every
-per-case check through ``conformance.evaluate.evaluate_case`` (C1-C6, C8),
+per-case check through ``conformance.suite.evaluate.evaluate_case`` (C1-C6, C8),
 the fault's ground truth ``faults.ground_truth(...)``, and the error
 *direction* of the output (how many elements moved toward zero / away from
 zero against the declared-contract reference, the input of the fault
-signatures in :mod:`conformance.scoring`).
+signatures in :mod:`conformance.sweep.scoring`).
 
 Model cell: C7 token_flip (teacher-forced replay through the model with the
 faulty kernel in every linear layer, per scale mode ``own`` and
@@ -39,10 +39,27 @@ from conformance.sweep.store import CellRows
 from reference.errors import first_line
 
 #: Evidence keys kept for a passing / n/a check (the failing ones keep all).
-_KEEP = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
-         "observed_max_abs", "exact_max_abs", "max_abs", "bound_tight_max", "acc_source",
-         "mismatched", "reason", "n_at_or_over", "flips", "flips_above_threshold",
-         "total_positions", "max_flip_margin", "ppl_reference", "ppl_kernel")
+_KEEP = (
+    "max_ulp",
+    "n_differ",
+    "n_over_tol",
+    "ulp_histogram",
+    "premise_violations",
+    "observed_max_abs",
+    "exact_max_abs",
+    "max_abs",
+    "bound_tight_max",
+    "acc_source",
+    "mismatched",
+    "reason",
+    "n_at_or_over",
+    "flips",
+    "flips_above_threshold",
+    "total_positions",
+    "max_flip_margin",
+    "ppl_reference",
+    "ppl_kernel",
+)
 #: Evidence keys dropped everywhere (large or non-deterministic).
 _DROP = ("flip_list", "kernel_s", "reference_s", "traceback")
 
@@ -64,6 +81,7 @@ def worker_id() -> str:
 @functools.lru_cache(maxsize=4)
 def _kernel(name: str):
     from conformance.kernels.registry import get_kernel
+
     return get_kernel(name)
 
 
@@ -75,6 +93,7 @@ def kernel_spec(name: str):
 @functools.lru_cache(maxsize=2)
 def _capture_set(capture_dir: str, model_dir: str):
     from reference.model.capture import load_capture_set
+
     # digests were verified once by the sweep's main process
     return load_capture_set(capture_dir, model_dir=model_dir or None, verify=False)
 
@@ -83,8 +102,11 @@ def _checkpoint_tensor(ck_dir: str, key: str) -> torch.Tensor:
     """One tensor of a (single-file or sharded) safetensors checkpoint,
     read alone (``safetensors.safe_open``: only its bytes are read)."""
     from pathlib import Path
+
     from safetensors import safe_open
+
     from reference.model.checkpoint import INDEX_FILE, SINGLE_FILE
+
     d = Path(ck_dir)
     f = d / SINGLE_FILE
     if not f.is_file():
@@ -103,6 +125,7 @@ def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
     no directory for this scale mode."""
     from reference.model.capture import CaptureError
     from reference.operands import GemmOperands, tensor_digest
+
     kind = "own" if scale_mode == "own" else "pow2-nearest"
     ck_dir = dict(spec.checkpoint_dirs).get(kind)
     if not ck_dir:
@@ -120,13 +143,29 @@ def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
     except Exception:  # noqa: BLE001 -- Qwen3 linears have no bias
         bias = None
     return GemmOperands(
-        a=t["a"], b=b, scale_a=t["scale_a"], scale_b=sb, bias=bias, out_dtype=torch.bfloat16,
-        name=layer, scale_mode=scale_mode,
-        meta={"block": entry["block"], "proj": entry["proj"], "M": entry["M"], "K": entry["K"],
-              "N": entry["N"], "kind": kind, "rule": "nearest" if scale_mode == "pow2" else None,
-              "model_digest": cs.model_digest, "capture_dir": str(cs.dir),
-              "acc_absmax": entry["acc_absmax"][kind], "acc_ge_2p24": entry["acc_ge_2p24"][kind],
-              "source": "capture"})
+        a=t["a"],
+        b=b,
+        scale_a=t["scale_a"],
+        scale_b=sb,
+        bias=bias,
+        out_dtype=torch.bfloat16,
+        name=layer,
+        scale_mode=scale_mode,
+        meta={
+            "block": entry["block"],
+            "proj": entry["proj"],
+            "M": entry["M"],
+            "K": entry["K"],
+            "N": entry["N"],
+            "kind": kind,
+            "rule": "nearest" if scale_mode == "pow2" else None,
+            "model_digest": cs.model_digest,
+            "capture_dir": str(cs.dir),
+            "acc_absmax": entry["acc_absmax"][kind],
+            "acc_ge_2p24": entry["acc_ge_2p24"][kind],
+            "source": "capture",
+        },
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -135,10 +174,16 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
     built the way ``reference.model.capture.iter_layer_operands`` builds them
     but for this layer only, so a worker holds a few layers, not the model."""
     from reference.model.capture import iter_layer_operands
+
     cs = _capture_set(capture_dir, model_dir)
-    sub = type(cs)(dir=cs.dir, manifest=dict(cs.manifest, layers={layer: cs.manifest["layers"][layer]}),
-                   model_dir=cs.model_dir, cache=cs.cache, external=cs.external,
-                   _checkpoints=cs._checkpoints)
+    sub = type(cs)(
+        dir=cs.dir,
+        manifest=dict(cs.manifest, layers={layer: cs.manifest["layers"][layer]}),
+        model_dir=cs.model_dir,
+        cache=cs.cache,
+        external=cs.external,
+        _checkpoints=cs._checkpoints,
+    )
     return next(iter(iter_layer_operands(sub, scale_mode)))
 
 
@@ -148,15 +193,23 @@ def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     ``reference.memo`` scope a digest already taken of the source -- the
     weight digests checked against the capture manifest -- carries over)."""
     from reference.operands import GemmOperands, copy_keep_layout
+
     o = None
     if spec.checkpoint_dirs:
         o = _layer_ops_direct(spec, scale_mode, layer)
     if o is None:
         o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
-    return GemmOperands(a=copy_keep_layout(o.a), b=copy_keep_layout(o.b),
-                        scale_a=copy_keep_layout(o.scale_a), scale_b=copy_keep_layout(o.scale_b),
-                        bias=copy_keep_layout(o.bias), out_dtype=o.out_dtype,
-                        name=o.name, scale_mode=scale_mode, meta=dict(o.meta, source="capture"))
+    return GemmOperands(
+        a=copy_keep_layout(o.a),
+        b=copy_keep_layout(o.b),
+        scale_a=copy_keep_layout(o.scale_a),
+        scale_b=copy_keep_layout(o.scale_b),
+        bias=copy_keep_layout(o.bias),
+        out_dtype=o.out_dtype,
+        name=o.name,
+        scale_mode=scale_mode,
+        meta=dict(o.meta, source="capture"),
+    )
 
 
 def _jsonable(x):
@@ -171,11 +224,17 @@ def row_of(scale_mode: str, r, keep_all: bool = False) -> dict:
     for k in _DROP:
         ev.pop(k, None)
     if "kernel_manifest" in ev and isinstance(ev["kernel_manifest"], dict):
-        ev["kernel_manifest"] = {k: v for k, v in ev["kernel_manifest"].items()
-                                 if k in ("name", "path", "device", "source_digest")}
-    return {"scale_mode": scale_mode, "check_id": r.check_id, "verdict": r.verdict,
-            "failure_kind": (ev.get("failure_kind") or "kernel") if r.verdict == "fail" else None,
-            "summary": r.summary, "evidence": _jsonable(ev)}
+        ev["kernel_manifest"] = {
+            k: v for k, v in ev["kernel_manifest"].items() if k in ("name", "path", "device", "source_digest")
+        }
+    return {
+        "scale_mode": scale_mode,
+        "check_id": r.check_id,
+        "verdict": r.verdict,
+        "failure_kind": (ev.get("failure_kind") or "kernel") if r.verdict == "fail" else None,
+        "summary": r.summary,
+        "evidence": _jsonable(ev),
+    }
 
 
 def direction_counts(out: torch.Tensor, ref: torch.Tensor) -> dict:
@@ -203,6 +262,7 @@ def ask_direction_counts(out: torch.Tensor, ref: torch.Tensor):
     """
     from reference import memo, readback
     from reference.bits import bits_of
+
     out = memo.moved(out, ref.device)
 
     def ask():
@@ -210,11 +270,17 @@ def ask_direction_counts(out: torch.Tensor, ref: torch.Tensor):
         differ = bits_of(out).reshape(-1) != bits_of(ref).reshape(-1)
         moved = differ & (torch.sign(o) == torch.sign(r))  # differs, same sign
         oa, ra = o.abs(), r.abs()
-        parts = [differ.sum(), (moved & (oa < ra)).sum(), (moved & (oa > ra)).sum(),
-                 (differ & ~moved).sum()]
-        return readback.ask(parts, lambda v: {"n_differ": int(v[0]), "toward_zero": int(v[1]),
-                                                "away_from_zero": int(v[2]),
-                                                "sign_change": int(v[3])})
+        parts = [differ.sum(), (moved & (oa < ra)).sum(), (moved & (oa > ra)).sum(), (differ & ~moved).sum()]
+        return readback.ask(
+            parts,
+            lambda v: {
+                "n_differ": int(v[0]),
+                "toward_zero": int(v[1]),
+                "away_from_zero": int(v[2]),
+                "sign_change": int(v[3]),
+            },
+        )
+
     return memo.cached("direction", (out, ref), ask)
 
 
@@ -237,6 +303,7 @@ class LayerContext:
 
     def __init__(self, spec: SweepSpec, device: Optional[str] = None):
         from conformance.kernels.runner import cuda_device
+
         self.spec, self.device = spec, device
         self.ref_device = cuda_device(_kernel(spec.kernel), device) or "cpu"
         self._ops: dict = {}
@@ -253,10 +320,12 @@ class LayerContext:
     def clean_run(self, layer: str, scale_mode: str):
         """The clean kernel's KernelRun on :meth:`ops` (made once)."""
         from conformance.kernels.runner import run_kernel
+
         key = (layer, scale_mode)
         if key not in self._clean:
-            self._clean[key] = run_kernel(_kernel(self.spec.kernel), self.ops(layer, scale_mode),
-                                          device=self.device, keep_on_device=True)
+            self._clean[key] = run_kernel(
+                _kernel(self.spec.kernel), self.ops(layer, scale_mode), device=self.device, keep_on_device=True
+            )
         return self._clean[key]
 
 
@@ -282,6 +351,7 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
     ``case_digest`` does not depend on how it was called.
     """
     from reference import memo
+
     with memo.scope():
         return _run_layer_cell(task, ctx)
 
@@ -289,16 +359,15 @@ def run_layer_cell(task: SweepTask, ctx: Optional[LayerContext] = None) -> CellR
 def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     """:func:`run_layer_cell` inside its memo scope."""
     from conformance.checks.output_bits import reference_output
-    from conformance.evaluate import CaseEvaluation
     from conformance.kernels.runner import start_kernel
+    from conformance.suite.evaluate import CaseEvaluation
     from faults import inject, prepare_case
     from faults.spec import PRECONDITION_FAULTS
     from faults.truth import ask_ground_truth
 
     t0 = time.perf_counter()
     c, spec = task.cell, task.spec
-    base = ctx.ops(c.layer, c.scale_mode) if ctx is not None else capture_ops(spec, c.layer,
-                                                                              c.scale_mode)
+    base = ctx.ops(c.layer, c.scale_mode) if ctx is not None else capture_ops(spec, c.layer, c.scale_mode)
     kernel = _kernel(spec.kernel)
     ops = prepare_case(base, c.fault, c.coverage, c.seed, kernel.constraints)
     faulty = inject(kernel, c.fault, c.coverage, c.seed)
@@ -308,8 +377,9 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     # outputs stay on the kernel's device, where the batch's references live
     launch = start_kernel(faulty, ops, device=task.device, keep_on_device=True)
     case = CaseEvaluation(faulty, ops, device=task.device, run=launch, keep_on_device=True)
-    gt_asked = ask_ground_truth(kernel, c.fault, c.coverage, c.seed, ops, device=task.device,
-                                clean_run=clean, faulty_run=launch)
+    gt_asked = ask_ground_truth(
+        kernel, c.fault, c.coverage, c.seed, ops, device=task.device, clean_run=clean, faulty_run=launch
+    )
     case.settle()  # round one read
     frun = case.run
     # error direction against the declared-contract reference (signature
@@ -317,16 +387,20 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     # comes back with the failing checks' evidence (round two)
     if frun.output is not None and case.output_differs():
         ask_direction_counts(frun.output, reference_output(ops, kernel.contract))
-    res = case.result(source="sweep", coverage=False,
-                      output_digest=False)  # not stored: no per-cell hash of the output
+    res = case.result(source="sweep", coverage=False, output_digest=False)  # not stored: no per-cell hash of the output
     gt = gt_asked.get().to_dict()
     if res.checks["C8"].verdict == "fail" and frun.output is not None:
-        gt["direction_vs_declared"] = direction_counts(frun.output,
-                                                       reference_output(ops, kernel.contract))
+        gt["direction_vs_declared"] = direction_counts(frun.output, reference_output(ops, kernel.contract))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
-    return CellRows(cell=c, rows=rows, ground_truth=_jsonable(gt), case_digest=digest,
-                    elapsed_s=time.perf_counter() - t0, worker=worker_id())
+    return CellRows(
+        cell=c,
+        rows=rows,
+        ground_truth=_jsonable(gt),
+        case_digest=digest,
+        elapsed_s=time.perf_counter() - t0,
+        worker=worker_id(),
+    )
 
 
 def run_layer_batch(tasks) -> list:
@@ -335,6 +409,7 @@ def run_layer_batch(tasks) -> list:
     CellRows in order. A batch is the executors' unit of work: a killed sweep
     loses at most the batches in flight, never a stored cell."""
     from reference import memo
+
     tasks = list(tasks)
     if not tasks:
         return []
@@ -356,6 +431,7 @@ def _inject_model(kernel, fault: str, coverage: str, seed: int):
     on the 2-core machine with the wrapper of that time (before faults commit
     d0caf7b made it run only the selected block); not re-measured since."""
     from faults import inject
+
     return inject(kernel, fault, coverage, seed)
 
 
@@ -368,18 +444,28 @@ def run_model_cell(task: SweepTask) -> CellRows:
     kernel = _kernel(spec.kernel)
     faulty = _inject_model(kernel, c.fault, c.coverage, c.seed)
     from faults.spec import PRECONDITION_FAULTS
-    into = ("none: F6/F7 are operand constructions of a layer case, which a model forward never "
-            "builds; the wrapper passes every call through" if c.fault in PRECONDITION_FAULTS
-            else "every linear layer")
+
+    into = (
+        "none: F6/F7 are operand constructions of a layer case, which a model forward never "
+        "builds; the wrapper passes every call through"
+        if c.fault in PRECONDITION_FAULTS
+        else "every linear layer"
+    )
     rows, gt = [], {"model_level": True, "injected_into": into, "kernel": faulty.name}
     mdir = spec.model_dir or None
     for mode, c7_mode in (("own", "own"), ("pow2", "pow2-nearest")):
         try:
-            r = check_token_flip(faulty, model_dir=mdir, windows=int(spec.c7["windows"]),
-                                 window_len=int(spec.c7["window_len"]), scale_mode=c7_mode,
-                                 device=task.device)
+            r = check_token_flip(
+                faulty,
+                model_dir=mdir,
+                windows=int(spec.c7["windows"]),
+                window_len=int(spec.c7["window_len"]),
+                scale_mode=c7_mode,
+                device=task.device,
+            )
         except Exception as e:  # noqa: BLE001 -- a harness error is a row, not a crash
-            from conformance.evaluate import check_error
+            from conformance.suite.evaluate import check_error
+
             r = check_error("C7", e)
         rows.append(row_of(mode, r))
     t1 = time.perf_counter()
@@ -390,28 +476,31 @@ def run_model_cell(task: SweepTask) -> CellRows:
         row["evidence"]["shared_across_scale_modes"] = True
         rows.append(row)
     gt.pop("e1_s")  # timing is not part of the deterministic record
-    return CellRows(cell=c, rows=rows, ground_truth=gt, case_digest="",
-                    elapsed_s=time.perf_counter() - t0, worker=worker_id())
+    return CellRows(
+        cell=c, rows=rows, ground_truth=gt, case_digest="", elapsed_s=time.perf_counter() - t0, worker=worker_id()
+    )
 
 
 @functools.lru_cache(maxsize=2)
 def _engine_setup(model_dir: Optional[str], n_prompts: int):
     from detllm.oracle import default_setup
+
     return default_setup(model_dir, n_prompts)
 
 
 def _engine_hash(faulty, model_dir: Optional[str], n_prompts: int, tokens: int):
-    """E1 (``detllm.oracle.engine_hash_check``) with ``n_prompts`` corpus
+    """E1 (``conformance.checks.engine_hash``) with ``n_prompts`` corpus
     prompts x ``tokens`` greedy tokens on ``model_dir`` (None: the default model)."""
-    import detllm.oracle as oracle
+    from conformance.checks.engine_hash import check_engine_hash
     from conformance.checks.result import not_applicable
+
     try:
         art, prompts = _engine_setup(model_dir, n_prompts)
-        return oracle.engine_hash_check(faulty, artifact=art, prompts=prompts,
-                                        max_new_tokens=tokens)
+        return check_engine_hash(faulty, artifact=art, prompts=prompts, max_new_tokens=tokens)
     except Exception as e:  # noqa: BLE001 -- no engine for this model: n/a with the reason
-        return not_applicable("E1", f"engine hash not available for {model_dir}: "
-                                    f"{type(e).__name__}: {first_line(e, None)}")
+        return not_applicable(
+            "E1", f"engine hash not available for {model_dir}: {type(e).__name__}: {first_line(e, None)}"
+        )
 
 
 def _worker_env() -> None:
@@ -421,8 +510,9 @@ def _worker_env() -> None:
     a sweep calls each shape a few dozen times, every F6 / F7 case has a K
     of its own (the tuner would time candidates for each), and the bits do
     not depend on the configuration (``conformance.kernels.builtin_triton``);
-    third-party import notices silenced (``conformance.import_noise``)."""
-    from conformance.import_noise import silence_import_noise
+    third-party import notices silenced (``conformance.runtime.import_noise``)."""
+    from conformance.runtime.import_noise import silence_import_noise
+
     silence_import_noise()
     torch.set_num_threads(max(1, int(os.environ.get("INT8CONF_SWEEP_THREADS", "1"))))
     os.environ.setdefault("INT8CONF_TRITON_AUTOTUNE", "0")

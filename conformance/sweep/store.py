@@ -49,8 +49,10 @@ CREATE TABLE IF NOT EXISTS results (
 
 
 #: a result row ``r`` belongs to cell ``c`` (a model cell has scale mode 'both')
-_CELL_JOIN = ("r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND "
-              "r.seed = c.seed AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both')")
+_CELL_JOIN = (
+    "r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND "
+    "r.seed = c.seed AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both')"
+)
 
 
 class StoreError(Int8confError):
@@ -66,8 +68,9 @@ def damaged(path, e: sqlite3.DatabaseError) -> DamagedStoreError:
     or when a damaged page is first touched), naming the file and how to
     start a fresh one. The file itself is left as it is."""
     why = "".join(c if c.isprintable() else "?" for c in first_line(e, 120))
-    return DamagedStoreError(f"sweep store {path} is damaged ({why}): give a fresh --db PATH, "
-                             f"or delete {path} to start it over")
+    return DamagedStoreError(
+        f"sweep store {path} is damaged ({why}): give a fresh --db PATH, or delete {path} to start it over"
+    )
 
 
 @dataclass
@@ -125,20 +128,22 @@ class SweepStore:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:  # e.g. a file where a parent directory should be
-                raise StoreError(f"sweep store {self.path}: cannot create its directory "
-                                 f"({e.strerror or type(e).__name__})") from None
+                raise StoreError(
+                    f"sweep store {self.path}: cannot create its directory ({e.strerror or type(e).__name__})"
+                ) from None
         elif not self.path.is_file():
             raise StoreError(f"sweep store {self.path} does not exist")
         try:
             self.db = sqlite3.connect(str(self.path), timeout=60)
             # a database holding other tables and no sweep identity is someone else's:
             # adding the sweep tables to it would silently mix the two
-            names = {r[0] for r in self.db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if names - _TABLES and "meta" not in names:
                 self.db.close()
-                raise StoreError(f"{self.path} is an SQLite database of something else (tables "
-                                 f"{sorted(names)[:5]}), not a sweep store: give another --db")
+                raise StoreError(
+                    f"{self.path} is an SQLite database of something else (tables "
+                    f"{sorted(names)[:5]}), not a sweep store: give another --db"
+                )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
@@ -166,22 +171,30 @@ class SweepStore:
         outside pass / fail / n/a, result rows without their cell, or a cell
         with fewer rows than the others of its kind can only come from outside,
         and would be scored (or resumed) silently wrong."""
-        bad = self.db.execute("SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict "
-                              "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') "
-                              "LIMIT 1").fetchone()
+        bad = self.db.execute(
+            "SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict "
+            "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') "
+            "LIMIT 1"
+        ).fetchone()
         if bad is not None:
-            raise StoreError(f"{self.path}: result row {bad[:6]} has verdict {bad[6]!r} (not pass, "
-                             f"fail or n/a): the store was modified outside int8conf")
+            raise StoreError(
+                f"{self.path}: result row {bad[:6]} has verdict {bad[6]!r} (not pass, "
+                f"fail or n/a): the store was modified outside int8conf"
+            )
         orphan = self.db.execute(
             "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed FROM results r LEFT JOIN "
-            f"cells c ON {_CELL_JOIN} WHERE c.layer IS NULL LIMIT 1").fetchone()
+            f"cells c ON {_CELL_JOIN} WHERE c.layer IS NULL LIMIT 1"
+        ).fetchone()
         if orphan is not None:
-            raise StoreError(f"{self.path}: result rows of cell {tuple(orphan)} without the cell "
-                             f"itself: the store was modified outside int8conf")
+            raise StoreError(
+                f"{self.path}: result rows of cell {tuple(orphan)} without the cell "
+                f"itself: the store was modified outside int8conf"
+            )
         counts = self.db.execute(
             "SELECT c.layer, c.fault, c.coverage, c.scale_mode, c.seed, COUNT(r.check_id) FROM cells c "
             f"LEFT JOIN results r ON {_CELL_JOIN} "
-            "GROUP BY c.layer, c.fault, c.coverage, c.scale_mode, c.seed").fetchall()
+            "GROUP BY c.layer, c.fault, c.coverage, c.scale_mode, c.seed"
+        ).fetchall()
         for model in (False, True):
             n = [t[5] for t in counts if (t[0] == MODEL_LAYER) == model]
             if not n:
@@ -189,10 +202,12 @@ class SweepStore:
             usual = max(n)  # every cell of a kind has the same checks: fewer rows = rows deleted
             short = next((t for t in counts if (t[0] == MODEL_LAYER) == model and t[5] < usual), None)
             if short is not None:
-                raise StoreError(f"{self.path}: cell {tuple(short[:5])} has {short[5]} result rows, "
-                                 f"the other {'model' if model else 'layer'} cells {usual}: the store "
-                                 f"was modified outside int8conf (use a new --db, or delete that "
-                                 f"cell from table cells to recompute it)")
+                raise StoreError(
+                    f"{self.path}: cell {tuple(short[:5])} has {short[5]} result rows, "
+                    f"the other {'model' if model else 'layer'} cells {usual}: the store "
+                    f"was modified outside int8conf (use a new --db, or delete that "
+                    f"cell from table cells to recompute it)"
+                )
 
     def _claim(self, identity: dict) -> None:
         have = self.meta("identity")
@@ -206,11 +221,16 @@ class SweepStore:
 
             def short(v) -> str:
                 return repr(v[:12]) if isinstance(v, str) and len(v) > 16 else repr(v)
-            differ = "; ".join(f"{k}: {short(old.get(k))} there, {short(new.get(k))} here"
-                               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+
+            differ = "; ".join(
+                f"{k}: {short(old.get(k))} there, {short(new.get(k))} here"
+                for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)
+            )
             raise StoreError(
                 f"{self.path} holds a sweep of kernel {old.get('kernel')!r} that differs from this "
-                f"one ({differ}): use another --out DIR (or --db PATH)")
+                f"one ({differ}): use another --out DIR (or --db PATH)"
+            )
 
     def meta(self, key: str) -> Optional[str]:
         """A meta value (None when absent)."""
@@ -220,13 +240,13 @@ class SweepStore:
     def set_meta(self, key: str, value) -> None:
         """Set a meta value (JSON-encoded unless a str)."""
         with self.db:
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                            (key, value if isinstance(value, str) else _json(value)))
+            self.db.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value if isinstance(value, str) else _json(value))
+            )
 
     def done(self) -> set:
         """Keys (``Cell.key``) of every finished cell."""
-        return {tuple(r) for r in self.db.execute(
-            "SELECT layer, fault, coverage, scale_mode, seed FROM cells")}
+        return {tuple(r) for r in self.db.execute("SELECT layer, fault, coverage, scale_mode, seed FROM cells")}
 
     def put(self, cr: CellRows) -> bool:
         """Store one finished cell and its rows atomically.
@@ -238,14 +258,28 @@ class SweepStore:
         c = cr.cell
         try:
             with self.db:
-                self.db.execute("INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
-                                (*c.key, _json(cr.ground_truth), cr.case_digest,
-                                 float(cr.elapsed_s), cr.worker))
+                self.db.execute(
+                    "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
+                    (*c.key, _json(cr.ground_truth), cr.case_digest, float(cr.elapsed_s), cr.worker),
+                )
                 self.db.executemany(
                     "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [(c.layer, c.fault, c.coverage, r["scale_mode"], int(c.seed), r["check_id"],
-                      r["verdict"], r.get("failure_kind"), r["summary"], _json(r["evidence"]))
-                     for r in cr.rows])
+                    [
+                        (
+                            c.layer,
+                            c.fault,
+                            c.coverage,
+                            r["scale_mode"],
+                            int(c.seed),
+                            r["check_id"],
+                            r["verdict"],
+                            r.get("failure_kind"),
+                            r["summary"],
+                            _json(r["evidence"]),
+                        )
+                        for r in cr.rows
+                    ],
+                )
         except sqlite3.IntegrityError:
             return False
         return True
@@ -259,16 +293,30 @@ class SweepStore:
             for cr in crs:
                 c = cr.cell
                 try:
-                    self.db.execute("INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
-                                    (*c.key, _json(cr.ground_truth), cr.case_digest,
-                                     float(cr.elapsed_s), cr.worker))
+                    self.db.execute(
+                        "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
+                        (*c.key, _json(cr.ground_truth), cr.case_digest, float(cr.elapsed_s), cr.worker),
+                    )
                 except sqlite3.IntegrityError:
                     continue
                 self.db.executemany(
                     "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [(c.layer, c.fault, c.coverage, r["scale_mode"], int(c.seed), r["check_id"],
-                      r["verdict"], r.get("failure_kind"), r["summary"], _json(r["evidence"]))
-                     for r in cr.rows])
+                    [
+                        (
+                            c.layer,
+                            c.fault,
+                            c.coverage,
+                            r["scale_mode"],
+                            int(c.seed),
+                            r["check_id"],
+                            r["verdict"],
+                            r.get("failure_kind"),
+                            r["summary"],
+                            _json(r["evidence"]),
+                        )
+                        for r in cr.rows
+                    ],
+                )
                 new += 1
         return new
 
@@ -279,16 +327,28 @@ class SweepStore:
             deterministic_only: drop ``elapsed_s`` and ``worker`` (for
                 comparing two sweeps of the same inputs).
         """
-        q = ("SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
-             "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
-             f"c.worker, c.scale_mode FROM results r JOIN cells c ON {_CELL_JOIN} "
-             "ORDER BY r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id")
+        q = (
+            "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
+            "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
+            f"c.worker, c.scale_mode FROM results r JOIN cells c ON {_CELL_JOIN} "
+            "ORDER BY r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id"
+        )
         out = []
         for t in self.db.execute(q):
-            d = {"layer": t[0], "fault": t[1], "coverage": t[2], "scale_mode": t[3], "seed": t[4],
-                 "check_id": t[5], "verdict": t[6], "failure_kind": t[7], "summary": t[8],
-                 "evidence": json.loads(t[9]), "ground_truth": json.loads(t[10]),
-                 "case_digest": t[11]}
+            d = {
+                "layer": t[0],
+                "fault": t[1],
+                "coverage": t[2],
+                "scale_mode": t[3],
+                "seed": t[4],
+                "check_id": t[5],
+                "verdict": t[6],
+                "failure_kind": t[7],
+                "summary": t[8],
+                "evidence": json.loads(t[9]),
+                "ground_truth": json.loads(t[10]),
+                "case_digest": t[11],
+            }
             if not deterministic_only:
                 d.update(elapsed_s=t[12], worker=t[13])
             out.append(d)
@@ -316,6 +376,7 @@ class SweepStore:
             return
         import os
         import socket
+
         fh = open(self.path.with_name(self.path.name + ".lock"), "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -323,8 +384,10 @@ class SweepStore:
             fh.seek(0)
             who = fh.read().strip() or "another process"
             fh.close()
-            raise StoreError(f"sweep store {self.path} is being written by another sweep ({who}): "
-                             f"wait for it to finish, or give this run another --db") from None
+            raise StoreError(
+                f"sweep store {self.path} is being written by another sweep ({who}): "
+                f"wait for it to finish, or give this run another --db"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()} on {socket.gethostname()}")

@@ -20,12 +20,29 @@ import triton.language as tl
 
 from detllm.kernels.intlang import exp2_table, int_exp, launcher, next_pow2, rmax, round_shift, rsum
 
-MASK_SENTINEL = -(2 ** 30)
+MASK_SENTINEL = -(2**30)
 
 
-def _attention_kernel(qq_ptr, qtm_ptr, qtk_ptr, sm_ptr, sk_ptr, kc_ptr, vc_ptr, seq_ptr, nkeys_ptr,
-                      o_ptr, table_ptr, NH, NKV, CAP, GROUP,
-                      F: tl.constexpr, HD: tl.constexpr, BLOCK_L: tl.constexpr):
+def _attention_kernel(
+    qq_ptr,
+    qtm_ptr,
+    qtk_ptr,
+    sm_ptr,
+    sk_ptr,
+    kc_ptr,
+    vc_ptr,
+    seq_ptr,
+    nkeys_ptr,
+    o_ptr,
+    table_ptr,
+    NH,
+    NKV,
+    CAP,
+    GROUP,
+    F: tl.constexpr,
+    HD: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     g = h // GROUP
@@ -74,8 +91,9 @@ def _attention_kernel(qq_ptr, qtm_ptr, qtk_ptr, sm_ptr, sk_ptr, kc_ptr, vc_ptr, 
 _KERNEL = launcher(_attention_kernel)
 
 
-def attention(qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, score_exp: int, out=None,
-              block_l: int | None = None):
+def attention(
+    qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, score_exp: int, out=None, block_l: int | None = None
+):
     """Fused decode/prefill attention for one layer.
 
     Args:
@@ -93,7 +111,25 @@ def attention(qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, scor
     if out is None:
         out = torch.empty(R, nh * hd, dtype=torch.int64, device=qq.device)
     bl = block_l or (64 if qq.device.type == "cuda" else 16)
-    _KERNEL[(R, nh)](qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, out,
-                     exp2_table(qq.device), nh, nkv, cap, nh // nkv, F=int(score_exp), HD=hd,
-                     BLOCK_L=next_pow2(bl), num_warps=4)
+    _KERNEL[(R, nh)](
+        qq,
+        qtm,
+        qtk,
+        score_m,
+        score_k,
+        k_cache,
+        v_cache,
+        seq,
+        nkeys,
+        out,
+        exp2_table(qq.device),
+        nh,
+        nkv,
+        cap,
+        nh // nkv,
+        F=int(score_exp),
+        HD=hd,
+        BLOCK_L=next_pow2(bl),
+        num_warps=4,
+    )
     return out

@@ -29,10 +29,11 @@ import torch
 import triton
 import triton.language as tl
 
-INT64_MIN = -(2 ** 63)
+INT64_MIN = -(2**63)
 
 
 # ------------------------------------------------------------------ rounding
+
 
 @triton.jit
 def round_shift(x, k):
@@ -178,6 +179,7 @@ def rsum(x):
 
 # ------------------------------------------------------------------ launcher
 
+
 def _interp_rmax(x):
     return tl.reduce(x, 0, tl.standard._elementwise_max)
 
@@ -204,8 +206,9 @@ def _plain_globals(g: dict, cache: dict) -> dict:
             v = _INTERP_OVERRIDES[name]
         elif isinstance(v, triton.runtime.jit.JITFunction):
             f = v.fn
-            v = types.FunctionType(f.__code__, _plain_globals(f.__globals__, cache), f.__name__,
-                                   f.__defaults__, f.__closure__)
+            v = types.FunctionType(
+                f.__code__, _plain_globals(f.__globals__, cache), f.__name__, f.__defaults__, f.__closure__
+            )
         out[name] = v
     return out
 
@@ -227,16 +230,19 @@ class launcher:
             return self._native
         if self._interp is None:
             from triton.runtime.interpreter import InterpretedFunction
+
             f = self.fn
             g = _plain_globals(f.__globals__, {})
-            self._interp = InterpretedFunction(types.FunctionType(f.__code__, g, f.__name__, f.__defaults__,
-                                                                  f.__closure__))
+            self._interp = InterpretedFunction(
+                types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+            )
         return self._interp
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
             dev = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
             return self.kernel(dev)[grid](*args, **kwargs)
+
         return run
 
 
@@ -249,6 +255,7 @@ def exp2_table(device) -> torch.Tensor:
     t = _TABLES.get(key)
     if t is None:
         from detllm.ops import _EXP2_TABLE
+
         t = _TABLES[key] = torch.tensor(list(_EXP2_TABLE) + [0], dtype=torch.int64, device=device)
     return t
 

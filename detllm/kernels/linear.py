@@ -29,10 +29,26 @@ from detllm.kernels.intlang import exp2_table, int_sigmoid, launcher, round_shif
 MODE_PLAIN, MODE_RESIDUAL, MODE_LOGITS, MODE_SWIGLU = 0, 1, 2, 3
 
 
-def _linear_kernel(a_ptr, w_ptr, tm_ptr, tk_ptr, m_ptr, k_ptr, out_ptr, table_ptr,
-                   R, N, K, W_OFF_UP,
-                   MODE: tl.constexpr, FG: tl.constexpr, SW_SHIFT: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _linear_kernel(
+    a_ptr,
+    w_ptr,
+    tm_ptr,
+    tk_ptr,
+    m_ptr,
+    k_ptr,
+    out_ptr,
+    table_ptr,
+    R,
+    N,
+    K,
+    W_OFF_UP,
+    MODE: tl.constexpr,
+    FG: tl.constexpr,
+    SW_SHIFT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -51,8 +67,9 @@ def _linear_kernel(a_ptr, w_ptr, tm_ptr, tk_ptr, m_ptr, k_ptr, out_ptr, table_pt
         w = tl.load(w_ptr + rn64[None, :] * K + kk[:, None], mask=n_ok[None, :] & k_ok[:, None], other=0)
         acc += tl.dot(a, w, out_dtype=tl.int32)
         if MODE == 3:
-            w2 = tl.load(w_ptr + (rn64[None, :] + W_OFF_UP) * K + kk[:, None],
-                         mask=n_ok[None, :] & k_ok[:, None], other=0)
+            w2 = tl.load(
+                w_ptr + (rn64[None, :] + W_OFF_UP) * K + kk[:, None], mask=n_ok[None, :] & k_ok[:, None], other=0
+            )
             acc2 += tl.dot(a, w2, out_dtype=tl.int32)
     tm = tl.load(tm_ptr + rm, mask=m_ok, other=0)
     tk = tl.load(tk_ptr + rm, mask=m_ok, other=0)
@@ -96,9 +113,19 @@ def _tiles(R: int, N: int, K: int, device_type: str):
     return bm, 128, 64, 4, 3
 
 
-def linear(a: torch.Tensor, w: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, m: torch.Tensor,
-           k: torch.Tensor, mode: int = MODE_PLAIN, out: torch.Tensor | None = None,
-           gate_exp: int = 0, up_exp: int = 0, out_exp: int | None = None) -> torch.Tensor:
+def linear(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    tm: torch.Tensor,
+    tk: torch.Tensor,
+    m: torch.Tensor,
+    k: torch.Tensor,
+    mode: int = MODE_PLAIN,
+    out: torch.Tensor | None = None,
+    gate_exp: int = 0,
+    up_exp: int = 0,
+    out_exp: int | None = None,
+) -> torch.Tensor:
     """int8 linear with the engine's dyadic epilogue fused (see module doc).
 
     Args:
@@ -122,7 +149,26 @@ def linear(a: torch.Tensor, w: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor,
     bm, bn, bk, nw, ns = _tiles(R, N, K, a.device.type)
     fo = gate_exp + up_exp if out_exp is None else out_exp
     grid = ((R + bm - 1) // bm, (N + bn - 1) // bn)
-    _KERNEL[grid](a, w, tm, tk, m, k, out, exp2_table(a.device), R, N, K, N,
-                  MODE=mode, FG=int(gate_exp), SW_SHIFT=int(gate_exp + up_exp - fo),
-                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+    _KERNEL[grid](
+        a,
+        w,
+        tm,
+        tk,
+        m,
+        k,
+        out,
+        exp2_table(a.device),
+        R,
+        N,
+        K,
+        N,
+        MODE=mode,
+        FG=int(gate_exp),
+        SW_SHIFT=int(gate_exp + up_exp - fo),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        num_warps=nw,
+        num_stages=ns,
+    )
     return out

@@ -14,12 +14,11 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from detllm.kernels.intlang import rmax, rsum, bitlen, div_round_pos, isqrt_newton, launcher, next_pow2, round_shift
+from detllm.kernels.intlang import bitlen, div_round_pos, isqrt_newton, launcher, next_pow2, rmax, round_shift, rsum
 from detllm.kernels.quant_rows import row_outputs
 
 
-def _norm_quant_kernel(x_ptr, g_ptr, q_ptr, tm_ptr, tk_ptr, H, eps_int, P,
-                       BLOCK_H: tl.constexpr):
+def _norm_quant_kernel(x_ptr, g_ptr, q_ptr, tm_ptr, tk_ptr, H, eps_int, P, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_H)
     msk = offs < H
@@ -70,6 +69,5 @@ def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int, out=None):
     R, H = x.shape
     q, tm, tk = out if out is not None else row_outputs(R, H, x.device)
     bh = next_pow2(H)
-    _KERNEL[(R,)](x, g, q, tm, tk, H, int(eps_int), rms_p(H, eps_int), BLOCK_H=bh,
-                  num_warps=4 if bh <= 1024 else 8)
+    _KERNEL[(R,)](x, g, q, tm, tk, H, int(eps_int), rms_p(H, eps_int), BLOCK_H=bh, num_warps=4 if bh <= 1024 else 8)
     return q, tm, tk

@@ -19,15 +19,38 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from detllm.kernels.intlang import (bitlen, div_round_pos, isqrt_newton, launcher, rmax, round_shift,
-                                    rsum)
+from detllm.kernels.intlang import bitlen, div_round_pos, isqrt_newton, launcher, rmax, round_shift, rsum
 from detllm.kernels.norm_quant import rms_p
 
 
-def _qk_rope_kernel(y_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr, seq_ptr, valid_ptr, kcm_ptr, kck_ptr,
-                    kc_ptr, vc_ptr, qq_ptr, qtm_ptr, qtk_ptr,
-                    NH, NKV, CAP, NQKV, EPS_Q, EPS_K, P_Q, P_K, E_Q, E_K,
-                    HD: tl.constexpr, ROPE: tl.constexpr):
+def _qk_rope_kernel(
+    y_ptr,
+    g_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    seq_ptr,
+    valid_ptr,
+    kcm_ptr,
+    kck_ptr,
+    kc_ptr,
+    vc_ptr,
+    qq_ptr,
+    qtm_ptr,
+    qtk_ptr,
+    NH,
+    NKV,
+    CAP,
+    NQKV,
+    EPS_Q,
+    EPS_K,
+    P_Q,
+    P_K,
+    E_Q,
+    E_K,
+    HD: tl.constexpr,
+    ROPE: tl.constexpr,
+):
     r = tl.program_id(0).to(tl.int64)
     hs = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, HD)
@@ -82,9 +105,28 @@ def _qk_rope_kernel(y_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr, seq_ptr, valid_ptr,
 _KERNEL = launcher(_qk_rope_kernel)
 
 
-def qk_rope_cache(y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, nh: int, nkv: int,
-                  q_eps: int, q_shift: int, k_eps: int, k_shift: int, qk_exp: int, rope_exp: int,
-                  out=None):
+def qk_rope_cache(
+    y,
+    g,
+    cos,
+    sin,
+    pos,
+    seq,
+    valid,
+    kc_m,
+    kc_k,
+    k_cache,
+    v_cache,
+    nh: int,
+    nkv: int,
+    q_eps: int,
+    q_shift: int,
+    k_eps: int,
+    k_shift: int,
+    qk_exp: int,
+    rope_exp: int,
+    out=None,
+):
     """Fused QK-norm + RoPE + cache write + query quantization for one layer.
 
     Args:
@@ -106,13 +148,40 @@ def qk_rope_cache(y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache,
     if hd & (hd - 1):
         raise ValueError(f"qk_rope_cache: head_dim {hd} must be a power of two")
     if out is None:
-        out = (torch.empty(R, nh, hd, dtype=torch.int8, device=y.device),
-               torch.empty(R, nh, dtype=torch.int64, device=y.device),
-               torch.empty(R, nh, dtype=torch.int64, device=y.device))
+        out = (
+            torch.empty(R, nh, hd, dtype=torch.int8, device=y.device),
+            torch.empty(R, nh, dtype=torch.int64, device=y.device),
+            torch.empty(R, nh, dtype=torch.int64, device=y.device),
+        )
     qq, qtm, tk = out
     pq, pk = rms_p(hd, q_eps), rms_p(hd, k_eps)
-    _KERNEL[(R, nh + nkv)](y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, qq, qtm, tk,
-                           nh, nkv, k_cache.shape[2], y.shape[1], int(q_eps), int(k_eps), pq, pk,
-                           qk_exp - q_shift + pq, qk_exp - k_shift + pk, HD=hd, ROPE=int(rope_exp),
-                           num_warps=1 if hd <= 64 else 2)
+    _KERNEL[(R, nh + nkv)](
+        y,
+        g,
+        cos,
+        sin,
+        pos,
+        seq,
+        valid,
+        kc_m,
+        kc_k,
+        k_cache,
+        v_cache,
+        qq,
+        qtm,
+        tk,
+        nh,
+        nkv,
+        k_cache.shape[2],
+        y.shape[1],
+        int(q_eps),
+        int(k_eps),
+        pq,
+        pk,
+        qk_exp - q_shift + pq,
+        qk_exp - k_shift + pk,
+        HD=hd,
+        ROPE=int(rope_exp),
+        num_warps=1 if hd <= 64 else 2,
+    )
     return qq, qtm, tk

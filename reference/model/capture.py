@@ -57,12 +57,16 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import torch
 
-from reference.model.checkpoint import (
-    layer_block_proj, linear_names, linear_shapes, load_safetensors_file,
-    save_safetensors_atomic, write_json_atomic,
-)
 from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
+from reference.model.checkpoint import (
+    layer_block_proj,
+    linear_names,
+    linear_shapes,
+    load_safetensors_file,
+    save_safetensors_atomic,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     from reference.operands import GemmOperands
@@ -70,7 +74,7 @@ if TYPE_CHECKING:
 FORMAT = "int8conf-capture/1"
 MANIFEST = "manifest.json"
 KINDS = ("own", "pow2-nearest", "pow2-ceiling")
-FP32_EXACT_INT = 2 ** 24
+FP32_EXACT_INT = 2**24
 DEFAULT_SETTINGS = {"windows": 4, "window_len": 128, "tokens_per_window": 16}
 DEFAULT_MODEL_TAG = "<default>"
 
@@ -78,6 +82,7 @@ DEFAULT_MODEL_TAG = "<default>"
 # --------------------------------------------------------------------------
 # data classes and loading
 # --------------------------------------------------------------------------
+
 
 @dataclass
 class CaptureSet:
@@ -137,24 +142,31 @@ class CaptureSet:
         try:
             if kind in self.external:
                 from reference.model.compressed_tensors import read_w8a8_checkpoint
+
                 ck = read_w8a8_checkpoint(self.external[kind])
             else:
                 if self.model_dir is None:
-                    raise CaptureError(f"{self.dir / MANIFEST}: parent model {self.manifest['model'].get('dir')!r} "
-                                       f"not found; pass model_dir to load_capture_set")
+                    raise CaptureError(
+                        f"{self.dir / MANIFEST}: parent model {self.manifest['model'].get('dir')!r} "
+                        f"not found; pass model_dir to load_capture_set"
+                    )
                 from reference.model.artifacts import derived_checkpoint
+
                 ck = derived_checkpoint(self.model_dir, kind, self.cache)
         except CheckpointError as exc:
             raise CaptureError(f"{self.dir / MANIFEST}: checkpoint {kind!r}: {exc}") from None
         if ck.digest != rec["digest"]:
-            raise CaptureError(f"{self.dir / MANIFEST}: checkpoint {kind!r} at {ck.dir} has digest "
-                               f"{ck.digest[:12]}, the capture was taken against {rec['digest'][:12]}")
+            raise CaptureError(
+                f"{self.dir / MANIFEST}: checkpoint {kind!r} at {ck.dir} has digest "
+                f"{ck.digest[:12]}, the capture was taken against {rec['digest'][:12]}"
+            )
         self._checkpoints[kind] = ck
         return ck
 
 
 def _layer_order_key(name: str) -> tuple:
     from reference.model.checkpoint import BLOCK_LINEARS
+
     block, proj = layer_block_proj(name)
     order = [p.split(".")[1] for p in BLOCK_LINEARS]
     return block, order.index(proj) if proj in order else len(order)
@@ -162,6 +174,7 @@ def _layer_order_key(name: str) -> tuple:
 
 def _digests(tensors: dict) -> dict:
     from reference.operands import tensor_digest
+
     return {k: tensor_digest(v) for k, v in sorted(tensors.items())}
 
 
@@ -175,8 +188,10 @@ def _load_verified(cdir: Path, entry: dict) -> dict:
     got = _digests({k: v for k, v in tensors.items()})
     for key in sorted(set(want) | set(got)):
         if want.get(key) != got.get(key):
-            raise CaptureError(f"{path}: tensor {key!r} digest {str(got.get(key))[:12]} does not match "
-                               f"manifest {str(want.get(key))[:12]}")
+            raise CaptureError(
+                f"{path}: tensor {key!r} digest {str(got.get(key))[:12]} does not match "
+                f"manifest {str(want.get(key))[:12]}"
+            )
     return tensors
 
 
@@ -197,6 +212,7 @@ def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
     recorded = man["model"].get("dir")
     if recorded == DEFAULT_MODEL_TAG:
         from reference.model.artifacts import default_parent_dir
+
         return default_parent_dir()
     if recorded and Path(recorded).is_dir():
         return Path(recorded)
@@ -227,13 +243,19 @@ def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = Tru
     cdir = Path(capture_dir)
     man = _read_manifest(cdir)
     if not man.get("complete"):
-        raise CaptureError(f"{cdir / MANIFEST}: capture incomplete ({len(man['layers'])} layers); "
-                           f"re-run `int8conf capture` to resume it")
+        raise CaptureError(
+            f"{cdir / MANIFEST}: capture incomplete ({len(man['layers'])} layers); "
+            f"re-run `int8conf capture` to resume it"
+        )
     mdir = _resolve_model_dir(man, model_dir)
-    external = {k: Path(r["origin"][len("dir:"):]) for k, r in man["checkpoints"].items()
-                if str(r.get("origin", "")).startswith("dir:")}
-    cs = CaptureSet(dir=cdir, manifest=man, model_dir=mdir,
-                    cache=Path(cache) if cache is not None else None, external=external)
+    external = {
+        k: Path(r["origin"][len("dir:") :])
+        for k, r in man["checkpoints"].items()
+        if str(r.get("origin", "")).startswith("dir:")
+    }
+    cs = CaptureSet(
+        dir=cdir, manifest=man, model_dir=mdir, cache=Path(cache) if cache is not None else None, external=external
+    )
     if verify:
         for name in cs.layer_names():
             _load_verified(cdir, man["layers"][name])
@@ -244,13 +266,16 @@ def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = Tru
 
 def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
     from reference.model.artifacts import parent_digest
+
     try:
         got = parent_digest(mdir)
     except CheckpointError as exc:
         raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
     if got != man["model"]["digest"]:
-        raise CaptureError(f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
-                           f"but {mdir} has digest {got[:12]} (a different model)")
+        raise CaptureError(
+            f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
+            f"but {mdir} has digest {got[:12]} (a different model)"
+        )
 
 
 def default_captures_dir() -> Path:
@@ -276,8 +301,7 @@ def default_capture_set() -> Optional[CaptureSet]:
     return _default_capture_set_cached(path.stat().st_mtime_ns)
 
 
-def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest"
-                        ) -> Iterator["GemmOperands"]:
+def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest") -> Iterator["GemmOperands"]:
     """Per-layer GEMM operands of a capture set, in forward order.
 
     Args:
@@ -316,18 +340,34 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
         sb = ck.scale_b(name).clone()
         ref = entry["weights"][kind]
         if tensor_digest(b) != ref["b"] or tensor_digest(sb) != ref["scale_b"]:
-            raise CaptureError(f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not "
-                               f"match the captured digests")
+            raise CaptureError(
+                f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not match the captured digests"
+            )
         bias = ck.others.get(f"{name}.bias")
         yield GemmOperands(
-            a=t["a"], b=b, scale_a=t["scale_a"], scale_b=sb,
+            a=t["a"],
+            b=b,
+            scale_a=t["scale_a"],
+            scale_b=sb,
             bias=None if bias is None else bias.to(torch.bfloat16),
-            out_dtype=torch.bfloat16, name=name, scale_mode=scale_mode,
-            meta={"block": entry["block"], "proj": entry["proj"], "M": entry["M"], "K": entry["K"],
-                  "N": entry["N"], "kind": kind, "rule": rule if scale_mode == "pow2" else None,
-                  "model_digest": cs.model_digest, "capture_dir": str(cs.dir),
-                  "acc_absmax": entry["acc_absmax"][kind], "acc_ge_2p24": entry["acc_ge_2p24"][kind],
-                  "source": "capture"})
+            out_dtype=torch.bfloat16,
+            name=name,
+            scale_mode=scale_mode,
+            meta={
+                "block": entry["block"],
+                "proj": entry["proj"],
+                "M": entry["M"],
+                "K": entry["K"],
+                "N": entry["N"],
+                "kind": kind,
+                "rule": rule if scale_mode == "pow2" else None,
+                "model_digest": cs.model_digest,
+                "capture_dir": str(cs.dir),
+                "acc_absmax": entry["acc_absmax"][kind],
+                "acc_ge_2p24": entry["acc_ge_2p24"][kind],
+                "source": "capture",
+            },
+        )
 
 
 # --------------------------------------------------------------------------
@@ -357,8 +397,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def forward_f64(config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None,
-                layers: Optional[set] = None) -> torch.Tensor:
+def forward_f64(
+    config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None, layers: Optional[set] = None
+) -> torch.Tensor:
     """Float64 Qwen3 forward (transformers ``modeling_qwen3`` semantics).
 
     Args:
@@ -376,14 +417,18 @@ def forward_f64(config: dict, state: dict, input_ids: torch.Tensor, hook: Option
     Raises:
         CaptureError: unsupported rope scaling or sliding-window attention.
     """
-    if config.get("use_sliding_window") and config.get("sliding_window") and \
-            input_ids.shape[1] > int(config["sliding_window"]):
+    if (
+        config.get("use_sliding_window")
+        and config.get("sliding_window")
+        and input_ids.shape[1] > int(config["sliding_window"])
+    ):
         raise CaptureError("sliding-window attention is not supported by the f64 capture engine")
     f = lambda n: state[n].to(torch.float64)  # noqa: E731
     eps = float(config.get("rms_norm_eps", 1e-6))
     nh = int(config["num_attention_heads"])
     nkv = int(config.get("num_key_value_heads") or nh)
     from reference.model.checkpoint import head_dim
+
     hd = head_dim(config)
     B, T = input_ids.shape
     inv_freq = 1.0 / (_rope_theta(config) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
@@ -441,8 +486,9 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
     try:
         model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="eager")
     except Exception as exc:  # transformers raises many types; one line for the user
-        raise CaptureError(f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: "
-                           f"{first_line(exc, None)})") from None
+        raise CaptureError(
+            f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
+        ) from None
     model.eval()
     handles = []
     for name in names:
@@ -451,7 +497,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
     try:
         with torch.no_grad():
             for w in range(input_ids.shape[0]):
-                model(input_ids=input_ids[w:w + 1])
+                model(input_ids=input_ids[w : w + 1])
     finally:
         for h in handles:
             h.remove()
@@ -460,6 +506,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
 # --------------------------------------------------------------------------
 # capture
 # --------------------------------------------------------------------------
+
 
 def token_positions(window_len: int, per_window: int) -> list[int]:
     """Fixed positions captured in each window: ``round(linspace(0, L-1, P))``
@@ -482,20 +529,38 @@ def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
 
 def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
     from reference.operands import tensor_digest
-    return {"engine": engine, "engine_dtype": "float64" if engine == "f64" else str(dtype).replace("torch.", ""),
-            "windows": int(input_ids.shape[0]), "window_len": int(input_ids.shape[1]),
-            "positions": positions, "tokens_per_layer": int(input_ids.shape[0]) * len(positions),
-            "input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()), "token_source": source,
-            "activation_quantizer": "reference.quantize.quantize_activation_per_token",
-            "raw_dtype": "bfloat16", "store_raw": bool(store_raw)}
+
+    return {
+        "engine": engine,
+        "engine_dtype": "float64" if engine == "f64" else str(dtype).replace("torch.", ""),
+        "windows": int(input_ids.shape[0]),
+        "window_len": int(input_ids.shape[1]),
+        "positions": positions,
+        "tokens_per_layer": int(input_ids.shape[0]) * len(positions),
+        "input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()),
+        "token_source": source,
+        "activation_quantizer": "reference.quantize.quantize_activation_per_token",
+        "raw_dtype": "bfloat16",
+        "store_raw": bool(store_raw),
+    }
 
 
-def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = None,
-                  windows: int = DEFAULT_SETTINGS["windows"], window_len: int = DEFAULT_SETTINGS["window_len"],
-                  tokens_per_window: int = DEFAULT_SETTINGS["tokens_per_window"],
-                  w8a8_dir=None, cache=None, engine: str = "f64", dtype=torch.bfloat16,
-                  store_raw: bool = True, max_new_layers: Optional[int] = None,
-                  progress: Optional[Callable[[str], None]] = None) -> Optional[CaptureSet]:
+def capture_model(
+    model_dir,
+    out_dir,
+    *,
+    input_ids: Optional[torch.Tensor] = None,
+    windows: int = DEFAULT_SETTINGS["windows"],
+    window_len: int = DEFAULT_SETTINGS["window_len"],
+    tokens_per_window: int = DEFAULT_SETTINGS["tokens_per_window"],
+    w8a8_dir=None,
+    cache=None,
+    engine: str = "f64",
+    dtype=torch.bfloat16,
+    store_raw: bool = True,
+    max_new_layers: Optional[int] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Optional[CaptureSet]:
     """Capture every decoder linear's input of a Qwen3 model (resumable).
 
     Args:
@@ -529,20 +594,23 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
             unsupported model features, inconsistent ``w8a8_dir``.
     """
     from reference.model.artifacts import default_parent_dir, derived_checkpoint, load_parent
-    from reference.quantize import quantize_activation_per_token
     from reference.operands import tensor_digest
+    from reference.quantize import quantize_activation_per_token
 
     if engine not in ("f64", "hf"):
         raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
     mdir = Path(model_dir)
     config, state, mdigest = load_parent(mdir)
     if "quantization_config" in config or "compression_config" in config:
-        raise CaptureError(f"{mdir / 'config.json'}: has quantization_config; capture needs the float parent "
-                           f"model (pass the W8A8 checkpoint as w8a8_dir / --w8a8)")
+        raise CaptureError(
+            f"{mdir / 'config.json'}: has quantization_config; capture needs the float parent "
+            f"model (pass the W8A8 checkpoint as w8a8_dir / --w8a8)"
+        )
     source = "explicit"
     if input_ids is None:
         from reference.model.corpus import eval_windows
         from reference.model.tokenizer import load_tokenizer
+
         try:
             input_ids = eval_windows(load_tokenizer(mdir), windows, window_len)
         except CheckpointError as exc:
@@ -551,8 +619,10 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.numel() == 0:
         raise CaptureError("input_ids must be a non-empty LongTensor [windows, length]")
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= int(config["vocab_size"]):
-        raise CaptureError(f"token ids span [{int(input_ids.min())}, {int(input_ids.max())}], "
-                           f"outside the vocabulary of {mdir} (size {config['vocab_size']})")
+        raise CaptureError(
+            f"token ids span [{int(input_ids.min())}, {int(input_ids.max())}], "
+            f"outside the vocabulary of {mdir} (size {config['vocab_size']})"
+        )
     input_ids = input_ids.to(torch.long)
     positions = token_positions(int(input_ids.shape[1]), tokens_per_window)
     settings = _settings(input_ids, source, engine, dtype, positions, store_raw)
@@ -564,6 +634,7 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
         cks["own"] = derived_checkpoint(mdir, "own", cache)
         if w8a8_dir is not None:
             from reference.model.compressed_tensors import read_w8a8_checkpoint
+
             cks["own"] = read_w8a8_checkpoint(w8a8_dir)
         for kind in KINDS[1:]:
             cks[kind] = derived_checkpoint(mdir, kind, cache)
@@ -575,20 +646,39 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
     shapes = linear_shapes(config)
     for n in linear_names(config):
         if tuple(cks["own"].weights[n].shape) != shapes[n]:
-            raise CaptureError(f"{cks['own'].dir}: {n}.weight shape {list(cks['own'].weights[n].shape)} "
-                               f"does not match {mdir} ({list(shapes[n])})")
+            raise CaptureError(
+                f"{cks['own'].dir}: {n}.weight shape {list(cks['own'].weights[n].shape)} "
+                f"does not match {mdir} ({list(shapes[n])})"
+            )
     try:
         is_default = mdir.resolve() == default_parent_dir().resolve()
     except Exception:
         is_default = False
-    model_rec = {"digest": mdigest, "dir": DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()),
-                 "model_type": "qwen3"}
-    for key in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "vocab_size"):
+    model_rec = {
+        "digest": mdigest,
+        "dir": DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()),
+        "model_type": "qwen3",
+    }
+    for key in (
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+    ):
         model_rec[key] = config.get(key)
-    ck_rec = {k: {"digest": ck.digest, "scale_rule": k,
-                  "origin": f"dir:{Path(ck.dir).resolve()}" if (k == "own" and w8a8_dir is not None)
-                  else "built:reference.model.artifacts.derived_checkpoint"} for k, ck in cks.items()}
+    ck_rec = {
+        k: {
+            "digest": ck.digest,
+            "scale_rule": k,
+            "origin": f"dir:{Path(ck.dir).resolve()}"
+            if (k == "own" and w8a8_dir is not None)
+            else "built:reference.model.artifacts.derived_checkpoint",
+        }
+        for k, ck in cks.items()
+    }
 
     header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
     man = _resume_or_start(out, header)
@@ -607,7 +697,7 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
         with torch.no_grad():
             if engine == "f64":
                 for w in range(input_ids.shape[0]):
-                    forward_f64(config, state, input_ids[w:w + 1], hook, layers=wanted)
+                    forward_f64(config, state, input_ids[w : w + 1], hook, layers=wanted)
             else:
                 _forward_hf(mdir, input_ids, hook, todo, dtype)
         for name in todo:
@@ -624,9 +714,19 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
             save_safetensors_atomic(tensors, out / fname)
             block, proj = layer_block_proj(name)
             n_out, k_in = shapes[name]
-            entry = {"file": fname, "block": block, "proj": proj, "M": int(a.shape[0]), "K": k_in,
-                     "N": n_out, "digests": _digests(tensors), "zero_rows": zero_rows,
-                     "weights": {}, "acc_absmax": {}, "acc_ge_2p24": {}}
+            entry = {
+                "file": fname,
+                "block": block,
+                "proj": proj,
+                "M": int(a.shape[0]),
+                "K": k_in,
+                "N": n_out,
+                "digests": _digests(tensors),
+                "zero_rows": zero_rows,
+                "weights": {},
+                "acc_absmax": {},
+                "acc_ge_2p24": {},
+            }
             for kind, ck in cks.items():
                 b = ck.weight(name)
                 entry["weights"][kind] = {"b": tensor_digest(b), "scale_b": tensor_digest(ck.scale_b(name))}
@@ -636,8 +736,7 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
             man["summary"] = _summary(man)
             write_json_atomic(man, out / MANIFEST)
             if progress is not None:
-                progress(f"{name}: M={entry['M']} K={k_in} N={n_out} "
-                         f"max|acc| own={entry['acc_absmax']['own']}")
+                progress(f"{name}: M={entry['M']} K={k_in} N={n_out} max|acc| own={entry['acc_absmax']['own']}")
     man["complete"] = len(man["layers"]) == len(linear_names(config))
     man["summary"] = _summary(man)
     write_json_atomic(man, out / MANIFEST)
@@ -649,9 +748,11 @@ def capture_model(model_dir, out_dir, *, input_ids: Optional[torch.Tensor] = Non
 def _summary(man: dict) -> dict:
     kinds = list(man["checkpoints"])
     ls = man["layers"].values()
-    return {"layers": len(man["layers"]),
-            "layers_acc_ge_2p24": {k: sum(1 for e in ls if e["acc_ge_2p24"][k] > 0) for k in kinds},
-            "max_acc_absmax": {k: max((e["acc_absmax"][k] for e in ls), default=0) for k in kinds}}
+    return {
+        "layers": len(man["layers"]),
+        "layers_acc_ge_2p24": {k: sum(1 for e in ls if e["acc_ge_2p24"][k] > 0) for k in kinds},
+        "max_acc_absmax": {k: max((e["acc_absmax"][k] for e in ls), default=0) for k in kinds},
+    }
 
 
 def _is_capture_file(p: Path) -> bool:
@@ -668,12 +769,16 @@ def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[di
         return None
     man = _read_manifest(out)
     if man["model"].get("digest") != model_digest:
-        raise CaptureError(f"{path}: holds a capture of model {str(man['model'].get('digest'))[:12]}, "
-                           f"not {model_digest[:12]}; use another output directory")
+        raise CaptureError(
+            f"{path}: holds a capture of model {str(man['model'].get('digest'))[:12]}, "
+            f"not {model_digest[:12]}; use another output directory"
+        )
     for key in sorted(set(man["settings"]) | set(settings)):
         if man["settings"].get(key) != settings.get(key):
-            raise CaptureError(f"{path}: setting {key!r} is {man['settings'].get(key)!r} there, "
-                               f"{settings.get(key)!r} now; use another output directory")
+            raise CaptureError(
+                f"{path}: setting {key!r} is {man['settings'].get(key)!r} there, "
+                f"{settings.get(key)!r} now; use another output directory"
+            )
     return man
 
 
@@ -691,8 +796,10 @@ def _resume_or_start(out: Path, header: dict) -> dict:
     man = _check_existing(out, header["model"]["digest"], header["settings"])
     for kind, rec in header["checkpoints"].items():
         if man["checkpoints"].get(kind, {}).get("digest") != rec["digest"]:
-            raise CaptureError(f"{path}: checkpoint {kind!r} digest changed since the capture started "
-                               f"({man['checkpoints'].get(kind, {}).get('digest', '')[:12]} -> {rec['digest'][:12]})")
+            raise CaptureError(
+                f"{path}: checkpoint {kind!r} digest changed since the capture started "
+                f"({man['checkpoints'].get(kind, {}).get('digest', '')[:12]} -> {rec['digest'][:12]})"
+            )
     keep = {}
     for name, entry in man["layers"].items():
         try:

@@ -45,13 +45,24 @@ QWEN3_ARCH = "Qwen3ForCausalLM"
 # The 7 linears of a Qwen3 decoder block in forward order (path relative to
 # ``model.layers.{i}``); the same order as reference.model.forward.BLOCK_LINEARS.
 BLOCK_LINEARS = (
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
 )
 
 # Files copied next to a derived checkpoint so that it is servable as is.
-SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "generation_config.json", "vocab.json", "merges.txt")
+SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+)
 
 
 def read_config(model_dir) -> dict:
@@ -78,11 +89,11 @@ def read_config(model_dir) -> dict:
     if model_type != "qwen3" and QWEN3_ARCH not in archs:
         raise CheckpointError(
             f"{path}: not a Qwen3 checkpoint (model_type={model_type!r}, architectures={archs!r}; "
-            f"expected model_type 'qwen3' / {QWEN3_ARCH!r})")
+            f"expected model_type 'qwen3' / {QWEN3_ARCH!r})"
+        )
     if model_type not in (None, "qwen3"):
         raise CheckpointError(f"{path}: model_type={model_type!r} contradicts architectures={archs!r}")
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                "num_attention_heads", "vocab_size"):
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not isinstance(config.get(key), int) or config[key] < 1:
             raise CheckpointError(f"{path}: field {key!r} missing or not a positive integer")
     return config
@@ -107,8 +118,7 @@ def head_dim(config: Mapping) -> int:
 def linear_names(config: Mapping) -> list[str]:
     """The 7 x ``num_hidden_layers`` linear layer names in forward order,
     e.g. ``model.layers.0.self_attn.q_proj``."""
-    return [f"model.layers.{i}.{p}" for i in range(int(config["num_hidden_layers"]))
-            for p in BLOCK_LINEARS]
+    return [f"model.layers.{i}.{p}" for i in range(int(config["num_hidden_layers"])) for p in BLOCK_LINEARS]
 
 
 def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
@@ -118,10 +128,15 @@ def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
     hd = head_dim(config)
     nq = int(config["num_attention_heads"]) * hd
     nkv = int(config.get("num_key_value_heads") or config["num_attention_heads"]) * hd
-    per = {"self_attn.q_proj": (nq, h), "self_attn.k_proj": (nkv, h),
-           "self_attn.v_proj": (nkv, h), "self_attn.o_proj": (h, nq),
-           "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h),
-           "mlp.down_proj": (h, inter)}
+    per = {
+        "self_attn.q_proj": (nq, h),
+        "self_attn.k_proj": (nkv, h),
+        "self_attn.v_proj": (nkv, h),
+        "self_attn.o_proj": (h, nq),
+        "mlp.gate_proj": (inter, h),
+        "mlp.up_proj": (inter, h),
+        "mlp.down_proj": (h, inter),
+    }
     return {name: per[name.split(".", 3)[3]] for name in linear_names(config)}
 
 
@@ -188,8 +203,9 @@ def load_safetensors_file(path) -> dict[str, torch.Tensor]:
     size = p.stat().st_size
     expected = _safetensors_expected_size(p)
     if expected is None:
-        raise CheckpointError(f"{p}: not a readable safetensors file (header unreadable; "
-                              f"file has {size} bytes, may be truncated)")
+        raise CheckpointError(
+            f"{p}: not a readable safetensors file (header unreadable; file has {size} bytes, may be truncated)"
+        )
     if size < expected:
         raise CheckpointError(f"{p}: truncated safetensors file ({size} bytes, header declares {expected})")
     try:
@@ -258,8 +274,9 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
         if name not in state:
             raise CheckpointError(f"{where}: missing tensor {name!r} required by {d / CONFIG_FILE}")
         if shape is not None and tuple(state[name].shape) != shape:
-            raise CheckpointError(f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, "
-                                  f"config implies {list(shape)}")
+            raise CheckpointError(
+                f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, config implies {list(shape)}"
+            )
     for name, t in state.items():  # a NaN / inf weight would surface later as an anonymous activation error
         bad = nonfinite_summary(t) if t.is_floating_point() else None
         if bad is not None:
@@ -290,8 +307,9 @@ def save_safetensors_atomic(tensors: Mapping[str, torch.Tensor], path, metadata:
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     os.close(fd)
     try:
-        save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, tmp,
-                  metadata=dict(metadata or {"format": "pt"}))
+        save_file(
+            {k: v.contiguous() for k, v in sorted(tensors.items())}, tmp, metadata=dict(metadata or {"format": "pt"})
+        )
         os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):
@@ -329,12 +347,27 @@ def random_qwen3_config(**overrides) -> dict:
     """A small Qwen3 ``config.json`` dict (defaults: vocab 512, hidden 256,
     2 blocks, 4 query / 2 KV heads, head_dim 64, intermediate 1536, tied
     embeddings, bf16) with ``overrides`` applied."""
-    cfg = {"architectures": [QWEN3_ARCH], "model_type": "qwen3", "vocab_size": 512, "hidden_size": 256,
-           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-           "intermediate_size": 1536, "tie_word_embeddings": True, "rms_norm_eps": 1e-6,
-           "hidden_act": "silu", "attention_bias": False, "max_position_embeddings": 2048,
-           "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "rope_theta": 10000.0,
-           "use_sliding_window": False, "sliding_window": None, "dtype": "bfloat16"}
+    cfg = {
+        "architectures": [QWEN3_ARCH],
+        "model_type": "qwen3",
+        "vocab_size": 512,
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 1536,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "max_position_embeddings": 2048,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "rope_theta": 10000.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "dtype": "bfloat16",
+    }
     cfg.update(overrides)
     return cfg
 

@@ -46,11 +46,19 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
-from reference.model.checkpoint import (
-    CONFIG_FILE, INDEX_FILE, SINGLE_FILE, copy_side_files, linear_names, linear_shapes,
-    load_qwen3_state, save_safetensors_atomic, state_digest, write_json_atomic,
-)
 from reference.errors import CheckpointError, OperandError, first_line
+from reference.model.checkpoint import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    SINGLE_FILE,
+    copy_side_files,
+    linear_names,
+    linear_shapes,
+    load_qwen3_state,
+    save_safetensors_atomic,
+    state_digest,
+    write_json_atomic,
+)
 
 QUANTIZER_NAME = "reference.quantize.quantize_weight_per_channel"
 SUPPORTED_FORMATS = ("int-quantized", "naive-quantized")
@@ -62,15 +70,39 @@ Quantizer = Callable[[torch.Tensor], tuple]
 def w8a8_quantization_config() -> dict:
     """The ``quantization_config`` block of a W8A8 (int8 per-channel weights,
     dynamic per-token int8 activations) compressed-tensors checkpoint."""
-    weights = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None,
-               "num_bits": 8, "observer": "minmax", "observer_kwargs": {}, "strategy": "channel",
-               "symmetric": True, "type": "int"}
-    acts = {"actorder": None, "block_structure": None, "dynamic": True, "group_size": None,
-            "num_bits": 8, "observer": None, "observer_kwargs": {}, "strategy": "token",
-            "symmetric": True, "type": "int"}
+    weights = {
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": False,
+        "group_size": None,
+        "num_bits": 8,
+        "observer": "minmax",
+        "observer_kwargs": {},
+        "strategy": "channel",
+        "symmetric": True,
+        "type": "int",
+    }
+    acts = {
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": True,
+        "group_size": None,
+        "num_bits": 8,
+        "observer": None,
+        "observer_kwargs": {},
+        "strategy": "token",
+        "symmetric": True,
+        "type": "int",
+    }
     return {
-        "config_groups": {"group_0": {"input_activations": acts, "output_activations": None,
-                                      "targets": ["Linear"], "weights": weights}},
+        "config_groups": {
+            "group_0": {
+                "input_activations": acts,
+                "output_activations": None,
+                "targets": ["Linear"],
+                "weights": weights,
+            }
+        },
         "format": "int-quantized",
         "global_compression_ratio": None,
         "ignore": ["lm_head"],
@@ -133,8 +165,9 @@ class W8A8Checkpoint:
         return out
 
 
-def quantize_state_w8a8(config: Mapping, state: Mapping[str, torch.Tensor],
-                        quantizer: Optional[Quantizer] = None) -> dict[str, torch.Tensor]:
+def quantize_state_w8a8(
+    config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None
+) -> dict[str, torch.Tensor]:
     """Checkpoint tensors of the W8A8 child of a parent state.
 
     Args:
@@ -166,9 +199,14 @@ def quantize_state_w8a8(config: Mapping, state: Mapping[str, torch.Tensor],
     return out
 
 
-def write_checkpoint_dir(out_dir, config: Mapping, tensors: Mapping[str, torch.Tensor],
-                         side_files_from=None, quantization_config: Optional[dict] = None,
-                         int8conf_meta: Optional[dict] = None) -> Path:
+def write_checkpoint_dir(
+    out_dir,
+    config: Mapping,
+    tensors: Mapping[str, torch.Tensor],
+    side_files_from=None,
+    quantization_config: Optional[dict] = None,
+    int8conf_meta: Optional[dict] = None,
+) -> Path:
     """Write a Hugging Face checkpoint directory atomically.
 
     Builds the directory under a temporary sibling name and renames it into
@@ -222,8 +260,9 @@ def write_checkpoint_dir(out_dir, config: Mapping, tensors: Mapping[str, torch.T
     return out
 
 
-def build_w8a8_checkpoint(parent_dir, out_dir, quantizer: Optional[Quantizer] = None,
-                          parent: Optional[tuple] = None) -> "W8A8Checkpoint":
+def build_w8a8_checkpoint(
+    parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
+) -> "W8A8Checkpoint":
     """Quantize a parent Qwen3 checkpoint to W8A8 (own per-channel scales)
     and write it as a compressed-tensors checkpoint: the "committed
     checkpoint" of DESIGN.md section 5. Deterministic: equal parents give
@@ -244,13 +283,25 @@ def build_w8a8_checkpoint(parent_dir, out_dir, quantizer: Optional[Quantizer] = 
     """
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
-        raise CheckpointError(f"{Path(parent_dir) / CONFIG_FILE}: already quantized "
-                              f"(has quantization_config); quantize the float parent instead")
+        raise CheckpointError(
+            f"{Path(parent_dir) / CONFIG_FILE}: already quantized "
+            f"(has quantization_config); quantize the float parent instead"
+        )
     tensors = quantize_state_w8a8(config, state, quantizer)
-    meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors),
-            "quantizer": QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")}
-    write_checkpoint_dir(out_dir, config, tensors, side_files_from=parent_dir,
-                         quantization_config=w8a8_quantization_config(), int8conf_meta=meta)
+    meta = {
+        "scale_rule": "own",
+        "parent_digest": state_digest(state),
+        "state_digest": state_digest(tensors),
+        "quantizer": QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom"),
+    }
+    write_checkpoint_dir(
+        out_dir,
+        config,
+        tensors,
+        side_files_from=parent_dir,
+        quantization_config=w8a8_quantization_config(),
+        int8conf_meta=meta,
+    )
     return read_w8a8_checkpoint(out_dir)
 
 
@@ -261,8 +312,10 @@ def _check_group(qc_path: str, gname: str, group: Mapping) -> Optional[dict]:
     want = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}
     for key, val in want.items():
         if w.get(key) != val:
-            raise CheckpointError(f"{qc_path}: config_groups.{gname}.weights.{key}={w.get(key)!r} "
-                                  f"(supported: {val!r}, i.e. int8 symmetric per-channel weights)")
+            raise CheckpointError(
+                f"{qc_path}: config_groups.{gname}.weights.{key}={w.get(key)!r} "
+                f"(supported: {val!r}, i.e. int8 symmetric per-channel weights)"
+            )
     fmt = group.get("format")
     if fmt is not None and fmt not in SUPPORTED_FORMATS:
         raise CheckpointError(f"{qc_path}: config_groups.{gname}.format={fmt!r} (supported: {SUPPORTED_FORMATS})")
@@ -296,8 +349,9 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     if not isinstance(qc, Mapping):
         raise CheckpointError(f"{cfg_path}: no quantization_config (a float checkpoint, not W8A8 compressed-tensors)")
     if qc.get("quant_method") != "compressed-tensors":
-        raise CheckpointError(f"{cfg_path}: quantization_config.quant_method={qc.get('quant_method')!r} "
-                              f"(expected 'compressed-tensors')")
+        raise CheckpointError(
+            f"{cfg_path}: quantization_config.quant_method={qc.get('quant_method')!r} (expected 'compressed-tensors')"
+        )
     fmt = qc.get("format")
     if fmt is not None and fmt not in SUPPORTED_FORMATS and fmt != "mixed-precision":
         raise CheckpointError(f"{cfg_path}: quantization_config.format={fmt!r} (supported: {SUPPORTED_FORMATS})")
@@ -321,28 +375,44 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
             raise CheckpointError(f"{where}: missing tensor {sname!r} for int8 weight {name}.weight")
         n, _ = shapes[name]
         if w.dtype != torch.int8:
-            if not w.is_floating_point() or not bool(torch.all(w == w.round())) \
-                    or float(w.min()) < -128 or float(w.max()) > 127:
-                raise CheckpointError(f"{where}: tensor {name}.weight has dtype {w.dtype} "
-                                      f"(expected int8 or integral values in [-128, 127])")
+            if (
+                not w.is_floating_point()
+                or not bool(torch.all(w == w.round()))
+                or float(w.min()) < -128
+                or float(w.max()) > 127
+            ):
+                raise CheckpointError(
+                    f"{where}: tensor {name}.weight has dtype {w.dtype} "
+                    f"(expected int8 or integral values in [-128, 127])"
+                )
             w = w.to(torch.int8)
         s = state[sname]
         if not s.is_floating_point() or s.numel() != n or tuple(s.shape) not in ((n, 1), (n,)):
-            raise CheckpointError(f"{where}: tensor {sname!r} has shape {list(s.shape)} dtype {s.dtype} "
-                                  f"(expected float [{n}, 1] or [{n}])")
+            raise CheckpointError(
+                f"{where}: tensor {sname!r} has shape {list(s.shape)} dtype {s.dtype} "
+                f"(expected float [{n}, 1] or [{n}])"
+            )
         if not bool(torch.all(torch.isfinite(s) & (s > 0))):
             raise CheckpointError(f"{where}: tensor {sname!r} has non-finite or non-positive entries")
         zp = state.get(f"{name}.weight_zero_point")
         if zp is not None and bool(torch.any(zp != 0)):
-            raise CheckpointError(f"{where}: tensor {name}.weight_zero_point is non-zero "
-                                  f"(asymmetric weights are not supported)")
+            raise CheckpointError(
+                f"{where}: tensor {name}.weight_zero_point is non-zero (asymmetric weights are not supported)"
+            )
         weights[name], scales[name] = w.contiguous(), s
         consumed |= {f"{name}.weight", sname, f"{name}.weight_zero_point"}
     if not weights:
         raise CheckpointError(f"{where}: no int8 linear weights with weight_scale found")
     others = {k: v for k, v in state.items() if k not in consumed}
-    ck = W8A8Checkpoint(dir=d, config=config, quantization_config=dict(qc), weights=weights,
-                        scales=scales, others=others, activation_scheme=act_scheme,
-                        meta=dict(config.get("int8conf") or {}))
+    ck = W8A8Checkpoint(
+        dir=d,
+        config=config,
+        quantization_config=dict(qc),
+        weights=weights,
+        scales=scales,
+        others=others,
+        activation_scheme=act_scheme,
+        meta=dict(config.get("int8conf") or {}),
+    )
     ck.digest = state_digest(state)
     return ck

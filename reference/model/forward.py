@@ -57,8 +57,13 @@ from reference.quantize import quantize_activation_per_token, quantize_weight_pe
 # The 7 linears of a Qwen3 decoder block, in forward order (module path
 # relative to ``model.layers.{i}``).
 BLOCK_LINEARS = (
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
 )
 
 
@@ -68,6 +73,7 @@ ScaledMM = Callable[..., torch.Tensor]
 # --------------------------------------------------------------------------
 # loading and weights
 # --------------------------------------------------------------------------
+
 
 def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     """Load a Hugging Face Qwen3 causal LM for inference.
@@ -114,8 +120,7 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     load_qwen3_state(d)
     with _quiet_transformers():
         try:
-            model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype,
-                                                           output_loading_info=True)
+            model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype, output_loading_info=True)
         except Exception as e:  # one line instead of a deep transformers traceback
             msg = first_line(e, None) or type(e).__name__
             raise CheckpointError(f"{d}: cannot load Qwen3 weights ({msg})") from None
@@ -123,8 +128,9 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
         bad = sorted(info.get(key) or [], key=str)
         if bad:
             name = bad[0][0] if isinstance(bad[0], (tuple, list)) else bad[0]
-            raise CheckpointError(f"{d}: tensor {name!r} {what} ({len(bad)} such; transformers "
-                                  f"would have initialized them randomly)")
+            raise CheckpointError(
+                f"{d}: tensor {name!r} {what} ({len(bad)} such; transformers would have initialized them randomly)"
+            )
     return model.eval()
 
 
@@ -176,8 +182,9 @@ class QuantWeight:
     bias: Optional[torch.Tensor] = None
 
 
-def as_quant_weight(q: torch.Tensor, scale: torch.Tensor,
-                    bias: Optional[torch.Tensor] = None, name: str = "") -> QuantWeight:
+def as_quant_weight(
+    q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor] = None, name: str = ""
+) -> QuantWeight:
     """Validate and normalize a ``(q, scale)`` pair into a :class:`QuantWeight`.
 
     Args:
@@ -194,16 +201,19 @@ def as_quant_weight(q: torch.Tensor, scale: torch.Tensor,
     if q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(f"{name}: weight must be int8 [N,K], got {q.dtype} {tuple(q.shape)}")
     n = q.shape[0]
-    if not scale.is_floating_point() or scale.numel() != n or (
-            scale.dim() == 2 and scale.shape[1] != 1) or scale.dim() > 2:
+    if (
+        not scale.is_floating_point()
+        or scale.numel() != n
+        or (scale.dim() == 2 and scale.shape[1] != 1)
+        or scale.dim() > 2
+    ):
         raise OperandError(
-            f"{name}: weight scale must be float [N] or [N,1] with N={n}, "
-            f"got {scale.dtype} {tuple(scale.shape)}")
+            f"{name}: weight scale must be float [N] or [N,1] with N={n}, got {scale.dtype} {tuple(scale.shape)}"
+        )
     return QuantWeight(q.contiguous(), scale.reshape(n).to(torch.float32).contiguous(), bias)
 
 
-def quantize_weights(model: nn.Module,
-                     quantizer: Optional[Callable] = None) -> dict[str, QuantWeight]:
+def quantize_weights(model: nn.Module, quantizer: Optional[Callable] = None) -> dict[str, QuantWeight]:
     """Quantize every decoder linear of ``model`` from its parent weights.
 
     Args:
@@ -250,13 +260,13 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
         return quantize_weights(model)
     if scale_mode in ("pow2-nearest", "pow2-ceiling"):
         from reference.model.pow2 import requantize_pow2
+
         rule = scale_mode.split("-", 1)[1]
         return quantize_weights(model, lambda w: requantize_pow2(w, rule=rule))
     raise ContractError(f"scale_mode={scale_mode!r} is not one of {SCALE_MODES}")
 
 
-def weights_from_tensors(tensors: Mapping[str, torch.Tensor],
-                         num_layers: int) -> dict[str, QuantWeight]:
+def weights_from_tensors(tensors: Mapping[str, torch.Tensor], num_layers: int) -> dict[str, QuantWeight]:
     """Build the weight map from a compressed-tensors style state dict.
 
     Args:
@@ -282,6 +292,7 @@ def weights_from_tensors(tensors: Mapping[str, torch.Tensor],
 # --------------------------------------------------------------------------
 # the W8A8 model
 # --------------------------------------------------------------------------
+
 
 @dataclass
 class AccStats:
@@ -310,8 +321,7 @@ class W8A8Linear(nn.Module):
     long as ``scaled_mm`` is row-independent (every correct kernel is).
     """
 
-    def __init__(self, name: str, weight: QuantWeight, scaled_mm: ScaledMM,
-                 stats: Optional[AccStats] = None):
+    def __init__(self, name: str, weight: QuantWeight, scaled_mm: ScaledMM, stats: Optional[AccStats] = None):
         super().__init__()
         self.name = name
         self.qweight = weight
@@ -340,10 +350,12 @@ class W8A8Linear(nn.Module):
         return f"{self.name}: K={self.in_features}, N={self.out_features}, W8A8"
 
 
-def build_w8a8_model(model: nn.Module, weights: Mapping[str, QuantWeight],
-                     scaled_mm: ScaledMM | Mapping[str, ScaledMM],
-                     track_acc: bool = False
-                     ) -> tuple[nn.Module, Optional[AccStats]]:
+def build_w8a8_model(
+    model: nn.Module,
+    weights: Mapping[str, QuantWeight],
+    scaled_mm: ScaledMM | Mapping[str, ScaledMM],
+    track_acc: bool = False,
+) -> tuple[nn.Module, Optional[AccStats]]:
     """A copy of ``model`` whose decoder linears run W8A8 through ``scaled_mm``.
 
     Args:
@@ -381,8 +393,8 @@ def build_w8a8_model(model: nn.Module, weights: Mapping[str, QuantWeight],
         lin, qw = mods[n], weights[n]
         if tuple(qw.q.shape) != (lin.out_features, lin.in_features):
             raise OperandError(
-                f"{n}: W8A8 weight shape {tuple(qw.q.shape)} != linear "
-                f"[{lin.out_features},{lin.in_features}]")
+                f"{n}: W8A8 weight shape {tuple(qw.q.shape)} != linear [{lin.out_features},{lin.in_features}]"
+            )
         parent_name, _, attr = n.rpartition(".")
         fn = scaled_mm[n] if isinstance(scaled_mm, Mapping) else scaled_mm
         setattr(w8_mods[parent_name], attr, W8A8Linear(n, qw, fn, stats))
@@ -403,8 +415,7 @@ def reference_scaled_mm_for(contract) -> ScaledMM:
     from reference.epilogue import reference_scaled_mm  # lazy: only the reference arm needs it
 
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-        return reference_scaled_mm(a, b, scale_a, scale_b, contract, bias=bias,
-                                   out_dtype=out_dtype)
+        return reference_scaled_mm(a, b, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
 
     scaled_mm.contract = contract
     return scaled_mm
@@ -413,6 +424,7 @@ def reference_scaled_mm_for(contract) -> ScaledMM:
 # --------------------------------------------------------------------------
 # evaluation: teacher forcing, perplexity, greedy decoding
 # --------------------------------------------------------------------------
+
 
 @dataclass
 class TeacherForced:
@@ -461,12 +473,12 @@ def argmax_smallest(logits: torch.Tensor) -> torch.Tensor:
 def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
     """Validate evaluation windows: int64/int32 ``[B, T]``, B >= 1, T >= 2,
     ids in ``[0, vocab)``. Returns them as int64. Raises OperandError (one line)."""
-    if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.dtype not in (
-            torch.int64, torch.int32):
+    if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.dtype not in (torch.int64, torch.int32):
         raise OperandError(
             f"windows must be an int64 [B, T] tensor, got "
             f"{getattr(windows, 'dtype', type(windows).__name__)} "
-            f"{tuple(getattr(windows, 'shape', ()))}")
+            f"{tuple(getattr(windows, 'shape', ()))}"
+        )
     if windows.shape[1] < 2 or windows.shape[0] < 1:
         raise OperandError(f"windows must have B >= 1 and T >= 2, got {tuple(windows.shape)}")
     if int(windows.min()) < 0 or int(windows.max()) >= vocab:
@@ -477,8 +489,11 @@ def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
 def context_length(config) -> Optional[int]:
     """The model's context in tokens: ``max_position_embeddings`` of a
     transformers config object or a ``config.json`` dict (None if absent)."""
-    v = config.get("max_position_embeddings") if isinstance(config, Mapping) else getattr(
-        config, "max_position_embeddings", None)
+    v = (
+        config.get("max_position_embeddings")
+        if isinstance(config, Mapping)
+        else getattr(config, "max_position_embeddings", None)
+    )
     return int(v) if isinstance(v, int) and v > 0 else None
 
 
@@ -501,13 +516,14 @@ def check_context(n_tokens: int, config, what: str = "window") -> None:
     """
     ctx = context_length(config)
     if ctx is not None and int(n_tokens) > ctx:
-        raise OperandError(f"{what}: {int(n_tokens)} tokens exceeds the model's context of {ctx} "
-                           f"tokens (max_position_embeddings in config.json)")
+        raise OperandError(
+            f"{what}: {int(n_tokens)} tokens exceeds the model's context of {ctx} "
+            f"tokens (max_position_embeddings in config.json)"
+        )
 
 
 @torch.no_grad()
-def teacher_forced(model: nn.Module, windows: torch.Tensor,
-                   batch_size: int = 8) -> TeacherForced:
+def teacher_forced(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> TeacherForced:
     """Teacher-forced replay of ``windows`` through ``model``.
 
     Args:
@@ -528,7 +544,7 @@ def teacher_forced(model: nn.Module, windows: torch.Tensor,
     check_context(windows.shape[1], model.config, "window length")
     am, mg, t1, nl = [], [], [], []
     for i in range(0, windows.shape[0], batch_size):
-        ids = windows[i:i + batch_size]
+        ids = windows[i : i + batch_size]
         logits = model(input_ids=ids, use_cache=False).logits.float()  # exact upcast
         top2 = logits.topk(2, dim=-1).values
         am.append(argmax_smallest(logits))
@@ -558,10 +574,13 @@ def perplexity(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> 
 
 
 @torch.no_grad()
-def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
-                    max_new_tokens: int = 64,
-                    eos_token_id: Optional[int | Iterable[int]] = None,
-                    on_step: Optional[Callable[[int, torch.Tensor], None]] = None) -> list[int]:
+def greedy_generate(
+    model: nn.Module,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int = 64,
+    eos_token_id: Optional[int | Iterable[int]] = None,
+    on_step: Optional[Callable[[int, torch.Tensor], None]] = None,
+) -> list[int]:
     """Greedy decoding (argmax, ties -> smallest token id) with a KV cache.
 
     The prompt is one prefill pass (M = prompt length per linear); each new
@@ -592,15 +611,22 @@ def greedy_generate(model: nn.Module, prompt_ids: Sequence[int] | torch.Tensor,
         raise OperandError(f"max_new_tokens={max_new_tokens} < 0")
     if int(ids.min()) < 0 or int(ids.max()) >= model.config.vocab_size:
         raise OperandError(f"prompt holds token ids outside [0, {model.config.vocab_size})")
-    check_context(ids.shape[1] + max_new_tokens, model.config,
-                  f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens})")
-    stop = set() if eos_token_id is None else (
-        {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id})
+    check_context(
+        ids.shape[1] + max_new_tokens,
+        model.config,
+        f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens})",
+    )
+    stop = (
+        set()
+        if eos_token_id is None
+        else ({int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id})
+    )
     out: list[int] = []
     cache = None
     step_in = ids
     # transformers >= 5 names the KV cache ``cache``; 4.x ``past_key_values``
     import inspect
+
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for _ in range(max_new_tokens):
         res = model(input_ids=step_in, use_cache=True, **{cache_kw: cache})

@@ -45,8 +45,8 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
-from reference.model.checkpoint import load_qwen3_state, state_digest
 from reference.errors import CheckpointError
+from reference.model.checkpoint import load_qwen3_state, state_digest
 
 POW2_RULES = ("nearest", "ceiling")
 
@@ -93,8 +93,10 @@ def pow2_exponents(parent_weight: torch.Tensor, rule: str = "nearest") -> torch.
     _check_rule(rule)
     w = parent_weight
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
-        raise CheckpointError(f"pow2: parent weight must be a 2-D float tensor, got "
-                              f"{getattr(w, 'dtype', type(w))} {list(getattr(w, 'shape', []))}")
+        raise CheckpointError(
+            f"pow2: parent weight must be a 2-D float tensor, got "
+            f"{getattr(w, 'dtype', type(w))} {list(getattr(w, 'shape', []))}"
+        )
     from reference.quantize import quantize_weight_per_channel
 
     # The own scale depends only on the row absmax, so quantizing the [N, 1]
@@ -131,13 +133,15 @@ def requantize_pow2(parent_weight: torch.Tensor, rule: str = "nearest") -> tuple
     q = torch.clamp(torch.round(w64 / scale64[:, None]), -128, 127).to(torch.int8)
     scale = scale64.to(parent_weight.dtype)
     if not torch.equal(scale.to(torch.float64), scale64):
-        raise CheckpointError(f"pow2: a scale 2^k (k in [{int(k.min())}, {int(k.max())}]) is not "
-                              f"representable in {parent_weight.dtype}")
+        raise CheckpointError(
+            f"pow2: a scale 2^k (k in [{int(k.min())}, {int(k.max())}]) is not representable in {parent_weight.dtype}"
+        )
     return q.contiguous(), scale.reshape(-1, 1).contiguous()
 
 
-def rewrite_scales_pow2_without_requant(q: torch.Tensor, scale: torch.Tensor,
-                                        rule: str = "nearest") -> tuple[torch.Tensor, torch.Tensor]:
+def rewrite_scales_pow2_without_requant(
+    q: torch.Tensor, scale: torch.Tensor, rule: str = "nearest"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """THE WRONG VARIANT -- fault F9 (operand_mismatch) / control arm only.
 
     Snaps already-stored per-channel scales to powers of two (``nearest`` in
@@ -183,8 +187,9 @@ def _first_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple, str, str
     return idx, repr(a.reshape(-1)[i].item()), repr(b.reshape(-1)[i].item())
 
 
-def compare_states(committed: Mapping[str, torch.Tensor], rebuilt: Mapping[str, torch.Tensor],
-                   committed_where: str = "committed") -> dict[str, str]:
+def compare_states(
+    committed: Mapping[str, torch.Tensor], rebuilt: Mapping[str, torch.Tensor], committed_where: str = "committed"
+) -> dict[str, str]:
     """Byte-for-byte comparison of two checkpoint states.
 
     Returns:
@@ -203,27 +208,37 @@ def compare_states(committed: Mapping[str, torch.Tensor], rebuilt: Mapping[str, 
         if name not in committed or name not in rebuilt:
             side = "committed checkpoint" if name not in committed else "rebuild"
             raise ReconstructionGateError(
-                f"reconstruction gate failed: {committed_where}: tensor {name!r} missing from the {side}", name)
+                f"reconstruction gate failed: {committed_where}: tensor {name!r} missing from the {side}", name
+            )
         c, r = committed[name], rebuilt[name]
         if c.dtype != r.dtype or tuple(c.shape) != tuple(r.shape):
             raise ReconstructionGateError(
                 f"reconstruction gate failed: {committed_where}: tensor {name!r} is {c.dtype} {list(c.shape)}, "
-                f"rebuild gives {r.dtype} {list(r.shape)}", name)
+                f"rebuild gives {r.dtype} {list(r.shape)}",
+                name,
+            )
         dc, dr = tensor_digest(c), tensor_digest(r)
         if dc != dr:
             if c.numel() and not torch.equal(c.contiguous().view(torch.uint8), r.contiguous().view(torch.uint8)):
                 idx, vc, vr = _first_difference(c, r)
                 raise ReconstructionGateError(
                     f"reconstruction gate failed: {committed_where}: tensor {name!r} element {list(idx)}: "
-                    f"committed {vc}, rebuilt {vr}", name, idx, vc, vr)
+                    f"committed {vc}, rebuilt {vr}",
+                    name,
+                    idx,
+                    vc,
+                    vr,
+                )
             raise ReconstructionGateError(  # pragma: no cover - equal bytes imply equal digests
-                f"reconstruction gate failed: {committed_where}: tensor {name!r} digest {dc[:12]} != {dr[:12]}", name)
+                f"reconstruction gate failed: {committed_where}: tensor {name!r} digest {dc[:12]} != {dr[:12]}", name
+            )
         digests[name] = dc
     return digests
 
 
-def reconstruction_gate(parent_dir, committed_dir, quantizer: Optional[Callable] = None,
-                        parent: Optional[tuple] = None) -> dict:
+def reconstruction_gate(
+    parent_dir, committed_dir, quantizer: Optional[Callable] = None, parent: Optional[tuple] = None
+) -> dict:
     """Rebuild the committed own-scale W8A8 checkpoint from its parents and
     require a byte-for-byte match (every tensor's bytes and digest).
 
@@ -243,24 +258,35 @@ def reconstruction_gate(parent_dir, committed_dir, quantizer: Optional[Callable]
         ReconstructionGateError: first differing tensor / element.
         CheckpointError: unreadable parent or committed checkpoint.
     """
-    from reference.model.compressed_tensors import quantize_state_w8a8
-
     from reference.model.checkpoint import read_config
+    from reference.model.compressed_tensors import quantize_state_w8a8
 
     ccfg = read_config(committed_dir)
     if not isinstance(ccfg.get("quantization_config") or ccfg.get("compression_config"), dict):
-        raise CheckpointError(f"{Path(committed_dir) / 'config.json'}: no quantization_config "
-                              f"(not a committed W8A8 checkpoint)")
+        raise CheckpointError(
+            f"{Path(committed_dir) / 'config.json'}: no quantization_config (not a committed W8A8 checkpoint)"
+        )
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     _, committed = load_qwen3_state(committed_dir)
     rebuilt = quantize_state_w8a8(config, state, quantizer)
     digests = compare_states(committed, rebuilt, committed_where=str(committed_dir))
-    return {"passed": True, "tensors": len(digests), "state_digest": state_digest(committed),
-            "parent_digest": state_digest(state), "tensor_digests": digests}
+    return {
+        "passed": True,
+        "tensors": len(digests),
+        "state_digest": state_digest(committed),
+        "parent_digest": state_digest(state),
+        "tensor_digests": digests,
+    }
 
 
-def build_pow2_checkpoint(parent_dir, committed_dir, out_dir, rule: str = "nearest",
-                          gate_quantizer: Optional[Callable] = None, parent: Optional[tuple] = None):
+def build_pow2_checkpoint(
+    parent_dir,
+    committed_dir,
+    out_dir,
+    rule: str = "nearest",
+    gate_quantizer: Optional[Callable] = None,
+    parent: Optional[tuple] = None,
+):
     """Build a power-of-two-scale W8A8 checkpoint from the parent weights,
     after the reconstruction gate passes.
 
@@ -279,10 +305,8 @@ def build_pow2_checkpoint(parent_dir, committed_dir, out_dir, rule: str = "neare
         ReconstructionGateError: the gate failed; nothing is written.
         CheckpointError: bad inputs or rule.
     """
-    from reference.model.compressed_tensors import (
-        read_w8a8_checkpoint, w8a8_quantization_config, write_checkpoint_dir,
-    )
     from reference.model.checkpoint import linear_names
+    from reference.model.compressed_tensors import read_w8a8_checkpoint, w8a8_quantization_config, write_checkpoint_dir
 
     _check_rule(rule)
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
@@ -296,10 +320,20 @@ def build_pow2_checkpoint(parent_dir, committed_dir, out_dir, rule: str = "neare
             tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"] = q, s
         else:
             tensors[name] = t
-    meta = {"scale_rule": f"pow2-{rule}", "parent_digest": gate["parent_digest"],
-            "committed_digest": gate["state_digest"], "reconstruction_gate": "passed",
-            "state_digest": state_digest(tensors),
-            "quantizer": "reference.model.pow2.requantize_pow2"}
-    write_checkpoint_dir(out_dir, config, tensors, side_files_from=parent_dir,
-                         quantization_config=w8a8_quantization_config(), int8conf_meta=meta)
+    meta = {
+        "scale_rule": f"pow2-{rule}",
+        "parent_digest": gate["parent_digest"],
+        "committed_digest": gate["state_digest"],
+        "reconstruction_gate": "passed",
+        "state_digest": state_digest(tensors),
+        "quantizer": "reference.model.pow2.requantize_pow2",
+    }
+    write_checkpoint_dir(
+        out_dir,
+        config,
+        tensors,
+        side_files_from=parent_dir,
+        quantization_config=w8a8_quantization_config(),
+        int8conf_meta=meta,
+    )
     return read_w8a8_checkpoint(out_dir)

@@ -53,12 +53,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from reference.model.tokenizer import EOT, token_stream
-from reference.model.assets import default_model_dir
-from reference.model.corpus import load_corpus_split
-from reference.model.build_corpus import sha256_hex
-from reference.fileio import atomic_write_json
 from reference.errors import CheckpointError
+from reference.fileio import atomic_write_json
+from reference.model.assets import default_model_dir
+from reference.model.build_corpus import sha256_hex
+from reference.model.corpus import load_corpus_split
+from reference.model.tokenizer import EOT, token_stream
 
 SEED = 1234
 VOCAB_SIZE = 4096
@@ -124,7 +124,10 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT], show_progress=False,
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[EOT],
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(train_texts, trainer=trainer)
@@ -138,18 +141,27 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOT, pad_token=EOT,
-                                   model_max_length=model_max_length)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=EOT, pad_token=EOT, model_max_length=model_max_length
+    )
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         fast.save_pretrained(tmp)
         os.chmod(Path(tmp) / "tokenizer.json", 0o644)
         os.replace(Path(tmp) / "tokenizer.json", out_dir / "tokenizer.json")
     # Written by hand: transformers 5 would record its own class name
     # ("TokenizersBackend"), which transformers 4.x cannot load.
-    atomic_write_json(out_dir / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT,
-        "bos_token": None, "unk_token": None, "model_max_length": model_max_length,
-        "clean_up_tokenization_spaces": False})
+    atomic_write_json(
+        out_dir / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": EOT,
+            "pad_token": EOT,
+            "bos_token": None,
+            "unk_token": None,
+            "model_max_length": model_max_length,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
 
 
 def train_tokenizer(out_dir: Path) -> dict:
@@ -158,8 +170,10 @@ def train_tokenizer(out_dir: Path) -> dict:
     split = load_corpus_split()
     tok = build_tokenizer(list(split["train"].values()))
     save_tokenizer(tok, out_dir)
-    return {"vocab_size": tok.get_vocab_size(),
-            "tokenizer_sha256": sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes())}
+    return {
+        "vocab_size": tok.get_vocab_size(),
+        "tokenizer_sha256": sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes()),
+    }
 
 
 # ------------------------------------------------------------------------- model
@@ -169,10 +183,18 @@ def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
 
     d = asdict(shape)
     theta = d.pop("rope_theta")
-    return Qwen3Config(**d, rope_parameters={"rope_type": "default", "rope_theta": theta},
-                       attention_dropout=attention_dropout, attention_bias=False,
-                       hidden_act="silu", bos_token_id=None, eos_token_id=eos_id, pad_token_id=eos_id,
-                       use_cache=True, dtype="bfloat16")
+    return Qwen3Config(
+        **d,
+        rope_parameters={"rope_type": "default", "rope_theta": theta},
+        attention_dropout=attention_dropout,
+        attention_bias=False,
+        hidden_act="silu",
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        use_cache=True,
+        dtype="bfloat16",
+    )
 
 
 def count_params(model) -> int:
@@ -202,11 +224,10 @@ def model_nll(model, windows: torch.Tensor, batch: int = 16, autocast: bool = Fa
     dev = next(model.parameters()).device
     total, count = 0.0, 0
     for i in range(0, windows.shape[0], batch):
-        x = windows[i: i + batch].to(dev)
+        x = windows[i : i + batch].to(dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=x[:, :-1]).logits.float()
-        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
-                                       reduction="sum"))
+        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
         count += x[:, 1:].numel()
     return total / count
 
@@ -233,8 +254,9 @@ def sample(model, tok, prompt: str, max_new_tokens: int = 60, greedy: bool = Tru
     ids = torch.tensor([tok.encode(prompt).ids], device=dev)
     torch.manual_seed(seed)
     kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=0.8, top_k=40)
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                         pad_token_id=tok.token_to_id(EOT), **kw)
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, pad_token_id=tok.token_to_id(EOT), **kw
+    )
     return tok.decode(out[0].tolist())
 
 
@@ -246,8 +268,9 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.config.attention_dropout = 0.0  # training-only regulariser
-    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False,
-                                               max_new_tokens=64)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False, max_new_tokens=64
+    )
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
         for name in ("config.json", "generation_config.json", "model.safetensors"):
@@ -272,10 +295,13 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     eos = tok.token_to_id(EOT)
     t0 = time.time()
     split = load_corpus_split()
-    streams = {k: torch.tensor(token_stream(tok, split[k]), dtype=torch.long)
-               for k in ("train", "validation", "heldout")}
-    print("tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
-          + f" ({time.time() - t0:.1f}s)", flush=True)
+    streams = {
+        k: torch.tensor(token_stream(tok, split[k]), dtype=torch.long) for k in ("train", "validation", "heldout")
+    }
+    print(
+        "tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items()) + f" ({time.time() - t0:.1f}s)",
+        flush=True,
+    )
 
     seed_everything(cfg.seed)
     dev = torch.device(device)
@@ -285,16 +311,21 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     print(f"params: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=cfg.betas, fused=dev.type == "cuda")
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=cfg.betas,
+        fused=dev.type == "cuda",
+    )
     gen = torch.Generator().manual_seed(cfg.seed)
     train = streams["train"].to(dev)
     val_windows = all_windows(streams["validation"], cfg.seq_len)
     step, best, curve, best_state = 0, float("inf"), [], None
     if state_path is not None and Path(state_path).is_file():
         st = torch.load(state_path, map_location=dev, weights_only=False)
-        model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"]); gen.set_state(st["gen"])
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        gen.set_state(st["gen"])
         step, best, curve, best_state = st["step"], st["best"], st["curve"], st["best_state"]
         print(f"resumed at step {step}", flush=True)
 
@@ -320,18 +351,38 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         out_of_time = time.time() - t_train > cfg.time_limit_s
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
             val = model_nll(model, val_windows, autocast=True)
-            curve.append({"step": step, "train_loss": loss.item(), "val_loss": val,
-                          "lr": lr_at(step - 1, cfg), "elapsed_s": round(time.time() - t_train, 1)})
+            curve.append(
+                {
+                    "step": step,
+                    "train_loss": loss.item(),
+                    "val_loss": val,
+                    "lr": lr_at(step - 1, cfg),
+                    "elapsed_s": round(time.time() - t_train, 1),
+                }
+            )
             if val < best:
                 best = val
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            print(f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) "
-                  f"best {best:.3f} {time.time() - t_train:.0f}s", flush=True)
+            print(
+                f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) "
+                f"best {best:.3f} {time.time() - t_train:.0f}s",
+                flush=True,
+            )
             if state_path is not None:
                 fd, tmp = tempfile.mkstemp(dir=Path(state_path).parent, suffix=".tmp")
                 os.close(fd)
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                            "step": step, "best": best, "curve": curve, "best_state": best_state}, tmp)
+                torch.save(
+                    {
+                        "model": model.state_dict(),
+                        "opt": opt.state_dict(),
+                        "gen": gen.get_state(),
+                        "step": step,
+                        "best": best,
+                        "curve": curve,
+                        "best_state": best_state,
+                    },
+                    tmp,
+                )
                 os.replace(tmp, state_path)
         if out_of_time:
             stopped_early = True
@@ -344,29 +395,45 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     ho = all_windows(streams["heldout"], cfg.seq_len)
     ho_nll = model_nll(model, ho)
     uni_nll = unigram_nll(streams["train"], ho[:, 1:], cfg.shape.vocab_size)
-    samples = {"greedy": sample(model, tok, "Shall I compare thee to a summer's day?"),
-               "sampled_t0.8_k40": sample(model, tok, "Shall I compare thee to a summer's day?", greedy=False)}
+    samples = {
+        "greedy": sample(model, tok, "Shall I compare thee to a summer's day?"),
+        "sampled_t0.8_k40": sample(model, tok, "Shall I compare thee to a summer's day?", greedy=False),
+    }
     print(f"held-out ppl (bf16) {math.exp(ho_nll):.2f} vs unigram {math.exp(uni_nll):.2f}", flush=True)
     print(samples["greedy"], flush=True)
     save_model(model, out_dir, eos)
     log = {
-        "model_shape": asdict(cfg.shape), "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
-        "parameters": n_params, "steps_done": step, "stopped_by_time_limit": stopped_early,
-        "train_seconds": round(train_s, 1), "best_val_loss": best, "best_val_ppl": math.exp(best),
+        "model_shape": asdict(cfg.shape),
+        "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
+        "parameters": n_params,
+        "steps_done": step,
+        "stopped_by_time_limit": stopped_early,
+        "train_seconds": round(train_s, 1),
+        "best_val_loss": best,
+        "best_val_ppl": math.exp(best),
         "curve": curve,
         "tokens": {k: int(v.numel()) for k, v in streams.items()},
-        "heldout_eval": {"windows": int(ho.shape[0]), "window_len": cfg.seq_len,
-                         "target_tokens": int(ho[:, 1:].numel()), "model_dtype": "bfloat16",
-                         "model_nll": ho_nll, "model_ppl": math.exp(ho_nll),
-                         "unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll),
-                         "unigram": "add-one smoothed counts over train tokens"},
+        "heldout_eval": {
+            "windows": int(ho.shape[0]),
+            "window_len": cfg.seq_len,
+            "target_tokens": int(ho[:, 1:].numel()),
+            "model_dtype": "bfloat16",
+            "model_nll": ho_nll,
+            "model_ppl": math.exp(ho_nll),
+            "unigram_nll": uni_nll,
+            "unigram_ppl": math.exp(uni_nll),
+            "unigram": "add-one smoothed counts over train tokens",
+        },
         "samples": samples,
         "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
         "corpus_sha256": split["meta"]["corpus_sha256"],
-        "env": {"torch": torch.__version__, "python": platform.python_version(),
-                "transformers": __import__("transformers").__version__,
-                "tokenizers": __import__("tokenizers").__version__,
-                "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"},
+        "env": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "transformers": __import__("transformers").__version__,
+            "tokenizers": __import__("tokenizers").__version__,
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        },
     }
     atomic_write_json(out_dir / "train_log.json", log)
     return log
@@ -378,20 +445,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="model dir (default: reference/model/assets/default_model)")
     p.add_argument("--tokenizer-only", action="store_true", help="only (re)build tokenizer.json")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--steps", type=int, default=TrainConfig.steps,
-                   help=f"optimizer steps (default {TrainConfig.steps})")
-    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size,
-                   help=f"training sequences per step (default {TrainConfig.batch_size})")
-    p.add_argument("--eval-every", type=int, default=TrainConfig.eval_every,
-                   help=f"steps between held-out evaluations (default {TrainConfig.eval_every})")
-    p.add_argument("--lr", type=float, default=TrainConfig.lr,
-                   help=f"peak learning rate (default {TrainConfig.lr:g})")
-    p.add_argument("--embed-dropout", type=float, default=TrainConfig.embed_dropout,
-                   help=f"dropout on the embeddings (default {TrainConfig.embed_dropout:g})")
-    p.add_argument("--attention-dropout", type=float, default=TrainConfig.attention_dropout,
-                   help=f"dropout on the attention weights (default "
-                        f"{TrainConfig.attention_dropout:g})")
-    p.add_argument("--time-limit", type=float, default=TrainConfig.time_limit_s, help="stop after this many seconds of training")
+    p.add_argument(
+        "--steps", type=int, default=TrainConfig.steps, help=f"optimizer steps (default {TrainConfig.steps})"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=TrainConfig.batch_size,
+        help=f"training sequences per step (default {TrainConfig.batch_size})",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=TrainConfig.eval_every,
+        help=f"steps between held-out evaluations (default {TrainConfig.eval_every})",
+    )
+    p.add_argument("--lr", type=float, default=TrainConfig.lr, help=f"peak learning rate (default {TrainConfig.lr:g})")
+    p.add_argument(
+        "--embed-dropout",
+        type=float,
+        default=TrainConfig.embed_dropout,
+        help=f"dropout on the embeddings (default {TrainConfig.embed_dropout:g})",
+    )
+    p.add_argument(
+        "--attention-dropout",
+        type=float,
+        default=TrainConfig.attention_dropout,
+        help=f"dropout on the attention weights (default {TrainConfig.attention_dropout:g})",
+    )
+    p.add_argument(
+        "--time-limit", type=float, default=TrainConfig.time_limit_s, help="stop after this many seconds of training"
+    )
     p.add_argument("--state", type=Path, default=None, help="resumable training-state file")
 
 
@@ -406,13 +490,24 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():
         print(json.dumps(train_tokenizer(out)), flush=True)
     if not args.tokenizer_only:
-        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, eval_every=args.eval_every,
-                          time_limit_s=args.time_limit, lr=args.lr, min_lr=args.lr / 10,
-                          embed_dropout=args.embed_dropout, attention_dropout=args.attention_dropout)
+        cfg = TrainConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            eval_every=args.eval_every,
+            time_limit_s=args.time_limit,
+            lr=args.lr,
+            min_lr=args.lr / 10,
+            embed_dropout=args.embed_dropout,
+            attention_dropout=args.attention_dropout,
+        )
         log = train_model(out, cfg, device, args.state)
-        print(json.dumps({k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
-                         | {"heldout_ppl": log["heldout_eval"]["model_ppl"],
-                            "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}), flush=True)
+        print(
+            json.dumps(
+                {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
+                | {"heldout_ppl": log["heldout_eval"]["model_ppl"], "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}
+            ),
+            flush=True,
+        )
     if out.resolve() == default_model_dir().resolve():
         write_manifest()
     return 0

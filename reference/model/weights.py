@@ -86,5 +86,6 @@ def check_checkpoint_mode(checkpoint, scale_mode: str) -> None:
     """Int8confError when a checkpoint (which carries its own scales) is
     combined with a scale mode other than ``own``."""
     if checkpoint is not None and scale_mode != "own":
-        raise Int8confError(f"--checkpoint takes its weights and scales from {checkpoint}; "
-                            f"drop --scale-mode {scale_mode}")
+        raise Int8confError(
+            f"--checkpoint takes its weights and scales from {checkpoint}; drop --scale-mode {scale_mode}"
+        )

@@ -10,20 +10,25 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.cases import (SYNTHETIC_KINDS, TIE_BLOCK, make_case, synthetic_cases,
-                               tie_discrimination)
+from conformance.cases import SYNTHETIC_KINDS, TIE_BLOCK, make_case, synthetic_cases, tie_discrimination
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec
-from conformance.evaluate import evaluate_case
-from conformance.suite import default_cases
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.run import default_cases
 from reference.accumulate import exact_int_mm, int_mm_int64_naive
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.epilogue import apply_epilogue
 
 #: meta["discriminating"] of synthetic/epilogue_ties-s0 (pinned; recomputed
 #: independently with numpy below).
-SEED0 = {"elements": 1024, "a_then_w!=w_then_a": 787, "a_then_w!=fused": 465,
-         "w_then_a!=fused": 532, "any": 892, "all_three": 0}
+SEED0 = {
+    "elements": 1024,
+    "a_then_w!=w_then_a": 787,
+    "a_then_w!=fused": 465,
+    "w_then_a!=fused": 532,
+    "any": 892,
+    "all_three": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +44,16 @@ def _np_bf16_bits(y: np.ndarray) -> np.ndarray:
 
 def _np_orders(ops) -> dict:
     acc = int_mm_int64_naive(ops.a, ops.b).numpy()
-    assert np.abs(acc).max() < 2 ** 24  # float32(acc) exact
+    assert np.abs(acc).max() < 2**24  # float32(acc) exact
     x = acc.astype(np.float32)
     sa = ops.scale_a.numpy().astype(np.float32).reshape(-1, 1)
     sw = ops.scale_b.numpy().astype(np.float32).reshape(1, -1)
     with np.errstate(all="raise"):  # ordinary magnitudes: no overflow, no underflow
-        return {"a_then_w": _np_bf16_bits((x * sa) * sw),
-                "w_then_a": _np_bf16_bits((x * sw) * sa),
-                "fused": _np_bf16_bits(x * (sa * sw))}
+        return {
+            "a_then_w": _np_bf16_bits((x * sa) * sw),
+            "w_then_a": _np_bf16_bits((x * sw) * sa),
+            "fused": _np_bf16_bits(x * (sa * sw)),
+        }
 
 
 def test_structure_block_diagonal_and_exact(ties):
@@ -56,7 +63,7 @@ def test_structure_block_diagonal_and_exact(ties):
     b = ops.b.to(torch.int64)
     for j in (0, 17, 31):
         row = torch.zeros(ops.k, dtype=torch.int64)
-        row[j * TIE_BLOCK:(j + 1) * TIE_BLOCK - 1] = 127
+        row[j * TIE_BLOCK : (j + 1) * TIE_BLOCK - 1] = 127
         row[(j + 1) * TIE_BLOCK - 1] = 1
         assert torch.equal(b[j], row)
     a = ops.a.to(torch.int64).reshape(32, 32, TIE_BLOCK)
@@ -84,9 +91,14 @@ def test_discriminating_counts_independent(ties, seed):
     aw = bits["a_then_w"] != bits["w_then_a"]
     af = bits["a_then_w"] != bits["fused"]
     wf = bits["w_then_a"] != bits["fused"]
-    got = {"elements": aw.size, "a_then_w!=w_then_a": int(aw.sum()),
-           "a_then_w!=fused": int(af.sum()), "w_then_a!=fused": int(wf.sum()),
-           "any": int((aw | af | wf).sum()), "all_three": int((aw & af & wf).sum())}
+    got = {
+        "elements": aw.size,
+        "a_then_w!=w_then_a": int(aw.sum()),
+        "a_then_w!=fused": int(af.sum()),
+        "w_then_a!=fused": int(wf.sum()),
+        "any": int((aw | af | wf).sum()),
+        "all_three": int((aw & af & wf).sum()),
+    }
     assert ops.meta["discriminating"] == got
     assert got["a_then_w!=w_then_a"] >= 0.3 * 1024 and got["any"] >= 0.6 * 1024
     assert min(got["a_then_w!=fused"], got["w_then_a!=fused"]) >= 0.3 * 1024
@@ -117,19 +129,26 @@ def test_in_default_synthetic_set():
 
 def _emulating(order: str, declared: EpilogueContract) -> KernelSpec:
     """Declares ``declared`` but computes scale order ``order`` (fault F3/F5)."""
+
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-        return apply_epilogue(exact_int_mm(a, b), scale_a, scale_b,
-                              EpilogueContract(order, declared.bias_point), bias, out_dtype)
-    return KernelSpec(name=f"computes-{order}", scaled_mm=scaled_mm, contract=declared,
-                      source_digest="e" * 64, origin="test")
+        return apply_epilogue(
+            exact_int_mm(a, b), scale_a, scale_b, EpilogueContract(order, declared.bias_point), bias, out_dtype
+        )
+
+    return KernelSpec(
+        name=f"computes-{order}", scaled_mm=scaled_mm, contract=declared, source_digest="e" * 64, origin="test"
+    )
 
 
-@pytest.mark.parametrize("declared,order,key", [
-    (CUTLASS_STYLE, "a_then_w", "a_then_w!=w_then_a"),
-    (CUTLASS_STYLE, "fused", "w_then_a!=fused"),
-    (TRITON_STYLE, "w_then_a", "a_then_w!=w_then_a"),
-    (TRITON_STYLE, "fused", "a_then_w!=fused"),
-])
+@pytest.mark.parametrize(
+    "declared,order,key",
+    [
+        (CUTLASS_STYLE, "a_then_w", "a_then_w!=w_then_a"),
+        (CUTLASS_STYLE, "fused", "w_then_a!=fused"),
+        (TRITON_STYLE, "w_then_a", "a_then_w!=w_then_a"),
+        (TRITON_STYLE, "fused", "a_then_w!=fused"),
+    ],
+)
 def test_wrong_scale_order_fails_c8_on_many_elements(ties, declared, order, key):
     ops = ties[0]
     cr = evaluate_case(_emulating(order, declared), ops)
@@ -156,9 +175,10 @@ def test_scale_layout_cases_catch_a_kernel_that_only_takes_1d_scales():
     so a kernel that handles only 1-D scales fails exactly on the two layout
     cases (and passes the ordinary one)."""
     from conformance.cases import make_case
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
     from conformance.kernels.spec import KernelSpec
+    from conformance.suite.evaluate import evaluate_case
+
     cpu = get_kernel("cpu")
 
     def only_1d(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):

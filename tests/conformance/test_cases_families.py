@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from conformance.cases.families import FAMILIES, family_cases
-from conformance.coverage import case_coverage, partial_sum_extremes
 from conformance.kernels.registry import get_kernel
+from conformance.suite.coverage import case_coverage, partial_sum_extremes
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.epilogue import reference_scaled_mm
 from reference.operands import GemmOperands
@@ -46,9 +46,19 @@ def fams() -> dict:
 
 #: Families whose coverage the trigger test measures (the others are checked
 #: from their shapes / tie counts directly, which is cheaper).
-MEASURED = ("partial_sums", "large_acc", "int32_overflow", "subnormal", "overflow_inf",
-            "signed_zero", "negative_scales", "zero_scales", "bias_cancel", "extreme_pairs",
-            "layouts")
+MEASURED = (
+    "partial_sums",
+    "large_acc",
+    "int32_overflow",
+    "subnormal",
+    "overflow_inf",
+    "signed_zero",
+    "negative_scales",
+    "zero_scales",
+    "bias_cancel",
+    "extreme_pairs",
+    "layouts",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,30 +69,54 @@ def covs(fams) -> dict:
 
 def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
     import conformance.cases.families as fam_mod
-    from conformance.suite import default_cases
-    marker = GemmOperands(torch.ones((1, 1), dtype=I8), torch.ones((1, 1), dtype=I8),
-                          torch.ones(1), torch.ones(1), name="marker")
+    from conformance.suite.run import default_cases
+
+    marker = GemmOperands(
+        torch.ones((1, 1), dtype=I8), torch.ones((1, 1), dtype=I8), torch.ones(1), torch.ones(1), name="marker"
+    )
     monkeypatch.setattr(fam_mod, "family_cases", lambda: [marker])
     cases, _ = default_cases(include_captures=False)
-    assert cases[-1] is marker            # families follow synthetic + sweep
+    assert cases[-1] is marker  # families follow synthetic + sweep
     cases, _ = default_cases(include_captures=False, include_sweep=False)
     assert all(c is not marker for c in cases)  # --no-sweep skips them
     monkeypatch.undo()
     assert set(fams) == set(FAMILIES)
     counts = {f: len(cs) for f, cs in fams.items()}
-    assert counts == {"partial_sums": 12, "large_acc": 6, "int32_overflow": 2, "subnormal": 6,
-                      "overflow_inf": 6, "signed_zero": 6, "negative_scales": 6,
-                      "zero_scales": 6, "bias_cancel": 6, "extreme_pairs": 6,
-                      "k_residues": 135, "m_n_edges": 17, "ties": 25, "layouts": 10,
-                      "large_shapes": 17, "dispatch": 36, "regimes": 202}
+    assert counts == {
+        "partial_sums": 12,
+        "large_acc": 6,
+        "int32_overflow": 2,
+        "subnormal": 6,
+        "overflow_inf": 6,
+        "signed_zero": 6,
+        "negative_scales": 6,
+        "zero_scales": 6,
+        "bias_cancel": 6,
+        "extreme_pairs": 6,
+        "k_residues": 135,
+        "m_n_edges": 17,
+        "ties": 25,
+        "layouts": 10,
+        "large_shapes": 17,
+        "dispatch": 36,
+        "regimes": 202,
+    }
     assert len({c.name for cs in fams.values() for c in cs}) == 504
     again = family_cases(["partial_sums", "layouts"])
-    assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"]
-                                            + fams["layouts"]]
+    assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"] + fams["layouts"]]
     assert family_cases(["subnormal"], seed=1)[0].digests() != fams["subnormal"][0].digests()
     # both scale modes and all three output dtypes wherever the grid applies
-    for f in ("partial_sums", "large_acc", "subnormal", "overflow_inf", "signed_zero",
-              "negative_scales", "zero_scales", "bias_cancel", "extreme_pairs"):
+    for f in (
+        "partial_sums",
+        "large_acc",
+        "subnormal",
+        "overflow_inf",
+        "signed_zero",
+        "negative_scales",
+        "zero_scales",
+        "bias_cancel",
+        "extreme_pairs",
+    ):
         grid = {(c.scale_mode, c.out_dtype) for c in fams[f]}
         assert grid == {(m, d) for m in ("synthetic", "pow2") for d in (BF, FP16, FP32)}, f
     with pytest.raises(ValueError, match="unknown case families"):
@@ -91,17 +125,18 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
 
 def test_each_family_reaches_its_trigger(fams, covs):
     from conformance.cases import tie_discrimination
+
     for cv in covs["partial_sums"]:
-        assert min(cv["max_partial_fwd"], cv["max_partial_bwd"]) >= 2 ** 24
+        assert min(cv["max_partial_fwd"], cv["max_partial_bwd"]) >= 2**24
         assert cv["max_abs_acc"] < 600 and cv["partial_step"] == 1
     assert all(cv["n_acc_ge_2_24"] == 32 for cv in covs["large_acc"])
     assert [(cv["n_acc_gt_int32"], cv["max_abs_acc"]) for cv in covs["int32_overflow"]] == [
-        (1, 131073 * 16384), (4, 132110 * 16384)]   # the second in both directions
+        (1, 131073 * 16384),
+        (4, 132110 * 16384),
+    ]  # the second in both directions
     assert all(cv["out"]["subnormal"] >= 10 for cv in covs["subnormal"])
-    assert all(cv["out"]["pos_inf"] >= 2 and cv["out"]["neg_inf"] >= 2
-               for cv in covs["overflow_inf"])
-    assert all(cv["out"]["neg_zero"] > 0 and cv["out"]["pos_zero"] > 0
-               for cv in covs["signed_zero"])
+    assert all(cv["out"]["pos_inf"] >= 2 and cv["out"]["neg_inf"] >= 2 for cv in covs["overflow_inf"])
+    assert all(cv["out"]["neg_zero"] > 0 and cv["out"]["pos_zero"] > 0 for cv in covs["signed_zero"])
     assert all(cv["neg_scale_a"] and cv["neg_scale_b"] for cv in covs["negative_scales"])
     assert all(cv["zero_scale_a"] and cv["zero_rows_a"] == 2 for cv in covs["zero_scales"])
     assert all(cv["bias_cancel"] >= 16 for cv in covs["bias_cancel"])
@@ -115,18 +150,27 @@ def test_each_family_reaches_its_trigger(fams, covs):
     assert set(range(1, 18)) | {64, 96} <= tie_m
     # dispatch: the tie accumulators reach every path threshold unchanged
     from reference.accumulate import exact_int_mm
+
     disp = {c.meta["variant"].split("-")[0]: [] for c in fams["dispatch"]}
     for c in fams["dispatch"]:
         disp[c.meta["variant"].split("-")[0]].append(c)
     assert {k: len(v) for k, v in disp.items()} == {
-        "m_gap": 15, "small_acc": 4, "bias0": 2, "negative": 1,
-        "scalar": 2, "big_acc": 2, "fp32_ties": 3, "deep_k_bias": 7}
-    assert all(tie_discrimination(c)["a_then_w!=w_then_a"] > 0
-               for v, cs in disp.items() if v != "deep_k_bias" for c in cs)
+        "m_gap": 15,
+        "small_acc": 4,
+        "bias0": 2,
+        "negative": 1,
+        "scalar": 2,
+        "big_acc": 2,
+        "fp32_ties": 3,
+        "deep_k_bias": 7,
+    }
+    assert all(
+        tie_discrimination(c)["a_then_w!=w_then_a"] > 0 for v, cs in disp.items() if v != "deep_k_bias" for c in cs
+    )
     assert {c.k for c in disp["deep_k_bias"]} == {2048, 4096, 8195}
     assert {c.m for c in disp["m_gap"]} == {18, 24, 31, 40, 48, 56, 63, 65, 72, 80, 100, 112, 127}
-    assert all(int(exact_int_mm(c.a, c.b).abs().max()) < 2 ** 16 for c in disp["small_acc"])
-    assert all(int(exact_int_mm(c.a, c.b).abs().max()) > 2 ** 19 for c in disp["big_acc"])
+    assert all(int(exact_int_mm(c.a, c.b).abs().max()) < 2**16 for c in disp["small_acc"])
+    assert all(int(exact_int_mm(c.a, c.b).abs().max()) > 2**19 for c in disp["big_acc"])
     assert all(c.bias is not None and not c.bias.any() for c in disp["bias0"])
     assert all((c.scale_a < 0).any() and (c.scale_b < 0).any() for c in disp["negative"])
     assert all(c.scale_a.dim() == c.scale_b.dim() == 0 for c in disp["scalar"])
@@ -182,11 +226,10 @@ def test_subnormal_outputs_by_hand():
     # fp16: 3 * 2**-20 = 48 * 2**-24 -> 0x0030
     a = torch.tensor([[3]], dtype=I8)
     one = torch.ones((1, 1), dtype=I8)
-    assert out(a, one, [2.0 ** -130], [1.0], BF, kernel="cpu") == ([0x0018], [0x0018])
-    assert out(a, one, [2.0 ** -130], [1.0], FP32, kernel="int_mm") == ([0x00180000],
-                                                                          [0x00180000])
-    assert out(a, one, [2.0 ** -135], [1.0], BF) == [0x0001]
-    assert out(a, one, [2.0 ** -20], [1.0], FP16) == [0x0030]
+    assert out(a, one, [2.0**-130], [1.0], BF, kernel="cpu") == ([0x0018], [0x0018])
+    assert out(a, one, [2.0**-130], [1.0], FP32, kernel="int_mm") == ([0x00180000], [0x00180000])
+    assert out(a, one, [2.0**-135], [1.0], BF) == [0x0001]
+    assert out(a, one, [2.0**-20], [1.0], FP16) == [0x0030]
 
 
 def test_overflow_boundary_by_hand():
@@ -195,13 +238,13 @@ def test_overflow_boundary_by_hand():
     one = torch.ones((1, 1), dtype=I8)
     acc = lambda v: torch.tensor([[v]], dtype=torch.int64)  # noqa: E731
     from conformance.cases import realize_acc
+
     a, b = realize_acc(torch.tensor([[511, 510, -511]]))
-    assert out(a, b, [1.0], [2.0 ** 119] * 3, BF, kernel="cpu") == (
-        [0x7F80, 0x7F7F, 0xFF80], [0x7F80, 0x7F7F, 0xFF80])
+    assert out(a, b, [1.0], [2.0**119] * 3, BF, kernel="cpu") == ([0x7F80, 0x7F7F, 0xFF80], [0x7F80, 0x7F7F, 0xFF80])
     # fp16: 4095 * 16 = 65520, halfway between 65504 (0x7BFF) and 65536: -> inf 0x7C00
     a, b = realize_acc(torch.tensor([[4095, 4094]]))
     assert out(a, b, [1.0], [16.0, 16.0], FP16) == [0x7C00, 0x7BFF]
-    assert out(one, one, [2.0 ** 127], [2.0], FP32) == [0x7F800000]
+    assert out(one, one, [2.0**127], [2.0], FP32) == [0x7F800000]
     assert acc(1).dtype == torch.int64
 
 
@@ -209,20 +252,16 @@ def test_signed_zero_negative_and_zero_scales_by_hand():
     zero = torch.zeros((1, 4), dtype=I8)
     b = torch.ones((2, 4), dtype=I8)
     # acc = 0: 0 * (-1) * 1 = -0 (0x8000), 0 * (-1) * (-1) = +0; bias -0.0 keeps -0
-    assert out(zero, b, [-1.0], [1.0, -1.0], BF, kernel="cpu") == ([0x8000, 0x0000],
-                                                                    [0x8000, 0x0000])
+    assert out(zero, b, [-1.0], [1.0, -1.0], BF, kernel="cpu") == ([0x8000, 0x0000], [0x8000, 0x0000])
     mz = torch.tensor([-0.0, -0.0], dtype=BF)
     assert out(zero, b, [-1.0], [1.0, -1.0], BF, bias=mz) == [0x8000, 0x0000]
     # negative scales: acc = 4, 4 * (-0.5) * 0.25 = -0.5 -> 0xBF00
-    assert out(torch.ones((1, 4), dtype=I8), b[:1], [-0.5], [0.25], BF,
-               kernel="int_mm") == ([0xBF00], [0xBF00])
+    assert out(torch.ones((1, 4), dtype=I8), b[:1], [-0.5], [0.25], BF, kernel="int_mm") == ([0xBF00], [0xBF00])
     # zero scales: acc = 4 with s_a = -0.0 -> -0 (0x8000); the all-zero row with
     # scale 0 and bias 0.5 -> 0.5 (0x3F00)
     a = torch.cat([torch.ones((1, 4), dtype=I8), zero])
-    assert out(a, b[:1], [-0.0, 0.0], [1.0], BF, kernel="cpu") == ([0x8000, 0x0000],
-                                                                   [0x8000, 0x0000])
-    assert out(a, b[:1], [-0.0, 0.0], [1.0], BF, bias=torch.tensor([0.5], dtype=BF)) == \
-        [0x3F00, 0x3F00]
+    assert out(a, b[:1], [-0.0, 0.0], [1.0], BF, kernel="cpu") == ([0x8000, 0x0000], [0x8000, 0x0000])
+    assert out(a, b[:1], [-0.0, 0.0], [1.0], BF, bias=torch.tensor([0.5], dtype=BF)) == [0x3F00, 0x3F00]
 
 
 def test_bias_cancellation_by_hand():
@@ -232,8 +271,8 @@ def test_bias_cancellation_by_hand():
     # 2**-6 -> 0x3C80
     a, b = torch.tensor([[3]], dtype=I8), torch.ones((1, 1), dtype=I8)
     bias = torch.tensor([-3.0], dtype=BF)
-    assert out(a, b, [1.0], [1 + 2 ** -8], BF, bias=bias, kernel="cpu") == ([0x3C40], [0x3C40])
-    assert out(a, b, [1.0], [1 + 2 ** -8], BF, TRITON_STYLE, bias=bias) == [0x3C80]
+    assert out(a, b, [1.0], [1 + 2**-8], BF, bias=bias, kernel="cpu") == ([0x3C40], [0x3C40])
+    assert out(a, b, [1.0], [1 + 2**-8], BF, TRITON_STYLE, bias=bias) == [0x3C80]
 
 
 def test_extreme_pair_cancellation_and_k_residue_by_hand():
@@ -241,6 +280,7 @@ def test_extreme_pair_cancellation_and_k_residue_by_hand():
     # -4 * 64: exact acc 0 -> +0; pairwise int16 saturation gives 32767 - 32768 = -1
     # -> bf16 -1.0 = 0xBF80
     from buggy_kernels import pair_saturation_int16
+
     a = torch.tensor([[-128, -128, -128, -128, -4]], dtype=I8)
     b = torch.tensor([[-128, -128, 127, 127, 64]], dtype=I8)
     assert out(a, b, [1.0], [1.0], BF, kernel="cpu") == ([0x0000], [0x0000])
@@ -249,6 +289,7 @@ def test_extreme_pair_cancellation_and_k_residue_by_hand():
     # K = 33 all ones: acc 33 = 1.03125 * 2**5 -> bf16 0x4204; a K loop over whole
     # 32-tiles sees 32 -> 0x4200
     from buggy_kernels import k_tail_dropped
+
     ones = torch.ones((1, 33), dtype=I8)
     assert out(ones, ones, [1.0], [1.0], BF, kernel="triton") == ([0x4204], [0x4204])
     assert bits(k_tail_dropped(ones, ones, one, one)) == [0x4200]
@@ -261,10 +302,11 @@ def test_m_n_edge_and_ties_by_hand():
     assert ref == got == [0x4180] * 272
     # the tie family at M = 1 tells the decode path's scale order apart (C8)
     from buggy_kernels import ORDER_SA_BITS, ORDER_SB_BITS, _f32, decode_path_order
-    a = torch.tensor([[127, 127, 127, 127, 37]], dtype=I8)     # acc = 545
+
+    a = torch.tensor([[127, 127, 127, 127, 37]], dtype=I8)  # acc = 545
     b = torch.ones((1, 5), dtype=I8)
     sa, sb = [_f32(ORDER_SA_BITS)], [_f32(ORDER_SB_BITS)]
-    assert out(a, b, sa, sb, BF) == [0x3C32]                    # declared w_then_a
+    assert out(a, b, sa, sb, BF) == [0x3C32]  # declared w_then_a
     assert bits(decode_path_order(a, b, torch.tensor(sa), torch.tensor(sb))) == [0x3C31]
 
 
@@ -272,22 +314,24 @@ def test_dispatch_spread_and_widen_by_hand():
     # the M = 1 tie above (acc 545, declared w_then_a -> 0x3C32, a_then_w -> 0x3C31) spread
     # over K = 4096: columns j -> j * 4096 // 5 = 0, 819, 1638, 2457, 3276, zeros in a elsewhere
     from buggy_kernels import ORDER_SA_BITS, ORDER_SB_BITS, _f32, deep_k_scale_order
+
     from conformance.cases.dispatch import spread_k, widen_n
+
     a = torch.tensor([[127, 127, 127, 127, 37]], dtype=I8)
     b = torch.ones((1, 5), dtype=I8)
     a2, b2 = spread_k(a, b, 4096, torch.Generator().manual_seed(0))
     assert a2.shape == (1, 4096) and b2.shape == (1, 4096)
     assert torch.nonzero(a2[0]).reshape(-1).tolist() == [0, 819, 1638, 2457, 3276]
     assert a2[0, [0, 819, 1638, 2457, 3276]].tolist() == [127, 127, 127, 127, 37]
-    assert int((b2 != 0).sum()) > 4000                      # real weights between them
+    assert int((b2 != 0).sum()) > 4000  # real weights between them
     assert int(a2.long() @ b2.long().T) == 545
     sa, sb = [_f32(ORDER_SA_BITS)], [_f32(ORDER_SB_BITS)]
-    assert out(a2, b2, sa, sb, BF) == [0x3C32]                    # cutlass: w_then_a
+    assert out(a2, b2, sa, sb, BF) == [0x3C32]  # cutlass: w_then_a
     ref, got = out(a2, b2, sa, sb, BF, contract=TRITON_STYLE, kernel="triton")
-    assert ref == got == [0x3C31]           # triton declares a_then_w: its K loop over 4096
+    assert ref == got == [0x3C31]  # triton declares a_then_w: its K loop over 4096
     ta, tb = torch.tensor(sa), torch.tensor(sb)
-    assert bits(deep_k_scale_order(a2, b2, ta, tb)) == [0x3C31]   # its K >= 2048 path
-    assert bits(deep_k_scale_order(a, b, ta, tb)) == [0x3C32]     # below the threshold
+    assert bits(deep_k_scale_order(a2, b2, ta, tb)) == [0x3C31]  # its K >= 2048 path
+    assert bits(deep_k_scale_order(a, b, ta, tb)) == [0x3C32]  # below the threshold
     # widen_n: channel c is channel c % 3
     b3, sb3 = widen_n(torch.tensor([[1], [2], [3]], dtype=I8), torch.tensor([1.0, 2.0, 3.0]), 7)
     assert b3.reshape(-1).tolist() == [1, 2, 3, 1, 2, 3, 1] and sb3.tolist() == [1, 2, 3, 1, 2, 3, 1]
@@ -298,6 +342,7 @@ def test_layouts_by_hand():
     # -> bf16 3 = 0x4040, 7 = 0x40E0; read as dense the storage gives rows [1, 2],
     # [9, 3] -> 3, 12 (0x4140)
     from buggy_kernels import b_as_contiguous, ignores_lda
+
     buf = torch.tensor([[1, 2, 9], [3, 4, 9]], dtype=I8)
     a, b = buf[:, :2], torch.ones((1, 2), dtype=I8)
     assert a.stride() == (3, 1)
@@ -322,18 +367,23 @@ def test_fp32_real_cases_keep_c6_premise(fams):
     every legal scale order gives the same float32 bits; the float32 ties of
     ``dispatch`` keep real scales, and every order stays within one float32
     spacing of C6's reference (a_then_w) while differing from it everywhere."""
-    from reference.epilogue import apply_epilogue
     from reference.accumulate import exact_int_mm
+    from reference.epilogue import apply_epilogue
+
     n_ties = 0
-    for f, cs in fams.items():
+    for cs in fams.values():
         for c in cs:
             if c.out_dtype != FP32 or c.scale_mode == "pow2" or c.k > 5000:
                 continue
             acc = exact_int_mm(c.a, c.b)
-            outs = [torch.tensor(bits(apply_epilogue(acc, c.scale_a, c.scale_b, EpilogueContract(o),
-                                                     out_dtype=FP32))).to(torch.int64) & 0x7FFFFFFF
-                    for o in ("a_then_w", "w_then_a", "fused")]
-            if "planted" in c.meta:   # planted probe rows: every order within one spacing
+            outs = [
+                torch.tensor(bits(apply_epilogue(acc, c.scale_a, c.scale_b, EpilogueContract(o), out_dtype=FP32))).to(
+                    torch.int64
+                )
+                & 0x7FFFFFFF
+                for o in ("a_then_w", "w_then_a", "fused")
+            ]
+            if "planted" in c.meta:  # planted probe rows: every order within one spacing
                 assert all(int((o - outs[0]).abs().max()) <= 1 for o in outs[1:]), c.name
                 continue
             if c.meta["variant"].startswith("fp32_ties"):

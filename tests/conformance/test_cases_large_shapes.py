@@ -48,21 +48,23 @@ def test_large_shapes_is_deterministic_and_covers_the_grid():
 
 def test_prefill_cases_discriminate_scale_orders_at_large_m():
     from conformance.cases import tie_discrimination
+
     pre = _variant("prefill_M")
     assert sorted((c.m, str(c.out_dtype)) for c in pre) == sorted(
-        [(128, str(BF)), (129, str(BF)), (257, str(BF)), (129, str(FP16)), (257, str(FP16))])
+        [(128, str(BF)), (129, str(BF)), (257, str(BF)), (129, str(FP16)), (257, str(FP16))]
+    )
     for c in pre:
         d = tie_discrimination(c)
         # at least half of the elements tell a_then_w from w_then_a
         assert d["a_then_w!=w_then_a"] >= d["elements"] // 2, c.name
-        assert c.m * c.k * c.n > 2 ** 21        # above C9's work limit (its selection unchanged)
+        assert c.m * c.k * c.n > 2**21  # above C9's work limit (its selection unchanged)
 
 
 def test_wide_n_cases_have_a_partial_last_tile_and_bias():
     wide = _variant("wide_N")
     assert all(c.n > 256 and c.n % 64 != 0 and c.k == 40 for c in wide)
     assert sum(c.bias is not None for c in wide) == 4
-    assert max(c.n for c in wide) > 512                   # bias % 256 wraps twice
+    assert max(c.n for c in wide) > 512  # bias % 256 wraps twice
     assert {c.n % 64 for c in wide} >= {1, 63}
     assert all(bool((c.a != 0).all()) and bool((c.b != 0).all()) for c in wide)
 
@@ -87,7 +89,7 @@ def test_splitk_cases_have_an_odd_small_acc_behind_large_partial_sums():
         # both partial sums >= 2**25, and a float32 reduction of them misses the exact sum
         for h in list(range(3968, 4225, 32)) + [c.k // 2]:
             p1 = pre[..., h - 1]
-            assert int(p1.abs().min()) >= 2 ** 25 and int((acc - p1).abs().min()) >= 2 ** 25
+            assert int(p1.abs().min()) >= 2**25 and int((acc - p1).abs().min()) >= 2**25
             assert bool((torch.from_numpy(_f32_split_sum(c.a, c.b, h)) != acc).all()), (c.name, h)
 
 
@@ -103,6 +105,7 @@ def test_splitk_case_by_hand():
     # nearest multiple of 4, -66064380; p1 + p2 = 4 -> 4 * 0.25 = 1.0: bf16 0x3F80,
     # fp32 0x3F800000.
     from buggy_kernels import splitk_float32_reduce
+
     a = torch.tensor([[127] * 4096 + [-127] * 4096 + [1, 1, 1]], dtype=I8)
     b = torch.tensor([[127] * 8192 + [1, 1, 1]], dtype=I8)
     sa, sb = torch.tensor([1.0]), torch.tensor([0.25])
@@ -121,6 +124,7 @@ def test_wide_n_case_by_hand():
     # Bias read at n % 256: column 256 gets bias[0] -> 3.0 (0x4040). Last partial
     # 128-column tile dropped: column 256 stays 0 (0x0000).
     from buggy_kernels import bias_cache_wraps, wide_n_tail_tile_dropped
+
     a, b = torch.ones((1, 1), dtype=I8), torch.ones((257, 1), dtype=I8)
     sa, sb = torch.ones(1), torch.ones(257)
     bias = torch.zeros(257, dtype=BF)
@@ -146,6 +150,7 @@ def test_prefill_case_by_hand():
     # prefill_scale_order takes a_then_w: M = 129 gives 0x3C31 on every row, M = 128 not.
     # The triton built-in declares a_then_w (TRITON_STYLE): 0x3C31 at every M.
     from buggy_kernels import ORDER_SA_BITS, ORDER_SB_BITS, prefill_scale_order
+
     sa1 = np.array([ORDER_SA_BITS], dtype=np.uint32).view(np.float32)
     sb1 = np.array([ORDER_SB_BITS], dtype=np.uint32).view(np.float32)
     acc = np.float32(545)
@@ -166,7 +171,9 @@ def test_prefill_case_by_hand():
 def test_builtins_pass_every_large_shapes_case(name):
     """The three built-ins (triton under the interpreter here) pass all 17 cases."""
     import warnings
-    from conformance.evaluate import evaluate_case
+
+    from conformance.suite.evaluate import evaluate_case
+
     if name == "triton":
         pytest.importorskip("triton")
     spec = get_kernel(name)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from conformance.coverage import coverage_table, invocation
-from conformance.evaluate import evaluate_case
 from conformance.kernels.loader import declare, spec_from_object
 from conformance.kernels.runner import run_kernel
+from conformance.suite.coverage import coverage_table, invocation
+from conformance.suite.evaluate import evaluate_case
 from reference.operands import GemmOperands, copy_keep_layout, layout_label
 
 I8 = torch.int8
@@ -18,8 +18,8 @@ I8 = torch.int8
 def _strided_ops() -> GemmOperands:
     g = torch.Generator().manual_seed(3)
     wide = torch.randint(-128, 128, (4, 13), generator=g).to(I8)
-    w = torch.randint(-128, 128, (9, 6), generator=g).to(I8)        # [K, N]
-    sa = (torch.rand(4, 2, generator=g) / 64)[:, 1]                  # stride 2
+    w = torch.randint(-128, 128, (9, 6), generator=g).to(I8)  # [K, N]
+    sa = (torch.rand(4, 2, generator=g) / 64)[:, 1]  # stride 2
     return GemmOperands(wide[:, :9], w.t(), sa, torch.rand(6, generator=g) / 64, name="strided")
 
 
@@ -33,7 +33,12 @@ def test_copy_keep_layout_keeps_strides_and_padding():
     assert torch.equal(dense(c), dense(ops.a)) and not torch.equal(dense(c), ops.a)
     assert copy_keep_layout(ops.b).stride() == (1, 6)
     assert [layout_label(t) for t in (ops.a, ops.b, ops.scale_a, ops.scale_b, None)] == [
-        "row-major padded", "column-major", "strided", "dense", "none"]
+        "row-major padded",
+        "column-major",
+        "strided",
+        "dense",
+        "none",
+    ]
 
 
 def test_runner_hands_the_layout_and_records_it():
@@ -43,6 +48,7 @@ def test_runner_hands_the_layout_and_records_it():
     def spy(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         seen.update(a=a.stride(), b=b.stride(), sa=scale_a.stride())
         from buggy_kernels import good_cutlass
+
         return good_cutlass(a, b, scale_a, scale_b, out_dtype, bias)
 
     spec = spec_from_object(spy, "spy", "test")
@@ -55,6 +61,7 @@ def test_runner_hands_the_layout_and_records_it():
     def dense_only(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         assert a.is_contiguous() and b.is_contiguous() and scale_a.is_contiguous()
         from buggy_kernels import good_cutlass
+
         return good_cutlass(a, b, scale_a, scale_b, out_dtype, bias)
 
     spec = spec_from_object(dense_only, "dense_only", "test")
@@ -65,6 +72,7 @@ def test_runner_hands_the_layout_and_records_it():
     assert "NOT covered" in rows["layout of a"]["reached"] and rows["layout of a"]["covered"] == "no"
     # only some operands: the query-string form
     from conformance.kernels.loader import split_query
+
     _, q = split_query("m:f?contract=cutlass&contiguous_only=b")
     spec_b = spec_from_object(spy, "x", "test", q)
     assert spec_b.dense_operands() == frozenset({"b"})
@@ -74,6 +82,7 @@ def test_builtins_take_strided_operands_as_they_are_and_pass():
     # the Triton kernel addresses a and b through their strides (padded a,
     # transposed b), so nothing is densified for any built-in
     from conformance.kernels.registry import get_kernel
+
     assert get_kernel("triton").dense_operands() == frozenset()
     for name in ("triton", "cpu", "int_mm"):
         cr = evaluate_case(get_kernel(name), _strided_ops(), device="cpu")
@@ -82,9 +91,10 @@ def test_builtins_take_strided_operands_as_they_are_and_pass():
 
 def test_invocation_recreates_the_command_line():
     import argparse
-    ns = argparse.Namespace(command="check", kernel=["triton", "x.y:f"], no_model=True,
-                            examples=25, device=None, out="reports", func=print)
+
+    ns = argparse.Namespace(
+        command="check", kernel=["triton", "x.y:f"], no_model=True, examples=25, device=None, out="reports", func=print
+    )
     inv = invocation(ns)
-    assert inv["command"] == ("int8conf check --kernel triton --kernel x.y:f --no-model "
-                              "--examples 25 --out reports")
+    assert inv["command"] == ("int8conf check --kernel triton --kernel x.y:f --no-model --examples 25 --out reports")
     assert "func" not in inv["options"] and inv["options"]["kernel"] == ["triton", "x.y:f"]

@@ -10,10 +10,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from buggy_kernels import make_kernel
 
 from conformance.cli import main
 from conformance.kernels import registry
-from buggy_kernels import make_kernel
 
 pytest_plugins = ["pytester"]
 
@@ -44,16 +44,30 @@ def test_cli_errors_are_one_line(capsys):
 
 def _pytest(tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_plugin_kernel_junit_and_reports(tmp_path):
     rep = tmp_path / "out"
-    r = _pytest(tmp_path, "--kernel=cpu", "--kernel=buggy_kernels:truncating_kernel",
-                "--against=cpu", "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=2",
-                "--int8conf-no-model",
-                f"--int8conf-reports={rep}", "--junitxml=j.xml")
+    r = _pytest(
+        tmp_path,
+        "--kernel=cpu",
+        "--kernel=buggy_kernels:truncating_kernel",
+        "--against=cpu",
+        "--int8conf-no-sweep",
+        "--int8conf-no-captures",
+        "--int8conf-examples=2",
+        "--int8conf-no-model",
+        f"--int8conf-reports={rep}",
+        "--junitxml=j.xml",
+    )
     assert r.returncode == 1, r.stdout[-2000:]
     cases = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
     res: dict = {}
@@ -72,8 +86,14 @@ def test_plugin_kernel_junit_and_reports(tmp_path):
     assert len(syn) == len(pair) == 22 and all(trunc[k] for k in syn + pair)
     cpu = json.loads((rep / "cpu" / "conformance.json").read_text())
     assert cpu["overall"]["verdict"] == "pass"
-    assert cpu["partial"] == {"partial": False, "reason": None, "cases_ran": 22,
-                              "cases_total": 22, "stage": None, "note": None}
+    assert cpu["partial"] == {
+        "partial": False,
+        "reason": None,
+        "cases_ran": 22,
+        "cases_total": 22,
+        "stage": None,
+        "note": None,
+    }
     doc = json.loads((rep / "truncating" / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     assert doc["kernel"]["contract"]["scale_order"] == "w_then_a"
@@ -84,15 +104,28 @@ def test_plugin_selection_marks_the_report_partial(tmp_path):
     """A pytest selection runs 2 of the 22 fixed cases: conformance.json says
     so in its ``partial`` record (reason ``subset``, no stop stage)."""
     rep = tmp_path / "out"
-    r = _pytest(tmp_path, "--kernel=cpu", "--int8conf-no-sweep", "--int8conf-no-captures",
-                "--int8conf-examples=0", "--int8conf-no-model", f"--int8conf-reports={rep}",
-                "-k", "ordinary")
+    r = _pytest(
+        tmp_path,
+        "--kernel=cpu",
+        "--int8conf-no-sweep",
+        "--int8conf-no-captures",
+        "--int8conf-examples=0",
+        "--int8conf-no-model",
+        f"--int8conf-reports={rep}",
+        "-k",
+        "ordinary",
+    )
     assert r.returncode == 0, r.stdout[-2000:]
     doc = json.loads((rep / "cpu" / "conformance.json").read_text())
-    note = ("partial run: 2 of 22 fixed cases ran (pytest selection or early stop); the "
-            "verdict covers only those")
-    assert doc["partial"] == {"partial": True, "reason": "subset", "cases_ran": 2,
-                              "cases_total": 22, "stage": None, "note": note}
+    note = "partial run: 2 of 22 fixed cases ran (pytest selection or early stop); the verdict covers only those"
+    assert doc["partial"] == {
+        "partial": True,
+        "reason": "subset",
+        "cases_ran": 2,
+        "cases_total": 22,
+        "stage": None,
+        "note": note,
+    }
     assert doc["notes"] == [note] and len(doc["cases"]) == 2
 
 
@@ -100,9 +133,11 @@ def test_plugin_bad_kernel_and_inactive(tmp_path):
     r = _pytest(tmp_path, "--kernel=bogus_kernel_name")
     assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert lines == [f"ERROR: int8conf: unknown kernel 'bogus_kernel_name': not a built-in "
-                     f"{list(registry.BUILTINS)}, not registered, not 'pkg.module:function', "
-                     f"not an 'int8conf.kernels' entry point"]
+    assert lines == [
+        f"ERROR: int8conf: unknown kernel 'bogus_kernel_name': not a built-in "
+        f"{list(registry.BUILTINS)}, not registered, not 'pkg.module:function', "
+        f"not an 'int8conf.kernels' entry point"
+    ]
     (tmp_path / "test_plain.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
     r = _pytest(tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout and "int8conf" not in r.stdout
@@ -118,22 +153,38 @@ def test_pytest_console_script_imports_a_kernel_from_the_directory_it_runs_in(tm
         "from conformance.kernels.loader import declare\n"
         "@declare(contract='cutlass')\n"
         "def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
-        "    raise RuntimeError('not called by --collect-only')\n")
+        "    raise RuntimeError('not called by --collect-only')\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([str(script), "--collect-only", "-q", "-p", "no:cacheprovider",
-                        "--kernel=my_cwd_kernel:scaled_mm", "--int8conf-no-sweep",
-                        "--int8conf-no-captures", "--int8conf-no-model"],
-                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            str(script),
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--kernel=my_cwd_kernel:scaled_mm",
+            "--int8conf-no-sweep",
+            "--int8conf-no-captures",
+            "--int8conf-no-model",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-500:]
     assert "int8conf-my_cwd_kernel" in r.stdout or "my_cwd_kernel" in r.stdout
 
 
 def test_console_verdict_of_a_precondition_failure_says_so():
     from conformance.commands.check import verdict_markup
-    assert verdict_markup("fail", {"failure_kind": "precondition"}) == (
-        "[yellow]precondition violated (1)[/]")
+
+    assert verdict_markup("fail", {"failure_kind": "precondition"}) == ("[yellow]precondition violated (1)[/]")
     assert verdict_markup("fail", {"failure_kind": "precondition", "precondition_case": True}) == (
-        "[cyan]precondition case (1)[/]")
+        "[cyan]precondition case (1)[/]"
+    )
     assert verdict_markup("fail", {"failure_kind": "kernel"}) == "[bold red]fail[/]"
     assert verdict_markup("pass", {}) == "[green]pass[/]"
 
@@ -144,11 +195,11 @@ NO_BIAS_KERNEL = (
     "from reference.epilogue import reference_scaled_mm\n"
     "def fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
     "    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, None, out_dtype)\n"
-    "fn.int8conf_contract = 'cutlass'\n")
+    "fn.int8conf_contract = 'cutlass'\n"
+)
 
 
-def test_a_failure_matching_no_fault_class_still_gets_the_signature_section(
-        tmp_path, monkeypatch, capsys):
+def test_a_failure_matching_no_fault_class_still_gets_the_signature_section(tmp_path, monkeypatch, capsys):
     """A kernel that drops the bias (errors of ~32,000 ulp) matches none of the
     catalogue's signatures: conformance.md, the JSON and the terminal still say so,
     with the failing case count, so the reader knows the hint was computed."""
@@ -164,8 +215,8 @@ def test_a_failure_matching_no_fault_class_still_gets_the_signature_section(
     assert max(c["checks"]["C8"]["evidence"].get("max_ulp") or 0 for c in doc["cases"]) > 30000
     assert doc["fault_signatures"] == [line]
     md = (rdir / "conformance.md").read_text().splitlines()
-    i = md.index("Failure signature (`conformance.scoring`):")
-    assert md[i + 1:i + 4] == ["", f"- {line}", ""]
+    i = md.index("Failure signature (`conformance.sweep.scoring`):")
+    assert md[i + 1 : i + 4] == ["", f"- {line}", ""]
     out = capsys.readouterr().out.splitlines()
     assert f"failure signature: {line}" in out
 
@@ -175,13 +226,13 @@ def test_failing_check_prints_the_matched_signatures_on_the_terminal(tmp_path, c
     summary of a failing run now shows the same lines (at most
     MAX_SIGNATURE_LINES), and a passing run shows none."""
     from conformance.commands.check import MAX_SIGNATURE_LINES, signature_summary
+
     registry.register(make_kernel("chk-trunc-sig", rounding="rtz"))
     assert main(["check", "--kernel", "chk-trunc-sig", "--out", str(tmp_path), *FAST]) == 1
     out = capsys.readouterr().out.splitlines()
     doc = json.loads((tmp_path / "chk-trunc-sig" / "conformance.json").read_text())
     sig = doc["fault_signatures"]
-    assert any(x.startswith("consistent with F4 output truncation: 1-spacing errors, all toward "
-                            "zero (") for x in sig)
+    assert any(x.startswith("consistent with F4 output truncation: 1-spacing errors, all toward zero (") for x in sig)
     assert len(sig) > 0
     printed = [x for x in out if x.startswith("failure signature")]
     assert printed == signature_summary(sig)
@@ -192,10 +243,12 @@ def test_failing_check_prints_the_matched_signatures_on_the_terminal(tmp_path, c
 
 def test_terminal_signature_summary_is_capped():
     from conformance.commands.check import signature_summary
+
     lines = [f"consistent with F{i} x" for i in range(1, 7)]
     assert signature_summary(lines, limit=4) == [
         *(f"failure signature: consistent with F{i} x" for i in range(1, 5)),
-        "failure signature: 2 more in conformance.md"]
+        "failure signature: 2 more in conformance.md",
+    ]
     assert signature_summary([]) == []
 
 
@@ -210,10 +263,14 @@ def test_collect_only_counts_the_suite_items(pytester):
 
 # ---------------------------------------------------------- xdist worker threads
 
+
 def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     import types
+
     import torch
+
     from conformance import pytest_plugin as plug
+
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -222,7 +279,7 @@ def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     monkeypatch.setattr(plug.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     opts = types.SimpleNamespace(int8conf_threads=None, numprocesses=4)
     cfg = types.SimpleNamespace(option=opts, getoption=lambda name: getattr(opts, name))
-    plug._share_cores(cfg)                                           # xdist controller
+    plug._share_cores(cfg)  # xdist controller
     assert calls == []
     cfg.workerinput = {"workerid": "gw1"}
     plug._share_cores(cfg)
@@ -230,16 +287,26 @@ def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
     opts.numprocesses = None
     del cfg.workerinput
-    plug._share_cores(cfg)                                           # no xdist: every core
+    plug._share_cores(cfg)  # no xdist: every core
     assert calls == [4, 16]
 
 
 @pytest.mark.parametrize("xdist", [False, True])
 def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist):
     env = dict(os.environ, INT8CONF_WORKER_THREADS="abc")
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kernel=cpu",
-            "--int8conf-no-captures", "--int8conf-no-sweep", "--int8conf-no-model",
-            f"--int8conf-reports={tmp_path}"] + (["-n", "2"] if xdist else [])
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--kernel=cpu",
+        "--int8conf-no-captures",
+        "--int8conf-no-sweep",
+        "--int8conf-no-model",
+        f"--int8conf-reports={tmp_path}",
+    ] + (["-n", "2"] if xdist else [])
     r = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 4, out[-2000:]  # pytest's usage error
@@ -249,8 +316,7 @@ def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist
 
 # --- an unusable --int8conf-reports is a usage error at configure time ---------------
 
-_PLUGIN_FAST = ("--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model",
-                "--int8conf-examples=0")
+_PLUGIN_FAST = ("--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0")
 
 
 def _tree(root: Path) -> list:
@@ -265,25 +331,25 @@ def _refused_at_configure(r) -> list:
     return [ln for ln in r.stderr.splitlines() if ln.strip()]
 
 
-@pytest.mark.parametrize("layout,kernels,bad,problem", [
-    # the reports "folder" is a file (/etc/passwd): its kernel subfolder cannot be made
-    ("rep", ["cpu"], "rep/cpu", "cannot create reports directory (Not a directory: {bad})"),
-    ("rep/cpu", ["cpu"], "rep/cpu", "exists and is not a directory"),
-    ("rep/cpu/conformance.json/", ["cpu"], "rep/cpu", "conformance.json is a directory, not a file"),
-    # the second kernel's folder is refused: the first one's, just made, is removed again
-    ("rep/int_mm", ["cpu", "int_mm"], "rep/int_mm", "exists and is not a directory"),
-])
-def test_plugin_unusable_reports_folder_is_a_usage_error_before_any_item(
-        tmp_path, layout, kernels, bad, problem):
+@pytest.mark.parametrize(
+    "layout,kernels,bad,problem",
+    [
+        # the reports "folder" is a file (/etc/passwd): its kernel subfolder cannot be made
+        ("rep", ["cpu"], "rep/cpu", "cannot create reports directory (Not a directory: {bad})"),
+        ("rep/cpu", ["cpu"], "rep/cpu", "exists and is not a directory"),
+        ("rep/cpu/conformance.json/", ["cpu"], "rep/cpu", "conformance.json is a directory, not a file"),
+        # the second kernel's folder is refused: the first one's, just made, is removed again
+        ("rep/int_mm", ["cpu", "int_mm"], "rep/int_mm", "exists and is not a directory"),
+    ],
+)
+def test_plugin_unusable_reports_folder_is_a_usage_error_before_any_item(tmp_path, layout, kernels, bad, problem):
     p = tmp_path / layout.rstrip("/")
     p.parent.mkdir(parents=True, exist_ok=True)
     p.mkdir() if layout.endswith("/") else p.write_text("x")
     before = _tree(tmp_path)
-    r = _pytest(tmp_path, *(f"--kernel={k}" for k in kernels), *_PLUGIN_FAST,
-                f"--int8conf-reports={tmp_path / 'rep'}")
+    r = _pytest(tmp_path, *(f"--kernel={k}" for k in kernels), *_PLUGIN_FAST, f"--int8conf-reports={tmp_path / 'rep'}")
     bad = tmp_path / bad
-    assert _refused_at_configure(r) == [
-        f"ERROR: int8conf: --int8conf-reports {bad}: {problem.format(bad=bad)}"]
+    assert _refused_at_configure(r) == [f"ERROR: int8conf: --int8conf-reports {bad}: {problem.format(bad=bad)}"]
     assert _tree(tmp_path) == before
 
 
@@ -295,31 +361,29 @@ def test_plugin_read_only_reports_folder_is_a_usage_error(tmp_path):
         r = _pytest(tmp_path, "--kernel=cpu", *_PLUGIN_FAST, f"--int8conf-reports={tmp_path / 'rep'}")
     finally:
         (tmp_path / "rep" / "cpu").chmod(0o755)
-    assert _refused_at_configure(r) == [
-        f"ERROR: int8conf: --int8conf-reports {tmp_path / 'rep' / 'cpu'}: not writable"]
+    assert _refused_at_configure(r) == [f"ERROR: int8conf: --int8conf-reports {tmp_path / 'rep' / 'cpu'}: not writable"]
 
 
 def test_plugin_report_folders_checked_at_configure_are_not_left_empty(tmp_path):
     rep = tmp_path / "new" / "rep"
-    r = _pytest(tmp_path, "--collect-only", "--kernel=cpu", *_PLUGIN_FAST,
-                f"--int8conf-reports={rep}")
+    r = _pytest(tmp_path, "--collect-only", "--kernel=cpu", *_PLUGIN_FAST, f"--int8conf-reports={rep}")
     assert r.returncode == 0, r.stdout[-2000:]
-    assert _tree(tmp_path) == []   # made and checked at configure, removed: nothing was written
+    assert _tree(tmp_path) == []  # made and checked at configure, removed: nothing was written
 
 
 # --- issue 31 ------------------------------------------------------------------------
 
-_NOSUCH = ("'nosuch:fn': cannot import module 'nosuch': ModuleNotFoundError: No module named "
-           "'nosuch' (is its directory on PYTHONPATH? run from it or set PYTHONPATH)")
+_NOSUCH = (
+    "'nosuch:fn': cannot import module 'nosuch': ModuleNotFoundError: No module named "
+    "'nosuch' (is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
+)
 
 
 def test_a_bad_against_kernel_is_named_as_against_not_kernel(tmp_path, capsys):
     """Issue 31 item 4: the error named --kernel."""
-    assert main(["check", "--kernel", "cpu", "--against", "nosuch:fn", "--out", str(tmp_path),
-                 *FAST]) == 2
+    assert main(["check", "--kernel", "cpu", "--against", "nosuch:fn", "--out", str(tmp_path), *FAST]) == 2
     assert capsys.readouterr().err.splitlines() == [f"int8conf: error: --against {_NOSUCH}"]
     assert not (tmp_path / "cpu").exists()
     r = _pytest(tmp_path, "--kernel=cpu", "--against=nosuch:fn")
     assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout
-    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
-        f"ERROR: int8conf: --against {_NOSUCH}"]
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"ERROR: int8conf: --against {_NOSUCH}"]

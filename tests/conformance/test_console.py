@@ -1,5 +1,5 @@
 """Tables printed to a pipe or a CI log (not a terminal) keep every row on one
-line: no cell is broken mid-word (``conformance.console``)."""
+line: no cell is broken mid-word (``reference.command_line``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from conformance.cli import main
 
-LONG = "a-long-cell-" + "-".join(f"w{i}" for i in range(60))   # 12 + 60 words: > 200 columns
+LONG = "a-long-cell-" + "-".join(f"w{i}" for i in range(60))  # 12 + 60 words: > 200 columns
 
 
 def _whole_on_one_line(text: str, out: str) -> bool:
@@ -18,7 +18,7 @@ def _whole_on_one_line(text: str, out: str) -> bool:
 
 
 def test_console_is_wide_and_unwrapped_off_a_terminal_and_terminal_width_on_one():
-    from conformance.console import WIDE, make_console
+    from reference.command_line import WIDE, make_console
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -31,12 +31,28 @@ def test_console_is_wide_and_unwrapped_off_a_terminal_and_terminal_width_on_one(
 
 
 def test_check_table_rows_stay_whole_in_a_pipe(tmp_path, capsys):
-    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), "--no-sweep",
-                 "--no-captures", "--no-model", "--examples", "0", "-q"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                "--kernel",
+                "cpu",
+                "--out",
+                str(tmp_path),
+                "--no-sweep",
+                "--no-captures",
+                "--no-model",
+                "--examples",
+                "0",
+                "-q",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     doc = json.loads((tmp_path / "cpu" / "conformance.json").read_text())
     c9 = [c["summary"] for c in doc["checks"] if c["check_id"] == "C9"][0]
-    assert len(c9) > 100   # longer than an 80-column table's summary cell
+    assert len(c9) > 100  # longer than an 80-column table's summary cell
     for c in doc["checks"]:
         assert _whole_on_one_line(c["summary"], out), (c["check_id"], out)
     assert _whole_on_one_line(doc["overall"]["summary"], out)
@@ -45,6 +61,7 @@ def test_check_table_rows_stay_whole_in_a_pipe(tmp_path, capsys):
 def test_faults_table_rows_stay_whole_in_a_pipe(capsys):
     from conformance.kernels.registry import get_kernel
     from faults.describe import fault_rows
+
     assert main(["faults", "--kernel", "cpu"]) == 0
     out = capsys.readouterr().out
     rows = fault_rows(get_kernel("cpu").contract)
@@ -54,14 +71,32 @@ def test_faults_table_rows_stay_whole_in_a_pipe(capsys):
 
 
 def test_bench_table_rows_stay_whole_in_a_pipe(capsys):
-    from conformance.bench import render
-    render(pd.DataFrame([{"kernel": "cpu", "device": "cpu", "M": 512, "K": 2048, "N": 6144,
-                          "layer": "q_proj", "ms": 1.0, "GMAC/s": 2.0, "best GMAC/s": 3.0,
-                          "x reference": 1.5, "note": LONG}]))
+    from conformance.bench.gemm import render
+
+    render(
+        pd.DataFrame(
+            [
+                {
+                    "kernel": "cpu",
+                    "device": "cpu",
+                    "M": 512,
+                    "K": 2048,
+                    "N": 6144,
+                    "layer": "q_proj",
+                    "ms": 1.0,
+                    "GMAC/s": 2.0,
+                    "best GMAC/s": 3.0,
+                    "x reference": 1.5,
+                    "note": LONG,
+                }
+            ]
+        )
+    )
     assert _whole_on_one_line(LONG, capsys.readouterr().out)
 
 
 def test_detllm_tables_rows_stay_whole_in_a_pipe(capsys):
     from detllm.cli import _print_table
+
     _print_table("t", ["a", "b"], [["x", LONG]])
     assert _whole_on_one_line(LONG, capsys.readouterr().out)

@@ -6,11 +6,11 @@ and kept on the case, never silently dropped, and changes no verdict; a stop
 from __future__ import annotations
 
 import pytest
-
 from buggy_kernels import make_kernel
+
 from conformance.cases import make_case
 from conformance.checks import compare
-from conformance.evaluate import PrefetchWarning, evaluate_case
+from conformance.suite.evaluate import PrefetchWarning, evaluate_case
 from reference import memo
 
 
@@ -27,6 +27,7 @@ def test_a_failing_prefetch_is_reported_and_changes_no_verdict(monkeypatch, kind
     def counted(triples):
         calls.append(len(triples))
         return real(triples)
+
     monkeypatch.setattr(compare, "prefetch_comparisons", counted)
     with memo.scope():
         clean = evaluate_case(trunc, ops, device="cpu")
@@ -36,13 +37,15 @@ def test_a_failing_prefetch_is_reported_and_changes_no_verdict(monkeypatch, kind
 
     def boom(triples):
         raise RuntimeError("device lost\nsecond line")
+
     monkeypatch.setattr(compare, "prefetch_comparisons", boom)
     with memo.scope(), pytest.warns(PrefetchWarning) as warned:
         cr = evaluate_case(trunc, ops, device="cpu")
     line = "prefetch_output_comparisons raised RuntimeError: device lost"
     assert cr.prefetch_error == line and cr.to_dict()["prefetch_error"] == line
     assert [str(w.message) for w in warned] == [
-        f"trunc {cr.case}: {line}; the checks computed their comparisons themselves"]
+        f"trunc {cr.case}: {line}; the checks computed their comparisons themselves"
+    ]
     # the checks fell back to their own comparisons: same verdicts, summaries, evidence
     assert _checks(cr) == _checks(clean) and cr.verdict == clean.verdict == "fail"
 
@@ -50,6 +53,7 @@ def test_a_failing_prefetch_is_reported_and_changes_no_verdict(monkeypatch, kind
 def test_a_stop_inside_the_prefetch_is_not_swallowed(monkeypatch):
     def stop(triples):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(compare, "prefetch_comparisons", stop)
     with memo.scope(), pytest.raises(KeyboardInterrupt):
         evaluate_case(make_kernel("good"), make_case("ordinary", 0), device="cpu")

@@ -1,4 +1,4 @@
-"""conformance.graceful_stop: SIGTERM raises KeyboardInterrupt while installed,
+"""conformance.runtime.graceful_stop: SIGTERM raises KeyboardInterrupt while installed,
 someone else's handler is kept, and restore puts the default back."""
 
 import os
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from conformance.graceful_stop import raise_if_requested, restore_sigterm, sigterm_as_interrupt
+from conformance.runtime.graceful_stop import raise_if_requested, restore_sigterm, sigterm_as_interrupt
 
 pytest_plugins = ["pytester"]
 
@@ -43,7 +43,7 @@ def test_a_repeated_sigterm_does_not_interrupt_the_orderly_stop():
         assert sigterm_as_interrupt()
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGTERM)     # the second one only leaves the request
+        os.kill(os.getpid(), signal.SIGTERM)  # the second one only leaves the request
         with pytest.raises(KeyboardInterrupt, match="stopped by signal 15"):
             raise_if_requested()
     finally:
@@ -56,15 +56,16 @@ class _Config:
 
 
 def test_pytest_install_is_for_the_process_that_writes_the_reports():
-    from conformance.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+
     before = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     worker = _Config()
     worker.workerinput = {"workerid": "gw0"}
     try:
-        assert sigterm_as_interrupt_in_pytest(worker) is False       # an xdist worker
+        assert sigterm_as_interrupt_in_pytest(worker) is False  # an xdist worker
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-        assert sigterm_as_interrupt_in_pytest(_Config()) is True     # serial run / controller
+        assert sigterm_as_interrupt_in_pytest(_Config()) is True  # serial run / controller
         with pytest.raises(KeyboardInterrupt, match="stopped by signal 15"):
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
@@ -78,16 +79,31 @@ def test_both_pytest_plugins_install_it_through_the_one_function(pytester, monke
     ``graceful_stop.sigterm_as_interrupt_in_pytest`` (one install, not a copy each)."""
     import torch  # noqa: F401 -- loaded before pytester's in-process run (a re-import crashes)
 
-    import conformance.gate.gate  # noqa: F401 -- same for the gate's modules
-    from conformance import graceful_stop
+    import conformance.gate.run  # noqa: F401 -- same for the gate's modules
+    from conformance.runtime import graceful_stop
+
     calls = []
-    monkeypatch.setattr(graceful_stop, "sigterm_as_interrupt_in_pytest",
-                        lambda config: calls.append(config.getoption("gate_candidate")) or False)
+    monkeypatch.setattr(
+        graceful_stop,
+        "sigterm_as_interrupt_in_pytest",
+        lambda config: calls.append(config.getoption("gate_candidate")) or False,
+    )
     r = pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "--collect-only", "-q", "--kernel=cpu",
-        "--int8conf-no-captures", "--int8conf-no-sweep", "--int8conf-no-model",
-        "--gate-candidate=cpu", "--gate-incumbent=cpu", "--gate-no-captures", "--gate-no-sweep",
-        "--gate-no-model", f"--gate-out={pytester.path}/gate",
-        f"--int8conf-reports={pytester.path}/rep")
+        "-p",
+        "no:cacheprovider",
+        "--collect-only",
+        "-q",
+        "--kernel=cpu",
+        "--int8conf-no-captures",
+        "--int8conf-no-sweep",
+        "--int8conf-no-model",
+        "--gate-candidate=cpu",
+        "--gate-incumbent=cpu",
+        "--gate-no-captures",
+        "--gate-no-sweep",
+        "--gate-no-model",
+        f"--gate-out={pytester.path}/gate",
+        f"--int8conf-reports={pytester.path}/rep",
+    )
     assert r.ret == 0, r.stdout.str()[-2000:]
     assert calls == ["cpu", "cpu"]  # once from each plugin's pytest_configure

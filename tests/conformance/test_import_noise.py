@@ -4,7 +4,7 @@ their errors still show."""
 
 import logging
 
-from conformance.import_noise import QUIET_LOGGERS, silence_import_noise
+from conformance.runtime.import_noise import QUIET_LOGGERS, silence_import_noise
 
 
 def test_the_cli_drops_warnings_of_the_noisy_loggers_and_keeps_their_errors(caplog):
@@ -27,6 +27,7 @@ def test_the_cli_drops_warnings_of_the_noisy_loggers_and_keeps_their_errors(capl
 
 def test_the_sweep_worker_setup_silences_them_too():
     from conformance.sweep.runner import _worker_env
+
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
     _worker_env()
@@ -38,7 +39,7 @@ def test_the_sweep_worker_setup_silences_them_too():
 def test_the_scoreboard_worker_silences_them_before_loading_its_kernel():
     """Issue 31 item 11: ``int8conf scoreboard``'s row workers (fresh processes)
     printed torchao's "Failed to load ...so" lines."""
-    from conformance.scoreboard import _worker
+    from conformance.scoreboard.board import _worker
 
     class Conn:
         sent = []

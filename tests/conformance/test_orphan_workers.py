@@ -1,5 +1,5 @@
 """Child processes die with a parent killed by SIGKILL
-(``conformance.graceful_stop.exit_with_parent``): the sweep's pool workers and
+(``conformance.runtime.graceful_stop.exit_with_parent``): the sweep's pool workers and
 any child that arms it, checked on real processes through /proc (Linux)."""
 
 import os
@@ -47,11 +47,11 @@ def _kill_all(pids) -> None:
             pass
 
 
-PARENT = textwrap.dedent('''
+PARENT = textwrap.dedent("""
     import multiprocessing as mp, sys, time
     def child(arm):
         if arm:
-            from conformance.graceful_stop import exit_with_parent
+            from conformance.runtime.graceful_stop import exit_with_parent
             assert exit_with_parent()
         print("armed", flush=True)
         time.sleep(120)
@@ -60,7 +60,7 @@ PARENT = textwrap.dedent('''
         p.start()
         print(p.pid, flush=True)
         time.sleep(120)
-''')
+""")
 
 
 @pytest.mark.parametrize("arm", [True, False])
@@ -68,8 +68,9 @@ def test_an_armed_child_dies_with_its_parent_an_unarmed_one_does_not(tmp_path, a
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, str(script), "arm" if arm else "no"], stdout=subprocess.PIPE,
-                         text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, str(script), "arm" if arm else "no"], stdout=subprocess.PIPE, text=True, env=env
+    )
     child = int(p.stdout.readline())
     try:
         assert p.stdout.readline().strip() == "armed"  # the child printed after arming
@@ -86,16 +87,34 @@ def test_sweep_pool_workers_die_with_a_sigkilled_sweep(tmp_path):
     """``int8conf sweep --workers 2`` killed with SIGKILL while its workers compute
     cells: no worker survives it (before exit_with_parent both ran on, for ever)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu",
-                          "--workers", "2", "--no-model-checks", "--no-score", "--quiet",
-                          "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "o")],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "sweep",
+            "--kernel",
+            "cpu",
+            "--workers",
+            "2",
+            "--no-model-checks",
+            "--no-score",
+            "--quiet",
+            "--db",
+            str(tmp_path / "s.sqlite"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
     workers: list = []
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end and len(workers) < 2:
-            workers = [c for c in _children(p.pid)
-                       if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
             time.sleep(0.1)
         assert len(workers) == 2, "the sweep did not start two pool workers"
         time.sleep(4)  # past their initializer: they are computing cells
@@ -114,17 +133,31 @@ def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path
     # 12 layers (648 cells, ~12 s on 2 idle cores): the kill 3 s after the workers start must
     # land while units remain (with 4 layers a fast run could finish first: rc 0, a flake seen
     # once in CI)
-    cmd = [sys.executable, "-m", "conformance.cli", "sweep", "--kernel", "cpu", "--layers",
-           ",".join(str(i) for i in range(12)), "--workers", "2", "--no-model-checks", "--no-score",
-           "--quiet", "--db", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "o")]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         cwd=tmp_path)
+    cmd = [
+        sys.executable,
+        "-m",
+        "conformance.cli",
+        "sweep",
+        "--kernel",
+        "cpu",
+        "--layers",
+        ",".join(str(i) for i in range(12)),
+        "--workers",
+        "2",
+        "--no-model-checks",
+        "--no-score",
+        "--quiet",
+        "--db",
+        str(tmp_path / "s.sqlite"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     workers: list = []
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end and not workers:
-            workers = [c for c in _children(p.pid)
-                       if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
             time.sleep(0.1)
         assert workers, "the sweep did not start its pool workers"
         time.sleep(3)

@@ -1,5 +1,5 @@
 """The ``partial`` record of conformance.json / gate.json
-(``conformance.partial_run``): present and false on a complete run, true with
+(``conformance.runtime.partial_run``): present and false on a complete run, true with
 its reason, counts and stage on a stopped or partly selected one; the notes
 and the Markdown heading are built from it."""
 
@@ -8,34 +8,51 @@ from __future__ import annotations
 import pytest
 
 from conformance.cases import make_case
-from conformance.partial_run import complete_run, is_partial, partial_note, partial_run
-from conformance.report import render_markdown, to_json_dict
-from conformance.suite import run_conformance
+from conformance.runtime.partial_run import complete_run, is_partial, partial_note, partial_run
+from conformance.suite.report import render_markdown, to_json_dict
+from conformance.suite.run import run_conformance
 
 
 def test_records_and_their_notes():
-    assert complete_run(22) == {"partial": False, "reason": None, "cases_ran": 22,
-                                "cases_total": 22, "stage": None, "note": None}
+    assert complete_run(22) == {
+        "partial": False,
+        "reason": None,
+        "cases_ran": 22,
+        "cases_total": 22,
+        "stage": None,
+        "note": None,
+    }
     assert partial_run(3, 22, interrupted=True, stage="fixed cases") == {
-        "partial": True, "reason": "interrupted", "cases_ran": 3, "cases_total": 22,
+        "partial": True,
+        "reason": "interrupted",
+        "cases_ran": 3,
+        "cases_total": 22,
         "stage": "fixed cases",
-        "note": "partial run: interrupted after 3 of 22 fixed cases; the verdict covers only "
-                "what finished"}
+        "note": "partial run: interrupted after 3 of 22 fixed cases; the verdict covers only what finished",
+    }
     assert partial_run(22, 22, interrupted=True, stage="C9")["note"] == (
-        "partial run: interrupted after 22 of 22 fixed cases, during C9; the verdict covers "
-        "only what finished")
+        "partial run: interrupted after 22 of 22 fixed cases, during C9; the verdict covers only what finished"
+    )
     assert partial_run(5, 22, kind="plugin") == {
-        "partial": True, "reason": "subset", "cases_ran": 5, "cases_total": 22, "stage": None,
-        "note": "partial run: 5 of 22 fixed cases ran (pytest selection or early stop); the "
-                "verdict covers only those"}
+        "partial": True,
+        "reason": "subset",
+        "cases_ran": 5,
+        "cases_total": 22,
+        "stage": None,
+        "note": "partial run: 5 of 22 fixed cases ran (pytest selection or early stop); the verdict covers only those",
+    }
     assert partial_run(5, 22, kind="plugin", interrupted=True)["note"] == (
-        "partial run: 5 of 22 fixed cases ran (interrupted); the verdict covers only those")
+        "partial run: 5 of 22 fixed cases ran (interrupted); the verdict covers only those"
+    )
     assert partial_run(4, 22, kind="gate", interrupted=True, stage="cases")["note"] == (
-        "partial run: 4 of 22 cases decided (interrupted)")
+        "partial run: 4 of 22 cases decided (interrupted)"
+    )
     assert partial_run(22, 22, kind="gate", interrupted=True, stage="C7")["note"] == (
-        "partial run: 22 of 22 cases decided (interrupted during C7)")
+        "partial run: 22 of 22 cases decided (interrupted during C7)"
+    )
     assert partial_run(4, 22, kind="gate")["note"] == (
-        "partial run: 4 of 22 cases decided (pytest selection or early stop)")
+        "partial run: 4 of 22 cases decided (pytest selection or early stop)"
+    )
     # a stage without a stop is meaningless: dropped
     assert partial_run(22, 22, stage="C9") == complete_run(22)
     with pytest.raises(ValueError, match="kind must be one of"):
@@ -57,6 +74,12 @@ def test_a_complete_run_says_partial_false_in_its_json():
     doc = to_json_dict(res)
     # the property examples join the cases but are not counted: 2 fixed cases
     assert len(doc["cases"]) == 4
-    assert doc["partial"] == {"partial": False, "reason": None, "cases_ran": 2,
-                              "cases_total": 2, "stage": None, "note": None}
+    assert doc["partial"] == {
+        "partial": False,
+        "reason": None,
+        "cases_ran": 2,
+        "cases_total": 2,
+        "stage": None,
+        "note": None,
+    }
     assert doc["notes"] == [] and "PARTIAL RUN" not in render_markdown(doc)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conformance.cases.planting import KINDS, planted_case, probe_positions
-from conformance.evaluate import evaluate_case
 from conformance.kernels.registry import get_kernel
+from conformance.suite.evaluate import evaluate_case
 from reference.accumulate import exact_int_mm
 
 BF, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -73,9 +73,7 @@ def test_each_planted_kind_has_its_pinned_discriminating_count(key):
     assert ops.meta["planted"] == PINNED[key]
 
 
-@pytest.mark.parametrize(
-    "kernel", ["cpu", "int_mm", "buggy_kernels:good_cutlass", "buggy_kernels:good_triton"]
-)
+@pytest.mark.parametrize("kernel", ["cpu", "int_mm", "buggy_kernels:good_cutlass", "buggy_kernels:good_triton"])
 def test_correct_kernels_of_every_contract_pass_planted_cases(kernel):
     spec = get_kernel(kernel)
     bad = []

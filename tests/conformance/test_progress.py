@@ -1,6 +1,6 @@
 """Progress of ``int8conf check`` when stderr is not a terminal (CI logs,
 pipes): plain periodic lines; ``--quiet``: none; a terminal: rich's live
-status (``conformance.progress``)."""
+status (``conformance.runtime.progress``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from conformance.cli import main
-from conformance.progress import PlainProgress, suite_progress
+from conformance.runtime.progress import PlainProgress, suite_progress
 
 FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,13 +52,13 @@ def test_plain_lines_every_n_cases_and_the_last_case():
 def test_plain_line_after_every_s_seconds_even_between_n_cases():
     buf, clock = io.StringIO(), FakeClock()
     p = PlainProgress("k", buf, every_cases=100, every_s=5, clock=clock, heartbeat=False)
-    p("[1/50] a: pass")            # nothing due: 1 case, 0 s
+    p("[1/50] a: pass")  # nothing due: 1 case, 0 s
     clock.t += 6
-    p("[2/50] b: pass")            # 6 s since the start: due
+    p("[2/50] b: pass")  # 6 s since the start: due
     clock.t += 1
-    assert not p.beat()           # 1 s since the last line
+    assert not p.beat()  # 1 s since the last line
     clock.t += 5
-    assert p.beat()               # a long case: the heartbeat prints the state
+    assert p.beat()  # a long case: the heartbeat prints the state
     assert buf.getvalue().splitlines() == [
         "int8conf check: k: 2/50 cases, 6.0 s elapsed: last case b: pass",
         "int8conf check: k: 2/50 cases, 12.0 s elapsed: last case b: pass",
@@ -71,10 +71,10 @@ def test_heartbeat_thread_prints_while_a_step_runs_and_stops_on_exit():
         p("[3/9] slow/case: pass")
         time.sleep(0.4)
     n = p.lines
-    assert n >= 3   # heartbeats while "hung" in one case
+    assert n >= 3  # heartbeats while "hung" in one case
     assert all(ln.startswith("int8conf check: k: 3/9 cases, ") for ln in buf.getvalue().splitlines())
     time.sleep(0.15)
-    assert p.lines == n   # the thread stopped with the context
+    assert p.lines == n  # the thread stopped with the context
 
 
 def test_bad_periods_are_refused():
@@ -96,7 +96,7 @@ def test_display_is_chosen_by_terminal_and_quiet():
         cb("[1/1] x: pass")
     assert plain.file.getvalue() == "int8conf check: k: 1/1 cases, 0.0 s elapsed: last case x: pass\n"
     with suite_progress("k", term) as cb:
-        assert not isinstance(cb, PlainProgress) and callable(cb)   # rich status.update
+        assert not isinstance(cb, PlainProgress) and callable(cb)  # rich status.update
         cb("[1/1] x: pass")
 
 
@@ -115,17 +115,21 @@ def test_check_quiet_prints_no_progress(tmp_path, capsys):
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST, "--quiet"]) == 0
     cap = capsys.readouterr()
     assert "int8conf check:" not in cap.err + cap.out
-    assert "conformance.md" in cap.out   # the result itself is still printed
+    assert "conformance.md" in cap.out  # the result itself is still printed
 
 
 def test_check_subprocess_piped_prints_plain_lines(tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--kernel", "cpu",
-                        "--out", str(tmp_path), *FAST], capture_output=True, text=True,
-                       env=env, timeout=300, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "check", "--kernel", "cpu", "--out", str(tmp_path), *FAST],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if LINE.match(ln)]
-    assert lines and "22/22 cases" in lines[-2], r.stderr   # last: the C9 step line
-    assert "\r" not in r.stderr and "\x1b[" not in r.stderr   # no live-display codes
+    assert lines and "22/22 cases" in lines[-2], r.stderr  # last: the C9 step line
+    assert "\r" not in r.stderr and "\x1b[" not in r.stderr  # no live-display codes

@@ -14,9 +14,9 @@ import torch
 from conformance.cases.families import family_cases
 from conformance.cases.regimes import LAYOUTS, POW2, VOCAB, regime_shapes
 from conformance.cases.synthetic import synthetic_cases
-from conformance.evaluate import evaluate_case
 from conformance.kernels.registry import get_kernel
-from conformance.suite import run_conformance
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.run import run_conformance
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,16 +53,20 @@ def test_every_regime_case_carries_planted_discriminators():
     assert all(sum(c.meta["planted"].values()) > 0 for c in cases)
     total = {k: sum(c.meta["planted"][k] for c in cases) for k in cases[0].meta["planted"]}
     assert total == {
-        "scale_order": 2961, "bias_point": 357, "signed_zero": 1856, "overflow": 284,
-        "subnormal": 300, "partial_sums": 223, "big_acc": 113}
+        "scale_order": 2961,
+        "bias_point": 357,
+        "signed_zero": 1856,
+        "overflow": 284,
+        "subnormal": 300,
+        "partial_sums": 223,
+        "big_acc": 113,
+    }
 
 
 @pytest.mark.parametrize("name", ["cpu", "int_mm"])
 def test_exact_builtins_pass_every_regime_case(name):
     spec = get_kernel(name)
-    bad = [
-        c.name for c in _family("regimes") if evaluate_case(spec, c, device="cpu").verdict != "pass"
-    ]
+    bad = [c.name for c in _family("regimes") if evaluate_case(spec, c, device="cpu").verdict != "pass"]
     assert bad == []
 
 
@@ -125,13 +129,7 @@ BUGS = {
             "K-M40xK16385xN9-scale_a_0d-real-fp16",
         ],
     ),
-    "order_past_mnk_2_30": (
-        "MNK",
-        "C8",
-        [
-            "MNK-M64xK4097xN4096-b_transposed-real-fp16",
-        ],
-    ),
+    "order_past_mnk_2_30": ("MNK", "C8", ["MNK-M64xK4097xN4096-b_transposed-real-fp16"]),
     "order_for_transposed_b": (
         "M",
         "C8",
@@ -289,9 +287,7 @@ def test_c10_evidence_of_a_hand_made_case():
 
     a = torch.tensor([[1, 2], [3, 4]], dtype=torch.int8)
     b = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.int8)
-    ops = GemmOperands(
-        a, b, torch.ones(2), torch.ones(3), name="c10-hand", meta={"source": "synthetic"}
-    )
+    ops = GemmOperands(a, b, torch.ones(2), torch.ones(3), name="c10-hand", meta={"source": "synthetic"})
     bad = evaluate_case(get_kernel("buggy_kernels:reuses_output_buffer"), ops, device="cpu")
     assert bad.checks["C10"].verdict == "fail"
     assert bad.checks["C10"].evidence["held_result_changed"] == 6

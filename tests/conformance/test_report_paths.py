@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
-
-from conformance.report import write_reports
-from conformance.suite import run_conformance
 from machine_paths import absolute_strings, machine_paths
+
+from conformance.suite.report import write_reports
+from conformance.suite.run import run_conformance
 from reference.fileio import REPO_ROOT
 
 CAPTURES = REPO_ROOT / "reference" / "model" / "assets" / "captures"
@@ -21,8 +20,14 @@ COMMITTED_STUDY = REPO_ROOT / "reports" / "pow2" / "cpu-vs-triton"
 
 
 def _run(tmp_path, capture_dir):
-    res = run_conformance("cpu", include_sweep=False, property_examples=0, model_checks=False,
-                          capture_dir=capture_dir, max_capture_layers=1)
+    res = run_conformance(
+        "cpu",
+        include_sweep=False,
+        property_examples=0,
+        model_checks=False,
+        capture_dir=capture_dir,
+        max_capture_layers=1,
+    )
     jp, mp = write_reports(res, tmp_path / "out")
     return json.loads(jp.read_text()), jp.read_text() + mp.read_text()
 
@@ -33,7 +38,7 @@ def test_conformance_report_records_portable_capture_paths(where, tmp_path):
         pytest.skip("default captures not built")
     if where == "repository":
         cdir, want = CAPTURES, "reference/model/assets/captures"
-    else:   # a capture set copied to a directory of this machine (here under $TMPDIR)
+    else:  # a capture set copied to a directory of this machine (here under $TMPDIR)
         cdir = tmp_path / "my-captures"
         shutil.copytree(CAPTURES, cdir)
         want = None

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conformance.cases import make_case
-from conformance.evaluate import evaluate_case
 from conformance.kernels.registry import get_kernel
-from conformance.scoreboard import rerun_repro, run_scoreboard
+from conformance.scoreboard.board import rerun_repro, run_scoreboard
+from conformance.suite.evaluate import evaluate_case
 
 TRUNC, SLEEP = "buggy_kernels:truncating_kernel", "scoreboard_kernels:sleeping_kernel"
 CRASH = "scoreboard_kernels:crashing_kernel"
@@ -19,9 +19,17 @@ CRASH = "scoreboard_kernels:crashing_kernel"
 def board(tmp_path_factory):
     out = tmp_path_factory.mktemp("sb")
     cases = [make_case("bias", 0), make_case("tails", 0)]
-    doc = run_scoreboard(out, kernels=["cpu", TRUNC, SLEEP, CRASH], devices=["cpu"],
-                         cases=cases, case_timeout=3, warmup_timeout=120, quiet=True, jobs=4,
-                         save_outputs=True)
+    doc = run_scoreboard(
+        out,
+        kernels=["cpu", TRUNC, SLEEP, CRASH],
+        devices=["cpu"],
+        cases=cases,
+        case_timeout=3,
+        warmup_timeout=120,
+        quiet=True,
+        jobs=4,
+        save_outputs=True,
+    )
     return out, doc
 
 
@@ -31,8 +39,7 @@ def _row(doc, kernel):
 
 def test_scoreboard_verdicts_and_tables(board):
     out, doc = board
-    assert {p.name for p in out.iterdir()} >= {"scoreboard.json", "scoreboard.md",
-                                               "scoreboard.png", "repro"}
+    assert {p.name for p in out.iterdir()} >= {"scoreboard.json", "scoreboard.md", "scoreboard.png", "repro"}
     assert json.loads((out / "scoreboard.json").read_text())["schema"] == "int8conf.scoreboard"
     assert _row(doc, "cpu")["overall"] == "conformant"
     trunc = _row(doc, TRUNC)
@@ -84,8 +91,7 @@ def test_every_failure_has_a_reproducer_that_reruns_alone(board):
 def test_merge_adds_rows_from_another_machine(board, tmp_path):
     out, _doc = board
     cases = [make_case("bias", 0), make_case("tails", 0)]
-    doc = run_scoreboard(tmp_path, kernels=[], devices=["cpu"], cases=cases, quiet=True,
-                         merge=[out])
+    doc = run_scoreboard(tmp_path, kernels=[], devices=["cpu"], cases=cases, quiet=True, merge=[out])
     keys = [f"{r['kernel']}@{r['device']}" for r in doc["rows"]]
     assert keys == ["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"]
     assert doc["interchangeability"]["cpu@cpu"]["cpu@cpu"]["identical"] == 2
@@ -96,10 +102,8 @@ def test_a_later_merge_replaces_an_earlier_ones_row(board, tmp_path):
     out, _doc = board
     cases = [make_case("bias", 0), make_case("tails", 0)]
     again = tmp_path / "again"  # one row re-run elsewhere (as a CUDA row re-run on the H200)
-    run_scoreboard(again, kernels=[TRUNC], devices=["cpu"], cases=cases, quiet=True,
-                   save_outputs=True)
-    doc = run_scoreboard(tmp_path / "m", kernels=[], devices=["cpu"], cases=cases, quiet=True,
-                         merge=[out, again])
+    run_scoreboard(again, kernels=[TRUNC], devices=["cpu"], cases=cases, quiet=True, save_outputs=True)
+    doc = run_scoreboard(tmp_path / "m", kernels=[], devices=["cpu"], cases=cases, quiet=True, merge=[out, again])
     keys = [f"{r['kernel']}@{r['device']}" for r in doc["rows"]]
     assert sorted(keys) == sorted(["cpu@cpu", f"{TRUNC}@cpu", f"{SLEEP}@cpu", f"{CRASH}@cpu"])
     assert _row(doc, TRUNC)["checks"]["C8"] == "fail"

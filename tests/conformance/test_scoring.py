@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from conformance.scoring import (FailureFeatures, features_of_cell, match_signatures,
-                                 observations, totals)
+from conformance.suite.signatures import FailureFeatures, features_of_cell, match_signatures
+from conformance.sweep.scoring import observations, totals
 from predictions.lock import verify_matrix
 
 V1 = Path(__file__).resolve().parents[2] / "predictions" / "v1.yaml"
@@ -11,10 +11,22 @@ V1 = Path(__file__).resolve().parents[2] / "predictions" / "v1.yaml"
 
 def _rows(fault, mode, verdicts, gt=None):
     gt = gt or {"changed": 5, "max_spacing": 1, "no_op": False, "selected": 5}
-    return [{"layer": "L", "fault": fault, "coverage": "all", "scale_mode": mode, "seed": 0,
-             "check_id": c, "verdict": v, "failure_kind": "kernel" if v == "fail" else None,
-             "summary": "", "evidence": {"max_ulp": 1 if v == "fail" else 0}, "ground_truth": gt}
-            for c, v in verdicts.items()]
+    return [
+        {
+            "layer": "L",
+            "fault": fault,
+            "coverage": "all",
+            "scale_mode": mode,
+            "seed": 0,
+            "check_id": c,
+            "verdict": v,
+            "failure_kind": "kernel" if v == "fail" else None,
+            "summary": "",
+            "evidence": {"max_ulp": 1 if v == "fail" else 0},
+            "ground_truth": gt,
+        }
+        for c, v in verdicts.items()
+    ]
 
 
 def test_false_positives_and_negatives_against_v1_and_na_is_not_scored():
@@ -28,8 +40,12 @@ def test_false_positives_and_negatives_against_v1_and_na_is_not_scored():
 
 
 def test_truncation_signature_names_f4_and_a_clean_run_names_nothing():
-    rows = _rows("F4", "own", {"C8": "fail", "C6": "pass"},
-                 gt={"direction_vs_declared": {"toward_zero": 7, "away_from_zero": 0, "sign_change": 0}})
+    rows = _rows(
+        "F4",
+        "own",
+        {"C8": "fail", "C6": "pass"},
+        gt={"direction_vs_declared": {"toward_zero": 7, "away_from_zero": 0, "sign_change": 0}},
+    )
     ids = [f for f, _ in match_signatures(features_of_cell(rows))]
     assert "F4" in ids and "F3" not in ids and "F6" not in ids
     line = dict(match_signatures(features_of_cell(rows)))["F4"]
@@ -46,10 +62,10 @@ def test_failing_conformance_report_names_the_truncation_signature():
     import pytest
 
     from conformance.cases import CaptureReplay, make_case
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
-    from conformance.report import render_markdown, to_json_dict
-    from conformance.suite import build_result
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.report import render_markdown, to_json_dict
+    from conformance.suite.run import build_result
     from faults import inject
 
     try:
@@ -60,8 +76,10 @@ def test_failing_conformance_report_names_the_truncation_signature():
     res = build_result(bad, [evaluate_case(bad, ops)], CaptureReplay())
     assert res.verdict == "fail"
     doc = to_json_dict(res)
-    assert "consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 " \
+    assert (
+        "consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 "
         "failing cases)" in doc["fault_signatures"]
+    )
     assert not any(x.startswith("consistent with F6") for x in doc["fault_signatures"])
     assert "consistent with F4 output truncation" in render_markdown(doc)
     clean = build_result(get_kernel("cpu"), [evaluate_case(get_kernel("cpu"), ops)], CaptureReplay())
@@ -73,10 +91,10 @@ def test_precondition_only_cases_do_not_count_as_failing_cases_in_the_signature_
 
     from conformance.cases import CaptureReplay, make_case
     from conformance.cases.accumulator import large_acc_case
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
-    from conformance.report import to_json_dict
-    from conformance.suite import build_result
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.report import to_json_dict
+    from conformance.suite.run import build_result
     from faults import inject
 
     good = get_kernel("cpu")
@@ -87,14 +105,14 @@ def test_precondition_only_cases_do_not_count_as_failing_cases_in_the_signature_
     bad = inject(good, "F4", "all", 0)
     res = build_result(bad, [evaluate_case(bad, make_case("ordinary", seed=0)), pre], CaptureReplay())
     sig = to_json_dict(res)["fault_signatures"]
-    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero "
-            "(1 of 1 failing cases)") in sig
+    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 failing cases)") in sig
     assert all(x.endswith("(1 of 1 failing cases)") for x in sig)
     assert not any(x.startswith(("consistent with F6", "consistent with F7")) for x in sig)
 
 
 def test_no_signature_line_counts_the_failing_cases():
-    from conformance.scoring import no_signature_line
+    from conformance.suite.signatures import no_signature_line
+
     assert no_signature_line(6) == "the failures match no fault class of the catalogue (6 failing cases)"
     assert no_signature_line(1) == "the failures match no fault class of the catalogue (1 failing case)"
 
@@ -106,16 +124,14 @@ def test_a_kernel_accumulator_off_the_exact_sum_is_named_and_not_called_a_roundi
     from dataclasses import replace
 
     from conformance.cases import CaptureReplay, make_case
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
-    from conformance.report import to_json_dict
-    from conformance.scoring import accumulator_line
-    from conformance.suite import build_result
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.report import to_json_dict
+    from conformance.suite.run import build_result
+    from conformance.suite.signatures import accumulator_line
 
-    assert match_signatures(FailureFeatures(failed={"C3", "C8"}, max_ulp=1,
-                                            acc_mismatch=True)) == []
-    assert match_signatures(FailureFeatures(failed={"C3", "C4"}, precondition={"C4"},
-                                            acc_mismatch=True)) == []
+    assert match_signatures(FailureFeatures(failed={"C3", "C8"}, max_ulp=1, acc_mismatch=True)) == []
+    assert match_signatures(FailureFeatures(failed={"C3", "C4"}, precondition={"C4"}, acc_mismatch=True)) == []
     good = get_kernel("cpu")
 
     def drop_last_k(a, b, scale_a, scale_b, out_dtype=None, bias=None):
@@ -124,17 +140,33 @@ def test_a_kernel_accumulator_off_the_exact_sum_is_named_and_not_called_a_roundi
     def drop_last_k_acc(a, b):
         return good.int_mm(a[:, :-1], b[:, :-1])
 
-    bad = replace(good, name="drop_last_k", scaled_mm=drop_last_k, int_mm=drop_last_k_acc,
-                  source_digest="", origin="test")
+    bad = replace(
+        good, name="drop_last_k", scaled_mm=drop_last_k, int_mm=drop_last_k_acc, source_digest="", origin="test"
+    )
     cr = evaluate_case(bad, make_case("ordinary", seed=0))
     assert cr.checks["C3"].verdict == "fail" and not cr.checks["C3"].is_precondition_violation
     sig = to_json_dict(build_result(bad, [cr], CaptureReplay()))["fault_signatures"]
-    assert sig[0] == accumulator_line(1, 1) == (
-        "the kernel's accumulator differs from the exact integer sum (C3) in 1 of 1 failing "
-        "cases: a main-loop bug, not a post-processing fault")
-    assert not any(x.startswith(("consistent with F1", "consistent with F2",
-                                 "consistent with F3", "consistent with F4",
-                                 "consistent with F5", "consistent with F7")) for x in sig)
+    assert (
+        sig[0]
+        == accumulator_line(1, 1)
+        == (
+            "the kernel's accumulator differs from the exact integer sum (C3) in 1 of 1 failing "
+            "cases: a main-loop bug, not a post-processing fault"
+        )
+    )
+    assert not any(
+        x.startswith(
+            (
+                "consistent with F1",
+                "consistent with F2",
+                "consistent with F3",
+                "consistent with F4",
+                "consistent with F5",
+                "consistent with F7",
+            )
+        )
+        for x in sig
+    )
 
 
 def test_an_accumulator_entry_that_raises_is_not_an_accumulator_mismatch():
@@ -144,10 +176,10 @@ def test_an_accumulator_entry_that_raises_is_not_an_accumulator_mismatch():
     from dataclasses import replace
 
     from conformance.cases import CaptureReplay, make_case
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
-    from conformance.report import to_json_dict
-    from conformance.suite import build_result
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.report import to_json_dict
+    from conformance.suite.run import build_result
     from faults import inject
 
     def refuses(a, b):
@@ -157,18 +189,17 @@ def test_an_accumulator_entry_that_raises_is_not_an_accumulator_mismatch():
     cr = evaluate_case(bad, make_case("ordinary", seed=0))
     assert cr.checks["C3"].verdict == "fail" and "entry failed" in cr.checks["C3"].summary
     sig = to_json_dict(build_result(bad, [cr], CaptureReplay()))["fault_signatures"]
-    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero "
-            "(1 of 1 failing cases)") in sig
+    assert ("consistent with F4 output truncation: 1-spacing errors, all toward zero (1 of 1 failing cases)") in sig
     assert not any("accumulator differs" in x for x in sig)
 
 
 def _signatures(kernel: str, cases) -> list:
     from conformance.kernels.loader import load_module_function
-    from conformance.report import fault_signatures
-    from conformance.suite import run_conformance
+    from conformance.suite.report import fault_signatures
+    from conformance.suite.run import run_conformance
+
     spec = load_module_function(f"buggy_kernels:{kernel}")
-    return fault_signatures(run_conformance(spec, cases=cases, property_examples=0,
-                                            model_checks=False))
+    return fault_signatures(run_conformance(spec, cases=cases, property_examples=0, model_checks=False))
 
 
 def test_a_hint_names_no_fault_class_the_evidence_contradicts():
@@ -178,11 +209,14 @@ def test_a_hint_names_no_fault_class_the_evidence_contradicts():
     them, so F7 is contradicted; so is F7 where a failing element has
     |acc| < 2^24 (partial_sums: final |acc| < 400)."""
     import buggy_kernels
+
     from conformance.cases.families import family_cases
+
     buggy_kernels._SCALES_BY_N.clear()
     cases = family_cases(["large_acc", "partial_sums"])
     assert _signatures("scales_cached_by_n", cases) == [
-        "the failures match no fault class of the catalogue (15 failing cases)"]
+        "the failures match no fault class of the catalogue (15 failing cases)"
+    ]
 
 
 def test_a_float32_accumulator_is_still_consistent_with_f7():
@@ -191,6 +225,9 @@ def test_a_float32_accumulator_is_still_consistent_with_f7():
     import torch
 
     from conformance.cases.accumulator import large_acc_case
+
     sig = _signatures("fp32_accumulator_no_int_mm", [large_acc_case("pow2", torch.float32)])
-    assert sig == ["consistent with F7 fp32 inexact accumulator: |acc| >= 2^24 with int32 "
-                   "headroom (float32 conversion inexact) (1 of 1 failing cases)"]
+    assert sig == [
+        "consistent with F7 fp32 inexact accumulator: |acc| >= 2^24 with int32 "
+        "headroom (float32 conversion inexact) (1 of 1 failing cases)"
+    ]

@@ -8,18 +8,17 @@ import types
 
 import pytest
 import torch
+from buggy_kernels import bias_tie_case, make_kernel, order_case, tie_case
 
 from conformance import cases as cases_mod
-from conformance.cases import (NO_CAPTURES, capture_cases, make_case, shape_sweep, sweep_shapes,
-                               synthetic_cases)
+from conformance.cases import NO_CAPTURES, capture_cases, make_case, shape_sweep, sweep_shapes, synthetic_cases
 from conformance.checks.result import CheckResult
 from conformance.kernels.runner import run_kernel
-from conformance.pairwise import compare_pair, expected_agreement
-from conformance.report import SCHEMA_VERSION, kernel_dirname, read_report, write_reports
-from conformance.suite import run_conformance, run_model_check
+from conformance.suite.pairwise import compare_pair, expected_agreement
+from conformance.suite.report import SCHEMA_VERSION, kernel_dirname, read_report, write_reports
+from conformance.suite.run import run_conformance, run_model_check
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.errors import Int8confError
-from buggy_kernels import bias_tie_case, make_kernel, order_case, tie_case
 
 
 def test_synthetic_cases_deterministic_and_known():
@@ -31,7 +30,7 @@ def test_synthetic_cases_deterministic_and_known():
     assert acc00 == 256 * 128 * 128  # -128 x -128 products, K = 256
     assert set(ext.a.unique().tolist()) == {-128, 127}
     p2 = make_case("pow2")
-    mant, _ = torch.frexp(p2.scale_b.abs())   # planted signed-zero columns: -2^-10
+    mant, _ = torch.frexp(p2.scale_b.abs())  # planted signed-zero columns: -2^-10
     assert p2.scale_mode == "pow2" and bool((mant == 0.5).all())
     assert make_case("fp16_out").bias.dtype == torch.float16
     assert (make_case("m1").m, make_case("tails").k) == (1, 37)
@@ -69,7 +68,9 @@ def test_capture_cases_absent_and_present(monkeypatch):
     rep = capture_cases(capture_set=CS())
     assert rep.available and len(rep.cases) == 4
     assert [cases_mod.case_id(c) for c in rep.cases][:2] == [
-        "model.layers.0.self_attn.q_proj[own]", "model.layers.0.mlp.down_proj[own]"]
+        "model.layers.0.self_attn.q_proj[own]",
+        "model.layers.0.mlp.down_proj[own]",
+    ]
     assert rep.cases[3].meta == {"block": 0, "source": "capture"}
 
 
@@ -93,9 +94,13 @@ def test_pairwise_bias_points_and_orders():
 
 def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
     spec = make_kernel("pkg.mod:trunc?x=1", rounding="rtz")
-    res = run_conformance(spec, against=make_kernel("ref", CUTLASS_STYLE),
-                          cases=[tie_case(), tie_case(pow2=True), const_case_1024()],
-                          property_examples=0, model_checks=False)
+    res = run_conformance(
+        spec,
+        against=make_kernel("ref", CUTLASS_STYLE),
+        cases=[tie_case(), tie_case(pow2=True), const_case_1024()],
+        property_examples=0,
+        model_checks=False,
+    )
     assert res.verdict == "fail"
     assert res.overall["failed_checks"] == ["C5", "C8"]
     assert res.overall["precondition_violations"] == ["C4"]
@@ -111,8 +116,7 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
         read_report(other)
     doc = json.loads(jp.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert doc["schema_version"] == SCHEMA_VERSION and doc["overall"]["verdict"] == "fail"
-    assert [c["check_id"] for c in doc["checks"]] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7",
-                                                      "C8", "C9", "C10", "E1"]
+    assert [c["check_id"] for c in doc["checks"]] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1"]
     tie = doc["cases"][0]
     assert tie["checks"]["C8"]["evidence"]["worst"]["out_bits"] == "0x3F81"
     assert doc["pairwise"]["counts"] == {"differ-unexpected": 2, "identical": 1}
@@ -130,12 +134,14 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
 
 def const_case_1024():
     from buggy_kernels import const_case
+
     return const_case(1024)  # |acc| = 2**24: C4 precondition, truncation exact there
 
 
 def test_run_conformance_builtin_cpu_passes():
-    res = run_conformance("cpu", cases=[tie_case(), order_case(), make_case("bias")],
-                          property_examples=3, model_checks=False)
+    res = run_conformance(
+        "cpu", cases=[tie_case(), order_case(), make_case("bias")], property_examples=3, model_checks=False
+    )
     assert res.verdict == "pass" and res.property_tests["examples"] == 3
     assert res.property_tests["failed"] is False
     assert res.environment["execution"] == "native"
@@ -157,7 +163,8 @@ def test_model_checks_plumbing(monkeypatch):
 
 
 def test_property_test_finds_truncation():
-    from conformance.property import run_property_test
+    from conformance.suite.property import run_property_test
+
     sunk = []
     s = run_property_test(make_kernel("t", rounding="rtz"), sunk.append, max_examples=10)
     assert s["failed"] is True and s["examples"] == len(sunk) >= 1
@@ -167,6 +174,7 @@ def test_property_test_finds_truncation():
 
 def test_fault_catalogue():
     from faults.catalogue import FAMILIES, FAULTS, get_fault
+
     assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 10)]
     assert get_fault("multiplication_order").id == "F3" and get_fault("F8").family == "control"
     assert {f.family for f in FAULTS} == set(FAMILIES)

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from buggy_kernels import bias_tie_case, make_kernel, tie_case
 
 from conformance.cases import synthetic_cases
 from conformance.cli import main
 from conformance.kernels import registry
 from conformance.kernels.runner import run_kernel
 from conformance.kernels.spec import ShapeConstraints
-from conformance.report import pair_difference_line, render_markdown, to_json_dict
-from conformance.suite import NOT_RUN, run_conformance
+from conformance.suite.report import pair_difference_line, render_markdown, to_json_dict
+from conformance.suite.run import NOT_RUN, run_conformance
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.errors import CaptureError
-from buggy_kernels import bias_tie_case, make_kernel, tie_case
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # holds buggy_kernels.py
 FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
@@ -41,6 +41,7 @@ def _doc(out: Path, name: str) -> dict:
 
 # --- 1. a kernel that never ran ----------------------------------------------
 
+
 @no_cuda
 def test_cuda_only_kernel_is_not_run_exit_3(tmp_path, capsys):
     registry.register(make_kernel("fixb-cudaonly", devices=("cuda",)))
@@ -57,8 +58,7 @@ def test_cuda_only_kernel_is_not_run_exit_3(tmp_path, capsys):
 
 
 def test_constraints_excluding_every_case_is_not_run(tmp_path):
-    spec = dataclasses.replace(make_kernel("fixb-huge-m"),
-                               constraints=ShapeConstraints(min_m=100000))
+    spec = dataclasses.replace(make_kernel("fixb-huge-m"), constraints=ShapeConstraints(min_m=100000))
     registry.register(spec)
     assert main(["check", "--kernel", "fixb-huge-m", "--out", str(tmp_path), *FAST]) == 3
     doc = _doc(tmp_path, "fixb-huge-m")
@@ -83,8 +83,9 @@ def test_some_cases_skipped_are_counted_and_named(tmp_path):
 
 
 def test_kernel_that_raises_everywhere_fails_not_not_run(tmp_path):
-    res = run_conformance(make_kernel("fixb-raises", raises=True), cases=[tie_case()],
-                          property_examples=0, model_checks=False)
+    res = run_conformance(
+        make_kernel("fixb-raises", raises=True), cases=[tie_case()], property_examples=0, model_checks=False
+    )
     assert res.verdict == "fail" and "C8" in res.overall["failed_checks"]
     assert res.overall["cases_not_run"] == 0
 
@@ -93,12 +94,29 @@ def test_kernel_that_raises_everywhere_fails_not_not_run(tmp_path):
 def test_plugin_skips_not_runnable_and_summary_says_not_run(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "--kernel=buggy_kernels:truncating_kernel?devices=cuda", "--kernel=cpu",
-         "--against=triton", "--int8conf-no-sweep", "--int8conf-no-captures",
-         "--int8conf-examples=0", "--int8conf-no-model", f"--int8conf-reports={tmp_path / 'r'}",
-         "--junitxml=j.xml"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--kernel=buggy_kernels:truncating_kernel?devices=cuda",
+            "--kernel=cpu",
+            "--against=triton",
+            "--int8conf-no-sweep",
+            "--int8conf-no-captures",
+            "--int8conf-examples=0",
+            "--int8conf-no-model",
+            f"--int8conf-reports={tmp_path / 'r'}",
+            "--junitxml=j.xml",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # every item passed or skipped, but one kernel never ran: the session fails
     assert r.returncode == 1, r.stdout[-3000:]
     assert " failed" not in r.stdout.splitlines()[-1]
@@ -112,29 +130,29 @@ def test_plugin_skips_not_runnable_and_summary_says_not_run(tmp_path):
     doc = _doc(tmp_path / "r", "cpu")
     n_exp = doc["pairwise"]["counts"]["differ-expected"]
     assert n_exp > 0
-    assert f"cpu and triton are NOT bit-interchangeable: they differ on {n_exp} of " \
-           f"{N_SYNTHETIC} cases" in r.stdout
+    assert f"cpu and triton are NOT bit-interchangeable: they differ on {n_exp} of {N_SYNTHETIC} cases" in r.stdout
 
 
 # --- device strings -------------------------------------------------------------
 
+
 @no_cuda
 def test_device_cuda_unavailable_is_one_line(tmp_path, capsys):
-    assert main(["check", "--kernel", "cpu", "--device", "cuda", "--out", str(tmp_path),
-                 *FAST]) == 2
-    assert _err_lines(capsys) == ["int8conf: error: --device 'cuda': CUDA requested but "
-                                  "torch.cuda.is_available() is False"]
+    assert main(["check", "--kernel", "cpu", "--device", "cuda", "--out", str(tmp_path), *FAST]) == 2
+    assert _err_lines(capsys) == [
+        "int8conf: error: --device 'cuda': CUDA requested but torch.cuda.is_available() is False"
+    ]
     assert not (tmp_path / "cpu").exists()
 
 
 def test_unknown_device_is_one_line(tmp_path, capsys):
-    assert main(["check", "--kernel", "cpu", "--device", "tpu", "--out", str(tmp_path),
-                 *FAST]) == 2
+    assert main(["check", "--kernel", "cpu", "--device", "tpu", "--out", str(tmp_path), *FAST]) == 2
     err = _err_lines(capsys)
     assert len(err) == 1 and err[0].startswith("int8conf: error: --device 'tpu': ")
 
 
 # --- 2. unusable --out / OSError ---------------------------------------------------
+
 
 def test_out_is_a_file(tmp_path, capsys):
     f = tmp_path / "afile"
@@ -147,7 +165,7 @@ def test_out_is_a_file(tmp_path, capsys):
 
 
 def test_oserror_writing_report_is_one_line(tmp_path, capsys, monkeypatch):
-    import conformance.report as report
+    import conformance.suite.report as report
 
     def deny(path, text):
         raise PermissionError(13, "Permission denied", str(path))
@@ -156,7 +174,8 @@ def test_oserror_writing_report_is_one_line(tmp_path, capsys, monkeypatch):
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
     assert _err_lines(capsys) == [
         f"int8conf: error: cannot write report under {tmp_path}: Permission denied "
-        f"({tmp_path / 'cpu' / 'conformance.json'})"]
+        f"({tmp_path / 'cpu' / 'conformance.json'})"
+    ]
 
 
 def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
@@ -167,8 +186,7 @@ def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(check, "ensure_out_dir", boom)
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
-    assert _err_lines(capsys) == [f"int8conf: error: {tmp_path}: Is a directory "
-                                  f"(IsADirectoryError)"]
+    assert _err_lines(capsys) == [f"int8conf: error: {tmp_path}: Is a directory (IsADirectoryError)"]
 
 
 def _tree(root: Path) -> list:
@@ -179,10 +197,11 @@ def _tree(root: Path) -> list:
 @pytest.fixture
 def suite_never_runs(monkeypatch):
     """Fails the test if ``check`` gets as far as running the suite."""
-    import conformance.suite as suite
+    import conformance.suite.run as suite
 
     def ran(*a, **k):
         raise AssertionError("the suite ran before --out was refused")
+
     monkeypatch.setattr(suite, "run_conformance", ran)
 
 
@@ -196,38 +215,40 @@ def _make(root: Path, layout: str) -> None:
         p.write_text("x")
 
 
-@pytest.mark.parametrize("layout,kernels,out,bad,problem", [
-    # a file where the kernel's report folder goes
-    ("o/cpu", ["cpu"], "o", "o/cpu", "exists and is not a directory"),
-    # a report file that is a folder (an atomic rename cannot replace it)
-    ("o/cpu/conformance.json/", ["cpu"], "o", "o/cpu", "conformance.json is a directory, not a file"),
-    ("o/cpu/conformance.md/", ["cpu"], "o", "o/cpu", "conformance.md is a directory, not a file"),
-    # --out ending in the kernel's name is the report folder itself
-    ("o/cpu/conformance.md/", ["cpu"], "o/cpu", "o/cpu", "conformance.md is a directory, not a file"),
-    # the second kernel's folder is refused: the first one's, just made, is removed again
-    ("o/int_mm", ["cpu", "int_mm"], "o", "o/int_mm", "exists and is not a directory"),
-])
+@pytest.mark.parametrize(
+    "layout,kernels,out,bad,problem",
+    [
+        # a file where the kernel's report folder goes
+        ("o/cpu", ["cpu"], "o", "o/cpu", "exists and is not a directory"),
+        # a report file that is a folder (an atomic rename cannot replace it)
+        ("o/cpu/conformance.json/", ["cpu"], "o", "o/cpu", "conformance.json is a directory, not a file"),
+        ("o/cpu/conformance.md/", ["cpu"], "o", "o/cpu", "conformance.md is a directory, not a file"),
+        # --out ending in the kernel's name is the report folder itself
+        ("o/cpu/conformance.md/", ["cpu"], "o/cpu", "o/cpu", "conformance.md is a directory, not a file"),
+        # the second kernel's folder is refused: the first one's, just made, is removed again
+        ("o/int_mm", ["cpu", "int_mm"], "o", "o/int_mm", "exists and is not a directory"),
+    ],
+)
 def test_unusable_kernel_report_folder_is_refused_before_any_case(
-        tmp_path, capsys, suite_never_runs, layout, kernels, out, bad, problem):
+    tmp_path, capsys, suite_never_runs, layout, kernels, out, bad, problem
+):
     _make(tmp_path, layout)
     before = _tree(tmp_path)
     argv = ["check", *(a for k in kernels for a in ("--kernel", k)), "--out", str(tmp_path / out)]
-    assert main([*argv, *FAST[:-1]]) == 2   # without -q: no progress line may appear either
+    assert main([*argv, *FAST[:-1]]) == 2  # without -q: no progress line may appear either
     assert _err_lines(capsys) == [f"int8conf: error: --out {tmp_path / bad}: {problem}"]
-    assert _tree(tmp_path) == before   # no report, no folder made
+    assert _tree(tmp_path) == before  # no report, no folder made
 
 
 def test_refused_check_removes_the_out_folder_it_made(tmp_path, capsys, suite_never_runs):
     out = tmp_path / "new" / "reports"
-    assert main(["check", "--kernel", "cpu", "--against", "fixb_no_such_mod:fn",
-                 "--out", str(out), *FAST]) == 2
+    assert main(["check", "--kernel", "cpu", "--against", "fixb_no_such_mod:fn", "--out", str(out), *FAST]) == 2
     assert "fixb_no_such_mod" in _err_lines(capsys)[0]
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
-def test_read_only_kernel_report_folder_is_refused_before_any_case(tmp_path, capsys,
-                                                                   suite_never_runs):
+def test_read_only_kernel_report_folder_is_refused_before_any_case(tmp_path, capsys, suite_never_runs):
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu").chmod(0o555)
     try:
@@ -240,12 +261,16 @@ def test_read_only_kernel_report_folder_is_refused_before_any_case(tmp_path, cap
 
 # --- 3. argument validation -----------------------------------------------------
 
-@pytest.mark.parametrize("argv,opt", [
-    (["check", "--kernel", "cpu", "--examples", "-5"], "--examples"),
-    (["check", "--kernel", "cpu", "--examples", "two"], "--examples"),
-    (["bench", "--reps", "0"], "--reps"),
-    (["bench", "--reps", "-1"], "--reps"),
-])
+
+@pytest.mark.parametrize(
+    "argv,opt",
+    [
+        (["check", "--kernel", "cpu", "--examples", "-5"], "--examples"),
+        (["check", "--kernel", "cpu", "--examples", "two"], "--examples"),
+        (["bench", "--reps", "0"], "--reps"),
+        (["bench", "--reps", "-1"], "--reps"),
+    ],
+)
 def test_bad_counts_are_usage_errors(argv, opt, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -254,6 +279,7 @@ def test_bad_counts_are_usage_errors(argv, opt, capsys):
 
 
 # --- 4. module not found hint -------------------------------------------------------
+
 
 def test_missing_module_hint_only_when_module_itself_missing(tmp_path, capsys, monkeypatch):
     hint = "(is its directory on PYTHONPATH? run from it or set PYTHONPATH)"
@@ -269,22 +295,38 @@ def test_missing_module_hint_only_when_module_itself_missing(tmp_path, capsys, m
 
 # --- 5. --model for captures ---------------------------------------------------------
 
+
 def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
     import reference.model.capture as capture
+
     seen = []
 
     def fake_load(capture_dir, model_dir=None, cache=None, verify=True):
         seen.append((str(capture_dir), None if model_dir is None else str(model_dir)))
-        raise CaptureError(f"{capture_dir}/manifest.json: parent model '/gone' not found; "
-                           f"pass model_dir to load_capture_set")
+        raise CaptureError(
+            f"{capture_dir}/manifest.json: parent model '/gone' not found; pass model_dir to load_capture_set"
+        )
 
     monkeypatch.setattr(capture, "load_capture_set", fake_load)
-    base = ["check", "--kernel", "cpu", "--no-model", "--examples", "0", "-q",
-            "--out", str(tmp_path), "--captures", "/caps"]
+    base = [
+        "check",
+        "--kernel",
+        "cpu",
+        "--no-model",
+        "--examples",
+        "0",
+        "-q",
+        "--out",
+        str(tmp_path),
+        "--captures",
+        "/caps",
+    ]
     assert main(base) == 2
     err = _err_lines(capsys)
-    assert err == ["int8conf: error: /caps/manifest.json: parent model '/gone' not found; "
-                   "pass --model DIR (the parent model the captures were taken from)"]
+    assert err == [
+        "int8conf: error: /caps/manifest.json: parent model '/gone' not found; "
+        "pass --model DIR (the parent model the captures were taken from)"
+    ]
     assert main(base + ["--model", "/moved/model"]) == 2
     _err_lines(capsys)
     assert seen == [("/caps", None), ("/caps", "/moved/model")]
@@ -294,16 +336,20 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
 
 # --- 6. report additions --------------------------------------------------------------
 
+
 def test_interpreter_semantics_subsection():
     from conformance.kernels.triton_probe import probe
-    md = render_markdown(to_json_dict(run_conformance(
-        "triton", cases=[tie_case()], property_examples=0, model_checks=False)))
+
+    md = render_markdown(
+        to_json_dict(run_conformance("triton", cases=[tie_case()], property_examples=0, model_checks=False))
+    )
     assert "### Interpreter semantics" in md
     sem = probe()
     for step in ("int32_to_fp32", "fp32_to_bf16", "fp32_to_fp16"):
         assert f"| {step}" in md and sem[step] in md.split(f"| {step}")[1].split("\n")[0]
-    md_cpu = render_markdown(to_json_dict(run_conformance(
-        "cpu", cases=[tie_case()], property_examples=0, model_checks=False)))
+    md_cpu = render_markdown(
+        to_json_dict(run_conformance("cpu", cases=[tie_case()], property_examples=0, model_checks=False))
+    )
     assert "Interpreter semantics" not in md_cpu
     # C7's reference is the kernel's own declared contract
     assert "C7's reference arm" in md_cpu and "emulating the kernel's declared contract" in md_cpu
@@ -313,22 +359,27 @@ def test_differ_expected_says_not_bit_interchangeable():
     cut, tri = make_kernel("fixb-cut", CUTLASS_STYLE), make_kernel("fixb-tri", TRITON_STYLE)
     ops = [bias_tie_case(), tie_case()]
     # independent count: elements whose bits differ between the two runs
-    n_diff = sum(int((run_kernel(cut, o).output.view(torch.int16)
-                      != run_kernel(tri, o).output.view(torch.int16)).sum()) for o in ops)
+    n_diff = sum(
+        int((run_kernel(cut, o).output.view(torch.int16) != run_kernel(tri, o).output.view(torch.int16)).sum())
+        for o in ops
+    )
     assert n_diff == 1  # bias-tie: 0x3B80 vs 0x0000; tie: identical
     res = run_conformance(cut, against=tri, cases=ops, property_examples=0, model_checks=False)
-    assert res.verdict == "pass" and res.pairwise["counts"] == {"differ-expected": 1,
-                                                                "identical": 1}
+    assert res.verdict == "pass" and res.pairwise["counts"] == {"differ-expected": 1, "identical": 1}
     line = pair_difference_line(res.pairwise)
-    assert line == ("`fixb-cut` and `fixb-tri` are NOT bit-interchangeable: they differ on 1 of "
-                    "2 cases (1/1 elements of those cases) where their declared contracts allow "
-                    "it (differ-expected); not a failure, but swapping one for the other changes "
-                    "output bits.")
+    assert line == (
+        "`fixb-cut` and `fixb-tri` are NOT bit-interchangeable: they differ on 1 of "
+        "2 cases (1/1 elements of those cases) where their declared contracts allow "
+        "it (differ-expected); not a failure, but swapping one for the other changes "
+        "output bits."
+    )
     assert line in render_markdown(to_json_dict(res))
-    same = run_conformance(cut, against=make_kernel("fixb-cut2", CUTLASS_STYLE), cases=ops,
-                           property_examples=0, model_checks=False)
+    same = run_conformance(
+        cut, against=make_kernel("fixb-cut2", CUTLASS_STYLE), cases=ops, property_examples=0, model_checks=False
+    )
     assert pair_difference_line(same.pairwise) == (
-        "`fixb-cut` and `fixb-cut2` are bit-interchangeable on all 2 cases compared.")
+        "`fixb-cut` and `fixb-cut2` are bit-interchangeable on all 2 cases compared."
+    )
 
 
 @no_cuda

@@ -13,12 +13,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from detllm import artifact as A
-from reference.fileio import file_sha256
 from detllm import engine as E
 from detllm import generate as G
-from detllm.prepare import PrepareOptions, float_forward, make_tiny_model, prepare, _cfg_dims, _float_state
-from reference.model.checkpoint import load_qwen3_state
+from detllm.prepare import PrepareOptions, _cfg_dims, _float_state, float_forward, make_tiny_model, prepare
 from reference.errors import CheckpointError, Int8confError, OperandError
+from reference.fileio import file_sha256
+from reference.model.checkpoint import load_qwen3_state
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,11 @@ def test_digest_is_recomputable_and_reload_matches(tiny):
 
 def test_save_refuses_float_tensor(tmp_path):
     with pytest.raises(CheckpointError) as ei:
-        A.save_artifact(tmp_path / "x", {"model": {}}, {"w": torch.zeros(2, dtype=torch.int8),
-                                                        "s": torch.ones(2, dtype=torch.float32)})
+        A.save_artifact(
+            tmp_path / "x",
+            {"model": {}},
+            {"w": torch.zeros(2, dtype=torch.int8), "s": torch.ones(2, dtype=torch.float32)},
+        )
     assert "'s'" in str(ei.value) and "float32" in str(ei.value) and _one_line(ei.value)
     assert not (tmp_path / "x" / A.TENSORS_FILE).exists()
 
@@ -83,7 +86,7 @@ def test_load_rejects_planted_float_tensor_even_with_matching_digest(tiny, tmp_p
     save_file(ts, str(d / A.TENSORS_FILE))
     cfg = json.loads((d / A.CONFIG_FILE).read_text())
     cfg["tensors_sha256"] = file_sha256(d / A.TENSORS_FILE)
-    cfg["digest"] = A.artifact_digest(cfg, cfg["tensors_sha256"])   # attacker fixes the digest too
+    cfg["digest"] = A.artifact_digest(cfg, cfg["tensors_sha256"])  # attacker fixes the digest too
     (d / A.CONFIG_FILE).write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError) as ei:
         A.load_artifact(d)
@@ -94,14 +97,14 @@ def test_load_rejects_wrong_digest_and_tampering(tiny, tmp_path):
     _, art = tiny
     d = _copy(art, tmp_path / "b")
     cfg = json.loads((d / A.CONFIG_FILE).read_text())
-    cfg["units"]["logit_exp"] += 1                      # edited shift, digest kept
+    cfg["units"]["logit_exp"] += 1  # edited shift, digest kept
     (d / A.CONFIG_FILE).write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="digest") as ei:
         A.load_artifact(d)
     assert _one_line(ei.value)
     d2 = _copy(art, tmp_path / "c")
     raw = bytearray((d2 / A.TENSORS_FILE).read_bytes())
-    raw[-1] ^= 1                                        # flipped weight bit
+    raw[-1] ^= 1  # flipped weight bit
     (d2 / A.TENSORS_FILE).write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match="sha256"):
         A.load_artifact(d2)
@@ -115,8 +118,13 @@ def test_bad_prompts_give_one_line_errors(tiny):
     _, art = tiny
     eng = E.load_engine(art, guard=False)
     ctx = art.config["model"]["max_position"]
-    cases = [([[]], "empty"), ([[1, 2, 512]], "out of range"), ([[-1, 3]], "out of range"),
-             ([list(range(5)) * (ctx // 5 + 1)], "exceed the context"), ([], "non-empty")]
+    cases = [
+        ([[]], "empty"),
+        ([[1, 2, 512]], "out of range"),
+        ([[-1, 3]], "out of range"),
+        ([list(range(5)) * (ctx // 5 + 1)], "exceed the context"),
+        ([], "non-empty"),
+    ]
     for prompts, needle in cases:
         with pytest.raises(OperandError) as ei:
             G.generate(eng, prompts, 2)
@@ -145,6 +153,7 @@ def test_integer_logits_track_the_float_model(tiny):
     ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(5))
     ref = float_forward(dims, st, ids)
     import transformers
+
     with torch.no_grad():
         hf = transformers.Qwen3ForCausalLM.from_pretrained(str(md), dtype=torch.float64)(ids).logits
     assert float((hf - ref).abs().max()) < 1e-6
@@ -161,6 +170,7 @@ def test_integer_logits_track_the_float_model(tiny):
 
 def test_cli_errors_are_one_line_exit_2(tiny, capsys):
     from detllm.cli import main
+
     _, art = tiny
     rc = main(["generate", "--artifact", str(art.path), "--ids", "1,2,999", "-n", "2", "--no-guard"])
     err = capsys.readouterr().err.strip()

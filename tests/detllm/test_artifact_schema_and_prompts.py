@@ -15,17 +15,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from detllm import artifact as A
-from reference.fileio import file_sha256
 from detllm import cli
 from detllm.prepare import SHIPPED_DIR, PrepareOptions, make_tiny_model, prepare
 from reference.errors import CheckpointError
+from reference.fileio import file_sha256
 
 # TINY_QWEN3 (detllm.prepare): vocab 512, hidden 256, 2 layers, 4 heads, 2 kv heads,
 # head_dim 64, intermediate 1536, max_position 256.
 V, H, L, NH, NKV, HD, I, P = 512, 256, 2, 4, 2, 64, 1536, 256
-PER_LAYER = 20   # attn_norm.g, qkv.{w,m,k}, q_norm.g, k_norm.g, k_cache.{m,k}, score.{m,k},
+PER_LAYER = 20  # attn_norm.g, qkv.{w,m,k}, q_norm.g, k_norm.g, k_cache.{m,k}, score.{m,k},
 #                  o.{w,m,k}, mlp_norm.g, gate_up.{w,m,k}, down.{w,m,k}
-GLOBAL = 7       # embed, final_norm.g, lm_head.{w,m,k}, rope.{cos,sin}
+GLOBAL = 7  # embed, final_norm.g, lm_head.{w,m,k}, rope.{cos,sin}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_schema_of_tiny_config_is_hand_derived(tiny):
 def test_fresh_prepare_matches_schema_exactly(tiny):
     got = {k: (v.dtype, tuple(v.shape)) for k, v in tiny.tensors.items()}
     assert got == A.expected_tensors(tiny.config)
-    again = A.load_artifact(tiny.path)          # passes the load-time check
+    again = A.load_artifact(tiny.path)  # passes the load-time check
     assert again.digest == tiny.digest
 
 
@@ -106,14 +106,17 @@ def test_removed_tensors_counts_the_rest(tiny, tmp_path):
     def edit(ts):
         for k in ("layers.1.o.w", "layers.1.o.m", "layers.1.o.k"):
             ts.pop(k)
+
     d = _resealed(tiny, tmp_path / "a", edit)
-    assert _load_error(d) == (f"artifact {d}: tensor 'layers.1.o.w' is missing "
-                              f"(expected int8 [{H}, {NH * HD}]; 2 more missing)")
+    assert _load_error(d) == (
+        f"artifact {d}: tensor 'layers.1.o.w' is missing (expected int8 [{H}, {NH * HD}]; 2 more missing)"
+    )
 
 
 def test_retyped_tensor(tiny, tmp_path):
     def edit(ts):
         ts["layers.0.down.w"] = ts["layers.0.down.w"].to(torch.int16)
+
     d = _resealed(tiny, tmp_path / "a", edit)
     assert _load_error(d) == f"artifact {d}: tensor 'layers.0.down.w' has dtype int16, expected int8"
 
@@ -121,17 +124,20 @@ def test_retyped_tensor(tiny, tmp_path):
 def test_reshaped_tensor(tiny, tmp_path):
     def edit(ts):
         ts["layers.1.down.w"] = ts["layers.1.down.w"][:11].contiguous()
+
     d = _resealed(tiny, tmp_path / "a", edit)
-    assert _load_error(d) == (f"artifact {d}: tensor 'layers.1.down.w' has shape [11, {I}], "
-                              f"expected [{H}, {I}]")
+    assert _load_error(d) == (f"artifact {d}: tensor 'layers.1.down.w' has shape [11, {I}], expected [{H}, {I}]")
 
 
 def test_added_tensor(tiny, tmp_path):
     def edit(ts):
         ts["layers.0.extra.w"] = torch.zeros(3, 4, dtype=torch.int8)
+
     d = _resealed(tiny, tmp_path / "a", edit)
-    assert _load_error(d) == (f"artifact {d}: unexpected tensor 'layers.0.extra.w' (int8 [3, 4]); "
-                              "an artifact holds exactly the tensors `detllm prepare` writes")
+    assert _load_error(d) == (
+        f"artifact {d}: unexpected tensor 'layers.0.extra.w' (int8 [3, 4]); "
+        "an artifact holds exactly the tensors `detllm prepare` writes"
+    )
 
 
 def test_config_layers_entry_dropped(tiny, tmp_path):

@@ -28,7 +28,7 @@ def int64_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def test_int_exp_exact_values():
     assert int(ops.int_exp(torch.tensor([0]), FB)) == 2**30
-    assert int(ops.int_exp(torch.tensor([-(10**9)]), 0)) == 0          # clipped: exactly 0
+    assert int(ops.int_exp(torch.tensor([-(10**9)]), 0)) == 0  # clipped: exactly 0
     # I-ViT modes by hand, x = -1.0: t = x + x>>1 - x>>4 = -1.4375 -> q = 1, r = 0.4375,
     # 2^-r ~ 1 - r/2 = 0.78125, >> 1 -> 0.390625 = 419430400 / 2^30.
     assert int(ops.int_exp(torch.tensor([-(1 << FB)]), FB, log2e="shift", frac="linear")) == 419430400
@@ -78,7 +78,7 @@ def test_int_exp_rejects_bad_input():
 def test_softmax_exact_values_and_sentinel_mask():
     s = torch.tensor([[0, 0, 0, 0], [7, 7, 7, 7]], dtype=torch.int32)
     assert ops.int_softmax(s, FB).tolist() == [[8192] * 4, [8192] * 4]
-    assert ops.int_softmax(torch.tensor([[5, 5, 5]]), FB).tolist() == [[10923] * 3]   # 32768/3 rounded
+    assert ops.int_softmax(torch.tensor([[5, 5, 5]]), FB).tolist() == [[10923] * 3]  # 32768/3 rounded
     # dominant entry saturates at 32767, the rest underflow to exactly 0
     assert ops.int_softmax(torch.tensor([[100 << FB, 0, -(3 << FB)]]), FB).tolist() == [[32767, 0, 0]]
     m = ops.MASK_SENTINEL
@@ -101,13 +101,15 @@ def test_softmax_error_bound_and_row_sums(fb):
             p = ops.int_softmax(ops.mask_scores(s, keep), fb)
             ref = torch.softmax((s.double() / 2**fb).masked_fill(~keep, -math.inf), dim=-1)
             worst = max(worst, (p.double() / 2**15 - ref).abs().max().item())
-            assert bool((p[~keep] == 0).all())                      # masked -> exactly 0
+            assert bool((p[~keep] == 0).all())  # masked -> exactly 0
             sums = p.long().sum(-1)
             assert bool(((sums - 2**15).abs() <= (length + 1) // 2 + 1).all())
-    assert worst <= 2**-14   # frozen bound (measured 2^-15)
+    assert worst <= 2**-14  # frozen bound (measured 2^-15)
 
 
-@pytest.mark.parametrize("log2e,frac,bound", [("shift", "table", 2**-7), ("dyadic", "linear", 2**-5), ("shift", "linear", 2**-5)])
+@pytest.mark.parametrize(
+    "log2e,frac,bound", [("shift", "table", 2**-7), ("dyadic", "linear", 2**-5), ("shift", "linear", 2**-5)]
+)
 def test_softmax_ivit_modes_error_bound(log2e, frac, bound):
     g = torch.Generator().manual_seed(2)
     s = torch.round(torch.randn(60, 64, generator=g, dtype=torch.float64) * 4 * 2**FB).long()
@@ -139,7 +141,7 @@ def test_pv_matmul_equals_exact_int64_product():
     g = torch.Generator().manual_seed(4)
     b, h, m, length, d = 2, 3, 5, 37, 8
     p = torch.randint(0, 32768, (b, h, m, length), generator=g).to(torch.int16)
-    p[0, 0, 0] = 32767                                     # extremes
+    p[0, 0, 0] = 32767  # extremes
     p[0, 0, 1] = 0
     v = torch.randint(-128, 128, (b, h, length, d), generator=g).to(torch.int8)
     v[1, 2] = -128
@@ -152,7 +154,7 @@ def test_pv_matmul_equals_exact_int64_product():
     out = ops.pv_matmul(p, v, counting_mm)
     assert out.dtype == torch.int64
     assert torch.equal(out, p.long() @ v.long())
-    assert calls == [((2 * m, length), (d, length))] * (b * h)   # one stacked hi|lo GEMM per head
+    assert calls == [((2 * m, length), (d, length))] * (b * h)  # one stacked hi|lo GEMM per head
 
 
 def test_pv_matmul_at_the_int32_accumulator_limit():
@@ -168,7 +170,7 @@ def test_pv_matmul_broadcasts_leading_dims_and_real_softmax():
     s = torch.randint(-(8 << FB), 8 << FB, (2, 4, 6, 20), generator=g)
     s[..., 15:] = ops.MASK_SENTINEL
     p = ops.int_softmax(s, FB)
-    v = torch.randint(-128, 128, (1, 4, 20, 16), generator=g).to(torch.int8)   # batch broadcast
+    v = torch.randint(-128, 128, (1, 4, 20, 16), generator=g).to(torch.int8)  # batch broadcast
     out = ops.pv_matmul(p, v, int64_mm)
     assert out.shape == (2, 4, 6, 16)
     assert torch.equal(out, p.long() @ v.long().expand(2, 4, 20, 16))
@@ -217,11 +219,11 @@ def test_apply_rope_identity_at_zero_and_error_bound():
     d, n = 64, 512
     cos, sin, shift = ops.build_rope_tables(d, n, 10000.0)
     g = torch.Generator().manual_seed(6)
-    x = torch.randint(-128, 128, (2, 4, 9, d), generator=g).to(torch.int8)       # [B, H, S, D]
+    x = torch.randint(-128, 128, (2, 4, 9, d), generator=g).to(torch.int8)  # [B, H, S, D]
     pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [503, 504, 505, 506, 507, 508, 509, 510, 511]])
     out = ops.apply_rope(x, cos, sin, pos[:, None, :])
     assert out.dtype == torch.int64
-    assert torch.equal(out[0, :, 0], x[0, :, 0].long())                         # position 0: identity
+    assert torch.equal(out[0, :, 0], x[0, :, 0].long())  # position 0: identity
     inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     ang = pos.double()[..., None] * inv
     ang = torch.cat([ang, ang], -1)

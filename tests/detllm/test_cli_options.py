@@ -52,28 +52,31 @@ def _one_line_error(capfd, *argv) -> str:
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from detllm.prepare import make_tiny_model
+
     return make_tiny_model(tmp_path_factory.mktemp("cli_options") / "model", seed=3)
 
 
 # ------------------------------------------------------------ 1. bench --batches
 
+
 @pytest.mark.parametrize("bad", ["0", "-1", "abc", "1,,2", "", "1,0", "2.5"])
 def test_bench_batches_must_be_integers_at_least_one(capfd, bad):
     line = _argparse_exit(capfd, "bench", f"--batches={bad}")
-    assert line == (f"detllm bench: error: argument --batches: expected comma-separated "
-                    f"integers >= 1, got {bad!r}")
+    assert line == (f"detllm bench: error: argument --batches: expected comma-separated integers >= 1, got {bad!r}")
 
 
 def test_bench_batches_parse_to_a_list():
     args = dcli.build_parser().parse_args(["bench", "--batches", "1, 8,32"])
     assert args.batches == [1, 8, 32]
-    assert dcli.build_parser().parse_args(["bench"]).batches is None   # default chosen by the bench
+    assert dcli.build_parser().parse_args(["bench"]).batches is None  # default chosen by the bench
 
 
 # ------------------------------------------------------------ 2. bench counts, --kernels
 
-@pytest.mark.parametrize("opt,bad", [("--prompt-len", 0), ("--prompt-len", -3),
-                                     ("--new-tokens", 0), ("--new-tokens", -1)])
+
+@pytest.mark.parametrize(
+    "opt,bad", [("--prompt-len", 0), ("--prompt-len", -3), ("--new-tokens", 0), ("--new-tokens", -1)]
+)
 def test_bench_token_counts_must_be_positive(capfd, opt, bad):
     line = _argparse_exit(capfd, "bench", f"{opt}={bad}")
     assert line == f"detllm bench: error: argument {opt}: expected an integer >= 1, got {bad}"
@@ -87,20 +90,26 @@ def test_bench_kernels_must_name_kernels(capfd, bad):
 
 def test_bench_context_overflow_names_the_options():
     art = SimpleNamespace(config={"model": {"max_position": 64}})
-    bench.check_context(SimpleNamespace(prompt_len=32, new_tokens=31), art)   # 32 + 31 + 1 = 64: fits
-    with pytest.raises(OperandError, match=r"^--prompt-len 32 \+ --new-tokens 32 \(\+1 warm-up\) = 65 tokens "
-                                           r"exceed the model's context of 64 tokens$"):
+    bench.check_context(SimpleNamespace(prompt_len=32, new_tokens=31), art)  # 32 + 31 + 1 = 64: fits
+    with pytest.raises(
+        OperandError,
+        match=r"^--prompt-len 32 \+ --new-tokens 32 \(\+1 warm-up\) = 65 tokens "
+        r"exceed the model's context of 64 tokens$",
+    ):
         bench.check_context(SimpleNamespace(prompt_len=32, new_tokens=32), art)
 
 
 # ------------------------------------------------------------ 3. bench --device
 
+
 def _no_model_loads(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the device must be refused before any model is loaded")
+
     monkeypatch.setattr(bench, "bench_cpu", boom)
     monkeypatch.setattr(bench, "bench_shapes", boom)
     from detllm import bench_fast
+
     monkeypatch.setattr(bench_fast, "run", boom)
 
 
@@ -115,6 +124,7 @@ def test_bench_cuda_without_cuda_is_the_generate_error(capfd, monkeypatch, tmp_p
 
 def test_bench_fast_run_refuses_cuda_without_cuda(monkeypatch):
     from detllm import bench_fast
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(Int8confError, match="CUDA requested"):
         bench_fast.run(SimpleNamespace(device="cuda"))
@@ -122,15 +132,26 @@ def test_bench_fast_run_refuses_cuda_without_cuda(monkeypatch):
 
 def test_bench_bad_device_types(capfd, monkeypatch):
     _no_model_loads(monkeypatch)
-    assert _one_line_error(capfd, "bench", "--device", "cpu:1") == \
-        "detllm: error: --device 'cpu:1': there is one CPU device; use 'cpu'"
+    assert (
+        _one_line_error(capfd, "bench", "--device", "cpu:1")
+        == "detllm: error: --device 'cpu:1': there is one CPU device; use 'cpu'"
+    )
     assert _one_line_error(capfd, "bench", "--device", "tpu").startswith("detllm: error: --device 'tpu':")
 
 
 # ------------------------------------------------------------ 4. prepare
 
-@pytest.mark.parametrize("opt,bad", [("--calib-windows", 0), ("--calib-windows", -2),
-                                     ("--calib-len", 0), ("--max-position", 0), ("--max-position", -1)])
+
+@pytest.mark.parametrize(
+    "opt,bad",
+    [
+        ("--calib-windows", 0),
+        ("--calib-windows", -2),
+        ("--calib-len", 0),
+        ("--max-position", 0),
+        ("--max-position", -1),
+    ],
+)
 def test_prepare_counts_must_be_positive(capfd, tmp_path, opt, bad):
     line = _argparse_exit(capfd, "prepare", "--out", tmp_path / "art", f"{opt}={bad}")
     assert line == f"detllm prepare: error: argument {opt}: expected an integer >= 1, got {bad}"
@@ -176,9 +197,11 @@ def test_prepare_out_under_proc(capfd, tiny_model):
 
 # ------------------------------------------------------------ 5. generate / perplexity --device
 
+
 @pytest.mark.parametrize("cmd", ["generate", "perplexity"])
 def test_cpu_index_refused_like_int8conf_check(capfd, tmp_path, cmd):
-    from conformance.suite import validate_device
+    from conformance.kernels.runner import validate_device
+
     with pytest.raises(Int8confError) as ei:
         validate_device("cpu:1")
     # the artifact does not exist: the device is refused first
@@ -188,6 +211,7 @@ def test_cpu_index_refused_like_int8conf_check(capfd, tmp_path, cmd):
 
 
 # ------------------------------------------------------------ 6. demo --context-tokens
+
 
 @pytest.mark.parametrize("bad", [-5, -2])
 def test_demo_context_tokens_only_minus_one_is_negative(capfd, bad):
@@ -203,6 +227,7 @@ def test_demo_context_tokens_documented_values_parse():
 
 # ------------------------------------------------------------ 7. perplexity --windows
 
+
 @pytest.mark.parametrize("bad", [0, -1])
 def test_perplexity_windows_named(capfd, bad):
     line = _argparse_exit(capfd, "perplexity", f"--windows={bad}")
@@ -211,14 +236,19 @@ def test_perplexity_windows_named(capfd, bad):
 
 # ------------------------------------------------------------ 8. artifact fields
 
+
 @pytest.fixture(scope="module")
 def tiny_art(tmp_path_factory, tiny_model):
     from detllm.prepare import PrepareOptions, prepare
+
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return prepare(tiny_model, tmp_path_factory.mktemp("cli_options_art") / "art",
-                       PrepareOptions(calib_windows=2, calib_len=16, calib_source="random"))
+        return prepare(
+            tiny_model,
+            tmp_path_factory.mktemp("cli_options_art") / "art",
+            PrepareOptions(calib_windows=2, calib_len=16, calib_source="random"),
+        )
     finally:
         torch.set_num_threads(prev)
 
@@ -239,12 +269,14 @@ def test_artifact_missing_integrity_field_is_named(capfd, tiny_art, tmp_path, fi
 
 def test_perplexity_more_windows_than_held_out_text_names_the_options(capfd, tiny_art, tiny_model, tmp_path):
     from reference.model.assets import default_model_dir
+
     md = tmp_path / "model"
     shutil.copytree(tiny_model, md)
     shutil.copy(default_model_dir() / "tokenizer.json", md / "tokenizer.json")
-    line = _one_line_error(capfd, "perplexity", "--windows", 10 ** 9, "--length", 2,
-                           "--artifact", tiny_art.path, "--model", md)
-    assert line.startswith(f"detllm: error: --windows {10 ** 9} x --length 2: n={10 ** 9} exceeds the ")
+    line = _one_line_error(
+        capfd, "perplexity", "--windows", 10**9, "--length", 2, "--artifact", tiny_art.path, "--model", md
+    )
+    assert line.startswith(f"detllm: error: --windows {10**9} x --length 2: n={10**9} exceeds the ")
     assert "eval_windows" not in line
 
 
@@ -252,15 +284,25 @@ def test_perplexity_more_windows_than_held_out_text_names_the_options(capfd, tin
 def test_demo_context_tokens_too_short_for_the_table(capfd, tmp_path, bad):
     # the artifact does not exist: the length is refused first
     line = _one_line_error(capfd, "demo", "--context-tokens", bad, "--artifact", tmp_path / "none")
-    assert line == (f"detllm: error: --context-tokens {bad}: the whole-context table needs at least 4 tokens "
-                    f"(-1: the model's maximum, 0: skip)")
+    assert line == (
+        f"detllm: error: --context-tokens {bad}: the whole-context table needs at least 4 tokens "
+        f"(-1: the model's maximum, 0: skip)"
+    )
 
 
-@pytest.mark.parametrize("kw,field", [({"alpha": -1.0}, "alpha"), ({"alpha": float("nan")}, "alpha"),
-                                      ({"calib_windows": 0}, "calib_windows"), ({"calib_len": 0}, "calib_len"),
-                                      ({"max_position": 0}, "max_position")])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        ({"alpha": -1.0}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
+        ({"calib_windows": 0}, "calib_windows"),
+        ({"calib_len": 0}, "calib_len"),
+        ({"max_position": 0}, "max_position"),
+    ],
+)
 def test_prepare_api_refuses_bad_options_before_loading(tmp_path, kw, field):
     from detllm.prepare import PrepareOptions, prepare
+
     # the model does not exist: the options are refused first (no KeyError / ZeroDivisionError later)
     with pytest.raises(OperandError, match=rf"^PrepareOptions\.{field}="):
         prepare(tmp_path / "no_model", tmp_path / "art", PrepareOptions(**kw))
@@ -268,7 +310,8 @@ def test_prepare_api_refuses_bad_options_before_loading(tmp_path, kw, field):
 
 
 def test_name_lists_lose_the_blanks_around_names():
-    from conformance.commands._options import name_list
+    from reference.command_line import name_list
+
     assert name_list("int_mm, triton") == "int_mm,triton"
     assert name_list(" cpu ") == "cpu"
 
@@ -276,8 +319,7 @@ def test_name_lists_lose_the_blanks_around_names():
 @pytest.mark.parametrize("cmd", ["generate", "demo"])
 def test_max_new_tokens_negative_names_the_option(capfd, cmd):
     line = _argparse_exit(capfd, cmd, "-n", "-1")
-    assert line == (f"detllm {cmd}: error: argument -n/--max-new-tokens: "
-                    "expected an integer >= 0, got -1")
+    assert line == (f"detllm {cmd}: error: argument -n/--max-new-tokens: expected an integer >= 0, got -1")
 
 
 # ------------------------------------------- 9. a kernel whose int_mm raises
@@ -291,11 +333,13 @@ def test_generate_with_a_raising_int_mm_is_one_line_exit_2(capfd, tmp_path, monk
         "    raise RuntimeError('int_mm boom')\n"
         "@declare(contract='cutlass', int_mm=_im)\n"
         "def k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
-        "    raise RuntimeError('unused')\n")
+        "    raise RuntimeError('unused')\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     rc = dcli.main(["generate", "--kernel", "raising_kern:k", "-n", "2"])
     err = capfd.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
-    assert err[0] == ("detllm: error: kernel 'raising_kern:k' int_mm raised RuntimeError: int_mm boom "
-                      "(M=11, K=384, N=640)"), err[0]
+    assert err[0] == (
+        "detllm: error: kernel 'raising_kern:k' int_mm raised RuntimeError: int_mm boom (M=11, K=384, N=640)"
+    ), err[0]

@@ -14,6 +14,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from shipped_pins import DEFAULT_DIGEST, DEFAULT_GENERATED, DEFAULT_LOGITS, DEFAULT_TOKENS, shipped_sonnet
 
 from detllm import engine as E
 from detllm import generate as G
@@ -64,7 +65,7 @@ def test_hash_is_chained_sha256_of_int32_logits(alone):
         t = hashlib.sha256(t + int(tok).to_bytes(4, "little", signed=True)).digest()
     assert t.hex() == alone.token_hash[0]
     # greedy: each generated token is the smallest id among the maxima of the previous row
-    last = rows[len(PROMPT) - 1:]
+    last = rows[len(PROMPT) - 1 :]
     for i, tok in enumerate(alone.generated[0]):
         mx = last[i].max()
         assert tok == int((last[i] == mx).nonzero()[0])
@@ -91,9 +92,9 @@ def test_prompt_alone_equals_prompt_in_padded_batch(eng, alone, batch, slot):
 def test_prefill_equals_token_by_token_at_every_position(eng, alone):
     tok = G.generate(eng, [PROMPT], NEW, schedule="token", keep_logits=True)
     assert tok.forward_calls == len(PROMPT) + NEW - 1
-    assert torch.equal(tok.logits[0], alone.logits[0])      # row by row: every position
+    assert torch.equal(tok.logits[0], alone.logits[0])  # row by row: every position
     assert tok.logits_hash == alone.logits_hash
-    for k in range(1, len(PROMPT)):                           # every two-chunk split point
+    for k in range(1, len(PROMPT)):  # every two-chunk split point
         r = G.generate(eng, [PROMPT], NEW, schedule=[k, len(PROMPT) - k])
         assert r.logits_hash == alone.logits_hash, k
     assert G.generate(eng, [PROMPT], NEW, schedule=4).logits_hash == alone.logits_hash
@@ -114,7 +115,7 @@ def test_whole_context(art, eng):
     assert ctx == 256
     p = _rand_prompts(1, seed=11, lo=ctx - NEW, hi=ctx - NEW + 1)[0]
     assert len(p) + NEW - 1 == ctx - 1
-    a = G.generate(eng, [p], NEW + 1, keep_logits=True)       # uses all 256 positions
+    a = G.generate(eng, [p], NEW + 1, keep_logits=True)  # uses all 256 positions
     assert a.logits[0].shape[0] == ctx
     b = G.generate(eng, [p, PROMPT], NEW + 1, schedule=64)
     assert b.logits_hash[0] == a.logits_hash[0]
@@ -122,6 +123,7 @@ def test_whole_context(art, eng):
 
 def test_kernels_on_cpu_match_reference(art, alone):
     from conformance.kernels.registry import builtin_available, get_kernel
+
     for name in ("cpu", "int_mm"):
         if not builtin_available(name)[0]:
             continue
@@ -133,6 +135,7 @@ def test_kernels_on_cpu_match_reference(art, alone):
 
 def test_triton_interpreter_small_case(art, eng):
     from conformance.kernels.registry import builtin_available, get_kernel
+
     ok, why = builtin_available("triton")
     if not ok:
         pytest.skip(f"triton unavailable: {why}")
@@ -147,23 +150,20 @@ def test_cuda_kernels_match_cpu_reference(art, alone):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from conformance.kernels.registry import get_kernel
+
     for name in ("int_mm", "triton"):
         e = E.load_engine(art, get_kernel(name), "cuda", guard=False)
         assert G.generate(e, [PROMPT], NEW).logits_hash == alone.logits_hash, name
-
-
-# Known-right values of the shipped artifact (tests/helpers/shipped_pins.py)
-from shipped_pins import (DEFAULT_DIGEST, DEFAULT_GENERATED, DEFAULT_LOGITS,  # noqa: E402
-                          DEFAULT_TOKENS, shipped_sonnet)
 
 
 def test_default_model_pinned_hash(art):  # `art` fixture: single-threaded torch for this module
     from detllm.artifact import is_artifact_dir, load_artifact
     from detllm.prepare import SHIPPED_DIR, model_fingerprint
     from reference.model.assets import default_model_dir
+    from reference.model.checkpoint import is_qwen3_dir
     from reference.model.corpus import prompts
     from reference.model.tokenizer import encode, load_tokenizer
-    from reference.model.checkpoint import is_qwen3_dir
+
     md = default_model_dir()
     if not (is_qwen3_dir(md) and is_artifact_dir(SHIPPED_DIR)):
         pytest.skip("default model or shipped artifact not present")
@@ -179,8 +179,10 @@ def test_default_model_pinned_hash(art):  # `art` fixture: single-threaded torch
     # same pinned hashes in a batch of 32 (slot 20, random co-prompts) and token by token
     eng = E.load_engine(art, guard=False)
     g = torch.Generator().manual_seed(32)
-    co = [torch.randint(0, art.config["model"]["vocab"], (int(n),), generator=g).tolist()
-          for n in torch.randint(1, 40, (31,), generator=g)]
+    co = [
+        torch.randint(0, art.config["model"]["vocab"], (int(n),), generator=g).tolist()
+        for n in torch.randint(1, 40, (31,), generator=g)
+    ]
     r32 = G.generate(eng, co[:20] + [ids] + co[20:], 16)
     assert (r32.logits_hash[20], r32.token_hash[20]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
     assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
@@ -195,13 +197,16 @@ def test_cuda_default_model_pinned_hash(art, kernel):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from conformance.kernels.registry import get_kernel
+
     shipped, ids = shipped_sonnet()
     eng = E.load_engine(shipped, get_kernel(kernel), "cuda", guard=False)
     r = G.generate(eng, [ids], 16)
     assert (r.logits_hash[0], r.token_hash[0]) == (DEFAULT_LOGITS, DEFAULT_TOKENS)
     g = torch.Generator().manual_seed(8)
-    co = [torch.randint(0, shipped.config["model"]["vocab"], (int(n),), generator=g).tolist()
-          for n in torch.randint(1, 40, (7,), generator=g)]
+    co = [
+        torch.randint(0, shipped.config["model"]["vocab"], (int(n),), generator=g).tolist()
+        for n in torch.randint(1, 40, (7,), generator=g)
+    ]
     r8 = G.generate(eng, co[:3] + [ids] + co[3:], 16)
     assert r8.logits_hash[3] == DEFAULT_LOGITS
     assert G.generate(eng, [ids], 16, schedule="token").logits_hash[0] == DEFAULT_LOGITS
@@ -211,6 +216,7 @@ def test_shipped_sonnet_is_the_pinned_artifact_and_its_prompt():
     # the helper the CUDA tests share, exercised where there is no GPU
     from reference.model.corpus import prompts
     from reference.model.tokenizer import encode, load_tokenizer
+
     shipped, ids = shipped_sonnet()
     assert shipped.digest == DEFAULT_DIGEST
     assert ids == encode(load_tokenizer(), prompts()[0]) and len(ids) > 0

@@ -8,7 +8,8 @@ from fractions import Fraction
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detllm.intops import (
     INT64_MAX,
@@ -52,17 +53,44 @@ def t(v):
 @pytest.mark.parametrize(
     "x,k,expected",
     [
-        (5, 1, 3), (-5, 1, -3), (4, 1, 2), (-4, 1, -2), (6, 2, 2), (-6, 2, -2),
-        (7, 2, 2), (-7, 2, -2), (2, 2, 1), (-2, 2, -1), (1, 1, 1), (-1, 1, -1),
-        (1, 2, 0), (-1, 2, 0), (0, 5, 0), (123, 0, 123), (-123, 0, -123),
-        (3, -2, 12), (-3, -2, -12), (INT64_MAX, 1, 2**62), (INT64_MIN, 1, -(2**62)),
-        (INT64_MAX, 62, 2), (INT64_MIN, 62, -2), (INT64_MIN, 63, -1), (2**62, 63, 1), (2**62 - 1, 63, 0),
-        (-(2**62), 63, -1), (-(2**62) + 1, 63, 0), (INT64_MIN, 64, -1), (INT64_MIN + 1, 64, 0), (INT64_MAX, 70, 0), (2**61, 62, 1), (-(2**61), 62, -1),
+        (5, 1, 3),
+        (-5, 1, -3),
+        (4, 1, 2),
+        (-4, 1, -2),
+        (6, 2, 2),
+        (-6, 2, -2),
+        (7, 2, 2),
+        (-7, 2, -2),
+        (2, 2, 1),
+        (-2, 2, -1),
+        (1, 1, 1),
+        (-1, 1, -1),
+        (1, 2, 0),
+        (-1, 2, 0),
+        (0, 5, 0),
+        (123, 0, 123),
+        (-123, 0, -123),
+        (3, -2, 12),
+        (-3, -2, -12),
+        (INT64_MAX, 1, 2**62),
+        (INT64_MIN, 1, -(2**62)),
+        (INT64_MAX, 62, 2),
+        (INT64_MIN, 62, -2),
+        (INT64_MIN, 63, -1),
+        (2**62, 63, 1),
+        (2**62 - 1, 63, 0),
+        (-(2**62), 63, -1),
+        (-(2**62) + 1, 63, 0),
+        (INT64_MIN, 64, -1),
+        (INT64_MIN + 1, 64, 0),
+        (INT64_MAX, 70, 0),
+        (2**61, 62, 1),
+        (-(2**61), 62, -1),
     ],
 )
 def test_round_shift_known_values(x, k, expected):
-    assert int(round_shift(t(x), k)) == expected           # Python-int shift path
-    assert int(round_shift(t(x), t(k))) == expected        # tensor shift path
+    assert int(round_shift(t(x), k)) == expected  # Python-int shift path
+    assert int(round_shift(t(x), t(k))) == expected  # tensor shift path
 
 
 @settings(max_examples=300, deadline=None)
@@ -85,9 +113,22 @@ def test_round_shift_per_element_shift_tensor():
 
 @pytest.mark.parametrize(
     "a,b,expected",
-    [(5, 2, 3), (-5, 2, -3), (5, -2, -3), (-5, -2, 3), (7, 2, 4), (7, -2, -4), (1, 3, 0), (2, 3, 1),
-     (-2, 3, -1), (0, 7, 0), (INT64_MAX, 2, 2**62), (INT64_MAX, INT64_MAX, 1), (INT64_MAX // 2, INT64_MAX, 0),
-     (INT64_MAX // 2 + 1, INT64_MAX, 1)],
+    [
+        (5, 2, 3),
+        (-5, 2, -3),
+        (5, -2, -3),
+        (-5, -2, 3),
+        (7, 2, 4),
+        (7, -2, -4),
+        (1, 3, 0),
+        (2, 3, 1),
+        (-2, 3, -1),
+        (0, 7, 0),
+        (INT64_MAX, 2, 2**62),
+        (INT64_MAX, INT64_MAX, 1),
+        (INT64_MAX // 2, INT64_MAX, 0),
+        (INT64_MAX // 2 + 1, INT64_MAX, 1),
+    ],
 )
 def test_div_round_known_values(a, b, expected):
     assert int(div_round(t(a), t(b))) == expected
@@ -109,8 +150,29 @@ def test_division_by_zero_raises_one_line():
 
 # ------------------------------------------------------------- isqrt / ilog2
 
-_ISQRT_EDGE = [0, 1, 2, 3, 4, 5, 8, 9, 10, 15, 16, 17, 2**31, 2**32 - 1, 2**32, 2**52 + 1, 2**62 - 1, 2**62,
-               2**62 + 1, 2**63 - 2, 2**63 - 1]
+_ISQRT_EDGE = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    8,
+    9,
+    10,
+    15,
+    16,
+    17,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**52 + 1,
+    2**62 - 1,
+    2**62,
+    2**62 + 1,
+    2**63 - 2,
+    2**63 - 1,
+]
 _ROOTS = [2, 3, 1000, 2**16 - 1, 2**16, 2**26 + 3, 2**31 - 1, 2**31, 3037000499]
 
 
@@ -167,8 +229,9 @@ def test_fit_dyadic_known_values():
 
 
 @settings(max_examples=200, deadline=None)
-@given(r=st.floats(min_value=1e-12, max_value=1e12, allow_nan=False), neg=st.booleans(),
-       bits=st.sampled_from([8, 16, 24]))
+@given(
+    r=st.floats(min_value=1e-12, max_value=1e12, allow_nan=False), neg=st.booleans(), bits=st.sampled_from([8, 16, 24])
+)
 def test_fit_dyadic_full_mantissa_and_error_bound(r, neg, bits):
     r = -r if neg else r
     d = fit_dyadic(r, bits)
@@ -191,8 +254,12 @@ def test_fit_dyadic_per_channel_and_multipliers():
 
 
 @settings(max_examples=200, deadline=None)
-@given(x=st.integers(-(2**31), 2**31 - 1), m=st.integers(-(2**16) + 1, 2**16 - 1), k=st.integers(0, 40),
-       shift=st.integers(-5, 10))
+@given(
+    x=st.integers(-(2**31), 2**31 - 1),
+    m=st.integers(-(2**16) + 1, 2**16 - 1),
+    k=st.integers(0, 40),
+    shift=st.integers(-5, 10),
+)
 def test_apply_dyadic_one_rounding(x, m, k, shift):
     got = int(apply_dyadic(torch.tensor([x], dtype=torch.int32), Dyadic(m, k), shift=shift)[0])
     assert got == py_round_away(Fraction(x * m, 1) / Fraction(2) ** (k + shift))
@@ -234,7 +301,9 @@ def test_round_shift_per_element_tensor_shifts_match_exact_rational(pairs):
 
 
 @settings(max_examples=100, deadline=None)
-@given(pairs=st.lists(st.tuples(st.integers(0, 2**61), st.integers(0, 62), st.integers(1, 2**40)), min_size=1, max_size=20))
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 2**61), st.integers(0, 62), st.integers(1, 2**40)), min_size=1, max_size=20)
+)
 def test_private_nonnegative_fast_paths_follow_the_same_rules(pairs):
     from detllm.ops import _div_round_nonneg, _round_half_up_nonneg
 
@@ -242,5 +311,5 @@ def test_private_nonnegative_fast_paths_follow_the_same_rules(pairs):
     k = t([p[1] for p in pairs])
     b = t([p[2] for p in pairs])
     assert torch.equal(_round_half_up_nonneg(x, k), round_shift(x, k))
-    a = x >> 20                                              # keeps 2a + b < 2^63
+    a = x >> 20  # keeps 2a + b < 2^63
     assert torch.equal(_div_round_nonneg(a, b), div_round(a, b))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bit_diff import assert_same_bits
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from detllm import ops
-from detllm.intops import Dyadic, apply_dyadic, fit_channel_multipliers, fit_dyadic, requantize, isqrt, ilog2, div_round
+from detllm.intops import Dyadic, apply_dyadic, div_round, fit_channel_multipliers, fit_dyadic, ilog2, isqrt, requantize
 from reference.errors import OperandError
-from bit_diff import assert_same_bits
 
 
 def rms_ref(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
@@ -36,9 +36,9 @@ def test_rmsnorm_exact_values():
     assert e.tolist() == [-6, -6, 0]
     # fixed output exponent -4 saturates above 127/16
     q, e = ops.int_rmsnorm(torch.tensor([[100, 0, 0, 0]]), out_exp=-4)
-    assert q.tolist() == [[32, 0, 0, 0]] and e.tolist() == [-4]      # y = [2, 0, 0, 0]
+    assert q.tolist() == [[32, 0, 0, 0]] and e.tolist() == [-4]  # y = [2, 0, 0, 0]
     q, e = ops.int_rmsnorm(torch.tensor([[1] + [0] * 255]), out_exp=-4)
-    assert q.tolist()[0][0] == 127                                  # y = 16 -> saturated
+    assert q.tolist()[0][0] == 127  # y = 16 -> saturated
     # full int64 range: y = +-sqrt(2) -> 90.5 -> 91 (ties away) at exponent -6
     q, e = ops.int_rmsnorm(torch.tensor([[2**62, -(2**62), 5, 0]]))
     assert q.tolist() == [[91, -91, 0, 0]] and e.tolist() == [-6]
@@ -53,7 +53,7 @@ def test_rmsnorm_error_bound_per_token_scale(bits):
     for h in (8, 128, 1024):
         for mag in (3.0, 1000.0, 2.0**28):
             x = torch.round(torch.randn(30, h, generator=g, dtype=torch.float64) * mag).long()
-            x[0, 1] = int(mag * 40)                                  # outlier channel
+            x[0, 1] = int(mag * 40)  # outlier channel
             q, e = ops.int_rmsnorm(x, out_bits=bits)
             ref = rms_ref(x)
             amax = q.abs().amax(-1).long()
@@ -93,7 +93,7 @@ def test_rmsnorm_eps_with_token_exponent():
     x_real = torch.tensor([[2.0**-20, 0, 0, 0], [5.0, 0, 0, 0]], dtype=torch.float64)
     ref = rms_ref(x_real, eps=1e-6)
     assert abs(y[0, 0].item() - ref[0, 0].item()) <= 2**-7 * ref[0, 0].item()
-    assert abs(y[1, 0].item() - 2.0) <= 2**-6                     # eps negligible: y = sqrt(4) = 2
+    assert abs(y[1, 0].item() - 2.0) <= 2**-6  # eps negligible: y = sqrt(4) = 2
 
 
 def test_rmsnorm_rejects_bad_arguments():
@@ -112,7 +112,7 @@ def test_rmsnorm_rejects_bad_arguments():
 def test_sigmoid_and_silu_error_bounds(fb):
     x = torch.arange(-(20 << fb), (20 << fb) + 1, max(1, (40 << fb) // 100000), dtype=torch.int64)
     sig = ops.int_sigmoid(x, fb).double() / 2**30
-    assert (sig - torch.sigmoid(x.double() / 2**fb)).abs().max().item() <= 2**-24   # frozen (measured 2^-25.5)
+    assert (sig - torch.sigmoid(x.double() / 2**fb)).abs().max().item() <= 2**-24  # frozen (measured 2^-25.5)
     silu = ops.int_silu(x, fb).double()
     ref = torch.nn.functional.silu(x.double() / 2**fb) * 2**fb
     # frozen: output rounding 0.5 unit + sigma error 2^-24 times |x| (in units)
@@ -131,8 +131,8 @@ def test_swiglu_error_bound():
     up = torch.randint(-(8 << fu), 8 << fu, (4000,), generator=g)
     out = ops.int_swiglu(gate, up, fg, fu, fo)
     ref = torch.nn.functional.silu(gate.double() / 2**fg) * up.double() / 2**fu
-    silu_err = 0.5 * 2.0**-fg + (gate.abs().double() / 2**fg) * 2**-24     # real units
-    bound = 0.5 + (up.abs().double() / 2**fu) * silu_err * 2**fo             # output units
+    silu_err = 0.5 * 2.0**-fg + (gate.abs().double() / 2**fg) * 2**-24  # real units
+    bound = 0.5 + (up.abs().double() / 2**fu) * silu_err * 2**fo  # output units
     assert bool(((out.double() - ref * 2**fo).abs() <= bound + 1e-9).all())
     with pytest.raises(OperandError, match="2\\^31"):
         ops.int_swiglu(torch.tensor([2**31]), torch.tensor([1]), 16, 16, 16)
@@ -158,9 +158,9 @@ def test_residual_add_exact_whenever_it_fits():
     ea = torch.randint(-5, 6, (64,), generator=g)
     eb = ea - torch.randint(0, 12, (64,), generator=g)
     r, e = ops.residual_add(a, ea, b, eb)
-    exact = a.long() * (1 << (ea - eb)).unsqueeze(-1) + b.long()            # at exponent eb
+    exact = a.long() * (1 << (ea - eb)).unsqueeze(-1) + b.long()  # at exponent eb
     fits = exact.abs().amax(-1) <= 2**30
-    s = (e - eb)
+    s = e - eb
     assert bool((s[fits] == 0).all())
     assert torch.equal(r[fits].long(), exact[fits])
     # renormalized tokens: one rounding, error <= half a step of the new exponent
@@ -183,14 +183,16 @@ def test_quantize_pow2_per_token_known_values_and_bound():
     q, e = ops.quantize_pow2_per_token(x)
     assert int(q.abs().max()) <= 127 and bool((q.abs().amax(-1)[e > 0] >= 64).all())
     err = (q.long() * (1 << e).unsqueeze(-1) - x).abs()
-    assert bool((err <= (1 << e).unsqueeze(-1) // 2).all())                  # one rounding, no clipping
+    assert bool((err <= (1 << e).unsqueeze(-1) // 2).all())  # one rounding, no clipping
 
 
 # ------------------------------------------------------------------ argmax
 
 
 def test_argmax_ties_go_to_smallest_index():
-    x = torch.tensor([[1, 5, 5, 2], [7, 7, 7, 7], [-3, -1, -1, -2], [2**31 - 1, 0, 2**31 - 1, -(2**31)]], dtype=torch.int32)
+    x = torch.tensor(
+        [[1, 5, 5, 2], [7, 7, 7, 7], [-3, -1, -1, -2], [2**31 - 1, 0, 2**31 - 1, -(2**31)]], dtype=torch.int32
+    )
     assert ops.argmax_int(x).tolist() == [1, 0, 1, 0]
     assert ops.argmax_int(torch.tensor([[[4, 9, 9]]])).tolist() == [[1]]
 
@@ -214,18 +216,18 @@ class NoFloat(TorchDispatchMode):
 
 
 def test_forward_ops_run_under_a_float_guard():
-    cos, sin, _ = ops.build_rope_tables(16, 8, 10000.0)             # offline, outside the guard
+    cos, sin, _ = ops.build_rope_tables(16, 8, 10000.0)  # offline, outside the guard
     gm, gk = fit_channel_multipliers([1.0] * 16)
     x = torch.randint(-1000, 1000, (2, 3, 16), dtype=torch.int32)
     v = torch.randint(-128, 128, (2, 5, 16), dtype=torch.int8)
-    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)   # noqa: E731
+    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)  # noqa: E731
     with NoFloat():
         guard_hit = False
         try:
             torch.ones(2) * 0.5
         except AssertionError:
             guard_hit = True
-        assert guard_hit                                          # the guard itself works
+        assert guard_hit  # the guard itself works
         q, e = ops.int_rmsnorm(x, gamma=(gm, gk))
         ops.apply_rope(q, cos, sin, torch.arange(3)[None])
         s = ops.mask_scores(torch.randint(-(1 << 20), 1 << 20, (2, 3, 5)), torch.ones(2, 3, 5, dtype=torch.bool))
@@ -253,9 +255,16 @@ def _all_ops(x: torch.Tensor, v: torch.Tensor, cos, sin, gamma, mm):
     r, re = ops.residual_add(x, 0, x // 3, -2)
     q8, e8 = ops.quantize_pow2_per_token(r, re)
     return {
-        "rms": q, "rms_e": e, "rope": ops.apply_rope(q, cos, sin, torch.arange(x.shape[-2], device=x.device)),
-        "p": p, "pv": ops.pv_matmul(p[..., :, :5], v, mm),
-        "swiglu": ops.int_swiglu(x, x // 2, 10, 10, 8), "res": r, "res_e": re, "q8": q8, "e8": e8,
+        "rms": q,
+        "rms_e": e,
+        "rope": ops.apply_rope(q, cos, sin, torch.arange(x.shape[-2], device=x.device)),
+        "p": p,
+        "pv": ops.pv_matmul(p[..., :, :5], v, mm),
+        "swiglu": ops.int_swiglu(x, x // 2, 10, 10, 8),
+        "res": r,
+        "res_e": re,
+        "q8": q8,
+        "e8": e8,
         "argmax": ops.argmax_int(x),
     }
 
@@ -266,12 +275,12 @@ def test_rowwise_ops_are_batch_invariant():
     gm, gk = fit_channel_multipliers(torch.rand(16, generator=g, dtype=torch.float64) + 0.5)
     x = torch.randint(-1000, 1000, (4, 3, 16), generator=g, dtype=torch.int32)
     v = torch.randint(-128, 128, (4, 5, 16), generator=g, dtype=torch.int8)
-    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)   # noqa: E731
+    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)  # noqa: E731
     full = _all_ops(x, v, cos, sin, (gm, gk), mm)
     for i in range(4):
-        alone = _all_ops(x[i:i + 1], v[i:i + 1], cos, sin, (gm, gk), mm)
+        alone = _all_ops(x[i : i + 1], v[i : i + 1], cos, sin, (gm, gk), mm)
         for k, val in alone.items():
-            assert torch.equal(val, full[k][i:i + 1]), k
+            assert torch.equal(val, full[k][i : i + 1]), k
 
 
 @pytest.mark.cuda
@@ -282,9 +291,9 @@ def test_cuda_gives_the_same_bits_as_cpu():
     gm, gk = fit_channel_multipliers(torch.rand(16, generator=g, dtype=torch.float64) + 0.5)
     x = torch.randint(-1000, 1000, (4, 3, 16), generator=g, dtype=torch.int32)
     v = torch.randint(-128, 128, (4, 5, 16), generator=g, dtype=torch.int8)
-    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)   # noqa: E731
+    mm = lambda a, b: (a.long() @ b.long().T).to(torch.int32)  # noqa: E731
     # CUDA has no int64 matmul: the stand-in accumulator runs on the CPU, everything else on the GPU
-    mm = lambda a, b: (a.cpu().long() @ b.cpu().long().T).to(torch.int32).to(a.device)   # noqa: E731
+    mm = lambda a, b: (a.cpu().long() @ b.cpu().long().T).to(torch.int32).to(a.device)  # noqa: E731
     cpu = _all_ops(x, v, cos, sin, (gm, gk), mm)
     dev = _all_ops(x.cuda(), v.cuda(), cos.cuda(), sin.cuda(), (gm.cuda(), gk), mm)
     for k, val in cpu.items():

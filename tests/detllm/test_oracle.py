@@ -32,11 +32,12 @@ def clean(art):
 
 # ------------------------------------------------------------------ guard
 
+
 def test_guarded_forward_runs_and_matches_unguarded(art, clean):
     eng = E.load_engine(art, guard=True)
     with guard.float_guard() as g:
         r = G.generate(eng, [PROMPT], 4)
-        assert g.ops_seen > 100          # the guard really inspected the forward's ops
+        assert g.ops_seen > 100  # the guard really inspected the forward's ops
     assert r.logits_hash == clean.logits_hash
 
 
@@ -44,7 +45,7 @@ def test_guard_fires_on_planted_float_op(art, monkeypatch):
     real = E.quant_rows
 
     def planted(v):
-        _ = v.to(torch.float32) * 0.5    # a float op hidden inside the forward
+        _ = v.to(torch.float32) * 0.5  # a float op hidden inside the forward
         return real(v)
 
     monkeypatch.setattr(E, "quant_rows", planted)
@@ -53,7 +54,7 @@ def test_guard_fires_on_planted_float_op(art, monkeypatch):
         G.generate(eng, [PROMPT], 1)
     assert "float32" in str(ei.value) and "\n" not in str(ei.value)
     assert isinstance(ei.value, Int8confError)
-    eng.guard = False                    # without the guard the same plant goes unnoticed
+    eng.guard = False  # without the guard the same plant goes unnoticed
     G.generate(eng, [PROMPT], 1)
 
 
@@ -63,8 +64,8 @@ def test_guard_catches_float_scalar_arithmetic():
             torch.arange(4) * 0.5
     with pytest.raises(guard.FloatOpError):
         with guard.float_guard():
-            torch.arange(4) / 2          # true division of ints is a float op
-    with guard.float_guard():            # integer ops pass
+            torch.arange(4) / 2  # true division of ints is a float op
+    with guard.float_guard():  # integer ops pass
         assert int((torch.arange(4) // 2).sum()) == 2
 
 
@@ -75,6 +76,7 @@ def test_kernel_returning_wrong_dtype_is_refused(art):
 
 
 # ------------------------------------------------------------------ faults
+
 
 def test_accumulator_faults_change_the_hash(art, clean):
     """Precondition fault (int32 wraparound of ONE accumulator, in the first
@@ -96,38 +98,65 @@ def test_wraparound_fault_arithmetic():
     f = oracle.wraparound_fault(E.reference_int_mm, call_index=0, row=-1, col=1)
     out = f(a, b)
     assert out.dtype == torch.int32
-    assert out.tolist() == [[11, 17 - 2 ** 31]]       # 17 + 2^31 wrapped into int32
-    assert f(a, b).tolist() == [[11, 17]]            # only the chosen call
+    assert out.tolist() == [[11, 17 - 2**31]]  # 17 + 2^31 wrapped into int32
+    assert f(a, b).tolist() == [[11, 17]]  # only the chosen call
 
 
 # ------------------------------------------------------------------ oracle
 
+
 def test_engine_hash_check_pass_fail_na(art):
+    from conformance.checks.engine_hash import check_engine_hash
     from conformance.kernels.registry import get_kernel
     from conformance.kernels.spec import KernelSpec
+
     spec = get_kernel("cpu")
-    r = oracle.engine_hash_check(spec, artifact=art, prompts=[PROMPT, PROMPT[:3]], max_new_tokens=3)
+    r = check_engine_hash(spec, artifact=art, prompts=[PROMPT, PROMPT[:3]], max_new_tokens=3)
     assert (r.check_id, r.name, r.verdict) == ("E1", "engine_hash", "pass")
     assert r.evidence["kernel_logits_hash"] == r.evidence["reference_logits_hash"]
-    bad = KernelSpec(name="wrap", scaled_mm=spec.scaled_mm, contract=spec.contract,
-                     int_mm=oracle.wraparound_fault(E.reference_int_mm, call_index=2))
-    r = oracle.engine_hash_check(bad, artifact=art, prompts=[PROMPT], max_new_tokens=3)
+    bad = KernelSpec(
+        name="wrap",
+        scaled_mm=spec.scaled_mm,
+        contract=spec.contract,
+        int_mm=oracle.wraparound_fault(E.reference_int_mm, call_index=2),
+    )
+    r = check_engine_hash(bad, artifact=art, prompts=[PROMPT], max_new_tokens=3)
     assert r.verdict == "fail" and r.evidence["mismatched_sequences"] == [0]
+
     def boom(a, b):
         raise RuntimeError("kernel exploded")
-    r = oracle.engine_hash_check(KernelSpec(name="boom", scaled_mm=spec.scaled_mm, contract=spec.contract,
-                                            int_mm=boom), artifact=art, prompts=[PROMPT], max_new_tokens=2)
+
+    r = check_engine_hash(
+        KernelSpec(name="boom", scaled_mm=spec.scaled_mm, contract=spec.contract, int_mm=boom),
+        artifact=art,
+        prompts=[PROMPT],
+        max_new_tokens=2,
+    )
     assert r.verdict == "fail" and "kernel exploded" in r.evidence["error"]
     none = KernelSpec(name="noacc", scaled_mm=spec.scaled_mm, contract=spec.contract)
-    assert oracle.engine_hash_check(none, artifact=art).verdict == "n/a"
+    assert check_engine_hash(none, artifact=art).verdict == "n/a"
 
 
 # ------------------------------------------------------------------ CLI
 
+
 def test_cli_generate_prints_the_api_hashes(art, clean, capsys):
     from detllm.cli import main
-    rc = main(["generate", "--artifact", str(art.path), "--ids", ",".join(map(str, PROMPT)), "-n", "4",
-               "--no-guard", "--kernel", "cpu"])
+
+    rc = main(
+        [
+            "generate",
+            "--artifact",
+            str(art.path),
+            "--ids",
+            ",".join(map(str, PROMPT)),
+            "-n",
+            "4",
+            "--no-guard",
+            "--kernel",
+            "cpu",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     m = re.search(r"logits ([0-9a-f]{12})  tokens ([0-9a-f]{12})", out)
@@ -136,8 +165,24 @@ def test_cli_generate_prints_the_api_hashes(art, clean, capsys):
 
 def test_cli_demo_table_all_integer_hashes_identical(art, clean, capsys):
     from detllm.cli import main
-    rc = main(["demo", "--artifact", str(art.path), "--ids", ",".join(map(str, PROMPT)), "-n", "4",
-               "--no-float", "--no-guard", "--kernels", "cpu,int_mm", "--context-tokens", "64"])
+
+    rc = main(
+        [
+            "demo",
+            "--artifact",
+            str(art.path),
+            "--ids",
+            ",".join(map(str, PROMPT)),
+            "-n",
+            "4",
+            "--no-float",
+            "--no-guard",
+            "--kernels",
+            "cpu,int_mm",
+            "--context-tokens",
+            "64",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "integer hashes identical across all 7 configurations: YES" in out

@@ -10,15 +10,14 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from buggy_kernels import emulate, exact_acc32, make_kernel
+
 from conformance.cases import make_case
-from conformance.evaluate import evaluate_case
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import run_kernel
-from faults import (FAULTS, FaultError, ground_truth, inject, injection_of, parse_injection,
-                    wrapped_kernel)
+from conformance.suite.evaluate import evaluate_case
+from faults import FAULTS, FaultError, ground_truth, inject, injection_of, parse_injection, wrapped_kernel
 from faults.mask import case_key, element_mask
 
 
@@ -27,8 +26,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _call(spec, ops):
-    return spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, out_dtype=ops.out_dtype,
-                          bias=ops.bias)
+    return spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, out_dtype=ops.out_dtype, bias=ops.bias)
 
 
 @pytest.mark.parametrize("kind", ["ordinary", "bias", "pow2", "fp16_out", "scalar_scales"])
@@ -46,15 +44,22 @@ def test_f8_null_changes_nothing_and_passes_every_check(kind):
 
 
 def test_selected_elements_get_the_fault_others_keep_the_kernels_bits():
-    ops = make_case("bias", 1)          # 8 x 64 x 48, bias, cpu contract w_then_a / fp32 bias
+    ops = make_case("bias", 1)  # 8 x 64 x 48, bias, cpu contract w_then_a / fp32 bias
     spec = inject("cpu", "F4", "1%", 5)
     out = _call(spec, ops)
     clean = _call(get_kernel("cpu"), ops)
-    mask = element_mask(ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias),
-                        "F4", "1%", 5)
-    assert int(mask.sum()) == 4                   # 384 outputs: round(3.84) = 4
-    trunc = emulate(exact_acc32(ops.a, ops.b), ops.scale_a, ops.scale_b, "w_then_a",
-                    "fp32_before_round", ops.bias, ops.out_dtype, "rtz")
+    mask = element_mask(ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias), "F4", "1%", 5)
+    assert int(mask.sum()) == 4  # 384 outputs: round(3.84) = 4
+    trunc = emulate(
+        exact_acc32(ops.a, ops.b),
+        ops.scale_a,
+        ops.scale_b,
+        "w_then_a",
+        "fp32_before_round",
+        ops.bias,
+        ops.out_dtype,
+        "rtz",
+    )
     assert torch.equal(_bits(out)[mask], _bits(trunc)[mask])
     assert torch.equal(_bits(out)[~mask], _bits(clean)[~mask])
     gt = ground_truth("cpu", "F4", "1%", 5, ops)
@@ -70,8 +75,7 @@ def test_post_processing_recomputes_from_the_kernels_own_int_mm():
     out = _call(inject(k, "F3", "all", 0), ops)
     acc = exact_acc32(ops.a, ops.b)
     acc[0, 0] += 1
-    want = emulate(acc, ops.scale_a, ops.scale_b, "a_then_w", "fp32_before_round", None,
-                   ops.out_dtype)
+    want = emulate(acc, ops.scale_a, ops.scale_b, "a_then_w", "fp32_before_round", None, ops.out_dtype)
     assert torch.equal(_bits(out), _bits(want))
     # without an int_mm entry the exact reference accumulator is used, and recorded
     k2 = replace(make_kernel("no-int-mm"), int_mm=None)
@@ -105,7 +109,7 @@ def test_injected_kernel_reports_its_path_and_digest_for_c1():
     assert run.manifest["source_digest"] == spec.source_digest != get_kernel("cpu").source_digest
     ex = run.manifest["extra"]
     assert (ex["fault"], ex["coverage"], ex["seed"], ex["fault_selected"]) == ("F4", "all", 0, 384)
-    with trace.capture():   # no leak outside a capture
+    with trace.capture():  # no leak outside a capture
         pass
     assert evaluate_case(spec, ops).checks["C1"].verdict == "pass"
 
@@ -122,11 +126,19 @@ def test_every_catalogue_fault_injects_and_names_are_canonical():
     assert inject("cpu", "F6", prepared=False).name == "cpu+F6@all#s0!"
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ("F10", "unknown fault"), ("F4:5%", "unknown coverage"), ("F4:all:x", "not an integer"),
-    ("F4.stale", "only F9"), ("F9.sideways", "unknown F9 variant"), ("", "expected FAULT"),
-    ("F4:all:-1", "seed -1 is out of range"),
-    ("F4:all:18446744073709551616", "seed 18446744073709551616 is out of range")])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("F10", "unknown fault"),
+        ("F4:5%", "unknown coverage"),
+        ("F4:all:x", "not an integer"),
+        ("F4.stale", "only F9"),
+        ("F9.sideways", "unknown F9 variant"),
+        ("", "expected FAULT"),
+        ("F4:all:-1", "seed -1 is out of range"),
+        ("F4:all:18446744073709551616", "seed 18446744073709551616 is out of range"),
+    ],
+)
 def test_bad_injection_specs_are_one_line_errors(bad, msg):
     with pytest.raises(FaultError) as e:
         parse_injection(bad)
@@ -139,7 +151,7 @@ def test_parse_injection_forms():
     assert (i.fault, i.variant, i.coverage, i.seed) == ("F9", "transposed", "one", 7)
     assert parse_injection("f2").coverage == "all" and parse_injection("F2:1pct").coverage == "1%"
     with pytest.raises(FaultError):
-        inject(inject("cpu", "F4"), "F3")          # no fault on top of a fault
+        inject(inject("cpu", "F4"), "F3")  # no fault on top of a fault
     with pytest.raises(FaultError):
         inject("cpu", "F4", "all", seed=-1)
 
@@ -155,6 +167,7 @@ def test_a_malformed_injection_suffix_is_named_not_an_unknown_kernel():
     """``cpu+F4@all#sx`` used to read "unknown kernel"; a name without ``+F<digit>``
     (or with it only inside a ``?query``) is no injection at all."""
     from faults.spec import FaultError, split_injected_name
+
     for bad in ("cpu+F4@all#sx", "cpu+F4@two#s0", "triton+F4", "cpu+F4@all#s-1"):
         with pytest.raises(FaultError, match=r"an injection suffix reads KERNEL\+F<1-9>"):
             get_kernel(bad)
@@ -170,15 +183,14 @@ def test_an_injected_kernel_keeps_every_declaration_of_the_wrapped_one():
     import dataclasses
 
     from conformance.kernels.registry import get_kernel
+
     tri = get_kernel("triton")
     assert tri.overflow_on("cuda") == "undefined" and tri.overflow_on("cpu") == "wrap"
-    inner = dataclasses.replace(get_kernel("cpu"), name="mine", contiguous_only=("a",),
-                                overflow="saturate")
+    inner = dataclasses.replace(get_kernel("cpu"), name="mine", contiguous_only=("a",), overflow="saturate")
     for spec in (tri, inner):
         for fault in ("F6", "F4", "F8"):
             got = inject(spec, fault, "all", 0)
             for f in dataclasses.fields(spec):
-                if f.name not in ("name", "scaled_mm", "int_mm", "source_digest", "origin",
-                                  "description"):
+                if f.name not in ("name", "scaled_mm", "int_mm", "source_digest", "origin", "description"):
                     assert getattr(got, f.name) == getattr(spec, f.name), (spec.name, f.name)
             assert got.overflow_on("cuda") == spec.overflow_on("cuda")

@@ -23,15 +23,22 @@ FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
 
 
 def test_check_inject_names_the_fault_and_exits_1_when_caught(tmp_path, capsys):
-    assert main(["check", "--kernel", "cpu", "--inject", "F4:all", "--inject", "null:1%:3",
-                 "--out", str(tmp_path), *FAST]) == 1
+    assert (
+        main(["check", "--kernel", "cpu", "--inject", "F4:all", "--inject", "null:1%:3", "--out", str(tmp_path), *FAST])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "fault injected: F4 output_truncation (post-processing), coverage all, seed 0" in out
     doc = json.loads((tmp_path / "cpu_F4_all_s0" / "conformance.json").read_text())
     assert doc["kernel"]["name"] == "cpu+F4@all#s0"
     inj = doc["kernel"]["injection"]
     assert (inj["fault"], inj["name"], inj["coverage"], inj["seed"], inj["wrapped"]) == (
-        "F4", "output_truncation", "all", 0, "cpu")
+        "F4",
+        "output_truncation",
+        "all",
+        0,
+        "cpu",
+    )
     assert doc["notes"][0].startswith("fault injected: F4 output_truncation")
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     md = (tmp_path / "cpu_F4_all_s0" / "conformance.md").read_text()
@@ -59,24 +66,37 @@ def test_check_bad_inject_is_one_line_exit_2(capsys):
 
 def _pytest(tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=str(HELPERS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_pytest_inject_end_to_end(tmp_path):
     rep = tmp_path / "r"
-    r = _pytest(tmp_path, "--kernel=cpu", "--inject=output_truncation:1%",
-                "--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=0",
-                "--int8conf-no-model", f"--int8conf-reports={rep}", "--junitxml=j.xml")
+    r = _pytest(
+        tmp_path,
+        "--kernel=cpu",
+        "--inject=output_truncation:1%",
+        "--int8conf-no-sweep",
+        "--int8conf-no-captures",
+        "--int8conf-examples=0",
+        "--int8conf-no-model",
+        f"--int8conf-reports={rep}",
+        "--junitxml=j.xml",
+    )
     assert r.returncode == 1, r.stdout[-3000:]
     res: dict = {}
     for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase"):
         res.setdefault(c.get("classname"), {})[c.get("name")] = c.find("failure") is not None
-    assert set(res) == {"int8conf-cpu+F4@1%#s0"}      # F8 end to end: the CLI and fixture tests
+    assert set(res) == {"int8conf-cpu+F4@1%#s0"}  # F8 end to end: the CLI and fixture tests
     items = res["int8conf-cpu+F4@1%#s0"]
     assert len(items) == 23 and any(items.values()) and not all(items.values())
-    assert ("fault injected: F4 output_truncation (post-processing), coverage 1%, seed 0"
-            in r.stdout)
+    assert "fault injected: F4 output_truncation (post-processing), coverage 1%, seed 0" in r.stdout
     doc = json.loads((rep / "cpu_F4_1_s0" / "conformance.json").read_text())
     assert doc["kernel"]["injection"]["coverage"] == "1%"
 
@@ -92,7 +112,7 @@ def test_pytest_bad_inject_is_a_usage_error(pytester):
     assert "--inject needs --kernel" in "\n".join(r.outlines + r.errlines)
 
 
-USER_TEST = '''
+USER_TEST = """
 import torch
 
 def test_tie_rounds_to_nearest_even(int8conf_kernel):
@@ -101,17 +121,24 @@ def test_tie_rounds_to_nearest_even(int8conf_kernel):
     out = int8conf_kernel.scaled_mm(one, one.clone(), torch.tensor([1.0]),
                                     torch.tensor([1.0 + 3 * 2.0 ** -8]))
     assert int(out.view(torch.int16)[0, 0]) == 0x3F82
-'''
+"""
 
 
 def test_user_tests_get_the_injected_kernel_through_a_fixture(pytester):
     pytester.makepyfile(test_user=USER_TEST)
-    fast = ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-examples=0",
-            "--int8conf-no-model", f"--int8conf-reports={pytester.path / 'r'}"]
-    r = pytester.runpytest_inprocess("test_user.py", "--kernel=cpu", "--inject=F4:all",
-                                     "--inject=F8:all", "-k", "test_user", *fast)
-    r.assert_outcomes(passed=1, failed=1)      # F4 caught by the user's test, F8 not
-    assert any(ln.startswith("FAILED test_user.py::test_tie_rounds_to_nearest_even"
-                             "[cpu+F4@all#s0]") for ln in r.outlines)
-    r = pytester.runpytest_inprocess("test_user.py")   # no --kernel: skipped
+    fast = [
+        "--int8conf-no-sweep",
+        "--int8conf-no-captures",
+        "--int8conf-examples=0",
+        "--int8conf-no-model",
+        f"--int8conf-reports={pytester.path / 'r'}",
+    ]
+    r = pytester.runpytest_inprocess(
+        "test_user.py", "--kernel=cpu", "--inject=F4:all", "--inject=F8:all", "-k", "test_user", *fast
+    )
+    r.assert_outcomes(passed=1, failed=1)  # F4 caught by the user's test, F8 not
+    assert any(
+        ln.startswith("FAILED test_user.py::test_tie_rounds_to_nearest_even[cpu+F4@all#s0]") for ln in r.outlines
+    )
+    r = pytester.runpytest_inprocess("test_user.py")  # no --kernel: skipped
     r.assert_outcomes(skipped=1)

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from faults import COVERAGES, FaultError
-from faults.mask import (block_counts, block_selection, element_mask, lowest_of, selected_count,
-                         stream_key)
+from faults.mask import block_counts, block_selection, element_mask, lowest_of, selected_count, stream_key
 
 MASK64 = (1 << 64) - 1
 
@@ -32,10 +31,10 @@ def test_splitmix_known_values():
 
 def test_coverage_counts():
     assert [selected_count(64, 384, c) for c in COVERAGES] == [1, 246, 24576]
-    assert selected_count(10, 10, "1%") == 1      # 1.0
-    assert selected_count(15, 10, "1%") == 2      # 1.5 rounds half up
-    assert selected_count(7, 7, "1%") == 1        # 0.49 -> at least one
-    assert selected_count(25, 10, "1%") == 3      # 2.5 -> 3
+    assert selected_count(10, 10, "1%") == 1  # 1.0
+    assert selected_count(15, 10, "1%") == 2  # 1.5 rounds half up
+    assert selected_count(7, 7, "1%") == 1  # 0.49 -> at least one
+    assert selected_count(25, 10, "1%") == 3  # 2.5 -> 3
     assert selected_count(1, 1, "all") == 1
     for c in COVERAGES:
         m = element_mask(64, 384, "case", "F4", c, 0)
@@ -68,7 +67,7 @@ def test_masks_are_deterministic_and_leave_global_rngs_alone():
     random.seed(9)
     states = (torch.get_rng_state().clone(), np.random.get_state()[1].copy(), random.getstate())
     a = element_mask(64, 384, "case-x", "F4", "1%", 0)
-    torch.manual_seed(999)                     # global state must not matter
+    torch.manual_seed(999)  # global state must not matter
     b = element_mask(64, 384, "case-x", "F4", "1%", 0)
     assert torch.equal(a, b)
     torch.manual_seed(123)
@@ -78,16 +77,15 @@ def test_masks_are_deterministic_and_leave_global_rngs_alone():
     assert torch.equal(torch.get_rng_state(), states[0])
     assert (np.random.get_state()[1] == states[1]).all() and random.getstate() == states[2]
     # every input of the key matters
-    for other in (("case-y", "F4", "1%", 0), ("case-x", "F3", "1%", 0),
-                  ("case-x", "F4", "1%", 1)):
+    for other in (("case-y", "F4", "1%", 0), ("case-x", "F3", "1%", 0), ("case-x", "F4", "1%", 1)):
         assert not torch.equal(a, element_mask(64, 384, *other))
 
 
 def test_block_selection_counts_and_determinism():
     assert block_counts(64, 384, "one") == (1, 1)
-    assert block_counts(64, 384, "1%") == (6, 41)    # 6 * 41 = 246 = 1% of 24576
+    assert block_counts(64, 384, "1%") == (6, 41)  # 6 * 41 = 246 = 1% of 24576
     assert block_counts(64, 384, "all") == (64, 384)
-    assert block_counts(16, 16, "1%") == (2, 2)      # T = 3: r = 2, c = floor(1.5 + .5) = 2
+    assert block_counts(16, 16, "1%") == (2, 2)  # T = 3: r = 2, c = floor(1.5 + .5) = 2
     assert block_counts(3, 5, "1%") == (1, 1)
     r1, c1 = block_selection(64, 384, "k", "F6", "1%", 2)
     r2, c2 = block_selection(64, 384, "k", "F6", "1%", 2)
@@ -97,7 +95,7 @@ def test_block_selection_counts_and_determinism():
 
 def test_lowest_of_equals_a_stable_argsort_prefix_with_ties():
     rng = np.random.default_rng(0)
-    for n, count, hi in [(50, 1, 5), (50, 7, 5), (200, 30, 3), (1000, 10, 2 ** 62)]:
-        s = rng.integers(0, hi, n).astype(np.uint64)          # many ties when hi is small
+    for n, count, hi in [(50, 1, 5), (50, 7, 5), (200, 30, 3), (1000, 10, 2**62)]:
+        s = rng.integers(0, hi, n).astype(np.uint64)  # many ties when hi is small
         want = np.sort(np.argsort(s, kind="stable")[:count])
         assert lowest_of(s, count).tolist() == want.tolist()

@@ -38,8 +38,10 @@ def first_difference(got: torch.Tensor, want: torch.Tensor, what: str = "", inpu
     flat = int(ne.nonzero()[0, 0])
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), g.shape)) if g.dim() else ()
     gv, wv = g.reshape(-1)[flat].item(), w.reshape(-1)[flat].item()
-    msg = (f"{head}first diff at index {idx} [flat {flat}]: got {gv} want {wv} "
-           f"(diff {gv - wv}; {int(ne.sum())} of {ne.numel()} differ)")
+    msg = (
+        f"{head}first diff at index {idx} [flat {flat}]: got {gv} want {wv} "
+        f"(diff {gv - wv}; {int(ne.sum())} of {ne.numel()} differ)"
+    )
     for name, t in (inputs or {}).items():
         t = torch.as_tensor(t).detach().cpu().reshape(-1)
         if t.numel() == ne.numel():

@@ -28,7 +28,7 @@ TEST_DIGEST = "0" * 63 + "1"
 #: bf16 tie: 1 + 3 * 2**-8 lies exactly halfway between bf16 0x3F81
 #: (1 + 2**-7) and 0x3F82 (1 + 2**-6); RNE picks the even mantissa 0x3F82,
 #: truncation keeps 0x3F81.
-TIE = 1.0 + 3 * 2.0 ** -8
+TIE = 1.0 + 3 * 2.0**-8
 
 
 def tie_case(pow2: bool = False) -> GemmOperands:
@@ -37,8 +37,15 @@ def tie_case(pow2: bool = False) -> GemmOperands:
     one = torch.ones((1, 1), dtype=torch.int8)
     sa = torch.tensor([TIE if pow2 else 1.0], dtype=torch.float32)
     sb = torch.tensor([1.0 if pow2 else TIE], dtype=torch.float32)
-    return GemmOperands(one, one.clone(), sa, sb, name="tie-pow2" if pow2 else "tie",
-                        scale_mode="pow2" if pow2 else "synthetic", meta={"source": "synthetic"})
+    return GemmOperands(
+        one,
+        one.clone(),
+        sa,
+        sb,
+        name="tie-pow2" if pow2 else "tie",
+        scale_mode="pow2" if pow2 else "synthetic",
+        meta={"source": "synthetic"},
+    )
 
 
 #: Scale order matters (found by a numpy search, values as float32 bits):
@@ -65,16 +72,28 @@ def bias_tie_case() -> GemmOperands:
     before rounding: 2**-8 -> bf16 0x3B80. Bias after rounding: rnd(1 + 2**-8)
     is a tie -> 1.0 (even), 1.0 - 1.0 = 0 -> 0x0000. Distance 0x3B80 = 15232."""
     one = torch.ones((1, 1), dtype=torch.int8)
-    return GemmOperands(one, one.clone(), torch.tensor([1.0]), torch.tensor([1.0 + 2.0 ** -8]),
-                        bias=torch.tensor([-1.0], dtype=torch.bfloat16), name="bias-tie",
-                        meta={"source": "synthetic"})
+    return GemmOperands(
+        one,
+        one.clone(),
+        torch.tensor([1.0]),
+        torch.tensor([1.0 + 2.0**-8]),
+        bias=torch.tensor([-1.0], dtype=torch.bfloat16),
+        name="bias-tie",
+        meta={"source": "synthetic"},
+    )
 
 
 def const_case(k: int, value: int = -128) -> GemmOperands:
     """1xKx1 case, every int8 equal to ``value``: acc = K * value**2."""
     a = torch.full((1, k), value, dtype=torch.int8)
-    return GemmOperands(a, a.clone(), torch.tensor([2.0 ** -20]), torch.tensor([2.0 ** -10]),
-                        name=f"const-K{k}", meta={"source": "synthetic"})
+    return GemmOperands(
+        a,
+        a.clone(),
+        torch.tensor([2.0**-20]),
+        torch.tensor([2.0**-10]),
+        name=f"const-K{k}",
+        meta={"source": "synthetic"},
+    )
 
 
 def sha_int8(t: torch.Tensor) -> str:
@@ -86,20 +105,21 @@ def sha_int8(t: torch.Tensor) -> str:
 
 # --- kernel emulation ------------------------------------------------------
 
+
 def exact_acc32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """int64 exact a @ b.T wrapped to int32 (independent of the reference)."""
     acc = a.to(torch.int64) @ b.to(torch.int64).T
-    return (((acc + 2 ** 31) % 2 ** 32) - 2 ** 31).to(torch.int32)
+    return (((acc + 2**31) % 2**32) - 2**31).to(torch.int32)
 
 
-def emulate(acc: torch.Tensor, sa, sb, order: str, bias_point: str, bias, out_dtype,
-            rounding: str = "rne") -> torch.Tensor:
+def emulate(
+    acc: torch.Tensor, sa, sb, order: str, bias_point: str, bias, out_dtype, rounding: str = "rne"
+) -> torch.Tensor:
     """Epilogue in torch float32 (IEEE RNE multiplies), final rounding ``rounding``."""
     x = acc.to(torch.float32)
     sa = sa.reshape(-1, 1).to(torch.float32)
     sb = sb.reshape(1, -1).to(torch.float32)
-    y = (x * sa) * sb if order == "a_then_w" else (x * sb) * sa if order == "w_then_a" \
-        else x * (sa * sb)
+    y = (x * sa) * sb if order == "a_then_w" else (x * sb) * sa if order == "w_then_a" else x * (sa * sb)
     if bias is not None and bias_point == "fp32_before_round":
         y = y + bias.to(torch.float32)
     out = round_fp32(y, out_dtype, rounding)
@@ -108,10 +128,21 @@ def emulate(acc: torch.Tensor, sa, sb, order: str, bias_point: str, bias, out_dt
     return out
 
 
-def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, rounding: str = "rne",
-                order: str = None, bias_point: str = None, transpose_b: bool = False, acc_off_by_one: bool = False,
-                ran_digest: str = TEST_DIGEST, record_path: bool = True, raises: bool = False,
-                nan: bool = False, devices=("cpu",)) -> KernelSpec:
+def make_kernel(
+    name: str,
+    contract: EpilogueContract = CUTLASS_STYLE,
+    *,
+    rounding: str = "rne",
+    order: str = None,
+    bias_point: str = None,
+    transpose_b: bool = False,
+    acc_off_by_one: bool = False,
+    ran_digest: str = TEST_DIGEST,
+    record_path: bool = True,
+    raises: bool = False,
+    nan: bool = False,
+    devices=("cpu",),
+) -> KernelSpec:
     """A KernelSpec whose scaled_mm emulates ``contract`` with optional faults.
 
     Args:
@@ -142,29 +173,38 @@ def make_kernel(name: str, contract: EpilogueContract = CUTLASS_STYLE, *, roundi
         trace.record_operands(a, b, scale_a, scale_b, bias)
         if record_path:
             trace.record_path("test-emulation", source_digest=ran_digest)
-        out = emulate(exact_acc32(a, b), scale_a, scale_b, used, used_bias, bias,
-                      out_dtype, rounding)
+        out = emulate(exact_acc32(a, b), scale_a, scale_b, used, used_bias, bias, out_dtype, rounding)
         if nan:
             out[0, 0] = float("nan")
         return out
 
-    return KernelSpec(name=name, scaled_mm=scaled_mm, contract=contract, devices=tuple(devices),
-                      source_digest=TEST_DIGEST, int_mm=int_mm, origin="test",
-                      description=f"test kernel {name}")
+    return KernelSpec(
+        name=name,
+        scaled_mm=scaled_mm,
+        contract=contract,
+        devices=tuple(devices),
+        source_digest=TEST_DIGEST,
+        int_mm=int_mm,
+        origin="test",
+        description=f"test kernel {name}",
+    )
 
 
 def _trunc_int_mm(a, b):
     return exact_acc32(a.cpu(), b.cpu())
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncating",
-         description="CUTLASS-style epilogue with round-toward-zero (fault F4)")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="truncating",
+    description="CUTLASS-style epilogue with round-toward-zero (fault F4)",
+)
 def truncating_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Third-party-style kernel (loaded as ``buggy_kernels:truncating_kernel``):
     declares CUTLASS_STYLE but truncates the final conversion."""
     trace.record_path("test-truncating")
-    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
-                   out_dtype, "rtz")
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias, out_dtype, "rtz")
 
 
 # --- tests of the helpers themselves ---------------------------------------
@@ -187,46 +227,61 @@ HOSTILE_K = 37
 
 def _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias):
     trace.record_path("test-hostile")
-    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias,
-                   out_dtype, "rne")
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias, out_dtype, "rne")
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="segfaulting",
-         description="segfaults (NULL read via ctypes) when K == HOSTILE_K")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="segfaulting",
+    description="segfaults (NULL read via ctypes) when K == HOSTILE_K",
+)
 def segfaulting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Reads address 0 through ctypes (a real SIGSEGV) on K == HOSTILE_K."""
     if a.shape[1] == HOSTILE_K:
         import ctypes
+
         ctypes.string_at(0)
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="aborting",
-         description="calls os.abort() (SIGABRT) when K == HOSTILE_K")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="aborting",
+    description="calls os.abort() (SIGABRT) when K == HOSTILE_K",
+)
 def aborting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """``os.abort()`` on K == HOSTILE_K (what a failed C assert does)."""
     if a.shape[1] == HOSTILE_K:
         import os
+
         os.abort()
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="hanging",
-         description="sleeps for an hour when K == HOSTILE_K")
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="hanging", description="sleeps for an hour when K == HOSTILE_K")
 def hanging_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """``time.sleep(3600)`` on K == HOSTILE_K (a kernel that never returns)."""
     if a.shape[1] == HOSTILE_K:
         import time
+
         time.sleep(3600)
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="declining",
-         constraints=ShapeConstraints(k_multiple=8),
-         description="declares K % 8 == 0 (declines other shapes)")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="declining",
+    constraints=ShapeConstraints(k_multiple=8),
+    description="declares K % 8 == 0 (declines other shapes)",
+)
 def declining_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Exact CUTLASS-style kernel that declares ``k_multiple=8``."""
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 # --- buggy kernels for the verdict checks (issue 8, deliverables 2 and 3) ----
 # Each is a CUTLASS-style kernel (declared w_then_a, bias in float32 before
 # the one RNE rounding, overflow "wrap" by default) with one realistic bug.
@@ -237,9 +292,12 @@ def _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order="w_then_a"):
     return emulate(acc, scale_a, scale_b, order, "fp32_before_round", bias, out_dtype)
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="signed_zero_lost",
-         description="writes +0 where the accumulator is 0 (skips the epilogue), "
-                     "losing -0 = 0 * negative scale")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="signed_zero_lost",
+    description="writes +0 where the accumulator is 0 (skips the epilogue), losing -0 = 0 * negative scale",
+)
 def signed_zero_lost(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: zero accumulators short-cut to +0.0 (as a kernel that skips the
     epilogue of all-zero tiles does), so ``0 * (negative scale) = -0`` becomes +0."""
@@ -251,24 +309,32 @@ def signed_zero_lost(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
 
 
 def _sat_int_mm(a, b):
-    return (a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T).clamp(
-        -2 ** 31, 2 ** 31 - 1).to(torch.int32)
+    return (a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T).clamp(-(2**31), 2**31 - 1).to(torch.int32)
 
 
-@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declares_wrap",
-         description="saturating int32 accumulator, declares (by default) wrap")
+@declare(
+    contract="cutlass",
+    int_mm=_sat_int_mm,
+    name="saturating_declares_wrap",
+    description="saturating int32 accumulator, declares (by default) wrap",
+)
 def saturating_declares_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: the accumulator saturates (clamps to the int32 range) while the
     kernel declares the default two's-complement wrap."""
-    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-(2**31), 2**31 - 1)
     return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(contract="cutlass", int_mm=_sat_int_mm, name="saturating_declared", overflow="saturate",
-         description="saturating int32 accumulator, declared as such (correct)")
+@declare(
+    contract="cutlass",
+    int_mm=_sat_int_mm,
+    name="saturating_declared",
+    overflow="saturate",
+    description="saturating int32 accumulator, declared as such (correct)",
+)
 def saturating_declared(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Correct: same saturating accumulator, declared ``overflow="saturate"``."""
-    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-2 ** 31, 2 ** 31 - 1)
+    acc = (a.to(torch.int64) @ b.to(torch.int64).T).clamp(-(2**31), 2**31 - 1)
     return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
 
 
@@ -276,8 +342,9 @@ def saturating_declared(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
 def bf16_when_fp16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: always returns bfloat16 (the output dtype is hard-wired), so a
     float16 request gets bf16 bits."""
-    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, torch.bfloat16,
-                        None if bias is None else bias.to(torch.bfloat16))
+    return _cutlass_out(
+        exact_acc32(a, b), scale_a, scale_b, torch.bfloat16, None if bias is None else bias.to(torch.bfloat16)
+    )
 
 
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_path_order")
@@ -298,7 +365,7 @@ def stale_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=Non
     key = (a.shape[0], b.shape[0])
     acc = _STALE.setdefault(key, torch.zeros(key, dtype=torch.int64))
     acc += a.to(torch.int64) @ b.to(torch.int64).T
-    return _cutlass_out(acc.clamp(-2 ** 31, 2 ** 31 - 1), scale_a, scale_b, out_dtype, bias)
+    return _cutlass_out(acc.clamp(-(2**31), 2**31 - 1), scale_a, scale_b, out_dtype, bias)
 
 
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="good_cutlass")
@@ -328,12 +395,12 @@ def _float32_acc(a, b, block: int = 32):
     acc = torch.zeros((a.shape[0], b.shape[0]), dtype=torch.float32)
     a64, b64 = a.to(torch.int64), b.to(torch.int64)
     for k0 in range(0, a.shape[1], block):
-        acc += (a64[:, k0:k0 + block] @ b64[:, k0:k0 + block].T).to(torch.float32)
+        acc += (a64[:, k0 : k0 + block] @ b64[:, k0 : k0 + block].T).to(torch.float32)
     return acc
 
 
 def _fp32acc_int_mm(a, b):
-    return _float32_acc(a, b).round().clamp(-2 ** 31, 2 ** 31 - 1).to(torch.int32)
+    return _float32_acc(a, b).round().clamp(-(2**31), 2**31 - 1).to(torch.int32)
 
 
 @declare(contract="cutlass", int_mm=_fp32acc_int_mm, name="fp32_accumulator")
@@ -406,8 +473,7 @@ def _pair_sat_acc(a, b):
     return pairs.sum(-1, dtype=torch.int64)
 
 
-@declare(contract="cutlass", int_mm=lambda a, b: _pair_sat_acc(a, b).to(torch.int32),
-         name="pair_saturation_int16")
+@declare(contract="cutlass", int_mm=lambda a, b: _pair_sat_acc(a, b).to(torch.int32), name="pair_saturation_int16")
 def pair_saturation_int16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: adjacent products saturate in int16 pairs: (-128)*(-128) twice is
     32768 -> 32767 when the pair is aligned on an even k."""
@@ -420,8 +486,7 @@ def _dense_view(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, t.shape, (t.shape[1], 1))
 
 
-@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(_dense_view(a), b),
-         name="ignores_lda")
+@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(_dense_view(a), b), name="ignores_lda")
 def ignores_lda(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: ignores the leading stride of ``a`` (treats a ``x[:, :K]`` view
     as dense), as kernels that pass ``K`` for ``lda`` do."""
@@ -435,8 +500,7 @@ def column_major_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias).t().contiguous().t()
 
 
-@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(a, _dense_view(b)),
-         name="b_as_contiguous")
+@declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(a, _dense_view(b)), name="b_as_contiguous")
 def b_as_contiguous(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: reads ``b`` as a dense row-major [N, K] buffer whatever its strides
     (a transposed [K, N] view or a padded one is misread)."""
@@ -471,8 +535,13 @@ def saturate_to_finite(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
 def zero_scale_as_one(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: a division-safe guard replaces zero scales with 1."""
     one = torch.ones((), dtype=torch.float32)
-    return _cutlass_out(exact_acc32(a, b), torch.where(scale_a == 0, one, scale_a),
-                        torch.where(scale_b == 0, one, scale_b), out_dtype, bias)
+    return _cutlass_out(
+        exact_acc32(a, b),
+        torch.where(scale_a == 0, one, scale_a),
+        torch.where(scale_b == 0, one, scale_b),
+        out_dtype,
+        bias,
+    )
 
 
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="m_tail_scale_shift")
@@ -480,11 +549,10 @@ def m_tail_scale_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
     """Bug: rows of a partial last BLOCK_M = 16 tile (M > 16, M % 16 != 0) read
     the per-token scale one row too early (off-by-one in the tail path)."""
     m = a.shape[0]
-    sa = scale_a.reshape(-1).expand(m).clone() if scale_a.numel() == 1 else \
-        scale_a.reshape(-1).clone()
+    sa = scale_a.reshape(-1).expand(m).clone() if scale_a.numel() == 1 else scale_a.reshape(-1).clone()
     if m > 16 and m % 16:
         t = (m // 16) * 16
-        sa[t:] = scale_a.reshape(-1)[t - 1:m - 1] if scale_a.numel() > 1 else sa[t:]
+        sa[t:] = scale_a.reshape(-1)[t - 1 : m - 1] if scale_a.numel() > 1 else sa[t:]
     return _cutlass_out(exact_acc32(a, b), sa, scale_b, out_dtype, bias)
 
 
@@ -492,8 +560,7 @@ def m_tail_scale_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
 def bias_rounded_first(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: declares bias in float32 before the rounding but rounds the
     product to out_dtype first and adds the bias after (fault F5)."""
-    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias,
-                   out_dtype)
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias, out_dtype)
 
 
 # --- issue 8: bugs on size-dependent paths (family ``large_shapes``) ---------
@@ -521,7 +588,7 @@ def wide_n_tail_tile_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, b
     out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
     n = out.shape[1]
     if n > 256:
-        out[:, (n // 128) * 128:] = 0
+        out[:, (n // 128) * 128 :] = 0
     return out
 
 
@@ -548,8 +615,7 @@ def _splitk_fp32_acc(a, b):
     return (p1 + p2).to(torch.int64)
 
 
-@declare(contract="cutlass", int_mm=lambda a, b: _splitk_fp32_acc(a, b).to(torch.int32),
-         name="splitk_float32_reduce")
+@declare(contract="cutlass", int_mm=lambda a, b: _splitk_fp32_acc(a, b).to(torch.int32), name="splitk_float32_reduce")
 def splitk_float32_reduce(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: split-K for long K at decode shapes reduces the two int32
     partial sums in float32 (inexact once a partial passes 2**24)."""
@@ -559,6 +625,7 @@ def splitk_float32_reduce(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias
 # --- issue 8 (new-user pass, 2026-12-01d): epilogue bugs on dispatch paths ----
 # Each takes another epilogue only past a shape or value threshold that the
 # ``ties`` / ``bias_cancel`` cases never reach; family ``dispatch`` does.
+
 
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="splitk_fused_epilogue")
 def splitk_fused_epilogue(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
@@ -603,7 +670,7 @@ def small_acc_fast_path(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
     """Bug: when every |acc| < 2^16 a narrower fast path fuses the scales first
     (a data-dependent path: also batch-variant, since one large row switches it off)."""
     acc = exact_acc32(a, b)
-    order = "fused" if int(acc.abs().max()) < 2 ** 16 else "w_then_a"
+    order = "fused" if int(acc.abs().max()) < 2**16 else "w_then_a"
     return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias, order)
 
 
@@ -618,9 +685,12 @@ def fp32_output_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bi
 _SCALES_BY_N: dict = {}
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="scales_cached_by_n",
-         description="caches the weight scales by N: a later call with the same N and other "
-                     "scales reuses the first call's")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="scales_cached_by_n",
+    description="caches the weight scales by N: a later call with the same N and other scales reuses the first call's",
+)
 def scales_cached_by_n(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: the weight scales are cached in a dict keyed by N (as a kernel
     caching a prepared scale buffer per layer width), so a later call with
@@ -634,38 +704,62 @@ def scales_cached_by_n(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
 # hand-picked families never reach; the default suite's planted ``regimes`` cases
 # (conformance.cases.regimes) reach it.
 
-def _switched(name: str, when, order: str = "a_then_w", bias_point: str = "fp32_before_round",
-              doc: str = ""):
+
+def _switched(name: str, when, order: str = "a_then_w", bias_point: str = "fp32_before_round", doc: str = ""):
     """A CUTLASS-style kernel (w_then_a, bias before rounding) that uses ``order`` /
     ``bias_point`` instead where ``when(a, b, out_dtype, bias)`` holds."""
+
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         bad = when(a, b, out_dtype, bias)
-        return emulate(exact_acc32(a, b), scale_a, scale_b, order if bad else "w_then_a",
-                       bias_point if bad else "fp32_before_round", bias, out_dtype)
+        return emulate(
+            exact_acc32(a, b),
+            scale_a,
+            scale_b,
+            order if bad else "w_then_a",
+            bias_point if bad else "fp32_before_round",
+            bias,
+            out_dtype,
+        )
+
     scaled_mm.__name__ = scaled_mm.__qualname__ = name
     scaled_mm.__doc__ = doc
     return declare(contract="cutlass", int_mm=_trunc_int_mm, name=name)(scaled_mm)
 
 
 order_past_m_4096 = _switched(
-    "order_past_m_4096", lambda a, b, dt, bias: a.shape[0] > 4096,
-    doc="Bug: the long-prefill configuration (M > 4096) multiplies by s_a first.")
+    "order_past_m_4096",
+    lambda a, b, dt, bias: a.shape[0] > 4096,
+    doc="Bug: the long-prefill configuration (M > 4096) multiplies by s_a first.",
+)
 bias_after_round_past_n_32768 = _switched(
-    "bias_after_round_past_n_32768", lambda a, b, dt, bias: b.shape[0] > 32768,
-    order="w_then_a", bias_point="after_round",
-    doc="Bug: the vocabulary-wide grid (N > 32768) adds the bias after rounding.")
+    "bias_after_round_past_n_32768",
+    lambda a, b, dt, bias: b.shape[0] > 32768,
+    order="w_then_a",
+    bias_point="after_round",
+    doc="Bug: the vocabulary-wide grid (N > 32768) adds the bias after rounding.",
+)
 fused_past_k_16384 = _switched(
-    "fused_past_k_16384", lambda a, b, dt, bias: a.shape[1] > 16384, order="fused",
-    doc="Bug: the deep-K (K > 16384) configuration fuses the two scales first.")
+    "fused_past_k_16384",
+    lambda a, b, dt, bias: a.shape[1] > 16384,
+    order="fused",
+    doc="Bug: the deep-K (K > 16384) configuration fuses the two scales first.",
+)
 order_past_mnk_2_30 = _switched(
-    "order_past_mnk_2_30", lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > 2 ** 30,
-    doc="Bug: past M*N*K = 2^30 (a heuristic's large-problem path) s_a goes first.")
+    "order_past_mnk_2_30",
+    lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > 2**30,
+    doc="Bug: past M*N*K = 2^30 (a heuristic's large-problem path) s_a goes first.",
+)
 order_for_transposed_b = _switched(
-    "order_for_transposed_b", lambda a, b, dt, bias: b.shape[0] > 1 and b.stride(0) == 1,
-    doc="Bug: the column-major-weight path (vLLM's b = w.t()) multiplies by s_a first.")
+    "order_for_transposed_b",
+    lambda a, b, dt, bias: b.shape[0] > 1 and b.stride(0) == 1,
+    doc="Bug: the column-major-weight path (vLLM's b = w.t()) multiplies by s_a first.",
+)
 fused_for_fp16 = _switched(
-    "fused_for_fp16", lambda a, b, dt, bias: dt == torch.float16 and a.shape[0] > 64,
-    order="fused", doc="Bug: the float16-output prefill variant (M > 64) fuses the scales.")
+    "fused_for_fp16",
+    lambda a, b, dt, bias: dt == torch.float16 and a.shape[0] > 64,
+    order="fused",
+    doc="Bug: the float16-output prefill variant (M > 64) fuses the scales.",
+)
 
 
 @declare(contract="cutlass", int_mm=_trunc_int_mm, name="unmasked_k_tail_large_even_k")
@@ -692,30 +786,37 @@ def wide_n_last_tile_dropped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, b
     out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
     n = out.shape[1]
     if n > 65536 and n % 256:
-        out[:, (n // 256) * 256:] = 0
+        out[:, (n // 256) * 256 :] = 0
     return out
 
 
 def _wrap_pos_saturate_neg(a, b):
     acc = a.cpu().to(torch.int64) @ b.cpu().to(torch.int64).T
-    wrapped = ((acc + 2 ** 31) % 2 ** 32) - 2 ** 31
-    return torch.where(acc < -2 ** 31, torch.tensor(-2 ** 31), wrapped).to(torch.int32)
+    wrapped = ((acc + 2**31) % 2**32) - 2**31
+    return torch.where(acc < -(2**31), torch.tensor(-(2**31)), wrapped).to(torch.int32)
 
 
-@declare(contract="cutlass", int_mm=_wrap_pos_saturate_neg, name="negative_overflow_saturates",
-         description="declares a wrapping int32 accumulator; saturates below -2^31")
+@declare(
+    contract="cutlass",
+    int_mm=_wrap_pos_saturate_neg,
+    name="negative_overflow_saturates",
+    description="declares a wrapping int32 accumulator; saturates below -2^31",
+)
 def negative_overflow_saturates(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: declares wrap (the default) but the accumulator saturates when it
     overflows downwards (wraps upwards): the declaration holds one way only."""
-    return _cutlass_out(_wrap_pos_saturate_neg(a, b).to(torch.int64), scale_a, scale_b,
-                        out_dtype, bias)
+    return _cutlass_out(_wrap_pos_saturate_neg(a, b).to(torch.int64), scale_a, scale_b, out_dtype, bias)
 
 
 _OUT_BUFFERS: dict = {}
 
 
-@declare(contract="cutlass", int_mm=_trunc_int_mm, name="reuses_output_buffer",
-         description="returns one cached output buffer per (M, N, dtype)")
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="reuses_output_buffer",
+    description="returns one cached output buffer per (M, N, dtype)",
+)
 def reuses_output_buffer(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: the decode path (M <= 16) writes into a static output buffer cached per
     (M, N, dtype), as a CUDA-graph pool does, and returns it: a result the caller

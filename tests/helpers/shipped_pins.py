@@ -21,6 +21,7 @@ def shipped_sonnet():
     from detllm.prepare import SHIPPED_DIR
     from reference.model.corpus import prompts
     from reference.model.tokenizer import encode, load_tokenizer
+
     shipped = load_artifact(SHIPPED_DIR)
     if shipped.digest != DEFAULT_DIGEST:
         pytest.skip("shipped artifact changed (re-pin the hashes)")

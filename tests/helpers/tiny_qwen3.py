@@ -14,8 +14,15 @@ def tiny_model(seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                      intermediate_size=1536, tie_word_embeddings=True,
-                      max_position_embeddings=256)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=1536,
+        tie_word_embeddings=True,
+        max_position_embeddings=256,
+    )
     return Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()

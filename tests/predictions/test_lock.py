@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from predictions.lock import (lock_matrix, matrix_chain, read_lock, verify_git_history,
-                              verify_matrix)
+from predictions.lock import lock_matrix, matrix_chain, read_lock, verify_git_history, verify_matrix
 from predictions.matrix import parse_matrix
 from reference.errors import PredictionError
 
@@ -24,16 +23,16 @@ def _v1(tmp: Path) -> Path:
     return p
 
 
-def _amend(tmp: Path, parent: Path, name: str, row: str, check: str, to: str,
-           list_change: bool = True) -> Path:
+def _amend(tmp: Path, parent: Path, name: str, row: str, check: str, to: str, list_change: bool = True) -> Path:
     """An amendment of ``parent`` changing one cell (optionally without listing it)."""
     doc = yaml.safe_load(parent.read_text())
     was = doc["rows"][row][check]["prediction"]
     doc["matrix"] = name[:-5]
     doc["amends"] = {"file": parent.name, "sha256": hashlib.sha256(parent.read_bytes()).hexdigest()}
     doc["rows"][row][check] = {"prediction": to, "rationale": "changed after the pilot"}
-    doc["changes"] = [{"row": row, "check": check, "from": was, "to": to,
-                       "reason": "pilot showed it"}] if list_change else []
+    doc["changes"] = (
+        [{"row": row, "check": check, "from": was, "to": to, "reason": "pilot showed it"}] if list_change else []
+    )
     p = tmp / name
     p.write_text(yaml.safe_dump(doc, sort_keys=False))
     return p
@@ -57,8 +56,7 @@ def test_every_committed_matrix_verifies_and_history_is_append_only():
 
 def test_tampered_matrix_is_refused_with_one_line(tmp_path):
     p = _v1(tmp_path)
-    p.write_text(p.read_text().replace('F4:\n    C1: {prediction: "silent"',
-                                       'F4:\n    C1: {prediction: "fire"', 1))
+    p.write_text(p.read_text().replace('F4:\n    C1: {prediction: "silent"', 'F4:\n    C1: {prediction: "fire"', 1))
     with pytest.raises(PredictionError, match="does not match its lock") as e:
         verify_matrix(p)
     assert "\n" not in str(e.value)
@@ -79,8 +77,7 @@ def test_edited_earlier_matrix_is_refused_even_when_relocked(tmp_path):
     a = _amend(tmp_path, p, "v1.1.yaml", "F3", "C8", "silent")
     lock_matrix(a)
     # edit v1 instead of amending, and rebuild the whole LOCK around the edit
-    p.write_text(p.read_text().replace('F4:\n    C1: {prediction: "silent"',
-                                       'F4:\n    C1: {prediction: "fire"', 1))
+    p.write_text(p.read_text().replace('F4:\n    C1: {prediction: "silent"', 'F4:\n    C1: {prediction: "fire"', 1))
     (tmp_path / "LOCK").unlink()
     lock_matrix(p)
     (tmp_path / "LOCK").write_text((tmp_path / "LOCK").read_text())

@@ -6,11 +6,19 @@ construction (e.g. K copies of -128 x -128 = K * 2**14).
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from reference.accumulate import (CHUNK_K, FP32_EXACT_INT, INT32_MAX, INT32_MIN,
-                                  accumulator_bound, accumulator_row_col_bound, exact_int_mm,
-                                  int_mm_int64_naive)
+from reference.accumulate import (
+    CHUNK_K,
+    FP32_EXACT_INT,
+    INT32_MAX,
+    INT32_MIN,
+    accumulator_bound,
+    accumulator_row_col_bound,
+    exact_int_mm,
+    int_mm_int64_naive,
+)
 from reference.errors import OperandError
 from reference.strategies import int8_tensors, shapes
 
@@ -29,7 +37,7 @@ def row(*segments):
 
 def test_constants():
     assert (INT32_MAX, INT32_MIN, FP32_EXACT_INT) == (2147483647, -2147483648, 16777216)
-    assert CHUNK_K * 128 * 128 == 2 ** 24  # the exactness argument's chunk bound
+    assert CHUNK_K * 128 * 128 == 2**24  # the exactness argument's chunk bound
 
 
 def test_minus128_squared():
@@ -39,12 +47,15 @@ def test_minus128_squared():
     assert exact_int_mm(a, b).dtype == torch.int64
 
 
-@pytest.mark.parametrize("k,expected", [
-    (1023, 1023 * 16384),
-    (1024, 2 ** 24),             # one full chunk of worst-case products: exactly 2**24
-    (1025, 2 ** 24 + 16384),     # crosses the chunk boundary
-    (4096, 2 ** 26),
-])
+@pytest.mark.parametrize(
+    "k,expected",
+    [
+        (1023, 1023 * 16384),
+        (1024, 2**24),  # one full chunk of worst-case products: exactly 2**24
+        (1025, 2**24 + 16384),  # crosses the chunk boundary
+        (4096, 2**26),
+    ],
+)
 def test_worst_case_all_minus128(k, expected):
     a = torch.full((2, k), -128, dtype=torch.int8)
     b = torch.full((3, k), -128, dtype=torch.int8)
@@ -61,7 +72,7 @@ def test_mixed_extremes_small_hand_case():
 
 def test_accumulator_around_2_pow_24():
     # 1024 x (-128 x -128) = 2**24, plus a tail of (1 x d)
-    for d, expected in [(-1, 2 ** 24 - 1), (0, 2 ** 24), (1, 2 ** 24 + 1), (3, 2 ** 24 + 3)]:
+    for d, expected in [(-1, 2**24 - 1), (0, 2**24), (1, 2**24 + 1), (3, 2**24 + 3)]:
         a = row((-128, 1024), (1, 1))
         b = row((-128, 1024), (d, 1))
         assert exact_int_mm(a, b).item() == expected
@@ -74,7 +85,7 @@ def test_accumulator_around_int32_bounds():
     assert exact_int_mm(a, b).item() == INT32_MAX
     # 2**31 = 131072 * 16384: one past INT32_MAX, returned without wrap-around
     a = torch.full((1, 131072), -128, dtype=torch.int8)
-    assert exact_int_mm(a, a).item() == 2 ** 31
+    assert exact_int_mm(a, a).item() == 2**31
     # -2**31 = 132104 * (-128 * 127) + 8 * (-128 * 1); one more (-1 x 1) goes below INT32_MIN
     a = row((-128, 132104), (-128, 8))
     b = row((127, 132104), (1, 8))
@@ -86,8 +97,8 @@ def test_accumulator_around_int32_bounds():
 
 
 def test_non_contiguous_operands_are_fine():
-    a = torch.full((8, 4), 3, dtype=torch.int8).t()      # [4, 8] transposed view
-    b = torch.full((8, 5), -2, dtype=torch.int8).t()     # [5, 8]
+    a = torch.full((8, 4), 3, dtype=torch.int8).t()  # [4, 8] transposed view
+    b = torch.full((8, 5), -2, dtype=torch.int8).t()  # [5, 8]
     assert exact_int_mm(a, b).tolist() == [[-48] * 5] * 4
 
 
@@ -123,6 +134,7 @@ def test_fast_path_equals_naive(data):
 
 def test_row_blocked_path_for_large_b(monkeypatch):
     import reference.accumulate as acc_mod
+
     monkeypatch.setattr(acc_mod, "_B_BLOCK_ELEMS", 3000)  # force several b row blocks
     g = torch.Generator().manual_seed(3)
     a = torch.randint(-128, 128, (5, 2100), generator=g, dtype=torch.int8)

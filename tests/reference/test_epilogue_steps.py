@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from reference.contract import EpilogueContract
 from reference.epilogue import apply_epilogue
-from reference.epilogue_steps import (NAMED, apply_steps, from_contract, parse_steps,
-                                      select_steps, parse_declared)
+from reference.epilogue_steps import NAMED, apply_steps, from_contract, parse_declared, parse_steps, select_steps
 from reference.errors import ContractError
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -24,11 +23,14 @@ def _bits(t):
 
 
 @settings(max_examples=60)
-@given(seed=st.integers(0, 2**31 - 1), mag=st.sampled_from([2**7, 2**20, 2**24, 2**30]),
-       out=st.sampled_from(["bf16", "fp16", "fp32"]), with_bias=st.booleans(),
-       smag=st.sampled_from([1e-6, 1e-3, 1.0, 3e2]))
-def test_named_instances_round_trip_the_builtin_contracts_bit_for_bit(seed, mag, out, with_bias,
-                                                                      smag):
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    mag=st.sampled_from([2**7, 2**20, 2**24, 2**30]),
+    out=st.sampled_from(["bf16", "fp16", "fp32"]),
+    with_bias=st.booleans(),
+    smag=st.sampled_from([1e-6, 1e-3, 1.0, 3e2]),
+)
+def test_named_instances_round_trip_the_builtin_contracts_bit_for_bit(seed, mag, out, with_bias, smag):
     g = torch.Generator().manual_seed(seed)
     m, n = 7, 9
     acc = torch.randint(-mag, mag, (m, n), generator=g)
@@ -58,8 +60,9 @@ def test_bf16_intermediate_and_constant_steps_match_hand_derived_bits():
     acc = torch.tensor([[257, 3, -259]], dtype=torch.int64)
     sa = torch.tensor([1.0], dtype=torch.float32)
     sw = torch.tensor([1.0, 0.1, 1.0], dtype=torch.float32)
-    got = apply_steps(acc, sa, sw, ["cast bf16", "mul s_a -> bf16", "mul s_w -> fp32",
-                                    "cast out"], out_dtype=torch.float32)
+    got = apply_steps(
+        acc, sa, sw, ["cast bf16", "mul s_a -> bf16", "mul s_w -> fp32", "cast out"], out_dtype=torch.float32
+    )
     # 257 -> 256 and -259 -> -260 (ties to even, spacing 2 above 256); 3 * 0.1f in float32
     assert got.tolist() == [[256.0, float(np.float32(3) * np.float32(0.1)), -260.0]]
     # constant factor rounded to float32 first, as torch does with a Python float
@@ -68,8 +71,7 @@ def test_bf16_intermediate_and_constant_steps_match_hand_derived_bits():
     assert np.array_equal(got.numpy().view(np.int16), want.view(np.int16))
     # operand expression: bf16(s_a) and (s_a*127)*(s_w*127)
     sa2 = torch.tensor([0.0123], dtype=torch.float32)
-    got = apply_steps(acc, sa2, sw, ["cast fp32", "mul (s_a*127)*(s_w*127)", "cast out"],
-                      out_dtype=torch.float32)
+    got = apply_steps(acc, sa2, sw, ["cast fp32", "mul (s_a*127)*(s_w*127)", "cast out"], out_dtype=torch.float32)
     op = (np.float32(0.0123) * np.float32(127)) * (sw.numpy() * np.float32(127))
     assert np.array_equal(got.numpy()[0], acc.numpy()[0].astype(np.float32) * op.astype(np.float32))
     got = apply_steps(acc, sa2, sw, ["cast fp32", "mul bf16(s_a)", "cast bf16"])
@@ -80,37 +82,42 @@ def test_bf16_intermediate_and_constant_steps_match_hand_derived_bits():
 def test_fma_step_rounds_once():
     # x*c + b where rounding x*c first loses the answer: x = 1 + 2^-12, c = 1 + 2^-12,
     # b = -(1 + 2^-11): exact result 2^-24; float32(x*c) = 1 + 2^-11 -> separate ops give 0
-    x = 1 + 2.0 ** -12
+    x = 1 + 2.0**-12
     acc = torch.tensor([[1]], dtype=torch.int64)
     sa = torch.tensor([x], dtype=torch.float32)
     sw = torch.tensor([x], dtype=torch.float32)
-    bias = torch.tensor([-(1 + 2.0 ** -11)], dtype=torch.float32)
-    fused = apply_steps(acc, sa, sw, ["cast fp32", "mul s_a", "fma s_w bias", "cast out"],
-                        bias=bias, out_dtype=torch.float32)
-    sep = apply_steps(acc, sa, sw, ["cast fp32", "mul s_a", "mul s_w", "add bias", "cast out"],
-                      bias=bias, out_dtype=torch.float32)
-    exact = Fraction(x) * Fraction(x) - Fraction(1 + 2.0 ** -11)
-    assert fused.item() == float(exact) == 2.0 ** -24
+    bias = torch.tensor([-(1 + 2.0**-11)], dtype=torch.float32)
+    fused = apply_steps(
+        acc, sa, sw, ["cast fp32", "mul s_a", "fma s_w bias", "cast out"], bias=bias, out_dtype=torch.float32
+    )
+    sep = apply_steps(
+        acc, sa, sw, ["cast fp32", "mul s_a", "mul s_w", "add bias", "cast out"], bias=bias, out_dtype=torch.float32
+    )
+    exact = Fraction(x) * Fraction(x) - Fraction(1 + 2.0**-11)
+    assert fused.item() == float(exact) == 2.0**-24
     assert sep.item() == 0.0
 
 
-@pytest.mark.parametrize("desc, fragment", [
-    ("mul s_a", "first step must cast"),
-    (["cast fp32", "mul s_q", "cast out"], "unknown operand name 's_q'"),
-    ("cast fp32; mul s_a+1; cast out", "only '*'"),
-    ("cast fp33", "dtype 'fp33'"),
-    ("cast fp32; mul s_a", "must end in the output dtype"),
-    ("cast fp32; add bas; cast out", "only 'add bias"),
-    ("cast fp32; mul __import__('os'); cast out", "only '*'"),
-    ("cast bf16 nearest", "rounding 'nearest'"),
-    ("cast fp32; fma 2.0 bais; cast out", "fma <operand> bias|0"),
-    ("cast fp32; mul s_a -> fp64; cast out", "result dtype 'fp64'"),
-    ("cast fp32; mul s_a*1e999; cast out", "constant inf is not a finite float32 number"),
-    ("cast fp32; mul s_a*-1e39; cast out", "constant 1e+39 is not a finite float32 number"),
-    ("", "empty epilogue description"),
-    (5, "must be a list of step strings"),
-    ({"gpu": "cast out"}, "selector 'gpu'"),
-])
+@pytest.mark.parametrize(
+    "desc, fragment",
+    [
+        ("mul s_a", "first step must cast"),
+        (["cast fp32", "mul s_q", "cast out"], "unknown operand name 's_q'"),
+        ("cast fp32; mul s_a+1; cast out", "only '*'"),
+        ("cast fp33", "dtype 'fp33'"),
+        ("cast fp32; mul s_a", "must end in the output dtype"),
+        ("cast fp32; add bas; cast out", "only 'add bias"),
+        ("cast fp32; mul __import__('os'); cast out", "only '*'"),
+        ("cast bf16 nearest", "rounding 'nearest'"),
+        ("cast fp32; fma 2.0 bais; cast out", "fma <operand> bias|0"),
+        ("cast fp32; mul s_a -> fp64; cast out", "result dtype 'fp64'"),
+        ("cast fp32; mul s_a*1e999; cast out", "constant inf is not a finite float32 number"),
+        ("cast fp32; mul s_a*-1e39; cast out", "constant 1e+39 is not a finite float32 number"),
+        ("", "empty epilogue description"),
+        (5, "must be a list of step strings"),
+        ({"gpu": "cast out"}, "selector 'gpu'"),
+    ],
+)
 def test_bad_descriptions_are_refused_with_one_line(desc, fragment):
     with pytest.raises(ContractError) as e:
         parse_declared(desc)
@@ -120,8 +127,7 @@ def test_bad_descriptions_are_refused_with_one_line(desc, fragment):
 def test_final_dtype_must_match_the_call():
     acc = torch.ones((1, 1), dtype=torch.int64)
     with pytest.raises(ContractError, match="ends in fp16 but the call asked for"):
-        apply_steps(acc, torch.ones(1), torch.ones(1), "cast fp32; cast fp16",
-                    out_dtype=torch.bfloat16)
+        apply_steps(acc, torch.ones(1), torch.ones(1), "cast fp32; cast fp16", out_dtype=torch.bfloat16)
 
 
 def test_per_device_selection_order():

@@ -24,8 +24,7 @@ def roots(tmp_path, monkeypatch):
 
 def test_paths_under_each_known_root(roots):
     cache, home = roots
-    assert portable_path(REPO_ROOT / "reference" / "model" / "assets" / "captures") == \
-        "reference/model/assets/captures"
+    assert portable_path(REPO_ROOT / "reference" / "model" / "assets" / "captures") == "reference/model/assets/captures"
     assert portable_path(REPO_ROOT) == "."
     assert portable_path(cache / "captures" / "f29ff7f2") == "$INT8CONF_CACHE/captures/f29ff7f2"
     assert portable_path(home / "out" / "triton") == "~/out/triton"
@@ -37,16 +36,18 @@ def test_paths_under_each_known_root(roots):
 def test_other_paths(roots):
     assert portable_path("/data/models/qwen3-1.7b") == ".../qwen3-1.7b"
     assert portable_path("/data/models/qwen3-1.7b/") == ".../qwen3-1.7b"
-    assert portable_path("reports/triton") == "reports/triton"     # relative: unchanged
+    assert portable_path("reports/triton") == "reports/triton"  # relative: unchanged
     assert portable_path("") == "" and portable_path(None) is None
 
 
 def test_text_rewrites_known_roots_only_at_path_boundaries(roots):
     cache, _ = roots
     r = str(REPO_ROOT)
-    text = (f"28 layers from {r}/reference/model/assets/captures; gate failed: "
-            f"{cache}/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd {r}; "
-            f"sibling {r}-old/x; /data/x stays")
+    text = (
+        f"28 layers from {r}/reference/model/assets/captures; gate failed: "
+        f"{cache}/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd {r}; "
+        f"sibling {r}-old/x; /data/x stays"
+    )
     # "<repo>-old" is not inside the repository: it keeps its path, or takes the
     # temporary directory's root when the checkout itself lies there (a CI clone in /tmp)
     sib = os.path.realpath(f"{r}-old/x")
@@ -55,17 +56,25 @@ def test_text_rewrites_known_roots_only_at_path_boundaries(roots):
     assert portable_text(text) == (
         "28 layers from reference/model/assets/captures; gate failed: "
         "$INT8CONF_CACHE/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd .; "
-        f"sibling {sibling}; /data/x stays")
+        f"sibling {sibling}; /data/x stays"
+    )
 
 
 def test_documents_keep_structure_and_non_paths(roots):
     cache, _ = roots
-    doc = {"captures": {"source": str(REPO_ROOT / "caps"), "available": True, "n": 3},
-           "cases": [{"meta": {"capture_dir": str(cache / "c"), "source": "capture"}}],
-           "note": f"int8conf sweep --model /data/big --out {cache}/out",
-           "ratio": 1.5, "nothing": None, "label": "GMAC/s"}
+    doc = {
+        "captures": {"source": str(REPO_ROOT / "caps"), "available": True, "n": 3},
+        "cases": [{"meta": {"capture_dir": str(cache / "c"), "source": "capture"}}],
+        "note": f"int8conf sweep --model /data/big --out {cache}/out",
+        "ratio": 1.5,
+        "nothing": None,
+        "label": "GMAC/s",
+    }
     assert portable_paths(doc) == {
         "captures": {"source": "caps", "available": True, "n": 3},
         "cases": [{"meta": {"capture_dir": "$INT8CONF_CACHE/c", "source": "capture"}}],
         "note": "int8conf sweep --model /data/big --out $INT8CONF_CACHE/out",
-        "ratio": 1.5, "nothing": None, "label": "GMAC/s"}
+        "ratio": 1.5,
+        "nothing": None,
+        "label": "GMAC/s",
+    }

@@ -26,11 +26,12 @@ def test_a_copy_digested_before_its_source_hashes_once_and_gives_both_digests():
     want = _sha(a)
     calls = []
     import reference.operands as ro
+
     real = ro._digest
     try:
         ro._digest = lambda t: calls.append(tuple(t.shape)) or real(t)
         with memo.scope():
-            c = copy_keep_layout(a)          # source digest unknown at copy time
+            c = copy_keep_layout(a)  # source digest unknown at copy time
             assert tensor_digest(c) == want  # computed once, on the source
             assert tensor_digest(a) == want  # no second hash
             assert calls == [(8, 16)]
@@ -50,7 +51,7 @@ def test_a_copy_digested_before_its_source_hashes_once_and_gives_both_digests():
 
 def test_cached_epilogue_is_the_epilogue_and_is_computed_once_per_contract_in_a_scope():
     g = torch.Generator().manual_seed(3)
-    acc = torch.randint(-2 ** 20, 2 ** 20, (4, 6), generator=g, dtype=torch.int64)
+    acc = torch.randint(-(2**20), 2**20, (4, 6), generator=g, dtype=torch.int64)
     sa = torch.rand(4, generator=g) * 1e-3
     sb = torch.rand(6, generator=g) * 1e-2
     cs = [EpilogueContract(o) for o in ("a_then_w", "w_then_a", "fused")]
@@ -68,9 +69,8 @@ def test_cached_epilogue_is_the_epilogue_and_is_computed_once_per_contract_in_a_
 
 
 def test_histogram_counts_every_bin_in_one_tensor():
-    d = torch.tensor([0, 0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 256, 257, 10 ** 6, NAN_DISTANCE, -1])
-    want = {"0": 2, "1": 1, "2": 1, "3-4": 2, "5-8": 2, "9-16": 2, "17-256": 2, ">256": 2,
-            "nan": 1}
+    d = torch.tensor([0, 0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 256, 257, 10**6, NAN_DISTANCE, -1])
+    want = {"0": 2, "1": 1, "2": 1, "3-4": 2, "5-8": 2, "9-16": 2, "17-256": 2, ">256": 2, "nan": 1}
     assert ulp_histogram(d) == want
     assert ulp_histogram_counts(d).tolist() == list(want.values())
     assert ulp_histogram(torch.zeros(0, dtype=torch.int64)) == {k: 0 for k in want}
@@ -78,15 +78,16 @@ def test_histogram_counts_every_bin_in_one_tensor():
 
 def test_grouped_in_place_check_names_exactly_the_written_operands():
     from conformance.kernels.runner import _differing
+
     a = torch.zeros(3, 4, dtype=torch.int8)
     sa = torch.tensor([1.0, -0.0, float("nan")])
     orig = {"a": a, "b": a.clone(), "scale_a": sa, "scale_b": sa.clone(), "bias": None}
     given = {k: None if v is None else v.clone() for k, v in orig.items()}
     assert _differing(orig, given)[0] == []
-    given["scale_b"][1] = 0.0          # -0 -> +0: same value, other bits
+    given["scale_b"][1] = 0.0  # -0 -> +0: same value, other bits
     given["a"][2, 3] = 1
     assert _differing(orig, given)[0] == ["a", "scale_b"]
-    given["b"] = given["b"][:, :2]     # another shape
+    given["b"] = given["b"][:, :2]  # another shape
     assert _differing(orig, given)[0] == ["a", "b", "scale_b"]
 
 
@@ -95,6 +96,7 @@ def test_batched_chunk_accumulator_equals_the_chunk_loop_and_the_naive_sum_at_f6
     # (-128) * (-128), i.e. exactly K * 16384 > 2**31
     import reference.accumulate as acc_mod
     from reference.accumulate import exact_int_mm, int_mm_int64_naive
+
     g = torch.Generator().manual_seed(5)
     k = 131_073 + 7
     a = torch.randint(-128, 128, (2, k), generator=g, dtype=torch.int16).to(torch.int8)
@@ -111,6 +113,7 @@ def test_a_derived_digest_is_its_recipes_and_replaces_hashing_inside_a_scope(mon
     import hashlib
 
     import reference.operands as O
+
     src = torch.arange(12, dtype=torch.int8).reshape(3, 4)
     built = torch.zeros((3, 8), dtype=torch.int8)
     with memo.scope():
@@ -122,9 +125,9 @@ def test_a_derived_digest_is_its_recipes_and_replaces_hashing_inside_a_scope(mon
         assert O.tensor_digest(built) == d
         copy = torch.empty_like(built).copy_(built)
         memo.note_copy(built, copy)
-        assert O.tensor_digest(copy) == d                 # a copy shares it
+        assert O.tensor_digest(copy) == d  # a copy shares it
         assert O.derived_digest(torch.zeros((3, 8), dtype=torch.int8), (src,), "pad 5") != d
         monkeypatch.undo()
-        built.add_(1)                                     # written since: hashed again, by content
+        built.add_(1)  # written since: hashed again, by content
         assert O.tensor_digest(built) == O._digest(built) != d
     assert O.tensor_digest(copy) == O._digest(copy) != d  # outside a scope: content, always

@@ -5,14 +5,17 @@ import pytest
 import torch
 
 from reference import memo
-from reference.accumulate import (accumulator_row_col_bound, exact_int_mm,
-                                  int_mm_int64_naive)
+from reference.accumulate import accumulator_row_col_bound, exact_int_mm, int_mm_int64_naive
 from reference.operands import _digest, copy_keep_layout, tensor_digest
 
-DEVICES = [pytest.param("cpu", id="cpu"),
-           pytest.param("cuda", id="cuda", marks=[
-               pytest.mark.cuda,
-               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param(
+        "cuda",
+        id="cuda",
+        marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+    ),
+]
 
 
 def _extreme_operands(m, k, n, seed=0):

@@ -9,11 +9,11 @@ import struct
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reference.errors import OperandError
-from reference.quantize import (dequantize_weight, quantize_activation_per_token,
-                                quantize_weight_per_channel)
+from reference.quantize import dequantize_weight, quantize_activation_per_token, quantize_weight_per_channel
 
 
 def bits16(t):
@@ -25,9 +25,7 @@ def f32_from_bits(b):
 
 
 def test_weight_hand_case_bf16():
-    w = torch.tensor([[1.0, -2.0, 0.5, 0.0],
-                      [127.5, 2.5, 3.5, -2.5],
-                      [-127.5, 0.5, 1.5, 10.0]], dtype=torch.bfloat16)
+    w = torch.tensor([[1.0, -2.0, 0.5, 0.0], [127.5, 2.5, 3.5, -2.5], [-127.5, 0.5, 1.5, 10.0]], dtype=torch.bfloat16)
     q, s = quantize_weight_per_channel(w)
     # row 0: absmax 2; 2/127.5 = 0.015686.. = 2**-6 * 1.0039; bf16 keeps 7 fraction bits:
     #   1.0039 is past the midpoint 1 + 2**-8 -> 1 + 2**-7 -> scale 0x3C81 = 0.0157470703125.
@@ -72,7 +70,7 @@ def test_weight_scale_floor_variants():
 def test_weight_float32_and_float16():
     w = torch.tensor([[2.55, -1.0, 0.01]], dtype=torch.float32)
     q, s = quantize_weight_per_channel(w)
-    s_np = np.float32(2.55) / np.float32(127.5)            # one float32 division
+    s_np = np.float32(2.55) / np.float32(127.5)  # one float32 division
     assert s.dtype == torch.float32 and float(s) == float(s_np)
     exp = np.round(np.clip(np.array([2.55, -1.0, 0.01], np.float32) / s_np, -128, 127))
     assert q.tolist() == [exp.astype(np.int8).tolist()]
@@ -101,7 +99,7 @@ def test_weight_scale_is_correctly_rounded_for_every_value(dtype, top):
 
 def test_dequantize_weight():
     q = torch.tensor([[64, -127], [1, 0]], dtype=torch.int8)
-    s = torch.tensor([[2.0 ** -6], [0.5]], dtype=torch.bfloat16)
+    s = torch.tensor([[2.0**-6], [0.5]], dtype=torch.bfloat16)
     d = dequantize_weight(q, s)
     assert d.dtype == torch.bfloat16 and d.float().tolist() == [[1.0, -127 / 64], [0.5, 0.0]]
 
@@ -118,8 +116,8 @@ def test_activation_hand_case():
 def test_activation_uses_reciprocal_multiply_not_division():
     a_max, x = f32_from_bits(0x40A2008A), f32_from_bits(0x3F09C3FC)
     inv = np.float32(127.0) / np.float32(a_max)
-    by_mul = np.float32(x) * inv                      # vLLM: x * (127/absmax)
-    by_div = np.float32(x) / (np.float32(a_max) / np.float32(127.0))   # x / scale
+    by_mul = np.float32(x) * inv  # vLLM: x * (127/absmax)
+    by_div = np.float32(x) / (np.float32(a_max) / np.float32(127.0))  # x / scale
     assert (np.round(by_mul), np.round(by_div)) == (13.0, 14.0)
     q, _ = quantize_activation_per_token(torch.tensor([[a_max, x]], dtype=torch.float32))
     assert q.tolist() == [[127, 13]]
@@ -152,24 +150,27 @@ def _bf16_of_f32(arr: np.ndarray) -> np.ndarray:
     return r.astype(np.uint32).view(np.float32)
 
 
-@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1),
-       st.sampled_from([1e-3, 0.05, 1.0, 30.0]))
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2**32 - 1), st.sampled_from([1e-3, 0.05, 1.0, 30.0]))
 def test_weight_matches_numpy_emulation_of_the_tool(n, k, seed, mag):
     g = torch.Generator().manual_seed(seed)
     w = (torch.randn(n, k, generator=g) * mag).to(torch.bfloat16)
     q, s = quantize_weight_per_channel(w)
     wf = w.float().numpy()
     absmax = np.abs(wf).max(axis=1, keepdims=True)
-    scale = _bf16_of_f32(absmax / np.float32(127.5))          # fp32 op, then bf16
-    scale = np.where(scale == 0, np.float32(2.0 ** -7), scale)
-    scaled = _bf16_of_f32(wf / scale)                         # fp32 op, then bf16
-    exp_q = np.round(np.clip(scaled, -128, 127)).astype(np.int8)   # np.round: half even
+    scale = _bf16_of_f32(absmax / np.float32(127.5))  # fp32 op, then bf16
+    scale = np.where(scale == 0, np.float32(2.0**-7), scale)
+    scaled = _bf16_of_f32(wf / scale)  # fp32 op, then bf16
+    exp_q = np.round(np.clip(scaled, -128, 127)).astype(np.int8)  # np.round: half even
     assert s.float().numpy().tolist() == scale.tolist()
     assert q.numpy().tolist() == exp_q.tolist()
 
 
-@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1),
-       st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+@given(
+    st.integers(1, 6),
+    st.integers(1, 40),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
 def test_activation_matches_numpy_emulation_of_vllm(m, k, seed, dtype):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=g) * 3).to(dtype)

@@ -3,10 +3,10 @@
 import math
 
 import torch
-from hypothesis import find, given, settings, strategies as st
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
-from reference.strategies import (SCALE_KINDS, gemm_operands, int8_tensors, invalid_scales,
-                                  scales, shapes)
+from reference.strategies import SCALE_KINDS, gemm_operands, int8_tensors, invalid_scales, scales, shapes
 from reference.validate import validate_operands
 
 FIND = settings(max_examples=400, database=None, derandomize=True)
@@ -15,17 +15,22 @@ FIND = settings(max_examples=400, database=None, derandomize=True)
 def test_shapes_reach_m1_and_unaligned_tails():
     assert find(shapes(), lambda s: s[0] == 1, settings=FIND)[0] == 1
     for mult in (8, 16, 32):
-        m, k, n = find(shapes(), lambda s, mult=mult: s[1] > mult and s[1] % mult != 0
-                       and s[2] > mult and s[2] % mult != 0, settings=FIND)
+        m, k, n = find(
+            shapes(),
+            lambda s, mult=mult: s[1] > mult and s[1] % mult != 0 and s[2] > mult and s[2] % mult != 0,
+            settings=FIND,
+        )
         assert k % mult and n % mult
 
 
 def test_int8_tensors_reach_extremes():
     t = find(int8_tensors((4, 64)), lambda t: bool((t == -128).all()), settings=FIND)
     assert t.dtype == torch.int8 and int(t.sum()) == -128 * 256
-    t = find(int8_tensors((4, 64)),
-             lambda t: bool((t == -128).any()) and bool((t == 127).any())
-             and float((t == -128).float().mean()) > 0.2, settings=FIND)
+    t = find(
+        int8_tensors((4, 64)),
+        lambda t: bool((t == -128).any()) and bool((t == 127).any()) and float((t == -128).float().mean()) > 0.2,
+        settings=FIND,
+    )
     assert int(t.min()) == -128 and int(t.max()) == 127
 
 
@@ -52,14 +57,13 @@ def test_scale_kinds_have_their_ranges(data):
     if kind in ("pow2", "tiny", "large"):
         assert kind in _kind_of(s)
     if kind == "tiny":  # s_a * s_w reaches below the float32 normal range (2**-126)
-        assert float(s.double().min()) ** 2 < 2.0 ** -126
+        assert float(s.double().min()) ** 2 < 2.0**-126
     if kind == "large":  # s_a * s_w >= 2**112: an accumulator >= 2**16 overflows float32
-        assert float(s.double().min()) >= 2.0 ** 56
+        assert float(s.double().min()) >= 2.0**56
 
 
 def test_negative_kind_has_both_signs():
-    s = find(scales(16, kinds=("negative",)), lambda s: bool((s < 0).any()) and bool((s > 0).any()),
-             settings=FIND)
+    s = find(scales(16, kinds=("negative",)), lambda s: bool((s < 0).any()) and bool((s > 0).any()), settings=FIND)
     assert bool((s < 0).any())
 
 

@@ -48,30 +48,38 @@ from conformance.kernels._digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.epilogue_steps import parse_declared
 
-STEPS = parse_declared({
-    "cpu": ["cast fp32", "mul (s_a*127)*(s_w*127)", "mul 6.200124e-05", "add bias", "cast fp16",
-            "cast out"],
-    "cuda/float16": ["cast fp32", "mul s_a*127", "mul s_w*127", "fma 6.200012e-05 bias",
-                     "cast fp16", "cast out"],
-    "cuda": ["cast fp32", "mul s_a*127", "mul s_w*127", "fma 6.200012e-05 0", "cast fp16",
-             "add bias -> fp16", "cast out"],
-})
+STEPS = parse_declared(
+    {
+        "cpu": ["cast fp32", "mul (s_a*127)*(s_w*127)", "mul 6.200124e-05", "add bias", "cast fp16", "cast out"],
+        "cuda/float16": ["cast fp32", "mul s_a*127", "mul s_w*127", "fma 6.200012e-05 bias", "cast fp16", "cast out"],
+        "cuda": [
+            "cast fp32",
+            "mul s_a*127",
+            "mul s_w*127",
+            "fma 6.200012e-05 0",
+            "cast fp16",
+            "add bias -> fp16",
+            "cast out",
+        ],
+    }
+)
 
 
 def _record(a) -> None:
     k = a.shape[1]
     if a.device.type == "cuda":
-        trace.record_path("bnb/cuda-" + ("fp32-matmul-fallback(K%4)" if k % 4 else "igemmlt")
-                          + "+kdequant_mm_int32_fp16")
+        trace.record_path(
+            "bnb/cuda-" + ("fp32-matmul-fallback(K%4)" if k % 4 else "igemmlt") + "+kdequant_mm_int32_fp16"
+        )
     else:
         avx512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
-        trace.record_path("bnb/cpu-" + ("int_mm" if avx512 else "fp32-matmul")
-                          + "+default-dequant")
+        trace.record_path("bnb/cpu-" + ("int_mm" if avx512 else "fp32-matmul") + "+default-dequant")
 
 
 def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """int8conf convention around ``int8_linear_matmul`` + ``int8_mm_dequant``."""
     import bitsandbytes.functional as F
+
     m, n = a.shape[0], b.shape[0]
     sa = scale_a.reshape(-1)
     sb = scale_b.reshape(-1)
@@ -86,6 +94,7 @@ def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 def int_mm(a, b):
     """Accumulator-only entry: ``int8_linear_matmul(a, b)`` = ``a @ b.T`` int32."""
     import bitsandbytes.functional as F
+
     return F.int8_linear_matmul(a, b)
 
 
@@ -98,12 +107,17 @@ def make_spec(name: str) -> KernelSpec:
     import bitsandbytes
     import bitsandbytes.backends.default.ops as dflt
 
-    version = getattr(bitsandbytes, "__version__", None) or importlib.metadata.version(
-        "bitsandbytes")
+    version = getattr(bitsandbytes, "__version__", None) or importlib.metadata.version("bitsandbytes")
     return KernelSpec(
-        name=name, scaled_mm=scaled_mm, contract=STEPS["cpu"].nearest_contract(),
-        devices=("cuda", "cpu"), constraints=ShapeConstraints(note="any shape"),
-        version=f"bitsandbytes {version}", source_digest=module_digest(dflt.__file__),
-        int_mm=int_mm, origin=f"adapter:{name}",
+        name=name,
+        scaled_mm=scaled_mm,
+        contract=STEPS["cpu"].nearest_contract(),
+        devices=("cuda", "cpu"),
+        constraints=ShapeConstraints(note="any shape"),
+        version=f"bitsandbytes {version}",
+        source_digest=module_digest(dflt.__file__),
+        int_mm=int_mm,
+        origin=f"adapter:{name}",
         description=f"bitsandbytes {version}: int8_linear_matmul + int8_mm_dequant (fp16 out)",
-        steps=STEPS)
+        steps=STEPS,
+    )

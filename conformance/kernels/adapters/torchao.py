@@ -69,14 +69,18 @@ from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.epilogue_steps import parse_steps
 
 STEPS = {
-    "torchao": parse_steps(["cast fp32", "mul s_a", "mul s_w", "cast out", "add bias"],
-                           name="torchao int_scaled_matmul + per-channel rescale"),
-    "torchao-w8a8": parse_steps(["cast fp32", "mul s_a", "cast out", "mul s_w -> fp32",
-                                 "add bias", "cast out"],
-                                name="torchao Int8Tensor linear (fp32 act scales)"),
-    "torchao-w8a8-bf16": parse_steps(["cast bf16", "mul bf16(s_a) -> bf16", "cast out",
-                                      "mul s_w -> fp32", "add bias", "cast out"],
-                                     name="torchao Int8Tensor linear (bf16 act scales)"),
+    "torchao": parse_steps(
+        ["cast fp32", "mul s_a", "mul s_w", "cast out", "add bias"],
+        name="torchao int_scaled_matmul + per-channel rescale",
+    ),
+    "torchao-w8a8": parse_steps(
+        ["cast fp32", "mul s_a", "cast out", "mul s_w -> fp32", "add bias", "cast out"],
+        name="torchao Int8Tensor linear (fp32 act scales)",
+    ),
+    "torchao-w8a8-bf16": parse_steps(
+        ["cast bf16", "mul bf16(s_a) -> bf16", "cast out", "mul s_w -> fp32", "add bias", "cast out"],
+        name="torchao Int8Tensor linear (bf16 act scales)",
+    ),
 }
 STEPS["torchao-triton"] = STEPS["torchao"]
 
@@ -92,22 +96,28 @@ def _cols(scale_a, scale_b, m: int, n: int):
 def _record(a, b, autotune: bool) -> None:
     """Name the path torchao takes for this call (C1 evidence)."""
     from torchao.utils import _cpu_is_amx_tile_supported, _cpu_is_vnni_supported
+
     m, k = a.shape
     n = b.shape[0]
     if a.device.type == "cpu":
-        u8 = (not _cpu_is_amx_tile_supported()) and _cpu_is_vnni_supported() \
+        u8 = (
+            (not _cpu_is_amx_tile_supported())
+            and _cpu_is_vnni_supported()
             and tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
+        )
         trace.record_path("torchao/cpu-" + ("u8s8-int_mm" if u8 else "s8s8-int_mm"))
     elif autotune:
-        trace.record_path("torchao/cuda-triton-pinned-config",
-                          note=f"config {PINNED_TRITON_CONFIG} (BLOCK_M, BLOCK_N, BLOCK_K, "
-                               "stages, warps); EVEN_K=" + str(k % 2 == 0))
+        trace.record_path(
+            "torchao/cuda-triton-pinned-config",
+            note=f"config {PINNED_TRITON_CONFIG} (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps); EVEN_K=" + str(k % 2 == 0),
+        )
     elif k % 8 or n % 8:
         trace.record_path("torchao/cuda-safe_int_mm-cpu-int32-fallback")
     elif m <= 16:
-        trace.record_path("torchao/cuda-safe_int_mm-fp32-matmul-fallback",
-                          note="torch._int_mm rejects M<=16; safe_int_mm falls back to a "
-                               "float32 matmul")
+        trace.record_path(
+            "torchao/cuda-safe_int_mm-fp32-matmul-fallback",
+            note="torch._int_mm rejects M<=16; safe_int_mm falls back to a float32 matmul",
+        )
     else:
         trace.record_path("torchao/cuda-safe_int_mm-cublas")
 
@@ -128,10 +138,16 @@ def pinned_config():
             (a torchao upgrade: the adapter must be re-read against its source).
     """
     import torchao.kernel.intmm_triton as it
+
     bm, bn, bk, stages, warps = PINNED_TRITON_CONFIG
     for c in it.int8_mm_kernel_configs:
-        if (c.kwargs.get("BLOCK_M"), c.kwargs.get("BLOCK_N"), c.kwargs.get("BLOCK_K"),
-                c.num_stages, c.num_warps) == (bm, bn, bk, stages, warps):
+        if (c.kwargs.get("BLOCK_M"), c.kwargs.get("BLOCK_N"), c.kwargs.get("BLOCK_K"), c.num_stages, c.num_warps) == (
+            bm,
+            bn,
+            bk,
+            stages,
+            warps,
+        ):
             return c
     raise LookupError(f"torchao int8_mm_kernel_configs has no {PINNED_TRITON_CONFIG}")
 
@@ -158,12 +174,14 @@ def _with_autotuner(on: bool):
             intmm.AUTOTUNER_ENABLE = old
             if it is not None:
                 it.get_best_config_fn = old_search
+
     return ctx()
 
 
 def _per_token_linear(autotune: bool):
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         from torchao.quantization.utils import _quant_int8_per_token_matmul
+
         m, n = a.shape[0], b.shape[0]
         sa, sb = _cols(scale_a, scale_b, m, n)
         _record(a, b, autotune)
@@ -172,12 +190,14 @@ def _per_token_linear(autotune: bool):
         if bias is not None:  # _quant_int8_dynamic_per_token_linear: mm_out + bias
             y = y + bias
         return y
+
     return scaled_mm
 
 
 def _int8_tensor_linear(bf16_scales: bool):
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         from torchao.kernel import int_scaled_matmul
+
         m, n = a.shape[0], b.shape[0]
         sa, sb = _cols(scale_a, scale_b, m, n)
         x_scales = sa.to(torch.bfloat16) if bf16_scales else sa
@@ -186,18 +206,21 @@ def _int8_tensor_linear(bf16_scales: bool):
         # int8_tensor.py, aten.linear of Int8Tensor (act_quant_kwargs path), verbatim order:
         w_vals_int8_t = b.contiguous().t()
         intermediate_dtype = torch.float if x_scales.dtype == torch.half else x_scales.dtype
-        y_dot_scaled = int_scaled_matmul(
-            a, w_vals_int8_t, x_scales.reshape(-1, 1).to(intermediate_dtype)).to(output_dtype)
+        y_dot_scaled = int_scaled_matmul(a, w_vals_int8_t, x_scales.reshape(-1, 1).to(intermediate_dtype)).to(
+            output_dtype
+        )
         w_scales = sb.reshape(n, 1)  # Int8Tensor weight scale: float32 [N, 1]
         y = y_dot_scaled * w_scales.flatten()
         if bias is not None:
             y += bias
         return y.to(output_dtype)
+
     return scaled_mm
 
 
 def _int_mm(a, b):
     from torchao.kernel import safe_int_mm
+
     return safe_int_mm(a, b.t())
 
 
@@ -222,7 +245,15 @@ def make_spec(name: str) -> KernelSpec:
     if name == "torchao-triton" and intmm.intmm_triton is None:
         raise ImportError("torchao.kernel.intmm_triton did not import (no triton)")
     return KernelSpec(
-        name=name, scaled_mm=fn, contract=steps.nearest_contract(), devices=devices,
+        name=name,
+        scaled_mm=fn,
+        contract=steps.nearest_contract(),
+        devices=devices,
         constraints=ShapeConstraints(note="any shape; CUDA path depends on M<=16 and K,N % 8"),
-        version=f"torchao {version}", source_digest=digest, int_mm=_int_mm,
-        origin=f"adapter:{name}", description=f"torchao {version}: {steps.name}", steps=steps)
+        version=f"torchao {version}",
+        source_digest=digest,
+        int_mm=_int_mm,
+        origin=f"adapter:{name}",
+        description=f"torchao {version}: {steps.name}",
+        steps=steps,
+    )

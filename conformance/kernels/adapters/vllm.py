@@ -29,7 +29,6 @@ only when the package imports.
 
 from __future__ import annotations
 
-
 from typing import Callable
 
 from conformance.kernels._digest import callable_digest
@@ -39,15 +38,27 @@ from reference.epilogue_steps import NAMED
 
 #: name -> (module, attribute, declared steps, constraints, distribution)
 TARGETS = {
-    "vllm-cutlass": ("vllm._custom_ops", "cutlass_scaled_mm", "w_then_a/fp32_before_round",
-                     ShapeConstraints(k_multiple=16, n_multiple=16,
-                                      note="CUTLASS: K, N multiples of 16"), "vllm"),
-    "vllm-triton": ("vllm.model_executor.layers.quantization.compressed_tensors.triton_scaled_mm",
-                    "triton_scaled_mm", "a_then_w/after_round", ShapeConstraints(), "vllm"),
-    "sgl-int8": ("sgl_kernel", "int8_scaled_mm", "fused/fp32_before_round",
-                 ShapeConstraints(k_multiple=16, n_multiple=8,
-                                  note="sgl-kernel: K multiple of 16, N multiple of 8"),
-                 "sgl-kernel"),
+    "vllm-cutlass": (
+        "vllm._custom_ops",
+        "cutlass_scaled_mm",
+        "w_then_a/fp32_before_round",
+        ShapeConstraints(k_multiple=16, n_multiple=16, note="CUTLASS: K, N multiples of 16"),
+        "vllm",
+    ),
+    "vllm-triton": (
+        "vllm.model_executor.layers.quantization.compressed_tensors.triton_scaled_mm",
+        "triton_scaled_mm",
+        "a_then_w/after_round",
+        ShapeConstraints(),
+        "vllm",
+    ),
+    "sgl-int8": (
+        "sgl_kernel",
+        "int8_scaled_mm",
+        "fused/fp32_before_round",
+        ShapeConstraints(k_multiple=16, n_multiple=8, note="sgl-kernel: K multiple of 16, N multiple of 8"),
+        "sgl-kernel",
+    ),
 }
 
 
@@ -57,9 +68,17 @@ def build_spec(name: str, fn: Callable, version: str = "0") -> KernelSpec:
     _mod, _attr, steps_name, cons, _dist = TARGETS[name]
     steps = NAMED[steps_name]
     return KernelSpec(
-        name=name, scaled_mm=vllm_adapter(fn), contract=steps.nearest_contract(),
-        devices=("cuda",), constraints=cons, version=version, source_digest=callable_digest(fn),
-        origin=f"adapter:{name}", description=f"{_mod}.{_attr} (vLLM convention)", steps=steps)
+        name=name,
+        scaled_mm=vllm_adapter(fn),
+        contract=steps.nearest_contract(),
+        devices=("cuda",),
+        constraints=cons,
+        version=version,
+        source_digest=callable_digest(fn),
+        origin=f"adapter:{name}",
+        description=f"{_mod}.{_attr} (vLLM convention)",
+        steps=steps,
+    )
 
 
 def make_spec(name: str) -> KernelSpec:
@@ -69,6 +88,7 @@ def make_spec(name: str) -> KernelSpec:
         ImportError / AttributeError: package missing (one line via the catalogue).
     """
     import importlib.metadata
+
     mod, attr, _s, _c, dist = TARGETS[name]
     fn = getattr(importlib.import_module(mod), attr)
     return build_spec(name, fn, f"{dist} {importlib.metadata.version(dist)}")

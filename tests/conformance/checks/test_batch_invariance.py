@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-
 from buggy_kernels import decode_path_order, emulate, exact_acc32, good_cutlass, stale_accumulator
+
 from conformance.checks.batch_invariance import check_batch_invariance, probe_cases
 from conformance.kernels.loader import spec_from_object
 from conformance.kernels.registry import get_kernel
@@ -39,10 +39,9 @@ def test_m1_decode_path_with_another_scale_order_is_caught():
     acc = exact_acc32(probe.a, probe.b)
     want = {}
     for order in ("a_then_w", "w_then_a"):
-        out = emulate(acc, probe.scale_a, probe.scale_b, order, "fp32_before_round", probe.bias,
-                      probe.out_dtype)
+        out = emulate(acc, probe.scale_a, probe.scale_b, order, "fp32_before_round", probe.bias, probe.out_dtype)
         width = 8 if probe.out_dtype == torch.float32 else 4
-        want[order] = f"0x{int(bits_of(out[row:row + 1, col:col + 1])[0, 0]):0{width}X}"
+        want[order] = f"0x{int(bits_of(out[row : row + 1, col : col + 1])[0, 0]):0{width}X}"
     assert d["columns"][0]["bits"] == want["a_then_w"]
     assert d["columns"][0]["reference_call_bits"] == want["w_then_a"]
     assert want["a_then_w"] != want["w_then_a"]
@@ -58,6 +57,7 @@ def test_stale_accumulator_between_calls_is_caught():
 def test_kernel_that_cannot_run_is_na():
     from conformance.kernels.spec import KernelSpec
     from reference.contract import CUTLASS_STYLE
+
     spec = KernelSpec("gpu", good_cutlass, CUTLASS_STYLE, devices=("cuda",), source_digest="1" * 64)
     if not torch.cuda.is_available():
         r = check_batch_invariance(spec, [])

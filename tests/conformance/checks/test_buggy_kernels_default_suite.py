@@ -22,7 +22,7 @@ from conformance.cases.families import FAMILIES, family_cases
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.kernels.loader import load_module_function
 from conformance.kernels.registry import get_kernel
-from conformance.suite import run_conformance
+from conformance.suite.run import run_conformance
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,17 +33,19 @@ def _family(name: str) -> tuple:
 
 def _verdict(kernel: str, family: str):
     spec = load_module_function(f"buggy_kernels:{kernel}")
-    return run_conformance(spec, cases=list(_family(family)), property_examples=0,
-                           model_checks=False)
+    return run_conformance(spec, cases=list(_family(family)), property_examples=0, model_checks=False)
 
 
-@pytest.mark.parametrize("kernel, family, failing", [
-    ("signed_zero_lost", "signed_zero", {"C8"}),            # +0 where -0 = 0 * (negative scale)
-    ("saturating_declares_wrap", "int32_overflow", {"C3", "C8"}),  # clamps, declares wrap
-    ("bf16_when_fp16", "subnormal", {"C8"}),               # dtype error on the fp16 cases
-    ("decode_path_order", "ties", {"C8", "C9"}),           # M = 1 path: other scale order
-    ("stale_accumulator", "ties", {"C8", "C9"}),           # workspace not reset between calls
-])
+@pytest.mark.parametrize(
+    "kernel, family, failing",
+    [
+        ("signed_zero_lost", "signed_zero", {"C8"}),  # +0 where -0 = 0 * (negative scale)
+        ("saturating_declares_wrap", "int32_overflow", {"C3", "C8"}),  # clamps, declares wrap
+        ("bf16_when_fp16", "subnormal", {"C8"}),  # dtype error on the fp16 cases
+        ("decode_path_order", "ties", {"C8", "C9"}),  # M = 1 path: other scale order
+        ("stale_accumulator", "ties", {"C8", "C9"}),  # workspace not reset between calls
+    ],
+)
 def test_default_suite_fails_the_buggy_kernel(kernel, family, failing):
     res = _verdict(kernel, family)
     assert res.verdict == "fail"
@@ -56,9 +58,9 @@ def test_dtype_bug_is_reported_as_dtype_error():
     assert ev["problem_kind"] == "dtype" and "torch.bfloat16" in ev["kernel_error"]
 
 
-@pytest.mark.parametrize("kernel, families", [
-    ("saturating_declared", ("int32_overflow",)),
-    ("good_cutlass", ("signed_zero", "ties"))])
+@pytest.mark.parametrize(
+    "kernel, families", [("saturating_declared", ("int32_overflow",)), ("good_cutlass", ("signed_zero", "ties"))]
+)
 def test_correct_kernels_pass_the_trigger_families(kernel, families):
     for family in families:
         res = _verdict(kernel, family)
@@ -68,18 +70,21 @@ def test_correct_kernels_pass_the_trigger_families(kernel, families):
 @pytest.mark.parametrize("name", ["cpu", "int_mm"])
 def test_exact_builtins_pass_the_int32_overflow_family(name):
     # before: C6/C8 compared their wrapped accumulator with the unwrapped sum and failed
-    res = run_conformance(get_kernel(name), cases=list(_family("int32_overflow")),
-                          property_examples=0, model_checks=False)
+    res = run_conformance(
+        get_kernel(name), cases=list(_family("int32_overflow")), property_examples=0, model_checks=False
+    )
     assert res.verdict == "pass", (name, res.overall["summary"])
-    assert res.overall["precondition_violations"] == []   # built to violate them:
-    assert res.overall["precondition_cases"] == {"C3": 2, "C4": 2}   # precondition cases
+    assert res.overall["precondition_violations"] == []  # built to violate them:
+    assert res.overall["precondition_cases"] == {"C3": 2, "C4": 2}  # precondition cases
     assert res.check("C8").verdict == res.check("C9").verdict == "pass"
 
 
 def test_c9_on_the_default_cases_catches_decode_path_and_stale_accumulator():
     cases = [c for f in ("ties", "m_n_edges", "k_residues") for c in _family(f)]
-    for kernel, context in (("decode_path_order", "alone (M=1)"),
-                            ("stale_accumulator", "repeat (same inputs, second call)")):
+    for kernel, context in (
+        ("decode_path_order", "alone (M=1)"),
+        ("stale_accumulator", "repeat (same inputs, second call)"),
+    ):
         r = check_batch_invariance(load_module_function(f"buggy_kernels:{kernel}"), cases)
         assert r.verdict == "fail" and r.evidence["differences"][0]["context"] == context
         # the fault shows on a default case, not only on C9's own probes

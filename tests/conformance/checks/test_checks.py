@@ -7,19 +7,16 @@ import dataclasses
 
 import pytest
 import torch
+from buggy_kernels import TEST_DIGEST, bias_tie_case, const_case, make_kernel, order_case, sha_int8, tie_case
 
-from conformance.checks.accumulator import (check_fp32_exact_accumulator, check_int32_headroom,
-                                            observe_accumulator)
+from conformance.checks.accumulator import check_fp32_exact_accumulator, check_int32_headroom, observe_accumulator
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
-from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
-                                            check_real_scale_spacing)
+from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.result import CheckResult, aggregate
 from conformance.kernels.runner import run_kernel
-from conformance.evaluate import evaluate_case
+from conformance.suite.evaluate import evaluate_case
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
-from buggy_kernels import (TEST_DIGEST, bias_tie_case, const_case, make_kernel, order_case,
-                              sha_int8, tie_case)
 
 
 def _run(spec, ops):
@@ -84,6 +81,7 @@ def test_c2_transposed_operand():
     a = torch.randint(-128, 128, (4, 8), generator=g, dtype=torch.int16).to(torch.int8)
     b = torch.randint(-128, 128, (8, 8), generator=g, dtype=torch.int16).to(torch.int8)
     from reference.operands import GemmOperands
+
     ops = GemmOperands(a, b, torch.full((4,), 0.01), torch.full((8,), 0.002))
     spec = make_kernel("transposed", transpose_b=True)
     res = check_operand_sharing(spec, ops, _run(spec, ops))
@@ -98,15 +96,15 @@ def test_c3_int32_bound_edges():
     spec = make_kernel("good")
     ok = const_case(131071)  # 131071 * 128 * 128 = 2**31 - 16384 fits
     r = check_int32_headroom(spec, ok, None, acc=observe_accumulator(spec, ok))
-    assert r.verdict == "pass" and r.evidence["bound_tight_max"] == 2 ** 31 - 16384
+    assert r.verdict == "pass" and r.evidence["bound_tight_max"] == 2**31 - 16384
     over = const_case(131072)  # exactly 2**31: one past INT32_MAX
     r = check_int32_headroom(spec, over, None, acc=observe_accumulator(spec, over))
     assert r.verdict == "fail" and r.evidence["failure_kind"] == "precondition"
-    assert r.evidence["exact_max_abs"] == 2 ** 31 and r.evidence["n_exact_over"] == 1
+    assert r.evidence["exact_max_abs"] == 2**31 and r.evidence["n_exact_over"] == 1
     # the int_mm entry wraps 2**31 to -2**31, as its declared overflow ("wrap") says:
     # a precondition, not a mismatch
     assert "first_acc_mismatch" not in r.evidence and r.evidence["n_acc_mismatch"] == 0
-    assert r.evidence["observed_max_abs"] == 2 ** 31 and r.evidence["overflow_at_risk"] == 1
+    assert r.evidence["observed_max_abs"] == 2**31 and r.evidence["overflow_at_risk"] == 1
     assert r.is_precondition_violation and not r.is_kernel_failure
 
 
@@ -114,11 +112,11 @@ def test_c4_fp32_exact_edges():
     spec = make_kernel("good")
     below = const_case(1023)  # 1023 * 16384 = 2**24 - 16384
     r = check_fp32_exact_accumulator(spec, below, None, acc=observe_accumulator(spec, below))
-    assert r.verdict == "pass" and r.evidence["max_abs"] == 2 ** 24 - 16384
+    assert r.verdict == "pass" and r.evidence["max_abs"] == 2**24 - 16384
     at = const_case(1024)  # 2**24 exactly
     r = check_fp32_exact_accumulator(spec, at, None, acc=observe_accumulator(spec, at))
     assert r.verdict == "fail" and r.evidence["n_at_or_over"] == 1
-    assert r.evidence["max_abs"] == 2 ** 24 and r.evidence["acc_source"] == "kernel int_mm"
+    assert r.evidence["max_abs"] == 2**24 and r.evidence["acc_source"] == "kernel int_mm"
     assert r.is_precondition_violation
     # the kernel itself is fine there: C8 still passes and the case verdict too
     cr = evaluate_case(spec, at, device="cpu")
@@ -131,8 +129,7 @@ def test_c3_wrong_kernel_accumulator():
     ops = const_case(16, value=3)  # acc = 16 * 9 = 144
     r = check_int32_headroom(spec, ops, None, acc=observe_accumulator(spec, ops))
     assert r.verdict == "fail" and r.evidence["failure_kind"] == "kernel" and r.is_kernel_failure
-    assert r.evidence["first_acc_mismatch"] == {"index": [0, 0], "observed": 145,
-                                                "declared": 144, "exact": 144}
+    assert r.evidence["first_acc_mismatch"] == {"index": [0, 0], "observed": 145, "declared": 144, "exact": 144}
 
 
 def test_c1_manifest():
@@ -143,8 +140,7 @@ def test_c1_manifest():
     stale = make_kernel("stale", ran_digest="f" * 64)
     r = check_kernel_manifest(stale, ops, _run(stale, ops))
     assert r.verdict == "fail"
-    assert r.evidence["mismatches"] == [f"ran source digest {'f' * 12}..., declared "
-                                        f"{TEST_DIGEST[:12]}..."]
+    assert r.evidence["mismatches"] == [f"ran source digest {'f' * 12}..., declared {TEST_DIGEST[:12]}..."]
     # A third-party kernel need not report its path; a built-in must.
     silent = make_kernel("silent", record_path=False)
     r = check_kernel_manifest(silent, ops, _run(silent, ops))
@@ -163,8 +159,8 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
 
     def wrapper(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
-    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=wrapper,
-                               source_digest="ab" * 32)
+
+    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=wrapper, source_digest="ab" * 32)
     ops = tie_case()
     run = _run(spec, ops)
     r = check_kernel_manifest(spec, ops, run)
@@ -174,16 +170,19 @@ def test_c1_a_wrapper_around_a_builtin_keeps_its_own_identity():
     from conformance.kernels import trace
 
     def stale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-        trace.record_path("mine", source_digest="f" * 64)    # before the inner kernel's record
+        trace.record_path("mine", source_digest="f" * 64)  # before the inner kernel's record
         return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     stale_spec = dataclasses.replace(spec, scaled_mm=stale)
     r = check_kernel_manifest(stale_spec, ops, _run(stale_spec, ops))
     assert r.verdict == "fail" and r.evidence["mismatches"] == [
-        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."]
+        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."
+    ]
     cpu = dataclasses.replace(spec, name="cpu", source_digest="ab" * 32)  # the built-in itself
     r = check_kernel_manifest(cpu, ops, _run(cpu, ops))  # its run-time digest is promoted
     assert r.verdict == "fail" and r.evidence["mismatches"] == [
-        f"ran source digest {builtin_cpu.SOURCE_DIGEST[:12]}..., declared {'ab' * 6}..."]
+        f"ran source digest {builtin_cpu.SOURCE_DIGEST[:12]}..., declared {'ab' * 6}..."
+    ]
 
 
 @pytest.mark.parametrize("inner", ["int_mm", "triton"])
@@ -198,6 +197,7 @@ def test_c1_a_wrapper_around_int_mm_or_triton_keeps_its_own_identity(inner):
 
     def wrapper(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         return builtin.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     spec = dataclasses.replace(builtin, name="mine", scaled_mm=wrapper, source_digest="cd" * 32)
     ops = tie_case()
     run = _run(spec, ops)
@@ -221,32 +221,36 @@ def test_c1_a_kernel_cannot_hide_its_digest_under_a_builtins_name():
     def spoof(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         trace.record_path("mine", source_digest="f" * 64, digest_of="cpu")
         return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
-    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=spoof,
-                               source_digest="ab" * 32)
+
+    spec = dataclasses.replace(make_kernel("good"), name="mine", scaled_mm=spoof, source_digest="ab" * 32)
     ops = tie_case()
     run = _run(spec, ops)
     assert run.manifest["source_digest"] == "f" * 64
-    why = (f"digest {'f' * 12}... recorded with digest_of='cpu' counted as 'mine''s own: "
-           f"built-in 'cpu' has source digest {builtin_cpu.SOURCE_DIGEST[:12]}...")
+    why = (
+        f"digest {'f' * 12}... recorded with digest_of='cpu' counted as 'mine''s own: "
+        f"built-in 'cpu' has source digest {builtin_cpu.SOURCE_DIGEST[:12]}..."
+    )
     assert run.manifest["extra"]["refused_digest_claims"] == [why]
     r = check_kernel_manifest(spec, ops, run)
     assert r.verdict == "fail" and r.evidence["mismatches"] == [
-        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."]
+        f"ran source digest {'f' * 12}..., declared {'ab' * 6}..."
+    ]
 
     def other_name(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         trace.record_path("mine", source_digest="e" * 64, digest_of="not-a-builtin")
         return builtin_cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     run = _run(dataclasses.replace(spec, scaled_mm=other_name), ops)
     assert run.manifest["source_digest"] == "e" * 64
     assert run.manifest["extra"]["refused_digest_claims"] == [
         f"digest {'e' * 12}... recorded with digest_of='not-a-builtin' counted as 'mine''s own: "
-        f"'not-a-builtin' is not a built-in kernel"]
+        f"'not-a-builtin' is not a built-in kernel"
+    ]
     # the built-in's own record (its real digest) is set aside, with nothing refused
     from conformance.kernels.runner import own_digests
-    assert own_digests("mine", [("ab" * 32, None), (builtin_cpu.SOURCE_DIGEST, "cpu")]) == (
-        ["ab" * 32], [])
-    assert own_digests("cpu", [(builtin_cpu.SOURCE_DIGEST, "cpu")]) == (
-        [builtin_cpu.SOURCE_DIGEST], [])
+
+    assert own_digests("mine", [("ab" * 32, None), (builtin_cpu.SOURCE_DIGEST, "cpu")]) == (["ab" * 32], [])
+    assert own_digests("cpu", [(builtin_cpu.SOURCE_DIGEST, "cpu")]) == ([builtin_cpu.SOURCE_DIGEST], [])
 
 
 def test_kernel_errors_fail_output_checks():
@@ -267,8 +271,15 @@ def test_kernel_not_runnable_here_is_na():
     spec = make_kernel("gpu-only", devices=("cuda",))
     cr = evaluate_case(spec, tie_case(), device=None)
     assert {c: r.verdict for c, r in cr.checks.items()} == {
-        "C1": "n/a", "C2": "n/a", "C3": "n/a", "C4": "n/a", "C5": "n/a", "C6": "n/a",
-        "C8": "n/a", "C10": "n/a"}
+        "C1": "n/a",
+        "C2": "n/a",
+        "C3": "n/a",
+        "C4": "n/a",
+        "C5": "n/a",
+        "C6": "n/a",
+        "C8": "n/a",
+        "C10": "n/a",
+    }
 
 
 def test_aggregate_verdicts_and_kinds():

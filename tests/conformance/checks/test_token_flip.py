@@ -8,14 +8,13 @@ import json
 
 import pytest
 import torch
+from tiny_qwen3 import VOCAB, tiny_model
 
 from conformance.checks import token_flip as tfl
 from conformance.kernels.spec import KernelSpec
-from reference.model import forward as wf
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.epilogue import reference_scaled_mm
-
-from tiny_qwen3 import VOCAB, tiny_model
+from reference.model import forward as wf
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +37,22 @@ def _spec(name, fn, contract=CUTLASS_STYLE, devices=("cpu",)):
 def _ref_kernel(contract):
     def fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         return reference_scaled_mm(a, b, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
+
     return fn
 
 
 # ----------------------------------------------------------------- units
 
+
 def test_bf16_spacing_known_values():
-    x = torch.tensor([1.0, 1.5, 1.99, 2.0, -3.0, 0.0, 40.0, 2.0 ** -126, 2.0 ** -130])
-    want = [2.0 ** -7, 2.0 ** -7, 2.0 ** -7, 2.0 ** -6, 2.0 ** -6, 2.0 ** -133, 2.0 ** -2,
-            2.0 ** -133, 2.0 ** -133]
+    x = torch.tensor([1.0, 1.5, 1.99, 2.0, -3.0, 0.0, 40.0, 2.0**-126, 2.0**-130])
+    want = [2.0**-7, 2.0**-7, 2.0**-7, 2.0**-6, 2.0**-6, 2.0**-133, 2.0**-2, 2.0**-133, 2.0**-133]
     assert tfl.bf16_spacing(x).tolist() == want
 
 
 def _tf(argmax, margin, top1):
     b, t = len(argmax), len(argmax[0])
-    return wf.TeacherForced(torch.tensor(argmax), torch.tensor(margin),
-                            torch.tensor(top1), torch.zeros(b, t - 1))
+    return wf.TeacherForced(torch.tensor(argmax), torch.tensor(margin), torch.tensor(top1), torch.zeros(b, t - 1))
 
 
 def test_compare_replays_bins_and_threshold():
@@ -71,8 +70,7 @@ def test_compare_replays_bins_and_threshold():
         "[1,inf)": {"positions": 1, "flips": 0},
     }
     above = [f for f in ev["flip_list"] if f["above"]]
-    assert [(f["window"], f["position"], f["ref_token"], f["kernel_token"]) for f in above] == \
-        [(0, 3, 4, 9)]
+    assert [(f["window"], f["position"], f["ref_token"], f["kernel_token"]) for f in above] == [(0, 3, 4, 9)]
     assert above[0]["ref_margin_spacings"] == 5.0
     assert ev["max_flip_margin"] == 0.3125
     ev2 = tfl.compare_replays(ref, ker, margin_threshold=0.01)
@@ -81,10 +79,12 @@ def test_compare_replays_bins_and_threshold():
 
 # ----------------------------------------------------------------- end to end
 
+
 @pytest.mark.parametrize("contract", [CUTLASS_STYLE, TRITON_STYLE])
 def test_reference_kernel_passes_with_zero_flips(model_dir, windows, contract):
-    r = tfl.check_token_flip(_spec("ref", _ref_kernel(contract), contract),
-                             model_dir=model_dir, windows=windows, batch_size=2)
+    r = tfl.check_token_flip(
+        _spec("ref", _ref_kernel(contract), contract), model_dir=model_dir, windows=windows, batch_size=2
+    )
     assert (r.check_id, r.name, r.verdict) == ("C7", "token_flip", "pass")
     ev = r.evidence
     assert ev["total_positions"] == 4 * 32 and ev["flips"] == 0
@@ -118,6 +118,7 @@ def _stale_activation_kernel():
         key = (tuple(a.shape), hash(b.numpy().tobytes()))  # per layer and M
         a0, sa0 = seen.setdefault(key, (a.clone(), scale_a.clone()))
         return reference_scaled_mm(a0, b, sa0, scale_b, CUTLASS_STYLE, bias=bias, out_dtype=out_dtype)
+
     return fn
 
 
@@ -144,10 +145,13 @@ def test_planted_bad_kernels_fail_above_threshold(model_dir, windows, bad):
     if bad == "stale":  # batch 0 is computed right, batch 1 reuses batch 0's activations
         assert all(f["window"] >= 2 for f in ev["flip_list"])
     # an absolute threshold above every margin turns the same flips into a pass
-    r2 = tfl.check_token_flip(_spec(bad + "2", _stale_activation_kernel() if bad == "stale"
-                                    else _truncating_rescaling_kernel),
-                              model_dir=model_dir, windows=windows, batch_size=2,
-                              margin_threshold=1e9)
+    r2 = tfl.check_token_flip(
+        _spec(bad + "2", _stale_activation_kernel() if bad == "stale" else _truncating_rescaling_kernel),
+        model_dir=model_dir,
+        windows=windows,
+        batch_size=2,
+        margin_threshold=1e9,
+    )
     assert r2.verdict == "pass" and r2.evidence["flips"] == ev["flips"]
 
 
@@ -162,6 +166,5 @@ def test_kernel_error_fails_and_missing_device_is_na(model_dir, windows):
     assert r.evidence["failed_layer"] == "model.layers.0.mlp.down_proj"
     assert "K=1536" in r.evidence["kernel_error"]
     if not torch.cuda.is_available():
-        r = tfl.check_token_flip(_spec("gpu", boom, devices=("cuda",)), model_dir=model_dir,
-                                 windows=windows)
+        r = tfl.check_token_flip(_spec("gpu", boom, devices=("cuda",)), model_dir=model_dir, windows=windows)
         assert r.verdict == "n/a" and "cuda" in r.summary

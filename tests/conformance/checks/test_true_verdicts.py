@@ -13,17 +13,23 @@ import types
 
 import pytest
 import torch
+from buggy_kernels import (
+    bf16_when_fp16,
+    const_case,
+    good_cutlass,
+    saturating_declared,
+    saturating_declares_wrap,
+    signed_zero_lost,
+)
 
-from buggy_kernels import (bf16_when_fp16, const_case, good_cutlass, saturating_declared,
-                           saturating_declares_wrap, signed_zero_lost)
 from conformance.checks.compare import compare_bits
 from conformance.checks.overflow import declared_accumulator, wrap32
 from conformance.checks.result import CheckResult, aggregate
-from conformance.evaluate import evaluate_case
 from conformance.kernels._digest import callable_digest
 from conformance.kernels.loader import declare, load_module_function, spec_from_object
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec
+from conformance.suite.evaluate import evaluate_case
 from reference.bits import bits_of
 from reference.contract import CUTLASS_STYLE
 from reference.errors import ContractError, KernelLoadError
@@ -42,12 +48,13 @@ def _bits(t):
 
 # ------------------------------------------------------------ int32 overflow
 
+
 def test_wrapped_accumulator_is_a_precondition_not_a_fault():
     # M = N = 1, K = 131,073, all -128: exact acc = 2**31 + 2**14 = 2147500032;
     # wrap32 = 2147500032 - 2**32 = -2147467264 = -(2**31 - 2**14), 17 significant
     # bits, exact in float32; * 2**-10 * 2**-20 = -(2 - 2**-16) -> bf16 RNE -2.0 = 0xC000
     ops = const_case(K_OVER)
-    assert int(wrap32(torch.tensor([2 ** 31 + 2 ** 14]))[0]) == -2147467264
+    assert int(wrap32(torch.tensor([2**31 + 2**14]))[0]) == -2147467264
     for name in ("cpu", "int_mm"):
         cr = evaluate_case(get_kernel(name), ops, device="cpu")
         v = {c: r.verdict for c, r in cr.checks.items()}
@@ -66,24 +73,31 @@ def test_saturating_kernel_that_declares_wrap_fails_and_is_diagnosed():
     ops = dataclasses.replace(const_case(K_OVER), out_dtype=torch.float32)
     cr = evaluate_case(get_kernel("cpu"), ops, device="cpu")
     assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
-    exact64 = KernelSpec("exact64", _exact_kernel, CUTLASS_STYLE, source_digest="1" * 64,
-                         origin="test")
+    exact64 = KernelSpec("exact64", _exact_kernel, CUTLASS_STYLE, source_digest="1" * 64, origin="test")
     assert evaluate_case(exact64, ops, device="cpu").checks["C8"].verdict == "pass"
     cr = evaluate_case(_spec(saturating_declares_wrap, "sat"), ops, device="cpu")
     c8 = cr.checks["C8"]
     assert c8.verdict == "fail" and c8.evidence["worst"]["out_bits"] == "0x40000000"
     assert c8.evidence["worst"]["ref_bits"] == "0x40000040" and c8.evidence["max_ulp"] == 64
     assert c8.evidence["overflow_diagnosis"] == {
-        "over_tolerance_at_risk": 1, "matches_wrap": 0, "matches_saturate": 1,
-        "matches_exact_int64": 0}
+        "over_tolerance_at_risk": 1,
+        "matches_wrap": 0,
+        "matches_saturate": 1,
+        "matches_exact_int64": 0,
+    }
     c3 = cr.checks["C3"]  # its int_mm saturates: 2147483647 vs the declared -2147467264
     assert c3.is_kernel_failure
-    assert c3.evidence["first_acc_mismatch"] == {"index": [0, 0], "observed": 2 ** 31 - 1,
-                                                 "declared": -2147467264, "exact": 2 ** 31 + 2 ** 14}
+    assert c3.evidence["first_acc_mismatch"] == {
+        "index": [0, 0],
+        "observed": 2**31 - 1,
+        "declared": -2147467264,
+        "exact": 2**31 + 2**14,
+    }
 
 
 def _exact_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     from reference.epilogue import reference_scaled_mm  # exact int64 accumulator
+
     return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, bias, out_dtype)
 
 
@@ -91,8 +105,9 @@ def test_saturating_kernel_declared_saturate_passes_and_undefined_is_excluded():
     ops = const_case(K_OVER)
     cr = evaluate_case(_spec(saturating_declared, "satd"), ops, device="cpu")
     assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
-    undef = KernelSpec("u", saturating_declared, CUTLASS_STYLE, source_digest="1" * 64,
-                       origin="test", overflow="undefined")
+    undef = KernelSpec(
+        "u", saturating_declared, CUTLASS_STYLE, source_digest="1" * 64, origin="test", overflow="undefined"
+    )
     cr = evaluate_case(undef, ops, device="cpu")
     assert cr.checks["C8"].verdict == "n/a" and cr.checks["C8"].evidence["overflow_excluded"] == 1
     assert cr.verdict == "pass"
@@ -129,7 +144,11 @@ def test_overflow_declaration_is_validated():
     for name in ("int_mm", "triton"):  # wrap in int32 on the CPU, no promise on CUDA
         spec = get_kernel(name)
         assert [spec.overflow_on(d) for d in ("cpu", "cuda", "cuda:1", None)] == [
-            "wrap", "undefined", "undefined", "wrap"]
+            "wrap",
+            "undefined",
+            "undefined",
+            "wrap",
+        ]
         assert spec.manifest()["overflow"] == {"cpu": "wrap", "cuda": "undefined"}
     with pytest.raises(ContractError, match="'clamp' is not one of"):
         KernelSpec("x", good_cutlass, CUTLASS_STYLE, overflow={"cuda": "clamp"})
@@ -142,9 +161,16 @@ def test_overflow_declaration_follows_the_device_the_kernel_ran_on():
     # nothing at the one at-risk element (excluded: n/a, never a failure)
     from conformance.checks.output_bits import check_declared_contract
     from conformance.kernels.runner import KernelRun
+
     ops = dataclasses.replace(const_case(K_OVER), out_dtype=torch.float32)
-    spec = KernelSpec("percase", saturating_declares_wrap, CUTLASS_STYLE, source_digest="1" * 64,
-                      origin="test", overflow={"cpu": "wrap", "cuda": "undefined"})
+    spec = KernelSpec(
+        "percase",
+        saturating_declares_wrap,
+        CUTLASS_STYLE,
+        source_digest="1" * 64,
+        origin="test",
+        overflow={"cpu": "wrap", "cuda": "undefined"},
+    )
     out = saturating_declares_wrap(ops.a, ops.b, ops.scale_a, ops.scale_b, torch.float32)
     assert _bits(out) == ["0x40000000"]
     on_cpu = check_declared_contract(spec, ops, KernelRun(out, None, {"device": "cpu"}))
@@ -155,20 +181,26 @@ def test_overflow_declaration_follows_the_device_the_kernel_ran_on():
 
 
 def test_pairwise_expects_identity_only_where_both_overflow_declarations_force_it():
-    from conformance.pairwise import expected_agreement
+    from conformance.suite.pairwise import expected_agreement
+
     # power-of-two scales, no bias: every legal contract gives the same bits barring overflow
     ops = dataclasses.replace(const_case(K_OVER), scale_mode="pow2")
     cpu, tri = get_kernel("cpu"), get_kernel("triton")
     assert expected_agreement(cpu, tri, ops, "cpu", "cpu")[0] is True  # wrap and wrap
     expect, why = expected_agreement(cpu, tri, ops, "cpu", "cuda")
-    assert expect is False and why == ("an accumulator can leave int32 at 1 elements and the "
-                                       "declared overflow behaviours are wrap (cpu) and "
-                                       "undefined (triton)")
-    small = dataclasses.replace(const_case(16), scale_mode="pow2")  # no element can leave int32: the devices do not matter
+    assert expect is False and why == (
+        "an accumulator can leave int32 at 1 elements and the "
+        "declared overflow behaviours are wrap (cpu) and "
+        "undefined (triton)"
+    )
+    small = dataclasses.replace(
+        const_case(16), scale_mode="pow2"
+    )  # no element can leave int32: the devices do not matter
     assert expected_agreement(cpu, tri, small, "cpu", "cuda")[0] is True
 
 
 # ------------------------------------------------------------ bits, not values
+
 
 def _zero_case():
     # acc = 1*0 + 0*1 = 0; s_a = -1.0: out = (0 * 1.0) * -1.0 = -0.0 -> bf16 0x8000
@@ -206,8 +238,9 @@ def test_nan_payloads_are_canonical_and_signed_zero_counted():
 def test_wrong_output_dtype_is_a_dtype_error_not_a_spacing_failure():
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (3, 16), generator=g, dtype=torch.int16).to(torch.int8)
-    ops = GemmOperands(a, a.clone(), torch.full((3,), 0.01), torch.full((3,), 0.02),
-                       out_dtype=torch.float16, name="fp16")
+    ops = GemmOperands(
+        a, a.clone(), torch.full((3,), 0.01), torch.full((3,), 0.02), out_dtype=torch.float16, name="fp16"
+    )
     cr = evaluate_case(_spec(bf16_when_fp16, "bf16fp16"), ops, device="cpu")
     for cid in ("C6", "C8"):
         r = cr.checks[cid]
@@ -219,26 +252,35 @@ def test_wrong_output_dtype_is_a_dtype_error_not_a_spacing_failure():
 
 # ------------------------------------------------------------ aggregation, digests
 
+
 def test_worst_case_is_the_worst_not_the_first():
     def c3(mx, kind="precondition"):
-        return CheckResult("C3", "int32_headroom", "fail", f"{mx}",
-                           {"failure_kind": kind, "exact_max_abs": mx, "bound_tight_max": mx})
-    agg = aggregate("C3", [("a", c3(2 ** 31)), ("b", c3(2 ** 33)), ("c", c3(2 ** 32))])
+        return CheckResult(
+            "C3", "int32_headroom", "fail", f"{mx}", {"failure_kind": kind, "exact_max_abs": mx, "bound_tight_max": mx}
+        )
+
+    agg = aggregate("C3", [("a", c3(2**31)), ("b", c3(2**33)), ("c", c3(2**32))])
     assert agg.evidence["worst_case"]["case"] == "b"
-    c4 = [(n, CheckResult("C4", "fp32_exact_accumulator", "pass", "", {"max_abs": v}))
-          for n, v in (("x", 5), ("y", 900), ("z", 7))]
+    c4 = [
+        (n, CheckResult("C4", "fp32_exact_accumulator", "pass", "", {"max_abs": v}))
+        for n, v in (("x", 5), ("y", 900), ("z", 7))
+    ]
     assert aggregate("C4", c4).evidence["worst_case"]["case"] == "y"
-    u = [(n, CheckResult("C8", "declared_contract", "fail", "", {"max_ulp": u, "n_bits_differ": d}))
-         for n, u, d in (("p", 0, 3), ("q", 2, 1), ("r", 0, 9))]
+    u = [
+        (n, CheckResult("C8", "declared_contract", "fail", "", {"max_ulp": u, "n_bits_differ": d}))
+        for n, u, d in (("p", 0, 3), ("q", 2, 1), ("r", 0, 9))
+    ]
     assert aggregate("C8", u).evidence["worst_case"]["case"] == "q"
 
 
 def test_three_kernels_in_one_module_have_three_digests(tmp_path):
     mod = types.ModuleType("three_kernels_mod")
     src = tmp_path / "three_kernels_mod.py"
-    src.write_text("def k1(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
-                   "def k2(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
-                   "def k3(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n")
+    src.write_text(
+        "def k1(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
+        "def k2(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n\n"
+        "def k3(a, b, sa, sb, out_dtype=None, bias=None):\n    return None\n"
+    )
     code = compile(src.read_text(), str(src), "exec")
     exec(code, mod.__dict__)
     for f in ("k1", "k2", "k3"):
@@ -251,6 +293,7 @@ def test_three_kernels_in_one_module_have_three_digests(tmp_path):
 def test_failing_kernel_gets_na_not_pass_for_c1_c2():
     def boom(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         raise RuntimeError("no")
+
     spec = KernelSpec("boom", boom, CUTLASS_STYLE, source_digest="1" * 64, origin="test")
     cr = evaluate_case(spec, _zero_case(), device="cpu")
     assert cr.checks["C1"].verdict == cr.checks["C2"].verdict == "n/a"
@@ -263,9 +306,10 @@ def test_may_leave_int32_boundary_is_k_131072():
     """(-128)^2 = 16384 per product: 131071 products reach at most 2^31 - 16384,
     131072 all-(-128) products reach exactly 2^31, one past int32."""
     from conformance.checks.overflow import may_leave_int32
+
     assert not may_leave_int32(131071)
     assert may_leave_int32(131072)
-    assert 131072 * 16384 == 2 ** 31
+    assert 131072 * 16384 == 2**31
 
 
 def test_a_wraps_wrapper_is_digested_with_what_it_wraps(tmp_path):
@@ -284,20 +328,24 @@ def test_a_wraps_wrapper_is_digested_with_what_it_wraps(tmp_path):
         return mod, f
 
     base, bf = load("def inner(a, b):\n    return a\n", "w_inner")
-    src = ("import functools\nimport w_inner\n\n@functools.wraps(w_inner.inner)\n"
-           "def fn(a, b):\n    return w_inner.inner(a, b) * {}\n")
+    src = (
+        "import functools\nimport w_inner\n\n@functools.wraps(w_inner.inner)\n"
+        "def fn(a, b):\n    return w_inner.inner(a, b) * {}\n"
+    )
     import sys
+
     sys.modules["w_inner"] = base
     try:
         one, f1 = load(src.format(1.0), "w_outer1")
         two, _ = load(src.format(1.5), "w_outer2")
         assert callable_digest(one.fn) != callable_digest(two.fn)
+
         # what it is, written out: SHA-256 over the chain's single digests (the
         # wrapper's own file, under the name functools.wraps copied onto it)
         def single(path, qual):
             return hashlib.sha256(path.read_bytes() + b"\0" + qual.encode()).hexdigest()
-        want = hashlib.sha256(",".join([single(f1, "w_inner.inner"), single(bf, "w_inner.inner")])
-                              .encode()).hexdigest()
+
+        want = hashlib.sha256(",".join([single(f1, "w_inner.inner"), single(bf, "w_inner.inner")]).encode()).hexdigest()
         assert callable_digest(one.fn) == want
         # a plain function keeps the single-level digest
         assert callable_digest(base.inner) == single(bf, "w_inner.inner")

@@ -40,6 +40,7 @@ def _argparse_exit(capfd, main, *argv) -> str:
 
 # ------------------------------------------------------------ 1. --batch-size
 
+
 @pytest.mark.parametrize("bad", [0, -2])
 def test_int8conf_perplexity_batch_size_must_be_positive(capfd, bad):
     line = _argparse_exit(capfd, int8conf_main, "perplexity", "--batch-size", bad)
@@ -54,6 +55,7 @@ def test_detllm_perplexity_batch_size_must_be_positive(capfd, bad):
 
 # ------------------------------------------------------------ 2. detllm --length / --threads
 
+
 @pytest.mark.parametrize("bad", [0, -3])
 def test_detllm_threads_must_be_positive(capfd, bad):
     prev = torch.get_num_threads()
@@ -64,7 +66,7 @@ def test_detllm_threads_must_be_positive(capfd, bad):
 
 def test_check_length_names_both_numbers():
     dcli.check_length(2, 256)
-    dcli.check_length(256, 256)          # a window as long as the context: allowed
+    dcli.check_length(256, 256)  # a window as long as the context: allowed
     with pytest.raises(OperandError, match=r"^--length 257 exceeds the model's context of 256 tokens"):
         dcli.check_length(257, 256)
     with pytest.raises(OperandError, match=r"^--length 1: a window needs at least 2 tokens \(model context 256"):
@@ -83,10 +85,11 @@ def test_detllm_length_below_two_rejected_before_loading(capfd, tmp_path, bad):
 @pytest.fixture(scope="module")
 def tiny_art(tmp_path_factory):
     from detllm.prepare import PrepareOptions, make_tiny_model, prepare
+
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     d = tmp_path_factory.mktemp("fix_cli_inputs")
-    md = make_tiny_model(d / "model", seed=3)   # TINY_QWEN3: max_position 256
+    md = make_tiny_model(d / "model", seed=3)  # TINY_QWEN3: max_position 256
     art = prepare(md, d / "art", PrepareOptions(calib_windows=2, calib_len=16, calib_source="random"))
     torch.set_num_threads(prev)
     return md, art
@@ -105,19 +108,26 @@ def test_detllm_length_beyond_context_rejected_not_clamped(capfd, tiny_art):
 
 # ------------------------------------------------------------ 3. int8conf generate
 
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from reference.model.assets import default_model_dir
-    from reference.model.tokenizer import load_tokenizer
     from reference.model.checkpoint import write_random_qwen3
+    from reference.model.tokenizer import load_tokenizer
 
     tok_src = default_model_dir() / "tokenizer.json"
     if not tok_src.is_file():
         pytest.skip("shipped tokenizer not built yet (reference/model/assets/default_model)")
-    d = write_random_qwen3(tmp_path_factory.mktemp("fix_cli_tiny"), seed=7,
-                           vocab_size=load_tokenizer().get_vocab_size(), hidden_size=128,
-                           intermediate_size=256, num_attention_heads=2, num_key_value_heads=1,
-                           max_position_embeddings=64)
+    d = write_random_qwen3(
+        tmp_path_factory.mktemp("fix_cli_tiny"),
+        seed=7,
+        vocab_size=load_tokenizer().get_vocab_size(),
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     shutil.copy(tok_src, d / "tokenizer.json")
     return d
 
@@ -128,8 +138,8 @@ def test_generate_whitespace_prompt_rejected(capfd, tmp_path, prompt):
     rc, out, err = _int8conf(capfd, "generate", "--model", tmp_path / "none", "--prompt", prompt)
     assert rc == 2 and out == ""
     assert err.strip().splitlines() == [
-        f"int8conf: error: --prompt {prompt!r} is empty or whitespace only "
-        "(need at least one non-space character)"]
+        f"int8conf: error: --prompt {prompt!r} is empty or whitespace only (need at least one non-space character)"
+    ]
 
 
 def test_generate_text_header_names_model_arm(capfd, model_dir):
@@ -152,11 +162,11 @@ def test_generate_text_header_names_model_arm(capfd, model_dir):
 
 # ------------------------------------------------------------ 4. int8conf check --out ""
 
+
 @pytest.mark.parametrize("out_arg", ["", "  "])
 def test_check_empty_out_rejected(capfd, tmp_path, monkeypatch, out_arg):
     monkeypatch.chdir(tmp_path)
     rc, out, err = _int8conf(capfd, "check", "--kernel", "cpu", "--out", out_arg)
     assert rc == 2
-    assert err.strip().splitlines() == [
-        f"int8conf: error: --out {out_arg!r} is empty: give a reports directory"]
-    assert list(tmp_path.iterdir()) == []   # nothing written into the cwd
+    assert err.strip().splitlines() == [f"int8conf: error: --out {out_arg!r} is empty: give a reports directory"]
+    assert list(tmp_path.iterdir()) == []  # nothing written into the cwd

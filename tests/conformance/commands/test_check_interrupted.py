@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conformance.kernels.registry import get_kernel
-from conformance.suite import SuiteInterrupted, run_conformance
+from conformance.suite.run import SuiteInterrupted, run_conformance
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,24 +29,27 @@ def _stopping_kernel(after: int):
         if calls[0] > after:
             raise KeyboardInterrupt
         return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     return dataclasses.replace(cpu, name="stopper", scaled_mm=scaled_mm)
 
 
 def test_run_conformance_interrupted_carries_the_finished_cases():
     spec = _stopping_kernel(after=3)
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(spec, include_captures=False, include_sweep=False,
-                        property_examples=0, model_checks=False)
+        run_conformance(spec, include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
     res = e.value.result
     done = len(res.cases)
-    assert 1 <= done <= 3                       # a case may call the kernel more than once
-    m = re.fullmatch(r"partial run: interrupted after (\d+) of (\d+) fixed cases; "
-                     r"the verdict covers only what finished", res.notes[0])
+    assert 1 <= done <= 3  # a case may call the kernel more than once
+    m = re.fullmatch(
+        r"partial run: interrupted after (\d+) of (\d+) fixed cases; "
+        r"the verdict covers only what finished",
+        res.notes[0],
+    )
     assert m and int(m.group(1)) == done and int(m.group(2)) == 22, res.notes  # the synthetic set
     assert all(c.verdict == "pass" for c in res.cases)
 
 
-_KERNEL_MODULE = '''
+_KERNEL_MODULE = """
 import dataclasses, os, signal
 from conformance.kernels.registry import get_kernel
 _cpu = get_kernel("cpu")
@@ -57,22 +60,42 @@ def _mm(a, b, scale_a, scale_b, out_dtype, bias=None):
         os.kill(os.getpid(), signal.SIGTERM)   # as `timeout` or a CI runner would
     return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
 spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_mm)
-'''
+"""
 
 
 @pytest.mark.slow
 def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
     (tmp_path / "stopmod.py").write_text(_KERNEL_MODULE)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    r = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--kernel", "stopmod:spec",
-                        "--no-model", "--no-captures", "-q", "--out", str(tmp_path / "rep")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "check",
+            "--kernel",
+            "stopmod:spec",
+            "--no-model",
+            "--no-captures",
+            "-q",
+            "--out",
+            str(tmp_path / "rep"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 130, r.stdout[-2000:] + r.stderr[-2000:]
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     assert rep["notes"][0].startswith("partial run: interrupted after ")
     assert 0 < len(rep["cases"]) < 100
     assert (rep["partial"]["partial"], rep["partial"]["reason"], rep["partial"]["note"]) == (
-        True, "interrupted", rep["notes"][0])
+        True,
+        "interrupted",
+        rep["notes"][0],
+    )
     assert "int8conf: interrupted" in r.stderr and "report: " in r.stderr
 
 
@@ -82,7 +105,8 @@ def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():
     The request is remembered and raised again before the next case."""
     import signal
 
-    from conformance.graceful_stop import restore_sigterm, sigterm_as_interrupt
+    from conformance.runtime.graceful_stop import restore_sigterm, sigterm_as_interrupt
+
     cpu = get_kernel("cpu")
     calls = [0]
 
@@ -92,16 +116,16 @@ def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():
             try:
                 os.kill(os.getpid(), signal.SIGTERM)
             except KeyboardInterrupt:
-                pass                                  # as if raised where Python drops it
+                pass  # as if raised where Python drops it
         return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     spec = dataclasses.replace(cpu, name="swallower", scaled_mm=scaled_mm)
     before = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         assert sigterm_as_interrupt()
         with pytest.raises(SuiteInterrupted) as e:
-            run_conformance(spec, include_captures=False, include_sweep=False,
-                            property_examples=0, model_checks=False)
+            run_conformance(spec, include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
     finally:
         restore_sigterm()
         signal.signal(signal.SIGTERM, before)
@@ -117,29 +141,42 @@ def test_interrupted_during_the_property_test_says_so():
 
     def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
         calls[0] += 1
-        if calls[0] > 60:   # the 22 synthetic cases are done by then
+        if calls[0] > 60:  # the 22 synthetic cases are done by then
             raise KeyboardInterrupt
         return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
     spec = dataclasses.replace(cpu, name="late", scaled_mm=scaled_mm)
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(spec, include_captures=False, include_sweep=False,
-                        property_examples=200, model_checks=False)
-    assert e.value.result.notes[0] == ("partial run: interrupted after 22 of 22 fixed cases, "
-                                       "during the property test; the verdict covers only "
-                                       "what finished")
+        run_conformance(spec, include_captures=False, include_sweep=False, property_examples=200, model_checks=False)
+    assert e.value.result.notes[0] == (
+        "partial run: interrupted after 22 of 22 fixed cases, "
+        "during the property test; the verdict covers only "
+        "what finished"
+    )
     # every fixed case ran, yet the run is partial, with the stage named
-    from conformance.report import to_json_dict
+    from conformance.suite.report import to_json_dict
+
     part = to_json_dict(e.value.result)["partial"]
     assert {k: part[k] for k in ("partial", "reason", "cases_ran", "cases_total", "stage")} == {
-        "partial": True, "reason": "interrupted", "cases_ran": 22, "cases_total": 22,
-        "stage": "the property test"}
+        "partial": True,
+        "reason": "interrupted",
+        "cases_ran": 22,
+        "cases_total": 22,
+        "stage": "the property test",
+    }
 
 
 def test_a_partial_report_says_so_before_its_verdict(tmp_path):
-    from conformance.report import render_markdown, to_json_dict
+    from conformance.suite.report import render_markdown, to_json_dict
+
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(_stopping_kernel(after=3), include_captures=False, include_sweep=False,
-                        property_examples=0, model_checks=False)
+        run_conformance(
+            _stopping_kernel(after=3),
+            include_captures=False,
+            include_sweep=False,
+            property_examples=0,
+            model_checks=False,
+        )
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
     assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head
@@ -150,18 +187,28 @@ def test_a_stopped_run_marks_its_json_partial(tmp_path):
     heading is built from: ``partial`` with reason, counts and stage."""
     import json
 
-    from conformance.report import write_reports
+    from conformance.suite.report import write_reports
+
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(_stopping_kernel(after=3), include_captures=False, include_sweep=False,
-                        property_examples=0, model_checks=False)
+        run_conformance(
+            _stopping_kernel(after=3),
+            include_captures=False,
+            include_sweep=False,
+            property_examples=0,
+            model_checks=False,
+        )
     res = e.value.result
     jp, mp = write_reports(res, tmp_path)
     doc = json.loads(jp.read_text())
     done = len(res.cases)
-    note = (f"partial run: interrupted after {done} of 22 fixed cases; the verdict covers "
-            f"only what finished")
-    assert doc["partial"] == {"partial": True, "reason": "interrupted", "cases_ran": done,
-                              "cases_total": 22, "stage": "fixed cases", "note": note}
+    note = f"partial run: interrupted after {done} of 22 fixed cases; the verdict covers only what finished"
+    assert doc["partial"] == {
+        "partial": True,
+        "reason": "interrupted",
+        "cases_ran": done,
+        "cases_total": 22,
+        "stage": "fixed cases",
+        "note": note,
+    }
     assert doc["notes"] == [note]  # one source: the note is the record's
     assert mp.read_text().split("\n")[2] == f"**PARTIAL RUN** ({note})"
-

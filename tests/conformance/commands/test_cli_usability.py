@@ -42,8 +42,7 @@ def test_misspelled_command_is_named_not_its_options(capsys):
 
 def test_cpu_device_index_is_an_error(capsys):
     assert main(["check", "--kernel", "cpu", "--device", "cpu:1", *FAST]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "int8conf: error: --device 'cpu:1': there is one CPU device; use 'cpu'")
+    assert capsys.readouterr().err.strip() == ("int8conf: error: --device 'cpu:1': there is one CPU device; use 'cpu'")
 
 
 def test_out_ending_in_the_kernel_name_is_not_doubled(tmp_path):
@@ -51,6 +50,7 @@ def test_out_ending_in_the_kernel_name_is_not_doubled(tmp_path):
     assert (tmp_path / "cpu" / "conformance.json").is_file()
     assert not (tmp_path / "cpu" / "cpu").exists()
     from conformance.commands.check import report_root
+
     assert report_root(tmp_path / "run1", "cpu") == tmp_path / "run1"  # -> run1/cpu/
 
 
@@ -61,7 +61,8 @@ def test_import_path_kernel_found_from_its_own_folder(tmp_path, monkeypatch):
         "from reference.epilogue import reference_scaled_mm\n"
         "def fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):\n"
         "    return reference_scaled_mm(a, b, scale_a, scale_b, CUTLASS_STYLE, bias, out_dtype)\n"
-        "fn.int8conf_contract = 'cutlass'\n")
+        "fn.int8conf_contract = 'cutlass'\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.delitem(sys.modules, "my_local_kernel", raising=False)
@@ -89,6 +90,7 @@ def test_help_has_no_docstring_markup_and_every_option_has_help():
 
 def test_detllm_kernel_help_says_only_int_mm_is_used(capsys):
     from detllm.cli import build_parser as detllm_parser
+
     for name, p in _all_parsers(detllm_parser()):
         missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
         assert not missing, (name, missing)

@@ -5,12 +5,15 @@ import pytest
 from conformance.cli import main
 
 
-@pytest.mark.parametrize("argv", [
-    ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "inf"],
-    ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "nan"],
-    ["study", "pow2", "--time-budget", "-5", "--report-only"],
-    ["study", "pow2", "--time-budget", "0", "--report-only"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "inf"],
+        ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "nan"],
+        ["study", "pow2", "--time-budget", "-5", "--report-only"],
+        ["study", "pow2", "--time-budget", "0", "--report-only"],
+    ],
+)
 def test_non_finite_or_non_positive_seconds_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -20,5 +23,6 @@ def test_non_finite_or_non_positive_seconds_are_refused(argv, capsys):
 
 
 def test_finite_positive_seconds_are_accepted():
-    from conformance.commands._options import positive_seconds
+    from reference.command_line import positive_seconds
+
     assert positive_seconds("0.5") == 0.5 and positive_seconds("300") == 300.0

@@ -1,5 +1,5 @@
 """Every command's default output folder follows one rule,
-``reports/<command>/<label>`` (``conformance.output_dirs``; issue 31 item 7):
+``reports/<command>/<label>`` (``conformance.runtime.output_dirs``; issue 31 item 7):
 two kernels, or two pairs, never share a folder."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from conformance.cli import build_parser, main
 
 FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
-MYGEMM = "buggy_kernels:truncating_kernel?name=mygemm"   # a user kernel declaring its name
+MYGEMM = "buggy_kernels:truncating_kernel?name=mygemm"  # a user kernel declaring its name
 
 
 def _args(*argv):
@@ -22,7 +22,8 @@ def _args(*argv):
 def test_kernel_labels_are_one_function_of_the_name_and_the_fault():
     import faults
     from conformance.kernels.registry import get_kernel
-    from conformance.output_dirs import kernel_label, pair_label, selection_label
+    from conformance.runtime.output_dirs import kernel_label, pair_label, selection_label
+
     assert kernel_label("cpu") == "cpu"
     assert kernel_label("mypkg.gemm:scaled_mm") == "mypkg.gemm_scaled_mm"
     assert kernel_label("mygemm", "F3", "1%", 7) == "mygemm_F3_1_s7"
@@ -36,48 +37,83 @@ def test_kernel_labels_are_one_function_of_the_name_and_the_fault():
 
 def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monkeypatch):
     from reference.model.capture import default_capture_set
+
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--kernel", "cpu", *FAST]) == 0
     assert main(["check", "--kernel", "cpu", "--inject", "F8:one:3", *FAST]) == 0
     assert main(["check", "--kernel", MYGEMM, *FAST]) == 1
-    assert sorted(p.parent.relative_to(tmp_path).as_posix()
-                  for p in tmp_path.rglob("conformance.json")) == [
-        "reports/check/cpu", "reports/check/cpu_F8_one_s3", "reports/check/mygemm"]
+    assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("conformance.json")) == [
+        "reports/check/cpu",
+        "reports/check/cpu_F8_one_s3",
+        "reports/check/mygemm",
+    ]
     if default_capture_set() is None:
         pytest.skip("default captures not built")
-    assert main(["sweep", "--kernel", MYGEMM, "--layers", "1", "--faults", "F8", "--coverages",
-                 "one", "--scale-modes", "own", "--no-model-checks", "--workers", "1",
-                 "--quiet", "--no-score"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--kernel",
+                MYGEMM,
+                "--layers",
+                "1",
+                "--faults",
+                "F8",
+                "--coverages",
+                "one",
+                "--scale-modes",
+                "own",
+                "--no-model-checks",
+                "--workers",
+                "1",
+                "--quiet",
+                "--no-score",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "reports" / "sweep" / "mygemm" / "sweep.sqlite").is_file()
 
 
 def test_gate_default_folder_is_its_pair(tmp_path):
     from conformance.commands.gate import out_dir
-    from conformance.report import write_reports
-    from conformance.suite import run_conformance
-    assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == \
-        Path("reports/gate/triton-vs-cpu")
-    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--fault", "F4",
-                         "--fault-coverage", "1%", "--fault-seed", "7")) == \
-        Path("reports/gate/cpu_F4_1_s7-vs-int_mm")
-    res = run_conformance("int_mm", include_captures=False, include_sweep=False,
-                          property_examples=0, model_checks=False)
+    from conformance.suite.report import write_reports
+    from conformance.suite.run import run_conformance
+
+    assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == Path("reports/gate/triton-vs-cpu")
+    assert out_dir(
+        _args(
+            "gate",
+            "--candidate",
+            "cpu",
+            "--incumbent",
+            "int_mm",
+            "--fault",
+            "F4",
+            "--fault-coverage",
+            "1%",
+            "--fault-seed",
+            "7",
+        )
+    ) == Path("reports/gate/cpu_F4_1_s7-vs-int_mm")
+    res = run_conformance(
+        "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+    )
     jp, _ = write_reports(res, tmp_path)
-    assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == \
-        Path("reports/gate/cpu-vs-int_mm")
-    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm",
-                         "--out", "x/y")) == Path("x/y")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == Path("reports/gate/cpu-vs-int_mm")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--out", "x/y")) == Path("x/y")
 
 
 def test_study_and_scoreboard_default_folders():
     from conformance.commands import scoreboard, study
+
     assert study.out_dir(_args("study", "pow2")) == Path("reports/pow2/cpu-vs-triton")
-    assert study.out_dir(_args("study", "pow2", "--kernels", "triton,int_mm")) == \
-        Path("reports/pow2/triton-vs-int_mm")
+    assert study.out_dir(_args("study", "pow2", "--kernels", "triton,int_mm")) == Path("reports/pow2/triton-vs-int_mm")
     assert study.out_dir(_args("study", "pow2", "--out", "o")) == Path("o")
     assert scoreboard.out_dir(_args("scoreboard")) == Path("reports/scoreboard")
-    assert scoreboard.out_dir(_args("scoreboard", "--kernel", "torchao", "--device", "cpu")) == \
-        Path("reports/scoreboard/torchao@cpu")
+    assert scoreboard.out_dir(_args("scoreboard", "--kernel", "torchao", "--device", "cpu")) == Path(
+        "reports/scoreboard/torchao@cpu"
+    )
     assert scoreboard.out_dir(_args("scoreboard", "--out", "o")) == Path("o")
 
 

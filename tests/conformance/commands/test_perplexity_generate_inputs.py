@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from conformance.cli import main
+from reference.errors import CheckpointError, OperandError
 from reference.model import forward as wf
 from reference.model.checkpoint import load_qwen3_state, save_safetensors_atomic, write_random_qwen3
-from reference.errors import CheckpointError, OperandError
 
 CTX = 64  # max_position_embeddings of the tiny model
 DROPPED = "model.layers.1.mlp.up_proj.weight"
@@ -38,10 +38,16 @@ def model_dir(tmp_path_factory):
     tok_src = default_model_dir() / "tokenizer.json"
     if not tok_src.is_file():
         pytest.skip("shipped tokenizer not built yet (reference/model/assets/default_model)")
-    d = write_random_qwen3(tmp_path_factory.mktemp("fix_tiny"), seed=5,
-                           vocab_size=load_tokenizer().get_vocab_size(), hidden_size=128,
-                           intermediate_size=256, num_attention_heads=2, num_key_value_heads=1,
-                           max_position_embeddings=CTX)
+    d = write_random_qwen3(
+        tmp_path_factory.mktemp("fix_tiny"),
+        seed=5,
+        vocab_size=load_tokenizer().get_vocab_size(),
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=CTX,
+    )
     shutil.copy(tok_src, d / "tokenizer.json")
     return d
 
@@ -72,22 +78,27 @@ def _run(capfd, *argv):
 
 # ----------------------------------------------------- 1. checkpoint validation
 
-@pytest.mark.parametrize("cmd", [["perplexity", "--windows", 1, "--window-len", 8],
-                                 ["generate", "--max-new-tokens", 2]])
+
+@pytest.mark.parametrize(
+    "cmd", [["perplexity", "--windows", 1, "--window-len", 8], ["generate", "--max-new-tokens", 2]]
+)
 def test_missing_tensor_is_one_line_error_not_random_weights(model_dir, tmp_path, capfd, cmd):
     bad = _variant(model_dir, tmp_path / "bad", _drop)
     rc, out, err = _run(capfd, cmd[0], "--model", bad, *cmd[1:])
     assert rc == 2 and out == ""
-    assert err == (f"int8conf: error: {bad / 'model.safetensors'}: missing tensor {DROPPED!r} "
-                   f"required by {bad / 'config.json'}\n")
+    assert err == (
+        f"int8conf: error: {bad / 'model.safetensors'}: missing tensor {DROPPED!r} required by {bad / 'config.json'}\n"
+    )
 
 
 def test_shape_mismatch_is_one_line_error(model_dir, tmp_path, capfd):
     bad = _variant(model_dir, tmp_path / "bad", _shrink)
     rc, out, err = _run(capfd, "perplexity", "--model", bad, "--windows", 1, "--window-len", 8)
     assert rc == 2 and out == ""
-    assert err == (f"int8conf: error: {bad / 'model.safetensors'}: tensor {DROPPED!r} has shape "
-                   f"[100, 128], config implies [256, 128]\n")
+    assert err == (
+        f"int8conf: error: {bad / 'model.safetensors'}: tensor {DROPPED!r} has shape "
+        f"[100, 128], config implies [256, 128]\n"
+    )
 
 
 def test_transformers_side_guard_and_quiet_logging(model_dir, tmp_path, capfd, monkeypatch):
@@ -103,8 +114,9 @@ def test_transformers_side_guard_and_quiet_logging(model_dir, tmp_path, capfd, m
     capfd.readouterr()
     with pytest.raises(CheckpointError) as ei:
         wf.load_model(bad)
-    assert str(ei.value) == (f"{bad}: tensor {DROPPED!r} missing (1 such; transformers would have "
-                             f"initialized them randomly)")
+    assert str(ei.value) == (
+        f"{bad}: tensor {DROPPED!r} missing (1 such; transformers would have initialized them randomly)"
+    )
     err = capfd.readouterr().err
     assert "LOAD REPORT" not in err and "MISSING" not in err and "Loading weights" not in err
     assert hf_logging.get_verbosity() == level
@@ -118,14 +130,15 @@ def test_good_dir_loads_the_stored_weights(model_dir):
 
 # ----------------------------------------------------- 2. context length
 
+
 def test_perplexity_window_beyond_context_rejected(model_dir, capfd):
-    rc, out, err = _run(capfd, "perplexity", "--model", model_dir, "--windows", 1,
-                        "--window-len", CTX + 1)
+    rc, out, err = _run(capfd, "perplexity", "--model", model_dir, "--windows", 1, "--window-len", CTX + 1)
     assert rc == 2 and out == "" and err.count("\n") == 1
-    assert err == (f"int8conf: error: --window-len {CTX + 1}: {CTX + 1} tokens exceeds the model's "
-                   f"context of {CTX} tokens (max_position_embeddings in config.json)\n")
-    rc, out, _ = _run(capfd, "perplexity", "--model", model_dir, "--windows", 1,
-                      "--window-len", CTX, "--json")
+    assert err == (
+        f"int8conf: error: --window-len {CTX + 1}: {CTX + 1} tokens exceeds the model's "
+        f"context of {CTX} tokens (max_position_embeddings in config.json)\n"
+    )
+    rc, out, _ = _run(capfd, "perplexity", "--model", model_dir, "--windows", 1, "--window-len", CTX, "--json")
     assert rc == 0 and json.loads(out)["predicted_tokens"] == CTX - 1  # exactly the context is fine
 
 
@@ -135,12 +148,13 @@ def test_generate_prompt_plus_new_tokens_beyond_context_rejected(model_dir, capf
     prompt = "Shall I compare thee"
     p = len(encode(load_tokenizer(model_dir), prompt))
     n = CTX - p + 1
-    rc, out, err = _run(capfd, "generate", "--model", model_dir, "--prompt", prompt,
-                        "--max-new-tokens", n)
+    rc, out, err = _run(capfd, "generate", "--model", model_dir, "--prompt", prompt, "--max-new-tokens", n)
     assert rc == 2 and out == ""
-    assert err == (f"int8conf: error: prompt ({p} tokens) + --max-new-tokens ({n}): {CTX + 1} tokens "
-                   f"exceeds the model's context of {CTX} tokens (max_position_embeddings in "
-                   f"config.json)\n")
+    assert err == (
+        f"int8conf: error: prompt ({p} tokens) + --max-new-tokens ({n}): {CTX + 1} tokens "
+        f"exceeds the model's context of {CTX} tokens (max_position_embeddings in "
+        f"config.json)\n"
+    )
 
 
 def test_library_guards_teacher_forced_greedy_and_c7(model_dir):
@@ -150,18 +164,21 @@ def test_library_guards_teacher_forced_greedy_and_c7(model_dir):
     model = wf.load_model(model_dir)
     with pytest.raises(OperandError, match=rf"^window length: {CTX + 1} tokens .* context of {CTX} "):
         wf.teacher_forced(model, torch.ones(1, CTX + 1, dtype=torch.long))
-    with pytest.raises(OperandError, match=rf"\(3 tokens\) \+ max_new_tokens \({CTX - 2}\): "
-                                           rf"{CTX + 1} tokens .* context of {CTX} "):
+    with pytest.raises(
+        OperandError,
+        match=rf"\(3 tokens\) \+ max_new_tokens \({CTX - 2}\): "
+        rf"{CTX + 1} tokens .* context of {CTX} ",
+    ):
         wf.greedy_generate(model, [1, 2, 3], CTX - 2)
     assert len(wf.greedy_generate(model, [1, 2, 3], CTX - 3)) >= 1  # P + N == context: allowed
     with pytest.raises(OperandError, match=rf"^C7 window_len {CTX + 1}: .* context of {CTX} "):
         check_token_flip(get_kernel("cpu"), model_dir=model_dir, windows=1, window_len=CTX + 1)
     with pytest.raises(OperandError, match=rf"^C7 window length: {CTX + 1} tokens"):
-        check_token_flip(get_kernel("cpu"), model_dir=model_dir,
-                         windows=torch.ones(1, CTX + 1, dtype=torch.long))
+        check_token_flip(get_kernel("cpu"), model_dir=model_dir, windows=torch.ones(1, CTX + 1, dtype=torch.long))
 
 
 # ----------------------------------------------------- 3. scale label from the checkpoint
+
 
 @pytest.fixture(scope="module")
 def checkpoints(model_dir, tmp_path_factory):
@@ -179,11 +196,14 @@ def checkpoints(model_dir, tmp_path_factory):
     return {"own": own, "anon": anon, "p2n": p2n}
 
 
-@pytest.mark.parametrize("kind,mode,label", [
-    ("own", "own", "own scales (from checkpoint)"),
-    ("anon", "pow2", "power-of-two scales (from checkpoint)"),
-    ("p2n", "pow2-nearest", "pow2-nearest scales (from checkpoint)"),
-])
+@pytest.mark.parametrize(
+    "kind,mode,label",
+    [
+        ("own", "own", "own scales (from checkpoint)"),
+        ("anon", "pow2", "power-of-two scales (from checkpoint)"),
+        ("p2n", "pow2-nearest", "pow2-nearest scales (from checkpoint)"),
+    ],
+)
 def test_checkpoint_scale_label(model_dir, checkpoints, capfd, monkeypatch, kind, mode, label):
     import conformance.checks.token_flip as tfl
 
@@ -195,54 +215,79 @@ def test_checkpoint_scale_label(model_dir, checkpoints, capfd, monkeypatch, kind
         return real(kernel, names, scale_mode, *a, **k)
 
     monkeypatch.setattr(tfl, "kernel_layer_callables", spy)
-    args = ["perplexity", "--model", model_dir, "--windows", 1, "--window-len", 8,
-            "--checkpoint", checkpoints[kind]]
+    args = ["perplexity", "--model", model_dir, "--windows", 1, "--window-len", 8, "--checkpoint", checkpoints[kind]]
     rc, out, _ = _run(capfd, *args)
     assert rc == 0
-    assert re.fullmatch(rf"perplexity \S+  \[W8A8 {re.escape(label)}, kernel cpu \(cpu-exact\); "
-                        rf"1 windows x 8 tokens, 7 predicted; .*\]\n", out), out
+    assert re.fullmatch(
+        rf"perplexity \S+  \[W8A8 {re.escape(label)}, kernel cpu \(cpu-exact\); "
+        rf"1 windows x 8 tokens, 7 predicted; .*\]\n",
+        out,
+    ), out
     rc, out, _ = _run(capfd, *args, "--json")
     rec = json.loads(out)
     assert rc == 0 and rec["scale_mode"] == mode and rec["scale_label"] == label
     assert seen == [mode, mode]  # the kernel's GemmOperands get the checkpoint's mode too
-    rc, out, _ = _run(capfd, "generate", "--model", model_dir, "--max-new-tokens", 1, "--json",
-                      "--checkpoint", checkpoints[kind])
+    rc, out, _ = _run(
+        capfd, "generate", "--model", model_dir, "--max-new-tokens", 1, "--json", "--checkpoint", checkpoints[kind]
+    )
     assert rc == 0 and json.loads(out)["scale_mode"] == mode
 
 
 def test_checkpoint_scale_mode_unit():
-    from reference.model.weights import checkpoint_scale_mode
     from reference.model.compressed_tensors import W8A8Checkpoint
+    from reference.model.weights import checkpoint_scale_mode
 
     def ck(scales, meta):
-        return W8A8Checkpoint(dir=Path("x"), config={}, quantization_config={}, weights={},
-                              scales={"l": torch.tensor(scales).reshape(-1, 1)}, meta=meta)
+        return W8A8Checkpoint(
+            dir=Path("x"),
+            config={},
+            quantization_config={},
+            weights={},
+            scales={"l": torch.tensor(scales).reshape(-1, 1)},
+            meta=meta,
+        )
 
-    assert checkpoint_scale_mode(ck([0.5, 2.0 ** -9], {})) == (
-        "pow2", "power-of-two scales (from checkpoint)")
-    assert checkpoint_scale_mode(ck([0.25, 2.0 ** -12], {"scale_rule": "pow2-ceiling"})) == (
-        "pow2-ceiling", "pow2-ceiling scales (from checkpoint)")
+    assert checkpoint_scale_mode(ck([0.5, 2.0**-9], {})) == ("pow2", "power-of-two scales (from checkpoint)")
+    assert checkpoint_scale_mode(ck([0.25, 2.0**-12], {"scale_rule": "pow2-ceiling"})) == (
+        "pow2-ceiling",
+        "pow2-ceiling scales (from checkpoint)",
+    )
     # a record that the stored scales contradict is not believed
     assert checkpoint_scale_mode(ck([0.75, 0.5], {"scale_rule": "pow2-nearest"})) == (
-        "own", "per-channel scales (from checkpoint)")
-    assert checkpoint_scale_mode(ck([0.75, 0.5], {"scale_rule": "own"})) == (
-        "own", "own scales (from checkpoint)")
+        "own",
+        "per-channel scales (from checkpoint)",
+    )
+    assert checkpoint_scale_mode(ck([0.75, 0.5], {"scale_rule": "own"})) == ("own", "own scales (from checkpoint)")
     # bf16-stored scales (compressed-tensors' dtype) widen exactly: 3 * 2**-8 is not pow2
-    s = torch.tensor([[2.0 ** -8], [3 * 2.0 ** -8]], dtype=torch.bfloat16)
-    c = W8A8Checkpoint(dir=Path("x"), config={}, quantization_config={}, weights={},
-                       scales={"l": s})
+    s = torch.tensor([[2.0**-8], [3 * 2.0**-8]], dtype=torch.bfloat16)
+    c = W8A8Checkpoint(dir=Path("x"), config={}, quantization_config={}, weights={}, scales={"l": s})
     assert checkpoint_scale_mode(c)[0] == "own"
 
 
 def test_checkpoint_with_other_scale_mode_rejected(model_dir, checkpoints, capfd):
-    rc, out, err = _run(capfd, "perplexity", "--model", model_dir, "--scale-mode", "bf16",
-                        "--checkpoint", checkpoints["own"], "--windows", 1, "--window-len", 8)
+    rc, out, err = _run(
+        capfd,
+        "perplexity",
+        "--model",
+        model_dir,
+        "--scale-mode",
+        "bf16",
+        "--checkpoint",
+        checkpoints["own"],
+        "--windows",
+        1,
+        "--window-len",
+        8,
+    )
     assert rc == 2 and out == ""
-    assert err == (f"int8conf: error: --checkpoint takes its weights and scales from "
-                   f"{checkpoints['own']}; drop --scale-mode bf16\n")
+    assert err == (
+        f"int8conf: error: --checkpoint takes its weights and scales from "
+        f"{checkpoints['own']}; drop --scale-mode bf16\n"
+    )
 
 
 # ----------------------------------------------------- 4. C7 summary wording
+
 
 def test_c7_summary_names_declared_contract_reference(model_dir):
     from conformance.checks.token_flip import check_token_flip
@@ -252,6 +297,7 @@ def test_c7_summary_names_declared_contract_reference(model_dir):
     r = check_token_flip(get_kernel("cpu"), model_dir=model_dir, windows=win)
     ev = r.evidence
     assert r.verdict == "pass" and ev["flips"] == 0
-    assert r.summary.endswith(f"; ppl reference(declared contract) {ev['ppl_reference']:.4f} "
-                              f"vs kernel {ev['ppl_kernel']:.4f}")
+    assert r.summary.endswith(
+        f"; ppl reference(declared contract) {ev['ppl_reference']:.4f} vs kernel {ev['ppl_kernel']:.4f}"
+    )
     assert "ppl ref " not in r.summary

@@ -13,22 +13,27 @@ ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "reports" / "pow2" / "cpu-vs-triton"
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--kernels", "cpu"], "exactly two kernels"),
-    (["--resamples", "500"], "below the minimum 10000"),
-    (["--level", "1.5"], "not in (0, 1)"),
-    (["--kernels", "cpu,no_such_kernel"], "no_such_kernel"),
-    (["--windows", "1"], "at least 2 windows"),
-    (["--kernels", "cpu,cpu"], "A and B are the same kernel"),
-    (["--committed", "/nonexistent"], "--committed /nonexistent: not a directory"),
-    (["--kernels", "cpu,conformance.kernels.builtin_cpu:scaled_mm?contract=cutlass"],
-     "A and B are the same function under the same declared contract"),
-    # sizes the model or corpus cannot hold: refused before the gate (new-user pass 2026-12-01e)
-    (["--new-tokens", "600"], "--new-tokens (600): 616 tokens exceeds the model's context of 512"),
-    (["--window-len", "100000"], "--window-len 100000: 100000 tokens exceeds"),
-    (["--windows", "100000"], "--windows 100000 (--window-len 128): eval_windows"),
-    (["--tokens", "100000000"], "--tokens 100000000 (1562500 capture windows of 128 tokens)"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--kernels", "cpu"], "exactly two kernels"),
+        (["--resamples", "500"], "below the minimum 10000"),
+        (["--level", "1.5"], "not in (0, 1)"),
+        (["--kernels", "cpu,no_such_kernel"], "no_such_kernel"),
+        (["--windows", "1"], "at least 2 windows"),
+        (["--kernels", "cpu,cpu"], "A and B are the same kernel"),
+        (["--committed", "/nonexistent"], "--committed /nonexistent: not a directory"),
+        (
+            ["--kernels", "cpu,conformance.kernels.builtin_cpu:scaled_mm?contract=cutlass"],
+            "A and B are the same function under the same declared contract",
+        ),
+        # sizes the model or corpus cannot hold: refused before the gate (new-user pass 2026-12-01e)
+        (["--new-tokens", "600"], "--new-tokens (600): 616 tokens exceeds the model's context of 512"),
+        (["--window-len", "100000"], "--window-len 100000: 100000 tokens exceeds"),
+        (["--windows", "100000"], "--windows 100000 (--window-len 128): eval_windows"),
+        (["--tokens", "100000000"], "--tokens 100000000 (1562500 capture windows of 128 tokens)"),
+    ],
+)
 def test_bad_study_input_is_one_line_exit_2(argv, words, capsys, tmp_path):
     rc = main(["study", "pow2", "--out", str(tmp_path / "r"), *argv])
     err = capsys.readouterr().err.strip().splitlines()
@@ -43,8 +48,12 @@ def test_too_many_prompts_is_refused_before_any_work(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["study", "pow2", "--out", str(tmp_path / "r"), "--prompts", "9"])
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "argument --prompts: expected an integer in [1, 8], got 9")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith("argument --prompts: expected an integer in [1, 8], got 9")
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -85,13 +94,16 @@ def test_a_part_is_reused_only_for_the_same_model_kernels_and_code(tmp_path):
     assert ident["kernels"] == [cpu.source_digest, tri.source_digest] and ident["model"] == "d" * 64
     _save_part(tmp_path, "flips", s.part_key("flips", ident), {"x": 1}, 1.0, "cpu")
     assert _load_part(tmp_path, "flips", s.part_key("flips", ident)) == {"x": 1}
-    for other in (input_identity("e" * 64, None, (cpu, tri)),                      # model changed
-                  input_identity("d" * 64, None, (replace(cpu, source_digest="0"), tri)),  # kernel code
-                  input_identity("d" * 64, str(tmp_path), (cpu, tri))):            # a committed dir
+    for other in (
+        input_identity("e" * 64, None, (cpu, tri)),  # model changed
+        input_identity("d" * 64, None, (replace(cpu, source_digest="0"), tri)),  # kernel code
+        input_identity("d" * 64, str(tmp_path), (cpu, tri)),
+    ):  # a committed dir
         assert _load_part(tmp_path, "flips", s.part_key("flips", other)) is None
     # a committed checkpoint is known by its contents: one byte changed with size and
     # mtime restored is another checkpoint
     import os
+
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "config.json").write_text("{}")
@@ -104,15 +116,25 @@ def test_a_part_is_reused_only_for_the_same_model_kernels_and_code(tmp_path):
 
 
 def test_reproduce_line_names_every_setting_and_the_rows_used():
-    from conformance.study.report import _cli_args
-    from conformance.study.run import StudySettings
     from dataclasses import asdict
 
-    s = asdict(StudySettings(model_dir="/big", kernels=("triton", "int_mm"), device="cuda", tokens=8,
-                             fresh_process="none", level=0.95))
+    from conformance.study.report import _cli_args
+    from conformance.study.run import StudySettings
+
+    s = asdict(
+        StudySettings(
+            model_dir="/big", kernels=("triton", "int_mm"), device="cuda", tokens=8, fresh_process="none", level=0.95
+        )
+    )
     got = " ".join(_cli_args({"settings": s, "layer_agreement": {"capture": {"tokens_per_layer": 64}}}))
-    for want in ("--model /big", "--kernels triton,int_mm", "--device cuda", "--tokens 64",
-                 "--fresh-process none", "--level 0.95"):
+    for want in (
+        "--model /big",
+        "--kernels triton,int_mm",
+        "--device cuda",
+        "--tokens 64",
+        "--fresh-process none",
+        "--level 0.95",
+    ):
         assert want in got
     # a path the report writes as $TMPDIR/... still runs where TMPDIR is unset
     s["model_dir"] = "$TMPDIR/big"
@@ -131,8 +153,9 @@ def test_unknown_study_is_a_usage_error(capsys):
     assert e.value.code == 2
 
 
-@pytest.mark.parametrize("where", [COMMITTED, COMMITTED / "h200", COMMITTED / "h200-1.7b"],
-                         ids=["cpu", "h200", "h200-1.7b"])
+@pytest.mark.parametrize(
+    "where", [COMMITTED, COMMITTED / "h200", COMMITTED / "h200-1.7b"], ids=["cpu", "h200", "h200-1.7b"]
+)
 def test_committed_report_is_what_the_code_renders_from_its_json(where, tmp_path):
     import lzma
 

@@ -10,11 +10,11 @@ import pytest
 
 from conformance.cases import capture_cases, make_case
 from conformance.cli import main
-from conformance.gate.gate import GateOptions, NotComparable, run_gate
-from conformance.gate.isolation import KernelRef
 from conformance.gate.policy import parse_policy
-from conformance.report import write_reports
-from conformance.suite import run_conformance
+from conformance.gate.run import GateOptions, NotComparable, run_gate
+from conformance.runtime.pool import KernelRef
+from conformance.suite.report import write_reports
+from conformance.suite.run import run_conformance
 
 SYN = [make_case("ordinary", 0), make_case("pow2", 0), make_case("epilogue_ties", 0)]
 BIT = parse_policy({"name": "bit", "require": "bit_identical"})
@@ -31,8 +31,9 @@ def baseline(tmp_path_factory):
 
 
 def _gate(tmp_path, cand, baseline, cases, policy=BIT):
-    return run_gate(cand, baseline=baseline, policy=policy, cases=cases, out_dir=tmp_path,
-                    options=GateOptions(model_checks=False))
+    return run_gate(
+        cand, baseline=baseline, policy=policy, cases=cases, out_dir=tmp_path, options=GateOptions(model_checks=False)
+    )
 
 
 def test_report_carries_comparability_and_output_digests(baseline):
@@ -60,8 +61,7 @@ def test_faulty_candidate_measured_against_the_baseline_contract_reference(tmp_p
     one = _gate(tmp_path / "one", KernelRef("cpu", "F4"), jp, cases, ONE)
     assert bit.exit_code == 1 and all(d.status == "fail" for d in bit.cases)
     assert one.exit_code == 0 and all(d.status == "warn" for d in one.cases)
-    assert all(d.delta["max_ulp"] == 1 and d.delta["via"].startswith("baseline output reproduced")
-               for d in one.cases)
+    assert all(d.delta["max_ulp"] == 1 and d.delta["via"].startswith("baseline output reproduced") for d in one.cases)
 
 
 def test_stale_baseline_with_different_captures_is_refused(tmp_path, baseline):
@@ -69,8 +69,9 @@ def test_stale_baseline_with_different_captures_is_refused(tmp_path, baseline):
     other = SYN + capture_cases(max_layers=2).cases
     with pytest.raises(NotComparable) as e:
         _gate(tmp_path, KernelRef("int_mm"), jp, other)
-    assert any(r.startswith("different captures: baseline 2 capture cases") and
-               "this run 4" in r for r in e.value.reasons)
+    assert any(
+        r.startswith("different captures: baseline 2 capture cases") and "this run 4" in r for r in e.value.reasons
+    )
     assert not (tmp_path / "logs").exists()  # refused before any kernel ran
 
 
@@ -89,7 +90,8 @@ def test_old_or_partial_baseline_is_refused(tmp_path, baseline):
 
 def test_a_baseline_marked_partial_is_refused(tmp_path, baseline):
     """The ``partial`` record alone (no note) marks a stored report partial."""
-    from conformance.partial_run import partial_run
+    from conformance.runtime.partial_run import partial_run
+
     jp, cases = baseline
     doc = json.loads(jp.read_text())
     assert doc["partial"]["partial"] is False
@@ -99,27 +101,33 @@ def test_a_baseline_marked_partial_is_refused(tmp_path, baseline):
     stopped.write_text(json.dumps(doc))
     with pytest.raises(NotComparable) as e:
         _gate(tmp_path, KernelRef("int_mm"), stopped, cases)
-    assert "it is a partial run (partial run: interrupted after 3 of 5 fixed cases; the verdict " \
-           "covers only what finished)" in e.value.reasons
+    assert (
+        "it is a partial run (partial run: interrupted after 3 of 5 fixed cases; the verdict "
+        "covers only what finished)" in e.value.reasons
+    )
 
 
 def _cli(tmp_path, *args):
-    return main(["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q",
-                 "--out", str(tmp_path / "out"), *args])
+    return main(
+        ["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q", "--out", str(tmp_path / "out"), *args]
+    )
 
 
 def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
-    base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0,
-                           model_checks=False)
+    base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0, model_checks=False)
     jp, _ = write_reports(base, tmp_path / "A")
     policy = tmp_path / "p.yaml"
     policy.write_text("require: [bit_identical]\n")
-    assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "1",
-                "--policy", str(policy)) == 0
+    assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "1", "--policy", str(policy)) == 0
     from machine_paths import absolute_strings, machine_paths
+
     out = tmp_path / "out"
-    assert machine_paths((out / "gate.json").read_text() + (out / "gate.md").read_text()
-                         + (out / "junit.xml").read_text(), tmp_path) == []
+    assert (
+        machine_paths(
+            (out / "gate.json").read_text() + (out / "gate.md").read_text() + (out / "junit.xml").read_text(), tmp_path
+        )
+        == []
+    )
     assert absolute_strings(json.loads((out / "gate.json").read_text())) == []
     assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "2") == 2
     err = capsys.readouterr().err
@@ -130,19 +138,37 @@ def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
     bad.write_text("allow: [everything]\n")
     assert _cli(tmp_path, "--incumbent", "cpu", "--policy", str(bad)) == 2
     assert "field 'allow'" in capsys.readouterr().err
-    import conformance.gate.gate as G
+    import conformance.gate.run as G
 
     def boom(*a, **k):
         raise RuntimeError("bug")
+
     monkeypatch.setattr(G, "run_gate", boom)
     assert _cli(tmp_path, "--incumbent", "cpu") == 3
     assert "internal error: RuntimeError: bug" in capsys.readouterr().err
 
 
 def test_cli_blocked_exit_code(tmp_path):
-    assert main(["gate", "--candidate", "cpu", "--fault", "F4", "--incumbent", "cpu",
-                 "--no-model", "--no-captures", "--no-sweep", "-q",
-                 "--out", str(tmp_path)]) == 1
+    assert (
+        main(
+            [
+                "gate",
+                "--candidate",
+                "cpu",
+                "--fault",
+                "F4",
+                "--incumbent",
+                "cpu",
+                "--no-model",
+                "--no-captures",
+                "--no-sweep",
+                "-q",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 1
+    )
 
 
 # --- an unusable --out is refused before any kernel runs -------------------------------
@@ -157,54 +183,77 @@ def _tree(root):
 @pytest.fixture
 def gate_never_runs(monkeypatch):
     """Fails the test if the CLI gets as far as running the gate."""
-    import conformance.gate.gate as G
+    import conformance.gate.run as G
 
     def ran(*a, **k):
         raise AssertionError("the gate ran before --out was refused")
+
     monkeypatch.setattr(G, "run_gate", ran)
 
 
-@pytest.mark.parametrize("layout,out,bad,problem", [
-    ("o", "o", "o", "exists and is not a directory"),                        # --out /etc/passwd
-    ("o", "o/sub", "o/sub", "cannot create reports directory (Not a directory: {bad})"),
-    ("o/logs", "o", "o/logs", "exists and is not a directory"),               # children's logs
-    ("o/repro", "o", "o/repro", "exists and is not a directory"),             # reproducers
-    ("o/gate.json/", "o", "o", "gate.json is a directory, not a file"),
-    ("o/junit.xml/", "o", "o", "junit.xml is a directory, not a file"),
-])
-def test_cli_unusable_out_is_one_line_exit_2_before_any_work(tmp_path, capsys, gate_never_runs,
-                                                             layout, out, bad, problem):
+@pytest.mark.parametrize(
+    "layout,out,bad,problem",
+    [
+        ("o", "o", "o", "exists and is not a directory"),  # --out /etc/passwd
+        ("o", "o/sub", "o/sub", "cannot create reports directory (Not a directory: {bad})"),
+        ("o/logs", "o", "o/logs", "exists and is not a directory"),  # children's logs
+        ("o/repro", "o", "o/repro", "exists and is not a directory"),  # reproducers
+        ("o/gate.json/", "o", "o", "gate.json is a directory, not a file"),
+        ("o/junit.xml/", "o", "o", "junit.xml is a directory, not a file"),
+    ],
+)
+def test_cli_unusable_out_is_one_line_exit_2_before_any_work(
+    tmp_path, capsys, gate_never_runs, layout, out, bad, problem
+):
     p = tmp_path / layout.rstrip("/")
     p.parent.mkdir(parents=True, exist_ok=True)
     p.mkdir() if layout.endswith("/") else p.write_text("x")
     before = _tree(tmp_path)
-    assert main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", "--no-model",
-                 "--policy", str(POLICIES / "bit-identity.yaml"), "--out", str(tmp_path / out)]) == 2
+    assert (
+        main(
+            [
+                "gate",
+                "--candidate",
+                "int_mm",
+                "--incumbent",
+                "cpu",
+                "--no-model",
+                "--policy",
+                str(POLICIES / "bit-identity.yaml"),
+                "--out",
+                str(tmp_path / out),
+            ]
+        )
+        == 2
+    )
     cap = capsys.readouterr()
     bad = tmp_path / bad
     assert cap.err.splitlines() == [f"int8conf: error: --out {bad}: {problem.format(bad=bad)}"]
     assert cap.out == ""
-    assert _tree(tmp_path) == before   # no logs/, no report
+    assert _tree(tmp_path) == before  # no logs/, no report
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
 def test_cli_read_only_out_is_one_line_exit_2(tmp_path, capsys, gate_never_runs):
     tmp_path.joinpath("o").mkdir(mode=0o555)
     try:
-        assert main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", "--no-model",
-                     "--out", str(tmp_path / "o")]) == 2
+        assert (
+            main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", "--no-model", "--out", str(tmp_path / "o")])
+            == 2
+        )
     finally:
         tmp_path.joinpath("o").chmod(0o755)
-    assert capsys.readouterr().err.splitlines() == [f"int8conf: error: --out {tmp_path / 'o'}: "
-                                                    f"not writable"]
+    assert capsys.readouterr().err.splitlines() == [f"int8conf: error: --out {tmp_path / 'o'}: not writable"]
     assert _tree(tmp_path) == ["o"]
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--candidate", "fixg_no_such_mod:fn", "--incumbent", "cpu"], "fixg_no_such_mod"),
-    (["--candidate", "int_mm", "--incumbent", "cpu", "--policy", "/nonexistent.yaml"],
-     "/nonexistent.yaml"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--candidate", "fixg_no_such_mod:fn", "--incumbent", "cpu"], "fixg_no_such_mod"),
+        (["--candidate", "int_mm", "--incumbent", "cpu", "--policy", "/nonexistent.yaml"], "/nonexistent.yaml"),
+    ],
+)
 def test_cli_refused_gate_leaves_no_out_folder(tmp_path, capsys, args, words):
     assert main(["gate", *args, "--no-model", "-q", "--out", str(tmp_path / "new" / "out")]) == 2
     assert words in capsys.readouterr().err
@@ -212,6 +261,7 @@ def test_cli_refused_gate_leaves_no_out_folder(tmp_path, capsys, args, words):
 
 
 # --- a baseline whose per-case digests were edited is refused (issue 31, item 3) -----
+
 
 def _edited(tmp_path, jp, case_index, operand="b"):
     """The stored report with one case's operand digest replaced (its
@@ -232,24 +282,28 @@ def test_baseline_with_an_edited_case_digest_is_refused_naming_the_case(tmp_path
     b = cases[1].digests()["b"]
     assert e.value.reasons == [
         f"case synthetic/pow2-s0: operand digest 'b' is {'f' * 12} in the baseline, "
-        f"{b[:12]} in this run (1 of 5 cases differ)"]
+        f"{b[:12]} in this run (1 of 5 cases differ)"
+    ]
     assert not (tmp_path / "logs").exists()  # refused before any kernel ran
 
 
 def test_cli_refuses_an_edited_baseline_exit_2_in_one_line(tmp_path, capsys):
-    base = run_conformance("cpu", include_captures=False, include_sweep=False,
-                           property_examples=0, model_checks=False)
+    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
     jp, _ = write_reports(base, tmp_path / "A")
     edited, name = _edited(tmp_path, jp, 3, "scale_a")
     assert _cli(tmp_path, "--baseline", str(jp), "--no-captures") == 0
     capsys.readouterr()
     assert _cli(tmp_path, "--baseline", str(edited), "--no-captures") == 2
     sa = make_case("pow2", 1).digests()["scale_a"][:12]
-    assert (name, capsys.readouterr().err.splitlines()) == ("synthetic/pow2-s1", [
-        f"int8conf gate: NOT COMPARABLE: baseline {edited}: case synthetic/pow2-s1: operand "
-        f"digest 'scale_a' is ffffffffffff in the baseline, {sa} in this run (1 of 22 cases "
-        f"differ)",
-        f"report: {tmp_path / 'out' / 'gate.md'}"])
+    assert (name, capsys.readouterr().err.splitlines()) == (
+        "synthetic/pow2-s1",
+        [
+            f"int8conf gate: NOT COMPARABLE: baseline {edited}: case synthetic/pow2-s1: operand "
+            f"digest 'scale_a' is ffffffffffff in the baseline, {sa} in this run (1 of 22 cases "
+            f"differ)",
+            f"report: {tmp_path / 'out' / 'gate.md'}",
+        ],
+    )
 
 
 def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline):
@@ -263,12 +317,12 @@ def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline)
     assert [d.status for d in res.cases] == ["warn", "pass", "warn", "pass", "pass"]
     assert res.exit_code == 0 and res.cases[2].reasons[0]["text"].endswith(
         "a difference the two declared contracts allow (C8 passes for both kernels): allowed by "
-        "the policy (contract_difference)")
+        "the policy (contract_difference)"
+    )
     assert [d.status for d in faulty.cases] == ["fail"] * 5 and faulty.exit_code == 1
 
 
-def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused(tmp_path,
-                                                                                  baseline):
+def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused(tmp_path, baseline):
     jp, cases = baseline
     doc = json.loads(jp.read_text())
     doc["comparability"]["cases_digest"] = "0" * 64
@@ -276,9 +330,11 @@ def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused
     p.write_text(json.dumps(doc))
     with pytest.raises(NotComparable) as e:
         _gate(tmp_path, KernelRef("int_mm"), p, cases)
-    from conformance.gate.gate import case_rows
-    from conformance.suite import comparability
+    from conformance.gate.run import case_rows
+    from conformance.suite.run import comparability
+
     mine = comparability(case_rows(cases))["cases_digest"][:12]
     assert e.value.reasons == [
         f"its comparability record does not match its own cases (cases digest 000000000000 vs "
-        f"{mine}); re-run `int8conf check` for the incumbent"]
+        f"{mine}); re-run `int8conf check` for the incumbent"
+    ]

@@ -8,27 +8,40 @@ import pytest
 
 from conformance.cases import make_case
 from conformance.cases.sweep import shape_sweep
-from conformance.gate.gate import GateOptions, run_gate
-from conformance.gate.isolation import KernelRef
 from conformance.gate.policy import load_policy
+from conformance.gate.run import GateOptions, run_gate
+from conformance.runtime.pool import KernelRef
 
 POLICIES = Path(__file__).resolve().parents[3] / "examples" / "policies"
 #: pow2_bias: power-of-two scales with a bias (the bias point still differs);
 #: sweep/M127xK127xN127: the bias cancels the product (planted, max 15334 spacings);
 #: ordinary-s0: planted scale-order ties (the contracts' scale orders differ there).
-CASES = [make_case(n, 0) for n in ("ordinary", "pow2", "bias", "pow2_bias", "fp16_out",
-                                   "epilogue_ties")] + [shape_sweep()[9]]
-NAMES = ["synthetic/ordinary-s0", "synthetic/pow2-s0", "synthetic/bias-s0",
-         "synthetic/pow2_bias-s0", "synthetic/fp16_out-s0", "synthetic/epilogue_ties-s0",
-         "sweep/M127xK127xN127"]
+CASES = [make_case(n, 0) for n in ("ordinary", "pow2", "bias", "pow2_bias", "fp16_out", "epilogue_ties")] + [
+    shape_sweep()[9]
+]
+NAMES = [
+    "synthetic/ordinary-s0",
+    "synthetic/pow2-s0",
+    "synthetic/bias-s0",
+    "synthetic/pow2_bias-s0",
+    "synthetic/fp16_out-s0",
+    "synthetic/epilogue_ties-s0",
+    "sweep/M127xK127xN127",
+]
 #: good_triton: exact emulation of the triton contract (a_then_w, bias after the rounding).
 LEGAL = KernelRef("buggy_kernels:good_triton")
-FAULTY = KernelRef("cpu", "F4")   # truncation instead of RNE: one spacing, off its contract
+FAULTY = KernelRef("cpu", "F4")  # truncation instead of RNE: one spacing, off its contract
 
 
 def _gate(tmp_path, cand, policy, cases=CASES):
-    return run_gate(cand, KernelRef("cpu"), policy=load_policy(POLICIES / f"{policy}.yaml"),
-                    cases=cases, out_dir=tmp_path, options=GateOptions(model_checks=False))
+    return run_gate(
+        cand,
+        KernelRef("cpu"),
+        policy=load_policy(POLICIES / f"{policy}.yaml"),
+        cases=cases,
+        out_dir=tmp_path,
+        options=GateOptions(model_checks=False),
+    )
 
 
 def _statuses(res):
@@ -71,14 +84,25 @@ def test_a_legal_difference_is_reported_truthfully_under_every_policy(tmp_path):
     contracts allow it, whether the policy accepts it or not."""
     sweep = [CASES[-1]]
     text = "4062/16129 elements differ from the incumbent's output (max 15334 spacings)"
-    legal = ("a difference the two declared contracts allow (C8 passes for both kernels)")
+    legal = "a difference the two declared contracts allow (C8 passes for both kernels)"
     ok = _gate(tmp_path / "ok", LEGAL, "one-spacing", sweep).cases[0].reasons
-    assert ok == [{"check": "output", "blocking": False, "expected": None,
-                   "text": f"{text}; {legal}: allowed by the policy (contract_difference)"}]
+    assert ok == [
+        {
+            "check": "output",
+            "blocking": False,
+            "expected": None,
+            "text": f"{text}; {legal}: allowed by the policy (contract_difference)",
+        }
+    ]
     no = _gate(tmp_path / "no", LEGAL, "one-spacing-everywhere", sweep).cases[0].reasons
-    assert no == [{"check": "output", "blocking": True, "expected": None,
-                   "text": f"{text}: more than one spacing; {legal}, but the policy has no "
-                           f"contract_difference rule"}]
+    assert no == [
+        {
+            "check": "output",
+            "blocking": True,
+            "expected": None,
+            "text": f"{text}: more than one spacing; {legal}, but the policy has no contract_difference rule",
+        }
+    ]
 
 
 def test_same_contract_swap_passes_bit_identity(tmp_path):
@@ -89,6 +113,5 @@ def test_same_contract_swap_passes_bit_identity(tmp_path):
 def test_builtin_triton_replaces_cpu_under_one_spacing(tmp_path):
     """The built-in triton (under the interpreter on a CPU) on the two bias cases."""
     res = _gate(tmp_path, KernelRef("triton"), "one-spacing", CASES[2:4])
-    assert (_statuses(res), res.exit_code) == (
-        {"synthetic/bias-s0": W, "synthetic/pow2_bias-s0": W}, 0)
-    assert [d.delta["max_ulp"] for d in res.cases] == [15468, 15208]   # planted cancellation
+    assert (_statuses(res), res.exit_code) == ({"synthetic/bias-s0": W, "synthetic/pow2_bias-s0": W}, 0)
+    assert [d.delta["max_ulp"] for d in res.cases] == [15468, 15208]  # planted cancellation

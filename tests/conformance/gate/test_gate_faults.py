@@ -16,21 +16,32 @@ import pytest
 import torch
 
 from conformance.cases import make_case
-from conformance.gate.gate import run_gate
-from conformance.gate.isolation import KernelRef
 from conformance.gate.policy import parse_policy
 from conformance.gate.report import to_json_dict, write_gate_reports
+from conformance.gate.run import run_gate
 from conformance.kernels.registry import get_kernel
+from conformance.runtime.pool import KernelRef
 from faults.inject import inject
 
 BIT = parse_policy({"name": "bit", "require": "bit_identical"})
 ONE = parse_policy({"name": "one", "allow": "within_one_spacing"})
-LENIENT = parse_policy({"name": "lenient", "allow": "within_one_spacing", "not_supported": "allow",
-                        "max_token_flips_above_threshold": None,
-                        "allow_engine_hash_change": True})
+LENIENT = parse_policy(
+    {
+        "name": "lenient",
+        "allow": "within_one_spacing",
+        "not_supported": "allow",
+        "max_token_flips_above_threshold": None,
+        "allow_engine_hash_change": True,
+    }
+)
 #: Small, varied cases: real and pow2 scales, tails, bias, the scale-order ties.
-CASES = [make_case("ordinary", 0), make_case("pow2", 0), make_case("tails", 0),
-         make_case("bias", 0), make_case("epilogue_ties", 0)]
+CASES = [
+    make_case("ordinary", 0),
+    make_case("pow2", 0),
+    make_case("tails", 0),
+    make_case("bias", 0),
+    make_case("epilogue_ties", 0),
+]
 
 
 def _ordered(t: torch.Tensor) -> np.ndarray:
@@ -56,9 +67,16 @@ def _expected(dist: int, policy) -> str:
 
 
 def _gate(tmp_path, cand, inc, policy, cases=CASES, **kw):
-    from conformance.gate.gate import GateOptions
-    return run_gate(cand, inc, policy=policy, cases=cases, out_dir=tmp_path,
-                    options=GateOptions(model_checks=False, timeout_s=60, **kw))
+    from conformance.gate.run import GateOptions
+
+    return run_gate(
+        cand,
+        inc,
+        policy=policy,
+        cases=cases,
+        out_dir=tmp_path,
+        options=GateOptions(model_checks=False, timeout_s=60, **kw),
+    )
 
 
 def test_exact_swap_passes_bit_identity_and_writes_all_three_reports(tmp_path):
@@ -106,8 +124,7 @@ def test_operand_mismatch_is_blocked_under_every_policy(tmp_path, policy):
     for d in res.cases:
         assert d.status == "fail" and d.blocking
         assert "C2" in [r["check"] for r in d.reasons if r["blocking"]]
-        assert {"check": "C2", "incumbent": "pass", "candidate": "fail",
-                "change": "regression"} in d.changes
+        assert {"check": "C2", "incumbent": "pass", "candidate": "fail", "change": "regression"} in d.changes
 
 
 def test_stale_operand_is_blocked_even_by_the_most_lenient_policy(tmp_path):
@@ -116,9 +133,10 @@ def test_stale_operand_is_blocked_even_by_the_most_lenient_policy(tmp_path):
 
 
 def test_expectations_accept_a_deviation_and_unused_ones_are_reported(tmp_path):
-    exps = [{"case": "synthetic/epilogue_ties-*", "check": "output", "reason": "known",
-             "owner": "@a"},
-            {"layer": "model.layers.0.*", "check": "C8", "reason": "stale", "owner": "@b"}]
+    exps = [
+        {"case": "synthetic/epilogue_ties-*", "check": "output", "reason": "known", "owner": "@a"},
+        {"layer": "model.layers.0.*", "check": "C8", "reason": "stale", "owner": "@b"},
+    ]
     pol = parse_policy({"require": "bit_identical", "expectations": exps})
     # F3 (scale order) changes bits only on the ties case: a plain random case beside it
     cases = [make_case("ordinary", 0, plant=False), CASES[4]]
@@ -127,16 +145,15 @@ def test_expectations_accept_a_deviation_and_unused_ones_are_reported(tmp_path):
     assert ties.status == "warn" and not ties.blocking and ties.expectations_used == [0]
     assert res.overall["verdict"] == "pass"
     assert [e["owner"] for e in res.overall["unused_expectations"]] == ["@b"]
-    strict = parse_policy({"require": "bit_identical", "fail_on_unused_expectations": True,
-                           "expectations": exps})
-    assert _gate(tmp_path, KernelRef("cpu", "F3"), KernelRef("cpu"), strict,
-                 cases=cases).overall["verdict"] == "blocked"
+    strict = parse_policy({"require": "bit_identical", "fail_on_unused_expectations": True, "expectations": exps})
+    assert (
+        _gate(tmp_path, KernelRef("cpu", "F3"), KernelRef("cpu"), strict, cases=cases).overall["verdict"] == "blocked"
+    )
 
 
 def test_declined_case_is_not_supported_and_blocks_only_if_the_policy_says_so(tmp_path):
     cases = [CASES[0], CASES[2]]  # K = 64 runs, K = 37 is declined (k_multiple=8)
     for policy, blocked in ((BIT, True), (LENIENT, False)):
-        res = _gate(tmp_path, KernelRef("buggy_kernels:declining_kernel"), KernelRef("cpu"),
-                    policy, cases=cases)
+        res = _gate(tmp_path, KernelRef("buggy_kernels:declining_kernel"), KernelRef("cpu"), policy, cases=cases)
         assert [d.status for d in res.cases] == ["pass", "not-supported"]
         assert res.cases[1].blocking is blocked

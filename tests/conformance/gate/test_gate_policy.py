@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.compare import Side, decide_model, decide_case
+from conformance.gate.compare import Side, decide_case, decide_model
 from conformance.gate.policy import PolicyError, load_policy, parse_policy
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,18 +17,21 @@ def _write(tmp_path, text):
     return p
 
 
-@pytest.mark.parametrize("text, field", [
-    ("require: [bit_identicle]\n", "field 'require': unknown rule 'bit_identicle'"),
-    ("allow: 3\n", "field 'allow'"),
-    ("max_token_flips_above_threshold: -1\n", "field 'max_token_flips_above_threshold'"),
-    ("not_supported: maybe\n", "field 'not_supported'"),
-    ("colour: red\n", "unknown field 'colour'"),
-    ("expectations:\n  - case: x\n    check: C8\n    reason: r\n", "field 'expectations[0]'.owner"),
-    ("expectations:\n  - check: C8\n    reason: r\n    owner: o\n", "needs case or layer"),
-    ("expectations:\n  - case: x\n    check: C9\n    reason: r\n    owner: o\n", "unknown check 'C9'"),
-    ("version: 2\n", "field 'version'"),
-    ("require: [bit_identical\n", "not valid YAML at line"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("require: [bit_identicle]\n", "field 'require': unknown rule 'bit_identicle'"),
+        ("allow: 3\n", "field 'allow'"),
+        ("max_token_flips_above_threshold: -1\n", "field 'max_token_flips_above_threshold'"),
+        ("not_supported: maybe\n", "field 'not_supported'"),
+        ("colour: red\n", "unknown field 'colour'"),
+        ("expectations:\n  - case: x\n    check: C8\n    reason: r\n", "field 'expectations[0]'.owner"),
+        ("expectations:\n  - check: C8\n    reason: r\n    owner: o\n", "needs case or layer"),
+        ("expectations:\n  - case: x\n    check: C9\n    reason: r\n    owner: o\n", "unknown check 'C9'"),
+        ("version: 2\n", "field 'version'"),
+        ("require: [bit_identical\n", "not valid YAML at line"),
+    ],
+)
 def test_bad_policy_is_one_line_naming_file_and_field(tmp_path, text, field):
     p = _write(tmp_path, text)
     with pytest.raises(PolicyError) as e:
@@ -55,8 +58,7 @@ def test_example_policies_load_with_the_documented_families():
 
 
 def _ran(**checks):
-    return Side("ran", {c: {"verdict": v, "summary": "", "kernel_failure": v == "fail"}
-                        for c, v in checks.items()})
+    return Side("ran", {c: {"verdict": v, "summary": "", "kernel_failure": v == "fail"} for c, v in checks.items()})
 
 
 def test_require_wins_over_allow_and_one_spacing_warns_only_where_allowed():
@@ -74,26 +76,30 @@ def test_non_output_check_regression_blocks_even_with_identical_bits():
     same = {"class": "identical", "max_ulp": 0, "n_differ": 0, "n_elements": 4}
     d = decide_case("c", _ran(C2="fail"), _ran(C2="pass"), same, pol)
     assert d.status == "fail" and [r["check"] for r in d.reasons if r["blocking"]] == ["C2"]
-    assert d.changes == [{"check": "C2", "incumbent": "pass", "candidate": "fail",
-                          "change": "regression"}]
+    assert d.changes == [{"check": "C2", "incumbent": "pass", "candidate": "fail", "change": "regression"}]
 
 
 def test_expectation_turns_a_blocker_into_a_warning_by_layer_pattern():
-    pol = parse_policy({"expectations": [
-        {"layer": "model.layers.*.mlp.down_proj", "check": "output", "reason": "r", "owner": "@a"}]})
+    pol = parse_policy(
+        {"expectations": [{"layer": "model.layers.*.mlp.down_proj", "check": "output", "reason": "r", "owner": "@a"}]}
+    )
     one = {"class": "within_one_spacing", "max_ulp": 1, "n_differ": 1, "n_elements": 4}
-    hit = decide_case("model.layers.3.mlp.down_proj[own]", _ran(), _ran(), one, pol, "own",
-                      layer="model.layers.3.mlp.down_proj")
-    miss = decide_case("model.layers.3.mlp.up_proj[own]", _ran(), _ran(), one, pol, "own",
-                       layer="model.layers.3.mlp.up_proj")
+    hit = decide_case(
+        "model.layers.3.mlp.down_proj[own]", _ran(), _ran(), one, pol, "own", layer="model.layers.3.mlp.down_proj"
+    )
+    miss = decide_case(
+        "model.layers.3.mlp.up_proj[own]", _ran(), _ran(), one, pol, "own", layer="model.layers.3.mlp.up_proj"
+    )
     assert (hit.status, hit.expectations_used, miss.status) == ("warn", [0], "fail")
     assert "@a: r" in hit.reasons[0]["expected"]
 
 
 def test_model_level_flips_and_engine_hash():
     pol = parse_policy({"max_token_flips_above_threshold": 1})
-    c7 = lambda above: {"verdict": "pass", "evidence": {"flips": 5, "flips_above_threshold": above,
-                                                        "threshold": "4 spacings"}}
+    c7 = lambda above: {
+        "verdict": "pass",
+        "evidence": {"flips": 5, "flips_above_threshold": above, "threshold": "4 spacings"},
+    }
     assert decide_model("C7", c7(2), None, pol).status == "fail"
     assert decide_model("C7", c7(1), None, pol).status == "warn"
     e1 = lambda h: {"verdict": "pass", "evidence": {"kernel_logits_hash": [h]}}
@@ -106,18 +112,18 @@ def test_model_level_flips_and_engine_hash():
 
 def test_ci_recipe_gates_on_cpu_and_gpu_uploads_reports_and_ci_run_checks_exit_codes():
     import yaml
+
     wf = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yml").read_text())
     jobs = wf["jobs"]
     assert set(jobs) == {"gate-cpu", "gate-gpu"} and "HAS_GPU_RUNNER" in jobs["gate-gpu"]["if"]
-    for name, job in jobs.items():
+    for job in jobs.values():
         runs = " ".join(s.get("run", "") for s in job["steps"])
         assert "int8conf gate" in runs and "--policy" in runs and "pip install" in runs
         up = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
         assert up and up[0]["if"] == "always()"  # reports uploaded even when the gate blocks
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("python -m pytest -q") < ci.index("expect 0 exact")
-    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 0 legal-swap",
-                 "expect 2 stale-baseline"):
+    for want in ("expect 1 fault-bit", "expect 0 fault-one", "expect 0 legal-swap", "expect 2 stale-baseline"):
         assert want in ci
 
 
@@ -130,15 +136,20 @@ def test_contract_difference_needs_c8_to_pass_for_both_kernels():
     one = dict(worse, **{"class": "within_one_spacing", "max_ulp": 1})
     both = decide_case("s", _ran(C8="pass"), _ran(C8="pass"), worse, pol, "pow2")
     assert (both.status, both.blocking, both.reasons[0]["text"]) == (
-        "warn", False, "3/10 elements differ from the incumbent's output (max 15003 spacings); a "
+        "warn",
+        False,
+        "3/10 elements differ from the incumbent's output (max 15003 spacings); a "
         "difference the two declared contracts allow (C8 passes for both kernels): allowed by "
-        "the policy (contract_difference)")
+        "the policy (contract_difference)",
+    )
     assert decide_case("s", _ran(C8="pass"), _ran(C8="fail"), one, pol, "own").status == "fail"
     assert decide_case("s", _ran(C8="fail"), _ran(C8="pass"), one, pol, "own").status == "fail"
     assert decide_case("s", _ran(C8="n/a"), _ran(C8="pass"), one, pol, "own").status == "fail"
     strict = parse_policy({"require": "bit_identical"})
     d = decide_case("s", _ran(C8="pass"), _ran(C8="pass"), one, strict, "own")
     assert (d.status, d.reasons[0]["text"]) == (
-        "fail", "3/10 elements differ from the incumbent's output (max 1 spacing); policy "
+        "fail",
+        "3/10 elements differ from the incumbent's output (max 1 spacing); policy "
         "requires bit identity here (bit_identical); a difference the two declared contracts "
-        "allow (C8 passes for both kernels), but the policy has no contract_difference rule")
+        "allow (C8 passes for both kernels), but the policy has no contract_difference rule",
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 -- imported before pytester's in-process run (a second import would crash)
 
-import conformance.gate.gate  # noqa: F401 -- same: keep the gate's modules loaded across the inner run
+import conformance.gate.run  # noqa: F401 -- same: keep the gate's modules loaded across the inner run
 
 pytest.importorskip("xdist")
 pytest_plugins = ["pytester"]
@@ -20,24 +20,41 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _strip(x):
     if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items()
-                if k not in ("generated_at", "elapsed_s", "log_tail", "invocation")}  # the command line differs by -n 2
+        return {
+            k: _strip(v) for k, v in x.items() if k not in ("generated_at", "elapsed_s", "log_tail", "invocation")
+        }  # the command line differs by -n 2
     if isinstance(x, list):
         return [_strip(v) for v in x]
     return x
 
 
 def _args(out: Path):
-    return ["-p", "no:cacheprovider", "-q", "--kernel=cpu", "--int8conf-no-captures", "--int8conf-no-sweep",
-            "--int8conf-no-model", "--int8conf-examples=0", f"--int8conf-reports={out}/suite",
-            "--gate-candidate=cpu", "--gate-fault=F4", "--gate-incumbent=cpu",
-            "--gate-no-captures", "--gate-no-sweep", "--gate-no-model", f"--gate-out={out}/gate",
-            f"--gate-policy={ROOT}/examples/policies/one-spacing-everywhere.yaml"]
+    return [
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--kernel=cpu",
+        "--int8conf-no-captures",
+        "--int8conf-no-sweep",
+        "--int8conf-no-model",
+        "--int8conf-examples=0",
+        f"--int8conf-reports={out}/suite",
+        "--gate-candidate=cpu",
+        "--gate-fault=F4",
+        "--gate-incumbent=cpu",
+        "--gate-no-captures",
+        "--gate-no-sweep",
+        "--gate-no-model",
+        f"--gate-out={out}/gate",
+        f"--gate-policy={ROOT}/examples/policies/one-spacing-everywhere.yaml",
+    ]
 
 
 def _reports(out: Path):
-    return (json.loads((out / "suite" / "cpu" / "conformance.json").read_text()),
-            json.loads((out / "gate" / "gate.json").read_text()))
+    return (
+        json.loads((out / "suite" / "cpu" / "conformance.json").read_text()),
+        json.loads((out / "gate" / "gate.json").read_text()),
+    )
 
 
 @pytest.mark.slow
@@ -46,8 +63,14 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     assert serial.ret == 0, serial.stdout.str()[-3000:]
     suite_1, gate_1 = _reports(tmp_path / "serial")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", *_args(tmp_path / "xdist")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", *_args(tmp_path / "xdist")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     suite_2, gate_2 = _reports(tmp_path / "xdist")
     out = r.stdout
@@ -56,13 +79,18 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     assert _strip(gate_2) == _strip(gate_1)
     assert suite_1["overall"]["cases_total"] == 22 and not suite_1["notes"]
     assert suite_1["partial"]["partial"] is False and gate_1["partial"] == {
-        "partial": False, "reason": None, "cases_ran": 22, "cases_total": 22, "stage": None,
-        "note": None}
+        "partial": False,
+        "reason": None,
+        "cases_ran": 22,
+        "cases_total": 22,
+        "stage": None,
+        "note": None,
+    }
     assert gate_1["overall"]["counts"]["warn"] == 22 and gate_1["overall"]["verdict"] == "pass"
     assert [c["item"] for c in gate_2["cases"]] == [c["item"] for c in gate_1["cases"]]
 
 
-_INTERRUPTING_KERNEL = '''
+_INTERRUPTING_KERNEL = """
 import dataclasses, os, signal, time
 from conformance.kernels.registry import get_kernel
 
@@ -78,7 +106,7 @@ def _scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
     return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
 
 spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_scaled_mm, origin="test")
-'''
+"""
 
 
 @pytest.mark.slow
@@ -90,13 +118,32 @@ def test_interrupted_xdist_run_reports_every_finished_item(tmp_path, sig):
     and SIGTERM stops the run like Ctrl-C."""
     (tmp_path / "stopmod.py").write_text(_INTERRUPTING_KERNEL.replace("signal.SIGINT", f"signal.{sig}"))
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
-                        "--kernel=stopmod:spec", "--int8conf-no-captures", "--int8conf-no-model",
-                        "--int8conf-examples=0", f"--int8conf-reports={tmp_path}/rep"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--kernel=stopmod:spec",
+            "--int8conf-no-captures",
+            "--int8conf-no-model",
+            "--int8conf-examples=0",
+            f"--int8conf-reports={tmp_path}/rep",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 2, out[-3000:]  # pytest's INTERRUPTED
     import re
+
     passed = int(re.search(r"(\d+) passed", out).group(1))
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     c9 = any(c["check_id"] == "C9" and c["verdict"] != "n/a" for c in rep["checks"])
@@ -113,11 +160,17 @@ def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
     it is a partial run."""
     import re
     import signal
-    args = [a for a in _args(tmp_path / "g") if a.startswith("--gate") or a.startswith("-p")
-            or a == "no:cacheprovider"]
+
+    args = [a for a in _args(tmp_path / "g") if a.startswith("--gate") or a.startswith("-p") or a == "no:cacheprovider"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-v", *args], cwd=tmp_path,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-n", "2", "-v", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, sent = [], False
     for line in p.stdout:
         lines.append(line)
@@ -129,13 +182,15 @@ def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
     assert sent, out[-3000:]
     passed = {m.group(1) for m in re.finditer(r"PASSED .*?::(gate/\S+)", out)}
     gate = json.loads((tmp_path / "g" / "gate" / "gate.json").read_text())
-    decided = {f"gate/{c['item']}" if not c["item"].startswith("gate/") else c["item"]
-               for c in gate["cases"]}
+    decided = {f"gate/{c['item']}" if not c["item"].startswith("gate/") else c["item"] for c in gate["cases"]}
     assert passed and passed <= decided, (sorted(passed - decided), out[-2000:])
     assert len(decided) < 22 and any("partial run" in n for n in gate["notes"]), gate["notes"]
     assert {k: gate["partial"][k] for k in ("partial", "reason", "cases_ran", "cases_total")} == {
-        "partial": True, "reason": "interrupted", "cases_ran": len(gate["cases"]),
-        "cases_total": 22}
+        "partial": True,
+        "reason": "interrupted",
+        "cases_ran": len(gate["cases"]),
+        "cases_total": 22,
+    }
 
 
 @pytest.mark.slow
@@ -144,14 +199,33 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
     exit 130, and gate.json holds the decided cases with the partial-run note
     (before, nothing was written and a previous run's report stayed)."""
     import signal
+
     out = tmp_path / "g"
     out.mkdir()
     (out / "gate.json").write_text('{"stale": true}')
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "conformance.cli", "gate", "--candidate", "int_mm",
-                          "--incumbent", "cpu", "--no-model", "--no-sweep", "--no-captures",
-                          "--out", str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "gate",
+            "--candidate",
+            "int_mm",
+            "--incumbent",
+            "cpu",
+            "--no-model",
+            "--no-sweep",
+            "--no-captures",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     for line in p.stderr:
         lines.append(line)
@@ -163,12 +237,17 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
     assert p.returncode == 130, "".join(lines) + rest
     gate = json.loads((out / "gate.json").read_text())
     assert 1 <= len(gate["cases"]) < 22, len(gate["cases"])
-    assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided")
-               for n in gate["notes"]), gate["notes"]
-    assert gate["partial"] == {"partial": True, "reason": "interrupted",
-                               "cases_ran": len(gate["cases"]), "cases_total": 22,
-                               "stage": "cases", "note": f"partial run: {len(gate['cases'])} "
-                                                         f"of 22 cases decided (interrupted)"}
+    assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided") for n in gate["notes"]), gate[
+        "notes"
+    ]
+    assert gate["partial"] == {
+        "partial": True,
+        "reason": "interrupted",
+        "cases_ran": len(gate["cases"]),
+        "cases_total": 22,
+        "stage": "cases",
+        "note": f"partial run: {len(gate['cases'])} of 22 cases decided (interrupted)",
+    }
     assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
     assert "(PARTIAL RUN: not every case was decided)" in (out / "gate.md").read_text().split("\n")[0]
 
@@ -180,11 +259,10 @@ def test_an_unusable_gate_out_is_a_usage_error_before_any_item(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [a if not a.startswith("--gate-out=") else f"--gate-out={blocker}/gate"
-            for a in _args(tmp_path / "o")]
-    r = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    args = [a if not a.startswith("--gate-out=") else f"--gate-out={blocker}/gate" for a in _args(tmp_path / "o")]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
-    assert (f"int8conf gate: --gate-out {blocker}/gate: cannot create reports directory"
-            in r.stderr), r.stderr[-2000:]
+    assert f"int8conf gate: --gate-out {blocker}/gate: cannot create reports directory" in r.stderr, r.stderr[-2000:]
     assert "passed" not in r.stdout and "Traceback" not in r.stderr

@@ -26,8 +26,7 @@ BUILTINS = ("cpu", "int_mm", "triton")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view({torch.bfloat16: torch.int16, torch.float16: torch.int16,
-                   torch.float32: torch.int32}[t.dtype])
+    return t.view({torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[t.dtype])
 
 
 def _ops(m, k, n, seed=0, bias=True, out_dtype=torch.bfloat16, pow2=False):
@@ -58,8 +57,9 @@ def test_source_digest_is_sha256_of_module(name):
     mod = __import__(f"conformance.kernels.builtin_{name}", fromlist=["x"])
     files = [mod.__file__]
     if name == "triton":  # the kernels live in their own modules: all define what runs
-        files += [__import__(f"conformance.kernels.{k}", fromlist=["x"]).__file__
-                  for k in ("triton_gemm", "gluon_gemm")]
+        files += [
+            __import__(f"conformance.kernels.{k}", fromlist=["x"]).__file__ for k in ("triton_gemm", "gluon_gemm")
+        ]
     want = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
     assert spec.source_digest == want
     run = run_kernel(spec, _ops(3, 5, 4))
@@ -84,7 +84,7 @@ def test_minus128_extreme_accumulator(name):
     b = torch.full((3, 1024), -128, dtype=torch.int8)
     b[1] = 127
     acc = run_int_mm(get_kernel(name), a, b).acc
-    assert acc.tolist() == [[2 ** 24, -128 * 127 * 1024, 2 ** 24]] * 2
+    assert acc.tolist() == [[2**24, -128 * 127 * 1024, 2**24]] * 2
 
 
 @pytest.mark.parametrize("name", BUILTINS)
@@ -95,24 +95,25 @@ def test_matches_declared_reference(name, out_dtype, bias):
     ops = _ops(19, 70, 37, seed=7, bias=bias, out_dtype=out_dtype)
     run = run_kernel(spec, ops)
     assert run.error is None, run.error
-    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
-                              ops.bias, out_dtype)
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, ops.bias, out_dtype)
     assert torch.equal(_bits(run.output), _bits(ref))
     assert run.received_digests == ops.digests()
 
 
 @pytest.mark.parametrize("name", BUILTINS)
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(ops=gemm_operands(max_m=24, max_k=96, max_n=24,
-                         out_dtypes=(torch.bfloat16, torch.float16, torch.float32)))
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=gemm_operands(max_m=24, max_k=96, max_n=24, out_dtypes=(torch.bfloat16, torch.float16, torch.float32)))
 def test_property_declared_contract(name, ops):
     # includes tiny scales (subnormal outputs), large (overflow to inf), negative.
     spec = get_kernel(name)
     run = run_kernel(spec, ops)
     assert run.error is None, run.error
-    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
-                              ops.bias, ops.out_dtype)
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, ops.bias, ops.out_dtype)
     assert torch.equal(_bits(run.output), _bits(ref))
 
 
@@ -120,13 +121,17 @@ def test_rne_ties_and_subnormals_bit_patterns():
     # acc=1, s_a=1, s_w chosen so y is an exact bf16 tie or subnormal; bits pinned by hand.
     a = torch.ones((1, 1), dtype=torch.int8)
     b = torch.ones((6, 1), dtype=torch.int8)
-    sw = torch.tensor([1 + 2 ** -8,          # tie between 0x3F80 and 0x3F81 -> even 0x3F80
-                       1 + 3 * 2 ** -8,      # tie between 0x3F81 and 0x3F82 -> even 0x3F82
-                       1 + 2 ** -8 + 2 ** -20,  # above the tie -> 0x3F81
-                       -(1 + 3 * 2 ** -8),   # negative tie -> 0xBF82
-                       2.0 ** -130,          # bf16 subnormal, exact -> 0x0008
-                       3 * 2.0 ** -134],     # half-way subnormal 1.5 * 2**-133 -> 0x0002
-                      dtype=torch.float32)
+    sw = torch.tensor(
+        [
+            1 + 2**-8,  # tie between 0x3F80 and 0x3F81 -> even 0x3F80
+            1 + 3 * 2**-8,  # tie between 0x3F81 and 0x3F82 -> even 0x3F82
+            1 + 2**-8 + 2**-20,  # above the tie -> 0x3F81
+            -(1 + 3 * 2**-8),  # negative tie -> 0xBF82
+            2.0**-130,  # bf16 subnormal, exact -> 0x0008
+            3 * 2.0**-134,
+        ],  # half-way subnormal 1.5 * 2**-133 -> 0x0002
+        dtype=torch.float32,
+    )
     ops = GemmOperands(a, b, torch.ones(1), sw)
     want = [0x3F80, 0x3F82, 0x3F81, 0xBF82, 0x0008, 0x0002]
     for name in BUILTINS:
@@ -142,8 +147,7 @@ def test_pair_disagrees_under_real_scales_each_matches_own_contract(bias):
     ops = _ops(32, 256, 64, seed=3, bias=bias)
     out = {n: run_kernel(get_kernel(n), ops).output for n in ("cpu", "int_mm", "triton")}
     acc = exact_int_mm(ops.a, ops.b)
-    for n, contract in (("cpu", CUTLASS_STYLE), ("int_mm", CUTLASS_STYLE),
-                        ("triton", TRITON_STYLE)):
+    for n, contract in (("cpu", CUTLASS_STYLE), ("int_mm", CUTLASS_STYLE), ("triton", TRITON_STYLE)):
         ref = apply_epilogue(acc, ops.scale_a, ops.scale_b, contract, ops.bias, ops.out_dtype)
         assert torch.equal(_bits(out[n]), _bits(ref)), n
     assert torch.equal(_bits(out["cpu"]), _bits(out["int_mm"]))
@@ -172,21 +176,20 @@ def test_scale_order_alone_flips_a_tie_pinned():
     assert int(np.array(y_aw).view(np.uint32)) == 0x429A8000
     assert int(np.array(y_wa).view(np.uint32)) == 0x429A8001
     ops = GemmOperands(a, b, sa, sw)
-    got = {n: int(_bits(run_kernel(get_kernel(n), ops).output).item()) & 0xFFFF
-           for n in BUILTINS}
+    got = {n: int(_bits(run_kernel(get_kernel(n), ops).output).item()) & 0xFFFF for n in BUILTINS}
     assert got == {"cpu": 0x429B, "int_mm": 0x429B, "triton": 0x429A}
 
 
 def test_pair_agrees_under_pow2_scales_without_bias():
     ops = _ops(32, 256, 64, seed=3, bias=False, pow2=True)
-    ops.scale_a = 2.0 ** torch.randint(-10, -3, (32,), generator=torch.Generator().manual_seed(1)
-                                       ).to(torch.float32)
+    ops.scale_a = 2.0 ** torch.randint(-10, -3, (32,), generator=torch.Generator().manual_seed(1)).to(torch.float32)
     c = run_kernel(get_kernel("cpu"), ops).output
     t = run_kernel(get_kernel("triton"), ops).output
     assert torch.equal(_bits(c), _bits(t))
 
 
 # ---- torch._int_mm padding ---------------------------------------------------
+
 
 def test_int_mm_cpu_shape_constraints_empirical():
     # torch 2.13 CPU: exact for every M, N and K >= 2; K = 1 with N > 1 can be

@@ -12,14 +12,12 @@ from reference.accumulate import exact_int_mm
 from reference.epilogue import reference_scaled_mm
 from reference.operands import GemmOperands
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 SHAPES = [(1, 1, 1), (5, 37, 19), (16, 8, 8), (17, 64, 64), (100, 1000, 200), (512, 2048, 6144)]
 
 
 def _bits(t):
-    return t.view({torch.bfloat16: torch.int16, torch.float16: torch.int16,
-                   torch.float32: torch.int32}[t.dtype])
+    return t.view({torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[t.dtype])
 
 
 def _ops(m, k, n, seed=5, bias=True, out_dtype=torch.bfloat16, tiny=False):
@@ -29,7 +27,7 @@ def _ops(m, k, n, seed=5, bias=True, out_dtype=torch.bfloat16, tiny=False):
     sa = torch.rand(m, generator=g) * 0.02 + 1e-3
     sb = torch.rand(n, generator=g) * 0.01 + 1e-4
     if tiny:  # products reach the float32 / bf16 subnormal range: FTZ would show here
-        sa, sb = sa * 2.0 ** -60, sb * 2.0 ** -60
+        sa, sb = sa * 2.0**-60, sb * 2.0**-60
     bs = (torch.randn(n, generator=g) * 3).to(out_dtype) if bias else None
     return GemmOperands(a, b, sa, sb, bs, out_dtype)
 
@@ -50,8 +48,7 @@ def test_native_matches_declared_reference(name, shape):
             else:
                 pads = m <= 16 or k % 8 or n % 8 or k < 16
                 assert run.manifest["path"] == ("int_mm-padded" if pads else "int_mm")
-            ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract,
-                                      ops.bias, out_dtype)
+            ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, ops.bias, out_dtype)
             assert torch.equal(_bits(run.output), _bits(ref)), (out_dtype, bias)
     acc = run_int_mm(spec, ops.a, ops.b, device="cuda")
     assert acc.error is None and torch.equal(acc.acc.to(torch.int64), exact_int_mm(ops.a, ops.b))

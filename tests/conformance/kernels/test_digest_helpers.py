@@ -14,7 +14,7 @@ import pytest
 from conformance.kernels import loader
 from conformance.kernels._digest import callable_digest, helper_files
 
-KERN = '''import helper
+KERN = """import helper
 from util.scale import double
 from vendored import lib
 from tk import tile_kernel
@@ -24,21 +24,21 @@ from conformance.kernels.loader import declare
 @declare(contract="cutlass", devices=("cpu",))
 def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):
     return double(helper.K) + lib.X + tile_kernel.__name__.count("x")
-'''
+"""
 #: a @triton.jit kernel in a helper module: the kernel module holds a JITFunction
-TK = '''import triton
+TK = """import triton
 
 
 @triton.jit
 def tile_kernel(x_ptr):
     pass
-'''
-ALONE = '''import torch
+"""
+ALONE = """import torch
 
 
 def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):
     return torch.zeros(1)
-'''
+"""
 
 
 @pytest.fixture
@@ -60,8 +60,7 @@ def project(tmp_path, monkeypatch):
     (site / "vendored" / "lib.py").write_text("X = 3\n")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.syspath_prepend(str(tmp_path))
-    names = ("kern", "alone", "helper", "unused", "util", "util.scale", "vendored",
-             "vendored.lib", "tk")
+    names = ("kern", "alone", "helper", "unused", "util", "util.scale", "vendored", "vendored.lib", "tk")
     yield tmp_path, names
     for n in names:
         sys.modules.pop(n, None)
@@ -82,22 +81,37 @@ def test_the_digest_covers_exactly_the_project_helpers(project):
     kern = sys.modules["kern"]
     # util/__init__.py: the package of a helper (its __init__ runs first)
     assert [rel for rel, _ in helper_files([kern.scaled_mm])] == [
-        "helper.py", "tk.py", "util/__init__.py", "util/scale.py"]
+        "helper.py",
+        "tk.py",
+        "util/__init__.py",
+        "util/scale.py",
+    ]
     base = _sha((root / "kern.py").read_bytes() + b"\0kern.scaled_mm")
-    want = _sha(",".join([base, "helper.py:" + _sha(b"K = 1\n"), "tk.py:" + _sha(TK.encode()),
-                          "util/__init__.py:" + _sha(b""),
-                          "util/scale.py:" + _sha((root / "util" / "scale.py").read_bytes())])
-                .encode())
+    want = _sha(
+        ",".join(
+            [
+                base,
+                "helper.py:" + _sha(b"K = 1\n"),
+                "tk.py:" + _sha(TK.encode()),
+                "util/__init__.py:" + _sha(b""),
+                "util/scale.py:" + _sha((root / "util" / "scale.py").read_bytes()),
+            ]
+        ).encode()
+    )
     assert spec.source_digest == callable_digest(kern.scaled_mm) == want
 
 
-@pytest.mark.parametrize("edit, changes", [
-    ("helper.py", True), ("util/scale.py", True),            # imported helpers
-    ("tk.py", True),                                         # a @triton.jit kernel's module
-    ("util/__init__.py", True),                              # a helper's package
-    ("unused.py", False),                                    # not reachable from the kernel
-    (".venv/site-packages/vendored/lib.py", False),          # an installed library
-])
+@pytest.mark.parametrize(
+    "edit, changes",
+    [
+        ("helper.py", True),
+        ("util/scale.py", True),  # imported helpers
+        ("tk.py", True),  # a @triton.jit kernel's module
+        ("util/__init__.py", True),  # a helper's package
+        ("unused.py", False),  # not reachable from the kernel
+        (".venv/site-packages/vendored/lib.py", False),  # an installed library
+    ],
+)
 def test_editing_a_helper_changes_the_digest(project, edit, changes):
     root, names = project
     before = loader.load_module_function("kern:scaled_mm").source_digest
@@ -122,7 +136,7 @@ def test_builtin_and_int8conf_modules_are_never_helpers():
     assert helper_files([runner.pick_device]) == []
 
 
-CALLABLES = '''import functools
+CALLABLES = """import functools
 
 
 class Kernel:
@@ -136,7 +150,7 @@ def fn(a, b, scale_a, scale_b, out_dtype=None, bias=None, gain=1):
 
 INSTANCE = Kernel()
 PARTIAL = functools.partial(fn, gain=2)
-'''
+"""
 
 
 def test_callable_instances_and_partials_have_stable_digests(tmp_path, monkeypatch):
@@ -150,6 +164,7 @@ def test_callable_instances_and_partials_have_stable_digests(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         import cal
+
         src = (tmp_path / "cal.py").read_bytes()
         inst = _sha(src + b"\0cal.Kernel()")
         assert callable_digest(cal.INSTANCE) == callable_digest(cal.Kernel()) == inst
@@ -170,7 +185,8 @@ def test_a_namespace_package_kernel_covers_its_sibling_modules(tmp_path, monkeyp
     (tmp_path / "nspkg" / "sub" / "kern.py").write_text(
         "from nspkg import util\n\n"
         "def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n"
-        "    return a * util.G\n")
+        "    return a * util.G\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         before = loader.load_module_function("nspkg.sub.kern:scaled_mm?contract=cutlass")

@@ -27,9 +27,9 @@ import pytest
 from conformance.kernels import builtin_triton as bt
 from conformance.kernels import gluon_gemm
 
-needs_gluon = pytest.mark.skipif(not gluon_gemm.AVAILABLE,
-                                 reason="this Triton has no Gluon Hopper API "
-                                        "(triton.experimental.gluon ... nvidia.hopper)")
+needs_gluon = pytest.mark.skipif(
+    not gluon_gemm.AVAILABLE, reason="this Triton has no Gluon Hopper API (triton.experimental.gluon ... nvidia.hopper)"
+)
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the configurations the probe times
 CONFIGS = [(128, 256, 128, 8, 3), (128, 128, 128, 4, 3), (256, 128, 128, 8, 3)]
@@ -40,8 +40,9 @@ def _compile(bm, bn, bk, warps, stages, ws=False, **kw):
     from triton.backends.compiler import GPUTarget
 
     src = gluon_gemm.sm90_source(bm, bn, bk, stages, ws=ws, **kw)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, "enable_fp_fusion": False})
+    return triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "enable_fp_fusion": False}
+    )
 
 
 def _ptxas():
@@ -70,7 +71,7 @@ def test_sm90_ptx_keeps_one_int8_wgmma_group_in_flight(cfg, has_bias, tmp_path):
     # a slot freed by a wait (1 in the K loop, 0 before the next tile's prefetch) is
     # refilled only after every warp passed its wait: a bar.sync before the next TMA load
     for w in re.finditer(r"wgmma\.wait_group\.sync\.aligned \d+;", ptx):
-        rest = ptx[w.end():]
+        rest = ptx[w.end() :]
         nxt = rest.find("cp.async.bulk.tensor")
         assert nxt < 0 or "bar.sync" in rest[:nxt]
     assert len(re.findall(r"^\.visible \.entry ", ptx, re.MULTILINE)) == 1
@@ -87,14 +88,14 @@ def _assert_no_local_memory(ptx, tmp_path):
         return  # only the spill check needs ptxas
     src = tmp_path / "k.ptx"
     src.write_text(ptx)
-    res = subprocess.run([ptxas, "-v", "-arch=sm_90a", str(src), "-o", os.devnull],
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [ptxas, "-v", "-arch=sm_90a", str(src), "-o", os.devnull], capture_output=True, text=True, check=False
+    )
     if res.returncode != 0 and "Unsupported .version" in res.stderr:
         return  # a bundled ptxas older than the PTX this Triton emits
     assert res.returncode == 0, res.stderr[-2000:]
     # no local memory at all: no stack frame, no spills
-    assert re.search(r"(?<!\d)0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
-                     res.stderr), res.stderr
+    assert re.search(r"(?<!\d)0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", res.stderr), res.stderr
 
 
 @needs_gluon
@@ -114,16 +115,16 @@ def test_gluon_joins_on_sm90_by_default_and_the_opt_out_removes_it(monkeypatch):
     monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
     monkeypatch.setattr(gluon_gemm, "AVAILABLE", True)
     h200 = torch.device("cuda", 0)
-    assert bt._gluon_enabled(h200)                      # the default on sm_90
+    assert bt._gluon_enabled(h200)  # the default on sm_90
     monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")
-    assert not bt._gluon_enabled(h200)                  # the opt-out
+    assert not bt._gluon_enabled(h200)  # the opt-out
     monkeypatch.setenv("INT8CONF_TRITON_GLUON", "1")
     assert bt._gluon_enabled(h200)
     monkeypatch.setattr(bt, "_capability", lambda dev: (10, 0))
     assert not bt._gluon_enabled(torch.device("cuda", 0))  # sm_100: not wgmma code
     monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
     monkeypatch.setattr(gluon_gemm, "AVAILABLE", False)
-    assert not bt._gluon_enabled(h200)                  # no Gluon Hopper API in this Triton
+    assert not bt._gluon_enabled(h200)  # no Gluon Hopper API in this Triton
     for m in (8, 128, 4096):
         cands = bt._candidates(m, True)
         assert all(c.kernel != "gluon" for c in cands)
@@ -131,7 +132,7 @@ def test_gluon_joins_on_sm90_by_default_and_the_opt_out_removes_it(monkeypatch):
     assert all(c.kernel != "gluon" for cs in bt.BUCKET_CONFIGS.values() for c in cs)
     # enabled, the Gluon candidates follow the bucket's own, for TMA-able operands
     large = bt._candidates(4096, True, True)
-    assert large[:len(bt._candidates(4096, True))] == bt._candidates(4096, True)
+    assert large[: len(bt._candidates(4096, True))] == bt._candidates(4096, True)
     assert [c for c in large if c.kernel == "gluon"] == list(bt.GLUON_CONFIGS["large"])
     assert all(c.kernel != "gluon" for c in bt._candidates(4096, False, True))
     assert all(c.kernel != "gluon" for c in bt._candidates(8, True, True))  # decode: none
@@ -139,8 +140,10 @@ def test_gluon_joins_on_sm90_by_default_and_the_opt_out_removes_it(monkeypatch):
 
 def test_gluon_labels():
     assert bt.Config("gluon", 128, 256, 128, 8, 1, 8, 3).label() == "gluon 128x256x128 g8 w8 s3"
-    assert (bt.Config("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True).label()
-            == "gluon 128x256x128 g8 w8 s3 persistent")
+    assert (
+        bt.Config("gluon", 128, 256, 128, 8, 1, 8, 3, persistent=True).label()
+        == "gluon 128x256x128 g8 w8 s3 persistent"
+    )
     assert bt.Config("tma", 128, 256, 128, 8, 1, 8, 3).label() == "tma 128x256x128 g8 sk1 w8 s3"
 
 
@@ -155,8 +158,7 @@ def test_gluon_launch_keywords_match_the_kernel():
     a = torch.zeros((300, 256), dtype=torch.int8)
     b = torch.zeros((520, 256), dtype=torch.int8)
     bias = torch.zeros(520, dtype=torch.bfloat16)
-    grid, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, bias, torch.bfloat16,
-                                       300, 520, 256, False)
+    grid, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, bias, torch.bfloat16, 300, 520, 256, False)
     assert grid == (3 * 3,) and words == 0
     assert ints == (300, 520, 256, 1, 1, 1, 520, 9)  # M N K strides(sa sb bias om) NUM_PROGS
     assert kw["STAGES"] == 3 and "num_stages" not in kw and kw["enable_fp_fusion"] is False
@@ -188,19 +190,19 @@ WS_CASES = [(128, 128, 128, 6, 0, True, False), (128, 128, 64, 10, 0, False, Tru
 
 def _ops(ptx):
     """(kind, position) of the PTX's synchronisation-relevant instructions, in order."""
-    pat = (r"(mbarrier\.try_wait|mbarrier\.arrive\.expect_tx|mbarrier\.arrive\.shared"
-           r"|wgmma\.mma_async|wgmma\.wait_group\.sync\.aligned \d|cp\.async\.bulk\.tensor"
-           r"|setmaxnreg\.\w+\.sync\.aligned\.u32\s+\d+)")
+    pat = (
+        r"(mbarrier\.try_wait|mbarrier\.arrive\.expect_tx|mbarrier\.arrive\.shared"
+        r"|wgmma\.mma_async|wgmma\.wait_group\.sync\.aligned \d|cp\.async\.bulk\.tensor"
+        r"|setmaxnreg\.\w+\.sync\.aligned\.u32\s+\d+)"
+    )
     return [(m.group(1), m.start()) for m in re.finditer(pat, ptx)]
 
 
 @needs_gluon
-@pytest.mark.parametrize("case", WS_CASES,
-                         ids=lambda c: "{}x{}x{}s{}-out{}-bias{}-acc{}".format(*c))
+@pytest.mark.parametrize("case", WS_CASES, ids=lambda c: "{}x{}x{}s{}-out{}-bias{}-acc{}".format(*c))
 def test_sm90_ws_ptx_ping_pong(case, tmp_path):
     bm, bn, bk, stages, out_kind, has_bias, acc_only = case
-    k = _compile(bm, bn, bk, 4, stages, ws=True, out_kind=out_kind, has_bias=has_bias,
-                 acc_only=acc_only)
+    k = _compile(bm, bn, bk, 4, stages, ws=True, out_kind=out_kind, has_bias=has_bias, acc_only=acc_only)
     ptx = k.asm["ptx"]
     assert len(re.findall(r"^\.visible \.entry ", ptx, re.MULTILINE)) == 1
     assert k.metadata.num_warps == 12  # 4 (consumer 0) + 4 (consumer 1) + 1 producer, padded
@@ -219,8 +221,8 @@ def test_sm90_ws_ptx_ping_pong(case, tmp_path):
         if o == "wgmma.wait_group.sync.aligned 1":
             # the slot is released after the wait retired the previous step's wgmma,
             # before anything else touches a barrier or issues a wgmma
-            nxt = next(x for x in kinds[i + 1:] if not x.startswith("setmaxnreg"))
-            assert nxt == "mbarrier.arrive.shared", kinds[i:i + 4]
+            nxt = next(x for x in kinds[i + 1 :] if not x.startswith("setmaxnreg"))
+            assert nxt == "mbarrier.arrive.shared", kinds[i : i + 4]
         if o == "wgmma.mma_async":
             # every wgmma follows a ready wait since the previous wait_group / arrive
             prev = [x for x in kinds[:i] if x != "wgmma.mma_async"]
@@ -229,7 +231,7 @@ def test_sm90_ws_ptx_ping_pong(case, tmp_path):
     # with no wgmma in that partition
     tma = [i for i, o in enumerate(kinds) if o == "cp.async.bulk.tensor"]
     assert len(tma) == 2 and tma[1] == tma[0] + 1
-    assert kinds[tma[0] - 2:tma[0]] == ["mbarrier.try_wait", "mbarrier.arrive.expect_tx"]
+    assert kinds[tma[0] - 2 : tma[0]] == ["mbarrier.try_wait", "mbarrier.arrive.expect_tx"]
     assert kinds.count("mbarrier.arrive.expect_tx") == 1
     # per consumer: order wait + ready wait; arrivals: slot in the loop, order, last slot
     assert kinds.count("mbarrier.try_wait") == 5
@@ -251,18 +253,21 @@ def test_gluon_ws_configs_and_labels():
         assert c.split_k == 1 and c.num_stages >= 2
         assert c.num_stages * (c.block_m + c.block_n) * c.block_k <= 227 * 1024 - 1024
         assert c.label().endswith(" persistent ws") and bt._kernel_name(c) == "gluon_ws"
-    assert (bt.Config("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, warp_spec=True).label()
-            == "gluon 128x128x128 g8 w4 s6 persistent ws")
+    assert (
+        bt.Config("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, warp_spec=True).label()
+        == "gluon 128x128x128 g8 w4 s6 persistent ws"
+    )
     assert bt._kernel_name(bt.Config("gluon", 128, 256, 128, 8, 1, 8, 4)) == "gluon"
     assert bt._kernel_name(bt.Config("tma", 128, 256, 128, 8, 1, 8, 4, warp_spec=True)) == "tma"
-    labels = [c.label() for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS, bt.GLUON_WS_CONFIGS)
-              for cs in t.values() for c in cs]
-    assert len(set(labels)) == len(set(c for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS,
-                                                   bt.GLUON_WS_CONFIGS)
-                                       for cs in t.values() for c in cs))
-    assert not set(c.label() for c in ws) & set(c.label() for t in (bt.BUCKET_CONFIGS,
-                                                                     bt.GLUON_CONFIGS)
-                                                 for cs in t.values() for c in cs)
+    labels = [
+        c.label() for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS, bt.GLUON_WS_CONFIGS) for cs in t.values() for c in cs
+    ]
+    assert len(set(labels)) == len(
+        set(c for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS, bt.GLUON_WS_CONFIGS) for cs in t.values() for c in cs)
+    )
+    assert not set(c.label() for c in ws) & set(
+        c.label() for t in (bt.BUCKET_CONFIGS, bt.GLUON_CONFIGS) for cs in t.values() for c in cs
+    )
 
 
 def test_gluon_ws_joins_with_gluon_unless_opted_out(monkeypatch):
@@ -285,19 +290,18 @@ def test_gluon_ws_joins_with_gluon_unless_opted_out(monkeypatch):
     monkeypatch.setenv("INT8CONF_TRITON_GLUON_WS", "1")
     assert bt._gluon_ws_enabled(h200)
     monkeypatch.setenv("INT8CONF_TRITON_GLUON", "0")
-    assert not bt._gluon_ws_enabled(h200)       # the Gluon opt-out covers it too
+    assert not bt._gluon_ws_enabled(h200)  # the Gluon opt-out covers it too
     monkeypatch.delenv("INT8CONF_TRITON_GLUON")
     monkeypatch.setattr(bt, "_capability", lambda dev: (10, 0))
-    assert not bt._gluon_ws_enabled(h200)       # sm_90 code only
+    assert not bt._gluon_ws_enabled(h200)  # sm_90 code only
     monkeypatch.setattr(bt, "_capability", lambda dev: (9, 0))
     monkeypatch.setattr(gluon_gemm, "AVAILABLE", False)
     assert not bt._gluon_ws_enabled(h200)
     assert not bt._gluon_ws_enabled(torch.device("cpu"))
     # candidates: after the bucket's own and the Gluon ones, large bucket, TMA-able only
     large = bt._candidates(4096, True, True, True)
-    assert large[:len(bt._candidates(4096, True, True))] == bt._candidates(4096, True, True)
-    assert [c for c in large if c.warp_spec and c.kernel == "gluon"] == \
-        list(bt.GLUON_WS_CONFIGS["large"])
+    assert large[: len(bt._candidates(4096, True, True))] == bt._candidates(4096, True, True)
+    assert [c for c in large if c.warp_spec and c.kernel == "gluon"] == list(bt.GLUON_WS_CONFIGS["large"])
     assert bt._candidates(4096, True, True) == bt._candidates(4096, True, True, False)
     assert bt._candidates(4096, True, False, True) == bt._candidates(4096, True)  # needs gluon
     assert not any(c.kernel == "gluon" for c in bt._candidates(4096, False, True, True))
@@ -316,8 +320,7 @@ def test_gluon_ws_launch_keywords_match_the_kernel(monkeypatch):
     cfg = bt.GLUON_WS_CONFIGS["large"][0]
     a = torch.zeros((3000, 1168), dtype=torch.int8)
     b = torch.zeros((2000, 1168), dtype=torch.int8)
-    grid, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.float16,
-                                       3000, 2000, 1168, False)
+    grid, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.float16, 3000, 2000, 1168, False)
     tiles = -(-3000 // cfg.block_m) * -(-2000 // cfg.block_n)
     assert grid == (min(tiles, 132),) and words == 0 and ints[-1] == grid[0]
     assert kw["num_warps"] == 4 and kw["STAGES"] == cfg.num_stages and "num_stages" not in kw

@@ -17,7 +17,7 @@ from reference.epilogue import reference_scaled_mm
 from reference.errors import KernelLoadError
 from reference.operands import GemmOperands
 
-MODULE = textwrap.dedent('''
+MODULE = textwrap.dedent("""
     import torch
     from conformance.kernels.loader import declare
     from conformance.kernels.spec import ShapeConstraints
@@ -55,7 +55,7 @@ MODULE = textwrap.dedent('''
     def bad_factory():
         raise ValueError("no GPU\\nmore")
     bad_factory.int8conf_factory = True
-''')
+""")
 
 
 @pytest.fixture
@@ -64,6 +64,7 @@ def usermod(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib
     import sys
+
     sys.modules.pop("kern_user_mod", None)
     importlib.invalidate_caches()
     yield importlib.import_module("kern_user_mod")
@@ -72,10 +73,13 @@ def usermod(tmp_path, monkeypatch):
 
 def _ops(bias=True):
     g = torch.Generator().manual_seed(2)
-    return GemmOperands(torch.randint(-128, 128, (5, 9), dtype=torch.int8, generator=g),
-                        torch.randint(-128, 128, (6, 9), dtype=torch.int8, generator=g),
-                        torch.rand(5, generator=g) + 0.1, torch.rand(6, generator=g) + 0.1,
-                        torch.randn(6, generator=g).bfloat16() if bias else None)
+    return GemmOperands(
+        torch.randint(-128, 128, (5, 9), dtype=torch.int8, generator=g),
+        torch.randint(-128, 128, (6, 9), dtype=torch.int8, generator=g),
+        torch.rand(5, generator=g) + 0.1,
+        torch.rand(6, generator=g) + 0.1,
+        torch.randn(6, generator=g).bfloat16() if bias else None,
+    )
 
 
 def test_declared_function(usermod):
@@ -110,19 +114,25 @@ def test_vllm_adapter(usermod):
 def test_factory(usermod):
     spec = get_kernel("kern_user_mod:factory")
     assert spec.name == "fact" and spec.origin == "module:kern_user_mod:factory"
-    with pytest.raises(KernelLoadError, match=r"^kernel 'kern_user_mod:bad_factory': factory "
-                                              r"raised ValueError: no GPU$"):
+    with pytest.raises(
+        KernelLoadError,
+        match=r"^kernel 'kern_user_mod:bad_factory': factory "
+        r"raised ValueError: no GPU$",
+    ):
         get_kernel("kern_user_mod:bad_factory")
 
 
-@pytest.mark.parametrize("name,msg", [
-    ("kern_user_mod:undeclared", "declares no epilogue contract"),
-    ("kern_user_mod:nothere", "module 'kern_user_mod' has no attribute 'nothere'"),
-    ("no_such_pkg_xyz.mod:fn", "cannot import module 'no_such_pkg_xyz.mod': ModuleNotFoundError"),
-    ("kern_user_mod:attrs?convention=cuda", "bad declaration: convention='cuda'"),
-    ("no-such-kernel", "unknown kernel 'no-such-kernel'"),
-    ("", "kernel name must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "name,msg",
+    [
+        ("kern_user_mod:undeclared", "declares no epilogue contract"),
+        ("kern_user_mod:nothere", "module 'kern_user_mod' has no attribute 'nothere'"),
+        ("no_such_pkg_xyz.mod:fn", "cannot import module 'no_such_pkg_xyz.mod': ModuleNotFoundError"),
+        ("kern_user_mod:attrs?convention=cuda", "bad declaration: convention='cuda'"),
+        ("no-such-kernel", "unknown kernel 'no-such-kernel'"),
+        ("", "kernel name must be a non-empty string"),
+    ],
+)
 def test_load_errors_are_one_line(usermod, name, msg):
     with pytest.raises(KernelLoadError) as ei:
         get_kernel(name)
@@ -134,18 +144,21 @@ def test_entry_point_group(usermod, tmp_path, monkeypatch):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kernuser\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[int8conf.kernels]\nuserkern = kern_user_mod:declared\nbroken = kern_user_mod:nope\n")
+        "[int8conf.kernels]\nuserkern = kern_user_mod:declared\nbroken = kern_user_mod:nope\n"
+    )
     assert "userkern" in list_kernels() and "broken" in list_kernels()
     spec = get_kernel("userkern")
     assert spec.origin == "entry-point:userkern" and spec.contract == TRITON_STYLE
-    with pytest.raises(KernelLoadError, match=r"^entry point 'broken' \(kern_user_mod:nope\) "
-                                              r"failed to load: AttributeError"):
+    with pytest.raises(
+        KernelLoadError,
+        match=r"^entry point 'broken' \(kern_user_mod:nope\) "
+        r"failed to load: AttributeError",
+    ):
         get_kernel("broken")
 
 
 def test_register_and_resolve():
-    spec = KernelSpec(name="kern_test_registered", scaled_mm=lambda *a, **k: None,
-                      contract=CUTLASS_STYLE)
+    spec = KernelSpec(name="kern_test_registered", scaled_mm=lambda *a, **k: None, contract=CUTLASS_STYLE)
     register(spec)
     assert get_kernel("kern_test_registered") is spec
     names = [s.name for s in resolve_kernels(["cpu", "all", "kern_test_registered", "cpu"])]
@@ -155,11 +168,10 @@ def test_register_and_resolve():
 
 
 def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
-    from conformance.kernels.loader import (declare, load_module_function, spec_from_object,
-                                            split_query)
+    from conformance.kernels.loader import declare, load_module_function, spec_from_object, split_query
     from reference.errors import ContractError
-    assert split_query("m:f?contract=cutlass&overflow=wrap") == (
-        "m:f", {"contract": "cutlass", "overflow": "wrap"})
+
+    assert split_query("m:f?contract=cutlass&overflow=wrap") == ("m:f", {"contract": "cutlass", "overflow": "wrap"})
     with pytest.raises(ContractError, match=r"unknown query key\(s\) \['overflo'\]"):
         split_query("m:f?contract=cutlass&overflo=saturate")
     tpu = declare("cutlass", devices=("tpu",))(lambda *a: None)
@@ -175,9 +187,13 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
 def test_a_loaded_kernel_cannot_take_a_builtin_name():
     """Its reports would replace the built-in's (reports/check/cpu/)."""
     from conformance.kernels.loader import declare, spec_from_object
+
     fn = declare("cutlass", name="cpu")(lambda *a: None)
-    with pytest.raises(KernelLoadError, match=r"^kernel 'm:f' declares the name 'cpu', which is "
-                                              r"reserved for the built-in kernel"):
+    with pytest.raises(
+        KernelLoadError,
+        match=r"^kernel 'm:f' declares the name 'cpu', which is "
+        r"reserved for the built-in kernel",
+    ):
         spec_from_object(fn, "m:f", "module:m:f")
     with pytest.raises(KernelLoadError, match="declares the name 'all'"):
         spec_from_object(declare("cutlass")(lambda *a: None), "m:f", "module:m:f", {"name": "all"})
@@ -187,7 +203,7 @@ def test_a_loaded_kernel_cannot_take_a_builtin_name():
     assert spec_from_object(declare("cutlass", name="cpu2")(lambda *a: None), "m:f", "t").name == "cpu2"
 
 
-MIXED_MODULE = textwrap.dedent('''
+MIXED_MODULE = textwrap.dedent("""
     import torch
     from conformance.kernels.loader import declare
 
@@ -206,16 +222,17 @@ MIXED_MODULE = textwrap.dedent('''
     @declare(contract="triton")
     def good_after(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         return None
-''')
+""")
 
 
-def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_path,
-                                                                            monkeypatch):
+def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_path, monkeypatch):
     """One bad ``@declare`` no longer fails the module's import: the kernels
     declared before and after it load, and loading the bad one names the
     function, the field and the value in one line."""
     import sys
+
     from conformance.kernels.loader import load_module_function
+
     (tmp_path / "kern_mixed_mod.py").write_text(MIXED_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "kern_mixed_mod", raising=False)
@@ -227,7 +244,8 @@ def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_pa
         "kernel 'kern_mixed_mod:bad_contract': bad declaration: @declare(...) on function "
         "'bad_contract' (module kern_mixed_mod): contract='no_such_contract': cannot read an "
         "epilogue contract from 'no_such_contract' (use 'cutlass', 'triton' or "
-        "'<scale_order>/<bias_point>')")
+        "'<scale_order>/<bias_point>')"
+    )
     with pytest.raises(KernelLoadError) as e:
         get_kernel("kern_mixed_mod:two_bad_fields")
     msg = str(e.value)
@@ -243,9 +261,14 @@ def test_a_per_device_mapping_may_name_contracts():
     """``{"cpu": "triton", "cuda": "cutlass"}`` was refused ("unknown step 'triton'")."""
     from conformance.kernels.loader import declare, spec_from_object
     from reference.epilogue_steps import select_steps, steps_label
-    spec = spec_from_object(declare({"cpu": "triton", "cuda/float16": "w_then_a/after_round",
-                                     "*": ["cast fp32", "mul s_a*s_w", "cast out"]})(
-        lambda *a: None), "m:f", "test")
+
+    spec = spec_from_object(
+        declare(
+            {"cpu": "triton", "cuda/float16": "w_then_a/after_round", "*": ["cast fp32", "mul s_a*s_w", "cast out"]}
+        )(lambda *a: None),
+        "m:f",
+        "test",
+    )
     label = lambda dev, dt: steps_label(select_steps(spec.steps, dev, dt))  # noqa: E731
     assert label("cpu", torch.bfloat16) == "a_then_w/after_round: cast fp32; mul s_a; mul s_w; cast out; add bias"
     assert label("cuda", torch.float16).startswith("w_then_a/after_round: cast fp32; mul s_w; mul s_a")
@@ -256,10 +279,16 @@ def test_a_per_device_mapping_must_cover_every_declared_device():
     """{"cuda": "triton"} on a kernel declared for the CPU used to load: on the CPU it was
     then checked against the contract nearest to the cuda entry, a silent guess."""
     from conformance.kernels.loader import declare, spec_from_object
-    with pytest.raises(KernelLoadError, match=r"names \['cuda'\] but not the declared device\(s\) "
-                                              r"\['cpu'\]: add an entry for each \(or '\*'\)"):
+
+    with pytest.raises(
+        KernelLoadError,
+        match=r"names \['cuda'\] but not the declared device\(s\) "
+        r"\['cpu'\]: add an entry for each \(or '\*'\)",
+    ):
         spec_from_object(declare({"cuda": "triton"})(lambda *a: None), "m:f", "t")
-    assert spec_from_object(declare({"cuda": "triton"}, devices=("cuda",))(lambda *a: None),
-                            "m:f", "t").devices == ("cuda",)
-    assert spec_from_object(declare({"cuda/float16": "triton", "*": "cutlass"},
-                                    devices=("cpu", "cuda"))(lambda *a: None), "m:f", "t")
+    assert spec_from_object(declare({"cuda": "triton"}, devices=("cuda",))(lambda *a: None), "m:f", "t").devices == (
+        "cuda",
+    )
+    assert spec_from_object(
+        declare({"cuda/float16": "triton", "*": "cutlass"}, devices=("cpu", "cuda"))(lambda *a: None), "m:f", "t"
+    )

@@ -18,10 +18,13 @@ from reference.operands import GemmOperands
 
 def _ops(m=4, k=8, n=3, bias=False):
     g = torch.Generator().manual_seed(1)
-    return GemmOperands(torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
-                        torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
-                        torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5,
-                        torch.ones(n, dtype=torch.bfloat16) if bias else None)
+    return GemmOperands(
+        torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
+        torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
+        torch.rand(m, generator=g) + 0.5,
+        torch.rand(n, generator=g) + 0.5,
+        torch.ones(n, dtype=torch.bfloat16) if bias else None,
+    )
 
 
 def _good(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
@@ -43,6 +46,7 @@ def test_good_kernel_runner_records_digests():
 def test_raising_kernel():
     def boom(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         raise RuntimeError("CUDA error: an illegal memory access\nsecond line")
+
     run = run_kernel(_spec(boom), _ops())
     assert run.output is None
     assert run.error.startswith("kernel raised RuntimeError: CUDA error: an illegal memory access")
@@ -51,14 +55,18 @@ def test_raising_kernel():
     assert run.manifest["extra"]["traceback_tail"][-1].endswith("in boom")
 
 
-@pytest.mark.parametrize("ret,msg", [
-    (lambda o: o.t().contiguous(), "kernel returned shape (3, 4), expected [4,3]"),
-    (lambda o: o.float(), "kernel returned dtype torch.float32, expected torch.bfloat16"),
-    (lambda o: o.tolist(), "kernel returned list, expected a torch.Tensor [4,3] torch.bfloat16"),
-])
+@pytest.mark.parametrize(
+    "ret,msg",
+    [
+        (lambda o: o.t().contiguous(), "kernel returned shape (3, 4), expected [4,3]"),
+        (lambda o: o.float(), "kernel returned dtype torch.float32, expected torch.bfloat16"),
+        (lambda o: o.tolist(), "kernel returned list, expected a torch.Tensor [4,3] torch.bfloat16"),
+    ],
+)
 def test_wrong_output(ret, msg):
     def bad(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         return ret(_good(a, b, sa, sb, out_dtype, bias))
+
     run = run_kernel(_spec(bad), _ops())
     assert run.error == msg and run.output is None
 
@@ -68,6 +76,7 @@ def test_nan_output_reported_with_position():
         o = _good(a, b, sa, sb, out_dtype, bias)
         o[2, 1] = float("nan")
         return o
+
     run = run_kernel(_spec(nan_one), _ops())
     assert run.error.startswith("kernel wrote NaN at 1 of 12 elements")
     assert "first at [2,1]" in run.error
@@ -82,6 +91,7 @@ def test_kernel_recorded_operands_win_over_runner():
 
     def swap(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         return inner.scaled_mm(a, b.flip(0).contiguous(), sa, sb, out_dtype, bias)
+
     ops = _ops()
     run = run_kernel(_spec(swap), ops)
     assert run.error is None and run.manifest["operands_recorded_by"] == "kernel"
@@ -104,8 +114,9 @@ def test_constraints_and_device_skip():
     spec = _spec(_good, constraints=ShapeConstraints(min_m=17, k_multiple=8))
     run = run_kernel(spec, _ops(m=4, k=12))
     assert run.manifest["skipped"] is True and run.output is None
-    assert run.error == ("not runnable here: shape outside declared constraints: "
-                         "M=4 < min_m=17; K=12 is not a multiple of 8")
+    assert run.error == (
+        "not runnable here: shape outside declared constraints: M=4 < min_m=17; K=12 is not a multiple of 8"
+    )
     if not torch.cuda.is_available():
         run = run_kernel(_spec(_good, devices=("cuda",)), _ops())
         assert run.manifest["skipped"] and "none available here" in run.error
@@ -115,7 +126,7 @@ def test_int_mm_missing_and_bad():
     a, b = _ops().a, _ops().b
     run = run_int_mm(_spec(_good), a, b)
     assert run.acc is None and run.error == "kernel 't' has no int_mm (accumulator-only) entry"
-    run = run_int_mm(_spec(_good, int_mm=lambda a, b: (a.long() @ b.long().T)), a, b)
+    run = run_int_mm(_spec(_good, int_mm=lambda a, b: a.long() @ b.long().T), a, b)
     assert run.error == "int_mm returned dtype torch.int64, expected torch.int32"
     run = run_int_mm(_spec(_good, int_mm=lambda a, b: (a.long() @ b.long().T).int()), a, b)
     assert run.error is None and run.output.tolist() == (a.long() @ b.long().T).tolist()

@@ -19,7 +19,7 @@ from conformance.kernels.loader import declare, spec_from_object
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import run_int_mm, run_kernel
 from conformance.kernels.spec import KernelSpec
-from conformance.evaluate import evaluate_case
+from conformance.suite.evaluate import evaluate_case
 from reference.accumulate import exact_int_mm
 from reference.bits import bits_of
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
@@ -29,10 +29,14 @@ from reference.operands import GemmOperands
 
 def _ops(m=4, k=8, n=3, bias=None):
     g = torch.Generator().manual_seed(7)
-    return GemmOperands(torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
-                        torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
-                        torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5,
-                        bias, name="fix")
+    return GemmOperands(
+        torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
+        torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
+        torch.rand(m, generator=g) + 0.5,
+        torch.rand(n, generator=g) + 0.5,
+        bias,
+        name="fix",
+    )
 
 
 def _good(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
@@ -45,6 +49,7 @@ def _acc32(a, b):
 
 # --- third-party kernels as a user writes them (no conformance.kernels.trace) ---
 
+
 @declare(contract="cutlass", name="userkern", version="1.0")
 def user_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Exactly the README's @declare form; never calls trace.record_path."""
@@ -55,14 +60,12 @@ def user_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 def vllm_kernel(a, b_kn, scale_a, scale_b, out_dtype, bias):
     """vLLM convention: b [K,N] column-major view, scales [M,1] / [N,1]."""
     assert b_kn.shape == (a.shape[1], scale_b.shape[0]) and scale_a.shape[1] == 1
-    return reference_scaled_mm(a, b_kn.t(), scale_a.reshape(-1), scale_b.reshape(-1),
-                               CUTLASS_STYLE, bias, out_dtype)
+    return reference_scaled_mm(a, b_kn.t(), scale_a.reshape(-1), scale_b.reshape(-1), CUTLASS_STYLE, bias, out_dtype)
 
 
 @pytest.mark.parametrize("obj,name", [(user_kernel, "userkern"), (vllm_kernel, "vllmkern")])
 def test_c1_third_party_kernel_without_path_passes(obj, name):
-    spec = spec_from_object(obj, f"hostile_kernels:{obj.__name__}",
-                            f"module:hostile_kernels:{obj.__name__}")
+    spec = spec_from_object(obj, f"hostile_kernels:{obj.__name__}", f"module:hostile_kernels:{obj.__name__}")
     assert spec.origin != "builtin" and spec.name == name
     ops = _ops()
     run = run_kernel(spec, ops)
@@ -78,9 +81,11 @@ def test_c1_third_party_kernel_without_path_passes(obj, name):
     cr = evaluate_case(spec, ops)
     assert cr.verdict == "pass" and cr.checks["C8"].verdict == "pass"
     # name / digest / device are still compared for such kernels
-    for other, needle in ((replace(spec, name="other"), f"ran name {name!r}, declared 'other'"),
-                          (replace(spec, source_digest="0" * 64), "ran source digest"),
-                          (replace(spec, devices=("cuda",)), "ran on device 'cpu'")):
+    for other, needle in (
+        (replace(spec, name="other"), f"ran name {name!r}, declared 'other'"),
+        (replace(spec, source_digest="0" * 64), "ran source digest"),
+        (replace(spec, devices=("cuda",)), "ran on device 'cpu'"),
+    ):
         r2 = check_kernel_manifest(other, ops, run)
         assert r2.verdict == "fail" and len(r2.evidence["mismatches"]) == 1
         assert r2.evidence["mismatches"][0].startswith(needle)
@@ -92,8 +97,7 @@ def test_c1_builtin_still_requires_a_path():
     assert spec.origin == "builtin"
     r = check_kernel_manifest(spec, ops, run_kernel(spec, ops))
     assert r.verdict == "fail"
-    assert r.evidence["mismatches"] == [
-        "kernel recorded no code path (conformance.kernels.trace.record_path)"]
+    assert r.evidence["mismatches"] == ["kernel recorded no code path (conformance.kernels.trace.record_path)"]
     # the real built-ins record theirs
     cpu = get_kernel("cpu")
     r = check_kernel_manifest(cpu, ops, run_kernel(cpu, ops))
@@ -103,9 +107,11 @@ def test_c1_builtin_still_requires_a_path():
 
 # --- kernels that write into their operands ---
 
+
 def _spec(fn, int_mm=None):
-    return KernelSpec(name="t", scaled_mm=fn, contract=CUTLASS_STYLE, source_digest="d" * 64,
-                      origin="test", int_mm=int_mm)
+    return KernelSpec(
+        name="t", scaled_mm=fn, contract=CUTLASS_STYLE, source_digest="d" * 64, origin="test", int_mm=int_mm
+    )
 
 
 def test_kernel_writing_into_a_is_an_error_and_ops_stay_pristine():
@@ -113,6 +119,7 @@ def test_kernel_writing_into_a_is_an_error_and_ops_stay_pristine():
         out = _good(a, b, sa, sb, out_dtype, bias)
         a.zero_()
         return out
+
     ops = _ops()
     before = ops.digests()
     a_copy = ops.a.clone()
@@ -124,8 +131,7 @@ def test_kernel_writing_into_a_is_an_error_and_ops_stay_pristine():
     assert run.manifest["operands_recorded_by"] == "runner"
     assert run.received_digests == before
     # output kept as evidence, and it is the correct one (computed before the write)
-    assert torch.equal(bits_of(run.output), bits_of(_good(ops.a, ops.b, ops.scale_a,
-                                                          ops.scale_b)))
+    assert torch.equal(bits_of(run.output), bits_of(_good(ops.a, ops.b, ops.scale_a, ops.scale_b)))
     cr = evaluate_case(_spec(zeroes_a), ops)
     assert cr.checks["C8"].verdict == "fail"
     assert cr.checks["C8"].summary.endswith("kernel modified operand a in place")
@@ -139,6 +145,7 @@ def test_several_operands_and_sign_of_zero_detected():
         sb.mul_(2.0)
         bias.neg_()  # +0.0 -> -0.0: equal as numbers, different bits
         return out
+
     ops = _ops(bias=torch.zeros(3, dtype=torch.bfloat16))
     want = ops.digests()
     run = run_kernel(_spec(scribbles), ops)
@@ -155,11 +162,11 @@ def test_clean_kernel_gets_clones_not_the_callers_tensors():
     def spy(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         seen["ptrs"] = [t.data_ptr() for t in (a, b, sa, sb)]
         return _good(a, b, sa, sb, out_dtype, bias)
+
     ops = _ops()
     run = run_kernel(_spec(spy), ops)
     assert run.error is None and "modified_operands" not in run.manifest["extra"]
-    assert not set(seen["ptrs"]) & {t.data_ptr() for t in (ops.a, ops.b, ops.scale_a,
-                                                           ops.scale_b)}
+    assert not set(seen["ptrs"]) & {t.data_ptr() for t in (ops.a, ops.b, ops.scale_a, ops.scale_b)}
     assert run.received_digests == ops.digests()
 
 
@@ -168,6 +175,7 @@ def test_int_mm_writing_into_b_is_an_error():
         acc = _acc32(a, b)
         b.fill_(1)
         return acc
+
     ops = _ops()
     b_copy = ops.b.clone()
     r = run_int_mm(_spec(_good, int_mm=int_mm), ops.a, ops.b)
@@ -179,18 +187,23 @@ def test_int_mm_writing_into_b_is_an_error():
 
 # --- SystemExit and other BaseExceptions ---
 
+
 class _Custom(BaseException):
     pass
 
 
-@pytest.mark.parametrize("exc,line", [
-    (SystemExit(3), "kernel raised SystemExit: 3"),
-    (_Custom("odd"), "kernel raised _Custom: odd"),
-    (GeneratorExit(), "kernel raised GeneratorExit: "),
-])
+@pytest.mark.parametrize(
+    "exc,line",
+    [
+        (SystemExit(3), "kernel raised SystemExit: 3"),
+        (_Custom("odd"), "kernel raised _Custom: odd"),
+        (GeneratorExit(), "kernel raised GeneratorExit: "),
+    ],
+)
 def test_base_exceptions_are_kernel_failures(exc, line):
     def raiser(*args, **kw):
         raise exc
+
     ops = _ops()
     run = run_kernel(_spec(raiser, int_mm=raiser), ops)
     assert run.output is None and run.error.startswith(line + " (at test_runner_hostile_kernels.py:")
@@ -204,6 +217,7 @@ def test_base_exceptions_are_kernel_failures(exc, line):
 def test_keyboard_interrupt_still_propagates():
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run_kernel(_spec(interrupted), _ops())
     with pytest.raises(KeyboardInterrupt):
@@ -213,8 +227,21 @@ def test_keyboard_interrupt_still_propagates():
 def test_cli_check_survives_sys_exit_kernel(tmp_path):
     from conformance.cli import main
 
-    rc = main(["check", "--kernel", "buggy_kernels:exiting_kernel", "--out", str(tmp_path),
-               "--examples", "0", "--no-model", "--no-sweep", "--no-captures", "-q"])
+    rc = main(
+        [
+            "check",
+            "--kernel",
+            "buggy_kernels:exiting_kernel",
+            "--out",
+            str(tmp_path),
+            "--examples",
+            "0",
+            "--no-model",
+            "--no-sweep",
+            "--no-captures",
+            "-q",
+        ]
+    )
     assert rc == 1  # not conformant; before the fix: SystemExit(3), no report
     reports = sorted(tmp_path.rglob("conformance.*"))
     assert [p.name for p in reports] == ["conformance.json", "conformance.md"]
@@ -226,15 +253,19 @@ def test_cli_check_survives_sys_exit_kernel(tmp_path):
 
 # --- Triton interpreter: IEEE overflow to inf is intended, numpy's warning is not shown ---
 
+
 @pytest.mark.parametrize("scale,out_dtype", [(1e30, torch.bfloat16), (1.0, torch.float16)])
 def test_triton_interpreter_overflow_is_quiet_and_correct(scale, out_dtype):
     pytest.importorskip("triton")
     m = k = n = 16
-    ops = GemmOperands(torch.full((m, k), 127, dtype=torch.int8),
-                       torch.full((n, k), 127, dtype=torch.int8),
-                       torch.full((m,), scale), torch.full((n,), scale), out_dtype=out_dtype)
-    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, TRITON_STYLE,
-                              out_dtype=out_dtype)
+    ops = GemmOperands(
+        torch.full((m, k), 127, dtype=torch.int8),
+        torch.full((n, k), 127, dtype=torch.int8),
+        torch.full((m,), scale),
+        torch.full((n,), scale),
+        out_dtype=out_dtype,
+    )
+    ref = reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, TRITON_STYLE, out_dtype=out_dtype)
     assert bool(torch.isinf(ref).all())  # acc 258064: fp32 product 6.5e65 / fp16 > 65504
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
@@ -250,6 +281,7 @@ def test_triton_interpreter_overflow_is_quiet_and_correct(scale, out_dtype):
 def test_a_meta_output_or_an_unprintable_exception_is_a_kernel_error_not_a_crash():
     """New-user pass 2026-12-01c: both crashed ``int8conf check`` with a torch
     traceback (``.item()`` on a meta tensor; ``str(e)`` raising)."""
+
     def meta_out(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         return torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device="meta")
 
@@ -259,16 +291,18 @@ def test_a_meta_output_or_an_unprintable_exception_is_a_kernel_error_not_a_crash
 
     def weird(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
         raise Unprintable()
+
     def spec(fn):
-        return spec_from_object(declare(contract="cutlass")(fn), f"m:{fn.__name__}",
-                                f"module:m:{fn.__name__}")
+        return spec_from_object(declare(contract="cutlass")(fn), f"m:{fn.__name__}", f"module:m:{fn.__name__}")
+
     ops = _ops()
     run = run_kernel(spec(meta_out), ops)
     assert run.output is None and run.error == (
-        "kernel returned a tensor on device 'meta', expected one on 'cpu' or 'cuda' holding "
-        "its values")
+        "kernel returned a tensor on device 'meta', expected one on 'cpu' or 'cuda' holding its values"
+    )
     run = run_kernel(spec(weird), ops)
     assert run.output is None and run.error.startswith(
-        "kernel raised Unprintable: <its message could not be printed: ValueError> (at ")
+        "kernel raised Unprintable: <its message could not be printed: ValueError> (at "
+    )
     res = evaluate_case(spec(meta_out), ops)
     assert res.checks["C8"].verdict == "fail"

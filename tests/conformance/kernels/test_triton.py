@@ -46,6 +46,7 @@ def test_interpreter_bf16_cast_pinned_bits():
     # one element, computed by hand: 1 + 3*2**-8 is a tie between bf16 0x3F81 and
     # 0x3F82; RNE gives 0x3F82, truncation 0x3F81 (what the 3.9 interpreter does).
     from triton.runtime.interpreter import InterpretedFunction
+
     from conformance.kernels import triton_probe
 
     d = triton_probe._inputs()
@@ -58,7 +59,7 @@ def test_interpreter_bf16_cast_pinned_bits():
 def test_triton_kernel_is_rne_despite_interpreter_cast():
     a = torch.ones((1, 1), dtype=torch.int8)
     b = torch.ones((2, 1), dtype=torch.int8)
-    sw = torch.tensor([1 + 3 * 2 ** -8, 2.0 ** -130], dtype=torch.float32)
+    sw = torch.tensor([1 + 3 * 2**-8, 2.0**-130], dtype=torch.float32)
     run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw), device="cpu")
     assert run.error is None
     assert (run.output.view(torch.int16).to(torch.int64) & 0xFFFF).tolist() == [[0x3F82, 0x0008]]
@@ -75,10 +76,9 @@ def test_bias_bits_subnormal_and_after_round():
     # check a subnormal bias passes through exactly: y = 2**-133 (0x0001) + bias 2**-130.
     a = torch.ones((1, 1), dtype=torch.int8)
     b = torch.ones((2, 1), dtype=torch.int8)
-    sw = torch.tensor([1 + 2 ** -8 + 2 ** -9, 2.0 ** -133], dtype=torch.float32)
-    bias = torch.tensor([2 ** -8, 2.0 ** -130], dtype=torch.float32).to(torch.bfloat16)
-    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw, bias),
-                     device="cpu")
+    sw = torch.tensor([1 + 2**-8 + 2**-9, 2.0**-133], dtype=torch.float32)
+    bias = torch.tensor([2**-8, 2.0**-130], dtype=torch.float32).to(torch.bfloat16)
+    run = run_kernel(get_kernel("triton"), GemmOperands(a, b, torch.ones(1), sw, bias), device="cpu")
     assert (run.output.view(torch.int16).to(torch.int64) & 0xFFFF).tolist() == [[0x3F82, 0x0009]]
 
 
@@ -96,16 +96,16 @@ def test_env_var_set_before_import_gives_same_bits():
         "r = run_kernel(get_kernel('triton'), GemmOperands(a, b, torch.rand(9, generator=g) + .1,"
         " torch.rand(11, generator=g) + .1))\n"
         "print(json.dumps([r.error, r.manifest['path'],"
-        " r.output.view(torch.int16).flatten().tolist()]))\n")
+        " r.output.view(torch.int16).flatten().tolist()]))\n"
+    )
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
     err, path, bits = json.loads(res.stdout.strip().splitlines()[-1])
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (9, 40), dtype=torch.int8, generator=g)
     b = torch.randint(-128, 128, (11, 40), dtype=torch.int8, generator=g)
-    sa, sb = torch.rand(9, generator=g) + .1, torch.rand(11, generator=g) + .1
+    sa, sb = torch.rand(9, generator=g) + 0.1, torch.rand(11, generator=g) + 0.1
     ref = reference_scaled_mm(a, b, sa, sb, get_kernel("triton").contract)
     assert err is None and path == "triton-interpreter"
     assert bits == ref.view(torch.int16).flatten().tolist()

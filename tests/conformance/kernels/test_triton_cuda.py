@@ -12,8 +12,7 @@ from reference.accumulate import exact_int_mm
 from reference.contract import TRITON_STYLE
 from reference.epilogue import apply_epilogue
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
 def _ops(m, k, n, seed, device="cuda"):
@@ -28,8 +27,14 @@ def _ops(m, k, n, seed, device="cuda"):
 
 def _ref_bits(a, b, sa, sb, bias=None):
     acc = exact_int_mm(a.cpu().contiguous(), b.cpu().contiguous())
-    ref = apply_epilogue(acc, sa.cpu().contiguous().reshape(-1), sb.cpu().contiguous(),
-                         TRITON_STYLE, None if bias is None else bias.cpu(), torch.bfloat16)
+    ref = apply_epilogue(
+        acc,
+        sa.cpu().contiguous().reshape(-1),
+        sb.cpu().contiguous(),
+        TRITON_STYLE,
+        None if bias is None else bias.cpu(),
+        torch.bfloat16,
+    )
     return ref.view(torch.int16)
 
 
@@ -62,11 +67,17 @@ def test_cuda_graph_capture_and_replay(m):
         assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(a, b, sa, sb))
 
 
-@pytest.mark.parametrize("cfg", [
-    bt.Config("ptr", 16, 64, 256, 1, 2, 4, 4), bt.Config("ptr", 16, 64, 128, 1, 8, 4, 4),
-    # what untimed calls pick for few tiles over a long K (builtin_triton._untuned)
-    bt.Config("ptr", 16, 64, 256, 1, 4, 4, 4), bt.Config("ptr", 32, 64, 128, 8, 4, 4, 4),
-], ids=lambda c: c.label())
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        bt.Config("ptr", 16, 64, 256, 1, 2, 4, 4),
+        bt.Config("ptr", 16, 64, 128, 1, 8, 4, 4),
+        # what untimed calls pick for few tiles over a long K (builtin_triton._untuned)
+        bt.Config("ptr", 16, 64, 256, 1, 4, 4, 4),
+        bt.Config("ptr", 32, 64, 128, 8, 4, 4, 4),
+    ],
+    ids=lambda c: c.label(),
+)
 def test_split_k_natively_exact(cfg):
     for m, k in ((1, 6144), (13, 1000)):  # K a multiple of the split and not
         a, b, sa, sb, bias = _ops(m, k, 200, seed=k)
@@ -76,11 +87,17 @@ def test_split_k_natively_exact(cfg):
         assert torch.equal(acc.cpu().to(torch.int64), exact_int_mm(a.cpu(), b.cpu()))
 
 
-@pytest.mark.parametrize("cfg", [c for c in bt.BUCKET_CONFIGS["large"]
-                                 if c.kernel == "tma" and c.label() not in bt._EXCLUDED
-                                 and (c.persistent or c.warp_spec or c.block_k != 128
-                                      or c == bt._c("tma", 128, 256, 128, 8, 1, 8, 3))],
-                         ids=lambda c: c.label())
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        c
+        for c in bt.BUCKET_CONFIGS["large"]
+        if c.kernel == "tma"
+        and c.label() not in bt._EXCLUDED
+        and (c.persistent or c.warp_spec or c.block_k != 128 or c == bt._c("tma", 128, 256, 128, 8, 1, 8, 3))
+    ],
+    ids=lambda c: c.label(),
+)
 def test_tma_and_persistent_natively_exact(cfg):
     a, b, sa, sb, bias = _ops(300, 1040, 520, seed=7)  # edge tiles in M, N and K
     try:
@@ -103,8 +120,7 @@ def test_strided_operands_natively(m):
     assert torch.equal(out.view(torch.int16).cpu(), want)
 
 
-@pytest.mark.parametrize("m, k, n", [(16, 131073, 16), (1, 2047, 300), (33, 100, 77),
-                                     (300, 1000, 520)])
+@pytest.mark.parametrize("m, k, n", [(16, 131073, 16), (1, 2047, 300), (33, 100, 77), (300, 1000, 520)])
 def test_odd_k_natively_pads_and_stays_exact(monkeypatch, m, k, n):
     """K % 16 != 0 (padding forced down to these sizes): the call copies a and b
     zero-padded to K' (the next multiple of 16; builtin_triton._pad_k) on the planned
@@ -158,8 +174,7 @@ def test_every_tuned_plan_reports_its_config():
 
 
 def _plan_of(a, b, sa, sb):
-    key_hits = [c for c in bt._CALLS.values() if c.m == a.shape[0] and c.n == b.shape[0]
-                and c.k == a.shape[1]]
+    key_hits = [c for c in bt._CALLS.values() if c.m == a.shape[0] and c.n == b.shape[0] and c.k == a.shape[1]]
     return key_hits
 
 
@@ -184,7 +199,7 @@ def test_unaligned_view_with_cached_metadata_takes_the_full_launch(m):
     k, n = 256, 96
     buf, b, sa, sb, _ = _ops(m, k + 16, n, seed=5)
     b = b[:, :k]
-    aligned, shifted = buf[:, :k], buf[:, 1:k + 1]
+    aligned, shifted = buf[:, :k], buf[:, 1 : k + 1]
     for x in (aligned, shifted, aligned, shifted):
         out = bt.scaled_mm(x, b, sa, sb)
         assert torch.equal(out.view(torch.int16).cpu(), _ref_bits(x, b, sa, sb))
@@ -205,15 +220,20 @@ def test_raw_and_standard_bare_launches_write_the_call_s_bits():
 # edges (large_shapes, layouts, ties at M = 33, 17x16x16); the tuner may pick
 # any candidate of the bucket for them, so every candidate must be exact
 _EDGE_SHAPES = [
-    (128, 257, 300, torch.bfloat16, "dense"), (129, 1040, 257, torch.bfloat16, "dense"),
-    (257, 520, 328, torch.float16, "dense"), (16, 8195, 320, torch.float32, "dense"),
-    (2, 8195, 383, torch.bfloat16, "dense"), (17, 16, 16, torch.bfloat16, "dense"),
-    (33, 100, 77, torch.float16, "a_padded"), (33, 96, 80, torch.bfloat16, "b_transposed"),
+    (128, 257, 300, torch.bfloat16, "dense"),
+    (129, 1040, 257, torch.bfloat16, "dense"),
+    (257, 520, 328, torch.float16, "dense"),
+    (16, 8195, 320, torch.float32, "dense"),
+    (2, 8195, 383, torch.bfloat16, "dense"),
+    (17, 16, 16, torch.bfloat16, "dense"),
+    (33, 100, 77, torch.float16, "a_padded"),
+    (33, 96, 80, torch.bfloat16, "b_transposed"),
     (5, 64, 48, torch.float32, "b_transposed"),
     # TMA-eligible (K, N multiples of 16) with more tiles than SMs, so persistent
     # programs loop over several tiles: the 512x2048x6144 layer shape is where
     # a warp-specialised candidate hung natively (none of the above allows TMA)
-    (512, 2048, 6144, torch.bfloat16, "dense"), (200, 1024, 4096, torch.float16, "dense"),
+    (512, 2048, 6144, torch.bfloat16, "dense"),
+    (200, 1024, 4096, torch.float16, "dense"),
 ]
 
 
@@ -226,8 +246,7 @@ def _edge_operands(m, k, n, layout, seed, device="cuda"):
     return a, b, sa, sb, bias
 
 
-@pytest.mark.parametrize("shape", _EDGE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}-"
-                         f"{str(s[3]).split('.')[-1]}-{s[4]}")
+@pytest.mark.parametrize("shape", _EDGE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}-{str(s[3]).split('.')[-1]}-{s[4]}")
 def test_every_candidate_configuration_exact_on_edge_shapes(shape):
     _check_candidates(shape, "cuda")
 
@@ -254,8 +273,10 @@ def _check_candidates(shape, device):
         if len(diff):
             i, j = diff[0].tolist()
             mask = (1 << (8 * got.element_size())) - 1
-            bad.append(f"{cfg.label()}: {len(diff)} of {m * n} differ, first [{i},{j}] got "
-                       f"{int(got[i, j]) & mask:#x} want "
-                       f"{int(want.view(ibits[out_dtype])[i, j]) & mask:#x}")
+            bad.append(
+                f"{cfg.label()}: {len(diff)} of {m * n} differ, first [{i},{j}] got "
+                f"{int(got[i, j]) & mask:#x} want "
+                f"{int(want.view(ibits[out_dtype])[i, j]) & mask:#x}"
+            )
     assert built, "no candidate configuration builds"
     assert not bad, "; ".join(bad)

@@ -28,14 +28,13 @@ def _fn_source(name: str) -> str:
     obj = getattr(triton_gemm, name)
     src = inspect.getsource(getattr(obj, "fn", obj))
     fdef = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef))
-    return "\n".join(src.splitlines()[fdef.body[0].end_lineno:])
+    return "\n".join(src.splitlines()[fdef.body[0].end_lineno :])
 
 
 def _calls(name: str) -> list[str]:
     obj = getattr(triton_gemm, name)
     tree = ast.parse(inspect.getsource(getattr(obj, "fn", obj)))
-    return [n.func.id for n in ast.walk(tree)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -79,28 +78,70 @@ def _sm90_ptx(kernel: str) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    common = dict(sa_ptr="*fp32", sb_ptr="*fp32", bias_ptr="*i16", out_ptr="*i16", M="i32",
-                  N="i32", K="i32", stride_sa="i32", stride_sb="i32", stride_bias="constexpr",
-                  stride_om="i32", HAS_BIAS="constexpr", OUT_KIND="constexpr",
-                  ACC_ONLY="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr",
-                  BLOCK_K="constexpr", GROUP_M="constexpr")
+    common = dict(
+        sa_ptr="*fp32",
+        sb_ptr="*fp32",
+        bias_ptr="*i16",
+        out_ptr="*i16",
+        M="i32",
+        N="i32",
+        K="i32",
+        stride_sa="i32",
+        stride_sb="i32",
+        stride_bias="constexpr",
+        stride_om="i32",
+        HAS_BIAS="constexpr",
+        OUT_KIND="constexpr",
+        ACC_ONLY="constexpr",
+        BLOCK_M="constexpr",
+        BLOCK_N="constexpr",
+        BLOCK_K="constexpr",
+        GROUP_M="constexpr",
+    )
     fn = getattr(triton_gemm, kernel)
     params = list(inspect.signature(fn).parameters)
     if kernel == "w8a8_mm":
-        sig = dict(common, a_ptr="*i8", b_ptr="*i8", ws_ptr="*i32", cnt_ptr="*i32",
-                   stride_am="i32", stride_ak="constexpr", stride_bn="i32",
-                   stride_bk="constexpr", SPLIT_K="constexpr", EVEN_K="constexpr",
-                   INT64_IDX="constexpr", K_ITERS_STATIC="constexpr")
-        const = dict(stride_ak=1, stride_bk=1, SPLIT_K=1, EVEN_K=False, INT64_IDX=False,
-                     K_ITERS_STATIC=0, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        sig = dict(
+            common,
+            a_ptr="*i8",
+            b_ptr="*i8",
+            ws_ptr="*i32",
+            cnt_ptr="*i32",
+            stride_am="i32",
+            stride_ak="constexpr",
+            stride_bn="i32",
+            stride_bk="constexpr",
+            SPLIT_K="constexpr",
+            EVEN_K="constexpr",
+            INT64_IDX="constexpr",
+            K_ITERS_STATIC="constexpr",
+        )
+        const = dict(
+            stride_ak=1,
+            stride_bk=1,
+            SPLIT_K=1,
+            EVEN_K=False,
+            INT64_IDX=False,
+            K_ITERS_STATIC=0,
+            BLOCK_M=32,
+            BLOCK_N=32,
+            BLOCK_K=32,
+        )
     else:
-        sig = dict(common, a_desc="tensordesc<i8[64, 32]>", b_desc="tensordesc<i8[32, 32]>",
-                   NUM_PROGS="i32", FLATTEN="constexpr", WARP_SPEC="constexpr")
+        sig = dict(
+            common,
+            a_desc="tensordesc<i8[64, 32]>",
+            b_desc="tensordesc<i8[32, 32]>",
+            NUM_PROGS="i32",
+            FLATTEN="constexpr",
+            WARP_SPEC="constexpr",
+        )
         const = dict(FLATTEN=False, WARP_SPEC=0, BLOCK_M=64, BLOCK_N=32, BLOCK_K=32)
     const.update(stride_bias=1, HAS_BIAS=True, OUT_KIND=0, ACC_ONLY=False, GROUP_M=8)
     src = ASTSource(fn=triton.jit(fn), signature={p: sig[p] for p in params}, constexprs=const)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=4, num_stages=3, enable_fp_fusion=False))
+    k = triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3, enable_fp_fusion=False)
+    )
     return k.asm["ptx"]
 
 

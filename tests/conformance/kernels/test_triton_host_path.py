@@ -11,7 +11,7 @@ import pytest
 import torch
 import triton
 
-from conformance import bench
+from conformance.bench import gemm as bench
 from conformance.kernels import builtin_triton as bt
 from conformance.kernels import triton_gemm
 
@@ -37,10 +37,11 @@ def test_tma_constexpr_tail_carries_warp_specialisation():
     kern = triton.jit(triton_gemm.w8a8_mm_tma)
     a = torch.zeros(300, 1024, dtype=torch.int8)
     b = torch.zeros(520, 1024, dtype=torch.int8)
-    for cfg, ws in ((bt.Config("tma", 128, 256, 128, 8, 1, 8, 3, warp_spec=True), 2),
-                    (bt.Config("tma", 128, 256, 128, 8, 1, 8, 3), 0)):
-        _, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.bfloat16,
-                                        300, 520, 1024, False)
+    for cfg, ws in (
+        (bt.Config("tma", 128, 256, 128, 8, 1, 8, 3, warp_spec=True), 2),
+        (bt.Config("tma", 128, 256, 128, 8, 1, 8, 3), 0),
+    ):
+        _, ints, kw, words = bt._layout(cfg, False, a, b, 1, 1, None, torch.bfloat16, 300, 520, 1024, False)
         assert words == 0 and ints[-1] == 9  # NUM_PROGS: 3 x 3 tiles, not persistent
         assert bt._constexpr_tail(kern, kw)[-2:] == (False, ws)  # FLATTEN, WARP_SPEC
 
@@ -52,6 +53,7 @@ def test_launch_hooks_only_when_a_profiler_installed_one():
 
     def hook(meta):
         seen.append(meta)
+
     rt.launch_enter_hook.add(hook)
     try:
         enter, leave = bt._hooks()
@@ -70,8 +72,12 @@ def test_cached_descriptor_has_the_validated_fields_and_the_new_base():
     d2 = bt._descriptor(y, 64, 256, 256, 32, 128)
     want = TensorDescriptor(y, [64, 256], [256, 1], [32, 128])
     assert d2.base is y and d1.base is x
-    assert (d2.shape, d2.strides, d2.block_shape, d2.padding) == \
-        (want.shape, want.strides, want.block_shape, want.padding)
+    assert (d2.shape, d2.strides, d2.block_shape, d2.padding) == (
+        want.shape,
+        want.strides,
+        want.block_shape,
+        want.padding,
+    )
 
 
 @pytest.mark.parametrize("bucket", ["small", "large"])
@@ -150,26 +156,28 @@ def test_no_candidate_is_the_configuration_that_hung_on_the_h200():
 @pytest.mark.parametrize("raw", ["abc", "0", "-5", "inf"])
 def test_a_bad_hang_limit_is_named(monkeypatch, raw):
     monkeypatch.setenv("INT8CONF_TRITON_HANG_S", raw)
-    with pytest.raises(ValueError, match=f"INT8CONF_TRITON_HANG_S must be a number of seconds "
-                                         f"> 0, got '{raw}'"):
+    with pytest.raises(ValueError, match=f"INT8CONF_TRITON_HANG_S must be a number of seconds > 0, got '{raw}'"):
         bt._hang_limit_s()
     monkeypatch.setenv("INT8CONF_TRITON_HANG_S", "2.5")
     assert bt._hang_limit_s() == 2.5
 
 
-@pytest.mark.parametrize("m, n, k, want", [
-    # the sweep's F6 window (16 x 16, K padded to 131328): one 16x64 tile walking 513
-    # K blocks -> the first candidate with the fewest K blocks per program, 129 (sk4)
-    (16, 16, 131328, "ptr 16x64x256 g1 sk4 w4 s4"),
-    (1, 16, 8195, "ptr 16x64x256 g1 sk4 w4 s4"),
-    # short K loop (8 blocks < 16): a split is not worth its atomics
-    (16, 16, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
-    # tiles already fill half of 132 SMs (96 of 16x64): the default stays
-    (1, 6144, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
-    # small bucket, an F7 case: 64 x 1024 x 3072, 8 tiles of 64x128 walking 24 blocks
-    (64, 1024, 3072, "ptr 32x64x128 g8 sk4 w4 s4"),
-    (512, 6144, 2048, None),  # large bucket: its default, always
-])
+@pytest.mark.parametrize(
+    "m, n, k, want",
+    [
+        # the sweep's F6 window (16 x 16, K padded to 131328): one 16x64 tile walking 513
+        # K blocks -> the first candidate with the fewest K blocks per program, 129 (sk4)
+        (16, 16, 131328, "ptr 16x64x256 g1 sk4 w4 s4"),
+        (1, 16, 8195, "ptr 16x64x256 g1 sk4 w4 s4"),
+        # short K loop (8 blocks < 16): a split is not worth its atomics
+        (16, 16, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
+        # tiles already fill half of 132 SMs (96 of 16x64): the default stays
+        (1, 6144, 2048, "ptr 16x64x256 g1 sk1 w4 s4"),
+        # small bucket, an F7 case: 64 x 1024 x 3072, 8 tiles of 64x128 walking 24 blocks
+        (64, 1024, 3072, "ptr 32x64x128 g8 sk4 w4 s4"),
+        (512, 6144, 2048, None),  # large bucket: its default, always
+    ],
+)
 def test_untimed_calls_split_k_only_when_the_default_leaves_the_gpu_idle(m, n, k, want):
     cands = bt._candidates(m, tma=True)
     got = bt._untuned(cands, m, n, k, sms=132)

@@ -24,8 +24,9 @@ def _bits(t):
 
 def _ref(a, b, sa, sb, bias=None, out_dtype=torch.bfloat16):
     acc = exact_int_mm(a.contiguous(), b.contiguous())
-    return apply_epilogue(acc, sa.contiguous(), sb.contiguous(), TRITON_STYLE,
-                          None if bias is None else bias.contiguous(), out_dtype)
+    return apply_epilogue(
+        acc, sa.contiguous(), sb.contiguous(), TRITON_STYLE, None if bias is None else bias.contiguous(), out_dtype
+    )
 
 
 def _ints(shape, g):
@@ -49,16 +50,15 @@ def test_padded_a_and_transposed_b_give_reference_bits():
     out = bt.scaled_mm(a, b, sa, sb, torch.bfloat16, bias)
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
     assert torch.equal(_bits(out), _bits(_ref(a, b, sa.reshape(-1), sb, bias)))
-    assert torch.equal(bt.int_mm(a, b).to(torch.int64), exact_int_mm(a.contiguous(),
-                                                                      b.contiguous()))
+    assert torch.equal(bt.int_mm(a, b).to(torch.int64), exact_int_mm(a.contiguous(), b.contiguous()))
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
 def test_strided_operands_other_out_dtypes(out_dtype):
     g = torch.Generator().manual_seed(12)
     m, k, n = 5, 70, 19
-    a = _ints((m, k + 9), g)[:, 3:k + 3]          # unaligned base and odd leading stride
-    b = _ints((n, 2 * k), g)[:, ::2]               # non-unit inner stride: still addressed right
+    a = _ints((m, k + 9), g)[:, 3 : k + 3]  # unaligned base and odd leading stride
+    b = _ints((n, 2 * k), g)[:, ::2]  # non-unit inner stride: still addressed right
     sa = torch.rand(m, generator=g) * 0.02 + 1e-3
     sb = torch.rand(n, generator=g) * 0.01 + 1e-4
     bias = (torch.randn(n, generator=g) * 3).to(out_dtype)
@@ -103,7 +103,7 @@ def test_split_k_wraps_like_a_single_int32_accumulator():
     k = 131_073
     a = torch.full((1, k), -128, dtype=torch.int8)
     b = torch.full((1, k), -128, dtype=torch.int8)
-    want = ((16384 * k + 2 ** 31) % 2 ** 32) - 2 ** 31
+    want = ((16384 * k + 2**31) % 2**32) - 2**31
     for sk in (1, 4):
         cfg = bt.Config("ptr", 16, 16, 4096, 1, sk, 4, 1)
         got = bt.scaled_mm_config(cfg, a, b, None, None, None)
@@ -122,20 +122,27 @@ def test_metadata_cache_tells_layouts_apart():
         assert torch.equal(_bits(bt.scaled_mm(a, b, sa, sb)), _bits(_ref(a, b, sa, sb)))
 
 
-@pytest.mark.parametrize("bad, msg", [
-    (lambda a, b, sa, sb: (a.to(torch.int16), b, sa, sb), "a has dtype torch.int16"),
-    (lambda a, b, sa, sb: (a, b[:, :-1], sa, sb), "K mismatch"),
-    (lambda a, b, sa, sb: (a, b, sa[:2], sb), "scale_a has shape (2,)"),
-    (lambda a, b, sa, sb: (a, b, sa, sb.double()), "scale_b has dtype torch.float64"),
-    # new-user pass 2026-12-02: these reached torch / the interpreter
-    (lambda a, b, sa, sb: (a.to_sparse(), b, sa, sb),
-     "a has layout torch.sparse_coo; expected a dense (torch.strided) tensor"),
-    (lambda a, b, sa, sb: (a, b.to("meta"), sa, sb), "b is on device meta; expected a cpu or cuda"),
-    (lambda a, b, sa, sb: (a, b, sa.to("meta"), sb), "scale_a is on device meta; expected a cpu"),
-    # re-check pass: CSR has no strides (RuntimeError while building the cache key)
-    (lambda a, b, sa, sb: (a, b.to_sparse_csr(), sa, sb),
-     "b has layout torch.sparse_csr; expected a dense (torch.strided) tensor"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (lambda a, b, sa, sb: (a.to(torch.int16), b, sa, sb), "a has dtype torch.int16"),
+        (lambda a, b, sa, sb: (a, b[:, :-1], sa, sb), "K mismatch"),
+        (lambda a, b, sa, sb: (a, b, sa[:2], sb), "scale_a has shape (2,)"),
+        (lambda a, b, sa, sb: (a, b, sa, sb.double()), "scale_b has dtype torch.float64"),
+        # new-user pass 2026-12-02: these reached torch / the interpreter
+        (
+            lambda a, b, sa, sb: (a.to_sparse(), b, sa, sb),
+            "a has layout torch.sparse_coo; expected a dense (torch.strided) tensor",
+        ),
+        (lambda a, b, sa, sb: (a, b.to("meta"), sa, sb), "b is on device meta; expected a cpu or cuda"),
+        (lambda a, b, sa, sb: (a, b, sa.to("meta"), sb), "scale_a is on device meta; expected a cpu"),
+        # re-check pass: CSR has no strides (RuntimeError while building the cache key)
+        (
+            lambda a, b, sa, sb: (a, b.to_sparse_csr(), sa, sb),
+            "b has layout torch.sparse_csr; expected a dense (torch.strided) tensor",
+        ),
+    ],
+)
 def test_bad_metadata_is_one_line_even_after_a_cached_call(bad, msg):
     g = torch.Generator().manual_seed(31)
     a, b = _ints((3, 32), g), _ints((16, 32), g)
@@ -151,8 +158,11 @@ def test_scaled_mm_refuses_out_dtype_none_without_reading_the_scales():
     the int32 accumulator, never looking at the scales."""
     g = torch.Generator().manual_seed(33)
     a, b = _ints((2, 16), g), _ints((3, 16), g)
-    with pytest.raises(OperandError, match=r"out_dtype=None is not an output dtype of "
-                                           r"scaled_mm .*the int32 accumulator is int_mm"):
+    with pytest.raises(
+        OperandError,
+        match=r"out_dtype=None is not an output dtype of "
+        r"scaled_mm .*the int32 accumulator is int_mm",
+    ):
         bt.scaled_mm(a, b, "garbage", [1, 2], None)
     assert bt.int_mm(a, b).dtype == torch.int32
 
@@ -169,8 +179,11 @@ def test_a_sparse_operand_never_hits_a_broadcast_dense_call_s_cache_entry():
     bt.int_mm(a, b)
     sparse_sa = torch.full((8,), 0.01).to_sparse()  # stride (0,): the broadcast sa's
     assert sparse_sa.stride() == sa.stride() and a.to_sparse().stride() == a.stride()
-    for call in (lambda: bt.scaled_mm(a.to_sparse(), b, sa, sb), lambda: bt.int_mm(a.to_sparse(), b),
-                 lambda: bt.scaled_mm(a, b, sparse_sa, sb)):
+    for call in (
+        lambda: bt.scaled_mm(a.to_sparse(), b, sa, sb),
+        lambda: bt.int_mm(a.to_sparse(), b),
+        lambda: bt.scaled_mm(a, b, sparse_sa, sb),
+    ):
         with pytest.raises(OperandError, match="has layout torch.sparse_coo; expected a dense"):
             call()
 
@@ -178,16 +191,17 @@ def test_a_sparse_operand_never_hits_a_broadcast_dense_call_s_cache_entry():
 def test_meta_bias_is_refused_in_one_line():
     g = torch.Generator().manual_seed(34)
     a, b = _ints((2, 16), g), _ints((16, 16), g)
-    bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16,
-                 torch.zeros(16, dtype=torch.bfloat16))  # the cached call a meta bias must not hit
+    bt.scaled_mm(
+        a, b, torch.ones(2), torch.ones(16), torch.bfloat16, torch.zeros(16, dtype=torch.bfloat16)
+    )  # the cached call a meta bias must not hit
     with pytest.raises(OperandError, match="bias is on device meta; expected a cpu or cuda tensor"):
-        bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16,
-                     torch.zeros(16, dtype=torch.bfloat16, device="meta"))
+        bt.scaled_mm(
+            a, b, torch.ones(2), torch.ones(16), torch.bfloat16, torch.zeros(16, dtype=torch.bfloat16, device="meta")
+        )
 
 
 def test_bias_of_wrong_dtype_is_refused():
     g = torch.Generator().manual_seed(32)
     a, b = _ints((2, 16), g), _ints((16, 16), g)
     with pytest.raises(OperandError, match="bias must be a \\[16\\] tensor of dtype"):
-        bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16,
-                     torch.zeros(16, dtype=torch.float16))
+        bt.scaled_mm(a, b, torch.ones(2), torch.ones(16), torch.bfloat16, torch.zeros(16, dtype=torch.float16))

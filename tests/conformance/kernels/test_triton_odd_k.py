@@ -20,27 +20,34 @@ from reference.epilogue import apply_epilogue
 BIG = bt.PAD_K_MIN_MACS
 
 
-@pytest.mark.parametrize("m, n, k, native, autotune, want", [
-    # large: M*N*K >= PAD_K_MIN_MACS (2**30)
-    (512, 6144, 2049, True, "1", 2064), (4096, 4096, 4097, True, "1", 4112),
-    (1024, 1024, 1024 + 1, True, "1", 1040), (1024, 1024, 1023, True, "1", 0),  # 1023: < 2**30
-    (4096, 4096, 4096, True, "1", 0),                  # aligned K: never
-    (16, 6144, 2049, True, "1", 0),                    # small and tuned: the tuner copes
-    (16, 6144, 2049, True, "0", 2064),                 # untuned: always
-    (16, 16, 131073, True, "off", 131088), (1, 1, 1, True, "0", 16),
-    (4096, 4096, 4097, False, "1", 0), (16, 16, 131073, False, "0", 0),  # interpreter: never
-])
-def test_k_is_padded_natively_when_large_or_untuned(monkeypatch, m, n, k, native, autotune,
-                                                    want):
+@pytest.mark.parametrize(
+    "m, n, k, native, autotune, want",
+    [
+        # large: M*N*K >= PAD_K_MIN_MACS (2**30)
+        (512, 6144, 2049, True, "1", 2064),
+        (4096, 4096, 4097, True, "1", 4112),
+        (1024, 1024, 1024 + 1, True, "1", 1040),
+        (1024, 1024, 1023, True, "1", 0),  # 1023: < 2**30
+        (4096, 4096, 4096, True, "1", 0),  # aligned K: never
+        (16, 6144, 2049, True, "1", 0),  # small and tuned: the tuner copes
+        (16, 6144, 2049, True, "0", 2064),  # untuned: always
+        (16, 16, 131073, True, "off", 131088),
+        (1, 1, 1, True, "0", 16),
+        (4096, 4096, 4097, False, "1", 0),
+        (16, 16, 131073, False, "0", 0),  # interpreter: never
+    ],
+)
+def test_k_is_padded_natively_when_large_or_untuned(monkeypatch, m, n, k, native, autotune, want):
     monkeypatch.setenv("INT8CONF_TRITON_AUTOTUNE", autotune)
-    assert (m * n * k >= BIG) == ((m, n, k) in ((512, 6144, 2049), (4096, 4096, 4097),
-                                                (1024, 1024, 1025), (4096, 4096, 4096)))
+    assert (m * n * k >= BIG) == (
+        (m, n, k) in ((512, 6144, 2049), (4096, 4096, 4097), (1024, 1024, 1025), (4096, 4096, 4096))
+    )
     assert bt._padded_k(m, n, k, native) == want
 
 
 def test_pad_k_copies_any_layout_and_fills_zeros():
     w_kn = torch.arange(-50, 55, dtype=torch.int8).reshape(7, 15)  # [K, N] buffer
-    b = w_kn.t()                                                   # [N=15, K=7], transposed
+    b = w_kn.t()  # [N=15, K=7], transposed
     got = bt._pad_k(b, 16)
     assert got.shape == (15, 16) and got.is_contiguous() and got.dtype == torch.int8
     assert torch.equal(got[:, :7], b) and not got[:, 7:].any()
@@ -62,8 +69,7 @@ def _want_bits(a, b, sa, sb, bias):
 
 
 def test_padded_calls_are_exact_on_the_planned_and_the_cached_path(monkeypatch):
-    monkeypatch.setattr(bt, "_padded_k",
-                        lambda m, n, k, native: (k + 15) // 16 * 16 if k % 16 else 0)
+    monkeypatch.setattr(bt, "_padded_k", lambda m, n, k, native: (k + 15) // 16 * 16 if k % 16 else 0)
     for cache in ("_CALLS", "_PLANS", "_CHOSEN"):  # this test's own plans
         monkeypatch.setattr(bt, cache, {})
     m, k, n = 5, 37, 24

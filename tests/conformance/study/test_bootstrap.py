@@ -85,12 +85,15 @@ def test_resampling_is_whole_units_with_replacement():
     assert any(len(set(r)) < 5 for r in idx.tolist())  # with replacement
 
 
-@pytest.mark.parametrize("call", [
-    lambda: bs.percentile_interval(np.ones(3), 1.5),
-    lambda: bs.mean_interval([]),
-    lambda: bs.relative_change_interval(np.ones(3), np.ones(4), np.ones(3)),
-    lambda: bs.perplexity_interval(np.ones(2), np.zeros(2)),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: bs.percentile_interval(np.ones(3), 1.5),
+        lambda: bs.mean_interval([]),
+        lambda: bs.relative_change_interval(np.ones(3), np.ones(4), np.ones(3)),
+        lambda: bs.perplexity_interval(np.ones(2), np.zeros(2)),
+    ],
+)
 def test_bad_input_raises_one_line_error(call):
     with pytest.raises(bs.BootstrapError):
         call()

@@ -46,10 +46,8 @@ def _run(tokens, top1, margin):
 
 
 def test_compare_runs_finds_first_divergence_and_its_margins():
-    x = [_run([1, 2, 3, 4], [5.0] * 4, [1.0, 0.5, 0.03125, 2.0]),
-         _run([7, 7], [5.0, 5.0], [1.0, 1.0])]
-    y = [_run([1, 2, 9, 9], [5.0] * 4, [1.0, 0.25, 0.0, 2.0]),
-         _run([7, 7], [5.0, 5.0], [1.0, 1.0])]
+    x = [_run([1, 2, 3, 4], [5.0] * 4, [1.0, 0.5, 0.03125, 2.0]), _run([7, 7], [5.0, 5.0], [1.0, 1.0])]
+    y = [_run([1, 2, 9, 9], [5.0] * 4, [1.0, 0.25, 0.0, 2.0]), _run([7, 7], [5.0, 5.0], [1.0, 1.0])]
     c = compare_runs(x, y)
     assert c["prompts"] == 2 and c["identical_sequences"] == 1 and c["identical_logits"] == 1
     p0 = c["per_prompt"][0]

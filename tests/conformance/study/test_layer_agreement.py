@@ -3,8 +3,8 @@ declared contracts predict; under power-of-two scales none, or the failing
 precondition / the kernel departing from its contract is named."""
 
 import torch
-
 from buggy_kernels import make_kernel, order_case
+
 from conformance.study.layer_agreement import compare_layer, pow2_preconditions, summarize_mode
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.operands import GemmOperands
@@ -20,8 +20,15 @@ def _ops(pow2: bool, seed: int = 0, sb_exp=None) -> GemmOperands:
         sb = torch.ldexp(torch.ones(256), k.float())
     else:
         sb = (torch.rand(256, generator=g) * 1e-3 + 1e-4).float()
-    return GemmOperands(a, b, sa, sb, name="model.layers.0.mlp.up_proj", scale_mode="pow2" if pow2 else "own",
-                        meta={"block": 0, "proj": "up_proj"})
+    return GemmOperands(
+        a,
+        b,
+        sa,
+        sb,
+        name="model.layers.0.mlp.up_proj",
+        scale_mode="pow2" if pow2 else "own",
+        meta={"block": 0, "proj": "up_proj"},
+    )
 
 
 A = make_kernel("a", CUTLASS_STYLE)

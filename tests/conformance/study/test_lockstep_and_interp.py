@@ -6,13 +6,12 @@ import threading
 
 import pytest
 import torch
+from tiny_qwen3 import tiny_model
 
 from conformance.study.e2e_agreement import generate, prefill_run
 from conformance.study.lockstep import Lockstep, LockstepError
 from reference.contract import CUTLASS_STYLE
 from reference.model import forward as wf
-
-from tiny_qwen3 import tiny_model
 
 PROMPTS = [[5, 17, 300, 2, 9], [44, 1], [7, 7, 7, 100, 200, 301, 5, 6]]
 
@@ -124,6 +123,7 @@ def test_e2e_runs_resume_after_the_last_finished_run(tmp_path):
         def compute():
             calls.append(tag)
             return [{"tokens": [1, 2], "top1": [0.5, 0.25], "margin": [0.0, 0.125], "tag": tag}]
+
         return compute
 
     key = {"kernels": ["cpu", "triton"], "new_tokens": 2}

@@ -6,23 +6,23 @@ get the operands iter_layer_operands builds."""
 import pytest
 
 from conformance.sweep.cells import Cell, SweepSpec, layer_cells
-from conformance.sweep.runner import (SweepTask, batches, capture_ops, run_layer_batch, run_task,
-                                      run_unit)
+from conformance.sweep.runner import SweepTask, batches, capture_ops, run_layer_batch, run_task, run_unit
 from conformance.sweep.store import CellRows, SweepStore
 
-LAYER = "model.layers.0.self_attn.k_proj"   # the smallest captured layer: 64 x 384 x 128
+LAYER = "model.layers.0.self_attn.k_proj"  # the smallest captured layer: 64 x 384 x 128
 
 
 def _specs():
     from reference.model.capture import default_capture_set
+
     cs = default_capture_set()
     if cs is None:
         pytest.skip("default captures not built")
-    plain = SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                      model_checks=False)
+    plain = SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1}, model_checks=False)
     dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    direct = SweepSpec("cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                       model_checks=False, checkpoint_dirs=dirs)
+    direct = SweepSpec(
+        "cpu", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1}, model_checks=False, checkpoint_dirs=dirs
+    )
     return plain, direct
 
 
@@ -52,40 +52,45 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
     assert by["F8"].ground_truth["changed"] == 0
     assert all(r["verdict"] != "fail" for r in by["F8"].rows)
     # units: model cells alone first, then one batch per (layer, scale mode)
-    tasks = [SweepTask(c, direct) for c in layer_cells([LAYER, "model.layers.0.self_attn.v_proj"],
-                                                        ["F8"], ["one"], ["own", "pow2"], [0])]
+    tasks = [
+        SweepTask(c, direct)
+        for c in layer_cells([LAYER, "model.layers.0.self_attn.v_proj"], ["F8"], ["one"], ["own", "pow2"], [0])
+    ]
     models = [SweepTask(Cell("*model*", f, "one", "both", 0), direct) for f in ("F1", "F2", "F3")]
     units = batches(tasks + models)
     assert units[:3] == [(m,) for m in models] and [len(u) for u in units[3:]] == [1, 1, 1, 1]
     assert batches(tasks + models, model_units=2)[:2] == [(models[0], models[2]), (models[1],)]
     # never more than max_model_cells model cells in one unit (what an interruption can lose)
-    many = [SweepTask(Cell("*model*", f, c, "both", 0), direct)
-            for f in ("F1", "F2", "F3", "F4") for c in ("one", "all")]
+    many = [
+        SweepTask(Cell("*model*", f, c, "both", 0), direct) for f in ("F1", "F2", "F3", "F4") for c in ("one", "all")
+    ]
     assert [len(u) for u in batches(many, model_units=1)] == [3, 3, 2]
     assert [len(u) for u in batches(many, model_units=1, max_model_cells=8)] == [8]
     units = units[2:]
     assert {(u[0].cell.layer, u[0].cell.scale_mode) for u in units[1:]} == {
-        (t.cell.layer, t.cell.scale_mode) for t in tasks}
+        (t.cell.layer, t.cell.scale_mode) for t in tasks
+    }
     # a batch is stored in one transaction; a cell already stored is skipped
     with SweepStore(tmp_path / "s.sqlite", {"kernel": "cpu"}) as s:
         assert s.put(batch[0]) is True
         assert s.put_many(batch) == len(batch) - 1
         assert s.put_many(batch) == 0
         assert len(s.done()) == len(batch)
-    assert [_key(x) for x in run_unit(tuple(SweepTask(c, direct) for c in cells[:1]))] == \
-        [_key(one_by_one[0])]
+    assert [_key(x) for x in run_unit(tuple(SweepTask(c, direct) for c in cells[:1]))] == [_key(one_by_one[0])]
 
 
 def _triton_spec():
     """(default capture set, a SweepSpec of ``triton`` reading single layers from its
     own / pow2 checkpoints); skips when the captures are not built."""
     from reference.model.capture import default_capture_set
+
     cs = default_capture_set()
     if cs is None:
         pytest.skip("default captures not built")
     dirs = tuple((k, str(cs.checkpoint(k).dir)) for k in ("own", "pow2-nearest"))
-    return cs, SweepSpec("triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1},
-                         model_checks=False, checkpoint_dirs=dirs)
+    return cs, SweepSpec(
+        "triton", "digest", str(cs.dir), cs.model_digest, "", {"windows": 1}, model_checks=False, checkpoint_dirs=dirs
+    )
 
 
 @pytest.mark.cuda
@@ -109,9 +114,14 @@ def test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows(tmp_path):
     # triton natively: 4 layers x both scale modes x every fault, serially and in 4 threads
     # (one CUDA stream each, batches of different layers in flight at once): same rows
     from conformance.sweep.distributed import run_cells
+
     cs, spec = _triton_spec()
-    tasks = [SweepTask(c, spec, "cuda") for c in layer_cells(
-        cs.layer_names()[:4], [f"F{i}" for i in range(1, 10)], ["one", "all"], ["own", "pow2"], [0])]
+    tasks = [
+        SweepTask(c, spec, "cuda")
+        for c in layer_cells(
+            cs.layer_names()[:4], [f"F{i}" for i in range(1, 10)], ["one", "all"], ["own", "pow2"], [0]
+        )
+    ]
     rows = {}
     for threads in (1, 4):
         with SweepStore(tmp_path / f"t{threads}.sqlite", {"t": 1}) as s:
@@ -122,20 +132,22 @@ def test_on_the_gpu_threads_with_a_stream_each_store_the_serial_rows(tmp_path):
     assert rows[4] == rows[1]
 
 
-def test_default_workers_four_share_one_gpu_one_per_gpu_on_several_one_per_core_otherwise(
-        monkeypatch):
+def test_default_workers_four_share_one_gpu_one_per_gpu_on_several_one_per_core_otherwise(monkeypatch):
     import os
+
     import torch
+
     from conformance.kernels.registry import get_kernel
     from conformance.sweep.distributed import default_workers
+
     assert default_workers(get_kernel("cpu")) == (os.cpu_count() or 1, ())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     tri = get_kernel("triton")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert default_workers(tri) == (4, ())           # one GPU: 4 processes share it
+    assert default_workers(tri) == (4, ())  # one GPU: 4 processes share it
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert default_workers(tri) == (2, ())           # never more processes than cores
+    assert default_workers(tri) == (2, ())  # never more processes than cores
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert default_workers(tri) == (4, (0, 1, 2, 3))  # one pinned worker per GPU
@@ -146,11 +158,14 @@ def test_default_workers_four_share_one_gpu_one_per_gpu_on_several_one_per_core_
 
 def test_a_pool_worker_takes_one_gpu_from_the_queue(monkeypatch):
     import queue
+
     from conformance.sweep import distributed
+
     q = queue.Queue()
     q.put(3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setattr("torch.set_num_threads", lambda n: None)
     distributed._init_worker(1, q)
     import os
+
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"

@@ -5,14 +5,14 @@ clone per check, ...) fails here (issue 7d). Every digest counted below is
 of a tensor first built in that cell whose SHA-256 is stored (the
 ``case_digest`` over ``GemmOperands.digests()``, C2's received digests)."""
 
+from sweep_spec import default_capture_sweep_spec
 
 import conformance.sweep.runner as R
 import reference.operands as O
 from conformance.sweep.cells import layer_cells
 from conformance.sweep.runner import SweepTask, run_layer_batch
-from sweep_spec import default_capture_sweep_spec
 
-LAYER = "model.layers.0.self_attn.k_proj"   # 64 x 384 x 128
+LAYER = "model.layers.0.self_attn.k_proj"  # 64 x 384 x 128
 
 
 def _spec():
@@ -37,9 +37,9 @@ def test_a_sweep_cell_hashes_only_the_operands_it_builds_itself(monkeypatch):
     monkeypatch.setattr(O, "_digest", digest)
     monkeypatch.setattr(R, "run_layer_cell", cell)
     faults = ["F8", "F1", "F2", "F3", "F4", "F5", "F6", "F7", "F9"]
-    run_layer_batch([SweepTask(c, spec) for c in layer_cells([LAYER], faults, ["one"],
-                                                              ["own"], [0])])
+    run_layer_batch([SweepTask(c, spec) for c in layer_cells([LAYER], faults, ["one"], ["own"], [0])])
     import torch
+
     first = per_cell[0]
     # the batch's first cell loads the layer: the capture file's three
     # tensors checked against the capture manifest, the weight and its
@@ -59,5 +59,9 @@ def test_a_sweep_cell_hashes_only_the_operands_it_builds_itself(monkeypatch):
         # F6: the window (16 rows of a [16, 384], 16 channels of b, and their scale
         # vectors), each once, small; the K-extended a and b built from it (K' past
         # 131072) carry recipe digests over the window's
-        assert counts[("F6", cov)] == [((16, 384), torch.int8), ((16, 384), torch.int8),
-                                       ((16,), torch.float32), ((16,), torch.float32)]
+        assert counts[("F6", cov)] == [
+            ((16, 384), torch.int8),
+            ((16, 384), torch.int8),
+            ((16,), torch.float32),
+            ((16,), torch.float32),
+        ]

@@ -27,33 +27,57 @@ import collections
 
 import pytest
 import torch
+from sweep_spec import default_capture_sweep_spec
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import conformance.kernels.runner as KR
 import conformance.sweep.runner as R
 from conformance.sweep.cells import layer_cells
 from conformance.sweep.runner import SweepTask, run_layer_batch
-from sweep_spec import default_capture_sweep_spec
 
-LAYER = "model.layers.0.self_attn.k_proj"   # 64 x 384 x 128
+LAYER = "model.layers.0.self_attn.k_proj"  # 64 x 384 x 128
 _SYNCS = ("_local_scalar_dense", "equal", "is_nonzero", "nonzero")
 FAULTS = ["F8", "F1", "F2", "F3", "F4", "F5", "F9", "F6", "F7"]
 #: most read-backs per cell, by (fault, scale mode) (before issue 7g: 7-14 for
 #: F1-F5 / F8 / F9, 24-45 for F6 / F7; before 7f, d77a9ed: 17-59)
-BUDGET = {("F1", "own"): 3, ("F2", "own"): 4, ("F3", "own"): 3, ("F4", "own"): 4,
-          ("F5", "own"): 3, ("F8", "own"): 2, ("F9", "own"): 4, ("F6", "own"): 3,
-          ("F7", "own"): 3,
-          ("F1", "pow2"): 3, ("F2", "pow2"): 4, ("F3", "pow2"): 3, ("F4", "pow2"): 4,
-          ("F5", "pow2"): 3, ("F8", "pow2"): 2, ("F9", "pow2"): 3, ("F6", "pow2"): 3,
-          ("F7", "pow2"): 3}
+BUDGET = {
+    ("F1", "own"): 3,
+    ("F2", "own"): 4,
+    ("F3", "own"): 3,
+    ("F4", "own"): 4,
+    ("F5", "own"): 3,
+    ("F8", "own"): 2,
+    ("F9", "own"): 4,
+    ("F6", "own"): 3,
+    ("F7", "own"): 3,
+    ("F1", "pow2"): 3,
+    ("F2", "pow2"): 4,
+    ("F3", "pow2"): 3,
+    ("F4", "pow2"): 4,
+    ("F5", "pow2"): 3,
+    ("F8", "pow2"): 2,
+    ("F9", "pow2"): 3,
+    ("F6", "pow2"): 3,
+    ("F7", "pow2"): 3,
+}
 #: most read-backs outside the kernel's own call: one round of questions, plus
 #: one for failure evidence where the output differs (F2, F4; F9 under own
 #: scales: under power-of-two ones its scale rewrite is the identity) or for
 #: the F6 / F7 construction
 OURS = {k: 1 for k in BUDGET}
-OURS.update({("F2", "own"): 2, ("F4", "own"): 2, ("F9", "own"): 2, ("F6", "own"): 2,
-             ("F7", "own"): 2, ("F2", "pow2"): 2, ("F4", "pow2"): 2, ("F6", "pow2"): 2,
-             ("F7", "pow2"): 2})
+OURS.update(
+    {
+        ("F2", "own"): 2,
+        ("F4", "own"): 2,
+        ("F9", "own"): 2,
+        ("F6", "own"): 2,
+        ("F7", "own"): 2,
+        ("F2", "pow2"): 2,
+        ("F4", "pow2"): 2,
+        ("F6", "pow2"): 2,
+        ("F7", "pow2"): 2,
+    }
+)
 
 
 class _ReadBacks(TorchDispatchMode):
@@ -116,6 +140,9 @@ def test_a_sweep_cell_reads_back_at_most_its_budget(monkeypatch, scale_mode):
     assert (first.fault, first.coverage) == ("F8", "one")
     # a warm-up F8 cell pays the batch's set-up (loads, memoized references)
     run_layer_batch([SweepTask(c, spec) for c in [first] + cells])
-    over = {k: (per_cell[k], (b, OURS[k])) for k, b in BUDGET.items()
-            if k[1] == scale_mode and (per_cell[k][0] > b or per_cell[k][1] > OURS[k])}
+    over = {
+        k: (per_cell[k], (b, OURS[k]))
+        for k, b in BUDGET.items()
+        if k[1] == scale_mode and (per_cell[k][0] > b or per_cell[k][1] > OURS[k])
+    }
     assert not over, f"read-backs per cell ((all, outside the kernel), budgets): {over}"

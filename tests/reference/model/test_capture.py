@@ -6,11 +6,16 @@ import shutil
 import pytest
 import torch
 
+from reference.errors import CaptureError
 from reference.model.capture import (
-    MANIFEST, capture_model, forward_f64, iter_layer_operands, load_capture_set, token_positions,
+    MANIFEST,
+    capture_model,
+    forward_f64,
+    iter_layer_operands,
+    load_capture_set,
+    token_positions,
 )
 from reference.model.checkpoint import load_qwen3_state, save_safetensors_atomic, write_random_qwen3
-from reference.errors import CaptureError
 from reference.quantize import quantize_activation_per_token
 
 IDS = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(11))
@@ -95,11 +100,15 @@ def test_tampered_capture_is_refused(env, tmp_path):
     shutil.copytree(cs.dir, bad)
     f = bad / "model.layers.1.mlp.up_proj.safetensors"
     from reference.model.checkpoint import load_safetensors_file
+
     t = load_safetensors_file(f)
     t["a"][0, 0] = t["a"][0, 0] + 1
     save_safetensors_atomic(t, f)
-    with pytest.raises(CaptureError, match=r"bad/model\.layers\.1\.mlp\.up_proj\.safetensors: tensor 'a' digest "
-                                           r"\w{12} does not match manifest \w{12}"):
+    with pytest.raises(
+        CaptureError,
+        match=r"bad/model\.layers\.1\.mlp\.up_proj\.safetensors: tensor 'a' digest "
+        r"\w{12} does not match manifest \w{12}",
+    ):
         load_capture_set(bad, model_dir=parent, cache=cache)
     # a manifest whose digest was edited
     shutil.rmtree(bad)
@@ -107,8 +116,11 @@ def test_tampered_capture_is_refused(env, tmp_path):
     man = json.loads((bad / MANIFEST).read_text())
     man["layers"]["model.layers.0.self_attn.v_proj"]["digests"]["scale_a"] = "0" * 64
     (bad / MANIFEST).write_text(json.dumps(man))
-    with pytest.raises(CaptureError, match=r"v_proj\.safetensors: tensor 'scale_a' digest \w{12} does not match "
-                                           r"manifest 000000000000"):
+    with pytest.raises(
+        CaptureError,
+        match=r"v_proj\.safetensors: tensor 'scale_a' digest \w{12} does not match "
+        r"manifest 000000000000",
+    ):
         load_capture_set(bad)
     # truncated layer file
     shutil.rmtree(bad)
@@ -123,13 +135,18 @@ def test_tampered_capture_is_refused(env, tmp_path):
 def test_capture_from_a_different_model(env, tmp_path):
     root, parent, cache, cs = env
     other = write_random_qwen3(tmp_path / "other", seed=6)
-    with pytest.raises(CaptureError, match=r"manifest\.json: capture is from model \w{12}, but .*other has digest "
-                                           r"\w{12} \(a different model\)"):
+    with pytest.raises(
+        CaptureError,
+        match=r"manifest\.json: capture is from model \w{12}, but .*other has digest "
+        r"\w{12} \(a different model\)",
+    ):
         load_capture_set(cs.dir, model_dir=other, cache=cache)
     before = {p.name: p.stat().st_mtime_ns for p in cs.dir.iterdir()}
     with pytest.raises(CaptureError, match=r"manifest\.json: holds a capture of model \w{12}, not \w{12}"):
         capture_model(other, cs.dir, input_ids=IDS, tokens_per_window=8, cache=cache)
-    with pytest.raises(CaptureError, match=r"setting 'positions' is \[0, 4, 9, 13, 18, 22, 27, 31\] there, \[0, 10, 21, 31\] now"):
+    with pytest.raises(
+        CaptureError, match=r"setting 'positions' is \[0, 4, 9, 13, 18, 22, 27, 31\] there, \[0, 10, 21, 31\] now"
+    ):
         capture_model(parent, cs.dir, input_ids=IDS, tokens_per_window=4, cache=cache)
     assert {p.name: p.stat().st_mtime_ns for p in cs.dir.iterdir()} == before  # nothing touched
 
@@ -139,10 +156,14 @@ def test_replay_refuses_a_different_checkpoint(env, tmp_path):
     cs2 = load_capture_set(cs.dir, model_dir=parent, cache=cache)
     cs2.external["own"] = str(tmp_path / "other_own")
     from reference.model.compressed_tensors import build_w8a8_checkpoint
+
     other = write_random_qwen3(tmp_path / "other", seed=8)
     build_w8a8_checkpoint(other, tmp_path / "other_own")
-    with pytest.raises(CaptureError, match=r"checkpoint 'own' at .*other_own has digest \w{12}, "
-                                           r"the capture was taken against \w{12}"):
+    with pytest.raises(
+        CaptureError,
+        match=r"checkpoint 'own' at .*other_own has digest \w{12}, "
+        r"the capture was taken against \w{12}",
+    ):
         next(iter_layer_operands(cs2, "own"))
 
 
@@ -153,14 +174,16 @@ def test_hf_engine_with_pre_hooks_agrees(env, tmp_path):
     (measured on this model: 37 of 105 k elements differ, at most 4 ulp)."""
     pytest.importorskip("transformers")
     root, parent, cache, cs = env
-    hf = capture_model(parent, tmp_path / "hf", input_ids=IDS, tokens_per_window=8, cache=cache,
-                       engine="hf", dtype=torch.float64)
+    hf = capture_model(
+        parent, tmp_path / "hf", input_ids=IDS, tokens_per_window=8, cache=cache, engine="hf", dtype=torch.float64
+    )
     assert hf.manifest["settings"]["engine"] == "hf"
     assert hf.manifest["checkpoints"] == cs.manifest["checkpoints"]
     same = total = 0
     for name in cs.layer_names():
         x1, x2 = cs.load_layer(name)["x"], hf.load_layer(name)["x"]
         from reference.bits import spacing_distance
+
         dist = spacing_distance(x1, x2)
         assert int(dist.max()) <= 8, name
         same += int((dist == 0).sum())

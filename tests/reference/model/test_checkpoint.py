@@ -6,13 +6,17 @@ import shutil
 import pytest
 import torch
 
-from reference.model.compressed_tensors import read_w8a8_checkpoint
-from reference.model.checkpoint import (
-    is_qwen3_dir, linear_names, load_qwen3_state, save_safetensors_atomic,
-    state_digest, write_json_atomic, write_random_qwen3,
-)
-from reference.model.compressed_tensors import build_w8a8_checkpoint, w8a8_quantization_config
 from reference.errors import CheckpointError
+from reference.model.checkpoint import (
+    is_qwen3_dir,
+    linear_names,
+    load_qwen3_state,
+    save_safetensors_atomic,
+    state_digest,
+    write_json_atomic,
+    write_random_qwen3,
+)
+from reference.model.compressed_tensors import build_w8a8_checkpoint, read_w8a8_checkpoint, w8a8_quantization_config
 from reference.quantize import quantize_weight_per_channel
 
 
@@ -60,9 +64,11 @@ def test_truncated_safetensors_names_file_and_sizes(parent, tmp_path):
     size = f.stat().st_size
     with open(f, "r+b") as fh:
         fh.truncate(size - 1000)
-    with pytest.raises(CheckpointError,
-                       match=rf"trunc/model\.safetensors: truncated safetensors file \({size - 1000} bytes, "
-                             rf"header declares {size}\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"trunc/model\.safetensors: truncated safetensors file \({size - 1000} bytes, "
+        rf"header declares {size}\)",
+    ):
         load_qwen3_state(d)
     with open(f, "r+b") as fh:
         fh.truncate(5)  # not even the 8-byte header length
@@ -76,8 +82,11 @@ def test_missing_tensor_and_missing_shard(parent, tmp_path):
     shutil.copytree(parent, d)
     del state["model.layers.1.mlp.up_proj.weight"]
     save_safetensors_atomic(state, d / "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"missing/model\.safetensors: missing tensor "
-                                              r"'model\.layers\.1\.mlp\.up_proj\.weight'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing/model\.safetensors: missing tensor "
+        r"'model\.layers\.1\.mlp\.up_proj\.weight'",
+    ):
         load_qwen3_state(d)
     sh = write_random_qwen3(tmp_path / "sh", seed=1, shards=2)
     (sh / "model-00002-of-00002.safetensors").unlink()
@@ -91,8 +100,11 @@ def test_wrong_shape_is_named(parent, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["intermediate_size"] = 1024
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape "
-                                              r"\[1536, 256\], config implies \[1024, 256\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape "
+        r"\[1536, 256\], config implies \[1024, 256\]",
+    ):
         load_qwen3_state(d)
 
 
@@ -104,10 +116,20 @@ def test_w8a8_layout_and_config(parent, committed):
     assert qc["ignore"] == ["lm_head"]
     g = qc["config_groups"]["group_0"]
     assert g["targets"] == ["Linear"]
-    assert {k: g["weights"][k] for k in ("num_bits", "type", "symmetric", "strategy", "dynamic")} == \
-        {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "dynamic": False}
-    assert {k: g["input_activations"][k] for k in ("num_bits", "type", "symmetric", "strategy", "dynamic")} == \
-        {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
+    assert {k: g["weights"][k] for k in ("num_bits", "type", "symmetric", "strategy", "dynamic")} == {
+        "num_bits": 8,
+        "type": "int",
+        "symmetric": True,
+        "strategy": "channel",
+        "dynamic": False,
+    }
+    assert {k: g["input_activations"][k] for k in ("num_bits", "type", "symmetric", "strategy", "dynamic")} == {
+        "num_bits": 8,
+        "type": "int",
+        "symmetric": True,
+        "strategy": "token",
+        "dynamic": True,
+    }
     assert cfg["model_type"] == "qwen3" and cfg["int8conf"]["scale_rule"] == "own"
     _, raw = load_qwen3_state(committed.dir)
     _, pstate = load_qwen3_state(parent)
@@ -153,12 +175,17 @@ def test_reader_accepts_other_tool_layouts(committed, tmp_path):
         assert torch.equal(ck.scale_b(name), committed.scale_b(name))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda qc: qc.update(quant_method="fp8"), r"quant_method='fp8' \(expected 'compressed-tensors'\)"),
-    (lambda qc: qc["config_groups"]["group_0"]["weights"].update(strategy="tensor"),
-     r"config_groups\.group_0\.weights\.strategy='tensor'"),
-    (lambda qc: qc.update(format="pack-quantized"), r"format='pack-quantized'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda qc: qc.update(quant_method="fp8"), r"quant_method='fp8' \(expected 'compressed-tensors'\)"),
+        (
+            lambda qc: qc["config_groups"]["group_0"]["weights"].update(strategy="tensor"),
+            r"config_groups\.group_0\.weights\.strategy='tensor'",
+        ),
+        (lambda qc: qc.update(format="pack-quantized"), r"format='pack-quantized'"),
+    ],
+)
 def test_reader_rejects_unsupported_schemes(committed, tmp_path, edit, message):
     d = tmp_path / "bad"
     shutil.copytree(committed.dir, d)
@@ -207,8 +234,11 @@ def test_a_non_finite_weight_is_named_by_its_tensor():
     w = torch.ones((4, 8), dtype=torch.bfloat16)
     w[3, 5] = float("nan")
     state = {"model.layers.0.self_attn.q_proj.weight": w}
-    with pytest.raises(OperandError, match=r"^tensor model\.layers\.0\.self_attn\.q_proj\.weight: "
-                                           r"w has 1 non-finite value\(s\) \(first at \(3, 5\)\)"):
+    with pytest.raises(
+        OperandError,
+        match=r"^tensor model\.layers\.0\.self_attn\.q_proj\.weight: "
+        r"w has 1 non-finite value\(s\) \(first at \(3, 5\)\)",
+    ):
         quantize_state_w8a8({"num_hidden_layers": 1}, state)
 
 
@@ -230,6 +260,9 @@ def test_a_non_finite_norm_weight_is_refused_at_load_naming_file_and_tensor(tmp_
     name = "model.layers.0.input_layernorm.weight"
     state[name][7] = float("inf")
     save_file(state, f)
-    with pytest.raises(CheckpointError, match=rf"{f}: tensor '{name}' has 1 non-finite value\(s\) "
-                                              r"\(first at \(7,\)\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"{f}: tensor '{name}' has 1 non-finite value\(s\) "
+        r"\(first at \(7,\)\)",
+    ):
         load_qwen3_state(d)

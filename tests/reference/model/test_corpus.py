@@ -9,11 +9,11 @@ import tarfile
 import pytest
 import torch
 
+from reference.errors import CheckpointError, Int8confError
 from reference.model import build_corpus as corpus
 from reference.model.assets import corpus_dir
 from reference.model.corpus import eval_windows, load_corpus_split, prompts
 from reference.model.tokenizer import load_tokenizer, token_stream
-from reference.errors import CheckpointError, Int8confError
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +71,11 @@ def test_prompts_are_eight_with_sonnet_18_first(split):
 
 
 def test_clean_text_known_output():
-    raw = ("The Project Gutenberg EBook\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\n"
-           "\r\nTITLE  \r\n\r\n\r\n\r\n\r\n<<THIS ELECTRONIC VERSION IS COPYRIGHT\r\nFREELY>>\r\n"
-           "Line one.\rLine two.   \r\n\r\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nlicence text\r\n")
+    raw = (
+        "The Project Gutenberg EBook\r\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\r\n"
+        "\r\nTITLE  \r\n\r\n\r\n\r\n\r\n<<THIS ELECTRONIC VERSION IS COPYRIGHT\r\nFREELY>>\r\n"
+        "Line one.\rLine two.   \r\n\r\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\r\nlicence text\r\n"
+    )
     # header/notice/footer gone, CR/CRLF -> LF, trailing blanks cut, 5 blank lines -> 2
     assert corpus.clean_text(raw) == "TITLE\n\n\nLine one.\nLine two.\n"
 
@@ -129,7 +131,7 @@ def test_eval_windows_are_fixed_slices_of_the_heldout_stream(split):
     idx = [round(i * (nwin - 1) / 7) for i in range(8)]
     assert idx[0] == 0 and idx[-1] == nwin - 1
     for row, i in zip(w, idx):
-        assert torch.equal(row, stream[i * 256:(i + 1) * 256])
+        assert torch.equal(row, stream[i * 256 : (i + 1) * 256])
     assert tok.decode(w[0, :16].tolist()).startswith("MACBETH\n\nby William Shakespeare")
     assert torch.equal(w, eval_windows(None, 8, 256))
     with pytest.raises(Int8confError, match="exceeds"):

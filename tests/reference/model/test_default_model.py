@@ -9,10 +9,17 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from reference.model.assets import MANIFEST_FILE, assets_dir, corpus_dir, default_model_dir, file_digest, verify_manifest
+from reference.errors import CheckpointError
+from reference.model.assets import (
+    MANIFEST_FILE,
+    assets_dir,
+    corpus_dir,
+    default_model_dir,
+    file_digest,
+    verify_manifest,
+)
 from reference.model.corpus import eval_windows, load_corpus_split, prompts
 from reference.model.tokenizer import load_tokenizer
-from reference.errors import CheckpointError
 from reference.model.train import model_nll
 
 MODEL = default_model_dir()
@@ -81,9 +88,8 @@ def test_heldout_perplexity_far_below_unigram_on_cpu(model):
 def test_generates_english_from_sonnet_18(model):
     tok = load_tokenizer()
     ids = torch.tensor([tok.encode(prompts()[0]).ids])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=30, do_sample=False,
-                         pad_token_id=0)
-    text = tok.decode(out[0, ids.shape[1]:].tolist())
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=30, do_sample=False, pad_token_id=0)
+    text = tok.decode(out[0, ids.shape[1] :].tolist())
     vocab = set(re.findall(r"[a-z']+", " ".join(load_corpus_split()["train"].values()).lower()))
     words = re.findall(r"[a-z']+", text.lower())
     assert len(words) >= 10
@@ -92,11 +98,19 @@ def test_generates_english_from_sonnet_18(model):
 
 def test_manifest_matches_shipped_files():
     recorded = verify_manifest()
-    assert set(recorded) >= {"corpus/corpus.json.xz", "corpus/split.json", "corpus/prompts.json",
-                             "default_model/config.json", "default_model/model.safetensors",
-                             "default_model/tokenizer.json", "default_model/tokenizer_config.json",
-                             "default_model/generation_config.json", "default_model/train_log.json"}
+    assert set(recorded) >= {
+        "corpus/corpus.json.xz",
+        "corpus/split.json",
+        "corpus/prompts.json",
+        "default_model/config.json",
+        "default_model/model.safetensors",
+        "default_model/tokenizer.json",
+        "default_model/tokenizer_config.json",
+        "default_model/generation_config.json",
+        "default_model/train_log.json",
+    }
     import hashlib
+
     blob = (MODEL / "model.safetensors").read_bytes()
     assert recorded["default_model/model.safetensors"] == hashlib.sha256(blob).hexdigest()
 

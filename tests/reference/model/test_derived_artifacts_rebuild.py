@@ -11,8 +11,9 @@ import torch
 
 from reference.model.capture import capture_model, default_capture_set, default_captures_dir, iter_layer_operands
 
-pytestmark = pytest.mark.skipif(not (default_captures_dir() / "manifest.json").is_file(),
-                                reason="default model captures not built yet")
+pytestmark = pytest.mark.skipif(
+    not (default_captures_dir() / "manifest.json").is_file(), reason="default model captures not built yet"
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,9 @@ def test_w8a8_and_pow2_rebuild_from_parents(shipped, fresh_cache):
     from reference.model.pow2 import reconstruction_gate
 
     built = build_all(default_parent_dir(), cache=fresh_cache)
-    assert {k: ck.digest for k, ck in built.items()} == \
-        {k: rec["digest"] for k, rec in shipped.manifest["checkpoints"].items()}
+    assert {k: ck.digest for k, ck in built.items()} == {
+        k: rec["digest"] for k, rec in shipped.manifest["checkpoints"].items()
+    }
     gate = reconstruction_gate(default_parent_dir(), built["own"].dir)
     assert gate["passed"] and gate["state_digest"] == shipped.manifest["checkpoints"]["own"]["digest"]
 
@@ -51,9 +53,15 @@ def test_captures_rebuild_bit_for_bit(shipped, fresh_cache, tmp_path):
     from reference.model.artifacts import default_parent_dir
 
     st = shipped.manifest["settings"]
-    rebuilt = capture_model(default_parent_dir(), tmp_path / "cap", windows=st["windows"],
-                            window_len=st["window_len"], tokens_per_window=len(st["positions"]),
-                            cache=fresh_cache, store_raw=st["store_raw"])
+    rebuilt = capture_model(
+        default_parent_dir(),
+        tmp_path / "cap",
+        windows=st["windows"],
+        window_len=st["window_len"],
+        tokens_per_window=len(st["positions"]),
+        cache=fresh_cache,
+        store_raw=st["store_raw"],
+    )
     assert rebuilt.manifest["settings"] == st
     assert rebuilt.manifest["checkpoints"] == shipped.manifest["checkpoints"]
     assert rebuilt.manifest["layers"] == shipped.manifest["layers"]
@@ -72,7 +80,11 @@ def test_replay_every_layer(shipped, fresh_cache, mode):
         e = shipped.manifest["layers"][o.name]
         d = o.digests()
         assert (d["a"], d["scale_a"], d["b"], d["scale_b"]) == (
-            e["digests"]["a"], e["digests"]["scale_a"], e["weights"][kind]["b"], e["weights"][kind]["scale_b"])
+            e["digests"]["a"],
+            e["digests"]["scale_a"],
+            e["weights"][kind]["b"],
+            e["weights"][kind]["scale_b"],
+        )
         if mode == "pow2":
             m, _ = torch.frexp(o.scale_b.double())
             assert torch.all(m == 0.5)

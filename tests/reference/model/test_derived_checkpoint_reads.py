@@ -17,6 +17,7 @@ from reference.model.checkpoint import load_qwen3_state, state_digest
 @pytest.fixture
 def own_copy(tmp_path):
     from reference.model.capture import default_capture_set
+
     cs = default_capture_set()
     if cs is None:
         pytest.skip("default captures not built")

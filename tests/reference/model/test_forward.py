@@ -8,12 +8,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiny_qwen3 import VOCAB, tiny_model
 
-from reference.model import forward as wf
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.errors import CheckpointError, OperandError
-
-from tiny_qwen3 import VOCAB, tiny_model
+from reference.model import forward as wf
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +33,7 @@ def windows():
 
 # -------------------------------------------------------------- slow path
 
+
 def _bf16_rne_bits(x32: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bit patterns, round to nearest even (no NaN here):
     add 0x7FFF plus the lowest kept bit, drop the low 16 bits."""
@@ -41,15 +41,14 @@ def _bf16_rne_bits(x32: np.ndarray) -> np.ndarray:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def _slow_linear_bits(x: torch.Tensor, q: torch.Tensor, s_w: torch.Tensor,
-                      contract: EpilogueContract) -> np.ndarray:
+def _slow_linear_bits(x: torch.Tensor, q: torch.Tensor, s_w: torch.Tensor, contract: EpilogueContract) -> np.ndarray:
     """Independent slow W8A8 linear: numpy int64 accumulator (exact: |acc| <=
     K * 2**14 << 2**63), numpy float32 epilogue, manual RNE to bf16 bits."""
     from reference.quantize import quantize_activation_per_token
 
     a, s_a = quantize_activation_per_token(x.reshape(-1, x.shape[-1]))
     acc = a.numpy().astype(np.int64) @ q.numpy().astype(np.int64).T
-    assert np.abs(acc).max() < 2 ** 24  # so the int -> float32 conversion is exact
+    assert np.abs(acc).max() < 2**24  # so the int -> float32 conversion is exact
     accf = acc.astype(np.float32)
     sa = s_a.numpy().astype(np.float32)[:, None]
     sw = s_w.numpy().astype(np.float32)[None, :]
@@ -62,8 +61,7 @@ def _slow_linear_bits(x: torch.Tensor, q: torch.Tensor, s_w: torch.Tensor,
     return _bf16_rne_bits(y.astype(np.float32))
 
 
-@pytest.mark.parametrize("contract", [CUTLASS_STYLE, TRITON_STYLE,
-                                      EpilogueContract("fused", "fp32_before_round")])
+@pytest.mark.parametrize("contract", [CUTLASS_STYLE, TRITON_STYLE, EpilogueContract("fused", "fp32_before_round")])
 def test_every_block0_linear_matches_slow_path_bit_for_bit(model, weights, windows, contract):
     from reference.quantize import quantize_weight_per_channel
 
@@ -72,8 +70,9 @@ def test_every_block0_linear_matches_slow_path_bit_for_bit(model, weights, windo
     hooks = []
     for name, mod in w8.named_modules():
         if isinstance(mod, wf.W8A8Linear) and name.startswith("model.layers.0."):
-            hooks.append(mod.register_forward_hook(
-                lambda m, inp, out, name=name: seen.__setitem__(name, (inp[0], out))))
+            hooks.append(
+                mod.register_forward_hook(lambda m, inp, out, name=name: seen.__setitem__(name, (inp[0], out)))
+            )
     with torch.no_grad():
         w8(input_ids=windows[:2, :16])
     for h in hooks:
@@ -95,8 +94,7 @@ def test_every_block0_linear_matches_slow_path_bit_for_bit(model, weights, windo
 
 
 def test_original_model_is_untouched_and_lm_head_stays_bf16(model, weights):
-    w8, _ = wf.build_w8a8_model(model, weights,
-                                wf.reference_scaled_mm_for(CUTLASS_STYLE))
+    w8, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(CUTLASS_STYLE))
     assert isinstance(model.model.layers[0].mlp.down_proj, torch.nn.Linear)
     assert isinstance(w8.model.layers[1].mlp.down_proj, wf.W8A8Linear)
     assert type(w8.lm_head) is torch.nn.Linear and w8.lm_head.weight.dtype == torch.bfloat16
@@ -135,8 +133,7 @@ def test_acc_stats_equal_exact_accumulator_max(model, weights, windows):
     from reference.accumulate import int_mm_int64_naive
     from reference.quantize import quantize_activation_per_token
 
-    w8, stats = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(CUTLASS_STYLE),
-                                    track_acc=True)
+    w8, stats = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(CUTLASS_STYLE), track_acc=True)
     seen = {}
     mod = w8.model.layers[1].mlp.down_proj
     h = mod.register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
@@ -148,11 +145,12 @@ def test_acc_stats_equal_exact_accumulator_max(model, weights, windows):
     assert stats.max_abs_acc["model.layers.1.mlp.down_proj"] == want
     assert stats.max_k["model.layers.1.mlp.down_proj"] == 1536
     assert len(stats.max_abs_acc) == 14
-    assert stats.layers_at_or_above(2 ** 24) == []  # |acc| < 2**24 in this tiny model
+    assert stats.layers_at_or_above(2**24) == []  # |acc| < 2**24 in this tiny model
     assert "model.layers.1.mlp.down_proj" in stats.layers_at_or_above(want)
 
 
 # -------------------------------------------------------------- evaluation
+
 
 def test_argmax_ties_go_to_smallest_id():
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0], [0.0, -1.0, 0.5, 0.5]])
@@ -189,8 +187,7 @@ def test_bf16_perplexity_equals_hf_loss(model, windows):
 
 
 def test_greedy_generate_matches_full_recompute(model, weights):
-    w8, _ = wf.build_w8a8_model(model, weights,
-                                wf.reference_scaled_mm_for(CUTLASS_STYLE))
+    w8, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(CUTLASS_STYLE))
     prompt = [5, 17, 300, 2]
     out = wf.greedy_generate(w8, prompt, max_new_tokens=6)
     # independent: no KV cache, recompute the whole sequence each step
@@ -199,9 +196,9 @@ def test_greedy_generate_matches_full_recompute(model, weights):
         for _ in range(6):
             lg = w8(input_ids=torch.tensor([seq])).logits[0, -1].float()
             seq.append(int(wf.argmax_smallest(lg)))
-    assert out == seq[len(prompt):]
+    assert out == seq[len(prompt) :]
     stop = out[2]
-    assert wf.greedy_generate(w8, prompt, 6, eos_token_id=stop) == out[:out.index(stop) + 1]
+    assert wf.greedy_generate(w8, prompt, 6, eos_token_id=stop) == out[: out.index(stop) + 1]
 
 
 def test_bad_inputs_raise_one_line_errors(model, tmp_path):
@@ -219,8 +216,11 @@ def test_bad_inputs_raise_one_line_errors(model, tmp_path):
 
 
 def test_zero_activation_row_gives_zero_output(weights):
-    lin = wf.W8A8Linear("model.layers.0.self_attn.q_proj", weights["model.layers.0.self_attn.q_proj"],
-                        wf.reference_scaled_mm_for(CUTLASS_STYLE))
+    lin = wf.W8A8Linear(
+        "model.layers.0.self_attn.q_proj",
+        weights["model.layers.0.self_attn.q_proj"],
+        wf.reference_scaled_mm_for(CUTLASS_STYLE),
+    )
     x = torch.randn(3, 256).to(torch.bfloat16)
     x[1] = 0
     y = lin(x)

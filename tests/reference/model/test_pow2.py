@@ -6,38 +6,46 @@ import shutil
 import pytest
 import torch
 
+from reference.errors import CheckpointError
 from reference.model.checkpoint import load_qwen3_state, save_safetensors_atomic, write_random_qwen3
 from reference.model.compressed_tensors import build_w8a8_checkpoint
-from reference.errors import CheckpointError
 from reference.model.pow2 import (
-    ReconstructionGateError, build_pow2_checkpoint, reconstruction_gate, requantize_pow2,
+    ReconstructionGateError,
+    build_pow2_checkpoint,
+    reconstruction_gate,
+    requantize_pow2,
     rewrite_scales_pow2_without_requant,
 )
 from reference.quantize import quantize_weight_per_channel
 
 # Hand-made rows (bf16-exact values), K = 4.
-ROWS = torch.tensor([
-    [1.0, -0.5, 0.25, 0.0],        # own scale bf16(1/127.5) = 2^-7 (1 + 2^-7)
-    [0.98828125, 0.0, 0.0, 0.0],   # 253/256: 126.5 * 2^-7
-    [0.0, 0.0, 0.0, 0.0],          # all-zero row: own scale floored to bf16 eps 2^-7
-    [1.5, 0.0, -0.75, 0.0],        # own scale bf16(1.5/127.5) = 0.011779785...
-], dtype=torch.bfloat16)
+ROWS = torch.tensor(
+    [
+        [1.0, -0.5, 0.25, 0.0],  # own scale bf16(1/127.5) = 2^-7 (1 + 2^-7)
+        [0.98828125, 0.0, 0.0, 0.0],  # 253/256: 126.5 * 2^-7
+        [0.0, 0.0, 0.0, 0.0],  # all-zero row: own scale floored to bf16 eps 2^-7
+        [1.5, 0.0, -0.75, 0.0],  # own scale bf16(1.5/127.5) = 0.011779785...
+    ],
+    dtype=torch.bfloat16,
+)
 
 
 def test_nearest_known_values():
     q, s = requantize_pow2(ROWS, "nearest")
     assert s.dtype == torch.bfloat16 and s.shape == (4, 1)
-    assert s.reshape(-1).tolist() == [2.0 ** -7, 2.0 ** -7, 2.0 ** -7, 2.0 ** -6]
-    assert q.tolist() == [[127, -64, 32, 0],   # 1.0 / 2^-7 = 128 clips to 127
-                          [126, 0, 0, 0],      # 126.5 -> 126 (round half to even)
-                          [0, 0, 0, 0],
-                          [96, 0, -48, 0]]
+    assert s.reshape(-1).tolist() == [2.0**-7, 2.0**-7, 2.0**-7, 2.0**-6]
+    assert q.tolist() == [
+        [127, -64, 32, 0],  # 1.0 / 2^-7 = 128 clips to 127
+        [126, 0, 0, 0],  # 126.5 -> 126 (round half to even)
+        [0, 0, 0, 0],
+        [96, 0, -48, 0],
+    ]
 
 
 def test_ceiling_known_values_never_clip():
     q, s = requantize_pow2(ROWS, "ceiling")
     # smallest 2^k with 127 * 2^k >= absmax: 1.0 -> 2^-6 (127 * 2^-7 = 0.992 < 1)
-    assert s.reshape(-1).tolist() == [2.0 ** -6, 2.0 ** -7, 2.0 ** -7, 2.0 ** -6]
+    assert s.reshape(-1).tolist() == [2.0**-6, 2.0**-7, 2.0**-7, 2.0**-6]
     assert q.tolist() == [[64, -32, 16, 0], [126, 0, 0, 0], [0, 0, 0, 0], [96, 0, -48, 0]]
 
 
@@ -66,14 +74,14 @@ def test_rewrite_without_requant_is_the_wrong_model():
     q_rw, s_rw = rewrite_scales_pow2_without_requant(q_own, s_own, "nearest")
     assert q_rw is q_own  # weights untouched: that is the fault
     assert s_rw.dtype == s_own.dtype and s_rw.shape == s_own.shape
-    assert s_rw[3, 0].item() == 2.0 ** -6
+    assert s_rw[3, 0].item() == 2.0**-6
     # 1.5 stored as 127 * 0.01178; the rewritten pair dequantizes to 127 * 2^-6
     assert q_own[3, 0].item() == 127
     assert (q_rw[3, 0].float() * s_rw[3, 0].float()).item() == 1.984375
     q_rq, s_rq = requantize_pow2(ROWS, "nearest")
     assert (q_rq[3, 0].float() * s_rq[3, 0].float()).item() == 1.5
     _, s_ceil = rewrite_scales_pow2_without_requant(q_own, s_own.reshape(-1).float(), "ceiling")
-    assert s_ceil.dtype == torch.float32 and s_ceil.tolist()[:2] == [2.0 ** -6, 2.0 ** -7]
+    assert s_ceil.dtype == torch.float32 and s_ceil.tolist()[:2] == [2.0**-6, 2.0**-7]
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +135,10 @@ def test_gate_fails_on_float32_division_with_first_element(models, tmp_path):
             break
     assert first is not None
     assert err.tensor == first[0] and err.index == first[1]
-    assert f"tensor '{first[0]}' element [{first[1][0]}, {first[1][1]}]: committed {first[2]}, " \
-           f"rebuilt {first[3]}" in str(err)
+    assert (
+        f"tensor '{first[0]}' element [{first[1][0]}, {first[1][1]}]: committed {first[2]}, "
+        f"rebuilt {first[3]}" in str(err)
+    )
     # nothing is built when the gate fails
     with pytest.raises(ReconstructionGateError):
         build_pow2_checkpoint(parent, committed.dir, tmp_path / "never", gate_quantizer=_fp32_division)
@@ -145,16 +155,22 @@ def test_gate_names_a_tampered_element(models, tmp_path):
     raw[name] = raw[name].clone()
     raw[name][5, 7] = orig - 1 if orig > -128 else orig + 1
     save_safetensors_atomic(raw, d / "model.safetensors")
-    with pytest.raises(CheckpointError, match=rf"tensor '{re.escape(name)}' element \[5, 7\]: "
-                                              rf"committed {int(raw[name][5, 7])}, rebuilt {orig}"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"tensor '{re.escape(name)}' element \[5, 7\]: "
+        rf"committed {int(raw[name][5, 7])}, rebuilt {orig}",
+    ):
         reconstruction_gate(parent, d)
     # a scale stored in another dtype (another tool's checkpoint) is named too
     raw[name][5, 7] = orig
     sname = "model.layers.0.mlp.down_proj.weight_scale"
     raw[sname] = raw[sname].float()
     save_safetensors_atomic(raw, d / "model.safetensors")
-    with pytest.raises(CheckpointError, match=rf"tensor '{re.escape(sname)}' is torch\.float32 \[256, 1\], "
-                                              rf"rebuild gives torch\.bfloat16 \[256, 1\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"tensor '{re.escape(sname)}' is torch\.float32 \[256, 1\], "
+        rf"rebuild gives torch\.bfloat16 \[256, 1\]",
+    ):
         reconstruction_gate(parent, d)
 
 

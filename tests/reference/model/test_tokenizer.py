@@ -4,9 +4,9 @@ import hashlib
 
 import pytest
 
-from reference.model.tokenizer import EOT, load_tokenizer
 from reference.model.assets import default_model_dir
 from reference.model.corpus import load_corpus_split, prompts
+from reference.model.tokenizer import EOT, load_tokenizer
 from reference.model.train import VOCAB_SIZE, train_tokenizer
 
 
@@ -15,12 +15,15 @@ def tok():
     return load_tokenizer()
 
 
-@pytest.mark.parametrize("text", [
-    "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n",
-    "  leading spaces,\ttabs\r\nand CRLF\n\n\n",
-    "naïve café — “quotes” 漢字 😀 \x00\x7f",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n",
+        "  leading spaces,\ttabs\r\nand CRLF\n\n\n",
+        "naïve café — “quotes” 漢字 😀 \x00\x7f",
+        "",
+    ],
+)
 def test_round_trip_is_exact(tok, text):
     assert tok.decode(tok.encode(text).ids, skip_special_tokens=False) == text
 
@@ -40,6 +43,7 @@ def test_vocab_and_special_token(tok):
     assert tok.encode(f"a{EOT}b").ids[1] == 0
     # all 256 byte symbols present: any byte sequence is encodable without unknowns
     from tokenizers.pre_tokenizers import ByteLevel
+
     alphabet = ByteLevel.alphabet()
     assert len(alphabet) == 256 and all(tok.token_to_id(c) is not None for c in alphabet)
 
@@ -49,5 +53,6 @@ def test_tokenizer_rebuild_is_byte_identical(tmp_path):
     shipped = (default_model_dir() / "tokenizer.json").read_bytes()
     assert (tmp_path / "tokenizer.json").read_bytes() == shipped
     assert out["tokenizer_sha256"] == hashlib.sha256(shipped).hexdigest()
-    assert (tmp_path / "tokenizer_config.json").read_bytes() == \
-        (default_model_dir() / "tokenizer_config.json").read_bytes()
+    assert (tmp_path / "tokenizer_config.json").read_bytes() == (
+        default_model_dir() / "tokenizer_config.json"
+    ).read_bytes()

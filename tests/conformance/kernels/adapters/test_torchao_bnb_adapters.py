@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from conformance.evaluate import evaluate_case
 from conformance.kernels import adapters
 from conformance.kernels.runner import run_kernel
+from conformance.suite.evaluate import evaluate_case
 from reference.accumulate import exact_int_mm
 from reference.epilogue_steps import NAMED, apply_steps, select_steps
 from reference.operands import GemmOperands
@@ -29,22 +29,33 @@ def _case(out_dtype=torch.bfloat16, seed=3):
     sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).float()
     sw = (torch.rand(n, generator=g) * 0.004 + 1e-4).float()
     bias = (torch.randn(n, generator=g) * 2).to(out_dtype)
-    return GemmOperands(a=a, b=b, scale_a=sa, scale_b=sw, bias=bias, out_dtype=out_dtype,
-                        name="hand", scale_mode="synthetic", meta={"source": "test"})
+    return GemmOperands(
+        a=a,
+        b=b,
+        scale_a=sa,
+        scale_b=sw,
+        bias=bias,
+        out_dtype=out_dtype,
+        name="hand",
+        scale_mode="synthetic",
+        meta={"source": "test"},
+    )
 
 
 def _np_parts(ops):
     acc = ops.a.numpy().astype(np.int64) @ ops.b.numpy().astype(np.int64).T
-    return (acc.astype(np.float32), ops.scale_a.numpy()[:, None], ops.scale_b.numpy()[None, :],
-            ops.bias.float().numpy()[None, :])
+    return (
+        acc.astype(np.float32),
+        ops.scale_a.numpy()[:, None],
+        ops.scale_b.numpy()[None, :],
+        ops.bias.float().numpy()[None, :],
+    )
 
 
 def _out_f32(ops, name):
     run = run_kernel(adapters.make_spec(name), ops, device="cpu")
     assert run.error is None, run.error
     return run.output.float().numpy()
-
-
 
 
 def test_torchao_int_scaled_matmul_composition_bits():
@@ -94,7 +105,7 @@ def test_bnb_cpu_dequant_constant_and_float16_output():
     got = _out_f32(ops, "bnb")
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     # the constant is not the float32 nearest to 1/127**2 (that is the CUDA kernel's)
-    assert np.float32(6.200124e-05) != np.float32(1 / 127 ** 2) == np.float32(6.200012e-05)
+    assert np.float32(6.200124e-05) != np.float32(1 / 127**2) == np.float32(6.200012e-05)
     spec = adapters.make_spec("bnb")
     assert select_steps(spec.steps, "cpu", torch.bfloat16).to_list()[2] == "mul 6.200124e-05"
     assert "fma 6.200012e-05 bias" in select_steps(spec.steps, "cuda", torch.float16).to_list()
@@ -116,9 +127,9 @@ def test_bnb_float16_output_overflows_where_bf16_would_not():
 
 def test_unavailable_adapter_names_its_reason(monkeypatch):
     import importlib.util
+
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda n, *a: None if n == "vllm" else real(n, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     ok, why = adapters.availability("vllm-cutlass")
     assert not ok and why == "vllm is not installed (pip install vllm (CUDA))"
 
@@ -127,9 +138,15 @@ def test_torchao_triton_search_is_replaced_by_the_pinned_config_and_restored():
     pytest.importorskip("torchao")
     it = pytest.importorskip("torchao.kernel.intmm_triton")
     from conformance.kernels.adapters import torchao as ta
+
     cfg = ta.pinned_config()
-    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"],
-            cfg.num_stages, cfg.num_warps) == (64, 64, 32, 3, 4)
+    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], cfg.num_stages, cfg.num_warps) == (
+        64,
+        64,
+        32,
+        3,
+        4,
+    )
     assert cfg in it.int8_mm_kernel_configs
     # every entry of torchao's list has a power-of-two BLOCK_K >= 32 (the docstring's
     # claim that an even K with K % 32 != 0 reads past K under any of them)

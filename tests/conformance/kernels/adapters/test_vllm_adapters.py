@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conformance.cases import make_case
-from conformance.evaluate import evaluate_case
 from conformance.kernels.adapters.vllm import TARGETS, build_spec
+from conformance.suite.evaluate import evaluate_case
 
 
 def _acc(a, b_kn):
@@ -46,8 +46,7 @@ def sgl_standin(mat_a, mat_b, scales_a, scales_b, out_dtype, bias=None):
     return (y + bias.float() if bias is not None else y).to(out_dtype)
 
 
-STANDINS = {"vllm-cutlass": cutlass_standin, "vllm-triton": triton_standin,
-            "sgl-int8": sgl_standin}
+STANDINS = {"vllm-cutlass": cutlass_standin, "vllm-triton": triton_standin, "sgl-int8": sgl_standin}
 
 
 def _cpu(spec):
@@ -75,4 +74,6 @@ def test_declared_steps_and_constraints():
     assert build_spec("vllm-triton", triton_standin).steps.name == "a_then_w/after_round"
     assert build_spec("sgl-int8", sgl_standin).steps.name == "fused/fp32_before_round"
     assert build_spec("sgl-int8", sgl_standin).constraints.violations(8, 40, 12) == [
-        "K=40 is not a multiple of 16", "N=12 is not a multiple of 8"]
+        "K=40 is not a multiple of 16",
+        "N=12 is not a multiple of 8",
+    ]

@@ -27,20 +27,20 @@ JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level k
 * ``pairwise``: interchangeability with ``--against`` (or null)
 * ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
 * ``partial``: whether the verdict covers the whole run
-  (``conformance.partial_run.partial_run``): ``{"partial": bool, "reason":
+  (``conformance.runtime.partial_run.partial_run``): ``{"partial": bool, "reason":
   "interrupted" | "subset" | null, "cases_ran", "cases_total" (fixed cases),
   "stage" (what a stopped run was doing: "fixed cases", "the property
   test", "C9", "C7", "E1"; null if not stopped or not known), "note" (the
   "partial run: ..." line, also first in ``notes``; null when complete)}``;
   ``partial: false`` on a complete run. Added within v1 (a reader of v1
   finds it absent in older reports: then a "partial run" note is the mark)
-* ``comparability``: ``conformance.suite.comparability`` -- suite version,
+* ``comparability``: ``conformance.suite.run.comparability`` -- suite version,
   SHA-256 digests of the fixed cases' operands and of the layer captures,
   the case ids and the environment; ``int8conf gate --baseline`` refuses a
   report whose digests differ from its own run. Each case also carries
   ``output_digest`` (SHA-256 of the kernel's output bits).
 * ``coverage``: the trigger conditions the run actually exercised
-  (``conformance.coverage.coverage_table``): rows ``{condition, reached,
+  (``conformance.suite.coverage.coverage_table``): rows ``{condition, reached,
   cases, covered}`` (max partial sum and max |acc| reached, subnormal / inf /
   signed-zero outputs, negative and zero scales, K residues, M values,
   layouts handed to the kernel, ...); per case ``cases[i].coverage``
@@ -71,7 +71,7 @@ from typing import Union
 
 import pandas as pd
 
-from conformance.partial_run import complete_run, partial_note
+from conformance.runtime.partial_run import complete_run, partial_note
 from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
@@ -98,40 +98,51 @@ def _clean(x):
 
 
 def to_json_dict(result) -> dict:
-    """The report's JSON document for a ``conformance.suite.ConformanceResult``.
+    """The report's JSON document for a ``conformance.suite.run.ConformanceResult``.
 
     Paths are recorded portably (``reference.fileio.portable_paths``: relative
     to the repository root, ``$INT8CONF_CACHE/...``, ...), never as this
     machine's absolute paths, so committed reports compare across machines.
     """
-    return portable_paths(_clean({
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "kernel": result.kernel, "environment": result.environment,
-        "captures": result.captures, "overall": result.overall,
-        "checks": [dict(c.to_dict(), label=verdict_label(c.verdict, c.evidence))
-                   for c in result.checks],
-        "cases": [c.to_dict() for c in result.cases],
-        "property_tests": result.property_tests, "pairwise": result.pairwise,
-        "elapsed_s": round(result.elapsed_s, 3), "notes": list(result.notes),
-        "partial": dict(getattr(result, "partial", None) or complete_run(
-            sum(1 for c in result.cases if c.source != "property"))),
-        "comparability": getattr(result, "comparability", None) or None,
-        "fault_signatures": fault_signatures(result),
-        "coverage": list(getattr(result, "coverage", []) or []),
-        "invocation": dict(getattr(result, "invocation", {}) or {}),
-    }))
+    return portable_paths(
+        _clean(
+            {
+                "schema": SCHEMA,
+                "schema_version": SCHEMA_VERSION,
+                "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "kernel": result.kernel,
+                "environment": result.environment,
+                "captures": result.captures,
+                "overall": result.overall,
+                "checks": [dict(c.to_dict(), label=verdict_label(c.verdict, c.evidence)) for c in result.checks],
+                "cases": [c.to_dict() for c in result.cases],
+                "property_tests": result.property_tests,
+                "pairwise": result.pairwise,
+                "elapsed_s": round(result.elapsed_s, 3),
+                "notes": list(result.notes),
+                "partial": dict(
+                    getattr(result, "partial", None)
+                    or complete_run(sum(1 for c in result.cases if c.source != "property"))
+                ),
+                "comparability": getattr(result, "comparability", None) or None,
+                "fault_signatures": fault_signatures(result),
+                "coverage": list(getattr(result, "coverage", []) or []),
+                "invocation": dict(getattr(result, "invocation", {}) or {}),
+            }
+        )
+    )
 
 
 def fault_signatures(result) -> list:
     """Fault classes whose signature the failures match
-    (``conformance.scoring.signature_lines``, the code that scores the
+    (``conformance.suite.signatures.signature_lines``, the code that scores the
     sweep), or the one line saying the failing cases match none; empty for
     a run that did not fail. The report's "Failure signature" section and
     ``int8conf check``'s terminal summary show these lines."""
     if result.overall.get("verdict") != "fail":
         return []
-    from conformance.scoring import signature_lines
+    from conformance.suite.signatures import signature_lines
+
     return signature_lines(result)
 
 
@@ -166,11 +177,12 @@ def verdict_label(verdict: str, evidence: dict) -> str:
     if not is_precondition_failure(verdict, evidence):
         return verdict
     n_case = evidence.get("n_precondition_cases")
-    if n_case is None:   # one case's result
+    if n_case is None:  # one case's result
         n_case = 1 if evidence.get("precondition_case") is True else 0
     n_viol = evidence.get("n_precondition_violations", 1 - n_case)
-    return "; ".join([f"precondition violated ({n_viol})"] * bool(n_viol)
-                     + [f"precondition case ({n_case})"] * bool(n_case))
+    return "; ".join(
+        [f"precondition violated ({n_viol})"] * bool(n_viol) + [f"precondition case ({n_case})"] * bool(n_case)
+    )
 
 
 def _case_cell(verdict: str, evidence: dict) -> str:
@@ -186,7 +198,7 @@ def _hist_str(h: dict) -> str:
 
 def _cell(s: str, width: int = 140) -> str:
     s = str(s).replace("|", "\\|").replace("\n", " ")
-    return s if len(s) <= width else s[:width - 3] + "..."
+    return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def _not_run_lines(ov: dict) -> list[str]:
@@ -194,8 +206,11 @@ def _not_run_lines(ov: dict) -> list[str]:
     n, total = ov.get("cases_not_run") or 0, ov.get("cases_total") or 0
     if not n:
         return []
-    lines = [f"**Cases not run: {n} of {total}** (the kernel produced no output on them; "
-             f"the verdict covers only the {total - n} cases that ran):", ""]
+    lines = [
+        f"**Cases not run: {n} of {total}** (the kernel produced no output on them; "
+        f"the verdict covers only the {total - n} cases that ran):",
+        "",
+    ]
     for why, cnt in sorted((ov.get("not_run_reasons") or {}).items(), key=lambda kv: -kv[1])[:10]:
         lines.append(f"- {cnt} cases: {why}")
     return lines + [""]
@@ -207,7 +222,7 @@ def pair_difference_line(pw: dict) -> str:
     explicitly that they are NOT interchangeable although that is no failure.
 
     Args:
-        pw: ``conformance.pairwise.summarize_pairs`` result.
+        pw: ``conformance.suite.pairwise.summarize_pairs`` result.
 
     Returns:
         The line ("" when no case was compared).
@@ -217,16 +232,17 @@ def pair_difference_line(pw: dict) -> str:
         return ""
     exp = [p for p in per if p.get("status") == "differ-expected"]
     if pw.get("interchangeable"):
-        return (f"`{pw['kernel']}` and `{pw['other']}` are bit-interchangeable on all "
-                f"{len(per)} cases compared.")
+        return f"`{pw['kernel']}` and `{pw['other']}` are bit-interchangeable on all {len(per)} cases compared."
     if not exp:
         return ""
     n_el = sum(int(p.get("n_elements", 0)) for p in exp)
     n_diff = sum(int(p.get("n_elements", 0)) - int(p.get("n_equal", 0)) for p in exp)
-    return (f"`{pw['kernel']}` and `{pw['other']}` are NOT bit-interchangeable: they differ on "
-            f"{len(exp)} of {len(per)} cases ({n_diff}/{n_el} elements of those cases) where "
-            f"their declared contracts allow it (differ-expected); not a failure, but swapping "
-            f"one for the other changes output bits.")
+    return (
+        f"`{pw['kernel']}` and `{pw['other']}` are NOT bit-interchangeable: they differ on "
+        f"{len(exp)} of {len(per)} cases ({n_diff}/{n_el} elements of those cases) where "
+        f"their declared contracts allow it (differ-expected); not a failure, but swapping "
+        f"one for the other changes output bits."
+    )
 
 
 def _semantics_lines(env: dict) -> list[str]:
@@ -235,15 +251,20 @@ def _semantics_lines(env: dict) -> list[str]:
     sem = env.get("interpreter_semantics")
     if not isinstance(sem, dict):
         return []
-    lines = ["", "### Interpreter semantics", "",
-             "Measured by `conformance.kernels.triton_probe` under the Triton interpreter "
-             f"(triton {sem.get('triton_version', '?')}): how each epilogue step rounds there "
-             "(rne = round to nearest even, rtz = toward zero). These are the interpreter's "
-             "numpy semantics, not necessarily the compiled kernel's on a GPU. A kernel whose "
-             "epilogue relies on a step marked rtz or other would not round as declared there; "
-             "the built-in `triton` kernel rounds to bf16 with integer operations and "
-             "bit-casts bias and output, so these steps do not reach its output (C8 checks "
-             "its bits either way).", ""]
+    lines = [
+        "",
+        "### Interpreter semantics",
+        "",
+        "Measured by `conformance.kernels.triton_probe` under the Triton interpreter "
+        f"(triton {sem.get('triton_version', '?')}): how each epilogue step rounds there "
+        "(rne = round to nearest even, rtz = toward zero). These are the interpreter's "
+        "numpy semantics, not necessarily the compiled kernel's on a GPU. A kernel whose "
+        "epilogue relies on a step marked rtz or other would not round as declared there; "
+        "the built-in `triton` kernel rounds to bf16 with integer operations and "
+        "bit-casts bias and output, so these steps do not reach its output (C8 checks "
+        "its bits either way).",
+        "",
+    ]
     rows = [(key, val) for key, val in sem.items() if key not in ("mode", "triton_version")]
     lines.append(_table(pd.DataFrame(rows, columns=["step", "measured"]).map(_cell)))
     return lines
@@ -253,16 +274,25 @@ def _coverage_lines(rows: list) -> list[str]:
     """The "Coverage of trigger conditions" section (empty without rows)."""
     if not rows:
         return []
-    lines = ["", "## Coverage of trigger conditions", "",
-             "What the cases the kernel ran on actually exercised (from the operands, the exact "
-             "accumulator and the reference output of the declared contract), so that PASS says "
-             "what it covers. `covered`: yes / partial / no against what the default suite "
-             "aims for.", ""]
-    lines.append(_table(pd.DataFrame(
-        [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered"))
-         for r in rows], columns=["condition", "reached", "cases", "covered"])))
+    lines = [
+        "",
+        "## Coverage of trigger conditions",
+        "",
+        "What the cases the kernel ran on actually exercised (from the operands, the exact "
+        "accumulator and the reference output of the declared contract), so that PASS says "
+        "what it covers. `covered`: yes / partial / no against what the default suite "
+        "aims for.",
+        "",
+    ]
+    lines.append(
+        _table(
+            pd.DataFrame(
+                [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered")) for r in rows],
+                columns=["condition", "reached", "cases", "covered"],
+            )
+        )
+    )
     return lines
-
 
 
 def _overflow_text(decl) -> str:
@@ -272,76 +302,134 @@ def _overflow_text(decl) -> str:
         return ", ".join(f"`{d}`: `{b}`" for d, b in decl.items())
     return f"`{decl}`"
 
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
     c = k.get("contract", {})
-    head = (f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
-            f"nothing was verified)** - {ov['summary']}" if ov["verdict"] == "not run"
-            else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}")
+    head = (
+        f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
+        f"nothing was verified)** - {ov['summary']}"
+        if ov["verdict"] == "not run"
+        else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}"
+    )
     partial = partial_note(doc)
     if partial:  # a verdict over part of the suite must not read like the whole one
         head = f"**PARTIAL RUN** ({partial})\n\n{head}"
     sig = doc.get("fault_signatures") or []
-    sig_lines = (["Failure signature (`conformance.scoring`):", ""] + [f"- {x}" for x in sig] + [""]
-                 if sig else [])
-    lines = [f"# Conformance report: `{k['name']}`", "", head, ""] + sig_lines + _not_run_lines(ov) + [
-             f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
-             f"suite time {doc['elapsed_s']} s.", "",
-             f"Captures: {doc['captures']['note']}.", ""]
+    sig_lines = ["Failure signature (`conformance.sweep.scoring`):", ""] + [f"- {x}" for x in sig] + [""] if sig else []
+    lines = (
+        [f"# Conformance report: `{k['name']}`", "", head, ""]
+        + sig_lines
+        + _not_run_lines(ov)
+        + [
+            f"Generated {doc['generated_at']} (schema {doc['schema']} v{doc['schema_version']}); "
+            f"suite time {doc['elapsed_s']} s.",
+            "",
+            f"Captures: {doc['captures']['note']}.",
+            "",
+        ]
+    )
     inv = doc.get("invocation") or {}
     if inv.get("command"):
         lines += [f"Produced by: `{inv['command']}`", ""]
     for note in doc.get("notes") or []:
         lines += [f"> Note: {note}", ""]
     lines += ["## Kernel", ""]
-    lines.append(_table(pd.DataFrame([
-        ("name", k["name"]), ("origin", k.get("origin")), ("description", k.get("description")),
-        ("declared contract", f"scale order `{c.get('scale_order')}`, bias "
-                              f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`"),
-        ("devices", ", ".join(k.get("devices", []))), ("version", k.get("version")),
-        ("source digest", f"`{k.get('source_digest')}`"),
-        ("accumulator entry (int_mm)", "yes" if k.get("has_int_mm") else "no"),
-        ("shape constraints", ", ".join(f"{a}={b}" for a, b in (k.get("constraints") or {}).items()
-                                        if b not in (None, "", 1) or a == "min_m")),
-    ], columns=["field", "value"]).map(_cell)))
+    lines.append(
+        _table(
+            pd.DataFrame(
+                [
+                    ("name", k["name"]),
+                    ("origin", k.get("origin")),
+                    ("description", k.get("description")),
+                    (
+                        "declared contract",
+                        f"scale order `{c.get('scale_order')}`, bias "
+                        f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
+                    ),
+                    ("devices", ", ".join(k.get("devices", []))),
+                    ("version", k.get("version")),
+                    ("source digest", f"`{k.get('source_digest')}`"),
+                    ("accumulator entry (int_mm)", "yes" if k.get("has_int_mm") else "no"),
+                    (
+                        "shape constraints",
+                        ", ".join(
+                            f"{a}={b}"
+                            for a, b in (k.get("constraints") or {}).items()
+                            if b not in (None, "", 1) or a == "min_m"
+                        ),
+                    ),
+                ],
+                columns=["field", "value"],
+            ).map(_cell)
+        )
+    )
     lines += ["", "## Environment", ""]
-    lines.append(_table(pd.DataFrame([
-        ("execution", env.get("execution")), ("code paths taken", _hist_str(env.get("paths_used"))),
-        ("devices used", ", ".join(env.get("devices_used", []))),
-        ("python", env.get("python")), ("torch", env.get("torch")), ("triton", env.get("triton")),
-        ("hypothesis", env.get("hypothesis")), ("platform", env.get("platform")),
-        ("CUDA device", env.get("cuda_device") or "none"),
-        ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
-    ], columns=["field", "value"]).map(_cell)))
+    lines.append(
+        _table(
+            pd.DataFrame(
+                [
+                    ("execution", env.get("execution")),
+                    ("code paths taken", _hist_str(env.get("paths_used"))),
+                    ("devices used", ", ".join(env.get("devices_used", []))),
+                    ("python", env.get("python")),
+                    ("torch", env.get("torch")),
+                    ("triton", env.get("triton")),
+                    ("hypothesis", env.get("hypothesis")),
+                    ("platform", env.get("platform")),
+                    ("CUDA device", env.get("cuda_device") or "none"),
+                    ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
+                ],
+                columns=["field", "value"],
+            ).map(_cell)
+        )
+    )
     lines += _semantics_lines(env)
     lines += ["", "## Checks", ""]
-    lines.append(_table(pd.DataFrame(
-        [(ch["check_id"], ch["name"],
-          verdict_label(ch["verdict"], ch["evidence"]),
-          _cell(ch["summary"], 200))
-         for ch in doc["checks"]], columns=["id", "check", "verdict", "summary"])))
-    lines += ["", "C3/C4 are preconditions: their failure means the operands leave the range where "
-              "int32 accumulation is exact and order-free (or float32(acc) is exact); it fails the "
-              "overall verdict only when the kernel's own accumulator is wrong. \"precondition "
-              "case (N)\": N cases the suite built to leave that range on purpose (expected for "
-              "every kernel); \"precondition violated (N)\": N other cases (e.g. your captures) "
-              "whose operands leave it. C5 compares to the "
-              "power-of-two reference (canonical scale order, the declared bias point); C6 allows "
-              "1 spacing against the reference with scale order a_then_w and the declared bias "
-              "point; C8 demands 0 ulp against the declared contract. C7's reference arm (\"ppl "
-              "ref X vs kernel Y\") is the reference emulating the kernel's declared "
-              "contract (same scale order, bias point and rounding), not a bf16 or "
-              "contract-free model: C7 measures what the kernel changes relative to its own "
-              "declaration; its threshold is the largest change of a top-1 logit difference "
-              "any legal epilogue makes on the same windows. Where an accumulator can leave "
-              "int32, C3/C5/C6/C8 compare with the kernel's declared overflow behaviour "
-              f"({_overflow_text(k.get('overflow', 'wrap'))} here). C5/C8 compare bits: +0 vs -0 differs "
-              "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
-              "sampled rows must give the same bits alone (M=1), in batches of other sizes "
-              "and in a repeated call."]
-    failing = [ch for ch in doc["checks"] if ch["verdict"] == "fail"
-               and not is_precondition_case(ch["verdict"], ch["evidence"])]
+    lines.append(
+        _table(
+            pd.DataFrame(
+                [
+                    (
+                        ch["check_id"],
+                        ch["name"],
+                        verdict_label(ch["verdict"], ch["evidence"]),
+                        _cell(ch["summary"], 200),
+                    )
+                    for ch in doc["checks"]
+                ],
+                columns=["id", "check", "verdict", "summary"],
+            )
+        )
+    )
+    lines += [
+        "",
+        "C3/C4 are preconditions: their failure means the operands leave the range where "
+        "int32 accumulation is exact and order-free (or float32(acc) is exact); it fails the "
+        "overall verdict only when the kernel's own accumulator is wrong. \"precondition "
+        'case (N)": N cases the suite built to leave that range on purpose (expected for '
+        'every kernel); "precondition violated (N)": N other cases (e.g. your captures) '
+        "whose operands leave it. C5 compares to the "
+        "power-of-two reference (canonical scale order, the declared bias point); C6 allows "
+        "1 spacing against the reference with scale order a_then_w and the declared bias "
+        "point; C8 demands 0 ulp against the declared contract. C7's reference arm (\"ppl "
+        "ref X vs kernel Y\") is the reference emulating the kernel's declared "
+        "contract (same scale order, bias point and rounding), not a bf16 or "
+        "contract-free model: C7 measures what the kernel changes relative to its own "
+        "declaration; its threshold is the largest change of a top-1 logit difference "
+        "any legal epilogue makes on the same windows. Where an accumulator can leave "
+        "int32, C3/C5/C6/C8 compare with the kernel's declared overflow behaviour "
+        f"({_overflow_text(k.get('overflow', 'wrap'))} here). C5/C8 compare bits: +0 vs -0 differs "
+        "(counted as n_signed_zero), NaN payloads do not. C9 needs no reference: "
+        "sampled rows must give the same bits alone (M=1), in batches of other sizes "
+        "and in a repeated call.",
+    ]
+    failing = [
+        ch
+        for ch in doc["checks"]
+        if ch["verdict"] == "fail" and not is_precondition_case(ch["verdict"], ch["evidence"])
+    ]
     if failing:
         lines += ["", "### Failure evidence", ""]
         for ch in failing:
@@ -352,21 +440,33 @@ def render_markdown(doc: dict) -> str:
                 w = wc["evidence"].get("worst")
                 lines.append(f"  - worst case `{wc['case']}`: {wc['summary']}")
                 if w:
-                    lines.append("  - worst element: " + ", ".join(
-                        f"{a}={w[a]}" for a in ("index", "out_bits", "ref_bits", "ulp", "acc",
-                                                "scale_a", "scale_b", "bias") if a in w))
+                    lines.append(
+                        "  - worst element: "
+                        + ", ".join(
+                            f"{a}={w[a]}"
+                            for a in ("index", "out_bits", "ref_bits", "ulp", "acc", "scale_a", "scale_b", "bias")
+                            if a in w
+                        )
+                    )
             if ev.get("ulp_histogram"):
                 lines.append(f"  - ulp histogram: {_hist_str(ev['ulp_histogram'])}")
             if ev.get("failed_cases"):
-                lines.append(f"  - failing cases ({ev.get('n_failed_cases')}): "
-                             + ", ".join(f"`{x}`" for x in ev["failed_cases"][:10]))
+                lines.append(
+                    f"  - failing cases ({ev.get('n_failed_cases')}): "
+                    + ", ".join(f"`{x}`" for x in ev["failed_cases"][:10])
+                )
             for d in (ev.get("differences") or [])[:5]:  # C9: row, batch, differing bits
-                cols = ", ".join(f"col {c['col']} {c['bits']} vs {c['reference_call_bits']}"
-                                 for c in d.get("columns", [])[:3])
-                lines.append(f"  - `{d['case']}` row {d['row']}, {d['context']}: "
-                             + (f"kernel failed: {d['error']}" if "error" in d else
-                                f"{d['n_differ']} element(s) differ from the case's own call "
-                                f"({cols})"))
+                cols = ", ".join(
+                    f"col {c['col']} {c['bits']} vs {c['reference_call_bits']}" for c in d.get("columns", [])[:3]
+                )
+                lines.append(
+                    f"  - `{d['case']}` row {d['row']}, {d['context']}: "
+                    + (
+                        f"kernel failed: {d['error']}"
+                        if "error" in d
+                        else f"{d['n_differ']} element(s) differ from the case's own call ({cols})"
+                    )
+                )
     lines += _coverage_lines(doc.get("coverage") or [])
     pt = doc.get("property_tests")
     if pt:
@@ -377,17 +477,24 @@ def render_markdown(doc: dict) -> str:
             prop = [cs for cs in doc["cases"] if cs["source"] == "property"]
             n_skip = sum(1 for cs in prop if cs.get("not_run_reason"))
             ok = "NOT RUN" if prop and n_skip == len(prop) else "all passed"
-            lines.append(f"{pt.get('examples')} examples ({pt.get('settings')}); "
-                         + (f"**failed**: {pt.get('failure')}" if pt.get("failed") else ok)
-                         + f". Strategy: `{pt.get('strategy')}`.")
+            lines.append(
+                f"{pt.get('examples')} examples ({pt.get('settings')}); "
+                + (f"**failed**: {pt.get('failure')}" if pt.get("failed") else ok)
+                + f". Strategy: `{pt.get('strategy')}`."
+            )
             if n_skip:
-                lines.append(f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
-                             f"runnable here); those examples verified nothing.")
+                lines.append(
+                    f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
+                    f"runnable here); those examples verified nothing."
+                )
     ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("C7", "C9", "E1")]
-    for src, title in (("capture", "Per-layer results (captures)"),
-                       ("synthetic", "Synthetic cases"), ("sweep", "Shape sweep"),
-                       ("family", "Trigger-condition families"),
-                       ("property", "Property-test examples")):
+    for src, title in (
+        ("capture", "Per-layer results (captures)"),
+        ("synthetic", "Synthetic cases"),
+        ("sweep", "Shape sweep"),
+        ("family", "Trigger-condition families"),
+        ("property", "Property-test examples"),
+    ):
         rows = [cs for cs in doc["cases"] if cs["source"] == src]
         if not rows:
             continue
@@ -395,10 +502,14 @@ def render_markdown(doc: dict) -> str:
         recs = []
         for cs in rows:
             c8 = cs["checks"].get("C8", {}).get("evidence", {})
-            r = {"case": cs["case"], "scale": cs["scale_mode"],
-                 "M,K,N": ",".join(map(str, cs["shape"])),
-                 "out": cs["out_dtype"].replace("torch.", ""), "bias": "y" if cs["bias"] else "",
-                 "verdict": cs["verdict"]}
+            r = {
+                "case": cs["case"],
+                "scale": cs["scale_mode"],
+                "M,K,N": ",".join(map(str, cs["shape"])),
+                "out": cs["out_dtype"].replace("torch.", ""),
+                "bias": "y" if cs["bias"] else "",
+                "verdict": cs["verdict"],
+            }
             for cid in ids:
                 ch = cs["checks"].get(cid, {})
                 v = ch.get("verdict", "")
@@ -412,27 +523,37 @@ def render_markdown(doc: dict) -> str:
         lines.append(_table(pd.DataFrame(recs)))
     pw = doc.get("pairwise")
     if pw:
-        lines += ["", f"## Pairwise: `{pw['kernel']}` vs `{pw['other']}`", "",
-                  f"**{pw['summary']}**", ""]
+        lines += ["", f"## Pairwise: `{pw['kernel']}` vs `{pw['other']}`", "", f"**{pw['summary']}**", ""]
         diff_line = pair_difference_line(pw)
         if diff_line:
             lines += [diff_line, ""]
         lines += [
-                  f"Element agreement {pw['n_equal']}/{pw['n_elements']}; "
-                  f"ulp histogram: {_hist_str(pw['ulp_histogram'])}", ""]
-        recs = [{"case": p["case"], "status": p["status"],
-                 "agreement": (f"{p['agreement']:.4f}" if isinstance(p.get("agreement"), float)
-                               else ""),
-                 "max ulp": p.get("max_ulp", ""), "ulp histogram": _hist_str(p.get("ulp_histogram")),
-                 "expected identical": "yes" if p["expected_identical"] else "no"}
-                for p in pw["per_case"]]
+            f"Element agreement {pw['n_equal']}/{pw['n_elements']}; ulp histogram: {_hist_str(pw['ulp_histogram'])}",
+            "",
+        ]
+        recs = [
+            {
+                "case": p["case"],
+                "status": p["status"],
+                "agreement": (f"{p['agreement']:.4f}" if isinstance(p.get("agreement"), float) else ""),
+                "max ulp": p.get("max_ulp", ""),
+                "ulp histogram": _hist_str(p.get("ulp_histogram")),
+                "expected identical": "yes" if p["expected_identical"] else "no",
+            }
+            for p in pw["per_case"]
+        ]
         lines.append(_table(pd.DataFrame(recs)))
-    lines += ["", "---", "Verdicts: ok = pass, FAIL = fail, pre = precondition case (C3/C4: "
-              "the suite built this case to violate it; expected), violated = precondition "
-              "violated by these operands (C3/C4; not a kernel failure), - = not applicable, skip = the kernel "
-              "could not run on this case here (not runnable), case verdict 'not run'. Distances are in "
-              "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
-              "to this one holds every number shown here and the full evidence.", ""]
+    lines += [
+        "",
+        "---",
+        "Verdicts: ok = pass, FAIL = fail, pre = precondition case (C3/C4: "
+        "the suite built this case to violate it; expected), violated = precondition "
+        "violated by these operands (C3/C4; not a kernel failure), - = not applicable, skip = the kernel "
+        "could not run on this case here (not runnable), case verdict 'not run'. Distances are in "
+        "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
+        "to this one holds every number shown here and the full evidence.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -444,6 +565,7 @@ def read_report(path: Union[str, Path]) -> dict:
             or a newer schema version than this code reads (one line).
     """
     from reference.errors import Int8confError
+
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -455,8 +577,7 @@ def read_report(path: Union[str, Path]) -> dict:
         raise Int8confError(f"{p}: not an {SCHEMA} report")
     v = doc.get("schema_version")
     if not isinstance(v, int) or v > SCHEMA_VERSION:
-        raise Int8confError(f"{p}: schema_version {v!r} not readable (this code reads <= "
-                            f"{SCHEMA_VERSION})")
+        raise Int8confError(f"{p}: schema_version {v!r} not readable (this code reads <= {SCHEMA_VERSION})")
     return doc
 
 
@@ -468,7 +589,7 @@ def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, 
     """Write ``<out_dir>/<kernel>/conformance.json`` and ``conformance.md``.
 
     Args:
-        result: a ``conformance.suite.ConformanceResult``.
+        result: a ``conformance.suite.run.ConformanceResult``.
         out_dir: reports root (created if missing).
 
     Returns:

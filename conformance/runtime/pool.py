@@ -40,8 +40,13 @@ from reference.errors import KernelLoadError, first_line
 #: Outcomes of one isolated request.
 OK, CRASHED, TIMED_OUT, HARNESS_ERROR = "ok", "crash", "timeout", "error"
 #: Error text after which a CUDA context is unusable: the child is replaced.
-_STICKY_CUDA = ("CUDA error", "device-side assert", "illegal memory access",
-                "CUBLAS_STATUS", "unspecified launch failure")
+_STICKY_CUDA = (
+    "CUDA error",
+    "device-side assert",
+    "illegal memory access",
+    "CUBLAS_STATUS",
+    "unspecified launch failure",
+)
 
 
 @dataclass(frozen=True)
@@ -76,27 +81,35 @@ class KernelRef:
                 available / reject the fault or coverage (one line).
         """
         from conformance.kernels.registry import get_kernel
+
         spec = get_kernel(self.name)
         if not self.fault:
             return spec
         try:
             from faults.inject import inject
         except ImportError as e:
-            raise KernelLoadError(f"--fault {self.fault}: fault injection is not available "
-                                  f"(faults.inject: {e})") from None
+            raise KernelLoadError(
+                f"--fault {self.fault}: fault injection is not available (faults.inject: {e})"
+            ) from None
         try:
             return inject(spec, self.fault, coverage=self.coverage, seed=self.seed)
         except KernelLoadError:
             raise
         except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
             line = first_line(e, None) or type(e).__name__
-            raise KernelLoadError(f"cannot inject {self.fault} (coverage {self.coverage}) into "
-                                  f"{self.name!r}: {line}") from None
+            raise KernelLoadError(
+                f"cannot inject {self.fault} (coverage {self.coverage}) into {self.name!r}: {line}"
+            ) from None
 
     def to_dict(self) -> dict:
         """JSON-able dict."""
-        return {"name": self.name, "fault": self.fault, "coverage": self.coverage,
-                "seed": self.seed, "label": self.label()}
+        return {
+            "name": self.name,
+            "fault": self.fault,
+            "coverage": self.coverage,
+            "seed": self.seed,
+            "label": self.label(),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelRef":
@@ -142,30 +155,36 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_p
     only for a child started by the main thread, since the kernel's death signal
     follows the thread that started the child, not the process."""
     import faulthandler
+
     if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
-        from conformance.graceful_stop import exit_with_parent
+        from conformance.runtime.graceful_stop import exit_with_parent
+
         exit_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     logf = os.fdopen(os.dup(fd), "w", buffering=1)
     import sys
+
     sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
-    from conformance.graceful_stop import restore_sigterm
+    from conformance.runtime.graceful_stop import restore_sigterm
+
     restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
     if method == "fork":
         # an OpenMP pool the parent used is not usable after fork (the first
         # parallel region deadlocks): a forked child computes on one thread
         import torch
+
         torch.set_num_threads(1)
     try:
         spec = kernel.resolve() if isinstance(kernel, KernelRef) else kernel
         err = None
     except Exception as e:  # noqa: BLE001 -- reported per request
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
-    from conformance.evaluate import evaluate_case
-    from conformance.suite import run_model_check
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.run import run_model_check
+
     while True:
         try:
             msg = conn.recv()
@@ -197,6 +216,7 @@ def start_method() -> str:
         return "spawn"
     try:
         import torch
+
         if torch.cuda.is_initialized():
             return "spawn"
     except Exception:  # noqa: BLE001
@@ -219,18 +239,25 @@ class IsolatedKernel:
         KernelLoadError: ``spawn`` with an in-memory KernelSpec.
     """
 
-    def __init__(self, kernel: Union[KernelRef, object], cases: Sequence, timeout_s: float,
-                 log_dir: Union[str, Path], device: Optional[str] = None,
-                 method: Optional[str] = None):
+    def __init__(
+        self,
+        kernel: Union[KernelRef, object],
+        cases: Sequence,
+        timeout_s: float,
+        log_dir: Union[str, Path],
+        device: Optional[str] = None,
+        method: Optional[str] = None,
+    ):
         self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
         self.method = method or start_method()
         if self.method != "fork" and not isinstance(kernel, KernelRef):
-            raise KernelLoadError("an in-memory KernelSpec can only be isolated with the fork "
-                                  "start method; pass a KernelRef (a kernel name)")
+            raise KernelLoadError(
+                "an in-memory KernelSpec can only be isolated with the fork "
+                "start method; pass a KernelRef (a kernel name)"
+            )
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.label = (kernel.label() if isinstance(kernel, KernelRef)
-                      else getattr(kernel, "name", "kernel"))
+        self.label = kernel.label() if isinstance(kernel, KernelRef) else getattr(kernel, "name", "kernel")
         self._proc = None
         self._conn = None
         self._log: Optional[Path] = None
@@ -238,16 +265,27 @@ class IsolatedKernel:
 
     def _start(self) -> None:
         import re
+
         ctx = mp.get_context(self.method)
         parent, child = ctx.Pipe()
         self.children_started += 1
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
-        self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}",
-                                 args=(child, self.kernel, self.cases, self.device,
-                                       str(self._log), self.method,
-                                       threading.current_thread() is threading.main_thread()))
+        self._proc = ctx.Process(
+            target=_child_main,
+            daemon=True,
+            name=f"int8conf-gate-{slug}",
+            args=(
+                child,
+                self.kernel,
+                self.cases,
+                self.device,
+                str(self._log),
+                self.method,
+                threading.current_thread() is threading.main_thread(),
+            ),
+        )
         self._proc.start()
         child.close()
         self._conn = parent
@@ -260,9 +298,8 @@ class IsolatedKernel:
             lines = self._log.read_text(errors="replace").splitlines() if self._log else []
         except OSError:
             return []
-        starts = [i for i, ln in enumerate(lines)
-                  if ln.startswith("Fatal Python error") or ln.startswith("Timeout (")]
-        keep = lines[starts[-1]:] if starts else lines[-n:]
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error") or ln.startswith("Timeout (")]
+        keep = lines[starts[-1] :] if starts else lines[-n:]
         keep = [ln[:300] for ln in keep if not ln.startswith("Extension modules:")]
         return keep[:n]
 
@@ -301,15 +338,26 @@ class IsolatedKernel:
         if not ready:
             time.sleep(0.2)  # let the child's stack dump reach the log
             code = self._reap(kill=True)
-            return Outcome(TIMED_OUT, error=f"no result within {limit:g} s: child process killed",
-                           exitcode=code, signal=_signal_name(code), log_tail=self._tail(),
-                           elapsed_s=dt)
+            return Outcome(
+                TIMED_OUT,
+                error=f"no result within {limit:g} s: child process killed",
+                exitcode=code,
+                signal=_signal_name(code),
+                log_tail=self._tail(),
+                elapsed_s=dt,
+            )
         if reply is None:
             code = self._reap(kill=False)
             sig = _signal_name(code)
             why = f"killed by {sig}" if sig else f"exited with status {code}"
-            return Outcome(CRASHED, error=f"the kernel's process died during the request: {why}",
-                           exitcode=code, signal=sig, log_tail=self._tail(), elapsed_s=dt)
+            return Outcome(
+                CRASHED,
+                error=f"the kernel's process died during the request: {why}",
+                exitcode=code,
+                signal=sig,
+                log_tail=self._tail(),
+                elapsed_s=dt,
+            )
         kind, val = reply
         if kind != "ok":
             return Outcome(HARNESS_ERROR, error=str(val), log_tail=self._tail(), elapsed_s=dt)

@@ -15,7 +15,7 @@ self-contained line (no carriage returns, no escape codes):
 
 Each line reads ``int8conf check: <label>: <done>/<total> cases, <elapsed> s
 elapsed: <latest step>``. The suite reports progress as text lines
-(``conformance.suite.run_conformance(progress=...)``); a finished case is
+(``conformance.suite.run.run_conformance(progress=...)``); a finished case is
 the line ``[i/n] <case>: <verdict>`` (:data:`CASE_LINE`).
 """
 
@@ -57,12 +57,18 @@ class PlainProgress:
         ValueError: ``every_cases < 1`` or ``every_s <= 0``.
     """
 
-    def __init__(self, label: str, stream: Optional[TextIO] = None, *,
-                 every_cases: int = EVERY_CASES, every_s: float = EVERY_S,
-                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = True):
+    def __init__(
+        self,
+        label: str,
+        stream: Optional[TextIO] = None,
+        *,
+        every_cases: int = EVERY_CASES,
+        every_s: float = EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat: bool = True,
+    ):
         if every_cases < 1 or not every_s > 0:
-            raise ValueError(f"every_cases must be >= 1 and every_s > 0, "
-                             f"got {every_cases} and {every_s}")
+            raise ValueError(f"every_cases must be >= 1 and every_s > 0, got {every_cases} and {every_s}")
         self.label, self._stream = label, stream
         self.every_cases, self.every_s, self._clock = every_cases, float(every_s), clock
         self._heartbeat = heartbeat
@@ -72,7 +78,7 @@ class PlainProgress:
         self._t0 = self._last_t = clock()
         self.done, self.total, self._last_done = 0, None, 0
         self.step = "starting"
-        self.lines = 0   # lines printed (tests, and the closing line's decision)
+        self.lines = 0  # lines printed (tests, and the closing line's decision)
 
     # -- the suite's callback
     def __call__(self, line: str) -> None:
@@ -80,14 +86,17 @@ class PlainProgress:
         line = str(line)
         with self._lock:
             m = CASE_LINE.match(line)
-            if m is None:           # a step: always worth a line
+            if m is None:  # a step: always worth a line
                 self.step = line
                 self._print()
                 return
             self.done, self.total = int(m.group(1)), int(m.group(2))
-            self.step = f"last case {line[m.end():]}"
-            if (self.done - self._last_done >= self.every_cases or self.done == self.total
-                    or self._clock() - self._last_t >= self.every_s):
+            self.step = f"last case {line[m.end() :]}"
+            if (
+                self.done - self._last_done >= self.every_cases
+                or self.done == self.total
+                or self._clock() - self._last_t >= self.every_s
+            ):
                 self._print()
 
     def _print(self) -> None:
@@ -95,8 +104,9 @@ class PlainProgress:
         now = self._clock()
         cases = "" if self.total is None else f"{self.done}/{self.total} cases, "
         stream = self._stream if self._stream is not None else sys.stderr
-        print(f"int8conf check: {self.label}: {cases}{now - self._t0:.1f} s elapsed: "
-              f"{self.step}", file=stream, flush=True)
+        print(
+            f"int8conf check: {self.label}: {cases}{now - self._t0:.1f} s elapsed: {self.step}", file=stream, flush=True
+        )
         self._last_t, self._last_done = now, self.done
         self.lines += 1
 
@@ -117,8 +127,7 @@ class PlainProgress:
     def __enter__(self) -> "PlainProgress":
         if self._heartbeat and self._thread is None:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="int8conf-progress",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="int8conf-progress", daemon=True)
             self._thread.start()
         return self
 
@@ -130,9 +139,9 @@ class PlainProgress:
 
 
 @contextlib.contextmanager
-def suite_progress(label: str, console, *, quiet: bool = False,
-                   every_cases: int = EVERY_CASES,
-                   every_s: float = EVERY_S) -> Iterator[Optional[Callable[[str], None]]]:
+def suite_progress(
+    label: str, console, *, quiet: bool = False, every_cases: int = EVERY_CASES, every_s: float = EVERY_S
+) -> Iterator[Optional[Callable[[str], None]]]:
     """The ``progress`` callback for one suite run, as a context manager.
 
     Args:
@@ -154,6 +163,5 @@ def suite_progress(label: str, console, *, quiet: bool = False,
         with console.status(f"checking {label}") as status:
             yield status.update
     else:
-        with PlainProgress(label, console.file, every_cases=every_cases,
-                           every_s=every_s) as plain:
+        with PlainProgress(label, console.file, every_cases=every_cases, every_s=every_s) as plain:
             yield plain

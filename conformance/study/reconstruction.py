@@ -90,23 +90,37 @@ def which_rule(parent_dir, committed_dir, parent: Optional[tuple] = None) -> dic
     for rule in RULES:
         try:
             g = reconstruction_gate(parent_dir, committed_dir, quantizer=rule_quantizer(rule), parent=parent)
-            results[rule] = {"passed": True, "tensors": g["tensors"], "state_digest": g["state_digest"],
-                             "parent_digest": g["parent_digest"]}
+            results[rule] = {
+                "passed": True,
+                "tensors": g["tensors"],
+                "state_digest": g["state_digest"],
+                "parent_digest": g["parent_digest"],
+            }
         except ReconstructionGateError as e:
-            results[rule] = {"passed": False, "message": str(e), "tensor": e.tensor,
-                             "index": None if e.index is None else list(e.index),
-                             "committed": e.committed, "rebuilt": e.rebuilt}
+            results[rule] = {
+                "passed": False,
+                "message": str(e),
+                "tensor": e.tensor,
+                "index": None if e.index is None else list(e.index),
+                "committed": e.committed,
+                "rebuilt": e.rebuilt,
+            }
     passed = [r for r in RULES if results[r]["passed"]]
     if not passed:
         first = results["cpu"]
         raise ReconstructionGateError(
             f"reconstruction gate failed under both rules: {committed_dir} is reproduced neither by "
-            + "; nor by ".join(f"{r} (first difference: tensor {res['tensor']!r} element {res['index']}: "
-                               f"committed {res['committed']}, rebuilt {res['rebuilt']})"
-                               for r, res in results.items()),
-            first["tensor"], first["index"], first["committed"], first["rebuilt"])
-    return {"committed_dir": str(committed_dir), "reproduced_by": passed, "rule": passed[0],
-            "results": results}
+            + "; nor by ".join(
+                f"{r} (first difference: tensor {res['tensor']!r} element {res['index']}: "
+                f"committed {res['committed']}, rebuilt {res['rebuilt']})"
+                for r, res in results.items()
+            ),
+            first["tensor"],
+            first["index"],
+            first["committed"],
+            first["rebuilt"],
+        )
+    return {"committed_dir": str(committed_dir), "reproduced_by": passed, "rule": passed[0], "results": results}
 
 
 def rule_disagreement(config: dict, state: dict) -> dict:
@@ -138,13 +152,24 @@ def rule_disagreement(config: dict, state: dict) -> dict:
             max_abs = max(max_abs, int((a.to(torch.int16) - b.to(torch.int16)).abs().max()))
             if first is None and w.dtype in (torch.bfloat16, torch.float16):
                 r, c = (int(v) for v in d.nonzero()[0])
-                first = {"layer": name, "index": [r, c],
-                         "w_bits": f"0x{int(w[r, c].view(torch.int16)) & 0xFFFF:04X}",
-                         "scale_bits": f"0x{int(sa[r, 0].view(torch.int16)) & 0xFFFF:04X}",
-                         "w": float(w[r, c]), "scale": float(sa[r, 0]),
-                         "cpu": int(a[r, c]), "cuda_triton": int(b[r, c])}
-    return {"elements": total, "differing": diff, "fraction": diff / total if total else 0.0,
-            "max_abs_diff": max_abs, "layers": layers, "first": first}
+                first = {
+                    "layer": name,
+                    "index": [r, c],
+                    "w_bits": f"0x{int(w[r, c].view(torch.int16)) & 0xFFFF:04X}",
+                    "scale_bits": f"0x{int(sa[r, 0].view(torch.int16)) & 0xFFFF:04X}",
+                    "w": float(w[r, c]),
+                    "scale": float(sa[r, 0]),
+                    "cpu": int(a[r, c]),
+                    "cuda_triton": int(b[r, c]),
+                }
+    return {
+        "elements": total,
+        "differing": diff,
+        "fraction": diff / total if total else 0.0,
+        "max_abs_diff": max_abs,
+        "layers": layers,
+        "first": first,
+    }
 
 
 def pow2_rule_independence(config: dict, state: dict, rules=("nearest", "ceiling")) -> dict:
@@ -175,8 +200,10 @@ def pow2_rule_independence(config: dict, state: dict, rules=("nearest", "ceiling
             q_f32 = torch.round(torch.clamp(w.float() / s_w.float(), -128, 127)).to(torch.int8)
             n_c, n_t = int((q_cpu != q).sum()), int((q_f32 != q).sum())
             if n_c or n_t:
-                raise CheckpointError(f"{name}: pow2-{prule} weights depend on the division rule "
-                                      f"({n_c} / {n_t} elements differ from the exact division)")
+                raise CheckpointError(
+                    f"{name}: pow2-{prule} weights depend on the division rule "
+                    f"({n_c} / {n_t} elements differ from the exact division)"
+                )
             dc += n_c
             dt += n_t
         out[prule] = {"layers": len(linear_names(config)), "differing_cpu": dc, "differing_cuda_triton": dt}
@@ -219,9 +246,15 @@ def library_check(config: dict, state: dict, max_layers: Optional[int] = None) -
         same_s += eq_s
         if (not eq_q or not eq_s) and first is None:
             first = {"layer": name, "q_equal": eq_q, "scale_equal": eq_s}
-    return {"installed": True, "version": compressed_tensors.__version__, "layers": len(names),
-            "identical_q": same_q, "identical_scale": same_s, "first_difference": first,
-            "path": "compressed_tensors.quantization.lifecycle.forward.quantize on CPU tensors (torch path)"}
+    return {
+        "installed": True,
+        "version": compressed_tensors.__version__,
+        "layers": len(names),
+        "identical_q": same_q,
+        "identical_scale": same_s,
+        "first_difference": first,
+        "path": "compressed_tensors.quantization.lifecycle.forward.quantize on CPU tensors (torch path)",
+    }
 
 
 def run_gate(parent_dir, committed_dir, parent: tuple, library_layers: Optional[int] = None) -> dict:
@@ -241,8 +274,10 @@ def run_gate(parent_dir, committed_dir, parent: tuple, library_layers: Optional[
         CheckpointError: the pow2 arms would depend on the rule.
     """
     config, state = parent
-    return {"rules": dict(RULE_TEXT),
-            "which_rule": which_rule(parent_dir, committed_dir, parent=parent),
-            "rule_disagreement": rule_disagreement(config, state),
-            "pow2_rule_independence": pow2_rule_independence(config, state),
-            "library": library_check(config, state, library_layers)}
+    return {
+        "rules": dict(RULE_TEXT),
+        "which_rule": which_rule(parent_dir, committed_dir, parent=parent),
+        "rule_disagreement": rule_disagreement(config, state),
+        "pow2_rule_independence": pow2_rule_independence(config, state),
+        "library": library_check(config, state, library_layers),
+    }

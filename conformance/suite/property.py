@@ -22,16 +22,21 @@ MAX_M, MAX_K, MAX_N = 48, 160, 48
 
 def ci_settings(max_examples: int = 25) -> settings:
     """The fixed CI profile (see module docstring)."""
-    return settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-                    phases=(Phase.explicit, Phase.generate), print_blob=False,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=(Phase.explicit, Phase.generate),
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
-def run_property_test(spec, sink: Callable, max_examples: int = 25,
-                      device: Optional[str] = None) -> dict:
+def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None) -> dict:
     """Run the property test for one kernel.
 
-    Every example is evaluated with ``conformance.evaluate.evaluate_case`` and
+    Every example is evaluated with ``conformance.suite.evaluate.evaluate_case`` and
     handed to ``sink`` (a ``CaseResult`` named ``property/<i>:<shape>``,
     ``source == "property"``). The property: no check fails because of the
     kernel. Stops at the first failing example (hypothesis re-runs it once;
@@ -51,13 +56,12 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
     try:
         from reference.strategies import gemm_operands
     except ImportError as e:
-        return {"skipped": f"reference.strategies not importable: {e}", "examples": 0,
-                "failed": False}
-    from conformance.evaluate import evaluate_case
+        return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}
     import torch
 
-    strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N,
-                             out_dtypes=(torch.bfloat16, torch.float16))
+    from conformance.suite.evaluate import evaluate_case
+
+    strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N, out_dtypes=(torch.bfloat16, torch.float16))
     names: dict = {}
     state = {"n": 0, "failing": None}
 
@@ -77,9 +81,11 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
             state["failing"] = cr
             raise AssertionError(f"{cr.case}: " + "; ".join(cr.failure_lines()))
 
-    summary = {"strategy": f"reference.strategies.gemm_operands(max_m={MAX_M}, max_k={MAX_K}, "
-                           f"max_n={MAX_N}, out_dtypes=(bf16, fp16))",
-               "settings": f"max_examples={max_examples}, derandomize=True, no shrinking"}
+    summary = {
+        "strategy": f"reference.strategies.gemm_operands(max_m={MAX_M}, max_k={MAX_K}, "
+        f"max_n={MAX_N}, out_dtypes=(bf16, fp16))",
+        "settings": f"max_examples={max_examples}, derandomize=True, no shrinking",
+    }
     try:
         prop()
         summary.update(examples=state["n"], failed=False)
@@ -87,6 +93,10 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25,
         line = first_line(e, None)
         if not isinstance(e, AssertionError):
             line = f"{type(e).__name__}: {line}"
-        summary.update(examples=state["n"], failed=True, failure=line,
-                       falsifying_case=state["failing"].case if state["failing"] else None)
+        summary.update(
+            examples=state["n"],
+            failed=True,
+            failure=line,
+            falsifying_case=state["failing"].case if state["failing"] else None,
+        )
     return summary

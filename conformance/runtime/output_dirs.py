@@ -32,18 +32,19 @@ def command_root(command: str) -> Path:
     return REPORTS / command
 
 
-def kernel_label(name: str, fault: Optional[str] = None, coverage: str = "all",
-                 seed: int = 0) -> str:
+def kernel_label(name: str, fault: Optional[str] = None, coverage: str = "all", seed: int = 0) -> str:
     """A kernel's folder name: its name (``KernelSpec.name``, with an injected
     fault's suffix ``+F4@all#s0`` when ``fault`` is given) made a folder name
-    (``conformance.report.kernel_dirname``).
+    (``conformance.suite.report.kernel_dirname``).
 
     Raises:
         FaultError: ``fault`` / ``coverage`` unknown (one line).
     """
-    from conformance.report import kernel_dirname
+    from conformance.suite.report import kernel_dirname
+
     if fault:
         from faults.spec import make_injection
+
         name += make_injection(fault, coverage, seed).suffix()
     return kernel_dirname(name)
 

@@ -3,7 +3,7 @@ on the same cases, bit for bit.
 
 For each kernel and device: the overall verdict against the kernel's own
 declared epilogue (C8 and the other per-case checks of
-``conformance.evaluate``), per-check verdicts, the maximum spacing (ulp) of
+``conformance.suite.evaluate``), per-check verdicts, the maximum spacing (ulp) of
 its outputs from each of the six standard contracts
 (``reference.epilogue_steps.NAMED``), and a kernel x kernel
 bit-interchangeability matrix (on how many shared cases two rows give
@@ -37,13 +37,19 @@ import torch
 from reference.errors import Int8confError, first_line
 
 SCHEMA, SCHEMA_VERSION = "int8conf.scoreboard", 1
-STANDARD = ("a_then_w/fp32_before_round", "a_then_w/after_round", "w_then_a/fp32_before_round",
-            "w_then_a/after_round", "fused/fp32_before_round", "fused/after_round")
-_DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16,
-           "torch.float32": torch.float32}
+STANDARD = (
+    "a_then_w/fp32_before_round",
+    "a_then_w/after_round",
+    "w_then_a/fp32_before_round",
+    "w_then_a/after_round",
+    "fused/fp32_before_round",
+    "fused/after_round",
+)
+_DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
 
 
 # ------------------------------------------------------------------ cases
+
 
 def scoreboard_cases(quick: bool = False, captures: int = 2) -> list:
     """The shared case set.
@@ -63,8 +69,7 @@ def scoreboard_cases(quick: bool = False, captures: int = 2) -> list:
         return [make_case(k, 0) for k in ("ordinary", "bias", "tails", "fp16_out")]
     cases = [make_case(k, 0) for k in SYNTHETIC_KINDS]
     for m in (16, 17):
-        cases.append(make_case("extreme", 0, m=m, k=2048, n=64,
-                               name=f"synthetic/extreme-m{m}-k2048"))
+        cases.append(make_case("extreme", 0, m=m, k=2048, n=64, name=f"synthetic/extreme-m{m}-k2048"))
     if captures:
         try:
             cases += list(capture_cases(("own", "pow2"), max_layers=captures).cases)
@@ -75,17 +80,20 @@ def scoreboard_cases(quick: bool = False, captures: int = 2) -> list:
 
 # ------------------------------------------------------------------ worker
 
+
 def _worker(kernel: str, device: str, conn) -> None:
     """Worker process: receive ``(index, ops)``, reply with the evaluated case
     (dict) and the output tensor; ``None`` ends it. Third-party import notices
-    are silenced first (``conformance.import_noise``)."""
+    are silenced first (``conformance.runtime.import_noise``)."""
     import warnings
+
     warnings.filterwarnings("ignore")
-    from conformance.import_noise import silence_import_noise
+    from conformance.runtime.import_noise import silence_import_noise
+
     silence_import_noise()
     import conformance.kernels.runner as runner
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
+    from conformance.suite.evaluate import evaluate_case
 
     try:
         spec = get_kernel(kernel)
@@ -142,8 +150,7 @@ def _context():
     if _CTX is None:
         if "forkserver" in mp.get_all_start_methods():
             _CTX = mp.get_context("forkserver")
-            _CTX.set_forkserver_preload(["torch", "conformance.evaluate",
-                                         "conformance.kernels.registry"])
+            _CTX.set_forkserver_preload(["torch", "conformance.suite.evaluate", "conformance.kernels.registry"])
         else:
             _CTX = mp.get_context("spawn")
     return _CTX
@@ -160,15 +167,13 @@ class _Pool:
 
     def start(self, timeout: float) -> Optional[str]:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker, args=(self.kernel, self.device, child),
-                                     daemon=True)
+        self.proc = self.ctx.Process(target=_worker, args=(self.kernel, self.device, child), daemon=True)
         self.proc.start()
         self.conn = parent
         state = self._wait(timeout)
         if state != "ready":
             self.stop()
-            return ("worker did not start within " f"{timeout:.0f} s" if state == "timeout"
-                    else state)
+            return f"worker did not start within {timeout:.0f} s" if state == "timeout" else state
         try:
             kind, why = parent.recv()
         except (EOFError, OSError):
@@ -216,8 +221,16 @@ class _Pool:
         self.proc = None
 
 
-def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
-            warmup_timeout: float, progress=None, task=None, give_up_after: int = 2) -> Row:
+def run_row(
+    kernel: str,
+    device: str,
+    cases: Sequence,
+    case_timeout: float,
+    warmup_timeout: float,
+    progress=None,
+    task=None,
+    give_up_after: int = 2,
+) -> Row:
     """Run one kernel on one device over ``cases`` in a worker process.
 
     A case that exceeds ``case_timeout`` seconds kills the worker (restarted
@@ -248,19 +261,24 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
     got = pool.call((-1, cases[0], True), warmup_timeout)
     if got is None or isinstance(got, str):
         row.warmup_s = time.perf_counter() - tw
-        row.error = (f"warm-up call exceeded {warmup_timeout:.0f} s" if got is None
-                     else f"warm-up call: {got}")
+        row.error = f"warm-up call exceeded {warmup_timeout:.0f} s" if got is None else f"warm-up call: {got}"
         for ops in cases:
-            row.cases[case_id(ops)] = {"verdict": "timeout" if got is None else "fail",
-                                       "checks": {}, "error": row.error}
+            row.cases[case_id(ops)] = {
+                "verdict": "timeout" if got is None else "fail",
+                "checks": {},
+                "error": row.error,
+            }
         return row
     row.warmup_s = time.perf_counter() - tw
     streak = 0
     for i, ops in enumerate(cases):
         cid = case_id(ops)
         if streak >= give_up_after:
-            row.cases[cid] = {"verdict": "timeout", "checks": {},
-                              "error": f"not attempted: {streak} consecutive timeouts"}
+            row.cases[cid] = {
+                "verdict": "timeout",
+                "checks": {},
+                "error": f"not attempted: {streak} consecutive timeouts",
+            }
             if progress is not None:
                 progress.advance(task)
             continue
@@ -274,8 +292,11 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
             row.cases[cid] = {"verdict": "fail", "checks": {}, "error": got}
             streak = 0
         elif got is None:
-            row.cases[cid] = {"verdict": "timeout", "checks": {},
-                              "error": f"case exceeded {case_timeout:.0f} s (worker restarted)"}
+            row.cases[cid] = {
+                "verdict": "timeout",
+                "checks": {},
+                "error": f"case exceeded {case_timeout:.0f} s (worker restarted)",
+            }
             streak += 1
         else:
             streak = 0
@@ -292,18 +313,20 @@ def run_row(kernel: str, device: str, cases: Sequence, case_timeout: float,
 
 # ------------------------------------------------------------------ analysis
 
+
 def _max_spacing_from_standard(cases, rows) -> dict:
+    from conformance.cases import case_id
     from reference.accumulate import exact_int_mm
     from reference.bits import NAN_DISTANCE, spacing_distance
     from reference.epilogue_steps import NAMED, apply_steps
-    from conformance.cases import case_id
 
     refs = {}
     for ops in cases:
         exact = exact_int_mm(ops.a, ops.b)
-        refs[case_id(ops)] = {name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name],
-                                                bias=ops.bias, out_dtype=ops.out_dtype)
-                              for name in STANDARD}
+        refs[case_id(ops)] = {
+            name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], bias=ops.bias, out_dtype=ops.out_dtype)
+            for name in STANDARD
+        }
     out = {}
     for r in rows:
         d = {}
@@ -320,14 +343,14 @@ def _max_spacing_from_standard(cases, rows) -> dict:
 
 def _interchangeability(rows) -> dict:
     from reference.bits import bits_of
+
     keys = [f"{r.kernel}@{r.device}" for r in rows]
     mat = {}
     for ra, ka in zip(rows, keys):
         mat[ka] = {}
         for rb, kb in zip(rows, keys):
             shared = sorted(set(ra.outputs) & set(rb.outputs))
-            same = sum(1 for c in shared
-                       if torch.equal(bits_of(ra.outputs[c]), bits_of(rb.outputs[c])))
+            same = sum(1 for c in shared if torch.equal(bits_of(ra.outputs[c]), bits_of(rb.outputs[c])))
             mat[ka][kb] = {"identical": same, "shared": len(shared)}
     return mat
 
@@ -339,8 +362,7 @@ def _check_verdicts(row: Row) -> dict:
             v = c.get("verdict")
             cur = agg.get(cid, "n/a")
             if v == "fail":
-                pre = (c.get("evidence") or {}).get("failure_kind") == "precondition" or \
-                    cid in ("C3", "C4")
+                pre = (c.get("evidence") or {}).get("failure_kind") == "precondition" or cid in ("C3", "C4")
                 agg[cid] = "fail" if not pre else ("fail" if cur == "fail" else "pre")
             elif v == "pass" and cur in ("n/a",):
                 agg[cid] = "pass"
@@ -363,31 +385,51 @@ def overall(row: Row) -> str:
 
 # ------------------------------------------------------------------ reproducers
 
+
 def _slice_ops(ops, i: int, j: int):
     from reference.operands import GemmOperands
 
     def pick(s, idx, rows):
         if s.dim() == 0 or s.numel() == 1:
             return s.clone()
-        return s.reshape(rows, -1)[idx:idx + 1].reshape((1,) + tuple(s.shape[1:])).clone()
-    return GemmOperands(a=ops.a[i:i + 1].clone(), b=ops.b[j:j + 1].clone(),
-                        scale_a=pick(ops.scale_a, i, ops.m), scale_b=pick(ops.scale_b, j, ops.n),
-                        bias=None if ops.bias is None else ops.bias[j:j + 1].clone(),
-                        out_dtype=ops.out_dtype, name=f"{ops.name}[{i},{j}]",
-                        scale_mode=ops.scale_mode, meta=dict(ops.meta))
+        return s.reshape(rows, -1)[idx : idx + 1].reshape((1,) + tuple(s.shape[1:])).clone()
+
+    return GemmOperands(
+        a=ops.a[i : i + 1].clone(),
+        b=ops.b[j : j + 1].clone(),
+        scale_a=pick(ops.scale_a, i, ops.m),
+        scale_b=pick(ops.scale_b, j, ops.n),
+        bias=None if ops.bias is None else ops.bias[j : j + 1].clone(),
+        out_dtype=ops.out_dtype,
+        name=f"{ops.name}[{i},{j}]",
+        scale_mode=ops.scale_mode,
+        meta=dict(ops.meta),
+    )
 
 
 def save_repro(path: Path, ops, kernel: str, device: str, check: str, summary: str) -> None:
     """Write operands + metadata (safetensors) for ``int8conf scoreboard --repro``."""
     from safetensors.torch import save
+
     from reference.fileio import atomic_write_bytes
 
-    tensors = {"a": ops.a.contiguous(), "b": ops.b.contiguous(),
-               "scale_a": ops.scale_a.contiguous(), "scale_b": ops.scale_b.contiguous()}
+    tensors = {
+        "a": ops.a.contiguous(),
+        "b": ops.b.contiguous(),
+        "scale_a": ops.scale_a.contiguous(),
+        "scale_b": ops.scale_b.contiguous(),
+    }
     if ops.bias is not None:
         tensors["bias"] = ops.bias.contiguous()
-    meta = {"kernel": kernel, "device": device, "check": check, "out_dtype": str(ops.out_dtype),
-            "scale_mode": ops.scale_mode, "case": ops.name or "", "summary": summary[:500]}
+    meta = {
+        "kernel": kernel,
+        "device": device,
+        "check": check,
+        "out_dtype": str(ops.out_dtype),
+        "scale_mode": ops.scale_mode,
+        "case": ops.name or "",
+        "summary": summary[:500],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, save(tensors, metadata=meta))
 
@@ -399,6 +441,7 @@ def load_repro(path) -> tuple:
         Int8confError: missing / unreadable file.
     """
     from safetensors import safe_open
+
     from reference.operands import GemmOperands
 
     p = Path(path)
@@ -409,30 +452,38 @@ def load_repro(path) -> tuple:
             meta = dict(f.metadata() or {})
             t = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # noqa: BLE001
-        raise Int8confError(f"--repro {str(path)!r}: not a reproducer file "
-                            f"({type(e).__name__})") from None
+        raise Int8confError(f"--repro {str(path)!r}: not a reproducer file ({type(e).__name__})") from None
     if not {"a", "b", "scale_a", "scale_b"} <= set(t) or "kernel" not in meta:
         raise Int8confError(f"--repro {str(path)!r}: missing operands or kernel metadata")
-    ops = GemmOperands(a=t["a"], b=t["b"], scale_a=t["scale_a"], scale_b=t["scale_b"],
-                       bias=t.get("bias"), out_dtype=_DTYPES[meta["out_dtype"]],
-                       name=meta.get("case", ""), scale_mode=meta.get("scale_mode", "synthetic"),
-                       meta={"source": "repro"})
+    ops = GemmOperands(
+        a=t["a"],
+        b=t["b"],
+        scale_a=t["scale_a"],
+        scale_b=t["scale_b"],
+        bias=t.get("bias"),
+        out_dtype=_DTYPES[meta["out_dtype"]],
+        name=meta.get("case", ""),
+        scale_mode=meta.get("scale_mode", "synthetic"),
+        meta={"source": "repro"},
+    )
     return ops, meta
 
 
 def rerun_repro(path) -> tuple[bool, str]:
     """Re-run a reproducer alone: ``(reproduced, line)`` -- reproduced when
     the recorded check fails again on the recorded kernel and device."""
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
+    from conformance.suite.evaluate import evaluate_case
 
     ops, meta = load_repro(path)
     spec = get_kernel(meta["kernel"])
     res = evaluate_case(spec, ops, device=meta["device"])
     c = res.checks.get(meta["check"])
     ok = c is not None and c.verdict == "fail"
-    line = (f"{meta['kernel']}@{meta['device']} {meta['check']}: "
-            f"{c.verdict if c else 'missing'} -- {c.summary if c else ''}")
+    line = (
+        f"{meta['kernel']}@{meta['device']} {meta['check']}: "
+        f"{c.verdict if c else 'missing'} -- {c.summary if c else ''}"
+    )
     return ok, line
 
 
@@ -440,9 +491,9 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
     """Save a reproducer per failing (row, check); returns
     ``{row_key: {check: {"file", "command", "minimal", "case"}}}``."""
     from conformance.cases import case_id
-    from conformance.evaluate import evaluate_case
     from conformance.kernels.registry import get_kernel
-    from conformance.report import kernel_dirname
+    from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.report import kernel_dirname
 
     by_id = {case_id(o): o for o in cases}
     links: dict = {}
@@ -450,8 +501,12 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
         key = f"{r.kernel}@{r.device}"
         for cid_case, res in r.cases.items():
             for chk, c in (res.get("checks") or {}).items():
-                if c.get("verdict") != "fail" or chk in ("C3", "C4") or \
-                        chk in links.get(key, {}) or cid_case not in by_id:
+                if (
+                    c.get("verdict") != "fail"
+                    or chk in ("C3", "C4")
+                    or chk in links.get(key, {})
+                    or cid_case not in by_id
+                ):
                     continue
                 ops = by_id[cid_case]
                 w = (c.get("evidence") or {}).get("worst") or {}
@@ -469,27 +524,41 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
                 path = out_dir / "repro" / fname
                 save_repro(path, target, r.kernel, r.device, chk, c.get("summary", ""))
                 links.setdefault(key, {})[chk] = {
-                    "file": f"repro/{fname}", "case": cid_case, "minimal": minimal,
+                    "file": f"repro/{fname}",
+                    "case": cid_case,
+                    "minimal": minimal,
                     "shape": [target.m, target.k, target.n],
                     "command": f"int8conf scoreboard --repro {(root or out_dir) / 'repro' / fname}",
-                    "summary": c.get("summary", "")}
+                    "summary": c.get("summary", ""),
+                }
     return links
 
 
 # ------------------------------------------------------------------ raw rows (merge)
+
 
 def save_raw(out_dir: Path, rows) -> None:
     """Write ``raw.json`` (per-case results of every row) and
     ``outputs.safetensors`` (every output, key ``<kernel>@<device>|<case>``)
     so a scoreboard from another machine can be merged (``--merge``)."""
     from safetensors.torch import save
+
     from reference.fileio import atomic_write_bytes, atomic_write_json
 
-    raw = [{"kernel": r.kernel, "device": r.device, "spec": r.spec, "cases": r.cases,
-            "error": r.error, "elapsed_s": r.elapsed_s, "warmup_s": r.warmup_s} for r in rows]
+    raw = [
+        {
+            "kernel": r.kernel,
+            "device": r.device,
+            "spec": r.spec,
+            "cases": r.cases,
+            "error": r.error,
+            "elapsed_s": r.elapsed_s,
+            "warmup_s": r.warmup_s,
+        }
+        for r in rows
+    ]
     atomic_write_json(out_dir / "raw.json", raw)
-    tensors = {f"{r.kernel}@{r.device}|{cid}": o.contiguous()
-               for r in rows for cid, o in r.outputs.items()}
+    tensors = {f"{r.kernel}@{r.device}|{cid}": o.contiguous() for r in rows for cid, o in r.outputs.items()}
     atomic_write_bytes(out_dir / "outputs.safetensors", save(tensors))
 
 
@@ -503,8 +572,10 @@ def load_raw(src: Path) -> list:
 
     src = Path(src)
     if not (src / "raw.json").is_file() or not (src / "outputs.safetensors").is_file():
-        raise Int8confError(f"--merge {str(src)!r}: needs raw.json and outputs.safetensors "
-                            f"(written by 'int8conf scoreboard --save-outputs')")
+        raise Int8confError(
+            f"--merge {str(src)!r}: needs raw.json and outputs.safetensors "
+            f"(written by 'int8conf scoreboard --save-outputs')"
+        )
     try:
         raw = json.loads((src / "raw.json").read_text())
         outs = load_file(str(src / "outputs.safetensors"))
@@ -512,37 +583,61 @@ def load_raw(src: Path) -> list:
         raise Int8confError(f"--merge {str(src)!r}: unreadable ({type(e).__name__})") from None
     rows = []
     for d in raw:
-        r = Row(d["kernel"], d["device"], d.get("spec") or {}, d.get("cases") or {},
-                error=d.get("error"), elapsed_s=d.get("elapsed_s", 0.0),
-                warmup_s=d.get("warmup_s", 0.0))
+        r = Row(
+            d["kernel"],
+            d["device"],
+            d.get("spec") or {},
+            d.get("cases") or {},
+            error=d.get("error"),
+            elapsed_s=d.get("elapsed_s", 0.0),
+            warmup_s=d.get("warmup_s", 0.0),
+        )
         key = f"{r.kernel}@{r.device}|"
-        r.outputs = {k[len(key):]: v for k, v in outs.items() if k.startswith(key)}
+        r.outputs = {k[len(key) :]: v for k, v in outs.items() if k.startswith(key)}
         rows.append(r)
     return rows
 
 
 # ------------------------------------------------------------------ report
 
+
 def build(rows, cases, links, env: dict) -> dict:
     """The scoreboard document (JSON-able)."""
     from conformance.cases import case_id
+
     return {
-        "schema": SCHEMA, "version": SCHEMA_VERSION, "environment": env,
-        "cases": [{"case": case_id(o), "shape": [o.m, o.k, o.n], "out_dtype": str(o.out_dtype),
-                   "bias": o.bias is not None, "scale_mode": o.scale_mode} for o in cases],
-        "rows": [{
-            "kernel": r.kernel, "device": r.device, "overall": overall(r),
-            "declared": {"contract": (r.spec.get("contract") or {}),
-                         "steps": r.spec.get("steps")},
-            "version": r.spec.get("version"), "error": r.error,
-            "checks": _check_verdicts(r),
-            "cases_run": sum(1 for c in r.cases.values() if c.get("produced_output")),
-            "cases_failed": sorted(k for k, c in r.cases.items() if c.get("verdict") == "fail"),
-            "cases_timeout": sorted(k for k, c in r.cases.items() if c.get("verdict") == "timeout"),
-            "paths": sorted({c.get("path") for c in r.cases.values() if c.get("path")}),
-            "elapsed_s": round(r.elapsed_s, 2), "warmup_s": round(r.warmup_s, 2),
-            "repro": links.get(f"{r.kernel}@{r.device}", {}),
-        } for r in rows],
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "environment": env,
+        "cases": [
+            {
+                "case": case_id(o),
+                "shape": [o.m, o.k, o.n],
+                "out_dtype": str(o.out_dtype),
+                "bias": o.bias is not None,
+                "scale_mode": o.scale_mode,
+            }
+            for o in cases
+        ],
+        "rows": [
+            {
+                "kernel": r.kernel,
+                "device": r.device,
+                "overall": overall(r),
+                "declared": {"contract": (r.spec.get("contract") or {}), "steps": r.spec.get("steps")},
+                "version": r.spec.get("version"),
+                "error": r.error,
+                "checks": _check_verdicts(r),
+                "cases_run": sum(1 for c in r.cases.values() if c.get("produced_output")),
+                "cases_failed": sorted(k for k, c in r.cases.items() if c.get("verdict") == "fail"),
+                "cases_timeout": sorted(k for k, c in r.cases.items() if c.get("verdict") == "timeout"),
+                "paths": sorted({c.get("path") for c in r.cases.values() if c.get("path")}),
+                "elapsed_s": round(r.elapsed_s, 2),
+                "warmup_s": round(r.warmup_s, 2),
+                "repro": links.get(f"{r.kernel}@{r.device}", {}),
+            }
+            for r in rows
+        ],
         "max_spacing_from_standard": _max_spacing_from_standard(cases, rows),
         "interchangeability": _interchangeability(rows),
     }
@@ -551,6 +646,7 @@ def build(rows, cases, links, env: dict) -> dict:
 def _anchor(kernel: str, device: str, check: str) -> str:
     """Heading text and its GitHub anchor for a failure section."""
     import re
+
     text = re.sub(r"[^A-Za-z0-9_-]", "_", f"{kernel}-{device}-{check}")
     return text, text.lower()
 
@@ -558,38 +654,63 @@ def _anchor(kernel: str, device: str, check: str) -> str:
 def render_markdown(doc: dict) -> str:
     """Markdown scoreboard."""
     env = doc["environment"]
-    L = ["# int8conf scoreboard", "",
-         f"torch {env.get('torch')}, devices {env.get('devices')}, {len(doc['cases'])} cases, "
-         f"libraries: " + ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items()), "",
-         *[f"Merged rows from {e.get('cuda_device') or e.get('machine')}: torch {e.get('torch')}, "
-           f"devices {e.get('devices')}, libraries: "
-           + ", ".join(f"{k} {v}" for k, v in e.get("libraries", {}).items()) + "\n"
-           for e in env.get("merged_environments", [])],
-         "Verdicts are against each kernel's **own declared epilogue** (C8: 0 ulp) plus the "
-         "other per-case checks (C1, C2, C5 pow2 bit identity, C6 within 1 spacing of the "
-         "a_then_w reference at the declared bias point).", "",
-         "## Verdicts", ""]
+    L = [
+        "# int8conf scoreboard",
+        "",
+        f"torch {env.get('torch')}, devices {env.get('devices')}, {len(doc['cases'])} cases, "
+        f"libraries: " + ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items()),
+        "",
+        *[
+            f"Merged rows from {e.get('cuda_device') or e.get('machine')}: torch {e.get('torch')}, "
+            f"devices {e.get('devices')}, libraries: "
+            + ", ".join(f"{k} {v}" for k, v in e.get("libraries", {}).items())
+            + "\n"
+            for e in env.get("merged_environments", [])
+        ],
+        "Verdicts are against each kernel's **own declared epilogue** (C8: 0 ulp) plus the "
+        "other per-case checks (C1, C2, C5 pow2 bit identity, C6 within 1 spacing of the "
+        "a_then_w reference at the declared bias point).",
+        "",
+        "## Verdicts",
+        "",
+    ]
     checks = sorted({c for r in doc["rows"] for c in r["checks"]})
     L.append("| kernel | device | overall | " + " | ".join(checks) + " | cases | paths |")
     L.append("|---|---|---|" + "---|" * len(checks) + "---|---|")
     for r in doc["rows"]:
         cells = [r["checks"].get(c, "-") for c in checks]
-        cells = [f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})"
-                 if v == "fail" and c in r["repro"] else v for v, c in zip(cells, checks)]
-        L.append(f"| {r['kernel']} | {r['device']} | **{r['overall']}** | " + " | ".join(cells)
-                 + f" | {r['cases_run']} | {', '.join(r['paths'])} |")
-    L += ["", "## Maximum spacing (ulp) from each standard contract", "",
-          "| row | " + " | ".join(STANDARD) + " |", "|---|" + "---|" * len(STANDARD)]
+        cells = [
+            f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})" if v == "fail" and c in r["repro"] else v
+            for v, c in zip(cells, checks)
+        ]
+        L.append(
+            f"| {r['kernel']} | {r['device']} | **{r['overall']}** | "
+            + " | ".join(cells)
+            + f" | {r['cases_run']} | {', '.join(r['paths'])} |"
+        )
+    L += [
+        "",
+        "## Maximum spacing (ulp) from each standard contract",
+        "",
+        "| row | " + " | ".join(STANDARD) + " |",
+        "|---|" + "---|" * len(STANDARD),
+    ]
     for key, d in doc["max_spacing_from_standard"].items():
-        L.append(f"| {key} | " + " | ".join("-" if d[s] is None else str(d[s])
-                                            for s in STANDARD) + " |")
+        L.append(f"| {key} | " + " | ".join("-" if d[s] is None else str(d[s]) for s in STANDARD) + " |")
     keys = list(doc["interchangeability"])
-    L += ["", "## Bit interchangeability (cases with identical output bits / shared cases)", "",
-          "| | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    L += [
+        "",
+        "## Bit interchangeability (cases with identical output bits / shared cases)",
+        "",
+        "| | " + " | ".join(keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
     for ka in keys:
-        L.append(f"| {ka} | " + " | ".join(
-            f"{v['identical']}/{v['shared']}" for v in doc["interchangeability"][ka].values())
-            + " |")
+        L.append(
+            f"| {ka} | "
+            + " | ".join(f"{v['identical']}/{v['shared']}" for v in doc["interchangeability"][ka].values())
+            + " |"
+        )
     L += ["", "## Declared epilogues", ""]
     for r in doc["rows"]:
         st = r["declared"]["steps"]
@@ -606,12 +727,18 @@ def render_markdown(doc: dict) -> str:
     for r in doc["rows"]:
         for chk, lk in r["repro"].items():
             any_f = True
-            L += [f"### {_anchor(r['kernel'], r['device'], chk)[0]}", "",
-                  f"{r['kernel']} on {r['device']}, {chk}: {lk['summary']}", "",
-                  f"reproducer: [`{lk['file']}`]({lk['file']}) "
-                  f"({'single element' if lk['minimal'] else 'whole case'} "
-                  f"{lk['shape'][0]}x{lk['shape'][1]}x{lk['shape'][2]} of `{lk['case']}`)", "",
-                  f"```\n{lk['command']}\n```", ""]
+            L += [
+                f"### {_anchor(r['kernel'], r['device'], chk)[0]}",
+                "",
+                f"{r['kernel']} on {r['device']}, {chk}: {lk['summary']}",
+                "",
+                f"reproducer: [`{lk['file']}`]({lk['file']}) "
+                f"({'single element' if lk['minimal'] else 'whole case'} "
+                f"{lk['shape'][0]}x{lk['shape'][1]}x{lk['shape'][2]} of `{lk['case']}`)",
+                "",
+                f"```\n{lk['command']}\n```",
+                "",
+            ]
         if r["cases_timeout"]:
             any_f = True
             L.append(f"- {r['kernel']}@{r['device']}: timeouts on {', '.join(r['cases_timeout'])}")
@@ -627,6 +754,7 @@ def render_png(doc: dict, path: Path) -> None:
     import io
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -634,12 +762,12 @@ def render_png(doc: dict, path: Path) -> None:
 
     keys = list(doc["interchangeability"])
     n = len(keys)
-    frac = [[(v["identical"] / v["shared"]) if v["shared"] else float("nan")
-             for v in doc["interchangeability"][k].values()] for k in keys]
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(6 + 0.7 * n, 1.5 + 0.5 * n),
-                                   gridspec_kw={"width_ratios": [1, 3]})
-    colors = {"conformant": "#2e7d32", "not conformant": "#c62828", "timeout": "#ef6c00",
-              "not run": "#9e9e9e"}
+    frac = [
+        [(v["identical"] / v["shared"]) if v["shared"] else float("nan") for v in doc["interchangeability"][k].values()]
+        for k in keys
+    ]
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(6 + 0.7 * n, 1.5 + 0.5 * n), gridspec_kw={"width_ratios": [1, 3]})
+    colors = {"conformant": "#2e7d32", "not conformant": "#c62828", "timeout": "#ef6c00", "not run": "#9e9e9e"}
     ov = {f"{r['kernel']}@{r['device']}": r["overall"] for r in doc["rows"]}
     for i, k in enumerate(keys):
         ax0.barh(i, 1, color=colors.get(ov.get(k), "#9e9e9e"))
@@ -654,8 +782,15 @@ def render_png(doc: dict, path: Path) -> None:
     for i in range(n):
         for j in range(n):
             v = list(doc["interchangeability"][keys[i]].values())[j]
-            ax1.text(j, i, f"{v['identical']}/{v['shared']}", ha="center", va="center",
-                     fontsize=6, color="white" if (frac[i][j] or 0) < 0.6 else "black")
+            ax1.text(
+                j,
+                i,
+                f"{v['identical']}/{v['shared']}",
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white" if (frac[i][j] or 0) < 0.6 else "black",
+            )
     ax1.set_title("bit-identical cases / shared cases", fontsize=9)
     fig.colorbar(im, ax=ax1, fraction=0.03)
     fig.tight_layout()
@@ -669,14 +804,20 @@ def environment(devices) -> dict:
     """Versions and devices."""
     import importlib.metadata
     import platform
+
     libs = {}
     for d in ("torchao", "bitsandbytes", "triton", "vllm", "sgl-kernel"):
         try:
             libs[d] = importlib.metadata.version(d)
         except importlib.metadata.PackageNotFoundError:
             pass
-    env = {"torch": torch.__version__, "python": platform.python_version(),
-           "machine": platform.machine(), "devices": list(devices), "libraries": libs}
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "devices": list(devices),
+        "libraries": libs,
+    }
     if torch.cuda.is_available():
         env["cuda_device"] = torch.cuda.get_device_name(0)
     return env
@@ -686,14 +827,23 @@ def default_kernels() -> list[str]:
     """Every kernel available here: built-ins, then adapters."""
     from conformance.kernels import adapters
     from conformance.kernels.registry import BUILTINS, builtin_available
+
     return [b for b in BUILTINS if builtin_available(b)[0]] + adapters.available_adapters()
 
 
-def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]] = None,
-                   devices: Optional[Sequence[str]] = None, cases: Optional[Sequence] = None,
-                   case_timeout: float = 60.0, warmup_timeout: float = 300.0,
-                   quiet: bool = False, jobs: int = 1, merge: Sequence = (),
-                   save_outputs: bool = False, report_root: Optional[str] = None) -> dict:
+def run_scoreboard(
+    out_dir="reports/scoreboard",
+    kernels: Optional[Sequence[str]] = None,
+    devices: Optional[Sequence[str]] = None,
+    cases: Optional[Sequence] = None,
+    case_timeout: float = 60.0,
+    warmup_timeout: float = 300.0,
+    quiet: bool = False,
+    jobs: int = 1,
+    merge: Sequence = (),
+    save_outputs: bool = False,
+    report_root: Optional[str] = None,
+) -> dict:
     """Run the scoreboard and write its files.
 
     Args:
@@ -742,8 +892,10 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
     with Progress(disable=quiet, transient=False) as prog:
         tasks = [prog.add_task(f"{nm}@{d}", total=len(cases)) for nm, d in plan]
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:
-            futs = [ex.submit(run_row, nm, d, cases, case_timeout, warmup_timeout, prog, t)
-                    for (nm, d), t in zip(plan, tasks)]
+            futs = [
+                ex.submit(run_row, nm, d, cases, case_timeout, warmup_timeout, prog, t)
+                for (nm, d), t in zip(plan, tasks)
+            ]
             rows = [f.result() for f in futs]
     if save_outputs:
         save_raw(out, rows)
@@ -763,8 +915,12 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
     links = _write_repros(out, rows, cases, root)
     for src in merge:  # bring the merged rows' reproducers and links along
         import shutil
-        sdoc = json.loads((Path(src) / "scoreboard.json").read_text()) \
-            if (Path(src) / "scoreboard.json").is_file() else {"rows": []}
+
+        sdoc = (
+            json.loads((Path(src) / "scoreboard.json").read_text())
+            if (Path(src) / "scoreboard.json").is_file()
+            else {"rows": []}
+        )
         for r in sdoc["rows"]:
             key = f"{r['kernel']}@{r['device']}"
             if key not in source or source[key][1] != str(src) or not r.get("repro"):
@@ -784,7 +940,7 @@ def run_scoreboard(out_dir="reports/scoreboard", kernels: Optional[Sequence[str]
             p = Path(src) / "scoreboard.json"
             if p.is_file():
                 env["merged_environments"].append(json.loads(p.read_text()).get("environment", {}))
-    doc = portable_paths(build(rows, cases, links, env))   # no machine paths in the files
+    doc = portable_paths(build(rows, cases, links, env))  # no machine paths in the files
     atomic_write_json(out / "scoreboard.json", doc)
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
     render_png(doc, out / "scoreboard.png")

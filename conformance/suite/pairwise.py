@@ -27,19 +27,24 @@ def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[s
     (``conformance.checks.overflow``)."""
     from conformance.checks.output_bits import overflow_of
     from conformance.checks.overflow import declared_accumulator, may_leave_int32
+
     ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
     if ba == bb == "wrap" or not may_leave_int32(ops.a.shape[1]):
         return None
     from reference.accumulate import exact_int_mm
+
     n = declared_accumulator(ops, exact_int_mm(ops.a, ops.b), "wrap").n_at_risk
     if not n:
         return None
-    return (f"an accumulator can leave int32 at {n} elements and the declared overflow "
-            f"behaviours are {ba} ({spec_a.name}) and {bb} ({spec_b.name})")
+    return (
+        f"an accumulator can leave int32 at {n} elements and the declared overflow "
+        f"behaviours are {ba} ({spec_a.name}) and {bb} ({spec_b.name})"
+    )
 
 
-def expected_agreement(spec_a, spec_b, ops, dev_a: Optional[str] = None,
-                       dev_b: Optional[str] = None) -> tuple[bool, str]:
+def expected_agreement(
+    spec_a, spec_b, ops, dev_a: Optional[str] = None, dev_b: Optional[str] = None
+) -> tuple[bool, str]:
     """Whether two correct kernels must give identical bits on ``ops``.
 
     Args:
@@ -81,22 +86,26 @@ def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
         values and bit patterns, operand values), ``error``.
     """
     from conformance.checks.output_bits import run_device
+
     expect, reason = expected_agreement(spec_a, spec_b, ops, run_device(run_a), run_device(run_b))
     out = {"expected_identical": expect, "reason": reason}
     shape = (ops.m, ops.n)
     pa = output_problem(run_a.output, shape, ops.out_dtype, run_a.error)
     pb = output_problem(run_b.output, shape, ops.out_dtype, run_b.error)
     if pa or pb:
-        out.update(status="error", error="; ".join(
-            f"{s.name}: {p}" for s, p in ((spec_a, pa), (spec_b, pb)) if p))
+        out.update(status="error", error="; ".join(f"{s.name}: {p}" for s, p in ((spec_a, pa), (spec_b, pb)) if p))
         return out
     _, ev = compare_bits(run_a.output, run_b.output, 0, ops)
     ev.pop("operand_digests", None)
     ev.pop("first_over_tol", None)
     n = ev["n_elements"]
-    out.update(n_elements=n, n_equal=n - ev["n_differ"],
-               agreement=(n - ev["n_differ"]) / n if n else 1.0,
-               max_ulp=ev["max_ulp"], ulp_histogram=ev["ulp_histogram"])
+    out.update(
+        n_elements=n,
+        n_equal=n - ev["n_differ"],
+        agreement=(n - ev["n_differ"]) / n if n else 1.0,
+        max_ulp=ev["max_ulp"],
+        ulp_histogram=ev["ulp_histogram"],
+    )
     if "worst" in ev:
         out["worst"] = ev["worst"]
     if ev["n_differ"] == 0:
@@ -106,8 +115,9 @@ def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
     return out
 
 
-def summarize_pairs(kernel: str, other: str, pairs: list[tuple[str, dict]],
-                    other_manifest: Optional[dict] = None) -> dict:
+def summarize_pairs(
+    kernel: str, other: str, pairs: list[tuple[str, dict]], other_manifest: Optional[dict] = None
+) -> dict:
     """Aggregate per-case pair results into the report's pairwise section.
 
     Args:
@@ -134,16 +144,27 @@ def summarize_pairs(kernel: str, other: str, pairs: list[tuple[str, dict]],
     elif inter:
         summary = f"interchangeable: bit-identical on all {len(pairs)} cases ({n_el} elements)"
     else:
-        summary = (f"not interchangeable: {len(pairs) - counts.get('identical', 0)}/{len(pairs)} "
-                   f"cases differ; {n_el - n_eq}/{n_el} elements differ (max {max_ulp} ulp)")
+        summary = (
+            f"not interchangeable: {len(pairs) - counts.get('identical', 0)}/{len(pairs)} "
+            f"cases differ; {n_el - n_eq}/{n_el} elements differ (max {max_ulp} ulp)"
+        )
         if counts.get("differ-unexpected"):
-            summary += (f"; {counts['differ-unexpected']} cases differ where the declared "
-                        f"contracts require identical bits")
+            summary += (
+                f"; {counts['differ-unexpected']} cases differ where the declared contracts require identical bits"
+            )
         if counts.get("error"):
             summary += f"; {counts['error']} cases errored"
-    return {"kernel": kernel, "other": other, "other_manifest": other_manifest,
-            "interchangeable": inter, "summary": summary, "counts": counts,
-            "n_elements": n_el, "n_equal": n_eq,
-            "agreement": n_eq / n_el if n_el else None, "max_ulp": max_ulp,
-            "ulp_histogram": merge_histograms(p["ulp_histogram"] for p in ok),
-            "per_case": [{"case": c, **p} for c, p in pairs]}
+    return {
+        "kernel": kernel,
+        "other": other,
+        "other_manifest": other_manifest,
+        "interchangeable": inter,
+        "summary": summary,
+        "counts": counts,
+        "n_elements": n_el,
+        "n_equal": n_eq,
+        "agreement": n_eq / n_el if n_el else None,
+        "max_ulp": max_ulp,
+        "ulp_histogram": merge_histograms(p["ulp_histogram"] for p in ok),
+        "per_case": [{"case": c, **p} for c, p in pairs],
+    }

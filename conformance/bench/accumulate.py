@@ -1,6 +1,6 @@
 """Benchmark of exact int8 accumulation methods (exact-accumulator throughput).
 
-Run: ``python -m reference.bench_accumulate [--m 512] [--repeat 5] [--check] [--naive]``.
+Run: ``python -m conformance.bench.accumulate [--m 512] [--repeat 5] [--check] [--naive]``.
 Prints GMAC/s (M*K*N multiply-accumulates per second, best of ``repeat``)
 for Qwen3-1.7B-like layer shapes, M=512 and K, N in {2048, 6144}:
 
@@ -56,14 +56,15 @@ def main(argv=None) -> None:
     ap.add_argument("--check", action="store_true", help="verify each method's output")
     ap.add_argument("--naive", action="store_true", help="also time the int64 naive path")
     args = ap.parse_args(argv)
-    methods = [("exact_int_mm", exact_int_mm), ("float64_gemm", _float64_gemm),
-               ("torch._int_mm", _torch_int_mm)]
+    methods = [("exact_int_mm", exact_int_mm), ("float64_gemm", _float64_gemm), ("torch._int_mm", _torch_int_mm)]
     if args.naive:
         methods.append(("int64_naive", lambda a, b: int_mm_int64_naive(a[:8], b)))
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__}, threads={threads}, M={args.m}, best of {args.repeat}")
-    print("GMAC/s from wall-clock time; in brackets the same from this process's CPU time x "
-          "threads (only a hint of the unloaded rate when other processes compete)")
+    print(
+        "GMAC/s from wall-clock time; in brackets the same from this process's CPU time x "
+        "threads (only a hint of the unloaded rate when other processes compete)"
+    )
     head = f"{'K':>6} {'N':>6} " + " ".join(f"{n:>22}" for n, _ in methods) + "   ref/f64"
     print(head)
     g = torch.Generator().manual_seed(0)
@@ -79,14 +80,15 @@ def main(argv=None) -> None:
                 cpu_rates[name] = macs / max(tc, 1e-9) / 1e9 * threads
                 if name == "exact_int_mm":
                     ref = out
-                elif args.check and ref is not None and not torch.equal(out, ref[:out.shape[0]]):
+                elif args.check and ref is not None and not torch.equal(out, ref[: out.shape[0]]):
                     rates[name] = float("nan")
                     print(f"  !! {name} differs from exact_int_mm at K={k} N={n}")
             except Exception as e:  # a method unavailable on this build
                 rates[name] = cpu_rates[name] = float("nan")
                 print(f"  {name} failed: {type(e).__name__}: {e}")
         row = f"{k:>6} {n:>6} " + " ".join(
-            f"{rates[nm]:>12.1f} [{cpu_rates.get(nm, float('nan')):>7.1f}]" for nm, _ in methods)
+            f"{rates[nm]:>12.1f} [{cpu_rates.get(nm, float('nan')):>7.1f}]" for nm, _ in methods
+        )
         print(row + f"   {rates['exact_int_mm'] / rates['float64_gemm']:>6.2f}x")
 
 

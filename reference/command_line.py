@@ -1,6 +1,13 @@
-"""Shared argparse pieces of the ``int8conf`` (and ``detllm``) subcommands:
-integer types with one-line errors and the options every model-run command
-takes."""
+"""What both command lines (``int8conf`` and ``detllm``) share: the rich
+console factory :func:`make_console`, argparse value types that fail with one
+line, and output folders created up front (removed again when refused).
+
+On a terminal a table fits the terminal's width (rich folds long cells).
+Anywhere else (a pipe, a file, a CI log) nothing is wrapped: the console is
+:data:`WIDE` columns wide with ``soft_wrap``, so every table row and every
+line stays one line, whatever the length of its cells, and no colour codes
+are written.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +16,27 @@ import contextlib
 from pathlib import Path
 from typing import Iterable
 
-from reference.model.weights import SCALE_MODES
+#: Width of a console that is not a terminal: wider than any row we print.
+WIDE = 100_000
+
+
+def make_console(stderr: bool = False, file=None):
+    """A ``rich.console.Console`` on ``file`` (default: ``sys.stdout``, or
+    ``sys.stderr`` with ``stderr``; looked up when printing): the terminal's
+    width on a terminal, else :data:`WIDE` columns with ``soft_wrap``."""
+    from rich.console import Console
+
+    con = Console(stderr=stderr, file=file)
+    if con.is_terminal:
+        return con
+    return Console(stderr=stderr, file=file, width=WIDE, soft_wrap=True)
 
 
 def int_at_least(lo: int):
     """argparse ``type`` factory: an integer >= ``lo`` (argparse prints one
     error line and exits 2 otherwise; e.g. ``int_at_least(-1)`` for ``detllm
     demo --context-tokens``, where -1 means "the maximum")."""
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -24,6 +45,7 @@ def int_at_least(lo: int):
         if v < lo:
             raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
         return v
+
     return parse
 
 
@@ -37,12 +59,15 @@ def int_between(lo: int, hi: int):
         if v > hi:
             raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {v}")
         return v
+
     return parse
 
 
 #: argparse ``type`` for counts that may be 0 (e.g. ``--examples``);
 #: raises argparse.ArgumentTypeError for a non-integer or a negative value.
 non_negative_int = int_at_least(0)
+
+
 #: argparse ``type`` for counts that must be at least 1 (e.g. ``--reps``).
 positive_int = int_at_least(1)
 
@@ -89,7 +114,7 @@ def unit_interval_float(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= v <= 1.0:   # also False for NaN
+    if not 0.0 <= v <= 1.0:  # also False for NaN
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
     return v
 
@@ -104,6 +129,7 @@ def seed_int(text: str) -> int:
     """
     from reference.errors import SeedError
     from reference.seeds import check_seed
+
     try:
         return check_seed(text)
     except SeedError as e:
@@ -118,6 +144,7 @@ def positive_seconds(text: str) -> float:
             (argparse prints one error line and exits 2).
     """
     import math
+
     try:
         v = float(text)
     except ValueError:
@@ -127,48 +154,9 @@ def positive_seconds(text: str) -> float:
     return v
 
 
-def default_model_dir_arg(arg) -> Path:
-    """``--model`` value as a Path, or the shipped default model when None."""
-    if arg is not None:
-        return Path(arg)
-    from reference.model.assets import default_model_dir
-    return default_model_dir()
-
-
-def add_model_run_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--model --kernel --scale-mode --checkpoint --json`` (the model-run
-    commands ``perplexity`` and ``generate``)."""
-    p.add_argument("--model", help="Qwen3 directory (default: the shipped default model)")
-    p.add_argument("--kernel", default="cpu",
-                   help="kernel for every decoder linear: a built-in (cpu, int_mm, triton), "
-                        "pkg.module:function or entry point (default: cpu); perplexity also "
-                        "takes a comma list or 'all'")
-    p.add_argument("--scale-mode", default="own", choices=SCALE_MODES,
-                   help="weight scales: own (reference quantizer), pow2-nearest, pow2-ceiling "
-                        "(requantized from the parent), or bf16 (no quantization)")
-    p.add_argument("--checkpoint", help="take int8 weights + scales from this compressed-tensors "
-                                        "W8A8 checkpoint instead of quantizing --model")
-    p.add_argument("--json", action="store_true", help="print a JSON record")
-
-
-def parent_model_dir_arg(arg) -> Path:
-    """``--model`` of the checkpoint commands as a Path, or the shipped
-    default model (the parent of every derived checkpoint) when None."""
-    if arg is not None:
-        return Path(arg)
-    from reference.model.artifacts import default_parent_dir
-    return default_parent_dir()
-
-
-def describe_checkpoint(ck) -> str:
-    """One line for a written W8A8 checkpoint: directory, linears, state
-    digest and scale rule (``ck``: ``W8A8Checkpoint``)."""
-    n = len(ck.weights)
-    return f"{ck.dir}  ({n} int8 linears, state digest {ck.digest[:16]}, scales {ck.meta.get('scale_rule', '?')})"
-
-
-def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports directory",
-                   files: Iterable[str] = ()) -> None:
+def ensure_out_dir(
+    out: Path, option: str = "--out", what: str = "reports directory", files: Iterable[str] = ()
+) -> None:
     """Create an output directory now and check it is writable, so a bad
     ``--out`` fails before any work is done (check, gate, sweep, detllm
     prepare, the pytest plugin's ``--int8conf-reports``); ``what`` names the
@@ -185,20 +173,23 @@ def ensure_out_dir(out: Path, option: str = "--out", what: str = "reports direct
     import os
 
     from reference.errors import Int8confError
+
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise Int8confError(f"{option} {out}: exists and is not a directory") from None
     except OSError as e:
-        raise Int8confError(f"{option} {out}: cannot create {what} "
-                            f"({e.strerror or type(e).__name__}"
-                            f"{': ' + str(e.filename) if e.filename else ''})") from None
+        raise Int8confError(
+            f"{option} {out}: cannot create {what} "
+            f"({e.strerror or type(e).__name__}"
+            f"{': ' + str(e.filename) if e.filename else ''})"
+        ) from None
     # creating a file in a directory takes write and search permission
     if not os.access(out, os.W_OK | os.X_OK):
         raise Int8confError(f"{option} {out}: not writable")
     for name in files:
         f = out / name
-        if f.is_dir() and not f.is_symlink():   # a rename cannot replace a directory
+        if f.is_dir() and not f.is_symlink():  # a rename cannot replace a directory
             raise Int8confError(f"{option} {out}: {name} is a directory, not a file")
 
 

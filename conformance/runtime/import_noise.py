@@ -17,8 +17,11 @@ Errors from those loggers still show.
 import logging
 
 #: logger name -> level below which its records are dropped
-QUIET_LOGGERS = {"torchao": logging.ERROR, "torch.utils._pytree": logging.ERROR,
-                 "bitsandbytes.backends.cpu.ops": logging.ERROR}
+QUIET_LOGGERS = {
+    "torchao": logging.ERROR,
+    "torch.utils._pytree": logging.ERROR,
+    "bitsandbytes.backends.cpu.ops": logging.ERROR,
+}
 
 
 def silence_import_noise() -> None:

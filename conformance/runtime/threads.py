@@ -21,8 +21,9 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def torch_threads(requested: Optional[int], cores: int, workers: int, environ: Mapping[str, str],
-                  option: str = "--threads") -> Optional[int]:
+def torch_threads(
+    requested: Optional[int], cores: int, workers: int, environ: Mapping[str, str], option: str = "--threads"
+) -> Optional[int]:
     """torch intra-op threads for one of ``workers`` processes sharing ``cores``.
 
     In order: ``requested`` (the option ``option``, at most ``cores``);
@@ -35,8 +36,7 @@ def torch_threads(requested: Optional[int], cores: int, workers: int, environ: M
     """
     if requested is not None:
         if requested > cores:
-            raise Int8confError(f"{option} {requested}: this process may use {cores} cores; "
-                                f"give at most {cores}")
+            raise Int8confError(f"{option} {requested}: this process may use {cores} cores; give at most {cores}")
         return requested
     text = environ.get("INT8CONF_WORKER_THREADS")
     if text is not None:
@@ -52,12 +52,12 @@ def torch_threads(requested: Optional[int], cores: int, workers: int, environ: M
     return max(1, cores // max(1, workers))
 
 
-def set_torch_threads(requested: Optional[int], workers: int = 1,
-                      option: str = "--threads") -> Optional[int]:
+def set_torch_threads(requested: Optional[int], workers: int = 1, option: str = "--threads") -> Optional[int]:
     """Apply :func:`torch_threads` for this process (``torch.set_num_threads``);
     returns the count set (None: left to torch)."""
     n = torch_threads(requested, available_cores(), workers, os.environ, option)
     if n is not None:
         import torch
+
         torch.set_num_threads(n)
     return n

@@ -1,7 +1,7 @@
 """Whether a report covers the whole run: the ``partial`` record of
 ``conformance.json`` and ``gate.json``.
 
-A run stopped part-way (Ctrl-C, SIGTERM via ``conformance.graceful_stop``)
+A run stopped part-way (Ctrl-C, SIGTERM via ``conformance.runtime.graceful_stop``)
 or one that ran only some of its cases (a pytest selection, ``-x``) still
 writes its reports; its verdict then covers only what finished. This module
 builds the one record that says so, :func:`partial_run`; everything else is
@@ -23,8 +23,9 @@ SUBSET = "subset"
 _KINDS = ("suite", "plugin", "gate")
 
 
-def partial_run(cases_ran: int, cases_total: int, *, interrupted: bool = False,
-                stage: Optional[str] = None, kind: str = "suite") -> dict:
+def partial_run(
+    cases_ran: int, cases_total: int, *, interrupted: bool = False, stage: Optional[str] = None, kind: str = "suite"
+) -> dict:
     """The ``partial`` record of a run.
 
     Args:
@@ -63,23 +64,33 @@ def partial_run(cases_ran: int, cases_total: int, *, interrupted: bool = False,
     partial = bool(interrupted) or ran < total
     reason = (INTERRUPTED if interrupted else SUBSET) if partial else None
     stage = stage if interrupted else None  # a run that was not stopped has no stop stage
-    return {"partial": partial, "reason": reason, "cases_ran": ran, "cases_total": total,
-            "stage": stage, "note": _note(kind, ran, total, reason, stage) if partial else None}
+    return {
+        "partial": partial,
+        "reason": reason,
+        "cases_ran": ran,
+        "cases_total": total,
+        "stage": stage,
+        "note": _note(kind, ran, total, reason, stage) if partial else None,
+    }
 
 
 def _note(kind: str, ran: int, total: int, reason: str, stage: Optional[str]) -> str:
     """The human line of a partial record (the wording each producer's
     reports and README examples have used since partial runs were marked)."""
-    why = ("interrupted" + (f" during {stage}" if stage not in (None, "cases") else "")
-           if reason == INTERRUPTED else "pytest selection or early stop")
+    why = (
+        "interrupted" + (f" during {stage}" if stage not in (None, "cases") else "")
+        if reason == INTERRUPTED
+        else "pytest selection or early stop"
+    )
     if kind == "gate":
         return f"partial run: {ran} of {total} cases decided ({why})"
     if kind == "suite" and reason == INTERRUPTED:
-        return (f"partial run: interrupted after {ran} of {total} fixed cases"
-                + ("" if stage in (None, "fixed cases") else f", during {stage}")
-                + "; the verdict covers only what finished")
-    return (f"partial run: {ran} of {total} fixed cases ran ({why}); "
-            f"the verdict covers only those")
+        return (
+            f"partial run: interrupted after {ran} of {total} fixed cases"
+            + ("" if stage in (None, "fixed cases") else f", during {stage}")
+            + "; the verdict covers only what finished"
+        )
+    return f"partial run: {ran} of {total} fixed cases ran ({why}); the verdict covers only those"
 
 
 def complete_run(cases_total: int, kind: str = "suite") -> dict:

@@ -1,7 +1,7 @@
 """One operand case through every per-case check: :func:`evaluate_case`.
 
-The unit of work shared by the suite (``conformance.suite``), the property
-test (``conformance.property``) and the pytest plugin: run the kernel on one
+The unit of work shared by the suite (``conformance.suite.run``), the property
+test (``conformance.suite.property``) and the pytest plugin: run the kernel on one
 :class:`~reference.operands.GemmOperands`, compute the exact accumulator
 once, observe the kernel's own accumulator where it has an ``int_mm`` entry,
 apply C1-C6 and C8, and optionally compare with a second kernel. The result
@@ -15,14 +15,23 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from conformance.cases import case_id
-from conformance.checks.accumulator import (ObservedAccumulator, check_fp32_exact_accumulator,
-                                            check_int32_headroom, observe_accumulator)
+from conformance.checks.accumulator import (
+    ObservedAccumulator,
+    check_fp32_exact_accumulator,
+    check_int32_headroom,
+    observe_accumulator,
+)
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
+from conformance.checks.output_bits import (
+    check_declared_contract,
+    check_pow2_bit_identity,
+    check_real_scale_spacing,
+    declared_output_differs,
+    prefetch_output_comparisons,
+    prefetch_output_evidence,
+)
 from conformance.checks.ownership import check_output_ownership
-from conformance.checks.output_bits import (check_declared_contract, check_pow2_bit_identity,
-                                            check_real_scale_spacing, declared_output_differs,
-                                            prefetch_output_comparisons, prefetch_output_evidence)
 from conformance.checks.result import CHECK_NAMES, CheckResult
 from reference import memo
 from reference.errors import first_line
@@ -45,6 +54,7 @@ PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
 #: sweep hands its own runs in and stores no C10 row.
 OWNERSHIP_CHECK = ("C10", check_output_ownership)
 
+
 @dataclass
 class CaseResult:
     """Every per-case check on one operand case.
@@ -61,7 +71,7 @@ class CaseResult:
         elapsed_s: kernel wall time (seconds, from the runner).
         error: the kernel's error line, if it failed.
         operand_digests: ``GemmOperands.digests()``.
-        pair: ``conformance.pairwise.compare_pair`` result when ``--against``.
+        pair: ``conformance.suite.pairwise.compare_pair`` result when ``--against``.
         meta: the case's meta (layer, block, seed, ...).
         produced_output: the kernel returned an output tensor on this case
             (False when it was not runnable here or raised).
@@ -71,7 +81,7 @@ class CaseResult:
         output: the output tensor itself when ``evaluate_case(keep_output=True)``
             (not serialized; the gate compares two kernels' outputs with it).
         coverage: trigger conditions the case reaches
-            (``conformance.coverage.case_coverage``; ``{"error": line}`` if
+            (``conformance.suite.coverage.case_coverage``; ``{"error": line}`` if
             that measurement itself failed).
         prefetch_error: one line naming the exception a prefetch
             (``prefetch_output_comparisons``, ``prefetch_accumulator_questions``,
@@ -117,8 +127,7 @@ class CaseResult:
     def precondition_violations(self) -> list[CheckResult]:
         """Failed precondition checks caused by the operands, except those of
         a precondition case (:attr:`precondition_cases`)."""
-        return [r for r in self.checks.values()
-                if r.is_precondition_violation and not r.is_precondition_case]
+        return [r for r in self.checks.values() if r.is_precondition_violation and not r.is_precondition_case]
 
     @property
     def precondition_cases(self) -> list[CheckResult]:
@@ -141,22 +150,43 @@ class CaseResult:
     def to_dict(self) -> dict:
         """JSON-able dict; full evidence for failing checks, the headline
         numbers (max ulp, histogram, accumulator maxima) for the others."""
-        keep = ("max_ulp", "n_differ", "n_over_tol", "ulp_histogram", "premise_violations",
-                "observed_max_abs", "exact_max_abs", "max_abs", "bound_tight_max",
-                "acc_source", "mismatched", "reason")
+        keep = (
+            "max_ulp",
+            "n_differ",
+            "n_over_tol",
+            "ulp_histogram",
+            "premise_violations",
+            "observed_max_abs",
+            "exact_max_abs",
+            "max_abs",
+            "bound_tight_max",
+            "acc_source",
+            "mismatched",
+            "reason",
+        )
         checks = {}
         for cid, r in self.checks.items():
-            ev = r.evidence if r.verdict == "fail" else {
-                k: v for k, v in r.evidence.items() if k in keep}
+            ev = r.evidence if r.verdict == "fail" else {k: v for k, v in r.evidence.items() if k in keep}
             checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
-        d = {"case": self.case, "source": self.source, "scale_mode": self.scale_mode,
-             "shape": self.shape, "out_dtype": self.out_dtype, "bias": self.bias,
-             "verdict": self.verdict, "checks": checks,
-             "path": self.run_manifest.get("path"), "elapsed_s": self.elapsed_s,
-             "error": self.error, "operand_digests": self.operand_digests, "meta": self.meta,
-             "produced_output": self.produced_output, "not_run_reason": self.not_run_reason,
-             "output_digest": self.output_digest,
-             "coverage": self.coverage}
+        d = {
+            "case": self.case,
+            "source": self.source,
+            "scale_mode": self.scale_mode,
+            "shape": self.shape,
+            "out_dtype": self.out_dtype,
+            "bias": self.bias,
+            "verdict": self.verdict,
+            "checks": checks,
+            "path": self.run_manifest.get("path"),
+            "elapsed_s": self.elapsed_s,
+            "error": self.error,
+            "operand_digests": self.operand_digests,
+            "meta": self.meta,
+            "produced_output": self.produced_output,
+            "not_run_reason": self.not_run_reason,
+            "output_digest": self.output_digest,
+            "coverage": self.coverage,
+        }
         if self.pair is not None:
             d["pair"] = self.pair
         if self.prefetch_error is not None:
@@ -185,15 +215,17 @@ def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
     safe; hiding the failure is not (it would silently cost the sweep its
     speed-up, or mask a bug the checks then hit too), so it is warned and
     kept on the case. KeyboardInterrupt and SystemExit are not caught: a
-    stop is the caller's (``conformance.graceful_stop``), and the kernel's
+    stop is the caller's (``conformance.runtime.graceful_stop``), and the kernel's
     own errors never reach here (``run_kernel`` records them on ``run.error``).
     """
     try:
         return fn(spec, ops, *args), None
     except Exception as e:  # noqa: BLE001 -- fall back to the checks' own computations
         line = f"{fn.__name__} raised {type(e).__name__}: {first_line(e, limit=None)}"
-        warnings.warn(PrefetchWarning(f"{spec.name} {case_id(ops)}: {line}; the checks "
-                                      f"computed their comparisons themselves"), stacklevel=3)
+        warnings.warn(
+            PrefetchWarning(f"{spec.name} {case_id(ops)}: {line}; the checks computed their comparisons themselves"),
+            stacklevel=3,
+        )
         return None, line
 
 
@@ -201,8 +233,7 @@ def check_error(cid: str, e: BaseException) -> CheckResult:
     """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that
     itself raised ``e``: one line naming the exception."""
     line = f"check raised {type(e).__name__}: {first_line(e, None)}"
-    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line,
-                       {"check_error": line, "failure_kind": "harness"})
+    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line, {"check_error": line, "failure_kind": "harness"})
 
 
 def _jsonable_meta(meta: dict) -> dict:
@@ -218,6 +249,7 @@ def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
     to violate it."""
     from conformance.cases._common import VIOLATES
     from conformance.checks.result import PRECONDITION_CASE
+
     for cid in (meta or {}).get(VIOLATES) or ():
         r = checks.get(cid)
         if r is not None and r.is_precondition_violation:
@@ -250,8 +282,7 @@ class CaseEvaluation:
         KernelRun, once settled), obs (the ObservedAccumulator, once settled).
     """
 
-    def __init__(self, spec, ops, device: Optional[str] = None, run=None,
-                 keep_on_device: bool = False):
+    def __init__(self, spec, ops, device: Optional[str] = None, run=None, keep_on_device: bool = False):
         from conformance.checks.accumulator import prefetch_accumulator_questions
         from conformance.kernels.runner import KernelLaunch, start_int_mm, start_kernel
         from reference.accumulate import exact_int_mm
@@ -262,26 +293,28 @@ class CaseEvaluation:
         if isinstance(run, KernelLaunch):
             self.launch = run
         elif run is None:
-            self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device,
-                                       probe_ownership=True)
+            self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device, probe_ownership=True)
         else:
             self.run = run
         self.exact = exact_int_mm(ops.a, ops.b)
         self._acc_launch, self._acc_error = None, None
         if getattr(spec, "int_mm", None) is not None:
             try:
-                self._acc_launch = start_int_mm(spec, ops.a, ops.b, device=device,
-                                                keep_on_device=keep_on_device)
+                self._acc_launch = start_int_mm(spec, ops.a, ops.b, device=device, keep_on_device=keep_on_device)
             except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
                 self._acc_error = e
         subject = self.run if self.run is not None else self.launch
         acc = self._acc_launch
         # inside a reference.memo scope (the sweep): every question asked now
-        self._outputs, err = _prefetch(spec, ops, prefetch_output_comparisons, subject,
-                                       self.exact)
-        _, err2 = _prefetch(spec, ops, prefetch_accumulator_questions,
-                            None if acc is None else acc.acc,
-                            None if acc is None else acc.manifest, self.exact)
+        self._outputs, err = _prefetch(spec, ops, prefetch_output_comparisons, subject, self.exact)
+        _, err2 = _prefetch(
+            spec,
+            ops,
+            prefetch_accumulator_questions,
+            None if acc is None else acc.acc,
+            None if acc is None else acc.manifest,
+            self.exact,
+        )
         self._prefetch_errors = [e for e in (err, err2) if e]
 
     def settle(self) -> "CaseEvaluation":
@@ -293,8 +326,7 @@ class CaseEvaluation:
         if self.run is None:
             self.run = self.launch.result()
         self.obs = self._observed()
-        _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact,
-                           self._outputs)
+        _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact, self._outputs)
         if err:
             self._prefetch_errors.append(err)
         return self
@@ -304,8 +336,9 @@ class CaseEvaluation:
             e = self._acc_error
             return ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
         try:
-            return observe_accumulator(self.spec, self.ops, device=self.device,
-                                       keep_on_device=self.keep_on_device, launch=self._acc_launch)
+            return observe_accumulator(
+                self.spec, self.ops, device=self.device, keep_on_device=self.keep_on_device, launch=self._acc_launch
+            )
         except Exception as e:  # noqa: BLE001 -- the runner should not raise; keep going
             return ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
 
@@ -317,13 +350,18 @@ class CaseEvaluation:
         reads, never a verdict."""
         self.settle()
         try:
-            return declared_output_differs(self.spec, self.ops, self.run, self.exact,
-                                           self._outputs)
+            return declared_output_differs(self.spec, self.ops, self.run, self.exact, self._outputs)
         except Exception:  # noqa: BLE001 -- only a hint
             return True
 
-    def result(self, against=None, source: Optional[str] = None, keep_output: bool = False,
-               coverage: bool = True, output_digest: bool = True) -> CaseResult:
+    def result(
+        self,
+        against=None,
+        source: Optional[str] = None,
+        keep_output: bool = False,
+        coverage: bool = True,
+        output_digest: bool = True,
+    ) -> CaseResult:
         """The CaseResult (settles first). Args as :func:`evaluate_case`."""
         from conformance.kernels.runner import run_kernel
         from reference.operands import tensor_digest
@@ -342,41 +380,60 @@ class CaseEvaluation:
         _mark_precondition_cases(checks, ops.meta)
         pair = None
         if against is not None:
-            from conformance.pairwise import compare_pair
+            from conformance.suite.pairwise import compare_pair
+
             run_b = run_kernel(against, ops, device=device)
             pair = compare_pair(spec, against, ops, run, run_b)
         meta = dict(ops.meta or {})
         cov = {}
         try:
             if coverage:
-                from conformance.coverage import case_coverage
+                from conformance.suite.coverage import case_coverage
+
                 cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
         return CaseResult(
-            case=case_id(ops), source=source or meta.get("source", "synthetic"),
-            scale_mode=ops.scale_mode, shape=[ops.m, ops.k, ops.n], out_dtype=str(ops.out_dtype),
-            bias=ops.bias is not None, checks=checks, run_manifest=dict(run.manifest or {}),
-            elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0), error=run.error,
-            operand_digests=ops.digests(), pair=pair, meta=_jsonable_meta(meta),
-            produced_output=run.output is not None, coverage=cov,
-            output_digest=None if run.output is None or not output_digest
-            else tensor_digest(run.output),
+            case=case_id(ops),
+            source=source or meta.get("source", "synthetic"),
+            scale_mode=ops.scale_mode,
+            shape=[ops.m, ops.k, ops.n],
+            out_dtype=str(ops.out_dtype),
+            bias=ops.bias is not None,
+            checks=checks,
+            run_manifest=dict(run.manifest or {}),
+            elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0),
+            error=run.error,
+            operand_digests=ops.digests(),
+            pair=pair,
+            meta=_jsonable_meta(meta),
+            produced_output=run.output is not None,
+            coverage=cov,
+            output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
             output=run.output if keep_output else None,
-            prefetch_error="; ".join(self._prefetch_errors) or None)
+            prefetch_error="; ".join(self._prefetch_errors) or None,
+        )
 
 
-def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
-                  source: Optional[str] = None, keep_output: bool = False,
-                  coverage: bool = True, run=None, output_digest: bool = True,
-                  keep_on_device: bool = False) -> CaseResult:
+def evaluate_case(
+    spec,
+    ops,
+    against=None,
+    device: Optional[str] = None,
+    source: Optional[str] = None,
+    keep_output: bool = False,
+    coverage: bool = True,
+    run=None,
+    output_digest: bool = True,
+    keep_on_device: bool = False,
+) -> CaseResult:
     """Run ``spec`` on one case and apply every per-case check.
 
     Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
     (``reference.accumulate.exact_int_mm``, computed once and shared); the
     observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
     when it has one); C1-C6 and C8; with ``against``, the other kernel on the
-    same operands and their bit agreement (``conformance.pairwise``).
+    same operands and their bit agreement (``conformance.suite.pairwise``).
     (:class:`CaseEvaluation` does it; its steps let a caller read its own
     device questions with the case's.)
 
@@ -390,7 +447,7 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
         source: overrides ``ops.meta["source"]`` in the result.
         keep_output: keep the kernel's output tensor on ``CaseResult.output``.
         coverage: measure the case's trigger conditions
-            (``conformance.coverage.case_coverage``; the sweep, which stores
+            (``conformance.suite.coverage.case_coverage``; the sweep, which stores
             no coverage, turns it off: it was half of a layer cell's time).
         run: the KernelRun of ``spec`` on ``ops`` when the caller already has
             it (``run_kernel`` is then not called again), or its
@@ -412,9 +469,8 @@ def evaluate_case(spec, ops, against=None, device: Optional[str] = None,
 
     Raises:
         OperandError: ``ops`` themselves are invalid (as ``run_kernel``).
-        KeyboardInterrupt: a stop (Ctrl-C, SIGTERM via ``conformance.graceful_stop``).
+        KeyboardInterrupt: a stop (Ctrl-C, SIGTERM via ``conformance.runtime.graceful_stop``).
     """
-    return CaseEvaluation(spec, ops, device=device, run=run,
-                          keep_on_device=keep_on_device).result(
-        against=against, source=source, keep_output=keep_output, coverage=coverage,
-        output_digest=output_digest)
+    return CaseEvaluation(spec, ops, device=device, run=run, keep_on_device=keep_on_device).result(
+        against=against, source=source, keep_output=keep_output, coverage=coverage, output_digest=output_digest
+    )

@@ -24,7 +24,7 @@ from typing import Optional
 
 import pandas as pd
 
-from conformance.scoring import CHECK_ORDER, headlines, mismatches, scorecard, signature_hits, totals
+from conformance.sweep.scoring import CHECK_ORDER, headlines, mismatches, scorecard, signature_hits, totals
 from faults.catalogue import get_fault
 from reference.fileio import atomic_write_json, atomic_write_text, portable_paths, portable_text
 
@@ -37,7 +37,8 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
         matrices: ``{tag: PredictionMatrix}`` in protocol order (v1 first).
         meta: sweep description (kernel, cells, timing, executor, C7 settings, machine).
     """
-    from conformance.scoring import observations
+    from conformance.sweep.scoring import observations
+
     obs = observations(rows)
     card = scorecard(obs, matrices, by_mode=True)
     card_f = scorecard(obs, matrices, by_mode=False)
@@ -46,16 +47,30 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
     sig_rate = {}
     if not sig.empty:
         for f, g in sig.groupby("fault"):
-            sig_rate[f] = {"cells_with_failures": int(len(g)), "injected_fault_matched": int(g["hit"].sum()),
-                           "mean_classes_matched": round(float(g["n_matched"].mean()), 2)}
+            sig_rate[f] = {
+                "cells_with_failures": int(len(g)),
+                "injected_fault_matched": int(g["hit"].sum()),
+                "mean_classes_matched": round(float(g["n_matched"].mean()), 2),
+            }
     return {
         "meta": meta,
-        "matrices": {tag: {"file": m.path.name, "sha256": m.sha256,
-                           "amends": m.amends, "rows": list(m.rows), "core_cells": m.n_core_cells(),
-                           "changes": m.changes} for tag, m in matrices.items()},
-        "table": card, "table_by_fault": card_f, "mismatches": mm,
+        "matrices": {
+            tag: {
+                "file": m.path.name,
+                "sha256": m.sha256,
+                "amends": m.amends,
+                "rows": list(m.rows),
+                "core_cells": m.n_core_cells(),
+                "changes": m.changes,
+            }
+            for tag, m in matrices.items()
+        },
+        "table": card,
+        "table_by_fault": card_f,
+        "mismatches": mm,
         "totals": {tag: totals(obs, m, tag) for tag, m in matrices.items()},
-        "headlines": headlines(obs), "signatures": sig_rate,
+        "headlines": headlines(obs),
+        "signatures": sig_rate,
     }
 
 
@@ -66,12 +81,12 @@ def _fmt_rate(x) -> str:
 def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> None:
     """Detection-rate heatmap (rows fault@mode, columns checks) to ``path`` (PNG)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rows = sorted({(r.fault, r.scale_mode) for r in card.itertuples()},
-                  key=lambda t: (int(t[0][1:]), t[1]))
+    rows = sorted({(r.fault, r.scale_mode) for r in card.itertuples()}, key=lambda t: (int(t[0][1:]), t[1]))
     cols = [c for c in CHECK_ORDER if c in set(card["check_id"])]
     z = np.full((len(rows), len(cols)), np.nan)
     txt = [["" for _ in cols] for _ in rows]
@@ -85,23 +100,36 @@ def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> Non
             txt[i][j] = "n/a"
         t = tag.replace(".", "_")
         # false negatives in cells where the fault changed nothing are not the check's miss
-        box[i, j] = (getattr(r, f"fp_{t}", 0) or 0) + (getattr(r, f"fn_{t}", 0) or 0) \
-            - (getattr(r, f"fn_no_op_{t}", 0) or 0) > 0
+        box[i, j] = (getattr(r, f"fp_{t}", 0) or 0) + (getattr(r, f"fn_{t}", 0) or 0) - (
+            getattr(r, f"fn_no_op_{t}", 0) or 0
+        ) > 0
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(cols), 0.9 + 0.36 * len(rows)))
     im = ax.imshow(z, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
             v = z[i, j]
-            ax.text(j, i, txt[i][j], ha="center", va="center", fontsize=7,
-                    color="white" if (np.isnan(v) or v < 0.6) else "black")
+            ax.text(
+                j,
+                i,
+                txt[i][j],
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if (np.isnan(v) or v < 0.6) else "black",
+            )
             if box[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), [f"{f} {get_fault(f).name} [{m}]" for f, m in rows], fontsize=7)
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="detection rate (fired / applicable cells)")
-    fig.text(0.01, 0.005, f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed "
-                         f"an output); n/a: check not applicable in that scale mode", fontsize=7)
+    fig.text(
+        0.01,
+        0.005,
+        f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed "
+        f"an output); n/a: check not applicable in that scale mode",
+        fontsize=7,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
@@ -112,9 +140,16 @@ def _md_table(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in df.itertuples(index=False):
-        lines.append("| " + " | ".join("" if (v is None or (isinstance(v, float) and pd.isna(v)))
-                                       else (f"{v:.2f}" if isinstance(v, float) else str(v))
-                                       for v in r) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                ""
+                if (v is None or (isinstance(v, float) and pd.isna(v)))
+                else (f"{v:.2f}" if isinstance(v, float) else str(v))
+                for v in r
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -122,58 +157,89 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     """The scorecard as Markdown."""
     m = sc["meta"]
     tags = list(sc["matrices"])
-    out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", "",
-           f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
-    asked = (f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
-             f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
-             f"{m['model_cells']} model cells (C7, E1)")
+    out = [
+        f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`",
+        "",
+        f"Produced by `{m.get('command', 'int8conf sweep')}`.",
+        "",
+    ]
+    asked = (
+        f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
+        f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
+        f"{m['model_cells']} model cells (C7, E1)"
+    )
     stored = (m.get("stored_layer_cells"), m.get("stored_model_cells"))
     if None in stored or stored == (m["layer_cells"], m["model_cells"]):
         out += [f"- cells: {asked}"]
     else:  # a slice run on a store holding more: the tables score every stored cell
-        out += [f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} model "
-                f"cells (this command asked for {asked})"]
+        out += [
+            f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} model "
+            f"cells (this command asked for {asked})"
+        ]
     out += [
-            f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)",
-            f"- timing: {m.get('timing_line', '')}",
-            f"- C7 inside the sweep: {m.get('c7_line', '')}",
-            f"- E1: {m.get('e1_line', '')}",
-            f"- machine: {m.get('machine', '')}", ""]
+        f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)",
+        f"- timing: {m.get('timing_line', '')}",
+        f"- C7 inside the sweep: {m.get('c7_line', '')}",
+        f"- E1: {m.get('e1_line', '')}",
+        f"- machine: {m.get('machine', '')}",
+        "",
+    ]
     out += ["## Matrices", ""]
-    for tag, mx in sc["matrices"].items():
+    for mx in sc["matrices"].values():
         am = f", amends {mx['amends']['file']}@{mx['amends']['sha256'][:12]}" if mx["amends"] else ""
-        out.append(f"- `{mx['file']}` sha256 `{mx['sha256'][:16]}...`: {len(mx['rows'])} rows, "
-                   f"{mx['core_cells']} core cells{am}; {len(mx['changes'])} changed cells")
+        out.append(
+            f"- `{mx['file']}` sha256 `{mx['sha256'][:16]}...`: {len(mx['rows'])} rows, "
+            f"{mx['core_cells']} core cells{am}; {len(mx['changes'])} changed cells"
+        )
     out += ["", "## Totals", ""]
     for tag, t in sc["totals"].items():
         for part in ("core", "all"):
             x = t[part]
-            out.append(f"- against {tag}, {'C1-C7' if part == 'core' else 'C1-C8 + E1'}: "
-                       f"{x['scored']} scored check-cells, TP {x['TP']}, TN {x['TN']}, FP {x['FP']}, "
-                       f"FN {x['FN']} (of which {x['FN_no_op']} in cells where the fault changed "
-                       f"nothing), unexpected-applicable {x['unexpected_applicable']}")
+            out.append(
+                f"- against {tag}, {'C1-C7' if part == 'core' else 'C1-C8 + E1'}: "
+                f"{x['scored']} scored check-cells, TP {x['TP']}, TN {x['TN']}, FP {x['FP']}, "
+                f"FN {x['FN']} (of which {x['FN_no_op']} in cells where the fault changed "
+                f"nothing), unexpected-applicable {x['unexpected_applicable']}"
+            )
     h = sc["headlines"]
     out += ["", "## Headlines", "", f"- F8 (null) fired a check in {h['f8_fired']} check-cells.", ""]
-    out.append("| fault | detected by (cells fired) | layer cells | effective (changed output) | "
-               "no-op | max spacings moved |")
+    out.append(
+        "| fault | detected by (cells fired) | layer cells | effective (changed output) | no-op | max spacings moved |"
+    )
     out.append("|---|---|---|---|---|---|")
     for f, d in h["per_fault"].items():
         det = ", ".join(f"{c} {n}" for c, n in d["detected_by"].items()) or "none"
-        out.append(f"| {f} {d['name']} | {det} | {d['layer_cells']} | {d['effective_cells']} | "
-                   f"{d['no_op_cells']} | {d['max_spacing']} |")
-    out += ["", "What C8 adds over C1-C6 (layer cells where only C8 fired): "
-            + (", ".join(f"{f} {n}" for f, n in h["c8_adds"].items()) or "nothing"),
-            "", "What E1 adds over C7 (model cells where E1 fired and C7 did not): "
-            + (", ".join(f"{f} {n}" for f, n in h["e1_adds"].items()) or "nothing"), ""]
+        out.append(
+            f"| {f} {d['name']} | {det} | {d['layer_cells']} | {d['effective_cells']} | "
+            f"{d['no_op_cells']} | {d['max_spacing']} |"
+        )
+    out += [
+        "",
+        "What C8 adds over C1-C6 (layer cells where only C8 fired): "
+        + (", ".join(f"{f} {n}" for f, n in h["c8_adds"].items()) or "nothing"),
+        "",
+        "What E1 adds over C7 (model cells where E1 fired and C7 did not): "
+        + (", ".join(f"{f} {n}" for f, n in h["e1_adds"].items()) or "nothing"),
+        "",
+    ]
     if sc["signatures"]:
-        out += ["Fault signatures (the lines a failing conformance report prints), checked on "
-                "every layer cell with a failure: " + "; ".join(
-                    f"{f} {v['injected_fault_matched']}/{v['cells_with_failures']} cells name the "
-                    f"injected fault (mean {v['mean_classes_matched']} classes matched)"
-                    for f, v in sc["signatures"].items()), ""]
-    out += ["## Fault x check", "",
-            "Detection rate = fired / (fired + silent) cells; n/a cells (C5 under own scales, "
-            "C6 under pow2) are not scored. `pred`, `FP`, `FN` per matrix.", ""]
+        out += [
+            "Fault signatures (the lines a failing conformance report prints), checked on "
+            "every layer cell with a failure: "
+            + "; ".join(
+                f"{f} {v['injected_fault_matched']}/{v['cells_with_failures']} cells name the "
+                f"injected fault (mean {v['mean_classes_matched']} classes matched)"
+                for f, v in sc["signatures"].items()
+            ),
+            "",
+        ]
+    out += [
+        "## Fault x check",
+        "",
+        "Detection rate = fired / (fired + silent) cells; n/a cells (C5 under own scales, "
+        "C6 under pow2) are not scored. `pred`, `FP`, `FN` per matrix.",
+        "",
+    ]
     card = sc["table_by_fault"]
     cols = ["fault", "check_id", "cells", "fired", "silent", "na", "detection_rate", "no_op_cells"]
     for tag in tags:
@@ -185,12 +251,21 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
         mm = sc["mismatches"][tag]
         out += [f"## Mismatches against {tag} ({len(mm)} check-cells)", ""]
         if len(mm):
-            summary = mm.groupby(["fault", "check_id", "scale_mode", "outcome"]).agg(
-                cells=("layer", "size"), no_op=("gt_no_op", lambda s: int((s == True).sum())),  # noqa: E712
-                max_spacing=("gt_max_spacing", "max")).reset_index()
-            out += [_md_table(summary), "",
-                    f"First {min(max_mismatches, len(mm))} cells (all of them in mismatches.csv / "
-                    f"scorecard.json):", ""]
+            summary = (
+                mm.groupby(["fault", "check_id", "scale_mode", "outcome"])
+                .agg(
+                    cells=("layer", "size"),
+                    no_op=("gt_no_op", lambda s: int((s == True).sum())),  # noqa: E712
+                    max_spacing=("gt_max_spacing", "max"),
+                )
+                .reset_index()
+            )
+            out += [
+                _md_table(summary),
+                "",
+                f"First {min(max_mismatches, len(mm))} cells (all of them in mismatches.csv / scorecard.json):",
+                "",
+            ]
             show = mm.head(max_mismatches).copy()
             show["summary"] = show["summary"].str.slice(0, 90)
             out += [_md_table(show), ""]
@@ -212,12 +287,14 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     js["table"] = json.loads(sc["table"].to_json(orient="records"))
     js["table_by_fault"] = json.loads(sc["table_by_fault"].to_json(orient="records"))
     js["mismatches"] = {t: json.loads(df.to_json(orient="records")) for t, df in sc["mismatches"].items()}
-    paths = [out / "scorecard.json", out / "scorecard.csv", out / "mismatches.csv",
-             out / "scorecard.md"]
+    paths = [out / "scorecard.json", out / "scorecard.csv", out / "mismatches.csv", out / "scorecard.md"]
     atomic_write_json(paths[0], portable_paths(js))
     atomic_write_text(paths[1], portable_text(sc["table"].to_csv(index=False)))
-    mm = pd.concat([df.assign(matrix=t) for t, df in sc["mismatches"].items()], ignore_index=True) \
-        if sc["mismatches"] else pd.DataFrame()
+    mm = (
+        pd.concat([df.assign(matrix=t) for t, df in sc["mismatches"].items()], ignore_index=True)
+        if sc["mismatches"]
+        else pd.DataFrame()
+    )
     atomic_write_text(paths[2], portable_text(mm.to_csv(index=False)))
     atomic_write_text(paths[3], portable_text(markdown(sc)))
     card = sc["table"].rename(columns=lambda c: c.replace(".", "_"))
@@ -229,7 +306,11 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
         (out / "detection.png").unlink(missing_ok=True)
         return paths
     paths.append(out / "detection.png")
-    heatmap(card, None, tags[-1], paths[4],
-            heat_title or f"{sc['meta']['kernel']}: fault x check detection "
-                          f"({sc['meta']['layer_cells']} layer cells)")
+    heatmap(
+        card,
+        None,
+        tags[-1],
+        paths[4],
+        heat_title or f"{sc['meta']['kernel']}: fault x check detection ({sc['meta']['layer_cells']} layer cells)",
+    )
     return paths

@@ -1,10 +1,10 @@
-"""conformance.study.gate: both quantization rules, checked against
+"""conformance.study.reconstruction: both quantization rules, checked against
 compressed-tensors itself and against checkpoints built under each rule."""
 
 import pytest
 import torch
 
-from conformance.study import gate
+from conformance.study import reconstruction as gate
 from reference.model.checkpoint import load_qwen3_state, write_random_qwen3
 from reference.model.compressed_tensors import build_w8a8_checkpoint
 from reference.model.pow2 import ReconstructionGateError
@@ -21,8 +21,11 @@ def test_the_issue_example_rounds_differently_under_the_two_rules():
     # absmax / 127.5 rounds to exactly 0x3A25 (found by scanning bf16 values).
     w = _bf16(0x3CC7)
     target = _bf16(0x3A25)
-    absmax = next(_bf16(b) for b in range(0x3D80, 0x3DC0)
-                  if torch.equal((_bf16(b) / 127.5).view(torch.int16), target.view(torch.int16)))
+    absmax = next(
+        _bf16(b)
+        for b in range(0x3D80, 0x3DC0)
+        if torch.equal((_bf16(b) / 127.5).view(torch.int16), target.view(torch.int16))
+    )
     row = torch.cat([w, absmax]).reshape(1, 2)
     q_cpu, s = quantize_weight_per_channel(row)
     q_f32, s2 = quantize_weight_per_channel(row, division="float32")
@@ -30,6 +33,7 @@ def test_the_issue_example_rounds_differently_under_the_two_rules():
     assert float((w / target)[0]) == 38.5
     assert int(q_cpu[0, 0]) == 38 and int(q_f32[0, 0]) == 39
     from reference.errors import OperandError
+
     with pytest.raises(OperandError, match="division"):
         quantize_weight_per_channel(row, division="float64")
 
@@ -65,8 +69,9 @@ def test_library_check_reports_every_layer_identical(tiny):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("gate")
-    parent = write_random_qwen3(d / "parent", seed=3, num_hidden_layers=1, hidden_size=128,
-                                intermediate_size=256, vocab_size=128)
+    parent = write_random_qwen3(
+        d / "parent", seed=3, num_hidden_layers=1, hidden_size=128, intermediate_size=256, vocab_size=128
+    )
     cpu = build_w8a8_checkpoint(parent, d / "cpu")
     f32 = build_w8a8_checkpoint(parent, d / "f32", quantizer=gate.rule_quantizer("cuda-triton"))
     return parent, cpu.dir, f32.dir
@@ -85,6 +90,7 @@ def test_gate_fails_naming_tensor_and_element_when_neither_rule_reproduces(tiny,
 
     parent, cpu_dir, _ = tiny
     import shutil
+
     bad = tmp_path / "bad"
     shutil.copytree(cpu_dir, bad)
     t = load_file(str(bad / "model.safetensors"))

@@ -51,8 +51,11 @@ def make_operands(m: int, k: int, n: int, seed: int = 0) -> GemmOperands:
     return GemmOperands(
         torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
         torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g),
-        torch.rand(m, generator=g) * 0.02 + 1e-3, torch.rand(n, generator=g) * 0.01 + 1e-4,
-        (torch.randn(n, generator=g)).to(torch.bfloat16), name=f"{m}x{k}x{n}")
+        torch.rand(m, generator=g) * 0.02 + 1e-3,
+        torch.rand(n, generator=g) * 0.01 + 1e-4,
+        (torch.randn(n, generator=g)).to(torch.bfloat16),
+        name=f"{m}x{k}x{n}",
+    )
 
 
 def time_call(fn: Callable[[], object], reps: int, cuda: bool = False) -> tuple[float, float]:
@@ -70,36 +73,47 @@ def time_call(fn: Callable[[], object], reps: int, cuda: bool = False) -> tuple[
     return statistics.median(ts), min(ts)
 
 
-def _row(kernel: str, device: str, shape: tuple, t: tuple, ref_t: Optional[tuple],
-         note: str = "") -> dict:
+def _row(kernel: str, device: str, shape: tuple, t: tuple, ref_t: Optional[tuple], note: str = "") -> dict:
     m, k, n, label = shape
     secs, best = t
-    return {"kernel": kernel, "device": device, "M": m, "K": k, "N": n, "layer": label,
-            "ms": secs * 1e3, "GMAC/s": gmacs(m, k, n, secs),
-            "best GMAC/s": gmacs(m, k, n, best),
-            "x reference": (ref_t[0] / secs) if ref_t else float("nan"), "note": note}
+    return {
+        "kernel": kernel,
+        "device": device,
+        "M": m,
+        "K": k,
+        "N": n,
+        "layer": label,
+        "ms": secs * 1e3,
+        "GMAC/s": gmacs(m, k, n, secs),
+        "best GMAC/s": gmacs(m, k, n, best),
+        "x reference": (ref_t[0] / secs) if ref_t else float("nan"),
+        "note": note,
+    }
 
 
-def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int,
-               ref_t: tuple, note: str) -> dict:
+def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int, ref_t: tuple, note: str) -> dict:
     """Time ``spec.scaled_mm`` on ``ops``; a kernel that raises gets a row with
     NaN figures and the exception in ``note`` (the bench goes on)."""
     try:
-        t = time_call(lambda: spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b,
-                                             torch.bfloat16, ops.bias), reps,
-                      cuda=device == "cuda")
+        t = time_call(
+            lambda: spec.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, torch.bfloat16, ops.bias),
+            reps,
+            cuda=device == "cuda",
+        )
     except Exception as e:  # noqa: BLE001 -- report, keep benchmarking the others
         msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-        row = _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t,
-                   f"FAILED {type(e).__name__}: {msg}")
+        row = _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t, f"FAILED {type(e).__name__}: {msg}")
         return row
     return _row(spec.name, device, shape, t, ref_t, note)
 
 
-def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
-              shapes: tuple = QWEN3_1_7B_SHAPES,
-              interpreter_shape: Optional[tuple] = INTERPRETER_SHAPE,
-              cuda: Optional[bool] = None):
+def run_bench(
+    kernels: tuple = ("cpu", "int_mm", "triton"),
+    reps: int = 3,
+    shapes: tuple = QWEN3_1_7B_SHAPES,
+    interpreter_shape: Optional[tuple] = INTERPRETER_SHAPE,
+    cuda: Optional[bool] = None,
+):
     """Time the reference and each kernel; one row per (kernel, device, shape).
 
     Noise: on a shared machine other processes inflate single timings, so
@@ -137,12 +151,11 @@ def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
         ops = make_operands(m, k, n)
         t_acc = time_call(lambda: exact_int_mm(ops.a, ops.b), reps)
         ref_time[shape] = t_acc
-        rows.append(_row("reference exact_int_mm", "cpu", shape, t_acc, t_acc,
-                         "exact int64 accumulator only"))
-        t_full = time_call(lambda: reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b,
-                                                        CUTLASS_STYLE, ops.bias), reps)
-        rows.append(_row("reference scaled_mm", "cpu", shape, t_full, t_acc,
-                         "accumulator + epilogue + validation"))
+        rows.append(_row("reference exact_int_mm", "cpu", shape, t_acc, t_acc, "exact int64 accumulator only"))
+        t_full = time_call(
+            lambda: reference_scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, CUTLASS_STYLE, ops.bias), reps
+        )
+        rows.append(_row("reference scaled_mm", "cpu", shape, t_full, t_acc, "accumulator + epilogue + validation"))
     for spec in specs:
         cpu_interp = spec.name == "triton" or "interpreter" in spec.description
         if "cpu" in spec.devices:
@@ -151,13 +164,14 @@ def run_bench(kernels: tuple = ("cpu", "int_mm", "triton"), reps: int = 3,
                 if cpu_interp != is_reduced:
                     continue  # interpreter only on the reduced shape; others only on full
                 ops = make_operands(*shape[:3])
-                note = ("Triton interpreter (numpy); reduced shape" if cpu_interp else "")
+                note = "Triton interpreter (numpy); reduced shape" if cpu_interp else ""
                 rows.append(_timed_row(spec, "cpu", shape, ops, reps, ref_time[shape], note))
         if cuda and "cuda" in spec.devices and pick_device(spec, "cuda")[0]:
             for shape in shapes:
                 ops = make_operands(*shape[:3]).to("cuda")
-                rows.append(_timed_row(spec, "cuda", shape, ops, reps, ref_time[shape],
-                                       "native; ratio vs CPU reference"))
+                rows.append(
+                    _timed_row(spec, "cuda", shape, ops, reps, ref_time[shape], "native; ratio vs CPU reference")
+                )
     try:
         import pandas as pd
     except ImportError:  # bare GPU boxes: plain rows
@@ -171,25 +185,35 @@ def render(df, title: str = "int8conf bench") -> None:
     try:
         from rich.table import Table
 
-        from conformance.console import make_console
+        from reference.command_line import make_console
+
         records = df.to_dict("records")
     except (ImportError, AttributeError):
         import json
+
         print(title)
-        for r in (df if isinstance(df, list) else df.to_dict("records")):
+        for r in df if isinstance(df, list) else df.to_dict("records"):
             print(json.dumps(r))
         return
 
     t = Table(title=title)
-    cols = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s",
-            "x reference", "note")
+    cols = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s", "x reference", "note")
     for col in cols:
-        t.add_column(col, justify="left" if col in ("kernel", "device", "layer", "note")
-                     else "right")
+        t.add_column(col, justify="left" if col in ("kernel", "device", "layer", "note") else "right")
     for r in records:
-        t.add_row(r["kernel"], r["device"], str(r["M"]), str(r["K"]), str(r["N"]), r["layer"],
-                  f"{r['ms']:.2f}", f"{r['GMAC/s']:.3g}", f"{r['best GMAC/s']:.3g}",
-                  f"{r['x reference']:.3g}", r["note"])
+        t.add_row(
+            r["kernel"],
+            r["device"],
+            str(r["M"]),
+            str(r["K"]),
+            str(r["N"]),
+            r["layer"],
+            f"{r['ms']:.2f}",
+            f"{r['GMAC/s']:.3g}",
+            f"{r['best GMAC/s']:.3g}",
+            f"{r['x reference']:.3g}",
+            r["note"],
+        )
     make_console().print(t)
 
 
@@ -199,10 +223,15 @@ def environment() -> dict:
 
     import triton
 
-    return {"torch": torch.__version__, "triton": triton.__version__,
-            "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else
-            platform.processor() or platform.machine()}
+    return {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "device": torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else platform.processor() or platform.machine(),
+    }
 
 
 # ===================================================================== GPU bench
@@ -217,11 +246,19 @@ def environment() -> dict:
 #: x 128 = 2048, 8 kv heads x 128 = 1024; Qwen/Qwen3-1.7B: hidden 2048,
 #: intermediate 6144, q 2048, kv 1024).
 QWEN3_LAYERS = {
-    "Qwen3-0.6B": (("q_proj", 1024, 2048), ("k_proj/v_proj", 1024, 1024),
-                   ("o_proj", 2048, 1024), ("gate_proj/up_proj", 1024, 3072),
-                   ("down_proj", 3072, 1024)),
-    "Qwen3-1.7B": (("q_proj/o_proj", 2048, 2048), ("k_proj/v_proj", 2048, 1024),
-                   ("gate_proj/up_proj", 2048, 6144), ("down_proj", 6144, 2048)),
+    "Qwen3-0.6B": (
+        ("q_proj", 1024, 2048),
+        ("k_proj/v_proj", 1024, 1024),
+        ("o_proj", 2048, 1024),
+        ("gate_proj/up_proj", 1024, 3072),
+        ("down_proj", 3072, 1024),
+    ),
+    "Qwen3-1.7B": (
+        ("q_proj/o_proj", 2048, 2048),
+        ("k_proj/v_proj", 2048, 1024),
+        ("gate_proj/up_proj", 2048, 6144),
+        ("down_proj", 6144, 2048),
+    ),
 }
 GPU_M = (1, 16, 128, 512, 4096)
 #: square problems, plus the issue's 16384x8192x8192 row, as (M, K, N)
@@ -232,8 +269,8 @@ SQUARES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192))
 PEAK_TOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0}
 #: HBM bandwidth (TB/s) for the roofline's memory roof (H200: 4.8 TB/s)
 PEAK_TBS = {"H200": 4.8, "H100 80GB HBM3": 3.35, "H100": 3.35}
-ROWS_FULL_CHECK = 512     # outputs with at most this many rows are checked entirely
-ROWS_SAMPLED = 256        # otherwise this many rows (first, last, random) are checked
+ROWS_FULL_CHECK = 512  # outputs with at most this many rows are checked entirely
+ROWS_SAMPLED = 256  # otherwise this many rows (first, last, random) are checked
 HOST_PATH_SHAPE = (1, 2048, 6144)
 
 
@@ -248,7 +285,7 @@ def gpu_shapes(quick: bool = False) -> list[dict]:
                 if quick and not (model == "Qwen3-1.7B" and layer.startswith("gate") and m in (1, 512)):
                     continue
                 out.setdefault((m, k, n), []).append(f"{model} {layer}")
-    for m, k, n in (SQUARES[:1] if quick else SQUARES):
+    for m, k, n in SQUARES[:1] if quick else SQUARES:
         out.setdefault((m, k, n), []).append("square" if m == k == n else "issue table")
     return [{"M": m, "K": k, "N": n, "layers": v} for (m, k, n), v in out.items()]
 
@@ -258,9 +295,23 @@ def tops(m: int, k: int, n: int, us: float) -> float:
     return float("nan") if not us or us != us else 2.0 * m * k * n / us / 1e6
 
 
-def _plain_int8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, stride_am, stride_bn,
-                     stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _plain_int8_gemm(
+    a_ptr,
+    b_ptr,
+    sa_ptr,
+    sb_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_bn,
+    stride_cm,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch
     order, ``tl.dot`` int32 accumulator, epilogue ``((acc * s_a) * s_w)`` cast
     to bf16 with Triton's native (RNE on CUDA) conversion -- the same contract
@@ -288,14 +339,23 @@ def _plain_int8_gemm(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K, stride_am, st
     y = (acc.to(tl.float32) * tl.load(sa_ptr + rm)[:, None]) * tl.load(sb_ptr + rn)[None, :]
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(c_ptr + cm[:, None] * stride_cm + cn[None, :], y.to(tl.bfloat16),
-             mask=(cm[:, None] < M) & (cn[None, :] < N))
+    tl.store(
+        c_ptr + cm[:, None] * stride_cm + cn[None, :], y.to(tl.bfloat16), mask=(cm[:, None] < M) & (cn[None, :] < N)
+    )
 
 
 #: the plain GEMM's autotuning space: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
-PLAIN_CONFIGS = ((128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4),
-                 (128, 128, 128, 4, 4), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
-                 (64, 64, 128, 4, 4), (32, 64, 256, 4, 4), (16, 64, 256, 4, 4))
+PLAIN_CONFIGS = (
+    (128, 256, 128, 8, 3),
+    (256, 128, 128, 8, 3),
+    (128, 128, 128, 8, 4),
+    (128, 128, 128, 4, 4),
+    (64, 128, 128, 4, 4),
+    (128, 64, 128, 4, 4),
+    (64, 64, 128, 4, 4),
+    (32, 64, 256, 4, 4),
+    (16, 64, 256, 4, 4),
+)
 _PLAIN: dict = {}
 
 
@@ -307,8 +367,10 @@ def plain_triton_gemm():
         return _PLAIN["fn"]
     import triton
 
-    configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                             num_warps=w, num_stages=s) for bm, bn, bk, w, s in PLAIN_CONFIGS]
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
+        for bm, bn, bk, w, s in PLAIN_CONFIGS
+    ]
 
     def bench_fn(fn, quantiles=None, **_):  # same timing as the built-in's tuner
         return triton.testing.do_bench(fn, warmup=2, rep=10, quantiles=quantiles)
@@ -399,7 +461,7 @@ def _check_rows(m: int, seed: int) -> list[int]:
     if m <= ROWS_FULL_CHECK:
         return list(range(m))
     g = torch.Generator().manual_seed(seed)
-    pick = torch.randperm(m - 2, generator=g)[:ROWS_SAMPLED - 2] + 1
+    pick = torch.randperm(m - 2, generator=g)[: ROWS_SAMPLED - 2] + 1
     return sorted({0, m - 1, *pick.tolist()})
 
 
@@ -433,8 +495,12 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
     cert = sorted(set(cert))
     exact = exact_int_mm(a[cert].cpu(), b.cpu())
     pos = [rows.index(r) for r in cert]
-    res = {"rows_checked": len(rows), "rows_total": m, "acc_certified_rows": len(cert),
-           "acc_certified": bool(torch.equal(acc[pos].to(torch.int64), exact))}
+    res = {
+        "rows_checked": len(rows),
+        "rows_total": m,
+        "acc_certified_rows": len(cert),
+        "acc_certified": bool(torch.equal(acc[pos].to(torch.int64), exact)),
+    }
     sa_c, sb_c = sa.index_select(0, idx).cpu(), sb.cpu()
     refs: dict = {}
     for name, (out, contract) in outputs.items():
@@ -480,8 +546,24 @@ def _precompile_task(shape: tuple, configs: list) -> int:
     for bm, bn, bk, w, s in PLAIN_CONFIGS:
         try:
             kern[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](
-                a, b, sa, sb, c, m, n, k, a.stride(0), b.stride(0), c.stride(0),
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
+                a,
+                b,
+                sa,
+                sb,
+                c,
+                m,
+                n,
+                k,
+                a.stride(0),
+                b.stride(0),
+                c.stride(0),
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+                BLOCK_K=bk,
+                GROUP_M=8,
+                num_warps=w,
+                num_stages=s,
+            )
             done += 1
         except Exception:  # noqa: BLE001
             pass
@@ -510,8 +592,7 @@ def config_by_label(label: str):
     """
     from conformance.kernels import builtin_triton as bt
 
-    for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values(),
-               *bt.GLUON_WS_CONFIGS.values()):
+    for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values(), *bt.GLUON_WS_CONFIGS.values()):
         for c in cs:
             if c.label() == label:
                 return c
@@ -549,9 +630,10 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
         if cfg.kernel not in ("tma", "gluon") or cfg.label() in procs:
             continue
         procs[cfg.label()] = subprocess.Popen(
-            [sys.executable, "-c",
-             f"from conformance.bench import _probe_one; _probe_one({cfg.label()!r})"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [sys.executable, "-c", f"from conformance.bench.gemm import _probe_one; _probe_one({cfg.label()!r})"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     bad: dict = {}
     t_end = time.monotonic() + timeout_s
     for label, p in procs.items():
@@ -597,8 +679,9 @@ def _gpu_operands(m: int, k: int, n: int, seed: int):
     return a, b, sa, sb
 
 
-def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
-                  precompile_workers: int = 0, probe: bool = True, log=print) -> dict:
+def run_gpu_bench(
+    shapes: Optional[list] = None, extra_kernels: tuple = (), precompile_workers: int = 0, probe: bool = True, log=print
+) -> dict:
     """Benchmark ``triton`` vs ``int_mm`` (+ eager epilogue) vs the plain
     autotuned Triton GEMM on every shape, in one process, and check bits.
 
@@ -645,9 +728,11 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
     for i, s in enumerate(shapes):
         m, k, n = s["M"], s["K"], s["N"]
         a, b, sa, sb = _gpu_operands(m, k, n, i)
-        fns = {"triton": (lambda: bt.scaled_mm(a, b, sa, sb), TRITON_STYLE),
-               "int_mm": (lambda: int_mm_peer(a, b, sa, sb), CUTLASS_STYLE),
-               "plain_triton": (lambda: plain(a, b, sa, sb), TRITON_STYLE)}
+        fns = {
+            "triton": (lambda: bt.scaled_mm(a, b, sa, sb), TRITON_STYLE),
+            "int_mm": (lambda: int_mm_peer(a, b, sa, sb), CUTLASS_STYLE),
+            "plain_triton": (lambda: plain(a, b, sa, sb), TRITON_STYLE),
+        }
         for spec in extras:
             fns[spec.name] = ((lambda f=spec.scaled_mm: f(a, b, sa, sb)), spec.contract)
         row = {"M": m, "K": k, "N": n, "layers": s["layers"], "kernels": {}}
@@ -661,9 +746,12 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
         e2e = _e2e_interleaved(ok)
         for kname, fn in ok.items():
             kus = _kernel_us(fn)
-            row["kernels"][kname] = {"us": e2e[kname], "kernel_us": kus,
-                                     "tops": tops(m, k, n, e2e[kname]),
-                                     "kernel_tops": tops(m, k, n, kus)}
+            row["kernels"][kname] = {
+                "us": e2e[kname],
+                "kernel_us": kus,
+                "tops": tops(m, k, n, e2e[kname]),
+                "kernel_tops": tops(m, k, n, kus),
+            }
         row["kernels"] = {x: row["kernels"][x] for x in fns if x in row["kernels"]}
         try:
             bits = check_bits(a, b, sa, sb, outs, seed=i)
@@ -696,45 +784,68 @@ def run_gpu_bench(shapes: Optional[list] = None, extra_kernels: tuple = (),
             def raw_alloc():
                 torch.empty_like(out)
                 raw()
+
             call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
             host = {w: [] for w in ("call", "bare", "bare_alloc", "raw", "raw_alloc", "plain")}
             for _ in range(5):  # interleaved rounds, median
-                for w, fn in (("call", call), ("bare", launch), ("bare_alloc", launch_alloc),
-                              ("raw", raw), ("raw_alloc", raw_alloc),
-                              ("plain", lambda: plain(a, b, sa, sb))):
+                for w, fn in (
+                    ("call", call),
+                    ("bare", launch),
+                    ("bare_alloc", launch_alloc),
+                    ("raw", raw),
+                    ("raw_alloc", raw_alloc),
+                    ("plain", lambda: plain(a, b, sa, sb)),
+                ):
                     host[w].append(_host_us(fn))
             med = {w: statistics.median(v) for w, v in host.items()}
             e2e_hp = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
-            host_path = {"shape": [m, k, n], "config": cfg.label(),
-                         "triton_host_us": med["call"], "bare_launch_host_us": med["bare"],
-                         "bare_launch_alloc_host_us": med["bare_alloc"],
-                         "raw_launch_host_us": med["raw"],
-                         "raw_launch_alloc_host_us": med["raw_alloc"],
-                         "triton_e2e_us": e2e_hp["call"], "bare_launch_e2e_us": e2e_hp["bare"],
-                         "raw_launch_e2e_us": e2e_hp["raw"],
-                         "plain_triton_host_us": med["plain"]}
+            host_path = {
+                "shape": [m, k, n],
+                "config": cfg.label(),
+                "triton_host_us": med["call"],
+                "bare_launch_host_us": med["bare"],
+                "bare_launch_alloc_host_us": med["bare_alloc"],
+                "raw_launch_host_us": med["raw"],
+                "raw_launch_alloc_host_us": med["raw_alloc"],
+                "triton_e2e_us": e2e_hp["call"],
+                "bare_launch_e2e_us": e2e_hp["bare"],
+                "raw_launch_e2e_us": e2e_hp["raw"],
+                "plain_triton_host_us": med["plain"],
+            }
             host_path["host_ratio"] = med["call"] / med["bare"]
             host_path["host_ratio_vs_bare_with_alloc"] = med["call"] / med["bare_alloc"]
             host_path["host_ratio_vs_raw_with_alloc"] = med["call"] / med["raw_alloc"]
         rows.append(row)
         kt = row["kernels"]
-        log(f"{m:>6}x{k:>5}x{n:>5}  " + "  ".join(
-            f"{kn} {kv.get('us', float('nan')):9.1f} us {kv.get('tops', float('nan')):7.1f} TOPS"
-            f"{'' if kv.get('bits_ok') else ' BITS!'}" for kn, kv in kt.items())
-            + f"  x{row['triton_vs_best_peer']:.2f}  {kt['triton'].get('config', '')}")
+        log(
+            f"{m:>6}x{k:>5}x{n:>5}  "
+            + "  ".join(
+                f"{kn} {kv.get('us', float('nan')):9.1f} us {kv.get('tops', float('nan')):7.1f} TOPS"
+                f"{'' if kv.get('bits_ok') else ' BITS!'}"
+                for kn, kv in kt.items()
+            )
+            + f"  x{row['triton_vs_best_peer']:.2f}  {kt['triton'].get('config', '')}"
+        )
     torch.cuda.empty_cache()
-    return {"environment": env, "peak_tops": peak, "peak_tbs": _peak(name, PEAK_TBS),
-            "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning "
-                      "(median of 7 batches of >= 10 ms, batches of the kernels interleaved); "
-                      "kernel_us: triton.testing.do_bench median with L2 flushed before each "
-                      "call",
-            "bits_reference": f"torch._int_mm int32 accumulator on the GPU (certified against "
-                              f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
-                              f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
-                              f"{ROWS_SAMPLED} sampled rows",
-            "precompile_s": pre_s, "excluded_configs": excluded, "rows": rows,
-            "host_path": host_path,
-            "tuning": bt.tuning_table(), "acceptance": acceptance(rows, host_path)}
+    return {
+        "environment": env,
+        "peak_tops": peak,
+        "peak_tbs": _peak(name, PEAK_TBS),
+        "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning "
+        "(median of 7 batches of >= 10 ms, batches of the kernels interleaved); "
+        "kernel_us: triton.testing.do_bench median with L2 flushed before each "
+        "call",
+        "bits_reference": f"torch._int_mm int32 accumulator on the GPU (certified against "
+        f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
+        f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
+        f"{ROWS_SAMPLED} sampled rows",
+        "precompile_s": pre_s,
+        "excluded_configs": excluded,
+        "rows": rows,
+        "host_path": host_path,
+        "tuning": bt.tuning_table(),
+        "acceptance": acceptance(rows, host_path),
+    }
 
 
 def acceptance(rows: list, host_path: Optional[dict]) -> dict:
@@ -746,12 +857,17 @@ def acceptance(rows: list, host_path: Optional[dict]) -> dict:
     sq = [r for r in rows if (r["M"], r["K"], r["N"]) == (8192, 8192, 8192)]
     m1 = [r for r in rows if (r["M"], r["K"], r["N"]) == HOST_PATH_SHAPE]
     below = [f"{r['M']}x{r['K']}x{r['N']}" for r in rows if not r.get("triton_vs_best_peer", 0) >= 1.0]
-    bits_bad = [f"{r['M']}x{r['K']}x{r['N']}:{k}" for r in rows for k, v in r["kernels"].items()
-                if not v.get("bits_ok")]
-    out = {"triton_ge_best_peer_everywhere": not below, "shapes_below_1x": below,
-           "worst_ratio": worst.get("triton_vs_best_peer") if worst else None,
-           "worst_shape": f"{worst['M']}x{worst['K']}x{worst['N']}" if worst else None,
-           "bits_identical_everywhere": not bits_bad, "bits_mismatch": bits_bad}
+    bits_bad = [
+        f"{r['M']}x{r['K']}x{r['N']}:{k}" for r in rows for k, v in r["kernels"].items() if not v.get("bits_ok")
+    ]
+    out = {
+        "triton_ge_best_peer_everywhere": not below,
+        "shapes_below_1x": below,
+        "worst_ratio": worst.get("triton_vs_best_peer") if worst else None,
+        "worst_shape": f"{worst['M']}x{worst['K']}x{worst['N']}" if worst else None,
+        "bits_identical_everywhere": not bits_bad,
+        "bits_mismatch": bits_bad,
+    }
     if sq:
         t = sq[0]["kernels"]["triton"].get("tops", float("nan"))
         out["tops_8192"] = t
@@ -786,18 +902,22 @@ def render_gpu_markdown(res: dict) -> str:
     to the best peer; bits), host path, acceptance."""
     env, peak = res["environment"], res["peak_tops"]
     names = _kernel_names(res)
-    lines = [f"# int8conf bench --gpu: {env['device']}", "",
-             f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
-             f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
-             "", "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` "
-             "+ eager torch epilogue (CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); "
-             "`plain_triton` = a plain autotuned Triton int8 GEMM (conformance/bench.py, "
-             "grouped order, same epilogue as `triton`)"
-             + "".join(f"; `{x}`" for x in names if x not in ("triton", "int_mm", "plain_triton"))
-             + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / "
-             "best of `int_mm` and `plain_triton`.", ""]
-    head = "| M×K×N | layers | " + " | ".join(f"`{x}`" for x in names) + \
-        " | ratio | bits | triton config |"
+    lines = [
+        f"# int8conf bench --gpu: {env['device']}",
+        "",
+        f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
+        f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
+        "",
+        "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` "
+        "+ eager torch epilogue (CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); "
+        "`plain_triton` = a plain autotuned Triton int8 GEMM (conformance/bench/gemm.py, "
+        "grouped order, same epilogue as `triton`)"
+        + "".join(f"; `{x}`" for x in names if x not in ("triton", "int_mm", "plain_triton"))
+        + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / "
+        "best of `int_mm` and `plain_triton`.",
+        "",
+    ]
+    head = "| M×K×N | layers | " + " | ".join(f"`{x}`" for x in names) + " | ratio | bits | triton config |"
     lines += [head, "|" + "---|" * (len(names) + 5)]
     for r in res["rows"]:
         cells = []
@@ -810,31 +930,42 @@ def render_gpu_markdown(res: dict) -> str:
             cells.append(f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}")
         bits = r["bits"]
         ok = all(r["kernels"][x].get("bits_ok") for x in names)
-        btxt = (f"identical ({bits.get('rows_checked')}/{bits.get('rows_total')} rows)" if ok
-                else "MISMATCH " + ", ".join(f"{x}:{bits.get(x)}" for x in names
-                                             if not r["kernels"][x].get("bits_ok")))
-        lines.append(f"| {r['M']}×{r['K']}×{r['N']} | {'; '.join(r['layers'])} | "
-                     + " | ".join(cells) + f" | {_fmt(r['triton_vs_best_peer'], '.2f')}× | {btxt} | "
-                     f"{r['kernels']['triton'].get('config', '')} |")
+        btxt = (
+            f"identical ({bits.get('rows_checked')}/{bits.get('rows_total')} rows)"
+            if ok
+            else "MISMATCH " + ", ".join(f"{x}:{bits.get(x)}" for x in names if not r["kernels"][x].get("bits_ok"))
+        )
+        lines.append(
+            f"| {r['M']}×{r['K']}×{r['N']} | {'; '.join(r['layers'])} | "
+            + " | ".join(cells)
+            + f" | {_fmt(r['triton_vs_best_peer'], '.2f')}× | {btxt} | "
+            f"{r['kernels']['triton'].get('config', '')} |"
+        )
     hp = res.get("host_path")
     if hp:
-        lines += ["", "## Host path at M = 1 (K = 2048, N = 6144)", "",
-                  f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs "
-                  f"end to end; bare launch of the same compiled kernel and configuration "
-                  f"(`{hp['config']}`, arguments precomputed, output preallocated): "
-                  f"{hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end "
-                  f"to end; ratio {hp['host_ratio']:.2f}×",
-                  f"- bare launch plus allocating its output (`torch.empty_like`, which every "
-                  f"call that returns a new tensor pays): "
-                  f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
-                  f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
-                  f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host"]
+        lines += [
+            "",
+            "## Host path at M = 1 (K = 2048, N = 6144)",
+            "",
+            f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs "
+            f"end to end; bare launch of the same compiled kernel and configuration "
+            f"(`{hp['config']}`, arguments precomputed, output preallocated): "
+            f"{hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end "
+            f"to end; ratio {hp['host_ratio']:.2f}×",
+            f"- bare launch plus allocating its output (`torch.empty_like`, which every "
+            f"call that returns a new tensor pays): "
+            f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
+            f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
+            f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host",
+        ]
         if "raw_launch_host_us" in hp:
-            lines.append(f"- the compiled kernel's own launcher (`CompiledKernel.run`, what "
-                         f"`triton` calls after its first launch; no binding or cache lookup): "
-                         f"{hp['raw_launch_host_us']:.1f} µs host, "
-                         f"{hp['raw_launch_alloc_host_us']:.1f} µs with its output allocation "
-                         f"(`triton` call / that: {hp['host_ratio_vs_raw_with_alloc']:.2f}×)")
+            lines.append(
+                f"- the compiled kernel's own launcher (`CompiledKernel.run`, what "
+                f"`triton` calls after its first launch; no binding or cache lookup): "
+                f"{hp['raw_launch_host_us']:.1f} µs host, "
+                f"{hp['raw_launch_alloc_host_us']:.1f} µs with its output allocation "
+                f"(`triton` call / that: {hp['host_ratio_vs_raw_with_alloc']:.2f}×)"
+            )
     acc = res["acceptance"]
     lines += ["", "## Acceptance", ""] + [f"- {k}: {v}" for k, v in acc.items()]
     return "\n".join(lines) + "\n"
@@ -845,6 +976,7 @@ def plot_roofline(res: dict, path) -> None:
     int8 operands + bf16 output), one marker per kernel, with the compute roof
     (peak TOPS) and the memory roof (bandwidth x intensity) when known."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -867,12 +999,16 @@ def plot_roofline(res: dict, path) -> None:
     if ais:
         lo, hi = min(ais) / 1.5, max(ais) * 1.5
         if res.get("peak_tops"):
-            ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1,
-                    label=f"peak {res['peak_tops']:,.0f} TOPS")
+            ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1, label=f"peak {res['peak_tops']:,.0f} TOPS")
         if res.get("peak_tbs"):  # ops/byte x TB/s = TOPS, capped by the compute roof
             xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
-            ax.plot(xs, [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
-                    "k:", lw=1, label=f"HBM {res['peak_tbs']} TB/s")
+            ax.plot(
+                xs,
+                [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
+                "k:",
+                lw=1,
+                label=f"HBM {res['peak_tbs']} TB/s",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (int8 ops / byte of A, B and bf16 output)")

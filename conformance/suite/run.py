@@ -1,7 +1,7 @@
 """The conformance suite as a library call: ``run_conformance``.
 
 Used by both ``int8conf check`` and the pytest plugin (``pytest
---kernel=NAME``), which share ``conformance.evaluate.evaluate_case`` (one
+--kernel=NAME``), which share ``conformance.suite.evaluate.evaluate_case`` (one
 operand case through every per-case check) and :func:`build_result`
 (aggregation into a :class:`ConformanceResult`, the content of
 ``reports/<kernel>/conformance.*``).
@@ -40,16 +40,16 @@ import torch
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_sweep, synthetic_cases
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
-from conformance.evaluate import (NOT_RUN, OWNERSHIP_CHECK, PER_CASE_CHECKS, CaseResult,
-                                  check_error, evaluate_case)
-from conformance.partial_run import complete_run, partial_run
+from conformance.kernels.runner import validate_device
+from conformance.runtime.partial_run import complete_run, partial_run
+from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
 from reference.errors import Int8confError, first_line
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
 MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
-    ("E1", "detllm.oracle", "engine_hash_check"),
+    ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
 )
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1")
 #: Version of the suite's case construction and check semantics. Two reports
@@ -62,14 +62,14 @@ def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) ->
     """C9 batch_invariance over the fixed cases (``conformance.checks.batch_invariance``):
     one kernel-level result; a check that raises gives a ``harness`` failure."""
     from conformance.checks.batch_invariance import check_batch_invariance
+
     try:
         return check_batch_invariance(spec, cases, device=device)
     except Exception as e:  # noqa: BLE001 -- report, never crash the suite
         return check_error("C9", e)
 
 
-def run_model_check(check_id: str, spec, module: Optional[str] = None,
-                    attr: Optional[str] = None) -> CheckResult:
+def run_model_check(check_id: str, spec, module: Optional[str] = None, attr: Optional[str] = None) -> CheckResult:
     """Run one model-level check (C7 token_flip, E1 engine_hash) if importable.
 
     Args:
@@ -88,8 +88,7 @@ def run_model_check(check_id: str, spec, module: Optional[str] = None,
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        return not_applicable(check_id, f"{module}.{attr} is not available: "
-                                        f"{type(e).__name__}: {first_line(e, None)}")
+        return not_applicable(check_id, f"{module}.{attr} is not available: {type(e).__name__}: {first_line(e, None)}")
     try:
         res = fn(spec)
     except Int8confError as e:
@@ -126,6 +125,7 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
     """
     try:
         from importlib.metadata import version as _v
+
         own = _v("int8conf")
     except Exception:  # noqa: BLE001 -- not installed as a distribution
         own = None
@@ -134,8 +134,7 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
     interp: set[bool] = set()
     semantics = None
     for m in manifests:
-        if semantics is None and isinstance((m.get("extra") or {}).get("interpreter_semantics"),
-                                            dict):
+        if semantics is None and isinstance((m.get("extra") or {}).get("interpreter_semantics"), dict):
             semantics = dict(m["extra"]["interpreter_semantics"])
         p = str(m.get("path") or "unreported")
         paths[p] = paths.get(p, 0) + 1
@@ -143,24 +142,31 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
             devices.add(str(m["device"]))
         if m.get("interpreter") is not None:
             interp.add(bool(m["interpreter"]))
-    execution = ("unknown" if not interp else "mixed" if len(interp) > 1
-                 else "interpreter" if interp.pop() else "native")
+    execution = "unknown" if not interp else "mixed" if len(interp) > 1 else "interpreter" if interp.pop() else "native"
     cuda = torch.cuda.is_available()
     return {
-        "python": sys.version.split()[0], "platform": platform.platform(),
-        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        "torch": torch.__version__, "triton": _version("triton"),
-        "hypothesis": _version("hypothesis"), "numpy": _version("numpy"), "int8conf": own,
-        "cuda_available": cuda, "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "hypothesis": _version("hypothesis"),
+        "numpy": _version("numpy"),
+        "int8conf": own,
+        "cuda_available": cuda,
+        "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
-        "devices_used": sorted(devices), "paths_used": paths, "execution": execution,
+        "devices_used": sorted(devices),
+        "paths_used": paths,
+        "execution": execution,
         "interpreter_semantics": semantics,
     }
 
 
 @dataclass
 class ConformanceResult:
-    """Everything a conformance report holds (``conformance.report`` writes it).
+    """Everything a conformance report holds (``conformance.suite.report`` writes it).
 
     Attributes:
         kernel: the declared manifest (``KernelSpec.manifest()``).
@@ -169,19 +175,19 @@ class ConformanceResult:
         cases: per-case (per-layer) results.
         captures: ``{"available", "note", "source"}``.
         property_tests: summary of the hypothesis property test, or None.
-        pairwise: ``conformance.pairwise.summarize_pairs`` result, or None.
+        pairwise: ``conformance.suite.pairwise.summarize_pairs`` result, or None.
         overall: ``{"verdict", "summary", "failed_checks", "precondition_violations",
             "precondition_cases"}`` (:func:`overall_verdict`).
         elapsed_s: wall time of the suite.
         notes: lines the report shows under the verdict (e.g. a partial run).
-        partial: ``conformance.partial_run.partial_run`` record: whether the
+        partial: ``conformance.runtime.partial_run.partial_run`` record: whether the
             verdict covers the whole run (the report's top-level ``partial``
             object; its ``note`` is also in ``notes``).
         comparability: :func:`comparability` of the fixed cases (what makes
             two reports comparable).
-        coverage: ``conformance.coverage.coverage_table`` rows: the trigger
+        coverage: ``conformance.suite.coverage.coverage_table`` rows: the trigger
             conditions the cases the kernel ran on actually reached.
-        invocation: ``conformance.coverage.invocation``: the command line and
+        invocation: ``conformance.suite.coverage.invocation``: the command line and
             options that produced the report (``{}`` when unknown).
     """
 
@@ -218,14 +224,11 @@ class ConformanceResult:
         raise KeyError(check_id)
 
 
-
-
 def _digest_rows(rows: list) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def comparability(cases: Sequence[dict], environment_: Optional[dict] = None,
-                  captures: Optional[dict] = None) -> dict:
+def comparability(cases: Sequence[dict], environment_: Optional[dict] = None, captures: Optional[dict] = None) -> dict:
     """What two runs must share to be compared case by case.
 
     Args:
@@ -244,18 +247,25 @@ def comparability(cases: Sequence[dict], environment_: Optional[dict] = None,
         out dtype, operand digests]`` rows (all fixed cases, resp. only the
         layer captures), so equal digests mean the same operand bits.
     """
-    rows = sorted([d["case"], d.get("scale_mode"), d.get("out_dtype"),
-                   d.get("operand_digests") or {}, d.get("source")]
-                  for d in cases if d.get("source") != "property")
+    rows = sorted(
+        [d["case"], d.get("scale_mode"), d.get("out_dtype"), d.get("operand_digests") or {}, d.get("source")]
+        for d in cases
+        if d.get("source") != "property"
+    )
     cap = [r for r in rows if r[4] == "capture"]
     env = environment_ or {}
-    return {"suite_version": SUITE_VERSION, "n_cases": len(rows),
-            "cases_digest": _digest_rows(rows), "n_capture_cases": len(cap),
-            "captures_digest": _digest_rows(cap) if cap else None,
-            "captures_source": (captures or {}).get("source") or None,
-            "case_ids": [r[0] for r in rows],
-            "environment": {k: env.get(k) for k in ("torch", "triton", "python", "execution",
-                                                    "cuda_device", "devices_used")}}
+    return {
+        "suite_version": SUITE_VERSION,
+        "n_cases": len(rows),
+        "cases_digest": _digest_rows(rows),
+        "n_capture_cases": len(cap),
+        "captures_digest": _digest_rows(cap) if cap else None,
+        "captures_source": (captures or {}).get("source") or None,
+        "case_ids": [r[0] for r in rows],
+        "environment": {
+            k: env.get(k) for k in ("torch", "triton", "python", "execution", "cuda_device", "devices_used")
+        },
+    }
 
 
 def not_run_counts(case_results: Sequence[CaseResult]) -> dict[str, int]:
@@ -277,8 +287,11 @@ def _reasons_text(reasons: dict[str, int], limit: int = 3) -> str:
     return text
 
 
-def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict] = None,
-                    case_results: Optional[Sequence[CaseResult]] = None) -> dict:
+def overall_verdict(
+    checks: Sequence[CheckResult],
+    property_tests: Optional[dict] = None,
+    case_results: Optional[Sequence[CaseResult]] = None,
+) -> dict:
     """Overall verdict from aggregated checks (module docstring); a property
     test that failed without a failing example (e.g. hypothesis itself
     errored) also fails it.
@@ -292,58 +305,77 @@ def overall_verdict(checks: Sequence[CheckResult], property_tests: Optional[dict
             ``not_run_reasons``) and named in the summary.
     """
     failed = [c for c in checks if c.is_kernel_failure]
-    pre = [c for c in checks if c.is_precondition_violation
-           and c.evidence.get("n_precondition_violations", 1)]
-    pre_cases = {c.check_id: c.evidence["n_precondition_cases"] for c in checks
-                 if c.is_precondition_violation and c.evidence.get("n_precondition_cases")}
+    pre = [c for c in checks if c.is_precondition_violation and c.evidence.get("n_precondition_violations", 1)]
+    pre_cases = {
+        c.check_id: c.evidence["n_precondition_cases"]
+        for c in checks
+        if c.is_precondition_violation and c.evidence.get("n_precondition_cases")
+    }
     prop_failed = bool(property_tests and property_tests.get("failed"))
     if failed or prop_failed:
         verdict = "fail"
         summary = "NOT conformant: " + "; ".join(
             [f"{c.check_id} {c.name} failed" for c in failed]
-            + ([f"property test failed: {property_tests.get('failure')}"]
-               if prop_failed and not failed else []))
+            + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
+        )
     elif case_results and not any(cr.produced_output for cr in case_results):
         verdict = NOT_RUN
         reasons = not_run_counts(case_results)
-        summary = (f"inconclusive, nothing verified: the kernel produced output on 0 of "
-                   f"{len(case_results)} cases"
-                   + (": " + _reasons_text(reasons) if reasons else ""))
+        summary = f"inconclusive, nothing verified: the kernel produced output on 0 of {len(case_results)} cases" + (
+            ": " + _reasons_text(reasons) if reasons else ""
+        )
     elif any(c.verdict == "pass" for c in checks):
         verdict = "pass"
         summary = "conformant: no check failed because of the kernel"
     else:
         verdict, summary = "n/a", "no check could run"
     if pre:
-        summary += ("; precondition violated (operands, not the kernel): " + "; ".join(
+        summary += "; precondition violated (operands, not the kernel): " + "; ".join(
             f"{c.check_id} {c.name}: "
             f"{c.evidence.get('n_precondition_violations', c.evidence.get('n_failed_cases', 1))} "
-            f"cases" for c in pre))
+            f"cases"
+            for c in pre
+        )
     if pre_cases:
-        summary += ("; precondition cases (built by the suite to violate them, not failures): "
-                    + "; ".join(f"{cid} {CHECK_NAMES[cid]}: {n}" for cid, n in pre_cases.items()))
-    out = {"verdict": verdict, "summary": summary,
-           "failed_checks": [c.check_id for c in failed],
-           "precondition_violations": [c.check_id for c in pre],
-           "precondition_cases": pre_cases}
+        summary += "; precondition cases (built by the suite to violate them, not failures): " + "; ".join(
+            f"{cid} {CHECK_NAMES[cid]}: {n}" for cid, n in pre_cases.items()
+        )
+    out = {
+        "verdict": verdict,
+        "summary": summary,
+        "failed_checks": [c.check_id for c in failed],
+        "precondition_violations": [c.check_id for c in pre],
+        "precondition_cases": pre_cases,
+    }
     if case_results is not None:
         reasons = not_run_counts(case_results)
         n_skip = sum(reasons.values())
-        out.update(cases_total=len(case_results), cases_run=len(case_results) - n_skip,
-                   cases_not_run=n_skip, not_run_reasons=reasons)
+        out.update(
+            cases_total=len(case_results),
+            cases_run=len(case_results) - n_skip,
+            cases_not_run=n_skip,
+            not_run_reasons=reasons,
+        )
         if n_skip and verdict != NOT_RUN:
-            out["summary"] += (f"; {n_skip} of {len(case_results)} cases not run (not covered "
-                               f"by this verdict): "
-                               + _reasons_text(reasons))
+            out["summary"] += (
+                f"; {n_skip} of {len(case_results)} cases not run (not covered "
+                f"by this verdict): " + _reasons_text(reasons)
+            )
     return out
 
 
-def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureReplay,
-                 model_results: Sequence[CheckResult] = (), property_tests: Optional[dict] = None,
-                 against=None, elapsed_s: float = 0.0,
-                 notes: Sequence[str] = (),
-                 invocation: Optional[dict] = None,
-                 partial: Optional[dict] = None) -> ConformanceResult:
+def build_result(
+    spec,
+    case_results: Sequence[CaseResult],
+    captures: CaptureReplay,
+    model_results: Sequence[CheckResult] = (),
+    property_tests: Optional[dict] = None,
+    against=None,
+    elapsed_s: float = 0.0,
+    notes: Sequence[str] = (),
+    invocation: Optional[dict] = None,
+    partial: Optional[dict] = None,
+) -> ConformanceResult:
     """Aggregate per-case and model-level results into a ConformanceResult.
 
     Args:
@@ -352,12 +384,12 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
         captures: what :func:`conformance.cases.capture_cases` found.
         model_results: kernel-level results: C9 batch_invariance, C7, E1
             (absent ones are reported n/a "not run").
-        property_tests: property-test summary (``conformance.property``).
+        property_tests: property-test summary (``conformance.suite.property``).
         against: the other KernelSpec when pairwise results are present.
         elapsed_s: suite wall time.
         notes: extra report lines.
-        invocation: command line and options (``conformance.coverage.invocation``).
-        partial: ``conformance.partial_run.partial_run`` record of the run;
+        invocation: command line and options (``conformance.suite.coverage.invocation``).
+        partial: ``conformance.runtime.partial_run.partial_run`` record of the run;
             None = complete (every case given ran). A partial record's
             ``note`` goes first in the notes (the report's one source of
             "partial run").
@@ -372,43 +404,61 @@ def build_result(spec, case_results: Sequence[CaseResult], captures: CaptureRepl
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
     agg.setdefault("C9", not_applicable("C9", "not run"))
-    checks = [agg[c] for c in REPORT_ORDER if c in agg] + [
-        r for c, r in agg.items() if c not in REPORT_ORDER]
+    checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
     if against is not None:
-        from conformance.pairwise import summarize_pairs
+        from conformance.suite.pairwise import summarize_pairs
+
         pairs = [(cr.case, cr.pair) for cr in case_results if cr.pair is not None]
         pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
     env = environment([cr.run_manifest for cr in case_results])
     cap = {"available": captures.available, "note": captures.note, "source": captures.source}
     if partial is None:
         partial = complete_run(sum(1 for cr in case_results if cr.source != "property"))
-    notes = ([partial["note"]] if partial["partial"] else []) + [
-        n for n in notes if n != partial["note"]]
+    notes = ([partial["note"]] if partial["partial"] else []) + [n for n in notes if n != partial["note"]]
     return ConformanceResult(
-        kernel=spec.manifest(), environment=env,
-        checks=checks, cases=list(case_results), captures=cap,
-        property_tests=property_tests, pairwise=pairwise,
+        kernel=spec.manifest(),
+        environment=env,
+        checks=checks,
+        cases=list(case_results),
+        captures=cap,
+        property_tests=property_tests,
+        pairwise=pairwise,
         overall=overall_verdict(checks, property_tests, list(case_results)),
-        elapsed_s=elapsed_s, notes=notes, coverage=_coverage(case_results),
-        invocation=dict(invocation or {}), partial=partial,
-        comparability=comparability([cr.to_dict() for cr in case_results], env, cap))
+        elapsed_s=elapsed_s,
+        notes=notes,
+        coverage=_coverage(case_results),
+        invocation=dict(invocation or {}),
+        partial=partial,
+        comparability=comparability([cr.to_dict() for cr in case_results], env, cap),
+    )
 
 
 def _coverage(case_results) -> list:
-    """``conformance.coverage.coverage_table`` of the cases (never raises: a
+    """``conformance.suite.coverage.coverage_table`` of the cases (never raises: a
     failure becomes one row saying so)."""
     try:
-        from conformance.coverage import coverage_table
+        from conformance.suite.coverage import coverage_table
+
         return coverage_table(case_results)
     except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
-        return [{"condition": "coverage table", "reached": f"not computed: {type(e).__name__}: "
-                 f"{first_line(e, None)}", "cases": 0, "covered": "no"}]
+        return [
+            {
+                "condition": "coverage table",
+                "reached": f"not computed: {type(e).__name__}: {first_line(e, None)}",
+                "cases": 0,
+                "covered": "no",
+            }
+        ]
 
 
-def default_cases(include_captures: bool = True, include_sweep: bool = True,
-                  seeds: Sequence[int] = (0, 1), max_capture_layers: Optional[int] = None,
-                  capture_set=None) -> tuple[list, CaptureReplay]:
+def default_cases(
+    include_captures: bool = True,
+    include_sweep: bool = True,
+    seeds: Sequence[int] = (0, 1),
+    max_capture_layers: Optional[int] = None,
+    capture_set=None,
+) -> tuple[list, CaptureReplay]:
     """The suite's fixed cases: synthetic (per seed), the shape sweep and the
     trigger-condition families (``conformance.cases.families``; both skipped
     with ``include_sweep=False``), and the layer captures in both scale modes
@@ -421,6 +471,7 @@ def default_cases(include_captures: bool = True, include_sweep: bool = True,
     cases = list(synthetic_cases(seeds))
     if include_sweep:
         from conformance.cases.families import family_cases
+
         cases += shape_sweep() + family_cases()
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
@@ -443,44 +494,6 @@ def mark_ownership_probes(cases: list) -> list:
     return cases
 
 
-def validate_device(device: Optional[str]) -> Optional[str]:
-    """Check a user's ``--device`` string before any kernel runs.
-
-    Args:
-        device: ``None`` (runner default), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ...
-
-    Returns:
-        ``device`` unchanged.
-
-    Raises:
-        Int8confError: not a torch device string (e.g. ``tpu``); CUDA
-            requested while ``torch.cuda.is_available()`` is False; a CUDA
-            index beyond ``torch.cuda.device_count()``; a CPU index other than 0
-            (``cpu:1``: torch has one CPU device) (one line each).
-    """
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError) as e:
-        raise Int8confError(f"--device {device!r}: not a valid device ({type(e).__name__}); "
-                            f"use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise Int8confError(f"--device {device!r}: CUDA requested but "
-                                f"torch.cuda.is_available() is False")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise Int8confError(f"--device {device!r}: only {torch.cuda.device_count()} CUDA "
-                                f"device(s) present")
-    elif dev.type != "cpu":
-        raise Int8confError(f"--device {device!r}: unsupported device type {dev.type!r} "
-                            f"(int8conf runs kernels on 'cpu' or 'cuda')")
-    elif dev.index not in (None, 0):
-        # torch has one CPU device; "cpu:1" would silently run on it
-        raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
-    return device
-
-
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
 CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
@@ -497,6 +510,7 @@ def load_captures(capture_dir, model_dir=None):
         CaptureError: missing / inconsistent capture (one line).
     """
     from reference.model.capture import load_capture_set
+
     return load_capture_set(capture_dir, model_dir=model_dir)
 
 
@@ -507,13 +521,23 @@ def cli_capture_message(e: BaseException) -> str:
     return line.replace(_API_MODEL_HINT, CLI_MODEL_HINT)
 
 
-def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
-                    include_captures: bool = True, include_sweep: bool = True,
-                    seeds: Sequence[int] = (0, 1), property_examples: int = 25,
-                    model_checks: bool = True, max_capture_layers: Optional[int] = None,
-                    capture_dir=None, model_dir=None, device: Optional[str] = None,
-                    progress: Optional[Callable[[str], None]] = None,
-                    invocation: Optional[dict] = None) -> ConformanceResult:
+def run_conformance(
+    kernel,
+    against=None,
+    *,
+    cases: Optional[Sequence] = None,
+    include_captures: bool = True,
+    include_sweep: bool = True,
+    seeds: Sequence[int] = (0, 1),
+    property_examples: int = 25,
+    model_checks: bool = True,
+    max_capture_layers: Optional[int] = None,
+    capture_dir=None,
+    model_dir=None,
+    device: Optional[str] = None,
+    progress: Optional[Callable[[str], None]] = None,
+    invocation: Optional[dict] = None,
+) -> ConformanceResult:
     """Run the whole conformance suite for one kernel.
 
     Args:
@@ -535,20 +559,21 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             by :func:`validate_device`.
         progress: called with a short line per step (e.g. ``print``).
         invocation: the command line and options to record in the report
-            (``conformance.coverage.invocation``); None = this call's own
+            (``conformance.suite.coverage.invocation``); None = this call's own
             arguments as ``run_conformance(...)``.
 
     Returns:
         ConformanceResult (never raises for a kernel's failure).
 
     Raises:
-        SuiteInterrupted: Ctrl-C (or SIGTERM, see ``conformance.graceful_stop``)
+        SuiteInterrupted: Ctrl-C (or SIGTERM, see ``conformance.runtime.graceful_stop``)
             during the run; it carries the partial result.
         KernelLoadError: a kernel name that does not resolve (one line).
         CaptureError: an inconsistent capture set (one line).
         Int8confError: an invalid or unavailable ``device`` (one line).
     """
     from conformance.kernels.registry import get_kernel
+
     validate_device(device)
     t0 = time.perf_counter()
     spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
@@ -562,18 +587,20 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
     else:
         cases = list(cases)
         n_cap = sum(1 for c in cases if (c.meta or {}).get("source") == "capture")
-        cap = CaptureReplay(cases=[], available=bool(n_cap),
-                            note=(f"{n_cap} captured cases given" if n_cap
-                                  else f"{NO_CAPTURES} (explicit case list)"))
+        cap = CaptureReplay(
+            cases=[],
+            available=bool(n_cap),
+            note=(f"{n_cap} captured cases given" if n_cap else f"{NO_CAPTURES} (explicit case list)"),
+        )
     say(f"{spec.name}: {len(cases)} cases; {cap.note}")
     results: list[CaseResult] = []
     model: list[CheckResult] = []
     prop, n_fixed, stopped, stage = None, 0, None, "fixed cases"
-    from conformance.graceful_stop import raise_if_requested
+    from conformance.runtime.graceful_stop import raise_if_requested
+
     steps = [("C9", partial(run_batch_invariance, spec, cases, device))]  # kernel-level checks
     if model_checks:
-        steps += [(cid, partial(run_model_check, cid, spec, mod, attr))
-                  for cid, mod, attr in MODEL_CHECKS]
+        steps += [(cid, partial(run_model_check, cid, spec, mod, attr)) for cid, mod, attr in MODEL_CHECKS]
     try:
         for i, ops in enumerate(cases):
             raise_if_requested()
@@ -582,7 +609,8 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             n_fixed = len(results)
             say(f"[{i + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
         if property_examples > 0:
-            from conformance.property import run_property_test
+            from conformance.suite.property import run_property_test
+
             stage = "the property test"
             say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
             prop_cases: list[CaseResult] = []
@@ -590,6 +618,7 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             def keep(cr: CaseResult) -> None:
                 prop_cases.append(cr)
                 raise_if_requested()
+
             prop = run_property_test(spec, keep, max_examples=property_examples, device=device)
             results += prop_cases  # only once the property test finished: never half of it
         for cid, run in steps:
@@ -597,20 +626,37 @@ def run_conformance(kernel, against=None, *, cases: Optional[Sequence] = None,
             stage = cid
             say(f"{spec.name}: {cid} {CHECK_NAMES[cid]}")
             model.append(run())
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop
         done = {r.check_id for r in model}
-        model += [not_applicable(cid, "not run: the run was interrupted")
-                  for cid, _ in steps if cid not in done]
+        model += [not_applicable(cid, "not run: the run was interrupted") for cid, _ in steps if cid not in done]
         stopped = partial_run(n_fixed, len(cases), interrupted=True, stage=stage, kind="suite")
     if invocation is None:
-        from conformance.coverage import invocation as _inv
-        invocation = _inv({"kernel": spec.name, "against": getattr(other, "name", None),
-                           "include_captures": include_captures, "include_sweep": include_sweep,
-                           "property_examples": property_examples, "model_checks": model_checks,
-                           "device": device, "explicit_cases": len(cases)},
-                          prog="conformance.suite.run_conformance")
-    res = build_result(spec, results, cap, model, prop, other, time.perf_counter() - t0,
-                       invocation=invocation, partial=stopped or complete_run(len(cases)))
+        from conformance.suite.coverage import invocation as _inv
+
+        invocation = _inv(
+            {
+                "kernel": spec.name,
+                "against": getattr(other, "name", None),
+                "include_captures": include_captures,
+                "include_sweep": include_sweep,
+                "property_examples": property_examples,
+                "model_checks": model_checks,
+                "device": device,
+                "explicit_cases": len(cases),
+            },
+            prog="conformance.suite.run.run_conformance",
+        )
+    res = build_result(
+        spec,
+        results,
+        cap,
+        model,
+        prop,
+        other,
+        time.perf_counter() - t0,
+        invocation=invocation,
+        partial=stopped or complete_run(len(cases)),
+    )
     if stopped:
         raise SuiteInterrupted(res)
     return res

@@ -2,17 +2,17 @@
 
 1. Resolve the candidate (and the incumbent) kernel in this process, so a
    bad name fails at once with one line; load the policy.
-2. Build the suite's fixed cases (``conformance.suite.default_cases``:
+2. Build the suite's fixed cases (``conformance.suite.run.default_cases``:
    synthetic, shape sweep, layer captures in both scale modes).
 3. With ``baseline`` (a stored ``conformance.json``), check comparability
    before any kernel runs: same schema, suite version, capture digest
-   (``conformance.suite.comparability``), the same case ids with the same
+   (``conformance.suite.run.comparability``), the same case ids with the same
    operand digests case by case, no partial run,
    per-case output digests present; otherwise :class:`NotComparable` with
    every reason.
-4. Run each kernel in its own child process (``conformance.gate.isolation``),
+4. Run each kernel in its own child process (``conformance.runtime.pool``),
    case by case with a timeout; a crash / hang ends that case as ``crash`` /
-   ``timeout``, a reproducer is saved (``conformance.gate.repro``), and a
+   ``timeout``, a reproducer is saved (``conformance.runtime.repro``), and a
    fresh child takes the next case. Then the model-level checks C7 / E1
    (unless disabled), also isolated.
 5. Compare per case (``conformance.gate.compare``): outputs bit for bit (in
@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from conformance.gate import compare as C
-from conformance.gate.isolation import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.gate.policy import Policy
-from conformance.partial_run import partial_run
-from conformance.gate.status import (CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT,
-                                     status_counts)
+from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
+from conformance.runtime.partial_run import partial_run
+from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from reference.errors import Int8confError
 
 SCHEMA = "int8conf.gate"
@@ -56,7 +55,7 @@ class GateOptions:
 
     Attributes:
         include_captures, include_sweep, seeds, max_capture_layers,
-        capture_dir, model_dir: the case set (``conformance.suite.default_cases``).
+        capture_dir, model_dir: the case set (``conformance.suite.run.default_cases``).
         model_checks: run C7 / E1 (slow on CPU; ``--no-model`` turns them off).
         device: kernel device (None = runner default).
         timeout_s: seconds one case may take (per kernel) before its child is killed.
@@ -92,10 +91,10 @@ class GateResult:
         cases, model: Decisions.
         overall: ``{"verdict": "pass"|"blocked", "exit_code", "summary",
             "counts", "blocking", "unused_expectations"}``.
-        comparability: of this run's cases (``conformance.suite.comparability``).
-        environment: ``conformance.suite.environment`` of the candidate's runs.
+        comparability: of this run's cases (``conformance.suite.run.comparability``).
+        environment: ``conformance.suite.run.environment`` of the candidate's runs.
         options: GateOptions.to_dict(); elapsed_s; notes.
-        partial: ``conformance.partial_run.partial_run`` record (kind
+        partial: ``conformance.runtime.partial_run.partial_run`` record (kind
             ``gate``): whether every case was decided; the report's
             top-level ``partial`` object.
     """
@@ -129,9 +128,17 @@ class GateResult:
 def case_rows(cases) -> list[dict]:
     """The comparability rows of GemmOperands (as ``CaseResult.to_dict`` has them)."""
     from conformance.cases import case_id
-    return [{"case": case_id(o), "source": (o.meta or {}).get("source", "synthetic"),
-             "scale_mode": o.scale_mode, "out_dtype": str(o.out_dtype),
-             "operand_digests": o.digests()} for o in cases]
+
+    return [
+        {
+            "case": case_id(o),
+            "source": (o.meta or {}).get("source", "synthetic"),
+            "scale_mode": o.scale_mode,
+            "out_dtype": str(o.out_dtype),
+            "operand_digests": o.digests(),
+        }
+        for o in cases
+    ]
 
 
 def layer_of(ops) -> Optional[str]:
@@ -144,8 +151,7 @@ def _row_difference(theirs: dict, ours: dict) -> Optional[str]:
     td, od = theirs.get("operand_digests") or {}, ours.get("operand_digests") or {}
     for k in list(od) + sorted(set(td) - set(od)):
         if td.get(k) != od.get(k):
-            return (f"operand digest '{k}' is {str(td.get(k))[:12]} in the baseline, "
-                    f"{str(od.get(k))[:12]} in this run")
+            return f"operand digest '{k}' is {str(td.get(k))[:12]} in the baseline, {str(od.get(k))[:12]} in this run"
     for k in ("scale_mode", "out_dtype", "source"):
         if theirs.get(k) != ours.get(k):
             return f"{k} is {theirs.get(k)!r} in the baseline, {ours.get(k)!r} in this run"
@@ -158,22 +164,27 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
     (operand digests, scale mode, out dtype, source).
 
     Args:
-        doc: the report (``conformance.report.read_report``).
-        mine: ``conformance.suite.comparability`` of this run's cases.
+        doc: the report (``conformance.suite.report.read_report``).
+        mine: ``conformance.suite.run.comparability`` of this run's cases.
         path: for messages.
         rows: this run's :func:`case_rows`.
     """
-    from conformance.suite import SUITE_VERSION, comparability
+    from conformance.suite.run import SUITE_VERSION, comparability
+
     probs = []
     comp = doc.get("comparability")
     if not isinstance(comp, dict):
-        probs.append("it has no comparability record (written before int8conf recorded case "
-                     "digests); re-run `int8conf check` for the incumbent")
+        probs.append(
+            "it has no comparability record (written before int8conf recorded case "
+            "digests); re-run `int8conf check` for the incumbent"
+        )
         comp = comparability(doc.get("cases") or [], doc.get("environment"), doc.get("captures"))
         comp["suite_version"] = None
     if comp.get("suite_version") not in (None, SUITE_VERSION):
-        probs.append(f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
-                     f"checks changed since it was written)")
+        probs.append(
+            f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
+            f"checks changed since it was written)"
+        )
     rec = doc.get("partial")
     if isinstance(rec, dict) and rec.get("partial"):
         probs.append(f"it is a partial run ({rec.get('note') or rec.get('reason')})")
@@ -182,11 +193,13 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
             if "partial run" in str(note):
                 probs.append(f"it is a partial run ({note})")
     if comp.get("captures_digest") != mine.get("captures_digest"):
-        probs.append(f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
-                     f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
-                     f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
-                     f"(digest {str(mine.get('captures_digest'))[:12]}, from "
-                     f"{mine.get('captures_source')})")
+        probs.append(
+            f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
+            f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
+            f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
+            f"(digest {str(mine.get('captures_digest'))[:12]}, from "
+            f"{mine.get('captures_source')})"
+        )
     theirs = {c.get("case"): c for c in doc.get("cases") or [] if c.get("source") != "property"}
     ours = {r["case"]: r for r in rows}
     only_b, only_m = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
@@ -196,22 +209,24 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
             detail.append(f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})")
         if only_m:
             detail.append(f"{len(only_m)} only in this run (e.g. {only_m[0]})")
-        probs.append("different case set: " + ", ".join(detail)
-                     + "; run the gate with the options the baseline was made with "
-                       "(--no-captures / --no-sweep / --captures DIR)")
+        probs.append(
+            "different case set: " + ", ".join(detail) + "; run the gate with the options the baseline was made with "
+            "(--no-captures / --no-sweep / --captures DIR)"
+        )
     common = [cid for cid in ours if cid in theirs]
     diffs = [(cid, d) for cid in common for d in [_row_difference(theirs[cid], ours[cid])] if d]
     if diffs:
         cid, d = diffs[0]
         probs.append(f"case {cid}: {d} ({len(diffs)} of {len(common)} cases differ)")
     elif not (only_b or only_m) and comp.get("cases_digest") != mine.get("cases_digest"):
-        probs.append("its comparability record does not match its own cases (cases digest "
-                     f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
-                     "); re-run `int8conf check` for the incumbent")
+        probs.append(
+            "its comparability record does not match its own cases (cases digest "
+            f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
+            "); re-run `int8conf check` for the incumbent"
+        )
     cases = doc.get("cases") or []
     if cases and any(c.get("source") != "property" and "output_digest" not in c for c in cases):
-        probs.append("its cases carry no output digests (an older report); re-run "
-                     "`int8conf check` for the incumbent")
+        probs.append("its cases carry no output digests (an older report); re-run `int8conf check` for the incumbent")
     return probs
 
 
@@ -223,9 +238,16 @@ def _side(outcome) -> C.Side:
     if outcome.kind == OK:
         return C.side_from_case_result(outcome.value)
     status = {CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[outcome.kind]
-    return C.Side(status, error=outcome.error,
-                  evidence={"exitcode": outcome.exitcode, "signal": outcome.signal,
-                            "log_tail": outcome.log_tail, "elapsed_s": round(outcome.elapsed_s, 3)})
+    return C.Side(
+        status,
+        error=outcome.error,
+        evidence={
+            "exitcode": outcome.exitcode,
+            "signal": outcome.signal,
+            "log_tail": outcome.log_tail,
+            "elapsed_s": round(outcome.elapsed_s, 3),
+        },
+    )
 
 
 def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) -> Optional[dict]:
@@ -234,20 +256,28 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) ->
         return None
     n = int(cand.output.numel())
     if cand.output_digest == inc.output_digest:
-        return {"class": C.IDENTICAL, "max_ulp": 0, "n_differ": 0, "n_elements": n,
-                "via": "output digest equal to the baseline's"}
+        return {
+            "class": C.IDENTICAL,
+            "max_ulp": 0,
+            "n_differ": 0,
+            "n_elements": n,
+            "via": "output digest equal to the baseline's",
+        }
     from conformance.checks.output_bits import reference_output
     from reference.contract import EpilogueContract
     from reference.operands import tensor_digest
+
     try:
         ref = reference_output(ops, EpilogueContract.from_dict(contract or {}))
     except Exception as e:  # noqa: BLE001 -- a malformed contract in the stored report
         return {"class": C.UNKNOWN, "why": f"the baseline's declared contract is unusable ({e})"}
     if tensor_digest(ref) != inc.output_digest:
-        return {"class": C.UNKNOWN,
-                "why": "output differs from the baseline's, and the baseline's output on this "
-                       "case is not the reference of its declared contract, so the distance is "
-                       "unknown; gate with --incumbent to measure it"}
+        return {
+            "class": C.UNKNOWN,
+            "why": "output differs from the baseline's, and the baseline's output on this "
+            "case is not the reference of its declared contract, so the distance is "
+            "unknown; gate with --incumbent to measure it",
+        }
     d = C.output_delta(cand.output, ref)
     d["via"] = "baseline output reproduced by the reference of its declared contract"
     return d
@@ -263,18 +293,22 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
     verdict = "blocked" if blocking else "pass"
     n = len(decisions)
     parts = [f"{counts[s]} {s}" for s in counts if counts[s]]
-    summary = (f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {n} cases ("
-               + ", ".join(parts) + ")")
+    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {n} cases (" + ", ".join(parts) + ")"
     mparts = [f"{d.item} {d.status}" for d in model]
     if mparts:
         summary += "; model-level: " + ", ".join(mparts)
     if unused:
         summary += f"; {len(unused)} unused expectation{'s' if len(unused) > 1 else ''}"
-    return {"verdict": verdict, "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
-            "summary": summary, "counts": counts,
-            "model_counts": status_counts(d.status for d in model),
-            "blocking": blocking, "unused_expectations": unused,
-            "expectations_used": used}
+    return {
+        "verdict": verdict,
+        "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
+        "summary": summary,
+        "counts": counts,
+        "model_counts": status_counts(d.status for d in model),
+        "blocking": blocking,
+        "unused_expectations": unused,
+        "expectations_used": used,
+    }
 
 
 class GateSession:
@@ -289,12 +323,21 @@ class GateSession:
             before any kernel runs).
     """
 
-    def __init__(self, candidate, incumbent=None, baseline=None, policy: Optional[Policy] = None,
-                 options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
-                 cases: Optional[Sequence] = None,
-                 progress: Optional[Callable[[str], None]] = None):
-        from conformance.report import read_report
-        from conformance.suite import comparability, default_cases, load_captures, validate_device
+    def __init__(
+        self,
+        candidate,
+        incumbent=None,
+        baseline=None,
+        policy: Optional[Policy] = None,
+        options: Optional[GateOptions] = None,
+        out_dir: Union[str, Path] = "reports/gate",
+        cases: Optional[Sequence] = None,
+        progress: Optional[Callable[[str], None]] = None,
+    ):
+        from conformance.kernels.runner import validate_device
+        from conformance.suite.report import read_report
+        from conformance.suite.run import comparability, default_cases, load_captures
+
         self.t0 = time.perf_counter()
         self.opts = options or GateOptions()
         self.policy = policy or Policy()
@@ -307,10 +350,14 @@ class GateSession:
         self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
         opts = self.opts
         if cases is None:
-            cs = load_captures(opts.capture_dir, opts.model_dir) if (
-                opts.capture_dir and opts.include_captures) else None
-            cases, cap = default_cases(opts.include_captures, opts.include_sweep, opts.seeds,
-                                       opts.max_capture_layers, cs)
+            cs = (
+                load_captures(opts.capture_dir, opts.model_dir)
+                if (opts.capture_dir and opts.include_captures)
+                else None
+            )
+            cases, cap = default_cases(
+                opts.include_captures, opts.include_sweep, opts.seeds, opts.max_capture_layers, cs
+            )
             cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
         else:
             cases = list(cases)
@@ -332,9 +379,9 @@ class GateSession:
     def _runner(self, role: str) -> IsolatedKernel:
         if role not in self.runners:
             k = self.candidate if role == "candidate" else self.incumbent
-            self.runners[role] = IsolatedKernel(k, self.cases, self.opts.timeout_s,
-                                                self.log_dir, self.opts.device,
-                                                self.opts.method)
+            self.runners[role] = IsolatedKernel(
+                k, self.cases, self.opts.timeout_s, self.log_dir, self.opts.device, self.opts.method
+            )
         return self.runners[role]
 
     @property
@@ -359,27 +406,37 @@ class GateSession:
             if oc.kind == OK and role == "candidate":
                 manifest = oc.value.run_manifest
             elif oc.kind in (CRASHED, TIMED_OUT):
-                from conformance.gate.repro import save_reproducer
+                from conformance.runtime.repro import save_reproducer
+
                 ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
-                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid,
-                                    {"status": sides[role].status, "role": role,
-                                     "error": oc.error, "signal": oc.signal,
-                                     "exitcode": oc.exitcode, "log_tail": oc.log_tail,
-                                     "timeout_s": self.opts.timeout_s})
+                d = save_reproducer(
+                    self.out / "repro" / f"{role}-{_slug(cid)}",
+                    ops,
+                    ref,
+                    cid,
+                    {
+                        "status": sides[role].status,
+                        "role": role,
+                        "error": oc.error,
+                        "signal": oc.signal,
+                        "exitcode": oc.exitcode,
+                        "log_tail": oc.log_tail,
+                        "timeout_s": self.opts.timeout_s,
+                    },
+                )
                 sides[role].evidence["repro"] = str(d)
                 self.repros.append(str(d))
         cand = sides["candidate"]
         if self.doc is not None:
             b = self.base_cases.get(cid)
             inc = C.side_from_report_case(b) if b is not None else None
-            delta = (_baseline_delta(cand, inc, ops, self.doc["kernel"].get("contract"))
-                     if inc else None)
+            delta = _baseline_delta(cand, inc, ops, self.doc["kernel"].get("contract")) if inc else None
         else:
             inc = sides["incumbent"]
-            delta = (C.output_delta(cand.output, inc.output)
-                     if cand.output is not None and inc.output is not None else None)
-        dec = C.decide_case(cid, cand, inc, delta, self.policy, ops.scale_mode, layer_of(ops),
-                            row["source"])
+            delta = (
+                C.output_delta(cand.output, inc.output) if cand.output is not None and inc.output is not None else None
+            )
+        dec = C.decide_case(cid, cand, inc, delta, self.policy, ops.scale_mode, layer_of(ops), row["source"])
         if "incumbent" in sides and sides["incumbent"].status in (CRASH, TIMEOUT):
             dec.evidence["incumbent"] = sides["incumbent"].evidence
         dec.manifest = manifest
@@ -395,15 +452,20 @@ class GateSession:
         oc = res["candidate"]
         cand_d = oc.value.to_dict() if oc.kind == OK else None
         if self.doc is not None:
-            inc_d = next((c for c in self.doc.get("checks") or []
-                          if c.get("check_id") == check_id), None)
+            inc_d = next((c for c in self.doc.get("checks") or [] if c.get("check_id") == check_id), None)
         else:
             io = res["incumbent"]
             inc_d = io.value.to_dict() if io.kind == OK else None
         st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-        return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error,
-                              {"signal": oc.signal, "exitcode": oc.exitcode,
-                               "log_tail": oc.log_tail} if oc.kind != OK else None)
+        return C.decide_model(
+            check_id,
+            cand_d,
+            inc_d,
+            self.policy,
+            st,
+            oc.error,
+            {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None,
+        )
 
     def close(self) -> None:
         """Stop the child processes."""
@@ -411,9 +473,14 @@ class GateSession:
             r.close()
         self.runners = {}
 
-    def result(self, decisions: Sequence, model: Sequence = (),
-               elapsed_s: Optional[float] = None, interrupted: bool = False,
-               stage: Optional[str] = None) -> GateResult:
+    def result(
+        self,
+        decisions: Sequence,
+        model: Sequence = (),
+        elapsed_s: Optional[float] = None,
+        interrupted: bool = False,
+        stage: Optional[str] = None,
+    ) -> GateResult:
         """The GateResult of decided cases (in case order) and model checks.
 
         Args:
@@ -427,53 +494,78 @@ class GateSession:
                 ``"E1"``; None = not known).
 
         Returns:
-            GateResult; ``partial`` is its ``conformance.partial_run``
+            GateResult; ``partial`` is its ``conformance.runtime.partial_run``
             record, whose note (if partial) is also in ``notes``.
         """
-        from conformance.suite import environment
+        from conformance.suite.run import environment
+
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
         manifests = [d.manifest for d in decisions if getattr(d, "manifest", None)]
         env = environment(manifests)
         doc, policy = self.doc, self.policy
-        inc_info = ({"baseline": str(self.baseline), "manifest": doc.get("kernel"),
-                     "generated_at": doc.get("generated_at"),
-                     "environment": (doc.get("comparability") or {}).get("environment")}
-                    if doc is not None else
-                    {"ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef)
-                     else None, "manifest": self.inc_spec.manifest()})
+        inc_info = (
+            {
+                "baseline": str(self.baseline),
+                "manifest": doc.get("kernel"),
+                "generated_at": doc.get("generated_at"),
+                "environment": (doc.get("comparability") or {}).get("environment"),
+            }
+            if doc is not None
+            else {
+                "ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef) else None,
+                "manifest": self.inc_spec.manifest(),
+            }
+        )
         notes = []
         if doc is not None:
             theirs = (doc.get("comparability") or {}).get("environment") or {}
-            diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in
-                    ("torch", "triton", "execution", "cuda_device") if theirs.get(k) != env.get(k)]
+            diff = [
+                f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}"
+                for k in ("torch", "triton", "execution", "cuda_device")
+                if theirs.get(k) != env.get(k)
+            ]
             if diff:
-                notes.append("environment differs from the baseline's (bits are compared as "
-                             "they are; kernels may legitimately take other paths): "
-                             + "; ".join(diff))
+                notes.append(
+                    "environment differs from the baseline's (bits are compared as "
+                    "they are; kernels may legitimately take other paths): " + "; ".join(diff)
+                )
         repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
         if repros:
             notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
-        part = partial_run(len(decisions), len(self.rows), interrupted=interrupted, stage=stage,
-                           kind="gate")
+        part = partial_run(len(decisions), len(self.rows), interrupted=interrupted, stage=stage, kind="gate")
         if part["partial"]:
             notes.append(part["note"])
         return GateResult(
-            candidate={"ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef)
-                       else None, "manifest": self.cand_spec.manifest()},
-            incumbent=inc_info, policy=policy.to_dict(), cases=list(decisions), model=model,
-            overall=_overall(list(decisions), model, policy), comparability=self.comparability,
-            environment=env, options=self.opts.to_dict(),
+            candidate={
+                "ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef) else None,
+                "manifest": self.cand_spec.manifest(),
+            },
+            incumbent=inc_info,
+            policy=policy.to_dict(),
+            cases=list(decisions),
+            model=model,
+            overall=_overall(list(decisions), model, policy),
+            comparability=self.comparability,
+            environment=env,
+            options=self.opts.to_dict(),
             elapsed_s=(time.perf_counter() - self.t0) if elapsed_s is None else elapsed_s,
-            notes=notes, partial=part)
+            notes=notes,
+            partial=part,
+        )
 
 
-def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, object, None] = None,
-             baseline: Union[str, Path, None] = None, policy: Optional[Policy] = None,
-             options: Optional[GateOptions] = None, out_dir: Union[str, Path] = "reports/gate",
-             cases: Optional[Sequence] = None,
-             progress: Optional[Callable[[str], None]] = None) -> GateResult:
+def run_gate(
+    candidate: Union[KernelRef, object],
+    incumbent: Union[KernelRef, object, None] = None,
+    baseline: Union[str, Path, None] = None,
+    policy: Optional[Policy] = None,
+    options: Optional[GateOptions] = None,
+    out_dir: Union[str, Path] = "reports/gate",
+    cases: Optional[Sequence] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> GateResult:
     """Decide whether ``candidate`` may replace the incumbent.
 
     Args:
@@ -497,10 +589,12 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
         NotComparable: the baseline does not match this run's cases / captures.
         GateInterrupted: Ctrl-C or SIGTERM during the run; carries the partial result.
     """
-    from conformance.suite import MODEL_CHECKS
+    from conformance.suite.run import MODEL_CHECKS
+
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
     s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
-    from conformance.graceful_stop import raise_if_requested
+    from conformance.runtime.graceful_stop import raise_if_requested
+
     decisions: list = []
     model: list = []
     stopped = False
@@ -509,12 +603,12 @@ def run_gate(candidate: Union[KernelRef, object], incumbent: Union[KernelRef, ob
         for i in range(len(s.cases)):
             raise_if_requested()
             decisions.append(s.run_case(i))
-        for cid, _, _ in (MODEL_CHECKS if s.opts.model_checks else ()):
+        for cid, _, _ in MODEL_CHECKS if s.opts.model_checks else ():
             stage = cid
             raise_if_requested()
             model.append(s.run_model(cid))
         stage = None
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.graceful_stop
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop
         stopped = True
     finally:
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import signal
 import threading
 
-
 _requested: list = []  # the signal numbers received while the handler was installed
 
 
@@ -78,8 +77,7 @@ def sigterm_as_interrupt_in_pytest(config) -> bool:
 def restore_sigterm() -> None:
     """Put SIGTERM's default action back if :func:`sigterm_as_interrupt`
     installed the handler (a pytest run in-process must not leave it behind)."""
-    if threading.current_thread() is threading.main_thread() \
-            and signal.getsignal(signal.SIGTERM) is _raise_interrupt:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _raise_interrupt:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _requested.clear()
 
@@ -105,6 +103,7 @@ def exit_with_parent() -> bool:
     import multiprocessing
     import os
     import sys
+
     if not sys.platform.startswith("linux"):
         return False
     # the parent that started us, not getppid(): a parent killed before this call has

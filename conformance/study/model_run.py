@@ -9,9 +9,16 @@ from reference.errors import Int8confError
 from reference.model.weights import SCALE_MODES, check_checkpoint_mode, checkpoint_weights, load_weights
 
 
-def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
-                track_acc: bool = False, base_model=None, weights=None,
-                kernel_scale_mode=None):
+def build_model(
+    model_dir,
+    scale_mode: str,
+    kernel=None,
+    checkpoint=None,
+    track_acc: bool = False,
+    base_model=None,
+    weights=None,
+    kernel_scale_mode=None,
+):
     """The model to evaluate: bf16 as is, or W8A8 through ``kernel``.
 
     Args:
@@ -44,8 +51,9 @@ def build_model(model_dir, scale_mode: str, kernel=None, checkpoint=None,
     elif weights is None:
         weights = load_weights(base, scale_mode)
     manifest: dict = {}
-    fns = kernel_layer_callables(kernel, wf.linear_names(base.config.num_hidden_layers),
-                                 kernel_scale_mode or scale_mode, first_manifest=manifest)
+    fns = kernel_layer_callables(
+        kernel, wf.linear_names(base.config.num_hidden_layers), kernel_scale_mode or scale_mode, first_manifest=manifest
+    )
     model, stats = wf.build_w8a8_model(base, weights, fns, track_acc=track_acc)
     return model, stats, manifest
 
@@ -57,6 +65,7 @@ def resolve_kernel_list(arg: str):
         KernelError: an unknown kernel name (one line).
     """
     from conformance.kernels.registry import resolve_kernels
+
     return resolve_kernels([n.strip() for n in arg.split(",") if n.strip()])
 
 

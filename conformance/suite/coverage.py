@@ -20,7 +20,7 @@ subnormal was exercised), the trigger conditions of issue 8:
 
 :func:`coverage_table` aggregates the cases the kernel produced output on
 into rows ``{"condition", "reached", "cases", "covered"}`` for the report
-(``conformance.report``) and its JSON (``coverage``).
+(``conformance.suite.report``) and its JSON (``coverage``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-FP32_EXACT = 2 ** 24
-INT32_MAX = 2 ** 31 - 1
+FP32_EXACT = 2**24
+INT32_MAX = 2**31 - 1
 #: Elements x K per batch of :func:`partial_sum_extremes` (float64: 32 MiB).
-PARTIAL_BUDGET = 2 ** 22
+PARTIAL_BUDGET = 2**22
 #: Residue moduli of K reported (usual K tiles).
 K_MODULI = (8, 16, 32, 64, 128)
 #: M values the table wants (decode and small-batch tails).
@@ -43,13 +43,15 @@ M_WANTED = tuple(range(1, 18))
 N_EDGES = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
 PAIR_ALIGN = 32
 #: Layouts of ``a`` / ``b`` / scales the contract admits (reference.operands.layout_label).
-LAYOUTS_WANTED = {"a": ("dense", "row-major padded"),
-                  "b": ("dense", "row-major padded", "column-major"),
-                  "scale_a": ("dense", "strided"), "scale_b": ("dense", "strided")}
+LAYOUTS_WANTED = {
+    "a": ("dense", "row-major padded"),
+    "b": ("dense", "row-major padded", "column-major"),
+    "scale_a": ("dense", "strided"),
+    "scale_b": ("dense", "strided"),
+}
 
 
-def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET
-                         ) -> tuple[Tensor, Tensor, int]:
+def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> tuple[Tensor, Tensor, int]:
     """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in
     each summation direction.
 
@@ -82,7 +84,7 @@ def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET
     lo, hi = run.clone(), run.clone()
     step = max(1, budget // max(1, m * n))
     for c0 in range(0, c, step):
-        s = torch.bmm(af[c0:c0 + step], bf[c0:c0 + step])          # [C', M, N] chunk sums
+        s = torch.bmm(af[c0 : c0 + step], bf[c0 : c0 + step])  # [C', M, N] chunk sums
         p = run.unsqueeze(0) + torch.cumsum(s, 0)
         lo = torch.minimum(lo, p.amin(0))
         hi = torch.maximum(hi, p.amax(0))
@@ -110,9 +112,13 @@ def _float_counts(y: Tensor) -> dict:
     sub = (f != 0) & (f.abs() < tiny) & torch.isfinite(f)
     zero = f == 0
     neg = torch.signbit(f)
-    return {"subnormal": int(sub.sum()), "pos_inf": int((f == math.inf).sum()),
-            "neg_inf": int((f == -math.inf).sum()), "neg_zero": int((zero & neg).sum()),
-            "pos_zero": int((zero & ~neg).sum())}
+    return {
+        "subnormal": int(sub.sum()),
+        "pos_inf": int((f == math.inf).sum()),
+        "neg_inf": int((f == -math.inf).sum()),
+        "neg_zero": int((zero & neg).sum()),
+        "pos_zero": int((zero & ~neg).sum()),
+    }
 
 
 def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
@@ -141,39 +147,51 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     big = torch.maximum(fwd, bwd) >= FP32_EXACT
     sa, sb = ops.scale_a.cpu().reshape(-1), ops.scale_b.cpu().reshape(-1)
     bias = None if ops.bias is None else ops.bias.cpu()
-    ref = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=bias,
-                         out_dtype=ops.out_dtype)
+    ref = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=bias, out_dtype=ops.out_dtype)
     cov = {
-        "max_partial_fwd": int(fwd.max()), "max_partial_bwd": int(bwd.max()),
+        "max_partial_fwd": int(fwd.max()),
+        "max_partial_bwd": int(bwd.max()),
         "partial_step": step,
         "n_partial_big_final_small": int((big & (acc.abs() < FP32_EXACT)).sum()),
-        "max_abs_acc": int(acc.abs().max()), "n_acc_ge_2_24": int((acc.abs() >= FP32_EXACT).sum()),
+        "max_abs_acc": int(acc.abs().max()),
+        "n_acc_ge_2_24": int((acc.abs() >= FP32_EXACT).sum()),
         "n_acc_gt_int32": int((acc.abs() > INT32_MAX).sum()),
-        "out": _float_counts(ref), "out_dtype": str(ops.out_dtype).replace("torch.", ""),
-        "scale_mode": ops.scale_mode, "m": ops.m, "k": ops.k, "n": ops.n,
+        "out": _float_counts(ref),
+        "out_dtype": str(ops.out_dtype).replace("torch.", ""),
+        "scale_mode": ops.scale_mode,
+        "m": ops.m,
+        "k": ops.k,
+        "n": ops.n,
         "neg_scale_a": bool((torch.signbit(sa) & (sa != 0)).any()),
         "neg_scale_b": bool((torch.signbit(sb) & (sb != 0)).any()),
-        "zero_scale_a": bool((sa == 0).any()), "zero_scale_b": bool((sb == 0).any()),
-        "zero_rows_a": int((a == 0).all(1).sum()), "pair_alignments": _pairs(a, b),
-        "scale_layout": ("scalar" if ops.scale_a.dim() == 0 or ops.scale_a.numel() == 1
-                         and ops.m > 1 else "[M,1]" if ops.scale_a.dim() == 2 else "[M]"),
+        "zero_scale_a": bool((sa == 0).any()),
+        "zero_scale_b": bool((sb == 0).any()),
+        "zero_rows_a": int((a == 0).all(1).sum()),
+        "pair_alignments": _pairs(a, b),
+        "scale_layout": (
+            "scalar"
+            if ops.scale_a.dim() == 0 or ops.scale_a.numel() == 1 and ops.m > 1
+            else "[M,1]"
+            if ops.scale_a.dim() == 2
+            else "[M]"
+        ),
     }
     if bias is not None:
-        y = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract,
-                           bias=None, out_dtype=torch.float32)
+        y = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=None, out_dtype=torch.float32)
         bf = bias.to(torch.float32).reshape(1, -1)
-        cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0 ** -8).sum())
+        cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0**-8).sum())
     else:
         cov["bias_cancel"] = 0
     if ops.out_dtype != torch.float32 and int(acc.abs().max()) < FP32_EXACT:
         from conformance.cases import tie_discrimination
+
         cov["discriminating"] = tie_discrimination(ops, acc)["a_then_w!=w_then_a"]
     else:
         cov["discriminating"] = 0
     extra = ((getattr(run, "manifest", None) or {}).get("extra") or {}) if run is not None else {}
     from reference.operands import OPERAND_NAMES, layout_label
-    cov["layouts"] = extra.get("operand_layouts") or {
-        k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
+
+    cov["layouts"] = extra.get("operand_layouts") or {k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
     cov["densified"] = list(extra.get("densified") or [])
     meta = ops.meta or {}
     cov["planted"] = dict(meta.get("planted") or {})
@@ -200,15 +218,22 @@ def coverage_table(case_results: Sequence) -> list[dict]:
     default suite aims for (module docstring); ``cases`` counts the cases
     that reached the condition.
     """
-    covs = [cr.coverage for cr in case_results
-            if getattr(cr, "produced_output", False) and getattr(cr, "coverage", None)
-            and "error" not in cr.coverage]
+    covs = [
+        cr.coverage
+        for cr in case_results
+        if getattr(cr, "produced_output", False) and getattr(cr, "coverage", None) and "error" not in cr.coverage
+    ]
     rows: list[dict] = []
 
     def row(cond, reached, n, covered):
-        rows.append({"condition": cond, "reached": reached, "cases": n,
-                     "covered": covered if isinstance(covered, str) else
-                     ("yes" if covered else "no")})
+        rows.append(
+            {
+                "condition": cond,
+                "reached": reached,
+                "cases": n,
+                "covered": covered if isinstance(covered, str) else ("yes" if covered else "no"),
+            }
+        )
 
     def count(pred):
         return sum(1 for c in covs if pred(c))
@@ -218,91 +243,155 @@ def coverage_table(case_results: Sequence) -> list[dict]:
         return rows
     mp = max(max(c["max_partial_fwd"], c["max_partial_bwd"]) for c in covs)
     sampled = count(lambda c: c["partial_step"] > 1)
-    row("max |partial sum| (forward / backward K order)",
+    row(
+        "max |partial sum| (forward / backward K order)",
         f"{mp} ({_log2(mp)}); forward {max(c['max_partial_fwd'] for c in covs)}, backward "
         f"{max(c['max_partial_bwd'] for c in covs)}"
-        + (f"; {sampled} large cases sampled every 2..{max(c['partial_step'] for c in covs)} k "
-           f"(lower bound)" if sampled else ""),
+        + (
+            f"; {sampled} large cases sampled every 2..{max(c['partial_step'] for c in covs)} k (lower bound)"
+            if sampled
+            else ""
+        ),
         count(lambda c: max(c["max_partial_fwd"], c["max_partial_bwd"]) >= FP32_EXACT),
-        mp >= FP32_EXACT)
+        mp >= FP32_EXACT,
+    )
     n_ps = sum(c["n_partial_big_final_small"] for c in covs)
-    row("partial sums >= 2^24 with final |acc| < 2^24", f"{n_ps} elements",
-        count(lambda c: c["n_partial_big_final_small"] > 0), n_ps > 0)
+    row(
+        "partial sums >= 2^24 with final |acc| < 2^24",
+        f"{n_ps} elements",
+        count(lambda c: c["n_partial_big_final_small"] > 0),
+        n_ps > 0,
+    )
     ma = max(c["max_abs_acc"] for c in covs)
     row("max |acc|", f"{ma} ({_log2(ma)})", len(covs), True)
-    row("|acc| >= 2^24 (float32(acc) inexact)",
+    row(
+        "|acc| >= 2^24 (float32(acc) inexact)",
         f"{sum(c['n_acc_ge_2_24'] for c in covs)} elements",
-        count(lambda c: c["n_acc_ge_2_24"] > 0), ma >= FP32_EXACT)
-    row("|acc| > 2^31 - 1 (int32 overflow)", f"{sum(c['n_acc_gt_int32'] for c in covs)} elements",
-        count(lambda c: c["n_acc_gt_int32"] > 0), ma > INT32_MAX)
+        count(lambda c: c["n_acc_ge_2_24"] > 0),
+        ma >= FP32_EXACT,
+    )
+    row(
+        "|acc| > 2^31 - 1 (int32 overflow)",
+        f"{sum(c['n_acc_gt_int32'] for c in covs)} elements",
+        count(lambda c: c["n_acc_gt_int32"] > 0),
+        ma > INT32_MAX,
+    )
     dts = sorted({c["out_dtype"] for c in covs})
-    for key, label in (("subnormal", "subnormal outputs"), ("pos_inf", "+inf outputs"),
-                       ("neg_inf", "-inf outputs"), ("neg_zero", "-0 outputs"),
-                       ("pos_zero", "+0 outputs")):
+    for key, label in (
+        ("subnormal", "subnormal outputs"),
+        ("pos_inf", "+inf outputs"),
+        ("neg_inf", "-inf outputs"),
+        ("neg_zero", "-0 outputs"),
+        ("pos_zero", "+0 outputs"),
+    ):
         per = {dt: sum(c["out"][key] for c in covs if c["out_dtype"] == dt) for dt in dts}
         got = [dt for dt in dts if per[dt]]
-        row(f"{label} (reference of the declared contract)",
-            ", ".join(f"{dt} {per[dt]}" for dt in dts), count(lambda c: c["out"][key] > 0),
-            "yes" if len(got) == len(dts) else ("partial" if got else "no"))
-    row("negative scales", f"scale_a in {count(lambda c: c['neg_scale_a'])} cases, scale_b in "
-        f"{count(lambda c: c['neg_scale_b'])}",
+        row(
+            f"{label} (reference of the declared contract)",
+            ", ".join(f"{dt} {per[dt]}" for dt in dts),
+            count(lambda c: c["out"][key] > 0),
+            "yes" if len(got) == len(dts) else ("partial" if got else "no"),
+        )
+    row(
+        "negative scales",
+        f"scale_a in {count(lambda c: c['neg_scale_a'])} cases, scale_b in {count(lambda c: c['neg_scale_b'])}",
         count(lambda c: c["neg_scale_a"] or c["neg_scale_b"]),
-        count(lambda c: c["neg_scale_a"]) > 0 and count(lambda c: c["neg_scale_b"]) > 0)
-    row("zero scales", f"scale_a in {count(lambda c: c['zero_scale_a'])} cases, scale_b in "
-        f"{count(lambda c: c['zero_scale_b'])}",
+        count(lambda c: c["neg_scale_a"]) > 0 and count(lambda c: c["neg_scale_b"]) > 0,
+    )
+    row(
+        "zero scales",
+        f"scale_a in {count(lambda c: c['zero_scale_a'])} cases, scale_b in {count(lambda c: c['zero_scale_b'])}",
         count(lambda c: c["zero_scale_a"] or c["zero_scale_b"]),
-        count(lambda c: c["zero_scale_a"]) > 0)
-    row("all-zero rows of a", f"{sum(c['zero_rows_a'] for c in covs)} rows",
-        count(lambda c: c["zero_rows_a"] > 0), count(lambda c: c["zero_rows_a"] > 0) > 0)
-    row("bias near cancellation (|y + bias| < 2^-8 |bias|)",
-        f"{sum(c['bias_cancel'] for c in covs)} elements", count(lambda c: c["bias_cancel"] > 0),
-        count(lambda c: c["bias_cancel"] > 0) > 0)
+        count(lambda c: c["zero_scale_a"]) > 0,
+    )
+    row(
+        "all-zero rows of a",
+        f"{sum(c['zero_rows_a'] for c in covs)} rows",
+        count(lambda c: c["zero_rows_a"] > 0),
+        count(lambda c: c["zero_rows_a"] > 0) > 0,
+    )
+    row(
+        "bias near cancellation (|y + bias| < 2^-8 |bias|)",
+        f"{sum(c['bias_cancel'] for c in covs)} elements",
+        count(lambda c: c["bias_cancel"] > 0),
+        count(lambda c: c["bias_cancel"] > 0) > 0,
+    )
     al = sorted({x for c in covs for x in c["pair_alignments"]})
-    row(f"adjacent (-128)*(-128) products, start k mod {PAIR_ALIGN}",
-        f"{len(al)}/{PAIR_ALIGN} alignments", count(lambda c: bool(c["pair_alignments"])),
-        "yes" if len(al) == PAIR_ALIGN else ("partial" if al else "no"))
+    row(
+        f"adjacent (-128)*(-128) products, start k mod {PAIR_ALIGN}",
+        f"{len(al)}/{PAIR_ALIGN} alignments",
+        count(lambda c: bool(c["pair_alignments"])),
+        "yes" if len(al) == PAIR_ALIGN else ("partial" if al else "no"),
+    )
     res = {mod: {c["k"] % mod for c in covs} for mod in K_MODULI}
-    row("K residues (mod " + "/".join(map(str, K_MODULI)) + ")",
-        ", ".join(f"{len(res[mod])}/{mod}" for mod in K_MODULI), len(covs),
-        "yes" if all(len(res[mod]) == mod for mod in K_MODULI) else "partial")
+    row(
+        "K residues (mod " + "/".join(map(str, K_MODULI)) + ")",
+        ", ".join(f"{len(res[mod])}/{mod}" for mod in K_MODULI),
+        len(covs),
+        "yes" if all(len(res[mod]) == mod for mod in K_MODULI) else "partial",
+    )
     ms = sorted({c["m"] for c in covs})
     miss = [m for m in M_WANTED if m not in ms]
-    row("M values", f"1..17 {'all' if not miss else 'missing ' + _list(miss)}; "
-        f"max M {max(ms)}; {len(ms)} distinct", len(covs), not miss)
+    row(
+        "M values",
+        f"1..17 {'all' if not miss else 'missing ' + _list(miss)}; max M {max(ms)}; {len(ms)} distinct",
+        len(covs),
+        not miss,
+    )
     ns = {c["n"] for c in covs}
     nmiss = [n for n in N_EDGES if n not in ns]
-    row("N around tile edges (" + _list(N_EDGES) + ")",
-        "all" if not nmiss else "missing " + _list(nmiss), len(covs), not nmiss)
+    row(
+        "N around tile edges (" + _list(N_EDGES) + ")",
+        "all" if not nmiss else "missing " + _list(nmiss),
+        len(covs),
+        not nmiss,
+    )
     tie_ms = sorted({c["m"] for c in covs if c["discriminating"] > 0})
     tmiss = [m for m in M_WANTED if m not in tie_ms]
-    row("scale-order-discriminating elements (a_then_w != w_then_a), by M",
+    row(
+        "scale-order-discriminating elements (a_then_w != w_then_a), by M",
         f"{sum(c['discriminating'] for c in covs)} elements at M = {_list(tie_ms)}"
         + (f"; missing M {_list(tmiss)}" if tmiss else ""),
-        count(lambda c: c["discriminating"] > 0), "yes" if not tmiss else
-        ("partial" if tie_ms else "no"))
-    row("output dtypes", ", ".join(f"{dt} {count(lambda c, d=dt: c['out_dtype'] == d)}"
-                                   for dt in dts), len(covs), len(dts) == 3)
+        count(lambda c: c["discriminating"] > 0),
+        "yes" if not tmiss else ("partial" if tie_ms else "no"),
+    )
+    row(
+        "output dtypes",
+        ", ".join(f"{dt} {count(lambda c, d=dt: c['out_dtype'] == d)}" for dt in dts),
+        len(covs),
+        len(dts) == 3,
+    )
     modes = sorted({c["scale_mode"] for c in covs})
-    row("scale modes", ", ".join(f"{md} {count(lambda c, x=md: c['scale_mode'] == x)}"
-                                 for md in modes), len(covs), "pow2" in modes and len(modes) > 1)
+    row(
+        "scale modes",
+        ", ".join(f"{md} {count(lambda c, x=md: c['scale_mode'] == x)}" for md in modes),
+        len(covs),
+        "pow2" in modes and len(modes) > 1,
+    )
     kinds: dict = {}
     for c in covs:
         for kind, v in (c.get("planted") or {}).items():
             e, n = kinds.get(kind, (0, 0))
             kinds[kind] = (e + v, n + (v > 0))
     if kinds:
-        row("planted discriminators (elements / cases, conformance.cases.planting)",
+        row(
+            "planted discriminators (elements / cases, conformance.cases.planting)",
             ", ".join(f"{k} {e}/{n}" for k, (e, n) in kinds.items()),
             count(lambda c: sum((c.get("planted") or {}).values()) > 0),
-            "yes" if all(n for _, n in kinds.values()) else "partial")
+            "yes" if all(n for _, n in kinds.values()) else "partial",
+        )
     axes: dict = {}
     for c in covs:
         if c.get("regime"):
             axes.setdefault(c["regime"]["axis"], set()).add(c["regime"]["value"])
     for axis, vals in sorted(axes.items()):
         vs = sorted(vals)
-        row(f"regime {axis} (family regimes)", f"{len(vs)} values, {vs[0]} .. {vs[-1]}",
-            count(lambda c, a=axis: (c.get("regime") or {}).get("axis") == a), True)
+        row(
+            f"regime {axis} (family regimes)",
+            f"{len(vs)} values, {vs[0]} .. {vs[-1]}",
+            count(lambda c, a=axis: (c.get("regime") or {}).get("axis") == a),
+            True,
+        )
     sl = sorted({c["scale_layout"] for c in covs})
     row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)
     for op, wanted in LAYOUTS_WANTED.items():
@@ -317,10 +406,8 @@ def coverage_table(case_results: Sequence) -> list[dict]:
         miss = [w for w in wanted if w not in seen]
         txt = ", ".join(f"{k} {v}" for k, v in sorted(seen.items()))
         if dens:
-            txt += f"; NOT covered: {dens} cases handed as dense copies (kernel declares " \
-                   f"contiguous_only)"
-        row(f"layout of {op}", txt, len(covs),
-            "yes" if not miss else ("partial" if len(miss) < len(wanted) else "no"))
+            txt += f"; NOT covered: {dens} cases handed as dense copies (kernel declares contiguous_only)"
+        row(f"layout of {op}", txt, len(covs), "yes" if not miss else ("partial" if len(miss) < len(wanted) else "no"))
     return rows
 
 
@@ -341,8 +428,7 @@ def invocation(args=None, prog: str = "int8conf check") -> dict:
 
     opts = dict(vars(args)) if args is not None and not isinstance(args, dict) else dict(args or {})
     # ``command``: the subcommand's argparse dest (already in ``prog``)
-    opts = {k: v for k, v in opts.items()
-            if not callable(v) and not k.startswith("_") and k != "command"}
+    opts = {k: v for k, v in opts.items() if not callable(v) and not k.startswith("_") and k != "command"}
     parts: list[str] = []
     for k, v in opts.items():
         flag = "--" + k.replace("_", "-")
@@ -356,5 +442,4 @@ def invocation(args=None, prog: str = "int8conf check") -> dict:
         else:
             parts += [flag, str(v)]
     clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.items()}
-    return {"command": " ".join([prog] + ([shlex.join(parts)] if parts else [])),
-            "options": clean}
+    return {"command": " ".join([prog] + ([shlex.join(parts)] if parts else [])), "options": clean}
