@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.name == "options":  # options: shared by the commands, not one
             continue
         try:
             mod = importlib.import_module(f"{commands.__name__}.{info.name}")
