@@ -1,16 +1,8 @@
 #!/usr/bin/env bash
-# One GPU session on a CUDA machine, in priority order (used through the `device`
-# tool, where the repo is a plain copy, not installed). As of 2026-12-02 issue 11 is
-# met (8192^3 at 1,513 TOPS with the warp-specialised Gluon kernel, on by default on
-# sm_90; INT8CONF_TRITON_GLUON_WS=0 opts out) and issue 7 is done. Stages:
-#   11w: probe_ws.py (~3 min): the ping-pong Gluon kernel bit for bit on edge shapes
-#      (60 s hang guard), then timed at 8192^3 next to gluon s4 and cuBLAS fp8;
-#   11p: probe_8192.py (the 2026-12-01f/g Triton and Gluon variants at 8192^3);
-#   12: odd K (2026-12-02): probe-2026-12-02/odd_k.py (padded vs unpadded vs aligned,
-#      bits) and the CUDA tests of tests/conformance + tests/reference;
+# One GPU session on a CUDA machine (used through the `device` tool, where the repo is a
+# plain copy, not installed). Stages:
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
-#   5: run_workers.sh (executor probe + full paper grid; done 2026-12-01g);
-#   4 / 4p: run_paper.sh; 3 / 3b: the pow2 studies (both complete).
+#   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh).
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -42,25 +34,13 @@ case "${STAGE:-1}" in
      --int8conf-reports="$OUT/reports" ;;
 3) INT8CONF_TRITON_AUTOTUNE=0 step study 560 python3 -m conformance.cli study pow2 \
      --kernels triton,int_mm --device cuda --fresh-process both --out "$OUT/pow2" --time-budget 540 ;;
-3b) step model 60 python3 reports/sweep/h200-paper-scale/paper_model.py /tmp/big big
+3b) step model 60 python3 -m conformance.bench.paper_scale model /tmp/big
    # RESUME=<dir carried in, holding a previous call's pow2/.parts>: the study reuses its parts
    [ -n "${RESUME:-}" ] && mkdir -p "$OUT/pow2" && cp -r "$RESUME/." "$OUT/pow2/"
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
-11w) timeout 400 python3 reports/bench/nvidia-h200/probe-2026-12-01g/probe_ws.py > "$OUT/logs/probews.log" 2>&1
-   grep -v -i warn "$OUT/logs/probews.log" | tail -60 | cut -c1-300 ;;
-12) timeout -s INT -k 10 "${ODDK_LIMIT:-110}" python3 reports/bench/nvidia-h200/probe-2026-12-02/odd_k.py \
-     > "$OUT/logs/odd_k.log" 2>&1; echo "rc=$?" >> "$OUT/logs/odd_k.log"
-   grep -v -i warn "$OUT/logs/odd_k.log" | tail -14 | cut -c1-300
-   step cuda-tests "${CUDA_LIMIT:-190}" $P -n 15 -m cuda tests/conformance tests/reference ;;
-11p) timeout 200 python3 reports/bench/nvidia-h200/probe-2026-12-01f/probe_8192.py > "$OUT/logs/probe8192.log" 2>&1
-   grep -v -i warn "$OUT/logs/probe8192.log" | tail -40 | cut -c1-300 ;;
-5) OUT="$OUT/logs/workers-out" BUDGET="${LIMIT:-540}" bash reports/sweep/h200-paper-scale/run_workers.sh > "$OUT/logs/workers.log" 2>&1
-   grep -v "━" "$OUT/logs/workers.log" | tail -40 | cut -c1-300 ;;
-4p) OUT="$OUT/logs/paper" PROFILE_ONLY=1 BUDGET=400 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
-   grep -v "━" "$OUT/logs/paper.log" | grep -v "^ " | tail -60 | cut -c1-300 ;;
-4) OUT="$OUT" BUDGET=540 bash reports/sweep/h200-paper-scale/run_paper.sh > "$OUT/logs/paper.log" 2>&1
+4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
 cd "$OUT" && tar -czf "all-${STAGE:-1}.tgz" logs $(ls -d reports pow2 sweep 2>/dev/null) 2>/dev/null
