@@ -26,7 +26,9 @@ from torch import Tensor
 
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
+from conformance.kernels._torch_epilogue import epilogue
 from reference.contract import CUTLASS_STYLE
+from reference.validate import validate_operands
 
 CONTRACT = CUTLASS_STYLE
 #: int32 overflow behaviour (KernelSpec.overflow): the exact int64 sum is
@@ -95,21 +97,15 @@ def scaled_mm(
     Raises:
         OperandError: invalid operands (reference.validate.validate_operands).
     """
-    from reference.validate import validate_operands
-
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME, epilogue="torch-fp32")
-    from conformance.kernels._torch_epilogue import epilogue
-
     acc = _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
     return epilogue(acc, scale_a.cpu(), scale_b.cpu(), CONTRACT, None if bias is None else bias.cpu(), out_dtype)
 
 
 def _validate_int(a: Tensor, b: Tensor) -> None:
     """Validate accumulator-only operands with the reference validator (unit scales)."""
-    from reference.validate import validate_operands
-
     one = torch.ones((), dtype=torch.float32)
     validate_operands(a, b, one, one)
 

@@ -31,8 +31,10 @@ from torch import Tensor
 
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
+from conformance.kernels._torch_epilogue import epilogue
 from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
+from reference.validate import validate_operands
 
 CONTRACT = CUTLASS_STYLE
 #: int32 overflow behaviour (KernelSpec.overflow), per device: torch._int_mm
@@ -107,8 +109,6 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     Raises:
         OperandError: wrong dtype / shape / layout (reference.validate rules).
     """
-    from reference.validate import validate_operands
-
     one = torch.ones((), dtype=torch.float32)
     validate_operands(a, b, one, one)
     acc, padded = _acc(a, b)
@@ -141,9 +141,6 @@ def scaled_mm(
     Raises:
         OperandError: invalid operands (reference.validate.validate_operands).
     """
-    from conformance.kernels._torch_epilogue import epilogue
-    from reference.validate import validate_operands
-
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     acc, padded = _acc(a, b)

@@ -68,6 +68,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import os
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 from urllib.parse import parse_qs
@@ -75,8 +77,9 @@ from urllib.parse import parse_qs
 import torch
 
 from conformance.kernels._digest import callable_digest
-from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
+from conformance.kernels.spec import BUILTINS, OVERFLOW_BEHAVIOURS, KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
+from reference.epilogue_steps import EpilogueSteps, from_contract, parse_declared
 from reference.errors import ContractError, KernelLoadError, first_line
 
 ENTRY_POINT_GROUP = "int8conf.kernels"
@@ -116,8 +119,6 @@ def _contract_and_steps(contract) -> tuple:
     """``(EpilogueContract, steps or None)``: a step list / mapping / named
     step list (``reference.epilogue_steps``) declares steps, and its nearest
     standard contract; anything else goes through :func:`parse_contract`."""
-    from reference.epilogue_steps import EpilogueSteps, parse_declared
-
     if isinstance(contract, dict) and "scale_order" not in contract:
         # a per-device mapping may name contracts too: {"cpu": "triton", "cuda": [steps...]}
         contract = {k: _named_contract_steps(v) or v for k, v in contract.items()}
@@ -137,8 +138,6 @@ def _named_contract_steps(v):
     """The step list of a per-device mapping value that names a contract
     (``"cutlass"``, ``"triton"``, ``"<order>/<bias_point>"``, an
     EpilogueContract); None when the value is a step description."""
-    from reference.epilogue_steps import from_contract
-
     if not isinstance(v, (EpilogueContract, str)) or (isinstance(v, str) and ";" in v):
         return None
     try:
@@ -182,8 +181,6 @@ def _overflow(value) -> str:
     Raises:
         ContractError: anything else.
     """
-    from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
-
     v = str(value).strip().lower()
     if v not in OVERFLOW_BEHAVIOURS:
         raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
@@ -582,9 +579,6 @@ def cwd_on_sys_path(directory=None) -> None:
     finds ``mod.py`` in the folder the command runs from, also when started
     through the ``int8conf`` or ``pytest`` console scripts (whose ``sys.path[0]``
     is the script's folder)."""
-    import os
-    import sys
-
     cwd = os.path.abspath(directory if directory is not None else os.getcwd())
     if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
         sys.path.insert(0, cwd)

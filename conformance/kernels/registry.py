@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional
 
-from conformance.kernels import loader
+from conformance.kernels import adapters, loader
 from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError, first_line
 
@@ -174,8 +174,6 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
         return _builtin(name)
     if name in _REGISTERED:
         return _REGISTERED[name]
-    from conformance.kernels import adapters  # torchao, bnb, vLLM-family (optional libraries)
-
     adapted = adapters.lookup(name)
     if adapted is not None:
         return adapted
@@ -193,8 +191,6 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
 
 def list_kernels() -> list[str]:
     """Built-in names, then registered names, then entry-point names (sorted, unique)."""
-    from conformance.kernels import loader
-
     out = list(BUILTINS)
     for n in sorted(_REGISTERED) + loader.entry_point_names():
         if n not in out:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract
+from reference.epilogue_steps import declared_to_dict
 from reference.errors import ContractError
 
 #: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
@@ -164,6 +165,4 @@ class KernelSpec:
 
 
 def _steps_dict(steps) -> dict:
-    from reference.epilogue_steps import declared_to_dict
-
     return declared_to_dict(steps)

@@ -21,6 +21,8 @@ from typing import Iterator, Optional
 
 from torch import Tensor
 
+from reference.operands import tensor_digest
+
 __all__ = ["Trace", "capture", "record_path", "record_operands", "current"]
 
 
@@ -96,8 +98,6 @@ def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias
     """sha256 hex digests of the operands, same keys as
     ``GemmOperands.digests()`` (``reference.operands.tensor_digest``; bias ->
     "none" when None). Tensors on any device (copied to CPU to hash)."""
-    from reference.operands import tensor_digest  # lazy import
-
     out = {}
     for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias)):
         out[key] = tensor_digest(t)

@@ -59,6 +59,7 @@ no public entry).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 
 import torch
@@ -155,8 +156,6 @@ def pinned_config():
 def _with_autotuner(on: bool):
     """Context toggling torchao's module-level AUTOTUNER_ENABLE (read at call
     time); when on, torchao's config search returns the pinned configuration."""
-    import contextlib
-
     import torchao.kernel.intmm as intmm
 
     @contextlib.contextmanager

@@ -29,6 +29,8 @@ only when the package imports.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 from typing import Callable
 
 from conformance.kernels._digest import callable_digest
@@ -87,8 +89,6 @@ def make_spec(name: str) -> KernelSpec:
     Raises:
         ImportError / AttributeError: package missing (one line via the catalogue).
     """
-    import importlib.metadata
-
     mod, attr, _s, _c, dist = TARGETS[name]
     fn = getattr(importlib.import_module(mod), attr)
     return build_spec(name, fn, f"{dist} {importlib.metadata.version(dist)}")
