@@ -152,27 +152,9 @@ def _fill(a_desc, b_desc, a_ring, b_ring, ready, g, off_m, off_n, k, pred, STAGE
 
 
 @_jit
-def _epilogue(
-    acc,
-    off_m,
-    off_n,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    HAS_BIAS: gl.constexpr,
-    OUT_KIND: gl.constexpr,
-    ACC_ONLY: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    LAYOUT: gl.constexpr,
-):
+def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+              HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
     """``triton_gemm._epilogue`` in Gluon for one complete int32 tile ``acc`` (layout ``LAYOUT``) at
     (off_m, off_n): the same operations in the same order.
     """
@@ -215,30 +197,10 @@ def _epilogue(
 
 
 @_jit
-def w8a8_mm_gluon(
-    a_desc,
-    b_desc,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    NUM_PROGS,
-    HAS_BIAS: gl.constexpr,
-    OUT_KIND: gl.constexpr,
-    ACC_ONLY: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-):
+def w8a8_mm_gluon(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_sa, stride_sb, stride_bias,
+                  stride_om, NUM_PROGS, HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                  STAGES: gl.constexpr):  # fmt: skip
     """Pipelined int8 wgmma GEMM: descriptors of block [BLOCK_M, BLOCK_K] / [BLOCK_N, BLOCK_K]
     (:func:`operand_layout`), other arguments as ``triton_gemm.w8a8_mm_tma``. Grid (NUM_PROGS,); ``num_warps`` 4 or 8.
     """
@@ -261,19 +223,8 @@ def w8a8_mm_gluon(
     g0 = 0  # K steps this program has issued before the current tile (ring position)
     off_m, off_n = _tile_offsets(pid, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
     for j in gl.static_range(STAGES - 1):
-        _fill(
-            a_desc,
-            b_desc,
-            a_ring,
-            b_ring,
-            ready,
-            g0 + j,
-            off_m,
-            off_n,
-            j * BLOCK_K,
-            (j < k_iters) & (pid < num_tiles),
-            STAGES,
-        )
+        _fill(a_desc, b_desc, a_ring, b_ring, ready, g0 + j, off_m, off_n, j * BLOCK_K,
+              (j < k_iters) & (pid < num_tiles), STAGES)  # fmt: skip
 
     for tile in range(pid, num_tiles, NUM_PROGS):
         off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
@@ -298,65 +249,19 @@ def w8a8_mm_gluon(
         nxt = tile + NUM_PROGS
         n_off_m, n_off_n = _tile_offsets(nxt, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         for j in gl.static_range(STAGES - 1):
-            _fill(
-                a_desc,
-                b_desc,
-                a_ring,
-                b_ring,
-                ready,
-                g0 + j,
-                n_off_m,
-                n_off_n,
-                j * BLOCK_K,
-                (j < k_iters) & (nxt < num_tiles),
-                STAGES,
-            )
-        _epilogue(
-            acc,
-            off_m,
-            off_n,
-            sa_ptr,
-            sb_ptr,
-            bias_ptr,
-            out_ptr,
-            M,
-            N,
-            stride_sa,
-            stride_sb,
-            stride_bias,
-            stride_om,
-            HAS_BIAS,
-            OUT_KIND,
-            ACC_ONLY,
-            BLOCK_M,
-            BLOCK_N,
-            LAYOUT,
-        )
+            _fill(a_desc, b_desc, a_ring, b_ring, ready, g0 + j, n_off_m, n_off_n, j * BLOCK_K,
+                  (j < k_iters) & (nxt < num_tiles), STAGES)  # fmt: skip
+        _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias,
+                  stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, LAYOUT)  # fmt: skip
 
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
 
 
 @_jit
-def _ws_producer(
-    a_desc,
-    b_desc,
-    a_ring,
-    b_ring,
-    ready,
-    empty,
-    pid,
-    num_pid_m,
-    num_pid_n,
-    num_tiles,
-    k_iters,
-    NUM_PROGS,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-):
+def _ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, num_pid_n, num_tiles, k_iters, NUM_PROGS,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                 STAGES: gl.constexpr):  # fmt: skip
     """Producer (1 warp): TMA loads of every K step of the program's tiles in order, step ``g`` into slot
     ``g % STAGES`` once ``empty`` says step g - STAGES released it.
     """
@@ -375,37 +280,10 @@ def _ws_producer(
 
 
 @_jit
-def _ws_consumer(
-    a_ring,
-    b_ring,
-    ready,
-    empty,
-    order,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    pid,
-    num_pid_m,
-    num_pid_n,
-    num_tiles,
-    k_iters,
-    NUM_PROGS,
-    WG: gl.constexpr,
-    HAS_BIAS: gl.constexpr,
-    OUT_KIND: gl.constexpr,
-    ACC_ONLY: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-):
+def _ws_consumer(a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb,
+                 stride_bias, stride_om, pid, num_pid_m, num_pid_n, num_tiles, k_iters, NUM_PROGS, WG: gl.constexpr,
+                 HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """Consumer warp group ``WG``: the program's local tiles WG, WG + 2, ... (K step ``g = i * k_iters +
     ki`` of local tile i), then :func:`_epilogue`.
     """
@@ -432,55 +310,16 @@ def _ws_consumer(
         mbarrier.arrive(order.index(1 - WG))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((g0 + k_iters - 1) % STAGES))
-        _epilogue(
-            acc,
-            off_m,
-            off_n,
-            sa_ptr,
-            sb_ptr,
-            bias_ptr,
-            out_ptr,
-            M,
-            N,
-            stride_sa,
-            stride_sb,
-            stride_bias,
-            stride_om,
-            HAS_BIAS,
-            OUT_KIND,
-            ACC_ONLY,
-            BLOCK_M,
-            BLOCK_N,
-            LAYOUT,
-        )
+        _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias,
+                  stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, LAYOUT)  # fmt: skip
         j += 1
 
 
 @_jit
-def w8a8_mm_gluon_ws(
-    a_desc,
-    b_desc,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    NUM_PROGS,
-    HAS_BIAS: gl.constexpr,
-    OUT_KIND: gl.constexpr,
-    ACC_ONLY: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-):
+def w8a8_mm_gluon_ws(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_sa, stride_sb, stride_bias,
+                     stride_om, NUM_PROGS, HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                     STAGES: gl.constexpr):  # fmt: skip
     """Warp-specialised ping-pong int8 GEMM: the arguments and results of :func:`w8a8_mm_gluon`,
     BLOCK_M x BLOCK_N being one consumer's tile. Launch with ``num_warps=4`` (Triton adds the workers' warps),
     grid (NUM_PROGS,); shared memory STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K bytes plus barriers.
@@ -506,99 +345,13 @@ def w8a8_mm_gluon_ws(
     k_iters = gl.cdiv(K, BLOCK_K)
     # default partition = consumer 0; workers: consumer 1 (4 warps, 240 registers),
     # producer (1 warp, 24 registers); the default partition gets the leftover (240)
-    gl.warp_specialize(
-        [
-            (
-                _ws_consumer,
-                (
-                    a_ring,
-                    b_ring,
-                    ready,
-                    empty,
-                    order,
-                    sa_ptr,
-                    sb_ptr,
-                    bias_ptr,
-                    out_ptr,
-                    M,
-                    N,
-                    stride_sa,
-                    stride_sb,
-                    stride_bias,
-                    stride_om,
-                    pid,
-                    num_pid_m,
-                    num_pid_n,
-                    num_tiles,
-                    k_iters,
-                    NUM_PROGS,
-                    0,
-                    HAS_BIAS,
-                    OUT_KIND,
-                    ACC_ONLY,
-                    BLOCK_M,
-                    BLOCK_N,
-                    GROUP_M,
-                    STAGES,
-                ),
-            ),
-            (
-                _ws_consumer,
-                (
-                    a_ring,
-                    b_ring,
-                    ready,
-                    empty,
-                    order,
-                    sa_ptr,
-                    sb_ptr,
-                    bias_ptr,
-                    out_ptr,
-                    M,
-                    N,
-                    stride_sa,
-                    stride_sb,
-                    stride_bias,
-                    stride_om,
-                    pid,
-                    num_pid_m,
-                    num_pid_n,
-                    num_tiles,
-                    k_iters,
-                    NUM_PROGS,
-                    1,
-                    HAS_BIAS,
-                    OUT_KIND,
-                    ACC_ONLY,
-                    BLOCK_M,
-                    BLOCK_N,
-                    GROUP_M,
-                    STAGES,
-                ),
-            ),
-            (
-                _ws_producer,
-                (
-                    a_desc,
-                    b_desc,
-                    a_ring,
-                    b_ring,
-                    ready,
-                    empty,
-                    pid,
-                    num_pid_m,
-                    num_pid_n,
-                    num_tiles,
-                    k_iters,
-                    NUM_PROGS,
-                    BLOCK_M,
-                    BLOCK_N,
-                    BLOCK_K,
-                    GROUP_M,
-                    STAGES,
-                ),
-            ),
-        ],
-        [4, 1],
-        [240, 24],
-    )
+    gl.warp_specialize([
+        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa,
+                        stride_sb, stride_bias, stride_om, pid, num_pid_m, num_pid_n, num_tiles, k_iters, NUM_PROGS, 0,
+                        HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
+        (_ws_consumer, (a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa,
+                        stride_sb, stride_bias, stride_om, pid, num_pid_m, num_pid_n, num_tiles, k_iters, NUM_PROGS, 1,
+                        HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M, BLOCK_N, GROUP_M, STAGES)),
+        (_ws_producer, (a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, num_pid_n, num_tiles, k_iters,
+                        NUM_PROGS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES)),
+    ], [4, 1], [240, 24])  # fmt: skip

@@ -32,25 +32,8 @@ class _DeviceFunction(JITFunction):
 
 
 @_DeviceFunction
-def _epilogue(
-    acc,
-    rm,
-    rn,
-    omask,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    HAS_BIAS: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    ACC_ONLY: tl.constexpr,
-):
+def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+              HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr):  # fmt: skip
     """Store one tile of complete int32 sums ``acc`` [BLOCK_M, BLOCK_N] (rows ``rm``, columns ``rn``,
     mask ``omask``). ACC_ONLY: int32 out; else ``(float32(acc) * s_a) * s_w`` rounded RNE to OUT_KIND (0: bf16 as
     int16 bits, 1: fp16, 2: fp32), then with HAS_BIAS ``+ bias`` in float32, rounded again. Scales and bias read
@@ -91,38 +74,11 @@ def _epilogue(
             tl.store(optrs, r, mask=omask)
 
 
-def w8a8_mm(
-    a_ptr,
-    b_ptr,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    ws_ptr,
-    cnt_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bn,
-    stride_bk,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    HAS_BIAS: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    ACC_ONLY: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    INT64_IDX: tl.constexpr,
-    K_ITERS_STATIC: tl.constexpr,
-):
+def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K, stride_am, stride_ak, stride_bn,
+            stride_bk, stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr,
+            ACC_ONLY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+            GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT64_IDX: tl.constexpr,
+            K_ITERS_STATIC: tl.constexpr):  # fmt: skip
     """Pointer-load W8A8 tile program. a int8 [M,K], b int8 [N,K], any strides; scales fp32 (stride 0 =
     scalar); bias out_dtype [N] (bf16 as int16 bits); out [M,N] as :func:`_epilogue`. ws / cnt: int32 workspace [M*N]
     and per-tile counters, zero on entry and exit (SPLIT_K > 1). Grid: (tiles_m * tiles_n, SPLIT_K).
@@ -183,52 +139,14 @@ def w8a8_mm(
         )  # full sum out, workspace zeroed
         tl.atomic_xchg(cnt_ptr + tile, 0, mask=last, sem="relaxed")
 
-    _epilogue(
-        acc,
-        rm,
-        rn,
-        omask,
-        sa_ptr,
-        sb_ptr,
-        bias_ptr,
-        out_ptr,
-        M,
-        N,
-        stride_sa,
-        stride_sb,
-        stride_bias,
-        stride_om,
-        HAS_BIAS,
-        OUT_KIND,
-        ACC_ONLY,
-    )
+    _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+              HAS_BIAS, OUT_KIND, ACC_ONLY)  # fmt: skip
 
 
-def w8a8_mm_tma(
-    a_desc,
-    b_desc,
-    sa_ptr,
-    sb_ptr,
-    bias_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    stride_sa,
-    stride_sb,
-    stride_bias,
-    stride_om,
-    NUM_PROGS,
-    HAS_BIAS: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    ACC_ONLY: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    FLATTEN: tl.constexpr,
-    WARP_SPEC: tl.constexpr,
-):
+def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_sa, stride_sb, stride_bias,
+                stride_om, NUM_PROGS, HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):  # fmt: skip
     """TMA W8A8 GEMM (CUDA): descriptors over a [M,K] / b [N,K] with blocks [BLOCK_M|BLOCK_N, BLOCK_K]
     (TMA zero-fills the K tail). Grid (NUM_PROGS,), program p takes tiles p, p + NUM_PROGS, ... ``WARP_SPEC``:
     compiler warp specialisation of the tile loop (1) or K loop (2). Other arguments as :func:`w8a8_mm`.
@@ -255,22 +173,5 @@ def w8a8_mm_tma(
         rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
         omask = (rm[:, None] < M) & (rn[None, :] < N)
-        _epilogue(
-            acc,
-            rm,
-            rn,
-            omask,
-            sa_ptr,
-            sb_ptr,
-            bias_ptr,
-            out_ptr,
-            M,
-            N,
-            stride_sa,
-            stride_sb,
-            stride_bias,
-            stride_om,
-            HAS_BIAS,
-            OUT_KIND,
-            ACC_ONLY,
-        )
+        _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias,
+                  stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)  # fmt: skip
