@@ -50,8 +50,7 @@ def _partial_args(p: functools.partial) -> str:
 
 def _single_digest(target: Callable) -> str:
     """SHA-256 hex of one callable: its module file's bytes + NUL + qualified name; else its source +
-    NUL + name; else the name. An instance is digested by its class; a ``functools.partial`` by its bound arguments.
-    """
+    NUL + name; else the name. An instance is digested by its class; a ``functools.partial`` by its bound arguments."""
     if isinstance(target, functools.partial):
         return hashlib.sha256(b"functools.partial\0" + _partial_args(target).encode()).hexdigest()
     name = _qualified_name(target).encode()
@@ -77,8 +76,7 @@ def callable_digest(fn: Callable) -> str:
     Covers the defining module's bytes and the qualified name (:func:`_single_digest`); a wrapper (``__wrapped__``,
     ``functools.partial``, up to 16 levels) covers every link, joined. When the kernel has helper modules of its own
     project (:func:`helper_files`), the digest also covers ``relative/path.py:<sha256>`` of each, sorted. Not covered:
-    installed libraries, constants imported by value, imports inside function bodies.
-    """
+    installed libraries, constants imported by value, imports inside function bodies."""
     chain, targets, target = [], [], fn
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
@@ -94,8 +92,7 @@ def callable_digest(fn: Callable) -> str:
 
 def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
     """(globals, .py file) of a module, a function, or an object naming its module in
-    ``__module__``; (None, None) otherwise.
-    """
+    ``__module__``; (None, None) otherwise."""
     if isinstance(obj, types.ModuleType):
         ns, f = vars(obj), getattr(obj, "__file__", None)
     elif isinstance(obj, types.FunctionType):
@@ -115,8 +112,7 @@ def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
 
 def _project_root(ns: dict, path: Path) -> Path:
     """The kernel's project folder: its top-level package's folder (namespace package: first
-    ``__path__`` entry), else its file's folder.
-    """
+    ``__path__`` entry), else its file's folder."""
     top = str(ns.get("__name__", "")).split(".")[0]
     pkg = sys.modules.get(top) if "." in str(ns.get("__name__", "")) else None
     pkg_file = getattr(pkg, "__file__", None)
@@ -147,8 +143,7 @@ def helper_files(targets: list) -> list[tuple[str, Path]]:
     """The kernel's helper modules ``[(posix path relative to the project folder, path)]``, sorted:
     ``.py`` files reachable transitively from the targets' globals (modules, functions, classes, parent packages)
     under the project folder, outside libraries and int8conf, other than the targets' own; at most
-    :data:`MAX_HELPER_FILES`.
-    """
+    :data:`MAX_HELPER_FILES`."""
     seen: dict[Path, dict] = {}
     root = None
     for t in targets:

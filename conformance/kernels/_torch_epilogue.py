@@ -1,6 +1,5 @@
 """The ``cpu`` and ``int_mm`` built-ins' epilogue in plain torch ops, written independently of
-``reference.epilogue``: each step is one correctly rounded IEEE binary32 operation or RNE cast (IEEE 754-2019 4.3.1).
-"""
+``reference.epilogue``: each step is one correctly rounded IEEE binary32 operation or RNE cast (IEEE 754-2019 4.3.1)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def epilogue(
     out_dtype: torch.dtype,
 ) -> Tensor:
     """Apply ``contract`` (scale order, bias point) to an int32 (or int64) accumulator [M,N]: bias
-    out_dtype [N] or None; returns out_dtype [M,N] on acc's device.
-    """
+    out_dtype [N] or None; returns out_dtype [M,N] on acc's device."""
     m, n = acc.shape
     sa, sb = scale_vectors(scale_a, scale_b, m, n)
     x = acc.to(torch.float32)

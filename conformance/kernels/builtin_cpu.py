@@ -3,8 +3,7 @@
 
 Accumulator: float32 GEMMs over K chunks of 1024 (each partial sum is an integer of magnitude <= 2**24, exact in
 float32 whatever BLAS does; Higham 2nd ed. section 2.1), summed in int64, wrapped to int32 two's complement (fault
-F6 relies on it). float64 when torch's float32 matmul precision is not "highest".
-"""
+F6 relies on it). float64 when torch's float32 matmul precision is not "highest"."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
     """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] on the CPU, wrapping outside int32.
-    Raises OperandError (reference.validate rules).
-    """
+    Raises OperandError (reference.validate rules)."""
     _validate_int(a, b)
     trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME)
     return _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
@@ -66,8 +64,7 @@ def scaled_mm(
     bias: Optional[Tensor] = None,
 ) -> Tensor:
     """W8A8 GEMM ``rnd((float32(a @ b.T) * s_w) * s_a [+ bias])``: operands as ``spec``; out_dtype [M,N]
-    on the CPU. Raises OperandError.
-    """
+    on the CPU. Raises OperandError."""
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME, epilogue="torch-fp32")

@@ -3,8 +3,7 @@
 
 ``torch._int_mm`` needs on CUDA (cuBLASLt) M > 16 and K, N multiples of 8 (K >= 16 in some releases), and on the
 CPU K >= 2 (K = 1 with N > 1 gives wrong values: the [1,N] mat2 keeps strides (1, 1)). Operands outside these are
-zero-padded (zero products add nothing; the [M,N] block is returned; path ``"int_mm-padded"``), so no bit changes.
-"""
+zero-padded (zero products add nothing; the [M,N] block is returned; path ``"int_mm-padded"``), so no bit changes."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def constraints_for(device_type: str) -> ShapeConstraints:
 
 def padded_shape(m: int, k: int, n: int, device_type: str) -> tuple[int, int, int]:
     """Smallest (M', K', N') >= (M, K, N) ``torch._int_mm`` handles on ``device_type`` (CUDA: M' >= 17,
-    K' multiple of 8 and >= 16, N' multiple of 8; CPU: K' >= 2).
-    """
+    K' multiple of 8 and >= 16, N' multiple of 8; CPU: K' >= 2)."""
     if device_type != "cuda":
         return m, max(k, 2), n
     up8 = lambda v: -(-v // 8) * 8  # noqa: E731
@@ -54,8 +52,7 @@ CUDA_MAX_N, CUDA_N_CHUNK = 1 << 17, 1 << 16
 
 def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, bool]:
     """``(int32 [M,N] accumulator, padded)`` via ``torch._int_mm``; ``rules``: whose padding rule ("cuda" /
-    "cpu"; None = a's device).
-    """
+    "cpu"; None = a's device)."""
     m, k = a.shape
     n = b.shape[0]
     rules = rules or a.device.type
@@ -101,8 +98,7 @@ def scaled_mm(
     bias: Optional[Tensor] = None,
 ) -> Tensor:
     """W8A8 GEMM ``rnd((float32(torch._int_mm(a, b.T)) * s_w) * s_a [+ bias])``: operands as ``spec``
-    (a, b on one device); out_dtype [M,N] on a's device. Raises OperandError.
-    """
+    (a, b on one device); out_dtype [M,N] on a's device. Raises OperandError."""
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     acc, padded = _acc(a, b)

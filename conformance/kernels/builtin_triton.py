@@ -8,8 +8,7 @@ Modes (``trace.record_path``): ``triton-native`` (CUDA, ``triton.jit``, ``enable
 timed end to end once per (device, M, N, K rounded up to powers of two, layout) and the fastest cached; small shapes,
 CUDA-graph captures and ``INT8CONF_TRITON_AUTOTUNE=0`` take :func:`_untuned`. Every configuration gives the same bits.
 Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
-natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``).
-"""
+natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``)."""
 
 from __future__ import annotations
 
@@ -221,8 +220,7 @@ INTERP_MAX_NUMEL = 1 << 20
 
 def _interp_config(m: int, n: int, k: int = 0, split_k: int = 1) -> Config:
     """Interpreter tiles: >= 16 and small for small M / N, K blocks of <= 128 (or K rounded up to a
-    power of two), long dimensions in ~4 blocks, every block <= :data:`INTERP_MAX_NUMEL` elements.
-    """
+    power of two), long dimensions in ~4 blocks, every block <= :data:`INTERP_MAX_NUMEL` elements."""
     bk = _interp_tile(k, 128, 4096) if k > 128 else max(16, 1 << (k - 1).bit_length())
     bm = 16 if m <= 16 else (32 if m <= 32 else _interp_tile(m, 64, INTERP_MAX_NUMEL // bk))
     bn = 16 if n <= 16 else (32 if n <= 32 else _interp_tile(n, 64, INTERP_MAX_NUMEL // bk))
@@ -263,8 +261,7 @@ def _kernel(name: str, native: bool):
 
 def _skip_dead_overflow_checks() -> None:
     """Turn the interpreter's integer-overflow sanitizer off while ``debug`` is off: its
-    ``device_assert`` is dropped without debug anyway, so no bit changes; it cost half of an interpreted call.
-    """
+    ``device_assert`` is dropped without debug anyway, so no bit changes; it cost half of an interpreted call."""
     opts = interpreter.interpreter_builder.options
     if not opts.debug and opts.sanitize_overflow:
         interpreter.interpreter_builder.options = replace(opts, sanitize_overflow=False)
@@ -273,8 +270,7 @@ def _skip_dead_overflow_checks() -> None:
 @contextlib.contextmanager
 def _quiet_ieee_overflow():
     """Silence numpy's "overflow encountered in cast/multiply/add" warnings from the Triton
-    interpreter only: the ±inf they announce is what the contract and native Triton give.
-    """
+    interpreter only: the ±inf they announce is what the contract and native Triton give."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
@@ -299,8 +295,7 @@ def _dense_cpu_or_cuda(x: Tensor, name: str) -> None:
 
 def _scale_stride(s, name: str, rows: int, rows_name: str, dev) -> tuple[Tensor, int]:
     """``(tensor on dev, element stride)`` of a scale [rows], [rows,1] or scalar (stride 0);
-    metadata checks only.
-    """
+    metadata checks only."""
     if not isinstance(s, Tensor):
         _bad(f"{name} must be a torch.Tensor, got {type(s).__name__}")
     _dense_cpu_or_cuda(s, name)
@@ -428,8 +423,7 @@ PAD_K_MIN_MACS = 1 << 30
 
 def _padded_k(m: int, n: int, k: int, native: bool) -> int:
     """K' (next multiple of 16) when a native call has ``k % 16 != 0`` and either ``m*n*k >=``
-    :data:`PAD_K_MIN_MACS` or tuning is off; else 0 (no copy).
-    """
+    :data:`PAD_K_MIN_MACS` or tuning is off; else 0 (no copy)."""
     if not native or k % 16 == 0:
         return 0
     if m * n * k < PAD_K_MIN_MACS and _autotune_enabled():
@@ -473,20 +467,7 @@ def _num_sms(dev: torch.device) -> int:
     return n
 
 
-def _layout(
-    cfg: Config,
-    interp: bool,
-    a: Tensor,
-    b: Tensor,
-    sa_st: int,
-    sb_st: int,
-    bias: Optional[Tensor],
-    out_dtype,
-    m: int,
-    n: int,
-    k: int,
-    int64: bool,
-) -> tuple:
+def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st, sb_st, bias, out_dtype, m, n, k, int64) -> tuple:
     """``(grid, integer args, keyword args, workspace words)`` of a launch of ``cfg`` (metadata only)."""
     tiles = ((m + cfg.block_m - 1) // cfg.block_m) * ((n + cfg.block_n - 1) // cfg.block_n)
     bias_st = 0 if bias is None else bias.stride(0)
@@ -534,8 +515,7 @@ def _hooks() -> tuple:
 
 def _launch_raw(call: _Call, args: tuple) -> None:
     """Launch the cached ``CompiledKernel`` of ``call`` directly (``CompiledKernel.run``, as
-    ``JITFunction.run`` does after binding), on the current CUDA stream.
-    """
+    ``JITFunction.run`` does after binding), on the current CUDA stream."""
     ck, grid = call.fast
     stream = _stream_id(call.device)
     enter, leave = _hooks()
@@ -553,8 +533,7 @@ def _aligned(*ts) -> bool:
 
 def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None:
     """Launch ``call``'s kernel writing ``out``. Native: the first 16-byte aligned launch goes through
-    ``kernel[grid](...)`` and keeps its ``CompiledKernel``; later aligned launches use :func:`_launch_raw`.
-    """
+    ``kernel[grid](...)`` and keeps its ``CompiledKernel``; later aligned launches use :func:`_launch_raw`."""
     plan, cfg = call.plan, call.plan.config
     sa = out if sa is None else sa  # never read when ACC_ONLY
     sb = out if sb is None else sb
@@ -615,8 +594,7 @@ def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tenso
 
 def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int, gluon: bool = False):
     """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``), block [br, bc] (``gluon``:
-    Gluon's). The first per layout is validated by ``TensorDescriptor``; later ones copy its fields.
-    """
+    Gluon's). The first per layout is validated by ``TensorDescriptor``; later ones copy its fields."""
     key = (rows, cols, ld, br, bc, gluon)
     fields = _TD_FIELDS.get(key)
     if fields is None:
@@ -642,8 +620,7 @@ def _constexpr_tail(kern, kw: dict) -> tuple:
 
 def _candidates(m: int, tma: bool, gluon: bool = False, gluon_ws: bool = False) -> list[Config]:
     """The bucket's configurations usable here (TMA ones only for TMA-able operands, excluded ones
-    dropped), heuristic default first, then :data:`GLUON_CONFIGS` / :data:`GLUON_WS_CONFIGS` when enabled.
-    """
+    dropped), heuristic default first, then :data:`GLUON_CONFIGS` / :data:`GLUON_WS_CONFIGS` when enabled."""
     cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma else ())
     if gluon and gluon_ws and tma:
         cands += GLUON_WS_CONFIGS.get(bucket(m), ())
@@ -685,8 +662,7 @@ _SERIAL_K_BLOCKS = 16
 def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
     """Configuration of an untimed call: the bucket's default, unless its tiles fill less than half of the
     ``sms`` and each program walks >= :data:`_SERIAL_K_BLOCKS` K blocks; then the ``ptr`` candidate with the fewest
-    K blocks per program whose tiles x split-K fit on the SMs (first on a tie).
-    """
+    K blocks per program whose tiles x split-K fit on the SMs (first on a tie)."""
 
     def tiles(c: Config) -> int:
         return -(-m // c.block_m) * -(-n // c.block_n)
@@ -714,8 +690,7 @@ class KernelHang(RuntimeError):
 
 def _hang_limit_s() -> float:
     """Seconds a tuning launch may take: ``INT8CONF_TRITON_HANG_S`` (default 60).
-    Raises ValueError when set but not a finite number > 0.
-    """
+    Raises ValueError when set but not a finite number > 0."""
     raw = os.environ.get("INT8CONF_TRITON_HANG_S", "60")
     try:
         v = float(raw)
@@ -728,8 +703,7 @@ def _hang_limit_s() -> float:
 
 def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
     """Poll ``event.query()`` until done; raise KernelHang after ``limit_s`` seconds (default
-    :func:`_hang_limit_s`), naming ``what`` and how to exclude it.
-    """
+    :func:`_hang_limit_s`), naming ``what`` and how to exclude it."""
     limit = _hang_limit_s() if limit_s is None else limit_s
     t_end = time.monotonic() + limit
     pause = 1e-5
@@ -745,8 +719,7 @@ def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
 
 def _time_e2e(fn, batches: int = 5, what: str = "?") -> float:
     """Milliseconds per call as a caller sees it (CUDA events around back-to-back calls), median of
-    ``batches`` batches of ~4 ms. Raises KernelHang.
-    """
+    ``batches`` batches of ~4 ms. Raises KernelHang."""
     fn()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
@@ -768,8 +741,7 @@ def _time_e2e(fn, batches: int = 5, what: str = "?") -> float:
 
 def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]:
     """Time every candidate end to end and return ``(fastest, timings)``; a candidate that fails to
-    compile or launch is dropped (error kept in the timings), KernelHang propagates.
-    """
+    compile or launch is dropped (error kept in the timings), KernelHang propagates."""
     times: dict = {}
     best, best_t = None, float("inf")
     for cfg in cands:
@@ -802,8 +774,7 @@ def _build(
     a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config]
 ) -> tuple[_Call, bool, tuple]:
     """Slow path of a call: validate metadata, move stray operands to a's device, choose (and on a new
-    key, tune) the configuration. Returns ``(call, cacheable, (a, b, sa, sb, bias))``.
-    """
+    key, tune) the configuration. Returns ``(call, cacheable, (a, b, sa, sb, bias))``."""
     m, k, n = _operands(a, b, out_dtype)
     dev = a.device
     moved = False
@@ -953,8 +924,7 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Option
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
     """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] on a's device (CPU: interpreter),
-    any strides. Raises OperandError (one line).
-    """
+    any strides. Raises OperandError (one line)."""
     return _run(a, b, None, None, None, None)
 
 
@@ -970,8 +940,7 @@ def scaled_mm(
 
     a int8 [M,K], b int8 [N,K] (any strides); scale_a float32 [M]|[M,1]|scalar, scale_b [N]|[N,1]|scalar (any
     stride, zeros legal); bias out_dtype [N] or None; out_dtype bfloat16 | float16 | float32. Returns a contiguous
-    out_dtype [M,N] on a's device. Raises OperandError on metadata problems, ``out_dtype=None`` included.
-    """
+    out_dtype [M,N] on a's device. Raises OperandError on metadata problems, ``out_dtype=None`` included."""
     if out_dtype is None:
         _bad(
             "out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
@@ -990,8 +959,7 @@ def scaled_mm_config(
     bias: Optional[Tensor] = None,
 ) -> Tensor:
     """``scaled_mm`` with an explicit :class:`Config`; ``out_dtype`` None = int32 accumulator.
-    ``tma`` needs CUDA and aligned K-contiguous operands, ``gluon`` also sm_90 (``INT8CONF_TRITON_GLUON`` ignored).
-    """
+    ``tma`` needs CUDA and aligned K-contiguous operands, ``gluon`` also sm_90 (``INT8CONF_TRITON_GLUON`` ignored)."""
     return _run(a, b, scale_a, scale_b, bias, out_dtype, config)
 
 
@@ -1006,8 +974,7 @@ def launch_spec(
 ):
     """``(launch, out, config)``: ``launch()`` re-issues the launch a ``scaled_mm`` call with these
     operands makes, every argument precomputed, writing ``out``. ``raw=False``: ``kernel[grid](...)``;
-    ``raw=True``: the compiled kernel's launcher (:func:`_launch_raw`).
-    """
+    ``raw=True``: the compiled kernel's launcher (:func:`_launch_raw`)."""
     scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
     call, _, (a, b, sa, sb, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, None)
     out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
@@ -1029,21 +996,7 @@ def launch_spec(
     if not raw:
         return (lambda: kern(*pos, **kw)), out, cfg
     ck = kern(*pos, **kw)
-    fake = _Call(
-        call.plan,
-        call.m,
-        call.n,
-        call.k,
-        call.grid,
-        call.ints,
-        kw,
-        call.alloc_dtype,
-        call.ret_dtype,
-        call.device,
-        call.ws_words,
-        tail=call.tail,
-        fast=(ck, _grid3(call.grid)),
-    )
+    fake = replace(call, ws_views=(), pad_k=0, fast=(ck, _grid3(call.grid)))
     args = pos + call.tail
     return (lambda: _launch_raw(fake, args)), out, cfg
 

@@ -8,8 +8,7 @@ pipeliner never does. :func:`w8a8_mm_gluon`: a ring of ``STAGES`` TMA slots, til
 ``NUM_PROGS`` < tiles. :func:`w8a8_mm_gluon_ws`: CUTLASS's ping-pong design (``KernelTmaWarpSpecializedPingpong``)
 with ``gl.warp_specialize``: a TMA producer warp and two consumer warp groups alternating on the tensor cores, so one
 group's epilogue overlaps the other's main loop. CUDA sm_90 only, never interpreted; Triton 3.6 and 3.9. Importing
-never fails: ``AVAILABLE`` is False without Gluon's Hopper API.
-"""
+never fails: ``AVAILABLE`` is False without Gluon's Hopper API."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def mma_layout(block_m, block_n, num_warps):
     """NVMMA (wgmma v3) register layout of a [block_m, block_n] int32 tile on ``num_warps`` warps:
     warps doubled along M while each warp group's share is at least as tall as wide, else along N (128x256 on 8 warps:
     [4, 2], fewer per-column epilogue registers than Triton's [8, 1]); instruction [16, n, 32], n the widest int8
-    width dividing a warp group's columns.
-    """
+    width dividing a warp group's columns."""
     wm, wn = 4, 1
     while wm * wn < num_warps:
         if block_m > 16 * wm and block_m // (wm // 4) >= block_n // wn:
@@ -82,8 +80,7 @@ def sm90_source(
     """A ``GluonASTSource`` of :func:`w8a8_mm_gluon` (``ws``: :func:`w8a8_mm_gluon_ws`, compile with
     ``num_warps=4``) for ``triton.compile(src, target=GPUTarget("cuda", 90, 32), ...)`` without a GPU. Typed as the
     JIT specialises a launch: aligned pointers, M, N, K, output row stride divisible by 16; ``strides`` =
-    (stride_sa, stride_sb, stride_bias) values, 1 becoming a constant.
-    """
+    (stride_sa, stride_sb, stride_bias) values, 1 becoming a constant."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     out = "*i32" if acc_only else ("*bf16", "*fp16", "*fp32")[out_kind]
@@ -156,8 +153,7 @@ def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride
               HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
     """``triton_gemm._epilogue`` in Gluon for one complete int32 tile ``acc`` (layout ``LAYOUT``) at
-    (off_m, off_n): the same operations in the same order.
-    """
+    (off_m, off_n): the same operations in the same order."""
     rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LAYOUT))
     rn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LAYOUT))
     omask = (rm[:, None] < M) & (rn[None, :] < N)
@@ -263,8 +259,7 @@ def _ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, pid, num_pid_m, n
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                  STAGES: gl.constexpr):  # fmt: skip
     """Producer (1 warp): TMA loads of every K step of the program's tiles in order, step ``g`` into slot
-    ``g % STAGES`` once ``empty`` says step g - STAGES released it.
-    """
+    ``g % STAGES`` once ``empty`` says step g - STAGES released it."""
     g = 0
     for tile in range(pid, num_tiles, NUM_PROGS):
         off_m, off_n = _tile_offsets(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
@@ -285,8 +280,7 @@ def _ws_consumer(a_ring, b_ring, ready, empty, order, sa_ptr, sb_ptr, bias_ptr, 
                  HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr, BLOCK_M: gl.constexpr,
                  BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """Consumer warp group ``WG``: the program's local tiles WG, WG + 2, ... (K step ``g = i * k_iters +
-    ki`` of local tile i), then :func:`_epilogue`.
-    """
+    ki`` of local tile i), then :func:`_epilogue`."""
     LAYOUT: gl.constexpr = mma_layout(BLOCK_M, BLOCK_N, gl.num_warps())
     j = 0
     for tile in range(pid + WG * NUM_PROGS, num_tiles, 2 * NUM_PROGS):
@@ -322,8 +316,7 @@ def w8a8_mm_gluon_ws(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K,
                      STAGES: gl.constexpr):  # fmt: skip
     """Warp-specialised ping-pong int8 GEMM: the arguments and results of :func:`w8a8_mm_gluon`,
     BLOCK_M x BLOCK_N being one consumer's tile. Launch with ``num_warps=4`` (Triton adds the workers' warps),
-    grid (NUM_PROGS,); shared memory STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K bytes plus barriers.
-    """
+    grid (NUM_PROGS,); shared memory STAGES * (BLOCK_M + BLOCK_N) * BLOCK_K bytes plus barriers."""
     gl.static_assert(STAGES >= 2, "a consumer keeps one step in flight while the producer refills")
     gl.static_assert(gl.num_warps() == 4, "the default partition is one consumer warp group")
     a_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)

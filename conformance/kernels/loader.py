@@ -5,8 +5,7 @@ declares its contract (:func:`declare`, ``fn.int8conf_*`` attributes, or the que
 a callable without a contract is refused (KernelLoadError). A bad ``@declare`` does not break the module's import:
 the function carries an :class:`InvalidDeclaration` and only loading it fails. Conventions: ``int8conf``
 (``b`` int8 [N,K]) and ``vllm`` (``b`` [K,N] column-major, [M,1] / [N,1] scales; :func:`vllm_adapter`).
-conformance/kernels/README.md has the user's guide.
-"""
+conformance/kernels/README.md has the user's guide."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ CONVENTIONS = ("int8conf", "vllm")
 @dataclass(frozen=True)
 class KernelDeclaration:
     """What a third-party callable declares (``fn.int8conf``); fields as :class:`KernelSpec`,
-    plus ``convention`` (``"int8conf"`` or ``"vllm"``).
-    """
+    plus ``convention`` (``"int8conf"`` or ``"vllm"``)."""
 
     contract: EpilogueContract
     devices: tuple = ("cpu",)
@@ -52,8 +50,7 @@ class KernelDeclaration:
 
 def _contract_and_steps(contract) -> tuple:
     """``(EpilogueContract, steps or None)``: a step list / mapping / ``;``-joined string
-    declares steps (and its nearest standard contract); anything else goes through :func:`parse_contract`.
-    """
+    declares steps (and its nearest standard contract); anything else goes through :func:`parse_contract`."""
     if isinstance(contract, dict) and "scale_order" not in contract:
         # a per-device mapping may name contracts too: {"cpu": "triton", "cuda": [steps...]}
         contract = {k: _named_contract_steps(v) or v for k, v in contract.items()}
@@ -81,8 +78,7 @@ def _named_contract_steps(v):
 
 def _flag(value):
     """``contiguous_only`` from a bool, a query string (1/0, true/false, yes/no, or a comma list of operand
-    names) or operand names: True / False or a tuple of names. Raises ContractError otherwise.
-    """
+    names) or operand names: True / False or a tuple of names. Raises ContractError otherwise."""
     names = ("a", "b", "scale_a", "scale_b", "bias")
     if isinstance(value, bool):
         return value
@@ -113,8 +109,7 @@ def _overflow(value) -> str:
 
 def parse_contract(value) -> EpilogueContract:
     """EpilogueContract from a contract, dict, ``"cutlass"``, ``"triton"`` or
-    ``"<scale_order>/<bias_point>"``; ContractError otherwise.
-    """
+    ``"<scale_order>/<bias_point>"``; ContractError otherwise."""
     if isinstance(value, EpilogueContract):
         return value
     if isinstance(value, dict):
@@ -136,8 +131,7 @@ def parse_contract(value) -> EpilogueContract:
 @dataclass(frozen=True)
 class InvalidDeclaration:
     """A :func:`declare` with wrong arguments, attached instead of a :class:`KernelDeclaration`
-    so the module still imports; ``problems``: ``((field, one-line message), ...)``.
-    """
+    so the module still imports; ``problems``: ``((field, one-line message), ...)``."""
 
     problems: tuple
 
@@ -166,8 +160,7 @@ def declare(
     overflow: str = "wrap",
 ) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
-    :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field).
-    """
+    :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field)."""
     problems: list[tuple[str, str]] = []
     values: dict = {}
 
@@ -224,8 +217,7 @@ def declare(
 def vllm_adapter(fn: Callable) -> Callable:
     """Wrap ``fn(a, b[K,N], scale_a[M,1], scale_b[N,1], out_dtype, bias)`` into the int8conf
     convention: ``b.t()`` is passed as a [K,N] column-major view (a copy when ``b`` is itself a transposed view),
-    scales reshaped to float32 columns, values unchanged.
-    """
+    scales reshaped to float32 columns, values unchanged."""
 
     @functools.wraps(fn)
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
@@ -306,8 +298,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
 
 def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) -> KernelSpec:
     """A KernelSpec from a loaded object (module docstring). Raises KernelLoadError: not a spec,
-    factory or declared callable, a bad declaration, or a reserved name.
-    """
+    factory or declared callable, a bad declaration, or a reserved name."""
     query = query or {}
     try:
         if getattr(obj, "int8conf_factory", False) and callable(obj):
@@ -373,8 +364,7 @@ QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguou
 
 def split_query(name: str) -> tuple[str, dict]:
     """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``; ContractError
-    for a key outside ``QUERY_KEYS`` or given twice.
-    """
+    for a key outside ``QUERY_KEYS`` or given twice."""
     if "?" not in name:
         return name, {}
     base, q = name.split("?", 1)
@@ -404,8 +394,7 @@ def _devices(value, where: str) -> tuple:
 
 def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
     """Load ``pkg.module:attr[.attr...][?query]``; KernelLoadError (one line, naming
-    ``option``) when the module, attribute or declaration is wrong.
-    """
+    ``option``) when the module, attribute or declaration is wrong."""
     base, query = split_query(name)
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
@@ -454,8 +443,7 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
 
 def cwd_on_sys_path(directory=None) -> None:
     """Put ``directory`` (default: the current one) first on ``sys.path`` once, as ``python -m``
-    does, so ``--kernel=mod:fn`` finds ``mod.py`` also under the console scripts.
-    """
+    does, so ``--kernel=mod:fn`` finds ``mod.py`` also under the console scripts."""
     cwd = os.path.abspath(directory if directory is not None else os.getcwd())
     if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
         sys.path.insert(0, cwd)

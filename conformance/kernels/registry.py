@@ -1,6 +1,5 @@
 """Kernel registry: built-ins (``cpu``, ``int_mm``: CUTLASS_STYLE; ``triton``: TRITON_STYLE; imported lazily),
-user registrations, name resolvers, adapters, ``pkg.module:function`` names and entry points.
-"""
+user registrations, name resolvers, adapters, ``pkg.module:function`` names and entry points."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ _RESOLVERS: list[Callable] = []
 
 def register_resolver(fn: Callable) -> None:
     """Add a resolver ``fn(name) -> KernelSpec | None`` (idempotent), asked in order before the
-    built-ins (``faults`` resolves injected names such as ``triton+F4@all#s0``).
-    """
+    built-ins (``faults`` resolves injected names such as ``triton+F4@all#s0``)."""
     if fn not in _RESOLVERS:
         _RESOLVERS.append(fn)
 
@@ -107,8 +105,7 @@ def builtin_available(name: str) -> tuple[bool, str]:
 
 def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     """Resolve a name: resolvers, built-ins, registered names, adapters, ``pkg.module:function[?query]``,
-    then entry points. ``option`` is named in load errors. Raises KernelLoadError (one line).
-    """
+    then entry points. ``option`` is named in load errors. Raises KernelLoadError (one line)."""
     if not isinstance(name, str) or not name.strip():
         raise KernelLoadError(f"kernel name must be a non-empty string, got {name!r}")
     name = name.strip()
@@ -146,8 +143,7 @@ def list_kernels() -> list[str]:
 
 def resolve_kernels(names: list[str]) -> list[KernelSpec]:
     """Specs for several names, ``"all"`` = every built-in available here; duplicates dropped, order
-    kept. Raises KernelLoadError for the first name that does not resolve.
-    """
+    kept. Raises KernelLoadError for the first name that does not resolve."""
     out: list[KernelSpec] = []
     seen: set[str] = set()
     for name in names:

@@ -8,8 +8,7 @@ operands raise ``OperandError`` first. The kernel gets copies that keep each ope
 it declares ``contiguous_only``). Manifest keys: ``name``, ``source_digest`` (reported at run time, else declared;
 :func:`own_digests`), ``declared_source_digest``, ``device``, ``path`` (``"unreported"`` if none), ``interpreter``,
 ``padded``, ``contract``, ``origin``, ``version``, ``operands_recorded_by`` (``"kernel"`` / ``"runner"``),
-``skipped`` (cannot run here), ``extra``.
-"""
+``skipped`` (cannot run here), ``extra``."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 @dataclass
 class KernelRun:
     """One ``scaled_mm`` call: ``output`` out_dtype [M,N] on the CPU (None on failure), ``error`` (one line
-    or None), ``manifest``, ``received_digests`` (operand -> sha256 hex, bias "none"), ``elapsed_s`` (CUDA synced).
-    """
+    or None), ``manifest``, ``received_digests`` (operand -> sha256 hex, bias "none"), ``elapsed_s`` (CUDA synced)."""
 
     output: Optional[Tensor]
     error: Optional[str]
@@ -64,8 +62,7 @@ class AccRun:
 
 def pick_device(spec: KernelSpec, device: Optional[str] = None) -> tuple[Optional[str], str]:
     """``(device, reason)``: the requested device, else CUDA when supported and present, else CPU when
-    supported; ``(None, reason)`` when the kernel cannot run here.
-    """
+    supported; ``(None, reason)`` when the kernel cannot run here."""
     cuda = torch.cuda.is_available()
     if device is not None:
         dtype = torch.device(device).type
@@ -111,8 +108,7 @@ def own_digests(name: str, digests: list) -> tuple[list, list]:
     """Split ``Trace.digests`` (``(digest, digest_of)`` pairs) into ``(own, refused)``: records with
     ``digest_of`` None or ``name`` are the kernel's; one naming a built-in with exactly that built-in's source digest
     is set aside (a nested built-in); any other claim counts as the kernel's own, with one line in ``refused`` saying
-    why (so ``digest_of`` cannot hide a digest that matches nothing registered).
-    """
+    why (so ``digest_of`` cannot hide a digest that matches nothing registered)."""
     own, refused = [], []
     for digest, owner in digests:
         if owner in (None, name):
@@ -184,8 +180,7 @@ def _differing(originals: dict, given: dict, extra: tuple = ()) -> tuple[list, l
 
 def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
     """:func:`_differing` as a ``reference.readback.Deferred`` (one device sync with the other
-    pending questions); operands that changed dtype, shape or device are compared at once.
-    """
+    pending questions); operands that changed dtype, shape or device are compared at once."""
     names, flags = [], []
     bad = []
     for k, v in originals.items():
@@ -220,8 +215,7 @@ def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
 
 def _clone_operands(named: dict, dense=frozenset()) -> dict:
     """Copies handed to the kernel: dense for names in ``dense``, else the same shape, strides and
-    padding bytes (``copy_keep_layout``); None stays None.
-    """
+    padding bytes (``copy_keep_layout``); None stays None."""
     return {
         k: None if v is None else (v.detach().contiguous().clone() if k in dense else copy_keep_layout(v))
         for k, v in named.items()
@@ -235,8 +229,7 @@ def _dense_names(spec) -> frozenset:
 
 def _record_layouts(man: dict, originals: dict, given: dict) -> None:
     """``extra["operand_layouts"]``: each operand's layout; ``extra["densified"]``: those handed as
-    dense copies (layouts not covered).
-    """
+    dense copies (layouts not covered)."""
     lay = {k: layout_label(v) for k, v in originals.items()}
     man["extra"]["operand_layouts"] = lay
     dens = sorted(k for k, v in originals.items() if v is not None and layout_label(given[k]) != lay[k])
@@ -246,8 +239,7 @@ def _record_layouts(man: dict, originals: dict, given: dict) -> None:
 
 def _modified_line(man: dict, bad: list, vals: list) -> tuple:
     """``(error line or None, vals)``: the line when the kernel wrote into an operand (names in
-    ``extra["modified_operands"]``).
-    """
+    ``extra["modified_operands"]``)."""
     line = None
     if bad:
         man["extra"]["modified_operands"] = bad
@@ -282,8 +274,7 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
 
 def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt: Optional[int] = None) -> Optional[str]:
     """Error line if ``out`` has NaN where the declared-contract reference has none; ``cnt``: the NaN
-    count if already read.
-    """
+    count if already read."""
     if not out.is_floating_point():
         return None
     nan = torch.isnan(out)
@@ -312,8 +303,7 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
     """Call a kernel entry under ``trace.capture``: ``(result or None, error line or None, elapsed s,
-    trace)``, the trace merged into ``man``. Only KeyboardInterrupt propagates.
-    """
+    trace)``, the trace merged into ``man``. Only KeyboardInterrupt propagates."""
     t0 = time.perf_counter()
     with trace.capture() as t:
         try:
@@ -331,8 +321,7 @@ def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
 
 class KernelLaunch:
     """A ``scaled_mm`` call whose verdicts are asked, not read: ``output`` (well-formed output on its
-    device, else None; judge it only from :meth:`result`), ``manifest``, ``error`` (failure known at call time).
-    """
+    device, else None; judge it only from :meth:`result`), ``manifest``, ``error`` (failure known at call time)."""
 
     def __init__(self, spec, ops, output, error, manifest, elapsed, verdicts, digests, keep_on_device):
         self.spec, self.ops, self.output, self.error = spec, ops, output, error
@@ -374,24 +363,14 @@ def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
 def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype) -> Tensor:
     """C10 evidence in ``extra["ownership"]``: ``aliases`` (operands sharing the output's storage),
     then a second call on ``~a``: ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``.
-    Returns the first call's output (a snapshot if the second call changed it).
-    """
+    Returns the first call's output (a snapshot if the second call changed it)."""
     ev: dict = {"aliases": [k for k, v in given.items() if _same_storage(out, v)]}
     snap = out.detach().clone()
     other = {k: copy_keep_layout(v) for k, v in given.items()}
     other["a"].bitwise_not_()
     scratch = _base_manifest(spec, dev)
-    out2, err2, _, _ = _guarded_call(
-        scratch,
-        dev,
-        spec.scaled_mm,
-        other["a"],
-        other["b"],
-        other["scale_a"],
-        other["scale_b"],
-        out_dtype=out_dtype,
-        bias=other["bias"],
-    )
+    args = (other["a"], other["b"], other["scale_a"], other["scale_b"])
+    out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, *args, out_dtype=out_dtype, bias=other["bias"])
     ev["second_call_error"] = err2
     ev["second_output_shares_storage"] = _same_storage(out, out2)
     it = _INT_VIEW[out.element_size()]
@@ -409,8 +388,7 @@ def start_kernel(
     probe_ownership: bool = False,
 ) -> KernelLaunch:
     """:func:`run_kernel` up to the call: verdicts asked, not read. ``probe_ownership``: record C10's
-    evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False.
-    """
+    evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False."""
     m, k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
@@ -421,32 +399,14 @@ def start_kernel(
     if viol:
         man["skipped"] = True
         man["extra"]["constraint_violations"] = viol
-        return KernelLaunch(
-            spec,
-            ops,
-            None,
-            f"not runnable here: shape outside declared constraints: {'; '.join(viol)}",
-            man,
-            0.0,
-            None,
-            None,
-            keep_on_device,
-        )
+        why = f"not runnable here: shape outside declared constraints: {'; '.join(viol)}"
+        return KernelLaunch(spec, ops, None, why, man, 0.0, None, None, keep_on_device)
     dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
     originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b, "bias": dops.bias}
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
-    out, err, elapsed, t = _guarded_call(
-        man,
-        dev,
-        spec.scaled_mm,
-        given["a"],
-        given["b"],
-        given["scale_a"],
-        given["scale_b"],
-        out_dtype=dops.out_dtype,
-        bias=given["bias"],
-    )
+    args = (given["a"], given["b"], given["scale_a"], given["scale_b"])
+    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, *args, out_dtype=dops.out_dtype, bias=given["bias"])
     if err is None:
         err = _check_output(out, m, n, ops.out_dtype, "kernel")
     if (
@@ -479,8 +439,7 @@ def run_kernel(
 ) -> KernelRun:
     """Run ``spec.scaled_mm`` on copies of ``ops`` on ``device`` (None: CUDA if supported and present,
     else CPU). Output on the CPU, or where the kernel left it with ``keep_on_device``. Kernel failures go to
-    ``error``; ``manifest["skipped"]`` when it cannot run here. Raises OperandError for invalid ``ops``.
-    """
+    ``error``; ``manifest["skipped"]`` when it cannot run here. Raises OperandError for invalid ``ops``."""
     return start_kernel(spec, ops, device, keep_on_device).result()
 
 
@@ -542,15 +501,13 @@ def run_int_mm(
     spec: KernelSpec, a: Tensor, b: Tensor, device: Optional[str] = None, keep_on_device: bool = False
 ) -> AccRun:
     """Run ``spec.int_mm(a, b)`` (a int8 [M,K], b int8 [N,K]) on copies: AccRun with int32 [M,N] or an
-    error (no int_mm entry, exception, wrong output, operand modified). Raises OperandError for invalid a / b.
-    """
+    error (no int_mm entry, exception, wrong output, operand modified). Raises OperandError for invalid a / b."""
     return start_int_mm(spec, a, b, device, keep_on_device).result()
 
 
 def validate_device(device: Optional[str]) -> Optional[str]:
     """Check a user's ``--device`` (None, ``cpu``, ``cuda``, ``cuda:N``) and return it. Raises
-    Int8confError (one line): not a device, CUDA unavailable, index beyond the device count, or ``cpu:N`` with N > 0.
-    """
+    Int8confError (one line): not a device, CUDA unavailable, index beyond the device count, or ``cpu:N`` with N > 0."""
     if device is None:
         return None
     try:

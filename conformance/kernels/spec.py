@@ -1,7 +1,6 @@
 """The kernel contract (DESIGN.md section 3): ``scaled_mm(a int8 [M,K], b int8 [N,K], scale_a float32
 [M]|[M,1]|scalar, scale_b float32 [N]|[N,1]|scalar, out_dtype=torch.bfloat16, bias out_dtype [N] | None) ->
-out_dtype [M,N]``, and the optional accumulator-only ``int_mm(a, b) -> int32 [M,N]``.
-"""
+out_dtype [M,N]``, and the optional accumulator-only ``int_mm(a, b) -> int32 [M,N]``."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ BUILTINS = ("cpu", "int_mm", "triton")
 @dataclass(frozen=True)
 class ShapeConstraints:
     """Shapes a kernel accepts natively (the harness skips others): ``min_m``, divisibility
-    ``*_multiple`` (1 = any), ``max_k`` (None = unbounded), ``note`` for reports.
-    """
+    ``*_multiple`` (1 = any), ``max_k`` (None = unbounded), ``note`` for reports."""
 
     min_m: int = 1
     m_multiple: int = 1
@@ -55,8 +53,7 @@ class KernelSpec:
     C8 then holds the kernel to it and ``contract`` is its nearest standard contract. ``contiguous_only``: True or
     operand names the runner hands dense (the report lists layouts not covered). ``overflow``: ``"wrap"``,
     ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one
-    of those; overflowing elements are compared with it, never failed.
-    """
+    of those; overflowing elements are compared with it, never failed."""
 
     name: str
     scaled_mm: Callable
@@ -82,8 +79,7 @@ class KernelSpec:
 
     def overflow_on(self, device_type: Optional[str] = None) -> str:
         """Declared overflow behaviour on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``;
-        None or unknown: the ``"*"`` entry, else ``"wrap"``).
-        """
+        None or unknown: the ``"*"`` entry, else ``"wrap"``)."""
         if not isinstance(self.overflow, Mapping):
             return self.overflow
         dev = (device_type or "").split(":")[0]

@@ -1,7 +1,6 @@
 """What a kernel reports about itself while it runs (checks C1, C2): :func:`record_path` (the code path taken,
 with details) and :func:`record_operands` (digests of the tensors it received). The runner opens a
-:func:`capture` around each call; outside one both are no-ops. Captures nest: records go to the innermost.
-"""
+:func:`capture` around each call; outside one both are no-ops. Captures nest: records go to the innermost."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ __all__ = ["Trace", "capture", "record_path", "record_operands", "current"]
 class Trace:
     """Everything recorded during one kernel call: ``path`` (last reported, "" if none), ``extra``,
     ``received_digests`` (operand -> sha256 hex, bias "none"), ``paths`` (all, in order), ``digests``
-    (``(source_digest, digest_of)`` pairs in order: ``digest_of`` None = the caller's own).
-    """
+    (``(source_digest, digest_of)`` pairs in order: ``digest_of`` None = the caller's own)."""
 
     path: str = ""
     extra: dict = field(default_factory=dict)
@@ -52,8 +50,7 @@ def current() -> Optional[Trace]:
 def record_path(path: str, **extra) -> None:
     """Record the code path taken; ``extra`` merges into ``Trace.extra`` except ``source_digest`` and
     ``digest_of`` (whose digest: a built-in's name), which go to ``Trace.digests`` (``runner.own_digests`` judges
-    those claims).
-    """
+    those claims)."""
     t = _CURRENT.get()
     if t is None:
         return

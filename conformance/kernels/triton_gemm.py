@@ -9,8 +9,7 @@ same bits. ``w8a8_mm``: pointer loads through every stride (CUDA and the interpr
 (int32 atomics; the last program at a tile takes the sum with ``atomic_xchg(ws, 0)``, leaving the workspace zeroed).
 ``w8a8_mm_tma``: Hopper TMA descriptors, optionally persistent / warp-specialised. bf16 is rounded with integer ops
 (``u + 0x7FFF + lsb``) because the interpreter truncates fp32 -> bf16. Interpreter limits: no ``tl.zeros`` /
-``tl.cdiv`` or plain ``@triton.jit`` helpers, and a constexpr K trip count (``K_ITERS_STATIC``).
-"""
+``tl.cdiv`` or plain ``@triton.jit`` helpers, and a constexpr K trip count (``K_ITERS_STATIC``)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ from triton.runtime.jit import JITFunction
 
 class _DeviceFunction(JITFunction):
     """A ``@triton.jit`` device function the interpreter can call too: natively a ``JITFunction``
-    (inlined), from Python run as ``InterpretedFunction`` (as under ``TRITON_INTERPRET=1``).
-    """
+    (inlined), from Python run as ``InterpretedFunction`` (as under ``TRITON_INTERPRET=1``)."""
 
     def __call__(self, *args, **kwargs):
         interp = self.__dict__.get("_interpreted")
@@ -37,8 +35,7 @@ def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, strid
     """Store one tile of complete int32 sums ``acc`` [BLOCK_M, BLOCK_N] (rows ``rm``, columns ``rn``,
     mask ``omask``). ACC_ONLY: int32 out; else ``(float32(acc) * s_a) * s_w`` rounded RNE to OUT_KIND (0: bf16 as
     int16 bits, 1: fp16, 2: fp32), then with HAS_BIAS ``+ bias`` in float32, rounded again. Scales and bias read
-    through their element strides (0 = scalar); out row stride ``stride_om``.
-    """
+    through their element strides (0 = scalar); out row stride ``stride_om``."""
     optrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
     if ACC_ONLY:
         tl.store(optrs, acc, mask=omask)
@@ -81,8 +78,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M,
             K_ITERS_STATIC: tl.constexpr):  # fmt: skip
     """Pointer-load W8A8 tile program. a int8 [M,K], b int8 [N,K], any strides; scales fp32 (stride 0 =
     scalar); bias out_dtype [N] (bf16 as int16 bits); out [M,N] as :func:`_epilogue`. ws / cnt: int32 workspace [M*N]
-    and per-tile counters, zero on entry and exit (SPLIT_K > 1). Grid: (tiles_m * tiles_n, SPLIT_K).
-    """
+    and per-tile counters, zero on entry and exit (SPLIT_K > 1). Grid: (tiles_m * tiles_n, SPLIT_K)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -149,8 +145,7 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stri
                 FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr):  # fmt: skip
     """TMA W8A8 GEMM (CUDA): descriptors over a [M,K] / b [N,K] with blocks [BLOCK_M|BLOCK_N, BLOCK_K]
     (TMA zero-fills the K tail). Grid (NUM_PROGS,), program p takes tiles p, p + NUM_PROGS, ... ``WARP_SPEC``:
-    compiler warp specialisation of the tile loop (1) or K loop (2). Other arguments as :func:`w8a8_mm`.
-    """
+    compiler warp specialisation of the tile loop (1) or K loop (2). Other arguments as :func:`w8a8_mm`."""
     pid = tl.program_id(0)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
     num_pid_n = (N + BLOCK_N - 1) // BLOCK_N

@@ -1,8 +1,7 @@
 """Measure what Triton does to each epilogue step (interpreter or native): :func:`probe` runs one small kernel
 over hand-picked inputs (2**24 + 1, ties, subnormals, ...) and compares each step with torch's IEEE result. The
 built-in ``triton`` kernel rounds bf16 with integer ops, so its bits do not depend on the answers; they go into
-its manifest so a report states the machinery it ran on.
-"""
+its manifest so a report states the machinery it ran on."""
 
 from __future__ import annotations
 
@@ -103,8 +102,7 @@ def probe(native: bool = False) -> dict:
     current CUDA device; else the interpreter on CPU tensors): ``{"mode", "triton_version", "int32_to_fp32",
     "fp32_mul", "fp32_to_bf16", "fp32_to_bf16_rtne", "fp32_to_bf16_subnormal", "bf16_to_fp32", "bf16_add",
     "fp32_to_fp16"}``, each ``"rne"`` / ``"exact"`` / ``"ieee"`` (matches torch), ``"rtz"`` (truncation) or
-    ``"other (n/N differ ...)"``; ``{"mode", "triton_version", "error"}`` when the probe itself failed.
-    """
+    ``"other (n/N differ ...)"``; ``{"mode", "triton_version", "error"}`` when the probe itself failed."""
     key = "native" if native else "interpreter"
     if key in _CACHE:
         return dict(_CACHE[key])

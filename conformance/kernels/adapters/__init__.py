@@ -1,7 +1,6 @@
 """Adapters for the field's real int8 kernels, loaded only when their library is installed. Each adapter
 module has ``make_spec(name) -> KernelSpec`` declaring, as a step list (``reference.epilogue_steps``), the epilogue
-the library's own code implements (cited in its docstring). :data:`ADAPTERS` is the catalogue.
-"""
+the library's own code implements (cited in its docstring). :data:`ADAPTERS` is the catalogue."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from reference.errors import KernelLoadError, first_line
 @dataclass(frozen=True)
 class AdapterInfo:
     """One adapted kernel: ``--kernel`` name, adapter ``module``, importable names it ``requires``,
-    ``install`` hint, ``devices``, one-line ``description``.
-    """
+    ``install`` hint, ``devices``, one-line ``description``."""
 
     name: str
     module: str

@@ -6,8 +6,7 @@ with absmax statistics ``row_stats = scale_a * 127``, ``col_stats = scale_b * 12
   nearest to 1/127**2, 0x38820610), ``+ bias``, ``.to(float16)``; matmul ``torch._int_mm`` with AVX-512, else float32.
 * CUDA, ``csrc/kernels.cu`` ``kdequant_mm_int32_fp16``: ``__float2half(fmaf(acc * rowStat * colStat,
   6.200012e-05f, bias))``, bias fused only when float16 (else ``out.add_(bias)`` in float16); matmul cuBLASLt
-  ``igemmlt``, or float32 when K % 4.
-"""
+  ``igemmlt``, or float32 when K % 4."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@
   ``cast fp32; mul s_a; mul s_w; cast out; add bias``.
 * ``torchao-w8a8``: ``Int8Tensor``'s ``aten.linear`` (``int8_tensor.py``), replayed line for line:
   ``cast fp32; mul s_a; cast out; mul s_w -> fp32; add bias; cast out``; ``torchao-w8a8-bf16`` with bf16 activation
-  scales: ``cast bf16; mul bf16(s_a) -> bf16; cast out; mul s_w -> fp32; add bias; cast out``.
-"""
+  scales: ``cast bf16; mul bf16(s_a) -> bf16; cast out; mul s_w -> fp32; add bias; cast out``."""
 
 from __future__ import annotations
 
@@ -85,8 +84,7 @@ PINNED_TRITON_CONFIG = (64, 64, 32, 3, 4)
 
 def pinned_config():
     """The ``triton.Config`` of ``PINNED_TRITON_CONFIG`` in torchao's list; LookupError when the list
-    no longer has it (re-read the adapter against the new torchao).
-    """
+    no longer has it (re-read the adapter against the new torchao)."""
     import torchao.kernel.intmm_triton as it
 
     bm, bn, bk, stages, warps = PINNED_TRITON_CONFIG
@@ -104,8 +102,7 @@ def pinned_config():
 
 def _with_autotuner(on: bool):
     """Context setting torchao's ``AUTOTUNER_ENABLE`` to ``on``; when on, its config search returns
-    the pinned configuration.
-    """
+    the pinned configuration."""
     import torchao.kernel.intmm as intmm
 
     @contextlib.contextmanager
@@ -175,8 +172,7 @@ def _int_mm(a, b):
 
 def make_spec(name: str) -> KernelSpec:
     """KernelSpec for ``torchao``, ``torchao-w8a8``, ``torchao-w8a8-bf16`` or ``torchao-triton``;
-    ImportError without torchao.
-    """
+    ImportError without torchao."""
     import torchao
     import torchao.kernel.intmm as intmm
 

@@ -6,8 +6,7 @@ tested with stand-ins implementing the documented math.
 * ``vllm-triton``: ``compressed_tensors.triton_scaled_mm``: ``acc * scale_a * scale_b``, cast, ``+ bias``:
   ``a_then_w/after_round``.
 * ``sgl-int8``: ``sgl_kernel.int8_scaled_mm`` (SM80/SM89 ``EpilogueVisitorPerRowPerCol``): ``accum * (scale_col *
-  scale_row) + bias`` in float, one conversion: ``fused/fp32_before_round``; K % 16, N % 8.
-"""
+  scale_row) + bias`` in float, one conversion: ``fused/fp32_before_round``; K % 16, N % 8."""
 
 from __future__ import annotations
 
