@@ -1,5 +1,4 @@
-"""Source digests for check C1 (kernel manifest): per module (built-ins, one
-kernel per module) and per kernel function (third-party kernels)."""
+"""Source digests for check C1: per module file (built-ins) and per kernel callable (third-party kernels)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import types
 from pathlib import Path
 from typing import Callable, Optional
 
-#: at most this many helper files are read per kernel (a kernel importing a whole
-#: project tree stops here; the digest then covers the first ones in walk order)
+#: at most this many helper files are read per kernel (the first ones in walk order)
 MAX_HELPER_FILES = 256
 #: int8conf's own packages: a user kernel importing them is not "its" code
 _OWN_DIRS = tuple(Path(__file__).resolve().parents[2] / d for d in ("conformance", "reference", "faults", "detllm"))
@@ -38,8 +36,7 @@ def _is_code(obj) -> bool:
 
 
 def _qualified_name(fn: Callable) -> str:
-    """``module.qualname``; a callable *instance* is named by its class (``Cls()``),
-    never by its ``repr`` (which holds a memory address, new in every process)."""
+    """``module.qualname``; a callable instance is named by its class (``Cls()``), never by its repr."""
     if not _is_code(fn) and not hasattr(fn, "__qualname__"):
         t = type(fn)
         return f"{t.__module__}.{t.__qualname__}()"
@@ -52,10 +49,8 @@ def _partial_args(p: functools.partial) -> str:
 
 
 def _single_digest(target: Callable) -> str:
-    """SHA-256 hex of one function: its module file's bytes + NUL + qualified
-    name; else its own source + NUL + name; else the name alone. A callable
-    instance is digested by its class's file; a ``functools.partial`` by its
-    bound arguments (the function it wraps is the next link of the chain)."""
+    """SHA-256 hex of one callable: its module file's bytes + NUL + qualified name; else its source +
+    NUL + name; else the name. An instance is digested by its class; a ``functools.partial`` by its bound arguments."""
     if isinstance(target, functools.partial):
         return hashlib.sha256(b"functools.partial\0" + _partial_args(target).encode()).hexdigest()
     name = _qualified_name(target).encode()
@@ -76,34 +71,12 @@ def _single_digest(target: Callable) -> str:
 
 
 def callable_digest(fn: Callable) -> str:
-    """SHA-256 hex identifying one kernel *function*, for check C1.
+    """SHA-256 hex identifying one kernel function (check C1), stable across processes.
 
-    The digest covers the bytes of the module file defining ``fn`` (so any
-    change to the module, helpers defined in it included, changes it) *and*
-    ``fn``'s qualified name, so several kernels defined in one module get
-    different digests (:func:`_single_digest`). A ``functools.wraps`` wrapper
-    covers itself *and* every function it wraps (``__wrapped__``, up to 16
-    levels): SHA-256 over their single digests joined by commas, so a change
-    to the wrapper's module or to the wrapped one changes it.
-
-    A callable instance is digested by its class (file and name), a
-    ``functools.partial`` by its bound arguments and then the function it wraps,
-    never by a ``repr`` holding a memory address (such a digest changed in every
-    process, and a sweep refused to resume its own store).
-
-    Helper modules of the kernel's own project are covered too
-    (:func:`helper_files`: the modules its module imports, transitively -- modules,
-    and the modules of imported functions, classes, instances and ``@triton.jit``
-    kernels, plus their parent packages' ``__init__.py`` -- whose files lie in the
-    kernel's directory or package, outside site-packages, the standard library and
-    int8conf): when there are any, the digest is SHA-256 over the digest above and
-    ``relative/path.py:<sha256 of its bytes>`` per helper, sorted by path, so
-    editing a helper changes C1's digest and a sweep store's identity. A kernel
-    without helpers keeps the digest above. Not covered: installed libraries
-    (state their versions in ``KernelSpec.version``), constants imported by value
-    (``from cfg import BLOCK``: an int names no module) and modules imported
-    inside a function body.
-    """
+    Covers the defining module's bytes and the qualified name (:func:`_single_digest`); a wrapper (``__wrapped__``,
+    ``functools.partial``, up to 16 levels) covers every link, joined. When the kernel has helper modules of its own
+    project (:func:`helper_files`), the digest also covers ``relative/path.py:<sha256>`` of each, sorted. Not covered:
+    installed libraries, constants imported by value, imports inside function bodies."""
     chain, targets, target = [], [], fn
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
@@ -118,10 +91,8 @@ def callable_digest(fn: Callable) -> str:
 
 
 def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
-    """(globals, source file) of a module, a function, or any object that names
-    its defining module in ``__module__`` (a class, a callable instance, a
-    ``@triton.jit`` kernel); (None, None) for anything else or without a ``.py``
-    file."""
+    """(globals, .py file) of a module, a function, or an object naming its module in
+    ``__module__``; (None, None) otherwise."""
     if isinstance(obj, types.ModuleType):
         ns, f = vars(obj), getattr(obj, "__file__", None)
     elif isinstance(obj, types.FunctionType):
@@ -140,10 +111,8 @@ def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
 
 
 def _project_root(ns: dict, path: Path) -> Path:
-    """The kernel's project folder: its top-level package's folder when its module
-    is in a package (``ns['__name__']`` dotted and that package loaded; a namespace
-    package, without ``__init__.py``, by its first ``__path__`` entry), else the
-    folder of its file."""
+    """The kernel's project folder: its top-level package's folder (namespace package: first
+    ``__path__`` entry), else its file's folder."""
     top = str(ns.get("__name__", "")).split(".")[0]
     pkg = sys.modules.get(top) if "." in str(ns.get("__name__", "")) else None
     pkg_file = getattr(pkg, "__file__", None)
@@ -154,15 +123,13 @@ def _project_root(ns: dict, path: Path) -> Path:
 
 
 def _parent_packages(ns: dict) -> list:
-    """The loaded parent packages of the module whose globals are ``ns``
-    (``a.b.c`` -> ``a.b``, ``a``): their ``__init__.py`` runs before it."""
+    """The loaded parent packages of the module whose globals are ``ns``."""
     parts = str(ns.get("__name__", "")).split(".")[:-1]
     return [m for m in (sys.modules.get(".".join(parts[:i])) for i in range(len(parts), 0, -1)) if m is not None]
 
 
 def _is_library(path: Path) -> bool:
-    """An installed library, the standard library or int8conf itself: never a
-    kernel's own code."""
+    """An installed library, the standard library or int8conf itself."""
     return any(p in ("site-packages", "dist-packages") for p in path.parts) or any(
         path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS
     )
@@ -173,14 +140,9 @@ def _is_helper(path: Path, root: Path) -> bool:
 
 
 def helper_files(targets: list) -> list[tuple[str, Path]]:
-    """The kernel's helper modules: ``[(posix path relative to the project
-    folder, absolute path)]``, sorted, of the ``.py`` files of the modules,
-    functions and classes reachable from the globals of ``targets`` (the kernel
-    and what it wraps), transitively, that lie under the first target's project
-    folder (:func:`_project_root`, from the first target that is not library
-    code), outside site-packages / dist-packages, the standard library and
-    int8conf's own packages (:func:`_is_library`), other than the targets' own
-    files, with the parent packages of every module reached; at most
+    """The kernel's helper modules ``[(posix path relative to the project folder, path)]``, sorted:
+    ``.py`` files reachable transitively from the targets' globals (modules, functions, classes, parent packages)
+    under the project folder, outside libraries and int8conf, other than the targets' own; at most
     :data:`MAX_HELPER_FILES`."""
     seen: dict[Path, dict] = {}
     root = None

@@ -1,14 +1,5 @@
-"""Kernel-side epilogue in plain torch ops, shared by the ``cpu`` and
-``int_mm`` built-ins.
-
-Written independently of ``reference.epilogue`` (same IEEE semantics, other
-code) so that the built-ins are real implementations checked against the
-reference, not copies of it. torch's elementwise float32 multiply/add are
-IEEE-754 binary32 with round-to-nearest-even on CPU and CUDA, int32 -> float32
-conversion rounds to nearest even, and ``Tensor.to(bfloat16|float16)`` rounds
-to nearest even (c10 ``round_to_nearest_even``), so each step below is one
-correctly rounded IEEE operation (IEEE 754-2019 section 4.3.1).
-"""
+"""The ``cpu`` and ``int_mm`` built-ins' epilogue in plain torch ops, written independently of
+``reference.epilogue``: each step is one correctly rounded IEEE binary32 operation or RNE cast (IEEE 754-2019 4.3.1)."""
 
 from __future__ import annotations
 
@@ -21,12 +12,7 @@ from reference.contract import EpilogueContract
 
 
 def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Tensor, Tensor]:
-    """Per-token / per-channel scales as float32 column [M,1] and row [1,N].
-
-    Args:
-        scale_a: float32 [M] | [M,1] | scalar.
-        scale_b: float32 [N] | [N,1] | scalar.
-    """
+    """Scales [M]|[M,1]|scalar and [N]|[N,1]|scalar as float32 column [M,1] and row [1,N]."""
     sa = scale_a.to(torch.float32).reshape(-1)
     sb = scale_b.to(torch.float32).reshape(-1)
     sa = sa.expand(m) if sa.numel() == 1 else sa
@@ -42,21 +28,8 @@ def epilogue(
     bias: Optional[Tensor],
     out_dtype: torch.dtype,
 ) -> Tensor:
-    """Apply a declared epilogue to an int32 accumulator.
-
-    Args:
-        acc: int32 [M,N] accumulator (int64 also accepted; converted to float32
-            directly, one RNE rounding, same as int32 while |acc| < 2**31).
-        scale_a: float32 per-token scale [M] | [M,1] | scalar.
-        scale_b: float32 per-channel scale [N] | [N,1] | scalar.
-        contract: scale order (a_then_w | w_then_a | fused) and bias point
-            (fp32_before_round | after_round); rounding RNE.
-        bias: out_dtype [N] or None.
-        out_dtype: torch.bfloat16 | torch.float16 | torch.float32.
-
-    Returns:
-        out_dtype [M,N] on acc's device.
-    """
+    """Apply ``contract`` (scale order, bias point) to an int32 (or int64) accumulator [M,N]: bias
+    out_dtype [N] or None; returns out_dtype [M,N] on acc's device."""
     m, n = acc.shape
     sa, sb = scale_vectors(scale_a, scale_b, m, n)
     x = acc.to(torch.float32)

@@ -1,21 +1,9 @@
-"""Built-in kernel ``cpu``: exact int32 matmul on the CPU plus a CUTLASS-style
-epilogue (declared contract ``reference.contract.CUTLASS_STYLE``:
-``(float32(acc) * s_w) * s_a``, bias added in float32 before the one RNE
-rounding).
+"""Built-in kernel ``cpu``: exact int32 GEMM on the CPU plus the CUTLASS_STYLE epilogue
+``rnd((float32(acc) * s_w) * s_a [+ bias in float32])``.
 
-Accumulator: K is split into chunks of 1024. Inside a chunk every partial sum
-of int8 x int8 products is an integer of magnitude <= 1024 * 128 * 128 = 2**24,
-and every integer of magnitude <= 2**24 is exactly representable in float32,
-so a float32 GEMM over the chunk is exact whatever order or blocking BLAS
-uses (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
-section 2.1: an operation whose exact result is representable incurs no
-rounding error). Chunk results are summed in int64. The final int64 value is
-wrapped to int32 two's complement, as a hardware int32 accumulator would do
-(fault F6 relies on that behaviour being the int32 one).
-
-When torch's float32 matmul precision is not "highest" (TF32/bf16 internal
-compute allowed), float64 is used instead (exact for |partial sums| < 2**53).
-"""
+Accumulator: float32 GEMMs over K chunks of 1024 (each partial sum is an integer of magnitude <= 2**24, exact in
+float32 whatever BLAS does; Higham 2nd ed. section 2.1), summed in int64, wrapped to int32 two's complement (fault
+F6 relies on it). float64 when torch's float32 matmul precision is not "highest"."""
 
 from __future__ import annotations
 
@@ -26,11 +14,12 @@ from torch import Tensor
 
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
+from conformance.kernels._torch_epilogue import epilogue
 from reference.contract import CUTLASS_STYLE
+from reference.validate import validate_operands
 
 CONTRACT = CUTLASS_STYLE
-#: int32 overflow behaviour (KernelSpec.overflow): the exact int64 sum is
-#: wrapped to int32 two's complement (``_wrap_int32``), as int32 hardware does.
+#: int32 overflow (KernelSpec.overflow): the exact int64 sum wraps to int32 (``_wrap_int32``)
 OVERFLOW = "wrap"
 NAME = "cpu"  # registry name: the digest this kernel records at run time is its own
 SOURCE_DIGEST = module_digest(__file__)
@@ -38,18 +27,12 @@ _CHUNK = 1024  # 1024 * 2**14 = 2**24: largest chunk exact in float32
 
 
 def _wrap_int32(x: Tensor) -> Tensor:
-    """int64 -> int32 with two's-complement wrap-around (like int32 hardware)."""
+    """int64 -> int32 with two's-complement wrap-around."""
     return (((x + 2**31) % 2**32) - 2**31).to(torch.int32)
 
 
 def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
-    """Exact int64 accumulator ``a @ b.T`` by chunked float32 GEMM.
-
-    Args:
-        a: int8 [M,K] (CPU). b: int8 [N,K] (CPU).
-    Returns:
-        int64 [M,N], exact for any K (see module docstring).
-    """
+    """Exact int64 [M,N] ``a @ b.T`` of CPU int8 [M,K], [N,K] by chunked float GEMM, for any K."""
     m, k = a.shape
     n = b.shape[0]
     use64 = torch.get_float32_matmul_precision() != "highest"
@@ -65,12 +48,8 @@ def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
 
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
-    """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] (CPU).
-
-    Exact while the true sum fits int32; wraps two's-complement otherwise.
-    Raises:
-        OperandError: wrong dtype / shape / layout (reference.validate rules).
-    """
+    """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] on the CPU, wrapping outside int32.
+    Raises OperandError (reference.validate rules)."""
     _validate_int(a, b)
     trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME)
     return _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
@@ -84,36 +63,19 @@ def scaled_mm(
     out_dtype: torch.dtype = torch.bfloat16,
     bias: Optional[Tensor] = None,
 ) -> Tensor:
-    """W8A8 GEMM ``rnd((float32(a @ b.T) * s_w) * s_a [+ bias])`` on the CPU.
-
-    Args:
-        a: int8 [M,K]; b: int8 [N,K]; scale_a: float32 [M]|[M,1]|scalar;
-        scale_b: float32 [N]|[N,1]|scalar; bias: out_dtype [N] or None;
-        out_dtype: bfloat16 | float16 | float32.
-    Returns:
-        out_dtype [M,N] on the CPU.
-    Raises:
-        OperandError: invalid operands (reference.validate.validate_operands).
-    """
-    from reference.validate import validate_operands
-
+    """W8A8 GEMM ``rnd((float32(a @ b.T) * s_w) * s_a [+ bias])``: operands as ``spec``; out_dtype [M,N]
+    on the CPU. Raises OperandError."""
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     trace.record_path("cpu-exact", source_digest=SOURCE_DIGEST, digest_of=NAME, epilogue="torch-fp32")
-    from conformance.kernels._torch_epilogue import epilogue
-
     acc = _wrap_int32(exact_acc_int64(a.cpu(), b.cpu()))
     return epilogue(acc, scale_a.cpu(), scale_b.cpu(), CONTRACT, None if bias is None else bias.cpu(), out_dtype)
 
 
 def _validate_int(a: Tensor, b: Tensor) -> None:
-    """Validate accumulator-only operands with the reference validator (unit scales)."""
-    from reference.validate import validate_operands
-
     one = torch.ones((), dtype=torch.float32)
     validate_operands(a, b, one, one)
 
 
 def available() -> tuple[bool, str]:
-    """(True, "") -- the CPU path needs nothing beyond torch."""
     return True, ""

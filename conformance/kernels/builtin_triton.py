@@ -1,94 +1,14 @@
-"""Built-in kernel ``triton``: a Triton int8 GEMM with a fused epilogue.
+"""Built-in kernel ``triton``: a Triton int8 GEMM with a fused epilogue (kernels: ``triton_gemm``, ``gluon_gemm``).
 
-Declared contract: ``reference.contract.TRITON_STYLE`` (vLLM's Triton
-``scaled_mm``): ``y = (float32(acc) * s_a) * s_w``, rounded RNE to out_dtype,
-then ``rnd(float32(y) + float32(bias))`` (bias added after the rounding, in
-float32, rounded RNE again). The kernels themselves, their readable torch
-equivalent and why bf16 is rounded with integer ops (the Triton interpreter
-truncates fp32 -> bf16) are in ``conformance.kernels.triton_gemm``.
-
-Modes (reported by ``trace.record_path``):
-  * ``"triton-native"``: CUDA tensors, ``triton.jit`` compiled kernels
-    (``enable_fp_fusion=False`` so no multiply-add is contracted into an FMA).
-  * ``"triton-interpreter"``: CPU tensors, the same Python function run by
-    ``triton.runtime.interpreter.InterpretedFunction`` (numpy). We build the
-    interpreted kernel object explicitly instead of relying on the
-    ``TRITON_INTERPRET=1`` environment variable: Triton 3.x reads that variable
-    (``triton.knobs.runtime.interpret``) when ``@triton.jit`` *decorates* a
-    function, so setting it after this module is imported would be too late
-    and setting it globally would also switch other users' kernels. If the
-    user did set ``TRITON_INTERPRET=1``, ``triton.jit`` itself returns an
-    interpreted function; we detect that and report ``triton-interpreter``
-    even for CUDA tensors (the interpreter copies them to the host).
-
-Configurations (native): candidate tile configurations per *shape bucket* --
-``decode`` (M <= 16: narrow M tiles, split-K for large K), ``small``
-(M <= 256) and ``large`` (TMA loads, 128x256 tiles, persistent variants) --
-are timed once per key ``(device, next power of two of M, N, K, layout
-class)`` end to end (CUDA events around back-to-back calls: what a caller
-pays, host launch cost and GPU time, so a variant whose host cost -- e.g.
-building TMA descriptors -- exceeds its GPU gain loses); the fastest
-is cached for the process (:func:`tuning_table`) and shared by the output
-dtype / bias variants of the key (same main loop). Shapes below
-``AUTOTUNE_MIN_MACS`` multiply-accumulates, calls made while a CUDA graph is
-being captured, and ``INT8CONF_TRITON_AUTOTUNE=0`` use the bucket's first
-(heuristic) configuration without timing, or, when its tiles would occupy
-less than half of the multiprocessors, the split-K candidate with the fewest
-K blocks per program (:func:`_untuned`). Every configuration gives the same
-bits (the accumulator is exact and order-free; the epilogue is one code path),
-so tuning changes speed only. Interpreter: fixed small tiles, no tuning.
-A third kernel, ``gluon`` (``conformance.kernels.gluon_gemm``: the int32-accumulator
-wgmma kept in flight across K steps, which Triton's own pipeliner never does, and
-the same epilogue written in Gluon), joins the small and large buckets on an sm_90
-device (:data:`GLUON_CONFIGS`; ``INT8CONF_TRITON_GLUON=0`` leaves it out). On the
-H200 it took 8192^3 from 1,136 to 1,367 TOPS, bits identical. Its warp-specialised
-ping-pong variant (``gluon_gemm.w8a8_mm_gluon_ws``, :data:`GLUON_WS_CONFIGS`, labels
-ending in ``ws``) joins the large bucket too (``INT8CONF_TRITON_GLUON_WS=0`` leaves it
-out) and took 8192^3 to 1,513 TOPS on the H200 (2026-12-02), bits identical
-(reports/bench/nvidia-h200/README.md).
-
-Host path: everything that does not change between calls (kernel object,
-configuration, grid shape, the manifest details handed to ``trace``) is cached
-per key; a call does metadata-only validation (dtypes, shapes, devices: no
-value scans, no host-device sync) by one dictionary lookup on a flat metadata
-key, allocates the output and launches. The first launch of a cached call goes
-through ``kernel[grid](...)`` (Triton binds and specialises the arguments,
-compiles or finds the kernel) and keeps the returned ``CompiledKernel``;
-later calls whose pointers are 16-byte aligned (Triton specialised on that)
-call its launcher directly (``CompiledKernel.run``: no per-launch binding,
-specialisation key, cache lookup or empty launch-hook calls; hooks a
-profiler installed are still called). TMA descriptors are rebuilt per call
-from cached, validated fields. Operand digests for check C2 are taken by the conformance runner
-(``conformance.kernels.runner``), not here; ``trace.record_path`` is a
-context-variable lookup outside a conformance capture. Value checks (NaN /
-inf scales) are the runner's ``reference.validate.validate_operands``; zero
-scales are legal (an all-zero activation row quantizes to scale 0).
-A call is CUDA-graph capturable once its key has been tuned (or when tuning
-is off): no allocation outside the graph pool, no sync, no host read-back.
-
-Layouts: ``a`` and ``b`` are addressed through their strides (a row-major view
-with a padded leading stride such as ``x[:, :K]``, ``b`` as the transposed
-view of a ``[K, N]`` buffer -- vLLM's column-major weight -- or any other
-strided view); scales ``[M]``, ``[M,1]`` or scalars, contiguous or not, are
-read through their element stride (0 for a scalar); bias through its stride.
-Nothing is assumed contiguous, and nothing is copied except in one case: natively,
-when K is not a multiple of 16 and the GEMM is large (M*N*K >= :data:`PAD_K_MIN_MACS`)
-or will not be tuned (``INT8CONF_TRITON_AUTOTUNE=0``), ``a`` and ``b`` are copied into
-zero-padded ``[M, K']`` / ``[N, K']`` buffers, K' the next multiple of 16
-(:func:`_padded_k`, :func:`_pad_k`). Triton specialises integer arguments on
-divisibility by 16; without it neither the row stride nor the K mask allows vector
-loads. The zero products add nothing to the exact int32 sums, so the bits are
-unchanged; the copy costs (M + N) * K' bytes of traffic and memory and two launches
-per call. Measured on the H200 (reports/bench/nvidia-h200/probe-2026-12-02/odd_k*.log,
-bits identical everywhere): tuned, 512x2,049x6,144 518 -> 73 us, while at small
-shapes the tuner's choice for the odd K beats the copy (1x2,047x6,144 19 against 55 us;
-64x8,195x320 59 against 73); untuned, 20-45x at 4096x4,097x4096 and 16x131,073x16,
-and 1.0-7x at the small shapes.
-
-The manifest ``extra`` carries the configuration that ran and, in
-interpreter mode, the measured interpreter semantics of every epilogue step
-(``conformance.kernels.triton_probe.probe``).
-"""
+Contract ``reference.contract.TRITON_STYLE``: ``y = (float32(acc) * s_a) * s_w`` rounded RNE to out_dtype, then
+``rnd(float32(y) + float32(bias))``; bf16 is rounded with integer ops, so native and interpreted bits agree.
+Modes (``trace.record_path``): ``triton-native`` (CUDA, ``triton.jit``, ``enable_fp_fusion=False``) and
+``triton-interpreter`` (CPU tensors through an explicit ``InterpretedFunction``, or any tensors with
+``TRITON_INTERPRET=1``). Native configuration: the candidates of M's bucket (:func:`bucket`; Gluon ones on sm_90) are
+timed end to end once per (device, M, N, K rounded up to powers of two, layout) and the fastest cached; small shapes,
+CUDA-graph captures and ``INT8CONF_TRITON_AUTOTUNE=0`` take :func:`_untuned`. Every configuration gives the same bits.
+Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
+natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``)."""
 
 from __future__ import annotations
 
@@ -98,28 +18,25 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 import torch
 import triton
 from torch import Tensor
+from triton.runtime import interpreter
+from triton.runtime.interpreter import InterpretedFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from conformance.kernels import gluon_gemm, trace, triton_gemm
+from conformance.kernels.triton_probe import probe
 from reference.contract import TRITON_STYLE
 from reference.errors import OperandError
 
 CONTRACT = TRITON_STYLE
-#: int32 overflow behaviour (KernelSpec.overflow), per device. Interpreter
-#: (CPU): ``acc += tl.dot(a, b)`` on numpy int32 wraps two's complement
-#: (M = N = 1, K = 131,073, all -128 gives -2147467264 = wrap32(2**31 + 16384),
-#: tests/conformance/kernels/test_triton_layouts.py). Native CUDA (measured on
-#: the H200, triton 3.6, 17 x K x 16 all -128, K = 131,073): one K range per
-#: tile clamps its partial sums (2**31 - 1; with 20,000 products of -16,256
-#: after the positives: exact - 1, the sum clamped once at a BLOCK_K boundary),
-#: while split-K tiles are added with wrapping int32 atomics (-2147467264; the
-#: mixed case exact): no single rule holds, so nothing is promised.
+#: int32 overflow (KernelSpec.overflow): the interpreter's numpy int32 wraps; natively a tile's K loop clamps
+#: while split-K atomics wrap, so nothing is promised on CUDA
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 #: sha256 over this module and the kernel modules (they define what runs).
 SOURCE_DIGEST = hashlib.sha256(
@@ -136,26 +53,10 @@ _INT32_MAX = 2**31 - 1
 class Config:
     """One launch configuration.
 
-    Attributes:
-        kernel: ``"ptr"`` (:func:`triton_gemm.w8a8_mm`), ``"tma"``
-            (:func:`triton_gemm.w8a8_mm_tma`, CUDA, aligned K-contiguous a, b)
-            or ``"gluon"`` (:func:`gluon_gemm.w8a8_mm_gluon`: the same operands,
-            CUDA sm_90 only; :data:`GLUON_CONFIGS`).
-        block_m, block_n, block_k: tile sizes (each >= 16, powers of two).
-        group_m: row-tiles per group in the grouped program order.
-        split_k: K ranges reduced in parallel (``ptr`` only; exact, see
-            ``triton_gemm``).
-        num_warps, num_stages: Triton launch options (software pipelining depth;
-            ``gluon``: the kernel's own ring depth ``STAGES``).
-        persistent: ``tma`` / ``gluon`` only: one program per SM walking tiles.
-        flatten: ``tma`` persistent only: ``tl.range(flatten=True)``.
-        warp_spec: ``tma``: compiler warp specialisation (producer /
-            consumer warps) of the tile loop (persistent) or the K loop.
-            ``gluon``: the hand-written ping-pong kernel
-            :func:`gluon_gemm.w8a8_mm_gluon_ws` (a TMA producer warp, two
-            consumer warp groups with a [block_m, block_n] tile each;
-            ``num_warps`` 4 = the default partition, one consumer;
-            :data:`GLUON_WS_CONFIGS`).
+    ``kernel``: ``"ptr"`` (``triton_gemm.w8a8_mm``), ``"tma"`` (``w8a8_mm_tma``: CUDA, aligned K-contiguous a, b) or
+    ``"gluon"`` (``gluon_gemm``, sm_90; with ``warp_spec`` the ping-pong ``w8a8_mm_gluon_ws``, ``num_warps`` 4 being the
+    default partition). ``split_k``: ``ptr`` only; ``persistent``: one program per SM (``tma`` / ``gluon``); ``flatten``:
+    ``tma`` persistent; ``warp_spec`` on ``tma``: compiler warp specialisation. ``num_stages`` is ``gluon``'s ``STAGES``.
     """
 
     kernel: str = "ptr"
@@ -189,9 +90,8 @@ def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False, ws=Fals
     return Config(kernel, bm, bn, bk, g, sk, w, s, persistent, flatten, ws)
 
 
-#: the plain autotuned Triton GEMM's configuration space (conformance.bench.gemm
-#: PLAIN_CONFIGS: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), included
-#: in the small and large buckets so the tuner never has only worse choices
+#: conformance.bench.gemm's PLAIN_CONFIGS (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), added to the
+#: small and large buckets so the tuner never has only worse choices
 _PLAIN_SPACE = (
     (128, 256, 128, 8, 3),
     (256, 128, 128, 8, 3),
@@ -211,8 +111,7 @@ def _with_plain(cfgs: tuple) -> tuple:
     return cfgs + tuple(c for c in extra if c not in cfgs)
 
 
-#: candidate configurations per bucket, heuristic default first. Chosen from a
-#: sweep on the H200 (reports/bench/ explains); every one is exact.
+#: candidate configurations per bucket, heuristic default first; every one is exact
 BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
     "decode": (
         _c("ptr", 16, 64, 256, 1, 1, 4, 4),
@@ -256,17 +155,12 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
             _c("tma", 128, 256, 128, 8, 1, 8, 4, persistent=True, ws=True),
             _c("tma", 128, 256, 64, 8, 1, 8, 5, persistent=True, ws=True),
             _c("tma", 128, 128, 128, 8, 1, 8, 4, persistent=True, ws=True),
-            # (no "tma 128x128x128 g8 sk1 w4 s4 persistent ws": on the H200 with Triton
-            # 3.6 it never finishes -- the bench's probe timed it out at 4096^3, and a
-            # native conformance run stalled in the tuner at 512x2048x6144)
+            # (no "tma 128x128x128 g8 sk1 w4 s4 persistent ws": it hangs with Triton 3.6 on sm_90)
             _c("tma", 256, 128, 128, 8, 1, 8, 3, persistent=True, ws=True),
             _c("tma", 128, 256, 128, 8, 1, 8, 3, ws=True),
             _c("tma", 128, 256, 128, 8, 1, 8, 4, ws=True),
-            # two programs per SM (sm_90 compile, Triton 3.6: <= 190 registers at 4 warps or
-            # 124 at 8, 96 KiB shared): Triton never keeps an int32-accumulator wgmma in
-            # flight across K steps (each step ends in wgmma.wait_group 0), so a second
-            # resident program is what can fill that drain and the epilogue
-            # (reports/bench/nvidia-h200/probe-2026-12-01f/NOTE.md)
+            # two programs per SM: a second resident program fills the wgmma drain Triton leaves at
+            # every K step of an int32-accumulator dot
             _c("ptr", 128, 128, 128, 8, 1, 8, 3),
             _c("ptr", 128, 128, 128, 8, 1, 4, 3),
             _c("tma", 128, 128, 128, 8, 1, 4, 3),
@@ -275,17 +169,7 @@ BUCKET_CONFIGS: dict[str, tuple[Config, ...]] = {
     ),
 }
 
-#: Gluon candidates (``gluon_gemm``: the int32-accumulator wgmma kept in flight
-#: across K steps, which Triton's own pipeliner never does -- reports/bench/
-#: nvidia-h200/probe-2026-12-01f/NOTE.md). They join the end of their bucket's
-#: candidates when this Triton has Gluon's Hopper API (``gluon_gemm.AVAILABLE``) and
-#: the device is sm_90, unless ``INT8CONF_TRITON_GLUON=0`` (:func:`_gluon_enabled`,
-#: read when a key is first planned). On the H200 (2026-12-01g): every one exact on
-#: the probe's edge shapes (every output kind, bias, int32; first and cached launch),
-#: native ``pytest --kernel=triton`` 902 passed with them, and the bench picked
-#: ``gluon 128x256x128 g8 w8 s4`` at 8192^3 (1,367 TOPS against 1,136 for the best
-#: Triton schedule); the s4 ring (192 KiB) measured 2-3 % faster than s3
-#: (probe-2026-12-01g).
+#: Gluon candidates, appended to their bucket's when :func:`_gluon_enabled` (read when a key is first planned)
 GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
     "small": (_c("gluon", 128, 128, 128, 8, 1, 4, 3), _c("gluon", 64, 128, 128, 8, 1, 4, 4)),
     "large": (
@@ -299,20 +183,8 @@ GLUON_CONFIGS: dict[str, tuple[Config, ...]] = {
     ),
 }
 
-#: Warp-specialised ping-pong Gluon candidates (``gluon_gemm.w8a8_mm_gluon_ws``: one
-#: TMA producer warp, two consumer warp groups alternating on the tensor cores, each
-#: with its own [block_m, block_n] tile, so one group's epilogue runs under the other's
-#: main loop). Added offline (2026-12-01g: reports/bench/nvidia-h200/probe-2026-12-01g/
-#: NOTE.md); first run on the H200 2026-12-02 (probe_ws-h200.log there): all four
-#: configurations then tried were bit-identical on the probe's edge shapes, and at 8192^3
-#: s6 ran 1,377 TOPS, s4 1,320, the BLOCK_K-64 rings 1,104 (s8) and 1,032 (s10) against
-#: 1,197 for the best non-ws Gluon one in the same process; the two slow BLOCK_K-64
-#: ones were dropped. With these on, native ``pytest --kernel=triton`` 902 passed and
-#: the bench picked s6 at every shape Gluon won (8192^3: 1,513 TOPS). They join the
-#: large bucket on the devices :func:`_gluon_enabled` admits, unless
-#: ``INT8CONF_TRITON_GLUON_WS=0`` (:func:`_gluon_ws_enabled`).
-#: ``num_warps`` 4 is the default partition (consumer 0); the kernel launches 12 warps.
-#: Shared memory: STAGES * (block_m + block_n) * block_k bytes of ring (<= 227 KiB).
+#: warp-specialised ping-pong Gluon candidates (:func:`_gluon_ws_enabled`); ``num_warps`` 4 is the default
+#: partition (12 warps launched); ring: STAGES * (block_m + block_n) * block_k bytes (<= 227 KiB)
 GLUON_WS_CONFIGS: dict[str, tuple[Config, ...]] = {
     "large": (
         _c("gluon", 128, 128, 128, 8, 1, 4, 6, persistent=True, ws=True),  # 192 KiB
@@ -320,16 +192,13 @@ GLUON_WS_CONFIGS: dict[str, tuple[Config, ...]] = {
     )
 }
 
-#: configuration labels never tried (``exclude_configs`` or the environment
-#: variable ``INT8CONF_TRITON_EXCLUDE``, labels separated by ``;``): e.g. a
-#: variant that crashes this Triton build's compiler (a crash is not an
-#: exception the tuner could catch)
+#: labels never tried (``exclude_configs``, ``INT8CONF_TRITON_EXCLUDE`` ``;``-separated): e.g. a variant that
+#: crashes this Triton's compiler (a crash is not an exception the tuner could catch)
 _EXCLUDED: set = {x.strip() for x in os.environ.get("INT8CONF_TRITON_EXCLUDE", "").split(";") if x.strip()}
 
 
 def exclude_configs(labels) -> None:
-    """Never try the configurations with these :meth:`Config.label` s again
-    in this process (the tuning of keys already decided is kept)."""
+    """Never try the configurations with these :meth:`Config.label` s again in this process."""
     _EXCLUDED.update(labels)
 
 
@@ -339,9 +208,7 @@ def bucket(m: int) -> str:
 
 
 def _interp_tile(size: int, small: int, limit: int) -> int:
-    """An interpreter block: ``small`` up to 16 blocks of it, then a power of two
-    >= size / 4 (at most ``limit``): the interpreter's cost is per program and
-    per K step, numpy's per element."""
+    """An interpreter block: ``small`` up to 16 blocks of it, else a power of two >= size / 4 (<= ``limit``)."""
     if size <= 16 * small:
         return small
     return min(limit, 1 << (-(-size // 4) - 1).bit_length())
@@ -352,11 +219,8 @@ INTERP_MAX_NUMEL = 1 << 20
 
 
 def _interp_config(m: int, n: int, k: int = 0, split_k: int = 1) -> Config:
-    """Interpreter tiles: as small as tl.dot allows (>= 16) for small M / N,
-    K blocks of 128 (of K rounded up to a power of two below that: numpy's
-    integer matmul pays for masked K too); long M, N or K in
-    at most ~4 blocks (:func:`_interp_tile`), every block of at most
-    :data:`INTERP_MAX_NUMEL` elements."""
+    """Interpreter tiles: >= 16 and small for small M / N, K blocks of <= 128 (or K rounded up to a
+    power of two), long dimensions in ~4 blocks, every block <= :data:`INTERP_MAX_NUMEL` elements."""
     bk = _interp_tile(k, 128, 4096) if k > 128 else max(16, 1 << (k - 1).bit_length())
     bm = 16 if m <= 16 else (32 if m <= 32 else _interp_tile(m, 64, INTERP_MAX_NUMEL // bk))
     bn = 16 if n <= 16 else (32 if n <= 32 else _interp_tile(n, 64, INTERP_MAX_NUMEL // bk))
@@ -365,25 +229,19 @@ def _interp_config(m: int, n: int, k: int = 0, split_k: int = 1) -> Config:
     return Config("ptr", bm, bn, bk, 4, split_k, 4, 1)
 
 
-# ----------------------------------------------------------------- kernels
 _KERNELS: dict = {}
 
 
 def _kernel_name(cfg: Config) -> str:
-    """The :func:`_kernel` name of ``cfg``: its ``kernel``, or ``"gluon_ws"`` for a
-    ``gluon`` configuration with ``warp_spec`` (the ping-pong kernel)."""
+    """``cfg.kernel``, or ``"gluon_ws"`` for a warp-specialised ``gluon`` configuration."""
     return "gluon_ws" if cfg.kernel == "gluon" and cfg.warp_spec else cfg.kernel
 
 
 def _kernel(name: str, native: bool):
-    """(kernel object, is_interpreter) for ``name`` in ``{"ptr", "tma", "gluon",
-    "gluon_ws"}`` (:func:`_kernel_name`), built once (``gluon`` / ``gluon_ws``: native
-    only, already ``GluonJITFunction`` s)."""
+    """``(kernel object, is_interpreter)`` for ``ptr`` / ``tma`` / ``gluon`` / ``gluon_ws``, built once."""
     key = (name, native)
     got = _KERNELS.get(key)
     if got is None:
-        from triton.runtime.interpreter import InterpretedFunction
-
         if name in ("gluon", "gluon_ws"):
             if not (native and gluon_gemm.AVAILABLE):
                 raise ValueError(
@@ -402,18 +260,8 @@ def _kernel(name: str, native: bool):
 
 
 def _skip_dead_overflow_checks() -> None:
-    """Turn the interpreter's integer-overflow sanitizer off while ``debug`` is off.
-
-    The interpreter recomputes every integer add / sub / mul in int64 to build a
-    ``device_assert`` that it then drops unless ``debug`` is on (triton
-    ``semantic.device_assert``), so the sanitizer changes no bit and no error,
-    and took half of an interpreted call's time (cProfile, 135 ``k_residues``
-    cases). Affects every interpreted kernel of the process; a no-op with debug on.
-    """
-    from dataclasses import replace
-
-    from triton.runtime import interpreter
-
+    """Turn the interpreter's integer-overflow sanitizer off while ``debug`` is off: its
+    ``device_assert`` is dropped without debug anyway, so no bit changes; it cost half of an interpreted call."""
     opts = interpreter.interpreter_builder.options
     if not opts.debug and opts.sanitize_overflow:
         interpreter.interpreter_builder.options = replace(opts, sanitize_overflow=False)
@@ -421,19 +269,8 @@ def _skip_dead_overflow_checks() -> None:
 
 @contextlib.contextmanager
 def _quiet_ieee_overflow():
-    """Silence numpy's "overflow encountered in cast/multiply/add"
-    RuntimeWarnings raised inside the Triton interpreter only.
-
-    The interpreter emulates float32 ops with numpy; an IEEE overflow there
-    (``acc * s_a * s_w`` beyond float32 max with large scales, float32 ->
-    float16 beyond 65504, bf16 bias add at the top of the range) yields ±inf,
-    exactly what the contract and the reference (``reference.epilogue``:
-    "Overflow gives ±inf per IEEE") require and what native Triton does
-    silently; numpy merely announces it. Checked benign: the hypothesis
-    property test with "large" scales matches the reference bit for bit
-    with these warnings. Other warnings, and these from any other module,
-    still show.
-    """
+    """Silence numpy's "overflow encountered in cast/multiply/add" warnings from the Triton
+    interpreter only: the ±inf they announce is what the contract and native Triton give."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
@@ -444,14 +281,12 @@ def _quiet_ieee_overflow():
         yield
 
 
-# ------------------------------------------------------------- validation
 def _bad(msg: str):
     raise OperandError(msg)
 
 
 def _dense_cpu_or_cuda(x: Tensor, name: str) -> None:
-    """One-line OperandError unless ``x`` is a dense (strided) CPU or CUDA tensor
-    (a sparse or meta one would fail deep inside torch or Triton)."""
+    """One-line OperandError unless ``x`` is a dense CPU or CUDA tensor."""
     if x.layout != torch.strided:
         _bad(f"{name} has layout {x.layout}; expected a dense (torch.strided) tensor")
     if x.device.type not in ("cpu", "cuda"):
@@ -459,8 +294,8 @@ def _dense_cpu_or_cuda(x: Tensor, name: str) -> None:
 
 
 def _scale_stride(s, name: str, rows: int, rows_name: str, dev) -> tuple[Tensor, int]:
-    """(tensor on ``dev``, element stride) of a scale: [rows], [rows,1] or a
-    scalar ([] / [1]; stride 0). Metadata checks only (values: runner)."""
+    """``(tensor on dev, element stride)`` of a scale [rows], [rows,1] or scalar (stride 0);
+    metadata checks only."""
     if not isinstance(s, Tensor):
         _bad(f"{name} must be a torch.Tensor, got {type(s).__name__}")
     _dense_cpu_or_cuda(s, name)
@@ -499,11 +334,9 @@ def _operands(a, b, out_dtype) -> tuple[int, int, int]:
     return m, k, n
 
 
-# ----------------------------------------------------------------- plans
 @dataclass
 class _Plan:
-    """The configuration chosen for one tuning key, its kernel object, whether
-    it was timed, and the manifest details for ``trace.record_path``."""
+    """The configuration chosen for one key, its kernel object, whether it was timed, and the manifest details."""
 
     config: Config
     kern: object
@@ -514,8 +347,7 @@ class _Plan:
 
 @dataclass
 class _Call:
-    """Everything about a call that depends only on operand metadata (cached
-    per metadata key, so a repeated call only allocates and launches)."""
+    """What a call needs that depends only on operand metadata (cached per metadata key)."""
 
     plan: _Plan
     m: int
@@ -529,11 +361,9 @@ class _Call:
     device: torch.device
     ws_words: int  # split-K workspace words (0: none)
     ws_views: tuple = ()  # (workspace buffer, its [ws, counters] views) last used
-    #: the constexpr values in the kernel's parameter order (the raw launcher
-    #: takes every parameter, constexprs included, as ``JITFunction.run`` passes them)
+    #: constexpr values in parameter order (the raw launcher takes every parameter)
     tail: tuple = ()
-    #: ``(CompiledKernel, grid)`` once a launch with 16-byte aligned pointers
-    #: compiled / found it (native only): later aligned calls launch it directly
+    #: ``(CompiledKernel, grid)`` after the first 16-byte aligned native launch
     fast: Optional[tuple] = None
     #: K' the operands are zero-padded to before each launch (0: none; :func:`_pad_k`)
     pad_k: int = 0
@@ -570,15 +400,12 @@ def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) 
         "interpreter": interp,
     }
     if interp:
-        from conformance.kernels.triton_probe import probe
-
         extra["interpreter_semantics"] = probe()
     return extra
 
 
 def _tma_ok(a: Tensor, b: Tensor) -> bool:
-    """TMA descriptors need unit inner strides, 16-byte aligned bases and
-    leading strides (int8: multiples of 16), and K-contiguous b."""
+    """TMA needs unit inner strides, 16-byte aligned bases and leading strides, and K % 16 == 0."""
     return (
         a.stride(1) == 1
         and b.stride(1) == 1
@@ -590,18 +417,13 @@ def _tma_ok(a: Tensor, b: Tensor) -> bool:
     )
 
 
-#: M*N*K from which a native call with K % 16 != 0 pads K even when tuned: the
-#: crossover on the H200 lies between 2e8 (16x2,049x6,144: 28 us unpadded, 85 padded)
-#: and 6.4e9 (512x2,049x6,144: 518 / 73; module docstring, "Layouts")
+#: M*N*K from which a native call with K % 16 != 0 pads K even when tuned (the measured crossover)
 PAD_K_MIN_MACS = 1 << 30
 
 
 def _padded_k(m: int, n: int, k: int, native: bool) -> int:
-    """K' for :func:`_pad_k`, or 0 (no copy): the next multiple of 16 above ``k``
-    when the call runs natively, ``k % 16 != 0``, and either ``m * n * k >=``
-    :data:`PAD_K_MIN_MACS` or ``INT8CONF_TRITON_AUTOTUNE=0`` (an odd-K call with
-    tuning off was 1.0-45x slower unpadded). The interpreter gains nothing from
-    aligned strides."""
+    """K' (next multiple of 16) when a native call has ``k % 16 != 0`` and either ``m*n*k >=``
+    :data:`PAD_K_MIN_MACS` or tuning is off; else 0 (no copy)."""
     if not native or k % 16 == 0:
         return 0
     if m * n * k < PAD_K_MIN_MACS and _autotune_enabled():
@@ -610,9 +432,7 @@ def _padded_k(m: int, n: int, k: int, native: bool) -> int:
 
 
 def _pad_k(t: Tensor, k_padded: int) -> Tensor:
-    """``t`` (int8 [R, K], any strides) copied into a new contiguous int8
-    [R, ``k_padded``] tensor, zeros in columns K .. k_padded - 1, on t's device.
-    Exact for the GEMM: a zero operand adds 0 to every partial sum."""
+    """``t`` int8 [R, K] copied to a contiguous [R, k_padded] with zero columns (exact for the GEMM)."""
     return torch.nn.functional.pad(t, (0, k_padded - t.shape[1]))
 
 
@@ -631,9 +451,7 @@ def _stream_id(dev: torch.device) -> int:
 
 
 def _workspace(dev: torch.device, words: int) -> Tensor:
-    """int32 split-K workspace + arrival counters, all zero between calls (the
-    kernel restores zeros), one per device and stream (concurrent calls on
-    different streams never share one)."""
+    """int32 split-K workspace + arrival counters, zero between calls, one per device and stream."""
     key = (dev.index, _stream_id(dev)) if dev.type == "cuda" else ("cpu", 0)
     ws = _WORKSPACES.get(key)
     if ws is None or ws.numel() < words:
@@ -649,22 +467,8 @@ def _num_sms(dev: torch.device) -> int:
     return n
 
 
-def _layout(
-    cfg: Config,
-    interp: bool,
-    a: Tensor,
-    b: Tensor,
-    sa_st: int,
-    sb_st: int,
-    bias: Optional[Tensor],
-    out_dtype,
-    m: int,
-    n: int,
-    k: int,
-    int64: bool,
-) -> tuple:
-    """``(grid, integer args, keyword args, workspace words)`` of a launch of
-    configuration ``cfg`` (all metadata; no tensor data)."""
+def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st, sb_st, bias, out_dtype, m, n, k, int64) -> tuple:
+    """``(grid, integer args, keyword args, workspace words)`` of a launch of ``cfg`` (metadata only)."""
     tiles = ((m + cfg.block_m - 1) // cfg.block_m) * ((n + cfg.block_n - 1) // cfg.block_n)
     bias_st = 0 if bias is None else bias.stride(0)
     kw = dict(
@@ -700,9 +504,7 @@ def _layout(
 
 
 def _hooks() -> tuple:
-    """Triton's launch hooks ``(enter, exit)`` when a profiler (e.g. proton)
-    installed any, else ``(None, None)``. Triton 3.6+ keeps them as (usually
-    empty) ``HookChain`` s; older versions as None or a callable."""
+    """Triton's launch hooks ``(enter, exit)`` when a profiler installed any, else ``(None, None)``."""
     rt = getattr(getattr(triton, "knobs", None), "runtime", None)
     enter = getattr(rt, "launch_enter_hook", None)
     leave = getattr(rt, "launch_exit_hook", None)
@@ -712,12 +514,8 @@ def _hooks() -> tuple:
 
 
 def _launch_raw(call: _Call, args: tuple) -> None:
-    """Launch the cached ``CompiledKernel`` of ``call`` directly (what
-    ``JITFunction.run`` does after its argument binding, specialisation key and
-    cache lookup -- all fixed for this call's metadata and pointer alignment):
-    ``CompiledKernel.run(grid..., stream, function, packed_metadata,
-    launch_metadata, enter_hook, exit_hook, *every parameter)``, the same
-    signature in Triton 3.6 and 3.9. On the current CUDA stream (graph-capturable)."""
+    """Launch the cached ``CompiledKernel`` of ``call`` directly (``CompiledKernel.run``, as
+    ``JITFunction.run`` does after binding), on the current CUDA stream."""
     ck, grid = call.fast
     stream = _stream_id(call.device)
     enter, leave = _hooks()
@@ -726,9 +524,7 @@ def _launch_raw(call: _Call, args: tuple) -> None:
 
 
 def _aligned(*ts) -> bool:
-    """True when every tensor's data pointer is 16-byte aligned (Triton
-    specialises pointer arguments on it, so a kernel compiled for aligned
-    pointers may only be reused for aligned pointers)."""
+    """True when every tensor's data pointer is 16-byte aligned (Triton specialises on it)."""
     acc = 0
     for t in ts:
         acc |= t.data_ptr()
@@ -736,14 +532,8 @@ def _aligned(*ts) -> bool:
 
 
 def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None:
-    """Launch ``call``'s kernel on these tensors, writing ``out``.
-
-    Native: the first launch with 16-byte aligned pointers goes through
-    ``kernel[grid](...)`` (compile or cache lookup) and keeps the returned
-    ``CompiledKernel`` in ``call.fast``; later aligned launches skip Triton's
-    per-launch binding and go straight to its launcher (:func:`_launch_raw`).
-    Unaligned pointers (e.g. a view starting at an odd column) always take
-    the full path, which specialises for them."""
+    """Launch ``call``'s kernel writing ``out``. Native: the first 16-byte aligned launch goes through
+    ``kernel[grid](...)`` and keeps its ``CompiledKernel``; later aligned launches use :func:`_launch_raw`."""
     plan, cfg = call.plan, call.plan.config
     sa = out if sa is None else sa  # never read when ACC_ONLY
     sb = out if sb is None else sb
@@ -789,9 +579,7 @@ _TMA_KERNELS = ("tma", "gluon")
 
 
 def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> tuple:
-    """The positional arguments of a ``tma`` / ``gluon`` launch of ``call``:
-    descriptors over ``a`` [M, K] and ``b`` [N, K] (:func:`_descriptor`), the
-    scale / bias / output tensors as given, then the call's integers."""
+    """Positional arguments of a ``tma`` / ``gluon`` launch: a, b descriptors, scales, bias, out, ints."""
     cfg = call.plan.config
     glu = cfg.kernel == "gluon"
     return (
@@ -805,18 +593,10 @@ def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tenso
 
 
 def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int, gluon: bool = False):
-    """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``, unit
-    inner stride), block [br, bc] (``gluon``: Gluon's descriptor, which also carries
-    the shared layout, ``gluon_gemm.descriptor``). The first one per layout is built
-    through ``TensorDescriptor``'s own validation; later ones copy its fields and swap
-    the base tensor (the validation is metadata-only and the layout, base
-    alignment included, was checked by the caller)."""
+    """Host TMA descriptor over ``t`` [rows, cols] (leading stride ``ld``), block [br, bc] (``gluon``:
+    Gluon's). The first per layout is validated by ``TensorDescriptor``; later ones copy its fields."""
     key = (rows, cols, ld, br, bc, gluon)
     fields = _TD_FIELDS.get(key)
-    if gluon:
-        TensorDescriptor = gluon_gemm.TensorDescriptor
-    else:
-        from triton.tools.tensor_descriptor import TensorDescriptor
     if fields is None:
         d = (
             gluon_gemm.descriptor(t, rows, cols, ld, br, bc)
@@ -825,25 +605,22 @@ def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int, gluo
         )
         _TD_FIELDS[key] = dict(vars(d))
         return d
-    d = TensorDescriptor.__new__(TensorDescriptor)
+    cls = gluon_gemm.TensorDescriptor if gluon else TensorDescriptor
+    d = cls.__new__(cls)
     d.__dict__.update(fields)
     d.base = t
     return d
 
 
 def _constexpr_tail(kern, kw: dict) -> tuple:
-    """Values of the kernel's constexpr parameters (every parameter after the
-    runtime ones), in declaration order, from the launch keywords."""
+    """The kernel's constexpr values in declaration order, from the launch keywords."""
     names = [p.name for p in kern.params if p.is_constexpr]
     return tuple(kw[nm] for nm in names)
 
 
 def _candidates(m: int, tma: bool, gluon: bool = False, gluon_ws: bool = False) -> list[Config]:
-    """The bucket's configurations this call may use (TMA ones only when the
-    operands allow TMA; none that is excluded), heuristic default first; with
-    ``gluon`` (:func:`_gluon_enabled`) and TMA-able operands, the bucket's
-    :data:`GLUON_CONFIGS` after them; with ``gluon_ws`` too
-    (:func:`_gluon_ws_enabled`), then the bucket's :data:`GLUON_WS_CONFIGS`."""
+    """The bucket's configurations usable here (TMA ones only for TMA-able operands, excluded ones
+    dropped), heuristic default first, then :data:`GLUON_CONFIGS` / :data:`GLUON_WS_CONFIGS` when enabled."""
     cands = BUCKET_CONFIGS[bucket(m)] + (GLUON_CONFIGS.get(bucket(m), ()) if gluon and tma else ())
     if gluon and gluon_ws and tma:
         cands += GLUON_WS_CONFIGS.get(bucket(m), ())
@@ -854,29 +631,22 @@ _CAPABILITY: dict = {}
 
 
 def _env_on(name: str) -> bool:
-    """An on-by-default switch of the environment: off when ``name`` is ``0``,
-    ``false``, ``no`` or ``off`` (any case, surrounding blanks ignored)."""
+    """An on-by-default switch: off when the variable is ``0``, ``false``, ``no`` or ``off``."""
     return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _gluon_enabled(dev: torch.device) -> bool:
-    """Whether the Gluon candidates join the tuning on ``dev``: compute capability
-    (9, 0) (the kernel is sm_90 wgmma code), ``gluon_gemm.AVAILABLE``, and
-    ``INT8CONF_TRITON_GLUON`` not off (the opt-out: ``0``, ``false``, ``no`` or
-    ``off``; :func:`_env_on`)."""
+    """Gluon candidates join on sm_90 with ``gluon_gemm.AVAILABLE`` unless ``INT8CONF_TRITON_GLUON`` is off."""
     return _env_on("INT8CONF_TRITON_GLUON") and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0)
 
 
 def _gluon_ws_enabled(dev: torch.device) -> bool:
-    """Whether the warp-specialised Gluon candidates (:data:`GLUON_WS_CONFIGS`) join
-    the tuning on ``dev``: :func:`_gluon_enabled` (sm_90, Gluon's Hopper API, no
-    ``INT8CONF_TRITON_GLUON=0``) and ``INT8CONF_TRITON_GLUON_WS`` not off (their own
-    opt-out)."""
+    """As :func:`_gluon_enabled`, and ``INT8CONF_TRITON_GLUON_WS`` not off."""
     return _env_on("INT8CONF_TRITON_GLUON_WS") and _gluon_enabled(dev)
 
 
 def _capability(dev: torch.device) -> tuple:
-    """CUDA compute capability of ``dev`` (cached; ``()`` for a non-CUDA device)."""
+    """CUDA compute capability of ``dev`` (cached; ``()`` off CUDA)."""
     if dev.type != "cuda":
         return ()
     cap = _CAPABILITY.get(dev.index)
@@ -885,21 +655,14 @@ def _capability(dev: torch.device) -> tuple:
     return cap
 
 
-#: K blocks per program below which an untimed call keeps the default (a split
-#: costs atomics and a workspace; short K loops are not worth it)
+#: K blocks per program below which an untimed call keeps the default (a split costs atomics and a workspace)
 _SERIAL_K_BLOCKS = 16
 
 
 def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
-    """Configuration of a call that is not timed (tuning off, a small shape, a
-    CUDA-graph capture): the bucket's heuristic default, unless its tiles fill
-    less than half of the ``sms`` multiprocessors while each program walks at
-    least :data:`_SERIAL_K_BLOCKS` K blocks; then the ``ptr`` candidate
-    with the fewest K blocks per program among those whose tiles x split-K
-    fit on the multiprocessors (first in list order on a tie). E.g. the sweep's
-    F6 window, 16 x 16 x ~131k: the default ``16x64x256 sk1`` is one program
-    walking 513 K blocks; ``16x64x256 sk4`` is four programs of 129. Every
-    candidate gives the same bits (exact integer split-K, ``triton_gemm``)."""
+    """Configuration of an untimed call: the bucket's default, unless its tiles fill less than half of the
+    ``sms`` and each program walks >= :data:`_SERIAL_K_BLOCKS` K blocks; then the ``ptr`` candidate with the fewest
+    K blocks per program whose tiles x split-K fit on the SMs (first on a tie)."""
 
     def tiles(c: Config) -> int:
         return -(-m // c.block_m) * -(-n // c.block_n)
@@ -922,18 +685,12 @@ def _autotune_enabled() -> bool:
 
 
 class KernelHang(RuntimeError):
-    """A launched configuration did not finish within the hang limit (a GPU
-    kernel cannot be stopped from the host, so the process's later work on
-    that device would wait behind it: the tuner re-raises instead of trying
-    the next candidate)."""
+    """A launched configuration did not finish within the hang limit (the tuner re-raises it)."""
 
 
 def _hang_limit_s() -> float:
     """Seconds a tuning launch may take: ``INT8CONF_TRITON_HANG_S`` (default 60).
-
-    Raises:
-        ValueError: the variable is set but not a finite number > 0.
-    """
+    Raises ValueError when set but not a finite number > 0."""
     raw = os.environ.get("INT8CONF_TRITON_HANG_S", "60")
     try:
         v = float(raw)
@@ -945,15 +702,8 @@ def _hang_limit_s() -> float:
 
 
 def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
-    """Block until ``event`` (anything with ``query() -> bool``, e.g. a
-    ``torch.cuda.Event``) completes, polling, like ``event.synchronize()``
-    but bounded.
-
-    Raises:
-        KernelHang: not complete after ``limit_s`` seconds (default
-            :func:`_hang_limit_s`); the message names ``what`` and how to
-            exclude it (``INT8CONF_TRITON_EXCLUDE``).
-    """
+    """Poll ``event.query()`` until done; raise KernelHang after ``limit_s`` seconds (default
+    :func:`_hang_limit_s`), naming ``what`` and how to exclude it."""
     limit = _hang_limit_s() if limit_s is None else limit_s
     t_end = time.monotonic() + limit
     pause = 1e-5
@@ -968,13 +718,8 @@ def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
 
 
 def _time_e2e(fn, batches: int = 5, what: str = "?") -> float:
-    """Milliseconds per call as a caller sees it: CUDA events around
-    back-to-back calls (host launch cost and GPU time, whichever bounds),
-    median of ``batches`` batches of ~4 ms (5-400 calls).
-
-    Raises:
-        KernelHang: a batch did not finish within :func:`_hang_limit_s`.
-    """
+    """Milliseconds per call as a caller sees it (CUDA events around back-to-back calls), median of
+    ``batches`` batches of ~4 ms. Raises KernelHang."""
     fn()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
@@ -995,16 +740,8 @@ def _time_e2e(fn, batches: int = 5, what: str = "?") -> float:
 
 
 def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]:
-    """Time every candidate end to end (:func:`_time_e2e`: what a caller of
-    ``scaled_mm`` pays, so a variant whose host cost -- e.g. building TMA
-    descriptors -- exceeds its GPU gain loses) and return the fastest with the
-    timings; a candidate that fails to compile or launch is dropped (its error
-    kept in the timings).
-
-    Raises:
-        KernelHang: a candidate did not finish (not dropped: the device is
-            stuck behind it, so every later candidate would time out too).
-    """
+    """Time every candidate end to end and return ``(fastest, timings)``; a candidate that fails to
+    compile or launch is dropped (error kept in the timings), KernelHang propagates."""
     times: dict = {}
     best, best_t = None, float("inf")
     for cfg in cands:
@@ -1025,7 +762,6 @@ def _tune(cands: list[Config], make_call, tensors: tuple) -> tuple[Config, dict]
 
 
 def _pow2_bin(v: int) -> int:
-    """The smallest power of two >= ``v`` (>= 1): a tuning key's size bin."""
     return 1 << max(0, (v - 1).bit_length())
 
 
@@ -1037,9 +773,8 @@ def tuning_table() -> dict:
 def _build(
     a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config]
 ) -> tuple[_Call, bool, tuple]:
-    """Slow path of a call: validate metadata, move stray operands to a's
-    device, choose (and on first sight of a key, tune) the configuration.
-    Returns ``(call, cacheable, (a, b, sa, sb, bias))``."""
+    """Slow path of a call: validate metadata, move stray operands to a's device, choose (and on a new
+    key, tune) the configuration. Returns ``(call, cacheable, (a, b, sa, sb, bias))``."""
     m, k, n = _operands(a, b, out_dtype)
     dev = a.device
     moved = False
@@ -1107,10 +842,8 @@ def _build(
 
     plan = _PLANS.get(pkey)
     capturing = native and torch.cuda.is_current_stream_capturing()
-    # one tuning per (device, next powers of two of M, N, K, layout): the epilogue
-    # variants (out dtype, bias) share the main loop, and neighbouring shapes
-    # (e.g. the property test's random ones) share a tile choice, so they reuse
-    # it (one compile each) instead of timing every candidate again
+    # one tuning per (device, powers of two of M, N, K, layout): epilogue variants and neighbouring
+    # shapes share the main loop's tile choice
     tkey = pkey[:3] + (_pow2_bin(n), _pow2_bin(k)) + pkey[7:]
     if plan is None and config is None and tkey in _CHOSEN:
         plan = _PLANS[pkey] = plan_for(*_CHOSEN[tkey])
@@ -1141,10 +874,8 @@ def _build(
 
 def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config] = None) -> Tensor:
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
-        # (building and hashing it is the dominant host cost of a repeated call, so it is
-        # flat; ``device`` and ``layout`` are one attribute read each (~1.7 us for the key
-        # on a CPU, timeit) and tell a meta or a sparse tensor -- whose stride() may equal
-        # a broadcast dense one's -- from the dense CPU / CUDA tensor a cached call took)
+        # (flat: hashing it dominates a repeated call; ``layout`` / ``device`` tell a sparse or meta
+        # tensor from the dense one a cached call took)
         key = (
             a.dtype,
             a.shape,
@@ -1192,12 +923,8 @@ def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Option
 
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
-    """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] (a's device;
-    CPU runs under the interpreter). Any strides.
-
-    Raises:
-        OperandError: wrong dtype / rank / K mismatch / empty (one line).
-    """
+    """Accumulator-only entry: int8 [M,K] x int8 [N,K] -> int32 [M,N] on a's device (CPU: interpreter),
+    any strides. Raises OperandError (one line)."""
     return _run(a, b, None, None, None, None)
 
 
@@ -1209,25 +936,11 @@ def scaled_mm(
     out_dtype: torch.dtype = torch.bfloat16,
     bias: Optional[Tensor] = None,
 ) -> Tensor:
-    """W8A8 GEMM, TRITON_STYLE epilogue: ``rnd(rnd((float32(acc) * s_a) * s_w) + bias)``.
+    """W8A8 GEMM, TRITON_STYLE: ``rnd(rnd((float32(acc) * s_a) * s_w) + bias)``.
 
-    Args:
-        a: int8 [M,K], any strides (e.g. ``x[:, :K]`` of a wider buffer);
-        b: int8 [N,K], any strides (e.g. ``w_kn.t()`` of a [K,N] buffer);
-            natively, a K that is not a multiple of 16 makes a call of
-            M*N*K >= PAD_K_MIN_MACS, or any call with INT8CONF_TRITON_AUTOTUNE=0,
-            copy both into zero-padded buffers (module docstring, "Layouts"; the
-            manifest then records ``k_padded_to``);
-        scale_a: float32 [M]|[M,1]|scalar (zeros legal; any stride);
-        scale_b: float32 [N]|[N,1]|scalar; bias: out_dtype [N] or None;
-        out_dtype: bfloat16 | float16 | float32.
-    Returns:
-        out_dtype [M,N] (contiguous) on a's device (CUDA: native; CPU: interpreter).
-    Raises:
-        OperandError: a dtype / rank / shape / K mismatch / out_dtype / bias
-            problem (metadata only; value checks are the runner's), including
-            ``out_dtype=None`` (the int32 accumulator is :func:`int_mm`'s).
-    """
+    a int8 [M,K], b int8 [N,K] (any strides); scale_a float32 [M]|[M,1]|scalar, scale_b [N]|[N,1]|scalar (any
+    stride, zeros legal); bias out_dtype [N] or None; out_dtype bfloat16 | float16 | float32. Returns a contiguous
+    out_dtype [M,N] on a's device. Raises OperandError on metadata problems, ``out_dtype=None`` included."""
     if out_dtype is None:
         _bad(
             "out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
@@ -1245,12 +958,8 @@ def scaled_mm_config(
     out_dtype: Optional[torch.dtype] = torch.bfloat16,
     bias: Optional[Tensor] = None,
 ) -> Tensor:
-    """``scaled_mm`` with an explicit :class:`Config` instead of the tuned one
-    (tests and the benchmark: e.g. split-K under the interpreter). ``out_dtype``
-    None = accumulator only (int32). A ``tma`` config needs CUDA and aligned,
-    K-contiguous operands; a ``gluon`` one also an sm_90 device and
-    ``gluon_gemm.AVAILABLE`` (``INT8CONF_TRITON_GLUON`` does not apply: this is how
-    the probe times it)."""
+    """``scaled_mm`` with an explicit :class:`Config`; ``out_dtype`` None = int32 accumulator.
+    ``tma`` needs CUDA and aligned K-contiguous operands, ``gluon`` also sm_90 (``INT8CONF_TRITON_GLUON`` ignored)."""
     return _run(a, b, scale_a, scale_b, bias, out_dtype, config)
 
 
@@ -1263,17 +972,9 @@ def launch_spec(
     bias: Optional[Tensor] = None,
     raw: bool = False,
 ):
-    """``(launch, out, config)`` for the benchmark's "bare launch" measurement:
-    ``launch()`` re-issues the Triton launch a ``scaled_mm`` call with these
-    operands makes -- same compiled kernel and configuration, every argument
-    (TMA descriptors and split-K workspace included) precomputed, writing into
-    ``out``; no validation, lookup or allocation.
-
-    ``raw=False``: the standard launch ``kernel[grid](*args, **constexprs)``
-    (Triton binds and specialises the arguments and looks the compiled kernel
-    up on every launch). ``raw=True``: the compiled kernel's launcher itself
-    (``CompiledKernel.run``, as :func:`_launch_raw`), the floor of any Triton
-    launch from Python."""
+    """``(launch, out, config)``: ``launch()`` re-issues the launch a ``scaled_mm`` call with these
+    operands makes, every argument precomputed, writing ``out``. ``raw=False``: ``kernel[grid](...)``;
+    ``raw=True``: the compiled kernel's launcher (:func:`_launch_raw`)."""
     scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
     call, _, (a, b, sa, sb, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, None)
     out = torch.empty((call.m, call.n), dtype=call.alloc_dtype, device=call.device)
@@ -1295,25 +996,10 @@ def launch_spec(
     if not raw:
         return (lambda: kern(*pos, **kw)), out, cfg
     ck = kern(*pos, **kw)
-    fake = _Call(
-        call.plan,
-        call.m,
-        call.n,
-        call.k,
-        call.grid,
-        call.ints,
-        kw,
-        call.alloc_dtype,
-        call.ret_dtype,
-        call.device,
-        call.ws_words,
-        tail=call.tail,
-        fast=(ck, _grid3(call.grid)),
-    )
+    fake = replace(call, ws_views=(), pad_k=0, fast=(ck, _grid3(call.grid)))
     args = pos + call.tail
     return (lambda: _launch_raw(fake, args)), out, cfg
 
 
 def available() -> tuple[bool, str]:
-    """(True, "") -- triton imported; without CUDA the interpreter is used."""
     return True, ""

@@ -1,73 +1,19 @@
-"""Load third-party kernels: ``pkg.module:function`` and the
-``int8conf.kernels`` entry-point group.
+"""Load third-party kernels: ``pkg.module:function[?query]`` and the ``int8conf.kernels`` entry-point group.
 
-How a third-party callable declares itself
-------------------------------------------
-The loaded object may be
-
-1. a :class:`~conformance.kernels.spec.KernelSpec` (used as is; origin set), or
-2. a zero-argument function marked ``fn.int8conf_factory = True`` returning a
-   KernelSpec, or
-3. a callable carrying a declaration, either via the :func:`declare`
-   decorator::
-
-       from conformance.kernels.loader import declare
-       from reference.contract import CUTLASS_STYLE
-
-       @declare(contract=CUTLASS_STYLE, devices=("cuda",),
-                constraints=ShapeConstraints(min_m=17, k_multiple=16),
-                int_mm=my_int_mm, convention="int8conf")
-       def my_scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None): ...
-
-   or, equivalently, plain attributes ``fn.int8conf_contract`` (an
-   EpilogueContract, its dict, or ``"cutlass"`` / ``"triton"`` /
-   ``"<scale_order>/<bias_point>"``), ``fn.int8conf_devices``,
-   ``fn.int8conf_constraints`` (ShapeConstraints or dict), ``fn.int8conf_int_mm``,
-   ``fn.int8conf_convention`` (``"int8conf"`` or ``"vllm"``), ``fn.int8conf_name``,
-   ``fn.int8conf_version``, ``fn.int8conf_description``,
-   ``fn.int8conf_contiguous_only``, ``fn.int8conf_overflow``.
-
-What the accumulator does when a sum leaves int32 is declared with
-``overflow="wrap"`` (default: two's-complement int32, what int32 hardware
-adds do), ``"saturate"`` or ``"undefined"`` (``@declare(..., overflow=...)``,
-``fn.int8conf_overflow`` or ``?overflow=saturate``); the checks compare such
-elements with the declared behaviour (``conformance.checks.overflow``).
-
-A kernel that needs dense operands declares ``contiguous_only=True``
-(``@declare(..., contiguous_only=True)`` or ``?contiguous_only=1``; or only
-some operands: ``contiguous_only=("b",)``, ``?contiguous_only=b``): the
-suite then hands it contiguous copies of strided operands and its report
-says which layouts were not covered. Without it the kernel must accept every
-layout of the contract (row-major with leading stride >= K, ``b`` also as a
-transposed [K, N] view, strided scales).
-
-A bad ``@declare(...)`` argument does not break the module's import (which
-would make every kernel of the module unloadable): the function carries an
-:class:`InvalidDeclaration`, and loading it raises KernelLoadError naming
-the function, the field and the value; the module's other kernels load.
-
-A callable with no contract is refused (KernelLoadError): check C8 and the
-reference emulation need the declared epilogue. For a callable you cannot
-decorate (e.g. a compiled op), put the declaration in the name with a query
-string: ``pkg.mod:fn?contract=cutlass&convention=vllm&devices=cuda``
-(keys: contract, convention, devices (comma list), name, version,
-contiguous_only (1/0), overflow (wrap/saturate/undefined)).
-
-Calling conventions
--------------------
-``int8conf`` (DESIGN section 3): ``fn(a int8[M,K], b int8[N,K], scale_a, scale_b,
-out_dtype, bias)``. ``vllm``: ``fn(a int8[M,K], b int8[K,N], scale_a fp32[M,1],
-scale_b fp32[N,1], out_dtype, bias)`` as vLLM's ``cutlass_scaled_mm`` /
-``triton_scaled_mm``; :func:`vllm_adapter` passes ``b.t()`` -- a [K,N]
-column-major view of the [N,K] row-major weight, the layout CUTLASS kernels
-require -- and scales reshaped to columns (values unchanged).
-"""
+The loaded object is a KernelSpec, a zero-argument factory marked ``int8conf_factory = True``, or a callable that
+declares its contract (:func:`declare`, ``fn.int8conf_*`` attributes, or the query keys of :data:`QUERY_KEYS`);
+a callable without a contract is refused (KernelLoadError). A bad ``@declare`` does not break the module's import:
+the function carries an :class:`InvalidDeclaration` and only loading it fails. Conventions: ``int8conf``
+(``b`` int8 [N,K]) and ``vllm`` (``b`` [K,N] column-major, [M,1] / [N,1] scales; :func:`vllm_adapter`).
+conformance/kernels/README.md has the user's guide."""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import importlib.metadata
+import os
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 from urllib.parse import parse_qs
@@ -75,8 +21,9 @@ from urllib.parse import parse_qs
 import torch
 
 from conformance.kernels._digest import callable_digest
-from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
+from conformance.kernels.spec import BUILTINS, OVERFLOW_BEHAVIOURS, KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
+from reference.epilogue_steps import EpilogueSteps, from_contract, parse_declared
 from reference.errors import ContractError, KernelLoadError, first_line
 
 ENTRY_POINT_GROUP = "int8conf.kernels"
@@ -85,19 +32,8 @@ CONVENTIONS = ("int8conf", "vllm")
 
 @dataclass(frozen=True)
 class KernelDeclaration:
-    """What a third-party callable declares (attached as ``fn.int8conf``).
-
-    Attributes:
-        contract: declared epilogue contract.
-        devices: device types it runs on, e.g. ``("cuda",)``.
-        constraints: native shape constraints.
-        int_mm: optional accumulator-only entry ``(a int8[M,K], b int8[N,K]) -> int32[M,N]``.
-        convention: ``"int8conf"`` or ``"vllm"`` (see module docstring).
-        name, version, description: for the registry and reports.
-        contiguous_only: the kernel needs dense operands: True (all) or a
-            tuple of operand names (see module docstring).
-        overflow: ``"wrap"`` | ``"saturate"`` | ``"undefined"`` (module docstring).
-    """
+    """What a third-party callable declares (``fn.int8conf``); fields as :class:`KernelSpec`,
+    plus ``convention`` (``"int8conf"`` or ``"vllm"``)."""
 
     contract: EpilogueContract
     devices: tuple = ("cpu",)
@@ -113,11 +49,8 @@ class KernelDeclaration:
 
 
 def _contract_and_steps(contract) -> tuple:
-    """``(EpilogueContract, steps or None)``: a step list / mapping / named
-    step list (``reference.epilogue_steps``) declares steps, and its nearest
-    standard contract; anything else goes through :func:`parse_contract`."""
-    from reference.epilogue_steps import EpilogueSteps, parse_declared
-
+    """``(EpilogueContract, steps or None)``: a step list / mapping / ``;``-joined string
+    declares steps (and its nearest standard contract); anything else goes through :func:`parse_contract`."""
     if isinstance(contract, dict) and "scale_order" not in contract:
         # a per-device mapping may name contracts too: {"cpu": "triton", "cuda": [steps...]}
         contract = {k: _named_contract_steps(v) or v for k, v in contract.items()}
@@ -134,11 +67,7 @@ def _contract_and_steps(contract) -> tuple:
 
 
 def _named_contract_steps(v):
-    """The step list of a per-device mapping value that names a contract
-    (``"cutlass"``, ``"triton"``, ``"<order>/<bias_point>"``, an
-    EpilogueContract); None when the value is a step description."""
-    from reference.epilogue_steps import from_contract
-
+    """The step list of a per-device mapping value naming a contract, else None."""
     if not isinstance(v, (EpilogueContract, str)) or (isinstance(v, str) and ";" in v):
         return None
     try:
@@ -148,14 +77,8 @@ def _named_contract_steps(v):
 
 
 def _flag(value):
-    """``contiguous_only`` from a bool, a query string (1/0, true/false,
-    yes/no, or a comma list of operand names) or an iterable of operand names.
-
-    Returns:
-        True / False, or a tuple of operand names.
-    Raises:
-        ContractError: anything else (unknown operand names included).
-    """
+    """``contiguous_only`` from a bool, a query string (1/0, true/false, yes/no, or a comma list of operand
+    names) or operand names: True / False or a tuple of names. Raises ContractError otherwise."""
     names = ("a", "b", "scale_a", "scale_b", "bias")
     if isinstance(value, bool):
         return value
@@ -177,13 +100,7 @@ def _flag(value):
 
 
 def _overflow(value) -> str:
-    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS``.
-
-    Raises:
-        ContractError: anything else.
-    """
-    from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
-
+    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS`` (ContractError otherwise)."""
     v = str(value).strip().lower()
     if v not in OVERFLOW_BEHAVIOURS:
         raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
@@ -192,11 +109,7 @@ def _overflow(value) -> str:
 
 def parse_contract(value) -> EpilogueContract:
     """EpilogueContract from a contract, dict, ``"cutlass"``, ``"triton"`` or
-    ``"<scale_order>/<bias_point>"``.
-
-    Raises:
-        ContractError: unknown value.
-    """
+    ``"<scale_order>/<bias_point>"``; ContractError otherwise."""
     if isinstance(value, EpilogueContract):
         return value
     if isinstance(value, dict):
@@ -217,19 +130,8 @@ def parse_contract(value) -> EpilogueContract:
 
 @dataclass(frozen=True)
 class InvalidDeclaration:
-    """A :func:`declare` whose arguments are wrong, attached as ``fn.int8conf``
-    instead of a :class:`KernelDeclaration`.
-
-    Why deferred: raising inside the decorator would fail the import of the
-    whole module, so one bad ``@declare`` would make every kernel of that
-    module unloadable and the error would name only the module. Instead the
-    module imports, the other kernels load, and loading this one raises
-    KernelLoadError naming the function, the field and the value.
-
-    Attributes:
-        problems: ``((field, message), ...)`` one per bad argument, each
-            message one line starting with ``field=value``.
-    """
+    """A :func:`declare` with wrong arguments, attached instead of a :class:`KernelDeclaration`
+    so the module still imports; ``problems``: ``((field, one-line message), ...)``."""
 
     problems: tuple
 
@@ -257,15 +159,8 @@ def declare(
     contiguous_only=False,
     overflow: str = "wrap",
 ) -> Callable:
-    """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``.
-
-    Every argument is validated here, but a bad one does not raise at
-    decoration (module import) time: the decorated function then carries an
-    :class:`InvalidDeclaration` (which fields are wrong and why), and loading
-    it (``pkg.mod:fn``, an entry point, :func:`spec_from_object`) raises
-    KernelLoadError naming the function and the field, while the other
-    kernels of the same module still load.
-    """
+    """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
+    :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field)."""
     problems: list[tuple[str, str]] = []
     values: dict = {}
 
@@ -320,14 +215,9 @@ def declare(
 
 
 def vllm_adapter(fn: Callable) -> Callable:
-    """Wrap a vLLM-convention kernel ``fn(a, b[K,N], scale_a[M,1], scale_b[N,1],
-    out_dtype, bias)`` into the int8conf convention ``(a, b[N,K], scale_a,
-    scale_b, out_dtype=bf16, bias=None)``.
-
-    ``b.t()`` is a [K,N] column-major view (no copy; when ``b`` itself is the
-    transposed view of a [K,N] buffer, a column-major copy); scalar / 1-D scales are
-    reshaped (broadcast for scalars) to [M,1] / [N,1] float32, values unchanged.
-    """
+    """Wrap ``fn(a, b[K,N], scale_a[M,1], scale_b[N,1], out_dtype, bias)`` into the int8conf
+    convention: ``b.t()`` is passed as a [K,N] column-major view (a copy when ``b`` is itself a transposed view),
+    scales reshaped to float32 columns, values unchanged."""
 
     @functools.wraps(fn)
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
@@ -407,12 +297,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
 
 
 def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) -> KernelSpec:
-    """Turn a loaded object into a KernelSpec (see module docstring for the forms).
-
-    Raises:
-        KernelLoadError: not a KernelSpec / factory / declared callable, a bad
-            declaration, or a declared name reserved for a built-in (or ``all``).
-    """
+    """A KernelSpec from a loaded object (module docstring). Raises KernelLoadError: not a spec,
+    factory or declared callable, a bad declaration, or a reserved name."""
     query = query or {}
     try:
         if getattr(obj, "int8conf_factory", False) and callable(obj):
@@ -462,12 +348,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
 
 
 def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
-    """``spec`` unless it declares a built-in's name (or ``all``): its reports
-    would land in, and replace, that built-in's report directory.
-
-    Raises:
-        KernelLoadError: the declared name is reserved.
-    """
+    """``spec`` unless it declares a built-in's name or ``all`` (KernelLoadError)."""
     if spec.name in BUILTINS or spec.name == "all":
         raise KernelLoadError(
             f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for "
@@ -482,12 +363,8 @@ QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguou
 
 
 def split_query(name: str) -> tuple[str, dict]:
-    """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``.
-
-    Raises:
-        ContractError: a key outside ``QUERY_KEYS`` (a typo would otherwise be
-            dropped silently), or a key given twice (which one wins is not obvious).
-    """
+    """``"pkg.mod:fn?contract=cutlass"`` -> ``("pkg.mod:fn", {"contract": "cutlass"})``; ContractError
+    for a key outside ``QUERY_KEYS`` or given twice."""
     if "?" not in name:
         return name, {}
     base, q = name.split("?", 1)
@@ -503,11 +380,7 @@ def split_query(name: str) -> tuple[str, dict]:
 
 
 def _devices(value, where: str) -> tuple:
-    """Declared device types, each one torch knows (``cpu``, ``cuda``, ...).
-
-    Raises:
-        ContractError: empty, or a name torch does not know as a device type.
-    """
+    """Declared device types, each one torch knows; ContractError when empty or unknown."""
     devs = tuple(value)
     if not devs:
         raise ContractError(f"{where}: devices is empty; declare e.g. ('cpu',) or ('cuda',)")
@@ -520,12 +393,8 @@ def _devices(value, where: str) -> tuple:
 
 
 def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
-    """Load ``pkg.module:attr[.attr...][?query]`` (``option``: the option the
-    name came from, named in the errors).
-
-    Raises:
-        KernelLoadError: one line naming the module / attribute / problem.
-    """
+    """Load ``pkg.module:attr[.attr...][?query]``; KernelLoadError (one line, naming
+    ``option``) when the module, attribute or declaration is wrong."""
     base, query = split_query(name)
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
@@ -553,16 +422,12 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
 
 
 def entry_point_names() -> list[str]:
-    """Names in the ``int8conf.kernels`` entry-point group (installed distributions)."""
+    """Names in the ``int8conf.kernels`` entry-point group."""
     return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
 
 
 def load_entry_point(name: str) -> Optional[KernelSpec]:
-    """Load entry point ``name`` of group ``int8conf.kernels``; None if absent.
-
-    Raises:
-        KernelLoadError: the entry point exists but fails to load or declare.
-    """
+    """Load entry point ``name`` (None if absent); KernelLoadError when it fails to load or declare."""
     base, query = split_query(name)
     eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == base]
     if not eps:
@@ -577,14 +442,8 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
 
 
 def cwd_on_sys_path(directory=None) -> None:
-    """Put ``directory`` (default: the current directory) first on ``sys.path``
-    (once), as ``python -m`` and pytest's rootdir do, so ``--kernel=mod:fn``
-    finds ``mod.py`` in the folder the command runs from, also when started
-    through the ``int8conf`` or ``pytest`` console scripts (whose ``sys.path[0]``
-    is the script's folder)."""
-    import os
-    import sys
-
+    """Put ``directory`` (default: the current one) first on ``sys.path`` once, as ``python -m``
+    does, so ``--kernel=mod:fn`` finds ``mod.py`` also under the console scripts."""
     cwd = os.path.abspath(directory if directory is not None else os.getcwd())
     if not any(p in ("", cwd) or (p and os.path.abspath(p) == cwd) for p in sys.path):
         sys.path.insert(0, cwd)

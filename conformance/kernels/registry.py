@@ -1,30 +1,12 @@
-"""Kernel registry: built-ins, user registrations, ``pkg.module:function``
-names and the ``int8conf.kernels`` entry-point group.
-
-Built-ins (modules imported lazily -- importing triton costs about a second):
-
-=========  ============================  ======================================
-name       declared contract             what runs
-=========  ============================  ======================================
-``cpu``    CUTLASS_STYLE                 exact chunked-float32 int32 GEMM, torch epilogue
-``int_mm`` CUTLASS_STYLE                 ``torch._int_mm`` (CUDA or CPU), padded
-``triton`` TRITON_STYLE                  Triton int8 GEMM, fused epilogue
-                                         (native on CUDA, interpreter on CPU)
-=========  ============================  ======================================
-
-``cpu`` and ``int_mm`` declare the CUTLASS-style epilogue (``w_then_a``, bias
-in float32 before the rounding) and ``triton`` the vLLM-Triton-style one
-(``a_then_w``, bias after the rounding), so a pair comparison of ``triton``
-against either shows the real disagreements two legal kernels have under
-non-power-of-two scales.
-"""
+"""Kernel registry: built-ins (``cpu``, ``int_mm``: CUTLASS_STYLE; ``triton``: TRITON_STYLE; imported lazily),
+user registrations, name resolvers, adapters, ``pkg.module:function`` names and entry points."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Callable, Optional
 
-from conformance.kernels import loader
+from conformance.kernels import adapters, loader
 from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError, first_line
 
@@ -40,37 +22,21 @@ _DESCRIPTIONS = {
     "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; "
     "native on CUDA, interpreter on CPU)",
 }
-#: Layout declarations of built-ins whose module does not define CONTIGUOUS_ONLY.
-#: ``triton``: its kernel addresses b as ``b_ptr + n * b.stride(0) + k`` (unit
-#: inner stride assumed), so the transposed view of a [K, N] buffer (strides
-#: (1, N)) gives wrong results; measured, issue 8. Padded row-major a and b are
-#: fine. Until the kernel reads b.stride(1), it is handed b dense and its
-#: report says the column-major b layout was not covered.
 _REGISTERED: dict[str, KernelSpec] = {}
 _BUILT: dict[str, KernelSpec] = {}
-#: Name resolvers tried first by :func:`get_kernel` (``name -> KernelSpec | None``);
-#: ``faults`` registers one for injected names such as ``triton+F4@all#s0``.
+#: name resolvers tried first by :func:`get_kernel` (:func:`register_resolver`)
 _RESOLVERS: list[Callable] = []
 
 
 def register_resolver(fn: Callable) -> None:
-    """Add a name resolver ``fn(name) -> KernelSpec | None`` (idempotent).
-
-    :func:`get_kernel` asks every resolver, in registration order, before the
-    built-ins; the first non-None answer wins. Used by ``faults`` (imported by
-    ``int8conf check``, the pytest plugin and the sweep) so that an injected
-    kernel's name resolves anywhere a kernel name does.
-    """
+    """Add a resolver ``fn(name) -> KernelSpec | None`` (idempotent), asked in order before the
+    built-ins (``faults`` resolves injected names such as ``triton+F4@all#s0``)."""
     if fn not in _RESOLVERS:
         _RESOLVERS.append(fn)
 
 
 def register(spec: KernelSpec) -> None:
-    """Register (or replace) a kernel under ``spec.name``.
-
-    Raises:
-        KernelLoadError: not a KernelSpec, empty name, or a built-in's name.
-    """
+    """Register or replace ``spec`` under its name; KernelLoadError for a non-spec, empty, ``all`` or built-in name."""
     if not isinstance(spec, KernelSpec):
         raise KernelLoadError(f"register() needs a KernelSpec, got {type(spec).__name__}")
     if not spec.name or spec.name in BUILTINS or spec.name == "all":
@@ -117,14 +83,7 @@ def _builtin(name: str) -> KernelSpec:
 
 
 def builtin_source_digest(name: object) -> Optional[str]:
-    """The source digest of built-in ``name`` (SHA-256 hex of its module,
-    ``KernelSpec.source_digest``), or None when ``name`` is not a built-in
-    or its module does not import here. Imports the module on first use
-    (``triton``: about a second).
-
-    Used by the runner to accept a run-time digest recorded with
-    ``digest_of=<built-in>`` only when it is that built-in's own.
-    """
+    """Source digest of built-in ``name``, or None (not a built-in, or it does not import)."""
     if not isinstance(name, str) or name not in BUILTINS:
         return None
     try:
@@ -134,8 +93,7 @@ def builtin_source_digest(name: object) -> Optional[str]:
 
 
 def builtin_available(name: str) -> tuple[bool, str]:
-    """(ok, reason) for a built-in on this machine (its module imports and
-    its ``available()`` says yes)."""
+    """(ok, reason): the built-in's module imports and its ``available()`` says yes."""
     try:
         _builtin(name)
     except KernelLoadError as e:
@@ -146,23 +104,8 @@ def builtin_available(name: str) -> tuple[bool, str]:
 
 
 def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
-    """Resolve a kernel name.
-
-    Args:
-        name: a name a resolver of :func:`register_resolver` knows (e.g. an
-            injected kernel ``triton+F4@all#s0`` once ``faults`` is imported),
-            a built-in (``cpu``, ``int_mm``, ``triton``), a name given to
-            :func:`register`, ``pkg.module:function[?query]`` (see
-            ``conformance.kernels.loader``), or an entry-point name in group
-            ``int8conf.kernels``.
-        option: the option the name came from, named in load errors
-            (e.g. ``--against``).
-    Returns:
-        The KernelSpec.
-    Raises:
-        KernelLoadError: one line: unknown name, module that does not import,
-            missing attribute, missing contract declaration.
-    """
+    """Resolve a name: resolvers, built-ins, registered names, adapters, ``pkg.module:function[?query]``,
+    then entry points. ``option`` is named in load errors. Raises KernelLoadError (one line)."""
     if not isinstance(name, str) or not name.strip():
         raise KernelLoadError(f"kernel name must be a non-empty string, got {name!r}")
     name = name.strip()
@@ -174,8 +117,6 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
         return _builtin(name)
     if name in _REGISTERED:
         return _REGISTERED[name]
-    from conformance.kernels import adapters  # torchao, bnb, vLLM-family (optional libraries)
-
     adapted = adapters.lookup(name)
     if adapted is not None:
         return adapted
@@ -192,9 +133,7 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
 
 
 def list_kernels() -> list[str]:
-    """Built-in names, then registered names, then entry-point names (sorted, unique)."""
-    from conformance.kernels import loader
-
+    """Built-in, then registered, then entry-point names (unique)."""
     out = list(BUILTINS)
     for n in sorted(_REGISTERED) + loader.entry_point_names():
         if n not in out:
@@ -203,14 +142,8 @@ def list_kernels() -> list[str]:
 
 
 def resolve_kernels(names: list[str]) -> list[KernelSpec]:
-    """Specs for several names; ``"all"`` expands to every built-in available
-    on this machine (``cpu``, ``int_mm`` if torch has ``_int_mm``, ``triton``
-    if triton imports; the Triton kernel runs under the interpreter without a
-    GPU). Duplicates are dropped, order kept.
-
-    Raises:
-        KernelLoadError: for the first name that does not resolve.
-    """
+    """Specs for several names, ``"all"`` = every built-in available here; duplicates dropped, order
+    kept. Raises KernelLoadError for the first name that does not resolve."""
     out: list[KernelSpec] = []
     seen: set[str] = set()
     for name in names:

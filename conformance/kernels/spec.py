@@ -1,15 +1,6 @@
-"""The kernel contract of DESIGN.md section 3: what a registered kernel is.
-
-``scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None)``
-  a       int8   [M, K]  activations, row-major
-  b       int8   [N, K]  weights (nn.Linear layout)
-  scale_a float32 [M] | [M, 1] | scalar   per-token
-  scale_b float32 [N] | [N, 1] | scalar   per-output-channel
-  bias    out_dtype [N] or None
-  returns out_dtype [M, N]
-
-``int_mm(a, b) -> int32 [M, N]`` is the optional accumulator-only entry.
-"""
+"""The kernel contract (DESIGN.md section 3): ``scaled_mm(a int8 [M,K], b int8 [N,K], scale_a float32
+[M]|[M,1]|scalar, scale_b float32 [N]|[N,1]|scalar, out_dtype=torch.bfloat16, bias out_dtype [N] | None) ->
+out_dtype [M,N]``, and the optional accumulator-only ``int_mm(a, b) -> int32 [M,N]``."""
 
 from __future__ import annotations
 
@@ -17,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract
+from reference.epilogue_steps import declared_to_dict
 from reference.errors import ContractError
 
 #: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
@@ -28,14 +20,8 @@ BUILTINS = ("cpu", "int_mm", "triton")
 
 @dataclass(frozen=True)
 class ShapeConstraints:
-    """Shapes a kernel accepts natively (the harness pads or skips otherwise).
-
-    Attributes:
-        min_m: smallest M the kernel accepts (``torch._int_mm`` on CUDA: 17).
-        m_multiple, k_multiple, n_multiple: required divisibility (1 = any).
-        max_k: largest K (None = unbounded).
-        note: free text shown in reports.
-    """
+    """Shapes a kernel accepts natively (the harness skips others): ``min_m``, divisibility
+    ``*_multiple`` (1 = any), ``max_k`` (None = unbounded), ``note`` for reports."""
 
     min_m: int = 1
     m_multiple: int = 1
@@ -59,50 +45,15 @@ class ShapeConstraints:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A registered W8A8 kernel and everything it declares.
+    """A registered W8A8 kernel and what it declares.
 
-    Attributes:
-        name: registry name (``cpu``, ``int_mm``, ``triton``, or a user name).
-        scaled_mm: the callable of the contract above.
-        contract: the declared epilogue (order of scales, bias point, rounding).
-        devices: device types it runs on, e.g. ``("cpu",)`` or ``("cuda", "cpu")``.
-        constraints: native shape constraints.
-        version: free version string.
-        source_digest: SHA-256 hex of the kernel's source (module file or
-            callable source), used by check C1.
-        int_mm: optional accumulator-only entry ``(a int8 [M,K], b int8 [N,K])
-            -> int32 [M,N]``.
-        origin: where it came from (``builtin``, ``module:pkg.mod:fn``,
-            ``entry-point:name``).
-        description: one line for reports.
-        steps: optional declared epilogue *step list*
-            (``reference.epilogue_steps``: an EpilogueSteps, or a mapping
-            ``"cpu"`` / ``"cuda"`` / ``"cuda/float16"`` / ``"*"`` -> steps for a
-            library whose path differs by device or out dtype). When set, C8
-            holds the kernel to it; ``contract`` is then its nearest standard
-            contract (used by C5/C6 for the bias point).
-        contiguous_only: the kernel needs dense operands: True (all of them)
-            or a tuple of operand names (``"a"``, ``"b"``, ``"scale_a"``,
-            ``"scale_b"``, ``"bias"``). The runner then hands it contiguous
-            copies of those operands when strided (padded ``a``, transposed
-            ``b``, strided scales), and the report's coverage table says
-            which layouts were NOT covered. False (default): the
-            kernel accepts every layout of the contract (DESIGN.md 3: row-major
-            with unit inner stride and leading stride >= K; ``b`` also as the
-            transposed view of a [K, N] buffer; scales of any stride).
-        overflow: what the accumulator does when a sum leaves int32
-            (``conformance.checks.overflow``): ``"wrap"`` (two's complement,
-            the default: the contract's accumulator is int32, and int32
-            hardware adds wrap), ``"saturate"`` (clamped partial sums) or
-            ``"undefined"`` (no promise); or a mapping device type
-            (``"cpu"``, ``"cuda"``, ``"*"`` for the rest) -> one of those, for
-            a kernel whose accumulator differs by device (the Triton
-            built-in wraps in the interpreter, while NVIDIA integer MMA
-            instructions clamp: :meth:`overflow_on`). Overflow is a
-            precondition, never a failure: C3/C5/C6/C8 compare such elements
-            with the declared behaviour (undefined ones are excluded and
-            counted).
-    """
+    ``source_digest``: SHA-256 hex of its source (check C1). ``origin``: ``builtin``, ``module:pkg.mod:fn``,
+    ``entry-point:name`` or ``adapter:name``. ``steps``: optional declared epilogue step list
+    (``reference.epilogue_steps``), or a mapping ``"cpu"`` / ``"cuda"`` / ``"cuda/float16"`` / ``"*"`` -> steps;
+    C8 then holds the kernel to it and ``contract`` is its nearest standard contract. ``contiguous_only``: True or
+    operand names the runner hands dense (the report lists layouts not covered). ``overflow``: ``"wrap"``,
+    ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one
+    of those; overflowing elements are compared with it, never failed."""
 
     name: str
     scaled_mm: Callable
@@ -127,16 +78,15 @@ class KernelSpec:
                 )
 
     def overflow_on(self, device_type: Optional[str] = None) -> str:
-        """The declared overflow behaviour on ``device_type`` (``"cpu"``,
-        ``"cuda"``, or a full device string such as ``"cuda:1"``; None or
-        unknown: the mapping's ``"*"`` entry, else ``"wrap"``)."""
+        """Declared overflow behaviour on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``;
+        None or unknown: the ``"*"`` entry, else ``"wrap"``)."""
         if not isinstance(self.overflow, Mapping):
             return self.overflow
         dev = (device_type or "").split(":")[0]
         return self.overflow.get(dev, self.overflow.get("*", "wrap"))
 
     def dense_operands(self) -> frozenset:
-        """Operand names the kernel must be handed dense (see ``contiguous_only``)."""
+        """Operand names the kernel must be handed dense."""
         if self.contiguous_only is True:
             return frozenset(("a", "b", "scale_a", "scale_b", "bias"))
         if not self.contiguous_only:
@@ -164,6 +114,4 @@ class KernelSpec:
 
 
 def _steps_dict(steps) -> dict:
-    from reference.epilogue_steps import declared_to_dict
-
     return declared_to_dict(steps)

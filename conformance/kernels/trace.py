@@ -1,16 +1,6 @@
-"""What a kernel reports about itself while it runs (feeds checks C1 and C2).
-
-A kernel calls :func:`record_path` to say which code path it took (e.g.
-``"triton-native"``, ``"triton-interpreter"``, ``"int_mm-padded"``) and
-:func:`record_operands` with the tensors it actually received. The runner
-opens a :func:`capture` around each call and copies what was recorded into
-``KernelRun.manifest`` / ``KernelRun.received_digests``.
-
-Outside a capture both functions are no-ops, so kernels can call them
-unconditionally. Captures nest (a fault wrapper calling an inner kernel):
-records go to the innermost open capture, and the last record wins, so the
-operands digested are the ones the innermost kernel saw.
-"""
+"""What a kernel reports about itself while it runs (checks C1, C2): :func:`record_path` (the code path taken,
+with details) and :func:`record_operands` (digests of the tensors it received). The runner opens a
+:func:`capture` around each call; outside one both are no-ops. Captures nest: records go to the innermost."""
 
 from __future__ import annotations
 
@@ -21,26 +11,16 @@ from typing import Iterator, Optional
 
 from torch import Tensor
 
+from reference.operands import tensor_digest
+
 __all__ = ["Trace", "capture", "record_path", "record_operands", "current"]
 
 
 @dataclass
 class Trace:
-    """Everything recorded during one kernel call.
-
-    Attributes:
-        path: code path the kernel says it took ("" if it said nothing).
-        extra: free key/values the kernel attached to its path (JSON-able).
-        received_digests: ``{"a","b","scale_a","scale_b","bias"} -> sha256 hex``
-            of the operands the kernel received (bias digest "none" when None);
-            empty if the kernel never called :func:`record_operands`.
-        paths: every path recorded, in order (a wrapper and its inner kernel).
-        digests: every ``(source_digest, digest_of)`` recorded, in order: the
-            run-time source digest a kernel reported and whose it is (None:
-            the caller's own; a built-in called inside another kernel names
-            itself, e.g. ``"cpu"``), kept per call so an inner kernel's record
-            cannot overwrite its wrapper's.
-    """
+    """Everything recorded during one kernel call: ``path`` (last reported, "" if none), ``extra``,
+    ``received_digests`` (operand -> sha256 hex, bias "none"), ``paths`` (all, in order), ``digests``
+    (``(source_digest, digest_of)`` pairs in order: ``digest_of`` None = the caller's own)."""
 
     path: str = ""
     extra: dict = field(default_factory=dict)
@@ -54,7 +34,6 @@ _CURRENT: contextvars.ContextVar[Optional[Trace]] = contextvars.ContextVar("int8
 
 @contextlib.contextmanager
 def capture() -> Iterator[Trace]:
-    """Open a fresh :class:`Trace` for the duration of the ``with`` block."""
     t = Trace()
     token = _CURRENT.set(t)
     try:
@@ -69,19 +48,9 @@ def current() -> Optional[Trace]:
 
 
 def record_path(path: str, **extra) -> None:
-    """Record the code path a kernel took, with JSON-able details.
-
-    Args:
-        path: short label, e.g. ``"triton-interpreter"``.
-        **extra: merged into ``Trace.extra`` (later keys overwrite), except
-            ``source_digest`` (the code that ran, for check C1) and
-            ``digest_of`` (whose digest it is, when not the caller's own:
-            a built-in's name, used by the built-in itself), which go to
-            ``Trace.digests``. The runner accepts a ``digest_of`` claim only
-            when the digest is that built-in's source digest; any other is
-            counted as the running kernel's own
-            (``conformance.kernels.runner.own_digests``).
-    """
+    """Record the code path taken; ``extra`` merges into ``Trace.extra`` except ``source_digest`` and
+    ``digest_of`` (whose digest: a built-in's name), which go to ``Trace.digests`` (``runner.own_digests`` judges
+    those claims)."""
     t = _CURRENT.get()
     if t is None:
         return
@@ -93,11 +62,7 @@ def record_path(path: str, **extra) -> None:
 
 
 def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> dict:
-    """sha256 hex digests of the operands, same keys as
-    ``GemmOperands.digests()`` (``reference.operands.tensor_digest``; bias ->
-    "none" when None). Tensors on any device (copied to CPU to hash)."""
-    from reference.operands import tensor_digest  # lazy import
-
+    """sha256 hex digests of the operands (keys as ``GemmOperands.digests()``; bias 'none' when None)."""
     out = {}
     for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias)):
         out[key] = tensor_digest(t)
@@ -105,12 +70,7 @@ def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias
 
 
 def record_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> None:
-    """Record digests of the operands the kernel actually received.
-
-    Call it with the tensors as the kernel got them (before any padding or
-    reshaping of its own). Costs one hash pass over the operands, only while
-    a capture is open.
-    """
+    """Record digests of the operands as the kernel received them (one hash pass, only in a capture)."""
     t = _CURRENT.get()
     if t is None:
         return

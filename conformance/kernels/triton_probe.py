@@ -1,26 +1,7 @@
-"""Measure what Triton really does to each epilogue step (interpreter or native).
-
-:func:`probe` runs one small Triton kernel over hand-picked inputs and
-compares each step against torch's IEEE result (torch: int32 -> float32 RNE,
-float32 multiply IEEE RNE, ``.to(bfloat16)`` RNE):
-
-  ``int32_to_fp32``        ``acc.to(tl.float32)``            on 2**24+1, 2**24+3, ...
-  ``fp32_mul``             ``x * s``                          incl. subnormal products
-  ``fp32_to_bf16``         ``x.to(tl.bfloat16)`` (default)    normal values, ties
-  ``fp32_to_bf16_rtne``    ``x.to(tl.bfloat16, fp_downcast_rounding="rtne")``
-  ``fp32_to_bf16_subnormal`` the same cast on bf16-subnormal inputs
-  ``bf16_to_fp32``         ``x.to(tl.float32)`` from bf16 (normal and subnormal)
-  ``bf16_add``             bf16 + bf16 in Triton's own bf16 arithmetic vs
-                           torch's (float32 add, RNE to bf16)
-  ``fp32_to_fp16``         ``x.to(tl.float16)``
-
-Each entry is ``"rne"``/``"exact"``/``"ieee"`` when it matches torch bit for
-bit, ``"rtz"`` when it matches truncation toward zero, else ``"other"``
-(with the number of mismatching inputs). The built-in ``triton`` kernel does
-its bf16 rounding with integer ops, so its output does not depend on these
-answers; they are recorded in the manifest so a report tells the truth about
-the machinery the kernel ran on. Results are cached per mode.
-"""
+"""Measure what Triton does to each epilogue step (interpreter or native): :func:`probe` runs one small kernel
+over hand-picked inputs (2**24 + 1, ties, subnormals, ...) and compares each step with torch's IEEE result. The
+built-in ``triton`` kernel rounds bf16 with integer ops, so its bits do not depend on the answers; they go into
+its manifest so a report states the machinery it ran on."""
 
 from __future__ import annotations
 
@@ -29,6 +10,7 @@ import warnings
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from reference.errors import first_line
 
@@ -54,7 +36,6 @@ def _probe_kernel(
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    """Raw bit pattern as int64 (bf16/fp16 -> 16 bits, fp32 -> 32 bits)."""
     if t.dtype in (torch.bfloat16, torch.float16):
         return t.view(torch.int16).to(torch.int64) & 0xFFFF
     return t.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
@@ -117,23 +98,14 @@ def _run(kern, d: dict, x: torch.Tensor, device: str) -> dict:
 
 
 def probe(native: bool = False) -> dict:
-    """Measured semantics of each epilogue step, as a JSON-able dict.
-
-    Args:
-        native: False = Triton interpreter on CPU tensors; True = compiled
-            kernel on the current CUDA device.
-    Returns:
-        ``{"mode": "interpreter"|"native", "triton_version": str,
-        "int32_to_fp32": ..., "fp32_mul": ..., "fp32_to_bf16": ...,
-        "fp32_to_bf16_rtne": ..., "fp32_to_bf16_subnormal": ...,
-        "bf16_to_fp32": ..., "bf16_add": ..., "fp32_to_fp16": ...}``;
-        ``{"mode": ..., "error": "..."}`` if the probe itself failed.
-    """
+    """Measured semantics of each epilogue step, JSON-able, cached per mode (``native``: compiled on the
+    current CUDA device; else the interpreter on CPU tensors): ``{"mode", "triton_version", "int32_to_fp32",
+    "fp32_mul", "fp32_to_bf16", "fp32_to_bf16_rtne", "fp32_to_bf16_subnormal", "bf16_to_fp32", "bf16_add",
+    "fp32_to_fp16"}``, each ``"rne"`` / ``"exact"`` / ``"ieee"`` (matches torch), ``"rtz"`` (truncation) or
+    ``"other (n/N differ ...)"``; ``{"mode", "triton_version", "error"}`` when the probe itself failed."""
     key = "native" if native else "interpreter"
     if key in _CACHE:
         return dict(_CACHE[key])
-    from triton.runtime.interpreter import InterpretedFunction
-
     kern = triton.jit(_probe_kernel) if native else InterpretedFunction(_probe_kernel)
     device = "cuda" if native else "cpu"
     d = _inputs()

@@ -1,13 +1,6 @@
-"""Adapters for the field's real int8 kernels, loaded only when their library
-is installed (optional extras ``torchao``, ``bnb``; never a hard dependency).
-
-Each adapter module exposes ``make_spec(name) -> KernelSpec`` and declares
-the epilogue the library's *own code* implements, as a step list
-(``reference.epilogue_steps``) read from the library's source and cited in
-the module docstring with version and file. :data:`ADAPTERS` is the
-catalogue: ``int8conf kernels`` lists it with availability, the registry
-resolves its names (``--kernel=torchao``, ``--kernel=bnb``, ...).
-"""
+"""Adapters for the field's real int8 kernels, loaded only when their library is installed. Each adapter
+module has ``make_spec(name) -> KernelSpec`` declaring, as a step list (``reference.epilogue_steps``), the epilogue
+the library's own code implements (cited in its docstring). :data:`ADAPTERS` is the catalogue."""
 
 from __future__ import annotations
 
@@ -21,16 +14,8 @@ from reference.errors import KernelLoadError, first_line
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    """One adapted kernel.
-
-    Attributes:
-        name: the ``--kernel`` name.
-        module: adapter module (``conformance.kernels.adapters.<lib>``).
-        requires: import names that must be importable (the library).
-        install: how to install it (shown when unavailable).
-        devices: devices the library path runs on.
-        description: one line for ``int8conf kernels``.
-    """
+    """One adapted kernel: ``--kernel`` name, adapter ``module``, importable names it ``requires``,
+    ``install`` hint, ``devices``, one-line ``description``."""
 
     name: str
     module: str
@@ -120,12 +105,7 @@ ADAPTERS: dict[str, AdapterInfo] = {
 
 
 def availability(name: str) -> tuple[bool, str]:
-    """``(available, reason)`` for adapter ``name`` on this machine: every
-    required module is importable and the adapter builds its spec.
-
-    Raises:
-        KernelLoadError: unknown adapter name.
-    """
+    """``(available, reason)`` for adapter ``name`` here; KernelLoadError for an unknown name."""
     info = _info(name)
     for mod in info.requires:
         if importlib.util.find_spec(mod) is None:
@@ -147,11 +127,7 @@ _CACHE: dict = {}
 
 
 def make_spec(name: str):
-    """The KernelSpec of adapter ``name`` (imports its library).
-
-    Raises:
-        KernelLoadError: one line: unknown name, library missing or failing to import.
-    """
+    """The KernelSpec of adapter ``name`` (cached); KernelLoadError (one line) when unknown or broken."""
     if name in _CACHE:
         return _CACHE[name]
     info = _info(name)
@@ -168,16 +144,11 @@ def make_spec(name: str):
 
 
 def available_adapters() -> list[str]:
-    """Names of the adapters usable here, catalogue order."""
     return [n for n in ADAPTERS if availability(n)[0]]
 
 
 def lookup(name: str) -> Optional[object]:
-    """KernelSpec for an adapter name, None when ``name`` is not an adapter.
-
-    Raises:
-        KernelLoadError: it is an adapter but its library is unavailable.
-    """
+    """KernelSpec for an adapter name, None when not one; KernelLoadError when its library is unavailable."""
     if name not in ADAPTERS:
         return None
     ok, why = availability(name)

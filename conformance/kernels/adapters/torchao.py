@@ -1,64 +1,19 @@
-"""torchao adapters (read from torchao 0.18.0; install: ``pip install 'int8conf[torchao]'``).
+"""torchao adapters (read from torchao 0.18.0).
 
-Facts from the installed source (``site-packages/torchao``, version 0.18.0):
-
-* ``torchao/kernel/intmm.py``, ``int_scaled_matmul(a[M,K], b[K,N], scales1[M,1])``:
-  on the CPU (``_int_scaled_matmul_cpu``) ``c = torch._int_mm(a, b)`` (or the
-  u8s8 variant ``_int_mm(a+128 as uint8, b) - 128 * colsum(b)`` on
-  AVX512-VNNI machines without AMX, torch >= 2.12 -- the same exact int32),
-  then ``c.to(scales1.dtype) * scales1``; on CUDA ``safe_int_mm(a, b) *
-  scales1`` (int32 * float promotes to the scale's dtype), or with
-  ``TORCHAO_AUTOTUNER_ENABLE=1`` the Triton kernel of
-  ``torchao/kernel/intmm_triton.py`` whose epilogue stores ``acc * tmp0``
-  (int32 accumulator times the row scale, in the scale's dtype).
-  Its first call per (dtype, shape, stride) key benchmarks every entry of
-  ``int8_mm_kernel_configs`` (4**3 tile shapes x 15 stage/warp pairs = 960
-  compiled configurations; torchao ships tuned configs for the A100 only), far
-  beyond a conformance run, so the ``torchao-triton`` adapter replaces the
-  search (``intmm_triton.get_best_config_fn``, looked up at call time) by one
-  configuration from that list, ``PINNED_TRITON_CONFIG`` (BLOCK_K = 32, the
-  smallest in the list). The integer accumulator is exact for every tile
-  shape; what the tile shape can change is the K loop: the kernel loads
-  unmasked when ``EVEN_K = (K % 2 == 0)``, so for an even K that is not a
-  multiple of BLOCK_K the last K step reads past K. With BLOCK_K = 32 this
-  happens exactly when K is even and K % 32 != 0, and then for every
-  configuration of the list (all have BLOCK_K >= 32 and a power of two).
-  ``safe_int_mm`` on CUDA: K or N not a multiple of 8 -> exact int32 matmul
-  on the CPU; otherwise ``torch._int_mm`` (cuBLASLt), and if that raises (it
-  does for M <= 16) ``torch.matmul(a.float(), b.float()).to(int32)`` -- a
-  float32 GEMM, exact only while partial sums stay below 2**24.
-* ``torchao/quantization/utils.py``, ``_quant_int8_per_token_matmul``:
-  ``y = int_scaled_matmul(x, w_t, x_scales) * w_scales`` then
-  ``y.to(output_dtype)``; ``_quant_int8_dynamic_per_token_linear`` adds the
-  bias after that (``mm_out + bias``, in the output dtype). Adapter
-  ``torchao``: ``cast fp32; mul s_a; mul s_w; cast out; add bias`` (=
-  ``a_then_w/after_round``).
-* ``torchao/quantization/quantize_/workflows/int8/int8_tensor.py``, the
-  ``aten.linear`` implementation of ``Int8Tensor`` (what
-  ``quantize_(model, Int8DynamicActivationInt8WeightConfig())`` runs; lines
-  ~296-330): activation scales from ``Int8Tensor.from_hp`` are float32
-  (``scale_dtype=torch.float32``); ``intermediate_dtype = x_scales.dtype``
-  (float32, or float32 for half scales, else the scale's dtype);
-  ``y_dot_scaled = int_scaled_matmul(x, w_t, x_scales.to(intermediate_dtype))
-  .to(output_dtype)`` -- a rounding to the activation dtype (bf16) *between*
-  the two scale multiplies --; ``y = y_dot_scaled * w_scales.flatten()``
-  (bf16 [M,N] * float32 [N] promotes to float32); ``y += bias``;
-  ``y.to(output_dtype)``. Adapter ``torchao-w8a8``: ``cast fp32; mul s_a;
-  cast out; mul s_w -> fp32; add bias; cast out``. With bf16 activation
-  scales (``torchao-w8a8-bf16``: the intermediate dtype is bf16, so
-  ``c.to(bfloat16)`` rounds the int32 accumulator to 8 significand bits):
-  ``cast bf16; mul bf16(s_a) -> bf16; cast out; mul s_w -> fp32; add bias;
-  cast out``.
-
-The adapters call the library's own ``int_scaled_matmul`` /
-``_quant_int8_per_token_matmul``; the Int8Tensor composition around
-``int_scaled_matmul`` is replayed line for line from the file above (building
-an ``Int8Tensor`` from already-quantized int8 operands and given scales has
-no public entry).
-"""
+* ``kernel/intmm.py`` ``int_scaled_matmul(a, b[K,N], scales1[M,1])``: CPU ``torch._int_mm`` (or the exact u8s8
+  variant on AVX512-VNNI without AMX) then ``* scales1`` in the scale's dtype; CUDA ``safe_int_mm`` (K or N % 8:
+  CPU int32; M <= 16: float32 matmul, exact below 2**24) or, with ``TORCHAO_AUTOTUNER_ENABLE``, the Triton kernel
+  of ``intmm_triton.py``, whose 960-config search ``torchao-triton`` replaces by ``PINNED_TRITON_CONFIG``
+  (BLOCK_K 32: for even K % 32 != 0 its unmasked ``EVEN_K`` loads read past K, as every listed config would).
+* ``torchao``: ``quantization/utils.py`` ``_quant_int8_per_token_matmul`` then ``+ bias``:
+  ``cast fp32; mul s_a; mul s_w; cast out; add bias``.
+* ``torchao-w8a8``: ``Int8Tensor``'s ``aten.linear`` (``int8_tensor.py``), replayed line for line:
+  ``cast fp32; mul s_a; cast out; mul s_w -> fp32; add bias; cast out``; ``torchao-w8a8-bf16`` with bf16 activation
+  scales: ``cast bf16; mul bf16(s_a) -> bf16; cast out; mul s_w -> fp32; add bias; cast out``."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 
 import torch
@@ -128,15 +83,8 @@ PINNED_TRITON_CONFIG = (64, 64, 32, 3, 4)
 
 
 def pinned_config():
-    """The ``triton.Config`` the ``torchao-triton`` adapter uses for every call.
-
-    Returns:
-        triton.Config: ``PINNED_TRITON_CONFIG`` in torchao's own form (GROUP_M 8).
-
-    Raises:
-        LookupError: torchao's search list no longer contains that configuration
-            (a torchao upgrade: the adapter must be re-read against its source).
-    """
+    """The ``triton.Config`` of ``PINNED_TRITON_CONFIG`` in torchao's list; LookupError when the list
+    no longer has it (re-read the adapter against the new torchao)."""
     import torchao.kernel.intmm_triton as it
 
     bm, bn, bk, stages, warps = PINNED_TRITON_CONFIG
@@ -153,10 +101,8 @@ def pinned_config():
 
 
 def _with_autotuner(on: bool):
-    """Context toggling torchao's module-level AUTOTUNER_ENABLE (read at call
-    time); when on, torchao's config search returns the pinned configuration."""
-    import contextlib
-
+    """Context setting torchao's ``AUTOTUNER_ENABLE`` to ``on``; when on, its config search returns
+    the pinned configuration."""
     import torchao.kernel.intmm as intmm
 
     @contextlib.contextmanager
@@ -225,12 +171,8 @@ def _int_mm(a, b):
 
 
 def make_spec(name: str) -> KernelSpec:
-    """KernelSpec for ``torchao``, ``torchao-w8a8``, ``torchao-w8a8-bf16`` or
-    ``torchao-triton`` (module docstring: source and declared steps).
-
-    Raises:
-        ImportError: torchao missing (the catalogue turns it into one line).
-    """
+    """KernelSpec for ``torchao``, ``torchao-w8a8``, ``torchao-w8a8-bf16`` or ``torchao-triton``;
+    ImportError without torchao."""
     import torchao
     import torchao.kernel.intmm as intmm
 

@@ -1,34 +1,17 @@
-"""vLLM-family adapters through the vLLM calling convention
-(``conformance.kernels.loader.vllm_adapter``: ``fn(a[M,K], b[K,N] column-major,
-scale_a[M,1], scale_b[N,1], out_dtype, bias)``).
+"""vLLM-family adapters through the vLLM convention (``loader.vllm_adapter``); these need CUDA builds and are
+tested with stand-ins implementing the documented math.
 
-These packages need CUDA builds and are not installable on this project's
-machines: the adapters are written against the documented signatures and
-unit-tested with stand-in callables implementing the documented math
-(tests/conformance/kernels/adapters/test_vllm_adapters.py); they load here
-only when the package imports.
-
-* ``vllm-cutlass``: ``vllm._custom_ops.cutlass_scaled_mm(a, b, scale_a,
-  scale_b, out_dtype, bias=None)``; epilogue ``ScaledEpilogue`` /
-  ``ScaledEpilogueBias`` (vLLM ``csrc/quantization/cutlass_w8a8``): float
-  accumulator times the per-channel scale, then the per-token scale, bias
-  added in float32, one rounding: ``w_then_a/fp32_before_round``. CUTLASS
-  needs K and N multiples of 16.
-* ``vllm-triton``: ``vllm.model_executor.layers.quantization.compressed_tensors
-  .triton_scaled_mm.triton_scaled_mm(input, weight, scale_a, scale_b,
-  out_dtype, bias=None)``: ``accumulator * scale_a``, ``* scale_b``, cast to
-  out_dtype, then ``+ bias``: ``a_then_w/after_round``.
-* ``sgl-int8``: ``sgl_kernel.int8_scaled_mm(mat_a, mat_b, scales_a, scales_b,
-  out_dtype, bias=None)``; sgl-kernel's ``EpilogueVisitorPerRowPerCol``
-  (``sgl-kernel/csrc/cutlass_extensions/epilogue/epilogue_per_row_per_col_scale.h``,
-  from TensorRT-LLM): ``accum * (scale_col * scale_row)`` then ``+ bias`` in
-  float, one conversion: ``fused/fp32_before_round``. K multiple of 16, N
-  multiple of 8 (its TORCH_CHECKs). This is the SM80/SM89 kernel; other
-  architectures dispatch elsewhere and are not verified here.
-"""
+* ``vllm-cutlass``: ``vllm._custom_ops.cutlass_scaled_mm``, ``ScaledEpilogue[Bias]``: ``w_then_a/fp32_before_round``;
+  K, N multiples of 16.
+* ``vllm-triton``: ``compressed_tensors.triton_scaled_mm``: ``acc * scale_a * scale_b``, cast, ``+ bias``:
+  ``a_then_w/after_round``.
+* ``sgl-int8``: ``sgl_kernel.int8_scaled_mm`` (SM80/SM89 ``EpilogueVisitorPerRowPerCol``): ``accum * (scale_col *
+  scale_row) + bias`` in float, one conversion: ``fused/fp32_before_round``; K % 16, N % 8."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 from typing import Callable
 
 from conformance.kernels._digest import callable_digest
@@ -63,8 +46,7 @@ TARGETS = {
 
 
 def build_spec(name: str, fn: Callable, version: str = "0") -> KernelSpec:
-    """KernelSpec for a vLLM-convention callable ``fn`` under adapter ``name``
-    (the declared steps and constraints of :data:`TARGETS`)."""
+    """KernelSpec for a vLLM-convention callable ``fn`` under adapter ``name`` (:data:`TARGETS`)."""
     _mod, _attr, steps_name, cons, _dist = TARGETS[name]
     steps = NAMED[steps_name]
     return KernelSpec(
@@ -82,13 +64,7 @@ def build_spec(name: str, fn: Callable, version: str = "0") -> KernelSpec:
 
 
 def make_spec(name: str) -> KernelSpec:
-    """Import the real op and build its spec.
-
-    Raises:
-        ImportError / AttributeError: package missing (one line via the catalogue).
-    """
-    import importlib.metadata
-
+    """Import the real op and build its spec (ImportError / AttributeError when missing)."""
     mod, attr, _s, _c, dist = TARGETS[name]
     fn = getattr(importlib.import_module(mod), attr)
     return build_spec(name, fn, f"{dist} {importlib.metadata.version(dist)}")
