@@ -1,9 +1,5 @@
-"""Exact int8 x int8 accumulation (the GEMM's accumulator, DESIGN.md 1 and 4).
-
-``exact_int_mm`` is the reference accumulator: the mathematically exact
-``A @ B^T`` of int8 operands as int64, computed fast through float32 BLAS
-on K-chunks whose every partial sum is provably an exactly representable
-integer. ``int_mm_int64_naive`` is an independent slow path used to test it.
+"""Exact int8 x int8 accumulation (DESIGN.md 1 and 4): :func:`exact_int_mm` (fast, float32 BLAS on K-chunks) and
+:func:`int_mm_int64_naive` (slow, independent, for tests), plus accumulator bounds.
 """
 
 from __future__ import annotations
@@ -17,10 +13,7 @@ from reference.errors import OperandError
 
 INT32_MAX: int = 2**31 - 1
 INT32_MIN: int = -(2**31)
-#: Integers with magnitude <= 2**24 are exactly representable in float32
-#: (24-bit significand, IEEE 754 binary32); the int -> float32 conversion of
-#: an accumulator is exact iff ``|acc| <= 2**24`` or acc has enough trailing
-#: zero bits. DESIGN.md F7 / check C4 use ``|acc| < 2**24`` as the bound.
+#: Integers with ``|v| <= 2**24`` are exact in float32 (DESIGN.md F7 / check C4 bound).
 FP32_EXACT_INT: int = 2**24
 
 #: K-chunk length of the float32 path: |a*b| <= 128*128 = 2**14, so any sum of
@@ -42,10 +35,7 @@ def _check_pair(a, b, names=("a", "b")) -> None:
 
 @contextlib.contextmanager
 def _ieee_fp32_matmul():
-    # int8 values (|v| <= 128 = 2**7) are exact even in bf16/tf32 inputs, so a
-    # reduced-precision setting would still be exact as long as products are
-    # summed in fp32; we force "highest" anyway so the proof needs no such
-    # assumption about oneDNN internals.
+    # "highest" so the exactness proof needs no assumption about BLAS internals
     prev = torch.get_float32_matmul_precision()
     if prev != "highest":
         torch.set_float32_matmul_precision("highest")
@@ -67,8 +57,7 @@ _BATCHED_ELEMS: int = 2**26
 
 
 def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
-    """``af @ bf.T`` for float32 matrices holding integers with |v| <= 128,
-    exact by the argument in :func:`exact_int_mm`. Returns int64 [M, N]."""
+    """``af @ bf.T`` -> int64 for float32 matrices of integers with |v| <= 128 (exact: see :func:`exact_int_mm`)."""
     m, k = af.shape
     n = bf.shape[0]
     if k <= CHUNK_K:
@@ -92,7 +81,6 @@ def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
 
 
 def _exact_mm(a: torch.Tensor, b: torch.Tensor, absolute: bool) -> torch.Tensor:
-    """Exact ``a @ b.T`` (or ``|a| @ |b|.T``) of int8 operands as int64 [M, N]."""
     conv = (lambda t: t.to(torch.float32).abs()) if absolute else (lambda t: t.to(torch.float32))
     m, k = a.shape
     n = b.shape[0]
@@ -108,53 +96,13 @@ def _exact_mm(a: torch.Tensor, b: torch.Tensor, absolute: bool) -> torch.Tensor:
 
 
 def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact accumulator ``A @ B^T`` of int8 operands.
+    """Exact accumulator ``A @ B^T`` of int8 a [M, K] and b [N, K] (any strides) -> int64 [M, N] on a's device, with no
+    int32 wrap (the F6 int32_overflow case has a known exact value). OperandError: non-tensor, non-int8, non-2-D, K mismatch.
 
-    Args:
-        a: int8 [M, K] (any strides).
-        b: int8 [N, K] (nn.Linear layout; any strides).
-
-    Returns:
-        int64 [M, N] on a's device, equal to the exact integer sum
-        ``sum_k a[m,k] * b[n,k]`` (no int32 wrap-around: values outside the
-        int32 range are returned as they are, so the F6 int32_overflow case
-        has a known exact value).
-
-    Raises:
-        OperandError: non-tensor, non-int8, non-2-D operands or K mismatch.
-
-    Exactness argument (float32 BLAS on K-chunks; on the 2-core dev machine,
-    unloaded, ~80-97 GMAC/s vs ~20-44 for one float64 GEMM at M=512,
-    K,N in {2048, 6144}: see ``python -m conformance.bench.accumulate``):
-      1. Every int8 value is an integer with |v| <= 2**7, exactly
-         representable in float32 (and in bf16 / tf32).
-      2. Each product has |a*b| <= 128*128 = 2**14 (the maximum is the
-         -128 x -128 case), an integer, exact in float32; a fused
-         multiply-add of such values is exact as well.
-      3. K is cut into chunks of at most ``CHUNK_K`` = 1024 = 2**10. Whatever
-         order, blocking or reduction tree the BLAS uses inside a chunk,
-         every intermediate is a sum of a subset of that chunk's products,
-         so an integer of magnitude <= 2**10 * 2**14 = 2**24. All integers
-         with |x| <= 2**24 are representable in float32 (IEEE 754 binary32,
-         24-bit significand), so every addition is exact (RNE never has to
-         round) and the chunk's float32 result is its exact integer sum.
-      4. Chunk results are added in float64: every partial sum is an integer
-         of magnitude <= K * 2**14, exact in float64 while K * 2**14 <= 2**53,
-         i.e. K <= 2**39 -- far beyond any GEMM here. The final float64 ->
-         int64 conversion of an exact integer is exact.
-    The float32 matmul precision is forced to "highest" for the call (IEEE
-    fp32, no bf16/tf32 down-conversion), although step 1 makes even that
-    unnecessary as long as products are summed in float32. The argument holds
-    on any device (CPU BLAS, cuBLAS with or without split-K): the result is
-    computed on a's device, and "highest" also turns cuBLAS TF32 off (TF32
-    would be exact here anyway: int8 values need 8 significand bits, TF32
-    has 11, and its products are accumulated in float32). The sweep relies
-    on this to compute its reference accumulators on the kernel's GPU;
-    ``tests/reference/test_memo_device.py`` runs this very code path on the
-    CPU and (marked ``cuda``) on a GPU against :func:`int_mm_int64_naive`. A large b
-    (more than 2**26 elements, e.g. an lm_head) is converted in row blocks to
-    bound the temporary float32 copy; rows are independent, so this changes
-    nothing.
+    Exactness: int8 products are integers |p| <= 2**14; K is cut into chunks of ``CHUNK_K`` = 2**10, so every partial
+    sum any BLAS forms inside a chunk is an integer <= 2**24, exact in float32; chunk sums are added in float64, exact
+    while K <= 2**39. Matmul precision is forced to "highest" (no TF32), on any device (CPU BLAS or cuBLAS, split-K or
+    not). A b of more than 2**26 elements is converted in row blocks to bound the float32 copy.
     """
     _check_pair(a, b)
     from reference import memo
@@ -163,19 +111,8 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Slow, obviously-exact int64 reference: ``sum_k int64(a) * int64(b)``.
-
-    Element-wise int64 products and an int64 sum over K (no BLAS, no float),
-    processed in row blocks to bound memory. Meant for tests (small shapes).
-
-    Args:
-        a: int8 [M, K]; b: int8 [N, K].
-
-    Returns:
-        int64 [M, N].
-
-    Raises:
-        OperandError: as :func:`exact_int_mm`.
+    """``sum_k int64(a) * int64(b)`` -> int64 [M, N], no BLAS, no float, in row blocks; for tests (small shapes).
+    OperandError as :func:`exact_int_mm`.
     """
     _check_pair(a, b)
     a64 = a.to(torch.int64)
@@ -190,28 +127,15 @@ def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Cheap bound on every accumulator: ``K * max|a| * max|b|``.
-
-    Args:
-        a: int8 [M, K]; b: int8 [N, K].
-
-    Returns:
-        Python int >= max |acc[m, n]| (0 when K = 0 or an operand is all 0).
-        The worst case over int8 is ``K * 16384`` (all -128).
-
-    Raises:
-        OperandError: as :func:`exact_int_mm`.
+    """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0.
+    OperandError as :func:`exact_int_mm`.
     """
     return ask_accumulator_bound(a, b).get()
 
 
 def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
-    """:func:`accumulator_bound` as a ``reference.readback.Deferred``: both
-    maxima asked together (one read-back, shared with whatever else is
-    pending), read by its ``get()``.
-
-    Raises:
-        OperandError: as :func:`exact_int_mm` (at once, not at ``get``).
+    """:func:`accumulator_bound` as a ``reference.readback.Deferred`` (both maxima in one read-back); OperandError at
+    once.
     """
     _check_pair(a, b)
     k = int(a.shape[1])
@@ -222,21 +146,8 @@ def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
 
 
 def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Tight per-element bound ``|A| @ |B|^T`` (exact, int64 [M, N]).
-
-    ``|acc[m,n]| <= sum_k |a[m,k]| * |b[n,k]|`` with equality when the signs
-    agree term by term; used by check C3 (int32_headroom) and C4. Computed
-    with the exact float32-chunk path of :func:`exact_int_mm` (|a| <= 128 so
-    the same 2**14 per-product bound holds).
-
-    Args:
-        a: int8 [M, K]; b: int8 [N, K].
-
-    Returns:
-        int64 [M, N], every entry >= 0.
-
-    Raises:
-        OperandError: as :func:`exact_int_mm`.
+    """Tight bound ``|A| @ |B|^T`` (int64 [M, N], exact, >= 0) for checks C3/C4; equality when signs agree term
+    by term. OperandError as :func:`exact_int_mm`.
     """
     _check_pair(a, b)
     from reference import memo
@@ -245,11 +156,9 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """``acc`` (an int8 GEMM's int64 [M, N] result over ``a``'s K), with the
-    bound ``K * 2**14`` on its magnitude noted in the ``reference.memo``
-    scope (``memo.note_bound``: each product is at most (-128)**2 = 2**14):
-    the epilogue's int64 -> float32 conversion then knows without a
-    read-back that no element is beyond 2**53."""
+    """``acc`` with the bound ``K * 2**14`` noted in the memo scope, so the epilogue's int64 -> float32 conversion
+    needs no read-back.
+    """
     from reference import memo
 
     memo.note_bound(acc, int(a.shape[1]) * 16384)

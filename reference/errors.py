@@ -1,9 +1,5 @@
-"""Error types shared by every int8conf package.
-
-Every error a user can cause (bad operand, bad file, bad option) is an
-``Int8confError`` whose message is one line naming the problem (shape, dtype,
-file, field). The CLI and the pytest plugin print that line instead of a
-traceback.
+"""Error types shared by every int8conf package: a user-caused problem is an ``Int8confError`` whose one-line
+message names it; the CLI and the pytest plugin print that line instead of a traceback.
 """
 
 
@@ -12,8 +8,7 @@ class Int8confError(Exception):
 
 
 class OperandError(Int8confError, ValueError):
-    """An operand of ``scaled_mm`` / ``int_mm`` has the wrong dtype, shape,
-    layout or value (e.g. NaN/inf/zero scale, K=0)."""
+    """A ``scaled_mm`` / ``int_mm`` operand has a wrong dtype, shape, layout or value."""
 
 
 class ContractError(Int8confError, ValueError):
@@ -25,29 +20,24 @@ class KernelLoadError(Int8confError, ImportError):
 
 
 class CheckpointError(Int8confError, ValueError):
-    """A checkpoint directory or safetensors file is missing, truncated,
-    not a Qwen3 checkpoint, or its digests do not match."""
+    """A checkpoint is missing, truncated, not Qwen3, or fails its digests."""
 
 
 class CaptureError(Int8confError, ValueError):
-    """A layer capture or its manifest is inconsistent (digest mismatch,
-    capture from a different model, missing layer)."""
+    """A layer capture or its manifest is inconsistent."""
 
 
 class PredictionError(Int8confError, ValueError):
-    """A prediction matrix, lock file or amendment is malformed or its digest
-    does not match its lock."""
+    """A prediction matrix, lock file or amendment is malformed or mismatches its lock."""
 
 
 class SeedError(Int8confError, ValueError):
-    """A seed given by the user is not an integer in the accepted range
-    (``reference.seeds``)."""
+    """A user seed is not an integer in ``[0, reference.seeds.MAX_SEED]``."""
 
 
 def first_line(e: BaseException, limit: "int | None" = 300) -> str:
-    """The first line of ``str(e)``, stripped and cut to ``limit`` characters
-    (None: uncut; "" for an empty message). A user kernel's exception may not even print
-    (its ``__str__`` raises): then a placeholder naming that, never a new error.
+    """First line of ``str(e)``, stripped, cut to ``limit`` characters (None: uncut); a placeholder when ``str(e)``
+    itself raises.
     """
     try:
         s = str(e).strip()

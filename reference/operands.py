@@ -1,7 +1,5 @@
-"""One W8A8 GEMM case: operands, scale mode, and content digests.
-
-The digests let check C2 (operand_sharing) prove that a kernel received the
-very operands the reference used (DESIGN.md sections 5, F9 and 6, C2).
+"""One W8A8 GEMM case (:class:`GemmOperands`), layout helpers and content digests (which let check C2 prove a kernel
+received the very operands the reference used, DESIGN.md 5, F9, C2).
 """
 
 from __future__ import annotations
@@ -26,22 +24,9 @@ def storage_span(t: torch.Tensor) -> int:
 
 
 def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
-    """A copy of ``t`` with the same shape, strides AND the bytes between its
-    elements (the padding of a ``x[:, :K]`` view), optionally on another device.
-
-    ``Tensor.clone()`` and ``Tensor.to(device)`` make a non-dense view dense,
-    which would hide a kernel that ignores a padded leading stride; this copy
-    keeps the storage span ``[first element, last element]`` of the view and
-    re-creates the view on it (``as_strided``), so such a kernel reads the
-    same padding it would read in the original.
-
-    Args:
-        t: any tensor (or None, returned as None).
-        device: target device (None = ``t``'s device).
-
-    Returns:
-        New tensor, ``shape == t.shape``, ``stride() == t.stride()``,
-        ``storage_offset() == 0``, equal bits; never shares memory with ``t``.
+    """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between
+    its elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``.
+    ``clone()`` / ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride.
     """
     if t is None:
         return None
@@ -61,17 +46,9 @@ def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.T
 
 
 def layout_label(t: Optional[torch.Tensor]) -> str:
-    """Short name of an operand's memory layout, for manifests and coverage.
-
-    Returns:
-        ``none`` (absent), ``scalar`` (0-d or one element), ``dense``
-        (contiguous), ``row-major padded`` (2-D, unit inner stride, leading
-        stride > columns: a ``x[:, :K]`` view), ``column-major`` (2-D
-        transposed view ``w.t()`` of a row-major buffer, dense or padded;
-        both for matrices with two dimensions > 1),
-        ``broadcast`` (a zero stride on a dimension of size > 1), or
-        ``strided`` (any other non-contiguous layout, e.g. a 1-D scale with
-        stride 2).
+    """Layout name for manifests and coverage: ``none``, ``scalar`` (0-d or one element), ``dense``, ``row-major
+    padded`` (2-D, unit inner stride, leading stride > columns), ``column-major`` (a ``w.t()`` view, dense or padded;
+    matrices with two dims > 1), ``broadcast`` (a zero stride on a dim > 1), or ``strided`` (anything else).
     """
     if t is None:
         return "none"
@@ -92,27 +69,10 @@ def layout_label(t: Optional[torch.Tensor]) -> str:
 
 
 def tensor_digest(t: Optional[torch.Tensor]) -> str:
-    """SHA-256 hex digest of a tensor's dtype, shape and contents.
-
-    The hashed byte string is ``f"{dtype};{d0,d1,...};".encode("ascii")``
-    (dtype as ``str(t.dtype)``, e.g. ``torch.int8``; shape dims joined by
-    commas, empty for a 0-d tensor) followed by the row-major (C-contiguous)
-    little-endian element bytes, so equal digests mean equal dtype, shape and
-    bits, independent of strides or device.
-
-    Args:
-        t: any tensor, or None (digest of None is the string ``"none"``).
-
-    Inside a ``reference.memo`` scope, a tensor built by a recorded,
-    deterministic construction from digested sources carries its recipe's
-    digest instead (:func:`derived_digest`: the F6 / F7 operands, whose
-    tens of MB would otherwise be copied to the host and hashed in every
-    sweep cell); equal digests still mean equal bits (equal recipes build
-    equal tensors), but such a tensor and a byte-equal one made another way
-    differ in digest. Copies of it (``memo.note_copy``) share its digest.
-
-    Returns:
-        64-character lowercase hex string (or ``"none"``).
+    """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by
+    the row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
+    device. None -> ``"none"``. Inside a memo scope a tensor built by a recorded recipe carries its
+    :func:`derived_digest` (copies noted with ``memo.note_copy`` share it).
     """
     if t is None:
         return "none"
@@ -122,17 +82,8 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
 
 
 def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
-    """Digest of ``t`` built from the tensors ``sources`` by the construction
-    described by ``recipe`` (deterministic: same sources and recipe, same
-    bits), stored for ``t`` in the open ``reference.memo`` scope
-    (:func:`tensor_digest` then returns it): SHA-256 of
-    ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
-
-    Args:
-        t: the built tensor; sources: the tensors it was built from;
-        recipe: text fixing everything else the construction used.
-    Returns:
-        64-character lowercase hex string.
+    """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored
+    for ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
     """
     from reference import memo
 
@@ -144,9 +95,7 @@ def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
 
 
 def _digest_or_source(t: torch.Tensor) -> str:
-    """The digest of the tensor ``t`` is a fresh copy of (``reference.memo.copy_source``:
-    same dtype, shape and bits, so the same digest, memoized for both), else
-    :func:`_digest` of ``t`` itself."""
+    """The digest of the tensor ``t`` is a fresh copy of (``memo.copy_source``), else of ``t`` itself."""
     from reference import memo
 
     src = memo.copy_source(t)
@@ -154,7 +103,6 @@ def _digest_or_source(t: torch.Tensor) -> str:
 
 
 def _digest(t: torch.Tensor) -> str:
-    """:func:`tensor_digest` computed (no memo)."""
     h = hashlib.sha256()
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
@@ -169,23 +117,12 @@ def _digest(t: torch.Tensor) -> str:
 
 @dataclass
 class GemmOperands:
-    """Operands of one ``scaled_mm`` call (DESIGN.md section 3).
+    """Operands of one ``scaled_mm`` call (DESIGN.md 3); no validation here (``reference.validate``).
 
-    Attributes:
-        a: int8 [M, K] activations (row-major, leading stride >= K), per-token
-            quantized.
-        b: int8 [N, K] weights, nn.Linear layout (row-major, or the
-            transposed view of a [K, N] buffer), per-channel quantized.
-        scale_a: float32 [M] per-token scales ([M, 1] / scalar; any strides).
-        scale_b: float32 [N] per-output-channel scales ([N, 1] / scalar).
-        bias: optional [N] tensor in ``out_dtype``.
-        out_dtype: torch.bfloat16 (default), torch.float16 or torch.float32.
-        name: case label, e.g. a layer name ``model.layers.0.self_attn.q_proj``.
-        scale_mode: ``"own"`` (checkpoint's scales), ``"pow2"`` (weights
-            requantized to power-of-two scales) or ``"synthetic"``.
-        meta: free-form JSON-able extras (block, proj, seed, ...).
-
-    No validation happens here; use :func:`reference.validate.validate_operands`.
+    ``a``: int8 [M, K], row-major (leading stride >= K), per-token quantized; ``b``: int8 [N, K] (row-major or the
+    transposed view of a [K, N] buffer), per-channel; ``scale_a``: float32 [M] / [M, 1] / scalar; ``scale_b``: float32
+    [N] / [N, 1] / scalar; ``bias``: None or [N] of ``out_dtype`` (bf16 default, fp16, fp32); ``name``: case label;
+    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras.
     """
 
     a: torch.Tensor
@@ -200,22 +137,18 @@ class GemmOperands:
 
     @property
     def m(self) -> int:
-        """Rows of a (tokens)."""
         return int(self.a.shape[0])
 
     @property
     def k(self) -> int:
-        """Reduction length (columns of a and b)."""
         return int(self.a.shape[1])
 
     @property
     def n(self) -> int:
-        """Rows of b (output channels)."""
         return int(self.b.shape[0])
 
     def digests(self) -> dict[str, str]:
-        """``{"a", "b", "scale_a", "scale_b", "bias"}`` -> :func:`tensor_digest`
-        (``"none"`` for an absent bias)."""
+        """``{"a", "b", "scale_a", "scale_b", "bias"}`` -> :func:`tensor_digest`."""
         return {
             "a": tensor_digest(self.a),
             "b": tensor_digest(self.b),
@@ -229,9 +162,7 @@ class GemmOperands:
         return {k: layout_label(getattr(self, k)) for k in OPERAND_NAMES}
 
     def to(self, device) -> "GemmOperands":
-        """Operands on ``device`` (meta shallow-copied). Tensors already there
-        are kept as they are (not copied); others are moved with
-        :func:`copy_keep_layout`, so shapes, strides and padding survive."""
+        """Operands on ``device`` (meta shallow-copied); tensors elsewhere are moved with :func:`copy_keep_layout`."""
         dev = torch.device(device)
 
         def mv(t):
@@ -252,8 +183,7 @@ class GemmOperands:
         )
 
     def dense(self) -> "GemmOperands":
-        """Copy with every tensor contiguous (what a kernel that declares
-        ``contiguous_only`` is handed); values and meta unchanged."""
+        """Copy with every tensor contiguous (what a ``contiguous_only`` kernel is handed)."""
         c = lambda t: None if t is None else t.detach().contiguous().clone()  # noqa: E731
         return GemmOperands(
             a=c(self.a),

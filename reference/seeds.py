@@ -1,12 +1,5 @@
-"""The one range every user-given seed of int8conf must lie in.
-
-Seeds pick faulted elements (``faults.mask``), seed bootstrap resampling
-(``conformance.study``) and co-prompts (``detllm demo``), and the sweep
-stores them in SQLite ``INTEGER`` columns, which hold signed 64-bit
-integers. So a seed is an integer in ``[0, MAX_SEED]`` = ``[0, 2**63 - 1]``;
-anything else (negative, 2**63 and beyond, not an integer) is refused with
-one line naming the seed, before any work starts, instead of failing deep
-inside a store or a generator.
+"""The range of every user-given seed: an integer in ``[0, MAX_SEED]`` = ``[0, 2**63 - 1]`` (the sweep stores seeds
+in SQLite ``INTEGER`` columns); anything else is refused with one line before any work starts.
 """
 
 from __future__ import annotations
@@ -18,19 +11,8 @@ MAX_SEED = 2**63 - 1
 
 
 def check_seed(value, what: str = "seed") -> int:
-    """``value`` as a seed (an int in ``[0, MAX_SEED]``).
-
-    Args:
-        value: an int, or text holding a decimal integer (surrounding blanks
-            allowed); ``bool`` is refused.
-        what: how the message names the seed (e.g. ``"--fault-seed"``).
-
-    Returns:
-        The seed as an int.
-
-    Raises:
-        SeedError: one line naming ``what`` and the value: not an integer,
-            negative, or above ``MAX_SEED``.
+    """``value`` (an int, or text of a decimal integer; not a bool) as an int seed; SeedError naming ``what`` (e.g.
+    ``"--fault-seed"``) when not an integer, negative or above ``MAX_SEED``.
     """
     if isinstance(value, bool):
         raise SeedError(f"{what} {value!r} is not an integer")

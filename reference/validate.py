@@ -1,8 +1,5 @@
-"""Operand validation for ``scaled_mm`` (DESIGN.md section 3).
-
-Every problem becomes one :class:`~reference.errors.OperandError` whose
-message is a single line naming the operand and the problem, e.g.
-``scale_a has 3 NaN value(s) (first at index 7)``.
+"""Operand validation for ``scaled_mm`` (DESIGN.md 3): every problem is one single-line
+:class:`~reference.errors.OperandError` naming the operand, e.g. ``scale_a has 3 NaN value(s) (first at index 7)``.
 """
 
 from __future__ import annotations
@@ -30,26 +27,23 @@ def _check_int8_matrix(x, name: str, dims: str) -> None:
 
 
 def is_row_major(x: torch.Tensor) -> bool:
-    """True when the 2-D ``x`` [R, C] is row-major with unit inner stride and
-    leading stride >= C (BLAS ``lda >= K``): a dense matrix or a view such as
-    ``buf[:, :C]`` of a wider buffer. Strides of size-1 dimensions are
-    irrelevant (torch keeps arbitrary ones there)."""
+    """2-D ``x`` [R, C] with unit inner stride and leading stride >= C (BLAS ``lda >= K``; strides of size-1 dims
+    ignored): dense, or a ``buf[:, :C]`` view.
+    """
     r, c = (int(v) for v in x.shape)
     s0, s1 = (int(v) for v in x.stride())
     return (c <= 1 or s1 == 1) and (r <= 1 or s0 >= max(c, 1))
 
 
 def is_column_major(x: torch.Tensor) -> bool:
-    """True when the 2-D ``x`` [R, C] is column-major with unit stride along
-    rows and leading stride >= R: the transposed view ``buf.t()`` of a
-    row-major [C, R] buffer (vLLM's weight layout, ``b`` of ``cutlass_scaled_mm``
-    seen from the [N, K] side)."""
+    """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R]
+    buffer (vLLM's weight layout).
+    """
     return is_row_major(x.t())
 
 
 def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
-    """BLAS rule (DESIGN.md 3): row-major, unit inner stride, leading stride
-    >= K; ``b`` may also be the transposed view of a [K, N] buffer."""
+    """BLAS rule: row-major, unit inner stride, leading stride >= K; ``b`` may be a transposed [K, N] view."""
     if is_row_major(x) or (allow_column_major and is_column_major(x)):
         return
     r, c = (int(v) for v in x.shape)
@@ -66,7 +60,7 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
 
 
 def _check_values(t: torch.Tensor, name: str) -> None:
-    """Raise OperandError on NaN or +-inf (zero and negative values are legal)."""
+    """OperandError on NaN or ±inf (zero and negative values are legal)."""
     from reference import memo
 
     # both counts in one read-back, memoized per tensor inside a memo scope
@@ -88,9 +82,9 @@ def _check_values(t: torch.Tensor, name: str) -> None:
 
 
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
-    """``"3 non-finite value(s) (first at (i, j))"`` for a tensor holding NaN /
-    inf (the first in row-major order, as a full index), None when every value
-    is finite. One pass and one read-back when clean."""
+    """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one
+    read-back when clean.
+    """
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None
@@ -99,15 +93,12 @@ def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
 
 
 def _nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
-    """``(NaN count, +-inf count)`` of ``t``, read back together."""
     flat = t.detach().reshape(-1)
     n = torch.stack([torch.isnan(flat).sum(), torch.isinf(flat).sum()]).tolist()
     return int(n[0]), int(n[1])
 
 
 def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
-    """Raise OperandError unless ``s`` is a float32 tensor of shape [rows],
-    [rows, 1] or a scalar."""
     _is_tensor(s, name)
     if s.dtype != torch.float32:
         raise OperandError(f"{name} has dtype {s.dtype}; expected torch.float32")
@@ -127,32 +118,12 @@ def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
 def validate_operands(
     a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16
 ) -> tuple[int, int, int]:
-    """Check the operands of one ``scaled_mm`` call.
+    """Check one ``scaled_mm`` call -> ``(M, K, N)``.
 
-    Args:
-        a: int8 [M, K], row-major with unit inner stride and any leading
-            stride >= K (a dense tensor or a view ``x[:, :K]`` of a wider
-            buffer; BLAS ``lda >= K``).
-        b: int8 [N, K] (nn.Linear layout), row-major like ``a``, or
-            column-major: the transposed view ``w.t()`` of a [K, N] buffer
-            (leading stride >= N), as vLLM passes it.
-        scale_a: float32 per-token scale, shape [M], [M, 1] or scalar ([] / [1]);
-            any strides; zero and negative values are legal.
-        scale_b: float32 per-channel scale, shape [N], [N, 1] or scalar.
-        bias: None or a tensor of shape [N] and dtype ``out_dtype``, finite
-            (any stride).
-        out_dtype: torch.bfloat16, torch.float16 or torch.float32.
-
-    Returns:
-        ``(M, K, N)`` as Python ints.
-
-    Raises:
-        OperandError: one line naming the operand and problem, for: a
-            non-tensor, wrong dtype, not 2-D, an a or b layout outside the
-            BLAS rule above, K mismatch, M, N or K equal to 0, a scale of
-            another shape, NaN / inf scales (zero and negative scales are
-            legal), a bias of wrong
-            shape or dtype or with NaN/inf, out_dtype not bf16/fp16/fp32.
+    ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
+    buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
+    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError
+    (one line) on anything else, including M, N or K equal to 0.
     """
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
@@ -182,20 +153,8 @@ def validate_operands(
 
 
 def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bring scales to the canonical 1-D float32 form.
-
-    Args:
-        scale_a: float32 [M], [M, 1], [1] or 0-d.
-        scale_b: float32 [N], [N, 1], [1] or 0-d.
-        m, n: the GEMM's M and N.
-
-    Returns:
-        ``(scale_a float32 [M], scale_b float32 [N])``, contiguous; scalars
-        are broadcast (values unchanged, no rounding).
-
-    Raises:
-        OperandError: a non-tensor, non-float32 or mis-shaped scale (values
-            are not checked here; :func:`validate_operands` does).
+    """``(scale_a float32 [M], scale_b float32 [N])``, contiguous, scalars broadcast (no rounding), from [M]/[M, 1]/
+    [1]/0-d scales. OperandError on a non-tensor, non-float32 or mis-shaped scale (values are not checked).
     """
     out = []
     for s, rows, name, rn in ((scale_a, m, "scale_a", "M"), (scale_b, n, "scale_b", "N")):
