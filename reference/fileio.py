@@ -1,10 +1,5 @@
-"""File helpers shared by every writer and reader of int8conf files.
-
-Writers are atomic (temp file in the destination directory, then
-``os.replace``), so a crash or a full disk never leaves a half-written
-report, checkpoint, capture or asset. Readers turn a missing or malformed
-JSON file into one ``Int8confError`` line naming the file.
-"""
+"""Atomic writers (temp file + ``os.replace``: a crash never leaves half a file), JSON readers that fail with one
+line naming the file, and portable paths for committed reports."""
 
 from __future__ import annotations
 
@@ -20,15 +15,7 @@ from reference.errors import Int8confError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; parent directories are created.
-
-    The file is made world-readable (``mkstemp`` creates 0600) since reports
-    and shipped assets are meant to be shared.
-
-    Raises:
-        OSError: the directory cannot be created or written (the temp file is
-            removed; an existing ``path`` is left untouched).
-    """
+    """Write ``data`` to ``path`` atomically (mode 0644, parents created). Raises OSError, leaving ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -49,10 +36,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, obj: Any, indent: int = 2, **dumps_kwargs) -> None:
-    """Write ``obj`` as key-sorted UTF-8 JSON (trailing newline), atomically.
-
-    Extra keyword arguments go to ``json.dumps`` (e.g. ``allow_nan=False``).
-    """
+    """Write ``obj`` as key-sorted UTF-8 JSON (trailing newline), atomically; extra arguments go to ``json.dumps``."""
     dumps_kwargs.setdefault("sort_keys", True)
     dumps_kwargs.setdefault("ensure_ascii", False)
     atomic_write_text(path, json.dumps(obj, indent=indent, **dumps_kwargs) + "\n")
@@ -68,18 +52,8 @@ def file_sha256(path: Path) -> str:
 
 
 def read_json_object(path: Path, error: type = Int8confError, missing_hint: str = "") -> dict:
-    """Read a JSON file whose top level must be an object.
-
-    Args:
-        path: the file.
-        error: the Int8confError subclass to raise (CheckpointError, CaptureError, ...).
-        missing_hint: appended to the "missing" message, e.g. "not a capture directory".
-    Returns:
-        the parsed dict.
-    Raises:
-        ``error``: one line naming the file when it is missing, not UTF-8 JSON,
-            or its top level is not an object.
-    """
+    """The JSON object in ``path``; raises ``error`` (one line naming the file, plus ``missing_hint``) when it is
+    missing, not UTF-8 JSON, or not an object."""
     path = Path(path)
     if not path.is_file():
         raise error(f"{path}: missing" + (f" ({missing_hint})" if missing_hint else ""))
@@ -93,16 +67,13 @@ def read_json_object(path: Path, error: type = Int8confError, missing_hint: str 
 
 
 # ------------------------------------------------------------ portable paths
-#: the directory holding the ``reference`` package: the repository root of a
-#: checkout (``site-packages`` of an installed copy, where the packages and
-#: their assets keep the same relative paths)
+#: the directory holding the ``reference`` package (a checkout's root, or site-packages)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "INT8CONF_CACHE"
 
 
 def cache_location(cache=None) -> Path:
-    """Where the artifact cache is (``cache`` argument, ``$INT8CONF_CACHE``
-    or ``~/.cache/int8conf``), without creating it."""
+    """The artifact cache: ``cache``, ``$INT8CONF_CACHE`` or ``~/.cache/int8conf`` (not created)."""
     return Path(cache) if cache is not None else Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "int8conf")
 
 
@@ -111,10 +82,8 @@ EXTERNAL = "..."
 
 
 def _path_roots() -> list:
-    """``(absolute root, portable prefix)`` pairs, longest root first: the
-    repository root (-> relative path), the artifact cache (->
-    ``$INT8CONF_CACHE``), the temporary directory (-> ``$TMPDIR``) and the
-    home directory (-> ``~``); each root both as written and symlink-resolved."""
+    """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved:
+    repository -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
     pairs = [
         (REPO_ROOT, ""),
         (cache_location(), f"${CACHE_ENV}"),
@@ -130,21 +99,8 @@ def _path_roots() -> list:
 
 
 def portable_path(p, _roots=None) -> Any:
-    """A path as it may appear in a committed report: no machine-specific
-    absolute path.
-
-    Inside the repository root: the relative POSIX path
-    (``reference/model/assets/captures``); inside the artifact cache:
-    ``$INT8CONF_CACHE/<rel>``; the temporary or home directory: ``$TMPDIR/<rel>``,
-    ``~/<rel>``; any other absolute path: ``.../<last component>``. Relative
-    paths, empty strings and None are returned unchanged.
-
-    Args:
-        p: ``str`` / ``os.PathLike`` / None.
-
-    Returns:
-        str (None for None).
-    """
+    """``p`` as a committed report may show it: relative inside the repository, ``$INT8CONF_CACHE/<rel>``,
+    ``$TMPDIR/<rel>``, ``~/<rel>``, else ``.../<last component>``; relative paths, "" and None unchanged."""
     if p is None:
         return None
     s = os.fspath(p)
@@ -163,10 +119,8 @@ def portable_path(p, _roots=None) -> Any:
 
 
 def portable_text(text: str, _roots=None) -> str:
-    """``text`` with every absolute path under a known root (see
-    :func:`portable_path`) rewritten the same way, wherever it occurs (notes,
-    error messages, command lines). Paths outside the known roots are left:
-    free text cannot be parsed for paths safely."""
+    """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths
+    outside the known roots stay (free text cannot be parsed for paths safely)."""
     for root, pre in _roots if _roots is not None else _path_roots():
         if root not in text:
             continue
@@ -176,10 +130,8 @@ def portable_text(text: str, _roots=None) -> str:
 
 
 def portable_paths(obj: Any, _roots=None) -> Any:
-    """A copy of a JSON-like document (dicts, lists, scalars) for a committed
-    report: a string that is an absolute path by itself goes through
-    :func:`portable_path`, any other string through :func:`portable_text`.
-    Dict keys are kept."""
+    """A copy of a JSON-like document with every string made portable (a whole path by :func:`portable_path`,
+    other text by :func:`portable_text`); keys are kept."""
     roots = _roots if _roots is not None else _path_roots()
     if isinstance(obj, dict):
         return {k: portable_paths(v, roots) for k, v in obj.items()}
