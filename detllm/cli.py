@@ -1,15 +1,7 @@
 """``detllm`` command line: prepare, generate, demo, perplexity, bench.
 
-Every user-causable error is an ``Int8confError`` printed as one line
-``detllm: error: <problem>`` with exit code 2 (no traceback).
-
-Examples::
-
-    detllm prepare --model reference/model/assets/default_model --out /tmp/art
-    detllm generate --prompt "Shall I compare thee to a summer's day?" -n 24
-    detllm demo                      # configuration x (integer hash, float hash)
-    detllm perplexity --windows 8 --length 256
-    detllm bench --device cpu
+Every user-causable error is an ``Int8confError`` printed as one line ``detllm: error: <problem>``
+with exit code 2 (no traceback).
 """
 
 from __future__ import annotations
@@ -82,14 +74,8 @@ def _parse_ids(s: str) -> list[int]:
 
 
 def check_length(length: int, context: int) -> None:
-    """Reject a perplexity window length outside ``[2, context]``.
-
-    A window needs >= 2 tokens to predict one (a 1-token window has no next-token
-    NLL: the mean over zero positions is nan); beyond the artifact's RoPE table
-    (``max_position``) there are no positions to run.
-
-    Raises:
-        OperandError: one line naming ``length`` and ``context``.
+    """OperandError (one line naming ``length`` and ``context``) unless 2 <= length <= context: a window needs
+    2 tokens to predict one, and the artifact's RoPE table ends at ``max_position``.
     """
     if length < 2:
         raise OperandError(f"--length {length}: a window needs at least 2 tokens (model context {context} tokens)")
@@ -140,9 +126,6 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 
 def _check_device(args) -> None:
-    """``--device`` checked as ``int8conf check`` does (``validate_device``:
-    not a device, CUDA absent, a CUDA index beyond the count, ``cpu:1``),
-    before any model is loaded. Raises Int8confError (one line)."""
     from conformance.kernels.runner import validate_device
 
     validate_device(args.device)
@@ -315,9 +298,9 @@ _CONTEXT_NEW_TOKENS = 4
 
 
 def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
-    """Second table: a context as long as the model allows (held-out text),
-    one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
-    a batch of 2."""
+    """Second demo table: a context as long as the model allows, one prefill vs chunks vs token by token,
+    alone vs in a batch of 2. True when the integer hashes agree.
+    """
     from detllm import generate as G
     from reference.model.corpus import eval_windows
 
@@ -352,7 +335,7 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
 
 
 def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: float = 1.0) -> float:
-    """exp(mean NLL of next-token prediction); logits [n, L, V] (times ``scale``), windows [n, L]."""
+    """exp(mean next-token NLL); logits [n, L, V] (times ``scale``), windows [n, L]."""
     lg = logits[:, :-1].to(torch.float64) * scale
     tgt = windows[:, 1:]
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="mean")

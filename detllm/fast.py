@@ -1,35 +1,13 @@
-"""The engine's GPU decode path: fused integer kernels, static KV cache, one
-CUDA graph per decode step.
+"""The engine's GPU decode path: fused integer kernels, static KV cache, one CUDA graph per decode step.
 
-``FastDecoder`` runs the same integer forward as ``detllm.engine._forward``
-(same artifact, same frozen rules, same bits -- tests/detllm/
-test_fast_engine.py) with the per-token integer ops fused into the Triton
-kernels of ``detllm.kernels`` (about nine launches per block instead of
-hundreds of small torch ops):
-
-  x = embed[ids]                                          (int64 residual, units 2^-R)
-  per block: norm_quant -> linear(qkv) -> qk_rope_cache (QK-norm, RoPE, int8
-  K/V written once at the token's position, per-head query int8) ->
-  attention (scores, int_softmax, exact P.V over the token's cached keys) ->
-  quant_rows -> linear(o, + residual, saturating) -> norm_quant ->
-  linear(gate_up, SwiGLU fused) -> quant_rows -> linear(down, + residual)
-  final norm_quant -> linear(lm_head, int32 logits)
-
-Decode without the host in the loop: the KV cache, the token buffer, the
-per-sequence lengths and every intermediate are static device tensors; a
-decode step reads the fed-back token and the lengths from device memory,
-writes the logits, the greedy next token (``ops.argmax_int``: ties -> the
-smallest id) and lengths + 1 back to device memory. It has no host sync and
-no data-dependent Python control flow, so on CUDA it is captured once in a
-``torch.cuda.CUDAGraph`` and replayed per token; the host only counts steps
-(capacity is checked against a host mirror of the lengths). On the CPU the
-same code runs eagerly, with the kernels under Triton's interpreter.
-
-Prefill uses the same fused kernels eagerly (rows = valid prompt tokens of
-all sequences, each attending to its own sequence's keys 0..pos).
-The matmuls here are the fused Triton GEMM of ``detllm.kernels.linear``, not
-a registry kernel's ``int_mm``: this path is the fast ground truth; the
-kernel-under-test path stays ``detllm.engine`` (``detllm.oracle``).
+``FastDecoder`` runs the integer forward of ``detllm.engine._forward`` (same artifact, rules and bits)
+with the per-token ops fused into the Triton kernels of ``detllm.kernels`` (about nine launches per
+block). A decode step reads the fed-back token and lengths from device memory and writes the logits,
+the greedy next token (``ops.argmax_int``) and lengths + 1 back: no host sync and no data-dependent
+Python control flow, so on CUDA it is captured once in a ``torch.cuda.CUDAGraph`` and replayed per
+token; on the CPU the same code runs eagerly under Triton's interpreter. Prefill runs the same kernels
+eagerly. The matmuls are the fused GEMM of ``detllm.kernels.linear``, not a registry kernel's ``int_mm``:
+this path is the fast ground truth; the kernel-under-test path stays ``detllm.engine``.
 """
 
 from __future__ import annotations
@@ -64,14 +42,8 @@ from reference.errors import OperandError
 class FastDecoder:
     """Static-state fused decoder for ``batch`` sequences of up to ``capacity`` positions.
 
-    Attributes:
-        engine: the ``detllm.engine.Engine`` (artifact tensors on its device).
-        batch, capacity: static sizes.
-        cache: ``engine.KVCache`` (int8 [B, kv_heads, capacity, head_dim] per layer).
-        lengths: int64 [B] device tensor (tokens cached per sequence).
-        tok: int64 [B] device tensor (the token fed to the next decode step).
-        logits: int32 [B, vocab] device tensor (the last decode step's logits).
-        use_graph: capture the decode step in a CUDA graph (CUDA only).
+    Device state: ``cache`` (``engine.KVCache``), ``lengths`` int64 [B], ``tok`` int64 [B] (the token fed to
+    the next step), ``logits`` int32 [B, vocab] (the last step's); ``host_lengths`` mirrors ``lengths``.
     """
 
     engine: E.Engine
@@ -111,10 +83,7 @@ class FastDecoder:
     def _forward_rows(
         self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor, nkeys: torch.Tensor
     ) -> torch.Tensor:
-        """Fused forward of R token rows (device tensors, no host sync).
-
-        ids, pos, seq, nkeys: int64 [R]; valid: int32 [R]. Returns int32 logits [R, vocab].
-        """
+        """Fused forward of R token rows (ids, pos, seq, nkeys int64 [R], valid int32 [R]) -> int32 logits [R, vocab]."""
         eng, w = self.engine, self._w
         d, u = eng.dims, eng.units
         nh, nkv = d["heads"], d["kv_heads"]
@@ -176,13 +145,8 @@ class FastDecoder:
         return KL.linear(f8, w["lm_head.w"], tm, tk, w["lm_head.m"], w["lm_head.k"], KL.MODE_LOGITS)
 
     def prefill(self, tokens: torch.Tensor, n_new: list) -> torch.Tensor:
-        """One prefill chunk: row b's first n_new[b] ids of ``tokens`` [B, T] at
-        positions lengths[b] ...; returns int32 logits [B, T, vocab] (rows t >=
-        n_new[b] are zero). Host work (validation, row layout) happens here,
-        not in decode.
-
-        Raises:
-            OperandError: bad ids, context overflow (one line).
+        """One prefill chunk: row b's first n_new[b] ids of ``tokens`` [B, T] at positions lengths[b]... -> int32
+        logits [B, T, vocab] (padding rows zero). OperandError for bad ids or context overflow.
         """
         B, T = tokens.shape
         if B != self.batch or len(n_new) != B:
@@ -219,20 +183,16 @@ class FastDecoder:
         return out
 
     def _decode_body(self) -> None:
-        """One decode step on device state only (captured in the CUDA graph)."""
         lg = self._forward_rows(self.tok, self.lengths, self._seq, self._ones, self.lengths + 1)
         self.logits.copy_(lg)
         self.tok.copy_(ops.argmax_int(lg))
         self.lengths.add_(1)
 
     def step(self) -> None:
-        """Feed ``tok`` (one token per sequence) at position ``lengths``; leaves the
-        logits in ``logits`` and the greedy next token in ``tok``. The first
-        CUDA step runs eagerly (compiles the kernels), the second captures the
-        graph, every later one replays it.
+        """Feed ``tok`` at position ``lengths``; leaves the logits in ``logits`` and the greedy next token in ``tok``.
 
-        Raises:
-            OperandError: a sequence would exceed the capacity.
+        On CUDA the first step runs eagerly (compiles), the second captures the graph, later ones replay it.
+        Raises OperandError when a sequence would exceed the capacity.
         """
         if max(self.host_lengths) + 1 > self.capacity:
             raise OperandError(f"decode: context of {self.capacity} tokens exhausted")
@@ -263,17 +223,9 @@ def fast_generate(
 ) -> GenerationResult:
     """``detllm.generate.generate`` through ``FastDecoder``: same hashes, same tokens.
 
-    Decode logits stay on the device until the end (a history buffer filled by
-    async copies), so timing covers only device work and graph replays.
-
-    Args:
-        engine, prompts, max_new_tokens, schedule, keep_logits: as ``generate``.
-        use_graph: CUDA-graph the decode step (CUDA only).
-        timings: if a dict, gets ``prefill_s`` and ``decode_s`` (wall seconds,
-            synchronized) and ``decode_steps`` (the timed steps: on CUDA the
-            first eager step and the capturing step are excluded).
-    Returns:
-        GenerationResult (hashes per sequence, as ``generate``).
+    Decode logits stay on the device until the end, so timing covers device work only. ``timings`` (a
+    dict) gets prefill_s / decode_s (synchronized wall seconds), decode_steps (timed steps: on CUDA the
+    eager and capturing steps are excluded), prefill_tokens and graph_steps.
     """
     d = engine.dims
     ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)

@@ -1,23 +1,10 @@
 """Greedy decoding with the integer engine, and the run's hashes.
 
-Hashes (per sequence, chained SHA-256):
-
-* logits hash: ``h_0 = sha256(b"detllm-logits-v1")``; for every position p of
-  the sequence whose logits are computed (every prompt position, then every
-  fed-back generated token, in position order) ``h_{p+1} = sha256(h_p ||
-  int32 little-endian bytes of logits[p, :])``. Chaining by position (not by
-  forward call) makes it independent of how the prompt was split into
-  prefill chunks.
-* token hash: ``t_0 = sha256(b"detllm-tokens-v1")``; for each generated
-  token id ``t_{i+1} = sha256(t_i || int32 LE bytes of id)``.
-
-Printed as the first 12 hex digits. Greedy: argmax over the int32 logits,
-ties broken toward the smallest token id (``ops.argmax_int``).
-
-``float_generate`` runs the same schedule through a transformers model
-(bf16/fp32, left-padded batches, DynamicCache) and hashes its float32 logits
-with the same chaining, for contrast: those hashes move with batch
-composition, prefill split and backend; the integer ones do not.
+Logits hash per sequence: h_0 = sha256(b"detllm-logits-v1"), h_{p+1} = sha256(h_p || int32 LE bytes of
+logits[p]) for every computed position in order, so it does not depend on the prefill split. Token
+hash: t_0 = sha256(b"detllm-tokens-v1"), t_{i+1} = sha256(t_i || int32 LE id). Shown as 12 hex digits.
+Greedy ties go to the smallest id. ``float_generate`` hashes a transformers model's float32 logits the
+same way, for contrast (those move with batch, split and backend).
 """
 
 from __future__ import annotations
@@ -60,17 +47,8 @@ class HashChain:
 
 @dataclass
 class GenerationResult:
-    """Output of ``generate`` / ``float_generate``.
-
-    Attributes:
-        prompts: token ids per sequence.
-        generated: generated ids per sequence (max_new_tokens each).
-        logits_hash: full hex of the chained logits hash per sequence.
-        token_hash: full hex of the chained token-id hash per sequence.
-        logits: per sequence, [positions, vocab] logits (int32 for the engine,
-            float32 for the float model) if ``keep_logits``; else None.
-        forward_calls: number of forward calls made.
-        info: free-form (kernel, digest, schedule).
+    """Output of ``generate`` / ``float_generate``: per sequence the prompt, generated ids, full-hex logits and
+    token hashes, and the logits ([positions, vocab]) when ``keep_logits``.
     """
 
     prompts: list
@@ -90,11 +68,8 @@ Schedule = Union[str, int, Sequence[int]]
 
 
 def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
-    """Chunk sizes that split a prompt of n tokens for prefill.
-
-    schedule: "full" (one chunk), "half" (two chunks: ceil(n/2), rest),
-    "token" (n chunks of 1), an int c (chunks of c), or explicit sizes
-    (must sum to n). Raises OperandError on a bad schedule.
+    """Chunk sizes splitting an n-token prompt: "full", "half" (ceil(n/2), rest), "token", an int c (chunks of c)
+    or explicit sizes summing to n. OperandError for anything else.
     """
     if schedule == "full":
         out = [n]
@@ -115,16 +90,8 @@ def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
 
 
 def chunk_tokens(prompts: list, chunks: list, c: int, lengths) -> tuple[list[int], torch.Tensor]:
-    """Prefill chunk ``c`` of every sequence of a batch, run together.
-
-    Args:
-        prompts: B token-id lists; chunks: their ``prefill_chunks`` sizes;
-        c: chunk index; lengths: tokens already in each sequence's KV cache
-            (where its chunk ``c`` starts).
-    Returns:
-        (sizes: B ints, 0 for a sequence with fewer chunks; toks: int64
-        [B, max(sizes)], each row's chunk on the left, zero padding on the
-        right -- padding never touches other rows' bits).
+    """Prefill chunk ``c`` of every sequence: (sizes, B ints, 0 when a sequence has fewer chunks; int64
+    [B, max(sizes)], each chunk left-aligned, zero padding). ``lengths``: tokens already cached per sequence.
     """
     sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
     toks = torch.zeros(len(prompts), max(sizes), dtype=torch.int64)
@@ -160,20 +127,10 @@ def _check_prompts(prompts, vocab: int, context: int, max_new_tokens: int) -> li
 def generate(
     engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False
 ) -> GenerationResult:
-    """Greedy decoding of a batch of prompts with the integer engine.
+    """Greedy decoding of a batch of token-id lists (lengths may differ) -> GenerationResult.
 
-    Args:
-        engine: ``detllm.engine.Engine``.
-        prompts: list of B token-id lists (lengths may differ; padded on the
-            right internally, padding never touches other rows' bits).
-        max_new_tokens: tokens generated per sequence (no early stop).
-        schedule: prefill split (``prefill_chunks``); every sequence uses it
-            on its own prompt; chunks are run together across the batch.
-        keep_logits: keep every position's int32 logits.
-    Returns:
-        GenerationResult (hashes per sequence).
-    Raises:
-        OperandError: empty prompt, id out of range, context exceeded (one line).
+    ``schedule`` splits each prompt's prefill (``prefill_chunks``); chunks run together across the batch.
+    No early stop. Raises OperandError: empty prompt, id out of range, context exceeded (one line).
     """
     d = engine.dims
     ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
@@ -242,7 +199,7 @@ def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: i
 
 
 def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
-    """transformers Qwen3ForCausalLM in ``dtype`` (eval mode, sdpa/eager default)."""
+    """transformers causal LM in ``dtype`` on ``device``, eval mode; Int8confError (one line) when it cannot load."""
     import transformers
 
     try:
@@ -253,8 +210,7 @@ def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str
 
 
 def cache_kwargs(model, cache) -> dict:
-    """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed
-    transformers' forward accepts (renamed in transformers 5.2x)."""
+    """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed transformers' forward accepts."""
     import inspect
 
     params = inspect.signature(type(model).forward).parameters
@@ -265,11 +221,8 @@ def cache_kwargs(model, cache) -> dict:
 def float_generate(
     model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False, pad_id: int = 0
 ) -> GenerationResult:
-    """The same greedy schedule through a float transformers model, for contrast.
-
-    Left-padded batch (attention mask + explicit position ids), prefill chunks
-    across the batch like ``generate``; hashes over each row's float32 logits
-    bytes. Ties -> smallest id (torch.argmax on float returns the first max).
+    """The same greedy schedule through a float transformers model (left-padded, explicit positions, chunks of
+    the longest prompt); hashes over float32 logits bytes.
     """
     from transformers import DynamicCache
 

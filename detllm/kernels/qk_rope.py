@@ -1,17 +1,7 @@
-"""Fused QK-norm + RoPE + KV-cache write + query quantization (one program per
-(token, head)): the block of ``detllm.engine._forward`` between the qkv
-linear and attention.
-
-Rules (``detllm/README.md``): for each q head and each k head of a token,
-``engine.norm_fixed`` (RMSNorm to the fixed unit 2^-qk_exp: per-head shift to
-<= 16 bits, exact isqrt, ONE ``div_round``) then ``ops.apply_rope``
-(round_shift(x cos + rotate_half(x) sin, rope_exp), ties away; int16 Q14
-tables, rotate_half(x) = cat(-x2, x1)). Keys: k8 = clamp(round_shift(k * m_h,
-k_h), +-127) written once to the int8 cache at the token's position; values:
-v8 = clamp(v, +-127) likewise. Queries: per (token, head) q8 = div_round(127 q,
-max(max|q|, 1)) with the scale (round_shift(max|q|, s), -s), s = max(0,
-bitlen(max|q|) - 17) (``engine.normalize17``). Rows with ``valid == 0``
-(padding) write nothing to the cache.
+"""Fused QK-norm + RoPE + KV-cache write + query quantization, one program per (token, head): the part of
+``detllm.engine._forward`` between the qkv linear and attention (``engine.norm_fixed``,
+``ops.apply_rope``, k8 = clamp(round_shift(k m_h, k_h), +-127), v8 = clamp(v, +-127), queries as
+``engine.quant_rows`` per head). Rows with ``valid == 0`` write nothing to the cache.
 """
 
 from __future__ import annotations
@@ -127,21 +117,10 @@ def qk_rope_cache(
     rope_exp: int,
     out=None,
 ):
-    """Fused QK-norm + RoPE + cache write + query quantization for one layer.
+    """Fused QK-norm + RoPE + cache write + query quantization for one layer -> (qq int8 [R, nh, hd], qtm, qtk int64 [R, nh]).
 
-    Args:
-        y: int64 [R, (nh + 2 nkv) hd] qkv linear output (contiguous).
-        g: int64 [nh + nkv, hd]: q_norm.g rows then k_norm.g rows.
-        cos, sin: int16 [max_pos, hd] RoPE tables; pos: int64 [R] positions.
-        seq: int64 [R] cache row (sequence) of each token; valid: int32 [R]
-            (0: padding, no cache write).
-        kc_m, kc_k: int64 [nkv] K-cache dyadic per KV head.
-        k_cache, v_cache: int8 [B, nkv, cap, hd] (written in place).
-        q_eps, q_shift, k_eps, k_shift: the layer's QK-norm eps / gamma shift.
-        qk_exp, rope_exp: units (``engine._forward``).
-        out: optional (qq int8 [R, nh, hd], qtm int64 [R, nh], qtk int64 [R, nh]).
-    Returns:
-        (qq, qtm, qtk).
+    y: int64 [R, (nh + 2 nkv) hd]; g: int64 [nh + nkv, hd] (q_norm.g then k_norm.g); pos, seq: int64 [R];
+    valid: int32 [R] (0: padding); kc_m/kc_k: int64 [nkv]; k/v_cache: int8 [B, nkv, cap, hd], written in place.
     """
     R = y.shape[0]
     hd = g.shape[-1]
