@@ -15,10 +15,20 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from rich.table import Table
 
+from conformance.kernels.loader import cwd_on_sys_path
+from conformance.kernels.registry import builtin_available, get_kernel
+from conformance.kernels.runner import validate_device
+from detllm import bench
+from detllm import engine as E
+from detllm import generate as G
+from detllm.artifact import load_artifact
+from detllm.prepare import PrepareOptions, artifact_for, model_fingerprint, prepare
 from reference.command_line import (
     ensure_out_dir,
     int_at_least,
+    make_console,
     name_list,
     non_negative_int,
     positive_int,
@@ -26,34 +36,25 @@ from reference.command_line import (
     unit_interval_float,
 )
 from reference.errors import Int8confError, OperandError
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import read_config
+from reference.model.corpus import eval_windows, prompts
+from reference.model.tokenizer import encode, load_tokenizer
 
 # ------------------------------------------------------------------ helpers
 
 
-def _default_model() -> Path:
-    from reference.model.assets import default_model_dir
-
-    return default_model_dir()
-
-
 def _artifact_and_model(args):
     """(Artifact, model_dir or None) from --artifact / --model (default model)."""
-    from detllm.artifact import load_artifact
-    from detllm.prepare import artifact_for
-
     if getattr(args, "artifact", None):
         art = load_artifact(args.artifact)
         if args.model:
             return art, Path(args.model)
-        from detllm.prepare import model_fingerprint
-
-        dm = _default_model()
+        dm = default_model_dir()
         fp = art.config.get("source", {}).get("fingerprint")
         same = fp is not None and (dm / "config.json").is_file() and fp == model_fingerprint(dm)
         return art, (dm if same else None)  # tokenizer / float model only when known
-    md = Path(args.model) if args.model else _default_model()
-    from reference.model.checkpoint import read_config
-
+    md = Path(args.model) if args.model else default_model_dir()
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     return artifact_for(md, verbose=True), md
 
@@ -61,8 +62,6 @@ def _artifact_and_model(args):
 def _tokenizer(model_dir):
     if model_dir is None or not (Path(model_dir) / "tokenizer.json").is_file():
         return None
-    from reference.model.tokenizer import load_tokenizer
-
     return load_tokenizer(Path(model_dir))
 
 
@@ -95,9 +94,6 @@ def _schedule(s: str):
 
 
 def _prompt_ids(args, tok) -> list[list[int]]:
-    from reference.model.corpus import prompts
-    from reference.model.tokenizer import encode
-
     if args.ids:
         return [_parse_ids(x) for x in args.ids]
     texts = args.prompt or [prompts()[0]]
@@ -110,10 +106,6 @@ def _prompt_ids(args, tok) -> list[list[int]]:
 
 
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.table import Table
-
-    from reference.command_line import make_console
-
     t = Table(title=title)
     for c in columns:
         t.add_column(c)
@@ -125,17 +117,8 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 # ------------------------------------------------------------------ commands
 
 
-def _check_device(args) -> None:
-    from conformance.kernels.runner import validate_device
-
-    validate_device(args.device)
-
-
 def cmd_prepare(args) -> int:
-    from detllm.prepare import PrepareOptions, prepare
-    from reference.model.checkpoint import read_config
-
-    md = Path(args.model) if args.model else _default_model()
+    md = Path(args.model) if args.model else default_model_dir()
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     ensure_out_dir(Path(args.out), "--out", "artifact directory")  # before calibrating
     opts = PrepareOptions(
@@ -151,10 +134,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from detllm import engine as E
-    from detllm import generate as G
-
-    _check_device(args)
+    validate_device(args.device)
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)
@@ -185,10 +165,6 @@ def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
 
 
 def cmd_demo(args) -> int:
-    from conformance.kernels.registry import builtin_available, get_kernel
-    from detllm import engine as E
-    from detllm import generate as G
-
     if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:  # cheap, before loading the artifact
         raise OperandError(
             f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
@@ -256,7 +232,7 @@ def cmd_demo(args) -> int:
             rows.append([f"batch 1, kernel {name} on {dev}", lh, th, fl[0], fl[1]])
     if want_fast:
         # the fused-kernel decode path with the step captured in a CUDA graph (detllm.fast)
-        from detllm import fast as F
+        from detllm import fast as F  # triton
 
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         try:
@@ -301,9 +277,6 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
     """Second demo table: a context as long as the model allows, one prefill vs chunks vs token by token,
     alone vs in a batch of 2. True when the integer hashes agree.
     """
-    from detllm import generate as G
-    from reference.model.corpus import eval_windows
-
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
     new = _CONTEXT_NEW_TOKENS
@@ -343,13 +316,9 @@ def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: f
 
 
 def cmd_perplexity(args) -> int:
-    from detllm import engine as E
-    from detllm import generate as G
-    from reference.model.corpus import eval_windows
-
     if args.length < 2:  # cheap, before preparing / loading the artifact
         raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
-    _check_device(args)
+    validate_device(args.device)
     art, md = _artifact_and_model(args)
     check_length(args.length, int(art.config["model"]["max_position"]))
     tok = _tokenizer(md)
@@ -390,8 +359,6 @@ def cmd_perplexity(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from detllm import bench
-
     return bench.main_args(args)
 
 
@@ -508,8 +475,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
-    from detllm import bench
-
     bench.add_args(sp)
     sp.set_defaults(func=cmd_bench)
     return p
@@ -518,8 +483,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point ``detllm``. Returns the exit code."""
     args = build_parser().parse_args(argv)
-    from conformance.kernels.loader import cwd_on_sys_path
-
     cwd_on_sys_path()  # --kernel=mod:fn from the module's own folder, as python -m does
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,9 +17,11 @@ from typing import Callable, Sequence, Union
 
 import torch
 
+from conformance.kernels.registry import get_kernel
 from detllm import guard as _guard
 from detllm import intops, ops
 from detllm.artifact import Artifact, load_artifact
+from reference.accumulate import exact_int_mm
 from reference.errors import Int8confError, KernelLoadError, OperandError, first_line
 
 _NEG_INF = -(1 << 62)
@@ -30,8 +32,6 @@ _NEG_INF = -(1 << 62)
 
 def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact reference accumulator: int8 a [M,K], b [N,K] -> int32 [M,N] (exact while K < 133,000)."""
-    from reference.accumulate import exact_int_mm
-
     return exact_int_mm(a, b).to(torch.int32)
 
 
@@ -45,8 +45,6 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
     if callable(kernel) and not hasattr(kernel, "int_mm"):
         return kernel, getattr(kernel, "__name__", "callable")
     if isinstance(kernel, str):
-        from conformance.kernels.registry import get_kernel
-
         kernel = get_kernel(kernel)
     fn = getattr(kernel, "int_mm", None)
     if fn is None:

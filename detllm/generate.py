@@ -10,6 +10,7 @@ same way, for contrast (those move with batch, split and backend).
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -211,8 +212,6 @@ def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str
 
 def cache_kwargs(model, cache) -> dict:
     """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed transformers' forward accepts."""
-    import inspect
-
     params = inspect.signature(type(model).forward).parameters
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
 

@@ -13,9 +13,15 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.kernels.registry import get_kernel
 from detllm import engine as E
 from detllm import generate as G
+from detllm.prepare import artifact_for
 from reference.errors import Int8confError
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import is_qwen3_dir
+from reference.model.corpus import prompts as corpus_prompts
+from reference.model.tokenizer import encode, load_tokenizer
 
 CHECK_ID = "E1"
 CHECK_NAME = "engine_hash"
@@ -27,14 +33,7 @@ def _result(verdict: str, summary: str, evidence: dict) -> dict:
 
 def default_setup(model_dir=None, n_prompts: int = 8):
     """(artifact, prompt id lists) for the shipped default model and prompts; Int8confError when the model is absent."""
-    from detllm.prepare import artifact_for
-    from reference.model.assets import default_model_dir
-    from reference.model.corpus import prompts as corpus_prompts
-    from reference.model.tokenizer import encode, load_tokenizer
-
     md = model_dir or default_model_dir()
-    from reference.model.checkpoint import is_qwen3_dir
-
     if not is_qwen3_dir(md):
         raise Int8confError(f"{md}: default model not present")
     art = artifact_for(md)
@@ -64,8 +63,6 @@ def engine_hash_check(
     """
     name = getattr(kernel, "name", str(kernel))
     if isinstance(kernel, str):
-        from conformance.kernels.registry import get_kernel
-
         kernel = get_kernel(kernel)
     if getattr(kernel, "int_mm", None) is None:
         return _result("n/a", f"kernel {name!r} has no int_mm (accumulator-only) entry", {"kernel": name})

@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,8 +27,12 @@ from typing import Optional
 import torch
 
 from detllm import intops, ops
-from detllm.artifact import Artifact, save_artifact
+from detllm.artifact import Artifact, is_artifact_dir, load_artifact, save_artifact
 from reference.errors import CheckpointError, Int8confError, OperandError
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import load_qwen3_state, state_digest
+from reference.model.corpus import load_corpus_split
+from reference.model.tokenizer import load_tokenizer, token_stream
 
 QK_EXP = 14  # QK-norm and RoPE outputs in units 2^-14
 ROPE_EXP = ops.ROPE_SHIFT  # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
@@ -191,9 +198,6 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
     n, L = opts.calib_windows, opts.calib_len
     if opts.calib_source in ("auto", "corpus"):
         try:
-            from reference.model.corpus import load_corpus_split
-            from reference.model.tokenizer import load_tokenizer, token_stream
-
             tok = load_tokenizer(Path(model_dir))
             stream = token_stream(tok, load_corpus_split()["train"])
             if tok.get_vocab_size() > dims["vocab"] or len(stream) < n * L:
@@ -284,8 +288,6 @@ def prepare(
     calib_ids: optional LongTensor [n, L] instead of the calibration text. Raises CheckpointError for an
     unsupported checkpoint, OperandError for bad options (before loading).
     """
-    from reference.model.checkpoint import load_qwen3_state, state_digest
-
     opts = options or PrepareOptions()
     opts.check()
     t0 = time.time()
@@ -449,8 +451,6 @@ def prepare(
 
 def model_fingerprint(model_dir) -> str:
     """sha256 hex over config.json and the safetensors file(s) of a model dir."""
-    import hashlib
-
     d = Path(model_dir)
     h = hashlib.sha256()
     files = [d / "config.json"] + sorted(d.glob("*.safetensors")) + sorted(d.glob("*.safetensors.index.json"))
@@ -465,8 +465,6 @@ def model_fingerprint(model_dir) -> str:
 
 def cache_root() -> Path:
     """Artifact cache: $INT8CONF_CACHE/detllm or ~/.cache/int8conf/detllm."""
-    import os
-
     base = os.environ.get("INT8CONF_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "int8conf") / "detllm"
 
@@ -478,9 +476,6 @@ def default_artifact(verbose: bool = False) -> Artifact:
     """The shipped artifact when its source fingerprint matches the default model (same digest everywhere),
     else one prepared into the cache.
     """
-    from detllm.artifact import is_artifact_dir, load_artifact
-    from reference.model.assets import default_model_dir
-
     md = default_model_dir()
     if is_artifact_dir(SHIPPED_DIR):
         try:
@@ -494,8 +489,6 @@ def default_artifact(verbose: bool = False) -> Artifact:
 
 def artifact_for(model_dir, verbose: bool = False) -> Artifact:
     """``default_artifact()`` for the shipped default model dir, else ``cached_artifact``."""
-    from reference.model.assets import default_model_dir
-
     if Path(model_dir).resolve() == default_model_dir().resolve():
         return default_artifact(verbose)
     return cached_artifact(model_dir, verbose=verbose)
@@ -505,15 +498,8 @@ def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose
     """The artifact of ``model_dir`` from the cache (keyed by fingerprint and options), prepared once if missing
     or failing verification.
     """
-    import hashlib
-    import json as _json
-
-    from detllm.artifact import is_artifact_dir, load_artifact
-
     opts = options or PrepareOptions()
-    key = hashlib.sha256(
-        (model_fingerprint(model_dir) + _json.dumps(asdict(opts), sort_keys=True)).encode()
-    ).hexdigest()
+    key = hashlib.sha256((model_fingerprint(model_dir) + json.dumps(asdict(opts), sort_keys=True)).encode()).hexdigest()
     out = cache_root() / key[:16]
     if is_artifact_dir(out):
         try:

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from detllm.ops import _EXP2_TABLE
+
 INT64_MIN = -(2**63)
 
 
@@ -227,8 +229,6 @@ def exp2_table(device) -> torch.Tensor:
     key = str(device)
     t = _TABLES.get(key)
     if t is None:
-        from detllm.ops import _EXP2_TABLE
-
         t = _TABLES[key] = torch.tensor(list(_EXP2_TABLE) + [0], dtype=torch.int64, device=device)
     return t
 
