@@ -195,11 +195,8 @@ def cmd_demo(args) -> int:
         full = full or (r.logits_hash[slot], r.token_hash[slot])
         lh, th = r.short(slot)
         int_hashes.append((lh, th))
-        fl = ("-", "-")
-        if fmodel is not None:
-            f = G.float_generate(fmodel, ps, n, sched)
-            fl = f.short(slot)
-        rows.append([label + ", reference int_mm", lh, th, fl[0], fl[1]])
+        fl = G.float_generate(fmodel, ps, n, sched).short(slot) if fmodel is not None else ("-", "-")
+        rows.append([label + ", reference int_mm", lh, th, *fl])
     names = (
         [k.strip() for k in args.kernels.split(",")]
         if args.kernels != "all"
@@ -229,9 +226,8 @@ def cmd_demo(args) -> int:
                     fl_cache[dev] = G.float_generate(fmodel.to(dev), [ids], n, "full").short(0)
                     fmodel.to("cpu")
                 fl = fl_cache[dev]
-            rows.append([f"batch 1, kernel {name} on {dev}", lh, th, fl[0], fl[1]])
+            rows.append([f"batch 1, kernel {name} on {dev}", lh, th, *fl])
     if want_fast:
-        # the fused-kernel decode path with the step captured in a CUDA graph (detllm.fast)
         from detllm import fast as F  # triton
 
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -241,16 +237,8 @@ def cmd_demo(args) -> int:
         except Int8confError as exc:
             lh, th = "error", str(exc)[:40]
         int_hashes.append((lh, th))
-        fl = fl_cache.get(dev, ("-", "-"))
-        rows.append(
-            [
-                f"batch 1, fused Triton kernels{' + CUDA graph' if dev == 'cuda' else ' (interpreter)'} on {dev}",
-                lh,
-                th,
-                fl[0],
-                fl[1],
-            ]
-        )
+        how = " + CUDA graph" if dev == "cuda" else " (interpreter)"
+        rows.append([f"batch 1, fused Triton kernels{how} on {dev}", lh, th, *fl_cache.get(dev, ("-", "-"))])
     same = len(set(int_hashes)) == 1
     _print_table(
         f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
@@ -268,8 +256,7 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
-#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many
-#: new tokens, so ``--context-tokens`` must be at least this many
+#: new tokens of the whole-context table of ``detllm demo`` (the minimum of ``--context-tokens``)
 _CONTEXT_NEW_TOKENS = 4
 
 
@@ -358,10 +345,6 @@ def cmd_perplexity(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    return bench.main_args(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads, >= 1 (default: torch's)")
@@ -370,6 +353,20 @@ def build_parser() -> argparse.ArgumentParser:
     def model_args(sp):
         sp.add_argument("--model", help="Qwen3 checkpoint dir (default: the shipped default model)")
         sp.add_argument("--artifact", help="prepared artifact dir (default: prepare --model into the cache)")
+
+    def kernel_args(sp):
+        sp.add_argument(
+            "--kernel",
+            default=None,
+            help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+            "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+            "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+            "integers; check the epilogue with int8conf check) (default: the exact "
+            "reference)",
+        )
+        sp.add_argument(
+            "--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)"
+        )
 
     sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
@@ -409,16 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
     sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16, help="tokens to generate (default 16)")
-    sp.add_argument(
-        "--kernel",
-        default=None,
-        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-        "integers; check the epilogue with int8conf check) (default: the exact "
-        "reference)",
-    )
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
+    kernel_args(sp)
     sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.set_defaults(func=cmd_generate)
@@ -462,21 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--windows", type=positive_int, default=8, help="held-out windows, >= 1 (default 8)")
     sp.add_argument("--length", type=int, default=256, help="tokens per window (default 256)")
     sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
-    sp.add_argument(
-        "--kernel",
-        default=None,
-        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-        "integers; check the epilogue with int8conf check) (default: the exact "
-        "reference)",
-    )
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
+    kernel_args(sp)
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
     bench.add_args(sp)
-    sp.set_defaults(func=cmd_bench)
+    sp.set_defaults(func=bench.main_args)
     return p
 
 

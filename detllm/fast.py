@@ -16,20 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import torch
 
 from detllm import engine as E
 from detllm import ops
-from detllm.generate import (
-    LOGITS_TAG,
-    TOKENS_TAG,
-    GenerationResult,
-    HashChain,
-    _check_prompts,
-    chunk_tokens,
-    prefill_chunks,
-)
+from detllm.generate import GenerationResult, _chains, _check_prompts, _result, chunk_tokens, prefill_chunks
 from detllm.kernels import attention as KA
 from detllm.kernels import linear as KL
 from detllm.kernels import norm_quant as KN
@@ -90,59 +81,24 @@ class FastDecoder:
         x = w["embed"][ids]  # int64 [R, H]
         for i, lc in enumerate(eng.artifact.config["layers"]):
             p = f"layers.{i}."
+            kc, vc = self.cache.k[i], self.cache.v[i]
             q8, tm, tk = KN.norm_quant(x, w[p + "attn_norm.g"], u["resid_eps"])
-            y = KL.linear(q8, w[p + "qkv.w"], tm, tk, w[p + "qkv.m"], w[p + "qkv.k"])
+            norm_args = [lc[k] for k in ("q_norm_eps", "q_norm_shift", "k_norm_eps", "k_norm_shift")]
             qq, qtm, qtk = KQ.qk_rope_cache(
-                y,
-                self._gqk[i],
-                w["rope.cos"],
-                w["rope.sin"],
-                pos,
-                seq,
-                valid,
-                w[p + "k_cache.m"],
-                w[p + "k_cache.k"],
-                self.cache.k[i],
-                self.cache.v[i],
-                nh,
-                nkv,
-                lc["q_norm_eps"],
-                lc["q_norm_shift"],
-                lc["k_norm_eps"],
-                lc["k_norm_shift"],
-                u["qk_exp"],
-                u["rope_exp"],
-            )
-            o = KA.attention(
-                qq,
-                qtm,
-                qtk,
-                w[p + "score.m"],
-                w[p + "score.k"],
-                self.cache.k[i],
-                self.cache.v[i],
-                seq,
-                nkeys,
-                u["score_exp"],
-            )
-            oq, otm, otk = KR.quant_rows(o)
-            KL.linear(oq, w[p + "o.w"], otm, otk, w[p + "o.m"], w[p + "o.k"], KL.MODE_RESIDUAL, out=x)
+                self._lin(p + "qkv", q8, tm, tk), self._gqk[i], w["rope.cos"], w["rope.sin"], pos, seq, valid,
+                w[p + "k_cache.m"], w[p + "k_cache.k"], kc, vc, nh, nkv, *norm_args, u["qk_exp"], u["rope_exp"],
+            )  # fmt: skip
+            o = KA.attention(qq, qtm, qtk, w[p + "score.m"], w[p + "score.k"], kc, vc, seq, nkeys, u["score_exp"])
+            self._lin(p + "o", *KR.quant_rows(o), KL.MODE_RESIDUAL, out=x)
             m8, tm, tk = KN.norm_quant(x, w[p + "mlp_norm.g"], u["resid_eps"])
-            h = KL.linear(
-                m8,
-                w[p + "gate_up.w"],
-                tm,
-                tk,
-                w[p + "gate_up.m"],
-                w[p + "gate_up.k"],
-                KL.MODE_SWIGLU,
-                gate_exp=lc["gate_exp"],
-                up_exp=lc["up_exp"],
-            )
-            hq, htm, htk = KR.quant_rows(h)
-            KL.linear(hq, w[p + "down.w"], htm, htk, w[p + "down.m"], w[p + "down.k"], KL.MODE_RESIDUAL, out=x)
+            h = self._lin(p + "gate_up", m8, tm, tk, KL.MODE_SWIGLU, gate_exp=lc["gate_exp"], up_exp=lc["up_exp"])
+            self._lin(p + "down", *KR.quant_rows(h), KL.MODE_RESIDUAL, out=x)
         f8, tm, tk = KN.norm_quant(x, w["final_norm.g"], u["resid_eps"])
-        return KL.linear(f8, w["lm_head.w"], tm, tk, w["lm_head.m"], w["lm_head.k"], KL.MODE_LOGITS)
+        return self._lin("lm_head", f8, tm, tk, KL.MODE_LOGITS)
+
+    def _lin(self, name, a, tm, tk, *mode, **kw):
+        w = self._w
+        return KL.linear(a, w[name + ".w"], tm, tk, w[name + ".m"], w[name + ".k"], *mode, **kw)
 
     def prefill(self, tokens: torch.Tensor, n_new: list) -> torch.Tensor:
         """One prefill chunk: row b's first n_new[b] ids of ``tokens`` [B, T] at positions lengths[b]... -> int32
@@ -167,13 +123,8 @@ class FastDecoder:
         pos = torch.tensor([self.host_lengths[b] + t for b, t in rows], dtype=torch.int64)
         seq = torch.tensor([b for b, _ in rows], dtype=torch.int64)
         dev = self.engine.device
-        lg = self._forward_rows(
-            ids.to(dev),
-            pos.to(dev),
-            seq.to(dev),
-            torch.ones(len(rows), dtype=torch.int32, device=dev),
-            (pos + 1).to(dev),
-        )
+        ones = torch.ones(len(rows), dtype=torch.int32, device=dev)
+        lg = self._forward_rows(ids.to(dev), pos.to(dev), seq.to(dev), ones, (pos + 1).to(dev))
         bi = seq.to(dev)
         ti = torch.tensor([t for _, t in rows], dtype=torch.int64, device=dev)
         out[bi, ti] = lg
@@ -235,9 +186,7 @@ def fast_generate(
     dev = engine.device
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
     chunks = [prefill_chunks(len(p), schedule) for p in ps]
-    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
-    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
-    kept = [[] for _ in range(B)] if keep_logits else None
+    lchain, tchain, kept = _chains(B, keep_logits)
     last = [None] * B
     sync()
     t0 = time.perf_counter()
@@ -284,7 +233,7 @@ def fast_generate(
         if keep_logits:
             kept[b].append(hist[:, b])
         for tid in generated[b]:
-            tchain[b].update(np.int32(tid).astype("<i4").tobytes())
+            tchain[b].update_id(tid)
     if timings is not None:
         timings.update(
             prefill_s=t1 - t0,
@@ -293,12 +242,12 @@ def fast_generate(
             prefill_tokens=sum(len(p) for p in ps),
             graph_steps=dec.graph_steps,
         )
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+    return _result(
+        ps,
+        generated,
+        lchain,
+        tchain,
+        kept,
         forward_calls=len(outs) + steps,
         info={
             "kernel": "fused-triton",

@@ -42,8 +42,31 @@ class HashChain:
         for r in a:
             self.update(r.tobytes())
 
+    def update_id(self, tid: int) -> None:
+        self.update(np.int32(tid).astype("<i4").tobytes())
+
     def hexdigest(self) -> str:
         return self.state.hex()
+
+
+def _chains(B: int, keep_logits: bool):
+    """Per-sequence logits chains, token chains and kept-logits lists (None unless ``keep_logits``)."""
+    return (
+        [HashChain(LOGITS_TAG) for _ in range(B)],
+        [HashChain(TOKENS_TAG) for _ in range(B)],
+        ([[] for _ in range(B)] if keep_logits else None),
+    )
+
+
+def _result(ps, generated, lchain, tchain, kept, **kw) -> "GenerationResult":
+    return GenerationResult(
+        prompts=ps,
+        generated=generated,
+        logits_hash=[h.hexdigest() for h in lchain],
+        token_hash=[h.hexdigest() for h in tchain],
+        logits=[torch.cat(k, 0) for k in kept] if kept is not None else None,
+        **kw,
+    )
 
 
 @dataclass
@@ -139,9 +162,7 @@ def generate(
     chunks = [prefill_chunks(len(p), schedule) for p in ps]
     cap = max(len(p) + max(0, max_new_tokens - 1) for p in ps)
     cache = E.new_cache(engine, B, cap)
-    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
-    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
-    kept = [[] for _ in range(B)] if keep_logits else None
+    lchain, tchain, kept = _chains(B, keep_logits)
     last = [None] * B
     calls = 0
     for c in range(max(len(ch) for ch in chunks)):
@@ -160,7 +181,7 @@ def generate(
         nxt = ops.argmax_int(torch.stack(last)).cpu()
         for b in range(B):
             generated[b].append(int(nxt[b]))
-            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+            tchain[b].update_id(int(nxt[b]))
         if step == max_new_tokens - 1:
             break
         logits = E.forward(engine, nxt.view(B, 1), [1] * B, cache)
@@ -170,12 +191,12 @@ def generate(
             if keep_logits:
                 kept[b].append(logits[b, :1].cpu())
             last[b] = logits[b, 0]
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+    return _result(
+        ps,
+        generated,
+        lchain,
+        tchain,
+        kept,
         forward_calls=calls,
         info={
             "kernel": engine.kernel_name,
@@ -240,9 +261,7 @@ def float_generate(
         ids[b, Lmax - len(p) :] = torch.tensor(p)
         mask[b, Lmax - len(p) :] = 1
     cache = DynamicCache()
-    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
-    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
-    kept = [[] for _ in range(B)] if keep_logits else None
+    lchain, tchain, kept = _chains(B, keep_logits)
     s = 0
     last = None
     full_mask = mask
@@ -269,7 +288,7 @@ def float_generate(
         nxt = last.argmax(-1)
         for b in range(B):
             generated[b].append(int(nxt[b]))
-            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+            tchain[b].update_id(int(nxt[b]))
         if step == max_new_tokens - 1:
             break
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
@@ -287,11 +306,11 @@ def float_generate(
             if keep_logits:
                 kept[b].append(lg[b])
         last = lg[:, -1]
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+    return _result(
+        ps,
+        generated,
+        lchain,
+        tchain,
+        kept,
         info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)},
     )

@@ -267,13 +267,20 @@ def _norm_mult(values: torch.Tensor) -> tuple[torch.Tensor, int]:
     return m.to(torch.int32), k
 
 
-def _linear(w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
-    """int8 weight + per-channel dyadic of s_w * in_const / out_unit (in_const: the constant part of the
-    input's per-token scale; out_unit [N]: the real value of one output step).
+def _linear(name: str, w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
+    """``{name.w: int8 weight, name.m / name.k: per-channel dyadic of s_w * in_const / out_unit}``
+    (in_const: the constant part of the input's per-token scale; out_unit [N]: one output step's real value).
     """
     q, s = quantize_rows(w)
     m, k = _dyadic_vec(s * in_const / out_unit)
-    return {"w": q, "m": m, "k": k}
+    return {name + ".w": q, name + ".m": m, name + ".k": k}
+
+
+def _units(*parts) -> torch.Tensor:
+    """fp64 concatenation of (count, exponent) runs of 2^-exponent, or ready tensors."""
+    return torch.cat(
+        [p if isinstance(p, torch.Tensor) else torch.full((p[0],), 2.0 ** -p[1], dtype=torch.float64) for p in parts]
+    )
 
 
 def prepare(
@@ -314,9 +321,7 @@ def prepare(
     tensors: dict[str, torch.Tensor] = {}
     layers_cfg = []
 
-    def norm_in_const(gs: int) -> float:
-        # per-token activation scale of a norm->int8 output is
-        # tm*2^-tk * 2^-gs / 127 (see engine.norm_quant)
+    def norm_in_const(gs: int) -> float:  # a norm->int8 output's scale is tm 2^-tk 2^-gs / 127 (engine.norm_quant)
         return 2.0**-gs / 127.0
 
     for i in range(dims["layers"]):
@@ -335,16 +340,8 @@ def prepare(
         fk = _exp_for(float(stats[f"{i}.k_out"]), TB)
         v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)  # [nkv*hd]
         s_v = v_abs / WEIGHT_QMAX  # V cache scale per channel
-        out_unit = torch.cat(
-            [
-                torch.full((nh * hd,), 2.0**-fq, dtype=torch.float64),
-                torch.full((nkv * hd,), 2.0**-fk, dtype=torch.float64),
-                s_v,
-            ]
-        )
-        lin = _linear(w_qkv * s_attn[None, :], norm_in_const(gs), out_unit)
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.qkv.{kname}"] = t
+        out_unit = _units((nh * hd, fq), (nkv * hd, fk), s_v)
+        tensors.update(_linear(f"layers.{i}.qkv", w_qkv * s_attn[None, :], norm_in_const(gs), out_unit))
         lc["q_exp"], lc["k_exp"] = fq, fk
         # ---- key rescaling kappa (pair-equal), K cache scale per kv head
         kr = stats[f"{i}.k_rot"].clamp(min=1e-6)  # [nkv, hd]
@@ -371,11 +368,8 @@ def prepare(
         tensors[f"layers.{i}.score.m"], tensors[f"layers.{i}.score.k"] = m, k
         # ---- o_proj: input total_j with real o_j = total_j * s_v_j / 2^PROB_BITS
         v_cols = s_v.view(nkv, hd).repeat_interleave(group, dim=0).reshape(nh * hd)
-        lin = _linear(
-            wo * v_cols[None, :], 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS), torch.full((H,), 2.0**-R, dtype=torch.float64)
-        )
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.o.{kname}"] = t
+        o_const = 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS)
+        tensors.update(_linear(f"layers.{i}.o", wo * v_cols[None, :], o_const, _units((H, R))))
         # ---- MLP: norm + smoothing, gate/up, silu, down smoothing via up rows
         wg, wu, wd = (st[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
         w_gu = torch.cat([wg, wu], 0)
@@ -386,19 +380,11 @@ def prepare(
         s_down = _smooth(stats[f"{i}.h"], wd, opts.alpha)
         fg = min(MAX_GATE_EXP, _exp_for(float(stats[f"{i}.gate"]), TB))
         fu = min(MAX_GATE_EXP, _exp_for(float((stats[f"{i}.up"] / s_down).max()), TB))
-        out_unit = torch.cat(
-            [torch.full((I,), 2.0**-fg, dtype=torch.float64), torch.full((I,), 2.0**-fu, dtype=torch.float64)]
-        )
         w_gu_s = torch.cat([wg, wu / s_down[:, None]], 0) * s_mlp[None, :]
-        lin = _linear(w_gu_s, norm_in_const(gs), out_unit)
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.gate_up.{kname}"] = t
+        tensors.update(_linear(f"layers.{i}.gate_up", w_gu_s, norm_in_const(gs), _units((I, fg), (I, fu))))
         lc["gate_exp"], lc["up_exp"] = fg, fu
-        lin = _linear(
-            wd * s_down[None, :], 2.0 ** -(fg + fu) / WEIGHT_QMAX, torch.full((H,), 2.0**-R, dtype=torch.float64)
-        )
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.down.{kname}"] = t
+        down_const = 2.0 ** -(fg + fu) / WEIGHT_QMAX
+        tensors.update(_linear(f"layers.{i}.down", wd * s_down[None, :], down_const, _units((H, R))))
         layers_cfg.append(lc)
 
     # ---- embedding (residual units), final norm, lm_head
@@ -411,11 +397,7 @@ def prepare(
     g, gs = _norm_mult(st["model.norm.weight"] / s_fin)
     tensors["final_norm.g"] = g
     L_exp = _exp_for(float(stats["logits"]), opts.resid_bits)
-    lin = _linear(
-        lm * s_fin[None, :], norm_in_const(gs), torch.full((dims["vocab"],), 2.0**-L_exp, dtype=torch.float64)
-    )
-    for kname, t in lin.items():
-        tensors[f"lm_head.{kname}"] = t
+    tensors.update(_linear("lm_head", lm * s_fin[None, :], norm_in_const(gs), _units((dims["vocab"], L_exp))))
     # ---- tables
     cos_t, sin_t, _ = ops.build_rope_tables(hd, dims["max_position"], dims["rope_theta"], ROPE_EXP)
     tensors["rope.cos"], tensors["rope.sin"] = cos_t, sin_t
