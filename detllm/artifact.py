@@ -52,14 +52,6 @@ def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> N
             raise CheckpointError(f"{where}: tensor {name!r} has dtype {t.dtype} (the artifact must be integer-only)")
 
 
-# --------------------------------------------------------------- the schema
-#
-# The exact tensor set ``detllm.prepare.prepare`` writes, derived from the
-# config alone. ``load_artifact`` and ``save_artifact`` both check it, so an
-# artifact the engine runs is exactly what prepare wrote (no missing, extra,
-# retyped or reshaped tensor can reach the forward as a KeyError or a deep
-# shape error).
-
 MODEL_FIELDS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_position")
 UNIT_FIELDS = ("resid_exp", "logit_exp", "qk_exp", "rope_exp", "score_exp", "resid_eps")
 LAYER_FIELDS = ("q_norm_shift", "k_norm_shift", "q_norm_eps", "k_norm_eps", "gate_exp", "up_exp")

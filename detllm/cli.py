@@ -41,8 +41,6 @@ from reference.model.checkpoint import read_config
 from reference.model.corpus import eval_windows, prompts
 from reference.model.tokenizer import encode, load_tokenizer
 
-# ------------------------------------------------------------------ helpers
-
 
 def _artifact_and_model(args):
     """(Artifact, model_dir or None) from --artifact / --model (default model)."""
@@ -112,9 +110,6 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     for r in rows:
         t.add_row(*r)
     make_console().print(t)
-
-
-# ------------------------------------------------------------------ commands
 
 
 def cmd_prepare(args) -> int:

@@ -27,9 +27,6 @@ from reference.errors import Int8confError, KernelLoadError, OperandError, first
 _NEG_INF = -(1 << 62)
 
 
-# ------------------------------------------------------------------- kernels
-
-
 def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact reference accumulator: int8 a [M,K], b [N,K] -> int32 [M,N] (exact while K < 133,000)."""
     return exact_int_mm(a, b).to(torch.int32)
@@ -51,8 +48,6 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
         raise KernelLoadError(f"kernel {getattr(kernel, 'name', kernel)!r} has no int_mm (accumulator-only) entry")
     return fn, str(getattr(kernel, "name", "kernel"))
 
-
-# ------------------------------------------------------------------ helpers
 
 _POW2: dict = {}
 
@@ -156,9 +151,6 @@ def quant_rows(v: torch.Tensor):
 def sat32(x: torch.Tensor) -> torch.Tensor:
     """Clamp int64 to the int32 range (dtype kept)."""
     return x.clamp(-(2**31), 2**31 - 1)
-
-
-# ------------------------------------------------------------------- engine
 
 
 @dataclass

@@ -70,7 +70,6 @@ class FastDecoder:
         ]
         self._w = {k: v.contiguous() for k, v in t.items()}
 
-    # ------------------------------------------------------------ forward
     def _forward_rows(
         self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor, nkeys: torch.Tensor
     ) -> torch.Tensor:
@@ -210,8 +209,7 @@ def fast_generate(
     hist = torch.empty(steps, B, d["vocab"], dtype=torch.int32, device=dev)
     thist = torch.empty(steps, B, dtype=torch.int64, device=dev)
     dec.tok.copy_(first.to(dev))
-    # the first CUDA step runs eagerly (kernel compilation) and the second
-    # captures the graph: the timed window starts after them
+    # the timed window starts after the eager (compiling) and the capturing CUDA step
     warm = min(steps, 2 if (dev.type == "cuda" and use_graph) else 0)
     t2 = None
     for s in range(steps):

@@ -217,9 +217,6 @@ def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: i
     return torch.cat(outs, 0)
 
 
-# ------------------------------------------------------------------- float model
-
-
 def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
     """transformers causal LM in ``dtype`` on ``device``, eval mode; Int8confError (one line) when it cannot load."""
     import transformers

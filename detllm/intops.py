@@ -25,14 +25,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 _OUT_DTYPES = {8: torch.int8, 16: torch.int16, 32: torch.int32}
 
-# Shift amounts are clamped to this range: torch's >> of 63 or more on int64
-# is sign fill (== floor), so clamping keeps the frozen floor semantics.
+# shift amounts are clamped here: torch's >> by 63+ on int64 is sign fill (== floor)
 _MAX_SHIFT = 62
 
 IntLike = Union[int, torch.Tensor]
-
-
-# ---------------------------------------------------------------- validation
 
 
 def require_int(x, name: str = "x") -> torch.Tensor:
@@ -55,9 +51,6 @@ def _as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> to
 
 def _pow2(k: torch.Tensor) -> torch.Tensor:
     return torch.bitwise_left_shift(torch.ones_like(k), k)
-
-
-# ------------------------------------------------------------------- shifts
 
 
 def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
@@ -117,9 +110,6 @@ def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     return torch.where(k >= 0, right, left)
 
 
-# ---------------------------------------------------------------- division
-
-
 def _check_divisor(b: torch.Tensor) -> None:
     if bool((b == 0).any()):
         raise OperandError("divisor: contains 0")
@@ -148,9 +138,6 @@ def div_round(a: IntLike, b: IntLike) -> torch.Tensor:
     q = q + (r >= bb - r).to(torch.int64)
     neg = (a < 0) != (b < 0)
     return torch.where(neg, -q, q)
-
-
-# ------------------------------------------------------------- sqrt / log2
 
 
 def isqrt(x: torch.Tensor) -> torch.Tensor:
@@ -194,9 +181,6 @@ def ilog2_or(x: torch.Tensor, zero_value: int = -1) -> torch.Tensor:
     return torch.where(x > 0, ilog2(x.clamp(min=1)), torch.full_like(x, zero_value))
 
 
-# ------------------------------------------------------------------ dyadic
-
-
 @dataclass(frozen=True)
 class Dyadic:
     """A dyadic scale m / 2^k (Python ints; k < 0 means m * 2^-k)."""
@@ -215,8 +199,7 @@ class Dyadic:
         return Fraction(self.m) / Fraction(2) ** self.k
 
 
-# Per-channel dyadic scales: (m int64[N], k int64[N] or int), broadcast along
-# the last dimension of the tensor they scale.
+# per-channel dyadic scales (m int64 [N], k int64 [N] or int) broadcast along the last dim
 DyadicLike = Union[Dyadic, Tuple[torch.Tensor, IntLike]]
 
 

@@ -27,8 +27,6 @@ from detllm.intops import (
 )
 from reference.errors import OperandError
 
-# ------------------------------------------------------------------ int exp
-
 EXP_FRAC_BITS = 30  # int_exp output is Q30: exp(x) * 2^30, in [0, 2^30]
 LOG2_FRAC_BITS = 24  # internal log2-domain fixed point, Q24
 EXP_CLIP = 64  # inputs below -64 (real) are clipped (exp < 2^-92 -> 0 in Q30)
@@ -124,8 +122,6 @@ def _int_exp_checked(x: torch.Tensor, frac_bits: int, log2e: str, frac: str) -> 
         mant = (1 << EXP_FRAC_BITS) - torch.bitwise_left_shift(r, EXP_FRAC_BITS - LOG2_FRAC_BITS - 1)
     return _round_half_up_nonneg(mant, q.clamp(max=62))  # mant >= 0: same as round_shift
 
-
-# ------------------------------------------------------------------ softmax
 
 PROB_BITS = 15  # probabilities are Q0.15
 PROB_MAX = 2**PROB_BITS - 1  # 32767: probability 1 saturates here (error 2^-15)
@@ -225,8 +221,6 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
     return out.reshape(*lead, m, d)
 
 
-# ------------------------------------------------------------------ RMSNorm
-
 _NORM_BITS = 21  # inputs are rescaled per token to |x'| <= 2^21 before squaring
 _RMS_FRAC = 9  # rms is computed as isqrt(ms << 18) = sqrt(ms) * 2^9
 _MAX_NORM_DIM = 2**19
@@ -303,8 +297,6 @@ def int_rmsnorm(
     return saturate(q, out_bits), q_exp
 
 
-# ------------------------------------------------------------------ SwiGLU
-
 SIGMOID_FRAC_BITS = 30
 
 
@@ -351,8 +343,6 @@ def int_swiglu(
     silu = int_silu(gate, gate_frac_bits)
     return round_shift(silu * up, gate_frac_bits + up_frac_bits - out_frac_bits)
 
-
-# ------------------------------------------------------------------ RoPE
 
 ROPE_SHIFT = 14  # tables are Q14: cos * 2^14 in [-16384, 16384]
 
@@ -410,8 +400,6 @@ def apply_rope(
     return round_shift(x * c + rot * s, shift - frac_bits_out)
 
 
-# ------------------------------------------------------------------ residual stream
-
 RESIDUAL_BITS = 30  # residual values are kept at |r| <= 2^30 (one bit of int32 headroom)
 
 
@@ -461,9 +449,6 @@ def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) 
     # amax / 2^s >= 2^(bits-1) - 1/2  <=>  round_shift(amax, s) >= 2^(bits-1): one more bit
     s = s + (round_shift(amax, s) >= (1 << (bits - 1))).to(torch.int64)
     return saturate(round_shift(x, s.unsqueeze(-1)), bits), xe + s
-
-
-# ------------------------------------------------------------------ argmax
 
 
 def argmax_int(x: torch.Tensor) -> torch.Tensor:

@@ -122,9 +122,6 @@ def engine_hash_check(
     )
 
 
-# ------------------------------------------------------------- fault injection
-
-
 def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: int = 0) -> Callable:
     """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps like an overflowed int32
     register: acc + 2^31 kept to its low 32 bits (fault F6's mechanism).

@@ -68,9 +68,6 @@ class PrepareOptions:
                 raise OperandError(f"PrepareOptions.{name}={v!r}: expected an integer >= 1")
 
 
-# ----------------------------------------------------------------- float model
-
-
 def _cfg_dims(config: dict) -> dict:
     hd = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
     rope = config.get("rope_parameters") or {}
@@ -188,9 +185,6 @@ def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stat
     return logits
 
 
-# ----------------------------------------------------------------- calibration
-
-
 def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[torch.Tensor, str]:
     """(LongTensor [n, len] of calibration ids, provenance): "corpus" = windows of the training split tokenized
     by the model's tokenizer, "random" = seeded ids, "auto" = corpus when the tokenizer fits, else random.
@@ -226,9 +220,6 @@ def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> di
         for s in range(0, windows.shape[0], batch):
             float_forward(dims, st, windows[s : s + batch], stats)
     return {k: coarse_up(v) for k, v in stats.v.items()}
-
-
-# ------------------------------------------------------------------ quantizers
 
 
 def _exp_for(absmax: float, bits: int) -> int:
@@ -329,13 +320,11 @@ def prepare(
         lc: dict = {}
         wq, wk, wv = (st[p + f"self_attn.{n}_proj.weight"] for n in ("q", "k", "v"))
         wo = st[p + "self_attn.o_proj.weight"]
-        # ---- attention input: RMSNorm gamma + smoothing -> g
         w_qkv = torch.cat([wq, wk, wv], 0)
         s_attn = _smooth(stats[f"{i}.attn_in"], w_qkv, opts.alpha)
         g, gs = _norm_mult(st[p + "input_layernorm.weight"] / s_attn)
         tensors[f"layers.{i}.attn_norm.g"] = g
         lc["attn_norm_shift"] = gs
-        # ---- q/k/v output units
         fq = _exp_for(float(stats[f"{i}.q_out"]), TB)
         fk = _exp_for(float(stats[f"{i}.k_out"]), TB)
         v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)  # [nkv*hd]
@@ -343,12 +332,10 @@ def prepare(
         out_unit = _units((nh * hd, fq), (nkv * hd, fk), s_v)
         tensors.update(_linear(f"layers.{i}.qkv", w_qkv * s_attn[None, :], norm_in_const(gs), out_unit))
         lc["q_exp"], lc["k_exp"] = fq, fk
-        # ---- key rescaling kappa (pair-equal), K cache scale per kv head
         kr = stats[f"{i}.k_rot"].clamp(min=1e-6)  # [nkv, hd]
         kp = torch.maximum(kr[:, :half], kr[:, half:])
         kp = torch.cat([kp, kp], dim=1)
-        # kappa: powers of two (exact, platform-independent) within 2x of each
-        # channel pair's calibrated absmax; k' = k / kappa has |k'_j| in [0.5, 1)
+        # kappa: powers of two within 2x of each channel pair's absmax, so |k / kappa| in [0.5, 1)
         _, ex = torch.frexp(kp)
         kappa = torch.ldexp(torch.ones_like(kp), ex)
         s_k = (kp / kappa).amax(dim=1) / WEIGHT_QMAX  # per kv head
@@ -366,11 +353,9 @@ def prepare(
         # scores in Q(SCORE_EXP): acc * (Mq/127 * 2^-QK_EXP) * s_k / sqrt(hd)
         m, k = _dyadic_vec(s_k / WEIGHT_QMAX * 2.0 ** (SCORE_EXP - QK_EXP) / math.sqrt(hd))
         tensors[f"layers.{i}.score.m"], tensors[f"layers.{i}.score.k"] = m, k
-        # ---- o_proj: input total_j with real o_j = total_j * s_v_j / 2^PROB_BITS
         v_cols = s_v.view(nkv, hd).repeat_interleave(group, dim=0).reshape(nh * hd)
         o_const = 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS)
         tensors.update(_linear(f"layers.{i}.o", wo * v_cols[None, :], o_const, _units((H, R))))
-        # ---- MLP: norm + smoothing, gate/up, silu, down smoothing via up rows
         wg, wu, wd = (st[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
         w_gu = torch.cat([wg, wu], 0)
         s_mlp = _smooth(stats[f"{i}.mlp_in"], w_gu, opts.alpha)
@@ -387,7 +372,6 @@ def prepare(
         tensors.update(_linear(f"layers.{i}.down", wd * s_down[None, :], down_const, _units((H, R))))
         layers_cfg.append(lc)
 
-    # ---- embedding (residual units), final norm, lm_head
     emb = torch.round(st["model.embed_tokens.weight"] * 2.0**R)
     if float(emb.abs().max()) >= 2**31 - 1:
         raise CheckpointError("embedding does not fit int32 at the residual unit (resid_bits too large)")
@@ -398,7 +382,6 @@ def prepare(
     tensors["final_norm.g"] = g
     L_exp = _exp_for(float(stats["logits"]), opts.resid_bits)
     tensors.update(_linear("lm_head", lm * s_fin[None, :], norm_in_const(gs), _units((dims["vocab"], L_exp))))
-    # ---- tables
     cos_t, sin_t, _ = ops.build_rope_tables(hd, dims["max_position"], dims["rope_theta"], ROPE_EXP)
     tensors["rope.cos"], tensors["rope.sin"] = cos_t, sin_t
 
@@ -426,9 +409,6 @@ def prepare(
     if verbose:
         print(f"wrote {out_dir} digest {art.digest[:12]} in {time.time() - t0:.1f}s")
     return art
-
-
-# ------------------------------------------------------------------ cache
 
 
 def model_fingerprint(model_dir) -> str:

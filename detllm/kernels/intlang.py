@@ -21,9 +21,6 @@ from detllm.ops import _EXP2_TABLE
 INT64_MIN = -(2**63)
 
 
-# ------------------------------------------------------------------ rounding
-
-
 @triton.jit
 def round_shift(x, k):
     """``intops.round_shift`` per element (int64 x, k broadcastable), including k < 0, k = 63, 64 and > 64."""
@@ -128,11 +125,8 @@ def int_exp(x, table_ptr, F: tl.constexpr):
 @triton.jit
 def int_sigmoid(x, table_ptr, F: tl.constexpr):
     """``ops.int_sigmoid``: Q30 sigma(x / 2^F), d = 2^30 + E, E = int_exp(-|x|)."""
-    # Clamped to +-64 (real) before the negation, which int_exp would clip to
-    # anyway: unclamped, the compiled kernel (H200, triton 3.6) gave
-    # int_exp(-|x|) = 0 for every x although its LLVM IR is correct; clamped
-    # first it gives ops.int_sigmoid's bits (reports/detllm-ir-audit/NOTE.md,
-    # probe_sigmoid_variants.py: variants 2, 4, 5 right, 0, 1, 3 wrong)
+    # clamp to +-64 (real) before negating, as int_exp would: unclamped, the compiled kernel returned
+    # int_exp(-|x|) = 0 (reports/detllm-ir-audit/NOTE.md)
     one = x * 0 + 1
     xc = tl.minimum(tl.maximum(x, -(64 << F)), 64 << F)
     e = int_exp(tl.where(xc >= 0, -xc, xc), table_ptr, F)
@@ -152,9 +146,6 @@ def rmax(x):
 def rsum(x):
     """sum over axis 0 (``tl.sum``; interpreted: numpy sum, see ``launcher``)."""
     return tl.sum(x, axis=0)
-
-
-# ------------------------------------------------------------------ launcher
 
 
 def _interp_rmax(x):
