@@ -17,25 +17,9 @@ MASK_SENTINEL = -(2**30)
 
 
 def _attention_kernel(
-    qq_ptr,
-    qtm_ptr,
-    qtk_ptr,
-    sm_ptr,
-    sk_ptr,
-    kc_ptr,
-    vc_ptr,
-    seq_ptr,
-    nkeys_ptr,
-    o_ptr,
-    table_ptr,
-    NH,
-    NKV,
-    CAP,
-    GROUP,
-    F: tl.constexpr,
-    HD: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-):
+    qq_ptr, qtm_ptr, qtk_ptr, sm_ptr, sk_ptr, kc_ptr, vc_ptr, seq_ptr, nkeys_ptr, o_ptr, table_ptr, NH, NKV, CAP,
+    GROUP, F: tl.constexpr, HD: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     g = h // GROUP
@@ -98,24 +82,7 @@ def attention(
         out = torch.empty(R, nh * hd, dtype=torch.int64, device=qq.device)
     bl = block_l or (64 if qq.device.type == "cuda" else 16)
     _KERNEL[(R, nh)](
-        qq,
-        qtm,
-        qtk,
-        score_m,
-        score_k,
-        k_cache,
-        v_cache,
-        seq,
-        nkeys,
-        out,
-        exp2_table(qq.device),
-        nh,
-        nkv,
-        cap,
-        nh // nkv,
-        F=int(score_exp),
-        HD=hd,
-        BLOCK_L=next_pow2(bl),
-        num_warps=4,
-    )
+        qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, out, exp2_table(qq.device), nh, nkv, cap,
+        nh // nkv, F=int(score_exp), HD=hd, BLOCK_L=next_pow2(bl), num_warps=4,
+    )  # fmt: skip
     return out

@@ -17,25 +17,9 @@ MODE_PLAIN, MODE_RESIDUAL, MODE_LOGITS, MODE_SWIGLU = 0, 1, 2, 3
 
 
 def _linear_kernel(
-    a_ptr,
-    w_ptr,
-    tm_ptr,
-    tk_ptr,
-    m_ptr,
-    k_ptr,
-    out_ptr,
-    table_ptr,
-    R,
-    N,
-    K,
-    W_OFF_UP,
-    MODE: tl.constexpr,
-    FG: tl.constexpr,
-    SW_SHIFT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+    a_ptr, w_ptr, tm_ptr, tk_ptr, m_ptr, k_ptr, out_ptr, table_ptr, R, N, K, W_OFF_UP, MODE: tl.constexpr,
+    FG: tl.constexpr, SW_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -99,18 +83,10 @@ def _tiles(R: int, N: int, K: int, device_type: str):
 
 
 def linear(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    tm: torch.Tensor,
-    tk: torch.Tensor,
-    m: torch.Tensor,
-    k: torch.Tensor,
-    mode: int = MODE_PLAIN,
-    out: torch.Tensor | None = None,
-    gate_exp: int = 0,
-    up_exp: int = 0,
+    a: torch.Tensor, w: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, m: torch.Tensor, k: torch.Tensor,
+    mode: int = MODE_PLAIN, out: torch.Tensor | None = None, gate_exp: int = 0, up_exp: int = 0,
     out_exp: int | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """int8 linear with the dyadic epilogue fused; returns ``out``.
 
     a: int8 [R, K]; w: int8 [N_w, K] (N_w = 2I for SwiGLU); tm, tk: int64 [R]; m, k: int64 [N_w].
@@ -126,25 +102,7 @@ def linear(
     fo = gate_exp + up_exp if out_exp is None else out_exp
     grid = ((R + bm - 1) // bm, (N + bn - 1) // bn)
     _KERNEL[grid](
-        a,
-        w,
-        tm,
-        tk,
-        m,
-        k,
-        out,
-        exp2_table(a.device),
-        R,
-        N,
-        K,
-        N,
-        MODE=mode,
-        FG=int(gate_exp),
-        SW_SHIFT=int(gate_exp + up_exp - fo),
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        num_warps=nw,
-        num_stages=ns,
-    )
+        a, w, tm, tk, m, k, out, exp2_table(a.device), R, N, K, N, MODE=mode, FG=int(gate_exp),
+        SW_SHIFT=int(gate_exp + up_exp - fo), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+    )  # fmt: skip
     return out

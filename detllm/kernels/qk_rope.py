@@ -14,33 +14,9 @@ from detllm.kernels.norm_quant import rms_p
 
 
 def _qk_rope_kernel(
-    y_ptr,
-    g_ptr,
-    cos_ptr,
-    sin_ptr,
-    pos_ptr,
-    seq_ptr,
-    valid_ptr,
-    kcm_ptr,
-    kck_ptr,
-    kc_ptr,
-    vc_ptr,
-    qq_ptr,
-    qtm_ptr,
-    qtk_ptr,
-    NH,
-    NKV,
-    CAP,
-    NQKV,
-    EPS_Q,
-    EPS_K,
-    P_Q,
-    P_K,
-    E_Q,
-    E_K,
-    HD: tl.constexpr,
-    ROPE: tl.constexpr,
-):
+    y_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr, seq_ptr, valid_ptr, kcm_ptr, kck_ptr, kc_ptr, vc_ptr, qq_ptr, qtm_ptr,
+    qtk_ptr, NH, NKV, CAP, NQKV, EPS_Q, EPS_K, P_Q, P_K, E_Q, E_K, HD: tl.constexpr, ROPE: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0).to(tl.int64)
     hs = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, HD)
@@ -96,27 +72,9 @@ _KERNEL = launcher(_qk_rope_kernel)
 
 
 def qk_rope_cache(
-    y,
-    g,
-    cos,
-    sin,
-    pos,
-    seq,
-    valid,
-    kc_m,
-    kc_k,
-    k_cache,
-    v_cache,
-    nh: int,
-    nkv: int,
-    q_eps: int,
-    q_shift: int,
-    k_eps: int,
-    k_shift: int,
-    qk_exp: int,
-    rope_exp: int,
-    out=None,
-):
+    y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, nh: int, nkv: int, q_eps: int, q_shift: int,
+    k_eps: int, k_shift: int, qk_exp: int, rope_exp: int, out=None,
+):  # fmt: skip
     """Fused QK-norm + RoPE + cache write + query quantization for one layer -> (qq int8 [R, nh, hd], qtm, qtk int64 [R, nh]).
 
     y: int64 [R, (nh + 2 nkv) hd]; g: int64 [nh + nkv, hd] (q_norm.g then k_norm.g); pos, seq: int64 [R];
@@ -135,32 +93,8 @@ def qk_rope_cache(
     qq, qtm, tk = out
     pq, pk = rms_p(hd, q_eps), rms_p(hd, k_eps)
     _KERNEL[(R, nh + nkv)](
-        y,
-        g,
-        cos,
-        sin,
-        pos,
-        seq,
-        valid,
-        kc_m,
-        kc_k,
-        k_cache,
-        v_cache,
-        qq,
-        qtm,
-        tk,
-        nh,
-        nkv,
-        k_cache.shape[2],
-        y.shape[1],
-        int(q_eps),
-        int(k_eps),
-        pq,
-        pk,
-        qk_exp - q_shift + pq,
-        qk_exp - k_shift + pk,
-        HD=hd,
-        ROPE=int(rope_exp),
-        num_warps=1 if hd <= 64 else 2,
-    )
+        y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, qq, qtm, tk, nh, nkv, k_cache.shape[2],
+        y.shape[1], int(q_eps), int(k_eps), pq, pk, qk_exp - q_shift + pq, qk_exp - k_shift + pk, HD=hd,
+        ROPE=int(rope_exp), num_warps=1 if hd <= 64 else 2,
+    )  # fmt: skip
     return qq, qtm, tk
