@@ -80,17 +80,6 @@ def random_model_artifact(label: str, shapes: dict, md: Path, art_dir: Path, ver
     )
 
 
-def _padded(prompts):
-    """Left-padded ids and attention mask [B, T]."""
-    B, T = len(prompts), max(len(p) for p in prompts)
-    ids = torch.zeros(B, T, dtype=torch.long)
-    mask = torch.zeros(B, T, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, T - len(p) :] = torch.tensor(p)
-        mask[b, T - len(p) :] = 1
-    return ids, mask
-
-
 def engine_decode_tps(eng, prompts, new_tokens: int) -> tuple[float, str]:
     """(decode tokens/s, logits hash of seq 0) of the integer engine; prefill not timed."""
     B = len(prompts)
@@ -121,7 +110,7 @@ def float_decode_tps(model, prompts, new_tokens: int) -> float:
 
     dev = next(model.parameters()).device
     B = len(prompts)
-    ids, mask = _padded(prompts)
+    ids, mask = G.left_pad(prompts)
     cache = DynamicCache()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     kw = G.cache_kwargs(model, cache)
@@ -208,7 +197,7 @@ def bf16_graph_tps(model, B: int, T: int, new_tokens: int, vocab: int) -> float:
 def bf16_prefill_tps(model, prompts) -> float:
     """Prefill tokens/s of the bf16 model (left-padded batch, one forward, after a warm-up)."""
     dev = next(model.parameters()).device
-    ids, mask = (t.to(dev) for t in _padded(prompts))
+    ids, mask = (t.to(dev) for t in G.left_pad(prompts))
     model(input_ids=ids, attention_mask=mask)
     torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -235,6 +235,17 @@ def cache_kwargs(model, cache) -> dict:
 
 
 @torch.no_grad()
+def left_pad(prompts, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask, both int64 [B, max length]."""
+    B, T = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, T - len(p) :] = torch.tensor(p)
+        mask[b, T - len(p) :] = 1
+    return ids, mask
+
+
 def float_generate(
     model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False, pad_id: int = 0
 ) -> GenerationResult:
@@ -248,30 +259,22 @@ def float_generate(
     ps = _check_prompts(prompts, V, ctx, max_new_tokens)
     B = len(ps)
     dev = next(model.parameters()).device
-    lens = [len(p) for p in ps]
-    Lmax = max(lens)
-    # schedule in terms of the padded prompt: chunks of the longest prompt
-    chunks = prefill_chunks(Lmax, schedule)
-    ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
-    mask = torch.zeros(B, Lmax, dtype=torch.long)
-    for b, p in enumerate(ps):
-        ids[b, Lmax - len(p) :] = torch.tensor(p)
-        mask[b, Lmax - len(p) :] = 1
+    ids, mask = left_pad(ps, pad_id)
+    chunks = prefill_chunks(ids.shape[1], schedule)  # the schedule applies to the padded prompt
     cache = DynamicCache()
+
+    def fwd(ids, mask, pos):
+        kw = cache_kwargs(model, cache)
+        out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True, **kw)
+        return out.logits.float().cpu()
+
     lchain, tchain, kept = _chains(B, keep_logits)
     s = 0
     last = None
     full_mask = mask
     for c in chunks:
         pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s : s + c]
-        out = model(
-            input_ids=ids[:, s : s + c].to(dev),
-            attention_mask=full_mask[:, : s + c].to(dev),
-            position_ids=pos.to(dev),
-            use_cache=True,
-            **cache_kwargs(model, cache),
-        )
-        lg = out.logits.float().cpu()
+        lg = fwd(ids[:, s : s + c], full_mask[:, : s + c], pos)
         for b in range(B):
             valid = mask[b, s : s + c].bool()
             lchain[b].update_rows(lg[b][valid], "<f4")
@@ -290,14 +293,7 @@ def float_generate(
             break
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
         pos = cur_mask.sum(-1, keepdim=True) - 1
-        out = model(
-            input_ids=nxt.view(B, 1).to(dev),
-            attention_mask=cur_mask.to(dev),
-            position_ids=pos.to(dev),
-            use_cache=True,
-            **cache_kwargs(model, cache),
-        )
-        lg = out.logits.float().cpu()
+        lg = fwd(nxt.view(B, 1), cur_mask, pos)
         for b in range(B):
             lchain[b].update_rows(lg[b], "<f4")
             if keep_logits:
