@@ -408,20 +408,9 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
         q = y[:, : nh * hd].reshape(R, nh, hd)
         k = y[:, nh * hd : (nh + nkv) * hd].reshape(R, nkv, hd)
         v8 = y[:, (nh + nkv) * hd :].clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
-        q = ops.apply_rope(
-            norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp),
-            t["rope.cos"],
-            t["rope.sin"],
-            rpos,
-            shift=rope_exp,
-        )
-        k = ops.apply_rope(
-            norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp),
-            t["rope.cos"],
-            t["rope.sin"],
-            rpos,
-            shift=rope_exp,
-        )
+        q = norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp)
+        k = norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp)
+        q, k = (ops.apply_rope(z, t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp) for z in (q, k))
         k8 = intops.round_shift(k * t[p + "k_cache.m"][None, :, None], t[p + "k_cache.k"][None, :, None])
         k8 = k8.clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
         if vb:
