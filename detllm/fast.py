@@ -19,8 +19,8 @@ from typing import Optional
 import torch
 
 from detllm import engine as E
+from detllm import generate as G
 from detllm import ops
-from detllm.generate import GenerationResult, _chains, _check_prompts, _result, chunk_tokens, prefill_chunks
 from detllm.kernels import attention as KA
 from detllm.kernels import linear as KL
 from detllm.kernels import norm_quant as KN
@@ -170,7 +170,7 @@ def fast_generate(
     keep_logits: bool = False,
     use_graph: bool = True,
     timings: Optional[dict] = None,
-) -> GenerationResult:
+) -> G.GenerationResult:
     """``detllm.generate.generate`` through ``FastDecoder``: same hashes, same tokens.
 
     Decode logits stay on the device until the end, so timing covers device work only. ``timings`` (a
@@ -178,32 +178,25 @@ def fast_generate(
     eager and capturing steps are excluded), prefill_tokens and graph_steps.
     """
     d = engine.dims
-    ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
+    ps = G._check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
     B = len(ps)
     cap = max(len(p) + max(0, max_new_tokens - 1) for p in ps)
     dec = FastDecoder(engine, B, max(1, cap), use_graph=use_graph)
     dev = engine.device
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
-    chunks = [prefill_chunks(len(p), schedule) for p in ps]
-    lchain, tchain, kept = _chains(B, keep_logits)
+    chunks = [G.prefill_chunks(len(p), schedule) for p in ps]
+    lchain, tchain, kept = G._chains(B, keep_logits)
     last = [None] * B
     sync()
     t0 = time.perf_counter()
     outs = []
     for c in range(max(len(ch) for ch in chunks)):
-        sizes, toks = chunk_tokens(ps, chunks, c, dec.host_lengths)
+        sizes, toks = G.chunk_tokens(ps, chunks, c, dec.host_lengths)
         outs.append((sizes, dec.prefill(toks, sizes)))
     sync()
     t1 = time.perf_counter()
     for sizes, lg in outs:
-        lg = lg.cpu()
-        for b in range(B):
-            if sizes[b]:
-                rows = lg[b, : sizes[b]]
-                lchain[b].update_rows(rows, "<i4")
-                if keep_logits:
-                    kept[b].append(rows)
-                last[b] = rows[-1]
+        G._absorb_chunk(lg.cpu(), sizes, lchain, kept, last)
     first = ops.argmax_int(torch.stack(last))
     steps = max(0, max_new_tokens - 1)
     hist = torch.empty(steps, B, d["vocab"], dtype=torch.int32, device=dev)
@@ -240,7 +233,7 @@ def fast_generate(
             prefill_tokens=sum(len(p) for p in ps),
             graph_steps=dec.graph_steps,
         )
-    return _result(
+    return G._result(
         ps,
         generated,
         lchain,

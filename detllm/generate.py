@@ -58,6 +58,17 @@ def _chains(B: int, keep_logits: bool):
     )
 
 
+def _absorb_chunk(logits, sizes, lchain, kept, last) -> None:
+    """Hash (and keep) the valid rows of one prefill chunk's int32 logits [B, T, V]; last[b] = row b's last."""
+    for b, n in enumerate(sizes):
+        if n:
+            rows = logits[b, :n]
+            lchain[b].update_rows(rows, "<i4")
+            if kept is not None:
+                kept[b].append(rows.cpu())
+            last[b] = rows[-1]
+
+
 def _result(ps, generated, lchain, tchain, kept, **kw) -> "GenerationResult":
     return GenerationResult(
         prompts=ps,
@@ -169,13 +180,7 @@ def generate(
         sizes, toks = chunk_tokens(ps, chunks, c, cache.length)
         logits = E.forward(engine, toks, sizes, cache)
         calls += 1
-        for b in range(B):
-            if sizes[b]:
-                rows = logits[b, : sizes[b]]
-                lchain[b].update_rows(rows, "<i4")
-                if keep_logits:
-                    kept[b].append(rows.cpu())
-                last[b] = rows[-1]
+        _absorb_chunk(logits, sizes, lchain, kept, last)
     generated = [[] for _ in range(B)]
     for step in range(max_new_tokens):
         nxt = ops.argmax_int(torch.stack(last)).cpu()
