@@ -222,7 +222,7 @@ def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu"
 
 
 def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
-    """Empty KV cache for ``batch`` sequences of up to ``capacity`` positions; OperandError beyond the model's context."""
+    """Empty KV cache for ``batch`` sequences of ``capacity`` positions; OperandError beyond the model's context."""
     d = engine.dims
     if capacity > engine.max_context:
         raise OperandError(f"context of {capacity} tokens exceeds the model's maximum of {engine.max_context}")

@@ -73,7 +73,7 @@ class FastDecoder:
     def _forward_rows(
         self, ids: torch.Tensor, pos: torch.Tensor, seq: torch.Tensor, valid: torch.Tensor, nkeys: torch.Tensor
     ) -> torch.Tensor:
-        """Fused forward of R token rows (ids, pos, seq, nkeys int64 [R], valid int32 [R]) -> int32 logits [R, vocab]."""
+        """Fused forward of R rows (ids, pos, seq, nkeys int64 [R], valid int32 [R]) -> int32 logits [R, vocab]."""
         eng, w = self.engine, self._w
         d, u = eng.dims, eng.units
         nh, nkv = d["heads"], d["kv_heads"]

@@ -67,7 +67,7 @@ def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
 
 
 def _round_shift_tensor_fast(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``round_shift`` for int64 x and tensor 0 <= k <= 62: y = x >> (k-1), (y >> 1) + (y & 1), negative exact ties down."""
+    """``round_shift`` for tensor 0 <= k <= 62: y = x >> (k-1), (y >> 1) + (y & 1); negative exact ties go down."""
     km1 = (k - 1).clamp(min=0)
     y = torch.bitwise_right_shift(x, km1)
     odd = torch.bitwise_and(y, 1)
@@ -161,7 +161,7 @@ def isqrt(x: torch.Tensor) -> torch.Tensor:
 
 
 def ilog2(x: torch.Tensor) -> torch.Tensor:
-    """Exact floor(log2(x)) for 1 <= x <= 2^63 - 1 (6-step binary search) -> int64 in [0, 62]; OperandError for x <= 0."""
+    """Exact floor(log2(x)) for 1 <= x <= 2^63 - 1 (binary search) -> int64 in [0, 62]; OperandError for x <= 0."""
     x = _as_i64(x, name="x")
     if bool((x <= 0).any()):
         raise OperandError("ilog2: input must be >= 1")
@@ -290,7 +290,10 @@ def saturate(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def requantize(x_int32: torch.Tensor, d: DyadicLike, out_bits: int = 8, shift: IntLike = 0) -> torch.Tensor:
-    """int32 accumulator -> int8/int16 (``out_bits``): saturate(apply_dyadic(x, d, shift)). OperandError on bad dtype or out_bits."""
+    """int32 accumulator -> int8/int16 (``out_bits``): saturate(apply_dyadic(x, d, shift)).
+
+    Raises OperandError for a bad dtype or out_bits.
+    """
     if out_bits not in (8, 16):
         raise OperandError(f"requantize: out_bits must be 8 or 16, got {out_bits}")
     return saturate(apply_dyadic(x_int32, d, shift), out_bits)

@@ -1,4 +1,4 @@
-"""Integer operators of the integer-only Qwen3 engine: exp, softmax, P.V, RMSNorm, SwiGLU, RoPE, residual stream, argmax.
+"""Integer operators of the engine: exp, softmax, P.V, RMSNorm, SwiGLU, RoPE, residual stream, argmax.
 
 Forward-time functions take and return torch integer tensors and use integer arithmetic only (frozen
 rules: ``detllm/README.md``); the float ``build_*`` helpers run once, in ``prepare``. "Q(f)": integer v
@@ -404,7 +404,7 @@ RESIDUAL_BITS = 30  # residual values are kept at |r| <= 2^30 (one bit of int32 
 
 
 def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per token, round_shift just enough that |r| <= 2^bits (bits in [1, 30]): (r int32 [..., H], x_exp + s int64 [...])."""
+    """Per token, round_shift just enough that |r| <= 2^bits (bits in [1, 30]): (r int32 [..., H], exp int64 [...])."""
     x = require_int(x, "x").to(torch.int64)
     if not (1 <= bits <= 30):
         raise OperandError(f"renormalize: bits must be in [1, 30], got {bits}")

@@ -59,7 +59,7 @@ class PrepareOptions:
     calib_source: str = "auto"
 
     def check(self) -> None:
-        """OperandError (one line naming the field): alpha outside [0, 1], calib_windows / calib_len / max_position < 1."""
+        """OperandError (one line naming the field): alpha outside [0, 1], calib_windows/len or max_position < 1."""
         if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha <= 1.0):
             raise OperandError(f"PrepareOptions.alpha={self.alpha!r}: expected a number in [0, 1]")
         for name in ("calib_windows", "calib_len") + (("max_position",) if self.max_position is not None else ()):
@@ -229,7 +229,7 @@ def _exp_for(absmax: float, bits: int) -> int:
 
 
 def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: (round-half-even(w / s) in [-127, 127] int8 [N,K], s = absmax/127 fp64 [N])."""
+    """Per-output-channel symmetric int8: (round-half-even(w / s) clamped to +-127 [N,K], s = absmax/127 [N])."""
     s = w.abs().amax(dim=1).clamp(min=1e-30) / WEIGHT_QMAX
     q = torch.round(w / s[:, None]).clamp(-WEIGHT_QMAX, WEIGHT_QMAX).to(torch.int8)
     return q, s

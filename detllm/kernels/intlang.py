@@ -103,7 +103,7 @@ def isqrt_newton(n):
 
 @triton.jit
 def int_exp(x, table_ptr, F: tl.constexpr):
-    """``ops.int_exp`` (dyadic log2e, table) for int64 x <= 0, 0 <= F <= 30; ``table_ptr``: ``ops._EXP2_TABLE`` as int64."""
+    """``ops.int_exp`` (dyadic log2e, table) for int64 x <= 0, 0 <= F <= 30; ``table_ptr``: ``ops._EXP2_TABLE``."""
     xc = tl.maximum(x, -(64 << F))
     v = xc * (-24204406)
     if F > 0:
@@ -181,7 +181,7 @@ def _plain_globals(g: dict, cache: dict) -> dict:
 
 
 class launcher:
-    """``launcher(fn)[grid](*args, **meta)``: compiled for CUDA tensors, interpreted for CPU tensors (first tensor argument)."""
+    """``launcher(fn)[grid](*args, **meta)``: compiled for CUDA tensors, interpreted for CPU ones (first tensor arg)."""
 
     def __init__(self, fn):
         self.fn = fn

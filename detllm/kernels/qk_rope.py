@@ -75,7 +75,7 @@ def qk_rope_cache(
     y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, nh: int, nkv: int, q_eps: int, q_shift: int,
     k_eps: int, k_shift: int, qk_exp: int, rope_exp: int, out=None,
 ):  # fmt: skip
-    """Fused QK-norm + RoPE + cache write + query quantization for one layer -> (qq int8 [R, nh, hd], qtm, qtk int64 [R, nh]).
+    """Fused QK-norm + RoPE + cache write + query int8 for one layer -> (qq int8 [R, nh, hd], qtm, qtk int64 [R, nh]).
 
     y: int64 [R, (nh + 2 nkv) hd]; g: int64 [nh + nkv, hd] (q_norm.g then k_norm.g); pos, seq: int64 [R];
     valid: int32 [R] (0: padding); kc_m/kc_k: int64 [nkv]; k/v_cache: int8 [B, nkv, cap, hd], written in place.
