@@ -1,24 +1,9 @@
-"""The integer-only artifact of the detllm engine.
+"""The integer-only artifact: ``detllm.safetensors`` (every tensor the forward reads, integer dtypes only)
+and ``detllm.json`` (model shape, unit exponents, calibration provenance, ``tensors_sha256``, ``digest``).
 
-Layout of an artifact directory::
-
-    detllm.safetensors   every tensor the forward reads; integer dtypes ONLY
-                         (int8 weights, int16 RoPE tables, int32/int64
-                         mantissas, shifts, norm multipliers, the exp2 table)
-    detllm.json          config: model shape, every shift / unit exponent,
-                         calibration provenance, ``tensors_sha256`` and the
-                         artifact ``digest``
-
-The digest is ``sha256(canonical JSON of the config without "digest" ||
-sha256 of detllm.safetensors)``; the determinism guarantee of the engine is
-tied to it (same digest -> same logits hash for every correct kernel, batch
-composition, prefill split and device). ``load_artifact`` recomputes it and
-refuses a mismatch, and refuses any floating-point tensor. Both
-``save_artifact`` and ``load_artifact`` check the tensor set against the
-schema implied by the config (``expected_tensors``: every tensor present, no
-extra one, exact dtype and shape), so a re-sealed artifact with a removed,
-retyped, reshaped or added tensor fails at load with one line, not deep in
-the forward.
+digest = sha256(canonical config JSON without "digest" || sha256 of the tensors file); the engine's
+determinism guarantee is keyed by it. Save and load check the tensor set against the schema implied by
+the config (``expected_tensors``), so an edited artifact fails at load with one line.
 """
 
 from __future__ import annotations
@@ -46,14 +31,7 @@ INTEGER_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8
 
 @dataclass
 class Artifact:
-    """A loaded integer-only artifact.
-
-    Attributes:
-        config: the parsed ``detllm.json`` (dims, shifts, provenance, digest).
-        tensors: ``{name: integer tensor}`` on CPU (``engine`` moves them).
-        digest: sha256 hex of the artifact (see module docstring).
-        path: directory it was loaded from / written to (None if in memory).
-    """
+    """A loaded artifact: parsed config, ``{name: integer tensor}`` on CPU, digest, and its dir (None in memory)."""
 
     config: dict
     tensors: dict = field(default_factory=dict)
@@ -62,34 +40,17 @@ class Artifact:
 
     @property
     def short_digest(self) -> str:
-        """First 12 hex digits of the digest (shown in tables)."""
         return self.digest[:12]
 
 
 def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> None:
-    """Raise CheckpointError (one line) if any tensor is not an integer dtype.
-
-    Args:
-        tensors: name -> tensor.
-        where: file / context named in the message.
-    Raises:
-        CheckpointError: ``"<where>: tensor 'x' has floating dtype torch.float32
-            (the artifact must be integer-only)"``.
-    """
+    """CheckpointError (one line naming ``where``) if any entry is not an integer-dtype tensor."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise CheckpointError(f"{where}: entry {name!r} is {type(t).__name__}, not a tensor")
         if t.dtype not in INTEGER_DTYPES:
             raise CheckpointError(f"{where}: tensor {name!r} has dtype {t.dtype} (the artifact must be integer-only)")
 
-
-# --------------------------------------------------------------- the schema
-#
-# The exact tensor set ``detllm.prepare.prepare`` writes, derived from the
-# config alone. ``load_artifact`` and ``save_artifact`` both check it, so an
-# artifact the engine runs is exactly what prepare wrote (no missing, extra,
-# retyped or reshaped tensor can reach the forward as a KeyError or a deep
-# shape error).
 
 MODEL_FIELDS = ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "max_position")
 UNIT_FIELDS = ("resid_exp", "logit_exp", "qk_exp", "rope_exp", "score_exp", "resid_eps")
@@ -108,14 +69,8 @@ def _int_field(cfg: Mapping, key: str, where: str, label: str, positive: bool = 
 
 
 def model_dims(config: Mapping, where: str = "artifact") -> dict:
-    """The model dimensions of an artifact config (``config["model"]``), checked.
-
-    Returns:
-        {field: int} for ``MODEL_FIELDS`` (hidden size H, layers L, heads nh,
-        kv_heads nkv, head_dim hd, intermediate I, vocab V, max_position P).
-    Raises:
-        CheckpointError: a field missing or not a positive integer, heads not
-            a multiple of kv_heads, odd head_dim (one line naming ``where``).
+    """{field: int} for ``MODEL_FIELDS`` of ``config["model"]``; CheckpointError (one line naming ``where``) for
+    a missing or non-positive field, heads not a multiple of kv_heads, or an odd head_dim.
     """
     m = config.get("model") if isinstance(config, Mapping) else None
     if not isinstance(m, Mapping):
@@ -130,28 +85,12 @@ def model_dims(config: Mapping, where: str = "artifact") -> dict:
 
 
 def expected_tensors(config: Mapping, where: str = "artifact") -> dict:
-    """The declarative artifact schema: config -> {name: (dtype, shape)}.
+    """The artifact schema: config -> {name: (dtype, shape)}, exactly the tensors ``prepare`` writes.
 
-    Exactly the tensors ``detllm.prepare.prepare`` writes (and the engine
-    reads), with H = hidden, nh = heads, nkv = kv_heads, hd = head_dim,
-    I = intermediate, V = vocab, P = max_position, for each layer i < L::
-
-        layers.i.attn_norm.g  int32 [H]        layers.i.mlp_norm.g  int32 [H]
-        layers.i.qkv.w        int8  [(nh+2nkv)hd, H]   .m/.k int64 [(nh+2nkv)hd]
-        layers.i.q_norm.g     int32 [nh, hd]   layers.i.k_norm.g    int32 [nkv, hd]
-        layers.i.k_cache.m/k  int64 [nkv]      layers.i.score.m/k   int64 [nkv]
-        layers.i.o.w          int8  [H, nh hd]         .m/.k int64 [H]
-        layers.i.gate_up.w    int8  [2I, H]            .m/.k int64 [2I]
-        layers.i.down.w       int8  [H, I]             .m/.k int64 [H]
-    and ``embed`` int32 [V, H] (residual units), ``final_norm.g`` int32 [H],
-    ``lm_head.w`` int8 [V, H], ``lm_head.m/k`` int64 [V], ``rope.cos/sin``
-    int16 [P, hd] (Q14). dtypes: int8 weights (``prepare.quantize_rows``),
-    int64 dyadic mantissas/shifts (``intops.fit_dyadic_per_channel``), int32
-    norm multipliers (``prepare._norm_mult``), int16 RoPE tables
-    (``ops.build_rope_tables``).
-
-    Raises:
-        CheckpointError: bad model dims (see ``model_dims``).
+    Per layer i: ``layers.i.{attn,mlp}_norm.g`` int32 [H]; ``{qkv,o,gate_up,down}.w`` int8 [N, K] with
+    ``.m``/``.k`` int64 [N]; ``q_norm.g`` int32 [nh, hd], ``k_norm.g`` int32 [nkv, hd];
+    ``{k_cache,score}.m/k`` int64 [nkv]. Then ``embed`` int32 [V, H], ``final_norm.g`` int32 [H],
+    ``lm_head.w/m/k``, ``rope.cos/sin`` int16 [P, hd]. Raises CheckpointError for bad model dims.
     """
     d = model_dims(config, where)
     H, nh, nkv, hd = d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
@@ -189,20 +128,8 @@ def _dt(dtype: torch.dtype) -> str:
 
 
 def check_schema(config: Mapping, tensors: Mapping[str, torch.Tensor], where) -> None:
-    """Raise CheckpointError (one line) unless ``tensors`` is exactly ``expected_tensors(config)``.
-
-    Also checks the config fields the engine reads: ``units`` (``UNIT_FIELDS``)
-    and one ``layers`` entry per model layer with ``LAYER_FIELDS``, all integers.
-
-    Args:
-        config: artifact config (``detllm.json``).
-        tensors: name -> tensor.
-        where: the artifact path (named in the message as ``artifact <where>``).
-    Raises:
-        CheckpointError: e.g. ``artifact /x: tensor 'layers.0.down.w' has
-            dtype int16, expected int8``; ``... tensor 'embed' is missing
-            (expected int32 [4096, 384])``; ``... has shape [11, 1536],
-            expected [384, 1536]``; ``... unexpected tensor 'x' ...``.
+    """CheckpointError (one line) unless ``tensors`` is exactly ``expected_tensors(config)`` (names, dtypes,
+    shapes) and the config has the integer ``units`` and per-layer fields the engine reads.
     """
     w = f"artifact {where}"
     schema = expected_tensors(config, w)
@@ -251,8 +178,7 @@ def _canonical(config: Mapping) -> bytes:
 
 
 def artifact_digest(config: Mapping, tensors_sha256: str) -> str:
-    """sha256 hex over the canonical config (without ``digest``) and the
-    tensors file's sha256 (hex)."""
+    """sha256 hex over the canonical config (without ``digest``) and the tensors file's sha256 hex."""
     h = hashlib.sha256()
     h.update(_canonical(config))
     h.update(tensors_sha256.encode("ascii"))
@@ -260,19 +186,9 @@ def artifact_digest(config: Mapping, tensors_sha256: str) -> str:
 
 
 def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) -> Artifact:
-    """Write an artifact directory atomically (each file via temp + os.replace).
+    """Write an artifact dir atomically (per file); fills in ``format``, ``tensors_sha256`` and ``digest``.
 
-    Args:
-        out_dir: directory (created if missing).
-        config: JSON-able dict (dims, shifts, provenance). ``format``,
-            ``tensors_sha256`` and ``digest`` are filled in here.
-        tensors: name -> integer tensor (asserted: no float tensor is written;
-            exactly ``expected_tensors(config)``, checked before writing).
-    Returns:
-        The Artifact (tensors as given, contiguous CPU).
-    Raises:
-        CheckpointError: a non-integer tensor, or tensors / config not
-            matching the schema (``check_schema``).
+    Raises CheckpointError for a non-integer tensor or tensors not matching the schema (checked first).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -300,27 +216,17 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
 
 
 def is_artifact_dir(path) -> bool:
-    """True if ``path`` holds ``detllm.json`` and ``detllm.safetensors``. Never raises."""
+    """True if ``path`` holds both artifact files. Never raises."""
     p = Path(path)
     return (p / CONFIG_FILE).is_file() and (p / TENSORS_FILE).is_file()
 
 
 def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
-    """Load and verify an artifact directory.
+    """Load and verify an artifact dir -> Artifact with CPU tensors.
 
-    Checks, in order: both files exist; the config is JSON with
-    ``format == detllm-artifact-v1``; the fields ``tensors_sha256`` and
-    ``digest`` are present (strings); the tensors file's sha256 equals
-    ``tensors_sha256``; the recomputed digest equals ``digest`` (and
-    ``expect_digest`` if given, full or a prefix of >= 12 hex digits); every
-    tensor is an integer dtype; the tensors are exactly the schema of the
-    config (``check_schema``: names, dtypes, shapes; config fields the
-    engine reads).
-
-    Returns:
-        Artifact with CPU tensors.
-    Raises:
-        CheckpointError: one line naming the file and the failed check.
+    Checks: both files, ``format``, ``tensors_sha256`` and ``digest`` present and matching (and
+    ``expect_digest``, full or a prefix of >= 12 hex digits), integer dtypes, ``check_schema``.
+    Raises CheckpointError: one line naming the file and the failed check.
     """
     p = Path(path)
     cfg_path, ten_path = p / CONFIG_FILE, p / TENSORS_FILE

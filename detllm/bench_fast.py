@@ -1,29 +1,12 @@
-"""``detllm bench --fast``: the fused-kernel, CUDA-graph integer decode vs bf16
-transformers in the same run, with the hash beside every figure.
+"""Decode-throughput measurement: shared helpers (model shapes, random prompts, integer and
+bf16 decode tokens/s) and ``run``, the fused-kernel CUDA-graph bench of ``detllm bench --fast``.
 
-For each model (the shipped default model; random-init Qwen3-0.6B / -1.7B
-shapes put through ``prepare``, as ``detllm.bench`` does) and batch (1, 8, 32):
-
-* int: ``detllm.fast.fast_generate`` -- a warm-up generation first (Triton
-  compilation, graph capture), then a timed one: prefill tokens/s (all
-  prompt tokens of the batch, one fused prefill) and decode tokens/s (graph
-  replays only; the eager first step and the capture step are excluded),
-  with the chained logits hash and token hash of sequence 0 (the same prompt
-  at every batch size, so the hash must not move with the batch);
-* bf16: the transformers model, same batch and prompt length: eager
-  (DynamicCache, warm-up call first) and, where it captures, a CUDA graph of
-  the decode step over a ``StaticCache`` (equal-length prompts, no padding
-  mask, so the graph has static shapes); the decode tokens/s compared is the
-  better of the two, and the report says which ran.
-* checks: the fast path's hash vs the CPU reference engine
-  (``detllm.engine`` with the exact accumulator on the CPU) for the same
-  artifact and prompt; the default model's pinned hash (Sonnet 18, 16
-  tokens) through the fast path;
-* before: the unfused engine (``detllm.engine.forward`` per token, kernels
-  ``int_mm`` / ``triton``) at Qwen3-0.6B shapes, batch 1 and 8
-  (``bench.engine_decode_tps``), the issue's table re-measured in the same run.
-
-Writes ``<out>/detllm.json``, ``detllm.md`` and ``detllm.png``.
+``run`` measures, per model (shipped default; random-init Qwen3-0.6B / -1.7B shapes) and batch:
+``detllm.fast.fast_generate`` (a warm-up generation, then prefill tokens/s and decode tokens/s
+over graph replays only) with the logits / token hash of sequence 0; the bf16 transformers
+model eager and, where it captures, as a CUDA graph over a ``StaticCache``; the fast path's
+hash vs the CPU reference engine and the default model's pinned hash; and the unfused engine
+(``before`` rows). Writes ``<out>/detllm.json``, ``detllm.md`` and ``detllm.png``.
 """
 
 from __future__ import annotations
@@ -36,7 +19,117 @@ from pathlib import Path
 
 import torch
 
+from conformance.kernels.runner import validate_device
+from detllm import engine as E
+from detllm import generate as G
+from detllm import ops
+from detllm.artifact import is_artifact_dir, load_artifact
+from detllm.prepare import TINY_QWEN3, PrepareOptions, artifact_for, prepare
+from reference.fileio import atomic_write_text
+from reference.model.assets import default_model_dir
+from reference.model.corpus import prompts as corpus_prompts
+from reference.model.tokenizer import encode, load_tokenizer
+
+QWEN3_06B = dict(
+    vocab_size=151936,
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+)
+QWEN3_17B = dict(QWEN3_06B, hidden_size=2048, intermediate_size=6144)
+SHAPES = {"0.6b": ("qwen3-0.6B-shape", QWEN3_06B), "1.7b": ("qwen3-1.7B-shape", QWEN3_17B)}
 PINNED_LOGITS = "c54e130c3f8a"
+RANDOM_CALIBRATION = PrepareOptions(calib_windows=2, calib_len=32, calib_source="random")
+
+
+def sync(dev) -> None:
+    if str(dev).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def random_prompts(vocab: int, batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    """Sequence b has max(1, length - 3b) random ids (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (max(1, length - 3 * b),), generator=g).tolist() for b in range(batch)]
+
+
+def make_06b_model(out_dir: Path, seed: int = 0, shapes: dict = QWEN3_06B) -> Path:
+    """Random-init float Qwen3 at ``shapes`` (default Qwen3-0.6B), saved as bf16 safetensors."""
+    import transformers
+
+    torch.manual_seed(seed)
+    transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**shapes)).to(torch.bfloat16).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def random_model_artifact(label: str, shapes: dict, md: Path, art_dir: Path, verbose: bool):
+    """Artifact of a random-init model at ``shapes`` (made under ``md`` once, calibrated on random ids)."""
+    if not (md / "config.json").is_file():
+        make_06b_model(md, shapes=shapes)
+    return (
+        load_artifact(art_dir)
+        if is_artifact_dir(art_dir)
+        else prepare(md, art_dir, RANDOM_CALIBRATION, verbose=verbose)
+    )
+
+
+def engine_decode_tps(eng, prompts, new_tokens: int) -> tuple[float, str]:
+    """(decode tokens/s, logits hash of seq 0) of the integer engine; prefill not timed."""
+    B = len(prompts)
+    T = max(len(p) for p in prompts)
+    cache = E.new_cache(eng, B, T + new_tokens + 1)
+    toks = torch.zeros(B, T, dtype=torch.int64)
+    for b, p in enumerate(prompts):
+        toks[b, : len(p)] = torch.tensor(p)
+    lg = E.forward(eng, toks, [len(p) for p in prompts], cache)
+    last = torch.stack([lg[b, len(p) - 1] for b, p in enumerate(prompts)])
+    chain = G.HashChain(G.LOGITS_TAG)
+    nxt = ops.argmax_int(last)
+    lg = E.forward(eng, nxt.view(B, 1).cpu(), [1] * B, cache)  # warm-up step
+    sync(eng.device)
+    t0 = time.perf_counter()
+    for _ in range(new_tokens):
+        nxt = ops.argmax_int(lg[:, 0])
+        lg = E.forward(eng, nxt.view(B, 1).cpu(), [1] * B, cache)
+        chain.update_rows(lg[0], "<i4")
+    sync(eng.device)
+    return B * new_tokens / (time.perf_counter() - t0), chain.hexdigest()[:12]
+
+
+@torch.no_grad()
+def float_decode_tps(model, prompts, new_tokens: int) -> float:
+    """Decode tokens/s of a transformers model (left-padded batch, DynamicCache)."""
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    B = len(prompts)
+    ids, mask = G.left_pad(prompts)
+    cache = DynamicCache()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    kw = G.cache_kwargs(model, cache)
+    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True, **kw)
+    nxt = out.logits[:, -1].argmax(-1)
+
+    def step(nxt, mask):
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
+        pos = (mask.sum(-1, keepdim=True) - 1).to(dev)
+        out = model(input_ids=nxt.view(B, 1), attention_mask=mask.to(dev), position_ids=pos, use_cache=True, **kw)
+        return out.logits[:, -1].argmax(-1), mask
+
+    nxt, mask = step(nxt, mask)  # warm-up
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(new_tokens):
+        nxt, mask = step(nxt, mask)
+    sync(dev)
+    return B * new_tokens / (time.perf_counter() - t0)
 
 
 def _slug(name: str) -> str:
@@ -44,42 +137,21 @@ def _slug(name: str) -> str:
 
 
 def _setup(name: str, work: Path):
-    """(label, Artifact, model_dir) for a model name."""
-    from detllm import bench
-    from detllm.artifact import is_artifact_dir, load_artifact
-    from detllm.prepare import TINY_QWEN3, PrepareOptions, artifact_for, prepare
-
+    """(label, Artifact, model_dir) for a model name of ``--models``."""
     if name == "default":
-        from reference.model.assets import default_model_dir
-
         md = default_model_dir()
         return "default-model", artifact_for(md), md
-    if name == "tiny":
-        label, shapes = "tiny-random", TINY_QWEN3
-    else:
-        label, shapes = bench.SHAPES[name]
+    label, shapes = ("tiny-random", TINY_QWEN3) if name == "tiny" else SHAPES[name]
     md = work / f"{label}_random"
-    if not (md / "config.json").is_file():
-        bench.make_06b_model(md, shapes=shapes)
-    ad = work / f"{label}_artifact"
-    art = (
-        load_artifact(ad)
-        if is_artifact_dir(ad)
-        else prepare(md, ad, PrepareOptions(calib_windows=2, calib_len=32, calib_source="random"), verbose=False)
-    )
-    return label, art, md
+    return label, random_model_artifact(label, shapes, md, work / f"{label}_artifact", False), md
 
 
 @torch.no_grad()
 def bf16_graph_tps(model, B: int, T: int, new_tokens: int, vocab: int) -> float:
-    """Decode tokens/s of the bf16 model with a StaticCache and the decode step
-    captured in a CUDA graph (equal-length random prompts, no padding mask).
-
-    Raises whatever transformers / CUDA raise when the step cannot be captured.
-    """
+    """Decode tokens/s of the bf16 model, StaticCache, decode step captured in a CUDA graph
+    (equal-length random prompts, no padding mask). Raises whatever transformers / CUDA raise
+    when the step cannot be captured."""
     from transformers import StaticCache
-
-    from detllm.generate import cache_kwargs
 
     dev = next(model.parameters()).device
     L = T + new_tokens + 8
@@ -87,21 +159,16 @@ def bf16_graph_tps(model, B: int, T: int, new_tokens: int, vocab: int) -> float:
         cache = StaticCache(config=model.config, max_batch_size=B, max_cache_len=L, device=dev, dtype=torch.bfloat16)
     except TypeError:
         cache = StaticCache(config=model.config, max_cache_len=L)
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, vocab, (B, T), generator=g).to(dev)
-    out = model(
-        input_ids=ids,
-        position_ids=torch.arange(T, device=dev)[None].expand(B, T),
-        cache_position=torch.arange(T, device=dev),
-        use_cache=True,
-        **cache_kwargs(model, cache),
-    )
+    kw = G.cache_kwargs(model, cache)
+    ids = torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(1)).to(dev)
+    pos0 = torch.arange(T, device=dev)
+    out = model(input_ids=ids, position_ids=pos0[None].expand(B, T), cache_position=pos0, use_cache=True, **kw)
     inp = out.logits[:, -1].argmax(-1).view(B, 1).clone()
     pos = torch.full((B, 1), T, dtype=torch.long, device=dev)
     cpos = torch.full((1,), T, dtype=torch.long, device=dev)
 
     def step():
-        o = model(input_ids=inp, position_ids=pos, cache_position=cpos, use_cache=True, **cache_kwargs(model, cache))
+        o = model(input_ids=inp, position_ids=pos, cache_position=cpos, use_cache=True, **kw)
         inp.copy_(o.logits[:, -1].argmax(-1).view(B, 1))
         pos.add_(1)
         cpos.add_(1)
@@ -130,13 +197,7 @@ def bf16_graph_tps(model, B: int, T: int, new_tokens: int, vocab: int) -> float:
 def bf16_prefill_tps(model, prompts) -> float:
     """Prefill tokens/s of the bf16 model (left-padded batch, one forward, after a warm-up)."""
     dev = next(model.parameters()).device
-    B, T = len(prompts), max(len(p) for p in prompts)
-    ids = torch.zeros(B, T, dtype=torch.long)
-    mask = torch.zeros(B, T, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, T - len(p) :] = torch.tensor(p)
-        mask[b, T - len(p) :] = 1
-    ids, mask = ids.to(dev), mask.to(dev)
+    ids, mask = (t.to(dev) for t in G.left_pad(prompts))
     model(input_ids=ids, attention_mask=mask)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -145,20 +206,52 @@ def bf16_prefill_tps(model, prompts) -> float:
     return sum(len(p) for p in prompts) / (time.perf_counter() - t0)
 
 
-def run(args) -> int:
-    """Run the fast-path benchmark; print tables; write the reports. Returns 0
-    (1 if any hash check failed)."""
-    from conformance.kernels.runner import validate_device
-    from detllm import bench
-    from detllm import engine as E
+def _bench_batch(eng, fm, label, art, ps, args) -> dict:
     from detllm import fast as F
-    from detllm import generate as G
 
-    dev = str(validate_device(args.device))  # one line (Int8confError) for cuda without CUDA
+    F.fast_generate(eng, ps, 4)  # warm-up: compile, capture
+    tm: dict = {}
+    r = F.fast_generate(eng, ps, args.new_tokens, timings=tm)
+    B = len(ps)
+    row = {
+        "model": label,
+        "artifact": art.digest[:12],
+        "batch": B,
+        "int_decode_tps": B * tm["decode_steps"] / tm["decode_s"],
+        "int_prefill_tps": tm["prefill_tokens"] / tm["prefill_s"],
+        "int_step_ms": 1e3 * tm["decode_s"] / max(1, tm["decode_steps"]),
+        "logits_hash": r.logits_hash[0][:12],
+        "token_hash": r.token_hash[0][:12],
+        "cuda_graph": r.info.get("cuda_graph"),
+        "_seq0": r.logits_hash[0],
+    }
+    if fm is not None:
+        float_decode_tps(fm, ps, 2)  # warm-up
+        row["bf16_eager_tps"] = float_decode_tps(fm, ps, args.new_tokens)
+        try:
+            row["bf16_graph_tps"] = bf16_graph_tps(
+                fm, B, args.prompt_len, args.new_tokens, art.config["model"]["vocab"]
+            )
+        except Exception as exc:
+            row["bf16_graph_tps"] = None
+            row["bf16_graph_error"] = repr(exc)[:300]
+        row["bf16_prefill_tps"] = bf16_prefill_tps(fm, ps)
+        row["bf16_best_tps"] = max(v for v in (row["bf16_eager_tps"], row["bf16_graph_tps"]) if v)
+        row["int_over_bf16"] = row["int_decode_tps"] / row["bf16_best_tps"]
+    return row
+
+
+def run(args) -> int:
+    """Run the fast-path bench; print; write the reports. Returns 0, or 1 if any hash check failed.
+
+    Raises Int8confError (one line) for a ``--device`` that is not usable (``validate_device``)."""
+    from detllm import fast as F
+
+    dev = str(validate_device(args.device))
     where = torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"
     out = Path(args.out or Path("reports") / "bench" / _slug(where))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
-    batches = list(args.batches)  # ints >= 1 (bench.add_args: positive_int_list)
+    batches = list(args.batches)
     rec = {
         "device": where,
         "torch": torch.__version__,
@@ -191,42 +284,31 @@ def run(args) -> int:
         fm = G.load_float_model(md, torch.bfloat16, dev) if dev.startswith("cuda") else None
         if name == "default":
             try:
-                from reference.model.corpus import prompts as cp
-                from reference.model.tokenizer import encode, load_tokenizer
-
-                ids = encode(load_tokenizer(md), cp()[0])
-                r = F.fast_generate(eng, [ids], 16)
-                good = r.logits_hash[0][:12] == PINNED_LOGITS
+                r = F.fast_generate(eng, [encode(load_tokenizer(md), corpus_prompts()[0])], 16)
+                got = r.logits_hash[0][:12]
+                check = "pinned hash (Sonnet 18, 16 tokens), fast path"
+                good = got == PINNED_LOGITS
                 ok &= good
                 rec["checks"].append(
-                    {
-                        "model": label,
-                        "check": "pinned hash (Sonnet 18, 16 tokens), fast path",
-                        "expected": PINNED_LOGITS,
-                        "got": r.logits_hash[0][:12],
-                        "ok": good,
-                    }
+                    {"model": label, "check": check, "expected": PINNED_LOGITS, "got": got, "ok": good}
                 )
             except Exception as exc:
                 rec["errors"].append(f"{label}: pinned check: {exc!r}")
         if args.cpu_check_tokens and name in args.cpu_check_models.split(","):
             try:
-                ps1 = bench._prompts(V, 1, args.prompt_len)
+                ps1 = random_prompts(V, 1, args.prompt_len)
                 t1 = time.time()
                 ref = G.generate(E.load_engine(art, None, "cpu", guard=False), ps1, args.cpu_check_tokens)
                 got = F.fast_generate(eng, ps1, args.cpu_check_tokens)
                 good = ref.logits_hash[0] == got.logits_hash[0] and ref.token_hash[0] == got.token_hash[0]
                 ok &= good
+                check = (
+                    f"fast path on {dev} vs CPU reference engine, "
+                    f"batch 1, {args.prompt_len}-token prompt, {args.cpu_check_tokens} tokens"
+                )
+                exp, got, secs = ref.logits_hash[0][:12], got.logits_hash[0][:12], round(time.time() - t1, 1)
                 rec["checks"].append(
-                    {
-                        "model": label,
-                        "check": f"fast path on {dev} vs CPU reference engine, "
-                        f"batch 1, {args.prompt_len}-token prompt, {args.cpu_check_tokens} tokens",
-                        "expected": ref.logits_hash[0][:12],
-                        "got": got.logits_hash[0][:12],
-                        "ok": good,
-                        "cpu_seconds": round(time.time() - t1, 1),
-                    }
+                    {"model": label, "check": check, "expected": exp, "got": got, "ok": good, "cpu_seconds": secs}
                 )
                 print(rec["checks"][-1], flush=True)
             except Exception as exc:
@@ -234,66 +316,28 @@ def run(args) -> int:
         seq0 = set()
         for B in batches:
             try:
-                ps = bench._prompts(V, B, args.prompt_len)
-                F.fast_generate(eng, ps, 4)  # warm-up: compile, capture
-                tm: dict = {}
-                r = F.fast_generate(eng, ps, args.new_tokens, timings=tm)
-                row = {
-                    "model": label,
-                    "artifact": art.digest[:12],
-                    "batch": B,
-                    "int_decode_tps": B * tm["decode_steps"] / tm["decode_s"],
-                    "int_prefill_tps": tm["prefill_tokens"] / tm["prefill_s"],
-                    "int_step_ms": 1e3 * tm["decode_s"] / max(1, tm["decode_steps"]),
-                    "logits_hash": r.logits_hash[0][:12],
-                    "token_hash": r.token_hash[0][:12],
-                    "cuda_graph": r.info.get("cuda_graph"),
-                }
-                seq0.add(r.logits_hash[0])
-                if fm is not None:
-                    bench.float_decode_tps(fm, ps, 2)  # warm-up
-                    row["bf16_eager_tps"] = bench.float_decode_tps(fm, ps, args.new_tokens)
-                    try:
-                        row["bf16_graph_tps"] = bf16_graph_tps(fm, B, args.prompt_len, args.new_tokens, V)
-                    except Exception as exc:
-                        row["bf16_graph_tps"] = None
-                        row["bf16_graph_error"] = repr(exc)[:300]
-                    row["bf16_prefill_tps"] = bf16_prefill_tps(fm, ps)
-                    best = max(v for v in (row["bf16_eager_tps"], row["bf16_graph_tps"]) if v)
-                    row["bf16_best_tps"] = best
-                    row["int_over_bf16"] = row["int_decode_tps"] / best
+                row = _bench_batch(eng, fm, label, art, random_prompts(V, B, args.prompt_len), args)
+                seq0.add(row.pop("_seq0"))
                 rec["rows"].append(row)
                 print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             except Exception as exc:
                 rec["errors"].append(f"{label} batch {B}: {exc!r}")
                 traceback.print_exc()
         if len(batches) > 1 and seq0:
-            good = len(seq0) == 1
-            ok &= good
-            rec["checks"].append(
-                {
-                    "model": label,
-                    "check": f"sequence-0 logits hash identical at batch {batches}",
-                    "ok": good,
-                    "got": sorted(h[:12] for h in seq0),
-                }
-            )
+            ok &= len(seq0) == 1
+            check = f"sequence-0 logits hash identical at batch {batches}"
+            got = sorted(h[:12] for h in seq0)
+            rec["checks"].append({"model": label, "check": check, "ok": len(seq0) == 1, "got": got})
         if name == "0.6b" and args.before:
             for k in [x for x in args.before.split(",") if x]:
                 for B in (1, 8):
                     try:
                         ek = E.load_engine(art, k, dev, guard=False)
-                        tps, h = bench.engine_decode_tps(ek, bench._prompts(V, B, args.prompt_len), args.before_tokens)
-                        rec["before"].append(
-                            {
-                                "model": label,
-                                "backend": f"detllm engine, {k}",
-                                "batch": B,
-                                "decode_tps": tps,
-                                "decode_hash": h,
-                            }
-                        )
-                        print(rec["before"][-1], flush=True)
+                        tps, h = engine_decode_tps(ek, random_prompts(V, B, args.prompt_len), args.before_tokens)
+                        backend = f"detllm engine, {k}"
+                        before = {"model": label, "backend": backend, "batch": B, "decode_tps": tps, "decode_hash": h}
+                        rec["before"].append(before)
+                        print(before, flush=True)
                     except Exception as exc:
                         rec["errors"].append(f"before {k} b{B}: {exc!r}")
         del eng, fm
@@ -313,8 +357,6 @@ def _f(v, nd=1):
 
 def write_reports(rec: dict, out: Path) -> None:
     """detllm.json (everything measured), detllm.md (tables) and detllm.png (bars)."""
-    from reference.fileio import atomic_write_text
-
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "detllm.json", json.dumps(rec, indent=1, default=str))
     L = [

@@ -1,15 +1,7 @@
 """``detllm`` command line: prepare, generate, demo, perplexity, bench.
 
-Every user-causable error is an ``Int8confError`` printed as one line
-``detllm: error: <problem>`` with exit code 2 (no traceback).
-
-Examples::
-
-    detllm prepare --model reference/model/assets/default_model --out /tmp/art
-    detllm generate --prompt "Shall I compare thee to a summer's day?" -n 24
-    detllm demo                      # configuration x (integer hash, float hash)
-    detllm perplexity --windows 8 --length 256
-    detllm bench --device cpu
+Every user-causable error is an ``Int8confError`` printed as one line ``detllm: error: <problem>``
+with exit code 2 (no traceback).
 """
 
 from __future__ import annotations
@@ -23,10 +15,20 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from rich.table import Table
 
+from conformance.kernels.loader import cwd_on_sys_path
+from conformance.kernels.registry import builtin_available, get_kernel
+from conformance.kernels.runner import validate_device
+from detllm import bench
+from detllm import engine as E
+from detllm import generate as G
+from detllm.artifact import load_artifact
+from detllm.prepare import PrepareOptions, artifact_for, model_fingerprint, prepare
 from reference.command_line import (
     ensure_out_dir,
     int_at_least,
+    make_console,
     name_list,
     non_negative_int,
     positive_int,
@@ -34,34 +36,23 @@ from reference.command_line import (
     unit_interval_float,
 )
 from reference.errors import Int8confError, OperandError
-
-# ------------------------------------------------------------------ helpers
-
-
-def _default_model() -> Path:
-    from reference.model.assets import default_model_dir
-
-    return default_model_dir()
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import read_config
+from reference.model.corpus import eval_windows, prompts
+from reference.model.tokenizer import encode, load_tokenizer
 
 
 def _artifact_and_model(args):
     """(Artifact, model_dir or None) from --artifact / --model (default model)."""
-    from detllm.artifact import load_artifact
-    from detllm.prepare import artifact_for
-
     if getattr(args, "artifact", None):
         art = load_artifact(args.artifact)
         if args.model:
             return art, Path(args.model)
-        from detllm.prepare import model_fingerprint
-
-        dm = _default_model()
+        dm = default_model_dir()
         fp = art.config.get("source", {}).get("fingerprint")
         same = fp is not None and (dm / "config.json").is_file() and fp == model_fingerprint(dm)
         return art, (dm if same else None)  # tokenizer / float model only when known
-    md = Path(args.model) if args.model else _default_model()
-    from reference.model.checkpoint import read_config
-
+    md = Path(args.model) if args.model else default_model_dir()
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     return artifact_for(md, verbose=True), md
 
@@ -69,8 +60,6 @@ def _artifact_and_model(args):
 def _tokenizer(model_dir):
     if model_dir is None or not (Path(model_dir) / "tokenizer.json").is_file():
         return None
-    from reference.model.tokenizer import load_tokenizer
-
     return load_tokenizer(Path(model_dir))
 
 
@@ -82,14 +71,8 @@ def _parse_ids(s: str) -> list[int]:
 
 
 def check_length(length: int, context: int) -> None:
-    """Reject a perplexity window length outside ``[2, context]``.
-
-    A window needs >= 2 tokens to predict one (a 1-token window has no next-token
-    NLL: the mean over zero positions is nan); beyond the artifact's RoPE table
-    (``max_position``) there are no positions to run.
-
-    Raises:
-        OperandError: one line naming ``length`` and ``context``.
+    """OperandError (one line naming ``length`` and ``context``) unless 2 <= length <= context: a window needs
+    2 tokens to predict one, and the artifact's RoPE table ends at ``max_position``.
     """
     if length < 2:
         raise OperandError(f"--length {length}: a window needs at least 2 tokens (model context {context} tokens)")
@@ -109,9 +92,6 @@ def _schedule(s: str):
 
 
 def _prompt_ids(args, tok) -> list[list[int]]:
-    from reference.model.corpus import prompts
-    from reference.model.tokenizer import encode
-
     if args.ids:
         return [_parse_ids(x) for x in args.ids]
     texts = args.prompt or [prompts()[0]]
@@ -124,10 +104,6 @@ def _prompt_ids(args, tok) -> list[list[int]]:
 
 
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.table import Table
-
-    from reference.command_line import make_console
-
     t = Table(title=title)
     for c in columns:
         t.add_column(c)
@@ -136,23 +112,8 @@ def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     make_console().print(t)
 
 
-# ------------------------------------------------------------------ commands
-
-
-def _check_device(args) -> None:
-    """``--device`` checked as ``int8conf check`` does (``validate_device``:
-    not a device, CUDA absent, a CUDA index beyond the count, ``cpu:1``),
-    before any model is loaded. Raises Int8confError (one line)."""
-    from conformance.kernels.runner import validate_device
-
-    validate_device(args.device)
-
-
 def cmd_prepare(args) -> int:
-    from detllm.prepare import PrepareOptions, prepare
-    from reference.model.checkpoint import read_config
-
-    md = Path(args.model) if args.model else _default_model()
+    md = Path(args.model) if args.model else default_model_dir()
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     ensure_out_dir(Path(args.out), "--out", "artifact directory")  # before calibrating
     opts = PrepareOptions(
@@ -168,10 +129,7 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from detllm import engine as E
-    from detllm import generate as G
-
-    _check_device(args)
+    validate_device(args.device)
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
     ids = _prompt_ids(args, tok)
@@ -202,10 +160,6 @@ def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
 
 
 def cmd_demo(args) -> int:
-    from conformance.kernels.registry import builtin_available, get_kernel
-    from detllm import engine as E
-    from detllm import generate as G
-
     if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:  # cheap, before loading the artifact
         raise OperandError(
             f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
@@ -236,11 +190,8 @@ def cmd_demo(args) -> int:
         full = full or (r.logits_hash[slot], r.token_hash[slot])
         lh, th = r.short(slot)
         int_hashes.append((lh, th))
-        fl = ("-", "-")
-        if fmodel is not None:
-            f = G.float_generate(fmodel, ps, n, sched)
-            fl = f.short(slot)
-        rows.append([label + ", reference int_mm", lh, th, fl[0], fl[1]])
+        fl = G.float_generate(fmodel, ps, n, sched).short(slot) if fmodel is not None else ("-", "-")
+        rows.append([label + ", reference int_mm", lh, th, *fl])
     names = (
         [k.strip() for k in args.kernels.split(",")]
         if args.kernels != "all"
@@ -270,10 +221,9 @@ def cmd_demo(args) -> int:
                     fl_cache[dev] = G.float_generate(fmodel.to(dev), [ids], n, "full").short(0)
                     fmodel.to("cpu")
                 fl = fl_cache[dev]
-            rows.append([f"batch 1, kernel {name} on {dev}", lh, th, fl[0], fl[1]])
+            rows.append([f"batch 1, kernel {name} on {dev}", lh, th, *fl])
     if want_fast:
-        # the fused-kernel decode path with the step captured in a CUDA graph (detllm.fast)
-        from detllm import fast as F
+        from detllm import fast as F  # triton
 
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         try:
@@ -282,16 +232,8 @@ def cmd_demo(args) -> int:
         except Int8confError as exc:
             lh, th = "error", str(exc)[:40]
         int_hashes.append((lh, th))
-        fl = fl_cache.get(dev, ("-", "-"))
-        rows.append(
-            [
-                f"batch 1, fused Triton kernels{' + CUDA graph' if dev == 'cuda' else ' (interpreter)'} on {dev}",
-                lh,
-                th,
-                fl[0],
-                fl[1],
-            ]
-        )
+        how = " + CUDA graph" if dev == "cuda" else " (interpreter)"
+        rows.append([f"batch 1, fused Triton kernels{how} on {dev}", lh, th, *fl_cache.get(dev, ("-", "-"))])
     same = len(set(int_hashes)) == 1
     _print_table(
         f"detllm demo: artifact {art.digest[:12]}, {n} new tokens, prompt {ids[:6]}...",
@@ -309,18 +251,14 @@ def cmd_demo(args) -> int:
     return 0 if same else 1
 
 
-#: whole-context table of ``detllm demo``: a prompt of >= 1 token + this many
-#: new tokens, so ``--context-tokens`` must be at least this many
+#: new tokens of the whole-context table of ``detllm demo`` (the minimum of ``--context-tokens``)
 _CONTEXT_NEW_TOKENS = 4
 
 
 def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
-    """Second table: a context as long as the model allows (held-out text),
-    one prefill vs prefill in chunks of 64 vs token by token, and alone vs in
-    a batch of 2."""
-    from detllm import generate as G
-    from reference.model.corpus import eval_windows
-
+    """Second demo table: a context as long as the model allows, one prefill vs chunks vs token by token,
+    alone vs in a batch of 2. True when the integer hashes agree.
+    """
     ctx = art.config["model"]["max_position"]
     total = ctx if args.context_tokens < 0 else min(ctx, args.context_tokens)
     new = _CONTEXT_NEW_TOKENS
@@ -352,7 +290,7 @@ def _demo_whole_context(args, art, eng, fmodel, tok) -> bool:
 
 
 def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: float = 1.0) -> float:
-    """exp(mean NLL of next-token prediction); logits [n, L, V] (times ``scale``), windows [n, L]."""
+    """exp(mean next-token NLL); logits [n, L, V] (times ``scale``), windows [n, L]."""
     lg = logits[:, :-1].to(torch.float64) * scale
     tgt = windows[:, 1:]
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="mean")
@@ -360,13 +298,9 @@ def perplexity_from_logits(logits: torch.Tensor, windows: torch.Tensor, scale: f
 
 
 def cmd_perplexity(args) -> int:
-    from detllm import engine as E
-    from detllm import generate as G
-    from reference.model.corpus import eval_windows
-
     if args.length < 2:  # cheap, before preparing / loading the artifact
         raise OperandError(f"--length {args.length}: a window needs at least 2 tokens")
-    _check_device(args)
+    validate_device(args.device)
     art, md = _artifact_and_model(args)
     check_length(args.length, int(art.config["model"]["max_position"]))
     tok = _tokenizer(md)
@@ -406,12 +340,6 @@ def cmd_perplexity(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from detllm import bench
-
-    return bench.main_args(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="detllm", description="Integer-only Qwen3 engine (deterministic oracle).")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads, >= 1 (default: torch's)")
@@ -420,6 +348,20 @@ def build_parser() -> argparse.ArgumentParser:
     def model_args(sp):
         sp.add_argument("--model", help="Qwen3 checkpoint dir (default: the shipped default model)")
         sp.add_argument("--artifact", help="prepared artifact dir (default: prepare --model into the cache)")
+
+    def kernel_args(sp):
+        sp.add_argument(
+            "--kernel",
+            default=None,
+            help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
+            "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
+            "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
+            "integers; check the epilogue with int8conf check) (default: the exact "
+            "reference)",
+        )
+        sp.add_argument(
+            "--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)"
+        )
 
     sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
@@ -459,16 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prompt", action="append", help="prompt text (repeatable; default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as comma-separated token ids (repeatable)")
     sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16, help="tokens to generate (default 16)")
-    sp.add_argument(
-        "--kernel",
-        default=None,
-        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-        "integers; check the epilogue with int8conf check) (default: the exact "
-        "reference)",
-    )
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
+    kernel_args(sp)
     sp.add_argument("--schedule", default="full", help="prefill: full | half | token | chunk size")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.set_defaults(func=cmd_generate)
@@ -512,31 +445,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--windows", type=positive_int, default=8, help="held-out windows, >= 1 (default 8)")
     sp.add_argument("--length", type=int, default=256, help="tokens per window (default 256)")
     sp.add_argument("--batch-size", type=positive_int, default=4, help="windows per forward pass (>= 1)")
-    sp.add_argument(
-        "--kernel",
-        default=None,
-        help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-        "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-        "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-        "integers; check the epilogue with int8conf check) (default: the exact "
-        "reference)",
-    )
-    sp.add_argument("--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)")
+    kernel_args(sp)
     sp.set_defaults(func=cmd_perplexity)
 
     sp = sub.add_parser("bench", help="decode tokens/s (integer engine vs bf16 transformers)")
-    from detllm import bench
-
     bench.add_args(sp)
-    sp.set_defaults(func=cmd_bench)
+    sp.set_defaults(func=bench.main_args)
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point ``detllm``. Returns the exit code."""
     args = build_parser().parse_args(argv)
-    from conformance.kernels.loader import cwd_on_sys_path
-
     cwd_on_sys_path()  # --kernel=mod:fn from the module's own folder, as python -m does
     if args.threads:
         torch.set_num_threads(args.threads)

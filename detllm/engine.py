@@ -1,40 +1,13 @@
-"""The integer-only Qwen3 forward with a KV cache.
+"""The integer-only Qwen3 forward with a KV cache (the CPU reference path and the kernel-under-test path).
 
-Every op from token ids to int32 logits is integer arithmetic (shifts, adds,
-integer multiplies, floor/rounded integer divisions, compares, gathers); the
-only hardware-dependent op is the int8 x int8 -> int32 matmul, which goes
-through a kernel's accumulator-only entry ``KernelSpec.int_mm`` (default: the
-exact reference ``reference.accumulate.exact_int_mm`` cast to int32). Integer
-addition is associative, so any correct kernel, batch composition, prefill
-split or device gives the same bits.
-
-Per block (units from the artifact config, see ``detllm.prepare``)::
-
-  resid  int32 [T,H] (units 2^-R)
-  -> norm_quant (RMSNorm with integer sqrt + per-token int8; gamma and
-     SmoothQuant factors folded in g)        -> int8 [T,H], per-token dyadic
-  -> qkv int_mm + dyadic epilogue            -> q,k (2^-q_exp, 2^-k_exp), v int8 (cache units)
-  -> QK-norm per head (gamma * key rescaling)-> 2^-14
-  -> RoPE (ops.apply_rope, int16 Q14 tables, rotate-half)
-                                             -> q per-(token,head) int8, k int8 (fixed scale)
-  -> K/V written ONCE to the int8 cache
-  -> scores int_mm -> Q(score_exp) natural units -> ops.int_softmax (shift-exp,
-     integer sentinel mask: masked keys get exactly 0) -> Q0.15 probabilities
-  -> ops.pv_matmul (hi/lo int8 bytes stacked, one int_mm) -> per-token int8
-  -> o_proj -> residual add (saturating int32)
-  -> norm_quant -> gate_up int_mm -> ops.int_swiglu -> per-token int8 -> down -> add
-  final norm_quant -> lm_head int_mm -> int32 logits (units 2^-logit_exp)
-
-Rounding rules are those of ``detllm.intops`` / ``detllm/README.md``
-(round_shift / div_round: ties away from zero; saturation on int8/int32
-casts). RMSNorm is ``norm_quant`` / ``norm_fixed`` below (per-token dyadic
-output scale using the full int8 range, built on ``intops``), not
-``ops.int_rmsnorm`` (per-token power-of-two scale).
-References: I-BERT (Kim et al. 2021, sections 3.1-3.5: dyadic requantization,
-integer exp/softmax via shifts, integer sqrt for normalization); I-ViT (Li &
-Gu 2023, section 3.2 "Shiftmax": base-2 exp by shifts); I-LLM (Hu et al.
-2024, fully-smooth block reconstruction / dynamic integer-only operators);
-SmoothQuant (Xiao et al. 2023, eq. 4).
+Every op from token ids to int32 logits is integer arithmetic; the only hardware-dependent op is the
+int8 x int8 -> int32 matmul, which goes through a kernel's accumulator-only entry ``KernelSpec.int_mm``
+(default: ``reference.accumulate.exact_int_mm``). Integer addition is associative, so any correct kernel,
+batch composition, prefill split or device gives the same bits. Per block: norm_quant -> qkv linear ->
+QK-norm (``norm_fixed``) + RoPE -> int8 K/V written once to the cache -> scores -> ``ops.int_softmax``
+-> ``ops.pv_matmul`` -> o linear + saturating residual add -> norm_quant -> gate_up -> ``ops.int_swiglu``
+-> down + add; then final norm_quant -> lm_head -> int32 logits (units 2^-logit_exp). Units and rules:
+``detllm.prepare``, ``detllm/README.md``. Methods: I-BERT, I-ViT, I-LLM, SmoothQuant (eq. 4).
 """
 
 from __future__ import annotations
@@ -44,41 +17,31 @@ from typing import Callable, Sequence, Union
 
 import torch
 
+from conformance.kernels.registry import get_kernel
 from detllm import guard as _guard
 from detllm import intops, ops
 from detllm.artifact import Artifact, load_artifact
+from reference.accumulate import exact_int_mm
 from reference.errors import Int8confError, KernelLoadError, OperandError, first_line
 
 _NEG_INF = -(1 << 62)
 
 
-# ------------------------------------------------------------------- kernels
-
-
 def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact reference accumulator: ``exact_int_mm(a, b)`` cast to int32.
-
-    a int8 [M,K], b int8 [N,K] -> int32 [M,N]. Exact while |acc| < 2^31
-    (always true here: K * 127 * 127 < 2^31 for K < 133,000).
-    """
-    from reference.accumulate import exact_int_mm
-
+    """Exact reference accumulator: int8 a [M,K], b [N,K] -> int32 [M,N] (exact while K < 133,000)."""
     return exact_int_mm(a, b).to(torch.int32)
 
 
 def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
-    """(int_mm callable, label) for None / a KernelSpec / a registry name / a callable.
+    """(int_mm callable, label) for None / "reference" / a KernelSpec / a registry name / a callable.
 
-    Raises:
-        KernelLoadError: unknown name, or a kernel without an ``int_mm`` entry.
+    Raises KernelLoadError: unknown name, or a kernel without an ``int_mm`` entry.
     """
     if kernel is None or kernel in ("reference", "exact"):
         return reference_int_mm, "reference"
     if callable(kernel) and not hasattr(kernel, "int_mm"):
         return kernel, getattr(kernel, "__name__", "callable")
     if isinstance(kernel, str):
-        from conformance.kernels.registry import get_kernel
-
         kernel = get_kernel(kernel)
     fn = getattr(kernel, "int_mm", None)
     if fn is None:
@@ -86,16 +49,12 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
     return fn, str(getattr(kernel, "name", "kernel"))
 
 
-# ------------------------------------------------------------------ helpers
-
 _POW2: dict = {}
 
 
 def div_round_pos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """round(a / b), ties AWAY from zero, for int64 a and b > 0 (caller's
-    guarantee; no device sync for a zero check). Same values as
-    ``intops.div_round`` for b > 0: q = floor((2|a| + b) / (2b)), sign of a.
-    Precondition: 2|a| + b < 2^63 and 2b < 2^63.
+    """round(a / b), ties away from zero, for int64 a and b > 0 (not checked): floor((2|a| + b) / 2b), sign of a.
+    Precondition: 2|a| + b < 2^63.
     """
     aa = a.abs()
     q = torch.div(2 * aa + b, 2 * b, rounding_mode="floor")
@@ -103,9 +62,7 @@ def div_round_pos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _bitlen(a: torch.Tensor) -> torch.Tensor:
-    """Number of bits of 0 <= a < 2^63 (0 for 0), int64: the count of k in
-    [0, 62] with a >= 2^k (two tensor ops; equals ``intops.ilog2_or(a, -1) + 1``).
-    Used on per-row vectors only."""
+    """Bit length of int64 0 <= a < 2^63 (0 for 0), as a count of powers of two <= a."""
     key = str(a.device)
     if key not in _POW2:
         _POW2[key] = torch.tensor([1 << k for k in range(63)], dtype=torch.int64, device=a.device)
@@ -113,11 +70,9 @@ def _bitlen(a: torch.Tensor) -> torch.Tensor:
 
 
 def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row dyadic m * 2^-k ~= num / den with m in [2^15, 2^17] (one rounding).
+    """Per-row dyadic (m, k), m 2^-k ~= num / den with m in [2^15, 2^17], one rounding; num == 0 gives (0, 0).
 
-    num >= 0, den >= 1 int64 [R]. k = 16 - (floor(log2 num) - floor(log2 den));
-    m = div_round(num * 2^k, den) (or num / (den * 2^-k) for k < 0). num == 0
-    gives m = 0, k = 0. Precondition: num * 2^k, den * 2^-k < 2^63.
+    num >= 0, den >= 1: int64 [R]; k = 16 - (bitlen(num) - bitlen(den)). Precondition: num 2^k, den 2^-k < 2^63.
     """
     pos = num > 0
     a = _bitlen(num)
@@ -129,23 +84,16 @@ def ratio_dyadic(num: torch.Tensor, den: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def normalize17(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row v >= 0 as m * 2^-k with m < 2^17 (round_shift; k <= 0)."""
+    """Per-row v >= 0 as (m, k), m 2^-k, with m < 2^17 (round_shift; k <= 0)."""
     s = (_bitlen(v) - 17).clamp(min=0)
     return intops.round_shift(v, s), -s
 
 
 def isqrt_newton(n: torch.Tensor) -> torch.Tensor:
-    """Exact floor(sqrt(n)) for int64 0 <= n < 2^62, in ~55 tensor ops.
+    """Exact floor(sqrt(n)) for int64 0 <= n < 2^62: the function of ``intops.isqrt`` in fewer tensor ops.
 
-    Same function as ``intops.isqrt`` (32 digit steps, ~220 ops), cheaper:
-    Newton's iteration on integers from above (I-BERT, Kim et al. 2021,
-    Algorithm 4 "integer-only square root"): x0 = 2^ceil(b/2) >= sqrt(n) with
-    b = bit length of n, so x0 / sqrt(n) <= 2; each step x <- min(x,
-    floor((x + floor(n/x)) / 2)) never goes below floor(sqrt(n)) and
-    squares the relative error (<= 1, 1/4, 1/40, 3e-4, 5e-8, 1e-15), so six
-    steps reach floor(sqrt(n)) or floor(sqrt(n)) + 1 for n < 2^62; a final
-    compare fixes the +1. Tested equal to ``intops.isqrt`` on edge and random
-    values (tests/detllm/test_artifact.py).
+    Integer Newton from x0 = 2^ceil(bitlen/2) >= sqrt(n) (I-BERT Algorithm 4): six steps
+    x <- min(x, (x + n // x) >> 1) reach floor(sqrt(n)) or +1; a final compare fixes the +1.
     """
     b = _bitlen(n)
     x = torch.bitwise_left_shift(torch.ones_like(n), torch.div(b + 1, 2, rounding_mode="floor"))
@@ -156,13 +104,7 @@ def isqrt_newton(n: torch.Tensor) -> torch.Tensor:
 
 
 def _rms_core(x: torch.Tensor, eps_int: int):
-    """Shared RMS part: per-row shift to <= 16 bits, sum of squares, isqrt.
-
-    x int64 [..., H]. Returns (xs [..., H] with |xs| <= 2^15, r [...] =
-    isqrt((S << 2P) // H) ~= sqrt(S/H) * 2^P, P), S = sum xs^2 + eps in xs units.
-    I-BERT (Kim et al. 2021) section 3.5 / Algorithm 4: integer-only sqrt for
-    LayerNorm; here RMSNorm (Zhang & Sennrich 2019) has no mean term.
-    """
+    """(xs [..., H] with |xs| <= 2^15, r ~= sqrt(S/H) 2^P, P) for int64 x [..., H]; S = sum xs^2 + eps in xs units."""
     H = x.shape[-1]
     sh = (_bitlen(x.abs().amax(-1)) - 15).clamp(min=0)
     xs = intops.round_shift(x, sh[..., None])
@@ -175,12 +117,10 @@ def _rms_core(x: torch.Tensor, eps_int: int):
 
 
 def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int):
-    """RMSNorm fused with per-token int8 quantization.
+    """RMSNorm fused with per-token int8: x int64 [R, H], g int [H] -> (q int8 [R, H] in [-127, 127], tm [R], tk [R]).
 
-    x int64 [R, H] (any fixed unit u; eps_int = eps / u^2), g int [H] (gamma /
-    smoothing * 2^gs). Returns (q int8 [R, H] in [-127, 127], tm [R], tk [R])
-    with real normalized value ~= q * tm * 2^-tk * 2^-gs / 127 (the constant
-    2^-gs / 127 is folded into the next linear's dyadic by ``prepare``).
+    Normalized value ~= q tm 2^-tk 2^-gs / 127 (``prepare`` folds 2^-gs / 127 into the next linear);
+    eps_int = eps / u^2 for x in unit u.
     """
     xs, r, P = _rms_core(x, eps_int)
     z = xs * g.to(torch.int64)
@@ -191,11 +131,7 @@ def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int):
 
 
 def norm_fixed(x: torch.Tensor, g: torch.Tensor, gs: int, eps_int: int, out_exp: int) -> torch.Tensor:
-    """RMSNorm to a fixed unit: y ~= x / rms(x) * gamma in units 2^-out_exp.
-
-    x int64 [..., D]; g int [..., D] broadcastable (gamma * 2^gs, per head).
-    One rounding: y = div_round(xs * g * 2^(out_exp - gs + P), r).
-    """
+    """RMSNorm to the fixed unit 2^-out_exp, one rounding: x int64 [..., D], g int broadcastable (gamma 2^gs)."""
     xs, r, P = _rms_core(x, eps_int)
     z = xs * g.to(torch.int64)
     e = out_exp - gs + P
@@ -205,7 +141,7 @@ def norm_fixed(x: torch.Tensor, g: torch.Tensor, gs: int, eps_int: int, out_exp:
 
 
 def quant_rows(v: torch.Tensor):
-    """Per-row (per-token) int8: q = div_round(127 v, max|v|); scale = tm 2^-tk / 127 * unit."""
+    """Per-row int8: (q = div_round(127 v, max|v|), tm, tk); row scale = tm 2^-tk / 127 in v's unit."""
     M = v.abs().amax(-1)
     q = div_round_pos(127 * v, M.clamp(min=1)[..., None]).to(torch.int8)
     tm, tk = normalize17(M)
@@ -213,21 +149,14 @@ def quant_rows(v: torch.Tensor):
 
 
 def sat32(x: torch.Tensor) -> torch.Tensor:
-    """Saturate int64 to the int32 range (kept as int64)."""
+    """Clamp int64 to the int32 range (dtype kept)."""
     return x.clamp(-(2**31), 2**31 - 1)
-
-
-# ------------------------------------------------------------------- engine
 
 
 @dataclass
 class KVCache:
-    """int8 K/V cache, quantized ONCE when written (fixed calibrated scales).
-
-    Attributes:
-        k, v: per layer int8 [B, kv_heads, capacity, head_dim].
-        length: tokens already cached per sequence (list of B ints).
-        capacity: positions allocated per sequence.
+    """int8 K/V cache, quantized once when written: k, v per layer int8 [B, kv_heads, capacity, head_dim];
+    ``length``: tokens cached per sequence.
     """
 
     k: list
@@ -238,16 +167,11 @@ class KVCache:
 
 @dataclass
 class Engine:
-    """A loaded artifact bound to an int_mm kernel and a device.
+    """A verified artifact bound to an int_mm kernel and a device.
 
-    Attributes:
-        artifact: the verified Artifact (digest is the guarantee's key).
-        int_mm: (a int8 [M,K], b int8 [N,K]) -> int32 [M,N].
-        kernel_name: label for reports.
-        device: torch.device of all tensors.
-        t: artifact tensors on device (m/k mantissas as int64).
-        guard: run each forward under the float guard.
-        mm_calls: number of int_mm calls so far (evidence).
+    ``int_mm``: (a int8 [M,K], b int8 [N,K]) -> int32 [M,N]; ``t``: artifact tensors on ``device``
+    (mantissas, shifts, multipliers and embed as int64); ``guard``: run each forward under the float
+    guard; ``mm_calls``: int_mm calls so far.
     """
 
     artifact: Artifact
@@ -276,15 +200,9 @@ class Engine:
 
 
 def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu", guard: bool = True) -> Engine:
-    """Engine from an Artifact (or artifact dir path) and a kernel.
+    """Engine from an Artifact or artifact dir and a kernel (None: exact reference; name, KernelSpec or callable).
 
-    Args:
-        artifact: Artifact or path (verified by ``load_artifact``).
-        kernel: None (exact reference), registry name, KernelSpec or callable.
-        device: "cpu" or "cuda[:i]".
-        guard: float guard around every forward (default on).
-    Raises:
-        CheckpointError, KernelLoadError, OperandError (bad / absent device): one line.
+    Raises CheckpointError, KernelLoadError, or OperandError (bad or absent device): one line.
     """
     art = artifact if isinstance(artifact, Artifact) else load_artifact(artifact)
     fn, name = resolve_int_mm(kernel)
@@ -304,11 +222,7 @@ def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu"
 
 
 def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
-    """Empty KV cache for ``batch`` sequences of up to ``capacity`` positions.
-
-    Raises:
-        OperandError: capacity > the model's context (max_position_embeddings).
-    """
+    """Empty KV cache for ``batch`` sequences of ``capacity`` positions; OperandError beyond the model's context."""
     d = engine.dims
     if capacity > engine.max_context:
         raise OperandError(f"context of {capacity} tokens exceeds the model's maximum of {engine.max_context}")
@@ -322,11 +236,8 @@ def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
 
 
 def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The only hardware-dependent op: kernel int_mm, output checked int32 [M,N].
-
-    Raises:
-        OperandError: the kernel raised (its exception type and first line,
-            chained) or returned something other than int32 [M, N].
+    """Kernel int_mm with its output checked to be int32 [M,N]; OperandError (one line, cause chained) when the
+    kernel raises or returns anything else.
     """
     with _guard.suspended():
         try:
@@ -349,12 +260,11 @@ def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _mm(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``_mm32`` widened to int64."""
     return _mm32(engine, a, b).to(torch.int64)
 
 
 def _linear(engine: Engine, q: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, name: str) -> torch.Tensor:
-    """int8 linear + dyadic epilogue: round(acc * tm * m_n / 2^(tk + k_n)), ONE rounding."""
+    """int8 linear + dyadic epilogue: round(acc tm m_n / 2^(tk + k_n)), one rounding."""
     acc = _mm(engine, q, engine.t[name + ".w"])
     return intops.round_shift(
         acc * tm[:, None] * engine.t[name + ".m"][None, :], tk[:, None] + engine.t[name + ".k"][None, :]
@@ -362,7 +272,7 @@ def _linear(engine: Engine, q: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor,
 
 
 def check_tokens(engine: Engine, tokens: torch.Tensor) -> None:
-    """Raise OperandError (one line) for ids outside [0, vocab) or a non-integer tensor."""
+    """OperandError (one line) for a non-integer tensor or ids outside [0, vocab)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
         raise OperandError(
             f"token ids must be an int64/int32 tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}"
@@ -373,20 +283,11 @@ def check_tokens(engine: Engine, tokens: torch.Tensor) -> None:
 
 
 def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: KVCache) -> torch.Tensor:
-    """One integer forward step (prefill chunk or decode) for a batch.
+    """One integer forward step (prefill chunk or decode) -> int32 logits [B, T, vocab] (units 2^-logit_exp).
 
-    Args:
-        engine: the Engine.
-        tokens: int64 [B, T] new token ids, row b valid in [:n_new[b]] (rest
-            is padding, computed but never written to the cache nor returned
-            meaningfully).
-        n_new: valid new tokens per row (0 allowed: the row only idles).
-        cache: KVCache; row b's new tokens take positions
-            cache.length[b] ... cache.length[b] + n_new[b] - 1; lengths advance.
-    Returns:
-        int32 logits [B, T, vocab] (units 2^-logit_exp); rows t >= n_new[b] are padding.
-    Raises:
-        OperandError: bad ids, context overflow, shape mismatch (one line).
+    tokens: int [B, T]; row b's first n_new[b] ids (0 allowed) take cache positions length[b] ..., the rest
+    is padding (never cached; its logits are meaningless); cache lengths advance. Raises OperandError:
+    bad ids, context overflow, shape mismatch (one line).
     """
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         raise OperandError(f"tokens must be a 2-D [B, T] tensor, got {getattr(tokens, 'shape', type(tokens).__name__)}")
@@ -427,22 +328,12 @@ def _attention(
     pos: torch.Tensor,
     n_new: list,
 ) -> torch.Tensor:
-    """Attention of layer i for a batch, as block-masked int8 GEMMs.
+    """Attention of layer i as block-masked int8 GEMMs -> int64 [B, T, nh, hd] = P.V in units s_v / 2^15.
 
-    Sequences are processed in groups (as many as fit ``ATTN_BLOCK_ELEMS``
-    score elements). Within a group, all query rows (sequence, head, token)
-    meet all cached key rows (sequence, kv head, position) in ONE int_mm;
-    entries whose key belongs to another sequence or KV head, lies in the
-    future (causal) or beyond the sequence's cache length are masked with
-    ``ops.MASK_SENTINEL``, get probability exactly 0, and contribute exactly 0
-    to ``ops.pv_matmul`` (its hi/lo/column-sum terms cancel for p = 0). So a
-    row's bits depend only on its own sequence's keys, whatever the grouping.
-
-    Args:
-        qq: int8 [B, T, nh, hd] queries; qtm/qtk: [B, T, nh] per-(token, head) dyadic.
-        pos: int64 [B, T] absolute positions; n_new: valid new tokens per row.
-    Returns:
-        int64 [B, T, nh, hd] = P.V in units s_v / 2^15.
+    Sequences are grouped up to ``ATTN_BLOCK_ELEMS`` score elements; within a group all query rows meet
+    all cached key rows in one int_mm, and keys of another sequence or KV head, in the future, or beyond
+    the cache length get ``ops.MASK_SENTINEL`` -> probability exactly 0 -> exactly 0 in ``ops.pv_matmul``,
+    so a row's bits do not depend on the grouping. qq: int8 [B, T, nh, hd]; qtm/qtk: [B, T, nh]; pos: [B, T].
     """
     d, t, u = engine.dims, engine.t, engine.units
     B, T, nh, hd = qq.shape
@@ -517,20 +408,9 @@ def _forward(engine: Engine, tokens: torch.Tensor, n_new: list, cache: KVCache) 
         q = y[:, : nh * hd].reshape(R, nh, hd)
         k = y[:, nh * hd : (nh + nkv) * hd].reshape(R, nkv, hd)
         v8 = y[:, (nh + nkv) * hd :].clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
-        q = ops.apply_rope(
-            norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp),
-            t["rope.cos"],
-            t["rope.sin"],
-            rpos,
-            shift=rope_exp,
-        )
-        k = ops.apply_rope(
-            norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp),
-            t["rope.cos"],
-            t["rope.sin"],
-            rpos,
-            shift=rope_exp,
-        )
+        q = norm_fixed(q, t[p + "q_norm.g"], lc["q_norm_shift"], lc["q_norm_eps"], qk_exp)
+        k = norm_fixed(k, t[p + "k_norm.g"], lc["k_norm_shift"], lc["k_norm_eps"], qk_exp)
+        q, k = (ops.apply_rope(z, t["rope.cos"], t["rope.sin"], rpos, shift=rope_exp) for z in (q, k))
         k8 = intops.round_shift(k * t[p + "k_cache.m"][None, :, None], t[p + "k_cache.k"][None, :, None])
         k8 = k8.clamp(-127, 127).to(torch.int8).reshape(B, T, nkv, hd)
         if vb:

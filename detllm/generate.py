@@ -1,28 +1,16 @@
 """Greedy decoding with the integer engine, and the run's hashes.
 
-Hashes (per sequence, chained SHA-256):
-
-* logits hash: ``h_0 = sha256(b"detllm-logits-v1")``; for every position p of
-  the sequence whose logits are computed (every prompt position, then every
-  fed-back generated token, in position order) ``h_{p+1} = sha256(h_p ||
-  int32 little-endian bytes of logits[p, :])``. Chaining by position (not by
-  forward call) makes it independent of how the prompt was split into
-  prefill chunks.
-* token hash: ``t_0 = sha256(b"detllm-tokens-v1")``; for each generated
-  token id ``t_{i+1} = sha256(t_i || int32 LE bytes of id)``.
-
-Printed as the first 12 hex digits. Greedy: argmax over the int32 logits,
-ties broken toward the smallest token id (``ops.argmax_int``).
-
-``float_generate`` runs the same schedule through a transformers model
-(bf16/fp32, left-padded batches, DynamicCache) and hashes its float32 logits
-with the same chaining, for contrast: those hashes move with batch
-composition, prefill split and backend; the integer ones do not.
+Logits hash per sequence: h_0 = sha256(b"detllm-logits-v1"), h_{p+1} = sha256(h_p || int32 LE bytes of
+logits[p]) for every computed position in order, so it does not depend on the prefill split. Token
+hash: t_0 = sha256(b"detllm-tokens-v1"), t_{i+1} = sha256(t_i || int32 LE id). Shown as 12 hex digits.
+Greedy ties go to the smallest id. ``float_generate`` hashes a transformers model's float32 logits the
+same way, for contrast (those move with batch, split and backend).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -54,23 +42,48 @@ class HashChain:
         for r in a:
             self.update(r.tobytes())
 
+    def update_id(self, tid: int) -> None:
+        self.update(np.int32(tid).astype("<i4").tobytes())
+
     def hexdigest(self) -> str:
         return self.state.hex()
 
 
+def _chains(B: int, keep_logits: bool):
+    """Per-sequence logits chains, token chains and kept-logits lists (None unless ``keep_logits``)."""
+    return (
+        [HashChain(LOGITS_TAG) for _ in range(B)],
+        [HashChain(TOKENS_TAG) for _ in range(B)],
+        ([[] for _ in range(B)] if keep_logits else None),
+    )
+
+
+def _absorb_chunk(logits, sizes, lchain, kept, last) -> None:
+    """Hash (and keep) the valid rows of one prefill chunk's int32 logits [B, T, V]; last[b] = row b's last."""
+    for b, n in enumerate(sizes):
+        if n:
+            rows = logits[b, :n]
+            lchain[b].update_rows(rows, "<i4")
+            if kept is not None:
+                kept[b].append(rows.cpu())
+            last[b] = rows[-1]
+
+
+def _result(ps, generated, lchain, tchain, kept, **kw) -> "GenerationResult":
+    return GenerationResult(
+        prompts=ps,
+        generated=generated,
+        logits_hash=[h.hexdigest() for h in lchain],
+        token_hash=[h.hexdigest() for h in tchain],
+        logits=[torch.cat(k, 0) for k in kept] if kept is not None else None,
+        **kw,
+    )
+
+
 @dataclass
 class GenerationResult:
-    """Output of ``generate`` / ``float_generate``.
-
-    Attributes:
-        prompts: token ids per sequence.
-        generated: generated ids per sequence (max_new_tokens each).
-        logits_hash: full hex of the chained logits hash per sequence.
-        token_hash: full hex of the chained token-id hash per sequence.
-        logits: per sequence, [positions, vocab] logits (int32 for the engine,
-            float32 for the float model) if ``keep_logits``; else None.
-        forward_calls: number of forward calls made.
-        info: free-form (kernel, digest, schedule).
+    """Output of ``generate`` / ``float_generate``: per sequence the prompt, generated ids, full-hex logits and
+    token hashes, and the logits ([positions, vocab]) when ``keep_logits``.
     """
 
     prompts: list
@@ -90,11 +103,8 @@ Schedule = Union[str, int, Sequence[int]]
 
 
 def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
-    """Chunk sizes that split a prompt of n tokens for prefill.
-
-    schedule: "full" (one chunk), "half" (two chunks: ceil(n/2), rest),
-    "token" (n chunks of 1), an int c (chunks of c), or explicit sizes
-    (must sum to n). Raises OperandError on a bad schedule.
+    """Chunk sizes splitting an n-token prompt: "full", "half" (ceil(n/2), rest), "token", an int c (chunks of c)
+    or explicit sizes summing to n. OperandError for anything else.
     """
     if schedule == "full":
         out = [n]
@@ -115,16 +125,8 @@ def prefill_chunks(n: int, schedule: Schedule = "full") -> list[int]:
 
 
 def chunk_tokens(prompts: list, chunks: list, c: int, lengths) -> tuple[list[int], torch.Tensor]:
-    """Prefill chunk ``c`` of every sequence of a batch, run together.
-
-    Args:
-        prompts: B token-id lists; chunks: their ``prefill_chunks`` sizes;
-        c: chunk index; lengths: tokens already in each sequence's KV cache
-            (where its chunk ``c`` starts).
-    Returns:
-        (sizes: B ints, 0 for a sequence with fewer chunks; toks: int64
-        [B, max(sizes)], each row's chunk on the left, zero padding on the
-        right -- padding never touches other rows' bits).
+    """Prefill chunk ``c`` of every sequence: (sizes, B ints, 0 when a sequence has fewer chunks; int64
+    [B, max(sizes)], each chunk left-aligned, zero padding). ``lengths``: tokens already cached per sequence.
     """
     sizes = [ch[c] if c < len(ch) else 0 for ch in chunks]
     toks = torch.zeros(len(prompts), max(sizes), dtype=torch.int64)
@@ -160,20 +162,10 @@ def _check_prompts(prompts, vocab: int, context: int, max_new_tokens: int) -> li
 def generate(
     engine: E.Engine, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False
 ) -> GenerationResult:
-    """Greedy decoding of a batch of prompts with the integer engine.
+    """Greedy decoding of a batch of token-id lists (lengths may differ) -> GenerationResult.
 
-    Args:
-        engine: ``detllm.engine.Engine``.
-        prompts: list of B token-id lists (lengths may differ; padded on the
-            right internally, padding never touches other rows' bits).
-        max_new_tokens: tokens generated per sequence (no early stop).
-        schedule: prefill split (``prefill_chunks``); every sequence uses it
-            on its own prompt; chunks are run together across the batch.
-        keep_logits: keep every position's int32 logits.
-    Returns:
-        GenerationResult (hashes per sequence).
-    Raises:
-        OperandError: empty prompt, id out of range, context exceeded (one line).
+    ``schedule`` splits each prompt's prefill (``prefill_chunks``); chunks run together across the batch.
+    No early stop. Raises OperandError: empty prompt, id out of range, context exceeded (one line).
     """
     d = engine.dims
     ps = _check_prompts(prompts, d["vocab"], engine.max_context, max_new_tokens)
@@ -181,28 +173,20 @@ def generate(
     chunks = [prefill_chunks(len(p), schedule) for p in ps]
     cap = max(len(p) + max(0, max_new_tokens - 1) for p in ps)
     cache = E.new_cache(engine, B, cap)
-    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
-    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
-    kept = [[] for _ in range(B)] if keep_logits else None
+    lchain, tchain, kept = _chains(B, keep_logits)
     last = [None] * B
     calls = 0
     for c in range(max(len(ch) for ch in chunks)):
         sizes, toks = chunk_tokens(ps, chunks, c, cache.length)
         logits = E.forward(engine, toks, sizes, cache)
         calls += 1
-        for b in range(B):
-            if sizes[b]:
-                rows = logits[b, : sizes[b]]
-                lchain[b].update_rows(rows, "<i4")
-                if keep_logits:
-                    kept[b].append(rows.cpu())
-                last[b] = rows[-1]
+        _absorb_chunk(logits, sizes, lchain, kept, last)
     generated = [[] for _ in range(B)]
     for step in range(max_new_tokens):
         nxt = ops.argmax_int(torch.stack(last)).cpu()
         for b in range(B):
             generated[b].append(int(nxt[b]))
-            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+            tchain[b].update_id(int(nxt[b]))
         if step == max_new_tokens - 1:
             break
         logits = E.forward(engine, nxt.view(B, 1), [1] * B, cache)
@@ -212,12 +196,12 @@ def generate(
             if keep_logits:
                 kept[b].append(logits[b, :1].cpu())
             last[b] = logits[b, 0]
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+    return _result(
+        ps,
+        generated,
+        lchain,
+        tchain,
+        kept,
         forward_calls=calls,
         info={
             "kernel": engine.kernel_name,
@@ -238,11 +222,8 @@ def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: i
     return torch.cat(outs, 0)
 
 
-# ------------------------------------------------------------------- float model
-
-
 def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
-    """transformers Qwen3ForCausalLM in ``dtype`` (eval mode, sdpa/eager default)."""
+    """transformers causal LM in ``dtype`` on ``device``, eval mode; Int8confError (one line) when it cannot load."""
     import transformers
 
     try:
@@ -253,23 +234,28 @@ def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str
 
 
 def cache_kwargs(model, cache) -> dict:
-    """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed
-    transformers' forward accepts (renamed in transformers 5.2x)."""
-    import inspect
-
+    """``{"cache": c}`` or ``{"past_key_values": c}``, whichever the installed transformers' forward accepts."""
     params = inspect.signature(type(model).forward).parameters
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
 
 
 @torch.no_grad()
+def left_pad(prompts, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask, both int64 [B, max length]."""
+    B, T = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, T - len(p) :] = torch.tensor(p)
+        mask[b, T - len(p) :] = 1
+    return ids, mask
+
+
 def float_generate(
     model, prompts, max_new_tokens: int = 16, schedule: Schedule = "full", keep_logits: bool = False, pad_id: int = 0
 ) -> GenerationResult:
-    """The same greedy schedule through a float transformers model, for contrast.
-
-    Left-padded batch (attention mask + explicit position ids), prefill chunks
-    across the batch like ``generate``; hashes over each row's float32 logits
-    bytes. Ties -> smallest id (torch.argmax on float returns the first max).
+    """The same greedy schedule through a float transformers model (left-padded, explicit positions, chunks of
+    the longest prompt); hashes over float32 logits bytes.
     """
     from transformers import DynamicCache
 
@@ -278,32 +264,22 @@ def float_generate(
     ps = _check_prompts(prompts, V, ctx, max_new_tokens)
     B = len(ps)
     dev = next(model.parameters()).device
-    lens = [len(p) for p in ps]
-    Lmax = max(lens)
-    # schedule in terms of the padded prompt: chunks of the longest prompt
-    chunks = prefill_chunks(Lmax, schedule)
-    ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
-    mask = torch.zeros(B, Lmax, dtype=torch.long)
-    for b, p in enumerate(ps):
-        ids[b, Lmax - len(p) :] = torch.tensor(p)
-        mask[b, Lmax - len(p) :] = 1
+    ids, mask = left_pad(ps, pad_id)
+    chunks = prefill_chunks(ids.shape[1], schedule)  # the schedule applies to the padded prompt
     cache = DynamicCache()
-    lchain = [HashChain(LOGITS_TAG) for _ in range(B)]
-    tchain = [HashChain(TOKENS_TAG) for _ in range(B)]
-    kept = [[] for _ in range(B)] if keep_logits else None
+
+    def fwd(ids, mask, pos):
+        kw = cache_kwargs(model, cache)
+        out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True, **kw)
+        return out.logits.float().cpu()
+
+    lchain, tchain, kept = _chains(B, keep_logits)
     s = 0
     last = None
     full_mask = mask
     for c in chunks:
         pos = (full_mask.cumsum(-1) - 1).clamp(min=0)[:, s : s + c]
-        out = model(
-            input_ids=ids[:, s : s + c].to(dev),
-            attention_mask=full_mask[:, : s + c].to(dev),
-            position_ids=pos.to(dev),
-            use_cache=True,
-            **cache_kwargs(model, cache),
-        )
-        lg = out.logits.float().cpu()
+        lg = fwd(ids[:, s : s + c], full_mask[:, : s + c], pos)
         for b in range(B):
             valid = mask[b, s : s + c].bool()
             lchain[b].update_rows(lg[b][valid], "<f4")
@@ -317,29 +293,22 @@ def float_generate(
         nxt = last.argmax(-1)
         for b in range(B):
             generated[b].append(int(nxt[b]))
-            tchain[b].update(np.int32(int(nxt[b])).astype("<i4").tobytes())
+            tchain[b].update_id(int(nxt[b]))
         if step == max_new_tokens - 1:
             break
         cur_mask = torch.cat([cur_mask, torch.ones(B, 1, dtype=torch.long)], 1)
         pos = cur_mask.sum(-1, keepdim=True) - 1
-        out = model(
-            input_ids=nxt.view(B, 1).to(dev),
-            attention_mask=cur_mask.to(dev),
-            position_ids=pos.to(dev),
-            use_cache=True,
-            **cache_kwargs(model, cache),
-        )
-        lg = out.logits.float().cpu()
+        lg = fwd(nxt.view(B, 1), cur_mask, pos)
         for b in range(B):
             lchain[b].update_rows(lg[b], "<f4")
             if keep_logits:
                 kept[b].append(lg[b])
         last = lg[:, -1]
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if keep_logits else None,
+    return _result(
+        ps,
+        generated,
+        lchain,
+        tchain,
+        kept,
         info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)},
     )

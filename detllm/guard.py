@@ -1,18 +1,6 @@
-"""Float guard: a ``TorchDispatchMode`` that turns any floating-point tensor
-inside the integer forward into an error.
-
-Every aten op dispatched while the guard is active has its tensor inputs and
-outputs inspected; a floating-point (or complex) dtype raises
-``FloatOpError`` (an ``Int8confError``) naming the op and dtype. The one
-exception is the int8 x int8 -> int32 matmul of the kernel under test
-(``suspended()``): a kernel is a black box whose *interface* is integer
-(the engine checks its output is int32 of the right shape); how it computes
-the exact integer result inside (e.g. ``reference.accumulate.exact_int_mm``
-uses exact float32 BLAS on K-chunks) is the kernel's business.
-
-Mechanism: ``torch.utils._python_dispatch.TorchDispatchMode`` (PyTorch
-"__torch_dispatch__" extension point, see the PyTorch docs "Extending
-PyTorch: __torch_dispatch__").
+"""Float guard: a ``TorchDispatchMode`` that raises ``FloatOpError`` when any aten op inside the integer
+forward receives, produces or asks for a floating-point (or complex) tensor. The kernel's int_mm call
+runs ``suspended()``: a kernel is a black box with an integer interface.
 """
 
 from __future__ import annotations
@@ -47,11 +35,7 @@ def suspended():
 
 
 class FloatGuard(TorchDispatchMode):
-    """Raise ``FloatOpError`` on any float tensor flowing through an aten op.
-
-    Attributes:
-        ops_seen: number of aten ops inspected (evidence for reports/tests).
-    """
+    """Raise ``FloatOpError`` on any float tensor flowing through an aten op; ``ops_seen`` counts the ops inspected."""
 
     def __init__(self):
         super().__init__()
@@ -71,7 +55,6 @@ class FloatGuard(TorchDispatchMode):
 
 
 def _check_leaves(func, items, verb: str) -> None:
-    """Raise FloatOpError for a float tensor or float dtype among items (one level of nesting)."""
     for t in items:
         if isinstance(t, (tuple, list)):
             _check_leaves(func, t, verb)
@@ -84,12 +67,7 @@ def _check_leaves(func, items, verb: str) -> None:
 
 @contextlib.contextmanager
 def float_guard(enabled: bool = True):
-    """Context manager: activate a ``FloatGuard`` (no-op if ``enabled`` is False).
-
-    Yields the FloatGuard (or None).
-    Raises:
-        FloatOpError: from inside the block, on the first float tensor.
-    """
+    """Activate a ``FloatGuard`` (yielded; None and a no-op when ``enabled`` is False)."""
     if not enabled:
         yield None
         return

@@ -1,32 +1,9 @@
-"""Integer primitives of the integer-only engine, with frozen rounding rules.
+"""Integer primitives of the engine with frozen rounding rules: shifts, divisions, isqrt, ilog2, dyadic scales.
 
-Every forward-time function here takes and returns torch *integer* tensors
-(int8/int16/int32/int64) and performs integer arithmetic only (shifts, adds,
-integer multiplies, floor divisions, compares), so results are bit-identical
-on every device and for every evaluation order. Floats appear only in the
-offline ``fit_*`` helpers, which ``prepare`` runs once.
-
-Frozen rounding rules (also the table in ``detllm/README.md``):
-
-=====================  ====================================================
-function               rule
-=====================  ====================================================
-``floor_shift(x, k)``  floor(x / 2^k) (arithmetic shift); k < 0: exact x*2^-k
-``round_shift(x, k)``  round(x / 2^k), ties AWAY from zero; k < 0: exact
-``div_floor(a, b)``    floor(a / b)
-``div_round(a, b)``    round(a / b), ties AWAY from zero, any signs
-``isqrt(x)``           floor(sqrt(x)), exact, 0 <= x <= 2^63 - 1
-``ilog2(x)``           floor(log2(x)), exact, 1 <= x <= 2^63 - 1
-``apply_dyadic``       round(x * m / 2^(k + shift)), ties away, ONE rounding
-``requantize``         apply_dyadic, then saturate to [-2^(b-1), 2^(b-1)-1]
-``saturate``           clamp to [-2^(b-1), 2^(b-1)-1]
-``fit_dyadic``         m = round(r * 2^k) ties away, largest k with |m| < 2^bits
-=====================  ====================================================
-
-Dyadic scales (I-BERT, Kim et al. 2021, section 3.1, "dyadic numbers"
-b/2^c): a real multiplier r is replaced offline by m / 2^k with an integer
-mantissa m; at run time x*r becomes the integer product x*m followed by one
-rounding right shift.
+Forward-time functions take and return torch integer tensors and use integer arithmetic only, so results
+are bit-identical on every device and evaluation order; floats appear only in the offline ``fit_*``
+helpers. The rules are tabled in ``detllm/README.md``. Dyadic scale (I-BERT, Kim et al. 2021, sec. 3.1):
+a real multiplier r becomes m / 2^k, applied as an integer product and one rounding shift.
 """
 
 from __future__ import annotations
@@ -48,22 +25,14 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 _OUT_DTYPES = {8: torch.int8, 16: torch.int16, 32: torch.int32}
 
-# Shift amounts are clamped to this range: torch's >> of 63 or more on int64
-# is sign fill (== floor), so clamping keeps the frozen floor semantics.
+# shift amounts are clamped here: torch's >> by 63+ on int64 is sign fill (== floor)
 _MAX_SHIFT = 62
 
 IntLike = Union[int, torch.Tensor]
 
 
-# ---------------------------------------------------------------- validation
-
-
 def require_int(x, name: str = "x") -> torch.Tensor:
-    """Return ``x`` if it is a torch tensor of a signed integer dtype.
-
-    Raises:
-        OperandError: one line naming ``name`` and the offending type/dtype.
-    """
+    """``x`` if it is a signed-integer torch tensor, else OperandError naming ``name``."""
     if not isinstance(x, torch.Tensor):
         raise OperandError(f"{name}: expected an integer torch.Tensor, got {type(x).__name__}")
     if x.dtype not in INT_DTYPES:
@@ -72,7 +41,6 @@ def require_int(x, name: str = "x") -> torch.Tensor:
 
 
 def _as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> torch.Tensor:
-    """Integer tensor or Python int -> int64 tensor (on ``like``'s device)."""
     if isinstance(x, bool):
         raise OperandError(f"{name}: expected an integer, got bool")
     if isinstance(x, int):
@@ -82,25 +50,14 @@ def _as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> to
 
 
 def _pow2(k: torch.Tensor) -> torch.Tensor:
-    """2^k for int64 tensor k in [0, 62]."""
     return torch.bitwise_left_shift(torch.ones_like(k), k)
 
 
-# ------------------------------------------------------------------- shifts
-
-
 def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
-    """floor(x / 2^k) for k >= 0; exact x * 2^-k for k < 0.
+    """floor(x / 2^k) for k >= 0 (k >= 63: 0 or -1), exact x * 2^-k for k < 0 -> int64, broadcast shape.
 
-    Args:
-        x: integer tensor, any shape.
-        k: Python int or integer tensor broadcastable to ``x`` (per-token or
-            per-channel shifts); any k >= 63 gives the floor (0 or -1).
-    Returns:
-        int64 tensor, broadcast shape. Left shifts must not overflow int64
-        (caller's precondition; not checked).
-    Raises:
-        OperandError: non-integer ``x`` or ``k``.
+    k: int or integer tensor broadcastable to x. Left shifts must not overflow (not checked).
+    Raises OperandError for a non-integer x or k.
     """
     x = _as_i64(x, name="x")
     k = _as_i64(k, like=x, name="k")
@@ -110,12 +67,7 @@ def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
 
 
 def _round_shift_tensor_fast(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """round_shift for int64 x and int64 tensor k with 0 <= k <= 62 (same rule).
-
-    y = floor(x / 2^(k-1)); floor((y + 1) / 2) = (y >> 1) + (y & 1) rounds
-    half up; a negative exact tie (y odd, no bits below) goes down instead.
-    No intermediate exceeds |x|.
-    """
+    """``round_shift`` for tensor 0 <= k <= 62: y = x >> (k-1), (y >> 1) + (y & 1); negative exact ties go down."""
     km1 = (k - 1).clamp(min=0)
     y = torch.bitwise_right_shift(x, km1)
     odd = torch.bitwise_and(y, 1)
@@ -125,24 +77,11 @@ def _round_shift_tensor_fast(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
-    """round(x / 2^k), ties rounded AWAY from zero; exact x * 2^-k for k < 0.
+    """round(x / 2^k), ties away from zero; exact x * 2^-k for k < 0 -> int64, broadcast shape.
 
-    With q = floor(x / 2^k) and r = x mod 2^k (0 <= r < 2^k), the result is
-    q + 1 when r > 2^(k-1), or when r == 2^(k-1) and x >= 0; else q. No
-    intermediate exceeds |x|, so it is exact over the full int64 range, for
-    every k (k >= 63 gives -1, 0 or 1 by the same rule).
-    ``round_shift(5, 1) == 3``, ``round_shift(-5, 1) == -3``,
-    ``round_shift(-6, 2) == -2`` (-1.5 -> -2), ``round_shift(6, 2) == 2``.
-
-    Args:
-        x: integer tensor, any shape.
-        k: Python int or integer tensor broadcastable to ``x`` (per-token or
-            per-channel shifts).
-    Returns:
-        int64 tensor, broadcast shape. Left shifts (k < 0) must not overflow
-        int64 (caller's precondition; not checked).
-    Raises:
-        OperandError: non-integer ``x`` or ``k``.
+    q = floor(x / 2^k), r = x mod 2^k: q + 1 when r > 2^(k-1), or r == 2^(k-1) and x >= 0. Exact over
+    all int64 and every k (k >= 63: -1, 0 or 1). k: int or integer tensor broadcastable to x.
+    Left shifts must not overflow (not checked). Raises OperandError for a non-integer x or k.
     """
     x = _as_i64(x, name="x")
     if isinstance(k, int) and not isinstance(k, bool):
@@ -171,19 +110,13 @@ def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     return torch.where(k >= 0, right, left)
 
 
-# ---------------------------------------------------------------- division
-
-
 def _check_divisor(b: torch.Tensor) -> None:
     if bool((b == 0).any()):
         raise OperandError("divisor: contains 0")
 
 
 def div_floor(a: IntLike, b: IntLike) -> torch.Tensor:
-    """floor(a / b) for integer tensors (torch floor division, exact).
-
-    Returns int64, broadcast shape. Raises OperandError if any b == 0.
-    """
+    """floor(a / b) -> int64, broadcast shape. Raises OperandError if any b == 0."""
     a = _as_i64(a, name="a")
     b = _as_i64(b, like=a, name="b")
     _check_divisor(b)
@@ -191,19 +124,10 @@ def div_floor(a: IntLike, b: IntLike) -> torch.Tensor:
 
 
 def div_round(a: IntLike, b: IntLike) -> torch.Tensor:
-    """round(a / b), ties rounded AWAY from zero, for any signs of a and b.
+    """round(a / b), ties away from zero, any signs -> int64, broadcast shape; exact for |a|, |b| <= 2^63 - 1.
 
-    Computed on magnitudes: q = |a| // |b|, r = |a| - q|b|; q += 1 when
-    r >= |b| - r (i.e. 2r >= |b|, without forming 2r); sign applied last.
-    Exact for |a|, |b| <= 2^63 - 1 (a, b != INT64_MIN).
-    ``div_round(5, 2) == 3``, ``div_round(-5, 2) == -3``, ``div_round(7, -2) == -4``.
-
-    Args:
-        a, b: integer tensors (or Python ints), broadcastable.
-    Returns:
-        int64 tensor, broadcast shape.
-    Raises:
-        OperandError: non-integer operand or any b == 0.
+    On magnitudes: q = |a| // |b|, +1 when 2r >= |b|; sign last. Raises OperandError for a non-integer
+    operand or any b == 0.
     """
     a = _as_i64(a, name="a")
     b = _as_i64(b, like=a, name="b")
@@ -216,23 +140,10 @@ def div_round(a: IntLike, b: IntLike) -> torch.Tensor:
     return torch.where(neg, -q, q)
 
 
-# ------------------------------------------------------------- sqrt / log2
-
-
 def isqrt(x: torch.Tensor) -> torch.Tensor:
-    """Exact floor(sqrt(x)) for int64 0 <= x <= 2^63 - 1.
+    """Exact floor(sqrt(x)) for int64 0 <= x <= 2^63 - 1, 32 fixed digit-by-digit steps -> int64, same shape.
 
-    Digit-by-digit (bitwise) square root, 32 fixed steps: each step decides
-    one result bit by comparing the remainder with (root + bit); every
-    intermediate stays below 2^63. Fixed step count -> no data-dependent
-    control flow.
-
-    Args:
-        x: integer tensor, any shape, all elements >= 0.
-    Returns:
-        int64 tensor, same shape (values <= 3037000499).
-    Raises:
-        OperandError: non-integer dtype or a negative element.
+    Raises OperandError for a non-integer dtype or a negative element.
     """
     x = _as_i64(x, name="x")
     if bool((x < 0).any()):
@@ -250,15 +161,7 @@ def isqrt(x: torch.Tensor) -> torch.Tensor:
 
 
 def ilog2(x: torch.Tensor) -> torch.Tensor:
-    """Exact floor(log2(x)) for int64 1 <= x <= 2^63 - 1 (binary search, 6 steps).
-
-    Args:
-        x: integer tensor, any shape, all elements >= 1.
-    Returns:
-        int64 tensor, same shape, values in [0, 62].
-    Raises:
-        OperandError: non-integer dtype or an element <= 0.
-    """
+    """Exact floor(log2(x)) for 1 <= x <= 2^63 - 1 (binary search) -> int64 in [0, 62]; OperandError for x <= 0."""
     x = _as_i64(x, name="x")
     if bool((x <= 0).any()):
         raise OperandError("ilog2: input must be >= 1")
@@ -271,27 +174,16 @@ def ilog2(x: torch.Tensor) -> torch.Tensor:
 
 
 def ilog2_or(x: torch.Tensor, zero_value: int = -1) -> torch.Tensor:
-    """floor(log2(x)) for x >= 1, ``zero_value`` where x == 0 (x >= 0, int64).
-
-    Raises OperandError for negative elements.
-    """
+    """floor(log2(x)) for x >= 1, ``zero_value`` where x == 0; OperandError for negative elements."""
     x = _as_i64(x, name="x")
     if bool((x < 0).any()):
         raise OperandError("ilog2_or: negative input")
     return torch.where(x > 0, ilog2(x.clamp(min=1)), torch.full_like(x, zero_value))
 
 
-# ------------------------------------------------------------------ dyadic
-
-
 @dataclass(frozen=True)
 class Dyadic:
-    """A dyadic scale m / 2^k (I-BERT, Kim et al. 2021, section 3.1).
-
-    Attributes:
-        m: integer mantissa (signed; ``fit_dyadic`` gives |m| < 2^bits).
-        k: shift; k < 0 means the multiplier m * 2^-k (ratio >= 2^bits).
-    """
+    """A dyadic scale m / 2^k (Python ints; k < 0 means m * 2^-k)."""
 
     m: int
     k: int
@@ -303,12 +195,11 @@ class Dyadic:
             )
 
     def value(self) -> Fraction:
-        """The exact rational value m / 2^k (offline use)."""
+        """The exact rational m / 2^k."""
         return Fraction(self.m) / Fraction(2) ** self.k
 
 
-# Per-channel dyadic scales: (m int64[N], k int64[N] or int), broadcast along
-# the last dimension of the tensor they scale.
+# per-channel dyadic scales (m int64 [N], k int64 [N] or int) broadcast along the last dim
 DyadicLike = Union[Dyadic, Tuple[torch.Tensor, IntLike]]
 
 
@@ -319,15 +210,10 @@ def _round_half_away(fr: Fraction) -> int:
 
 
 def fit_dyadic(ratio: float, mantissa_bits: int = 16) -> Dyadic:
-    """Offline: the dyadic m / 2^k closest to ``ratio`` with |m| < 2^mantissa_bits.
+    """Offline: the dyadic closest to ``ratio`` with |m| <= 2^mantissa_bits - 1, relative error <= 2^-mantissa_bits.
 
-    k is the largest integer (<= 62) such that m = round(ratio * 2^k) (exact
-    rational arithmetic, ties away from zero) has |m| <= 2^mantissa_bits - 1,
-    so |m| >= 2^(mantissa_bits-1) (full mantissa) unless k hit 62. Relative
-    error <= 2^-mantissa_bits. ratio == 0 gives Dyadic(0, 0).
-
-    Raises:
-        OperandError: ratio not finite, or mantissa_bits outside [2, 31].
+    k is the largest (<= 62) with m = round(ratio 2^k) (exact rationals, ties away) in range; ratio 0
+    gives Dyadic(0, 0). Raises OperandError: ratio not finite, mantissa_bits outside [2, 31].
     """
     if not (2 <= int(mantissa_bits) <= 31):
         raise OperandError(f"fit_dyadic: mantissa_bits must be in [2, 31], got {mantissa_bits}")
@@ -350,15 +236,8 @@ def fit_dyadic(ratio: float, mantissa_bits: int = 16) -> Dyadic:
 
 
 def fit_dyadic_per_channel(ratios, mantissa_bits: int = 16, shared_shift: bool = False):
-    """Offline: per-channel dyadic scales for a float tensor/list ``ratios[N]``.
-
-    Args:
-        ratios: float values, shape [N].
-        mantissa_bits: |m| < 2^mantissa_bits.
-        shared_shift: if True, one k for all channels (the largest k such that
-            every |m| fits), so the run-time shift is a single int.
-    Returns:
-        (m int64[N], k int64[N]) or, with shared_shift, (m int64[N], k int).
+    """Offline: per-channel dyadics of float ``ratios[N]`` -> (m int64 [N], k int64 [N]), or with
+    ``shared_shift`` (m int64 [N], k int): one k, the largest with every |m| in range.
     """
     vals = [float(v) for v in (ratios.tolist() if isinstance(ratios, torch.Tensor) else ratios)]
     ds = [fit_dyadic(v, mantissa_bits) for v in vals]
@@ -370,11 +249,8 @@ def fit_dyadic_per_channel(ratios, mantissa_bits: int = 16, shared_shift: bool =
 
 
 def fit_channel_multipliers(values, bits: int = 15):
-    """Offline: per-channel multipliers (e.g. RMSNorm gamma) as int16 m[N] / 2^k.
-
-    One shared k, the largest (<= 30) with every |round(v * 2^k)| <= 2^bits - 1.
-    Returns (m int16[N] (int32 if bits > 15), k int). Used by
-    ``detllm.ops.int_rmsnorm(gamma=...)``.
+    """Offline: per-channel multipliers (e.g. RMSNorm gamma) as (m int16 [N] (int32 if bits > 15), k int),
+    one shared k <= 30 with every |round(v 2^k)| <= 2^bits - 1 (``ops.int_rmsnorm(gamma=...)``).
     """
     m, k = fit_dyadic_per_channel(values, mantissa_bits=bits, shared_shift=True)
     k = min(k, 30)
@@ -394,18 +270,10 @@ def _dyadic_tensors(d: DyadicLike, like: torch.Tensor):
 
 
 def apply_dyadic(x: torch.Tensor, d: DyadicLike, shift: IntLike = 0) -> torch.Tensor:
-    """round(x * m / 2^(k + shift)) with ONE rounding (ties away from zero).
+    """round(x * m / 2^(k + shift)), ONE rounding, ties away -> int64 [..., N].
 
-    Args:
-        x: int32/int64 (or narrower) tensor [..., N].
-        d: ``Dyadic`` (scalar) or per-channel ``(m int[N], k int[N] | int)``
-            broadcast along the last dim.
-        shift: extra shift, Python int or int tensor broadcastable to x (e.g.
-            ``(out_exp - token_exp)[..., None]`` to move a per-token power-of-two
-            scale into the same single rounding).
-    Returns:
-        int64 tensor [..., N]. Precondition (not checked): |x * m| < 2^63,
-        true for int32 x and |m| < 2^31.
+    d: ``Dyadic`` or per-channel (m int [N], k int [N] | int) along the last dim; shift: int or tensor
+    broadcastable to x (e.g. a per-token exponent). Precondition (not checked): |x * m| < 2^63.
     """
     x = require_int(x, "x").to(torch.int64)
     m, k = _dyadic_tensors(d, x)
@@ -413,10 +281,7 @@ def apply_dyadic(x: torch.Tensor, d: DyadicLike, shift: IntLike = 0) -> torch.Te
 
 
 def saturate(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Clamp to [-2^(bits-1), 2^(bits-1) - 1] and cast to int8/int16/int32.
-
-    Raises OperandError if bits not in {8, 16, 32}.
-    """
+    """Clamp to [-2^(bits-1), 2^(bits-1) - 1] and cast to int8/int16/int32; OperandError for bits not in {8, 16, 32}."""
     if bits not in _OUT_DTYPES:
         raise OperandError(f"saturate: bits must be 8, 16 or 32, got {bits}")
     x = require_int(x, "x")
@@ -425,20 +290,9 @@ def saturate(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def requantize(x_int32: torch.Tensor, d: DyadicLike, out_bits: int = 8, shift: IntLike = 0) -> torch.Tensor:
-    """int32 accumulator -> int8/int16: saturate(round(x * m / 2^(k+shift))).
+    """int32 accumulator -> int8/int16 (``out_bits``): saturate(apply_dyadic(x, d, shift)).
 
-    ONE rounding (``apply_dyadic``), then saturation to the full signed range
-    of ``out_bits`` ([-128, 127] or [-32768, 32767]).
-
-    Args:
-        x_int32: int32 (or int64 with |x*m| < 2^63) tensor [..., N].
-        d: ``Dyadic`` or per-channel ``(m int[N], k int[N] | int)``.
-        out_bits: 8 or 16.
-        shift: extra (per-token) shift as in ``apply_dyadic``.
-    Returns:
-        int8 or int16 tensor [..., N].
-    Raises:
-        OperandError: bad dtype or out_bits.
+    Raises OperandError for a bad dtype or out_bits.
     """
     if out_bits not in (8, 16):
         raise OperandError(f"requantize: out_bits must be 8 or 16, got {out_bits}")

@@ -1,28 +1,9 @@
-"""Integer operators of the integer-only Qwen3 engine.
+"""Integer operators of the engine: exp, softmax, P.V, RMSNorm, SwiGLU, RoPE, residual stream, argmax.
 
-Every forward-time function takes and returns torch integer tensors and uses
-integer arithmetic only (rounding rules: ``detllm/intops.py`` and
-``detllm/README.md``). Offline helpers that use floats are named
-``build_*`` / ``fit_*`` and run once in ``prepare``.
-
-Fixed-point notation: "Q(f)" means an integer v standing for the real number
-v / 2^f. "exponent e" (per token) means v stands for v * 2^e.
-
-Sources:
-- I-BERT: Kim et al., "I-BERT: Integer-only BERT Quantization", ICML 2021,
-  arXiv:2101.01321 (i-exp: exp(x) = 2^(-z) * exp(p) range reduction and the
-  integer-only Softmax; i-sqrt for the integer-only LayerNorm; dyadic
-  requantization).
-- I-ViT: Li & Gu, "I-ViT: Integer-only Quantization for Efficient Vision
-  Transformer Inference", ICCV 2023, arXiv:2207.01405 (Shiftmax:
-  x*log2(e) ~ x + (x>>1) - (x>>4), 2^(-r) ~ 1 - r/2, 2^(-q) as a shift;
-  ShiftGELU: sigmoid from the same shift-based exp).
-- I-LLM: Hu et al., "I-LLM: Efficient Integer-Only Inference for Fully-
-  Quantized Low-Bit Large Language Models", 2024, arXiv:2405.17849
-  (DI-Exp and DI-ClippedSoftmax: dyadic log2(e) and clipped score range;
-  DI-Norm: integer RMSNorm).
-Paper names are cited for the method; section/equation numbers differ
-between the papers' versions, so none are quoted.
+Forward-time functions take and return torch integer tensors and use integer arithmetic only (frozen
+rules: ``detllm/README.md``); the float ``build_*`` helpers run once, in ``prepare``. "Q(f)": integer v
+stands for v / 2^f; "exponent e": v stands for v * 2^e. Methods: I-BERT (Kim et al. 2021,
+arXiv:2101.01321), I-ViT Shiftmax (Li & Gu 2023, arXiv:2207.01405), I-LLM (Hu et al. 2024, arXiv:2405.17849).
 """
 
 from __future__ import annotations
@@ -46,8 +27,6 @@ from detllm.intops import (
 )
 from reference.errors import OperandError
 
-# ------------------------------------------------------------------ int exp
-
 EXP_FRAC_BITS = 30  # int_exp output is Q30: exp(x) * 2^30, in [0, 2^30]
 LOG2_FRAC_BITS = 24  # internal log2-domain fixed point, Q24
 EXP_CLIP = 64  # inputs below -64 (real) are clipped (exp < 2^-92 -> 0 in Q30)
@@ -60,8 +39,7 @@ LOG2E_M = 24204406
 
 
 def _build_exp2_table() -> list:
-    """Q30 table of 2^(-j/1024), j = 0..1024, ties up; decimal arithmetic at 50
-    digits (software, identical on every platform; local context only)."""
+    """Q30 table of 2^(-j/1024), j = 0..1024, ties up, in 50-digit decimal arithmetic (platform-independent)."""
     with localcontext() as ctx:
         ctx.prec = 50
         step = Decimal(2**_TABLE_BITS)
@@ -85,30 +63,12 @@ def _exp2_table(device) -> torch.Tensor:
 
 
 def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = "table") -> torch.Tensor:
-    """Shift-based integer exp: Q30 approximation of exp(x / 2^frac_bits) for x <= 0.
+    """Q30 exp(x / 2^frac_bits) for integer x <= 0 (any shape) -> int64, same shape, in [0, 2^30]; int_exp(0) == 2^30.
 
-    Method (I-ViT Shiftmax; I-LLM DI-Exp; I-BERT i-exp range reduction):
-    exp(x) = 2^(x*log2 e) = 2^(-q) * 2^(-r), q integer,
-    0 <= r < 1; 2^(-q) is a right shift (round_shift), 2^(-r) is:
-      frac="table"  : a 1025-entry Q30 table of 2^(-j/1024) with linear
-                      interpolation (abs error < 2^-26 before the final shift);
-      frac="linear" : I-ViT's 2^(-r) ~ 1 - r/2 (max relative error ~6 %).
-    and x*log2 e is:
-      log2e="dyadic": round(x * LOG2E_M / 2^24) (relative error < 2^-25);
-      log2e="shift" : I-ViT's x + (x>>1) - (x>>4) (= 1.4375 x, -0.36 %).
-    Inputs below -64 (real) are clipped to -64 (DI-ClippedSoftmax's clip idea),
-    whose exp is 0 in Q30. Frozen absolute error bounds on exp in [0, 1]
-    (``tests/detllm/test_attention_ops.py``): dyadic/table 2^-23 (measured
-    ~2^-23.7); shift/table 2^-9 + 2^-frac_bits; */linear 2^-4 + 2^-frac_bits
-    (the I-ViT floor shifts cost ~2^-frac_bits, so use frac_bits >= 12 there).
-
-    Args:
-        x: integer tensor, any shape, all elements <= 0, value x / 2^frac_bits.
-        frac_bits: 0 <= frac_bits <= 30.
-    Returns:
-        int64 tensor, same shape, Q30, in [0, 2^30]; int_exp(0) == 2^30 exactly.
-    Raises:
-        OperandError: non-integer x, positive element, bad frac_bits or mode.
+    exp(x) = 2^-q * 2^-r: 2^-q is a rounding shift; 2^-r is a 1025-entry table with linear interpolation
+    (frac="table") or I-ViT's 1 - r/2 ("linear"); x*log2(e) is the dyadic 24204406 / 2^24 (log2e="dyadic")
+    or I-ViT's x + x>>1 - x>>4 ("shift"). Inputs below -64 (real) are clipped. Frozen error bounds:
+    ``detllm/README.md``. Raises OperandError: non-integer x, x > 0, frac_bits outside [0, 30], bad mode.
     """
     x = require_int(x, "x").to(torch.int64)
     if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
@@ -141,7 +101,6 @@ def _div_round_nonneg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _int_exp_checked(x: torch.Tensor, frac_bits: int, log2e: str, frac: str) -> torch.Tensor:
-    """``int_exp`` body for validated int64 x <= 0."""
     x = x.clamp(min=-(EXP_CLIP << frac_bits))
     # n = -round_shift(x * log2e, .) >= 0 (Q24); for x <= 0, ties away from zero
     # is half-up on the magnitude, so the rounding is done on -x directly.
@@ -164,8 +123,6 @@ def _int_exp_checked(x: torch.Tensor, frac_bits: int, log2e: str, frac: str) -> 
     return _round_half_up_nonneg(mant, q.clamp(max=62))  # mant >= 0: same as round_shift
 
 
-# ------------------------------------------------------------------ softmax
-
 PROB_BITS = 15  # probabilities are Q0.15
 PROB_MAX = 2**PROB_BITS - 1  # 32767: probability 1 saturates here (error 2^-15)
 MASK_SENTINEL = -(2**30)  # scores <= this are masked: probability exactly 0
@@ -173,14 +130,7 @@ MAX_PV_LEN = 131071  # L limit so both byte GEMMs fit an int32 accumulator
 
 
 def mask_scores(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Put ``MASK_SENTINEL`` where ``keep`` is False.
-
-    Args:
-        scores: int32/int64 [..., L] attention logits.
-        keep: bool tensor broadcastable to scores.
-    Returns:
-        int64 tensor [..., L].
-    """
+    """``MASK_SENTINEL`` where the bool ``keep`` (broadcastable) is False; scores int [..., L] -> int64."""
     s = require_int(scores, "scores").to(torch.int64)
     if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool:
         raise OperandError("mask_scores: keep must be a bool tensor")
@@ -188,25 +138,11 @@ def mask_scores(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = "table") -> torch.Tensor:
-    """Integer softmax over the last dim, output Q0.15 int16 probabilities.
+    """Integer softmax over the last dim: int16 Q0.15, p = min(div_round(2^15 e, sum e), 32767), e = int_exp(s - max).
 
-    p_i = min(round(2^15 * e_i / sum_j e_j), 32767), e_i = int_exp(s_i - max_j s_j)
-    (max subtraction as in I-BERT's / I-ViT's integer Softmax; exp: ``int_exp``; one
-    rounding per element, ``div_round``'s rule). Entries with scores <=
-    ``MASK_SENTINEL`` get exactly 0 and are excluded from the max; a row with
-    every entry masked gives all zeros. Rows sum to 2^15 +- (L/2 + 1).
-    Frozen bound max |p/2^15 - softmax| <= 2^-14 for the default modes
-    (measured 2^-15; ``tests/detllm/test_attention_ops.py``).
-
-    Args:
-        scores: int32/int64 [..., L], value s / 2^frac_bits; unmasked entries
-            must be > MASK_SENTINEL.
-        frac_bits: 0..30 (see ``int_exp``).
-        log2e, frac: ``int_exp`` modes.
-    Returns:
-        int16 [..., L], values in [0, 32767], probability = p / 2^15.
-    Raises:
-        OperandError: non-integer scores, bad frac_bits/modes.
+    scores: int [..., L], Q(frac_bits). Entries <= ``MASK_SENTINEL`` get exactly 0 and are excluded from
+    the max; an all-masked row gives zeros. Rows sum to 2^15 +- (L/2 + 1). Raises OperandError on bad
+    dtypes, frac_bits or modes (``int_exp``'s).
     """
     s = require_int(scores, "scores").to(torch.int64)
     if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
@@ -226,17 +162,9 @@ def int_softmax(scores: torch.Tensor, frac_bits: int, log2e: str = "dyadic", fra
 
 
 def split_prob_bytes(p: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Split Q0.15 probabilities into two int8 operands for the P.V GEMMs.
+    """Q0.15 p in [0, 32767] -> (hi, lo) int8 with p == 256 hi + lo + 128 (hi in [0, 127], lo in [-128, 127]).
 
-    hi = p >> 8 in [0, 127]; lo = (p & 255) - 128 in [-128, 127]; so
-    p == 256*hi + lo + 128 exactly (the offset 128 keeps lo inside int8).
-
-    Args:
-        p: int16 (or wider) tensor, values in [0, 32767].
-    Returns:
-        (hi int8, lo int8), same shape as p.
-    Raises:
-        OperandError: non-integer p or values outside [0, 32767].
+    Raises OperandError for non-integer p or values outside [0, 32767].
     """
     p = require_int(p, "p").to(torch.int64)
     if bool(((p < 0) | (p > PROB_MAX)).any()):
@@ -250,27 +178,12 @@ IntMM = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Tensor:
-    """Exact P @ V with Q0.15 probabilities, as int8 GEMMs through ``int_mm``.
+    """Exact P @ V as int8 GEMMs: 256 (hi @ V) + (lo @ V) + 128 colsum(V), hi/lo stacked into one int_mm per slice.
 
-    With (hi, lo) = split_prob_bytes(p):
-        P @ V = 256 * (hi @ V) + (lo @ V) + 128 * colsum(V)
-    (colsum over the L keys, int64). hi and lo are stacked into one
-    [2M, L] operand, so each (batch, head) slice is one int_mm call computing
-    both GEMMs. Each int32 accumulator is bounded by L * 128 * 128 < 2^31 for
-    L <= 131071, so the result equals the exact int64 p @ v bit for bit.
-
-    Args:
-        p: int16 [..., M, L], values in [0, 32767] (from ``int_softmax``).
-        v_int8: int8 [..., L, D]; leading dims broadcast against p's. For
-            GQA, fold the query heads that share a KV head into M
-            (p [B, Hkv, n_rep*M, L], v [B, Hkv, L, D]): fewer int_mm calls.
-        int_mm: accumulator-only kernel entry ``(a int8[M,K], b int8[N,K]) ->
-            int32[M,N]`` (``KernelSpec.int_mm``).
-    Returns:
-        int64 [..., M, D]; real value = out * s_v / 2^15.
-    Raises:
-        OperandError: bad dtypes/shapes, L > 131071, or an int_mm result of
-            the wrong shape.
+    p: int16 [..., M, L] in [0, 32767]; v_int8: int8 [..., L, D] (leading dims broadcast; for GQA fold the
+    query heads of a KV head into M); int_mm: (int8 [M,K], int8 [N,K]) -> int32 [M,N]. Returns int64
+    [..., M, D] == int64 p @ v (each accumulator < L * 2^14 < 2^31 for L <= 131071). Raises OperandError:
+    bad dtypes / shapes, L > 131071, an int_mm result of the wrong shape or dtype.
     """
     require_int(p, "p")
     if not isinstance(v_int8, torch.Tensor) or v_int8.dtype != torch.int8:
@@ -308,8 +221,6 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
     return out.reshape(*lead, m, d)
 
 
-# ------------------------------------------------------------------ RMSNorm
-
 _NORM_BITS = 21  # inputs are rescaled per token to |x'| <= 2^21 before squaring
 _RMS_FRAC = 9  # rms is computed as isqrt(ms << 18) = sqrt(ms) * 2^9
 _MAX_NORM_DIM = 2**19
@@ -323,39 +234,14 @@ def int_rmsnorm(
     x_exp: Optional[IntLike] = None,
     eps: Optional[Tuple[int, int]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Integer RMSNorm per token: q * 2^q_exp ~ x / sqrt(mean(x^2) + eps) * gamma.
+    """Integer RMSNorm per token: (q int8/int16 [..., H], q_exp int64 [...]) with q * 2^q_exp ~ x / rms(x) * gamma.
 
-    I-BERT's integer-only LayerNorm (i-sqrt) without the mean subtraction, as
-    I-LLM's DI-Norm; ``isqrt`` is exact (digit-by-digit) where I-BERT iterates
-    Newton's method to the same floor(sqrt). Each token is first
-    brought to |x'| <= 2^21 by a per-token power-of-two shift (RMSNorm is
-    scale invariant, so the shift cancels), then
-      ms  = round(sum(x'^2) / H)          (int64, exact sum)
-            [+ eps in x' units; ms and eps both >> 2c when eps is large]
-      rms = isqrt(ms * 2^18)              (= floor(sqrt(ms) * 2^9), exact)
-      q_j = round(x'_j * g_j * 2^(9 - c - k - q_exp) / rms), saturated,
-    one rounding per output. gamma = None: gamma folded into the next linear;
-    gamma = (g int16[H], k): per-channel multipliers g/2^k applied at run time
-    (QK-norm, whose gamma cannot be folded through RoPE; build them with
-    ``detllm.intops.fit_channel_multipliers``).
-
-    Output scale: with ``out_exp=None`` a per-token power of two, the smallest
-    with max|q| <= 2^(out_bits-1) - 1 (so max|q| >= 2^(out_bits-2)); with an
-    int ``out_exp`` the fixed scale 2^out_exp (values saturate).
-
-    Args:
-        x: int32/int64 [..., H], |x| <= 2^62, H <= 2^19.
-        gamma: optional (g int[H] with |g| < 2^15, k int in [0, 30]).
-        out_bits: 8 or 16.
-        out_exp: fixed output exponent, or None for per-token.
-        x_exp: per-token exponent of x (int or int tensor [...]); needed only
-            to place eps, which is ignored when x_exp or eps is None.
-        eps: (m, k) Python ints, eps = m / 2^k (e.g. fit_dyadic(1e-6)).
-    Returns:
-        (q int8/int16 [..., H], q_exp int64 [...]). An all-zero token gives
-        q = 0, q_exp = 0 (or out_exp).
-    Raises:
-        OperandError: bad dtypes/shapes/arguments.
+    x: int [..., H], |x| <= 2^62, 1 <= H <= 2^19; each token is shifted to |x'| <= 2^21, then
+    ms = div_round(sum x'^2, H) (+ eps in x' units when ``x_exp`` and ``eps`` = (m, k), eps = m / 2^k, are
+    given), rms = isqrt(ms * 2^18), q = saturate(div_round(x' g 2^T, rms)). gamma: optional (g int [H],
+    |g| < 2^15, k in [0, 30]) for multipliers g / 2^k. out_exp None: the smallest per-token power of two
+    with max|q| <= 2^(out_bits-1) - 1; an int: that fixed exponent (values saturate). An all-zero token
+    gives q = 0, q_exp = 0 (or out_exp). Raises OperandError on bad dtypes / shapes / arguments.
     """
     x = require_int(x, "x").to(torch.int64)
     if out_bits not in (8, 16):
@@ -411,23 +297,12 @@ def int_rmsnorm(
     return saturate(q, out_bits), q_exp
 
 
-# ------------------------------------------------------------------ SwiGLU
-
 SIGMOID_FRAC_BITS = 30
 
 
 def int_sigmoid(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
-    """Integer sigmoid, Q30: sigma(x / 2^frac_bits) * 2^30 in [0, 2^30].
-
-    With E = int_exp(-|x|) (Q30): sigma = 2^60 / (2^30 + E) for x >= 0 and
-    E * 2^30 / (2^30 + E) for x < 0 (one ``div_round`` each; the exp form of
-    the sigmoid used by I-ViT's ShiftGELU, sigma(x) = e^x / (e^x + 1),
-    evaluated on -|x| so the exp never exceeds 1).
-
-    Args:
-        x: integer tensor, any shape, |x| <= 2^62; frac_bits in [0, 30].
-    Returns:
-        int64 tensor, same shape, Q30.
+    """Q30 sigmoid(x / 2^frac_bits) -> int64, same shape: E = int_exp(-|x|); 2^60 / (2^30 + E) for x >= 0, else
+    E 2^30 / (2^30 + E) (one div_round each). |x| <= 2^62, frac_bits in [0, 30].
     """
     x = require_int(x, "x").to(torch.int64)
     if not (0 <= int(frac_bits) <= MAX_EXP_IN_FRAC_BITS):
@@ -446,13 +321,7 @@ def _check_31(t: torch.Tensor, name: str) -> None:
 
 
 def int_silu(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
-    """Integer SiLU: round(x * sigma(x)) in the same Q(frac_bits) as x.
-
-    Args:
-        x: integer tensor, |x| < 2^31, Q(frac_bits), frac_bits in [0, 30].
-    Returns:
-        int64 tensor, same shape and Q-format.
-    """
+    """round_shift(x * int_sigmoid(x), 30): int64 in x's Q(frac_bits); |x| < 2^31 else OperandError."""
     x = require_int(x, "x").to(torch.int64)
     _check_31(x, "int_silu x")
     return round_shift(x * int_sigmoid(x, frac_bits), SIGMOID_FRAC_BITS)
@@ -461,19 +330,10 @@ def int_silu(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
 def int_swiglu(
     gate: torch.Tensor, up: torch.Tensor, gate_frac_bits: int, up_frac_bits: int, out_frac_bits: int
 ) -> torch.Tensor:
-    """Integer SwiGLU: silu(gate) * up (Qwen3 MLP; cf. I-LLM's DI-SwiGLU), two roundings.
+    """silu(gate) * up, two roundings -> int64 [..., I] in Q(out_frac_bits).
 
-    silu = int_silu(gate) (Q(gate_frac_bits)), then
-    out = round(silu * up / 2^(gate_frac_bits + up_frac_bits - out_frac_bits)).
-
-    Args:
-        gate, up: integer tensors of one shape [..., I], |values| < 2^31,
-            Q(gate_frac_bits) and Q(up_frac_bits); gate_frac_bits in [0, 30].
-        out_frac_bits: Q-format of the result.
-    Returns:
-        int64 [..., I], Q(out_frac_bits).
-    Raises:
-        OperandError: dtype/shape mismatch or |values| >= 2^31.
+    gate, up: integer tensors of one shape, |values| < 2^31, Q(gate_frac_bits) / Q(up_frac_bits).
+    Raises OperandError on a shape mismatch or |values| >= 2^31.
     """
     gate = require_int(gate, "gate")
     up = require_int(up, "up").to(torch.int64)
@@ -484,28 +344,14 @@ def int_swiglu(
     return round_shift(silu * up, gate_frac_bits + up_frac_bits - out_frac_bits)
 
 
-# ------------------------------------------------------------------ RoPE
-
 ROPE_SHIFT = 14  # tables are Q14: cos * 2^14 in [-16384, 16384]
 
 
 def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = ROPE_SHIFT):
-    """Offline: Q(shift) int16 cos/sin tables in Qwen3's rotate-half layout.
+    """Offline: (cos int16 [max_pos, D], sin int16 [max_pos, D], shift), Q(shift), rotate-half layout.
 
-    cos[p, i] = round(cos(p * theta^(-2(i mod D/2)/D)) * 2^shift) (ties away),
-    same for sin; the two halves of the last dim repeat (transformers'
-    ``emb = cat(freqs, freqs)``). Angles are computed in float64 (the
-    transformers model uses float32; the difference is below 2^-15 for
-    p < 2^12 and grows with p). Store the tables in the artifact so the engine
-    never recomputes them.
-
-    Args:
-        head_dim: even D; max_pos: number of positions; theta: rope base.
-        shift: fixed-point bits, <= 14 (so 2^shift fits int16).
-    Returns:
-        (cos int16 [max_pos, D], sin int16 [max_pos, D], shift int).
-    Raises:
-        OperandError: odd/zero head_dim, max_pos < 1, theta <= 0, shift > 14.
+    cos[p, i] = round(cos(p theta^(-2(i mod D/2)/D)) 2^shift), ties away, float64 angles; the halves of the
+    last dim repeat. Raises OperandError: odd or zero head_dim, max_pos < 1, theta <= 0, shift outside (0, 14].
     """
     if head_dim <= 0 or head_dim % 2 or max_pos < 1 or not theta > 0 or not (0 < shift <= 14):
         raise OperandError(
@@ -533,23 +379,11 @@ def apply_rope(
     shift: int = ROPE_SHIFT,
     frac_bits_out: int = 0,
 ) -> torch.Tensor:
-    """Integer RoPE, rotate-half layout: round((x*cos + rotate_half(x)*sin) * 2^(frac_bits_out - shift)).
+    """Integer RoPE: round_shift(x cos + rotate_half(x) sin, shift - frac_bits_out) -> int64 [..., D].
 
-    rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]) (transformers Qwen3).
-    One rounding (``round_shift``); the result is in x's units times
-    2^frac_bits_out (keep fractional bits for a later requantization).
-
-    Args:
-        x_int: integer [..., D], |x| < 2^31 (e.g. int8 q/k after QK-norm).
-        cos, sin: int16 [max_pos, D] from ``build_rope_tables``.
-        positions: int64, shape broadcastable to x.shape[:-1] (e.g. [B, 1, S]
-            for x [B, H, S, D]), values in [0, max_pos).
-        shift: the tables' fixed-point bits.
-        frac_bits_out: extra fractional bits kept in the result (>= 0).
-    Returns:
-        int64 [..., D].
-    Raises:
-        OperandError: dtypes, D mismatch, positions out of range.
+    x_int: integer [..., D], |x| < 2^31; cos/sin from ``build_rope_tables``; positions: int64,
+    broadcastable to x.shape[:-1], in [0, max_pos). rotate_half(x) = cat(-x2, x1). Raises OperandError:
+    dtypes, D mismatch, positions out of range.
     """
     x = require_int(x_int, "x").to(torch.int64)
     cos, sin = require_int(cos, "cos"), require_int(sin, "sin")
@@ -566,23 +400,11 @@ def apply_rope(
     return round_shift(x * c + rot * s, shift - frac_bits_out)
 
 
-# ------------------------------------------------------------------ residual stream
-
 RESIDUAL_BITS = 30  # residual values are kept at |r| <= 2^30 (one bit of int32 headroom)
 
 
 def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per token, shift right (rounding) just enough that |r| <= 2^bits; int32 out.
-
-    s = max(0, ilog2(max|x|) + 1 - bits) per token; r = round_shift(x, s),
-    exponent x_exp + s. Exact (s = 0) whenever the token already fits.
-
-    Args:
-        x: integer [..., H]; x_exp: int or int tensor [...].
-        bits: 1..30.
-    Returns:
-        (r int32 [..., H], exp int64 [...]).
-    """
+    """Per token, round_shift just enough that |r| <= 2^bits (bits in [1, 30]): (r int32 [..., H], exp int64 [...])."""
     x = require_int(x, "x").to(torch.int64)
     if not (1 <= bits <= 30):
         raise OperandError(f"renormalize: bits must be in [1, 30], got {bits}")
@@ -594,22 +416,10 @@ def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> T
 def residual_add(
     a: torch.Tensor, a_exp: IntLike, b: torch.Tensor, b_exp: IntLike, bits: int = RESIDUAL_BITS
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Add two per-token power-of-two streams: a*2^a_exp + b*2^b_exp.
+    """a 2^a_exp + b 2^b_exp for per-token exponents -> ``renormalize``d (r int32 [..., H], exp int64 [...]).
 
-    Both are aligned to e = max(min(a_exp, b_exp), max(a_exp, b_exp) - 31) by
-    exact left shifts (the operand with the larger exponent), so the int64
-    sum is EXACT unless the exponents differ by more than 31 (then the small
-    operand is rounded, ``round_shift``); the sum is then ``renormalize``d to
-    |r| <= 2^bits (exact when it fits).
-
-    Args:
-        a, b: integer [..., H], |values| < 2^31 (``renormalize`` a wider
-            sub-layer output first).
-        a_exp, b_exp: int or int64 tensors [...] (per token).
-    Returns:
-        (r int32 [..., H], exp int64 [...]).
-    Raises:
-        OperandError: shape mismatch or |values| >= 2^31.
+    Aligned to e = max(min(ea, eb), max(ea, eb) - 31) by shifts: exact unless the exponents differ by more
+    than 31. a, b: integer [..., H], |values| < 2^31. Raises OperandError on a shape mismatch or |values| >= 2^31.
     """
     a = require_int(a, "a").to(torch.int64)
     b = require_int(b, "b").to(torch.int64)
@@ -625,21 +435,10 @@ def residual_add(
 
 
 def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per-token int8 (or int16) quantization with a power-of-two scale.
+    """Per-token int8/int16 with a power-of-two scale: (q [..., H], x_exp + s int64 [...]).
 
-    The integer-only form of dynamic per-token activation quantization (I-LLM's
-    DI-MatMul quantizes its inputs per token with integer operations only).
-
-    s = smallest shift >= 0 with max|x| / 2^s < 2^(bits-1) - 1/2, then
-    q = round_shift(x, s) (ties away), so |q| <= 2^(bits-1) - 1 (symmetric,
-    never -128) and max|q| >= 2^(bits-2) when s > 0. Real value q * 2^(x_exp + s).
-
-    Args:
-        x: integer [..., H] (e.g. int32 residual), |x| <= 2^63 - 1.
-        x_exp: int or int tensor [...].
-        bits: 8 or 16.
-    Returns:
-        (q int8/int16 [..., H], exp int64 [...]).
+    s is the smallest shift >= 0 with max|x| / 2^s < 2^(bits-1) - 1/2; q = round_shift(x, s), so
+    |q| <= 2^(bits-1) - 1. Raises OperandError for bits not in {8, 16}.
     """
     x = require_int(x, "x").to(torch.int64)
     if bits not in (8, 16):
@@ -652,20 +451,8 @@ def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) 
     return saturate(round_shift(x, s.unsqueeze(-1)), bits), xe + s
 
 
-# ------------------------------------------------------------------ argmax
-
-
 def argmax_int(x: torch.Tensor) -> torch.Tensor:
-    """Integer argmax over the last dim; ties go to the SMALLEST index.
-
-    Implemented as min(index where x == max) so the tie rule does not depend
-    on a backend's argmax.
-
-    Args:
-        x: integer [..., V], V >= 1.
-    Returns:
-        int64 [...].
-    """
+    """Integer argmax over the last dim (V >= 1) -> int64 [...]; ties go to the smallest index."""
     x = require_int(x, "x")
     if x.shape[-1] == 0:
         raise OperandError("argmax_int: empty last dim")

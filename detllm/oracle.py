@@ -1,14 +1,9 @@
-"""The engine as an end-to-end oracle for a kernel's accumulator path
-(DESIGN.md section 4).
+"""The engine as an end-to-end oracle for a kernel's accumulator path (check E1, DESIGN.md section 4).
 
-``engine_hash_check(kernel)``: greedy-decode the default model's prompts with
-the integer engine twice -- once with the exact reference accumulator
-(``reference.accumulate.exact_int_mm``), once with ``kernel.int_mm`` -- and
-demand identical chained logits and token hashes (zero tolerance). Every
-int8 GEMM of the forward (linears, QK^T, P.V) goes through the kernel, so any
-accumulator that differs from the exact integer sum anywhere changes the
-hash. ``fault_sensitivity`` shows, on the same run, that injected
-precondition / operand faults in the accumulator path do change it.
+``engine_hash_check(kernel)`` greedy-decodes the default model's prompts with the exact reference
+accumulator and with ``kernel.int_mm`` and demands identical logits and token hashes: every int8 GEMM
+of the forward goes through the kernel, so any inexact accumulator changes the hash.
+``fault_sensitivity`` shows that injected accumulator faults do change it.
 """
 
 from __future__ import annotations
@@ -18,9 +13,15 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.kernels.registry import get_kernel
 from detllm import engine as E
 from detllm import generate as G
+from detllm.prepare import artifact_for
 from reference.errors import Int8confError
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import is_qwen3_dir
+from reference.model.corpus import prompts as corpus_prompts
+from reference.model.tokenizer import encode, load_tokenizer
 
 CHECK_ID = "E1"
 CHECK_NAME = "engine_hash"
@@ -31,18 +32,8 @@ def _result(verdict: str, summary: str, evidence: dict) -> dict:
 
 
 def default_setup(model_dir=None, n_prompts: int = 8):
-    """(artifact, prompt id lists) for the shipped default model and prompts.
-
-    Raises Int8confError when the default model is not present.
-    """
-    from detllm.prepare import artifact_for
-    from reference.model.assets import default_model_dir
-    from reference.model.corpus import prompts as corpus_prompts
-    from reference.model.tokenizer import encode, load_tokenizer
-
+    """(artifact, prompt id lists) for the shipped default model and prompts; Int8confError when the model is absent."""
     md = model_dir or default_model_dir()
-    from reference.model.checkpoint import is_qwen3_dir
-
     if not is_qwen3_dir(md):
         raise Int8confError(f"{md}: default model not present")
     art = artifact_for(md)
@@ -63,27 +54,15 @@ def _kernel_device(kernel) -> str:
 def engine_hash_check(
     kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8, device: Optional[str] = None
 ):
-    """E1: engine hash with ``kernel.int_mm`` == hash with the exact reference.
+    """E1: the engine hash with ``kernel.int_mm`` (KernelSpec or registry name) == the hash with the exact reference.
 
-    Args:
-        kernel: KernelSpec (needs an ``int_mm`` entry) or registry name.
-        model_dir: Qwen3 dir (default: the shipped default model).
-        artifact: Artifact or dir to use instead of preparing ``model_dir``.
-        prompts: token-id lists (default: the 8 shipped prompts, one batch).
-        max_new_tokens: greedy tokens per prompt.
-        device: where the kernel's engine runs (default: a device the kernel
-            declares, CPU preferred). The reference always runs on the CPU.
-    Returns:
-        ``{check_id "E1", name "engine_hash", verdict, summary, evidence}``
-        (``conformance.checks.engine_hash`` wraps it as a CheckResult): ``pass`` when every
-        sequence's logits and token hashes match, ``fail`` with the first
-        differing sequence otherwise (or when the kernel raises), ``n/a`` when
-        the kernel has no int_mm entry or no model is available.
+    The reference runs on the CPU; the kernel on ``device`` (default: one it declares, CPU preferred).
+    Returns ``{check_id, name, verdict, summary, evidence}``: ``pass`` when every sequence's hashes match,
+    ``fail`` with the first differing sequence (or when the kernel raises), ``n/a`` without an int_mm
+    entry or a model.
     """
     name = getattr(kernel, "name", str(kernel))
     if isinstance(kernel, str):
-        from conformance.kernels.registry import get_kernel
-
         kernel = get_kernel(kernel)
     if getattr(kernel, "int_mm", None) is None:
         return _result("n/a", f"kernel {name!r} has no int_mm (accumulator-only) entry", {"kernel": name})
@@ -143,14 +122,10 @@ def engine_hash_check(
     )
 
 
-# ------------------------------------------------------------- fault injection
-
-
 def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: int = 0) -> Callable:
-    """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps
-    like an overflowed int32 register: as if the exact sum were acc + 2^31
-    (beyond INT32_MAX for acc >= 0), the register keeps its low 32 bits, so
-    the kernel returns acc + 2^31 - 2^32 = acc - 2^31 (fault F6's mechanism)."""
+    """int_mm whose accumulator [row, col] on the ``call_index``-th call wraps like an overflowed int32
+    register: acc + 2^31 kept to its low 32 bits (fault F6's mechanism).
+    """
     state = {"n": 0}
 
     def int_mm(a, b):
@@ -168,8 +143,7 @@ def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: in
 
 
 def transposed_operand_fault(base: Callable, call_index: int = 0) -> Callable:
-    """int_mm fed a transposed/stale weight on one call: for a square b it uses
-    b^T; otherwise b with its rows rolled by one (a stale/misaligned tensor)."""
+    """int_mm fed b^T (square b) or b with its rows rolled by one on the ``call_index``-th call."""
     state = {"n": 0}
 
     def int_mm(a, b):
@@ -182,17 +156,10 @@ def transposed_operand_fault(base: Callable, call_index: int = 0) -> Callable:
 
 
 def fault_sensitivity(artifact, prompts, max_new_tokens: int = 4) -> dict:
-    """Hashes with faults injected into the accumulator path vs the clean hash.
+    """``{fault: {"logits_hash", "changed"}}`` plus ``"clean"`` for faults injected into the accumulator path.
 
-    Returns ``{fault name: {"logits_hash": .., "changed": bool}}`` plus
-    ``"clean"``. Faults: int32 wraparound of one accumulator (first GEMM --
-    the q/k/v projection of block 0 -- at the last prompt token's query
-    channel 0; the last GEMM -- the lm_head of the last decode step),
-    transposed/stale weight operand (first GEMM). A control case wraps the
-    query of position 0 (row 0, channel 0), which provably cannot change any
-    logit: position 0 attends only to itself, so its softmax is exactly 1
-    whatever the score -- the hash sees every accumulator that influences the
-    logits, and only those.
+    Faults: wraparound on the first GEMM and on the last, a transposed / stale weight on the first; control:
+    a wraparound of position 0's query, which cannot change any logit (position 0 attends only to itself).
     """
     ref_mm = E.reference_int_mm
     clean = G.generate(E.load_engine(artifact, ref_mm, guard=False), prompts, max_new_tokens)

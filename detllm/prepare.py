@@ -1,50 +1,24 @@
-"""``detllm prepare``: float Qwen3 checkpoint -> integer-only artifact.
+"""``detllm prepare``: float Qwen3 checkpoint -> integer-only artifact; the only place in detllm with floats.
 
-This is the ONLY place in ``detllm`` where floating point is allowed. It
-
-1. runs a float64 reference forward of the checkpoint (``float_forward``,
-   Qwen3 as in transformers' ``modeling_qwen3``) over calibration windows of
-   training-split text (``reference.model.corpus`` train works; random token ids
-   when the corpus/tokenizer do not match the model) and records per-channel
-   absolute maxima of every tensor the integer forward quantizes, rounded up
-   to 4 significant bits (``coarse_up``) so BLAS last-ulp differences between
-   machines do not change the artifact;
-2. folds and quantizes:
-
-   * RMSNorm gammas (input / post-attention / final) are folded into the
-     next linear's integer per-channel multiplier ``g`` (int16 range) together
-     with the SmoothQuant factors (Xiao et al. 2023, "SmoothQuant", eq. 4:
-     ``s_j = max|X_j|^alpha / max|W_j|^(1-alpha)``; X_j / s_j, W_:,j * s_j);
-   * the down_proj smoothing factor is folded into up_proj's rows;
-   * per-channel KEY rescaling: k_j / kappa_j, q_j * kappa_j, with kappa a
-     power of two (from the channel pair's calibrated absmax after QK-norm and
-     RoPE), equal on the rotate-half pairs (j, j + d/2) so it commutes with
-     RoPE and cancels exactly in q.k; folded into the QK-norm gammas (per head);
-   * the fixed, offline-calibrated K-cache scale (one per KV head, after key
-     rescaling) and V-cache scales (per channel; folded into v_proj's output
-     unit and into o_proj's columns);
-   * weights to int8, per output channel, symmetric (absmax / 127, round half
-     to even, clamp to [-127, 127]);
-   * every real multiplier to a dyadic m / 2^k (``detllm.intops.fit_dyadic``,
-     16-bit mantissa; I-BERT, Kim et al. 2021, section 3.1);
-   * RoPE cos/sin tables to int16 Q14 (``ops.build_rope_tables``, rotate-half);
-3. writes the artifact (``detllm.artifact.save_artifact``: integer tensors
-   only, asserted; config JSON with every shift; digest).
-
-Fixed-point units chosen here (all written into the config):
-``resid_exp`` R (residual stream int32 in units 2^-R: one power-of-two scale
-for the whole model, chosen so the calibrated absmax maps to 2^24 -- 128x
-headroom before the saturating int32 add; a fixed scale is batch-invariant
-like a per-token one and needs no realignment at each add), ``q_exp``/``k_exp``
-(q/k projection outputs), ``gate_exp``/``up_exp``, ``logit_exp`` (int32
-logits in units 2^-logit_exp), ``qk_exp`` = 14 (QK-norm / RoPE outputs),
-``score_exp`` = 16 (attention scores for ``ops.int_softmax``), probabilities
-Q0.15 (``ops.int_softmax`` / ``ops.pv_matmul``).
+1. A float64 reference forward (``float_forward``) over calibration windows (training-split text, or
+   random ids when the tokenizer does not fit) records per-channel absmax statistics, rounded up to 4
+   significant bits (``coarse_up``) so BLAS last-ulp differences do not change the artifact.
+2. Folding and quantization: RMSNorm gammas and SmoothQuant factors (Xiao et al. 2023, eq. 4) into
+   integer multipliers ``g``; down_proj smoothing into up_proj's rows; power-of-two key rescaling
+   (equal on rotate-half pairs, so it commutes with RoPE) into the QK-norm gammas; fixed K-cache (per KV
+   head) and V-cache (per channel) scales; int8 per-channel weights; every real multiplier to a 16-bit
+   dyadic; RoPE tables to int16 Q14.
+3. ``save_artifact`` writes the integer tensors and the config with every unit exponent: resid_exp
+   (one residual unit for the whole model, calibrated absmax -> 2^24), q/k/gate/up exps, logit_exp,
+   qk_exp = 14, score_exp = 16, probabilities Q0.15.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,8 +27,12 @@ from typing import Optional
 import torch
 
 from detllm import intops, ops
-from detllm.artifact import Artifact, save_artifact
+from detllm.artifact import Artifact, is_artifact_dir, load_artifact, save_artifact
 from reference.errors import CheckpointError, Int8confError, OperandError
+from reference.model.assets import default_model_dir
+from reference.model.checkpoint import load_qwen3_state, state_digest
+from reference.model.corpus import load_corpus_split
+from reference.model.tokenizer import load_tokenizer, token_stream
 
 QK_EXP = 14  # QK-norm and RoPE outputs in units 2^-14
 ROPE_EXP = ops.ROPE_SHIFT  # cos/sin tables in Q14 (|v| <= 2^14 fits int16)
@@ -66,21 +44,9 @@ WEIGHT_QMAX = 127
 
 @dataclass
 class PrepareOptions:
-    """Knobs of ``prepare``.
-
-    Attributes:
-        alpha: SmoothQuant migration strength (0 = no smoothing).
-        calib_windows: number of calibration windows.
-        calib_len: tokens per calibration window.
-        seed: seed for random-token calibration (fallback) only.
-        target_bits: calibrated absmax of intermediate int tensors is mapped
-            to 2^target_bits (q/k/gate/up); residual and logits use
-            ``resid_bits``; headroom to int32 / int64 limits is the rest.
-        resid_bits: residual stream / logits target bits (int32 storage).
-        max_position: override of the RoPE table length (default: the
-            config's ``max_position_embeddings``).
-        calib_source: "auto" (training split if the tokenizer fits the
-            model, else random ids), "corpus" or "random".
+    """Knobs of ``prepare``: SmoothQuant ``alpha`` (0 = none), calibration windows x tokens and source
+    ("auto", "corpus", "random"; ``seed`` for random ids), target bits of intermediates / residual stream,
+    and a RoPE table length override (``max_position``; default the config's).
     """
 
     alpha: float = 0.5
@@ -93,23 +59,13 @@ class PrepareOptions:
     calib_source: str = "auto"
 
     def check(self) -> None:
-        """Refuse values ``prepare`` cannot use (the CLI refuses them earlier,
-        naming its options).
-
-        Raises:
-            OperandError: ``alpha`` outside [0, 1] (SmoothQuant's migration
-                strength), ``calib_windows`` / ``calib_len`` < 1, or
-                ``max_position`` < 1 (one line naming the field).
-        """
+        """OperandError (one line naming the field): alpha outside [0, 1], calib_windows/len or max_position < 1."""
         if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha <= 1.0):
             raise OperandError(f"PrepareOptions.alpha={self.alpha!r}: expected a number in [0, 1]")
         for name in ("calib_windows", "calib_len") + (("max_position",) if self.max_position is not None else ()):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise OperandError(f"PrepareOptions.{name}={v!r}: expected an integer >= 1")
-
-
-# ----------------------------------------------------------------- float model
 
 
 def _cfg_dims(config: dict) -> dict:
@@ -149,8 +105,7 @@ def _float_state(state: dict, dims: dict) -> dict:
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 cos/sin [T, head_dim/2] of Qwen3's default RoPE (Su et al. 2021,
-    "RoFormer", eq. 34; inv_freq_i = theta^(-2i/d), rotate-half layout)."""
+    """fp64 cos/sin [T, head_dim/2] of Qwen3's default RoPE (RoFormer eq. 34, inv_freq_i = theta^(-2i/d))."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     ang = positions.to(torch.float64)[:, None] * inv[None, :]
     return torch.cos(ang), torch.sin(ang)
@@ -167,7 +122,7 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class _Stats:
-    """Running absmax per named statistic (elementwise over the last dims)."""
+    """Running absmax per named statistic."""
 
     def __init__(self):
         self.v: dict[str, torch.Tensor] = {}
@@ -178,16 +133,7 @@ class _Stats:
 
 
 def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stats] = None) -> torch.Tensor:
-    """fp64 Qwen3 forward (no cache), for calibration and golden tests.
-
-    Args:
-        dims: from ``_cfg_dims``.
-        st: fp64 state dict (Hugging Face names).
-        ids: LongTensor [B, T] token ids.
-        stats: if given, absmax statistics are recorded into it.
-    Returns:
-        fp64 logits [B, T, vocab].
-    """
+    """fp64 Qwen3 forward (no cache): ids [B, T] -> logits [B, T, vocab]; records absmax into ``stats`` if given."""
     B, T = ids.shape
     nh, nkv, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
     eps = dims["rms_eps"]
@@ -239,24 +185,13 @@ def float_forward(dims: dict, st: dict, ids: torch.Tensor, stats: Optional[_Stat
     return logits
 
 
-# ----------------------------------------------------------------- calibration
-
-
 def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[torch.Tensor, str]:
-    """LongTensor [n, len] of calibration token ids and a provenance string.
-
-    "corpus": consecutive windows spread over the TRAINING split of the
-    shipped corpus (``reference.model.corpus``; never held-out works), tokenized
-    with the model directory's tokenizer. "random": uniform random ids
-    (seeded). "auto": corpus when the model dir has a tokenizer whose ids fit
-    the vocabulary and the corpus is present, else random.
+    """(LongTensor [n, len] of calibration ids, provenance): "corpus" = windows of the training split tokenized
+    by the model's tokenizer, "random" = seeded ids, "auto" = corpus when the tokenizer fits, else random.
     """
     n, L = opts.calib_windows, opts.calib_len
     if opts.calib_source in ("auto", "corpus"):
         try:
-            from reference.model.corpus import load_corpus_split
-            from reference.model.tokenizer import load_tokenizer, token_stream
-
             tok = load_tokenizer(Path(model_dir))
             stream = token_stream(tok, load_corpus_split()["train"])
             if tok.get_vocab_size() > dims["vocab"] or len(stream) < n * L:
@@ -273,27 +208,18 @@ def calibration_windows(model_dir, dims: dict, opts: PrepareOptions) -> tuple[to
 
 
 def coarse_up(x: torch.Tensor, bits: int = 4) -> torch.Tensor:
-    """Round positive values UP to ``bits`` significant bits (exact: frexp/ldexp).
-
-    Calibration statistics pass through this so that last-ulp differences of
-    float64 BLAS reductions between machines / thread counts almost never
-    change the artifact (and so its digest and the engine's hashes).
-    """
+    """Round positive values up to ``bits`` significant bits (exact: frexp/ldexp)."""
     m, e = torch.frexp(x.to(torch.float64).clamp(min=1e-30))
     return torch.ldexp(torch.ceil(m * 2**bits) / 2**bits, e)
 
 
 def calibrate(dims: dict, st: dict, windows: torch.Tensor, batch: int = 4) -> dict:
-    """Absmax statistics of the float forward over ``windows`` [n, L], each
-    rounded up to 4 significant bits (``coarse_up``)."""
+    """Absmax statistics of the float forward over ``windows`` [n, L], each through ``coarse_up``."""
     stats = _Stats()
     with torch.no_grad():
         for s in range(0, windows.shape[0], batch):
             float_forward(dims, st, windows[s : s + batch], stats)
     return {k: coarse_up(v) for k, v in stats.v.items()}
-
-
-# ------------------------------------------------------------------ quantizers
 
 
 def _exp_for(absmax: float, bits: int) -> int:
@@ -303,8 +229,7 @@ def _exp_for(absmax: float, bits: int) -> int:
 
 
 def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: scale = absmax/127 (fp64), q =
-    round-half-even(w/scale) clamped to [-127, 127]. Returns (int8 [N,K], fp64 [N])."""
+    """Per-output-channel symmetric int8: (round-half-even(w / s) clamped to +-127 [N,K], s = absmax/127 [N])."""
     s = w.abs().amax(dim=1).clamp(min=1e-30) / WEIGHT_QMAX
     q = torch.round(w / s[:, None]).clamp(-WEIGHT_QMAX, WEIGHT_QMAX).to(torch.int8)
     return q, s
@@ -315,10 +240,7 @@ def _dyadic_vec(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _smooth(act_absmax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Tensor:
-    """SmoothQuant factors s_j (Xiao et al. 2023, eq. 4) for input channels of w [N, K].
-
-    alpha = 0.5 uses sqrt (correctly rounded IEEE, identical on every
-    platform) instead of pow."""
+    """SmoothQuant factors s_j for the input channels of w [N, K]; alpha 0.5 uses sqrt (correctly rounded)."""
     if alpha <= 0:
         return torch.ones(w.shape[1], dtype=torch.float64)
     a = act_absmax.clamp(min=1e-5)
@@ -329,23 +251,27 @@ def _smooth(act_absmax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.Te
 
 
 def _norm_mult(values: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Per-channel norm multiplier as int (|m| <= 2^14) / 2^k, one shared k."""
+    """Per-channel multiplier as (int |m| <= 2^14, one shared k): values ~= m / 2^k."""
     vmax = float(values.abs().max().clamp(min=1e-30))
     k = int(math.floor(14 - math.log2(vmax)))
     m = torch.round(values * 2.0**k).to(torch.int64).clamp(-(2**15) + 1, 2**15 - 1)
     return m.to(torch.int32), k
 
 
-def _linear(w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
-    """int8 weight + per-channel dyadic for out = acc * s_a_token * s_w / unit.
-
-    ``in_const`` is the per-layer constant part of the input's per-token scale
-    (the per-token dyadic comes at run time); ``out_unit`` [N] the real value
-    of one output integer step.
+def _linear(name: str, w: torch.Tensor, in_const: float, out_unit: torch.Tensor) -> dict:
+    """``{name.w: int8 weight, name.m / name.k: per-channel dyadic of s_w * in_const / out_unit}``
+    (in_const: the constant part of the input's per-token scale; out_unit [N]: one output step's real value).
     """
     q, s = quantize_rows(w)
     m, k = _dyadic_vec(s * in_const / out_unit)
-    return {"w": q, "m": m, "k": k}
+    return {name + ".w": q, name + ".m": m, name + ".k": k}
+
+
+def _units(*parts) -> torch.Tensor:
+    """fp64 concatenation of (count, exponent) runs of 2^-exponent, or ready tensors."""
+    return torch.cat(
+        [p if isinstance(p, torch.Tensor) else torch.full((p[0],), 2.0 ** -p[1], dtype=torch.float64) for p in parts]
+    )
 
 
 def prepare(
@@ -355,22 +281,11 @@ def prepare(
     calib_ids: Optional[torch.Tensor] = None,
     verbose: bool = False,
 ) -> Artifact:
-    """Build the integer-only artifact of a Qwen3 checkpoint.
+    """Build and write the integer-only artifact of a Qwen3 checkpoint dir; returns the Artifact.
 
-    Args:
-        model_dir: Hugging Face Qwen3 directory (config.json + safetensors).
-        out_dir: artifact directory to write (atomic per file).
-        options: PrepareOptions (defaults if None).
-        calib_ids: optional LongTensor [n, L] overriding the calibration text.
-        verbose: print progress.
-    Returns:
-        The written Artifact.
-    Raises:
-        CheckpointError: not a supported Qwen3 checkpoint (one line).
-        OperandError: bad options (``PrepareOptions.check``), before loading.
+    calib_ids: optional LongTensor [n, L] instead of the calibration text. Raises CheckpointError for an
+    unsupported checkpoint, OperandError for bad options (before loading).
     """
-    from reference.model.checkpoint import load_qwen3_state, state_digest
-
     opts = options or PrepareOptions()
     opts.check()
     t0 = time.time()
@@ -397,9 +312,7 @@ def prepare(
     tensors: dict[str, torch.Tensor] = {}
     layers_cfg = []
 
-    def norm_in_const(gs: int) -> float:
-        # per-token activation scale of a norm->int8 output is
-        # tm*2^-tk * 2^-gs / 127 (see engine.norm_quant)
+    def norm_in_const(gs: int) -> float:  # a norm->int8 output's scale is tm 2^-tk 2^-gs / 127 (engine.norm_quant)
         return 2.0**-gs / 127.0
 
     for i in range(dims["layers"]):
@@ -407,34 +320,22 @@ def prepare(
         lc: dict = {}
         wq, wk, wv = (st[p + f"self_attn.{n}_proj.weight"] for n in ("q", "k", "v"))
         wo = st[p + "self_attn.o_proj.weight"]
-        # ---- attention input: RMSNorm gamma + smoothing -> g
         w_qkv = torch.cat([wq, wk, wv], 0)
         s_attn = _smooth(stats[f"{i}.attn_in"], w_qkv, opts.alpha)
         g, gs = _norm_mult(st[p + "input_layernorm.weight"] / s_attn)
         tensors[f"layers.{i}.attn_norm.g"] = g
         lc["attn_norm_shift"] = gs
-        # ---- q/k/v output units
         fq = _exp_for(float(stats[f"{i}.q_out"]), TB)
         fk = _exp_for(float(stats[f"{i}.k_out"]), TB)
         v_abs = stats[f"{i}.v_out"].clamp(min=1e-6)  # [nkv*hd]
         s_v = v_abs / WEIGHT_QMAX  # V cache scale per channel
-        out_unit = torch.cat(
-            [
-                torch.full((nh * hd,), 2.0**-fq, dtype=torch.float64),
-                torch.full((nkv * hd,), 2.0**-fk, dtype=torch.float64),
-                s_v,
-            ]
-        )
-        lin = _linear(w_qkv * s_attn[None, :], norm_in_const(gs), out_unit)
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.qkv.{kname}"] = t
+        out_unit = _units((nh * hd, fq), (nkv * hd, fk), s_v)
+        tensors.update(_linear(f"layers.{i}.qkv", w_qkv * s_attn[None, :], norm_in_const(gs), out_unit))
         lc["q_exp"], lc["k_exp"] = fq, fk
-        # ---- key rescaling kappa (pair-equal), K cache scale per kv head
         kr = stats[f"{i}.k_rot"].clamp(min=1e-6)  # [nkv, hd]
         kp = torch.maximum(kr[:, :half], kr[:, half:])
         kp = torch.cat([kp, kp], dim=1)
-        # kappa: powers of two (exact, platform-independent) within 2x of each
-        # channel pair's calibrated absmax; k' = k / kappa has |k'_j| in [0.5, 1)
+        # kappa: powers of two within 2x of each channel pair's absmax, so |k / kappa| in [0.5, 1)
         _, ex = torch.frexp(kp)
         kappa = torch.ldexp(torch.ones_like(kp), ex)
         s_k = (kp / kappa).amax(dim=1) / WEIGHT_QMAX  # per kv head
@@ -452,14 +353,9 @@ def prepare(
         # scores in Q(SCORE_EXP): acc * (Mq/127 * 2^-QK_EXP) * s_k / sqrt(hd)
         m, k = _dyadic_vec(s_k / WEIGHT_QMAX * 2.0 ** (SCORE_EXP - QK_EXP) / math.sqrt(hd))
         tensors[f"layers.{i}.score.m"], tensors[f"layers.{i}.score.k"] = m, k
-        # ---- o_proj: input total_j with real o_j = total_j * s_v_j / 2^PROB_BITS
         v_cols = s_v.view(nkv, hd).repeat_interleave(group, dim=0).reshape(nh * hd)
-        lin = _linear(
-            wo * v_cols[None, :], 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS), torch.full((H,), 2.0**-R, dtype=torch.float64)
-        )
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.o.{kname}"] = t
-        # ---- MLP: norm + smoothing, gate/up, silu, down smoothing via up rows
+        o_const = 1.0 / (WEIGHT_QMAX * 2.0**PROB_BITS)
+        tensors.update(_linear(f"layers.{i}.o", wo * v_cols[None, :], o_const, _units((H, R))))
         wg, wu, wd = (st[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
         w_gu = torch.cat([wg, wu], 0)
         s_mlp = _smooth(stats[f"{i}.mlp_in"], w_gu, opts.alpha)
@@ -469,22 +365,13 @@ def prepare(
         s_down = _smooth(stats[f"{i}.h"], wd, opts.alpha)
         fg = min(MAX_GATE_EXP, _exp_for(float(stats[f"{i}.gate"]), TB))
         fu = min(MAX_GATE_EXP, _exp_for(float((stats[f"{i}.up"] / s_down).max()), TB))
-        out_unit = torch.cat(
-            [torch.full((I,), 2.0**-fg, dtype=torch.float64), torch.full((I,), 2.0**-fu, dtype=torch.float64)]
-        )
         w_gu_s = torch.cat([wg, wu / s_down[:, None]], 0) * s_mlp[None, :]
-        lin = _linear(w_gu_s, norm_in_const(gs), out_unit)
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.gate_up.{kname}"] = t
+        tensors.update(_linear(f"layers.{i}.gate_up", w_gu_s, norm_in_const(gs), _units((I, fg), (I, fu))))
         lc["gate_exp"], lc["up_exp"] = fg, fu
-        lin = _linear(
-            wd * s_down[None, :], 2.0 ** -(fg + fu) / WEIGHT_QMAX, torch.full((H,), 2.0**-R, dtype=torch.float64)
-        )
-        for kname, t in lin.items():
-            tensors[f"layers.{i}.down.{kname}"] = t
+        down_const = 2.0 ** -(fg + fu) / WEIGHT_QMAX
+        tensors.update(_linear(f"layers.{i}.down", wd * s_down[None, :], down_const, _units((H, R))))
         layers_cfg.append(lc)
 
-    # ---- embedding (residual units), final norm, lm_head
     emb = torch.round(st["model.embed_tokens.weight"] * 2.0**R)
     if float(emb.abs().max()) >= 2**31 - 1:
         raise CheckpointError("embedding does not fit int32 at the residual unit (resid_bits too large)")
@@ -494,12 +381,7 @@ def prepare(
     g, gs = _norm_mult(st["model.norm.weight"] / s_fin)
     tensors["final_norm.g"] = g
     L_exp = _exp_for(float(stats["logits"]), opts.resid_bits)
-    lin = _linear(
-        lm * s_fin[None, :], norm_in_const(gs), torch.full((dims["vocab"],), 2.0**-L_exp, dtype=torch.float64)
-    )
-    for kname, t in lin.items():
-        tensors[f"lm_head.{kname}"] = t
-    # ---- tables
+    tensors.update(_linear("lm_head", lm * s_fin[None, :], norm_in_const(gs), _units((dims["vocab"], L_exp))))
     cos_t, sin_t, _ = ops.build_rope_tables(hd, dims["max_position"], dims["rope_theta"], ROPE_EXP)
     tensors["rope.cos"], tensors["rope.sin"] = cos_t, sin_t
 
@@ -529,13 +411,8 @@ def prepare(
     return art
 
 
-# ------------------------------------------------------------------ cache
-
-
 def model_fingerprint(model_dir) -> str:
     """sha256 hex over config.json and the safetensors file(s) of a model dir."""
-    import hashlib
-
     d = Path(model_dir)
     h = hashlib.sha256()
     files = [d / "config.json"] + sorted(d.glob("*.safetensors")) + sorted(d.glob("*.safetensors.index.json"))
@@ -550,8 +427,6 @@ def model_fingerprint(model_dir) -> str:
 
 def cache_root() -> Path:
     """Artifact cache: $INT8CONF_CACHE/detllm or ~/.cache/int8conf/detllm."""
-    import os
-
     base = os.environ.get("INT8CONF_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "int8conf") / "detllm"
 
@@ -560,16 +435,9 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "assets" / "default_artifact"
 
 
 def default_artifact(verbose: bool = False) -> Artifact:
-    """The artifact of the shipped default model.
-
-    Uses the artifact shipped in ``detllm/assets/default_artifact`` when its
-    recorded source fingerprint matches the current default model (so every
-    machine uses the same digest, hence the same hashes); otherwise prepares
-    one into the cache (``cached_artifact``).
+    """The shipped artifact when its source fingerprint matches the default model (same digest everywhere),
+    else one prepared into the cache.
     """
-    from detllm.artifact import is_artifact_dir, load_artifact
-    from reference.model.assets import default_model_dir
-
     md = default_model_dir()
     if is_artifact_dir(SHIPPED_DIR):
         try:
@@ -583,28 +451,17 @@ def default_artifact(verbose: bool = False) -> Artifact:
 
 def artifact_for(model_dir, verbose: bool = False) -> Artifact:
     """``default_artifact()`` for the shipped default model dir, else ``cached_artifact``."""
-    from reference.model.assets import default_model_dir
-
     if Path(model_dir).resolve() == default_model_dir().resolve():
         return default_artifact(verbose)
     return cached_artifact(model_dir, verbose=verbose)
 
 
 def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose: bool = False) -> Artifact:
-    """The artifact of ``model_dir`` from the cache, preparing it once if missing.
-
-    Keyed by the model fingerprint and the options; a cached artifact that
-    fails verification is rebuilt.
+    """The artifact of ``model_dir`` from the cache (keyed by fingerprint and options), prepared once if missing
+    or failing verification.
     """
-    import hashlib
-    import json as _json
-
-    from detllm.artifact import is_artifact_dir, load_artifact
-
     opts = options or PrepareOptions()
-    key = hashlib.sha256(
-        (model_fingerprint(model_dir) + _json.dumps(asdict(opts), sort_keys=True)).encode()
-    ).hexdigest()
+    key = hashlib.sha256((model_fingerprint(model_dir) + json.dumps(asdict(opts), sort_keys=True)).encode()).hexdigest()
     out = cache_root() / key[:16]
     if is_artifact_dir(out):
         try:
@@ -628,11 +485,7 @@ TINY_QWEN3 = dict(
 
 
 def make_tiny_model(out_dir, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:
-    """Save a randomly initialised small Qwen3 (``TINY_QWEN3`` + overrides) for tests/dev.
-
-    Norm gammas are randomised too (transformers initialises them to 1), so
-    gamma folding and key rescaling are exercised.
-    """
+    """Save a random small Qwen3 (``TINY_QWEN3`` + overrides) with random norm gammas, for tests."""
     import transformers
 
     torch.manual_seed(seed)

@@ -1,16 +1,9 @@
-"""Fused attention of one query row against the int8 KV cache: scores, integer
-softmax and P.V (``detllm.engine._attention`` for one (token, head)).
+"""Fused attention of one query row against the int8 KV cache: ``detllm.engine._attention`` for one (token, head).
 
-Rules (``detllm/README.md``): acc_s = q8 . k8_s (exact int32); score s_s =
-max(round_shift(acc_s * qtm * m_g, qtk + k_g), MASK_SENTINEL + 1) in
-Q(score_exp); keys s < n (the token's causal window in its own sequence; every
-other key of the torch op's block is masked there and gets probability
-exactly 0 and contributes exactly 0 to P.V); ``ops.int_softmax``: e_s =
-int_exp(s_s - max s, score_exp), p_s = min(div_round(e_s 2^15, sum e), 32767);
-``ops.pv_matmul``: o = sum_s p_s v8_s, exact (int64). Three passes over the
-keys (max, sum, P.V) recompute the scores, so the exact max and sum are known
-before any probability is rounded (no online-softmax rescaling, which would
-round differently). One program per (token, query head).
+score_s = max(round_shift(q8 . k8_s * qtm * m_g, qtk + k_g), MASK_SENTINEL + 1) for keys s < n, then
+``ops.int_softmax`` and the exact ``ops.pv_matmul``. Three passes over the keys (max, sum, P.V)
+recompute the scores, so the exact max and sum are known before any probability is rounded (no
+online-softmax rescaling, which would round differently). One program per (token, query head).
 """
 
 from __future__ import annotations
@@ -24,25 +17,9 @@ MASK_SENTINEL = -(2**30)
 
 
 def _attention_kernel(
-    qq_ptr,
-    qtm_ptr,
-    qtk_ptr,
-    sm_ptr,
-    sk_ptr,
-    kc_ptr,
-    vc_ptr,
-    seq_ptr,
-    nkeys_ptr,
-    o_ptr,
-    table_ptr,
-    NH,
-    NKV,
-    CAP,
-    GROUP,
-    F: tl.constexpr,
-    HD: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-):
+    qq_ptr, qtm_ptr, qtk_ptr, sm_ptr, sk_ptr, kc_ptr, vc_ptr, seq_ptr, nkeys_ptr, o_ptr, table_ptr, NH, NKV, CAP,
+    GROUP, F: tl.constexpr, HD: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     g = h // GROUP
@@ -94,17 +71,10 @@ _KERNEL = launcher(_attention_kernel)
 def attention(
     qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, score_exp: int, out=None, block_l: int | None = None
 ):
-    """Fused decode/prefill attention for one layer.
+    """Fused attention for one layer -> int64 [R, nh * hd] = P.V in units s_v / 2^15.
 
-    Args:
-        qq: int8 [R, nh, hd] quantized queries; qtm, qtk: int64 [R, nh] their dyadic.
-        score_m, score_k: int64 [nkv] score dyadic per KV head (artifact ``score.m/k``).
-        k_cache, v_cache: int8 [B, nkv, cap, hd].
-        seq: int64 [R] sequence of each row; nkeys: int64 [R] keys 0..nkeys-1 it sees.
-        score_exp: Q-format of the scores (``ops.int_softmax`` frac_bits).
-        out: optional int64 [R, nh * hd].
-    Returns:
-        int64 [R, nh * hd] = P.V in units s_v / 2^15.
+    qq: int8 [R, nh, hd], qtm/qtk: int64 [R, nh]; score_m/k: int64 [nkv]; k/v_cache: int8 [B, nkv, cap, hd];
+    seq: int64 [R] sequence of each row, nkeys: int64 [R] (keys 0..nkeys-1 visible); out: optional.
     """
     R, nh, hd = qq.shape
     nkv, cap = k_cache.shape[1], k_cache.shape[2]
@@ -112,24 +82,7 @@ def attention(
         out = torch.empty(R, nh * hd, dtype=torch.int64, device=qq.device)
     bl = block_l or (64 if qq.device.type == "cuda" else 16)
     _KERNEL[(R, nh)](
-        qq,
-        qtm,
-        qtk,
-        score_m,
-        score_k,
-        k_cache,
-        v_cache,
-        seq,
-        nkeys,
-        out,
-        exp2_table(qq.device),
-        nh,
-        nkv,
-        cap,
-        nh // nkv,
-        F=int(score_exp),
-        HD=hd,
-        BLOCK_L=next_pow2(bl),
-        num_warps=4,
-    )
+        qq, qtm, qtk, score_m, score_k, k_cache, v_cache, seq, nkeys, out, exp2_table(qq.device), nh, nkv, cap,
+        nh // nkv, F=int(score_exp), HD=hd, BLOCK_L=next_pow2(bl), num_warps=4,
+    )  # fmt: skip
     return out

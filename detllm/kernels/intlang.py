@@ -1,24 +1,11 @@
 """Shared Triton device functions of the fused kernels, and their launcher.
 
-Each device function is the element-wise rule of a frozen torch op
-(``detllm/README.md``; ``detllm/intops.py``, ``detllm/engine.py``), written
-so that it gives the same int64 bits compiled (CUDA) and interpreted (CPU):
-
-* only int64 arithmetic on values the torch op also forms (wrap-around on
-  overflow is two's complement in both, so even out-of-contract inputs agree
-  wherever the torch op forms the same intermediate);
-* shift amounts are clamped into [0, 63] before every ``<<`` / ``>>`` (an
-  LLVM shift by >= the bit width is poison; torch clamps the same way);
-* integer division only on non-negative operands, where Triton's C-style
-  truncation and torch's floor division coincide;
-* no ``@triton.jit`` standard-library helpers (``tl.zeros``, ``tl.cdiv``):
-  the interpreter cannot call them from a kernel built by ``launcher``.
-
-``launcher(fn)[grid](*args, **meta)`` compiles ``fn`` with ``triton.jit`` for
-CUDA tensors and runs it under ``triton.runtime.interpreter`` for CPU tensors,
-with every ``@triton.jit`` helper it reaches replaced by its plain Python
-function (the interpreter cannot call a JITFunction from a kernel it did not
-build itself), so the same source is tested on a machine without a GPU.
+Each device function is the element-wise rule of a frozen torch op, written to give the same int64 bits
+compiled and interpreted: int64 arithmetic only on values the torch op also forms; shift amounts clamped
+into [0, 63] (an LLVM shift by >= the bit width is poison); integer division only on non-negative
+operands (truncation = floor); no ``@triton.jit`` standard-library helpers (the interpreter cannot call
+them from a kernel built by ``launcher``). ``launcher(fn)[grid](*args)`` compiles ``fn`` for CUDA
+tensors and interprets it, helpers replaced by their Python functions, for CPU tensors.
 """
 
 from __future__ import annotations
@@ -29,17 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
+from detllm.ops import _EXP2_TABLE
+
 INT64_MIN = -(2**63)
-
-
-# ------------------------------------------------------------------ rounding
 
 
 @triton.jit
 def round_shift(x, k):
-    """``intops.round_shift`` per element: round(x / 2^k), ties away from zero;
-    k < 0: x * 2^-k (x << min(-k, 63)); k = 63: +-1 iff |x| >= 2^62 (ties
-    away); k = 64: -1 iff x = -2^63; k > 64: 0. x, k int64 (broadcastable)."""
+    """``intops.round_shift`` per element (int64 x, k broadcastable), including k < 0, k = 63, 64 and > 64."""
     one = k * 0 + 1
     kc = tl.minimum(tl.maximum(k, 0), 62)
     p = one << kc
@@ -58,8 +42,7 @@ def round_shift(x, k):
 
 @triton.jit
 def floor_shift(x, k):
-    """``intops.floor_shift`` per element: x >> k (k >= 0, clamped at 63),
-    x << -k (k < 0, clamped at 63). x, k int64."""
+    """``intops.floor_shift`` per element, shifts clamped at 63."""
     right = x >> tl.minimum(tl.maximum(k, 0), 63)
     left = x << tl.minimum(tl.maximum(-k, 0), 63)
     return tl.where(k >= 0, right, left)
@@ -67,8 +50,7 @@ def floor_shift(x, k):
 
 @triton.jit
 def bitlen(a):
-    """``engine._bitlen``: number of k in [0, 62] with a >= 2^k (0 for a <= 0),
-    int64; binary search over the bits (= floor(log2 a) + 1 for a >= 1)."""
+    """``engine._bitlen`` (0 for a <= 0), by binary search over the bits."""
     v = tl.maximum(a, 0)
     r = v * 0
     ge = v >= (1 << 32)
@@ -93,8 +75,7 @@ def bitlen(a):
 
 @triton.jit
 def div_round_pos(a, b):
-    """``engine.div_round_pos``: round(a / b) ties away, b > 0:
-    q = (2|a| + b) // (2b) (non-negative operands: truncation = floor), sign of a."""
+    """``engine.div_round_pos``: (2|a| + b) // 2b with the sign of a, b > 0."""
     aa = tl.abs(a)
     q = (2 * aa + b) // (2 * b)
     return tl.where(a < 0, -q, q)
@@ -102,8 +83,7 @@ def div_round_pos(a, b):
 
 @triton.jit
 def isqrt_newton(n):
-    """``engine.isqrt_newton``: the same six integer Newton steps from
-    2^ceil(bitlen/2), then the final compare (= floor(sqrt(n)), 0 <= n < 2^62)."""
+    """``engine.isqrt_newton``: the same six Newton steps and final compare."""
     b = bitlen(n)
     x = (n * 0 + 1) << ((b + 1) >> 1)
     y = (x + n // x) >> 1
@@ -123,12 +103,7 @@ def isqrt_newton(n):
 
 @triton.jit
 def int_exp(x, table_ptr, F: tl.constexpr):
-    """``ops.int_exp`` (dyadic log2e, table 2^-r): Q30 exp(x / 2^F) for int64
-    x <= 0, 0 <= F <= 30. x clipped at -64 (real); n = round(-x * 24204406 /
-    2^F) (half up on the magnitude); q = n >> 24, r = n & (2^24 - 1);
-    mantissa = T[j] - round_shift((T[j] - T[j+1]) * rr, 14), j = r >> 14;
-    result round_shift(mantissa, min(q, 62)). ``table_ptr``: the 1025-entry
-    int64 Q30 table ``ops._EXP2_TABLE``."""
+    """``ops.int_exp`` (dyadic log2e, table) for int64 x <= 0, 0 <= F <= 30; ``table_ptr``: ``ops._EXP2_TABLE``."""
     xc = tl.maximum(x, -(64 << F))
     v = xc * (-24204406)
     if F > 0:
@@ -149,13 +124,9 @@ def int_exp(x, table_ptr, F: tl.constexpr):
 
 @triton.jit
 def int_sigmoid(x, table_ptr, F: tl.constexpr):
-    """``ops.int_sigmoid``: Q30 sigma(x / 2^F); E = int_exp(-|x|);
-    x >= 0: (2^61 + d) // 2d, x < 0: (2 E 2^30 + d) // 2d, d = 2^30 + E."""
-    # Clamped to +-64 (real) before the negation, which int_exp would clip to
-    # anyway: unclamped, the compiled kernel (H200, triton 3.6) gave
-    # int_exp(-|x|) = 0 for every x although its LLVM IR is correct; clamped
-    # first it gives ops.int_sigmoid's bits (reports/detllm-ir-audit/NOTE.md,
-    # probe_sigmoid_variants.py: variants 2, 4, 5 right, 0, 1, 3 wrong)
+    """``ops.int_sigmoid``: Q30 sigma(x / 2^F), d = 2^30 + E, E = int_exp(-|x|)."""
+    # clamp to +-64 (real) before negating, as int_exp would: unclamped, the compiled kernel returned
+    # int_exp(-|x|) = 0 (reports/detllm-ir-audit/NOTE.md)
     one = x * 0 + 1
     xc = tl.minimum(tl.maximum(x, -(64 << F)), 64 << F)
     e = int_exp(tl.where(xc >= 0, -xc, xc), table_ptr, F)
@@ -177,9 +148,6 @@ def rsum(x):
     return tl.sum(x, axis=0)
 
 
-# ------------------------------------------------------------------ launcher
-
-
 def _interp_rmax(x):
     return tl.reduce(x, 0, tl.standard._elementwise_max)
 
@@ -194,8 +162,7 @@ _INTERP_OVERRIDES = {"rmax": _interp_rmax, "rsum": _interp_rsum}
 
 
 def _plain_globals(g: dict, cache: dict) -> dict:
-    """Copy of a module's globals with every JITFunction replaced by its plain
-    function (whose own globals are patched the same way), for the interpreter."""
+    """A module's globals with every JITFunction replaced by its plain function (recursively), for the interpreter."""
     key = id(g)
     if key in cache:
         return cache[key]
@@ -214,8 +181,7 @@ def _plain_globals(g: dict, cache: dict) -> dict:
 
 
 class launcher:
-    """``launcher(fn)[grid](*args, **meta)``: ``fn`` compiled for CUDA tensors,
-    interpreted for CPU tensors (chosen by the first tensor argument)."""
+    """``launcher(fn)[grid](*args, **meta)``: compiled for CUDA tensors, interpreted for CPU ones (first tensor arg)."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -250,12 +216,10 @@ _TABLES: dict = {}
 
 
 def exp2_table(device) -> torch.Tensor:
-    """The int64 Q30 table of ``ops.int_exp`` (1025 entries + 1 pad) on ``device``."""
+    """The int64 table of ``ops.int_exp`` (1025 entries + 1 pad) on ``device``."""
     key = str(device)
     t = _TABLES.get(key)
     if t is None:
-        from detllm.ops import _EXP2_TABLE
-
         t = _TABLES[key] = torch.tensor(list(_EXP2_TABLE) + [0], dtype=torch.int64, device=device)
     return t
 

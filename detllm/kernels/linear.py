@@ -1,22 +1,9 @@
 """Fused int8 GEMM + dyadic epilogue: ``detllm.engine._linear`` and what follows it.
 
-The accumulator is the exact int32 sum acc = A[r, :] . W[n, :] (int8 x int8,
-``tl.dot``; integer addition is order-free, so any tiling gives the same
-int32 -- DESIGN.md section 1). The epilogue is ``engine._linear``'s ONE
-rounding (``detllm/README.md``, ``apply_dyadic``): y = round_shift(acc * tm[r]
-* m[n], tk[r] + k[n]) in int64, followed by one of (``MODE``):
-
-* ``MODE_PLAIN``: y (int64 [R, N]);
-* ``MODE_RESIDUAL``: x <- clamp(x + y, -2^31, 2^31 - 1) in place (the engine's
-  saturating fixed-unit residual add, ``engine.sat32(x + ...)``);
-* ``MODE_LOGITS``: clamp(y, int32 range) stored as int32 (the logits);
-* ``MODE_SWIGLU``: the gate and up halves of gate_up (rows n and I + n) in one
-  program: g, u = clamp(y, +-(2^31 - 1)) each; h = round_shift(round_shift(g *
-  sigma(g), 30) * u, fg + fu - fo) (``ops.int_swiglu`` with
-  ``ops.int_sigmoid`` / ``ops.int_exp``), int64 [R, I].
-
-Tiles: BLOCK_M rows of A (masked; 16 for decode), BLOCK_N output channels,
-BLOCK_K. Weights are [N, K] row-major (nn.Linear layout, as in the artifact).
+acc = A[r] . W[n] exactly in int32 (any tiling gives the same sum); y = round_shift(acc tm[r] m[n],
+tk[r] + k[n]) in int64, then per ``mode``: ``MODE_PLAIN`` y; ``MODE_RESIDUAL`` x <- clamp(x + y, int32)
+in place; ``MODE_LOGITS`` clamp(y) as int32; ``MODE_SWIGLU`` gate and up rows n and I + n in one program,
+each clamped to +-(2^31 - 1), then ``ops.int_swiglu``. Weights are [N, K] row-major.
 """
 
 from __future__ import annotations
@@ -30,25 +17,9 @@ MODE_PLAIN, MODE_RESIDUAL, MODE_LOGITS, MODE_SWIGLU = 0, 1, 2, 3
 
 
 def _linear_kernel(
-    a_ptr,
-    w_ptr,
-    tm_ptr,
-    tk_ptr,
-    m_ptr,
-    k_ptr,
-    out_ptr,
-    table_ptr,
-    R,
-    N,
-    K,
-    W_OFF_UP,
-    MODE: tl.constexpr,
-    FG: tl.constexpr,
-    SW_SHIFT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+    a_ptr, w_ptr, tm_ptr, tk_ptr, m_ptr, k_ptr, out_ptr, table_ptr, R, N, K, W_OFF_UP, MODE: tl.constexpr,
+    FG: tl.constexpr, SW_SHIFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -101,9 +72,7 @@ _KERNEL = launcher(_linear_kernel)
 
 
 def _tiles(R: int, N: int, K: int, device_type: str):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): narrow-M tiles for
-    decode, enough column tiles to cover the SMs; every choice gives the same
-    bits (exact accumulator, element-wise epilogue)."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); every choice gives the same bits."""
     if device_type != "cuda":
         return 16, 32, 64, 4, 1
     bm = 16 if R <= 16 else (32 if R <= 32 else 64)
@@ -114,32 +83,15 @@ def _tiles(R: int, N: int, K: int, device_type: str):
 
 
 def linear(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    tm: torch.Tensor,
-    tk: torch.Tensor,
-    m: torch.Tensor,
-    k: torch.Tensor,
-    mode: int = MODE_PLAIN,
-    out: torch.Tensor | None = None,
-    gate_exp: int = 0,
-    up_exp: int = 0,
+    a: torch.Tensor, w: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, m: torch.Tensor, k: torch.Tensor,
+    mode: int = MODE_PLAIN, out: torch.Tensor | None = None, gate_exp: int = 0, up_exp: int = 0,
     out_exp: int | None = None,
-) -> torch.Tensor:
-    """int8 linear with the engine's dyadic epilogue fused (see module doc).
+) -> torch.Tensor:  # fmt: skip
+    """int8 linear with the dyadic epilogue fused; returns ``out``.
 
-    Args:
-        a: int8 [R, K] contiguous (per-token quantized activations).
-        w: int8 [N_w, K] contiguous weights (N_w = 2I for ``MODE_SWIGLU``).
-        tm, tk: int64 [R] per-token dyadic mantissa / shift.
-        m, k: int64 [N_w] per-channel dyadic mantissa / shift.
-        mode: ``MODE_PLAIN`` / ``MODE_RESIDUAL`` / ``MODE_LOGITS`` / ``MODE_SWIGLU``.
-        out: int64 [R, N] (plain, swiglu: optional; residual: the residual
-            stream, updated in place, required), int32 [R, N] (logits, optional).
-        gate_exp, up_exp, out_exp: SwiGLU Q-formats (``ops.int_swiglu``);
-            out_exp defaults to gate_exp + up_exp (the engine's choice).
-    Returns:
-        ``out``.
+    a: int8 [R, K]; w: int8 [N_w, K] (N_w = 2I for SwiGLU); tm, tk: int64 [R]; m, k: int64 [N_w].
+    out: int64 [R, N] (required for ``MODE_RESIDUAL``: the residual stream, updated in place), int32 for
+    logits. SwiGLU Q-formats as ``ops.int_swiglu``; out_exp defaults to gate_exp + up_exp.
     """
     R, K = a.shape
     Nw = w.shape[0]
@@ -150,25 +102,7 @@ def linear(
     fo = gate_exp + up_exp if out_exp is None else out_exp
     grid = ((R + bm - 1) // bm, (N + bn - 1) // bn)
     _KERNEL[grid](
-        a,
-        w,
-        tm,
-        tk,
-        m,
-        k,
-        out,
-        exp2_table(a.device),
-        R,
-        N,
-        K,
-        N,
-        MODE=mode,
-        FG=int(gate_exp),
-        SW_SHIFT=int(gate_exp + up_exp - fo),
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        num_warps=nw,
-        num_stages=ns,
-    )
+        a, w, tm, tk, m, k, out, exp2_table(a.device), R, N, K, N, MODE=mode, FG=int(gate_exp),
+        SW_SHIFT=int(gate_exp + up_exp - fo), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns,
+    )  # fmt: skip
     return out

@@ -1,12 +1,5 @@
-"""Fused RMSNorm + per-token int8 quantization: ``detllm.engine.norm_quant``.
-
-Rules (``detllm/README.md``: ``round_shift`` / ``div_round`` ties away,
-``isqrt`` = floor sqrt; ``engine._rms_core``, ``engine.ratio_dyadic``): per
-row, sh = max(0, bitlen(max|x|) - 15), xs = round_shift(x, sh), S = sum xs^2 +
-round_shift(eps, 2 sh), r = max(1, isqrt((S << 2P) // H)); z = xs * g, M =
-max|z|; q = div_round(127 z, max(M, 1)) (int8); (tm, tk) = ratio_dyadic(M << P,
-r). One program per row; bit-identical to the torch op (tests/detllm/
-test_fused_kernels.py).
+"""Fused RMSNorm + per-token int8 quantization: ``detllm.engine.norm_quant`` (``_rms_core``,
+``ratio_dyadic``), bit for bit, one program per row.
 """
 
 from __future__ import annotations
@@ -56,15 +49,8 @@ def rms_p(H: int, eps_int: int) -> int:
 
 
 def norm_quant(x: torch.Tensor, g: torch.Tensor, eps_int: int, out=None):
-    """Fused ``engine.norm_quant``.
-
-    Args:
-        x: int64 [R, H], contiguous, |x| <= 2^31 (the residual stream).
-        g: int32/int64 [H] folded gamma multipliers.
-        eps_int: eps in x's units squared (Python int >= 0).
-        out: optional preallocated (q int8 [R, H], tm int64 [R], tk int64 [R]).
-    Returns:
-        (q int8 [R, H], tm int64 [R], tk int64 [R]).
+    """Fused ``engine.norm_quant``: x int64 [R, H] (|x| <= 2^31), g int [H], eps_int >= 0 ->
+    (q int8 [R, H], tm int64 [R], tk int64 [R]); ``out`` optionally preallocated.
     """
     R, H = x.shape
     q, tm, tk = out if out is not None else row_outputs(R, H, x.device)

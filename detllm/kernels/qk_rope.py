@@ -1,17 +1,7 @@
-"""Fused QK-norm + RoPE + KV-cache write + query quantization (one program per
-(token, head)): the block of ``detllm.engine._forward`` between the qkv
-linear and attention.
-
-Rules (``detllm/README.md``): for each q head and each k head of a token,
-``engine.norm_fixed`` (RMSNorm to the fixed unit 2^-qk_exp: per-head shift to
-<= 16 bits, exact isqrt, ONE ``div_round``) then ``ops.apply_rope``
-(round_shift(x cos + rotate_half(x) sin, rope_exp), ties away; int16 Q14
-tables, rotate_half(x) = cat(-x2, x1)). Keys: k8 = clamp(round_shift(k * m_h,
-k_h), +-127) written once to the int8 cache at the token's position; values:
-v8 = clamp(v, +-127) likewise. Queries: per (token, head) q8 = div_round(127 q,
-max(max|q|, 1)) with the scale (round_shift(max|q|, s), -s), s = max(0,
-bitlen(max|q|) - 17) (``engine.normalize17``). Rows with ``valid == 0``
-(padding) write nothing to the cache.
+"""Fused QK-norm + RoPE + KV-cache write + query quantization, one program per (token, head): the part of
+``detllm.engine._forward`` between the qkv linear and attention (``engine.norm_fixed``,
+``ops.apply_rope``, k8 = clamp(round_shift(k m_h, k_h), +-127), v8 = clamp(v, +-127), queries as
+``engine.quant_rows`` per head). Rows with ``valid == 0`` write nothing to the cache.
 """
 
 from __future__ import annotations
@@ -24,33 +14,9 @@ from detllm.kernels.norm_quant import rms_p
 
 
 def _qk_rope_kernel(
-    y_ptr,
-    g_ptr,
-    cos_ptr,
-    sin_ptr,
-    pos_ptr,
-    seq_ptr,
-    valid_ptr,
-    kcm_ptr,
-    kck_ptr,
-    kc_ptr,
-    vc_ptr,
-    qq_ptr,
-    qtm_ptr,
-    qtk_ptr,
-    NH,
-    NKV,
-    CAP,
-    NQKV,
-    EPS_Q,
-    EPS_K,
-    P_Q,
-    P_K,
-    E_Q,
-    E_K,
-    HD: tl.constexpr,
-    ROPE: tl.constexpr,
-):
+    y_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr, seq_ptr, valid_ptr, kcm_ptr, kck_ptr, kc_ptr, vc_ptr, qq_ptr, qtm_ptr,
+    qtk_ptr, NH, NKV, CAP, NQKV, EPS_Q, EPS_K, P_Q, P_K, E_Q, E_K, HD: tl.constexpr, ROPE: tl.constexpr,
+):  # fmt: skip
     r = tl.program_id(0).to(tl.int64)
     hs = tl.program_id(1).to(tl.int64)
     d = tl.arange(0, HD)
@@ -106,42 +72,13 @@ _KERNEL = launcher(_qk_rope_kernel)
 
 
 def qk_rope_cache(
-    y,
-    g,
-    cos,
-    sin,
-    pos,
-    seq,
-    valid,
-    kc_m,
-    kc_k,
-    k_cache,
-    v_cache,
-    nh: int,
-    nkv: int,
-    q_eps: int,
-    q_shift: int,
-    k_eps: int,
-    k_shift: int,
-    qk_exp: int,
-    rope_exp: int,
-    out=None,
-):
-    """Fused QK-norm + RoPE + cache write + query quantization for one layer.
+    y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, nh: int, nkv: int, q_eps: int, q_shift: int,
+    k_eps: int, k_shift: int, qk_exp: int, rope_exp: int, out=None,
+):  # fmt: skip
+    """Fused QK-norm + RoPE + cache write + query int8 for one layer -> (qq int8 [R, nh, hd], qtm, qtk int64 [R, nh]).
 
-    Args:
-        y: int64 [R, (nh + 2 nkv) hd] qkv linear output (contiguous).
-        g: int64 [nh + nkv, hd]: q_norm.g rows then k_norm.g rows.
-        cos, sin: int16 [max_pos, hd] RoPE tables; pos: int64 [R] positions.
-        seq: int64 [R] cache row (sequence) of each token; valid: int32 [R]
-            (0: padding, no cache write).
-        kc_m, kc_k: int64 [nkv] K-cache dyadic per KV head.
-        k_cache, v_cache: int8 [B, nkv, cap, hd] (written in place).
-        q_eps, q_shift, k_eps, k_shift: the layer's QK-norm eps / gamma shift.
-        qk_exp, rope_exp: units (``engine._forward``).
-        out: optional (qq int8 [R, nh, hd], qtm int64 [R, nh], qtk int64 [R, nh]).
-    Returns:
-        (qq, qtm, qtk).
+    y: int64 [R, (nh + 2 nkv) hd]; g: int64 [nh + nkv, hd] (q_norm.g then k_norm.g); pos, seq: int64 [R];
+    valid: int32 [R] (0: padding); kc_m/kc_k: int64 [nkv]; k/v_cache: int8 [B, nkv, cap, hd], written in place.
     """
     R = y.shape[0]
     hd = g.shape[-1]
@@ -156,32 +93,8 @@ def qk_rope_cache(
     qq, qtm, tk = out
     pq, pk = rms_p(hd, q_eps), rms_p(hd, k_eps)
     _KERNEL[(R, nh + nkv)](
-        y,
-        g,
-        cos,
-        sin,
-        pos,
-        seq,
-        valid,
-        kc_m,
-        kc_k,
-        k_cache,
-        v_cache,
-        qq,
-        qtm,
-        tk,
-        nh,
-        nkv,
-        k_cache.shape[2],
-        y.shape[1],
-        int(q_eps),
-        int(k_eps),
-        pq,
-        pk,
-        qk_exp - q_shift + pq,
-        qk_exp - k_shift + pk,
-        HD=hd,
-        ROPE=int(rope_exp),
-        num_warps=1 if hd <= 64 else 2,
-    )
+        y, g, cos, sin, pos, seq, valid, kc_m, kc_k, k_cache, v_cache, qq, qtm, tk, nh, nkv, k_cache.shape[2],
+        y.shape[1], int(q_eps), int(k_eps), pq, pk, qk_exp - q_shift + pq, qk_exp - k_shift + pk, HD=hd,
+        ROPE=int(rope_exp), num_warps=1 if hd <= 64 else 2,
+    )  # fmt: skip
     return qq, qtm, tk

@@ -1,10 +1,4 @@
-"""Fused per-token activation quantization: ``detllm.engine.quant_rows``.
-
-Rule (``detllm/README.md``: ``div_round`` ties away, ``round_shift``): per
-row, M = max|v|; q = div_round(127 v, max(M, 1)) (int8 in [-127, 127]);
-scale mantissa/shift (tm, tk) = (round_shift(M, s), -s) with s = max(0,
-bitlen(M) - 17) (``engine.normalize17``). One program per row.
-"""
+"""Fused per-token activation quantization: ``detllm.engine.quant_rows``, one program per row."""
 
 from __future__ import annotations
 
@@ -41,11 +35,7 @@ def row_outputs(R: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor, tor
 
 
 def quant_rows(v: torch.Tensor, out=None):
-    """Fused ``engine.quant_rows`` for int64 v [R, H] (contiguous).
-
-    Returns (q int8 [R, H], tm int64 [R], tk int64 [R]); ``out`` optionally
-    gives the three preallocated tensors.
-    """
+    """Fused ``engine.quant_rows`` for int64 v [R, H] -> (q int8 [R, H], tm int64 [R], tk int64 [R])."""
     R, H = v.shape
     q, tm, tk = out if out is not None else row_outputs(R, H, v.device)
     bh = next_pow2(H)
