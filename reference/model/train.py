@@ -1,38 +1,20 @@
 """Train the default model shipped in ``reference/model/assets/default_model/``.
 
-Two steps, both deterministic given the committed corpus:
+1. :func:`train_tokenizer`: byte-level BPE (vocabulary 4096 incl. ``<|endoftext|>``)
+   on the train works only.
+2. :func:`train_model`: a small Qwen3 causal LM (:class:`ModelShape`) trained with
+   AdamW, bf16 autocast, fp32 master weights, warmup + cosine LR, embedding and
+   attention dropout, fixed seeds; the checkpoint with the best validation loss is
+   saved in bf16. GPU kernels are not bitwise deterministic, so a rerun reproduces the
+   figures, not the bytes (those are pinned by ``assets_manifest.json``).
 
-1. ``train_tokenizer``: byte-level BPE (``tokenizers``; GPT-2-style byte
-   alphabet, vocabulary 4096 incl. the ``<|endoftext|>`` separator) trained on
-   the TRAIN works only.
-2. ``train_model``: a small Qwen3 causal LM (``transformers.Qwen3Config`` /
-   ``Qwen3ForCausalLM``: 4 blocks, hidden 384, 6 query heads / 2 KV heads
-   (grouped-query attention), head_dim 64, QK-norm (part of Qwen3),
-   intermediate 1536, tied embeddings, 512-token context) trained with AdamW,
-   bf16 autocast, fp32 master weights, warmup + cosine LR schedule, embedding
-   dropout 0.2 and attention dropout 0.1 as regularisers (the train works are
-   only ~1.54 M tokens; without them validation loss turns up after ~6
-   epochs), fixed seeds. The checkpoint with the best validation loss
-   (validation works, never the held-out works) is saved in bf16 safetensors.
-   ``TrainConfig``'s defaults are the best of the four runs recorded in
-   ``train_sweep.json`` (900 steps x 32 x 512 tokens, ~25 s on one H200).
-   GPU kernels are not bitwise deterministic, so a rerun reproduces the
-   figures, not the exact bytes; the shipped bytes are pinned by
-   ``reference/model/assets/assets_manifest.json``.
-
-Reported in ``train_log.json``: config, hyper-parameters, seeds, loss curve,
-held-out perplexity of the saved bf16 model on all non-overlapping windows of
-the held-out works, and the add-one-smoothed unigram baseline perplexity
-(unigram counts from the train works) on exactly the same target tokens.
-Perplexity = exp(mean token negative log-likelihood) (Jelinek et al. 1977;
-Jurafsky & Martin, SLP3 ch. 3.3).
-
-Run on a GPU machine::
+``train_log.json`` records config, seeds, loss curve, held-out perplexity
+(exp(mean token NLL)) on all non-overlapping held-out windows and the add-one-smoothed
+unigram baseline on the same targets. Run::
 
     PYTHONPATH=. python3 -m reference.model.train --out $OUT/default_model --device cuda
 
-(``--tokenizer-only`` builds just the tokenizer, which must be committed before
-the GPU run so the run and the shipped model share it.)
+(``--tokenizer-only`` builds just the tokenizer, committed before the GPU run.)
 """
 
 from __future__ import annotations
@@ -52,10 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from reference.errors import CheckpointError
 from reference.fileio import atomic_write_json
-from reference.model.assets import default_model_dir
+from reference.model.assets import default_model_dir, write_manifest
 from reference.model.build_corpus import sha256_hex
 from reference.model.corpus import load_corpus_split
 from reference.model.tokenizer import EOT, token_stream
@@ -83,8 +66,8 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (all logged in train_log.json); the
-    defaults produced the shipped model (run "c" of train_sweep.json)."""
+    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced
+    the shipped model (run "c" of train_sweep.json)."""
 
     seed: int = SEED
     steps: int = 900
@@ -104,22 +87,15 @@ class TrainConfig:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU + CUDA) RNGs."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
 
 
-# --------------------------------------------------------------------- tokenizer
 def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
-    """Train a byte-level BPE ``tokenizers.Tokenizer`` on ``train_texts``.
-
-    Byte-level pre-tokenizer without prefix space (GPT-2 regex), initial
-    alphabet = all 256 byte symbols, special token ``<|endoftext|>`` (id 0),
-    min pair frequency 2. Deterministic for identical input."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
+    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes,
+    ``<|endoftext|>`` = id 0, min pair frequency 2) trained on ``train_texts``; deterministic."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -135,8 +111,8 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
 
 
 def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
-    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (transformers
-    ``PreTrainedTokenizerFast``; eos = pad = ``<|endoftext|>``, no bos)."""
+    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``;
+    eos = pad = ``<|endoftext|>``, no bos)."""
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
@@ -148,8 +124,7 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
         fast.save_pretrained(tmp)
         os.chmod(Path(tmp) / "tokenizer.json", 0o644)
         os.replace(Path(tmp) / "tokenizer.json", out_dir / "tokenizer.json")
-    # Written by hand: transformers 5 would record its own class name
-    # ("TokenizersBackend"), which transformers 4.x cannot load.
+    # Written by hand: transformers 5 would record "TokenizersBackend", which 4.x cannot load.
     atomic_write_json(
         out_dir / "tokenizer_config.json",
         {
@@ -165,8 +140,8 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
 
 
 def train_tokenizer(out_dir: Path) -> dict:
-    """Build the tokenizer from the committed corpus's train works and save it
-    in ``out_dir``. Returns ``{"vocab_size", "tokenizer_sha256"}``."""
+    """Build the tokenizer from the corpus's train works into ``out_dir``; returns
+    ``{"vocab_size", "tokenizer_sha256"}``."""
     split = load_corpus_split()
     tok = build_tokenizer(list(split["train"].values()))
     save_tokenizer(tok, out_dir)
@@ -176,9 +151,8 @@ def train_tokenizer(out_dir: Path) -> dict:
     }
 
 
-# ------------------------------------------------------------------------- model
 def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
-    """``transformers.Qwen3Config`` for ``shape`` (bf16 dtype recorded)."""
+    """``transformers.Qwen3Config`` for ``shape`` (dtype recorded as bf16)."""
     from transformers import Qwen3Config
 
     d = asdict(shape)
@@ -208,8 +182,7 @@ def count_params(model) -> int:
 
 
 def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> float:
-    """Mean NLL (nats/token) of ``targets`` under the add-one-smoothed unigram
-    distribution estimated from ``train_ids`` (LongTensor, any shape)."""
+    """Mean NLL (nats/token) of ``targets`` under the add-one-smoothed unigram of ``train_ids``."""
     counts = torch.bincount(train_ids.flatten(), minlength=vocab).double() + 1.0
     logp = counts.log() - counts.sum().log()
     return float(-logp[targets.flatten()].mean())
@@ -217,9 +190,7 @@ def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> f
 
 @torch.no_grad()
 def model_nll(model, windows: torch.Tensor, batch: int = 16, autocast: bool = False) -> float:
-    """Mean next-token NLL (nats/token) of ``model`` over ``windows``
-    (LongTensor [W, L]); targets are positions 1..L-1 of each window (teacher
-    forcing)."""
+    """Mean teacher-forced next-token NLL (nats/token) over ``windows`` [W, L] (targets: positions 1..L-1)."""
     model.eval()
     dev = next(model.parameters()).device
     total, count = 0.0, 0
@@ -233,7 +204,7 @@ def model_nll(model, windows: torch.Tensor, batch: int = 16, autocast: bool = Fa
 
 
 def all_windows(stream: torch.Tensor, length: int) -> torch.Tensor:
-    """All consecutive non-overlapping windows [len // length, length]."""
+    """All consecutive non-overlapping windows ``[len // length, length]``."""
     w = stream.numel() // length
     return stream[: w * length].view(w, length)
 
@@ -248,8 +219,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 @torch.no_grad()
 def sample(model, tok, prompt: str, max_new_tokens: int = 60, greedy: bool = True, seed: int = SEED) -> str:
-    """Generate from ``prompt`` (greedy, or temperature 0.8 / top-k 40 sampling
-    with a fixed seed) with ``model.generate``; returns prompt + continuation."""
+    """Prompt + continuation from ``model.generate`` (greedy, or seeded temperature 0.8 / top-k 40)."""
     dev = next(model.parameters()).device
     ids = torch.tensor([tok.encode(prompt).ids], device=dev)
     torch.manual_seed(seed)
@@ -261,8 +231,7 @@ def sample(model, tok, prompt: str, max_new_tokens: int = 60, greedy: bool = Tru
 
 
 def save_model(model, out_dir: Path, eos_id: int) -> None:
-    """Save ``model`` as bf16 safetensors + config.json + generation_config.json
-    into ``out_dir`` (each file moved into place atomically)."""
+    """Save ``model`` in bf16 (safetensors, config, generation config) into ``out_dir``, each file atomically."""
     from transformers import GenerationConfig
 
     out_dir = Path(out_dir)
@@ -279,12 +248,9 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
 
 
 def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path | None = None) -> dict:
-    """Train the default model; write model files + ``train_log.json`` to
-    ``out_dir``. ``out_dir`` must already hold the tokenizer (train_tokenizer).
-    ``state_path``: if given, the training state (weights, optimizer, RNG,
-    step) is saved there atomically at every evaluation and resumed from if
-    present. Returns the train log dict."""
-    from tokenizers import Tokenizer
+    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return
+    the train log, also written to ``train_log.json``. ``state_path``: training state
+    saved there atomically at every evaluation and resumed from if present."""
     from transformers import Qwen3ForCausalLM
 
     out_dir = Path(out_dir)
@@ -440,39 +406,19 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the training options to ``p`` (shared by ``python -m`` and
-    ``int8conf train-default``)."""
     p.add_argument("--out", type=Path, default=None, help="model dir (default: reference/model/assets/default_model)")
     p.add_argument("--tokenizer-only", action="store_true", help="only (re)build tokenizer.json")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument(
-        "--steps", type=int, default=TrainConfig.steps, help=f"optimizer steps (default {TrainConfig.steps})"
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=TrainConfig.batch_size,
-        help=f"training sequences per step (default {TrainConfig.batch_size})",
-    )
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        default=TrainConfig.eval_every,
-        help=f"steps between held-out evaluations (default {TrainConfig.eval_every})",
-    )
-    p.add_argument("--lr", type=float, default=TrainConfig.lr, help=f"peak learning rate (default {TrainConfig.lr:g})")
-    p.add_argument(
-        "--embed-dropout",
-        type=float,
-        default=TrainConfig.embed_dropout,
-        help=f"dropout on the embeddings (default {TrainConfig.embed_dropout:g})",
-    )
-    p.add_argument(
-        "--attention-dropout",
-        type=float,
-        default=TrainConfig.attention_dropout,
-        help=f"dropout on the attention weights (default {TrainConfig.attention_dropout:g})",
-    )
+    for flag, typ, what in (
+        ("--steps", int, "optimizer steps"),
+        ("--batch-size", int, "training sequences per step"),
+        ("--eval-every", int, "steps between held-out evaluations"),
+        ("--lr", float, "peak learning rate"),
+        ("--embed-dropout", float, "dropout on the embeddings"),
+        ("--attention-dropout", float, "dropout on the attention weights"),
+    ):
+        default = getattr(TrainConfig, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=typ, default=default, help=f"{what} (default {default:g})")
     p.add_argument(
         "--time-limit", type=float, default=TrainConfig.time_limit_s, help="stop after this many seconds of training"
     )
@@ -480,11 +426,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train.
-    When writing into the shipped default dir, the asset manifest is
-    refreshed. Returns the exit code."""
-    from reference.model.assets import write_manifest
-
+    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset
+    manifest for the shipped dir. Returns the exit code."""
     out = Path(args.out) if args.out else default_model_dir()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():
