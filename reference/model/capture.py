@@ -264,30 +264,12 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
                 f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not match the captured digests"
             )
         bias = ck.others.get(f"{name}.bias")
-        yield GemmOperands(
-            a=t["a"],
-            b=b,
-            scale_a=t["scale_a"],
-            scale_b=sb,
-            bias=None if bias is None else bias.to(torch.bfloat16),
-            out_dtype=torch.bfloat16,
-            name=name,
-            scale_mode=scale_mode,
-            meta={
-                "block": entry["block"],
-                "proj": entry["proj"],
-                "M": entry["M"],
-                "K": entry["K"],
-                "N": entry["N"],
-                "kind": kind,
-                "rule": rule if scale_mode == "pow2" else None,
-                "model_digest": cs.model_digest,
-                "capture_dir": str(cs.dir),
-                "acc_absmax": entry["acc_absmax"][kind],
-                "acc_ge_2p24": entry["acc_ge_2p24"][kind],
-                "source": "capture",
-            },
-        )
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        meta = {k: entry[k] for k in ("block", "proj", "M", "K", "N")}
+        meta.update(kind=kind, rule=rule if scale_mode == "pow2" else None, model_digest=cs.model_digest)
+        meta.update(capture_dir=str(cs.dir), acc_absmax=entry["acc_absmax"][kind])
+        meta.update(acc_ge_2p24=entry["acc_ge_2p24"][kind], source="capture")
+        yield GemmOperands(t["a"], b, t["scale_a"], sb, bias, torch.bfloat16, name, scale_mode, meta)
 
 
 Hook = Callable[[str, torch.Tensor], None]

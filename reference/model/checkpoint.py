@@ -33,24 +33,11 @@ INDEX_FILE = "model.safetensors.index.json"
 QWEN3_ARCH = "Qwen3ForCausalLM"
 
 # The 7 linears of a Qwen3 decoder block in forward order (path relative to ``model.layers.{i}``).
-BLOCK_LINEARS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-)
+BLOCK_LINEARS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(f"mlp.{p}_proj" for p in ("gate", "up", "down"))
 
 # Files copied next to a derived checkpoint so that it is servable as is.
-SIDE_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
+SIDE_FILES = tuple(
+    "tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json vocab.json merges.txt".split()
 )
 
 

@@ -188,14 +188,7 @@ def write_checkpoint_dir(
 
 def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta: dict) -> W8A8Checkpoint:
     """Write ``tensors`` as a W8A8 child of ``parent_dir`` and read it back."""
-    write_checkpoint_dir(
-        out_dir,
-        config,
-        tensors,
-        side_files_from=parent_dir,
-        quantization_config=w8a8_quantization_config(),
-        int8conf_meta=meta,
-    )
+    write_checkpoint_dir(out_dir, config, tensors, parent_dir, w8a8_quantization_config(), meta)
     return read_w8a8_checkpoint(out_dir)
 
 
@@ -309,15 +302,5 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     if not weights:
         raise CheckpointError(f"{where}: no int8 linear weights with weight_scale found")
     others = {k: v for k, v in state.items() if k not in consumed}
-    ck = W8A8Checkpoint(
-        dir=d,
-        config=config,
-        quantization_config=dict(qc),
-        weights=weights,
-        scales=scales,
-        others=others,
-        activation_scheme=act_scheme,
-        meta=dict(config.get("int8conf") or {}),
-    )
-    ck.digest = state_digest(state)
-    return ck
+    meta = dict(config.get("int8conf") or {})
+    return W8A8Checkpoint(d, config, dict(qc), weights, scales, others, act_scheme, state_digest(state), meta)

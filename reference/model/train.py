@@ -125,30 +125,18 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
         os.chmod(Path(tmp) / "tokenizer.json", 0o644)
         os.replace(Path(tmp) / "tokenizer.json", out_dir / "tokenizer.json")
     # Written by hand: transformers 5 would record "TokenizersBackend", which 4.x cannot load.
-    atomic_write_json(
-        out_dir / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "eos_token": EOT,
-            "pad_token": EOT,
-            "bos_token": None,
-            "unk_token": None,
-            "model_max_length": model_max_length,
-            "clean_up_tokenization_spaces": False,
-        },
-    )
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT, "bos_token": None}
+    cfg |= {"unk_token": None, "model_max_length": model_max_length, "clean_up_tokenization_spaces": False}
+    atomic_write_json(out_dir / "tokenizer_config.json", cfg)
 
 
 def train_tokenizer(out_dir: Path) -> dict:
     """Build the tokenizer from the corpus's train works into ``out_dir``; returns
     ``{"vocab_size", "tokenizer_sha256"}``."""
-    split = load_corpus_split()
-    tok = build_tokenizer(list(split["train"].values()))
+    tok = build_tokenizer(list(load_corpus_split()["train"].values()))
     save_tokenizer(tok, out_dir)
-    return {
-        "vocab_size": tok.get_vocab_size(),
-        "tokenizer_sha256": sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes()),
-    }
+    digest = sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes())
+    return {"vocab_size": tok.get_vocab_size(), "tokenizer_sha256": digest}
 
 
 def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
@@ -173,12 +161,7 @@ def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
 
 def count_params(model) -> int:
     """Unique parameter count (tied embedding counted once)."""
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            n += p.numel()
-    return n
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> float:
@@ -264,10 +247,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     streams = {
         k: torch.tensor(token_stream(tok, split[k]), dtype=torch.long) for k in ("train", "validation", "heldout")
     }
-    print(
-        "tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items()) + f" ({time.time() - t0:.1f}s)",
-        flush=True,
-    )
+    counts = ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
+    print(f"tokens: {counts} ({time.time() - t0:.1f}s)", flush=True)
 
     seed_everything(cfg.seed)
     dev = torch.device(device)
@@ -277,12 +258,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     print(f"params: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=cfg.betas,
-        fused=dev.type == "cuda",
-    )
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=dev.type == "cuda")
     gen = torch.Generator().manual_seed(cfg.seed)
     train = streams["train"].to(dev)
     val_windows = all_windows(streams["validation"], cfg.seq_len)
@@ -317,15 +294,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         out_of_time = time.time() - t_train > cfg.time_limit_s
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
             val = model_nll(model, val_windows, autocast=True)
-            curve.append(
-                {
-                    "step": step,
-                    "train_loss": loss.item(),
-                    "val_loss": val,
-                    "lr": lr_at(step - 1, cfg),
-                    "elapsed_s": round(time.time() - t_train, 1),
-                }
-            )
+            point = {"step": step, "train_loss": loss.item(), "val_loss": val, "lr": lr_at(step - 1, cfg)}
+            curve.append(point | {"elapsed_s": round(time.time() - t_train, 1)})
             if val < best:
                 best = val
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -337,18 +307,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
             if state_path is not None:
                 fd, tmp = tempfile.mkstemp(dir=Path(state_path).parent, suffix=".tmp")
                 os.close(fd)
-                torch.save(
-                    {
-                        "model": model.state_dict(),
-                        "opt": opt.state_dict(),
-                        "gen": gen.get_state(),
-                        "step": step,
-                        "best": best,
-                        "curve": curve,
-                        "best_state": best_state,
-                    },
-                    tmp,
-                )
+                st = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step}
+                torch.save(st | {"best": best, "curve": curve, "best_state": best_state}, tmp)
                 os.replace(tmp, state_path)
         if out_of_time:
             stopped_early = True
@@ -444,13 +404,9 @@ def run(args: argparse.Namespace) -> int:
             attention_dropout=args.attention_dropout,
         )
         log = train_model(out, cfg, device, args.state)
-        print(
-            json.dumps(
-                {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
-                | {"heldout_ppl": log["heldout_eval"]["model_ppl"], "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}
-            ),
-            flush=True,
-        )
+        ho = log["heldout_eval"]
+        summary = {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
+        print(json.dumps(summary | {"heldout_ppl": ho["model_ppl"], "unigram_ppl": ho["unigram_ppl"]}), flush=True)
     if out.resolve() == default_model_dir().resolve():
         write_manifest()
     return 0
