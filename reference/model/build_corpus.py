@@ -161,18 +161,10 @@ def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
     split["corpus_sha256"] = sha256_hex(blob)
     atomic_write_bytes(out_dir / CORPUS_FILE, blob)
     atomic_write_json(out_dir / SPLIT_FILE, split)
-    atomic_write_json(
-        out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS), "notes": "prompts[0] is the opening line of Sonnet 18"}
-    )
-    return {
-        "works": len(works),
-        "chars": sum(len(t) for t in works.values()),
-        "train": len(split["train"]),
-        "heldout": split["heldout"],
-        "validation": split["validation"],
-        "corpus_sha256": split["corpus_sha256"],
-        "corpus_bytes": len(blob),
-    }
+    notes = "prompts[0] is the opening line of Sonnet 18"
+    atomic_write_json(out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS), "notes": notes})
+    summary = {"works": len(works), "chars": sum(len(t) for t in works.values()), "train": len(split["train"])}
+    return summary | {k: split[k] for k in ("heldout", "validation", "corpus_sha256")} | {"corpus_bytes": len(blob)}
 
 
 def add_arguments(p) -> None:

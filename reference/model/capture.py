@@ -1,22 +1,14 @@
 """Layer capture and replay: real W8A8 GEMM operands from a Qwen3 model.
 
-Capture runs the float model on evaluation windows and records, for every decoder
-linear, the inputs at fixed token positions: ``x`` bf16 ``[M, K]`` (what a W8A8 server
-feeds its per-token quantizer) and ``a`` int8 ``[M, K]`` / ``scale_a`` fp32 ``[M]``
-(:func:`reference.quantize.quantize_activation_per_token` of ``x``). Weights are
-referenced, not copied: the manifest names the derived checkpoints
-(:mod:`reference.model.artifacts`) by state digest and every layer's ``b`` / ``scale_b``
-by :func:`reference.operands.tensor_digest`; replay (:func:`iter_layer_operands`)
-refuses any checkpoint whose digests differ.
+For every decoder linear, capture records the inputs at fixed token positions of
+evaluation windows: ``x`` bf16 ``[M, K]`` and its per-token quantization ``a`` int8
+``[M, K]`` / ``scale_a`` fp32 ``[M]``. Weights are referenced by digest (derived
+checkpoints of :mod:`reference.model.artifacts`); replay refuses other digests.
+``engine="f64"`` (default) runs a float64 forward and rounds each linear's input once
+to bf16, so the bits are machine-independent; ``engine="hf"`` hooks transformers.
 
-``engine="f64"`` (default) runs a float64 Qwen3 forward (bf16 weights widened
-exactly) and rounds each linear's input once to bf16, so the captured bits do not
-depend on BLAS, threads or CPU; ``engine="hf"`` hooks ``transformers`` in ``dtype``
-(bits may vary across machines).
-
-Files: ``manifest.json`` plus one ``<layer>.safetensors`` per layer, each written
-atomically after each layer, so an interrupted capture resumes. Manifest
-(``format`` ``int8conf-capture/1``)::
+Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten
+atomically after each layer (an interrupted capture resumes)::
 
     model:       {digest, dir, num_hidden_layers, hidden_size, intermediate_size, ...}
     settings:    {engine, windows, window_len, positions, tokens_per_layer,

@@ -271,28 +271,12 @@ def copy_side_files(src_dir, dst_dir) -> list[str]:
 def random_qwen3_config(**overrides) -> dict:
     """A small Qwen3 ``config.json`` dict (vocab 512, hidden 256, 2 blocks, 4 query /
     2 KV heads, head_dim 64, intermediate 1536, tied, bf16) with ``overrides`` applied."""
-    return {
-        "architectures": [QWEN3_ARCH],
-        "model_type": "qwen3",
-        "vocab_size": 512,
-        "hidden_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "intermediate_size": 1536,
-        "tie_word_embeddings": True,
-        "rms_norm_eps": 1e-6,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "max_position_embeddings": 2048,
-        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-        "rope_theta": 10000.0,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "dtype": "bfloat16",
-        **overrides,
-    }
+    cfg = {"architectures": [QWEN3_ARCH], "model_type": "qwen3", "vocab_size": 512, "hidden_size": 256}
+    cfg |= {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+    cfg |= {"intermediate_size": 1536, "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "hidden_act": "silu"}
+    cfg |= {"attention_bias": False, "max_position_embeddings": 2048}
+    cfg |= {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "rope_theta": 10000.0}
+    return cfg | {"use_sliding_window": False, "sliding_window": None, "dtype": "bfloat16"} | overrides
 
 
 def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> Path:

@@ -1,16 +1,12 @@
 """compressed-tensors W8A8 checkpoints, in the layout vLLM serves.
 
-Every decoder linear ``<name>`` holds ``<name>.weight`` int8 ``[N, K]`` and
-``<name>.weight_scale`` ``[N, 1]`` in the parent weight's dtype (symmetric, no zero
-point; dequantized = ``weight * weight_scale``); every other tensor is the parent's.
-``config.json`` = the parent config plus :func:`w8a8_quantization_config` (the field
-set of llm-compressor's W8A8 INT8 configs; activations are quantized per token at run
-time, so no ``input_scale``) and our ``int8conf`` record (scale rule, digests).
-
-The reader also takes other tools' variants (``compression_config``, per-group
-``format``, ``naive-quantized``, bf16 / fp16 / fp32 scales of shape ``[N, 1]`` or
-``[N]``, an all-zero ``weight_zero_point``) and rejects, with one line naming file and
-field, anything but 8-bit symmetric per-channel integer weights.
+Every decoder linear holds ``<name>.weight`` int8 ``[N, K]`` and ``<name>.weight_scale``
+``[N, 1]`` in the parent dtype (symmetric; dequantized = ``weight * weight_scale``);
+other tensors are the parent's. ``config.json`` adds :func:`w8a8_quantization_config`
+(llm-compressor's W8A8 INT8 field set) and our ``int8conf`` record. The reader also
+takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`` or
+fp16 / fp32 scales, zero ``weight_zero_point``); anything but 8-bit symmetric
+per-channel integer weights is a one-line CheckpointError.
 """
 
 from __future__ import annotations
@@ -262,8 +258,7 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
 
     where = d / (INDEX_FILE if (d / INDEX_FILE).is_file() else SINGLE_FILE)
     shapes = linear_shapes(config)
-    weights, scales = {}, {}
-    consumed = set()
+    weights, scales, consumed = {}, {}, set()
     for name in linear_names(config):
         w = state[f"{name}.weight"]
         sname = f"{name}.weight_scale"
@@ -273,12 +268,8 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
             raise CheckpointError(f"{where}: missing tensor {sname!r} for int8 weight {name}.weight")
         n, _ = shapes[name]
         if w.dtype != torch.int8:
-            if (
-                not w.is_floating_point()
-                or not bool(torch.all(w == w.round()))
-                or float(w.min()) < -128
-                or float(w.max()) > 127
-            ):
+            integral = w.is_floating_point() and bool(torch.all(w == w.round()))
+            if not integral or float(w.min()) < -128 or float(w.max()) > 127:
                 raise CheckpointError(
                     f"{where}: tensor {name}.weight has dtype {w.dtype} "
                     f"(expected int8 or integral values in [-128, 127])"

@@ -6,11 +6,9 @@ scheme vLLM serves for compressed-tensors W8A8 checkpoints::
     x (bf16 [..., K]) --quantize_activation_per_token--> a int8 [M, K], s_a fp32 [M]
     y = scaled_mm(a, W_q int8 [N, K], s_a, s_w fp32 [N], out_dtype=x.dtype, bias) -> bf16 [M, N]
 
-Everything else (embedding, norms, RoPE, attention, SwiGLU, residuals) runs as the
-bf16 model does; ``lm_head`` (tied) stays bf16, as llm-compressor's W8A8 recipes
-ignore it. ``scaled_mm`` is any callable ``(a, b, scale_a, scale_b, out_dtype, bias)
--> Tensor[M, N]``; :func:`reference_scaled_mm_for` gives the exact reference. Never
-imports ``conformance``: callers adapt kernels to that callable.
+Everything else, ``lm_head`` included (as in llm-compressor's recipes), runs in bf16.
+``scaled_mm`` is any callable ``(a, b, scale_a, scale_b, out_dtype, bias) -> Tensor[M, N]``;
+callers adapt kernels to it (this module never imports ``conformance``).
 """
 
 from __future__ import annotations
@@ -113,12 +111,7 @@ def as_quant_weight(
     if q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(f"{name}: weight must be int8 [N,K], got {q.dtype} {tuple(q.shape)}")
     n = q.shape[0]
-    if (
-        not scale.is_floating_point()
-        or scale.numel() != n
-        or (scale.dim() == 2 and scale.shape[1] != 1)
-        or scale.dim() > 2
-    ):
+    if not scale.is_floating_point() or scale.numel() != n or scale.dim() > 2 or scale.shape[1:] not in ((), (1,)):
         raise OperandError(
             f"{name}: weight scale must be float [N] or [N,1] with N={n}, got {scale.dtype} {tuple(scale.shape)}"
         )
@@ -187,26 +180,20 @@ class W8A8Linear(nn.Module):
 
     def __init__(self, name: str, weight: QuantWeight, scaled_mm: ScaledMM, stats: Optional[AccStats] = None):
         super().__init__()
-        self.name = name
-        self.qweight = weight
-        self.scaled_mm = scaled_mm
-        self.stats = stats
-        self.in_features = weight.q.shape[1]
-        self.out_features = weight.q.shape[0]
+        self.name, self.qweight, self.scaled_mm, self.stats = name, weight, scaled_mm, stats
+        self.out_features, self.in_features = weight.q.shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1]).contiguous()
         a, s_a = quantize_activation_per_token(x2)
-        # An all-zero row quantizes to q = 0 with scale 0, which scaled_mm
-        # rejects; any non-zero scale gives the same all-zero row (acc = 0).
+        # An all-zero row has scale 0, which scaled_mm rejects; any scale gives the same zero row.
         s_a = torch.where(s_a == 0, torch.ones_like(s_a), s_a)
         w = self.qweight
         y = self.scaled_mm(a, w.q, s_a, w.scale, x.dtype, w.bias)
         if self.stats is not None:
             m = int(exact_int_mm(a, w.q).abs().max())
-            prev = self.stats.max_abs_acc.get(self.name, 0)
-            self.stats.max_abs_acc[self.name] = max(prev, m)
+            self.stats.max_abs_acc[self.name] = max(self.stats.max_abs_acc.get(self.name, 0), m)
             self.stats.max_k[self.name] = self.in_features
         return y.reshape(*lead, self.out_features)
 
@@ -283,8 +270,7 @@ class TeacherForced:
 def argmax_smallest(logits: torch.Tensor) -> torch.Tensor:
     """int64 argmax over the last dim of ``[..., V]``, ties to the smallest index
     (torch.argmax's tie behaviour is only documented for CPU)."""
-    mx = logits.max(dim=-1, keepdim=True).values
-    v = logits.shape[-1]
+    mx, v = logits.max(dim=-1, keepdim=True).values, logits.shape[-1]
     idx = torch.arange(v, device=logits.device).expand_as(logits)
     return torch.where(logits == mx, idx, torch.full_like(idx, v)).min(dim=-1).values
 
@@ -307,11 +293,8 @@ def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def context_length(config) -> Optional[int]:
     """``max_position_embeddings`` of a transformers config or ``config.json`` dict (None if absent)."""
-    v = (
-        config.get("max_position_embeddings")
-        if isinstance(config, Mapping)
-        else getattr(config, "max_position_embeddings", None)
-    )
+    key = "max_position_embeddings"
+    v = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
     return int(v) if isinstance(v, int) and v > 0 else None
 
 
@@ -373,19 +356,12 @@ def greedy_generate(
         raise OperandError(f"max_new_tokens={max_new_tokens} < 0")
     if int(ids.min()) < 0 or int(ids.max()) >= model.config.vocab_size:
         raise OperandError(f"prompt holds token ids outside [0, {model.config.vocab_size})")
-    check_context(
-        ids.shape[1] + max_new_tokens,
-        model.config,
-        f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens})",
-    )
-    stop = (
-        set()
-        if eos_token_id is None
-        else ({int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id})
-    )
+    what = f"prompt ({ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens})"
+    check_context(ids.shape[1] + max_new_tokens, model.config, what)
+    eos = () if eos_token_id is None else (eos_token_id,) if isinstance(eos_token_id, int) else eos_token_id
+    stop = {int(e) for e in eos}
     out: list[int] = []
-    cache = None
-    step_in = ids
+    cache, step_in = None, ids
     # transformers >= 5 names the KV cache ``cache``; 4.x ``past_key_values``
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for _ in range(max_new_tokens):

@@ -1,9 +1,7 @@
 """Power-of-two weight scales by requantization from the parent weights.
 
-Under per-channel scales ``s_w = 2^k`` every legal epilogue order gives the same bits
-(``rnd(x) * 2^k == rnd(x * 2^k)`` barring overflow / underflow; DESIGN.md sections 1,
-5, C5), but the int8 weights must be requantized from the parent with the new scales;
-snapping stored scales alone is fault F9 (:func:`rewrite_scales_pow2_without_requant`).
+Under scales ``2^k`` every legal epilogue order gives the same bits (DESIGN.md
+sections 1, 5, C5); snapping stored scales without requantizing is fault F9.
 
 Rules, per output channel with ``absmax = max_j |w[n, j]|``:
 
@@ -14,10 +12,8 @@ Rules, per output channel with ``absmax = max_j |w[n, j]|``:
 * ``ceiling``: the smallest ``k`` with ``127 * 2^k >= absmax`` (never clamps); an
   all-zero row takes the ``nearest`` scale of its floored own scale.
 
-``q = clamp(round_half_even(w / 2^k), -128, 127)``, division in float64 (exact for a
-power of two, so equal to llm-compressor's division in the weight dtype). The
-:func:`reconstruction_gate` must reproduce the committed own-scale checkpoint byte for
-byte before any pow2 checkpoint is built.
+``q = clamp(round_half_even(w / 2^k), -128, 127)`` in float64 (exact for a power of
+two). :func:`reconstruction_gate` must pass before any pow2 checkpoint is built.
 """
 
 from __future__ import annotations

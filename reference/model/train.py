@@ -1,20 +1,10 @@
 """Train the default model shipped in ``reference/model/assets/default_model/``.
 
-1. :func:`train_tokenizer`: byte-level BPE (vocabulary 4096 incl. ``<|endoftext|>``)
-   on the train works only.
-2. :func:`train_model`: a small Qwen3 causal LM (:class:`ModelShape`) trained with
-   AdamW, bf16 autocast, fp32 master weights, warmup + cosine LR, embedding and
-   attention dropout, fixed seeds; the checkpoint with the best validation loss is
-   saved in bf16. GPU kernels are not bitwise deterministic, so a rerun reproduces the
-   figures, not the bytes (those are pinned by ``assets_manifest.json``).
-
-``train_log.json`` records config, seeds, loss curve, held-out perplexity
-(exp(mean token NLL)) on all non-overlapping held-out windows and the add-one-smoothed
-unigram baseline on the same targets. Run::
-
-    PYTHONPATH=. python3 -m reference.model.train --out $OUT/default_model --device cuda
-
-(``--tokenizer-only`` builds just the tokenizer, committed before the GPU run.)
+:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model`
+(a small Qwen3, :class:`ModelShape`; the best-validation checkpoint saved in bf16,
+reproducing the figures, not the bytes, on GPU). ``train_log.json`` records config,
+loss curve and held-out perplexity against a unigram baseline. Run
+``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first).
 """
 
 from __future__ import annotations
@@ -328,6 +318,10 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     print(f"held-out ppl (bf16) {math.exp(ho_nll):.2f} vs unigram {math.exp(uni_nll):.2f}", flush=True)
     print(samples["greedy"], flush=True)
     save_model(model, out_dir, eos)
+    heldout_eval = {"windows": int(ho.shape[0]), "window_len": cfg.seq_len, "target_tokens": int(ho[:, 1:].numel())}
+    heldout_eval |= {"model_dtype": "bfloat16", "model_nll": ho_nll, "model_ppl": math.exp(ho_nll)}
+    heldout_eval |= {"unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll)}
+    heldout_eval["unigram"] = "add-one smoothed counts over train tokens"
     log = {
         "model_shape": asdict(cfg.shape),
         "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
@@ -339,17 +333,7 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         "best_val_ppl": math.exp(best),
         "curve": curve,
         "tokens": {k: int(v.numel()) for k, v in streams.items()},
-        "heldout_eval": {
-            "windows": int(ho.shape[0]),
-            "window_len": cfg.seq_len,
-            "target_tokens": int(ho[:, 1:].numel()),
-            "model_dtype": "bfloat16",
-            "model_nll": ho_nll,
-            "model_ppl": math.exp(ho_nll),
-            "unigram_nll": uni_nll,
-            "unigram_ppl": math.exp(uni_nll),
-            "unigram": "add-one smoothed counts over train tokens",
-        },
+        "heldout_eval": heldout_eval,
         "samples": samples,
         "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
         "corpus_sha256": split["meta"]["corpus_sha256"],
