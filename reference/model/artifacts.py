@@ -100,11 +100,8 @@ def _valid_entry(d: Path, pdigest: str):
 
 
 def derived_checkpoint(parent_dir, kind: str = "own", cache=None):
-    """The ``W8A8Checkpoint`` of ``kind`` (one of :data:`KINDS`) of a parent, built
-    into the cache if missing or invalid; equal parents give equal digests everywhere.
-
-    Raises CheckpointError (bad parent or kind) or ReconstructionGateError (the gate
-    failed before a pow2 build)."""
+    """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if
+    missing or invalid. CheckpointError: bad parent or kind, or the reconstruction gate failed."""
     if kind not in KINDS:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
     config, state, pdigest = load_parent(parent_dir)

@@ -81,18 +81,11 @@ def fetch_sdist(dest: Path) -> Path:
 def clean_text(raw: str) -> str:
     """One Gutenberg plain text (any line endings), cleaned as the module docstring says."""
     text = raw.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
-    m = _START_RE.search(text)
-    if m:
-        text = text[m.end() :]
-    m = _SMALL_PRINT_RE.search(text)
-    if m:
-        text = text[m.end() :]
-    m = _END_RE.search(text)
-    if m:
-        text = text[: m.start()]
-    text = _NOTICE_RE.sub("", text)
-    lines = [ln.rstrip() for ln in text.split("\n")]
-    text = "\n".join(lines)
+    for rx, keep_tail in ((_START_RE, True), (_SMALL_PRINT_RE, True), (_END_RE, False)):
+        m = rx.search(text)
+        if m:
+            text = text[m.end() :] if keep_tail else text[: m.start()]
+    text = "\n".join(ln.rstrip() for ln in _NOTICE_RE.sub("", text).split("\n"))
     text = re.sub(r"\n{4,}", "\n\n\n", text)
     return text.strip("\n") + "\n"
 

@@ -230,14 +230,10 @@ def default_capture_set() -> Optional[CaptureSet]:
 
 
 def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest") -> Iterator["GemmOperands"]:
-    """Per-layer :class:`GemmOperands` of a capture set, in forward order.
-
-    ``scale_mode``: ``"own"`` (the committed checkpoint's scales) or ``"pow2"`` (requantized
-    with power-of-two scales under ``rule`` ``"nearest"`` | ``"ceiling"``). Each has ``a``
-    int8 [M, K], ``b`` int8 [N, K], ``scale_a`` fp32 [M], ``scale_b`` fp32 [N], bias None or
-    bf16, ``out_dtype`` bf16 and ``meta`` {block, proj, M, K, N, kind, rule, model_digest,
-    capture_dir, acc_absmax, acc_ge_2p24, source: "capture"}.
-    CaptureError: bad mode / rule, unresolvable checkpoint or digest mismatch."""
+    """Per-layer :class:`GemmOperands` (``a`` int8 [M, K], ``b`` int8 [N, K], fp32 scales, bf16
+    out, ``meta`` from the manifest) in forward order, for ``scale_mode`` ``"own"`` or
+    ``"pow2"`` (``rule`` ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule,
+    unresolvable checkpoint or digest mismatch."""
     if scale_mode not in ("own", "pow2"):
         raise CaptureError(f"scale_mode={scale_mode!r} is not 'own' or 'pow2'")
     if scale_mode == "pow2" and rule not in ("nearest", "ceiling"):
@@ -365,10 +361,8 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
             f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
         ) from None
     model.eval()
-    handles = []
-    for name in names:
-        mod = model.get_submodule(name)
-        handles.append(mod.register_forward_pre_hook(lambda m, args, _n=name: hook(_n, args[0])))
+    pre = [(model.get_submodule(n), lambda m, args, _n=n: hook(_n, args[0])) for n in names]
+    handles = [mod.register_forward_pre_hook(fn) for mod, fn in pre]
     try:
         with torch.no_grad():
             for w in range(input_ids.shape[0]):
@@ -394,19 +388,12 @@ def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
 
 
 def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
-    return {
-        "engine": engine,
-        "engine_dtype": "float64" if engine == "f64" else str(dtype).replace("torch.", ""),
-        "windows": int(input_ids.shape[0]),
-        "window_len": int(input_ids.shape[1]),
-        "positions": positions,
-        "tokens_per_layer": int(input_ids.shape[0]) * len(positions),
-        "input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()),
-        "token_source": source,
-        "activation_quantizer": "reference.quantize.quantize_activation_per_token",
-        "raw_dtype": "bfloat16",
-        "store_raw": bool(store_raw),
-    }
+    (w, length), dtype_name = input_ids.shape, "float64" if engine == "f64" else str(dtype).replace("torch.", "")
+    out = {"engine": engine, "engine_dtype": dtype_name, "windows": int(w), "window_len": int(length)}
+    out |= {"positions": positions, "tokens_per_layer": int(w) * len(positions)}
+    out |= {"input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()), "token_source": source}
+    out["activation_quantizer"] = "reference.quantize.quantize_activation_per_token"
+    return out | {"raw_dtype": "bfloat16", "store_raw": bool(store_raw)}
 
 
 def capture_model(
@@ -425,19 +412,13 @@ def capture_model(
     max_new_layers: Optional[int] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Optional[CaptureSet]:
-    """Capture every decoder linear's input of a float Qwen3 model into ``out_dir``
-    (resumed if it holds a partial capture of the same model and settings).
+    """Capture every decoder linear's input of a float Qwen3 model into ``out_dir`` (resuming
+    a partial capture of the same model and settings); the verified :class:`CaptureSet`
+    when complete, else None (e.g. stopped by ``max_new_layers``).
 
-    ``input_ids``: LongTensor ``[W, L]`` (default: ``windows`` x ``window_len`` held-out
-    :func:`eval_windows` with the model's tokenizer); ``tokens_per_window``: positions kept
-    per window (:func:`token_positions`); ``w8a8_dir``: an existing W8A8 checkpoint to use
-    as ``own`` (default: the derived one); ``dtype``: for ``engine="hf"``; ``store_raw``:
-    also store ``x``; ``max_new_layers``: stop after that many new layers (stays
-    incomplete); ``progress``: called with one line per layer.
-
-    Returns the verified :class:`CaptureSet` when complete, else None. CheckpointError:
-    bad model directory. CaptureError: ``out_dir`` holds another model's capture or other
-    settings (untouched), bad token ids, unsupported model features, bad ``w8a8_dir``."""
+    ``input_ids`` ``[W, L]`` defaults to held-out :func:`eval_windows`; ``w8a8_dir``: a W8A8
+    checkpoint to use as ``own``; ``store_raw``: also store ``x``. CheckpointError: bad model
+    dir. CaptureError: ``out_dir`` holds another capture (untouched), bad ids or features."""
     if engine not in ("f64", "hf"):
         raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
     mdir = Path(model_dir)
@@ -492,16 +473,10 @@ def capture_model(
         is_default = False
     model_rec = {key: config.get(key) for key in _MODEL_KEYS.split()}
     model_rec.update(digest=mdigest, dir=DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()), model_type="qwen3")
-    ck_rec = {
-        k: {
-            "digest": ck.digest,
-            "scale_rule": k,
-            "origin": f"dir:{Path(ck.dir).resolve()}"
-            if (k == "own" and w8a8_dir is not None)
-            else "built:reference.model.artifacts.derived_checkpoint",
-        }
-        for k, ck in cks.items()
-    }
+    built = "built:reference.model.artifacts.derived_checkpoint"
+    ck_rec = {k: {"digest": ck.digest, "scale_rule": k, "origin": built} for k, ck in cks.items()}
+    if w8a8_dir is not None:
+        ck_rec["own"]["origin"] = f"dir:{Path(cks['own'].dir).resolve()}"
 
     header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
     man = _resume_or_start(out, header)
@@ -619,11 +594,10 @@ def _resume_or_start(out: Path, header: dict) -> dict:
 def remove_capture(capture_dir) -> int:
     """Delete a capture's layer files and manifest (nothing else) and return how many files
     went (0 without a manifest); CaptureError if the manifest is not an int8conf capture."""
-    cdir = Path(capture_dir)
+    cdir, n = Path(capture_dir), 0
     if not (cdir / MANIFEST).is_file():
         return 0
     man = _read_manifest(cdir)
-    n = 0
     files = {cdir / Path(e["file"]).name for e in man["layers"].values()}
     files |= {p for p in cdir.iterdir() if p.is_file() and _is_capture_file(p) and not p.name.startswith(".")}
     for f in sorted(files):

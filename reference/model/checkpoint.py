@@ -182,12 +182,9 @@ def _read_index(path: Path) -> dict[str, str]:
 
 
 def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``(config, {tensor name: CPU tensor in its stored dtype})`` of a Qwen3 checkpoint
-    (single file, or the shards of the index if present).
-
-    CheckpointError: not a Qwen3 dir; no weight file; a truncated, unreadable or missing
-    shard, or one lacking a tensor the index assigns it; a required tensor missing or
-    misshapen; a non-finite float tensor."""
+    """``(config, {tensor name: CPU tensor as stored})`` of a Qwen3 checkpoint (single file or
+    index shards). CheckpointError: not Qwen3; a weight file missing, truncated or unreadable;
+    a tensor missing from its shard, required but missing or misshapen, or non-finite."""
     d = Path(model_dir)
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}

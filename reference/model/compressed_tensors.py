@@ -69,13 +69,9 @@ def w8a8_quantization_config() -> dict:
 
 @dataclass
 class W8A8Checkpoint:
-    """A loaded W8A8 compressed-tensors Qwen3 checkpoint.
-
-    ``weights``: ``{layer: int8 [N, K]}`` per quantized linear; ``scales``: ``{layer:
-    weight_scale}`` as stored (use :meth:`scale_b` for fp32 [N]); ``others``: every
-    non-quantized tensor; ``activation_scheme``: the ``input_activations`` dict (None:
-    weight-only); ``digest``: :func:`state_digest` of all tensors; ``meta``: our
-    ``int8conf`` record ({} for other tools' checkpoints)."""
+    """A loaded W8A8 checkpoint: ``weights`` int8 [N, K] and ``scales`` as stored per quantized
+    linear, ``others`` the remaining tensors, ``activation_scheme`` (None: weight-only),
+    ``digest`` (:func:`state_digest`), ``meta`` our ``int8conf`` record ({} otherwise)."""
 
     dir: Path
     config: dict
@@ -144,11 +140,9 @@ def write_checkpoint_dir(
     quantization_config: Optional[dict] = None,
     int8conf_meta: Optional[dict] = None,
 ) -> Path:
-    """Write a Hugging Face checkpoint directory atomically (built under a temporary
-    sibling, then renamed into place) and return it. ``quantization_config`` and
-    ``int8conf_meta`` (``config["int8conf"]``) are added to the config when given;
-    tokenizer / generation files are copied from ``side_files_from``. An existing
-    ``out_dir`` is replaced only if empty or a checkpoint directory, else CheckpointError."""
+    """Write a checkpoint directory atomically (temporary sibling renamed into place) and return
+    it; ``int8conf_meta`` becomes ``config["int8conf"]``. An existing ``out_dir`` is replaced
+    only if empty or a checkpoint directory, else CheckpointError."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / CONFIG_FILE).is_file())):
         raise CheckpointError(f"{out}: exists and is not a checkpoint directory; refusing to overwrite")
@@ -191,10 +185,9 @@ def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta:
 def build_w8a8_checkpoint(
     parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
 ) -> W8A8Checkpoint:
-    """Quantize a float parent Qwen3 checkpoint with own per-channel scales and write it
-    to ``out_dir`` (the committed checkpoint, DESIGN.md section 5); returns it re-read.
-    Deterministic. ``parent``: pre-loaded ``(config, state)``; ``quantizer``: override for
-    tests / faults. CheckpointError: bad parent, or parent already quantized."""
+    """The committed checkpoint (DESIGN.md section 5): a float parent quantized with own
+    per-channel scales, written to ``out_dir`` and re-read. ``parent``: pre-loaded ``(config,
+    state)``. CheckpointError: bad parent, or parent already quantized."""
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(
@@ -202,12 +195,9 @@ def build_w8a8_checkpoint(
             f"(has quantization_config); quantize the float parent instead"
         )
     tensors = quantize_state_w8a8(config, state, quantizer)
-    meta = {
-        "scale_rule": "own",
-        "parent_digest": state_digest(state),
-        "state_digest": state_digest(tensors),
-        "quantizer": QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom"),
-    }
+    name = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
+    meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
+    meta["quantizer"] = name
     return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
 
 

@@ -72,12 +72,9 @@ def _heldout_stream(tok) -> torch.Tensor:
 
 
 def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
-    """Fixed held-out evaluation windows, LongTensor ``[n, length]``.
-
-    The held-out works, tokenized separately (default tokenizer: the default model's)
-    and joined with the EOT id, are cut into W = len // length non-overlapping windows;
-    those at ``round(linspace(0, W-1, n))`` are returned. Int8confError if ``n`` or
-    ``length`` < 1 or n > W."""
+    """LongTensor ``[n, length]``: of the W non-overlapping windows of the held-out works
+    (tokenized one by one, joined with EOT), those at ``round(linspace(0, W-1, n))``.
+    Int8confError if ``n`` or ``length`` < 1 or n > W."""
     if n < 1 or length < 1:
         raise Int8confError(f"eval_windows: n={n} and length={length} must both be >= 1")
     tok = tokenizer if tokenizer is not None else load_tokenizer()

@@ -36,12 +36,9 @@ ScaledMM = Callable[..., torch.Tensor]
 
 
 def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
-    """A Hugging Face ``Qwen3ForCausalLM`` in ``dtype``, eval mode, on CPU.
-
-    The directory is validated by :func:`load_qwen3_state` first, so a missing or
-    misshapen tensor is a one-line CheckpointError, never transformers' random
-    initialization of it; transformers' loading report and progress bar are silenced.
-    CheckpointError: no config.json, not Qwen3, a bad tensor, or the weights fail to load."""
+    """A Hugging Face ``Qwen3ForCausalLM`` in ``dtype``, eval mode, on CPU; CheckpointError
+    (never transformers' random initialization) for no config.json, not Qwen3, a missing or
+    misshapen tensor, or weights that fail to load."""
     from transformers import Qwen3ForCausalLM
 
     d = Path(model_dir)
@@ -124,8 +121,7 @@ def quantize_weights(model: nn.Module, quantizer: Optional[Callable] = None) -> 
     :func:`reference.quantize.quantize_weight_per_channel`, llm-compressor's own scales)."""
     if quantizer is None:
         quantizer = quantize_weight_per_channel
-    out = {}
-    mods = dict(model.named_modules())
+    out, mods = {}, dict(model.named_modules())
     for name in linear_names(model.config.num_hidden_layers):
         lin = mods[name]
         q, s = quantizer(lin.weight.detach())
@@ -207,12 +203,8 @@ def build_w8a8_model(
     scaled_mm: ScaledMM | Mapping[str, ScaledMM],
     track_acc: bool = False,
 ) -> tuple[nn.Module, Optional[AccStats]]:
-    """``(copy of model whose decoder linears run W8A8, AccStats or None)``; ``model`` is
-    not modified, ``lm_head`` stays bf16.
-
-    ``weights``: a :class:`QuantWeight` for every :func:`linear_names` entry;
-    ``scaled_mm``: one callable or ``{layer name: callable}``; ``track_acc``: also take
-    the exact int64 accumulator of every call and record the per-layer max |acc|.
+    """``(copy of model with W8A8 decoder linears, AccStats if track_acc else None)``, through
+    ``scaled_mm`` (one callable or ``{layer: callable}``); ``weights`` covers :func:`linear_names`.
     CheckpointError: a layer missing; OperandError: a weight shape differs from its linear."""
     stats = AccStats() if track_acc else None
     names = linear_names(model.config.num_hidden_layers)
@@ -249,12 +241,9 @@ def reference_scaled_mm_for(contract) -> ScaledMM:
 
 @dataclass
 class TeacherForced:
-    """Per-position outputs of a teacher-forced pass; position ``t`` of window ``b`` is the
-    prediction after reading ``windows[b, :t+1]``.
-
-    ``argmax`` int64 ``[B, T]`` (ties -> smallest id); ``margin`` float32 ``[B, T]`` top-1
-    minus top-2 logit (exact upcast of the output dtype); ``top1`` float32 ``[B, T]``;
-    ``nll`` float32 ``[B, T-1]`` ``-log softmax(logits[t])[windows[t+1]]`` in float32."""
+    """Teacher-forced outputs after reading ``windows[b, :t+1]``: ``argmax`` int64 ``[B, T]`` (ties
+    -> smallest id), ``margin`` (top-1 minus top-2 logit) and ``top1`` float32 ``[B, T]``, ``nll``
+    float32 ``[B, T-1]`` = ``-log softmax(logits[t])[windows[t+1]]``, logits upcast exactly."""
 
     argmax: torch.Tensor
     margin: torch.Tensor

@@ -131,8 +131,7 @@ def _first_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple, str, str
         ib = b.contiguous().view(ia.dtype)
     else:
         ia, ib = a, b
-    flat = torch.nonzero((ia != ib).reshape(-1))
-    i = int(flat[0])
+    i = int(torch.nonzero((ia != ib).reshape(-1))[0])
     idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape)) if a.dim() else ()
     return idx, repr(a.reshape(-1)[i].item()), repr(b.reshape(-1)[i].item())
 
@@ -161,13 +160,9 @@ def compare_states(
         if dc != dr:
             if c.numel() and not torch.equal(c.contiguous().view(torch.uint8), r.contiguous().view(torch.uint8)):
                 idx, vc, vr = _first_difference(c, r)
+                msg = f"tensor {name!r} element {list(idx)}: committed {vc}, rebuilt {vr}"
                 raise ReconstructionGateError(
-                    f"reconstruction gate failed: {committed_where}: tensor {name!r} element {list(idx)}: "
-                    f"committed {vc}, rebuilt {vr}",
-                    name,
-                    idx,
-                    vc,
-                    vr,
+                    f"reconstruction gate failed: {committed_where}: {msg}", name, idx, vc, vr
                 )
             raise ReconstructionGateError(  # pragma: no cover - equal bytes imply equal digests
                 f"reconstruction gate failed: {committed_where}: tensor {name!r} digest {dc[:12]} != {dr[:12]}", name
@@ -179,11 +174,9 @@ def compare_states(
 def reconstruction_gate(
     parent_dir, committed_dir, quantizer: Optional[Callable] = None, parent: Optional[tuple] = None
 ) -> dict:
-    """Rebuild the committed own-scale W8A8 checkpoint from its parents with ``quantizer``
-    (default :func:`reference.quantize.quantize_weight_per_channel`) and require every
-    tensor to match byte for byte (:func:`compare_states`). ``parent``: pre-loaded
-    ``(config, state)``. Returns ``{"passed": True, "tensors", "state_digest",
-    "parent_digest", "tensor_digests"}``; CheckpointError for unreadable inputs."""
+    """Rebuild the committed checkpoint from its parents with ``quantizer`` and require a
+    byte-for-byte match (:func:`compare_states`); returns ``{"passed": True, "tensors",
+    "state_digest", "parent_digest", "tensor_digests"}``. CheckpointError: unreadable inputs."""
     ccfg = read_config(committed_dir)
     if not isinstance(ccfg.get("quantization_config") or ccfg.get("compression_config"), dict):
         raise CheckpointError(
@@ -217,12 +210,7 @@ def build_pow2_checkpoint(
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     gate = reconstruction_gate(parent_dir, committed_dir, quantizer=gate_quantizer, parent=(config, state))
     tensors = quantize_state_w8a8(config, state, lambda t: requantize_pow2(t, rule))
-    meta = {
-        "scale_rule": f"pow2-{rule}",
-        "parent_digest": gate["parent_digest"],
-        "committed_digest": gate["state_digest"],
-        "reconstruction_gate": "passed",
-        "state_digest": state_digest(tensors),
-        "quantizer": "reference.model.pow2.requantize_pow2",
-    }
+    meta = {"scale_rule": f"pow2-{rule}", "parent_digest": gate["parent_digest"]}
+    meta |= {"committed_digest": gate["state_digest"], "reconstruction_gate": "passed"}
+    meta |= {"state_digest": state_digest(tensors), "quantizer": "reference.model.pow2.requantize_pow2"}
     return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)

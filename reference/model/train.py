@@ -134,19 +134,9 @@ def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
     from transformers import Qwen3Config
 
     d = asdict(shape)
-    theta = d.pop("rope_theta")
-    return Qwen3Config(
-        **d,
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
-        attention_dropout=attention_dropout,
-        attention_bias=False,
-        hidden_act="silu",
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        use_cache=True,
-        dtype="bfloat16",
-    )
+    d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
+    d |= dict(attention_dropout=attention_dropout, attention_bias=False, hidden_act="silu", bos_token_id=None)
+    return Qwen3Config(**d, eos_token_id=eos_id, pad_token_id=eos_id, use_cache=True, dtype="bfloat16")
 
 
 def count_params(model) -> int:
@@ -197,9 +187,8 @@ def sample(model, tok, prompt: str, max_new_tokens: int = 60, greedy: bool = Tru
     ids = torch.tensor([tok.encode(prompt).ids], device=dev)
     torch.manual_seed(seed)
     kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=0.8, top_k=40)
-    out = model.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, pad_token_id=tok.token_to_id(EOT), **kw
-    )
+    kw |= dict(attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, pad_token_id=tok.token_to_id(EOT))
+    out = model.generate(ids, **kw)
     return tok.decode(out[0].tolist())
 
 
@@ -210,9 +199,8 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.config.attention_dropout = 0.0  # training-only regulariser
-    model.generation_config = GenerationConfig(
-        eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False, max_new_tokens=64
-    )
+    gen = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False, max_new_tokens=64)
+    model.generation_config = gen
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
         for name in ("config.json", "generation_config.json", "model.safetensors"):
@@ -289,11 +277,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
             if val < best:
                 best = val
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            print(
-                f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) "
-                f"best {best:.3f} {time.time() - t_train:.0f}s",
-                flush=True,
-            )
+            msg = f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) best {best:.3f}"
+            print(f"{msg} {time.time() - t_train:.0f}s", flush=True)
             if state_path is not None:
                 fd, tmp = tempfile.mkstemp(dir=Path(state_path).parent, suffix=".tmp")
                 os.close(fd)
@@ -311,13 +296,14 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     ho = all_windows(streams["heldout"], cfg.seq_len)
     ho_nll = model_nll(model, ho)
     uni_nll = unigram_nll(streams["train"], ho[:, 1:], cfg.shape.vocab_size)
-    samples = {
-        "greedy": sample(model, tok, "Shall I compare thee to a summer's day?"),
-        "sampled_t0.8_k40": sample(model, tok, "Shall I compare thee to a summer's day?", greedy=False),
-    }
+    prompt = "Shall I compare thee to a summer's day?"
+    samples = {"greedy": sample(model, tok, prompt), "sampled_t0.8_k40": sample(model, tok, prompt, greedy=False)}
     print(f"held-out ppl (bf16) {math.exp(ho_nll):.2f} vs unigram {math.exp(uni_nll):.2f}", flush=True)
     print(samples["greedy"], flush=True)
     save_model(model, out_dir, eos)
+    env = {"torch": torch.__version__, "python": platform.python_version()}
+    env |= {"transformers": __import__("transformers").__version__, "tokenizers": __import__("tokenizers").__version__}
+    env["device"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     heldout_eval = {"windows": int(ho.shape[0]), "window_len": cfg.seq_len, "target_tokens": int(ho[:, 1:].numel())}
     heldout_eval |= {"model_dtype": "bfloat16", "model_nll": ho_nll, "model_ppl": math.exp(ho_nll)}
     heldout_eval |= {"unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll)}
@@ -337,13 +323,7 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         "samples": samples,
         "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
         "corpus_sha256": split["meta"]["corpus_sha256"],
-        "env": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "transformers": __import__("transformers").__version__,
-            "tokenizers": __import__("tokenizers").__version__,
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        },
+        "env": env,
     }
     atomic_write_json(out_dir / "train_log.json", log)
     return log
