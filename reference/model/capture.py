@@ -231,9 +231,10 @@ def default_capture_set() -> Optional[CaptureSet]:
 
 def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest") -> Iterator["GemmOperands"]:
     """Per-layer :class:`GemmOperands` (``a`` int8 [M, K], ``b`` int8 [N, K], fp32 scales, bf16
-    out, ``meta`` from the manifest) in forward order, for ``scale_mode`` ``"own"`` or
-    ``"pow2"`` (``rule`` ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule,
-    unresolvable checkpoint or digest mismatch."""
+    out, ``meta`` {block, proj, M, K, N, kind, rule, model_digest, capture_dir, acc_absmax,
+    acc_ge_2p24, source}) in forward order, for ``scale_mode`` ``"own"`` or ``"pow2"`` (``rule``
+    ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule, unresolvable checkpoint or
+    digest mismatch."""
     if scale_mode not in ("own", "pow2"):
         raise CaptureError(f"scale_mode={scale_mode!r} is not 'own' or 'pow2'")
     if scale_mode == "pow2" and rule not in ("nearest", "ceiling"):
