@@ -357,17 +357,11 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():
         print(json.dumps(train_tokenizer(out)), flush=True)
     if not args.tokenizer_only:
-        cfg = TrainConfig(
-            steps=args.steps,
-            batch_size=args.batch_size,
-            eval_every=args.eval_every,
-            time_limit_s=args.time_limit,
-            lr=args.lr,
-            min_lr=args.lr / 10,
-            embed_dropout=args.embed_dropout,
-            attention_dropout=args.attention_dropout,
+        kw = dict(
+            steps=args.steps, batch_size=args.batch_size, eval_every=args.eval_every, time_limit_s=args.time_limit
         )
-        log = train_model(out, cfg, device, args.state)
+        kw |= dict(lr=args.lr, min_lr=args.lr / 10, embed_dropout=args.embed_dropout)
+        log = train_model(out, TrainConfig(**kw, attention_dropout=args.attention_dropout), device, args.state)
         ho = log["heldout_eval"]
         summary = {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
         print(json.dumps(summary | {"heldout_ppl": ho["model_ppl"], "unigram_ppl": ho["unigram_ppl"]}), flush=True)
