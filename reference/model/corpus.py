@@ -1,9 +1,8 @@
 """The shipped Shakespeare corpus: the train / validation / held-out split,
 the 8 fixed prompts and the held-out evaluation windows.
 
-Reads ``reference/model/assets/corpus/`` (written by
-``reference.model.build_corpus``); the held-out works never appear in
-training (whole works are split, see ``split.json``).
+Reads ``reference/model/assets/corpus/`` (written by ``reference.model.build_corpus``);
+whole works are split, so held-out works never appear in training.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import lzma
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 
 from reference.errors import CheckpointError, Int8confError
 from reference.model.assets import corpus_dir, read_asset_json
@@ -37,12 +37,8 @@ def _load_works(path_str: str, expect_sha: str | None) -> dict[str, str]:
 
 
 def load_corpus_split(directory: Path | None = None) -> dict:
-    """The cleaned corpus, split into whole works.
-
-    Returns ``{"train": {work: text}, "validation": {work: text},
-    "heldout": {work: text}, "meta": <split.json contents>}``; each inner
-    dict keeps the work order listed in ``split.json``. Raises CheckpointError
-    if a file is missing or the corpus digest does not match ``split.json``."""
+    """``{"train" | "validation" | "heldout": {work: text}, "meta": split.json}``, works in
+    ``split.json`` order. CheckpointError if a file is missing or the corpus digest differs."""
     d = Path(directory) if directory is not None else corpus_dir()
     meta = read_asset_json(d / "split.json")
     works = _load_works(str(d / "corpus.json.xz"), meta.get("corpus_sha256"))
@@ -56,8 +52,7 @@ def load_corpus_split(directory: Path | None = None) -> dict:
 
 
 def prompts(directory: Path | None = None) -> list[str]:
-    """The 8 fixed prompts (``prompts[0]`` is the opening line of Sonnet 18,
-    "Shall I compare thee to a summer's day?")."""
+    """The 8 fixed prompts (``prompts[0]``: the opening line of Sonnet 18)."""
     d = Path(directory) if directory is not None else corpus_dir()
     return list(read_asset_json(d / "prompts.json")["prompts"])
 
@@ -66,10 +61,7 @@ _STREAM_CACHE: dict[str, torch.Tensor] = {}
 
 
 def _heldout_stream(tok) -> torch.Tensor:
-    """Held-out token stream (LongTensor [T]); cached per tokenizer content
-    for ``tokenizers.Tokenizer`` (keyed by the sha256 of its JSON)."""
-    from tokenizers import Tokenizer
-
+    """Held-out token stream (LongTensor [T]), cached per ``tokenizers.Tokenizer`` content."""
     key = hashlib.sha256(tok.to_str().encode()).hexdigest() if isinstance(tok, Tokenizer) else None
     if key is not None and key in _STREAM_CACHE:
         return _STREAM_CACHE[key]
@@ -80,15 +72,9 @@ def _heldout_stream(tok) -> torch.Tensor:
 
 
 def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
-    """Fixed held-out evaluation windows.
-
-    ``tokenizer``: ``tokenizers.Tokenizer`` or transformers tokenizer (None:
-    the default model's). The held-out works (``split.json``) are tokenized
-    separately and joined with the EOT id; the stream is cut into
-    W = len // length consecutive non-overlapping windows and the windows at
-    indices ``round(linspace(0, W-1, n))`` are returned, so windows spread
-    over every held-out work. Returns LongTensor ``[n, length]`` (token ids).
-    Raises Int8confError if ``n``/``length`` < 1 or n > W."""
+    """LongTensor ``[n, length]``: of the W non-overlapping windows of the held-out works
+    (tokenized one by one, joined with EOT), those at ``round(linspace(0, W-1, n))``.
+    Int8confError if ``n`` or ``length`` < 1 or n > W."""
     if n < 1 or length < 1:
         raise Int8confError(f"eval_windows: n={n} and length={length} must both be >= 1")
     tok = tokenizer if tokenizer is not None else load_tokenizer()

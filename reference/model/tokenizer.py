@@ -1,13 +1,14 @@
 """The default model's tokenizer: loading it, encoding text, the EOT separator.
 
-Byte-level BPE (``tokenizers``) stored as ``tokenizer.json`` in a model
-directory; every function also accepts a transformers tokenizer, so any
-Hugging Face Qwen3 checkpoint directory works.
+Byte-level BPE stored as ``tokenizer.json``; every function also accepts a
+transformers tokenizer, so any Hugging Face Qwen3 checkpoint directory works.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from tokenizers import Tokenizer
 
 from reference.errors import CheckpointError
 from reference.model.assets import default_model_dir
@@ -16,10 +17,7 @@ EOT = "<|endoftext|>"
 
 
 def load_tokenizer(model_dir: Path | None = None):
-    """The byte-level BPE tokenizer (``tokenizers.Tokenizer``) of a model dir
-    (default: the shipped default model). Raises CheckpointError if missing."""
-    from tokenizers import Tokenizer
-
+    """The ``tokenizers.Tokenizer`` of a model dir (default: the shipped model); CheckpointError if missing."""
     path = Path(model_dir if model_dir is not None else default_model_dir()) / "tokenizer.json"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing tokenizer.json")
@@ -27,20 +25,14 @@ def load_tokenizer(model_dir: Path | None = None):
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    """Token ids of ``text`` without special tokens, for either a
-    ``tokenizers.Tokenizer`` or a transformers tokenizer."""
-    from tokenizers import Tokenizer
-
+    """Token ids of ``text`` without special tokens."""
     if isinstance(tokenizer, Tokenizer):
         return tokenizer.encode(text, add_special_tokens=False).ids
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def eot_id(tokenizer) -> int:
-    """Id of the ``<|endoftext|>`` separator token (CheckpointError if the
-    tokenizer lacks it)."""
-    from tokenizers import Tokenizer
-
+    """Id of the ``<|endoftext|>`` token (CheckpointError if the tokenizer lacks it)."""
     tid = tokenizer.token_to_id(EOT) if isinstance(tokenizer, Tokenizer) else tokenizer.convert_tokens_to_ids(EOT)
     if tid is None or (not isinstance(tokenizer, Tokenizer) and tid == getattr(tokenizer, "unk_token_id", -1)):
         raise CheckpointError(f"tokenizer has no {EOT} token")

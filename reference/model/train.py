@@ -1,38 +1,10 @@
 """Train the default model shipped in ``reference/model/assets/default_model/``.
 
-Two steps, both deterministic given the committed corpus:
-
-1. ``train_tokenizer``: byte-level BPE (``tokenizers``; GPT-2-style byte
-   alphabet, vocabulary 4096 incl. the ``<|endoftext|>`` separator) trained on
-   the TRAIN works only.
-2. ``train_model``: a small Qwen3 causal LM (``transformers.Qwen3Config`` /
-   ``Qwen3ForCausalLM``: 4 blocks, hidden 384, 6 query heads / 2 KV heads
-   (grouped-query attention), head_dim 64, QK-norm (part of Qwen3),
-   intermediate 1536, tied embeddings, 512-token context) trained with AdamW,
-   bf16 autocast, fp32 master weights, warmup + cosine LR schedule, embedding
-   dropout 0.2 and attention dropout 0.1 as regularisers (the train works are
-   only ~1.54 M tokens; without them validation loss turns up after ~6
-   epochs), fixed seeds. The checkpoint with the best validation loss
-   (validation works, never the held-out works) is saved in bf16 safetensors.
-   ``TrainConfig``'s defaults are the best of the four runs recorded in
-   ``train_sweep.json`` (900 steps x 32 x 512 tokens, ~25 s on one H200).
-   GPU kernels are not bitwise deterministic, so a rerun reproduces the
-   figures, not the exact bytes; the shipped bytes are pinned by
-   ``reference/model/assets/assets_manifest.json``.
-
-Reported in ``train_log.json``: config, hyper-parameters, seeds, loss curve,
-held-out perplexity of the saved bf16 model on all non-overlapping windows of
-the held-out works, and the add-one-smoothed unigram baseline perplexity
-(unigram counts from the train works) on exactly the same target tokens.
-Perplexity = exp(mean token negative log-likelihood) (Jelinek et al. 1977;
-Jurafsky & Martin, SLP3 ch. 3.3).
-
-Run on a GPU machine::
-
-    PYTHONPATH=. python3 -m reference.model.train --out $OUT/default_model --device cuda
-
-(``--tokenizer-only`` builds just the tokenizer, which must be committed before
-the GPU run so the run and the shipped model share it.)
+:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model`
+(a small Qwen3, :class:`ModelShape`; the best-validation checkpoint saved in bf16,
+reproducing the figures, not the bytes, on GPU). ``train_log.json`` records config,
+loss curve and held-out perplexity against a unigram baseline. Run
+``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first).
 """
 
 from __future__ import annotations
@@ -52,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from reference.errors import CheckpointError
 from reference.fileio import atomic_write_json
-from reference.model.assets import default_model_dir
+from reference.model.assets import default_model_dir, write_manifest
 from reference.model.build_corpus import sha256_hex
 from reference.model.corpus import load_corpus_split
 from reference.model.tokenizer import EOT, token_stream
@@ -83,8 +56,8 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (all logged in train_log.json); the
-    defaults produced the shipped model (run "c" of train_sweep.json)."""
+    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced
+    the shipped model (run "c" of train_sweep.json)."""
 
     seed: int = SEED
     steps: int = 900
@@ -104,22 +77,15 @@ class TrainConfig:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU + CUDA) RNGs."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
 
 
-# --------------------------------------------------------------------- tokenizer
 def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
-    """Train a byte-level BPE ``tokenizers.Tokenizer`` on ``train_texts``.
-
-    Byte-level pre-tokenizer without prefix space (GPT-2 regex), initial
-    alphabet = all 256 byte symbols, special token ``<|endoftext|>`` (id 0),
-    min pair frequency 2. Deterministic for identical input."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
+    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes,
+    ``<|endoftext|>`` = id 0, min pair frequency 2) trained on ``train_texts``; deterministic."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -135,8 +101,8 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
 
 
 def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
-    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (transformers
-    ``PreTrainedTokenizerFast``; eos = pad = ``<|endoftext|>``, no bos)."""
+    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``;
+    eos = pad = ``<|endoftext|>``, no bos)."""
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
@@ -148,68 +114,38 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
         fast.save_pretrained(tmp)
         os.chmod(Path(tmp) / "tokenizer.json", 0o644)
         os.replace(Path(tmp) / "tokenizer.json", out_dir / "tokenizer.json")
-    # Written by hand: transformers 5 would record its own class name
-    # ("TokenizersBackend"), which transformers 4.x cannot load.
-    atomic_write_json(
-        out_dir / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "eos_token": EOT,
-            "pad_token": EOT,
-            "bos_token": None,
-            "unk_token": None,
-            "model_max_length": model_max_length,
-            "clean_up_tokenization_spaces": False,
-        },
-    )
+    # Written by hand: transformers 5 would record "TokenizersBackend", which 4.x cannot load.
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "pad_token": EOT, "bos_token": None}
+    cfg |= {"unk_token": None, "model_max_length": model_max_length, "clean_up_tokenization_spaces": False}
+    atomic_write_json(out_dir / "tokenizer_config.json", cfg)
 
 
 def train_tokenizer(out_dir: Path) -> dict:
-    """Build the tokenizer from the committed corpus's train works and save it
-    in ``out_dir``. Returns ``{"vocab_size", "tokenizer_sha256"}``."""
-    split = load_corpus_split()
-    tok = build_tokenizer(list(split["train"].values()))
+    """Build the tokenizer from the corpus's train works into ``out_dir``; returns
+    ``{"vocab_size", "tokenizer_sha256"}``."""
+    tok = build_tokenizer(list(load_corpus_split()["train"].values()))
     save_tokenizer(tok, out_dir)
-    return {
-        "vocab_size": tok.get_vocab_size(),
-        "tokenizer_sha256": sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes()),
-    }
+    digest = sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes())
+    return {"vocab_size": tok.get_vocab_size(), "tokenizer_sha256": digest}
 
 
-# ------------------------------------------------------------------------- model
 def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
-    """``transformers.Qwen3Config`` for ``shape`` (bf16 dtype recorded)."""
+    """``transformers.Qwen3Config`` for ``shape`` (dtype recorded as bf16)."""
     from transformers import Qwen3Config
 
     d = asdict(shape)
-    theta = d.pop("rope_theta")
-    return Qwen3Config(
-        **d,
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
-        attention_dropout=attention_dropout,
-        attention_bias=False,
-        hidden_act="silu",
-        bos_token_id=None,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        use_cache=True,
-        dtype="bfloat16",
-    )
+    d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
+    d |= dict(attention_dropout=attention_dropout, attention_bias=False, hidden_act="silu", bos_token_id=None)
+    return Qwen3Config(**d, eos_token_id=eos_id, pad_token_id=eos_id, use_cache=True, dtype="bfloat16")
 
 
 def count_params(model) -> int:
     """Unique parameter count (tied embedding counted once)."""
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            n += p.numel()
-    return n
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> float:
-    """Mean NLL (nats/token) of ``targets`` under the add-one-smoothed unigram
-    distribution estimated from ``train_ids`` (LongTensor, any shape)."""
+    """Mean NLL (nats/token) of ``targets`` under the add-one-smoothed unigram of ``train_ids``."""
     counts = torch.bincount(train_ids.flatten(), minlength=vocab).double() + 1.0
     logp = counts.log() - counts.sum().log()
     return float(-logp[targets.flatten()].mean())
@@ -217,9 +153,7 @@ def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> f
 
 @torch.no_grad()
 def model_nll(model, windows: torch.Tensor, batch: int = 16, autocast: bool = False) -> float:
-    """Mean next-token NLL (nats/token) of ``model`` over ``windows``
-    (LongTensor [W, L]); targets are positions 1..L-1 of each window (teacher
-    forcing)."""
+    """Mean teacher-forced next-token NLL (nats/token) over ``windows`` [W, L] (targets: positions 1..L-1)."""
     model.eval()
     dev = next(model.parameters()).device
     total, count = 0.0, 0
@@ -233,7 +167,7 @@ def model_nll(model, windows: torch.Tensor, batch: int = 16, autocast: bool = Fa
 
 
 def all_windows(stream: torch.Tensor, length: int) -> torch.Tensor:
-    """All consecutive non-overlapping windows [len // length, length]."""
+    """All consecutive non-overlapping windows ``[len // length, length]``."""
     w = stream.numel() // length
     return stream[: w * length].view(w, length)
 
@@ -248,29 +182,25 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 @torch.no_grad()
 def sample(model, tok, prompt: str, max_new_tokens: int = 60, greedy: bool = True, seed: int = SEED) -> str:
-    """Generate from ``prompt`` (greedy, or temperature 0.8 / top-k 40 sampling
-    with a fixed seed) with ``model.generate``; returns prompt + continuation."""
+    """Prompt + continuation from ``model.generate`` (greedy, or seeded temperature 0.8 / top-k 40)."""
     dev = next(model.parameters()).device
     ids = torch.tensor([tok.encode(prompt).ids], device=dev)
     torch.manual_seed(seed)
     kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=0.8, top_k=40)
-    out = model.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, pad_token_id=tok.token_to_id(EOT), **kw
-    )
+    kw |= dict(attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, pad_token_id=tok.token_to_id(EOT))
+    out = model.generate(ids, **kw)
     return tok.decode(out[0].tolist())
 
 
 def save_model(model, out_dir: Path, eos_id: int) -> None:
-    """Save ``model`` as bf16 safetensors + config.json + generation_config.json
-    into ``out_dir`` (each file moved into place atomically)."""
+    """Save ``model`` in bf16 (safetensors, config, generation config) into ``out_dir``, each file atomically."""
     from transformers import GenerationConfig
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.config.attention_dropout = 0.0  # training-only regulariser
-    model.generation_config = GenerationConfig(
-        eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False, max_new_tokens=64
-    )
+    gen = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id, do_sample=False, max_new_tokens=64)
+    model.generation_config = gen
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
         for name in ("config.json", "generation_config.json", "model.safetensors"):
@@ -279,12 +209,9 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
 
 
 def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path | None = None) -> dict:
-    """Train the default model; write model files + ``train_log.json`` to
-    ``out_dir``. ``out_dir`` must already hold the tokenizer (train_tokenizer).
-    ``state_path``: if given, the training state (weights, optimizer, RNG,
-    step) is saved there atomically at every evaluation and resumed from if
-    present. Returns the train log dict."""
-    from tokenizers import Tokenizer
+    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return
+    the train log, also written to ``train_log.json``. ``state_path``: training state
+    saved there atomically at every evaluation and resumed from if present."""
     from transformers import Qwen3ForCausalLM
 
     out_dir = Path(out_dir)
@@ -298,10 +225,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     streams = {
         k: torch.tensor(token_stream(tok, split[k]), dtype=torch.long) for k in ("train", "validation", "heldout")
     }
-    print(
-        "tokens: " + ", ".join(f"{k}={v.numel()}" for k, v in streams.items()) + f" ({time.time() - t0:.1f}s)",
-        flush=True,
-    )
+    counts = ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
+    print(f"tokens: {counts} ({time.time() - t0:.1f}s)", flush=True)
 
     seed_everything(cfg.seed)
     dev = torch.device(device)
@@ -311,12 +236,8 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     print(f"params: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=cfg.betas,
-        fused=dev.type == "cuda",
-    )
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=dev.type == "cuda")
     gen = torch.Generator().manual_seed(cfg.seed)
     train = streams["train"].to(dev)
     val_windows = all_windows(streams["validation"], cfg.seq_len)
@@ -351,38 +272,18 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         out_of_time = time.time() - t_train > cfg.time_limit_s
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
             val = model_nll(model, val_windows, autocast=True)
-            curve.append(
-                {
-                    "step": step,
-                    "train_loss": loss.item(),
-                    "val_loss": val,
-                    "lr": lr_at(step - 1, cfg),
-                    "elapsed_s": round(time.time() - t_train, 1),
-                }
-            )
+            point = {"step": step, "train_loss": loss.item(), "val_loss": val, "lr": lr_at(step - 1, cfg)}
+            curve.append(point | {"elapsed_s": round(time.time() - t_train, 1)})
             if val < best:
                 best = val
                 best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            print(
-                f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) "
-                f"best {best:.3f} {time.time() - t_train:.0f}s",
-                flush=True,
-            )
+            msg = f"step {step:5d} loss {loss.item():.3f} val {val:.3f} (ppl {math.exp(val):.1f}) best {best:.3f}"
+            print(f"{msg} {time.time() - t_train:.0f}s", flush=True)
             if state_path is not None:
                 fd, tmp = tempfile.mkstemp(dir=Path(state_path).parent, suffix=".tmp")
                 os.close(fd)
-                torch.save(
-                    {
-                        "model": model.state_dict(),
-                        "opt": opt.state_dict(),
-                        "gen": gen.get_state(),
-                        "step": step,
-                        "best": best,
-                        "curve": curve,
-                        "best_state": best_state,
-                    },
-                    tmp,
-                )
+                st = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step}
+                torch.save(st | {"best": best, "curve": curve, "best_state": best_state}, tmp)
                 os.replace(tmp, state_path)
         if out_of_time:
             stopped_early = True
@@ -395,13 +296,18 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     ho = all_windows(streams["heldout"], cfg.seq_len)
     ho_nll = model_nll(model, ho)
     uni_nll = unigram_nll(streams["train"], ho[:, 1:], cfg.shape.vocab_size)
-    samples = {
-        "greedy": sample(model, tok, "Shall I compare thee to a summer's day?"),
-        "sampled_t0.8_k40": sample(model, tok, "Shall I compare thee to a summer's day?", greedy=False),
-    }
+    prompt = "Shall I compare thee to a summer's day?"
+    samples = {"greedy": sample(model, tok, prompt), "sampled_t0.8_k40": sample(model, tok, prompt, greedy=False)}
     print(f"held-out ppl (bf16) {math.exp(ho_nll):.2f} vs unigram {math.exp(uni_nll):.2f}", flush=True)
     print(samples["greedy"], flush=True)
     save_model(model, out_dir, eos)
+    env = {"torch": torch.__version__, "python": platform.python_version()}
+    env |= {"transformers": __import__("transformers").__version__, "tokenizers": __import__("tokenizers").__version__}
+    env["device"] = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    heldout_eval = {"windows": int(ho.shape[0]), "window_len": cfg.seq_len, "target_tokens": int(ho[:, 1:].numel())}
+    heldout_eval |= {"model_dtype": "bfloat16", "model_nll": ho_nll, "model_ppl": math.exp(ho_nll)}
+    heldout_eval |= {"unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll)}
+    heldout_eval["unigram"] = "add-one smoothed counts over train tokens"
     log = {
         "model_shape": asdict(cfg.shape),
         "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
@@ -413,66 +319,30 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
         "best_val_ppl": math.exp(best),
         "curve": curve,
         "tokens": {k: int(v.numel()) for k, v in streams.items()},
-        "heldout_eval": {
-            "windows": int(ho.shape[0]),
-            "window_len": cfg.seq_len,
-            "target_tokens": int(ho[:, 1:].numel()),
-            "model_dtype": "bfloat16",
-            "model_nll": ho_nll,
-            "model_ppl": math.exp(ho_nll),
-            "unigram_nll": uni_nll,
-            "unigram_ppl": math.exp(uni_nll),
-            "unigram": "add-one smoothed counts over train tokens",
-        },
+        "heldout_eval": heldout_eval,
         "samples": samples,
         "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
         "corpus_sha256": split["meta"]["corpus_sha256"],
-        "env": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "transformers": __import__("transformers").__version__,
-            "tokenizers": __import__("tokenizers").__version__,
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        },
+        "env": env,
     }
     atomic_write_json(out_dir / "train_log.json", log)
     return log
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the training options to ``p`` (shared by ``python -m`` and
-    ``int8conf train-default``)."""
     p.add_argument("--out", type=Path, default=None, help="model dir (default: reference/model/assets/default_model)")
     p.add_argument("--tokenizer-only", action="store_true", help="only (re)build tokenizer.json")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument(
-        "--steps", type=int, default=TrainConfig.steps, help=f"optimizer steps (default {TrainConfig.steps})"
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=TrainConfig.batch_size,
-        help=f"training sequences per step (default {TrainConfig.batch_size})",
-    )
-    p.add_argument(
-        "--eval-every",
-        type=int,
-        default=TrainConfig.eval_every,
-        help=f"steps between held-out evaluations (default {TrainConfig.eval_every})",
-    )
-    p.add_argument("--lr", type=float, default=TrainConfig.lr, help=f"peak learning rate (default {TrainConfig.lr:g})")
-    p.add_argument(
-        "--embed-dropout",
-        type=float,
-        default=TrainConfig.embed_dropout,
-        help=f"dropout on the embeddings (default {TrainConfig.embed_dropout:g})",
-    )
-    p.add_argument(
-        "--attention-dropout",
-        type=float,
-        default=TrainConfig.attention_dropout,
-        help=f"dropout on the attention weights (default {TrainConfig.attention_dropout:g})",
-    )
+    for flag, typ, what in (
+        ("--steps", int, "optimizer steps"),
+        ("--batch-size", int, "training sequences per step"),
+        ("--eval-every", int, "steps between held-out evaluations"),
+        ("--lr", float, "peak learning rate"),
+        ("--embed-dropout", float, "dropout on the embeddings"),
+        ("--attention-dropout", float, "dropout on the attention weights"),
+    ):
+        default = getattr(TrainConfig, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=typ, default=default, help=f"{what} (default {default:g})")
     p.add_argument(
         "--time-limit", type=float, default=TrainConfig.time_limit_s, help="stop after this many seconds of training"
     )
@@ -480,34 +350,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train.
-    When writing into the shipped default dir, the asset manifest is
-    refreshed. Returns the exit code."""
-    from reference.model.assets import write_manifest
-
+    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset
+    manifest for the shipped dir. Returns the exit code."""
     out = Path(args.out) if args.out else default_model_dir()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():
         print(json.dumps(train_tokenizer(out)), flush=True)
     if not args.tokenizer_only:
-        cfg = TrainConfig(
-            steps=args.steps,
-            batch_size=args.batch_size,
-            eval_every=args.eval_every,
-            time_limit_s=args.time_limit,
-            lr=args.lr,
-            min_lr=args.lr / 10,
-            embed_dropout=args.embed_dropout,
-            attention_dropout=args.attention_dropout,
+        kw = dict(
+            steps=args.steps, batch_size=args.batch_size, eval_every=args.eval_every, time_limit_s=args.time_limit
         )
-        log = train_model(out, cfg, device, args.state)
-        print(
-            json.dumps(
-                {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
-                | {"heldout_ppl": log["heldout_eval"]["model_ppl"], "unigram_ppl": log["heldout_eval"]["unigram_ppl"]}
-            ),
-            flush=True,
-        )
+        kw |= dict(lr=args.lr, min_lr=args.lr / 10, embed_dropout=args.embed_dropout)
+        log = train_model(out, TrainConfig(**kw, attention_dropout=args.attention_dropout), device, args.state)
+        ho = log["heldout_eval"]
+        summary = {k: log[k] for k in ("parameters", "steps_done", "train_seconds")}
+        print(json.dumps(summary | {"heldout_ppl": ho["model_ppl"], "unigram_ppl": ho["unigram_ppl"]}), flush=True)
     if out.resolve() == default_model_dir().resolve():
         write_manifest()
     return 0

@@ -1,39 +1,26 @@
 """Quantized weights of a Qwen3 model for one scale mode, or read from a
 compressed-tensors W8A8 checkpoint together with the scale mode it carries.
 
-Scale modes (DESIGN.md section 5): ``own`` (the reference quantizer,
-llm-compressor's per-channel absmax/127.5 rule), ``pow2-nearest`` /
-``pow2-ceiling`` (requantized from the parent weights with power-of-two
-per-channel scales, ``reference.model.pow2``), ``bf16`` (no quantization).
+Scale modes (DESIGN.md section 5): ``own`` (llm-compressor's per-channel
+absmax/127.5 rule), ``pow2-nearest`` / ``pow2-ceiling`` (requantized from the
+parent with power-of-two scales, ``reference.model.pow2``), ``bf16`` (none).
 """
 
 from __future__ import annotations
 
+import torch
+
 from reference.errors import Int8confError
+from reference.model import forward as wf
+from reference.model.compressed_tensors import read_w8a8_checkpoint
 
 SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
 
 
 def checkpoint_scale_mode(ck) -> tuple[str, str]:
-    """Scale mode of a W8A8 checkpoint, read from the checkpoint itself.
-
-    Sources, in order: our ``int8conf.scale_rule`` record (written by
-    ``reference.model.pow2.build_pow2_checkpoint``: ``pow2-nearest`` /
-    ``pow2-ceiling``; by ``reference.model.compressed_tensors.build_w8a8_checkpoint``:
-    ``own``), checked against the stored scales; otherwise inferred: every
-    ``weight_scale`` an exact power of two (float32 mantissa 0.5 in
-    ``frexp``) -> ``pow2``.
-
-    Args:
-        ck: ``reference.model.compressed_tensors.W8A8Checkpoint``.
-
-    Returns:
-        ``(mode, label)``: mode ``pow2-nearest`` | ``pow2-ceiling`` | ``pow2``
-        (rule unknown) | ``own`` (any other per-channel scales); label for
-        output, e.g. ``"power-of-two scales (from checkpoint)"``.
-    """
-    import torch
-
+    """``(mode, label)`` of a ``W8A8Checkpoint``: mode ``pow2-nearest`` | ``pow2-ceiling``
+    (our ``int8conf.scale_rule`` record, checked against the scales), ``pow2`` (every
+    ``weight_scale`` an exact power of two, rule unknown) or ``own``; label for output."""
     all_pow2 = all(bool(torch.all(torch.frexp(ck.scale_b(n)).mantissa == 0.5)) for n in ck.scales)
     rule = (ck.meta or {}).get("scale_rule")
     if all_pow2 and rule in ("pow2-nearest", "pow2-ceiling"):
@@ -46,18 +33,8 @@ def checkpoint_scale_mode(ck) -> tuple[str, str]:
 
 
 def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
-    """Weights of a compressed-tensors W8A8 checkpoint plus its scale mode.
-
-    Returns:
-        ``(weights, mode, label)``: ``{layer: QuantWeight}`` and
-        :func:`checkpoint_scale_mode`'s pair.
-
-    Raises:
-        CheckpointError: checkpoint unreadable or missing a layer.
-    """
-    from reference.model import forward as wf
-    from reference.model.compressed_tensors import read_w8a8_checkpoint
-
+    """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError
+    if it is unreadable or misses a layer."""
     ck = read_w8a8_checkpoint(checkpoint)
     tensors = {}
     for name, q in ck.weights.items():
@@ -68,14 +45,8 @@ def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
 
 
 def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
-    """Quantized weights for ``scale_mode`` (or from a W8A8 checkpoint dir).
-
-    Raises:
-        CheckpointError: checkpoint unreadable or missing a layer.
-        Int8confError: checkpoint combined with a pow2 scale mode.
-    """
-    from reference.model import forward as wf
-
+    """Quantized weights for ``scale_mode``, or from a W8A8 checkpoint dir.
+    CheckpointError: bad checkpoint; Int8confError: checkpoint with a non-``own`` mode."""
     if checkpoint is None:
         return wf.weights_for_scale_mode(model, scale_mode)
     check_checkpoint_mode(checkpoint, scale_mode)
@@ -83,8 +54,7 @@ def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
 
 
 def check_checkpoint_mode(checkpoint, scale_mode: str) -> None:
-    """Int8confError when a checkpoint (which carries its own scales) is
-    combined with a scale mode other than ``own``."""
+    """Int8confError when a checkpoint (which carries its own scales) comes with a scale mode other than ``own``."""
     if checkpoint is not None and scale_mode != "own":
         raise Int8confError(
             f"--checkpoint takes its weights and scales from {checkpoint}; drop --scale-mode {scale_mode}"

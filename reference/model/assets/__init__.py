@@ -1,22 +1,10 @@
 """Package data of the model pipeline: where the shipped files live and their manifest.
 
-Layout::
-
-    reference/model/assets/
-      assets_manifest.json       sha256 of every file in corpus/ and default_model/
-      corpus/corpus.json.xz      {work: cleaned text}, xz-compressed JSON
-      corpus/split.json          train / validation / heldout works (whole works)
-      corpus/prompts.json        8 fixed prompts (prompts[0]: Sonnet 18)
-      default_model/             config.json, model.safetensors (bf16),
-                                 tokenizer.json, tokenizer_config.json,
-                                 generation_config.json, train_log.json
-      captures/                  per-layer W8A8 captures with their own manifest
-
-Built by ``int8conf build-corpus`` (``reference/model/build_corpus.py``),
-``int8conf train-default`` (``reference/model/train.py``) and ``int8conf
-capture`` (``reference/model/capture.py``). Nothing here downloads anything;
-the readers of these files are ``reference.model.corpus`` and
-``reference.model.tokenizer``.
+``assets_manifest.json`` (sha256 of every file in ``corpus/`` and ``default_model/``);
+``corpus/`` (``corpus.json.xz``, ``split.json``, ``prompts.json``); ``default_model/``
+(bf16 Qwen3 in Hugging Face layout plus ``train_log.json``); ``captures/`` (per-layer
+W8A8 captures with their own manifest). Built by ``int8conf build-corpus``,
+``train-default`` and ``capture``; nothing here downloads anything.
 """
 
 from __future__ import annotations
@@ -30,31 +18,25 @@ from reference.fileio import file_sha256 as file_digest  # public name of this m
 
 _ROOT = Path(__file__).resolve().parent
 MANIFEST_FILE = "assets_manifest.json"
-# Only these sub-dirs are covered by the manifest (captures ship their own
-# manifest with per-layer digests).
+# Only these sub-dirs are covered by the manifest (captures ship their own).
 MANIFEST_DIRS = ("corpus", "default_model")
 
 
 def assets_dir() -> Path:
-    """Directory holding the package data (``reference/model/assets``)."""
     return _ROOT
 
 
 def default_model_dir() -> Path:
-    """Directory of the shipped default Qwen3 model (Hugging Face layout;
-    loads with ``transformers.Qwen3ForCausalLM.from_pretrained``)."""
+    """The shipped default Qwen3 model (Hugging Face layout)."""
     return _ROOT / "default_model"
 
 
 def corpus_dir() -> Path:
-    """Directory of the shipped corpus (``corpus.json.xz``, ``split.json``,
-    ``prompts.json``)."""
     return _ROOT / "corpus"
 
 
 def read_asset_json(path: Path):
-    """Parse a shipped JSON file; CheckpointError naming the file (and the
-    command that rebuilds it) if it is missing or malformed."""
+    """Parse a shipped JSON file; CheckpointError naming the file if missing or malformed."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -64,9 +46,8 @@ def read_asset_json(path: Path):
 
 
 def shipped_files(root: Path | None = None) -> list[str]:
-    """Relative paths (posix, sorted) of every shipped file under the
-    manifest's dirs (``corpus/``, ``default_model/``) of ``root`` (default:
-    this package's dir), excluding hidden and temp files."""
+    """Sorted posix paths, relative to ``root`` (default: this package), of every file
+    under :data:`MANIFEST_DIRS`, excluding hidden, dunder and temp files."""
     root = Path(root) if root is not None else _ROOT
     out = []
     for sub in MANIFEST_DIRS:
@@ -78,8 +59,7 @@ def shipped_files(root: Path | None = None) -> list[str]:
 
 
 def write_manifest(root: Path | None = None) -> dict[str, str]:
-    """Record ``{relative path: sha256}`` of every shipped corpus/model file
-    in ``<root>/assets_manifest.json`` (atomically). Returns the mapping."""
+    """Record and return ``{relative path: sha256}`` of :func:`shipped_files` in the manifest."""
     root = Path(root) if root is not None else _ROOT
     digests = {rel: file_digest(root / rel) for rel in shipped_files(root)}
     atomic_write_json(root / MANIFEST_FILE, {"sha256": digests})
@@ -87,9 +67,8 @@ def write_manifest(root: Path | None = None) -> dict[str, str]:
 
 
 def verify_manifest(root: Path | None = None) -> dict[str, str]:
-    """Check every file in ``<root>/assets_manifest.json`` exists with the
-    recorded sha256 and no shipped file is unrecorded. Returns the mapping;
-    raises CheckpointError naming the first mismatching file."""
+    """The manifest's mapping, after checking every recorded file exists with its
+    sha256 and no shipped file is unrecorded (CheckpointError naming the first bad file)."""
     root = Path(root) if root is not None else _ROOT
     recorded = read_asset_json(root / MANIFEST_FILE)["sha256"]
     for rel, digest in recorded.items():
