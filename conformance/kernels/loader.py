@@ -22,8 +22,14 @@ import torch
 
 from conformance.kernels._digest import callable_digest
 from conformance.kernels.spec import BUILTINS, OVERFLOW_BEHAVIOURS, KernelSpec, ShapeConstraints
-from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
-from reference.epilogue_steps import EpilogueSteps, from_contract, parse_declared
+from reference.contract import (
+    CUTLASS_STYLE,
+    TRITON_STYLE,
+    EpilogueContract,
+    EpilogueSteps,
+    from_contract,
+    parse_declared,
+)
 from reference.errors import ContractError, KernelLoadError, first_line
 
 ENTRY_POINT_GROUP = "int8conf.kernels"

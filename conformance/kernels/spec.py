@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Optional, Union
 
-from reference.contract import EpilogueContract
-from reference.epilogue_steps import declared_to_dict
+from reference.contract import EpilogueContract, declared_to_dict
 from reference.errors import ContractError
 
 #: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
@@ -49,7 +48,7 @@ class KernelSpec:
 
     ``source_digest``: SHA-256 hex of its source (check C1). ``origin``: ``builtin``, ``module:pkg.mod:fn``,
     ``entry-point:name`` or ``adapter:name``. ``steps``: optional declared epilogue step list
-    (``reference.epilogue_steps``), or a mapping ``"cpu"`` / ``"cuda"`` / ``"cuda/float16"`` / ``"*"`` -> steps;
+    (``reference.contract``), or a mapping ``"cpu"`` / ``"cuda"`` / ``"cuda/float16"`` / ``"*"`` -> steps;
     C8 then holds the kernel to it and ``contract`` is its nearest standard contract. ``contiguous_only``: True or
     operand names the runner hands dense (the report lists layouts not covered). ``overflow``: ``"wrap"``,
     ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one

@@ -8,7 +8,7 @@ import torch
 
 from conformance.kernels.loader import declare
 from reference.accumulate import exact_int_mm
-from reference.epilogue_steps import apply_steps
+from reference.epilogue import apply_steps
 
 
 @declare(contract=["cast fp32", "mul s_a", "cast bf16", "mul s_w -> fp32", "add bias", "cast out"], name="stepkern")

@@ -17,7 +17,7 @@ import torch
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
-from reference.epilogue_steps import parse_declared
+from reference.contract import parse_declared
 
 STEPS = parse_declared(
     {

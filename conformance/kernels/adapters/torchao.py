@@ -21,7 +21,7 @@ import torch
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
-from reference.epilogue_steps import parse_steps
+from reference.contract import parse_steps
 
 STEPS = {
     "torchao": parse_steps(

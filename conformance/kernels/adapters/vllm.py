@@ -17,7 +17,7 @@ from typing import Callable
 from conformance.kernels._digest import callable_digest
 from conformance.kernels.loader import vllm_adapter
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
-from reference.epilogue_steps import NAMED
+from reference.contract import NAMED
 
 #: name -> (module, attribute, declared steps, constraints, distribution)
 TARGETS = {

@@ -260,7 +260,7 @@ def test_a_bad_declare_names_its_function_and_field_and_spares_the_module(tmp_pa
 def test_a_per_device_mapping_may_name_contracts():
     """``{"cpu": "triton", "cuda": "cutlass"}`` was refused ("unknown step 'triton'")."""
     from conformance.kernels.loader import declare, spec_from_object
-    from reference.epilogue_steps import select_steps, steps_label
+    from reference.contract import select_steps, steps_label
 
     spec = spec_from_object(
         declare(

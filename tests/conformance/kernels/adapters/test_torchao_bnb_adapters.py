@@ -10,7 +10,8 @@ from conformance.kernels import adapters
 from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case
 from reference.accumulate import exact_int_mm
-from reference.epilogue_steps import NAMED, apply_steps, select_steps
+from reference.contract import NAMED, select_steps
+from reference.epilogue import apply_steps
 from reference.operands import GemmOperands
 
 

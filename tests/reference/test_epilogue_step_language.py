@@ -10,9 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.contract import EpilogueContract
-from reference.epilogue import apply_epilogue
-from reference.epilogue_steps import NAMED, apply_steps, from_contract, parse_declared, parse_steps, select_steps
+from reference.contract import NAMED, EpilogueContract, from_contract, parse_declared, parse_steps, select_steps
+from reference.epilogue import apply_epilogue, apply_steps
 from reference.errors import ContractError
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
