@@ -21,6 +21,7 @@ This is a benchmark that prints figures, never a timed test (team rule).
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from typing import Callable, Optional
@@ -28,6 +29,7 @@ from typing import Callable, Optional
 import torch
 import triton.language as tl
 
+from conformance.runtime.environment import environment as base_environment
 from reference.contract import CUTLASS_STYLE
 from reference.operands import GemmOperands
 
@@ -218,19 +220,12 @@ def render(df, title: str = "int8conf bench") -> None:
 
 
 def environment() -> dict:
-    """Versions and thread count the figures were taken with."""
-    import platform
-
-    import triton
-
+    """``conformance.runtime.environment.environment()`` plus ``cuda`` (bool) and ``device`` (GPU or CPU name)."""
+    cuda = torch.cuda.is_available()
     return {
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-        "device": torch.cuda.get_device_name(0)
-        if torch.cuda.is_available()
-        else platform.processor() or platform.machine(),
+        **base_environment(),
+        "cuda": cuda,
+        "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
     }
 
 
