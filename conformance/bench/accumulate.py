@@ -1,20 +1,8 @@
-"""Benchmark of exact int8 accumulation methods (exact-accumulator throughput).
-
-Run: ``python -m conformance.bench.accumulate [--m 512] [--repeat 5] [--check] [--naive]``.
-Prints GMAC/s (M*K*N multiply-accumulates per second, best of ``repeat``)
-for Qwen3-1.7B-like layer shapes, M=512 and K, N in {2048, 6144}:
-
-``exact_int_mm``   the reference (float32 BLAS on K-chunks of 1024, chunk
-                   sums added in float64; exact, see its docstring)
-``float64_gemm``   one float64 GEMM (exact while K * 2**14 <= 2**53)
-``int64_naive``    reference.accumulate.int_mm_int64_naive (only with
-                   --naive; timed on the first 8 rows of a only, it is slow)
-``torch._int_mm``  int32-accumulating torch._int_mm (oneDNN/VNNI on CPU; shown
-                   for comparison -- it is a kernel under test, not ground truth)
-
-This is a benchmark, not a test: it prints figures and ratios and asserts
-nothing (``--check`` additionally verifies every method against the reference).
-"""
+"""Benchmark of exact int8 accumulation methods, GMAC/s (best of ``repeat``) on Qwen3-1.7B-like
+shapes (M=512, K, N in {2048, 6144}): ``exact_int_mm`` (the reference), one float64 GEMM,
+``int64_naive`` (``--naive``, first 8 rows only) and ``torch._int_mm`` (a kernel, for comparison).
+Prints, asserts nothing; ``--check`` verifies every method against the reference.
+Run: ``python -m conformance.bench.accumulate [--m 512] [--repeat 5] [--check] [--naive]``."""
 
 from __future__ import annotations
 

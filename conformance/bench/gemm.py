@@ -1,26 +1,12 @@
-"""Throughput benchmark: the reference's exact accumulator vs each kernel.
-
-Prints, for Qwen3-1.7B layer shapes (M = 512 tokens of prefill; K, N from
-{2048, 6144}: hidden size 2048, MLP intermediate size 6144), the reference's
-exact-accumulator throughput on the CPU (``reference.accumulate.exact_int_mm``,
-and the full ``reference_scaled_mm`` = accumulator + epilogue) and each
-kernel's ``scaled_mm`` throughput, in GMAC/s (10**9 multiply-accumulates per
-second: M*K*N / seconds / 1e9), with the ratio kernel / reference-on-the-same-
-device-and-shape, so the cost of checking a kernel is known. Target: reference >= 20 GMAC/s
-exact on the 2-core CI machine.
-
-The Triton *interpreter* (no GPU) executes every program instance in Python
-over numpy blocks, about 10**3-10**4 times slower than the reference; it is
-benchmarked on a reduced shape (default M=64, K=512, N=256) and the table says
-so. On a CUDA machine ``int_mm`` and ``triton`` are also timed natively on the
-full shapes (CUDA synchronized). Timing: median of ``reps`` calls after one
-warm-up call, wall clock (``time.perf_counter``).
-
-This is a benchmark that prints figures, never a timed test (team rule).
-"""
+"""Throughput benchmark (``int8conf bench``): the reference's exact accumulator vs each kernel, in
+GMAC/s (M*K*N / seconds / 1e9) on Qwen3-1.7B layer shapes (M = 512), with the ratio kernel /
+reference on the same device and shape. The Triton interpreter runs a reduced shape; on CUDA,
+``int_mm`` and ``triton`` are also timed natively (``--gpu``: :func:`run_gpu_bench`). Timing:
+median of ``reps`` calls after a warm-up. Prints figures, never a timed test."""
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from typing import Callable, Optional
@@ -28,6 +14,7 @@ from typing import Callable, Optional
 import torch
 import triton.language as tl
 
+from conformance.runtime.environment import environment as base_environment
 from reference.contract import CUTLASS_STYLE
 from reference.operands import GemmOperands
 
@@ -114,28 +101,11 @@ def run_bench(
     interpreter_shape: Optional[tuple] = INTERPRETER_SHAPE,
     cuda: Optional[bool] = None,
 ):
-    """Time the reference and each kernel; one row per (kernel, device, shape).
-
-    Noise: on a shared machine other processes inflate single timings, so
-    both the median (``GMAC/s``, used for the ratio) and the best call
-    (``best GMAC/s``) are reported.
-
-    Args:
-        kernels: registry names (built-ins or any ``get_kernel`` name) or
-            already resolved ``KernelSpec`` objects.
-        reps: timed calls per cell (median reported).
-        shapes: (M, K, N, label) tuples for the CPU reference and CPU kernels.
-        interpreter_shape: reduced (M, K, N, label) for kernels that run under
-            the Triton interpreter on CPU; None skips them.
-        cuda: also time CUDA-capable kernels on the GPU (default: if present).
-    Returns:
-        pandas DataFrame (a list of row dicts if pandas is missing) with columns kernel, device, M, K, N, layer, ms (median), GMAC/s
-        (median), best GMAC/s,
-        "x reference" (kernel GMAC/s / reference GMAC/s, same device & shape;
-        CUDA rows are compared with the CPU reference), note.
-    Raises:
-        KernelLoadError: a kernel name that does not resolve.
-    """
+    """Time the reference and each kernel (names or KernelSpecs): one row per (kernel, device, shape),
+    median of ``reps`` calls (``GMAC/s``, used for ``x reference`` on the same device and shape; CUDA
+    rows vs the CPU reference) and the best call. ``interpreter_shape``: the reduced shape for Triton
+    interpreter kernels (None skips them). Returns a pandas DataFrame (row dicts without pandas).
+    Raises KernelLoadError."""
     from conformance.kernels.registry import get_kernel
     from conformance.kernels.runner import pick_device
     from conformance.kernels.spec import KernelSpec
@@ -218,19 +188,12 @@ def render(df, title: str = "int8conf bench") -> None:
 
 
 def environment() -> dict:
-    """Versions and thread count the figures were taken with."""
-    import platform
-
-    import triton
-
+    """``conformance.runtime.environment.environment()`` plus ``cuda`` (bool) and ``device`` (GPU or CPU name)."""
+    cuda = torch.cuda.is_available()
     return {
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-        "device": torch.cuda.get_device_name(0)
-        if torch.cuda.is_available()
-        else platform.processor() or platform.machine(),
+        **base_environment(),
+        "cuda": cuda,
+        "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
     }
 
 
@@ -682,31 +645,12 @@ def _gpu_operands(m: int, k: int, n: int, seed: int):
 def run_gpu_bench(
     shapes: Optional[list] = None, extra_kernels: tuple = (), precompile_workers: int = 0, probe: bool = True, log=print
 ) -> dict:
-    """Benchmark ``triton`` vs ``int_mm`` (+ eager epilogue) vs the plain
-    autotuned Triton GEMM on every shape, in one process, and check bits.
-
-    Timing per kernel and shape: ``us`` = end-to-end microseconds per call
-    (:func:`_e2e_interleaved`: CUDA events over back-to-back calls, warm-up
-    and autotuning excluded), ``kernel_us`` = cold-L2 GPU time (``do_bench``).
-    TOPS = 2*M*K*N / us. At M = 1 also host microseconds per call of
-    ``triton`` and of a bare launch of the same compiled kernel and
-    configuration (``builtin_triton.launch_spec``).
-
-    Args:
-        shapes: from :func:`gpu_shapes` (default: all).
-        extra_kernels: registry names benchmarked alongside (e.g. an older
-            version of the kernel), each checked against its declared contract.
-        precompile_workers: > 0 compiles all candidates in that many processes first
-            (0: no pre-compile; the probe does not depend on it).
-        probe: first compile and run each TMA / Gluon candidate in its own process and
-            exclude those that fail or hang (:func:`probe_configs`), so a hanging
-            candidate cannot stop the in-process tuning.
-    Returns:
-        JSON-able dict: ``environment``, ``peak_tops``, ``rows`` (one per shape),
-        ``host_path``, ``tuning``, ``acceptance``.
-    Raises:
-        RuntimeError: no CUDA device.
-    """
+    """``triton`` vs ``int_mm`` (+ eager epilogue) vs the plain autotuned Triton GEMM on every shape,
+    bits checked. ``us``: end-to-end microseconds per call (:func:`_e2e_interleaved`), ``kernel_us``:
+    cold-L2 GPU time (``do_bench``), TOPS = 2*M*K*N / us; at M = 1 also host microseconds of a call and
+    of a bare launch. ``probe``: compile and run each TMA / Gluon candidate in its own process first and
+    exclude failures (:func:`probe_configs`). Returns ``environment, peak_tops, rows, host_path, tuning,
+    acceptance``. Raises RuntimeError without CUDA."""
     if not torch.cuda.is_available():
         raise RuntimeError("int8conf bench --gpu needs a CUDA device")
     from conformance.kernels import builtin_triton as bt

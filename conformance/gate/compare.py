@@ -1,22 +1,9 @@
 """Candidate vs incumbent, per case and per model-level check, decided under a policy.
 
-Per case the gate knows, for each kernel, a :class:`Side`: whether it ran
-(or declined the case, crashed, timed out), its per-check verdicts and its
-output bits. :func:`output_delta` measures the candidate's output against
-the incumbent's in spacings (``reference.bits.spacing_distance``, ordered
-bf16/fp16 encodings) and puts the case in one class:
-
-* ``identical`` -- every element has the same bits;
-* ``within_one_spacing`` -- some differ, none by more than one spacing;
-* ``worse`` -- some element differs by more than one spacing (or in NaN-ness);
-* ``unknown`` -- the incumbent's output is not known exactly (a stored
-  baseline whose output digest cannot be reproduced, see
-  ``conformance.gate.run``).
-
-:func:`decide_case` turns that plus the check verdict changes into one
-status of ``conformance.gate.status.STATUSES`` with its reasons (module
-docstring of ``conformance.gate.policy`` for the rules).
-"""
+:func:`output_delta` classes the candidate's output against the incumbent's in spacings:
+``identical``, ``within_one_spacing``, ``worse`` (more than one spacing or NaN-ness) or ``unknown``
+(a baseline output digest that cannot be reproduced). :func:`decide_case` turns that and the check
+verdict changes into one status of ``conformance.gate.status.STATUSES`` with its reasons."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""JUnit XML of a gate report (``xml.etree.ElementTree``), for CI test views.
-
-One ``<testsuite name="int8conf-gate">`` with a ``<testcase>`` per case
-(``classname`` ``gate.<source>``) and per model-level check
-(``gate.model``). Status mapping: pass -> passed; warn -> passed with a
-``<system-out>`` line and property ``status=warn``; fail -> ``<failure>``;
-crash / timeout -> ``<error type="crash|timeout">``; not-supported ->
-``<skipped>`` (plus ``<failure>`` when the policy blocks it). Every testcase
-carries property ``status`` with the gate status.
-"""
+"""JUnit XML of a gate report: one ``<testsuite name="int8conf-gate">``, a ``<testcase>`` per case
+(``gate.<source>``) and per model-level check (``gate.model``), property ``status`` on each. pass /
+warn -> passed; fail -> ``<failure>``; crash / timeout -> ``<error type=...>``; not-supported ->
+``<skipped>`` (plus ``<failure>`` when it blocks)."""
 
 from __future__ import annotations
 

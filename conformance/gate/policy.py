@@ -1,50 +1,6 @@
-"""Gate policies: a YAML file, kept in the user's repository, that says what
-blocks a kernel swap, plus an expectations list of known, accepted deviations.
-
-Format (every key optional except ``require`` or ``allow`` where noted)::
-
-    version: 1
-    name: bit-identity                  # shown in reports
-    require: [bit_identical_pow2]       # which cases must be bit-identical to the incumbent
-    allow: [contract_difference, within_one_spacing_real_scales]   # deviations that warn
-    max_token_flips_above_threshold: 0  # C7: flips above its margin threshold (null = ignore)
-    allow_engine_hash_change: false     # E1: may the detllm engine hash move?
-    not_supported: block                # candidate declines a case the incumbent ran: block | allow
-    fail_on_unused_expectations: false  # an expectation that matched nothing blocks
-    expectations:                       # known, accepted deviations (warn, never block)
-      - layer: "model.layers.*.mlp.down_proj"   # or  case: "synthetic/epilogue_ties-*"
-        check: C8                       # C1..C8, C7, E1, output, crash, timeout, not-supported
-        reason: "split-K epilogue, see #123"
-        owner: "@alice"
-
-Rule names (``require`` / ``allow``; a string or a list): ``bit_identical``,
-``bit_identical_pow2``, ``bit_identical_real_scales`` and
-``within_one_spacing``, ``within_one_spacing_pow2``,
-``within_one_spacing_real_scales``, ``contract_difference`` (``allow`` only).
-"pow2" cases are the power-of-two weight scale mode (where every legal
-*scale order* gives the same bits, DESIGN.md 1; the two legal bias points
-still differ there); "real scales" every other case.
-
-A case whose output is not bit-identical to the incumbent's is decided so:
-
-1. ``contract_difference``: where both kernels pass C8 (each output is
-   bit-identical to the reference of its own declared epilogue contract),
-   the difference is one the two declared contracts give; with this rule it
-   is a warning of any size (a bias added after the rounding can cancel the
-   product: thousands of spacings), in every scale family, before any
-   ``require`` rule. Without it, such a case goes on to the rules below,
-   and its reason says the contracts allow the difference.
-2. otherwise it is blocked unless an ``allow`` rule covers its scale family
-   and no ``require`` rule does; a difference of more than one spacing
-   always blocks.
-
-An expectation turns a blocker into a warning. Check regressions of C1-C4
-and C6 (the candidate fails where the incumbent passed) always block; C5 /
-C8 regressions follow the output rules, since they are statements about the
-same output bits.
-
-Errors are one line naming the file and the field (:class:`PolicyError`).
-"""
+"""Gate policies: a YAML file that says what blocks a kernel swap, plus expectations (known,
+accepted deviations). Format, rule names and the decision order: README.md in this folder.
+Errors are one line naming the file and the field (:class:`PolicyError`)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
-"""pytest plugin of the gate: ``pytest --gate-candidate=B --gate-incumbent=A``
-(or ``--gate-baseline=REPORT``) ``--gate-policy=FILE [-n auto]``.
+"""pytest plugin of the gate: ``pytest --gate-candidate=B --gate-incumbent=A`` (or
+``--gate-baseline=REPORT``) ``--gate-policy=FILE [-n auto]``.
 
-One item per case (``int8conf-gate::gate/<case id>``) and per model-level
-check (``gate/C7``, ``gate/E1``), each running its case through
-``conformance.gate.run.GateSession.run_case`` (kernels isolated in child
-processes with a timeout, one child per kernel per pytest process, reused).
-Outcomes: a blocking case fails the item (reasons as the message); ``warn``
-passes with a :class:`GateWarning`; a non-blocking ``not-supported``
-skips. At the end ``<gate-out>/gate.json``, ``gate.md`` and ``junit.xml``
-(``--gate-out`` by default ``reports/gate/<candidate>-vs-<incumbent>``)
-are written once, by the controller under pytest-xdist: every item ships its
-Decision on its own report (``conformance.runtime.xdist_ship``) and the controller
-merges them in case order, so ``-n N`` writes the same report as a serial
-run, and a run stopped part-way (Ctrl-C, or SIGTERM from a CI time limit)
-still reports every decided case (as a partial run).
-
-Registered by ``conformance.pytest_plugin`` (active wherever int8conf is
-installed); without ``--gate-candidate`` it adds nothing.
-"""
+One item per case (``gate/<case id>``) and per model-level check (``gate/C7``, ``gate/E1``), run by
+``GateSession``. A blocking case fails its item, ``warn`` passes with a :class:`GateWarning`, a
+non-blocking ``not-supported`` skips. The controller writes ``gate.json`` / ``gate.md`` /
+``junit.xml`` once, from Decisions shipped on each item's report (``conformance.runtime.xdist_ship``),
+in case order, so ``-n N`` and a stopped run report like a serial one. Without ``--gate-candidate``
+it adds nothing."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""Gate reports: ``gate.json`` (everything), ``gate.md`` (a short summary fit
-for a pull-request comment) and ``junit.xml`` (``conformance.gate.junit``).
-
-JSON schema ``int8conf.gate`` v1 (``conformance.gate.run.SCHEMA`` /
-``SCHEMA_VERSION``), top-level keys: ``schema``,
-``schema_version``, ``generated_at``, ``candidate`` / ``incumbent``
-(``{"ref", "manifest"}``; a baseline gives ``{"baseline", "manifest",
-"generated_at", "environment"}``), ``policy`` (``Policy.to_dict``),
-``overall`` (``verdict`` pass | blocked | not comparable, ``exit_code``,
-``summary``, ``counts`` per status, ``blocking`` items,
-``unused_expectations``), ``per_layer`` (output class per layer and scale
-mode), ``cases`` (one Decision per case: ``item, status, blocking, reasons,
-delta, changes, layer, family, scale_mode, source, evidence``), ``model``
-(C7 / E1 Decisions), ``check_changes`` (per check: regressions /
-improvements / other changes), ``comparability``, ``environment``,
-``options``, ``elapsed_s``, ``notes``, ``partial`` (whether every case was
-decided, ``conformance.runtime.partial_run.partial_run``: ``{"partial": bool,
-"reason": "interrupted" | "subset" | null, "cases_ran" (cases decided),
-"cases_total", "stage" ("cases", "C7", "E1"; null if not stopped or not
-known), "note" (the "partial run: ..." line, also in ``notes``)}``;
-``partial: false`` on a complete run and on a refused baseline; added
-within v1). Written atomically.
-"""
+"""Gate reports, written atomically: ``gate.json`` (schema ``int8conf.gate`` v1, everything:
+candidate / incumbent, policy, overall, per_layer, cases, model, check_changes, comparability,
+environment, options, elapsed_s, notes, ``partial`` per ``conformance.runtime.partial_run``),
+``gate.md`` (a pull-request summary) and ``junit.xml``."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""The gate as a library call: :func:`run_gate`.
-
-1. Resolve the candidate (and the incumbent) kernel in this process, so a
-   bad name fails at once with one line; load the policy.
-2. Build the suite's fixed cases (``conformance.suite.run.default_cases``:
-   synthetic, shape sweep, layer captures in both scale modes).
-3. With ``baseline`` (a stored ``conformance.json``), check comparability
-   before any kernel runs: same schema, suite version, capture digest
-   (``conformance.suite.run.comparability``), the same case ids with the same
-   operand digests case by case, no partial run,
-   per-case output digests present; otherwise :class:`NotComparable` with
-   every reason.
-4. Run each kernel in its own child process (``conformance.runtime.pool``),
-   case by case with a timeout; a crash / hang ends that case as ``crash`` /
-   ``timeout``, a reproducer is saved (``conformance.runtime.repro``), and a
-   fresh child takes the next case. Then the model-level checks C7 / E1
-   (unless disabled), also isolated.
-5. Compare per case (``conformance.gate.compare``): outputs bit for bit (in
-   baseline mode: the stored output digest, and where it differs, the
-   reference emulating the incumbent's declared contract when its digest
-   reproduces the stored one), check verdict changes; decide each case and
-   model-level check under the policy; overall ``pass`` or ``blocked``.
-"""
+"""The gate as a library call, :func:`run_gate`: resolve both kernels and the policy, build the
+suite's cases, check a ``baseline``'s comparability before any kernel runs (:class:`NotComparable`
+with every reason), run each kernel isolated (``conformance.runtime.pool``; a crash or hang saves a
+reproducer), then decide every case and model-level check (``conformance.gate.compare``)."""
 
 from __future__ import annotations
 
@@ -82,22 +63,10 @@ class GateOptions:
 
 @dataclass
 class GateResult:
-    """Everything the gate report holds (``conformance.gate.report``).
-
-    Attributes:
-        candidate, incumbent: ``{"ref", "manifest"}`` (incumbent: or
-            ``{"baseline": path, "manifest"}``).
-        policy: ``Policy.to_dict()``.
-        cases, model: Decisions.
-        overall: ``{"verdict": "pass"|"blocked", "exit_code", "summary",
-            "counts", "blocking", "unused_expectations"}``.
-        comparability: of this run's cases (``conformance.suite.run.comparability``).
-        environment: ``conformance.suite.run.environment`` of the candidate's runs.
-        options: GateOptions.to_dict(); elapsed_s; notes.
-        partial: ``conformance.runtime.partial_run.partial_run`` record (kind
-            ``gate``): whether every case was decided; the report's
-            top-level ``partial`` object.
-    """
+    """Everything the gate report holds (``conformance.gate.report``): ``candidate`` / ``incumbent``
+    (``{"ref", "manifest"}``, or ``{"baseline", "manifest", ...}``), ``policy``, Decisions ``cases`` /
+    ``model``, ``overall`` (verdict, exit_code, summary, counts, blocking, unused_expectations),
+    ``comparability``, ``environment``, ``options``, ``elapsed_s``, ``notes``, ``partial`` (kind ``gate``)."""
 
     candidate: dict
     incumbent: dict
@@ -566,29 +535,12 @@ def run_gate(
     cases: Optional[Sequence] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> GateResult:
-    """Decide whether ``candidate`` may replace the incumbent.
-
-    Args:
-        candidate: KernelRef (or an in-memory KernelSpec; fork start method only).
-        incumbent: KernelRef / KernelSpec to run, or None with ``baseline``.
-        baseline: a stored ``conformance.json`` of the incumbent instead.
-        policy: Policy (default: ``Policy()`` -- bit identity everywhere,
-            no token flips, engine hash must not move).
-        options: GateOptions.
-        out_dir: where reproducers and child logs go (the reports are
-            written by ``conformance.gate.report.write_gate_reports``).
-        cases: explicit GemmOperands (replaces the suite's case set).
-        progress: called with one line per step.
-
-    Returns:
-        GateResult (never raises for a kernel's behaviour).
-
-    Raises:
-        Int8confError: bad kernel name, both or neither of incumbent /
-            baseline, unreadable baseline, bad device (one line).
-        NotComparable: the baseline does not match this run's cases / captures.
-        GateInterrupted: Ctrl-C or SIGTERM during the run; carries the partial result.
-    """
+    """Decide whether ``candidate`` (KernelRef, or a KernelSpec under fork) may replace ``incumbent``
+    or the incumbent of a stored ``baseline`` report, under ``policy`` (default bit identity
+    everywhere). ``out_dir`` receives reproducers and child logs; ``cases`` replaces the suite's cases;
+    ``progress`` gets one line per step. Never raises for a kernel's behaviour. Raises Int8confError
+    (bad kernel name, both or neither of incumbent / baseline, unreadable baseline, bad device),
+    NotComparable, GateInterrupted (carries the partial result)."""
     from conformance.suite.run import MODEL_CHECKS
 
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)

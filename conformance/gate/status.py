@@ -1,21 +1,5 @@
-"""The fixed set of case statuses of ``int8conf gate`` and its exit codes.
-
-Every case (and every model-level check) of a gate run ends in exactly one
-of :data:`STATUSES`, never a bare boolean:
-
-* ``pass`` -- the candidate's output bits equal the incumbent's and no check
-  got worse;
-* ``warn`` -- within the policy but not bit-identical (e.g. one spacing under
-  an ``allow: within_one_spacing_real_scales`` policy), or a deviation an
-  expectation of the policy accepts;
-* ``fail`` -- the policy blocks it (the reasons say which rule);
-* ``not-supported`` -- the candidate declines this shape / layout / device
-  (the runner's "not runnable here");
-* ``crash`` -- the candidate's process died on this case (segfault, abort,
-  a fatal CUDA error, ``os._exit``): the child process is gone, the gate is not;
-* ``timeout`` -- the candidate did not return within the gate's timeout and
-  its child process was killed.
-"""
+"""The case statuses of ``int8conf gate`` (:data:`STATUSES`: pass, warn, fail, not-supported,
+crash, timeout; meanings in README.md) and its exit codes."""
 
 from __future__ import annotations
 

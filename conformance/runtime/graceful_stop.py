@@ -1,17 +1,6 @@
-"""SIGTERM as Ctrl-C for long runs, so a stopped run still writes its reports.
-
-CI time limits and ``timeout`` stop a process with SIGTERM, whose default
-action ends Python at once: no ``finally``, no pytest session finish, so a
-conformance or gate run of many minutes would leave no report at all. With
-this handler SIGTERM raises KeyboardInterrupt in the main thread, which
-pytest (and the CLI) already turn into an orderly stop that writes what was
-finished, marked as a partial run; it also remembers the request, so a raise
-that Python discards (inside a garbage-collector callback) is raised again
-at the next step of a long loop (:func:`raise_if_requested`). Only the first
-SIGTERM raises: a second one (CI runners and users often repeat the signal)
-would otherwise interrupt the writing of the partial report; SIGKILL still
-ends the process at once.
-"""
+"""SIGTERM as Ctrl-C, so a stopped run still writes its (partial) reports: the first SIGTERM
+raises KeyboardInterrupt in the main thread and is remembered (:func:`raise_if_requested` raises
+it again where Python discarded it); a second one is ignored so the report is written."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""Third-party import-time notices that say nothing about a run, silenced
-for the command line, the sweep's and the scoreboard's worker processes (not for library
-users, whose logging is their own).
-
-* ``torchao`` logs "Failed to load <extension>.so" for each CUDA extension
-  it cannot load on a machine without that GPU architecture (it is imported
-  by ``transformers`` and ``compressed-tensors``);
-* ``torch.utils._pytree`` warns that torchao registers Enum subclasses the
-  old way (a deprecation in torch 2.13 aimed at torchao's authors);
-* ``bitsandbytes.backends.cpu.ops`` logs "Failed to load CPU
-  gemm_4bit_forward from kernels-community" on an AVX512-BF16 CPU without
-  the optional ``kernels`` package (a 4-bit path this project never uses).
-
-Errors from those loggers still show.
-"""
+"""Silence third-party import-time notices (torchao's "Failed to load ...so", torch pytree's Enum
+deprecation, bitsandbytes' CPU gemm_4bit notice) in the CLI and worker processes; errors from those
+loggers still show. Not applied for library users."""
 
 import logging
 

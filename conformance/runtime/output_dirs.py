@@ -1,22 +1,7 @@
-"""Default output folders of every command, in one place.
-
-The rule: ``reports/<command>/<label>/``, where ``<command>`` is ``check``,
-``sweep``, ``gate``, ``scoreboard``, ``bench`` or, for ``study pow2``, the
-study (``pow2``), and ``<label>`` names what was run:
-
-* one kernel (check, sweep): :func:`kernel_label` of its name, which carries
-  an injected fault (``cpu`` -> ``cpu``; ``cpu`` with ``--inject F4`` ->
-  ``cpu_F4_all_s0``; ``mypkg.gemm:scaled_mm`` -> ``mypkg.gemm_scaled_mm``);
-* two kernels (gate, study): :func:`pair_label`, ``<first>-vs-<second>``
-  (the gate: candidate, with its fault, vs the incumbent, or the kernel
-  named in ``--baseline``'s report);
-* the scoreboard of every available kernel: no label (``reports/scoreboard``);
-  a selection (``--kernel`` / ``--device``): :func:`selection_label`;
-* ``bench --gpu``: the device (``reports/bench/<device>``).
-
-So a run replaces only an earlier run of the same kernel(s) and options'
-label; ``--out`` still chooses any folder.
-"""
+"""Default output folders of every command: ``reports/<command>/<label>/``; ``<label>`` is
+:func:`kernel_label` for one kernel (with its fault: ``cpu_F4_all_s0``), :func:`pair_label`
+``<first>-vs-<second>`` for two, nothing for the whole scoreboard (:func:`selection_label` for a
+selection), the device for ``bench --gpu``. ``--out`` chooses any folder."""
 
 from __future__ import annotations
 

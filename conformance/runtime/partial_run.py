@@ -1,14 +1,5 @@
-"""Whether a report covers the whole run: the ``partial`` record of
-``conformance.json`` and ``gate.json``.
-
-A run stopped part-way (Ctrl-C, SIGTERM via ``conformance.runtime.graceful_stop``)
-or one that ran only some of its cases (a pytest selection, ``-x``) still
-writes its reports; its verdict then covers only what finished. This module
-builds the one record that says so, :func:`partial_run`; everything else is
-derived from it: the top-level ``partial`` object of both JSON reports (the
-record itself), the ``partial run: ...`` line in the reports' ``notes`` and
-the Markdown's **PARTIAL RUN** heading (``record["note"]``).
-"""
+"""Whether a report covers the whole run: :func:`partial_run` builds the ``partial`` record of
+``conformance.json`` and ``gate.json``; its ``note`` is the reports' ``partial run: ...`` line."""
 
 from __future__ import annotations
 
@@ -26,38 +17,11 @@ _KINDS = ("suite", "plugin", "gate")
 def partial_run(
     cases_ran: int, cases_total: int, *, interrupted: bool = False, stage: Optional[str] = None, kind: str = "suite"
 ) -> dict:
-    """The ``partial`` record of a run.
-
-    Args:
-        cases_ran: fixed cases that ran (suite, pytest plugin) or cases
-            decided (gate); property-test examples and model-level checks
-            are not counted.
-        cases_total: fixed cases (or gate cases) the run was set to do.
-        interrupted: the run was stopped (Ctrl-C / SIGTERM). A stop makes
-            the record partial even when every case ran: the stop landed in
-            a later stage (property test, C9, C7, E1), named by ``stage``.
-        stage: what the run was doing when it stopped (``"fixed cases"``,
-            ``"the property test"``, ``"C9"``, ``"C7"``, ``"E1"``, gate:
-            ``"cases"``); None when not stopped or not known (a pytest run).
-        kind: whose wording the note uses: ``"suite"`` (``run_conformance``,
-            ``int8conf check``: "interrupted after N of M fixed cases"),
-            ``"plugin"`` (the pytest plugin: "N of M fixed cases ran") or
-            ``"gate"`` (``run_gate`` and its pytest plugin: "N of M cases
-            decided").
-
-    Returns:
-        JSON-able dict ``{"partial": bool, "reason": "interrupted" | "subset"
-        | None, "cases_ran": int, "cases_total": int, "stage": str | None,
-        "note": str | None}``. ``partial`` is ``interrupted or cases_ran <
-        cases_total``; ``reason`` / ``stage`` / ``note`` are None on a
-        complete run. ``note`` is the ``partial run: ...`` line of the
-        report's ``notes`` and Markdown heading.
-
-    Raises:
-        ValueError: an unknown ``kind`` (counts are not validated: the
-            record is built while a stopped run writes its report, where a
-            raise would lose the report).
-    """
+    """The ``partial`` record: ``{"partial", "reason" ("interrupted" | "subset" | None), "cases_ran",
+    "cases_total", "stage", "note"}``; partial when ``interrupted`` or ``cases_ran < cases_total``.
+    ``cases_ran``: fixed cases run (gate: cases decided); ``stage``: what a stopped run was doing (None:
+    unknown); ``kind`` suite | plugin | gate picks the note's wording. Raises ValueError for an unknown
+    ``kind`` only (counts are not validated: a raise would lose the report)."""
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
     ran, total = int(cases_ran), int(cases_total)

@@ -1,43 +1,37 @@
-"""Run a kernel in a child process, one case at a time, with a timeout.
+"""One kernel behind a replaceable child process, one request at a time, each with a timeout.
 
-A kernel that segfaults, aborts, hits a fatal CUDA error or calls
-``os._exit`` kills only its child process; one that hangs is killed after
-``timeout_s``. The parent (the gate) records the case as ``crash`` /
-``timeout`` with the evidence (exit status, signal name, the tail of the
-child's log, where ``faulthandler`` writes the Python stack of a fatal
-signal) and starts a fresh child for the next case. A healthy child is
-reused for every case, so the ~2-3 s of importing torch is paid once per
-kernel, not once per case.
+A kernel that segfaults, aborts or calls ``os._exit`` kills only its child; one that hangs is
+killed after the timeout. The parent gets an :class:`Outcome` (``ok`` / ``crash`` / ``timeout`` /
+``error``) with the exit status, signal and the tail of the child's log (where ``faulthandler``
+writes the stack of a crash or hang); the next request starts a fresh child. A healthy child
+serves every request, so importing torch is paid once per kernel. Used by the gate and the
+scoreboard.
 
-Start method: ``fork`` where the platform has it and the parent has not
-initialized CUDA (the child inherits the imported modules, the cases and
-even an in-memory ``KernelSpec``: no pickling, start in milliseconds);
-``spawn`` otherwise (the kernel must then be a :class:`KernelRef`,
-resolvable by name in a fresh interpreter). Each child resolves its own
-device, so under ``CUDA_VISIBLE_DEVICES`` / ``device="cuda:N"`` one child
-per GPU is possible.
-
-Protocol (``multiprocessing`` pipe, pickled tuples): the parent sends
-``("case", i)`` or ``("model", check_id)`` or ``("stop",)``; the child
-answers ``("ok", CaseResult | CheckResult)`` or ``("error", line)`` (an
-exception of the harness itself, not of the kernel: the runner already turns
-those into check failures).
+Start methods: ``fork`` (inherits modules, cases and even an in-memory KernelSpec), ``forkserver``
+(torch and the checks preloaded) or ``spawn``; the last two need a :class:`KernelRef`.
+Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (run case ``i``, unscored),
+``("case", i)``, ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
+``("error", line)`` (a harness error; kernel exceptions are already check failures).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from conformance.runtime.graceful_stop import exit_with_parent, restore_sigterm
+from conformance.runtime.import_noise import silence_import_noise
 from reference.errors import KernelLoadError, first_line
 
-#: Outcomes of one isolated request.
 OK, CRASHED, TIMED_OUT, HARNESS_ERROR = "ok", "crash", "timeout", "error"
 #: Error text after which a CUDA context is unusable: the child is replaced.
 _STICKY_CUDA = (
@@ -47,20 +41,13 @@ _STICKY_CUDA = (
     "CUBLAS_STATUS",
     "unspecified launch failure",
 )
+_PRELOAD = ["torch", "conformance.suite.evaluate", "conformance.kernels.registry"]
 
 
 @dataclass(frozen=True)
 class KernelRef:
-    """A kernel as a name a fresh process can resolve, optionally wrapped
-    with a fault (``faults.inject``).
-
-    Attributes:
-        name: registry name (built-in, ``pkg.module:function[?query]``,
-            entry point).
-        fault: ``F1`` .. ``F9`` or None.
-        coverage: fault coverage ``one`` | ``1%`` | ``all``.
-        seed: fault seed.
-    """
+    """A kernel as a registry name a fresh process can resolve, optionally wrapped with a fault
+    (``faults.inject``: ``fault`` F1..F9, ``coverage`` one | 1% | all, ``seed``)."""
 
     name: str
     fault: Optional[str] = None
@@ -69,17 +56,10 @@ class KernelRef:
 
     def label(self) -> str:
         """``cpu`` or ``cpu+F3[all,seed=0]``."""
-        if not self.fault:
-            return self.name
-        return f"{self.name}+{self.fault}[{self.coverage},seed={self.seed}]"
+        return f"{self.name}+{self.fault}[{self.coverage},seed={self.seed}]" if self.fault else self.name
 
     def resolve(self):
-        """The KernelSpec (``get_kernel(name)``, then ``faults.inject`` if a fault is set).
-
-        Raises:
-            KernelLoadError: unknown kernel, or the fault wrappers are not
-                available / reject the fault or coverage (one line).
-        """
+        """The KernelSpec, fault-wrapped if a fault is set. Raises KernelLoadError (one line)."""
         from conformance.kernels.registry import get_kernel
 
         spec = get_kernel(self.name)
@@ -102,7 +82,6 @@ class KernelRef:
             ) from None
 
     def to_dict(self) -> dict:
-        """JSON-able dict."""
         return {
             "name": self.name,
             "fault": self.fault,
@@ -113,23 +92,14 @@ class KernelRef:
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelRef":
-        """Inverse of :meth:`to_dict`."""
         return cls(d["name"], d.get("fault"), d.get("coverage", "all"), int(d.get("seed", 0)))
 
 
 @dataclass
 class Outcome:
-    """What one isolated request ended in.
-
-    Attributes:
-        kind: ``ok`` | ``crash`` | ``timeout`` | ``error`` (harness error).
-        value: the CaseResult / CheckResult for ``ok``.
-        error: one line for the other kinds.
-        exitcode: the child's exit status (negative: killed by that signal).
-        signal: signal name (``SIGSEGV``, ``SIGABRT``, ``SIGKILL`` ...) or None.
-        log_tail: last lines of the child's stdout/stderr (faulthandler stack).
-        elapsed_s: wall seconds of the request.
-    """
+    """One isolated request: ``kind`` ok | crash | timeout | error; ``value`` for ok, else an
+    ``error`` line; ``exitcode`` (negative: killed by that signal), ``signal`` name, ``log_tail``
+    (the child's last log lines), ``elapsed_s`` wall seconds."""
 
     kind: str
     value: object = None
@@ -150,38 +120,34 @@ def _signal_name(code: Optional[int]) -> Optional[str]:
 
 
 def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_parent=False) -> None:
-    """Child loop: answer requests until ``stop`` or EOF (module docstring).
-    ``die_with_parent``: end with the parent (``graceful_stop.exit_with_parent``);
-    only for a child started by the main thread, since the kernel's death signal
-    follows the thread that started the child, not the process."""
-    import faulthandler
-
+    """Child entry: output to ``log_path``, faulthandler on, then :func:`_serve`. ``die_with_parent``
+    only for a child of the main thread (the death signal follows the starting thread)."""
     if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
-        from conformance.runtime.graceful_stop import exit_with_parent
-
         exit_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     logf = os.fdopen(os.dup(fd), "w", buffering=1)
-    import sys
-
     sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
-    from conformance.runtime.graceful_stop import restore_sigterm
-
     restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
+    _serve(conn, kernel, cases, device, method, logf)
+
+
+def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
+    """Answer requests until ``stop`` or EOF (module docstring)."""
     if method == "fork":
-        # an OpenMP pool the parent used is not usable after fork (the first
-        # parallel region deadlocks): a forked child computes on one thread
+        # an OpenMP pool the parent used deadlocks after fork: a forked child computes on one thread
         import torch
 
         torch.set_num_threads(1)
+    else:  # a fresh interpreter: third-party import notices off before the kernel loads
+        silence_import_noise()
     try:
-        spec = kernel.resolve() if isinstance(kernel, KernelRef) else kernel
-        err = None
+        spec, err = (kernel.resolve() if isinstance(kernel, KernelRef) else kernel), None
     except Exception as e:  # noqa: BLE001 -- reported per request
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
+    import conformance.kernels.runner as runner
     from conformance.suite.evaluate import evaluate_case
     from conformance.suite.run import run_model_check
 
@@ -196,10 +162,14 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_p
             conn.send(("error", f"kernel could not be resolved in the child: {err}"))
             continue
         print(f"--- request {msg[:2]!r}", flush=True)
-        if len(msg) > 2 and msg[2]:  # the stack of a hang lands in the log before the kill
+        if len(msg) > 2 and msg[2] and logf is not None:  # the stack of a hang lands in the log before the kill
             faulthandler.dump_traceback_later(msg[2], exit=False, file=logf)
         try:
-            if msg[0] == "case":
+            if msg[0] == "ping":
+                val = None
+            elif msg[0] == "warm":
+                val = runner.run_kernel(spec, cases[msg[1]], device=device).error
+            elif msg[0] == "case":
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
             else:
                 val = run_model_check(msg[1], spec)
@@ -217,26 +187,28 @@ def start_method() -> str:
     try:
         import torch
 
-        if torch.cuda.is_initialized():
-            return "spawn"
+        return "spawn" if torch.cuda.is_initialized() else "fork"
     except Exception:  # noqa: BLE001
-        pass
-    return "fork"
+        return "fork"
+
+
+def _context(method: str):
+    if method == "forkserver":
+        if "forkserver" not in mp.get_all_start_methods():
+            return mp.get_context("spawn")
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)  # no effect once the server runs
+        return ctx
+    return mp.get_context(method)
 
 
 class IsolatedKernel:
     """One kernel behind a (replaceable) child process.
 
-    Args:
-        kernel: KernelRef (any start method) or KernelSpec (``fork`` only).
-        cases: the GemmOperands list; requests name cases by index.
-        timeout_s: seconds one case may take before the child is killed.
-        log_dir: where ``<label>.<n>.log`` of each child goes.
-        device: device for the kernel runs (None = runner default).
-        method: ``fork`` | ``spawn`` | None (:func:`start_method`).
-
-    Raises:
-        KernelLoadError: ``spawn`` with an in-memory KernelSpec.
+    ``kernel``: KernelRef (any start method) or KernelSpec (``fork`` only); ``cases``: the
+    GemmOperands requests name by index; ``timeout_s``: seconds per request before the child is
+    killed; ``log_dir`` receives ``<label>.<n>.log`` per child; ``method``: fork | forkserver |
+    spawn | None (:func:`start_method`). Raises KernelLoadError for a KernelSpec without fork.
     """
 
     def __init__(
@@ -258,50 +230,40 @@ class IsolatedKernel:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.label = kernel.label() if isinstance(kernel, KernelRef) else getattr(kernel, "name", "kernel")
-        self._proc = None
-        self._conn = None
-        self._log: Optional[Path] = None
+        self._proc = self._conn = self._log = None
         self.children_started = 0
 
-    def _start(self) -> None:
-        import re
+    @property
+    def running(self) -> bool:
+        return self._proc is not None
 
-        ctx = mp.get_context(self.method)
+    def _start(self) -> None:
+        ctx = _context(self.method)
         parent, child = ctx.Pipe()
         self.children_started += 1
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
+        main = threading.current_thread() is threading.main_thread()
         self._proc = ctx.Process(
             target=_child_main,
             daemon=True,
             name=f"int8conf-gate-{slug}",
-            args=(
-                child,
-                self.kernel,
-                self.cases,
-                self.device,
-                str(self._log),
-                self.method,
-                threading.current_thread() is threading.main_thread(),
-            ),
+            args=(child, self.kernel, self.cases, self.device, str(self._log), self.method, main),
         )
         self._proc.start()
         child.close()
         self._conn = parent
 
     def _tail(self, n: int = 60) -> list:
-        """The child's log for the evidence: from its last ``faulthandler``
-        report (``Fatal Python error`` / ``Timeout``, the stack of the crash
-        or hang) on, else the last ``n`` lines; lines cut at 300 characters."""
+        """The child's log from its last faulthandler report on (else the last ``n`` lines), lines cut at 300."""
         try:
             lines = self._log.read_text(errors="replace").splitlines() if self._log else []
         except OSError:
             return []
         starts = [i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error") or ln.startswith("Timeout (")]
         keep = lines[starts[-1] :] if starts else lines[-n:]
-        keep = [ln[:300] for ln in keep if not ln.startswith("Extension modules:")]
-        return keep[:n]
+        return [ln[:300] for ln in keep if not ln.startswith("Extension modules:")][:n]
 
     def _reap(self, kill: bool) -> Optional[int]:
         proc, self._proc = self._proc, None
@@ -316,12 +278,7 @@ class IsolatedKernel:
         return proc.exitcode
 
     def request(self, msg: tuple, timeout_s: Optional[float] = None) -> Outcome:
-        """Send one request; never raises for what the kernel does.
-
-        Returns:
-            Outcome ``ok`` / ``crash`` (the child died; exit status, signal,
-            log tail) / ``timeout`` (killed after ``timeout_s``) / ``error``.
-        """
+        """Send one request (starting a child if none runs); never raises for what the kernel does."""
         if self._proc is None:
             self._start()
         limit = self.timeout_s if timeout_s is None else timeout_s
@@ -338,26 +295,14 @@ class IsolatedKernel:
         if not ready:
             time.sleep(0.2)  # let the child's stack dump reach the log
             code = self._reap(kill=True)
-            return Outcome(
-                TIMED_OUT,
-                error=f"no result within {limit:g} s: child process killed",
-                exitcode=code,
-                signal=_signal_name(code),
-                log_tail=self._tail(),
-                elapsed_s=dt,
-            )
+            error = f"no result within {limit:g} s: child process killed"
+            return Outcome(TIMED_OUT, None, error, code, _signal_name(code), self._tail(), dt)
         if reply is None:
             code = self._reap(kill=False)
             sig = _signal_name(code)
             why = f"killed by {sig}" if sig else f"exited with status {code}"
-            return Outcome(
-                CRASHED,
-                error=f"the kernel's process died during the request: {why}",
-                exitcode=code,
-                signal=sig,
-                log_tail=self._tail(),
-                elapsed_s=dt,
-            )
+            error = f"the kernel's process died during the request: {why}"
+            return Outcome(CRASHED, None, error, code, sig, self._tail(), dt)
         kind, val = reply
         if kind != "ok":
             return Outcome(HARNESS_ERROR, error=str(val), log_tail=self._tail(), elapsed_s=dt)

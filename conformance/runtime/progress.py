@@ -1,23 +1,8 @@
-"""Progress display of a long command (``int8conf check``): a rich live
-status on a terminal, plain periodic lines anywhere else (CI logs, pipes,
-files), nothing with ``--quiet``.
-
-A rich live display draws only on a terminal: on a pipe or a CI log it is
-disabled, so a run of many minutes printed nothing until its table and
-looked hung. :class:`PlainProgress` prints instead, to the same stream, one
-self-contained line (no carriage returns, no escape codes):
-
-* at every step of the suite that is not a case (property test, C9, C7, E1);
-* after a case when ``every_cases`` cases finished since the last line, or
-  ``every_s`` seconds passed, and after the last case;
-* from a heartbeat thread when ``every_s`` seconds passed without a line
-  (one case, a model check or the property test can take minutes).
-
-Each line reads ``int8conf check: <label>: <done>/<total> cases, <elapsed> s
-elapsed: <latest step>``. The suite reports progress as text lines
-(``conformance.suite.run.run_conformance(progress=...)``); a finished case is
-the line ``[i/n] <case>: <verdict>`` (:data:`CASE_LINE`).
-"""
+"""Progress of a long command (``int8conf check``): rich live status on a terminal; elsewhere
+(CI logs, pipes) :class:`PlainProgress` prints self-contained lines ``int8conf check: <label>:
+<done>/<total> cases, <elapsed> s elapsed: <latest step>`` at every non-case step, every
+``every_cases`` cases or ``every_s`` seconds (heartbeat thread); nothing with ``--quiet``.
+A finished case is the suite's line :data:`CASE_LINE`."""
 
 from __future__ import annotations
 

@@ -1,24 +1,19 @@
-"""Re-runnable reproducers of cases that crashed or hung (CUTLASS-testbed style).
+"""Reproducers: a case's operands (exact bits) in one safetensors file whose metadata says what to
+re-run (:func:`save_operands` / :func:`load_operands`).
 
-:func:`save_reproducer` writes a directory::
-
-    <dir>/operands.safetensors   a, b, scale_a, scale_b[, bias]  (exact bits)
-    <dir>/case.json              kernel (name + fault), case id, out dtype,
-                                 scale mode, meta, what happened, operand digests
-    <dir>/command.sh             the exact command that re-runs it
-
-``python -m conformance.runtime.repro DIR [--timeout S]`` loads the operands,
-resolves the kernel and calls it **in this process, without isolation**, so
-a segfault or abort reproduces as itself (exit status -11 / -6 in a shell:
-139 / 134); ``--timeout S`` makes ``faulthandler`` print every thread's
-stack after S seconds and exit with status 1 (where a hang hangs). On a
-normal return it prints the runner's verdict line and the output digest and
-exits 0 (the kernel ran) or 1 (the kernel raised / returned garbage).
+* Scoreboard: ``<kernel>-<device>-<check>.safetensors`` with metadata kernel, device, check, summary;
+  ``int8conf scoreboard --repro FILE`` (:func:`rerun_repro`) re-evaluates it.
+* Gate (a case that crashed or hung): a directory ``operands.safetensors`` + ``case.json`` (kernel
+  name and fault, case id, what happened, operand digests) + ``command.sh``, which runs
+  ``python -m conformance.runtime.repro DIR [--timeout S]``: the kernel **in this process, without
+  isolation**, so a segfault or abort reproduces as itself (shell status 139 / 134); ``--timeout S``
+  dumps every thread's stack and exits 1. Exit 0: the kernel returned; 1: it raised or returned garbage.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import shlex
@@ -27,37 +22,99 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save
 
 from reference.errors import Int8confError
-from reference.fileio import atomic_write_text
-from reference.operands import GemmOperands
+from reference.fileio import atomic_write_bytes, atomic_write_text, read_json_object
+from reference.operands import GemmOperands, tensor_digest
 
 _DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
 
 
-def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], case: str, what: dict) -> Path:
-    """Write the reproducer of one case (module docstring).
-
-    Args:
-        directory: target directory (created; existing files replaced).
-        ops: the case's operands.
-        kernel_ref: ``KernelRef.to_dict()`` or None for an in-memory kernel
-            (the command then cannot re-resolve it; case.json says so).
-        case: case id.
-        what: ``{"status", "error", "signal", "exitcode", "log_tail", ...}``.
-
-    Returns:
-        The directory.
-    """
-    from safetensors.torch import save_file
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+def save_operands(path, ops: GemmOperands, meta: dict) -> None:
+    """Write ``a, b, scale_a, scale_b[, bias]`` (contiguous) and ``meta`` (str values) plus the out dtype,
+    scale mode and case name as safetensors metadata."""
     tensors = {"a": ops.a, "b": ops.b, "scale_a": ops.scale_a, "scale_b": ops.scale_b}
     if ops.bias is not None:
         tensors["bias"] = ops.bias
-    # safetensors wants contiguous tensors; strides of the case are recorded in case.json
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(d / "operands.safetensors"))
+    info = {"out_dtype": str(ops.out_dtype), "scale_mode": ops.scale_mode, "case": ops.name or "", **meta}
+    blob = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=info)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(Path(path), blob)
+
+
+def load_operands(path, what: str = "--repro") -> tuple[GemmOperands, dict]:
+    """``(ops, metadata)`` of a :func:`save_operands` file. Raises Int8confError (one line)."""
+    p = Path(path)
+    if not p.is_file():
+        raise Int8confError(f"{what} {str(path)!r}: no such file")
+    try:
+        with safe_open(str(p), "pt") as f:
+            meta = dict(f.metadata() or {})
+            t = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # noqa: BLE001 -- missing or truncated file
+        raise Int8confError(f"{what} {str(path)!r}: not a reproducer file ({type(e).__name__})") from None
+    if not {"a", "b", "scale_a", "scale_b"} <= set(t):
+        raise Int8confError(f"{what} {str(path)!r}: missing operands")
+    ops = GemmOperands(
+        a=t["a"],
+        b=t["b"],
+        scale_a=t["scale_a"],
+        scale_b=t["scale_b"],
+        bias=t.get("bias"),
+        out_dtype=_DTYPES[meta.get("out_dtype", "torch.bfloat16")],
+        name=meta.get("case", ""),
+        scale_mode=meta.get("scale_mode", "synthetic"),
+        meta={"source": "repro"},
+    )
+    return ops, meta
+
+
+# ------------------------------------------------------------------ scoreboard
+
+
+def save_repro(path: Path, ops, kernel: str, device: str, check: str, summary: str) -> None:
+    """The scoreboard's reproducer of one failing (kernel, device, check)."""
+    save_operands(path, ops, {"kernel": kernel, "device": device, "check": check, "summary": summary[:500]})
+
+
+def load_repro(path) -> tuple:
+    """``(ops, meta)`` of a scoreboard reproducer. Raises Int8confError."""
+    ops, meta = load_operands(path)
+    if "kernel" not in meta:
+        raise Int8confError(f"--repro {str(path)!r}: missing operands or kernel metadata")
+    return ops, meta
+
+
+def rerun_repro(path) -> tuple[bool, str]:
+    """Re-run a scoreboard reproducer alone: ``(reproduced, line)``; reproduced when the recorded
+    check fails again on the recorded kernel and device."""
+    from conformance.kernels.registry import get_kernel
+    from conformance.suite.evaluate import evaluate_case
+
+    ops, meta = load_repro(path)
+    res = evaluate_case(get_kernel(meta["kernel"]), ops, device=meta["device"])
+    c = res.checks.get(meta["check"])
+    line = f"{meta['kernel']}@{meta['device']} {meta['check']}: {c.verdict if c else 'missing'} -- {c.summary if c else ''}"
+    return c is not None and c.verdict == "fail", line
+
+
+# ------------------------------------------------------------------ gate
+
+
+def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], case: str, what: dict) -> Path:
+    """Write the gate's reproducer directory of one case (module docstring); returns it.
+
+    ``kernel_ref``: ``KernelRef.to_dict()``, or None for an in-memory kernel (not re-runnable by name);
+    ``what``: ``{"status", "error", "signal", "exitcode", "log_tail", ...}``.
+    """
+    d = Path(directory)
+    label = kernel_ref["label"] if kernel_ref else "(in-memory)"
+    save_operands(d / "operands.safetensors", ops, {"kernel": label})
+    tensors = {"a": ops.a, "b": ops.b, "scale_a": ops.scale_a, "scale_b": ops.scale_b}
+    if ops.bias is not None:
+        tensors["bias"] = ops.bias
     info = {
         "format": "int8conf.gate.repro",
         "version": 1,
@@ -71,66 +128,43 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
         },
         "shape": [ops.m, ops.k, ops.n],
         "operand_digests": ops.digests(),
-        "strides": {k: list(v.stride()) for k, v in tensors.items()},
+        "strides": {k: list(v.stride()) for k, v in tensors.items()},  # the file holds contiguous copies
         "what_happened": what,
     }
     atomic_write_text(d / "case.json", json.dumps(info, indent=1, default=str) + "\n")
-    # the directory the gate ran in comes first: a kernel module found there (the loader puts
-    # the working directory on sys.path, as pytest and python -m do) must resolve from anywhere
+    # the gate's working directory first: a kernel module found there must resolve from anywhere
     pp = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    env = f"export PYTHONPATH={shlex.quote(pp)}\n"
     cmd = f'{shlex.quote(sys.executable)} -m conformance.runtime.repro "$(dirname "$0")" "$@"'
+    seen = f"{what.get('status')}{': ' + str(what.get('error')) if what.get('error') else ''}"
     atomic_write_text(
         d / "command.sh",
         "#!/bin/sh\n"
-        f"# Re-runs kernel {kernel_ref['label'] if kernel_ref else '(in-memory)'} on "
-        f"case {case} in this process, no isolation (the gate saw: "
-        f"{what.get('status')}{': ' + str(what.get('error')) if what.get('error') else ''}).\n"
+        f"# Re-runs kernel {label} on case {case} in this process, no isolation (the gate saw: {seen}).\n"
         f"# Add --timeout S to print the stack of a hang after S seconds.\n"
-        f"{env}exec {cmd}\n",
+        f"export PYTHONPATH={shlex.quote(pp)}\nexec {cmd}\n",
     )
     os.chmod(d / "command.sh", 0o755)
     return d
 
 
 def load_reproducer(directory) -> tuple[GemmOperands, dict]:
-    """``(operands, case.json dict)`` of a reproducer directory.
-
-    Raises:
-        Int8confError: missing / malformed files (one line).
-    """
-    from reference.fileio import read_json_object
-
+    """``(operands, case.json dict)`` of a gate reproducer directory. Raises Int8confError (one line)."""
     d = Path(directory)
     info = read_json_object(d / "case.json", missing_hint="not a gate reproducer directory")
     if info.get("format") != "int8conf.gate.repro":
         raise Int8confError(f"{d / 'case.json'}: not an int8conf gate reproducer")
     try:
-        from safetensors.torch import load_file
-
-        t = load_file(str(d / "operands.safetensors"))
-    except Exception as e:  # noqa: BLE001 -- missing or truncated file
-        raise Int8confError(f"{d / 'operands.safetensors'}: cannot load ({type(e).__name__})") from None
-    ops = GemmOperands(
-        a=t["a"],
-        b=t["b"],
-        scale_a=t["scale_a"],
-        scale_b=t["scale_b"],
-        bias=t.get("bias"),
-        out_dtype=_DTYPES[info["out_dtype"]],
-        name=info.get("name", ""),
-        scale_mode=info.get("scale_mode", "synthetic"),
-        meta=dict(info.get("meta") or {}),
-    )
+        ops, _ = load_operands(d / "operands.safetensors", what="reproducer")
+    except Int8confError:
+        raise Int8confError(f"{d / 'operands.safetensors'}: cannot load") from None
+    ops.meta = dict(info.get("meta") or {})
     if ops.digests() != info.get("operand_digests"):
         raise Int8confError(f"{d}: operand digests do not match case.json (files modified?)")
     return ops, info
 
 
 def main(argv=None) -> int:
-    """``python -m conformance.runtime.repro DIR [--timeout S]`` (module docstring)."""
-    import faulthandler
-
+    """``python -m conformance.runtime.repro DIR [--timeout S] [--device D]`` (module docstring)."""
     p = argparse.ArgumentParser(
         prog="python -m conformance.runtime.repro", description="Re-run a gate reproducer in this process."
     )
@@ -164,8 +198,6 @@ def main(argv=None) -> int:
     if run.output is None or run.error:
         print(f"repro: kernel returned, with error: {run.error}", flush=True)
         return 1
-    from reference.operands import tensor_digest
-
     print(f"repro: kernel returned normally; output digest {tensor_digest(run.output)}", flush=True)
     return 0
 

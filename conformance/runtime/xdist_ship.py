@@ -1,16 +1,6 @@
-"""Results of one pytest item carried from an xdist worker to the controller
-on the item's own report, so that the controller holds every finished item's
-result the moment pytest logs it.
-
-Shipping everything in ``workeroutput`` when a worker shuts down loses the
-results of every worker that never shuts down cleanly: the native H200 runs
-of 2026-12-01 were stopped at the device's time limit after 1,500 passed
-items, and their reports missed items that had passed (the property test,
-C9). A report's ``user_properties`` travel with it (pytest-xdist serialises
-them with the report), so a worker appends one entry per item and the
-controller takes it off again before any other plugin (JUnit XML, report
-logs) sees the report.
-"""
+"""Results of a pytest item carried from an xdist worker to the controller on the item's own report
+(``user_properties``), so the controller holds every finished result even if a worker never shuts
+down cleanly; the controller takes the entry off before other plugins see the report."""
 
 from __future__ import annotations
 

@@ -428,22 +428,11 @@ def run_study(
 
 
 def _environment(device: str) -> dict:
-    import platform
-
     import torch
 
-    env = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "device": device,
-        "cpu_threads": torch.get_num_threads(),
-    }
-    try:
-        import triton
+    from conformance.runtime.environment import environment
 
-        env["triton"] = triton.__version__
-    except Exception:  # noqa: BLE001
-        env["triton"] = None
+    env = {**environment(), "device": device, "cpu_threads": torch.get_num_threads()}
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name(0)
     return env

@@ -28,19 +28,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
-import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Optional, Sequence
 
-import torch
-
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, shape_sweep, synthetic_cases
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.kernels.runner import validate_device
+from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.partial_run import complete_run, partial_run
 from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, PER_CASE_CHECKS, CaseResult, check_error, evaluate_case
 from reference.errors import Int8confError, first_line
@@ -100,35 +96,11 @@ def run_model_check(check_id: str, spec, module: Optional[str] = None, attr: Opt
     return res
 
 
-def _version(mod: str) -> Optional[str]:
-    try:
-        return getattr(importlib.import_module(mod), "__version__", None)
-    except Exception:  # noqa: BLE001 -- optional package missing or broken
-        return None
-
-
 def environment(manifests: Sequence[dict] = ()) -> dict:
-    """Where the suite ran: versions, device, interpreter or native.
-
-    Args:
-        manifests: KernelRun manifests of the cases (for the device / path /
-            interpreter actually used).
-
-    Returns:
-        JSON-able dict: ``python, platform, machine, cpu_count, torch, triton,
-        hypothesis, numpy, int8conf, cuda_available, cuda_device,
-        triton_interpret_env, devices_used, paths_used {path: count},
-        execution`` (``interpreter`` / ``native`` / ``mixed`` / ``unknown``),
-        ``interpreter_semantics``: the Triton interpreter's measured epilogue
-        semantics (``conformance.kernels.triton_probe.probe``, from the first
-        manifest whose ``extra`` carries it) or None.
-    """
-    try:
-        from importlib.metadata import version as _v
-
-        own = _v("int8conf")
-    except Exception:  # noqa: BLE001 -- not installed as a distribution
-        own = None
+    """``conformance.runtime.environment.environment()`` plus what the runs used (from their
+    KernelRun manifests): ``devices_used, paths_used {path: count}, execution`` (``interpreter`` /
+    ``native`` / ``mixed`` / ``unknown``), ``interpreter_semantics`` (the Triton interpreter's measured
+    epilogue semantics from the first manifest whose ``extra`` carries it, or None)."""
     paths: dict[str, int] = {}
     devices: set[str] = set()
     interp: set[bool] = set()
@@ -143,20 +115,8 @@ def environment(manifests: Sequence[dict] = ()) -> dict:
         if m.get("interpreter") is not None:
             interp.add(bool(m["interpreter"]))
     execution = "unknown" if not interp else "mixed" if len(interp) > 1 else "interpreter" if interp.pop() else "native"
-    cuda = torch.cuda.is_available()
     return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "triton": _version("triton"),
-        "hypothesis": _version("hypothesis"),
-        "numpy": _version("numpy"),
-        "int8conf": own,
-        "cuda_available": cuda,
-        "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
-        "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
+        **base_environment(),
         "devices_used": sorted(devices),
         "paths_used": paths,
         "execution": execution,

@@ -39,16 +39,22 @@ def test_the_sweep_worker_setup_silences_them_too():
 def test_the_scoreboard_worker_silences_them_before_loading_its_kernel():
     """Issue 31 item 11: ``int8conf scoreboard``'s row workers (fresh processes)
     printed torchao's "Failed to load ...so" lines."""
-    from conformance.scoreboard.board import _worker
+    from conformance.runtime.pool import KernelRef, _serve
 
     class Conn:
         sent = []
+        requests = [("ping",)]
 
         def send(self, msg):
             self.sent.append(msg)
 
+        def recv(self):
+            if not self.requests:
+                raise EOFError
+            return self.requests.pop()
+
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
-    _worker("no_such_pkg_xyz:fn", "cpu", Conn())
-    assert Conn.sent[0][0] == "load_error"
+    _serve(Conn(), KernelRef("no_such_pkg_xyz:fn"), [], "cpu", method="forkserver")
+    assert Conn.sent[0][0] == "error" and "could not be resolved" in Conn.sent[0][1]
     assert all(logging.getLogger(n).level == logging.ERROR for n in QUIET_LOGGERS)

@@ -1,0 +1,54 @@
+"""The one environment record: versions, interpreter, machine and accelerator of this process.
+Reports add their own keys (devices used, execution mode ...) on top."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import platform
+import sys
+from typing import Optional
+
+import torch
+
+#: Optional kernel libraries whose installed versions are recorded (distribution names).
+LIBRARIES = ("torchao", "bitsandbytes", "triton", "vllm", "sgl-kernel")
+
+
+def _version(mod: str) -> Optional[str]:
+    try:
+        return getattr(importlib.import_module(mod), "__version__", None)
+    except Exception:  # noqa: BLE001 -- optional package missing or broken
+        return None
+
+
+def _distribution(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except Exception:  # noqa: BLE001 -- not installed as a distribution
+        return None
+
+
+def environment() -> dict:
+    """JSON-able: ``python, platform, machine, cpu_count, threads`` (torch intra-op threads), ``torch,
+    triton, hypothesis, numpy, int8conf`` (None: not installed), ``cuda_available, cuda_device`` (None
+    without CUDA), ``triton_interpret_env``, ``libraries`` {distribution: version} of :data:`LIBRARIES`."""
+    cuda = torch.cuda.is_available()
+    libs = {d: v for d in LIBRARIES if (v := _distribution(d)) is not None}
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "hypothesis": _version("hypothesis"),
+        "numpy": _version("numpy"),
+        "int8conf": _distribution("int8conf"),
+        "cuda_available": cuda,
+        "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
+        "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
+        "libraries": libs,
+    }
