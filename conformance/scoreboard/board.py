@@ -37,7 +37,8 @@ from conformance.suite.evaluate import evaluate_case
 from conformance.suite.report import kernel_dirname
 from reference.accumulate import exact_int_mm
 from reference.bits import NAN_DISTANCE, bits_of, spacing_distance
-from reference.epilogue_steps import NAMED, apply_steps
+from reference.contract import NAMED
+from reference.epilogue import apply_steps
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, portable_paths
 from reference.operands import GemmOperands

@@ -1,5 +1,5 @@
 """Adapters for the field's real int8 kernels, loaded only when their library is installed. Each adapter
-module has ``make_spec(name) -> KernelSpec`` declaring, as a step list (``reference.epilogue_steps``), the epilogue
+module has ``make_spec(name) -> KernelSpec`` declaring, as a step list (``reference.contract``), the epilogue
 the library's own code implements (cited in its docstring). :data:`ADAPTERS` is the catalogue."""
 
 from __future__ import annotations
