@@ -10,8 +10,6 @@ scales (checked), so in log perplexity, exactly::
 
 from __future__ import annotations
 
-from typing import Callable, Optional
-
 import numpy as np
 import torch
 
@@ -59,17 +57,8 @@ def accuracy_from_nll(sums: dict, counts: np.ndarray, n_resamples: int, seed: in
     return out
 
 
-def run_accuracy(
-    ctx,
-    n_windows: int,
-    window_len: int,
-    n_resamples: int,
-    seed: int,
-    level: float,
-    batch_size: int = 8,
-    progress: Optional[Callable[[str], None]] = None,
-) -> dict:
-    """Part 4 on a ``StudyContext``: :func:`accuracy_from_nll`'s dict plus ``windows``, ``window_len``,
+def run_accuracy(ctx, n_windows, window_len, n_resamples, seed, level, batch_size=8, progress=None) -> dict:
+    """Part 4 on a ``StudyContext`` (``progress``: optional ``str -> None`` callback): :func:`accuracy_from_nll`'s dict plus ``windows``, ``window_len``,
     ``predicted_tokens``, ``kernel``, ``same_scales_wrong_vs_pow2_nearest`` and ``bootstrap``."""
     say = progress or (lambda s: None)
     win = ctx.windows(n_windows, window_len)

@@ -8,8 +8,6 @@ belong in the lowest deciles; flips at large margins point at a kernel off its c
 
 from __future__ import annotations
 
-from typing import Callable, Optional
-
 import numpy as np
 
 from conformance.checks.token_flip import bf16_spacing
@@ -59,14 +57,7 @@ def flip_deciles(tf_a, tf_b, n_bins: int = N_BINS) -> dict:
     }
 
 
-def run_flips(
-    ctx,
-    n_windows: int,
-    window_len: int,
-    modes=("own", "pow2-nearest"),
-    batch_size: int = 8,
-    progress: Optional[Callable[[str], None]] = None,
-) -> dict:
+def run_flips(ctx, n_windows, window_len, modes=("own", "pow2-nearest"), batch_size=8, progress=None) -> dict:
     """Part 5 on a ``StudyContext``: ``{"windows", "window_len", "modes": {mode: flip_deciles(...)}}``."""
     say = progress or (lambda s: None)
     win = ctx.windows(n_windows, window_len)
