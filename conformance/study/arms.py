@@ -89,12 +89,8 @@ class StudyContext:
     def teacher_forced(self, kernel, arm: str, windows, batch_size: int = 8):
         """``reference.model.forward.TeacherForced`` of ``windows`` (int64 [W, T]) through one arm, memoized per
         (kernel, arm, windows digest)."""
-        key = (
-            None if arm == "bf16" else kernel.name,
-            arm,
-            hashlib.sha256(windows.contiguous().numpy().tobytes()).hexdigest(),
-            tuple(windows.shape),
-        )
+        digest = hashlib.sha256(windows.contiguous().numpy().tobytes()).hexdigest()
+        key = (None if arm == "bf16" else kernel.name, arm, digest, tuple(windows.shape))
         if key not in self._tf:
             self._tf[key] = wf.teacher_forced(self.model(kernel, arm)[0], windows, batch_size)
         return self._tf[key]

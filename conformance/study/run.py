@@ -145,20 +145,15 @@ def _preflight(ctx, s: StudySettings, config: dict) -> None:
     check_context(s.window_len, config, f"--window-len {s.window_len}")
     longest = max(len(p) for p in prompt_token_ids(ctx, s.prompts))
     check_context(longest + s.new_tokens, config, f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
-    capture_windows = -(-s.tokens // TOKENS_PER_WINDOW)
-    for opt, n, length in (
-        ("--windows", s.windows, s.window_len),
-        ("--flip-windows", s.flip_windows, s.window_len),
-        ("--tokens", capture_windows, WINDOW_LEN),
+    cw = -(-s.tokens // TOKENS_PER_WINDOW)  # capture windows
+    for what, n, length in (
+        (f"--windows {s.windows} (--window-len {s.window_len})", s.windows, s.window_len),
+        (f"--flip-windows {s.flip_windows} (--window-len {s.window_len})", s.flip_windows, s.window_len),
+        (f"--tokens {s.tokens} ({cw} capture windows of {WINDOW_LEN} tokens)", cw, WINDOW_LEN),
     ):
         try:
             ctx.windows(n, length)
         except Int8confError as e:
-            what = (
-                f"--tokens {s.tokens} ({n} capture windows of {length} tokens)"
-                if opt == "--tokens"
-                else f"{opt} {n} (--window-len {length})"
-            )
             raise Int8confError(f"{what}: {first_line(e)}") from None
 
 
@@ -222,9 +217,8 @@ def run_study(
             f"(pass the W8A8 checkpoint as --committed)"
         )
     identity = input_identity(pdigest, settings.committed_dir, kernels)
-    if report_only and not any(
-        _load_part(out, p, settings.part_key(p, identity)) is not None for p in PARTS[1:]
-    ):  # before any checkpoint is built into the cache
+    # before any checkpoint is built into the cache
+    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None for p in PARTS[1:]):
         raise Int8confError(
             f"--report-only: no finished part under {out} matches these settings "
             f"(model, committed checkpoint, kernels, sizes, code); run without "
