@@ -55,14 +55,9 @@ def which_rule(parent_dir, committed_dir, parent: Optional[tuple] = None) -> dic
             g = reconstruction_gate(parent_dir, committed_dir, quantizer=rule_quantizer(rule), parent=parent)
             results[rule] = {"passed": True, **{k: g[k] for k in ("tensors", "state_digest", "parent_digest")}}
         except ReconstructionGateError as e:
-            results[rule] = {
-                "passed": False,
-                "message": str(e),
-                "tensor": e.tensor,
-                "index": None if e.index is None else list(e.index),
-                "committed": e.committed,
-                "rebuilt": e.rebuilt,
-            }
+            index = None if e.index is None else list(e.index)
+            results[rule] = dict(passed=False, message=str(e), tensor=e.tensor, index=index)
+            results[rule].update(committed=e.committed, rebuilt=e.rebuilt)
     passed = [r for r in RULES if results[r]["passed"]]
     if not passed:
         first = results["cpu"]

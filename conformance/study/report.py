@@ -53,13 +53,9 @@ def headline(r: dict) -> list[str]:
         )
     scope = f" [{acc['windows']} windows x {acc['window_len']} tokens, {model}]" if acc else ""
     for arm, rec in acc.get("arms", {}).items():
-        if "rel_change_vs_own" in rec:
-            lines.append(
-                f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
-                f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)" + scope
-            )
-        else:
-            lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}" + scope)
+        rc = rec.get("rel_change_vs_own")
+        vs = f", vs own {_ci_pct(rc)} ({int(acc['bootstrap']['level'] * 100)} % CI)" if rc is not None else ""
+        lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}{vs}" + scope)
     for mode, m in fl.get("modes", {}).items():
         lines.append(
             f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "

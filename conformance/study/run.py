@@ -285,8 +285,7 @@ def run_study(
             else {"device": s.device, "note": "not recorded with the stored parts"}
         )
     report = build_report(s, ctx, kernels, config, pdigest, committed, results, seconds, env)
-    report["missing_parts"] = list(missing)
-    report["missing_reasons"] = missing
+    report.update(missing_parts=list(missing), missing_reasons=missing)
     write_report(report, out)
     say(f"report written to {out / 'study.md'}")
     return report
