@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from conformance.checks.token_flip import kernel_layer_callables
+from conformance.checks import token_flip
 from reference.errors import Int8confError
 from reference.model import forward as wf
 from reference.model.corpus import eval_windows
@@ -80,7 +80,7 @@ class StudyContext:
         names = wf.linear_names(self.base.config.num_hidden_layers)
         man: dict = {}
         kmode = arm if arm in ("own", "pow2-nearest", "pow2-ceiling") else "own"
-        fns = kernel_layer_callables(kernel, names, kmode, device=self.device, first_manifest=man)
+        fns = token_flip.kernel_layer_callables(kernel, names, kmode, device=self.device, first_manifest=man)
         if wrap is not None:
             fns = wrap(fns)
         model, _ = wf.build_w8a8_model(self.base, self.weights(arm), fns)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from conformance.checks.token_flip import kernel_layer_callables
+from conformance.checks import token_flip
 from conformance.kernels.registry import resolve_kernels
 from reference.errors import Int8confError
 from reference.model import forward as wf
@@ -39,7 +39,7 @@ def build_model(
     elif weights is None:
         weights = load_weights(base, scale_mode)
     manifest: dict = {}
-    fns = kernel_layer_callables(
+    fns = token_flip.kernel_layer_callables(
         kernel, wf.linear_names(base.config.num_hidden_layers), kernel_scale_mode or scale_mode, first_manifest=manifest
     )
     model, stats = wf.build_w8a8_model(base, weights, fns, track_acc=track_acc)
