@@ -1,26 +1,10 @@
 """Part 3 of the power-of-two study: end-to-end greedy agreement.
 
-Greedy decoding (:func:`reference.model.forward.greedy_generate`: one prefill
-of the prompt, then one KV-cached decode step per new token, argmax with ties
-to the smallest id, no early stop) of the fixed prompts
-(``reference.model.corpus.prompts``) through the W8A8 model, compared:
-
-* **A vs B** under own scales and under power-of-two scales: byte-identical
-  sequences out of the prompts run, and for each diverging prompt the first
-  divergence step and the top-2 logit margin there (in logit units and in
-  bf16 spacings of the top-1 logit), as each arm saw it;
-* **the same kernel across fresh processes** (a second Python process per
-  kernel, own scales): separates run-to-run nondeterminism of a kernel or of
-  the rest of the model from differences between kernels;
-* **prefill vs token-by-token decode** (same kernel, own scales): the whole
-  generated sequence is fed again as one prefill and its argmax at every
-  position compared with the token the cached decode produced. This
-  separates shape effects (M = 1 decode GEMMs, KV-cache attention) from
-  kernel differences.
-
-A step's logits are compared through their top-1 value and top-2 margin
-(float32, exact upcasts of the bf16 logits): equal tokens with different
-margins show a disagreement that has not (yet) flipped a token.
+Greedy decoding (``reference.model.forward.greedy_generate``: prefill, then KV-cached decode steps, argmax with
+ties to the smallest id, no early stop) of the fixed prompts, compared: A vs B under own and power-of-two scales;
+the same kernel in a fresh process (run-to-run nondeterminism vs kernel differences); token-by-token decode vs one
+prefill of the whole sequence (shape effects: M = 1 GEMMs, KV-cache attention). Each step is compared through its
+float32 top-1 logit and top-2 margin, so a disagreement that has not (yet) flipped a token still shows.
 """
 
 from __future__ import annotations
@@ -35,17 +19,20 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.checks.token_flip import bf16_spacing
+from conformance.study.arms import StudyContext
+from conformance.study.interp import study_kernel
+from conformance.study.lockstep import Lockstep
+from conformance.study.model_run import resolve_kernel_list
+from reference.errors import Int8confError
+from reference.fileio import atomic_write_json
+from reference.model.corpus import prompts
+from reference.model.forward import check_context, greedy_generate, teacher_forced
+from reference.model.tokenizer import encode
+
 
 def prompt_token_ids(ctx, n: int) -> list[list[int]]:
-    """Token ids of the first ``n`` fixed prompts (1 <= n <= 8).
-
-    Raises:
-        Int8confError: ``n`` outside [1, number of prompts].
-    """
-    from reference.errors import Int8confError
-    from reference.model.corpus import prompts
-    from reference.model.tokenizer import encode
-
+    """Token ids of the first ``n`` fixed prompts; Int8confError when ``n`` is outside [1, 8]."""
     ps = prompts()
     if not 1 <= n <= len(ps):
         raise Int8confError(f"--prompts {n} outside [1, {len(ps)}]")
@@ -53,16 +40,9 @@ def prompt_token_ids(ctx, n: int) -> list[list[int]]:
 
 
 def generate(model, prompts_ids: list[list[int]], new_tokens: int, lockstep=None) -> list[dict]:
-    """Greedy continuation of every prompt (each prompt its own batch-1 run;
-    with ``lockstep`` -- a :class:`conformance.study.lockstep.Lockstep` of
-    ``len(prompts_ids)`` threads that ``model``'s kernel callables were
-    wrapped with -- the prompts run together, one kernel call per layer).
-
-    Returns:
-        one dict per prompt: ``tokens`` (new token ids), ``top1`` and
-        ``margin`` (float32 top-1 logit and top-1 minus top-2, per step).
-    """
-    from reference.model.forward import greedy_generate
+    """Greedy continuation of every prompt, each its own batch-1 run (with ``lockstep``, the ``Lockstep`` of
+    ``len(prompts_ids)`` threads ``model``'s kernels were wrapped with, run together). One dict per prompt:
+    ``tokens`` (new ids), ``top1`` and ``margin`` (float32 top-1 logit and top-1 minus top-2, per step)."""
 
     def one(i):
         top1, margin = [], []
@@ -87,31 +67,20 @@ def _per_prompt(fn, n: int, lockstep) -> list:
 
 
 def lockstep_model(ctx, spec, arm: str, n_prompts: int):
-    """``(model, Lockstep)``: ``arm`` through ``spec`` with its kernel calls
-    batched across ``n_prompts`` lockstep threads (:mod:`conformance.study.lockstep`)."""
-    from conformance.study.lockstep import Lockstep
-
+    """``(model, Lockstep)``: ``arm`` through ``spec``, kernel calls batched across ``n_prompts`` threads."""
     ls = Lockstep(n_prompts)
     return ctx.model(spec, arm, wrap=ls.wrap_all)[0], ls
 
 
 def _spacing(x: float) -> float:
-    from conformance.checks.token_flip import bf16_spacing
-
     return float(bf16_spacing(torch.tensor([x], dtype=torch.float32))[0])
 
 
 def compare_runs(x: list[dict], y: list[dict]) -> dict:
-    """Compare two generation runs prompt by prompt.
-
-    Returns:
-        ``{"prompts", "identical_sequences", "identical_logits" (sequences
-        whose per-step top-1 and margin are also equal), "per_prompt": [{
-        "identical", "logits_identical", "first_divergence" (step or None),
-        "tokens" ([x, y] at that step), "margin_x", "margin_y",
-        "margin_x_spacings", "margin_y_spacings", "first_logit_difference"
-        (first step whose top-1 / margin differ, or None)}]}``.
-    """
+    """Two generation runs compared prompt by prompt: ``{"prompts", "identical_sequences", "identical_logits"
+    (also equal top-1 and margin every step), "per_prompt": [{"identical", "first_divergence" (step or None),
+    "first_logit_difference" (step or None), "logits_identical", and at a divergence "tokens" ([x, y]),
+    "margin_x", "margin_y", "margin_x_spacings", "margin_y_spacings"}]}``."""
     per = []
     for rx, ry in zip(x, y):
         tx, ty = rx["tokens"], ry["tokens"]
@@ -147,12 +116,9 @@ def compare_runs(x: list[dict], y: list[dict]) -> dict:
 
 
 def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockstep=None) -> list[dict]:
-    """Re-run each prompt + its decoded continuation as ONE prefill
-    (teacher forcing, :func:`reference.model.forward.teacher_forced`, batch 1
-    per prompt; ``lockstep`` as in :func:`generate`) and return, in
-    :func:`generate`'s format, the token the prefill predicts at each decode
-    step with its top-1 and margin. Every prompt needs >= 1 decoded token."""
-    from reference.model.forward import teacher_forced
+    """Each prompt + its decoded continuation as ONE teacher-forced prefill (batch 1; ``lockstep`` as in
+    :func:`generate`): in :func:`generate`'s format, the token predicted at each decode step. Every prompt needs
+    >= 1 decoded token."""
 
     def one(i):
         ids, toks = prompts_ids[i], decoded[i]["tokens"]
@@ -169,10 +135,7 @@ def prefill_run(model, prompts_ids: list[list[int]], decoded: list[dict], lockst
 
 
 def _fresh_process_run(kernel_arg: str, arm: str, ctx, n_prompts: int, new_tokens: int) -> list[dict]:
-    """:func:`generate` in a new Python process (``python -m
-    conformance.study.e2e_agreement SPEC OUT``), same model / kernel / arm."""
-    from reference.errors import Int8confError
-
+    """:func:`generate` in a new process (``python -m conformance.study.e2e_agreement SPEC OUT``)."""
     spec = {
         "model_dir": str(ctx.model_dir),
         "kernel": kernel_arg,
@@ -215,38 +178,22 @@ def run_e2e_agreement(
     resume_dir=None,
     resume_key: Optional[dict] = None,
 ) -> dict:
-    """Part 3 on a :class:`conformance.study.arms.StudyContext`.
+    """Part 3 on a ``StudyContext``. ``kernel_args``: the kernels as named on the command line (a fresh process
+    resolves them again); ``fresh``: kernels that repeat their own-scale run in a new process (``"none"``, ``"a"``,
+    ``"both"``). With ``resume_dir`` every finished run is kept there under ``resume_key`` (:class:`ResumableRuns`).
 
-    Resumable: with ``resume_dir``, every finished run (a generation, a
-    fresh-process repeat, a prefill replay) is stored there under
-    ``resume_key`` (:class:`ResumableRuns`), so an interrupted part restarts
-    after its last finished run.
-
-    Args:
-        kernel_args: the kernels as named on the command line (a fresh
-            process resolves them again).
-        n_prompts: fixed prompts used (first n of 8); new_tokens per prompt.
-        modes: weight arms compared A vs B.
-        fresh: kernels that repeat their own-scale run in a new process:
-            ``"none"``, ``"a"`` (kernel A only) or ``"both"``.
-
-    Returns:
-        ``{"prompts", "new_tokens", "prompt_lengths", "a_vs_b": {mode:
-        compare_runs}, "fresh_process": {kernel: compare_runs}, "prefill_vs_decode":
-        {kernel: compare_runs}, "sequences": {mode: {kernel: [tokens]}}}``.
+    Returns ``{"prompts", "new_tokens", "prompt_lengths", "batching", "a_vs_b": {mode: compare_runs},
+    "fresh_process": {kernel: ...}, "prefill_vs_decode": {kernel: ...}, "sequences": {mode: {kernel: [tokens]}}}``.
     """
     say = progress or (lambda s: None)
     pids = prompt_token_ids(ctx, n_prompts)
-    from reference.model.forward import check_context
-
+    longest = max(len(p) for p in pids)
     check_context(
-        max(len(p) for p in pids) + new_tokens,
-        ctx.base.config,
-        f"longest prompt ({max(len(p) for p in pids)} tokens) + --new-tokens ({new_tokens})",
+        longest + new_tokens, ctx.base.config, f"longest prompt ({longest} tokens) + --new-tokens ({new_tokens})"
     )
     a, b = ctx.kernels
     runs: dict = {}
-    models: dict = {}
+    models: dict = {}  # (kernel, mode) -> (model, Lockstep), built on first use
     store = ResumableRuns(resume_dir, dict(resume_key or {}, modes=list(modes)))
 
     def model(spec, mode):
@@ -272,36 +219,27 @@ def run_e2e_agreement(
                 lambda: generate(model(spec, mode)[0], pids, new_tokens, model(spec, mode)[1]),
             )
             say(f"e2e {spec.name} {mode}: {n_prompts} prompts x {new_tokens} tokens generated")
-        out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
+        c = out["a_vs_b"][mode] = compare_runs(runs[(a.name, mode)], runs[(b.name, mode)])
         out["sequences"][mode] = {s.name: [r["tokens"] for r in runs[(s.name, mode)]] for s in (a, b)}
-        say(f"e2e {mode}: {out['a_vs_b'][mode]['identical_sequences']}/{n_prompts} sequences identical A vs B")
+        say(f"e2e {mode}: {c['identical_sequences']}/{n_prompts} sequences identical A vs B")
     for i, (spec, arg) in enumerate(zip((a, b), kernel_args)):
         if fresh == "both" or (fresh == "a" and i == 0):
             again = store.get(f"fresh-{spec.name}", lambda: _fresh_process_run(arg, "own", ctx, n_prompts, new_tokens))
-            out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
-            say(
-                f"e2e {spec.name} fresh process: {out['fresh_process'][spec.name]['identical_sequences']}"
-                f"/{n_prompts} identical"
-            )
+            c = out["fresh_process"][spec.name] = compare_runs(runs[(spec.name, "own")], again)
+            say(f"e2e {spec.name} fresh process: {c['identical_sequences']}/{n_prompts} identical")
         pre = store.get(
             f"prefill-{spec.name}",
             lambda: prefill_run(model(spec, "own")[0], pids, runs[(spec.name, "own")], model(spec, "own")[1]),
         )
-        out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
-        say(
-            f"e2e {spec.name} prefill vs decode: "
-            f"{out['prefill_vs_decode'][spec.name]['identical_sequences']}/{n_prompts} identical"
-        )
+        c = out["prefill_vs_decode"][spec.name] = compare_runs(runs[(spec.name, "own")], pre)
+        say(f"e2e {spec.name} prefill vs decode: {c['identical_sequences']}/{n_prompts} identical")
     return out
 
 
 class ResumableRuns:
-    """Finished runs of the end-to-end part, one JSON file each.
-
-    ``get(name, compute)`` returns the stored result of ``name`` when
-    ``<dir>/<name>.json`` exists with the same key, else computes it and
-    stores it atomically. ``dir`` None: always computes, stores nothing.
-    """
+    """Finished runs of the end-to-end part, one JSON file each: ``get(name, compute)`` returns
+    ``<dir>/<name>.json``'s runs when stored under the same key, else computes and stores them atomically
+    (``directory`` None: always computes, stores nothing)."""
 
     def __init__(self, directory, key: dict):
         self.dir = None if directory is None else Path(directory)
@@ -309,8 +247,6 @@ class ResumableRuns:
         self.reused: list[str] = []
 
     def get(self, name: str, compute: Callable[[], list]) -> list:
-        from reference.fileio import atomic_write_json
-
         if self.dir is None:
             return compute()
         p = self.dir / f"{name}.json"
@@ -329,13 +265,7 @@ class ResumableRuns:
 
 def _worker(spec_path: str, out_path: str) -> int:
     """Fresh-process entry: read a spec JSON, generate, write ``{"runs": ...}``."""
-    from conformance.study.arms import StudyContext
-    from conformance.study.model_run import resolve_kernel_list
-    from reference.fileio import atomic_write_json
-
     spec = json.loads(Path(spec_path).read_text())
-    from conformance.study.interp import study_kernel
-
     kern = study_kernel(resolve_kernel_list(spec["kernel"])[0], spec["device"])
     ctx = StudyContext(
         model_dir=Path(spec["model_dir"]),

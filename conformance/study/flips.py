@@ -1,44 +1,29 @@
-"""Part 5 of the power-of-two study: teacher-forced flip analysis.
+"""Part 5 of the power-of-two study: teacher-forced flips.
 
-Both kernels replay the same held-out windows with teacher forcing
-(``reference.model.forward.teacher_forced``); a *flip* is a position where
-their greedy next tokens (argmax, ties -> smallest id) differ. Positions are
-grouped into ten equal-count deciles of kernel A's top-2 logit margin
-(rank-based: positions sorted by margin, ties broken by position index, then
-split into ten groups of sizes differing by at most one, so heavy ties at
-margin 0 cannot empty a decile), and the flip rate is reported per decile,
-for own scales and for power-of-two scales. A legal epilogue difference
-moves logits by about one bf16 spacing, so flips should concentrate in the
-lowest-margin decile; flips at large margins point elsewhere (a kernel
-departing from its contract, or operands that differ).
+Both kernels replay the same held-out windows; a flip is a position where their argmax tokens differ. Positions
+fall into ten equal-count deciles of kernel A's top-2 margin (sorted by margin, ties by position, so ties at
+margin 0 cannot empty a decile). A legal epilogue difference moves logits by about one bf16 spacing, so flips
+belong in the lowest deciles; flips at large margins point at a kernel off its contract.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
-
 import numpy as np
 
+from conformance.checks.token_flip import bf16_spacing
+
 N_BINS = 10
-# Descriptive cut for the report (flips at a margin above 4 top-1 spacings);
-# C7's own threshold is the legal-epilogue envelope, see checks/token_flip.py.
+# Descriptive cut for the report; C7's own threshold is the legal-epilogue envelope (checks/token_flip.py).
 REPORTED_MARGIN_SPACINGS = 4
 
 
 def flip_deciles(tf_a, tf_b, n_bins: int = N_BINS) -> dict:
-    """Flip rate per margin decile of two teacher-forced replays of the same
-    windows.
+    """Flip rate per margin decile of two ``TeacherForced`` replays of the same ``[W, T]`` windows.
 
-    Args:
-        tf_a, tf_b: ``TeacherForced`` (same ``[W, T]``); deciles by A's margin.
-
-    Returns:
-        ``{"positions", "flips", "flip_rate", "flips_above_4_spacings",
-        "deciles": [{"decile", "positions", "flips", "rate", "margin_min",
-        "margin_max", "margin_median_spacings"}]}`` (margins in logit units).
+    Returns ``{"positions", "flips", "flip_rate", "flips_above_4_spacings", "max_flip_margin_spacings",
+    "deciles": [{"decile", "positions", "flips", "rate", "margin_min", "margin_max", "margin_median_spacings"}]}``
+    (margins in logit units). Raises ValueError when the shapes differ.
     """
-    from conformance.checks.token_flip import bf16_spacing
-
     if tuple(tf_a.argmax.shape) != tuple(tf_b.argmax.shape):
         raise ValueError(f"replays differ in shape {tuple(tf_a.argmax.shape)} vs {tuple(tf_b.argmax.shape)}")
     margin = tf_a.margin.reshape(-1).double().numpy()
@@ -72,27 +57,15 @@ def flip_deciles(tf_a, tf_b, n_bins: int = N_BINS) -> dict:
     }
 
 
-def run_flips(
-    ctx,
-    n_windows: int,
-    window_len: int,
-    modes=("own", "pow2-nearest"),
-    batch_size: int = 8,
-    progress: Optional[Callable[[str], None]] = None,
-) -> dict:
-    """Part 5 on a :class:`conformance.study.arms.StudyContext`.
-
-    Returns:
-        ``{"windows", "window_len", "modes": {mode: flip_deciles(...)}}``.
-    """
+def run_flips(ctx, n_windows, window_len, modes=("own", "pow2-nearest"), batch_size=8, progress=None) -> dict:
+    """Part 5 on a ``StudyContext``: ``{"windows", "window_len", "modes": {mode: flip_deciles(...)}}``."""
     say = progress or (lambda s: None)
     win = ctx.windows(n_windows, window_len)
     a, b = ctx.kernels
     out = {"windows": int(win.shape[0]), "window_len": int(win.shape[1]), "modes": {}}
     for mode in modes:
-        ta = ctx.teacher_forced(a, mode, win, batch_size)
-        tb = ctx.teacher_forced(b, mode, win, batch_size)
-        out["modes"][mode] = flip_deciles(ta, tb)
-        m = out["modes"][mode]
+        m = out["modes"][mode] = flip_deciles(
+            ctx.teacher_forced(a, mode, win, batch_size), ctx.teacher_forced(b, mode, win, batch_size)
+        )
         say(f"flips {mode}: {m['flips']} of {m['positions']} positions")
     return out

@@ -1,35 +1,15 @@
 """Part 2 of the power-of-two study: layer-level agreement of two kernels.
 
-Every captured decoder linear (``reference.model.capture``: real activations
-of the model on held-out text, per-token quantized) is run through kernel A
-and kernel B under three weight modes -- the checkpoint's own scales and
-power-of-two scales requantized from the parents (``nearest``,
-``ceiling``) -- and the two outputs are compared on bf16 bit patterns
-(``conformance.suite.pairwise.compare_pair``: elements differing, maximum spacing
-distance, histogram).
-
-Why enough tokens matter: integer accumulation is exact, so kernels of
-different declared scale orders (``w_then_a`` vs ``a_then_w``) can differ
-only where the two float32 products round differently *and* that difference
-survives the final bf16 rounding -- about one element per million on the
-default model. The study captures ``--tokens`` rows per layer (default
-~10^7 elements in all) so that such disagreements actually appear under own
-scales; the report also gives the number the two *declared* contracts predict
-on the same operands (``reference.epilogue.reference_scaled_mm``), so an
-observed count can be checked exactly, not just "about".
-
-Under power-of-two weight scales every legal scale order gives the same bits
-(DESIGN.md section 1), provided the preconditions below hold in that layer.
-When a pow2 layer disagrees, the report names the precondition that failed
-there (or, if all held, flags the disagreement as a kernel departing from
-its declared contract):
+Every captured decoder linear (real activations on held-out text) runs through kernels A and B under own and
+power-of-two (``nearest``, ``ceiling``) weight scales; outputs are compared on bf16 bits, next to the count the two
+*declared* contracts predict on the same operands (``reference.epilogue``). Under power-of-two scales every legal
+scale order gives the same bits (DESIGN.md section 1) provided these hold in the layer, which a differing pow2
+layer is checked against (if all hold, a kernel departs from its contract):
 
 * ``pow2_scales``: every ``s_w`` is an exact power of two;
 * ``bias_point``: no bias, or both kernels add it at the same point;
 * ``int32_headroom``: the exact accumulator fits int32;
-* ``fp32_normal_range``: every nonzero intermediate ``|acc| s_a``,
-  ``|acc| s_w``, ``|acc| s_a s_w`` lies in float32's normal range
-  [2^-126, max] (scaling by 2^k is exact only there).
+* ``fp32_normal_range``: every nonzero ``|acc| s_a``, ``|acc| s_w``, ``|acc| s_a s_w`` lies in [2^-126, max].
 """
 
 from __future__ import annotations
@@ -39,6 +19,16 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+
+from conformance.checks.result import merge_histograms
+from conformance.kernels.runner import run_kernel
+from conformance.suite.pairwise import compare_pair
+from reference.accumulate import exact_int_mm
+from reference.bits import bits_of
+from reference.epilogue import apply_epilogue
+from reference.model.artifacts import build_code_digest, cache_dir, parent_digest
+from reference.model.capture import capture_model, iter_layer_operands
+from reference.validate import normalize_scales, validate_operands
 
 #: Weight modes compared, as (capture scale_mode, pow2 rule, label).
 MODES = (("own", "nearest", "own"), ("pow2", "nearest", "pow2-nearest"), ("pow2", "ceiling", "pow2-ceiling"))
@@ -52,29 +42,15 @@ _FP32_MAX = float(torch.finfo(torch.float32).max)
 def ensure_capture(
     model_dir, tokens: int, cache=None, committed_dir=None, progress: Optional[Callable[[str], None]] = None
 ):
-    """A capture set of ``model_dir`` with at least ``tokens`` rows per layer
-    (``ceil(tokens / 64)`` held-out windows of 128 tokens, 64 positions
-    each), built once into the artifact cache and resumed if interrupted.
-
-    Returns:
-        ``reference.model.capture.CaptureSet``.
-
-    Raises:
-        CaptureError / CheckpointError: see ``reference.model.capture.capture_model``.
-    """
-    from reference.model.artifacts import build_code_digest, cache_dir, parent_digest
-    from reference.model.capture import capture_model
-
+    """``CaptureSet`` of ``model_dir`` with at least ``tokens`` rows per layer (``ceil(tokens / 64)`` held-out
+    windows of 128 tokens, 64 positions each), built once into the cache, resumed if interrupted. Raises
+    CaptureError / CheckpointError."""
     windows = max(1, math.ceil(tokens / TOKENS_PER_WINDOW))
     tag = "own" if committed_dir is None else "ext-" + Path(committed_dir).resolve().name
-    out = (
-        cache_dir(cache)
-        / "captures"
-        / f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}"
-    )
+    name = f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}"
     return capture_model(
         model_dir,
-        out,
+        cache_dir(cache) / "captures" / name,
         windows=windows,
         window_len=WINDOW_LEN,
         tokens_per_window=TOKENS_PER_WINDOW,
@@ -86,16 +62,8 @@ def ensure_capture(
 
 
 def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) -> dict[str, bool]:
-    """The preconditions under which every legal scale order gives the same
-    bits on ``ops`` (module docstring). Returns ``{name: holds}``.
-
-    Args:
-        ops: the layer's GemmOperands; spec_a, spec_b: the two kernels.
-        acc: ``reference.accumulate.exact_int_mm(ops.a, ops.b)`` (int64 [M, N],
-            on any device) when the caller has it; None computes it.
-    """
-    from reference.accumulate import exact_int_mm
-
+    """``{precondition: holds}`` (module docstring) on one layer's GemmOperands; ``acc``: its
+    ``exact_int_mm(ops.a, ops.b)`` (int64 [M, N], any device), None computes it."""
     if acc is None:
         acc = exact_int_mm(ops.a, ops.b)
     sb = ops.scale_b.reshape(-1).to(device=acc.device, dtype=torch.float32)
@@ -119,25 +87,10 @@ def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) 
 
 
 def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
-    """Run both kernels on one layer's operands and compare them.
-
-    Returns:
-        JSON-able dict: ``conformance.suite.pairwise.compare_pair``'s fields
-        (``status``, ``n_elements``, ``n_equal``, ``max_ulp``,
-        ``ulp_histogram``, ``worst``...) plus ``layer``, ``block``, ``proj``,
-        ``M``, ``K``, ``N``, ``differing``, ``predicted_differing`` (elements
-        where the two declared contracts, emulated by the reference, differ),
-        ``a_vs_declared`` / ``b_vs_declared`` (elements where each kernel
-        departs from its own declared contract), ``preconditions`` and
-        ``failed_preconditions`` (pow2 modes), ``paths``.
-    """
-    from conformance.kernels.runner import run_kernel
-    from conformance.suite.pairwise import compare_pair
-    from reference.accumulate import exact_int_mm
-    from reference.bits import bits_of
-    from reference.epilogue import apply_epilogue
-    from reference.validate import normalize_scales, validate_operands
-
+    """Both kernels on one layer's operands, compared: ``compare_pair``'s fields plus ``layer``, ``block``,
+    ``proj``, ``M``, ``K``, ``N``, ``paths``, ``differing``, ``predicted_differing`` (where the two declared
+    contracts differ), ``a_vs_declared`` / ``b_vs_declared`` (where a kernel departs from its own contract) and,
+    for pow2 operands, ``preconditions`` / ``failed_preconditions``."""
     ra = run_kernel(spec_a, ops, device=device)
     rb = run_kernel(spec_b, ops, device=device)
     rec = compare_pair(spec_a, spec_b, ops, ra, rb)
@@ -150,10 +103,8 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
         N=int(ops.b.shape[0]),
         paths=[ra.manifest.get("path"), rb.manifest.get("path")],
     )
-    # the declared contracts' outputs from one exact accumulator, on the kernels' GPU when
-    # they run there (the reference gives the same bits on every device: tests/reference,
-    # -m cuda); on the CPU three accumulators of a 2048 x 2048 x 6144 layer took most of
-    # the study's time at Qwen3-1.7B shape
+    # the declared contracts' outputs from one exact accumulator, on the kernels' GPU when they run there
+    # (the reference gives the same bits on every device)
     rdev = torch.device(device) if device and torch.device(device).type == "cuda" else ops.a.device
     m, _k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
     sa, sw = (s.to(rdev) for s in normalize_scales(ops.scale_a, ops.scale_b, m, n))
@@ -168,18 +119,14 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
         rec["a_vs_declared"] = int((bits(ra.output) != bits(ref_a)).sum())
         rec["b_vs_declared"] = int((bits(rb.output) != bits(ref_b)).sum())
     if ops.scale_mode == "pow2":
-        pre = pow2_preconditions(ops, spec_a, spec_b, acc=acc)
-        rec["preconditions"] = pre
+        pre = rec["preconditions"] = pow2_preconditions(ops, spec_a, spec_b, acc=acc)
         rec["failed_preconditions"] = [k for k, v in pre.items() if not v]
     return rec
 
 
 def summarize_mode(layers: list[dict], label: str) -> dict:
-    """Totals of one mode: layers bit-identical / total, elements, differing
-    (and per million), predicted, max ulp, merged histogram, errors, and for
-    pow2 modes the layers that differ with the precondition that failed."""
-    from conformance.checks.result import merge_histograms
-
+    """Totals of one mode over :func:`compare_layer` records; for pow2 modes also the differing layers with the
+    precondition that failed."""
     ok = [r for r in layers if r["status"] != "error"]
     elements = sum(r["n_elements"] for r in ok)
     differing = sum(r["differing"] for r in ok)
@@ -214,35 +161,19 @@ def summarize_mode(layers: list[dict], label: str) -> dict:
 
 
 def run_layer_agreement(ctx, tokens: int, progress: Optional[Callable[[str], None]] = None) -> dict:
-    """Part 2 on a :class:`conformance.study.arms.StudyContext`.
-
-    Returns:
-        ``{"capture": {dir, windows, tokens_per_layer, layers}, "modes": {label:
-        summary}, "layers": {label: [per-layer records]}}``.
-    """
-    from reference.model.capture import iter_layer_operands
-
+    """Part 2 on a ``StudyContext``: ``{"capture": {dir, windows, window_len, tokens_per_layer, layers},
+    "modes": {label: summary}, "layers": {label: [per-layer records]}}``."""
     say = progress or (lambda s: None)
     cs = ensure_capture(ctx.model_dir, tokens, ctx.cache, ctx.committed_dir, progress=say)
     a, b = ctx.kernels
-    out = {
-        "capture": {
-            "dir": str(cs.dir),
-            "windows": cs.manifest["settings"]["windows"],
-            "window_len": cs.manifest["settings"]["window_len"],
-            "tokens_per_layer": cs.manifest["settings"]["tokens_per_layer"],
-            "layers": len(cs.layer_names()),
-        },
-        "modes": {},
-        "layers": {},
-    }
+    st = cs.manifest["settings"]
+    capture = {"dir": str(cs.dir), **{k: st[k] for k in ("windows", "window_len", "tokens_per_layer")}}
+    out = {"capture": dict(capture, layers=len(cs.layer_names())), "modes": {}, "layers": {}}
     for scale_mode, rule, label in MODES:
-        recs = []
-        for ops in iter_layer_operands(cs, scale_mode, rule):
-            recs.append(compare_layer(ops, a, b, ctx.device))
-        out["layers"][label] = recs
-        out["modes"][label] = summarize_mode(recs, label)
-        m = out["modes"][label]
+        recs = out["layers"][label] = [
+            compare_layer(ops, a, b, ctx.device) for ops in iter_layer_operands(cs, scale_mode, rule)
+        ]
+        m = out["modes"][label] = summarize_mode(recs, label)
         say(
             f"layers {label}: {m['layers_identical']}/{m['layers']} bit-identical, "
             f"{m['differing']} of {m['elements']} elements differ (declared contracts predict "

@@ -1,29 +1,9 @@
-"""Lockstep batching of per-prompt model runs: one kernel call per layer for
-all prompts, every other op exactly as in a one-prompt run.
+"""Lockstep batching of per-prompt model runs: one kernel call per layer for all prompts.
 
-End-to-end generation runs each fixed prompt on its own (batch 1, no
-padding), so nothing but the kernel could make two prompts' runs interact.
-Run one prompt at a time, though, and a decode step is 28 GEMMs of M = 1 per
-prompt -- under the Triton interpreter that is ~1 s of per-call overhead per
-step and prompt. :class:`Lockstep` runs the prompts in ``n`` threads that
-advance together: each W8A8 linear call deposits its operands and waits at
-a barrier; when all ``n`` threads have arrived at the same layer, one
-kernel call on the concatenated activation rows (``M = sum of the prompts'
-rows``: 8 rows per decode step for 8 prompts) serves them all, and each
-thread takes back its own rows.
-
-What this keeps: embedding, norms, attention, KV caches, the lm_head and the
-argmax stay per prompt, exactly the ops of a batch-1 run. What it assumes:
-the kernel is row-independent (row ``i`` of ``scaled_mm(a, ...)`` depends
-only on row ``i`` of ``a`` and ``scale_a``); true for every built-in (exact
-integer accumulation, element-wise epilogue) and required of any correct
-kernel by the contract (DESIGN.md section 3). The study test
-``test_lockstep_generation_equals_one_prompt_at_a_time`` checks that lockstep
-and one-prompt-at-a-time generation give identical tokens and logits.
-
-Threads must make the same sequence of linear calls (same model, same
-number of forward passes); a thread that calls a different layer, or fails,
-stops all of them with one error instead of a hang.
+Each prompt still runs on its own (batch 1, own KV cache, attention, lm_head, argmax), in one of ``n`` threads;
+every W8A8 linear call waits at a barrier and one kernel call on the concatenated rows serves all threads. Valid
+for row-independent kernels (required of any correct kernel, DESIGN.md section 3). Threads must make the same
+sequence of linear calls; one that calls another layer, or fails, stops all with one error instead of a hang.
 """
 
 from __future__ import annotations
@@ -41,14 +21,9 @@ class LockstepError(Int8confError):
 
 
 class Lockstep:
-    """Barrier-synchronised batching of ``n`` threads' ``scaled_mm`` calls.
-
-    Usage: ``ls = Lockstep(n)``; build the model with
-    ``ls.wrap_all({layer: scaled_mm})``; then ``ls.run(fn)`` calls
-    ``fn(i)`` for ``i in range(n)`` in ``n`` threads and returns the list
-    of results (in order). With ``n == 1`` everything runs in the caller's
-    thread without a barrier.
-    """
+    """Barrier-synchronised batching of ``n`` threads' ``scaled_mm`` calls: build the model with
+    ``wrap_all({layer: scaled_mm})``, then ``run(fn)`` returns ``[fn(0), ..., fn(n-1)]`` run in lockstep threads.
+    With ``n == 1`` everything runs in the caller's thread."""
 
     def __init__(self, n: int):
         if n < 1:
@@ -60,12 +35,9 @@ class Lockstep:
         self._local = threading.local()
         self._done = False
         self._barrier = threading.Barrier(n, action=self._batch)
-        #: kernel calls made and rows they carried (for the report)
-        self.calls = 0
-        self.rows = 0
+        self.calls = self.rows = 0  # kernel calls made and rows they carried
 
-    # -- the batched call (runs in the last thread to arrive) --------------
-    def _batch(self) -> None:
+    def _batch(self) -> None:  # runs in the last thread to arrive
         try:
             names = {s[0] for s in self._slots}
             if len(names) != 1:
@@ -78,9 +50,7 @@ class Lockstep:
             self.rows += int(a.shape[0])
             lo = 0
             for i, s in enumerate(self._slots):
-                m = int(s[1].shape[0])
-                self._out[i] = y[lo : lo + m]
-                lo += m
+                self._out[i], lo = y[lo : lo + int(s[1].shape[0])], lo + int(s[1].shape[0])
         except BaseException as exc:  # noqa: BLE001 - handed to every thread
             self._err = exc
 
@@ -108,15 +78,10 @@ class Lockstep:
         return scaled_mm
 
     def wrap_all(self, fns: Mapping[str, Callable]) -> dict:
-        """``{layer: wrap(layer, fn)}``."""
         return {k: self.wrap(k, f) for k, f in fns.items()}
 
     def run(self, fn: Callable[[int], object]) -> list:
-        """``[fn(0), ..., fn(n-1)]``, the calls made in lockstep threads.
-
-        Raises:
-            the first participant's exception (the others are stopped).
-        """
+        """``[fn(0), ..., fn(n-1)]`` from lockstep threads; raises the first participant's exception."""
         if self.n == 1:
             return [fn(0)]
         results: list = [None] * self.n
@@ -131,8 +96,7 @@ class Lockstep:
                 errors[i] = exc
                 self._barrier.abort()
                 return
-            # a finished thread joins no further round: if others wait for it
-            # (unequal call counts) stop them rather than hang
+            # a finished thread joins no further round: others waiting for it (unequal call counts) are stopped
             self._done = True
             if self._barrier.n_waiting > 0:
                 self._barrier.abort()

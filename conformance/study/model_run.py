@@ -1,11 +1,12 @@
-"""The model run W8A8 through a kernel: the arm a perplexity, generation or
-token-flip run evaluates (bf16 as is, or every decoder linear through a
-``KernelSpec`` with the weights of one scale mode).
-"""
+"""The model ``int8conf generate`` / ``perplexity`` evaluate: bf16 as is, or every decoder linear W8A8 through a
+``KernelSpec`` with the weights of one scale mode."""
 
 from __future__ import annotations
 
+from conformance.checks import token_flip
+from conformance.kernels.registry import resolve_kernels
 from reference.errors import Int8confError
+from reference.model import forward as wf
 from reference.model.weights import SCALE_MODES, check_checkpoint_mode, checkpoint_weights, load_weights
 
 
@@ -19,26 +20,13 @@ def build_model(
     weights=None,
     kernel_scale_mode=None,
 ):
-    """The model to evaluate: bf16 as is, or W8A8 through ``kernel``.
+    """``(model, AccStats or None, first-call kernel manifest)``: bf16 as is, or W8A8 through ``kernel``.
 
-    Args:
-        model_dir: Qwen3 directory.
-        scale_mode: one of :data:`SCALE_MODES`.
-        kernel: ``KernelSpec`` (ignored for ``bf16``).
-        checkpoint: optional compressed-tensors W8A8 directory.
-        track_acc: record per-layer max |acc| (``AccStats``).
-        base_model / weights: reuse an already loaded model / weight map.
-        kernel_scale_mode: scale mode the kernel is told (GemmOperands
-            ``scale_mode``); default ``scale_mode``, or the checkpoint's
-            (:func:`checkpoint_scale_mode`) when ``checkpoint`` is given and
-            ``weights`` is not.
-
-    Returns:
-        ``(model, stats or None, first-call kernel manifest dict)``.
+    ``scale_mode``: one of :data:`SCALE_MODES`; ``checkpoint``: optional compressed-tensors W8A8 directory;
+    ``track_acc``: record per-layer max |acc|; ``base_model`` / ``weights``: reuse a loaded model / weight map;
+    ``kernel_scale_mode``: the GemmOperands ``scale_mode`` the kernel is told (default ``scale_mode``, or the
+    checkpoint's when ``checkpoint`` is given and ``weights`` is not). Raises Int8confError: unknown scale mode.
     """
-    from conformance.checks.token_flip import kernel_layer_callables
-    from reference.model import forward as wf
-
     if scale_mode not in SCALE_MODES:
         raise Int8confError(f"--scale-mode {scale_mode!r} is not one of {SCALE_MODES}")
     check_checkpoint_mode(checkpoint, scale_mode)
@@ -51,7 +39,7 @@ def build_model(
     elif weights is None:
         weights = load_weights(base, scale_mode)
     manifest: dict = {}
-    fns = kernel_layer_callables(
+    fns = token_flip.kernel_layer_callables(
         kernel, wf.linear_names(base.config.num_hidden_layers), kernel_scale_mode or scale_mode, first_manifest=manifest
     )
     model, stats = wf.build_w8a8_model(base, weights, fns, track_acc=track_acc)
@@ -59,27 +47,13 @@ def build_model(
 
 
 def resolve_kernel_list(arg: str):
-    """KernelSpecs named by a comma list (``cpu,int_mm``) or ``all``.
-
-    Raises:
-        KernelError: an unknown kernel name (one line).
-    """
-    from conformance.kernels.registry import resolve_kernels
-
+    """KernelSpecs named by a comma list (``cpu,int_mm``) or ``all``; KernelError for an unknown name."""
     return resolve_kernels([n.strip() for n in arg.split(",") if n.strip()])
 
 
 def generate_header(spec, label: str, kernel_path=None) -> str:
-    """One-line description of the model arm a text-mode run used.
-
-    Args:
-        spec: ``KernelSpec`` or None (bf16 model, no kernel).
-        label: scale-mode label, e.g. ``"own scales"``.
-        kernel_path: kernel manifest ``path`` (e.g. ``"triton-native"``) or None.
-
-    Returns:
-        e.g. ``"bf16 model"`` or ``"W8A8 own scales, kernel cpu (cpu-ref)"``.
-    """
+    """One line naming the arm a text-mode run used (``spec`` None: bf16; ``label`` e.g. ``"own scales"``;
+    ``kernel_path`` the manifest's path or None), e.g. ``"W8A8 own scales, kernel cpu (cpu-ref)"``."""
     if spec is None:
         return "bf16 model"
     return f"W8A8 {label}, kernel {spec.name}" + (f" ({kernel_path})" if kernel_path else "")

@@ -1,16 +1,16 @@
-"""Part 6 of the power-of-two study: the pictures (matplotlib, Agg backend).
-
-* ``layer_agreement.png`` -- per captured layer, elements where kernels A
-  and B differ (per million) under own, pow2-nearest and pow2-ceiling scales;
-* ``flip_rate.png`` -- teacher-forced flip rate per decile of A's top-2
-  logit margin, own vs power-of-two scales;
-* ``perplexity.png`` -- perplexity of every arm with its bootstrap interval,
-  and the relative change vs own scales with its paired interval.
+"""The study's pictures (matplotlib, Agg): ``layer_agreement.png`` (elements differing A vs B per layer and scale
+mode), ``flip_rate.png`` (teacher-forced flip rate per decile of A's margin) and ``perplexity.png`` (perplexity per
+arm and change vs own scales, with their bootstrap intervals). Same numbers -> same bytes.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+import numpy as np
+
+from reference.fileio import atomic_write_bytes
 
 
 def _plt():
@@ -23,12 +23,7 @@ def _plt():
 
 
 def _save(fig, path: Path) -> str:
-    """Lay out ``fig``, write it to ``path`` as PNG (atomically), close it;
-    returns the file name."""
-    import io
-
-    from reference.fileio import atomic_write_bytes
-
+    """Write ``fig`` to ``path`` as PNG (atomically), close it; returns the file name."""
     fig.tight_layout()
     buf = io.BytesIO()
     # fixed metadata: same numbers -> same bytes
@@ -39,20 +34,12 @@ def _save(fig, path: Path) -> str:
 
 
 def plot_layer_agreement(layers: dict, path: Path, title: str) -> str:
-    """Grouped bars: differing elements per million per layer and mode.
-
-    Args:
-        layers: ``{mode: [per-layer records]}`` (``layer_agreement``).
-    """
+    """Grouped bars of differing elements per million; ``layers``: ``{mode: [per-layer records]}``."""
     plt = _plt()
-    import numpy as np
-
     modes = list(layers)
     names = [r["layer"] for r in layers[modes[0]]]
-    short = [
-        n.replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "").replace("_proj", "")
-        for n in names
-    ]
+    short = [n.replace("model.layers.", "L").replace("self_attn.", "").replace("mlp.", "") for n in names]
+    short = [n.replace("_proj", "") for n in short]
     x = np.arange(len(names))
     w = 0.8 / max(1, len(modes))
     fig, ax = plt.subplots(figsize=(max(8, len(names) * 0.32), 4))
@@ -72,13 +59,8 @@ def plot_flip_rate(modes: dict, path: Path, title: str) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for mode, rec in modes.items():
-        d = rec["deciles"]
-        ax.plot(
-            [r["decile"] for r in d],
-            [100 * r["rate"] for r in d],
-            marker="o",
-            label=f"{mode} ({rec['flips']}/{rec['positions']} flips)",
-        )
+        d, label = rec["deciles"], f"{mode} ({rec['flips']}/{rec['positions']} flips)"
+        ax.plot([r["decile"] for r in d], [100 * r["rate"] for r in d], marker="o", label=label)
     ax.set_xlabel("decile of kernel A's top-2 logit margin (1 = smallest)")
     ax.set_ylabel("flip rate A vs B (%)")
     ax.set_xticks(range(1, 11))
@@ -88,34 +70,24 @@ def plot_flip_rate(modes: dict, path: Path, title: str) -> str:
     return _save(fig, path)
 
 
+def _intervals(ax, labels: list, ivs: list, scale: float, **kw) -> None:
+    """Points with asymmetric error bars, ``scale`` times each interval dict's ``point`` / ``lo`` / ``hi``."""
+    lo, hi = [scale * (r["point"] - r["lo"]) for r in ivs], [scale * (r["hi"] - r["point"]) for r in ivs]
+    ax.errorbar(range(len(labels)), [scale * r["point"] for r in ivs], yerr=[lo, hi], fmt="o", capsize=4, **kw)
+
+
 def plot_perplexity(acc: dict, path: Path, title: str) -> str:
-    """Two panels: perplexity per arm with its interval; relative change vs
-    own scales (%) with its paired interval."""
+    """Perplexity per arm, and relative change vs own scales (%), with their intervals."""
     plt = _plt()
     arms = list(acc["arms"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    pp = [acc["arms"][a]["perplexity"] for a in arms]
-    ax1.errorbar(
-        range(len(arms)),
-        [p["point"] for p in pp],
-        yerr=[[p["point"] - p["lo"] for p in pp], [p["hi"] - p["point"] for p in pp]],
-        fmt="o",
-        capsize=4,
-    )
+    _intervals(ax1, arms, [acc["arms"][a]["perplexity"] for a in arms], 1)
     ax1.set_xticks(range(len(arms)))
     ax1.set_xticklabels(arms, rotation=20, fontsize=8)
     ax1.set_ylabel("held-out perplexity")
     ax1.set_title("perplexity (window-bootstrap interval)", fontsize=9)
     rel = [a for a in arms if "rel_change_vs_own" in acc["arms"][a]]
-    rc = [acc["arms"][a]["rel_change_vs_own"] for a in rel]
-    ax2.errorbar(
-        range(len(rel)),
-        [100 * r["point"] for r in rc],
-        yerr=[[100 * (r["point"] - r["lo"]) for r in rc], [100 * (r["hi"] - r["point"]) for r in rc]],
-        fmt="o",
-        capsize=4,
-        color="C3",
-    )
+    _intervals(ax2, rel, [acc["arms"][a]["rel_change_vs_own"] for a in rel], 100, color="C3")
     ax2.axhline(0.0, color="grey", lw=0.8)
     ax2.set_xticks(range(len(rel)))
     ax2.set_xticklabels(rel, rotation=20, fontsize=8)

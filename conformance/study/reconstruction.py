@@ -1,32 +1,12 @@
-"""Part 1 of the power-of-two study: the reconstruction gate, knowing both
-quantization rules that real tools use.
+"""Part 1 of the power-of-two study: the reconstruction gate, under both quantization rules real tools use.
 
-compressed-tensors (the library llm-compressor writes W8A8 checkpoints with)
-computes the per-channel scale ``absmax / 127.5`` in the weight's dtype and
-then quantizes ``q = clamp(rint(w / scale), -128, 127)`` by one of two paths:
-
-* ``cpu``: its torch path (``_quantize`` in
-  compressed_tensors/quantization/lifecycle/forward_helpers.py) divides in
-  the weight's dtype -- what :func:`reference.quantize.quantize_weight_per_channel`
-  reproduces (``division="weight_dtype"``, verified against the library in
-  tests/conformance/study/test_gate.py);
-* ``cuda-triton``: for CUDA tensors its Triton kernel (``_quantize_triton``,
-  ``tl.div_rn(x.to(float32), scale.to(float32))``) divides in float32
-  (``division="float32"``). For bf16 weights about 8 % of the int8 values
-  then differ by one (e.g. w = 0x3CC7, scale = 0x3A25: the bf16 quotient
-  38.5 rounds to 38, the float32 quotient 38.59 to 39).
-
-The gate rebuilds a committed own-scale checkpoint from its float parent
-under each rule (:func:`reference.model.pow2.reconstruction_gate` with that
-rule's quantizer) and says which rule reproduces it byte for byte, or that
-neither does (naming each rule's first differing tensor and element).
-
-Requantized power-of-two arms and the rule: dividing by ``2^k`` is exact in
-bf16, fp16 and float32 alike (absent underflow), so ``w / 2^k`` is the same
-number under both rules and :func:`reference.model.pow2.requantize_pow2`
-(float64 division) gives the one int8 tensor both rules give. The gate
-verifies this on every layer (:func:`pow2_rule_independence`) instead of
-assuming it; if a layer ever differed, the study stops.
+compressed-tensors computes the per-channel scale ``absmax / 127.5`` in the weight's dtype and quantizes
+``q = clamp(rint(w / scale), -128, 127)``, dividing in the weight's dtype on its torch path (rule ``cpu``,
+``_quantize`` in compressed_tensors/quantization/lifecycle/forward_helpers.py) or in float32 in its CUDA Triton
+kernel (rule ``cuda-triton``, ``_quantize_triton``). The gate rebuilds a committed own-scale checkpoint from its
+float parent under each rule and says which reproduces it byte for byte, or names each rule's first difference.
+Dividing by ``2^k`` is exact in every float dtype, so the power-of-two arms are rule-independent; the gate
+verifies that on every layer (:func:`pow2_rule_independence`).
 """
 
 from __future__ import annotations
@@ -37,6 +17,8 @@ import torch
 
 from reference.errors import CheckpointError, first_line
 from reference.model.checkpoint import linear_names
+from reference.model.pow2 import ReconstructionGateError, reconstruction_gate, requantize_pow2
+from reference.quantize import quantize_weight_per_channel
 
 #: Rule name -> ``division`` argument of reference.quantize.quantize_weight_per_channel.
 RULES = {"cpu": "weight_dtype", "cuda-triton": "float32"}
@@ -47,15 +29,9 @@ RULE_TEXT = {
 
 
 def rule_quantizer(rule: str):
-    """The weight quantizer of a rule: ``w [N,K] float -> (q int8 [N,K], scale [N,1])``.
-
-    Raises:
-        CheckpointError: unknown rule.
-    """
+    """A rule's weight quantizer ``w [N,K] float -> (q int8 [N,K], scale [N,1])``; CheckpointError: unknown rule."""
     if rule not in RULES:
         raise CheckpointError(f"quantization rule {rule!r} is not one of {sorted(RULES)}")
-    from reference.quantize import quantize_weight_per_channel
-
     division = RULES[rule]
 
     def quantize(w: torch.Tensor):
@@ -66,45 +42,22 @@ def rule_quantizer(rule: str):
 
 
 def which_rule(parent_dir, committed_dir, parent: Optional[tuple] = None) -> dict:
-    """Run the reconstruction gate under every rule.
+    """The reconstruction gate under every rule, ``parent``: optional pre-loaded ``(config, state)``.
 
-    Args:
-        parent_dir: float parent Qwen3 directory.
-        committed_dir: committed own-scale compressed-tensors W8A8 checkpoint.
-        parent: optional pre-loaded ``(config, state)`` of ``parent_dir``.
-
-    Returns:
-        ``{"committed_dir", "reproduced_by": [rules], "rule": first rule that
-        passed, "results": {rule: {"passed", "tensors", "state_digest"} or
-        {"passed": False, "message", "tensor", "index", "committed",
-        "rebuilt"}}}``.
-
-    Raises:
-        ReconstructionGateError: no rule reproduces the checkpoint (the
-            message names each rule's first differing tensor / element).
-        CheckpointError: unreadable parent or committed checkpoint.
+    Returns ``{"committed_dir", "reproduced_by": [rules], "rule": the first that passed, "results": {rule:
+    {"passed": True, "tensors", "state_digest", "parent_digest"} or {"passed": False, "message", "tensor",
+    "index", "committed", "rebuilt"}}}``. Raises ReconstructionGateError when no rule reproduces the checkpoint
+    (naming each rule's first difference), CheckpointError for an unreadable checkpoint.
     """
-    from reference.model.pow2 import ReconstructionGateError, reconstruction_gate
-
     results = {}
     for rule in RULES:
         try:
             g = reconstruction_gate(parent_dir, committed_dir, quantizer=rule_quantizer(rule), parent=parent)
-            results[rule] = {
-                "passed": True,
-                "tensors": g["tensors"],
-                "state_digest": g["state_digest"],
-                "parent_digest": g["parent_digest"],
-            }
+            results[rule] = {"passed": True, **{k: g[k] for k in ("tensors", "state_digest", "parent_digest")}}
         except ReconstructionGateError as e:
-            results[rule] = {
-                "passed": False,
-                "message": str(e),
-                "tensor": e.tensor,
-                "index": None if e.index is None else list(e.index),
-                "committed": e.committed,
-                "rebuilt": e.rebuilt,
-            }
+            index = None if e.index is None else list(e.index)
+            results[rule] = dict(passed=False, message=str(e), tensor=e.tensor, index=index)
+            results[rule].update(committed=e.committed, rebuilt=e.rebuilt)
     passed = [r for r in RULES if results[r]["passed"]]
     if not passed:
         first = results["cpu"]
@@ -115,27 +68,17 @@ def which_rule(parent_dir, committed_dir, parent: Optional[tuple] = None) -> dic
                 f"committed {res['committed']}, rebuilt {res['rebuilt']})"
                 for r, res in results.items()
             ),
-            first["tensor"],
-            first["index"],
-            first["committed"],
-            first["rebuilt"],
+            *(first[k] for k in ("tensor", "index", "committed", "rebuilt")),
         )
     return {"committed_dir": str(committed_dir), "reproduced_by": passed, "rule": passed[0], "results": results}
 
 
 def rule_disagreement(config: dict, state: dict) -> dict:
-    """How far the two rules are apart on this model's weights.
-
-    Returns:
-        ``{"elements", "differing", "fraction", "max_abs_diff",
-        "layers": {name: differing}, "first": {layer, index, w_bits,
-        scale_bits, cpu, cuda_triton}}`` (int8 values that differ between the
-        ``cpu`` and ``cuda-triton`` rules; the scales are equal by
-        construction).
-    """
+    """Int8 values that differ between the two rules on this model's weights (the scales are equal by
+    construction): ``{"elements", "differing", "fraction", "max_abs_diff", "layers": {name: differing}, "first":
+    {layer, index, w_bits, scale_bits, w, scale, cpu, cuda_triton} or None}``."""
     qa, qb = rule_quantizer("cpu"), rule_quantizer("cuda-triton")
-    total = diff = 0
-    max_abs = 0
+    total = diff = max_abs = 0
     layers, first = {}, None
     for name in linear_names(config):
         w = state[f"{name}.weight"]
@@ -144,8 +87,7 @@ def rule_disagreement(config: dict, state: dict) -> dict:
         if not torch.equal(sa.view(torch.uint8), sb.view(torch.uint8)):  # pragma: no cover - same code path
             raise CheckpointError(f"{name}: the two rules computed different scales")
         d = a != b
-        n = int(d.sum())
-        layers[name] = n
+        n = layers[name] = int(d.sum())
         total += a.numel()
         diff += n
         if n:
@@ -173,21 +115,9 @@ def rule_disagreement(config: dict, state: dict) -> dict:
 
 
 def pow2_rule_independence(config: dict, state: dict, rules=("nearest", "ceiling")) -> dict:
-    """Verify that the power-of-two arms are the same under both division rules.
-
-    For every layer and pow2 rule: :func:`reference.model.pow2.requantize_pow2`
-    (float64 division) vs the division by the same ``2^k`` scale in the
-    weight dtype (``cpu`` rule) and in float32 (``cuda-triton`` rule).
-
-    Returns:
-        ``{pow2 rule: {"layers", "differing_cpu", "differing_cuda_triton"}}``.
-
-    Raises:
-        CheckpointError: any element differs (the arms would then depend on
-            the rule, which the study does not support).
-    """
-    from reference.model.pow2 import requantize_pow2
-
+    """Per layer and pow2 rule, ``requantize_pow2`` (float64 division) vs division by the same ``2^k`` in the
+    weight dtype and in float32: ``{pow2 rule: {"layers", "differing_cpu", "differing_cuda_triton"}}``. Raises
+    CheckpointError when any element differs (the arms would depend on the rule)."""
     out = {}
     for prule in rules:
         dc = dt = 0
@@ -204,25 +134,16 @@ def pow2_rule_independence(config: dict, state: dict, rules=("nearest", "ceiling
                     f"{name}: pow2-{prule} weights depend on the division rule "
                     f"({n_c} / {n_t} elements differ from the exact division)"
                 )
-            dc += n_c
-            dt += n_t
+            dc, dt = dc + n_c, dt + n_t
         out[prule] = {"layers": len(linear_names(config)), "differing_cpu": dc, "differing_cuda_triton": dt}
     return out
 
 
 def library_check(config: dict, state: dict, max_layers: Optional[int] = None) -> dict:
-    """Quantize the parent weights with compressed-tensors itself (its torch
-    path on CPU tensors: ``calculate_qparams`` on the row min / max, then
-    ``quantize(..., dtype=int8)``) and compare bytes with the ``cpu`` rule.
-
-    Args:
-        max_layers: quantize only the first ``max_layers`` linears (None: all).
-
-    Returns:
-        ``{"installed": False, "reason"}`` when the library cannot be
-        imported; else ``{"installed": True, "version", "layers",
-        "identical_q", "identical_scale", "first_difference"}``.
-    """
+    """The first ``max_layers`` (None: all) parent linears quantized by compressed-tensors itself (torch path:
+    ``calculate_qparams`` on the row min / max, ``quantize(..., dtype=int8)``), compared bytewise with rule ``cpu``:
+    ``{"installed": False, "reason"}`` or ``{"installed": True, "version", "layers", "identical_q",
+    "identical_scale", "first_difference", "path"}``."""
     try:
         import compressed_tensors
         from compressed_tensors.quantization import QuantizationArgs
@@ -232,9 +153,8 @@ def library_check(config: dict, state: dict, max_layers: Optional[int] = None) -
         return {"installed": False, "reason": f"{type(e).__name__}: {first_line(e, None)}"}
     args = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel")
     ours = rule_quantizer("cpu")
-    names = linear_names(config)[: max_layers if max_layers is not None else None]
-    same_q = same_s = 0
-    first = None
+    names = linear_names(config)[:max_layers]
+    same_q, same_s, first = 0, 0, None
     for name in names:
         w = state[f"{name}.weight"].cpu()
         s, zp = calculate_qparams(torch.amin(w, dim=1, keepdim=True), torch.amax(w, dim=1, keepdim=True), args)
@@ -258,21 +178,9 @@ def library_check(config: dict, state: dict, max_layers: Optional[int] = None) -
 
 
 def run_gate(parent_dir, committed_dir, parent: tuple, library_layers: Optional[int] = None) -> dict:
-    """The whole gate section of the study report.
-
-    Args:
-        parent_dir: float parent directory; committed_dir: its committed
-            own-scale W8A8 checkpoint; parent: ``(config, state)``.
-        library_layers: passed to :func:`library_check` as ``max_layers``.
-
-    Returns:
-        ``{"which_rule": ..., "rule_disagreement": ..., "pow2_rule_independence":
-        ..., "library": ..., "rules": RULE_TEXT}``.
-
-    Raises:
-        ReconstructionGateError: neither rule reproduces the checkpoint.
-        CheckpointError: the pow2 arms would depend on the rule.
-    """
+    """The gate section of the study report (``parent``: ``(config, state)`` of ``parent_dir``): ``{"rules",
+    "which_rule", "rule_disagreement", "pow2_rule_independence", "library"}``. Raises as :func:`which_rule` and
+    :func:`pow2_rule_independence`."""
     config, state = parent
     return {
         "rules": dict(RULE_TEXT),

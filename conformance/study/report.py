@@ -1,13 +1,15 @@
-"""The power-of-two study's report files: ``study.json`` (schema
-``int8conf.study.pow2`` v1, the numbers), ``study.md`` (the same numbers for
-people, every claim next to its figure and its limits) and the pictures
-(``conformance.study.plots``). All written atomically.
+"""The study's report files, written atomically: ``study.json`` (schema ``int8conf.study.pow2`` v1),
+``study.md`` (the same numbers for people, each next to its limits) and the pictures (:mod:`.plots`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+
+from conformance.study import plots
+from reference.fileio import atomic_write_json, atomic_write_text, portable_paths
 
 JSON_NAME = "study.json"
 MD_NAME = "study.md"
@@ -28,7 +30,7 @@ def _num(x, digits: int = 4) -> str:
 
 
 def headline(r: dict) -> list[str]:
-    """The headline lines (also printed by the CLI)."""
+    """The headline lines of report ``r`` (also printed by the CLI)."""
     la, e2e, acc, fl = (r.get(k) or {} for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
     a, b = (k["name"] for k in r["kernels"])
     model = f"{r['model']['parameters'] / 1e6:.1f} M-parameter model" if r.get("model") else "this model"
@@ -51,13 +53,9 @@ def headline(r: dict) -> list[str]:
         )
     scope = f" [{acc['windows']} windows x {acc['window_len']} tokens, {model}]" if acc else ""
     for arm, rec in acc.get("arms", {}).items():
-        if "rel_change_vs_own" in rec:
-            lines.append(
-                f"perplexity {arm}: {rec['perplexity']['point']:.4f}, vs own "
-                f"{_ci_pct(rec['rel_change_vs_own'])} ({int(acc['bootstrap']['level'] * 100)} % CI)" + scope
-            )
-        else:
-            lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}" + scope)
+        rc = rec.get("rel_change_vs_own")
+        vs = f", vs own {_ci_pct(rc)} ({int(acc['bootstrap']['level'] * 100)} % CI)" if rc is not None else ""
+        lines.append(f"perplexity {arm}: {rec['perplexity']['point']:.4f}{vs}" + scope)
     for mode, m in fl.get("modes", {}).items():
         lines.append(
             f"flips {mode}: {m['flips']}/{m['positions']} teacher-forced positions "
@@ -70,8 +68,7 @@ def headline(r: dict) -> list[str]:
 def _md_gate(g: dict) -> list[str]:
     wr, rd, lib = g["which_rule"], g["rule_disagreement"], g["library"]
     L = ["## 1. Reconstruction gate", ""]
-    L.append("| rule | how it divides | reproduces the committed checkpoint |")
-    L.append("|---|---|---|")
+    L += ["| rule | how it divides | reproduces the committed checkpoint |", "|---|---|---|"]
     for rule, res in wr["results"].items():
         verdict = (
             f"yes, {res['tensors']} tensors byte for byte"
@@ -82,15 +79,15 @@ def _md_gate(g: dict) -> list[str]:
         L.append(f"| `{rule}` | {g['rules'][rule]} | {verdict} |")
     L += ["", f"Checkpoint: `{wr['committed_dir']}`. Requantized arms use rule `{wr['rule']}`.", ""]
     f = rd.get("first")
+    first = (
+        f"; first: `{f['layer']}` {f['index']}, w = {f['w_bits']}, scale = {f['scale_bits']}: "
+        f"cpu {f['cpu']}, cuda-triton {f['cuda_triton']}."
+        if f
+        else "."
+    )
     L.append(
         f"On this model's weights the two rules give different int8 values for {rd['differing']} of "
-        f"{rd['elements']} elements ({100 * rd['fraction']:.2f} %, always by at most {rd['max_abs_diff']})"
-        + (
-            f"; first: `{f['layer']}` {f['index']}, w = {f['w_bits']}, scale = {f['scale_bits']}: "
-            f"cpu {f['cpu']}, cuda-triton {f['cuda_triton']}."
-            if f
-            else "."
-        )
+        f"{rd['elements']} elements ({100 * rd['fraction']:.2f} %, always by at most {rd['max_abs_diff']})" + first
     )
     pi = g["pow2_rule_independence"]
     L.append(
@@ -239,10 +236,10 @@ def _md_flips(fl: dict, a: str, b: str) -> list[str]:
     L.append("|---" * (2 + len(modes)) + "|")
     first = fl["modes"][modes[0]]["deciles"]
     for i, d in enumerate(first):
-        cells = []
-        for m in modes:
-            dd = fl["modes"][m]["deciles"][i]
-            cells.append(f"{dd['flips']} / {dd['positions']} ({100 * dd['rate']:.2f} %)")
+        cells = [
+            f"{dd['flips']} / {dd['positions']} ({100 * dd['rate']:.2f} %)"
+            for dd in (fl["modes"][m]["deciles"][i] for m in modes)
+        ]
         L.append(f"| {d['decile']} | [{d['margin_min']:.4g}, {d['margin_max']:.4g}] | " + " | ".join(cells) + " |")
     L.append("")
     for m in modes:
@@ -258,19 +255,11 @@ def _md_flips(fl: dict, a: str, b: str) -> list[str]:
 def to_markdown(r: dict) -> str:
     """The Markdown report of a study report dict."""
     a, b = (k["name"] for k in r["kernels"])
-    L = [
-        "# The power-of-two study",
-        "",
-        "Kernels: "
-        + "; ".join(
-            f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, device {r['settings']['device']})"
-            for k in r["kernels"]
-        )
-        + ".",
-        "",
-        "## Limits (read these next to every number)",
-        "",
-    ]
+    dev = r["settings"]["device"]
+    ks = "; ".join(
+        f"**{k['name']}** (declared `{k['contract']}`, path {k.get('path')}, device {dev})" for k in r["kernels"]
+    )
+    L = ["# The power-of-two study", "", f"Kernels: {ks}.", "", "## Limits (read these next to every number)", ""]
     L += [f"- {k.replace('_', ' ')}: {v}" for k, v in r["limits"].items()]
     L += [
         "- environment: " + ", ".join(f"{k} {v}" for k, v in r["environment"].items()),
@@ -279,38 +268,28 @@ def to_markdown(r: dict) -> str:
         "## Headline",
         "",
     ]
-    L += [f"- {h}" for h in headline(r)]
-    L.append("")
-    L += _md_gate(r["gate"])
+    L += [f"- {h}" for h in headline(r)] + [""] + _md_gate(r["gate"])
     for key, title, fn in (
         ("layer_agreement", "## 2. Layer-level agreement", lambda x: _md_layers(x, a, b)),
         ("e2e_agreement", "## 3. End-to-end greedy agreement", lambda x: _md_e2e(x, a, b)),
         ("accuracy", "## 4. Accuracy cost", _md_accuracy),
         ("flips", "## 5. Teacher-forced flips", lambda x: _md_flips(x, a, b)),
     ):
-        L += (
-            fn(r[key])
-            if r.get(key)
-            else [
-                title,
-                "",
-                f"Not run in this report ({_why_missing(r, key)}; rerun the command without "
-                f"--report-only and with the same settings to compute it: finished parts are reused).",
-                "",
-            ]
+        why = (
+            f"Not run in this report ({_why_missing(r, key)}; rerun the command without "
+            f"--report-only and with the same settings to compute it: finished parts are reused)."
         )
+        L += fn(r[key]) if r.get(key) else [title, "", why, ""]
     L += ["Reproduce: `int8conf study pow2 " + " ".join(_cli_args(r)) + "`", ""]
     return "\n".join(L)
 
 
 def _why_missing(r: dict, part: str) -> str:
-    """Why a part is missing from report ``r`` (time budget reached / report only)."""
     return (r.get("missing_reasons") or {}).get(part, "time budget reached")
 
 
 def _cli_args(r: dict) -> list[str]:
-    """The command-line options that reproduce report ``r``'s numbers: every
-    setting, the model directory as given and the captured rows actually used."""
+    """The options that reproduce report ``r``: every setting, the model as given, the captured rows used."""
     s = r["settings"]
 
     def shell(path: str) -> str:  # $TMPDIR (how reports write /tmp paths) runs where it is unset too
@@ -319,34 +298,17 @@ def _cli_args(r: dict) -> list[str]:
     out = [f"--model {shell(s['model_dir'])}", f"--kernels {','.join(s['kernels'])}", f"--device {s['device']}"]
     rows = ((r.get("layer_agreement") or {}).get("capture") or {}).get("tokens_per_layer") or s["tokens"]
     out.append(f"--tokens {rows}")
-    for k in (
-        "windows",
-        "window_len",
-        "flip_windows",
-        "prompts",
-        "new_tokens",
-        "resamples",
-        "seed",
-        "level",
-        "fresh_process",
-    ):
+    for k in ("windows", "window_len", "flip_windows", "prompts", "new_tokens", "resamples", "seed", "level"):
         out.append(f"--{k.replace('_', '-')} {s[k]}")
+    out.append(f"--fresh-process {s['fresh_process']}")
     if s.get("committed_dir"):
         out.append(f"--committed {shell(s['committed_dir'])}")
     return out
 
 
 def write_report(r: dict, out_dir) -> dict:
-    """Write ``study.json``, ``study.md`` and the three PNGs into ``out_dir``.
-
-    Returns:
-        ``{"json", "markdown", "figures": {key: file name}}`` (paths as str).
-    """
-    import json
-
-    from conformance.study import plots
-    from reference.fileio import atomic_write_json, atomic_write_text, portable_paths
-
+    """Write ``study.json``, ``study.md`` and the PNGs of the finished parts into ``out_dir``; returns
+    ``{"json", "markdown", "figures": {key: file name}}`` (paths as str)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # render what study.json holds (key-sorted), so the report can be re-rendered from the JSON byte for byte

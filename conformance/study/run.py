@@ -1,77 +1,54 @@
-"""The power-of-two study end to end: settings, the six parts in order,
-resumable part results, and the report files.
+"""The power-of-two study end to end: settings, the parts in order, resumable part results, the report.
 
-Order: the reconstruction gate first (nothing else runs if no quantization
-rule reproduces the committed checkpoint), then layer agreement, end-to-end
-agreement, accuracy, flips, and the report + pictures. Each finished part is
-stored as ``<out>/.parts/<part>.json`` together with the settings it was
-computed under; a rerun with the same settings reuses it (an interrupted run
-resumes after its last finished part), a change of settings recomputes it.
+The reconstruction gate runs first (nothing else runs if no quantization rule reproduces the committed checkpoint),
+then :data:`PARTS` in order, then the report and pictures. Each finished part is stored as ``<out>/.parts/<part>.json``
+with the settings and input identity it was computed under; a rerun with the same key reuses it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from reference.errors import Int8confError
+import torch
+
+from conformance.study import accuracy, e2e_agreement, flips, layer_agreement, reconstruction
+from conformance.study.arms import StudyContext, kernel_record
+from conformance.study.bootstrap import MIN_RESAMPLES
+from conformance.study.e2e_agreement import prompt_token_ids
+from conformance.study.interp import study_kernel
+from conformance.study.layer_agreement import TOKENS_PER_WINDOW, WINDOW_LEN
+from conformance.study.model_run import resolve_kernel_list
+from conformance.study.report import write_report
+from reference.errors import Int8confError, first_line
+from reference.fileio import atomic_write_json
+from reference.model.artifacts import build_code_digest, derived_checkpoint, load_parent, weight_files
+from reference.model.forward import check_context
 
 SCHEMA = "int8conf.study.pow2"
 SCHEMA_VERSION = 1
-#: Execution order: the gate first, the most expensive part (generation) last,
-#: so a time budget cuts the least.
+#: Execution order: the gate first, the most expensive part (generation) last, so a time budget cuts the least.
 PARTS = ("gate", "layer_agreement", "accuracy", "flips", "e2e_agreement")
 
-#: Defaults per kernel device. Both run the end-to-end protocol of the issue
-#: (8 prompts x 64 new tokens; on the CPU the prompts run in lockstep,
-#: conformance.study.lockstep, and the interpreted triton kernel with larger
-#: tiles, conformance.study.interp). CPU: the other sizes keep the whole study
-#: with the Triton interpreter as one kernel within 15 minutes on 2 cores;
-#: CUDA: more captured rows, windows and flip windows.
+#: Size defaults per kernel device (``int8conf study pow2``); both run 8 prompts x 64 new tokens.
 DEFAULTS = {
-    "cpu": {
-        "tokens": 512,
-        "windows": 32,
-        "window_len": 128,
-        "flip_windows": 4,
-        "prompts": 8,
-        "new_tokens": 64,
-        "fresh_process": "a",
-    },
-    "cuda": {
-        "tokens": 2048,
-        "windows": 64,
-        "window_len": 256,
-        "flip_windows": 16,
-        "prompts": 8,
-        "new_tokens": 64,
-        "fresh_process": "both",
-    },
+    "cpu": dict(tokens=512, windows=32, window_len=128, flip_windows=4, prompts=8, new_tokens=64, fresh_process="a"),
+    "cuda": dict(
+        tokens=2048, windows=64, window_len=256, flip_windows=16, prompts=8, new_tokens=64, fresh_process="both"
+    ),
 }
 
 
 @dataclass
 class StudySettings:
-    """Everything that determines the study's numbers.
-
-    Attributes:
-        model_dir: float parent Qwen3 directory (str).
-        kernels: the two kernel names as given (``"cpu"``, ``"triton"``, ``pkg.mod:fn``).
-        device: ``"cpu"`` or ``"cuda"``: where the kernels run.
-        committed_dir: committed own-scale checkpoint (None: the reference
-            quantizer's, built into the cache).
-        tokens: captured rows per layer (layer agreement).
-        windows / window_len: held-out windows for perplexity.
-        flip_windows: windows for the flip analysis (kernel B replays them).
-        prompts / new_tokens: end-to-end generation.
-        resamples / seed / level: bootstrap.
-        fresh_process: which kernels repeat their own-scale generation in a
-            fresh process: ``"none"``, ``"a"`` (kernel A) or ``"both"``.
-        batch_size: windows per teacher-forced forward.
-    """
+    """Everything that determines the study's numbers. ``kernels``: the two names as given (``"cpu"``,
+    ``"triton"``, ``pkg.mod:fn``); ``device``: where the kernels run; ``committed_dir`` None: the reference
+    quantizer's checkpoint; ``tokens``: captured rows per layer; ``fresh_process``: ``"none"``, ``"a"`` or
+    ``"both"``; ``batch_size``: windows per teacher-forced forward."""
 
     model_dir: str
     kernels: tuple
@@ -90,52 +67,24 @@ class StudySettings:
     batch_size: int = 8
 
     def part_key(self, part: str, identity: Optional[dict] = None) -> dict:
-        """The settings one part depends on (its cache key), with ``identity``
-        (:func:`input_identity`: what the model, the committed checkpoint, the
-        kernels and the study code *are*, not only where they are): a part
-        computed before any of them changed is never reused."""
+        """The cache key of one part: the settings it depends on and ``identity`` (:func:`input_identity`)."""
         common = {"model_dir": self.model_dir, "committed_dir": self.committed_dir, "identity": identity or {}}
         k = {"kernels": list(self.kernels), "device": self.device}
-        keys = {
-            "gate": {},
-            "layer_agreement": dict(k, tokens=self.tokens),
-            "e2e_agreement": dict(
-                k, prompts=self.prompts, new_tokens=self.new_tokens, fresh_process=self.fresh_process
-            ),
-            "accuracy": dict(
-                k,
-                windows=self.windows,
-                window_len=self.window_len,
-                resamples=self.resamples,
-                seed=self.seed,
-                level=self.level,
-                batch_size=self.batch_size,
-            ),
-            "flips": dict(k, flip_windows=self.flip_windows, window_len=self.window_len, batch_size=self.batch_size),
-        }
-        return dict(common, **keys[part])
+        on = {  # the settings each part depends on, in key order
+            "gate": (),
+            "layer_agreement": ("tokens",),
+            "e2e_agreement": ("prompts", "new_tokens", "fresh_process"),
+            "accuracy": ("windows", "window_len", "resamples", "seed", "level", "batch_size"),
+            "flips": ("flip_windows", "window_len", "batch_size"),
+        }[part]
+        return dict(common, **(dict(k, **{n: getattr(self, n) for n in on}) if on else {}))
 
 
 def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
-    """Content identity of a study's inputs, part of every part's key.
-
-    Args:
-        pdigest: the float parent's state digest (``reference.model.artifacts.load_parent``).
-        committed_dir: a committed checkpoint given by the user (None: the
-            reference quantizer's, fixed by ``pdigest`` and the build code).
-        kernels: the resolved KernelSpecs A, B (their ``source_digest``).
-    Returns:
-        ``{"model", "committed", "kernels", "study_code"}``: the parent digest;
-        for a given committed checkpoint SHA-256 over its weight files, shard
-        index and config (contents, in name order: an edit that keeps size
-        and mtime still counts), else the quantizer's build-code digest; the
-        kernels' source digests; SHA-256 of this package's modules (a changed
-        study computes its parts again).
-    """
-    import hashlib
-
-    from reference.model.artifacts import build_code_digest
-
+    """What a study's inputs *are*, part of every part's key: ``{"model": pdigest (the parent's state digest),
+    "committed": SHA-256 of a given checkpoint's weight files (contents, in name order) or else the quantizer's
+    build-code digest, "kernels": the KernelSpecs' source digests, "study_code": SHA-256 of this package's
+    modules}``."""
     committed = build_code_digest() if committed_dir is None else _files_sha256(Path(committed_dir))
     h = hashlib.sha256()
     for f in sorted(Path(__file__).resolve().parent.glob("*.py")):
@@ -149,13 +98,7 @@ def input_identity(pdigest: str, committed_dir: Optional[str], kernels) -> dict:
 
 
 def _files_sha256(d: Path) -> str:
-    """SHA-256 over a checkpoint directory's weight files
-    (``reference.model.artifacts.weight_files``): each file's name, NUL, its
-    bytes (read in 16 MiB blocks)."""
-    import hashlib
-
-    from reference.model.artifacts import weight_files
-
+    """SHA-256 over ``weight_files(d)``: each file's name, NUL, its bytes."""
     h = hashlib.sha256()
     for p in weight_files(d.resolve()):
         h.update(p.name.encode() + b"\0")
@@ -166,11 +109,8 @@ def _files_sha256(d: Path) -> str:
 
 
 def check_settings(s: StudySettings, need_device: bool = True) -> None:
-    """Reject bad settings with one line (Int8confError). ``need_device``
-    False (``--report-only``): the parts may have been computed on another
-    machine, so a missing CUDA device is no error."""
-    from conformance.study.bootstrap import MIN_RESAMPLES
-
+    """Reject bad settings with one line (Int8confError); ``need_device`` False (``--report-only``): a missing
+    CUDA device is no error (the parts may come from another machine)."""
     if len(s.kernels) != 2 or not all(s.kernels):
         raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(s.kernels)!r}")
     if s.kernels[0] == s.kernels[1]:
@@ -180,11 +120,8 @@ def check_settings(s: StudySettings, need_device: bool = True) -> None:
         )
     if s.device not in ("cpu", "cuda"):
         raise Int8confError(f"--device {s.device!r} is not 'cpu' or 'cuda'")
-    if s.device == "cuda" and need_device:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise Int8confError("--device cuda: no CUDA device on this machine")
+    if s.device == "cuda" and need_device and not torch.cuda.is_available():
+        raise Int8confError("--device cuda: no CUDA device on this machine")
     if s.resamples < MIN_RESAMPLES:
         raise Int8confError(f"--resamples {s.resamples} is below the minimum {MIN_RESAMPLES}")
     if not 0.0 < s.level < 1.0:
@@ -203,53 +140,36 @@ def check_settings(s: StudySettings, need_device: bool = True) -> None:
 
 
 def _preflight(ctx, s: StudySettings, config: dict) -> None:
-    """The size checks that need the model (context length, tokenizer,
-    corpus), before the gate: a size that cannot run fails in seconds, not
-    after the parts before it.
-
-    Raises:
-        Int8confError / OperandError: one line naming the option.
-    """
-    from conformance.study.e2e_agreement import prompt_token_ids
-    from conformance.study.layer_agreement import TOKENS_PER_WINDOW, WINDOW_LEN
-    from reference.errors import first_line
-    from reference.model.forward import check_context
-
+    """Size checks that need the model (context, tokenizer, corpus), before the gate; raises Int8confError /
+    OperandError naming the option."""
     check_context(s.window_len, config, f"--window-len {s.window_len}")
-    pids = prompt_token_ids(ctx, s.prompts)
-    longest = max(len(p) for p in pids)
+    longest = max(len(p) for p in prompt_token_ids(ctx, s.prompts))
     check_context(longest + s.new_tokens, config, f"longest prompt ({longest} tokens) + --new-tokens ({s.new_tokens})")
-    capture_windows = -(-s.tokens // TOKENS_PER_WINDOW)
-    for opt, n, length in (
-        ("--windows", s.windows, s.window_len),
-        ("--flip-windows", s.flip_windows, s.window_len),
-        ("--tokens", capture_windows, WINDOW_LEN),
+    cw = -(-s.tokens // TOKENS_PER_WINDOW)  # capture windows
+    for what, n, length in (
+        (f"--windows {s.windows} (--window-len {s.window_len})", s.windows, s.window_len),
+        (f"--flip-windows {s.flip_windows} (--window-len {s.window_len})", s.flip_windows, s.window_len),
+        (f"--tokens {s.tokens} ({cw} capture windows of {WINDOW_LEN} tokens)", cw, WINDOW_LEN),
     ):
         try:
             ctx.windows(n, length)
         except Int8confError as e:
-            what = (
-                f"--tokens {s.tokens} ({n} capture windows of {length} tokens)"
-                if opt == "--tokens"
-                else f"{opt} {n} (--window-len {length})"
-            )
             raise Int8confError(f"{what}: {first_line(e)}") from None
 
 
-def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
-    p = out / ".parts" / f"{part}.json"
-    if not p.is_file():
-        return None
+def _read_part(out: Path, part: str) -> Optional[dict]:
     try:
-        rec = json.loads(p.read_text())
+        return json.loads((out / ".parts" / f"{part}.json").read_text())
     except (OSError, ValueError):
         return None
-    return rec.get("result") if rec.get("key") == key else None
+
+
+def _load_part(out: Path, part: str, key: dict) -> Optional[dict]:
+    rec = _read_part(out, part)
+    return rec.get("result") if rec is not None and rec.get("key") == key else None
 
 
 def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float, device: str) -> None:
-    from reference.fileio import atomic_write_json
-
     atomic_write_json(
         out / ".parts" / f"{part}.json",
         {"key": key, "result": result, "seconds": seconds, "environment": _environment(device)},
@@ -259,15 +179,8 @@ def _save_part(out: Path, part: str, key: dict, result: dict, seconds: float, de
 
 def _part_environments(out: Path, parts) -> dict:
     """``{part: environment}`` recorded with the stored parts (where they ran)."""
-    envs = {}
-    for name in parts:
-        try:
-            rec = json.loads((out / ".parts" / f"{name}.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if rec.get("environment"):
-            envs[name] = rec["environment"]
-    return envs
+    recs = {name: _read_part(out, name) for name in parts}
+    return {name: rec["environment"] for name, rec in recs.items() if rec is not None and rec.get("environment")}
 
 
 def run_study(
@@ -278,39 +191,17 @@ def run_study(
     time_budget_s: Optional[float] = None,
     report_only: bool = False,
 ) -> dict:
-    """Run (or resume) the study and write the report.
-
-    Args:
-        settings: :class:`StudySettings` (checked by :func:`check_settings`).
-        out_dir: report directory (``study.json``, ``study.md``, the PNGs).
-        cache: artifact cache override.
-        progress: callback for one-line progress messages.
-        time_budget_s: start no new part once this many seconds have passed
-            (parts not run are listed as ``missing_parts`` in the report;
-            rerunning resumes them).
-        report_only: compute nothing beyond the gate; render the report from
-            the finished parts stored under ``out_dir``.
-
-    Returns:
-        The report dict written to ``study.json``.
-
-    Raises:
-        Int8confError subclasses: bad settings, unknown kernels, a failed
-        reconstruction gate, bad model directory.
+    """Run (or resume) the study, write ``study.json``, ``study.md`` and the PNGs into ``out_dir``, and return
+    the report dict. ``time_budget_s``: start no new part after this many seconds (parts not run are listed as
+    ``missing_parts``); ``report_only``: compute nothing beyond the gate, render from the stored parts. Raises
+    Int8confError subclasses: bad settings, unknown kernels, a failed reconstruction gate, a bad model directory.
     """
-    from conformance.study.arms import StudyContext
-    from conformance.study.model_run import resolve_kernel_list
-    from reference.model.artifacts import derived_checkpoint, load_parent
-
     check_settings(settings, need_device=not report_only)
     say = progress or (lambda s: None)
     out = Path(out_dir)
     if not report_only:  # --report-only computes nothing: no directory of its own
         out.mkdir(parents=True, exist_ok=True)
-    from conformance.study.interp import study_kernel
-
-    # the built-in triton kernel under the interpreter runs with larger tiles
-    # (same bits, conformance.study.interp); every other kernel as registered
+    # the built-in triton kernel under the interpreter runs with larger tiles (same bits); others as registered
     resolved = [resolve_kernel_list(k)[0] for k in settings.kernels]
     if resolved[0].scaled_mm is resolved[1].scaled_mm and resolved[0].contract == resolved[1].contract:
         raise Int8confError(
@@ -326,26 +217,19 @@ def run_study(
             f"(pass the W8A8 checkpoint as --committed)"
         )
     identity = input_identity(pdigest, settings.committed_dir, kernels)
-    if report_only and not any(
-        _load_part(out, p, settings.part_key(p, identity)) is not None for p in PARTS[1:]
-    ):  # before any checkpoint is built into the cache
+    # before any checkpoint is built into the cache
+    if report_only and not any(_load_part(out, p, settings.part_key(p, identity)) is not None for p in PARTS[1:]):
         raise Int8confError(
             f"--report-only: no finished part under {out} matches these settings "
             f"(model, committed checkpoint, kernels, sizes, code); run without "
             f"--report-only to compute them"
         )
-    ctx = StudyContext(
-        model_dir=model_dir,
-        kernels=kernels,
-        device=settings.device,
-        committed_dir=Path(settings.committed_dir) if settings.committed_dir else None,
-        cache=Path(cache) if cache is not None else None,
-    )
+    committed_dir = Path(settings.committed_dir) if settings.committed_dir else None
+    cache = Path(cache) if cache is not None else None
+    ctx = StudyContext(model_dir, kernels, settings.device, committed_dir, cache)
     if not report_only:
         _preflight(ctx, settings, config)
-    committed = (
-        Path(settings.committed_dir) if settings.committed_dir else derived_checkpoint(model_dir, "own", cache).dir
-    )
+    committed = committed_dir or derived_checkpoint(model_dir, "own", cache).dir
     results, seconds, missing = {}, {}, {}
     t_start = time.perf_counter()
 
@@ -354,7 +238,7 @@ def run_study(
         got = _load_part(out, name, key)
         if got is not None:
             say(f"{name}: reused from {out / '.parts' / (name + '.json')}")
-            results[name], seconds[name] = got, json.loads((out / ".parts" / f"{name}.json").read_text())["seconds"]
+            results[name], seconds[name] = got, _read_part(out, name)["seconds"]
             return
         over = time_budget_s is not None and time.perf_counter() - t_start > time_budget_s
         if name != "gate" and (report_only or over):
@@ -368,60 +252,40 @@ def run_study(
         _save_part(out, name, key, results[name], seconds[name], settings.device)
         say(f"{name}: done in {seconds[name]} s")
 
-    from conformance.study import accuracy, e2e_agreement, flips, gate, layer_agreement
-
-    part("gate", lambda: gate.run_gate(model_dir, committed, (config, state)))
-    if settings.committed_dir is None and results["gate"]["which_rule"]["rule"] != "cpu":
+    s = settings
+    part("gate", lambda: reconstruction.run_gate(model_dir, committed, (config, state)))
+    if s.committed_dir is None and results["gate"]["which_rule"]["rule"] != "cpu":
         raise Int8confError("internal: the reference quantizer's checkpoint is not reproduced by the cpu rule")
-    part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, settings.tokens, say))
+    part("layer_agreement", lambda: layer_agreement.run_layer_agreement(ctx, s.tokens, say))
     part(
         "accuracy",
-        lambda: accuracy.run_accuracy(
-            ctx,
-            settings.windows,
-            settings.window_len,
-            settings.resamples,
-            settings.seed,
-            settings.level,
-            settings.batch_size,
-            say,
-        ),
+        lambda: accuracy.run_accuracy(ctx, s.windows, s.window_len, s.resamples, s.seed, s.level, s.batch_size, say),
     )
-    part(
-        "flips",
-        lambda: flips.run_flips(
-            ctx, settings.flip_windows, settings.window_len, batch_size=settings.batch_size, progress=say
-        ),
-    )
+    part("flips", lambda: flips.run_flips(ctx, s.flip_windows, s.window_len, batch_size=s.batch_size, progress=say))
     part(
         "e2e_agreement",
         lambda: e2e_agreement.run_e2e_agreement(
             ctx,
-            tuple(settings.kernels),
-            settings.prompts,
-            settings.new_tokens,
-            fresh=settings.fresh_process,
+            tuple(s.kernels),
+            s.prompts,
+            s.new_tokens,
+            fresh=s.fresh_process,
             progress=say,
             resume_dir=out / ".parts" / "e2e_runs",
-            resume_key=settings.part_key("e2e_agreement", identity),
+            resume_key=s.part_key("e2e_agreement", identity),
         ),
     )
-
-    from conformance.study.report import write_report
-
-    # the environment the numbers were computed in: recorded with the parts
-    # (a --report-only run may render on another machine)
+    # the environment the numbers were computed in, recorded with the parts (--report-only may render elsewhere)
     envs = _part_environments(out, [p for p in PARTS if results.get(p) is not None])
     env = next((envs[p] for p in PARTS[1:] if p in envs), None)
     if env is None:
         env = (
-            _environment(settings.device)
-            if not (report_only and settings.device == "cuda")
-            else {"device": settings.device, "note": "not recorded with the stored parts"}
+            _environment(s.device)
+            if not (report_only and s.device == "cuda")
+            else {"device": s.device, "note": "not recorded with the stored parts"}
         )
-    report = build_report(settings, ctx, kernels, config, pdigest, committed, results, seconds, env)
-    report["missing_parts"] = list(missing)
-    report["missing_reasons"] = missing
+    report = build_report(s, ctx, kernels, config, pdigest, committed, results, seconds, env)
+    report.update(missing_parts=list(missing), missing_reasons=missing)
     write_report(report, out)
     say(f"report written to {out / 'study.md'}")
     return report
@@ -438,12 +302,15 @@ def _environment(device: str) -> dict:
     return env
 
 
+_CONFIG_KEYS = (
+    "num_hidden_layers hidden_size intermediate_size num_attention_heads num_key_value_heads vocab_size".split()
+)
+
+
 def build_report(
     settings, ctx, kernels, config, pdigest, committed, results, seconds, environment: Optional[dict] = None
 ) -> dict:
-    """Assemble the JSON report (schema :data:`SCHEMA` v:data:`SCHEMA_VERSION`)."""
-    from conformance.study.arms import kernel_record
-
+    """The JSON report (schema :data:`SCHEMA` v:data:`SCHEMA_VERSION`)."""
     n_params = sum(p.numel() for p in ctx.base.parameters())
     la, e2e, acc, fl = (results[k] for k in ("layer_agreement", "e2e_agreement", "accuracy", "flips"))
     first = ((la or {}).get("layers", {}).get("own") or [{}])[0].get("paths") or [None, None]
@@ -482,17 +349,7 @@ def build_report(
             "dir": settings.model_dir,
             "digest": pdigest,
             "parameters": n_params,
-            "config": {
-                k: config.get(k)
-                for k in (
-                    "num_hidden_layers",
-                    "hidden_size",
-                    "intermediate_size",
-                    "num_attention_heads",
-                    "num_key_value_heads",
-                    "vocab_size",
-                )
-            },
+            "config": {k: config.get(k) for k in _CONFIG_KEYS},
             "committed_checkpoint": str(committed),
         },
         "kernels": [kernel_record(s, paths.get(s.name)) for s in kernels],
