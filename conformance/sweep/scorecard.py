@@ -1,19 +1,9 @@
-"""Write a sweep's scorecard (``reports/sweep/<kernel>/``): JSON, CSV,
-Markdown and a PNG heatmap of fault x check detection.
-
-Files:
-
-* ``scorecard.json``: everything (sweep identity and timing, matrices with
-  digests, per fault x check x scale mode table, totals against each matrix,
-  every mismatch with its ground truth, headline numbers, signature hits).
-* ``scorecard.csv``: the fault x check x scale mode table.
-* ``mismatches.csv``: every cell that disagrees with a matrix (all matrices,
-  column ``matrix``).
-* ``scorecard.md``: the same for reading.
-* ``detection.png`` (needs the ``plots`` extra, matplotlib): heatmap, rows fault@scale mode, columns C1-C8 and E1,
-  colour = detection rate, text = fired/applicable cells, a box on each
-  cell where the latest matrix's prediction disagrees (FP, or FN in a cell
-  whose fault changed an output).
+"""Write a sweep's scorecard (``reports/sweep/<kernel>/``): ``scorecard.json`` (everything:
+identity and timing, matrices with digests, the fault x check x scale mode table, totals,
+every mismatch with its ground truth, headlines, signature hits), ``scorecard.csv`` (the
+table), ``mismatches.csv`` (all matrices, column ``matrix``), ``scorecard.md`` and
+``detection.png`` (``plots`` extra: detection-rate heatmap, fired/applicable cells as
+text, a red box where the latest matrix's prediction disagrees).
 """
 
 from __future__ import annotations
@@ -24,21 +14,22 @@ from typing import Optional
 
 import pandas as pd
 
-from conformance.sweep.scoring import CHECK_ORDER, headlines, mismatches, scorecard, signature_hits, totals
+from conformance.sweep.scoring import (
+    CHECK_ORDER,
+    headlines,
+    mismatches,
+    observations,
+    scorecard,
+    signature_hits,
+    totals,
+)
 from faults.catalogue import get_fault
 from reference.fileio import atomic_write_json, atomic_write_text, portable_paths, portable_text
 
 
 def build(rows: list, matrices: dict, meta: dict) -> dict:
-    """All scorecard content (no files).
-
-    Args:
-        rows: ``SweepStore.rows()``.
-        matrices: ``{tag: PredictionMatrix}`` in protocol order (v1 first).
-        meta: sweep description (kernel, cells, timing, executor, C7 settings, machine).
-    """
-    from conformance.sweep.scoring import observations
-
+    """All scorecard content (no files) from ``SweepStore.rows()``, ``{tag:
+    PredictionMatrix}`` in protocol order (v1 first) and the sweep description ``meta``."""
     obs = observations(rows)
     card = scorecard(obs, matrices, by_mode=True)
     card_f = scorecard(obs, matrices, by_mode=False)
@@ -74,11 +65,7 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
     }
 
 
-def _fmt_rate(x) -> str:
-    return "" if x is None or pd.isna(x) else f"{x:.2f}"
-
-
-def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> None:
+def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     """Detection-rate heatmap (rows fault@mode, columns checks) to ``path`` (PNG)."""
     import matplotlib
 
@@ -308,7 +295,6 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     paths.append(out / "detection.png")
     heatmap(
         card,
-        None,
         tags[-1],
         paths[4],
         heat_title or f"{sc['meta']['kernel']}: fault x check detection ({sc['meta']['layer_cells']} layer cells)",

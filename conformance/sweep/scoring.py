@@ -1,19 +1,12 @@
 """Scoring a fault-injection sweep against pre-registered prediction matrices
 (DESIGN.md section 7).
 
-Observed outcome of a check in a cell: ``fire`` (verdict ``fail``, any
-failure kind, precondition included), ``silent`` (``pass``) or ``n/a``.
-Against a matrix (:mod:`predictions`): a false positive is a cell that fired
-where ``silent`` was predicted, a false negative a cell that stayed silent
-where ``fire`` was predicted. A cell where the check returned ``n/a`` (C5
-under own scales, C6 under pow2, a kernel that cannot run) is not scored
-unless ``n/a`` was predicted; a cell that fired or stayed silent where
-``n/a`` was predicted is counted as ``unexpected_applicable``. Every scored
-mismatch is listed with the cell's ground truth (elements changed, spacings
-moved, no-op), so a false negative in a cell where the fault changed
-nothing (``no_op``) is told apart from a check that missed a real change.
-
-Fault signatures live in :mod:`conformance.suite.signatures`.
+A check in a cell is observed ``fire`` (verdict ``fail``, any failure kind), ``silent``
+(``pass``) or ``n/a``. Against a matrix (:mod:`predictions`): FP = fired where
+``silent`` was predicted, FN = silent where ``fire`` was predicted; an ``n/a`` cell is
+not scored unless ``n/a`` was predicted, and one that fired or stayed silent where
+``n/a`` was predicted is ``unexpected_applicable``. Mismatches carry the cell's ground
+truth, so an FN where the fault changed nothing (``no_op``) is told apart from a miss.
 """
 
 from __future__ import annotations
@@ -30,69 +23,31 @@ CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 _OBS = {"fail": "fire", "pass": "silent", "n/a": "n/a"}
 
 
-# --------------------------------------------------------------------------
-# observations
-# --------------------------------------------------------------------------
+_OBS_COLUMNS = (
+    "layer fault coverage scale_mode seed check_id verdict observed failure_kind summary level gt_selected "
+    "gt_changed gt_max_spacing gt_no_op gt_toward_zero gt_away_from_zero max_ulp"
+).split()
+_GT = ("selected", "changed", "max_spacing", "no_op")
 
 
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
-    """One row per (cell, check) from store rows (``SweepStore.rows()``).
-
-    Returns:
-        DataFrame with columns ``layer, fault, coverage, scale_mode, seed,
-        check_id, verdict, observed, failure_kind, summary, level`` (``layer``
-        / ``model``), and ground-truth columns ``gt_selected, gt_changed,
-        gt_max_spacing, gt_no_op, gt_toward_zero, gt_away_from_zero``
-        (NaN for model cells).
-    """
+    """One row per (cell, check) from ``SweepStore.rows()``: the cell's key, ``check_id,
+    verdict, observed, failure_kind, summary, level`` (``layer`` / ``model``), the ground
+    truth's ``gt_selected, gt_changed, gt_max_spacing, gt_no_op`` (None for model cells),
+    ``gt_toward_zero, gt_away_from_zero`` and ``max_ulp``."""
     recs = []
     for r in rows:
         gt = r.get("ground_truth") or {}
         d = gt.get("direction_vs_declared") or {}
         model = bool(gt.get("model_level"))
-        recs.append(
-            {
-                "layer": r["layer"],
-                "fault": r["fault"],
-                "coverage": r["coverage"],
-                "scale_mode": r["scale_mode"],
-                "seed": int(r["seed"]),
-                "check_id": r["check_id"],
-                "verdict": r["verdict"],
-                "observed": _OBS[r["verdict"]],
-                "failure_kind": r.get("failure_kind"),
-                "summary": r.get("summary", ""),
-                "level": "model" if model else "layer",
-                "gt_selected": None if model else gt.get("selected"),
-                "gt_changed": None if model else gt.get("changed"),
-                "gt_max_spacing": None if model else gt.get("max_spacing"),
-                "gt_no_op": None if model else gt.get("no_op"),
-                "gt_toward_zero": d.get("toward_zero"),
-                "gt_away_from_zero": d.get("away_from_zero"),
-                "max_ulp": (r.get("evidence") or {}).get("max_ulp"),
-            }
-        )
-    cols = [
-        "layer",
-        "fault",
-        "coverage",
-        "scale_mode",
-        "seed",
-        "check_id",
-        "verdict",
-        "observed",
-        "failure_kind",
-        "summary",
-        "level",
-        "gt_selected",
-        "gt_changed",
-        "gt_max_spacing",
-        "gt_no_op",
-        "gt_toward_zero",
-        "gt_away_from_zero",
-        "max_ulp",
-    ]
-    return pd.DataFrame.from_records(recs, columns=cols)
+        rec = {k: r[k] for k in ("layer", "fault", "coverage", "scale_mode", "check_id", "verdict")}
+        rec.update(seed=int(r["seed"]), observed=_OBS[r["verdict"]], failure_kind=r.get("failure_kind"))
+        rec.update(summary=r.get("summary", ""), level="model" if model else "layer")
+        rec.update({f"gt_{k}": None if model else gt.get(k) for k in _GT})
+        rec.update(gt_toward_zero=d.get("toward_zero"), gt_away_from_zero=d.get("away_from_zero"))
+        rec["max_ulp"] = (r.get("evidence") or {}).get("max_ulp")
+        recs.append(rec)
+    return pd.DataFrame.from_records(recs, columns=_OBS_COLUMNS)
 
 
 def with_predictions(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
@@ -116,21 +71,10 @@ def with_predictions(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
     return df
 
 
-# --------------------------------------------------------------------------
-# scorecard
-# --------------------------------------------------------------------------
-
-
 def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.DataFrame:
-    """Per fault x check (x scale mode): cells, fired, silent, n/a,
-    detection rate (fired / (fired + silent)), no-op cells, and per matrix
-    tag its prediction(s), FP, FN, scored cells and unexpected-applicable.
-
-    Args:
-        obs: :func:`observations`.
-        matrices: ``{tag: PredictionMatrix}`` (e.g. ``{"v1": ..., "v1.1": ...}``).
-        by_mode: group by scale mode too.
-    """
+    """Per fault x check (x scale mode when ``by_mode``): cells, fired, silent, n/a,
+    detection rate (fired / (fired + silent)), no-op cells, and per tag of ``matrices``
+    (``{tag: PredictionMatrix}``) its prediction(s), FP, FN, scored, unexpected."""
     df = obs
     for tag, m in matrices.items():
         df = with_predictions(df, m, tag)
@@ -169,27 +113,12 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
 
 
 def mismatches(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
-    """Every scored cell whose outcome disagrees with ``matrix`` (FP, FN,
-    unexpected-applicable), with its ground truth."""
+    """Every cell whose outcome disagrees with ``matrix`` (FP, FN, unexpected-applicable),
+    with its ground truth."""
     df = with_predictions(obs, matrix, tag)
     bad = df[df[f"outcome_{tag}"].isin(["FP", "FN", "unexpected_applicable"])]
-    cols = [
-        "fault",
-        "check_id",
-        "scale_mode",
-        "coverage",
-        "layer",
-        "seed",
-        f"pred_{tag}",
-        "observed",
-        f"outcome_{tag}",
-        "gt_selected",
-        "gt_changed",
-        "gt_max_spacing",
-        "gt_no_op",
-        "max_ulp",
-        "summary",
-    ]
+    cols = ["fault", "check_id", "scale_mode", "coverage", "layer", "seed", f"pred_{tag}", "observed", f"outcome_{tag}"]
+    cols += ["gt_selected", "gt_changed", "gt_max_spacing", "gt_no_op", "max_ulp", "summary"]
     return bad[cols].rename(columns={f"pred_{tag}": "predicted", f"outcome_{tag}": "outcome"}).reset_index(drop=True)
 
 
@@ -208,16 +137,10 @@ def totals(obs: pd.DataFrame, matrix, tag: str) -> dict:
 
 
 def headlines(obs: pd.DataFrame) -> dict:
-    """The closing-note numbers.
-
-    Returns:
-        ``{"per_fault": {F: {"detected_by": {check: cells fired}, "cells",
-        "effective_cells" (layer cells where the fault changed an output),
-        "max_spacing" (largest ground-truth spacing moved, layer cells),
-        "spacing_hist", "no_op_cells"}}, "c8_adds": {F: layer cells where C8
-        fired and none of C1-C6 did}, "e1_adds": {F: model cells where E1
-        fired and C7 did not}, "f8_fired": cells where any check fired under F8}``.
-    """
+    """The closing-note numbers: ``{"per_fault": {F: {name, detected_by {check: cells
+    fired}, layer_cells, model_cells, effective_cells (an output changed), no_op_cells,
+    max_spacing}}, "c8_adds": {F: layer cells where C8 alone fired}, "e1_adds": {F: model
+    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
     lay = obs[obs["level"] == "layer"]
     mod = obs[obs["level"] == "model"]
     cell_keys = ["layer", "fault", "coverage", "scale_mode", "seed"]
@@ -254,14 +177,9 @@ def headlines(obs: pd.DataFrame) -> dict:
     return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(f8))}
 
 
-# --------------------------------------------------------------------------
-# fault signatures
-# --------------------------------------------------------------------------
-
-
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
-    """Per layer cell with a failure: the matched fault classes and whether
-    the injected fault is among them (validates the signatures on the sweep)."""
+    """Per layer cell with a failure: the matched fault classes and whether the injected
+    fault is among them."""
     by = {}
     for r in rows:
         if (r.get("ground_truth") or {}).get("model_level"):
