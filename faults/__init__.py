@@ -25,28 +25,7 @@ from faults.truth import GroundTruth, ground_truth
 
 _register_resolver(resolve_injected_name)
 
-__all__ = [
-    "FAULTS",
-    "FAMILIES",
-    "FaultClass",
-    "get_fault",
-    "COVERAGES",
-    "F9_VARIANTS",
-    "FaultError",
-    "Injection",
-    "make_injection",
-    "parse_injection",
-    "inject",
-    "inject_injection",
-    "injection_of",
-    "wrapped_kernel",
-    "kernel_accumulator",
-    "prepare_case",
-    "prepare_injection",
-    "resolve_kernel",
-    "ground_truth",
-    "GroundTruth",
-    "resolve_injected_name",
-    "injection_note",
-    "annotate_result",
-]
+__all__ = ["FAULTS", "FAMILIES", "FaultClass", "get_fault", "COVERAGES", "F9_VARIANTS", "FaultError", "Injection"]
+__all__ += ["make_injection", "parse_injection", "inject", "inject_injection", "injection_of", "wrapped_kernel"]
+__all__ += ["kernel_accumulator", "prepare_case", "prepare_injection", "resolve_kernel", "ground_truth"]
+__all__ += ["GroundTruth", "resolve_injected_name", "injection_note", "annotate_result"]

@@ -1,20 +1,8 @@
-"""``inject``: any kernel turned into a faulty one; ``prepare_case``: the operand part of a fault.
-
-An injected ``KernelSpec`` (name ``<kernel>+F4@all#s0``) declares exactly what the wrapped
-kernel declares and behaves like it except on the selected elements (``faults.mask``):
-
-* F1-F5 (``faults.postprocessing``): selected elements recomputed with the faulty epilogue
-  from the kernel's ``int_mm`` accumulator (else ``reference.accumulate.exact_int_mm``).
-* F6/F7 (``faults.precondition``): prepared (default), the operands carry the fault
-  (:func:`prepare_case`) and the wrapper passes through; ``prepared=False``, the wrapper
-  extends K itself on every call (:func:`self_prepared`).
-* F8: the same mask / clean run / merge, returning the kernel's own bits.
-* F9 (``faults.operand``): selected elements from a run on mismatched operands.
-
-Every call records (``conformance.kernels.trace``) the path ``<inner path>+F<n>``, the
-injected source digest (so C1 sees the declared kernel) and fault, coverage, seed,
-selected count. The callables (:class:`FaultyScaledMM`, :class:`FaultyIntMM`) pickle
-when the wrapped kernel's do.
+"""``inject``: any kernel turned into a faulty one (``<kernel>+F4@all#s0``, every
+declaration kept, the fault on the selected elements of ``faults.mask``); ``prepare_case``:
+the operand part of F6 / F7. Per-fault behaviour: ``faults/README.md``. Every call records
+(``conformance.kernels.trace``) the path ``<inner path>+F<n>``, the injected source digest
+and fault, coverage, seed and selected count.
 """
 
 from __future__ import annotations
@@ -73,13 +61,17 @@ def _record(inj: Injection, digest: str, selected: int, **extra) -> None:
     )
 
 
-class FaultyScaledMM:
-    """``scaled_mm`` of an injected kernel: ``inner`` KernelSpec, ``injection``, and the
-    injected spec's source ``digest`` (recorded at run time)."""
+class _Faulty:
+    """An injected entry: the ``inner`` KernelSpec, the ``injection`` and the injected
+    spec's source ``digest`` (recorded at run time)."""
 
     def __init__(self, inner: KernelSpec, injection: Injection, digest: str):
         self.inner, self.injection, self.digest = inner, injection, digest
         self.int8conf_injection = injection
+
+
+class FaultyScaledMM(_Faulty):
+    """``scaled_mm`` of an injected kernel."""
 
     def __call__(self, a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         inj, inner = self.injection, self.inner
@@ -149,14 +141,9 @@ def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str, k_multi
     return out
 
 
-class FaultyIntMM:
+class FaultyIntMM(_Faulty):
     """``int_mm`` of an injected kernel: passes through, except F9 ``stale`` /
-    ``transposed`` (mismatched ``a`` / ``b`` on the selected elements, mask keyed by
-    ``faults.mask.acc_case_key``) and unprepared F6/F7 (K extended on the selection)."""
-
-    def __init__(self, inner: KernelSpec, injection: Injection, digest: str):
-        self.inner, self.injection, self.digest = inner, injection, digest
-        self.int8conf_injection = injection
+    ``transposed`` (mask keyed by ``faults.mask.acc_case_key``) and unprepared F6/F7."""
 
     def __call__(self, a, b):
         inj, fn = self.injection, self.inner.int_mm

@@ -1,16 +1,9 @@
 """Coverage masks: which output elements a fault touches, a function of (case, fault,
-coverage, seed) only; no library RNG, no global state.
-
-Element ``i`` of a stream scores ``splitmix64(key + i)`` (Vigna's SplitMix64 finaliser,
-as in ``java.util.SplittableRandom``), ``key`` = first 8 bytes (little-endian) of
-``sha256("int8conf-fault-mask/1|<case key>|<fault id>|<coverage>|<seed>|<stream>")``;
-the selection is the ``count`` lowest scores (ties by index). The case key hashes the
-operands' ``tensor_digest`` values (:func:`case_key`; ``int_mm``: :func:`acc_case_key`).
-
-Counts over ``M x N`` outputs (:func:`selected_count`): ``one`` 1; ``1%``
-``max(1, floor(M*N/100 + 1/2))``; ``all`` ``M*N``. Row x column blocks for F6 / F7
-(:func:`block_counts`): ``one`` 1 x 1, ``all`` M x N, ``1%`` ``r = max(1, floor(M/10 +
-1/2))`` rows x ``c = min(N, max(1, floor(T/r + 1/2)))`` columns, T the ``1%`` count.
+coverage, seed) only. Element ``i`` of a stream scores ``splitmix64(key + i)``, ``key`` =
+first 8 bytes (little-endian) of ``sha256("int8conf-fault-mask/1|<case key>|<fault id>|
+<coverage>|<seed>|<stream>")``; the selection is the lowest scores (ties by index).
+Counts: :func:`selected_count` (``one`` 1, ``1%`` ``max(1, floor(M*N/100 + 1/2))``,
+``all`` M*N); F6 / F7 row x column blocks: :func:`block_counts`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""F9 operand_mismatch: the kernel is fed operands other than the reference's.
-
-Variants (``faults.spec.F9_VARIANTS``; ``F9`` is the first, ``F9.<variant>`` the others):
-
-``pow2_scales``
-    Per-channel weight scales rewritten to the nearest power of two (in log2,
-    ``reference.model.pow2.rewrite_scales_pow2_without_requant``) *without requantizing
-    the weights* (DESIGN.md section 5); zeros stay zero; the identity under
-    power-of-two weight scales.
-``stale``
-    Row ``m`` of ``a`` is row ``m - 1`` (cyclic), current per-token scales.
-``transposed``
-    The weight buffer read in the other layout: ``b.t().contiguous().reshape(N, K)``
-    (``b.T`` for a square weight).
-
-``stale`` and ``transposed`` mismatch the ``int_mm`` entry too (:data:`ACC_VARIANTS`).
+"""F9 operand_mismatch: the kernel is fed operands other than the reference's. Variants
+(``faults.spec.F9_VARIANTS``): ``pow2_scales`` (per-channel scales rewritten to the nearest
+power of two without requantizing the weights), ``stale`` (row m of ``a`` is row m - 1,
+cyclic) and ``transposed`` (``b.t().contiguous().reshape(N, K)``); the last two mismatch
+``int_mm`` too (:data:`ACC_VARIANTS`).
 """
 
 from __future__ import annotations

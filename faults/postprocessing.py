@@ -1,21 +1,7 @@
-"""Post-processing faults F1-F5: the declared epilogue changed in exactly one way.
-
-Notation (``reference.epilogue``): ``x = float32(acc)``, ``s_a`` per-token [M], ``s_w``
-per-channel [N], every ``*`` / ``+`` one binary32 RNE operation (no FMA), ``rnd`` RNE to
-out_dtype, ``r16`` RNE to a 16-bit type (out_dtype if bf16/fp16, else bf16) and back.
-Declared scaling ``y``: ``a_then_w`` ``(x*s_a)*s_w``, ``w_then_a`` ``(x*s_w)*s_a``,
-``fused`` ``x*(s_a*s_w)``; output ``rnd(y)``, with bias ``rnd(y + b)``
-(``fp32_before_round``) or ``rnd(rnd(y) + b)`` (``after_round``). Each fault:
-
-* F1 scale_precision: ``s_a -> bf16(s_a)`` (``s_w`` of a checkpoint are already bf16
-  values, DESIGN.md section 4; per-token scales are full float32).
-* F2 double_rounding: the intermediate product through ``r16``; ``fused``: ``x*r16(s_a*s_w)``.
-* F3 multiplication_order: ``a_then_w <-> w_then_a``; ``fused -> (x*s_a)*s_w``.
-* F4 output_truncation: every conversion to out_dtype rounds toward zero (none for fp32).
-* F5 fused_ordering: with bias, the other bias point; without, ``a_then_w`` /
-  ``w_then_a -> fused`` and ``fused -> (x*s_w)*s_a`` (so F3 and F5 always differ).
-
-Only the selected elements take these values (``faults.inject``).
+"""Post-processing faults F1-F5: the declared epilogue (``reference.epilogue``) changed in
+exactly one way, applied by ``faults.inject`` to the selected elements only. Formulas per
+contract: ``faults/README.md`` and :func:`faulty_steps`; ``r16`` is RNE to a 16-bit type
+(out_dtype if bf16 / fp16, else bf16) and back.
 """
 
 from __future__ import annotations
@@ -24,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from faults.spec import POSTPROCESSING_FAULTS
 from reference.bits import ieee_subnormals, round_fp32
 from reference.contract import EpilogueContract
 from reference.epilogue import acc_to_fp32
@@ -33,7 +20,6 @@ from reference.validate import normalize_scales
 _OTHER_ORDER_F3 = {"a_then_w": "w_then_a", "w_then_a": "a_then_w", "fused": "a_then_w"}
 _OTHER_ORDER_F5 = {"a_then_w": "fused", "w_then_a": "fused", "fused": "w_then_a"}
 _OTHER_BIAS = {"fp32_before_round": "after_round", "after_round": "fp32_before_round"}
-_FAULTS = ("F1", "F2", "F3", "F4", "F5")
 
 
 def storage16(out_dtype: torch.dtype) -> torch.dtype:
@@ -45,7 +31,7 @@ def faulty_steps(contract: EpilogueContract, fault: str, has_bias: bool) -> dict
     """The epilogue a fault executes instead of the declared one: ``{"scale_order",
     "bias_point", "rounding" (rne / rtz), "scale_a_bf16" (F1), "intermediate16" (F2),
     "definition" (one-line formula)}``. OperandError: fault is not F1-F5."""
-    if fault not in _FAULTS:
+    if fault not in POSTPROCESSING_FAULTS:
         raise OperandError(f"{fault!r} is not a post-processing fault (F1-F5)")
     order, bias_point = contract.scale_order, contract.bias_point
     rounding, sa16, inter16 = "rne", fault == "F1", fault == "F2"
@@ -65,7 +51,7 @@ def faulty_steps(contract: EpilogueContract, fault: str, has_bias: bool) -> dict
         y = f"(r16(x*s_w))*{sa}" if inter16 else f"(x*s_w)*{sa}"
     else:
         y = f"x*r16({sa}*s_w)" if inter16 else f"x*({sa}*s_w)"
-    r = "rtz" if rounding == "rtz" else "rne"
+    r = rounding  # rne / rtz
     if not has_bias:
         out = f"{r}({y})"
     elif bias_point == "fp32_before_round":

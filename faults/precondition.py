@@ -1,19 +1,9 @@
-"""Precondition faults F6 int32_overflow and F7 fp32_inexact_accumulator: operands built
-so that the selected accumulators really leave int32 (F6) or reach ``|acc| >= 2**24``
-(F7), on the case's own data, with the exact value known (``exact_int_mm``).
-
-:func:`extend_k` appends ``E`` columns: -128 in ``a`` on the selected rows and in ``b``
-on the selected channels, 0 elsewhere, so each selected accumulator grows by exactly
-``E * 16384`` and no other changes; ``E = ceil((T - min_selected(acc)) / 16384)``, T =
-2**31 (F6) or 2**24 (F7). Zero columns then pad K to a multiple of :data:`K_ALIGN` and
-the kernel's ``k_multiple`` (an unaligned K makes every load of a GEMM kernel a masked
-one). The selection is a block of rows x channels (``faults.mask.block_selection``).
-
-F6 needs K > 131,072, so :func:`prepare_precondition` builds it on a window of the case
-(:data:`F6_WINDOW`: the first rows x a seeded run of consecutive channels, raised to the
-kernel's constraints by :func:`window_shape`); selection and coverage apply to the
-window. F7 uses the whole case; so does the unprepared wrapper (``prepared=False``),
-whose output must keep the caller's shape.
+"""Precondition faults F6 int32_overflow and F7 fp32_inexact_accumulator: operands whose
+selected accumulators really leave int32 (F6) or reach ``|acc| >= 2**24`` (F7). K is
+extended by ``E = ceil((T - min_selected(acc)) / 16384)`` columns of -128 on the selected
+rows of ``a`` and channels of ``b`` (each selected accumulator grows by ``E * 16384``, no
+other changes; T = 2**31 or 2**24), then zero-padded to a multiple of :data:`K_ALIGN`. F6
+is built on a window of the case (:data:`F6_WINDOW`, :func:`window_shape`).
 """
 
 from __future__ import annotations
@@ -50,18 +40,6 @@ def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
 def _round_up(v: int, mult: int) -> int:
     mult = max(1, int(mult))
     return -(-int(v) // mult) * mult
-
-
-def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
-    """``(min, max)`` of the selected block of ``acc`` (one read-back)."""
-    blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
-    return tuple(readback.read([blk.min(), blk.max()]))
-
-
-def _extension(low: int, fault: str) -> int:
-    """``E`` (module docstring), at least 1, from the selected block's minimum ``low``."""
-    need = THRESHOLD[fault] - int(low)
-    return max(1, -(-need // SATURATED_PRODUCT))
 
 
 def extend_k(
@@ -110,8 +88,10 @@ def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, 
     rows_h, cols_h = block_indices(m, n, key, fault, coverage, seed)
     rows, cols = torch.from_numpy(rows_h), torch.from_numpy(cols_h)
     acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
-    lo, hi = _block_range(acc, rows, cols)
-    return rows, cols, _extension(lo, fault), acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
+    blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
+    lo, hi = readback.read([blk.min(), blk.max()])
+    extra = max(1, -(-(THRESHOLD[fault] - int(lo)) // SATURATED_PRODUCT))  # E of the module docstring
+    return rows, cols, extra, acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
 def precondition_operands(
@@ -119,11 +99,7 @@ def precondition_operands(
 ):
     """``(a', b', rows, cols, extra, exact_acc' int64 [M, N])`` of F6 / F7 on a whole case
     (no window); ``key`` defaults to ``case_key``. OperandError: fault is not F6/F7."""
-    return _extended(_select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key), a, b)
-
-
-def _extended(sel: tuple, a, b) -> tuple:
-    rows, cols, extra, acc = sel[:4]
+    rows, cols, extra, acc = _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
     a2, b2 = extend_k(a, b, rows, cols, extra)
     acc2 = acc.clone()
     r, c = rows.to(acc.device), cols.to(acc.device)

@@ -1,12 +1,7 @@
-"""Ground truth of one injected cell: what the fault really changed.
-
-The clean and the injected kernel run on the same operands
-(``conformance.kernels.runner.run_kernel``) and their output bits are compared in
-spacings of the output dtype (``reference.bits.spacing_distance``); nothing about a
-fault's effect is assumed. The fault-free output is the clean kernel's, except for
-F6 / F7: there the operands are prepared first (``faults.prepare_case``) and it is the
-kernel's declared epilogue on the exact int64 accumulator -- what the kernel would
-return if its accumulator could hold the exact value.
+"""Ground truth of one injected cell: the clean and the injected kernel's output bits
+compared in spacings of the output dtype (``reference.bits.spacing_distance``). For
+F6 / F7 the fault-free output is the declared epilogue on the exact int64 accumulator of
+the prepared operands (what the kernel would return if its accumulator held the value).
 """
 
 from __future__ import annotations
@@ -78,13 +73,8 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
     )  # -1: no bin (d >= 0)
 
     def convert(c: list) -> dict:
-        return {
-            "changed": int(c[0]),
-            "max_spacing": int(c[1]),
-            "spacing_hist": histogram_dict(c[4:]),
-            "changed_outside": int(c[2]),
-            "selected": int(c[3]),
-        }
+        d = dict(changed=int(c[0]), max_spacing=int(c[1]), spacing_hist=histogram_dict(c[4:]))
+        return dict(d, changed_outside=int(c[2]), selected=int(c[3]))
 
     return readback.ask([c], convert)
 
@@ -102,18 +92,7 @@ def _definition(spec, inj, ops) -> str:
     }[inj.fault]
 
 
-def ground_truth(
-    kernel,
-    fault: str,
-    coverage: str,
-    seed: int,
-    ops,
-    *,
-    variant: Optional[str] = None,
-    device: Optional[str] = None,
-    clean_run=None,
-    faulty_run=None,
-) -> GroundTruth:
+def ground_truth(kernel, fault, coverage, seed, ops, *, variant=None, device=None, clean_run=None, faulty_run=None):
     """:func:`ask_ground_truth` of ``kernel`` (clean KernelSpec or name) injected with
     (``fault``, ``coverage``, ``seed``, ``variant``; as ``faults.inject``), read now.
     Raises FaultError: bad fault / coverage / seed / variant."""
@@ -159,17 +138,9 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
     frun = faulty_run if faulty_run is not None else run_kernel(faulty, ops, device=device)
     if inj.fault in POSTPROCESSING_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
-    base = dict(
-        fault=inj.fault,
-        coverage=inj.coverage,
-        seed=inj.seed,
-        accumulator_source=acc_source,
-        operand_change=operand_change,
-        variant=inj.variant,
-        definition=_definition(spec, inj, ops),
-        shape=[ops.m, ops.k, ops.n],
-        kernel=spec.name,
-    )
+    base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed, accumulator_source=acc_source)
+    base.update(operand_change=operand_change, variant=inj.variant, definition=_definition(spec, inj, ops))
+    base.update(shape=[ops.m, ops.k, ops.n], kernel=spec.name)
     err = clean_err or (frun.error if frun.output is None else None)
 
     def truth(fields: dict) -> GroundTruth:

@@ -1,13 +1,7 @@
-"""The cells of a sweep and the identity of a sweep (DESIGN.md section 7).
-
-A *layer cell* is (layer capture, injection, scale mode): the faulty kernel runs on the
-capture's operands (prepared for F6 / F7) and every per-case check (C1-C6, C8) judges
-the output, with the fault's ground truth. A *model cell* (``layer ==``
-:data:`MODEL_LAYER`, scale mode ``both``) runs C7 once per scale mode and E1 once with
-the fault in every linear layer; E1's row is stored under both scale modes.
-
-A cell carries its :class:`faults.Injection`; the store holds it as the strings of
-:attr:`Cell.key` (fault id, coverage, seed) and :meth:`Cell.from_key` reads them back.
+"""The cells of a sweep and its identity (DESIGN.md section 7). A layer cell is (layer
+capture, injection, scale mode); a model cell (``layer ==`` :data:`MODEL_LAYER`, scale mode
+``both``) runs C7 per scale mode and E1 once. A cell carries its :class:`faults.Injection`;
+the store holds the strings of :attr:`Cell.key`, read back by :meth:`Cell.from_key`.
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from reference.errors import Int8confError
 #: ``layer`` of a model-level cell.
 MODEL_LAYER = "*model*"
 SCALE_MODES = ("own", "pow2")
-LAYER_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C8")
-MODEL_CHECKS = ("C7", "E1")
 
 
 @dataclass(frozen=True)
@@ -113,13 +105,8 @@ def layer_cells(
 ) -> list[Cell]:
     """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed).
     Raises Int8confError: an empty axis or an unknown scale mode, fault or coverage."""
-    for name, axis in (
-        ("layers", layers),
-        ("faults", faults),
-        ("coverages", coverages),
-        ("scale modes", scale_modes),
-        ("seeds", seeds),
-    ):
+    names = ("layers", "faults", "coverages", "scale modes", "seeds")
+    for name, axis in zip(names, (layers, faults, coverages, scale_modes, seeds)):
         if not axis:
             raise Int8confError(f"sweep: no {name} selected")
     bad = [s for s in scale_modes if s not in SCALE_MODES]

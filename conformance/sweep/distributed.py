@@ -1,15 +1,7 @@
-"""Run sweep cells and store what comes back: serially, in threads, on every local core,
-or on a Dask distributed cluster.
-
-Workers only compute (:func:`conformance.sweep.runner.run_unit`: model cells, or the
-layer cells of one (layer, scale mode) as a batch); the calling process is the single
-writer and stores each unit as it arrives, in one transaction
-(:meth:`conformance.sweep.store.SweepStore.put_many`). Local parallelism is the standard
-library's ``ProcessPoolExecutor`` (spawned processes) or ``ThreadPoolExecutor`` in this
-process (``threads``: one batch per thread, one CUDA stream per thread); beyond one
-machine, ``dask.distributed`` (``--scheduler tcp://HOST:8786``, extra ``int8conf[dist]``;
-start one ``dask worker --nworkers 1 --nthreads 1`` per GPU with ``CUDA_VISIBLE_DEVICES``
-set). Progress: a rich progress bar with cells/s and ETA.
+"""Run sweep cells and store what comes back: serially, in threads of this process (one CUDA
+stream each), in a local process pool, or on a Dask distributed cluster (``--scheduler``,
+extra ``int8conf[dist]``). Workers only compute (:func:`conformance.sweep.runner.run_unit`);
+this process is the single writer and stores each unit in one transaction.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -49,24 +41,10 @@ class RunStats:
     duplicates: int = 0
     elapsed_s: float = 0.0
     executor: str = ""
-    layer_cells_per_s: Optional[float] = None
-    notes: list = field(default_factory=list)
 
     @property
     def cells_per_s(self) -> float:
         return self.computed / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "total": self.total,
-            "skipped": self.skipped,
-            "computed": self.computed,
-            "duplicates": self.duplicates,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "cells_per_s": round(self.cells_per_s, 3),
-            "executor": self.executor,
-            "notes": list(self.notes),
-        }
 
 
 class _Rate(TextColumn):
@@ -81,17 +59,8 @@ class _Rate(TextColumn):
 
 
 def _progress(total: int, quiet: bool):
-    return Progress(
-        TextColumn("sweep"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _Rate(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        disable=quiet,
-        refresh_per_second=4,
-    )
+    cols = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), _Rate(), TimeElapsedColumn(), TextColumn("ETA"))
+    return Progress(*cols, TimeRemainingColumn(), disable=quiet, refresh_per_second=4)
 
 
 @contextlib.contextmanager

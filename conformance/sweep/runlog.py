@@ -50,17 +50,8 @@ class RunLog:
                 r["cells_per_s"] = _rate(r["computed"], r.get("wall_s") or 0.0)
         # a killed run that stored nothing left no time on record either: nothing to count
         runs = [r for r in runs if r.get("status") != "interrupted" or r["computed"] or r.get("wall_s")]
-        entry = {
-            "status": "running",
-            "computed": 0,
-            "skipped": skipped,
-            "wall_s": 0.0,
-            "cells_per_s": 0.0,
-            "executor": None,
-            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "cpu_count": os.cpu_count(),
-            "stored_before": now,
-        }
+        entry = dict(status="running", computed=0, skipped=skipped, wall_s=0.0, cells_per_s=0.0, executor=None)
+        entry.update(when=time.strftime("%Y-%m-%d %H:%M:%S"), cpu_count=os.cpu_count(), stored_before=now)
         runs.append(entry)
         store.set_meta("runs", runs)
         return cls(store, runs, entry)

@@ -1,14 +1,8 @@
-"""What a worker computes for one cell (:mod:`conformance.sweep.cells`).
-
-Layer cell: the capture operands prepared for the cell's injection
-(``faults.prepare_injection``: F6 / F7 only), the injected kernel, every per-case check
-(``conformance.suite.evaluate``: C1-C6, C8), the fault's ground truth and, where C8
-fails, the error direction against the declared-contract reference (input of the
-fault signatures). Model cell: C7 per scale mode (``own``, ``pow2-nearest``) with the
-fault in every linear layer, and E1 once (stored under both scale modes).
-
-Everything a worker needs travels as plain data (:class:`SweepTask`); capture set and
-kernel are cached per process.
+"""What a worker computes for one cell (:mod:`conformance.sweep.cells`). Layer cell: the
+injected kernel on the prepared capture operands, every per-case check (C1-C6, C8), the
+ground truth and, where C8 fails, the error direction against the declared contract.
+Model cell: C7 per scale mode and E1 once, with the fault in every linear layer.
+Everything travels as plain data (:class:`SweepTask`); caches are per process.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -107,26 +101,10 @@ def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
     except Exception:  # noqa: BLE001 -- Qwen3 linears have no bias
         bias = None
     meta = {k: entry[k] for k in ("block", "proj", "M", "K", "N")}
-    meta.update(
-        kind=kind,
-        rule="nearest" if scale_mode == "pow2" else None,
-        model_digest=cs.model_digest,
-        capture_dir=str(cs.dir),
-        acc_absmax=entry["acc_absmax"][kind],
-        acc_ge_2p24=entry["acc_ge_2p24"][kind],
-        source="capture",
-    )
-    return GemmOperands(
-        a=t["a"],
-        b=b,
-        scale_a=t["scale_a"],
-        scale_b=sb,
-        bias=bias,
-        out_dtype=torch.bfloat16,
-        name=layer,
-        scale_mode=scale_mode,
-        meta=meta,
-    )
+    meta.update(kind=kind, rule="nearest" if scale_mode == "pow2" else None, model_digest=cs.model_digest)
+    meta.update(capture_dir=str(cs.dir), acc_absmax=entry["acc_absmax"][kind], acc_ge_2p24=entry["acc_ge_2p24"][kind])
+    meta["source"] = "capture"
+    return GemmOperands(t["a"], b, t["scale_a"], sb, bias, torch.bfloat16, layer, scale_mode, meta)
 
 
 @functools.lru_cache(maxsize=8)
@@ -134,14 +112,7 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
     """GemmOperands of one layer (pow2 rule ``nearest``) as ``iter_layer_operands`` builds
     them, for this layer only."""
     cs = _capture_set(capture_dir, model_dir)
-    sub = type(cs)(
-        dir=cs.dir,
-        manifest=dict(cs.manifest, layers={layer: cs.manifest["layers"][layer]}),
-        model_dir=cs.model_dir,
-        cache=cs.cache,
-        external=cs.external,
-        _checkpoints=cs._checkpoints,
-    )
+    sub = replace(cs, manifest=dict(cs.manifest, layers={layer: cs.manifest["layers"][layer]}))
     return next(iter(iter_layer_operands(sub, scale_mode)))
 
 
@@ -151,17 +122,8 @@ def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     o = _layer_ops_direct(spec, scale_mode, layer) if spec.checkpoint_dirs else None
     if o is None:
         o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
-    return GemmOperands(
-        a=copy_keep_layout(o.a),
-        b=copy_keep_layout(o.b),
-        scale_a=copy_keep_layout(o.scale_a),
-        scale_b=copy_keep_layout(o.scale_b),
-        bias=copy_keep_layout(o.bias),
-        out_dtype=o.out_dtype,
-        name=o.name,
-        scale_mode=scale_mode,
-        meta=dict(o.meta, source="capture"),
-    )
+    copies = {k: copy_keep_layout(getattr(o, k)) for k in ("a", "b", "scale_a", "scale_b", "bias")}
+    return replace(o, **copies, scale_mode=scale_mode, meta=dict(o.meta, source="capture"))
 
 
 def _jsonable(x):

@@ -1,12 +1,7 @@
-"""Scoring a fault-injection sweep against pre-registered prediction matrices
-(DESIGN.md section 7).
-
-A check in a cell is observed ``fire`` (verdict ``fail``, any failure kind), ``silent``
-(``pass``) or ``n/a``. Against a matrix (:mod:`predictions`): FP = fired where
-``silent`` was predicted, FN = silent where ``fire`` was predicted; an ``n/a`` cell is
-not scored unless ``n/a`` was predicted, and one that fired or stayed silent where
-``n/a`` was predicted is ``unexpected_applicable``. Mismatches carry the cell's ground
-truth, so an FN where the fault changed nothing (``no_op``) is told apart from a miss.
+"""Scoring a sweep against pre-registered prediction matrices (DESIGN.md section 7): a check
+is observed ``fire`` (fail), ``silent`` (pass) or ``n/a``; FP = fired where ``silent`` was
+predicted, FN = silent where ``fire`` was; ``n/a`` cells are scored only where ``n/a`` was
+predicted (else ``unexpected_applicable``). Mismatches carry the cell's ground truth.
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ _OBS_COLUMNS = (
     "gt_changed gt_max_spacing gt_no_op gt_toward_zero gt_away_from_zero max_ulp"
 ).split()
 _GT = ("selected", "changed", "max_spacing", "no_op")
+_CELL_KEYS = ["layer", "fault", "coverage", "scale_mode", "seed"]
 
 
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
@@ -85,14 +81,9 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
         fired = int((g["observed"] == "fire").sum())
         silent = int((g["observed"] == "silent").sum())
         rec = dict(zip(keys, k))
-        rec.update(
-            cells=len(g),
-            fired=fired,
-            silent=silent,
-            na=int((g["observed"] == "n/a").sum()),
-            detection_rate=(fired / (fired + silent)) if fired + silent else None,
-            no_op_cells=int(g["gt_no_op"].eq(True).sum()),  # NaN-safe
-        )
+        rec.update(cells=len(g), fired=fired, silent=silent, na=int((g["observed"] == "n/a").sum()))
+        rec["detection_rate"] = (fired / (fired + silent)) if fired + silent else None
+        rec["no_op_cells"] = int(g["gt_no_op"].eq(True).sum())  # NaN-safe
         for tag in matrices:
             oc = g[f"outcome_{tag}"]
             rec[f"pred_{tag}"] = "/".join(sorted(set(g[f"pred_{tag}"])))
@@ -143,33 +134,32 @@ def headlines(obs: pd.DataFrame) -> dict:
     cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
     lay = obs[obs["level"] == "layer"]
     mod = obs[obs["level"] == "model"]
-    cell_keys = ["layer", "fault", "coverage", "scale_mode", "seed"]
     per = {}
     for f in [x.id for x in FAULTS]:
         g = obs[obs["fault"] == f]
         if g.empty:
             continue
         gl = lay[lay["fault"] == f]
-        cells = gl.drop_duplicates(cell_keys)
+        cells = gl.drop_duplicates(_CELL_KEYS)
         fired = g[g["observed"] == "fire"].groupby("check_id").size().to_dict()
         per[f] = {
             "name": get_fault(f).name,
             "detected_by": {c: int(fired[c]) for c in CHECK_ORDER if c in fired},
             "layer_cells": int(len(cells)),
-            "model_cells": int(len(mod[mod["fault"] == f].drop_duplicates(cell_keys))),
+            "model_cells": int(len(mod[mod["fault"] == f].drop_duplicates(_CELL_KEYS))),
             "effective_cells": int((cells["gt_changed"].fillna(0) > 0).sum()),
             "no_op_cells": int((cells["gt_no_op"] == True).sum()),  # noqa: E712
             "max_spacing": int(cells["gt_max_spacing"].fillna(0).max()) if len(cells) else 0,
         }
     c8_adds, e1_adds = {}, {}
     if not lay.empty:
-        piv = lay.pivot_table(index=cell_keys, columns="check_id", values="observed", aggfunc="first")
+        piv = lay.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
         core = [c for c in ("C1", "C2", "C3", "C4", "C5", "C6") if c in piv.columns]
         if "C8" in piv.columns:
             only8 = (piv["C8"] == "fire") & ~(piv[core] == "fire").any(axis=1)
             c8_adds = {f: int(n) for f, n in only8[only8].groupby(level="fault").size().items()}
     if not mod.empty:
-        pm = mod.pivot_table(index=cell_keys, columns="check_id", values="observed", aggfunc="first")
+        pm = mod.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
         if "E1" in pm.columns and "C7" in pm.columns:
             only = (pm["E1"] == "fire") & (pm["C7"] != "fire")
             e1_adds = {f: int(n) for f, n in only[only].groupby(level="fault").size().items()}
@@ -184,25 +174,12 @@ def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
     for r in rows:
         if (r.get("ground_truth") or {}).get("model_level"):
             continue
-        by.setdefault((r["layer"], r["fault"], r["coverage"], r["scale_mode"], r["seed"]), []).append(r)
+        by.setdefault(tuple(r[k] for k in _CELL_KEYS), []).append(r)
     recs = []
     for key, rs in by.items():
         ft = features_of_cell(rs)
         if not ft.failed:
             continue
         ids = [f for f, _ in match_signatures(ft)]
-        recs.append(
-            {
-                "layer": key[0],
-                "fault": key[1],
-                "coverage": key[2],
-                "scale_mode": key[3],
-                "seed": key[4],
-                "matched": ",".join(ids),
-                "hit": key[1] in ids,
-                "n_matched": len(ids),
-            }
-        )
-    return pd.DataFrame.from_records(
-        recs, columns=["layer", "fault", "coverage", "scale_mode", "seed", "matched", "hit", "n_matched"]
-    )
+        recs.append((*key, ",".join(ids), key[1] in ids, len(ids)))
+    return pd.DataFrame.from_records(recs, columns=[*_CELL_KEYS, "matched", "hit", "n_matched"])

@@ -1,12 +1,8 @@
-"""The sweep's embedded store: SQLite from the standard library.
-
-Tables: ``meta(key, value)`` (the sweep identity, written once: a store refuses cells
-of another sweep; the record of runs), ``cells`` (one row per finished cell, keyed by
-``Cell.key``: ground truth JSON, case digest, elapsed seconds and worker -- the only
-non-deterministic columns) and ``results`` (one row per cell x check: verdict, failure
-kind, summary, evidence JSON). A cell and its rows are written in one transaction, so
-a killed sweep leaves the whole cell or none of it; primary keys make storing a cell
-twice impossible. WAL journaling keeps a reader from blocking the single writer.
+"""The sweep's SQLite store: ``meta`` (the sweep identity, the record of runs), ``cells``
+(one row per finished cell, keyed by ``Cell.key``: ground truth, case digest, elapsed
+seconds, worker) and ``results`` (one row per cell x check). A cell and its rows are
+written in one transaction (a killed sweep leaves all of a cell or none); primary keys
+make storing a cell twice impossible; WAL keeps a reader from blocking the one writer.
 """
 
 from __future__ import annotations
@@ -44,6 +40,13 @@ _CELL_JOIN = (
     "r.layer = c.layer AND r.fault = c.fault AND r.coverage = c.coverage AND "
     "r.seed = c.seed AND (c.scale_mode = r.scale_mode OR c.scale_mode = 'both')"
 )
+
+
+#: keys of a :meth:`SweepStore.rows` dict, in the order of its query's columns
+_ROW_KEYS = (
+    "layer fault coverage scale_mode seed check_id verdict failure_kind summary evidence ground_truth case_digest "
+    "elapsed_s worker"
+).split()
 
 
 class StoreError(Int8confError):
@@ -141,8 +144,7 @@ class SweepStore:
         kind (cells and rows are written together, so only an outside edit does that)."""
         bad = self.db.execute(
             "SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict "
-            "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') "
-            "LIMIT 1"
+            "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') LIMIT 1"
         ).fetchone()
         if bad is not None:
             raise StoreError(
@@ -269,22 +271,10 @@ class SweepStore:
         )
         out = []
         for t in self.db.execute(q):
-            d = {
-                "layer": t[0],
-                "fault": t[1],
-                "coverage": t[2],
-                "scale_mode": t[3],
-                "seed": t[4],
-                "check_id": t[5],
-                "verdict": t[6],
-                "failure_kind": t[7],
-                "summary": t[8],
-                "evidence": json.loads(t[9]),
-                "ground_truth": json.loads(t[10]),
-                "case_digest": t[11],
-            }
-            if not deterministic_only:
-                d.update(elapsed_s=t[12], worker=t[13])
+            d = dict(zip(_ROW_KEYS, t))
+            d["evidence"], d["ground_truth"] = json.loads(d["evidence"]), json.loads(d["ground_truth"])
+            if deterministic_only:
+                del d["elapsed_s"], d["worker"]
             out.append(d)
         return out
 
