@@ -48,17 +48,9 @@ def _record(inj: Injection, digest: str, selected: int, **extra) -> None:
     cur = trace.current()
     if cur is None:
         return
-    trace.record_path(
-        f"{cur.path or 'unreported'}+{inj.fault}",
-        source_digest=digest,
-        fault=inj.fault,
-        fault_name=inj.name,
-        coverage=inj.coverage,
-        seed=inj.seed,
-        fault_variant=inj.variant,
-        fault_selected=int(selected),
-        **extra,
-    )
+    info = dict(fault=inj.fault, fault_name=inj.name, coverage=inj.coverage, seed=inj.seed, fault_variant=inj.variant)
+    path = f"{cur.path or 'unreported'}+{inj.fault}"
+    trace.record_path(path, source_digest=digest, **info, fault_selected=int(selected), **extra)
 
 
 class _Faulty:
@@ -104,14 +96,9 @@ class FaultyScaledMM(_Faulty):
             out = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
             _record(inj, self.digest, 0, fault_operands="prepared by faults.prepare_case")
             return out
-        return self_prepared(
-            lambda *ops: inner.scaled_mm(*ops[:4], out_dtype=out_dtype, bias=ops[4]),
-            (a, b, scale_a, scale_b, bias),
-            inj,
-            self.digest,
-            case_key(a, b, scale_a, scale_b, bias),
-            inner.constraints.k_multiple,
-        )
+        ops, key = (a, b, scale_a, scale_b, bias), case_key(a, b, scale_a, scale_b, bias)
+        run = lambda *o: inner.scaled_mm(*o[:4], out_dtype=out_dtype, bias=o[4])
+        return self_prepared(run, ops, inj, self.digest, key, inner.constraints.k_multiple)
 
 
 def self_prepared(fn, ops: tuple, inj: Injection, digest: str, key: str, k_multiple: int = 1):
@@ -149,14 +136,8 @@ class FaultyIntMM(_Faulty):
         inj, fn = self.injection, self.inner.int_mm
         if inj.fault in PRECONDITION_FAULTS and not inj.prepared:
             one = torch.ones((), dtype=torch.float32)
-            return self_prepared(
-                lambda a_, b_, *_: fn(a_, b_),
-                (a, b, one, one, None),
-                inj,
-                self.digest,
-                acc_case_key(a, b),
-                self.inner.constraints.k_multiple,
-            )
+            ops, k_mult = (a, b, one, one, None), self.inner.constraints.k_multiple
+            return self_prepared(lambda a_, b_, *_: fn(a_, b_), ops, inj, self.digest, acc_case_key(a, b), k_mult)
         if inj.fault == "F9" and inj.variant in ACC_VARIANTS:
             m, n = int(a.shape[0]), int(b.shape[0])
             mask = element_mask(m, n, acc_case_key(a, b), inj.fault, inj.coverage, inj.seed)

@@ -33,8 +33,7 @@ K_ALIGN = 256
 def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
     """K of the extended operands: ``k + extra`` rounded up to a multiple of
     :data:`K_ALIGN` and of the kernel's declared ``k_multiple``."""
-    step = math.lcm(K_ALIGN, max(1, int(k_multiple)))
-    return -(-(k + extra) // step) * step
+    return _round_up(k + extra, math.lcm(K_ALIGN, max(1, int(k_multiple))))
 
 
 def _round_up(v: int, mult: int) -> int:
@@ -196,15 +195,7 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=
         f"[{lo + grown}, {hi + grown}]"
     )
     meta = dict(ops.meta or {})
-    meta["fault_prepared"] = {
-        "fault": fault,
-        "coverage": coverage,
-        "seed": int(seed),
-        "rows": row_list,
-        "cols": col_list,
-        "extra_k": int(extra),
-        "operand_change": desc,
-        "window": bounds,
-    }
+    prep = dict(fault=fault, coverage=coverage, seed=int(seed), rows=row_list, cols=col_list, extra_k=int(extra))
+    meta["fault_prepared"] = dict(prep, operand_change=desc, window=bounds)
     new = replace(src, a=a2, b=b2, meta=meta)
     return new, desc

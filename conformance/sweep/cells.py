@@ -6,8 +6,6 @@ the store holds the strings of :attr:`Cell.key`, read back by :meth:`Cell.from_k
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -86,10 +84,6 @@ class SweepSpec:
             "c7": dict(self.c7),
             "model_checks": self.model_checks,
         }
-
-    def digest(self) -> str:
-        """SHA-256 of :meth:`identity` (key-sorted JSON)."""
-        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
 
 
 def _injections(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Injection]:

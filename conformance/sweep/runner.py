@@ -241,14 +241,7 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
         gt["direction_vs_declared"] = direction_counts(frun.output, reference_output(ops, kernel.contract))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
-    return CellRows(
-        cell=c,
-        rows=rows,
-        ground_truth=_jsonable(gt),
-        case_digest=digest,
-        elapsed_s=time.perf_counter() - t0,
-        worker=worker_id(),
-    )
+    return CellRows(c, rows, _jsonable(gt), digest, time.perf_counter() - t0, worker_id())
 
 
 def run_layer_batch(tasks) -> list:
@@ -279,14 +272,8 @@ def run_model_cell(task: SweepTask) -> CellRows:
     mdir = spec.model_dir or None
     for mode, c7_mode in (("own", "own"), ("pow2", "pow2-nearest")):
         try:
-            r = check_token_flip(
-                faulty,
-                model_dir=mdir,
-                windows=int(spec.c7["windows"]),
-                window_len=int(spec.c7["window_len"]),
-                scale_mode=c7_mode,
-                device=task.device,
-            )
+            c7 = dict(windows=int(spec.c7["windows"]), window_len=int(spec.c7["window_len"]))
+            r = check_token_flip(faulty, model_dir=mdir, scale_mode=c7_mode, device=task.device, **c7)
         except Exception as e:  # noqa: BLE001 -- a harness error is a row, not a crash
             r = check_error("C7", e)
         rows.append(row_of(mode, r))

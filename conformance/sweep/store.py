@@ -186,8 +186,7 @@ class SweepStore:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('identity', ?)", (want,))
         elif have != want:
-            old = json.loads(have)
-            new = json.loads(want)  # as stored: same key order and types as ``old``
+            old, new = json.loads(have), json.loads(want)  # new as stored: same key order and types
 
             def short(v) -> str:
                 return repr(v[:12]) if isinstance(v, str) and len(v) > 16 else repr(v)
