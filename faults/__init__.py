@@ -1,20 +1,8 @@
-"""The fault catalogue (DESIGN.md section 5) and the wrappers that inject a
-fault into any kernel at a given coverage.
+"""The fault catalogue (DESIGN.md section 5) and the wrappers that inject a fault into
+any kernel at a given coverage (``faults/README.md``).
 
-Public API::
-
-    FAULTS                      # faults.catalogue: the one table of the nine faults
-    COVERAGES = ("one", "1%", "all")
-    inject(kernel, fault, coverage="all", seed=0) -> KernelSpec
-    prepare_case(ops, fault, coverage="all", seed=0) -> GemmOperands
-    ground_truth(kernel, fault, coverage, seed, ops) -> GroundTruth
-    parse_injection("F4:all") -> Injection;  injection_of(spec) -> Injection | None
-
-Importing the package registers a kernel-name resolver, so injected names
-such as ``triton+F4@all#s0`` resolve through
-``conformance.kernels.registry.get_kernel``. Definitions of every fault:
-``faults/README.md`` and the family modules (``postprocessing``,
-``precondition``, ``operand``); masks: ``faults.mask``.
+Importing the package registers a kernel-name resolver, so injected names such as
+``triton+F4@all#s0`` resolve through ``conformance.kernels.registry.get_kernel``.
 """
 
 from conformance.kernels.registry import register_resolver as _register_resolver
@@ -22,11 +10,14 @@ from faults.catalogue import FAMILIES, FAULTS, FaultClass, get_fault
 from faults.inject import (
     annotate_result,
     inject,
+    inject_injection,
     injection_note,
     injection_of,
     kernel_accumulator,
     prepare_case,
+    prepare_injection,
     resolve_injected_name,
+    resolve_kernel,
     wrapped_kernel,
 )
 from faults.spec import COVERAGES, F9_VARIANTS, FaultError, Injection, make_injection, parse_injection
@@ -34,25 +25,7 @@ from faults.truth import GroundTruth, ground_truth
 
 _register_resolver(resolve_injected_name)
 
-__all__ = [
-    "FAULTS",
-    "FAMILIES",
-    "FaultClass",
-    "get_fault",
-    "COVERAGES",
-    "F9_VARIANTS",
-    "FaultError",
-    "Injection",
-    "make_injection",
-    "parse_injection",
-    "inject",
-    "injection_of",
-    "wrapped_kernel",
-    "kernel_accumulator",
-    "prepare_case",
-    "ground_truth",
-    "GroundTruth",
-    "resolve_injected_name",
-    "injection_note",
-    "annotate_result",
-]
+__all__ = ["FAULTS", "FAMILIES", "FaultClass", "get_fault", "COVERAGES", "F9_VARIANTS", "FaultError", "Injection"]
+__all__ += ["make_injection", "parse_injection", "inject", "inject_injection", "injection_of", "wrapped_kernel"]
+__all__ += ["kernel_accumulator", "prepare_case", "prepare_injection", "resolve_kernel", "ground_truth"]
+__all__ += ["GroundTruth", "resolve_injected_name", "injection_note", "annotate_result"]

@@ -1,15 +1,8 @@
-"""The nine fault classes of DESIGN.md section 5, as data.
-
-The single table of fault names: reports, predictions and scoring take names
-from here. The injection wrappers are ``faults.inject`` (``inject``,
-``prepare_case``) with one module per family: ``faults.postprocessing``
-(F1-F5), ``faults.precondition`` (F6, F7), ``faults.operand`` (F9); F8 goes
-through the same wrapper and changes nothing.
-
-Families: ``post-processing`` (the epilogue after an exact accumulator),
-``precondition`` (the accumulator itself leaves the range where integer
-accumulation is exact and order-free), ``control`` (no change) and
-``operand`` (the kernel sees operands other than the reference's).
+"""The nine fault classes of DESIGN.md section 5, as data: the single table of fault
+names that reports, predictions and scoring use. Families: ``post-processing`` (the
+epilogue after an exact accumulator), ``precondition`` (the accumulator leaves the
+range where integer accumulation is exact), ``control`` (no change), ``operand``
+(the kernel sees other operands). The wrappers are in :mod:`faults.inject`.
 """
 
 from __future__ import annotations
@@ -21,14 +14,8 @@ from reference.errors import Int8confError
 
 @dataclass(frozen=True)
 class FaultClass:
-    """One fault class.
-
-    Attributes:
-        id: ``F1`` .. ``F9``.
-        name: snake_case name used in prediction matrices and reports.
-        family: ``post-processing`` | ``precondition`` | ``control`` | ``operand``.
-        description: one line saying what the fault does.
-    """
+    """One fault class: id ``F1`` .. ``F9``, snake_case name (matrices, reports), family
+    (:data:`FAMILIES`) and a one-line description."""
 
     id: str
     name: str
@@ -36,7 +23,6 @@ class FaultClass:
     description: str
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON reports."""
         return asdict(self)
 
 
@@ -80,11 +66,8 @@ FAMILIES = ("post-processing", "precondition", "control", "operand")
 
 
 def get_fault(key: str) -> FaultClass:
-    """Look a fault class up by id (``F3``) or name (``multiplication_order``).
-
-    Raises:
-        Int8confError: unknown id or name (one line listing the valid ids).
-    """
+    """Look a fault class up by id (``F3``) or name (``multiplication_order``);
+    Int8confError (one line listing the valid ids) otherwise."""
     for f in FAULTS:
         if key in (f.id, f.name):
             return f

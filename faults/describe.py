@@ -1,11 +1,10 @@
-"""What each fault does to one declared contract, as rows for a table
-(``int8conf faults``) or JSON: the catalogue entry plus the faulty epilogue
-formulas of ``faults.postprocessing.faulty_steps`` (with and without bias),
-or the operand change of F6 / F7 / F9."""
+"""What each fault does to one declared contract (``int8conf faults``): the catalogue
+entry plus the faulty epilogue formulas (F1-F5) or the operand change (F6-F9)."""
 
 from __future__ import annotations
 
 from faults.catalogue import FAULTS
+from faults.postprocessing import faulty_steps
 from faults.precondition import F6_WINDOW
 from faults.spec import F9_VARIANTS, POSTPROCESSING_FAULTS
 from reference.contract import EpilogueContract
@@ -32,15 +31,12 @@ def declared_formula(contract: EpilogueContract, bias: bool) -> str:
 
 
 def fault_rows(contract: EpilogueContract) -> list[dict]:
-    """One dict per catalogue fault: ``id, name, family, description,
-    no_bias, with_bias`` (the faulty formulas under ``contract`` for F1-F5,
-    the operand change for the others, in both columns)."""
+    """One dict per catalogue fault: ``id, name, family, description, no_bias, with_bias``
+    (the faulty formulas under ``contract``, or the operand change in both columns)."""
     rows = []
     r, c = F6_WINDOW
     for f in FAULTS:
         if f.id in POSTPROCESSING_FAULTS:
-            from faults.postprocessing import faulty_steps
-
             nb = faulty_steps(contract, f.id, False)["definition"]
             wb = faulty_steps(contract, f.id, True)["definition"]
         else:

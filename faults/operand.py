@@ -1,32 +1,8 @@
-"""F9 operand_mismatch: the kernel is fed operands other than the reference's.
-
-Three deterministic variants (``faults.spec.F9_VARIANTS``; the first is the
-default of ``F9``, the others are chosen with ``F9.<variant>``):
-
-``pow2_scales``
-    The per-channel weight scales are rewritten to the nearest power of two
-    (in log2, ``reference.model.pow2.rewrite_scales_pow2_without_requant``)
-    *without requantizing the weights* -- the mistake DESIGN.md section 5
-    warns about. Zero scales stay zero. Under power-of-two weight scales the
-    rewrite is the identity and so is the fault (the ground truth says so).
-``stale``
-    A stale activation buffer: row ``m`` of ``a`` is the previous token's
-    row ``m - 1`` (row 0 gets the last row; a cyclic shift), with the
-    current per-token scales. With one token (M = 1), or identical rows, it
-    changes nothing.
-``transposed``
-    The weight buffer read in the other layout: the bytes of ``b``'s
-    transpose (``[K, N]`` row-major, what a vLLM-convention caller holds)
-    read as ``[N, K]``, i.e. ``b.t().contiguous().reshape(N, K)``. For a
-    square weight this is exactly ``b.T``.
-
-The injected kernel (``faults.inject``) runs the wrapped kernel on the
-clean operands and on the mismatched ones and takes the selected elements
-from the second run (so coverage means the same as for every other fault),
-and it records the mismatched operands' digests
-(``conformance.kernels.trace.record_operands``): what the kernel received.
-The ``int_mm`` entry is mismatched the same way for ``stale`` and
-``transposed`` (they change ``a`` / ``b``); ``pow2_scales`` leaves it alone.
+"""F9 operand_mismatch: the kernel is fed operands other than the reference's. Variants
+(``faults.spec.F9_VARIANTS``): ``pow2_scales`` (per-channel scales rewritten to the nearest
+power of two without requantizing the weights), ``stale`` (row m of ``a`` is row m - 1,
+cyclic) and ``transposed`` (``b.t().contiguous().reshape(N, K)``); the last two mismatch
+``int_mm`` too (:data:`ACC_VARIANTS`).
 """
 
 from __future__ import annotations
@@ -36,44 +12,27 @@ from typing import Optional
 import torch
 
 from faults.spec import F9_VARIANTS
-from reference import readback
+from reference import memo, readback
 from reference.errors import OperandError
+from reference.model.pow2 import rewrite_scales_pow2_without_requant
+from reference.operands import copy_keep_layout
 
 #: Variants that change ``a`` or ``b`` and therefore the accumulator path (``int_mm``).
 ACC_VARIANTS = ("stale", "transposed")
 
 
 def pow2_scales(scale_b: torch.Tensor) -> torch.Tensor:
-    """Nearest power of two of each per-channel scale (log2 rounding), zeros kept.
-
-    Inside a ``reference.memo`` scope the rewrite is computed once per
-    source tensor (a copy of a tensor -- the clone the runner hands a kernel
-    -- counts as its source, ``memo.copy_source``) and each call gets a fresh
-    copy of it (``copy_keep_layout``: the kernel that receives it may write
-    into it, the memoized one is never handed out), which carries the
-    source's known digest and value checks: every F9 cell of a sweep layer
-    rewrites the same scales.
-
-    Args:
-        scale_b: float32 [N] | [N, 1] | scalar.
-    Returns:
-        float32 tensor of the same shape.
-    """
-    from reference import memo
-
+    """Nearest power of two (log2 rounding) of each scale of ``scale_b`` (float32 [N] |
+    [N, 1] | scalar, same shape out), zeros kept. Inside a ``reference.memo`` scope computed
+    once per source tensor (``memo.copy_source``); each call gets a fresh copy."""
     if not memo.active():
         return _pow2_scales(scale_b)
-    from reference.operands import copy_keep_layout
-
     src = memo.copy_source(scale_b)
     src = scale_b if src is None else src
     return copy_keep_layout(memo.cached("f9_pow2_scales", (src,), lambda: _pow2_scales(src)))
 
 
 def _pow2_scales(scale_b: torch.Tensor) -> torch.Tensor:
-    """:func:`pow2_scales` computed (no memo)."""
-    from reference.model.pow2 import rewrite_scales_pow2_without_requant
-
     s = scale_b.to(torch.float32)
     pos = torch.where(s > 0, s, torch.ones_like(s))
     _, p2 = rewrite_scales_pow2_without_requant(torch.zeros(1, dtype=torch.int8), pos, "nearest")
@@ -92,13 +51,8 @@ def transposed_buffer(b: torch.Tensor) -> torch.Tensor:
 
 
 def mismatched(a, b, scale_a, scale_b, bias: Optional[torch.Tensor], variant: str):
-    """The operands an F9 kernel receives instead of ``(a, b, scale_a, scale_b, bias)``.
-
-    Returns:
-        ``(a', b', scale_a', scale_b', bias)`` (unchanged ones are the same objects).
-    Raises:
-        OperandError: unknown variant.
-    """
+    """``(a', b', scale_a', scale_b', bias)`` an F9 kernel receives (unchanged ones are the
+    same objects); OperandError for an unknown variant."""
     if variant == "pow2_scales":
         return a, b, scale_a, pow2_scales(scale_b), bias
     if variant == "stale":
@@ -118,9 +72,8 @@ def mismatched_acc_operands(a, b, variant: str):
 
 
 def describe(variant: str, ops=None, changed: Optional[list] = None) -> str:
-    """One line saying what the variant feeds the kernel; with ``ops`` (or
-    ``changed``, its :func:`changed_operands` when already read) it names
-    the operands really changed on that case."""
+    """One line saying what the variant feeds the kernel; with ``ops`` (or ``changed``,
+    its :func:`changed_operands` already read) naming the operands really changed."""
     text = {
         "pow2_scales": "per-channel scales rewritten to the nearest power of two without requantizing the weights",
         "stale": "stale activations: row m holds token m-1's int8 row (cyclic), current scales",
@@ -134,27 +87,14 @@ def describe(variant: str, ops=None, changed: Optional[list] = None) -> str:
 
 
 def changed_operands(variant: str, ops) -> list:
-    """Names (``a``, ``b``, ``scale_b``, in that order) of the operands the
-    variant really changes on the case ``ops``: :func:`ask_changed_operands` read."""
+    """:func:`ask_changed_operands` read now."""
     return list(ask_changed_operands(variant, ops).get())
 
 
 def ask_changed_operands(variant: str, ops):
-    """Which operands the variant really changes on the case ``ops`` (bits;
-    ``scale_b`` compared as raw float32 bits), asked.
-
-    Returns:
-        ``reference.readback.Deferred`` of the list of names (``a``, ``b``,
-        ``scale_b``, in that order; callers copy it). The verdicts come back
-        in one read-back, shared with whatever else is pending, memoized on
-        the case's tensors inside a ``reference.memo`` scope (every F9 cell of
-        a sweep layer describes the same case). An operand the variant
-        returns as the very same object is unchanged without a comparison.
-
-    Raises:
-        OperandError: unknown variant.
-    """
-    from reference import memo
+    """Deferred list of the operands (``a``, ``b``, ``scale_b``, in that order; callers copy
+    it) whose bits the variant really changes on ``ops``, memoized on the case's tensors
+    inside a ``reference.memo`` scope. OperandError for an unknown variant."""
 
     def ask():
         a2, b2, _, sb2, _ = mismatched(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, variant)

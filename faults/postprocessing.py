@@ -1,63 +1,7 @@
-"""Post-processing faults F1-F5: the declared epilogue changed in exactly one way.
-
-Notation (as in ``reference.epilogue``): ``x = float32(acc)`` (one RNE
-conversion of the accumulator), ``s_a`` per-token scale [M], ``s_w``
-per-channel scale [N], ``*`` and ``+`` single IEEE binary32 operations with
-round-to-nearest-even (no FMA), ``rnd`` the RNE conversion float32 ->
-out_dtype, ``r16`` the RNE conversion float32 -> 16-bit storage type (the
-output dtype when it is bf16 or fp16, bf16 when the output is float32),
-widened back exactly. The declared epilogue of each contract is
-
-==========  =========================  ==========================================
-contract    scaling ``y``              output
-==========  =========================  ==========================================
-a_then_w    ``(x * s_a) * s_w``        no bias: ``rnd(y)``
-w_then_a    ``(x * s_w) * s_a``        bias fp32_before_round: ``rnd(y + b)``
-fused       ``x * (s_a * s_w)``        bias after_round: ``rnd(rnd(y) + b)``
-==========  =========================  ==========================================
-
-and each fault changes one thing (everything else as declared):
-
-F1 scale_precision
-    The per-token activation scale is rounded to bf16 (RNE) before it is
-    applied: ``s_a -> bf16(s_a)`` in the declared formula (for ``fused``:
-    ``x * (bf16(s_a) * s_w)``). Models a dynamic per-token quantizer that
-    hands its float32 scales over in the activation dtype. Why ``s_a`` and
-    not ``s_w``: the field's standard W8A8 quantizer computes weight scales
-    in the weight's own dtype (absmax / 127.5 in bf16, DESIGN.md section 4),
-    so a checkpoint's ``s_w`` are already bf16 values and rounding them again
-    changes nothing (measured on the default model's captures: 0 of 24,576
-    elements of a q_proj moved); per-token scales are full float32 values.
-    Under power-of-two *weight* scales ``s_a`` is still a full float32
-    value; whether F1 then moves anything is measured by the ground truth
-    (``faults.truth``), not assumed here.
-F2 double_rounding
-    The intermediate product is stored in 16 bits, then the rest of the
-    epilogue rounds again: ``a_then_w``: ``(r16(x * s_a)) * s_w``;
-    ``w_then_a``: ``(r16(x * s_w)) * s_a``; ``fused``: the combined scale
-    ``r16(s_a * s_w)``, i.e. ``x * r16(s_a * s_w)``.
-F3 multiplication_order
-    The scales are applied in the order opposite to the declared one:
-    ``a_then_w <-> w_then_a``; ``fused`` (scales combined first, then the
-    accumulator) -> accumulator first, per-token scale first:
-    ``(x * s_a) * s_w``.
-F4 output_truncation
-    Every float32 -> out_dtype conversion of the epilogue rounds toward zero
-    (``reference.bits.round_fp32(mode="rtz")``) instead of RNE: the one
-    final conversion, and with bias ``after_round`` both conversions (a
-    truncating convert is used wherever the kernel converts). With a
-    float32 output there is no conversion and F4 changes nothing.
-F5 fused_ordering
-    Something is fused at a different point than declared. With a bias:
-    the bias enters at the other point (``fp32_before_round <->
-    after_round``), the scale order as declared. Without a bias: the scales
-    are combined at a different point: ``a_then_w`` and ``w_then_a`` ->
-    ``fused`` (``x * (s_a * s_w)``); ``fused`` -> per-channel first,
-    ``(x * s_w) * s_a`` (F3 on a fused kernel is per-token first, so F3 and
-    F5 stay different faults on every contract).
-
-Only the selected elements take these values (``faults.inject``); all other
-elements keep the kernel's own bits.
+"""Post-processing faults F1-F5: the declared epilogue (``reference.epilogue``) changed in
+exactly one way, applied by ``faults.inject`` to the selected elements only. Formulas per
+contract: ``faults/README.md`` and :func:`faulty_steps`; ``r16`` is RNE to a 16-bit type
+(out_dtype if bf16 / fp16, else bf16) and back.
 """
 
 from __future__ import annotations
@@ -66,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from faults.spec import POSTPROCESSING_FAULTS
 from reference.bits import ieee_subnormals, round_fp32
 from reference.contract import EpilogueContract
 from reference.epilogue import acc_to_fp32
@@ -75,7 +20,6 @@ from reference.validate import normalize_scales
 _OTHER_ORDER_F3 = {"a_then_w": "w_then_a", "w_then_a": "a_then_w", "fused": "a_then_w"}
 _OTHER_ORDER_F5 = {"a_then_w": "fused", "w_then_a": "fused", "fused": "w_then_a"}
 _OTHER_BIAS = {"fp32_before_round": "after_round", "after_round": "fp32_before_round"}
-_FAULTS = ("F1", "F2", "F3", "F4", "F5")
 
 
 def storage16(out_dtype: torch.dtype) -> torch.dtype:
@@ -84,18 +28,10 @@ def storage16(out_dtype: torch.dtype) -> torch.dtype:
 
 
 def faulty_steps(contract: EpilogueContract, fault: str, has_bias: bool) -> dict:
-    """The epilogue a fault executes instead of the declared one.
-
-    Returns:
-        ``{"scale_order", "bias_point", "rounding", "scale_a_bf16",
-        "intermediate16", "definition"}``: scale order and bias point actually
-        used, final rounding (``rne``/``rtz``), whether ``s_a`` is rounded to
-        bf16 first (F1), whether the intermediate product is stored in 16
-        bits (F2), and a one-line formula.
-    Raises:
-        OperandError: fault is not F1-F5.
-    """
-    if fault not in _FAULTS:
+    """The epilogue a fault executes instead of the declared one: ``{"scale_order",
+    "bias_point", "rounding" (rne / rtz), "scale_a_bf16" (F1), "intermediate16" (F2),
+    "definition" (one-line formula)}``. OperandError: fault is not F1-F5."""
+    if fault not in POSTPROCESSING_FAULTS:
         raise OperandError(f"{fault!r} is not a post-processing fault (F1-F5)")
     order, bias_point = contract.scale_order, contract.bias_point
     rounding, sa16, inter16 = "rne", fault == "F1", fault == "F2"
@@ -115,7 +51,7 @@ def faulty_steps(contract: EpilogueContract, fault: str, has_bias: bool) -> dict
         y = f"(r16(x*s_w))*{sa}" if inter16 else f"(x*s_w)*{sa}"
     else:
         y = f"x*r16({sa}*s_w)" if inter16 else f"x*({sa}*s_w)"
-    r = "rtz" if rounding == "rtz" else "rne"
+    r = rounding  # rne / rtz
     if not has_bias:
         out = f"{r}({y})"
     elif bias_point == "fp32_before_round":
@@ -141,25 +77,10 @@ def faulty_epilogue(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
-    """The declared epilogue with post-processing fault ``fault`` (module docstring).
-
-    Args:
-        acc: int32 or int64 [M, N] accumulator (the kernel's ``int_mm`` or the
-            exact reference one).
-        scale_a: float32 [M] | [M, 1] | scalar per-token scale.
-        scale_b: float32 [N] | [N, 1] | scalar per-channel scale.
-        contract: the kernel's declared EpilogueContract.
-        fault: ``F1`` .. ``F5``.
-        bias: None or out_dtype [N].
-        out_dtype: bf16, fp16 or float32.
-
-    Returns:
-        out_dtype [M, N] on acc's device: every element computed with the
-        faulty epilogue (the caller keeps only the selected ones).
-
-    Raises:
-        OperandError: bad fault id, acc dtype or scale layout.
-    """
+    """out_dtype [M, N] on acc's device: every element of the int32 / int64 [M, N]
+    accumulator through ``contract``'s epilogue with ``fault`` (F1-F5). Scales float32
+    [M] / [N] (or [.., 1], scalar), bias None or out_dtype [N]. OperandError: bad fault
+    id, acc dtype or scale layout."""
     steps = faulty_steps(contract, fault, bias is not None)
     with ieee_subnormals(acc, scale_a, scale_b, *([] if bias is None else [bias])):
         x = acc_to_fp32(acc)

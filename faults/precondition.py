@@ -1,43 +1,9 @@
-"""Precondition faults F6 int32_overflow and F7 fp32_inexact_accumulator:
-operands built so that the selected accumulators really leave the range
-where integer accumulation is exact (F6: outside int32) or where
-``float32(acc)`` is exact (F7: ``|acc| >= 2**24``), on the real data of the
-case, with the exact value known from ``reference.accumulate.exact_int_mm``.
-
-Construction (:func:`extend_k`): K is extended by ``E`` columns. In the new
-columns ``a`` is -128 on the selected rows and 0 elsewhere, ``b`` is -128
-on the selected output channels and 0 elsewhere, so every selected
-accumulator grows by exactly ``E * 16384`` and every other accumulator is
-unchanged (each new column adds ``a[m,k]*b[n,k] = 0`` unless both the row
-and the channel are selected). Then zero columns pad K to a multiple of
-:data:`K_ALIGN` (they add nothing to any accumulator): a GEMM kernel
-specialises on the row stride's alignment and on K being a multiple of its
-K tile, and an odd K (e.g. 131,873) makes every load of a Triton kernel a
-byte-wide masked one -- on the H200 the sweep's F6 kernel calls took 14 ms
-each at K ~ 131k, one program walking K on one byte at a time; real layers
-have aligned K. Scales and bias are untouched. ``E`` is the
-smallest count that puts *every* selected accumulator over the threshold:
-``E = ceil((T - min_selected(acc)) / 16384)`` with ``T = 2**31`` (F6: the
-exact value is at least ``INT32_MAX + 1``) or ``T = 2**24`` (F7). Since an
-int8 product is at most 16384 in magnitude, F6 needs K > 131,072
-(DESIGN.md section 1); F7 needs about 1024 more columns.
-
-The selection is a block of rows x channels (``faults.mask.block_selection``:
-one / 1 % / all, deterministic given case, fault, coverage, seed).
-
-F6 window: a GEMM with K > 131,072 costs ``M*N*131072`` multiply-adds per
-kernel call, about ten seconds of a 2-core CPU for a 64 x 1536 layer (and
-1.2 s for 64 x 64, measured), plus hundreds of MB of operands, and a sweep
-cell calls it several times (kernel, int_mm, reference, C3 bound, ground
-truth). :func:`prepare_precondition` therefore builds the F6 case on a
-window of the real data: the first ``min(M, 16)`` tokens and ``min(N, 16)``
-consecutive output channels starting at a seeded offset
-(:data:`F6_WINDOW`; raised to the kernel's declared ``min_m`` and M / N
-multiples when they ask for more, :func:`window_shape`); the selection and
-the coverage apply to that window (``1%`` of 256 outputs: a 2 x 2 block).
-F7 uses the whole case. Inside an injected kernel that extends K on every
-call (``Injection.prepared=False``) there is no window: the output must keep
-the caller's shape.
+"""Precondition faults F6 int32_overflow and F7 fp32_inexact_accumulator: operands whose
+selected accumulators really leave int32 (F6) or reach ``|acc| >= 2**24`` (F7). K is
+extended by ``E = ceil((T - min_selected(acc)) / 16384)`` columns of -128 on the selected
+rows of ``a`` and channels of ``b`` (each selected accumulator grows by ``E * 16384``, no
+other changes; T = 2**31 or 2**24), then zero-padded to a multiple of :data:`K_ALIGN`. F6
+is built on a window of the case (:data:`F6_WINDOW`, :func:`window_shape`).
 """
 
 from __future__ import annotations
@@ -50,6 +16,7 @@ import torch
 
 from faults.mask import block_indices, case_key, lowest, stream_key
 from reference import memo, readback
+from reference.accumulate import exact_int_mm
 from reference.errors import OperandError
 from reference.operands import derived_digest
 
@@ -59,16 +26,14 @@ F6_WINDOW: tuple[int, int] = (16, 16)
 THRESHOLD = {"F6": 2**31, "F7": 2**24}
 #: Product of the saturated entries of the new columns: (-128) * (-128).
 SATURATED_PRODUCT = 16384
-#: Extended K is padded with zero columns to a multiple of this (module docstring).
+#: Extended K is padded with zero columns to a multiple of this.
 K_ALIGN = 256
 
 
 def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
     """K of the extended operands: ``k + extra`` rounded up to a multiple of
-    :data:`K_ALIGN` and of the kernel's declared ``k_multiple``
-    (``ShapeConstraints``) -- ``extra`` saturated columns, then zero columns."""
-    step = math.lcm(K_ALIGN, max(1, int(k_multiple)))
-    return -(-(k + extra) // step) * step
+    :data:`K_ALIGN` and of the kernel's declared ``k_multiple``."""
+    return _round_up(k + extra, math.lcm(K_ALIGN, max(1, int(k_multiple))))
 
 
 def _round_up(v: int, mult: int) -> int:
@@ -76,34 +41,11 @@ def _round_up(v: int, mult: int) -> int:
     return -(-int(v) // mult) * mult
 
 
-def _block_range(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> tuple[int, int]:
-    """``(min, max)`` of the selected block of ``acc``, read back together
-    (one read-back: the extension length needs the minimum, the case's
-    description both)."""
-    blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
-    return tuple(readback.read([blk.min(), blk.max()]))
-
-
-def _extension(low: int, fault: str) -> int:
-    """Columns to add, ``E = ceil((T - min_selected(acc)) / 16384)`` (module
-    docstring), at least 1, from the selected block's minimum ``low``."""
-    need = THRESHOLD[fault] - int(low)
-    return max(1, -(-need // SATURATED_PRODUCT))
-
-
 def extend_k(
     a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, extra: int, k_multiple: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append ``extra`` columns: -128 at ``rows`` of ``a`` and ``cols`` of ``b``, 0 elsewhere;
-    then zero columns up to :func:`padded_k`.
-
-    Args:
-        a: int8 [M, K]; b: int8 [N, K]; rows, cols: int64 indices; extra: >= 1;
-        k_multiple: the kernel's declared K multiple (1: none).
-    Returns:
-        ``(a' int8 [M, K'], b' int8 [N, K'])`` with ``K' = padded_k(K, extra,
-        k_multiple)``, contiguous, on a's device.
-    """
+    """``(a' int8 [M, K'], b' int8 [N, K'])``, K' = :func:`padded_k`: ``extra`` columns of
+    -128 at ``rows`` of ``a`` and ``cols`` of ``b`` (0 elsewhere), then zero columns."""
     m, k = a.shape
     n = b.shape[0]
     width = padded_k(k, extra, k_multiple)
@@ -131,24 +73,13 @@ def _ranges(v: list) -> str:
 
 
 def select_block(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None):
-    """Selected rows, channels and extension length of a case (no operand built).
-
-    Returns:
-        ``(rows, cols, extra, acc)``: int64 index tensors, ``E`` and the exact
-        int64 [M, N] accumulator of the unextended operands.
-    Raises:
-        OperandError: fault is not F6/F7.
-    """
+    """``(rows, cols, extra, acc)`` of a case: int64 index tensors, ``E`` and the exact
+    int64 [M, N] accumulator (no operand built). OperandError: fault is not F6/F7."""
     return _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
 
 
 def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None) -> tuple:
-    """:func:`select_block` plus what the case description needs:
-    ``(rows, cols, extra, acc, (min, max) of the selected block of acc,
-    rows as a list, cols as a list)`` -- the indices are drawn on the host
-    (``faults.mask.block_indices``), so their lists cost no read-back."""
-    from reference.accumulate import exact_int_mm
-
+    """:func:`select_block` plus ``((min, max) of the selected block, rows list, cols list)``."""
     if fault not in THRESHOLD:
         raise OperandError(f"{fault!r} is not a precondition fault (F6, F7)")
     key = key or case_key(a, b, scale_a, scale_b, bias)
@@ -156,30 +87,18 @@ def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, 
     rows_h, cols_h = block_indices(m, n, key, fault, coverage, seed)
     rows, cols = torch.from_numpy(rows_h), torch.from_numpy(cols_h)
     acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
-    lo, hi = _block_range(acc, rows, cols)
-    return rows, cols, _extension(lo, fault), acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
+    blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
+    lo, hi = readback.read([blk.min(), blk.max()])
+    extra = max(1, -(-(THRESHOLD[fault] - int(lo)) // SATURATED_PRODUCT))  # E of the module docstring
+    return rows, cols, extra, acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
 def precondition_operands(
     a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, key: Optional[str] = None
 ):
-    """Extended operands for F6 / F7 on a whole case (no window).
-
-    Args:
-        a, b, scale_a, scale_b, bias: the case as ``scaled_mm`` gets it.
-        fault: ``F6`` | ``F7``; coverage; seed.
-        key: case key for the selection (default ``faults.mask.case_key``).
-    Returns:
-        ``(a', b', rows, cols, extra, exact_acc' int64 [M, N])``.
-    Raises:
-        OperandError: fault is not F6/F7.
-    """
-    return _extended(_select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key), a, b)
-
-
-def _extended(sel: tuple, a, b) -> tuple:
-    """:func:`precondition_operands`' result from a :func:`_select` result."""
-    rows, cols, extra, acc = sel[:4]
+    """``(a', b', rows, cols, extra, exact_acc' int64 [M, N])`` of F6 / F7 on a whole case
+    (no window); ``key`` defaults to ``case_key``. OperandError: fault is not F6/F7."""
+    rows, cols, extra, acc = _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
     a2, b2 = extend_k(a, b, rows, cols, extra)
     acc2 = acc.clone()
     r, c = rows.to(acc.device), cols.to(acc.device)
@@ -193,14 +112,9 @@ def _take(s: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int, k_multiple: int = 1):
-    """The selected block as its own case, K extended on every row and channel.
-
-    Returns:
-        ``(a' [r, K'], b' [c, K'], scale_a', scale_b', bias')``: every
-        accumulator of this case equals the corresponding selected accumulator
-        of :func:`extend_k`'s full case (a GEMM output element depends only on
-        its own row, channel, scales and bias).
-    """
+    """``(a' [r, K'], b' [c, K'], scale_a', scale_b', bias')``: the selected block as its
+    own case, K extended everywhere; its accumulators equal the selected ones of
+    :func:`extend_k`'s full case."""
     a_s, b_s = a[rows.to(a.device)], b[cols.to(b.device)]
     r, c = int(a_s.shape[0]), int(b_s.shape[0])
     a2, b2 = extend_k(a_s, b_s, torch.arange(r), torch.arange(c), extra, k_multiple)
@@ -208,9 +122,8 @@ def block_case(a, b, scale_a, scale_b, bias, rows, cols, extra: int, k_multiple:
 
 
 def window_shape(m: int, n: int, constraints=None) -> tuple[int, int]:
-    """Rows and channels of the F6 window of an ``m x n`` case: :data:`F6_WINDOW`,
-    raised to the kernel's declared ``min_m`` and rounded up to its ``m_multiple``
-    / ``n_multiple`` (``conformance.kernels.spec.ShapeConstraints``; a window
+    """Rows and channels of the F6 window of an ``m x n`` case: :data:`F6_WINDOW` raised
+    to the ``ShapeConstraints``' ``min_m`` and ``m_multiple`` / ``n_multiple`` (a window
     the kernel refuses would make every F6 cell n/a), at most the case's own."""
     mr, nc = F6_WINDOW
     if constraints is not None:
@@ -220,20 +133,14 @@ def window_shape(m: int, n: int, constraints=None) -> tuple[int, int]:
 
 
 def _window(ops, key: str, seed: int, shape: tuple[int, int]):
-    """F6 window of ``ops``: first rows, a seeded run of consecutive channels.
-
-    The window depends on the case and the seed only (not on the coverage),
-    so inside a ``reference.memo`` scope it is cut once per case and seed:
-    the sweep's three F6 cells of a layer share its tensors (their digests,
-    value checks and accumulators). Each slice is recorded as a part of the
-    tensor it was cut from (``memo.note_part``: a part of a tensor without
-    NaN / inf has none either, so its value check costs no read-back)."""
+    """F6 window of ``ops`` (first rows, a seeded run of channels) and ``(r, start, c)``;
+    memoized per case and seed (not coverage), each slice noted as a part of its source
+    (``memo.note_part``)."""
     tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     return memo.cached(("f6_window", key, int(seed), shape), tensors, lambda: _cut_window(ops, key, seed, shape))
 
 
 def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
-    """:func:`_window` computed (no memo)."""
     n = ops.n
     r, c = shape
     start = 0
@@ -257,21 +164,11 @@ def _cut_window(ops, key: str, seed: int, shape: tuple[int, int]):
 
 
 def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=None):
-    """The F6 / F7 operands of a case (module docstring).
-
-    Args:
-        ops: ``reference.operands.GemmOperands`` (CPU tensors).
-        fault: ``F6`` | ``F7``; coverage: ``one`` | ``1%`` | ``all``; seed: int >= 0.
-        constraints: the kernel's ``ShapeConstraints`` (None: none), so the F6
-            window and the padded K are shapes it accepts (:func:`window_shape`,
-            :func:`padded_k`).
-    Returns:
-        ``(GemmOperands, description)``: a new case (same name, scale mode and
-        meta plus ``meta["fault_prepared"]``) and one line saying what changed,
-        e.g. ``"K 384 -> 132096 (+131489 columns of -128 x -128, +223 zero
-        columns) on rows [3] x channels [17]; selected exact acc in
-        [2147483653, 2147483653]"``.
-    """
+    """``(GemmOperands, description)`` of F6 / F7 on ``ops`` (CPU): a new case with
+    ``meta["fault_prepared"]`` and one line saying what changed, e.g. ``"K 384 -> 132096
+    (+131489 columns of -128 x -128, +223 zero columns) on rows [3] x channels [17];
+    selected exact acc in [2147483653, 2147483653]"``. ``constraints``: the kernel's
+    ``ShapeConstraints`` (None: none), which window and padded K respect."""
     key = case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
     src, win, bounds = ops, None, None
     if fault == "F6":
@@ -298,15 +195,7 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=
         f"[{lo + grown}, {hi + grown}]"
     )
     meta = dict(ops.meta or {})
-    meta["fault_prepared"] = {
-        "fault": fault,
-        "coverage": coverage,
-        "seed": int(seed),
-        "rows": row_list,
-        "cols": col_list,
-        "extra_k": int(extra),
-        "operand_change": desc,
-        "window": bounds,
-    }
+    prep = dict(fault=fault, coverage=coverage, seed=int(seed), rows=row_list, cols=col_list, extra_k=int(extra))
+    meta["fault_prepared"] = dict(prep, operand_change=desc, window=bounds)
     new = replace(src, a=a2, b=b2, meta=meta)
     return new, desc

@@ -1,10 +1,6 @@
-"""What one injection is: fault, coverage, seed, F9 variant, and the text
-forms ``F4:all``, ``output_truncation:1%``, ``F9.stale:one:3`` used by
-``int8conf check --inject`` and ``pytest --inject``.
-
-The fault ids and names come from :mod:`faults.catalogue` (the single table
-of names); this module only parses and labels.
-"""
+"""``Injection`` (fault, coverage, seed, F9 variant) and its text forms: ``F4:all``,
+``output_truncation:1%``, ``F9.stale:one:3`` (``--inject``) and the kernel-name suffix
+``+F4@all#s0``. Fault ids and names come from :mod:`faults.catalogue`."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from reference.seeds import check_seed
 
 #: Coverage severities (DESIGN.md section 5): one element, 1 % of elements, all elements.
 COVERAGES: tuple[str, ...] = ("one", "1%", "all")
-#: F9 operand_mismatch variants (see :mod:`faults.operand`); the first is the default.
+#: F9 operand_mismatch variants (:mod:`faults.operand`); the first is the default.
 F9_VARIANTS: tuple[str, ...] = ("pow2_scales", "stale", "transposed")
 #: Faults realised in the operands (``faults.precondition``), not after the accumulator.
 PRECONDITION_FAULTS = ("F6", "F7")
@@ -32,20 +28,12 @@ class FaultError(Int8confError, ValueError):
 
 @dataclass(frozen=True)
 class Injection:
-    """One fault injection, fully resolved.
+    """One validated fault injection (build it with :func:`make_injection`).
 
-    Attributes:
-        fault: catalogue id ``F1`` .. ``F9``.
-        coverage: ``one`` | ``1%`` | ``all``.
-        seed: non-negative int; with the case it fixes the mask.
-        variant: F9 variant (``pow2_scales`` | ``stale`` | ``transposed``);
-            None for every other fault.
-        prepared: F6/F7 only: True (default) = the operands are prepared by
-            :func:`faults.prepare_case` (sweep, ``check --inject``, pytest
-            plugin) and the wrapper passes through; False = the wrapper
-            extends K itself on every call (contexts that call the kernel
-            directly: detllm's ``int_mm``, model replays, a user's own tests
-            through the ``int8conf_kernel`` fixture).
+    ``fault`` is a catalogue id, ``variant`` the F9 variant (None for other faults).
+    ``prepared`` (F6/F7 only): True = the operands are built by ``faults.prepare_case``
+    and the wrapper passes through; False = the wrapper extends K itself on every call
+    (callers that cannot prepare cases: detllm's engine, model replays, user tests).
     """
 
     fault: str
@@ -56,41 +44,32 @@ class Injection:
 
     @property
     def name(self) -> str:
-        """Catalogue name of the fault, e.g. ``output_truncation``."""
         return get_fault(self.fault).name
 
     @property
     def family(self) -> str:
-        """Catalogue family of the fault."""
         return get_fault(self.fault).family
 
     def suffix(self) -> str:
-        """Kernel-name suffix ``+F4@all#s0`` (``+F9.stale@one#s3``; ``!`` appended
-        when F6/F7 extend K inside the wrapper)."""
+        """Kernel-name suffix ``+F4@all#s0`` (``+F9.stale@one#s3``; ``!`` when F6/F7 are not prepared)."""
         v = f".{self.variant}" if self.variant and self.variant != F9_VARIANTS[0] else ""
         bang = "!" if (self.fault in PRECONDITION_FAULTS and not self.prepared) else ""
         return f"+{self.fault}{v}@{self.coverage}#s{self.seed}{bang}"
 
     def label(self) -> str:
-        """Human label, e.g. ``F4 output_truncation, coverage all, seed 0``."""
+        """e.g. ``F4 output_truncation, coverage all, seed 0``."""
         v = f" ({self.variant})" if self.variant else ""
         return f"{self.fault} {self.name}{v}, coverage {self.coverage}, seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """JSON-able dict (adds ``name`` and ``family`` from the catalogue)."""
-        d = asdict(self)
-        d["name"], d["family"] = self.name, self.family
-        return d
+        """JSON-able dict, with ``name`` and ``family`` from the catalogue."""
+        return dict(asdict(self), name=self.name, family=self.family)
 
 
 def fault_id(fault: str) -> tuple[str, Optional[str]]:
-    """Resolve ``F4`` / ``output_truncation`` / ``F9.stale`` / ``operand_mismatch.stale``.
-
-    Returns:
-        ``(id, variant or None)``.
-    Raises:
-        FaultError: unknown fault or variant, or a variant on a fault other than F9.
-    """
+    """``(id, variant or None)`` of ``F4`` / ``output_truncation`` / ``F9.stale`` /
+    ``operand_mismatch.stale``. Raises FaultError: unknown fault or variant, or a
+    variant on a fault other than F9."""
     if not isinstance(fault, str) or not fault.strip():
         raise FaultError(f"fault must be a non-empty string like 'F4', got {fault!r}")
     base, _, variant = fault.strip().partition(".")
@@ -99,24 +78,19 @@ def fault_id(fault: str) -> tuple[str, Optional[str]]:
         fid = get_fault(base if base in known else base.upper()).id
     except Int8confError as e:
         raise FaultError(str(e)) from None
-    if variant:
-        if fid != "F9":
-            raise FaultError(f"fault {fault!r}: only F9 operand_mismatch has variants ({', '.join(F9_VARIANTS)})")
-        if variant not in F9_VARIANTS:
-            raise FaultError(f"unknown F9 variant {variant!r}; known: {', '.join(F9_VARIANTS)}")
-        return fid, variant
-    return fid, None
+    if not variant:
+        return fid, None
+    if fid != "F9":
+        raise FaultError(f"fault {fault!r}: only F9 operand_mismatch has variants ({', '.join(F9_VARIANTS)})")
+    if variant not in F9_VARIANTS:
+        raise FaultError(f"unknown F9 variant {variant!r}; known: {', '.join(F9_VARIANTS)}")
+    return fid, variant
 
 
 def parse_coverage(text: str) -> str:
-    """``one`` | ``1%`` | ``all`` (``1pct`` accepted as a shell-friendly alias).
-
-    Raises:
-        FaultError: anything else.
-    """
+    """``one`` | ``1%`` | ``all`` (``1pct`` accepted as a shell-friendly alias); FaultError otherwise."""
     t = str(text).strip().lower()
-    if t == "1pct":
-        t = "1%"
+    t = "1%" if t == "1pct" else t
     if t not in COVERAGES:
         raise FaultError(f"unknown coverage {text!r}; expected one of {', '.join(COVERAGES)}")
     return t
@@ -125,19 +99,9 @@ def parse_coverage(text: str) -> str:
 def make_injection(
     fault: str, coverage: str = "all", seed: int = 0, variant: Optional[str] = None, prepared: bool = True
 ) -> Injection:
-    """Validated :class:`Injection` from user-level values.
-
-    Args:
-        fault: id, name, or ``F9.<variant>``.
-        coverage: see :func:`parse_coverage`.
-        seed: int in [0, 2**63 - 1] (``reference.seeds``; bool rejected).
-        variant: F9 variant (overrides one given in ``fault``); default
-            ``pow2_scales`` for F9, must be None otherwise.
-        prepared: see :class:`Injection`.
-
-    Raises:
-        FaultError: one line naming the bad value.
-    """
+    """Validated :class:`Injection`. ``fault``: id, name or ``F9.<variant>``; ``variant``
+    overrides the one in ``fault`` (F9 default ``pow2_scales``); ``seed`` an int in
+    [0, 2**63 - 1] (bool rejected). Raises FaultError naming the bad value."""
     fid, v = fault_id(fault)
     if variant is not None:
         _, v = fault_id(f"{fid}.{variant}")
@@ -156,17 +120,9 @@ _SPEC = re.compile(r"^(?P<fault>[A-Za-z0-9_.]+)(?::(?P<cov>[^:]+))?(?::(?P<seed>
 
 
 def parse_injection(text: str) -> Injection:
-    """Parse ``FAULT[:COVERAGE[:SEED]]`` (the ``--inject`` option).
-
-    ``FAULT`` is an id (``F4``), a catalogue name (``output_truncation``) or
-    ``F9.<variant>``; ``COVERAGE`` is ``one``, ``1%`` (or ``1pct``) or ``all``
-    (default ``all``); ``SEED`` an integer >= 0 (default 0). Examples:
-    ``F4:all``, ``output_truncation:1%``, ``F9.transposed:one:7``. Seeds lie in
-    [0, 2**63 - 1] (``reference.seeds``).
-
-    Raises:
-        FaultError: one line saying what is wrong and what is expected.
-    """
+    """Parse ``FAULT[:COVERAGE[:SEED]]`` (the ``--inject`` option; coverage default
+    ``all``, seed default 0), e.g. ``F4:all``, ``output_truncation:1%``,
+    ``F9.transposed:one:7``. Raises FaultError (one line)."""
     m = _SPEC.match(str(text).strip())
     if not m:
         raise FaultError(f"--inject {text!r}: expected FAULT[:COVERAGE[:SEED]], e.g. F4:all or output_truncation:1%")
@@ -185,20 +141,13 @@ _SUFFIX = re.compile(
     r"^(?P<inner>.+)\+(?P<fault>F[1-9])(?:\.(?P<variant>[a-z0-9_]+))?"
     r"@(?P<cov>one|1%|all)#s(?P<seed>\d+)(?P<bang>!?)$"
 )
-
-
 _LOOSE_SUFFIX = re.compile(r"^[^?]*\+F\d")
 
 
 def split_injected_name(name: str) -> Optional[tuple[str, Injection]]:
-    """``"triton+F4@all#s0"`` -> ``("triton", Injection("F4", "all", 0))``; None
-    when ``name`` carries no injection suffix (see :meth:`Injection.suffix`).
-
-    Raises:
-        FaultError: a suffix that parses but names an invalid variant, or a
-            name that carries a suffix (``+F<digit>`` before any ``?query``)
-            in another form (e.g. ``cpu+F4@all#sx``: a bad seed).
-    """
+    """``"triton+F4@all#s0"`` -> ``("triton", Injection("F4", "all", 0))``; None without
+    a suffix. Raises FaultError: a bad variant, or a ``+F<digit>`` suffix (before any
+    ``?query``) in another form (e.g. ``cpu+F4@all#sx``)."""
     m = _SUFFIX.match(name or "")
     if not m:
         if _LOOSE_SUFFIX.match(name or ""):

@@ -1,28 +1,8 @@
-"""Locks of prediction matrices: ``predictions/LOCK`` (DESIGN.md section 7).
-
-A matrix is locked when it is created: its SHA-256 is appended to the LOCK
-file of its directory, one line per matrix::
-
-    <sha256 of the file's bytes>  <file name>  chain=<sha256>
-
-``chain`` links every line to all lines above it
-(``chain_i = sha256(chain_{i-1} + " " + digest + " " + name)``, ``chain_0`` =
-64 zeros), so rewriting an earlier line breaks every later one. The LOCK is
-append-only and a locked matrix is never edited: a change of mind is a new
-amendment file naming the digest it amends (:mod:`predictions.matrix`).
-
-What is refused, each with one line (``PredictionError``):
-
-* a matrix whose bytes do not hash to its lock line (edited after locking);
-* a matrix with no lock line;
-* a broken chain (an earlier lock line rewritten);
-* an amendment whose ``amends.sha256`` is not the digest of the file it
-  amends as it is now (the earlier file was edited, perhaps with a new lock,
-  instead of adding an amendment), or whose change list is not exactly the
-  difference (:func:`predictions.matrix.check_amendment`);
-* inside a git work tree, a committed history in which the LOCK was ever
-  rewritten rather than appended to, or a locked matrix whose committed
-  content ever changed (:func:`verify_git_history`).
+"""Locks of prediction matrices: ``predictions/LOCK`` (DESIGN.md section 7), one appended line
+per matrix: ``<sha256 of its bytes>  <file name>  chain=<sha256>``, ``chain_i =
+sha256(chain_{i-1} + " " + digest + " " + name)`` (``chain_0`` = 64 zeros). Refused with one
+line (``PredictionError``): an edited or unlocked matrix, a broken chain, an amendment whose
+parent changed or whose change list is not the difference, a git history that rewrote them.
 """
 
 from __future__ import annotations
@@ -35,6 +15,7 @@ from typing import Optional
 
 from predictions.matrix import PredictionMatrix, check_amendment, parse_matrix
 from reference.errors import PredictionError
+from reference.fileio import atomic_write_text
 
 LOCK_NAME = "LOCK"
 _HEADER = (
@@ -45,7 +26,7 @@ _ZERO = "0" * 64
 
 
 def default_dir() -> Path:
-    """The project's ``predictions/`` directory (this package)."""
+    """The project's ``predictions/`` directory."""
     return Path(__file__).resolve().parent
 
 
@@ -63,14 +44,8 @@ def _chain(prev: str, digest: str, name: str) -> str:
 
 
 def read_lock(directory=None) -> list[LockEntry]:
-    """Parse and verify ``<directory>/LOCK``.
-
-    Returns:
-        Entries in file order (empty when there is no LOCK yet).
-
-    Raises:
-        PredictionError: malformed line, duplicate file, or broken chain.
-    """
+    """Entries of ``<directory>/LOCK`` in file order (empty without a LOCK).
+    PredictionError: malformed line, duplicate file, or broken chain."""
     d = Path(directory) if directory is not None else default_dir()
     p = d / LOCK_NAME
     if not p.is_file():
@@ -107,17 +82,8 @@ def lock_entry(path) -> Optional[LockEntry]:
 
 
 def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
-    """Load a matrix and prove it is the locked one, and so is every matrix it amends.
-
-    Args:
-        path: ``predictions/v1.1.yaml`` (any directory with a LOCK).
-
-    Returns:
-        The validated PredictionMatrix.
-
-    Raises:
-        PredictionError: see the module docstring (one line).
-    """
+    """The validated matrix at ``path``, proved to be the locked one, and so is every
+    matrix it amends. PredictionError: see the module docstring."""
     path = Path(path)
     if not path.is_file():
         raise PredictionError(f"prediction matrix {path} does not exist")
@@ -164,15 +130,8 @@ def matrix_chain(path) -> list[PredictionMatrix]:
 
 
 def lock_matrix(path) -> LockEntry:
-    """Append the lock line of a new matrix (after validating it, and, for an
-    amendment, verifying what it amends).
-
-    Raises:
-        PredictionError: invalid matrix, already locked (a locked matrix is
-            never re-locked), or an invalid amendment.
-    """
-    from reference.fileio import atomic_write_text
-
+    """Append the lock line of a new, validated matrix (an amendment: after verifying
+    what it amends). PredictionError: invalid matrix or amendment, or already locked."""
     path = Path(path)
     entries = read_lock(path.parent)
     if any(e.file == path.name for e in entries):
@@ -211,20 +170,9 @@ def _git(repo: Path, *args: str) -> Optional[str]:
 
 
 def verify_git_history(directory=None) -> Optional[dict]:
-    """Prove from committed history that the LOCK only ever grew by appended
-    lines and that no locked matrix's committed bytes ever changed.
-
-    Args:
-        directory: the predictions directory (default: this package's).
-
-    Returns:
-        None when ``directory`` is not inside a git work tree (nothing to
-        prove); else ``{"lock_commits": n, "matrices": {file: first commit}}``.
-
-    Raises:
-        PredictionError: a commit rewrote LOCK lines, or changed a locked
-            matrix (one line naming the commit and file).
-    """
+    """Prove from committed history that the LOCK only grew by appended lines and that
+    no locked matrix's committed bytes changed: ``{"lock_commits": n, "matrices": {file:
+    first commit}}``, None outside a git work tree. PredictionError names the commit."""
     d = Path(directory).resolve() if directory is not None else default_dir()
     top = _git(d, "rev-parse", "--show-toplevel")
     if top is None:

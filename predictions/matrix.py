@@ -1,34 +1,13 @@
-"""Prediction matrices (DESIGN.md section 7): parse, validate, look up.
-
-A matrix is a YAML file under ``predictions/`` read with ``yaml.safe_load``
-only. Layout (every key required unless marked optional)::
-
-    matrix: v1                     # this matrix's id (= file stem)
-    amends: null                   # or {file: v1.yaml, sha256: <64 hex>}
-    description: ...               # free text
-    core_checks: [C1, ..., C7]     # the published seven-check suite
-    extra_checks: [C8, E1]         # this project's additions, separate columns
-    rows:                          # one row per fault, or per fault@scale mode
-      F1:
-        C1: {prediction: silent, rationale: "one line"}
-        ...
-      F3@own: {...}                # optional split of a fault row by scale mode
-      F3@pow2: {...}
-    changes:                       # amendments only: every changed cell
-      - {row: F3@pow2, check: C8, from: fire, to: silent, reason: "one line"}
-
-Predictions are ``fire`` (the check fails in the cell), ``silent`` (it
-passes) or ``n/a`` (it does not apply there). A cell of the sweep
-(fault, check, scale mode) takes the prediction of row ``F@mode`` when the
-matrix splits that fault, else of row ``F``.
-
-An amendment repeats the whole matrix (so every matrix stands alone) and
-lists each cell that differs from the matrix it amends, with the reason;
-:func:`check_amendment` proves the list is exactly the difference.
+"""Prediction matrices (DESIGN.md section 7): YAML files read with ``yaml.safe_load`` only
+(layout: ``conformance/sweep/README.md``). A cell (fault, check, scale mode) takes the
+prediction (``fire`` | ``silent`` | ``n/a``) of row ``F@mode`` when the matrix splits that
+fault, else of row ``F``. An amendment repeats the whole matrix and lists every changed
+cell with its reason (:func:`check_amendment` proves the list exact).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +15,7 @@ from typing import Optional
 
 import yaml
 
+from faults.catalogue import FAULTS
 from reference.errors import PredictionError
 
 PREDICTIONS = ("fire", "silent", "n/a")
@@ -56,18 +36,9 @@ class Cell:
 
 @dataclass
 class PredictionMatrix:
-    """A parsed, validated prediction matrix.
-
-    Attributes:
-        id: ``matrix`` field (e.g. ``v1``, ``v1.1``).
-        path: the YAML file.
-        sha256: SHA-256 hex of the file's bytes (what its lock must record).
-        amends: None, or ``{"file": name, "sha256": hex}`` of the matrix it amends.
-        description: free text.
-        core_checks, extra_checks: column ids.
-        rows: row key (``F1`` or ``F3@pow2``) -> check id -> :class:`Cell`.
-        changes: the amendment's change list (dicts: row, check, from, to, reason).
-    """
+    """A parsed, validated prediction matrix: ``sha256`` of the file's bytes (what its
+    lock records), ``amends`` None or ``{"file", "sha256"}``, ``rows`` row key (``F1`` or
+    ``F3@pow2``) -> check id -> :class:`Cell`, ``changes`` the amendment's change list."""
 
     id: str
     path: Path
@@ -81,13 +52,7 @@ class PredictionMatrix:
 
     @property
     def checks(self) -> tuple:
-        """Every column, core first."""
         return tuple(self.core_checks) + tuple(self.extra_checks)
-
-    @property
-    def split_faults(self) -> list[str]:
-        """Faults whose row is split by scale mode (``["F3", "F5"]``)."""
-        return sorted({k.split("@")[0] for k in self.rows if "@" in k})
 
     def n_core_cells(self) -> int:
         """Rows x core checks (63 unsplit; 77 with two faults split by scale mode)."""
@@ -99,11 +64,7 @@ class PredictionMatrix:
         return k if k in self.rows else fault
 
     def cell(self, fault: str, check: str, scale_mode: str) -> Cell:
-        """Prediction for one (fault, check, scale mode).
-
-        Raises:
-            PredictionError: fault or check not in the matrix.
-        """
+        """Prediction for one (fault, check, scale mode); PredictionError when absent."""
         key = self.row_key(fault, scale_mode)
         if key not in self.rows:
             raise PredictionError(f"{self.path.name}: no row for fault {fault!r}")
@@ -114,26 +75,6 @@ class PredictionMatrix:
     def predict(self, fault: str, check: str, scale_mode: str) -> str:
         """``fire`` | ``silent`` | ``n/a`` for one (fault, check, scale mode)."""
         return self.cell(fault, check, scale_mode).prediction
-
-    def to_records(self) -> list[dict]:
-        """One dict per (row, check): row, fault, scale_mode (``all`` when
-        unsplit), check, prediction, rationale."""
-        out = []
-        for key, row in self.rows.items():
-            fault, _, mode = key.partition("@")
-            for cid in self.checks:
-                c = row[cid]
-                out.append(
-                    {
-                        "row": key,
-                        "fault": fault,
-                        "scale_mode": mode or "all",
-                        "check": cid,
-                        "prediction": c.prediction,
-                        "rationale": c.rationale,
-                    }
-                )
-        return out
 
 
 def _fail(path: Path, msg: str) -> PredictionError:
@@ -149,24 +90,10 @@ def _one_line(path: Path, where: str, text) -> str:
 
 
 def parse_matrix(path, data: bytes) -> PredictionMatrix:
-    """Validate the YAML bytes of a matrix (``yaml.safe_load``; no other loader).
-
-    Args:
-        path: the file (for messages and ``PredictionMatrix.path``).
-        data: its bytes (the digest is taken of exactly these).
-
-    Returns:
-        PredictionMatrix.
-
-    Raises:
-        PredictionError: YAML error, missing key, unknown fault / check /
-            prediction, missing cell, a fault missing from the rows, a split
-            row without both scale modes, a multi-line rationale (one line each).
-    """
-    import hashlib
-
-    from faults.catalogue import FAULTS
-
+    """The PredictionMatrix of ``data``, the bytes of ``path`` (``yaml.safe_load`` only; the
+    digest is of exactly these bytes). PredictionError (one line): YAML error, missing
+    key, unknown fault / check / prediction, missing cell or fault row, a split row
+    without both scale modes, a multi-line rationale."""
     path = Path(path)
     try:
         doc = yaml.safe_load(data.decode("utf-8"))
@@ -247,39 +174,23 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
 
 
 def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[dict]:
-    """Prove that ``child.changes`` is exactly the cell-by-cell difference
-    between ``child`` and ``parent``, per (fault, check, scale mode).
-
-    Splitting a row by scale mode is not itself a change; a split row whose
-    prediction differs from the parent's unsplit row is, and must be listed
-    as ``row: F@mode``.
-
-    Returns:
-        The effective change list (row, check, from, to, reason).
-
-    Raises:
-        PredictionError: a changed cell without a listed change, a listed
-            change that changes nothing or whose ``from`` is not the parent's
-            prediction, or a column dropped from the parent.
-    """
-    from faults.catalogue import FAULTS
-
+    """The effective change list, proved to be exactly the difference between ``child``
+    and ``parent`` per (fault, check, scale mode) (splitting a row is not itself a
+    change; a split row that differs is, as ``row: F@mode``). PredictionError: an
+    unlisted change, a listed one that changes nothing or has the wrong ``from``, or a
+    dropped column."""
     if not set(parent.checks) <= set(child.checks):
         raise _fail(
             child.path, f"drops column(s) {sorted(set(parent.checks) - set(child.checks))} of {parent.path.name}"
         )
-    listed = {}
-    for ch in child.changes:
-        listed[(str(ch["row"]), str(ch["check"]))] = ch
+    listed = {(str(ch["row"]), str(ch["check"])): ch for ch in child.changes}
     actual = {}
     for f in FAULTS:
         for mode in SCALE_MODES:
             for cid in parent.checks:
-                was = parent.predict(f.id, cid, mode)
-                now = child.predict(f.id, cid, mode)
+                was, now = parent.predict(f.id, cid, mode), child.predict(f.id, cid, mode)
                 if was != now:
-                    key = (child.row_key(f.id, mode), cid)
-                    actual[key] = (parent.predict(f.id, cid, mode), now)
+                    actual[(child.row_key(f.id, mode), cid)] = (was, now)
     for key, (was, now) in actual.items():
         ch = listed.get(key)
         if ch is None:

@@ -40,6 +40,31 @@ PRECONDITION_CHECKS = ("C3", "C4")
 #: check): a *precondition case*, shown as such rather than as a violation.
 #: On an aggregated result it is set when every failing case is one.
 PRECONDITION_CASE = "precondition_case"
+#: Evidence keys a report keeps of a passing / n/a check (a failing check keeps all).
+KEPT_EVIDENCE = (
+    "max_ulp",
+    "n_differ",
+    "n_over_tol",
+    "ulp_histogram",
+    "premise_violations",
+    "observed_max_abs",
+    "exact_max_abs",
+    "max_abs",
+    "bound_tight_max",
+    "acc_source",
+    "mismatched",
+    "reason",
+)
+#: ... and a sweep store row, which also keeps C3's count and C7's token-flip figures.
+SWEEP_KEPT_EVIDENCE = KEPT_EVIDENCE + (
+    "n_at_or_over",
+    "flips",
+    "flips_above_threshold",
+    "total_positions",
+    "max_flip_margin",
+    "ppl_reference",
+    "ppl_kernel",
+)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from conformance.checks.output_bits import (
     prefetch_output_evidence,
 )
 from conformance.checks.ownership import check_output_ownership
-from conformance.checks.result import CHECK_NAMES, CheckResult
+from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, CheckResult
 from reference import memo
 from reference.errors import first_line
 
@@ -150,23 +150,9 @@ class CaseResult:
     def to_dict(self) -> dict:
         """JSON-able dict; full evidence for failing checks, the headline
         numbers (max ulp, histogram, accumulator maxima) for the others."""
-        keep = (
-            "max_ulp",
-            "n_differ",
-            "n_over_tol",
-            "ulp_histogram",
-            "premise_violations",
-            "observed_max_abs",
-            "exact_max_abs",
-            "max_abs",
-            "bound_tight_max",
-            "acc_source",
-            "mismatched",
-            "reason",
-        )
         checks = {}
         for cid, r in self.checks.items():
-            ev = r.evidence if r.verdict == "fail" else {k: v for k, v in r.evidence.items() if k in keep}
+            ev = r.evidence if r.verdict == "fail" else {k: v for k, v in r.evidence.items() if k in KEPT_EVIDENCE}
             checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
         d = {
             "case": self.case,

@@ -1,89 +1,69 @@
-"""The cells of a sweep and the identity of a sweep (DESIGN.md section 7).
-
-A *layer cell* is (layer capture, fault, coverage, scale mode, seed): the
-fault's operand transform is applied to the capture's operands
-(``faults.prepare_case``), the faulty kernel (``faults.inject``) runs on
-them, and every per-case check (C1-C6, C8) evaluates the output; the fault's
-ground truth is recorded with it.
-
-A *model cell* is (fault, coverage, seed) with ``layer ==`` :data:`MODEL_LAYER`:
-the model-level checks run once with the fault injected into every linear
-layer of the model (C7 token_flip once per scale mode; E1 engine_hash once,
-since the integer engine has no scale mode: its row is stored under both
-scale modes, marked ``shared_across_scale_modes``). One model cell therefore
-stores rows for (fault, coverage, own, seed) and (fault, coverage, pow2, seed).
+"""The cells of a sweep and its identity (DESIGN.md section 7). A layer cell is (layer
+capture, injection, scale mode); a model cell (``layer ==`` :data:`MODEL_LAYER`, scale mode
+``both``) runs C7 per scale mode and E1 once. A cell carries its :class:`faults.Injection`;
+the store holds the strings of :attr:`Cell.key`, read back by :meth:`Cell.from_key`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from faults.spec import Injection, make_injection
 from reference.errors import Int8confError
 
 #: ``layer`` of a model-level cell.
 MODEL_LAYER = "*model*"
 SCALE_MODES = ("own", "pow2")
-LAYER_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C8")
-MODEL_CHECKS = ("C7", "E1")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Cell:
-    """One unit of work (see module docstring).
-
-    Attributes:
-        layer: capture layer name, or :data:`MODEL_LAYER`.
-        fault: ``F1`` .. ``F9``.
-        coverage: ``one`` | ``1%`` | ``all`` (``faults.COVERAGES``).
-        scale_mode: ``own`` | ``pow2``; ``both`` for a model cell.
-        seed: fault-mask seed.
-    """
+    """One unit of work: ``layer`` (or :data:`MODEL_LAYER`), the ``injection`` (the F9
+    default variant in a sweep) and ``scale_mode`` (``own`` | ``pow2``; ``both`` for a
+    model cell)."""
 
     layer: str
-    fault: str
-    coverage: str
+    injection: Injection
     scale_mode: str
-    seed: int
+
+    @classmethod
+    def from_key(cls, layer: str, fault: str, coverage: str, scale_mode: str, seed: int) -> Cell:
+        """The cell of a store key (:attr:`key`). Raises FaultError: a bad fault / coverage / seed."""
+        return cls(layer, make_injection(fault, coverage, int(seed)), scale_mode)
+
+    @property
+    def fault(self) -> str:
+        return self.injection.fault
+
+    @property
+    def coverage(self) -> str:
+        return self.injection.coverage
+
+    @property
+    def seed(self) -> int:
+        return self.injection.seed
 
     @property
     def is_model(self) -> bool:
-        """True for a model-level cell."""
         return self.layer == MODEL_LAYER
 
     @property
     def key(self) -> tuple:
-        """Primary key of the store's ``cells`` table."""
-        return (self.layer, self.fault, self.coverage, self.scale_mode, int(self.seed))
-
-    def label(self) -> str:
-        """``layer|F4|all|own|s0`` for logs."""
-        return f"{self.layer}|{self.fault}|{self.coverage}|{self.scale_mode}|s{self.seed}"
-
-    def to_dict(self) -> dict:
-        """Plain dict."""
-        return asdict(self)
+        """``(layer, fault, coverage, scale_mode, seed)``: primary key of the store's ``cells`` table."""
+        inj = self.injection
+        return (self.layer, inj.fault, inj.coverage, self.scale_mode, inj.seed)
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What a sweep is over: its identity is everything that changes results.
+    """What a sweep is over.
 
-    Attributes:
-        kernel: kernel name as given (``cpu``, ``pkg.mod:fn``).
-        kernel_digest: the kernel's declared source digest.
-        capture_dir: capture directory (str).
-        capture_digest: the capture set's model digest + checkpoint digests.
-        model_dir: model directory for C7 / E1 (str), or "" when model
-            checks are off.
-        c7: C7 settings (windows, window_len) as a dict.
-        model_checks: whether C7 / E1 run.
-        checkpoint_dirs: ``((kind, dir), ...)`` of the W8A8 checkpoints the
-            captures refer to, resolved (and digest-checked) once by the
-            main process, so workers read single layers from them; empty:
-            workers resolve them themselves. Not part of the identity.
+    ``kernel``: name as given; ``capture_digest``: the capture set's model digest and
+    checkpoint digests; ``model_dir``: for C7 / E1 ("" when off); ``c7``: C7 / E1
+    settings. ``checkpoint_dirs``: ``((kind, dir), ...)`` of the W8A8 checkpoints,
+    digest-checked once by the main process so workers read single layers (empty:
+    workers resolve them); not part of the identity.
     """
 
     kernel: str
@@ -96,8 +76,7 @@ class SweepSpec:
     checkpoint_dirs: tuple = ()
 
     def identity(self) -> dict:
-        """The fields that must match to resume into an existing store
-        (directories are not part of it: the same captures may move)."""
+        """What must match to resume into an existing store (not directories: captures may move)."""
         return {
             "kernel": self.kernel,
             "kernel_digest": self.kernel_digest,
@@ -106,9 +85,9 @@ class SweepSpec:
             "model_checks": self.model_checks,
         }
 
-    def digest(self) -> str:
-        """SHA-256 of :meth:`identity` (key-sorted JSON)."""
-        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
+
+def _injections(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Injection]:
+    return [make_injection(f, c, int(seed)) for f in faults for c in coverages for seed in seeds]
 
 
 def layer_cells(
@@ -119,32 +98,18 @@ def layer_cells(
     seeds: Sequence[int],
 ) -> list[Cell]:
     """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed).
-
-    Raises:
-        Int8confError: empty axis or unknown scale mode.
-    """
-    for name, axis in (
-        ("layers", layers),
-        ("faults", faults),
-        ("coverages", coverages),
-        ("scale modes", scale_modes),
-        ("seeds", seeds),
-    ):
+    Raises Int8confError: an empty axis or an unknown scale mode, fault or coverage."""
+    names = ("layers", "faults", "coverages", "scale modes", "seeds")
+    for name, axis in zip(names, (layers, faults, coverages, scale_modes, seeds)):
         if not axis:
             raise Int8confError(f"sweep: no {name} selected")
     bad = [s for s in scale_modes if s not in SCALE_MODES]
     if bad:
         raise Int8confError(f"sweep: unknown scale mode(s) {bad}; known: {list(SCALE_MODES)}")
-    return [
-        Cell(layer, f, c, s, int(seed))
-        for layer in layers
-        for s in scale_modes
-        for f in faults
-        for c in coverages
-        for seed in seeds
-    ]
+    injs = _injections(faults, coverages, seeds)
+    return [Cell(layer, inj, s) for layer in layers for s in scale_modes for inj in injs]
 
 
 def model_cells(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Cell]:
     """One model cell per (fault, coverage, seed) (``scale_mode == "both"``)."""
-    return [Cell(MODEL_LAYER, f, c, "both", int(seed)) for f in faults for c in coverages for seed in seeds]
+    return [Cell(MODEL_LAYER, inj, "both") for inj in _injections(faults, coverages, seeds)]

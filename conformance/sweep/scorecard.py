@@ -1,19 +1,9 @@
-"""Write a sweep's scorecard (``reports/sweep/<kernel>/``): JSON, CSV,
-Markdown and a PNG heatmap of fault x check detection.
-
-Files:
-
-* ``scorecard.json``: everything (sweep identity and timing, matrices with
-  digests, per fault x check x scale mode table, totals against each matrix,
-  every mismatch with its ground truth, headline numbers, signature hits).
-* ``scorecard.csv``: the fault x check x scale mode table.
-* ``mismatches.csv``: every cell that disagrees with a matrix (all matrices,
-  column ``matrix``).
-* ``scorecard.md``: the same for reading.
-* ``detection.png`` (needs the ``plots`` extra, matplotlib): heatmap, rows fault@scale mode, columns C1-C8 and E1,
-  colour = detection rate, text = fired/applicable cells, a box on each
-  cell where the latest matrix's prediction disagrees (FP, or FN in a cell
-  whose fault changed an output).
+"""Write a sweep's scorecard (``reports/sweep/<kernel>/``): ``scorecard.json`` (everything:
+identity and timing, matrices with digests, the fault x check x scale mode table, totals,
+every mismatch with its ground truth, headlines, signature hits), ``scorecard.csv`` (the
+table), ``mismatches.csv`` (all matrices, column ``matrix``), ``scorecard.md`` and
+``detection.png`` (``plots`` extra: detection-rate heatmap, fired/applicable cells as
+text, a red box where the latest matrix's prediction disagrees).
 """
 
 from __future__ import annotations
@@ -24,21 +14,22 @@ from typing import Optional
 
 import pandas as pd
 
-from conformance.sweep.scoring import CHECK_ORDER, headlines, mismatches, scorecard, signature_hits, totals
+from conformance.sweep.scoring import (
+    CHECK_ORDER,
+    headlines,
+    mismatches,
+    observations,
+    scorecard,
+    signature_hits,
+    totals,
+)
 from faults.catalogue import get_fault
 from reference.fileio import atomic_write_json, atomic_write_text, portable_paths, portable_text
 
 
 def build(rows: list, matrices: dict, meta: dict) -> dict:
-    """All scorecard content (no files).
-
-    Args:
-        rows: ``SweepStore.rows()``.
-        matrices: ``{tag: PredictionMatrix}`` in protocol order (v1 first).
-        meta: sweep description (kernel, cells, timing, executor, C7 settings, machine).
-    """
-    from conformance.sweep.scoring import observations
-
+    """All scorecard content (no files) from ``SweepStore.rows()``, ``{tag:
+    PredictionMatrix}`` in protocol order (v1 first) and the sweep description ``meta``."""
     obs = observations(rows)
     card = scorecard(obs, matrices, by_mode=True)
     card_f = scorecard(obs, matrices, by_mode=False)
@@ -74,11 +65,7 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
     }
 
 
-def _fmt_rate(x) -> str:
-    return "" if x is None or pd.isna(x) else f"{x:.2f}"
-
-
-def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> None:
+def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     """Detection-rate heatmap (rows fault@mode, columns checks) to ``path`` (PNG)."""
     import matplotlib
 
@@ -98,58 +85,38 @@ def heatmap(card: pd.DataFrame, latest, tag: str, path: Path, title: str) -> Non
             txt[i][j] = f"{r.fired}/{r.fired + r.silent}"
         else:
             txt[i][j] = "n/a"
-        t = tag.replace(".", "_")
+        n = {k: getattr(r, f"{k}_{tag.replace('.', '_')}", 0) or 0 for k in ("fp", "fn", "fn_no_op")}
         # false negatives in cells where the fault changed nothing are not the check's miss
-        box[i, j] = (getattr(r, f"fp_{t}", 0) or 0) + (getattr(r, f"fn_{t}", 0) or 0) - (
-            getattr(r, f"fn_no_op_{t}", 0) or 0
-        ) > 0
+        box[i, j] = n["fp"] + n["fn"] - n["fn_no_op"] > 0
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(cols), 0.9 + 0.36 * len(rows)))
     im = ax.imshow(z, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
-            v = z[i, j]
-            ax.text(
-                j,
-                i,
-                txt[i][j],
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if (np.isnan(v) or v < 0.6) else "black",
-            )
+            fg = "white" if (np.isnan(z[i, j]) or z[i, j] < 0.6) else "black"
+            ax.text(j, i, txt[i][j], ha="center", va="center", fontsize=7, color=fg)
             if box[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), [f"{f} {get_fault(f).name} [{m}]" for f, m in rows], fontsize=7)
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, label="detection rate (fired / applicable cells)")
-    fig.text(
-        0.01,
-        0.005,
-        f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed "
-        f"an output); n/a: check not applicable in that scale mode",
-        fontsize=7,
-    )
+    note = f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed an output)"
+    fig.text(0.01, 0.005, f"{note}; n/a: check not applicable in that scale mode", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
+def _md_cell(v) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return ""
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
 def _md_table(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        lines.append(
-            "| "
-            + " | ".join(
-                ""
-                if (v is None or (isinstance(v, float) and pd.isna(v)))
-                else (f"{v:.2f}" if isinstance(v, float) else str(v))
-                for v in r
-            )
-            + " |"
-        )
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in df.itertuples(index=False)]
     return "\n".join(lines)
 
 
@@ -157,12 +124,8 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     """The scorecard as Markdown."""
     m = sc["meta"]
     tags = list(sc["matrices"])
-    out = [
-        f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`",
-        "",
-        f"Produced by `{m.get('command', 'int8conf sweep')}`.",
-        "",
-    ]
+    out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", ""]
+    out += [f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
     asked = (
         f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
         f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
@@ -176,15 +139,10 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
             f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} model "
             f"cells (this command asked for {asked})"
         ]
-    out += [
-        f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)",
-        f"- timing: {m.get('timing_line', '')}",
-        f"- C7 inside the sweep: {m.get('c7_line', '')}",
-        f"- E1: {m.get('e1_line', '')}",
-        f"- machine: {m.get('machine', '')}",
-        "",
-    ]
-    out += ["## Matrices", ""]
+    out.append(f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)")
+    for label, key in (("timing", "timing_line"), ("C7 inside the sweep", "c7_line"), ("E1", "e1_line")):
+        out.append(f"- {label}: {m.get(key, '')}")
+    out += [f"- machine: {m.get('machine', '')}", "", "## Matrices", ""]
     for mx in sc["matrices"].values():
         am = f", amends {mx['amends']['file']}@{mx['amends']['sha256'][:12]}" if mx["amends"] else ""
         out.append(
@@ -233,9 +191,8 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
             ),
             "",
         ]
+    out += ["## Fault x check", ""]
     out += [
-        "## Fault x check",
-        "",
         "Detection rate = fired / (fired + silent) cells; n/a cells (C5 under own scales, "
         "C6 under pow2) are not scored. `pred`, `FP`, `FN` per matrix.",
         "",
@@ -260,12 +217,8 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
                 )
                 .reset_index()
             )
-            out += [
-                _md_table(summary),
-                "",
-                f"First {min(max_mismatches, len(mm))} cells (all of them in mismatches.csv / scorecard.json):",
-                "",
-            ]
+            first = f"First {min(max_mismatches, len(mm))} cells (all of them in mismatches.csv / scorecard.json):"
+            out += [_md_table(summary), "", first, ""]
             show = mm.head(max_mismatches).copy()
             show["summary"] = show["summary"].str.slice(0, 90)
             out += [_md_table(show), ""]
@@ -273,12 +226,8 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
 
 
 def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
-    """Write every scorecard file into ``out_dir``; returns the paths.
-
-    Paths (model / capture directories, database, command line) are written
-    portably (``reference.fileio.portable_paths``), never as this machine's
-    absolute paths.
-    """
+    """Write every scorecard file into ``out_dir``; returns the paths. Paths inside are
+    written portably (``reference.fileio.portable_paths``), never as this machine's."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tags = list(sc["matrices"])
@@ -301,16 +250,10 @@ def write(sc: dict, out_dir, heat_title: Optional[str] = None) -> list[Path]:
     try:
         import matplotlib  # noqa: F401 -- optional extra int8conf[plots]
     except ImportError:
-        # JSON / CSV / Markdown still written; the PNG needs the plots extra. An older
-        # picture there would sit beside the new scorecard as if it were its heatmap.
+        # an older picture there would sit beside the new scorecard as if it were its heatmap
         (out / "detection.png").unlink(missing_ok=True)
         return paths
     paths.append(out / "detection.png")
-    heatmap(
-        card,
-        None,
-        tags[-1],
-        paths[4],
-        heat_title or f"{sc['meta']['kernel']}: fault x check detection ({sc['meta']['layer_cells']} layer cells)",
-    )
+    title = f"{sc['meta']['kernel']}: fault x check detection ({sc['meta']['layer_cells']} layer cells)"
+    heatmap(card, tags[-1], paths[4], heat_title or title)
     return paths

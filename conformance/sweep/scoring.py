@@ -1,19 +1,7 @@
-"""Scoring a fault-injection sweep against pre-registered prediction matrices
-(DESIGN.md section 7).
-
-Observed outcome of a check in a cell: ``fire`` (verdict ``fail``, any
-failure kind, precondition included), ``silent`` (``pass``) or ``n/a``.
-Against a matrix (:mod:`predictions`): a false positive is a cell that fired
-where ``silent`` was predicted, a false negative a cell that stayed silent
-where ``fire`` was predicted. A cell where the check returned ``n/a`` (C5
-under own scales, C6 under pow2, a kernel that cannot run) is not scored
-unless ``n/a`` was predicted; a cell that fired or stayed silent where
-``n/a`` was predicted is counted as ``unexpected_applicable``. Every scored
-mismatch is listed with the cell's ground truth (elements changed, spacings
-moved, no-op), so a false negative in a cell where the fault changed
-nothing (``no_op``) is told apart from a check that missed a real change.
-
-Fault signatures live in :mod:`conformance.suite.signatures`.
+"""Scoring a sweep against pre-registered prediction matrices (DESIGN.md section 7): a check
+is observed ``fire`` (fail), ``silent`` (pass) or ``n/a``; FP = fired where ``silent`` was
+predicted, FN = silent where ``fire`` was; ``n/a`` cells are scored only where ``n/a`` was
+predicted (else ``unexpected_applicable``). Mismatches carry the cell's ground truth.
 """
 
 from __future__ import annotations
@@ -30,69 +18,32 @@ CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 _OBS = {"fail": "fire", "pass": "silent", "n/a": "n/a"}
 
 
-# --------------------------------------------------------------------------
-# observations
-# --------------------------------------------------------------------------
+_OBS_COLUMNS = (
+    "layer fault coverage scale_mode seed check_id verdict observed failure_kind summary level gt_selected "
+    "gt_changed gt_max_spacing gt_no_op gt_toward_zero gt_away_from_zero max_ulp"
+).split()
+_GT = ("selected", "changed", "max_spacing", "no_op")
+_CELL_KEYS = ["layer", "fault", "coverage", "scale_mode", "seed"]
 
 
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
-    """One row per (cell, check) from store rows (``SweepStore.rows()``).
-
-    Returns:
-        DataFrame with columns ``layer, fault, coverage, scale_mode, seed,
-        check_id, verdict, observed, failure_kind, summary, level`` (``layer``
-        / ``model``), and ground-truth columns ``gt_selected, gt_changed,
-        gt_max_spacing, gt_no_op, gt_toward_zero, gt_away_from_zero``
-        (NaN for model cells).
-    """
+    """One row per (cell, check) from ``SweepStore.rows()``: the cell's key, ``check_id,
+    verdict, observed, failure_kind, summary, level`` (``layer`` / ``model``), the ground
+    truth's ``gt_selected, gt_changed, gt_max_spacing, gt_no_op`` (None for model cells),
+    ``gt_toward_zero, gt_away_from_zero`` and ``max_ulp``."""
     recs = []
     for r in rows:
         gt = r.get("ground_truth") or {}
         d = gt.get("direction_vs_declared") or {}
         model = bool(gt.get("model_level"))
-        recs.append(
-            {
-                "layer": r["layer"],
-                "fault": r["fault"],
-                "coverage": r["coverage"],
-                "scale_mode": r["scale_mode"],
-                "seed": int(r["seed"]),
-                "check_id": r["check_id"],
-                "verdict": r["verdict"],
-                "observed": _OBS[r["verdict"]],
-                "failure_kind": r.get("failure_kind"),
-                "summary": r.get("summary", ""),
-                "level": "model" if model else "layer",
-                "gt_selected": None if model else gt.get("selected"),
-                "gt_changed": None if model else gt.get("changed"),
-                "gt_max_spacing": None if model else gt.get("max_spacing"),
-                "gt_no_op": None if model else gt.get("no_op"),
-                "gt_toward_zero": d.get("toward_zero"),
-                "gt_away_from_zero": d.get("away_from_zero"),
-                "max_ulp": (r.get("evidence") or {}).get("max_ulp"),
-            }
-        )
-    cols = [
-        "layer",
-        "fault",
-        "coverage",
-        "scale_mode",
-        "seed",
-        "check_id",
-        "verdict",
-        "observed",
-        "failure_kind",
-        "summary",
-        "level",
-        "gt_selected",
-        "gt_changed",
-        "gt_max_spacing",
-        "gt_no_op",
-        "gt_toward_zero",
-        "gt_away_from_zero",
-        "max_ulp",
-    ]
-    return pd.DataFrame.from_records(recs, columns=cols)
+        rec = {k: r[k] for k in ("layer", "fault", "coverage", "scale_mode", "check_id", "verdict")}
+        rec.update(seed=int(r["seed"]), observed=_OBS[r["verdict"]], failure_kind=r.get("failure_kind"))
+        rec.update(summary=r.get("summary", ""), level="model" if model else "layer")
+        rec.update({f"gt_{k}": None if model else gt.get(k) for k in _GT})
+        rec.update(gt_toward_zero=d.get("toward_zero"), gt_away_from_zero=d.get("away_from_zero"))
+        rec["max_ulp"] = (r.get("evidence") or {}).get("max_ulp")
+        recs.append(rec)
+    return pd.DataFrame.from_records(recs, columns=_OBS_COLUMNS)
 
 
 def with_predictions(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
@@ -116,21 +67,10 @@ def with_predictions(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
     return df
 
 
-# --------------------------------------------------------------------------
-# scorecard
-# --------------------------------------------------------------------------
-
-
 def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.DataFrame:
-    """Per fault x check (x scale mode): cells, fired, silent, n/a,
-    detection rate (fired / (fired + silent)), no-op cells, and per matrix
-    tag its prediction(s), FP, FN, scored cells and unexpected-applicable.
-
-    Args:
-        obs: :func:`observations`.
-        matrices: ``{tag: PredictionMatrix}`` (e.g. ``{"v1": ..., "v1.1": ...}``).
-        by_mode: group by scale mode too.
-    """
+    """Per fault x check (x scale mode when ``by_mode``): cells, fired, silent, n/a,
+    detection rate (fired / (fired + silent)), no-op cells, and per tag of ``matrices``
+    (``{tag: PredictionMatrix}``) its prediction(s), FP, FN, scored, unexpected."""
     df = obs
     for tag, m in matrices.items():
         df = with_predictions(df, m, tag)
@@ -141,14 +81,9 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
         fired = int((g["observed"] == "fire").sum())
         silent = int((g["observed"] == "silent").sum())
         rec = dict(zip(keys, k))
-        rec.update(
-            cells=len(g),
-            fired=fired,
-            silent=silent,
-            na=int((g["observed"] == "n/a").sum()),
-            detection_rate=(fired / (fired + silent)) if fired + silent else None,
-            no_op_cells=int(g["gt_no_op"].eq(True).sum()),  # NaN-safe
-        )
+        rec.update(cells=len(g), fired=fired, silent=silent, na=int((g["observed"] == "n/a").sum()))
+        rec["detection_rate"] = (fired / (fired + silent)) if fired + silent else None
+        rec["no_op_cells"] = int(g["gt_no_op"].eq(True).sum())  # NaN-safe
         for tag in matrices:
             oc = g[f"outcome_{tag}"]
             rec[f"pred_{tag}"] = "/".join(sorted(set(g[f"pred_{tag}"])))
@@ -169,27 +104,12 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
 
 
 def mismatches(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
-    """Every scored cell whose outcome disagrees with ``matrix`` (FP, FN,
-    unexpected-applicable), with its ground truth."""
+    """Every cell whose outcome disagrees with ``matrix`` (FP, FN, unexpected-applicable),
+    with its ground truth."""
     df = with_predictions(obs, matrix, tag)
     bad = df[df[f"outcome_{tag}"].isin(["FP", "FN", "unexpected_applicable"])]
-    cols = [
-        "fault",
-        "check_id",
-        "scale_mode",
-        "coverage",
-        "layer",
-        "seed",
-        f"pred_{tag}",
-        "observed",
-        f"outcome_{tag}",
-        "gt_selected",
-        "gt_changed",
-        "gt_max_spacing",
-        "gt_no_op",
-        "max_ulp",
-        "summary",
-    ]
+    cols = ["fault", "check_id", "scale_mode", "coverage", "layer", "seed", f"pred_{tag}", "observed", f"outcome_{tag}"]
+    cols += ["gt_selected", "gt_changed", "gt_max_spacing", "gt_no_op", "max_ulp", "summary"]
     return bad[cols].rename(columns={f"pred_{tag}": "predicted", f"outcome_{tag}": "outcome"}).reset_index(drop=True)
 
 
@@ -208,45 +128,38 @@ def totals(obs: pd.DataFrame, matrix, tag: str) -> dict:
 
 
 def headlines(obs: pd.DataFrame) -> dict:
-    """The closing-note numbers.
-
-    Returns:
-        ``{"per_fault": {F: {"detected_by": {check: cells fired}, "cells",
-        "effective_cells" (layer cells where the fault changed an output),
-        "max_spacing" (largest ground-truth spacing moved, layer cells),
-        "spacing_hist", "no_op_cells"}}, "c8_adds": {F: layer cells where C8
-        fired and none of C1-C6 did}, "e1_adds": {F: model cells where E1
-        fired and C7 did not}, "f8_fired": cells where any check fired under F8}``.
-    """
+    """The closing-note numbers: ``{"per_fault": {F: {name, detected_by {check: cells
+    fired}, layer_cells, model_cells, effective_cells (an output changed), no_op_cells,
+    max_spacing}}, "c8_adds": {F: layer cells where C8 alone fired}, "e1_adds": {F: model
+    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
     lay = obs[obs["level"] == "layer"]
     mod = obs[obs["level"] == "model"]
-    cell_keys = ["layer", "fault", "coverage", "scale_mode", "seed"]
     per = {}
     for f in [x.id for x in FAULTS]:
         g = obs[obs["fault"] == f]
         if g.empty:
             continue
         gl = lay[lay["fault"] == f]
-        cells = gl.drop_duplicates(cell_keys)
+        cells = gl.drop_duplicates(_CELL_KEYS)
         fired = g[g["observed"] == "fire"].groupby("check_id").size().to_dict()
         per[f] = {
             "name": get_fault(f).name,
             "detected_by": {c: int(fired[c]) for c in CHECK_ORDER if c in fired},
             "layer_cells": int(len(cells)),
-            "model_cells": int(len(mod[mod["fault"] == f].drop_duplicates(cell_keys))),
+            "model_cells": int(len(mod[mod["fault"] == f].drop_duplicates(_CELL_KEYS))),
             "effective_cells": int((cells["gt_changed"].fillna(0) > 0).sum()),
             "no_op_cells": int((cells["gt_no_op"] == True).sum()),  # noqa: E712
             "max_spacing": int(cells["gt_max_spacing"].fillna(0).max()) if len(cells) else 0,
         }
     c8_adds, e1_adds = {}, {}
     if not lay.empty:
-        piv = lay.pivot_table(index=cell_keys, columns="check_id", values="observed", aggfunc="first")
+        piv = lay.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
         core = [c for c in ("C1", "C2", "C3", "C4", "C5", "C6") if c in piv.columns]
         if "C8" in piv.columns:
             only8 = (piv["C8"] == "fire") & ~(piv[core] == "fire").any(axis=1)
             c8_adds = {f: int(n) for f, n in only8[only8].groupby(level="fault").size().items()}
     if not mod.empty:
-        pm = mod.pivot_table(index=cell_keys, columns="check_id", values="observed", aggfunc="first")
+        pm = mod.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
         if "E1" in pm.columns and "C7" in pm.columns:
             only = (pm["E1"] == "fire") & (pm["C7"] != "fire")
             e1_adds = {f: int(n) for f, n in only[only].groupby(level="fault").size().items()}
@@ -254,37 +167,19 @@ def headlines(obs: pd.DataFrame) -> dict:
     return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(f8))}
 
 
-# --------------------------------------------------------------------------
-# fault signatures
-# --------------------------------------------------------------------------
-
-
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
-    """Per layer cell with a failure: the matched fault classes and whether
-    the injected fault is among them (validates the signatures on the sweep)."""
+    """Per layer cell with a failure: the matched fault classes and whether the injected
+    fault is among them."""
     by = {}
     for r in rows:
         if (r.get("ground_truth") or {}).get("model_level"):
             continue
-        by.setdefault((r["layer"], r["fault"], r["coverage"], r["scale_mode"], r["seed"]), []).append(r)
+        by.setdefault(tuple(r[k] for k in _CELL_KEYS), []).append(r)
     recs = []
     for key, rs in by.items():
         ft = features_of_cell(rs)
         if not ft.failed:
             continue
         ids = [f for f, _ in match_signatures(ft)]
-        recs.append(
-            {
-                "layer": key[0],
-                "fault": key[1],
-                "coverage": key[2],
-                "scale_mode": key[3],
-                "seed": key[4],
-                "matched": ",".join(ids),
-                "hit": key[1] in ids,
-                "n_matched": len(ids),
-            }
-        )
-    return pd.DataFrame.from_records(
-        recs, columns=["layer", "fault", "coverage", "scale_mode", "seed", "matched", "hit", "n_matched"]
-    )
+        recs.append((*key, ",".join(ids), key[1] in ids, len(ids)))
+    return pd.DataFrame.from_records(recs, columns=[*_CELL_KEYS, "matched", "hit", "n_matched"])

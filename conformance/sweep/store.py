@@ -1,36 +1,23 @@
-"""The sweep's embedded store: SQLite from the standard library.
-
-Tables:
-
-* ``meta(key PRIMARY KEY, value)``: the sweep identity
-  (``cells.SweepSpec.identity`` as JSON and its digest), written once; a
-  store refuses cells of a different sweep.
-* ``cells(layer, fault, coverage, scale_mode, seed PRIMARY KEY ...)``: one
-  row per finished cell: ground truth (JSON), the faulted case's digest,
-  elapsed seconds and worker (the only non-deterministic columns).
-* ``results(layer, fault, coverage, scale_mode, seed, check_id PRIMARY KEY ...)``:
-  one row per cell x check: verdict, failure kind, summary, evidence (JSON).
-
-A cell's rows are written in one transaction together with its ``cells``
-row, so a sweep killed at any point leaves either the whole cell or none of
-it; on resume the finished cells (``cells`` rows) are skipped. Primary keys
-make storing a cell twice impossible (a second insert of a finished cell is
-ignored by :meth:`SweepStore.put`, which reports it). WAL journaling keeps a
-reader (scoring) from blocking the single writer.
+"""The sweep's SQLite store: ``meta`` (the sweep identity, the record of runs), ``cells``
+(one row per finished cell, keyed by ``Cell.key``: ground truth, case digest, elapsed
+seconds, worker) and ``results`` (one row per cell x check). A cell and its rows are
+written in one transaction (a killed sweep leaves all of a cell or none); primary keys
+make storing a cell twice impossible; WAL keeps a reader from blocking the one writer.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from conformance.sweep.cells import MODEL_LAYER, Cell
 from reference.errors import Int8confError, first_line
 
-#: the tables a sweep store holds (:data:`_SCHEMA`)
 _TABLES = {"meta", "cells", "results"}
 
 _SCHEMA = """
@@ -55,6 +42,13 @@ _CELL_JOIN = (
 )
 
 
+#: keys of a :meth:`SweepStore.rows` dict, in the order of its query's columns
+_ROW_KEYS = (
+    "layer fault coverage scale_mode seed check_id verdict failure_kind summary evidence ground_truth case_digest "
+    "elapsed_s worker"
+).split()
+
+
 class StoreError(Int8confError):
     """The store belongs to another sweep, or is not a sweep store."""
 
@@ -64,9 +58,8 @@ class DamagedStoreError(StoreError):
 
 
 def damaged(path, e: sqlite3.DatabaseError) -> DamagedStoreError:
-    """The one-line refusal of a store SQLite reports damaged (``e``; at open
-    or when a damaged page is first touched), naming the file and how to
-    start a fresh one. The file itself is left as it is."""
+    """The one-line refusal of a store SQLite reports damaged, naming the file and how to
+    start a fresh one (the file is left as it is)."""
     why = "".join(c if c.isprintable() else "?" for c in first_line(e, 120))
     return DamagedStoreError(
         f"sweep store {path} is damaged ({why}): give a fresh --db PATH, or delete {path} to start it over"
@@ -75,20 +68,11 @@ def damaged(path, e: sqlite3.DatabaseError) -> DamagedStoreError:
 
 @dataclass
 class CellRows:
-    """What a worker returns for one cell (plain data, picklable).
-
-    Attributes:
-        cell: the Cell.
-        rows: one dict per (scale mode, check): ``scale_mode, check_id,
-            verdict, failure_kind, summary, evidence``. A layer cell has the
-            cell's scale mode in every row; a model cell has rows for
-            ``own`` and ``pow2``.
-        ground_truth: ``faults.GroundTruth.to_dict()`` (layer cells) or the
-            model run's summary (model cells).
-        case_digest: SHA-256 over the faulted case's operand digests ("" for model cells).
-        elapsed_s: worker wall time for the cell.
-        worker: who computed it (host:pid).
-    """
+    """What a worker returns for one cell (picklable): ``rows``, one dict per (scale mode,
+    check) with ``scale_mode, check_id, verdict, failure_kind, summary, evidence``;
+    ``ground_truth`` (``GroundTruth.to_dict()``, or a model cell's summary);
+    ``case_digest`` over the faulted case's operand digests ("" for model cells);
+    ``elapsed_s`` worker wall time; ``worker`` host:pid."""
 
     cell: Cell
     rows: list
@@ -96,7 +80,6 @@ class CellRows:
     case_digest: str = ""
     elapsed_s: float = 0.0
     worker: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def _json(obj) -> str:
@@ -104,25 +87,15 @@ def _json(obj) -> str:
 
 
 class SweepStore:
-    """A SQLite sweep store (module docstring). Use as a context manager or
-    call :meth:`close`. Not shared across processes: the single writer owns it."""
+    """A SQLite sweep store (module docstring); a context manager. One writer process.
+
+    ``identity`` is recorded on first use and compared afterwards (None: read-only use,
+    e.g. scoring); ``writer`` takes the store for writing (:meth:`claim_writer`).
+    Raises StoreError: not a sweep store, another sweep's, edited outside int8conf
+    (:meth:`_verify`), damaged (:class:`DamagedStoreError`), or written by another process.
+    """
 
     def __init__(self, path, identity: Optional[dict] = None, writer: bool = False):
-        """Open (creating if needed) the store at ``path``.
-
-        Args:
-            path: database file.
-            identity: the sweep identity; recorded on first use, compared
-                afterwards (None: read-only use, e.g. scoring).
-            writer: take the store for writing (:meth:`claim_writer`).
-
-        Raises:
-            StoreError: ``path`` is not a sweep store, holds another sweep
-                (one line naming both kernels / digests), was edited
-                outside int8conf (:meth:`_verify`), is damaged
-                (:class:`DamagedStoreError`), or (``writer``) is being
-                written by another process.
-        """
         self.path = Path(path)
         if identity is not None:
             try:
@@ -166,15 +139,12 @@ class SweepStore:
                 raise
 
     def _verify(self) -> None:
-        """Refuse a store edited outside int8conf (one line naming the problem):
-        every cell and its rows are written in one transaction, so a verdict
-        outside pass / fail / n/a, result rows without their cell, or a cell
-        with fewer rows than the others of its kind can only come from outside,
-        and would be scored (or resumed) silently wrong."""
+        """Refuse a store edited outside int8conf: a verdict outside pass / fail / n/a,
+        result rows without their cell, or a cell with fewer rows than the others of its
+        kind (cells and rows are written together, so only an outside edit does that)."""
         bad = self.db.execute(
             "SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict "
-            "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') "
-            "LIMIT 1"
+            "FROM results WHERE verdict NOT IN ('pass', 'fail', 'n/a') LIMIT 1"
         ).fetchone()
         if bad is not None:
             raise StoreError(
@@ -216,8 +186,7 @@ class SweepStore:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('identity', ?)", (want,))
         elif have != want:
-            old = json.loads(have)
-            new = json.loads(want)  # as stored: same key order and types as ``old``
+            old, new = json.loads(have), json.loads(want)  # new as stored: same key order and types
 
             def short(v) -> str:
                 return repr(v[:12]) if isinstance(v, str) and len(v) > 16 else repr(v)
@@ -233,7 +202,6 @@ class SweepStore:
             )
 
     def meta(self, key: str) -> Optional[str]:
-        """A meta value (None when absent)."""
         r = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if r is None else r[0]
 
@@ -245,88 +213,55 @@ class SweepStore:
             )
 
     def done(self) -> set:
-        """Keys (``Cell.key``) of every finished cell."""
+        """``Cell.key`` of every finished cell."""
         return {tuple(r) for r in self.db.execute("SELECT layer, fault, coverage, scale_mode, seed FROM cells")}
 
-    def put(self, cr: CellRows) -> bool:
-        """Store one finished cell and its rows atomically.
-
-        Returns:
-            True when stored; False when the cell was already finished (the
-            rows are then not stored again).
-        """
+    def _insert_cell(self, cr: CellRows) -> None:
         c = cr.cell
+        self.db.execute(
+            "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
+            (*c.key, _json(cr.ground_truth), cr.case_digest, float(cr.elapsed_s), cr.worker),
+        )
+
+    def _insert_rows(self, cr: CellRows) -> None:
+        layer, fault, coverage, _, seed = cr.cell.key
+        self.db.executemany(
+            "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                (layer, fault, coverage, r["scale_mode"], seed, r["check_id"], r["verdict"])
+                + (r.get("failure_kind"), r["summary"], _json(r["evidence"]))
+                for r in cr.rows
+            ],
+        )
+
+    def put(self, cr: CellRows) -> bool:
+        """Store one finished cell and its rows atomically; False (nothing stored) when
+        the cell was already finished."""
         try:
             with self.db:
-                self.db.execute(
-                    "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
-                    (*c.key, _json(cr.ground_truth), cr.case_digest, float(cr.elapsed_s), cr.worker),
-                )
-                self.db.executemany(
-                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            c.layer,
-                            c.fault,
-                            c.coverage,
-                            r["scale_mode"],
-                            int(c.seed),
-                            r["check_id"],
-                            r["verdict"],
-                            r.get("failure_kind"),
-                            r["summary"],
-                            _json(r["evidence"]),
-                        )
-                        for r in cr.rows
-                    ],
-                )
+                self._insert_cell(cr)
+                self._insert_rows(cr)
         except sqlite3.IntegrityError:
             return False
         return True
 
     def put_many(self, crs) -> int:
-        """Store finished cells in one transaction (each cell still whole or
-        absent: a cell already stored is skipped with its rows, the others
-        are written). Returns how many were new."""
+        """Store finished cells in one transaction, each whole or absent (one already
+        stored is skipped); returns how many were new."""
         new = 0
         with self.db:
             for cr in crs:
-                c = cr.cell
                 try:
-                    self.db.execute(
-                        "INSERT INTO cells VALUES (?,?,?,?,?,?,?,?,?)",
-                        (*c.key, _json(cr.ground_truth), cr.case_digest, float(cr.elapsed_s), cr.worker),
-                    )
+                    self._insert_cell(cr)
                 except sqlite3.IntegrityError:
                     continue
-                self.db.executemany(
-                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            c.layer,
-                            c.fault,
-                            c.coverage,
-                            r["scale_mode"],
-                            int(c.seed),
-                            r["check_id"],
-                            r["verdict"],
-                            r.get("failure_kind"),
-                            r["summary"],
-                            _json(r["evidence"]),
-                        )
-                        for r in cr.rows
-                    ],
-                )
+                self._insert_rows(cr)
                 new += 1
         return new
 
     def rows(self, deterministic_only: bool = False) -> list[dict]:
-        """Every result row joined with its cell's ground truth, ordered by key.
-
-        Args:
-            deterministic_only: drop ``elapsed_s`` and ``worker`` (for
-                comparing two sweeps of the same inputs).
-        """
+        """Every result row joined with its cell's ground truth, ordered by key
+        (``deterministic_only``: without ``elapsed_s`` and ``worker``)."""
         q = (
             "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
             "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
@@ -335,22 +270,10 @@ class SweepStore:
         )
         out = []
         for t in self.db.execute(q):
-            d = {
-                "layer": t[0],
-                "fault": t[1],
-                "coverage": t[2],
-                "scale_mode": t[3],
-                "seed": t[4],
-                "check_id": t[5],
-                "verdict": t[6],
-                "failure_kind": t[7],
-                "summary": t[8],
-                "evidence": json.loads(t[9]),
-                "ground_truth": json.loads(t[10]),
-                "case_digest": t[11],
-            }
-            if not deterministic_only:
-                d.update(elapsed_s=t[12], worker=t[13])
+            d = dict(zip(_ROW_KEYS, t))
+            d["evidence"], d["ground_truth"] = json.loads(d["evidence"]), json.loads(d["ground_truth"])
+            if deterministic_only:
+                del d["elapsed_s"], d["worker"]
             out.append(d)
         return out
 
@@ -359,24 +282,14 @@ class SweepStore:
         return list(self.db.execute("SELECT layer, elapsed_s FROM cells"))
 
     def claim_writer(self) -> None:
-        """Take the store for writing until :meth:`close`: an exclusive advisory
-        lock (``flock``) on the file ``<store>.lock`` beside it, which records
-        who holds it. Two sweeps writing one store would each count the
-        other's cells as their own in the record of runs
-        (``conformance.sweep.runlog``); the second is refused instead. The lock
-        goes with the process (a killed sweep holds nothing). No-op where
-        ``fcntl`` does not exist (Windows).
-
-        Raises:
-            StoreError: another process holds the lock (one line naming it).
-        """
+        """Take the store for writing until :meth:`close`: an exclusive ``flock`` on
+        ``<store>.lock``, which records who holds it (two writers would count each
+        other's cells in the record of runs). No-op without ``fcntl``. Raises StoreError
+        naming the holder."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover -- not POSIX
             return
-        import os
-        import socket
-
         fh = open(self.path.with_name(self.path.name + ".lock"), "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -407,16 +320,3 @@ class SweepStore:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def count_rows(path) -> int:
-    """Number of result rows in a store (0 when it does not exist)."""
-    if not Path(path).is_file():
-        return 0
-    with SweepStore(path) as s:
-        return int(s.db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
-
-
-def put_all(store: SweepStore, results: Iterable[CellRows]) -> int:
-    """Store many cells; returns how many were new."""
-    return sum(store.put(r) for r in results)

@@ -45,7 +45,7 @@ def _row(check, verdict, mode="own"):
 
 def test_a_finished_cell_is_never_stored_twice_and_another_sweep_is_refused(tmp_path):
     db = tmp_path / "s.sqlite"
-    cell = Cell(LAYER, "F4", "all", "own", 0)
+    cell = Cell.from_key(LAYER, "F4", "all", "own", 0)
     cr = CellRows(cell, [_row("C8", "fail"), _row("C6", "pass")], {"changed": 3})
     with SweepStore(db, {"kernel": "cpu"}) as s:
         assert s.put(cr) is True
@@ -89,7 +89,7 @@ def test_the_record_of_runs_keeps_a_stopped_run_with_its_exact_cell_count(tmp_pa
 
     from conformance.sweep.runlog import RunLog, read_runs
 
-    cells = [Cell(LAYER, f, "all", "own", 0) for f in ("F1", "F2", "F3", "F4")]
+    cells = [Cell.from_key(LAYER, f, "all", "own", 0) for f in ("F1", "F2", "F3", "F4")]
     with SweepStore(tmp_path / "r.sqlite", {"kernel": "cpu"}) as s:
         a = RunLog.start(s, skipped=0)
         a.executor("serial (this process)")  # known before any cell
@@ -130,7 +130,9 @@ def test_a_store_edited_outside_int8conf_is_refused_with_one_line(tmp_path):
             for fault in ("F4", "F8"):
                 s.put(
                     CellRows(
-                        Cell(LAYER, fault, "all", "own", 0), [_row("C8", "fail"), _row("C6", "pass")], {"changed": 3}
+                        Cell.from_key(LAYER, fault, "all", "own", 0),
+                        [_row("C8", "fail"), _row("C6", "pass")],
+                        {"changed": 3},
                     )
                 )
         return db

@@ -56,13 +56,15 @@ def test_a_layer_batch_stores_exactly_what_cell_by_cell_evaluation_stores(tmp_pa
         SweepTask(c, direct)
         for c in layer_cells([LAYER, "model.layers.0.self_attn.v_proj"], ["F8"], ["one"], ["own", "pow2"], [0])
     ]
-    models = [SweepTask(Cell("*model*", f, "one", "both", 0), direct) for f in ("F1", "F2", "F3")]
+    models = [SweepTask(Cell.from_key("*model*", f, "one", "both", 0), direct) for f in ("F1", "F2", "F3")]
     units = batches(tasks + models)
     assert units[:3] == [(m,) for m in models] and [len(u) for u in units[3:]] == [1, 1, 1, 1]
     assert batches(tasks + models, model_units=2)[:2] == [(models[0], models[2]), (models[1],)]
     # never more than max_model_cells model cells in one unit (what an interruption can lose)
     many = [
-        SweepTask(Cell("*model*", f, c, "both", 0), direct) for f in ("F1", "F2", "F3", "F4") for c in ("one", "all")
+        SweepTask(Cell.from_key("*model*", f, c, "both", 0), direct)
+        for f in ("F1", "F2", "F3", "F4")
+        for c in ("one", "all")
     ]
     assert [len(u) for u in batches(many, model_units=1)] == [3, 3, 2]
     assert [len(u) for u in batches(many, model_units=1, max_model_cells=8)] == [8]
