@@ -27,13 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from conformance.checks.compare import (
-    bit_differences,
-    compare_bits,
-    output_problem,
-    problem_kind,
-    skipped_reason,
-)
+from conformance.checks.compare import bit_differences, compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator, saturated_accumulator, wrap32
 from conformance.checks.result import CheckResult, not_applicable
 from reference import memo, readback
