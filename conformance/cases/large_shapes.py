@@ -1,53 +1,12 @@
-"""``large_shapes``: the size-dependent code paths of real kernels.
+"""``large_shapes``: size-dependent code paths, each case large in one dimension only (README.md here).
 
-Serving kernels dispatch on shape: a prefill bucket for large M, a wide-N
-tile configuration, split-K for long reductions at small M. A bug on such a
-path is invisible to every case that stays below its threshold, so this
-family puts a few rows / columns / K elements beyond the usual thresholds and
-keeps the other dimensions small (the Triton interpreter runs the 17 cases in
-about 10 s on 2 cores). Three variants, 17 cases:
-
-* ``prefill_M<m>``: epilogue-discriminating (scale-order tie) accumulators
-  (``conformance.cases.synthetic.pick_ties`` / ``realize_acc``, N = 24,
-  K = 768) at M = 128, 129, 257 (bfloat16) and M = 129, 257 (float16):
-  both sides of the usual 128-row bucket edge and beyond the 256 edge (the
-  largest M bucket of common dispatch tables; M = 513 was left out for the
-  Triton interpreter's time budget).
-  About 3/4 of the elements give different bits under the scale orders
-  a_then_w and w_then_a, so a large-M path that applies the scales in
-  another order than declared is caught by C8 (and C6 where the difference
-  exceeds a spacing). Real scales only: under power-of-two weight scales
-  every order agrees, and without a final rounding (float32 output) two
-  legal orders may differ by two float32 spacings (see
-  ``conformance.cases.ties``). The rows are 32 seeded tie rows in a seeded
-  order (:func:`prefill_case`: the tie search is the family's main build
-  cost). M * K * N is
-  above check C9's work limit, so C9's case selection is unchanged.
-* ``wide_N<n>``: N > 256 with N % 64 != 0 (257, 300, 520, 321, 383, 328:
-  N % 64 = 1, 44, 8, 1, 63, 8; N % 256 = 1, 44, 8, 65, 127, 72; 520 wraps
-  256 twice), small M and K = 40, nonzero int8 operands (every output element
-  depends on every product), a bias in four of the six cases, both scale
-  modes and every output dtype. A kernel that drops (or mis-stores) the last
-  partial N tile of a wide-N configuration, or indexes the bias modulo a
-  tile / cache width, is caught by C8 on the columns beyond it.
-* ``splitk_<dir>``: K = 8195 at M = 1, 2 or 16 (decode shapes, where kernels
-  choose split-K), N = 8. Per element, a same-sign run of 4096 products in
-  [96*96, 127*127] and its exact negation (a permuted mirror run), plus three
-  products of odd values, so the exact accumulator is odd and small
-  (|acc| <= 75) while every partial sum over a middle stretch of K is in
-  [2**25, 2**26). Direction ``run_first`` puts the three odd products at the
-  end of K, ``run_last`` at the start. Why odd: every float32 value of
-  magnitude >= 2**24 is even, so any reduction that adds int32 partial sums
-  of magnitude >= 2**24 in float32 (the two halves of a split-K, or four
-  quarters) produces an even number and cannot reach the odd exact sum,
-  wherever the split falls within the middle 2 * 4096 - 2 * 3641 products
-  (a prefix of >= 3641 run products is >= 3641 * 9216 > 2**25). Every
-  output dtype shows the difference: the per-token scales are multiplied by
-  256 so outputs stay normal, and |acc| <= 75 keeps distinct integers in
-  distinct bf16 values. The final |acc| is small, so C4 (float32-exact
-  accumulator) holds: this is a kernel fault, not a precondition.
-
-Each case is deterministic given (variant, seed) (``conformance.cases._common``).
+``prefill_M<m>``: scale-order ties at M = 128, 129, 257 (bf16) and 129, 257
+(fp16), real scales. ``wide_N<n>``: N > 256 with N % 64 != 0, bias in four of
+six (a dropped partial N tile, a bias indexed modulo 256). ``splitk_<dir>``:
+K = 8195 at M = 1, 2, 16: a run of 4096 products in [96², 127²] and its
+permuted negation plus three odd products, so the exact |acc| <= 75 is odd
+while middle partial sums lie in [2^25, 2^26): any float32 reduction of
+partials >= 2^24 (all even) cannot reach it. C4 holds: a kernel fault.
 """
 
 from __future__ import annotations
@@ -83,14 +42,8 @@ BASE_ROWS = 32
 
 
 def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0, n: int = PREFILL_N) -> GemmOperands:
-    """One ``prefill_M<m>`` case, real scales, K = 32 n (``realize_acc``).
-
-    ``pick_ties`` costs ~M * N * 2**p candidate evaluations (p = 8 for
-    bf16, 11 for fp16), so it runs on BASE_ROWS seeded rows (token scale and
-    tie accumulators); the m rows are those base rows in a seeded order (the
-    first BASE_ROWS a permutation, the rest drawn with replacement). Every row
-    is then a tie row: which rows repeat does not matter to a large-M path.
-    """
+    """One ``prefill_M<m>`` case, real scales, K = 32 n: the ties of :data:`BASE_ROWS`
+    seeded rows (the tie search is the cost), repeated in a seeded order to M rows."""
     tag = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype]
     g = generator(FAMILY, f"prefill_M{m}-{tag}", seed)
     base = min(m, BASE_ROWS)
@@ -113,7 +66,7 @@ def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0, n: int = PREFILL
 
 
 def wide_n_case(i: int, seed: int = 0) -> GemmOperands:
-    """The i-th ``wide_N<n>`` case (``WIDE[i]`` with mode and dtype ``GRID[i]``)."""
+    """The i-th ``wide_N<n>`` case (``WIDE[i]``, mode and dtype ``GRID[i]``)."""
     n, m, with_bias = WIDE[i]
     mode, out_dtype = GRID[i]
     g = generator(FAMILY, f"wide_N{n}", seed)
@@ -144,10 +97,8 @@ def _odd(g: torch.Generator, shape) -> torch.Tensor:
 def splitk_operands(
     g: torch.Generator, m: int, n: int, direction: str, run: int = SPLITK_RUN, tail: int = SPLITK_TAIL
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 ``(a [m, K], b [n, K])``, K = 2 run + tail, of a split-K case
-    (module docstring): run products s_m t_n [9216, 16129], the mirror run
-    ``-a[:, perm]``, ``b[:, perm]`` cancelling it exactly, ``tail`` odd
-    products (``tail`` odd: the exact accumulator is odd)."""
+    """int8 ``(a [m, K], b [n, K])``, K = 2 run + tail: a same-sign run, its permuted
+    negation, ``tail`` (odd) odd products, at the end (``run_first``) or start."""
     a1 = torch.randint(96, 128, (m, run), generator=g) * sign(g, m)[:, None]
     b1 = torch.randint(96, 128, (n, run), generator=g) * sign(g, n)[:, None]
     perm = torch.randperm(run, generator=g)
@@ -163,7 +114,7 @@ def splitk_operands(
 
 
 def splitk_case(i: int, seed: int = 0) -> GemmOperands:
-    """The i-th ``splitk_<dir>`` case (``SPLITK[i]`` with mode and dtype ``GRID[i]``)."""
+    """The i-th ``splitk_<dir>`` case (``SPLITK[i]``, mode and dtype ``GRID[i]``)."""
     m, direction = SPLITK[i]
     mode, out_dtype = GRID[i]
     g = generator(FAMILY, f"splitk_{direction}-M{m}-{mode}", seed)
@@ -184,7 +135,6 @@ def splitk_case(i: int, seed: int = 0) -> GemmOperands:
 
 
 def large_shapes_family(seed: int = 0) -> list[GemmOperands]:
-    """``large_shapes``: 5 prefill, 6 wide-N and 6 split-K cases (17)."""
     return (
         [prefill_case(m, dt, seed) for m, dt in PREFILL]
         + [wide_n_case(i, seed) for i in range(len(WIDE))]

@@ -1,37 +1,14 @@
-"""Planted discriminators: a case of any shape tells every legal epilogue apart.
+"""Planted discriminators: a case of any shape tells every legal epilogue apart (README.md here).
 
-:func:`planted_case` builds random (M, K, N) operands and plants, in *probe
-rows* and *probe columns* spread over the tile grid (:func:`probe_positions`:
-first and last index, both sides of the 16/32/64/128/256 tile edges, the
-start of the last tile), one degree of freedom per probe column
-(:data:`KINDS`):
-
-* ``scale_order``: accumulators whose output bits differ between the scale
-  orders a_then_w / w_then_a / fused (``synthetic.pick_ties``; float32
-  output: orders one spacing apart, ``dispatch.pick_fp32_ties``'s rule);
-* ``bias_point``: bias = -rnd(y) of one probe row, the other rows' y near it
-  (products exact in float32: every scale order gives the same y, only the
-  bias point decides);
-* ``signed_zero``: zero accumulators, bias -0.0 (outputs -0 and +0);
-* ``overflow``: y on the rounding boundary to +-inf (505..516 * 2^119; float16
-  4090..4101 * 16), no intermediate product overflows (|s_a| in [1, 2));
-* ``subnormal``: exact products spanning the normal / subnormal boundary of
-  the output dtype, rounding to +-0 at the bottom;
-* ``partial_sums`` (K >= 3023): three odd products first, then a run of
-  +127*127 and its mirror: partial sums > 2^24, final |acc| small and odd, so
-  any float32 accumulation or split-K float32 reduce loses the odd bit;
-* ``big_acc`` (K >= 1686, bf16 / fp16 output): odd |acc| in (2^24, 2^24 + 2^21]
-  (float32(acc) inexact; C4 reports it as a precondition case).
-
-Isolation keeps C6's premise for every correct kernel: a probe column's
-products live in its own K positions (``b`` zero elsewhere, ``a`` zero there
-outside the probe rows), so it is zero for every other row, and a bias column
-has bias -0.0 unless it is a ``bias_point`` column. Probe row scales are
-``short`` (4-bit significand in [1, 2)), ``real`` (full significand) or ``tiny``
-(2^-64 * short); float32 output isolates probe rows too, and only short /
-tiny rows take non-tie targets there. The rest is random int8 with real
-per-token / per-channel scales. ``meta["planted"]`` counts, per kind, the
-elements that discriminate (:func:`discrimination`).
+:func:`planted_case` plants, in probe rows and columns at tile-grid positions
+(:func:`probe_positions`), one degree of freedom per probe column (:data:`KINDS`):
+``scale_order`` (ties), ``bias_point`` (bias = -rnd(y), exact products),
+``signed_zero``, ``overflow`` (rounding boundary to +-inf), ``subnormal``,
+``partial_sums`` (K >= 3023: partial sums > 2^24, small odd |acc|), ``big_acc``
+(K >= 1686: odd |acc| just above 2^24; C4 precondition). Each probe column's products
+live in its own K positions, so correct kernels keep C6's premise; probe row
+scales are ``short``, ``real`` or ``tiny``. ``meta["planted"]``: per kind, the
+discriminating elements (:func:`discrimination`).
 """
 
 from __future__ import annotations
@@ -43,7 +20,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, _tie_targets, pick_ties
+from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, pick_fp32_ties, pick_ties
+from reference.accumulate import exact_int_mm
+from reference.bits import bits_of, spacing_distance
+from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
+from reference.epilogue import apply_epilogue
 from reference.operands import GemmOperands
 
 KINDS = ("scale_order", "bias_point", "signed_zero", "overflow", "subnormal", "partial_sums", "big_acc")
@@ -62,9 +43,8 @@ def generator(name: str, seed: int) -> torch.Generator:
 
 
 def probe_positions(size: int, limit: int) -> list[int]:
-    """Up to ``limit`` distinct indices in ``[0, size)`` in priority order: 0,
-    size - 1, then for each tile t of :data:`TILE_EDGES` the edge pair t - 1,
-    t and the start of the last tile ``(size - 1) // t * t``, then size // 2."""
+    """Up to ``limit`` distinct indices in ``[0, size)``, by priority: 0, size - 1, per
+    tile t of :data:`TILE_EDGES` t - 1, t and the last tile's start, then eighths."""
     cand = [0, size - 1]
     for t in TILE_EDGES:
         cand += [t - 1, t, (size - 1) // t * t]
@@ -131,23 +111,7 @@ def _capacity(bk: int) -> int:
     return 127 if bk == 1 else 127 * 127 * (bk - 1) + 127
 
 
-def _fp32_ties(g, sa: Tensor, sb: Tensor, vmax: int) -> Tensor:
-    """int64 [R, C]: float32-output ties (every order within one spacing of
-    a_then_w, preferring different bits), 0 where none; random sign."""
-    v = _tie_targets(sa, sb, vmax, torch.float32, g)
-    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
-    d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()
-    ok = (d2 <= 1) & (d3 <= 1)
-    score = torch.where(
-        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
-    )
-    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
-    pick = torch.where(ok.any(-1), pick, 0)
-    return pick * torch.where(torch.rand(pick.shape, generator=g) < 0.5, -1, 1)
-
-
 def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
-    """The per-channel scale of a probe column (module docstring)."""
     u = 1.0 if mode == "pow2" else float(_short9(g, 1)[0])
     if kind == "overflow":
         return (2.0**4 if out_dtype == torch.float16 else 2.0**119) * u
@@ -162,16 +126,15 @@ def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
 
 
 def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Tensor, float]:
-    """``(acc int64 [R], s_w)`` of a ``scale_order`` column: the best of ``tries``
-    seeded full-significand scales ``(1 + U) * 2^-10``, by the number of rows
-    whose scale orders give different bits."""
+    """``(acc int64 [R], s_w)`` of a ``scale_order`` column: of ``tries`` seeded scales
+    ``(1 + U) * 2^-10``, the one with the most rows whose scale orders differ."""
     best, best_n = None, -1
     vmax = min(cap, 500126)
     for _ in range(tries if cap > 2**12 else 4 * tries):  # few candidates: more scales
         sbc = float((1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10)
         sbt = torch.tensor([sbc], dtype=torch.float32)
         if out_dtype == torch.float32:
-            v = _fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
+            v = pick_fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
         else:
             v = pick_ties(g, sa.float(), sbt, out_dtype, vmax)[:, 0]
         y1, y2, y3 = _tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype)
@@ -238,25 +201,10 @@ def planted_case(
     rotate: int = 0,
     meta: Optional[dict] = None,
 ) -> GemmOperands:
-    """Random (M, K, N) operands with planted discriminators (module docstring).
-
-    Args:
-        m, k, n: shape; out_dtype: bf16 / fp16 / fp32.
-        mode: ``real`` (real per-channel scales, scale_mode ``synthetic``) or
-            ``pow2`` (power-of-two per-channel scales, scale_mode ``pow2``).
-        bias: with an out_dtype bias.
-        seed: generator seed (with ``name``: same arguments, same bits).
-        scale_a_tensor / scale_b_tensor: one scale for every row / column
-            (returned as a [M] / [N] vector of equal values; the caller makes
-            the 0-d or [1] view).
-        rotate: offset into the kind and row-kind cycles (small M or N: which
-            kinds get the few probe positions).
-        meta: extra ``meta`` entries.
-
-    Returns:
-        GemmOperands (dense; ``meta["planted"]`` from :func:`discrimination`,
-        ``meta["probes"]`` the probe rows and columns).
-    """
+    """Dense random (M, K, N) operands with planted discriminators; ``mode`` ``real``
+    | ``pow2`` (weight scales); ``scale_*_tensor``: one scale value for every row /
+    column (as a [M] / [N] vector); ``rotate``: offset into the kind cycles.
+    ``meta["probes"]``: probe rows and columns; ``meta["planted"]``: :func:`discrimination`."""
     g = generator(f"{name}/{m}x{k}x{n}/{OUT_TAG[out_dtype]}/{mode}", seed)
     hi = 127 if 16384 * k >= 2**31 else 128
     a = torch.randint(-hi, 128, (m, k), generator=g, dtype=torch.int16)
@@ -397,14 +345,8 @@ def _keep_c6_premise(
     g: torch.Generator,
     tries: int = 4,
 ) -> None:
-    """Redraw (then zero) the bias of every non-probe column where two legal
-    epilogues (scale order x bias point) end more than one spacing apart (a
-    random y near -bias: C6's premise), in place."""
-    from reference.accumulate import exact_int_mm
-    from reference.bits import spacing_distance
-    from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """In place: redraw (finally -0) the bias of every non-probe column where two
+    legal epilogues end more than one spacing apart (C6's premise)."""
     acc = exact_int_mm(a.to(torch.int8), b.to(torch.int8))
     s_a, s_b = sa.to(torch.float32), sb.to(torch.float32)
     y = acc.double() * sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)
@@ -434,21 +376,9 @@ def _keep_c6_premise(
 
 
 def discrimination(ops: GemmOperands) -> dict:
-    """Per planted kind, how many probe elements discriminate (counts over the
-    probe rows x probe columns of ``ops.meta["probes"]``, on the reference):
-
-    ``scale_order``: the three scale orders give different bits (any pair);
-    ``bias_point``: the two bias points differ (a_then_w); ``signed_zero``: -0
-    products (before the bias); ``overflow``: +-inf outputs; ``subnormal``: subnormal or
-    underflowed-to-zero outputs of nonzero accumulators; ``partial_sums``:
-    partial sums >= 2^24 with an odd final |acc| < 2^24; ``big_acc``: |acc| >
-    2^24 not representable in float32.
-    """
-    from reference.accumulate import exact_int_mm
-    from reference.bits import bits_of
-    from reference.contract import EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """Per planted kind, the discriminating probe elements of the reference: scale
+    orders differ, bias points differ, -0 products, +-inf, subnormal or zero
+    outputs of nonzero accumulators, odd |acc| < 2^24, |acc| > 2^24 inexact in float32."""
     pr = ops.meta["probes"]
     rows = torch.tensor(pr["rows"], dtype=torch.int64)
     out = {kind: 0 for kind in KINDS}
