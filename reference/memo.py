@@ -1,13 +1,10 @@
 """Scoped, per-thread memo of pure per-tensor results (digests, exact accumulators, bounds, comparisons).
 
 Inside :func:`scope` a result is computed once per tensor identity and in-place
-version (``(id(t), t._version)``, checked against a weak reference, so a freed
-tensor whose id is reused never hits); content is never read to build a key.
-A write torch does not see (a raw pointer write) is not covered: the sweep hands
-kernels clones and compares them with the originals afterwards. Recorded facts
-spare reads: :func:`note_copy` (same bits), :func:`note_part` (a cut of another
-tensor), :func:`note_bound` (magnitude known by construction). Outside a scope
-nothing is stored and every call computes.
+version (weak references: a reused id never hits); content is never read to
+build a key, and a write torch does not see is not covered. Recorded facts
+(:func:`note_copy`, :func:`note_part`, :func:`note_bound`) spare reads. Outside a
+scope nothing is stored and every call computes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Deferred read-backs: ask for device values now, read many of them in one transfer.
 
-Every ``int(t)`` / ``t.tolist()`` of a device tensor is a host-device sync.
-:func:`ask` queues integer / bool tensors and a ``convert`` from their values
-(one flat list of ints) to the answer, returning a :class:`Deferred`; the first
-``get`` of any pending one reads all pending ones, one ``tolist`` per device
-(:func:`flush`). Floats travel as float64 bit patterns (:func:`float_bits`,
-:func:`unpack_float`). A Deferred dropped unread is dropped from the queue (weak
-references). One queue per thread: read a Deferred in the thread that asked it.
-Callers must not write into asked tensors before they are read.
+:func:`ask` queues integer / bool tensors and a ``convert`` of their values into
+the answer, returning a :class:`Deferred`; the first ``get`` of any pending one
+reads all pending ones, one ``tolist`` per device (:func:`flush`). Floats travel
+as float64 bits (:func:`float_bits`). One queue per thread; a Deferred dropped
+unread is dropped from the queue; asked tensors must not be written before read.
 """
 
 from __future__ import annotations

@@ -102,14 +102,5 @@ def family_case(
         snap_pow2_(scale_a)
         m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
     m.update(meta)
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=scale_a,
-        scale_b=scale_b,
-        bias=bias,
-        out_dtype=out_dtype,
-        name=f"family/{family}/{variant}-{mode}-{tag}",
-        scale_mode="pow2" if mode == "pow2" else "synthetic",
-        meta=m,
-    )
+    name, scale_mode = f"family/{family}/{variant}-{mode}-{tag}", "pow2" if mode == "pow2" else "synthetic"
+    return GemmOperands(a, b, scale_a, scale_b, bias, out_dtype, name, scale_mode, m)

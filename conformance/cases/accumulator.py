@@ -47,18 +47,9 @@ def partial_sum_case(
     else:
         a = torch.cat([at.long(), a1, a2], 1)
         b = torch.cat([bt.long(), b1, b2], 1)
-    return family_case(
-        "partial_sums",
-        variant,
-        mode,
-        out_dtype,
-        a.to(torch.int8),
-        b.to(torch.int8),
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        seed=seed,
-        trigger="partial sums >= 2^24, final |acc| small",
-    )
+    a, b, sa, sw = a.to(torch.int8), b.to(torch.int8), token_scales(g, m), channel_scales(g, n, mode)
+    trigger = "partial sums >= 2^24, final |acc| small"
+    return family_case("partial_sums", variant, mode, out_dtype, a, b, sa, sw, seed=seed, trigger=trigger)
 
 
 def large_acc_case(
@@ -72,18 +63,9 @@ def large_acc_case(
     b = torch.cat([b1, bt.long()], 1).to(torch.int8)
     # scale so that outputs stay finite in float16 too (|acc| * s_a * s_w < 65504)
     sa = token_scales(g, m) / 64
+    sw = channel_scales(g, n, mode)
     return family_case(
-        "large_acc",
-        "run",
-        mode,
-        out_dtype,
-        a,
-        b,
-        sa,
-        channel_scales(g, n, mode),
-        seed=seed,
-        trigger="final |acc| >= 2^24",
-        violates=["C4"],
+        "large_acc", "run", mode, out_dtype, a, b, sa, sw, seed=seed, trigger="final |acc| >= 2^24", violates=["C4"]
     )
 
 
@@ -95,18 +77,9 @@ def overflow_case(mode: str, out_dtype: torch.dtype, seed: int = 0, k: int = OVE
     a[0].fill_(-128)
     b[0].fill_(-128)
     sa = token_scales(g, 2) / 2**20  # |acc| ~ 2**31: keep float16 outputs finite
+    sw, viol = channel_scales(g, 2, mode), ["C3", "C4"]
     return family_case(
-        "int32_overflow",
-        "saturated",
-        mode,
-        out_dtype,
-        a,
-        b,
-        sa,
-        channel_scales(g, 2, mode),
-        seed=seed,
-        trigger="|acc| > 2^31",
-        violates=["C3", "C4"],
+        "int32_overflow", "saturated", mode, out_dtype, a, b, sa, sw, seed=seed, trigger="|acc| > 2^31", violates=viol
     )
 
 
@@ -125,17 +98,19 @@ def both_directions_case(seed: int = 0, k: int = BOTH_K) -> GemmOperands:
     a[1].fill_(127)
     b[:2].fill_(-128)
     sa = token_scales(g, 3) / 2**20
+    sw, trigger = channel_scales(g, 3, "pow2"), "|acc| > 2^31 in both directions"
+    variant = "both_directions"
     return family_case(
         "int32_overflow",
-        "both_directions",
+        variant,
         "pow2",
         torch.float32,
         a,
         b,
         sa,
-        channel_scales(g, 3, "pow2"),
+        sw,
         seed=seed,
-        trigger="|acc| > 2^31 in both directions",
+        trigger=trigger,
         violates=["C3", "C4"],
     )
 

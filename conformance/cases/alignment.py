@@ -47,18 +47,12 @@ def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int 
     ar, br = small_int8(g, (m, rand_k), -3, 3), small_int8(g, (n, rand_k), -3, 3)
     a = torch.cat([a.to(torch.int8), ar], 1)
     b = torch.cat([b.to(torch.int8), br], 1)
-    return family_case(
-        "extreme_pairs",
-        "alignment",
-        mode,
-        out_dtype,
-        a,
-        b,
+    sa, sw, trigger = (
         token_scales(g, m),
         channel_scales(g, n, mode),
-        seed=seed,
-        trigger="adjacent (-128)*(-128) products at every alignment",
+        "adjacent (-128)*(-128) products at every alignment",
     )
+    return family_case("extreme_pairs", "alignment", mode, out_dtype, a, b, sa, sw, seed=seed, trigger=trigger)
 
 
 def k_residue_case(k: int, i: int, seed: int = 0) -> GemmOperands:
@@ -69,19 +63,8 @@ def k_residue_case(k: int, i: int, seed: int = 0) -> GemmOperands:
     g = generator("k_residues", f"K{k}", seed)
     a, b = nonzero_int8(g, (m, k)), nonzero_int8(g, (n, k))
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if i % 3 == 2 else None
-    return family_case(
-        "k_residues",
-        f"K{k}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        bias=bias,
-        seed=seed,
-        trigger=f"K % 128 = {k % 128}",
-    )
+    sa, sw, trigger = token_scales(g, m), channel_scales(g, n, mode), f"K % 128 = {k % 128}"
+    return family_case("k_residues", f"K{k}", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
@@ -96,19 +79,9 @@ def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
     a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int16).to(torch.int8)
     b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if m % 2 else None
-    return family_case(
-        "m_n_edges",
-        f"M{m}xK{k}xN{n}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        bias=bias,
-        seed=seed,
-        trigger="M = 1..17, N and K around tile edges",
-    )
+    sa, sw, trigger = token_scales(g, m), channel_scales(g, n, mode), "M = 1..17, N and K around tile edges"
+    variant = f"M{m}xK{k}xN{n}"
+    return family_case("m_n_edges", variant, mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def extreme_pairs_family(seed: int = 0) -> list[GemmOperands]:

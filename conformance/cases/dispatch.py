@@ -1,11 +1,9 @@
 """``dispatch``: epilogue discriminators carried to the shapes where kernels switch code paths.
 
-The same discriminating accumulators as ``ties`` / ``bias_cancel`` (so every
-legal kernel still passes) at: M = 18..127 (``m_gap``), every |acc| < 2^16
-(``small_acc``), other operand forms (:data:`FORMS`: zero bias, negative or
-per-tensor scales, |acc| up to 10^6), float32 output with real scales
-(``fp32_ties``), bias near cancellation at K = 2048..8195 (``deep_k_bias``).
-README.md here says why.
+The accumulators of ``ties`` / ``bias_cancel`` (every legal kernel still passes)
+at M = 18..127 (``m_gap``), every |acc| < 2^16 (``small_acc``), other operand
+forms (:data:`FORMS`), float32 output with real scales (``fp32_ties``) and
+K = 2048..8195 (``deep_k_bias``). README.md here says why.
 """
 
 from __future__ import annotations
@@ -106,18 +104,8 @@ def m_gap_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
 def small_acc_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """Ties among accumulators with |acc| <= 2^16 - 1 (N = 24, K = 768)."""
     _, a, b, sa, sb = _ties("small_acc", m, out_dtype, seed, vmax=SMALL_VMAX)
-    return family_case(
-        FAMILY,
-        f"small_acc-M{m}",
-        "real",
-        out_dtype,
-        a,
-        b,
-        sa,
-        sb,
-        seed=seed,
-        trigger="scale-order ties with every |acc| < 2^16",
-    )
+    trigger = "scale-order ties with every |acc| < 2^16"
+    return family_case(FAMILY, f"small_acc-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed, trigger=trigger)
 
 
 def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
@@ -140,19 +128,9 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
         sb[1::2] = -sb[1::2]
     if form == "scalar":
         sa, sb = sa[0].clone(), sb[0].clone()
-    return family_case(
-        FAMILY,
-        f"{form}-M{m}",
-        "real",
-        out_dtype,
-        a,
-        b,
-        sa.contiguous(),
-        sb.contiguous(),
-        bias=bias,
-        seed=seed,
-        trigger=f"scale-order ties with {form.replace('_', ' ')} operands",
-    )
+    trigger = f"scale-order ties with {form.replace('_', ' ')} operands"
+    sa, sb = sa.contiguous(), sb.contiguous()
+    return family_case(FAMILY, f"{form}-M{m}", "real", out_dtype, a, b, sa, sb, bias=bias, seed=seed, trigger=trigger)
 
 
 def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
@@ -181,18 +159,9 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
     src = bias_cancel_case(mode, out_dtype, seed)
     g = generator(FAMILY, f"deep_k_bias{k}-{mode}-{_TAG[out_dtype]}", seed)
     a, b = spread_k(src.a, src.b, k, g)
+    sa, sw, trigger = src.scale_a, src.scale_b, f"bias near cancellation at K = {k}"
     return family_case(
-        FAMILY,
-        f"deep_k_bias-K{k}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        src.scale_a,
-        src.scale_b,
-        bias=src.bias,
-        seed=seed,
-        trigger=f"bias near cancellation at K = {k}",
+        FAMILY, f"deep_k_bias-K{k}", mode, out_dtype, a, b, sa, sw, bias=src.bias, seed=seed, trigger=trigger
     )
 
 

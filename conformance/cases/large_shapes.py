@@ -1,12 +1,9 @@
 """``large_shapes``: size-dependent code paths, each case large in one dimension only (README.md here).
 
-``prefill_M<m>``: scale-order ties at M = 128, 129, 257 (bf16) and 129, 257
-(fp16), real scales. ``wide_N<n>``: N > 256 with N % 64 != 0, bias in four of
-six (a dropped partial N tile, a bias indexed modulo 256). ``splitk_<dir>``:
-K = 8195 at M = 1, 2, 16: a run of 4096 products in [96², 127²] and its
-permuted negation plus three odd products, so the exact |acc| <= 75 is odd
-while middle partial sums lie in [2^25, 2^26): any float32 reduction of
-partials >= 2^24 (all even) cannot reach it. C4 holds: a kernel fault.
+``prefill_M<m>``: scale-order ties at M >= 128. ``wide_N<n>``: N > 256, N % 64 != 0,
+bias in four of six. ``splitk_<dir>``: K = 8195 at M <= 16, a run and its permuted
+negation plus three odd products: middle partial sums in [2^25, 2^26), exact
+|acc| <= 75 odd, so a float32 reduction of partials (all even) cannot reach it.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from conformance.cases._common import GRID, channel_scales, family_case, generator, nonzero_int8, sign, token_scales
+from conformance.cases.planting import odd_ints
 from conformance.cases.synthetic import _channel_scales
 from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
@@ -51,18 +49,8 @@ def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0, n: int = PREFILL
     acc0 = pick_ties(g, sa0, sb, out_dtype)
     rows = torch.cat([torch.randperm(base, generator=g), torch.randint(0, base, (m - base,), generator=g)])
     a, b = realize_acc(acc0[rows])
-    return family_case(
-        FAMILY,
-        f"prefill_M{m}",
-        "real",
-        out_dtype,
-        a,
-        b,
-        sa0[rows].clone(),
-        sb,
-        seed=seed,
-        trigger="scale-order ties at M >= 128",
-    )
+    sa, trigger = sa0[rows].clone(), "scale-order ties at M >= 128"
+    return family_case(FAMILY, f"prefill_M{m}", "real", out_dtype, a, b, sa, sb, seed=seed, trigger=trigger)
 
 
 def wide_n_case(i: int, seed: int = 0) -> GemmOperands:
@@ -72,26 +60,8 @@ def wide_n_case(i: int, seed: int = 0) -> GemmOperands:
     g = generator(FAMILY, f"wide_N{n}", seed)
     a, b = nonzero_int8(g, (m, WIDE_K)), nonzero_int8(g, (n, WIDE_K))
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if with_bias else None
-    return family_case(
-        FAMILY,
-        f"wide_N{n}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        bias=bias,
-        seed=seed,
-        trigger=f"N > 256, N % 64 = {n % 64}",
-    )
-
-
-def _odd(g: torch.Generator, shape) -> torch.Tensor:
-    """int64 odd values in {-5, -3, -1, 1, 3, 5}."""
-    return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * torch.where(
-        torch.rand(tuple(shape), generator=g) < 0.5, -1, 1
-    )
+    sa, sw, trigger = token_scales(g, m), channel_scales(g, n, mode), f"N > 256, N % 64 = {n % 64}"
+    return family_case(FAMILY, f"wide_N{n}", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def splitk_operands(
@@ -102,7 +72,7 @@ def splitk_operands(
     a1 = torch.randint(96, 128, (m, run), generator=g) * sign(g, m)[:, None]
     b1 = torch.randint(96, 128, (n, run), generator=g) * sign(g, n)[:, None]
     perm = torch.randperm(run, generator=g)
-    at, bt = _odd(g, (m, tail)), _odd(g, (n, tail))
+    at, bt = odd_ints(g, (m, tail)), odd_ints(g, (n, tail))
     parts_a, parts_b = [a1, -a1[:, perm]], [b1, b1[:, perm]]
     if direction == "run_first":
         a, b = torch.cat(parts_a + [at], 1), torch.cat(parts_b + [bt], 1)
@@ -120,18 +90,8 @@ def splitk_case(i: int, seed: int = 0) -> GemmOperands:
     g = generator(FAMILY, f"splitk_{direction}-M{m}-{mode}", seed)
     a, b = splitk_operands(g, m, SPLITK_N, direction)
     sa = token_scales(g, m) * 256  # a power of two: mantissas kept, outputs normal
-    return family_case(
-        FAMILY,
-        f"splitk_{direction}-M{m}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        sa,
-        channel_scales(g, SPLITK_N, mode),
-        seed=seed,
-        trigger="K >= 8192 at M <= 16: partial sums >= 2^25, odd small acc",
-    )
+    sw, trigger = channel_scales(g, SPLITK_N, mode), "K >= 8192 at M <= 16: partial sums >= 2^25, odd small acc"
+    return family_case(FAMILY, f"splitk_{direction}-M{m}", mode, out_dtype, a, b, sa, sw, seed=seed, trigger=trigger)
 
 
 def large_shapes_family(seed: int = 0) -> list[GemmOperands]:

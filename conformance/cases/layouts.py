@@ -55,17 +55,7 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
         sb = torch.stack([sb, sb, sb], 1)[:, 1:2]
     if bias is not None and (layout in ("bias_strided", "scales_strided") or everything):
         bias = torch.stack([bias, bias], 1)[:, 0]
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=sa,
-        scale_b=sb,
-        bias=bias,
-        out_dtype=ops.out_dtype,
-        name=ops.name,
-        scale_mode=ops.scale_mode,
-        meta=ops.meta,
-    )
+    return GemmOperands(a, b, sa, sb, bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta)
 
 
 def layout_case(variant: str, mode: str, out_dtype: torch.dtype, shape, seed: int = 0) -> GemmOperands:
@@ -73,24 +63,10 @@ def layout_case(variant: str, mode: str, out_dtype: torch.dtype, shape, seed: in
     m, k, n = shape
     tag = DTYPE_TAG[out_dtype]
     bias = variant in ("b_padded", "scales_strided", "all")
-    ops = planted_case(
-        m,
-        k,
-        n,
-        out_dtype,
-        mode,
-        bias,
-        seed=seed,
-        name=f"family/layouts/{variant}-{mode}-{tag}",
-        meta={
-            "source": "family",
-            "family": "layouts",
-            "variant": variant,
-            "seed": seed,
-            "scale_kind": mode,
-            "trigger": f"operand layout {variant}",
-        },
-    )
+    meta = {"source": "family", "family": "layouts", "variant": variant, "seed": seed, "scale_kind": mode}
+    meta["trigger"] = f"operand layout {variant}"
+    name = f"family/layouts/{variant}-{mode}-{tag}"
+    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name, meta=meta)
     return with_layout(ops, variant, generator("layouts", f"{variant}-{mode}-{tag}", seed))
 
 

@@ -20,17 +20,13 @@ from conformance.cases._common import (
     small_int8,
     token_scales,
 )
+from conformance.cases.planting import short_mantissa
 from conformance.cases.tie_search import realize_acc
 from reference.operands import GemmOperands
 
 
 def _f32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32)
-
-
-def short_mantissa(g: torch.Generator, n: int, bits: int) -> torch.Tensor:
-    """float64 [n] significands in [1, 2) with ``bits`` fractional bits (exact products in float32)."""
-    return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
 def subnormal_case(
@@ -72,17 +68,9 @@ def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int =
     acc = torch.cat([boundary[None, :], boundary[None, :], coarse], 0)
     a, b = realize_acc(acc)
     sa = torch.cat([torch.tensor([1.0, -1.0], dtype=torch.float64), mantissa(g, 2, "real")])
+    trigger = "+-inf outputs and the rounding boundary to inf"
     return family_case(
-        "overflow_inf",
-        "boundary",
-        mode,
-        out_dtype,
-        a,
-        b,
-        _f32(sa),
-        _f32(sw),
-        seed=seed,
-        trigger="+-inf outputs and the rounding boundary to inf",
+        "overflow_inf", "boundary", mode, out_dtype, a, b, _f32(sa), _f32(sw), seed=seed, trigger=trigger
     )
 
 
@@ -110,19 +98,8 @@ def signed_zero_case(
         sw = sw * 2.0**-30
         sa[2] = -(2.0**-149)
     bias = torch.full((n,), -0.0, dtype=out_dtype) if mode == "pow2" else None
-    return family_case(
-        "signed_zero",
-        "zeros",
-        mode,
-        out_dtype,
-        a,
-        b,
-        _f32(sa),
-        _f32(sw),
-        bias=bias,
-        seed=seed,
-        trigger="-0 and +0 outputs",
-    )
+    sa, sw, trigger = _f32(sa), _f32(sw), "-0 and +0 outputs"
+    return family_case("signed_zero", "zeros", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def negative_scales_case(
@@ -158,19 +135,8 @@ def zero_scales_case(
         sw[2], sw[5] = 0.0, -0.0
     # bias only with bf16 output: with float32 output it would push legal order differences past C6
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if out_dtype == torch.bfloat16 else None
-    return family_case(
-        "zero_scales",
-        "zeros",
-        mode,
-        out_dtype,
-        a,
-        b,
-        sa,
-        sw,
-        bias=bias,
-        seed=seed,
-        trigger="zero scales and all-zero rows",
-    )
+    trigger = "zero scales and all-zero rows"
+    return family_case("zero_scales", "zeros", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def bias_cancel_case(

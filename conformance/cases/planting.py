@@ -1,14 +1,9 @@
 """Planted discriminators: a case of any shape tells every legal epilogue apart (README.md here).
 
 :func:`planted_case` plants, in probe rows and columns at tile-grid positions
-(:func:`probe_positions`), one degree of freedom per probe column (:data:`KINDS`):
-``scale_order`` (ties), ``bias_point`` (bias = -rnd(y), exact products),
-``signed_zero``, ``overflow`` (rounding boundary to +-inf), ``subnormal``,
-``partial_sums`` (K >= 3023: partial sums > 2^24, small odd |acc|), ``big_acc``
-(K >= 1686: odd |acc| just above 2^24; C4 precondition). Each probe column's products
-live in its own K positions, so correct kernels keep C6's premise; probe row
-scales are ``short``, ``real`` or ``tiny``. ``meta["planted"]``: per kind, the
-discriminating elements (:func:`discrimination`).
+(:func:`probe_positions`), one degree of freedom of the epilogue per probe column
+(:data:`KINDS`), each in its own K positions so correct kernels keep C6's premise.
+``meta["planted"]``: the discriminating elements per kind (:func:`discrimination`).
 """
 
 from __future__ import annotations
@@ -63,14 +58,9 @@ class _Col:
     k_pos: tuple
 
 
-def _short(g: torch.Generator, n: int) -> Tensor:
-    """float64 [n] in [1, 2) with 3 fractional bits."""
-    return 1.0 + torch.randint(0, 8, (n,), generator=g).double() / 8
-
-
-def _short9(g: torch.Generator, n: int) -> Tensor:
-    """float64 [n] in [1, 2) with 8 fractional bits."""
-    return 1.0 + torch.randint(0, 256, (n,), generator=g).double() / 256
+def short_mantissa(g: torch.Generator, n: int, bits: int) -> Tensor:
+    """float64 [n] significands in [1, 2) with ``bits`` fractional bits (exact products in float32)."""
+    return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
 def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool) -> list[str]:
@@ -112,7 +102,7 @@ def _capacity(bk: int) -> int:
 
 
 def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
-    u = 1.0 if mode == "pow2" else float(_short9(g, 1)[0])
+    u = 1.0 if mode == "pow2" else float(short_mantissa(g, 1, 8)[0])
     if kind == "overflow":
         return (2.0**4 if out_dtype == torch.float16 else 2.0**119) * u
     if kind == "subnormal":
@@ -181,7 +171,8 @@ def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int,
     raise ValueError(f"unknown planted kind {kind!r}")
 
 
-def _odd(g: torch.Generator, shape) -> Tensor:
+def odd_ints(g: torch.Generator, shape) -> Tensor:
+    """int64 odd values in {-5, -3, -1, 1, 3, 5}."""
     return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * torch.where(
         torch.rand(tuple(shape), generator=g) < 0.5, -1, 1
     )
@@ -231,12 +222,12 @@ def planted_case(
     sgn_r = torch.tensor([-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64)
     if scale_a_tensor:
         kinds_r = ["short"] * len(prow)
-        s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(_short(g, 1)[0])) * float(sgn_r[0])
+        s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(short_mantissa(g, 1, 3)[0])) * float(sgn_r[0])
         sa = torch.full((m,), s0, dtype=torch.float64)
     else:
         for i, (r, kind) in enumerate(zip(prow, kinds_r)):
             v = (
-                float(_short(g, 1)[0])
+                float(short_mantissa(g, 1, 3)[0])
                 if kind != "real"
                 else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0])
             )
@@ -280,14 +271,14 @@ def planted_case(
         sb[c] = sbc
         b[c] = 0
         if kind == "partial_sums":
-            odd_b = _odd(g, (3,))
+            odd_b = odd_ints(g, (3,))
             b[c, kp[:3]] = odd_b.to(b.dtype)
             b[c, kp[3:]] = 127
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
             ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else torch.tensor([x != "real" for x in kinds_r])
             for i, r in enumerate(prow):
                 if ok[i]:
-                    a[r, kp[:3]] = _odd(g, (3,)).to(a.dtype)
+                    a[r, kp[:3]] = odd_ints(g, (3,)).to(a.dtype)
                     a[r, kp[3 : 3 + RUN]] = 127 * int(sgn[i])
                     a[r, kp[3 + RUN :]] = -127 * int(sgn[i])
         else:
@@ -316,17 +307,9 @@ def planted_case(
             bvec[col.index] = bias_vals.get(col.index, -0.0)
         if mode == "real" and not fp32:
             _keep_c6_premise(a, b, sa, sb, bvec, out_dtype, {c.index for c in cols}, g)
-    ops = GemmOperands(
-        a=a.to(torch.int8),
-        b=b.to(torch.int8),
-        scale_a=sa.to(torch.float32),
-        scale_b=sb.to(torch.float32),
-        bias=bvec,
-        out_dtype=out_dtype,
-        name=name,
-        scale_mode="pow2" if mode == "pow2" else "synthetic",
-        meta=dict(meta or {}),
-    )
+    scale_mode, meta = "pow2" if mode == "pow2" else "synthetic", dict(meta or {})
+    a, b, sa, sb = a.to(torch.int8), b.to(torch.int8), sa.to(torch.float32), sb.to(torch.float32)
+    ops = GemmOperands(a, b, sa, sb, bvec, out_dtype, name, scale_mode, meta)
     ops.meta["probes"] = {"rows": prow, "row_kinds": kinds_r, "cols": [[c.index, c.kind] for c in cols]}
     ops.meta["planted"] = discrimination(ops)
     if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design

@@ -102,29 +102,12 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
     zero_bias = bias and i % 6 == 4  # an all-(+0) bias: a kernel that skips it keeps -0
     name = f"family/regimes/{axis}-M{m}xK{k}xN{n}-{layout}-{mode}-{TAG[out_dtype]}"
     value = {"M": m, "K": k, "N": n}.get(axis, m * k * n)
-    ops = planted_case(
-        m,
-        k,
-        n,
-        out_dtype,
-        mode,
-        bias,
-        seed=seed,
-        name=name,
-        scale_a_tensor=layout in ("scale_a_0d", "scale_a_uniform"),
-        scale_b_tensor=layout in ("scale_b_1", "scale_b_uniform"),
-        rotate=i,
-        meta={
-            "source": "family",
-            "family": "regimes",
-            "seed": seed,
-            "variant": f"{axis}-M{m}xK{k}xN{n}",
-            "layout": layout,
-            "scale_kind": mode,
-            "regime": {"axis": axis, "value": value},
-            "trigger": f"regime {axis} = {value}",
-        },
-    )
+    meta = {"source": "family", "family": "regimes", "seed": seed, "variant": f"{axis}-M{m}xK{k}xN{n}"}
+    meta.update(layout=layout, scale_kind=mode, regime={"axis": axis, "value": value})
+    meta["trigger"] = f"regime {axis} = {value}"
+    sa_t, sb_t = layout in ("scale_a_0d", "scale_a_uniform"), layout in ("scale_b_1", "scale_b_uniform")
+    kw = dict(scale_a_tensor=sa_t, scale_b_tensor=sb_t, rotate=i, meta=meta)
+    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name, **kw)
     if zero_bias:
         ops.bias.zero_()
         ops.meta["bias"] = "all +0"

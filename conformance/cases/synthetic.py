@@ -133,17 +133,8 @@ def make_case(
     if kind == "epilogue_ties":
         a, b, sa, sb = _epilogue_ties(g, m, n)
         bv = _bias(g, n, out_dtype) if bias else None
-        ops = GemmOperands(
-            a=a,
-            b=b,
-            scale_a=sa,
-            scale_b=sb,
-            bias=bv,
-            out_dtype=out_dtype,
-            name=name or f"synthetic/{kind}-s{seed}",
-            scale_mode="synthetic",
-            meta={"source": source, "kind": kind, "seed": seed, "tie_block": TIE_BLOCK},
-        )
+        meta = {"source": source, "kind": kind, "seed": seed, "tie_block": TIE_BLOCK}
+        ops = GemmOperands(a, b, sa, sb, bv, out_dtype, name or f"synthetic/{kind}-s{seed}", "synthetic", meta)
         ops.meta["discriminating"] = tie_discrimination(ops)
         return ops
     pow2 = kind.startswith("pow2")
@@ -151,20 +142,10 @@ def make_case(
         bias = kind in ("bias", "pow2_bias", "fp16_out")
     if plant and kind != "extreme":
         scalar = kind == "scalar_scales"
-        ops = planted_case(
-            m,
-            k,
-            n,
-            out_dtype,
-            "pow2" if pow2 else "real",
-            bias,
-            seed=seed,
-            name=name or f"synthetic/{kind}-s{seed}",
-            scale_a_tensor=scalar,
-            scale_b_tensor=scalar,
-            rotate=seed + SYNTHETIC_KINDS.index(kind),
-            meta={"source": source, "kind": kind, "seed": seed},
-        )
+        rot, meta = seed + SYNTHETIC_KINDS.index(kind), {"source": source, "kind": kind, "seed": seed}
+        kw = dict(scale_a_tensor=scalar, scale_b_tensor=scalar, rotate=rot, meta=meta)
+        case_name = name or f"synthetic/{kind}-s{seed}"
+        ops = planted_case(m, k, n, out_dtype, "pow2" if pow2 else "real", bias, seed=seed, name=case_name, **kw)
         if kind == "column_scales":
             ops.scale_a, ops.scale_b = ops.scale_a.view(-1, 1).clone(), ops.scale_b.view(-1, 1).clone()
         elif scalar:
@@ -184,17 +165,8 @@ def make_case(
     elif kind == "scalar_scales":
         sa, sb = sa[0].clone(), sb[0].clone()
     bv = _bias(g, n, out_dtype) if bias else None
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=sa,
-        scale_b=sb,
-        bias=bv,
-        out_dtype=out_dtype,
-        name=name or f"synthetic/{kind}-s{seed}",
-        scale_mode="pow2" if pow2 else "synthetic",
-        meta={"source": source, "kind": kind, "seed": seed},
-    )
+    name, scale_mode = name or f"synthetic/{kind}-s{seed}", "pow2" if pow2 else "synthetic"
+    return GemmOperands(a, b, sa, sb, bv, out_dtype, name, scale_mode, {"source": source, "kind": kind, "seed": seed})
 
 
 def synthetic_cases(seeds: Sequence[int] = (0, 1), kinds: Sequence[str] = SYNTHETIC_KINDS) -> list[GemmOperands]:

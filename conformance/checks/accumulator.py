@@ -1,12 +1,9 @@
 """Precondition checks C3 int32_headroom and C4 fp32_exact_accumulator (DESIGN.md section 6).
 
-Integer accumulation is exact and order-free only while every partial sum fits
-int32 (C3); ``float32(acc)`` is exact only while ``|acc| < 2**24`` (C4). The
-observed accumulator is the kernel's ``int_mm`` entry when it has one, else the
-reference's exact one. ``evidence["failure_kind"]`` is ``precondition`` for an
-operand-caused failure (F6 / F7), ``kernel`` when the kernel's own accumulator
-errs or differs from what its declared overflow behaviour gives
-(:mod:`conformance.checks.overflow`). Both are ``n/a`` when the kernel could not run.
+C3: every partial sum fits int32 and the kernel's accumulator matches what its
+declared overflow behaviour gives; C4: ``|acc| < 2**24`` (``float32(acc)`` exact).
+``evidence["failure_kind"]``: ``precondition`` (the operands: F6 / F7) or
+``kernel``. Both ``n/a`` when the kernel could not run.
 """
 
 from __future__ import annotations

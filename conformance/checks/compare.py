@@ -15,6 +15,9 @@ from torch import Tensor
 from reference import memo, readback
 from reference.bits import NAN_DISTANCE, bits_of, histogram_dict, spacing_distance, ulp_histogram_counts
 
+#: evidence keys of compare_bits, in the order stored rows have them
+_EV_KEYS = "n_elements n_compared n_differ n_bits_differ n_signed_zero n_over_tol tol_ulp max_ulp ulp_histogram".split()
+
 
 def _num(x: float):
     """float -> JSON-able (non-finite values become their repr string)."""
@@ -315,21 +318,7 @@ def compare_bits(
     """
     out, mask, cmp, n_over, worst = evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
     ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
-    # key order as stored rows have it
-    ev = {
-        k: ev[k]
-        for k in (
-            "n_elements",
-            "n_compared",
-            "n_differ",
-            "n_bits_differ",
-            "n_signed_zero",
-            "n_over_tol",
-            "tol_ulp",
-            "max_ulp",
-            "ulp_histogram",
-        )
-    }
+    ev = {k: ev[k] for k in _EV_KEYS}
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
     if worst is not None:

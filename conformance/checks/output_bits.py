@@ -1,23 +1,10 @@
 """Output checks C5 pow2_bit_identity, C6 real_scale_spacing, C8 declared_contract (DESIGN.md section 6).
 
-Each compares the kernel's output bits with ``reference.epilogue`` applied to
-the exact accumulator of the *reference's* operands (a kernel fed other
-operands, F9, must differ), under the accumulator its declared overflow
-behaviour gives (:mod:`conformance.checks.overflow`; undefined elements are
-excluded and counted, ``overflow_excluded``).
-
-* C8: the declared epilogue contract, any scale mode, 0 ulp.
-* C5 (``scale_mode == "pow2"`` only): with ``s_w = 2**k``, ``rnd(x) * 2**k ==
-  rnd(x * 2**k)`` barring overflow / subnormals, so every legal scale order gives
-  the same bits: 0 ulp against order ``a_then_w`` with the declared bias point
-  (the two bias points are not equivalent under pow2). Elements where the scale
-  orders disagree in the reference are excluded (``premise_violations``).
-* C6 (real scales): within 1 spacing of order ``a_then_w`` with the declared
-  bias point (legal scale orders differ by at most one spacing; bias points can
-  differ by many when the bias cancels the product).
-
-Bit identity counts the sign of zero (``n_signed_zero``) and treats NaN
-payloads as canonical. A wrong output dtype / shape is reported as such.
+Output bits vs ``reference.epilogue`` on the exact accumulator of the reference's
+operands under the declared overflow behaviour: C8 the declared contract, 0 ulp;
+C5 (pow2 scales) order ``a_then_w`` with the declared bias point, 0 ulp where
+the scale orders agree; C6 (real scales) the same reference within 1 spacing.
+Rationale in README.md here.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The accumulator a kernel's *declared* int32-overflow behaviour gives (DESIGN.md sections 1, 3).
 
-Where some summation order can leave int32 the case violates a precondition
-(C3); C5, C6 and C8 then compare with what ``KernelSpec.overflow`` makes of the
-exact sum: ``wrap`` (default) -> ``wrap32(exact)`` in every order (addition
-mod 2**32 is associative), the exact sum also accepted (a wider accumulator
-never wraps); ``saturate`` -> ``clamp(exact)`` where all products of the
-element have one sign (monotone partial sums), else undefined; ``undefined``
--> at-risk elements excluded.
-
-At risk: with ``P`` the sum of the positive products and ``Q`` the magnitude of
-the negative ones, every partial sum lies in ``[-Q, P]`` and both ends are
-reached, so the element can leave int32 iff ``P > 2**31 - 1`` or ``Q > 2**31``.
-``P + Q = |a| @ |b|.T`` and ``P - Q = exact``.
+``wrap`` -> ``wrap32(exact)`` (the exact sum also accepted), ``saturate`` ->
+``clamp(exact)`` where all products of an element have one sign, else
+undefined; ``undefined`` -> at-risk elements excluded. At risk: ``P > 2**31 - 1``
+or ``Q > 2**31`` (sums of positive / negative products; README.md here).
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""Check C7 token_flip: teacher-forced replay of the model through a kernel.
+"""Check C7 token_flip: teacher-forced replay of the model through a kernel vs its declared contract.
 
-Both arms run the same Qwen3 model on the same held-out windows with every
-decoder linear W8A8 (``reference.model.forward``): the reference arm emulates
-the kernel's *declared* epilogue contract, the kernel arm calls the kernel
-through ``conformance.kernels.runner.run_kernel``. Accumulation is exact, so a
-kernel that keeps its declaration gives identical logits; a fixed reference
-contract would instead turn a legal 1-ulp difference into a cascade and measure
-the model's sensitivity, not the kernel.
-
-A flip is a position whose greedy next token (ties -> smallest id) differs,
-weighed by the reference's top-2 logit margin ``m_p``. Default threshold: the
-legal-epilogue envelope ``T`` (:func:`legal_epilogue_envelope`). With ``l`` the
-reference logits, ``l^c`` those of another legal contract ``c`` and ``d = l^c -
-l``, a legal epilogue moves the top-1 difference at ``p`` by ``E_p(c) =
-max(d_t - min_v d_v, max_v d_v - d_t)``; ``T = max_c max_p E_p(c)`` over the
-windows (computed, not estimated). A flip at ``m_p > T`` is one no conformant
-epilogue makes: ``fail``; flips at ``m_p <= T`` are reported, not failed (C8
-still fails a one-bit departure). ``T`` is a property of the windows (0 on
-few short ones). A float ``margin_threshold`` replaces ``T``. ``n/a`` when
-the kernel cannot run on this machine.
+A flip (greedy token differs) fails when its reference top-2 margin exceeds the
+threshold: by default the legal-epilogue envelope ``T`` of the windows
+(:func:`legal_epilogue_envelope`; derivation in README.md here), else
+``margin_threshold`` in logit units. ``n/a`` when the kernel cannot run here.
 """
 
 from __future__ import annotations
@@ -103,21 +88,27 @@ def _digest(t: torch.Tensor) -> str:
 
 
 _REF_CACHE: dict = {}
+_ENV_CACHE: dict = {}
+
+
+def _bounded(cache: dict, key, compute):
+    """``compute()`` memoized in ``cache`` on ``key`` (model dir, stamp, scale mode,
+    windows digest, contract, batch), at most 8 entries (a sweep checks many kernels)."""
+    if key not in cache:
+        if len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[key] = compute()
+    return cache[key]
 
 
 def _reference_replay(key, model, weights, windows, contract, batch_size):
-    """Reference arm, memoized on ``key`` (model dir, stamp, scale mode, windows digest, contract, batch)."""
-    if key not in _REF_CACHE:
-        from reference.model import forward as wf
+    from reference.model import forward as wf
 
+    def replay():
         ref_model, _ = wf.build_w8a8_model(model, weights, wf.reference_scaled_mm_for(contract))
-        if len(_REF_CACHE) >= 8:
-            _REF_CACHE.pop(next(iter(_REF_CACHE)))
-        _REF_CACHE[key] = wf.teacher_forced(ref_model, windows, batch_size)
-    return _REF_CACHE[key]
+        return wf.teacher_forced(ref_model, windows, batch_size)
 
-
-_ENV_CACHE: dict = {}
+    return _bounded(_REF_CACHE, key, replay)
 
 
 def legal_contracts(contract, has_bias: bool) -> list:
@@ -167,12 +158,7 @@ def legal_epilogue_envelope(model, weights, windows: torch.Tensor, contract, bat
 
 
 def _envelope(key, model, weights, windows, contract, batch_size) -> dict:
-    """Memoized :func:`legal_epilogue_envelope` (a sweep checks many kernels)."""
-    if key not in _ENV_CACHE:
-        if len(_ENV_CACHE) >= 8:
-            _ENV_CACHE.pop(next(iter(_ENV_CACHE)))
-        _ENV_CACHE[key] = legal_epilogue_envelope(model, weights, windows, contract, batch_size)
-    return _ENV_CACHE[key]
+    return _bounded(_ENV_CACHE, key, lambda: legal_epilogue_envelope(model, weights, windows, contract, batch_size))
 
 
 class KernelLayerFailure(Int8confError):
@@ -208,24 +194,9 @@ def kernel_layer_callables(
         block, proj = name.split(".")[2], name.rsplit(".", 1)[1]
 
         def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-            ops = GemmOperands(
-                a=a,
-                b=b,
-                scale_a=scale_a,
-                scale_b=scale_b,
-                bias=bias,
-                out_dtype=out_dtype,
-                name=name,
-                scale_mode=ops_mode,
-                meta={
-                    "block": int(block),
-                    "proj": proj,
-                    "K": int(a.shape[1]),
-                    "N": int(b.shape[0]),
-                    "pow2_rule": rule,
-                    "source": "token_flip",
-                },
-            )
+            meta = {"block": int(block), "proj": proj, "K": int(a.shape[1]), "N": int(b.shape[0]), "pow2_rule": rule}
+            meta["source"] = "token_flip"
+            ops = GemmOperands(a, b, scale_a, scale_b, bias, out_dtype, name, ops_mode, meta)
             run = run_kernel(kernel, ops, device=device)
             if not first:
                 first.update(run.manifest)

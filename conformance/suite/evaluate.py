@@ -23,11 +23,7 @@ from conformance.checks.accumulator import (
 )
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
-from conformance.checks.output_bits import (
-    check_declared_contract,
-    check_pow2_bit_identity,
-    check_real_scale_spacing,
-)
+from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.ownership import check_output_ownership
 from conformance.checks.result import CHECK_NAMES, CheckResult
 from conformance.sweep.prefetch import (

@@ -1,12 +1,9 @@
 """The sweep's prefetch: ask a case's device questions before any check reads one.
 
-Every question the checks C3-C6 and C8 ask of the device (comparison counts,
-failure evidence, accumulator maxima, bounds) is memoized on its tensors
-inside a ``reference.memo`` scope and answered through ``reference.readback``.
-The functions here ask those very questions early, so that the checks find
-them asked and one read-back serves the whole case. Outside a scope they do
-nothing; the checks never import this module, and verdicts and bits are the
-same with or without it.
+The checks' device questions (``reference.readback``) are memoized on their
+tensors inside a ``reference.memo`` scope; asking them here first lets one
+read-back serve the whole case. No-ops outside a scope; the checks never import
+this module, and verdicts and bits are the same with or without it.
 """
 
 from __future__ import annotations
