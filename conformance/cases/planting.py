@@ -257,10 +257,9 @@ def planted_case(
     slot_col[order] = torch.arange(total)
     pos_t = torch.tensor(pos, dtype=torch.int64)
     slots = [pos_t[slot_col[col_of == j]].tolist() for j in range(len(sizes))]
-    used = torch.tensor(pos, dtype=torch.int64)
     if len(pos):  # plant positions carry probe products only
-        a[:, used] = 0
-        b[:, used] = 0
+        a[:, pos_t] = 0
+        b[:, pos_t] = 0
     if fp32:  # probe rows isolated: two roundings per order could exceed C6's spacing
         a[prow] = 0
     cols: list[_Col] = []

@@ -176,21 +176,9 @@ def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple
     hist = ulp_histogram_counts(
         flat if mask is None else torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1))
     )
-    counts = torch.cat(
-        [
-            torch.stack(
-                [
-                    mask.sum() if mask is not None else z,
-                    (dist > 0).sum(),
-                    differ.sum(),
-                    szero.sum(),
-                    flat.max().to(torch.int64) if flat.numel() else z,
-                    (dist > 1).sum(),
-                ]
-            ),
-            hist,
-        ]
-    )
+    heads = [mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(), szero.sum()]
+    heads += [flat.max().to(torch.int64) if flat.numel() else z, (dist > 1).sum()]
+    counts = torch.cat([torch.stack(heads), hist])
     return {"dist": dist, "differ": differ, "szero": szero}, counts
 
 
