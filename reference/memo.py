@@ -20,7 +20,6 @@ _LOCAL = threading.local()  # .state: this thread's scope (a sweep may run batch
 
 
 def _state() -> dict:
-    """This thread's ``{depth, store, hits, misses}``."""
     try:
         return _LOCAL.state
     except AttributeError:

@@ -64,7 +64,6 @@ def short_mantissa(g: torch.Generator, n: int, bits: int) -> Tensor:
 
 
 def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool) -> list[str]:
-    """The applicable kinds, in priority order."""
     budget = 3 * k // 4
     ks = []
     if mode == "real":

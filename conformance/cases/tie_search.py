@@ -25,11 +25,9 @@ def _tie_targets(
     out_dtype: torch.dtype = torch.bfloat16,
     g: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """float64 [M, N, C] candidate accumulators in [1, vmax]: per rounding midpoint
-    mu of ``out_dtype`` in the top two binades of ``vmax * s_a * s_w``, the integer
-    nearest ``mu / (s_a * s_w)`` (C = 2 * 2**p); for float32 output 256 seeded
-    integers of the top binade (``g`` required). Orders differ only where their
-    float32 results straddle a midpoint; doubling v creates no new straddle."""
+    """float64 [M, N, C] candidates in [1, vmax]: per rounding midpoint mu of ``out_dtype``
+    in the top two binades of ``vmax * s_a * s_w``, the integer nearest ``mu / (s_a * s_w)``
+    (orders differ only where results straddle a midpoint); float32: 256 seeded integers."""
     c = sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)  # exact
     if out_dtype == torch.float32:
         v = torch.randint(vmax // 2, vmax + 1, tuple(c.shape) + (256,), generator=g)

@@ -112,9 +112,8 @@ def _acc_stats(t: Tensor):
 
 
 def _acc_mismatch(o: Tensor, exact: Tensor, dacc) -> tuple:
-    """``(o64, diff)``: ``o`` as int64 on exact's device and bool [M, N] where it
-    differs from the declared accumulator where defined (under ``wrap`` the exact
-    sum is accepted at at-risk elements: a wider accumulator never wraps)."""
+    """``(o64, diff)``: ``o`` as int64 on exact's device, bool [M, N] where it differs
+    from the declared accumulator (``wrap``: the exact sum is accepted where at risk)."""
     o64 = o.to(device=exact.device, dtype=torch.int64)
     diff = (o64 != dacc.acc) & dacc.defined
     if dacc.alternative is not None:
@@ -123,7 +122,6 @@ def _acc_mismatch(o: Tensor, exact: Tensor, dacc) -> tuple:
 
 
 def _ask_mismatch(o: Tensor, exact: Tensor, dacc):
-    """Deferred count of :func:`_acc_mismatch` elements (only the count is kept)."""
     return memo.cached(
         ("acc_mismatch", dacc.behaviour),
         (o, exact, dacc.acc, dacc.defined),
@@ -143,7 +141,6 @@ def _over_int32(tight: Tensor, exact: Tensor):
 
 
 def _declared_for(spec, ops, exact: Tensor, manifest: Optional[dict]):
-    """The declared accumulator under the kernel's overflow behaviour on the accumulator's device."""
     return declared_accumulator(ops, exact, overflow_of(spec, (manifest or {}).get("device") or None))
 
 
@@ -170,15 +167,10 @@ def headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> di
 
 
 def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
-    """C3: the tight bound ``|a| @ |b|.T`` on every partial sum in every order vs
-    2**31, and the observed accumulator vs the declared one.
-
-    Fail (precondition) when the bound exceeds INT32_MAX, (kernel) when the
-    observed accumulator also, or alone, errs or differs. ``acc``: a tensor, an
-    :class:`ObservedAccumulator` or None (the exact one). Evidence ``{bound_cheap,
-    bound_tight_max, exact_max_abs, observed_max_abs, acc_source, n_acc_mismatch,
-    worst_exact, failure_kind, int32_max, operand_digests}``.
-    """
+    """C3: the tight bound ``|a| @ |b|.T`` on every partial sum vs 2**31, and the
+    observed accumulator (``acc``: tensor, :class:`ObservedAccumulator` or None)
+    vs the declared one. Fail (precondition) when the bound exceeds INT32_MAX,
+    (kernel) when the observed accumulator errs or differs."""
     name = "int32_headroom"
     if run is not None and skipped_reason(run):
         return not_applicable(C3, skipped_reason(run))

@@ -115,8 +115,7 @@ def _bits(x: Tensor) -> Tensor:
 
 
 def _batch(ops, rows: list[int], size: int, g: torch.Generator):
-    """``(GemmOperands, positions)``: ``size`` rows holding ``ops``' ``rows`` at
-    seeded positions, the others random int8 with scales in ``scale_a``'s range."""
+    """``(GemmOperands, positions)``: ``size`` rows, ``ops``' ``rows`` at seeded positions among random ones."""
     m0, k = ops.m, ops.k
     a0 = ops.a.contiguous()
     perm = torch.randperm(size, generator=g).tolist()
@@ -139,7 +138,6 @@ def _batch(ops, rows: list[int], size: int, g: torch.Generator):
 
 
 def _alone(ops, r: int):
-    """Row ``r`` of ``ops`` as its own M = 1 case (per-tensor scales kept)."""
     sa0 = ops.scale_a
     if sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
         sa = sa0.clone()

@@ -162,7 +162,6 @@ def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple[dict, Tensor]:
-    """The element-wise tensors of a comparison and its counts as one int64 [15] device tensor."""
     dist = spacing_distance(out, ref)
     differ, szero = bit_differences(out, ref)
     if mask is not None:
@@ -183,7 +182,6 @@ def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple
 
 
 def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
-    """The comparison dict from its parts and their counts, read."""
     n_masked, n_differ, n_bits, n_szero, max_ulp, n_over1 = (int(c) for c in counts[:6])
     n = int(parts["dist"].numel())
     ev = {
@@ -214,11 +212,9 @@ def ask_comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]):
 def _ask_worst_evidence(
     cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops, exact: Optional[Tensor], max_listed: int
 ):
-    """Deferred ``(worst, first_over_tol, signed_zero_first)`` of :func:`compare_bits`'
-    evidence (``cmp``: a read comparison with a differing element): the first
-    element of largest distance (else the first bit difference), the first
-    ``max_listed`` elements over ``tol_ulp`` as ``[i, j, ulp]``, the first ±0
-    differences as ``[i, j]`` (None when there is none)."""
+    """Deferred ``(worst, first_over_tol, signed_zero_first)`` of a read comparison
+    ``cmp`` with a differing element: the first element of largest distance (else
+    of differing bits), the first ``[i, j, ulp]`` over ``tol_ulp``, the first ±0 ``[i, j]``."""
     dist, differ = cmp["dist"], cmp["differ"]
     flat = dist.reshape(-1)
     n, n_cols = flat.numel(), (dist.shape[1] if dist.dim() == 2 else 1)
@@ -293,16 +289,13 @@ def compare_bits(
     mask: Optional[Tensor] = None,
     max_listed: int = 5,
 ) -> tuple[int, dict]:
-    """``(n_over_tol, evidence)`` of ``out`` vs ``ref`` ([M, N], same dtype), on
-    ref's device (integer bit arithmetic: the same anywhere).
+    """``(n_over_tol, evidence)`` of ``out`` vs ``ref`` ([M, N], same dtype) on ref's device.
 
     Over tolerance: bits differ for ``tol_ulp == 0`` (±0 counts, NaN payloads do
     not), else spacing distance > ``tol_ulp``; ±0 differences are counted as
-    ``n_signed_zero`` either way. ``ops`` adds the worst element's operand values
-    and the digests, ``exact`` its ``acc``; ``mask`` (bool [M, N]) limits the
-    comparison. Evidence: ``n_elements, n_compared, n_differ, n_bits_differ,
-    n_signed_zero, n_over_tol, tol_ulp, max_ulp, ulp_histogram, worst,
-    first_over_tol [[i, j, ulp]], signed_zero_first [[i, j]], operand_digests``.
+    ``n_signed_zero``. ``ops`` adds the worst element's operands and the digests,
+    ``exact`` its ``acc``; ``mask`` (bool [M, N]) limits the comparison. Evidence
+    keys: :data:`_EV_KEYS`, ``worst``, ``first_over_tol``, ``signed_zero_first``.
     """
     out, mask, cmp, n_over, worst = evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
     ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))

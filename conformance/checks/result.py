@@ -33,8 +33,7 @@ PRECONDITION_CASE = "precondition_case"
 
 @dataclass
 class CheckResult:
-    """Outcome of one check on one case (or aggregated): ``verdict`` in
-    :data:`VERDICTS`, a one-line ``summary``, JSON-able ``evidence``."""
+    """One check on one case (or aggregated): a :data:`VERDICTS` verdict, a summary line, evidence."""
 
     check_id: str
     name: str
@@ -100,8 +99,7 @@ SEVERITY_KEYS = (
 
 
 def severity(r: CheckResult) -> tuple:
-    """Sort key of a per-case result: larger is worse (:data:`SEVERITY_KEYS`
-    in order; missing or non-integer values count as 0)."""
+    """Sort key of a per-case result, larger is worse (:data:`SEVERITY_KEYS`; missing -> 0)."""
     ev = r.evidence or {}
     return tuple(
         int(ev[k]) if isinstance(ev.get(k), (int, float)) and not isinstance(ev.get(k), bool) else 0

@@ -179,12 +179,9 @@ def kernel_layer_callables(
     device: Optional[str] = None,
     first_manifest: Optional[dict] = None,
 ) -> dict:
-    """``{layer name: scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)}`` for
-    ``reference.model.forward``: each call runs ``run_kernel`` on GemmOperands
-    named after the layer (``meta``: block, proj, K, N, pow2_rule) and returns
-    the CPU output, or raises :class:`KernelLayerFailure`. ``scale_mode``:
-    ``own`` | ``pow2-nearest`` | ``pow2-ceiling``; ``first_manifest`` gets the
-    first call's manifest."""
+    """``{layer name: scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)}``: each call
+    runs ``run_kernel`` on GemmOperands named after the layer and returns the CPU
+    output or raises :class:`KernelLayerFailure`; ``first_manifest`` gets the first call's."""
     # GemmOperands knows "own" | "pow2"; the pow2 rule goes to meta.
     ops_mode = "own" if scale_mode == "own" else "pow2"
     rule = scale_mode.split("-", 1)[1] if scale_mode.startswith("pow2-") else None
@@ -278,15 +275,10 @@ def check_token_flip(
     device: Optional[str] = None,
 ) -> CheckResult:
     """C7 (module docstring). ``model_dir``: Qwen3 directory (default: the shipped
-    model); ``windows``: a count of held-out windows of ``window_len`` tokens or
-    an int64 [B, T] tensor; ``margin_threshold``: None (the envelope) or logit
-    units; ``scale_mode``: ``own`` | ``pow2-nearest`` | ``pow2-ceiling``.
-    Evidence: :func:`compare_replays`' dict plus ``legal_envelope``,
-    ``reference_contract``, ``kernel``, ``kernel_manifest``, ``scale_mode``,
-    ``model_dir``, ``windows``, ``windows_sha256`` (on a kernel failure
-    ``kernel_error``, ``failed_layer``). Raises Int8confError subclasses for bad
-    inputs (model dir, windows, scale mode, a window beyond the context).
-    """
+    model); ``windows``: a count of held-out windows of ``window_len`` tokens or an
+    int64 [B, T] tensor; ``margin_threshold``: None (the envelope) or logit units;
+    ``scale_mode``: ``own`` | ``pow2-nearest`` | ``pow2-ceiling``. Evidence:
+    :func:`compare_replays`' dict plus the run's identity. Int8confError for bad inputs."""
     from reference.model import forward as wf
 
     ok, why = _runs_here(kernel)
