@@ -1,42 +1,10 @@
-"""Scoped memo of pure per-tensor results (digests, exact accumulators, bounds).
+"""Scoped, per-thread memo of pure per-tensor results (digests, exact accumulators, bounds, comparisons).
 
-A sweep evaluates 54 cells per layer (9 faults x 3 coverages x 2 scale
-modes), and every cell asks the same questions of the same operand tensors:
-their SHA-256 digests (check C2, the fault masks' case key, the runner's
-record of what a kernel received), the exact accumulator ``a @ b.T`` and
-the tight bound ``|a| @ |b|.T`` (checks C3 / C4 / C5 / C6 / C8, the
-precondition faults). Each answer is a pure function of the tensors'
-contents, so inside :func:`scope` it is computed once per tensor and
-reused.
-
-Keys are tensor *identities* plus their in-place version counters
-(``Tensor._version``, bumped by every in-place op torch sees), checked
-against a weak reference so a freed tensor whose ``id`` is reused can never
-hit: ``(id(t), t._version)`` with ``ref() is t``. Content is never read to
-build a key (that would cost what the memo saves). Not covered: a write
-torch does not see (a raw pointer write by a custom kernel into a tensor it
-was not given as output). In the sweep only kernels write, and the
-conformance runner hands them clones of the operands and compares the
-clones with the originals bit for bit afterwards, so the memoized tensors
-are never written.
-
-Copies: :func:`note_copy` (called by ``reference.operands.copy_keep_layout``)
-records that a fresh copy has the same contents as its source, so the
-digest of the clone a kernel is handed (``trace.record_operands``) costs
-nothing either; a later in-place write bumps the clone's version and its
-digest is computed again.
-
-Facts that spare a read-back (issue 7g): :func:`note_part` records that a
-tensor is a cut of another (a part of a tensor without NaN / inf has none),
-:func:`note_bound` that an integer tensor's magnitude is bounded by
-construction (an int8 GEMM's accumulator: ``K * 2**14``), so code that would
-read the tensor to find out skips the read; :func:`peek` looks a result up
-without computing it.
-
-Outside a scope nothing is stored and every call computes (the default:
-tests, ``int8conf check``, the pytest plugin behave exactly as before).
-Scopes and their stores are per thread (``threading.local``): the sweep's
-threaded executor evaluates one batch per thread, each in its own scope.
+Inside :func:`scope` a result is computed once per tensor identity and in-place
+version (weak references: a reused id never hits); content is never read to
+build a key, and a write torch does not see is not covered. Recorded facts
+(:func:`note_copy`, :func:`note_part`, :func:`note_bound`) spare reads. Outside a
+scope nothing is stored and every call computes.
 """
 
 from __future__ import annotations
@@ -52,7 +20,6 @@ _LOCAL = threading.local()  # .state: this thread's scope (a sweep may run batch
 
 
 def _state() -> dict:
-    """This thread's memo state: ``depth`` (open scopes), ``store``, ``hits``, ``misses``."""
     try:
         return _LOCAL.state
     except AttributeError:
@@ -61,14 +28,12 @@ def _state() -> dict:
 
 
 def active() -> bool:
-    """True inside :func:`scope`."""
     return _state()["depth"] > 0
 
 
 @contextlib.contextmanager
 def scope() -> Iterator[dict]:
-    """Memoize inside the block; everything is dropped when the outermost
-    scope exits. Yields the statistics dict (``hits``, ``misses``)."""
+    """Memoize inside the block (dropped when the outermost scope exits); yields the stats dict."""
     st = _state()
     st["depth"] += 1
     try:
@@ -98,8 +63,7 @@ def _alive(refs, tensors) -> bool:
 
 
 def _key(kind: str, tensors: tuple) -> tuple[tuple, list]:
-    """(store key, live tensors) of a result: one pass over the tensors builds
-    the key (identities + versions, None kept) and the list of referents."""
+    """(store key, live tensors): identities + versions (None kept) and the referents."""
     key, live = [kind], []
     for t in tensors:
         key.append(_ident(t))
@@ -109,17 +73,8 @@ def _key(kind: str, tensors: tuple) -> tuple[tuple, list]:
 
 
 def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
-    """``compute()`` memoized on (``kind``, identities + versions of ``tensors``).
-
-    Args:
-        kind: name of the result (``"digest"``, ``"exact"``, ``"bound"``).
-        tensors: the input tensors the result depends on (None entries allowed:
-            they key as None).
-        compute: zero-argument function returning the result.
-
-    Returns:
-        The (possibly stored) result. Outside a scope: ``compute()``.
-    """
+    """``compute()`` memoized on ``kind`` (hashable) and the identities + versions
+    of ``tensors`` (None entries key as None); outside a scope just ``compute()``."""
     st = _state()
     if st["depth"] <= 0:
         return compute()
@@ -136,10 +91,7 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
 
 
 def remember(kind: str, tensors: tuple, value) -> None:
-    """Store ``value`` as :func:`cached`'s result for (``kind``, ``tensors``):
-    a result known by construction (e.g. the digest of a tensor built by a
-    recorded recipe, ``reference.operands.derived_digest``). No-op outside a
-    scope."""
+    """Store ``value`` as :func:`cached`'s result for (``kind``, ``tensors``) (a result known by construction)."""
     if _state()["depth"] <= 0:
         return
     key, live = _key(kind, tensors)
@@ -147,11 +99,8 @@ def remember(kind: str, tensors: tuple, value) -> None:
 
 
 def moved(t, device):
-    """``t.to(device)``, memoized on ``t``'s identity and version inside a
-    scope (a kernel's output is compared on the references' device by several
-    checks and by the ground truth: one host-to-device copy, not one per
-    comparison). ``t`` itself when it is already there or not a tensor;
-    callers must not write into the result."""
+    """``t.to(device)`` memoized (one copy per tensor); ``t`` itself when already
+    there or not a tensor. Callers must not write into the result."""
     if not isinstance(t, torch.Tensor):
         return t
     dev = torch.device(device)
@@ -161,20 +110,14 @@ def moved(t, device):
 
 
 def note_copy(src, dst) -> None:
-    """Record that ``dst`` (a fresh copy) has ``src``'s dtype, shape and
-    bits: its known digest becomes ``dst``'s too, and ``dst`` remembers its
-    source (:func:`copy_source`), so when ``src``'s digest is not known yet
-    whichever of the two is digested first, the other costs nothing (the
-    runner hands a kernel copies of a case's operands, and the kernel's
-    record of what it received is often digested before the case itself).
-    No-op outside a scope."""
+    """Record that ``dst`` is a fresh copy of ``src`` (same dtype, shape, bits): a
+    known digest carries over and :func:`copy_source` finds ``src``."""
     if not active() or not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
         return
     if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
         return
     store = _state()["store"]
-    # the source is remembered in any case: other per-content results (the
-    # operand value checks of reference.validate) carry over through it too
+    # remembered in any case: other per-content results (reference.validate) carry over too
     store[("copyof", _ident(dst))] = ((weakref.ref(dst),), (weakref.ref(src), int(src._version)))
     hit = store.get(("digest", _ident(src)))
     if hit is not None and _alive(hit[0], (src,)):
@@ -182,31 +125,24 @@ def note_copy(src, dst) -> None:
 
 
 def copy_source(t) -> Optional[torch.Tensor]:
-    """The tensor ``t`` was copied from (:func:`note_copy`), when both are
-    alive and neither was written since the copy (in-place version counters
-    unchanged); else None. Always None outside a scope."""
+    """The tensor ``t`` was copied from (:func:`note_copy`), both alive and unwritten since; else None."""
     return _unchanged_origin("copyof", t)
 
 
 def note_part(whole, part) -> None:
-    """Record that ``part`` (a fresh tensor) holds a subset of ``whole``'s
-    elements (a slice, copied): a property every element of ``whole`` has,
-    e.g. no NaN / inf (``reference.validate``), ``part``'s elements have
-    too (:func:`part_source`). No-op outside a scope."""
+    """Record that ``part`` (fresh) holds a subset of ``whole``'s elements, so
+    element-wise properties of ``whole`` hold for it (:func:`part_source`)."""
     if not active() or not isinstance(whole, torch.Tensor) or not isinstance(part, torch.Tensor):
         return
     _state()["store"][("partof", _ident(part))] = ((weakref.ref(part),), (weakref.ref(whole), int(whole._version)))
 
 
 def part_source(t) -> Optional[torch.Tensor]:
-    """The tensor ``t`` was cut from (:func:`note_part`), when both are alive
-    and neither was written since; else None (always outside a scope)."""
+    """The tensor ``t`` was cut from (:func:`note_part`), both alive and unwritten since; else None."""
     return _unchanged_origin("partof", t)
 
 
 def _unchanged_origin(kind: str, t) -> Optional[torch.Tensor]:
-    """The tensor recorded as ``t``'s origin under ``kind`` (``"copyof"`` /
-    ``"partof"``), when both are alive and neither was written since; else None."""
     if not active() or not isinstance(t, torch.Tensor):
         return None
     hit = _state()["store"].get((kind, _ident(t)))
@@ -220,8 +156,7 @@ def _unchanged_origin(kind: str, t) -> Optional[torch.Tensor]:
 
 
 def peek(kind, tensors: tuple):
-    """The result :func:`cached` stored for (``kind``, ``tensors``), or None
-    when there is none (nothing is computed; always None outside a scope)."""
+    """The result :func:`cached` stored for (``kind``, ``tensors``), or None; computes nothing."""
     if not active():
         return None
     hit = _state()["store"].get((kind,) + tuple(_ident(t) for t in tensors))
@@ -232,19 +167,15 @@ def peek(kind, tensors: tuple):
 
 
 def note_bound(t, bound: int) -> None:
-    """Record that every element of the integer tensor ``t`` has magnitude at
-    most ``bound`` (known from how ``t`` was made, e.g. an int8 GEMM's
-    accumulator: ``K * 2**14``), so that a caller that must know whether
-    ``t`` leaves some range can skip reading it (:func:`known_bound`). A
-    later in-place write to ``t`` voids the note. No-op outside a scope."""
+    """Record that every element of the integer tensor ``t`` has magnitude <= ``bound``
+    (known by construction; a later in-place write voids it; :func:`known_bound`)."""
     if not active() or not isinstance(t, torch.Tensor):
         return
     _state()["store"][("bound_note", _ident(t))] = ((weakref.ref(t),), int(bound))
 
 
 def known_bound(t) -> Optional[int]:
-    """The bound :func:`note_bound` recorded for ``t`` (unwritten since), or
-    None (always outside a scope)."""
+    """The bound :func:`note_bound` recorded for ``t`` (unwritten since), or None."""
     if not active() or not isinstance(t, torch.Tensor):
         return None
     hit = _state()["store"].get(("bound_note", _ident(t)))

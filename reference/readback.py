@@ -1,34 +1,10 @@
-"""Deferred read-backs: ask for device values now, read many of them at once.
+"""Deferred read-backs: ask for device values now, read many of them in one transfer.
 
-On a GPU every ``int(t)`` / ``bool(t)`` / ``t.item()`` / ``t.tolist()`` of a
-device tensor is a host-device synchronisation: the host waits until every
-queued kernel has run, then copies the value. A sweep cell asks dozens of
-small questions (in-place verdicts of the kernel run, NaN counts, the
-accumulator's maxima, the counts of every output comparison, the ground
-truth's counts), each answered by a reduction on the device. Asked and read
-one by one they cost one sync each; asked first and read together they cost
-one.
-
-:func:`ask` takes the tensors that answer a question (integer or bool,
-any shape, not read yet) and a ``convert`` function from their values
-(one flat list of Python ints) to the answer, and returns a
-:class:`Deferred`. :meth:`Deferred.get` returns the answer; the first
-``get`` of any pending Deferred reads *every* pending one in one transfer per
-device (:func:`flush`: the tensors are flattened, cast to int64,
-concatenated and read with one ``tolist``). So the number of read-backs is
-the number of times code needs an answer before it can ask the next
-question, not the number of questions: code that asks everything it will
-need first and reads afterwards pays one. Values are the same either way;
-only when they are copied changes.
-
-Floats travel as their float64 bit patterns (:func:`float_bits` on the
-device, :func:`unpack_float` on the host), so one int64 transfer carries
-both. A Deferred whose object is dropped unread is dropped from the queue
-too (weak references): nothing is read for it. Callers must not write into
-asked tensors before they are read (every caller asks freshly computed
-reductions). One queue per thread: a flush reads the questions its own
-thread asked, so a Deferred is read in the thread that asked it (the sweep
-runs one cell at a time per process).
+:func:`ask` queues integer / bool tensors and a ``convert`` of their values into
+the answer, returning a :class:`Deferred`; the first ``get`` of any pending one
+reads all pending ones, one ``tolist`` per device (:func:`flush`). Floats travel
+as float64 bits (:func:`float_bits`). One queue per thread; a Deferred dropped
+unread is dropped from the queue; asked tensors must not be written before read.
 """
 
 from __future__ import annotations
@@ -45,11 +21,7 @@ _STATS = {"flushes": 0, "transfers": 0}
 
 
 class Deferred:
-    """An answer computed on the device, read back later (module docstring).
-
-    Attributes:
-        done: True once the values were read (or nothing had to be read).
-    """
+    """An answer computed on the device, read back later; ``done`` once read."""
 
     __slots__ = ("_parts", "_convert", "_value", "_error", "done", "__weakref__")
 
@@ -62,7 +34,6 @@ class Deferred:
 
     @property
     def device(self) -> Optional[torch.device]:
-        """Device of the asked tensors (None when nothing is asked)."""
         return self._parts[0].device if self._parts else None
 
     def _resolve(self, vals: list) -> None:
@@ -73,12 +44,7 @@ class Deferred:
         self._parts, self.done = [], True
 
     def get(self):
-        """The answer (reading every pending Deferred first, if this one is
-        not read yet).
-
-        Raises:
-            Whatever ``convert`` raised on the values.
-        """
+        """The answer (flushing the queue first if unread); raises what ``convert`` raised."""
         if not self.done:
             flush()
             if not self.done:  # not in this thread's queue, or its flush is in progress
@@ -92,18 +58,12 @@ class Deferred:
         return self._value
 
     def then(self, fn: Callable[[object], object]) -> "Derived":
-        """A value derived from this answer: its ``get()`` is
-        ``fn(self.get())``, computed once, with no read-back of its own."""
+        """``fn`` of this answer, computed once, with no read-back of its own."""
         return Derived(self, fn)
 
 
 class Derived:
-    """``fn`` of a :class:`Deferred`'s (or another Derived's) answer
-    (:meth:`Deferred.then`): read when that one is.
-
-    Attributes:
-        done: True once the underlying answer was read.
-    """
+    """``fn`` of a :class:`Deferred`'s (or another Derived's) answer, read when that one is."""
 
     __slots__ = ("_inner", "_fn", "_value", "_have")
 
@@ -115,18 +75,15 @@ class Derived:
         return self._inner.done
 
     def get(self):
-        """``fn(inner.get())`` (computed on the first call)."""
         if not self._have:
             self._value, self._have = self._fn(self._inner.get()), True
         return self._value
 
     def then(self, fn: Callable[[object], object]) -> "Derived":
-        """As :meth:`Deferred.then`."""
         return Derived(self, fn)
 
 
 def _pending() -> list:
-    """This thread's queue of unread questions."""
     q = getattr(_LOCAL, "pending", None)
     if q is None:
         q = _LOCAL.pending = []
@@ -138,11 +95,8 @@ _ASKABLE = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.in
 
 
 def _gather(parts: list) -> tuple[torch.Tensor, list]:
-    """One int64 vector holding every element of ``parts`` (integer / bool
-    tensors on one device), and where each part's elements sit in it
-    (``(start, length)`` per part). 0-d parts -- most answers are single
-    reductions -- are stacked per dtype (one op for all of them, no reshape
-    per part); the others are flattened; one ``cat`` joins everything."""
+    """One int64 vector of every element of ``parts`` (one device) and each part's
+    ``(start, length)`` in it; 0-d parts are stacked per dtype, one ``cat`` joins all."""
     scalars: dict = {}
     pieces, slots = [], [None] * len(parts)
     dims = [p.dim() for p in parts]
@@ -168,24 +122,9 @@ def _gather(parts: list) -> tuple[torch.Tensor, list]:
 
 
 def ask(parts: Sequence[torch.Tensor], convert: Optional[Callable[[list], object]] = None) -> Deferred:
-    """Queue a question; nothing is read yet.
-
-    Args:
-        parts: integer / bool tensors (any shapes), all on one device; their
-            elements, flattened in order and concatenated, are the values
-            ``convert`` gets.
-        convert: function of the list of Python ints to the answer (default:
-            the list itself), run when the values arrive; it must not read
-            another Deferred (a value built from several answers is a
-            :meth:`Deferred.then`).
-
-    Returns:
-        A :class:`Deferred`; its ``get`` reads it (and every other pending one).
-
-    Raises:
-        TypeError: a float or complex tensor (use :func:`float_bits`).
-        ValueError: tensors on more than one device.
-    """
+    """Queue a question: integer / bool ``parts`` on one device, whose flattened
+    elements ``convert`` (default: identity; must not read another Deferred)
+    turns into the answer. TypeError for floats, ValueError for several devices."""
     ts = list(parts)
     dev = ts[0].device if ts else None
     for t in ts:
@@ -209,8 +148,7 @@ def _identity(v: list) -> list:
 
 
 def read(parts: Sequence[torch.Tensor], convert: Optional[Callable[[list], object]] = None):
-    """``ask(parts, convert).get()``: the answer now (one read-back, shared
-    with every question still pending)."""
+    """``ask(parts, convert).get()``: the answer now, read with everything pending."""
     return ask(parts, convert).get()
 
 
@@ -220,11 +158,7 @@ def pending() -> int:
 
 
 def flush() -> int:
-    """Read every pending Deferred: one ``tolist`` per device they live on.
-
-    Returns:
-        The number of transfers made (0 when nothing was pending).
-    """
+    """Read every pending Deferred, one ``tolist`` per device; returns the number of transfers."""
     queue = _pending()
     live = [d for d in (r() for r in queue) if d is not None and not d.done]
     queue.clear()
@@ -256,8 +190,7 @@ def flush() -> int:
 
 
 def float_bits(x: torch.Tensor) -> torch.Tensor:
-    """Float values -> int64 tensor of the same shape holding their float64
-    bit patterns (exact for every float dtype; :func:`unpack_float` undoes it)."""
+    """int64 tensor of ``x``'s float64 bit patterns (exact for every float dtype)."""
     return x.to(torch.float64).view(torch.int64)
 
 
@@ -267,5 +200,5 @@ def unpack_float(v: int) -> float:
 
 
 def stats() -> dict:
-    """``{"flushes", "transfers"}`` since the process started (diagnostics)."""
+    """``{"flushes", "transfers"}`` since the process started."""
     return dict(_STATS)

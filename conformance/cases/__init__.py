@@ -1,22 +1,8 @@
-"""Operand cases for the conformance suite.
+"""Operand cases of the conformance suite (``reference.operands.GemmOperands``, deterministic per seed).
 
-* :mod:`conformance.cases.synthetic`: the fixed synthetic kinds (``make_case``)
-  and the epilogue-tie search (``meta["source"] == "synthetic"``);
-* :mod:`conformance.cases.sweep`: the alignment-straddling shape sweep
-  (``"sweep"``);
-* :mod:`conformance.cases.families`: the trigger-condition families
-  (``"family"``): accumulator (:mod:`~conformance.cases.accumulator`),
-  output (:mod:`~conformance.cases.outputs`), alignment and shape
-  (:mod:`~conformance.cases.alignment`), epilogue ties at every M
-  (:mod:`~conformance.cases.ties`), operand layouts
-  (:mod:`~conformance.cases.layouts`) and size-dependent paths (large M,
-  wide N, split-K; :mod:`~conformance.cases.large_shapes`);
-* :mod:`conformance.cases.captures`: replay of real layer captures
-  (``"capture"``) and :func:`case_id`.
-
-Everything is deterministic given its seeds (``torch.Generator``) and
-independent of hypothesis (the property test lives in ``conformance.suite.property``).
-Each case is a ``reference.operands.GemmOperands``.
+``synthetic`` (fixed kinds, ``make_case``), ``sweep`` (the tile-edge shape sweep),
+``families`` (the trigger-condition families), ``captures`` (real layer
+captures, :func:`case_id`). Family map, planting and layouts: ``README.md`` here.
 """
 
 from conformance.cases.captures import NO_CAPTURES, CaptureReplay, capture_cases, case_id, load_capture_dir

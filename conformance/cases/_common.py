@@ -1,18 +1,10 @@
-"""Shared helpers of the trigger-condition case families (``conformance.cases.*``).
+"""Shared helpers of the trigger-condition case families.
 
-Every family case is a ``reference.operands.GemmOperands`` named
-``family/<family>/<variant>-<mode>-<dtype>`` with ``meta["source"] ==
-"family"``, ``meta["family"]``, ``meta["variant"]``, ``meta["seed"]`` and
-``meta["scale_kind"]`` (``real`` or ``pow2``; real cases with float32
-output get power-of-two per-token scales, :func:`snap_pow2_`). ``scale_mode`` is ``pow2``
-for power-of-two weight scales (check C5 applies) and ``synthetic`` for real
-scales (C6 applies). Each case is deterministic given (family, variant,
-seed): its ``torch.Generator`` is seeded with CRC-32 of that triple.
-
-A case built to violate a precondition on purpose lists those checks in
-``meta["violates"]`` (e.g. ``["C3", "C4"]``, :data:`VIOLATES`): its C3 / C4
-failure is a *precondition case* of the suite, not a violation by the
-user's operands (``conformance.suite.evaluate``).
+A family case is named ``family/<family>/<variant>-<mode>-<dtype>`` with
+``meta`` ``source="family"``, ``family``, ``variant``, ``seed``, ``scale_kind``
+(``real`` | ``pow2``; scale_mode ``synthetic`` | ``pow2``) and, for a case built
+to violate C3 / C4, ``violates``. Its generator is seeded with CRC-32 of
+(family, variant, seed).
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ GRID = tuple((mode, dt) for mode in MODES for dt in OUT_DTYPES)
 
 
 def generator(family: str, variant: str, seed: int) -> torch.Generator:
-    """``torch.Generator`` seeded with CRC-32 of ``"<family>/<variant>/<seed>"``
-    (stable across runs, machines and Python hash seeds)."""
+    """``torch.Generator`` seeded with CRC-32 of ``"<family>/<variant>/<seed>"``."""
     return torch.Generator().manual_seed(zlib.crc32(f"{family}/{variant}/{seed}".encode()))
 
 
@@ -78,16 +69,9 @@ def nonzero_int8(g: torch.Generator, shape) -> torch.Tensor:
 
 
 def snap_pow2_(s: torch.Tensor) -> torch.Tensor:
-    """Round every nonzero element of ``s`` (in place, layout kept) to the
-    power of two nearest in log2, keeping its sign; zeros stay.
-
-    Why: with float32 output there is no final rounding, and two scale orders
-    can legally differ by two float32 spacings (each order rounds twice), more
-    than C6's one spacing. With power-of-two per-token scales every order
-    computes the same float32 value (``x * 2**k`` is exact), so real-scale
-    cases with float32 output keep C6's premise while ``scale_b`` keeps its
-    real significands.
-    """
+    """Round every nonzero element of ``s`` in place to the signed power of two
+    nearest in log2. Float32 output has no final rounding, so legal scale orders
+    may differ by two spacings (more than C6 allows) unless ``x * 2**k`` is exact."""
     nz = s != 0
     e = torch.round(torch.log2(s.abs().double().clamp_min(2.0**-149)))
     snapped = torch.where(nz, torch.sign(s.double()) * torch.pow(2.0, e), s.double())
@@ -109,24 +93,14 @@ def family_case(
     snap_fp32: bool = True,
     **meta,
 ) -> GemmOperands:
-    """GemmOperands of one family case (naming and meta in the module docstring);
-    extra keyword arguments go to ``meta`` (JSON-able values). ``snap_fp32=False``
-    keeps real token scales with float32 output: only for accumulators chosen so
-    that every legal scale order stays within C6's one spacing."""
+    """GemmOperands of one family case; extra keywords go to ``meta``. Real-mode
+    float32 cases get :func:`snap_pow2_` token scales unless ``snap_fp32=False``
+    (accumulators chosen to keep every legal order within C6's one spacing)."""
     tag = DTYPE_TAG[out_dtype]
     m = {"source": "family", "family": family, "variant": variant, "seed": seed, "scale_kind": mode}
     if mode == "real" and out_dtype == torch.float32 and snap_fp32:
         snap_pow2_(scale_a)
         m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
     m.update(meta)
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=scale_a,
-        scale_b=scale_b,
-        bias=bias,
-        out_dtype=out_dtype,
-        name=f"family/{family}/{variant}-{mode}-{tag}",
-        scale_mode="pow2" if mode == "pow2" else "synthetic",
-        meta=m,
-    )
+    name, scale_mode = f"family/{family}/{variant}-{mode}-{tag}", "pow2" if mode == "pow2" else "synthetic"
+    return GemmOperands(a, b, scale_a, scale_b, bias, out_dtype, name, scale_mode, m)

@@ -1,20 +1,9 @@
-"""Families that reach alignment and shape trigger conditions.
+"""Families reaching alignment and shape trigger conditions (README.md here).
 
-* ``extreme_pairs``: adjacent (-128)*(-128) products (each 16384; a pair
-  sums to 32768, one more than int16 holds) starting at every offset 0..31
-  of K (row m of ``a`` has its pair at k = m), plus runs of 3, 4 and 8 at
-  offsets 0..3 and 8 (rows 32..39), cancelled by -128*127 / -2L*64 products
-  elsewhere in K so the final |acc| is small (< 200) and an off-by-one
-  anywhere shows in every output dtype. A kernel that sums products pairwise
-  (or in groups) into saturating int16 (x86 ``vpmaddubsw``-style) is caught
-  at every alignment it groups on.
-* ``k_residues``: K = 128 .. 255 (every residue modulo 8, 16, 32, 64 and 128
-  next to the usual K tiles) and K = 1 .. 7 (tail-only), nonzero int8 so
-  every dropped or double-counted K element changes the result; M cycles
-  1..17 and N over tile edges; real scales for K % 128 < 64, pow2 above
-  (every residue modulo 64 in both modes), output dtype rotating.
-* ``m_n_edges``: M = 1 .. 17 with N and K around the tile edges 16/32/64/128
-  ((17, 16, 16) included), modes and dtypes rotating.
+``extreme_pairs``: adjacent (-128)*(-128) products (a pair overflows int16) at
+every offset 0..31 of K and runs of 3, 4, 8, cancelled elsewhere so |acc| is
+small. ``k_residues``: K = 128..255 and 1..7, nonzero int8. ``m_n_edges``:
+M = 1..17 with N and K around tile edges.
 """
 
 from __future__ import annotations
@@ -40,14 +29,9 @@ N_EDGES = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
 
 
 def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 8, rand_k: int = 24) -> GemmOperands:
-    """One ``extreme_pairs`` case (module docstring): M = 40, K = 40 + 9 + 24 = 73.
-
-    K layout: region P = [0, 40): b = -128 for every n; row m of ``a`` is -128
-    on its run (pair at k = m for m < 32; RUNS after) and 0 elsewhere, so
-    acc gets L * 16384. Region C = [40, 49): b = 127 on 8 columns then 64;
-    ``a`` = -128 on the first L of the 8 and -2L on the last, adding
-    -L*16256 - 128L = -L*16384. Region R: small random products (final acc).
-    """
+    """One ``extreme_pairs`` case, M = 40, K = 73: K [0, 40) b = -128, row m of ``a``
+    -128 on its run of length L (L * 16384); [40, 49) cancels it (b 127 x 8 then
+    64, ``a`` -128 x L then -2L); then small random products."""
     g = generator("extreme_pairs", "alignment", seed)
     runs = [(2, p) for p in range(PAIR_OFFSETS)] + list(RUNS)
     m, kp = len(runs), 40
@@ -63,47 +47,28 @@ def extreme_pairs_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int 
     ar, br = small_int8(g, (m, rand_k), -3, 3), small_int8(g, (n, rand_k), -3, 3)
     a = torch.cat([a.to(torch.int8), ar], 1)
     b = torch.cat([b.to(torch.int8), br], 1)
-    return family_case(
-        "extreme_pairs",
-        "alignment",
-        mode,
-        out_dtype,
-        a,
-        b,
+    sa, sw, trigger = (
         token_scales(g, m),
         channel_scales(g, n, mode),
-        seed=seed,
-        trigger="adjacent (-128)*(-128) products at every alignment",
+        "adjacent (-128)*(-128) products at every alignment",
     )
+    return family_case("extreme_pairs", "alignment", mode, out_dtype, a, b, sa, sw, seed=seed, trigger=trigger)
 
 
 def k_residue_case(k: int, i: int, seed: int = 0) -> GemmOperands:
-    """One ``k_residues`` case at reduction length ``k`` (i: its index, picks
-    M = 1 + i % 17, N = N_EDGES[i % 12], the dtype and a bias every third)."""
+    """One ``k_residues`` case at K = ``k``; index ``i`` picks M, N, dtype and bias."""
     mode = "pow2" if k % 128 >= 64 else "real"
     out_dtype = OUT_DTYPES[i % 3]
     m, n = 1 + i % 17, N_EDGES[i % len(N_EDGES)]
     g = generator("k_residues", f"K{k}", seed)
     a, b = nonzero_int8(g, (m, k)), nonzero_int8(g, (n, k))
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if i % 3 == 2 else None
-    return family_case(
-        "k_residues",
-        f"K{k}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        bias=bias,
-        seed=seed,
-        trigger=f"K % 128 = {k % 128}",
-    )
+    sa, sw, trigger = token_scales(g, m), channel_scales(g, n, mode), f"K % 128 = {k % 128}"
+    return family_case("k_residues", f"K{k}", mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
-    """One ``m_n_edges`` case for M = m (1..17): N = N_EDGES[m % 12], K from
-    (16, 17, 31, 33, 63, 65, 127, 129) (M = 17: the (17, 16, 16) shape)."""
+    """One ``m_n_edges`` case for M = m (1..17; M = 17 is (17, 16, 16))."""
     ks = (16, 17, 31, 33, 63, 65, 127, 129)
     if m == 17:
         k, n = 16, 16
@@ -114,19 +79,9 @@ def m_n_edge_case(m: int, seed: int = 0) -> GemmOperands:
     a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int16).to(torch.int8)
     b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
     bias = (0.5 * torch.randn(n, generator=g)).to(out_dtype) if m % 2 else None
-    return family_case(
-        "m_n_edges",
-        f"M{m}xK{k}xN{n}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        token_scales(g, m),
-        channel_scales(g, n, mode),
-        bias=bias,
-        seed=seed,
-        trigger="M = 1..17, N and K around tile edges",
-    )
+    sa, sw, trigger = token_scales(g, m), channel_scales(g, n, mode), "M = 1..17, N and K around tile edges"
+    variant = f"M{m}xK{k}xN{n}"
+    return family_case("m_n_edges", variant, mode, out_dtype, a, b, sa, sw, bias=bias, seed=seed, trigger=trigger)
 
 
 def extreme_pairs_family(seed: int = 0) -> list[GemmOperands]:

@@ -12,15 +12,8 @@ NO_CAPTURES = "no captures available: synthetic only"
 
 @dataclass
 class CaptureReplay:
-    """Layer captures loaded for replay.
-
-    Attributes:
-        cases: GemmOperands per (layer, scale mode), ``meta["source"] == "capture"``.
-        available: whether a capture set was found.
-        note: one line for the report (``"no captures available: synthetic
-            only (...)"`` when none).
-        source: capture directory (str) or "".
-    """
+    """Layer captures loaded for replay: ``cases`` (per layer and scale mode),
+    ``available``, ``note`` (one line for the report), ``source`` (directory or "")."""
 
     cases: list = field(default_factory=list)
     available: bool = False
@@ -31,24 +24,10 @@ class CaptureReplay:
 def capture_cases(
     scale_modes: Iterable[str] = ("own", "pow2"), capture_set=None, max_layers: Optional[int] = None
 ) -> CaptureReplay:
-    """Replay real layer captures (``reference.model.capture``).
-
-    Args:
-        scale_modes: which operand sets to build per layer: ``own`` (the
-            checkpoint's scales) and/or ``pow2`` (weights requantized from
-            the parents with power-of-two scales, rule ``nearest``).
-        capture_set: a ``reference.model.capture.CaptureSet``; default
-            ``default_capture_set()`` (the one shipped with the default model).
-        max_layers: keep only the first N layers per scale mode (None = all).
-
-    Returns:
-        :class:`CaptureReplay`; ``available=False`` with a note saying why
-        when ``reference.model.capture`` is missing or no capture set is built.
-
-    Raises:
-        CaptureError: the capture set exists but is inconsistent (from
-            ``reference.model.capture``; one line).
-    """
+    """Replay layer captures (default: the shipped set) in ``scale_modes``
+    (``own``: the checkpoint's scales; ``pow2``: requantized, rule ``nearest``),
+    the first ``max_layers`` per mode. ``available=False`` with a note when there
+    are none; CaptureError when the set is inconsistent."""
     try:
         from reference.model.capture import default_capture_set, iter_layer_operands
     except ImportError as e:
@@ -78,20 +57,14 @@ def capture_cases(
 
 
 def load_capture_dir(capture_dir) -> object:
-    """``reference.model.capture.load_capture_set(capture_dir)`` (a user's own
-    captures, e.g. from ``int8conf capture --model DIR``).
-
-    Raises:
-        CaptureError: missing or inconsistent capture directory (one line).
-    """
+    """``reference.model.capture.load_capture_set(capture_dir)``; CaptureError when missing or inconsistent."""
     from reference.model.capture import load_capture_set
 
     return load_capture_set(capture_dir)
 
 
 def case_id(ops: GemmOperands) -> str:
-    """Unique, readable id of a case: captures ``<layer>[<scale mode>]``,
-    others their name."""
+    """A case's unique id: ``<layer>[<scale mode>]`` for captures, else its name."""
     if (ops.meta or {}).get("source") == "capture":
         return f"{ops.name}[{ops.scale_mode}]"
     return ops.name or f"M{ops.m}xK{ops.k}xN{ops.n}"

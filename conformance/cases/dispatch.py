@@ -1,38 +1,9 @@
-"""``dispatch``: epilogue discriminators at the shapes where kernels switch code paths.
+"""``dispatch``: epilogue discriminators carried to the shapes where kernels switch code paths.
 
-The ``ties`` family tells the scale orders apart at M = 1..17, 64, 96 with
-K = 768 and N = 24, and ``bias_cancel`` tells the bias points apart at K = 64.
-A kernel that takes another epilogue only past a shape threshold never meets
-either there: a split-K reduce with its own epilogue at small M and deep K, a
-deep-K tile configuration, a wide-N grid, an M bucket between 17 and 128, or
-a fast path taken when every accumulator is small. Real kernels dispatch on
-exactly these (vLLM's and CUTLASS's M buckets, split-K heuristics at decode
-shapes, per-N tile choices), and a bug found by a new user passed the whole
-default suite this way: the discriminating cases never reached the path.
-
-This family carries the same discriminating accumulators to those shapes
-without changing a single accumulator, so the declared contract's output is
-known exactly and every legal kernel still passes:
-
-* ``m_gap``: ``ties`` cases at M between 17 and 128: 18..127 (13 values,
-  bf16) and 40, 80 (fp16). Deep K, wide N and M >= 128 are family
-  ``regimes`` (planted cases at every boundary).
-* ``small_acc``: ties among accumulators below 2^16 (``pick_ties`` with
-  ``vmax`` = 65535), where a kernel might take a narrower fast path.
-* operand forms (:data:`FORMS`): ties with an all-zero bias, with negative
-  scales, with per-tensor (0-d) scales on both sides, and with |acc| up to
-  10^6 (above 2^19), each a path a kernel may choose on them.
-* ``deep_k_bias``: ``bias_cancel`` cases (bias near cancellation, where only
-  the bias point decides) spread to K = 2048, 4096, 8195 at M = 4, in both
-  scale modes (the bias point matters under power-of-two scales too).
-
-* ``fp32_ties``: float32 output with real scales, accumulators chosen so every
-  legal order lies exactly one float32 spacing from C6's reference
-  (:func:`pick_fp32_ties`): an epilogue that changes only for float32 output
-  meets C8 while correct kernels of every contract keep C6's premise.
-
-Scale-order ties need real scales, so the tie-based variants have no
-power-of-two mode.
+The accumulators of ``ties`` / ``bias_cancel`` (every legal kernel still passes)
+at M = 18..127 (``m_gap``), every |acc| < 2^16 (``small_acc``), other operand
+forms (:data:`FORMS`), float32 output with real scales (``fp32_ties``) and
+K = 2048..8195 (``deep_k_bias``). README.md here says why.
 """
 
 from __future__ import annotations
@@ -42,7 +13,7 @@ import torch
 from conformance.cases._common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
 from conformance.cases.synthetic import _channel_scales
-from conformance.cases.tie_search import TIE_BLOCK, VMAX, _tie_orders_bits, _tie_targets, pick_ties, realize_acc
+from conformance.cases.tie_search import TIE_BLOCK, VMAX, pick_fp32_ties, pick_ties, realize_acc
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
 
@@ -83,23 +54,9 @@ _TAG = {BF: "bf16", FP16: "fp16"}
 
 
 def spread_k(a: torch.Tensor, b: torch.Tensor, k: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Spread the K0 columns of ``(a, b)`` evenly over ``k`` >= K0 columns.
-
-    Column j goes to ``(j * k) // K0``; ``a`` is zero in every other column and
-    ``b`` holds seeded int8 there (values in [-128, 127]), so the exact
-    accumulator ``a @ b^T`` is unchanged and every part of a split reduction
-    holds real data.
-
-    Args:
-        a: int8 [M, K0]; b: int8 [N, K0]; k: the new K (>= K0);
-        g: the generator of the filler weights.
-
-    Returns:
-        ``(a int8 [M, k], b int8 [N, k])``, contiguous.
-
-    Raises:
-        ValueError: ``k`` < K0.
-    """
+    """``(a int8 [M, k], b int8 [N, k])``: column j of ``a`` [M, K0] / ``b`` [N, K0]
+    moved to ``(j * k) // K0``, ``a`` zero and ``b`` seeded int8 elsewhere (the
+    exact accumulator is unchanged). ValueError when ``k`` < K0."""
     m, k0 = a.shape
     n = b.shape[0]
     if k < k0:
@@ -113,14 +70,7 @@ def spread_k(a: torch.Tensor, b: torch.Tensor, k: int, g: torch.Generator) -> tu
 
 
 def widen_n(b: torch.Tensor, scale_b: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The channels of ``(b, scale_b)`` repeated cyclically to ``n`` channels.
-
-    Args:
-        b: int8 [N0, K]; scale_b: float32 [N0]; n: the new N (>= 1).
-
-    Returns:
-        ``(b int8 [n, K], scale_b float32 [n])``: channel c is channel ``c % N0``.
-    """
+    """``(b int8 [n, K], scale_b float32 [n])``: channel c is channel ``c % N0``."""
     idx = torch.arange(n) % b.shape[0]
     return b[idx].contiguous(), scale_b[idx].contiguous()
 
@@ -154,26 +104,13 @@ def m_gap_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
 def small_acc_case(m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
     """Ties among accumulators with |acc| <= 2^16 - 1 (N = 24, K = 768)."""
     _, a, b, sa, sb = _ties("small_acc", m, out_dtype, seed, vmax=SMALL_VMAX)
-    return family_case(
-        FAMILY,
-        f"small_acc-M{m}",
-        "real",
-        out_dtype,
-        a,
-        b,
-        sa,
-        sb,
-        seed=seed,
-        trigger="scale-order ties with every |acc| < 2^16",
-    )
+    trigger = "scale-order ties with every |acc| < 2^16"
+    return family_case(FAMILY, f"small_acc-M{m}", "real", out_dtype, a, b, sa, sb, seed=seed, trigger=trigger)
 
 
 def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmOperands:
-    """A ``ties`` case in another operand form (:data:`FORMS`): ``bias0`` an all-zero
-    bias (``y + 0`` is exact, so the ties survive either bias point); ``negative``
-    every other per-token and per-channel scale negated (rounding is sign-symmetric);
-    ``scalar`` 0-d scales on both sides (a per-tensor fast path); ``big_acc``
-    accumulators up to :data:`BIG_VMAX` (K = 1536)."""
+    """A ``ties`` case in another operand form: ``bias0`` (all-zero bias), ``negative``
+    (every other scale negated), ``scalar`` (0-d scales), ``big_acc`` (|acc| <= :data:`BIG_VMAX`)."""
     big = form == "big_acc"
     _, a, b, sa, sb = _ties(
         form,
@@ -191,51 +128,13 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
         sb[1::2] = -sb[1::2]
     if form == "scalar":
         sa, sb = sa[0].clone(), sb[0].clone()
-    return family_case(
-        FAMILY,
-        f"{form}-M{m}",
-        "real",
-        out_dtype,
-        a,
-        b,
-        sa.contiguous(),
-        sb.contiguous(),
-        bias=bias,
-        seed=seed,
-        trigger=f"scale-order ties with {form.replace('_', ' ')} operands",
-    )
-
-
-def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
-    """Per element, an accumulator (int64 [M, N], |acc| <= VMAX) whose float32
-    output tells the scale orders apart by exactly one float32 spacing: among
-    the 256 seeded top-binade candidates of ``_tie_targets``, one where
-    ``w_then_a`` and ``fused`` each lie within one spacing of ``a_then_w`` (C6's
-    reference), preferring both different from it; 0 where no candidate keeps
-    within one spacing (every order then gives +-0). Random sign.
-
-    Why: without a final rounding two legal orders may differ by two float32
-    spacings, more than C6 allows, so float32 cases elsewhere use power-of-two
-    token scales, where every order agrees; these keep real scales and stay
-    inside C6's premise, so an epilogue that changes only for float32 output
-    meets C8."""
-    m, n = int(sa.numel()), int(sb.numel())
-    v = _tie_targets(sa, sb, VMAX, torch.float32, g)
-    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
-    d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()  # positive finite floats: bits order like values
-    ok = (d2 <= 1) & (d3 <= 1)
-    score = torch.where(
-        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
-    )
-    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
-    pick = torch.where(ok.any(-1), pick, 0)
-    sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
-    return pick * sign
+    trigger = f"scale-order ties with {form.replace('_', ' ')} operands"
+    sa, sb = sa.contiguous(), sb.contiguous()
+    return family_case(FAMILY, f"{form}-M{m}", "real", out_dtype, a, b, sa, sb, bias=bias, seed=seed, trigger=trigger)
 
 
 def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
-    """Scale-order ties in float32 output with real token and channel scales
-    (:func:`pick_fp32_ties`; N = 24, K = 768)."""
+    """Scale-order ties in float32 output, real scales (``pick_fp32_ties``; N = 24, K = 768)."""
     g = generator(FAMILY, f"fp32_ties-M{m}", seed)
     sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
     a, b = realize_acc(pick_fp32_ties(g, sa, sb))
@@ -260,25 +159,13 @@ def deep_k_bias_case(k: int, mode: str, out_dtype: torch.dtype, seed: int = 0) -
     src = bias_cancel_case(mode, out_dtype, seed)
     g = generator(FAMILY, f"deep_k_bias{k}-{mode}-{_TAG[out_dtype]}", seed)
     a, b = spread_k(src.a, src.b, k, g)
+    sa, sw, trigger = src.scale_a, src.scale_b, f"bias near cancellation at K = {k}"
     return family_case(
-        FAMILY,
-        f"deep_k_bias-K{k}",
-        mode,
-        out_dtype,
-        a,
-        b,
-        src.scale_a,
-        src.scale_b,
-        bias=src.bias,
-        seed=seed,
-        trigger=f"bias near cancellation at K = {k}",
+        FAMILY, f"deep_k_bias-K{k}", mode, out_dtype, a, b, sa, sw, bias=src.bias, seed=seed, trigger=trigger
     )
 
 
 def dispatch_family(seed: int = 0) -> list[GemmOperands]:
-    """``dispatch``: 15 M-gap, 4 small-accumulator, 7 operand-form, 3 float32-output
-    and 7 deep-K bias cases (36). Deep K, wide N and M >= 128 are family
-    ``regimes``' planted cases."""
     return (
         [m_gap_case(m, dt, seed) for m, dt in M_GAPS]
         + [small_acc_case(m, dt, seed) for m, dt in SMALL_ACC]

@@ -1,8 +1,7 @@
-"""The trigger-condition families of the default suite (issue 8).
+"""The trigger-condition families of the default suite (README.md here).
 
-:data:`FAMILIES` maps a family name to ``(builder, what it reaches)``; each
-builder takes a seed and returns GemmOperands (``meta["source"] ==
-"family"``). :func:`family_cases` concatenates them in this order.
+:data:`FAMILIES`: name -> ``(builder(seed) -> cases, what it reaches)``; :func:`family_cases`
+concatenates them in that order.
 """
 
 from __future__ import annotations
@@ -64,11 +63,7 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
 
 
 def family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> list[GemmOperands]:
-    """Cases of the families ``names`` (default: all, in :data:`FAMILIES` order).
-
-    Raises:
-        ValueError: an unknown family name.
-    """
+    """Cases of the families ``names`` (default: all, in order); ValueError for an unknown name."""
     names = list(FAMILIES) if names is None else list(names)
     bad = [x for x in names if x not in FAMILIES]
     if bad:

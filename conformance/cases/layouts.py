@@ -1,18 +1,8 @@
-"""``layouts``: operands in every layout the contract admits (DESIGN.md 3).
+"""``layouts``: planted operands in every layout the contract admits (DESIGN.md 3; README.md here).
 
-Variants (both weight-scale modes, shapes and dtypes rotating):
-
-* ``a_padded``: ``a`` is the view ``x[:, :K]`` of a wider row-major buffer
-  (leading stride K + 13), as serving code passes activations; the padding
-  holds random int8, so a kernel that treats ``a`` as dense reads garbage.
-* ``b_transposed``: ``b`` [N, K] is the transposed view ``w.t()`` of a
-  row-major [K, N] buffer (strides (1, N)), vLLM's weight layout.
-* ``b_padded``: ``b`` is ``w[:, :K]`` of a wider row-major [N, K + 7] buffer.
-* ``scales_strided``: scale_a is a column of an [M, 2] buffer (stride 2),
-  scale_b an [N, 1] view of an [N, 3] buffer (strides (3, 1)), bias a
-  stride-2 view.
-* ``all``: all of the above at once (b transposed and padded: ``w[:K].t()``
-  of a [K + 5, N] buffer).
+``a_padded`` (``x[:, :K]`` of a wider buffer, padding random), ``b_transposed``
+(``w.t()`` of a row-major [K, N] buffer), ``b_padded``, ``scales_strided``
+(strided scales and bias), ``all`` (everything at once).
 """
 
 from __future__ import annotations
@@ -32,12 +22,10 @@ def _rand_i8(g: torch.Generator, shape) -> torch.Tensor:
 
 
 def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
-    """``ops`` with the same values in ``layout``: ``dense``, ``a_padded``,
-    ``b_transposed``, ``b_padded``, ``scales_column`` ([M,1] / [N,1]),
-    ``scale_a_0d``, ``scale_b_1`` ([1]), ``scales_strided``, ``bias_strided`` or
-    ``all`` (module docstring; padding holds seeded int8). ``scale_a_0d`` /
-    ``scale_b_1`` need one scale value per tensor
-    (``planted_case(scale_*_tensor=True)``)."""
+    """``ops``' values in ``layout``: ``dense``, ``a_padded``, ``b_transposed``,
+    ``b_padded``, ``scales_column`` ([M,1] / [N,1]), ``scale_a_0d``, ``scale_b_1``
+    ([1]; these two need one scale value per tensor), ``scales_strided``,
+    ``bias_strided`` or ``all``; padding holds seeded int8."""
     a, b, sa, sb, bias = ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias
     m, k = a.shape
     n = b.shape[0]
@@ -67,49 +55,22 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
         sb = torch.stack([sb, sb, sb], 1)[:, 1:2]
     if bias is not None and (layout in ("bias_strided", "scales_strided") or everything):
         bias = torch.stack([bias, bias], 1)[:, 0]
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=sa,
-        scale_b=sb,
-        bias=bias,
-        out_dtype=ops.out_dtype,
-        name=ops.name,
-        scale_mode=ops.scale_mode,
-        meta=ops.meta,
-    )
+    return GemmOperands(a, b, sa, sb, bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta)
 
 
 def layout_case(variant: str, mode: str, out_dtype: torch.dtype, shape, seed: int = 0) -> GemmOperands:
-    """One ``layouts`` case (module docstring) of shape (M, K, N), planted
-    (``conformance.cases.planting``): a bias with ``b_padded``, ``scales_strided``
-    and ``all``."""
+    """One planted ``layouts`` case of shape (M, K, N); a bias with ``b_padded``, ``scales_strided``, ``all``."""
     m, k, n = shape
     tag = DTYPE_TAG[out_dtype]
     bias = variant in ("b_padded", "scales_strided", "all")
-    ops = planted_case(
-        m,
-        k,
-        n,
-        out_dtype,
-        mode,
-        bias,
-        seed=seed,
-        name=f"family/layouts/{variant}-{mode}-{tag}",
-        meta={
-            "source": "family",
-            "family": "layouts",
-            "variant": variant,
-            "seed": seed,
-            "scale_kind": mode,
-            "trigger": f"operand layout {variant}",
-        },
-    )
+    meta = {"source": "family", "family": "layouts", "variant": variant, "seed": seed, "scale_kind": mode}
+    meta["trigger"] = f"operand layout {variant}"
+    name = f"family/layouts/{variant}-{mode}-{tag}"
+    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name, meta=meta)
     return with_layout(ops, variant, generator("layouts", f"{variant}-{mode}-{tag}", seed))
 
 
 def layouts_family(seed: int = 0) -> list[GemmOperands]:
-    """``layouts``: 5 variants x both modes (10 cases), shape and output dtype rotating."""
     out = []
     for i, variant in enumerate(VARIANTS):
         for j, mode in enumerate(MODES):

@@ -1,37 +1,9 @@
-"""Planted discriminators: a case of any shape tells every legal epilogue apart.
+"""Planted discriminators: a case of any shape tells every legal epilogue apart (README.md here).
 
-:func:`planted_case` builds random (M, K, N) operands and plants, in *probe
-rows* and *probe columns* spread over the tile grid (:func:`probe_positions`:
-first and last index, both sides of the 16/32/64/128/256 tile edges, the
-start of the last tile), one degree of freedom per probe column
-(:data:`KINDS`):
-
-* ``scale_order``: accumulators whose output bits differ between the scale
-  orders a_then_w / w_then_a / fused (``synthetic.pick_ties``; float32
-  output: orders one spacing apart, ``dispatch.pick_fp32_ties``'s rule);
-* ``bias_point``: bias = -rnd(y) of one probe row, the other rows' y near it
-  (products exact in float32: every scale order gives the same y, only the
-  bias point decides);
-* ``signed_zero``: zero accumulators, bias -0.0 (outputs -0 and +0);
-* ``overflow``: y on the rounding boundary to +-inf (505..516 * 2^119; float16
-  4090..4101 * 16), no intermediate product overflows (|s_a| in [1, 2));
-* ``subnormal``: exact products spanning the normal / subnormal boundary of
-  the output dtype, rounding to +-0 at the bottom;
-* ``partial_sums`` (K >= 3023): three odd products first, then a run of
-  +127*127 and its mirror: partial sums > 2^24, final |acc| small and odd, so
-  any float32 accumulation or split-K float32 reduce loses the odd bit;
-* ``big_acc`` (K >= 1686, bf16 / fp16 output): odd |acc| in (2^24, 2^24 + 2^21]
-  (float32(acc) inexact; C4 reports it as a precondition case).
-
-Isolation keeps C6's premise for every correct kernel: a probe column's
-products live in its own K positions (``b`` zero elsewhere, ``a`` zero there
-outside the probe rows), so it is zero for every other row, and a bias column
-has bias -0.0 unless it is a ``bias_point`` column. Probe row scales are
-``short`` (4-bit significand in [1, 2)), ``real`` (full significand) or ``tiny``
-(2^-64 * short); float32 output isolates probe rows too, and only short /
-tiny rows take non-tie targets there. The rest is random int8 with real
-per-token / per-channel scales. ``meta["planted"]`` counts, per kind, the
-elements that discriminate (:func:`discrimination`).
+:func:`planted_case` plants, in probe rows and columns at tile-grid positions
+(:func:`probe_positions`), one degree of freedom of the epilogue per probe column
+(:data:`KINDS`), each in its own K positions so correct kernels keep C6's premise.
+``meta["planted"]``: the discriminating elements per kind (:func:`discrimination`).
 """
 
 from __future__ import annotations
@@ -43,7 +15,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, _tie_targets, pick_ties
+from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, pick_fp32_ties, pick_ties
+from reference.accumulate import exact_int_mm
+from reference.bits import bits_of, spacing_distance
+from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
+from reference.epilogue import apply_epilogue
 from reference.operands import GemmOperands
 
 KINDS = ("scale_order", "bias_point", "signed_zero", "overflow", "subnormal", "partial_sums", "big_acc")
@@ -62,9 +38,8 @@ def generator(name: str, seed: int) -> torch.Generator:
 
 
 def probe_positions(size: int, limit: int) -> list[int]:
-    """Up to ``limit`` distinct indices in ``[0, size)`` in priority order: 0,
-    size - 1, then for each tile t of :data:`TILE_EDGES` the edge pair t - 1,
-    t and the start of the last tile ``(size - 1) // t * t``, then size // 2."""
+    """Up to ``limit`` distinct indices in ``[0, size)``, by priority: 0, size - 1, per
+    tile t of :data:`TILE_EDGES` t - 1, t and the last tile's start, then eighths."""
     cand = [0, size - 1]
     for t in TILE_EDGES:
         cand += [t - 1, t, (size - 1) // t * t]
@@ -83,18 +58,12 @@ class _Col:
     k_pos: tuple
 
 
-def _short(g: torch.Generator, n: int) -> Tensor:
-    """float64 [n] in [1, 2) with 3 fractional bits."""
-    return 1.0 + torch.randint(0, 8, (n,), generator=g).double() / 8
-
-
-def _short9(g: torch.Generator, n: int) -> Tensor:
-    """float64 [n] in [1, 2) with 8 fractional bits."""
-    return 1.0 + torch.randint(0, 256, (n,), generator=g).double() / 256
+def short_mantissa(g: torch.Generator, n: int, bits: int) -> Tensor:
+    """float64 [n] significands in [1, 2) with ``bits`` fractional bits (exact products in float32)."""
+    return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
 def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool) -> list[str]:
-    """The applicable kinds, in priority order."""
     budget = 3 * k // 4
     ks = []
     if mode == "real":
@@ -131,24 +100,8 @@ def _capacity(bk: int) -> int:
     return 127 if bk == 1 else 127 * 127 * (bk - 1) + 127
 
 
-def _fp32_ties(g, sa: Tensor, sb: Tensor, vmax: int) -> Tensor:
-    """int64 [R, C]: float32-output ties (every order within one spacing of
-    a_then_w, preferring different bits), 0 where none; random sign."""
-    v = _tie_targets(sa, sb, vmax, torch.float32, g)
-    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
-    d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()
-    ok = (d2 <= 1) & (d3 <= 1)
-    score = torch.where(
-        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
-    )
-    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
-    pick = torch.where(ok.any(-1), pick, 0)
-    return pick * torch.where(torch.rand(pick.shape, generator=g) < 0.5, -1, 1)
-
-
 def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
-    """The per-channel scale of a probe column (module docstring)."""
-    u = 1.0 if mode == "pow2" else float(_short9(g, 1)[0])
+    u = 1.0 if mode == "pow2" else float(short_mantissa(g, 1, 8)[0])
     if kind == "overflow":
         return (2.0**4 if out_dtype == torch.float16 else 2.0**119) * u
     if kind == "subnormal":
@@ -162,16 +115,15 @@ def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
 
 
 def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Tensor, float]:
-    """``(acc int64 [R], s_w)`` of a ``scale_order`` column: the best of ``tries``
-    seeded full-significand scales ``(1 + U) * 2^-10``, by the number of rows
-    whose scale orders give different bits."""
+    """``(acc int64 [R], s_w)`` of a ``scale_order`` column: of ``tries`` seeded scales
+    ``(1 + U) * 2^-10``, the one with the most rows whose scale orders differ."""
     best, best_n = None, -1
     vmax = min(cap, 500126)
     for _ in range(tries if cap > 2**12 else 4 * tries):  # few candidates: more scales
         sbc = float((1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10)
         sbt = torch.tensor([sbc], dtype=torch.float32)
         if out_dtype == torch.float32:
-            v = _fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
+            v = pick_fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
         else:
             v = pick_ties(g, sa.float(), sbt, out_dtype, vmax)[:, 0]
         y1, y2, y3 = _tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype)
@@ -218,7 +170,8 @@ def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int,
     raise ValueError(f"unknown planted kind {kind!r}")
 
 
-def _odd(g: torch.Generator, shape) -> Tensor:
+def odd_ints(g: torch.Generator, shape) -> Tensor:
+    """int64 odd values in {-5, -3, -1, 1, 3, 5}."""
     return (2 * torch.randint(0, 3, tuple(shape), generator=g) + 1) * torch.where(
         torch.rand(tuple(shape), generator=g) < 0.5, -1, 1
     )
@@ -238,25 +191,10 @@ def planted_case(
     rotate: int = 0,
     meta: Optional[dict] = None,
 ) -> GemmOperands:
-    """Random (M, K, N) operands with planted discriminators (module docstring).
-
-    Args:
-        m, k, n: shape; out_dtype: bf16 / fp16 / fp32.
-        mode: ``real`` (real per-channel scales, scale_mode ``synthetic``) or
-            ``pow2`` (power-of-two per-channel scales, scale_mode ``pow2``).
-        bias: with an out_dtype bias.
-        seed: generator seed (with ``name``: same arguments, same bits).
-        scale_a_tensor / scale_b_tensor: one scale for every row / column
-            (returned as a [M] / [N] vector of equal values; the caller makes
-            the 0-d or [1] view).
-        rotate: offset into the kind and row-kind cycles (small M or N: which
-            kinds get the few probe positions).
-        meta: extra ``meta`` entries.
-
-    Returns:
-        GemmOperands (dense; ``meta["planted"]`` from :func:`discrimination`,
-        ``meta["probes"]`` the probe rows and columns).
-    """
+    """Dense random (M, K, N) operands with planted discriminators; ``mode`` ``real``
+    | ``pow2`` (weight scales); ``scale_*_tensor``: one scale value for every row /
+    column (as a [M] / [N] vector); ``rotate``: offset into the kind cycles.
+    ``meta["probes"]``: probe rows and columns; ``meta["planted"]``: :func:`discrimination`."""
     g = generator(f"{name}/{m}x{k}x{n}/{OUT_TAG[out_dtype]}/{mode}", seed)
     hi = 127 if 16384 * k >= 2**31 else 128
     a = torch.randint(-hi, 128, (m, k), generator=g, dtype=torch.int16)
@@ -283,12 +221,12 @@ def planted_case(
     sgn_r = torch.tensor([-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64)
     if scale_a_tensor:
         kinds_r = ["short"] * len(prow)
-        s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(_short(g, 1)[0])) * float(sgn_r[0])
+        s0 = (1.0 if scale_a_tensor_kind == "pow2" else float(short_mantissa(g, 1, 3)[0])) * float(sgn_r[0])
         sa = torch.full((m,), s0, dtype=torch.float64)
     else:
         for i, (r, kind) in enumerate(zip(prow, kinds_r)):
             v = (
-                float(_short(g, 1)[0])
+                float(short_mantissa(g, 1, 3)[0])
                 if kind != "real"
                 else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0])
             )
@@ -318,10 +256,9 @@ def planted_case(
     slot_col[order] = torch.arange(total)
     pos_t = torch.tensor(pos, dtype=torch.int64)
     slots = [pos_t[slot_col[col_of == j]].tolist() for j in range(len(sizes))]
-    used = torch.tensor(pos, dtype=torch.int64)
     if len(pos):  # plant positions carry probe products only
-        a[:, used] = 0
-        b[:, used] = 0
+        a[:, pos_t] = 0
+        b[:, pos_t] = 0
     if fp32:  # probe rows isolated: two roundings per order could exceed C6's spacing
         a[prow] = 0
     cols: list[_Col] = []
@@ -332,14 +269,14 @@ def planted_case(
         sb[c] = sbc
         b[c] = 0
         if kind == "partial_sums":
-            odd_b = _odd(g, (3,))
+            odd_b = odd_ints(g, (3,))
             b[c, kp[:3]] = odd_b.to(b.dtype)
             b[c, kp[3:]] = 127
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
             ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else torch.tensor([x != "real" for x in kinds_r])
             for i, r in enumerate(prow):
                 if ok[i]:
-                    a[r, kp[:3]] = _odd(g, (3,)).to(a.dtype)
+                    a[r, kp[:3]] = odd_ints(g, (3,)).to(a.dtype)
                     a[r, kp[3 : 3 + RUN]] = 127 * int(sgn[i])
                     a[r, kp[3 + RUN :]] = -127 * int(sgn[i])
         else:
@@ -368,17 +305,9 @@ def planted_case(
             bvec[col.index] = bias_vals.get(col.index, -0.0)
         if mode == "real" and not fp32:
             _keep_c6_premise(a, b, sa, sb, bvec, out_dtype, {c.index for c in cols}, g)
-    ops = GemmOperands(
-        a=a.to(torch.int8),
-        b=b.to(torch.int8),
-        scale_a=sa.to(torch.float32),
-        scale_b=sb.to(torch.float32),
-        bias=bvec,
-        out_dtype=out_dtype,
-        name=name,
-        scale_mode="pow2" if mode == "pow2" else "synthetic",
-        meta=dict(meta or {}),
-    )
+    scale_mode, meta = "pow2" if mode == "pow2" else "synthetic", dict(meta or {})
+    a, b, sa, sb = a.to(torch.int8), b.to(torch.int8), sa.to(torch.float32), sb.to(torch.float32)
+    ops = GemmOperands(a, b, sa, sb, bvec, out_dtype, name, scale_mode, meta)
     ops.meta["probes"] = {"rows": prow, "row_kinds": kinds_r, "cols": [[c.index, c.kind] for c in cols]}
     ops.meta["planted"] = discrimination(ops)
     if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design
@@ -397,14 +326,8 @@ def _keep_c6_premise(
     g: torch.Generator,
     tries: int = 4,
 ) -> None:
-    """Redraw (then zero) the bias of every non-probe column where two legal
-    epilogues (scale order x bias point) end more than one spacing apart (a
-    random y near -bias: C6's premise), in place."""
-    from reference.accumulate import exact_int_mm
-    from reference.bits import spacing_distance
-    from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """In place: redraw (finally -0) the bias of every non-probe column where two
+    legal epilogues end more than one spacing apart (C6's premise)."""
     acc = exact_int_mm(a.to(torch.int8), b.to(torch.int8))
     s_a, s_b = sa.to(torch.float32), sb.to(torch.float32)
     y = acc.double() * sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)
@@ -434,21 +357,9 @@ def _keep_c6_premise(
 
 
 def discrimination(ops: GemmOperands) -> dict:
-    """Per planted kind, how many probe elements discriminate (counts over the
-    probe rows x probe columns of ``ops.meta["probes"]``, on the reference):
-
-    ``scale_order``: the three scale orders give different bits (any pair);
-    ``bias_point``: the two bias points differ (a_then_w); ``signed_zero``: -0
-    products (before the bias); ``overflow``: +-inf outputs; ``subnormal``: subnormal or
-    underflowed-to-zero outputs of nonzero accumulators; ``partial_sums``:
-    partial sums >= 2^24 with an odd final |acc| < 2^24; ``big_acc``: |acc| >
-    2^24 not representable in float32.
-    """
-    from reference.accumulate import exact_int_mm
-    from reference.bits import bits_of
-    from reference.contract import EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """Per planted kind, the discriminating probe elements of the reference: scale
+    orders differ, bias points differ, -0 products, +-inf, subnormal or zero
+    outputs of nonzero accumulators, odd |acc| < 2^24, |acc| > 2^24 inexact in float32."""
     pr = ops.meta["probes"]
     rows = torch.tensor(pr["rows"], dtype=torch.int64)
     out = {kind: 0 for kind in KINDS}

@@ -1,26 +1,9 @@
-"""``regimes``: the trigger map of shape regimes, every case planted.
+"""``regimes``: the trigger map of shape regimes, every case planted (README.md here).
 
-Real kernels branch on shape: M buckets, wide-N grids, deep-K and split-K
-paths, M*N*K thresholds, 16-bit index and 65,535 grid limits. :data:`REGIMES`
-visits both sides of each boundary a kernel may branch on, one narrow case per
-value (one large dimension, the others small), and every case carries planted
-discriminators (``conformance.cases.planting``) for the epilogue's degrees of
-freedom, so an epilogue that changes only in that regime meets bits that tell.
-
-* ``M``, ``N``, ``K``: 2^k - 1, 2^k, 2^k + 1 for k = 6..17 (both sides of
-  every power-of-two tile and BLOCK_K, the 16-bit index limits 32,767 /
-  65,535 and, for one row or column per program, the 65,535 grid limit),
-  multiples of 96 and 192 (non-power-of-two tiles) +- 1; N also the Qwen
-  vocabulary 151,936; K also 8192 + r for residues r mod 256 at large K
-  (the small-K residues are family ``k_residues``).
-* ``MNK``: M*N*K just past 2^28 and 2^30.
-* ``grid``: M and N both spanning several tiles at once (scales distinct per
-  row and column).
-
-Layout, output dtype, scale mode and bias rotate over the cases of an axis
-(:data:`LAYOUTS`), so every layout the contract admits is met at large
-shapes: padded ``a``, the transposed-view ``b`` of the vLLM convention, padded
-``b``, scales as ``[M]``, ``[M,1]``, 0-d, ``[1]`` and strided views, strided bias.
+:data:`AXES` visits both sides of each boundary a kernel may branch on, one
+narrow case per value: 2^k - 1, 2^k, 2^k + 1 (k = 6..17), 1.5 * 2^k and tile
+multiples +- 1 on M, N, K; N = 151,936; K = 8192 + r; M*N*K past 2^28 / 2^30;
+multi-tile grids. Layout, dtype, scale mode and bias rotate over an axis' cases.
 """
 
 from __future__ import annotations
@@ -110,10 +93,8 @@ def regime_shapes() -> list[tuple[str, int, int, int]]:
 
 
 def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> GemmOperands:
-    """The i-th regime case of ``axis`` at (m, k, n): layout ``LAYOUTS[i % 12]``,
-    output dtype ``DTYPES[i % 3]``, power-of-two weight scales every fourth
-    case, a bias every second (always with ``bias_strided`` / ``all`` and on
-    the ``grid`` cases), all +0 every sixth from the fifth."""
+    """The i-th regime case of ``axis`` at (m, k, n); ``i`` rotates layout, dtype,
+    scale mode (pow2 every fourth) and bias (every second; all +0 every sixth)."""
     layout = LAYOUTS[i % len(LAYOUTS)]
     out_dtype = DTYPES[i % len(DTYPES)]
     mode = "pow2" if i % 4 == 3 else "real"
@@ -121,29 +102,12 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
     zero_bias = bias and i % 6 == 4  # an all-(+0) bias: a kernel that skips it keeps -0
     name = f"family/regimes/{axis}-M{m}xK{k}xN{n}-{layout}-{mode}-{TAG[out_dtype]}"
     value = {"M": m, "K": k, "N": n}.get(axis, m * k * n)
-    ops = planted_case(
-        m,
-        k,
-        n,
-        out_dtype,
-        mode,
-        bias,
-        seed=seed,
-        name=name,
-        scale_a_tensor=layout in ("scale_a_0d", "scale_a_uniform"),
-        scale_b_tensor=layout in ("scale_b_1", "scale_b_uniform"),
-        rotate=i,
-        meta={
-            "source": "family",
-            "family": "regimes",
-            "seed": seed,
-            "variant": f"{axis}-M{m}xK{k}xN{n}",
-            "layout": layout,
-            "scale_kind": mode,
-            "regime": {"axis": axis, "value": value},
-            "trigger": f"regime {axis} = {value}",
-        },
-    )
+    meta = {"source": "family", "family": "regimes", "seed": seed, "variant": f"{axis}-M{m}xK{k}xN{n}"}
+    meta.update(layout=layout, scale_kind=mode, regime={"axis": axis, "value": value})
+    meta["trigger"] = f"regime {axis} = {value}"
+    sa_t, sb_t = layout in ("scale_a_0d", "scale_a_uniform"), layout in ("scale_b_1", "scale_b_uniform")
+    kw = dict(scale_a_tensor=sa_t, scale_b_tensor=sb_t, rotate=i, meta=meta)
+    ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name, **kw)
     if zero_bias:
         ops.bias.zero_()
         ops.meta["bias"] = "all +0"
@@ -153,7 +117,6 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
 
 
 def regimes_family(seed: int = 0) -> list[GemmOperands]:
-    """``regimes``: one planted case per :func:`regime_shapes` entry."""
     out, per_axis = [], {}
     for axis, m, k, n in regime_shapes():
         i = per_axis.get(axis, 0)

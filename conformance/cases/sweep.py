@@ -12,10 +12,8 @@ TILE_EDGES = (16, 32, 64, 128)
 
 
 def sweep_shapes(edges: Sequence[int] = TILE_EDGES) -> list[tuple[int, int, int]]:
-    """(M, K, N) shapes straddling tile edges: for each edge e, the cube
-    (s, s, s) for s in e-1, e, e+1; K and N alone at e-1, e, e+1 (small M);
-    and M = 1 .. 9 (decode-like tails) at odd K and N. Duplicates removed,
-    order kept."""
+    """(M, K, N) shapes, unique, in order: cubes at e - 1, e, e + 1 per edge e,
+    M = 1..9 at odd K and N, then K and N alone at e - 1, e, e + 1 (M = 3)."""
     out: list[tuple[int, int, int]] = []
     for e in edges:
         for s in (e - 1, e, e + 1):
@@ -35,9 +33,7 @@ def sweep_shapes(edges: Sequence[int] = TILE_EDGES) -> list[tuple[int, int, int]
 
 
 def shape_sweep(edges: Sequence[int] = TILE_EDGES, seed: int = 0) -> list[GemmOperands]:
-    """Alignment-straddling sweep: one ``ordinary``-style case per shape of
-    :func:`sweep_shapes`; every second shape carries a bias (tail masking of
-    the bias load is exercised too). Names ``sweep/M{m}xK{k}xN{n}``."""
+    """One ``ordinary`` case per :func:`sweep_shapes` shape, every second with a bias."""
     cases = []
     for i, (m, k, n) in enumerate(sweep_shapes(edges)):
         c = make_case(

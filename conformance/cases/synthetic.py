@@ -1,8 +1,4 @@
-"""The fixed synthetic case kinds (``make_case``) and the epilogue-tie search.
-
-Deterministic given the seed (``torch.Generator``); ``meta["source"] ==
-"synthetic"``.
-"""
+"""The fixed synthetic case kinds (:func:`make_case`), deterministic per seed, ``meta["source"] == "synthetic"``."""
 
 from __future__ import annotations
 
@@ -12,6 +8,10 @@ import torch
 
 from conformance.cases.planting import planted_case
 from conformance.cases.tie_search import TIE_BLOCK, pick_ties, realize_acc
+from reference.accumulate import exact_int_mm
+from reference.bits import bits_of
+from reference.contract import EpilogueContract
+from reference.epilogue import apply_epilogue
 from reference.operands import GemmOperands
 
 #: Synthetic case kinds, in report order (new kinds go last: the index seeds the generator).
@@ -37,21 +37,19 @@ def _int8(g: torch.Generator, shape) -> torch.Tensor:
 
 
 def _token_scales(g: torch.Generator, m: int) -> torch.Tensor:
-    """Per-token scales like dynamic quantization's absmax/127 with absmax in
-    [0.5, 8): full float32 mantissas, so scale order matters."""
+    """float32 [m] absmax/127, absmax in [0.5, 8): full mantissas."""
     absmax = 0.5 + 7.5 * torch.rand(m, generator=g, dtype=torch.float64)
     return (absmax / 127.0).to(torch.float32)
 
 
 def _channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
-    """Per-channel weight scales absmax/127.5 with absmax in [0.02, 0.3)."""
+    """float32 [n] absmax/127.5, absmax in [0.02, 0.3)."""
     absmax = 0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)
     return (absmax / 127.5).to(torch.float32)
 
 
 def _pow2_channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
-    """Power-of-two weight scales 2**-e, e in [7, 12] (like requantized
-    per-channel scales snapped to a power of two)."""
+    """float32 [n] 2**-e, e in [7, 12]."""
     e = torch.randint(7, 13, (n,), generator=g)
     return torch.pow(2.0, -e.to(torch.float64)).to(torch.float32)
 
@@ -61,10 +59,8 @@ def _bias(g: torch.Generator, n: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _epilogue_ties(g: torch.Generator, m: int, n: int, out_dtype: torch.dtype = torch.bfloat16):
-    """(a, b, scale_a, scale_b) of the ``epilogue_ties`` kind (see make_case):
-    real token / channel scales, accumulators from :func:`pick_ties` built by
-    :func:`realize_acc` (K = N * TIE_BLOCK, |acc| <= VMAX = 500126 < 2**24:
-    the float32 conversion stays exact)."""
+    """(a, b, scale_a, scale_b) of ``epilogue_ties``: real scales, :func:`pick_ties`
+    accumulators (|acc| < 2**24) realized with K = N * TIE_BLOCK."""
     sa, sb = _token_scales(g, m), _channel_scales(g, n)
     acc = pick_ties(g, sa, sb, out_dtype)
     a, b = realize_acc(acc)
@@ -72,21 +68,9 @@ def _epilogue_ties(g: torch.Generator, m: int, n: int, out_dtype: torch.dtype = 
 
 
 def tie_discrimination(ops: GemmOperands, exact: Optional[torch.Tensor] = None) -> dict:
-    """How many output elements of ``ops`` tell the scale orders apart.
-
-    Computed with ``reference.epilogue.apply_epilogue`` for each order in
-    :data:`TIE_ORDERS` (the case's bias and out_dtype; bias point
-    ``fp32_before_round``).
-
-    Returns:
-        ``{"elements", "a_then_w!=w_then_a", "a_then_w!=fused",
-        "w_then_a!=fused", "any", "all_three"}`` (element counts).
-    """
-    from reference.accumulate import exact_int_mm
-    from reference.bits import bits_of
-    from reference.contract import EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """Element counts ``{"elements", "a_then_w!=w_then_a", "a_then_w!=fused",
+    "w_then_a!=fused", "any", "all_three"}`` of ``ops``' outputs under
+    :data:`TIE_ORDERS` (bias point ``fp32_before_round``)."""
     acc = exact if exact is not None else exact_int_mm(ops.a, ops.b)
     bits = {
         o: bits_of(
@@ -126,41 +110,12 @@ def make_case(
     name: Optional[str] = None,
     plant: bool = True,
 ) -> GemmOperands:
-    """Build one deterministic synthetic case.
-
-    Args:
-        kind: one of :data:`SYNTHETIC_KINDS`: ``ordinary`` (random int8, real
-            scales), ``pow2`` (power-of-two per-channel scales, scale_mode
-            ``pow2``), ``bias`` / ``pow2_bias`` (with an out_dtype bias),
-            ``m1`` (one token, decode), ``extreme`` (int8 values only -128 /
-            127, row 0 of a and b all -128 so -128 x -128 products appear),
-            ``tails`` (M, K, N not multiples of 8), ``fp16_out`` (float16
-            output and bias), ``epilogue_ties`` (M = N = 32, K = 32 * N,
-            block-diagonal b; every accumulator chosen so that the bf16
-            results of the scale orders a_then_w / w_then_a / fused differ
-            where possible: about 3/4 of the elements tell a_then_w from
-            w_then_a, see :func:`_epilogue_ties`; ``meta["discriminating"]``
-            holds :func:`tie_discrimination`; a ``k`` override is ignored),
-            ``column_scales`` (scale_a [M,1], scale_b [N,1], the vLLM
-            layout) and ``scalar_scales`` (per-tensor 0-d scales): the
-            contract admits all three scale layouts, so a kernel must too.
-        seed: generator seed (same seed, same bits).
-        m, k, n: shape override (defaults depend on kind).
-        out_dtype: output dtype (bias has this dtype).
-        bias: force bias on/off (default by kind).
-        source: ``meta["source"]`` label.
-        name: case name (default ``synthetic/<kind>-s<seed>``).
-        plant: random kinds carry planted discriminators
-            (``conformance.cases.planting.planted_case``; ``meta["planted"]``);
-            False: plain random operands.
-
-    Returns:
-        GemmOperands with a int8 [M,K], b int8 [N,K], scale_a fp32 [M]
-        ([M,1] / 0-d for the layout kinds), scale_b fp32 [N] ([N,1] / 0-d),
-        bias out_dtype [N] or None.
-
-    Raises:
-        ValueError: unknown kind.
+    """One deterministic case of ``kind`` (:data:`SYNTHETIC_KINDS`; ValueError otherwise):
+    ``ordinary``, ``pow2`` (pow2 weight scales), ``bias`` / ``pow2_bias``, ``m1``,
+    ``extreme`` (only -128 / 127, row 0 all -128), ``tails`` (no multiples of 8),
+    ``fp16_out``, ``epilogue_ties`` (32 x 32 ties, ``meta["discriminating"]``; ``k``
+    ignored), ``column_scales`` ([M,1] / [N,1]), ``scalar_scales`` (0-d). Random
+    kinds are planted unless ``plant=False``; ``bias`` overrides the kind's default.
     """
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"unknown synthetic case kind {kind!r}; known: {SYNTHETIC_KINDS}")
@@ -178,17 +133,8 @@ def make_case(
     if kind == "epilogue_ties":
         a, b, sa, sb = _epilogue_ties(g, m, n)
         bv = _bias(g, n, out_dtype) if bias else None
-        ops = GemmOperands(
-            a=a,
-            b=b,
-            scale_a=sa,
-            scale_b=sb,
-            bias=bv,
-            out_dtype=out_dtype,
-            name=name or f"synthetic/{kind}-s{seed}",
-            scale_mode="synthetic",
-            meta={"source": source, "kind": kind, "seed": seed, "tie_block": TIE_BLOCK},
-        )
+        meta = {"source": source, "kind": kind, "seed": seed, "tie_block": TIE_BLOCK}
+        ops = GemmOperands(a, b, sa, sb, bv, out_dtype, name or f"synthetic/{kind}-s{seed}", "synthetic", meta)
         ops.meta["discriminating"] = tie_discrimination(ops)
         return ops
     pow2 = kind.startswith("pow2")
@@ -196,20 +142,10 @@ def make_case(
         bias = kind in ("bias", "pow2_bias", "fp16_out")
     if plant and kind != "extreme":
         scalar = kind == "scalar_scales"
-        ops = planted_case(
-            m,
-            k,
-            n,
-            out_dtype,
-            "pow2" if pow2 else "real",
-            bias,
-            seed=seed,
-            name=name or f"synthetic/{kind}-s{seed}",
-            scale_a_tensor=scalar,
-            scale_b_tensor=scalar,
-            rotate=seed + SYNTHETIC_KINDS.index(kind),
-            meta={"source": source, "kind": kind, "seed": seed},
-        )
+        rot, meta = seed + SYNTHETIC_KINDS.index(kind), {"source": source, "kind": kind, "seed": seed}
+        kw = dict(scale_a_tensor=scalar, scale_b_tensor=scalar, rotate=rot, meta=meta)
+        case_name = name or f"synthetic/{kind}-s{seed}"
+        ops = planted_case(m, k, n, out_dtype, "pow2" if pow2 else "real", bias, seed=seed, name=case_name, **kw)
         if kind == "column_scales":
             ops.scale_a, ops.scale_b = ops.scale_a.view(-1, 1).clone(), ops.scale_b.view(-1, 1).clone()
         elif scalar:
@@ -229,17 +165,8 @@ def make_case(
     elif kind == "scalar_scales":
         sa, sb = sa[0].clone(), sb[0].clone()
     bv = _bias(g, n, out_dtype) if bias else None
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=sa,
-        scale_b=sb,
-        bias=bv,
-        out_dtype=out_dtype,
-        name=name or f"synthetic/{kind}-s{seed}",
-        scale_mode="pow2" if pow2 else "synthetic",
-        meta={"source": source, "kind": kind, "seed": seed},
-    )
+    name, scale_mode = name or f"synthetic/{kind}-s{seed}", "pow2" if pow2 else "synthetic"
+    return GemmOperands(a, b, sa, sb, bv, out_dtype, name, scale_mode, {"source": source, "kind": kind, "seed": seed})
 
 
 def synthetic_cases(seeds: Sequence[int] = (0, 1), kinds: Sequence[str] = SYNTHETIC_KINDS) -> list[GemmOperands]:

@@ -1,7 +1,5 @@
-"""The scale-order tie search: accumulators whose output bits differ between
-the scale orders a_then_w / w_then_a / fused (:func:`pick_ties`), and int8
-operands realizing given accumulators (:func:`realize_acc`).
-"""
+"""The scale-order tie search (:func:`pick_ties`, :func:`pick_fp32_ties`) and
+:func:`realize_acc`, int8 operands with a given exact accumulator."""
 
 from __future__ import annotations
 
@@ -27,25 +25,9 @@ def _tie_targets(
     out_dtype: torch.dtype = torch.bfloat16,
     g: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
-    """Candidate accumulators per element: for every rounding midpoint mu of
-    ``out_dtype`` in the top two binades of ``vmax * s_a[m] * s_w[n]``, the
-    integer v nearest to ``mu / (s_a[m] * s_w[n])`` (clamped to [1, vmax]).
-
-    Why these: two scale orders give different output bits only when their
-    float32 results (each within ~1 float32 ulp of the exact v * s_a * s_w)
-    straddle an output-dtype midpoint, so v must put the exact product within
-    about an ulp of one. Doubling v scales the product exactly and cannot
-    create a new straddle, so only v in the top binade [vmax/2, vmax] adds
-    candidates (measured: lower binades found no element the top ones missed).
-    float32 output has no final rounding: the orders differ wherever their
-    float32 roundings differ, so 256 seeded integers of the top binade are the
-    candidates (``g`` required).
-
-    Returns:
-        float64 [M, N, C] of integers (float64 is exact here: sa, sb are
-        float32, so sa*sb has <= 48 significant bits); C = 2 * 2**p for a
-        p-bit mantissa (bf16 256, fp16 2048), 256 for float32.
-    """
+    """float64 [M, N, C] candidates in [1, vmax]: per rounding midpoint mu of ``out_dtype``
+    in the top two binades of ``vmax * s_a * s_w``, the integer nearest ``mu / (s_a * s_w)``
+    (orders differ only where results straddle a midpoint); float32: 256 seeded integers."""
     c = sa.double().reshape(-1, 1) * sb.double().reshape(1, -1)  # exact
     if out_dtype == torch.float32:
         v = torch.randint(vmax // 2, vmax + 1, tuple(c.shape) + (256,), generator=g)
@@ -64,40 +46,22 @@ def _tie_targets(
 def _tie_orders_bits(
     v: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
 ) -> list:
-    """Output bits (int16 / int32) of the three scale orders on accumulators
-    ``v`` (float64 integers [M, N, C], |v| < 2**24 so float32(v) is exact),
-    each order as ``reference.epilogue.apply_epilogue`` computes it: separate
-    IEEE float32 multiplies, then one RNE to ``out_dtype`` (none for float32)."""
+    """Output bits (int16 / int32) of the three scale orders on ``v`` (float64 integers
+    [M, N, C], |v| < 2**24), as ``reference.epilogue.apply_epilogue`` computes them."""
     x = v.to(torch.float32)
     s_a = sa.reshape(-1, 1, 1)
     s_w = sb.reshape(1, -1, 1)
     ys = ((x * s_a) * s_w, (x * s_w) * s_a, x * (s_a * s_w))  # TIE_ORDERS order
     if out_dtype == torch.float32:
         return [y.view(torch.int32) for y in ys]
-    # torch's float32 -> bf16/fp16 cast is RNE (c10 round_to_nearest_even), the
-    # same bits as round_fp32 on these normal values, and ~20x faster
+    # torch's float32 -> bf16/fp16 cast is RNE: round_fp32's bits on these normal values
     return [y.to(out_dtype).view(torch.int16) for y in ys]
 
 
 def realize_acc(acc: torch.Tensor, block: int = TIE_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 operands whose exact accumulator is ``acc``.
-
-    b [N, K = N*block] is block diagonal: row n holds block-1 weights of 127
-    then one 1 in columns [n*block, (n+1)*block), zeros elsewhere, so
-    acc[m, n] = 127 * (sum of the block-1 entries of a) + a_last; a splits
-    each target into such entries (as evenly as possible).
-
-    Args:
-        acc: int64 [M, N], |acc| <= 127 * 127 * (block - 1) + 127 (VMAX for
-            the default block).
-
-    Returns:
-        ``(a int8 [M, N*block], b int8 [N, N*block])`` with
-        ``a.long() @ b.long().T == acc``.
-
-    Raises:
-        ValueError: a target out of range.
-    """
+    """``(a int8 [M, N*block], b int8 [N, N*block])`` with ``a @ b.T == acc`` (int64
+    [M, N], |acc| <= 127 * 127 * (block - 1) + 127, else ValueError): ``b`` block
+    diagonal (block - 1 weights of 127, then a 1), ``a`` splits each target evenly."""
     m, n = acc.shape
     vmax = 127 * 127 * (block - 1) + 127
     if int(acc.abs().max()) > vmax:
@@ -123,11 +87,9 @@ def realize_acc(acc: torch.Tensor, block: int = TIE_BLOCK) -> tuple[torch.Tensor
 def pick_ties(
     g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, vmax: int = VMAX
 ) -> torch.Tensor:
-    """Per element, an accumulator (int64 [M, N], |acc| <= vmax, default VMAX) whose output
-    differs between scale orders: among :func:`_tie_targets`, preferring all
-    three different, then a_then_w != w_then_a, then fused != one of them;
-    ties broken by a seeded draw; random sign (rounding and products are
-    sign-symmetric)."""
+    """int64 [M, N], |acc| <= vmax: per element the :func:`_tie_targets` candidate
+    whose output best tells the scale orders apart (all three, then a_then_w vs
+    w_then_a, then fused; seeded tie-break), with a random sign."""
     m, n = int(sa.numel()), int(sb.numel())
     v = _tie_targets(sa, sb, vmax, out_dtype, g)
     y1, y2, y3 = _tie_orders_bits(v, sa, sb, out_dtype)
@@ -138,3 +100,18 @@ def pick_ties(
     pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
     sign = torch.where(torch.rand((m, n), generator=g) < 0.5, -1, 1)
     return pick * sign
+
+
+def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor, vmax: int = VMAX) -> torch.Tensor:
+    """int64 [M, N]: float32-output ties, every order within one float32 spacing of
+    ``a_then_w`` (C6's reference), preferring different bits; 0 where none; random sign."""
+    v = _tie_targets(sa, sb, vmax, torch.float32, g)
+    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
+    d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()  # positive finite floats: bits order like values
+    ok = (d2 <= 1) & (d3 <= 1)
+    score = torch.where(
+        ok, 2.0 * (d2 > 0) + 1.0 * (d3 > 0) + torch.rand(v.shape, generator=g, dtype=torch.float64), -1.0
+    )
+    pick = torch.gather(v, -1, score.argmax(-1, keepdim=True)).squeeze(-1).to(torch.int64)
+    pick = torch.where(ok.any(-1), pick, 0)
+    return pick * torch.where(torch.rand(pick.shape, generator=g) < 0.5, -1, 1)

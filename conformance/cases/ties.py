@@ -1,19 +1,5 @@
-"""``ties``: epilogue-discriminating cases at every M from 1 to 17 and at large M.
-
-Accumulators are chosen per element (``conformance.cases.synthetic.pick_ties``)
-so that the output bits of the scale orders a_then_w / w_then_a / fused
-differ where possible, with N = 24 (K = 768) and real scales (under
-power-of-two weight scales all orders agree, so the family has no pow2
-mode). bf16 at every M in 1..17 plus M = 64 and 96; fp16 at M = 1, 2, 7,
-16, 17, 33. No float32 output: without a final rounding two legal orders
-differ by up to two float32 spacings (each rounds twice), which C6's one
-spacing does not allow, so real-scale float32 cases would fail correct
-kernels (scale-order bugs show in bf16 and fp16 output). A kernel that takes another scale
-order (or epilogue) only at one of these M -- a decode path at M = 1, a
-small-M split -- is caught by C8 at that M; the same accumulators at deep K,
-wide N, the M between 17 and 128 and small |acc| are family ``dispatch``
-(``conformance.cases.dispatch``), at M >= 128 ``large_shapes``.
-"""
+"""``ties``: scale-order-discriminating accumulators (``tie_search.pick_ties``) at M = 1..17, 64, 96
+(bf16) and 1, 2, 7, 16, 17, 33 (fp16), N = 24, K = 768, real scales only (no fp32: README.md)."""
 
 from __future__ import annotations
 

@@ -1,30 +1,9 @@
-"""Precondition checks C3 int32_headroom and C4 fp32_exact_accumulator
-(DESIGN.md section 6), on the accumulator ``acc = a @ b.T``.
+"""Precondition checks C3 int32_headroom and C4 fp32_exact_accumulator (DESIGN.md section 6).
 
-Integer accumulation is exact and order-free only while every partial sum
-fits int32 (C3), and ``float32(acc)`` in the epilogue is exact only while
-``|acc| < 2**24`` (C4; float32 has a 24-bit significand, IEEE 754 section
-3.3). The *observed* accumulator is the kernel's own accumulator-only entry
-``int_mm`` (through ``conformance.kernels.runner.run_int_mm``) when the
-kernel has one, else the reference's exact accumulator
-(``reference.accumulate.exact_int_mm``); the evidence says which.
-
-A failure caused by the operands (fault families F6 / F7) has
-``evidence["failure_kind"] == "precondition"``; a failure of the kernel's
-own accumulator (its ``int_mm`` raised, returned the wrong shape, or
-disagrees with the exact accumulator while the bound holds) has
-``failure_kind == "kernel"``.
-
-Where some summation order leaves int32 the kernel's accumulator is compared
-with what its *declared* overflow behaviour gives (``KernelSpec.overflow``,
-:mod:`conformance.checks.overflow`: ``wrap`` -> the wrapped int32,
-``saturate`` -> clamped where every order agrees, ``undefined`` -> not
-compared), never with the unwrapped int64 sum: overflowing is a precondition,
-not a fault, but behaving otherwise than declared is a fault.
-
-Both checks are ``n/a`` when the kernel could not run on the case at all
-(not runnable here: device missing, shape outside its declared constraints):
-passing on the reference's accumulator alone would verify nothing about it.
+C3: every partial sum fits int32 and the kernel's accumulator matches what its
+declared overflow behaviour gives; C4: ``|acc| < 2**24`` (``float32(acc)`` exact).
+``evidence["failure_kind"]``: ``precondition`` (the operands: F6 / F7) or
+``kernel``. Both ``n/a`` when the kernel could not run.
 """
 
 from __future__ import annotations
@@ -36,23 +15,26 @@ import torch
 from torch import Tensor
 
 from conformance.checks.compare import skipped_reason
+from conformance.checks.output_bits import overflow_of
+from conformance.checks.overflow import declared_accumulator, may_leave_int32
 from conformance.checks.result import CheckResult, not_applicable
 from reference import memo, readback
+from reference.accumulate import (
+    FP32_EXACT_INT,
+    INT32_MAX,
+    accumulator_row_col_bound,
+    ask_accumulator_bound,
+    exact_int_mm,
+)
 
 C3, C4 = "C3", "C4"
 
 
 @dataclass
 class ObservedAccumulator:
-    """The accumulator a check looks at.
-
-    Attributes:
-        acc: int32 (or int64) [M, N] on the CPU (or the kernel's device:
-            ``observe_accumulator(keep_on_device=True)``), or None when unavailable.
-        source: ``"kernel int_mm"`` or ``"reference exact_int_mm"``.
-        error: the kernel's accumulator-entry failure, if any (one line).
-        manifest: the accumulator run's manifest (path taken), if any.
-    """
+    """The accumulator a check looks at: ``acc`` int32/int64 [M, N] (CPU, or the
+    kernel's device with ``keep_on_device``) or None; ``source`` ``"kernel int_mm"``
+    or ``"reference exact_int_mm"``; ``error`` one line; ``manifest`` of the run."""
 
     acc: Optional[Tensor]
     source: str
@@ -63,23 +45,9 @@ class ObservedAccumulator:
 def observe_accumulator(
     spec, ops, device: Optional[str] = None, keep_on_device: bool = False, launch=None
 ) -> ObservedAccumulator:
-    """Run the kernel's accumulator-only entry on ``ops.a, ops.b``.
-
-    With ``keep_on_device`` the accumulator stays where the kernel returned
-    it (the sweep: compared there with the on-device exact one) instead of
-    being copied to the CPU.
-
-    Uses ``conformance.kernels.runner.run_int_mm(spec, a, b)`` when
-    ``spec.int_mm`` is set; otherwise returns ``acc=None`` with source
-    ``"reference exact_int_mm"`` (the checks then use the exact accumulator).
-    ``device`` as in ``run_int_mm`` (None = CUDA when the kernel supports it
-    and one is present, else CPU). ``launch``: the
-    ``conformance.kernels.runner.AccLaunch`` of that very call when the
-    caller started it already (``start_int_mm``: its verdicts are read here,
-    with whatever else is pending). Never raises for the kernel's own failure
-    (the error is kept); a kernel that cannot run here falls back to the
-    exact accumulator, saying so in ``source``.
-    """
+    """Run the kernel's ``int_mm`` entry on ``ops.a, ops.b`` (or read ``launch``,
+    an ``AccLaunch`` of that call). ``acc=None`` when the kernel has no entry or
+    cannot run here (``source`` says so). Never raises for the kernel's own failure."""
     if getattr(spec, "int_mm", None) is None:
         return ObservedAccumulator(None, "reference exact_int_mm (kernel has no int_mm entry)")
     if launch is None:
@@ -110,18 +78,11 @@ def _as_observed(acc: Union[None, Tensor, ObservedAccumulator]) -> ObservedAccum
 
 
 def _exact(ops, exact: Optional[Tensor]) -> Tensor:
-    if exact is not None:
-        return exact
-    from reference.accumulate import exact_int_mm
-
-    return exact_int_mm(ops.a, ops.b)
+    return exact if exact is not None else exact_int_mm(ops.a, ops.b)
 
 
 def _tensor_max(t: Tensor):
-    """``reference.readback.Deferred`` of ``int(t.max())`` (0 for an empty
-    tensor), memoized on ``t`` inside a ``reference.memo`` scope: the bound
-    of a sweep layer is the same tensor in every cell, so its maximum is
-    read back from the device once."""
+    """Deferred ``int(t.max())`` (0 for an empty tensor)."""
     return memo.cached(
         "max", (t,), lambda: readback.ask([t.max()] if t.numel() else [], lambda v: int(v[0]) if v else 0)
     )
@@ -132,21 +93,8 @@ def _copy_worst(w: dict) -> dict:
 
 
 def _acc_stats(t: Tensor):
-    """Headline numbers of an accumulator, asked together.
-
-    Args:
-        t: integer [M, N] accumulator (int32 / int64), M * N > 0, any device.
-
-    Returns:
-        ``reference.readback.Deferred`` of ``{"max_abs": int, "n_at_or_over":
-        int (|t| >= 2**24), "worst": {"index": [i, j], "value": int}}``
-        (worst = the first element of largest magnitude; callers copy it,
-        :func:`_copy_worst`). One read-back, shared with whatever else is
-        pending, memoized on ``t`` inside a ``reference.memo`` scope: C3 and
-        C4 ask about the same observed accumulator, and about the same exact
-        one in every cell of a sweep layer.
-    """
-    from reference.accumulate import FP32_EXACT_INT
+    """Deferred ``{"max_abs", "n_at_or_over" (|t| >= 2**24), "worst": {"index": [i, j],
+    "value"}}`` of an integer [M, N] accumulator, M * N > 0 (worst: first of largest |t|)."""
 
     def ask():
         t64 = t.to(torch.int64).reshape(-1)
@@ -164,18 +112,8 @@ def _acc_stats(t: Tensor):
 
 
 def _acc_mismatch(o: Tensor, exact: Tensor, dacc) -> tuple:
-    """Where the observed accumulator ``o`` differs from the declared one.
-
-    Args:
-        o: observed integer [M, N] accumulator (any device); exact: exact
-            int64 [M, N]; dacc: its ``conformance.checks.overflow.DeclaredAccumulator``.
-
-    Returns:
-        ``(o64, diff)``: ``o`` as int64 on exact's device and bool [M, N]
-        (differs where the declaration defines the value; under ``wrap`` an
-        at-risk element equal to the exact sum is fine: a wider accumulator
-        never wraps).
-    """
+    """``(o64, diff)``: ``o`` as int64 on exact's device, bool [M, N] where it differs
+    from the declared accumulator (``wrap``: the exact sum is accepted where at risk)."""
     o64 = o.to(device=exact.device, dtype=torch.int64)
     diff = (o64 != dacc.acc) & dacc.defined
     if dacc.alternative is not None:
@@ -184,10 +122,6 @@ def _acc_mismatch(o: Tensor, exact: Tensor, dacc) -> tuple:
 
 
 def _ask_mismatch(o: Tensor, exact: Tensor, dacc):
-    """``reference.readback.Deferred`` of the number of :func:`_acc_mismatch`
-    elements, memoized on the tensors inside a ``reference.memo`` scope (the
-    sweep asks it before C3 reads it; only the count is kept, not the
-    [M, N] masks: C3 rebuilds them in the rare case it is not 0)."""
     return memo.cached(
         ("acc_mismatch", dacc.behaviour),
         (o, exact, dacc.acc, dacc.defined),
@@ -195,68 +129,55 @@ def _ask_mismatch(o: Tensor, exact: Tensor, dacc):
     )
 
 
+def _over_int32(tight: Tensor, exact: Tensor):
+    """Deferred ``(elements whose tight bound exceeds INT32_MAX, elements whose |exact| does)``."""
+    return memo.cached(
+        "over_int32",
+        (tight, exact),
+        lambda: readback.ask(
+            [(tight > INT32_MAX).sum(), (exact.abs() > INT32_MAX).sum()], lambda v: (int(v[0]), int(v[1]))
+        ),
+    )
+
+
 def _declared_for(spec, ops, exact: Tensor, manifest: Optional[dict]):
-    """The declared accumulator C3 compares the observed one with (the
-    kernel's overflow behaviour on the device the accumulator came from)."""
-    from conformance.checks.output_bits import overflow_of
-    from conformance.checks.overflow import declared_accumulator
-
-    device = (manifest or {}).get("device") or None
-    return declared_accumulator(ops, exact, overflow_of(spec, device))
+    return declared_accumulator(ops, exact, overflow_of(spec, (manifest or {}).get("device") or None))
 
 
-def prefetch_accumulator_questions(spec, ops, acc: Optional[Tensor], manifest: Optional[dict], exact: Tensor) -> None:
-    """Ask (``reference.readback``) what C3 and C4 will read on this case,
-    so that they find it in the ``reference.memo`` scope and it is read with
-    the case's other questions (:func:`_headroom_questions`: bounds, the
-    exact and the observed accumulator's maxima, the mismatch count).
-    ``acc`` / ``manifest``: the kernel's ``int_mm`` result and its
-    manifest, known before its verdicts are read (an accumulator the checks
-    then judge unusable was asked about for nothing). No-op outside a
-    scope; results are unchanged."""
-    from reference import memo
-
-    if not memo.active():
-        return
-    _headroom_questions(spec, ops, ObservedAccumulator(acc, "", None, manifest), exact)
+def headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> dict:
+    """Everything C3 reads, asked and not read: ``cheap`` bound, ``tight_max``,
+    ``exact`` stats (None when empty); for a usable observed accumulator of the
+    right shape ``dacc``, ``mismatch`` and ``observed`` stats; ``over`` (the counts
+    over int32) when ``K`` may leave int32."""
+    a, b = ops.a, ops.b
+    tight = accumulator_row_col_bound(a, b)
+    q = {
+        "cheap": memo.cached("bound_cheap", (a, b), lambda: ask_accumulator_bound(a, b)),
+        "tight_max": _tensor_max(tight),
+        "exact": _acc_stats(exact) if exact.numel() else None,
+    }
+    o = obs.acc
+    if not obs.error and o is not None and tuple(o.shape) == tuple(exact.shape):
+        q["dacc"] = _declared_for(spec, ops, exact, obs.manifest)
+        q["mismatch"] = _ask_mismatch(o, exact, q["dacc"])
+        q["observed"] = _acc_stats(o) if o.numel() else None
+    if may_leave_int32(ops.k):  # else the bound cannot exceed int32
+        q["over"] = _over_int32(tight, exact)
+    return q
 
 
 def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
-    """C3: bound on |acc| from the operands and K, and observed |acc|, vs 2**31.
-
-    Bounds (``reference.accumulate``): the cheap ``K * max|a| * max|b|`` and
-    the tight per-element ``|a| @ |b|.T`` (an upper bound on every partial sum
-    in every summation order, so tight bound <= INT32_MAX proves no order can
-    overflow). Verdict: fail (precondition) when the tight bound exceeds
-    INT32_MAX, unless the observed accumulator also differs from the
-    declared-overflow one (then fail, kernel); else fail (kernel) when the
-    observed accumulator errs or differs from the exact int64 one; else pass.
-
-    Args:
-        spec: KernelSpec (its ``overflow`` declaration, see module docstring).
-        run: the KernelRun (``n/a`` when it was not runnable here), or None.
-        ops: GemmOperands (a int8 [M,K], b int8 [N,K]).
-        acc: observed accumulator: Tensor int32/int64 [M,N], an
-            :class:`ObservedAccumulator`, or None (use the exact one).
-        exact: exact int64 accumulator if already computed.
-
-    Returns:
-        CheckResult; evidence ``{bound_cheap, bound_tight_max, exact_max_abs,
-        observed_max_abs, acc_source, n_acc_mismatch, worst_exact,
-        failure_kind, int32_max, operand_digests}``.
-    """
-    from reference.accumulate import INT32_MAX, accumulator_row_col_bound
-
+    """C3: the tight bound ``|a| @ |b|.T`` on every partial sum vs 2**31, and the
+    observed accumulator (``acc``: tensor, :class:`ObservedAccumulator` or None)
+    vs the declared one. Fail (precondition) when the bound exceeds INT32_MAX,
+    (kernel) when the observed accumulator errs or differs."""
     name = "int32_headroom"
     if run is not None and skipped_reason(run):
         return not_applicable(C3, skipped_reason(run))
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
-    a, b = ops.a, ops.b  # on their own device, like ``exact`` (reference.accumulate)
-    tight = accumulator_row_col_bound(a, b)
-    # every question is asked before the first answer is read: one read-back
-    # for all of them (none in the sweep, which asked them with the case's others)
-    asked = _headroom_questions(spec, ops, obs, exact)
+    tight = accumulator_row_col_bound(ops.a, ops.b)
+    asked = headroom_questions(spec, ops, obs, exact)  # all asked before the first read: one read-back
     tight_max = asked["tight_max"].get()
     ex = asked["exact"].get() if asked["exact"] is not None else None
     ev: dict = {
@@ -290,7 +211,7 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
             ev["observed_max_abs"] = stats["max_abs"]
             ev["observed_dtype"] = str(o.dtype)
             ev["n_acc_mismatch"] = n_mismatch
-            if ev["n_acc_mismatch"]:
+            if n_mismatch:
                 o64, diff = _acc_mismatch(o, exact, dacc)
                 i, j = diff.nonzero()[0].tolist()
                 ev["first_acc_mismatch"] = {
@@ -302,14 +223,13 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
                 what = "exact" if not dacc.n_at_risk else f"declared (overflow {dacc.behaviour})"
                 mismatch_line = (
                     f"kernel accumulator differs from the {what} one at "
-                    f"{ev['n_acc_mismatch']} elements (first [{i},{j}]: "
+                    f"{n_mismatch} elements (first [{i},{j}]: "
                     f"{int(o64[i, j])} vs {int(want[i, j])})"
                 )
     if tight_max > INT32_MAX:
-        # a kernel accumulator that differs from its declared overflow
-        # behaviour is the kernel's fault even on a precondition case
+        # differing from the declared overflow behaviour is the kernel's fault even here
         ev["failure_kind"] = "kernel" if mismatch_line else "precondition"
-        n_over, ex_over = _over_int32(tight, exact).get()
+        n_over, ex_over = (asked.get("over") or _over_int32(tight, exact)).get()
         s = f"bound |acc| <= {tight_max} exceeds 2^31-1 at {n_over} elements (exact |acc| > 2^31-1 at {ex_over})"
         if mismatch_line:
             s = mismatch_line + "; " + s
@@ -329,63 +249,10 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     )
 
 
-def _over_int32(tight: Tensor, exact: Tensor):
-    """``reference.readback.Deferred`` of ``(elements whose tight bound
-    exceeds INT32_MAX, elements whose exact |acc| does)``, memoized on the
-    two tensors inside a ``reference.memo`` scope."""
-    from reference.accumulate import INT32_MAX
-
-    return memo.cached(
-        "over_int32",
-        (tight, exact),
-        lambda: readback.ask(
-            [(tight > INT32_MAX).sum(), (exact.abs() > INT32_MAX).sum()], lambda v: (int(v[0]), int(v[1]))
-        ),
-    )
-
-
-def _headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> dict:
-    """Everything C3 reads, asked (``reference.readback``) and not read:
-    ``cheap`` bound, ``tight_max``, ``exact`` stats (None for an empty
-    case), and for a usable observed accumulator of the right shape its
-    declared accumulator ``dacc``, ``mismatch`` (:func:`_ask_mismatch`) and
-    ``observed`` stats (None when empty); for a tight bound over int32 the
-    counts over it (:func:`_over_int32`), asked now so that they come back
-    with the rest. Memoized pieces make a second call free."""
-    from reference import memo
-    from reference.accumulate import accumulator_row_col_bound, ask_accumulator_bound
-
-    a, b = ops.a, ops.b
-    tight = accumulator_row_col_bound(a, b)
-    q = {
-        "cheap": memo.cached("bound_cheap", (a, b), lambda: ask_accumulator_bound(a, b)),
-        "tight_max": _tensor_max(tight),
-        "exact": _acc_stats(exact) if exact.numel() else None,
-    }
-    o = obs.acc
-    if not obs.error and o is not None and tuple(o.shape) == tuple(exact.shape):
-        q["dacc"] = _declared_for(spec, ops, exact, obs.manifest)
-        q["mismatch"] = _ask_mismatch(o, exact, q["dacc"])
-        q["observed"] = _acc_stats(o) if o.numel() else None
-    from conformance.checks.overflow import may_leave_int32
-
-    if memo.active() and may_leave_int32(ops.k):  # else the bound cannot exceed int32
-        _over_int32(tight, exact)  # kept in the memo until C3 reads it
-    return q
-
-
 def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
-    """C4: observed |acc| < 2**24, so ``float32(acc)`` is exact.
-
-    Uses the observed accumulator when available (kernel ``int_mm``), else
-    the exact one. A failure is a precondition violation (fault F7 family):
-    the kernel is not wrong, but its int32 -> float32 conversion rounds.
-
-    Args/Returns: as :func:`check_int32_headroom`; evidence ``{fp32_exact_int,
-    max_abs, n_at_or_over, worst, acc_source, bound_tight_max}``.
-    """
-    from reference.accumulate import FP32_EXACT_INT, accumulator_row_col_bound
-
+    """C4: observed (else exact) |acc| < 2**24, so ``float32(acc)`` is exact; a
+    failure is a precondition (F7). Evidence ``{fp32_exact_int, max_abs,
+    n_at_or_over, worst, acc_source, bound_tight_max}``."""
     name = "fp32_exact_accumulator"
     if run is not None and skipped_reason(run):
         return not_applicable(C4, skipped_reason(run))

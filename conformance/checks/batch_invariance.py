@@ -1,45 +1,9 @@
-"""Check C9 batch_invariance: a row's output bits do not depend on the batch.
+"""Check C9 batch_invariance: a row's output bits do not depend on the batch or the call.
 
-Needs no reference and holds for every contract. Integer accumulation of
-int8 products is exact and order-free while the sums fit int32 (DESIGN.md
-section 1), and the epilogue of output element ``[m, n]`` is a function of
-``acc[m, n]``, ``scale_a[m]``, ``scale_b[n]`` and ``bias[n]`` alone. So for a
-correct W8A8 kernel the bits of row ``m`` are the same whether the row is
-computed alone (M = 1, a decode step), inside batches of other sizes with
-other rows around it (prefill), or in a repeated call with the same inputs.
-Any difference is a kernel fault: an M-dependent epilogue path (another
-scale order or rounding on the decode path), an accumulator that is not
-reset between calls, a split-K / tile choice that leaks into the epilogue,
-a read past the row's own data. (A kernel that lets a float32 accumulator
-take over for some M is caught too, wherever its rounding shows.)
-
-Procedure (:func:`check_batch_invariance`), per selected case ``ops`` with
-``M0`` rows:
-
-1. call the kernel on ``ops`` twice: the two outputs must be bit-identical
-   (repeated call; every row);
-2. for each sampled row ``r``: call the kernel on row ``r`` alone (M = 1);
-3. for each batch size ``S`` of :data:`BATCH_SIZES`: one batch of ``S`` rows
-   holding every sampled row at a seeded position, the other rows random
-   int8 with random per-token scales (per-tensor scales stay per-tensor);
-4. every sampled row's bits in 2 and 3 must equal its bits in call 1 (NaN
-   payloads canonical, the sign of zero counts).
-
-Cases: the suite's fixed cases, of which at most ``max_cases`` are used,
-chosen so the probe sees the epilogue: cases whose rows discriminate
-between legal epilogues (references under the scale orders ``a_then_w``,
-``w_then_a``, ``fused`` and both bias points disagree on them; a
-decode-path scale-order bug can only show there) first, one per output dtype
-and bias presence, then by discrimination; plus C9's own three seeded probe
-cases (:func:`probe_cases`: float32 output, where scale orders differ on
-many elements; bfloat16 with bias; float16). Rows: the ``rows_per_case``
-most discriminating rows. Cost: per case ``2 + rows + len(batch_sizes)``
-kernel calls; cases above :data:`MAX_CASE_WORK` multiply-accumulates or
-:data:`MAX_CASE_K` are not selected.
-
-Batch sizes the kernel's declared shape constraints exclude (e.g. ``min_m``)
-are skipped and listed in the evidence; a run that raises where the case
-itself ran is a failure (the kernel cannot compute that batch size).
+:func:`check_batch_invariance` recomputes sampled rows of the most
+epilogue-discriminating cases (:func:`select_cases`) and of :func:`probe_cases`
+alone, in batches of :data:`BATCH_SIZES` and in a repeated call, and compares
+canonical bits (README.md here).
 """
 
 from __future__ import annotations
@@ -50,12 +14,17 @@ import torch
 from torch import Tensor
 
 from conformance.checks.result import CheckResult, not_applicable
+from conformance.kernels.runner import run_kernel
+from reference.accumulate import exact_int_mm
+from reference.bits import bits_of
+from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
+from reference.epilogue import apply_epilogue
+from reference.operands import GemmOperands
 
 CHECK_ID = "C9"
 NAME = "batch_invariance"
-#: Batch sizes a sampled row is computed in (besides M = 1 and the case's own
-#: M): small prefills, both sides of the usual 16-row tile edge (and of
-#: torch._int_mm's CUDA minimum M = 17), and a larger prefill.
+#: Batch sizes besides M = 1 and the case's own: both sides of the 16-row tile
+#: edge (and torch._int_mm's CUDA minimum M = 17) and a larger prefill.
 BATCH_SIZES = (2, 5, 16, 17, 64)
 #: Fixed cases sampled from the suite (C9's own probes come on top).
 MAX_CASES = 4
@@ -63,25 +32,16 @@ MAX_CASES = 4
 ROWS_PER_CASE = 2
 #: Largest M * K * N of a fixed case C9 selects (bounds the cost of a batch of 64).
 MAX_CASE_WORK = 1 << 21
-#: Largest K of a fixed case C9 selects: batch dependence lives in the tiling of
-#: M and N and in the epilogue, which any K shows; a K = 131,073 overflow case
-#: would only make 64-row batches expensive.
+#: Largest K of a fixed case C9 selects (batch dependence shows at any K).
 MAX_CASE_K = 4096
 #: Differences listed individually in the evidence (the count is complete).
 MAX_LISTED = 10
 
 
 def probe_cases(seed: int = 0) -> list:
-    """C9's own seeded probe cases (``reference.operands.GemmOperands``).
-
-    Random int8 operands with real (non power-of-two) float32 scales:
-    ``probe-fp32`` (M=6, K=72, N=40, float32 output: legal scale orders give
-    different bits on many elements, so an M-dependent scale order shows),
-    ``probe-bf16-bias`` (M=5, K=48, N=24, bfloat16 output and bias),
-    ``probe-fp16`` (M=4, K=40, N=24, float16 output).
-    """
-    from reference.operands import GemmOperands
-
+    """C9's seeded GemmOperands: random int8, real float32 scales; ``probe-fp32``
+    (6x72x40, where scale orders differ on many elements), ``probe-bf16-bias``
+    (5x48x24), ``probe-fp16`` (4x40x24)."""
     g = torch.Generator().manual_seed(1000 + seed)
 
     def mk(m, k, n, dtype, bias, name):
@@ -90,17 +50,8 @@ def probe_cases(seed: int = 0) -> list:
         sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(torch.float32)
         sb = (torch.rand(n, generator=g) * 0.002 + 1e-4).to(torch.float32)
         bb = (torch.randn(n, generator=g) * 4).to(dtype) if bias else None
-        return GemmOperands(
-            a,
-            b,
-            sa,
-            sb,
-            bias=bb,
-            out_dtype=dtype,
-            name=f"c9/{name}",
-            scale_mode="synthetic",
-            meta={"source": "c9-probe", "seed": seed},
-        )
+        meta = {"source": "c9-probe", "seed": seed}
+        return GemmOperands(a, b, sa, sb, bb, dtype, f"c9/{name}", "synthetic", meta)
 
     return [
         mk(6, 72, 40, torch.float32, False, "probe-fp32"),
@@ -110,13 +61,7 @@ def probe_cases(seed: int = 0) -> list:
 
 
 def _row_discrimination(ops) -> Tensor:
-    """int64 [M]: per row, elements where references under the legal
-    epilogues (every scale order x every bias point) disagree."""
-    from reference.accumulate import exact_int_mm
-    from reference.bits import bits_of
-    from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
-    from reference.epilogue import apply_epilogue
-
+    """int64 [M]: per row, elements where the legal epilogues' references disagree."""
     exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
     bias = None if ops.bias is None else ops.bias.cpu()
     points = BIAS_POINTS if bias is not None else BIAS_POINTS[:1]
@@ -136,10 +81,9 @@ def _row_discrimination(ops) -> Tensor:
 
 
 def select_cases(cases: Sequence, max_cases: int = MAX_CASES) -> list[tuple]:
-    """``[(ops, row discrimination int64 [M])]``: at most ``max_cases`` of
-    ``cases`` (module docstring: epilogue-discriminating first, one per
-    (out_dtype, bias) group, then by discrimination; M*K*N <= MAX_CASE_WORK,
-    K <= MAX_CASE_K)."""
+    """``[(ops, row discrimination int64 [M])]``: at most ``max_cases`` of ``cases``
+    within :data:`MAX_CASE_WORK` / :data:`MAX_CASE_K`, the most discriminating of
+    each (out_dtype, bias) group first, then by discrimination."""
     scored = []
     for i, ops in enumerate(cases):
         if ops.m * ops.k * ops.n > MAX_CASE_WORK or ops.k > MAX_CASE_K:
@@ -165,19 +109,13 @@ def select_cases(cases: Sequence, max_cases: int = MAX_CASES) -> list[tuple]:
 
 
 def _bits(x: Tensor) -> Tensor:
-    """int64 bit patterns with every NaN mapped to one value (canonical)."""
-    from reference.bits import bits_of
-
+    """int64 bit patterns, every NaN mapped to -1."""
     b = bits_of(x)
     return torch.where(torch.isnan(x), torch.full_like(b, -1), b)
 
 
 def _batch(ops, rows: list[int], size: int, g: torch.Generator):
-    """A batch of ``size`` rows holding ``ops``' rows ``rows`` at seeded
-    positions; other rows random int8 with per-token scales drawn from
-    ``ops.scale_a``'s range. Returns ``(GemmOperands, positions)``."""
-    from reference.operands import GemmOperands
-
+    """``(GemmOperands, positions)``: ``size`` rows, ``ops``' ``rows`` at seeded positions among random ones."""
     m0, k = ops.m, ops.k
     a0 = ops.a.contiguous()
     perm = torch.randperm(size, generator=g).tolist()
@@ -195,40 +133,19 @@ def _batch(ops, rows: list[int], size: int, g: torch.Generator):
         for p, r in zip(pos, rows):
             s[p] = flat[r]
         sa = s.reshape(size, 1) if sa0.dim() == 2 else s
-    return GemmOperands(
-        a,
-        ops.b,
-        sa,
-        ops.scale_b,
-        bias=ops.bias,
-        out_dtype=ops.out_dtype,
-        name=f"{ops.name}/batch{size}",
-        scale_mode=ops.scale_mode,
-        meta={"source": "c9-batch"},
-    ), pos
+    name, meta = f"{ops.name}/batch{size}", {"source": "c9-batch"}
+    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta), pos
 
 
 def _alone(ops, r: int):
-    """Row ``r`` of ``ops`` as its own M = 1 case (per-tensor scales kept)."""
-    from reference.operands import GemmOperands
-
     sa0 = ops.scale_a
     if sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
         sa = sa0.clone()
     else:
         sa = sa0.reshape(-1)[r : r + 1].clone()
         sa = sa.reshape(1, 1) if sa0.dim() == 2 else sa
-    return GemmOperands(
-        ops.a[r : r + 1].contiguous(),
-        ops.b,
-        sa,
-        ops.scale_b,
-        bias=ops.bias,
-        out_dtype=ops.out_dtype,
-        name=f"{ops.name}/row{r}",
-        scale_mode=ops.scale_mode,
-        meta={"source": "c9-alone"},
-    )
+    a, name, meta = ops.a[r : r + 1].contiguous(), f"{ops.name}/row{r}", {"source": "c9-alone"}
+    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta)
 
 
 def _hex(v: int, dtype) -> str:
@@ -236,8 +153,7 @@ def _hex(v: int, dtype) -> str:
 
 
 def _diff(ref_row: Tensor, got_row: Tensor, dtype) -> Optional[dict]:
-    """None when the two rows' (canonical) bits agree, else the differing
-    columns (first MAX_LISTED with both bit patterns)."""
+    """None when the rows' canonical bits agree, else the count and first differing columns."""
     d = (ref_row != got_row).nonzero().reshape(-1)
     if d.numel() == 0:
         return None
@@ -261,31 +177,11 @@ def check_batch_invariance(
     rows_per_case: int = ROWS_PER_CASE,
     include_probes: bool = True,
 ) -> CheckResult:
-    """C9 batch_invariance (module docstring).
-
-    Args:
-        spec: KernelSpec under test.
-        cases: the suite's fixed cases (GemmOperands) to sample from.
-        device: passed to ``conformance.kernels.runner.run_kernel``.
-        seed: seeds the probe cases, the batch contents and the positions.
-        batch_sizes: M of the batches holding the sampled rows.
-        max_cases: fixed cases sampled from ``cases``.
-        rows_per_case: rows sampled per case.
-        include_probes: add :func:`probe_cases`.
-
-    Returns:
-        ``CheckResult("C9", "batch_invariance", verdict, summary, evidence)``:
-        ``fail`` on any bit difference (or a call that raises where the case
-        ran), ``pass`` when at least one comparison was made, ``n/a`` when the
-        kernel could run on none of the selected cases. Evidence: ``cases``
-        (case, M, rows, sizes run, sizes skipped), ``batch_sizes``,
-        ``n_calls``, ``n_comparisons``, ``n_differences``, ``differences``
-        (first MAX_LISTED: case, row, context ``repeat`` / ``alone (M=1)`` /
-        ``batch M=S at position p``, n_differ, columns with both bit
-        patterns), ``errors``.
-    """
-    from conformance.kernels.runner import run_kernel
-
+    """C9 (module docstring) on ``cases`` (the suite's GemmOperands); ``seed``
+    seeds probes, batch contents and positions. ``n/a`` when the kernel ran on
+    no selected case. Evidence: ``cases``, ``batch_sizes``, ``n_calls``,
+    ``n_comparisons``, ``n_differences``, ``differences`` (first
+    :data:`MAX_LISTED`, with context and both bit patterns), ``errors``."""
     g = torch.Generator().manual_seed(seed)
     chosen = select_cases(list(cases), max_cases)
     if include_probes:

@@ -1,9 +1,7 @@
-"""Bit-level comparison of a kernel output against a reference output.
+"""Bit-level comparison of a kernel output with a reference output (C5, C6, C8, pairwise).
 
-Shared by the output checks (C5, C6, C8) and by pairwise comparison of two
-kernels. Distances are in units of spacing (ulp) of the output dtype, from
-``reference.bits.spacing_distance`` (difference of ordered integer
-encodings; NaN vs number = ``NAN_DISTANCE``).
+Distances are in spacings (ulp) of the output dtype: ``reference.bits.spacing_distance``
+(difference of ordered integer encodings; NaN vs number = ``NAN_DISTANCE``).
 """
 
 from __future__ import annotations
@@ -16,6 +14,9 @@ from torch import Tensor
 
 from reference import memo, readback
 from reference.bits import NAN_DISTANCE, bits_of, histogram_dict, spacing_distance, ulp_histogram_counts
+
+#: evidence keys of compare_bits, in the order stored rows have them
+_EV_KEYS = "n_elements n_compared n_differ n_bits_differ n_signed_zero n_over_tol tol_ulp max_ulp ulp_histogram".split()
 
 
 def _num(x: float):
@@ -30,9 +31,7 @@ def _hex(bits: int, dtype: torch.dtype) -> str:
 
 
 def skipped_reason(run) -> Optional[str]:
-    """The runner's reason when the kernel could not run here at all (device
-    missing, shape outside its declared constraints): such a case is ``n/a``
-    for the checks that need the kernel's output, not a failure."""
+    """The runner's reason when the kernel could not run here at all (``n/a``, not a failure)."""
     man = getattr(run, "manifest", None) or {}
     if man.get("skipped"):
         return run.error or "kernel not runnable here"
@@ -40,17 +39,10 @@ def skipped_reason(run) -> Optional[str]:
 
 
 def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype, error: Optional[str] = None) -> Optional[str]:
-    """Category of :func:`output_problem`'s line: ``dtype`` (a tensor of
-    another dtype than asked), ``shape``, ``type`` (not a tensor),
-    ``exception`` (the kernel raised), ``nan`` (NaN where the declared
-    reference has none), ``in-place`` (wrote into an operand), ``no output``,
-    ``error`` (any other runner error); None when the output can be compared.
-
-    The runner (``conformance.kernels.runner``) rejects a wrong dtype / shape
-    before the checks see it and says so in ``error`` ("... returned dtype
-    X, expected Y"); that wording is matched here so that a dtype error is
-    reported as one, never as a spacing failure.
-    """
+    """Category of :func:`output_problem`'s line: ``dtype``, ``shape``, ``type``
+    (not a tensor), ``exception``, ``nan``, ``in-place``, ``no output``, ``error``
+    (other runner error); None when the output can be compared. Matches the
+    runner's ``error`` wording ("... returned dtype X, expected Y")."""
     if error:
         e = error.lower()
         for key, kind in (
@@ -78,17 +70,9 @@ def problem_kind(out: Optional[Tensor], shape: tuple, dtype: torch.dtype, error:
 def output_problem(
     out: Optional[Tensor], shape: tuple, dtype: torch.dtype, error: Optional[str] = None
 ) -> Optional[str]:
-    """One line saying why ``out`` cannot be compared, or None if it can.
-
-    The line starts with the problem's category (:func:`problem_kind`), e.g.
-    ``dtype error: kernel returned dtype torch.bfloat16, expected torch.float16``.
-
-    Args:
-        out: the kernel output (or None when the kernel failed).
-        shape: expected ``(M, N)``.
-        dtype: expected output dtype.
-        error: the runner's error text for this run, if any.
-    """
+    """One line saying why ``out`` cannot be compared (starting with its
+    :func:`problem_kind`, e.g. ``dtype error: ...``), or None if it can.
+    ``shape``: expected ``(M, N)``; ``error``: the runner's error text."""
     kind = problem_kind(out, shape, dtype, error)
     if kind is None:
         return None
@@ -108,26 +92,16 @@ def output_problem(
 
 
 def _at(t: Tensor, idx: Tensor) -> Tensor:
-    """``t.reshape(-1)[idx]`` for a 1-element long index tensor, on ``idx``'s
-    device, without reading the index back (``index_select``, not Python
-    indexing, which would turn a 0-d tensor index into an int: a sync)."""
-    from reference import memo
-
+    """``t.reshape(-1)[idx]`` on ``idx``'s device without reading the index back."""
     return memo.moved(t, idx.device).reshape(-1).index_select(0, idx)
 
 
 def _element_values(
     out: Tensor, ref: Tensor, flat: Tensor, szero: Tensor, ops, exact: Optional[Tensor], w: Tensor, n_cols: int
 ) -> tuple[list, list]:
-    """Device values behind flat element ``w`` (a long [1] tensor), unread.
-
-    Returns:
-        ``(ints, floats)``: int64 [1] tensors ``[ulp, out_bits, ref_bits,
-        signed_zero, (acc), (scale_a_bits, scale_b_bits, (bias_bits))]`` and
-        float64 [1] tensors ``[out, ref, (scale_a, scale_b, (bias))]`` (the
-        parenthesised ones only when ``exact`` / ``ops`` / ``ops.bias`` are
-        given), in that order; :func:`_element_dict` reads them.
-    """
+    """``(ints, floats)`` unread, of flat element ``w`` (long [1]): int64 [1]
+    ``[ulp, out_bits, ref_bits, signed_zero, (acc), (scale_a_bits, scale_b_bits,
+    (bias_bits))]`` and float64 [1] ``[out, ref, (scale_a, scale_b, (bias))]``."""
     o, r = _at(out, w), _at(ref, w)
     ints = [_at(flat, w), bits_of(o), bits_of(r), _at(szero, w).to(torch.int64)]
     floats = [o.to(torch.float64), r.to(torch.float64)]
@@ -147,10 +121,7 @@ def _element_values(
 
 
 def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exact: bool) -> dict:
-    """The ``worst`` evidence (besides ``index``) from the values
-    :func:`_element_values` gathered, read back (Python ints / floats, same
-    order): ``ulp, out, ref, out_bits, ref_bits, [kind]`` and, with ``ops``,
-    the operand values ``acc, scale_a(_bits), scale_b(_bits), bias(_bits)``."""
+    """The ``worst`` evidence (besides ``index``) from :func:`_element_values`' values, read."""
     ulp, ob, rb, sz = ints[:4]
     d = {
         "ulp": int(ulp),
@@ -181,19 +152,9 @@ def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exa
 
 
 def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
-    """Element-wise bit inequality of two same-dtype tensors, NaN canonical.
-
-    Args:
-        out, ref: same shape and dtype (bf16 / fp16 / fp32), CPU.
-
-    Returns:
-        ``(differ, signed_zero)`` bool tensors of that shape: ``differ`` where
-        the IEEE bit patterns differ, except that any NaN equals any NaN
-        (payloads and the NaN's sign are canonicalised: IEEE 754 leaves NaN
-        payload propagation implementation-defined, section 6.2.3);
-        ``signed_zero`` where one is +0 and the other -0 (bits differ, values
-        compare equal: the sign of zero is lost or invented).
-    """
+    """``(differ, signed_zero)`` bool tensors of ``out`` / ``ref``'s shape (same
+    dtype: bf16 / fp16 / fp32): bit patterns differ, any NaN equal to any NaN
+    (IEEE 754 section 6.2.3 leaves payloads open); one is +0, the other -0."""
     nan = torch.isnan(out) & torch.isnan(ref)
     differ = (bits_of(out) != bits_of(ref)) & ~nan
     signed_zero = differ & (out == 0) & (ref == 0)
@@ -201,8 +162,6 @@ def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple[dict, Tensor]:
-    """The element-wise tensors of :func:`_comparison` and its counts as one
-    int64 [15] device tensor, not read back yet."""
     dist = spacing_distance(out, ref)
     differ, szero = bit_differences(out, ref)
     if mask is not None:
@@ -216,27 +175,13 @@ def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple
     hist = ulp_histogram_counts(
         flat if mask is None else torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1))
     )
-    counts = torch.cat(
-        [
-            torch.stack(
-                [
-                    mask.sum() if mask is not None else z,
-                    (dist > 0).sum(),
-                    differ.sum(),
-                    szero.sum(),
-                    flat.max().to(torch.int64) if flat.numel() else z,
-                    (dist > 1).sum(),
-                ]
-            ),
-            hist,
-        ]
-    )
+    heads = [mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(), szero.sum()]
+    heads += [flat.max().to(torch.int64) if flat.numel() else z, (dist > 1).sum()]
+    counts = torch.cat([torch.stack(heads), hist])
     return {"dist": dist, "differ": differ, "szero": szero}, counts
 
 
 def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
-    """:func:`_comparison`'s result from its parts and their counts read back
-    (``masked``: the comparison had a mask)."""
     n_masked, n_differ, n_bits, n_szero, max_ulp, n_over1 = (int(c) for c in counts[:6])
     n = int(parts["dist"].numel())
     ev = {
@@ -252,26 +197,10 @@ def _comparison_from(parts: dict, counts: list, masked: bool) -> dict:
 
 
 def ask_comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]):
-    """The element-wise comparison of ``out`` with ``ref``, its counts asked
-    (``reference.readback``), not read.
-
-    Args:
-        out, ref: same shape [M, N], dtype and device; mask: bool [M, N] on
-            that device, or None (compare every element).
-
-    Returns:
-        ``reference.readback.Deferred`` of the dict
-        ``{"dist", "differ", "szero"}`` (masked tensors: spacing distance,
-        bits differ, ±0 difference), ``"ev"`` (the tolerance-free headline
-        counts of :func:`compare_bits`' evidence) and ``"n_over"`` ({0:
-        elements whose bits differ, 1: elements over 1 spacing}). Every count
-        comes from one read-back, shared with whatever else is pending, and
-        the whole is memoized on the tensors inside a ``reference.memo``
-        scope: checks that compare one output with one reference (C5 and C8
-        under pow2 when the declared order is ``a_then_w``) share it, and
-        :func:`prefetch_comparisons` asks a case's comparisons before any of
-        them is read.
-    """
+    """Deferred comparison of ``out`` with ``ref`` ([M, N], same dtype and
+    device; ``mask`` bool [M, N] or None): ``{"dist", "differ", "szero"}`` (masked
+    tensors), ``"ev"`` (tolerance-free counts of :func:`compare_bits`' evidence)
+    and ``"n_over"`` ({0: bits differ, 1: over 1 spacing})."""
 
     def ask():
         parts, counts = _comparison_parts(out, ref, mask)
@@ -280,54 +209,22 @@ def ask_comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]):
     return memo.cached("comparison", (out, ref, mask), ask)
 
 
-def _comparison(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> dict:
-    """:func:`ask_comparison`'s dict, read."""
-    return ask_comparison(out, ref, mask).get()
-
-
-def prefetch_comparisons(triples: list) -> None:
-    """Ask the comparison (:func:`ask_comparison`) of every ``(out, ref,
-    mask)`` triple and leave it in the ``reference.memo`` scope, where
-    :func:`compare_bits` finds it: the first one read brings back all of
-    them, and everything else pending, in one read-back (the output checks
-    of one sweep cell: one device sync, not one per check). No-op outside a
-    scope."""
-    from reference import memo
-
-    if not memo.active():
-        return
-    for tr in triples:
-        ask_comparison(*tr)
-
-
 def _ask_worst_evidence(
     cmp: dict, out: Tensor, ref: Tensor, tol_ulp: int, n_over: int, ops, exact: Optional[Tensor], max_listed: int
 ):
-    """``(worst, first_over_tol, signed_zero_first)`` of :func:`compare_bits`'
-    evidence, every value gathered on the device and asked
-    (``reference.readback.Deferred``), read together.
-
-    ``worst`` is the element of largest distance (the first one), or the
-    first bit difference when every distance is 0 (a ±0 difference);
-    ``first_over_tol`` lists the first ``max_listed`` elements over
-    ``tol_ulp`` in row-major order as ``[i, j, ulp]`` (empty when
-    ``n_over == 0``); ``signed_zero_first`` the first ``max_listed`` ±0
-    differences as ``[i, j]`` (None when there is none). Args as
-    :func:`compare_bits` (``cmp`` from :func:`_comparison`); the comparison
-    must have a differing element.
-    """
+    """Deferred ``(worst, first_over_tol, signed_zero_first)`` of a read comparison
+    ``cmp`` with a differing element: the first element of largest distance (else
+    of differing bits), the first ``[i, j, ulp]`` over ``tol_ulp``, the first ±0 ``[i, j]``."""
     dist, differ = cmp["dist"], cmp["differ"]
     flat = dist.reshape(-1)
     n, n_cols = flat.numel(), (dist.shape[1] if dist.dim() == 2 else 1)
-    # argmax returns the first maximal element: the first difference when
-    # every distance is 0
+    # argmax: the first maximal element, the first difference when every distance is 0
     w = (flat if cmp["ev"]["max_ulp"] > 0 else differ.reshape(-1).to(torch.uint8)).argmax()
     w = w.reshape(1)
     ints, floats = _element_values(out, ref, flat, cmp["szero"], ops, exact, w, n_cols)
     idx = torch.arange(n, device=flat.device)
 
     def first_k(where: Tensor, k: int) -> Tensor:
-        """Row-major positions of the first ``k`` True elements (``n`` pads)."""
         pos = torch.where(where.reshape(-1), idx, torch.full_like(idx, n))
         return pos.topk(k, largest=False).values  # ascending
 
@@ -354,7 +251,7 @@ def _ask_worst_evidence(
     return readback.ask(parts, convert)
 
 
-def _evidence_questions(
+def evidence_questions(
     out: Tensor,
     ref: Tensor,
     tol_ulp: int,
@@ -363,17 +260,13 @@ def _evidence_questions(
     mask: Optional[Tensor] = None,
     max_listed: int = 5,
 ) -> tuple:
-    """``(out, mask, cmp, n_over, worst)``: :func:`compare_bits`' inputs on
-    ref's device, its comparison (read), the count over ``tol_ulp`` and the
-    ``reference.readback.Deferred`` of its failure evidence
-    (:func:`_ask_worst_evidence`, memoized on the tensors inside a
-    ``reference.memo`` scope), or None when no element differs."""
-    from reference import memo
-
-    out = memo.moved(out, ref.device)  # one copy per output inside a memo scope (the sweep)
+    """``(out, mask, cmp, n_over, worst)``: :func:`compare_bits`' inputs on ref's
+    device, its comparison (read), the count over ``tol_ulp`` and the Deferred
+    failure evidence (None when no element differs)."""
+    out = memo.moved(out, ref.device)
     if mask is not None:
         mask = mask.to(ref.device)
-    cmp = _comparison(out, ref, mask)
+    cmp = ask_comparison(out, ref, mask).get()
     n_over = cmp["n_over"].get(int(tol_ulp))
     if n_over is None:  # a tolerance other than C5/C8's 0 and C6's 1: one more read-back
         n_over = int((cmp["dist"] > tol_ulp).sum())
@@ -387,25 +280,6 @@ def _evidence_questions(
     return out, mask, cmp, n_over, worst
 
 
-def prefetch_failure_evidence(
-    out: Tensor,
-    ref: Tensor,
-    tol_ulp: int,
-    ops=None,
-    exact: Optional[Tensor] = None,
-    mask: Optional[Tensor] = None,
-    max_listed: int = 5,
-) -> None:
-    """Ask the evidence :func:`compare_bits` (same arguments) will read when
-    the comparison has differing elements, so that the failing checks of a
-    sweep cell read theirs together (one read-back). Reads the comparison
-    itself if it is not read yet. No-op outside a ``reference.memo`` scope."""
-    from reference import memo
-
-    if memo.active():
-        _evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
-
-
 def compare_bits(
     out: Tensor,
     ref: Tensor,
@@ -415,53 +289,17 @@ def compare_bits(
     mask: Optional[Tensor] = None,
     max_listed: int = 5,
 ) -> tuple[int, dict]:
-    """Compare ``out`` with ``ref`` element by element on bit patterns.
+    """``(n_over_tol, evidence)`` of ``out`` vs ``ref`` ([M, N], same dtype) on ref's device.
 
-    With ``tol_ulp == 0`` (bit identity: C5, C8, pairwise) an element is over
-    tolerance when its bits differ (:func:`bit_differences`: the sign of zero
-    counts, NaN payloads do not); ±0 differences are counted separately as
-    ``n_signed_zero`` (their spacing distance is 0). With ``tol_ulp >= 1``
-    (C6) an element is over tolerance when its spacing distance exceeds
-    ``tol_ulp`` (a ±0 difference is then within tolerance, but still counted).
-
-    Args:
-        out, ref: same shape [M, N] and dtype (bf16 / fp16 / fp32), CPU.
-        tol_ulp: largest allowed spacing distance (0 = bit-identical).
-        ops: the case's ``GemmOperands`` (adds operand values of the worst
-            element and the operand digests to the evidence), or None.
-        exact: exact int64 accumulator [M, N] (adds ``acc`` of the worst element).
-        mask: optional bool [M, N]; only True elements are compared.
-        max_listed: how many offending elements to list besides the worst.
-
-    Returns:
-        ``(n_over_tol, evidence)``: the number of compared elements over
-        tolerance, and a JSON-able dict with ``n_elements, n_compared,
-        n_differ (distance > 0), n_bits_differ, n_signed_zero, n_over_tol,
-        max_ulp, tol_ulp, ulp_histogram, worst {index, out, ref, out_bits,
-        ref_bits, ulp, acc, scale_a, scale_b, bias}, first_over_tol
-        [[i, j, ulp], ...], signed_zero_first [[i, j], ...],
-        operand_digests``. ``worst`` is the element of largest distance, or
-        the first ±0 difference when every distance is 0.
+    Over tolerance: bits differ for ``tol_ulp == 0`` (±0 counts, NaN payloads do
+    not), else spacing distance > ``tol_ulp``; ±0 differences are counted as
+    ``n_signed_zero``. ``ops`` adds the worst element's operands and the digests,
+    ``exact`` its ``acc``; ``mask`` (bool [M, N]) limits the comparison. Evidence
+    keys: :data:`_EV_KEYS`, ``worst``, ``first_over_tol``, ``signed_zero_first``.
     """
-    # on ref's device (the CPU for CPU references, the GPU for the sweep's
-    # on-device references): integer bit arithmetic, the same result anywhere
-    out, mask, cmp, n_over, worst = _evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
+    out, mask, cmp, n_over, worst = evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
     ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
-    # key order of the evidence as it always was (stored rows are JSON of it)
-    ev = {
-        k: ev[k]
-        for k in (
-            "n_elements",
-            "n_compared",
-            "n_differ",
-            "n_bits_differ",
-            "n_signed_zero",
-            "n_over_tol",
-            "tol_ulp",
-            "max_ulp",
-            "ulp_histogram",
-        )
-    }
+    ev = {k: ev[k] for k in _EV_KEYS}
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
     if worst is not None:

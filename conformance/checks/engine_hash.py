@@ -1,7 +1,5 @@
-"""E1 engine_hash: the integer engine's greedy decode with the kernel's
-``int_mm`` hashes identically to the decode with the exact accumulator
-(``detllm.oracle.engine_hash_check`` measures; this module gives the verdict
-the suite's form). Arguments as ``engine_hash_check``; returns a CheckResult."""
+"""E1 engine_hash: the integer engine's greedy decode with the kernel's ``int_mm``
+hashes as with the exact accumulator (``detllm.oracle.engine_hash_check``, as a CheckResult)."""
 
 from __future__ import annotations
 

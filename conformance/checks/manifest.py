@@ -1,5 +1,4 @@
-"""Check C1 kernel_manifest (DESIGN.md section 6): the kernel that actually
-ran (name, source digest, device, code path) vs the declared one, exact."""
+"""Check C1 kernel_manifest (DESIGN.md section 6): the kernel that ran vs the declared one, exact."""
 
 from __future__ import annotations
 
@@ -16,32 +15,10 @@ def _device_type(device) -> str:
 
 
 def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
-    """C1: compare ``run.manifest`` with ``spec``'s declared manifest.
-
-    Fails when: the run's ``name`` differs from ``spec.name``; the run's
-    ``source_digest`` differs from ``spec.source_digest`` (or the spec
-    declares none, so what ran cannot be identified); the run's device type
-    (``"cuda:0"`` -> ``"cuda"``) is not in ``spec.devices``; a built-in
-    (``spec.origin == "builtin"``) recorded no code ``path``. A third-party
-    kernel (any other origin) need not call ``trace.record_path``: an
-    unreported path passes, with evidence path :data:`UNREPORTED_PATH` and
-    ``path_reported: False`` (name, digest and device are still compared).
-    The path itself (e.g. ``triton-interpreter`` vs ``triton-native``,
-    ``int_mm-padded``) is not declared by a KernelSpec; it
-    is reported in the evidence, and the interpreter flag with it. A kernel
-    that could not run here (runner's ``manifest["skipped"]``) or produced no
-    output (raised, wrong dtype / shape) gives ``n/a``: there is no run to certify.
-
-    Args:
-        spec: KernelSpec (declared manifest ``spec.manifest()``).
-        ops, acc, exact: unused (uniform check signature).
-        run: KernelRun whose ``manifest`` has ``name, source_digest, device,
-            path, interpreter, padded, extra``.
-
-    Returns:
-        CheckResult with evidence ``{"declared": {...}, "observed": {...},
-        "mismatches": [one line each]}``.
-    """
+    """C1: ``run.manifest`` vs ``spec``: name, source digest (a spec without one
+    fails), device type in ``spec.devices``, and a code path recorded by a
+    built-in kernel (a third-party one passes with :data:`UNREPORTED_PATH`).
+    ``n/a`` without a run to certify. Evidence ``{declared, observed, mismatches}``."""
     name = "kernel_manifest"
     if skipped_reason(run):
         return not_applicable(C1, skipped_reason(run))
@@ -68,12 +45,10 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     observed["path_reported"] = bool(path) and path != "unreported"
     if not observed["path_reported"]:
         if spec.origin == "builtin":
-            # our own kernels always report their path; silence means a wrapper
-            # or a stale module ran instead
+            # silence from our own kernel: a wrapper or a stale module ran instead
             bad.append("kernel recorded no code path (conformance.kernels.trace.record_path)")
         else:
-            # a third-party kernel cannot be required to import our trace module;
-            # the runner saw the call itself, so name/digest/device still identify it
+            # the runner saw the call: name / digest / device still identify it
             path = UNREPORTED_PATH
             observed["path"] = path
     ev = {"declared": declared, "observed": observed, "mismatches": bad}

@@ -1,5 +1,4 @@
-"""Check C2 operand_sharing (DESIGN.md section 6): digests of the operands
-the kernel received vs the reference's (or the capture's), exact."""
+"""Check C2 operand_sharing (DESIGN.md section 6): digests of the operands received vs the reference's."""
 
 from __future__ import annotations
 
@@ -11,24 +10,9 @@ KEYS = ("a", "b", "scale_a", "scale_b", "bias")
 
 
 def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
-    """C2: ``run.received_digests`` vs ``ops.digests()``, key by key.
-
-    Digests are ``reference.operands.tensor_digest`` (dtype, shape, bytes),
-    so a transposed, stale, re-scaled or re-quantized operand differs. The
-    digests are the kernel's own (``conformance.kernels.trace.record_operands``)
-    or, when it records nothing, the runner's at the call boundary
-    (``manifest["operands_recorded_by"]``, reported in the evidence). Empty
-    digests, a kernel that could not run here, or one that produced no output
-    (raised, wrong dtype / shape: C5/C6/C8 fail it) give ``n/a``.
-
-    Args:
-        spec, acc, exact: unused (uniform check signature).
-        ops: GemmOperands the reference used.
-        run: KernelRun with ``received_digests``.
-
-    Returns:
-        CheckResult; evidence ``{"expected", "received", "mismatched": [keys]}``.
-    """
+    """C2: ``run.received_digests`` (the kernel's, else the runner's at the call
+    boundary) vs ``ops.digests()`` (dtype, shape, bytes), key by key. ``n/a``
+    without digests or output. Evidence ``{expected, received, mismatched, recorded_by}``."""
     name = "operand_sharing"
     if skipped_reason(run):
         return not_applicable(C2, skipped_reason(run))
@@ -56,7 +40,7 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
     note = (
         ""
         if by == "kernel"
-        else (" (digests taken by the runner at the call boundary: the kernel does not record what it received)")
+        else " (digests taken by the runner at the call boundary: the kernel does not record what it received)"
     )
     return CheckResult(
         C2,

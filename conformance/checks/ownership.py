@@ -1,12 +1,8 @@
 """Check C10 output_ownership: the caller owns the tensor a kernel returns.
 
-A result the caller holds must not share storage with an operand, and must
-keep its bits when the kernel is called again: a kernel that returns a cached
-output buffer (a static buffer per shape, a CUDA-graph pool, a workspace it
-writes again) silently rewrites results the caller still uses. The runner
-(``conformance.kernels.runner._probe_ownership``) records the evidence: which
-operands the output aliases, then a second call on same-shape operands with
-other values, after which the held output is compared bit for bit.
+The output must share no storage with an operand and keep its bits when the
+kernel is called again (a cached output buffer rewrites results the caller
+holds). Evidence from the runner's ownership probe (``conformance.kernels.runner``).
 """
 
 from __future__ import annotations
@@ -17,14 +13,7 @@ CHECK_ID, NAME = "C10", "output_ownership"
 
 
 def check_output_ownership(spec, ops, run, acc=None, exact=None) -> CheckResult:
-    """C10 from ``run.manifest["extra"]["ownership"]``.
-
-    Returns:
-        ``fail`` when the output shares storage with an operand, a held result
-        changed after the second call, the second output shares the first's
-        storage, or the second call failed; ``pass`` otherwise; ``n/a`` when no
-        probe ran (no output, or a case above the runner's work limit).
-    """
+    """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran."""
     ev = ((getattr(run, "manifest", None) or {}).get("extra") or {}).get("ownership")
     if ev is None:
         return not_applicable(

@@ -1,9 +1,5 @@
-"""``CheckResult``: the verdict and evidence of one check (DESIGN.md section 6).
-
-Every check returns one; the suite aggregates per-case results into one
-result per check (:func:`aggregate`). Evidence is a JSON-able dict (ints,
-floats, strings, lists, dicts) so reports can store it verbatim.
-"""
+"""``CheckResult``: the verdict and JSON-able evidence of one check (DESIGN.md section 6),
+and :func:`aggregate`, which combines one check's per-case results."""
 
 from __future__ import annotations
 
@@ -12,8 +8,7 @@ from typing import Iterable
 
 VERDICTS = ("pass", "fail", "n/a")
 
-#: check id -> name (DESIGN.md section 6). ``E1`` is the detllm engine-hash
-#: oracle (DESIGN.md section 4), an end-to-end check of the accumulator path.
+#: check id -> name; ``E1`` is the detllm engine-hash oracle (DESIGN.md section 4).
 CHECK_NAMES: dict[str, str] = {
     "C1": "kernel_manifest",
     "C2": "operand_sharing",
@@ -28,17 +23,11 @@ CHECK_NAMES: dict[str, str] = {
     "E1": "engine_hash",
 }
 
-#: Precondition checks: their failure says the operands left the range where
-#: integer accumulation is exact and order-free (faults F6 / F7), which is not
-#: by itself a defect of the kernel. A precondition check whose evidence has
-#: any other ``failure_kind`` (``"kernel"``: the kernel's own accumulator
-#: differs from the exact one or its accumulator entry failed; ``"harness"``:
-#: the check itself raised) counts as a failure of the kernel run.
+#: Their failure with ``failure_kind == "precondition"`` blames the operands
+#: (F6 / F7), not the kernel; any other ``failure_kind`` is the kernel run's.
 PRECONDITION_CHECKS = ("C3", "C4")
-#: Evidence flag of a precondition violation on a case the suite built to
-#: violate that precondition (the case's ``meta["violates"]`` names the
-#: check): a *precondition case*, shown as such rather than as a violation.
-#: On an aggregated result it is set when every failing case is one.
+#: Evidence flag: a precondition violation on a case built to violate it
+#: (``meta["violates"]``); on an aggregate, set when every failing case is one.
 PRECONDITION_CASE = "precondition_case"
 #: Evidence keys a report keeps of a passing / n/a check (a failing check keeps all).
 KEPT_EVIDENCE = (
@@ -69,16 +58,7 @@ SWEEP_KEPT_EVIDENCE = KEPT_EVIDENCE + (
 
 @dataclass
 class CheckResult:
-    """Outcome of one check on one case (or aggregated over cases).
-
-    Attributes:
-        check_id: ``C1`` .. ``C8`` (or ``E1``).
-        name: snake_case check name (:data:`CHECK_NAMES`).
-        verdict: ``"pass"`` | ``"fail"`` | ``"n/a"``.
-        summary: one line a kernel engineer can read.
-        evidence: JSON-able details (counts, worst element with indices,
-            operand digests, ulp histogram, ...).
-    """
+    """One check on one case (or aggregated): a :data:`VERDICTS` verdict, a summary line, evidence."""
 
     check_id: str
     name: str
@@ -92,9 +72,7 @@ class CheckResult:
 
     @property
     def is_kernel_failure(self) -> bool:
-        """True when this result is a failure of the kernel itself (every
-        failing check except a precondition check whose evidence says the
-        failure is the operands', see :data:`PRECONDITION_CHECKS`)."""
+        """A failure that is the kernel's, not the operands' (:data:`PRECONDITION_CHECKS`)."""
         if self.verdict != "fail":
             return False
         if self.check_id in PRECONDITION_CHECKS:
@@ -103,22 +81,17 @@ class CheckResult:
 
     @property
     def is_precondition_violation(self) -> bool:
-        """True for a failing precondition check caused by the operands."""
         return self.verdict == "fail" and not self.is_kernel_failure
 
     @property
     def is_precondition_case(self) -> bool:
-        """True for a precondition violation on a case built to violate it
-        (:data:`PRECONDITION_CASE`)."""
         return self.is_precondition_violation and self.evidence.get(PRECONDITION_CASE) is True
 
     def to_dict(self) -> dict:
-        """Plain dict (evidence included as is)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CheckResult":
-        """Inverse of :meth:`to_dict`."""
         return cls(d["check_id"], d["name"], d["verdict"], d["summary"], dict(d.get("evidence", {})))
 
 
@@ -136,9 +109,7 @@ def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:
     return out
 
 
-#: Evidence keys that rank how bad a case is for a check, most significant
-#: first (:func:`severity`): spacing distance, bit differences, accumulator
-#: mismatches, then the accumulator magnitudes of the precondition checks.
+#: Evidence keys ranking how bad a case is, most significant first (:func:`severity`).
 SEVERITY_KEYS = (
     "max_ulp",
     "n_over_tol",
@@ -153,8 +124,7 @@ SEVERITY_KEYS = (
 
 
 def severity(r: CheckResult) -> tuple:
-    """Sort key of a per-case result: larger is worse (:data:`SEVERITY_KEYS`
-    in order; missing or non-integer values count as 0)."""
+    """Sort key of a per-case result, larger is worse (:data:`SEVERITY_KEYS`; missing -> 0)."""
     ev = r.evidence or {}
     return tuple(
         int(ev[k]) if isinstance(ev.get(k), (int, float)) and not isinstance(ev.get(k), bool) else 0
@@ -163,22 +133,11 @@ def severity(r: CheckResult) -> tuple:
 
 
 def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed: int = 20) -> CheckResult:
-    """Combine one check's per-case results into one result.
-
-    Verdict: ``fail`` if any case fails, else ``pass`` if any case passes,
-    else ``n/a``. Evidence: counts per verdict, the failing case names (first
-    ``max_listed``), the summed ulp histogram (when cases carry one), the worst
-    case (the failing -- else passing -- case of largest :func:`severity`:
-    spacing distance, bit differences, accumulator mismatches, |acc|) with
-    its full evidence, and the distinct n/a reasons. For C3 / C4 failures
-    also ``n_precondition_cases`` and ``n_precondition_violations``, and
-    :data:`PRECONDITION_CASE` when every failing case is a precondition case.
-
-    Args:
-        check_id: the check's id.
-        per_case: ``(case name, CheckResult)`` for every case the check saw.
-        max_listed: how many failing case names to keep.
-    """
+    """One result from ``(case name, CheckResult)`` pairs: ``fail`` if any case
+    fails, else ``pass`` if any passes, else ``n/a``. Evidence: counts per
+    verdict, failing case names (first ``max_listed``), summed ulp histogram, the
+    worst case (largest :func:`severity`, failing else passing), n/a reasons;
+    for C3 / C4 the precondition case / violation counts."""
     name = CHECK_NAMES.get(check_id, check_id)
     if not per_case:
         return not_applicable(check_id, "no case exercised this check")

@@ -23,16 +23,15 @@ from conformance.checks.accumulator import (
 )
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
-from conformance.checks.output_bits import (
-    check_declared_contract,
-    check_pow2_bit_identity,
-    check_real_scale_spacing,
+from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
+from conformance.checks.ownership import check_output_ownership
+from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, CheckResult
+from conformance.sweep.prefetch import (
     declared_output_differs,
+    prefetch_accumulator_questions,
     prefetch_output_comparisons,
     prefetch_output_evidence,
 )
-from conformance.checks.ownership import check_output_ownership
-from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, CheckResult
 from reference import memo
 from reference.errors import first_line
 
@@ -269,7 +268,6 @@ class CaseEvaluation:
     """
 
     def __init__(self, spec, ops, device: Optional[str] = None, run=None, keep_on_device: bool = False):
-        from conformance.checks.accumulator import prefetch_accumulator_questions
         from conformance.kernels.runner import KernelLaunch, start_int_mm, start_kernel
         from reference.accumulate import exact_int_mm
 

@@ -9,7 +9,7 @@ import pytest
 from buggy_kernels import make_kernel
 
 from conformance.cases import make_case
-from conformance.checks import compare
+from conformance.sweep import prefetch as compare
 from conformance.suite.evaluate import PrefetchWarning, evaluate_case
 from reference import memo
 
