@@ -64,12 +64,10 @@ def _chunked_f32_mm(af: torch.Tensor, bf: torch.Tensor) -> torch.Tensor:
         return (af @ bf.T).to(torch.int64)
     chunks = -(-k // CHUNK_K)
     if chunks * m * n <= _BATCHED_ELEMS:
-        # every chunk in one batched GEMM: [C, M, 1024] @ [C, 1024, N], K padded
-        # with zeros (which add nothing); each chunk's float32 result is its
-        # exact integer sum (step 3 of exact_int_mm: any order inside a chunk),
-        # the chunk sums are then added in float64 (step 4): the same exact
-        # integers as the loop below, in 3 launches instead of ~4 per chunk
-        # (an F6 case has K > 131,072: 129 chunks)
+        # every chunk in one batched GEMM: [C, M, 1024] @ [C, 1024, N], K padded with zeros (which add nothing); each
+        # chunk's float32 result is its exact integer sum (step 3 of exact_int_mm: any order inside a chunk), the chunk
+        # sums are then added in float64 (step 4): the same exact integers as the loop below, in 3 launches instead of
+        # ~4 per chunk (an F6 case has K > 131,072: 129 chunks)
         pad = chunks * CHUNK_K - k
         ac = torch.nn.functional.pad(af, (0, pad)).reshape(m, chunks, CHUNK_K).transpose(0, 1)
         bc = torch.nn.functional.pad(bf, (0, pad)).reshape(n, chunks, CHUNK_K).permute(1, 2, 0)
@@ -97,7 +95,8 @@ def _exact_mm(a: torch.Tensor, b: torch.Tensor, absolute: bool) -> torch.Tensor:
 
 def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact accumulator ``A @ B^T`` of int8 a [M, K] and b [N, K] (any strides) -> int64 [M, N] on a's device, with no
-    int32 wrap (the F6 int32_overflow case has a known exact value). OperandError: non-tensor, non-int8, non-2-D, K mismatch.
+    int32 wrap (the F6 int32_overflow case has a known exact value). OperandError: non-tensor, non-int8, non-2-D, K
+    mismatch.
 
     Exactness: int8 products are integers |p| <= 2**14; K is cut into chunks of ``CHUNK_K`` = 2**10, so every partial
     sum any BLAS forms inside a chunk is an integer <= 2**24, exact in float32; chunk sums are added in float64, exact
@@ -127,8 +126,8 @@ def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0.
-    OperandError as :func:`exact_int_mm`.
+    """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0. OperandError as
+    :func:`exact_int_mm`.
     """
     return ask_accumulator_bound(a, b).get()
 
@@ -146,8 +145,8 @@ def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
 
 
 def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Tight bound ``|A| @ |B|^T`` (int64 [M, N], exact, >= 0) for checks C3/C4; equality when signs agree term
-    by term. OperandError as :func:`exact_int_mm`.
+    """Tight bound ``|A| @ |B|^T`` (int64 [M, N], exact, >= 0) for checks C3/C4; equality when signs agree term by term.
+    OperandError as :func:`exact_int_mm`.
     """
     _check_pair(a, b)
     from reference import memo
@@ -156,8 +155,8 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """``acc`` with the bound ``K * 2**14`` noted in the memo scope, so the epilogue's int64 -> float32 conversion
-    needs no read-back.
+    """``acc`` with the bound ``K * 2**14`` noted in the memo scope, so the epilogue's int64 -> float32 conversion needs
+    no read-back.
     """
     from reference import memo
 

@@ -1,10 +1,10 @@
-"""Bit-level tools for bf16 / fp16 / fp32: ordered encoding, spacing (ulp) distance, ulp histogram, bit-exact
-rounding from float32. Outputs are compared on bit patterns, never with a float tolerance.
+"""Bit-level tools for bf16 / fp16 / fp32: ordered encoding, spacing (ulp) distance, ulp histogram, bit-exact rounding
+from float32. Outputs are compared on bit patterns, never with a float tolerance.
 
 The distance between two values of one dtype is the difference of their ordered integer encodings (IEEE 754-2019
 3.4; B. Dawson, "Comparing Floating Point Numbers, 2012 Edition"): ``ordered(x) = bits(x)`` if the sign bit is
-clear, ``-(bits(x) & ~sign)`` if set. So ``+0`` and ``-0`` both encode to 0, the smallest subnormal is 1, each side
-of a power of two counts one step, and the largest finite value is one step below ``inf``.
+clear, ``-(bits(x) & ~sign)`` if set. So ``+0`` and ``-0`` both encode to 0, the smallest subnormal is 1, each side of a
+power of two counts one step, and the largest finite value is one step below ``inf``.
 """
 
 from __future__ import annotations
@@ -108,14 +108,14 @@ def _stream_key(t: torch.Tensor) -> int:
 
 
 def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
-    """:func:`ulp_histogram` as an int64 [9] tensor in :data:`ULP_BINS` order on ``dist``'s device, with no
-    read-back. OperandError unless an integer tensor.
+    """:func:`ulp_histogram` as an int64 [9] tensor in :data:`ULP_BINS` order on ``dist``'s device, with no read-back.
+    OperandError unless an integer tensor.
     """
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
-    # one per device and CUDA stream: a copy made on one stream is not ordered
-    # before another stream's use of it (the sweep's threads each have a stream)
+    # one per device and CUDA stream: a copy made on one stream is not ordered before another stream's use of it (the
+    # sweep's threads each have a stream)
     key = (d.device, _stream_key(d))
     edges = _EDGE_TENSORS.get(key)
     if edges is None:
@@ -150,15 +150,15 @@ def ieee_subnormals(*tensors):
 
 
 def _flushes_subnormals() -> bool:
-    """Whether float ops of the calling thread flush subnormals now (torch has no getter): the FTZ/DAZ
-    register governs numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch.
+    """Whether float ops of the calling thread flush subnormals now (torch has no getter): the FTZ/DAZ register governs
+    numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch.
     """
     return bool(np.float32(2.0**-130) * np.float32(0.5) == 0)
 
 
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:
-    """float32 -> bf16 RNE on the raw bits, independent of torch's cast: add 0x7FFF plus the lowest kept bit, drop
-    the low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits.
+    """float32 -> bf16 RNE on the raw bits, independent of torch's cast: add 0x7FFF plus the lowest kept bit, drop the
+    low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits.
     """
     b = x32.contiguous().view(torch.int32)
     lsb = (b >> 16) & 1
@@ -179,9 +179,9 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
 
     ``mode``: ``"rne"`` (roundTiesToEven) or ``"rtz"`` (toward zero, the F4 output_truncation fault). RNE overflows to
     ±inf; RTZ saturates at the largest finite value (IEEE 754 7.4). Subnormals are kept even under FTZ; NaN stays a
-    quiet NaN with its sign (payload may differ from torch's cast); ±inf and ±0 keep their sign. bf16 RNE is done on
-    the bits, fp16 RNE by torch's cast, RTZ by stepping RNE one spacing toward zero where it rounded away.
-    OperandError: x not float32, unsupported dtype or mode.
+    quiet NaN with its sign (payload may differ from torch's cast); ±inf and ±0 keep their sign. bf16 RNE is done on the
+    bits, fp16 RNE by torch's cast, RTZ by stepping RNE one spacing toward zero where it rounded away. OperandError: x
+    not float32, unsupported dtype or mode.
     """
     _check_float(x)
     if x.dtype != torch.float32:

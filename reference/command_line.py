@@ -1,6 +1,6 @@
-"""What both command lines (``int8conf``, ``detllm``) share: the rich console (a terminal's width on a terminal,
-else :data:`WIDE` columns, never wrapped, no colour), argparse value types that fail with one line (exit 2), and
-output folders created up front and removed again when the command refuses its input."""
+"""What both command lines (``int8conf``, ``detllm``) share: the rich console (a terminal's width on a terminal, else
+:data:`WIDE` columns, never wrapped, no colour), argparse value types that fail with one line (exit 2), and output
+folders created up front and removed again when the command refuses its input."""
 
 from __future__ import annotations
 
@@ -111,8 +111,8 @@ def positive_seconds(text: str) -> float:
 def ensure_out_dir(
     out: Path, option: str = "--out", what: str = "reports directory", files: Iterable[str] = ()
 ) -> None:
-    """Create ``out`` now and check it is writable, so a bad ``--out`` fails before any work; ``files`` (to be
-    written atomically inside it later) must not be directories. Raises Int8confError naming ``option`` and path."""
+    """Create ``out`` now and check it is writable, so a bad ``--out`` fails before any work; ``files`` (to be written
+    atomically inside it later) must not be directories. Raises Int8confError naming ``option`` and path."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -150,8 +150,8 @@ def remove_empty_dirs(dirs) -> None:
 
 @contextlib.contextmanager
 def removed_if_refused(*outs: Path):
-    """If the block raises, the folders of ``outs`` it created that are still empty are removed again: a refused
-    run leaves nothing behind. Yields those folders."""
+    """If the block raises, the folders of ``outs`` it created that are still empty are removed again: a refused run
+    leaves nothing behind. Yields those folders."""
     created = missing_dirs(*outs)
     try:
         yield created

@@ -40,9 +40,9 @@ _FP32_MAX = 3.4028234663852886e38
 
 @dataclass(frozen=True)
 class Step:
-    """One parsed step: ``op`` is ``cast`` | ``mul`` | ``add_bias`` | ``fma``; ``dtype`` a :data:`DTYPES` name or
-    None (the current dtype); ``operand`` the expression text of ``mul``/``fma``; ``rounding`` is ``rne``/``rtz``
-    for ``cast`` and the addend (``bias`` or ``0``) for ``fma``; ``text`` the normalized step."""
+    """One parsed step: ``op`` is ``cast`` | ``mul`` | ``add_bias`` | ``fma``; ``dtype`` a :data:`DTYPES` name or None
+    (the current dtype); ``operand`` the expression text of ``mul``/``fma``; ``rounding`` is ``rne``/``rtz`` for
+    ``cast`` and the addend (``bias`` or ``0``) for ``fma``; ``text`` the normalized step."""
 
     op: str
     dtype: Optional[str] = None
@@ -159,8 +159,8 @@ class EpilogueSteps:
 
     def nearest_contract(self) -> EpilogueContract:
         """The standard contract closest in structure (C5/C6 need only a scale order and a bias point): bias
-        ``after_round`` when no ``cast`` follows ``add bias``; scale order from the first ``mul``/``fma`` operand
-        naming one scale (``s_a`` first -> ``a_then_w``), ``fused`` when an operand names both."""
+        ``after_round`` when no ``cast`` follows ``add bias``; scale order from the first ``mul``/``fma`` operand naming
+        one scale (``s_a`` first -> ``a_then_w``), ``fused`` when an operand names both."""
         order, bias_point = "a_then_w", "fp32_before_round"
         ops = [s.op for s in self.steps]
         if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1 :]:
@@ -183,12 +183,11 @@ class EpilogueSteps:
 class EpilogueContract:
     """A standard epilogue: the name of one step list (:attr:`steps`). Every multiply/add is IEEE float32 RNE.
 
-    ``scale_order``: ``a_then_w`` ``(x * s_a) * s_w``; ``w_then_a`` ``(x * s_w) * s_a``; ``fused``
-    ``x * (s_a * s_w)`` (combined scale rounded once), with ``x`` the accumulator cast to float32 (one RNE).
-    ``bias_point``: ``fp32_before_round`` adds the float32-widened bias before the one rounding to out_dtype;
-    ``after_round`` rounds first, then adds the bias in out_dtype arithmetic (float32 add, rounded again).
-    ``rounding``: only ``rne``. The bias of a contract call must have the out_dtype.
-    Raises ContractError on an unknown field value.
+    ``scale_order``: ``a_then_w`` ``(x * s_a) * s_w``; ``w_then_a`` ``(x * s_w) * s_a``; ``fused`` ``x * (s_a * s_w)``
+    (combined scale rounded once), with ``x`` the accumulator cast to float32 (one RNE). ``bias_point``:
+    ``fp32_before_round`` adds the float32-widened bias before the one rounding to out_dtype; ``after_round`` rounds
+    first, then adds the bias in out_dtype arithmetic (float32 add, rounded again). ``rounding``: only ``rne``. The bias
+    of a contract call must have the out_dtype. Raises ContractError on an unknown field value.
     """
 
     scale_order: str = "a_then_w"
@@ -226,9 +225,9 @@ class EpilogueContract:
 
 
 def parse_steps(desc, name: str = "") -> EpilogueSteps:
-    """An :class:`EpilogueSteps` from itself, an :class:`EpilogueContract` (its step list), a list of step strings,
-    one ``;``-separated string, or a :data:`NAMED` key. ContractError (one line) on a bad step or a description that
-    does not start with a ``cast`` and end in the output dtype."""
+    """An :class:`EpilogueSteps` from itself, an :class:`EpilogueContract` (its step list), a list of step strings, one
+    ``;``-separated string, or a :data:`NAMED` key. ContractError (one line) on a bad step or a description that does
+    not start with a ``cast`` and end in the output dtype."""
     if isinstance(desc, EpilogueSteps):
         return desc
     if isinstance(desc, EpilogueContract):
@@ -308,8 +307,8 @@ def parse_declared(desc) -> Union[EpilogueSteps, dict]:
 
 
 def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[EpilogueSteps]:
-    """The description for a call on ``device`` with ``out_dtype``: a mapping is searched for
-    ``"<device>/<dtype>"``, ``"<device>"``, ``"*/<dtype>"``, ``"*"``; None when nothing matches or ``decl`` is None."""
+    """The description for a call on ``device`` with ``out_dtype``: a mapping is searched for ``"<device>/<dtype>"``,
+    ``"<device>"``, ``"*/<dtype>"``, ``"*"``; None when nothing matches or ``decl`` is None."""
     if decl is None or isinstance(decl, EpilogueSteps):
         return decl
     dev = str(device or "cpu").split(":")[0]

@@ -1,5 +1,5 @@
-"""Error types shared by every int8conf package: a user-caused problem is an ``Int8confError`` whose one-line
-message names it; the CLI and the pytest plugin print that line instead of a traceback.
+"""Error types shared by every int8conf package: a user-caused problem is an ``Int8confError`` whose one-line message
+names it; the CLI and the pytest plugin print that line instead of a traceback.
 """
 
 

@@ -1,5 +1,5 @@
-"""Atomic writers (temp file + ``os.replace``: a crash never leaves half a file), JSON readers that fail with one
-line naming the file, and portable paths for committed reports."""
+"""Atomic writers (temp file + ``os.replace``: a crash never leaves half a file), JSON readers that fail with one line
+naming the file, and portable paths for committed reports."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from reference.errors import Int8confError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (mode 0644, parents created). Raises OSError, leaving ``path`` as it was."""
+    """Write ``data`` to ``path`` atomically (mode 0644, parents created). Raises OSError, leaving ``path`` as it
+    was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -82,8 +83,8 @@ EXTERNAL = "..."
 
 
 def _path_roots() -> list:
-    """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved:
-    repository -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
+    """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved: repository
+    -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
     pairs = [
         (REPO_ROOT, ""),
         (cache_location(), f"${CACHE_ENV}"),
@@ -119,8 +120,8 @@ def portable_path(p, _roots=None) -> Any:
 
 
 def portable_text(text: str, _roots=None) -> str:
-    """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths
-    outside the known roots stay (free text cannot be parsed for paths safely)."""
+    """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths outside the
+    known roots stay (free text cannot be parsed for paths safely)."""
     for root, pre in _roots if _roots is not None else _path_roots():
         if root not in text:
             continue
@@ -130,8 +131,8 @@ def portable_text(text: str, _roots=None) -> str:
 
 
 def portable_paths(obj: Any, _roots=None) -> Any:
-    """A copy of a JSON-like document with every string made portable (a whole path by :func:`portable_path`,
-    other text by :func:`portable_text`); keys are kept."""
+    """A copy of a JSON-like document with every string made portable (a whole path by :func:`portable_path`, other text
+    by :func:`portable_text`); keys are kept."""
     roots = _roots if _roots is not None else _path_roots()
     if isinstance(obj, dict):
         return {k: portable_paths(v, roots) for k, v in obj.items()}

@@ -16,17 +16,17 @@ OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 
 
 def storage_span(t: torch.Tensor) -> int:
-    """Elements from a view's first to its last element in its storage:
-    ``1 + sum((size_i - 1) * stride_i)`` (0 for an empty tensor)."""
+    """Elements from a view's first to its last element in its storage: ``1 + sum((size_i - 1) * stride_i)`` (0 for an
+    empty tensor)."""
     if t.numel() == 0:
         return 0
     return 1 + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))
 
 
 def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
-    """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between
-    its elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``.
-    ``clone()`` / ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride.
+    """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between its
+    elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``. ``clone()`` /
+    ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride.
     """
     if t is None:
         return None
@@ -46,9 +46,9 @@ def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.T
 
 
 def layout_label(t: Optional[torch.Tensor]) -> str:
-    """Layout name for manifests and coverage: ``none``, ``scalar`` (0-d or one element), ``dense``, ``row-major
-    padded`` (2-D, unit inner stride, leading stride > columns), ``column-major`` (a ``w.t()`` view, dense or padded;
-    matrices with two dims > 1), ``broadcast`` (a zero stride on a dim > 1), or ``strided`` (anything else).
+    """Layout name for manifests and coverage: ``none``, ``scalar`` (0-d or one element), ``dense``,
+    ``row-major padded`` (2-D, unit inner stride, leading stride > columns), ``column-major`` (a ``w.t()`` view, dense
+    or padded; matrices with two dims > 1), ``broadcast`` (a zero stride on a dim > 1), or ``strided`` (anything else).
     """
     if t is None:
         return "none"
@@ -69,8 +69,8 @@ def layout_label(t: Optional[torch.Tensor]) -> str:
 
 
 def tensor_digest(t: Optional[torch.Tensor]) -> str:
-    """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by
-    the row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
+    """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by the
+    row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
     device. None -> ``"none"``. Inside a memo scope a tensor built by a recorded recipe carries its
     :func:`derived_digest` (copies noted with ``memo.note_copy`` share it).
     """
@@ -82,8 +82,8 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
 
 
 def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
-    """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored
-    for ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
+    """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored for
+    ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
     """
     from reference import memo
 
@@ -107,8 +107,8 @@ def _digest(t: torch.Tensor) -> str:
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
     flat = t.detach().to("cpu").reshape(-1)
-    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1
-    # view, e.g. a one-element column of a wider scale buffer)
+    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view, e.g. a one-element column of a
+    # wider scale buffer)
     flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())

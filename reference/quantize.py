@@ -5,12 +5,12 @@ Weights, as compressed-tensors (llm-compressor's W8A8 format) computes them from
 ``scale = absmax_row / 127.5`` (a torch division in the weight dtype: fp32 opmath, one RNE); a zero scale becomes
 ``finfo(w.dtype).eps`` (current releases) or every scale is clamped to ``finfo(float32).eps`` (older releases);
 ``_quantize``: ``round_half_even(clamp(x / scale + 0, -128, 127)).to(int8)``; ``_dequantize``:
-``q.to(scale.dtype) * scale``. CUDA's ``tensor / scalar`` multiplies by the float32 reciprocal: same scale bits
-for bf16/fp16 weights; for float32 weights this follows the CPU's true division.
+``q.to(scale.dtype) * scale``. CUDA's ``tensor / scalar`` multiplies by the float32 reciprocal: same scale bits for
+bf16/fp16 weights; for float32 weights this follows the CPU's true division.
 
 Activations, as vLLM's ``dynamic_scaled_int8_quant_kernel`` (int8_quant_kernels.cu): per row
-``absmax = max |float32(x)|``, ``scale = absmax / 127.f``, ``q = sat_int8(rne(float32(x) * (127.f / absmax)))``
-(not ``x / scale``); an all-zero row gives q = 0 and scale 0.0.
+``absmax = max |float32(x)|``, ``scale = absmax / 127.f``, ``q = sat_int8(rne(float32(x) * (127.f / absmax)))`` (not
+``x / scale``); an all-zero row gives q = 0 and scale 0.0.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def quantize_weight_per_channel(
 
 
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``q.to(scale.dtype) * scale`` (compressed-tensors ``_dequantize``): int8 [N, K] and [N, 1]/[N] scale -> [N, K]
-    in ``scale.dtype``. OperandError on wrong dtypes or shapes.
+    """``q.to(scale.dtype) * scale`` (compressed-tensors ``_dequantize``): int8 [N, K] and [N, 1]/[N] scale -> [N, K] in
+    ``scale.dtype``. OperandError on wrong dtypes or shapes.
     """
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(
@@ -92,16 +92,16 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM
-    (module docstring). An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero
-    scale (the accumulator row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite.
+    """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM (module docstring).
+    An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero scale (the accumulator
+    row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite.
     """
     _check_2d_float(x, "x", "M,K")
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)
     scale = torch.div(absmax, 127.0)  # true float32 division on CPU
-    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel
-    # does one float32 division, so divide explicitly.
+    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel does one float32 division, so divide
+    # explicitly.
     inv_s = torch.div(torch.full_like(absmax, 127.0), absmax)
     inv_s = torch.where(absmax == 0, torch.zeros_like(absmax), inv_s)
     v = xf * inv_s[:, None]

@@ -1,5 +1,5 @@
-"""The range of every user-given seed: an integer in ``[0, MAX_SEED]`` = ``[0, 2**63 - 1]`` (the sweep stores seeds
-in SQLite ``INTEGER`` columns); anything else is refused with one line before any work starts.
+"""The range of every user-given seed: an integer in ``[0, MAX_SEED]`` = ``[0, 2**63 - 1]`` (the sweep stores seeds in
+SQLite ``INTEGER`` columns); anything else is refused with one line before any work starts.
 """
 
 from __future__ import annotations

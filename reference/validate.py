@@ -36,8 +36,8 @@ def is_row_major(x: torch.Tensor) -> bool:
 
 
 def is_column_major(x: torch.Tensor) -> bool:
-    """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R]
-    buffer (vLLM's weight layout).
+    """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R] buffer
+    (vLLM's weight layout).
     """
     return is_row_major(x.t())
 
@@ -63,10 +63,9 @@ def _check_values(t: torch.Tensor, name: str) -> None:
     """OperandError on NaN or ±inf (zero and negative values are legal)."""
     from reference import memo
 
-    # both counts in one read-back, memoized per tensor inside a memo scope
-    # (the sweep validates the same scales in every kernel run of a layer);
-    # a fresh copy (the clones the runner hands a kernel, which validates
-    # them again) has its source's counts (reference.memo.copy_source)
+    # both counts in one read-back, memoized per tensor inside a memo scope (the sweep validates the same scales in
+    # every kernel run of a layer); a fresh copy (the clones the runner hands a kernel, which validates them again) has
+    # its source's counts (reference.memo.copy_source)
     src = memo.copy_source(t)
     key = t if src is None else src
     whole = memo.part_source(key)
@@ -82,8 +81,8 @@ def _check_values(t: torch.Tensor, name: str) -> None:
 
 
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
-    """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one
-    read-back when clean.
+    """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one read-back
+    when clean.
     """
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
@@ -122,8 +121,8 @@ def validate_operands(
 
     ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
     buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
-    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError
-    (one line) on anything else, including M, N or K equal to 0.
+    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError (one
+    line) on anything else, including M, N or K equal to 0.
     """
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")

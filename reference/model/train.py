@@ -1,9 +1,8 @@
 """Train the default model shipped in ``reference/model/assets/default_model/``.
 
-:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model`
-(a small Qwen3, :class:`ModelShape`; the best-validation checkpoint saved in bf16,
-reproducing the figures, not the bytes, on GPU). ``train_log.json`` records config,
-loss curve and held-out perplexity against a unigram baseline. Run
+:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model` (a small Qwen3,
+:class:`ModelShape`; the best-validation checkpoint saved in bf16, reproducing the figures, not the bytes, on GPU).
+``train_log.json`` records config, loss curve and held-out perplexity against a unigram baseline. Run
 ``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first).
 """
 
@@ -56,8 +55,8 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced
-    the shipped model (run "c" of train_sweep.json)."""
+    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced the shipped model (run "c" of
+    train_sweep.json)."""
 
     seed: int = SEED
     steps: int = 900
@@ -84,8 +83,8 @@ def seed_everything(seed: int) -> None:
 
 
 def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
-    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes,
-    ``<|endoftext|>`` = id 0, min pair frequency 2) trained on ``train_texts``; deterministic."""
+    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes, ``<|endoftext|>`` = id 0,
+    min pair frequency 2) trained on ``train_texts``; deterministic."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -101,8 +100,8 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
 
 
 def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
-    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``;
-    eos = pad = ``<|endoftext|>``, no bos)."""
+    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``; eos = pad = ``<|endoftext|>``,
+    no bos)."""
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
@@ -209,9 +208,9 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
 
 
 def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path | None = None) -> dict:
-    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return
-    the train log, also written to ``train_log.json``. ``state_path``: training state
-    saved there atomically at every evaluation and resumed from if present."""
+    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return the train log, also written
+    to ``train_log.json``. ``state_path``: training state saved there atomically at every evaluation and resumed from if
+    present."""
     from transformers import Qwen3ForCausalLM
 
     out_dir = Path(out_dir)
@@ -350,8 +349,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset
-    manifest for the shipped dir. Returns the exit code."""
+    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset manifest for the shipped
+    dir. Returns the exit code."""
     out = Path(args.out) if args.out else default_model_dir()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():
