@@ -4,11 +4,14 @@ received the very operands the reference used, DESIGN.md 5, F9, C2).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from reference import memo
 
 SCALE_MODES = ("own", "pow2", "synthetic")
 #: Operand names in call order (``scaled_mm(a, b, scale_a, scale_b, bias=...)``).
@@ -39,8 +42,6 @@ def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.T
         span = t.as_strided((storage_span(t),), (1,), t.storage_offset())
         flat = span.to(dev, copy=True)
         out = flat.as_strided(tuple(t.shape), tuple(t.stride()), 0)
-    from reference import memo
-
     memo.note_copy(src, out)  # same bits: a known digest carries over (reference.memo)
     return out
 
@@ -76,8 +77,6 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     """
     if t is None:
         return "none"
-    from reference import memo
-
     return memo.cached("digest", (t,), lambda: _digest_or_source(t))
 
 
@@ -85,8 +84,6 @@ def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
     """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored for
     ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
     """
-    from reference import memo
-
     shape = ",".join(str(int(s)) for s in t.shape)
     parts = ",".join(tensor_digest(s) for s in sources)
     d = hashlib.sha256(f"{t.dtype};{shape};derived;{parts};{recipe}".encode("ascii")).hexdigest()
@@ -96,8 +93,6 @@ def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
 
 def _digest_or_source(t: torch.Tensor) -> str:
     """The digest of the tensor ``t`` is a fresh copy of (``memo.copy_source``), else of ``t`` itself."""
-    from reference import memo
-
     src = memo.copy_source(t)
     return _digest(t) if src is None else tensor_digest(src)
 
@@ -149,13 +144,7 @@ class GemmOperands:
 
     def digests(self) -> dict[str, str]:
         """``{"a", "b", "scale_a", "scale_b", "bias"}`` -> :func:`tensor_digest`."""
-        return {
-            "a": tensor_digest(self.a),
-            "b": tensor_digest(self.b),
-            "scale_a": tensor_digest(self.scale_a),
-            "scale_b": tensor_digest(self.scale_b),
-            "bias": tensor_digest(self.bias),
-        }
+        return {k: tensor_digest(getattr(self, k)) for k in OPERAND_NAMES}
 
     def layouts(self) -> dict[str, str]:
         """``{operand name: layout_label(tensor)}`` for the five operands."""
@@ -166,36 +155,20 @@ class GemmOperands:
         dev = torch.device(device)
 
         def mv(t):
-            if t is None or t.device == dev or (dev.index is None and t.device.type == dev.type):
+            if t.device == dev or (dev.index is None and t.device.type == dev.type):
                 return t
             return copy_keep_layout(t, dev)
 
-        return GemmOperands(
-            a=mv(self.a),
-            b=mv(self.b),
-            scale_a=mv(self.scale_a),
-            scale_b=mv(self.scale_b),
-            bias=mv(self.bias),
-            out_dtype=self.out_dtype,
-            name=self.name,
-            scale_mode=self.scale_mode,
-            meta=dict(self.meta),
-        )
+        return self._map(mv)
 
     def dense(self) -> "GemmOperands":
         """Copy with every tensor contiguous (what a ``contiguous_only`` kernel is handed)."""
-        c = lambda t: None if t is None else t.detach().contiguous().clone()  # noqa: E731
-        return GemmOperands(
-            a=c(self.a),
-            b=c(self.b),
-            scale_a=c(self.scale_a),
-            scale_b=c(self.scale_b),
-            bias=c(self.bias),
-            out_dtype=self.out_dtype,
-            name=self.name,
-            scale_mode=self.scale_mode,
-            meta=dict(self.meta),
-        )
+        return self._map(lambda t: t.detach().contiguous().clone())
+
+    def _map(self, fn) -> "GemmOperands":
+        """A copy with ``fn`` applied to every tensor operand (None stays None) and ``meta`` shallow-copied."""
+        kw = {k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in OPERAND_NAMES}
+        return dataclasses.replace(self, **kw, meta=dict(self.meta))
 
     def __repr__(self) -> str:
         return (

@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from reference import memo
 from reference.errors import OperandError
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -61,8 +62,6 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
 
 def _check_values(t: torch.Tensor, name: str) -> None:
     """OperandError on NaN or ±inf (zero and negative values are legal)."""
-    from reference import memo
-
     # both counts in one read-back, memoized per tensor inside a memo scope (the sweep validates the same scales in
     # every kernel run of a layer); a fresh copy (the clones the runner hands a kernel, which validates them again) has
     # its source's counts (reference.memo.copy_source)
