@@ -119,8 +119,7 @@ def ensure_out_dir(
         raise Int8confError(f"{option} {out}: exists and is not a directory") from None
     except OSError as e:
         raise Int8confError(
-            f"{option} {out}: cannot create {what} "
-            f"({e.strerror or type(e).__name__}"
+            f"{option} {out}: cannot create {what} ({e.strerror or type(e).__name__}"
             f"{': ' + str(e.filename) if e.filename else ''})"
         ) from None
     # creating a file in a directory takes write and search permission

@@ -255,8 +255,7 @@ def parse_steps(desc, name: str = "") -> EpilogueSteps:
     ):
         raise ContractError(
             f"epilogue step {len(steps)} {steps[-1].text!r}: the description "
-            f"must end in the output dtype: a final 'cast <dtype>' (or a bias "
-            f"step in the dtype of an earlier cast)"
+            f"must end in the output dtype: a final 'cast <dtype>' (or a bias step in the dtype of an earlier cast)"
         )
     return EpilogueSteps(steps, name)
 

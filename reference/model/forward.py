@@ -269,8 +269,7 @@ def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
     (one line) otherwise."""
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.dtype not in (torch.int64, torch.int32):
         raise OperandError(
-            f"windows must be an int64 [B, T] tensor, got "
-            f"{getattr(windows, 'dtype', type(windows).__name__)} "
+            f"windows must be an int64 [B, T] tensor, got {getattr(windows, 'dtype', type(windows).__name__)} "
             f"{tuple(getattr(windows, 'shape', ()))}"
         )
     if windows.shape[1] < 2 or windows.shape[0] < 1:
