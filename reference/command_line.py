@@ -29,17 +29,18 @@ def make_console(stderr: bool = False, file=None):
 
 def int_at_least(lo: int):
     """argparse ``type`` factory: an integer >= ``lo``."""
+    return lambda text: _parsed(text, int, lambda v: v >= lo, f"an integer >= {lo}", show_value=True)
 
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
-        return v
 
-    return parse
+def _parsed(text: str, conv, ok, want: str, show_value: bool = False):
+    """``conv(text)`` if ``ok`` of it, else ArgumentTypeError ``expected <want>, got ...``."""
+    try:
+        v = conv(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"expected {want}, got {v if show_value else repr(text)}")
+    return v
 
 
 def int_between(lo: int, hi: int):
@@ -80,13 +81,7 @@ def name_list(text: str) -> str:
 
 def unit_interval_float(text: str) -> float:
     """argparse ``type``: a number in [0, 1] (not NaN)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= v <= 1.0:  # also False for NaN
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def seed_int(text: str) -> int:
@@ -99,13 +94,7 @@ def seed_int(text: str) -> int:
 
 def positive_seconds(text: str) -> float:
     """argparse ``type``: seconds, a finite float > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: v > 0 and math.isfinite(v), "seconds > 0")
 
 
 def ensure_out_dir(
@@ -131,12 +120,6 @@ def ensure_out_dir(
             raise Int8confError(f"{option} {out}: {name} is a directory, not a file")
 
 
-def missing_dirs(*paths: Path) -> list[Path]:
-    """``paths`` and their parents that do not exist yet, each once, deepest first."""
-    missing = dict.fromkeys(d for p in paths for d in (p, *p.parents) if not d.exists())
-    return sorted(missing, key=lambda d: len(d.parts), reverse=True)
-
-
 def remove_empty_dirs(dirs) -> None:
     """Remove each of ``dirs`` (deepest first) that is an empty directory."""
     for d in dirs:
@@ -151,7 +134,8 @@ def remove_empty_dirs(dirs) -> None:
 def removed_if_refused(*outs: Path):
     """If the block raises, the folders of ``outs`` it created that are still empty are removed again: a refused run
     leaves nothing behind. Yields those folders."""
-    created = missing_dirs(*outs)
+    created = dict.fromkeys(d for p in outs for d in (p, *p.parents) if not d.exists())
+    created = sorted(created, key=lambda d: len(d.parts), reverse=True)  # deepest first
     try:
         yield created
     except BaseException:

@@ -165,17 +165,11 @@ class EpilogueSteps:
         ops = [s.op for s in self.steps]
         if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1 :]:
             bias_point = "after_round"
-        names = []
-        for s in self.steps:
-            if s.op in ("mul", "fma"):
-                has = [n for n in _NAMES if n in s.operand]
-                if len(has) == 2:
-                    order = "fused"
-                    break
-                if has:
-                    names.append(has[0])
-        if order != "fused" and names:
-            order = "a_then_w" if names[0] == "s_a" else "w_then_a"
+        named = [h for s in self.steps if s.op in ("mul", "fma") for h in [[n for n in _NAMES if n in s.operand]] if h]
+        if any(len(h) == 2 for h in named):
+            order = "fused"
+        elif named:
+            order = "a_then_w" if named[0][0] == "s_a" else "w_then_a"
         return EpilogueContract(order, bias_point, "rne")
 
 
@@ -195,12 +189,9 @@ class EpilogueContract:
     rounding: str = "rne"
 
     def __post_init__(self) -> None:
-        if self.scale_order not in SCALE_ORDERS:
-            raise ContractError(f"scale_order={self.scale_order!r} is not one of {SCALE_ORDERS}")
-        if self.bias_point not in BIAS_POINTS:
-            raise ContractError(f"bias_point={self.bias_point!r} is not one of {BIAS_POINTS}")
-        if self.rounding not in ROUNDINGS:
-            raise ContractError(f"rounding={self.rounding!r} is not one of {ROUNDINGS}")
+        for key, legal in (("scale_order", SCALE_ORDERS), ("bias_point", BIAS_POINTS), ("rounding", ROUNDINGS)):
+            if getattr(self, key) not in legal:
+                raise ContractError(f"{key}={getattr(self, key)!r} is not one of {legal}")
 
     @property
     def steps(self) -> EpilogueSteps:
@@ -274,10 +265,9 @@ def from_contract(contract: EpilogueContract) -> EpilogueSteps:
 
 
 #: The six standard contracts as named step lists (``"<scale_order>/<bias_point>"``).
-NAMED: dict[str, EpilogueSteps] = {}
-for _o in SCALE_ORDERS:
-    for _b in BIAS_POINTS:
-        NAMED[f"{_o}/{_b}"] = from_contract(EpilogueContract(_o, _b))
+NAMED: dict[str, EpilogueSteps] = {
+    f"{o}/{b}": from_contract(EpilogueContract(o, b)) for o in SCALE_ORDERS for b in BIAS_POINTS
+}
 
 # vLLM's cutlass_scaled_mm (ScaledEpilogue[Bias]): per-channel scale, then per-token, bias in float32, one rounding.
 CUTLASS_STYLE = EpilogueContract("w_then_a", "fp32_before_round", "rne")
@@ -320,10 +310,8 @@ def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[Epilogue
 
 def declared_to_dict(decl) -> Optional[dict]:
     """JSON-able form of a declaration (None stays None)."""
-    if decl is None:
-        return None
-    if isinstance(decl, EpilogueSteps):
-        return decl.to_dict()
+    if decl is None or isinstance(decl, EpilogueSteps):
+        return decl and decl.to_dict()
     return {k: v.to_dict() for k, v in decl.items()}
 
 
