@@ -1,6 +1,5 @@
 """Exact int8 x int8 accumulation (DESIGN.md 1 and 4): :func:`exact_int_mm` (fast, float32 BLAS on K-chunks) and
-:func:`int_mm_int64_naive` (slow, independent, for tests), plus accumulator bounds.
-"""
+:func:`int_mm_int64_naive` (slow, independent, for tests), plus accumulator bounds."""
 
 from __future__ import annotations
 
@@ -91,16 +90,14 @@ def exact_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     Exactness: int8 products are integers |p| <= 2**14; K is cut into chunks of ``CHUNK_K`` = 2**10, so every partial
     sum any BLAS forms inside a chunk is an integer <= 2**24, exact in float32; chunk sums are added in float64, exact
     while K <= 2**39. Matmul precision is forced to "highest" (no TF32), on any device (CPU BLAS or cuBLAS, split-K or
-    not). A b of more than 2**26 elements is converted in row blocks to bound the float32 copy.
-    """
+    not). A b of more than 2**26 elements is converted in row blocks to bound the float32 copy."""
     _check_pair(a, b)
     return memo.cached("exact", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=False), a))
 
 
 def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``sum_k int64(a) * int64(b)`` -> int64 [M, N], no BLAS, no float, in row blocks; for tests (small shapes).
-    OperandError as :func:`exact_int_mm`.
-    """
+    OperandError as :func:`exact_int_mm`."""
     _check_pair(a, b)
     a64, b64 = a.to(torch.int64), b.to(torch.int64)
     (m, k), n = a64.shape, b64.shape[0]
@@ -113,15 +110,13 @@ def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
     """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0. OperandError as
-    :func:`exact_int_mm`.
-    """
+    :func:`exact_int_mm`."""
     return ask_accumulator_bound(a, b).get()
 
 
 def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
     """:func:`accumulator_bound` as a ``reference.readback.Deferred`` (both maxima in one read-back); OperandError at
-    once.
-    """
+    once."""
     _check_pair(a, b)
     k = int(a.shape[1])
     if k == 0 or a.numel() == 0 or b.numel() == 0:
@@ -132,15 +127,13 @@ def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
 
 def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Tight bound ``|A| @ |B|^T`` (int64 [M, N], exact, >= 0) for checks C3/C4; equality when signs agree term by term.
-    OperandError as :func:`exact_int_mm`.
-    """
+    OperandError as :func:`exact_int_mm`."""
     _check_pair(a, b)
     return memo.cached("bound", (a, b), lambda: _bounded(_exact_mm(a, b, absolute=True), a))
 
 
 def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """``acc`` with the bound ``K * 2**14`` noted in the memo scope, so the epilogue's int64 -> float32 conversion needs
-    no read-back.
-    """
+    no read-back."""
     memo.note_bound(acc, int(a.shape[1]) * 16384)
     return acc

@@ -4,8 +4,7 @@ from float32. Outputs are compared on bit patterns, never with a float tolerance
 The distance between two values of one dtype is the difference of their ordered integer encodings (IEEE 754-2019
 3.4; B. Dawson, "Comparing Floating Point Numbers, 2012 Edition"): ``ordered(x) = bits(x)`` if the sign bit is
 clear, ``-(bits(x) & ~sign)`` if set. So ``+0`` and ``-0`` both encode to 0, the smallest subnormal is 1, each side of a
-power of two counts one step, and the largest finite value is one step below ``inf``.
-"""
+power of two counts one step, and the largest finite value is one step below ``inf``."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def _check_float(x, what: str = "x") -> None:
 
 def bits_of(x: torch.Tensor) -> torch.Tensor:
     """Raw IEEE bit pattern of each element as a non-negative int64 (bf16 1.0 -> 0x3F80), same shape and device;
-    memoized inside a ``reference.memo`` scope (do not write into it). OperandError unless bf16/fp16/fp32.
-    """
+    memoized inside a ``reference.memo`` scope (do not write into it). OperandError unless bf16/fp16/fp32."""
     _check_float(x)
     return memo.cached("bits_of", (x,), lambda: _bits_of(x))
 
@@ -51,8 +49,7 @@ def _bits_of(x: torch.Tensor) -> torch.Tensor:
 def ordered_int(x: torch.Tensor) -> torch.Tensor:
     """Monotone int64 encoding (module docstring): ``ordered(a) < ordered(b)`` iff ``a < b`` for non-NaN values,
     adjacent representable values differ by 1, ``±0`` -> 0; NaNs encode beyond ``±inf`` (use :func:`spacing_distance`).
-    OperandError unless bf16/fp16/fp32.
-    """
+    OperandError unless bf16/fp16/fp32."""
     return memo.cached("ordered_int", (x,), lambda: _ordered_int(x))
 
 
@@ -68,8 +65,7 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Element-wise ``|ordered(x) - ordered(y)|`` (int64 >= 0) for two tensors of one shape and dtype.
 
     ``+0`` vs ``-0`` -> 0; ``inf`` is one step beyond the largest finite value; NaN vs NaN (any payloads) -> 0; NaN vs
-    non-NaN -> :data:`NAN_DISTANCE`. OperandError on a non-tensor, unsupported dtype, or dtype/shape mismatch.
-    """
+    non-NaN -> :data:`NAN_DISTANCE`. OperandError on a non-tensor, unsupported dtype, or dtype/shape mismatch."""
     _check_float(x, "x")
     _check_float(y, "y")
     if x.dtype != y.dtype:
@@ -86,8 +82,7 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
     """``{bin: count}`` over :data:`ULP_BINS` (every key, Python ints, summing to ``dist.numel()``) of an int64
-    :func:`spacing_distance` tensor; ``"nan"`` counts :data:`NAN_DISTANCE`. OperandError unless an integer tensor.
-    """
+    :func:`spacing_distance` tensor; ``"nan"`` counts :data:`NAN_DISTANCE`. OperandError unless an integer tensor."""
     return histogram_dict(ulp_histogram_counts(dist).tolist())
 
 
@@ -109,8 +104,7 @@ def _stream_key(t: torch.Tensor) -> int:
 
 def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     """:func:`ulp_histogram` as an int64 [9] tensor in :data:`ULP_BINS` order on ``dist``'s device, with no read-back.
-    OperandError unless an integer tensor.
-    """
+    OperandError unless an integer tensor."""
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
@@ -134,8 +128,7 @@ def histogram_dict(counts) -> dict[str, int]:
 def ieee_subnormals(*tensors):
     """Context in which CPU float ops keep subnormals (IEEE default) even if the process enabled
     ``torch.set_flush_denormal(True)``; the setting is restored afterwards. With ``tensors`` given, all off the CPU,
-    nothing is probed or switched.
-    """
+    nothing is probed or switched."""
     if tensors and all(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
         yield
         return
@@ -151,15 +144,13 @@ def ieee_subnormals(*tensors):
 
 def _flushes_subnormals() -> bool:
     """Whether float ops of the calling thread flush subnormals now (torch has no getter): the FTZ/DAZ register governs
-    numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch.
-    """
+    numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch."""
     return bool(np.float32(2.0**-130) * np.float32(0.5) == 0)
 
 
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:
     """float32 -> bf16 RNE on the raw bits, independent of torch's cast: add 0x7FFF plus the lowest kept bit, drop the
-    low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits.
-    """
+    low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits."""
     b = x32.contiguous().view(torch.int32)
     lsb = (b >> 16) & 1
     r = ((b + lsb + 0x7FFF) >> 16).to(torch.int16)
@@ -181,8 +172,7 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
     ±inf; RTZ saturates at the largest finite value (IEEE 754 7.4). Subnormals are kept even under FTZ; NaN stays a
     quiet NaN with its sign (payload may differ from torch's cast); ±inf and ±0 keep their sign. bf16 RNE is done on the
     bits, fp16 RNE by torch's cast, RTZ by stepping RNE one spacing toward zero where it rounded away. OperandError: x
-    not float32, unsupported dtype or mode.
-    """
+    not float32, unsupported dtype or mode."""
     _check_float(x)
     if x.dtype != torch.float32:
         raise OperandError(f"round_fp32 expects float32 input, got {x.dtype}")

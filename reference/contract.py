@@ -13,8 +13,7 @@ kernels free to differ only in the epilogue. An :class:`EpilogueSteps` says what
     <operand> := a product of s_a | s_w | <number> | bf16(..) | fp16(..) | fp32(..), e.g. (s_a*127)*(s_w*127)
 
 The first step casts the integer accumulator; the last is a ``cast`` to the call's out_dtype (or a bias step in the
-dtype of an earlier cast). Bad descriptions raise a one-line :class:`~reference.errors.ContractError`.
-"""
+dtype of an earlier cast). Bad descriptions raise a one-line :class:`~reference.errors.ContractError`."""
 
 from __future__ import annotations
 
@@ -181,8 +180,7 @@ class EpilogueContract:
     (combined scale rounded once), with ``x`` the accumulator cast to float32 (one RNE). ``bias_point``:
     ``fp32_before_round`` adds the float32-widened bias before the one rounding to out_dtype; ``after_round`` rounds
     first, then adds the bias in out_dtype arithmetic (float32 add, rounded again). ``rounding``: only ``rne``. The bias
-    of a contract call must have the out_dtype. Raises ContractError on an unknown field value.
-    """
+    of a contract call must have the out_dtype. Raises ContractError on an unknown field value."""
 
     scale_order: str = "a_then_w"
     bias_point: str = "fp32_before_round"

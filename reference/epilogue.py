@@ -2,8 +2,7 @@
 
 IEEE 754 binary32 arithmetic, every operation a separate RNE-rounded float32 op (no FMA contraction unless a step says
 ``fma``), then RNE to the output dtype: what eager kernels, vLLM's ``cutlass_scaled_mm`` and its Triton ``scaled_mm``
-do. :func:`apply_epilogue` / :func:`reference_scaled_mm` evaluate a standard contract's step list.
-"""
+do. :func:`apply_epilogue` / :func:`reference_scaled_mm` evaluate a standard contract's step list."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def acc_to_fp32(acc: torch.Tensor) -> torch.Tensor:
     """int32/int64 [M, N] accumulator -> float32 with one RNE rounding, as ``cvtsi2ss`` / ``__int2float_rn`` do.
 
     Exact while ``|acc| <= 2**24`` (:data:`reference.accumulate.FP32_EXACT_INT`); beyond, 2**24 + 1 -> 2**24 and 2**24 +
-    3 -> 2**24 + 4 (the F7 fp32_inexact_accumulator situation). OperandError for any other input.
-    """
+    3 -> 2**24 + 4 (the F7 fp32_inexact_accumulator situation). OperandError for any other input."""
     if not isinstance(acc, torch.Tensor) or acc.dtype not in (torch.int32, torch.int64):
         raise OperandError(f"acc must be an int32 or int64 tensor, got {getattr(acc, 'dtype', type(acc).__name__)}")
     return _int64_to_fp32_rne(acc)
@@ -112,8 +110,7 @@ def apply_steps(
     tensor (widened exactly). Values are held in their step dtype; ``mul``/``add`` are one float32 RNE op rounded to the
     result dtype (torch's opmath for bf16/fp16); numbers in operands are rounded to float32. Casting the accumulator to
     bf16/fp16 goes through float32, as torch does. Overflow gives ±inf, subnormals are kept (no FTZ). ContractError: bad
-    description or its final dtype is not ``out_dtype``; OperandError: bad acc / scales / bias / out_dtype.
-    """
+    description or its final dtype is not ``out_dtype``; OperandError: bad acc / scales / bias / out_dtype."""
     out = _evaluate(acc, scale_a, scale_b, parse_steps(steps), bias, out_dtype, None)
     # torch's own final cast: same values as apply_epilogue, but a NaN gets torch's encoding, not round_fp32's
     return out if out_dtype == torch.float32 else out.float().to(out_dtype)
@@ -222,8 +219,7 @@ def reference_scaled_mm(
     """The reference W8A8 GEMM: :func:`reference.validate.validate_operands` (OperandError), exact int64
     :func:`reference.accumulate.exact_int_mm`, then :func:`apply_epilogue` -> [M, N] ``out_dtype`` on a's device.
 
-    a: int8 [M, K]; b: int8 [N, K]; scales and bias as :func:`apply_epilogue`.
-    """
+    a: int8 [M, K]; b: int8 [N, K]; scales and bias as :func:`apply_epilogue`."""
     m, _k, n = validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     sa, sw = normalize_scales(scale_a, scale_b, m, n)
     return apply_epilogue(exact_int_mm(a, b), sa, sw, contract, bias=bias, out_dtype=out_dtype)

@@ -1,6 +1,5 @@
 """One W8A8 GEMM case (:class:`GemmOperands`), layout helpers and content digests (which let check C2 prove a kernel
-received the very operands the reference used, DESIGN.md 5, F9, C2).
-"""
+received the very operands the reference used, DESIGN.md 5, F9, C2)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ def storage_span(t: torch.Tensor) -> int:
 def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
     """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between its
     elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``. ``clone()`` /
-    ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride.
-    """
+    ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride."""
     if t is None:
         return None
     src = t
@@ -73,8 +71,7 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
     """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by the
     row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
     device. None -> ``"none"``. Inside a memo scope a tensor built by a recorded recipe carries its
-    :func:`derived_digest` (copies noted with ``memo.note_copy`` share it).
-    """
+    :func:`derived_digest` (copies noted with ``memo.note_copy`` share it)."""
     if t is None:
         return "none"
     return memo.cached("digest", (t,), lambda: _digest_or_source(t))
@@ -82,8 +79,7 @@ def tensor_digest(t: Optional[torch.Tensor]) -> str:
 
 def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
     """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored for
-    ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
-    """
+    ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``."""
     shape = ",".join(str(int(s)) for s in t.shape)
     parts = ",".join(tensor_digest(s) for s in sources)
     d = hashlib.sha256(f"{t.dtype};{shape};derived;{parts};{recipe}".encode("ascii")).hexdigest()
@@ -117,8 +113,7 @@ class GemmOperands:
     ``a``: int8 [M, K], row-major (leading stride >= K), per-token quantized; ``b``: int8 [N, K] (row-major or the
     transposed view of a [K, N] buffer), per-channel; ``scale_a``: float32 [M] / [M, 1] / scalar; ``scale_b``: float32
     [N] / [N, 1] / scalar; ``bias``: None or [N] of ``out_dtype`` (bf16 default, fp16, fp32); ``name``: case label;
-    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras.
-    """
+    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras."""
 
     a: torch.Tensor
     b: torch.Tensor

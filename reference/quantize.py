@@ -10,8 +10,7 @@ bf16/fp16 weights; for float32 weights this follows the CPU's true division.
 
 Activations, as vLLM's ``dynamic_scaled_int8_quant_kernel`` (int8_quant_kernels.cu): per row
 ``absmax = max |float32(x)|``, ``scale = absmax / 127.f``, ``q = sat_int8(rne(float32(x) * (127.f / absmax)))`` (not
-``x / scale``); an all-zero row gives q = 0 and scale 0.0.
-"""
+``x / scale``); an all-zero row gives q = 0 and scale 0.0."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def quantize_weight_per_channel(
     """``(q int8 [N, K], scale [N, 1] in w.dtype)`` of a finite [N, K] bf16/fp16/fp32 weight (module docstring).
 
     ``scale_floor``: ``"zero_to_dtype_eps"`` (current compressed-tensors) or ``"clamp_fp32_eps"`` (older releases).
-    OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division.
-    """
+    OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division."""
     _check_2d_float(w, "w", "N,K")
     if division not in DIVISIONS:
         raise OperandError(f"division={division!r} is not one of {DIVISIONS}")
@@ -76,8 +74,7 @@ def quantize_weight_per_channel(
 
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``q.to(scale.dtype) * scale`` (compressed-tensors ``_dequantize``): int8 [N, K] and [N, 1]/[N] scale -> [N, K] in
-    ``scale.dtype``. OperandError on wrong dtypes or shapes.
-    """
+    ``scale.dtype``. OperandError on wrong dtypes or shapes."""
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(
             f"q must be an int8 [N,K] tensor, got "
@@ -94,8 +91,7 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM (module docstring).
     An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero scale (the accumulator
-    row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite.
-    """
+    row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite."""
     _check_2d_float(x, "x", "M,K")
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)

@@ -1,6 +1,5 @@
 """The range of every user-given seed: an integer in ``[0, MAX_SEED]`` = ``[0, 2**63 - 1]`` (the sweep stores seeds in
-SQLite ``INTEGER`` columns); anything else is refused with one line before any work starts.
-"""
+SQLite ``INTEGER`` columns); anything else is refused with one line before any work starts."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ MAX_SEED = 2**63 - 1
 
 def check_seed(value, what: str = "seed") -> int:
     """``value`` (an int, or text of a decimal integer; not a bool) as an int seed; SeedError naming ``what`` (e.g.
-    ``"--fault-seed"``) when not an integer, negative or above ``MAX_SEED``.
-    """
+    ``"--fault-seed"``) when not an integer, negative or above ``MAX_SEED``."""
     try:
         v = int(value.strip()) if isinstance(value, str) else value
     except ValueError:

@@ -5,8 +5,7 @@ the -128 x -128 = 16384 product lives). Scale kinds: ``ordinary`` log-uniform in
 2**e, e in [-14, -2] (every legal epilogue order gives identical bits); ``tiny`` about 2**-70 (acc * s_a * s_w near
 the float32 subnormals); ``large`` about 2**60 (can overflow float32 or bf16); ``negative`` ordinary with random
 signs. :func:`invalid_scales` draws scales that must be rejected. Tensors come from a ``torch.Generator`` seeded by a
-drawn seed: cheap to shrink and reproducible under the derandomized CI profile (tests/conftest.py).
-"""
+drawn seed: cheap to shrink and reproducible under the derandomized CI profile (tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Operand validation for ``scaled_mm`` (DESIGN.md 3): every problem is one single-line
-:class:`~reference.errors.OperandError` naming the operand, e.g. ``scale_a has 3 NaN value(s) (first at index 7)``.
-"""
+:class:`~reference.errors.OperandError` naming the operand, e.g. ``scale_a has 3 NaN value(s) (first at index 7)``."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ def _check_int8_matrix(x, name: str, dims: str) -> None:
 
 def is_row_major(x: torch.Tensor) -> bool:
     """2-D ``x`` [R, C] with unit inner stride and leading stride >= C (BLAS ``lda >= K``; strides of size-1 dims
-    ignored): dense, or a ``buf[:, :C]`` view.
-    """
+    ignored): dense, or a ``buf[:, :C]`` view."""
     r, c = (int(v) for v in x.shape)
     s0, s1 = (int(v) for v in x.stride())
     return (c <= 1 or s1 == 1) and (r <= 1 or s0 >= max(c, 1))
@@ -38,8 +36,7 @@ def is_row_major(x: torch.Tensor) -> bool:
 
 def is_column_major(x: torch.Tensor) -> bool:
     """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R] buffer
-    (vLLM's weight layout).
-    """
+    (vLLM's weight layout)."""
     return is_row_major(x.t())
 
 
@@ -81,8 +78,7 @@ def _check_values(t: torch.Tensor, name: str) -> None:
 
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
     """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one read-back
-    when clean.
-    """
+    when clean."""
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None
@@ -121,8 +117,7 @@ def validate_operands(
     ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
     buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
     negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError (one
-    line) on anything else, including M, N or K equal to 0.
-    """
+    line) on anything else, including M, N or K equal to 0."""
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     _check_int8_matrix(a, "a", "M,K")
@@ -152,8 +147,7 @@ def validate_operands(
 
 def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(scale_a float32 [M], scale_b float32 [N])``, contiguous, scalars broadcast (no rounding), from [M]/[M, 1]/
-    [1]/0-d scales. OperandError on a non-tensor, non-float32 or mis-shaped scale (values are not checked).
-    """
+    [1]/0-d scales. OperandError on a non-tensor, non-float32 or mis-shaped scale (values are not checked)."""
     out = []
     for s, rows, name, rn in ((scale_a, m, "scale_a", "M"), (scale_b, n, "scale_b", "N")):
         _check_scale_layout(s, name, rows, rn)

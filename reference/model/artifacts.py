@@ -4,8 +4,7 @@ The parent bf16 default model and its captures ship in the tree; the three compr
 ``pow2-nearest``, ``pow2-ceiling``) are built deterministically into
 ``<cache>/checkpoints/<parent digest[:16]>-<build code digest[:8]>/<kind>/`` (cache: ``$INT8CONF_CACHE`` or
 ``~/.cache/int8conf``). An entry whose recorded ``parent_digest`` / ``state_digest`` disagree is rebuilt; builds are
-atomic (directory renamed into place).
-"""
+atomic (directory renamed into place)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,7 @@ interrupted capture resumes)::
                   weights{kind: {b, scale_b}}, acc_absmax{kind}, acc_ge_2p24{kind},
                   zero_rows}}
     summary:     {layers, layers_acc_ge_2p24{kind}, max_acc_absmax{kind}}
-    complete:    bool
-"""
+    complete:    bool"""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A directory holds ``config.json`` (``model_type`` ``qwen3`` / ``architectures`` ``["Qwen3ForCausalLM"]``) and its
 tensors in ``model.safetensors`` or in shards listed by ``model.safetensors.index.json``. The loader reads the bf16
 parent and its W8A8 compressed-tensors children alike. Every user-caused problem raises one-line
-:class:`~reference.errors.CheckpointError` naming the file and the mismatch.
-"""
+:class:`~reference.errors.CheckpointError` naming the file and the mismatch."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ Every decoder linear holds ``<name>.weight`` int8 ``[N, K]`` and ``<name>.weight
 (symmetric; dequantized = ``weight * weight_scale``); other tensors are the parent's. ``config.json`` adds
 :func:`w8a8_quantization_config` (llm-compressor's W8A8 INT8 field set) and our ``int8conf`` record. The reader also
 takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`` or fp16 / fp32 scales, zero
-``weight_zero_point``); anything but 8-bit symmetric per-channel integer weights is a one-line CheckpointError.
-"""
+``weight_zero_point``); anything but 8-bit symmetric per-channel integer weights is a one-line CheckpointError."""
 
 from __future__ import annotations
 

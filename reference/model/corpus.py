@@ -2,8 +2,7 @@
 evaluation windows.
 
 Reads ``reference/model/assets/corpus/`` (written by ``reference.model.build_corpus``); whole works are split, so
-held-out works never appear in training.
-"""
+held-out works never appear in training."""
 
 from __future__ import annotations
 

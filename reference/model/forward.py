@@ -8,8 +8,7 @@ compressed-tensors W8A8 checkpoints::
 
 Everything else, ``lm_head`` included (as in llm-compressor's recipes), runs in bf16. ``scaled_mm`` is any callable
 ``(a, b, scale_a, scale_b, out_dtype, bias) -> Tensor[M, N]``; callers adapt kernels to it (this module never imports
-``conformance``).
-"""
+``conformance``)."""
 
 from __future__ import annotations
 

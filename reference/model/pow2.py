@@ -13,8 +13,7 @@ Rules, per output channel with ``absmax = max_j |w[n, j]|``:
   all-zero row takes the ``nearest`` scale of its floored own scale.
 
 ``q = clamp(round_half_even(w / 2^k), -128, 127)`` in float64 (exact for a power of two). :func:`reconstruction_gate`
-must pass before any pow2 checkpoint is built.
-"""
+must pass before any pow2 checkpoint is built."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 :func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model` (a small Qwen3,
 :class:`ModelShape`; the best-validation checkpoint saved in bf16, reproducing the figures, not the bytes, on GPU).
 ``train_log.json`` records config, loss curve and held-out perplexity against a unigram baseline. Run
-``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first).
-"""
+``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 with the scale mode it carries.
 
 Scale modes (DESIGN.md section 5): ``own`` (llm-compressor's per-channel absmax/127.5 rule), ``pow2-nearest`` /
-``pow2-ceiling`` (requantized from the parent with power-of-two scales, ``reference.model.pow2``), ``bf16`` (none).
-"""
+``pow2-ceiling`` (requantized from the parent with power-of-two scales, ``reference.model.pow2``), ``bf16`` (none)."""
 
 from __future__ import annotations
 
@@ -35,10 +34,7 @@ def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
     """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError if it is unreadable or misses a
     layer."""
     ck = read_w8a8_checkpoint(checkpoint)
-    tensors = {}
-    for name, q in ck.weights.items():
-        tensors[f"{name}.weight"] = q
-        tensors[f"{name}.weight_scale"] = ck.scales[name]
+    tensors = {f"{n}.weight": q for n, q in ck.weights.items()} | {f"{n}.weight_scale": s for n, s in ck.scales.items()}
     mode, label = checkpoint_scale_mode(ck)
     return wf.weights_from_tensors(tensors, model.config.num_hidden_layers), mode, label
 

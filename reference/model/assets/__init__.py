@@ -3,8 +3,7 @@
 ``assets_manifest.json`` (sha256 of every file in ``corpus/`` and ``default_model/``); ``corpus/`` (``corpus.json.xz``,
 ``split.json``, ``prompts.json``); ``default_model/`` (bf16 Qwen3 in Hugging Face layout plus ``train_log.json``);
 ``captures/`` (per-layer W8A8 captures with their own manifest). Built by ``int8conf build-corpus``, ``train-default``
-and ``capture``; nothing here downloads anything.
-"""
+and ``capture``; nothing here downloads anything."""
 
 from __future__ import annotations
 
