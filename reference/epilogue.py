@@ -193,18 +193,11 @@ def cached_epilogue(
     """:func:`apply_epilogue` memoized inside a ``reference.memo.scope`` on the identities of the tensors plus
     ``contract`` and ``out_dtype``. The result is shared: callers must not write into it. Non-tensor scales are never
     memoized."""
-    if not (
-        isinstance(acc, torch.Tensor)
-        and isinstance(scale_a, torch.Tensor)
-        and isinstance(scale_b, torch.Tensor)
-        and (bias is None or isinstance(bias, torch.Tensor))
-    ):
-        return apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
-    return memo.cached(
-        ("epilogue", contract, out_dtype),
-        (acc, scale_a, scale_b, bias),
-        lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype),
-    )
+    run = lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)  # noqa: E731
+    tensors = (acc, scale_a, scale_b) + (() if bias is None else (bias,))
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return run()
+    return memo.cached(("epilogue", contract, out_dtype), (acc, scale_a, scale_b, bias), run)
 
 
 def reference_scaled_mm(

@@ -88,15 +88,7 @@ def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
     hd = head_dim(config)
     nq = int(config["num_attention_heads"]) * hd
     nkv = int(config.get("num_key_value_heads") or config["num_attention_heads"]) * hd
-    per = {
-        "self_attn.q_proj": (nq, h),
-        "self_attn.k_proj": (nkv, h),
-        "self_attn.v_proj": (nkv, h),
-        "self_attn.o_proj": (h, nq),
-        "mlp.gate_proj": (inter, h),
-        "mlp.up_proj": (inter, h),
-        "mlp.down_proj": (h, inter),
-    }
+    per = dict(zip(BLOCK_LINEARS, [(nq, h), (nkv, h), (nkv, h), (h, nq), (inter, h), (inter, h), (h, inter)]))
     return {name: per[name.split(".", 3)[3]] for name in linear_names(config)}
 
 

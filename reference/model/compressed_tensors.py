@@ -111,8 +111,7 @@ def quantize_state_w8a8(
     """Checkpoint tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale``
     ``[N, 1]`` from ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), every other tensor
     unchanged."""
-    if quantizer is None:
-        quantizer = quantize_weight_per_channel
+    quantizer = quantizer or quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
     layers = set(linear_names(config))
     for name, t in state.items():

@@ -118,8 +118,7 @@ def quantize_weights(model: nn.Module, quantizer: Optional[Callable] = None) -> 
     """``{layer name: QuantWeight}`` of every decoder linear, quantized from the parent weights by ``quantizer``
     (``w [N, K] -> (q int8, scale [N, 1] or [N])``; default :func:`reference.quantize.quantize_weight_per_channel`,
     llm-compressor's own scales)."""
-    if quantizer is None:
-        quantizer = quantize_weight_per_channel
+    quantizer = quantizer or quantize_weight_per_channel
     out, mods = {}, dict(model.named_modules())
     for name in linear_names(model.config.num_hidden_layers):
         lin = mods[name]
