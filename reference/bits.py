@@ -108,8 +108,7 @@ def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
-    # one per device and CUDA stream: a copy made on one stream is not ordered before another stream's use of it (the
-    # sweep's threads each have a stream)
+    # one per device and CUDA stream: a copy made on one stream is not ordered before another stream's use of it
     key = (d.device, _stream_key(d))
     edges = _EDGE_TENSORS.get(key)
     if edges is None:

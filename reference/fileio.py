@@ -67,7 +67,6 @@ def read_json_object(path: Path, error: type = Int8confError, missing_hint: str 
     return obj
 
 
-# ------------------------------------------------------------ portable paths
 #: the directory holding the ``reference`` package (a checkout's root, or site-packages)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "INT8CONF_CACHE"

@@ -98,8 +98,7 @@ def _digest(t: torch.Tensor) -> str:
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
     flat = t.detach().to("cpu").reshape(-1)
-    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view, e.g. a one-element column of a
-    # wider scale buffer)
+    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view)
     flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())

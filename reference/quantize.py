@@ -21,14 +21,9 @@ from reference.validate import nonfinite_summary
 
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_FLOORS = ("zero_to_dtype_eps", "clamp_fp32_eps")
-#: Where ``w / scale`` is computed: ``"weight_dtype"`` -- compressed-tensors'
-#: torch path (CPU), the tool's documented rule and this module's default;
-#: ``"float32"`` -- its Triton path (``_quantize_triton`` in
-#: compressed_tensors/quantization/lifecycle/forward_helpers.py, taken for
-#: CUDA tensors: ``tl.div_rn(x.to(float32), scale.to(float32))``, then clamp
-#: and ``rint``). For bf16 weights the two differ by +-1 in a few percent of
-#: the int8 values (a bf16 quotient is rounded to 8 significant bits before
-#: the round-to-integer, a float32 quotient to 24).
+#: Where ``w / scale`` is computed: ``"weight_dtype"`` (compressed-tensors' torch path, the default) or ``"float32"``
+#: (its Triton path for CUDA tensors, ``_quantize_triton``: ``tl.div_rn`` in float32, then clamp and ``rint``); for
+#: bf16 weights the two differ by +-1 in some int8 values.
 DIVISIONS = ("weight_dtype", "float32")
 
 
@@ -96,8 +91,7 @@ def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)
     scale = torch.div(absmax, 127.0)  # true float32 division on CPU
-    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel does one float32 division, so divide
-    # explicitly.
+    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel does one float32 division
     inv_s = torch.div(torch.full_like(absmax, 127.0), absmax)
     inv_s = torch.where(absmax == 0, torch.zeros_like(absmax), inv_s)
     v = xf * inv_s[:, None]

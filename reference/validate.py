@@ -59,14 +59,12 @@ def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
 
 def _check_values(t: torch.Tensor, name: str) -> None:
     """OperandError on NaN or ±inf (zero and negative values are legal)."""
-    # both counts in one read-back, memoized per tensor inside a memo scope (the sweep validates the same scales in
-    # every kernel run of a layer); a fresh copy (the clones the runner hands a kernel, which validates them again) has
-    # its source's counts (reference.memo.copy_source)
+    # both counts in one read-back, memoized per tensor; a fresh copy has its source's counts (memo.copy_source)
     src = memo.copy_source(t)
     key = t if src is None else src
     whole = memo.part_source(key)
     if whole is not None and memo.peek("nonfinite", (whole,)) == (0, 0):
-        # a part of a tensor without NaN / inf has none (the F6 window's scales)
+        # a part of a tensor without NaN / inf has none
         counts = memo.cached("nonfinite", (key,), lambda: (0, 0))
     else:
         counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))

@@ -357,8 +357,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
             f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
         ) from None
     model.eval()
-    pre = [(model.get_submodule(n), lambda m, args, _n=n: hook(_n, args[0])) for n in names]
-    handles = [mod.register_forward_pre_hook(fn) for mod, fn in pre]
+    handles = [model.get_submodule(n).register_forward_pre_hook(lambda m, a, _n=n: hook(_n, a[0])) for n in names]
     try:
         with torch.no_grad():
             for w in range(input_ids.shape[0]):
@@ -498,8 +497,7 @@ def capture_model(
             x = torch.cat(rows.pop(name), dim=0).contiguous()
             a, sa = quantize_activation_per_token(x)
             zero_rows = int((sa == 0).sum())
-            # An all-zero row has scale 0 (invalid for a GEMM); any scale gives the same all-zero accumulator row, so
-            # substitute 1.0.
+            # an all-zero row has scale 0 (invalid for a GEMM); any scale gives its all-zero row: use 1.0
             sa = torch.where(sa == 0, torch.ones_like(sa), sa).contiguous()
             tensors = {"a": a, "scale_a": sa}
             if store_raw:
