@@ -105,8 +105,8 @@ def apply_steps(
 ) -> torch.Tensor:
     """Evaluate an epilogue step list bit for bit -> [M, N] ``out_dtype``.
 
-    ``acc``: int32/int64 [M, N]; ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32 [N]/[N,
-    1]/scalar (``s_w``); ``steps``: anything :func:`reference.contract.parse_steps` reads; ``bias``: None or a float [N]
+    ``acc``: int32/int64 [M, N]; ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32 [N]/[N, 1]
+    /scalar (``s_w``); ``steps``: anything :func:`reference.contract.parse_steps` reads; ``bias``: None or a float [N]
     tensor (widened exactly). Values are held in their step dtype; ``mul``/``add`` are one float32 RNE op rounded to the
     result dtype (torch's opmath for bf16/fp16); numbers in operands are rounded to float32. Casting the accumulator to
     bf16/fp16 goes through float32, as torch does. Overflow gives ±inf, subnormals are kept (no FTZ). ContractError: bad

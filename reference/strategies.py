@@ -91,8 +91,7 @@ def invalid_scales(draw, n: int) -> tuple[torch.Tensor, str, int]:
     problem = draw(st.sampled_from(["NaN", "inf", "-inf"]))
     idx = draw(st.integers(0, n - 1))
     count = draw(st.integers(1, n - idx))
-    val = {"NaN": float("nan"), "inf": float("inf"), "-inf": float("-inf")}[problem]
-    s[idx : idx + count] = val
+    s[idx : idx + count] = float(problem)
     return s, {"-inf": "inf"}.get(problem, problem), idx
 
 

@@ -52,11 +52,6 @@ def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
     )
 
 
-def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
-    shp = tuple(s.shape)
-    return shp in ((), (1,), (rows,), (rows, 1))
-
-
 def _check_values(t: torch.Tensor, name: str) -> None:
     """OperandError on NaN or ±inf (zero and negative values are legal)."""
     # both counts in one read-back, memoized per tensor; a fresh copy has its source's counts (memo.copy_source)
@@ -94,17 +89,11 @@ def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
     _is_tensor(s, name)
     if s.dtype != torch.float32:
         raise OperandError(f"{name} has dtype {s.dtype}; expected torch.float32")
-    if not _scale_shape_ok(s, rows):
+    if tuple(s.shape) not in ((), (1,), (rows,), (rows, 1)):
         raise OperandError(
             f"{name} has shape {tuple(s.shape)}; expected [{rows_name}]=[{rows}], "
             f"[{rows_name},1]=[{rows},1] or a scalar"
         )
-
-
-def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
-    _check_scale_layout(s, name, rows, rows_name)
-    # zero is legal: an all-zero activation row quantizes to scale 0 (absmax 0)
-    _check_values(s, name)
 
 
 def validate_operands(
@@ -131,8 +120,9 @@ def validate_operands(
             raise OperandError(
                 f"{dim}=0: {nm} has shape {tuple((a if nm == 'a' else b).shape)}; empty GEMMs are not supported"
             )
-    _check_scale(scale_a, "scale_a", m, "M")
-    _check_scale(scale_b, "scale_b", n, "N")
+    for s, name, rows, rows_name in ((scale_a, "scale_a", m, "M"), (scale_b, "scale_b", n, "N")):
+        _check_scale_layout(s, name, rows, rows_name)
+        _check_values(s, name)  # zero is legal: an all-zero activation row quantizes to scale 0
     if bias is not None:
         _is_tensor(bias, "bias")
         if bias.dtype != out_dtype:
