@@ -182,15 +182,9 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
     if dtype == torch.float32:
         return x.clone()
     with ieee_subnormals(x):
-        return _round16(x, dtype, mode)
-
-
-def _round16(x: torch.Tensor, dtype: torch.dtype, mode: str) -> torch.Tensor:
-    rne = _bf16_rne(x) if dtype == torch.bfloat16 else x.to(torch.float16)
-    if mode == "rne":
-        return rne
-    back = rne.to(torch.float32)  # exact widening
-    away = (back.abs() > x.abs()) & torch.isfinite(x)
-    # one step toward zero in sign-magnitude = magnitude bits - 1
-    stepped = _from_bits(bits_of(rne) - 1, dtype)
-    return torch.where(away, stepped, rne)
+        rne = _bf16_rne(x) if dtype == torch.bfloat16 else x.to(torch.float16)
+        if mode == "rne":
+            return rne
+        away = (rne.to(torch.float32).abs() > x.abs()) & torch.isfinite(x)  # exact widening
+        # one step toward zero in sign-magnitude = magnitude bits - 1
+        return torch.where(away, _from_bits(bits_of(rne) - 1, dtype), rne)

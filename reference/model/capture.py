@@ -192,20 +192,16 @@ def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = Tru
         for name in cs.layer_names():
             _load_verified(cdir, man["layers"][name])
         if mdir is not None:
-            _check_model(cdir, man, mdir)
+            try:
+                got = parent_digest(mdir)
+            except CheckpointError as exc:
+                raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
+            if got != man["model"]["digest"]:
+                raise CaptureError(
+                    f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
+                    f"but {mdir} has digest {got[:12]} (a different model)"
+                )
     return cs
-
-
-def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
-    try:
-        got = parent_digest(mdir)
-    except CheckpointError as exc:
-        raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
-    if got != man["model"]["digest"]:
-        raise CaptureError(
-            f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
-            f"but {mdir} has digest {got[:12]} (a different model)"
-        )
 
 
 def default_captures_dir() -> Path:

@@ -117,10 +117,6 @@ def rewrite_scales_pow2_without_requant(
     return q, torch.ldexp(torch.ones_like(s64), k).to(scale.dtype)
 
 
-def _natural_key(name: str):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
 def _first_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple, str, str]:
     if a.is_floating_point():
         ia = a.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()])
@@ -139,7 +135,9 @@ def compare_states(
     first tensor (natural name order) missing on one side or differing in dtype, shape, bytes (with element index and
     values) or digest."""
     digests = {}
-    for name in sorted(set(committed) | set(rebuilt), key=_natural_key):
+    for name in sorted(
+        set(committed) | set(rebuilt), key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)]
+    ):
         if name not in committed or name not in rebuilt:
             side = "committed checkpoint" if name not in committed else "rebuild"
             raise ReconstructionGateError(

@@ -74,13 +74,6 @@ class TrainConfig:
     shape: ModelShape = field(default_factory=ModelShape)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.cuda.manual_seed_all(seed)
-
-
 def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
     """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes, ``<|endoftext|>`` = id 0,
     min pair frequency 2) trained on ``train_texts``; deterministic."""
@@ -135,11 +128,6 @@ def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
     d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
     d |= dict(attention_dropout=attention_dropout, attention_bias=False, hidden_act="silu", bos_token_id=None)
     return Qwen3Config(**d, eos_token_id=eos_id, pad_token_id=eos_id, use_cache=True, dtype="bfloat16")
-
-
-def count_params(model) -> int:
-    """Unique parameter count (tied embedding counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> float:
@@ -226,11 +214,14 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     counts = ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
     print(f"tokens: {counts} ({time.time() - t0:.1f}s)", flush=True)
 
-    seed_everything(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    torch.cuda.manual_seed_all(cfg.seed)
     dev = torch.device(device)
     config = make_config(cfg.shape, eos, cfg.attention_dropout)
     model = Qwen3ForCausalLM(config).to(dev).float()
-    n_params = count_params(model)
+    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied embedding once
     print(f"params: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
