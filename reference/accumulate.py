@@ -109,14 +109,12 @@ def int_mm_int64_naive(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def accumulator_bound(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0. OperandError as
-    :func:`exact_int_mm`."""
+    """``K * max|a| * max|b|`` (Python int) >= every |acc[m, n]|; 0 when K = 0 or an operand is all 0."""
     return ask_accumulator_bound(a, b).get()
 
 
 def ask_accumulator_bound(a: torch.Tensor, b: torch.Tensor):
-    """:func:`accumulator_bound` as a ``reference.readback.Deferred`` (both maxima in one read-back); OperandError at
-    once."""
+    """:func:`accumulator_bound` as a ``reference.readback.Deferred`` (one read-back); OperandError at once."""
     _check_pair(a, b)
     k = int(a.shape[1])
     if k == 0 or a.numel() == 0 or b.numel() == 0:
@@ -133,7 +131,6 @@ def accumulator_row_col_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _bounded(acc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """``acc`` with the bound ``K * 2**14`` noted in the memo scope, so the epilogue's int64 -> float32 conversion needs
-    no read-back."""
+    """``acc`` with the bound ``K * 2**14`` noted in the memo scope (the epilogue then needs no read-back)."""
     memo.note_bound(acc, int(a.shape[1]) * 16384)
     return acc

@@ -15,8 +15,7 @@ from reference.errors import Int8confError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (mode 0644, parents created). Raises OSError, leaving ``path`` as it
-    was."""
+    """Write ``data`` to ``path`` atomically (mode 0644, parents created); OSError leaves ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -18,8 +18,7 @@ OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 
 
 def storage_span(t: torch.Tensor) -> int:
-    """Elements from a view's first to its last element in its storage: ``1 + sum((size_i - 1) * stride_i)`` (0 for an
-    empty tensor)."""
+    """Storage elements from a view's first to its last: ``1 + sum((size_i - 1) * stride_i)`` (0 when empty)."""
     if t.numel() == 0:
         return 0
     return 1 + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))

@@ -35,8 +35,7 @@ def is_row_major(x: torch.Tensor) -> bool:
 
 
 def is_column_major(x: torch.Tensor) -> bool:
-    """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R] buffer
-    (vLLM's weight layout)."""
+    """2-D ``x`` [R, C], unit row stride, leading stride >= R: a ``buf.t()`` view of a row-major [C, R] buffer."""
     return is_row_major(x.t())
 
 
@@ -70,8 +69,7 @@ def _check_values(t: torch.Tensor, name: str) -> None:
 
 
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
-    """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one read-back
-    when clean."""
+    """``"3 non-finite value(s) (first at (i, j))"`` (row-major order), or None when all finite (one read-back)."""
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None

