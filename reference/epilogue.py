@@ -190,9 +190,8 @@ def cached_epilogue(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
-    """:func:`apply_epilogue` memoized inside a ``reference.memo.scope`` on the identities of the tensors plus
-    ``contract`` and ``out_dtype``. The result is shared: callers must not write into it. Non-tensor scales are never
-    memoized."""
+    """:func:`apply_epilogue` memoized inside a ``reference.memo.scope`` on the tensors' identities, ``contract`` and
+    ``out_dtype`` (non-tensor operands: never). The result is shared: callers must not write into it."""
     run = lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)  # noqa: E731
     tensors = (acc, scale_a, scale_b) + (() if bias is None else (bias,))
     if not all(isinstance(t, torch.Tensor) for t in tensors):

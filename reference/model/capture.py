@@ -60,9 +60,8 @@ _MODEL_KEYS = (
 
 @dataclass
 class CaptureSet:
-    """A loaded, digest-verified capture directory. ``model_dir``: the parent that resolves the weight checkpoints
-    (None: replay raises CaptureError); ``cache``: artifact cache override; ``external``: ``{kind: checkpoint dir}`` not
-    built from the parent."""
+    """A loaded, digest-verified capture directory. ``model_dir``: the parent resolving the weight checkpoints (None:
+    replay raises CaptureError); ``cache``: artifact cache; ``external``: ``{kind: checkpoint dir}`` not built."""
 
     dir: Path
     manifest: dict

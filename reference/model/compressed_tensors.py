@@ -108,9 +108,8 @@ class W8A8Checkpoint:
 def quantize_state_w8a8(
     config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None
 ) -> dict[str, torch.Tensor]:
-    """Checkpoint tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale``
-    ``[N, 1]`` from ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), every other tensor
-    unchanged."""
+    """Tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale`` ``[N, 1]`` from
+    ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), other tensors unchanged."""
     quantizer = quantizer or quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
     layers = set(linear_names(config))
@@ -136,9 +135,8 @@ def write_checkpoint_dir(
     quantization_config: Optional[dict] = None,
     int8conf_meta: Optional[dict] = None,
 ) -> Path:
-    """Write a checkpoint directory atomically (temporary sibling renamed into place) and return it; ``int8conf_meta``
-    becomes ``config["int8conf"]``. An existing ``out_dir`` is replaced only if empty or a checkpoint directory, else
-    CheckpointError."""
+    """Write a checkpoint directory atomically (a sibling renamed into place) and return it; ``int8conf_meta`` becomes
+    ``config["int8conf"]``. CheckpointError if ``out_dir`` exists and is neither empty nor a checkpoint directory."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / CONFIG_FILE).is_file())):
         raise CheckpointError(f"{out}: exists and is not a checkpoint directory; refusing to overwrite")
@@ -181,9 +179,8 @@ def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta:
 def build_w8a8_checkpoint(
     parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
 ) -> W8A8Checkpoint:
-    """The committed checkpoint (DESIGN.md section 5): a float parent quantized with own per-channel scales, written to
-    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``. CheckpointError: bad parent, or parent already
-    quantized."""
+    """The committed checkpoint (DESIGN.md 5): a float parent quantized with own per-channel scales, written to
+    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``. CheckpointError: bad or quantized parent."""
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(

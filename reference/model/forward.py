@@ -131,9 +131,8 @@ SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling")
 
 
 def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[str, QuantWeight]:
-    """W8A8 weights of ``model`` in ``scale_mode``, from the parent weights: ``own`` (byte-identical to the committed
-    checkpoint) or ``pow2-nearest`` / ``pow2-ceiling`` (:func:`requantize_pow2`, never a scale rewrite). ContractError:
-    unknown mode."""
+    """W8A8 weights of ``model`` in ``scale_mode`` from the parent weights: ``own`` (as the committed checkpoint) or
+    ``pow2-nearest`` / ``pow2-ceiling`` (:func:`requantize_pow2`). ContractError: unknown mode."""
     if scale_mode == "own":
         return quantize_weights(model)
     if scale_mode in ("pow2-nearest", "pow2-ceiling"):
@@ -143,9 +142,8 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
 
 
 def weights_from_tensors(tensors: Mapping[str, torch.Tensor], num_layers: int) -> dict[str, QuantWeight]:
-    """The weight map of a compressed-tensors state dict (``<layer>.weight`` int8 [N, K], ``<layer>.weight_scale`` float
-    [N, 1], optional ``<layer>.bias``). CheckpointError: a weight or scale missing; OperandError: wrong dtype /
-    shape."""
+    """The weight map of a compressed-tensors state dict (``<layer>.weight`` int8 [N, K], ``.weight_scale`` float [N, 1],
+    optional ``.bias``). CheckpointError: a weight or scale missing; OperandError: wrong dtype / shape."""
     out = {}
     for name in linear_names(num_layers):
         w, s = tensors.get(f"{name}.weight"), tensors.get(f"{name}.weight_scale")
@@ -295,9 +293,8 @@ def check_context(n_tokens: int, config, what: str = "window") -> None:
 
 @torch.no_grad()
 def teacher_forced(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> TeacherForced:
-    """:class:`TeacherForced` of int64 ``windows`` ``[B, T]`` through ``model`` (bf16 or a :func:`build_w8a8_model`
-    copy), ``batch_size`` windows per forward. OperandError: see :func:`check_windows`, or T beyond the model's
-    context."""
+    """:class:`TeacherForced` of int64 ``windows`` ``[B, T]`` through ``model`` (bf16 or :func:`build_w8a8_model`),
+    ``batch_size`` windows per forward. OperandError: see :func:`check_windows`, or T beyond the model's context."""
     windows = check_windows(windows, model.config.vocab_size)
     check_context(windows.shape[1], model.config, "window length")
     am, mg, t1, nl = [], [], [], []

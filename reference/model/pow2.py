@@ -132,8 +132,7 @@ def compare_states(
     committed: Mapping[str, torch.Tensor], rebuilt: Mapping[str, torch.Tensor], committed_where: str = "committed"
 ) -> dict[str, str]:
     """``{tensor name: tensor_digest}`` if the two states are byte-for-byte equal, else ReconstructionGateError for the
-    first tensor (natural name order) missing on one side or differing in dtype, shape, bytes (with element index and
-    values) or digest."""
+    first tensor (natural name order) missing on one side or differing in dtype, shape or bytes (index and values)."""
     digests = {}
     for name in sorted(
         set(committed) | set(rebuilt), key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)]
@@ -193,8 +192,7 @@ def build_pow2_checkpoint(
     parent: Optional[tuple] = None,
 ):
     """The ``W8A8Checkpoint`` with power-of-two scales under ``rule``, requantized from the parent and written to
-    ``out_dir`` after :func:`reconstruction_gate` (with ``gate_quantizer``) passed against ``committed_dir``; nothing is
-    written if it fails."""
+    ``out_dir`` only after :func:`reconstruction_gate` (with ``gate_quantizer``) passed against ``committed_dir``."""
     _check_rule(rule)
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     gate = reconstruction_gate(parent_dir, committed_dir, quantizer=gate_quantizer, parent=(config, state))

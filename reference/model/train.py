@@ -192,9 +192,8 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
 
 
 def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path | None = None) -> dict:
-    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return the train log, also written
-    to ``train_log.json``. ``state_path``: training state saved there atomically at every evaluation and resumed from if
-    present."""
+    """Train the default model into ``out_dir`` (holding the tokenizer); returns the log written to ``train_log.json``.
+    ``state_path``: training state saved there at every evaluation and resumed from if present."""
     from transformers import Qwen3ForCausalLM
 
     out_dir = Path(out_dir)

@@ -16,9 +16,8 @@ SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
 
 
 def checkpoint_scale_mode(ck) -> tuple[str, str]:
-    """``(mode, label)`` of a ``W8A8Checkpoint``: mode ``pow2-nearest`` | ``pow2-ceiling`` (our ``int8conf.scale_rule``
-    record, checked against the scales), ``pow2`` (every ``weight_scale`` an exact power of two, rule unknown) or
-    ``own``; label for output."""
+    """``(mode, label)`` of a ``W8A8Checkpoint``: mode ``pow2-nearest`` | ``pow2-ceiling`` (our recorded scale_rule, if
+    the scales agree), ``pow2`` (all scales powers of two, rule unknown) or ``own``; label for output."""
     all_pow2 = all(bool(torch.all(torch.frexp(ck.scale_b(n)).mantissa == 0.5)) for n in ck.scales)
     rule = (ck.meta or {}).get("scale_rule")
     if all_pow2 and rule in ("pow2-nearest", "pow2-ceiling"):
