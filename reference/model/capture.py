@@ -470,9 +470,7 @@ def capture_model(
 
     header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
     man = _resume_or_start(out, header)
-    todo = [n for n in linear_names(config) if n not in man["layers"]]
-    if max_new_layers is not None:
-        todo = todo[:max_new_layers]
+    todo = [n for n in linear_names(config) if n not in man["layers"]][:max_new_layers]
     if todo:
         rows: dict[str, list] = {n: [] for n in todo}
         pos = torch.tensor(positions)
@@ -494,9 +492,7 @@ def capture_model(
             zero_rows = int((sa == 0).sum())
             # an all-zero row has scale 0 (invalid for a GEMM); any scale gives its all-zero row: use 1.0
             sa = torch.where(sa == 0, torch.ones_like(sa), sa).contiguous()
-            tensors = {"a": a, "scale_a": sa}
-            if store_raw:
-                tensors["x"] = x
+            tensors = {"a": a, "scale_a": sa} | ({"x": x} if store_raw else {})
             fname = f"{name}.safetensors"
             save_safetensors_atomic(tensors, out / fname)
             block, proj = layer_block_proj(name)
@@ -512,9 +508,7 @@ def capture_model(
             if progress is not None:
                 progress(f"{name}: M={entry['M']} K={k_in} N={n_out} max|acc| own={entry['acc_absmax']['own']}")
     _save_manifest(man, out, len(linear_names(config)))
-    if not man["complete"]:
-        return None
-    return load_capture_set(out, model_dir=mdir, cache=cache)
+    return load_capture_set(out, model_dir=mdir, cache=cache) if man["complete"] else None
 
 
 def _save_manifest(man: dict, out: Path, n_layers: int) -> None:

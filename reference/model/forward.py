@@ -176,9 +176,7 @@ class W8A8Linear(nn.Module):
         self.out_features, self.in_features = weight.q.shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        a, s_a = quantize_activation_per_token(x2)
+        a, s_a = quantize_activation_per_token(x.reshape(-1, x.shape[-1]).contiguous())
         # An all-zero row has scale 0, which scaled_mm rejects; any scale gives the same zero row.
         s_a = torch.where(s_a == 0, torch.ones_like(s_a), s_a)
         w = self.qweight
@@ -187,7 +185,7 @@ class W8A8Linear(nn.Module):
             m = int(exact_int_mm(a, w.q).abs().max())
             self.stats.max_abs_acc[self.name] = max(self.stats.max_abs_acc.get(self.name, 0), m)
             self.stats.max_k[self.name] = self.in_features
-        return y.reshape(*lead, self.out_features)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:  # noqa: D102
         return f"{self.name}: K={self.in_features}, N={self.out_features}, W8A8"
@@ -207,10 +205,8 @@ def build_w8a8_model(
     missing = [n for n in names if n not in weights]
     if missing:
         raise CheckpointError(f"W8A8 weights: missing layer {missing[0]} ({len(missing)} missing)")
-    # Copy everything except the bf16 linear weights that are about to be replaced.
     mods = dict(model.named_modules())
-    memo = {id(mods[n].weight): None for n in names}
-    w8 = copy.deepcopy(model, memo)
+    w8 = copy.deepcopy(model, {id(mods[n].weight): None for n in names})  # not the bf16 weights about to be replaced
     w8_mods = dict(w8.named_modules())
     for n in names:
         lin, qw = mods[n], weights[n]
