@@ -47,21 +47,11 @@ def w8a8_quantization_config() -> dict:
         base = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8}
         return {**base, "observer_kwargs": {}, "symmetric": True, "type": "int", **kw}
 
-    group = {
-        "input_activations": scheme(dynamic=True, observer=None, strategy="token"),
-        "output_activations": None,
-        "targets": ["Linear"],
-        "weights": scheme(dynamic=False, observer="minmax", strategy="channel"),
-    }
-    return {
-        "config_groups": {"group_0": group},
-        "format": "int-quantized",
-        "global_compression_ratio": None,
-        "ignore": ["lm_head"],
-        "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-    }
+    group = {"input_activations": scheme(dynamic=True, observer=None, strategy="token"), "output_activations": None}
+    group |= {"targets": ["Linear"], "weights": scheme(dynamic=False, observer="minmax", strategy="channel")}
+    qc = {"config_groups": {"group_0": group}, "format": "int-quantized", "global_compression_ratio": None}
+    qc |= {"ignore": ["lm_head"], "kv_cache_scheme": None, "quant_method": "compressed-tensors"}
+    return qc | {"quantization_status": "compressed"}
 
 
 @dataclass

@@ -293,23 +293,12 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     heldout_eval |= {"model_dtype": "bfloat16", "model_nll": ho_nll, "model_ppl": math.exp(ho_nll)}
     heldout_eval |= {"unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll)}
     heldout_eval["unigram"] = "add-one smoothed counts over train tokens"
-    log = {
-        "model_shape": asdict(cfg.shape),
-        "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
-        "parameters": n_params,
-        "steps_done": step,
-        "stopped_by_time_limit": stopped_early,
-        "train_seconds": round(train_s, 1),
-        "best_val_loss": best,
-        "best_val_ppl": math.exp(best),
-        "curve": curve,
-        "tokens": {k: int(v.numel()) for k, v in streams.items()},
-        "heldout_eval": heldout_eval,
-        "samples": samples,
-        "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
-        "corpus_sha256": split["meta"]["corpus_sha256"],
-        "env": env,
-    }
+    log = {"model_shape": asdict(cfg.shape), "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"}}
+    log |= {"parameters": n_params, "steps_done": step, "stopped_by_time_limit": stopped_early}
+    log |= {"train_seconds": round(train_s, 1), "best_val_loss": best, "best_val_ppl": math.exp(best), "curve": curve}
+    log |= {"tokens": {k: int(v.numel()) for k, v in streams.items()}, "heldout_eval": heldout_eval, "samples": samples}
+    log |= {"tokenizer_sha256": sha256_hex(tok_path.read_bytes()), "corpus_sha256": split["meta"]["corpus_sha256"]}
+    log["env"] = env
     atomic_write_json(out_dir / "train_log.json", log)
     return log
 
