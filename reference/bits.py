@@ -37,13 +37,8 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
     """Raw IEEE bit pattern of each element as a non-negative int64 (bf16 1.0 -> 0x3F80), same shape and device;
     memoized inside a ``reference.memo`` scope (do not write into it). OperandError unless bf16/fp16/fp32."""
     _check_float(x)
-    return memo.cached("bits_of", (x,), lambda: _bits_of(x))
-
-
-def _bits_of(x: torch.Tensor) -> torch.Tensor:
     idt, nbits = _INT_VIEW[x.dtype]
-    raw = x.contiguous().view(idt).to(torch.int64)
-    return raw & ((1 << nbits) - 1)
+    return memo.cached("bits_of", (x,), lambda: x.contiguous().view(idt).to(torch.int64) & ((1 << nbits) - 1))
 
 
 def ordered_int(x: torch.Tensor) -> torch.Tensor:

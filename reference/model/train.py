@@ -79,13 +79,8 @@ def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=[EOT],
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    kw = dict(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT], show_progress=False)
+    trainer = trainers.BpeTrainer(**kw, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(train_texts, trainer=trainer)
     return tok
 
