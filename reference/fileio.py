@@ -37,9 +37,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any, indent: int = 2, **dumps_kwargs) -> None:
     """Write ``obj`` as key-sorted UTF-8 JSON (trailing newline), atomically; extra arguments go to ``json.dumps``."""
-    dumps_kwargs.setdefault("sort_keys", True)
-    dumps_kwargs.setdefault("ensure_ascii", False)
-    atomic_write_text(path, json.dumps(obj, indent=indent, **dumps_kwargs) + "\n")
+    kw = {"sort_keys": True, "ensure_ascii": False} | dumps_kwargs
+    atomic_write_text(path, json.dumps(obj, indent=indent, **kw) + "\n")
 
 
 def file_sha256(path: Path) -> str:
