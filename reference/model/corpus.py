@@ -1,8 +1,5 @@
-"""The shipped Shakespeare corpus: the train / validation / held-out split, the 8 fixed prompts and the held-out
-evaluation windows.
-
-Reads ``reference/model/assets/corpus/`` (written by ``reference.model.build_corpus``); whole works are split, so
-held-out works never appear in training."""
+"""The shipped Shakespeare corpus (``reference/model/assets/corpus/``, written by ``reference.model.build_corpus``):
+the train / validation / held-out split of whole works, the 8 fixed prompts and the held-out evaluation windows."""
 
 from __future__ import annotations
 

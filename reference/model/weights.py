@@ -1,8 +1,6 @@
-"""Quantized weights of a Qwen3 model for one scale mode, or read from a compressed-tensors W8A8 checkpoint together
-with the scale mode it carries.
-
-Scale modes (DESIGN.md section 5): ``own`` (llm-compressor's per-channel absmax/127.5 rule), ``pow2-nearest`` /
-``pow2-ceiling`` (requantized from the parent with power-of-two scales, ``reference.model.pow2``), ``bf16`` (none)."""
+"""Quantized weights of a Qwen3 model for a scale mode (DESIGN.md 5): ``own`` (per-channel absmax/127.5),
+``pow2-nearest`` / ``pow2-ceiling`` (requantized with power-of-two scales, ``reference.model.pow2``) or ``bf16`` (none);
+or read from a compressed-tensors W8A8 checkpoint with the scale mode it carries."""
 
 from __future__ import annotations
 
