@@ -1,11 +1,10 @@
-"""Bit-level tools for bf16 / fp16 / fp32: ordered encoding, spacing (ulp) distance, ulp histogram, bit-exact
-rounding from float32. Outputs are compared on bit patterns, never with a float tolerance.
+"""Bit-level tools for bf16 / fp16 / fp32: ordered encoding, spacing (ulp) distance, ulp histogram, bit-exact rounding
+from float32. Outputs are compared on bit patterns, never with a float tolerance.
 
 The distance between two values of one dtype is the difference of their ordered integer encodings (IEEE 754-2019
 3.4; B. Dawson, "Comparing Floating Point Numbers, 2012 Edition"): ``ordered(x) = bits(x)`` if the sign bit is
-clear, ``-(bits(x) & ~sign)`` if set. So ``+0`` and ``-0`` both encode to 0, the smallest subnormal is 1, each side
-of a power of two counts one step, and the largest finite value is one step below ``inf``.
-"""
+clear, ``-(bits(x) & ~sign)`` if set. So ``+0`` and ``-0`` both encode to 0, the smallest subnormal is 1, each side of a
+power of two counts one step, and the largest finite value is one step below ``inf``."""
 
 from __future__ import annotations
 
@@ -36,23 +35,16 @@ def _check_float(x, what: str = "x") -> None:
 
 def bits_of(x: torch.Tensor) -> torch.Tensor:
     """Raw IEEE bit pattern of each element as a non-negative int64 (bf16 1.0 -> 0x3F80), same shape and device;
-    memoized inside a ``reference.memo`` scope (do not write into it). OperandError unless bf16/fp16/fp32.
-    """
+    memoized inside a ``reference.memo`` scope (do not write into it). OperandError unless bf16/fp16/fp32."""
     _check_float(x)
-    return memo.cached("bits_of", (x,), lambda: _bits_of(x))
-
-
-def _bits_of(x: torch.Tensor) -> torch.Tensor:
     idt, nbits = _INT_VIEW[x.dtype]
-    raw = x.contiguous().view(idt).to(torch.int64)
-    return raw & ((1 << nbits) - 1)
+    return memo.cached("bits_of", (x,), lambda: x.contiguous().view(idt).to(torch.int64) & ((1 << nbits) - 1))
 
 
 def ordered_int(x: torch.Tensor) -> torch.Tensor:
     """Monotone int64 encoding (module docstring): ``ordered(a) < ordered(b)`` iff ``a < b`` for non-NaN values,
     adjacent representable values differ by 1, ``±0`` -> 0; NaNs encode beyond ``±inf`` (use :func:`spacing_distance`).
-    OperandError unless bf16/fp16/fp32.
-    """
+    OperandError unless bf16/fp16/fp32."""
     return memo.cached("ordered_int", (x,), lambda: _ordered_int(x))
 
 
@@ -68,8 +60,7 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Element-wise ``|ordered(x) - ordered(y)|`` (int64 >= 0) for two tensors of one shape and dtype.
 
     ``+0`` vs ``-0`` -> 0; ``inf`` is one step beyond the largest finite value; NaN vs NaN (any payloads) -> 0; NaN vs
-    non-NaN -> :data:`NAN_DISTANCE`. OperandError on a non-tensor, unsupported dtype, or dtype/shape mismatch.
-    """
+    non-NaN -> :data:`NAN_DISTANCE`. OperandError on a non-tensor, unsupported dtype, or dtype/shape mismatch."""
     _check_float(x, "x")
     _check_float(y, "y")
     if x.dtype != y.dtype:
@@ -86,8 +77,7 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
     """``{bin: count}`` over :data:`ULP_BINS` (every key, Python ints, summing to ``dist.numel()``) of an int64
-    :func:`spacing_distance` tensor; ``"nan"`` counts :data:`NAN_DISTANCE`. OperandError unless an integer tensor.
-    """
+    :func:`spacing_distance` tensor; ``"nan"`` counts :data:`NAN_DISTANCE`. OperandError unless an integer tensor."""
     return histogram_dict(ulp_histogram_counts(dist).tolist())
 
 
@@ -108,14 +98,12 @@ def _stream_key(t: torch.Tensor) -> int:
 
 
 def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
-    """:func:`ulp_histogram` as an int64 [9] tensor in :data:`ULP_BINS` order on ``dist``'s device, with no
-    read-back. OperandError unless an integer tensor.
-    """
+    """:func:`ulp_histogram` as an int64 [9] tensor in :data:`ULP_BINS` order on ``dist``'s device, with no read-back.
+    OperandError unless an integer tensor."""
     if not isinstance(dist, torch.Tensor) or dist.dtype.is_floating_point or dist.dtype == torch.bool:
         raise OperandError("ulp_histogram: dist must be an integer tensor from spacing_distance")
     d = dist.reshape(-1).to(torch.int64)
-    # one per device and CUDA stream: a copy made on one stream is not ordered
-    # before another stream's use of it (the sweep's threads each have a stream)
+    # one per device and CUDA stream: a copy made on one stream is not ordered before another stream's use of it
     key = (d.device, _stream_key(d))
     edges = _EDGE_TENSORS.get(key)
     if edges is None:
@@ -134,8 +122,7 @@ def histogram_dict(counts) -> dict[str, int]:
 def ieee_subnormals(*tensors):
     """Context in which CPU float ops keep subnormals (IEEE default) even if the process enabled
     ``torch.set_flush_denormal(True)``; the setting is restored afterwards. With ``tensors`` given, all off the CPU,
-    nothing is probed or switched.
-    """
+    nothing is probed or switched."""
     if tensors and all(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
         yield
         return
@@ -150,16 +137,14 @@ def ieee_subnormals(*tensors):
 
 
 def _flushes_subnormals() -> bool:
-    """Whether float ops of the calling thread flush subnormals now (torch has no getter): the FTZ/DAZ
-    register governs numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch.
-    """
+    """Whether float ops of the calling thread flush subnormals now (torch has no getter): the FTZ/DAZ register governs
+    numpy scalar math too, so one host multiply ``2**-130 * 0.5 == 0`` tells, with no torch dispatch."""
     return bool(np.float32(2.0**-130) * np.float32(0.5) == 0)
 
 
 def _bf16_rne(x32: torch.Tensor) -> torch.Tensor:
-    """float32 -> bf16 RNE on the raw bits, independent of torch's cast: add 0x7FFF plus the lowest kept bit, drop
-    the low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits.
-    """
+    """float32 -> bf16 RNE on the raw bits, independent of torch's cast: add 0x7FFF plus the lowest kept bit, drop the
+    low 16 bits (int32 wraps like unsigned arithmetic). NaN -> a quiet NaN with the same sign and top payload bits."""
     b = x32.contiguous().view(torch.int32)
     lsb = (b >> 16) & 1
     r = ((b + lsb + 0x7FFF) >> 16).to(torch.int16)
@@ -179,10 +164,9 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
 
     ``mode``: ``"rne"`` (roundTiesToEven) or ``"rtz"`` (toward zero, the F4 output_truncation fault). RNE overflows to
     ±inf; RTZ saturates at the largest finite value (IEEE 754 7.4). Subnormals are kept even under FTZ; NaN stays a
-    quiet NaN with its sign (payload may differ from torch's cast); ±inf and ±0 keep their sign. bf16 RNE is done on
-    the bits, fp16 RNE by torch's cast, RTZ by stepping RNE one spacing toward zero where it rounded away.
-    OperandError: x not float32, unsupported dtype or mode.
-    """
+    quiet NaN with its sign (payload may differ from torch's cast); ±inf and ±0 keep their sign. bf16 RNE is done on the
+    bits, fp16 RNE by torch's cast, RTZ by stepping RNE one spacing toward zero where it rounded away. OperandError: x
+    not float32, unsupported dtype or mode."""
     _check_float(x)
     if x.dtype != torch.float32:
         raise OperandError(f"round_fp32 expects float32 input, got {x.dtype}")
@@ -193,15 +177,9 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
     if dtype == torch.float32:
         return x.clone()
     with ieee_subnormals(x):
-        return _round16(x, dtype, mode)
-
-
-def _round16(x: torch.Tensor, dtype: torch.dtype, mode: str) -> torch.Tensor:
-    rne = _bf16_rne(x) if dtype == torch.bfloat16 else x.to(torch.float16)
-    if mode == "rne":
-        return rne
-    back = rne.to(torch.float32)  # exact widening
-    away = (back.abs() > x.abs()) & torch.isfinite(x)
-    # one step toward zero in sign-magnitude = magnitude bits - 1
-    stepped = _from_bits(bits_of(rne) - 1, dtype)
-    return torch.where(away, stepped, rne)
+        rne = _bf16_rne(x) if dtype == torch.bfloat16 else x.to(torch.float16)
+        if mode == "rne":
+            return rne
+        away = (rne.to(torch.float32).abs() > x.abs()) & torch.isfinite(x)  # exact widening
+        # one step toward zero in sign-magnitude = magnitude bits - 1
+        return torch.where(away, _from_bits(bits_of(rne) - 1, dtype), rne)

@@ -1,6 +1,6 @@
-"""What both command lines (``int8conf``, ``detllm``) share: the rich console (a terminal's width on a terminal,
-else :data:`WIDE` columns, never wrapped, no colour), argparse value types that fail with one line (exit 2), and
-output folders created up front and removed again when the command refuses its input."""
+"""What both command lines (``int8conf``, ``detllm``) share: the rich console (a terminal's width on a terminal, else
+:data:`WIDE` columns, never wrapped, no colour), argparse value types that fail with one line (exit 2), and output
+folders created up front and removed again when the command refuses its input."""
 
 from __future__ import annotations
 
@@ -29,17 +29,18 @@ def make_console(stderr: bool = False, file=None):
 
 def int_at_least(lo: int):
     """argparse ``type`` factory: an integer >= ``lo``."""
+    return lambda text: _parsed(text, int, lambda v: v >= lo, f"an integer >= {lo}", show_value=True)
 
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
-        return v
 
-    return parse
+def _parsed(text: str, conv, ok, want: str, show_value: bool = False):
+    """``conv(text)`` if ``ok`` of it, else ArgumentTypeError ``expected <want>, got ...``."""
+    try:
+        v = conv(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"expected {want}, got {v if show_value else repr(text)}")
+    return v
 
 
 def int_between(lo: int, hi: int):
@@ -80,13 +81,7 @@ def name_list(text: str) -> str:
 
 def unit_interval_float(text: str) -> float:
     """argparse ``type``: a number in [0, 1] (not NaN)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= v <= 1.0:  # also False for NaN
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def seed_int(text: str) -> int:
@@ -99,28 +94,21 @@ def seed_int(text: str) -> int:
 
 def positive_seconds(text: str) -> float:
     """argparse ``type``: seconds, a finite float > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: v > 0 and math.isfinite(v), "seconds > 0")
 
 
 def ensure_out_dir(
     out: Path, option: str = "--out", what: str = "reports directory", files: Iterable[str] = ()
 ) -> None:
-    """Create ``out`` now and check it is writable, so a bad ``--out`` fails before any work; ``files`` (to be
-    written atomically inside it later) must not be directories. Raises Int8confError naming ``option`` and path."""
+    """Create ``out`` now and check it is writable, so a bad ``--out`` fails before any work; ``files`` (to be written
+    atomically inside it later) must not be directories. Raises Int8confError naming ``option`` and path."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise Int8confError(f"{option} {out}: exists and is not a directory") from None
     except OSError as e:
         raise Int8confError(
-            f"{option} {out}: cannot create {what} "
-            f"({e.strerror or type(e).__name__}"
+            f"{option} {out}: cannot create {what} ({e.strerror or type(e).__name__}"
             f"{': ' + str(e.filename) if e.filename else ''})"
         ) from None
     # creating a file in a directory takes write and search permission
@@ -130,12 +118,6 @@ def ensure_out_dir(
         f = out / name
         if f.is_dir() and not f.is_symlink():  # a rename cannot replace a directory
             raise Int8confError(f"{option} {out}: {name} is a directory, not a file")
-
-
-def missing_dirs(*paths: Path) -> list[Path]:
-    """``paths`` and their parents that do not exist yet, each once, deepest first."""
-    missing = dict.fromkeys(d for p in paths for d in (p, *p.parents) if not d.exists())
-    return sorted(missing, key=lambda d: len(d.parts), reverse=True)
 
 
 def remove_empty_dirs(dirs) -> None:
@@ -150,9 +132,10 @@ def remove_empty_dirs(dirs) -> None:
 
 @contextlib.contextmanager
 def removed_if_refused(*outs: Path):
-    """If the block raises, the folders of ``outs`` it created that are still empty are removed again: a refused
-    run leaves nothing behind. Yields those folders."""
-    created = missing_dirs(*outs)
+    """If the block raises, the folders of ``outs`` it created that are still empty are removed again: a refused run
+    leaves nothing behind. Yields those folders."""
+    created = dict.fromkeys(d for p in outs for d in (p, *p.parents) if not d.exists())
+    created = sorted(created, key=lambda d: len(d.parts), reverse=True)  # deepest first
     try:
         yield created
     except BaseException:

@@ -13,8 +13,7 @@ kernels free to differ only in the epilogue. An :class:`EpilogueSteps` says what
     <operand> := a product of s_a | s_w | <number> | bf16(..) | fp16(..) | fp32(..), e.g. (s_a*127)*(s_w*127)
 
 The first step casts the integer accumulator; the last is a ``cast`` to the call's out_dtype (or a bias step in the
-dtype of an earlier cast). Bad descriptions raise a one-line :class:`~reference.errors.ContractError`.
-"""
+dtype of an earlier cast). Bad descriptions raise a one-line :class:`~reference.errors.ContractError`."""
 
 from __future__ import annotations
 
@@ -40,9 +39,9 @@ _FP32_MAX = 3.4028234663852886e38
 
 @dataclass(frozen=True)
 class Step:
-    """One parsed step: ``op`` is ``cast`` | ``mul`` | ``add_bias`` | ``fma``; ``dtype`` a :data:`DTYPES` name or
-    None (the current dtype); ``operand`` the expression text of ``mul``/``fma``; ``rounding`` is ``rne``/``rtz``
-    for ``cast`` and the addend (``bias`` or ``0``) for ``fma``; ``text`` the normalized step."""
+    """One parsed step: ``op`` is ``cast`` | ``mul`` | ``add_bias`` | ``fma``; ``dtype`` a :data:`DTYPES` name or None
+    (the current dtype); ``operand`` the expression text of ``mul``/``fma``; ``rounding`` is ``rne``/``rtz`` for
+    ``cast`` and the addend (``bias`` or ``0``) for ``fma``; ``text`` the normalized step."""
 
     op: str
     dtype: Optional[str] = None
@@ -159,23 +158,17 @@ class EpilogueSteps:
 
     def nearest_contract(self) -> EpilogueContract:
         """The standard contract closest in structure (C5/C6 need only a scale order and a bias point): bias
-        ``after_round`` when no ``cast`` follows ``add bias``; scale order from the first ``mul``/``fma`` operand
-        naming one scale (``s_a`` first -> ``a_then_w``), ``fused`` when an operand names both."""
+        ``after_round`` when no ``cast`` follows ``add bias``; scale order from the first ``mul``/``fma`` operand naming
+        one scale (``s_a`` first -> ``a_then_w``), ``fused`` when an operand names both."""
         order, bias_point = "a_then_w", "fp32_before_round"
         ops = [s.op for s in self.steps]
         if "add_bias" in ops and "cast" not in ops[ops.index("add_bias") + 1 :]:
             bias_point = "after_round"
-        names = []
-        for s in self.steps:
-            if s.op in ("mul", "fma"):
-                has = [n for n in _NAMES if n in s.operand]
-                if len(has) == 2:
-                    order = "fused"
-                    break
-                if has:
-                    names.append(has[0])
-        if order != "fused" and names:
-            order = "a_then_w" if names[0] == "s_a" else "w_then_a"
+        named = [h for s in self.steps if s.op in ("mul", "fma") for h in [[n for n in _NAMES if n in s.operand]] if h]
+        if any(len(h) == 2 for h in named):
+            order = "fused"
+        elif named:
+            order = "a_then_w" if named[0][0] == "s_a" else "w_then_a"
         return EpilogueContract(order, bias_point, "rne")
 
 
@@ -183,25 +176,20 @@ class EpilogueSteps:
 class EpilogueContract:
     """A standard epilogue: the name of one step list (:attr:`steps`). Every multiply/add is IEEE float32 RNE.
 
-    ``scale_order``: ``a_then_w`` ``(x * s_a) * s_w``; ``w_then_a`` ``(x * s_w) * s_a``; ``fused``
-    ``x * (s_a * s_w)`` (combined scale rounded once), with ``x`` the accumulator cast to float32 (one RNE).
-    ``bias_point``: ``fp32_before_round`` adds the float32-widened bias before the one rounding to out_dtype;
-    ``after_round`` rounds first, then adds the bias in out_dtype arithmetic (float32 add, rounded again).
-    ``rounding``: only ``rne``. The bias of a contract call must have the out_dtype.
-    Raises ContractError on an unknown field value.
-    """
+    ``scale_order``: ``a_then_w`` ``(x * s_a) * s_w``; ``w_then_a`` ``(x * s_w) * s_a``; ``fused`` ``x * (s_a * s_w)``
+    (combined scale rounded once), with ``x`` the accumulator cast to float32 (one RNE). ``bias_point``:
+    ``fp32_before_round`` adds the float32-widened bias before the one rounding to out_dtype; ``after_round`` rounds
+    first, then adds the bias in out_dtype arithmetic (float32 add, rounded again). ``rounding``: only ``rne``. The bias
+    of a contract call must have the out_dtype. Raises ContractError on an unknown field value."""
 
     scale_order: str = "a_then_w"
     bias_point: str = "fp32_before_round"
     rounding: str = "rne"
 
     def __post_init__(self) -> None:
-        if self.scale_order not in SCALE_ORDERS:
-            raise ContractError(f"scale_order={self.scale_order!r} is not one of {SCALE_ORDERS}")
-        if self.bias_point not in BIAS_POINTS:
-            raise ContractError(f"bias_point={self.bias_point!r} is not one of {BIAS_POINTS}")
-        if self.rounding not in ROUNDINGS:
-            raise ContractError(f"rounding={self.rounding!r} is not one of {ROUNDINGS}")
+        for key, legal in (("scale_order", SCALE_ORDERS), ("bias_point", BIAS_POINTS), ("rounding", ROUNDINGS)):
+            if getattr(self, key) not in legal:
+                raise ContractError(f"{key}={getattr(self, key)!r} is not one of {legal}")
 
     @property
     def steps(self) -> EpilogueSteps:
@@ -226,9 +214,9 @@ class EpilogueContract:
 
 
 def parse_steps(desc, name: str = "") -> EpilogueSteps:
-    """An :class:`EpilogueSteps` from itself, an :class:`EpilogueContract` (its step list), a list of step strings,
-    one ``;``-separated string, or a :data:`NAMED` key. ContractError (one line) on a bad step or a description that
-    does not start with a ``cast`` and end in the output dtype."""
+    """An :class:`EpilogueSteps` from itself, an :class:`EpilogueContract` (its step list), a list of step strings, one
+    ``;``-separated string, or a :data:`NAMED` key. ContractError (one line) on a bad step or a description that does
+    not start with a ``cast`` and end in the output dtype."""
     if isinstance(desc, EpilogueSteps):
         return desc
     if isinstance(desc, EpilogueContract):
@@ -256,8 +244,7 @@ def parse_steps(desc, name: str = "") -> EpilogueSteps:
     ):
         raise ContractError(
             f"epilogue step {len(steps)} {steps[-1].text!r}: the description "
-            f"must end in the output dtype: a final 'cast <dtype>' (or a bias "
-            f"step in the dtype of an earlier cast)"
+            f"must end in the output dtype: a final 'cast <dtype>' (or a bias step in the dtype of an earlier cast)"
         )
     return EpilogueSteps(steps, name)
 
@@ -276,10 +263,9 @@ def from_contract(contract: EpilogueContract) -> EpilogueSteps:
 
 
 #: The six standard contracts as named step lists (``"<scale_order>/<bias_point>"``).
-NAMED: dict[str, EpilogueSteps] = {}
-for _o in SCALE_ORDERS:
-    for _b in BIAS_POINTS:
-        NAMED[f"{_o}/{_b}"] = from_contract(EpilogueContract(_o, _b))
+NAMED: dict[str, EpilogueSteps] = {
+    f"{o}/{b}": from_contract(EpilogueContract(o, b)) for o in SCALE_ORDERS for b in BIAS_POINTS
+}
 
 # vLLM's cutlass_scaled_mm (ScaledEpilogue[Bias]): per-channel scale, then per-token, bias in float32, one rounding.
 CUTLASS_STYLE = EpilogueContract("w_then_a", "fp32_before_round", "rne")
@@ -308,8 +294,8 @@ def parse_declared(desc) -> Union[EpilogueSteps, dict]:
 
 
 def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[EpilogueSteps]:
-    """The description for a call on ``device`` with ``out_dtype``: a mapping is searched for
-    ``"<device>/<dtype>"``, ``"<device>"``, ``"*/<dtype>"``, ``"*"``; None when nothing matches or ``decl`` is None."""
+    """The description for a call on ``device`` with ``out_dtype``: a mapping is searched for ``"<device>/<dtype>"``,
+    ``"<device>"``, ``"*/<dtype>"``, ``"*"``; None when nothing matches or ``decl`` is None."""
     if decl is None or isinstance(decl, EpilogueSteps):
         return decl
     dev = str(device or "cpu").split(":")[0]
@@ -322,10 +308,8 @@ def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[Epilogue
 
 def declared_to_dict(decl) -> Optional[dict]:
     """JSON-able form of a declaration (None stays None)."""
-    if decl is None:
-        return None
-    if isinstance(decl, EpilogueSteps):
-        return decl.to_dict()
+    if decl is None or isinstance(decl, EpilogueSteps):
+        return decl and decl.to_dict()
     return {k: v.to_dict() for k, v in decl.items()}
 
 

@@ -1,9 +1,8 @@
 """The one epilogue evaluator (DESIGN.md 3, 4): exact accumulator + scales + bias + a step list -> the output bits.
 
-IEEE 754 binary32 arithmetic, every operation a separate RNE-rounded float32 op (no FMA contraction unless a step
-says ``fma``), then RNE to the output dtype: what eager kernels, vLLM's ``cutlass_scaled_mm`` and its Triton
-``scaled_mm`` do. :func:`apply_epilogue` / :func:`reference_scaled_mm` evaluate a standard contract's step list.
-"""
+IEEE 754 binary32 arithmetic, every operation a separate RNE-rounded float32 op (no FMA contraction unless a step says
+``fma``), then RNE to the output dtype: what eager kernels, vLLM's ``cutlass_scaled_mm`` and its Triton ``scaled_mm``
+do. :func:`apply_epilogue` / :func:`reference_scaled_mm` evaluate a standard contract's step list."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "f
 
 
 def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
-    """int64 -> float32 with one RNE rounding: via float64 (exact for ``|acc| <= 2**53``); larger values are
-    rounded on the Python integers (top 24 significant bits, remainder half-to-even)."""
+    """int64 -> float32 with one RNE rounding: via float64 (exact for ``|acc| <= 2**53``); larger values are rounded on
+    the Python integers (top 24 significant bits, remainder half-to-even)."""
     a64 = acc.to(torch.int64)
     out = a64.to(torch.float64).to(torch.float32)
     if acc.dtype in (torch.int8, torch.int16, torch.int32, torch.uint8):
@@ -53,9 +52,8 @@ def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
 def acc_to_fp32(acc: torch.Tensor) -> torch.Tensor:
     """int32/int64 [M, N] accumulator -> float32 with one RNE rounding, as ``cvtsi2ss`` / ``__int2float_rn`` do.
 
-    Exact while ``|acc| <= 2**24`` (:data:`reference.accumulate.FP32_EXACT_INT`); beyond, 2**24 + 1 -> 2**24 and
-    2**24 + 3 -> 2**24 + 4 (the F7 fp32_inexact_accumulator situation). OperandError for any other input.
-    """
+    Exact while ``|acc| <= 2**24`` (:data:`reference.accumulate.FP32_EXACT_INT`); beyond, 2**24 + 1 -> 2**24 and 2**24 +
+    3 -> 2**24 + 4 (the F7 fp32_inexact_accumulator situation). OperandError for any other input."""
     if not isinstance(acc, torch.Tensor) or acc.dtype not in (torch.int32, torch.int64):
         raise OperandError(f"acc must be an int32 or int64 tensor, got {getattr(acc, 'dtype', type(acc).__name__)}")
     return _int64_to_fp32_rne(acc)
@@ -84,8 +82,8 @@ def _eval_operand(node, sa: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
 
 
 def _fma_fp32(x: torch.Tensor, c: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """IEEE ``fmaf(x, c, b)`` on float32 tensors: ``x*c`` is exact in float64, the float64 sum is rounded to odd
-    (TwoSum error), then one RNE to float32 equals one RNE of the exact sum (Boldo & Melquiond, IEEE TC 2008)."""
+    """IEEE ``fmaf(x, c, b)`` on float32 tensors: ``x*c`` is exact in float64, the float64 sum is rounded to odd (TwoSum
+    error), then one RNE to float32 equals one RNE of the exact sum (Boldo & Melquiond, IEEE TC 2008)."""
     x64, c64, b64 = (t.to(torch.float64) for t in torch.broadcast_tensors(x, c, b))
     p = x64 * c64
     s = p + b64
@@ -107,14 +105,12 @@ def apply_steps(
 ) -> torch.Tensor:
     """Evaluate an epilogue step list bit for bit -> [M, N] ``out_dtype``.
 
-    ``acc``: int32/int64 [M, N]; ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32
-    [N]/[N, 1]/scalar (``s_w``); ``steps``: anything :func:`reference.contract.parse_steps` reads; ``bias``: None
-    or a float [N] tensor (widened exactly). Values are held in their step dtype; ``mul``/``add`` are one float32
-    RNE op rounded to the result dtype (torch's opmath for bf16/fp16); numbers in operands are rounded to float32.
-    Casting the accumulator to bf16/fp16 goes through float32, as torch does. Overflow gives ±inf, subnormals are
-    kept (no FTZ). ContractError: bad description or its final dtype is not ``out_dtype``; OperandError: bad
-    acc / scales / bias / out_dtype.
-    """
+    ``acc``: int32/int64 [M, N]; ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32 [N]/[N, 1]
+    /scalar (``s_w``); ``steps``: anything :func:`reference.contract.parse_steps` reads; ``bias``: None or a float [N]
+    tensor (widened exactly). Values are held in their step dtype; ``mul``/``add`` are one float32 RNE op rounded to the
+    result dtype (torch's opmath for bf16/fp16); numbers in operands are rounded to float32. Casting the accumulator to
+    bf16/fp16 goes through float32, as torch does. Overflow gives ±inf, subnormals are kept (no FTZ). ContractError: bad
+    description or its final dtype is not ``out_dtype``; OperandError: bad acc / scales / bias / out_dtype."""
     out = _evaluate(acc, scale_a, scale_b, parse_steps(steps), bias, out_dtype, None)
     # torch's own final cast: same values as apply_epilogue, but a NaN gets torch's encoding, not round_fp32's
     return out if out_dtype == torch.float32 else out.float().to(out_dtype)
@@ -179,8 +175,8 @@ def apply_epilogue(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
-    """:func:`apply_steps` of a standard contract's step list; the bias must be [N] of ``out_dtype``.
-    ContractError when ``contract`` is not an EpilogueContract; OperandError as :func:`apply_steps`."""
+    """:func:`apply_steps` of a standard contract's step list; the bias must be [N] of ``out_dtype``. ContractError when
+    ``contract`` is not an EpilogueContract; OperandError as :func:`apply_steps`."""
     if not isinstance(contract, EpilogueContract):
         raise ContractError(f"contract must be an EpilogueContract, got {type(contract).__name__}")
     return _evaluate(acc, scale_a, scale_b, contract.steps, bias, out_dtype, out_dtype)
@@ -194,21 +190,13 @@ def cached_epilogue(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
 ) -> torch.Tensor:
-    """:func:`apply_epilogue` memoized inside a ``reference.memo.scope`` on the identities of the tensors plus
-    ``contract`` and ``out_dtype``. The result is shared: callers must not write into it. Non-tensor scales are
-    never memoized."""
-    if not (
-        isinstance(acc, torch.Tensor)
-        and isinstance(scale_a, torch.Tensor)
-        and isinstance(scale_b, torch.Tensor)
-        and (bias is None or isinstance(bias, torch.Tensor))
-    ):
-        return apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)
-    return memo.cached(
-        ("epilogue", contract, out_dtype),
-        (acc, scale_a, scale_b, bias),
-        lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype),
-    )
+    """:func:`apply_epilogue` memoized inside a ``reference.memo.scope`` on the tensors' identities, ``contract`` and
+    ``out_dtype`` (non-tensor operands: never). The result is shared: callers must not write into it."""
+    run = lambda: apply_epilogue(acc, scale_a, scale_b, contract, bias=bias, out_dtype=out_dtype)  # noqa: E731
+    tensors = (acc, scale_a, scale_b) + (() if bias is None else (bias,))
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return run()
+    return memo.cached(("epilogue", contract, out_dtype), (acc, scale_a, scale_b, bias), run)
 
 
 def reference_scaled_mm(
@@ -223,8 +211,7 @@ def reference_scaled_mm(
     """The reference W8A8 GEMM: :func:`reference.validate.validate_operands` (OperandError), exact int64
     :func:`reference.accumulate.exact_int_mm`, then :func:`apply_epilogue` -> [M, N] ``out_dtype`` on a's device.
 
-    a: int8 [M, K]; b: int8 [N, K]; scales and bias as :func:`apply_epilogue`.
-    """
+    a: int8 [M, K]; b: int8 [N, K]; scales and bias as :func:`apply_epilogue`."""
     m, _k, n = validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     sa, sw = normalize_scales(scale_a, scale_b, m, n)
     return apply_epilogue(exact_int_mm(a, b), sa, sw, contract, bias=bias, out_dtype=out_dtype)

@@ -1,6 +1,5 @@
-"""Error types shared by every int8conf package: a user-caused problem is an ``Int8confError`` whose one-line
-message names it; the CLI and the pytest plugin print that line instead of a traceback.
-"""
+"""Error types shared by every int8conf package: a user-caused problem is an ``Int8confError`` whose one-line message
+names it; the CLI and the pytest plugin print that line instead of a traceback."""
 
 
 class Int8confError(Exception):
@@ -36,9 +35,7 @@ class SeedError(Int8confError, ValueError):
 
 
 def first_line(e: BaseException, limit: "int | None" = 300) -> str:
-    """First line of ``str(e)``, stripped, cut to ``limit`` characters (None: uncut); a placeholder when ``str(e)``
-    itself raises.
-    """
+    """First line of ``str(e)``, stripped, cut to ``limit`` chars (None: uncut); a placeholder if ``str(e)`` raises."""
     try:
         s = str(e).strip()
     except Exception as inner:  # noqa: BLE001 -- e.g. a __str__ that raises

@@ -1,5 +1,5 @@
-"""Atomic writers (temp file + ``os.replace``: a crash never leaves half a file), JSON readers that fail with one
-line naming the file, and portable paths for committed reports."""
+"""Atomic writers (temp file + ``os.replace``: a crash never leaves half a file), JSON readers that fail with one line
+naming the file, and portable paths for committed reports."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from reference.errors import Int8confError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (mode 0644, parents created). Raises OSError, leaving ``path`` as it was."""
+    """Write ``data`` to ``path`` atomically (mode 0644, parents created); OSError leaves ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -37,9 +37,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any, indent: int = 2, **dumps_kwargs) -> None:
     """Write ``obj`` as key-sorted UTF-8 JSON (trailing newline), atomically; extra arguments go to ``json.dumps``."""
-    dumps_kwargs.setdefault("sort_keys", True)
-    dumps_kwargs.setdefault("ensure_ascii", False)
-    atomic_write_text(path, json.dumps(obj, indent=indent, **dumps_kwargs) + "\n")
+    kw = {"sort_keys": True, "ensure_ascii": False} | dumps_kwargs
+    atomic_write_text(path, json.dumps(obj, indent=indent, **kw) + "\n")
 
 
 def file_sha256(path: Path) -> str:
@@ -66,7 +65,6 @@ def read_json_object(path: Path, error: type = Int8confError, missing_hint: str 
     return obj
 
 
-# ------------------------------------------------------------ portable paths
 #: the directory holding the ``reference`` package (a checkout's root, or site-packages)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_ENV = "INT8CONF_CACHE"
@@ -82,8 +80,8 @@ EXTERNAL = "..."
 
 
 def _path_roots() -> list:
-    """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved:
-    repository -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
+    """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved: repository
+    -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
     pairs = [
         (REPO_ROOT, ""),
         (cache_location(), f"${CACHE_ENV}"),
@@ -119,8 +117,8 @@ def portable_path(p, _roots=None) -> Any:
 
 
 def portable_text(text: str, _roots=None) -> str:
-    """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths
-    outside the known roots stay (free text cannot be parsed for paths safely)."""
+    """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths outside the
+    known roots stay (free text cannot be parsed for paths safely)."""
     for root, pre in _roots if _roots is not None else _path_roots():
         if root not in text:
             continue
@@ -130,8 +128,8 @@ def portable_text(text: str, _roots=None) -> str:
 
 
 def portable_paths(obj: Any, _roots=None) -> Any:
-    """A copy of a JSON-like document with every string made portable (a whole path by :func:`portable_path`,
-    other text by :func:`portable_text`); keys are kept."""
+    """A copy of a JSON-like document with every string made portable (a whole path by :func:`portable_path`, other text
+    by :func:`portable_text`); keys are kept."""
     roots = _roots if _roots is not None else _path_roots()
     if isinstance(obj, dict):
         return {k: portable_paths(v, roots) for k, v in obj.items()}

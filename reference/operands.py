@@ -1,14 +1,16 @@
 """One W8A8 GEMM case (:class:`GemmOperands`), layout helpers and content digests (which let check C2 prove a kernel
-received the very operands the reference used, DESIGN.md 5, F9, C2).
-"""
+received the very operands the reference used, DESIGN.md 5, F9, C2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from reference import memo
 
 SCALE_MODES = ("own", "pow2", "synthetic")
 #: Operand names in call order (``scaled_mm(a, b, scale_a, scale_b, bias=...)``).
@@ -16,18 +18,16 @@ OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 
 
 def storage_span(t: torch.Tensor) -> int:
-    """Elements from a view's first to its last element in its storage:
-    ``1 + sum((size_i - 1) * stride_i)`` (0 for an empty tensor)."""
+    """Storage elements from a view's first to its last: ``1 + sum((size_i - 1) * stride_i)`` (0 when empty)."""
     if t.numel() == 0:
         return 0
     return 1 + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))
 
 
 def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
-    """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between
-    its elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``.
-    ``clone()`` / ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride.
-    """
+    """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between its
+    elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``. ``clone()`` /
+    ``to()`` would make the view dense and hide a kernel that ignores a padded leading stride."""
     if t is None:
         return None
     src = t
@@ -39,16 +39,14 @@ def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.T
         span = t.as_strided((storage_span(t),), (1,), t.storage_offset())
         flat = span.to(dev, copy=True)
         out = flat.as_strided(tuple(t.shape), tuple(t.stride()), 0)
-    from reference import memo
-
     memo.note_copy(src, out)  # same bits: a known digest carries over (reference.memo)
     return out
 
 
 def layout_label(t: Optional[torch.Tensor]) -> str:
-    """Layout name for manifests and coverage: ``none``, ``scalar`` (0-d or one element), ``dense``, ``row-major
-    padded`` (2-D, unit inner stride, leading stride > columns), ``column-major`` (a ``w.t()`` view, dense or padded;
-    matrices with two dims > 1), ``broadcast`` (a zero stride on a dim > 1), or ``strided`` (anything else).
+    """Layout name for manifests and coverage: ``none``, ``scalar`` (0-d or one element), ``dense``,
+    ``row-major padded`` (2-D, unit inner stride, leading stride > columns), ``column-major`` (a ``w.t()`` view, dense
+    or padded; matrices with two dims > 1), ``broadcast`` (a zero stride on a dim > 1), or ``strided`` (anything else).
     """
     if t is None:
         return "none"
@@ -69,24 +67,18 @@ def layout_label(t: Optional[torch.Tensor]) -> str:
 
 
 def tensor_digest(t: Optional[torch.Tensor]) -> str:
-    """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by
-    the row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
+    """SHA-256 hex of ``f"{dtype};{d0,d1,...};"`` (``str(t.dtype)``, dims comma-joined, empty for 0-d) followed by the
+    row-major little-endian element bytes: equal digests mean equal dtype, shape and bits, whatever the strides or
     device. None -> ``"none"``. Inside a memo scope a tensor built by a recorded recipe carries its
-    :func:`derived_digest` (copies noted with ``memo.note_copy`` share it).
-    """
+    :func:`derived_digest` (copies noted with ``memo.note_copy`` share it)."""
     if t is None:
         return "none"
-    from reference import memo
-
     return memo.cached("digest", (t,), lambda: _digest_or_source(t))
 
 
 def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
-    """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored
-    for ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``.
-    """
-    from reference import memo
-
+    """Digest of ``t`` built deterministically from ``sources`` by ``recipe`` (text fixing everything else), stored for
+    ``t`` in the open memo scope: SHA-256 of ``f"{dtype};{shape};derived;{source digests};{recipe}"``."""
     shape = ",".join(str(int(s)) for s in t.shape)
     parts = ",".join(tensor_digest(s) for s in sources)
     d = hashlib.sha256(f"{t.dtype};{shape};derived;{parts};{recipe}".encode("ascii")).hexdigest()
@@ -96,8 +88,6 @@ def derived_digest(t: torch.Tensor, sources: tuple, recipe: str) -> str:
 
 def _digest_or_source(t: torch.Tensor) -> str:
     """The digest of the tensor ``t`` is a fresh copy of (``memo.copy_source``), else of ``t`` itself."""
-    from reference import memo
-
     src = memo.copy_source(t)
     return _digest(t) if src is None else tensor_digest(src)
 
@@ -107,8 +97,7 @@ def _digest(t: torch.Tensor) -> str:
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
     flat = t.detach().to("cpu").reshape(-1)
-    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1
-    # view, e.g. a one-element column of a wider scale buffer)
+    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view)
     flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
         h.update(flat.view(torch.uint8).numpy().tobytes())
@@ -122,8 +111,7 @@ class GemmOperands:
     ``a``: int8 [M, K], row-major (leading stride >= K), per-token quantized; ``b``: int8 [N, K] (row-major or the
     transposed view of a [K, N] buffer), per-channel; ``scale_a``: float32 [M] / [M, 1] / scalar; ``scale_b``: float32
     [N] / [N, 1] / scalar; ``bias``: None or [N] of ``out_dtype`` (bf16 default, fp16, fp32); ``name``: case label;
-    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras.
-    """
+    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -149,13 +137,7 @@ class GemmOperands:
 
     def digests(self) -> dict[str, str]:
         """``{"a", "b", "scale_a", "scale_b", "bias"}`` -> :func:`tensor_digest`."""
-        return {
-            "a": tensor_digest(self.a),
-            "b": tensor_digest(self.b),
-            "scale_a": tensor_digest(self.scale_a),
-            "scale_b": tensor_digest(self.scale_b),
-            "bias": tensor_digest(self.bias),
-        }
+        return {k: tensor_digest(getattr(self, k)) for k in OPERAND_NAMES}
 
     def layouts(self) -> dict[str, str]:
         """``{operand name: layout_label(tensor)}`` for the five operands."""
@@ -166,36 +148,20 @@ class GemmOperands:
         dev = torch.device(device)
 
         def mv(t):
-            if t is None or t.device == dev or (dev.index is None and t.device.type == dev.type):
+            if t.device == dev or (dev.index is None and t.device.type == dev.type):
                 return t
             return copy_keep_layout(t, dev)
 
-        return GemmOperands(
-            a=mv(self.a),
-            b=mv(self.b),
-            scale_a=mv(self.scale_a),
-            scale_b=mv(self.scale_b),
-            bias=mv(self.bias),
-            out_dtype=self.out_dtype,
-            name=self.name,
-            scale_mode=self.scale_mode,
-            meta=dict(self.meta),
-        )
+        return self._map(mv)
 
     def dense(self) -> "GemmOperands":
         """Copy with every tensor contiguous (what a ``contiguous_only`` kernel is handed)."""
-        c = lambda t: None if t is None else t.detach().contiguous().clone()  # noqa: E731
-        return GemmOperands(
-            a=c(self.a),
-            b=c(self.b),
-            scale_a=c(self.scale_a),
-            scale_b=c(self.scale_b),
-            bias=c(self.bias),
-            out_dtype=self.out_dtype,
-            name=self.name,
-            scale_mode=self.scale_mode,
-            meta=dict(self.meta),
-        )
+        return self._map(lambda t: t.detach().contiguous().clone())
+
+    def _map(self, fn) -> "GemmOperands":
+        """A copy with ``fn`` applied to every tensor operand (None stays None) and ``meta`` shallow-copied."""
+        kw = {k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in OPERAND_NAMES}
+        return dataclasses.replace(self, **kw, meta=dict(self.meta))
 
     def __repr__(self) -> str:
         return (

@@ -5,13 +5,12 @@ Weights, as compressed-tensors (llm-compressor's W8A8 format) computes them from
 ``scale = absmax_row / 127.5`` (a torch division in the weight dtype: fp32 opmath, one RNE); a zero scale becomes
 ``finfo(w.dtype).eps`` (current releases) or every scale is clamped to ``finfo(float32).eps`` (older releases);
 ``_quantize``: ``round_half_even(clamp(x / scale + 0, -128, 127)).to(int8)``; ``_dequantize``:
-``q.to(scale.dtype) * scale``. CUDA's ``tensor / scalar`` multiplies by the float32 reciprocal: same scale bits
-for bf16/fp16 weights; for float32 weights this follows the CPU's true division.
+``q.to(scale.dtype) * scale``. CUDA's ``tensor / scalar`` multiplies by the float32 reciprocal: same scale bits for
+bf16/fp16 weights; for float32 weights this follows the CPU's true division.
 
 Activations, as vLLM's ``dynamic_scaled_int8_quant_kernel`` (int8_quant_kernels.cu): per row
-``absmax = max |float32(x)|``, ``scale = absmax / 127.f``, ``q = sat_int8(rne(float32(x) * (127.f / absmax)))``
-(not ``x / scale``); an all-zero row gives q = 0 and scale 0.0.
-"""
+``absmax = max |float32(x)|``, ``scale = absmax / 127.f``, ``q = sat_int8(rne(float32(x) * (127.f / absmax)))`` (not
+``x / scale``); an all-zero row gives q = 0 and scale 0.0."""
 
 from __future__ import annotations
 
@@ -22,14 +21,9 @@ from reference.validate import nonfinite_summary
 
 _W_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_FLOORS = ("zero_to_dtype_eps", "clamp_fp32_eps")
-#: Where ``w / scale`` is computed: ``"weight_dtype"`` -- compressed-tensors'
-#: torch path (CPU), the tool's documented rule and this module's default;
-#: ``"float32"`` -- its Triton path (``_quantize_triton`` in
-#: compressed_tensors/quantization/lifecycle/forward_helpers.py, taken for
-#: CUDA tensors: ``tl.div_rn(x.to(float32), scale.to(float32))``, then clamp
-#: and ``rint``). For bf16 weights the two differ by +-1 in a few percent of
-#: the int8 values (a bf16 quotient is rounded to 8 significant bits before
-#: the round-to-integer, a float32 quotient to 24).
+#: Where ``w / scale`` is computed: ``"weight_dtype"`` (compressed-tensors' torch path, the default) or ``"float32"``
+#: (its Triton path for CUDA tensors, ``_quantize_triton``: ``tl.div_rn`` in float32, then clamp and ``rint``); for
+#: bf16 weights the two differ by +-1 in some int8 values.
 DIVISIONS = ("weight_dtype", "float32")
 
 
@@ -51,8 +45,7 @@ def quantize_weight_per_channel(
     """``(q int8 [N, K], scale [N, 1] in w.dtype)`` of a finite [N, K] bf16/fp16/fp32 weight (module docstring).
 
     ``scale_floor``: ``"zero_to_dtype_eps"`` (current compressed-tensors) or ``"clamp_fp32_eps"`` (older releases).
-    OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division.
-    """
+    OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division."""
     _check_2d_float(w, "w", "N,K")
     if division not in DIVISIONS:
         raise OperandError(f"division={division!r} is not one of {DIVISIONS}")
@@ -75,9 +68,8 @@ def quantize_weight_per_channel(
 
 
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``q.to(scale.dtype) * scale`` (compressed-tensors ``_dequantize``): int8 [N, K] and [N, 1]/[N] scale -> [N, K]
-    in ``scale.dtype``. OperandError on wrong dtypes or shapes.
-    """
+    """``q.to(scale.dtype) * scale`` (compressed-tensors ``_dequantize``): int8 [N, K] and [N, 1]/[N] scale -> [N, K] in
+    ``scale.dtype``. OperandError on wrong dtypes or shapes."""
     if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(
             f"q must be an int8 [N,K] tensor, got "
@@ -92,16 +84,14 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM
-    (module docstring). An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero
-    scale (the accumulator row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite.
-    """
+    """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM (module docstring).
+    An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero scale (the accumulator
+    row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite."""
     _check_2d_float(x, "x", "M,K")
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)
     scale = torch.div(absmax, 127.0)  # true float32 division on CPU
-    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel
-    # does one float32 division, so divide explicitly.
+    # torch's ``127.0 / t`` is reciprocal(t) * 127 (two roundings); the kernel does one float32 division
     inv_s = torch.div(torch.full_like(absmax, 127.0), absmax)
     inv_s = torch.where(absmax == 0, torch.zeros_like(absmax), inv_s)
     v = xf * inv_s[:, None]

@@ -1,24 +1,11 @@
 """Hypothesis strategies for W8A8 GEMM operands (DESIGN.md 4).
 
-Shapes include M=1 and tails that are not multiples of 8/16/32; int8 values
-are biased toward the extremes -128 and 127 (where the -128 x -128 = 16384
-product lives); scales come in kinds:
-
-``ordinary``  log-uniform in [2**-12, 2**-2], a random float32 significand
-              (typical per-token / per-channel scales);
-``pow2``      exact powers of two 2**e, e in [-14, -2] (DESIGN.md 1: every
-              legal epilogue order gives identical bits);
-``tiny``      about 2**-70: s_a * s_w ~ 2**-140, so acc * s_a * s_w lands
-              near the float32 subnormal range (< 2**-126);
-``large``     about 2**60: s_a * s_w ~ 2**120, so acc * s_a * s_w can
-              overflow float32 (max ~2**128) or bf16;
-``negative``  an ``ordinary`` magnitude with a random sign per element.
-``invalid_scales`` draws scales that must be rejected (NaN, ±inf; zero is legal).
-
-All tensors are built with a seeded ``torch.Generator`` from a drawn seed,
-so examples are cheap to generate and shrink, and reproducible under the
-derandomized CI profile (tests/conftest.py).
-"""
+Shapes include M=1 and tails that are not multiples of 8/16/32; int8 values are biased toward -128 and 127 (where
+the -128 x -128 = 16384 product lives). Scale kinds: ``ordinary`` log-uniform in [2**-12, 2**-2]; ``pow2`` exactly
+2**e, e in [-14, -2] (every legal epilogue order gives identical bits); ``tiny`` about 2**-70 (acc * s_a * s_w near
+the float32 subnormals); ``large`` about 2**60 (can overflow float32 or bf16); ``negative`` ordinary with random
+signs. :func:`invalid_scales` draws scales that must be rejected. Tensors come from a ``torch.Generator`` seeded by a
+drawn seed: cheap to shrink and reproducible under the derandomized CI profile (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -36,15 +23,8 @@ _DIM_EDGES = (1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 def shapes(
     max_m: int = 64, max_k: int = 160, max_n: int = 64, min_k: int = 1
 ) -> st.SearchStrategy[tuple[int, int, int]]:
-    """``(M, K, N)`` with each dim >= 1, biased toward M=1 and sizes just
-    below / at / above multiples of 8, 16, 32 (tails), plus uniform sizes.
-
-    Args:
-        max_m, max_k, max_n: inclusive upper bounds; min_k: lower bound on K.
-
-    Returns:
-        Strategy of int triples.
-    """
+    """``(M, K, N)``, each dim in [1 (``min_k`` for K), max], biased toward M=1 and sizes just below / at / above
+    multiples of 8, 16, 32 (tails), plus uniform sizes."""
 
     def dim(lo: int, hi: int) -> st.SearchStrategy[int]:
         edges = [d for d in _DIM_EDGES if lo <= d <= hi]
@@ -56,15 +36,8 @@ def shapes(
 
 @st.composite
 def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = None) -> torch.Tensor:
-    """int8 tensor of ``shape`` with values biased toward -128 and 127.
-
-    A drawn fraction of the elements (or ``extreme_prob``) is set to -128 or
-    127; in some draws the whole tensor is -128 (the worst-case accumulator,
-    K * 16384); the rest is uniform in [-128, 127].
-
-    Returns:
-        Strategy of contiguous int8 tensors.
-    """
+    """Contiguous int8 tensor of ``shape``: uniform, small, all -128 / all 127 (the worst-case accumulator
+    K * 16384), or uniform with a fraction (``extreme_prob``, else drawn) set to -128 or 127."""
     seed = draw(st.integers(0, 2**32 - 1))
     mode = draw(st.sampled_from(["uniform", "extreme_mix", "all_min", "all_max", "small"]))
     p = extreme_prob if extreme_prob is not None else draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
@@ -79,12 +52,8 @@ def int8_tensors(draw, shape: Sequence[int], extreme_prob: Optional[float] = Non
     t = torch.randint(-128, 128, shape, generator=g, dtype=torch.int16)
     if mode == "extreme_mix" and p > 0:
         pick = torch.rand(shape, generator=g) < p
-        ext = torch.where(
-            torch.rand(shape, generator=g) < 0.5,
-            torch.tensor(-128, dtype=torch.int16),
-            torch.tensor(127, dtype=torch.int16),
-        )
-        t = torch.where(pick, ext, t)
+        lo, hi = torch.tensor(-128, dtype=torch.int16), torch.tensor(127, dtype=torch.int16)
+        t = torch.where(pick, torch.where(torch.rand(shape, generator=g) < 0.5, lo, hi), t)
     return t.to(torch.int8).contiguous()
 
 
@@ -97,14 +66,10 @@ def _scale_tensor(kind: str, n: int, seed: int) -> torch.Tensor:
         e = torch.rand(n, generator=g, dtype=torch.float64) * 10.0 - 12.0
         s = torch.pow(2.0, e).to(torch.float32)
         if kind == "negative":
-            sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
-            s = s * sign
+            s = s * torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
         return s
-    if kind == "tiny":
-        e = torch.rand(n, generator=g, dtype=torch.float64) * 6.0 - 73.0
-        return torch.pow(2.0, e).to(torch.float32)
-    if kind == "large":
-        e = torch.rand(n, generator=g, dtype=torch.float64) * 6.0 + 56.0
+    if kind in ("tiny", "large"):
+        e = torch.rand(n, generator=g, dtype=torch.float64) * 6.0 + (-73.0 if kind == "tiny" else 56.0)
         return torch.pow(2.0, e).to(torch.float32)
     raise ValueError(f"unknown scale kind {kind!r}; expected one of {SCALE_KINDS}")
 
@@ -126,8 +91,7 @@ def invalid_scales(draw, n: int) -> tuple[torch.Tensor, str, int]:
     problem = draw(st.sampled_from(["NaN", "inf", "-inf"]))
     idx = draw(st.integers(0, n - 1))
     count = draw(st.integers(1, n - idx))
-    val = {"NaN": float("nan"), "inf": float("inf"), "-inf": float("-inf")}[problem]
-    s[idx : idx + count] = val
+    s[idx : idx + count] = float(problem)
     return s, {"-inf": "inf"}.get(problem, problem), idx
 
 
@@ -142,20 +106,10 @@ def gemm_operands(
     out_dtypes: Sequence[torch.dtype] = (torch.bfloat16,),
     min_k: int = 1,
 ) -> GemmOperands:
-    """A valid :class:`GemmOperands` case.
-
-    Args:
-        max_m, max_k, max_n: shape bounds (see :func:`shapes`).
-        scale_kinds: kinds drawn independently for scale_a and scale_b;
-            ``scale_mode`` is ``"pow2"`` when scale_b is pow2, else
-            ``"synthetic"``; ``meta`` records both kinds and the shape.
-        with_bias: True / False forces a bias / none; None draws it.
-        out_dtypes: output dtypes to draw from.
-
-    Returns:
-        Strategy of GemmOperands (contiguous int8 a [M,K], b [N,K], float32
-        scale_a [M], scale_b [N], bias [N] out_dtype or None).
-    """
+    """A valid :class:`GemmOperands` (contiguous int8 a [M, K], b [N, K], float32 scale_a [M], scale_b [N], bias [N]
+    of the drawn out_dtype or None; shape bounds as :func:`shapes`). scale_a and scale_b kinds are drawn independently
+    from ``scale_kinds``; ``scale_mode`` is ``"pow2"`` when scale_b is pow2, else ``"synthetic"``. ``with_bias``:
+    True / False forces a bias / none, None draws it."""
     m, k, n = draw(shapes(max_m, max_k, max_n, min_k=min_k))
     a = draw(int8_tensors((m, k)))
     b = draw(int8_tensors((n, k)))
@@ -169,14 +123,6 @@ def gemm_operands(
     if has_bias:
         g = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
         bias = (torch.randn(n, generator=g) * 4.0).to(out_dtype)
-    return GemmOperands(
-        a=a,
-        b=b,
-        scale_a=sa,
-        scale_b=sb,
-        bias=bias,
-        out_dtype=out_dtype,
-        name=f"hyp_{m}x{k}x{n}",
-        scale_mode="pow2" if kind_b == "pow2" else "synthetic",
-        meta={"scale_kind_a": kind_a, "scale_kind_b": kind_b, "M": m, "K": k, "N": n},
-    )
+    meta = {"scale_kind_a": kind_a, "scale_kind_b": kind_b, "M": m, "K": k, "N": n}
+    mode = "pow2" if kind_b == "pow2" else "synthetic"
+    return GemmOperands(a, b, sa, sb, bias, out_dtype, f"hyp_{m}x{k}x{n}", mode, meta)

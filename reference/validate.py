@@ -1,6 +1,5 @@
 """Operand validation for ``scaled_mm`` (DESIGN.md 3): every problem is one single-line
-:class:`~reference.errors.OperandError` naming the operand, e.g. ``scale_a has 3 NaN value(s) (first at index 7)``.
-"""
+:class:`~reference.errors.OperandError` naming the operand, e.g. ``scale_a has 3 NaN value(s) (first at index 7)``."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from reference import memo
 from reference.errors import OperandError
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -28,17 +28,14 @@ def _check_int8_matrix(x, name: str, dims: str) -> None:
 
 def is_row_major(x: torch.Tensor) -> bool:
     """2-D ``x`` [R, C] with unit inner stride and leading stride >= C (BLAS ``lda >= K``; strides of size-1 dims
-    ignored): dense, or a ``buf[:, :C]`` view.
-    """
+    ignored): dense, or a ``buf[:, :C]`` view."""
     r, c = (int(v) for v in x.shape)
     s0, s1 = (int(v) for v in x.stride())
     return (c <= 1 or s1 == 1) and (r <= 1 or s0 >= max(c, 1))
 
 
 def is_column_major(x: torch.Tensor) -> bool:
-    """2-D ``x`` [R, C] with unit row stride and leading stride >= R: a ``buf.t()`` view of a row-major [C, R]
-    buffer (vLLM's weight layout).
-    """
+    """2-D ``x`` [R, C], unit row stride, leading stride >= R: a ``buf.t()`` view of a row-major [C, R] buffer."""
     return is_row_major(x.t())
 
 
@@ -54,24 +51,14 @@ def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
     )
 
 
-def _scale_shape_ok(s: torch.Tensor, rows: int) -> bool:
-    shp = tuple(s.shape)
-    return shp in ((), (1,), (rows,), (rows, 1))
-
-
 def _check_values(t: torch.Tensor, name: str) -> None:
     """OperandError on NaN or ±inf (zero and negative values are legal)."""
-    from reference import memo
-
-    # both counts in one read-back, memoized per tensor inside a memo scope
-    # (the sweep validates the same scales in every kernel run of a layer);
-    # a fresh copy (the clones the runner hands a kernel, which validates
-    # them again) has its source's counts (reference.memo.copy_source)
+    # both counts in one read-back, memoized per tensor; a fresh copy has its source's counts (memo.copy_source)
     src = memo.copy_source(t)
     key = t if src is None else src
     whole = memo.part_source(key)
     if whole is not None and memo.peek("nonfinite", (whole,)) == (0, 0):
-        # a part of a tensor without NaN / inf has none (the F6 window's scales)
+        # a part of a tensor without NaN / inf has none
         counts = memo.cached("nonfinite", (key,), lambda: (0, 0))
     else:
         counts = memo.cached("nonfinite", (key,), lambda: _nonfinite_counts(key))
@@ -82,9 +69,7 @@ def _check_values(t: torch.Tensor, name: str) -> None:
 
 
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
-    """``"3 non-finite value(s) (first at (i, j))"`` (first in row-major order), or None when all finite; one
-    read-back when clean.
-    """
+    """``"3 non-finite value(s) (first at (i, j))"`` (row-major order), or None when all finite (one read-back)."""
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None
@@ -102,17 +87,11 @@ def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
     _is_tensor(s, name)
     if s.dtype != torch.float32:
         raise OperandError(f"{name} has dtype {s.dtype}; expected torch.float32")
-    if not _scale_shape_ok(s, rows):
+    if tuple(s.shape) not in ((), (1,), (rows,), (rows, 1)):
         raise OperandError(
             f"{name} has shape {tuple(s.shape)}; expected [{rows_name}]=[{rows}], "
             f"[{rows_name},1]=[{rows},1] or a scalar"
         )
-
-
-def _check_scale(s, name: str, rows: int, rows_name: str) -> None:
-    _check_scale_layout(s, name, rows, rows_name)
-    # zero is legal: an all-zero activation row quantizes to scale 0 (absmax 0)
-    _check_values(s, name)
 
 
 def validate_operands(
@@ -122,9 +101,8 @@ def validate_operands(
 
     ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
     buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
-    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError
-    (one line) on anything else, including M, N or K equal to 0.
-    """
+    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError (one
+    line) on anything else, including M, N or K equal to 0."""
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     _check_int8_matrix(a, "a", "M,K")
@@ -140,8 +118,9 @@ def validate_operands(
             raise OperandError(
                 f"{dim}=0: {nm} has shape {tuple((a if nm == 'a' else b).shape)}; empty GEMMs are not supported"
             )
-    _check_scale(scale_a, "scale_a", m, "M")
-    _check_scale(scale_b, "scale_b", n, "N")
+    for s, name, rows, rows_name in ((scale_a, "scale_a", m, "M"), (scale_b, "scale_b", n, "N")):
+        _check_scale_layout(s, name, rows, rows_name)
+        _check_values(s, name)  # zero is legal: an all-zero activation row quantizes to scale 0
     if bias is not None:
         _is_tensor(bias, "bias")
         if bias.dtype != out_dtype:
@@ -154,8 +133,7 @@ def validate_operands(
 
 def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(scale_a float32 [M], scale_b float32 [N])``, contiguous, scalars broadcast (no rounding), from [M]/[M, 1]/
-    [1]/0-d scales. OperandError on a non-tensor, non-float32 or mis-shaped scale (values are not checked).
-    """
+    [1]/0-d scales. OperandError on a non-tensor, non-float32 or mis-shaped scale (values are not checked)."""
     out = []
     for s, rows, name, rn in ((scale_a, m, "scale_a", "M"), (scale_b, n, "scale_b", "N")):
         _check_scale_layout(s, name, rows, rn)

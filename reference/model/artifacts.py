@@ -1,12 +1,10 @@
 """Derived W8A8 checkpoints of a parent model, built on demand into a cache.
 
-The parent bf16 default model and its captures ship in the tree; the three
-compressed-tensors children (``own``, ``pow2-nearest``, ``pow2-ceiling``) are
-built deterministically into ``<cache>/checkpoints/<parent digest[:16]>-<build
-code digest[:8]>/<kind>/`` (cache: ``$INT8CONF_CACHE`` or ``~/.cache/int8conf``).
-An entry whose recorded ``parent_digest`` / ``state_digest`` disagree is
-rebuilt; builds are atomic (directory renamed into place).
-"""
+The parent bf16 default model and its captures ship in the tree; the three compressed-tensors children (``own``,
+``pow2-nearest``, ``pow2-ceiling``) are built deterministically into
+``<cache>/checkpoints/<parent digest[:16]>-<build code digest[:8]>/<kind>/`` (cache: ``$INT8CONF_CACHE`` or
+``~/.cache/int8conf``). An entry whose recorded ``parent_digest`` / ``state_digest`` disagree is rebuilt; builds are
+atomic (directory renamed into place)."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def _parent_cached(path: str, size_mtime: tuple) -> tuple:
 
 
 def weight_files(d: Path) -> list[Path]:
-    """The existing files that define a checkpoint's weights, in a fixed order:
-    ``*.safetensors`` (sorted), the shard index, ``config.json``."""
+    """The existing files defining a checkpoint's weights: ``*.safetensors`` (sorted), shard index, ``config.json``."""
     candidates = sorted(d.glob("*.safetensors")) + [d / "model.safetensors.index.json", d / "config.json"]
     return [p for p in candidates if p.is_file()]
 
@@ -59,8 +56,8 @@ def _weight_files_key(d: Path) -> tuple:
 
 
 def load_parent(parent_dir) -> tuple[dict, dict, str]:
-    """``(config, state, parent digest)`` of a float parent checkpoint, memoized per
-    (path, file sizes and mtimes). CheckpointError as :func:`load_qwen3_state`."""
+    """``(config, state, parent digest)`` of a float parent checkpoint, memoized per (path, file sizes and mtimes).
+    CheckpointError as :func:`load_qwen3_state`."""
     d = Path(parent_dir).resolve()
     return _parent_cached(str(d), _weight_files_key(d))
 
@@ -81,8 +78,8 @@ def build_code_digest() -> str:
 
 @functools.lru_cache(maxsize=4)
 def _read_cached(path: str, size_mtime: tuple):
-    """``read_w8a8_checkpoint(path)`` memoized per (path, file sizes and mtimes); the
-    returned object is shared and must not be written into. Errors are not cached."""
+    """``read_w8a8_checkpoint(path)`` memoized per (path, file sizes and mtimes); the returned object is shared and must
+    not be written into. Errors are not cached."""
     return compressed_tensors.read_w8a8_checkpoint(Path(path))  # module attribute: tests count the reads
 
 
@@ -100,8 +97,8 @@ def _valid_entry(d: Path, pdigest: str):
 
 
 def derived_checkpoint(parent_dir, kind: str = "own", cache=None):
-    """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if
-    missing or invalid. CheckpointError: bad parent or kind, or the reconstruction gate failed."""
+    """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if missing or invalid.
+    CheckpointError: bad parent or kind, or the reconstruction gate failed."""
     if kind not in KINDS:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
     config, state, pdigest = load_parent(parent_dir)

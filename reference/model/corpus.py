@@ -1,9 +1,5 @@
-"""The shipped Shakespeare corpus: the train / validation / held-out split,
-the 8 fixed prompts and the held-out evaluation windows.
-
-Reads ``reference/model/assets/corpus/`` (written by ``reference.model.build_corpus``);
-whole works are split, so held-out works never appear in training.
-"""
+"""The shipped Shakespeare corpus (``reference/model/assets/corpus/``, written by ``reference.model.build_corpus``):
+the train / validation / held-out split of whole works, the 8 fixed prompts and the held-out evaluation windows."""
 
 from __future__ import annotations
 
@@ -37,8 +33,8 @@ def _load_works(path_str: str, expect_sha: str | None) -> dict[str, str]:
 
 
 def load_corpus_split(directory: Path | None = None) -> dict:
-    """``{"train" | "validation" | "heldout": {work: text}, "meta": split.json}``, works in
-    ``split.json`` order. CheckpointError if a file is missing or the corpus digest differs."""
+    """``{"train" | "validation" | "heldout": {work: text}, "meta": split.json}``, works in ``split.json`` order.
+    CheckpointError if a file is missing or the corpus digest differs."""
     d = Path(directory) if directory is not None else corpus_dir()
     meta = read_asset_json(d / "split.json")
     works = _load_works(str(d / "corpus.json.xz"), meta.get("corpus_sha256"))
@@ -72,9 +68,8 @@ def _heldout_stream(tok) -> torch.Tensor:
 
 
 def eval_windows(tokenizer=None, n: int = 8, length: int = 256) -> torch.Tensor:
-    """LongTensor ``[n, length]``: of the W non-overlapping windows of the held-out works
-    (tokenized one by one, joined with EOT), those at ``round(linspace(0, W-1, n))``.
-    Int8confError if ``n`` or ``length`` < 1 or n > W."""
+    """LongTensor ``[n, length]``: of the W non-overlapping windows of the held-out works (tokenized one by one, joined
+    with EOT), those at ``round(linspace(0, W-1, n))``. Int8confError if ``n`` or ``length`` < 1 or n > W."""
     if n < 1 or length < 1:
         raise Int8confError(f"eval_windows: n={n} and length={length} must both be >= 1")
     tok = tokenizer if tokenizer is not None else load_tokenizer()

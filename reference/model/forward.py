@@ -1,15 +1,14 @@
 """W8A8 forward of a Hugging Face Qwen3 causal LM through a plain ``scaled_mm``.
 
-Every decoder-block linear (q, k, v, o, gate, up, down) becomes a W8A8 linear, the
-scheme vLLM serves for compressed-tensors W8A8 checkpoints::
+Every decoder-block linear (q, k, v, o, gate, up, down) becomes a W8A8 linear, the scheme vLLM serves for
+compressed-tensors W8A8 checkpoints::
 
     x (bf16 [..., K]) --quantize_activation_per_token--> a int8 [M, K], s_a fp32 [M]
     y = scaled_mm(a, W_q int8 [N, K], s_a, s_w fp32 [N], out_dtype=x.dtype, bias) -> bf16 [M, N]
 
-Everything else, ``lm_head`` included (as in llm-compressor's recipes), runs in bf16.
-``scaled_mm`` is any callable ``(a, b, scale_a, scale_b, out_dtype, bias) -> Tensor[M, N]``;
-callers adapt kernels to it (this module never imports ``conformance``).
-"""
+Everything else, ``lm_head`` included (as in llm-compressor's recipes), runs in bf16. ``scaled_mm`` is any callable
+``(a, b, scale_a, scale_b, out_dtype, bias) -> Tensor[M, N]``; callers adapt kernels to it (this module never imports
+``conformance``)."""
 
 from __future__ import annotations
 
@@ -37,9 +36,8 @@ ScaledMM = Callable[..., torch.Tensor]
 
 
 def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
-    """A Hugging Face ``Qwen3ForCausalLM`` in ``dtype``, eval mode, on CPU; CheckpointError
-    (never transformers' random initialization) for no config.json, not Qwen3, a missing or
-    misshapen tensor, or weights that fail to load."""
+    """A Hugging Face ``Qwen3ForCausalLM`` in ``dtype``, eval mode, on CPU; CheckpointError (never transformers' random
+    initialization) for no config.json, not Qwen3, a missing or misshapen tensor, or weights that fail to load."""
     from transformers import Qwen3ForCausalLM
 
     d = Path(model_dir)
@@ -93,8 +91,8 @@ def linear_names(num_layers: int) -> list[str]:
 
 @dataclass
 class QuantWeight:
-    """One linear's W8A8 weight: ``q`` int8 ``[N, K]``, ``scale`` float32 ``[N]``
-    (``W ~= q * scale``), optional ``bias`` ``[N]`` in the model dtype."""
+    """One linear's W8A8 weight: ``q`` int8 ``[N, K]``, ``scale`` float32 ``[N]`` (``W ~= q * scale``), optional
+    ``bias`` ``[N]`` in the model dtype."""
 
     q: torch.Tensor
     scale: torch.Tensor
@@ -104,8 +102,8 @@ class QuantWeight:
 def as_quant_weight(
     q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor] = None, name: str = ""
 ) -> QuantWeight:
-    """A :class:`QuantWeight` from int8 ``q`` ``[N, K]`` and a float ``scale`` ``[N]`` or
-    ``[N, 1]`` (widened to float32, as vLLM stores it); OperandError naming layer ``name``."""
+    """A :class:`QuantWeight` from int8 ``q`` ``[N, K]`` and a float ``scale`` ``[N]`` or ``[N, 1]`` (widened to
+    float32, as vLLM stores it); OperandError naming layer ``name``."""
     if q.dtype != torch.int8 or q.dim() != 2:
         raise OperandError(f"{name}: weight must be int8 [N,K], got {q.dtype} {tuple(q.shape)}")
     n = q.shape[0]
@@ -117,11 +115,10 @@ def as_quant_weight(
 
 
 def quantize_weights(model: nn.Module, quantizer: Optional[Callable] = None) -> dict[str, QuantWeight]:
-    """``{layer name: QuantWeight}`` of every decoder linear, quantized from the parent
-    weights by ``quantizer`` (``w [N, K] -> (q int8, scale [N, 1] or [N])``; default
-    :func:`reference.quantize.quantize_weight_per_channel`, llm-compressor's own scales)."""
-    if quantizer is None:
-        quantizer = quantize_weight_per_channel
+    """``{layer name: QuantWeight}`` of every decoder linear, quantized from the parent weights by ``quantizer``
+    (``w [N, K] -> (q int8, scale [N, 1] or [N])``; default :func:`reference.quantize.quantize_weight_per_channel`,
+    llm-compressor's own scales)."""
+    quantizer = quantizer or quantize_weight_per_channel
     out, mods = {}, dict(model.named_modules())
     for name in linear_names(model.config.num_hidden_layers):
         lin = mods[name]
@@ -134,9 +131,8 @@ SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling")
 
 
 def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[str, QuantWeight]:
-    """W8A8 weights of ``model`` in ``scale_mode``, from the parent weights: ``own``
-    (byte-identical to the committed checkpoint) or ``pow2-nearest`` / ``pow2-ceiling``
-    (:func:`requantize_pow2`, never a scale rewrite). ContractError: unknown mode."""
+    """W8A8 weights of ``model`` in ``scale_mode`` from the parent weights: ``own`` (as the committed checkpoint) or
+    ``pow2-nearest`` / ``pow2-ceiling`` (:func:`requantize_pow2`). ContractError: unknown mode."""
     if scale_mode == "own":
         return quantize_weights(model)
     if scale_mode in ("pow2-nearest", "pow2-ceiling"):
@@ -146,9 +142,8 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
 
 
 def weights_from_tensors(tensors: Mapping[str, torch.Tensor], num_layers: int) -> dict[str, QuantWeight]:
-    """The weight map of a compressed-tensors state dict (``<layer>.weight`` int8 [N, K],
-    ``<layer>.weight_scale`` float [N, 1], optional ``<layer>.bias``). CheckpointError: a
-    weight or scale missing; OperandError: wrong dtype / shape."""
+    """The weight map of a compressed-tensors state dict (``<layer>.weight`` int8 [N, K], ``.weight_scale`` float [N, 1],
+    optional ``.bias``). CheckpointError: a weight or scale missing; OperandError: wrong dtype / shape."""
     out = {}
     for name in linear_names(num_layers):
         w, s = tensors.get(f"{name}.weight"), tensors.get(f"{name}.weight_scale")
@@ -181,9 +176,7 @@ class W8A8Linear(nn.Module):
         self.out_features, self.in_features = weight.q.shape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        a, s_a = quantize_activation_per_token(x2)
+        a, s_a = quantize_activation_per_token(x.reshape(-1, x.shape[-1]).contiguous())
         # An all-zero row has scale 0, which scaled_mm rejects; any scale gives the same zero row.
         s_a = torch.where(s_a == 0, torch.ones_like(s_a), s_a)
         w = self.qweight
@@ -192,7 +185,7 @@ class W8A8Linear(nn.Module):
             m = int(exact_int_mm(a, w.q).abs().max())
             self.stats.max_abs_acc[self.name] = max(self.stats.max_abs_acc.get(self.name, 0), m)
             self.stats.max_k[self.name] = self.in_features
-        return y.reshape(*lead, self.out_features)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:  # noqa: D102
         return f"{self.name}: K={self.in_features}, N={self.out_features}, W8A8"
@@ -204,18 +197,16 @@ def build_w8a8_model(
     scaled_mm: ScaledMM | Mapping[str, ScaledMM],
     track_acc: bool = False,
 ) -> tuple[nn.Module, Optional[AccStats]]:
-    """``(copy of model with W8A8 decoder linears, AccStats if track_acc else None)``, through
-    ``scaled_mm`` (one callable or ``{layer: callable}``); ``weights`` covers :func:`linear_names`.
-    CheckpointError: a layer missing; OperandError: a weight shape differs from its linear."""
+    """``(copy of model with W8A8 decoder linears, AccStats if track_acc else None)``, through ``scaled_mm`` (one
+    callable or ``{layer: callable}``); ``weights`` covers :func:`linear_names`. CheckpointError: a layer missing;
+    OperandError: a weight shape differs from its linear."""
     stats = AccStats() if track_acc else None
     names = linear_names(model.config.num_hidden_layers)
     missing = [n for n in names if n not in weights]
     if missing:
         raise CheckpointError(f"W8A8 weights: missing layer {missing[0]} ({len(missing)} missing)")
-    # Copy everything except the bf16 linear weights that are about to be replaced.
     mods = dict(model.named_modules())
-    memo = {id(mods[n].weight): None for n in names}
-    w8 = copy.deepcopy(model, memo)
+    w8 = copy.deepcopy(model, {id(mods[n].weight): None for n in names})  # not the bf16 weights about to be replaced
     w8_mods = dict(w8.named_modules())
     for n in names:
         lin, qw = mods[n], weights[n]
@@ -258,20 +249,17 @@ class TeacherForced:
 
 
 def argmax_smallest(logits: torch.Tensor) -> torch.Tensor:
-    """int64 argmax over the last dim of ``[..., V]``, ties to the smallest index
-    (torch.argmax's tie behaviour is only documented for CPU)."""
+    """int64 argmax over the last dim of ``[..., V]``, ties to the smallest index (torch's is only documented on CPU)."""
     mx, v = logits.max(dim=-1, keepdim=True).values, logits.shape[-1]
     idx = torch.arange(v, device=logits.device).expand_as(logits)
     return torch.where(logits == mx, idx, torch.full_like(idx, v)).min(dim=-1).values
 
 
 def check_windows(windows: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``windows`` as int64 after checking int64/int32 ``[B, T]``, B >= 1, T >= 2, ids in
-    ``[0, vocab)``; OperandError (one line) otherwise."""
+    """``windows`` as int64 after checking int64/int32 ``[B, T]``, B >= 1, T >= 2, ids in ``[0, vocab)``; OperandError."""
     if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.dtype not in (torch.int64, torch.int32):
         raise OperandError(
-            f"windows must be an int64 [B, T] tensor, got "
-            f"{getattr(windows, 'dtype', type(windows).__name__)} "
+            f"windows must be an int64 [B, T] tensor, got {getattr(windows, 'dtype', type(windows).__name__)} "
             f"{tuple(getattr(windows, 'shape', ()))}"
         )
     if windows.shape[1] < 2 or windows.shape[0] < 1:
@@ -289,9 +277,8 @@ def context_length(config) -> Optional[int]:
 
 
 def check_context(n_tokens: int, config, what: str = "window") -> None:
-    """OperandError (naming ``what`` and both numbers) if ``n_tokens`` exceeds the model's
-    ``max_position_embeddings``: beyond it a run measures extrapolation, not the kernel.
-    No check if the config has no such field."""
+    """OperandError (naming ``what`` and both numbers) if ``n_tokens`` exceeds the model's ``max_position_embeddings``:
+    beyond it a run measures extrapolation, not the kernel. No check if the config has no such field."""
     ctx = context_length(config)
     if ctx is not None and int(n_tokens) > ctx:
         raise OperandError(
@@ -302,9 +289,8 @@ def check_context(n_tokens: int, config, what: str = "window") -> None:
 
 @torch.no_grad()
 def teacher_forced(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> TeacherForced:
-    """:class:`TeacherForced` of int64 ``windows`` ``[B, T]`` through ``model`` (bf16 or a
-    :func:`build_w8a8_model` copy), ``batch_size`` windows per forward. OperandError:
-    see :func:`check_windows`, or T beyond the model's context."""
+    """:class:`TeacherForced` of int64 ``windows`` ``[B, T]`` through ``model`` (bf16 or :func:`build_w8a8_model`),
+    ``batch_size`` windows per forward. OperandError: see :func:`check_windows`, or T beyond the model's context."""
     windows = check_windows(windows, model.config.vocab_size)
     check_context(windows.shape[1], model.config, "window length")
     am, mg, t1, nl = [], [], [], []
@@ -321,8 +307,8 @@ def teacher_forced(model: nn.Module, windows: torch.Tensor, batch_size: int = 8)
 
 
 def perplexity(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
-    """``exp(mean -log p(x_{t+1} | x_<=t))`` over the B * (T-1) targets of independent
-    windows ``[B, T]`` (HF's causal-LM loss; Jurafsky & Martin, SLP3 ch. 3.2)."""
+    """``exp(mean -log p(x_{t+1} | x_<=t))`` over the B * (T-1) targets of independent windows ``[B, T]`` (HF's
+    causal-LM loss; Jurafsky & Martin, SLP3 ch. 3.2)."""
     return teacher_forced(model, windows, batch_size).perplexity
 
 
@@ -334,11 +320,10 @@ def greedy_generate(
     eos_token_id: Optional[int | Iterable[int]] = None,
     on_step: Optional[Callable[[int, torch.Tensor], None]] = None,
 ) -> list[int]:
-    """The token ids greedily generated after ``prompt_ids`` (argmax, ties -> smallest id):
-    one prefill pass, then one decode step (M = 1) per token with the KV cache, stopping
-    after any ``eos_token_id``. ``on_step(step, float32 logits [V])`` runs before each argmax.
-    OperandError: empty prompt, ids out of vocabulary, negative length, or prompt +
-    ``max_new_tokens`` beyond the model's context."""
+    """The token ids greedily generated after ``prompt_ids`` (argmax, ties -> smallest id): one prefill pass, then one
+    decode step (M = 1) per token with the KV cache, stopping after any ``eos_token_id``.
+    ``on_step(step, float32 logits [V])`` runs before each argmax. OperandError: empty prompt, ids out of vocabulary,
+    negative length, or prompt + ``max_new_tokens`` beyond the model's context."""
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)
     if ids.numel() == 0:
         raise OperandError("prompt is empty (0 tokens)")

@@ -1,8 +1,5 @@
-"""The default model's tokenizer: loading it, encoding text, the EOT separator.
-
-Byte-level BPE stored as ``tokenizer.json``; every function also accepts a
-transformers tokenizer, so any Hugging Face Qwen3 checkpoint directory works.
-"""
+"""The default model's tokenizer (byte-level BPE, ``tokenizer.json``): loading it, encoding text, the EOT separator.
+Every function also accepts a transformers tokenizer, so any Hugging Face Qwen3 checkpoint directory works."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Train the default model shipped in ``reference/model/assets/default_model/``.
 
-:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model`
-(a small Qwen3, :class:`ModelShape`; the best-validation checkpoint saved in bf16,
-reproducing the figures, not the bytes, on GPU). ``train_log.json`` records config,
-loss curve and held-out perplexity against a unigram baseline. Run
-``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first).
-"""
+:func:`train_tokenizer` (byte-level BPE on the train works), then :func:`train_model` (a small Qwen3,
+:class:`ModelShape`; the best-validation checkpoint saved in bf16, reproducing the figures, not the bytes, on GPU).
+``train_log.json`` records config, loss curve and held-out perplexity against a unigram baseline. Run
+``python3 -m reference.model.train --out DIR --device cuda`` (``--tokenizer-only`` first)."""
 
 from __future__ import annotations
 
@@ -56,8 +54,7 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced
-    the shipped model (run "c" of train_sweep.json)."""
+    """Optimisation hyper-parameters (logged in train_log.json); the defaults produced the shipped model."""
 
     seed: int = SEED
     steps: int = 900
@@ -76,33 +73,20 @@ class TrainConfig:
     shape: ModelShape = field(default_factory=ModelShape)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.cuda.manual_seed_all(seed)
-
-
 def build_tokenizer(train_texts: list[str], vocab_size: int = VOCAB_SIZE):
-    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes,
-    ``<|endoftext|>`` = id 0, min pair frequency 2) trained on ``train_texts``; deterministic."""
+    """Byte-level BPE ``tokenizers.Tokenizer`` (GPT-2 regex, no prefix space, all 256 bytes, ``<|endoftext|>`` = id 0,
+    min pair frequency 2) trained on ``train_texts``; deterministic."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=[EOT],
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    kw = dict(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT], show_progress=False)
+    trainer = trainers.BpeTrainer(**kw, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(train_texts, trainer=trainer)
     return tok
 
 
 def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
-    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``;
-    eos = pad = ``<|endoftext|>``, no bos)."""
+    """Write ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``; eos = pad = EOT, no bos)."""
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
@@ -121,8 +105,7 @@ def save_tokenizer(tok, out_dir: Path, model_max_length: int = 512) -> None:
 
 
 def train_tokenizer(out_dir: Path) -> dict:
-    """Build the tokenizer from the corpus's train works into ``out_dir``; returns
-    ``{"vocab_size", "tokenizer_sha256"}``."""
+    """Build the tokenizer of the train works into ``out_dir``; returns ``{"vocab_size", "tokenizer_sha256"}``."""
     tok = build_tokenizer(list(load_corpus_split()["train"].values()))
     save_tokenizer(tok, out_dir)
     digest = sha256_hex((Path(out_dir) / "tokenizer.json").read_bytes())
@@ -137,11 +120,6 @@ def make_config(shape: ModelShape, eos_id: int, attention_dropout: float = 0.0):
     d["rope_parameters"] = {"rope_type": "default", "rope_theta": d.pop("rope_theta")}
     d |= dict(attention_dropout=attention_dropout, attention_bias=False, hidden_act="silu", bos_token_id=None)
     return Qwen3Config(**d, eos_token_id=eos_id, pad_token_id=eos_id, use_cache=True, dtype="bfloat16")
-
-
-def count_params(model) -> int:
-    """Unique parameter count (tied embedding counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def unigram_nll(train_ids: torch.Tensor, targets: torch.Tensor, vocab: int) -> float:
@@ -209,9 +187,8 @@ def save_model(model, out_dir: Path, eos_id: int) -> None:
 
 
 def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path | None = None) -> dict:
-    """Train the default model into ``out_dir`` (which must hold the tokenizer) and return
-    the train log, also written to ``train_log.json``. ``state_path``: training state
-    saved there atomically at every evaluation and resumed from if present."""
+    """Train the default model into ``out_dir`` (holding the tokenizer); returns the log written to ``train_log.json``.
+    ``state_path``: training state saved there at every evaluation and resumed from if present."""
     from transformers import Qwen3ForCausalLM
 
     out_dir = Path(out_dir)
@@ -228,11 +205,14 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     counts = ", ".join(f"{k}={v.numel()}" for k, v in streams.items())
     print(f"tokens: {counts} ({time.time() - t0:.1f}s)", flush=True)
 
-    seed_everything(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    torch.cuda.manual_seed_all(cfg.seed)
     dev = torch.device(device)
     config = make_config(cfg.shape, eos, cfg.attention_dropout)
     model = Qwen3ForCausalLM(config).to(dev).float()
-    n_params = count_params(model)
+    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())  # tied embedding once
     print(f"params: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -308,23 +288,12 @@ def train_model(out_dir: Path, cfg: TrainConfig, device: str, state_path: Path |
     heldout_eval |= {"model_dtype": "bfloat16", "model_nll": ho_nll, "model_ppl": math.exp(ho_nll)}
     heldout_eval |= {"unigram_nll": uni_nll, "unigram_ppl": math.exp(uni_nll)}
     heldout_eval["unigram"] = "add-one smoothed counts over train tokens"
-    log = {
-        "model_shape": asdict(cfg.shape),
-        "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"},
-        "parameters": n_params,
-        "steps_done": step,
-        "stopped_by_time_limit": stopped_early,
-        "train_seconds": round(train_s, 1),
-        "best_val_loss": best,
-        "best_val_ppl": math.exp(best),
-        "curve": curve,
-        "tokens": {k: int(v.numel()) for k, v in streams.items()},
-        "heldout_eval": heldout_eval,
-        "samples": samples,
-        "tokenizer_sha256": sha256_hex(tok_path.read_bytes()),
-        "corpus_sha256": split["meta"]["corpus_sha256"],
-        "env": env,
-    }
+    log = {"model_shape": asdict(cfg.shape), "train_config": {k: v for k, v in asdict(cfg).items() if k != "shape"}}
+    log |= {"parameters": n_params, "steps_done": step, "stopped_by_time_limit": stopped_early}
+    log |= {"train_seconds": round(train_s, 1), "best_val_loss": best, "best_val_ppl": math.exp(best), "curve": curve}
+    log |= {"tokens": {k: int(v.numel()) for k, v in streams.items()}, "heldout_eval": heldout_eval, "samples": samples}
+    log |= {"tokenizer_sha256": sha256_hex(tok_path.read_bytes()), "corpus_sha256": split["meta"]["corpus_sha256"]}
+    log["env"] = env
     atomic_write_json(out_dir / "train_log.json", log)
     return log
 
@@ -350,8 +319,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset
-    manifest for the shipped dir. Returns the exit code."""
+    """Build the tokenizer (if ``--tokenizer-only`` or missing) and train; refresh the asset manifest for the shipped
+    dir. Returns the exit code."""
     out = Path(args.out) if args.out else default_model_dir()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.tokenizer_only or not (out / "tokenizer.json").is_file():

@@ -1,10 +1,6 @@
-"""Quantized weights of a Qwen3 model for one scale mode, or read from a
-compressed-tensors W8A8 checkpoint together with the scale mode it carries.
-
-Scale modes (DESIGN.md section 5): ``own`` (llm-compressor's per-channel
-absmax/127.5 rule), ``pow2-nearest`` / ``pow2-ceiling`` (requantized from the
-parent with power-of-two scales, ``reference.model.pow2``), ``bf16`` (none).
-"""
+"""Quantized weights of a Qwen3 model for a scale mode (DESIGN.md 5): ``own`` (per-channel absmax/127.5),
+``pow2-nearest`` / ``pow2-ceiling`` (requantized with power-of-two scales, ``reference.model.pow2``) or ``bf16`` (none);
+or read from a compressed-tensors W8A8 checkpoint with the scale mode it carries."""
 
 from __future__ import annotations
 
@@ -18,9 +14,8 @@ SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
 
 
 def checkpoint_scale_mode(ck) -> tuple[str, str]:
-    """``(mode, label)`` of a ``W8A8Checkpoint``: mode ``pow2-nearest`` | ``pow2-ceiling``
-    (our ``int8conf.scale_rule`` record, checked against the scales), ``pow2`` (every
-    ``weight_scale`` an exact power of two, rule unknown) or ``own``; label for output."""
+    """``(mode, label)`` of a ``W8A8Checkpoint``: mode ``pow2-nearest`` | ``pow2-ceiling`` (our recorded scale_rule, if
+    the scales agree), ``pow2`` (all scales powers of two, rule unknown) or ``own``; label for output."""
     all_pow2 = all(bool(torch.all(torch.frexp(ck.scale_b(n)).mantissa == 0.5)) for n in ck.scales)
     rule = (ck.meta or {}).get("scale_rule")
     if all_pow2 and rule in ("pow2-nearest", "pow2-ceiling"):
@@ -33,20 +28,16 @@ def checkpoint_scale_mode(ck) -> tuple[str, str]:
 
 
 def checkpoint_weights(model, checkpoint) -> tuple[dict, str, str]:
-    """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError
-    if it is unreadable or misses a layer."""
+    """``({layer: QuantWeight}, mode, label)`` of a W8A8 checkpoint dir; CheckpointError: unreadable, or a layer missing."""
     ck = read_w8a8_checkpoint(checkpoint)
-    tensors = {}
-    for name, q in ck.weights.items():
-        tensors[f"{name}.weight"] = q
-        tensors[f"{name}.weight_scale"] = ck.scales[name]
+    tensors = {f"{n}.weight": q for n, q in ck.weights.items()} | {f"{n}.weight_scale": s for n, s in ck.scales.items()}
     mode, label = checkpoint_scale_mode(ck)
     return wf.weights_from_tensors(tensors, model.config.num_hidden_layers), mode, label
 
 
 def load_weights(model, scale_mode: str, checkpoint=None) -> dict:
-    """Quantized weights for ``scale_mode``, or from a W8A8 checkpoint dir.
-    CheckpointError: bad checkpoint; Int8confError: checkpoint with a non-``own`` mode."""
+    """Quantized weights for ``scale_mode``, or from a W8A8 checkpoint dir. CheckpointError: bad checkpoint;
+    Int8confError: checkpoint with a non-``own`` mode."""
     if checkpoint is None:
         return wf.weights_for_scale_mode(model, scale_mode)
     check_checkpoint_mode(checkpoint, scale_mode)

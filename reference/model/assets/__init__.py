@@ -1,11 +1,9 @@
 """Package data of the model pipeline: where the shipped files live and their manifest.
 
-``assets_manifest.json`` (sha256 of every file in ``corpus/`` and ``default_model/``);
-``corpus/`` (``corpus.json.xz``, ``split.json``, ``prompts.json``); ``default_model/``
-(bf16 Qwen3 in Hugging Face layout plus ``train_log.json``); ``captures/`` (per-layer
-W8A8 captures with their own manifest). Built by ``int8conf build-corpus``,
-``train-default`` and ``capture``; nothing here downloads anything.
-"""
+``assets_manifest.json`` (sha256 of every file in ``corpus/`` and ``default_model/``); ``corpus/`` (``corpus.json.xz``,
+``split.json``, ``prompts.json``); ``default_model/`` (bf16 Qwen3 in Hugging Face layout plus ``train_log.json``);
+``captures/`` (per-layer W8A8 captures with their own manifest). Built by ``int8conf build-corpus``, ``train-default``
+and ``capture``; nothing here downloads anything."""
 
 from __future__ import annotations
 
@@ -46,8 +44,8 @@ def read_asset_json(path: Path):
 
 
 def shipped_files(root: Path | None = None) -> list[str]:
-    """Sorted posix paths, relative to ``root`` (default: this package), of every file
-    under :data:`MANIFEST_DIRS`, excluding hidden, dunder and temp files."""
+    """Sorted posix paths, relative to ``root`` (default: this package), of every file under :data:`MANIFEST_DIRS`,
+    excluding hidden, dunder and temp files."""
     root = Path(root) if root is not None else _ROOT
     out = []
     for sub in MANIFEST_DIRS:
@@ -67,8 +65,8 @@ def write_manifest(root: Path | None = None) -> dict[str, str]:
 
 
 def verify_manifest(root: Path | None = None) -> dict[str, str]:
-    """The manifest's mapping, after checking every recorded file exists with its
-    sha256 and no shipped file is unrecorded (CheckpointError naming the first bad file)."""
+    """The manifest's mapping, after checking every recorded file exists with its sha256 and no shipped file is
+    unrecorded (CheckpointError naming the first bad file)."""
     root = Path(root) if root is not None else _ROOT
     recorded = read_asset_json(root / MANIFEST_FILE)["sha256"]
     for rel, digest in recorded.items():
