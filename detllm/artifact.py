@@ -38,10 +38,6 @@ class Artifact:
     digest: str = ""
     path: Optional[Path] = None
 
-    @property
-    def short_digest(self) -> str:
-        return self.digest[:12]
-
 
 def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> None:
     """CheckpointError (one line naming ``where``) if any entry is not an integer-dtype tensor."""

@@ -16,7 +16,6 @@ from torch import Tensor
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
 from conformance.kernels._torch_epilogue import epilogue
-from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 from reference.validate import validate_operands
 
@@ -25,16 +24,6 @@ CONTRACT = CUTLASS_STYLE
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 SOURCE_DIGEST = module_digest(__file__)
 NAME = "int_mm"  # registry name: the digest this kernel records at run time is its own
-CUDA_CONSTRAINTS = ShapeConstraints(
-    min_m=17, k_multiple=8, n_multiple=8, note="torch._int_mm on CUDA; K padded to >= 16 as well"
-)
-CPU_CONSTRAINTS = ShapeConstraints(
-    note="torch._int_mm on CPU: K >= 2 (K = 1 gives wrong values for N > 1; empirical, torch 2.13)"
-)
-
-
-def constraints_for(device_type: str) -> ShapeConstraints:
-    return CUDA_CONSTRAINTS if device_type == "cuda" else CPU_CONSTRAINTS
 
 
 def padded_shape(m: int, k: int, n: int, device_type: str) -> tuple[int, int, int]:
