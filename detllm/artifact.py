@@ -38,10 +38,6 @@ class Artifact:
     digest: str = ""
     path: Optional[Path] = None
 
-    @property
-    def short_digest(self) -> str:
-        return self.digest[:12]
-
 
 def assert_integer_tensors(tensors: Mapping[str, torch.Tensor], where: str) -> None:
     """CheckpointError (one line naming ``where``) if any entry is not an integer-dtype tensor."""
@@ -78,8 +74,7 @@ def model_dims(config: Mapping, where: str = "artifact") -> dict:
     d = {k: _int_field(m, k, where, f"model.{k}", positive=True) for k in MODEL_FIELDS}
     if d["heads"] % d["kv_heads"] or d["head_dim"] % 2:
         raise CheckpointError(
-            f"{where}: config model.heads={d['heads']} is not a multiple of "
-            f"model.kv_heads={d['kv_heads']} or model.head_dim={d['head_dim']} is odd"
+            f"{where}: config model.heads={d['heads']} is not a multiple of model.kv_heads={d['kv_heads']} or model.head_dim={d['head_dim']} is odd"
         )
     return d
 
@@ -98,9 +93,7 @@ def expected_tensors(config: Mapping, where: str = "artifact") -> dict:
     out: dict = {}
 
     def lin(name: str, n: int, k: int) -> None:
-        out[name + ".w"] = (_I8, (n, k))
-        out[name + ".m"] = (_I64, (n,))
-        out[name + ".k"] = (_I64, (n,))
+        out.update({name + ".w": (_I8, (n, k)), name + ".m": (_I64, (n,)), name + ".k": (_I64, (n,))})
 
     for i in range(d["layers"]):
         p = f"layers.{i}."
@@ -108,9 +101,8 @@ def expected_tensors(config: Mapping, where: str = "artifact") -> dict:
         lin(p + "qkv", (nh + 2 * nkv) * hd, H)
         out[p + "q_norm.g"] = (_I32, (nh, hd))
         out[p + "k_norm.g"] = (_I32, (nkv, hd))
-        for n in ("k_cache", "score"):
-            out[p + n + ".m"] = (_I64, (nkv,))
-            out[p + n + ".k"] = (_I64, (nkv,))
+        for n in ("k_cache.m", "k_cache.k", "score.m", "score.k"):
+            out[p + n] = (_I64, (nkv,))
         lin(p + "o", H, nh * hd)
         out[p + "mlp_norm.g"] = (_I32, (H,))
         lin(p + "gate_up", 2 * I, H)
@@ -159,8 +151,7 @@ def check_schema(config: Mapping, tensors: Mapping[str, torch.Tensor], where) ->
         got = f"{_dt(t.dtype)} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
         more = f"; {len(extra) - 1} more unexpected" if len(extra) > 1 else ""
         raise CheckpointError(
-            f"{w}: unexpected tensor {extra[0]!r} ({got}); an artifact holds exactly "
-            f"the tensors `detllm prepare` writes{more}"
+            f"{w}: unexpected tensor {extra[0]!r} ({got}); an artifact holds exactly the tensors `detllm prepare` writes{more}"
         )
     for name, (dt, shape) in schema.items():
         t = tensors[name]
@@ -179,10 +170,7 @@ def _canonical(config: Mapping) -> bytes:
 
 def artifact_digest(config: Mapping, tensors_sha256: str) -> str:
     """sha256 hex over the canonical config (without ``digest``) and the tensors file's sha256 hex."""
-    h = hashlib.sha256()
-    h.update(_canonical(config))
-    h.update(tensors_sha256.encode("ascii"))
-    return h.hexdigest()
+    return hashlib.sha256(_canonical(config) + tensors_sha256.encode("ascii")).hexdigest()
 
 
 def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) -> Artifact:
@@ -206,10 +194,8 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    cfg = dict(config)
-    cfg["format"] = FORMAT
-    cfg["tensors_sha256"] = sha
-    cfg.pop("digest", None)
+    cfg = {k: v for k, v in config.items() if k != "digest"}
+    cfg.update(format=FORMAT, tensors_sha256=sha)
     cfg["digest"] = artifact_digest(cfg, sha)
     atomic_write_json(out / CONFIG_FILE, cfg, indent=1, ensure_ascii=True)
     return Artifact(config=cfg, tensors=cpu, digest=cfg["digest"], path=out)
@@ -238,22 +224,17 @@ def load_artifact(path, expect_digest: Optional[str] = None) -> Artifact:
         raise CheckpointError(f"{cfg_path}: field 'format' is not {FORMAT!r}")
     for key in ("tensors_sha256", "digest"):
         if not isinstance(cfg.get(key), str):
-            raise CheckpointError(
-                f"{cfg_path}: field {key!r} is "
-                f"{'missing' if key not in cfg else 'not a string'} "
-                f"(re-run `detllm prepare`)"
-            )
+            what = "missing" if key not in cfg else "not a string"
+            raise CheckpointError(f"{cfg_path}: field {key!r} is {what} (re-run `detllm prepare`)")
     sha = file_sha256(ten_path)
     if sha != cfg.get("tensors_sha256"):
         raise CheckpointError(
-            f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 "
-            f"{str(cfg.get('tensors_sha256'))[:12]} in {CONFIG_FILE}"
+            f"{ten_path}: sha256 {sha[:12]} does not match tensors_sha256 {str(cfg.get('tensors_sha256'))[:12]} in {CONFIG_FILE}"
         )
     dig = artifact_digest(cfg, sha)
     if dig != cfg.get("digest"):
         raise CheckpointError(
-            f"{cfg_path}: artifact digest {dig[:12]} does not match the recorded "
-            f"digest {str(cfg.get('digest'))[:12]} (config edited?)"
+            f"{cfg_path}: artifact digest {dig[:12]} does not match the recorded digest {str(cfg.get('digest'))[:12]} (config edited?)"
         )
     if expect_digest is not None:
         e = str(expect_digest).lower()

@@ -34,63 +34,29 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     """Options of ``detllm bench`` (bad values: one argparse error line, exit 2)."""
     sp.add_argument("--device", default="cpu", help="cpu (default model) or cuda (Qwen3-0.6B shapes)")
     sp.add_argument("--model", help="model dir for the CPU bench (default: shipped default model)")
-    sp.add_argument(
-        "--batches",
-        type=positive_int_list,
-        default=None,
-        help="comma-separated batch sizes >= 1 (default 1,8; fused bench 1,8,32)",
-    )
+    h = "comma-separated batch sizes >= 1 (default 1,8; fused bench 1,8,32)"
+    sp.add_argument("--batches", type=positive_int_list, default=None, help=h)
     sp.add_argument("--prompt-len", type=positive_int, default=32, help="prompt tokens per sequence, >= 1 (default 32)")
-    sp.add_argument(
-        "--new-tokens",
-        type=positive_int,
-        default=None,
-        help="decoded tokens per sequence, >= 1 (default 16; fused bench 32)",
-    )
-    sp.add_argument(
-        "--kernels",
-        type=name_list,
-        default=None,
-        help="comma-separated int_mm backends (default: cpu->reference, cuda->int_mm,triton)",
-    )
+    h = "decoded tokens per sequence, >= 1 (default 16; fused bench 32)"
+    sp.add_argument("--new-tokens", type=positive_int, default=None, help=h)
+    h = "comma-separated int_mm backends (default: cpu->reference, cuda->int_mm,triton)"
+    sp.add_argument("--kernels", type=name_list, default=None, help=h)
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
-    sp.add_argument(
-        "--fast",
-        action="store_true",
-        help="(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; "
-        "writes reports/bench/<device>/detllm.{json,md,png}",
-    )
-    sp.add_argument(
-        "--models",
-        default="default,0.6b,1.7b",
-        help="--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)",
-    )
-    sp.add_argument(
-        "--before",
-        default="int_mm,triton",
-        help="--fast: engine int_mm backends measured as the 'before' rows on 0.6b (b1, b8); '' = none",
-    )
+    h = "(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; writes reports/bench/<device>/detllm.{json,md,png}"
+    sp.add_argument("--fast", action="store_true", help=h)
+    h = "--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)"
+    sp.add_argument("--models", default="default,0.6b,1.7b", help=h)
+    h = "--fast: engine int_mm backends measured as the 'before' rows on 0.6b (b1, b8); '' = none"
+    sp.add_argument("--before", default="int_mm,triton", help=h)
     sp.add_argument("--before-tokens", type=positive_int, default=4, help="--fast: decode tokens of the 'before' rows")
-    sp.add_argument(
-        "--cpu-check-tokens",
-        type=non_negative_int,
-        default=4,
-        help="--fast: tokens of the CPU-reference hash check per model (0 = skip)",
-    )
-    sp.add_argument(
-        "--cpu-check-models",
-        default="default,0.6b,tiny",
-        help="--fast: models whose fast-path hash is checked against the CPU reference engine",
-    )
+    h = "--fast: tokens of the CPU-reference hash check per model (0 = skip)"
+    sp.add_argument("--cpu-check-tokens", type=non_negative_int, default=4, help=h)
+    h = "--fast: models whose fast-path hash is checked against the CPU reference engine"
+    sp.add_argument("--cpu-check-models", default="default,0.6b,tiny", help=h)
     sp.add_argument("--out", default=None, help="--fast: report dir (default reports/bench/<device>)")
-    sp.add_argument(
-        "--shapes",
-        choices=("default", "0.6b", "tiny"),
-        default=None,
-        help="model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes "
-        "(cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)",
-    )
+    h = "model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes (cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)"
+    sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None, help=h)
 
 
 def _table(rows, title):
@@ -109,8 +75,7 @@ def check_context(args, art) -> None:
     need = args.prompt_len + args.new_tokens + 1
     if need > ctx:
         raise OperandError(
-            f"--prompt-len {args.prompt_len} + --new-tokens {args.new_tokens} (+1 warm-up) = "
-            f"{need} tokens exceed the model's context of {ctx} tokens"
+            f"--prompt-len {args.prompt_len} + --new-tokens {args.new_tokens} (+1 warm-up) = {need} tokens exceed the model's context of {ctx} tokens"
         )
 
 

@@ -30,19 +30,9 @@ from reference.model.assets import default_model_dir
 from reference.model.corpus import prompts as corpus_prompts
 from reference.model.tokenizer import encode, load_tokenizer
 
-QWEN3_06B = dict(
-    vocab_size=151936,
-    hidden_size=1024,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    intermediate_size=3072,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-    rope_theta=1000000.0,
-    rms_norm_eps=1e-6,
-)
+QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16)
+QWEN3_06B.update(num_key_value_heads=8, head_dim=128, intermediate_size=3072, tie_word_embeddings=True)
+QWEN3_06B.update(max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
 QWEN3_17B = dict(QWEN3_06B, hidden_size=2048, intermediate_size=6144)
 SHAPES = {"0.6b": ("qwen3-0.6B-shape", QWEN3_06B), "1.7b": ("qwen3-1.7B-shape", QWEN3_17B)}
 PINNED_LOGITS = "c54e130c3f8a"
@@ -213,18 +203,10 @@ def _bench_batch(eng, fm, label, art, ps, args) -> dict:
     tm: dict = {}
     r = F.fast_generate(eng, ps, args.new_tokens, timings=tm)
     B = len(ps)
-    row = {
-        "model": label,
-        "artifact": art.digest[:12],
-        "batch": B,
-        "int_decode_tps": B * tm["decode_steps"] / tm["decode_s"],
-        "int_prefill_tps": tm["prefill_tokens"] / tm["prefill_s"],
-        "int_step_ms": 1e3 * tm["decode_s"] / max(1, tm["decode_steps"]),
-        "logits_hash": r.logits_hash[0][:12],
-        "token_hash": r.token_hash[0][:12],
-        "cuda_graph": r.info.get("cuda_graph"),
-        "_seq0": r.logits_hash[0],
-    }
+    row = dict(model=label, artifact=art.digest[:12], batch=B, int_decode_tps=B * tm["decode_steps"] / tm["decode_s"])
+    row.update(int_prefill_tps=tm["prefill_tokens"] / tm["prefill_s"])
+    row.update(int_step_ms=1e3 * tm["decode_s"] / max(1, tm["decode_steps"]), logits_hash=r.logits_hash[0][:12])
+    row.update(token_hash=r.token_hash[0][:12], cuda_graph=r.info.get("cuda_graph"), _seq0=r.logits_hash[0])
     if fm is not None:
         float_decode_tps(fm, ps, 2)  # warm-up
         row["bf16_eager_tps"] = float_decode_tps(fm, ps, args.new_tokens)
@@ -252,18 +234,11 @@ def run(args) -> int:
     out = Path(args.out or Path("reports") / "bench" / _slug(where))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
     batches = list(args.batches)
-    rec = {
-        "device": where,
-        "torch": torch.__version__,
-        "rows": [],
-        "checks": [],
-        "before": [],
-        "errors": [],
-        "prompt_len": args.prompt_len,
-        "new_tokens": args.new_tokens,
-        "timing": "decode: CUDA-graph replays after one eager and one capturing step, synchronized wall "
-        "clock; prefill: one fused prefill of all prompt tokens after a warm-up generation",
-    }
+    rec = dict(device=where, torch=torch.__version__, rows=[], checks=[], before=[], errors=[])
+    rec.update(prompt_len=args.prompt_len, new_tokens=args.new_tokens)
+    rec["timing"] = (
+        "decode: CUDA-graph replays after one eager and one capturing step, synchronized wall clock; prefill: one fused prefill of all prompt tokens after a warm-up generation"
+    )
     try:
         import triton
 
@@ -287,10 +262,9 @@ def run(args) -> int:
                 r = F.fast_generate(eng, [encode(load_tokenizer(md), corpus_prompts()[0])], 16)
                 got = r.logits_hash[0][:12]
                 check = "pinned hash (Sonnet 18, 16 tokens), fast path"
-                good = got == PINNED_LOGITS
-                ok &= good
+                ok &= got == PINNED_LOGITS
                 rec["checks"].append(
-                    {"model": label, "check": check, "expected": PINNED_LOGITS, "got": got, "ok": good}
+                    dict(model=label, check=check, expected=PINNED_LOGITS, got=got, ok=got == PINNED_LOGITS)
                 )
             except Exception as exc:
                 rec["errors"].append(f"{label}: pinned check: {exc!r}")
@@ -302,14 +276,9 @@ def run(args) -> int:
                 got = F.fast_generate(eng, ps1, args.cpu_check_tokens)
                 good = ref.logits_hash[0] == got.logits_hash[0] and ref.token_hash[0] == got.token_hash[0]
                 ok &= good
-                check = (
-                    f"fast path on {dev} vs CPU reference engine, "
-                    f"batch 1, {args.prompt_len}-token prompt, {args.cpu_check_tokens} tokens"
-                )
+                check = f"fast path on {dev} vs CPU reference engine, batch 1, {args.prompt_len}-token prompt, {args.cpu_check_tokens} tokens"
                 exp, got, secs = ref.logits_hash[0][:12], got.logits_hash[0][:12], round(time.time() - t1, 1)
-                rec["checks"].append(
-                    {"model": label, "check": check, "expected": exp, "got": got, "ok": good, "cpu_seconds": secs}
-                )
+                rec["checks"].append(dict(model=label, check=check, expected=exp, got=got, ok=good, cpu_seconds=secs))
                 print(rec["checks"][-1], flush=True)
             except Exception as exc:
                 rec["errors"].append(f"{label}: cpu check: {exc!r}")
@@ -334,8 +303,9 @@ def run(args) -> int:
                     try:
                         ek = E.load_engine(art, k, dev, guard=False)
                         tps, h = engine_decode_tps(ek, random_prompts(V, B, args.prompt_len), args.before_tokens)
-                        backend = f"detllm engine, {k}"
-                        before = {"model": label, "backend": backend, "batch": B, "decode_tps": tps, "decode_hash": h}
+                        before = dict(
+                            model=label, backend=f"detllm engine, {k}", batch=B, decode_tps=tps, decode_hash=h
+                        )
                         rec["before"].append(before)
                         print(before, flush=True)
                     except Exception as exc:
@@ -377,21 +347,14 @@ def write_reports(rec: dict, out: Path) -> None:
             f"`{r['token_hash']}` |"
         )
     if rec["before"]:
-        L += [
-            "",
-            "## Before (unfused engine, same run)",
-            "",
-            "| model | backend | batch | decode tok/s | hash |",
-            "|---|---|---|---|---|",
-        ]
+        L += ["", "## Before (unfused engine, same run)", "", "| model | backend | batch | decode tok/s | hash |"]
+        L.append("|---|---|---|---|---|")
         for b in rec["before"]:
             L.append(f"| {b['model']} | {b['backend']} | {b['batch']} | {_f(b['decode_tps'])} | `{b['decode_hash']}` |")
     L += ["", "## Checks", ""]
     for c in rec["checks"]:
-        L.append(
-            f"- {'PASS' if c['ok'] else 'FAIL'}: {c['model']}: {c['check']}: got `{c.get('got')}`"
-            + (f", expected `{c['expected']}`" if "expected" in c else "")
-        )
+        exp = f", expected `{c['expected']}`" if "expected" in c else ""
+        L.append(f"- {'PASS' if c['ok'] else 'FAIL'}: {c['model']}: {c['check']}: got `{c.get('got')}`{exp}")
     for r in rec["rows"]:
         if r.get("bf16_graph_error"):
             L.append(f"- bf16 CUDA graph not captured for {r['model']} b{r['batch']}: `{r['bf16_graph_error'][:160]}`")
@@ -411,9 +374,8 @@ def write_reports(rec: dict, out: Path) -> None:
             ax.bar([i - 0.2 for i in x], [r["int_decode_tps"] for r in rows], 0.4, label="int (fused, CUDA graph)")
             ax.bar([i + 0.2 for i in x], [r.get("bf16_best_tps") or 0 for r in rows], 0.4, label="bf16 (best)")
             ax.set_xticks(list(x))
-            ax.set_xticklabels(
-                [f"{r['model'].replace('-shape', '')}\nb{r['batch']}\n{r['logits_hash'][:8]}" for r in rows], fontsize=7
-            )
+            ticks = [f"{r['model'].replace('-shape', '')}\nb{r['batch']}\n{r['logits_hash'][:8]}" for r in rows]
+            ax.set_xticklabels(ticks, fontsize=7)
             ax.set_yscale("log")
             ax.set_ylabel("decode tokens/s")
             ax.set_title(f"detllm integer decode vs bf16, {rec['device']}")

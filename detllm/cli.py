@@ -116,14 +116,8 @@ def cmd_prepare(args) -> int:
     md = Path(args.model) if args.model else default_model_dir()
     read_config(md)  # one-line CheckpointError if missing / not Qwen3
     ensure_out_dir(Path(args.out), "--out", "artifact directory")  # before calibrating
-    opts = PrepareOptions(
-        alpha=args.alpha,
-        calib_windows=args.calib_windows,
-        calib_len=args.calib_len,
-        calib_source=args.calib_source,
-        max_position=args.max_position,
-    )
-    art = prepare(md, args.out, opts, verbose=True)
+    fields = ("alpha", "calib_windows", "calib_len", "calib_source", "max_position")
+    art = prepare(md, args.out, PrepareOptions(**{f: getattr(args, f) for f in fields}), verbose=True)
     print(f"artifact {args.out}  digest {art.digest[:12]}  tensors {len(art.tensors)} (integer only)")
     return 0
 
@@ -138,14 +132,11 @@ def cmd_generate(args) -> int:
     res = G.generate(eng, ids, args.max_new_tokens, _schedule(args.schedule))
     dt = time.time() - t0
     print(
-        f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  "
-        f"guard {'on' if eng.guard else 'off'}  {dt:.2f}s"
+        f"artifact {art.digest[:12]}  kernel {eng.kernel_name}  device {eng.device}  guard {'on' if eng.guard else 'off'}  {dt:.2f}s"
     )
     if args.kernel:
         print(
-            f"note: detllm uses only the accumulator entry int_mm of kernel {args.kernel!r} "
-            f"(int8 x int8 -> int32); its scaled_mm epilogue is not exercised here "
-            f"(int8conf check --kernel={args.kernel} checks it)"
+            f"note: detllm uses only the accumulator entry int_mm of kernel {args.kernel!r} (int8 x int8 -> int32); its scaled_mm epilogue is not exercised here (int8conf check --kernel={args.kernel} checks it)"
         )
     for i, (p, g) in enumerate(zip(res.prompts, res.generated)):
         lh, th = res.short(i)
@@ -162,8 +153,7 @@ def _co_prompts(n: int, vocab: int, seed: int, tok=None) -> list[list[int]]:
 def cmd_demo(args) -> int:
     if 0 < args.context_tokens < _CONTEXT_NEW_TOKENS:  # cheap, before loading the artifact
         raise OperandError(
-            f"--context-tokens {args.context_tokens}: the whole-context table needs at least "
-            f"{_CONTEXT_NEW_TOKENS} tokens (-1: the model's maximum, 0: skip)"
+            f"--context-tokens {args.context_tokens}: the whole-context table needs at least {_CONTEXT_NEW_TOKENS} tokens (-1: the model's maximum, 0: skip)"
         )
     art, md = _artifact_and_model(args)
     tok = _tokenizer(md)
@@ -192,11 +182,10 @@ def cmd_demo(args) -> int:
         int_hashes.append((lh, th))
         fl = G.float_generate(fmodel, ps, n, sched).short(slot) if fmodel is not None else ("-", "-")
         rows.append([label + ", reference int_mm", lh, th, *fl])
-    names = (
-        [k.strip() for k in args.kernels.split(",")]
-        if args.kernels != "all"
-        else [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
-    )
+    if args.kernels == "all":
+        names = [b for b in ("cpu", "int_mm", "triton") if builtin_available(b)[0]]
+    else:
+        names = [k.strip() for k in args.kernels.split(",")]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     fl_cache = {}
     want_fast = (args.kernels == "all" and torch.cuda.is_available()) or "fast" in names
@@ -242,8 +231,7 @@ def cmd_demo(args) -> int:
     )
     fl_set = {r[3] for r in rows if r[3] != "-"}
     print(
-        f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; "
-        f"float logits hashes: {len(fl_set)} distinct"
+        f"integer hashes identical across all {len(rows)} configurations: {'YES' if same else 'NO'}; float logits hashes: {len(fl_set)} distinct"
     )
     print(f"artifact digest {art.digest}\nlogits hash {full[0]}\ntoken hash  {full[1]}")
     if args.context_tokens != 0:
@@ -322,9 +310,8 @@ def cmd_perplexity(args) -> int:
         m = G.load_float_model(md, dtype)
         t0 = time.time()
         with torch.no_grad():
-            fl = torch.cat(
-                [m(win[s : s + args.batch_size]).logits.float() for s in range(0, win.shape[0], args.batch_size)]
-            )
+            fl = [m(win[s : s + args.batch_size]).logits.float() for s in range(0, win.shape[0], args.batch_size)]
+        fl = torch.cat(fl)
         p = perplexity_from_logits(fl, win)
         ref = ref or p
         out.append([label, f"{p:.4f}", "", f"{time.time() - t0:.1f}"])
@@ -350,50 +337,24 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--artifact", help="prepared artifact dir (default: prepare --model into the cache)")
 
     def kernel_args(sp):
-        sp.add_argument(
-            "--kernel",
-            default=None,
-            help="kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every "
-            "integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or "
-            "entry point; its scaled_mm epilogue is NOT used (the engine rescales in "
-            "integers; check the epilogue with int8conf check) (default: the exact "
-            "reference)",
-        )
-        sp.add_argument(
-            "--device", default="cpu", help="device of the integer matmuls: cpu, cuda or cuda:N (default cpu)"
-        )
+        h = "kernel whose accumulator-only entry int_mm (int8 x int8 -> int32) runs every integer matmul: a built-in (cpu, int_mm, triton), pkg.module:function or entry point; its scaled_mm epilogue is NOT used (the engine rescales in integers; check the epilogue with int8conf check) (default: the exact reference)"
+        sp.add_argument("--kernel", default=None, help=h)
+        h = "device of the integer matmuls: cpu, cuda or cuda:N (default cpu)"
+        sp.add_argument("--device", default="cpu", help=h)
 
     sp = sub.add_parser("prepare", help="calibrate and write the integer-only artifact")
     sp.add_argument("--model", help="Qwen3 checkpoint dir (default: shipped default model)")
     sp.add_argument("--out", required=True, help="artifact directory to write")
-    sp.add_argument(
-        "--alpha",
-        type=unit_interval_float,
-        default=0.5,
-        help="SmoothQuant migration strength alpha in [0, 1] (0 = no smoothing; default 0.5)",
-    )
-    sp.add_argument(
-        "--calib-windows",
-        type=positive_int,
-        default=16,
-        help="calibration windows for the fixed activation / KV scales, >= 1 (default 16)",
-    )
-    sp.add_argument(
-        "--calib-len", type=positive_int, default=128, help="tokens per calibration window, >= 1 (default 128)"
-    )
-    sp.add_argument(
-        "--calib-source",
-        choices=("auto", "corpus", "random"),
-        default="auto",
-        help="calibration text: the shipped corpus, random tokens, or auto (corpus when "
-        "the model has the shipped tokenizer) (default auto)",
-    )
-    sp.add_argument(
-        "--max-position",
-        type=positive_int,
-        default=None,
-        help="RoPE table length override, >= 1 (default: the model's max_position_embeddings)",
-    )
+    h = "SmoothQuant migration strength alpha in [0, 1] (0 = no smoothing; default 0.5)"
+    sp.add_argument("--alpha", type=unit_interval_float, default=0.5, help=h)
+    h = "calibration windows for the fixed activation / KV scales, >= 1 (default 16)"
+    sp.add_argument("--calib-windows", type=positive_int, default=16, help=h)
+    h = "tokens per calibration window, >= 1 (default 128)"
+    sp.add_argument("--calib-len", type=positive_int, default=128, help=h)
+    h = "calibration text: the shipped corpus, random tokens, or auto (corpus when the model has the shipped tokenizer) (default auto)"
+    sp.add_argument("--calib-source", choices=("auto", "corpus", "random"), default="auto", help=h)
+    h = "RoPE table length override, >= 1 (default: the model's max_position_embeddings)"
+    sp.add_argument("--max-position", type=positive_int, default=None, help=h)
     sp.set_defaults(func=cmd_prepare)
 
     sp = sub.add_parser("generate", help="greedy decoding; prints the logits / token hashes")
@@ -411,33 +372,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prompt", action="append", help="prompt text (default Sonnet 18)")
     sp.add_argument("--ids", action="append", help="prompt as token ids")
     sp.add_argument("-n", "--max-new-tokens", type=non_negative_int, default=16, help="tokens to generate (default 16)")
-    sp.add_argument(
-        "--kernels",
-        type=name_list,
-        default="all",
-        help="comma-separated kernels or 'all'; only their accumulator entry int_mm is used; "
-        "'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)",
-    )
+    h = "comma-separated kernels or 'all'; only their accumulator entry int_mm is used; 'fast' adds the fused-kernel path (detllm.fast; 'all' includes it on a CUDA machine)"
+    sp.add_argument("--kernels", type=name_list, default="all", help=h)
     sp.add_argument("--with-interpreter", action="store_true", help="include triton under the interpreter")
-    sp.add_argument(
-        "--float-dtype",
-        choices=("bf16", "fp32"),
-        default="bf16",
-        help="dtype of the float model whose hash is shown next to the integer one",
-    )
+    h = "dtype of the float model whose hash is shown next to the integer one"
+    sp.add_argument("--float-dtype", choices=("bf16", "fp32"), default="bf16", help=h)
     sp.add_argument("--no-float", action="store_true", help="skip the float model column")
     sp.add_argument("--no-guard", action="store_true", help="skip the float guard (faster)")
     sp.add_argument("--seed", type=seed_int, default=0, help="seed of the random co-prompts, 0 .. 2**63-1 (default 0)")
-    sp.add_argument(
-        "--context-tokens",
-        type=int_at_least(-1),
-        default=-1,
-        help="whole-context table length: tokens >= 4 (capped at the model's maximum), "
-        "-1 (the model's maximum) or 0 (skip) (default -1)",
-    )
-    sp.add_argument(
-        "--context-token-by-token", action="store_true", help="also run the whole context token by token (slow)"
-    )
+    h = "whole-context table length: tokens >= 4 (capped at the model's maximum), -1 (the model's maximum) or 0 (skip) (default -1)"
+    sp.add_argument("--context-tokens", type=int_at_least(-1), default=-1, help=h)
+    h = "also run the whole context token by token (slow)"
+    sp.add_argument("--context-token-by-token", action="store_true", help=h)
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("perplexity", help="held-out perplexity: integer engine vs bf16/fp32 model")

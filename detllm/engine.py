@@ -212,12 +212,8 @@ def load_engine(artifact: Union[Artifact, str], kernel=None, device: str = "cpu"
         raise OperandError(f"device {device!r} is not a torch device") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise OperandError(f"device {device!r} requested but CUDA is not available on this machine")
-    t = {}
-    for k, v in art.tensors.items():
-        v = v.to(dev)
-        if k.endswith(".m") or k.endswith(".k") or k.endswith(".g") or k == "embed":
-            v = v.to(torch.int64)
-        t[k] = v
+    wide = lambda k: k.endswith((".m", ".k", ".g")) or k == "embed"
+    t = {k: v.to(dev).to(torch.int64) if wide(k) else v.to(dev) for k, v in art.tensors.items()}
     return Engine(artifact=art, int_mm=fn, kernel_name=name, device=dev, t=t, guard=guard)
 
 
@@ -227,12 +223,8 @@ def new_cache(engine: Engine, batch: int, capacity: int) -> KVCache:
     if capacity > engine.max_context:
         raise OperandError(f"context of {capacity} tokens exceeds the model's maximum of {engine.max_context}")
     shape = (batch, d["kv_heads"], max(1, capacity), d["head_dim"])
-    return KVCache(
-        k=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
-        v=[torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])],
-        length=[0] * batch,
-        capacity=max(1, capacity),
-    )
+    zeros = lambda: [torch.zeros(shape, dtype=torch.int8, device=engine.device) for _ in range(d["layers"])]
+    return KVCache(k=zeros(), v=zeros(), length=[0] * batch, capacity=max(1, capacity))
 
 
 def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -246,9 +238,7 @@ def _mm32(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             raise
         except Exception as e:  # noqa: BLE001 -- a user's kernel: one line for the CLI, cause chained
             raise OperandError(
-                f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: "
-                f"{first_line(e, 200)} (M={a.shape[0]}, K={a.shape[1]}, "
-                f"N={b.shape[0]})"
+                f"kernel {engine.kernel_name!r} int_mm raised {type(e).__name__}: {first_line(e, 200)} (M={a.shape[0]}, K={a.shape[1]}, N={b.shape[0]})"
             ) from e
     engine.mm_calls += 1
     if not isinstance(out, torch.Tensor) or out.dtype != torch.int32 or tuple(out.shape) != (a.shape[0], b.shape[0]):
@@ -265,10 +255,8 @@ def _mm(engine: Engine, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _linear(engine: Engine, q: torch.Tensor, tm: torch.Tensor, tk: torch.Tensor, name: str) -> torch.Tensor:
     """int8 linear + dyadic epilogue: round(acc tm m_n / 2^(tk + k_n)), one rounding."""
-    acc = _mm(engine, q, engine.t[name + ".w"])
-    return intops.round_shift(
-        acc * tm[:, None] * engine.t[name + ".m"][None, :], tk[:, None] + engine.t[name + ".k"][None, :]
-    )
+    acc, t = _mm(engine, q, engine.t[name + ".w"]), engine.t
+    return intops.round_shift(acc * tm[:, None] * t[name + ".m"][None, :], tk[:, None] + t[name + ".k"][None, :])
 
 
 def check_tokens(engine: Engine, tokens: torch.Tensor) -> None:
@@ -300,8 +288,7 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
             raise OperandError(f"n_new[{b}]={n_new[b]} outside [0, {T}]")
         if cache.length[b] + n_new[b] > cache.capacity:
             raise OperandError(
-                f"sequence {b}: {cache.length[b] + n_new[b]} tokens exceed the context of "
-                f"{cache.capacity} (model maximum {engine.max_context})"
+                f"sequence {b}: {cache.length[b] + n_new[b]} tokens exceed the context of {cache.capacity} (model maximum {engine.max_context})"
             )
     valid = torch.zeros(B, T, dtype=torch.bool)
     for b in range(B):
@@ -318,16 +305,7 @@ def forward(engine: Engine, tokens: torch.Tensor, n_new: Sequence[int], cache: K
 ATTN_BLOCK_ELEMS = 1 << 22  # score-matrix elements per attention block (memory bound)
 
 
-def _attention(
-    engine: Engine,
-    i: int,
-    qq: torch.Tensor,
-    qtm: torch.Tensor,
-    qtk: torch.Tensor,
-    cache: KVCache,
-    pos: torch.Tensor,
-    n_new: list,
-) -> torch.Tensor:
+def _attention(engine: Engine, i: int, qq, qtm, qtk, cache: KVCache, pos, n_new: list) -> torch.Tensor:
     """Attention of layer i as block-masked int8 GEMMs -> int64 [B, T, nh, hd] = P.V in units s_v / 2^15.
 
     Sequences are grouped up to ``ATTN_BLOCK_ELEMS`` score elements; within a group all query rows meet
@@ -371,12 +349,8 @@ def _attention(
         cg = torch.arange(nkv, device=dev).repeat_interleave(L).repeat(G)
         cs = torch.arange(L, device=dev).repeat(G * nkv)
         lim = torch.tensor([lengths[b] for b in grp], dtype=torch.int64, device=dev)
-        keep = (
-            (rb[:, None] == cb[None, :])
-            & (rg[:, None] == cg[None, :])
-            & (cs[None, :] <= rpos[:, None])
-            & (cs[None, :] < lim[rb][:, None])
-        )
+        keep = (rb[:, None] == cb[None, :]) & (rg[:, None] == cg[None, :])
+        keep = keep & (cs[None, :] <= rpos[:, None]) & (cs[None, :] < lim[rb][:, None])
         pr = ops.int_softmax(ops.mask_scores(sc, keep), u["score_exp"])  # int16 Q0.15
         tot = ops.pv_matmul(pr, va, mm32)  # [G*nh*T, hd]
         o[gi] = tot.reshape(G, nh, T, hd).permute(0, 2, 1, 3)

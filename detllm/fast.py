@@ -226,25 +226,8 @@ def fast_generate(
         for tid in generated[b]:
             tchain[b].update_id(tid)
     if timings is not None:
-        timings.update(
-            prefill_s=t1 - t0,
-            decode_s=t3 - t2,
-            decode_steps=steps - warm,
-            prefill_tokens=sum(len(p) for p in ps),
-            graph_steps=dec.graph_steps,
-        )
-    return G._result(
-        ps,
-        generated,
-        lchain,
-        tchain,
-        kept,
-        forward_calls=len(outs) + steps,
-        info={
-            "kernel": "fused-triton",
-            "artifact": engine.digest[:12],
-            "schedule": str(schedule),
-            "device": str(dev),
-            "cuda_graph": dec.graph is not None,
-        },
-    )
+        timings.update(prefill_s=t1 - t0, decode_s=t3 - t2, decode_steps=steps - warm)
+        timings.update(prefill_tokens=sum(len(p) for p in ps), graph_steps=dec.graph_steps)
+    info = dict(kernel="fused-triton", artifact=engine.digest[:12], schedule=str(schedule), device=str(dev))
+    info["cuda_graph"] = dec.graph is not None
+    return G._result(ps, generated, lchain, tchain, kept, forward_calls=len(outs) + steps, info=info)

@@ -51,11 +51,8 @@ class HashChain:
 
 def _chains(B: int, keep_logits: bool):
     """Per-sequence logits chains, token chains and kept-logits lists (None unless ``keep_logits``)."""
-    return (
-        [HashChain(LOGITS_TAG) for _ in range(B)],
-        [HashChain(TOKENS_TAG) for _ in range(B)],
-        ([[] for _ in range(B)] if keep_logits else None),
-    )
+    kept = [[] for _ in range(B)] if keep_logits else None
+    return [HashChain(LOGITS_TAG) for _ in range(B)], [HashChain(TOKENS_TAG) for _ in range(B)], kept
 
 
 def _absorb_chunk(logits, sizes, lchain, kept, last) -> None:
@@ -70,14 +67,9 @@ def _absorb_chunk(logits, sizes, lchain, kept, last) -> None:
 
 
 def _result(ps, generated, lchain, tchain, kept, **kw) -> "GenerationResult":
-    return GenerationResult(
-        prompts=ps,
-        generated=generated,
-        logits_hash=[h.hexdigest() for h in lchain],
-        token_hash=[h.hexdigest() for h in tchain],
-        logits=[torch.cat(k, 0) for k in kept] if kept is not None else None,
-        **kw,
-    )
+    logits = [torch.cat(k, 0) for k in kept] if kept is not None else None
+    hexes = [[h.hexdigest() for h in chains] for chains in (lchain, tchain)]
+    return GenerationResult(ps, generated, *hexes, logits=logits, **kw)
 
 
 @dataclass
@@ -196,20 +188,10 @@ def generate(
             if keep_logits:
                 kept[b].append(logits[b, :1].cpu())
             last[b] = logits[b, 0]
-    return _result(
-        ps,
-        generated,
-        lchain,
-        tchain,
-        kept,
-        forward_calls=calls,
-        info={
-            "kernel": engine.kernel_name,
-            "artifact": engine.digest[:12],
-            "schedule": str(schedule),
-            "device": str(engine.device),
-        },
+    info = dict(
+        kernel=engine.kernel_name, artifact=engine.digest[:12], schedule=str(schedule), device=str(engine.device)
     )
+    return _result(ps, generated, lchain, tchain, kept, forward_calls=calls, info=info)
 
 
 def teacher_forced_logits(engine: E.Engine, windows: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
@@ -304,11 +286,5 @@ def float_generate(
             if keep_logits:
                 kept[b].append(lg[b])
         last = lg[:, -1]
-    return _result(
-        ps,
-        generated,
-        lchain,
-        tchain,
-        kept,
-        info={"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)},
-    )
+    info = {"model": "float", "dtype": str(next(model.parameters()).dtype), "schedule": str(schedule)}
+    return _result(ps, generated, lchain, tchain, kept, info=info)

@@ -17,9 +17,6 @@ import torch
 
 from reference.errors import OperandError
 
-INT8_MIN, INT8_MAX = -(2**7), 2**7 - 1
-INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
@@ -263,9 +260,7 @@ def _dyadic_tensors(d: DyadicLike, like: torch.Tensor):
     if isinstance(d, Dyadic):
         return _as_i64(d.m, like), _as_i64(d.k, like)
     if isinstance(d, tuple) and len(d) == 2:
-        m = _as_i64(d[0], like, "dyadic m").to(like.device)
-        k = _as_i64(d[1], like, "dyadic k").to(like.device)
-        return m, k
+        return _as_i64(d[0], like, "dyadic m").to(like.device), _as_i64(d[1], like, "dyadic k").to(like.device)
     raise OperandError(f"dyadic: expected Dyadic or (m, k) tensors, got {type(d).__name__}")
 
 

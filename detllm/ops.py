@@ -9,7 +9,7 @@ arXiv:2101.01321), I-ViT Shiftmax (Li & Gu 2023, arXiv:2207.01405), I-LLM (Hu et
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal, localcontext
-from typing import Callable, Optional, Tuple
+from typing import Callable, Tuple
 
 import torch
 
@@ -55,11 +55,9 @@ _table_cache: dict = {}
 
 def _exp2_table(device) -> torch.Tensor:
     key = str(device)
-    t = _table_cache.get(key)
-    if t is None:
-        t = torch.tensor(_EXP2_TABLE, dtype=torch.int64, device=device)
-        _table_cache[key] = t
-    return t
+    if key not in _table_cache:
+        _table_cache[key] = torch.tensor(_EXP2_TABLE, dtype=torch.int64, device=device)
+    return _table_cache[key]
 
 
 def int_exp(x: torch.Tensor, frac_bits: int, log2e: str = "dyadic", frac: str = "table") -> torch.Tensor:
@@ -212,8 +210,7 @@ def pv_matmul(p: torch.Tensor, v_int8: torch.Tensor, int_mm: IntMM) -> torch.Ten
             or acc.dtype not in (torch.int32, torch.int64)
         ):
             raise OperandError(
-                f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))} "
-                f"dtype {getattr(acc, 'dtype', None)}, expected int32 {(2 * m, d)}"
+                f"pv_matmul: int_mm returned shape {tuple(getattr(acc, 'shape', ()))} dtype {getattr(acc, 'dtype', None)}, expected int32 {(2 * m, d)}"
             )
         acc = acc.to(torch.int64)
         colsum = vb[i].to(torch.int64).sum(dim=0)
@@ -227,12 +224,7 @@ _MAX_NORM_DIM = 2**19
 
 
 def int_rmsnorm(
-    x: torch.Tensor,
-    gamma: Optional[Tuple[torch.Tensor, int]] = None,
-    out_bits: int = 8,
-    out_exp: Optional[int] = None,
-    x_exp: Optional[IntLike] = None,
-    eps: Optional[Tuple[int, int]] = None,
+    x: torch.Tensor, gamma=None, out_bits: int = 8, out_exp=None, x_exp=None, eps=None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Integer RMSNorm per token: (q int8/int16 [..., H], q_exp int64 [...]) with q * 2^q_exp ~ x / rms(x) * gamma.
 
@@ -288,10 +280,7 @@ def int_rmsnorm(
         t = _RMS_FRAC - c - gk - int(out_exp)
     t = torch.where(zero, torch.zeros_like(t), t).clamp(-30, 24)
     q_exp = _RMS_FRAC - c - gk - t
-    if out_exp is not None:
-        q_exp = torch.where(zero, torch.full_like(q_exp, int(out_exp)), q_exp)
-    else:
-        q_exp = torch.where(zero, torch.zeros_like(q_exp), q_exp)
+    q_exp = torch.where(zero, torch.full_like(q_exp, 0 if out_exp is None else int(out_exp)), q_exp)
     tt = t.unsqueeze(-1)
     q = div_round(floor_shift(num, -tt.clamp(min=0)), floor_shift(rms.unsqueeze(-1), -(-tt).clamp(min=0)))
     return saturate(q, out_bits), q_exp
@@ -357,7 +346,6 @@ def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = RO
         raise OperandError(
             f"build_rope_tables: need even head_dim > 0, max_pos >= 1, theta > 0, 0 < shift <= 14; got {head_dim}, {max_pos}, {theta}, {shift}"
         )
-    half = head_dim // 2
     inv = 1.0 / (float(theta) ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
     ang = torch.cat([ang, ang], dim=-1)
@@ -367,18 +355,10 @@ def build_rope_tables(head_dim: int, max_pos: int, theta: float, shift: int = RO
         v = t * scale
         return (torch.sign(v) * torch.floor(v.abs() + 0.5)).to(torch.int16)
 
-    assert ang.shape[-1] == 2 * half
     return q(torch.cos(ang)), q(torch.sin(ang)), int(shift)
 
 
-def apply_rope(
-    x_int: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    positions: torch.Tensor,
-    shift: int = ROPE_SHIFT,
-    frac_bits_out: int = 0,
-) -> torch.Tensor:
+def apply_rope(x_int, cos, sin, positions, shift: int = ROPE_SHIFT, frac_bits_out: int = 0) -> torch.Tensor:
     """Integer RoPE: round_shift(x cos + rotate_half(x) sin, shift - frac_bits_out) -> int64 [..., D].
 
     x_int: integer [..., D], |x| < 2^31; cos/sin from ``build_rope_tables``; positions: int64,
@@ -393,8 +373,7 @@ def apply_rope(
         raise OperandError(f"apply_rope: tables {tuple(cos.shape)}/{tuple(sin.shape)} do not match head_dim {d}")
     if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= cos.shape[0]):
         raise OperandError(f"apply_rope: positions must be in [0, {cos.shape[0]})")
-    c = cos.to(x.device)[positions.long()].to(torch.int64)
-    s = sin.to(x.device)[positions.long()].to(torch.int64)
+    c, s = (t.to(x.device)[positions.long()].to(torch.int64) for t in (cos, sin))
     half = d // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return round_shift(x * c + rot * s, shift - frac_bits_out)

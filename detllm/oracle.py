@@ -9,7 +9,7 @@ of the forward goes through the kernel, so any inexact accumulator changes the h
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -51,9 +51,7 @@ def _kernel_device(kernel) -> str:
     return devs[0]
 
 
-def engine_hash_check(
-    kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8, device: Optional[str] = None
-):
+def engine_hash_check(kernel, model_dir=None, artifact=None, prompts=None, max_new_tokens: int = 8, device=None):
     """E1: the engine hash with ``kernel.int_mm`` (KernelSpec or registry name) == the hash with the exact reference.
 
     The reference runs on the CPU; the kernel on ``device`` (default: one it declares, CPU preferred).
@@ -80,16 +78,9 @@ def engine_hash_check(
     t0 = time.time()
     ref = G.generate(E.load_engine(artifact, None, "cpu", guard=False), prompts, max_new_tokens)
     t1 = time.time()
-    evidence = {
-        "kernel": name,
-        "device": dev,
-        "artifact_digest": artifact.digest[:12],
-        "prompts": len(prompts),
-        "max_new_tokens": max_new_tokens,
-        "reference_logits_hash": [h[:12] for h in ref.logits_hash],
-        "reference_token_hash": [h[:12] for h in ref.token_hash],
-        "reference_s": round(t1 - t0, 2),
-    }
+    evidence = dict(kernel=name, device=dev, artifact_digest=artifact.digest[:12], prompts=len(prompts))
+    evidence.update(max_new_tokens=max_new_tokens, reference_logits_hash=[h[:12] for h in ref.logits_hash])
+    evidence.update(reference_token_hash=[h[:12] for h in ref.token_hash], reference_s=round(t1 - t0, 2))
     try:
         eng = E.load_engine(artifact, kernel, dev, guard=False)
         got = G.generate(eng, prompts, max_new_tokens)
@@ -100,26 +91,16 @@ def engine_hash_check(
     evidence["kernel_token_hash"] = [h[:12] for h in got.token_hash]
     evidence["kernel_s"] = round(time.time() - t1, 2)
     evidence["int_mm_calls"] = eng.mm_calls
-    bad = [
-        i
-        for i in range(len(prompts))
-        if got.logits_hash[i] != ref.logits_hash[i] or got.token_hash[i] != ref.token_hash[i]
-    ]
+    pairs = (got.logits_hash, ref.logits_hash), (got.token_hash, ref.token_hash)
+    bad = [i for i in range(len(prompts)) if any(g[i] != r[i] for g, r in pairs)]
     if bad:
         i = bad[0]
         evidence["mismatched_sequences"] = bad
-        return _result(
-            "fail",
-            f"engine hash differs from the exact reference on {len(bad)}/{len(prompts)} "
-            f"sequences (first: #{i} {got.logits_hash[i][:12]} != {ref.logits_hash[i][:12]})",
-            evidence,
-        )
-    return _result(
-        "pass",
-        f"engine hash {ref.logits_hash[0][:12]} identical to the exact reference on "
-        f"{len(prompts)} sequences x {max_new_tokens} tokens ({eng.mm_calls} int_mm calls)",
-        evidence,
-    )
+        first = f"#{i} {got.logits_hash[i][:12]} != {ref.logits_hash[i][:12]}"
+        msg = f"engine hash differs from the exact reference on {len(bad)}/{len(prompts)} sequences (first: {first})"
+        return _result("fail", msg, evidence)
+    msg = f"engine hash {ref.logits_hash[0][:12]} identical to the exact reference on {len(prompts)} sequences x {max_new_tokens} tokens ({eng.mm_calls} int_mm calls)"
+    return _result("pass", msg, evidence)
 
 
 def wraparound_fault(base: Callable, call_index: int = 0, row: int = -1, col: int = 0) -> Callable:

@@ -81,19 +81,14 @@ def _cfg_dims(config: dict) -> dict:
         raise CheckpointError("config.json: use_sliding_window=true is not supported by detllm")
     if config.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"config.json: hidden_act={config.get('hidden_act')!r} (detllm needs silu)")
-    return dict(
-        hidden=int(config["hidden_size"]),
-        layers=int(config["num_hidden_layers"]),
-        heads=int(config["num_attention_heads"]),
-        kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
-        head_dim=hd,
-        intermediate=int(config["intermediate_size"]),
-        vocab=int(config["vocab_size"]),
-        max_position=int(config.get("max_position_embeddings", 2048)),
-        rms_eps=float(config.get("rms_norm_eps", 1e-6)),
-        rope_theta=theta,
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-    )
+    dims = dict(hidden=int(config["hidden_size"]), layers=int(config["num_hidden_layers"]))
+    dims.update(heads=int(config["num_attention_heads"]))
+    dims.update(kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]), head_dim=hd)
+    dims.update(intermediate=int(config["intermediate_size"]), vocab=int(config["vocab_size"]))
+    dims.update(max_position=int(config.get("max_position_embeddings", 2048)))
+    dims.update(rms_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=theta)
+    dims.update(tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+    return dims
 
 
 def _float_state(state: dict, dims: dict) -> dict:
@@ -269,17 +264,12 @@ def _linear(name: str, w: torch.Tensor, in_const: float, out_unit: torch.Tensor)
 
 def _units(*parts) -> torch.Tensor:
     """fp64 concatenation of (count, exponent) runs of 2^-exponent, or ready tensors."""
-    return torch.cat(
-        [p if isinstance(p, torch.Tensor) else torch.full((p[0],), 2.0 ** -p[1], dtype=torch.float64) for p in parts]
-    )
+    full = lambda p: torch.full((p[0],), 2.0 ** -p[1], dtype=torch.float64)
+    return torch.cat([p if isinstance(p, torch.Tensor) else full(p) for p in parts])
 
 
 def prepare(
-    model_dir,
-    out_dir,
-    options: Optional[PrepareOptions] = None,
-    calib_ids: Optional[torch.Tensor] = None,
-    verbose: bool = False,
+    model_dir, out_dir, options: Optional[PrepareOptions] = None, calib_ids=None, verbose: bool = False
 ) -> Artifact:
     """Build and write the integer-only artifact of a Qwen3 checkpoint dir; returns the Artifact.
 
@@ -385,26 +375,12 @@ def prepare(
     cos_t, sin_t, _ = ops.build_rope_tables(hd, dims["max_position"], dims["rope_theta"], ROPE_EXP)
     tensors["rope.cos"], tensors["rope.sin"] = cos_t, sin_t
 
-    cfg = {
-        "model": dims,
-        "units": {
-            "resid_exp": R,
-            "logit_exp": L_exp,
-            "qk_exp": QK_EXP,
-            "rope_exp": ROPE_EXP,
-            "score_exp": SCORE_EXP,
-            "prob_bits": PROB_BITS,
-            "resid_eps": int(round(eps * 2.0 ** (2 * R))),
-            "final_norm_shift": gs,
-        },
-        "layers": layers_cfg,
-        "source": {
-            "model_dir": Path(model_dir).resolve().name,
-            "state_sha256": state_digest(state),
-            "fingerprint": model_fingerprint(model_dir),
-        },
-        "calibration": {"text": calib_note, "options": asdict(opts)},
-    }
+    units = dict(resid_exp=R, logit_exp=L_exp, qk_exp=QK_EXP, rope_exp=ROPE_EXP, score_exp=SCORE_EXP)
+    units.update(prob_bits=PROB_BITS, resid_eps=int(round(eps * 2.0 ** (2 * R))), final_norm_shift=gs)
+    source = dict(model_dir=Path(model_dir).resolve().name, state_sha256=state_digest(state))
+    source["fingerprint"] = model_fingerprint(model_dir)
+    calibration = {"text": calib_note, "options": asdict(opts)}
+    cfg = {"model": dims, "units": units, "layers": layers_cfg, "source": source, "calibration": calibration}
     art = save_artifact(out_dir, cfg, tensors)
     if verbose:
         print(f"wrote {out_dir} digest {art.digest[:12]} in {time.time() - t0:.1f}s")
@@ -471,17 +447,8 @@ def cached_artifact(model_dir, options: Optional[PrepareOptions] = None, verbose
     return prepare(model_dir, out, opts, verbose=verbose)
 
 
-TINY_QWEN3 = dict(
-    vocab_size=512,
-    hidden_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    intermediate_size=1536,
-    tie_word_embeddings=True,
-    max_position_embeddings=256,
-)
+TINY_QWEN3 = dict(vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+TINY_QWEN3.update(head_dim=64, intermediate_size=1536, tie_word_embeddings=True, max_position_embeddings=256)
 
 
 def make_tiny_model(out_dir, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:

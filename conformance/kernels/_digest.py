@@ -26,12 +26,8 @@ def module_digest(path: str) -> str:
 
 
 def _is_code(obj) -> bool:
-    return (
-        inspect.isfunction(obj)
-        or inspect.ismethod(obj)
-        or inspect.isclass(obj)
-        or inspect.ismodule(obj)
-        or inspect.isbuiltin(obj)
+    return any(
+        f(obj) for f in (inspect.isfunction, inspect.ismethod, inspect.isclass, inspect.ismodule, inspect.isbuiltin)
     )
 
 
@@ -130,9 +126,8 @@ def _parent_packages(ns: dict) -> list:
 
 def _is_library(path: Path) -> bool:
     """An installed library, the standard library or int8conf itself."""
-    return any(p in ("site-packages", "dist-packages") for p in path.parts) or any(
-        path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS
-    )
+    installed = any(p in ("site-packages", "dist-packages") for p in path.parts)
+    return installed or any(path.is_relative_to(d) for d in _STDLIB_DIRS + _OWN_DIRS)
 
 
 def _is_helper(path: Path, root: Path) -> bool:

@@ -8,8 +8,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from reference.contract import EpilogueContract
-
 
 def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Tensor, Tensor]:
     """Scales [M]|[M,1]|scalar and [N]|[N,1]|scalar as float32 column [M,1] and row [1,N]."""
@@ -21,14 +19,9 @@ def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Ten
 
 
 def epilogue(
-    acc: Tensor,
-    scale_a: Tensor,
-    scale_b: Tensor,
-    contract: EpilogueContract,
-    bias: Optional[Tensor],
-    out_dtype: torch.dtype,
+    acc: Tensor, scale_a: Tensor, scale_b: Tensor, contract, bias: Optional[Tensor], out_dtype: torch.dtype
 ) -> Tensor:
-    """Apply ``contract`` (scale order, bias point) to an int32 (or int64) accumulator [M,N]: bias
+    """Apply ``contract`` (a ``reference.contract.EpilogueContract``: scale order, bias point) to an int32 (or int64) accumulator [M,N]: bias
     out_dtype [N] or None; returns out_dtype [M,N] on acc's device."""
     m, n = acc.shape
     sa, sb = scale_vectors(scale_a, scale_b, m, n)

@@ -39,11 +39,9 @@ def exact_acc_int64(a: Tensor, b: Tensor) -> Tensor:
     ftype = torch.float64 if use64 else torch.float32
     chunk = k if use64 else _CHUNK
     out = torch.zeros((m, n), dtype=torch.int64)
-    af = a.to(ftype)
-    bf = b.to(ftype)
+    af, bf = a.to(ftype), b.to(ftype)
     for k0 in range(0, k, chunk):
-        part = af[:, k0 : k0 + chunk] @ bf[:, k0 : k0 + chunk].T
-        out += part.to(torch.int64)
+        out += (af[:, k0 : k0 + chunk] @ bf[:, k0 : k0 + chunk].T).to(torch.int64)
     return out
 
 

@@ -16,7 +16,6 @@ from torch import Tensor
 from conformance.kernels import trace
 from conformance.kernels._digest import module_digest
 from conformance.kernels._torch_epilogue import epilogue
-from conformance.kernels.spec import ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 from reference.validate import validate_operands
 
@@ -25,16 +24,6 @@ CONTRACT = CUTLASS_STYLE
 OVERFLOW = {"cpu": "wrap", "cuda": "undefined"}
 SOURCE_DIGEST = module_digest(__file__)
 NAME = "int_mm"  # registry name: the digest this kernel records at run time is its own
-CUDA_CONSTRAINTS = ShapeConstraints(
-    min_m=17, k_multiple=8, n_multiple=8, note="torch._int_mm on CUDA; K padded to >= 16 as well"
-)
-CPU_CONSTRAINTS = ShapeConstraints(
-    note="torch._int_mm on CPU: K >= 2 (K = 1 gives wrong values for N > 1; empirical, torch 2.13)"
-)
-
-
-def constraints_for(device_type: str) -> ShapeConstraints:
-    return CUDA_CONSTRAINTS if device_type == "cuda" else CPU_CONSTRAINTS
 
 
 def padded_shape(m: int, k: int, n: int, device_type: str) -> tuple[int, int, int]:
@@ -57,9 +46,7 @@ def _acc(a: Tensor, b: Tensor, rules: Optional[str] = None) -> tuple[Tensor, boo
     n = b.shape[0]
     rules = rules or a.device.type
     if rules == "cuda":
-        # cuBLASLt's int8 path refuses other layouts (CUBLAS_STATUS_NOT_SUPPORTED
-        # on the H200 for a padded a, lda 23, and for b given as the transposed
-        # view of a [K, N] buffer): dense copies, the same values
+        # cuBLASLt's int8 path refuses other layouts (a padded a; b as the transposed view of a [K, N] buffer)
         a, b = a.contiguous(), b.contiguous()
     mp, kp, np_ = padded_shape(m, k, n, rules)
     padded = (mp, kp, np_) != (m, k, n)
@@ -79,14 +66,13 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     one = torch.ones((), dtype=torch.float32)
     validate_operands(a, b, one, one)
     acc, padded = _acc(a, b)
-    trace.record_path(
-        "int_mm-padded" if padded else "int_mm",
-        padded=padded,
-        source_digest=SOURCE_DIGEST,
-        digest_of=NAME,
-        device=a.device.type,
-    )
+    _record(padded, a.device.type)
     return acc.contiguous()
+
+
+def _record(padded: bool, device: str, **kw) -> None:
+    path = "int_mm-padded" if padded else "int_mm"
+    trace.record_path(path, padded=padded, source_digest=SOURCE_DIGEST, digest_of=NAME, device=device, **kw)
 
 
 def scaled_mm(
@@ -102,14 +88,7 @@ def scaled_mm(
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype)
     trace.record_operands(a, b, scale_a, scale_b, bias)
     acc, padded = _acc(a, b)
-    trace.record_path(
-        "int_mm-padded" if padded else "int_mm",
-        padded=padded,
-        source_digest=SOURCE_DIGEST,
-        digest_of=NAME,
-        device=a.device.type,
-        epilogue="torch-fp32",
-    )
+    _record(padded, a.device.type, epilogue="torch-fp32")
     dev = acc.device
     return epilogue(acc, scale_a.to(dev), scale_b.to(dev), CONTRACT, None if bias is None else bias.to(dev), out_dtype)
 

@@ -74,16 +74,10 @@ class Config:
     def label(self) -> str:
         """Short text, e.g. ``ptr 16x64x256 g8 sk4 w4 s4``, ``gluon 128x256x128 g8 w8 s3``."""
         sk = "" if self.kernel == "gluon" else f"sk{self.split_k} "
-        s = (
-            f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} "
-            f"{sk}w{self.num_warps} s{self.num_stages}"
+        flags = "".join(
+            t for t, on in ((" persistent", self.persistent), (" flat", self.flatten), (" ws", self.warp_spec)) if on
         )
-        return (
-            s
-            + (" persistent" if self.persistent else "")
-            + (" flat" if self.flatten else "")
-            + (" ws" if self.warp_spec else "")
-        )
+        return f"{self.kernel} {self.block_m}x{self.block_n}x{self.block_k} g{self.group_m} {sk}w{self.num_warps} s{self.num_stages}{flags}"
 
 
 def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False, ws=False) -> Config:
@@ -245,8 +239,7 @@ def _kernel(name: str, native: bool):
         if name in ("gluon", "gluon_ws"):
             if not (native and gluon_gemm.AVAILABLE):
                 raise ValueError(
-                    "the gluon kernel needs CUDA and a Triton with Gluon's Hopper "
-                    "API (conformance.kernels.gluon_gemm.AVAILABLE)"
+                    "the gluon kernel needs CUDA and a Triton with Gluon's Hopper API (conformance.kernels.gluon_gemm.AVAILABLE)"
                 )
             fn = gluon_gemm.w8a8_mm_gluon_ws if name == "gluon_ws" else gluon_gemm.w8a8_mm_gluon
             got = _KERNELS[key] = (fn, False)
@@ -381,24 +374,11 @@ _TUNING: dict = {}
 
 
 def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) -> dict:
-    extra = {
-        "config": cfg.label(),
-        "block_m": cfg.block_m,
-        "block_n": cfg.block_n,
-        "block_k": cfg.block_k,
-        "split_k": cfg.split_k,
-        "kernel_variant": _kernel_name(cfg),
-        "persistent": cfg.persistent,
-        "autotuned": tuned,
-        "triton_version": triton.__version__,
-        "final_rounding": "explicit-rne-bitops"
-        if out_dtype == torch.bfloat16
-        else ("cast-to-fp16" if out_dtype == torch.float16 else "none"),
-        "source_digest": SOURCE_DIGEST,
-        "digest_of": "triton",
-        "device": device_type,
-        "interpreter": interp,
-    }
+    rounding = {torch.bfloat16: "explicit-rne-bitops", torch.float16: "cast-to-fp16"}.get(out_dtype, "none")
+    extra = {"config": cfg.label(), **{f: getattr(cfg, f) for f in ("block_m", "block_n", "block_k", "split_k")}}
+    extra.update(kernel_variant=_kernel_name(cfg), persistent=cfg.persistent, autotuned=tuned)
+    extra.update(triton_version=triton.__version__, final_rounding=rounding, source_digest=SOURCE_DIGEST)
+    extra.update(digest_of="triton", device=device_type, interpreter=interp)
     if interp:
         extra["interpreter_semantics"] = probe()
     return extra
@@ -406,15 +386,8 @@ def _extra(cfg: Config, interp: bool, tuned: bool, out_dtype, device_type: str) 
 
 def _tma_ok(a: Tensor, b: Tensor) -> bool:
     """TMA needs unit inner strides, 16-byte aligned bases and leading strides, and K % 16 == 0."""
-    return (
-        a.stride(1) == 1
-        and b.stride(1) == 1
-        and a.stride(0) % 16 == 0
-        and b.stride(0) % 16 == 0
-        and a.data_ptr() % 16 == 0
-        and b.data_ptr() % 16 == 0
-        and a.shape[1] % 16 == 0
-    )
+    aligned = (a.stride(0) | b.stride(0) | a.data_ptr() | b.data_ptr() | a.shape[1]) % 16 == 0
+    return a.stride(1) == 1 and b.stride(1) == 1 and aligned
 
 
 #: M*N*K from which a native call with K % 16 != 0 pads K even when tuned (the measured crossover)
@@ -582,14 +555,9 @@ def _descriptor_args(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tenso
     """Positional arguments of a ``tma`` / ``gluon`` launch: a, b descriptors, scales, bias, out, ints."""
     cfg = call.plan.config
     glu = cfg.kernel == "gluon"
-    return (
-        _descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k, glu),
-        _descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k, glu),
-        sa,
-        sb,
-        bias,
-        out,
-    ) + call.ints
+    da = _descriptor(a, call.m, call.k, a.stride(0), cfg.block_m, cfg.block_k, glu)
+    db = _descriptor(b, call.n, call.k, b.stride(0), cfg.block_n, cfg.block_k, glu)
+    return (da, db, sa, sb, bias, out) + call.ints
 
 
 def _descriptor(t: Tensor, rows: int, cols: int, ld: int, br: int, bc: int, gluon: bool = False):
@@ -710,8 +678,7 @@ def _wait(event, what: str, limit_s: Optional[float] = None) -> None:
     while not event.query():
         if time.monotonic() > t_end:
             raise KernelHang(
-                f"Triton configuration '{what}' did not finish within {limit:g} s "
-                f"(a GPU hang); set INT8CONF_TRITON_EXCLUDE='{what}' to skip it"
+                f"Triton configuration '{what}' did not finish within {limit:g} s (a GPU hang); set INT8CONF_TRITON_EXCLUDE='{what}' to skip it"
             )
         time.sleep(pause)
         pause = min(pause * 2, 1e-2)
@@ -788,11 +755,8 @@ def _build(
         moved = moved or sa is not scale_a or sb is not scale_b
         if bias is not None:
             if not isinstance(bias, Tensor) or bias.dtype != out_dtype or bias.dim() != 1 or bias.shape[0] != n:
-                _bad(
-                    f"bias must be a [{n}] tensor of dtype {out_dtype}, got "
-                    f"{getattr(bias, 'dtype', type(bias).__name__)} "
-                    f"{tuple(getattr(bias, 'shape', ()))}"
-                )
+                got = f"{getattr(bias, 'dtype', type(bias).__name__)} {tuple(getattr(bias, 'shape', ()))}"
+                _bad(f"bias must be a [{n}] tensor of dtype {out_dtype}, got {got}")
             _dense_cpu_or_cuda(bias, "bias")
             if bias.device != dev:
                 bias, moved = bias.to(dev), True
@@ -808,24 +772,10 @@ def _build(
         and not (tma and config.split_k == 1 and gluon_gemm.AVAILABLE and _capability(dev) == (9, 0))
     ):
         raise ValueError(
-            f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton "
-            "with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, "
-            "M > 16, K-contiguous, 16-byte aligned base and row stride)"
+            f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, M > 16, K-contiguous, 16-byte aligned base and row stride)"
         )
-    mbin = _pow2_bin(m)
-    pkey = (
-        a.device.index if a.is_cuda else -1,
-        native,
-        mbin,
-        n,
-        k,
-        _OUT_KIND.get(out_dtype, -1),
-        bias is not None,
-        tma,
-        a.stride(1) == 1,
-        b.stride(1) == 1,
-        config,
-    )
+    pkey = (a.device.index if a.is_cuda else -1, native, _pow2_bin(m), n, k, _OUT_KIND.get(out_dtype, -1))
+    pkey += (bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
     interp = not native
     alloc = torch.int32 if out_dtype is None else (torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
 
@@ -872,31 +822,16 @@ def _build(
     return call, cacheable, (a, b, sa, sb, bias)
 
 
+def _meta(t) -> Optional[tuple]:
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.device, t.layout)
+
+
 def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config] = None) -> Tensor:
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
         # (flat: hashing it dominates a repeated call; ``layout`` / ``device`` tell a sparse or meta
         # tensor from the dense one a cached call took)
-        key = (
-            a.dtype,
-            a.shape,
-            a.stride(),
-            a.device,
-            a.layout,
-            b.dtype,
-            b.shape,
-            b.stride(),
-            b.device,
-            b.layout,
-            None
-            if scale_a is None
-            else (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.device, scale_a.layout),
-            None
-            if scale_b is None
-            else (scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.device, scale_b.layout),
-            None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device, bias.layout),
-            out_dtype,
-            config,
-        )
+        key = (a.dtype, a.shape, a.stride(), a.device, a.layout, b.dtype, b.shape, b.stride(), b.device, b.layout)
+        key += (_meta(scale_a), _meta(scale_b), _meta(bias), out_dtype, config)
     except (AttributeError, TypeError, RuntimeError):  # a non-tensor or a sparse CSR / BSR
         key = None  # operand: the slow path names it
     call = _CALLS.get(key)
@@ -943,8 +878,7 @@ def scaled_mm(
     out_dtype [M,N] on a's device. Raises OperandError on metadata problems, ``out_dtype=None`` included."""
     if out_dtype is None:
         _bad(
-            "out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, "
-            "torch.float16, torch.float32); the int32 accumulator is int_mm(a, b)"
+            "out_dtype=None is not an output dtype of scaled_mm (one of torch.bfloat16, torch.float16, torch.float32); the int32 accumulator is int_mm(a, b)"
         )
     return _run(a, b, scale_a, scale_b, bias, out_dtype)
 

@@ -65,17 +65,17 @@ def operand_layout(rows: int, block_k: int):
 
 
 def sm90_source(
-    block_m: int,
-    block_n: int,
-    block_k: int,
-    stages: int,
+    block_m,
+    block_n,
+    block_k,
+    stages,
     *,
-    out_kind: int = 0,
-    has_bias: bool = False,
-    acc_only: bool = False,
-    group_m: int = 8,
-    strides: tuple = (1, 1, 1),
-    ws: bool = False,
+    out_kind=0,
+    has_bias=False,
+    acc_only=False,
+    group_m=8,
+    strides=(1, 1, 1),
+    ws=False,
 ):
     """A ``GluonASTSource`` of :func:`w8a8_mm_gluon` (``ws``: :func:`w8a8_mm_gluon_ws`, compile with
     ``num_warps=4``) for ``triton.compile(src, target=GPUTarget("cuda", 90, 32), ...)`` without a GPU. Typed as the
@@ -84,29 +84,11 @@ def sm90_source(
     from triton.experimental.gluon._runtime import GluonASTSource
 
     out = "*i32" if acc_only else ("*bf16", "*fp16", "*fp32")[out_kind]
-    sig = {
-        "a_desc": f"tensordesc<i8[{block_m}, {block_k}],{operand_layout(block_m, block_k)!r}>",
-        "b_desc": f"tensordesc<i8[{block_n}, {block_k}],{operand_layout(block_n, block_k)!r}>",
-        "sa_ptr": "*fp32",
-        "sb_ptr": "*fp32",
-        "bias_ptr": out,
-        "out_ptr": out,
-        "M": "i32",
-        "N": "i32",
-        "K": "i32",
-        "stride_om": "i32",
-        "NUM_PROGS": "i32",
-    }
-    const = {
-        "HAS_BIAS": has_bias,
-        "OUT_KIND": out_kind,
-        "ACC_ONLY": acc_only,
-        "BLOCK_M": block_m,
-        "BLOCK_N": block_n,
-        "BLOCK_K": block_k,
-        "GROUP_M": group_m,
-        "STAGES": stages,
-    }
+    desc = lambda rows: f"tensordesc<i8[{rows}, {block_k}],{operand_layout(rows, block_k)!r}>"
+    sig = dict(a_desc=desc(block_m), b_desc=desc(block_n), sa_ptr="*fp32", sb_ptr="*fp32", bias_ptr=out, out_ptr=out)
+    sig.update(dict.fromkeys(("M", "N", "K", "stride_om", "NUM_PROGS"), "i32"))
+    const = dict(HAS_BIAS=has_bias, OUT_KIND=out_kind, ACC_ONLY=acc_only, BLOCK_M=block_m, BLOCK_N=block_n)
+    const.update(BLOCK_K=block_k, GROUP_M=group_m, STAGES=stages)
     aligned = {"sa_ptr", "sb_ptr", "bias_ptr", "out_ptr", "M", "N", "K", "stride_om"}
     for name, v in zip(("stride_sa", "stride_sb", "stride_bias"), strides):
         if v == 1:

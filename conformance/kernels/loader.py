@@ -145,11 +145,8 @@ class InvalidDeclaration:
         """One line: ``@declare(...) on function 'f' (module m): field=value: why; ...``."""
         where = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         mod = getattr(fn, "__module__", None)
-        return (
-            f"@declare(...) on function {where!r}"
-            + (f" (module {mod})" if mod else "")
-            + ": "
-            + "; ".join(msg for _, msg in self.problems)
+        return f"@declare(...) on function {where!r}{f' (module {mod})' if mod else ''}: " + "; ".join(
+            msg for _, msg in self.problems
         )
 
 
@@ -198,19 +195,9 @@ def declare(
     if problems:
         decl = InvalidDeclaration(tuple(problems))
     else:
-        cont, steps = values["contract"]
+        cont, steps = values.pop("contract")
         decl = KernelDeclaration(
-            cont,
-            values["devices"],
-            values["constraints"],
-            int_mm,
-            values["convention"],
-            name,
-            version,
-            description,
-            steps,
-            values["contiguous_only"],
-            values["overflow"],
+            cont, int_mm=int_mm, name=name, version=version, description=description, steps=steps, **values
         )
 
     def wrap(fn: Callable) -> Callable:
@@ -273,18 +260,11 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     over = {}
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
-    if "convention" in query:
-        over["convention"] = query["convention"]
-    if "devices" in query:
-        over["devices"] = _devices([d for d in query["devices"].split(",") if d], "?devices=")
-    if "name" in query:
-        over["name"] = query["name"]
-    if "version" in query:
-        over["version"] = query["version"]
-    if "contiguous_only" in query:
-        over["contiguous_only"] = _flag(query["contiguous_only"])
-    if "overflow" in query:
-        over["overflow"] = _overflow(query["overflow"])
+    parse = {"devices": lambda v: _devices([d for d in v.split(",") if d], "?devices="), "contiguous_only": _flag}
+    parse["overflow"] = _overflow
+    for key in QUERY_KEYS[1:]:
+        if key in query:
+            over[key] = parse[key](query[key]) if key in parse else query[key]
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
@@ -295,9 +275,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         missing = [d for d in decl.devices if d not in keys and "*" not in keys]
         if missing:
             raise ContractError(
-                f"the per-device epilogue names {sorted(decl.steps)} but not the "
-                f"declared device(s) {missing}: add an entry for each (or '*'), "
-                f"or declare devices={tuple(sorted(set(keys)))}"
+                f"the per-device epilogue names {sorted(decl.steps)} but not the declared device(s) {missing}: add an entry for each (or '*'), or declare devices={tuple(sorted(set(keys)))}"
             )
     return decl
 
@@ -328,39 +306,28 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         ) from None
     if decl is None:
         raise KernelLoadError(
-            f"kernel {name!r} declares no epilogue contract: decorate it with "
-            f"conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append "
-            f"'?contract=cutlass|triton|<order>/<bias_point>' to the name"
+            f"kernel {name!r} declares no epilogue contract: decorate it with conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append '?contract=cutlass|triton|<order>/<bias_point>' to the name"
         )
     fn = vllm_adapter(obj) if decl.convention == "vllm" else obj
-    return _own_name(
-        KernelSpec(
-            name=decl.name or name,
-            scaled_mm=fn,
-            contract=decl.contract,
-            devices=decl.devices,
-            constraints=decl.constraints,
-            version=decl.version,
-            source_digest=callable_digest(obj),
-            int_mm=decl.int_mm,
-            origin=origin,
-            description=decl.description or f"{origin} ({decl.convention} convention)",
-            steps=decl.steps,
-            contiguous_only=decl.contiguous_only,
-            overflow=decl.overflow,
-        ),
-        name,
+    same = ("contract", "devices", "constraints", "version", "int_mm", "steps", "contiguous_only", "overflow")
+    desc = decl.description or f"{origin} ({decl.convention} convention)"
+    spec = KernelSpec(
+        name=decl.name or name,
+        scaled_mm=fn,
+        source_digest=callable_digest(obj),
+        origin=origin,
+        description=desc,
+        **{f: getattr(decl, f) for f in same},
     )
+    return _own_name(spec, name)
 
 
 def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
     """``spec`` unless it declares a built-in's name or ``all`` (KernelLoadError)."""
     if spec.name in BUILTINS or spec.name == "all":
+        whose = "the built-in kernel" if spec.name != "all" else "every kernel"
         raise KernelLoadError(
-            f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for "
-            f"{'the built-in kernel' if spec.name != 'all' else 'every kernel'}: its reports "
-            f"would replace reports/check/{spec.name}/; declare another name (declare(name=...) "
-            f"or ?name=)"
+            f"kernel {loaded_as!r} declares the name {spec.name!r}, which is reserved for {whose}: its reports would replace reports/check/{spec.name}/; declare another name (declare(name=...) or ?name=)"
         )
     return spec
 
@@ -410,14 +377,11 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
     except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
         # the module itself (or its package) is missing, not a failing import inside it
         missing = (
-            isinstance(e, ModuleNotFoundError)
-            and e.name is not None
-            and (mod_name == e.name or mod_name.startswith(e.name + "."))
+            isinstance(e, ModuleNotFoundError) and e.name is not None and (mod_name + ".").startswith(e.name + ".")
         )
         hint = " (is its directory on PYTHONPATH? run from it or set PYTHONPATH)" if missing else ""
         raise KernelLoadError(
-            f"{option} {name!r}: cannot import module {mod_name!r}: "
-            f"{type(e).__name__}: {first_line(e, limit=None)}{hint}"
+            f"{option} {name!r}: cannot import module {mod_name!r}: {type(e).__name__}: {first_line(e, limit=None)}{hint}"
         ) from None
     obj = mod
     for part in attr.split("."):

@@ -10,17 +10,11 @@ from conformance.kernels import adapters, loader
 from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError, first_line
 
-_MODULES = {
-    "cpu": "conformance.kernels.builtin_cpu",
-    "int_mm": "conformance.kernels.builtin_int_mm",
-    "triton": "conformance.kernels.builtin_triton",
-}
+_MODULES = {b: f"conformance.kernels.builtin_{b}" for b in ("cpu", "int_mm", "triton")}
 _DESCRIPTIONS = {
     "cpu": "exact int32 GEMM on the CPU (chunked float32, exact) + torch float32 epilogue",
-    "int_mm": "torch._int_mm (cuBLASLt on CUDA, oneDNN/ATen on CPU), zero-padded to its "
-    "shape constraints, + torch float32 epilogue",
-    "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; "
-    "native on CUDA, interpreter on CPU)",
+    "int_mm": "torch._int_mm (cuBLASLt on CUDA, oneDNN/ATen on CPU), zero-padded to its shape constraints, + torch float32 epilogue",
+    "triton": "Triton int8 GEMM (tl.dot int32 accumulator, masked tails, fused epilogue; native on CUDA, interpreter on CPU)",
 }
 _REGISTERED: dict[str, KernelSpec] = {}
 _BUILT: dict[str, KernelSpec] = {}
@@ -52,33 +46,25 @@ def _builtin(name: str) -> KernelSpec:
     except Exception as e:  # noqa: BLE001 -- e.g. triton missing or broken
         msg = first_line(e, None)
         raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: {type(e).__name__}: {msg}") from None
-    if name == "int_mm":
-        devices = ("cuda", "cpu")
-        # it pads internally, so it accepts every shape; the note keeps the native rule
-        cons = ShapeConstraints(
-            note="pads internally to torch._int_mm's native constraints (CUDA: M>16, K and N multiples of 8; CPU: none)"
-        )
-    elif name == "triton":
-        devices = ("cuda", "cpu")
-        cons = ShapeConstraints(note="masked tails: any M, K, N >= 1")
-    else:
-        devices = ("cpu",)
-        cons = ShapeConstraints(note="any M, K, N >= 1")
-    spec = KernelSpec(
-        name=name,
-        scaled_mm=mod.scaled_mm,
-        contract=mod.CONTRACT,
-        devices=devices,
-        constraints=cons,
-        version="1",
-        source_digest=mod.SOURCE_DIGEST,
-        int_mm=mod.int_mm,
-        origin="builtin",
-        description=_DESCRIPTIONS[name],
-        contiguous_only=getattr(mod, "CONTIGUOUS_ONLY", False),
-        overflow=mod.OVERFLOW,
+    notes = {
+        "int_mm": "pads internally to torch._int_mm's native constraints (CUDA: M>16, K and N multiples of 8; CPU: none)",
+        "triton": "masked tails: any M, K, N >= 1",
+    }
+    devices = ("cpu",) if name == "cpu" else ("cuda", "cpu")
+    cons = ShapeConstraints(note=notes.get(name, "any M, K, N >= 1"))
+    args = (
+        mod.scaled_mm,
+        mod.CONTRACT,
+        devices,
+        cons,
+        "1",
+        mod.SOURCE_DIGEST,
+        mod.int_mm,
+        "builtin",
+        _DESCRIPTIONS[name],
     )
-    _BUILT[name] = spec
+    dense = getattr(mod, "CONTIGUOUS_ONLY", False)
+    _BUILT[name] = spec = KernelSpec(name, *args, contiguous_only=dense, overflow=mod.OVERFLOW)
     return spec
 
 
@@ -126,9 +112,7 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     if spec is not None:
         return spec
     raise KernelLoadError(
-        f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not "
-        f"registered, not 'pkg.module:function', not an "
-        f"'{loader.ENTRY_POINT_GROUP}' entry point"
+        f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not registered, not 'pkg.module:function', not an '{loader.ENTRY_POINT_GROUP}' entry point"
     )
 
 
@@ -147,10 +131,7 @@ def resolve_kernels(names: list[str]) -> list[KernelSpec]:
     out: list[KernelSpec] = []
     seen: set[str] = set()
     for name in names:
-        if name == "all":
-            specs = [_builtin(b) for b in BUILTINS if builtin_available(b)[0]]
-        else:
-            specs = [get_kernel(name)]
+        specs = [_builtin(b) for b in BUILTINS if builtin_available(b)[0]] if name == "all" else [get_kernel(name)]
         for s in specs:
             if s.name not in seen:
                 seen.add(s.name)

@@ -75,8 +75,9 @@ def pick_device(spec: KernelSpec, device: Optional[str] = None) -> tuple[Optiona
         return "cuda", ""
     if "cpu" in spec.devices:
         return "cpu", ""
-    return None, (
-        f"kernel {spec.name!r} supports devices {list(spec.devices)}, none available here (cuda available: {cuda})"
+    return (
+        None,
+        f"kernel {spec.name!r} supports devices {list(spec.devices)}, none available here (cuda available: {cuda})",
     )
 
 
@@ -87,21 +88,12 @@ def cuda_device(spec: KernelSpec, device: Optional[str] = None) -> Optional[str]
 
 
 def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
-    return {
-        "name": spec.name,
-        "source_digest": spec.source_digest,
-        "declared_source_digest": spec.source_digest,
-        "device": device or "",
-        "path": "unreported",
-        "interpreter": False,
-        "padded": False,
-        "contract": spec.contract.to_dict(),
-        "origin": spec.origin,
-        "version": spec.version,
-        "operands_recorded_by": "",
-        "skipped": False,
-        "extra": {},
-    }
+    man = dict(name=spec.name, source_digest=spec.source_digest, declared_source_digest=spec.source_digest)
+    man.update(
+        device=device or "", path="unreported", interpreter=False, padded=False, contract=spec.contract.to_dict()
+    )
+    man.update(origin=spec.origin, version=spec.version, operands_recorded_by="", skipped=False, extra={})
+    return man
 
 
 def own_digests(name: str, digests: list) -> tuple[list, list]:
@@ -135,9 +127,7 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
     extra = dict(t.extra)
     man["interpreter"] = bool(extra.get("interpreter", "interpreter" in man["path"]))
     man["padded"] = bool(extra.get("padded", "padded" in man["path"]))
-    # a digest a nested built-in recorded for itself (e.g. ``cpu`` inside a user's
-    # wrapper, ``digest_of="cpu"``) identifies that kernel, not this one; a claim
-    # that is not provably the built-in's counts as this kernel's (own_digests)
+    # a digest a nested built-in recorded for itself identifies that kernel, not this one (own_digests)
     own, refused = own_digests(man["name"], t.digests)
     if own:
         man["source_digest"] = own[-1]
@@ -168,8 +158,7 @@ def _bits_equal(x: Tensor, y: Tensor) -> bool:
     return bool(torch.equal(x.view(it), y.view(it)))
 
 
-#: the unit scale ``run_int_mm`` validates ``a`` and ``b`` with (one object, so
-#: its value check is memoized inside a ``reference.memo`` scope; never written)
+#: the unit scale ``run_int_mm`` validates ``a`` and ``b`` with (one object: its check is memoized; never written)
 _ONE = torch.ones((), dtype=torch.float32)
 
 
@@ -188,13 +177,8 @@ def _ask_differing(originals: dict, given: dict, extra: tuple = ()):
             continue
         g = given[k]
         it = _INT_VIEW.get(v.element_size())
-        if (
-            v.dtype != g.dtype
-            or tuple(v.shape) != tuple(g.shape)
-            or it is None
-            or v.dtype == torch.bool
-            or v.device != g.device
-        ):
+        same_meta = v.dtype == g.dtype and tuple(v.shape) == tuple(g.shape) and v.device == g.device
+        if not same_meta or it is None or v.dtype == torch.bool:
             if not _bits_equal(v, g):
                 bad.append(k)
             continue
@@ -260,15 +244,9 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
     if out.dtype != dtype:
         return f"{what} returned dtype {out.dtype}, expected {dtype}"
     if out.device.type not in ("cpu", "cuda"):  # e.g. 'meta': no values to compare
-        return (
-            f"{what} returned a tensor on device {out.device.type!r}, expected one on "
-            f"'cpu' or 'cuda' holding its values"
-        )
+        return f"{what} returned a tensor on device {out.device.type!r}, expected one on 'cpu' or 'cuda' holding its values"
     if not out.is_contiguous():  # callers .view() the result as torch ops' outputs allow
-        return (
-            f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), "
-            f"expected a dense row-major [{m},{n}] tensor"
-        )
+        return f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), expected a dense row-major [{m},{n}] tensor"
     return None
 
 
@@ -294,11 +272,7 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
     i, j = (int(v) for v in bad.nonzero()[0])
     man["extra"]["unexpected_nan_count"] = nbad
     man["extra"]["first_unexpected_nan"] = [i, j]
-    return (
-        f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference "
-        f"({spec.contract.label()}) has none; first at [{i},{j}] (reference "
-        f"{float(ref[i, j])!r})"
-    )
+    return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({spec.contract.label()}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
 
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
@@ -452,17 +426,16 @@ class AccLaunch:
         self._run: Optional[AccRun] = None
 
     def result(self) -> AccRun:
-        if self._run is None:
-            if self._verdicts is None:
-                self._run = AccRun(None, self.error, self.manifest)
+        if self._run is None and self._verdicts is None:
+            self._run = AccRun(None, self.error, self.manifest)
+        elif self._run is None:
+            mod_err, _ = _modified_line(self.manifest, *self._verdicts.get())
+            if self.acc is None:
+                self._run = AccRun(None, self.error, self.manifest, self.elapsed_s)
             else:
-                mod_err, _ = _modified_line(self.manifest, *self._verdicts.get())
-                if self.acc is None:
-                    self._run = AccRun(None, self.error, self.manifest, self.elapsed_s)
-                else:
-                    self._run = AccRun(
-                        self.acc if self._keep else self.acc.to("cpu"), mod_err, self.manifest, self.elapsed_s
-                    )
+                self._run = AccRun(
+                    self.acc if self._keep else self.acc.to("cpu"), mod_err, self.manifest, self.elapsed_s
+                )
         return self._run
 
 
@@ -473,18 +446,15 @@ def start_int_mm(
     m, _, n = validate_operands(a, b, _ONE, _ONE)
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
-    if spec.int_mm is None:
+    if spec.int_mm is None or dev is None:
         man["skipped"] = True
-        return AccLaunch(
-            None, f"kernel {spec.name!r} has no int_mm (accumulator-only) entry", man, 0.0, None, keep_on_device
+        why = (
+            f"kernel {spec.name!r} has no int_mm (accumulator-only) entry"
+            if spec.int_mm is None
+            else f"not runnable here: {why}"
         )
-    if dev is None:
-        man["skipped"] = True
-        return AccLaunch(None, f"not runnable here: {why}", man, 0.0, None, keep_on_device)
-    originals = {
-        "a": a if a.device == torch.device(dev) else copy_keep_layout(a, dev),
-        "b": b if b.device == torch.device(dev) else copy_keep_layout(b, dev),
-    }
+        return AccLaunch(None, why, man, 0.0, None, keep_on_device)
+    originals = {k: v if v.device == torch.device(dev) else copy_keep_layout(v, dev) for k, v in (("a", a), ("b", b))}
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
     acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
@@ -525,7 +495,6 @@ def validate_device(device: Optional[str]) -> Optional[str]:
         raise Int8confError(
             f"--device {device!r}: unsupported device type {dev.type!r} (int8conf runs kernels on 'cpu' or 'cuda')"
         )
-    elif dev.index not in (None, 0):
-        # torch has one CPU device; "cpu:1" would silently run on it
+    elif dev.index not in (None, 0):  # torch has one CPU device; "cpu:1" would silently run on it
         raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
     return device

@@ -94,23 +94,12 @@ class KernelSpec:
 
     def manifest(self) -> dict:
         """JSON-able declared manifest (no callables)."""
-        return {
-            "name": self.name,
-            "contract": self.contract.to_dict(),
-            "devices": list(self.devices),
-            "constraints": asdict(self.constraints),
-            "version": self.version,
-            "source_digest": self.source_digest,
-            "has_int_mm": self.int_mm is not None,
-            "origin": self.origin,
-            "description": self.description,
-            "contiguous_only": (
-                self.contiguous_only if isinstance(self.contiguous_only, bool) else sorted(self.contiguous_only)
-            ),
-            "overflow": (dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow),
-            **({"steps": _steps_dict(self.steps)} if self.steps is not None else {}),
-        }
-
-
-def _steps_dict(steps) -> dict:
-    return declared_to_dict(steps)
+        dense = self.contiguous_only if isinstance(self.contiguous_only, bool) else sorted(self.contiguous_only)
+        out = {"name": self.name, "contract": self.contract.to_dict(), "devices": list(self.devices)}
+        out.update(constraints=asdict(self.constraints), version=self.version, source_digest=self.source_digest)
+        out.update(has_int_mm=self.int_mm is not None, origin=self.origin, description=self.description)
+        out["contiguous_only"] = dense
+        out["overflow"] = dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow
+        if self.steps is not None:
+            out["steps"] = declared_to_dict(self.steps)
+        return out

@@ -63,10 +63,9 @@ def record_path(path: str, **extra) -> None:
 
 def digest_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> dict:
     """sha256 hex digests of the operands (keys as ``GemmOperands.digests()``; bias 'none' when None)."""
-    out = {}
-    for key, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias)):
-        out[key] = tensor_digest(t)
-    return out
+    return {
+        k: tensor_digest(t) for k, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("bias", bias))
+    }
 
 
 def record_operands(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None) -> None:

@@ -28,78 +28,28 @@ class AdapterInfo:
 _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
+_TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
+_DESCRIPTION = {
+    "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
+    "torchao-w8a8": "torchao Int8DynamicActivationInt8Weight linear (Int8Tensor, float32 activation scales): bf16 rounding between the two scale multiplies",
+    "torchao-w8a8-bf16": "the same Int8Tensor linear with bf16 activation scales: the int32 accumulator is cast to bf16 before any scale",
+    "torchao-triton": "torchao int_scaled_matmul through its Triton kernel (one pinned config of its search list) (TORCHAO_AUTOTUNER_ENABLE path; CUDA only)",
+    "bnb": "bitsandbytes int8_linear_matmul + int8_mm_dequant (LLM.int8 int8 path: absmax statistics, constant 1/127^2, float16 output)",
+    "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
+    "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
+    "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
+}
 ADAPTERS: dict[str, AdapterInfo] = {
-    a.name: a
-    for a in (
-        AdapterInfo(
-            "torchao",
-            _TA,
-            ("torchao",),
-            "pip install 'int8conf[torchao]'",
-            ("cuda", "cpu"),
-            "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel "
-            "rescale and bias (quantization/utils.py)",
-        ),
-        AdapterInfo(
-            "torchao-w8a8",
-            _TA,
-            ("torchao",),
-            "pip install 'int8conf[torchao]'",
-            ("cuda", "cpu"),
-            "torchao Int8DynamicActivationInt8Weight linear (Int8Tensor, float32 activation "
-            "scales): bf16 rounding between the two scale multiplies",
-        ),
-        AdapterInfo(
-            "torchao-w8a8-bf16",
-            _TA,
-            ("torchao",),
-            "pip install 'int8conf[torchao]'",
-            ("cuda", "cpu"),
-            "the same Int8Tensor linear with bf16 activation scales: the int32 accumulator "
-            "is cast to bf16 before any scale",
-        ),
-        AdapterInfo(
-            "torchao-triton",
-            _TA,
-            ("torchao", "triton"),
-            "pip install 'int8conf[torchao]'",
-            ("cuda",),
-            "torchao int_scaled_matmul through its Triton kernel (one pinned config of its search list) "
-            "(TORCHAO_AUTOTUNER_ENABLE path; CUDA only)",
-        ),
-        AdapterInfo(
-            "bnb",
-            _BNB,
-            ("bitsandbytes",),
-            "pip install 'int8conf[bnb]'",
-            ("cuda", "cpu"),
-            "bitsandbytes int8_linear_matmul + int8_mm_dequant (LLM.int8 int8 path: absmax "
-            "statistics, constant 1/127^2, float16 output)",
-        ),
-        AdapterInfo(
-            "vllm-cutlass",
-            _VL,
-            ("vllm",),
-            "pip install vllm (CUDA)",
-            ("cuda",),
-            "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
-        ),
-        AdapterInfo(
-            "vllm-triton",
-            _VL,
-            ("vllm",),
-            "pip install vllm (CUDA)",
-            ("cuda",),
-            "vLLM triton_scaled_mm through the vLLM-convention adapter",
-        ),
-        AdapterInfo(
-            "sgl-int8",
-            _VL,
-            ("sgl_kernel",),
-            "pip install sgl-kernel (CUDA)",
-            ("cuda",),
-            "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
-        ),
+    row[0]: AdapterInfo(*row, _DESCRIPTION[row[0]])
+    for row in (
+        ("torchao", _TA, ("torchao",), _TA_PIP, _ANY),
+        ("torchao-w8a8", _TA, ("torchao",), _TA_PIP, _ANY),
+        ("torchao-w8a8-bf16", _TA, ("torchao",), _TA_PIP, _ANY),
+        ("torchao-triton", _TA, ("torchao", "triton"), _TA_PIP, ("cuda",)),
+        ("bnb", _BNB, ("bitsandbytes",), "pip install 'int8conf[bnb]'", _ANY),
+        ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
+        ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),
+        ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
     )
 }
 

@@ -23,15 +23,8 @@ STEPS = parse_declared(
     {
         "cpu": ["cast fp32", "mul (s_a*127)*(s_w*127)", "mul 6.200124e-05", "add bias", "cast fp16", "cast out"],
         "cuda/float16": ["cast fp32", "mul s_a*127", "mul s_w*127", "fma 6.200012e-05 bias", "cast fp16", "cast out"],
-        "cuda": [
-            "cast fp32",
-            "mul s_a*127",
-            "mul s_w*127",
-            "fma 6.200012e-05 0",
-            "cast fp16",
-            "add bias -> fp16",
-            "cast out",
-        ],
+        "cuda": ["cast fp32", "mul s_a*127", "mul s_w*127", "fma 6.200012e-05 0"]
+        + ["cast fp16", "add bias -> fp16", "cast out"],
     }
 )
 
@@ -39,9 +32,8 @@ STEPS = parse_declared(
 def _record(a) -> None:
     k = a.shape[1]
     if a.device.type == "cuda":
-        trace.record_path(
-            "bnb/cuda-" + ("fp32-matmul-fallback(K%4)" if k % 4 else "igemmlt") + "+kdequant_mm_int32_fp16"
-        )
+        mm = "fp32-matmul-fallback(K%4)" if k % 4 else "igemmlt"
+        trace.record_path("bnb/cuda-" + mm + "+kdequant_mm_int32_fp16")
     else:
         avx512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
         trace.record_path("bnb/cpu-" + ("int_mm" if avx512 else "fp32-matmul") + "+default-dequant")

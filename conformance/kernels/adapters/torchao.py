@@ -55,11 +55,8 @@ def _record(a, b, autotune: bool) -> None:
     m, k = a.shape
     n = b.shape[0]
     if a.device.type == "cpu":
-        u8 = (
-            (not _cpu_is_amx_tile_supported())
-            and _cpu_is_vnni_supported()
-            and tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
-        )
+        torch_2_12 = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12)
+        u8 = (not _cpu_is_amx_tile_supported()) and _cpu_is_vnni_supported() and torch_2_12
         trace.record_path("torchao/cpu-" + ("u8s8-int_mm" if u8 else "s8s8-int_mm"))
     elif autotune:
         trace.record_path(
@@ -87,15 +84,9 @@ def pinned_config():
     no longer has it (re-read the adapter against the new torchao)."""
     import torchao.kernel.intmm_triton as it
 
-    bm, bn, bk, stages, warps = PINNED_TRITON_CONFIG
     for c in it.int8_mm_kernel_configs:
-        if (c.kwargs.get("BLOCK_M"), c.kwargs.get("BLOCK_N"), c.kwargs.get("BLOCK_K"), c.num_stages, c.num_warps) == (
-            bm,
-            bn,
-            bk,
-            stages,
-            warps,
-        ):
+        blocks = tuple(c.kwargs.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        if blocks + (c.num_stages, c.num_warps) == PINNED_TRITON_CONFIG:
             return c
     raise LookupError(f"torchao int8_mm_kernel_configs has no {PINNED_TRITON_CONFIG}")
 
@@ -152,9 +143,8 @@ def _int8_tensor_linear(bf16_scales: bool):
         # int8_tensor.py, aten.linear of Int8Tensor (act_quant_kwargs path), verbatim order:
         w_vals_int8_t = b.contiguous().t()
         intermediate_dtype = torch.float if x_scales.dtype == torch.half else x_scales.dtype
-        y_dot_scaled = int_scaled_matmul(a, w_vals_int8_t, x_scales.reshape(-1, 1).to(intermediate_dtype)).to(
-            output_dtype
-        )
+        y_dot_scaled = int_scaled_matmul(a, w_vals_int8_t, x_scales.reshape(-1, 1).to(intermediate_dtype))
+        y_dot_scaled = y_dot_scaled.to(output_dtype)
         w_scales = sb.reshape(n, 1)  # Int8Tensor weight scale: float32 [N, 1]
         y = y_dot_scaled * w_scales.flatten()
         if bias is not None:

@@ -20,14 +20,10 @@ from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import NAMED
 
 #: name -> (module, attribute, declared steps, constraints, distribution)
+_CUTLASS = ShapeConstraints(k_multiple=16, n_multiple=16, note="CUTLASS: K, N multiples of 16")
+_SGL = ShapeConstraints(k_multiple=16, n_multiple=8, note="sgl-kernel: K multiple of 16, N multiple of 8")
 TARGETS = {
-    "vllm-cutlass": (
-        "vllm._custom_ops",
-        "cutlass_scaled_mm",
-        "w_then_a/fp32_before_round",
-        ShapeConstraints(k_multiple=16, n_multiple=16, note="CUTLASS: K, N multiples of 16"),
-        "vllm",
-    ),
+    "vllm-cutlass": ("vllm._custom_ops", "cutlass_scaled_mm", "w_then_a/fp32_before_round", _CUTLASS, "vllm"),
     "vllm-triton": (
         "vllm.model_executor.layers.quantization.compressed_tensors.triton_scaled_mm",
         "triton_scaled_mm",
@@ -35,13 +31,7 @@ TARGETS = {
         ShapeConstraints(),
         "vllm",
     ),
-    "sgl-int8": (
-        "sgl_kernel",
-        "int8_scaled_mm",
-        "fused/fp32_before_round",
-        ShapeConstraints(k_multiple=16, n_multiple=8, note="sgl-kernel: K multiple of 16, N multiple of 8"),
-        "sgl-kernel",
-    ),
+    "sgl-int8": ("sgl_kernel", "int8_scaled_mm", "fused/fp32_before_round", _SGL, "sgl-kernel"),
 }
 
 
