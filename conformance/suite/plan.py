@@ -16,7 +16,7 @@ from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
 from conformance.suite.property import run_property_test
 from reference.errors import Int8confError, first_line
-from reference.model.capture import load_capture_set
+from reference.model import capture as model_capture
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
@@ -106,7 +106,7 @@ def mark_ownership_probes(cases: list) -> list:
 
 def load_captures(capture_dir, model_dir=None):
     """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line)."""
-    return load_capture_set(capture_dir, model_dir=model_dir)
+    return model_capture.load_capture_set(capture_dir, model_dir=model_dir)
 
 
 def cli_capture_message(e: BaseException) -> str:
