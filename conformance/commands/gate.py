@@ -19,8 +19,9 @@ import traceback
 from pathlib import Path
 
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
+from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
 from reference.command_line import ensure_out_dir, positive_int, positive_seconds, removed_if_refused, seed_int
-from reference.errors import first_line
+from reference.errors import Int8confError, first_line
 
 
 def register(subparsers) -> None:
@@ -114,8 +115,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate; returns the exit code (module docstring)."""
-    from reference.errors import Int8confError
-
     try:
         return _run(args)
     except Int8confError:
@@ -132,8 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from reference.errors import Int8confError
-
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
     if args.out is not None and not str(args.out).strip():
@@ -161,8 +158,6 @@ def out_dir(args: argparse.Namespace) -> Path:
 
 def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
     """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
-    from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
-
     if incumbent is None:
         from conformance.suite.report import read_report
 
