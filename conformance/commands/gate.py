@@ -143,12 +143,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def out_dir(args: argparse.Namespace) -> Path:
-    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>``
-    (``conformance.runtime.output_dirs``; with ``--baseline``, the kernel its report names).
-
-    Raises:
-        Int8confError: an unknown ``--fault``, an unreadable ``--baseline`` (one line).
-    """
+    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
+    its report names). Raises Int8confError: unknown ``--fault``, unreadable ``--baseline``."""
     if args.out is not None:
         return Path(args.out)
     return default_gate_out(
@@ -166,16 +162,8 @@ def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent,
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:
-    """Make ``out`` and ``out/logs`` (the children's logs) and check them
-    (``ensure_out_dir``) before any kernel runs; an existing ``out/repro``
-    must be a writable directory too. Used by this command and by the gate's
-    pytest plugin (``option`` = ``--gate-out``).
-
-    Raises:
-        Int8confError: one line naming ``option``, the folder and the problem
-            (a file where a folder goes, a report file that is a folder, not
-            writable).
-    """
+    """Make and check ``out`` and ``out/logs`` (and an existing ``out/repro``) before any kernel
+    runs; ``option`` names the flag (``--gate-out`` in the pytest plugin). Raises Int8confError."""
     from conformance.gate.report import GATE_REPORT_FILES
 
     ensure_out_dir(out, option, files=GATE_REPORT_FILES.values())
