@@ -9,8 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, shape_sweep, synthetic_cases
-from conformance.cases.families import family_cases
+from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
@@ -68,7 +67,7 @@ def default_cases(
     (``include_sweep``), the layer captures in both scale modes (when available)."""
     cases = list(synthetic_cases(seeds))
     if include_sweep:
-        cases += shape_sweep() + family_cases()
+        cases += shape_sweep() + families.family_cases()
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:
