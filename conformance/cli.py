@@ -1,27 +1,11 @@
-"""The ``int8conf`` command line.
+"""The ``int8conf`` command line: one subcommand per module of ``conformance.commands`` (each
+defines ``register(subparsers)``, setting ``func``: namespace -> exit code). A command module that
+fails to import is one warning line and skipped.
 
-``main`` builds an argparse parser whose subcommands come from the modules of
-``conformance.commands``: every module there defines ``register(subparsers)
--> None``, adding its subparser(s) and setting ``func`` (called with the
-parsed namespace, returning the exit code) via ``set_defaults``. A command
-module that fails to import is reported as one warning line and skipped, so
-one broken command cannot take the others down.
-
-Exit codes: what the command returns (``check``: 0 conformant, 1 not
-conformant, 3 not run / inconclusive); 2 for a usage error, any
-``reference.errors.Int8confError``, or an ``OSError`` reading or writing a
-file (e.g. ``--out`` naming a file), printed as ``int8conf: error: <one
-line>`` on stderr (the OSError line names the path).
-
-Usability rules:
-
-* an option the subcommand does not have is reported as unknown (with the
-  closest option names), before any "required option missing" message;
-* kernels given as ``pkg.module:function`` import from the current directory
-  too: like ``python -m`` and pytest's rootdir, the current directory is put
-  on ``sys.path`` (first) before the command runs;
-* help texts come from module docstrings; their reStructuredText markup
-  (````code````, ``:func:`x```) is shown as plain text.
+Exit codes: the command's own; 2 for a usage error, an ``Int8confError`` or an ``OSError`` on a
+file, printed as ``int8conf: error: <one line>``; 130 interrupted. An unknown option is reported
+(with the closest names) before any "required option missing"; the current directory goes first
+on ``sys.path`` (``--kernel pkg.module:function``); help texts show docstring markup as plain text.
 """
 
 from __future__ import annotations
@@ -34,12 +18,14 @@ import re
 import sys
 from typing import Optional, Sequence
 
+import conformance.commands as commands
 from conformance.kernels.loader import cwd_on_sys_path
+from conformance.runtime.graceful_stop import restore_sigterm, sigterm_as_interrupt
+from conformance.runtime.import_noise import silence_import_noise
 from reference.errors import Int8confError, first_line
 
 
 def _os_error_line(e: OSError) -> str:
-    """One line naming the path and the reason of an OSError."""
     paths = [str(x) for x in (e.filename, e.filename2) if x is not None]
     why = e.strerror or first_line(e, None) or "cannot access"
     return (f"{' -> '.join(paths)}: " if paths else "") + f"{why} ({type(e).__name__})"
@@ -54,8 +40,7 @@ def strip_markup(text: str) -> str:
 
 
 def plain_help_formatter(base: type) -> type:
-    """A subclass of the argparse formatter ``base`` that shows docstring
-    markup as plain text (descriptions, epilogs and option help)."""
+    """A subclass of the argparse formatter ``base`` showing docstring markup as plain text."""
     if getattr(base, "_strips_markup", False):
         return base
 
@@ -75,7 +60,6 @@ def plain_help_formatter(base: type) -> type:
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict:
-    """``{command name: subparser}`` of ``parser`` (empty when it has none)."""
     for a in parser._actions:  # argparse keeps no public accessor
         if isinstance(a, argparse._SubParsersAction):
             return dict(a.choices)
@@ -83,13 +67,8 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict:
 
 
 def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
-    """One line per ``--option`` in ``argv`` that the chosen subcommand does
-    not define (argparse would otherwise first say that a *required* option is
-    missing, e.g. "--kernel is required" for a misspelled ``--kernal``).
-
-    Abbreviations argparse accepts (unique prefixes) are not reported. Each
-    line names the closest defined options (``difflib.get_close_matches``).
-    """
+    """One line per ``--option`` in ``argv`` the chosen subcommand does not define (unique
+    prefixes excepted), naming the closest defined options."""
     subs = _subparsers(parser)
     cmd = next((t for t in argv if not t.startswith("-")), None)
     if cmd is not None and cmd not in subs:
@@ -122,9 +101,7 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
 
 
 class _OneLineErrors(argparse.ArgumentParser):
-    """An argparse parser whose usage errors are one line, ``int8conf CMD:
-    error: ...`` and exit 2, without the usage block argparse prints above it
-    (``--help`` still shows the usage). Subcommand parsers inherit the class."""
+    """Usage errors as one line, ``int8conf CMD: error: ...``, exit 2 (no usage block)."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -132,8 +109,6 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every command module's subcommands registered."""
-    import conformance.commands as commands
-
     parser = _OneLineErrors(
         prog="int8conf", description="Fault-injection conformance framework for INT8 (W8A8) GEMM kernels."
     )
@@ -143,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         if info.name.startswith("_") or info.name == "options":  # options: shared by the commands, not one
             continue
         try:
-            mod = importlib.import_module(f"{commands.__name__}.{info.name}")
-            reg = mod.register
-            reg(sub)
+            reg = getattr(importlib.import_module(f"{commands.__name__}.{info.name}"), "register", None)
+            if reg is not None:  # options: shared pieces, no command
+                reg(sub)
         except Exception as e:  # noqa: BLE001 -- keep the other commands usable
             line = first_line(e, None)
             print(
@@ -158,16 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``int8conf`` console script.
-
-    Args:
-        argv: arguments without the program name (default ``sys.argv[1:]``).
-
-    Returns:
-        The exit code (the console script passes it to ``sys.exit``).
-    """
-    from conformance.runtime.import_noise import silence_import_noise
-
+    """Entry point of the ``int8conf`` console script; returns the exit code."""
     silence_import_noise()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -177,8 +143,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _subparsers(parser).get(cmd, parser).error("; ".join(bad))
     cwd_on_sys_path()
     args = parser.parse_args(argv)
-    from conformance.runtime.graceful_stop import restore_sigterm, sigterm_as_interrupt
-
     sigterm_as_interrupt()  # a CI time limit stops a long command like Ctrl-C: partial reports
     try:
         return int(args.func(args) or 0)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from conformance.kernels.registry import resolve_kernels
 from conformance.runtime.output_dirs import command_root
-from reference.command_line import non_negative_int, positive_int
+from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
+from reference.errors import Int8confError
 from reference.fileio import atomic_write_json
 
 #: ``--reps`` when not given (CPU benchmark)
@@ -122,8 +124,6 @@ def other_mode_options(args: argparse.Namespace) -> list[str]:
 def _refuse_other_mode_options(args: argparse.Namespace) -> None:
     """Raise a one-line usage error (exit 2) naming the options of the other
     mode, before any work (the mode would otherwise silently ignore them)."""
-    from reference.errors import Int8confError
-
     bad = ", ".join(other_mode_options(args))
     if bad and args.gpu:
         raise Int8confError(
@@ -143,16 +143,11 @@ def _run(args: argparse.Namespace) -> int:
     _refuse_other_mode_options(args)
     if args.gpu:
         return _run_gpu(args)
-    from conformance.kernels.registry import resolve_kernels
-    from reference.command_line import ensure_out_dir, removed_if_refused
-
     # resolved once and passed on as specs: a user kernel's declared name= or a
     # ?contract= query would not resolve a second time by its name alone
     specs = resolve_kernels(args.kernel or ["all"])
     if args.json is not None:  # refused before any timing, not after it
         if args.json.name in ("", ".", ".."):
-            from reference.errors import Int8confError
-
             raise Int8confError(f"--json {str(args.json)!r}: give the path of a file, e.g. --json bench.json")
         with removed_if_refused(args.json.parent):
             ensure_out_dir(args.json.parent, "--json", "directory of the JSON file", files=[args.json.name])
@@ -181,7 +176,6 @@ def _cuda() -> bool:
 
 def _run_gpu(args: argparse.Namespace) -> int:
     from conformance.bench import gemm as bench
-    from reference.errors import Int8confError
 
     if not _cuda():
         raise Int8confError("bench --gpu: no CUDA device (torch.cuda.is_available() is False)")

@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reference.model.artifacts import cache_dir, default_parent_dir, parent_digest
+
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from reference.model.artifacts import cache_dir, default_parent_dir, parent_digest
     from reference.model.capture import capture_model, remove_capture
 
     model = Path(args.model) if args.model else default_parent_dir()

@@ -1,39 +1,53 @@
-"""``int8conf check``: the conformance suite from the command line.
+"""``int8conf check``: the conformance suite (``conformance.suite.run.run_suite``, the same plan as
+``pytest --kernel=NAME``) for each kernel, a summary table per kernel and the report paths.
+Progress goes to stderr (``conformance.runtime.progress``); ``--quiet`` silences it.
 
-Same suite as ``pytest --kernel=NAME`` (``conformance.suite.run.run_conformance``):
-synthetic cases, the shape sweep, layer captures in both scale modes, the
-hypothesis property test, C9 batch invariance, C7 / E1 when available, optional pairwise
-comparison. Prints a summary table per kernel and the report paths (at the
-terminal's width; off a terminal every row on one line: ``reference.command_line``).
-Progress goes to stderr (``conformance.runtime.progress``): a live status on a
-terminal, plain periodic lines otherwise (cases done / total, elapsed);
-``--quiet`` silences both.
-
-Exit codes (:data:`EXIT_CODES`): 0 every kernel conformant; 1 some kernel
-not conformant; 2 bad input (unknown kernel, bad option, unusable device or
-capture directory, report directory not writable); 3 not run / inconclusive
-(no kernel failed, but some kernel produced output on zero cases, e.g. not
-runnable on this device or its shape constraints exclude every case); 130
-interrupted (Ctrl-C, or SIGTERM from a time limit): the report of what
-finished is written first, with the note "partial run: interrupted ...".
-
-``--inject FAULT[:COVERAGE[:SEED]]`` (repeatable) checks ``faults.inject(kernel,
-...)`` instead of the kernel itself, once per kernel and injection: mutation
-testing of the suite. Exit 1 then means the suite caught the fault, 0 that it
-did not. For F6 / F7 the cases are prepared first (``faults.prepare_case``).
-The report (``reports/check/<kernel>_<fault>_<coverage>_s<seed>``,
-``conformance.runtime.output_dirs``) names
-the fault, coverage and seed in its notes and under ``kernel.injection``.
+Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant; 2 bad input; 3 not run /
+inconclusive (the kernel produced output on zero cases); 130 interrupted (the report of what
+finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEED]]`` checks
+``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
+are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from pathlib import Path
 
+from rich.table import Table
+
+import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+from conformance.kernels.registry import get_kernel, resolve_kernels
+from conformance.kernels.runner import validate_device
 from conformance.runtime.output_dirs import command_root
-from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
+from conformance.runtime.progress import suite_progress
+from conformance.runtime.threads import set_torch_threads
+from conformance.suite.coverage import invocation
+from conformance.suite.report import (
+    REPORT_FILES,
+    fault_signatures,
+    is_precondition_case,
+    is_precondition_failure,
+    kernel_dirname,
+    pair_difference_line,
+    verdict_label,
+    write_reports,
+)
+from conformance.suite.run import (
+    NOT_RUN,
+    SuiteInterrupted,
+    SuiteState,
+    cli_capture_message,
+    given_cases,
+    run_suite,
+    suite_cases,
+)
+from faults import annotate_result, inject, injection_of, parse_injection, prepare_case
+from faults.spec import PRECONDITION_FAULTS
+from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
+from reference.errors import CaptureError, Int8confError
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -139,21 +153,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
-    from rich.table import Table
-
-    from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.kernels.runner import validate_device
-    from conformance.runtime.progress import suite_progress
-    from conformance.suite.coverage import invocation
-    from conformance.suite.report import REPORT_FILES, fault_signatures, pair_difference_line, write_reports
-    from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_conformance
-    from reference.errors import CaptureError, Int8confError
-
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); give --captures too")
     validate_device(args.device)
-    from conformance.runtime.threads import set_torch_threads
-
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
@@ -161,42 +163,29 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as refused:
         refused.enter_context(removed_if_refused(Path(args.out)))
         ensure_out_dir(Path(args.out))
-        import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
-
-        injections = _parse_injections(args.inject)
+        injections = [parse_injection(t) for t in args.inject]
         specs = resolve_kernels(args.kernel)
         other = get_kernel(args.against, "--against") if args.against else None
-        runs = _runs(specs, injections)
+        if not injections:  # a kernel named like cpu+F7@one#s0 is injected already
+            runs = [(s, injection_of(s)) for s in specs]
+        else:
+            runs = [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
         for spec, _ in runs:  # every report folder, before any case runs
             kdir = kernel_report_dir(args.out, spec.name)
             refused.enter_context(removed_if_refused(kdir))
             ensure_out_dir(kdir, files=REPORT_FILES)
-    from reference.command_line import make_console
-
-    con = make_console()
-    err = make_console(stderr=True)
+    con, err = make_console(), make_console(stderr=True)
     ok, not_run = True, False
     for spec, inj in runs:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
-                res = run_conformance(
-                    spec,
-                    other,
-                    cases=_injected_cases(args, inj),
-                    include_captures=not args.no_captures,
-                    include_sweep=not args.no_sweep,
-                    property_examples=args.examples,
-                    model_checks=not args.no_model,
-                    capture_dir=args.captures,
-                    model_dir=args.model,
-                    device=args.device,
-                    progress=progress,
-                    invocation=invocation(args),
+                res = run_suite(
+                    _state(args, spec, inj, other), args.examples, not args.no_model, progress, invocation(args)
                 )
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
             except SuiteInterrupted as stop:  # write what finished, then stop (exit 130)
-                jp, mp = _write(write_reports, stop.result, report_root(args.out, spec.name))
+                jp, mp = _write(stop.result, report_root(args.out, spec.name))
                 err.print(
                     f"{spec.name}: {stop.result.partial['note']}\nreport: {jp}\nreport: {mp}",
                     markup=False,
@@ -204,34 +193,10 @@ def run(args: argparse.Namespace) -> int:
                 )
                 raise
         if inj is not None:
-            from faults import annotate_result
-
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
-        jp, mp = _write(write_reports, res, report_root(args.out, spec.name))
-        t = Table(
-            title=f"{spec.name}: overall {res.verdict.upper()} "
-            f"({res.environment.get('execution')}, {len(res.cases)} cases, "
-            f"{res.elapsed_s:.1f} s)"
-        )
-        t.add_column("id")
-        t.add_column("check")
-        t.add_column("verdict")
-        t.add_column("summary", overflow="fold")
-        for c in res.checks:
-            t.add_row(c.check_id, c.name, verdict_markup(c.verdict, c.evidence), c.summary)
-        con.print(t)
-        if res.verdict == NOT_RUN:
-            con.print(f"{spec.name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
-        con.print(res.overall["summary"], markup=False)
-        for line in signature_summary(fault_signatures(res)):
-            con.print(line, markup=False, soft_wrap=True)
-        con.print(f"captures: {res.captures['note']}", markup=False)
-        if res.pairwise:
-            con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}", markup=False)
-            line = pair_difference_line(res.pairwise)
-            if line:
-                con.print(line.replace("`", ""), markup=False)
+        jp, mp = _write(res, report_root(args.out, spec.name))
+        _print_summary(con, spec.name, res)
         con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
         if res.verdict == NOT_RUN:
             not_run = True
@@ -242,79 +207,55 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
 
 
-def _parse_injections(texts) -> list:
-    """``--inject`` values as ``faults.spec.Injection`` objects.
-
-    Raises:
-        FaultError: one line naming the bad value (exit 2).
-    """
-    if not texts:
-        return []
-    from faults import parse_injection
-
-    return [parse_injection(t) for t in texts]
+def _state(args, spec, inj, other) -> SuiteState:
+    """The suite's state for one kernel run: its cases built once (prepared for a precondition
+    fault F6 / F7, then counted as an explicit case list)."""
+    t0 = time.perf_counter()
+    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, args.captures, args.model)
+    if inj is not None and inj.fault in PRECONDITION_FAULTS:
+        cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+        cap = given_cases(cases)
+    return SuiteState(spec, cases, cap, other, args.device, t0=t0)
 
 
-def _runs(specs, injections) -> list:
-    """(spec, injection or None) pairs: every kernel, injected once per injection."""
-    from faults import inject, injection_of
-
-    if not injections:  # a kernel named like cpu+F7@one#s0 is injected already
-        return [(s, injection_of(s)) for s in specs]
-    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
-
-
-def _injected_cases(args, inj):
-    """The suite's cases prepared for a precondition fault (F6 / F7), else None
-    (the suite builds its own cases)."""
-    from faults.spec import PRECONDITION_FAULTS
-
-    if inj is None or inj.fault not in PRECONDITION_FAULTS:
-        return None
-    from conformance.suite.run import default_cases, load_captures
-    from faults import prepare_case
-
-    cs = None
-    if args.captures is not None and not args.no_captures:
-        cs = load_captures(args.captures, args.model)
-    cases, _ = default_cases(include_captures=not args.no_captures, include_sweep=not args.no_sweep, capture_set=cs)
-    return [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
+def _print_summary(con, name: str, res) -> None:
+    t = Table(
+        title=f"{name}: overall {res.verdict.upper()} "
+        f"({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)"
+    )
+    for col in ("id", "check", "verdict"):
+        t.add_column(col)
+    t.add_column("summary", overflow="fold")
+    for c in res.checks:
+        t.add_row(c.check_id, c.name, verdict_markup(c.verdict, c.evidence), c.summary)
+    con.print(t)
+    if res.verdict == NOT_RUN:
+        con.print(f"{name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
+    con.print(res.overall["summary"], markup=False)
+    for line in signature_summary(fault_signatures(res)):
+        con.print(line, markup=False, soft_wrap=True)
+    con.print(f"captures: {res.captures['note']}", markup=False)
+    if res.pairwise:
+        con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}", markup=False)
+        line = pair_difference_line(res.pairwise)
+        if line:
+            con.print(line.replace("`", ""), markup=False)
 
 
 def report_root(out, kernel_name: str) -> Path:
-    """The root to hand ``conformance.suite.report.write_reports`` (which writes
-    ``<root>/<kernel dir>/``) so that reports land in ``out/<kernel dir>/``,
-    or in ``out`` itself when its last component already is the kernel's
-    directory name (``--out reports/h200/triton --kernel triton`` writes
-    ``reports/h200/triton/conformance.json``, not ``.../triton/triton/``).
-
-    Args:
-        out: the ``--out`` value.
-        kernel_name: ``KernelSpec.name``.
-    """
-    from conformance.suite.report import kernel_dirname
-
+    """The root for ``write_reports`` (which writes ``<root>/<kernel dir>/``): ``out``, or its
+    parent when ``out``'s last component already is the kernel's folder name."""
     p = Path(out)
     return p.parent if p.name == kernel_dirname(kernel_name) else p
 
 
 def kernel_report_dir(out, kernel_name: str) -> Path:
-    """The folder ``int8conf check --out OUT`` writes ``kernel_name``'s
-    ``conformance.json`` / ``.md`` into: ``OUT/<kernel dir>``, or ``OUT``
-    itself when its last component already is that name (:func:`report_root`)."""
-    from conformance.suite.report import kernel_dirname
-
+    """The folder ``--out OUT`` writes ``kernel_name``'s report into (:func:`report_root`)."""
     return report_root(out, kernel_name) / kernel_dirname(kernel_name)
 
 
-def _write(write_reports, res, out):
-    """``write_reports(res, out)`` with an OSError turned into one line naming the path.
-
-    Raises:
-        Int8confError: the report files cannot be written.
-    """
-    from reference.errors import Int8confError
-
+def _write(res, out):
+    """``write_reports(res, out)``; an OSError becomes an Int8confError naming the path."""
     try:
         return write_reports(res, out)
     except OSError as e:
@@ -330,10 +271,8 @@ MAX_SIGNATURE_LINES = 4
 
 
 def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str]:
-    """The terminal summary's lines for a failing run's fault-signature lines
-    (``conformance.suite.report.fault_signatures``, the ones conformance.md lists
-    under "Failure signature"): each as ``failure signature: <line>``, at most
-    ``limit``, then one line counting the rest. Empty for no lines."""
+    """``failure signature: <line>`` for at most ``limit`` fault-signature lines, then one line
+    counting the rest."""
     out = [f"failure signature: {x}" for x in lines[:limit]]
     if len(lines) > limit:
         out.append(f"failure signature: {len(lines) - limit} more in conformance.md")
@@ -341,12 +280,7 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
-    """The console table's verdict cell (rich markup): C3/C4 failing on the
-    operands reads as in conformance.md (``conformance.suite.report.verdict_label``:
-    ``precondition case (N)``, ``precondition violated (N)``), not a failure."""
-    from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
-    from conformance.suite.run import NOT_RUN
-
+    """The console table's verdict cell (rich markup), labelled as in conformance.md."""
     if is_precondition_failure(verdict, evidence):
         style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
         return f"[{style}]{verdict_label(verdict, evidence)}[/]"

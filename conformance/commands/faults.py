@@ -14,6 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.table import Table
+
+from conformance.kernels.registry import get_kernel
+from reference.command_line import make_console
+from reference.errors import ContractError, Int8confError
+
 
 def register(subparsers) -> None:
     """Add the ``faults`` subcommand."""
@@ -36,9 +42,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the table (or JSON); 0. Bad kernel / contract: Int8confError (exit 2)."""
     from conformance.kernels.loader import parse_contract
-    from conformance.kernels.registry import get_kernel
     from faults.describe import declared_formula, fault_rows
-    from reference.errors import ContractError, Int8confError
 
     if args.contract is not None:
         try:
@@ -64,10 +68,6 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from rich.table import Table
-
-    from reference.command_line import make_console
-
     t = Table(
         title=f"faults for {label} ({contract.label()}): declared "
         f"{declared_formula(contract, False)} / {declared_formula(contract, True)}"

@@ -19,8 +19,9 @@ import traceback
 from pathlib import Path
 
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
+from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
 from reference.command_line import ensure_out_dir, positive_int, positive_seconds, removed_if_refused, seed_int
-from reference.errors import first_line
+from reference.errors import Int8confError, first_line
 
 
 def register(subparsers) -> None:
@@ -114,8 +115,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate; returns the exit code (module docstring)."""
-    from reference.errors import Int8confError
-
     try:
         return _run(args)
     except Int8confError:
@@ -132,8 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from reference.errors import Int8confError
-
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
     if args.out is not None and not str(args.out).strip():
@@ -146,12 +143,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def out_dir(args: argparse.Namespace) -> Path:
-    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>``
-    (``conformance.runtime.output_dirs``; with ``--baseline``, the kernel its report names).
-
-    Raises:
-        Int8confError: an unknown ``--fault``, an unreadable ``--baseline`` (one line).
-    """
+    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
+    its report names). Raises Int8confError: unknown ``--fault``, unreadable ``--baseline``."""
     if args.out is not None:
         return Path(args.out)
     return default_gate_out(
@@ -161,8 +154,6 @@ def out_dir(args: argparse.Namespace) -> Path:
 
 def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
     """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
-    from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
-
     if incumbent is None:
         from conformance.suite.report import read_report
 
@@ -171,16 +162,8 @@ def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent,
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:
-    """Make ``out`` and ``out/logs`` (the children's logs) and check them
-    (``ensure_out_dir``) before any kernel runs; an existing ``out/repro``
-    must be a writable directory too. Used by this command and by the gate's
-    pytest plugin (``option`` = ``--gate-out``).
-
-    Raises:
-        Int8confError: one line naming ``option``, the folder and the problem
-            (a file where a folder goes, a report file that is a folder, not
-            writable).
-    """
+    """Make and check ``out`` and ``out/logs`` (and an existing ``out/repro``) before any kernel
+    runs; ``option`` names the flag (``--gate-out`` in the pytest plugin). Raises Int8confError."""
     from conformance.gate.report import GATE_REPORT_FILES
 
     ensure_out_dir(out, option, files=GATE_REPORT_FILES.values())

@@ -7,6 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.table import Table
+
+from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel, list_kernels
+from reference.command_line import make_console
 from reference.errors import first_line
 
 
@@ -26,7 +30,6 @@ def kernel_rows() -> list[dict]:
     """One dict per known kernel: ``name, origin, devices, available, reason,
     contract, steps, version``."""
     from conformance.kernels import adapters
-    from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel, list_kernels
     from reference.epilogue_steps import declared_to_dict
 
     rows = []
@@ -86,10 +89,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.table import Table
-
-    from reference.command_line import make_console
-
     t = Table(title="int8conf kernels")
     for c in ("name", "origin", "devices", "available", "declared epilogue / reason"):
         t.add_column(c)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reference.model.artifacts import default_parent_dir
+from reference.model.assets import default_model_dir
 from reference.model.weights import SCALE_MODES
 
 
@@ -14,8 +16,6 @@ def default_model_dir_arg(arg) -> Path:
     """``--model`` value as a Path, or the shipped default model when None."""
     if arg is not None:
         return Path(arg)
-    from reference.model.assets import default_model_dir
-
     return default_model_dir()
 
 
@@ -49,8 +49,6 @@ def parent_model_dir_arg(arg) -> Path:
     default model (the parent of every derived checkpoint) when None."""
     if arg is not None:
         return Path(arg)
-    from reference.model.artifacts import default_parent_dir
-
     return default_parent_dir()
 
 

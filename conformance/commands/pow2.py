@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 
 from conformance.commands.options import describe_checkpoint, parent_model_dir_arg
+from reference.model.artifacts import derived_checkpoint
 
 
 def _run_pow2(args: argparse.Namespace) -> int:
-    from reference.model.artifacts import derived_checkpoint
     from reference.model.pow2 import build_pow2_checkpoint, reconstruction_gate
 
     model = parent_model_dir_arg(args.model)

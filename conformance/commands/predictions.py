@@ -16,6 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.table import Table
+
+from predictions.lock import default_dir, lock_matrix, read_lock, verify_git_history, verify_matrix
+from reference.command_line import make_console
+
 
 def register(subparsers) -> None:
     """Add the ``predictions`` subcommand."""
@@ -37,8 +42,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch the action; PredictionError propagates (CLI prints one line, exit 2)."""
-    from predictions.lock import default_dir, lock_matrix, read_lock, verify_git_history, verify_matrix
-
     if args.action == "lock":
         e = lock_matrix(args.file)
         print(f"locked {e.file}: sha256 {e.sha256}")
@@ -63,10 +66,6 @@ def run(args: argparse.Namespace) -> int:
             )
         return 0
     m = verify_matrix(args.file)
-    from rich.table import Table
-
-    from reference.command_line import make_console
-
     t = Table(title=f"{Path(args.file).name} ({m.sha256[:16]}...)")
     t.add_column("row")
     for c in m.checks:

@@ -7,8 +7,11 @@ it reproduces, 0 when it does not)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from conformance.runtime.output_dirs import default_out, selection_label
 from reference.command_line import positive_seconds
+from reference.errors import Int8confError
 
 
 def register(subparsers) -> None:
@@ -96,10 +99,6 @@ def register(subparsers) -> None:
 
 def out_dir(args: argparse.Namespace):
     """``--out``, else ``reports/scoreboard[/<selection>]`` (``conformance.runtime.output_dirs``)."""
-    from pathlib import Path
-
-    from conformance.runtime.output_dirs import default_out, selection_label
-
     if args.out is not None:
         return Path(args.out)
     return default_out("scoreboard", selection_label(args.kernel or (), args.device or ()))
@@ -108,7 +107,6 @@ def out_dir(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Run the scoreboard (exit 0) or one reproducer (exit 1 reproduced, 0 not)."""
     from conformance.scoreboard import board as sb
-    from reference.errors import Int8confError
 
     if args.repro:
         ok, line = sb.rerun_repro(args.repro)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from conformance.commands.options import parent_model_dir_arg
+from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
 from reference.command_line import (
     ensure_out_dir,
     int_between,
@@ -36,6 +37,7 @@ from reference.command_line import (
     removed_if_refused,
     seed_int,
 )
+from reference.errors import Int8confError
 from reference.model.corpus import prompts
 
 DEFAULT_KERNELS = "cpu,triton"
@@ -44,7 +46,6 @@ DEFAULT_KERNELS = "cpu,triton"
 def _run_study(args: argparse.Namespace) -> int:
     from conformance.study.report import headline
     from conformance.study.run import DEFAULTS, StudySettings, run_study
-    from reference.errors import Int8confError
 
     if args.study != "pow2":  # pragma: no cover - argparse choices
         raise Int8confError(f"unknown study {args.study!r}")
@@ -97,9 +98,6 @@ def out_dir(args: argparse.Namespace) -> Path:
     """
     if args.out is not None:
         return Path(args.out)
-    from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
-    from reference.errors import Int8confError
-
     ks = [k.strip() for k in args.kernels.split(",")]
     if len(ks) != 2:
         raise Int8confError(f"--kernels needs exactly two kernels A,B, got {','.join(ks)!r}")

@@ -27,6 +27,18 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import validate_device
+from conformance.runtime.output_dirs import default_out, kernel_label
+from faults import COVERAGES
+from faults.catalogue import FAULTS, get_fault
+from predictions.lock import default_dir, matrix_chain, read_lock
+from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
+from reference.errors import CaptureError, Int8confError, PredictionError
+from reference.model.artifacts import cache_dir, parent_digest
+from reference.model.assets import default_model_dir
+from reference.seeds import check_seed
+
 
 def _csv(text: str) -> list[str]:
     """A comma / space separated list (argparse type).
@@ -42,8 +54,6 @@ def _csv(text: str) -> list[str]:
 
 def register(subparsers) -> None:
     """Add the ``sweep`` subcommand."""
-    from reference.command_line import non_negative_int, positive_int
-
     p = subparsers.add_parser(
         "sweep",
         help="fault-injection sweep: every layer x fault x coverage x scale mode, scored",
@@ -166,14 +176,12 @@ def register(subparsers) -> None:
 
 def _resolve_captures(args):
     """(CaptureSet, model dir str) from --captures / --model / the default."""
-    from reference.errors import CaptureError, Int8confError
     from reference.model.capture import default_capture_set, load_capture_set
 
     if args.captures:
         cs = load_capture_set(args.captures)
         return cs, str(cs.model_dir) if cs.model_dir else ""
     if args.model:
-        from reference.model.artifacts import cache_dir, parent_digest
         from reference.model.capture import capture_model
 
         mdir = Path(args.model)
@@ -187,14 +195,10 @@ def _resolve_captures(args):
     cs = default_capture_set()
     if cs is None:
         raise Int8confError("no default captures: give --captures DIR or --model DIR")
-    from reference.model.assets import default_model_dir
-
     return cs, str(default_model_dir())
 
 
 def _select_layers(names: list, wanted) -> list:
-    from reference.errors import Int8confError
-
     if not wanted:
         return names
     out = []
@@ -221,9 +225,6 @@ def _checkpoint_dirs(cs, scale_modes) -> tuple:
 
 def latest_matrix(path=None) -> Path:
     """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
-    from predictions.lock import default_dir, read_lock
-    from reference.errors import PredictionError
-
     if path:
         return Path(path)
     entries = read_lock(default_dir())
@@ -234,15 +235,9 @@ def latest_matrix(path=None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; returns the exit code."""
-    from conformance.kernels.registry import get_kernel
-    from conformance.kernels.runner import validate_device
     from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
-    from faults import COVERAGES
-    from faults.catalogue import FAULTS, get_fault
-    from predictions.lock import matrix_chain
-    from reference.errors import Int8confError
 
     validate_device(args.device)
     if args.threads > 1 and (args.workers > 1 or args.scheduler):
@@ -259,8 +254,6 @@ def run(args: argparse.Namespace) -> int:
     bad = [c for c in covs if c not in COVERAGES]
     if bad:
         raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
-    from reference.seeds import check_seed
-
     seeds = [check_seed(s, "--seeds: seed") for s in args.seeds]
     # refuse a tampered matrix before spending any compute
     chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
@@ -286,16 +279,12 @@ def run(args: argparse.Namespace) -> int:
     )
     cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
-    from conformance.runtime.output_dirs import default_out, kernel_label
-
     kdir = kernel_label(kernel.name)
     if args.out is not None:
         out_dir = Path(args.out) / kdir
     else:  # a store given alone keeps its scorecard beside it, not over the committed one
         out_dir = Path(args.db).parent if args.db else default_out("sweep", kdir)
     db = Path(args.db) if args.db else out_dir / "sweep.sqlite"
-    from reference.command_line import ensure_out_dir, removed_if_refused
-
     tasks = [SweepTask(c, spec, args.device) for c in mcells + cells]
     with removed_if_refused(out_dir):
         if args.out is None and args.db:  # the scorecard goes beside the store

@@ -1,35 +1,27 @@
 """Trigger-condition coverage: what a conformance run actually exercised.
 
-A PASS says only as much as the cases reach. For every evaluated case
-:func:`case_coverage` measures, from the operands, the exact accumulator and
-the reference output of the kernel's *declared* contract (not the kernel's
-output: a kernel that flushes subnormals must not make the run look as if no
-subnormal was exercised), the trigger conditions of issue 8:
-
-* accumulator: max |partial sum| over K in both summation directions
-  (:func:`partial_sum_extremes`), max |acc|, elements with partial sums
-  >= 2**24 while the final |acc| < 2**24, |acc| >= 2**24, |acc| > 2**31 - 1;
-* output (reference of the declared contract): subnormal, +-inf, -0 and +0
-  elements;
-* operands: negative / zero scales, all-zero rows, adjacent (-128)*(-128)
-  product pairs and their alignments mod 32, bias near cancellation
-  (|y + bias| < 2**-8 |bias|), scale-order-discriminating elements;
-* shape: K mod 128, M, N; output dtype; scale mode;
-* layouts: what the kernel was handed (``manifest["extra"]["operand_layouts"]``)
-  and which operands it got as dense copies instead (``contiguous_only``).
-
-:func:`coverage_table` aggregates the cases the kernel produced output on
-into rows ``{"condition", "reached", "cases", "covered"}`` for the report
-(``conformance.suite.report``) and its JSON (``coverage``).
+:func:`case_coverage` measures per case, from the operands, the exact accumulator and the
+*declared* contract's reference output (not the kernel's: a kernel flushing subnormals must not
+hide that they were exercised): partial-sum and accumulator extremes vs 2**24 / int32, subnormal /
+inf / signed-zero outputs, negative / zero scales, zero rows, (-128)*(-128) product pairs, bias
+cancellation, scale-order-discriminating elements, shape residues, layouts handed to the kernel.
+:func:`coverage_table` aggregates the cases with output into report rows
+``{"condition", "reached", "cases", "covered"}``.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+
+from conformance.cases import tie_discrimination
+from reference.accumulate import exact_int_mm
+from reference.epilogue import apply_epilogue
+from reference.operands import OPERAND_NAMES, layout_label
 
 FP32_EXACT = 2**24
 INT32_MAX = 2**31 - 1
@@ -52,24 +44,13 @@ LAYOUTS_WANTED = {
 
 
 def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> tuple[Tensor, Tensor, int]:
-    """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in
-    each summation direction.
+    """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in each summation direction.
 
-    Prefix sums ``P_j`` (after the first j products, j = 0..K) are computed
-    exactly (float64 batched matmuls of int8 values: every sum is an integer
-    of magnitude <= K * 2**14 < 2**53). Forward (k = 0, 1, ...) the partial
-    sums are the ``P_j``; backward (k = K-1, ...) they are ``acc - P_j``.
-    Since ``|acc - x|`` is convex in x, the backward maximum is reached at the
-    smallest or largest ``P_j``, so only the per-element min / max of ``P_j``
-    are kept. When ``M * N * K > budget`` the prefix sums are taken every
-    ``g`` products (``g`` a power of two): a lower bound, reported as such.
-
-    Args:
-        a: int8 [M, K]; b: int8 [N, K] (any layout, CPU).
-        budget: largest M * N * (K / g) handled per pass.
-
-    Returns:
-        ``(forward int64 [M, N], backward int64 [M, N], g)``.
+    Prefix sums ``P_j`` are exact (float64 matmuls of int8: integers < 2**53). Forward the partial
+    sums are ``P_j``, backward ``acc - P_j``, whose maximum is at the smallest or largest ``P_j``
+    (convexity). When ``M * N * K > budget`` the prefix sums are taken every ``g`` (power of two)
+    products: a lower bound. ``a``: int8 [M, K], ``b``: int8 [N, K] (CPU).
+    Returns ``(forward int64 [M, N], backward int64 [M, N], g)``.
     """
     m, k = a.shape
     n = b.shape[0]
@@ -122,25 +103,9 @@ def _float_counts(y: Tensor) -> dict:
 
 
 def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
-    """Trigger conditions one case reaches (module docstring).
-
-    Args:
-        spec: KernelSpec (its declared contract gives the reference output).
-        ops: GemmOperands (CPU).
-        run: the KernelRun (for the layouts the kernel was handed), or None.
-        exact: exact int64 accumulator [M, N] if already computed.
-
-    Returns:
-        JSON-able dict: ``max_partial_fwd, max_partial_bwd, partial_step,
-        n_partial_big_final_small, max_abs_acc, n_acc_ge_2_24,
-        n_acc_gt_int32, out {subnormal, pos_inf, neg_inf, neg_zero,
-        pos_zero}, out_dtype, scale_mode, m, k, n, neg_scale_a, neg_scale_b,
-        zero_scale_a, zero_scale_b, zero_rows_a, pair_alignments,
-        bias_cancel, discriminating, layouts, densified``.
-    """
-    from reference.accumulate import exact_int_mm
-    from reference.epilogue import apply_epilogue
-
+    """Trigger conditions one case reaches (module docstring): a JSON-able dict. ``ops``: CPU
+    GemmOperands; ``run``: its KernelRun (layouts handed to the kernel) or None; ``exact``: the
+    int64 [M, N] accumulator if already computed."""
     a, b = ops.a.cpu(), ops.b.cpu()
     acc = exact if exact is not None else exact_int_mm(a, b)
     fwd, bwd, step = partial_sum_extremes(a, b)
@@ -183,14 +148,10 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     else:
         cov["bias_cancel"] = 0
     if ops.out_dtype != torch.float32 and int(acc.abs().max()) < FP32_EXACT:
-        from conformance.cases import tie_discrimination
-
         cov["discriminating"] = tie_discrimination(ops, acc)["a_then_w!=w_then_a"]
     else:
         cov["discriminating"] = 0
     extra = ((getattr(run, "manifest", None) or {}).get("extra") or {}) if run is not None else {}
-    from reference.operands import OPERAND_NAMES, layout_label
-
     cov["layouts"] = extra.get("operand_layouts") or {k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
     cov["densified"] = list(extra.get("densified") or [])
     meta = ops.meta or {}
@@ -412,20 +373,8 @@ def coverage_table(case_results: Sequence) -> list[dict]:
 
 
 def invocation(args=None, prog: str = "int8conf check") -> dict:
-    """The command line and options that produced a report.
-
-    Args:
-        args: the parsed ``argparse.Namespace`` of ``int8conf check`` (or a
-            dict of options); None gives ``{"command": prog, "options": {}}``.
-        prog: the program / subcommand name.
-
-    Returns:
-        ``{"command": "<prog> --opt value ...", "options": {name: value}}``:
-        ``command`` re-creates the run (options whose value is not None,
-        False or empty, in parser order, list options repeated).
-    """
-    import shlex
-
+    """``{"command", "options"}`` of a report: ``args`` is the parsed Namespace (or a dict; None =
+    none); ``command`` re-creates the run (options not None / False / empty, in parser order)."""
     opts = dict(vars(args)) if args is not None and not isinstance(args, dict) else dict(args or {})
     # ``command``: the subcommand's argparse dest (already in ``prog``)
     opts = {k: v for k, v in opts.items() if not callable(v) and not k.startswith("_") and k != "command"}

@@ -1,11 +1,7 @@
-"""One operand case through every per-case check: :func:`evaluate_case`.
-
-The unit of work shared by the suite (``conformance.suite.run``), the property
-test (``conformance.suite.property``) and the pytest plugin: run the kernel on one
-:class:`~reference.operands.GemmOperands`, compute the exact accumulator
-once, observe the kernel's own accumulator where it has an ``int_mm`` entry,
-apply C1-C6 and C8, and optionally compare with a second kernel. The result
-is a :class:`CaseResult`, one row of a conformance report.
+"""One operand case through every per-case check (:func:`evaluate_case`, :class:`CaseEvaluation`):
+run the kernel, compute the exact accumulator once, observe the kernel's own accumulator (its
+``int_mm`` entry), apply C1-C6, C8 (and C10), optionally compare with a second kernel. The result,
+a :class:`CaseResult`, is one row of a conformance report.
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from conformance.cases import case_id
+from conformance.cases._common import VIOLATES
 from conformance.checks.accumulator import (
     ObservedAccumulator,
     check_fp32_exact_accumulator,
@@ -25,7 +22,10 @@ from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.ownership import check_output_ownership
-from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, CheckResult
+from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, PRECONDITION_CASE, CheckResult
+from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
+from conformance.suite.coverage import case_coverage
+from conformance.suite.pairwise import compare_pair
 from conformance.sweep.prefetch import (
     declared_output_differs,
     prefetch_accumulator_questions,
@@ -33,7 +33,9 @@ from conformance.sweep.prefetch import (
     prefetch_output_evidence,
 )
 from reference import memo
+from reference.accumulate import exact_int_mm
 from reference.errors import first_line
+from reference.operands import tensor_digest
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
 NOT_RUN = "not run"
@@ -58,35 +60,13 @@ OWNERSHIP_CHECK = ("C10", check_output_ownership)
 class CaseResult:
     """Every per-case check on one operand case.
 
-    Attributes:
-        case: case id (``conformance.cases.case_id``).
-        source: ``synthetic`` | ``sweep`` | ``capture`` | ``property``.
-        scale_mode: ``own`` | ``pow2`` | ``synthetic``.
-        shape: ``[M, K, N]``.
-        out_dtype: e.g. ``"torch.bfloat16"``.
-        bias: whether the case has a bias.
-        checks: check id -> CheckResult (C1-C6, C8).
-        run_manifest: the KernelRun manifest (path taken, device, ...).
-        elapsed_s: kernel wall time (seconds, from the runner).
-        error: the kernel's error line, if it failed.
-        operand_digests: ``GemmOperands.digests()``.
-        pair: ``conformance.suite.pairwise.compare_pair`` result when ``--against``.
-        meta: the case's meta (layer, block, seed, ...).
-        produced_output: the kernel returned an output tensor on this case
-            (False when it was not runnable here or raised).
-        output_digest: ``reference.operands.tensor_digest`` of the kernel's
-            output (None without output): lets a later run tell, from the
-            report alone, whether another kernel gives the same bits here.
-        output: the output tensor itself when ``evaluate_case(keep_output=True)``
-            (not serialized; the gate compares two kernels' outputs with it).
-        coverage: trigger conditions the case reaches
-            (``conformance.suite.coverage.case_coverage``; ``{"error": line}`` if
-            that measurement itself failed).
-        prefetch_error: one line naming the exception a prefetch
-            (``prefetch_output_comparisons``, ``prefetch_accumulator_questions``,
-            ``prefetch_output_evidence``) raised, several joined by ``"; "``,
-            or None (none raised). The checks then computed their answers
-            themselves, so the verdicts are those of a run without the prefetch.
+    ``source``: ``synthetic`` | ``sweep`` | ``capture`` | ``property``; ``shape``: ``[M, K, N]``;
+    ``checks``: check id -> CheckResult; ``run_manifest``: the KernelRun manifest; ``elapsed_s``:
+    kernel wall time (s); ``error``: the kernel's error line; ``pair``: ``compare_pair`` result with
+    ``--against``; ``produced_output``: False when not runnable here or it raised; ``output_digest``:
+    ``tensor_digest`` of the output (None without); ``output``: the tensor with ``keep_output=True``
+    (not serialized); ``coverage``: ``case_coverage`` (``{"error": line}`` if it failed);
+    ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None.
     """
 
     case: str
@@ -110,8 +90,7 @@ class CaseResult:
 
     @property
     def not_run_reason(self) -> Optional[str]:
-        """Why the kernel did not run on this case (runner's ``not runnable
-        here: ...`` line), or None when it ran (or tried to and failed)."""
+        """The runner's ``not runnable here: ...`` line, or None when the kernel ran (or failed)."""
         err = self.error or ""
         if self.run_manifest.get("skipped") or err.startswith("not runnable here"):
             return err or "not runnable here"
@@ -119,25 +98,21 @@ class CaseResult:
 
     @property
     def kernel_failures(self) -> list[CheckResult]:
-        """Checks failed because of the kernel."""
         return [r for r in self.checks.values() if r.is_kernel_failure]
 
     @property
     def precondition_violations(self) -> list[CheckResult]:
-        """Failed precondition checks caused by the operands, except those of
-        a precondition case (:attr:`precondition_cases`)."""
+        """Failed precondition checks caused by the operands, except on a precondition case."""
         return [r for r in self.checks.values() if r.is_precondition_violation and not r.is_precondition_case]
 
     @property
     def precondition_cases(self) -> list[CheckResult]:
-        """Failed precondition checks the case was built to fail
-        (``meta["violates"]``): expected, neither a warning nor a failure."""
+        """Failed precondition checks the case was built to fail (``meta["violates"]``)."""
         return [r for r in self.checks.values() if r.is_precondition_case]
 
     @property
     def verdict(self) -> str:
-        """``fail`` on any kernel failure, else ``not run`` when the kernel
-        could not run on this case, else ``pass``."""
+        """``fail`` on a kernel failure, else ``not run`` when the kernel could not run, else ``pass``."""
         if self.kernel_failures:
             return "fail"
         return NOT_RUN if self.not_run_reason is not None else "pass"
@@ -180,9 +155,7 @@ class CaseResult:
 
 
 class PrefetchWarning(RuntimeWarning):
-    """The output-comparison prefetch of a case raised; the checks computed
-    their comparisons themselves (verdicts unaffected). Also recorded on
-    ``CaseResult.prefetch_error``."""
+    """A case's prefetch raised; the checks computed their answers themselves (verdicts unaffected)."""
 
 
 def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
@@ -215,8 +188,7 @@ def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
 
 
 def check_error(cid: str, e: BaseException) -> CheckResult:
-    """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that
-    itself raised ``e``: one line naming the exception."""
+    """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that itself raised ``e``."""
     line = f"check raised {type(e).__name__}: {first_line(e, None)}"
     return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line, {"check_error": line, "failure_kind": "harness"})
 
@@ -229,12 +201,7 @@ def _jsonable_meta(meta: dict) -> dict:
 
 
 def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
-    """Flag (``checks.result.PRECONDITION_CASE``) each precondition violation
-    of a check the case's ``meta["violates"]`` names: the suite built the case
-    to violate it."""
-    from conformance.cases._common import VIOLATES
-    from conformance.checks.result import PRECONDITION_CASE
-
+    """Flag (PRECONDITION_CASE) each precondition violation of a check ``meta["violates"]`` names."""
     for cid in (meta or {}).get(VIOLATES) or ():
         r = checks.get(cid)
         if r is not None and r.is_precondition_violation:
@@ -242,35 +209,15 @@ def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
 
 
 class CaseEvaluation:
-    """:func:`evaluate_case` in three steps, so that a caller can ask its own
-    device questions (``reference.readback``) together with the case's:
-
-    1. construction: the kernel runs (or its launch is given), the exact
-       accumulator is computed, the kernel's ``int_mm`` runs; their in-place
-       / NaN verdicts are asked, not read, and inside a ``reference.memo``
-       scope so is everything the checks will read (output comparisons,
-       accumulator maxima, bounds: ``prefetch_output_comparisons``,
-       ``prefetch_accumulator_questions``);
-    2. :meth:`settle`: one read-back for all of it (and whatever the caller
-       asked meanwhile); then, inside a scope, the failure evidence of every
-       comparison with differing elements is asked;
-    3. :meth:`result`: the checks run (one more read-back when step 2 asked
-       anything) and the CaseResult is built.
-
-    Outside a memo scope nothing is prefetched and the checks read as they
-    go (the pytest plugin, ``int8conf check``); either way the results are
-    those of running the checks one after the other.
-
-    Attributes:
-        spec, ops, exact (int64 [M, N] on the operands' device), launch (the
-        ``KernelLaunch``, None when a KernelRun was given), run (the
-        KernelRun, once settled), obs (the ObservedAccumulator, once settled).
+    """:func:`evaluate_case` in three steps, so a caller can ask its own device questions
+    (``reference.readback``) together with the case's: construction (kernel, exact accumulator and
+    ``int_mm`` launched; inside a ``reference.memo`` scope every question the checks will read is
+    asked, not read), :meth:`settle` (one read-back, then the failure evidence is asked) and
+    :meth:`result` (the checks run). Outside a memo scope nothing is prefetched; the results are
+    those of running the checks one after the other. ``exact``: int64 [M, N] on the operands' device.
     """
 
     def __init__(self, spec, ops, device: Optional[str] = None, run=None, keep_on_device: bool = False):
-        from conformance.kernels.runner import KernelLaunch, start_int_mm, start_kernel
-        from reference.accumulate import exact_int_mm
-
         self.spec, self.ops, self.device, self.keep_on_device = spec, ops, device, keep_on_device
         self.launch, self.run, self.obs = None, None, None
         self.probed = run is None
@@ -302,9 +249,8 @@ class CaseEvaluation:
         self._prefetch_errors = [e for e in (err, err2) if e]
 
     def settle(self) -> "CaseEvaluation":
-        """Read the runs' verdicts (and everything asked so far: one
-        read-back), then ask the failure evidence of the output checks.
-        Idempotent; returns self."""
+        """Read the runs' verdicts and everything asked so far (one read-back), then ask the output
+        checks' failure evidence. Idempotent; returns self."""
         if self.obs is not None:
             return self
         if self.run is None:
@@ -327,11 +273,8 @@ class CaseEvaluation:
             return ObservedAccumulator(None, "kernel int_mm", f"{type(e).__name__}: {e}")
 
     def output_differs(self) -> bool:
-        """After :meth:`settle`: whether C8 may fail (the settled run has an
-        output that is not known to match the declared-contract reference
-        bit for bit: ``conformance.checks.output_bits.declared_output_differs``).
-        A hint for asking failure-related questions before :meth:`result`
-        reads, never a verdict."""
+        """Whether C8 may fail (``declared_output_differs``): a hint for asking failure-related
+        questions before :meth:`result`, never a verdict."""
         self.settle()
         try:
             return declared_output_differs(self.spec, self.ops, self.run, self.exact, self._outputs)
@@ -347,9 +290,6 @@ class CaseEvaluation:
         output_digest: bool = True,
     ) -> CaseResult:
         """The CaseResult (settles first). Args as :func:`evaluate_case`."""
-        from conformance.kernels.runner import run_kernel
-        from reference.operands import tensor_digest
-
         self.settle()
         spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
         checks: dict[str, CheckResult] = {}
@@ -364,16 +304,12 @@ class CaseEvaluation:
         _mark_precondition_cases(checks, ops.meta)
         pair = None
         if against is not None:
-            from conformance.suite.pairwise import compare_pair
-
             run_b = run_kernel(against, ops, device=device)
             pair = compare_pair(spec, against, ops, run, run_b)
         meta = dict(ops.meta or {})
         cov = {}
         try:
             if coverage:
-                from conformance.suite.coverage import case_coverage
-
                 cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
@@ -411,48 +347,17 @@ def evaluate_case(
     output_digest: bool = True,
     keep_on_device: bool = False,
 ) -> CaseResult:
-    """Run ``spec`` on one case and apply every per-case check.
+    """Run ``spec`` on one case and apply every per-case check (:class:`CaseEvaluation`).
 
-    Steps: ``run_kernel(spec, ops, device)``; the exact int64 accumulator
-    (``reference.accumulate.exact_int_mm``, computed once and shared); the
-    observed accumulator (the kernel's ``int_mm`` entry via ``run_int_mm``,
-    when it has one); C1-C6 and C8; with ``against``, the other kernel on the
-    same operands and their bit agreement (``conformance.suite.pairwise``).
-    (:class:`CaseEvaluation` does it; its steps let a caller read its own
-    device questions with the case's.)
-
-    Args:
-        spec: KernelSpec under test.
-        ops: GemmOperands (CPU tensors, or tensors on one device: the exact
-            accumulator and the checks' references are then computed on that
-            device, ``reference.accumulate.exact_int_mm`` being exact on any).
-        against: optional second KernelSpec.
-        device: device for the kernel run (None = the runner's default).
-        source: overrides ``ops.meta["source"]`` in the result.
-        keep_output: keep the kernel's output tensor on ``CaseResult.output``.
-        coverage: measure the case's trigger conditions
-            (``conformance.suite.coverage.case_coverage``; the sweep, which stores
-            no coverage, turns it off: it was half of a layer cell's time).
-        run: the KernelRun of ``spec`` on ``ops`` when the caller already has
-            it (``run_kernel`` is then not called again), or its
-            ``KernelLaunch`` (``conformance.kernels.runner.start_kernel``).
-        output_digest: hash the kernel's output into ``CaseResult.output_digest``
-            (the sweep, which does not store it, turns it off: a SHA-256 of
-            every output, e.g. 0.8 MB for 64 x 6144 bf16, per cell).
-        keep_on_device: leave the kernel's output and observed accumulator
-            on the device they were computed on (``run_kernel(keep_on_device=)``;
-            the sweep, whose references live there: no copy to the host and
-            back per cell). ``CaseResult.output`` is then on that device.
-
-    Returns:
-        CaseResult. Never raises for a kernel's failure (it is a check
-        failure); a check that itself raises gives a ``fail`` result with
-        ``failure_kind == "harness"``; a failed prefetch is warned
-        (:class:`PrefetchWarning`) and kept on ``CaseResult.prefetch_error``,
-        the checks computing without it.
+    ``ops``: GemmOperands (CPU, or on one device: the references are then computed there);
+    ``against``: a second KernelSpec for bit agreement; ``source`` overrides ``ops.meta["source"]``;
+    ``coverage`` / ``output_digest``: measure ``case_coverage`` / hash the output; ``run``: the
+    KernelRun or ``KernelLaunch`` when the caller has it; ``keep_on_device``: leave output and
+    observed accumulator on their device. Never raises for a kernel's failure; a check that raises
+    gives a ``harness`` failure; a failed prefetch is warned (:class:`PrefetchWarning`).
 
     Raises:
-        OperandError: ``ops`` themselves are invalid (as ``run_kernel``).
+        OperandError: invalid ``ops``.
         KeyboardInterrupt: a stop (Ctrl-C, SIGTERM via ``conformance.runtime.graceful_stop``).
     """
     return CaseEvaluation(spec, ops, device=device, run=run, keep_on_device=keep_on_device).result(

@@ -1,13 +1,7 @@
-"""Pairwise interchangeability of two kernels (``--against=OTHER``).
-
-For every case both kernels run on the same operands; their outputs are
-compared bit for bit (spacing distance, ``reference.bits``). Two kernels
-are *interchangeable* on a case set when their outputs are bit-identical on
-every case. Whether that is expected follows from the declared contracts
-(DESIGN.md section 1): identical contracts must agree; under power-of-two
-per-channel scales every scale order gives the same bits, so kernels whose
-bias points agree (or with no bias) must agree too; otherwise legal kernels
-may differ (by about one spacing, more where a bias cancels the product).
+"""Pairwise interchangeability of two kernels (``--against=OTHER``): outputs on the same operands
+compared bit for bit. Whether identity is expected follows from the declared contracts (DESIGN.md
+section 1): identical contracts must agree, and so must pow2-scale cases when the bias points agree
+(or there is no bias); otherwise legal kernels may differ.
 """
 
 from __future__ import annotations
@@ -15,24 +9,18 @@ from __future__ import annotations
 from typing import Optional
 
 from conformance.checks.compare import compare_bits, output_problem
+from conformance.checks.output_bits import overflow_of, run_device
+from conformance.checks.overflow import declared_accumulator, may_leave_int32
 from conformance.checks.result import merge_histograms
+from reference.accumulate import exact_int_mm
 
 
 def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
-    """Why overflow frees the pair from bit identity on ``ops``, or None.
-
-    Two's-complement wrap is order-free, so two ``wrap`` kernels still must
-    agree; any other pair of declarations (saturate, undefined, or a wrap
-    against either) promises nothing at elements whose sum can leave int32
-    (``conformance.checks.overflow``)."""
-    from conformance.checks.output_bits import overflow_of
-    from conformance.checks.overflow import declared_accumulator, may_leave_int32
-
+    """Why overflow frees the pair from bit identity on ``ops`` (an accumulator can leave int32 and
+    the declarations are not both ``wrap``, which is order-free), or None."""
     ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
     if ba == bb == "wrap" or not may_leave_int32(ops.a.shape[1]):
         return None
-    from reference.accumulate import exact_int_mm
-
     n = declared_accumulator(ops, exact_int_mm(ops.a, ops.b), "wrap").n_at_risk
     if not n:
         return None
@@ -45,20 +33,8 @@ def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[s
 def expected_agreement(
     spec_a, spec_b, ops, dev_a: Optional[str] = None, dev_b: Optional[str] = None
 ) -> tuple[bool, str]:
-    """Whether two correct kernels must give identical bits on ``ops``.
-
-    Args:
-        spec_a, spec_b: the two KernelSpecs; ops: the case's GemmOperands.
-        dev_a, dev_b: the device types they ran on (their overflow
-            declarations may differ by device, ``KernelSpec.overflow_on``).
-
-    Returns:
-        ``(False, reason)`` when an accumulator can leave int32 and the two
-        overflow declarations do not force the same value; else ``(True,
-        reason)`` when the declared contracts force bit identity (same
-        contract; or ``pow2`` scale mode with no bias or the same bias
-        point), else ``(False, reason)``.
-    """
+    """``(must two correct kernels give identical bits on ops, reason)``; ``dev_a`` / ``dev_b``:
+    the device types they ran on (overflow declarations may differ by device)."""
     freed = _overflow_frees(spec_a, spec_b, ops, dev_a, dev_b)
     if freed:
         return False, freed
@@ -71,22 +47,9 @@ def expected_agreement(
 
 
 def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
-    """Bit agreement of two kernels' outputs on one case.
-
-    Args:
-        spec_a, spec_b: the kernel under test and the other kernel.
-        ops: the case's GemmOperands.
-        run_a, run_b: their KernelRuns on ``ops``.
-
-    Returns:
-        JSON-able dict: ``status`` (``identical`` | ``differ-expected`` |
-        ``differ-unexpected`` | ``error``), ``expected_identical``, ``reason``,
-        ``n_elements``, ``n_equal``, ``agreement`` (fraction of bit-identical
-        elements), ``max_ulp``, ``ulp_histogram``, ``worst`` (index, both
-        values and bit patterns, operand values), ``error``.
-    """
-    from conformance.checks.output_bits import run_device
-
+    """Bit agreement of two kernels' KernelRuns on one case: ``status`` (``identical`` |
+    ``differ-expected`` | ``differ-unexpected`` | ``error``), ``expected_identical``, ``reason``,
+    ``n_elements``, ``n_equal``, ``agreement``, ``max_ulp``, ``ulp_histogram``, ``worst``, ``error``."""
     expect, reason = expected_agreement(spec_a, spec_b, ops, run_device(run_a), run_device(run_b))
     out = {"expected_identical": expect, "reason": reason}
     shape = (ops.m, ops.n)
@@ -118,19 +81,9 @@ def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
 def summarize_pairs(
     kernel: str, other: str, pairs: list[tuple[str, dict]], other_manifest: Optional[dict] = None
 ) -> dict:
-    """Aggregate per-case pair results into the report's pairwise section.
-
-    Args:
-        kernel, other: kernel names.
-        pairs: ``(case id, compare_pair result)`` per case.
-        other_manifest: the other kernel's declared manifest.
-
-    Returns:
-        ``{"kernel", "other", "other_manifest", "interchangeable" (bool: bit
-        identical on every case), "summary", "counts" (per status),
-        "n_elements", "n_equal", "agreement", "max_ulp", "ulp_histogram",
-        "per_case": [{"case", ...}]}``.
-    """
+    """The report's pairwise section from ``(case id, compare_pair result)`` pairs: ``kernel, other,
+    other_manifest, interchangeable`` (bit identical on every case), ``summary, counts`` (per status),
+    ``n_elements, n_equal, agreement, max_ulp, ulp_histogram, per_case``."""
     counts: dict[str, int] = {}
     for _, p in pairs:
         counts[p["status"]] = counts.get(p["status"], 0) + 1

@@ -1,11 +1,6 @@
-"""Hypothesis property test: random operands against the reference under
-the kernel's declared contract (checks C1-C6 and C8 on every example).
-
-Fixed CI profile (:data:`CI_SETTINGS`): derandomized (the same examples on
-every run and machine), no example database, no deadline, no shrinking (a
-kernel under the Triton interpreter can take seconds per call; the first
-failing example is reported with its full evidence instead), health checks
-for slow data generation suppressed.
+"""Hypothesis property test: random operands against the reference under the kernel's declared
+contract (C1-C6 and C8 on every example). Fixed CI profile (:func:`ci_settings`): derandomized, no
+database, no deadline, no shrinking (the first failing example is reported), health checks off.
 """
 
 from __future__ import annotations
@@ -34,24 +29,10 @@ def ci_settings(max_examples: int = 25) -> settings:
 
 
 def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None) -> dict:
-    """Run the property test for one kernel.
-
-    Every example is evaluated with ``conformance.suite.evaluate.evaluate_case`` and
-    handed to ``sink`` (a ``CaseResult`` named ``property/<i>:<shape>``,
-    ``source == "property"``). The property: no check fails because of the
-    kernel. Stops at the first failing example (hypothesis re-runs it once;
-    the re-run is not sunk twice).
-
-    Args:
-        spec: KernelSpec.
-        sink: called with each CaseResult.
-        max_examples: hypothesis examples.
-        device: kernel device (None = runner default).
-
-    Returns:
-        ``{"examples", "failed" (bool), "falsifying_case", "failure",
-        "strategy", "settings"}``; ``{"skipped": reason}`` when
-        ``reference.strategies`` is not importable.
+    """Run the property test for one kernel; every example's ``CaseResult``
+    (``property/<i>:<shape>``, ``source == "property"``) goes to ``sink`` once. Stops at the first
+    failing example. Returns ``{"examples", "failed", "falsifying_case", "failure", "strategy",
+    "settings"}``, or ``{"skipped": reason, ...}`` when ``reference.strategies`` is not importable.
     """
     try:
         from reference.strategies import gemm_operands

@@ -1,63 +1,15 @@
 """Conformance reports: ``<out>/<kernel>/conformance.json`` and ``.md``.
 
-JSON schema ``int8conf.conformance`` version :data:`SCHEMA_VERSION`; top-level keys:
-
-* ``schema``, ``schema_version``, ``generated_at`` (UTC ISO-8601)
-* ``kernel``: declared manifest (``KernelSpec.manifest()``: name, contract,
-  devices, constraints, version, source_digest, has_int_mm, origin, description)
-* ``environment``: python / torch / triton / hypothesis versions, platform,
-  CUDA device, ``execution`` (``interpreter`` | ``native`` | ``mixed``),
-  ``paths_used`` (code path -> number of runs), ``interpreter_semantics``
-  (the Triton interpreter's measured epilogue semantics, or null)
-* ``captures``: ``{"available", "note", "source"}`` (the note says
-  "no captures available: synthetic only" when no layer capture was replayed)
-* ``overall``: ``{"verdict": "pass"|"fail"|"not run"|"n/a", "summary",
-  "failed_checks", "precondition_violations", "precondition_cases" {check: cases},
-  "cases_total", "cases_run", "cases_not_run", "not_run_reasons" {reason: cases}}`` (``not run``: the
-  kernel produced output on zero cases; inconclusive)
-* ``checks``: one per check id (C1..C9, E1; C9 batch_invariance is kernel-level): ``{check_id, name, verdict,
-  summary, evidence, label}`` aggregated over cases (``label``: :func:`verdict_label`,
-  e.g. ``precondition case (7)``)
-* ``cases``: per case / per layer: ``{case, source, scale_mode, shape [M,K,N],
-  out_dtype, bias, verdict ("pass"|"fail"|"not run"), checks {id: {verdict,
-  summary, evidence}}, path, elapsed_s, error, operand_digests, meta,
-  produced_output, not_run_reason[, pair][, prefetch_error]}`` (``prefetch_error``:
-  the output-comparison prefetch raised; the checks computed without it)
-* ``property_tests``: hypothesis summary or null
-* ``pairwise``: interchangeability with ``--against`` (or null)
-* ``elapsed_s``, ``notes`` (e.g. a partial pytest selection)
-* ``partial``: whether the verdict covers the whole run
-  (``conformance.runtime.partial_run.partial_run``): ``{"partial": bool, "reason":
-  "interrupted" | "subset" | null, "cases_ran", "cases_total" (fixed cases),
-  "stage" (what a stopped run was doing: "fixed cases", "the property
-  test", "C9", "C7", "E1"; null if not stopped or not known), "note" (the
-  "partial run: ..." line, also first in ``notes``; null when complete)}``;
-  ``partial: false`` on a complete run. Added within v1 (a reader of v1
-  finds it absent in older reports: then a "partial run" note is the mark)
-* ``comparability``: ``conformance.suite.run.comparability`` -- suite version,
-  SHA-256 digests of the fixed cases' operands and of the layer captures,
-  the case ids and the environment; ``int8conf gate --baseline`` refuses a
-  report whose digests differ from its own run. Each case also carries
-  ``output_digest`` (SHA-256 of the kernel's output bits).
-* ``coverage``: the trigger conditions the run actually exercised
-  (``conformance.suite.coverage.coverage_table``): rows ``{condition, reached,
-  cases, covered}`` (max partial sum and max |acc| reached, subnormal / inf /
-  signed-zero outputs, negative and zero scales, K residues, M values,
-  layouts handed to the kernel, ...); per case ``cases[i].coverage``
-* ``invocation``: ``{command, options}``, the command line and options that
-  produced the report
-* ``fault_signatures``: a failing run's signature lines (:func:`fault_signatures`:
-  the fault classes the failing cases match, or that they match none); ``[]``
-  when the run did not fail
-
-Paths (capture and model directories, notes, the command line) are written
-portably (``reference.fileio.portable_paths``): relative to the repository
-root, ``$INT8CONF_CACHE/...``, ``$TMPDIR/...``, ``~/...``, or ``.../<name>``
-outside those -- never an absolute path of the machine that ran it.
-
-Non-finite floats are written as strings (``"inf"``, ``"nan"``) so the file
-is strict JSON. Both files are written atomically (temporary file in the same
-directory, then ``os.replace``).
+JSON schema ``int8conf.conformance`` v:data:`SCHEMA_VERSION`; top-level keys ``schema,
+schema_version, generated_at`` (UTC ISO-8601), ``kernel`` (``KernelSpec.manifest()``),
+``environment``, ``captures {available, note, source}``, ``overall`` (``run.overall_verdict``),
+``checks`` (aggregated, plus ``label``: :func:`verdict_label`), ``cases`` (``CaseResult.to_dict``),
+``property_tests``, ``pairwise`` (or null), ``elapsed_s``, ``notes``, ``partial``
+(``conformance.runtime.partial_run``; absent in older v1 reports), ``comparability``
+(``run.comparability``), ``coverage`` (``coverage.coverage_table`` rows), ``invocation {command,
+options}`` and ``fault_signatures`` (:func:`fault_signatures`; ``[]`` unless the run failed).
+Paths are written portably (``reference.fileio.portable_paths``), non-finite floats as strings
+(strict JSON); both files are written atomically.
 """
 
 from __future__ import annotations
@@ -72,6 +24,8 @@ from typing import Union
 import pandas as pd
 
 from conformance.runtime.partial_run import complete_run, partial_note
+from conformance.suite.signatures import signature_lines
+from reference.errors import Int8confError
 from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
@@ -79,8 +33,7 @@ SCHEMA_VERSION = 1
 
 
 def kernel_dirname(name: str) -> str:
-    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` ->
-    ``pkg.mod_fn_x_1``)."""
+    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` -> ``pkg.mod_fn_x_1``)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
 
 
@@ -98,12 +51,7 @@ def _clean(x):
 
 
 def to_json_dict(result) -> dict:
-    """The report's JSON document for a ``conformance.suite.run.ConformanceResult``.
-
-    Paths are recorded portably (``reference.fileio.portable_paths``: relative
-    to the repository root, ``$INT8CONF_CACHE/...``, ...), never as this
-    machine's absolute paths, so committed reports compare across machines.
-    """
+    """The report's JSON document for a ``ConformanceResult`` (paths portable)."""
     return portable_paths(
         _clean(
             {
@@ -134,21 +82,15 @@ def to_json_dict(result) -> dict:
 
 
 def fault_signatures(result) -> list:
-    """Fault classes whose signature the failures match
-    (``conformance.suite.signatures.signature_lines``, the code that scores the
-    sweep), or the one line saying the failing cases match none; empty for
-    a run that did not fail. The report's "Failure signature" section and
-    ``int8conf check``'s terminal summary show these lines."""
+    """``signature_lines`` of a failing run (fault classes its failures match, or one line saying
+    none); empty for a run that did not fail."""
     if result.overall.get("verdict") != "fail":
         return []
-    from conformance.suite.signatures import signature_lines
-
     return signature_lines(result)
 
 
 def _table(df: pd.DataFrame) -> str:
-    """Markdown table (pandas + tabulate); without tabulate, a fixed-width
-    block from ``DataFrame.to_string``."""
+    """Markdown table (pandas + tabulate), else a fixed-width block."""
     if df.empty:
         return "_(none)_"
     try:
@@ -157,23 +99,23 @@ def _table(df: pd.DataFrame) -> str:
         return "```\n" + df.to_string(index=False) + "\n```"
 
 
+def _kv(rows: list) -> str:
+    return _table(pd.DataFrame(rows, columns=["field", "value"]).map(_cell))
+
+
 def is_precondition_failure(verdict: str, evidence: dict) -> bool:
     """A failing precondition check (C3/C4) caused by the operands."""
     return verdict == "fail" and (evidence or {}).get("failure_kind") == "precondition"
 
 
 def is_precondition_case(verdict: str, evidence: dict) -> bool:
-    """A precondition failure on a case (or only on cases) the suite built
-    to violate it (``conformance.checks.result.PRECONDITION_CASE``)."""
+    """A precondition failure on case(s) the suite built to violate it (PRECONDITION_CASE)."""
     return is_precondition_failure(verdict, evidence) and evidence.get("precondition_case") is True
 
 
 def verdict_label(verdict: str, evidence: dict) -> str:
-    """A check's verdict as the report, the JSON (``checks[].label``) and the
-    console show it: the verdict, or for C3/C4 failing on the operands
-    ``precondition case (N)`` (cases built by the suite to violate it),
-    ``precondition violated (N)`` (other operands, e.g. the user's
-    captures), or both joined by ``"; "``."""
+    """A check's verdict as report, JSON (``checks[].label``) and console show it: for C3/C4
+    failing on the operands ``precondition violated (N)`` and/or ``precondition case (N)``."""
     if not is_precondition_failure(verdict, evidence):
         return verdict
     n_case = evidence.get("n_precondition_cases")
@@ -186,7 +128,6 @@ def verdict_label(verdict: str, evidence: dict) -> str:
 
 
 def _case_cell(verdict: str, evidence: dict) -> str:
-    """A check's cell in the per-case tables (legend at the report's end)."""
     if is_precondition_failure(verdict, evidence):
         return "pre" if is_precondition_case(verdict, evidence) else "violated"
     return {"pass": "ok", "fail": "FAIL", "n/a": "-"}.get(verdict, verdict)
@@ -202,7 +143,6 @@ def _cell(s: str, width: int = 140) -> str:
 
 
 def _not_run_lines(ov: dict) -> list[str]:
-    """Lines naming how many cases the kernel did not run on, and why."""
     n, total = ov.get("cases_not_run") or 0, ov.get("cases_total") or 0
     if not n:
         return []
@@ -217,16 +157,8 @@ def _not_run_lines(ov: dict) -> list[str]:
 
 
 def pair_difference_line(pw: dict) -> str:
-    """One line saying whether two kernels are bit-interchangeable; for
-    ``differ-expected`` cases (allowed by their declared contracts) it says
-    explicitly that they are NOT interchangeable although that is no failure.
-
-    Args:
-        pw: ``conformance.suite.pairwise.summarize_pairs`` result.
-
-    Returns:
-        The line ("" when no case was compared).
-    """
+    """One line saying whether two kernels are bit-interchangeable (``pw``: ``summarize_pairs``),
+    naming ``differ-expected`` cases as NOT interchangeable though no failure; "" when none compared."""
     per = pw.get("per_case") or []
     if not per:
         return ""
@@ -246,8 +178,7 @@ def pair_difference_line(pw: dict) -> str:
 
 
 def _semantics_lines(env: dict) -> list[str]:
-    """The Environment's "Interpreter semantics" subsection (empty when the
-    kernel never ran under the Triton interpreter)."""
+    """The "Interpreter semantics" subsection (empty unless run under the Triton interpreter)."""
     sem = env.get("interpreter_semantics")
     if not isinstance(sem, dict):
         return []
@@ -271,7 +202,6 @@ def _semantics_lines(env: dict) -> list[str]:
 
 
 def _coverage_lines(rows: list) -> list[str]:
-    """The "Coverage of trigger conditions" section (empty without rows)."""
     if not rows:
         return []
     lines = [
@@ -296,8 +226,7 @@ def _coverage_lines(rows: list) -> list[str]:
 
 
 def _overflow_text(decl) -> str:
-    """A kernel's overflow declaration for the report: `wrap`, or per device
-    (`cpu`: `wrap`, `cuda`: `undefined`)."""
+    """`wrap`, or per device (`cpu`: `wrap`, `cuda`: `undefined`)."""
     if isinstance(decl, dict):
         return ", ".join(f"`{d}`: `{b}`" for d, b in decl.items())
     return f"`{decl}`"
@@ -337,52 +266,46 @@ def render_markdown(doc: dict) -> str:
         lines += [f"> Note: {note}", ""]
     lines += ["## Kernel", ""]
     lines.append(
-        _table(
-            pd.DataFrame(
-                [
-                    ("name", k["name"]),
-                    ("origin", k.get("origin")),
-                    ("description", k.get("description")),
-                    (
-                        "declared contract",
-                        f"scale order `{c.get('scale_order')}`, bias "
-                        f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
+        _kv(
+            [
+                ("name", k["name"]),
+                ("origin", k.get("origin")),
+                ("description", k.get("description")),
+                (
+                    "declared contract",
+                    f"scale order `{c.get('scale_order')}`, bias "
+                    f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
+                ),
+                ("devices", ", ".join(k.get("devices", []))),
+                ("version", k.get("version")),
+                ("source digest", f"`{k.get('source_digest')}`"),
+                ("accumulator entry (int_mm)", "yes" if k.get("has_int_mm") else "no"),
+                (
+                    "shape constraints",
+                    ", ".join(
+                        f"{a}={b}"
+                        for a, b in (k.get("constraints") or {}).items()
+                        if b not in (None, "", 1) or a == "min_m"
                     ),
-                    ("devices", ", ".join(k.get("devices", []))),
-                    ("version", k.get("version")),
-                    ("source digest", f"`{k.get('source_digest')}`"),
-                    ("accumulator entry (int_mm)", "yes" if k.get("has_int_mm") else "no"),
-                    (
-                        "shape constraints",
-                        ", ".join(
-                            f"{a}={b}"
-                            for a, b in (k.get("constraints") or {}).items()
-                            if b not in (None, "", 1) or a == "min_m"
-                        ),
-                    ),
-                ],
-                columns=["field", "value"],
-            ).map(_cell)
+                ),
+            ]
         )
     )
     lines += ["", "## Environment", ""]
     lines.append(
-        _table(
-            pd.DataFrame(
-                [
-                    ("execution", env.get("execution")),
-                    ("code paths taken", _hist_str(env.get("paths_used"))),
-                    ("devices used", ", ".join(env.get("devices_used", []))),
-                    ("python", env.get("python")),
-                    ("torch", env.get("torch")),
-                    ("triton", env.get("triton")),
-                    ("hypothesis", env.get("hypothesis")),
-                    ("platform", env.get("platform")),
-                    ("CUDA device", env.get("cuda_device") or "none"),
-                    ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
-                ],
-                columns=["field", "value"],
-            ).map(_cell)
+        _kv(
+            [
+                ("execution", env.get("execution")),
+                ("code paths taken", _hist_str(env.get("paths_used"))),
+                ("devices used", ", ".join(env.get("devices_used", []))),
+                ("python", env.get("python")),
+                ("torch", env.get("torch")),
+                ("triton", env.get("triton")),
+                ("hypothesis", env.get("hypothesis")),
+                ("platform", env.get("platform")),
+                ("CUDA device", env.get("cuda_device") or "none"),
+                ("TRITON_INTERPRET", env.get("triton_interpret_env") or "unset"),
+            ]
         )
     )
     lines += _semantics_lines(env)
@@ -558,14 +481,8 @@ def render_markdown(doc: dict) -> str:
 
 
 def read_report(path: Union[str, Path]) -> dict:
-    """Load a ``conformance.json`` written by :func:`write_reports`.
-
-    Raises:
-        Int8confError: missing or unreadable file, not JSON, another schema,
-            or a newer schema version than this code reads (one line).
-    """
-    from reference.errors import Int8confError
-
+    """Load a ``conformance.json``; raises Int8confError (one line) for an unreadable file, not
+    JSON, another schema or a newer schema version."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -586,15 +503,7 @@ REPORT_FILES = ("conformance.json", "conformance.md")
 
 
 def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, Path]:
-    """Write ``<out_dir>/<kernel>/conformance.json`` and ``conformance.md``.
-
-    Args:
-        result: a ``conformance.suite.run.ConformanceResult``.
-        out_dir: reports root (created if missing).
-
-    Returns:
-        ``(json_path, md_path)``.
-    """
+    """Write ``<out_dir>/<kernel>/conformance.{json,md}`` for a ConformanceResult; returns the paths."""
     doc = to_json_dict(result)
     d = Path(out_dir) / kernel_dirname(result.kernel["name"])
     jp, mp = (d / name for name in REPORT_FILES)

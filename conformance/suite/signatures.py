@@ -1,8 +1,6 @@
-"""Fault signatures: which fault classes a set of failures is consistent
-with (DESIGN.md section 6), from the failing checks, the largest spacing
-distance and the direction of the differing elements against the
-declared-contract reference. A failing conformance report names them; the
-sweep scores them (``signature_hit``: the injected fault is matched)."""
+"""Fault signatures (DESIGN.md section 6): which fault classes a set of failures is consistent with,
+from the failing checks, the largest spacing distance and the direction of the differing elements
+against the declared-contract reference. Reports name them; the sweep scores them."""
 
 from __future__ import annotations
 
@@ -20,21 +18,11 @@ OUTPUT_CHECKS = ("C5", "C6", "C8")
 class FailureFeatures:
     """What a set of failures looks like (one case, one cell, or a report).
 
-    Attributes:
-        failed: check ids that failed (any failure kind).
-        precondition: check ids that failed as precondition violations (C3 / C4).
-        max_ulp: largest spacing distance among failing output checks (None: none failed).
-        toward_zero, away_from_zero, sign_change: counts of differing elements
-            by direction against the declared-contract reference (None: unknown).
-        direction_basis: what the counts cover (``all differing elements`` /
-            ``worst element of each failing case``).
-        pow2_output_failure: an output check failed on a power-of-two case.
-        acc_mismatch: C3 found the kernel's own accumulator (its ``int_mm`` entry)
-            off the exact / declared sum at some elements (evidence
-            ``n_acc_mismatch`` > 0; an entry that raised or returned another shape
-            does not count: it says nothing about the sums).
-        contradicted: fault ids whose signature a failing element contradicts
-            (:func:`contradicted_classes`; empty: none known).
+    ``failed`` / ``precondition``: failed check ids (all / as C3-C4 precondition violations);
+    ``max_ulp``: largest spacing distance of failing output checks (None: none); ``toward_zero``,
+    ``away_from_zero``, ``sign_change``: differing elements by direction (None: unknown), over
+    ``direction_basis``; ``acc_mismatch``: C3 found the kernel's own ``int_mm`` accumulator off the
+    exact sum (``n_acc_mismatch`` > 0); ``contradicted``: fault ids a failing element contradicts.
     """
 
     failed: set = field(default_factory=set)
@@ -114,18 +102,11 @@ _PRECISION = {"torch.bfloat16": (8, 2.0**-126), "torch.float16": (11, 2.0**-14),
 
 
 def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set:
-    """Precondition fault classes that one failing output element contradicts
-    (``worst``: a failing output check's worst element, with ``acc``, ``out``,
-    ``ref``), on a case of depth ``k``:
-
-    * F6 changes no output where the accumulator fits int32: |acc| <= 2^31-1
-      contradicts it;
-    * F7 changes no output where float32(acc) is exact: |acc| < 2^24
-      contradicts it; so does, without bias, an output further from the
-      reference (relative) than a float32 accumulator can move it: (k-1) u /
-      (1 - (k-1) u) * k * 2^14 / |acc| (recursive summation of products
-      |a*b| <= 2^14, u = 2^-24) plus the epilogue's roundings (4 output
-      spacings and 2^-20 relative).
+    """Precondition fault classes one failing output element (``worst``: ``acc``, ``out``, ``ref``)
+    contradicts on a case of depth ``k``: F6 where |acc| <= 2^31-1; F7 where |acc| < 2^24, or,
+    without bias, where the output is further from the reference (relative) than a float32
+    accumulator can move it: (k-1) u / (1 - (k-1) u) * k * 2^14 / |acc| (recursive summation,
+    |a*b| <= 2^14, u = 2^-24) plus the epilogue's roundings (4 output spacings and 2^-20).
     """
     acc = worst.get("acc")
     if not isinstance(acc, int) or isinstance(acc, bool):
@@ -148,9 +129,8 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set
 
 
 def match_signatures(ft: FailureFeatures) -> list[tuple[str, str]]:
-    """Fault classes whose signature ``ft`` matches: ``[(id, line)]`` where
-    line reads e.g. ``consistent with F4 output truncation: 1-spacing errors,
-    all toward zero``. Empty when nothing failed (F8 never matches)."""
+    """``[(fault id, "consistent with F4 output truncation: ...")]`` for the signatures ``ft`` matches
+    (empty when nothing failed; F8 never matches)."""
     if not ft.failed:
         return []
     out = []
@@ -162,8 +142,7 @@ def match_signatures(ft: FailureFeatures) -> list[tuple[str, str]]:
 
 
 def features_of_cell(rows: Iterable[dict]) -> FailureFeatures:
-    """Features of one sweep cell from its store rows (direction from the
-    ground truth's ``direction_vs_declared``, all differing elements)."""
+    """Features of one sweep cell from its store rows (direction: all differing elements)."""
     ft = FailureFeatures()
     for r in rows:
         if r["verdict"] != "fail":
@@ -187,9 +166,7 @@ def features_of_cell(rows: Iterable[dict]) -> FailureFeatures:
 
 
 def features_of_case(cr) -> FailureFeatures:
-    """Features of one conformance case (``conformance.suite.evaluate.CaseResult``)
-    from its failing checks' evidence; the direction is that of the worst
-    element of each failing output check (a report keeps no other)."""
+    """Features of one ``CaseResult``; direction from the worst element of each failing output check."""
     ft = FailureFeatures(direction_basis="worst element of each failing output check")
     tz = az = sc = 0
     seen = False
@@ -224,24 +201,16 @@ def features_of_case(cr) -> FailureFeatures:
 
 
 def no_signature_line(n_failing: int) -> str:
-    """The signature line of a report whose ``n_failing`` failing cases match
-    no fault class of the catalogue (e.g. a kernel that drops the bias):
-    ``the failures match no fault class of the catalogue (6 failing cases)``."""
+    """The line for ``n_failing`` failing cases matching no fault class of the catalogue."""
     return (
         f"the failures match no fault class of the catalogue ({n_failing} failing case{'' if n_failing == 1 else 's'})"
     )
 
 
 def signature_lines(result) -> list[str]:
-    """Lines for a failing conformance report (``ConformanceResult``): each
-    fault class whose signature matches at least one failing case, most
-    matched first, with how many of the failing cases it matches. Cases are
-    matched one by one (a precondition violation in one case does not hide
-    a rounding signature in another). A case whose only failures are
-    precondition violations (C3/C4 on a large accumulator: a correct kernel
-    has them too) is not a failing case here. Empty when no case failed;
-    the one line :func:`no_signature_line` when cases failed but none
-    matches a class (so a reader sees the hint was computed)."""
+    """A failing ConformanceResult's lines: each fault class matching at least one failing case
+    (cases matched one by one; precondition-only failures do not count), most matched first, with
+    its count; :func:`no_signature_line` when none matches; empty when no case failed."""
     failing = [
         cr
         for cr in result.cases
@@ -265,11 +234,8 @@ def signature_lines(result) -> list[str]:
 
 
 def accumulator_line(n_off: int, n_failing: int) -> str:
-    """The line of a report where C3 found the kernel's own int32 accumulator
-    (its ``int_mm`` entry) off the exact sum in ``n_off`` of ``n_failing`` failing
-    cases (``FailureFeatures.acc_mismatch``): a main-loop bug (a K column dropped or padded with non-zeros, a wrong
-    tile), which no post-processing class (F1-F5) or F7 explains; they are not
-    offered for those cases."""
+    """The line for C3 finding the kernel's own accumulator off the exact sum in ``n_off`` of
+    ``n_failing`` failing cases: a main-loop bug, for which F1-F5 and F7 are not offered."""
     return (
         f"the kernel's accumulator differs from the exact integer sum (C3) in {n_off} "
         f"of {n_failing} failing cases: a main-loop bug, not a post-processing fault"

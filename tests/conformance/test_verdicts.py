@@ -197,12 +197,12 @@ def _tree(root: Path) -> list:
 @pytest.fixture
 def suite_never_runs(monkeypatch):
     """Fails the test if ``check`` gets as far as running the suite."""
-    import conformance.suite.run as suite
+    import conformance.commands.check as check
 
     def ran(*a, **k):
         raise AssertionError("the suite ran before --out was refused")
 
-    monkeypatch.setattr(suite, "run_conformance", ran)
+    monkeypatch.setattr(check, "run_suite", ran)
 
 
 def _make(root: Path, layout: str) -> None:

@@ -1,0 +1,188 @@
+"""The suite's plan, shared by ``run_conformance`` and the pytest plugin: which cases it builds
+(:func:`default_cases`), which steps it takes in which order (:func:`suite_steps`: fixed cases, the
+property test, C9, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`)."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
+from conformance.checks.batch_invariance import check_batch_invariance
+from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
+from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
+from conformance.suite.property import run_property_test
+from reference.errors import Int8confError, first_line
+from reference.model import capture as model_capture
+
+#: Model-level checks: (check id, module, attribute); each callable takes the
+#: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
+MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("C7", "conformance.checks.token_flip", "check_token_flip"),
+    ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
+)
+#: Hint of reference.model.capture for a moved parent model, and its CLI form.
+_API_MODEL_HINT = "pass model_dir to load_capture_set"
+CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
+
+
+def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
+    """C9 over the fixed cases; a check that raises gives a ``harness`` failure."""
+    try:
+        return check_batch_invariance(spec, cases, device=device)
+    except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+        return check_error("C9", e)
+
+
+def run_model_check(check_id: str, spec, module: Optional[str] = None, attr: Optional[str] = None) -> CheckResult:
+    """One model-level check of :data:`MODEL_CHECKS` (``module`` / ``attr`` override where it lives):
+    ``n/a`` when missing or it raises an Int8confError, a ``harness`` failure when it raises otherwise."""
+    if module is None or attr is None:
+        module, attr = {cid: (m, a) for cid, m, a in MODEL_CHECKS}[check_id]
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        return not_applicable(check_id, f"{module}.{attr} is not available: {type(e).__name__}: {first_line(e, None)}")
+    try:
+        res = fn(spec)
+    except Int8confError as e:
+        return not_applicable(check_id, f"{module}.{attr} could not run: {e}")
+    except Exception as e:  # noqa: BLE001
+        return check_error(check_id, e)
+    if not isinstance(res, CheckResult):
+        return check_error(check_id, TypeError(f"{attr} returned {type(res).__name__}"))
+    return res
+
+
+def default_cases(
+    include_captures: bool = True,
+    include_sweep: bool = True,
+    seeds: Sequence[int] = (0, 1),
+    max_capture_layers: Optional[int] = None,
+    capture_set=None,
+) -> tuple[list, CaptureReplay]:
+    """``(cases, captures)``: synthetic cases per seed, the shape sweep and the case families
+    (``include_sweep``), the layer captures in both scale modes (when available)."""
+    cases = list(synthetic_cases(seeds))
+    if include_sweep:
+        cases += shape_sweep() + families.family_cases()
+    if include_captures:
+        cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
+    else:
+        cap = CaptureReplay(note=f"{NO_CAPTURES} (capture replay not requested)")
+    return mark_ownership_probes(cases + list(cap.cases)), cap
+
+
+def suite_cases(include_captures=True, include_sweep=True, capture_dir=None, model_dir=None, **kw) -> tuple:
+    """:func:`default_cases`, replaying ``capture_dir`` (parent model ``model_dir``) when given.
+
+    Raises:
+        CaptureError: missing / inconsistent capture (one line).
+    """
+    cs = load_captures(capture_dir, model_dir) if capture_dir is not None and include_captures else None
+    return default_cases(include_captures, include_sweep, capture_set=cs, **kw)
+
+
+def given_cases(cases: Sequence) -> CaptureReplay:
+    """The captures record of an explicit case list (its ``capture`` cases counted)."""
+    n_cap = sum(1 for c in cases if (c.meta or {}).get("source") == "capture")
+    note = f"{n_cap} captured cases given" if n_cap else f"{NO_CAPTURES} (explicit case list)"
+    return CaptureReplay(cases=[], available=bool(n_cap), note=note)
+
+
+def mark_ownership_probes(cases: list) -> list:
+    """Set ``meta["ownership_probe"]`` (C10): True on the first case of each power-of-two size
+    class of (M, N, K), False on the rest. Returns ``cases``."""
+    seen: set = set()
+    for c in cases:
+        key = ((c.m - 1).bit_length(), (c.n - 1).bit_length(), (c.k - 1).bit_length())
+        c.meta["ownership_probe"] = key not in seen
+        seen.add(key)
+    return cases
+
+
+def load_captures(capture_dir, model_dir=None):
+    """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line)."""
+    return model_capture.load_capture_set(capture_dir, model_dir=model_dir)
+
+
+def cli_capture_message(e: BaseException) -> str:
+    """An error line with the Python-API hint for a moved model replaced by ``--model DIR``."""
+    return (first_line(e, None) or type(e).__name__).replace(_API_MODEL_HINT, CLI_MODEL_HINT)
+
+
+CASE, PROPERTY, CHECK, PAIR = "case", "property", "check", "pair"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the plan; ``name`` is its pytest item name. ``index`` / ``ops``: the fixed
+    case (CASE, PAIR); ``check_id``: the kernel-level check (CHECK)."""
+
+    kind: str
+    name: str
+    index: Optional[int] = None
+    ops: object = None
+    check_id: Optional[str] = None
+
+
+def suite_steps(cases: Sequence, examples: int, model_checks: bool, against: bool) -> list[Step]:
+    """The steps in suite order: every fixed case, the property test (``examples > 0``), C9,
+    C7 / E1 (``model_checks``), a pairwise step per fixed case (``against``)."""
+    steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
+    if examples > 0:
+        steps.append(Step(PROPERTY, "property"))
+    cids = ["C9"] + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
+    steps += [Step(CHECK, f"{cid}-{CHECK_NAMES[cid]}", check_id=cid) for cid in cids]
+    if against:
+        steps += [Step(PAIR, f"pairwise/{case_id(ops)}", i, ops) for i, ops in enumerate(cases)]
+    return steps
+
+
+@dataclass(eq=False)  # compared by identity (the plugin looks its kernels up)
+class SuiteState:
+    """One kernel's suite: its cases and what its steps produced so far. ``results``: fixed-case
+    index -> CaseResult; ``model``: check id -> kernel-level CheckResult."""
+
+    spec: object
+    cases: list
+    captures: CaptureReplay
+    against: object = None
+    device: Optional[str] = None
+    t0: float = field(default_factory=time.perf_counter)
+    results: dict = field(default_factory=dict)
+    prop_cases: list = field(default_factory=list)
+    property: Optional[dict] = None
+    model: dict = field(default_factory=dict)
+
+    def evaluate(self, index: int) -> CaseResult:
+        """The fixed case ``index`` through every per-case check (once; a PAIR step reuses it)."""
+        if index not in self.results:
+            self.results[index] = evaluate_case(self.spec, self.cases[index], against=self.against, device=self.device)
+        return self.results[index]
+
+    def run_property(self, examples: int, each: Callable = lambda cr: None) -> dict:
+        """The property test; its examples go to ``prop_cases`` as they run (``each`` sees them too)."""
+        self.prop_cases = []
+
+        def keep(cr: CaseResult) -> None:
+            self.prop_cases.append(cr)
+            each(cr)
+
+        self.property = run_property_test(self.spec, keep, max_examples=examples, device=self.device)
+        return self.property
+
+    def run_check(self, check_id: str) -> CheckResult:
+        """C9 over the fixed cases, or a model-level check; kept in ``model``."""
+        if check_id == "C9":
+            r = run_batch_invariance(self.spec, self.cases, self.device)
+        else:
+            r = run_model_check(check_id, self.spec)
+        self.model[check_id] = r
+        return r
+
+    def case_results(self) -> list:
+        """The fixed cases' results in case order, then the property examples."""
+        return [self.results[i] for i in sorted(self.results)] + list(self.prop_cases)
