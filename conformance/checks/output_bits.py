@@ -20,9 +20,8 @@ from conformance.checks.result import CheckResult, not_applicable
 from reference import memo, readback
 from reference.accumulate import exact_int_mm
 from reference.bits import bits_of, spacing_distance
-from reference.contract import SCALE_ORDERS, EpilogueContract
-from reference.epilogue import cached_epilogue
-from reference.epilogue_steps import apply_steps, select_steps, steps_label
+from reference.contract import SCALE_ORDERS, EpilogueContract, select_steps, steps_label
+from reference.epilogue import apply_steps, cached_epilogue
 
 C5, C6, C8 = "C5", "C6", "C8"
 

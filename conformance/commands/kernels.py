@@ -30,7 +30,7 @@ def kernel_rows() -> list[dict]:
     """One dict per known kernel: ``name, origin, devices, available, reason,
     contract, steps, version``."""
     from conformance.kernels import adapters
-    from reference.epilogue_steps import declared_to_dict
+    from reference.contract import declared_to_dict
 
     rows = []
     for name in list_kernels():
