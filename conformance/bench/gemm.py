@@ -6,16 +6,34 @@ median of ``reps`` calls after a warm-up. Prints figures, never a timed test."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import importlib.util
+import json
+import multiprocessing as mp
 import platform
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
+import triton
 import triton.language as tl
 
+from conformance.kernels import builtin_triton as bt
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import pick_device
+from conformance.kernels.spec import KernelSpec
 from conformance.runtime.environment import environment as base_environment
-from reference.contract import CUTLASS_STYLE
+from reference.accumulate import exact_int_mm
+from reference.contract import CUTLASS_STYLE, TRITON_STYLE
+from reference.epilogue import apply_epilogue, reference_scaled_mm
+from reference.fileio import atomic_write_json, atomic_write_text
 from reference.operands import GemmOperands
 
 QWEN3_1_7B_SHAPES = (
@@ -25,6 +43,7 @@ QWEN3_1_7B_SHAPES = (
     (512, 6144, 6144, "K=N=6144 (bound case)"),
 )
 INTERPRETER_SHAPE = (64, 512, 256, "reduced shape (interpreter)")
+COLUMNS = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s", "x reference", "note")
 
 
 def gmacs(m: int, k: int, n: int, seconds: float) -> float:
@@ -63,19 +82,8 @@ def time_call(fn: Callable[[], object], reps: int, cuda: bool = False) -> tuple[
 def _row(kernel: str, device: str, shape: tuple, t: tuple, ref_t: Optional[tuple], note: str = "") -> dict:
     m, k, n, label = shape
     secs, best = t
-    return {
-        "kernel": kernel,
-        "device": device,
-        "M": m,
-        "K": k,
-        "N": n,
-        "layer": label,
-        "ms": secs * 1e3,
-        "GMAC/s": gmacs(m, k, n, secs),
-        "best GMAC/s": gmacs(m, k, n, best),
-        "x reference": (ref_t[0] / secs) if ref_t else float("nan"),
-        "note": note,
-    }
+    vals = (kernel, device, m, k, n, label, secs * 1e3, gmacs(m, k, n, secs), gmacs(m, k, n, best))
+    return dict(zip(COLUMNS, (*vals, (ref_t[0] / secs) if ref_t else float("nan"), note)))
 
 
 def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int, ref_t: tuple, note: str) -> dict:
@@ -89,8 +97,7 @@ def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int, re
         )
     except Exception as e:  # noqa: BLE001 -- report, keep benchmarking the others
         msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-        row = _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t, f"FAILED {type(e).__name__}: {msg}")
-        return row
+        return _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t, f"FAILED {type(e).__name__}: {msg}")
     return _row(spec.name, device, shape, t, ref_t, note)
 
 
@@ -106,12 +113,6 @@ def run_bench(
     rows vs the CPU reference) and the best call. ``interpreter_shape``: the reduced shape for Triton
     interpreter kernels (None skips them). Returns a pandas DataFrame (row dicts without pandas).
     Raises KernelLoadError."""
-    from conformance.kernels.registry import get_kernel
-    from conformance.kernels.runner import pick_device
-    from conformance.kernels.spec import KernelSpec
-    from reference.accumulate import exact_int_mm
-    from reference.epilogue import reference_scaled_mm
-
     specs = [k if isinstance(k, KernelSpec) else get_kernel(k) for k in kernels]
     cuda = torch.cuda.is_available() if cuda is None else cuda
     rows, ref_time = [], {}
@@ -159,31 +160,16 @@ def render(df, title: str = "int8conf bench") -> None:
 
         records = df.to_dict("records")
     except (ImportError, AttributeError):
-        import json
-
         print(title)
         for r in df if isinstance(df, list) else df.to_dict("records"):
             print(json.dumps(r))
         return
-
     t = Table(title=title)
-    cols = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s", "x reference", "note")
-    for col in cols:
+    for col in COLUMNS:
         t.add_column(col, justify="left" if col in ("kernel", "device", "layer", "note") else "right")
+    fmts = {"ms": ".2f", "GMAC/s": ".3g", "best GMAC/s": ".3g", "x reference": ".3g"}
     for r in records:
-        t.add_row(
-            r["kernel"],
-            r["device"],
-            str(r["M"]),
-            str(r["K"]),
-            str(r["N"]),
-            r["layer"],
-            f"{r['ms']:.2f}",
-            f"{r['GMAC/s']:.3g}",
-            f"{r['best GMAC/s']:.3g}",
-            f"{r['x reference']:.3g}",
-            r["note"],
-        )
+        t.add_row(*(format(r[c], fmts[c]) if c in fmts else str(r[c]) for c in COLUMNS))
     make_console().print(t)
 
 
@@ -197,13 +183,8 @@ def environment() -> dict:
     }
 
 
-# ===================================================================== GPU bench
-# ``int8conf bench --gpu``: the built-in ``triton`` kernel against its two
-# peers -- ``torch._int_mm`` + eager torch epilogue, and a plain autotuned
-# Triton int8 GEMM (``_plain_int8_gemm`` below) -- measured in one run, with
-# the output bits of every kernel checked against the reference of its
-# declared contract on every shape.
-
+# ``int8conf bench --gpu``: the built-in ``triton`` vs ``torch._int_mm`` + eager epilogue and a plain autotuned
+# Triton int8 GEMM, output bits of each checked against the reference of its declared contract.
 #: Qwen3 decoder linears as (layer, K, N): K = in_features, N = out_features
 #: (config.json of Qwen/Qwen3-0.6B: hidden 1024, intermediate 3072, 16 q heads
 #: x 128 = 2048, 8 kv heads x 128 = 1024; Qwen/Qwen3-1.7B: hidden 2048,
@@ -328,8 +309,6 @@ def plain_triton_gemm():
     as the built-in's own tuner)."""
     if "fn" in _PLAIN:
         return _PLAIN["fn"]
-    import triton
-
     configs = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
         for bm, bn, bk, w, s in PLAIN_CONFIGS
@@ -360,8 +339,6 @@ def int_mm_peer(a, b, sa, sb):
     """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE
     (``(acc * s_w) * s_a`` -> bf16). torch._int_mm needs M > 16 on CUDA, so
     M <= 16 is zero-padded to 17 rows (part of the measured cost)."""
-    import torch.nn.functional as F
-
     m = a.shape[0]
     ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
     acc = torch._int_mm(ap, b.t())
@@ -401,9 +378,7 @@ def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> 
 def _kernel_us(fn) -> float:
     """GPU microseconds per call with a cold L2 (``triton.testing.do_bench``
     flushes L2 before each call; median)."""
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
+    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
 
 
 def _host_us(fn, n: int = 300) -> float:
@@ -436,26 +411,15 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
     adds rows only), certified on up to 4 rows against the CPU's exact int64
     ``reference.accumulate.exact_int_mm``; then ``reference.epilogue.apply_epilogue``
     on the CPU for the checked rows (all rows when M <= ROWS_FULL_CHECK, else
-    ROWS_SAMPLED rows: first, last, seeded random).
-
-    Args:
-        outputs: ``name -> (bf16 [M,N] CUDA tensor, EpilogueContract)``.
-    Returns:
-        ``{"rows_checked", "rows_total", "acc_certified_rows", "acc_certified",
-        name: mismatching element count}``.
-    """
-    import torch.nn.functional as F
-
-    from reference.accumulate import exact_int_mm
-    from reference.epilogue import apply_epilogue
-
+    ROWS_SAMPLED rows: first, last, seeded random). ``outputs``: ``name -> (bf16 [M,N] CUDA tensor,
+    EpilogueContract)``. Returns ``{"rows_checked", "rows_total", "acc_certified_rows", "acc_certified",
+    name: mismatching element count}``."""
     m = a.shape[0]
     rows = _check_rows(m, seed)
     ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
     idx = torch.tensor(rows, device=a.device)
     acc = torch._int_mm(ap, b.t())[:m].index_select(0, idx).cpu()
-    cert = rows[:2] + rows[-2:] if len(rows) > 4 else rows
-    cert = sorted(set(cert))
+    cert = sorted(set(rows[:2] + rows[-2:] if len(rows) > 4 else rows))
     exact = exact_int_mm(a[cert].cpu(), b.cpu())
     pos = [rows.index(r) for r in cert]
     res = {
@@ -475,25 +439,16 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
 
 
 def _device_slug(name: str) -> str:
-    import re
-
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "cuda"
 
 
 def _peak(name: str, table: dict) -> Optional[float]:
-    for key, v in table.items():
-        if key in name:
-            return v
-    return None
+    return next((v for key, v in table.items() if key in name), None)
 
 
 def _precompile_task(shape: tuple, configs: list) -> int:
     """Worker: compile every candidate configuration of the built-in and of the
     plain GEMM for one shape (fills Triton's on-disk cache; timings discarded)."""
-    import triton
-
-    from conformance.kernels import builtin_triton as bt
-
     m, k, n = shape
     a, b, sa, sb = _gpu_operands(m, k, n, 0)
     done = 0
@@ -506,27 +461,11 @@ def _precompile_task(shape: tuple, configs: list) -> int:
     plain_triton_gemm()
     kern = _PLAIN["kernel"].fn
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    args = (a, b, sa, sb, c, m, n, k, a.stride(0), b.stride(0), c.stride(0))
     for bm, bn, bk, w, s in PLAIN_CONFIGS:
         try:
-            kern[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](
-                a,
-                b,
-                sa,
-                sb,
-                c,
-                m,
-                n,
-                k,
-                a.stride(0),
-                b.stride(0),
-                c.stride(0),
-                BLOCK_M=bm,
-                BLOCK_N=bn,
-                BLOCK_K=bk,
-                GROUP_M=8,
-                num_warps=w,
-                num_stages=s,
-            )
+            grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+            kern[grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
             done += 1
         except Exception:  # noqa: BLE001
             pass
@@ -540,21 +479,13 @@ def _tuned_configs(m: int) -> list:
     (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``,
     then the warp-specialised Gluon ones when ``builtin_triton._gluon_ws_enabled``
     -- unless ``INT8CONF_TRITON_GLUON_WS=0``; none excluded)."""
-    from conformance.kernels import builtin_triton as bt
-
     dev = torch.device("cuda")
     return bt._candidates(m, True, bt._gluon_enabled(dev), bt._gluon_ws_enabled(dev))
 
 
 def config_by_label(label: str):
     """The built-in's configuration (a bucket's, a Gluon or a warp-specialised Gluon
-    one) whose ``Config.label()`` is ``label``.
-
-    Raises:
-        KeyError: no configuration has that label.
-    """
-    from conformance.kernels import builtin_triton as bt
-
+    one) whose ``Config.label()`` is ``label``; KeyError if none has."""
     for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values(), *bt.GLUON_WS_CONFIGS.values()):
         for c in cs:
             if c.label() == label:
@@ -566,8 +497,6 @@ def _probe_one(label: str) -> None:
     """Subprocess entry of :func:`probe_configs`: compile and run the built-in's
     configuration labelled ``label`` (a bucket's or a Gluon one) once at 4096^3
     (exit status 0 = usable)."""
-    from conformance.kernels import builtin_triton as bt
-
     a, b, sa, sb = _gpu_operands(4096, 4096, 4096, 0)
     bt.scaled_mm_config(config_by_label(label), a, b, sa, sb)
     torch.cuda.synchronize()
@@ -583,11 +512,6 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
     warp-specialised Gluon ones, whose mbarrier protocol a wrong parity would
     deadlock, are among them unless ``INT8CONF_TRITON_GLUON_WS=0``). Returns
     ``{label: reason}`` of the excluded ones."""
-    import subprocess
-    import sys
-
-    from conformance.kernels import builtin_triton as bt
-
     procs = {}
     for cfg in _tuned_configs(4096) + [c for c in _tuned_configs(128) if c.kernel == "gluon"]:
         if cfg.kernel not in ("tma", "gluon") or cfg.label() in procs:
@@ -620,14 +544,8 @@ def precompile(shapes: list[dict], workers: int) -> float:
     """Compile all candidate kernels for ``shapes`` in ``workers`` processes
     (spawned; Triton's on-disk cache is shared), so the in-process tuning only
     loads binaries. Returns seconds spent."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     t0 = time.perf_counter()
-    tasks = []
-    for s in shapes:
-        m, k, n = s["M"], s["K"], s["N"]
-        tasks.append(((m, k, n), _tuned_configs(m)))
+    tasks = [((s["M"], s["K"], s["N"]), _tuned_configs(s["M"])) for s in shapes]
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         list(ex.map(_precompile_task, *zip(*tasks)))
     return time.perf_counter() - t0
@@ -642,6 +560,45 @@ def _gpu_operands(m: int, k: int, n: int, seed: int):
     return a, b, sa, sb
 
 
+def _host_path(a, b, sa, sb, plain) -> dict:
+    """Host and end-to-end microseconds of a ``triton`` call vs a bare and a raw launch of its compiled kernel."""
+    launch, out, cfg = bt.launch_spec(a, b, sa, sb)
+    raw, _, _ = bt.launch_spec(a, b, sa, sb, raw=True)
+
+    def alloc(fn):  # a launch plus allocating its output, as any call must
+        return lambda: (torch.empty_like(out), fn())
+
+    call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
+    ways = {"call": call, "bare": launch, "bare_alloc": alloc(launch), "raw": raw, "raw_alloc": alloc(raw)}
+    ways["plain"] = lambda: plain(a, b, sa, sb)
+    host = {w: [] for w in ways}
+    for _ in range(5):  # interleaved rounds, median
+        for w, fn in ways.items():
+            host[w].append(_host_us(fn))
+    med = {w: statistics.median(v) for w, v in host.items()}
+    e2e = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
+    return {
+        "shape": [a.shape[0], a.shape[1], b.shape[0]],
+        "config": cfg.label(),
+        "triton_host_us": med["call"],
+        "bare_launch_host_us": med["bare"],
+        "bare_launch_alloc_host_us": med["bare_alloc"],
+        "raw_launch_host_us": med["raw"],
+        "raw_launch_alloc_host_us": med["raw_alloc"],
+        "triton_e2e_us": e2e["call"],
+        "bare_launch_e2e_us": e2e["bare"],
+        "raw_launch_e2e_us": e2e["raw"],
+        "plain_triton_host_us": med["plain"],
+        "host_ratio": med["call"] / med["bare"],
+        "host_ratio_vs_bare_with_alloc": med["call"] / med["bare_alloc"],
+        "host_ratio_vs_raw_with_alloc": med["call"] / med["raw_alloc"],
+    }
+
+
+def _err(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).strip()[:200]}"
+
+
 def run_gpu_bench(
     shapes: Optional[list] = None, extra_kernels: tuple = (), precompile_workers: int = 0, probe: bool = True, log=print
 ) -> dict:
@@ -653,10 +610,6 @@ def run_gpu_bench(
     acceptance``. Raises RuntimeError without CUDA."""
     if not torch.cuda.is_available():
         raise RuntimeError("int8conf bench --gpu needs a CUDA device")
-    from conformance.kernels import builtin_triton as bt
-    from conformance.kernels.registry import get_kernel
-    from reference.contract import CUTLASS_STYLE, TRITON_STYLE
-
     shapes = shapes or gpu_shapes()
     env = environment()
     name = env["device"]
@@ -667,8 +620,7 @@ def run_gpu_bench(
     if pre_s:
         log(f"precompiled in {pre_s:.1f} s with {precompile_workers} workers")
     plain = plain_triton_gemm()
-    rows = []
-    host_path = None
+    rows, host_path = [], None
     for i, s in enumerate(shapes):
         m, k, n = s["M"], s["K"], s["N"]
         a, b, sa, sb = _gpu_operands(m, k, n, i)
@@ -686,21 +638,22 @@ def run_gpu_bench(
                 outs[kname] = (fn(), contract)  # warm-up / autotune (not timed)
                 ok[kname] = fn
             except Exception as e:  # noqa: BLE001 -- report it, keep going
-                row["kernels"][kname] = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+                row["kernels"][kname] = {"error": _err(e)}
         e2e = _e2e_interleaved(ok)
         for kname, fn in ok.items():
             kus = _kernel_us(fn)
+            us = e2e[kname]
             row["kernels"][kname] = {
-                "us": e2e[kname],
+                "us": us,
                 "kernel_us": kus,
-                "tops": tops(m, k, n, e2e[kname]),
+                "tops": tops(m, k, n, us),
                 "kernel_tops": tops(m, k, n, kus),
             }
         row["kernels"] = {x: row["kernels"][x] for x in fns if x in row["kernels"]}
         try:
             bits = check_bits(a, b, sa, sb, outs, seed=i)
         except Exception as e:  # noqa: BLE001
-            bits = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+            bits = {"error": _err(e)}
         row["bits"] = bits
         for kname, r in row["kernels"].items():
             r["mismatches"] = bits.get(kname)
@@ -712,53 +665,12 @@ def run_gpu_bench(
             row["kernels"]["triton"]["config"] = cfg.label()
         except Exception:  # noqa: BLE001
             pass
-        peers = [row["kernels"][p].get("tops", float("nan")) for p in ("int_mm", "plain_triton")]
-        peers = [p for p in peers if p == p]
+        peers = [p for x in ("int_mm", "plain_triton") if (p := row["kernels"][x].get("tops", float("nan"))) == p]
         t = row["kernels"]["triton"].get("tops", float("nan"))
         row["best_peer_tops"] = max(peers) if peers else float("nan")
         row["triton_vs_best_peer"] = t / max(peers) if peers else float("nan")
         if (m, k, n) == HOST_PATH_SHAPE:
-            launch, out, cfg = bt.launch_spec(a, b, sa, sb)
-            raw, _, _ = bt.launch_spec(a, b, sa, sb, raw=True)
-
-            def launch_alloc():  # bare launch + allocating its output, as any call must
-                torch.empty_like(out)
-                launch()
-
-            def raw_alloc():
-                torch.empty_like(out)
-                raw()
-
-            call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
-            host = {w: [] for w in ("call", "bare", "bare_alloc", "raw", "raw_alloc", "plain")}
-            for _ in range(5):  # interleaved rounds, median
-                for w, fn in (
-                    ("call", call),
-                    ("bare", launch),
-                    ("bare_alloc", launch_alloc),
-                    ("raw", raw),
-                    ("raw_alloc", raw_alloc),
-                    ("plain", lambda: plain(a, b, sa, sb)),
-                ):
-                    host[w].append(_host_us(fn))
-            med = {w: statistics.median(v) for w, v in host.items()}
-            e2e_hp = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
-            host_path = {
-                "shape": [m, k, n],
-                "config": cfg.label(),
-                "triton_host_us": med["call"],
-                "bare_launch_host_us": med["bare"],
-                "bare_launch_alloc_host_us": med["bare_alloc"],
-                "raw_launch_host_us": med["raw"],
-                "raw_launch_alloc_host_us": med["raw_alloc"],
-                "triton_e2e_us": e2e_hp["call"],
-                "bare_launch_e2e_us": e2e_hp["bare"],
-                "raw_launch_e2e_us": e2e_hp["raw"],
-                "plain_triton_host_us": med["plain"],
-            }
-            host_path["host_ratio"] = med["call"] / med["bare"]
-            host_path["host_ratio_vs_bare_with_alloc"] = med["call"] / med["bare_alloc"]
-            host_path["host_ratio_vs_raw_with_alloc"] = med["call"] / med["raw_alloc"]
+            host_path = _host_path(a, b, sa, sb, plain)
         rows.append(row)
         kt = row["kernels"]
         log(
@@ -969,18 +881,11 @@ def write_gpu_reports(res: dict, out_root) -> dict:
     """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns
     the paths written (no ``png`` key when matplotlib, the ``plots`` extra, is
     not installed)."""
-    import tempfile
-    from pathlib import Path
-
-    from reference.fileio import atomic_write_json, atomic_write_text
-
     d = Path(out_root) / _device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
     paths = {"json": d / "bench.json", "md": d / "bench.md"}
     atomic_write_json(paths["json"], res, indent=1)
     atomic_write_text(paths["md"], render_gpu_markdown(res))
-    import importlib.util
-
     if importlib.util.find_spec("matplotlib") is None:
         print("bench: matplotlib not installed (pip install 'int8conf[plots]'): no bench.png")
         return paths
