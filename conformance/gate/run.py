@@ -11,12 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from conformance.cases import case_id
+from conformance.checks.output_bits import reference_output
 from conformance.gate import compare as C
 from conformance.gate.policy import Policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
+from conformance.kernels.runner import validate_device
+from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
+from conformance.runtime.repro import save_reproducer
+from conformance.suite.report import read_report
+from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
+from reference.contract import EpilogueContract
 from reference.errors import Int8confError
+from reference.operands import tensor_digest
 
 SCHEMA = "int8conf.gate"
 SCHEMA_VERSION = 1
@@ -32,17 +41,10 @@ class NotComparable(Int8confError):
 
 @dataclass
 class GateOptions:
-    """How the gate runs (defaults = the full suite).
-
-    Attributes:
-        include_captures, include_sweep, seeds, max_capture_layers,
-        capture_dir, model_dir: the case set (``conformance.suite.run.default_cases``).
-        model_checks: run C7 / E1 (slow on CPU; ``--no-model`` turns them off).
-        device: kernel device (None = runner default).
-        timeout_s: seconds one case may take (per kernel) before its child is killed.
-        model_timeout_s: the same for one model-level check.
-        method: process start method (None = ``isolation.start_method()``).
-    """
+    """How the gate runs (defaults = the full suite). ``include_captures`` .. ``model_dir``: the case set
+    (``conformance.suite.run.default_cases``); ``model_checks``: run C7 / E1 (``--no-model`` turns them off);
+    ``device``: None = runner default; ``timeout_s`` / ``model_timeout_s``: seconds one case / model-level check
+    may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``)."""
 
     include_captures: bool = True
     include_sweep: bool = True
@@ -57,7 +59,6 @@ class GateOptions:
     method: Optional[str] = None
 
     def to_dict(self) -> dict:
-        """JSON-able dict."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
@@ -83,21 +84,18 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """``EXIT_PASS`` or ``EXIT_BLOCKED``."""
         return self.overall["exit_code"]
 
     def decision(self, item: str) -> C.Decision:
         """The Decision of one case id or model check (KeyError if absent)."""
-        for d in list(self.cases) + list(self.model):
-            if d.item == item:
-                return d
-        raise KeyError(item)
+        found = next((d for d in [*self.cases, *self.model] if d.item == item), None)
+        if found is None:
+            raise KeyError(item)
+        return found
 
 
 def case_rows(cases) -> list[dict]:
     """The comparability rows of GemmOperands (as ``CaseResult.to_dict`` has them)."""
-    from conformance.cases import case_id
-
     return [
         {
             "case": case_id(o),
@@ -130,16 +128,8 @@ def _row_difference(theirs: dict, ours: dict) -> Optional[str]:
 def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) -> list[str]:
     """Why a stored report cannot be compared with this run ([] if it can):
     every baseline case must match this run's case of the same id
-    (operand digests, scale mode, out dtype, source).
-
-    Args:
-        doc: the report (``conformance.suite.report.read_report``).
-        mine: ``conformance.suite.run.comparability`` of this run's cases.
-        path: for messages.
-        rows: this run's :func:`case_rows`.
-    """
-    from conformance.suite.run import SUITE_VERSION, comparability
-
+    (operand digests, scale mode, out dtype, source). ``doc``: the report (``read_report``); ``mine``:
+    ``comparability`` of this run's cases; ``rows``: this run's :func:`case_rows`; ``path``: for messages."""
     probs = []
     comp = doc.get("comparability")
     if not isinstance(comp, dict):
@@ -207,16 +197,8 @@ def _side(outcome) -> C.Side:
     if outcome.kind == OK:
         return C.side_from_case_result(outcome.value)
     status = {CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[outcome.kind]
-    return C.Side(
-        status,
-        error=outcome.error,
-        evidence={
-            "exitcode": outcome.exitcode,
-            "signal": outcome.signal,
-            "log_tail": outcome.log_tail,
-            "elapsed_s": round(outcome.elapsed_s, 3),
-        },
-    )
+    ev = {"exitcode": outcome.exitcode, "signal": outcome.signal, "log_tail": outcome.log_tail}
+    return C.Side(status, error=outcome.error, evidence={**ev, "elapsed_s": round(outcome.elapsed_s, 3)})
 
 
 def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) -> Optional[dict]:
@@ -232,10 +214,6 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) ->
             "n_elements": n,
             "via": "output digest equal to the baseline's",
         }
-    from conformance.checks.output_bits import reference_output
-    from reference.contract import EpilogueContract
-    from reference.operands import tensor_digest
-
     try:
         ref = reference_output(ops, EpilogueContract.from_dict(contract or {}))
     except Exception as e:  # noqa: BLE001 -- a malformed contract in the stored report
@@ -283,14 +261,8 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
 class GateSession:
     """A gate in progress: kernels resolved, cases built, baseline checked;
     cases are decided one at a time (:meth:`run_case`), so the pytest plugin
-    can spread them over xdist workers and :func:`run_gate` can loop.
-
-    Args: as :func:`run_gate`.
-
-    Raises:
-        Int8confError / NotComparable: as :func:`run_gate` (at construction,
-            before any kernel runs).
-    """
+    can spread them over xdist workers and :func:`run_gate` can loop. Arguments and errors (raised at
+    construction, before any kernel runs) as :func:`run_gate`."""
 
     def __init__(
         self,
@@ -303,10 +275,6 @@ class GateSession:
         cases: Optional[Sequence] = None,
         progress: Optional[Callable[[str], None]] = None,
     ):
-        from conformance.kernels.runner import validate_device
-        from conformance.suite.report import read_report
-        from conformance.suite.run import comparability, default_cases, load_captures
-
         self.t0 = time.perf_counter()
         self.opts = options or GateOptions()
         self.policy = policy or Policy()
@@ -359,15 +327,11 @@ class GateSession:
         return ("candidate",) if self.doc is not None else ("candidate", "incumbent")
 
     def run_case(self, i: int) -> C.Decision:
-        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy.
-
-        Returns:
-            Decision; ``manifest`` holds the candidate's run manifest (or None).
-        """
+        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy; the Decision's
+        ``manifest`` holds the candidate's run manifest (or None)."""
         ops, row = self.cases[i], self.rows[i]
         cid = row["case"]
-        sides = {}
-        manifest = None
+        sides, manifest = {}, None
         for role in self.roles:
             r = self._runner(role)
             oc = r.run_case(i)
@@ -375,24 +339,10 @@ class GateSession:
             if oc.kind == OK and role == "candidate":
                 manifest = oc.value.run_manifest
             elif oc.kind in (CRASHED, TIMED_OUT):
-                from conformance.runtime.repro import save_reproducer
-
                 ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
-                d = save_reproducer(
-                    self.out / "repro" / f"{role}-{_slug(cid)}",
-                    ops,
-                    ref,
-                    cid,
-                    {
-                        "status": sides[role].status,
-                        "role": role,
-                        "error": oc.error,
-                        "signal": oc.signal,
-                        "exitcode": oc.exitcode,
-                        "log_tail": oc.log_tail,
-                        "timeout_s": self.opts.timeout_s,
-                    },
-                )
+                info = {"status": sides[role].status, "role": role, "error": oc.error, "signal": oc.signal}
+                info.update(exitcode=oc.exitcode, log_tail=oc.log_tail, timeout_s=self.opts.timeout_s)
+                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid, info)
                 sides[role].evidence["repro"] = str(d)
                 self.repros.append(str(d))
         cand = sides["candidate"]
@@ -426,15 +376,8 @@ class GateSession:
             io = res["incumbent"]
             inc_d = io.value.to_dict() if io.kind == OK else None
         st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-        return C.decide_model(
-            check_id,
-            cand_d,
-            inc_d,
-            self.policy,
-            st,
-            oc.error,
-            {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None,
-        )
+        ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
+        return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error, ev)
 
     def close(self) -> None:
         """Stop the child processes."""
@@ -450,24 +393,10 @@ class GateSession:
         interrupted: bool = False,
         stage: Optional[str] = None,
     ) -> GateResult:
-        """The GateResult of decided cases (in case order) and model checks.
-
-        Args:
-            decisions: case Decisions (any order).
-            model: model-level Decisions (C7 / E1).
-            elapsed_s: wall time (None = since the session started).
-            interrupted: the run was stopped (Ctrl-C / SIGTERM) before it
-                finished; with every case decided it is still partial (a
-                model-level check was cut short).
-            stage: what it was doing when stopped (``"cases"``, ``"C7"``,
-                ``"E1"``; None = not known).
-
-        Returns:
-            GateResult; ``partial`` is its ``conformance.runtime.partial_run``
-            record, whose note (if partial) is also in ``notes``.
-        """
-        from conformance.suite.run import environment
-
+        """The GateResult of case Decisions (any order; sorted into case order) and model-level ones.
+        ``elapsed_s``: None = since the session started; ``interrupted``: stopped (Ctrl-C / SIGTERM) before
+        the end, partial even with every case decided; ``stage``: what it was doing then (``"cases"``,
+        ``"C7"``, ``"E1"``, None = not known). ``partial`` is the ``partial_run`` record; its note is in ``notes``."""
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
@@ -541,15 +470,10 @@ def run_gate(
     ``progress`` gets one line per step. Never raises for a kernel's behaviour. Raises Int8confError
     (bad kernel name, both or neither of incumbent / baseline, unreadable baseline, bad device),
     NotComparable, GateInterrupted (carries the partial result)."""
-    from conformance.suite.run import MODEL_CHECKS
-
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
     s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
-    from conformance.runtime.graceful_stop import raise_if_requested
 
-    decisions: list = []
-    model: list = []
-    stopped = False
+    decisions, model, stopped = [], [], False
     stage: Optional[str] = "cases"  # None once every case and model check is decided
     try:
         for i in range(len(s.cases)):
