@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -77,18 +77,11 @@ class KernelRef:
             raise
         except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
             line = first_line(e, None) or type(e).__name__
-            raise KernelLoadError(
-                f"cannot inject {self.fault} (coverage {self.coverage}) into {self.name!r}: {line}"
-            ) from None
+            what = f"{self.fault} (coverage {self.coverage}) into {self.name!r}"
+            raise KernelLoadError(f"cannot inject {what}: {line}") from None
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "fault": self.fault,
-            "coverage": self.coverage,
-            "seed": self.seed,
-            "label": self.label(),
-        }
+        return {**asdict(self), "label": self.label()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelRef":
@@ -223,10 +216,8 @@ class IsolatedKernel:
         self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
         self.method = method or start_method()
         if self.method != "fork" and not isinstance(kernel, KernelRef):
-            raise KernelLoadError(
-                "an in-memory KernelSpec can only be isolated with the fork "
-                "start method; pass a KernelRef (a kernel name)"
-            )
+            msg = "an in-memory KernelSpec can only be isolated with the fork start method; pass a KernelRef"
+            raise KernelLoadError(msg + " (a kernel name)")
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.label = kernel.label() if isinstance(kernel, KernelRef) else getattr(kernel, "name", "kernel")
@@ -312,11 +303,9 @@ class IsolatedKernel:
         return Outcome(OK, value=val, elapsed_s=dt)
 
     def run_case(self, index: int) -> Outcome:
-        """Evaluate case ``index`` (``evaluate_case(..., keep_output=True)``)."""
         return self.request(("case", index))
 
     def run_model(self, check_id: str, timeout_s: Optional[float] = None) -> Outcome:
-        """Run a model-level check (C7 / E1) in the child."""
         return self.request(("model", check_id), timeout_s)
 
     def close(self) -> None:
