@@ -474,11 +474,9 @@ def _precompile_task(shape: tuple, configs: list) -> int:
 
 
 def _tuned_configs(m: int) -> list:
-    """The built-in's configurations for M = ``m`` that the tuner may try on
-    this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
-    (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``,
-    then the warp-specialised Gluon ones when ``builtin_triton._gluon_ws_enabled``
-    -- unless ``INT8CONF_TRITON_GLUON_WS=0``; none excluded)."""
+    """The built-in's configurations for M = ``m`` that the tuner may try on this machine's GPU with TMA-able
+    operands (``builtin_triton._candidates``: the bucket's own, then the enabled Gluon and warp-specialised
+    Gluon ones; none excluded)."""
     dev = torch.device("cuda")
     return bt._candidates(m, True, bt._gluon_enabled(dev), bt._gluon_ws_enabled(dev))
 
@@ -503,14 +501,9 @@ def _probe_one(label: str) -> None:
 
 
 def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
-    """Compile every TMA and (on sm_90) Gluon configuration the tuner may try at
-    large M in its own subprocess, all at once, and exclude
-    (``builtin_triton.exclude_configs``) those whose process fails or hangs --
-    including by a crash of the compiler, which no ``except`` in the tuner
-    could catch (warp specialisation is new in this Triton; the Gluon kernel's
-    mbarrier pipeline had never run on a GPU when it was added; the
-    warp-specialised Gluon ones, whose mbarrier protocol a wrong parity would
-    deadlock, are among them unless ``INT8CONF_TRITON_GLUON_WS=0``). Returns
+    """Compile every TMA and (on sm_90) Gluon configuration the tuner may try at large M, each in its own
+    subprocess, all at once, and exclude (``builtin_triton.exclude_configs``) those whose process fails or
+    hangs -- a compiler crash or an mbarrier deadlock no ``except`` in the tuner could catch. Returns
     ``{label: reason}`` of the excluded ones."""
     procs = {}
     for cfg in _tuned_configs(4096) + [c for c in _tuned_configs(128) if c.kernel == "gluon"]:
@@ -726,19 +719,13 @@ def acceptance(rows: list, host_path: Optional[dict]) -> dict:
     }
     if sq:
         t = sq[0]["kernels"]["triton"].get("tops", float("nan"))
-        out["tops_8192"] = t
-        out["tops_8192_ge_1400"] = t >= 1400
+        out.update(tops_8192=t, tops_8192_ge_1400=t >= 1400)
     if m1:
         us = m1[0]["kernels"]["triton"].get("us", float("nan"))
-        out["us_m1_2048x6144"] = us
-        out["us_m1_le_45"] = us <= 45
-    if host_path:
-        out["host_ratio"] = host_path["host_ratio"]
-        out["host_ratio_le_1_2"] = host_path["host_ratio"] <= 1.2
-        if "host_ratio_vs_bare_with_alloc" in host_path:
-            r = host_path["host_ratio_vs_bare_with_alloc"]
-            out["host_ratio_vs_bare_with_alloc"] = r
-            out["host_ratio_vs_bare_with_alloc_le_1_2"] = r <= 1.2
+        out.update(us_m1_2048x6144=us, us_m1_le_45=us <= 45)
+    for key in ("host_ratio", "host_ratio_vs_bare_with_alloc") if host_path else ():
+        if key == "host_ratio" or key in host_path:
+            out.update({key: host_path[key], f"{key}_le_1_2": host_path[key] <= 1.2})
     return out
 
 
@@ -843,13 +830,10 @@ def plot_roofline(res: dict, path) -> None:
     for x in names:
         xs, ys = [], []
         for r in res["rows"]:
-            kv = r["kernels"][x]
-            if "tops" not in kv or kv["tops"] != kv["tops"]:
-                continue
-            m, k, n = r["M"], r["K"], r["N"]
-            ai = 2.0 * m * k * n / (m * k + n * k + 2 * m * n)
-            xs.append(ai)
-            ys.append(kv["tops"])
+            kv, m, k, n = r["kernels"][x], r["M"], r["K"], r["N"]
+            if "tops" in kv and kv["tops"] == kv["tops"]:
+                xs.append(2.0 * m * k * n / (m * k + n * k + 2 * m * n))
+                ys.append(kv["tops"])
         ais += xs
         ax.scatter(xs, ys, marker=markers.get(x, "o"), label=x, alpha=0.75)
     if ais:
@@ -858,15 +842,9 @@ def plot_roofline(res: dict, path) -> None:
             ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1, label=f"peak {res['peak_tops']:,.0f} TOPS")
         if res.get("peak_tbs"):  # ops/byte x TB/s = TOPS, capped by the compute roof
             xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
-            ax.plot(
-                xs,
-                [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
-                "k:",
-                lw=1,
-                label=f"HBM {res['peak_tbs']} TB/s",
-            )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+            ys = [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs]
+            ax.plot(xs, ys, "k:", lw=1, label=f"HBM {res['peak_tbs']} TB/s")
+    ax.set(xscale="log", yscale="log")
     ax.set_xlabel("arithmetic intensity (int8 ops / byte of A, B and bf16 output)")
     ax.set_ylabel("TOPS (end to end per call)")
     ax.set_title(f"int8conf bench --gpu: {res['environment']['device']}")
