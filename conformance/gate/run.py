@@ -130,44 +130,33 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
     every baseline case must match this run's case of the same id
     (operand digests, scale mode, out dtype, source). ``doc``: the report (``read_report``); ``mine``:
     ``comparability`` of this run's cases; ``rows``: this run's :func:`case_rows`; ``path``: for messages."""
+    rerun = "re-run `int8conf check` for the incumbent"
     probs = []
     comp = doc.get("comparability")
     if not isinstance(comp, dict):
-        probs.append(
-            "it has no comparability record (written before int8conf recorded case "
-            "digests); re-run `int8conf check` for the incumbent"
-        )
+        probs.append(f"it has no comparability record (written before int8conf recorded case digests); {rerun}")
         comp = comparability(doc.get("cases") or [], doc.get("environment"), doc.get("captures"))
         comp["suite_version"] = None
     if comp.get("suite_version") not in (None, SUITE_VERSION):
-        probs.append(
-            f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
-            f"checks changed since it was written)"
-        )
+        changed = "cases or checks changed since it was written"
+        probs.append(f"suite version {comp.get('suite_version')} != {SUITE_VERSION} ({changed})")
     rec = doc.get("partial")
     if isinstance(rec, dict) and rec.get("partial"):
         probs.append(f"it is a partial run ({rec.get('note') or rec.get('reason')})")
     else:  # a report written before the ``partial`` record: its notes say so
-        for note in doc.get("notes") or []:
-            if "partial run" in str(note):
-                probs.append(f"it is a partial run ({note})")
+        probs += [f"it is a partial run ({note})" for note in doc.get("notes") or [] if "partial run" in str(note)]
     if comp.get("captures_digest") != mine.get("captures_digest"):
+        b, m = ((str(c.get("captures_digest"))[:12], c.get("captures_source")) for c in (comp, mine))
         probs.append(
-            f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
-            f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
-            f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
-            f"(digest {str(mine.get('captures_digest'))[:12]}, from "
-            f"{mine.get('captures_source')})"
+            f"different captures: baseline {comp.get('n_capture_cases', 0)} capture cases (digest {b[0]}, from {b[1]})"
+            f" vs this run {mine.get('n_capture_cases')} (digest {m[0]}, from {m[1]})"
         )
     theirs = {c.get("case"): c for c in doc.get("cases") or [] if c.get("source") != "property"}
     ours = {r["case"]: r for r in rows}
     only_b, only_m = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
     if only_b or only_m:
-        detail = []
-        if only_b:
-            detail.append(f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})")
-        if only_m:
-            detail.append(f"{len(only_m)} only in this run (e.g. {only_m[0]})")
+        detail = [f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})"] if only_b else []
+        detail += [f"{len(only_m)} only in this run (e.g. {only_m[0]})"] if only_m else []
         probs.append(
             "different case set: " + ", ".join(detail) + "; run the gate with the options the baseline was made with "
             "(--no-captures / --no-sweep / --captures DIR)"
@@ -178,15 +167,16 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
         cid, d = diffs[0]
         probs.append(f"case {cid}: {d} ({len(diffs)} of {len(common)} cases differ)")
     elif not (only_b or only_m) and comp.get("cases_digest") != mine.get("cases_digest"):
-        probs.append(
-            "its comparability record does not match its own cases (cases digest "
-            f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
-            "); re-run `int8conf check` for the incumbent"
-        )
+        digests = f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
+        probs.append(f"its comparability record does not match its own cases (cases digest {digests}); {rerun}")
     cases = doc.get("cases") or []
     if cases and any(c.get("source") != "property" and "output_digest" not in c for c in cases):
-        probs.append("its cases carry no output digests (an older report); re-run `int8conf check` for the incumbent")
+        probs.append(f"its cases carry no output digests (an older report); {rerun}")
     return probs
+
+
+def _ref_dict(kernel) -> Optional[dict]:
+    return kernel.to_dict() if isinstance(kernel, KernelRef) else None
 
 
 def _slug(s: str) -> str:
@@ -237,17 +227,14 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
     counts = status_counts(d.status for d in decisions)
     if unused and policy.fail_on_unused_expectations:
         blocking.append("unused expectations")
-    verdict = "blocked" if blocking else "pass"
-    n = len(decisions)
-    parts = [f"{counts[s]} {s}" for s in counts if counts[s]]
-    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {n} cases (" + ", ".join(parts) + ")"
-    mparts = [f"{d.item} {d.status}" for d in model]
-    if mparts:
-        summary += "; model-level: " + ", ".join(mparts)
+    parts = ", ".join(f"{counts[s]} {s}" for s in counts if counts[s])
+    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {len(decisions)} cases ({parts})"
+    if model:
+        summary += "; model-level: " + ", ".join(f"{d.item} {d.status}" for d in model)
     if unused:
         summary += f"; {len(unused)} unused expectation{'s' if len(unused) > 1 else ''}"
     return {
-        "verdict": verdict,
+        "verdict": "blocked" if blocking else "pass",
         "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
         "summary": summary,
         "counts": counts,
@@ -339,7 +326,7 @@ class GateSession:
             if oc.kind == OK and role == "candidate":
                 manifest = oc.value.run_manifest
             elif oc.kind in (CRASHED, TIMED_OUT):
-                ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
+                ref = _ref_dict(r.kernel)
                 info = {"status": sides[role].status, "role": role, "error": oc.error, "signal": oc.signal}
                 info.update(exitcode=oc.exitcode, log_tail=oc.log_tail, timeout_s=self.opts.timeout_s)
                 d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid, info)
@@ -400,35 +387,20 @@ class GateSession:
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
-        manifests = [d.manifest for d in decisions if getattr(d, "manifest", None)]
-        env = environment(manifests)
-        doc, policy = self.doc, self.policy
-        inc_info = (
-            {
-                "baseline": str(self.baseline),
-                "manifest": doc.get("kernel"),
-                "generated_at": doc.get("generated_at"),
-                "environment": (doc.get("comparability") or {}).get("environment"),
-            }
-            if doc is not None
-            else {
-                "ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef) else None,
-                "manifest": self.inc_spec.manifest(),
-            }
-        )
-        notes = []
+        env = environment([d.manifest for d in decisions if getattr(d, "manifest", None)])
+        doc, policy, notes = self.doc, self.policy, []
         if doc is not None:
-            theirs = (doc.get("comparability") or {}).get("environment") or {}
-            diff = [
-                f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}"
-                for k in ("torch", "triton", "execution", "cuda_device")
-                if theirs.get(k) != env.get(k)
-            ]
+            their_env = (doc.get("comparability") or {}).get("environment")
+            inc_info = {"baseline": str(self.baseline), "manifest": doc.get("kernel")}
+            inc_info.update(generated_at=doc.get("generated_at"), environment=their_env)
+            theirs = their_env or {}
+            keys = ("torch", "triton", "execution", "cuda_device")
+            diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in keys if theirs.get(k) != env.get(k)]
             if diff:
-                notes.append(
-                    "environment differs from the baseline's (bits are compared as "
-                    "they are; kernels may legitimately take other paths): " + "; ".join(diff)
-                )
+                why = "bits are compared as they are; kernels may legitimately take other paths"
+                notes.append(f"environment differs from the baseline's ({why}): " + "; ".join(diff))
+        else:
+            inc_info = {"ref": _ref_dict(self.incumbent), "manifest": self.inc_spec.manifest()}
         repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
         if repros:
             notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
@@ -436,10 +408,7 @@ class GateSession:
         if part["partial"]:
             notes.append(part["note"])
         return GateResult(
-            candidate={
-                "ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef) else None,
-                "manifest": self.cand_spec.manifest(),
-            },
+            candidate={"ref": _ref_dict(self.candidate), "manifest": self.cand_spec.manifest()},
             incumbent=inc_info,
             policy=policy.to_dict(),
             cases=list(decisions),
