@@ -244,20 +244,8 @@ def decide_case(
             it = inc.status if inc is not None else "is unknown"
             rs.add("output", f"no incumbent output on this case (it {it}): judged on the candidate's own checks", False)
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(
-        item=case,
-        status=status,
-        blocking=rs.blocking,
-        reasons=rs.items,
-        delta=delta,
-        changes=changes,
-        expectations_used=sorted(rs.used),
-        layer=layer,
-        family=fam,
-        scale_mode=scale_mode,
-        source=source,
-        evidence=dict(cand.evidence),
-    )
+    used, ev = sorted(rs.used), dict(cand.evidence)
+    return Decision(case, status, rs.blocking, rs.items, delta, changes, used, layer, fam, scale_mode, source, ev)
 
 
 def _hash(res: Optional[dict]) -> Optional[list]:
