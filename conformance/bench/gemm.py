@@ -151,8 +151,7 @@ def run_bench(
 
 
 def render(df, title: str = "int8conf bench") -> None:
-    """Print the table with rich (GMAC/s and ratio side by side); one JSON
-    line per row when rich or pandas is not installed (bare GPU boxes)."""
+    """Print the table with rich; one JSON line per row when rich or pandas is not installed (bare GPU boxes)."""
     try:
         from rich.table import Table
 
@@ -185,10 +184,8 @@ def environment() -> dict:
 
 # ``int8conf bench --gpu``: the built-in ``triton`` vs ``torch._int_mm`` + eager epilogue and a plain autotuned
 # Triton int8 GEMM, output bits of each checked against the reference of its declared contract.
-#: Qwen3 decoder linears as (layer, K, N): K = in_features, N = out_features
-#: (config.json of Qwen/Qwen3-0.6B: hidden 1024, intermediate 3072, 16 q heads
-#: x 128 = 2048, 8 kv heads x 128 = 1024; Qwen/Qwen3-1.7B: hidden 2048,
-#: intermediate 6144, q 2048, kv 1024).
+#: Qwen3 decoder linears as (layer, K = in_features, N = out_features), from config.json of Qwen/Qwen3-0.6B
+#: (hidden 1024, intermediate 3072, 16 q / 8 kv heads x 128) and Qwen/Qwen3-1.7B (2048, 6144, q 2048, kv 1024).
 QWEN3_LAYERS = {
     "Qwen3-0.6B": (
         ("q_proj", 1024, 2048),
@@ -207,9 +204,8 @@ QWEN3_LAYERS = {
 GPU_M = (1, 16, 128, 512, 4096)
 #: square problems, plus the issue's 16384x8192x8192 row, as (M, K, N)
 SQUARES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192))
-#: dense int8 tensor-core peak (TOPS, 2 ops per MAC) by device-name substring;
-#: H100/H200 SXM: 1,979 TOPS dense (NVIDIA H200 datasheet, INT8 Tensor Core
-#: 3,958 TOPS with sparsity)
+#: dense int8 tensor-core peak (TOPS, 2 ops per MAC) by device-name substring (NVIDIA H200 datasheet:
+#: 3,958 TOPS INT8 with sparsity)
 PEAK_TOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0}
 #: HBM bandwidth (TB/s) for the roofline's memory roof (H200: 4.8 TB/s)
 PEAK_TBS = {"H200": 4.8, "H100 80GB HBM3": 3.35, "H100": 3.35}
@@ -348,10 +344,8 @@ def int_mm_peer(a, b, sa, sb):
 
 
 def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> dict:
-    """End-to-end microseconds per call of several kernels: CUDA events around
-    back-to-back calls (host launch cost and GPU time, whichever bounds), after
-    warm-up, batches interleaved (round r times one batch of every kernel), so a transient slowdown of the
-    host or the GPU hits all kernels alike; median of ``rounds`` batches each."""
+    """End-to-end microseconds per call of several kernels: CUDA events around back-to-back calls after
+    warm-up, batches of the kernels interleaved (a transient slowdown hits all alike); median of ``rounds``."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     reps = {}
     for name, fn in fns.items():
@@ -376,15 +370,12 @@ def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> 
 
 
 def _kernel_us(fn) -> float:
-    """GPU microseconds per call with a cold L2 (``triton.testing.do_bench``
-    flushes L2 before each call; median)."""
+    """GPU microseconds per call with a cold L2 (``triton.testing.do_bench`` median)."""
     return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
 
 
 def _host_us(fn, n: int = 300) -> float:
-    """Host microseconds per call: ``n`` back-to-back calls, wall clock until
-    the last is issued (meaningful when the GPU work is shorter than the host
-    work, as at decode shapes)."""
+    """Host microseconds per call: ``n`` back-to-back calls, wall clock until the last is issued."""
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()

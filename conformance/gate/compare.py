@@ -299,11 +299,5 @@ def decide_model(
                 moved = f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)"
                 rs.add("E1", moved, not policy.allow_engine_hash_change)
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(
-        item=check_id,
-        status=status,
-        blocking=rs.blocking,
-        reasons=rs.items,
-        expectations_used=sorted(rs.used),
-        evidence={"candidate": cand, "incumbent": inc, **(evidence or {})},
-    )
+    ev = {"candidate": cand, "incumbent": inc, **(evidence or {})}
+    return Decision(check_id, status, rs.blocking, rs.items, expectations_used=sorted(rs.used), evidence=ev)

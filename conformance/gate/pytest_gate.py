@@ -116,9 +116,12 @@ def pytest_ignore_collect(collection_path, config):
 
 
 class _GateItem(pytest.Item):
-    def __init__(self, *, gstate: _GateState, **kw):
+    kind = "case"
+    decided = None  # the Decision runtest made (None: it raised before deciding)
+
+    def __init__(self, *, gstate: _GateState, key, **kw):
         super().__init__(**kw)
-        self.gstate = gstate
+        self.gstate, self.key = gstate, key  # case index or model check id
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, GateFailure):
@@ -128,12 +131,16 @@ class _GateItem(pytest.Item):
     def reportinfo(self):
         return "int8conf-gate", None, self.name
 
-    kind = "case"
-    decided = None  # the Decision runtest made (None: it raised before deciding)
-
     def shipped(self) -> tuple:
         """``(kind, Decision or None)`` of this item, for the xdist controller."""
         return self.kind, self.decided
+
+    def runtest(self):
+        case = self.kind == "case"
+        s = self.gstate.session
+        d = self.decided = s.run_case(self.key) if case else s.run_model(self.key)
+        (self.gstate.decisions if case else self.gstate.model)[d.item] = d
+        self._outcome(d)
 
     def _outcome(self, d) -> None:
         if d.blocking:
@@ -149,29 +156,11 @@ class _GateItem(pytest.Item):
 class GateCaseItem(_GateItem):
     """One case of the gate."""
 
-    def __init__(self, *, index: int, **kw):
-        super().__init__(**kw)
-        self.index = index
-
-    def runtest(self):
-        d = self.decided = self.gstate.session.run_case(self.index)
-        self.gstate.decisions[d.item] = d
-        self._outcome(d)
-
 
 class GateModelItem(_GateItem):
     """A model-level check (C7 / E1) of the gate."""
 
-    def __init__(self, *, check_id: str, **kw):
-        super().__init__(**kw)
-        self.check_id = check_id
-
     kind = "model"
-
-    def runtest(self):
-        d = self.decided = self.gstate.session.run_model(self.check_id)
-        self.gstate.model[d.item] = d
-        self._outcome(d)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -182,13 +171,11 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     from conformance.suite.run import MODEL_CHECKS
 
     items += [
-        GateCaseItem.from_parent(session, name=f"gate/{r['case']}", gstate=gs, index=i)
+        GateCaseItem.from_parent(session, name=f"gate/{r['case']}", gstate=gs, key=i)
         for i, r in enumerate(gs.session.rows)
     ]
     if gs.session.opts.model_checks:
-        items += [
-            GateModelItem.from_parent(session, name=f"gate/{c}", gstate=gs, check_id=c) for c, _, _ in MODEL_CHECKS
-        ]
+        items += [GateModelItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c, _, _ in MODEL_CHECKS]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,15 +1,9 @@
 """``int8conf scoreboard``: every available kernel (built-in and adapted) on the same cases, bit for bit.
-
-Per (kernel, device) row: the overall verdict against the kernel's own declared epilogue (C8 and
-the other per-case checks of ``conformance.suite.evaluate``), per-check verdicts, the maximum
-spacing (ulp) of its outputs from each standard contract (``render.STANDARD``), and a kernel x
-kernel bit-interchangeability matrix. Every failing (kernel, device, check) gets a reproducer
-(``conformance.runtime.repro``: shrunk to the worst output element when that still fails).
-Each row runs in its own worker (``conformance.runtime.pool``, forkserver); every case has a
-timeout, and a row's first call is an unscored warm-up with its own, longer timeout.
-Outputs (``scoreboard.json`` schema ``int8conf.scoreboard`` v1, ``.md``, ``.png``, ``repro/``)
-are written atomically (``render``).
-"""
+Per (kernel, device) row: the verdict against its own declared epilogue, per-check verdicts, the maximum
+spacing from each standard contract, and a kernel x kernel bit-interchangeability matrix; a reproducer per
+failing (kernel, device, check), shrunk to the worst element when that still fails. Each row runs in its own
+worker (forkserver) with a timeout per case and a longer one for the unscored warm-up. Outputs:
+``scoreboard.json`` (schema ``int8conf.scoreboard`` v1), ``.md``, ``.png``, ``repro/``, written atomically."""
 
 from __future__ import annotations
 
