@@ -671,13 +671,11 @@ def run_gpu_bench(
         "environment": env,
         "peak_tops": peak,
         "peak_tbs": _peak(name, PEAK_TBS),
-        "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning "
-        "(median of 7 batches of >= 10 ms, batches of the kernels interleaved); "
-        "kernel_us: triton.testing.do_bench median with L2 flushed before each "
-        "call",
-        "bits_reference": f"torch._int_mm int32 accumulator on the GPU (certified against "
-        f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
-        f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
+        "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning (median of 7 batches of "
+        ">= 10 ms, batches of the kernels interleaved); kernel_us: triton.testing.do_bench median with L2 flushed "
+        "before each call",
+        "bits_reference": "torch._int_mm int32 accumulator on the GPU (certified against exact int64 on <= 4 rows) "
+        f"+ reference.epilogue.apply_epilogue on the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
         f"{ROWS_SAMPLED} sampled rows",
         "precompile_s": pre_s,
         "excluded_configs": excluded,
@@ -731,6 +729,13 @@ def _fmt(v, spec=".1f") -> str:
     return "—" if v is None or v != v else format(v, spec)
 
 
+def _gpu_cell(kv: dict) -> str:
+    if "error" in kv:
+        return f"error: {kv['error'][:60]}"
+    pct = f" ({100 * kv['fraction_of_peak']:.0f} %)" if "fraction_of_peak" in kv else ""
+    return f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}"
+
+
 def render_gpu_markdown(res: dict) -> str:
     """bench.md: environment, the table (µs, TOPS, % of peak per kernel; ratio
     to the best peer; bits), host path, acceptance."""
@@ -739,29 +744,21 @@ def render_gpu_markdown(res: dict) -> str:
     lines = [
         f"# int8conf bench --gpu: {env['device']}",
         "",
-        f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
-        f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
+        f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: {_fmt(peak, ',.0f')} TOPS. "
+        f"Timing: {res['timing']}. Bits: {res['bits_reference']}.",
         "",
-        "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` "
-        "+ eager torch epilogue (CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); "
-        "`plain_triton` = a plain autotuned Triton int8 GEMM (conformance/bench/gemm.py, "
-        "grouped order, same epilogue as `triton`)"
+        "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` + eager torch epilogue "
+        "(CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); `plain_triton` = a plain autotuned Triton int8 GEMM "
+        "(conformance/bench/gemm.py, grouped order, same epilogue as `triton`)"
         + "".join(f"; `{x}`" for x in names if x not in ("triton", "int_mm", "plain_triton"))
-        + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / "
-        "best of `int_mm` and `plain_triton`.",
+        + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / best of `int_mm` and "
+        "`plain_triton`.",
         "",
     ]
     head = "| M×K×N | layers | " + " | ".join(f"`{x}`" for x in names) + " | ratio | bits | triton config |"
     lines += [head, "|" + "---|" * (len(names) + 5)]
     for r in res["rows"]:
-        cells = []
-        for x in names:
-            kv = r["kernels"][x]
-            if "error" in kv:
-                cells.append(f"error: {kv['error'][:60]}")
-                continue
-            pct = f" ({100 * kv['fraction_of_peak']:.0f} %)" if "fraction_of_peak" in kv else ""
-            cells.append(f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}")
+        cells = [_gpu_cell(r["kernels"][x]) for x in names]
         bits = r["bits"]
         ok = all(r["kernels"][x].get("bits_ok") for x in names)
         btxt = (
@@ -781,22 +778,19 @@ def render_gpu_markdown(res: dict) -> str:
             "",
             "## Host path at M = 1 (K = 2048, N = 6144)",
             "",
-            f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs "
-            f"end to end; bare launch of the same compiled kernel and configuration "
-            f"(`{hp['config']}`, arguments precomputed, output preallocated): "
-            f"{hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end "
-            f"to end; ratio {hp['host_ratio']:.2f}×",
-            f"- bare launch plus allocating its output (`torch.empty_like`, which every "
-            f"call that returns a new tensor pays): "
-            f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
+            f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs end to end; bare "
+            f"launch of the same compiled kernel and configuration (`{hp['config']}`, arguments precomputed, output "
+            f"preallocated): {hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end to end; "
+            f"ratio {hp['host_ratio']:.2f}×",
+            "- bare launch plus allocating its output (`torch.empty_like`, which every call that returns a new tensor "
+            f"pays): {hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
             f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
             f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host",
         ]
         if "raw_launch_host_us" in hp:
             lines.append(
-                f"- the compiled kernel's own launcher (`CompiledKernel.run`, what "
-                f"`triton` calls after its first launch; no binding or cache lookup): "
-                f"{hp['raw_launch_host_us']:.1f} µs host, "
+                "- the compiled kernel's own launcher (`CompiledKernel.run`, what `triton` calls after its first "
+                f"launch; no binding or cache lookup): {hp['raw_launch_host_us']:.1f} µs host, "
                 f"{hp['raw_launch_alloc_host_us']:.1f} µs with its output allocation "
                 f"(`triton` call / that: {hp['host_ratio_vs_raw_with_alloc']:.2f}×)"
             )

@@ -128,20 +128,17 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         else:
             cut = "not every case was decided"
         verdict += f" (PARTIAL RUN: {cut})"
-    lines = [
-        f"## int8conf gate: `{_label(doc['candidate'])}` replacing `{_label(doc['incumbent'])}` -- **{verdict}**",
-        "",
-    ]
+    title = f"`{_label(doc['candidate'])}` replacing `{_label(doc['incumbent'])}`"
+    lines = [f"## int8conf gate: {title} -- **{verdict}**", ""]
     pol = doc.get("policy") or {}
     if pol:
-        lines.append(
-            f"Policy `{pol.get('name')}` ({pol.get('source')}): require "
-            f"{', '.join(pol.get('require') or []) or 'nothing'}; allow "
-            f"{', '.join(pol.get('allow') or []) or 'nothing'}; max token flips above "
+        req, allow = (", ".join(pol.get(k) or []) or "nothing" for k in ("require", "allow"))
+        lines += [
+            f"Policy `{pol.get('name')}` ({pol.get('source')}): require {req}; allow {allow}; max token flips above "
             f"threshold {pol.get('max_token_flips_above_threshold')}; engine hash may "
-            f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}."
-        )
-        lines.append("")
+            f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}.",
+            "",
+        ]
     lines += [ov["summary"], ""]
     if ov["verdict"] == "not comparable":
         lines += ["Reasons:", ""] + [f"- {r}" for r in ov.get("reasons", [])] + [""]
@@ -167,11 +164,8 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         lines.append("")
     warn = [c for c in cases if c["status"] == "warn"]
     if warn:
-        lines += [
-            f"<details><summary>Warnings ({len(warn)} cases: within policy, not "
-            f"bit-identical or accepted by an expectation)</summary>",
-            "",
-        ]
+        what = "within policy, not bit-identical or accepted by an expectation"
+        lines += [f"<details><summary>Warnings ({len(warn)} cases: {what})</summary>", ""]
         lines += [f"- `{c['item']}`: " + _cell("; ".join(map(reason_text, c["reasons"])), 300) for c in warn[:max_rows]]
         if len(warn) > max_rows:
             lines.append(f"- ... and {len(warn) - max_rows} more (gate.json)")
@@ -179,11 +173,8 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
     layers = [r for r in doc.get("per_layer") or [] if not r["layer"].startswith("(")]
     other = [r for r in doc.get("per_layer") or [] if r["layer"].startswith("(")]
     if layers or other:
-        lines += [
-            "<details><summary>Per layer and case group: output vs the incumbent "
-            "(identical / within_one_spacing / worse)</summary>",
-            "",
-        ]
+        what = "output vs the incumbent (identical / within_one_spacing / worse)"
+        lines += [f"<details><summary>Per layer and case group: {what}</summary>", ""]
         if layers:
             lines += ["| layer | own scales | pow2 scales |", "|---|---|---|"]
             lines += [f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |" for r in layers]

@@ -1,18 +1,11 @@
-"""One kernel behind a replaceable child process, one request at a time, each with a timeout.
-
-A kernel that segfaults, aborts or calls ``os._exit`` kills only its child; one that hangs is
-killed after the timeout. The parent gets an :class:`Outcome` (``ok`` / ``crash`` / ``timeout`` /
-``error``) with the exit status, signal and the tail of the child's log (where ``faulthandler``
-writes the stack of a crash or hang); the next request starts a fresh child. A healthy child
-serves every request, so importing torch is paid once per kernel. Used by the gate and the
-scoreboard.
-
-Start methods: ``fork`` (inherits modules, cases and even an in-memory KernelSpec), ``forkserver``
-(torch and the checks preloaded) or ``spawn``; the last two need a :class:`KernelRef`.
-Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (run case ``i``, unscored),
+"""One kernel behind a replaceable child process, one request at a time, each with a timeout: a kernel that
+crashes kills only its child, one that hangs is killed after the timeout, and the parent gets an
+:class:`Outcome` (``ok`` / ``crash`` / ``timeout`` / ``error``) with exit status, signal and the tail of the
+child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
+an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
+:class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
 ``("case", i)``, ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
-``("error", line)`` (a harness error; kernel exceptions are already check failures).
-"""
+``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
 
 from __future__ import annotations
 
