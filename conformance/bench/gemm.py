@@ -175,11 +175,8 @@ def render(df, title: str = "int8conf bench") -> None:
 def environment() -> dict:
     """``conformance.runtime.environment.environment()`` plus ``cuda`` (bool) and ``device`` (GPU or CPU name)."""
     cuda = torch.cuda.is_available()
-    return {
-        **base_environment(),
-        "cuda": cuda,
-        "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
-    }
+    device = torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine()
+    return {**base_environment(), "cuda": cuda, "device": device}
 
 
 # ``int8conf bench --gpu``: the built-in ``triton`` vs ``torch._int_mm`` + eager epilogue and a plain autotuned
@@ -252,10 +249,8 @@ def _plain_int8_gemm(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch
-    order, ``tl.dot`` int32 accumulator, epilogue ``((acc * s_a) * s_w)`` cast
-    to bf16 with Triton's native (RNE on CUDA) conversion -- the same contract
-    as the built-in (TRITON_STYLE, no bias). a [M,K], b [N,K], K-contiguous."""
+    """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch order, ``tl.dot`` int32
+    accumulator, ``((acc * s_a) * s_w)`` cast to bf16 (RNE) -- TRITON_STYLE, no bias. a [M,K], b [N,K], K-contiguous."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -300,9 +295,8 @@ _PLAIN: dict = {}
 
 
 def plain_triton_gemm():
-    """The autotuned plain Triton GEMM as ``fn(a, b, sa, sb) -> bf16 [M,N]``
-    (``triton.autotune`` keyed on M, N, K; timing 2 ms warm-up, 10 ms rep,
-    as the built-in's own tuner)."""
+    """The autotuned plain Triton GEMM as ``fn(a, b, sa, sb) -> bf16 [M,N]`` (keyed on M, N, K; timed as the
+    built-in's own tuner)."""
     if "fn" in _PLAIN:
         return _PLAIN["fn"]
     configs = [
@@ -332,9 +326,8 @@ def plain_triton_gemm():
 
 
 def int_mm_peer(a, b, sa, sb):
-    """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE
-    (``(acc * s_w) * s_a`` -> bf16). torch._int_mm needs M > 16 on CUDA, so
-    M <= 16 is zero-padded to 17 rows (part of the measured cost)."""
+    """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE (``(acc * s_w) * s_a`` -> bf16); M <= 16
+    is zero-padded to 17 rows (torch._int_mm needs M > 16 on CUDA; part of the measured cost)."""
     m = a.shape[0]
     ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
     acc = torch._int_mm(ap, b.t())
@@ -438,8 +431,7 @@ def _peak(name: str, table: dict) -> Optional[float]:
 
 
 def _precompile_task(shape: tuple, configs: list) -> int:
-    """Worker: compile every candidate configuration of the built-in and of the
-    plain GEMM for one shape (fills Triton's on-disk cache; timings discarded)."""
+    """Worker: compile every candidate configuration of the built-in and the plain GEMM for one shape."""
     m, k, n = shape
     a, b, sa, sb = _gpu_operands(m, k, n, 0)
     done = 0
@@ -483,9 +475,7 @@ def config_by_label(label: str):
 
 
 def _probe_one(label: str) -> None:
-    """Subprocess entry of :func:`probe_configs`: compile and run the built-in's
-    configuration labelled ``label`` (a bucket's or a Gluon one) once at 4096^3
-    (exit status 0 = usable)."""
+    """Subprocess entry of :func:`probe_configs`: run the configuration labelled ``label`` once at 4096^3."""
     a, b, sa, sb = _gpu_operands(4096, 4096, 4096, 0)
     bt.scaled_mm_config(config_by_label(label), a, b, sa, sb)
     torch.cuda.synchronize()
@@ -525,9 +515,8 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
 
 
 def precompile(shapes: list[dict], workers: int) -> float:
-    """Compile all candidate kernels for ``shapes`` in ``workers`` processes
-    (spawned; Triton's on-disk cache is shared), so the in-process tuning only
-    loads binaries. Returns seconds spent."""
+    """Compile all candidate kernels for ``shapes`` in ``workers`` spawned processes (Triton's on-disk cache is
+    shared), so the in-process tuning only loads binaries. Returns seconds spent."""
     t0 = time.perf_counter()
     tasks = [((s["M"], s["K"], s["N"]), _tuned_configs(s["M"])) for s in shapes]
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
@@ -737,8 +726,7 @@ def _gpu_cell(kv: dict) -> str:
 
 
 def render_gpu_markdown(res: dict) -> str:
-    """bench.md: environment, the table (µs, TOPS, % of peak per kernel; ratio
-    to the best peer; bits), host path, acceptance."""
+    """bench.md: environment, the table (µs, TOPS, % of peak; ratio to the best peer; bits), host path, acceptance."""
     env, peak = res["environment"], res["peak_tops"]
     names = _kernel_names(res)
     lines = [
@@ -841,9 +829,8 @@ def plot_roofline(res: dict, path) -> None:
 
 
 def write_gpu_reports(res: dict, out_root) -> dict:
-    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns
-    the paths written (no ``png`` key when matplotlib, the ``plots`` extra, is
-    not installed)."""
+    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns the paths written (no ``png``
+    key when matplotlib, the ``plots`` extra, is not installed)."""
     d = Path(out_root) / _device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
     paths = {"json": d / "bench.json", "md": d / "bench.md"}

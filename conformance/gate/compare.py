@@ -59,14 +59,11 @@ def side_from_case_result(cr) -> Side:
 def side_from_report_case(d: dict) -> Side:
     """Side of one ``cases[]`` entry of a stored conformance report (no output
     tensor: only its digest)."""
-    checks = {
-        cid: {
-            "verdict": c.get("verdict"),
-            "summary": c.get("summary", ""),
-            "kernel_failure": _kernel_failure(cid, c.get("verdict"), c.get("evidence")),
-        }
-        for cid, c in (d.get("checks") or {}).items()
-    }
+    checks = {}
+    for cid, c in (d.get("checks") or {}).items():
+        v = c.get("verdict")
+        failed = _kernel_failure(cid, v, c.get("evidence"))
+        checks[cid] = {"verdict": v, "summary": c.get("summary", ""), "kernel_failure": failed}
     status = NOT_SUPPORTED if d.get("not_run_reason") else RAN
     return Side(status, checks, None, d.get("output_digest"), d.get("error"))
 

@@ -133,20 +133,12 @@ class Policy:
 
     def to_dict(self) -> dict:
         """JSON-able dict (for the gate report)."""
-        return {
-            "name": self.name,
-            "source": self.source,
-            "description": self.description,
-            "require": list(self.require),
-            "allow": list(self.allow),
-            "required_families": sorted(self.required_families),
-            "allowed_families": sorted(self.allowed_families),
-            "max_token_flips_above_threshold": self.max_token_flips_above_threshold,
-            "allow_engine_hash_change": self.allow_engine_hash_change,
-            "not_supported": self.not_supported,
-            "fail_on_unused_expectations": self.fail_on_unused_expectations,
-            "expectations": [e.to_dict() for e in self.expectations],
-        }
+        d = {"name": self.name, "source": self.source, "description": self.description}
+        d.update(require=list(self.require), allow=list(self.allow))
+        d.update(required_families=sorted(self.required_families), allowed_families=sorted(self.allowed_families))
+        flags = ("max_token_flips_above_threshold", "allow_engine_hash_change", "not_supported")
+        d.update({k: getattr(self, k) for k in (*flags, "fail_on_unused_expectations")})
+        return {**d, "expectations": [e.to_dict() for e in self.expectations]}
 
 
 def _rules(src: str, key: str, value, known: dict) -> tuple:

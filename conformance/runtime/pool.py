@@ -229,12 +229,8 @@ class IsolatedKernel:
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
         main = threading.current_thread() is threading.main_thread()
-        self._proc = ctx.Process(
-            target=_child_main,
-            daemon=True,
-            name=f"int8conf-gate-{slug}",
-            args=(child, self.kernel, self.cases, self.device, str(self._log), self.method, main),
-        )
+        args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main)
+        self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}", args=args)
         self._proc.start()
         child.close()
         self._conn = parent

@@ -162,10 +162,9 @@ def _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, gi
 def _max_spacing_from_standard(cases, rows) -> dict:
     refs = {}
     for ops in cases:
-        exact = exact_int_mm(ops.a, ops.b)
+        exact, kw = exact_int_mm(ops.a, ops.b), {"bias": ops.bias, "out_dtype": ops.out_dtype}
         refs[case_id(ops)] = {
-            name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], bias=ops.bias, out_dtype=ops.out_dtype)
-            for name in STANDARD
+            name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], **kw) for name in STANDARD
         }
     out = {}
     for r in rows:
