@@ -6,16 +6,34 @@ median of ``reps`` calls after a warm-up. Prints figures, never a timed test."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import importlib.util
+import json
+import multiprocessing as mp
 import platform
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
+import triton
 import triton.language as tl
 
+from conformance.kernels import builtin_triton as bt
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import pick_device
+from conformance.kernels.spec import KernelSpec
 from conformance.runtime.environment import environment as base_environment
-from reference.contract import CUTLASS_STYLE
+from reference.accumulate import exact_int_mm
+from reference.contract import CUTLASS_STYLE, TRITON_STYLE
+from reference.epilogue import apply_epilogue, reference_scaled_mm
+from reference.fileio import atomic_write_json, atomic_write_text
 from reference.operands import GemmOperands
 
 QWEN3_1_7B_SHAPES = (
@@ -25,6 +43,7 @@ QWEN3_1_7B_SHAPES = (
     (512, 6144, 6144, "K=N=6144 (bound case)"),
 )
 INTERPRETER_SHAPE = (64, 512, 256, "reduced shape (interpreter)")
+COLUMNS = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s", "x reference", "note")
 
 
 def gmacs(m: int, k: int, n: int, seconds: float) -> float:
@@ -63,19 +82,8 @@ def time_call(fn: Callable[[], object], reps: int, cuda: bool = False) -> tuple[
 def _row(kernel: str, device: str, shape: tuple, t: tuple, ref_t: Optional[tuple], note: str = "") -> dict:
     m, k, n, label = shape
     secs, best = t
-    return {
-        "kernel": kernel,
-        "device": device,
-        "M": m,
-        "K": k,
-        "N": n,
-        "layer": label,
-        "ms": secs * 1e3,
-        "GMAC/s": gmacs(m, k, n, secs),
-        "best GMAC/s": gmacs(m, k, n, best),
-        "x reference": (ref_t[0] / secs) if ref_t else float("nan"),
-        "note": note,
-    }
+    vals = (kernel, device, m, k, n, label, secs * 1e3, gmacs(m, k, n, secs), gmacs(m, k, n, best))
+    return dict(zip(COLUMNS, (*vals, (ref_t[0] / secs) if ref_t else float("nan"), note)))
 
 
 def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int, ref_t: tuple, note: str) -> dict:
@@ -89,8 +97,7 @@ def _timed_row(spec, device: str, shape: tuple, ops: GemmOperands, reps: int, re
         )
     except Exception as e:  # noqa: BLE001 -- report, keep benchmarking the others
         msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-        row = _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t, f"FAILED {type(e).__name__}: {msg}")
-        return row
+        return _row(spec.name, device, shape, (float("nan"), float("nan")), ref_t, f"FAILED {type(e).__name__}: {msg}")
     return _row(spec.name, device, shape, t, ref_t, note)
 
 
@@ -106,12 +113,6 @@ def run_bench(
     rows vs the CPU reference) and the best call. ``interpreter_shape``: the reduced shape for Triton
     interpreter kernels (None skips them). Returns a pandas DataFrame (row dicts without pandas).
     Raises KernelLoadError."""
-    from conformance.kernels.registry import get_kernel
-    from conformance.kernels.runner import pick_device
-    from conformance.kernels.spec import KernelSpec
-    from reference.accumulate import exact_int_mm
-    from reference.epilogue import reference_scaled_mm
-
     specs = [k if isinstance(k, KernelSpec) else get_kernel(k) for k in kernels]
     cuda = torch.cuda.is_available() if cuda is None else cuda
     rows, ref_time = [], {}
@@ -150,8 +151,7 @@ def run_bench(
 
 
 def render(df, title: str = "int8conf bench") -> None:
-    """Print the table with rich (GMAC/s and ratio side by side); one JSON
-    line per row when rich or pandas is not installed (bare GPU boxes)."""
+    """Print the table with rich; one JSON line per row when rich or pandas is not installed (bare GPU boxes)."""
     try:
         from rich.table import Table
 
@@ -159,55 +159,30 @@ def render(df, title: str = "int8conf bench") -> None:
 
         records = df.to_dict("records")
     except (ImportError, AttributeError):
-        import json
-
         print(title)
         for r in df if isinstance(df, list) else df.to_dict("records"):
             print(json.dumps(r))
         return
-
     t = Table(title=title)
-    cols = ("kernel", "device", "M", "K", "N", "layer", "ms", "GMAC/s", "best GMAC/s", "x reference", "note")
-    for col in cols:
+    for col in COLUMNS:
         t.add_column(col, justify="left" if col in ("kernel", "device", "layer", "note") else "right")
+    fmts = {"ms": ".2f", "GMAC/s": ".3g", "best GMAC/s": ".3g", "x reference": ".3g"}
     for r in records:
-        t.add_row(
-            r["kernel"],
-            r["device"],
-            str(r["M"]),
-            str(r["K"]),
-            str(r["N"]),
-            r["layer"],
-            f"{r['ms']:.2f}",
-            f"{r['GMAC/s']:.3g}",
-            f"{r['best GMAC/s']:.3g}",
-            f"{r['x reference']:.3g}",
-            r["note"],
-        )
+        t.add_row(*(format(r[c], fmts[c]) if c in fmts else str(r[c]) for c in COLUMNS))
     make_console().print(t)
 
 
 def environment() -> dict:
     """``conformance.runtime.environment.environment()`` plus ``cuda`` (bool) and ``device`` (GPU or CPU name)."""
     cuda = torch.cuda.is_available()
-    return {
-        **base_environment(),
-        "cuda": cuda,
-        "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
-    }
+    device = torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine()
+    return {**base_environment(), "cuda": cuda, "device": device}
 
 
-# ===================================================================== GPU bench
-# ``int8conf bench --gpu``: the built-in ``triton`` kernel against its two
-# peers -- ``torch._int_mm`` + eager torch epilogue, and a plain autotuned
-# Triton int8 GEMM (``_plain_int8_gemm`` below) -- measured in one run, with
-# the output bits of every kernel checked against the reference of its
-# declared contract on every shape.
-
-#: Qwen3 decoder linears as (layer, K, N): K = in_features, N = out_features
-#: (config.json of Qwen/Qwen3-0.6B: hidden 1024, intermediate 3072, 16 q heads
-#: x 128 = 2048, 8 kv heads x 128 = 1024; Qwen/Qwen3-1.7B: hidden 2048,
-#: intermediate 6144, q 2048, kv 1024).
+# ``int8conf bench --gpu``: the built-in ``triton`` vs ``torch._int_mm`` + eager epilogue and a plain autotuned
+# Triton int8 GEMM, output bits of each checked against the reference of its declared contract.
+#: Qwen3 decoder linears as (layer, K = in_features, N = out_features), from config.json of Qwen/Qwen3-0.6B
+#: (hidden 1024, intermediate 3072, 16 q / 8 kv heads x 128) and Qwen/Qwen3-1.7B (2048, 6144, q 2048, kv 1024).
 QWEN3_LAYERS = {
     "Qwen3-0.6B": (
         ("q_proj", 1024, 2048),
@@ -226,9 +201,8 @@ QWEN3_LAYERS = {
 GPU_M = (1, 16, 128, 512, 4096)
 #: square problems, plus the issue's 16384x8192x8192 row, as (M, K, N)
 SQUARES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192))
-#: dense int8 tensor-core peak (TOPS, 2 ops per MAC) by device-name substring;
-#: H100/H200 SXM: 1,979 TOPS dense (NVIDIA H200 datasheet, INT8 Tensor Core
-#: 3,958 TOPS with sparsity)
+#: dense int8 tensor-core peak (TOPS, 2 ops per MAC) by device-name substring (NVIDIA H200 datasheet:
+#: 3,958 TOPS INT8 with sparsity)
 PEAK_TOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0}
 #: HBM bandwidth (TB/s) for the roofline's memory roof (H200: 4.8 TB/s)
 PEAK_TBS = {"H200": 4.8, "H100 80GB HBM3": 3.35, "H100": 3.35}
@@ -275,10 +249,8 @@ def _plain_int8_gemm(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch
-    order, ``tl.dot`` int32 accumulator, epilogue ``((acc * s_a) * s_w)`` cast
-    to bf16 with Triton's native (RNE on CUDA) conversion -- the same contract
-    as the built-in (TRITON_STYLE, no bias). a [M,K], b [N,K], K-contiguous."""
+    """Plain autotuned Triton int8 GEMM (the benchmark's peer): grouped launch order, ``tl.dot`` int32
+    accumulator, ``((acc * s_a) * s_w)`` cast to bf16 (RNE) -- TRITON_STYLE, no bias. a [M,K], b [N,K], K-contiguous."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -323,13 +295,10 @@ _PLAIN: dict = {}
 
 
 def plain_triton_gemm():
-    """The autotuned plain Triton GEMM as ``fn(a, b, sa, sb) -> bf16 [M,N]``
-    (``triton.autotune`` keyed on M, N, K; timing 2 ms warm-up, 10 ms rep,
-    as the built-in's own tuner)."""
+    """The autotuned plain Triton GEMM as ``fn(a, b, sa, sb) -> bf16 [M,N]`` (keyed on M, N, K; timed as the
+    built-in's own tuner)."""
     if "fn" in _PLAIN:
         return _PLAIN["fn"]
-    import triton
-
     configs = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
         for bm, bn, bk, w, s in PLAIN_CONFIGS
@@ -357,11 +326,8 @@ def plain_triton_gemm():
 
 
 def int_mm_peer(a, b, sa, sb):
-    """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE
-    (``(acc * s_w) * s_a`` -> bf16). torch._int_mm needs M > 16 on CUDA, so
-    M <= 16 is zero-padded to 17 rows (part of the measured cost)."""
-    import torch.nn.functional as F
-
+    """``torch._int_mm`` (cuBLASLt) + eager torch epilogue, CUTLASS_STYLE (``(acc * s_w) * s_a`` -> bf16); M <= 16
+    is zero-padded to 17 rows (torch._int_mm needs M > 16 on CUDA; part of the measured cost)."""
     m = a.shape[0]
     ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
     acc = torch._int_mm(ap, b.t())
@@ -371,10 +337,8 @@ def int_mm_peer(a, b, sa, sb):
 
 
 def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> dict:
-    """End-to-end microseconds per call of several kernels: CUDA events around
-    back-to-back calls (host launch cost and GPU time, whichever bounds), after
-    warm-up, batches interleaved (round r times one batch of every kernel), so a transient slowdown of the
-    host or the GPU hits all kernels alike; median of ``rounds`` batches each."""
+    """End-to-end microseconds per call of several kernels: CUDA events around back-to-back calls after
+    warm-up, batches of the kernels interleaved (a transient slowdown hits all alike); median of ``rounds``."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     reps = {}
     for name, fn in fns.items():
@@ -399,17 +363,12 @@ def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> 
 
 
 def _kernel_us(fn) -> float:
-    """GPU microseconds per call with a cold L2 (``triton.testing.do_bench``
-    flushes L2 before each call; median)."""
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
+    """GPU microseconds per call with a cold L2 (``triton.testing.do_bench`` median)."""
+    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
 
 
 def _host_us(fn, n: int = 300) -> float:
-    """Host microseconds per call: ``n`` back-to-back calls, wall clock until
-    the last is issued (meaningful when the GPU work is shorter than the host
-    work, as at decode shapes)."""
+    """Host microseconds per call: ``n`` back-to-back calls, wall clock until the last is issued."""
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -436,26 +395,15 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
     adds rows only), certified on up to 4 rows against the CPU's exact int64
     ``reference.accumulate.exact_int_mm``; then ``reference.epilogue.apply_epilogue``
     on the CPU for the checked rows (all rows when M <= ROWS_FULL_CHECK, else
-    ROWS_SAMPLED rows: first, last, seeded random).
-
-    Args:
-        outputs: ``name -> (bf16 [M,N] CUDA tensor, EpilogueContract)``.
-    Returns:
-        ``{"rows_checked", "rows_total", "acc_certified_rows", "acc_certified",
-        name: mismatching element count}``.
-    """
-    import torch.nn.functional as F
-
-    from reference.accumulate import exact_int_mm
-    from reference.epilogue import apply_epilogue
-
+    ROWS_SAMPLED rows: first, last, seeded random). ``outputs``: ``name -> (bf16 [M,N] CUDA tensor,
+    EpilogueContract)``. Returns ``{"rows_checked", "rows_total", "acc_certified_rows", "acc_certified",
+    name: mismatching element count}``."""
     m = a.shape[0]
     rows = _check_rows(m, seed)
     ap = F.pad(a, (0, 0, 0, 17 - m)) if m <= 16 else a
     idx = torch.tensor(rows, device=a.device)
     acc = torch._int_mm(ap, b.t())[:m].index_select(0, idx).cpu()
-    cert = rows[:2] + rows[-2:] if len(rows) > 4 else rows
-    cert = sorted(set(cert))
+    cert = sorted(set(rows[:2] + rows[-2:] if len(rows) > 4 else rows))
     exact = exact_int_mm(a[cert].cpu(), b.cpu())
     pos = [rows.index(r) for r in cert]
     res = {
@@ -475,25 +423,15 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
 
 
 def _device_slug(name: str) -> str:
-    import re
-
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "cuda"
 
 
 def _peak(name: str, table: dict) -> Optional[float]:
-    for key, v in table.items():
-        if key in name:
-            return v
-    return None
+    return next((v for key, v in table.items() if key in name), None)
 
 
 def _precompile_task(shape: tuple, configs: list) -> int:
-    """Worker: compile every candidate configuration of the built-in and of the
-    plain GEMM for one shape (fills Triton's on-disk cache; timings discarded)."""
-    import triton
-
-    from conformance.kernels import builtin_triton as bt
-
+    """Worker: compile every candidate configuration of the built-in and the plain GEMM for one shape."""
     m, k, n = shape
     a, b, sa, sb = _gpu_operands(m, k, n, 0)
     done = 0
@@ -506,27 +444,11 @@ def _precompile_task(shape: tuple, configs: list) -> int:
     plain_triton_gemm()
     kern = _PLAIN["kernel"].fn
     c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    args = (a, b, sa, sb, c, m, n, k, a.stride(0), b.stride(0), c.stride(0))
     for bm, bn, bk, w, s in PLAIN_CONFIGS:
         try:
-            kern[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](
-                a,
-                b,
-                sa,
-                sb,
-                c,
-                m,
-                n,
-                k,
-                a.stride(0),
-                b.stride(0),
-                c.stride(0),
-                BLOCK_M=bm,
-                BLOCK_N=bn,
-                BLOCK_K=bk,
-                GROUP_M=8,
-                num_warps=w,
-                num_stages=s,
-            )
+            grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+            kern[grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=s)
             done += 1
         except Exception:  # noqa: BLE001
             pass
@@ -535,26 +457,16 @@ def _precompile_task(shape: tuple, configs: list) -> int:
 
 
 def _tuned_configs(m: int) -> list:
-    """The built-in's configurations for M = ``m`` that the tuner may try on
-    this machine's GPU with TMA-able operands: ``builtin_triton._candidates``
-    (the bucket's own, then the Gluon ones when ``builtin_triton._gluon_enabled``,
-    then the warp-specialised Gluon ones when ``builtin_triton._gluon_ws_enabled``
-    -- unless ``INT8CONF_TRITON_GLUON_WS=0``; none excluded)."""
-    from conformance.kernels import builtin_triton as bt
-
+    """The built-in's configurations for M = ``m`` that the tuner may try on this machine's GPU with TMA-able
+    operands (``builtin_triton._candidates``: the bucket's own, then the enabled Gluon and warp-specialised
+    Gluon ones; none excluded)."""
     dev = torch.device("cuda")
     return bt._candidates(m, True, bt._gluon_enabled(dev), bt._gluon_ws_enabled(dev))
 
 
 def config_by_label(label: str):
     """The built-in's configuration (a bucket's, a Gluon or a warp-specialised Gluon
-    one) whose ``Config.label()`` is ``label``.
-
-    Raises:
-        KeyError: no configuration has that label.
-    """
-    from conformance.kernels import builtin_triton as bt
-
+    one) whose ``Config.label()`` is ``label``; KeyError if none has."""
     for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values(), *bt.GLUON_WS_CONFIGS.values()):
         for c in cs:
             if c.label() == label:
@@ -563,31 +475,17 @@ def config_by_label(label: str):
 
 
 def _probe_one(label: str) -> None:
-    """Subprocess entry of :func:`probe_configs`: compile and run the built-in's
-    configuration labelled ``label`` (a bucket's or a Gluon one) once at 4096^3
-    (exit status 0 = usable)."""
-    from conformance.kernels import builtin_triton as bt
-
+    """Subprocess entry of :func:`probe_configs`: run the configuration labelled ``label`` once at 4096^3."""
     a, b, sa, sb = _gpu_operands(4096, 4096, 4096, 0)
     bt.scaled_mm_config(config_by_label(label), a, b, sa, sb)
     torch.cuda.synchronize()
 
 
 def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
-    """Compile every TMA and (on sm_90) Gluon configuration the tuner may try at
-    large M in its own subprocess, all at once, and exclude
-    (``builtin_triton.exclude_configs``) those whose process fails or hangs --
-    including by a crash of the compiler, which no ``except`` in the tuner
-    could catch (warp specialisation is new in this Triton; the Gluon kernel's
-    mbarrier pipeline had never run on a GPU when it was added; the
-    warp-specialised Gluon ones, whose mbarrier protocol a wrong parity would
-    deadlock, are among them unless ``INT8CONF_TRITON_GLUON_WS=0``). Returns
+    """Compile every TMA and (on sm_90) Gluon configuration the tuner may try at large M, each in its own
+    subprocess, all at once, and exclude (``builtin_triton.exclude_configs``) those whose process fails or
+    hangs -- a compiler crash or an mbarrier deadlock no ``except`` in the tuner could catch. Returns
     ``{label: reason}`` of the excluded ones."""
-    import subprocess
-    import sys
-
-    from conformance.kernels import builtin_triton as bt
-
     procs = {}
     for cfg in _tuned_configs(4096) + [c for c in _tuned_configs(128) if c.kernel == "gluon"]:
         if cfg.kernel not in ("tma", "gluon") or cfg.label() in procs:
@@ -617,17 +515,10 @@ def probe_configs(timeout_s: float = 90.0, log=print) -> dict:
 
 
 def precompile(shapes: list[dict], workers: int) -> float:
-    """Compile all candidate kernels for ``shapes`` in ``workers`` processes
-    (spawned; Triton's on-disk cache is shared), so the in-process tuning only
-    loads binaries. Returns seconds spent."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
+    """Compile all candidate kernels for ``shapes`` in ``workers`` spawned processes (Triton's on-disk cache is
+    shared), so the in-process tuning only loads binaries. Returns seconds spent."""
     t0 = time.perf_counter()
-    tasks = []
-    for s in shapes:
-        m, k, n = s["M"], s["K"], s["N"]
-        tasks.append(((m, k, n), _tuned_configs(m)))
+    tasks = [((s["M"], s["K"], s["N"]), _tuned_configs(s["M"])) for s in shapes]
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         list(ex.map(_precompile_task, *zip(*tasks)))
     return time.perf_counter() - t0
@@ -642,6 +533,45 @@ def _gpu_operands(m: int, k: int, n: int, seed: int):
     return a, b, sa, sb
 
 
+def _host_path(a, b, sa, sb, plain) -> dict:
+    """Host and end-to-end microseconds of a ``triton`` call vs a bare and a raw launch of its compiled kernel."""
+    launch, out, cfg = bt.launch_spec(a, b, sa, sb)
+    raw, _, _ = bt.launch_spec(a, b, sa, sb, raw=True)
+
+    def alloc(fn):  # a launch plus allocating its output, as any call must
+        return lambda: (torch.empty_like(out), fn())
+
+    call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
+    ways = {"call": call, "bare": launch, "bare_alloc": alloc(launch), "raw": raw, "raw_alloc": alloc(raw)}
+    ways["plain"] = lambda: plain(a, b, sa, sb)
+    host = {w: [] for w in ways}
+    for _ in range(5):  # interleaved rounds, median
+        for w, fn in ways.items():
+            host[w].append(_host_us(fn))
+    med = {w: statistics.median(v) for w, v in host.items()}
+    e2e = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
+    return {
+        "shape": [a.shape[0], a.shape[1], b.shape[0]],
+        "config": cfg.label(),
+        "triton_host_us": med["call"],
+        "bare_launch_host_us": med["bare"],
+        "bare_launch_alloc_host_us": med["bare_alloc"],
+        "raw_launch_host_us": med["raw"],
+        "raw_launch_alloc_host_us": med["raw_alloc"],
+        "triton_e2e_us": e2e["call"],
+        "bare_launch_e2e_us": e2e["bare"],
+        "raw_launch_e2e_us": e2e["raw"],
+        "plain_triton_host_us": med["plain"],
+        "host_ratio": med["call"] / med["bare"],
+        "host_ratio_vs_bare_with_alloc": med["call"] / med["bare_alloc"],
+        "host_ratio_vs_raw_with_alloc": med["call"] / med["raw_alloc"],
+    }
+
+
+def _err(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).strip()[:200]}"
+
+
 def run_gpu_bench(
     shapes: Optional[list] = None, extra_kernels: tuple = (), precompile_workers: int = 0, probe: bool = True, log=print
 ) -> dict:
@@ -653,10 +583,6 @@ def run_gpu_bench(
     acceptance``. Raises RuntimeError without CUDA."""
     if not torch.cuda.is_available():
         raise RuntimeError("int8conf bench --gpu needs a CUDA device")
-    from conformance.kernels import builtin_triton as bt
-    from conformance.kernels.registry import get_kernel
-    from reference.contract import CUTLASS_STYLE, TRITON_STYLE
-
     shapes = shapes or gpu_shapes()
     env = environment()
     name = env["device"]
@@ -667,8 +593,7 @@ def run_gpu_bench(
     if pre_s:
         log(f"precompiled in {pre_s:.1f} s with {precompile_workers} workers")
     plain = plain_triton_gemm()
-    rows = []
-    host_path = None
+    rows, host_path = [], None
     for i, s in enumerate(shapes):
         m, k, n = s["M"], s["K"], s["N"]
         a, b, sa, sb = _gpu_operands(m, k, n, i)
@@ -686,21 +611,22 @@ def run_gpu_bench(
                 outs[kname] = (fn(), contract)  # warm-up / autotune (not timed)
                 ok[kname] = fn
             except Exception as e:  # noqa: BLE001 -- report it, keep going
-                row["kernels"][kname] = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+                row["kernels"][kname] = {"error": _err(e)}
         e2e = _e2e_interleaved(ok)
         for kname, fn in ok.items():
             kus = _kernel_us(fn)
+            us = e2e[kname]
             row["kernels"][kname] = {
-                "us": e2e[kname],
+                "us": us,
                 "kernel_us": kus,
-                "tops": tops(m, k, n, e2e[kname]),
+                "tops": tops(m, k, n, us),
                 "kernel_tops": tops(m, k, n, kus),
             }
         row["kernels"] = {x: row["kernels"][x] for x in fns if x in row["kernels"]}
         try:
             bits = check_bits(a, b, sa, sb, outs, seed=i)
         except Exception as e:  # noqa: BLE001
-            bits = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+            bits = {"error": _err(e)}
         row["bits"] = bits
         for kname, r in row["kernels"].items():
             r["mismatches"] = bits.get(kname)
@@ -712,53 +638,12 @@ def run_gpu_bench(
             row["kernels"]["triton"]["config"] = cfg.label()
         except Exception:  # noqa: BLE001
             pass
-        peers = [row["kernels"][p].get("tops", float("nan")) for p in ("int_mm", "plain_triton")]
-        peers = [p for p in peers if p == p]
+        peers = [p for x in ("int_mm", "plain_triton") if (p := row["kernels"][x].get("tops", float("nan"))) == p]
         t = row["kernels"]["triton"].get("tops", float("nan"))
         row["best_peer_tops"] = max(peers) if peers else float("nan")
         row["triton_vs_best_peer"] = t / max(peers) if peers else float("nan")
         if (m, k, n) == HOST_PATH_SHAPE:
-            launch, out, cfg = bt.launch_spec(a, b, sa, sb)
-            raw, _, _ = bt.launch_spec(a, b, sa, sb, raw=True)
-
-            def launch_alloc():  # bare launch + allocating its output, as any call must
-                torch.empty_like(out)
-                launch()
-
-            def raw_alloc():
-                torch.empty_like(out)
-                raw()
-
-            call = lambda: bt.scaled_mm(a, b, sa, sb)  # noqa: E731
-            host = {w: [] for w in ("call", "bare", "bare_alloc", "raw", "raw_alloc", "plain")}
-            for _ in range(5):  # interleaved rounds, median
-                for w, fn in (
-                    ("call", call),
-                    ("bare", launch),
-                    ("bare_alloc", launch_alloc),
-                    ("raw", raw),
-                    ("raw_alloc", raw_alloc),
-                    ("plain", lambda: plain(a, b, sa, sb)),
-                ):
-                    host[w].append(_host_us(fn))
-            med = {w: statistics.median(v) for w, v in host.items()}
-            e2e_hp = _e2e_interleaved({"call": call, "bare": launch, "raw": raw})
-            host_path = {
-                "shape": [m, k, n],
-                "config": cfg.label(),
-                "triton_host_us": med["call"],
-                "bare_launch_host_us": med["bare"],
-                "bare_launch_alloc_host_us": med["bare_alloc"],
-                "raw_launch_host_us": med["raw"],
-                "raw_launch_alloc_host_us": med["raw_alloc"],
-                "triton_e2e_us": e2e_hp["call"],
-                "bare_launch_e2e_us": e2e_hp["bare"],
-                "raw_launch_e2e_us": e2e_hp["raw"],
-                "plain_triton_host_us": med["plain"],
-            }
-            host_path["host_ratio"] = med["call"] / med["bare"]
-            host_path["host_ratio_vs_bare_with_alloc"] = med["call"] / med["bare_alloc"]
-            host_path["host_ratio_vs_raw_with_alloc"] = med["call"] / med["raw_alloc"]
+            host_path = _host_path(a, b, sa, sb, plain)
         rows.append(row)
         kt = row["kernels"]
         log(
@@ -775,13 +660,11 @@ def run_gpu_bench(
         "environment": env,
         "peak_tops": peak,
         "peak_tbs": _peak(name, PEAK_TBS),
-        "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning "
-        "(median of 7 batches of >= 10 ms, batches of the kernels interleaved); "
-        "kernel_us: triton.testing.do_bench median with L2 flushed before each "
-        "call",
-        "bits_reference": f"torch._int_mm int32 accumulator on the GPU (certified against "
-        f"exact int64 on <= 4 rows) + reference.epilogue.apply_epilogue on "
-        f"the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
+        "timing": "us: CUDA events over back-to-back calls after warm-up and autotuning (median of 7 batches of "
+        ">= 10 ms, batches of the kernels interleaved); kernel_us: triton.testing.do_bench median with L2 flushed "
+        "before each call",
+        "bits_reference": "torch._int_mm int32 accumulator on the GPU (certified against exact int64 on <= 4 rows) "
+        f"+ reference.epilogue.apply_epilogue on the CPU; all rows when M <= {ROWS_FULL_CHECK}, else "
         f"{ROWS_SAMPLED} sampled rows",
         "precompile_s": pre_s,
         "excluded_configs": excluded,
@@ -814,19 +697,13 @@ def acceptance(rows: list, host_path: Optional[dict]) -> dict:
     }
     if sq:
         t = sq[0]["kernels"]["triton"].get("tops", float("nan"))
-        out["tops_8192"] = t
-        out["tops_8192_ge_1400"] = t >= 1400
+        out.update(tops_8192=t, tops_8192_ge_1400=t >= 1400)
     if m1:
         us = m1[0]["kernels"]["triton"].get("us", float("nan"))
-        out["us_m1_2048x6144"] = us
-        out["us_m1_le_45"] = us <= 45
-    if host_path:
-        out["host_ratio"] = host_path["host_ratio"]
-        out["host_ratio_le_1_2"] = host_path["host_ratio"] <= 1.2
-        if "host_ratio_vs_bare_with_alloc" in host_path:
-            r = host_path["host_ratio_vs_bare_with_alloc"]
-            out["host_ratio_vs_bare_with_alloc"] = r
-            out["host_ratio_vs_bare_with_alloc_le_1_2"] = r <= 1.2
+        out.update(us_m1_2048x6144=us, us_m1_le_45=us <= 45)
+    for key in ("host_ratio", "host_ratio_vs_bare_with_alloc") if host_path else ():
+        if key == "host_ratio" or key in host_path:
+            out.update({key: host_path[key], f"{key}_le_1_2": host_path[key] <= 1.2})
     return out
 
 
@@ -841,37 +718,35 @@ def _fmt(v, spec=".1f") -> str:
     return "—" if v is None or v != v else format(v, spec)
 
 
+def _gpu_cell(kv: dict) -> str:
+    if "error" in kv:
+        return f"error: {kv['error'][:60]}"
+    pct = f" ({100 * kv['fraction_of_peak']:.0f} %)" if "fraction_of_peak" in kv else ""
+    return f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}"
+
+
 def render_gpu_markdown(res: dict) -> str:
-    """bench.md: environment, the table (µs, TOPS, % of peak per kernel; ratio
-    to the best peer; bits), host path, acceptance."""
+    """bench.md: environment, the table (µs, TOPS, % of peak; ratio to the best peer; bits), host path, acceptance."""
     env, peak = res["environment"], res["peak_tops"]
     names = _kernel_names(res)
     lines = [
         f"# int8conf bench --gpu: {env['device']}",
         "",
-        f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: "
-        f"{_fmt(peak, ',.0f')} TOPS. Timing: {res['timing']}. Bits: {res['bits_reference']}.",
+        f"torch {env['torch']}, triton {env['triton']}. Peak dense int8: {_fmt(peak, ',.0f')} TOPS. "
+        f"Timing: {res['timing']}. Bits: {res['bits_reference']}.",
         "",
-        "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` "
-        "+ eager torch epilogue (CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); "
-        "`plain_triton` = a plain autotuned Triton int8 GEMM (conformance/bench/gemm.py, "
-        "grouped order, same epilogue as `triton`)"
+        "Kernels: `triton` = the built-in (TRITON_STYLE); `int_mm` = `torch._int_mm` + eager torch epilogue "
+        "(CUTLASS_STYLE; M <= 16 zero-padded to 17 rows); `plain_triton` = a plain autotuned Triton int8 GEMM "
+        "(conformance/bench/gemm.py, grouped order, same epilogue as `triton`)"
         + "".join(f"; `{x}`" for x in names if x not in ("triton", "int_mm", "plain_triton"))
-        + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / "
-        "best of `int_mm` and `plain_triton`.",
+        + ". Each cell: µs per call end to end / TOPS (% of peak). Ratio = `triton` TOPS / best of `int_mm` and "
+        "`plain_triton`.",
         "",
     ]
     head = "| M×K×N | layers | " + " | ".join(f"`{x}`" for x in names) + " | ratio | bits | triton config |"
     lines += [head, "|" + "---|" * (len(names) + 5)]
     for r in res["rows"]:
-        cells = []
-        for x in names:
-            kv = r["kernels"][x]
-            if "error" in kv:
-                cells.append(f"error: {kv['error'][:60]}")
-                continue
-            pct = f" ({100 * kv['fraction_of_peak']:.0f} %)" if "fraction_of_peak" in kv else ""
-            cells.append(f"{_fmt(kv['us'])} µs / {_fmt(kv['tops'])}{pct}")
+        cells = [_gpu_cell(r["kernels"][x]) for x in names]
         bits = r["bits"]
         ok = all(r["kernels"][x].get("bits_ok") for x in names)
         btxt = (
@@ -891,22 +766,19 @@ def render_gpu_markdown(res: dict) -> str:
             "",
             "## Host path at M = 1 (K = 2048, N = 6144)",
             "",
-            f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs "
-            f"end to end; bare launch of the same compiled kernel and configuration "
-            f"(`{hp['config']}`, arguments precomputed, output preallocated): "
-            f"{hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end "
-            f"to end; ratio {hp['host_ratio']:.2f}×",
-            f"- bare launch plus allocating its output (`torch.empty_like`, which every "
-            f"call that returns a new tensor pays): "
-            f"{hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
+            f"- `triton` call: {hp['triton_host_us']:.1f} µs host, {hp['triton_e2e_us']:.1f} µs end to end; bare "
+            f"launch of the same compiled kernel and configuration (`{hp['config']}`, arguments precomputed, output "
+            f"preallocated): {hp['bare_launch_host_us']:.1f} µs host, {hp['bare_launch_e2e_us']:.1f} µs end to end; "
+            f"ratio {hp['host_ratio']:.2f}×",
+            "- bare launch plus allocating its output (`torch.empty_like`, which every call that returns a new tensor "
+            f"pays): {hp.get('bare_launch_alloc_host_us', float('nan')):.1f} µs host; ratio "
             f"{hp.get('host_ratio_vs_bare_with_alloc', float('nan')):.2f}×",
             f"- plain autotuned Triton call: {hp['plain_triton_host_us']:.1f} µs host",
         ]
         if "raw_launch_host_us" in hp:
             lines.append(
-                f"- the compiled kernel's own launcher (`CompiledKernel.run`, what "
-                f"`triton` calls after its first launch; no binding or cache lookup): "
-                f"{hp['raw_launch_host_us']:.1f} µs host, "
+                "- the compiled kernel's own launcher (`CompiledKernel.run`, what `triton` calls after its first "
+                f"launch; no binding or cache lookup): {hp['raw_launch_host_us']:.1f} µs host, "
                 f"{hp['raw_launch_alloc_host_us']:.1f} µs with its output allocation "
                 f"(`triton` call / that: {hp['host_ratio_vs_raw_with_alloc']:.2f}×)"
             )
@@ -931,13 +803,10 @@ def plot_roofline(res: dict, path) -> None:
     for x in names:
         xs, ys = [], []
         for r in res["rows"]:
-            kv = r["kernels"][x]
-            if "tops" not in kv or kv["tops"] != kv["tops"]:
-                continue
-            m, k, n = r["M"], r["K"], r["N"]
-            ai = 2.0 * m * k * n / (m * k + n * k + 2 * m * n)
-            xs.append(ai)
-            ys.append(kv["tops"])
+            kv, m, k, n = r["kernels"][x], r["M"], r["K"], r["N"]
+            if "tops" in kv and kv["tops"] == kv["tops"]:
+                xs.append(2.0 * m * k * n / (m * k + n * k + 2 * m * n))
+                ys.append(kv["tops"])
         ais += xs
         ax.scatter(xs, ys, marker=markers.get(x, "o"), label=x, alpha=0.75)
     if ais:
@@ -946,15 +815,9 @@ def plot_roofline(res: dict, path) -> None:
             ax.plot([lo, hi], [res["peak_tops"]] * 2, "k--", lw=1, label=f"peak {res['peak_tops']:,.0f} TOPS")
         if res.get("peak_tbs"):  # ops/byte x TB/s = TOPS, capped by the compute roof
             xs = [lo * (hi / lo) ** (i / 64) for i in range(65)]
-            ax.plot(
-                xs,
-                [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs],
-                "k:",
-                lw=1,
-                label=f"HBM {res['peak_tbs']} TB/s",
-            )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+            ys = [min(v * res["peak_tbs"], res.get("peak_tops") or 1e9) for v in xs]
+            ax.plot(xs, ys, "k:", lw=1, label=f"HBM {res['peak_tbs']} TB/s")
+    ax.set(xscale="log", yscale="log")
     ax.set_xlabel("arithmetic intensity (int8 ops / byte of A, B and bf16 output)")
     ax.set_ylabel("TOPS (end to end per call)")
     ax.set_title(f"int8conf bench --gpu: {res['environment']['device']}")
@@ -966,21 +829,13 @@ def plot_roofline(res: dict, path) -> None:
 
 
 def write_gpu_reports(res: dict, out_root) -> dict:
-    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns
-    the paths written (no ``png`` key when matplotlib, the ``plots`` extra, is
-    not installed)."""
-    import tempfile
-    from pathlib import Path
-
-    from reference.fileio import atomic_write_json, atomic_write_text
-
+    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns the paths written (no ``png``
+    key when matplotlib, the ``plots`` extra, is not installed)."""
     d = Path(out_root) / _device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
     paths = {"json": d / "bench.json", "md": d / "bench.md"}
     atomic_write_json(paths["json"], res, indent=1)
     atomic_write_text(paths["md"], render_gpu_markdown(res))
-    import importlib.util
-
     if importlib.util.find_spec("matplotlib") is None:
         print("bench: matplotlib not installed (pip install 'int8conf[plots]'): no bench.png")
         return paths

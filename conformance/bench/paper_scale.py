@@ -19,18 +19,12 @@ from pathlib import Path
 
 import torch
 
+from conformance.kernels import builtin_triton as bt
 from reference.model.assets import default_model_dir
 from reference.model.checkpoint import write_random_qwen3
 
-PAPER_SHAPE = dict(
-    vocab_size=4096,
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-)
+PAPER_SHAPE = dict(vocab_size=4096, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28)
+PAPER_SHAPE.update(num_attention_heads=16, num_key_value_heads=8, head_dim=128)
 SMALL_SHAPE = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=2)
 
 
@@ -44,8 +38,6 @@ def write_model(out: Path, small: bool = False) -> Path:
 def precompile() -> int:
     """Compile the Triton variants of the F6 window (K = 2^17 + 256 j) and the F7 whole cases into
     Triton's disk cache, so a timed sweep never compiles; returns the number of shapes (CUDA only)."""
-    from conformance.kernels import builtin_triton as bt
-
     shapes = [(16, 16, 131072 + 256 * j) for j in range(4)]
     shapes += [(64, n, k0 + 256 * j) for n in (1024, 2048, 6144) for k0 in (3072, 7168) for j in range(4)]
     for m, n, k in shapes:
@@ -68,10 +60,8 @@ def per_fault_lines(store: Path) -> list[str]:
     out = [f"{n} cells, summed per-cell time {total:.1f} s, mean {1000 * total / max(n, 1):.2f} ms/cell"]
     for fault in sorted(times):
         v = sorted(times[fault])
-        out.append(
-            f"  {fault}: n={len(v):5d} mean {1000 * sum(v) / len(v):8.2f} ms  "
-            f"median {1000 * v[len(v) // 2]:8.2f} ms  max {1000 * v[-1]:8.1f} ms"
-        )
+        mean, median = 1000 * sum(v) / len(v), 1000 * v[len(v) // 2]
+        out.append(f"  {fault}: n={len(v):5d} mean {mean:8.2f} ms  median {median:8.2f} ms  max {1000 * v[-1]:8.1f} ms")
     return out
 
 

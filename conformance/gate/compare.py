@@ -7,12 +7,13 @@ verdict changes into one status of ``conformance.gate.status.STATUSES`` with its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS
 from conformance.gate.policy import CONTRACT_DIFFERENCE, REQUIRE_RULES, Policy
 from conformance.gate.status import CRASH, FAIL, NOT_SUPPORTED, PASS, TIMEOUT, WARN
+from reference.bits import spacing_distance, ulp_histogram
 
 IDENTICAL, WITHIN_ONE, WORSE, UNKNOWN = "identical", "within_one_spacing", "worse", "unknown"
 #: Side statuses: the kernel ran (possibly failing checks), declined, died, hung,
@@ -24,16 +25,9 @@ OUTPUT_CHECKS = ("C5", "C8")
 
 @dataclass
 class Side:
-    """One kernel's outcome on one case.
-
-    Attributes:
-        status: ``ran`` | ``not-supported`` | ``crash`` | ``timeout`` | ``harness-error``.
-        checks: ``{check id: {"verdict", "summary", "kernel_failure"}}``.
-        output: the output tensor (CPU) or None.
-        output_digest: ``tensor_digest`` of the output, or None.
-        error: the runner's / isolation's one-line error.
-        evidence: crash / timeout evidence (signal, exit status, log tail).
-    """
+    """One kernel's outcome on one case: ``status`` (``ran`` | ``not-supported`` | ``crash`` | ``timeout`` |
+    ``harness-error``), ``checks`` ``{check id: {"verdict", "summary", "kernel_failure"}}``, the CPU ``output``
+    and its ``tensor_digest`` (or None), the one-line ``error``, crash / timeout ``evidence``."""
 
     status: str
     checks: dict = field(default_factory=dict)
@@ -48,9 +42,8 @@ class Side:
 
 
 def _kernel_failure(cid: str, verdict: str, evidence: dict) -> bool:
-    if verdict != "fail":
-        return False
-    return not (cid in PRECONDITION_CHECKS and (evidence or {}).get("failure_kind") == "precondition")
+    pre = cid in PRECONDITION_CHECKS
+    return verdict == "fail" and not (pre and (evidence or {}).get("failure_kind") == "precondition")
 
 
 def side_from_case_result(cr) -> Side:
@@ -66,57 +59,32 @@ def side_from_case_result(cr) -> Side:
 def side_from_report_case(d: dict) -> Side:
     """Side of one ``cases[]`` entry of a stored conformance report (no output
     tensor: only its digest)."""
-    checks = {
-        cid: {
-            "verdict": c.get("verdict"),
-            "summary": c.get("summary", ""),
-            "kernel_failure": _kernel_failure(cid, c.get("verdict"), c.get("evidence")),
-        }
-        for cid, c in (d.get("checks") or {}).items()
-    }
+    checks = {}
+    for cid, c in (d.get("checks") or {}).items():
+        v = c.get("verdict")
+        failed = _kernel_failure(cid, v, c.get("evidence"))
+        checks[cid] = {"verdict": v, "summary": c.get("summary", ""), "kernel_failure": failed}
     status = NOT_SUPPORTED if d.get("not_run_reason") else RAN
     return Side(status, checks, None, d.get("output_digest"), d.get("error"))
 
 
 def output_delta(cand, inc) -> dict:
-    """Bit distance of two outputs of one case.
-
-    Args:
-        cand, inc: out_dtype [M, N] tensors (same shape and dtype).
-
-    Returns:
-        ``{"class", "max_ulp", "n_differ", "n_elements", "ulp_histogram"}``;
-        a shape / dtype mismatch is ``worse`` with ``why``.
-    """
-    from reference.bits import spacing_distance, ulp_histogram
-
+    """Bit distance of two out_dtype [M, N] outputs of one case: ``{"class", "max_ulp", "n_differ",
+    "n_elements", "ulp_histogram"}``; a shape / dtype mismatch is ``worse`` with ``why``."""
     if tuple(cand.shape) != tuple(inc.shape) or cand.dtype != inc.dtype:
-        return {
-            "class": WORSE,
-            "why": f"output {tuple(cand.shape)} {cand.dtype} vs incumbent {tuple(inc.shape)} {inc.dtype}",
-        }
+        why = f"output {tuple(cand.shape)} {cand.dtype} vs incumbent {tuple(inc.shape)} {inc.dtype}"
+        return {"class": WORSE, "why": why}
     dist = spacing_distance(cand, inc)
     mx = int(dist.max()) if dist.numel() else 0
-    n = int((dist > 0).sum())
     cls = IDENTICAL if mx == 0 else WITHIN_ONE if mx <= 1 else WORSE
-    return {
-        "class": cls,
-        "max_ulp": mx,
-        "n_differ": n,
-        "n_elements": int(dist.numel()),
-        "ulp_histogram": ulp_histogram(dist),
-    }
+    out = {"class": cls, "max_ulp": mx, "n_differ": int((dist > 0).sum()), "n_elements": int(dist.numel())}
+    return {**out, "ulp_histogram": ulp_histogram(dist)}
 
 
 def check_changes(cand: Side, inc: Optional[Side]) -> list[dict]:
-    """Per-check verdict changes from the incumbent to the candidate.
-
-    Returns:
-        ``[{"check", "incumbent", "candidate", "change"}]`` with ``change``
-        ``regression`` (the candidate fails because of the kernel where the
-        incumbent did not), ``improvement`` (the reverse) or ``changed``
-        (another verdict change, e.g. pass -> n/a); unchanged checks are left out.
-    """
+    """Per-check verdict changes from the incumbent to the candidate: ``[{"check", "incumbent", "candidate",
+    "change"}]`` with ``change`` ``regression`` (the candidate fails because of the kernel where the incumbent
+    did not), ``improvement`` (the reverse) or ``changed`` (e.g. pass -> n/a); unchanged checks are left out."""
     out = []
     if inc is None:
         return out
@@ -153,14 +121,8 @@ class _Reasons:
         exp = self.policy.expectation_for(check, self.case, self.layer) if blocks else None
         if exp is not None:
             self.used.add(exp.index)
-        self.items.append(
-            {
-                "check": check,
-                "text": text,
-                "blocking": blocks and exp is None,
-                "expected": exp.label() if exp is not None else None,
-            }
-        )
+        expected = exp.label() if exp is not None else None
+        self.items.append({"check": check, "text": text, "blocking": blocks and exp is None, "expected": expected})
 
     @property
     def blocking(self) -> bool:
@@ -169,20 +131,11 @@ class _Reasons:
 
 @dataclass
 class Decision:
-    """The gate's verdict on one case or model-level check.
-
-    Attributes:
-        item: case id (or ``C7`` / ``E1``).
-        status: one of ``conformance.gate.status.STATUSES``.
-        blocking: whether it blocks the swap.
-        reasons: ``[{"check", "text", "blocking", "expected"}]``.
-        delta: :func:`output_delta` (cases) or None.
-        changes: :func:`check_changes`.
-        expectations_used: indices of the policy's expectations applied.
-        layer, family, scale_mode, source: the case's coordinates.
-        evidence: crash / timeout / model-check evidence; ``repro`` dir.
-        manifest: the candidate's run manifest on this case (or None).
-    """
+    """The gate's verdict on one case (or model-level check ``C7`` / ``E1``): ``status`` of ``STATUSES``,
+    ``blocking`` (the swap), ``reasons`` ``[{"check", "text", "blocking", "expected"}]``, ``delta``
+    (:func:`output_delta` or None), ``changes`` (:func:`check_changes`), ``expectations_used`` (indices),
+    the case's coordinates, ``evidence`` (crash / timeout / model check; ``repro`` dir), and ``manifest``
+    (the candidate's run manifest on this case, or None)."""
 
     item: str
     status: str
@@ -200,20 +153,7 @@ class Decision:
 
     def to_dict(self) -> dict:
         """JSON-able dict (the run ``manifest`` feeds the report's environment only)."""
-        return {
-            "item": self.item,
-            "status": self.status,
-            "blocking": self.blocking,
-            "reasons": self.reasons,
-            "delta": self.delta,
-            "changes": self.changes,
-            "expectations_used": self.expectations_used,
-            "layer": self.layer,
-            "family": self.family,
-            "scale_mode": self.scale_mode,
-            "source": self.source,
-            "evidence": self.evidence,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "manifest"}
 
 
 def _describe_delta(delta: dict) -> str:
@@ -248,18 +188,9 @@ def decide_case(
     layer: Optional[str] = None,
     source: Optional[str] = None,
 ) -> Decision:
-    """One case's status under ``policy``.
-
-    Args:
-        case: case id; ``layer``: its layer name (captures) for expectations.
-        cand: the candidate's Side; ``inc``: the incumbent's (None if unknown).
-        delta: :func:`output_delta` of the two outputs (None when either has no output).
-        policy: the policy.
-        scale_mode: the case's scale mode (``pow2`` -> the pow2 family).
-
-    Returns:
-        Decision (rules: ``conformance.gate.policy`` module docstring).
-    """
+    """One case's status under ``policy`` (rules: ``conformance.gate.policy`` module docstring). ``inc``: None
+    if unknown; ``delta``: :func:`output_delta`, None when either side has no output; ``layer``: the capture's
+    layer, for expectations; ``scale_mode`` ``pow2`` -> the pow2 family."""
     fam = scale_family(scale_mode)
     rs = _Reasons(policy, case, layer)
     changes = check_changes(cand, inc) if cand.status == RAN and inc is not None and inc.status == RAN else []
@@ -268,13 +199,8 @@ def decide_case(
         rs.add(cand.status, cand.error or cand.status, True)
         status = cand.status
     elif cand.status == NOT_SUPPORTED:
-        blocks = policy.not_supported == "block" and inc_ran
-        rs.add(
-            NOT_SUPPORTED,
-            (cand.error or "not runnable here")
-            + ("; the incumbent ran this case" if inc_ran else "; the incumbent did not run it either"),
-            blocks,
-        )
+        other = "; the incumbent ran this case" if inc_ran else "; the incumbent did not run it either"
+        rs.add(NOT_SUPPORTED, (cand.error or "not runnable here") + other, policy.not_supported == "block" and inc_ran)
         status = NOT_SUPPORTED
     elif cand.status == HARNESS:
         rs.add("harness", f"the gate could not evaluate this case: {cand.error}", True)
@@ -287,11 +213,8 @@ def decide_case(
             if inc_ran and inc.failed(cid):
                 rs.add(cid, f"{cid} {name} fails, as it does for the incumbent: {summ}", False)
             elif cid in OUTPUT_CHECKS and delta is not None and not identical:
-                rs.add(
-                    cid,
-                    f"{cid} {name} fails where the incumbent passes (judged by the output rule below): {summ}",
-                    False,
-                )
+                judged = "judged by the output rule below"
+                rs.add(cid, f"{cid} {name} fails where the incumbent passes ({judged}): {summ}", False)
             else:
                 was = inc.checks.get(cid, {}).get("verdict") if inc_ran else "unknown"
                 rs.add(cid, f"{cid} {name}: incumbent {was} -> candidate fail: {summ}", True)
@@ -299,56 +222,31 @@ def decide_case(
             cls = delta.get("class")
             text = _describe_delta(delta)
             legal = cls in (WITHIN_ONE, WORSE) and inc_ran and _own_contract(cand) and _own_contract(inc)
+            note = _legal_note(legal)
             if legal and policy.allows_contract_difference:
                 rs.add("output", f"{text}; {LEGAL}: allowed by the policy ({CONTRACT_DIFFERENCE})", False)
             elif cls == WITHIN_ONE:
                 if fam in policy.required_families:
                     rule = next(r for r in policy.require if fam in REQUIRE_RULES[r])
-                    rs.add("output", f"{text}; policy requires bit identity here ({rule})" + _legal_note(legal), True)
+                    rs.add("output", f"{text}; policy requires bit identity here ({rule})" + note, True)
                 elif fam in policy.allowed_families:
-                    rs.add(
-                        "output",
-                        f"{text}; allowed by the policy (within one spacing, {fam} scales)" + _legal_note(legal),
-                        False,
-                    )
+                    rs.add("output", f"{text}; allowed by the policy (within one spacing, {fam} scales)" + note, False)
                 else:
-                    rs.add(
-                        "output",
-                        f"{text}; no allow rule of the policy covers {fam}-scale cases" + _legal_note(legal),
-                        True,
-                    )
+                    rs.add("output", f"{text}; no allow rule of the policy covers {fam}-scale cases" + note, True)
             elif cls == WORSE:
-                rs.add("output", f"{text}: more than one spacing" + _legal_note(legal), True)
+                rs.add("output", f"{text}: more than one spacing" + note, True)
             elif cls == UNKNOWN:
                 rs.add("output", text, True)
         elif not inc_ran:
-            rs.add(
-                "output",
-                "no incumbent output on this case (it "
-                + (inc.status if inc is not None else "is unknown")
-                + "): judged on the candidate's own checks",
-                False,
-            )
+            it = inc.status if inc is not None else "is unknown"
+            rs.add("output", f"no incumbent output on this case (it {it}): judged on the candidate's own checks", False)
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(
-        item=case,
-        status=status,
-        blocking=rs.blocking,
-        reasons=rs.items,
-        delta=delta,
-        changes=changes,
-        expectations_used=sorted(rs.used),
-        layer=layer,
-        family=fam,
-        scale_mode=scale_mode,
-        source=source,
-        evidence=dict(cand.evidence),
-    )
+    used, ev = sorted(rs.used), dict(cand.evidence)
+    return Decision(case, status, rs.blocking, rs.items, delta, changes, used, layer, fam, scale_mode, source, ev)
 
 
 def _hash(res: Optional[dict]) -> Optional[list]:
-    ev = (res or {}).get("evidence") or {}
-    return ev.get("kernel_logits_hash")
+    return ((res or {}).get("evidence") or {}).get("kernel_logits_hash")
 
 
 def decide_model(
@@ -360,23 +258,12 @@ def decide_model(
     error: Optional[str] = None,
     evidence: Optional[dict] = None,
 ) -> Decision:
-    """The status of a model-level check (C7 token_flip, E1 engine_hash).
-
-    Args:
-        check_id: ``C7`` or ``E1``.
-        cand, inc: the check's result dicts (``CheckResult.to_dict()`` or a
-            report's ``checks[]`` entry); None when absent.
-        policy: the policy (``max_token_flips_above_threshold``,
-            ``allow_engine_hash_change``).
-        cand_status: ``ran`` | ``crash`` | ``timeout`` | ``harness-error``.
-        error, evidence: crash / timeout details.
-
-    Returns:
-        Decision; C7 fails above the policy's flip limit, warns on flips
-        below it; E1 fails when the candidate's engine hash differs from the
-        incumbent's (unless the policy allows it) or newly differs from the
-        exact reference.
-    """
+    """The status of a model-level check (C7 token_flip, E1 engine_hash). ``cand`` / ``inc``: the check's
+    result dicts (``CheckResult.to_dict()`` or a report's ``checks[]`` entry; None when absent);
+    ``cand_status``: ``ran`` | ``crash`` | ``timeout`` | ``harness-error``; ``error`` / ``evidence``: crash /
+    timeout details. C7 fails above the policy's flip limit and warns on flips below it; E1 fails when the
+    candidate's engine hash differs from the incumbent's (unless the policy allows it) or newly differs from
+    the exact reference."""
     rs = _Reasons(policy, None, None)
     name = CHECK_NAMES.get(check_id, check_id)
     status = PASS
@@ -397,11 +284,8 @@ def decide_model(
             if cand.get("verdict") == "fail" and above is None:
                 rs.add("C7", f"C7 token_flip failed: {cand.get('summary')}", True)
             elif above is not None and lim is not None and int(above) > lim:
-                rs.add(
-                    "C7",
-                    f"{above} token flips above the margin threshold ({ev.get('threshold')}), policy allows {lim}",
-                    True,
-                )
+                thr = ev.get("threshold")
+                rs.add("C7", f"{above} token flips above the margin threshold ({thr}), policy allows {lim}", True)
             elif ev.get("flips"):
                 rs.add("C7", f"{ev.get('flips')} token flips, {above} above the threshold (policy allows {lim})", False)
         else:
@@ -409,17 +293,8 @@ def decide_model(
             if cand.get("verdict") == "fail" and (inc or {}).get("verdict") != "fail":
                 rs.add("E1", f"E1 engine_hash fails where the incumbent passes: {cand.get('summary')}", True)
             if ch is not None and ih is not None and ch != ih:
-                rs.add(
-                    "E1",
-                    f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)",
-                    not policy.allow_engine_hash_change,
-                )
+                moved = f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)"
+                rs.add("E1", moved, not policy.allow_engine_hash_change)
         status = FAIL if rs.blocking else WARN if rs.items else PASS
-    return Decision(
-        item=check_id,
-        status=status,
-        blocking=rs.blocking,
-        reasons=rs.items,
-        expectations_used=sorted(rs.used),
-        evidence={"candidate": cand, "incumbent": inc, **(evidence or {})},
-    )
+    ev = {"candidate": cand, "incumbent": inc, **(evidence or {})}
+    return Decision(check_id, status, rs.blocking, rs.items, expectations_used=sorted(rs.used), evidence=ev)

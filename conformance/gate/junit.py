@@ -8,6 +8,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 
+def reason_text(r: dict) -> str:
+    """A Decision reason's text, with the expectation that accepted it."""
+    return r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "")
+
+
 def to_junit_xml(doc: dict) -> str:
     """The JUnit XML text of a ``gate.json`` document."""
     items = [(c, f"gate.{c.get('source') or 'case'}") for c in doc.get("cases") or []]
@@ -15,18 +20,10 @@ def to_junit_xml(doc: dict) -> str:
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.Element("testsuite", name="int8conf-gate")
     for d, cls in items:
-        tc = ET.SubElement(
-            suite,
-            "testcase",
-            classname=cls,
-            name=d["item"],
-            time=str((d.get("evidence") or {}).get("elapsed_s", 0) or 0),
-        )
-        props = ET.SubElement(tc, "properties")
-        ET.SubElement(props, "property", name="status", value=d["status"])
-        text = "\n".join(
-            r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "") for r in d["reasons"]
-        )
+        secs = str((d.get("evidence") or {}).get("elapsed_s", 0) or 0)
+        tc = ET.SubElement(suite, "testcase", classname=cls, name=d["item"], time=secs)
+        ET.SubElement(ET.SubElement(tc, "properties"), "property", name="status", value=d["status"])
+        text = "\n".join(map(reason_text, d["reasons"]))
         msg = "; ".join(r["text"] for r in d["reasons"] if r["blocking"])[:500]
         st = d["status"]
         if st in ("crash", "timeout"):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+import yaml
+
 from reference.errors import Int8confError
 
 #: ``require`` rules -> the scale families they cover.
@@ -45,17 +47,9 @@ EXPECTATION_CHECKS = (
 )
 #: Model-level checks (an expectation for them needs no case / layer).
 MODEL_LEVEL = ("C7", "E1")
-_KEYS = (
-    "version",
-    "name",
-    "require",
-    "allow",
-    "max_token_flips_above_threshold",
-    "allow_engine_hash_change",
-    "not_supported",
-    "fail_on_unused_expectations",
-    "expectations",
-    "description",
+_KEYS = tuple(
+    "version name require allow max_token_flips_above_threshold allow_engine_hash_change not_supported"
+    " fail_on_unused_expectations expectations description".split()
 )
 _EXP_KEYS = ("case", "layer", "check", "reason", "owner")
 
@@ -66,16 +60,9 @@ class PolicyError(Int8confError):
 
 @dataclass(frozen=True)
 class Expectation:
-    """One known, accepted deviation.
-
-    Attributes:
-        check: a member of :data:`EXPECTATION_CHECKS`.
-        reason: why it is accepted (shown in every report).
-        owner: who owns removing it.
-        case: fnmatch pattern on the case id (e.g. ``sweep/M127*``), or None.
-        layer: fnmatch pattern on the layer name of capture cases, or None.
-        index: position in the file's list (for messages).
-    """
+    """One known, accepted deviation: ``check`` of :data:`EXPECTATION_CHECKS`, ``reason`` (shown in every
+    report), ``owner`` (who removes it), fnmatch patterns ``case`` (e.g. ``sweep/M127*``) or ``layer`` (capture
+    cases) or neither (model level), ``index`` in the file's list."""
 
     check: str
     reason: str
@@ -103,29 +90,14 @@ class Expectation:
     def to_dict(self) -> dict:
         """JSON-able dict (None fields left out)."""
         d = {"check": self.check, "reason": self.reason, "owner": self.owner, "index": self.index}
-        if self.case is not None:
-            d["case"] = self.case
-        if self.layer is not None:
-            d["layer"] = self.layer
-        return d
+        return {**d, **{k: v for k, v in (("case", self.case), ("layer", self.layer)) if v is not None}}
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A parsed gate policy (module docstring for the meaning of each field).
-
-    Attributes:
-        name: policy name; ``source``: the file it came from (or ``<dict>``).
-        require, allow: rule names as given.
-        required_families, allowed_families: scale families (``pow2`` /
-            ``real``) that must be bit-identical / may differ by one spacing.
-        allows_contract_difference: ``contract_difference`` is allowed.
-        max_token_flips_above_threshold: C7 limit (None = not gated).
-        allow_engine_hash_change: E1 may move.
-        not_supported: ``block`` | ``allow``.
-        fail_on_unused_expectations: unused expectations block.
-        expectations: the list.
-    """
+    """A parsed gate policy (README.md in this folder for each field): ``source`` is the file it came from
+    (or ``<dict>``), ``require`` / ``allow`` the rule names as given, ``max_token_flips_above_threshold`` the
+    C7 limit (None = not gated), ``not_supported`` ``block`` | ``allow``."""
 
     name: str = "default"
     source: str = "<default>"
@@ -157,27 +129,16 @@ class Policy:
         self, check: str, case: Optional[str] = None, layer: Optional[str] = None
     ) -> Optional[Expectation]:
         """The first expectation covering ``check`` on ``case`` / ``layer``, or None."""
-        for e in self.expectations:
-            if e.matches(check, case, layer):
-                return e
-        return None
+        return next((e for e in self.expectations if e.matches(check, case, layer)), None)
 
     def to_dict(self) -> dict:
         """JSON-able dict (for the gate report)."""
-        return {
-            "name": self.name,
-            "source": self.source,
-            "description": self.description,
-            "require": list(self.require),
-            "allow": list(self.allow),
-            "required_families": sorted(self.required_families),
-            "allowed_families": sorted(self.allowed_families),
-            "max_token_flips_above_threshold": self.max_token_flips_above_threshold,
-            "allow_engine_hash_change": self.allow_engine_hash_change,
-            "not_supported": self.not_supported,
-            "fail_on_unused_expectations": self.fail_on_unused_expectations,
-            "expectations": [e.to_dict() for e in self.expectations],
-        }
+        d = {"name": self.name, "source": self.source, "description": self.description}
+        d.update(require=list(self.require), allow=list(self.allow))
+        d.update(required_families=sorted(self.required_families), allowed_families=sorted(self.allowed_families))
+        flags = ("max_token_flips_above_threshold", "allow_engine_hash_change", "not_supported")
+        d.update({k: getattr(self, k) for k in (*flags, "fail_on_unused_expectations")})
+        return {**d, "expectations": [e.to_dict() for e in self.expectations]}
 
 
 def _rules(src: str, key: str, value, known: dict) -> tuple:
@@ -185,9 +146,8 @@ def _rules(src: str, key: str, value, known: dict) -> tuple:
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
-        raise PolicyError(
-            f"{src}: field '{key}': expected a rule name or a list of rule names, got {type(value).__name__}"
-        )
+        got = type(value).__name__
+        raise PolicyError(f"{src}: field '{key}': expected a rule name or a list of rule names, got {got}")
     for x in items:
         if x not in known:
             raise PolicyError(f"{src}: field '{key}': unknown rule {x!r}; known: {', '.join(known)}")
@@ -205,9 +165,8 @@ def _bool(src: str, key: str, value, default: bool) -> bool:
 def _expectation(src: str, i: int, item) -> Expectation:
     where = f"{src}: field 'expectations[{i}]'"
     if not isinstance(item, dict):
-        raise PolicyError(
-            f"{where}: expected a mapping with check, reason, owner and case or layer, got {type(item).__name__}"
-        )
+        got = type(item).__name__
+        raise PolicyError(f"{where}: expected a mapping with check, reason, owner and case or layer, got {got}")
     extra = sorted(set(map(str, item)) - set(_EXP_KEYS))
     if extra:
         raise PolicyError(f"{where}: unknown key {extra[0]!r}; known: {', '.join(_EXP_KEYS)}")
@@ -225,29 +184,12 @@ def _expectation(src: str, i: int, item) -> Expectation:
         raise PolicyError(f"{where}: give either case or layer, not both")
     if "case" not in item and "layer" not in item and check not in MODEL_LEVEL:
         raise PolicyError(f"{where}: needs case or layer (only C7 / E1 are model-level)")
-    return Expectation(
-        check=check,
-        reason=item["reason"].strip(),
-        owner=item["owner"].strip(),
-        case=item.get("case"),
-        layer=item.get("layer"),
-        index=i,
-    )
+    return Expectation(check, item["reason"].strip(), item["owner"].strip(), item.get("case"), item.get("layer"), i)
 
 
 def parse_policy(obj, source: str = "<dict>") -> Policy:
-    """Validate a policy mapping (as ``yaml.safe_load`` returns it).
-
-    Args:
-        obj: the mapping (``None`` = an empty file = every default).
-        source: file name for messages.
-
-    Returns:
-        Policy.
-
-    Raises:
-        PolicyError: one line naming ``source`` and the field.
-    """
+    """Validate a policy mapping (as ``yaml.safe_load`` returns it; None = an empty file = every default).
+    Raises PolicyError, one line naming ``source`` (the file) and the field."""
     if obj is None:
         obj = {}
     if not isinstance(obj, dict):
@@ -266,39 +208,26 @@ def parse_policy(obj, source: str = "<dict>") -> Policy:
         raise PolicyError(f"{source}: field 'description': expected a string")
     flips = obj.get("max_token_flips_above_threshold", 0)
     if flips is not None and (isinstance(flips, bool) or not isinstance(flips, int) or flips < 0):
-        raise PolicyError(
-            f"{source}: field 'max_token_flips_above_threshold': expected an integer >= 0 or null, got {flips!r}"
-        )
+        field = "field 'max_token_flips_above_threshold'"
+        raise PolicyError(f"{source}: {field}: expected an integer >= 0 or null, got {flips!r}")
     ns = obj.get("not_supported", "block")
     if ns not in ("block", "allow"):
         raise PolicyError(f"{source}: field 'not_supported': expected block or allow, got {ns!r}")
     exps = obj.get("expectations") or []
     if not isinstance(exps, list):
         raise PolicyError(f"{source}: field 'expectations': expected a list, got {type(exps).__name__}")
-    return Policy(
-        name=name.strip(),
-        source=source,
-        description=desc,
-        require=_rules(source, "require", obj.get("require"), REQUIRE_RULES),
-        allow=_rules(source, "allow", obj.get("allow"), ALLOW_RULES),
-        max_token_flips_above_threshold=flips,
-        allow_engine_hash_change=_bool(source, "allow_engine_hash_change", obj.get("allow_engine_hash_change"), False),
-        not_supported=ns,
-        fail_on_unused_expectations=_bool(
-            source, "fail_on_unused_expectations", obj.get("fail_on_unused_expectations"), False
-        ),
-        expectations=tuple(_expectation(source, i, e) for i, e in enumerate(exps)),
+    require = _rules(source, "require", obj.get("require"), REQUIRE_RULES)
+    allow = _rules(source, "allow", obj.get("allow"), ALLOW_RULES)
+    hash_ok, unused_fail = (
+        _bool(source, k, obj.get(k), False) for k in ("allow_engine_hash_change", "fail_on_unused_expectations")
     )
+    exps = tuple(_expectation(source, i, e) for i, e in enumerate(exps))
+    return Policy(name.strip(), source, require, allow, flips, hash_ok, ns, unused_fail, exps, desc)
 
 
 def load_policy(path: Union[str, Path]) -> Policy:
-    """Read and validate a policy YAML file (``yaml.safe_load``).
-
-    Raises:
-        PolicyError: missing / unreadable file, not YAML, or a bad field (one line).
-    """
-    import yaml
-
+    """Read and validate a policy YAML file (``yaml.safe_load``). Raises PolicyError (one line): missing /
+    unreadable file, not YAML, or a bad field."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

@@ -45,52 +45,38 @@ _STATE = pytest.StashKey[_GateState]()
 def pytest_addoption(parser) -> None:
     g = parser.getgroup("int8conf-gate", "int8conf kernel-swap gate")
     g.addoption(
-        "--gate-candidate",
-        default=None,
-        metavar="KERNEL",
-        help="gate this kernel against --gate-incumbent / --gate-baseline",
+        "--gate-candidate", metavar="KERNEL", help="gate this kernel against --gate-incumbent / --gate-baseline"
     )
-    g.addoption("--gate-incumbent", default=None, metavar="KERNEL")
+    g.addoption("--gate-incumbent", metavar="KERNEL")
     g.addoption(
-        "--gate-baseline",
-        default=None,
-        metavar="REPORT",
-        help="the incumbent's stored conformance.json instead of running it",
+        "--gate-baseline", metavar="REPORT", help="the incumbent's stored conformance.json instead of running it"
     )
-    g.addoption("--gate-policy", default=None, metavar="FILE", help="policy YAML")
+    g.addoption("--gate-policy", metavar="FILE", help="policy YAML")
     g.addoption(
-        "--gate-fault",
-        default=None,
-        metavar="F",
-        help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)",
+        "--gate-fault", metavar="F", help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)"
     )
-    g.addoption(
-        "--gate-out",
-        default=None,
-        metavar="DIR",
-        help="report folder (default reports/gate/<candidate>-vs-<incumbent>)",
-    )
+    g.addoption("--gate-out", metavar="DIR", help="report folder (default reports/gate/<candidate>-vs-<incumbent>)")
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
-    g.addoption("--gate-device", default=None, metavar="DEV")
+    g.addoption("--gate-device", metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
     g.addoption("--gate-no-captures", action="store_true")
     g.addoption("--gate-no-sweep", action="store_true")
-    g.addoption("--gate-max-capture-layers", type=int, default=None, metavar="N")
-
-
-def _worker_gpu(config) -> Optional[int]:
-    return (getattr(config, "workerinput", None) or {}).get("int8conf_gpu")
+    g.addoption("--gate-max-capture-layers", type=int, metavar="N")
 
 
 def pytest_configure(config) -> None:
     cand = config.getoption("gate_candidate", default=None)
     if not cand:
         return
+    from conformance.commands.gate import check_out_dir, default_gate_out
     from conformance.gate.policy import Policy, load_policy
     from conformance.gate.run import GateOptions, GateSession
+    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
     from conformance.runtime.pool import KernelRef
+    from conformance.runtime.xdist_ship import merge_on_controller
 
-    gpu = _worker_gpu(config)
+    worker = getattr(config, "workerinput", None) or {}
+    gpu, wid = worker.get("int8conf_gpu"), worker.get("workerid")
     dev = config.getoption("gate_device") or (f"cuda:{gpu}" if gpu is not None else None)
     opts = GateOptions(
         include_captures=not config.getoption("gate_no_captures"),
@@ -100,46 +86,23 @@ def pytest_configure(config) -> None:
         timeout_s=config.getoption("gate_timeout"),
         device=dev,
     )
-    inc = config.getoption("gate_incumbent")
-    wid = (getattr(config, "workerinput", None) or {}).get("workerid")
+    inc, fault, baseline = (config.getoption(f"gate_{k}") for k in ("incumbent", "fault", "baseline"))
     try:
         out = config.getoption("gate_out")
         if out is None:  # the rule of every command (conformance.runtime.output_dirs)
-            from conformance.commands.gate import default_gate_out
-
-            out = default_gate_out(
-                cand, config.getoption("gate_fault"), "all", 0, inc, config.getoption("gate_baseline")
-            )
-        out = Path(out)
-        if not out.is_absolute():
-            out = Path(config.invocation_params.dir) / out
+            out = default_gate_out(cand, fault, "all", 0, inc, baseline)
+        out = Path(config.invocation_params.dir) / out  # an absolute ``out`` stays as it is
         if not wid:  # the controller: an unusable --gate-out is refused before any work
-            from conformance.commands.gate import check_out_dir
-
             check_out_dir(out, "--gate-out")
-        pol = (
-            load_policy(config.getoption("gate_policy"))
-            if config.getoption("gate_policy")
-            else Policy(name="default (bit identity)")
-        )
-        sess = GateSession(
-            KernelRef(cand, config.getoption("gate_fault")),
-            KernelRef(inc) if inc else None,
-            config.getoption("gate_baseline"),
-            pol,
-            opts,
-            out,
-        )
+        path = config.getoption("gate_policy")
+        pol = load_policy(path) if path else Policy(name="default (bit identity)")
+        sess = GateSession(KernelRef(cand, fault), KernelRef(inc) if inc else None, baseline, pol, opts, out)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
     if wid:
         sess.log_dir = out / "logs" / wid
     config.stash[_STATE] = _GateState(sess, out)
-    from conformance.runtime.xdist_ship import merge_on_controller
-
     merge_on_controller(config, _KEY, lambda shipped: _merge(config, shipped))
-    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
-
     sigterm_as_interrupt_in_pytest(config)
 
 
@@ -149,15 +112,16 @@ def _state(config) -> Optional[_GateState]:
 
 def pytest_ignore_collect(collection_path, config):
     """With --gate-candidate and no explicit paths, collect only the gate items."""
-    if _state(config) is not None and config.args_source != pytest.Config.ArgsSource.ARGS:
-        return True
-    return None
+    return True if _state(config) is not None and config.args_source != pytest.Config.ArgsSource.ARGS else None
 
 
 class _GateItem(pytest.Item):
-    def __init__(self, *, gstate: _GateState, **kw):
+    kind = "case"
+    decided = None  # the Decision runtest made (None: it raised before deciding)
+
+    def __init__(self, *, gstate: _GateState, key, **kw):
         super().__init__(**kw)
-        self.gstate = gstate
+        self.gstate, self.key = gstate, key  # case index or model check id
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, GateFailure):
@@ -167,12 +131,16 @@ class _GateItem(pytest.Item):
     def reportinfo(self):
         return "int8conf-gate", None, self.name
 
-    kind = "case"
-    decided = None  # the Decision runtest made (None: it raised before deciding)
-
     def shipped(self) -> tuple:
         """``(kind, Decision or None)`` of this item, for the xdist controller."""
         return self.kind, self.decided
+
+    def runtest(self):
+        case = self.kind == "case"
+        s = self.gstate.session
+        d = self.decided = s.run_case(self.key) if case else s.run_model(self.key)
+        (self.gstate.decisions if case else self.gstate.model)[d.item] = d
+        self._outcome(d)
 
     def _outcome(self, d) -> None:
         if d.blocking:
@@ -188,29 +156,11 @@ class _GateItem(pytest.Item):
 class GateCaseItem(_GateItem):
     """One case of the gate."""
 
-    def __init__(self, *, index: int, **kw):
-        super().__init__(**kw)
-        self.index = index
-
-    def runtest(self):
-        d = self.decided = self.gstate.session.run_case(self.index)
-        self.gstate.decisions[d.item] = d
-        self._outcome(d)
-
 
 class GateModelItem(_GateItem):
     """A model-level check (C7 / E1) of the gate."""
 
-    def __init__(self, *, check_id: str, **kw):
-        super().__init__(**kw)
-        self.check_id = check_id
-
     kind = "model"
-
-    def runtest(self):
-        d = self.decided = self.gstate.session.run_model(self.check_id)
-        self.gstate.model[d.item] = d
-        self._outcome(d)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -218,19 +168,14 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     gs = _state(config)
     if gs is None:
         return
-    s = gs.session
-    new = [
-        GateCaseItem.from_parent(session, name=f"gate/{row['case']}", gstate=gs, index=i)
-        for i, row in enumerate(s.rows)
-    ]
-    if s.opts.model_checks:
-        from conformance.suite.run import MODEL_CHECKS
+    from conformance.suite.run import MODEL_CHECKS
 
-        new += [
-            GateModelItem.from_parent(session, name=f"gate/{cid}", gstate=gs, check_id=cid)
-            for cid, _, _ in MODEL_CHECKS
-        ]
-    items[len(items) :] = new
+    items += [
+        GateCaseItem.from_parent(session, name=f"gate/{r['case']}", gstate=gs, key=i)
+        for i, r in enumerate(gs.session.rows)
+    ]
+    if gs.session.opts.model_checks:
+        items += [GateModelItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c, _, _ in MODEL_CHECKS]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,20 +10,14 @@ import json
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.gate.junit import reason_text, to_junit_xml
 from conformance.gate.run import SCHEMA, SCHEMA_VERSION
 from conformance.gate.status import STATUSES
 from conformance.runtime.partial_run import complete_run, partial_note
 from conformance.suite.report import _clean
 from reference.fileio import atomic_write_text, portable_paths
 
-_MARK = {
-    "pass": "pass",
-    "warn": "warn",
-    "fail": "FAIL",
-    "not-supported": "not-supported",
-    "crash": "CRASH",
-    "timeout": "TIMEOUT",
-}
+_MARK = {s: s.upper() if s in ("fail", "crash", "timeout") else s for s in STATUSES}
 
 
 def per_layer(cases: list) -> list[dict]:
@@ -38,8 +32,8 @@ def per_layer(cases: list) -> list[dict]:
             mx = (d.delta or {}).get("max_ulp")
             r[d.scale_mode] = f"{d.status}: {cls}" + (f" ({mx} ulp)" if mx else "")
         else:
-            r.setdefault("classes", {})
-            r["classes"][cls] = r["classes"].get(cls, 0) + 1
+            classes = r.setdefault("classes", {})
+            classes[cls] = classes.get(cls, 0) + 1
         r["statuses"][d.status] = r["statuses"].get(d.status, 0) + 1
     return list(rows.values())
 
@@ -49,18 +43,20 @@ def check_change_summary(cases: list) -> dict:
     out: dict[str, dict] = {}
     for d in cases:
         for ch in d.changes:
-            c = out.setdefault(ch["check"], {"regression": 0, "improvement": 0, "changed": 0})
-            c[ch["change"]] += 1
+            out.setdefault(ch["check"], {"regression": 0, "improvement": 0, "changed": 0})[ch["change"]] += 1
     return dict(sorted(out.items()))
+
+
+def _head() -> dict:
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "generated_at": now}
 
 
 def to_json_dict(res) -> dict:
     """The ``gate.json`` document of a ``conformance.gate.run.GateResult``."""
     return _clean(
         {
-            "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
-            "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **_head(),
             "candidate": res.candidate,
             "incumbent": res.incumbent,
             "policy": res.policy,
@@ -83,9 +79,7 @@ def not_comparable_doc(candidate: str, baseline: str, reasons: list, policy: Opt
     """A ``gate.json`` document for a refused baseline (no kernel ran)."""
     return _clean(
         {
-            "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
-            "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **_head(),
             "candidate": {"ref": {"label": candidate}},
             "incumbent": {"baseline": baseline},
             "policy": policy,
@@ -134,20 +128,17 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         else:
             cut = "not every case was decided"
         verdict += f" (PARTIAL RUN: {cut})"
-    lines = [
-        f"## int8conf gate: `{_label(doc['candidate'])}` replacing `{_label(doc['incumbent'])}` -- **{verdict}**",
-        "",
-    ]
+    title = f"`{_label(doc['candidate'])}` replacing `{_label(doc['incumbent'])}`"
+    lines = [f"## int8conf gate: {title} -- **{verdict}**", ""]
     pol = doc.get("policy") or {}
     if pol:
-        lines.append(
-            f"Policy `{pol.get('name')}` ({pol.get('source')}): require "
-            f"{', '.join(pol.get('require') or []) or 'nothing'}; allow "
-            f"{', '.join(pol.get('allow') or []) or 'nothing'}; max token flips above "
+        req, allow = (", ".join(pol.get(k) or []) or "nothing" for k in ("require", "allow"))
+        lines += [
+            f"Policy `{pol.get('name')}` ({pol.get('source')}): require {req}; allow {allow}; max token flips above "
             f"threshold {pol.get('max_token_flips_above_threshold')}; engine hash may "
-            f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}."
-        )
-        lines.append("")
+            f"move: {'yes' if pol.get('allow_engine_hash_change') else 'no'}.",
+            "",
+        ]
     lines += [ov["summary"], ""]
     if ov["verdict"] == "not comparable":
         lines += ["Reasons:", ""] + [f"- {r}" for r in ov.get("reasons", [])] + [""]
@@ -166,41 +157,24 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         for c in bad[:max_rows]:
             why = "; ".join(r["text"] for r in c["reasons"] if r["blocking"])
             rep = (c.get("evidence") or {}).get("repro")
-            lines.append(
-                f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 240)}"
-                + (f" -- reproducer: `{rep}/command.sh`" if rep else "")
-            )
+            repro = f" -- reproducer: `{rep}/command.sh`" if rep else ""
+            lines.append(f"- `{c['item']}` **{_MARK[c['status']]}**: {_cell(why, 240)}{repro}")
         if len(bad) > max_rows:
             lines.append(f"- ... and {len(bad) - max_rows} more (gate.json)")
         lines.append("")
     warn = [c for c in cases if c["status"] == "warn"]
     if warn:
-        lines += [
-            f"<details><summary>Warnings ({len(warn)} cases: within policy, not "
-            f"bit-identical or accepted by an expectation)</summary>",
-            "",
-        ]
-        for c in warn[:max_rows]:
-            lines.append(
-                f"- `{c['item']}`: "
-                + _cell(
-                    "; ".join(
-                        r["text"] + (f" [expected: {r['expected']}]" if r.get("expected") else "") for r in c["reasons"]
-                    ),
-                    300,
-                )
-            )
+        what = "within policy, not bit-identical or accepted by an expectation"
+        lines += [f"<details><summary>Warnings ({len(warn)} cases: {what})</summary>", ""]
+        lines += [f"- `{c['item']}`: " + _cell("; ".join(map(reason_text, c["reasons"])), 300) for c in warn[:max_rows]]
         if len(warn) > max_rows:
             lines.append(f"- ... and {len(warn) - max_rows} more (gate.json)")
         lines += ["", "</details>", ""]
     layers = [r for r in doc.get("per_layer") or [] if not r["layer"].startswith("(")]
     other = [r for r in doc.get("per_layer") or [] if r["layer"].startswith("(")]
     if layers or other:
-        lines += [
-            "<details><summary>Per layer and case group: output vs the incumbent "
-            "(identical / within_one_spacing / worse)</summary>",
-            "",
-        ]
+        what = "output vs the incumbent (identical / within_one_spacing / worse)"
+        lines += [f"<details><summary>Per layer and case group: {what}</summary>", ""]
         if layers:
             lines += ["| layer | own scales | pow2 scales |", "|---|---|---|"]
             lines += [f"| `{r['layer']}` | {r.get('own', '-')} | {r.get('pow2', '-')} |" for r in layers]
@@ -221,9 +195,8 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
             "",
         ]
     for m in doc.get("model") or []:
-        txt = "; ".join(r["text"] for r in m["reasons"]) or (
-            ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or ""
-        )
+        summary = ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or ""
+        txt = "; ".join(r["text"] for r in m["reasons"]) or summary
         lines.append(f"- **{m['item']}** {_MARK[m['status']]}: {_cell(txt, 300)}")
     if doc.get("model"):
         lines.append("")
@@ -252,13 +225,8 @@ GATE_REPORT_FILES = {"json": "gate.json", "md": "gate.md", "junit": "junit.xml"}
 
 
 def write_gate_reports(doc: dict, out_dir: Union[str, Path]) -> dict:
-    """Write ``gate.json``, ``gate.md`` and ``junit.xml`` under ``out_dir``.
-
-    Returns:
-        ``{"json": Path, "md": Path, "junit": Path}``.
-    """
-    from conformance.gate.junit import to_junit_xml
-
+    """Write ``gate.json``, ``gate.md`` and ``junit.xml`` under ``out_dir``; returns their Paths by
+    :data:`GATE_REPORT_FILES` key."""
     d = Path(out_dir)
     doc = portable_paths(doc)  # no absolute path of this machine (repro/ keeps real ones)
     paths = {k: d / name for k, name in GATE_REPORT_FILES.items()}

@@ -11,12 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
+from conformance.cases import case_id
+from conformance.checks.output_bits import reference_output
 from conformance.gate import compare as C
 from conformance.gate.policy import Policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
+from conformance.kernels.runner import validate_device
+from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
+from conformance.runtime.repro import save_reproducer
+from conformance.suite.report import read_report
+from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
+from reference.contract import EpilogueContract
 from reference.errors import Int8confError
+from reference.operands import tensor_digest
 
 SCHEMA = "int8conf.gate"
 SCHEMA_VERSION = 1
@@ -32,17 +41,10 @@ class NotComparable(Int8confError):
 
 @dataclass
 class GateOptions:
-    """How the gate runs (defaults = the full suite).
-
-    Attributes:
-        include_captures, include_sweep, seeds, max_capture_layers,
-        capture_dir, model_dir: the case set (``conformance.suite.run.default_cases``).
-        model_checks: run C7 / E1 (slow on CPU; ``--no-model`` turns them off).
-        device: kernel device (None = runner default).
-        timeout_s: seconds one case may take (per kernel) before its child is killed.
-        model_timeout_s: the same for one model-level check.
-        method: process start method (None = ``isolation.start_method()``).
-    """
+    """How the gate runs (defaults = the full suite). ``include_captures`` .. ``model_dir``: the case set
+    (``conformance.suite.run.default_cases``); ``model_checks``: run C7 / E1 (``--no-model`` turns them off);
+    ``device``: None = runner default; ``timeout_s`` / ``model_timeout_s``: seconds one case / model-level check
+    may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``)."""
 
     include_captures: bool = True
     include_sweep: bool = True
@@ -57,7 +59,6 @@ class GateOptions:
     method: Optional[str] = None
 
     def to_dict(self) -> dict:
-        """JSON-able dict."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
@@ -83,21 +84,18 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """``EXIT_PASS`` or ``EXIT_BLOCKED``."""
         return self.overall["exit_code"]
 
     def decision(self, item: str) -> C.Decision:
         """The Decision of one case id or model check (KeyError if absent)."""
-        for d in list(self.cases) + list(self.model):
-            if d.item == item:
-                return d
-        raise KeyError(item)
+        found = next((d for d in [*self.cases, *self.model] if d.item == item), None)
+        if found is None:
+            raise KeyError(item)
+        return found
 
 
 def case_rows(cases) -> list[dict]:
     """The comparability rows of GemmOperands (as ``CaseResult.to_dict`` has them)."""
-    from conformance.cases import case_id
-
     return [
         {
             "case": case_id(o),
@@ -130,54 +128,35 @@ def _row_difference(theirs: dict, ours: dict) -> Optional[str]:
 def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) -> list[str]:
     """Why a stored report cannot be compared with this run ([] if it can):
     every baseline case must match this run's case of the same id
-    (operand digests, scale mode, out dtype, source).
-
-    Args:
-        doc: the report (``conformance.suite.report.read_report``).
-        mine: ``conformance.suite.run.comparability`` of this run's cases.
-        path: for messages.
-        rows: this run's :func:`case_rows`.
-    """
-    from conformance.suite.run import SUITE_VERSION, comparability
-
+    (operand digests, scale mode, out dtype, source). ``doc``: the report (``read_report``); ``mine``:
+    ``comparability`` of this run's cases; ``rows``: this run's :func:`case_rows`; ``path``: for messages."""
+    rerun = "re-run `int8conf check` for the incumbent"
     probs = []
     comp = doc.get("comparability")
     if not isinstance(comp, dict):
-        probs.append(
-            "it has no comparability record (written before int8conf recorded case "
-            "digests); re-run `int8conf check` for the incumbent"
-        )
+        probs.append(f"it has no comparability record (written before int8conf recorded case digests); {rerun}")
         comp = comparability(doc.get("cases") or [], doc.get("environment"), doc.get("captures"))
         comp["suite_version"] = None
     if comp.get("suite_version") not in (None, SUITE_VERSION):
-        probs.append(
-            f"suite version {comp.get('suite_version')} != {SUITE_VERSION} (cases or "
-            f"checks changed since it was written)"
-        )
+        changed = "cases or checks changed since it was written"
+        probs.append(f"suite version {comp.get('suite_version')} != {SUITE_VERSION} ({changed})")
     rec = doc.get("partial")
     if isinstance(rec, dict) and rec.get("partial"):
         probs.append(f"it is a partial run ({rec.get('note') or rec.get('reason')})")
     else:  # a report written before the ``partial`` record: its notes say so
-        for note in doc.get("notes") or []:
-            if "partial run" in str(note):
-                probs.append(f"it is a partial run ({note})")
+        probs += [f"it is a partial run ({note})" for note in doc.get("notes") or [] if "partial run" in str(note)]
     if comp.get("captures_digest") != mine.get("captures_digest"):
+        b, m = ((str(c.get("captures_digest"))[:12], c.get("captures_source")) for c in (comp, mine))
         probs.append(
-            f"different captures: baseline {comp.get('n_capture_cases', 0)} capture "
-            f"cases (digest {str(comp.get('captures_digest'))[:12]}, from "
-            f"{comp.get('captures_source')}) vs this run {mine.get('n_capture_cases')} "
-            f"(digest {str(mine.get('captures_digest'))[:12]}, from "
-            f"{mine.get('captures_source')})"
+            f"different captures: baseline {comp.get('n_capture_cases', 0)} capture cases (digest {b[0]}, from {b[1]})"
+            f" vs this run {mine.get('n_capture_cases')} (digest {m[0]}, from {m[1]})"
         )
     theirs = {c.get("case"): c for c in doc.get("cases") or [] if c.get("source") != "property"}
     ours = {r["case"]: r for r in rows}
     only_b, only_m = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
     if only_b or only_m:
-        detail = []
-        if only_b:
-            detail.append(f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})")
-        if only_m:
-            detail.append(f"{len(only_m)} only in this run (e.g. {only_m[0]})")
+        detail = [f"{len(only_b)} cases only in the baseline (e.g. {only_b[0]})"] if only_b else []
+        detail += [f"{len(only_m)} only in this run (e.g. {only_m[0]})"] if only_m else []
         probs.append(
             "different case set: " + ", ".join(detail) + "; run the gate with the options the baseline was made with "
             "(--no-captures / --no-sweep / --captures DIR)"
@@ -188,15 +167,16 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
         cid, d = diffs[0]
         probs.append(f"case {cid}: {d} ({len(diffs)} of {len(common)} cases differ)")
     elif not (only_b or only_m) and comp.get("cases_digest") != mine.get("cases_digest"):
-        probs.append(
-            "its comparability record does not match its own cases (cases digest "
-            f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
-            "); re-run `int8conf check` for the incumbent"
-        )
+        digests = f"{str(comp.get('cases_digest'))[:12]} vs {str(mine.get('cases_digest'))[:12]}"
+        probs.append(f"its comparability record does not match its own cases (cases digest {digests}); {rerun}")
     cases = doc.get("cases") or []
     if cases and any(c.get("source") != "property" and "output_digest" not in c for c in cases):
-        probs.append("its cases carry no output digests (an older report); re-run `int8conf check` for the incumbent")
+        probs.append(f"its cases carry no output digests (an older report); {rerun}")
     return probs
+
+
+def _ref_dict(kernel) -> Optional[dict]:
+    return kernel.to_dict() if isinstance(kernel, KernelRef) else None
 
 
 def _slug(s: str) -> str:
@@ -207,16 +187,8 @@ def _side(outcome) -> C.Side:
     if outcome.kind == OK:
         return C.side_from_case_result(outcome.value)
     status = {CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[outcome.kind]
-    return C.Side(
-        status,
-        error=outcome.error,
-        evidence={
-            "exitcode": outcome.exitcode,
-            "signal": outcome.signal,
-            "log_tail": outcome.log_tail,
-            "elapsed_s": round(outcome.elapsed_s, 3),
-        },
-    )
+    ev = {"exitcode": outcome.exitcode, "signal": outcome.signal, "log_tail": outcome.log_tail}
+    return C.Side(status, error=outcome.error, evidence={**ev, "elapsed_s": round(outcome.elapsed_s, 3)})
 
 
 def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) -> Optional[dict]:
@@ -232,10 +204,6 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) ->
             "n_elements": n,
             "via": "output digest equal to the baseline's",
         }
-    from conformance.checks.output_bits import reference_output
-    from reference.contract import EpilogueContract
-    from reference.operands import tensor_digest
-
     try:
         ref = reference_output(ops, EpilogueContract.from_dict(contract or {}))
     except Exception as e:  # noqa: BLE001 -- a malformed contract in the stored report
@@ -259,17 +227,14 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
     counts = status_counts(d.status for d in decisions)
     if unused and policy.fail_on_unused_expectations:
         blocking.append("unused expectations")
-    verdict = "blocked" if blocking else "pass"
-    n = len(decisions)
-    parts = [f"{counts[s]} {s}" for s in counts if counts[s]]
-    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {n} cases (" + ", ".join(parts) + ")"
-    mparts = [f"{d.item} {d.status}" for d in model]
-    if mparts:
-        summary += "; model-level: " + ", ".join(mparts)
+    parts = ", ".join(f"{counts[s]} {s}" for s in counts if counts[s])
+    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {len(decisions)} cases ({parts})"
+    if model:
+        summary += "; model-level: " + ", ".join(f"{d.item} {d.status}" for d in model)
     if unused:
         summary += f"; {len(unused)} unused expectation{'s' if len(unused) > 1 else ''}"
     return {
-        "verdict": verdict,
+        "verdict": "blocked" if blocking else "pass",
         "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
         "summary": summary,
         "counts": counts,
@@ -283,14 +248,8 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
 class GateSession:
     """A gate in progress: kernels resolved, cases built, baseline checked;
     cases are decided one at a time (:meth:`run_case`), so the pytest plugin
-    can spread them over xdist workers and :func:`run_gate` can loop.
-
-    Args: as :func:`run_gate`.
-
-    Raises:
-        Int8confError / NotComparable: as :func:`run_gate` (at construction,
-            before any kernel runs).
-    """
+    can spread them over xdist workers and :func:`run_gate` can loop. Arguments and errors (raised at
+    construction, before any kernel runs) as :func:`run_gate`."""
 
     def __init__(
         self,
@@ -303,10 +262,6 @@ class GateSession:
         cases: Optional[Sequence] = None,
         progress: Optional[Callable[[str], None]] = None,
     ):
-        from conformance.kernels.runner import validate_device
-        from conformance.suite.report import read_report
-        from conformance.suite.run import comparability, default_cases, load_captures
-
         self.t0 = time.perf_counter()
         self.opts = options or GateOptions()
         self.policy = policy or Policy()
@@ -359,15 +314,11 @@ class GateSession:
         return ("candidate",) if self.doc is not None else ("candidate", "incumbent")
 
     def run_case(self, i: int) -> C.Decision:
-        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy.
-
-        Returns:
-            Decision; ``manifest`` holds the candidate's run manifest (or None).
-        """
+        """Run case ``i`` on the kernel(s), isolated, and decide it under the policy; the Decision's
+        ``manifest`` holds the candidate's run manifest (or None)."""
         ops, row = self.cases[i], self.rows[i]
         cid = row["case"]
-        sides = {}
-        manifest = None
+        sides, manifest = {}, None
         for role in self.roles:
             r = self._runner(role)
             oc = r.run_case(i)
@@ -375,24 +326,10 @@ class GateSession:
             if oc.kind == OK and role == "candidate":
                 manifest = oc.value.run_manifest
             elif oc.kind in (CRASHED, TIMED_OUT):
-                from conformance.runtime.repro import save_reproducer
-
-                ref = r.kernel.to_dict() if isinstance(r.kernel, KernelRef) else None
-                d = save_reproducer(
-                    self.out / "repro" / f"{role}-{_slug(cid)}",
-                    ops,
-                    ref,
-                    cid,
-                    {
-                        "status": sides[role].status,
-                        "role": role,
-                        "error": oc.error,
-                        "signal": oc.signal,
-                        "exitcode": oc.exitcode,
-                        "log_tail": oc.log_tail,
-                        "timeout_s": self.opts.timeout_s,
-                    },
-                )
+                ref = _ref_dict(r.kernel)
+                info = {"status": sides[role].status, "role": role, "error": oc.error, "signal": oc.signal}
+                info.update(exitcode=oc.exitcode, log_tail=oc.log_tail, timeout_s=self.opts.timeout_s)
+                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid, info)
                 sides[role].evidence["repro"] = str(d)
                 self.repros.append(str(d))
         cand = sides["candidate"]
@@ -426,15 +363,8 @@ class GateSession:
             io = res["incumbent"]
             inc_d = io.value.to_dict() if io.kind == OK else None
         st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-        return C.decide_model(
-            check_id,
-            cand_d,
-            inc_d,
-            self.policy,
-            st,
-            oc.error,
-            {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None,
-        )
+        ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
+        return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error, ev)
 
     def close(self) -> None:
         """Stop the child processes."""
@@ -450,56 +380,27 @@ class GateSession:
         interrupted: bool = False,
         stage: Optional[str] = None,
     ) -> GateResult:
-        """The GateResult of decided cases (in case order) and model checks.
-
-        Args:
-            decisions: case Decisions (any order).
-            model: model-level Decisions (C7 / E1).
-            elapsed_s: wall time (None = since the session started).
-            interrupted: the run was stopped (Ctrl-C / SIGTERM) before it
-                finished; with every case decided it is still partial (a
-                model-level check was cut short).
-            stage: what it was doing when stopped (``"cases"``, ``"C7"``,
-                ``"E1"``; None = not known).
-
-        Returns:
-            GateResult; ``partial`` is its ``conformance.runtime.partial_run``
-            record, whose note (if partial) is also in ``notes``.
-        """
-        from conformance.suite.run import environment
-
+        """The GateResult of case Decisions (any order; sorted into case order) and model-level ones.
+        ``elapsed_s``: None = since the session started; ``interrupted``: stopped (Ctrl-C / SIGTERM) before
+        the end, partial even with every case decided; ``stage``: what it was doing then (``"cases"``,
+        ``"C7"``, ``"E1"``, None = not known). ``partial`` is the ``partial_run`` record; its note is in ``notes``."""
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
-        manifests = [d.manifest for d in decisions if getattr(d, "manifest", None)]
-        env = environment(manifests)
-        doc, policy = self.doc, self.policy
-        inc_info = (
-            {
-                "baseline": str(self.baseline),
-                "manifest": doc.get("kernel"),
-                "generated_at": doc.get("generated_at"),
-                "environment": (doc.get("comparability") or {}).get("environment"),
-            }
-            if doc is not None
-            else {
-                "ref": self.incumbent.to_dict() if isinstance(self.incumbent, KernelRef) else None,
-                "manifest": self.inc_spec.manifest(),
-            }
-        )
-        notes = []
+        env = environment([d.manifest for d in decisions if getattr(d, "manifest", None)])
+        doc, policy, notes = self.doc, self.policy, []
         if doc is not None:
-            theirs = (doc.get("comparability") or {}).get("environment") or {}
-            diff = [
-                f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}"
-                for k in ("torch", "triton", "execution", "cuda_device")
-                if theirs.get(k) != env.get(k)
-            ]
+            their_env = (doc.get("comparability") or {}).get("environment")
+            inc_info = {"baseline": str(self.baseline), "manifest": doc.get("kernel")}
+            inc_info.update(generated_at=doc.get("generated_at"), environment=their_env)
+            theirs = their_env or {}
+            keys = ("torch", "triton", "execution", "cuda_device")
+            diff = [f"{k}: baseline {theirs.get(k)} vs now {env.get(k)}" for k in keys if theirs.get(k) != env.get(k)]
             if diff:
-                notes.append(
-                    "environment differs from the baseline's (bits are compared as "
-                    "they are; kernels may legitimately take other paths): " + "; ".join(diff)
-                )
+                why = "bits are compared as they are; kernels may legitimately take other paths"
+                notes.append(f"environment differs from the baseline's ({why}): " + "; ".join(diff))
+        else:
+            inc_info = {"ref": _ref_dict(self.incumbent), "manifest": self.inc_spec.manifest()}
         repros = [d.evidence["repro"] for d in decisions if (d.evidence or {}).get("repro")]
         if repros:
             notes.append(f"{len(repros)} reproducer(s) saved: " + ", ".join(repros))
@@ -507,10 +408,7 @@ class GateSession:
         if part["partial"]:
             notes.append(part["note"])
         return GateResult(
-            candidate={
-                "ref": self.candidate.to_dict() if isinstance(self.candidate, KernelRef) else None,
-                "manifest": self.cand_spec.manifest(),
-            },
+            candidate={"ref": _ref_dict(self.candidate), "manifest": self.cand_spec.manifest()},
             incumbent=inc_info,
             policy=policy.to_dict(),
             cases=list(decisions),
@@ -541,15 +439,10 @@ def run_gate(
     ``progress`` gets one line per step. Never raises for a kernel's behaviour. Raises Int8confError
     (bad kernel name, both or neither of incumbent / baseline, unreadable baseline, bad device),
     NotComparable, GateInterrupted (carries the partial result)."""
-    from conformance.suite.run import MODEL_CHECKS
-
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
     s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
-    from conformance.runtime.graceful_stop import raise_if_requested
 
-    decisions: list = []
-    model: list = []
-    stopped = False
+    decisions, model, stopped = [], [], False
     stage: Optional[str] = "cases"  # None once every case and model check is decided
     try:
         for i in range(len(s.cases)):

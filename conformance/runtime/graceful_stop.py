@@ -4,7 +4,11 @@ it again where Python discarded it); a second one is ignored so the report is wr
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import os
 import signal
+import sys
 import threading
 
 _requested: list = []  # the signal numbers received while the handler was installed
@@ -17,14 +21,9 @@ def _raise_interrupt(signum, frame):
 
 
 def raise_if_requested() -> None:
-    """Raise KeyboardInterrupt again if SIGTERM arrived since the handler was
-    installed. Long loops call it between steps: an exception raised inside
-    a garbage-collector callback (hypothesis installs one) is printed and
-    discarded by Python, so the handler's own raise can be lost.
-
-    Raises:
-        KeyboardInterrupt: a stop was requested.
-    """
+    """Raise KeyboardInterrupt again if SIGTERM arrived since the handler was installed. Long loops call it
+    between steps: Python prints and discards an exception raised inside a garbage-collector callback
+    (hypothesis installs one), so the handler's own raise can be lost."""
     if _requested:
         raise KeyboardInterrupt(f"stopped by signal {_requested[-1]}")
 
@@ -33,34 +32,21 @@ def sigterm_as_interrupt() -> bool:
     """Install the handler when SIGTERM still has its default action (a
     handler someone else installed is kept), from the main thread only.
     Returns whether it was installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         return False
     signal.signal(signal.SIGTERM, _raise_interrupt)
     return True
 
 
 def sigterm_as_interrupt_in_pytest(config) -> bool:
-    """:func:`sigterm_as_interrupt` for a pytest plugin's ``pytest_configure``
-    (the suite's ``conformance.pytest_plugin`` and the gate's
-    ``conformance.gate.pytest_gate``): installed in the process that writes
-    the reports -- a serial run, or the pytest-xdist controller -- and not
-    in an xdist worker: a worker writes no report (its items ship their
-    results to the controller as they finish), so it keeps SIGTERM's
-    default and whoever stops it ends it at once. The handler is removed
-    by :func:`restore_sigterm` in ``pytest_unconfigure``.
-
-    Args:
-        config: the ``pytest.Config`` (an xdist worker's has ``workerinput``).
-
-    Returns:
-        Whether the handler was installed (False in a worker, outside the
-        main thread, or when SIGTERM already had a handler).
-    """
-    if hasattr(config, "workerinput"):
-        return False
-    return sigterm_as_interrupt()
+    """:func:`sigterm_as_interrupt` for a pytest plugin's ``pytest_configure``, in the process that writes the
+    reports (a serial run or the xdist controller), not in an xdist worker (``workerinput``): a worker writes no
+    report, so it keeps SIGTERM's default. :func:`restore_sigterm` removes it in ``pytest_unconfigure``.
+    Returns whether it was installed."""
+    return False if hasattr(config, "workerinput") else sigterm_as_interrupt()
 
 
 def restore_sigterm() -> None:
@@ -72,27 +58,11 @@ def restore_sigterm() -> None:
 
 
 def exit_with_parent() -> bool:
-    """Have the kernel end this (child) process with SIGKILL when its parent
-    dies, as ``prctl(PR_SET_PDEATHSIG)`` does on Linux (prctl(2)).
-
-    A sweep's pool workers and the gate's kernel child wait for their parent's
-    next request; a parent killed with SIGKILL (an OOM kill, ``kill -9``, a CI
-    runner's hard limit) leaves them running, and a child inside a hung kernel
-    never reads its closed pipe. They hold nothing to save: the parent is the
-    single writer. Call it first thing in the child. No-op (False) off Linux
-    or where libc has no ``prctl``. The signal follows the *thread* that
-    started the child: arm it only in children started by a thread that
-    outlives them (the main thread; a process pool's submitting thread, which
-    waits for its results).
-
-    Returns:
-        True when armed; the process exits at once if its parent already died.
-    """
-    import ctypes
-    import multiprocessing
-    import os
-    import sys
-
+    """Have the kernel end this (child) process with SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
+    Linux): a child inside a hung kernel never reads its closed pipe, and a parent killed with SIGKILL leaves it
+    running. Call it first thing in the child. The signal follows the *thread* that started the child: arm it
+    only in children of a thread that outlives them. True when armed (the process exits at once if its parent
+    already died); False off Linux or where libc has no ``prctl``."""
     if not sys.platform.startswith("linux"):
         return False
     # the parent that started us, not getppid(): a parent killed before this call has

@@ -39,13 +39,9 @@ def partial_run(
 
 
 def _note(kind: str, ran: int, total: int, reason: str, stage: Optional[str]) -> str:
-    """The human line of a partial record (the wording each producer's
-    reports and README examples have used since partial runs were marked)."""
-    why = (
-        "interrupted" + (f" during {stage}" if stage not in (None, "cases") else "")
-        if reason == INTERRUPTED
-        else "pytest selection or early stop"
-    )
+    """The human line of a partial record, in each producer's own wording."""
+    during = f" during {stage}" if stage not in (None, "cases") else ""
+    why = f"interrupted{during}" if reason == INTERRUPTED else "pytest selection or early stop"
     if kind == "gate":
         return f"partial run: {ran} of {total} cases decided ({why})"
     if kind == "suite" and reason == INTERRUPTED:
@@ -58,15 +54,13 @@ def _note(kind: str, ran: int, total: int, reason: str, stage: Optional[str]) ->
 
 
 def complete_run(cases_total: int, kind: str = "suite") -> dict:
-    """The record of a run that did every one of its ``cases_total`` cases
-    (``partial_run(cases_total, cases_total, kind=kind)``)."""
+    """The record of a run that did every one of its ``cases_total`` cases."""
     return partial_run(cases_total, cases_total, kind=kind)
 
 
 def is_partial(doc: dict) -> bool:
-    """Whether a report document (``conformance.json`` / ``gate.json`` as a
-    dict) is a partial run: its ``partial.partial`` flag, or, in a report
-    written before the record existed, a ``partial run`` line in its notes."""
+    """Whether a report document (``conformance.json`` / ``gate.json``) is a partial run: its ``partial.partial``
+    flag, or, in a report written before the record existed, a ``partial run`` line in its notes."""
     rec = doc.get("partial")
     if isinstance(rec, dict) and rec.get("partial"):
         return True
@@ -74,8 +68,8 @@ def is_partial(doc: dict) -> bool:
 
 
 def partial_note(doc: dict) -> Optional[str]:
-    """The ``partial run: ...`` line of a report document (its record's
-    ``note``, else the first such line of its notes), or None when complete."""
+    """The ``partial run: ...`` line of a report document (its record's ``note``, else the first such line of
+    its notes), or None when complete."""
     rec = doc.get("partial")
     if isinstance(rec, dict) and rec.get("partial"):
         return rec.get("note") or f"partial run ({rec.get('reason')})"

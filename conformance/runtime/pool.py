@@ -1,18 +1,11 @@
-"""One kernel behind a replaceable child process, one request at a time, each with a timeout.
-
-A kernel that segfaults, aborts or calls ``os._exit`` kills only its child; one that hangs is
-killed after the timeout. The parent gets an :class:`Outcome` (``ok`` / ``crash`` / ``timeout`` /
-``error``) with the exit status, signal and the tail of the child's log (where ``faulthandler``
-writes the stack of a crash or hang); the next request starts a fresh child. A healthy child
-serves every request, so importing torch is paid once per kernel. Used by the gate and the
-scoreboard.
-
-Start methods: ``fork`` (inherits modules, cases and even an in-memory KernelSpec), ``forkserver``
-(torch and the checks preloaded) or ``spawn``; the last two need a :class:`KernelRef`.
-Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (run case ``i``, unscored),
+"""One kernel behind a replaceable child process, one request at a time, each with a timeout: a kernel that
+crashes kills only its child, one that hangs is killed after the timeout, and the parent gets an
+:class:`Outcome` (``ok`` / ``crash`` / ``timeout`` / ``error``) with exit status, signal and the tail of the
+child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
+an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
+:class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
 ``("case", i)``, ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
-``("error", line)`` (a harness error; kernel exceptions are already check failures).
-"""
+``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
 
 from __future__ import annotations
 
@@ -24,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -77,18 +70,11 @@ class KernelRef:
             raise
         except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
             line = first_line(e, None) or type(e).__name__
-            raise KernelLoadError(
-                f"cannot inject {self.fault} (coverage {self.coverage}) into {self.name!r}: {line}"
-            ) from None
+            what = f"{self.fault} (coverage {self.coverage}) into {self.name!r}"
+            raise KernelLoadError(f"cannot inject {what}: {line}") from None
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "fault": self.fault,
-            "coverage": self.coverage,
-            "seed": self.seed,
-            "label": self.label(),
-        }
+        return {**asdict(self), "label": self.label()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelRef":
@@ -223,10 +209,8 @@ class IsolatedKernel:
         self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
         self.method = method or start_method()
         if self.method != "fork" and not isinstance(kernel, KernelRef):
-            raise KernelLoadError(
-                "an in-memory KernelSpec can only be isolated with the fork "
-                "start method; pass a KernelRef (a kernel name)"
-            )
+            msg = "an in-memory KernelSpec can only be isolated with the fork start method; pass a KernelRef"
+            raise KernelLoadError(msg + " (a kernel name)")
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.label = kernel.label() if isinstance(kernel, KernelRef) else getattr(kernel, "name", "kernel")
@@ -245,12 +229,8 @@ class IsolatedKernel:
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
         main = threading.current_thread() is threading.main_thread()
-        self._proc = ctx.Process(
-            target=_child_main,
-            daemon=True,
-            name=f"int8conf-gate-{slug}",
-            args=(child, self.kernel, self.cases, self.device, str(self._log), self.method, main),
-        )
+        args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main)
+        self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}", args=args)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -312,11 +292,9 @@ class IsolatedKernel:
         return Outcome(OK, value=val, elapsed_s=dt)
 
     def run_case(self, index: int) -> Outcome:
-        """Evaluate case ``index`` (``evaluate_case(..., keep_output=True)``)."""
         return self.request(("case", index))
 
     def run_model(self, check_id: str, timeout_s: Optional[float] = None) -> Outcome:
-        """Run a model-level check (C7 / E1) in the child."""
         return self.request(("model", check_id), timeout_s)
 
     def close(self) -> None:

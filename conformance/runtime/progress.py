@@ -22,25 +22,11 @@ EVERY_S = 15.0
 
 
 class PlainProgress:
-    """Periodic plain progress lines for a stream that is not a terminal.
-
-    Use as a context manager (starts / stops the heartbeat thread); the
-    instance is the ``progress`` callback of ``run_conformance`` (one text
-    line per step). Thread-safe: the heartbeat and the caller share a lock.
-
-    Args:
-        label: what runs (e.g. ``"triton"``), the prefix of every line.
-        stream: where lines go (default ``sys.stderr`` at print time); flushed
-            after each line.
-        every_cases: print after this many finished cases (>= 1).
-        every_s: print after this many seconds without a line (> 0); also the
-            heartbeat period.
-        clock: monotonic seconds (tests pass a fake one).
-        heartbeat: start the heartbeat thread in ``__enter__``.
-
-    Raises:
-        ValueError: ``every_cases < 1`` or ``every_s <= 0``.
-    """
+    """Periodic plain progress lines for a stream that is not a terminal; the instance is the ``progress``
+    callback of ``run_conformance``, a context manager around the heartbeat thread (thread-safe: one lock).
+    ``label`` prefixes every line; ``stream``: default ``sys.stderr`` at print time; a line after
+    ``every_cases`` (>= 1) finished cases or ``every_s`` (> 0, also the heartbeat period) seconds without one;
+    ``clock``: monotonic seconds. Raises ValueError for a bad period."""
 
     def __init__(
         self,
@@ -65,7 +51,6 @@ class PlainProgress:
         self.step = "starting"
         self.lines = 0  # lines printed (tests, and the closing line's decision)
 
-    # -- the suite's callback
     def __call__(self, line: str) -> None:
         """Take one progress line of the suite; print when due (module docstring)."""
         line = str(line)
@@ -77,21 +62,16 @@ class PlainProgress:
                 return
             self.done, self.total = int(m.group(1)), int(m.group(2))
             self.step = f"last case {line[m.end() :]}"
-            if (
-                self.done - self._last_done >= self.every_cases
-                or self.done == self.total
-                or self._clock() - self._last_t >= self.every_s
-            ):
+            cases_due = self.done - self._last_done >= self.every_cases or self.done == self.total
+            if cases_due or self._clock() - self._last_t >= self.every_s:
                 self._print()
 
     def _print(self) -> None:
         """Write the status line (caller holds the lock)."""
         now = self._clock()
         cases = "" if self.total is None else f"{self.done}/{self.total} cases, "
-        stream = self._stream if self._stream is not None else sys.stderr
-        print(
-            f"int8conf check: {self.label}: {cases}{now - self._t0:.1f} s elapsed: {self.step}", file=stream, flush=True
-        )
+        line = f"int8conf check: {self.label}: {cases}{now - self._t0:.1f} s elapsed: {self.step}"
+        print(line, file=self._stream if self._stream is not None else sys.stderr, flush=True)
         self._last_t, self._last_done = now, self.done
         self.lines += 1
 
@@ -108,7 +88,6 @@ class PlainProgress:
         while not self._stop.wait(min(self.every_s, 1.0)):
             self.beat()
 
-    # -- context manager: the heartbeat thread
     def __enter__(self) -> "PlainProgress":
         if self._heartbeat and self._thread is None:
             self._stop.clear()
@@ -127,21 +106,9 @@ class PlainProgress:
 def suite_progress(
     label: str, console, *, quiet: bool = False, every_cases: int = EVERY_CASES, every_s: float = EVERY_S
 ) -> Iterator[Optional[Callable[[str], None]]]:
-    """The ``progress`` callback for one suite run, as a context manager.
-
-    Args:
-        label: kernel name shown in the display.
-        console: the ``rich.console.Console`` progress goes to (the CLI's
-            stderr console); its ``is_terminal`` picks the display (rich
-            honours ``FORCE_COLOR`` / ``TTY_COMPATIBLE`` / ``TERM=dumb``).
-        quiet: no display at all (yields None).
-        every_cases, every_s: :class:`PlainProgress` periods (non-terminal).
-
-    Yields:
-        None (quiet), ``rich`` status ``update`` (terminal: a spinner showing
-        the latest line), or a :class:`PlainProgress` writing to
-        ``console.file`` (anything else).
-    """
+    """The ``progress`` callback for one suite run, as a context manager: None (``quiet``), a rich status
+    ``update`` when ``console`` (the CLI's stderr ``rich`` Console) ``is_terminal``, else a
+    :class:`PlainProgress` on ``console.file`` with periods ``every_cases`` / ``every_s``."""
     if quiet:
         yield None
     elif console.is_terminal:

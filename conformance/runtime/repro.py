@@ -25,6 +25,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import run_kernel
+from conformance.runtime.pool import KernelRef
+from conformance.suite.evaluate import evaluate_case
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_text, read_json_object
 from reference.operands import GemmOperands, tensor_digest
@@ -32,12 +36,15 @@ from reference.operands import GemmOperands, tensor_digest
 _DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
 
 
+def _tensors(ops: GemmOperands) -> dict:
+    tensors = {"a": ops.a, "b": ops.b, "scale_a": ops.scale_a, "scale_b": ops.scale_b}
+    return tensors if ops.bias is None else {**tensors, "bias": ops.bias}
+
+
 def save_operands(path, ops: GemmOperands, meta: dict) -> None:
     """Write ``a, b, scale_a, scale_b[, bias]`` (contiguous) and ``meta`` (str values) plus the out dtype,
     scale mode and case name as safetensors metadata."""
-    tensors = {"a": ops.a, "b": ops.b, "scale_a": ops.scale_a, "scale_b": ops.scale_b}
-    if ops.bias is not None:
-        tensors["bias"] = ops.bias
+    tensors = _tensors(ops)
     info = {"out_dtype": str(ops.out_dtype), "scale_mode": ops.scale_mode, "case": ops.name or "", **meta}
     blob = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=info)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -57,21 +64,12 @@ def load_operands(path, what: str = "--repro") -> tuple[GemmOperands, dict]:
         raise Int8confError(f"{what} {str(path)!r}: not a reproducer file ({type(e).__name__})") from None
     if not {"a", "b", "scale_a", "scale_b"} <= set(t):
         raise Int8confError(f"{what} {str(path)!r}: missing operands")
+    dtype = _DTYPES[meta.get("out_dtype", "torch.bfloat16")]
+    name, mode = meta.get("case", ""), meta.get("scale_mode", "synthetic")
     ops = GemmOperands(
-        a=t["a"],
-        b=t["b"],
-        scale_a=t["scale_a"],
-        scale_b=t["scale_b"],
-        bias=t.get("bias"),
-        out_dtype=_DTYPES[meta.get("out_dtype", "torch.bfloat16")],
-        name=meta.get("case", ""),
-        scale_mode=meta.get("scale_mode", "synthetic"),
-        meta={"source": "repro"},
+        t["a"], t["b"], t["scale_a"], t["scale_b"], t.get("bias"), dtype, name, mode, {"source": "repro"}
     )
     return ops, meta
-
-
-# ------------------------------------------------------------------ scoreboard
 
 
 def save_repro(path: Path, ops, kernel: str, device: str, check: str, summary: str) -> None:
@@ -90,17 +88,11 @@ def load_repro(path) -> tuple:
 def rerun_repro(path) -> tuple[bool, str]:
     """Re-run a scoreboard reproducer alone: ``(reproduced, line)``; reproduced when the recorded
     check fails again on the recorded kernel and device."""
-    from conformance.kernels.registry import get_kernel
-    from conformance.suite.evaluate import evaluate_case
-
     ops, meta = load_repro(path)
     res = evaluate_case(get_kernel(meta["kernel"]), ops, device=meta["device"])
     c = res.checks.get(meta["check"])
     line = f"{meta['kernel']}@{meta['device']} {meta['check']}: {c.verdict if c else 'missing'} -- {c.summary if c else ''}"
     return c is not None and c.verdict == "fail", line
-
-
-# ------------------------------------------------------------------ gate
 
 
 def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], case: str, what: dict) -> Path:
@@ -112,9 +104,8 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
     d = Path(directory)
     label = kernel_ref["label"] if kernel_ref else "(in-memory)"
     save_operands(d / "operands.safetensors", ops, {"kernel": label})
-    tensors = {"a": ops.a, "b": ops.b, "scale_a": ops.scale_a, "scale_b": ops.scale_b}
-    if ops.bias is not None:
-        tensors["bias"] = ops.bias
+    tensors = _tensors(ops)
+    json_meta = (str, int, float, bool, type(None), list, dict)
     info = {
         "format": "int8conf.gate.repro",
         "version": 1,
@@ -123,9 +114,7 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
         "out_dtype": str(ops.out_dtype),
         "scale_mode": ops.scale_mode,
         "name": ops.name,
-        "meta": {
-            k: v for k, v in (ops.meta or {}).items() if isinstance(v, (str, int, float, bool, type(None), list, dict))
-        },
+        "meta": {k: v for k, v in (ops.meta or {}).items() if isinstance(v, json_meta)},
         "shape": [ops.m, ops.k, ops.n],
         "operand_digests": ops.digests(),
         "strides": {k: list(v.stride()) for k, v in tensors.items()},  # the file holds contiguous copies
@@ -169,14 +158,9 @@ def main(argv=None) -> int:
         prog="python -m conformance.runtime.repro", description="Re-run a gate reproducer in this process."
     )
     p.add_argument("dir")
-    p.add_argument(
-        "--timeout", type=float, default=None, metavar="S", help="print every thread's stack and exit 1 after S seconds"
-    )
-    p.add_argument("--device", default=None)
+    p.add_argument("--timeout", type=float, metavar="S", help="print every thread's stack and exit 1 after S seconds")
+    p.add_argument("--device")
     args = p.parse_args(argv)
-    from conformance.kernels.runner import run_kernel
-    from conformance.runtime.pool import KernelRef
-
     try:
         ops, info = load_reproducer(args.dir)
         if not info.get("kernel"):
@@ -188,10 +172,9 @@ def main(argv=None) -> int:
     faulthandler.enable(all_threads=True)
     if args.timeout:
         faulthandler.dump_traceback_later(args.timeout, exit=True)
+    seen = info["what_happened"].get("status")
     print(
-        f"repro: {info['kernel']['label']} on {info['case']} (M,K,N={info['shape']}); "
-        f"the gate saw: {info['what_happened'].get('status')}",
-        flush=True,
+        f"repro: {info['kernel']['label']} on {info['case']} (M,K,N={info['shape']}); the gate saw: {seen}", flush=True
     )
     run = run_kernel(spec, ops, device=args.device)
     faulthandler.cancel_dump_traceback_later()

@@ -12,15 +12,14 @@ import pytest
 
 
 def attach(report, key: str, payload: Any) -> None:
-    """Append ``payload`` (any picklable object) to ``report.user_properties``
-    under ``key``, as base64 text (every serialiser of reports carries str)."""
+    """Append picklable ``payload`` to ``report.user_properties`` under ``key`` as base64 text (every
+    serialiser of reports carries str)."""
     blob = base64.b64encode(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     report.user_properties.append((key, blob.decode("ascii")))
 
 
 def take(report, key: str) -> Optional[Any]:
-    """Remove and return the payload :func:`attach` put on ``report`` under
-    ``key``, or None when there is none."""
+    """Remove and return the payload :func:`attach` put on ``report`` under ``key`` (None if there is none)."""
     props = getattr(report, "user_properties", None) or []
     for i, (name, value) in enumerate(props):
         if name == key:
@@ -30,8 +29,7 @@ def take(report, key: str) -> Optional[Any]:
 
 
 class _Merger:
-    """A pytest plugin object of the controller: hands each report's payload
-    under ``key`` to ``merge``."""
+    """A pytest plugin object of the controller: hands each report's payload under ``key`` to ``merge``."""
 
     def __init__(self, key: str, merge: Callable[[Any], None]):
         self.key, self.merge = key, merge
@@ -44,8 +42,7 @@ class _Merger:
 
 
 def merge_on_controller(config, key: str, merge: Callable[[Any], None]) -> None:
-    """Register ``merge(payload)`` for every report that carries ``key``, on
-    the controller (or a run without xdist, where no report carries one);
-    nothing in an xdist worker."""
+    """Register ``merge(payload)`` for every report that carries ``key``, on the controller (or a run without
+    xdist); nothing in an xdist worker."""
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(_Merger(key, merge), f"{key}-xdist-merger")

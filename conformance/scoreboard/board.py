@@ -1,15 +1,9 @@
 """``int8conf scoreboard``: every available kernel (built-in and adapted) on the same cases, bit for bit.
-
-Per (kernel, device) row: the overall verdict against the kernel's own declared epilogue (C8 and
-the other per-case checks of ``conformance.suite.evaluate``), per-check verdicts, the maximum
-spacing (ulp) of its outputs from each standard contract (``render.STANDARD``), and a kernel x
-kernel bit-interchangeability matrix. Every failing (kernel, device, check) gets a reproducer
-(``conformance.runtime.repro``: shrunk to the worst output element when that still fails).
-Each row runs in its own worker (``conformance.runtime.pool``, forkserver); every case has a
-timeout, and a row's first call is an unscored warm-up with its own, longer timeout.
-Outputs (``scoreboard.json`` schema ``int8conf.scoreboard`` v1, ``.md``, ``.png``, ``repro/``)
-are written atomically (``render``).
-"""
+Per (kernel, device) row: the verdict against its own declared epilogue, per-check verdicts, the maximum
+spacing from each standard contract, and a kernel x kernel bit-interchangeability matrix; a reproducer per
+failing (kernel, device, check), shrunk to the worst element when that still fails. Each row runs in its own
+worker (forkserver) with a timeout per case and a longer one for the unscored warm-up. Outputs:
+``scoreboard.json`` (schema ``int8conf.scoreboard`` v1), ``.md``, ``.png``, ``repro/``, written atomically."""
 
 from __future__ import annotations
 
@@ -165,26 +159,19 @@ def _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, gi
             progress.advance(task)
 
 
-# ------------------------------------------------------------------ analysis
-
-
 def _max_spacing_from_standard(cases, rows) -> dict:
     refs = {}
     for ops in cases:
-        exact = exact_int_mm(ops.a, ops.b)
+        exact, kw = exact_int_mm(ops.a, ops.b), {"bias": ops.bias, "out_dtype": ops.out_dtype}
         refs[case_id(ops)] = {
-            name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], bias=ops.bias, out_dtype=ops.out_dtype)
-            for name in STANDARD
+            name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], **kw) for name in STANDARD
         }
     out = {}
     for r in rows:
         d = {}
         for name in STANDARD:
-            worst = None
-            for cid, o in r.outputs.items():
-                dist = spacing_distance(o, refs[cid][name])
-                v = int(dist.max()) if dist.numel() else 0
-                worst = v if worst is None else max(worst, v)
+            dists = [spacing_distance(o, refs[cid][name]) for cid, o in r.outputs.items()]
+            worst = max((int(x.max()) if x.numel() else 0 for x in dists), default=None)
             d[name] = None if worst is None else (worst if worst < NAN_DISTANCE else "nan")
         out[r.key] = d
     return out
@@ -196,7 +183,7 @@ def _interchangeability(rows) -> dict:
         mat[ra.key] = {}
         for rb in rows:
             shared = sorted(set(ra.outputs) & set(rb.outputs))
-            same = sum(1 for c in shared if torch.equal(bits_of(ra.outputs[c]), bits_of(rb.outputs[c])))
+            same = sum(torch.equal(bits_of(ra.outputs[c]), bits_of(rb.outputs[c])) for c in shared)
             mat[ra.key][rb.key] = {"identical": same, "shared": len(shared)}
     return mat
 
@@ -229,9 +216,6 @@ def overall(row: Row) -> str:
     return "conformant" if "pass" in vs else "not run"
 
 
-# ------------------------------------------------------------------ reproducers
-
-
 def _slice_ops(ops, i: int, j: int):
     """Output element ``(i, j)`` of a case as a 1 x K x 1 case."""
 
@@ -240,17 +224,13 @@ def _slice_ops(ops, i: int, j: int):
             return s.clone()
         return s.reshape(rows, -1)[idx : idx + 1].reshape((1,) + tuple(s.shape[1:])).clone()
 
-    return GemmOperands(
-        a=ops.a[i : i + 1].clone(),
-        b=ops.b[j : j + 1].clone(),
-        scale_a=pick(ops.scale_a, i, ops.m),
-        scale_b=pick(ops.scale_b, j, ops.n),
-        bias=None if ops.bias is None else ops.bias[j : j + 1].clone(),
-        out_dtype=ops.out_dtype,
-        name=f"{ops.name}[{i},{j}]",
-        scale_mode=ops.scale_mode,
-        meta=dict(ops.meta),
+    a, b, bias = (
+        ops.a[i : i + 1].clone(),
+        ops.b[j : j + 1].clone(),
+        None if ops.bias is None else ops.bias[j : j + 1].clone(),
     )
+    sa, sb = pick(ops.scale_a, i, ops.m), pick(ops.scale_b, j, ops.n)
+    return GemmOperands(a, b, sa, sb, bias, ops.out_dtype, f"{ops.name}[{i},{j}]", ops.scale_mode, dict(ops.meta))
 
 
 def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> dict:
@@ -261,9 +241,12 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
     for r in rows:
         for cid_case, res in r.cases.items():
             for chk, c in (res.get("checks") or {}).items():
-                if c.get("verdict") != "fail" or chk in ("C3", "C4") or chk in links.get(r.key, {}):
-                    continue
-                if cid_case not in by_id:
+                if (
+                    c.get("verdict") != "fail"
+                    or chk in ("C3", "C4")
+                    or chk in links.get(r.key, {})
+                    or cid_case not in by_id
+                ):
                     continue
                 ops = target = by_id[cid_case]
                 minimal = False
@@ -289,8 +272,6 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
     return links
 
 
-# ------------------------------------------------------------------ raw rows (merge)
-
 _RAW_KEYS = ("kernel", "device", "spec", "cases", "error", "elapsed_s", "warmup_s")
 
 
@@ -306,10 +287,8 @@ def load_raw(src: Path) -> list:
     """Rows saved by :func:`save_raw` in ``src``. Raises Int8confError: missing or unreadable files."""
     src = Path(src)
     if not (src / "raw.json").is_file() or not (src / "outputs.safetensors").is_file():
-        raise Int8confError(
-            f"--merge {str(src)!r}: needs raw.json and outputs.safetensors "
-            f"(written by 'int8conf scoreboard --save-outputs')"
-        )
+        why = "needs raw.json and outputs.safetensors (written by 'int8conf scoreboard --save-outputs')"
+        raise Int8confError(f"--merge {str(src)!r}: {why}")
     try:
         raw = json.loads((src / "raw.json").read_text())
         outs = load_file(str(src / "outputs.safetensors"))
@@ -322,9 +301,6 @@ def load_raw(src: Path) -> list:
         r.outputs = {k[len(r.key) + 1 :]: v for k, v in outs.items() if k.startswith(f"{r.key}|")}
         rows.append(r)
     return rows
-
-
-# ------------------------------------------------------------------ report
 
 
 def _row_doc(r: Row, links: dict) -> dict:
@@ -353,13 +329,13 @@ def build(rows, cases, links, env: dict) -> dict:
         "version": SCHEMA_VERSION,
         "environment": env,
         "cases": [
-            {
-                "case": case_id(o),
-                "shape": [o.m, o.k, o.n],
-                "out_dtype": str(o.out_dtype),
-                "bias": o.bias is not None,
-                "scale_mode": o.scale_mode,
-            }
+            dict(
+                case=case_id(o),
+                shape=[o.m, o.k, o.n],
+                out_dtype=str(o.out_dtype),
+                bias=o.bias is not None,
+                scale_mode=o.scale_mode,
+            )
             for o in cases
         ],
         "rows": [_row_doc(r, links) for r in rows],
@@ -435,10 +411,7 @@ def run_scoreboard(
     names = list(kernels) if kernels is not None else default_kernels()
     devs = list(devices) if devices else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     cases = list(cases) if cases is not None else scoreboard_cases()
-    plan = []
-    for nm in names:
-        declared = get_kernel(nm).devices
-        plan += [(nm, d) for d in devs if d in declared]
+    plan = [(nm, d) for nm in names for declared in [get_kernel(nm).devices] for d in devs if d in declared]
     with Progress(disable=quiet, transient=False) as prog:
         tasks = [prog.add_task(f"{nm}@{d}", total=len(cases)) for nm, d in plan]
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:

@@ -8,14 +8,7 @@ from pathlib import Path
 
 from reference.fileio import atomic_write_bytes
 
-STANDARD = (
-    "a_then_w/fp32_before_round",
-    "a_then_w/after_round",
-    "w_then_a/fp32_before_round",
-    "w_then_a/after_round",
-    "fused/fp32_before_round",
-    "fused/after_round",
-)
+STANDARD = tuple(f"{o}/{b}" for o in ("a_then_w", "w_then_a", "fused") for b in ("fp32_before_round", "after_round"))
 
 
 def _anchor(kernel: str, device: str, check: str) -> tuple[str, str]:
