@@ -64,7 +64,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check",
         help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C9 (and the engine-hash oracle when available) for a kernel; "
+        description="Run checks C1-C10 (and the engine-hash oracle when available) for a kernel; "
         "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
         "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
         "reports/h200/triton/conformance.json).",

@@ -26,7 +26,7 @@ from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, PRECONDITION_C
 from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
 from conformance.suite.pairwise import compare_pair
-from conformance.sweep.prefetch import (
+from conformance.suite.prefetch import (
     declared_output_differs,
     prefetch_accumulator_questions,
     prefetch_output_comparisons,

@@ -246,7 +246,9 @@ def render_markdown(doc: dict) -> str:
     if partial:  # a verdict over part of the suite must not read like the whole one
         head = f"**PARTIAL RUN** ({partial})\n\n{head}"
     sig = doc.get("fault_signatures") or []
-    sig_lines = ["Failure signature (`conformance.sweep.scoring`):", ""] + [f"- {x}" for x in sig] + [""] if sig else []
+    sig_lines = (
+        ["Failure signature (`conformance.suite.signatures`):", ""] + [f"- {x}" for x in sig] + [""] if sig else []
+    )
     lines = (
         [f"# Conformance report: `{k['name']}`", "", head, ""]
         + sig_lines

@@ -215,7 +215,7 @@ def test_a_failure_matching_no_fault_class_still_gets_the_signature_section(tmp_
     assert max(c["checks"]["C8"]["evidence"].get("max_ulp") or 0 for c in doc["cases"]) > 30000
     assert doc["fault_signatures"] == [line]
     md = (rdir / "conformance.md").read_text().splitlines()
-    i = md.index("Failure signature (`conformance.sweep.scoring`):")
+    i = md.index("Failure signature (`conformance.suite.signatures`):")
     assert md[i + 1 : i + 4] == ["", f"- {line}", ""]
     out = capsys.readouterr().out.splitlines()
     assert f"failure signature: {line}" in out

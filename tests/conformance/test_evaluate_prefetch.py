@@ -9,8 +9,8 @@ import pytest
 from buggy_kernels import make_kernel
 
 from conformance.cases import make_case
+from conformance.suite import prefetch as compare
 from conformance.suite.evaluate import PrefetchWarning, evaluate_case
-from conformance.sweep import prefetch as compare
 from reference import memo
 
 
