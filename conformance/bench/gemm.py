@@ -173,10 +173,11 @@ def render(df, title: str = "int8conf bench") -> None:
 
 
 def environment() -> dict:
-    """``conformance.runtime.environment.environment()`` plus ``cuda`` (bool) and ``device`` (GPU or CPU name)."""
+    """``conformance.runtime.environment.environment()`` plus ``threads`` (torch intra-op threads), ``cuda``
+    (bool) and ``device`` (GPU or CPU name)."""
     cuda = torch.cuda.is_available()
     device = torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine()
-    return {**base_environment(), "cuda": cuda, "device": device}
+    return {**base_environment(), "threads": torch.get_num_threads(), "cuda": cuda, "device": device}
 
 
 # ``int8conf bench --gpu``: the built-in ``triton`` vs ``torch._int_mm`` + eager epilogue and a plain autotuned

@@ -31,7 +31,7 @@ def _distribution(name: str) -> Optional[str]:
 
 
 def environment() -> dict:
-    """JSON-able: ``python, platform, machine, cpu_count, threads`` (torch intra-op threads), ``torch,
+    """JSON-able: ``python, platform, machine, cpu_count, torch,
     triton, hypothesis, numpy, int8conf`` (None: not installed), ``cuda_available, cuda_device`` (None
     without CUDA), ``triton_interpret_env``, ``libraries`` {distribution: version} of :data:`LIBRARIES`."""
     cuda = torch.cuda.is_available()
@@ -41,7 +41,6 @@ def environment() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "triton": _version("triton"),
         "hypothesis": _version("hypothesis"),
