@@ -65,7 +65,7 @@ def test_lockstep_threads_that_leave_step_fail_instead_of_hanging(base):
     box = {}
     t = threading.Thread(target=_capture, args=(box, ls, uneven))
     t.start()
-    t.join(timeout=20)
+    t.join(timeout=300)  # a hang never ends; a loaded machine may take long
     assert not t.is_alive(), "lockstep hung"
     assert isinstance(box.get("err"), LockstepError)
 
