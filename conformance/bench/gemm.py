@@ -280,18 +280,8 @@ def _plain_int8_gemm(
     )
 
 
-#: the plain GEMM's autotuning space: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
-PLAIN_CONFIGS = (
-    (128, 256, 128, 8, 3),
-    (256, 128, 128, 8, 3),
-    (128, 128, 128, 8, 4),
-    (128, 128, 128, 4, 4),
-    (64, 128, 128, 4, 4),
-    (128, 64, 128, 4, 4),
-    (64, 64, 128, 4, 4),
-    (32, 64, 256, 4, 4),
-    (16, 64, 256, 4, 4),
-)
+#: the plain GEMM's autotuning space: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages), the one the built-in also tries
+PLAIN_CONFIGS = bt.PLAIN_SPACE
 _PLAIN: dict = {}
 
 

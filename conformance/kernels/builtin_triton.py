@@ -84,9 +84,9 @@ def _c(kernel, bm, bn, bk, g, sk, w, s, persistent=False, flatten=False, ws=Fals
     return Config(kernel, bm, bn, bk, g, sk, w, s, persistent, flatten, ws)
 
 
-#: conformance.bench.gemm's PLAIN_CONFIGS (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), added to the
-#: small and large buckets so the tuner never has only worse choices
-_PLAIN_SPACE = (
+#: the plain autotuned Triton GEMM's space (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; GROUP_M 8), also the bench's
+#: peer kernel; added to the small and large buckets so the tuner never has only worse choices
+PLAIN_SPACE = (
     (128, 256, 128, 8, 3),
     (256, 128, 128, 8, 3),
     (128, 128, 128, 8, 4),
@@ -100,8 +100,8 @@ _PLAIN_SPACE = (
 
 
 def _with_plain(cfgs: tuple) -> tuple:
-    """``cfgs`` followed by the pointer-kernel twins of ``_PLAIN_SPACE`` not in it."""
-    extra = tuple(_c("ptr", bm, bn, bk, 8, 1, w, s) for bm, bn, bk, w, s in _PLAIN_SPACE)
+    """``cfgs`` followed by the pointer-kernel twins of ``PLAIN_SPACE`` not in it."""
+    extra = tuple(_c("ptr", bm, bn, bk, 8, 1, w, s) for bm, bn, bk, w, s in PLAIN_SPACE)
     return cfgs + tuple(c for c in extra if c not in cfgs)
 
 
