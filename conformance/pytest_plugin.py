@@ -29,6 +29,7 @@ from typing import Optional
 
 import pytest
 
+from conformance.kernels.spec import enter_conformance_run
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, remove_empty_dirs, removed_if_refused
 from reference.errors import Int8confError
 
@@ -155,6 +156,7 @@ def pytest_configure(config) -> None:
             raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to inject the fault into)")
         return
     _share_cores(config)
+    enter_conformance_run()
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
@@ -190,6 +192,9 @@ def pytest_configure(config) -> None:
         examples=int(opt("int8conf_examples")),
         model_checks=not opt("int8conf_no_model"),
     )
+    if not hasattr(config, "workerinput"):  # xdist workers find the controller's compiled kernels on disk
+        for st in config.stash[_STATE].kernels:
+            st.warm_up(lambda line: print(f"int8conf: {line}", flush=True))
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
     sigterm_as_interrupt_in_pytest(config)
 
@@ -480,6 +485,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             time.perf_counter() - ks.t0,
             invocation=_invocation(session.config),
             partial=part,
+            warm_up=ks.warm,
         )
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)

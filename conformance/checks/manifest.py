@@ -14,11 +14,18 @@ def _device_type(device) -> str:
     return str(device or "").split(":")[0]
 
 
+#: ``config_rule`` values a kernel records for a configuration chosen by timing
+TIMED_RULES = ("timed",)
+
+
 def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C1: ``run.manifest`` vs ``spec``: name, source digest (a spec without one
-    fails), device type in ``spec.devices``, and a code path recorded by a
-    built-in kernel (a third-party one passes with :data:`UNREPORTED_PATH`).
-    ``n/a`` without a run to certify. Evidence ``{declared, observed, mismatches}``."""
+    fails), device type in ``spec.devices``, a code path recorded by a
+    built-in kernel (a third-party one passes with :data:`UNREPORTED_PATH`), and
+    no launch configuration chosen by timing (a recorded ``config_rule`` in
+    :data:`TIMED_RULES` or ``autotuned``: a run must certify a path it can name).
+    ``n/a`` without a run to certify. Evidence ``{declared, observed, mismatches}``;
+    ``observed`` carries the recorded ``config`` and ``config_rule``."""
     name = "kernel_manifest"
     if skipped_reason(run):
         return not_applicable(C1, skipped_reason(run))
@@ -41,6 +48,10 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     dev = _device_type(m.get("device"))
     if dev not in [_device_type(d) for d in spec.devices]:
         bad.append(f"ran on device {m.get('device')!r}, declared {list(spec.devices)}")
+    extra = m.get("extra") or {}
+    observed.update(config=extra.get("config"), config_rule=extra.get("config_rule"))
+    if extra.get("config_rule") in TIMED_RULES or extra.get("autotuned") is True:
+        bad.append(f"configuration {extra.get('config')!r} was chosen by timing (it may differ in the next run)")
     path = m.get("path")
     observed["path_reported"] = bool(path) and path != "unreported"
     if not observed["path_reported"]:

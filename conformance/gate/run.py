@@ -17,6 +17,7 @@ from conformance.gate import compare as C
 from conformance.gate.policy import Policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
 from conformance.kernels.runner import validate_device
+from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
@@ -263,6 +264,7 @@ class GateSession:
         progress: Optional[Callable[[str], None]] = None,
     ):
         self.t0 = time.perf_counter()
+        enter_conformance_run()  # the pool's children inherit it
         self.opts = options or GateOptions()
         self.policy = policy or Policy()
         self.say = progress or (lambda s: None)

@@ -6,8 +6,10 @@ Modes (``trace.record_path``): ``triton-native`` (CUDA, ``triton.jit``, ``enable
 ``triton-interpreter`` (CPU tensors through an explicit ``InterpretedFunction``, or any tensors with
 ``TRITON_INTERPRET=1``). Native configuration: the candidates of M's bucket (:func:`bucket`; Gluon ones on sm_90) are
 timed end to end once per (device, M, N, K rounded up to powers of two, layout) and the fastest cached; small shapes,
-CUDA-graph captures and ``INT8CONF_TRITON_AUTOTUNE=0`` take :func:`_untuned`. Every configuration gives the same bits.
-Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
+CUDA-graph captures, ``INT8CONF_TRITON_AUTOTUNE=0`` and conformance runs (``spec.in_conformance_run``: nothing is
+timed, K is padded as a tuned call pads it) take :func:`_untuned`, a pure function of shape, layout and device.
+Every configuration gives the same bits (``tests/conformance/kernels/test_triton_configs_cuda.py`` runs each
+candidate on suite cases). Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
 natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``)."""
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from conformance.kernels import gluon_gemm, trace, triton_gemm
+from conformance.kernels.spec import in_conformance_run
 from conformance.kernels.triton_probe import probe
 from reference.contract import TRITON_STYLE
 from reference.errors import OperandError
@@ -396,10 +399,10 @@ PAD_K_MIN_MACS = 1 << 30
 
 def _padded_k(m: int, n: int, k: int, native: bool) -> int:
     """K' (next multiple of 16) when a native call has ``k % 16 != 0`` and either ``m*n*k >=``
-    :data:`PAD_K_MIN_MACS` or tuning is off; else 0 (no copy)."""
+    :data:`PAD_K_MIN_MACS` or tuning is off outside a conformance run (which pads as a tuned call does); else 0."""
     if not native or k % 16 == 0:
         return 0
-    if m * n * k < PAD_K_MIN_MACS and _autotune_enabled():
+    if m * n * k < PAD_K_MIN_MACS and (_autotune_enabled() or in_conformance_run()):
         return 0
     return (k + 15) // 16 * 16
 
@@ -649,7 +652,8 @@ def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
 
 
 def _autotune_enabled() -> bool:
-    return _env_on("INT8CONF_TRITON_AUTOTUNE")
+    """Timing-based tuning: on unless ``INT8CONF_TRITON_AUTOTUNE`` is off or this is a conformance run."""
+    return _env_on("INT8CONF_TRITON_AUTOTUNE") and not in_conformance_run()
 
 
 class KernelHang(RuntimeError):
@@ -795,24 +799,31 @@ def _build(
     # one tuning per (device, powers of two of M, N, K, layout): epilogue variants and neighbouring
     # shapes share the main loop's tile choice
     tkey = pkey[:3] + (_pow2_bin(n), _pow2_bin(k)) + pkey[7:]
-    if plan is None and config is None and tkey in _CHOSEN:
+    fixed = in_conformance_run()
+    if plan is None and config is None and tkey in _CHOSEN and not fixed:
         plan = _PLANS[pkey] = plan_for(*_CHOSEN[tkey])
+        plan.extra["config_rule"] = "timed"
     if plan is None:
+        rule = "explicit"
         if config is not None:
             cfg, tuned = config, False
         elif interp:
-            cfg, tuned = _interp_config(m, n, k), False
+            cfg, tuned, rule = _interp_config(m, n, k), False, "interpreter tiles"
         else:
             cands = _candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev)) or [BUCKET_CONFIGS["decode"][0]]
-            cfg, tuned = _untuned(cands, m, n, k, _num_sms(dev)), False
+            cfg, tuned, rule = _untuned(cands, m, n, k, _num_sms(dev)), False, "heuristic"
             if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS or len(cands) == 1):
                 out = torch.empty((m, n), dtype=alloc, device=dev)
                 with _TUNE_LOCK:
                     cfg, times = _tune(cands, make_call, (a, b, sa, sb, bias, out))
                 _TUNING[tkey[:-1]] = {"config": cfg.label(), "timings_ms": times}
-                tuned = True
+                tuned, rule = True, "timed"
                 _CHOSEN[tkey] = (cfg, True)
         plan = plan_for(cfg, tuned)
+        plan.extra["config_rule"] = rule
+        if rule in ("heuristic", "timed"):
+            plan.extra["config_space"] = bucket(m) + (" (TMA-able)" if tma else "")
+            plan.extra["config_candidates"] = len(cands)
         if not (capturing and not tuned and config is None):  # tune later, outside a capture
             _PLANS[pkey] = plan
     call = make_call(plan.config, plan)

@@ -52,6 +52,7 @@ class KernelDeclaration:
     steps: Optional[object] = None
     contiguous_only: object = False
     overflow: str = "wrap"
+    warm_up: bool = False
 
 
 def _contract_and_steps(contract) -> tuple:
@@ -103,6 +104,18 @@ def _flag(value):
     if bad or not ops:
         raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand names {names}")
     return ops
+
+
+def _bool(value) -> bool:
+    """A yes/no declaration from a bool or 1/0, true/false, yes/no, on/off. Raises ContractError otherwise."""
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ContractError(f"expected true or false, got {value!r}")
 
 
 def _overflow(value) -> str:
@@ -161,6 +174,7 @@ def declare(
     description: str = "",
     contiguous_only=False,
     overflow: str = "wrap",
+    warm_up: bool = False,
 ) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
     :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field)."""
@@ -192,6 +206,7 @@ def declare(
     field("convention", convention, _conv)
     field("contiguous_only", contiguous_only, _flag)
     field("overflow", overflow, _overflow)
+    field("warm_up", warm_up, _bool)
     if problems:
         decl = InvalidDeclaration(tuple(problems))
     else:
@@ -256,12 +271,13 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             description=getattr(obj, "int8conf_description", ""),
             contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
             overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")),
+            warm_up=_bool(getattr(obj, "int8conf_warm_up", False)),
         )
     over = {}
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
     parse = {"devices": lambda v: _devices([d for d in v.split(",") if d], "?devices="), "contiguous_only": _flag}
-    parse["overflow"] = _overflow
+    parse.update(overflow=_overflow, warm_up=_bool)
     for key in QUERY_KEYS[1:]:
         if key in query:
             over[key] = parse[key](query[key]) if key in parse else query[key]
@@ -309,7 +325,17 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
             f"kernel {name!r} declares no epilogue contract: decorate it with conformance.kernels.loader.declare(...), set fn.int8conf_contract, or append '?contract=cutlass|triton|<order>/<bias_point>' to the name"
         )
     fn = vllm_adapter(obj) if decl.convention == "vllm" else obj
-    same = ("contract", "devices", "constraints", "version", "int_mm", "steps", "contiguous_only", "overflow")
+    same = (
+        "contract",
+        "devices",
+        "constraints",
+        "version",
+        "int_mm",
+        "steps",
+        "contiguous_only",
+        "overflow",
+        "warm_up",
+    )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
     spec = KernelSpec(
         name=decl.name or name,
@@ -332,7 +358,7 @@ def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
     return spec
 
 
-QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only", "overflow")
+QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only", "overflow", "warm_up")
 
 
 def split_query(name: str) -> tuple[str, dict]:

@@ -64,7 +64,8 @@ def _builtin(name: str) -> KernelSpec:
         _DESCRIPTIONS[name],
     )
     dense = getattr(mod, "CONTIGUOUS_ONLY", False)
-    _BUILT[name] = spec = KernelSpec(name, *args, contiguous_only=dense, overflow=mod.OVERFLOW)
+    warm = name == "triton"
+    _BUILT[name] = spec = KernelSpec(name, *args, contiguous_only=dense, overflow=mod.OVERFLOW, warm_up=warm)
     return spec
 
 

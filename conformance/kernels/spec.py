@@ -4,8 +4,10 @@ out_dtype [M,N]``, and the optional accumulator-only ``int_mm(a, b) -> int32 [M,
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract, declared_to_dict
 from reference.errors import ContractError
@@ -15,6 +17,35 @@ OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 
 #: Names of the built-in kernels; reserved, no loaded kernel may declare one.
 BUILTINS = ("cpu", "int_mm", "triton")
+
+#: Set to ``1`` by every conformance run (check, pytest plugin, gate, sweep, study, scoreboard), inherited by its
+#: worker processes. A kernel that picks launch configurations by timing must then pick them as a pure function of
+#: (shape, dtypes, layout, device capability), so a run certifies a path it can name and repeat.
+CONFORMANCE_RUN_ENV = "INT8CONF_CONFORMANCE_RUN"
+
+
+def enter_conformance_run() -> None:
+    """Mark this process and the processes it starts as a conformance run (:data:`CONFORMANCE_RUN_ENV`)."""
+    os.environ[CONFORMANCE_RUN_ENV] = "1"
+
+
+@contextlib.contextmanager
+def conformance_run() -> Iterator[None]:
+    """:func:`enter_conformance_run` inside the block; the variable's previous state after it."""
+    old = os.environ.get(CONFORMANCE_RUN_ENV)
+    enter_conformance_run()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(CONFORMANCE_RUN_ENV, None)
+        else:
+            os.environ[CONFORMANCE_RUN_ENV] = old
+
+
+def in_conformance_run() -> bool:
+    """True inside a conformance run: choose no configuration by timing."""
+    return os.environ.get(CONFORMANCE_RUN_ENV, "0").strip() == "1"
 
 
 @dataclass(frozen=True)
@@ -52,7 +83,9 @@ class KernelSpec:
     C8 then holds the kernel to it and ``contract`` is its nearest standard contract. ``contiguous_only``: True or
     operand names the runner hands dense (the report lists layouts not covered). ``overflow``: ``"wrap"``,
     ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one
-    of those; overflowing elements are compared with it, never failed."""
+    of those; overflowing elements are compared with it, never failed. ``warm_up``: the kernel compiles per operand
+    signature on a first call (a JIT such as Triton); a CUDA suite then calls it once per case layout in parallel
+    processes before the cases run (``conformance.suite.warmup``), filling the JIT's disk cache."""
 
     name: str
     scaled_mm: Callable
@@ -67,6 +100,7 @@ class KernelSpec:
     steps: Optional[object] = None
     contiguous_only: Union[bool, tuple] = False
     overflow: Union[str, Mapping[str, str]] = "wrap"
+    warm_up: bool = False
 
     def __post_init__(self) -> None:
         values = self.overflow.values() if isinstance(self.overflow, Mapping) else (self.overflow,)
@@ -99,6 +133,7 @@ class KernelSpec:
         out.update(constraints=asdict(self.constraints), version=self.version, source_digest=self.source_digest)
         out.update(has_int_mm=self.int_mm is not None, origin=self.origin, description=self.description)
         out["contiguous_only"] = dense
+        out["warm_up"] = self.warm_up
         out["overflow"] = dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow
         if self.steps is not None:
             out["steps"] = declared_to_dict(self.steps)

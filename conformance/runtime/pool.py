@@ -158,7 +158,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
             elif msg[0] == "case":
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
             else:
-                val = run_model_check(msg[1], spec)
+                val = run_model_check(msg[1], spec, device=runner.pick_device(spec, device)[0])
             faulthandler.cancel_dump_traceback_later()
             conn.send(("ok", val))
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on

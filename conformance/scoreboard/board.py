@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save
 from conformance.cases import SYNTHETIC_KINDS, capture_cases, case_id, make_case
 from conformance.kernels import adapters
 from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel
+from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import load_repro, rerun_repro, save_repro  # noqa: F401 -- the CLI's --repro
@@ -411,6 +412,7 @@ def run_scoreboard(
     names = list(kernels) if kernels is not None else default_kernels()
     devs = list(devices) if devices else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     cases = list(cases) if cases is not None else scoreboard_cases()
+    enter_conformance_run()  # the rows' children inherit it
     plan = [(nm, d) for nm in names for declared in [get_kernel(nm).devices] for d in devs if d in declared]
     with Progress(disable=quiet, transient=False) as prog:
         tasks = [prog.add_task(f"{nm}@{d}", total=len(cases)) for nm, d in plan]

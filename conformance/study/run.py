@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
+from conformance.kernels.spec import enter_conformance_run
 from conformance.study import accuracy, e2e_agreement, flips, layer_agreement, reconstruction
 from conformance.study.arms import StudyContext, kernel_record
 from conformance.study.bootstrap import MIN_RESAMPLES
@@ -197,6 +198,7 @@ def run_study(
     Int8confError subclasses: bad settings, unknown kernels, a failed reconstruction gate, a bad model directory.
     """
     check_settings(settings, need_device=not report_only)
+    enter_conformance_run()
     say = progress or (lambda s: None)
     out = Path(out_dir)
     if not report_only:  # --report-only computes nothing: no directory of its own

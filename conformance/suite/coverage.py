@@ -154,6 +154,9 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     extra = ((getattr(run, "manifest", None) or {}).get("extra") or {}) if run is not None else {}
     cov["layouts"] = extra.get("operand_layouts") or {k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
     cov["densified"] = list(extra.get("densified") or [])
+    for key in ("config", "config_space", "config_candidates"):
+        if extra.get(key) is not None:
+            cov[key] = extra[key]
     meta = ops.meta or {}
     cov["planted"] = dict(meta.get("planted") or {})
     if meta.get("regime"):
@@ -352,6 +355,18 @@ def coverage_table(case_results: Sequence) -> list[dict]:
             f"{len(vs)} values, {vs[0]} .. {vs[-1]}",
             count(lambda c, a=axis: (c.get("regime") or {}).get("axis") == a),
             True,
+        )
+    spaces: dict = {}
+    for c in covs:
+        if c.get("config") and c.get("config_space"):  # a kernel choosing among candidates, not interpreter tiles
+            ran, size = spaces.get(c["config_space"], (set(), 0))
+            spaces[c["config_space"]] = (ran | {c["config"]}, max(size, int(c.get("config_candidates") or 0)))
+    if spaces:
+        row(
+            "launch configurations the kernel recorded (ran / candidates, per space)",
+            "; ".join(f"{sp}: {len(ran)}" + (f"/{size}" if size else "") for sp, (ran, size) in sorted(spaces.items())),
+            count(lambda c: bool(c.get("config_space"))),
+            "yes" if all(size and len(ran) >= size for ran, size in spaces.values()) else "partial",
         )
     sl = sorted({c["scale_layout"] for c in covs})
     row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)

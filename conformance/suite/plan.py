@@ -12,8 +12,10 @@ from typing import Callable, Optional, Sequence
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
+from conformance.kernels.runner import cuda_device, pick_device
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
 from conformance.suite.property import run_property_test
+from conformance.suite.warmup import warm_up
 from reference.errors import Int8confError, first_line
 from reference.model import capture as model_capture
 
@@ -36,9 +38,12 @@ def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) ->
         return check_error("C9", e)
 
 
-def run_model_check(check_id: str, spec, module: Optional[str] = None, attr: Optional[str] = None) -> CheckResult:
-    """One model-level check of :data:`MODEL_CHECKS` (``module`` / ``attr`` override where it lives):
-    ``n/a`` when missing or it raises an Int8confError, a ``harness`` failure when it raises otherwise."""
+def run_model_check(
+    check_id: str, spec, module: Optional[str] = None, attr: Optional[str] = None, device: Optional[str] = None
+) -> CheckResult:
+    """One model-level check of :data:`MODEL_CHECKS` (``module`` / ``attr`` override where it lives), on ``device``
+    when given (else the check's own choice): ``n/a`` when missing or it raises an Int8confError, a ``harness``
+    failure when it raises otherwise."""
     if module is None or attr is None:
         module, attr = {cid: (m, a) for cid, m, a in MODEL_CHECKS}[check_id]
     try:
@@ -46,7 +51,7 @@ def run_model_check(check_id: str, spec, module: Optional[str] = None, attr: Opt
     except (ImportError, AttributeError) as e:
         return not_applicable(check_id, f"{module}.{attr} is not available: {type(e).__name__}: {first_line(e, None)}")
     try:
-        res = fn(spec)
+        res = fn(spec) if device is None else fn(spec, device=device)
     except Int8confError as e:
         return not_applicable(check_id, f"{module}.{attr} could not run: {e}")
     except Exception as e:  # noqa: BLE001
@@ -156,6 +161,15 @@ class SuiteState:
     prop_cases: list = field(default_factory=list)
     property: Optional[dict] = None
     model: dict = field(default_factory=dict)
+    warm: Optional[dict] = None
+
+    def warm_up(self, say: Callable[[str], None] = lambda s: None) -> Optional[dict]:
+        """Compile a ``warm_up`` kernel for every fixed case's layout in parallel before the cases run
+        (CUDA only, once; ``conformance.suite.warmup``); the warm-up record, or None when not warmed."""
+        dev = cuda_device(self.spec, self.device)
+        if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
+            self.warm = warm_up(self.spec, self.cases, dev, say=say)
+        return self.warm
 
     def evaluate(self, index: int) -> CaseResult:
         """The fixed case ``index`` through every per-case check (once; a PAIR step reuses it)."""
@@ -179,7 +193,7 @@ class SuiteState:
         if check_id == "C9":
             r = run_batch_invariance(self.spec, self.cases, self.device)
         else:
-            r = run_model_check(check_id, self.spec)
+            r = run_model_check(check_id, self.spec, device=pick_device(self.spec, self.device)[0])
         self.model[check_id] = r
         return r
 

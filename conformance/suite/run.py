@@ -22,6 +22,7 @@ from conformance.cases import CaptureReplay
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import validate_device
+from conformance.kernels.spec import conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import complete_run, partial_run
@@ -253,11 +254,13 @@ def build_result(
     notes: Sequence[str] = (),
     invocation: Optional[dict] = None,
     partial: Optional[dict] = None,
+    warm_up: Optional[dict] = None,
 ) -> ConformanceResult:
     """Aggregate per-case results (property examples included) and kernel-level ones (C9, C7, E1;
     absent ones are n/a "not run") into a ConformanceResult; ``against``: the other KernelSpec
     when pairwise results are present. ``partial``: ``partial_run`` record, None = complete; a
-    partial record's ``note`` goes first in the notes.
+    partial record's ``note`` goes first in the notes. ``warm_up``: the suite's warm-up record
+    (``environment["warm_up"]``).
     """
     per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS + (OWNERSHIP_CHECK,)}
     for cr in case_results:
@@ -275,6 +278,8 @@ def build_result(
         pairs = [(cr.case, cr.pair) for cr in case_results if cr.pair is not None]
         pairwise = summarize_pairs(spec.name, against.name, pairs, against.manifest())
     env = environment([cr.run_manifest for cr in case_results])
+    if warm_up is not None:
+        env["warm_up"] = warm_up
     cap = {"available": captures.available, "note": captures.note, "source": captures.source}
     if partial is None:
         partial = complete_run(sum(1 for cr in case_results if cr.source != "property"))
@@ -381,6 +386,11 @@ def run_suite(
     """The plan's steps (``plan.suite_steps``) for a prepared :class:`SuiteState` (spec resolved,
     device validated, cases built); pairwise comparisons run with each case. Raises as
     :func:`run_conformance` does for a stop."""
+    with conformance_run():
+        return _run_steps(state, property_examples, model_checks, progress, invocation)
+
+
+def _run_steps(state: SuiteState, property_examples, model_checks, progress, invocation) -> ConformanceResult:
     spec, cases = state.spec, state.cases
     say = progress or (lambda s: None)
     say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
@@ -388,6 +398,7 @@ def run_suite(
     checks = [s.check_id for s in steps if s.kind == CHECK]
     stopped, stage = None, "fixed cases"
     try:
+        state.warm_up(say)
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
@@ -418,6 +429,7 @@ def run_suite(
         time.perf_counter() - state.t0,
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
+        warm_up=state.warm,
     )
     if stopped:
         raise SuiteInterrupted(res)

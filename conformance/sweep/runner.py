@@ -26,6 +26,7 @@ from conformance.checks.result import SWEEP_KEPT_EVIDENCE, not_applicable
 from conformance.checks.token_flip import check_token_flip
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
+from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.suite.evaluate import CaseEvaluation, check_error
 from conformance.sweep.cells import Cell, SweepSpec
@@ -306,13 +307,12 @@ def _engine_hash(faulty, model_dir: Optional[str], n_prompts: int, tokens: int):
 
 
 def _worker_env() -> None:
-    """Per-call worker settings: torch threads (``INT8CONF_SWEEP_THREADS``, default 1),
-    no per-shape autotuning in the Triton built-in unless the user chose otherwise (every
-    F6 / F7 case has a K of its own; bits do not depend on the configuration), third-party
-    import notices silenced."""
+    """Per-call worker settings: torch threads (``INT8CONF_SWEEP_THREADS``, default 1), a conformance run
+    (``kernels.spec.enter_conformance_run``: no configuration chosen by timing), third-party import notices
+    silenced."""
     silence_import_noise()
     torch.set_num_threads(max(1, int(os.environ.get("INT8CONF_SWEEP_THREADS", "1"))))
-    os.environ.setdefault("INT8CONF_TRITON_AUTOTUNE", "0")
+    enter_conformance_run()
 
 
 def run_task(task: SweepTask) -> CellRows:

@@ -827,3 +827,14 @@ def reuses_output_buffer(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=
     buf = _OUT_BUFFERS.setdefault((a.shape[0], b.shape[0], out_dtype), torch.empty_like(out))
     buf.copy_(out)
     return buf
+
+
+# --- issue 29: a configuration chosen by timing (C1) -------------------------
+
+
+@declare(contract="cutlass", name="timing_tuned")
+def timing_tuned(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct bits, but its launch configuration is picked by timing even in a conformance run (as an
+    autotuner does), so the path a run certifies may not be the next run's: C1 fails every case."""
+    trace.record_path("tuned-emulation", config="BLOCK_M=64 (fastest of 4)", config_rule="timed")
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)

@@ -1,0 +1,110 @@
+"""Warm-up of a JIT-compiled kernel before a CUDA suite (``KernelSpec.warm_up``): the suite knows its cases, so
+worker processes call the kernel once per distinct operand layout on zero-filled device tensors of that layout
+(shape, strides, dtype, storage offset; dense copies where the kernel declares ``contiguous_only``), both
+``scaled_mm`` and ``int_mm``. The JIT's disk cache (Triton's) then holds every variant the cases need, so the
+cases never wait on a compiler. Outputs are discarded: nothing here decides a verdict. Layouts are grouped by
+power-of-two bins of (M, N, K) (variants a JIT shares), groups spread over the workers."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import time
+from typing import Optional, Sequence
+
+import torch
+
+import faults  # noqa: F401 -- registers the resolver of injected names (triton+F4@all#s0) in every worker
+from conformance.kernels.registry import get_kernel
+from conformance.runtime.import_noise import silence_import_noise
+
+#: the most worker processes a warm-up starts
+MAX_WORKERS = 16
+
+
+def _layout(t: Optional[torch.Tensor], dense: bool) -> Optional[tuple]:
+    """``(shape, strides, dtype name, storage offset)`` of an operand as the kernel receives it."""
+    if t is None:
+        return None
+    if dense:
+        t = t.contiguous()
+    return tuple(t.shape), tuple(t.stride()), str(t.dtype).replace("torch.", ""), int(t.storage_offset())
+
+
+def case_layout(ops, dense_operands=frozenset()) -> tuple:
+    """A case's call signature: the five operand layouts and the output dtype (hashable, picklable)."""
+    names = ("a", "b", "scale_a", "scale_b", "bias")
+    return tuple(_layout(getattr(ops, n), n in dense_operands) for n in names) + (str(ops.out_dtype),)
+
+
+def _zeros(layout: Optional[tuple], device: str) -> Optional[torch.Tensor]:
+    if layout is None:
+        return None
+    shape, stride, dtype, offset = layout
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+    flat = torch.zeros(offset + span, dtype=getattr(torch, dtype), device=device)
+    return flat.as_strided(shape, stride, offset)
+
+
+def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str]:
+    """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "")``."""
+    silence_import_noise()
+    spec = get_kernel(kernel_name)
+    done, err = 0, ""
+    for lay in layouts:
+        a, b, sa, sb, bias = (_zeros(x, device) for x in lay[:5])
+        out_dtype = getattr(torch, lay[5].replace("torch.", ""))
+        try:
+            spec.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
+            if spec.int_mm is not None:
+                spec.int_mm(a, b)
+            done += 1
+        except Exception as e:  # noqa: BLE001 -- the case itself reports a kernel's error
+            err = err or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+    torch.cuda.synchronize(device)
+    return done, err
+
+
+def reload_name(spec) -> str:
+    """The name a fresh process resolves ``spec`` by: a loaded kernel's module / entry point / adapter name,
+    else its own name (built-ins, fault-injected names)."""
+    kind, _, rest = spec.origin.partition(":")
+    return rest if kind in ("module", "entry-point", "adapter") and rest else spec.name
+
+
+def _bin(v: int) -> int:
+    return (v - 1).bit_length()
+
+
+def plan_groups(layouts: Sequence[tuple], workers: int) -> list[list]:
+    """Distinct layouts grouped by power-of-two bins of (M, N, K) and out dtype, the groups dealt largest first
+    onto ``workers`` lists (fewest layouts first)."""
+    groups: dict = {}
+    for lay in dict.fromkeys(layouts):
+        (m, k), n = lay[0][0], lay[1][0][0]
+        groups.setdefault((_bin(m), _bin(n), _bin(k), lay[5]), []).append(lay)
+    out: list[list] = [[] for _ in range(max(1, workers))]
+    for g in sorted(groups.values(), key=len, reverse=True):
+        min(out, key=len).extend(g)
+    return [w for w in out if w]
+
+
+def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None) -> dict:
+    """Warm ``spec`` (resolved by name in each worker) for ``cases`` on CUDA ``device``; returns
+    ``{"layouts", "workers", "seconds", "calls", "error"}``. Never raises: a failed warm-up only costs time."""
+    layouts = list(dict.fromkeys(case_layout(c, spec.dense_operands()) for c in cases))
+    n = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1, len(layouts)))
+    groups = plan_groups(layouts, n)
+    say(f"{spec.name}: compiling {len(layouts)} operand layouts in {len(groups)} processes before the cases run")
+    t0 = time.perf_counter()
+    calls, err = 0, ""
+    try:
+        with cf.ProcessPoolExecutor(max_workers=len(groups), mp_context=mp.get_context("spawn")) as ex:
+            for done, e in ex.map(_warm_group, [reload_name(spec)] * len(groups), groups, [device] * len(groups)):
+                calls, err = calls + done, err or e
+    except Exception as e:  # noqa: BLE001 -- e.g. a kernel a fresh process cannot resolve
+        err = f"{type(e).__name__}: {str(e).strip()[:160]}"
+    secs = time.perf_counter() - t0
+    say(f"{spec.name}: compiled in {secs:.1f} s ({calls} of {len(layouts)} layouts warm{'; ' + err if err else ''})")
+    return {"layouts": len(layouts), "workers": len(groups), "seconds": round(secs, 2), "calls": calls, "error": err}

@@ -1,0 +1,141 @@
+"""A conformance run chooses no launch configuration by timing: the switch turns the built-in Triton kernel's
+tuner off, C1 records the configuration and fails a timed one, the coverage table counts the configurations
+that ran, and the warm-up reproduces each case's operand layout."""
+
+import pytest
+import torch
+from buggy_kernels import good_cutlass, timing_tuned
+
+from conformance.checks.manifest import check_kernel_manifest
+from conformance.kernels import builtin_triton as bt
+from conformance.kernels.loader import spec_from_object
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import run_kernel
+from conformance.kernels.spec import CONFORMANCE_RUN_ENV, conformance_run, in_conformance_run
+from conformance.suite.coverage import coverage_table
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.warmup import _zeros, case_layout, plan_groups, reload_name
+from reference.operands import GemmOperands
+
+
+def _ops(m=5, k=40, n=24, seed=0, bias=False):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    sa = torch.rand(m, generator=g) * 1e-2
+    sb = torch.rand(n, generator=g) * 1e-2
+    bi = torch.randn(n, generator=g).to(torch.bfloat16) if bias else None
+    return GemmOperands(a, b, sa, sb, bias=bi, name="t", meta={"source": "synthetic"})
+
+
+def test_conformance_run_switch_is_scoped_and_turns_timing_off(monkeypatch):
+    monkeypatch.delenv(CONFORMANCE_RUN_ENV, raising=False)
+    monkeypatch.setenv("INT8CONF_TRITON_AUTOTUNE", "1")
+    assert not in_conformance_run() and bt._autotune_enabled()
+    with conformance_run():
+        assert in_conformance_run() and not bt._autotune_enabled()
+        # odd K is padded as a tuned call pads it (only from 2^30 MACs), not as an untimed one
+        assert bt._padded_k(64, 64, 1001, native=True) == 0
+        assert bt._padded_k(1024, 1024, 1025, native=True) == 1040
+    assert not in_conformance_run() and bt._autotune_enabled()
+    monkeypatch.setenv("INT8CONF_TRITON_AUTOTUNE", "0")
+    assert bt._padded_k(64, 64, 1001, native=True) == 1008  # untimed outside a run: always padded
+
+
+def test_c1_records_the_interpreters_configuration_and_passes():
+    spec = get_kernel("triton")
+    with conformance_run():
+        run = run_kernel(spec, _ops(), device="cpu")
+    r = check_kernel_manifest(spec, _ops(), run)
+    assert r.verdict == "pass", r.summary
+    assert r.evidence["observed"]["config_rule"] == "interpreter tiles"
+    assert r.evidence["observed"]["config"] == bt._interp_config(5, 24, 40).label()
+
+
+def test_c1_fails_a_kernel_that_chose_its_configuration_by_timing():
+    ops = _ops()
+    bad = evaluate_case(spec_from_object(timing_tuned, "timing_tuned", "test"), ops)
+    assert bad.checks["C1"].verdict == "fail"
+    assert "chosen by timing" in bad.checks["C1"].summary
+    assert bad.checks["C8"].verdict == "pass"  # the bits are right: only C1 sees it
+    good = evaluate_case(spec_from_object(good_cutlass, "good", "test", {"contract": "cutlass"}), ops)
+    assert good.checks["C1"].verdict == "pass"
+
+
+class _CR:
+    produced_output = True
+
+    def __init__(self, cov):
+        self.coverage = cov
+
+
+def _cov(config=None, space=None, n=None):
+    base = {"max_partial_fwd": 1, "max_partial_bwd": 1, "partial_step": 1, "n_partial_big_final_small": 0}
+    base |= {"max_abs_acc": 1, "n_acc_ge_2_24": 0, "n_acc_gt_int32": 0, "out_dtype": "bfloat16"}
+    base |= {"out": dict.fromkeys(("subnormal", "pos_inf", "neg_inf", "neg_zero", "pos_zero"), 0)}
+    base |= {"scale_mode": "synthetic", "m": 1, "k": 1, "n": 1, "neg_scale_a": False, "neg_scale_b": False}
+    base |= {"zero_scale_a": False, "zero_scale_b": False, "zero_rows_a": 0, "pair_alignments": [], "bias_cancel": 0}
+    base |= {"discriminating": 0, "layouts": {}, "densified": [], "planted": {}, "scale_layout": "[M]"}
+    if config:
+        base |= {"config": config, "config_space": space, "config_candidates": n}
+    return base
+
+
+def test_coverage_table_counts_the_configurations_that_ran_per_space():
+    crs = [_CR(_cov("c1", "decode", 2)), _CR(_cov("c2", "decode", 2)), _CR(_cov("c1", "large (TMA-able)", 3))]
+    crs.append(_CR(_cov()))  # interpreter tiles / a kernel that records none: not counted
+    row = next(r for r in coverage_table(crs) if r["condition"].startswith("launch configurations"))
+    assert row["reached"] == "decode: 2/2; large (TMA-able): 1/3"
+    assert row["cases"] == 3 and row["covered"] == "partial"
+    crs = crs[:2]
+    row = next(r for r in coverage_table(crs) if r["condition"].startswith("launch configurations"))
+    assert row["covered"] == "yes"
+
+
+def test_warm_up_rebuilds_each_operand_layout():
+    a = torch.zeros((7, 48), dtype=torch.int8)[:, 3:43]  # padded rows, offset 3
+    b = torch.zeros((40, 24), dtype=torch.int8).t()  # column-major [24, 40]
+    ops = GemmOperands(a, b, torch.ones(7, 1), torch.ones(()), out_dtype=torch.float16, name="x")
+    lay = case_layout(ops)
+    assert lay[0] == ((7, 40), (48, 1), "int8", 3)
+    assert lay[1] == ((24, 40), (1, 24), "int8", 0)
+    assert lay[2] == ((7, 1), (1, 1), "float32", 0) and lay[4] is None and lay[5] == "torch.float16"
+    for got, want in zip((_zeros(x, "cpu") for x in lay[:4]), (a, b, ops.scale_a, ops.scale_b)):
+        assert (got.shape, got.stride(), got.dtype, got.storage_offset()) == (
+            want.shape,
+            want.stride(),
+            want.dtype,
+            want.storage_offset(),
+        )
+    dense = case_layout(ops, frozenset({"a", "b"}))
+    assert dense[0] == ((7, 40), (40, 1), "int8", 0) and dense[1] == ((24, 40), (40, 1), "int8", 0)
+
+
+def test_warm_up_groups_layouts_by_power_of_two_bins():
+    def lay(m, n, k, dt="torch.bfloat16"):
+        return (((m, k), (k, 1), "int8", 0), ((n, k), (k, 1), "int8", 0), None, None, None, dt)
+
+    lays = [lay(5, 64, 64), lay(6, 64, 64), lay(5, 64, 64), lay(100, 64, 64), lay(5, 64, 64, "torch.float16")]
+    groups = plan_groups(lays, 2)
+    assert sorted(map(len, groups)) == [2, 2]  # 4 distinct: {5, 6} share a bin, 100 and float16 apart
+    assert any(lay(5, 64, 64) in g and lay(6, 64, 64) in g for g in groups)
+    assert plan_groups(lays, 8) and len(plan_groups(lays, 8)) == 3
+
+
+def test_warm_up_resolves_loaded_kernels_by_their_module_name():
+    assert reload_name(get_kernel("triton")) == "triton"
+    spec = get_kernel("buggy_kernels:good_triton")
+    assert reload_name(spec) == "buggy_kernels:good_triton"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch):
+    from conformance.suite.warmup import warm_up
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cold cache the workers fill
+    cases = [_ops(m, 64, 48, seed=m, bias=m % 2 == 0) for m in (1, 17, 300)] + [_ops(17, 64, 48)]
+    with conformance_run():
+        rec = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
+    assert rec["layouts"] == 4 and rec["calls"] == 4 and rec["error"] == ""
+    assert any(tmp_path.rglob("*.cubin")), "the workers compiled into Triton's cache"
