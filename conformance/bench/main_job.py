@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -78,13 +79,15 @@ class Row:
 @dataclass
 class StepResult:
     """What a runner reports of one step: wall seconds (up to the stop when ``timed_out``), exit code
-    (None when it never exited by itself), the last :data:`TAIL_LINES` lines of stdout and stderr."""
+    (None when it never exited by itself), the last :data:`TAIL_LINES` lines of stdout and stderr, CPU
+    seconds (user + system) of the process and the descendants it waited for (None: not measured)."""
 
     wall_s: float
     exit_code: Optional[int]
     timed_out: bool
     stdout_tail: list = field(default_factory=list)
     stderr_tail: list = field(default_factory=list)
+    cpu_s: Optional[float] = None
 
 
 Runner = Callable[[Sequence[str], Mapping[str, str], Path, float], StepResult]
@@ -176,8 +179,10 @@ def select_rows(text: Optional[str], cuda: bool) -> tuple:
 def run_subprocess(argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeout_s: float) -> StepResult:
     """Run ``argv`` in ``cwd`` (created) with ``env`` (the whole environment) in a session of its own,
     stdin closed; past ``timeout_s`` seconds its process group gets SIGTERM, after :data:`STOP_GRACE_S`
-    more SIGKILL. Interrupted (Ctrl-C), it stops the group the same way and re-raises."""
+    more SIGKILL. Interrupted (Ctrl-C), it stops the group the same way and re-raises. CPU seconds: this
+    process's children's usage before and after (one step runs at a time)."""
     cwd.mkdir(parents=True, exist_ok=True)
+    cpu0 = _children_cpu_s()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(
@@ -194,7 +199,13 @@ def run_subprocess(argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeo
         wall = time.perf_counter() - t0
         if timed_out:
             _stop_group(p)
-        return StepResult(wall, None if timed_out else p.returncode, timed_out, _tail(out), _tail(err))
+        code = None if timed_out else p.returncode
+        return StepResult(wall, code, timed_out, _tail(out), _tail(err), _children_cpu_s() - cpu0)
+
+
+def _children_cpu_s() -> float:
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
 
 
 def _stop_group(p: subprocess.Popen) -> None:
@@ -224,8 +235,10 @@ def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
     """Run ``row``'s steps through ``runner`` within ``timeout_s`` seconds in all; returns the row's
     JSON record: ``row, job, target_s, wall_s, target_over_measured`` (None unless ``ok``), ``status``
     (``ok``, ``failed`` or ``timeout``), ``exit_code``, ``last_stderr_line``, ``last_stdout_line``,
-    ``commands``, ``env`` (overrides), ``triton_cache``, ``artifact_cache``, ``steps``; row d also ``sweep``."""
+    ``commands``, ``env`` (overrides), ``triton_cache``, ``artifact_cache``, ``steps``, ``cpu_s`` (None
+    unless every step's is known), ``load_before`` (1-minute load average at the start); row d also ``sweep``."""
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (_package_root(), os.environ.get("PYTHONPATH"))))}
+    load = round(os.getloadavg()[0], 2)
     results, left = [], timeout_s
     for step in row.steps:
         if left <= 0:
@@ -244,6 +257,8 @@ def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
         "job": row.job,
         "target_s": row.target_s,
         "wall_s": round(wall, 2),
+        "cpu_s": None if any(r.cpu_s is None for r in results) else round(sum(r.cpu_s for r in results), 2),
+        "load_before": load,
         "target_over_measured": _ratio(row.target_s, wall) if status == "ok" else None,
         "status": status,
         "exit_code": last.exit_code,
@@ -257,6 +272,7 @@ def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
             {
                 "command": _shown(s, scratch),
                 "wall_s": round(r.wall_s, 2),
+                "cpu_s": None if r.cpu_s is None else round(r.cpu_s, 2),
                 "exit_code": r.exit_code,
                 "timed_out": r.timed_out,
             }
@@ -353,7 +369,9 @@ def run_main_job(
         "timeout_s": timeout_s,
         "timing": "wall seconds of each row's subprocess(es), start to exit (Python start-up included), one row "
         "after the other, each in a scratch folder of its own, PYTHONPATH starting with this conformance package's "
-        "folder; target_over_measured = target / measured (>= 1 meets the target)",
+        "folder; target_over_measured = target / measured (>= 1 meets the target); cpu_s: user + system seconds "
+        "of the row's processes (on a shared machine wall seconds stretch, CPU seconds much less); load_before: "
+        "the 1-minute load average when the row started",
         "rows": records,
     }
     paths = {"json": out / JSON_NAME, "md": out / MD_NAME}
@@ -405,11 +423,13 @@ def render_markdown(doc: dict) -> str:
                 "row": r["row"],
                 "job": r["job"],
                 "wall s": _fmt(r["wall_s"]),
+                "CPU s": _fmt(r["cpu_s"]),
                 "target s": f"<= {r['target_s']:g}",
                 "target/measured": _fmt(r["target_over_measured"], ".2f"),
                 "result": _result(r),
                 "Triton cache": r["triton_cache"],
                 "artifact cache": r["artifact_cache"],
+                "load before": _fmt(r["load_before"], ".2f"),
             }
             for r in doc["rows"]
         ]

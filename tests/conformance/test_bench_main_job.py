@@ -145,7 +145,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
     rows = {r["row"]: r for r in on_disk["rows"]}
     assert list(rows) == ["a", "b", "c", "d"]
     keys = {"row", "job", "target_s", "wall_s", "target_over_measured", "status", "exit_code", "last_stderr_line"}
-    keys |= {"last_stdout_line", "commands", "env", "triton_cache", "artifact_cache", "steps"}
+    keys |= {"last_stdout_line", "commands", "env", "triton_cache", "artifact_cache", "steps", "cpu_s", "load_before"}
     assert all(keys <= set(r) for r in rows.values()) and set(rows["d"]) == keys | {"sweep"}
     a = rows["a"]
     assert (a["wall_s"], a["target_s"], a["target_over_measured"], a["status"], a["exit_code"]) == (
@@ -155,6 +155,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
         "ok",
         0,
     )
+    assert a["cpu_s"] is None  # the fake runner measures none
     assert a["last_stderr_line"] == "progress 10/10" and a["last_stdout_line"] == "verdict: conformant"
     assert a["commands"] == [
         "TRITON_CACHE_DIR=$TMP/triton-a python -m conformance.cli check --kernel triton --device cuda"
@@ -183,11 +184,13 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
         "row",
         "job",
         "wall s",
+        "CPU s",
         "target s",
         "target/measured",
         "result",
         "Triton cache",
         "artifact cache",
+        "load before",
     ]
     assert "| 48.0 " in md and "| <= 60 " in md and "| 1.25 " in md and "sweep alone" in md
 
@@ -267,6 +270,7 @@ def test_the_runner_records_exit_code_and_last_lines(tmp_path):
     code = "import sys; print('out 1'); print('out 2'); print('warn', file=sys.stderr); print('boom', file=sys.stderr); sys.exit(3)"
     r = mj.run_subprocess([sys.executable, "-c", code], {}, tmp_path / "new", 600.0)
     assert (r.exit_code, r.timed_out, r.stdout_tail, r.stderr_tail) == (3, False, ["out 1", "out 2"], ["warn", "boom"])
+    assert r.cpu_s is not None and r.cpu_s >= 0
 
 
 def test_the_rows_run_what_a_user_runs(tmp_path):
