@@ -413,7 +413,8 @@ def check_bits(a, b, sa, sb, outputs: dict, seed: int = 0) -> dict:
     return res
 
 
-def _device_slug(name: str) -> str:
+def device_slug(name: str) -> str:
+    """A device name as a folder name: lower case, runs of other characters as ``-`` (``cuda`` if none left)."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "cuda"
 
 
@@ -822,7 +823,7 @@ def plot_roofline(res: dict, path) -> None:
 def write_gpu_reports(res: dict, out_root) -> dict:
     """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns the paths written (no ``png``
     key when matplotlib, the ``plots`` extra, is not installed)."""
-    d = Path(out_root) / _device_slug(res["environment"]["device"])
+    d = Path(out_root) / device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
     paths = {"json": d / "bench.json", "md": d / "bench.md"}
     atomic_write_json(paths["json"], res, indent=1)
