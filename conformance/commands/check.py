@@ -44,6 +44,7 @@ from conformance.suite.run import (
     run_suite,
     suite_cases,
 )
+from conformance.suite.workers import default_jobs
 from faults import annotate_result, inject, injection_of, parse_injection, prepare_case
 from faults.spec import PRECONDITION_FAULTS
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
@@ -133,6 +134,15 @@ def register(subparsers) -> None:
     )
     p.add_argument("--device", default=None, help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
     p.add_argument(
+        "--jobs",
+        "-j",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="worker processes for the fixed cases, forked from this one (same results; default: one per core, "
+        "at most 8, or 6 with --device cuda; 1 = in this process; --against runs in-process)",
+    )
+    p.add_argument(
         "--threads",
         type=positive_int,
         default=None,
@@ -179,8 +189,9 @@ def run(args: argparse.Namespace) -> int:
     for spec, inj in runs:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
+                jobs = args.jobs or default_jobs(args.device)
                 res = run_suite(
-                    _state(args, spec, inj, other), args.examples, not args.no_model, progress, invocation(args)
+                    _state(args, spec, inj, other), args.examples, not args.no_model, progress, invocation(args), jobs
                 )
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None

@@ -4,7 +4,7 @@ crashes kills only its child, one that hangs is killed after the timeout, and th
 child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
 an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
 :class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
-``("case", i)``, ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
+``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult), ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
 ``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
 
 from __future__ import annotations
@@ -157,6 +157,8 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
                 val = runner.run_kernel(spec, cases[msg[1]], device=device).error
             elif msg[0] == "case":
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
+            elif msg[0] == "evaluate":  # the suite's own evaluation (outputs not kept)
+                val = evaluate_case(spec, cases[msg[1]], device=device)
             else:
                 val = run_model_check(msg[1], spec, device=runner.pick_device(spec, device)[0])
             faulthandler.cancel_dump_traceback_later()

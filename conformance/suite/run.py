@@ -47,6 +47,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     suite_cases,
     suite_steps,
 )
+from conformance.suite.workers import evaluate_in_workers, parallel_ok
 from reference.errors import first_line
 
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1")
@@ -382,15 +383,17 @@ def run_suite(
     model_checks: bool = True,
     progress: Optional[Callable[[str], None]] = None,
     invocation: Optional[dict] = None,
+    jobs: int = 1,
 ) -> ConformanceResult:
     """The plan's steps (``plan.suite_steps``) for a prepared :class:`SuiteState` (spec resolved,
-    device validated, cases built); pairwise comparisons run with each case. Raises as
+    device validated, cases built); pairwise comparisons run with each case; ``jobs`` > 1: the
+    fixed cases in that many forked workers first (``suite.workers``; same results). Raises as
     :func:`run_conformance` does for a stop."""
     with conformance_run():
-        return _run_steps(state, property_examples, model_checks, progress, invocation)
+        return _run_steps(state, property_examples, model_checks, progress, invocation, jobs)
 
 
-def _run_steps(state: SuiteState, property_examples, model_checks, progress, invocation) -> ConformanceResult:
+def _run_steps(state: SuiteState, property_examples, model_checks, progress, invocation, jobs) -> ConformanceResult:
     spec, cases = state.spec, state.cases
     say = progress or (lambda s: None)
     say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
@@ -399,12 +402,19 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
     stopped, stage = None, "fixed cases"
     try:
         state.warm_up(say)
+        why = parallel_ok(state) if jobs > 1 else None
+        if why:
+            say(f"{spec.name}: the cases run in this process: {why}")
+        elif jobs > 1:
+            evaluate_in_workers(state, jobs, say)
+        in_workers = set(state.results)
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
             if s.kind == CASE:
                 cr = state.evaluate(s.index)
-                say(f"[{s.index + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
+                if s.index not in in_workers:
+                    say(f"[{s.index + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
             elif s.kind == PROPERTY:
                 stage = "the property test"
                 say(f"{spec.name}: property test ({property_examples} hypothesis examples)")

@@ -1,0 +1,71 @@
+"""The suite's fixed cases spread over worker processes (``run_suite(jobs=N)``, ``int8conf check --jobs``): each
+worker is a :class:`conformance.runtime.pool.IsolatedKernel` forked from this process (it inherits the kernel,
+fault wrappers included, and the cases), and threads hand case indices to idle workers. A worker answers with
+the same :class:`CaseResult` the in-process plan computes; a case whose worker crashed, hung or erred is left
+for the in-process plan, which then reports it as a sequential run would. Speed only: no verdict is decided here."""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import threading
+from typing import Callable, Optional
+
+from conformance.runtime.pool import OK, IsolatedKernel, start_method
+
+#: seconds one case may take in a worker before it is handed back to the in-process plan
+CASE_TIMEOUT_S = 600.0
+
+
+def default_jobs(device: Optional[str]) -> int:
+    """Workers when ``--jobs`` is not given: one per core, at most 8 (CPU), 6 on a GPU (the cases' CPU side)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 6 if (device or "").startswith("cuda") else 8))
+
+
+def parallel_ok(state) -> Optional[str]:
+    """None when ``state``'s fixed cases can run in forked workers, else why not (one line)."""
+    if state.against is not None:
+        return "pairwise comparisons (--against) run in-process"
+    if start_method() != "fork":
+        return "this process initialized CUDA (or has no fork): workers could not inherit the kernel"
+    return None
+
+
+def evaluate_in_workers(state, jobs: int, say: Callable[[str], None] = lambda s: None) -> int:
+    """Fill ``state.results`` for the fixed cases not yet evaluated, ``jobs`` workers at a time; returns how many
+    cases the workers answered (the rest stay for the in-process plan)."""
+    todo = [i for i in range(len(state.cases)) if i not in state.results]
+    jobs = min(jobs, len(todo))
+    if jobs < 2:
+        return 0
+    say(f"{state.spec.name}: {len(todo)} cases in {jobs} worker processes")
+    work: queue.SimpleQueue = queue.SimpleQueue()
+    for i in todo:
+        work.put(i)
+    answered = [0] * jobs
+    lock = threading.Lock()
+
+    def serve(w: int, logs: str) -> None:
+        with IsolatedKernel(state.spec, state.cases, CASE_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+            while True:
+                try:
+                    i = work.get_nowait()
+                except queue.Empty:
+                    return
+                oc = iso.request(("evaluate", i))
+                if oc.kind != OK:
+                    return  # this case and this worker's next ones fall back to the in-process plan
+                with lock:
+                    state.results[i] = oc.value
+                    answered[w] += 1
+                    say(f"[{len(state.results)}/{len(state.cases)}] {oc.value.case}: {oc.value.verdict}")
+
+    with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
+        threads = [threading.Thread(target=serve, args=(w, logs), daemon=True) for w in range(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return sum(answered)
