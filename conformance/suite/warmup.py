@@ -3,21 +3,27 @@ worker processes call the kernel once per distinct operand layout on zero-filled
 (shape, strides, dtype, storage offset; dense copies where the kernel declares ``contiguous_only``), both
 ``scaled_mm`` and ``int_mm``. The JIT's disk cache (Triton's) then holds every variant the cases need, so the
 cases never wait on a compiler. Outputs are discarded: nothing here decides a verdict. Layouts are grouped by
-power-of-two bins of (M, N, K) (variants a JIT shares), groups spread over the workers."""
+power-of-two bins of (M, N, K) (variants a JIT shares), groups spread over the workers. A warm-up that called
+every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
+layouts, device, torch / Triton versions and ``TRITON_CACHE_DIR``), and the same warm-up is then skipped."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
+import json
 import multiprocessing as mp
 import os
 import time
 from typing import Optional, Sequence
 
 import torch
+import triton
 
 import faults  # noqa: F401 -- registers the resolver of injected names (triton+F4@all#s0) in every worker
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.import_noise import silence_import_noise
+from reference.fileio import atomic_write_text, cache_location
 
 #: the most worker processes a warm-up starts
 MAX_WORKERS = 16
@@ -90,10 +96,22 @@ def plan_groups(layouts: Sequence[tuple], workers: int) -> list[list]:
     return [w for w in out if w]
 
 
+def marker_path(spec, layouts: list, device: str) -> os.PathLike:
+    """Where a complete warm-up of ``layouts`` for ``spec`` on ``device`` leaves its marker (module docstring)."""
+    key = [spec.source_digest, spec.name, layouts, torch.cuda.get_device_name(device), torch.__version__]
+    key += [triton.__version__, os.environ.get("TRITON_CACHE_DIR", "")]
+    return cache_location() / "warm-up" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
+
+
 def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None) -> dict:
     """Warm ``spec`` (resolved by name in each worker) for ``cases`` on CUDA ``device``; returns
-    ``{"layouts", "workers", "seconds", "calls", "error"}``. Never raises: a failed warm-up only costs time."""
+    ``{"layouts", "workers", "seconds", "calls", "error"}`` (``"skipped"`` when its marker exists). Never
+    raises: a failed warm-up only costs time."""
     layouts = list(dict.fromkeys(case_layout(c, spec.dense_operands()) for c in cases))
+    marker = marker_path(spec, layouts, device)
+    if os.path.exists(marker):
+        say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")
+        return {"layouts": len(layouts), "workers": 0, "seconds": 0.0, "calls": 0, "error": "", "skipped": True}
     n = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1, len(layouts)))
     groups = plan_groups(layouts, n)
     say(f"{spec.name}: compiling {len(layouts)} operand layouts in {len(groups)} processes before the cases run")
@@ -106,5 +124,11 @@ def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, s
     except Exception as e:  # noqa: BLE001 -- e.g. a kernel a fresh process cannot resolve
         err = f"{type(e).__name__}: {str(e).strip()[:160]}"
     secs = time.perf_counter() - t0
+    if calls == len(layouts):
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(marker, f"{spec.name}: {len(layouts)} layouts\n")
+        except OSError:  # a read-only cache only costs the next run its warm-up
+            pass
     say(f"{spec.name}: compiled in {secs:.1f} s ({calls} of {len(layouts)} layouts warm{'; ' + err if err else ''})")
     return {"layouts": len(layouts), "workers": len(groups), "seconds": round(secs, 2), "calls": calls, "error": err}

@@ -133,9 +133,12 @@ def test_warm_up_resolves_loaded_kernels_by_their_module_name():
 def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch):
     from conformance.suite.warmup import warm_up
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # a cold cache the workers fill
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # a cold cache the workers fill
+    monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path / "int8conf"))
     cases = [_ops(m, 64, 48, seed=m, bias=m % 2 == 0) for m in (1, 17, 300)] + [_ops(17, 64, 48)]
     with conformance_run():
         rec = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
+        again = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
     assert rec["layouts"] == 4 and rec["calls"] == 4 and rec["error"] == ""
-    assert any(tmp_path.rglob("*.cubin")), "the workers compiled into Triton's cache"
+    assert any((tmp_path / "triton").rglob("*.cubin")), "the workers compiled into Triton's cache"
+    assert again["skipped"] and again["calls"] == 0
