@@ -821,12 +821,14 @@ def plot_roofline(res: dict, path) -> None:
 
 
 def write_gpu_reports(res: dict, out_root) -> dict:
-    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` atomically; returns the paths written (no ``png``
-    key when matplotlib, the ``plots`` extra, is not installed)."""
+    """Write ``<out_root>/<device slug>/bench.{json,md,png}`` and ``triton_pins.json`` (the tuner's choices as a
+    ``builtin_triton.PINS_ENV`` table) atomically; returns the paths written (no ``png`` key when matplotlib, the
+    ``plots`` extra, is not installed)."""
     d = Path(out_root) / device_slug(res["environment"]["device"])
     d.mkdir(parents=True, exist_ok=True)
-    paths = {"json": d / "bench.json", "md": d / "bench.md"}
+    paths = {"json": d / "bench.json", "md": d / "bench.md", "pins": d / "triton_pins.json"}
     atomic_write_json(paths["json"], res, indent=1)
+    atomic_write_json(paths["pins"], bt.pins_from_tuning(res.get("tuning") or {}), indent=1)
     atomic_write_text(paths["md"], render_gpu_markdown(res))
     if importlib.util.find_spec("matplotlib") is None:
         print("bench: matplotlib not installed (pip install 'int8conf[plots]'): no bench.png")

@@ -7,15 +7,18 @@ Modes (``trace.record_path``): ``triton-native`` (CUDA, ``triton.jit``, ``enable
 ``TRITON_INTERPRET=1``). Native configuration: the candidates of M's bucket (:func:`bucket`; Gluon ones on sm_90) are
 timed end to end once per (device, M, N, K rounded up to powers of two, layout) and the fastest cached; small shapes,
 CUDA-graph captures, ``INT8CONF_TRITON_AUTOTUNE=0`` and conformance runs (``spec.in_conformance_run``: nothing is
-timed, K is padded as a tuned call pads it) take :func:`_untuned`, a pure function of shape, layout and device.
+timed, K is padded as a tuned call pads it) take :func:`_untuned`, a pure function of shape, layout and device;
+a table named by ``INT8CONF_TRITON_PINS`` (:func:`load_pins`) pins the choice per bin in every mode.
 Every configuration gives the same bits (``tests/conformance/kernels/test_triton_configs_cuda.py`` runs each
 candidate on suite cases). Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
 natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
+import json
 import os
 import threading
 import time
@@ -651,6 +654,50 @@ def _untuned(cands: list, m: int, n: int, k: int, sms: int) -> Config:
     return best
 
 
+#: a JSON table pinning the configuration per tuning bin: ``{"format": PINS_FORMAT, "pins": [{"m", "n", "k": powers of
+#: two (M, N, K rounded up), "tma": bool, "config": label}]}`` (:func:`pins_from_tuning` writes one from a tuned run)
+PINS_ENV = "INT8CONF_TRITON_PINS"
+PINS_FORMAT = "int8conf-triton-pins/1"
+_PINS: dict = {}
+
+
+def load_pins(path) -> dict:
+    """``{(m_bin, n_bin, k_bin, tma): label}`` of a pins file (cached per path). Raises ValueError (one line)."""
+    path = str(path)
+    if path not in _PINS:
+        try:
+            doc = json.loads(Path(path).read_text())
+            if doc.get("format") != PINS_FORMAT:
+                raise ValueError(f"format is {doc.get('format')!r}, not {PINS_FORMAT!r}")
+            _PINS[path] = {
+                (int(p["m"]), int(p["n"]), int(p["k"]), bool(p["tma"])): str(p["config"]) for p in doc["pins"]
+            }
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{PINS_ENV}={path}: not a Triton pins table ({type(e).__name__}: {e})") from None
+    return _PINS[path]
+
+
+def _pinned(cands: list, m: int, n: int, k: int, tma: bool) -> Optional[Config]:
+    """The candidate ``INT8CONF_TRITON_PINS`` pins for this bin, or None (no table, no pin, or not a candidate here)."""
+    path = os.environ.get(PINS_ENV, "").strip()
+    if not path:
+        return None
+    label = load_pins(path).get((_pow2_bin(m), _pow2_bin(n), _pow2_bin(k), tma))
+    return next((c for c in cands if c.label() == label), None)
+
+
+def pins_from_tuning(tuning: Optional[dict] = None) -> dict:
+    """A pins table (:data:`PINS_ENV`) of the tuner's choices: ``tuning`` maps tuning keys (tuples, or their
+    ``str``) ``(device, native, m_bin, n_bin, k_bin, tma, ...)`` to ``{"config": label}``; default this
+    process's (:func:`tuning_table`)."""
+    pins = {}
+    for key, v in (tuning if tuning is not None else _TUNING).items():
+        t = ast.literal_eval(key) if isinstance(key, str) else key
+        pins[(t[2], t[3], t[4], bool(t[5]))] = v["config"]
+    rows = [{"m": m, "n": n, "k": k, "tma": tma, "config": c} for (m, n, k, tma), c in sorted(pins.items())]
+    return {"format": PINS_FORMAT, "pins": rows}
+
+
 def _autotune_enabled() -> bool:
     """Timing-based tuning: on unless ``INT8CONF_TRITON_AUTOTUNE`` is off or this is a conformance run."""
     return _env_on("INT8CONF_TRITON_AUTOTUNE") and not in_conformance_run()
@@ -812,7 +859,10 @@ def _build(
         else:
             cands = _candidates(m, tma, _gluon_enabled(dev), _gluon_ws_enabled(dev)) or [BUCKET_CONFIGS["decode"][0]]
             cfg, tuned, rule = _untuned(cands, m, n, k, _num_sms(dev)), False, "heuristic"
-            if not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS or len(cands) == 1):
+            pinned = _pinned(cands, m, n, k, tma)
+            if pinned is not None:
+                cfg, rule = pinned, "pinned"
+            elif not (capturing or not _autotune_enabled() or m * n * k < AUTOTUNE_MIN_MACS or len(cands) == 1):
                 out = torch.empty((m, n), dtype=alloc, device=dev)
                 with _TUNE_LOCK:
                     cfg, times = _tune(cands, make_call, (a, b, sa, sb, bias, out))
@@ -821,7 +871,7 @@ def _build(
                 _CHOSEN[tkey] = (cfg, True)
         plan = plan_for(cfg, tuned)
         plan.extra["config_rule"] = rule
-        if rule in ("heuristic", "timed"):
+        if rule in ("heuristic", "pinned", "timed"):
             plan.extra["config_space"] = bucket(m) + (" (TMA-able)" if tma else "")
             plan.extra["config_candidates"] = len(cands)
         if not (capturing and not tuned and config is None):  # tune later, outside a capture

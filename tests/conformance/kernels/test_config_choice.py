@@ -142,3 +142,31 @@ def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch)
     assert rec["layouts"] == 4 and rec["calls"] == 4 and rec["error"] == ""
     assert any((tmp_path / "triton").rglob("*.cubin")), "the workers compiled into Triton's cache"
     assert again["skipped"] and again["calls"] == 0
+
+
+def test_a_pins_table_pins_the_configuration_of_a_bin(tmp_path, monkeypatch):
+    key = "(0, True, 64, 8192, 2048, True, True, True)"  # a tuning key: m, n, k bins, then tma
+    table = bt.pins_from_tuning({key: {"config": "ptr 128x128x128 g8 sk1 w4 s4", "timings_ms": {}}})
+    assert table["pins"] == [{"m": 64, "n": 8192, "k": 2048, "tma": True, "config": "ptr 128x128x128 g8 sk1 w4 s4"}]
+    path = tmp_path / "pins.json"
+    path.write_text(__import__("json").dumps(table))
+    monkeypatch.setenv(bt.PINS_ENV, str(path))
+    cands = bt._candidates(64, tma=True)
+    assert bt._pinned(cands, 33, 6000, 2048, True).label() == "ptr 128x128x128 g8 sk1 w4 s4"  # same bins
+    assert bt._pinned(cands, 33, 6000, 2048, False) is None  # another layout's bin
+    assert bt._pinned(bt._candidates(8, tma=False), 8, 6000, 2048, False) is None
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "other"}')
+    monkeypatch.setenv(bt.PINS_ENV, str(bad))
+    with pytest.raises(ValueError, match="not a Triton pins table"):
+        bt._pinned(cands, 33, 6000, 2048, True)
+
+
+def test_the_committed_h200_pins_name_candidates():
+    from pathlib import Path
+
+    table = bt.load_pins(Path(bt.__file__).parent / "triton_pins" / "nvidia-h200.json")
+    labels = {c.label() for cs in (*bt.BUCKET_CONFIGS.values(), *bt.GLUON_CONFIGS.values()) for c in cs}
+    labels |= {c.label() for cs in bt.GLUON_WS_CONFIGS.values() for c in cs}
+    assert len(table) == 43 and set(table.values()) <= labels
+    assert all(tma == (m > 16) for m, _, _, tma in table if m <= 16)  # decode calls are never TMA
