@@ -139,3 +139,23 @@ def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: in
         _check_scale_layout(s, name, rows, rn)
         out.append(s.reshape(-1).expand(rows).contiguous() if s.numel() == 1 else s.reshape(rows).contiguous())
     return out[0], out[1]
+
+
+def check_device(device, what: str = "device", error: type = OperandError) -> torch.device:
+    """``torch.device(device)`` for ``cpu``, ``cuda`` or ``cuda:N`` present here. Raises ``error``
+    (one line starting ``{what} {device!r}:``): not a device, CUDA unavailable, an index beyond the
+    CUDA device count, another device type, or ``cpu:N`` with N > 0."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise error(f"{what} {device!r}: not a valid device ({type(e).__name__}); use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise error(f"{what} {device!r}: CUDA requested but torch.cuda.is_available() is False")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise error(f"{what} {device!r}: only {torch.cuda.device_count()} CUDA device(s) present")
+    elif dev.type != "cpu":
+        raise error(f"{what} {device!r}: unsupported device type {dev.type!r} (int8conf runs on 'cpu' or 'cuda')")
+    elif dev.index not in (None, 0):  # torch has one CPU device; "cpu:1" would silently run on it
+        raise error(f"{what} {device!r}: there is one CPU device; use 'cpu'")
+    return dev

@@ -1,7 +1,7 @@
 """``int8conf capture``: capture every decoder linear's operands of a Qwen3 model.
 
 ``int8conf capture [--model DIR] [--out DIR] [--w8a8 DIR] [--windows N]
-[--window-len L] [--tokens-per-window P] [--engine f64|hf] [--no-raw] [--fresh]``
+[--window-len L] [--tokens-per-window P] [--engine f64|hf] [--device D] [--no-raw] [--fresh]``
 
 Runs the float model on held-out evaluation windows and writes, per layer,
 the per-token-quantized input activations (plus the raw bf16 rows) and a
@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from conformance.kernels.runner import validate_device
 from reference.model.artifacts import cache_dir, default_parent_dir, parent_digest
 
 
 def _run_capture(args: argparse.Namespace) -> int:
     from reference.model.capture import capture_model, remove_capture
 
+    validate_device(args.device)
     model = Path(args.model) if args.model else default_parent_dir()
     out = Path(args.out) if args.out else cache_dir(args.cache) / "captures" / parent_digest(model)[:16]
     if args.fresh:
@@ -40,6 +42,7 @@ def _run_capture(args: argparse.Namespace) -> int:
         engine=args.engine,
         store_raw=not args.no_raw,
         progress=None if args.quiet else print,
+        device=args.device or "cpu",
     )
     s = cs.manifest["summary"]
     print(f"captured {s['layers']} layers of {model} into {out}")
@@ -90,6 +93,12 @@ def register(subparsers) -> None:
         default="f64",
         choices=("f64", "hf"),
         help="f64: machine-independent float64 forward (default); hf: transformers bf16 forward",
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="where the f64 forward and the derived checkpoints' quantizers run: cpu (default), cuda, cuda:N "
+        "(the same capture on any device)",
     )
     p.add_argument("--no-raw", action="store_true", help="do not store the raw bf16 input rows")
     p.add_argument("--cache", help="artifact cache directory")

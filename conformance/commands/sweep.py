@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from conformance.kernels.registry import get_kernel
-from conformance.kernels.runner import validate_device
+from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import default_out, kernel_label
 from faults import COVERAGES
 from faults.catalogue import FAULTS, get_fault
@@ -174,8 +174,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _resolve_captures(args):
-    """(CaptureSet, model dir str) from --captures / --model / the default."""
+def _resolve_captures(args, kernel=None):
+    """(CaptureSet, model dir str) from --captures / --model / the default; a ``--model`` capture and
+    its derived checkpoints are built on ``kernel``'s CUDA device (``cuda_device(kernel, --device)``)
+    if it has one (``capture_model(device=...)``: the same bits)."""
     from reference.model.capture import default_capture_set, load_capture_set
 
     if args.captures:
@@ -188,7 +190,8 @@ def _resolve_captures(args):
         if not mdir.is_dir():
             raise Int8confError(f"--model {mdir}: not a directory")
         out = cache_dir(None) / "captures" / parent_digest(mdir)[:16]
-        cs = capture_model(mdir, out, progress=None if args.quiet else print)
+        dev = (cuda_device(kernel, args.device) if kernel is not None else None) or "cpu"
+        cs = capture_model(mdir, out, progress=None if args.quiet else print, device=dev)
         if cs is None:
             raise CaptureError(f"capture of {mdir} into {out} did not complete")
         return cs, str(mdir)
@@ -258,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     # refuse a tampered matrix before spending any compute
     chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
 
-    cs, model_dir = _resolve_captures(args)
+    cs, model_dir = _resolve_captures(args, kernel)
     layers = _select_layers(cs.layer_names(), args.layers)
     ck = cs.manifest.get("checkpoints", {})
     capture_digest = cs.model_digest + "|" + "|".join(f"{k}:{v.get('digest')}" for k, v in sorted(ck.items()))

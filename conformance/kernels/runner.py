@@ -27,7 +27,7 @@ from reference import readback
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
 from reference.operands import GemmOperands, copy_keep_layout, layout_label
-from reference.validate import validate_operands
+from reference.validate import check_device, validate_operands
 
 _PROMOTED = ("interpreter", "padded", "source_digest", "device")
 #: Same-width integer dtypes used to compare operands bit for bit (NaN, -0.0).
@@ -477,24 +477,8 @@ def run_int_mm(
 
 def validate_device(device: Optional[str]) -> Optional[str]:
     """Check a user's ``--device`` (None, ``cpu``, ``cuda``, ``cuda:N``) and return it. Raises
-    Int8confError (one line): not a device, CUDA unavailable, index beyond the device count, or ``cpu:N`` with N > 0."""
-    if device is None:
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError) as e:
-        raise Int8confError(
-            f"--device {device!r}: not a valid device ({type(e).__name__}); use cpu, cuda or cuda:N"
-        ) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise Int8confError(f"--device {device!r}: CUDA requested but torch.cuda.is_available() is False")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise Int8confError(f"--device {device!r}: only {torch.cuda.device_count()} CUDA device(s) present")
-    elif dev.type != "cpu":
-        raise Int8confError(
-            f"--device {device!r}: unsupported device type {dev.type!r} (int8conf runs kernels on 'cpu' or 'cuda')"
-        )
-    elif dev.index not in (None, 0):  # torch has one CPU device; "cpu:1" would silently run on it
-        raise Int8confError(f"--device {device!r}: there is one CPU device; use 'cpu'")
+    Int8confError (one line, ``reference.validate.check_device``): not a device, CUDA unavailable,
+    index beyond the device count, another device type, or ``cpu:N`` with N > 0."""
+    if device is not None:
+        check_device(device, "--device", Int8confError)
     return device

@@ -135,6 +135,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
     import conformance.kernels.runner as runner
     from conformance.suite.evaluate import evaluate_case
+    from conformance.suite.plan import evaluate_fixed
     from conformance.suite.run import run_model_check
 
     while True:
@@ -158,7 +159,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
             elif msg[0] == "case":
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
             elif msg[0] == "evaluate":  # the suite's own evaluation (outputs not kept)
-                val = evaluate_case(spec, cases[msg[1]], device=device)
+                val = evaluate_fixed(spec, cases[msg[1]], device)
             else:
                 val = run_model_check(msg[1], spec, device=runner.pick_device(spec, device)[0])
             faulthandler.cancel_dump_traceback_later()

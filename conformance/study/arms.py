@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from conformance.checks import token_flip
+from conformance.kernels.runner import cuda_device
 from reference.errors import Int8confError
 from reference.model import forward as wf
 from reference.model.corpus import eval_windows
@@ -47,6 +48,12 @@ class StudyContext:
         if self._base is None:
             self._base = wf.load_model(self.model_dir)
         return self._base
+
+    @property
+    def work_device(self) -> str:
+        """Where the study builds its captures and derived checkpoints: the first CUDA device a
+        kernel runs on (``runner.cuda_device``), else ``"cpu"`` (the same bytes on any device)."""
+        return next((d for d in (cuda_device(k, self.device) for k in self.kernels) if d), "cpu")
 
     @property
     def tokenizer(self):

@@ -40,11 +40,17 @@ _FP32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def ensure_capture(
-    model_dir, tokens: int, cache=None, committed_dir=None, progress: Optional[Callable[[str], None]] = None
+    model_dir,
+    tokens: int,
+    cache=None,
+    committed_dir=None,
+    progress: Optional[Callable[[str], None]] = None,
+    device: str = "cpu",
 ):
     """``CaptureSet`` of ``model_dir`` with at least ``tokens`` rows per layer (``ceil(tokens / 64)`` held-out
-    windows of 128 tokens, 64 positions each), built once into the cache, resumed if interrupted. Raises
-    CaptureError / CheckpointError."""
+    windows of 128 tokens, 64 positions each), built once into the cache, resumed if interrupted; ``device``: where
+    the float64 forward runs (``capture_model``; the same capture on any device). Raises CaptureError /
+    CheckpointError."""
     windows = max(1, math.ceil(tokens / TOKENS_PER_WINDOW))
     tag = "own" if committed_dir is None else "ext-" + Path(committed_dir).resolve().name
     name = f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}"
@@ -58,6 +64,7 @@ def ensure_capture(
         cache=cache,
         store_raw=False,
         progress=progress,
+        device=device,
     )
 
 
@@ -162,9 +169,10 @@ def summarize_mode(layers: list[dict], label: str) -> dict:
 
 def run_layer_agreement(ctx, tokens: int, progress: Optional[Callable[[str], None]] = None) -> dict:
     """Part 2 on a ``StudyContext``: ``{"capture": {dir, windows, window_len, tokens_per_layer, layers},
-    "modes": {label: summary}, "layers": {label: [per-layer records]}}``."""
+    "modes": {label: summary}, "layers": {label: [per-layer records]}}``. The capture is built on
+    ``ctx.work_device``."""
     say = progress or (lambda s: None)
-    cs = ensure_capture(ctx.model_dir, tokens, ctx.cache, ctx.committed_dir, progress=say)
+    cs = ensure_capture(ctx.model_dir, tokens, ctx.cache, ctx.committed_dir, progress=say, device=ctx.work_device)
     a, b = ctx.kernels
     st = cs.manifest["settings"]
     capture = {"dir": str(cs.dir), **{k: st[k] for k in ("windows", "window_len", "tokens_per_layer")}}

@@ -231,7 +231,7 @@ def run_study(
     ctx = StudyContext(model_dir, kernels, settings.device, committed_dir, cache)
     if not report_only:
         _preflight(ctx, settings, config)
-    committed = committed_dir or derived_checkpoint(model_dir, "own", cache).dir
+    committed = committed_dir or derived_checkpoint(model_dir, "own", cache, ctx.work_device).dir
     results, seconds, missing = {}, {}, {}
     t_start = time.perf_counter()
 

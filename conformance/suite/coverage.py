@@ -49,8 +49,8 @@ def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> 
     Prefix sums ``P_j`` are exact (float64 matmuls of int8: integers < 2**53). Forward the partial
     sums are ``P_j``, backward ``acc - P_j``, whose maximum is at the smallest or largest ``P_j``
     (convexity). When ``M * N * K > budget`` the prefix sums are taken every ``g`` (power of two)
-    products: a lower bound. ``a``: int8 [M, K], ``b``: int8 [N, K] (CPU).
-    Returns ``(forward int64 [M, N], backward int64 [M, N], g)``.
+    products: a lower bound. ``a``: int8 [M, K], ``b``: int8 [N, K] (one device, any).
+    Returns ``(forward int64 [M, N], backward int64 [M, N], g)`` on that device.
     """
     m, k = a.shape
     n = b.shape[0]
@@ -61,7 +61,7 @@ def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> 
     pad = c * g - k
     af = torch.nn.functional.pad(a.to(torch.float64), (0, pad)).reshape(m, c, g).transpose(0, 1)
     bf = torch.nn.functional.pad(b.to(torch.float64), (0, pad)).reshape(n, c, g).permute(1, 2, 0)
-    run = torch.zeros((m, n), dtype=torch.float64)
+    run = torch.zeros((m, n), dtype=torch.float64, device=a.device)
     lo, hi = run.clone(), run.clone()
     step = max(1, budget // max(1, m * n))
     for c0 in range(0, c, step):
@@ -103,16 +103,17 @@ def _float_counts(y: Tensor) -> dict:
 
 
 def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
-    """Trigger conditions one case reaches (module docstring): a JSON-able dict. ``ops``: CPU
-    GemmOperands; ``run``: its KernelRun (layouts handed to the kernel) or None; ``exact``: the
-    int64 [M, N] accumulator if already computed."""
-    a, b = ops.a.cpu(), ops.b.cpu()
+    """Trigger conditions one case reaches (module docstring): a JSON-able dict. ``ops``:
+    GemmOperands on one device (measured there: exact integer sums and element-wise IEEE float32,
+    so every device gives the same dict); ``run``: its KernelRun (layouts handed to the kernel) or
+    None; ``exact``: the int64 [M, N] accumulator on that device if already computed."""
+    a, b = ops.a, ops.b
     acc = exact if exact is not None else exact_int_mm(a, b)
     fwd, bwd, step = partial_sum_extremes(a, b)
     big = torch.maximum(fwd, bwd) >= FP32_EXACT
-    sa, sb = ops.scale_a.cpu().reshape(-1), ops.scale_b.cpu().reshape(-1)
-    bias = None if ops.bias is None else ops.bias.cpu()
-    ref = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=bias, out_dtype=ops.out_dtype)
+    sa, sb = ops.scale_a.reshape(-1), ops.scale_b.reshape(-1)
+    bias = ops.bias
+    ref = apply_epilogue(acc, ops.scale_a, ops.scale_b, spec.contract, bias=bias, out_dtype=ops.out_dtype)
     cov = {
         "max_partial_fwd": int(fwd.max()),
         "max_partial_bwd": int(bwd.max()),
@@ -142,7 +143,7 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
         ),
     }
     if bias is not None:
-        y = apply_epilogue(acc, ops.scale_a.cpu(), ops.scale_b.cpu(), spec.contract, bias=None, out_dtype=torch.float32)
+        y = apply_epilogue(acc, ops.scale_a, ops.scale_b, spec.contract, bias=None, out_dtype=torch.float32)
         bf = bias.to(torch.float32).reshape(1, -1)
         cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0**-8).sum())
     else:

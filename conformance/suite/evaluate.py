@@ -310,7 +310,7 @@ class CaseEvaluation:
         cov = {}
         try:
             if coverage:
-                cov = case_coverage(spec, ops.to("cpu"), run, exact.cpu())
+                cov = case_coverage(spec, ops, run, exact)
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
         return CaseResult(

@@ -16,6 +16,7 @@ from conformance.kernels.runner import cuda_device, pick_device
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
 from conformance.suite.property import run_property_test
 from conformance.suite.warmup import warm_up
+from reference import memo
 from reference.errors import Int8confError, first_line
 from reference.model import capture as model_capture
 
@@ -25,17 +26,46 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
 )
+#: Smallest M * K * N of a fixed case whose references a CUDA suite computes on the kernel's device
+#: (:func:`reference_device`). A case's device path costs a fixed few hundred launches and a few dozen
+#: read-backs; the CPU's reference work (mostly the coverage measurement's prefix sums, M * N * K
+#: element operations up to ``coverage.PARTIAL_BUDGET``) grows with the case and passes that cost
+#: about here. Smaller cases and the property examples keep CPU operands.
+DEVICE_REFERENCE_MIN_MACS = 1 << 20
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
 CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
 
 
 def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
-    """C9 over the fixed cases; a check that raises gives a ``harness`` failure."""
+    """C9 over the fixed cases, on their CPU operands (its references, the selection's epilogue
+    disagreements, are small: cases up to ``batch_invariance.MAX_CASE_WORK``, no coverage; its
+    batches are built from the case's rows); a check that raises gives a ``harness`` failure."""
     try:
         return check_batch_invariance(spec, cases, device=device)
     except Exception as e:  # noqa: BLE001 -- report, never crash the suite
         return check_error("C9", e)
+
+
+def reference_device(spec, device: Optional[str], ops) -> Optional[str]:
+    """Where the suite computes the references of fixed case ``ops``: the kernel's CUDA device
+    (``runner.cuda_device(spec, device)``) when ``M * K * N >= DEVICE_REFERENCE_MIN_MACS``, else
+    None (the CPU). The exact accumulator, the epilogue emulation and the coverage measurement are
+    exact or element-wise IEEE float32, so the device gives the CPU's bits (tests pin it)."""
+    if ops.m * ops.k * ops.n < DEVICE_REFERENCE_MIN_MACS:
+        return None
+    return cuda_device(spec, device)
+
+
+def evaluate_fixed(spec, ops, device: Optional[str], against=None, ref_device: Optional[str] = None) -> CaseResult:
+    """One fixed case as the suite evaluates it (``SuiteState.evaluate``, the suite's workers): references on
+    ``ref_device`` or :func:`reference_device` (operands moved there once, device questions read back together in
+    a ``reference.memo`` scope), else on the CPU; the same CaseResult either way."""
+    dev = ref_device or reference_device(spec, device, ops)
+    if dev is None:
+        return evaluate_case(spec, ops, against=against, device=device)
+    with memo.scope():
+        return evaluate_case(spec, ops.to(dev), against=against, device=device, keep_on_device=True)
 
 
 def run_model_check(
@@ -149,13 +179,16 @@ def suite_steps(cases: Sequence, examples: int, model_checks: bool, against: boo
 @dataclass(eq=False)  # compared by identity (the plugin looks its kernels up)
 class SuiteState:
     """One kernel's suite: its cases and what its steps produced so far. ``results``: fixed-case
-    index -> CaseResult; ``model``: check id -> kernel-level CheckResult."""
+    index -> CaseResult; ``model``: check id -> kernel-level CheckResult; ``ref_device``: where
+    every fixed case's references are computed (None: :func:`reference_device` per case; a
+    device, ``"cpu"`` included, takes the device path for every case)."""
 
     spec: object
     cases: list
     captures: CaptureReplay
     against: object = None
     device: Optional[str] = None
+    ref_device: Optional[str] = None
     t0: float = field(default_factory=time.perf_counter)
     results: dict = field(default_factory=dict)
     prop_cases: list = field(default_factory=list)
@@ -172,9 +205,14 @@ class SuiteState:
         return self.warm
 
     def evaluate(self, index: int) -> CaseResult:
-        """The fixed case ``index`` through every per-case check (once; a PAIR step reuses it)."""
+        """The fixed case ``index`` through every per-case check (once; a PAIR step reuses it). On a
+        reference device the operands are moved there once (``GemmOperands.to``: layouts kept) and
+        the case's device questions are read back together (a ``reference.memo`` scope); the
+        CaseResult is the one the CPU path gives."""
         if index not in self.results:
-            self.results[index] = evaluate_case(self.spec, self.cases[index], against=self.against, device=self.device)
+            self.results[index] = evaluate_fixed(
+                self.spec, self.cases[index], self.device, self.against, self.ref_device
+            )
         return self.results[index]
 
     def run_property(self, examples: int, each: Callable = lambda cr: None) -> dict:

@@ -19,6 +19,7 @@ from reference.model.assets import default_model_dir
 from reference.model.checkpoint import load_qwen3_state, state_digest
 from reference.model.compressed_tensors import build_w8a8_checkpoint
 from reference.model.pow2 import build_pow2_checkpoint
+from reference.validate import check_device
 
 KINDS = ("own", "pow2-nearest", "pow2-ceiling")
 # Modules (relative to ``reference``) whose source determines a derived checkpoint's bytes.
@@ -96,21 +97,24 @@ def _valid_entry(d: Path, pdigest: str):
     return ck
 
 
-def derived_checkpoint(parent_dir, kind: str = "own", cache=None):
-    """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if missing or invalid.
-    CheckpointError: bad parent or kind, or the reconstruction gate failed."""
+def derived_checkpoint(parent_dir, kind: str = "own", cache=None, device="cpu"):
+    """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if missing or invalid, its
+    quantizers run on ``device`` (``cpu``, ``cuda``, ``cuda:N``; not part of the cache key: every device builds the
+    same bytes). CheckpointError: bad parent, kind or device, or the reconstruction gate failed."""
     if kind not in KINDS:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
+    check_device(device, "device", CheckpointError)
     config, state, pdigest = load_parent(parent_dir)
     target = cache_dir(cache) / "checkpoints" / f"{pdigest[:16]}-{build_code_digest()[:8]}" / kind
     ck = _valid_entry(target, pdigest)
     if ck is not None:
         return ck
     if kind == "own":
-        ck = build_w8a8_checkpoint(parent_dir, target, parent=(config, state))
+        ck = build_w8a8_checkpoint(parent_dir, target, parent=(config, state), device=device)
     else:
-        own = derived_checkpoint(parent_dir, "own", cache)
-        ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=kind.split("-", 1)[1], parent=(config, state))
+        own = derived_checkpoint(parent_dir, "own", cache, device)
+        rule = kind.split("-", 1)[1]
+        ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=rule, parent=(config, state), device=device)
     if ck.meta.get("state_digest") != ck.digest:
         raise CheckpointError(
             f"{target}: written checkpoint digest {ck.digest[:12]} does not match "

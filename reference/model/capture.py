@@ -4,7 +4,10 @@ For every decoder linear, capture records the inputs at fixed token positions of
 ``[M, K]`` and its per-token quantization ``a`` int8 ``[M, K]`` / ``scale_a`` fp32 ``[M]``. Weights are referenced by
 digest (derived checkpoints of :mod:`reference.model.artifacts`); replay refuses other digests. ``engine="f64"``
 (default) runs a float64 forward and rounds each linear's input once to bf16, so the bits are machine-independent;
-``engine="hf"`` hooks transformers.
+``engine="hf"`` hooks transformers. The f64 forward may run on a CUDA device (``device``; not recorded: the capture
+is the same set, its derived checkpoints the same bytes): float64 results of two devices differ at most in their last
+bits, and a captured bf16 value changes only if its float64 value lies within ~1e-16 relative of a bf16 rounding
+boundary.
 
 Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten atomically after each layer (an
 interrupted capture resumes)::
@@ -48,6 +51,7 @@ from reference.model.corpus import eval_windows
 from reference.model.tokenizer import load_tokenizer
 from reference.operands import GemmOperands, tensor_digest
 from reference.quantize import quantize_activation_per_token
+from reference.validate import check_device
 
 FORMAT = "int8conf-capture/1"
 MANIFEST = "manifest.json"
@@ -279,7 +283,8 @@ def forward_f64(
     config: dict, state: dict, input_ids: torch.Tensor, hook: Optional[Hook] = None, layers: Optional[set] = None
 ) -> torch.Tensor:
     """Float64 logits ``[B, T, vocab]`` of ``input_ids`` ``[B, T]`` (transformers ``modeling_qwen3`` semantics;
-    ``state`` widened exactly). ``hook(layer name, input float64 [B, T, K])`` runs before every decoder linear; with
+    ``state`` widened exactly), computed on ``input_ids``' device (``state`` best already there; the rotary tables are
+    computed on the CPU). ``hook(layer name, input float64 [B, T, K])`` runs before every decoder linear; with
     ``layers``, the forward stops after the last block holding one of them and returns None. CaptureError: rope scaling
     or sliding-window attention in use."""
     if (
@@ -288,7 +293,8 @@ def forward_f64(
         and input_ids.shape[1] > int(config["sliding_window"])
     ):
         raise CaptureError("sliding-window attention is not supported by the f64 capture engine")
-    f = lambda n: state[n].to(torch.float64)  # noqa: E731
+    dev = input_ids.device
+    f = lambda n: state[n].to(device=dev, dtype=torch.float64)  # noqa: E731
     eps = float(config.get("rms_norm_eps", 1e-6))
     nh = int(config["num_attention_heads"])
     nkv = int(config.get("num_key_value_heads") or nh)
@@ -297,8 +303,8 @@ def forward_f64(
     inv_freq = 1.0 / (_rope_theta(config) ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    cos, sin = emb.cos().to(dev), emb.sin().to(dev)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1).to(dev)
     last_block = None
     if layers is not None:
         last_block = max(layer_block_proj(n)[0] for n in layers) if layers else -1
@@ -401,16 +407,25 @@ def capture_model(
     store_raw: bool = True,
     max_new_layers: Optional[int] = None,
     progress: Optional[Callable[[str], None]] = None,
+    device: str = "cpu",
 ) -> Optional[CaptureSet]:
     """Capture every decoder linear's input of a float Qwen3 model into ``out_dir`` (resuming a partial capture of the
     same model and settings); the verified :class:`CaptureSet` when complete, else None (e.g. stopped by
     ``max_new_layers``).
 
     ``input_ids`` ``[W, L]`` defaults to held-out :func:`eval_windows`; ``w8a8_dir``: a W8A8 checkpoint to use as
-    ``own``; ``store_raw``: also store ``x``. CheckpointError: bad model dir. CaptureError: ``out_dir`` holds another
-    capture (untouched), bad ids or features."""
+    ``own``; ``store_raw``: also store ``x``; ``device``: where the f64 forward (weights copied there once) and the
+    derived checkpoints' quantizers (``derived_checkpoint``) run (``cpu``, ``cuda``, ``cuda:N``); rounding to bf16,
+    activation quantization and files stay on the CPU; the module docstring says why the bits are the CPU's.
+    CheckpointError: bad model dir. CaptureError: ``out_dir`` holds another capture (untouched), bad ids, features or
+    device (``engine="hf"`` runs on the CPU only)."""
     if engine not in ("f64", "hf"):
         raise CaptureError(f"engine={engine!r} is not 'f64' or 'hf'")
+    dev = check_device(device, "device", CaptureError)
+    if engine == "hf" and dev.type != "cpu":
+        raise CaptureError(
+            f"device {device!r}: engine='hf' runs on the CPU only (its bf16 forward is device-dependent)"
+        )
     mdir = Path(model_dir)
     config, state, mdigest = load_parent(mdir)
     if "quantization_config" in config or "compression_config" in config:
@@ -440,11 +455,11 @@ def capture_model(
     _check_existing(out, mdigest, settings)  # before any build: refuse early, touch nothing
     cks = {}
     try:
-        cks["own"] = derived_checkpoint(mdir, "own", cache)
+        cks["own"] = derived_checkpoint(mdir, "own", cache, device)
         if w8a8_dir is not None:
             cks["own"] = read_w8a8_checkpoint(w8a8_dir)
         for kind in KINDS[1:]:
-            cks[kind] = derived_checkpoint(mdir, kind, cache)
+            cks[kind] = derived_checkpoint(mdir, kind, cache, device)
     except CheckpointError as exc:
         raise CaptureError(f"cannot build the weight checkpoints of {mdir}: {exc}") from None
     missing = [n for n in linear_names(config) if n not in cks["own"].weights]
@@ -473,17 +488,20 @@ def capture_model(
     todo = [n for n in linear_names(config) if n not in man["layers"]][:max_new_layers]
     if todo:
         rows: dict[str, list] = {n: [] for n in todo}
-        pos = torch.tensor(positions)
+        pos = torch.tensor(positions, device=dev)
         wanted = set(todo)
 
         def hook(name: str, x: torch.Tensor) -> None:
-            if name in wanted:
-                rows[name].append(x.detach()[:, pos, :].to(torch.bfloat16).reshape(-1, x.shape[-1]))
+            if name in wanted:  # rounded to bf16 on the CPU, as on a CPU capture
+                rows[name].append(x.detach()[:, pos, :].cpu().to(torch.bfloat16).reshape(-1, x.shape[-1]))
 
         with torch.no_grad():
             if engine == "f64":
+                # the parent's tensors, shared (load_parent), are copied to the device, never changed
+                on_dev = state if dev.type == "cpu" else {k: v.to(dev) for k, v in state.items()}
                 for w in range(input_ids.shape[0]):
-                    forward_f64(config, state, input_ids[w : w + 1], hook, layers=wanted)
+                    forward_f64(config, on_dev, input_ids[w : w + 1].to(dev), hook, layers=wanted)
+                del on_dev
             else:
                 _forward_hf(mdir, input_ids, hook, todo, dtype)
         for name in todo:

@@ -96,10 +96,12 @@ class W8A8Checkpoint:
 
 
 def quantize_state_w8a8(
-    config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None
+    config: Mapping, state: Mapping[str, torch.Tensor], quantizer: Optional[Quantizer] = None, device="cpu"
 ) -> dict[str, torch.Tensor]:
-    """Tensors of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale`` ``[N, 1]`` from
-    ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), other tensors unchanged."""
+    """Tensors (CPU) of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale``
+    ``[N, 1]`` from ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), other tensors
+    unchanged. ``device``: where ``quantizer`` runs, each weight copied there (the reference quantizers are
+    element-wise IEEE operations and exact exponent arithmetic: every device gives these bytes)."""
     quantizer = quantizer or quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
     layers = set(linear_names(config))
@@ -107,11 +109,11 @@ def quantize_state_w8a8(
         base = name[: -len(".weight")] if name.endswith(".weight") else None
         if base in layers:
             try:
-                q, s = quantizer(t)
+                q, s = quantizer(t.to(device))
             except OperandError as e:  # e.g. a NaN weight: name the tensor, not "w"
                 raise OperandError(f"tensor {name}: {first_line(e)}") from None
-            out[f"{base}.weight"] = q.contiguous()
-            out[f"{base}.weight_scale"] = s.reshape(-1, 1).contiguous()
+            out[f"{base}.weight"] = q.cpu().contiguous()
+            out[f"{base}.weight_scale"] = s.cpu().reshape(-1, 1).contiguous()
         else:
             out[name] = t
     return out
@@ -167,17 +169,18 @@ def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta:
 
 
 def build_w8a8_checkpoint(
-    parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None
+    parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None, device="cpu"
 ) -> W8A8Checkpoint:
     """The committed checkpoint (DESIGN.md 5): a float parent quantized with own per-channel scales, written to
-    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``. CheckpointError: bad or quantized parent."""
+    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``; ``device``: where the quantizer runs
+    (:func:`quantize_state_w8a8`: the same bytes). CheckpointError: bad or quantized parent."""
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(
             f"{Path(parent_dir) / CONFIG_FILE}: already quantized "
             f"(has quantization_config); quantize the float parent instead"
         )
-    tensors = quantize_state_w8a8(config, state, quantizer)
+    tensors = quantize_state_w8a8(config, state, quantizer, device)
     meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
     meta["quantizer"] = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
     return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)

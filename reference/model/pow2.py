@@ -159,10 +159,10 @@ def compare_states(
 
 
 def reconstruction_gate(
-    parent_dir, committed_dir, quantizer: Optional[Callable] = None, parent: Optional[tuple] = None
+    parent_dir, committed_dir, quantizer: Optional[Callable] = None, parent: Optional[tuple] = None, device="cpu"
 ) -> dict:
-    """Rebuild the committed checkpoint from its parents with ``quantizer`` and require a byte-for-byte match
-    (:func:`compare_states`); returns
+    """Rebuild the committed checkpoint from its parents with ``quantizer`` (run on ``device``:
+    ``quantize_state_w8a8``) and require a byte-for-byte match (:func:`compare_states`); returns
     ``{"passed": True, "tensors", "state_digest", "parent_digest", "tensor_digests"}``. CheckpointError: unreadable
     inputs."""
     ccfg = read_config(committed_dir)
@@ -172,7 +172,7 @@ def reconstruction_gate(
         )
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
     _, committed = load_qwen3_state(committed_dir)
-    rebuilt = quantize_state_w8a8(config, state, quantizer)
+    rebuilt = quantize_state_w8a8(config, state, quantizer, device)
     digests = compare_states(committed, rebuilt, committed_where=str(committed_dir))
     return {
         "passed": True,
@@ -190,13 +190,15 @@ def build_pow2_checkpoint(
     rule: str = "nearest",
     gate_quantizer: Optional[Callable] = None,
     parent: Optional[tuple] = None,
+    device="cpu",
 ):
     """The ``W8A8Checkpoint`` with power-of-two scales under ``rule``, requantized from the parent and written to
-    ``out_dir`` only after :func:`reconstruction_gate` (with ``gate_quantizer``) passed against ``committed_dir``."""
+    ``out_dir`` only after :func:`reconstruction_gate` (with ``gate_quantizer``) passed against ``committed_dir``;
+    both quantize on ``device`` (``quantize_state_w8a8``: the same bytes)."""
     _check_rule(rule)
     config, state = parent if parent is not None else load_qwen3_state(parent_dir)
-    gate = reconstruction_gate(parent_dir, committed_dir, quantizer=gate_quantizer, parent=(config, state))
-    tensors = quantize_state_w8a8(config, state, lambda t: requantize_pow2(t, rule))
+    gate = reconstruction_gate(parent_dir, committed_dir, gate_quantizer, (config, state), device)
+    tensors = quantize_state_w8a8(config, state, lambda t: requantize_pow2(t, rule), device)
     meta = {"scale_rule": f"pow2-{rule}", "parent_digest": gate["parent_digest"]}
     meta |= {"committed_digest": gate["state_digest"], "reconstruction_gate": "passed"}
     meta |= {"state_digest": state_digest(tensors), "quantizer": "reference.model.pow2.requantize_pow2"}

@@ -45,6 +45,12 @@ def test_cpu_device_index_is_an_error(capsys):
     assert capsys.readouterr().err.strip() == ("int8conf: error: --device 'cpu:1': there is one CPU device; use 'cpu'")
 
 
+def test_capture_device_is_checked_before_any_work(capsys, tmp_path):
+    assert main(["capture", "--device", "cpu:1", "--out", str(tmp_path / "cap")]) == 2
+    assert capsys.readouterr().err.strip() == ("int8conf: error: --device 'cpu:1': there is one CPU device; use 'cpu'")
+    assert not (tmp_path / "cap").exists()
+
+
 def test_out_ending_in_the_kernel_name_is_not_doubled(tmp_path):
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path / "cpu"), *FAST]) == 0
     assert (tmp_path / "cpu" / "conformance.json").is_file()

@@ -6,7 +6,8 @@ import shutil
 import pytest
 import torch
 
-from reference.errors import CaptureError
+from reference.errors import CaptureError, CheckpointError
+from reference.model.artifacts import KINDS, derived_checkpoint
 from reference.model.capture import (
     MANIFEST,
     capture_model,
@@ -189,3 +190,70 @@ def test_hf_engine_with_pre_hooks_agrees(env, tmp_path):
         same += int((dist == 0).sum())
         total += dist.numel()
     assert same / total > 0.999
+
+
+@pytest.mark.parametrize(
+    "device, why",
+    [
+        ("nonsense", "not a valid device"),
+        ("meta", "unsupported device type 'meta'"),
+        ("cpu:1", "there is one CPU device"),
+        pytest.param(
+            "cuda", "CUDA requested but", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
+        ),
+    ],
+)
+def test_a_bad_capture_device_is_refused_in_one_line_before_any_work(env, tmp_path, device, why):
+    root, parent, cache, cs = env
+    with pytest.raises(CaptureError) as e:
+        capture_model(parent, tmp_path / "c", input_ids=IDS, tokens_per_window=8, cache=cache, device=device)
+    assert str(e.value).startswith(f"device {device!r}: ") and why in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_forward_on_the_cpu_device_is_the_default_capture(env, tmp_path):
+    root, parent, cache, cs = env
+    got = capture_model(parent, tmp_path / "cpu", input_ids=IDS, tokens_per_window=8, cache=cache, device="cpu")
+    assert got.manifest == cs.manifest  # nothing records the device
+
+
+def _small_paper_model(root):
+    """The paper-scale script's ``--small`` shape (hidden 256, 2 blocks), random, with 4 windows of 128 tokens."""
+    shape = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=2)
+    parent = write_random_qwen3(root / "small", seed=0, **shape)
+    ids = torch.randint(0, 4096, (4, 128), generator=torch.Generator().manual_seed(0))
+    return parent, ids, 16
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("model", ["tiny", "small"])
+def test_a_capture_on_the_gpu_is_the_cpu_capture(env, tmp_path, model):
+    """Every layer digest (x, a, scale_a), weight digest and accumulator statistic agrees: the float64
+    forward on the GPU rounds to the CPU's bf16 rows (module docstring: a flip needs a value within ~1e-16
+    relative of a bf16 rounding boundary); the derived checkpoints, built on the GPU into a cache of
+    their own, are the CPU's files byte for byte."""
+    root, parent, cache, cs = env
+    ids, per_window = IDS, 8
+    if model == "small":
+        parent, ids, per_window = _small_paper_model(tmp_path)
+        cs = capture_model(parent, tmp_path / "cpu", input_ids=ids, tokens_per_window=per_window, cache=cache)
+    gcache = tmp_path / "gpu-cache"
+    gpu = capture_model(
+        parent, tmp_path / "gpu", input_ids=ids, tokens_per_window=per_window, cache=gcache, device="cuda"
+    )
+    assert gpu.manifest["layers"] == cs.manifest["layers"] and len(cs.manifest["layers"]) == 14
+    assert gpu.manifest == cs.manifest
+    for name in cs.layer_names():
+        assert torch.equal(gpu.load_layer(name)["x"].view(torch.int16), cs.load_layer(name)["x"].view(torch.int16))
+    for kind in KINDS:
+        a, b = derived_checkpoint(parent, kind, cache).dir, derived_checkpoint(parent, kind, gcache).dir
+        assert a != b and sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+        for f in a.iterdir():
+            assert f.read_bytes() == (b / f.name).read_bytes(), (kind, f.name)
+
+
+def test_a_bad_checkpoint_device_is_refused_in_one_line(env, tmp_path):
+    root, parent, cache, cs = env
+    with pytest.raises(CheckpointError, match=r"^device 'cpu:1': there is one CPU device; use 'cpu'$"):
+        derived_checkpoint(parent, "own", tmp_path / "c", device="cpu:1")

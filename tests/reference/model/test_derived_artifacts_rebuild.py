@@ -49,7 +49,17 @@ def test_w8a8_and_pow2_rebuild_from_parents(shipped, fresh_cache):
     assert gate["passed"] and gate["state_digest"] == shipped.manifest["checkpoints"]["own"]["digest"]
 
 
-def test_captures_rebuild_bit_for_bit(shipped, fresh_cache, tmp_path):
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+        ),
+    ],
+)
+def test_captures_rebuild_bit_for_bit(shipped, fresh_cache, tmp_path, device):
+    """On the GPU too: its float64 forward and its derived checkpoints (a cache of its own) give the shipped bits."""
     from reference.model.artifacts import default_parent_dir
 
     st = shipped.manifest["settings"]
@@ -59,8 +69,9 @@ def test_captures_rebuild_bit_for_bit(shipped, fresh_cache, tmp_path):
         windows=st["windows"],
         window_len=st["window_len"],
         tokens_per_window=len(st["positions"]),
-        cache=fresh_cache,
+        cache=fresh_cache if device == "cpu" else tmp_path / "cache",
         store_raw=st["store_raw"],
+        device=device,
     )
     assert rebuilt.manifest["settings"] == st
     assert rebuilt.manifest["checkpoints"] == shipped.manifest["checkpoints"]
