@@ -16,7 +16,7 @@ rm -rf /tmp/warm.sqlite* /tmp/paper.sqlite* /tmp/warm
 nproc; python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"
 
 stamp "model"; ps model /tmp/big || exit 1
-stamp "pre-compile"; timeout 150 ps precompile
+stamp "pre-compile"; timeout 150 python -m conformance.bench.paper_scale precompile
 stamp "warm-up (captures, own + pow2 checkpoints; block 0 q_proj, 18 cells)"
 timeout $(( $(left) - 200 )) python -m conformance.cli sweep --kernel triton --model /tmp/big \
   --no-model-checks --no-score --layers 0 --coverages one --db /tmp/warm.sqlite --out /tmp/warm || exit 1

@@ -20,7 +20,7 @@ from rich.table import Table
 
 import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
 from conformance.kernels.registry import get_kernel, resolve_kernels
-from conformance.kernels.runner import validate_device
+from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import command_root
 from conformance.runtime.progress import suite_progress
 from conformance.runtime.threads import set_torch_threads
@@ -49,6 +49,7 @@ from faults import annotate_result, inject, injection_of, parse_injection, prepa
 from faults.spec import PRECONDITION_FAULTS
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
 from reference.errors import CaptureError, Int8confError
+from reference.model.capture import cached_capture
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -130,7 +131,8 @@ def register(subparsers) -> None:
         "--model",
         metavar="DIR",
         default=None,
-        help="parent model directory of --captures, when it moved since the capture was taken",
+        help="a Qwen3 model directory: without --captures, its layers are captured into the artifact cache (shared "
+        "with sweep --model; built once) and replayed; with --captures, the captures' parent when it moved",
     )
     p.add_argument("--device", default=None, help="device for kernel runs: cpu, cuda, cuda:N (default: auto)")
     p.add_argument(
@@ -163,8 +165,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
-    if args.model is not None and args.captures is None:
-        raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); give --captures too")
     validate_device(args.device)
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
@@ -222,7 +222,11 @@ def _state(args, spec, inj, other) -> SuiteState:
     """The suite's state for one kernel run: its cases built once (prepared for a precondition
     fault F6 / F7, then counted as an explicit case list)."""
     t0 = time.perf_counter()
-    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, args.captures, args.model)
+    captures = args.captures
+    if args.model is not None and captures is None and not args.no_captures:
+        dev = cuda_device(spec, args.device) or "cpu"
+        captures = cached_capture(args.model, device=dev, progress=None if args.quiet else print).dir
+    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, captures, args.model)
     if inj is not None and inj.fault in PRECONDITION_FAULTS:
         cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
         cap = given_cases(cases)

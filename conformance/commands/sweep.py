@@ -34,8 +34,7 @@ from faults import COVERAGES
 from faults.catalogue import FAULTS, get_fault
 from predictions.lock import default_dir, matrix_chain, read_lock
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
-from reference.errors import CaptureError, Int8confError, PredictionError
-from reference.model.artifacts import cache_dir, parent_digest
+from reference.errors import Int8confError, PredictionError
 from reference.model.assets import default_model_dir
 from reference.seeds import check_seed
 
@@ -178,23 +177,17 @@ def _resolve_captures(args, kernel=None):
     """(CaptureSet, model dir str) from --captures / --model / the default; a ``--model`` capture and
     its derived checkpoints are built on ``kernel``'s CUDA device (``cuda_device(kernel, --device)``)
     if it has one (``capture_model(device=...)``: the same bits)."""
-    from reference.model.capture import default_capture_set, load_capture_set
+    from reference.model.capture import cached_capture, default_capture_set, load_capture_set
 
     if args.captures:
         cs = load_capture_set(args.captures)
         return cs, str(cs.model_dir) if cs.model_dir else ""
     if args.model:
-        from reference.model.capture import capture_model
-
         mdir = Path(args.model)
         if not mdir.is_dir():
             raise Int8confError(f"--model {mdir}: not a directory")
-        out = cache_dir(None) / "captures" / parent_digest(mdir)[:16]
         dev = (cuda_device(kernel, args.device) if kernel is not None else None) or "cpu"
-        cs = capture_model(mdir, out, progress=None if args.quiet else print, device=dev)
-        if cs is None:
-            raise CaptureError(f"capture of {mdir} into {out} did not complete")
-        return cs, str(mdir)
+        return cached_capture(mdir, progress=None if args.quiet else print, device=dev), str(mdir)
     cs = default_capture_set()
     if cs is None:
         raise Int8confError("no default captures: give --captures DIR or --model DIR")

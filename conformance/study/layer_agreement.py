@@ -15,7 +15,6 @@ layer is checked against (if all hold, a kernel departs from its contract):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -26,8 +25,7 @@ from conformance.suite.pairwise import compare_pair
 from reference.accumulate import exact_int_mm
 from reference.bits import bits_of
 from reference.epilogue import apply_epilogue
-from reference.model.artifacts import build_code_digest, cache_dir, parent_digest
-from reference.model.capture import capture_model, iter_layer_operands
+from reference.model.capture import cached_capture, iter_layer_operands
 from reference.validate import normalize_scales, validate_operands
 
 #: Weight modes compared, as (capture scale_mode, pow2 rule, label).
@@ -52,11 +50,8 @@ def ensure_capture(
     the float64 forward runs (``capture_model``; the same capture on any device). Raises CaptureError /
     CheckpointError."""
     windows = max(1, math.ceil(tokens / TOKENS_PER_WINDOW))
-    tag = "own" if committed_dir is None else "ext-" + Path(committed_dir).resolve().name
-    name = f"study-{parent_digest(model_dir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{TOKENS_PER_WINDOW}"
-    return capture_model(
+    return cached_capture(
         model_dir,
-        cache_dir(cache) / "captures" / name,
         windows=windows,
         window_len=WINDOW_LEN,
         tokens_per_window=TOKENS_PER_WINDOW,

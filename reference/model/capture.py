@@ -35,7 +35,15 @@ import torch
 from reference.accumulate import FP32_EXACT_INT
 from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
-from reference.model.artifacts import KINDS, default_parent_dir, derived_checkpoint, load_parent, parent_digest
+from reference.model.artifacts import (
+    KINDS,
+    build_code_digest,
+    cache_dir,
+    default_parent_dir,
+    derived_checkpoint,
+    load_parent,
+    parent_digest,
+)
 from reference.model.checkpoint import (
     BLOCK_LINEARS,
     head_dim,
@@ -390,6 +398,45 @@ def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
     out |= {"input_digest": tensor_digest(input_ids.to(torch.int64).contiguous()), "token_source": source}
     out["activation_quantizer"] = "reference.quantize.quantize_activation_per_token"
     return out | {"raw_dtype": "bfloat16", "store_raw": bool(store_raw)}
+
+
+def cached_capture(
+    model_dir,
+    *,
+    windows: int = DEFAULT_SETTINGS["windows"],
+    window_len: int = DEFAULT_SETTINGS["window_len"],
+    tokens_per_window: int = DEFAULT_SETTINGS["tokens_per_window"],
+    w8a8_dir=None,
+    cache=None,
+    store_raw: bool = True,
+    device: str = "cpu",
+    progress: Optional[Callable[[str], None]] = None,
+) -> CaptureSet:
+    """:func:`capture_model` of ``model_dir`` into the artifact cache, shared by every command that captures a model
+    (``check --model``, ``sweep --model``, the study): ``<cache>/captures/<parent digest[:16]>-<build code
+    digest[:8]>-<own | ext-NAME>-w<windows>x<tokens per window>[-raw]``, built once (resumed if interrupted), then
+    loaded. Raises CaptureError / CheckpointError (one line)."""
+    mdir = Path(model_dir)
+    if not mdir.is_dir():
+        raise CaptureError(f"{mdir}: not a model directory")
+    tag = "own" if w8a8_dir is None else "ext-" + Path(w8a8_dir).resolve().name
+    name = f"{parent_digest(mdir)[:16]}-{build_code_digest()[:8]}-{tag}-w{windows}x{tokens_per_window}"
+    out = cache_dir(cache) / "captures" / (name + ("-raw" if store_raw else ""))
+    cs = capture_model(
+        mdir,
+        out,
+        windows=windows,
+        window_len=window_len,
+        tokens_per_window=tokens_per_window,
+        w8a8_dir=w8a8_dir,
+        cache=cache,
+        store_raw=store_raw,
+        progress=progress,
+        device=device,
+    )
+    if cs is None:
+        raise CaptureError(f"capture of {mdir} into {out} did not complete")
+    return cs
 
 
 def capture_model(

@@ -330,8 +330,19 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
     assert main(base + ["--model", "/moved/model"]) == 2
     _err_lines(capsys)
     assert seen == [("/caps", None), ("/caps", "/moved/model")]
-    assert main(["check", "--kernel", "cpu", "--model", "/m", *FAST]) == 2
-    assert "--model DIR applies to --captures DIR" in _err_lines(capsys)[0]
+    # --model alone: the model is captured into the shared cache (conformance.commands.check.cached_capture)
+    # and that capture replayed; a missing directory is one line
+    caught = []
+    monkeypatch.setattr(
+        "conformance.commands.check.cached_capture",
+        lambda model, device, progress: caught.append((model, device)) or type("CS", (), {"dir": "/cache/caps"}),
+    )
+    assert main(base[:-2] + ["--model", "/some/model"]) == 2
+    _err_lines(capsys)
+    assert caught == [("/some/model", "cpu")] and seen[-1] == ("/cache/caps", "/some/model")
+    monkeypatch.undo()
+    assert main(["check", "--kernel", "cpu", "--model", "/m", "--no-sweep", "--no-model", "--examples", "0"]) == 2
+    assert _err_lines(capsys) == ["int8conf: error: /m: not a model directory"]
 
 
 # --- 6. report additions --------------------------------------------------------------

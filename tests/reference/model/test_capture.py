@@ -257,3 +257,24 @@ def test_a_bad_checkpoint_device_is_refused_in_one_line(env, tmp_path):
     root, parent, cache, cs = env
     with pytest.raises(CheckpointError, match=r"^device 'cpu:1': there is one CPU device; use 'cpu'$"):
         derived_checkpoint(parent, "own", tmp_path / "c", device="cpu:1")
+
+
+def test_cached_capture_of_the_default_model_is_the_shipped_capture_and_built_once(tmp_path, monkeypatch):
+    """``check --model``, ``sweep --model`` and the study share ``cached_capture``: the default settings of the
+    default model rebuild the shipped captures (same digests, layer by layer); a second call builds nothing."""
+    import reference.model.capture as capture
+    from reference.model.assets import default_model_dir
+    from reference.model.capture import cached_capture, default_capture_set
+
+    cs = cached_capture(default_model_dir(), cache=tmp_path, store_raw=False)
+    shipped = default_capture_set()
+    assert cs.dir.parent == tmp_path / "captures" and cs.dir.name.endswith("-own-w4x16")
+    def qdigests(man):  # the quantized activations (the shipped set also stores the raw x)
+        return {n: (e["digests"]["a"], e["digests"]["scale_a"], e["weights"]) for n, e in man["layers"].items()}
+
+    assert len(cs.manifest["layers"]) == 28 and qdigests(cs.manifest) == qdigests(shipped.manifest)
+    monkeypatch.setattr(capture, "forward_f64", lambda *a, **k: pytest.fail("rebuilt a cached capture"))
+    again = cached_capture(default_model_dir(), cache=tmp_path, store_raw=False)
+    assert again.dir == cs.dir and again.manifest["layers"] == cs.manifest["layers"]
+    with pytest.raises(CaptureError, match="not a model directory"):
+        cached_capture(tmp_path / "nope", cache=tmp_path)
