@@ -269,6 +269,7 @@ def test_cached_capture_of_the_default_model_is_the_shipped_capture_and_built_on
     cs = cached_capture(default_model_dir(), cache=tmp_path, store_raw=False)
     shipped = default_capture_set()
     assert cs.dir.parent == tmp_path / "captures" and cs.dir.name.endswith("-own-w4x16")
+
     def qdigests(man):  # the quantized activations (the shipped set also stores the raw x)
         return {n: (e["digests"]["a"], e["digests"]["scale_a"], e["weights"]) for n, e in man["layers"].items()}
 
