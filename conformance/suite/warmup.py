@@ -98,7 +98,8 @@ def plan_groups(layouts: Sequence[tuple], workers: int) -> list[list]:
 
 def marker_path(spec, layouts: list, device: str) -> os.PathLike:
     """Where a complete warm-up of ``layouts`` for ``spec`` on ``device`` leaves its marker (module docstring)."""
-    key = [spec.source_digest, spec.name, layouts, torch.cuda.get_device_name(device), torch.__version__]
+    # no CUDA call: this process must not initialize CUDA before the suite forks its workers
+    key = [spec.source_digest, spec.name, layouts, str(device), torch.__version__, torch.version.cuda]
     key += [triton.__version__, os.environ.get("TRITON_CACHE_DIR", "")]
     return cache_location() / "warm-up" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
 
