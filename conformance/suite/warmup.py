@@ -3,7 +3,7 @@ worker processes call the kernel once per distinct operand layout on zero-filled
 (shape, strides, dtype, storage offset; dense copies where the kernel declares ``contiguous_only``), both
 ``scaled_mm`` and ``int_mm``. The JIT's disk cache (Triton's) then holds every variant the cases need, so the
 cases never wait on a compiler. Outputs are discarded: nothing here decides a verdict. Layouts are grouped by
-power-of-two bins of (M, N, K) (variants a JIT shares), groups spread over the workers. A warm-up that called
+what a JIT specializes on (:func:`_jit_key`), groups spread over the workers. A warm-up that called
 every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
 layouts, device, torch / Triton versions and ``TRITON_CACHE_DIR``), and the same warm-up is then skipped."""
 
@@ -21,6 +21,7 @@ import torch
 import triton
 
 import faults  # noqa: F401 -- registers the resolver of injected names (triton+F4@all#s0) in every worker
+from conformance.checks import batch_invariance
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.import_noise import silence_import_noise
 from reference.fileio import atomic_write_text, cache_location
@@ -42,6 +43,24 @@ def case_layout(ops, dense_operands=frozenset()) -> tuple:
     """A case's call signature: the five operand layouts and the output dtype (hashable, picklable)."""
     names = ("a", "b", "scale_a", "scale_b", "bias")
     return tuple(_layout(getattr(ops, n), n in dense_operands) for n in names) + (str(ops.out_dtype),)
+
+
+def c9_layouts(cases: Sequence, dense_operands=frozenset()) -> list:
+    """The call signatures C9 (``checks.batch_invariance``) will make: each case it selects (and its own probes)
+    at M = 1 and at every ``BATCH_SIZES`` batch, ``a`` dense and ``scale_a`` per-tensor or one per row, as its
+    batches are built."""
+    out = []
+    for ops, _ in batch_invariance.select_cases(list(cases)) + [(p, None) for p in batch_invariance.probe_cases()]:
+        base = case_layout(ops, dense_operands)
+        sa = ops.scale_a
+        for m in (1, *batch_invariance.BATCH_SIZES):
+            a = ((m, ops.k), (ops.k, 1), "int8", 0)
+            if sa.dim() == 0 or (sa.numel() == 1 and ops.m != 1):
+                sa_l = _layout(sa.clone(), False)
+            else:
+                sa_l = ((m, 1), (1, 1), "float32", 0) if sa.dim() == 2 else ((m,), (1,), "float32", 0)
+            out.append((a, base[1], sa_l) + base[3:])
+    return out
 
 
 def _zeros(layout: Optional[tuple], device: str) -> Optional[torch.Tensor]:
@@ -68,7 +87,8 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str]
             done += 1
         except Exception as e:  # noqa: BLE001 -- the case itself reports a kernel's error
             err = err or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
-    torch.cuda.synchronize(device)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
     return done, err
 
 
@@ -79,17 +99,20 @@ def reload_name(spec) -> str:
     return rest if kind in ("module", "entry-point", "adapter") and rest else spec.name
 
 
-def _bin(v: int) -> int:
-    return (v - 1).bit_length()
+def _jit_key(lay: tuple) -> tuple:
+    """What a JIT such as Triton specializes a variant on, roughly: M's size class, the out dtype, bias or not, and
+    which sizes, strides and offsets are 1 or multiples of 16."""
+    (m, k), n = lay[0][0], lay[1][0][0]
+    ints = (m, n, k, *lay[0][1], *lay[1][1], lay[0][3], lay[1][3])
+    return ((m > 16) + (m > 256), lay[5], lay[4] is None) + tuple((v == 1, v % 16 == 0) for v in ints)
 
 
 def plan_groups(layouts: Sequence[tuple], workers: int) -> list[list]:
-    """Distinct layouts grouped by power-of-two bins of (M, N, K) and out dtype, the groups dealt largest first
-    onto ``workers`` lists (fewest layouts first)."""
+    """Distinct layouts grouped by :func:`_jit_key` (a variant is compiled by one worker, not by several at once),
+    the groups dealt largest first onto ``workers`` lists (fewest layouts first)."""
     groups: dict = {}
     for lay in dict.fromkeys(layouts):
-        (m, k), n = lay[0][0], lay[1][0][0]
-        groups.setdefault((_bin(m), _bin(n), _bin(k), lay[5]), []).append(lay)
+        groups.setdefault(_jit_key(lay), []).append(lay)
     out: list[list] = [[] for _ in range(max(1, workers))]
     for g in sorted(groups.values(), key=len, reverse=True):
         min(out, key=len).extend(g)
@@ -105,10 +128,11 @@ def marker_path(spec, layouts: list, device: str) -> os.PathLike:
 
 
 def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None) -> dict:
-    """Warm ``spec`` (resolved by name in each worker) for ``cases`` on CUDA ``device``; returns
-    ``{"layouts", "workers", "seconds", "calls", "error"}`` (``"skipped"`` when its marker exists). Never
-    raises: a failed warm-up only costs time."""
-    layouts = list(dict.fromkeys(case_layout(c, spec.dense_operands()) for c in cases))
+    """Warm ``spec`` (resolved by name in each worker) for ``cases`` and C9's calls on them (:func:`c9_layouts`) on
+    CUDA ``device``; returns ``{"layouts", "workers", "seconds", "calls", "error"}`` (``"skipped"`` when its marker
+    exists). Never raises: a failed warm-up only costs time."""
+    dense = spec.dense_operands()
+    layouts = list(dict.fromkeys([case_layout(c, dense) for c in cases] + c9_layouts(cases, dense)))
     marker = marker_path(spec, layouts, device)
     if os.path.exists(marker):
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")

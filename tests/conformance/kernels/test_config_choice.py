@@ -111,13 +111,13 @@ def test_warm_up_rebuilds_each_operand_layout():
     assert dense[0] == ((7, 40), (40, 1), "int8", 0) and dense[1] == ((24, 40), (40, 1), "int8", 0)
 
 
-def test_warm_up_groups_layouts_by_power_of_two_bins():
+def test_warm_up_groups_layouts_a_jit_compiles_alike():
     def lay(m, n, k, dt="torch.bfloat16"):
         return (((m, k), (k, 1), "int8", 0), ((n, k), (k, 1), "int8", 0), None, None, None, dt)
 
     lays = [lay(5, 64, 64), lay(6, 64, 64), lay(5, 64, 64), lay(100, 64, 64), lay(5, 64, 64, "torch.float16")]
     groups = plan_groups(lays, 2)
-    assert sorted(map(len, groups)) == [2, 2]  # 4 distinct: {5, 6} share a bin, 100 and float16 apart
+    assert sorted(map(len, groups)) == [2, 2]  # 4 distinct: M 5 and 6 compile alike, M 100 and float16 apart
     assert any(lay(5, 64, 64) in g and lay(6, 64, 64) in g for g in groups)
     assert plan_groups(lays, 8) and len(plan_groups(lays, 8)) == 3
 
@@ -131,7 +131,7 @@ def test_warm_up_resolves_loaded_kernels_by_their_module_name():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch):
-    from conformance.suite.warmup import warm_up
+    from conformance.suite.warmup import c9_layouts, warm_up
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # a cold cache the workers fill
     monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path / "int8conf"))
@@ -139,7 +139,8 @@ def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch)
     with conformance_run():
         rec = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
         again = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
-    assert rec["layouts"] == 4 and rec["calls"] == 4 and rec["error"] == ""
+    want = len(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
+    assert rec["layouts"] == want and rec["calls"] == want and rec["error"] == ""
     assert any((tmp_path / "triton").rglob("*.cubin")), "the workers compiled into Triton's cache"
     assert again["skipped"] and again["calls"] == 0
 
@@ -170,3 +171,30 @@ def test_the_committed_h200_pins_name_candidates():
     labels |= {c.label() for cs in bt.GLUON_WS_CONFIGS.values() for c in cs}
     assert len(table) == 43 and set(table.values()) <= labels
     assert all(tma == (m > 16) for m, _, _, tma in table if m <= 16)  # decode calls are never TMA
+
+
+def test_warm_up_adds_the_calls_c9_will_make():
+    from conformance.checks import batch_invariance
+    from conformance.suite.warmup import c9_layouts
+
+    cases = [_ops(m, 64, 48, seed=m, bias=m % 2 == 0) for m in (3, 24)]
+    lays = c9_layouts(cases)
+    picked = len(batch_invariance.select_cases(cases)) + len(batch_invariance.probe_cases())
+    assert len(lays) == picked * (1 + len(batch_invariance.BATCH_SIZES))
+    ms = sorted({lay[0][0][0] for lay in lays})
+    assert ms == sorted({1, *batch_invariance.BATCH_SIZES}) and all(lay[0][1] == (lay[0][0][1], 1) for lay in lays)
+
+
+def test_warm_up_runs_its_workers_and_leaves_a_marker(tmp_path, monkeypatch):
+    """The whole warm-up on the CPU (the suite only warms CUDA runs): spawned workers resolve the kernel by
+    name and call it once per layout; a complete warm-up is skipped the next time."""
+    from conformance.suite.warmup import c9_layouts, marker_path, warm_up
+
+    monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path))
+    cases = [_ops(3, 32, 16), _ops(20, 32, 16, bias=True)]
+    spec = get_kernel("cpu")
+    rec = warm_up(spec, cases, "cpu", workers=2)
+    want = list(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
+    assert (rec["layouts"], rec["calls"], rec["error"]) == (len(want), len(want), "")
+    assert rec["workers"] == 2 and marker_path(spec, want, "cpu").is_file()
+    assert warm_up(spec, cases, "cpu", workers=2)["skipped"]
