@@ -2,7 +2,8 @@
 # One GPU session on a CUDA machine (used through the `device` tool, where the repo is a
 # plain copy, not installed). Stages:
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
-#   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh).
+#   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh);
+#   5 / 5b: int8conf bench --main-job rows a,b / c,d.
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -40,8 +41,12 @@ case "${STAGE:-1}" in
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
+5|5b) rows=a,b; [ "$STAGE" = 5b ] && rows=c,d
+   # the main job timed against issue 29's targets: reports/bench/<device>/main_job.{json,md} under $OUT/bench
+   step "main-job-$rows" 590 python3 -m conformance.cli bench --main-job --rows "$rows" --timeout 280 \
+     --out "$OUT/bench" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
-cd "$OUT" && tar -czf "all-${STAGE:-1}.tgz" logs $(ls -d reports pow2 sweep 2>/dev/null) 2>/dev/null
-rm -rf logs reports pow2
+cd "$OUT" && tar -czf "all-${STAGE:-1}.tgz" logs $(ls -d reports pow2 sweep bench 2>/dev/null) 2>/dev/null
+rm -rf logs reports pow2 bench

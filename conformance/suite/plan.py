@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
+from conformance.cases.cache import cached_cases
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
@@ -100,9 +101,11 @@ def default_cases(
 ) -> tuple[list, CaptureReplay]:
     """``(cases, captures)``: synthetic cases per seed, the shape sweep and the case families
     (``include_sweep``), the layer captures in both scale modes (when available)."""
-    cases = list(synthetic_cases(seeds))
-    if include_sweep:
-        cases += shape_sweep() + families.family_cases()
+
+    def build() -> list:
+        return list(synthetic_cases(seeds)) + (shape_sweep() + families.family_cases() if include_sweep else [])
+
+    cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/sweep={include_sweep}", build)
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:

@@ -74,6 +74,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
     marker = GemmOperands(
         torch.ones((1, 1), dtype=I8), torch.ones((1, 1), dtype=I8), torch.ones(1), torch.ones(1), name="marker"
     )
+    monkeypatch.setenv("INT8CONF_CASE_CACHE", "0")  # build: the patched families, not a cached list
     monkeypatch.setattr(fam_mod, "family_cases", lambda: [marker])
     cases, _ = default_cases(include_captures=False)
     assert cases[-1] is marker  # families follow synthetic + sweep
