@@ -18,34 +18,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
-from conformance.kernels.registry import get_kernel, resolve_kernels
-from conformance.kernels.runner import validate_device
-from conformance.runtime.output_dirs import command_root
-from conformance.runtime.progress import suite_progress
-from conformance.runtime.threads import set_torch_threads
-from conformance.suite.coverage import invocation
-from conformance.suite.report import (
-    REPORT_FILES,
-    fault_signatures,
-    is_precondition_case,
-    is_precondition_failure,
-    kernel_dirname,
-    pair_difference_line,
-    verdict_label,
-    write_reports,
-)
-from conformance.suite.run import (
-    NOT_RUN,
-    SuiteInterrupted,
-    SuiteState,
-    cli_capture_message,
-    given_cases,
-    run_suite,
-    suite_cases,
-)
-from faults import annotate_result, inject, injection_of, parse_injection, prepare_case
-from faults.spec import PRECONDITION_FAULTS
+from conformance.runtime.output_dirs import command_root, kernel_dirname
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
 from reference.errors import CaptureError, Int8confError
 
@@ -153,6 +126,17 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
+    # the command's body (the suite stack, faults) loads here, not when the CLI starts
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+    from conformance.kernels.registry import get_kernel, resolve_kernels
+    from conformance.kernels.runner import validate_device
+    from conformance.runtime.progress import suite_progress
+    from conformance.runtime.threads import set_torch_threads
+    from conformance.suite.coverage import invocation
+    from conformance.suite.report import REPORT_FILES
+    from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
+    from faults import annotate_result, inject, injection_of, parse_injection
+
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR (the captures' parent model); give --captures too")
     validate_device(args.device)
@@ -207,9 +191,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
 
 
-def _state(args, spec, inj, other) -> SuiteState:
-    """The suite's state for one kernel run: its cases built once (prepared for a precondition
-    fault F6 / F7, then counted as an explicit case list)."""
+def _state(args, spec, inj, other):
+    """The suite's ``SuiteState`` for one kernel run: its cases built once (prepared for a
+    precondition fault F6 / F7, then counted as an explicit case list)."""
+    from conformance.suite.run import SuiteState, given_cases, suite_cases
+    from faults import prepare_case
+    from faults.spec import PRECONDITION_FAULTS
+
     t0 = time.perf_counter()
     cases, cap = suite_cases(not args.no_captures, not args.no_sweep, args.captures, args.model)
     if inj is not None and inj.fault in PRECONDITION_FAULTS:
@@ -219,6 +207,9 @@ def _state(args, spec, inj, other) -> SuiteState:
 
 
 def _print_summary(con, name: str, res) -> None:
+    from conformance.suite.report import fault_signatures, pair_difference_line
+    from conformance.suite.run import NOT_RUN
+
     t = Table(
         title=f"{name}: overall {res.verdict.upper()} "
         f"({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)"
@@ -256,6 +247,8 @@ def kernel_report_dir(out, kernel_name: str) -> Path:
 
 def _write(res, out):
     """``write_reports(res, out)``; an OSError becomes an Int8confError naming the path."""
+    from conformance.suite.report import write_reports
+
     try:
         return write_reports(res, out)
     except OSError as e:
@@ -281,6 +274,9 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup), labelled as in conformance.md."""
+    from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
+    from conformance.suite.run import NOT_RUN
+
     if is_precondition_failure(verdict, evidence):
         style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
         return f"[{style}]{verdict_label(verdict, evidence)}[/]"

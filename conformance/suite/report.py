@@ -17,12 +17,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import re
 from pathlib import Path
 from typing import Union
 
 import pandas as pd
 
+from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, partial_note
 from conformance.suite.signatures import signature_lines
 from reference.errors import Int8confError
@@ -30,11 +30,6 @@ from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
 SCHEMA_VERSION = 1
-
-
-def kernel_dirname(name: str) -> str:
-    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` -> ``pkg.mod_fn_x_1``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
 
 
 def _clean(x):

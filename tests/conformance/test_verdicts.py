@@ -196,13 +196,14 @@ def _tree(root: Path) -> list:
 
 @pytest.fixture
 def suite_never_runs(monkeypatch):
-    """Fails the test if ``check`` gets as far as running the suite."""
-    import conformance.commands.check as check
+    """Fails the test if ``check`` gets as far as running the suite (``check.run`` imports
+    ``run_suite`` from its module when it runs)."""
+    import conformance.suite.run as suite_run
 
     def ran(*a, **k):
         raise AssertionError("the suite ran before --out was refused")
 
-    monkeypatch.setattr(check, "run_suite", ran)
+    monkeypatch.setattr(suite_run, "run_suite", ran)
 
 
 def _make(root: Path, layout: str) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +89,38 @@ def test_help_has_no_docstring_markup_and_every_option_has_help():
         assert "``" not in text and ":func:" not in text, name
         missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
         assert not missing, (name, missing)
+
+
+#: what a command loads when it runs, never while the CLI registers its subcommands
+COMMAND_BODIES = (
+    "pandas",
+    "hypothesis",
+    "yaml",
+    "faults",
+    "predictions",
+    "detllm",
+    "conformance.bench",
+    "conformance.cases",
+    "conformance.checks",
+    "conformance.gate.run",
+    "conformance.scoreboard",
+    "conformance.study",
+    "conformance.suite",
+    "conformance.sweep",
+)
+
+
+def test_registering_the_commands_loads_no_command_body():
+    """``int8conf --help`` and every CLI process start by registering every subcommand: none may
+    import its work (the suite, the sweep, faults, pandas...) before it runs."""
+    code = "import sys; from conformance.cli import build_parser; build_parser(); print(*sorted(sys.modules))"
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    loaded = r.stdout.split()
+    assert "conformance.commands.check" in loaded and "conformance.commands.sweep" in loaded
+    assert [m for m in loaded if m.startswith(tuple(f"{b}." for b in COMMAND_BODIES)) or m in COMMAND_BODIES] == []
 
 
 def test_detllm_kernel_help_says_only_int_mm_is_used(capsys):
