@@ -202,7 +202,8 @@ def pytest_configure(config) -> None:
 def _check_report_dirs(out: Path, specs) -> list:
     """Make and check every ``<out>/<kernel>/`` before any item runs (removed again on a refusal);
     returns the folders made, deepest first. Raises pytest.UsageError (one line)."""
-    from conformance.suite.report import REPORT_FILES, kernel_dirname
+    from conformance.runtime.output_dirs import kernel_dirname
+    from conformance.suite.report import REPORT_FILES
 
     dirs = list(dict.fromkeys(out / kernel_dirname(s.name) for s in specs))
     try:

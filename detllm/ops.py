@@ -8,6 +8,7 @@ arXiv:2101.01321), I-ViT Shiftmax (Li & Gu 2023, arXiv:2207.01405), I-LLM (Hu et
 
 from __future__ import annotations
 
+import functools
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Callable, Tuple
 
@@ -38,25 +39,26 @@ LOG2E_K = 24
 LOG2E_M = 24204406
 
 
-def _build_exp2_table() -> list:
-    """Q30 table of 2^(-j/1024), j = 0..1024, ties up, in 50-digit decimal arithmetic (platform-independent)."""
+@functools.cache
+def _exp2_values() -> tuple:
+    """Q30 table of 2^(-j/1024), j = 0..1024, ties up, in 50-digit decimal arithmetic (platform-independent);
+    built on first use (a quarter second: not at import)."""
     with localcontext() as ctx:
         ctx.prec = 50
         step = Decimal(2**_TABLE_BITS)
-        return [
+        return tuple(
             int((Decimal(2) ** (Decimal(-j) / step) * (2**EXP_FRAC_BITS)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
             for j in range(2**_TABLE_BITS + 1)
-        ]
+        )
 
 
-_EXP2_TABLE = _build_exp2_table()
 _table_cache: dict = {}
 
 
 def _exp2_table(device) -> torch.Tensor:
     key = str(device)
     if key not in _table_cache:
-        _table_cache[key] = torch.tensor(_EXP2_TABLE, dtype=torch.int64, device=device)
+        _table_cache[key] = torch.tensor(_exp2_values(), dtype=torch.int64, device=device)
     return _table_cache[key]
 
 

@@ -18,38 +18,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
-from conformance.kernels.registry import get_kernel, resolve_kernels
-from conformance.kernels.runner import cuda_device, validate_device
-from conformance.runtime.output_dirs import command_root
-from conformance.runtime.progress import suite_progress
-from conformance.runtime.threads import set_torch_threads
-from conformance.suite.coverage import invocation
-from conformance.suite.report import (
-    REPORT_FILES,
-    fault_signatures,
-    is_precondition_case,
-    is_precondition_failure,
-    kernel_dirname,
-    pair_difference_line,
-    verdict_label,
-    write_reports,
-)
-from conformance.suite.run import (
-    NOT_RUN,
-    SuiteInterrupted,
-    SuiteState,
-    cli_capture_message,
-    given_cases,
-    run_suite,
-    suite_cases,
-)
-from conformance.suite.workers import default_jobs
-from faults import annotate_result, inject, injection_of, parse_injection, prepare_case
-from faults.spec import PRECONDITION_FAULTS
+from conformance.runtime.output_dirs import command_root, kernel_dirname
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
 from reference.errors import CaptureError, Int8confError
-from reference.model.capture import cached_capture
 
 #: ``int8conf check`` exit codes.
 EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
@@ -165,6 +136,18 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
+    # the command's body (the suite stack, faults) loads here, not when the CLI starts
+    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
+    from conformance.kernels.registry import get_kernel, resolve_kernels
+    from conformance.kernels.runner import validate_device
+    from conformance.runtime.progress import suite_progress
+    from conformance.runtime.threads import set_torch_threads
+    from conformance.suite.coverage import invocation
+    from conformance.suite.report import REPORT_FILES
+    from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
+    from conformance.suite.workers import default_jobs
+    from faults import annotate_result, inject, injection_of, parse_injection
+
     validate_device(args.device)
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
@@ -218,9 +201,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
 
 
-def _state(args, spec, inj, other) -> SuiteState:
-    """The suite's state for one kernel run: its cases built once (prepared for a precondition
-    fault F6 / F7, then counted as an explicit case list)."""
+def _state(args, spec, inj, other):
+    """The suite's ``SuiteState`` for one kernel run: its cases built once (prepared for a
+    precondition fault F6 / F7, then counted as an explicit case list)."""
+    from conformance.kernels.runner import cuda_device
+    from conformance.suite.run import SuiteState, given_cases, suite_cases
+    from faults import prepare_case
+    from faults.spec import PRECONDITION_FAULTS
+    from reference.model.capture import cached_capture
+
     t0 = time.perf_counter()
     captures = args.captures
     if args.model is not None and captures is None and not args.no_captures:
@@ -234,6 +223,9 @@ def _state(args, spec, inj, other) -> SuiteState:
 
 
 def _print_summary(con, name: str, res) -> None:
+    from conformance.suite.report import fault_signatures, pair_difference_line
+    from conformance.suite.run import NOT_RUN
+
     t = Table(
         title=f"{name}: overall {res.verdict.upper()} "
         f"({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)"
@@ -271,6 +263,8 @@ def kernel_report_dir(out, kernel_name: str) -> Path:
 
 def _write(res, out):
     """``write_reports(res, out)``; an OSError becomes an Int8confError naming the path."""
+    from conformance.suite.report import write_reports
+
     try:
         return write_reports(res, out)
     except OSError as e:
@@ -296,6 +290,9 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup), labelled as in conformance.md."""
+    from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
+    from conformance.suite.run import NOT_RUN
+
     if is_precondition_failure(verdict, evidence):
         style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
         return f"[{style}]{verdict_label(verdict, evidence)}[/]"

@@ -16,12 +16,12 @@ import argparse
 import json
 
 from conformance.commands.options import add_model_run_options, default_model_dir_arg
-from conformance.study.model_run import build_model, generate_header, resolve_kernel_list
 from reference.errors import Int8confError
 from reference.model.weights import check_checkpoint_mode, checkpoint_weights
 
 
 def _run_generate(args: argparse.Namespace) -> int:
+    from conformance.study.model_run import build_model, generate_header, resolve_kernel_list
     from reference.model import forward as wf
     from reference.model.corpus import prompts
     from reference.model.tokenizer import encode, eot_id, load_tokenizer

@@ -30,12 +30,12 @@ import json
 import time
 
 from conformance.commands.options import add_model_run_options, default_model_dir_arg
-from conformance.study.model_run import build_model, resolve_kernel_list
 from reference.command_line import positive_int
 from reference.model.weights import check_checkpoint_mode, checkpoint_weights, load_weights
 
 
 def _run_perplexity(args: argparse.Namespace) -> int:
+    from conformance.study.model_run import build_model, resolve_kernel_list
     from reference.model import forward as wf
     from reference.model.corpus import eval_windows
     from reference.model.tokenizer import load_tokenizer

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from predictions.lock import default_dir, lock_matrix, read_lock, verify_git_history, verify_matrix
 from reference.command_line import make_console
 
 
@@ -42,6 +41,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch the action; PredictionError propagates (CLI prints one line, exit 2)."""
+    from predictions.lock import default_dir, lock_matrix, read_lock, verify_git_history, verify_matrix
+
     if args.action == "lock":
         e = lock_matrix(args.file)
         print(f"locked {e.file}: sha256 {e.sha256}")

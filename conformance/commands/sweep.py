@@ -30,9 +30,6 @@ from pathlib import Path
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import default_out, kernel_label
-from faults import COVERAGES
-from faults.catalogue import FAULTS, get_fault
-from predictions.lock import default_dir, matrix_chain, read_lock
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
 from reference.errors import Int8confError, PredictionError
 from reference.model.assets import default_model_dir
@@ -221,6 +218,8 @@ def _checkpoint_dirs(cs, scale_modes) -> tuple:
 
 def latest_matrix(path=None) -> Path:
     """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
+    from predictions.lock import default_dir, read_lock
+
     if path:
         return Path(path)
     entries = read_lock(default_dir())
@@ -234,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
     from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
+    from faults import COVERAGES
+    from faults.catalogue import FAULTS, get_fault
+    from predictions.lock import matrix_chain
 
     validate_device(args.device)
     if args.threads > 1 and (args.workers > 1 or args.scheduler):

@@ -17,8 +17,13 @@ LIBRARIES = ("torchao", "bitsandbytes", "triton", "vllm", "sgl-kernel")
 
 
 def _version(mod: str) -> Optional[str]:
+    """``mod.__version__`` if loaded, else its distribution's version (importing hypothesis or triton
+    only to read it costs a second), else ``mod.__version__`` after all; None if not installed."""
+    loaded = sys.modules.get(mod)
+    if loaded is None and (v := _distribution(mod)) is not None:
+        return v
     try:
-        return getattr(importlib.import_module(mod), "__version__", None)
+        return getattr(loaded or importlib.import_module(mod), "__version__", None)
     except Exception:  # noqa: BLE001 -- optional package missing or broken
         return None
 

@@ -5,6 +5,7 @@ selection), the device for ``bench --gpu``. ``--out`` chooses any folder."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -17,16 +18,19 @@ def command_root(command: str) -> Path:
     return REPORTS / command
 
 
+def kernel_dirname(name: str) -> str:
+    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` -> ``pkg.mod_fn_x_1``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
+
+
 def kernel_label(name: str, fault: Optional[str] = None, coverage: str = "all", seed: int = 0) -> str:
     """A kernel's folder name: its name (``KernelSpec.name``, with an injected
     fault's suffix ``+F4@all#s0`` when ``fault`` is given) made a folder name
-    (``conformance.suite.report.kernel_dirname``).
+    (:func:`kernel_dirname`).
 
     Raises:
         FaultError: ``fault`` / ``coverage`` unknown (one line).
     """
-    from conformance.suite.report import kernel_dirname
-
     if fault:
         from faults.spec import make_injection
 

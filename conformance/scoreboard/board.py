@@ -25,11 +25,11 @@ from conformance.kernels import adapters
 from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel
 from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
+from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import load_repro, rerun_repro, save_repro  # noqa: F401 -- the CLI's --repro
 from conformance.scoreboard.render import STANDARD, render_markdown, render_png
 from conformance.suite.evaluate import evaluate_case
-from conformance.suite.report import kernel_dirname
 from reference.accumulate import exact_int_mm
 from reference.bits import NAN_DISTANCE, bits_of, spacing_distance
 from reference.contract import NAMED

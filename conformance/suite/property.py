@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from hypothesis import HealthCheck, Phase, given, settings
-
 from reference.errors import first_line
 
 #: Operand bounds of the property test (shapes straddle 8/16/32/64 edges).
 MAX_M, MAX_K, MAX_N = 48, 160, 48
 
 
-def ci_settings(max_examples: int = 25) -> settings:
-    """The fixed CI profile (see module docstring)."""
+def ci_settings(max_examples: int = 25):
+    """The fixed CI profile (see module docstring): a ``hypothesis.settings``."""
+    from hypothesis import HealthCheck, Phase, settings  # heavy: loaded when the property test runs
+
     return settings(
         max_examples=max_examples,
         derandomize=True,
@@ -35,6 +35,8 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Opti
     "settings"}``, or ``{"skipped": reason, ...}`` when ``reference.strategies`` is not importable.
     """
     try:
+        from hypothesis import given  # heavy: loaded when the property test runs
+
         from reference.strategies import gemm_operands
     except ImportError as e:
         return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}

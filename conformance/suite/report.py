@@ -17,12 +17,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import re
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
-import pandas as pd
-
+from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, partial_note
 from conformance.suite.signatures import signature_lines
 from reference.errors import Int8confError
@@ -30,11 +28,6 @@ from reference.fileio import atomic_write_text, portable_paths
 
 SCHEMA = "int8conf.conformance"
 SCHEMA_VERSION = 1
-
-
-def kernel_dirname(name: str) -> str:
-    """Directory name for a kernel's reports (``pkg.mod:fn?x=1`` -> ``pkg.mod_fn_x_1``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
 
 
 def _clean(x):
@@ -89,8 +82,13 @@ def fault_signatures(result) -> list:
     return signature_lines(result)
 
 
-def _table(df: pd.DataFrame) -> str:
-    """Markdown table (pandas + tabulate), else a fixed-width block."""
+def _table(rows: list, columns: Optional[list] = None, cells: bool = False) -> str:
+    """Markdown table of ``rows`` (tuples under ``columns``, or dicts; ``cells``: each value through
+    :func:`_cell`) via pandas + tabulate, else a fixed-width block."""
+    import pandas as pd  # heavy: loaded when a report is rendered, not with the suite
+
+    df = pd.DataFrame(rows, columns=columns)
+    df = df.map(_cell) if cells else df
     if df.empty:
         return "_(none)_"
     try:
@@ -100,7 +98,7 @@ def _table(df: pd.DataFrame) -> str:
 
 
 def _kv(rows: list) -> str:
-    return _table(pd.DataFrame(rows, columns=["field", "value"]).map(_cell))
+    return _table(rows, ["field", "value"], cells=True)
 
 
 def is_precondition_failure(verdict: str, evidence: dict) -> bool:
@@ -197,7 +195,7 @@ def _semantics_lines(env: dict) -> list[str]:
         "",
     ]
     rows = [(key, val) for key, val in sem.items() if key not in ("mode", "triton_version")]
-    lines.append(_table(pd.DataFrame(rows, columns=["step", "measured"]).map(_cell)))
+    lines.append(_table(rows, ["step", "measured"], cells=True))
     return lines
 
 
@@ -216,10 +214,8 @@ def _coverage_lines(rows: list) -> list[str]:
     ]
     lines.append(
         _table(
-            pd.DataFrame(
-                [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered")) for r in rows],
-                columns=["condition", "reached", "cases", "covered"],
-            )
+            [(r.get("condition"), _cell(r.get("reached"), 200), r.get("cases"), r.get("covered")) for r in rows],
+            ["condition", "reached", "cases", "covered"],
         )
     )
     return lines
@@ -314,18 +310,11 @@ def render_markdown(doc: dict) -> str:
     lines += ["", "## Checks", ""]
     lines.append(
         _table(
-            pd.DataFrame(
-                [
-                    (
-                        ch["check_id"],
-                        ch["name"],
-                        verdict_label(ch["verdict"], ch["evidence"]),
-                        _cell(ch["summary"], 200),
-                    )
-                    for ch in doc["checks"]
-                ],
-                columns=["id", "check", "verdict", "summary"],
-            )
+            [
+                (ch["check_id"], ch["name"], verdict_label(ch["verdict"], ch["evidence"]), _cell(ch["summary"], 200))
+                for ch in doc["checks"]
+            ],
+            ["id", "check", "verdict", "summary"],
         )
     )
     lines += [
@@ -445,7 +434,7 @@ def render_markdown(doc: dict) -> str:
             r["max abs acc"] = cs["checks"].get("C4", {}).get("evidence", {}).get("max_abs", "")
             r["path"] = cs.get("path") or ""
             recs.append(r)
-        lines.append(_table(pd.DataFrame(recs)))
+        lines.append(_table(recs))
     pw = doc.get("pairwise")
     if pw:
         lines += ["", f"## Pairwise: `{pw['kernel']}` vs `{pw['other']}`", "", f"**{pw['summary']}**", ""]
@@ -467,7 +456,7 @@ def render_markdown(doc: dict) -> str:
             }
             for p in pw["per_case"]
         ]
-        lines.append(_table(pd.DataFrame(recs)))
+        lines.append(_table(recs))
     lines += [
         "",
         "---",

@@ -1,16 +1,19 @@
 """Child processes die with a parent killed by SIGKILL
 (``conformance.runtime.graceful_stop.exit_with_parent``): the sweep's pool workers and
-any child that arms it, checked on real processes through /proc (Linux)."""
+any child that arms it, checked on real processes through /proc (Linux). Every wait is for
+an event (a line on a pipe, a stored cell, a pid dying; ``waiting``), never a fixed time."""
 
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from waiting import read_line, wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -24,6 +27,16 @@ def _children(pid: int) -> list:
         return []
 
 
+def _pool_workers(pid: int) -> list:
+    """The spawned pool workers among ``pid``'s children."""
+    out = []
+    for c in _children(pid):
+        with contextlib.suppress(OSError):  # a child gone meanwhile
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes():
+                out.append(c)
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -32,11 +45,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_gone(pids, seconds: float) -> list:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
+def _storing_workers(db: Path) -> set:
+    """The pids of the workers that stored a cell in the sweep store ``db`` so far (``cells.worker``
+    is ``host:pid``); empty while the file is missing or the writer holds it."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as con:
+            return {int(w.rsplit(":", 1)[1]) for (w,) in con.execute("SELECT DISTINCT worker FROM cells")}
+    except sqlite3.Error:
+        return set()
 
 
 def _kill_all(pids) -> None:
@@ -48,18 +64,20 @@ def _kill_all(pids) -> None:
 
 
 PARENT = textwrap.dedent("""
-    import multiprocessing as mp, sys, time
+    import multiprocessing as mp, signal, sys
     def child(arm):
         if arm:
             from conformance.runtime.graceful_stop import exit_with_parent
             assert exit_with_parent()
+        signal.signal(signal.SIGUSR1, lambda *a: print("alive", flush=True))
         print("armed", flush=True)
-        time.sleep(120)
+        while True:
+            signal.pause()
     if __name__ == "__main__":
         p = mp.get_context("spawn").Process(target=child, args=(sys.argv[1] == "arm",))
         p.start()
         print(p.pid, flush=True)
-        time.sleep(120)
+        signal.pause()
 """)
 
 
@@ -69,15 +87,18 @@ def test_an_armed_child_dies_with_its_parent_an_unarmed_one_does_not(tmp_path, a
     script.write_text(PARENT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen(
-        [sys.executable, str(script), "arm" if arm else "no"], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), "arm" if arm else "no"], stdout=subprocess.PIPE, bufsize=0, env=env
     )
-    child = int(p.stdout.readline())
+    child = int(read_line(p.stdout, "the child's pid"))
     try:
-        assert p.stdout.readline().strip() == "armed"  # the child printed after arming
+        assert read_line(p.stdout, "the child's start") == "armed"  # the child printed after arming
         p.kill()
-        p.wait()
-        left = _wait_gone([child], 5.0 if arm else 1.0)
-        assert left == ([] if arm else [child])
+        p.wait()  # reaped: the kernel has sent any death signal of the parent's exit
+        if arm:
+            wait_until(lambda: not _alive(child), "the armed child to die")
+        else:  # it still answers (a SIGKILL would have ended it before any handler ran)
+            os.kill(child, signal.SIGUSR1)
+            assert read_line(p.stdout, "the unarmed child's answer") == "alive"
     finally:
         p.kill()
         _kill_all([child])
@@ -87,6 +108,7 @@ def test_sweep_pool_workers_die_with_a_sigkilled_sweep(tmp_path):
     """``int8conf sweep --workers 2`` killed with SIGKILL while its workers compute
     cells: no worker survives it (before exit_with_parent both ran on, for ever)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    db = tmp_path / "s.sqlite"
     p = subprocess.Popen(
         [
             sys.executable,
@@ -101,7 +123,7 @@ def test_sweep_pool_workers_die_with_a_sigkilled_sweep(tmp_path):
             "--no-score",
             "--quiet",
             "--db",
-            str(tmp_path / "s.sqlite"),
+            str(db),
             "--out",
             str(tmp_path / "o"),
         ],
@@ -112,15 +134,13 @@ def test_sweep_pool_workers_die_with_a_sigkilled_sweep(tmp_path):
     )
     workers: list = []
     try:
-        end = time.monotonic() + 120
-        while time.monotonic() < end and len(workers) < 2:
-            workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-            time.sleep(0.1)
-        assert len(workers) == 2, "the sweep did not start two pool workers"
-        time.sleep(4)  # past their initializer: they are computing cells
+        workers = wait_until(lambda: len(w := _pool_workers(p.pid)) == 2 and w, "two pool workers")
+        # a cell stored by each: both are past their initializer (armed) and compute more cells
+        wait_until(lambda: _storing_workers(db) >= set(workers), "a stored cell from each worker")
+        assert p.poll() is None and all(_alive(w) for w in workers), "the sweep ended before the kill"
         p.kill()
         p.wait()
-        assert _wait_gone(workers, 10.0) == []
+        wait_until(lambda: not any(_alive(w) for w in workers), f"pool workers {workers} to die with the sweep")
     finally:
         p.kill()
         _kill_all(workers)
@@ -130,9 +150,8 @@ def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path
     """New-user pass 2026-12-01e: ``kill -9`` of one pool worker ended the sweep
     with a raw BrokenProcessPool traceback."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # 12 layers (648 cells, ~12 s on 2 idle cores): the kill 3 s after the workers start must
-    # land while units remain (with 4 layers a fast run could finish first: rc 0, a flake seen
-    # once in CI)
+    db = tmp_path / "s.sqlite"
+    # 12 layers (648 cells): the kill after the first stored cell lands while units remain
     cmd = [
         sys.executable,
         "-m",
@@ -148,21 +167,18 @@ def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path
         "--no-score",
         "--quiet",
         "--db",
-        str(tmp_path / "s.sqlite"),
+        str(db),
         "--out",
         str(tmp_path / "o"),
     ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     workers: list = []
     try:
-        end = time.monotonic() + 120
-        while time.monotonic() < end and not workers:
-            workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-            time.sleep(0.1)
-        assert workers, "the sweep did not start its pool workers"
-        time.sleep(3)
+        workers = wait_until(lambda: _pool_workers(p.pid), "the sweep's pool workers")
+        wait_until(lambda: _storing_workers(db), "a stored cell")
+        assert p.poll() is None, "the sweep ended before the kill"
         os.kill(workers[0], signal.SIGKILL)
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=300)
     finally:
         p.kill()
         _kill_all(workers)
@@ -170,5 +186,5 @@ def test_a_dead_pool_worker_ends_the_sweep_with_one_line_and_it_resumes(tmp_path
     assert p.returncode == 2, err
     assert len(lines) == 1 and lines[0].startswith("int8conf: error: a sweep worker process died"), err
     # the same command resumes and finishes
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -14,8 +14,9 @@ from conformance import cases as cases_mod
 from conformance.cases import NO_CAPTURES, capture_cases, make_case, shape_sweep, sweep_shapes, synthetic_cases
 from conformance.checks.result import CheckResult
 from conformance.kernels.runner import run_kernel
+from conformance.runtime.output_dirs import kernel_dirname
 from conformance.suite.pairwise import compare_pair, expected_agreement
-from conformance.suite.report import SCHEMA_VERSION, kernel_dirname, read_report, write_reports
+from conformance.suite.report import SCHEMA_VERSION, read_report, write_reports
 from conformance.suite.run import run_conformance, run_model_check
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.errors import Int8confError

@@ -196,13 +196,14 @@ def _tree(root: Path) -> list:
 
 @pytest.fixture
 def suite_never_runs(monkeypatch):
-    """Fails the test if ``check`` gets as far as running the suite."""
-    import conformance.commands.check as check
+    """Fails the test if ``check`` gets as far as running the suite (``check.run`` imports
+    ``run_suite`` from its module when it runs)."""
+    import conformance.suite.run as suite_run
 
     def ran(*a, **k):
         raise AssertionError("the suite ran before --out was refused")
 
-    monkeypatch.setattr(check, "run_suite", ran)
+    monkeypatch.setattr(suite_run, "run_suite", ran)
 
 
 def _make(root: Path, layout: str) -> None:
@@ -330,11 +331,11 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
     assert main(base + ["--model", "/moved/model"]) == 2
     _err_lines(capsys)
     assert seen == [("/caps", None), ("/caps", "/moved/model")]
-    # --model alone: the model is captured into the shared cache (conformance.commands.check.cached_capture)
+    # --model alone: the model is captured into the shared cache (reference.model.capture.cached_capture)
     # and that capture replayed; a missing directory is one line
     caught = []
     monkeypatch.setattr(
-        "conformance.commands.check.cached_capture",
+        "reference.model.capture.cached_capture",
         lambda model, device, progress: caught.append((model, device)) or type("CS", (), {"dir": "/cache/caps"}),
     )
     assert main(base[:-2] + ["--model", "/some/model"]) == 2

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +95,58 @@ def test_help_has_no_docstring_markup_and_every_option_has_help():
         assert "``" not in text and ":func:" not in text, name
         missing = [a.option_strings for a in p._actions if a.option_strings and not a.help]
         assert not missing, (name, missing)
+
+
+#: what a command loads when it runs, never while the CLI registers its subcommands
+COMMAND_BODIES = (
+    "pandas",
+    "hypothesis",
+    "yaml",
+    "faults",
+    "predictions",
+    "detllm",
+    "conformance.bench",
+    "conformance.cases",
+    "conformance.checks",
+    "conformance.gate.run",
+    "conformance.scoreboard",
+    "conformance.study",
+    "conformance.suite",
+    "conformance.sweep",
+)
+
+
+def _modules_after(code: str) -> list:
+    """The modules a fresh interpreter holds after running ``code``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    r = subprocess.run(
+        [sys.executable, "-c", f"import sys; {code}; print(*sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    return r.stdout.split()
+
+
+def test_registering_the_commands_loads_no_command_body():
+    """``int8conf --help`` and every CLI process start by registering every subcommand: none may
+    import its work (the suite, the sweep, faults, pandas...) before it runs."""
+    loaded = _modules_after("from conformance.cli import build_parser; build_parser()")
+    assert "conformance.commands.check" in loaded and "conformance.commands.sweep" in loaded
+    assert [m for m in loaded if m.startswith(tuple(f"{b}." for b in COMMAND_BODIES)) or m in COMMAND_BODIES] == []
+
+
+def test_the_suite_loads_hypothesis_and_pandas_only_to_use_them():
+    """The suite and its environment record, imported and taken as every check / plugin process
+    does: hypothesis waits for the property test, pandas for a markdown report."""
+    loaded = _modules_after(
+        "import conformance.suite.run, conformance.suite.report; "
+        "from conformance.runtime.environment import environment; environment()"
+    )
+    assert "conformance.suite.plan" in loaded
+    assert [m for m in loaded if m.split(".")[0] in ("hypothesis", "pandas")] == []
 
 
 def test_detllm_kernel_help_says_only_int_mm_is_used(capsys):
