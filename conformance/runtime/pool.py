@@ -135,8 +135,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
     import conformance.kernels.runner as runner
     from conformance.suite.evaluate import evaluate_case
-    from conformance.suite.plan import evaluate_fixed
-    from conformance.suite.run import run_model_check
+    from conformance.suite.plan import evaluate_fixed, run_model_check
 
     while True:
         try:
