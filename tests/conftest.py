@@ -1,5 +1,5 @@
-"""Shared pytest configuration: a deterministic hypothesis profile, and
-``tests/helpers/`` on ``sys.path`` for the shared test helpers.
+"""Shared pytest configuration: a deterministic hypothesis profile, ``tests/helpers/`` on ``sys.path`` for
+the shared test helpers, and every test outside a conformance run.
 
 ``ci`` (default): derandomized, 30 examples, no deadline -- the same examples
 on every run, so CI is reproducible. Override with HYPOTHESIS_PROFILE.
@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
@@ -21,3 +22,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # with pytest's importlib mode (pyproject), so equal basenames never clash.
 HELPERS = Path(__file__).resolve().parent / "helpers"
 sys.path.insert(0, str(HELPERS))
+
+
+@pytest.fixture(autouse=True)
+def _outside_a_conformance_run(monkeypatch):
+    """Each test starts outside a conformance run: an in-process sweep marks its process as one
+    (``kernels.spec.enter_conformance_run``), which would change the Triton built-in's choices for later tests."""
+    monkeypatch.delenv("INT8CONF_CONFORMANCE_RUN", raising=False)

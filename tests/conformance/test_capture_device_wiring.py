@@ -1,5 +1,5 @@
 """``int8conf sweep --model DIR`` and the study's layer capture build their captures on the
-kernel's CUDA device (``capture_model(device=...)``), the CPU for a CPU kernel."""
+kernel's CUDA device (``cached_capture(device=...)``), the CPU for a CPU kernel."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ class _Stop(Exception):
 def _sweep_capture_device(monkeypatch, kernel: str, device) -> str:
     seen = {}
 
-    def fake(mdir, out, progress=None, device="cpu"):
+    def fake(mdir, progress=None, device="cpu", **kw):
         seen["device"] = device
         raise _Stop
 
-    monkeypatch.setattr(capture_mod, "capture_model", fake)
+    monkeypatch.setattr(capture_mod, "cached_capture", fake)
     args = argparse.Namespace(captures=None, model=str(default_model_dir()), quiet=True, device=device)
     with pytest.raises(_Stop):
         sweep_cmd._resolve_captures(args, get_kernel(kernel))
