@@ -114,7 +114,7 @@ def _bits(x: Tensor) -> Tensor:
     return torch.where(torch.isnan(x), torch.full_like(b, -1), b)
 
 
-def _batch(ops, rows: list[int], size: int, g: torch.Generator):
+def batch_operands(ops, rows: list[int], size: int, g: torch.Generator):
     """``(GemmOperands, positions)``: ``size`` rows, ``ops``' ``rows`` at seeded positions among random ones."""
     m0, k = ops.m, ops.k
     a0 = ops.a.contiguous()
@@ -137,7 +137,8 @@ def _batch(ops, rows: list[int], size: int, g: torch.Generator):
     return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta), pos
 
 
-def _alone(ops, r: int):
+def alone_operands(ops, r: int):
+    """GemmOperands of row ``r`` of ``ops`` alone (M = 1; a per-tensor scale stays per-tensor)."""
     sa0 = ops.scale_a
     if sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
         sa = sa0.clone()
@@ -237,7 +238,7 @@ def check_batch_invariance(
             for r in range(ops.m):
                 record("repeat (same inputs, second call)", r, rb[r], None)
         for r in rows:
-            run = run_kernel(spec, _alone(ops, r), device=device)
+            run = run_kernel(spec, alone_operands(ops, r), device=device)
             n_calls += 1
             if run.manifest.get("skipped"):
                 info["sizes_skipped"]["1"] = run.error
@@ -246,7 +247,7 @@ def check_batch_invariance(
         for size in batch_sizes:
             if size < len(rows):
                 continue
-            bops, pos = _batch(ops, rows, int(size), g)
+            bops, pos = batch_operands(ops, rows, int(size), g)
             run = run_kernel(spec, bops, device=device)
             n_calls += 1
             if run.manifest.get("skipped"):

@@ -47,19 +47,13 @@ def case_layout(ops, dense_operands=frozenset()) -> tuple:
 
 def c9_layouts(cases: Sequence, dense_operands=frozenset()) -> list:
     """The call signatures C9 (``checks.batch_invariance``) will make: each case it selects (and its own probes)
-    at M = 1 and at every ``BATCH_SIZES`` batch, ``a`` dense and ``scale_a`` per-tensor or one per row, as its
-    batches are built."""
+    alone (M = 1) and in every ``BATCH_SIZES`` batch, built by C9's own builders."""
     out = []
+    g = torch.Generator().manual_seed(0)  # values do not matter: only layouts are kept
     for ops, _ in batch_invariance.select_cases(list(cases)) + [(p, None) for p in batch_invariance.probe_cases()]:
-        base = case_layout(ops, dense_operands)
-        sa = ops.scale_a
-        for m in (1, *batch_invariance.BATCH_SIZES):
-            a = ((m, ops.k), (ops.k, 1), "int8", 0)
-            if sa.dim() == 0 or (sa.numel() == 1 and ops.m != 1):
-                sa_l = _layout(sa.clone(), False)
-            else:
-                sa_l = ((m, 1), (1, 1), "float32", 0) if sa.dim() == 2 else ((m,), (1,), "float32", 0)
-            out.append((a, base[1], sa_l) + base[3:])
+        out.append(case_layout(batch_invariance.alone_operands(ops, 0), dense_operands))
+        for m in batch_invariance.BATCH_SIZES:
+            out.append(case_layout(batch_invariance.batch_operands(ops, [0], m, g)[0], dense_operands))
     return out
 
 
