@@ -8,7 +8,8 @@ Modes (``trace.record_path``): ``triton-native`` (CUDA, ``triton.jit``, ``enable
 timed end to end once per (device, M, N, K rounded up to powers of two, layout) and the fastest cached; small shapes,
 CUDA-graph captures, ``INT8CONF_TRITON_AUTOTUNE=0`` and conformance runs (``spec.in_conformance_run``: nothing is
 timed, K is padded as a tuned call pads it) take :func:`_untuned`, a pure function of shape, layout and device;
-a table named by ``INT8CONF_TRITON_PINS`` (:func:`load_pins`) pins the choice per bin in every mode.
+a table named by ``INT8CONF_TRITON_PINS`` (:func:`load_pins`, read on import) pins a native call's choice per bin,
+tuned or not.
 Every configuration gives the same bits (``tests/conformance/kernels/test_triton_configs_cuda.py`` runs each
 candidate on suite cases). Interpreter: fixed small tiles (:func:`_interp_config`). Operands are read through their strides, never copied, except
 natively an odd K, zero-padded to a multiple of 16 (:func:`_padded_k`; the manifest records ``k_padded_to``)."""
@@ -686,6 +687,14 @@ def _pinned(cands: list, m: int, n: int, k: int, tma: bool) -> Optional[Config]:
     return next((c for c in cands if c.label() == label), None)
 
 
+def check_pins_env() -> None:
+    """Read the table ``INT8CONF_TRITON_PINS`` names, if set (called on import: a bad table fails loading the
+    kernel with one line, also where no native call would read it). Raises ValueError."""
+    path = os.environ.get(PINS_ENV, "").strip()
+    if path:
+        load_pins(path)
+
+
 def pins_from_tuning(tuning: Optional[dict] = None) -> dict:
     """A pins table (:data:`PINS_ENV`) of the tuner's choices: ``tuning`` maps tuning keys (tuples, or their
     ``str``) ``(device, native, m_bin, n_bin, k_bin, tma, ...)`` to ``{"config": label}``; default this
@@ -998,3 +1007,6 @@ def launch_spec(
 
 def available() -> tuple[bool, str]:
     return True, ""
+
+
+check_pins_env()

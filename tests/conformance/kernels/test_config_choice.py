@@ -161,6 +161,24 @@ def test_a_pins_table_pins_the_configuration_of_a_bin(tmp_path, monkeypatch):
     monkeypatch.setenv(bt.PINS_ENV, str(bad))
     with pytest.raises(ValueError, match="not a Triton pins table"):
         bt._pinned(cands, 33, 6000, 2048, True)
+    monkeypatch.setenv(bt.PINS_ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="missing.json: not a Triton pins table"):
+        bt.check_pins_env()  # what importing the kernel runs: also under the interpreter
+
+
+def test_a_bad_pins_table_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "garbage"
+    bad.write_text("garbage")
+    env = {**__import__("os").environ, bt.PINS_ENV: str(bad)}
+    cmd = [sys.executable, "-m", "conformance.cli", "check", "--kernel", "triton", "--no-model", "--no-captures"]
+    cmd += ["--no-sweep", "--examples", "0", "-q", "--out", str(tmp_path / "r")]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a Triton pins table" in lines[0]
 
 
 def test_the_committed_h200_pins_name_candidates():
