@@ -27,9 +27,10 @@ step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(da
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider -p conformance.pytest_plugin -o faulthandler_timeout=240"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "${STAGE:-1}" in
-1) step cuda-tests 300 $P -n 15 -vv -m cuda tests/conformance tests/reference
-   # no xdist: it hides a failure's message while a slow test runs
-   step detllm-cuda 200 $P -m cuda tests/detllm ;;
+1) INT8CONF_CONFIG_REPORT="$OUT/logs/configs.jsonl" step cuda-tests "${LIMIT:-300}" $P -n 15 -vv -m cuda \
+     ${TESTS:-tests/conformance tests/reference}
+   # no xdist: it hides a failure's message while a slow test runs. DETLLM=0 skips it.
+   [ "${DETLLM:-1}" = 1 ] && step detllm-cuda 200 $P -m cuda tests/detllm ;;
 2a|2b) kern=triton; [ "$STAGE" = 2b ] && kern=int_mm
    step "conformance-$kern" "${LIMIT:-530}" $P -n 15 -vv --durations=20 --kernel=$kern --against=cpu \
      --int8conf-reports="$OUT/reports" ;;
@@ -43,7 +44,7 @@ case "${STAGE:-1}" in
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
 5|5b) rows=a,b; [ "$STAGE" = 5b ] && rows=c,d
    # the main job timed against issue 29's targets: reports/bench/<device>/main_job.{json,md} under $OUT/bench
-   step "main-job-$rows" 590 python3 -m conformance.cli bench --main-job --rows "$rows" --timeout 280 \
+   step "main-job-$rows" "${LIMIT:-590}" python3 -m conformance.cli bench --main-job --rows "$rows" --timeout "${TIMEOUT:-280}" \
      --out "$OUT/bench" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;

@@ -8,6 +8,7 @@ without CUDA ``e`` the check under the Triton interpreter. Prints figures; asser
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import resource
@@ -375,9 +376,31 @@ def run_main_job(
         "rows": records,
     }
     paths = {"json": out / JSON_NAME, "md": out / MD_NAME}
+    doc = with_earlier_rows(doc, _read_json(paths["json"]))
     atomic_write_json(paths["json"], doc, indent=1)
     atomic_write_text(paths["md"], render_markdown(doc))
     return doc, paths
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def with_earlier_rows(doc: dict, earlier: Optional[dict]) -> dict:
+    """``doc`` with the rows of an earlier document of the same device that this run did not time
+    (a device session's time limit splits the rows over calls): each row records the commit it was
+    measured at (``git``); rows come in :data:`ROWS` order. An unreadable or foreign ``earlier`` adds nothing."""
+    for r in doc["rows"]:
+        r.setdefault("git", doc["git"])
+    if not earlier or earlier.get("device") != doc["device"] or not isinstance(earlier.get("rows"), list):
+        return doc
+    mine = {r["row"] for r in doc["rows"]}
+    kept = [r | {"git": r.get("git", earlier.get("git"))} for r in earlier["rows"] if r.get("row") not in mine]
+    order = {k: i for i, k in enumerate(ROWS)}
+    return doc | {"rows": sorted(doc["rows"] + kept, key=lambda r: order.get(r["row"], len(order)))}
 
 
 def _fmt(v, spec: str = ".1f") -> str:
@@ -430,6 +453,7 @@ def render_markdown(doc: dict) -> str:
                 "Triton cache": r["triton_cache"],
                 "artifact cache": r["artifact_cache"],
                 "load before": _fmt(r["load_before"], ".2f"),
+                "commit": (r.get("git") or {}).get("commit", "")[:12] or "—",
             }
             for r in doc["rows"]
         ]

@@ -3,10 +3,13 @@ pytest plugin beside ``int8conf check``) loads them instead of building them aga
 dominate a CPU run's set-up). File: ``<cache>/cases/<key>.pt`` (``torch.save`` of the GemmOperands list: views,
 strides and meta kept), written atomically. Key: SHA-256 of every ``.py`` file of ``conformance/cases`` and
 ``reference`` (the code that builds cases), the torch version (its generators' streams) and the build's
-arguments; the :data:`KEEP` newest entries stay. ``INT8CONF_CASE_CACHE=0`` builds every time."""
+arguments; the :data:`KEEP` newest entries stay. Processes asking for one entry at once wait on ``<key>.lock``
+while the first builds it. ``INT8CONF_CASE_CACHE=0`` builds every time."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -41,6 +44,25 @@ def cached_cases(label: str, build: Callable[[], list]) -> list:
         return build()
     key = hashlib.sha256(f"{code_digest()}/{label}".encode()).hexdigest()[:32]
     path = cache_location() / "cases" / f"{key}.pt"
+    with _building(path):  # processes wanting the same entry wait for the one that builds it
+        return _load_or_build(path, build)
+
+
+@contextlib.contextmanager
+def _building(path: Path):
+    """An exclusive ``flock`` on ``<entry>.lock`` (blocking); no lock when the folder is unwritable."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path.with_suffix(".lock"), "a")
+    except OSError:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield  # closing the descriptor releases the lock
+
+
+def _load_or_build(path: Path, build: Callable[[], list]) -> list:
     try:
         return torch.load(path, weights_only=False)
     except Exception:  # noqa: BLE001 -- missing, partial or from another torch: build
@@ -55,6 +77,7 @@ def cached_cases(label: str, build: Callable[[], list]) -> list:
         tmp.replace(path)
         for old in sorted(path.parent.glob("*.pt"), key=lambda p: p.stat().st_mtime)[:-KEEP]:
             old.unlink(missing_ok=True)  # entries of earlier code: ~160 MB each
+            old.with_suffix(".lock").unlink(missing_ok=True)
     except Exception:  # noqa: BLE001 -- an unwritable cache only costs the next run its build
         if tmp is not None:
             tmp.unlink(missing_ok=True)

@@ -116,10 +116,13 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
     return with_layout(ops, layout, g)
 
 
-def regimes_family(seed: int = 0) -> list[GemmOperands]:
+def regimes_family(seed: int = 0, max_macs: int | None = None) -> list[GemmOperands]:
+    """Every regime case in suite order; with ``max_macs``, only those with M*K*N <= max_macs (same names and
+    layouts as in the full family: the rotation index counts the skipped ones)."""
     out, per_axis = [], {}
     for axis, m, k, n in regime_shapes():
         i = per_axis.get(axis, 0)
         per_axis[axis] = i + 1
-        out.append(regime_case(axis, m, k, n, i, seed))
+        if max_macs is None or m * k * n <= max_macs:
+            out.append(regime_case(axis, m, k, n, i, seed))
     return out

@@ -478,6 +478,7 @@ def _layout(cfg: Config, interp: bool, a: Tensor, b: Tensor, sa_st, sb_st, bias,
         EVEN_K=k % (cfg.block_k * sk) == 0,
         INT64_IDX=int64,
         K_ITERS_STATIC=(k + cfg.block_k * sk - 1) // (cfg.block_k * sk) if interp else 0,
+        FLOAT_DOT=interp,
     )
     ints = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), sa_st, sb_st, bias_st, n)
     return (tiles, sk), ints, kw, (m * n + tiles if sk > 1 else 0)

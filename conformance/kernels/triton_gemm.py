@@ -9,7 +9,10 @@ same bits. ``w8a8_mm``: pointer loads through every stride (CUDA and the interpr
 (int32 atomics; the last program at a tile takes the sum with ``atomic_xchg(ws, 0)``, leaving the workspace zeroed).
 ``w8a8_mm_tma``: Hopper TMA descriptors, optionally persistent / warp-specialised. bf16 is rounded with integer ops
 (``u + 0x7FFF + lsb``) because the interpreter truncates fp32 -> bf16. Interpreter limits: no ``tl.zeros`` /
-``tl.cdiv`` or plain ``@triton.jit`` helpers, and a constexpr K trip count (``K_ITERS_STATIC``)."""
+``tl.cdiv`` or plain ``@triton.jit`` helpers, and a constexpr K trip count (``K_ITERS_STATIC``). Its integer dot is
+numpy's element loop; ``FLOAT_DOT`` (interpreter only) takes each K block's dot in float64 instead: every partial sum
+is an integer of magnitude <= BLOCK_K * 2**14 < 2**53, so any order is exact and the block sum converts to int32
+exactly; the int32 accumulator then wraps as before."""
 
 from __future__ import annotations
 
@@ -75,7 +78,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M,
             stride_bk, stride_sa, stride_sb, stride_bias, stride_om, HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr,
             ACC_ONLY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
             GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT64_IDX: tl.constexpr,
-            K_ITERS_STATIC: tl.constexpr):  # fmt: skip
+            K_ITERS_STATIC: tl.constexpr, FLOAT_DOT: tl.constexpr):  # fmt: skip
     """Pointer-load W8A8 tile program. a int8 [M,K], b int8 [N,K], any strides; scales fp32 (stride 0 =
     scalar); bias out_dtype [N] (bf16 as int16 bits); out [M,N] as :func:`_epilogue`. ws / cnt: int32 workspace [M*N]
     and per-tile counters, zero on entry and exit (SPLIT_K > 1). Grid: (tiles_m * tiles_n, SPLIT_K)."""
@@ -114,7 +117,10 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M,
             kk = k_lo + i * BLOCK_K + rk
             a = tl.load(a_ptrs, mask=kk[None, :] < K, other=0)
             b = tl.load(b_ptrs, mask=kk[:, None] < K, other=0)
-        acc += tl.dot(a, b)  # int8 x int8 -> int32 (not dot(a, b, acc): 3.6 wants out_dtype=)
+        if FLOAT_DOT:  # interpreter: numpy's float64 matmul, exact (module docstring)
+            acc += tl.dot(a.to(tl.float64), b.to(tl.float64)).to(tl.int32)
+        else:
+            acc += tl.dot(a, b)  # int8 x int8 -> int32 (not dot(a, b, acc): 3.6 wants out_dtype=)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 

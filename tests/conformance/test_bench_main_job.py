@@ -146,6 +146,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
     assert list(rows) == ["a", "b", "c", "d"]
     keys = {"row", "job", "target_s", "wall_s", "target_over_measured", "status", "exit_code", "last_stderr_line"}
     keys |= {"last_stdout_line", "commands", "env", "triton_cache", "artifact_cache", "steps", "cpu_s", "load_before"}
+    keys |= {"git"}  # the commit each row was measured at
     assert all(keys <= set(r) for r in rows.values()) and set(rows["d"]) == keys | {"sweep"}
     a = rows["a"]
     assert (a["wall_s"], a["target_s"], a["target_over_measured"], a["status"], a["exit_code"]) == (
@@ -191,6 +192,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
         "Triton cache",
         "artifact cache",
         "load before",
+        "commit",
     ]
     assert "| 48.0 " in md and "| <= 60 " in md and "| 1.25 " in md and "sweep alone" in md
 
@@ -291,3 +293,26 @@ def test_git_commit(tmp_path):
     if (root / ".git").exists():
         g = mj.git_commit()
         assert len(g["commit"]) == 40 and isinstance(g["dirty"], bool)
+
+
+def test_a_later_run_keeps_the_rows_it_did_not_time_and_replaces_the_rest(tmp_path, monkeypatch):
+    fake = FakeRunner(
+        {
+            "check": mj.StepResult(48.0, 0, False, [], []),
+            "pytest": mj.StepResult(75.0, 0, False, [], []),
+            "conformance.bench.paper_scale": mj.StepResult(5.0, 0, False, [], []),
+            "sweep": mj.StepResult(25.0, 0, False, [], []),
+        }
+    )
+    monkeypatch.setattr(mj, "git_commit", lambda: {"commit": "1" * 40, "dirty": False})
+    mj.run_main_job("c,a", tmp_path, 300.0, cuda=True, runner=fake, log=lambda *_: None)
+    monkeypatch.setattr(mj, "git_commit", lambda: {"commit": "2" * 40, "dirty": False})
+    fake.results["pytest"] = mj.StepResult(61.0, 0, False, [], [])
+    doc, paths = mj.run_main_job("d,c", tmp_path, 300.0, cuda=True, runner=fake, log=lambda *_: None)
+    assert [(r["row"], r["wall_s"], r["git"]["commit"][0]) for r in doc["rows"]] == [
+        ("a", 48.0, "1"),
+        ("c", 61.0, "2"),
+        ("d", 30.0, "2"),
+    ]
+    assert json.loads(paths["json"].read_text())["rows"] == doc["rows"]
+    assert "| 111111111111 |" in paths["md"].read_text() and "| 222222222222 |" in paths["md"].read_text()

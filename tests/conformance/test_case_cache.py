@@ -3,6 +3,8 @@ code and label loads the same operands (bits, strides, meta), anything else buil
 
 from __future__ import annotations
 
+import fcntl
+
 import torch
 
 from conformance.cases import cache as case_cache
@@ -52,3 +54,24 @@ def test_an_unreadable_entry_is_rebuilt(tmp_path, monkeypatch):
     (entry,) = (tmp_path / "cases").glob("*.pt")
     entry.write_bytes(b"not a torch file")
     assert len(case_cache.cached_cases("t/1", _build(calls))) == 2 and len(calls) == 2
+
+
+def test_the_build_holds_the_entrys_lock_so_concurrent_builders_wait(tmp_path, monkeypatch):
+    monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path))
+    seen: list = []
+
+    def build():
+        (lock,) = (tmp_path / "cases").glob("*.lock")
+        with open(lock) as other:  # another process's descriptor: cannot take the lock while this build runs
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("free")
+            except BlockingIOError:
+                seen.append("held")
+        return _build([])()
+
+    case_cache.cached_cases("t/lock", build)
+    (lock,) = (tmp_path / "cases").glob("*.lock")
+    with open(lock) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released after the build
+    assert seen == ["held"]

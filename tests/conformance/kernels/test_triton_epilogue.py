@@ -115,6 +115,7 @@ def _sm90_ptx(kernel: str) -> str:
             EVEN_K="constexpr",
             INT64_IDX="constexpr",
             K_ITERS_STATIC="constexpr",
+            FLOAT_DOT="constexpr",
         )
         const = dict(
             stride_ak=1,
@@ -123,6 +124,7 @@ def _sm90_ptx(kernel: str) -> str:
             EVEN_K=False,
             INT64_IDX=False,
             K_ITERS_STATIC=0,
+            FLOAT_DOT=False,
             BLOCK_M=32,
             BLOCK_N=32,
             BLOCK_K=32,

@@ -28,8 +28,8 @@ def test_constexpr_tail_is_every_constexpr_in_signature_order():
     # runtime parameters: 8 tensors + the integer arguments, then only constexprs
     assert first == 8 + len(ints)
     # HAS_BIAS, OUT_KIND, ACC_ONLY, BLOCK_M/N/K, GROUP_M, SPLIT_K, EVEN_K (2048 = 2 x 1024),
-    # INT64_IDX, K_ITERS_STATIC (0 natively)
-    assert tail == (False, 0, False, 16, 64, 256, 1, 4, True, False, 0)
+    # INT64_IDX, K_ITERS_STATIC (0 natively), FLOAT_DOT (interpreter only)
+    assert tail == (False, 0, False, 16, 64, 256, 1, 4, True, False, 0, False)
     assert tail == tuple(kw[p] for p in params[first:])
 
 
