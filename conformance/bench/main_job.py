@@ -350,20 +350,21 @@ def run_main_job(
     out = Path(out_root) / device_slug(env["device"])
     with removed_if_refused(out):
         ensure_out_dir(out, "--out", files=[JSON_NAME, MD_NAME])
+    git = git_commit()
     scratch = Path(tempfile.mkdtemp(prefix="int8conf-main-job-"))
     try:
         table = rows_factory(scratch, cold_artifacts)
         records = []
         for k in keys:
             log(f"{k}  {table[k].job}: running (limit {timeout_s:g} s)")
-            rec = time_row(table[k], runner, timeout_s, scratch)
+            rec = time_row(table[k], runner, timeout_s, scratch) | {"git": git}
             records.append(rec)
             log(_line(rec))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     doc = {
         "environment": env,
-        "git": git_commit(),
+        "git": git,
         "device": env["device"],
         "cuda": cuda,
         "cold_artifacts": cold_artifacts,
@@ -391,10 +392,8 @@ def _read_json(path: Path) -> Optional[dict]:
 
 def with_earlier_rows(doc: dict, earlier: Optional[dict]) -> dict:
     """``doc`` with the rows of an earlier document of the same device that this run did not time
-    (a device session's time limit splits the rows over calls): each row records the commit it was
-    measured at (``git``); rows come in :data:`ROWS` order. An unreadable or foreign ``earlier`` adds nothing."""
-    for r in doc["rows"]:
-        r.setdefault("git", doc["git"])
+    (a device session's time limit splits the rows over calls), each keeping the commit it was measured
+    at (``git``, the earlier document's when the row has none); rows come in :data:`ROWS` order. An unreadable or foreign ``earlier`` adds nothing."""
     if not earlier or earlier.get("device") != doc["device"] or not isinstance(earlier.get("rows"), list):
         return doc
     mine = {r["row"] for r in doc["rows"]}
