@@ -1,4 +1,4 @@
-"""The FP8 (e4m3) side of the kernel contract (DESIGN.md section 3b): the accumulator a kernel declares.
+"""The accumulator an FP8 (e4m3) kernel declares (DESIGN.md section 3b).
 
 An e4m3 x e4m3 product is exact (at most 8 significant bits, a multiple of 2**-18, at most 448**2), so an exact
 sum exists, as for INT8; tensor cores do not keep it. A kernel therefore declares its accumulator beside its epilogue:
