@@ -1,0 +1,106 @@
+"""Exact e4m3 arithmetic: every finite e4m3 value is an integer multiple of 2**-9 (``E4M3_FIXED_SHIFT``), every
+product of two a multiple of 2**-18 (``PRODUCT_SHIFT``), so a dot product is an int64 fixed-point number."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from reference.epilogue import acc_to_fp32
+from reference.errors import OperandError
+from reference.fp8.accumulator import E4M3, E4M3_MIN_EXPONENT, PRODUCT_SHIFT
+
+#: ``e4m3_fixed(x) = x * 2**E4M3_FIXED_SHIFT`` is an integer with |v| <= 448 * 2**9 < 2**18 for every finite e4m3 x.
+E4M3_FIXED_SHIFT = -E4M3_MIN_EXPONENT
+#: K-chunk of the float64 GEMM: <= 2**16 products of |v| < 2**17.81 each keep every partial sum below 2**53.
+CHUNK_K = 2**16
+
+
+@functools.lru_cache(maxsize=8)
+def _fixed_table(device: str) -> torch.Tensor:
+    values = torch.arange(256, dtype=torch.uint8).view(E4M3).to(torch.float64) * 2.0**E4M3_FIXED_SHIFT
+    return torch.nan_to_num(values, nan=0.0).to(torch.int64).to(device)
+
+
+def _nan_count(x: torch.Tensor) -> torch.Tensor:
+    return ((x.view(torch.uint8) & 0x7F) == 0x7F).sum()  # 0x7F / 0xFF: e4m3fn's only non-finite encodings
+
+
+def check_e4m3(x, name: str, dims: str = "") -> None:
+    """OperandError (one line) unless ``x`` is a float8_e4m3fn tensor (2-D when ``dims`` names them) with no NaN."""
+    if not isinstance(x, torch.Tensor):
+        raise OperandError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != E4M3:
+        raise OperandError(f"{name} has dtype {x.dtype}; expected torch.float8_e4m3fn")
+    if dims and x.dim() != 2:
+        raise OperandError(f"{name} must be 2-D [{dims}], got shape {tuple(x.shape)}")
+    n = int(_nan_count(x))
+    if n:
+        first = tuple(int(i) for i in ((x.view(torch.uint8) & 0x7F) == 0x7F).nonzero()[0].tolist())
+        raise OperandError(f"{name} has {n} NaN value(s) (first at {first})")
+
+
+def e4m3_fixed(x: torch.Tensor) -> torch.Tensor:
+    """``x * 2**9`` as int64 (exact, |v| <= 229376), same shape and device; any strides. OperandError: not e4m3, NaN."""
+    check_e4m3(x, "x")
+    return _fixed_table(str(x.device))[x.view(torch.uint8).to(torch.int64)]
+
+
+def check_pair(a, b) -> tuple[int, int, int]:
+    """``(M, K, N)`` of e4m3 ``a`` [M, K] and ``b`` [N, K] on one device; OperandError otherwise (NaN included)."""
+    check_e4m3(a, "a", "M,K")
+    check_e4m3(b, "b", "N,K")
+    if a.shape[1] != b.shape[1]:
+        raise OperandError(f"K mismatch: a is {tuple(a.shape)} [M,K] but b is {tuple(b.shape)} [N,K]")
+    if a.device != b.device:
+        raise OperandError(f"a is on {a.device} but b is on {b.device}")
+    return int(a.shape[0]), int(a.shape[1]), int(b.shape[0])
+
+
+def fixed_mm(fa: torch.Tensor, fb: torch.Tensor) -> torch.Tensor:
+    """Exact ``fa @ fb.T`` -> int64 [M, N] of int64 [M, K] / [N, K] with |v| < 2**18: float64 GEMMs over K-chunks of
+    :data:`CHUNK_K` (every partial sum an integer below 2**53, so exact in any order, FMA or not), summed in int64."""
+    (m, k), n = fa.shape, fb.shape[0]
+    acc = torch.zeros((m, n), dtype=torch.int64, device=fa.device)
+    for c in range(0, k, CHUNK_K):
+        acc += (fa[:, c : c + CHUNK_K].to(torch.float64) @ fb[:, c : c + CHUNK_K].to(torch.float64).T).to(torch.int64)
+    return acc
+
+
+def exact_fp8_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact ``a @ b.T`` in units of 2**-PRODUCT_SHIFT: int64 [M, N] on a's device.
+
+    a: float8_e4m3fn [M, K]; b: float8_e4m3fn [N, K]; any strides, CPU or CUDA. OperandError: wrong type, dtype or
+    rank, K mismatch, different devices, a NaN operand."""
+    check_pair(a, b)
+    return fixed_mm(e4m3_fixed(a), e4m3_fixed(b))
+
+
+def _check_fixed(num, shift) -> None:
+    if not isinstance(num, torch.Tensor) or num.dtype != torch.int64:
+        raise OperandError(f"num must be an int64 tensor, got {getattr(num, 'dtype', type(num).__name__)}")
+    if not isinstance(shift, int) or not 0 <= shift <= 126:
+        raise OperandError(f"shift={shift!r}: expected an integer in [0, 126]")
+
+
+def fixed_to_fp32(num: torch.Tensor, shift: int) -> torch.Tensor:
+    """``num * 2**-shift`` rounded once (RNE) to float32, same shape and device: one RNE of the int64
+    (:func:`reference.epilogue.acc_to_fp32`), then an exact power-of-two scaling (nonzero results >= 2**-126 are
+    normal). num: int64 with |num| < 2**63; shift: int in [0, 126]. OperandError otherwise."""
+    _check_fixed(num, shift)
+    return acc_to_fp32(num) * (2.0**-shift)
+
+
+def representable_fp32(num: torch.Tensor, shift: int) -> torch.Tensor:
+    """Bool tensor: ``num * 2**-shift`` is exactly a float32 (its odd part has <= 24 bits). Arguments as
+    :func:`fixed_to_fp32`."""
+    _check_fixed(num, shift)
+    mag = num.abs()
+    low = torch.where(mag == 0, torch.ones_like(mag), mag & (-mag))
+    return torch.div(mag, low, rounding_mode="floor") < 2**24
+
+
+def exact_sum_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The exact ``a @ b.T`` rounded once (RNE) to float32 [M, N]; arguments and errors as :func:`exact_fp8_mm`."""
+    return fixed_to_fp32(exact_fp8_mm(a, b), PRODUCT_SHIFT)
