@@ -50,12 +50,16 @@ def _int64_to_fp32_rne(acc: torch.Tensor) -> torch.Tensor:
 
 
 def acc_to_fp32(acc: torch.Tensor) -> torch.Tensor:
-    """int32/int64 [M, N] accumulator -> float32 with one RNE rounding, as ``cvtsi2ss`` / ``__int2float_rn`` do.
+    """int32/int64 [M, N] accumulator -> float32 with one RNE rounding, as ``cvtsi2ss`` / ``__int2float_rn`` do; a
+    float32 accumulator (an FP8 kernel's, DESIGN.md 3b) is returned as is.
 
     Exact while ``|acc| <= 2**24`` (:data:`reference.accumulate.FP32_EXACT_INT`); beyond, 2**24 + 1 -> 2**24 and 2**24 +
     3 -> 2**24 + 4 (the F7 fp32_inexact_accumulator situation). OperandError for any other input."""
+    if isinstance(acc, torch.Tensor) and acc.dtype == torch.float32:
+        return acc
     if not isinstance(acc, torch.Tensor) or acc.dtype not in (torch.int32, torch.int64):
-        raise OperandError(f"acc must be an int32 or int64 tensor, got {getattr(acc, 'dtype', type(acc).__name__)}")
+        got = getattr(acc, "dtype", type(acc).__name__)
+        raise OperandError(f"acc must be an int32 or int64 tensor (or a float32 FP8 accumulator), got {got}")
     return _int64_to_fp32_rne(acc)
 
 
@@ -105,11 +109,12 @@ def apply_steps(
 ) -> torch.Tensor:
     """Evaluate an epilogue step list bit for bit -> [M, N] ``out_dtype``.
 
-    ``acc``: int32/int64 [M, N]; ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32 [N]/[N, 1]
-    /scalar (``s_w``); ``steps``: anything :func:`reference.contract.parse_steps` reads; ``bias``: None or a float [N]
-    tensor (widened exactly). Values are held in their step dtype; ``mul``/``add`` are one float32 RNE op rounded to the
-    result dtype (torch's opmath for bf16/fp16); numbers in operands are rounded to float32. Casting the accumulator to
-    bf16/fp16 goes through float32, as torch does. Overflow gives ±inf, subnormals are kept (no FTZ). ContractError: bad
+    ``acc``: int32/int64 [M, N], or float32 (an FP8 accumulator value, used as is: ``cast fp32`` is the identity);
+    ``scale_a``: float32 [M]/[M, 1]/scalar (``s_a``); ``scale_b``: float32 [N]/[N, 1]/scalar (``s_w``); ``steps``:
+    anything :func:`reference.contract.parse_steps` reads; ``bias``: None or a float [N] tensor (widened exactly).
+    Values are held in their step dtype; ``mul``/``add`` are one float32 RNE op rounded to the result dtype (torch's
+    opmath for bf16/fp16); numbers in operands are rounded to float32. Casting the accumulator to bf16/fp16 goes through
+    float32, as torch does. Overflow gives ±inf, subnormals are kept (no FTZ). ContractError: bad
     description or its final dtype is not ``out_dtype``; OperandError: bad acc / scales / bias / out_dtype."""
     out = _evaluate(acc, scale_a, scale_b, parse_steps(steps), bias, out_dtype, None)
     # torch's own final cast: same values as apply_epilogue, but a NaN gets torch's encoding, not round_fp32's

@@ -18,12 +18,25 @@ def _is_tensor(x, name: str) -> None:
         raise OperandError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def _check_int8_matrix(x, name: str, dims: str) -> None:
+#: operand dtype per ``operands`` declaration (``KernelSpec.operands``)
+OPERAND_DTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn}
+
+
+def _check_matrix(x, name: str, dims: str, dtype: torch.dtype = torch.int8) -> None:
     _is_tensor(x, name)
-    if x.dtype != torch.int8:
-        raise OperandError(f"{name} has dtype {x.dtype}; expected torch.int8")
+    if x.dtype != dtype:
+        raise OperandError(f"{name} has dtype {x.dtype}; expected {dtype}")
     if x.dim() != 2:
         raise OperandError(f"{name} must be 2-D [{dims}], got {x.dim()}-D shape {tuple(x.shape)}")
+
+
+def _check_e4m3_values(x: torch.Tensor, name: str) -> None:
+    """OperandError on an e4m3 NaN (bit pattern S.1111.111; e4m3fn has no inf)."""
+    nan = (x.view(torch.uint8) & 0x7F) == 0x7F
+    cnt = int(nan.sum())
+    if cnt:
+        first = int(nan.reshape(-1).nonzero()[0, 0])
+        raise OperandError(f"{name} has {cnt} NaN value(s) (first at index {first})")
 
 
 def is_row_major(x: torch.Tensor) -> bool:
@@ -95,18 +108,27 @@ def _check_scale_layout(s, name: str, rows: int, rows_name: str) -> None:
 
 
 def validate_operands(
-    a, b, scale_a, scale_b, bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16
+    a,
+    b,
+    scale_a,
+    scale_b,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    operands: str = "int8",
 ) -> tuple[int, int, int]:
     """Check one ``scaled_mm`` call -> ``(M, K, N)``.
 
     ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
     buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
-    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. OperandError (one
-    line) on anything else, including M, N or K equal to 0."""
+    negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. ``operands``:
+    ``"int8"``, or ``"e4m3"`` for ``a`` / ``b`` float8_e4m3fn without NaN (DESIGN.md 3b). OperandError (one line) on
+    anything else, including M, N or K equal to 0."""
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
-    _check_int8_matrix(a, "a", "M,K")
-    _check_int8_matrix(b, "b", "N,K")
+    if operands not in OPERAND_DTYPES:
+        raise OperandError(f"operands={operands!r} is not one of {tuple(OPERAND_DTYPES)}")
+    _check_matrix(a, "a", "M,K", OPERAND_DTYPES[operands])
+    _check_matrix(b, "b", "N,K", OPERAND_DTYPES[operands])
     _check_layout(a, "a", allow_column_major=False)
     _check_layout(b, "b", allow_column_major=True)
     m, k = (int(s) for s in a.shape)
@@ -128,6 +150,9 @@ def validate_operands(
         if tuple(bias.shape) != (n,):
             raise OperandError(f"bias has shape {tuple(bias.shape)}; expected [N]=[{n}]")
         _check_values(bias, "bias")
+    if operands == "e4m3":
+        _check_e4m3_values(a, "a")
+        _check_e4m3_values(b, "b")
     return m, k, n
 
 

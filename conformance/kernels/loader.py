@@ -21,7 +21,14 @@ from urllib.parse import parse_qs
 import torch
 
 from conformance.kernels._digest import callable_digest
-from conformance.kernels.spec import BUILTINS, OVERFLOW_BEHAVIOURS, KernelSpec, ShapeConstraints
+from conformance.kernels.spec import (
+    BUILTINS,
+    OVERFLOW_BEHAVIOURS,
+    KernelSpec,
+    ShapeConstraints,
+    check_operands,
+    parse_declared_accumulator,
+)
 from reference.contract import (
     CUTLASS_STYLE,
     TRITON_STYLE,
@@ -39,7 +46,7 @@ CONVENTIONS = ("int8conf", "vllm")
 @dataclass(frozen=True)
 class KernelDeclaration:
     """What a third-party callable declares (``fn.int8conf``); fields as :class:`KernelSpec`,
-    plus ``convention`` (``"int8conf"`` or ``"vllm"``)."""
+    plus ``convention`` (``"int8conf"`` or ``"vllm"``); ``accumulator`` already parsed."""
 
     contract: EpilogueContract
     devices: tuple = ("cpu",)
@@ -53,6 +60,8 @@ class KernelDeclaration:
     contiguous_only: object = False
     overflow: str = "wrap"
     warm_up: bool = False
+    operands: str = "int8"
+    accumulator: object = None
 
 
 def _contract_and_steps(contract) -> tuple:
@@ -175,6 +184,8 @@ def declare(
     contiguous_only=False,
     overflow: str = "wrap",
     warm_up: bool = False,
+    operands: str = "int8",
+    accumulator=None,
 ) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
     :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field)."""
@@ -207,6 +218,9 @@ def declare(
     field("contiguous_only", contiguous_only, _flag)
     field("overflow", overflow, _overflow)
     field("warm_up", warm_up, _bool)
+    field("accumulator", accumulator, parse_declared_accumulator)
+    if not any(k in ("accumulator", "devices") for k, _ in problems):
+        field("operands", operands, lambda v: check_operands(v, values["accumulator"], values["devices"]) or v)
     if problems:
         decl = InvalidDeclaration(tuple(problems))
     else:
@@ -272,18 +286,21 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
             overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")),
             warm_up=_bool(getattr(obj, "int8conf_warm_up", False)),
+            operands=getattr(obj, "int8conf_operands", "int8"),
+            accumulator=parse_declared_accumulator(getattr(obj, "int8conf_accumulator", None)),
         )
     over = {}
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
     parse = {"devices": lambda v: _devices([d for d in v.split(",") if d], "?devices="), "contiguous_only": _flag}
-    parse.update(overflow=_overflow, warm_up=_bool)
+    parse.update(overflow=_overflow, warm_up=_bool, accumulator=parse_declared_accumulator)
     for key in QUERY_KEYS[1:]:
         if key in query:
             over[key] = parse[key](query[key]) if key in parse else query[key]
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
+    check_operands(decl.operands, decl.accumulator, decl.devices)
     if isinstance(decl.steps, dict):
         # a device the mapping does not name would be checked against the contract nearest
         # to its first entry: a silent guess
@@ -335,6 +352,8 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "contiguous_only",
         "overflow",
         "warm_up",
+        "operands",
+        "accumulator",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
     spec = KernelSpec(
@@ -358,7 +377,18 @@ def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:
     return spec
 
 
-QUERY_KEYS = ("contract", "convention", "devices", "name", "version", "contiguous_only", "overflow", "warm_up")
+QUERY_KEYS = (
+    "contract",
+    "convention",
+    "devices",
+    "name",
+    "version",
+    "contiguous_only",
+    "overflow",
+    "warm_up",
+    "operands",
+    "accumulator",
+)
 
 
 def split_query(name: str) -> tuple[str, dict]:

@@ -1,5 +1,6 @@
-"""Kernel registry: built-ins (``cpu``, ``int_mm``: CUTLASS_STYLE; ``triton``: TRITON_STYLE; imported lazily),
-user registrations, name resolvers, adapters, ``pkg.module:function`` names and entry points."""
+"""Kernel registry: built-ins (``cpu``, ``int_mm``: CUTLASS_STYLE; ``triton``: TRITON_STYLE; the FP8 ones, whose
+modules declare them in ``KERNELS``; imported lazily), user registrations, name resolvers, adapters,
+``pkg.module:function`` names and entry points."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ import importlib
 from typing import Callable, Optional
 
 from conformance.kernels import adapters, loader
-from conformance.kernels.spec import BUILTINS, KernelSpec, ShapeConstraints
+from conformance.kernels.spec import BUILTINS, INT8_BUILTINS, KernelSpec, ShapeConstraints
 from reference.errors import KernelLoadError, first_line
 
-_MODULES = {b: f"conformance.kernels.builtin_{b}" for b in ("cpu", "int_mm", "triton")}
+_MODULES = {b: f"conformance.kernels.builtin_{b}" for b in INT8_BUILTINS}
+_MODULES.update(
+    {
+        "fp8-cpu": "conformance.kernels.builtin_fp8_cpu",
+        "torch-fp8": "conformance.kernels.builtin_torch_fp8",
+        "torch-fp8-fast": "conformance.kernels.builtin_torch_fp8",
+        "triton-fp8": "conformance.kernels.builtin_triton_fp8",
+    }
+)
 _DESCRIPTIONS = {
     "cpu": "exact int32 GEMM on the CPU (chunked float32, exact) + torch float32 epilogue",
     "int_mm": "torch._int_mm (cuBLASLt on CUDA, oneDNN/ATen on CPU), zero-padded to its shape constraints, + torch float32 epilogue",
@@ -46,6 +55,9 @@ def _builtin(name: str) -> KernelSpec:
     except Exception as e:  # noqa: BLE001 -- e.g. triton missing or broken
         msg = first_line(e, None)
         raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: {type(e).__name__}: {msg}") from None
+    if name not in INT8_BUILTINS:
+        _BUILT[name] = spec = KernelSpec(name, source_digest=mod.SOURCE_DIGEST, origin="builtin", **mod.KERNELS[name])
+        return spec
     notes = {
         "int_mm": "pads internally to torch._int_mm's native constraints (CUDA: M>16, K and N multiples of 8; CPU: none)",
         "triton": "masked tails: any M, K, N >= 1",
@@ -87,7 +99,7 @@ def builtin_available(name: str) -> tuple[bool, str]:
         return False, str(e)
     mod = importlib.import_module(_MODULES[name])
     check: Callable = getattr(mod, "available", lambda: (True, ""))
-    return check()
+    return check(name) if name not in INT8_BUILTINS else check()
 
 
 def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
@@ -127,12 +139,12 @@ def list_kernels() -> list[str]:
 
 
 def resolve_kernels(names: list[str]) -> list[KernelSpec]:
-    """Specs for several names, ``"all"`` = every built-in available here; duplicates dropped, order
+    """Specs for several names, ``"all"`` = every int8 built-in available here; duplicates dropped, order
     kept. Raises KernelLoadError for the first name that does not resolve."""
     out: list[KernelSpec] = []
     seen: set[str] = set()
     for name in names:
-        specs = [_builtin(b) for b in BUILTINS if builtin_available(b)[0]] if name == "all" else [get_kernel(name)]
+        specs = [_builtin(b) for b in INT8_BUILTINS if builtin_available(b)[0]] if name == "all" else [get_kernel(name)]
         for s in specs:
             if s.name not in seen:
                 seen.add(s.name)

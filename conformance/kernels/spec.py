@@ -11,12 +11,18 @@ from typing import Callable, Iterator, Mapping, Optional, Union
 
 from reference.contract import EpilogueContract, declared_to_dict
 from reference.errors import ContractError
+from reference.fp8 import AccumulatorModel, parse_accumulator
 
 #: Declared behaviours of an accumulator that leaves int32 (``KernelSpec.overflow``).
 OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 
-#: Names of the built-in kernels; reserved, no loaded kernel may declare one.
-BUILTINS = ("cpu", "int_mm", "triton")
+#: Operand dtypes a kernel may declare (``KernelSpec.operands``): int8 (DESIGN.md 3) or FP8 e4m3 (3b).
+OPERANDS = ("int8", "e4m3")
+
+#: Built-in kernels by operand dtype; ``"all"`` names the int8 ones. Every name in :data:`BUILTINS` is reserved.
+INT8_BUILTINS = ("cpu", "int_mm", "triton")
+FP8_BUILTINS = ("fp8-cpu", "torch-fp8", "torch-fp8-fast", "triton-fp8")
+BUILTINS = INT8_BUILTINS + FP8_BUILTINS
 
 #: Set to ``1`` by every conformance run (check, pytest plugin, gate, sweep, study, scoreboard), inherited by its
 #: worker processes. A kernel that picks launch configurations by timing must then pick them as a pure function of
@@ -46,6 +52,40 @@ def conformance_run() -> Iterator[None]:
 def in_conformance_run() -> bool:
     """True inside a conformance run: choose no configuration by timing."""
     return os.environ.get(CONFORMANCE_RUN_ENV, "0").strip() == "1"
+
+
+_ACC_KEYS = ("kind", "bits", "rounding", "promote_every")
+
+
+def parse_declared_accumulator(decl) -> Union[None, AccumulatorModel, dict]:
+    """A declared accumulator: None, one model (text, field mapping or model; ``reference.fp8.parse_accumulator``)
+    or a mapping device type (``"cpu"``, ``"cuda"``, ``"*"``) -> one of those. ContractError (one line) when bad."""
+    if decl is None or isinstance(decl, AccumulatorModel):
+        return decl
+    if isinstance(decl, Mapping) and decl and not set(decl) <= set(_ACC_KEYS):
+        bad = [k for k in decl if k not in ("cpu", "cuda", "*")]
+        if bad:
+            raise ContractError(f"accumulator selector(s) {bad}: use 'cpu', 'cuda' or '*'")
+        return {str(k): parse_accumulator(v) for k, v in decl.items()}
+    return parse_accumulator(decl)
+
+
+def check_operands(operands: object, accumulator, devices, name: str = "") -> None:
+    """ContractError (one line) unless ``operands`` is one of :data:`OPERANDS`, an e4m3 kernel declares an
+    accumulator (per-device mappings name every device in ``devices`` or ``"*"``) and an int8 kernel declares none."""
+    who = f"kernel {name!r}: " if name else ""
+    if operands not in OPERANDS:
+        raise ContractError(f"{who}operands={operands!r} is not one of {OPERANDS}")
+    if operands == "int8" and accumulator is not None:
+        raise ContractError(f"{who}an int8 kernel declares no accumulator (its int32 sum is exact); drop accumulator=")
+    if operands == "e4m3" and accumulator is None:
+        raise ContractError(
+            f"{who}an e4m3 kernel must declare its accumulator, e.g. accumulator='fp32 bits=14 truncate promote=128'"
+        )
+    if isinstance(accumulator, Mapping) and "*" not in accumulator:
+        missing = [d for d in devices if d not in accumulator]
+        if missing:
+            raise ContractError(f"{who}the per-device accumulator names {sorted(accumulator)} but not {missing}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +125,10 @@ class KernelSpec:
     ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one
     of those; overflowing elements are compared with it, never failed. ``warm_up``: the kernel compiles per operand
     signature on a first call (a JIT such as Triton); a CUDA suite then calls it once per case layout in parallel
-    processes before the cases run (``conformance.suite.warmup``), filling the JIT's disk cache."""
+    processes before the cases run (``conformance.suite.warmup``), filling the JIT's disk cache. ``operands``:
+    ``"int8"`` or ``"e4m3"`` (DESIGN.md 3b). ``accumulator``: an e4m3 kernel's declared accumulator
+    (:func:`parse_declared_accumulator`: text, model, or a mapping ``"cpu"`` / ``"cuda"`` / ``"*"`` -> one); None for
+    int8. ContractError (one line) on a bad overflow, operands or accumulator (:func:`check_operands`)."""
 
     name: str
     scaled_mm: Callable
@@ -101,8 +144,16 @@ class KernelSpec:
     contiguous_only: Union[bool, tuple] = False
     overflow: Union[str, Mapping[str, str]] = "wrap"
     warm_up: bool = False
+    operands: str = "int8"
+    accumulator: Union[None, AccumulatorModel, Mapping[str, AccumulatorModel]] = None
 
     def __post_init__(self) -> None:
+        try:
+            acc = parse_declared_accumulator(self.accumulator)
+        except ContractError as e:
+            raise ContractError(f"kernel {self.name!r}: {e}") from None
+        object.__setattr__(self, "accumulator", acc)
+        check_operands(self.operands, acc, self.devices, self.name)
         values = self.overflow.values() if isinstance(self.overflow, Mapping) else (self.overflow,)
         for v in values:
             if v not in OVERFLOW_BEHAVIOURS:
@@ -117,6 +168,14 @@ class KernelSpec:
             return self.overflow
         dev = (device_type or "").split(":")[0]
         return self.overflow.get(dev, self.overflow.get("*", "wrap"))
+
+    def accumulator_on(self, device_type: Optional[str] = None) -> Optional[AccumulatorModel]:
+        """Declared accumulator on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``; None or unknown: the ``"*"``
+        entry, else None); None for an int8 kernel."""
+        if not isinstance(self.accumulator, Mapping):
+            return self.accumulator
+        dev = (device_type or "").split(":")[0]
+        return self.accumulator.get(dev, self.accumulator.get("*"))
 
     def dense_operands(self) -> frozenset:
         """Operand names the kernel must be handed dense."""
@@ -137,4 +196,8 @@ class KernelSpec:
         out["overflow"] = dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow
         if self.steps is not None:
             out["steps"] = declared_to_dict(self.steps)
+        out["operands"] = self.operands
+        acc = self.accumulator
+        if acc is not None:
+            out["accumulator"] = {k: v.label() for k, v in acc.items()} if isinstance(acc, Mapping) else acc.label()
         return out

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save
 
 from conformance.cases import SYNTHETIC_KINDS, capture_cases, case_id, make_case
 from conformance.kernels import adapters
-from conformance.kernels.registry import BUILTINS, builtin_available, get_kernel
+from conformance.kernels.registry import INT8_BUILTINS, builtin_available, get_kernel
 from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.output_dirs import kernel_dirname
@@ -351,8 +351,8 @@ def environment(devices) -> dict:
 
 
 def default_kernels() -> list[str]:
-    """Every kernel available here: built-ins, then adapters."""
-    return [b for b in BUILTINS if builtin_available(b)[0]] + adapters.available_adapters()
+    """Every int8 kernel available here: built-ins, then adapters."""
+    return [b for b in INT8_BUILTINS if builtin_available(b)[0]] + adapters.available_adapters()
 
 
 def _merge(out: Path, merge: Sequence, own: set, root: Path) -> tuple[list, dict]:

@@ -229,7 +229,7 @@ def test_scale_shapes_are_equivalent():
 def test_errors():
     acc = torch.zeros(2, 3, dtype=torch.int64)
     with pytest.raises(OperandError, match="acc must be an int32 or int64"):
-        apply_epilogue(acc.float(), f32s(1, 1), f32s(1, 1, 1), AW)
+        apply_epilogue(acc.double(), f32s(1, 1), f32s(1, 1, 1), AW)
     with pytest.raises(OperandError, match="scale_b has shape"):
         apply_epilogue(acc, f32s(1, 1), f32s(1, 1), AW)
     with pytest.raises(ContractError):
