@@ -1,15 +1,15 @@
 """C11 fp8_accumulator (DESIGN.md section 3b): measure a kernel's effective FP8 accumulation, compare it with the
 declared :class:`~reference.fp8.AccumulatorModel`.
 
-One call ``scaled_mm(a, b, 1, 1, float32)``: ``a`` [192, 4096] e4m3 probe rows (zero-padded), ``b`` [16, 4096] the fixed pattern
-``2**8`` at even k, ``2**-9`` at odd k (a product at an even k lies in [2**-1, 448 * 2**8], at an odd k in
-[2**-18, 448 * 2**-9]). The epilogue is exact: with unit scales and float32 output the output is the float32 value of
+One call ``scaled_mm(a, b, 1, 1, float32)``: ``a`` [192, 4096] e4m3 probe rows (zero-padded), ``b`` [16, 4096]
+the fixed pattern ``2**8`` at even k, ``2**-9`` at odd k (a product at an even k lies in [2**-1, 448 * 2**8], at an
+odd k in [2**-18, 448 * 2**-9]). The rows are built from the candidate models, never from the declared one. The epilogue is exact: with unit scales and float32 output the output is the float32 value of
 the accumulator (an ``exact`` accumulator's one RNE cast included), whatever order the scales are applied in.
 Probe rows (exact values in float64, every e4m3 value checked):
 
 * bits, j = 1..24, both signs: ``±2**e`` at k=0, ``±2**(e-j)`` at k=1; B = the smallest j whose addend is not kept.
 * rounding at B: ``2**e`` plus 0.75 ulp (both signs; rounded up: ``rne``, else ``truncate``) and 0.5 ulp (ties).
-* exactness (B = 24): ``2**16, 2**-9, -2**16`` at k = 0, 1, 2: only an exact accumulator keeps ``2**-9``.
+* exactness (B = 24): ``±(2**16, 2**-9, -2**16)`` at k = 0, 1, 2: only an exact accumulator keeps ``2**-9``.
 * promotion (B <= 23): ``2**16`` at k=p, ``2**-7`` at k=q (kept only across a promotion): p = 0 and
   q = N-1, N+1 for N = 2..2048, q = 4095 (first interval), p = N and q = 2N±1 (periodicity).
 
@@ -22,6 +22,7 @@ are located assuming partial sums cover contiguous k ranges from k = 0 (a split-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
@@ -134,7 +135,8 @@ def _observe(scaled_mm: Callable, a, b, device: str) -> torch.Tensor:
 
 def measure_accumulator(scaled_mm: Callable, device: str = "cpu") -> MeasuredAccumulator:
     """Measure the accumulator of ``scaled_mm`` (the kernel contract's callable, e4m3 operands) on ``device``.
-    A kernel that raises or returns a wrong dtype / shape gives ``model=None`` and ``error``."""
+    A kernel that raises, returns a wrong dtype / shape, or loses even a 2-bit sum gives ``model=None`` and
+    ``error``."""
     rows = probes()
     a, b = probe_operands(rows)
     try:
@@ -145,12 +147,17 @@ def measure_accumulator(scaled_mm: Callable, device: str = "cpu") -> MeasuredAcc
     for r, p in enumerate(rows):
         row = out[r]
         o = float(row[0])
-        entry = {"exact": p.exact, "observed": o, "kept": bool((row == p.exact).all())}
+        entry = {"exact": p.exact, "observed": o if math.isfinite(o) else repr(o), "kept": bool((row == p.exact).all())}
         for label, v in p.expect:
             entry[label] = bool((row == v).all())
         if not bool((row == row[0]).all()):
             entry["columns_disagree"] = int((row != row[0]).sum())
         observed[p.name] = entry
+    broken = [n for n, e in observed.items() if n.startswith("bits 1 ") and not e["kept"]]
+    if broken:
+        e = observed[broken[0]]
+        line = f"the output is not the accumulator: probe {broken[0]!r} gave {e['observed']}, exact {e['exact']}"
+        return MeasuredAccumulator(None, 0, {"probes": observed}, line)
     return _interpret(rows, observed)
 
 
@@ -243,7 +250,7 @@ def check_fp8_accumulator(
             return not_applicable(C11, f"probe shape outside the kernel's constraints: {'; '.join(bad)}")
     m = measure_accumulator(fn, device or "cpu")
     if m.model is None:
-        ev = {"declared": declared.label(), "error": m.error, "failure_kind": "kernel"}
+        ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel")
         return CheckResult(C11, "fp8_accumulator", "fail", m.error, ev)
     why = shortfall(m.model, declared, m.bits_observed)
     ev = dict(m.evidence, declared=declared.label(), shortfall=why)

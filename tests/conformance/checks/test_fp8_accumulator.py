@@ -147,3 +147,9 @@ def test_a_failing_kernel_call_is_a_one_line_failure():
     assert r.verdict == "fail" and "no fp8 here" in r.summary and "\n" not in r.summary
     r = check_fp8_accumulator(wrong_dtype, "fp32")
     assert r.verdict == "fail" and "torch.bfloat16" in r.summary
+
+    def zeros(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return torch.zeros(a.shape[0], b.shape[0], dtype=out_dtype)
+
+    r = check_fp8_accumulator(zeros, "fp32")
+    assert r.verdict == "fail" and r.summary.startswith("the output is not the accumulator: probe 'bits 1 + k=0,1'")
