@@ -91,9 +91,11 @@ def family_case(
     bias: Optional[torch.Tensor] = None,
     seed: int = 0,
     snap_fp32: bool = True,
+    prefix: str = "family",
     **meta,
 ) -> GemmOperands:
-    """GemmOperands of one family case; extra keywords go to ``meta``. Real-mode
+    """GemmOperands of one family case, named ``<prefix>/<family>/<variant>-<mode>-<dtype>``; extra keywords go to
+    ``meta``. Real-mode
     float32 cases get :func:`snap_pow2_` token scales unless ``snap_fp32=False``
     (accumulators chosen to keep every legal order within C6's one spacing)."""
     tag = DTYPE_TAG[out_dtype]
@@ -102,5 +104,5 @@ def family_case(
         snap_pow2_(scale_a)
         m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
     m.update(meta)
-    name, scale_mode = f"family/{family}/{variant}-{mode}-{tag}", "pow2" if mode == "pow2" else "synthetic"
+    name, scale_mode = f"{prefix}/{family}/{variant}-{mode}-{tag}", "pow2" if mode == "pow2" else "synthetic"
     return GemmOperands(a, b, scale_a, scale_b, bias, out_dtype, name, scale_mode, m)

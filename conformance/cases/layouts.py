@@ -17,31 +17,32 @@ VARIANTS = ("a_padded", "b_transposed", "b_padded", "scales_strided", "all")
 SHAPES = ((3, 37, 23), (5, 64, 48), (17, 16, 16), (33, 130, 65), (8, 200, 40))
 
 
-def _rand_i8(g: torch.Generator, shape) -> torch.Tensor:
-    return torch.randint(-128, 128, tuple(shape), generator=g, dtype=torch.int16).to(torch.int8)
+def _rand_i8(g: torch.Generator, shape, dtype: torch.dtype = torch.int8) -> torch.Tensor:
+    """Seeded random bytes [shape] viewed as the one-byte ``dtype`` (int8 or e4m3: any bits, NaN included)."""
+    return torch.randint(-128, 128, tuple(shape), generator=g, dtype=torch.int16).to(torch.int8).view(dtype)
 
 
 def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
     """``ops``' values in ``layout``: ``dense``, ``a_padded``, ``b_transposed``,
     ``b_padded``, ``scales_column`` ([M,1] / [N,1]), ``scale_a_0d``, ``scale_b_1``
     ([1]; these two need one scale value per tensor), ``scales_strided``,
-    ``bias_strided`` or ``all``; padding holds seeded int8."""
+    ``bias_strided`` or ``all``; padding holds seeded bytes of the operand's dtype (int8 or e4m3)."""
     a, b, sa, sb, bias = ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias
     m, k = a.shape
     n = b.shape[0]
     everything = layout == "all"
     if layout == "a_padded" or everything:
-        buf = _rand_i8(g, (m, k + 13))
+        buf = _rand_i8(g, (m, k + 13), a.dtype)
         buf[:, :k] = a
         a = buf[:, :k]
     if layout == "b_transposed":
         b = b.t().contiguous().t()
     elif layout == "b_padded":
-        buf = _rand_i8(g, (n, k + 7))
+        buf = _rand_i8(g, (n, k + 7), b.dtype)
         buf[:, :k] = b
         b = buf[:, :k]
     elif everything:
-        buf = _rand_i8(g, (k + 5, n))
+        buf = _rand_i8(g, (k + 5, n), b.dtype)
         buf[:k] = b.t()
         b = buf[:k].t()
     if layout == "scales_column":

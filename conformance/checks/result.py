@@ -20,6 +20,7 @@ CHECK_NAMES: dict[str, str] = {
     "C8": "declared_contract",
     "C9": "batch_invariance",
     "C10": "output_ownership",
+    "C11": "fp8_accumulator",
     "E1": "engine_hash",
 }
 

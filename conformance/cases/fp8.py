@@ -1,0 +1,177 @@
+"""Accumulator-safe FP8 (e4m3) case families (DESIGN.md section 3b): the accumulator of every kernel that keeps its
+declared model with at least ``bits`` retained bits (default 14, the fewest supported) is the exact sum, so C5 / C6 /
+C8 judge the epilogue bit-exactly, as for INT8.
+
+Lemma. Let every product ``a[m, k] * b[n, k]`` be an integer multiple of a power of two ``u`` and, for every output
+element, ``sum_k |a[m, k] * b[n, k]| < 2**bits * u``. A partial sum of any order, summation tree, split-K part,
+promotion chunk or fp32 total is the sum of the products over a subset of k, hence an integer multiple ``c * u`` of
+``u`` with ``|c| <= sum_k |a b| / u < 2**bits``: ``c`` has at most ``bits`` significant bits, so the value is
+representable in a partial sum of ``bits`` significant bits and in float32 (``bits <= 24``; ``u >= 2**-18`` is far
+from float32's subnormals). No addition rounds (truncating or RNE alike), and the accumulator equals the exact sum.
+
+``small_int`` (:func:`small_int_family`): integer values with ``|a| <= A``, ``|b| <= W`` (e4m3 holds every integer up
+to 16), ``u = 1``; an ``a`` row has at most ``s`` nonzero entries, so ``sum_k |a b| <= s * A * W``; each case takes
+``s * A * W < 2**bits``. ``narrow_span`` (:func:`narrow_span_family`): ``|a|`` in ``{m * 2**ea : m in M}`` for the two
+exponents ``ea in {ea0, ea0 + 1}`` and mantissas ``M`` (``{1, 1.5}`` or all eight e4m3 mantissas ``1 + i/8``), ``b``
+likewise with ``eb0``: every product is a multiple of ``u = 2**(ea0 + eb0 - f)`` (``f`` = 2 mantissa fraction bits
+of the two operands: 2 for ``{1, 1.5}``, 6 for eighths) of magnitude at most ``P = (2 max M)**2 * 2**(ea0 + eb0)
+/ u`` units (36 or 900); with at most ``s`` nonzero entries per ``a`` row, ``s * P < 2**bits``. Every builder checks the
+bound on the operands it made (``meta["abs_sum_max_units"] < 2**bits``) and raises AssertionError otherwise.
+
+Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``_common.GRID``, ``a`` and
+``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
+multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all);
+most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from conformance.cases._common import DTYPE_TAG, GRID, channel_scales, family_case, generator, token_scales
+from conformance.cases.layouts import with_layout
+from reference.fp8 import E4M3
+from reference.operands import GemmOperands
+
+#: Retained significant bits the families are built for (the fewest a declaration may keep and stay safe).
+SAFE_BITS = 14
+PREFIX = "fp8"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One variant: shape (m, k, n), ``layout`` (``layouts.with_layout``), ``bias``, ``support`` (nonzero entries
+    per ``a`` row; None: all of K, some zeros drawn unless ``positive``), ``positive`` (every product > 0 where
+    nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound)."""
+
+    variant: str
+    m: int
+    k: int
+    n: int
+    layout: str = "dense"
+    bias: bool = False
+    support: Optional[int] = None
+    positive: bool = False
+    top: Optional[int] = None
+
+
+def _magnitudes(mantissas: Sequence[float], exponents: Sequence[int]) -> torch.Tensor:
+    return torch.tensor(sorted({m * 2.0**e for m in mantissas for e in exponents}), dtype=torch.float64)
+
+
+def _draw(g: torch.Generator, shape, pool: torch.Tensor, positive: bool, zeros: bool) -> torch.Tensor:
+    """float64 [shape] drawn from ``pool`` (magnitudes), random signs unless ``positive``, some zeros if ``zeros``."""
+    v = pool[torch.randint(len(pool), tuple(shape), generator=g)]
+    if not positive:
+        v = torch.where(torch.rand(tuple(shape), generator=g) < 0.5, -v, v)
+    if zeros:
+        v = torch.where(torch.rand(tuple(shape), generator=g) < 0.2, torch.zeros_like(v), v)
+    return v
+
+
+def _restrict_support(g: torch.Generator, a: torch.Tensor, support: Optional[int]) -> torch.Tensor:
+    """``a`` with all but ``support`` random positions of every row zeroed (None: unchanged)."""
+    if support is None or support >= a.shape[1]:
+        return a
+    keep = torch.zeros_like(a, dtype=torch.bool)
+    for r in range(a.shape[0]):
+        keep[r, torch.randperm(a.shape[1], generator=g)[:support]] = True
+    return torch.where(keep, a, torch.zeros_like(a))
+
+
+def safe_case(
+    family: str,
+    reg: Regime,
+    pool_a: torch.Tensor,
+    pool_b: torch.Tensor,
+    unit_log2: int,
+    bits: int = SAFE_BITS,
+    seed: int = 0,
+    grid: Sequence = GRID,
+) -> list[GemmOperands]:
+    """The cases of one regime over ``grid``: ``a`` [m, k], ``b`` [n, k] e4m3 drawn from the magnitude pools (every
+    product a multiple of ``2**unit_log2``), scales per (mode, dtype). AssertionError if the lemma's bound fails."""
+    g = generator(f"{PREFIX}/{family}", reg.variant, seed)
+    if reg.top:
+        pool_a, pool_b = pool_a[-reg.top :], pool_b[-reg.top :]
+    zeros = reg.support is None and not reg.positive
+    a = _restrict_support(g, _draw(g, (reg.m, reg.k), pool_a, reg.positive, zeros), reg.support)
+    b = _draw(g, (reg.n, reg.k), pool_b, reg.positive, zeros)
+    a8, b8 = a.to(E4M3), b.to(E4M3)
+    assert torch.equal(a8.to(torch.float64), a) and torch.equal(b8.to(torch.float64), b), "pool not e4m3"
+    units = (a.abs() @ b.abs().T) / 2.0**unit_log2  # exact: dyadic, far below 2**53
+    worst = int(units.max())
+    assert bool((units == units.round()).all()) and worst < 2**bits, f"{family}/{reg.variant}: bound broken"
+    out = []
+    for mode, dt in grid:
+        gs = generator(f"{PREFIX}/{family}", f"{reg.variant}-{mode}-{DTYPE_TAG[dt]}", seed)
+        sa, sw = token_scales(gs, reg.m), channel_scales(gs, reg.n, mode)
+        bias = (torch.randn(reg.n, generator=gs) / 8).to(dt) if reg.bias else None
+        meta = {"operands": "e4m3", "safe_bits": bits, "unit_log2": unit_log2, "abs_sum_max_units": worst}
+        meta.update(layout=reg.layout, trigger=f"exact accumulator at >= {bits} retained bits, any order")
+        ops = family_case(family, reg.variant, mode, dt, a8, b8, sa, sw, bias, seed, prefix=PREFIX, **meta)
+        out.append(ops if reg.layout == "dense" else with_layout(ops, reg.layout, gs))
+    return out
+
+
+#: ``small_int`` regimes with their value bounds (A, W): support * A * W < 2**14 in every one.
+SMALL_INT = (
+    (Regime("decode", 1, 1008, 64), 4, 4),
+    (Regime("k_tail", 3, 13, 5), 4, 4),
+    (Regime("k_515", 7, 515, 17, bias=True), 4, 4),
+    (Regime("prefill", 129, 160, 32, bias=True), 4, 4),
+    (Regime("monotone", 5, 1008, 32, positive=True, top=2), 4, 4),
+    (Regime("deep", 4, 4080, 16), 2, 2),
+    (Regime("sparse_deep", 3, 4099, 8, support=1023), 4, 4),
+    (Regime("a_padded", 9, 304, 48, layout="a_padded"), 4, 4),
+    (Regime("b_transposed", 16, 144, 48, layout="b_transposed", bias=True), 4, 4),
+)
+
+#: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
+HALVES, EIGHTHS = (1.0, 1.5), tuple(1 + i / 8 for i in range(8))
+NARROW_SPAN = (
+    (Regime("decode", 1, 448, 32), HALVES, -6, 3),
+    (Regime("prefill", 130, 96, 32, bias=True), HALVES, -3, -4),
+    (Regime("monotone", 3, 448, 16, positive=True, top=3), HALVES, 2, 2),
+    (Regime("sparse_deep", 4, 2064, 16, support=455), HALVES, -8, 5),
+    (Regime("full_mantissa", 6, 1040, 16, support=18), EIGHTHS, -2, 1),
+    (Regime("all_layouts", 5, 208, 32, layout="all", bias=True, support=455), HALVES, 4, -8),
+)
+
+
+def small_int_family(seed: int = 0, bits: int = SAFE_BITS) -> list[GemmOperands]:
+    """``small_int`` (module docstring): every regime of :data:`SMALL_INT` x ``GRID``."""
+    out = []
+    for reg, amax, wmax in SMALL_INT:
+        pa, pb = torch.arange(1, amax + 1, dtype=torch.float64), torch.arange(1, wmax + 1, dtype=torch.float64)
+        out += safe_case("small_int", reg, pa, pb, 0, bits, seed)
+    return out
+
+
+def narrow_span_family(seed: int = 0, bits: int = SAFE_BITS) -> list[GemmOperands]:
+    """``narrow_span`` (module docstring): every regime of :data:`NARROW_SPAN` x ``GRID``."""
+    out = []
+    for reg, mant, ea0, eb0 in NARROW_SPAN:
+        f = 2 if mant == HALVES else 6
+        pa, pb = _magnitudes(mant, (ea0, ea0 + 1)), _magnitudes(mant, (eb0, eb0 + 1))
+        out += safe_case("narrow_span", reg, pa, pb, ea0 + eb0 - f, bits, seed)
+    return out
+
+
+#: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.
+FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
+    "small_int": (small_int_family, "integer e4m3, exact accumulator at >= 14 bits in any order"),
+    "narrow_span": (narrow_span_family, "two-exponent e4m3 spans, exact accumulator at >= 14 bits in any order"),
+}
+
+
+def fp8_family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> list[GemmOperands]:
+    """Cases of the FP8 families ``names`` (default: all, in order); ValueError for an unknown name."""
+    names = list(FP8_FAMILIES) if names is None else list(names)
+    bad = [x for x in names if x not in FP8_FAMILIES]
+    if bad:
+        raise ValueError(f"unknown FP8 case families {bad}; known: {list(FP8_FAMILIES)}")
+    return [ops for name in names for ops in FP8_FAMILIES[name][0](seed)]

@@ -1,0 +1,155 @@
+"""C11 fp8_accumulator: the measured model of an emulated kernel is the model it emulates (any k order for the
+two-product probes), and the verdict fails exactly the kernels that keep less than they declare."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from fp8_kernels import fp8_kernel
+
+from conformance.checks.fp8_accumulator import (
+    K_PROBE,
+    check_fp8_accumulator,
+    measure_accumulator,
+    probe_operands,
+    probes,
+    shortfall,
+)
+from conformance.checks.result import CHECK_NAMES
+from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from reference.contract import CUTLASS_STYLE
+from reference.fp8 import E4M3, AccumulatorModel, parse_accumulator
+
+MODELS = (
+    "exact",
+    "fp32",
+    "fp32 bits=14 truncate promote=128",
+    "fp32 bits=14 truncate",
+    "fp32 bits=13 rne promote=32",
+    "fp32 bits=24 truncate",
+    "fp32 bits=20 rne promote=16",
+    "fp32 bits=8 truncate promote=512",
+)
+REVERSED = list(range(K_PROBE - 1, -1, -1))
+SHUFFLED = random.Random(0).sample(range(K_PROBE), K_PROBE)
+
+
+def test_check_is_named():
+    assert CHECK_NAMES["C11"] == "fp8_accumulator"
+
+
+def test_probe_values_are_e4m3_and_rows_unique():
+    rows = probes()
+    a, b = probe_operands(rows)
+    assert a.dtype == b.dtype == E4M3 and a.shape == (192, K_PROBE) and b.shape == (16, K_PROBE)
+    assert len({p.name for p in rows}) == len(rows) <= a.shape[0]
+    got = (a.double() @ b.double().T)[: len(rows), 0]  # float64: dyadic, exact
+    assert got.tolist() == [p.exact for p in rows]
+
+
+@pytest.mark.parametrize("text", MODELS)
+def test_measured_model_is_the_emulated_one(text):
+    m = measure_accumulator(fp8_kernel(text))
+    assert m.model == parse_accumulator(text)
+    assert m.evidence["measured"] == parse_accumulator(text).label() and m.evidence["notes"] == []
+
+
+@pytest.mark.parametrize(
+    "text, order",
+    [
+        ("fp32 bits=14 truncate", SHUFFLED),
+        ("fp32 bits=13 rne", SHUFFLED),
+        ("fp32 bits=14 truncate", REVERSED),
+        ("fp32 bits=14 truncate promote=128", REVERSED),  # promotion: contiguous chunks of k
+    ],
+)
+def test_bits_rounding_and_promotion_do_not_depend_on_the_k_order(text, order):
+    assert measure_accumulator(fp8_kernel(text, order=order)).model == parse_accumulator(text)
+
+
+def test_never_promoting_kernel_fails_a_promote_declaration():
+    r = check_fp8_accumulator(fp8_kernel("fp32 bits=14 truncate"), "fp32 bits=14 truncate promote=128")
+    assert r.verdict == "fail" and r.check_id == "C11" and r.evidence["failure_kind"] == "kernel"
+    assert r.evidence["shortfall"] == ["promotes never, declared every 128"]
+    assert r.evidence["measured"] == "fp32 bits=14 truncate"
+    assert r.evidence["declared"] == "fp32 bits=14 truncate promote=128"
+
+
+def test_twelve_bit_kernel_fails():
+    r = check_fp8_accumulator(fp8_kernel("fp32 bits=12 truncate promote=128"), "fp32 bits=14 truncate promote=128")
+    assert r.verdict == "fail" and r.evidence["shortfall"] == ["keeps 12 significant bits, declared 14"]
+    probe = r.evidence["probes"]["bits 12 + k=0,1"]
+    assert probe["kept"] is False and probe["observed"] == 2.0**11 and probe["exact"] == 2.0**11 + 2.0**-1
+
+
+@pytest.mark.parametrize(
+    "kernel, declared",
+    [
+        ("fp32", "fp32 bits=12 truncate promote=128"),
+        ("exact", "fp32"),
+        ("fp32 bits=16 truncate promote=64", "fp32 bits=14 rne promote=128"),
+        ("fp32 bits=14 truncate promote=128", "fp32 bits=14 truncate promote=128"),
+    ],
+)
+def test_at_least_as_precise_passes(kernel, declared):
+    r = check_fp8_accumulator(fp8_kernel(kernel), declared)
+    assert r.verdict == "pass", r.summary
+
+
+@pytest.mark.parametrize(
+    "kernel, declared, why",
+    [
+        ("fp32", "exact", "declared exact, measured 'fp32'"),
+        ("fp32 bits=14 truncate promote=128", "fp32 bits=14 rne promote=128", "truncates at 14 bits where rne"),
+        ("fp32 bits=24 truncate", "fp32", "truncates at 24 bits where rne"),
+        ("fp32 bits=14 truncate promote=256", "fp32 bits=14 truncate promote=128", "promotes every 256 products"),
+    ],
+)
+def test_keeping_less_fails(kernel, declared, why):
+    r = check_fp8_accumulator(fp8_kernel(kernel), declared)
+    assert r.verdict == "fail" and r.evidence["shortfall"][0].startswith(why), r.summary
+
+
+def test_shortfall_rules():
+    m = AccumulatorModel("fp32", 15, "truncate", 128)
+    assert shortfall(m, parse_accumulator("fp32 bits=14 rne promote=128")) == []
+    assert shortfall(m, parse_accumulator("fp32 bits=15 rne promote=128")) == [
+        "truncates at 15 bits where rne is declared"
+    ]
+    assert shortfall(m, parse_accumulator("fp32 bits=14 truncate promote=64")) == [
+        "promotes every 128 products, declared every 64"
+    ]
+
+
+def test_spec_declaration_device_and_constraints():
+    fn = fp8_kernel("fp32 bits=14 truncate promote=128")
+    spec = KernelSpec("emulated", fn, CUTLASS_STYLE)
+    assert check_fp8_accumulator(spec).verdict == "n/a"  # no declared accumulator
+    assert check_fp8_accumulator(spec, "fp32 bits=14 truncate promote=128").verdict == "pass"
+    narrow = KernelSpec("emulated", fn, CUTLASS_STYLE, constraints=ShapeConstraints(max_k=1024))
+    r = check_fp8_accumulator(narrow, "fp32")
+    assert r.verdict == "n/a" and "max_k=1024" in r.summary
+    gpu = KernelSpec("emulated", fn, CUTLASS_STYLE, devices=("cuda",))
+    if not torch.cuda.is_available():
+        assert check_fp8_accumulator(gpu, "fp32").verdict == "n/a"
+
+
+def test_a_failing_kernel_call_is_a_one_line_failure():
+    def broken(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        raise RuntimeError("no fp8 here\nsecond line")
+
+    def wrong_dtype(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return torch.zeros(a.shape[0], b.shape[0], dtype=torch.bfloat16)
+
+    r = check_fp8_accumulator(broken, "fp32")
+    assert r.verdict == "fail" and "no fp8 here" in r.summary and "\n" not in r.summary
+    r = check_fp8_accumulator(wrong_dtype, "fp32")
+    assert r.verdict == "fail" and "torch.bfloat16" in r.summary
+
+    def zeros(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return torch.zeros(a.shape[0], b.shape[0], dtype=out_dtype)
+
+    r = check_fp8_accumulator(zeros, "fp32")
+    assert r.verdict == "fail" and r.summary.startswith("the output is not the accumulator: probe 'bits 1 + k=0,1'")
