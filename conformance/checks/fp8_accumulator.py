@@ -230,17 +230,13 @@ def shortfall(measured: AccumulatorModel, declared: AccumulatorModel, bits_obser
 def check_fp8_accumulator(
     spec_or_callable, declared: Union[None, str, AccumulatorModel] = None, device: Optional[str] = None
 ) -> CheckResult:
-    """C11 for a KernelSpec (its ``scaled_mm``, devices and, when ``declared`` is None, ``accumulator``) or a bare
-    ``scaled_mm`` (device default cpu). fail: the kernel keeps less than declared (:func:`shortfall`) or its call
-    fails; n/a: no declaration, int8 operands, or no device here. ContractError on a bad declaration."""
+    """C11 for a KernelSpec (its ``scaled_mm``, devices and, when ``declared`` is None, its accumulator on the device
+    it runs on) or a bare ``scaled_mm`` (device default cpu). fail: the kernel keeps less than declared
+    (:func:`shortfall`) or its call fails; n/a: no declaration, int8 operands, or no device here. ContractError on a
+    bad declaration."""
     fn = getattr(spec_or_callable, "scaled_mm", spec_or_callable)
     if getattr(spec_or_callable, "operands", "e4m3") != "e4m3":
         return not_applicable(C11, "kernel takes int8 operands (C11 measures FP8 accumulation)")
-    if declared is None:
-        declared = getattr(spec_or_callable, "accumulator", None)
-        if declared is None:
-            return not_applicable(C11, "kernel declares no FP8 accumulator")
-    declared = parse_accumulator(declared)
     if fn is not spec_or_callable:
         device, reason = pick_device(spec_or_callable, device)
         if device is None:
@@ -248,6 +244,11 @@ def check_fp8_accumulator(
         bad = spec_or_callable.constraints.violations(-(-len(probes()) // 16) * 16, K_PROBE, N_PROBE)
         if bad:
             return not_applicable(C11, f"probe shape outside the kernel's constraints: {'; '.join(bad)}")
+        if declared is None:
+            declared = spec_or_callable.accumulator_on(device)
+    if declared is None:
+        return not_applicable(C11, "kernel declares no FP8 accumulator")
+    declared = parse_accumulator(declared)
     m = measure_accumulator(fn, device or "cpu")
     if m.model is None:
         ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel")

@@ -88,7 +88,8 @@ def accumulation_bound(a: torch.Tensor, b: torch.Tensor, model: AccumulatorModel
     operand and truncating), each float32 promotion add by <= 2**-24(|x| + |y|). A sum of n terms is a tree of n - 1
     adds; a node's computed value is <= (1 + u)**height * sum |leaves|, so the error is <= c(n, u) * sum |terms|,
     c(n, u) = (n - 1) u (1 + u)**(n - 2) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section
-    4.2). Bound = [c(N, u) + c(K, 2**-24) (1 + u)**(N - 1)] * sum_k |a_k b_k| (the promotions: <= K partial sums),
+    4.2). A partial sum starts at 0, so it is N + 1 leaves (the product itself is kept to B bits when B < 8).
+    Bound = [c(N + 1, u) + c(K, 2**-24) (1 + u)**N] * sum_k |a_k b_k| (the promotions: <= K partial sums),
     times (1 + 2**-40) for float64 rounding. Arguments and errors as :func:`emulate_accumulation`."""
     model = parse_accumulator(model)
     m, k, n = check_pair(a, b)
@@ -98,7 +99,7 @@ def accumulation_bound(a: torch.Tensor, b: torch.Tensor, model: AccumulatorModel
     s = s_fixed.to(torch.float64)  # sum |a_k b_k|: exact below 2**53 units, rounded up above
     s = torch.where(s_fixed > 2**53, torch.nextafter(s, torch.full_like(s, math.inf)), s)
     u, group = unit_roundoff(model), min(model.promote_every or k, k)
-    c = _chain(group, u)
+    c = _chain(group + 1, u)  # the first add (to a zero partial sum) rounds too when B < 8
     if model.promote_every is not None:
-        c += _chain(k, 2.0**-FP32_BITS) * _growth(u, group - 1)
+        c += _chain(k, 2.0**-FP32_BITS) * _growth(u, group)
     return s * (c * 2.0**-PRODUCT_SHIFT * (1 + 2.0**-40))

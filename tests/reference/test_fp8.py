@@ -147,11 +147,11 @@ def test_issue_discriminating_row():
     assert emulate_accumulation(a, a, "fp32 bits=14 rne promote=128").item() == 318.0
     assert emulate_accumulation(a, a, "fp32 bits=14 truncate").item() == 256.0
     # the bound (accumulation_bound docstring), u = 2**-13, N = 128, K = 4096, sum |p| = 319.984375:
-    #   c(128, u) = 127 * 2**-13 * (1 + 2**-13)**126 = 0.0155029.. * 1.0155016.. = 0.01574324..
-    #   c(4096, 2**-24) * (1 + u)**127 = 4095 * 2**-24 * 1.00024407.. * 1.0156257.. = 0.00024795..
-    #   (0.01574324 + 0.00024795) * 319.984375 = 5.1169217..; the observed error is 127/64 = 1.984375
+    #   c(129, u) = 128 * 2**-13 * (1 + 2**-13)**127 = 0.015625 * 1.0156257.. = 0.01586910..
+    #   c(4096, 2**-24) * (1 + u)**128 = 4095 * 2**-24 * 1.00024407.. * 1.0157497.. = 0.00024798..
+    #   (0.01586910 + 0.00024798) * 319.984375 = 5.1572171..; the observed error is 127/64 = 1.984375
     bound = accumulation_bound(a, a, "fp32 bits=14 truncate promote=128")
-    assert bound.dtype == torch.float64 and bound.item() == pytest.approx(5.1169217, abs=1e-6)
+    assert bound.dtype == torch.float64 and bound.item() == pytest.approx(5.1572172, abs=1e-6)
     assert accumulation_bound(a, a, "exact").item() == 0.0
 
 

@@ -125,13 +125,16 @@ def test_shortfall_rules():
 
 def test_spec_declaration_device_and_constraints():
     fn = fp8_kernel("fp32 bits=14 truncate promote=128")
-    spec = KernelSpec("emulated", fn, CUTLASS_STYLE)
-    assert check_fp8_accumulator(spec).verdict == "n/a"  # no declared accumulator
-    assert check_fp8_accumulator(spec, "fp32 bits=14 truncate promote=128").verdict == "pass"
-    narrow = KernelSpec("emulated", fn, CUTLASS_STYLE, constraints=ShapeConstraints(max_k=1024))
+    assert check_fp8_accumulator(fn).verdict == "n/a"  # a bare callable declares nothing
+    assert check_fp8_accumulator(KernelSpec("int8", fn, CUTLASS_STYLE)).verdict == "n/a"  # int8 operands
+    e4m3 = {"operands": "e4m3", "accumulator": {"cpu": "fp32 bits=14 truncate promote=128", "*": "fp32"}}
+    spec = KernelSpec("emulated", fn, CUTLASS_STYLE, **e4m3)
+    assert check_fp8_accumulator(spec).verdict == "pass"  # the cpu entry of the declaration
+    assert check_fp8_accumulator(spec, "fp32").verdict == "fail"  # an explicit declaration wins
+    narrow = KernelSpec("emulated", fn, CUTLASS_STYLE, constraints=ShapeConstraints(max_k=1024), **e4m3)
     r = check_fp8_accumulator(narrow, "fp32")
     assert r.verdict == "n/a" and "max_k=1024" in r.summary
-    gpu = KernelSpec("emulated", fn, CUTLASS_STYLE, devices=("cuda",))
+    gpu = KernelSpec("emulated", fn, CUTLASS_STYLE, devices=("cuda",), **e4m3)
     if not torch.cuda.is_available():
         assert check_fp8_accumulator(gpu, "fp32").verdict == "n/a"
 
