@@ -238,6 +238,14 @@ def _kernel_name(cfg: Config) -> str:
     return "gluon_ws" if cfg.kernel == "gluon" and cfg.warp_spec else cfg.kernel
 
 
+#: integer arguments Triton does not specialize (on == 1 or % 16): M only bounds masks and the scale / bias strides
+#: index one vector per tile, so a variant per value class would only multiply compiles (one per case layout)
+UNSPECIALIZED = {
+    "ptr": ("M", "stride_sa", "stride_sb", "stride_bias"),
+    "tma": ("M", "stride_sa", "stride_sb", "stride_bias", "NUM_PROGS"),
+}
+
+
 def _kernel(name: str, native: bool):
     """``(kernel object, is_interpreter)`` for ``ptr`` / ``tma`` / ``gluon`` / ``gluon_ws``, built once."""
     key = (name, native)
@@ -254,7 +262,7 @@ def _kernel(name: str, native: bool):
         fn = triton_gemm.w8a8_mm if name == "ptr" else triton_gemm.w8a8_mm_tma
         if not native:
             _skip_dead_overflow_checks()
-        k = triton.jit(fn) if native else InterpretedFunction(fn)
+        k = triton.jit(fn, do_not_specialize=UNSPECIALIZED[name]) if native else InterpretedFunction(fn)
         got = _KERNELS[key] = (k, isinstance(k, InterpretedFunction))
     return got
 

@@ -75,3 +75,24 @@ def test_the_build_holds_the_entrys_lock_so_concurrent_builders_wait(tmp_path, m
     with open(lock) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released after the build
     assert seen == ["held"]
+
+
+def test_c7_references_are_computed_once_across_runs(tmp_path, monkeypatch):
+    """C7's reference replay and envelope (CPU forwards of the model) go to the artifact cache: a later run (here:
+    an empty in-process memo) loads them; a different key computes."""
+    from conformance.checks import token_flip
+
+    monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path))
+    calls: list = []
+
+    def compute():
+        calls.append(1)
+        return {"threshold": 0.25, "argmax": torch.arange(6).reshape(2, 3)}
+
+    key = ("model", (("model.safetensors", 10, 5),), "own", "ab12", "triton", 8)
+    first = token_flip._bounded({}, key, compute)
+    again = token_flip._bounded({}, key, compute)  # a fresh process: its memo is empty
+    assert len(calls) == 1 and again["threshold"] == 0.25 and torch.equal(again["argmax"], first["argmax"])
+    assert len(list((tmp_path / "model-references").glob("*.pt"))) == 1
+    token_flip._bounded({}, key[:-1] + (4,), compute)  # another batch size: computed
+    assert len(calls) == 2
