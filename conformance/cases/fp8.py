@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from conformance.cases._common import DTYPE_TAG, GRID, channel_scales, family_case, generator, token_scales
+from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
@@ -175,3 +176,35 @@ def fp8_family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> li
     if bad:
         raise ValueError(f"unknown FP8 case families {bad}; known: {list(FP8_FAMILIES)}")
     return [ops for name in names for ops in FP8_FAMILIES[name][0](seed)]
+
+
+#: Activation scale modes of the FP8 capture cases (weights: per-channel static in both).
+CAPTURE_ACTIVATIONS = ("per_token", "per_tensor")
+
+
+def fp8_capture_cases(
+    activations: Sequence[str] = CAPTURE_ACTIVATIONS, capture_set=None, max_layers: Optional[int] = None
+) -> CaptureReplay:
+    """Captured layers (default: the shipped set) quantized to e4m3 in each activation mode of ``activations``
+    (``reference.model.capture.iter_layer_operands_fp8``), the first ``max_layers`` per mode; case ids
+    ``<layer>[fp8-token]`` / ``<layer>[fp8-tensor]``. ``available=False`` with a note when there are none;
+    CaptureError when the set is inconsistent or its parent model is missing."""
+    try:
+        from reference.model.capture import default_capture_set, iter_layer_operands_fp8
+    except ImportError as e:
+        return CaptureReplay(note=f"{NO_CAPTURES} (reference.model.capture not importable: {e})")
+    cs = capture_set if capture_set is not None else default_capture_set()
+    if cs is None:
+        return CaptureReplay(note=f"{NO_CAPTURES} (no capture set has been built)")
+    modes = list(activations)
+    cases = []
+    for mode in modes:
+        for i, ops in enumerate(iter_layer_operands_fp8(cs, mode)):
+            if max_layers is not None and i >= max_layers:
+                break
+            cases.append(ops)
+    src = str(getattr(cs, "dir", "") or "")
+    layers = len({c.name for c in cases})
+    note = f"{layers} captured layers quantized to e4m3 ({', '.join(modes)} activations, per-channel weights; "
+    note += f"{len(cases)} cases) from {src or 'capture set'}"
+    return CaptureReplay(cases=cases, available=True, source=src, note=note)

@@ -21,6 +21,7 @@ CHECK_NAMES: dict[str, str] = {
     "C9": "batch_invariance",
     "C10": "output_ownership",
     "C11": "fp8_accumulator",
+    "C12": "fp8_error_bound",
     "E1": "engine_hash",
 }
 
