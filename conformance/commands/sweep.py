@@ -31,7 +31,7 @@ from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import default_out, kernel_label
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
-from reference.errors import Int8confError, PredictionError
+from reference.errors import Int8confError
 from reference.model.assets import default_model_dir
 from reference.seeds import check_seed
 
@@ -216,16 +216,14 @@ def _checkpoint_dirs(cs, scale_modes) -> tuple:
     return tuple((k, str(cs.checkpoint(k).dir)) for k in dict.fromkeys(kinds))
 
 
-def latest_matrix(path=None) -> Path:
-    """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
-    from predictions.lock import default_dir, read_lock
+def latest_matrix(path=None, operands: str = "int8") -> Path:
+    """The matrix to score against: ``path``, else the newest entry of predictions/LOCK
+    that predicts for ``operands`` kernels (``predictions.lock.latest_locked``)."""
+    from predictions.lock import latest_locked
 
     if path:
         return Path(path)
-    entries = read_lock(default_dir())
-    if not entries:
-        raise PredictionError(f"no locked prediction matrix in {default_dir()}")
-    return default_dir() / entries[-1].file
+    return latest_locked(operands)
 
 
 def run(args: argparse.Namespace) -> int:
