@@ -43,10 +43,13 @@ def _outward_fp32(x: Tensor, down: bool) -> Tensor:
     return torch.where(off, torch.nextafter(y, step), y)
 
 
-def accumulator_interval(a: Tensor, b: Tensor, model: AccumulatorModel) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def accumulator_interval(
+    a: Tensor, b: Tensor, model: Union[str, AccumulatorModel]
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(exact32, lo, hi, beta)``: the exact sum rounded once to float32 and the float32 interval ``[lo, hi]`` holding
     the accumulator of every kernel obeying ``model`` (module docstring), all [M, N] on a's device; ``beta`` float64.
-    a: e4m3 [M, K]; b: e4m3 [N, K]. OperandError as :func:`reference.fp8.exact_fp8_mm`."""
+    a: e4m3 [M, K]; b: e4m3 [N, K]; ``model``: text or model. OperandError as :func:`reference.fp8.exact_fp8_mm`."""
+    model = parse_accumulator(model)
     units = exact_fp8_mm(a, b)
     exact32 = fixed_to_fp32(units, PRODUCT_SHIFT)
     beta = accumulation_bound(a, b, model)
