@@ -7,20 +7,25 @@ import pytest
 import torch
 from fp8_kernels import emulated_accumulator, fp8_kernel
 
+from conformance.cases.fp8 import fp8_family_cases
+from conformance.cases.tie_search import pick_ties
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec
+from conformance.suite.evaluate import CaseEvaluation
 from faults import FaultError, inject, make_injection, parse_injection
 from faults.accumulator import EXACT_FP8, KERNEL_UNIT_SCALES, fp8_kernel_accumulator, narrowed_model
 from faults.catalogue import faults_for, not_applicable
 from faults.describe import fault_rows
 from faults.mask import case_key, element_mask
 from faults.postprocessing import faulty_epilogue
+from faults.truth import ask_ground_truth
 from reference.bits import spacing_distance
 from reference.contract import TRITON_STYLE
 from reference.epilogue import apply_epilogue
 from reference.fp8 import E4M3, AccumulatorModel, exact_sum_fp32
+from reference.operands import GemmOperands
 
 
 def emulated_spec(model: str, name: str = "emu-fp8") -> KernelSpec:
@@ -128,3 +133,55 @@ def test_f10_is_caught_by_c11_on_an_emulated_fp8_kernel(declared, variant, measu
     r = check_fp8_accumulator(inject(spec, f"F10.{variant}", "all"))
     assert r.verdict == "fail" and r.evidence["measured"] == measured
     assert r.evidence["declared"] == declared and r.evidence["shortfall"]
+
+
+def e4m3_tie_case(m: int = 17, n: int = 24, seed: int = 0) -> GemmOperands:
+    """An accumulator-safe e4m3 case whose accumulators are scale-order ties (``tie_search.pick_ties``, |x| <= 15000):
+    x = 16 s + r realized with integer e4m3 values <= 16 (``b`` block diagonal: 63 entries of 16, then a 1), so
+    ``sum_k |a b| <= 16 (|s| + 63) + 8 < 2**14`` (the lemma of ``conformance.cases.fp8``)."""
+    g = torch.Generator().manual_seed(seed)
+    sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
+    sb = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
+    acc = pick_ties(g, sa, sb, torch.bfloat16, vmax=15000)
+    block = 64
+    s = torch.round(acc.double() / 16).to(torch.int64)
+    r = acc - 16 * s
+    q = torch.div(s, block - 1, rounding_mode="floor")
+    rem = s - (block - 1) * q
+    big = q.unsqueeze(-1) + (torch.arange(block - 1) < rem.unsqueeze(-1)).to(torch.int64)
+    a = torch.cat([big, r.unsqueeze(-1)], -1).reshape(m, n * block).double()
+    b = torch.zeros(n, n * block, dtype=torch.float64)
+    for j in range(n):
+        b[j, j * block : (j + 1) * block - 1] = 16
+        b[j, (j + 1) * block - 1] = 1
+    assert a.abs().max() <= 16 and torch.equal((a @ b.T).round().to(torch.int64), acc)
+    assert (a.abs() @ b.abs().T).max() < 2**14
+    return GemmOperands(a.to(E4M3), b.to(E4M3), sa, sb, None, torch.bfloat16, "fp8/ties-e4m3", "real", {})
+
+
+#: The Hopper-like emulated control kernel of the FP8 suite's tests (14 bits, truncating, promoted every 128).
+HOPPER_LIKE_KERNEL = "buggy_fp8_kernels:fp8_emulated_good"
+
+
+@pytest.mark.parametrize("fault", ["F1", "F2", "F3", "F4", "F5"])
+def test_postprocessing_faults_are_caught_bit_exactly_on_accumulator_safe_families(fault):
+    """On accumulator-safe cases C4 passes (the declared 14-bit accumulator provably keeps the exact sum), C8 fails
+    exactly where the fault changed an output and counts exactly the elements it changed (0 ulp), C5 likewise under
+    power-of-two scales, and C12 leaves these cases to them (n/a)."""
+    spec = get_kernel(HOPPER_LIKE_KERNEL)
+    faulty = inject(spec, fault, "all")
+    cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + [e4m3_tie_case()]
+    changed = 0
+    for ops in cases:
+        case = CaseEvaluation(faulty, ops)
+        res = case.result(coverage=False)
+        gt = ask_ground_truth(faulty, ops, faulty_run=case.run).get()
+        c = res.checks
+        assert c["C4"].verdict == "pass" and c["C12"].verdict == "n/a", ops.name
+        assert (c["C8"].verdict == "fail") == (gt.changed > 0), ops.name
+        if gt.changed:
+            assert c["C8"].evidence["n_differ"] == gt.changed and gt.max_spacing >= 1, ops.name
+        if ops.scale_mode == "pow2":
+            assert (c["C5"].verdict == "fail") == (gt.changed > 0), ops.name
+        changed += gt.changed
+    assert changed > 0  # every fault changes outputs on some case, and each time C8 names exactly those

@@ -3,12 +3,13 @@ int8 one changes none of its cells, and the newest matrix is chosen per operand 
 
 import hashlib
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from predictions.lock import latest_locked, lock_matrix, matrix_chain, read_lock, verify_matrix
+from predictions.lock import latest_locked, lock_matrix, matrix_chain, read_lock, verify_git_history, verify_matrix
 from predictions.matrix import DOMAINS, parse_matrix
 from reference.errors import PredictionError
 
@@ -123,3 +124,29 @@ def test_an_e4m3_amendment_of_an_e4m3_matrix_lists_its_changes(tmp_path, v11):
     lock_matrix(p)
     assert verify_matrix(p).predict("F10", "C11", "per_token") == "fire"
     assert latest_locked("e4m3", tmp_path) == p
+
+
+def test_the_committed_fp8_amendment_verifies_and_precedes_every_fp8_sweep_result():
+    m = verify_matrix(PRED / "v1.2-fp8.yaml")
+    assert m.operands == "e4m3" and m.changes == [] and m.amends["file"] == "v1.1.yaml"
+    assert m.amends["sha256"] == hashlib.sha256((PRED / "v1.1.yaml").read_bytes()).hexdigest()
+    assert list(m.rows) == [f"F{i}" for i in range(1, 11)] and m.checks[-2:] == ("C11", "C12")
+    for fid in ("F6", "F7"):
+        assert {c.prediction for c in m.rows[fid].values()} == {"n/a"}
+    assert {m.predict("F8", c, "per_token") for c in m.checks} == {"silent", "n/a"}
+    assert m.predict("F10", "C11", "per_tensor") == "fire" and m.predict("F3", "C8", "per_token") == "silent"
+    assert all(c.rationale and "\n" not in c.rationale for row in m.rows.values() for c in row.values())
+    assert latest_locked("e4m3") == PRED / "v1.2-fp8.yaml" and latest_locked("int8") == PRED / "v1.1.yaml"
+    hist = verify_git_history(PRED)
+    if hist is None:
+        pytest.skip("not a git work tree")
+    # git history proves the order: the commit that locked the amendment is an ancestor of every commit that
+    # touched an FP8 sweep result
+    root = PRED.parent
+    locked = hist["matrices"]["v1.2-fp8.yaml"]
+    log = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%H", "--", "reports/sweep/fp8-cpu"], capture_output=True, text=True
+    )
+    for c in log.stdout.split():
+        anc = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", locked, c])
+        assert anc.returncode == 0 and c != locked, c
