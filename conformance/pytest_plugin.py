@@ -171,12 +171,16 @@ def pytest_configure(config) -> None:
     try:
         runs = _injected(resolve_kernels(list(names)), opt("inject", default=[]) or [])
         other = get_kernel(opt("against"), "--against") if opt("against") else None
-        cases, cap = suite_cases(
-            not opt("int8conf_no_captures"),
-            not opt("int8conf_no_sweep"),
-            opt("int8conf_captures") or None,
-            opt("int8conf_model"),
-        )
+        built = {
+            kind: suite_cases(
+                not opt("int8conf_no_captures"),
+                not opt("int8conf_no_sweep"),
+                opt("int8conf_captures") or None,
+                opt("int8conf_model"),
+                operands=kind,
+            )
+            for kind in dict.fromkeys(s.operands for s, _ in runs)
+        }
     except Int8confError as e:
         msg = cli_capture_message(e).replace("--model DIR", "--int8conf-model=DIR")
         raise pytest.UsageError(f"int8conf: {msg}") from None
@@ -185,7 +189,9 @@ def pytest_configure(config) -> None:
         out = Path(config.invocation_params.dir) / out
     made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])
     config.stash[_STATE] = _State(
-        kernels=[SuiteState(s, _prepared(cases, inj, s), cap, other) for s, inj in runs],
+        kernels=[
+            SuiteState(s, _prepared(built[s.operands][0], inj, s), built[s.operands][1], other) for s, inj in runs
+        ],
         against=other,
         out_dir=out,
         made=made,
@@ -285,11 +291,11 @@ class KernelSuite(pytest.Collector):
         self.kstate, self.st = kstate, st
 
     def collect(self):
-        from conformance.suite.plan import CASE, CHECK, PAIR, suite_steps
+        from conformance.suite.plan import CASE, CHECK, PAIR
 
         kinds = {CASE: CaseItem, PAIR: PairItem, CHECK: CheckItem}
         ks, st = self.kstate, self.st
-        for step in suite_steps(ks.cases, st.examples, st.model_checks, st.against is not None):
+        for step in ks.steps(st.examples, st.model_checks, st.against is not None):
             yield kinds.get(step.kind, PropertyItem).from_parent(self, name=step.name, kstate=ks, st=st, step=step)
 
 

@@ -6,7 +6,7 @@ Importing the package registers a kernel-name resolver, so injected names such a
 """
 
 from conformance.kernels.registry import register_resolver as _register_resolver
-from faults.catalogue import FAMILIES, FAULTS, FaultClass, get_fault
+from faults.catalogue import FAMILIES, FAULTS, FaultClass, faults_for, get_fault, not_applicable
 from faults.inject import (
     annotate_result,
     inject,
@@ -25,7 +25,18 @@ from faults.truth import GroundTruth, ground_truth
 
 _register_resolver(resolve_injected_name)
 
-__all__ = ["FAULTS", "FAMILIES", "FaultClass", "get_fault", "COVERAGES", "F9_VARIANTS", "FaultError", "Injection"]
+__all__ = [
+    "FAULTS",
+    "FAMILIES",
+    "FaultClass",
+    "faults_for",
+    "not_applicable",
+    "get_fault",
+    "COVERAGES",
+    "F9_VARIANTS",
+    "FaultError",
+    "Injection",
+]
 __all__ += ["make_injection", "parse_injection", "inject", "inject_injection", "injection_of", "wrapped_kernel"]
 __all__ += ["kernel_accumulator", "prepare_case", "prepare_injection", "resolve_kernel", "ground_truth"]
 __all__ += ["GroundTruth", "resolve_injected_name", "injection_note", "annotate_result"]

@@ -1,26 +1,33 @@
-"""The nine fault classes of DESIGN.md section 5, as data: the single table of fault
+"""The fault classes of DESIGN.md sections 5 and 3b, as data: the single table of fault
 names that reports, predictions and scoring use. Families: ``post-processing`` (the
-epilogue after an exact accumulator), ``precondition`` (the accumulator leaves the
-range where integer accumulation is exact), ``control`` (no change), ``operand``
-(the kernel sees other operands). The wrappers are in :mod:`faults.inject`.
+epilogue after the accumulator), ``precondition`` (the accumulator leaves the range where
+integer accumulation is exact), ``control`` (no change), ``operand`` (the kernel sees
+other operands), ``accumulator`` (an FP8 accumulator keeps less than declared). Each
+class applies to int8 and / or e4m3 kernels (:func:`faults_for`, :func:`not_applicable`).
+The wrappers are in :mod:`faults.inject`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 from reference.errors import Int8confError
+
+#: Operand dtypes of the kernel contract (``conformance.kernels.spec.OPERANDS``).
+OPERANDS = ("int8", "e4m3")
 
 
 @dataclass(frozen=True)
 class FaultClass:
-    """One fault class: id ``F1`` .. ``F9``, snake_case name (matrices, reports), family
-    (:data:`FAMILIES`) and a one-line description."""
+    """One fault class: id ``F1`` .. ``F10``, snake_case name (matrices, reports), family
+    (:data:`FAMILIES`), a one-line description and the kernel ``operands`` it applies to."""
 
     id: str
     name: str
     family: str
     description: str
+    operands: tuple = OPERANDS
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,12 +52,14 @@ FAULTS: tuple[FaultClass, ...] = (
         "int32_overflow",
         "precondition",
         "an accumulator leaves the int32 range (the case is built so the exact value is known)",
+        operands=("int8",),
     ),
     FaultClass(
         "F7",
         "fp32_inexact_accumulator",
         "precondition",
         "an accumulator reaches |acc| >= 2^24, so int32->float32 is no longer exact",
+        operands=("int8",),
     ),
     FaultClass("F8", "null", "control", "changes nothing; must never be detected"),
     FaultClass(
@@ -60,9 +69,43 @@ FAULTS: tuple[FaultClass, ...] = (
         "the kernel is fed operands other than the reference's (e.g. scales rewritten "
         "without requantizing weights, a stale or transposed tensor)",
     ),
+    FaultClass(
+        "F10",
+        "narrow_accumulator",
+        "accumulator",
+        "an FP8 accumulator keeps fewer significant bits than its declaration",
+        operands=("e4m3",),
+    ),
 )
 
-FAMILIES = ("post-processing", "precondition", "control", "operand")
+FAMILIES = ("post-processing", "precondition", "control", "operand", "accumulator")
+
+#: Why a fault class does not apply to kernels of an operand dtype (faults/README.md, DESIGN.md 3b).
+NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("F6", "e4m3"): (
+        "an e4m3 kernel has no int32 accumulator, and its float32 one cannot leave its range: "
+        "|sum| <= 448**2 * K < 2**128 for every K < 2**110"
+    ),
+    ("F7", "e4m3"): (
+        "an e4m3 kernel converts no integer accumulator to float32: it accumulates in float32 from the "
+        "first add, where rounding is legal within its declared accumulator (C12 bounds it); keeping less "
+        "than declared is F10"
+    ),
+    ("F10", "int8"): "an int8 kernel's int32 accumulator is exact; it declares no retained precision to fall short of",
+}
+
+
+def faults_for(operands: str) -> tuple[FaultClass, ...]:
+    """The fault classes that apply to kernels of ``operands`` (``int8``: F1-F9; ``e4m3``:
+    F1-F5, F8-F10), in catalogue order; Int8confError for an unknown dtype."""
+    if operands not in OPERANDS:
+        raise Int8confError(f"operands {operands!r} is not one of {OPERANDS}")
+    return tuple(f for f in FAULTS if operands in f.operands)
+
+
+def not_applicable(fault: str, operands: str) -> Optional[str]:
+    """The reason fault id ``fault`` does not apply to ``operands`` kernels, None when it does."""
+    return NOT_APPLICABLE.get((fault, operands))
 
 
 def get_fault(key: str) -> FaultClass:

@@ -1,8 +1,9 @@
 """``inject``: any kernel turned into a faulty one (``<kernel>+F4@all#s0``, every
 declaration kept, the fault on the selected elements of ``faults.mask``); ``prepare_case``:
-the operand part of F6 / F7. Per-fault behaviour: ``faults/README.md``. Every call records
-(``conformance.kernels.trace``) the path ``<inner path>+F<n>``, the injected source digest
-and fault, coverage, seed and selected count.
+the operand part of F6 / F7. Per-fault behaviour: ``faults/README.md``; a fault that does not
+apply to the kernel's operands (``faults.catalogue.not_applicable``: F6 / F7 on e4m3, F10 on
+int8) is refused. Every call records (``conformance.kernels.trace``) the path ``<inner
+path>+F<n>``, the injected source digest and fault, coverage, seed and selected count.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ import torch
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec
+from faults.accumulator import fp8_kernel_accumulator, narrow_output, narrowed_model
+from faults.catalogue import not_applicable
 from faults.mask import acc_case_key, case_key, element_mask, selected_count
 from faults.operand import ACC_VARIANTS, mismatched, mismatched_acc_operands
 from faults.postprocessing import faulty_epilogue
 from faults.precondition import block_case, extend_k, prepare_precondition, select_block
 from faults.spec import (
+    ACCUMULATOR_FAULTS,
     POSTPROCESSING_FAULTS,
     PRECONDITION_FAULTS,
     FaultError,
     Injection,
+    f10_deficit,
     make_injection,
     split_injected_name,
 )
@@ -75,10 +80,17 @@ class FaultyScaledMM(_Faulty):
         clean = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
         extra = {}
         if fid in POSTPROCESSING_FAULTS:
-            acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)
+            if inner.operands == "e4m3":
+                acc, extra["accumulator_source"] = fp8_kernel_accumulator(inner, a, b, scale_a, scale_b)
+            else:
+                acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)
             faulty = faulty_epilogue(
                 acc.to(clean.device), scale_a, scale_b, inner.contract, fid, bias=bias, out_dtype=out_dtype
             )
+        elif fid in ACCUMULATOR_FAULTS:
+            model = narrowed_model(inner.accumulator_on(a.device.type), f10_deficit(inj.variant))
+            extra["accumulator_source"] = f"emulated narrow accumulator {model.label()!r}"
+            faulty = narrow_output(a, b, scale_a, scale_b, bias, out_dtype, inner.contract, model, mask)
         elif fid == "F9":
             ops2 = mismatched(a, b, scale_a, scale_b, bias, inj.variant)
             faulty = inner.scaled_mm(*ops2[:4], out_dtype=out_dtype, bias=ops2[4])
@@ -152,7 +164,8 @@ class FaultyIntMM(_Faulty):
 
 
 def kernel_accumulator(spec: KernelSpec, a, b) -> tuple[torch.Tensor, str]:
-    """``(acc, source)``: the kernel's ``int_mm(a, b)`` and ``"kernel int_mm"`` when it
+    """``(acc, source)`` of an int8 kernel (e4m3: ``faults.accumulator.fp8_kernel_accumulator``):
+    the kernel's ``int_mm(a, b)`` and ``"kernel int_mm"`` when it
     returns an int32 / int64 [M, N] tensor; else ``exact_int_mm`` (int64) and ``"exact
     reference"`` (with the reason in parentheses when the entry exists but failed)."""
     m, n = int(a.shape[0]), int(b.shape[0])
@@ -188,8 +201,12 @@ def _clean(inner: KernelSpec) -> KernelSpec:
 def inject_injection(inner: KernelSpec, inj: Injection) -> KernelSpec:
     """The injected KernelSpec: named ``<kernel><inj.suffix()>``, origin
     ``fault-injection:<inner origin>``, every declaration of ``inner`` kept (so it is
-    checked against the same promises), ``int_mm`` wrapped when ``inner`` has one."""
+    checked against the same promises), ``int_mm`` wrapped when ``inner`` has one.
+    FaultError: ``inner`` already injected, or the fault does not apply to its operands."""
     _clean(inner)
+    why = not_applicable(inj.fault, inner.operands)
+    if why:
+        raise FaultError(f"{inj.fault} {inj.name} does not apply to {inner.operands} kernel {inner.name!r}: {why}")
     text = f"{INJECTION_VERSION}|{inner.source_digest}|{inner.name}|{inj.suffix()}"
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return dataclasses.replace(

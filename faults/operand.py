@@ -71,12 +71,12 @@ def mismatched_acc_operands(a, b, variant: str):
     return a, b
 
 
-def describe(variant: str, ops=None, changed: Optional[list] = None) -> str:
-    """One line saying what the variant feeds the kernel; with ``ops`` (or ``changed``,
-    its :func:`changed_operands` already read) naming the operands really changed."""
+def describe(variant: str, ops=None, changed: Optional[list] = None, operands: str = "int8") -> str:
+    """One line saying what the variant feeds an ``operands`` (int8 / e4m3) kernel; with ``ops``
+    (or ``changed``, its :func:`changed_operands` already read) naming the operands really changed."""
     text = {
         "pow2_scales": "per-channel scales rewritten to the nearest power of two without requantizing the weights",
-        "stale": "stale activations: row m holds token m-1's int8 row (cyclic), current scales",
+        "stale": f"stale activations: row m holds token m-1's {operands} row (cyclic), current scales",
         "transposed": "weight buffer read in the transposed layout (b.t().contiguous().reshape(N, K))",
     }[variant]
     if changed is None and ops is not None:

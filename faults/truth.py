@@ -2,6 +2,8 @@
 compared in spacings of the output dtype (``reference.bits.spacing_distance``). For
 F6 / F7 the fault-free output is the declared epilogue on the exact int64 accumulator of
 the prepared operands (what the kernel would return if its accumulator held the value).
+F1-F5 on an e4m3 kernel recompute from its own float32 accumulator (``faults.accumulator``);
+F10 from the narrowed one.
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ from typing import Optional
 import torch
 
 from conformance.kernels.runner import run_kernel
+from faults.accumulator import KERNEL_UNIT_SCALES, narrowed_model
+from faults.describe import declared_formula
 from faults.inject import inject_injection, injection_of, prepare_injection, resolve_kernel, wrapped_kernel
 from faults.mask import case_key, element_mask
 from faults.operand import ask_changed_operands, describe
 from faults.postprocessing import faulty_steps
-from faults.spec import POSTPROCESSING_FAULTS, PRECONDITION_FAULTS, FaultError, make_injection
+from faults.spec import (
+    ACCUMULATOR_FAULTS,
+    POSTPROCESSING_FAULTS,
+    PRECONDITION_FAULTS,
+    FaultError,
+    f10_deficit,
+    make_injection,
+)
 from reference import memo, readback
 from reference.accumulate import exact_int_mm
 from reference.bits import ULP_BINS, histogram_dict, spacing_distance, ulp_histogram_counts
@@ -31,7 +42,7 @@ class GroundTruth:
     ``changed``: elements whose bits differ from the fault-free output (NaN == NaN).
     ``max_spacing``: largest spacing distance (``reference.bits.NAN_DISTANCE`` for NaN
     vs a number). ``spacing_hist``: ``reference.bits.ulp_histogram`` bins over the
-    selected elements. ``accumulator_source``: what F1-F5 recomputed from (F6/F7:
+    selected elements. ``accumulator_source``: what F1-F5 / F10 recomputed from (F6/F7:
     always the exact reference). ``changed_outside``: changes outside the selection
     (0 by construction except F6/F7). ``definition``: the faulty formula (F1-F5) or a
     short description. ``shape``: ``[M, K, N]`` run. ``error``: a failed run's line
@@ -79,13 +90,18 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
     return readback.ask([c], convert)
 
 
-def _definition(spec, inj, ops) -> str:
+def _definition(spec, inj, ops, device: str) -> str:
     if inj.fault in POSTPROCESSING_FAULTS:
         return faulty_steps(spec.contract, inj.fault, ops.bias is not None)["definition"]
+    if inj.fault in ACCUMULATOR_FAULTS:
+        declared = spec.accumulator_on(device)
+        narrow = narrowed_model(declared, f10_deficit(inj.variant))
+        formula = declared_formula(spec.contract, ops.bias is not None)
+        return f"x = accumulator {narrow.label()!r} instead of the declared {declared.label()!r}; {formula}"
     if inj.fault == "F8":
         return "no change (null control)"
     if inj.fault == "F9":
-        return describe(inj.variant)
+        return describe(inj.variant, operands=spec.operands)
     return {
         "F6": "selected accumulators pushed to >= 2^31 (outside int32)",
         "F7": "selected accumulators pushed to >= 2^24 (float32 conversion inexact)",
@@ -114,6 +130,8 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
     if inj is None or spec is None:
         raise FaultError(f"kernel {getattr(faulty, 'name', faulty)!r} carries no injected fault")
     acc_source = "kernel int_mm" if spec.int_mm is not None else "exact reference"
+    if spec.operands == "e4m3":
+        acc_source = KERNEL_UNIT_SCALES
     operand_change, change_asked = None, None
     if inj.fault in PRECONDITION_FAULTS:
         ops = prepare_injection(ops, inj, spec.constraints)
@@ -134,12 +152,18 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
         clean_out, clean_err = run.output, run.error if run.output is None else None
         if inj.fault == "F9":  # asked now, read with the comparison's counts
             variant = inj.variant
-            change_asked = ask_changed_operands(variant, ops).then(lambda ch: describe(variant, changed=list(ch)))
+            change_asked = ask_changed_operands(variant, ops).then(
+                lambda ch: describe(variant, changed=list(ch), operands=spec.operands)
+            )
     frun = faulty_run if faulty_run is not None else run_kernel(faulty, ops, device=device)
-    if inj.fault in POSTPROCESSING_FAULTS:
+    if inj.fault in POSTPROCESSING_FAULTS + ACCUMULATOR_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
     base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed, accumulator_source=acc_source)
-    base.update(operand_change=operand_change, variant=inj.variant, definition=_definition(spec, inj, ops))
+    base.update(
+        operand_change=operand_change,
+        variant=inj.variant,
+        definition=_definition(spec, inj, ops, device or ops.a.device.type),
+    )
     base.update(shape=[ops.m, ops.k, ops.n], kernel=spec.name)
     err = clean_err or (frun.error if frun.output is None else None)
 

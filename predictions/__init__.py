@@ -7,10 +7,19 @@ a matrix and checks an amendment's change list; :mod:`predictions.lock` keeps th
 from predictions.lock import (  # noqa: F401
     LOCK_NAME,
     default_dir,
+    latest_locked,
     lock_matrix,
     matrix_chain,
     read_lock,
     verify_git_history,
     verify_matrix,
 )
-from predictions.matrix import CORE_CHECKS, EXTRA_CHECKS, PREDICTIONS, PredictionMatrix, check_amendment, parse_matrix  # noqa: F401
+from predictions.matrix import (  # noqa: F401
+    CORE_CHECKS,
+    DOMAINS,
+    EXTRA_CHECKS,
+    PREDICTIONS,
+    PredictionMatrix,
+    check_amendment,
+    parse_matrix,
+)

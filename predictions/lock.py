@@ -119,6 +119,20 @@ def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
     return m
 
 
+def latest_locked(operands: str = "int8", directory=None) -> Path:
+    """The newest matrix in ``<directory>/LOCK`` (default: the package's) that predicts for
+    ``operands`` kernels (``PredictionMatrix.operands``; verified later, by :func:`matrix_chain`).
+    PredictionError: none is locked, or a locked file is missing or invalid."""
+    d = Path(directory) if directory is not None else default_dir()
+    for e in reversed(read_lock(d)):
+        p = d / e.file
+        if not p.is_file():
+            raise PredictionError(f"{d / LOCK_NAME} locks {e.file}, which does not exist")
+        if parse_matrix(p, p.read_bytes()).operands == operands:
+            return p
+    raise PredictionError(f"no locked prediction matrix for {operands} kernels in {d}")
+
+
 def matrix_chain(path) -> list[PredictionMatrix]:
     """The verified matrix at ``path`` and every matrix it amends, oldest first."""
     m = verify_matrix(path)

@@ -2,7 +2,10 @@
 (layout: ``conformance/sweep/README.md``). A cell (fault, check, scale mode) takes the
 prediction (``fire`` | ``silent`` | ``n/a``) of row ``F@mode`` when the matrix splits that
 fault, else of row ``F``. An amendment repeats the whole matrix and lists every changed
-cell with its reason (:func:`check_amendment` proves the list exact).
+cell with its reason (:func:`check_amendment` proves the list exact). A matrix predicts for
+kernels of one operand dtype (``operands``: ``int8`` default, or ``e4m3``, DESIGN.md 3b),
+whose faults, scale modes and checks it covers (:data:`DOMAINS`); an ``e4m3`` matrix may amend
+an ``int8`` one: it extends the predictions to e4m3 kernels and changes none of its parent's.
 """
 
 from __future__ import annotations
@@ -15,14 +18,32 @@ from typing import Optional
 
 import yaml
 
-from faults.catalogue import FAULTS
+from faults.catalogue import FAULTS, faults_for
 from reference.errors import PredictionError
 
 PREDICTIONS = ("fire", "silent", "n/a")
 CORE_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 EXTRA_CHECKS = ("C8", "E1")
 SCALE_MODES = ("own", "pow2")
-_ROW = re.compile(r"^(F[1-9])(?:@(own|pow2))?$")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What a matrix for kernels of one operand dtype covers: its ``core_checks`` (exactly), the ``extra_checks``
+    it may add, the ``scale_modes`` of its cells (rows split by them)."""
+
+    core_checks: tuple
+    extra_checks: tuple
+    scale_modes: tuple
+
+
+#: ``operands`` -> Domain. e4m3 kernels: the layer checks of the published suite (C7 is a model check of the int8
+#: forward, not run), C8 and the FP8 checks C11 / C12; scale modes: the activation scale (per token, per tensor).
+DOMAINS = {
+    "int8": Domain(CORE_CHECKS, EXTRA_CHECKS, SCALE_MODES),
+    "e4m3": Domain(("C1", "C2", "C3", "C4", "C5", "C6"), ("C8", "C11", "C12"), ("per_token", "per_tensor")),
+}
+_ROW = re.compile(r"^(F(?:10|[1-9]))(?:@([a-z0-9_]+))?$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -38,7 +59,8 @@ class Cell:
 class PredictionMatrix:
     """A parsed, validated prediction matrix: ``sha256`` of the file's bytes (what its
     lock records), ``amends`` None or ``{"file", "sha256"}``, ``rows`` row key (``F1`` or
-    ``F3@pow2``) -> check id -> :class:`Cell`, ``changes`` the amendment's change list."""
+    ``F3@pow2``) -> check id -> :class:`Cell`, ``changes`` the amendment's change list,
+    ``operands`` the kernels' operand dtype it predicts for (:data:`DOMAINS`)."""
 
     id: str
     path: Path
@@ -49,13 +71,18 @@ class PredictionMatrix:
     extra_checks: tuple
     rows: dict
     changes: list = field(default_factory=list)
+    operands: str = "int8"
+
+    @property
+    def scale_modes(self) -> tuple:
+        return DOMAINS[self.operands].scale_modes
 
     @property
     def checks(self) -> tuple:
         return tuple(self.core_checks) + tuple(self.extra_checks)
 
     def n_core_cells(self) -> int:
-        """Rows x core checks (63 unsplit; 77 with two faults split by scale mode)."""
+        """Rows x core checks (int8: 63 unsplit; 77 with two faults split by scale mode)."""
         return len(self.rows) * len(self.core_checks)
 
     def row_key(self, fault: str, scale_mode: str) -> str:
@@ -92,8 +119,10 @@ def _one_line(path: Path, where: str, text) -> str:
 def parse_matrix(path, data: bytes) -> PredictionMatrix:
     """The PredictionMatrix of ``data``, the bytes of ``path`` (``yaml.safe_load`` only; the
     digest is of exactly these bytes). PredictionError (one line): YAML error, missing
-    key, unknown fault / check / prediction, missing cell or fault row, a split row
-    without both scale modes, a multi-line rationale."""
+    key, unknown operands / fault / check / scale mode / prediction, missing cell or fault
+    row (every fault that applies to the operands), a row of a fault that does not apply
+    with a prediction other than n/a, a split row without every scale mode, a multi-line
+    rationale."""
     path = Path(path)
     try:
         doc = yaml.safe_load(data.decode("utf-8"))
@@ -104,11 +133,15 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
     for key in ("matrix", "core_checks", "extra_checks", "rows"):
         if key not in doc:
             raise _fail(path, f"missing key {key!r}")
+    operands = doc.get("operands", "int8")
+    if operands not in DOMAINS:
+        raise _fail(path, f"operands must be one of {list(DOMAINS)}, got {operands!r}")
+    dom = DOMAINS[operands]
     core, extra = tuple(doc["core_checks"] or ()), tuple(doc["extra_checks"] or ())
-    if core != CORE_CHECKS:
-        raise _fail(path, f"core_checks must be {list(CORE_CHECKS)}, got {list(core)}")
-    if not set(extra) <= set(EXTRA_CHECKS):
-        raise _fail(path, f"extra_checks must be among {list(EXTRA_CHECKS)}, got {list(extra)}")
+    if core != dom.core_checks:
+        raise _fail(path, f"core_checks must be {list(dom.core_checks)}, got {list(core)}")
+    if not set(extra) <= set(dom.extra_checks):
+        raise _fail(path, f"extra_checks must be among {list(dom.extra_checks)}, got {list(extra)}")
     amends = doc.get("amends")
     if amends is not None:
         if (
@@ -123,8 +156,9 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
     rows: dict = {}
     for key, row in rows_in.items():
         m = _ROW.match(str(key))
-        if not m:
-            raise _fail(path, f"row {key!r} is not F1..F9 or F<n>@own / F<n>@pow2")
+        if not m or (m.group(2) is not None and m.group(2) not in dom.scale_modes):
+            modes = " / ".join(f"F<n>@{x}" for x in dom.scale_modes)
+            raise _fail(path, f"row {key!r} is not F1..F10 or {modes}")
         if not isinstance(row, dict):
             raise _fail(path, f"row {key}: must map check ids to cells")
         cells = {}
@@ -140,15 +174,21 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         if unknown:
             raise _fail(path, f"row {key}: unknown column(s) {sorted(unknown)}")
         rows[str(key)] = cells
-    ids = [f.id for f in FAULTS]
-    for fid in ids:
-        whole, split = fid in rows, [f"{fid}@{s}" for s in SCALE_MODES]
+    ids = [f.id for f in faults_for(operands)]
+    for fid in [f.id for f in FAULTS]:
+        whole, split = fid in rows, [f"{fid}@{s}" for s in dom.scale_modes]
         has_split = [s in rows for s in split]
         if whole and any(has_split):
             raise _fail(path, f"fault {fid} has both an unsplit row and scale-mode rows")
+        if fid not in ids:
+            if (whole or any(has_split)) and any(
+                c.prediction != "n/a" for k in [fid] + split if k in rows for c in rows[k].values()
+            ):
+                raise _fail(path, f"fault {fid} does not apply to {operands} kernels: every cell of its row is n/a")
+            continue
         if not whole and not all(has_split):
-            raise _fail(path, f"fault {fid} needs row {fid} or both {split[0]} and {split[1]}")
-    extra_rows = {k.split("@")[0] for k in rows} - set(ids)
+            raise _fail(path, f"fault {fid} needs row {fid} or all of {', '.join(split)}")
+    extra_rows = {k.split("@")[0] for k in rows} - {f.id for f in FAULTS}
     if extra_rows:
         raise _fail(path, f"rows for unknown faults {sorted(extra_rows)}")
     changes = doc.get("changes") or []
@@ -170,23 +210,34 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         extra_checks=extra,
         rows=rows,
         changes=list(changes),
+        operands=operands,
     )
 
 
 def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[dict]:
     """The effective change list, proved to be exactly the difference between ``child``
     and ``parent`` per (fault, check, scale mode) (splitting a row is not itself a
-    change; a split row that differs is, as ``row: F@mode``). PredictionError: an
-    unlisted change, a listed one that changes nothing or has the wrong ``from``, or a
-    dropped column."""
+    change; a split row that differs is, as ``row: F@mode``). An amendment for other
+    operands than its parent's (an e4m3 matrix amending an int8 one) extends the
+    predictions to those kernels and changes none: its change list must be empty.
+    PredictionError: an unlisted change, a listed one that changes nothing or has the
+    wrong ``from``, or a dropped column."""
+    if child.operands != parent.operands:
+        if child.changes:
+            raise _fail(
+                child.path,
+                f"predicts for {child.operands} kernels, {parent.path.name} for {parent.operands} ones: "
+                f"it changes none of its cells, so it lists no changes",
+            )
+        return []
     if not set(parent.checks) <= set(child.checks):
         raise _fail(
             child.path, f"drops column(s) {sorted(set(parent.checks) - set(child.checks))} of {parent.path.name}"
         )
     listed = {(str(ch["row"]), str(ch["check"])): ch for ch in child.changes}
     actual = {}
-    for f in FAULTS:
-        for mode in SCALE_MODES:
+    for f in faults_for(parent.operands):
+        for mode in parent.scale_modes:
             for cid in parent.checks:
                 was, now = parent.predict(f.id, cid, mode), child.predict(f.id, cid, mode)
                 if was != now:

@@ -17,6 +17,13 @@ likewise with ``eb0``: every product is a multiple of ``u = 2**(ea0 + eb0 - f)``
 of the two operands: 2 for ``{1, 1.5}``, 6 for eighths) of magnitude at most ``P = (2 max M)**2 * 2**(ea0 + eb0)
 / u`` units (36 or 900); with at most ``s`` nonzero entries per ``a`` row, ``s * P < 2**bits``. Every builder checks the
 bound on the operands it made (``meta["abs_sum_max_units"] < 2**bits``) and raises AssertionError otherwise.
+``narrow_span``'s ``sparse_deep`` ``a`` and ``all_layouts`` ``b`` (exponents -8, -7) are e4m3 *subnormals*
+(exponent field 0, values m * 2**-9): a kernel flushing them to zero differs there.
+
+``overflow_inf`` (:func:`overflow_inf_family`): outputs on the rounding boundary to +-inf and past it, in every
+output dtype (the accumulators of the int8 ``overflow_inf`` family, with scales up to 2**120). Each accumulator is an
+integer ``|acc| < 2**13`` written as a sum of e4m3 integers (:func:`e4m3_integer_terms`) in its own block of k with
+``b = 1`` there (``u = 1``, ``sum_k |a b| = |acc|``): the lemma holds.
 
 Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``_common.GRID``, ``a`` and
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
@@ -31,7 +38,17 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from conformance.cases._common import DTYPE_TAG, GRID, channel_scales, family_case, generator, token_scales
+from conformance.cases._common import (
+    DTYPE_TAG,
+    GRID,
+    channel_scales,
+    family_case,
+    generator,
+    mantissa,
+    sign,
+    token_scales,
+)
+from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
@@ -161,10 +178,82 @@ def narrow_span_family(seed: int = 0, bits: int = SAFE_BITS) -> list[GemmOperand
     return out
 
 
+def e4m3_integer_terms(v: int) -> list[int]:
+    """Nonnegative integer ``v`` as a sum of e4m3-representable integers, largest first (greedy: each term is the
+    largest e4m3 integer <= the rest, so the rest drops below an eighth of the term)."""
+    out = []
+    while v > 0:
+        t = max(x for x in E4M3_INTEGERS if x <= v)
+        out.append(t)
+        v -= t
+    return out
+
+
+#: Positive integers e4m3 holds exactly (1..16, then 4 significant bits up to 448), ascending.
+E4M3_INTEGERS = tuple(
+    sorted(
+        {int(x) for x in torch.arange(256, dtype=torch.uint8).view(E4M3).double().tolist() if x >= 1 and x == int(x)}
+    )
+)
+
+
+def _blocks(acc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a e4m3 [M, K], b e4m3 [N, K])`` with ``a @ b.T == acc`` (int64 [M, N]): column n owns k block n, where
+    ``b`` is 1 and each ``a`` row holds the signed :func:`e4m3_integer_terms` of its accumulator; K a multiple of 16."""
+    m, n = acc.shape
+    terms = [[e4m3_integer_terms(abs(int(acc[i, j]))) for j in range(n)] for i in range(m)]
+    block = max(len(t) for row in terms for t in row)
+    k = -(-n * block // 16) * 16
+    a = torch.zeros(m, k, dtype=torch.float64)
+    b = torch.zeros(n, k, dtype=torch.float64)
+    for j in range(n):
+        b[j, j * block : (j + 1) * block] = 1.0
+        for i in range(m):
+            s = 1.0 if int(acc[i, j]) >= 0 else -1.0
+            for t, v in enumerate(terms[i][j]):
+                a[i, j * block + t] = s * v
+    a8, b8 = a.to(E4M3), b.to(E4M3)
+    assert torch.equal(a8.double(), a) and torch.equal((a8.double() @ b8.double().T).long(), acc), "not realized"
+    return a8, b8
+
+
+def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 12) -> GemmOperands:
+    """One ``overflow_inf`` case, M = 4, N = 12 (module docstring): rows 0 / 1 on the boundary to +-inf (``s_a`` =
+    +-1), rows 2 / 3 coarse (``|s_a|`` in [1, 2): no scale order overflows before its last step)."""
+    g = generator(f"{PREFIX}/overflow_inf", "boundary", seed)
+    fp16 = out_dtype == torch.float16
+    # targets t * 2**e around the largest finite value: bf16 / fp32 e = 119 around 511, fp16 e = 4 around 4095
+    t0, e = (4090, 4) if fp16 else (505, 119)
+    u = mantissa(g, n, mode)
+    u[0::2] = 1.0
+    sw = torch.pow(2.0, torch.full((n,), float(e), dtype=torch.float64)) * u
+    boundary = torch.round(torch.arange(t0, t0 + n, dtype=torch.float64) / u).to(torch.int64)
+    x = 10 if fp16 else 7
+    coarse = torch.randint(2 ** (x - 2), 2 ** (x + 1), (2, n), generator=g) * sign(g, n)[None, :]
+    acc = torch.cat([boundary[None, :], boundary[None, :], coarse], 0)
+    a, b = _blocks(acc)
+    sa = torch.cat([torch.tensor([1.0, -1.0], dtype=torch.float64), mantissa(g, 2, "real")])
+    worst = int(acc.abs().max())
+    assert worst < 2**SAFE_BITS, "overflow_inf: bound broken"
+    meta = {"operands": "e4m3", "safe_bits": SAFE_BITS, "unit_log2": 0, "abs_sum_max_units": worst}
+    meta.update(layout="dense", trigger="+-inf outputs and the rounding boundary to inf")
+    sa32, sw32 = sa.to(torch.float32), sw.to(torch.float32)
+    return family_case("overflow_inf", "boundary", mode, out_dtype, a, b, sa32, sw32, None, seed, prefix=PREFIX, **meta)
+
+
+def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
+    """``overflow_inf`` (module docstring): one case per (scale mode, output dtype) of ``GRID``."""
+    return [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
+
+
 #: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.
 FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "small_int": (small_int_family, "integer e4m3, exact accumulator at >= 14 bits in any order"),
-    "narrow_span": (narrow_span_family, "two-exponent e4m3 spans, exact accumulator at >= 14 bits in any order"),
+    "narrow_span": (
+        narrow_span_family,
+        "two-exponent e4m3 spans (subnormal operands included), exact accumulator at >= 14 bits in any order",
+    ),
+    "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf, exact accumulator"),
 }
 
 
@@ -175,3 +264,35 @@ def fp8_family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> li
     if bad:
         raise ValueError(f"unknown FP8 case families {bad}; known: {list(FP8_FAMILIES)}")
     return [ops for name in names for ops in FP8_FAMILIES[name][0](seed)]
+
+
+#: Activation scale modes of the FP8 capture cases (weights: per-channel static in both).
+CAPTURE_ACTIVATIONS = ("per_token", "per_tensor")
+
+
+def fp8_capture_cases(
+    activations: Sequence[str] = CAPTURE_ACTIVATIONS, capture_set=None, max_layers: Optional[int] = None
+) -> CaptureReplay:
+    """Captured layers (default: the shipped set) quantized to e4m3 in each activation mode of ``activations``
+    (``reference.model.capture.iter_layer_operands_fp8``), the first ``max_layers`` per mode; case ids
+    ``<layer>[fp8-token]`` / ``<layer>[fp8-tensor]``. ``available=False`` with a note when there are none;
+    CaptureError when the set is inconsistent or its parent model is missing."""
+    try:
+        from reference.model.capture import default_capture_set, iter_layer_operands_fp8
+    except ImportError as e:
+        return CaptureReplay(note=f"{NO_CAPTURES} (reference.model.capture not importable: {e})")
+    cs = capture_set if capture_set is not None else default_capture_set()
+    if cs is None:
+        return CaptureReplay(note=f"{NO_CAPTURES} (no capture set has been built)")
+    modes = list(activations)
+    cases = []
+    for mode in modes:
+        for i, ops in enumerate(iter_layer_operands_fp8(cs, mode)):
+            if max_layers is not None and i >= max_layers:
+                break
+            cases.append(ops)
+    src = str(getattr(cs, "dir", "") or "")
+    layers = len({c.name for c in cases})
+    note = f"{layers} captured layers quantized to e4m3 ({', '.join(modes)} activations, per-channel weights; "
+    note += f"{len(cases)} cases) from {src or 'capture set'}"
+    return CaptureReplay(cases=cases, available=True, source=src, note=note)

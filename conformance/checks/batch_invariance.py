@@ -15,10 +15,10 @@ from torch import Tensor
 
 from conformance.checks.result import CheckResult, not_applicable
 from conformance.kernels.runner import run_kernel
-from reference.accumulate import exact_int_mm
 from reference.bits import bits_of
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
 from reference.epilogue import apply_epilogue
+from reference.fp8 import E4M3, exact_accumulator
 from reference.operands import GemmOperands
 
 CHECK_ID = "C9"
@@ -38,15 +38,26 @@ MAX_CASE_K = 4096
 MAX_LISTED = 10
 
 
-def probe_cases(seed: int = 0) -> list:
-    """C9's seeded GemmOperands: random int8, real float32 scales; ``probe-fp32``
-    (6x72x40, where scale orders differ on many elements), ``probe-bf16-bias``
-    (5x48x24), ``probe-fp16`` (4x40x24)."""
+def random_operand(shape, g: torch.Generator, dtype: torch.dtype = torch.int8) -> Tensor:
+    """Seeded random int8 [shape] in [-128, 127], or e4m3 (``dtype`` float8_e4m3fn): random bytes, the two NaN
+    encodings (0x7F, 0xFF) replaced by +-448 (0x7E, 0xFE)."""
+    v = torch.randint(-128, 128, tuple(shape), generator=g, dtype=torch.int16).to(torch.int8)
+    if dtype != E4M3:
+        return v
+    u = v.view(torch.uint8)
+    return torch.where((u & 0x7F) == 0x7F, u ^ 1, u).view(E4M3)
+
+
+def probe_cases(seed: int = 0, operands: str = "int8") -> list:
+    """C9's seeded GemmOperands: random int8 (``operands="e4m3"``: random e4m3, :func:`random_operand`), real float32
+    scales; ``probe-fp32`` (6x72x40, where scale orders differ on many elements), ``probe-bf16-bias`` (5x48x24),
+    ``probe-fp16`` (4x40x24)."""
     g = torch.Generator().manual_seed(1000 + seed)
+    dt = E4M3 if operands == "e4m3" else torch.int8
 
     def mk(m, k, n, dtype, bias, name):
-        a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int16).to(torch.int8)
-        b = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int16).to(torch.int8)
+        a = random_operand((m, k), g, dt)
+        b = random_operand((n, k), g, dt)
         sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(torch.float32)
         sb = (torch.rand(n, generator=g) * 0.002 + 1e-4).to(torch.float32)
         bb = (torch.randn(n, generator=g) * 4).to(dtype) if bias else None
@@ -62,7 +73,7 @@ def probe_cases(seed: int = 0) -> list:
 
 def _row_discrimination(ops) -> Tensor:
     """int64 [M]: per row, elements where the legal epilogues' references disagree."""
-    exact = exact_int_mm(ops.a.cpu(), ops.b.cpu())
+    exact = exact_accumulator(ops.a.cpu(), ops.b.cpu())
     bias = None if ops.bias is None else ops.bias.cpu()
     points = BIAS_POINTS if bias is not None else BIAS_POINTS[:1]
     outs = [
@@ -120,7 +131,7 @@ def batch_operands(ops, rows: list[int], size: int, g: torch.Generator):
     a0 = ops.a.contiguous()
     perm = torch.randperm(size, generator=g).tolist()
     pos = perm[: len(rows)]
-    a = torch.randint(-128, 128, (size, k), generator=g, dtype=torch.int16).to(torch.int8)
+    a = random_operand((size, k), g, a0.dtype)
     for p, r in zip(pos, rows):
         a[p] = a0[r]
     sa0 = ops.scale_a
@@ -186,7 +197,7 @@ def check_batch_invariance(
     g = torch.Generator().manual_seed(seed)
     chosen = select_cases(list(cases), max_cases)
     if include_probes:
-        chosen += [(p, _row_discrimination(p)) for p in probe_cases(seed)]
+        chosen += [(p, _row_discrimination(p)) for p in probe_cases(seed, getattr(spec, "operands", "int8"))]
     diffs: list[dict] = []
     errors: list[str] = []
     per_case: list[dict] = []

@@ -105,8 +105,9 @@ def _element_values(
     o, r = _at(out, w), _at(ref, w)
     ints = [_at(flat, w), bits_of(o), bits_of(r), _at(szero, w).to(torch.int64)]
     floats = [o.to(torch.float64), r.to(torch.float64)]
-    if exact is not None:
-        ints.append(_at(exact, w).to(torch.int64))
+    if exact is not None:  # an FP8 case's float32 accumulator travels as its float64 bits
+        e = _at(exact, w)
+        ints.append(readback.float_bits(e.to(torch.float64)) if e.is_floating_point() else e.to(torch.int64))
     if ops is not None:
         i, j = w // n_cols, w % n_cols
         for s, idx in ((ops.scale_a, i), (ops.scale_b, j)):
@@ -120,8 +121,9 @@ def _element_values(
     return ints, floats
 
 
-def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exact: bool) -> dict:
-    """The ``worst`` evidence (besides ``index``) from :func:`_element_values`' values, read."""
+def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exact) -> dict:
+    """The ``worst`` evidence (besides ``index``) from :func:`_element_values`' values, read; ``has_exact``:
+    falsy, True (an int64 accumulator) or ``"float"`` (a float32 one)."""
     ulp, ob, rb, sz = ints[:4]
     d = {
         "ulp": int(ulp),
@@ -135,7 +137,10 @@ def _element_dict(ints: list, floats: list, out_dtype: torch.dtype, ops, has_exa
     if ops is None:
         return d
     rest = ints[4:]
-    d["acc"] = int(rest.pop(0)) if has_exact else None
+    if has_exact == "float":
+        d["acc"] = _num(readback.unpack_float(rest.pop(0)))
+    else:
+        d["acc"] = int(rest.pop(0)) if has_exact else None
     d.update(
         {
             "scale_a": _num(floats[2]),
@@ -243,7 +248,8 @@ def _ask_worst_evidence(
         fpos, fulp = vals[at : at + k], vals[at + k : at + 2 * k]
         zpos = vals[at + 2 * k : at + 2 * k + kz]
         worst = {"index": list(divmod(int(wi), n_cols))}
-        worst.update(_element_dict(ivals, fvals, out.dtype, ops, exact is not None))
+        kind = None if exact is None else "float" if exact.is_floating_point() else True
+        worst.update(_element_dict(ivals, fvals, out.dtype, ops, kind))
         listed = [[*divmod(int(p), n_cols), int(u)] for p, u in zip(fpos, fulp) if p < n]
         zeros = [list(divmod(int(p), n_cols)) for p in zpos if p < n] if kz else None
         return worst, listed, zeros

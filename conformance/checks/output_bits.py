@@ -1,7 +1,8 @@
 """Output checks C5 pow2_bit_identity, C6 real_scale_spacing, C8 declared_contract (DESIGN.md section 6).
 
 Output bits vs ``reference.epilogue`` on the exact accumulator of the reference's
-operands under the declared overflow behaviour: C8 the declared contract, 0 ulp;
+operands (int64; for e4m3 operands the exact sum rounded once to float32, DESIGN.md 3b)
+under the declared overflow behaviour: C8 the declared contract, 0 ulp;
 C5 (pow2 scales) order ``a_then_w`` with the declared bias point, 0 ulp where
 the scale orders agree; C6 (real scales) the same reference within 1 spacing.
 Rationale in README.md here.
@@ -18,16 +19,16 @@ from conformance.checks.compare import bit_differences, compare_bits, output_pro
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator, saturated_accumulator, wrap32
 from conformance.checks.result import CheckResult, not_applicable
 from reference import memo, readback
-from reference.accumulate import exact_int_mm
 from reference.bits import bits_of, spacing_distance
 from reference.contract import SCALE_ORDERS, EpilogueContract, select_steps, steps_label
 from reference.epilogue import apply_steps, cached_epilogue
+from reference.fp8 import exact_accumulator
 
 C5, C6, C8 = "C5", "C6", "C8"
 
 
 def _exact(ops, exact: Optional[Tensor]) -> Tensor:
-    return exact if exact is not None else exact_int_mm(ops.a, ops.b)
+    return exact if exact is not None else exact_accumulator(ops.a, ops.b)
 
 
 def overflow_of(spec, device_type: Optional[str] = None) -> str:

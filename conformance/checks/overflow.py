@@ -102,7 +102,8 @@ def positive_negative_sums(a: Tensor, b: Tensor, exact: Tensor) -> tuple[Tensor,
 
 def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> DeclaredAccumulator:
     """The accumulator of ``ops`` under ``behaviour`` (:data:`OVERFLOW_BEHAVIOURS`;
-    ValueError otherwise); ``exact``: int64 [M, N]."""
+    ValueError otherwise); ``exact``: int64 [M, N], or float32 [M, N] for e4m3 operands
+    (``reference.fp8.exact_accumulator``: never at risk, kept as is)."""
     if behaviour not in OVERFLOW_BEHAVIOURS:
         raise ValueError(f"overflow behaviour {behaviour!r} is not one of {OVERFLOW_BEHAVIOURS}")
     return memo.cached(
@@ -111,6 +112,9 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
 
 
 def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
+    if exact.is_floating_point():  # an FP8 kernel's float32 accumulator: no int32 to leave
+        none = torch.zeros_like(exact, dtype=torch.bool)
+        return DeclaredAccumulator(exact, ~none, none, behaviour, _counts={"at_risk": 0, "undefined": 0})
     exact = exact.to(torch.int64)
     if not may_leave_int32(ops.a.shape[1]):  # the usual case
         none = torch.zeros_like(exact, dtype=torch.bool)

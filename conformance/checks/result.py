@@ -4,7 +4,7 @@ and :func:`aggregate`, which combines one check's per-case results."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Iterable, Optional
 
 VERDICTS = ("pass", "fail", "n/a")
 
@@ -21,6 +21,7 @@ CHECK_NAMES: dict[str, str] = {
     "C9": "batch_invariance",
     "C10": "output_ownership",
     "C11": "fp8_accumulator",
+    "C12": "fp8_error_bound",
     "E1": "engine_hash",
 }
 
@@ -44,6 +45,12 @@ KEPT_EVIDENCE = (
     "acc_source",
     "mismatched",
     "reason",
+    "accumulator",
+    "n_bound_over",
+    "max_abs_err",
+    "bound_at_max_err",
+    "ratio_at_max_err",
+    "max_ratio",
 )
 #: ... and a sweep store row, which also keeps C3's count and C7's token-flip figures.
 SWEEP_KEPT_EVIDENCE = KEPT_EVIDENCE + (
@@ -133,12 +140,43 @@ def severity(r: CheckResult) -> tuple:
     )
 
 
+def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
+    """C12's observed error beside its bound over the cases that ran it (evidence ``max_abs_err``): the case with
+    the largest ``max_abs_err`` (its bound at that element and their ratio), the largest ratio and its case, the
+    elements out of bound; None when no case has that evidence."""
+    ran = [(c, r.evidence) for c, r in per_case if r.verdict != "n/a" and "max_abs_err" in (r.evidence or {})]
+    if not ran:
+        return None
+    c_err, e_err = max(ran, key=lambda ce: ce[1]["max_abs_err"])
+    c_rat, e_rat = max(ran, key=lambda ce: ce[1].get("max_ratio", 0.0))
+    return {
+        "max_abs_err": e_err["max_abs_err"],
+        "bound_at_max_err": e_err.get("bound_at_max_err"),
+        "ratio_at_max_err": e_err.get("ratio_at_max_err"),
+        "max_err_case": c_err,
+        "max_ratio": e_rat.get("max_ratio", 0.0),
+        "max_ratio_case": c_rat,
+        "n_bound_over": sum(int(e.get("n_bound_over", 0)) for _, e in ran),
+        "accumulators": sorted({str(e.get("accumulator")) for _, e in ran}),
+    }
+
+
+def bound_line(b: dict) -> str:
+    """One line of :func:`bound_summary`: the observed maximum beside its bound."""
+    return (
+        f"max |err| {b['max_abs_err']:.6g} beside its bound {b['bound_at_max_err']:.6g} (ratio "
+        f"{b['ratio_at_max_err']:.3g}, {b['max_err_case']}); largest ratio {b['max_ratio']:.3g} "
+        f"({b['max_ratio_case']}); accumulator {', '.join(b['accumulators'])}"
+    )
+
+
 def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed: int = 20) -> CheckResult:
     """One result from ``(case name, CheckResult)`` pairs: ``fail`` if any case
     fails, else ``pass`` if any passes, else ``n/a``. Evidence: counts per
     verdict, failing case names (first ``max_listed``), summed ulp histogram, the
     worst case (largest :func:`severity`, failing else passing), n/a reasons;
-    for C3 / C4 the precondition case / violation counts."""
+    for C3 / C4 the precondition case / violation counts; for C12 its
+    :func:`bound_summary` (``bound``)."""
     name = CHECK_NAMES.get(check_id, check_id)
     if not per_case:
         return not_applicable(check_id, "no case exercised this check")
@@ -197,4 +235,8 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
     else:
         verdict = "n/a"
         summary = f"n/a on all {n} cases: " + "; ".join(reasons[:3])
+    bound = bound_summary(per_case)
+    if bound is not None:
+        ev["bound"] = bound
+        summary += f"; {bound_line(bound)}"
     return CheckResult(check_id, name, verdict, summary, ev)

@@ -215,7 +215,7 @@ def _state(args, spec, inj, other):
     if args.model is not None and captures is None and not args.no_captures:
         dev = cuda_device(spec, args.device) or "cpu"
         captures = cached_capture(args.model, device=dev, progress=None if args.quiet else print).dir
-    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, captures, args.model)
+    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, captures, args.model, operands=spec.operands)
     if inj is not None and inj.fault in PRECONDITION_FAULTS:
         cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
         cap = given_cases(cases)
@@ -223,7 +223,7 @@ def _state(args, spec, inj, other):
 
 
 def _print_summary(con, name: str, res) -> None:
-    from conformance.suite.report import fault_signatures, pair_difference_line
+    from conformance.suite.report import accumulator_lines, fault_signatures, pair_difference_line
     from conformance.suite.run import NOT_RUN
 
     t = Table(
@@ -242,6 +242,8 @@ def _print_summary(con, name: str, res) -> None:
     for line in signature_summary(fault_signatures(res)):
         con.print(line, markup=False, soft_wrap=True)
     con.print(f"captures: {res.captures['note']}", markup=False)
+    for line in accumulator_lines(getattr(res, "fp8", None)):
+        con.print(line, markup=False, soft_wrap=True)
     if res.pairwise:
         con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}", markup=False)
         line = pair_difference_line(res.pairwise)

@@ -1,11 +1,12 @@
-"""``int8conf faults``: the nine fault classes and what each one does to a
+"""``int8conf faults``: the fault classes and what each one does to a
 kernel's declared epilogue.
 
 ``int8conf faults [--kernel NAME | --contract C] [--json]`` prints, for the
 declared contract of ``--kernel`` (default ``cpu``) or ``--contract``
 (``cutlass``, ``triton`` or ``<scale_order>/<bias_point>``), the declared
-epilogue and, per fault, the faulty formula with and without bias (F1-F5) or
-the operand change (F6-F9), from ``faults.describe``. Use the ids or names
+epilogue and, per fault that applies to the kernel's operands, the faulty
+formula with and without bias (F1-F5), the operand change (F6-F9) or the
+narrowed FP8 accumulator (F10, e4m3 kernels), from ``faults.describe``. Use the ids or names
 with ``int8conf check --inject`` / ``pytest --inject``.
 """
 
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.kernels.loader import parse_contract
     from faults.describe import declared_formula, fault_rows
 
+    operands = "int8"
     if args.contract is not None:
         try:
             contract, label = parse_contract(args.contract), f"contract {args.contract}"
@@ -51,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
             raise Int8confError(f"--contract: {e}") from None
     else:
         spec = get_kernel(args.kernel or "cpu")
-        contract, label = spec.contract, f"kernel {spec.name}"
-    rows = fault_rows(contract)
+        contract, label, operands = spec.contract, f"kernel {spec.name}", spec.operands
+    rows = fault_rows(contract, operands)
     if args.json:
         print(
             json.dumps(

@@ -1,5 +1,6 @@
 """``int8conf scoreboard``: every available kernel (built-in and adapted) on
-the same cases; writes ``reports/scoreboard/`` (JSON, Markdown, PNG,
+the same cases (FP8 kernels on FP8 cases, in rows of their own with the
+accumulator each declares and the one C11 measures); writes ``reports/scoreboard/`` (JSON, Markdown, PNG,
 reproducers; a ``--kernel`` / ``--device`` selection
 ``reports/scoreboard/<kernels>@<devices>/``). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
 it reproduces, 0 when it does not)."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from conformance.kernels.registry import get_kernel
 from conformance.runtime.output_dirs import default_out, selection_label
 from reference.command_line import positive_seconds
 from reference.errors import Int8confError
@@ -118,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError(f"--jobs {args.jobs}: expected an integer >= 1")
     args.out = str(out_dir(args))
     cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
+    names = args.kernel if args.kernel is not None else sb.default_kernels() + sb.default_fp8_kernels()
+    fp8 = any(get_kernel(n).operands == "e4m3" for n in names)
+    fp8_cases = sb.scoreboard_fp8_cases(quick=args.quick, captures=args.captures) if fp8 else []
     doc = sb.run_scoreboard(
         args.out,
         kernels=args.kernel,
@@ -130,11 +135,14 @@ def run(args: argparse.Namespace) -> int:
         merge=args.merge,
         save_outputs=args.save_outputs,
         report_root=args.report_root,
+        fp8_cases=fp8_cases,
     )
-    for r in doc["rows"]:
+    for r in doc["rows"] + (doc.get("fp8") or {}).get("rows", []):
+        acc = r.get("accumulator")
+        acc_text = f"  accumulator declared {acc.get('declared')!r}, measured {acc.get('measured')!r}" if acc else ""
         print(
             f"{r['kernel']:>18}@{r['device']:<4} {r['overall']:<15} "
-            f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}"
+            f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}{acc_text}"
         )
     print(f"wrote {args.out}/scoreboard.json, scoreboard.md, scoreboard.png")
     return 0

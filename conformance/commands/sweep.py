@@ -3,11 +3,15 @@
 Every captured layer x fault x coverage x scale mode x seed is a cell; every
 per-case check (C1-C6, C8) evaluates every layer cell, and the model-level
 checks (C7, E1) run once per (fault, coverage, seed) with the fault injected
-into every linear layer (C7 per scale mode). Results go into a SQLite store
-as cells finish (resumable: re-running the same command skips finished
-cells), then the sweep is scored against the latest locked prediction
-matrix and every matrix it amends, and the scorecard is written to
-``<out>/<kernel>/``.
+into every linear layer (C7 per scale mode). An FP8 (e4m3) kernel's sweep
+takes the faults that apply to it (F1-F5, F8-F10), the captured layers
+quantized to e4m3 in the activation scale modes per_token / per_tensor, the
+per-case checks C1-C6, C8, C12, and C11 once per (fault, coverage, seed) in a
+kernel cell; C7 and E1 (int8-engine checks) are not run. Results go into a
+SQLite store as cells finish (resumable: re-running the same command skips
+finished cells), then the sweep is scored against the latest locked
+prediction matrix for the kernel's operand dtype and every matrix of that
+dtype it amends, and the scorecard is written to ``<out>/<kernel>/``.
 
 Exit codes: 0 done (scorecard written); 2 bad input (unknown kernel, fault,
 coverage, layer, a store of another sweep, a damaged store -- at open or
@@ -31,7 +35,7 @@ from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import default_out, kernel_label
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
-from reference.errors import Int8confError, PredictionError
+from reference.errors import Int8confError
 from reference.model.assets import default_model_dir
 from reference.seeds import check_seed
 
@@ -85,14 +89,21 @@ def register(subparsers) -> None:
         metavar="L,...",
         help="layer names or forward-order indices (default: every captured layer)",
     )
-    p.add_argument("--faults", type=_csv, default=None, metavar="F,...", help="fault ids or names (default: F1-F9)")
+    p.add_argument(
+        "--faults",
+        type=_csv,
+        default=None,
+        metavar="F,...",
+        help="fault ids or names (default: those that apply to the kernel: F1-F9 int8, F1-F5 + F8-F10 e4m3)",
+    )
     p.add_argument("--coverages", type=_csv, default=None, metavar="C,...", help="one, 1%%, all (default: all three)")
     p.add_argument(
         "--scale-modes",
         type=_csv,
-        default=["own", "pow2"],
+        default=None,
         metavar="M,...",
-        help="own, pow2 (default: both); selects the layer cells -- a model cell "
+        help="own, pow2 (int8 kernels) or per_token, per_tensor (e4m3 kernels: the activation scale; "
+        "default: both); selects the layer cells -- a model cell "
         "(C7, E1; see --no-model-checks) always evaluates C7 under both modes",
     )
     p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
@@ -157,7 +168,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--e1-tokens", type=positive_int, default=8, metavar="N", help="E1 greedy tokens per prompt (default 8)"
     )
-    p.add_argument("--no-model-checks", action="store_true", help="skip C7 / E1 model cells")
+    p.add_argument(
+        "--no-model-checks", action="store_true", help="skip C7 / E1 model cells (never run for e4m3 kernels)"
+    )
     p.add_argument("--device", default=None, help="kernel device: cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--no-score", action="store_true", help="only compute and store cells")
     p.add_argument(
@@ -208,33 +221,47 @@ def _select_layers(names: list, wanted) -> list:
     return list(dict.fromkeys(out))
 
 
+#: Why an e4m3 sweep has no model cells (scorecard, README).
+NO_MODEL_CELLS_E4M3 = (
+    "not run for an e4m3 kernel: C7 replays the int8 W8A8 model forward and E1 drives the detllm integer engine "
+    "through an int8 int_mm entry; neither has an e4m3 path"
+)
+
+
 def _checkpoint_dirs(cs, scale_modes) -> tuple:
-    """``((kind, dir), ...)`` of the checkpoints the selected scale modes read
+    """``((kind, dir), ...)`` of the int8 checkpoints the selected scale modes read
     (``own``, ``pow2-nearest``), each loaded and digest-checked here once
-    (``CaptureSet.checkpoint``) so that workers can read single layers."""
-    kinds = [("own" if m == "own" else "pow2-nearest") for m in scale_modes]
+    (``CaptureSet.checkpoint``) so that workers can read single layers. e4m3 modes
+    read none (workers quantize the parent model's weights)."""
+    kinds = [("own" if m == "own" else "pow2-nearest") for m in scale_modes if m in ("own", "pow2")]
     return tuple((k, str(cs.checkpoint(k).dir)) for k in dict.fromkeys(kinds))
 
 
-def latest_matrix(path=None) -> Path:
-    """The matrix to score against: ``path``, else the newest entry of predictions/LOCK."""
-    from predictions.lock import default_dir, read_lock
+def latest_matrix(path=None, operands: str = "int8") -> Path:
+    """The matrix to score against: ``path``, else the newest entry of predictions/LOCK
+    that predicts for ``operands`` kernels (``predictions.lock.latest_locked``)."""
+    from predictions.lock import latest_locked
 
     if path:
         return Path(path)
-    entries = read_lock(default_dir())
-    if not entries:
-        raise PredictionError(f"no locked prediction matrix in {default_dir()}")
-    return default_dir() / entries[-1].file
+    return latest_locked(operands)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; returns the exit code."""
-    from conformance.sweep.cells import MODEL_LAYER, SweepSpec, layer_cells, model_cells
+    from conformance.sweep.cells import (
+        KERNEL_LAYER,
+        MODEL_LAYER,
+        SCALE_MODES_FOR,
+        SweepSpec,
+        kernel_cells,
+        layer_cells,
+        model_cells,
+    )
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
     from faults import COVERAGES
-    from faults.catalogue import FAULTS, get_fault
+    from faults.catalogue import faults_for, get_fault, not_applicable
     from predictions.lock import matrix_chain
 
     validate_device(args.device)
@@ -247,14 +274,26 @@ def run(args: argparse.Namespace) -> int:
     why = threads_refusal(args.kernel, kernel, args.device, args.threads)
     if why:
         raise Int8confError(why)
-    faults = [get_fault(f).id for f in (args.faults or [f.id for f in FAULTS])]
+    operands = kernel.operands
+    fp8 = operands == "e4m3"
+    faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands)])]
+    for f in faults:
+        why = not_applicable(f, operands)
+        if why:
+            raise Int8confError(f"--faults {f}: {get_fault(f).name} does not apply to {operands} kernels: {why}")
+    args.scale_modes = args.scale_modes or list(SCALE_MODES_FOR[operands])
+    if fp8:
+        args.no_model_checks = True  # NO_MODEL_CELLS_E4M3
     covs = args.coverages or list(COVERAGES)
     bad = [c for c in covs if c not in COVERAGES]
     if bad:
         raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
     seeds = [check_seed(s, "--seeds: seed") for s in args.seeds]
     # refuse a tampered matrix before spending any compute
-    chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions))
+    chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions, operands))
+    chain = [m for m in chain if m.operands == operands]  # an e4m3 matrix amending an int8 one scores e4m3 only
+    if not args.no_score and not chain:
+        raise Int8confError(f"--predictions {args.predictions}: that matrix predicts for other than {operands} kernels")
 
     cs, model_dir = _resolve_captures(args, kernel)
     layers = _select_layers(cs.layer_names(), args.layers)
@@ -275,8 +314,10 @@ def run(args: argparse.Namespace) -> int:
         model_checks=not args.no_model_checks,
         checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes),
     )
-    cells = layer_cells(layers, faults, covs, args.scale_modes, seeds)
+    cells = layer_cells(layers, faults, covs, args.scale_modes, seeds, operands)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
+    if fp8:  # C11: one probe per (fault, coverage, seed), not per layer
+        mcells = kernel_cells(faults, covs, seeds)
     kdir = kernel_label(kernel.name)
     if args.out is not None:
         out_dir = Path(args.out) / kdir
@@ -309,11 +350,13 @@ def run(args: argparse.Namespace) -> int:
         raise damaged(db, e) from None
     n_rows = len(rows)
     worker_s = sum(t for _, t in times)
-    n_model = sum(1 for layer, _ in times if layer == MODEL_LAYER)
+    n_model = sum(1 for layer, _ in times if layer in (MODEL_LAYER, KERNEL_LAYER))
     matrices = {m.id: m for m in chain}
     meta = _meta(
         args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs, stored=(len(times) - n_model, n_model)
     )
+    if fp8:
+        meta.update(_fp8_meta(spec, chain))
     meta["worker_s"] = round(worker_s, 1)
     meta["timing_line"] += (
         f"; summed per-cell worker time {worker_s:.1f} s (every stored cell's own compute time, all runs)"
@@ -327,14 +370,38 @@ def run(args: argparse.Namespace) -> int:
         for tag, t in sc["totals"].items():
             x = t["core"]
             print(
-                f"against {tag} (C1-C7): TP {x['TP']} TN {x['TN']} FP {x['FP']} FN {x['FN']} "
-                f"({x['FN_no_op']} FN in no-op cells)"
+                f"against {tag} ({meta.get('checks_core', 'C1-C7')}): TP {x['TP']} TN {x['TN']} FP {x['FP']} "
+                f"FN {x['FN']} ({x['FN_no_op']} FN in no-op cells)"
             )
         print(f"F8 fired in {h['f8_fired']} check-cells")
         print("scorecard: " + ", ".join(str(p) for p in paths))
         if not any(p.suffix == ".png" for p in paths):
             print("detection.png not written: matplotlib is not installed (pip install 'int8conf[plots]')")
     return 0
+
+
+def _fp8_meta(spec, chain) -> dict:
+    """The scorecard's meta of an e4m3 sweep: its dtype, the check spans of its matrices'
+    totals, and what replaced the model cells."""
+    from conformance.sweep.scoring import check_span
+
+    m = chain[-1]
+    return {
+        "operands": "e4m3",
+        "checks_core": check_span(m.core_checks),
+        "checks_all": check_span(m.checks),
+        "c7_line": NO_MODEL_CELLS_E4M3,
+        "e1_line": NO_MODEL_CELLS_E4M3,
+        "kernel_cells_line": (
+            "C11 fp8_accumulator once per fault x coverage x seed on its probe operands (192 x 4096 x 16, "
+            "unit scales, float32 output; the layer plays no part), stored under both scale modes; the "
+            "cell's ground truth is the fault's on the probe"
+        ),
+        "scale_modes_line": (
+            "per_token / per_tensor: the captured bf16 activations quantized to e4m3 per token or per tensor "
+            "(vLLM dynamic), the parent model's weights per channel (compressed-tensors static)"
+        ),
+    }
 
 
 def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs, seeds) -> list:
@@ -348,7 +415,8 @@ def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs
         print(
             f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
             f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
-            f"modes x {len(seeds)} seeds) + {len(mcells)} model cells -> {db}"
+            f"modes x {len(seeds)} seeds) + {len(mcells)} "
+            f"{'kernel cells (C11)' if kernel.operands == 'e4m3' else 'model cells'} -> {db}"
             + (f" ({before} cells already stored)" if before else "")
         )
     workers, gpus = args.workers, ()

@@ -4,7 +4,8 @@
 questions, read together) never raise for a kernel's own failure: an exception (``SystemExit`` included; only
 ``KeyboardInterrupt`` propagates), a malformed output, an operand written in place, or NaN where the declared
 contract's reference has none becomes ``KernelRun.error`` (one line) with evidence in ``manifest["extra"]``. Invalid
-operands raise ``OperandError`` first. The kernel gets copies that keep each operand's layout (dense copies for what
+operands (int8 for an int8 kernel, e4m3 without NaN for an e4m3 one: ``KernelSpec.operands``) raise ``OperandError``
+first. The kernel gets copies that keep each operand's layout (dense copies for what
 it declares ``contiguous_only``). Manifest keys: ``name``, ``source_digest`` (reported at run time, else declared;
 :func:`own_digests`), ``declared_source_digest``, ``device``, ``path`` (``"unreported"`` if none), ``interpreter``,
 ``padded``, ``contract``, ``origin``, ``version``, ``operands_recorded_by`` (``"kernel"`` / ``"runner"``),
@@ -26,6 +27,7 @@ from conformance.kernels.spec import KernelSpec
 from reference import readback
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
+from reference.fp8 import E4M3, reference_fp8_scaled_mm
 from reference.operands import GemmOperands, copy_keep_layout, layout_label
 from reference.validate import check_device, validate_operands
 
@@ -260,9 +262,8 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
         cnt = int(nan.sum())
     if cnt == 0:
         return None
-    ref = reference_scaled_mm(
-        ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype
-    )
+    reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
+    ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype)
     bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt
@@ -336,12 +337,15 @@ def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
 
 def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype) -> Tensor:
     """C10 evidence in ``extra["ownership"]``: ``aliases`` (operands sharing the output's storage),
-    then a second call on ``~a``: ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``.
+    then a second call on ``~a`` (``-a`` for e4m3): ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``.
     Returns the first call's output (a snapshot if the second call changed it)."""
     ev: dict = {"aliases": [k for k, v in given.items() if _same_storage(out, v)]}
     snap = out.detach().clone()
     other = {k: copy_keep_layout(v) for k, v in given.items()}
-    other["a"].bitwise_not_()
+    if other["a"].dtype == E4M3:  # -a: flipping the sign bit never makes an e4m3 NaN
+        other["a"].view(torch.uint8).bitwise_xor_(0x80)
+    else:
+        other["a"].bitwise_not_()
     scratch = _base_manifest(spec, dev)
     args = (other["a"], other["b"], other["scale_a"], other["scale_b"])
     out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, *args, out_dtype=out_dtype, bias=other["bias"])
@@ -363,7 +367,9 @@ def start_kernel(
 ) -> KernelLaunch:
     """:func:`run_kernel` up to the call: verdicts asked, not read. ``probe_ownership``: record C10's
     evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False."""
-    m, k, n = validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    m, k, n = validate_operands(
+        ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, getattr(spec, "operands", "int8")
+    )
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
     if dev is None:

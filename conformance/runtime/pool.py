@@ -4,7 +4,8 @@ crashes kills only its child, one that hangs is killed after the timeout, and th
 child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
 an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
 :class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
-``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult), ``("model", check_id)``, ``("stop",)``; the child answers ``("ok", value)`` or
+``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult), ``("model", check_id)``, ``("accumulator",)`` (C11 on an e4m3
+kernel), ``("stop",)``; the child answers ``("ok", value)`` or
 ``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
     except Exception as e:  # noqa: BLE001 -- reported per request
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
     import conformance.kernels.runner as runner
+    from conformance.checks.fp8_accumulator import check_fp8_accumulator
     from conformance.suite.evaluate import evaluate_case
     from conformance.suite.plan import evaluate_fixed, run_model_check
 
@@ -159,6 +161,8 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
             elif msg[0] == "evaluate":  # the suite's own evaluation (outputs not kept)
                 val = evaluate_fixed(spec, cases[msg[1]], device)
+            elif msg[0] == "accumulator":  # C11: an FP8 kernel's measured accumulator
+                val = check_fp8_accumulator(spec, device=device)
             else:
                 val = run_model_check(msg[1], spec, device=runner.pick_device(spec, device)[0])
             faulthandler.cancel_dump_traceback_later()

@@ -2,8 +2,10 @@
 Per (kernel, device) row: the verdict against its own declared epilogue, per-check verdicts, the maximum
 spacing from each standard contract, and a kernel x kernel bit-interchangeability matrix; a reproducer per
 failing (kernel, device, check), shrunk to the worst element when that still fails. Each row runs in its own
-worker (forkserver) with a timeout per case and a longer one for the unscored warm-up. Outputs:
-``scoreboard.json`` (schema ``int8conf.scoreboard`` v1), ``.md``, ``.png``, ``repro/``, written atomically."""
+worker (forkserver) with a timeout per case and a longer one for the unscored warm-up. FP8 (e4m3) kernels get their
+own rows (``fp8`` in the document) on FP8 cases (:func:`scoreboard_fp8_cases`), with the accumulator each declares
+and the one C11 measures. Outputs: ``scoreboard.json`` (schema ``int8conf.scoreboard`` v1), ``.md``, ``.png``,
+``repro/``, written atomically."""
 
 from __future__ import annotations
 
@@ -21,21 +23,22 @@ from rich.progress import Progress
 from safetensors.torch import load_file, save
 
 from conformance.cases import SYNTHETIC_KINDS, capture_cases, case_id, make_case
+from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
 from conformance.kernels import adapters
-from conformance.kernels.registry import INT8_BUILTINS, builtin_available, get_kernel
-from conformance.kernels.spec import enter_conformance_run
+from conformance.kernels.registry import builtin_available, get_kernel
+from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import load_repro, rerun_repro, save_repro  # noqa: F401 -- the CLI's --repro
 from conformance.scoreboard.render import STANDARD, render_markdown, render_png
 from conformance.suite.evaluate import evaluate_case
-from reference.accumulate import exact_int_mm
 from reference.bits import NAN_DISTANCE, bits_of, spacing_distance
 from reference.contract import NAMED
 from reference.epilogue import apply_steps
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, portable_paths
+from reference.fp8 import exact_accumulator
 from reference.operands import GemmOperands
 
 SCHEMA, SCHEMA_VERSION = "int8conf.scoreboard", 1
@@ -58,11 +61,32 @@ def scoreboard_cases(quick: bool = False, captures: int = 2) -> list:
     return cases
 
 
+def scoreboard_fp8_cases(quick: bool = False, captures: int = 2) -> list:
+    """The FP8 rows' case set (CPU GemmOperands, e4m3): every regime of the FP8 families (``conformance.cases.fp8``)
+    with real scales and bf16 output, and the first ``captures`` captured layers quantized to e4m3 in both activation
+    scale modes. ``quick``: three family cases."""
+    cases = [c for c in fp8_family_cases() if c.name.endswith("-real-bf16")]
+    if quick:
+        return cases[:3]
+    if captures:
+        try:
+            cases += list(fp8_capture_cases(max_layers=captures).cases)
+        except Exception:  # noqa: BLE001 -- no captures (or parent model) here: families only
+            pass
+    return cases
+
+
+def is_fp8_row(r) -> bool:
+    """Whether row ``r`` (a :class:`Row`) is an FP8 (e4m3) kernel's."""
+    return (r.spec or {}).get("operands") == "e4m3"
+
+
 @dataclass
 class Row:
     """One (kernel, device) row: ``spec`` the manifest ({} when it did not load), ``cases`` case id ->
     ``CaseResult.to_dict()`` or ``{"verdict": "timeout", ...}``, ``outputs`` case id -> CPU output,
-    ``error`` a load error line."""
+    ``error`` a load error line, ``accumulator`` (FP8 rows) ``{"declared", "measured", "verdict", "summary"}``
+    (C11)."""
 
     kernel: str
     device: str
@@ -72,6 +96,7 @@ class Row:
     error: Optional[str] = None
     elapsed_s: float = 0.0
     warmup_s: float = 0.0
+    accumulator: dict = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -112,10 +137,26 @@ def run_row(
             row.error = _start_error(iso.request(("ping",), warmup_timeout), warmup_timeout)
             if not row.error and _warm_up(row, iso, cases, warmup_timeout):
                 _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, give_up_after)
+                if is_fp8_row(row):
+                    row.accumulator = _measured_accumulator(kernel, device, iso, warmup_timeout)
                 row.elapsed_s = time.perf_counter() - t0
         finally:
             iso.close()
     return row
+
+
+def _measured_accumulator(kernel: str, device: str, iso: IsolatedKernel, timeout: float) -> dict:
+    """An FP8 row's accumulator: the one ``kernel`` declares on ``device`` and the one C11 measures there (in the
+    row's worker, ``timeout`` seconds)."""
+    declared = get_kernel(kernel).accumulator_on(device)
+    out = {"declared": None if declared is None else declared.label(), "measured": None}
+    oc = iso.request(("accumulator",), timeout)
+    if oc.kind != OK:
+        out.update(verdict="fail", summary=oc.error or f"C11 did not finish ({oc.kind})")
+        return out
+    r = oc.value
+    out.update(measured=(r.evidence or {}).get("measured"), verdict=r.verdict, summary=r.summary)
+    return out
 
 
 def _warm_up(row: Row, iso: IsolatedKernel, cases, timeout: float) -> bool:
@@ -162,8 +203,8 @@ def _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, gi
 
 def _max_spacing_from_standard(cases, rows) -> dict:
     refs = {}
-    for ops in cases:
-        exact, kw = exact_int_mm(ops.a, ops.b), {"bias": ops.bias, "out_dtype": ops.out_dtype}
+    for ops in cases:  # int8: the exact int64 sum; e4m3: the exact sum rounded once to float32
+        exact, kw = exact_accumulator(ops.a, ops.b), {"bias": ops.bias, "out_dtype": ops.out_dtype}
         refs[case_id(ops)] = {
             name: apply_steps(exact, ops.scale_a, ops.scale_b, NAMED[name], **kw) for name in STANDARD
         }
@@ -206,11 +247,12 @@ def _check_verdicts(row: Row) -> dict:
 
 
 def overall(row: Row) -> str:
-    """``conformant`` / ``not conformant`` / ``timeout`` / ``not run`` for a row."""
+    """``conformant`` / ``not conformant`` / ``timeout`` / ``not run`` for a row (an FP8 row whose C11 fails
+    is not conformant)."""
     if row.error and not row.cases:
         return "not run"
     vs = [c.get("verdict") for c in row.cases.values()]
-    if "fail" in vs:
+    if "fail" in vs or row.accumulator.get("verdict") == "fail":
         return "not conformant"
     if "timeout" in vs:
         return "timeout"
@@ -273,7 +315,7 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
     return links
 
 
-_RAW_KEYS = ("kernel", "device", "spec", "cases", "error", "elapsed_s", "warmup_s")
+_RAW_KEYS = ("kernel", "device", "spec", "cases", "error", "elapsed_s", "warmup_s", "accumulator")
 
 
 def save_raw(out_dir: Path, rows) -> None:
@@ -299,6 +341,7 @@ def load_raw(src: Path) -> list:
     for d in raw:
         r = Row(d["kernel"], d["device"], d.get("spec") or {}, d.get("cases") or {}, error=d.get("error"))
         r.elapsed_s, r.warmup_s = d.get("elapsed_s", 0.0), d.get("warmup_s", 0.0)
+        r.accumulator = d.get("accumulator") or {}
         r.outputs = {k[len(r.key) + 1 :]: v for k, v in outs.items() if k.startswith(f"{r.key}|")}
         rows.append(r)
     return rows
@@ -312,7 +355,9 @@ def _row_doc(r: Row, links: dict) -> dict:
         "declared": {"contract": (r.spec.get("contract") or {}), "steps": r.spec.get("steps")},
         "version": r.spec.get("version"),
         "error": r.error,
-        "checks": _check_verdicts(r),
+        "checks": _check_verdicts(r)
+        if not r.accumulator
+        else dict(_check_verdicts(r), C11=r.accumulator.get("verdict")),
         "cases_run": sum(1 for c in r.cases.values() if c.get("produced_output")),
         "cases_failed": sorted(k for k, c in r.cases.items() if c.get("verdict") == "fail"),
         "cases_timeout": sorted(k for k, c in r.cases.items() if c.get("verdict") == "timeout"),
@@ -323,26 +368,41 @@ def _row_doc(r: Row, links: dict) -> dict:
     }
 
 
-def build(rows, cases, links, env: dict) -> dict:
-    """The scoreboard document (JSON-able)."""
-    return {
+def _case_docs(cases) -> list:
+    return [
+        dict(
+            case=case_id(o),
+            shape=[o.m, o.k, o.n],
+            out_dtype=str(o.out_dtype),
+            bias=o.bias is not None,
+            scale_mode=o.scale_mode,
+        )
+        for o in cases
+    ]
+
+
+def build(rows, cases, links, env: dict, fp8_cases=()) -> dict:
+    """The scoreboard document (JSON-able): the int8 rows on ``cases``; FP8 rows (if any) under ``fp8`` on
+    ``fp8_cases``, each with its declared and measured accumulator."""
+    int8 = [r for r in rows if not is_fp8_row(r)]
+    doc = {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
         "environment": env,
-        "cases": [
-            dict(
-                case=case_id(o),
-                shape=[o.m, o.k, o.n],
-                out_dtype=str(o.out_dtype),
-                bias=o.bias is not None,
-                scale_mode=o.scale_mode,
-            )
-            for o in cases
-        ],
-        "rows": [_row_doc(r, links) for r in rows],
-        "max_spacing_from_standard": _max_spacing_from_standard(cases, rows),
-        "interchangeability": _interchangeability(rows),
+        "cases": _case_docs(cases),
+        "rows": [_row_doc(r, links) for r in int8],
+        "max_spacing_from_standard": _max_spacing_from_standard(cases, int8),
+        "interchangeability": _interchangeability(int8),
     }
+    fp8 = [r for r in rows if is_fp8_row(r)]
+    if fp8:
+        doc["fp8"] = {
+            "cases": _case_docs(fp8_cases),
+            "rows": [dict(_row_doc(r, links), accumulator=r.accumulator) for r in fp8],
+            "max_spacing_from_standard": _max_spacing_from_standard(fp8_cases, fp8),
+            "interchangeability": _interchangeability(fp8),
+        }
+    return doc
 
 
 def environment(devices) -> dict:
@@ -353,6 +413,11 @@ def environment(devices) -> dict:
 def default_kernels() -> list[str]:
     """Every int8 kernel available here: built-ins, then adapters."""
     return [b for b in INT8_BUILTINS if builtin_available(b)[0]] + adapters.available_adapters()
+
+
+def default_fp8_kernels() -> list[str]:
+    """Every FP8 (e4m3) built-in available here."""
+    return [b for b in FP8_BUILTINS if builtin_available(b)[0]]
 
 
 def _merge(out: Path, merge: Sequence, own: set, root: Path) -> tuple[list, dict]:
@@ -396,12 +461,14 @@ def run_scoreboard(
     merge: Sequence = (),
     save_outputs: bool = False,
     report_root: Optional[str] = None,
+    fp8_cases: Optional[Sequence] = None,
 ) -> dict:
     """Run the scoreboard, write its files and return the document.
 
-    ``kernels``: None = :func:`default_kernels`, ``[]`` = none (only merge); ``devices``: default
-    cpu (+ cuda when present), a kernel gets a row per listed device it declares; ``cases``: default
-    :func:`scoreboard_cases`; timeouts in seconds; ``jobs``: rows run concurrently. ``merge``:
+    ``kernels``: None = :func:`default_kernels` and :func:`default_fp8_kernels`, ``[]`` = none (only
+    merge); an e4m3 kernel runs ``fp8_cases`` (default :func:`scoreboard_fp8_cases`) and gets an FP8
+    row; ``devices``: default cpu (+ cuda when present), a kernel gets a row per listed device it
+    declares; ``cases``: default :func:`scoreboard_cases`; timeouts in seconds; ``jobs``: rows run concurrently. ``merge``:
     directories saved with ``save_outputs`` elsewhere (same cases): their rows and reproducers are
     added (this run's row wins, then a later directory's). ``save_outputs``: also write ``raw.json`` +
     ``outputs.safetensors``. ``report_root``: directory named in reproducer commands (default
@@ -409,21 +476,31 @@ def run_scoreboard(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    names = list(kernels) if kernels is not None else default_kernels()
+    names = list(kernels) if kernels is not None else default_kernels() + default_fp8_kernels()
     devs = list(devices) if devices else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     cases = list(cases) if cases is not None else scoreboard_cases()
+    specs = {nm: get_kernel(nm) for nm in names}
+    if fp8_cases is None:
+        fp8_cases = scoreboard_fp8_cases() if any(s.operands == "e4m3" for s in specs.values()) else []
+    fp8_cases = list(fp8_cases)
     enter_conformance_run()  # the rows' children inherit it
-    plan = [(nm, d) for nm in names for declared in [get_kernel(nm).devices] for d in devs if d in declared]
+    plan = [
+        (nm, d, fp8_cases if specs[nm].operands == "e4m3" else cases)
+        for nm in names
+        for d in devs
+        if d in specs[nm].devices
+    ]
     with Progress(disable=quiet, transient=False) as prog:
-        tasks = [prog.add_task(f"{nm}@{d}", total=len(cases)) for nm, d in plan]
+        tasks = [prog.add_task(f"{nm}@{d}", total=len(cs)) for nm, d, cs in plan]
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:
-            args = (cases, case_timeout, warmup_timeout, prog)
-            rows = [f.result() for f in [ex.submit(run_row, nm, d, *args, t) for (nm, d), t in zip(plan, tasks)]]
+            args = (case_timeout, warmup_timeout, prog)
+            futures = [ex.submit(run_row, nm, d, cs, *args, t) for (nm, d, cs), t in zip(plan, tasks)]
+            rows = [f.result() for f in futures]
     if save_outputs:
         save_raw(out, rows)
     root = Path(report_root) if report_root else out
     merged, merged_links = _merge(out, merge, {r.key for r in rows}, root)
-    links = {**_write_repros(out, rows, cases, root), **merged_links}
+    links = {**_write_repros(out, rows, cases + fp8_cases, root), **merged_links}
     rows = rows + merged
     env = environment(devs)
     if merged:
@@ -434,7 +511,7 @@ def run_scoreboard(
             for p in (Path(src) / "scoreboard.json" for src in merge)
             if p.is_file()
         ]
-    doc = portable_paths(build(rows, cases, links, env))  # no machine paths in the files
+    doc = portable_paths(build(rows, cases, links, env, fp8_cases))  # no machine paths in the files
     atomic_write_json(out / "scoreboard.json", doc)
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
     render_png(doc, out / "scoreboard.png")

@@ -75,9 +75,11 @@ def render_markdown(doc: dict) -> str:
         L.append(f"| {ka} | " + " | ".join(f"{v['identical']}/{v['shared']}" for v in row.values()) + " |")
     L += ["", "## Declared epilogues", ""]
     L += [f"- **{r['kernel']}@{r['device']}** ({r.get('version')}): `{_declared(r)}`" for r in doc["rows"]]
+    if doc.get("fp8"):
+        L += _fp8_section(doc["fp8"])
     L += ["", "## Failures and reproducers", ""]
     any_f = False
-    for r in doc["rows"]:
+    for r in doc["rows"] + (doc.get("fp8") or {}).get("rows", []):
         for chk, lk in r["repro"].items():
             any_f = True
             size = "x".join(str(s) for s in lk["shape"])
@@ -102,8 +104,57 @@ def render_markdown(doc: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def _fp8_section(fp8: dict) -> list:
+    """Markdown lines of the FP8 (e4m3) rows: verdicts with the declared and the measured accumulator (C11),
+    maximum spacing from each standard contract on the exact sum, bit interchangeability."""
+    L = [
+        "",
+        "## FP8 (e4m3) rows",
+        "",
+        f"{len(fp8['cases'])} FP8 cases (the accumulator-safe families and captured layers quantized to e4m3). "
+        "C4 passes and C5 / C6 / C8 judge a case bit-exactly where the declared accumulator provably keeps the "
+        "exact sum; C12 holds the output within the bound the declared accumulator implies (captures, and where "
+        "it does not); C11 measures the accumulator on its probe rows and fails one that keeps less than declared.",
+        "",
+    ]
+    checks = sorted({c for r in fp8["rows"] for c in r["checks"]})
+    L.append(
+        "| kernel | device | overall | " + " | ".join(checks) + " | declared accumulator | measured (C11) | cases |"
+    )
+    L.append("|---|---|---|" + "---|" * len(checks) + "---|---|---|")
+    for r in fp8["rows"]:
+        acc = r.get("accumulator") or {}
+        measured = f"{acc.get('measured') or '-'} ({acc.get('verdict', 'not run')})"
+        cells = [
+            f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})" if v == "fail" and c in r["repro"] else v
+            for c, v in ((c, r["checks"].get(c, "-")) for c in checks)
+        ]
+        L.append(
+            f"| {r['kernel']} | {r['device']} | **{r['overall']}** | "
+            + " | ".join(cells)
+            + f" | `{acc.get('declared') or '-'}` | `{measured}` | {r['cases_run']} |"
+        )
+    L += ["", "### FP8: maximum spacing (ulp) from each standard contract on the exact sum", ""]
+    L += ["| row | " + " | ".join(STANDARD) + " |", "|---|" + "---|" * len(STANDARD)]
+    for key, d in fp8["max_spacing_from_standard"].items():
+        L.append(f"| {key} | " + " | ".join("-" if d[s] is None else str(d[s]) for s in STANDARD) + " |")
+    inter = fp8["interchangeability"]
+    L += ["", "### FP8: bit interchangeability (cases with identical output bits / shared cases)", ""]
+    L += ["| | " + " | ".join(inter) + " |", "|---|" + "---|" * len(inter)]
+    for ka, row in inter.items():
+        L.append(f"| {ka} | " + " | ".join(f"{v['identical']}/{v['shared']}" for v in row.values()) + " |")
+    L += ["", "### FP8: declared epilogues", ""]
+    L += [f"- **{r['kernel']}@{r['device']}** ({r.get('version')}): `{_declared(r)}`" for r in fp8["rows"]]
+    return L
+
+
 def render_png(doc: dict, path: Path) -> None:
-    """Verdict strip + interchangeability heat map (matplotlib, Agg)."""
+    """Verdict strip + interchangeability heat map (matplotlib, Agg) of the int8 rows, else of the FP8 rows; no
+    file without rows."""
+    if not doc["rows"]:
+        doc = doc.get("fp8") or doc
+    if not doc["rows"]:
+        return
     import matplotlib
 
     matplotlib.use("Agg")

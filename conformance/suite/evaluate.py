@@ -18,6 +18,12 @@ from conformance.checks.accumulator import (
     check_int32_headroom,
     observe_accumulator,
 )
+from conformance.checks.fp8_exactness import (
+    check_fp8_bound_where_inexact,
+    check_fp8_exact_accumulator,
+    check_no_int32_accumulator,
+    exact_only,
+)
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
@@ -33,8 +39,8 @@ from conformance.suite.prefetch import (
     prefetch_output_evidence,
 )
 from reference import memo
-from reference.accumulate import exact_int_mm
 from reference.errors import first_line
+from reference.fp8 import exact_accumulator
 from reference.operands import tensor_digest
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
@@ -50,6 +56,32 @@ PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
     ("C6", check_real_scale_spacing),
     ("C8", check_declared_contract),
 )
+#: The per-case checks of an e4m3 kernel (DESIGN.md 3b, ``conformance.checks.fp8_exactness``): C3 n/a; C4 whether the
+#: declared accumulator is provably exact on the case; C5 / C6 / C8 bit-exact where it is; C12 the declared bound on
+#: captured cases and where it is not.
+FP8_PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
+    ("C1", check_kernel_manifest),
+    ("C2", check_operand_sharing),
+    ("C3", check_no_int32_accumulator),
+    ("C4", check_fp8_exact_accumulator),
+    ("C5", exact_only("C5", check_pow2_bit_identity)),
+    ("C6", exact_only("C6", check_real_scale_spacing)),
+    ("C8", exact_only("C8", check_declared_contract)),
+    ("C12", check_fp8_bound_where_inexact),
+)
+
+
+def is_fp8(spec) -> bool:
+    """Whether ``spec`` takes e4m3 operands (``KernelSpec.operands``)."""
+    return getattr(spec, "operands", "int8") == "e4m3"
+
+
+def per_case_checks(spec) -> tuple[tuple[str, Callable], ...]:
+    """The per-case checks of ``spec``: :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else
+    :data:`PER_CASE_CHECKS`."""
+    return FP8_PER_CASE_CHECKS if is_fp8(spec) else PER_CASE_CHECKS
+
+
 #: C10 joins the per-case checks where the evaluation launched the kernel itself
 #: (the runner's ownership probe: ``conformance.kernels.runner.start_kernel``); the
 #: sweep hands its own runs in and stores no C10 row.
@@ -214,7 +246,8 @@ class CaseEvaluation:
     ``int_mm`` launched; inside a ``reference.memo`` scope every question the checks will read is
     asked, not read), :meth:`settle` (one read-back, then the failure evidence is asked) and
     :meth:`result` (the checks run). Outside a memo scope nothing is prefetched; the results are
-    those of running the checks one after the other. ``exact``: int64 [M, N] on the operands' device.
+    those of running the checks one after the other. ``exact``: int64 [M, N] (float32 for e4m3 operands:
+    ``reference.fp8.exact_accumulator``) on the operands' device.
     """
 
     def __init__(self, spec, ops, device: Optional[str] = None, run=None, keep_on_device: bool = False):
@@ -227,7 +260,7 @@ class CaseEvaluation:
             self.launch = start_kernel(spec, ops, device=device, keep_on_device=keep_on_device, probe_ownership=True)
         else:
             self.run = run
-        self.exact = exact_int_mm(ops.a, ops.b)
+        self.exact = exact_accumulator(ops.a, ops.b)
         self._acc_launch, self._acc_error = None, None
         if getattr(spec, "int_mm", None) is not None:
             try:
@@ -236,6 +269,9 @@ class CaseEvaluation:
                 self._acc_error = e
         subject = self.run if self.run is not None else self.launch
         acc = self._acc_launch
+        if is_fp8(spec):  # the prefetches ask the int8 checks' questions; the FP8 checks ask their own
+            self._outputs, self._prefetch_errors = None, []
+            return
         # inside a reference.memo scope (the sweep): every question asked now
         self._outputs, err = _prefetch(spec, ops, prefetch_output_comparisons, subject, self.exact)
         _, err2 = _prefetch(
@@ -256,6 +292,8 @@ class CaseEvaluation:
         if self.run is None:
             self.run = self.launch.result()
         self.obs = self._observed()
+        if is_fp8(self.spec):
+            return self
         _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact, self._outputs)
         if err:
             self._prefetch_errors.append(err)
@@ -276,6 +314,8 @@ class CaseEvaluation:
         """Whether C8 may fail (``declared_output_differs``): a hint for asking failure-related
         questions before :meth:`result`, never a verdict."""
         self.settle()
+        if is_fp8(self.spec):
+            return True
         try:
             return declared_output_differs(self.spec, self.ops, self.run, self.exact, self._outputs)
         except Exception:  # noqa: BLE001 -- only a hint
@@ -296,7 +336,7 @@ class CaseEvaluation:
         # one scope per case: the checks share its bound, references and digests
         # (reference.memo; a no-op inside the sweep's own scope)
         with memo.scope():
-            for cid, fn in PER_CASE_CHECKS + ((OWNERSHIP_CHECK,) if self.probed else ()):
+            for cid, fn in per_case_checks(spec) + ((OWNERSHIP_CHECK,) if self.probed else ()):
                 try:
                     checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
                 except Exception as e:  # noqa: BLE001 -- report, never crash the suite
@@ -309,7 +349,7 @@ class CaseEvaluation:
         meta = dict(ops.meta or {})
         cov = {}
         try:
-            if coverage:
+            if coverage and not is_fp8(spec):  # the coverage conditions are the int8 epilogue's
                 cov = case_coverage(spec, ops, run, exact)
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}

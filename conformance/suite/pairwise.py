@@ -1,7 +1,8 @@
 """Pairwise interchangeability of two kernels (``--against=OTHER``): outputs on the same operands
 compared bit for bit. Whether identity is expected follows from the declared contracts (DESIGN.md
 section 1): identical contracts must agree, and so must pow2-scale cases when the bias points agree
-(or there is no bias); otherwise legal kernels may differ.
+(or there is no bias); otherwise legal kernels may differ. Two FP8 kernels must agree only where
+both declared accumulators are provably exact on the case (DESIGN.md 3b).
 """
 
 from __future__ import annotations
@@ -9,17 +10,19 @@ from __future__ import annotations
 from typing import Optional
 
 from conformance.checks.compare import compare_bits, output_problem
+from conformance.checks.fp8_exactness import retained_bits
 from conformance.checks.output_bits import overflow_of, run_device
 from conformance.checks.overflow import declared_accumulator, may_leave_int32
 from conformance.checks.result import merge_histograms
 from reference.accumulate import exact_int_mm
+from reference.fp8 import E4M3, exact_at_bits
 
 
 def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
     """Why overflow frees the pair from bit identity on ``ops`` (an accumulator can leave int32 and
     the declarations are not both ``wrap``, which is order-free), or None."""
     ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
-    if ba == bb == "wrap" or not may_leave_int32(ops.a.shape[1]):
+    if ops.a.dtype == E4M3 or ba == bb == "wrap" or not may_leave_int32(ops.a.shape[1]):
         return None
     n = declared_accumulator(ops, exact_int_mm(ops.a, ops.b), "wrap").n_at_risk
     if not n:
@@ -30,12 +33,29 @@ def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[s
     )
 
 
+def _fp8_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
+    """Why FP8 accumulation frees the pair from bit identity on ``ops`` (e4m3 operands and a declared accumulator
+    that is not provably exact on the case, ``conformance.checks.fp8_exactness``), or None."""
+    if ops.a.dtype != E4M3:
+        return None
+    for spec, dev in ((spec_a, dev_a), (spec_b, dev_b)):
+        model = spec.accumulator_on(dev)
+        if model is None:
+            return f"{spec.name} declares no FP8 accumulator"
+        if model.kind != "exact" and not bool(exact_at_bits(ops.a.cpu(), ops.b.cpu(), retained_bits(model)).all()):
+            return (
+                f"the declared FP8 accumulator of {spec.name} ({model.label()}) is not provably exact on this case: "
+                f"legal accumulators may differ"
+            )
+    return None
+
+
 def expected_agreement(
     spec_a, spec_b, ops, dev_a: Optional[str] = None, dev_b: Optional[str] = None
 ) -> tuple[bool, str]:
     """``(must two correct kernels give identical bits on ops, reason)``; ``dev_a`` / ``dev_b``:
     the device types they ran on (overflow declarations may differ by device)."""
-    freed = _overflow_frees(spec_a, spec_b, ops, dev_a, dev_b)
+    freed = _overflow_frees(spec_a, spec_b, ops, dev_a, dev_b) or _fp8_frees(spec_a, spec_b, ops, dev_a, dev_b)
     if freed:
         return False, freed
     ca, cb = spec_a.contract, spec_b.contract

@@ -1,6 +1,11 @@
 """The suite's plan, shared by ``run_conformance`` and the pytest plugin: which cases it builds
 (:func:`default_cases`), which steps it takes in which order (:func:`suite_steps`: fixed cases, the
-property test, C9, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`)."""
+property test, C9, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`).
+
+An e4m3 kernel (``KernelSpec.operands``, DESIGN.md 3b) gets the FP8 plan: the accumulator-safe FP8
+families and the captured layers quantized to e4m3 (``conformance.cases.fp8``) as fixed cases, no
+property test (its strategies draw int8 operands), C9, C11 once per run, C7 / E1 n/a (they replay
+the int8 model and engine), pairwise as for int8."""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ from typing import Callable, Optional, Sequence
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.cases.cache import cached_cases
+from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
 from conformance.checks.batch_invariance import check_batch_invariance
+from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
-from conformance.suite.evaluate import CaseResult, check_error, evaluate_case
+from conformance.suite.evaluate import CaseResult, check_error, evaluate_case, is_fp8
 from conformance.suite.property import run_property_test
 from conformance.suite.warmup import warm_up
 from reference import memo
@@ -27,6 +34,11 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
 )
+#: Why each model-level check is n/a for an e4m3 kernel (they exercise the int8 path only).
+FP8_MODEL_CHECKS_NA = {
+    "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 operands",
+    "E1": "int8-engine check: the integer engine's only hardware op is int8 x int8 -> int32; an e4m3 kernel has none",
+}
 #: Smallest M * K * N of a fixed case whose references a CUDA suite computes on the kernel's device
 #: (:func:`reference_device`). A case's device path costs a fixed few hundred launches and a few dozen
 #: read-backs; the CPU's reference work (mostly the coverage measurement's prefix sums, M * N * K
@@ -46,6 +58,15 @@ def run_batch_invariance(spec, cases: Sequence, device: Optional[str] = None) ->
         return check_batch_invariance(spec, cases, device=device)
     except Exception as e:  # noqa: BLE001 -- report, never crash the suite
         return check_error("C9", e)
+
+
+def run_fp8_accumulator(spec, device: Optional[str] = None) -> CheckResult:
+    """C11 (``check_fp8_accumulator``) on the device the kernel runs on; a check that raises gives
+    a ``harness`` failure."""
+    try:
+        return check_fp8_accumulator(spec, device=device)
+    except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+        return check_error("C11", e)
 
 
 def reference_device(spec, device: Optional[str], ops) -> Optional[str]:
@@ -98,9 +119,14 @@ def default_cases(
     seeds: Sequence[int] = (0, 1),
     max_capture_layers: Optional[int] = None,
     capture_set=None,
+    operands: str = "int8",
 ) -> tuple[list, CaptureReplay]:
     """``(cases, captures)``: synthetic cases per seed, the shape sweep and the case families
-    (``include_sweep``), the layer captures in both scale modes (when available)."""
+    (``include_sweep``), the layer captures in both scale modes (when available). ``operands="e4m3"``:
+    the FP8 families (seed ``seeds[0]``; ``include_sweep`` does not apply) and the captures quantized
+    to e4m3 in both activation scale modes."""
+    if operands == "e4m3":
+        return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set)
 
     def build() -> list:
         return list(synthetic_cases(seeds)) + (shape_sweep() + families.family_cases() if include_sweep else [])
@@ -113,8 +139,19 @@ def default_cases(
     return mark_ownership_probes(cases + list(cap.cases)), cap
 
 
+def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set) -> tuple[list, CaptureReplay]:
+    seed = int(seeds[0]) if len(seeds) else 0
+    cases = cached_cases(f"fp8_cases/seed={seed}", lambda: fp8_family_cases(seed=seed))
+    if include_captures:
+        cap = fp8_capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
+    else:
+        cap = CaptureReplay(note=f"{NO_CAPTURES} (capture replay not requested)")
+    return mark_ownership_probes(cases + list(cap.cases)), cap
+
+
 def suite_cases(include_captures=True, include_sweep=True, capture_dir=None, model_dir=None, **kw) -> tuple:
-    """:func:`default_cases`, replaying ``capture_dir`` (parent model ``model_dir``) when given.
+    """:func:`default_cases` (keywords such as ``operands`` passed on), replaying ``capture_dir``
+    (parent model ``model_dir``) when given.
 
     Raises:
         CaptureError: missing / inconsistent capture (one line).
@@ -166,13 +203,17 @@ class Step:
     check_id: Optional[str] = None
 
 
-def suite_steps(cases: Sequence, examples: int, model_checks: bool, against: bool) -> list[Step]:
-    """The steps in suite order: every fixed case, the property test (``examples > 0``), C9,
-    C7 / E1 (``model_checks``), a pairwise step per fixed case (``against``)."""
+def suite_steps(
+    cases: Sequence, examples: int, model_checks: bool, against: bool, operands: str = "int8"
+) -> list[Step]:
+    """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only),
+    C9, C11 (``operands="e4m3"``), C7 / E1 (``model_checks``), a pairwise step per fixed case
+    (``against``)."""
+    fp8 = operands == "e4m3"
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
-    if examples > 0:
+    if examples > 0 and not fp8:
         steps.append(Step(PROPERTY, "property"))
-    cids = ["C9"] + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
+    cids = ["C9"] + (["C11"] if fp8 else []) + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
     steps += [Step(CHECK, f"{cid}-{CHECK_NAMES[cid]}", check_id=cid) for cid in cids]
     if against:
         steps += [Step(PAIR, f"pairwise/{case_id(ops)}", i, ops) for i, ops in enumerate(cases)]
@@ -229,10 +270,19 @@ class SuiteState:
         self.property = run_property_test(self.spec, keep, max_examples=examples, device=self.device)
         return self.property
 
+    def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
+        """:func:`suite_steps` of this kernel's cases and operands."""
+        return suite_steps(self.cases, examples, model_checks, against, getattr(self.spec, "operands", "int8"))
+
     def run_check(self, check_id: str) -> CheckResult:
-        """C9 over the fixed cases, or a model-level check; kept in ``model``."""
+        """C9 over the fixed cases, C11 (an e4m3 kernel's accumulator, once), or a model-level
+        check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`); kept in ``model``."""
         if check_id == "C9":
             r = run_batch_invariance(self.spec, self.cases, self.device)
+        elif check_id == "C11":
+            r = run_fp8_accumulator(self.spec, self.device)
+        elif is_fp8(self.spec) and check_id in FP8_MODEL_CHECKS_NA:
+            r = not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
         else:
             r = run_model_check(check_id, self.spec, device=pick_device(self.spec, self.device)[0])
         self.model[check_id] = r

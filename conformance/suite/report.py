@@ -7,7 +7,9 @@ schema_version, generated_at`` (UTC ISO-8601), ``kernel`` (``KernelSpec.manifest
 ``property_tests``, ``pairwise`` (or null), ``elapsed_s``, ``notes``, ``partial``
 (``conformance.runtime.partial_run``; absent in older v1 reports), ``comparability``
 (``run.comparability``), ``coverage`` (``coverage.coverage_table`` rows), ``invocation {command,
-options}`` and ``fault_signatures`` (:func:`fault_signatures`; ``[]`` unless the run failed).
+options}`` and ``fault_signatures`` (:func:`fault_signatures`; ``[]`` unless the run failed); for an
+e4m3 kernel also ``fp8`` (``run.fp8_summary``: declared and measured accumulator, C12's observed
+maximum beside its bound).
 Paths are written portably (``reference.fileio.portable_paths``), non-finite floats as strings
 (strict JSON); both files are written atomically.
 """
@@ -20,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.checks.result import bound_line
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, partial_note
 from conformance.suite.signatures import signature_lines
@@ -45,6 +48,7 @@ def _clean(x):
 
 def to_json_dict(result) -> dict:
     """The report's JSON document for a ``ConformanceResult`` (paths portable)."""
+    fp8 = getattr(result, "fp8", None)
     return portable_paths(
         _clean(
             {
@@ -70,6 +74,7 @@ def to_json_dict(result) -> dict:
                 "coverage": list(getattr(result, "coverage", []) or []),
                 "invocation": dict(getattr(result, "invocation", {}) or {}),
             }
+            | ({} if fp8 is None else {"fp8": fp8})
         )
     )
 
@@ -228,6 +233,31 @@ def _overflow_text(decl) -> str:
     return f"`{decl}`"
 
 
+def accumulator_lines(fp8: Optional[dict]) -> list[str]:
+    """An e4m3 kernel's accumulator lines (declared, measured by C11, C12's observed maximum beside
+    its bound); [] for an int8 report."""
+    if not fp8:
+        return []
+    decl = fp8.get("declared")
+    decl = ", ".join(f"{d}: {v}" for d, v in decl.items()) if isinstance(decl, dict) else decl
+    c11 = fp8.get("c11") or {}
+    measured = fp8.get("measured")
+    lines = [
+        f"accumulator declared: {decl!r}"
+        + (f" (C11 compared with {fp8['c11_declared']!r})" if fp8.get("c11_declared") else ""),
+        f"accumulator measured (C11): {measured!r} - {c11.get('verdict', 'not run')}"
+        if measured
+        else f"accumulator measured (C11): none - {c11.get('verdict', 'not run')}: {c11.get('summary', '')}",
+    ]
+    b = fp8.get("c12_bound")
+    c12 = fp8.get("c12") or {}
+    if b:
+        lines.append(f"C12 fp8_error_bound ({c12.get('verdict')}): {bound_line(b)}; {b['n_bound_over']} elements over")
+    else:
+        lines.append(f"C12 fp8_error_bound: {c12.get('verdict', 'not run')} ({c12.get('summary', '')})")
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -307,6 +337,16 @@ def render_markdown(doc: dict) -> str:
         )
     )
     lines += _semantics_lines(env)
+    acc_lines = accumulator_lines(doc.get("fp8"))
+    if acc_lines:
+        lines += ["", "## FP8 accumulator", "", *[f"- {_cell(x, 400)}" for x in acc_lines]]
+        lines += [
+            "",
+            "C11 measures the accumulator on discriminating rows and fails a kernel that keeps less than it "
+            "declares. On the accumulator-safe FP8 families (and every case where the declared accumulator is "
+            "provably exact) C5/C6/C8 judge the epilogue bit-exactly; on captured layers and elsewhere C12 holds "
+            "every element within the interval the declared accumulator and epilogue imply (DESIGN.md 3b).",
+        ]
     lines += ["", "## Checks", ""]
     lines.append(
         _table(

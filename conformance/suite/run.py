@@ -28,7 +28,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import complete_run, partial_run
 from conformance.suite.coverage import coverage_table
 from conformance.suite.coverage import invocation as call_invocation
-from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, PER_CASE_CHECKS, CaseResult
+from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
 from conformance.suite.pairwise import summarize_pairs
 from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's public names
     CASE,
@@ -50,7 +50,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
 from conformance.suite.workers import evaluate_in_workers, parallel_ok
 from reference.errors import first_line
 
-REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1")
+REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
 #: Version of the suite's case construction and check semantics: two reports compare
 #: (``int8conf gate --baseline``) only when equal; bump it when a generator or a check's meaning changes.
 SUITE_VERSION = "3"
@@ -90,7 +90,8 @@ class ConformanceResult:
 
     ``overall``: :func:`overall_verdict`; ``partial``: ``conformance.runtime.partial_run`` record
     (whether the verdict covers the whole run); ``comparability``: :func:`comparability`;
-    ``coverage``: ``coverage_table`` rows; ``invocation``: command line and options (``{}`` unknown).
+    ``coverage``: ``coverage_table`` rows; ``invocation``: command line and options (``{}`` unknown);
+    ``fp8``: :func:`fp8_summary` for an e4m3 kernel, else None.
     """
 
     kernel: dict
@@ -107,6 +108,7 @@ class ConformanceResult:
     coverage: list = field(default_factory=list)
     invocation: dict = field(default_factory=dict)
     partial: dict = field(default_factory=dict)
+    fp8: Optional[dict] = None
 
     @property
     def verdict(self) -> str:
@@ -263,7 +265,7 @@ def build_result(
     partial record's ``note`` goes first in the notes. ``warm_up``: the suite's warm-up record
     (``environment["warm_up"]``).
     """
-    per: dict[str, list] = {cid: [] for cid, _ in PER_CASE_CHECKS + (OWNERSHIP_CHECK,)}
+    per: dict[str, list] = {cid: [] for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,)}
     for cr in case_results:
         for cid, r in cr.checks.items():
             per.setdefault(cid, []).append((cr.case, r))
@@ -273,6 +275,8 @@ def build_result(
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
     agg.setdefault("C9", not_applicable("C9", "not run"))
+    if is_fp8(spec):
+        agg.setdefault("C11", not_applicable("C11", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
     if against is not None:
@@ -300,7 +304,31 @@ def build_result(
         invocation=dict(invocation or {}),
         partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap),
+        fp8=fp8_summary(spec, checks),
     )
+
+
+def fp8_summary(spec, checks: Sequence[CheckResult]) -> Optional[dict]:
+    """An e4m3 kernel's accumulator record (None for int8): ``declared`` (``KernelSpec.manifest``'s
+    text, or per device), ``c11_declared`` (the declaration C11 compared with, on the device it ran
+    on), ``measured`` (C11's measured model text, None if it did not measure), ``measured_model``,
+    ``c11`` / ``c12`` (verdict and summary) and ``c12_bound`` (C12's observed maximum beside its
+    bound, ``result.bound_summary``; None if no case ran it)."""
+    if not is_fp8(spec):
+        return None
+    by = {c.check_id: c for c in checks}
+    c11, c12 = by.get("C11"), by.get("C12")
+    ev11 = c11.evidence if c11 is not None else {}
+    return {
+        "operands": "e4m3",
+        "declared": spec.manifest().get("accumulator"),
+        "c11_declared": ev11.get("declared"),
+        "measured": ev11.get("measured"),
+        "measured_model": ev11.get("measured_model"),
+        "c11": None if c11 is None else {"verdict": c11.verdict, "summary": c11.summary},
+        "c12": None if c12 is None else {"verdict": c12.verdict, "summary": c12.summary},
+        "c12_bound": None if c12 is None else c12.evidence.get("bound"),
+    }
 
 
 def _coverage(case_results) -> list:
@@ -354,7 +382,13 @@ def run_conformance(
     other = get_kernel(against) if isinstance(against, str) else against
     if cases is None:
         cases, cap = suite_cases(
-            include_captures, include_sweep, capture_dir, model_dir, seeds=seeds, max_capture_layers=max_capture_layers
+            include_captures,
+            include_sweep,
+            capture_dir,
+            model_dir,
+            seeds=seeds,
+            max_capture_layers=max_capture_layers,
+            operands=getattr(spec, "operands", "int8"),
         )
     else:
         cases = list(cases)
@@ -397,7 +431,7 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
     spec, cases = state.spec, state.cases
     say = progress or (lambda s: None)
     say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
-    steps = suite_steps(cases, property_examples, model_checks, against=False)
+    steps = state.steps(property_examples, model_checks, against=False)
     checks = [s.check_id for s in steps if s.kind == CHECK]
     stopped, stage = None, "fixed cases"
     try:

@@ -1,7 +1,9 @@
 """The cells of a sweep and its identity (DESIGN.md section 7). A layer cell is (layer
 capture, injection, scale mode); a model cell (``layer ==`` :data:`MODEL_LAYER`, scale mode
-``both``) runs C7 per scale mode and E1 once. A cell carries its :class:`faults.Injection`;
-the store holds the strings of :attr:`Cell.key`, read back by :meth:`Cell.from_key`.
+``both``) runs C7 per scale mode and E1 once; a kernel cell of an e4m3 sweep (``layer ==``
+:data:`KERNEL_LAYER`, scale mode ``both``) runs C11, whose probe operands are no layer's, once.
+A cell carries its :class:`faults.Injection`; the store holds the strings of :attr:`Cell.key`,
+read back by :meth:`Cell.from_key`.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from reference.errors import Int8confError
 
 #: ``layer`` of a model-level cell.
 MODEL_LAYER = "*model*"
+#: ``layer`` of a kernel-level cell (C11 on its probe operands; e4m3 kernels).
+KERNEL_LAYER = "*kernel*"
 SCALE_MODES = ("own", "pow2")
+#: Scale modes of the layer cells per kernel operand dtype (e4m3: the activation scale, DESIGN.md 3b).
+SCALE_MODES_FOR = {"int8": SCALE_MODES, "e4m3": ("per_token", "per_tensor")}
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One unit of work: ``layer`` (or :data:`MODEL_LAYER`), the ``injection`` (the F9
-    default variant in a sweep) and ``scale_mode`` (``own`` | ``pow2``; ``both`` for a
-    model cell)."""
+    """One unit of work: ``layer`` (or :data:`MODEL_LAYER`, :data:`KERNEL_LAYER`), the
+    ``injection`` (the F9 / F10 default variant in a sweep) and ``scale_mode`` (one of
+    :data:`SCALE_MODES_FOR`; ``both`` for a model or kernel cell)."""
 
     layer: str
     injection: Injection
@@ -47,6 +53,10 @@ class Cell:
     @property
     def is_model(self) -> bool:
         return self.layer == MODEL_LAYER
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.layer == KERNEL_LAYER
 
     @property
     def key(self) -> tuple:
@@ -96,16 +106,19 @@ def layer_cells(
     coverages: Sequence[str],
     scale_modes: Sequence[str],
     seeds: Sequence[int],
+    operands: str = "int8",
 ) -> list[Cell]:
-    """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed).
-    Raises Int8confError: an empty axis or an unknown scale mode, fault or coverage."""
+    """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed), for a
+    kernel of ``operands``. Raises Int8confError: an empty axis or an unknown scale mode,
+    fault or coverage."""
     names = ("layers", "faults", "coverages", "scale modes", "seeds")
     for name, axis in zip(names, (layers, faults, coverages, scale_modes, seeds)):
         if not axis:
             raise Int8confError(f"sweep: no {name} selected")
-    bad = [s for s in scale_modes if s not in SCALE_MODES]
+    known = SCALE_MODES_FOR[operands]
+    bad = [s for s in scale_modes if s not in known]
     if bad:
-        raise Int8confError(f"sweep: unknown scale mode(s) {bad}; known: {list(SCALE_MODES)}")
+        raise Int8confError(f"sweep: unknown scale mode(s) {bad} for {operands} kernels; known: {list(known)}")
     injs = _injections(faults, coverages, seeds)
     return [Cell(layer, inj, s) for layer in layers for s in scale_modes for inj in injs]
 
@@ -113,3 +126,8 @@ def layer_cells(
 def model_cells(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Cell]:
     """One model cell per (fault, coverage, seed) (``scale_mode == "both"``)."""
     return [Cell(MODEL_LAYER, inj, "both") for inj in _injections(faults, coverages, seeds)]
+
+
+def kernel_cells(faults: Iterable[str], coverages: Iterable[str], seeds: Iterable[int]) -> list[Cell]:
+    """One kernel cell per (fault, coverage, seed) (``scale_mode == "both"``)."""
+    return [Cell(KERNEL_LAYER, inj, "both") for inj in _injections(faults, coverages, seeds)]

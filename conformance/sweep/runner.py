@@ -1,7 +1,9 @@
 """What a worker computes for one cell (:mod:`conformance.sweep.cells`). Layer cell: the
-injected kernel on the prepared capture operands, every per-case check (C1-C6, C8), the
-ground truth and, where C8 fails, the error direction against the declared contract.
-Model cell: C7 per scale mode and E1 once, with the fault in every linear layer.
+injected kernel on the prepared capture operands (an e4m3 kernel: the captured layer
+quantized to e4m3 in the cell's activation scale mode), every per-case check (C1-C6, C8;
+C12 for e4m3), the ground truth and, where C8 fails, the error direction against the
+declared contract. Model cell: C7 per scale mode and E1 once, with the fault in every linear
+layer. Kernel cell (e4m3): C11 on its probe operands, with the fault's ground truth there.
 Everything travels as plain data (:class:`SweepTask`); caches are per process.
 """
 
@@ -21,6 +23,7 @@ import torch
 from safetensors import safe_open
 
 from conformance.checks.engine_hash import check_engine_hash
+from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
 from conformance.checks.output_bits import reference_output
 from conformance.checks.result import SWEEP_KEPT_EVIDENCE, not_applicable
 from conformance.checks.token_flip import check_token_flip
@@ -29,7 +32,7 @@ from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
 from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.suite.evaluate import CaseEvaluation, check_error
-from conformance.sweep.cells import Cell, SweepSpec
+from conformance.sweep.cells import SCALE_MODES_FOR, Cell, SweepSpec
 from conformance.sweep.store import CellRows
 from faults import inject_injection, prepare_injection
 from faults.spec import PRECONDITION_FAULTS
@@ -37,7 +40,7 @@ from faults.truth import ask_ground_truth
 from reference import memo, readback
 from reference.bits import bits_of
 from reference.errors import first_line
-from reference.model.capture import CaptureError, iter_layer_operands, load_capture_set
+from reference.model.capture import CaptureError, iter_layer_operands, iter_layer_operands_fp8, load_capture_set
 from reference.model.checkpoint import INDEX_FILE, SINGLE_FILE
 from reference.operands import GemmOperands, copy_keep_layout, tensor_digest
 
@@ -117,10 +120,22 @@ def _layer_ops(capture_dir: str, model_dir: str, scale_mode: str, layer: str):
     return next(iter(iter_layer_operands(sub, scale_mode)))
 
 
+@functools.lru_cache(maxsize=2)
+def _fp8_layer_ops(capture_dir: str, model_dir: str, activations: str) -> dict:
+    """Every layer's e4m3 GemmOperands (``iter_layer_operands_fp8``: the parent model's
+    weights quantized once per process and activation scale mode), by layer name."""
+    cs = _capture_set(capture_dir, model_dir)
+    return {o.name: o for o in iter_layer_operands_fp8(cs, activations)}
+
+
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     """A fresh copy (``copy_keep_layout``: same layout, bits and known digests) of the
-    capture operands of ``layer`` in ``scale_mode``."""
-    o = _layer_ops_direct(spec, scale_mode, layer) if spec.checkpoint_dirs else None
+    capture operands of ``layer`` in ``scale_mode`` (``per_token`` / ``per_tensor``: quantized
+    to e4m3 with that activation scale)."""
+    if scale_mode in SCALE_MODES_FOR["e4m3"]:
+        o = _fp8_layer_ops(spec.capture_dir, spec.model_dir, scale_mode)[layer]
+    else:
+        o = _layer_ops_direct(spec, scale_mode, layer) if spec.checkpoint_dirs else None
     if o is None:
         o = _layer_ops(spec.capture_dir, spec.model_dir, scale_mode, layer)
     copies = {k: copy_keep_layout(getattr(o, k)) for k in ("a", "b", "scale_a", "scale_b", "bias")}
@@ -288,6 +303,39 @@ def run_model_cell(task: SweepTask) -> CellRows:
     )
 
 
+#: Evidence of a C11 row the store keeps (not the per-probe table).
+C11_KEPT = ("measured", "measured_model", "bits_observed", "promotion_interval", "notes", "declared", "shortfall")
+
+
+def probe_case() -> GemmOperands:
+    """C11's probe operands as a case (unit scalar scales, float32 output, no bias)."""
+    a, b = probe_operands(probes(), K_PROBE, N_PROBE)
+    one = torch.ones((), dtype=torch.float32)
+    return GemmOperands(a, b, one, one.clone(), None, torch.float32, "c11-probe", "probe", {"source": "probe"})
+
+
+def run_kernel_cell(task: SweepTask) -> CellRows:
+    """Evaluate one kernel cell of an e4m3 sweep: C11 on the injected kernel, stored under
+    each e4m3 scale mode (the probe has none), and the fault's ground truth on the probe."""
+    t0 = time.perf_counter()
+    c, spec = task.cell, task.spec
+    faulty = inject_injection(kernel_spec(spec.kernel), c.injection)
+    with memo.scope():
+        try:
+            r = check_fp8_accumulator(faulty, device=task.device)
+        except Exception as e:  # noqa: BLE001 -- a harness error is a row, not a crash
+            r = check_error("C11", e)
+        r.evidence = {k: v for k, v in (r.evidence or {}).items() if k in C11_KEPT + ("failure_kind", "check_error")}
+        gt = ask_ground_truth(faulty, probe_case(), device=task.device).get().to_dict()
+    rows = []
+    for mode in SCALE_MODES_FOR["e4m3"]:
+        row = row_of(mode, r, keep_all=True)
+        row["evidence"]["shared_across_scale_modes"] = True
+        rows.append(row)
+    gt.update(kernel_level=True, case="C11 probe operands")
+    return CellRows(c, rows, _jsonable(gt), "", time.perf_counter() - t0, worker_id())
+
+
 @functools.lru_cache(maxsize=2)
 def _engine_setup(model_dir: Optional[str], n_prompts: int):
     from detllm.oracle import default_setup
@@ -318,6 +366,8 @@ def _worker_env() -> None:
 def run_task(task: SweepTask) -> CellRows:
     """One cell's rows (a layer cell without batch context)."""
     _worker_env()
+    if task.cell.is_kernel:
+        return run_kernel_cell(task)
     return run_model_cell(task) if task.cell.is_model else run_layer_cell(task)
 
 
@@ -326,7 +376,7 @@ def run_unit(unit) -> list:
     a list of CellRows out."""
     if isinstance(unit, SweepTask):
         unit = (unit,)
-    if unit and unit[0].cell.is_model:
+    if unit and (unit[0].cell.is_model or unit[0].cell.is_kernel):
         return [run_task(t) for t in unit]
     return run_layer_batch(unit)
 
@@ -335,7 +385,8 @@ def batches(tasks, model_units: int = 0, max_model_cells: int = 3) -> list:
     """Units of work (tuples of SweepTasks): the model cells first (the slowest), dealt
     round-robin into ``model_units`` units (0: one per cell) of at most
     ``max_model_cells`` (what an interrupted sweep recomputes; each process pays the model
-    set-up once), then one unit per (layer, scale mode) of layer cells, in task order."""
+    set-up once), then one unit per (layer, scale mode) of layer cells, in task order (the
+    kernel cells of an e4m3 sweep form one such unit, ``(KERNEL_LAYER, "both")``)."""
     model = [t for t in tasks if t.cell.is_model]
     k = len(model) if model_units <= 0 else min(model_units, len(model))
     if model:

@@ -126,21 +126,25 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     tags = list(sc["matrices"])
     out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", ""]
     out += [f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
+    fp8 = m.get("operands") == "e4m3"
     asked = (
         f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
         f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
-        f"{m['model_cells']} model cells (C7, E1)"
+        f"{m['model_cells']} {'kernel cells (C11)' if fp8 else 'model cells (C7, E1)'}"
     )
     stored = (m.get("stored_layer_cells"), m.get("stored_model_cells"))
     if None in stored or stored == (m["layer_cells"], m["model_cells"]):
         out += [f"- cells: {asked}"]
     else:  # a slice run on a store holding more: the tables score every stored cell
         out += [
-            f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} model "
-            f"cells (this command asked for {asked})"
+            f"- cells scored: every cell in the store, {stored[0]} layer cells + {stored[1]} "
+            f"{'kernel' if fp8 else 'model'} cells (this command asked for {asked})"
         ]
     out.append(f"- store: `{m['db']}` ({m['rows']} rows, one per cell x check)")
-    for label, key in (("timing", "timing_line"), ("C7 inside the sweep", "c7_line"), ("E1", "e1_line")):
+    lines = [("timing", "timing_line"), ("C7 inside the sweep", "c7_line"), ("E1", "e1_line")]
+    if fp8:
+        lines += [("scale modes", "scale_modes_line"), ("kernel cells", "kernel_cells_line")]
+    for label, key in lines:
         out.append(f"- {label}: {m.get(key, '')}")
     out += [f"- machine: {m.get('machine', '')}", "", "## Matrices", ""]
     for mx in sc["matrices"].values():
@@ -153,8 +157,9 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     for tag, t in sc["totals"].items():
         for part in ("core", "all"):
             x = t[part]
+            span = m.get("checks_core", "C1-C7") if part == "core" else m.get("checks_all", "C1-C8 + E1")
             out.append(
-                f"- against {tag}, {'C1-C7' if part == 'core' else 'C1-C8 + E1'}: "
+                f"- against {tag}, {span}: "
                 f"{x['scored']} scored check-cells, TP {x['TP']}, TN {x['TN']}, FP {x['FP']}, "
                 f"FN {x['FN']} (of which {x['FN_no_op']} in cells where the fault changed "
                 f"nothing), unexpected-applicable {x['unexpected_applicable']}"
@@ -176,10 +181,13 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
         "What C8 adds over C1-C6 (layer cells where only C8 fired): "
         + (", ".join(f"{f} {n}" for f, n in h["c8_adds"].items()) or "nothing"),
         "",
-        "What E1 adds over C7 (model cells where E1 fired and C7 did not): "
-        + (", ".join(f"{f} {n}" for f, n in h["e1_adds"].items()) or "nothing"),
-        "",
     ]
+    if not fp8:
+        out += [
+            "What E1 adds over C7 (model cells where E1 fired and C7 did not): "
+            + (", ".join(f"{f} {n}" for f, n in h["e1_adds"].items()) or "nothing"),
+            "",
+        ]
     if sc["signatures"]:
         out += [
             "Fault signatures (the lines a failing conformance report prints), checked on "
@@ -192,11 +200,13 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
             "",
         ]
     out += ["## Fault x check", ""]
-    out += [
-        "Detection rate = fired / (fired + silent) cells; n/a cells (C5 under own scales, "
-        "C6 under pow2) are not scored. `pred`, `FP`, `FN` per matrix.",
-        "",
-    ]
+    na = (
+        "n/a cells (C3 and C5 for e4m3 operands and real scales; C5 / C6 / C8 where the declared "
+        "accumulator is not provably exact) are not scored; C11 rows come from the kernel cells"
+        if fp8
+        else "n/a cells (C5 under own scales, C6 under pow2) are not scored"
+    )
+    out += [f"Detection rate = fired / (fired + silent) cells; {na}. `pred`, `FP`, `FN` per matrix.", ""]
     card = sc["table_by_fault"]
     cols = ["fault", "check_id", "cells", "fired", "silent", "na", "detection_rate", "no_op_cells"]
     for tag in tags:

@@ -13,9 +13,21 @@ import pandas as pd
 from conformance.suite.signatures import features_of_cell, match_signatures
 from faults.catalogue import FAULTS, get_fault
 
-CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1")
+CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12")
 CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 _OBS = {"fail": "fire", "pass": "silent", "n/a": "n/a"}
+
+
+def check_span(checks) -> str:
+    """Short label of check ids in :data:`CHECK_ORDER` order: the leading run ``C1``..``Cn`` as
+    ``C1-Cn``, the rest after `` + `` (``C1-C7``; ``C1-C8 + E1``; ``C1-C6 + C8, C11, C12``)."""
+    ids = sorted(checks, key=CHECK_ORDER.index)
+    run = 0
+    while run < len(ids) and ids[run] == f"C{run + 1}":
+        run += 1
+    head = f"C1-C{run}" if run > 1 else ", ".join(ids[:run])
+    rest = ", ".join(ids[run:])
+    return f"{head} + {rest}" if head and rest else head or rest
 
 
 _OBS_COLUMNS = (
@@ -28,8 +40,9 @@ _CELL_KEYS = ["layer", "fault", "coverage", "scale_mode", "seed"]
 
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
     """One row per (cell, check) from ``SweepStore.rows()``: the cell's key, ``check_id,
-    verdict, observed, failure_kind, summary, level`` (``layer`` / ``model``), the ground
-    truth's ``gt_selected, gt_changed, gt_max_spacing, gt_no_op`` (None for model cells),
+    verdict, observed, failure_kind, summary, level`` (``layer`` / ``model`` / ``kernel``),
+    the ground truth's ``gt_selected, gt_changed, gt_max_spacing, gt_no_op`` (None for model
+    cells; a kernel cell's: the fault's on C11's probe operands),
     ``gt_toward_zero, gt_away_from_zero`` and ``max_ulp``."""
     recs = []
     for r in rows:
@@ -38,7 +51,8 @@ def observations(rows: Sequence[dict]) -> pd.DataFrame:
         model = bool(gt.get("model_level"))
         rec = {k: r[k] for k in ("layer", "fault", "coverage", "scale_mode", "check_id", "verdict")}
         rec.update(seed=int(r["seed"]), observed=_OBS[r["verdict"]], failure_kind=r.get("failure_kind"))
-        rec.update(summary=r.get("summary", ""), level="model" if model else "layer")
+        level = "model" if model else "kernel" if gt.get("kernel_level") else "layer"
+        rec.update(summary=r.get("summary", ""), level=level)
         rec.update({f"gt_{k}": None if model else gt.get(k) for k in _GT})
         rec.update(gt_toward_zero=d.get("toward_zero"), gt_away_from_zero=d.get("away_from_zero"))
         rec["max_ulp"] = (r.get("evidence") or {}).get("max_ulp")

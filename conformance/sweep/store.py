@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from conformance.sweep.cells import MODEL_LAYER, Cell
+from conformance.sweep.cells import KERNEL_LAYER, MODEL_LAYER, Cell
 from reference.errors import Int8confError, first_line
 
 _TABLES = {"meta", "cells", "results"}
@@ -165,16 +165,17 @@ class SweepStore:
             f"LEFT JOIN results r ON {_CELL_JOIN} "
             "GROUP BY c.layer, c.fault, c.coverage, c.scale_mode, c.seed"
         ).fetchall()
-        for model in (False, True):
-            n = [t[5] for t in counts if (t[0] == MODEL_LAYER) == model]
+        kinds = {MODEL_LAYER: "model", KERNEL_LAYER: "kernel"}
+        for kind in ("layer", "model", "kernel"):
+            n = [t[5] for t in counts if kinds.get(t[0], "layer") == kind]
             if not n:
                 continue
             usual = max(n)  # every cell of a kind has the same checks: fewer rows = rows deleted
-            short = next((t for t in counts if (t[0] == MODEL_LAYER) == model and t[5] < usual), None)
+            short = next((t for t in counts if kinds.get(t[0], "layer") == kind and t[5] < usual), None)
             if short is not None:
                 raise StoreError(
                     f"{self.path}: cell {tuple(short[:5])} has {short[5]} result rows, "
-                    f"the other {'model' if model else 'layer'} cells {usual}: the store "
+                    f"the other {kind} cells {usual}: the store "
                     f"was modified outside int8conf (use a new --db, or delete that "
                     f"cell from table cells to recompute it)"
                 )

@@ -4,12 +4,17 @@ product of two a multiple of 2**-18 (``PRODUCT_SHIFT``), so a dot product is an 
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import torch
 
-from reference.epilogue import acc_to_fp32
+from reference import memo
+from reference.accumulate import exact_int_mm
+from reference.contract import EpilogueContract
+from reference.epilogue import acc_to_fp32, apply_epilogue
 from reference.errors import OperandError
 from reference.fp8.accumulator import E4M3, E4M3_MIN_EXPONENT, PRODUCT_SHIFT
+from reference.validate import normalize_scales, validate_operands
 
 #: ``e4m3_fixed(x) = x * 2**E4M3_FIXED_SHIFT`` is an integer with |v| <= 448 * 2**9 < 2**18 for every finite e4m3 x.
 E4M3_FIXED_SHIFT = -E4M3_MIN_EXPONENT
@@ -104,3 +109,52 @@ def representable_fp32(num: torch.Tensor, shift: int) -> torch.Tensor:
 def exact_sum_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The exact ``a @ b.T`` rounded once (RNE) to float32 [M, N]; arguments and errors as :func:`exact_fp8_mm`."""
     return fixed_to_fp32(exact_fp8_mm(a, b), PRODUCT_SHIFT)
+
+
+def exact_accumulator(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The exact accumulator of a ``scaled_mm`` case as the epilogue takes it, on a's device: int64 [M, N]
+    (``reference.accumulate.exact_int_mm``) for int8 operands, float32 [M, N] (:func:`exact_sum_fp32`: the exact sum
+    rounded once) for e4m3 ones; memoized inside a ``reference.memo`` scope. OperandError as those functions."""
+    if isinstance(a, torch.Tensor) and a.dtype == E4M3:
+        return memo.cached("exact_fp8", (a, b), lambda: exact_sum_fp32(a, b))
+    return exact_int_mm(a, b)
+
+
+def _lowest_bit(v: torch.Tensor) -> torch.Tensor:
+    """int64 lowest set bit of each |v| (0 for 0)."""
+    return v.abs() & (-v.abs())
+
+
+def exact_at_bits(a: torch.Tensor, b: torch.Tensor, bits: int) -> torch.Tensor:
+    """bool [M, N]: every partial sum of element (m, n), in any order, grouping or split, is a multiple of ``u`` with
+    fewer than 2**bits units, so it is exact in a partial sum of ``bits`` significant bits and in float32 (the lemma
+    of ``conformance.cases.fp8``): ``sum_k |a b| < 2**bits * u`` with ``u`` = the lowest set bit of row m's nonzero
+    ``a`` values times that of row n's ``b`` (<= every product's own; 1 where a row is all zero). Arguments and
+    errors as :func:`exact_fp8_mm`; ``bits`` in [1, 24]."""
+    check_pair(a, b)
+    fa, fb = e4m3_fixed(a), e4m3_fixed(b)
+    big = torch.full((), 2**62, dtype=torch.int64, device=fa.device)
+
+    def row_lsb(f: torch.Tensor) -> torch.Tensor:
+        low = torch.where(f != 0, _lowest_bit(f), big).amin(dim=1)
+        return torch.where(low == big, torch.ones_like(low), low)
+
+    u = row_lsb(fa)[:, None] * row_lsb(fb)[None, :]
+    return fixed_mm(fa.abs(), fb.abs()) < u * 2**bits
+
+
+def reference_fp8_scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    contract: EpilogueContract,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """The reference FP8 W8A8 GEMM: ``validate_operands(..., operands="e4m3")`` (OperandError), the exact sum rounded
+    once to float32 (:func:`exact_sum_fp32`), then ``reference.epilogue.apply_epilogue`` under ``contract`` ->
+    [M, N] ``out_dtype`` on a's device. a: e4m3 [M, K]; b: e4m3 [N, K]; scales and bias as ``apply_epilogue``."""
+    m, _k, n = validate_operands(a, b, scale_a, scale_b, bias, out_dtype, operands="e4m3")
+    sa, sw = normalize_scales(scale_a, scale_b, m, n)
+    return apply_epilogue(exact_sum_fp32(a, b), sa, sw, contract, bias=bias, out_dtype=out_dtype)

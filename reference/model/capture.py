@@ -35,6 +35,11 @@ import torch
 from reference.accumulate import FP32_EXACT_INT
 from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
+from reference.fp8.quantize import (
+    quantize_activation_fp8_per_tensor,
+    quantize_activation_fp8_per_token,
+    quantize_weight_fp8_per_channel,
+)
 from reference.model.artifacts import (
     KINDS,
     build_code_digest,
@@ -262,6 +267,50 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
         meta.update(capture_dir=str(cs.dir), acc_absmax=entry["acc_absmax"][kind])
         meta.update(acc_ge_2p24=entry["acc_ge_2p24"][kind], source="capture")
         yield GemmOperands(t["a"], b, t["scale_a"], sb, bias, torch.bfloat16, name, scale_mode, meta)
+
+
+#: FP8 activation scale modes of :func:`iter_layer_operands_fp8` -> the ``scale_mode`` of their cases.
+FP8_ACTIVATION_MODES = {"per_token": "fp8-token", "per_tensor": "fp8-tensor"}
+
+
+def iter_layer_operands_fp8(cs: CaptureSet, activations: str = "per_token") -> Iterator["GemmOperands"]:
+    """Per-layer FP8 :class:`GemmOperands` in forward order: the captured ``x`` bf16 [M, K] quantized to e4m3 per
+    token (vLLM dynamic, ``scale_a`` fp32 [M]) or per tensor (``activations="per_tensor"``, ``scale_a`` fp32 [1]),
+    the parent model's float weight [N, K] quantized to e4m3 per channel (compressed-tensors static; ``scale_b`` its
+    bf16 scale widened exactly to fp32 [N]), the parent's bias (bf16) if any, bf16 out; ``scale_mode``
+    :data:`FP8_ACTIVATION_MODES`; ``meta`` {block, proj, M, K, N, operands, activations, weights, model_digest,
+    capture_dir, source}. CaptureError: bad mode, a capture without ``x``, no parent model or another one."""
+    if activations not in FP8_ACTIVATION_MODES:
+        raise CaptureError(f"activations={activations!r} is not one of {tuple(FP8_ACTIVATION_MODES)}")
+    if cs.model_dir is None:
+        raise CaptureError(
+            f"{cs.dir / MANIFEST}: parent model {cs.manifest['model'].get('dir')!r} not found; "
+            f"pass model_dir to load_capture_set"
+        )
+    try:
+        _config, state, digest = load_parent(cs.model_dir)
+    except CheckpointError as exc:
+        raise CaptureError(f"{cs.dir / MANIFEST}: model {cs.model_dir}: {exc}") from None
+    if digest != cs.model_digest:
+        raise CaptureError(
+            f"{cs.dir / MANIFEST}: capture is from model {cs.model_digest[:12]}, "
+            f"but {cs.model_dir} has digest {digest[:12]} (a different model)"
+        )
+    quantize_x = quantize_activation_fp8_per_token if activations == "per_token" else quantize_activation_fp8_per_tensor
+    for name in cs.layer_names():
+        entry = cs.manifest["layers"][name]
+        t = cs.load_layer(name)
+        if "x" not in t:
+            raise CaptureError(f"{cs.dir / entry['file']}: layer {name} stores no raw x (capture with store_raw)")
+        a, sa = quantize_x(t["x"])
+        b, sb = quantize_weight_fp8_per_channel(state[f"{name}.weight"])
+        bias = state.get(f"{name}.bias")
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        meta = {k: entry[k] for k in ("block", "proj", "M", "K", "N")}
+        meta.update(operands="e4m3", activations=activations, weights="per_channel static (compressed-tensors)")
+        meta.update(model_digest=cs.model_digest, capture_dir=str(cs.dir), source="capture")
+        sb32 = sb.to(torch.float32).reshape(-1).contiguous()
+        yield GemmOperands(a, b, sa, sb32, bias, torch.bfloat16, name, FP8_ACTIVATION_MODES[activations], meta)
 
 
 Hook = Callable[[str, torch.Tensor], None]

@@ -176,8 +176,9 @@ def test_property_test_finds_truncation():
 def test_fault_catalogue():
     from faults.catalogue import FAMILIES, FAULTS, get_fault
 
-    assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 10)]
+    assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 11)]
     assert get_fault("multiplication_order").id == "F3" and get_fault("F8").family == "control"
+    assert get_fault("narrow_accumulator").id == "F10" and get_fault("F10").operands == ("e4m3",)
     assert {f.family for f in FAULTS} == set(FAMILIES)
-    with pytest.raises(Exception, match="unknown fault 'F10'"):
-        get_fault("F10")
+    with pytest.raises(Exception, match="unknown fault 'F11'"):
+        get_fault("F11")

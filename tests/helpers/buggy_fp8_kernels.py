@@ -1,0 +1,104 @@
+"""Deliberately wrong (and one right) FP8 (e4m3) kernels, one per FP8 trigger of issue 30, each failed by the default
+FP8 suite (tests/conformance/test_fp8_suite.py); loadable as ``--kernel=buggy_fp8_kernels:<fn>``.
+
+Every kernel declares the CUTLASS-style epilogue (``w_then_a``, bias in float32 before the one rounding) and an
+accumulator; its accumulator is the exact sum rounded once to float32 (``exact``) or ``reference.fp8.
+emulate_accumulation`` of a model (k increasing; bit-identical to ``fp8_kernels.emulated_accumulator``, and faster),
+and its epilogue ``buggy_kernels.emulate`` (IEEE float32, RNE).
+"""
+
+from __future__ import annotations
+
+import torch
+from buggy_kernels import emulate
+
+from conformance.kernels.loader import declare
+from reference.fp8 import E4M3, emulate_accumulation, exact_sum_fp32, parse_accumulator
+from reference.validate import normalize_scales
+
+#: What the emulated control declares and keeps (Hopper-like: 14 bits, truncation, fp32 promotion every 128).
+HOPPER_LIKE = "fp32 bits=14 truncate promote=128"
+#: What the narrow kernel keeps while declaring HOPPER_LIKE.
+NARROWER = "fp32 bits=10 truncate promote=128"
+
+
+def _acc(a: torch.Tensor, b: torch.Tensor, model: str = "exact") -> torch.Tensor:
+    """float32 [M, N] accumulator of ``model`` on the CPU."""
+    a, b = a.cpu(), b.cpu()
+    if parse_accumulator(model).kind == "exact":
+        return exact_sum_fp32(a, b)
+    return emulate_accumulation(a, b, model)
+
+
+def _scales(a, b, scale_a, scale_b) -> tuple[torch.Tensor, torch.Tensor]:
+    return normalize_scales(scale_a.cpu(), scale_b.cpu(), a.shape[0], b.shape[0])
+
+
+def _cutlass(acc, sa, sb, out_dtype, bias, bias_point: str = "fp32_before_round") -> torch.Tensor:
+    return emulate(acc, sa, sb, "w_then_a", bias_point, None if bias is None else bias.cpu(), out_dtype)
+
+
+def _epilogue(a, b, scale_a, scale_b, out_dtype, bias, model: str = "exact") -> torch.Tensor:
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    return _cutlass(_acc(a, b, model), sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_emulated_good")
+def fp8_emulated_good(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct: accumulates as it declares (14 bits, truncating, promoted to fp32 every 128 products)."""
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, HOPPER_LIKE)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_ignores_scale_b")
+def fp8_ignores_scale_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (i): the per-channel weight scale is never applied (as a ``_scaled_mm`` that ignored one scale)."""
+    return _epilogue(a, b, scale_a, torch.ones_like(scale_b), out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_scale_axis")
+def fp8_scale_axis(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (ii): the per-token scale is applied per channel: column n is scaled by ``scale_a[n mod M]``."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    m, n = a.shape[0], b.shape[0]
+    by_column = sa[torch.arange(n) % m]
+    x = _acc(a, b)
+    y = (x * sb[None, :]) * by_column[None, :]  # w_then_a, with the wrong axis
+    if bias is not None:
+        y = y + bias.cpu().to(torch.float32)
+    ones = torch.ones(m, dtype=torch.float32)
+    return _cutlass(y, ones, torch.ones(n, dtype=torch.float32), out_dtype, None).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_narrow_accumulator")
+def fp8_narrow_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (iii): declares 14 retained bits but keeps 10 (accumulator narrower than declared)."""
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, NARROWER)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_bias_after_round")
+def fp8_bias_after_round(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (iv): adds the bias after rounding to out_dtype (then rounds again) while declaring it before."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias, "after_round").to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_saturate_to_finite")
+def fp8_saturate_to_finite(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (v): saturates out-of-range outputs to the dtype's largest finite value (a ``satfinite`` conversion)
+    where the contract rounds them to +-inf."""
+    out = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    big = torch.finfo(out_dtype).max
+    return out.clamp(-big, big)
+
+
+def flush_subnormals(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 ``x`` with every subnormal (exponent field 0, nonzero mantissa) replaced by a zero of its sign."""
+    u = x.view(torch.uint8)
+    sub = ((u & 0x78) == 0) & ((u & 0x07) != 0)
+    return torch.where(sub, u & 0x80, u).view(E4M3)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_subnormal_flush")
+def fp8_subnormal_flush(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (vi): flushes e4m3 subnormal operands to zero before multiplying (FTZ on the inputs)."""
+    return _epilogue(flush_subnormals(a), flush_subnormals(b), scale_a, scale_b, out_dtype, bias)
