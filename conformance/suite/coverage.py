@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from conformance.cases import tie_discrimination
+from conformance.cases.fp8 import FP8_FAMILIES
 from reference.accumulate import exact_int_mm
 from reference.epilogue import apply_epilogue
 from reference.operands import OPERAND_NAMES, layout_label
@@ -173,6 +174,28 @@ def _list(xs, limit: int = 20) -> str:
     xs = list(xs)
     s = ", ".join(str(x) for x in xs[:limit])
     return s + (f", ... ({len(xs)})" if len(xs) > limit else "")
+
+
+def fp8_coverage_table(case_results: Sequence) -> list[dict]:
+    """An e4m3 kernel's coverage rows (the int8 conditions are not measured for it): per FP8 family (its trigger,
+    ``conformance.cases.fp8.FP8_FAMILIES``) and for the e4m3 captures, how many of their cases the kernel produced
+    output on; ``covered`` ``yes`` (all), ``partial`` or ``no``."""
+    groups: dict[str, list] = {}
+    for cr in case_results:
+        meta = getattr(cr, "meta", None) or {}
+        fam = meta.get("family")
+        key = fam if fam in FP8_FAMILIES else "captures" if cr.source == "capture" else None
+        if key is not None:
+            groups.setdefault(key, []).append(bool(getattr(cr, "produced_output", False)))
+    rows = []
+    for key, ran in groups.items():
+        cond = FP8_FAMILIES[key][1] if key in FP8_FAMILIES else "captured layers quantized to e4m3 (C12)"
+        n = sum(ran)
+        covered = "yes" if n == len(ran) else "partial" if n else "no"
+        rows.append(
+            {"condition": f"{key}: {cond}", "reached": f"{n} of {len(ran)} cases ran", "cases": n, "covered": covered}
+        )
+    return rows
 
 
 def coverage_table(case_results: Sequence) -> list[dict]:

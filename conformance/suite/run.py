@@ -26,7 +26,7 @@ from conformance.kernels.spec import conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import complete_run, partial_run
-from conformance.suite.coverage import coverage_table
+from conformance.suite.coverage import coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
 from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
 from conformance.suite.pairwise import summarize_pairs
@@ -300,7 +300,7 @@ def build_result(
         overall=overall_verdict(checks, property_tests, list(case_results)),
         elapsed_s=elapsed_s,
         notes=notes,
-        coverage=_coverage(case_results),
+        coverage=fp8_coverage_table(case_results) if is_fp8(spec) else _coverage(case_results),
         invocation=dict(invocation or {}),
         partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap),

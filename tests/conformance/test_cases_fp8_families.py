@@ -34,9 +34,10 @@ def exact_units(a, b) -> torch.Tensor:
 
 
 def test_names_operands_and_bound(cases):
-    assert len(cases) == len({c.name for c in cases}) == 6 * 15
+    assert len(cases) == len({c.name for c in cases}) == 6 * 16
     for c in cases:
-        assert re.fullmatch(r"fp8/(small_int|narrow_span)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)", c.name), c.name
+        pattern = r"fp8/(small_int|narrow_span|overflow_inf)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
+        assert re.fullmatch(pattern, c.name), c.name
         assert c.a.dtype == c.b.dtype == E4M3 and c.meta["operands"] == "e4m3"
         assert c.meta["safe_bits"] == SAFE_BITS and 0 < c.meta["abs_sum_max_units"] < 2**SAFE_BITS
         assert c.meta["family"] in FP8_FAMILIES and c.scale_mode == (

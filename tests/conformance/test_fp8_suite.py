@@ -1,0 +1,209 @@
+"""FP8 kernels through the suite's front doors (DESIGN.md 3b): the plan for an e4m3 kernel, ``int8conf check`` and
+``pytest --kernel`` with no new flags, reports naming the declared and measured accumulator, and one buggy kernel
+per FP8 trigger (tests/helpers/buggy_fp8_kernels.py) failed by the default suite.
+
+The default suite fails a kernel when any of its cases or run-level checks fails, so a kernel failed on cases of the
+default FP8 plan (taken from ``default_cases(operands="e4m3")`` itself) is failed by ``int8conf check``; two tests
+run the whole default check in process (fp8-cpu passes, a saturating kernel fails)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from buggy_fp8_kernels import HOPPER_LIKE
+
+from conformance.cli import main
+from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import run_kernel
+from conformance.suite.plan import CHECK, PAIR, PROPERTY, default_cases, suite_steps
+from conformance.suite.run import run_conformance
+from reference.contract import CUTLASS_STYLE
+from reference.errors import OperandError
+from reference.fp8 import E4M3, reference_fp8_scaled_mm
+
+TESTS = Path(__file__).resolve().parents[1] / "helpers"
+
+
+@functools.lru_cache(maxsize=1)
+def _default() -> tuple:
+    cases, cap = default_cases(operands="e4m3")
+    return tuple(cases), cap
+
+
+def _cases(family=None, variants=(), captures=()) -> list:
+    """Cases of the default FP8 plan: a family (optionally some variants), and block 0's captured layers ``captures``
+    (``self_attn.q_proj`` ...) in both activation scale modes."""
+    out = []
+    for c in _default()[0]:
+        meta = c.meta or {}
+        if family and meta.get("family") == family and (not variants or meta.get("variant") in variants):
+            out.append(c)
+        elif meta.get("source") == "capture" and c.name in {f"model.layers.0.{x}" for x in captures}:
+            out.append(c)
+    assert out
+    return out
+
+
+def test_the_plan_of_an_e4m3_kernel():
+    cases, cap = _default()
+    fams = {c.meta.get("family") for c in cases if c.meta.get("source") == "family"}
+    assert fams == {"small_int", "narrow_span", "overflow_inf"} and all(c.a.dtype == E4M3 for c in cases)
+    captured = [c for c in cases if c.meta.get("source") == "capture"]
+    assert cap.available and len(captured) == 56 and {c.scale_mode for c in captured} == {"fp8-token", "fp8-tensor"}
+    steps = suite_steps(cases, 25, True, True, "e4m3")
+    assert not any(s.kind == PROPERTY for s in steps) and sum(s.kind == PAIR for s in steps) == len(cases)
+    assert [s.name for s in steps if s.kind == CHECK] == [
+        "C9-batch_invariance",
+        "C11-fp8_accumulator",
+        "C7-token_flip",
+        "E1-engine_hash",
+    ]
+    int8 = [s for s in suite_steps(cases[:2], 25, True, False) if s.kind != "case"]
+    assert [s.name for s in int8] == ["property", "C9-batch_invariance", "C7-token_flip", "E1-engine_hash"]
+
+
+def test_default_fp8_cases_hold_subnormal_operands_and_reach_inf():
+    cases = _default()[0]
+    bytes_ = [x.view(torch.uint8) for c in cases if c.meta.get("family") == "narrow_span" for x in (c.a, c.b)]
+    subnormal = sum(int((((u & 0x78) == 0) & ((u & 0x07) != 0)).sum()) for u in bytes_)
+    assert subnormal > 1000
+    for c in _cases("overflow_inf"):
+        ref = reference_fp8_scaled_mm(c.a, c.b, c.scale_a, c.scale_b, CUTLASS_STYLE, c.bias, c.out_dtype)
+        big = torch.finfo(c.out_dtype).max
+        assert bool(torch.isinf(ref).any()) and bool((ref.abs() == big).any() or (ref.abs() > big / 2).any()), c.name
+
+
+def test_the_runner_takes_the_operands_a_kernel_declares():
+    fp8_ops, cpu, fp8 = _cases("small_int", ("k_tail",))[0], get_kernel("cpu"), get_kernel("fp8-cpu")
+    assert run_kernel(fp8, fp8_ops).error is None
+    with pytest.raises(OperandError, match="dtype torch.float8_e4m3fn; expected torch.int8"):
+        run_kernel(cpu, fp8_ops)
+
+
+def test_int8conf_check_passes_fp8_cpu_on_the_default_suite(tmp_path, capsys):
+    assert main(["check", "--kernel", "fp8-cpu", "--out", str(tmp_path), "-q"]) == 0
+    doc = json.loads((tmp_path / "fp8-cpu" / "conformance.json").read_text())
+    checks = {c["check_id"]: c for c in doc["checks"]}
+    assert doc["overall"]["verdict"] == "pass" and len(doc["cases"]) == len(_default()[0])
+    assert [c for c, v in checks.items() if v["verdict"] == "pass"] == [
+        "C1",
+        "C2",
+        "C4",
+        "C5",
+        "C6",
+        "C8",
+        "C9",
+        "C10",
+        "C11",
+        "C12",
+    ]
+    assert checks["C3"]["verdict"] == checks["C7"]["verdict"] == checks["E1"]["verdict"] == "n/a"
+    assert checks["C7"]["summary"].startswith("int8-engine check") and doc["property_tests"] is None
+    fp8 = doc["fp8"]
+    assert fp8["declared"] == fp8["measured"] == "exact" and fp8["c11"]["verdict"] == "pass"
+    assert fp8["c12_bound"]["max_abs_err"] == 0.0 and fp8["c12_bound"]["n_bound_over"] == 0
+    out = capsys.readouterr().out
+    assert "accumulator declared: 'exact'" in out and "accumulator measured (C11): 'exact' - pass" in out
+    assert "C12 fp8_error_bound (pass): max |err| 0 beside its bound 0" in out
+    md = (tmp_path / "fp8-cpu" / "conformance.md").read_text()
+    assert "## FP8 accumulator" in md and "accumulator measured (C11): 'exact'" in md
+
+
+def test_an_emulated_kernel_declaring_what_it_does_passes_with_the_fp8_cpu_pairwise():
+    """The Hopper-like emulated kernel (14 bits, truncation, promotion every 128) on the default FP8 families and
+    two captured layers (not all captures: the C12 bound holds for every kernel obeying the model); pairwise against
+    fp8-cpu: identical where both accumulators are provably exact, free elsewhere."""
+    spec = get_kernel("buggy_fp8_kernels:fp8_emulated_good")
+    cases = [c for c in _default()[0] if c.meta.get("source") == "family"]
+    cases += _cases(captures=("self_attn.k_proj", "mlp.down_proj"))
+    res = run_conformance(spec, "fp8-cpu", cases=cases, property_examples=0, model_checks=False)
+    assert res.verdict == "pass", res.overall["summary"]
+    assert res.fp8["declared"] == res.fp8["measured"] == HOPPER_LIKE
+    b = res.fp8["c12_bound"]
+    assert 0 < b["max_abs_err"] <= b["bound_at_max_err"] and b["max_ratio"] <= 1 and b["n_bound_over"] == 0
+    counts = res.pairwise["counts"]
+    assert counts.get("differ-unexpected", 0) == 0 and counts["identical"] >= len(cases) - 4
+    free = [p for p in res.pairwise["per_case"] if not p["expected_identical"]]
+    assert free and all("not provably exact" in p["reason"] for p in free)
+
+
+#: buggy kernel -> (default-plan cases that reach its trigger, the failed checks)
+BUGS = {
+    "fp8_ignores_scale_b": (dict(family="small_int", variants=("k_tail", "k_515")), ["C6", "C5", "C8"]),
+    # scale_a[n mod M]: a row's bits depend on M too (C9)
+    "fp8_scale_axis": (dict(family="small_int", variants=("k_tail", "prefill")), ["C6", "C5", "C8", "C9"]),
+    "fp8_narrow_accumulator": (dict(captures=("self_attn.q_proj",)), ["C11", "C12"]),
+    "fp8_bias_after_round": (dict(family="small_int", variants=("k_515", "prefill")), ["C6", "C5", "C8"]),
+    "fp8_saturate_to_finite": (dict(family="overflow_inf"), ["C5", "C8"]),
+    "fp8_subnormal_flush": (dict(family="narrow_span", variants=("sparse_deep",)), ["C6", "C5", "C8", "C11"]),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(BUGS))
+def test_buggy_fp8_kernel_fails_the_default_suite(kernel):
+    where, failed = BUGS[kernel]
+    spec = get_kernel(f"buggy_fp8_kernels:{kernel}")
+    res = run_conformance(spec, cases=_cases(**where), property_examples=0, model_checks=False)
+    assert res.verdict == "fail" and sorted(res.overall["failed_checks"]) == sorted(failed), res.overall
+    if "C12" in failed:
+        b = res.check("C12").evidence["bound"]
+        assert b["n_bound_over"] > 0 and b["max_ratio"] > 1
+
+
+def test_int8conf_check_fails_a_saturating_fp8_kernel_on_the_default_suite(tmp_path, capsys):
+    assert main(["check", "--kernel", "buggy_fp8_kernels:fp8_saturate_to_finite", "--out", str(tmp_path), "-q"]) == 1
+    doc = json.loads((tmp_path / "fp8_saturate_to_finite" / "conformance.json").read_text())
+    assert doc["overall"]["failed_checks"] == ["C5", "C8"]
+    assert {c["case"].split("/")[1] for c in doc["cases"] if c["verdict"] == "fail"} == {"overflow_inf"}
+
+
+def test_pytest_kernel_takes_an_fp8_kernel(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = ["--kernel=fp8-cpu", "--kernel=buggy_fp8_kernels:fp8_saturate_to_finite", "-k", "overflow_inf or C11"]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, f"--int8conf-reports={tmp_path}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "6 failed, 8 passed" in r.stdout.splitlines()[-1], r.stdout[-1000:]
+    good = json.loads((tmp_path / "fp8-cpu" / "conformance.json").read_text())
+    assert good["overall"]["verdict"] == "pass" and good["fp8"]["measured"] == "exact"
+    assert len(good["cases"]) == 6 and good["partial"]["partial"]
+
+
+def test_triton_fp8_under_the_interpreter_keeps_its_cpu_declaration():
+    """On the CPU the Triton interpreter computes the e4m3 ``tl.dot`` in numpy float32 (exact products, float32
+    sums): not an exact accumulator, and triton-fp8 declares ``fp32`` there. C11 measures exactly that, and on the
+    accumulator-safe cases (exact at 24 bits) its fused epilogue is judged bit-exactly; the Hopper declaration
+    (``fp32 bits=14 truncate promote=128``) is for CUDA and is checked natively (``pytest -m cuda`` elsewhere)."""
+    pytest.importorskip("triton")
+    spec = get_kernel("triton-fp8")
+    cases = _cases("narrow_span", ("prefill", "all_layouts")) + _cases("overflow_inf")
+    cases += _cases(captures=("self_attn.v_proj",))
+    res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False, device="cpu")
+    assert res.verdict == "pass", res.overall["summary"]
+    assert res.fp8["c11_declared"] == res.fp8["measured"] == "fp32" and res.environment["execution"] == "interpreter"
+    assert res.check("C8").evidence["cases"]["pass"] == len(cases) - 2 and res.check("C12").verdict == "pass"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kernel", ["fp8-cpu", "torch-fp8", "triton-fp8"])
+def test_fp8_kernels_pass_the_default_suite_on_cuda(tmp_path, kernel):
+    """On CUDA (sm_89+ for torch-fp8 / triton-fp8): the whole default FP8 check under each kernel's CUDA
+    declaration, references on the device for the large cases; C11 reports the measured model."""
+    assert main(["check", "--kernel", kernel, "--device", "cuda", "--out", str(tmp_path), "-q"]) == 0
+    doc = json.loads((tmp_path / kernel / "conformance.json").read_text())
+    assert doc["overall"]["verdict"] == "pass" and doc["fp8"]["measured"] and doc["fp8"]["c11"]["verdict"] == "pass"
+    assert doc["environment"]["devices_used"] == ["cuda"] and doc["fp8"]["c12_bound"]["n_bound_over"] == 0
