@@ -163,19 +163,17 @@ def e4m3_tie_case(m: int = 17, n: int = 24, seed: int = 0) -> GemmOperands:
 HOPPER_LIKE_KERNEL = "buggy_fp8_kernels:fp8_emulated_good"
 
 
-@pytest.mark.parametrize("fault", ["F1", "F2", "F3", "F4", "F5"])
-def test_postprocessing_faults_are_caught_bit_exactly_on_accumulator_safe_families(fault):
-    """On accumulator-safe cases C4 passes (the declared 14-bit accumulator provably keeps the exact sum), C8 fails
-    exactly where the fault changed an output and counts exactly the elements it changed (0 ulp), C5 likewise under
+def _caught_bit_exactly(kernel: str, fault: str, device=None) -> None:
+    """On accumulator-safe cases C4 passes (the declared accumulator provably keeps the exact sum), C8 fails exactly
+    where the fault changed an output and counts exactly the elements it changed (0 ulp), C5 likewise under
     power-of-two scales, and C12 leaves these cases to them (n/a)."""
-    spec = get_kernel(HOPPER_LIKE_KERNEL)
-    faulty = inject(spec, fault, "all")
+    faulty = inject(get_kernel(kernel), fault, "all")
     cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + [e4m3_tie_case()]
     changed = 0
     for ops in cases:
-        case = CaseEvaluation(faulty, ops)
+        case = CaseEvaluation(faulty, ops, device=device)
         res = case.result(coverage=False)
-        gt = ask_ground_truth(faulty, ops, faulty_run=case.run).get()
+        gt = ask_ground_truth(faulty, ops, device=device, faulty_run=case.run).get()
         c = res.checks
         assert c["C4"].verdict == "pass" and c["C12"].verdict == "n/a", ops.name
         assert (c["C8"].verdict == "fail") == (gt.changed > 0), ops.name
@@ -185,3 +183,16 @@ def test_postprocessing_faults_are_caught_bit_exactly_on_accumulator_safe_famili
             assert (c["C5"].verdict == "fail") == (gt.changed > 0), ops.name
         changed += gt.changed
     assert changed > 0  # every fault changes outputs on some case, and each time C8 names exactly those
+
+
+@pytest.mark.parametrize("fault", ["F1", "F2", "F3", "F4", "F5"])
+def test_postprocessing_faults_are_caught_bit_exactly_on_accumulator_safe_families(fault):
+    _caught_bit_exactly(HOPPER_LIKE_KERNEL, fault)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kernel", ["torch-fp8", "triton-fp8"])
+@pytest.mark.parametrize("fault", ["F1", "F2", "F3", "F4", "F5"])
+def test_postprocessing_faults_on_native_fp8_kernels_are_caught_bit_exactly(kernel, fault):
+    _caught_bit_exactly(kernel, fault, "cuda")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.kernels.loader import declare, spec_from_object
 from conformance.kernels.registry import get_kernel, resolve_kernels
 from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, KernelSpec, parse_declared_accumulator
@@ -218,6 +219,21 @@ def test_native_discriminating_row_promoted_every_128(name):
 @CUDA
 def test_native_discriminating_row_fast_accum_never_promoted():
     assert _native_row("torch-fp8-fast", 4096) == 256.0
+
+
+@pytest.mark.cuda
+@CUDA
+def test_fast_accumulation_declared_precise_fails_c11():
+    """torch._scaled_mm with use_fast_accum=True under torch-fp8's declaration (promotion every 128 products): C11
+    measures no promotion and fails it; under its own declaration it passes."""
+    fast = get_kernel("torch-fp8-fast")
+    declared = get_kernel("torch-fp8").accumulator_on("cuda")
+    lying = KernelSpec(
+        "fast-declared-precise", fast.scaled_mm, fast.contract, devices=("cuda",), operands="e4m3", accumulator=declared
+    )
+    r = check_fp8_accumulator(lying, device="cuda")
+    assert r.verdict == "fail" and any("promotes never" in w for w in r.evidence["shortfall"]), r.summary
+    assert check_fp8_accumulator(fast, device="cuda").verdict == "pass"
 
 
 @pytest.mark.cuda
