@@ -3,7 +3,9 @@
 # plain copy, not installed). Stages:
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
 #   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh);
-#   5 / 5b: int8conf bench --main-job rows a,b / c,d.
+#   5 / 5b: int8conf bench --main-job rows a,b / c,d (ROWS= overrides);
+#   6: FP8 natively: the FP8 CUDA tests, int8conf check of the FP8 built-ins, the FP8
+#      paper-scale sweep (torch-fp8) with its scorecard.
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -42,10 +44,17 @@ case "${STAGE:-1}" in
    INT8CONF_TRITON_AUTOTUNE=0 step study-1.7b "${LIMIT:-500}" python3 -m conformance.cli study pow2 \
      --model /tmp/big --kernels triton,int_mm --device cuda --fresh-process none --new-tokens 16 --windows 8 --flip-windows 4 \
      --out "$OUT/pow2" --time-budget "$(( ${LIMIT:-500} - 60 ))" ;;
-5|5b) rows=a,b; [ "$STAGE" = 5b ] && rows=c,d
+5|5b) rows=a,b; [ "$STAGE" = 5b ] && rows=c,d; rows="${ROWS:-$rows}"
    # the main job timed against issue 29's targets: reports/bench/<device>/main_job.{json,md} under $OUT/bench
    step "main-job-$rows" "${LIMIT:-590}" python3 -m conformance.cli bench --main-job --rows "$rows" --timeout "${TIMEOUT:-280}" \
      --out "$OUT/bench" ;;
+6) step fp8-cuda-tests "${LIMIT:-200}" $P -n 8 -vv -m cuda tests/conformance/kernels/test_fp8_kernels.py \
+     tests/faults/test_fp8_faults.py tests/conformance/test_fp8_suite.py tests/conformance/checks/test_fp8_accumulator.py
+   for k in torch-fp8 triton-fp8 torch-fp8-fast; do
+     step "check-$k" 120 python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done
+   step fp8-model 60 python3 -m conformance.bench.paper_scale model /tmp/big
+   step fp8-sweep "${SWEEP_LIMIT:-240}" python3 -m conformance.cli sweep --kernel torch-fp8 --model /tmp/big --device cuda \
+     --out "$OUT/sweep" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac

@@ -50,6 +50,7 @@ from conformance.cases._common import (
 )
 from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
+from conformance.cases.tie_search import pick_ties
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
 
@@ -246,6 +247,27 @@ def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
     return [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
 
 
+def scale_order_ties_case(out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 24) -> GemmOperands:
+    """One ``scale_order_ties`` case: accumulators where the legal scale orders round apart
+    (``tie_search.pick_ties``, |acc| < 2**14), realized by :func:`_blocks` (integer e4m3 terms of one sign, ``b`` = 1),
+    so ``sum_k |a b| = |acc| < 2**14``: accumulator-safe by the module's lemma; real-valued scales in [1e-3, 2.1e-2)."""
+    g = generator(f"{PREFIX}/scale_order_ties", DTYPE_TAG[out_dtype], seed)
+    sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
+    sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
+    acc = pick_ties(g, sa, sw, out_dtype, vmax=2**SAFE_BITS - 1)
+    a, b = _blocks(acc)
+    meta = {"operands": "e4m3", "safe_bits": SAFE_BITS, "unit_log2": 0, "abs_sum_max_units": int(acc.abs().max())}
+    meta.update(layout="dense", trigger="scale order (a_then_w / w_then_a / fused round apart)")
+    return family_case(
+        "scale_order_ties", "ties", "real", out_dtype, a, b, sa, sw, None, seed, snap_fp32=False, prefix=PREFIX, **meta
+    )
+
+
+def scale_order_ties_family(seed: int = 0) -> list[GemmOperands]:
+    """``scale_order_ties`` for bfloat16 and float16 outputs (float32 output keeps every order within one spacing)."""
+    return [scale_order_ties_case(dt, seed) for dt in (torch.bfloat16, torch.float16)]
+
+
 #: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.
 FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "small_int": (small_int_family, "integer e4m3, exact accumulator at >= 14 bits in any order"),
@@ -254,6 +276,7 @@ FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
         "two-exponent e4m3 spans (subnormal operands included), exact accumulator at >= 14 bits in any order",
     ),
     "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf, exact accumulator"),
+    "scale_order_ties": (scale_order_ties_family, "scale-order ties: the declared scale order decides the bits"),
 }
 
 

@@ -1,13 +1,15 @@
 """Built-in kernels ``torch-fp8`` (``use_fast_accum=False``) and ``torch-fp8-fast`` (``True``): ``torch._scaled_mm``.
 
-CUDA (sm_89+): bfloat16 output runs the rowwise kernel (scales as [M,1] / [1,N], scalars broadcast), epilogue
-``a_then_w/fp32_before_round``; float16 / float32 output runs cuBLASLt tensorwise (scalar scales only, else one-line
-OperandError), epilogue ``fused/fp32_before_round``. K and N are zero-padded to multiples of 16. Declared accumulator
-(from the H200 measurement in issue 30, to be verified natively): ``fp32 bits=14 truncate promote=128`` for
-``torch-fp8``, ``fp32 bits=14 truncate`` for ``torch-fp8-fast``. CPU: torch multiplies the operands by the scales
-before an fp32 GEMM, which no epilogue step list describes, so the kernel calls ``_scaled_mm`` with unit scales (an
-fp32 GEMM of the exact products, accumulator ``fp32``; ``use_fast_accum`` has no effect there) and applies
-``a_then_w/fp32_before_round`` in torch float32 ops (``_torch_epilogue``)."""
+CUDA (sm_89+): bfloat16 output runs the rowwise kernel (scales as [M,1] / [1,N], scalars broadcast; bias in the
+kernel). float16 / float32 output: cuBLASLt's tensorwise path takes scalar scales only and no bias with float32 out,
+so the kernel calls it with unit scales and float32 out (the accumulator) and applies the epilogue in torch float32
+ops, as on the CPU. K and N are zero-padded to multiples of 16, the bias handed dense (with a strided bias
+the H200 outputs of ``fp8/narrow_span/all_layouts`` were wrong in 155 of 160 elements). Epilogue everywhere ``w_then_a/fp32_before_round`` (:data:`ROWWISE`).
+Declared accumulator on CUDA (issue 30's H200 measurement, C11-verified natively): ``fp32 bits=14 truncate
+promote=128`` for ``torch-fp8``, ``fp32 bits=14 truncate`` for ``torch-fp8-fast``. CPU: torch multiplies the operands
+by the scales before an fp32 GEMM, which no epilogue step list describes, so the kernel calls ``_scaled_mm`` with unit
+scales (an fp32 GEMM of the exact products, accumulator ``fp32``; ``use_fast_accum`` has no effect there) and applies
+the epilogue in torch float32 ops (``_torch_epilogue``)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,11 @@ from conformance.kernels._digest import module_digest
 from conformance.kernels._torch_epilogue import epilogue, scale_vectors
 from conformance.kernels.spec import ShapeConstraints
 from reference.contract import EpilogueContract
-from reference.errors import OperandError
 from reference.validate import validate_operands
 
-ROWWISE = EpilogueContract("a_then_w", "fp32_before_round")
-TENSORWISE = EpilogueContract("fused", "fp32_before_round")
+#: the rowwise kernel's epilogue: on the H200 its bf16 outputs equal ``(acc * s_w) * s_a`` on every element of a
+#: scale-order tie case (where ``(acc * s_a) * s_w`` differs); the other paths apply the same in torch float32 ops
+ROWWISE = EpilogueContract("w_then_a", "fp32_before_round")
 SOURCE_DIGEST = module_digest(__file__)
 _ONE = torch.ones((), dtype=torch.float32)
 
@@ -40,26 +42,31 @@ def _cuda(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, out_dtype, bia
     m, k = a.shape
     n = b.shape[0]
     rowwise = out_dtype == torch.bfloat16
-    if not rowwise and (scale_a.numel() != 1 or scale_b.numel() != 1):
-        raise OperandError(
-            f"{name} on CUDA: per-token / per-channel scales need out_dtype torch.bfloat16 (torch._scaled_mm's "
-            f"rowwise kernel); {out_dtype} runs cuBLASLt's tensorwise path, which takes scalar scales only"
-        )
     kp, np_ = _up16(k), _up16(n)
     padded = (kp, np_) != (k, n)
     a = F.pad(a.contiguous().view(torch.uint8), (0, kp - k)).view(a.dtype) if kp != k else a.contiguous()
     b = F.pad(b.contiguous().view(torch.uint8), (0, kp - k, 0, np_ - n)).view(b.dtype) if padded else b.contiguous()
-    if rowwise:
-        sa, sb = scale_vectors(scale_a, scale_b, m, n)
-        sa, sb = sa.contiguous(), F.pad(sb, (0, np_ - n), value=1.0).contiguous()
-    else:
-        sa, sb = scale_a.reshape(()).float(), scale_b.reshape(()).float()
-    if bias is not None and np_ != n:
-        bias = F.pad(bias, (0, np_ - n))
+    if not rowwise:  # unit-scale tensorwise GEMM -> the float32 accumulator, then the epilogue in torch ops
+        one = torch.ones((), dtype=torch.float32, device=a.device)
+        acc = torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.float32, use_fast_accum=fast)[:, :n]
+        trace.record_path(
+            "torch-fp8-unit-scales" + ("-padded" if padded else ""),
+            source_digest=SOURCE_DIGEST,
+            digest_of=name,
+            use_fast_accum=fast,
+            epilogue="torch-fp32",
+        )
+        return epilogue(acc, scale_a, scale_b, ROWWISE, bias, out_dtype)
+    sa, sb = scale_vectors(scale_a, scale_b, m, n)
+    sa, sb = sa.contiguous(), F.pad(sb, (0, np_ - n), value=1.0).contiguous()
+    if bias is not None:
+        bias = F.pad(bias, (0, np_ - n)) if np_ != n else bias.contiguous()
     out = torch._scaled_mm(a, b.t(), sa, sb, bias=bias, out_dtype=out_dtype, use_fast_accum=fast)
-    path = "torch-fp8-rowwise" if rowwise else "torch-fp8-tensorwise"
     trace.record_path(
-        path + ("-padded" if padded else ""), source_digest=SOURCE_DIGEST, digest_of=name, use_fast_accum=fast
+        "torch-fp8-rowwise" + ("-padded" if padded else ""),
+        source_digest=SOURCE_DIGEST,
+        digest_of=name,
+        use_fast_accum=fast,
     )
     return out[:, :n].contiguous()
 
@@ -109,11 +116,10 @@ def _declaration(fn, cuda_acc: str, what: str) -> dict:
     return dict(
         scaled_mm=fn,
         contract=ROWWISE,
-        steps={"cpu": ROWWISE.steps, "cuda/bfloat16": ROWWISE.steps, "cuda": TENSORWISE.steps},
         devices=("cuda", "cpu"),
         constraints=ShapeConstraints(note="any M, K, N >= 1 (CUDA: K and N zero-padded to multiples of 16)"),
         version="1",
-        description=f"torch._scaled_mm, {what} (CUDA: rowwise for bf16, tensorwise cuBLASLt otherwise; CPU: unit scales + torch fp32 epilogue)",
+        description=f"torch._scaled_mm, {what} (CUDA: rowwise for bf16, else unit scales + torch fp32 epilogue; CPU: unit scales + torch fp32 epilogue)",
         operands="e4m3",
         accumulator={"cpu": "fp32", "cuda": cuda_acc},
     )

@@ -94,6 +94,10 @@ SIGNATURES = {
         "|acc| >= 2^24 with int32 headroom (float32 conversion inexact)",
     ),
     "F9": (lambda ft: "C2" in ft.failed, "the kernel received operands other than the reference's"),
+    "F10": (
+        lambda ft: bool({"C11", "C12"} & ft.failed) and "C2" not in ft.failed,
+        "an FP8 accumulator keeping less than declared (C11 measured fewer bits, or C12 outputs beyond its bound)",
+    ),
 }
 
 

@@ -34,9 +34,9 @@ def exact_units(a, b) -> torch.Tensor:
 
 
 def test_names_operands_and_bound(cases):
-    assert len(cases) == len({c.name for c in cases}) == 6 * 16
+    assert len(cases) == len({c.name for c in cases}) == 6 * 16 + 2  # + scale_order_ties: bf16, fp16
     for c in cases:
-        pattern = r"fp8/(small_int|narrow_span|overflow_inf)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
+        pattern = r"fp8/(small_int|narrow_span|overflow_inf|scale_order_ties)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
         assert re.fullmatch(pattern, c.name), c.name
         assert c.a.dtype == c.b.dtype == E4M3 and c.meta["operands"] == "e4m3"
         assert c.meta["safe_bits"] == SAFE_BITS and 0 < c.meta["abs_sum_max_units"] < 2**SAFE_BITS
@@ -93,3 +93,16 @@ def test_emulated_kernel_output_is_the_epilogue_of_the_exact_sum(cases):
     sa, sb = c.scale_a.reshape(-1), c.scale_b.reshape(-1)
     want = (acc * sa[:, None] * sb[None, :] + c.bias.float()).to(c.out_dtype)
     assert torch.equal(out, want)
+
+
+def test_scale_order_ties_tell_every_pair_of_orders_apart():
+    """On each scale_order_ties case the exact sum through a_then_w, w_then_a and fused rounds apart pairwise on some
+    element, so a kernel declaring the wrong scale order fails C8 there."""
+    for c in fp8_family_cases(["scale_order_ties"]):
+        acc = exact_units(c.a, c.b)  # units of 2**-18; integer-valued operands: products are multiples of 2**18
+        x = (acc // 2**18).to(torch.float32)
+        sa, sw = c.scale_a.float()[:, None], c.scale_b.float()[None, :]
+        outs = [((x * sa) * sw).to(c.out_dtype), ((x * sw) * sa).to(c.out_dtype), (x * (sa * sw)).to(c.out_dtype)]
+        for i in range(3):
+            for j in range(i + 1, 3):
+                assert not torch.equal(outs[i], outs[j]), (c.name, i, j)

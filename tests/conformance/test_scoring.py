@@ -231,3 +231,10 @@ def test_a_float32_accumulator_is_still_consistent_with_f7():
         "consistent with F7 fp32 inexact accumulator: |acc| >= 2^24 with int32 "
         "headroom (float32 conversion inexact) (1 of 1 failing cases)"
     ]
+
+
+def test_an_fp8_accumulator_failure_names_f10():
+    ids = [f for f, _ in match_signatures(FailureFeatures(failed={"C11", "C12"}))]
+    assert ids == ["F10"]
+    assert [f for f, _ in match_signatures(FailureFeatures(failed={"C12", "C8"}, max_ulp=3))] == ["F10"]
+    assert "F10" not in [f for f, _ in match_signatures(FailureFeatures(failed={"C2", "C12"}))]

@@ -8,7 +8,6 @@ import torch
 from fp8_kernels import emulated_accumulator, fp8_kernel
 
 from conformance.cases.fp8 import fp8_family_cases
-from conformance.cases.tie_search import pick_ties
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
@@ -25,7 +24,6 @@ from reference.bits import spacing_distance
 from reference.contract import TRITON_STYLE
 from reference.epilogue import apply_epilogue
 from reference.fp8 import E4M3, AccumulatorModel, exact_sum_fp32
-from reference.operands import GemmOperands
 
 
 def emulated_spec(model: str, name: str = "emu-fp8") -> KernelSpec:
@@ -135,30 +133,6 @@ def test_f10_is_caught_by_c11_on_an_emulated_fp8_kernel(declared, variant, measu
     assert r.evidence["declared"] == declared and r.evidence["shortfall"]
 
 
-def e4m3_tie_case(m: int = 17, n: int = 24, seed: int = 0) -> GemmOperands:
-    """An accumulator-safe e4m3 case whose accumulators are scale-order ties (``tie_search.pick_ties``, |x| <= 15000):
-    x = 16 s + r realized with integer e4m3 values <= 16 (``b`` block diagonal: 63 entries of 16, then a 1), so
-    ``sum_k |a b| <= 16 (|s| + 63) + 8 < 2**14`` (the lemma of ``conformance.cases.fp8``)."""
-    g = torch.Generator().manual_seed(seed)
-    sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
-    sb = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
-    acc = pick_ties(g, sa, sb, torch.bfloat16, vmax=15000)
-    block = 64
-    s = torch.round(acc.double() / 16).to(torch.int64)
-    r = acc - 16 * s
-    q = torch.div(s, block - 1, rounding_mode="floor")
-    rem = s - (block - 1) * q
-    big = q.unsqueeze(-1) + (torch.arange(block - 1) < rem.unsqueeze(-1)).to(torch.int64)
-    a = torch.cat([big, r.unsqueeze(-1)], -1).reshape(m, n * block).double()
-    b = torch.zeros(n, n * block, dtype=torch.float64)
-    for j in range(n):
-        b[j, j * block : (j + 1) * block - 1] = 16
-        b[j, (j + 1) * block - 1] = 1
-    assert a.abs().max() <= 16 and torch.equal((a @ b.T).round().to(torch.int64), acc)
-    assert (a.abs() @ b.abs().T).max() < 2**14
-    return GemmOperands(a.to(E4M3), b.to(E4M3), sa, sb, None, torch.bfloat16, "fp8/ties-e4m3", "real", {})
-
-
 #: The Hopper-like emulated control kernel of the FP8 suite's tests (14 bits, truncating, promoted every 128).
 HOPPER_LIKE_KERNEL = "buggy_fp8_kernels:fp8_emulated_good"
 
@@ -168,7 +142,7 @@ def _caught_bit_exactly(kernel: str, fault: str, device=None) -> None:
     where the fault changed an output and counts exactly the elements it changed (0 ulp), C5 likewise under
     power-of-two scales, and C12 leaves these cases to them (n/a)."""
     faulty = inject(get_kernel(kernel), fault, "all")
-    cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + [e4m3_tie_case()]
+    cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + fp8_family_cases(["scale_order_ties"])
     changed = 0
     for ops in cases:
         case = CaseEvaluation(faulty, ops, device=device)

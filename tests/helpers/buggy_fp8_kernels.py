@@ -82,6 +82,15 @@ def fp8_bias_after_round(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=
     return _cutlass(_acc(a, b), sa, sb, out_dtype, bias, "after_round").to(a.device)
 
 
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_scale_order")
+def fp8_scale_order(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: scales the accumulator by s_a first (a_then_w) while declaring CUTLASS's w_then_a."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    return emulate(
+        _acc(a, b), sa, sb, "a_then_w", "fp32_before_round", None if bias is None else bias.cpu(), out_dtype
+    ).to(a.device)
+
+
 @declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_saturate_to_finite")
 def fp8_saturate_to_finite(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (v): saturates out-of-range outputs to the dtype's largest finite value (a ``satfinite`` conversion)
