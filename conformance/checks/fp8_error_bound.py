@@ -25,6 +25,7 @@ from torch import Tensor
 
 from conformance.checks.output_bits import declared_steps, run_device, unusable_output
 from conformance.checks.result import CheckResult, not_applicable
+from reference import memo
 from reference.bits import bits_of
 from reference.contract import EpilogueContract, EpilogueSteps, from_contract
 from reference.epilogue import apply_steps
@@ -76,8 +77,10 @@ def fp8_error_bound(
     ``max_listed`` elements out of bound. ContractError / OperandError on a bad declaration or operands."""
     model = parse_accumulator(accumulator)
     steps = _steps(epilogue)
-    a, b = ops.a.cpu(), ops.b.cpu()
-    exact32, lo, hi, beta = accumulator_interval(a, b, model)
+    # on the operands' device (exact there: float64 GEMMs of integers), once per operands in a reference.memo scope
+    a, b = ops.a, ops.b
+    interval = memo.cached(("fp8_interval", model.label()), (a, b), lambda: accumulator_interval(a, b, model))
+    exact32, lo, hi, beta = (t.cpu() for t in interval)
     sa, sb = ops.scale_a.cpu(), ops.scale_b.cpu()
     bias = None if ops.bias is None else ops.bias.cpu()
 
