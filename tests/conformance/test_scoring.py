@@ -237,4 +237,6 @@ def test_an_fp8_accumulator_failure_names_f10():
     ids = [f for f, _ in match_signatures(FailureFeatures(failed={"C11", "C12"}))]
     assert ids == ["F10"]
     assert [f for f, _ in match_signatures(FailureFeatures(failed={"C12", "C8"}, max_ulp=3))] == ["F10"]
+    # a one-spacing epilogue fault also leaves C12's bound when the accumulator is exact: not F10
+    assert "F10" not in [f for f, _ in match_signatures(FailureFeatures(failed={"C12", "C8"}, max_ulp=1))]
     assert "F10" not in [f for f, _ in match_signatures(FailureFeatures(failed={"C2", "C12"}))]

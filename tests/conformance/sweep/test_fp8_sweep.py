@@ -83,3 +83,17 @@ def test_the_committed_int8_scorecard_is_what_its_committed_store_scores_to(tmp_
     scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
     for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
         assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
+
+
+def test_the_committed_fp8_scorecard_is_what_its_committed_store_scores_to(tmp_path):
+    """The committed FP8 store scores, against the e4m3 matrices only (v1.2-fp8), to the committed scorecard."""
+    src = ROOT / "reports" / "sweep" / "fp8-cpu"
+    shutil.copy(src / "sweep.sqlite", tmp_path / "sweep.sqlite")
+    with SweepStore(tmp_path / "sweep.sqlite") as st:
+        rows = st.rows()
+    chain = [m for m in matrix_chain(latest_locked("e4m3")) if m.operands == "e4m3"]
+    assert [m.id for m in chain] == ["v1.2-fp8"]
+    committed = json.loads((src / "scorecard.json").read_text())
+    scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
+    for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
+        assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
