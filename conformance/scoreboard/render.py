@@ -55,26 +55,20 @@ def render_markdown(doc: dict) -> str:
     L.append("| kernel | device | overall | " + " | ".join(checks) + " | cases | paths |")
     L.append("|---|---|---|" + "---|" * len(checks) + "---|---|")
     for r in doc["rows"]:
-        cells = [
-            f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})" if v == "fail" and c in r["repro"] else v
-            for c, v in ((c, r["checks"].get(c, "-")) for c in checks)
-        ]
+        cells = _check_cells(r, checks)
         L.append(
             f"| {r['kernel']} | {r['device']} | **{r['overall']}** | "
             + " | ".join(cells)
             + f" | {r['cases_run']} | {', '.join(r['paths'])} |"
         )
-    L += ["", "## Maximum spacing (ulp) from each standard contract", ""]
-    L += ["| row | " + " | ".join(STANDARD) + " |", "|---|" + "---|" * len(STANDARD)]
-    for key, d in doc["max_spacing_from_standard"].items():
-        L.append(f"| {key} | " + " | ".join("-" if d[s] is None else str(d[s]) for s in STANDARD) + " |")
-    inter = doc["interchangeability"]
-    L += ["", "## Bit interchangeability (cases with identical output bits / shared cases)", ""]
-    L += ["| | " + " | ".join(inter) + " |", "|---|" + "---|" * len(inter)]
-    for ka, row in inter.items():
-        L.append(f"| {ka} | " + " | ".join(f"{v['identical']}/{v['shared']}" for v in row.values()) + " |")
-    L += ["", "## Declared epilogues", ""]
-    L += [f"- **{r['kernel']}@{r['device']}** ({r.get('version')}): `{_declared(r)}`" for r in doc["rows"]]
+    L += _comparison_tables(
+        doc,
+        (
+            "## Maximum spacing (ulp) from each standard contract",
+            "## Bit interchangeability (cases with identical output bits / shared cases)",
+            "## Declared epilogues",
+        ),
+    )
     if doc.get("fp8"):
         L += _fp8_section(doc["fp8"])
     L += ["", "## Failures and reproducers", ""]
@@ -125,26 +119,45 @@ def _fp8_section(fp8: dict) -> list:
     for r in fp8["rows"]:
         acc = r.get("accumulator") or {}
         measured = f"{acc.get('measured') or '-'} ({acc.get('verdict', 'not run')})"
-        cells = [
-            f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})" if v == "fail" and c in r["repro"] else v
-            for c, v in ((c, r["checks"].get(c, "-")) for c in checks)
-        ]
+        cells = _check_cells(r, checks)
         L.append(
             f"| {r['kernel']} | {r['device']} | **{r['overall']}** | "
             + " | ".join(cells)
             + f" | `{acc.get('declared') or '-'}` | `{measured}` | {r['cases_run']} |"
         )
-    L += ["", "### FP8: maximum spacing (ulp) from each standard contract on the exact sum", ""]
+    L += _comparison_tables(
+        fp8,
+        (
+            "### FP8: maximum spacing (ulp) from each standard contract on the exact sum",
+            "### FP8: bit interchangeability (cases with identical output bits / shared cases)",
+            "### FP8: declared epilogues",
+        ),
+    )
+    return L
+
+
+def _check_cells(r: dict, checks: list) -> list[str]:
+    """A row's verdict per check, a failure linked to its reproducer when there is one."""
+    return [
+        f"[{v}](#{_anchor(r['kernel'], r['device'], c)[1]})" if v == "fail" and c in r["repro"] else v
+        for c, v in ((c, r["checks"].get(c, "-")) for c in checks)
+    ]
+
+
+def _comparison_tables(part: dict, titles: tuple[str, str, str]) -> list[str]:
+    """Markdown lines of ``part`` (the int8 document or its ``fp8`` part) under the three ``titles``: maximum
+    spacing from each standard contract, bit interchangeability, declared epilogues."""
+    L = ["", titles[0], ""]
     L += ["| row | " + " | ".join(STANDARD) + " |", "|---|" + "---|" * len(STANDARD)]
-    for key, d in fp8["max_spacing_from_standard"].items():
+    for key, d in part["max_spacing_from_standard"].items():
         L.append(f"| {key} | " + " | ".join("-" if d[s] is None else str(d[s]) for s in STANDARD) + " |")
-    inter = fp8["interchangeability"]
-    L += ["", "### FP8: bit interchangeability (cases with identical output bits / shared cases)", ""]
+    inter = part["interchangeability"]
+    L += ["", titles[1], ""]
     L += ["| | " + " | ".join(inter) + " |", "|---|" + "---|" * len(inter)]
     for ka, row in inter.items():
         L.append(f"| {ka} | " + " | ".join(f"{v['identical']}/{v['shared']}" for v in row.values()) + " |")
-    L += ["", "### FP8: declared epilogues", ""]
-    L += [f"- **{r['kernel']}@{r['device']}** ({r.get('version')}): `{_declared(r)}`" for r in fp8["rows"]]
+    L += ["", titles[2], ""]
+    L += [f"- **{r['kernel']}@{r['device']}** ({r.get('version')}): `{_declared(r)}`" for r in part["rows"]]
     return L
 
 
