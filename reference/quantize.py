@@ -27,7 +27,8 @@ SCALE_FLOORS = ("zero_to_dtype_eps", "clamp_fp32_eps")
 DIVISIONS = ("weight_dtype", "float32")
 
 
-def _check_2d_float(x, name: str, dims: str) -> None:
+def check_float_matrix(x, name: str, dims: str) -> None:
+    """OperandError (one line) unless ``x`` is a finite, non-empty 2-D ``[dims]`` bf16 / fp16 / fp32 tensor."""
     if not isinstance(x, torch.Tensor):
         raise OperandError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in _W_DTYPES:
@@ -46,7 +47,7 @@ def quantize_weight_per_channel(
 
     ``scale_floor``: ``"zero_to_dtype_eps"`` (current compressed-tensors) or ``"clamp_fp32_eps"`` (older releases).
     OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division."""
-    _check_2d_float(w, "w", "N,K")
+    check_float_matrix(w, "w", "N,K")
     if division not in DIVISIONS:
         raise OperandError(f"division={division!r} is not one of {DIVISIONS}")
     if scale_floor not in SCALE_FLOORS:
@@ -87,7 +88,7 @@ def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.
     """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM (module docstring).
     An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero scale (the accumulator
     row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite."""
-    _check_2d_float(x, "x", "M,K")
+    check_float_matrix(x, "x", "M,K")
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)
     scale = torch.div(absmax, 127.0)  # true float32 division on CPU

@@ -22,26 +22,12 @@ import torch
 
 from reference.errors import OperandError
 from reference.fp8.accumulator import E4M3, E4M3_MAX
-from reference.quantize import DIVISIONS, SCALE_FLOORS
-from reference.validate import nonfinite_summary
+from reference.quantize import DIVISIONS, SCALE_FLOORS, check_float_matrix
 
 #: vLLM's ``min_scaling_factor<c10::Float8_e4m3fn>``: float32 ``1.f / (448.f * 512.f)``.
 MIN_SCALING_FACTOR = float(np.float32(1.0) / np.float32(E4M3_MAX * 512.0))
 #: Activation rules: vLLM's CUDA kernels (default) or its torch ``forward_native``.
 ACTIVATION_RULES = ("kernel", "native")
-_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _check_2d_float(x, name: str, dims: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise OperandError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _FLOAT_DTYPES:
-        raise OperandError(f"{name} has dtype {x.dtype}; expected bfloat16, float16 or float32")
-    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise OperandError(f"{name} must be a non-empty 2-D [{dims}] tensor, got shape {tuple(x.shape)}")
-    bad = nonfinite_summary(x)
-    if bad is not None:
-        raise OperandError(f"{name} has {bad}")
 
 
 def to_e4m3_saturated(v: torch.Tensor) -> torch.Tensor:
@@ -57,7 +43,7 @@ def quantize_weight_fp8_per_channel(
     compressed-tensors (module docstring). ``scale_floor`` / ``division``: as :func:`reference.quantize.
     quantize_weight_per_channel` (``"float32"``: the library's Triton path on CUDA, ``tl.div_rn`` in float32).
     OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite, unknown scale_floor or division."""
-    _check_2d_float(w, "w", "N,K")
+    check_float_matrix(w, "w", "N,K")
     if scale_floor not in SCALE_FLOORS:
         raise OperandError(f"scale_floor={scale_floor!r} is not one of {SCALE_FLOORS}")
     if division not in DIVISIONS:
@@ -78,7 +64,7 @@ def quantize_weight_fp8_per_channel(
 
 
 def _activation_setup(x, rule: str) -> torch.Tensor:
-    _check_2d_float(x, "x", "M,K")
+    check_float_matrix(x, "x", "M,K")
     if rule not in ACTIVATION_RULES:
         raise OperandError(f"rule={rule!r} is not one of {ACTIVATION_RULES}")
     return x.detach().to(torch.float32)
