@@ -3,6 +3,7 @@ and :func:`aggregate`, which combines one check's per-case results."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
@@ -140,6 +141,15 @@ def severity(r: CheckResult) -> tuple:
     )
 
 
+def _order(v) -> float:
+    """A number to rank by: ``v`` as float (``"inf"`` text included), NaN and text that is no number as +inf."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.inf
+    return math.inf if math.isnan(f) else f
+
+
 def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
     """C12's observed error beside its bound over the cases that ran it (evidence ``max_abs_err``): the case with
     the largest ``max_abs_err`` (its bound at that element and their ratio), the largest ratio and its case, the
@@ -147,8 +157,8 @@ def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
     ran = [(c, r.evidence) for c, r in per_case if r.verdict != "n/a" and "max_abs_err" in (r.evidence or {})]
     if not ran:
         return None
-    c_err, e_err = max(ran, key=lambda ce: ce[1]["max_abs_err"])
-    c_rat, e_rat = max(ran, key=lambda ce: ce[1].get("max_ratio", 0.0))
+    c_err, e_err = max(ran, key=lambda ce: _order(ce[1]["max_abs_err"]))
+    c_rat, e_rat = max(ran, key=lambda ce: _order(ce[1].get("max_ratio", 0.0)))
     return {
         "max_abs_err": e_err["max_abs_err"],
         "bound_at_max_err": e_err.get("bound_at_max_err"),
@@ -161,11 +171,19 @@ def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
     }
 
 
+def _num(v, spec: str) -> str:
+    """``v`` formatted with ``spec``; a value a JSON round trip left as text (``"inf"``, ``"nan"``) or None as is."""
+    try:
+        return format(float(v), spec)
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def bound_line(b: dict) -> str:
     """One line of :func:`bound_summary`: the observed maximum beside its bound."""
     return (
-        f"max |err| {b['max_abs_err']:.6g} beside its bound {b['bound_at_max_err']:.6g} (ratio "
-        f"{b['ratio_at_max_err']:.3g}, {b['max_err_case']}); largest ratio {b['max_ratio']:.3g} "
+        f"max |err| {_num(b['max_abs_err'], '.6g')} beside its bound {_num(b['bound_at_max_err'], '.6g')} (ratio "
+        f"{_num(b['ratio_at_max_err'], '.3g')}, {b['max_err_case']}); largest ratio {_num(b['max_ratio'], '.3g')} "
         f"({b['max_ratio_case']}); accumulator {', '.join(b['accumulators'])}"
     )
 

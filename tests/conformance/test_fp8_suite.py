@@ -19,6 +19,7 @@ import pytest
 import torch
 from buggy_fp8_kernels import HOPPER_LIKE
 
+from conformance.checks.result import bound_line
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import run_kernel
@@ -210,3 +211,16 @@ def test_fp8_kernels_pass_the_default_suite_on_cuda(tmp_path, kernel):
     doc = json.loads((tmp_path / kernel / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "pass" and doc["fp8"]["measured"] and doc["fp8"]["c11"]["verdict"] == "pass"
     assert doc["environment"]["devices_used"] == ["cuda"] and doc["fp8"]["c12_bound"]["n_bound_over"] == 0
+
+
+def test_int8conf_check_reports_a_kernel_outside_a_zero_width_bound(tmp_path):
+    """An exact-declared kernel that ignores a scale leaves C12's zero-width bound on the captures (ratio inf): the
+    whole default check fails it with exit 1 and prints C12's line (found by a new user: the line crashed)."""
+    assert main(["check", "--kernel", "buggy_fp8_kernels:fp8_ignores_scale_b", "--out", str(tmp_path), "-q"]) == 1
+    doc = json.loads((tmp_path / "fp8_ignores_scale_b" / "conformance.json").read_text())
+    assert "C12" in doc["overall"]["failed_checks"] and doc["fp8"]["c12_bound"]["n_bound_over"] > 0
+    line = bound_line(doc["fp8"]["c12_bound"])  # the JSON round trip keeps inf as text
+    assert (
+        "ratio inf" in line
+        and "C12 fp8_error_bound (fail)" in (tmp_path / "fp8_ignores_scale_b" / "conformance.md").read_text()
+    )
