@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check",
         help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C10 (and the engine-hash oracle when available) for a kernel; "
+        description="Run checks C1-C12 (and the engine-hash oracle when available) for a kernel; "
         "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
         "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
         "reports/h200/triton/conformance.json).",
@@ -50,7 +50,7 @@ def register(subparsers) -> None:
         action="append",
         required=True,
         metavar="NAME",
-        help="kernel: built-in (cpu, int_mm, triton), 'all', pkg.module:function, "
+        help="kernel: built-in (cpu, int_mm, triton; FP8: fp8-cpu, torch-fp8, torch-fp8-fast, triton-fp8), 'all', pkg.module:function, "
         "or an int8conf.kernels entry point (repeatable)",
     )
     p.add_argument(
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="FAULT[:COVERAGE[:SEED]]",
-        help="check the kernel with a fault injected (repeatable): FAULT is F1..F9 or "
+        help="check the kernel with a fault injected (repeatable): FAULT is F1..F10 or "
         "its name (F9.stale / F9.transposed for the other F9 variants), "
         "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
         "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it",
@@ -159,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
         injections = [parse_injection(t) for t in args.inject]
         specs = resolve_kernels(args.kernel)
         other = get_kernel(args.against, "--against") if args.against else None
+        mixed = [f"{s.name} takes {s.operands}" for s in specs if other is not None and s.operands != other.operands]
+        if mixed:
+            raise Int8confError(
+                f"--against {other.name} takes {other.operands} operands, {'; '.join(mixed)}: compare kernels of one "
+                "operand type (e.g. --against fp8-cpu for an e4m3 kernel)"
+            )
         if not injections:  # a kernel named like cpu+F7@one#s0 is injected already
             runs = [(s, injection_of(s)) for s in specs]
         else:

@@ -59,7 +59,7 @@ def register(subparsers) -> None:
         "--fault",
         metavar="F",
         default=None,
-        help="wrap the candidate with fault F1..F9 (faults.inject; self-tests, demos)",
+        help="wrap the candidate with fault F1..F10 (faults.inject; self-tests, demos)",
     )
     p.add_argument(
         "--fault-coverage",

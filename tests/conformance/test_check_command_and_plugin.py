@@ -387,3 +387,13 @@ def test_a_bad_against_kernel_is_named_as_against_not_kernel(tmp_path, capsys):
     r = _pytest(tmp_path, "--kernel=cpu", "--against=nosuch:fn")
     assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout
     assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"ERROR: int8conf: --against {_NOSUCH}"]
+
+
+def test_against_a_kernel_of_the_other_operand_type_is_one_line(tmp_path, capsys):
+    """An e4m3 kernel compared with an int8 one: one line naming both operand types, exit 2, no folder left."""
+    assert main(["check", "--kernel", "fp8-cpu", "--against", "cpu", "--out", str(tmp_path), *FAST]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "int8conf: error: --against cpu takes int8 operands, fp8-cpu takes e4m3: compare kernels of one operand type "
+        "(e.g. --against fp8-cpu for an e4m3 kernel)"
+    ]
+    assert not (tmp_path / "fp8-cpu").exists()
