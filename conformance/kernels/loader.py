@@ -356,14 +356,17 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "accumulator",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
-    spec = KernelSpec(
-        name=decl.name or name,
-        scaled_mm=fn,
-        source_digest=callable_digest(obj),
-        origin=origin,
-        description=desc,
-        **{f: getattr(decl, f) for f in same},
-    )
+    try:
+        spec = KernelSpec(
+            name=decl.name or name,
+            scaled_mm=fn,
+            source_digest=callable_digest(obj),
+            origin=origin,
+            description=desc,
+            **{f: getattr(decl, f) for f in same},
+        )
+    except ContractError as e:
+        raise KernelLoadError(f"kernel {name!r}: bad declaration: {e}") from None
     return _own_name(spec, name)
 
 

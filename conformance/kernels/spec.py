@@ -154,6 +154,10 @@ class KernelSpec:
             raise ContractError(f"kernel {self.name!r}: {e}") from None
         object.__setattr__(self, "accumulator", acc)
         check_operands(self.operands, acc, self.devices, self.name)
+        for field_name in ("scaled_mm", "int_mm"):
+            fn = getattr(self, field_name)
+            if fn is not None and not callable(fn):
+                raise ContractError(f"kernel {self.name!r}: {field_name}={fn!r} is not callable")
         values = self.overflow.values() if isinstance(self.overflow, Mapping) else (self.overflow,)
         for v in values:
             if v not in OVERFLOW_BEHAVIOURS:

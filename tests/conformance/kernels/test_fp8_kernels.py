@@ -147,6 +147,7 @@ def _fn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         (dict(operands="e4m3", accumulator="fp32 bits=99"), "accumulator"),
         (dict(operands="e4m3", accumulator={"cuda": "fp32"}), "names ['cuda'] but not ['cpu']"),
         (dict(operands="e4m3", accumulator={"gpu": "fp32"}), "accumulator selector(s) ['gpu']"),
+        (dict(int_mm=5), "int_mm=5 is not callable"),
     ],
 )
 def test_bad_declarations_are_one_line(kw, why):
