@@ -4,8 +4,8 @@
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
 #   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh);
 #   5 / 5b: int8conf bench --main-job rows a,b / c,d (ROWS= overrides);
-#   6: FP8 natively: the FP8 CUDA tests, int8conf check of the FP8 built-ins, the FP8
-#      paper-scale sweep (torch-fp8) with its scorecard.
+#   6: FP8 natively: the FP8 CUDA tests, int8conf check of torch-fp8 and torchao-fp8 (torchao as a
+#      wheel in .whl, carried), then 6s: the FP8 paper-scale sweep (torch-fp8) with its scorecard.
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -17,8 +17,8 @@
 # with 16 threads each spent 147 CPU-minutes in one 9.5-minute call).
 set -u
 OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
-[ -d .devwork/whl ] && python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .devwork/whl/*.whl >/dev/null 2>&1
+for w in .devwork/whl .whl; do [ -d $w ] && python3 -m pip install -q --no-index --no-deps --no-compile \
+  --target /tmp/site $w/*.whl >/dev/null 2>&1; done
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(date +%T)"; \
   ( time timeout -s INT -k 40 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
@@ -48,13 +48,16 @@ case "${STAGE:-1}" in
    # the main job timed against issue 29's targets: reports/bench/<device>/main_job.{json,md} under $OUT/bench
    step "main-job-$rows" "${LIMIT:-590}" python3 -m conformance.cli bench --main-job --rows "$rows" --timeout "${TIMEOUT:-280}" \
      --out "$OUT/bench" ;;
-6) step fp8-cuda-tests "${LIMIT:-200}" $P -n 8 -vv -m cuda tests/conformance/kernels/test_fp8_kernels.py \
-     tests/faults/test_fp8_faults.py tests/conformance/test_fp8_suite.py tests/conformance/checks/test_fp8_accumulator.py
-   for k in torch-fp8 triton-fp8 torch-fp8-fast; do
-     step "check-$k" 120 python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done
+6) step fp8-cuda-tests "${LIMIT:-220}" $P -n 8 -vv -m cuda tests/conformance/kernels/test_fp8_kernels.py \
+     tests/faults/test_fp8_faults.py tests/conformance/test_fp8_suite.py tests/conformance/checks/test_fp8_accumulator.py \
+     tests/reference/test_fp8.py tests/conformance/kernels/adapters
+   for k in ${FP8_KERNELS:-torch-fp8 torchao-fp8}; do
+     step "check-$k" 120 python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done ;&
+6s) # the FP8 paper-scale sweep; RESUME_DB=<a carried sweep.sqlite> resumes a previous call's store
    step fp8-model 60 python3 -m conformance.bench.paper_scale model /tmp/big
+   mkdir -p "$OUT/sweep/torch-fp8"; [ -n "${RESUME_DB:-}" ] && cp "$RESUME_DB" "$OUT/sweep/torch-fp8/sweep.sqlite"
    step fp8-sweep "${SWEEP_LIMIT:-240}" python3 -m conformance.cli sweep --kernel torch-fp8 --model /tmp/big --device cuda \
-     --out "$OUT/sweep" ;;
+     --workers "${WORKERS:-8}" --out "$OUT/sweep" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac

@@ -57,20 +57,23 @@ def narrowed_model(declared, deficit: int) -> AccumulatorModel:
     return AccumulatorModel("fp32", max(MIN_BITS, base - int(deficit)), "truncate", declared.promote_every)
 
 
+def _rows_of(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``idx`` of an e4m3 matrix, gathered as bytes (float8 indexing is not on every device)."""
+    return x.view(torch.uint8)[idx].view(x.dtype)
+
+
 def narrow_output(
     a, b, scale_a, scale_b, bias, out_dtype, contract, model: AccumulatorModel, mask: torch.Tensor
 ) -> torch.Tensor:
     """out_dtype [M, N] on a's device: at the ``True`` elements of ``mask`` (bool [M, N]) the declared ``contract``'s
     epilogue of the accumulator ``model`` keeps (``emulate_accumulation``, k increasing, computed only over the
-    selected rows x columns), elsewhere zero."""
+    selected rows x columns, on a's device), elsewhere zero."""
     m, n = int(a.shape[0]), int(b.shape[0])
-    mk = mask.cpu()
+    mk = mask.to(a.device)
     rows = mk.any(dim=1).nonzero().reshape(-1)
     cols = mk.any(dim=0).nonzero().reshape(-1)
-    acc = torch.zeros((m, n), dtype=torch.float32)
+    acc = torch.zeros((m, n), dtype=torch.float32, device=a.device)
     if len(rows) and len(cols):
-        sub = emulate_accumulation(a.cpu()[rows], b.cpu()[cols], model)
-        acc[rows.unsqueeze(1), cols.unsqueeze(0)] = sub.cpu()
-    bias_c: Optional[torch.Tensor] = None if bias is None else bias.cpu()
-    out = apply_epilogue(acc, scale_a.cpu(), scale_b.cpu(), contract, bias_c, out_dtype)
-    return out.to(a.device)
+        acc[rows.unsqueeze(1), cols.unsqueeze(0)] = emulate_accumulation(_rows_of(a, rows), _rows_of(b, cols), model)
+    bias_d: Optional[torch.Tensor] = None if bias is None else bias.to(a.device)
+    return apply_epilogue(acc, scale_a.to(a.device), scale_b.to(a.device), contract, bias_d, out_dtype)

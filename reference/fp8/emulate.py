@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from reference.errors import ContractError, OperandError
@@ -24,20 +23,26 @@ ORDERS = ("sequential",)
 EMULATE_MAX_K = 2**17
 
 
-def _keep_bits(v: np.ndarray, bits: int, rounding: str) -> np.ndarray:
-    """float64 integers (|v| < 2**53, so every step is exact) kept to ``bits`` significant bits: RNE (``np.rint``) or
-    truncated toward zero. With v = m * 2**e (0.5 <= |m| < 1), m * 2**bits is v in units of its last kept bit."""
-    m, e = np.frexp(v)
-    kept = np.ldexp(m, bits)
-    return np.ldexp(np.rint(kept) if rounding == "rne" else np.trunc(kept), e - bits)
+def _keep_bits(v: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
+    """float64 integers ``v`` (|v| < 2**53: exact, normal) kept to ``bits`` significant bits, truncated toward zero
+    or RNE, on v's device. Works on the IEEE encoding: the low ``53 - bits`` significand bits are cleared; RNE first
+    adds half a kept unit minus one plus the lowest kept bit (a carry into the exponent is the correct round-up)."""
+    low = 53 - bits
+    if low <= 0:
+        return v
+    enc = v.view(torch.int64)
+    if rounding == "rne":
+        enc = enc + ((1 << (low - 1)) - 1) + (torch.bitwise_right_shift(enc, low) & 1)
+    return (enc & ~((1 << low) - 1)).view(torch.float64)
 
 
 def emulate_accumulation(
     a: torch.Tensor, b: torch.Tensor, model: AccumulatorModel, order: str = "sequential"
 ) -> torch.Tensor:
     """The float32 [M, N] accumulator a kernel obeying ``model`` (an AccumulatorModel or its text) returns for
-    ``a @ b.T``, k in increasing order (module docstring); ``exact`` -> :func:`exact_sum_fp32`. Exact arithmetic:
-    partial sums are integers in units of 2**-PRODUCT_SHIFT held exactly in float64, totals float32. a: e4m3 [M, K]; b: e4m3 [N, K], on a's device.
+    ``a @ b.T``, k in increasing order (module docstring); ``exact`` -> :func:`exact_sum_fp32`. Exact arithmetic on
+    a's device (bit-identical on CPU and CUDA): partial sums are integers in units of 2**-PRODUCT_SHIFT held exactly
+    in float64, totals float32. a: e4m3 [M, K]; b: e4m3 [N, K], on one device.
     OperandError as :func:`exact_fp8_mm` or K > EMULATE_MAX_K; ContractError: bad model or order."""
     model = parse_accumulator(model)
     if order not in ORDERS:
@@ -47,17 +52,17 @@ def emulate_accumulation(
     m, k, n = check_pair(a, b)
     if k > EMULATE_MAX_K:
         raise OperandError(f"K={k} exceeds {EMULATE_MAX_K}, the largest K emulate_accumulation takes")
-    fa, fb = (e4m3_fixed(t).cpu().numpy().astype(np.float64) for t in (a, b))
+    fa, fb = (e4m3_fixed(t).to(torch.float64) for t in (a, b))
     group = model.promote_every or max(k, 1)
-    partial = np.zeros((m, n), dtype=np.float64)
-    total = np.zeros((m, n), dtype=np.float32)
+    partial = torch.zeros((m, n), dtype=torch.float64, device=a.device)
+    total = torch.zeros((m, n), dtype=torch.float32, device=a.device)
     for j in range(k):
-        partial = _keep_bits(partial + np.outer(fa[:, j], fb[:, j]), model.bits, model.rounding)
+        partial = _keep_bits(torch.addr(partial, fa[:, j], fb[:, j]), model.bits, model.rounding)
         if (j + 1) % group == 0 or j == k - 1:
             # <= 24 significant bits below 2**53: exactly a float32; then one IEEE float32 add
-            total = total + (partial * 2.0**-PRODUCT_SHIFT).astype(np.float32)
-            partial[:] = 0
-    return torch.from_numpy(total).to(a.device)
+            total = total + (partial * 2.0**-PRODUCT_SHIFT).to(torch.float32)
+            partial = torch.zeros_like(partial)
+    return total
 
 
 def _growth(u: float, n: int) -> float:

@@ -203,10 +203,12 @@ def test_triton_fp8_under_the_interpreter_keeps_its_cpu_declaration():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("kernel", ["fp8-cpu", "torch-fp8", "triton-fp8"])
+@pytest.mark.parametrize("kernel", ["fp8-cpu", "torch-fp8", "triton-fp8", "torchao-fp8"])
 def test_fp8_kernels_pass_the_default_suite_on_cuda(tmp_path, kernel):
-    """On CUDA (sm_89+ for torch-fp8 / triton-fp8): the whole default FP8 check under each kernel's CUDA
-    declaration, references on the device for the large cases; C11 reports the measured model."""
+    """On CUDA (sm_89+ for torch-fp8 / triton-fp8 / torchao-fp8): the whole default FP8 check under each kernel's
+    CUDA declaration, references on the device for the large cases; C11 reports the measured model."""
+    if kernel == "torchao-fp8":
+        pytest.importorskip("torchao")
     assert main(["check", "--kernel", kernel, "--device", "cuda", "--out", str(tmp_path), "-q"]) == 0
     doc = json.loads((tmp_path / kernel / "conformance.json").read_text())
     assert doc["overall"]["verdict"] == "pass" and doc["fp8"]["measured"] and doc["fp8"]["c11"]["verdict"] == "pass"

@@ -6,6 +6,7 @@ Expected values are derived by hand (comments), from an independent e4m3 decodin
 import numpy as np
 import pytest
 import torch
+from fp8_kernels import emulated_accumulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -208,6 +209,16 @@ def test_emulation_never_exceeds_the_bound(data, m, n, k, model):
     # every result is a multiple of 2**-18 below 2**35: the error in units is an exact integer
     err = ((got.double() * 2**PRODUCT_SHIFT).to(torch.int64) - exact).abs().double() * 2.0**-PRODUCT_SHIFT
     assert bool((err <= accumulation_bound(a, b, model)).all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), m=st.integers(1, 3), n=st.integers(1, 3), k=st.integers(1, 200), model=st.sampled_from(MODELS))
+def test_emulation_equals_the_integer_emulator(data, m, n, k, model):
+    # tests/helpers/fp8_kernels.py rounds int64 units by shifts (no float64 encoding): an independent implementation
+    idx = data.draw(st.lists(st.integers(0, len(FINITE_BYTES) - 1), min_size=(m + n) * k, max_size=(m + n) * k))
+    t = torch.tensor([FINITE_BYTES[i] for i in idx], dtype=torch.uint8).view(E4M3)
+    a, b = t[: m * k].reshape(m, k), t[m * k :].reshape(n, k)
+    assert torch.equal(emulate_accumulation(a, b, model), emulated_accumulator(a, b, model))
 
 
 def test_emulation_limits():

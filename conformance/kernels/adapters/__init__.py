@@ -1,4 +1,4 @@
-"""Adapters for the field's real int8 kernels, loaded only when their library is installed. Each adapter
+"""Adapters for the field's real int8 and FP8 kernels, loaded only when their library is installed. Each adapter
 module has ``make_spec(name) -> KernelSpec`` declaring, as a step list (``reference.contract``), the epilogue
 the library's own code implements (cited in its docstring). :data:`ADAPTERS` is the catalogue."""
 
@@ -28,12 +28,14 @@ class AdapterInfo:
 _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
+_TAF = "conformance.kernels.adapters.torchao_fp8"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
     "torchao-w8a8": "torchao Int8DynamicActivationInt8Weight linear (Int8Tensor, float32 activation scales): bf16 rounding between the two scale multiplies",
     "torchao-w8a8-bf16": "the same Int8Tensor linear with bf16 activation scales: the int32 accumulator is cast to bf16 before any scale",
     "torchao-triton": "torchao int_scaled_matmul through its Triton kernel (one pinned config of its search list) (TORCHAO_AUTOTUNER_ENABLE path; CUDA only)",
+    "torchao-fp8": "torchao Float8Tensor linear (PerRow, its default use_fast_accum) through torch._scaled_mm (CUDA only)",
     "bnb": "bitsandbytes int8_linear_matmul + int8_mm_dequant (LLM.int8 int8 path: absmax statistics, constant 1/127^2, float16 output)",
     "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
     "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
@@ -46,6 +48,7 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("torchao-w8a8", _TA, ("torchao",), _TA_PIP, _ANY),
         ("torchao-w8a8-bf16", _TA, ("torchao",), _TA_PIP, _ANY),
         ("torchao-triton", _TA, ("torchao", "triton"), _TA_PIP, ("cuda",)),
+        ("torchao-fp8", _TAF, ("torchao",), _TA_PIP, ("cuda",)),
         ("bnb", _BNB, ("bitsandbytes",), "pip install 'int8conf[bnb]'", _ANY),
         ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),

@@ -157,3 +157,28 @@ def test_torchao_triton_search_is_replaced_by_the_pinned_config_and_restored():
     with ta._with_autotuner(True):
         assert it.get_best_config_fn(None, [], it.int8_mm_kernel_configs) is cfg
     assert it.get_best_config_fn is original
+
+
+def test_torchao_fp8_declares_torchaos_default_fast_accumulation_and_routes_the_scales():
+    """torchao-fp8 follows torchao's default Float8MMConfig (0.18: use_fast_accum=True -> torch-fp8-fast's
+    accumulator); on small integers with power-of-two scales every path is exact, so the output must be
+    sum_k a b * s_a[m] * s_w[n] (a scale on the wrong axis or a dropped bias changes it). Runs the torchao call on
+    the CPU only to check the plumbing: the adapter is declared for CUDA."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow
+
+    spec = adapters.make_spec("torchao-fp8")
+    fast = Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()).mm_config.use_fast_accum
+    want_acc = "fp32 bits=14 truncate" if fast else "fp32 bits=14 truncate promote=128"
+    assert spec.devices == ("cuda",) and spec.accumulator_on("cuda").label() == want_acc
+    g = torch.Generator().manual_seed(5)
+    m, k, n = 4, 32, 16
+    a = torch.randint(-4, 5, (m, k), generator=g).float()
+    b = torch.randint(-4, 5, (n, k), generator=g).float()
+    sa = 2.0 ** torch.randint(-3, 2, (m,), generator=g).float()
+    sw = 2.0 ** torch.randint(-3, 2, (n,), generator=g).float()
+    bias = torch.arange(n, dtype=torch.float32)
+    f8 = torch.float8_e4m3fn
+    out = spec.scaled_mm(a.to(f8), b.to(f8), sa, sw, torch.float32, bias)
+    want = (a.numpy() @ b.numpy().T) * sa.numpy()[:, None] * sw.numpy()[None, :] + bias.numpy()[None, :]
+    assert out.dtype == torch.float32 and np.array_equal(out.numpy(), want.astype(np.float32))
