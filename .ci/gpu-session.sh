@@ -56,7 +56,8 @@ case "${STAGE:-1}" in
 6s) # the FP8 paper-scale sweep; RESUME_DB=<a carried sweep.sqlite> resumes a previous call's store
    step fp8-model 60 python3 -m conformance.bench.paper_scale model /tmp/big
    mkdir -p "$OUT/sweep/torch-fp8"; [ -n "${RESUME_DB:-}" ] && cp "$RESUME_DB" "$OUT/sweep/torch-fp8/sweep.sqlite"
-   step fp8-sweep "${SWEEP_LIMIT:-240}" python3 -m conformance.cli sweep --kernel torch-fp8 --model /tmp/big --device cuda \
+   # without SWEEP_LIMIT: what is left of BUDGET_S (default 580 s) after the steps before, less 60 s of grace
+   step fp8-sweep "${SWEEP_LIMIT:-$(( ${BUDGET_S:-580} - SECONDS - 60 ))}" python3 -m conformance.cli sweep --kernel torch-fp8 --model /tmp/big --device cuda \
      --workers "${WORKERS:-8}" --out "$OUT/sweep" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;

@@ -218,8 +218,9 @@ def _blocks(acc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return a8, b8
 
 
-def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 12) -> GemmOperands:
-    """One ``overflow_inf`` case, M = 4, N = 12 (module docstring): rows 0 / 1 on the boundary to +-inf (``s_a`` =
+def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int = 16) -> GemmOperands:
+    """One ``overflow_inf`` case, M = 4, N = 16 (module docstring; N and K multiples of 16, the shapes cuBLASLt's FP8
+    GEMM takes): rows 0 / 1 on the boundary to +-inf (``s_a`` =
     +-1), rows 2 / 3 coarse (``|s_a|`` in [1, 2): no scale order overflows before its last step)."""
     g = generator(f"{PREFIX}/overflow_inf", "boundary", seed)
     fp16 = out_dtype == torch.float16
@@ -247,7 +248,7 @@ def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
     return [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
 
 
-def scale_order_ties_case(out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 24) -> GemmOperands:
+def scale_order_ties_case(out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32) -> GemmOperands:
     """One ``scale_order_ties`` case: accumulators where the legal scale orders round apart
     (``tie_search.pick_ties``, |acc| < 2**14), realized by :func:`_blocks` (integer e4m3 terms of one sign, ``b`` = 1),
     so ``sum_k |a b| = |acc| < 2**14``: accumulator-safe by the module's lemma; real-valued scales in [1e-3, 2.1e-2)."""
