@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,9 @@ class Row:
 class StepResult:
     """What a runner reports of one step: wall seconds (up to the stop when ``timed_out``), exit code
     (None when it never exited by itself), the last :data:`TAIL_LINES` lines of stdout and stderr, CPU
-    seconds (user + system) of the process and the descendants it waited for (None: not measured)."""
+    seconds (user + system) of the process and the descendants it waited for (None: not measured), and
+    ``stamped``: every output line but progress bars as ``(seconds since the step started, line)``, in
+    arrival order (the row's profile by phase)."""
 
     wall_s: float
     exit_code: Optional[int]
@@ -89,6 +92,7 @@ class StepResult:
     stdout_tail: list = field(default_factory=list)
     stderr_tail: list = field(default_factory=list)
     cpu_s: Optional[float] = None
+    stamped: list = field(default_factory=list)
 
 
 Runner = Callable[[Sequence[str], Mapping[str, str], Path, float], StepResult]
@@ -184,24 +188,61 @@ def run_subprocess(argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeo
     process's children's usage before and after (one step runs at a time)."""
     cwd.mkdir(parents=True, exist_ok=True)
     cpu0 = _children_cpu_s()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(
-            list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-        )
-        timed_out = False
-        try:
-            p.wait(timeout=max(timeout_s, 0.0))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BaseException:
-            _stop_group(p)
-            raise
-        wall = time.perf_counter() - t0
-        if timed_out:
-            _stop_group(p)
-        code = None if timed_out else p.returncode
-        return StepResult(wall, code, timed_out, _tail(out), _tail(err), _children_cpu_s() - cpu0)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    streams: dict = {"out": [], "err": []}
+    stamped: list = []
+    readers = [
+        threading.Thread(target=_read_lines, args=(f, streams[k], stamped, t0), daemon=True)
+        for k, f in (("out", p.stdout), ("err", p.stderr))
+    ]
+    for t in readers:
+        t.start()
+    timed_out = False
+    try:
+        p.wait(timeout=max(timeout_s, 0.0))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:
+        _stop_group(p)
+        raise
+    wall = time.perf_counter() - t0
+    if timed_out:
+        _stop_group(p)
+    for t in readers:  # a descendant outside the group may hold a pipe: do not wait for it
+        t.join(timeout=STOP_GRACE_S)
+    code = None if timed_out else p.returncode
+    return StepResult(
+        wall,
+        code,
+        timed_out,
+        _tail(streams["out"]),
+        _tail(streams["err"]),
+        _children_cpu_s() - cpu0,
+        sorted(stamped, key=lambda x: x[0]),
+    )
+
+
+def _read_lines(f, lines: list, stamped: list, t0: float) -> None:
+    """Reader thread: each line of ``f`` (bytes; a carriage return also ends a line) into ``lines`` and, with its
+    arrival second, into ``stamped`` (progress-bar lines only into ``lines``)."""
+    for raw in iter(f.readline, b""):
+        t = round(time.perf_counter() - t0, 1)
+        for ln in raw.decode("utf-8", "replace").replace("\r", "\n").splitlines():
+            ln = ln.rstrip()
+            if ln.strip():
+                lines.append(ln)
+                if "━" not in ln:
+                    stamped.append((t, ln))
+    f.close()
 
 
 def _children_cpu_s() -> float:
@@ -226,10 +267,8 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         os.killpg(p.pid, sig)
 
 
-def _tail(f) -> list:
-    f.seek(0)
-    lines = [ln.rstrip() for ln in f.read().decode("utf-8", "replace").splitlines()]
-    return [ln for ln in lines if ln.strip() and "━" not in ln][-TAIL_LINES:]
+def _tail(lines: list) -> list:
+    return [ln for ln in lines if "━" not in ln][-TAIL_LINES:]
 
 
 def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
@@ -269,6 +308,7 @@ def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
         "env": {k: v.replace(str(scratch), SCRATCH) for s in row.steps for k, v in s.env.items()},
         "triton_cache": row.triton_cache,
         "artifact_cache": row.artifact_cache,
+        "log": _row_log(results),
         "steps": [
             {
                 "command": _shown(s, scratch),
@@ -291,6 +331,15 @@ def time_row(row: Row, runner: Runner, timeout_s: float, scratch: Path) -> dict:
             "source": "the sweep's own line 'computed N cells in X s'",
         }
     return rec
+
+
+def _row_log(results: list) -> list:
+    """Every step's stamped lines as ``"<seconds since the row started> <line>"`` (steps run one after the other)."""
+    out, start = [], 0.0
+    for r in results:
+        out += [f"{start + t:7.1f} {ln}" for t, ln in r.stamped]
+        start += r.wall_s
+    return out
 
 
 def _ratio(target: float, measured: float) -> Optional[float]:
@@ -358,6 +407,9 @@ def run_main_job(
         for k in keys:
             log(f"{k}  {table[k].job}: running (limit {timeout_s:g} s)")
             rec = time_row(table[k], runner, timeout_s, scratch) | {"git": git}
+            log_name = f"main_job-{k}.log"
+            atomic_write_text(out / log_name, "\n".join(rec["log"]) + "\n")
+            rec["log"] = log_name
             records.append(rec)
             log(_line(rec))
     finally:
@@ -469,4 +521,8 @@ def render_markdown(doc: dict) -> str:
         ended = "stopped at the limit" if r["status"] == "timeout" else f"exit {r['exit_code']}"
         last = f"`{r['last_stderr_line']}`" if r["last_stderr_line"] else "none"
         lines.append(f"  - {ended}; last stderr line: {last}")
+        if isinstance(r.get("log"), str):
+            lines.append(
+                f"  - every output line stamped with its second since the row started: [{r['log']}]({r['log']})"
+            )
     return "\n".join(lines) + "\n"

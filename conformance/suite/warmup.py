@@ -68,8 +68,9 @@ def _zeros(layout: Optional[tuple], device: str) -> Optional[torch.Tensor]:
     return flat.as_strided(shape, stride, offset)
 
 
-def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str]:
-    """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "")``."""
+def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str, float]:
+    """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "", seconds)``."""
+    t0 = time.perf_counter()
     silence_import_noise()
     spec = get_kernel(kernel_name)
     done, err = 0, ""
@@ -85,7 +86,7 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str]
             err = err or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-    return done, err
+    return done, err, time.perf_counter() - t0
 
 
 def reload_name(spec) -> str:
@@ -137,11 +138,12 @@ def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, s
     groups = plan_groups(layouts, n)
     say(f"{spec.name}: compiling {len(layouts)} operand layouts in {len(groups)} processes before the cases run")
     t0 = time.perf_counter()
-    calls, err = 0, ""
+    calls, err, per_process = 0, "", []
     try:
         with cf.ProcessPoolExecutor(max_workers=len(groups), mp_context=mp.get_context("spawn")) as ex:
-            for done, e in ex.map(_warm_group, [reload_name(spec)] * len(groups), groups, [device] * len(groups)):
+            for done, e, took in ex.map(_warm_group, [reload_name(spec)] * len(groups), groups, [device] * len(groups)):
                 calls, err = calls + done, err or e
+                per_process.append(round(took, 2))
     except Exception as e:  # noqa: BLE001 -- e.g. a kernel a fresh process cannot resolve
         err = f"{type(e).__name__}: {str(e).strip()[:160]}"
     secs = time.perf_counter() - t0
@@ -151,5 +153,15 @@ def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, s
             atomic_write_text(marker, f"{spec.name}: {len(layouts)} layouts\n")
         except OSError:  # a read-only cache only costs the next run its warm-up
             pass
-    say(f"{spec.name}: compiled in {secs:.1f} s ({calls} of {len(layouts)} layouts warm{'; ' + err if err else ''})")
-    return {"layouts": len(layouts), "workers": len(groups), "seconds": round(secs, 2), "calls": calls, "error": err}
+    spread = f"; per process {min(per_process):.1f}-{max(per_process):.1f} s" if per_process else ""
+    say(
+        f"{spec.name}: compiled in {secs:.1f} s ({calls} of {len(layouts)} layouts warm{spread}{'; ' + err if err else ''})"
+    )
+    return {
+        "layouts": len(layouts),
+        "workers": len(groups),
+        "seconds": round(secs, 2),
+        "calls": calls,
+        "error": err,
+        "process_seconds": per_process,
+    }

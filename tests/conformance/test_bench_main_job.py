@@ -132,7 +132,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
             "check": mj.StepResult(48.0, 0, False, ["verdict: conformant"], ["progress 10/10"]),
             "pytest": mj.StepResult(75.0, 0, False, ["1256 passed in 74.1s"], []),
             "conformance.bench.paper_scale": mj.StepResult(5.0, 0, False, ["wrote model"], []),
-            "sweep": mj.StepResult(25.0, 0, False, sweep_out, ["last words"]),
+            "sweep": mj.StepResult(25.0, 0, False, sweep_out, ["last words"], stamped=[(1.0, "sweep triton: ...")]),
         }
     )
     doc, paths = mj.run_main_job("a,b,c,d", tmp_path / "out", 300.0, cuda=True, runner=fake, log=lambda *_: None)
@@ -146,8 +146,10 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
     assert list(rows) == ["a", "b", "c", "d"]
     keys = {"row", "job", "target_s", "wall_s", "target_over_measured", "status", "exit_code", "last_stderr_line"}
     keys |= {"last_stdout_line", "commands", "env", "triton_cache", "artifact_cache", "steps", "cpu_s", "load_before"}
-    keys |= {"git"}  # the commit each row was measured at
+    keys |= {"git", "log"}  # the commit each row was measured at, its stamped output beside the JSON
     assert all(keys <= set(r) for r in rows.values()) and set(rows["d"]) == keys | {"sweep"}
+    # row d's sweep line arrives 1.0 s into its second step, after the 5.0 s model write
+    assert (paths["json"].parent / rows["d"]["log"]).read_text() == "    6.0 sweep triton: ...\n"
     a = rows["a"]
     assert (a["wall_s"], a["target_s"], a["target_over_measured"], a["status"], a["exit_code"]) == (
         48.0,
@@ -273,6 +275,11 @@ def test_the_runner_records_exit_code_and_last_lines(tmp_path):
     r = mj.run_subprocess([sys.executable, "-c", code], {}, tmp_path / "new", 600.0)
     assert (r.exit_code, r.timed_out, r.stdout_tail, r.stderr_tail) == (3, False, ["out 1", "out 2"], ["warn", "boom"])
     assert r.cpu_s is not None and r.cpu_s >= 0
+    # every line stamped (seconds since the start, never decreasing; the two streams' order is the reader threads')
+    assert sorted(ln for _, ln in r.stamped) == ["boom", "out 1", "out 2", "warn"]
+    times, lines = [t for t, _ in r.stamped], [ln for _, ln in r.stamped]
+    assert all(0 <= t <= r.wall_s + 0.1 for t in times) and times == sorted(times)
+    assert lines.index("out 1") < lines.index("out 2") and lines.index("warn") < lines.index("boom")
 
 
 def test_the_rows_run_what_a_user_runs(tmp_path):

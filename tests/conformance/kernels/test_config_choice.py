@@ -142,6 +142,7 @@ def test_warm_up_calls_the_kernel_once_per_layout_on_cuda(tmp_path, monkeypatch)
         again = warm_up(get_kernel("triton"), cases, "cuda", workers=2)
     want = len(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
     assert rec["layouts"] == want and rec["calls"] == want and rec["error"] == ""
+    assert len(rec["process_seconds"]) == rec["workers"] == 2
     assert any((tmp_path / "triton").rglob("*.cubin")), "the workers compiled into Triton's cache"
     assert again["skipped"] and again["calls"] == 0
 
