@@ -27,8 +27,8 @@ integer ``|acc| < 2**13`` written as a sum of e4m3 integers (:func:`e4m3_integer
 
 Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``_common.GRID``, ``a`` and
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
-multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all);
-most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
+scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a``, a one-element ``scale_b``); most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from conformance.cases._common import (
 )
 from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
-from conformance.cases.tie_search import pick_ties
+from conformance.cases.tie_search import pick_fp32_ties, pick_ties
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
 
@@ -146,6 +146,10 @@ SMALL_INT = (
     (Regime("sparse_deep", 3, 4099, 8, support=1023), 4, 4),
     (Regime("a_padded", 9, 304, 48, layout="a_padded"), 4, 4),
     (Regime("b_transposed", 16, 144, 48, layout="b_transposed", bias=True), 4, 4),
+    # the scale forms the contract allows besides [M] / [N]: [M,1] and [N,1], a 0-d scale_a, a one-element scale_b
+    (Regime("scales_column", 24, 160, 32, layout="scales_column", bias=True), 4, 4),
+    (Regime("scale_a_0d", 7, 96, 48, layout="scale_a_0d"), 4, 4),
+    (Regime("scale_b_1", 33, 128, 16, layout="scale_b_1", bias=True), 4, 4),
 )
 
 #: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
@@ -248,25 +252,40 @@ def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
     return [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
 
 
-def scale_order_ties_case(out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32) -> GemmOperands:
+def scale_order_ties_case(
+    out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32, variant: str = "ties"
+) -> GemmOperands:
     """One ``scale_order_ties`` case: accumulators where the legal scale orders round apart
     (``tie_search.pick_ties``, |acc| < 2**14), realized by :func:`_blocks` (integer e4m3 terms of one sign, ``b`` = 1),
     so ``sum_k |a b| = |acc| < 2**14``: accumulator-safe by the module's lemma; real-valued scales in [1e-3, 2.1e-2)."""
-    g = generator(f"{PREFIX}/scale_order_ties", DTYPE_TAG[out_dtype], seed)
+    g = generator(f"{PREFIX}/scale_order_ties", f"{variant}-{DTYPE_TAG[out_dtype]}", seed)
     sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
     sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
-    acc = pick_ties(g, sa, sw, out_dtype, vmax=2**SAFE_BITS - 1)
+    vmax = 2**SAFE_BITS - 1
+    # float32 output: orders within one spacing of each other (C6's premise), still apart (C8 tells them apart)
+    acc = pick_fp32_ties(g, sa, sw, vmax) if out_dtype == torch.float32 else pick_ties(g, sa, sw, out_dtype, vmax)
     a, b = _blocks(acc)
     meta = {"operands": "e4m3", "safe_bits": SAFE_BITS, "unit_log2": 0, "abs_sum_max_units": int(acc.abs().max())}
     meta.update(layout="dense", trigger="scale order (a_then_w / w_then_a / fused round apart)")
     return family_case(
-        "scale_order_ties", "ties", "real", out_dtype, a, b, sa, sw, None, seed, snap_fp32=False, prefix=PREFIX, **meta
+        "scale_order_ties", variant, "real", out_dtype, a, b, sa, sw, None, seed, snap_fp32=False, prefix=PREFIX, **meta
     )
 
 
+#: ``scale_order_ties`` variants: (name, output dtype, M). Every output dtype (float32 too: the orders differ by one
+#: spacing, which C8 sees) at a decode-like M, and a prefill M above 128 where a kernel may take another tile path.
+TIE_VARIANTS = (
+    ("ties", torch.bfloat16, 8),
+    ("ties", torch.float16, 8),
+    ("ties", torch.float32, 8),
+    ("ties_prefill", torch.bfloat16, 129),
+    ("ties_prefill", torch.float32, 129),
+)
+
+
 def scale_order_ties_family(seed: int = 0) -> list[GemmOperands]:
-    """``scale_order_ties`` for bfloat16 and float16 outputs (float32 output keeps every order within one spacing)."""
-    return [scale_order_ties_case(dt, seed) for dt in (torch.bfloat16, torch.float16)]
+    """``scale_order_ties``: every :data:`TIE_VARIANTS` entry, N = 32."""
+    return [scale_order_ties_case(dt, seed, m=m, variant=v) for v, dt, m in TIE_VARIANTS]
 
 
 #: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.

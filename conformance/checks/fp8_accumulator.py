@@ -1,7 +1,8 @@
 """C11 fp8_accumulator (DESIGN.md section 3b): measure a kernel's effective FP8 accumulation, compare it with the
 declared :class:`~reference.fp8.AccumulatorModel`.
 
-One call ``scaled_mm(a, b, 1, 1, float32)``: ``a`` [192, 4096] e4m3 probe rows (zero-padded), ``b`` [16, 4096]
+One call ``scaled_mm(a, b, 1, 1, float32)`` per K of :data:`K_PROBES` (4096 and 16384: a kernel may change path at
+large K): ``a`` [192, K] e4m3 probe rows (zero-padded), ``b`` [16, K]
 the fixed pattern ``2**8`` at even k, ``2**-9`` at odd k (a product at an even k lies in [2**-1, 448 * 2**8], at an
 odd k in [2**-18, 448 * 2**-9]). The rows are built from the candidate models, never from the declared one. The epilogue is exact: with unit scales and float32 output the output is the float32 value of
 the accumulator (an ``exact`` accumulator's one RNE cast included), whatever order the scales are applied in.
@@ -35,6 +36,8 @@ from reference.fp8 import E4M3, E4M3_MAX, FP32_BITS, AccumulatorModel, parse_acc
 
 C11 = "C11"
 K_PROBE = 4096
+#: Every K C11 measures at: a kernel may take another path (split-K, another tile or promotion setting) at large K.
+K_PROBES = (K_PROBE, 16384)
 N_PROBE = 16
 #: b at even / odd k.
 B_EVEN, B_ODD = 2.0**8, 2.0**-9
@@ -133,12 +136,12 @@ def _observe(scaled_mm: Callable, a, b, device: str) -> torch.Tensor:
     return out.detach().to("cpu", torch.float64)
 
 
-def measure_accumulator(scaled_mm: Callable, device: str = "cpu") -> MeasuredAccumulator:
-    """Measure the accumulator of ``scaled_mm`` (the kernel contract's callable, e4m3 operands) on ``device``.
-    A kernel that raises, returns a wrong dtype / shape, or loses even a 2-bit sum gives ``model=None`` and
-    ``error``."""
-    rows = probes()
-    a, b = probe_operands(rows)
+def measure_accumulator(scaled_mm: Callable, device: str = "cpu", k: int = K_PROBE) -> MeasuredAccumulator:
+    """Measure the accumulator of ``scaled_mm`` (the kernel contract's callable, e4m3 operands) on ``device`` with
+    probe rows of ``k`` products. A kernel that raises, returns a wrong dtype / shape, or loses even a 2-bit sum
+    gives ``model=None`` and ``error``."""
+    rows = probes(k)
+    a, b = probe_operands(rows, k)
     try:
         out = _observe(scaled_mm, a, b, device)
     except Exception as e:  # the kernel's failure is a result, not a crash
@@ -228,11 +231,16 @@ def shortfall(measured: AccumulatorModel, declared: AccumulatorModel, bits_obser
 
 
 def check_fp8_accumulator(
-    spec_or_callable, declared: Union[None, str, AccumulatorModel] = None, device: Optional[str] = None
+    spec_or_callable,
+    declared: Union[None, str, AccumulatorModel] = None,
+    device: Optional[str] = None,
+    ks: tuple = K_PROBES,
 ) -> CheckResult:
     """C11 for a KernelSpec (its ``scaled_mm``, devices and, when ``declared`` is None, its accumulator on the device
-    it runs on) or a bare ``scaled_mm`` (device default cpu). fail: the kernel keeps less than declared
-    (:func:`shortfall`) or its call fails; n/a: no declaration, int8 operands, or no device here. ContractError on a
+    it runs on) or a bare ``scaled_mm`` (device default cpu), measured at every K of ``ks`` the kernel accepts.
+    fail: at some K the kernel keeps less than declared (:func:`shortfall`) or its call fails; n/a: no declaration,
+    int8 operands, no device here, or no K of ``ks`` inside its constraints. Evidence: the first measurement's
+    (``measured`` names every K's model when they differ) and ``by_k`` (K -> measured label). ContractError on a
     bad declaration."""
     fn = getattr(spec_or_callable, "scaled_mm", spec_or_callable)
     if getattr(spec_or_callable, "operands", "e4m3") != "e4m3":
@@ -241,21 +249,34 @@ def check_fp8_accumulator(
         device, reason = pick_device(spec_or_callable, device)
         if device is None:
             return not_applicable(C11, reason)
-        bad = spec_or_callable.constraints.violations(-(-len(probes()) // 16) * 16, K_PROBE, N_PROBE)
-        if bad:
-            return not_applicable(C11, f"probe shape outside the kernel's constraints: {'; '.join(bad)}")
+        m_probe = -(-len(probes()) // 16) * 16
+        outside = {k: spec_or_callable.constraints.violations(m_probe, k, N_PROBE) for k in ks}
+        ks = tuple(k for k in ks if not outside[k])
+        if not ks:
+            bad = "; ".join(v for vs in outside.values() for v in vs)
+            return not_applicable(C11, f"probe shapes outside the kernel's constraints: {bad}")
         if declared is None:
             declared = spec_or_callable.accumulator_on(device)
     if declared is None:
         return not_applicable(C11, "kernel declares no FP8 accumulator")
     declared = parse_accumulator(declared)
-    m = measure_accumulator(fn, device or "cpu")
-    if m.model is None:
-        ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel")
-        return CheckResult(C11, "fp8_accumulator", "fail", m.error, ev)
-    why = shortfall(m.model, declared, m.bits_observed)
-    ev = dict(m.evidence, declared=declared.label(), shortfall=why)
-    head = f"measured {m.model.label()!r}, declared {declared.label()!r}"
+    runs = [(k, measure_accumulator(fn, device or "cpu", k)) for k in ks]
+    for k, m in runs:
+        if m.model is None:
+            ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel", probe_k=k)
+            return CheckResult(C11, "fp8_accumulator", "fail", f"{m.error} (probe K={k})", ev)
+    by_k = {k: m.model.label() for k, m in runs}
+    short = [(k, m, shortfall(m.model, declared, m.bits_observed)) for k, m in runs]
+    k0, m0, why = next(((k, m, w) for k, m, w in short if w), short[0])
+    labels = set(by_k.values())
+    measured = m0.model.label() if len(labels) == 1 else "; ".join(f"{v!r} at K={k}" for k, v in by_k.items())
+    ev = dict(m0.evidence, declared=declared.label(), shortfall=why, by_k=by_k, probe_k=k0)
+    if len(labels) > 1:
+        ev["measured"] = measured
+    head = f"measured {m0.model.label()!r}" if len(labels) == 1 else f"measured {measured}"
+    head += f", declared {declared.label()!r}"
     if why:
-        return CheckResult(C11, "fp8_accumulator", "fail", f"{head}: {'; '.join(why)}", dict(ev, failure_kind="kernel"))
+        where = f" at K={k0}" if len(labels) > 1 else ""
+        line = f"{head}: {'; '.join(why)}{where}"
+        return CheckResult(C11, "fp8_accumulator", "fail", line, dict(ev, failure_kind="kernel"))
     return CheckResult(C11, "fp8_accumulator", "pass", f"{head}: at least as precise as declared", ev)

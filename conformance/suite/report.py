@@ -270,6 +270,8 @@ def render_markdown(doc: dict) -> str:
     )
     partial = partial_note(doc)
     if partial:  # a verdict over part of the suite must not read like the whole one
+        v = ov["verdict"].upper()
+        head = head.replace(f"**Overall verdict: {v}**", f"**Overall verdict: {v} (PARTIAL RUN: only what finished)**")
         head = f"**PARTIAL RUN** ({partial})\n\n{head}"
     sig = doc.get("fault_signatures") or []
     sig_lines = (

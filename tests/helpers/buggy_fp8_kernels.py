@@ -111,3 +111,49 @@ def flush_subnormals(x: torch.Tensor) -> torch.Tensor:
 def fp8_subnormal_flush(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (vi): flushes e4m3 subnormal operands to zero before multiplying (FTZ on the inputs)."""
     return _epilogue(flush_subnormals(a), flush_subnormals(b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- bugs on one scale form or one path only (found by a new-user trial: each escaped the earlier default plan) ------
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_ignores_0d_scale_a")
+def fp8_ignores_0d_scale_a(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a 0-d (per-tensor) ``scale_a`` is treated as 1."""
+    if scale_a.dim() == 0:
+        scale_a = torch.ones((), dtype=torch.float32)
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_column_scale_a_first_row")
+def fp8_column_scale_a_first_row(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: an [M,1] ``scale_a`` is read at row 0 for every row (a stride-0 read of the column)."""
+    if scale_a.dim() == 2:
+        scale_a = scale_a[0, 0].expand(a.shape[0])
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_ignores_one_element_scale_b")
+def fp8_ignores_one_element_scale_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a one-element ``scale_b`` is treated as 1."""
+    if scale_b.numel() == 1:
+        scale_b = torch.ones_like(scale_b)
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def _order(a, b, scale_a, scale_b, out_dtype, bias, swapped: bool) -> torch.Tensor:
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    order = "a_then_w" if swapped else "w_then_a"
+    bias = None if bias is None else bias.cpu()
+    return emulate(_acc(a, b), sa, sb, order, "fp32_before_round", bias, out_dtype).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_scale_order_above_m64")
+def fp8_scale_order_above_m64(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the large-M tile path (M > 64) scales by s_a first (a_then_w) while declaring w_then_a."""
+    return _order(a, b, scale_a, scale_b, out_dtype, bias, a.shape[0] > 64)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_scale_order_fp32_output")
+def fp8_scale_order_fp32_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the float32-output path scales by s_a first (a_then_w) while declaring w_then_a."""
+    return _order(a, b, scale_a, scale_b, out_dtype, bias, out_dtype == torch.float32)

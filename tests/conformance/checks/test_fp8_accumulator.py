@@ -11,6 +11,7 @@ from fp8_kernels import fp8_kernel
 
 from conformance.checks.fp8_accumulator import (
     K_PROBE,
+    K_PROBES,
     check_fp8_accumulator,
     measure_accumulator,
     probe_operands,
@@ -156,3 +157,20 @@ def test_a_failing_kernel_call_is_a_one_line_failure():
 
     r = check_fp8_accumulator(zeros, "fp32")
     assert r.verdict == "fail" and r.summary.startswith("the output is not the accumulator: probe 'bits 1 + k=0,1'")
+
+
+def test_a_kernel_that_stops_promoting_at_large_k_fails_at_that_k():
+    """A kernel taking another path above K = 4096 (no promotion there) passes at the first probe K and fails at
+    the second (found by a new-user trial: one probe K let it pass)."""
+    good, never = fp8_kernel("fp32 bits=14 truncate promote=128"), fp8_kernel("fp32 bits=14 truncate")
+
+    def switch(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        return (never if a.shape[1] > K_PROBE else good)(a, b, scale_a, scale_b, out_dtype, bias)
+
+    r = check_fp8_accumulator(switch, "fp32 bits=14 truncate promote=128")
+    assert r.verdict == "fail" and r.evidence["probe_k"] == K_PROBES[1]
+    assert r.evidence["by_k"] == {K_PROBE: "fp32 bits=14 truncate promote=128", K_PROBES[1]: "fp32 bits=14 truncate"}
+    assert r.evidence["shortfall"] == ["promotes never, declared every 128"] and f"at K={K_PROBES[1]}" in r.summary
+    assert check_fp8_accumulator(good, "fp32 bits=14 truncate promote=128").evidence["by_k"] == {
+        k: "fp32 bits=14 truncate promote=128" for k in K_PROBES
+    }

@@ -180,6 +180,7 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
     assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head
+    assert "**Overall verdict: PASS (PARTIAL RUN: only what finished)**" in md.split("\n")[4]  # never a bare PASS
 
 
 def test_a_stopped_run_marks_its_json_partial(tmp_path):
