@@ -53,7 +53,8 @@ case "${STAGE:-1}" in
      tests/reference/test_fp8.py tests/conformance/kernels/adapters
    for k in ${FP8_KERNELS:-torch-fp8 torchao-fp8}; do
      step "check-$k" 120 python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done ;&
-6s) # the FP8 paper-scale sweep; RESUME_DB=<a carried sweep.sqlite> resumes a previous call's store
+6s) # the FP8 paper-scale sweep (SWEEP=0 skips it); RESUME_DB=<a carried sweep.sqlite> resumes a previous call's store
+   [ "${SWEEP:-1}" = 0 ] && { cd "$OUT" && tar -czf all-6.tgz logs reports 2>/dev/null; rm -rf logs reports; exit 0; }
    step fp8-model 60 python3 -m conformance.bench.paper_scale model /tmp/big
    mkdir -p "$OUT/sweep/torch-fp8"; [ -n "${RESUME_DB:-}" ] && cp "$RESUME_DB" "$OUT/sweep/torch-fp8/sweep.sqlite"
    # without SWEEP_LIMIT: what is left of BUDGET_S (default 580 s) after the steps before, less 60 s of grace

@@ -84,7 +84,7 @@ def _pairs(a: Tensor, b: Tensor) -> list[int]:
     pa = ((a[:, :-1] == -128) & (a[:, 1:] == -128)).any(0)
     pb = ((b[:, :-1] == -128) & (b[:, 1:] == -128)).any(0)
     ks = torch.nonzero(pa & pb).reshape(-1)
-    return sorted({int(x) % PAIR_ALIGN for x in ks})
+    return torch.unique(ks % PAIR_ALIGN).tolist()  # one read-back, sorted
 
 
 def _float_counts(y: Tensor) -> dict:
