@@ -209,8 +209,9 @@ def bucket(m: int) -> str:
 
 
 def _interp_tile(size: int, small: int, limit: int) -> int:
-    """An interpreter block: ``small`` up to 16 blocks of it, else a power of two >= size / 4 (<= ``limit``)."""
-    if size <= 16 * small:
+    """An interpreter block: ``small`` up to 4 blocks of it, else a power of two >= size / 4 (<= ``limit``): the
+    interpreter's cost is its number of programs, so a long dimension takes about 4 blocks."""
+    if size <= 4 * small:
         return small
     return min(limit, 1 << (-(-size // 4) - 1).bit_length())
 

@@ -47,7 +47,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     suite_cases,
     suite_steps,
 )
-from conformance.suite.workers import evaluate_in_workers, parallel_ok
+from conformance.suite.workers import evaluate_in_workers, model_check_in_worker, parallel_ok
 from reference.errors import first_line
 
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
@@ -442,6 +442,7 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         elif jobs > 1:
             evaluate_in_workers(state, jobs, say)
         in_workers = set(state.results)
+        beside: dict = {}  # model-level checks running in a worker beside the in-process step
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
@@ -455,6 +456,16 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
                 state.run_property(property_examples, lambda cr: raise_if_requested())
             else:
                 stage = s.check_id
+                if s.check_id in beside:
+                    say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]} (its worker's result)")
+                    r = beside.pop(s.check_id)()
+                    if r is not None:
+                        state.model[s.check_id] = r
+                        continue
+                pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
+                if pair and jobs > 1 and parallel_ok(state) is None:
+                    beside["E1"] = model_check_in_worker(state, "E1")  # the two engines' forwards at once
+                    say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop

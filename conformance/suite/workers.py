@@ -69,3 +69,29 @@ def evaluate_in_workers(state, jobs: int, say: Callable[[str], None] = lambda s:
         for t in threads:
             t.join()
     return sum(answered)
+
+
+#: seconds a model-level check may take in a worker before the in-process plan runs it instead
+MODEL_CHECK_TIMEOUT_S = 1800.0
+
+
+def model_check_in_worker(state, check_id: str) -> Callable[[], Optional[object]]:
+    """Start the model-level check ``check_id`` (E1, C7) for ``state``'s kernel in a forked worker now, so it runs
+    beside the in-process plan's next step; returns a callable that waits for its CheckResult, or None when the
+    worker crashed, hung or erred (the caller then runs the check in-process). Speed only, as above."""
+    box: dict = {}
+
+    def serve() -> None:
+        with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
+            with IsolatedKernel(state.spec, [], MODEL_CHECK_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+                oc = iso.run_model(check_id)
+                box["result"] = oc.value if oc.kind == OK else None
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def wait() -> Optional[object]:
+        t.join()
+        return box.get("result")
+
+    return wait

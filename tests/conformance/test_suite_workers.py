@@ -3,15 +3,19 @@ the in-process plan gives, and a case whose worker dies is answered in-process."
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 
+import torch
 from buggy_kernels import dies_in_workers, make_kernel
 
 from conformance.cases import make_case
 from conformance.kernels.loader import spec_from_object
-from conformance.suite.plan import SuiteState, given_cases
+from conformance.suite.plan import SuiteState, given_cases, run_model_check
 from conformance.suite.run import run_suite
-from conformance.suite.workers import evaluate_in_workers, parallel_ok
+from conformance.suite.workers import evaluate_in_workers, model_check_in_worker, parallel_ok
+from reference.accumulate import exact_int_mm
 
 KINDS = ("ordinary", "extreme", "pow2", "fp16_out", "m1", "tails")
 
@@ -55,3 +59,27 @@ def test_pairwise_runs_in_process():
     spec = make_kernel("a", order=None)
     st = SuiteState(spec, _cases()[:2], given_cases([]), make_kernel("b"), "cpu")
     assert "in-process" in parallel_ok(st)
+
+
+def _plain(r) -> str:
+    d = r.to_dict()
+    d["evidence"] = {k: v for k, v in d.get("evidence", {}).items() if not k.endswith("_s")}  # timings
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none():
+    """The suite runs E1 in a forked worker beside C7 (both engines' forwards at once on a CPU run); its
+    CheckResult is the in-process one, and a worker that dies hands the check back (None)."""
+    spec = make_kernel("e1-beside", acc_off_by_one=True)  # its int_mm adds 1 at [0, 0]: E1's hash differs
+    want = run_model_check("E1", spec, device="cpu")
+    got = model_check_in_worker(_state(spec, []), "E1")()
+    assert got is not None and want.verdict == "fail" and _plain(got) == _plain(want)
+    parent = os.getpid()
+
+    def int_mm_dies_in_workers(a, b):
+        if os.getpid() != parent:
+            os._exit(3)
+        return exact_int_mm(a, b).to(torch.int32)
+
+    dies = dataclasses.replace(spec, name="e1-dies", int_mm=int_mm_dies_in_workers)
+    assert model_check_in_worker(_state(dies, []), "E1")() is None
