@@ -151,6 +151,15 @@ def fp8_error_bound(
     return CheckResult(C12, NAME, "pass", f"{n} elements within the declared bound; {head}", ev)
 
 
+def no_model_reason(run) -> str:
+    """Why no declared accumulator applies to ``run``: it ran on no device here, or on one the kernel declares none
+    for."""
+    dev = run_device(run)
+    if dev is None:
+        return "the case did not run on any device here (no declared accumulator applies)"
+    return f"kernel declares no FP8 accumulator for device {dev!r}"
+
+
 def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C12 as a per-case check (``check(spec, ops, run, acc=None, exact=None)``; ``acc`` / ``exact`` unused): the
     run's output against the accumulator ``spec`` declares on the device it ran on and its declared epilogue (its
@@ -163,6 +172,6 @@ def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
         return early
     model: Optional[AccumulatorModel] = spec.accumulator_on(run_device(run))
     if model is None:
-        return not_applicable(C12, "kernel declares no FP8 accumulator for this device")
+        return not_applicable(C12, no_model_reason(run))
     steps = declared_steps(spec, ops, run)
     return fp8_error_bound(run.output, ops, model, spec.contract if steps is None else steps)

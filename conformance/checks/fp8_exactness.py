@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from conformance.checks.fp8_error_bound import C12, check_fp8_error_bound
+from conformance.checks.fp8_error_bound import C12, check_fp8_error_bound, no_model_reason
 from conformance.checks.output_bits import run_device
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from reference import memo
@@ -55,7 +55,7 @@ def check_fp8_exact_accumulator(spec, ops, run, acc=None, exact=None) -> CheckRe
     ``retained_bits``, ``n_inexact``."""
     model = declared_model(spec, run)
     if model is None:
-        return not_applicable(C4, "kernel declares no FP8 accumulator for this device")
+        return not_applicable(C4, no_model_reason(run))
     n_bad = inexact_count(spec, ops, run)
     ev = {"accumulator": model.label(), "retained_bits": retained_bits(model), "n_inexact": n_bad}
     n = ops.m * ops.n
@@ -76,7 +76,7 @@ def exact_only(check_id: str, fn: Callable) -> Callable:
     def check(spec, ops, run, acc=None, exact=None) -> CheckResult:
         n_bad = inexact_count(spec, ops, run)
         if n_bad is None:
-            return not_applicable(check_id, "kernel declares no FP8 accumulator for this device")
+            return not_applicable(check_id, no_model_reason(run))
         if n_bad:
             return not_applicable(
                 check_id,

@@ -8,6 +8,7 @@ run the whole default check in process (fp8-cpu passes, a saturating kernel fail
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -247,3 +248,16 @@ def test_int8conf_check_reports_a_kernel_outside_a_zero_width_bound(tmp_path):
         "ratio inf" in line
         and "C12 fp8_error_bound (fail)" in (tmp_path / "fp8_ignores_scale_b" / "conformance.md").read_text()
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA-only kernel runs here")
+def test_a_cuda_only_fp8_kernel_here_says_its_cases_did_not_run():
+    """On a machine without CUDA the e4m3 checks' n/a reason is that the case ran nowhere, not a missing declaration
+    (found by a new-user trial with torchao-fp8 on a CPU machine)."""
+    cpu = get_kernel("fp8-cpu")
+    spec = dataclasses.replace(cpu, name="cuda-only-fp8", devices=("cuda",), accumulator={"cuda": "exact"})
+    res = run_conformance(spec, cases=_cases("small_int", ("k_tail",)), property_examples=0, model_checks=False)
+    assert res.verdict == "not run"
+    for cid in ("C4", "C5", "C6", "C8"):
+        assert "did not run on any device here" in res.check(cid).summary, (cid, res.check(cid).summary)
+    assert "none available here" in res.check("C12").summary
