@@ -28,7 +28,8 @@ integer ``|acc| < 2**13`` written as a sum of e4m3 integers (:func:`e4m3_integer
 Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``_common.GRID``, ``a`` and
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
 multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
-scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a``, a one-element ``scale_b``); most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
+scales, N over several 128-wide tiles with a partial last one, column-major ``b`` with N > K; most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ PREFIX = "fp8"
 class Regime:
     """One variant: shape (m, k, n), ``layout`` (``layouts.with_layout``), ``bias``, ``support`` (nonzero entries
     per ``a`` row; None: all of K, some zeros drawn unless ``positive``), ``positive`` (every product > 0 where
-    nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound)."""
+    nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound), ``signed_scales``
+    (every other channel scale negative, one channel and one token scale zero)."""
 
     variant: str
     m: int
@@ -74,6 +76,7 @@ class Regime:
     support: Optional[int] = None
     positive: bool = False
     top: Optional[int] = None
+    signed_scales: bool = False
 
 
 def _magnitudes(mantissas: Sequence[float], exponents: Sequence[int]) -> torch.Tensor:
@@ -127,6 +130,9 @@ def safe_case(
     for mode, dt in grid:
         gs = generator(f"{PREFIX}/{family}", f"{reg.variant}-{mode}-{DTYPE_TAG[dt]}", seed)
         sa, sw = token_scales(gs, reg.m), channel_scales(gs, reg.n, mode)
+        if reg.signed_scales:
+            sw[1::2] = -sw[1::2]
+            sw[0], sa[-1] = 0.0, 0.0
         bias = (torch.randn(reg.n, generator=gs) / 8).to(dt) if reg.bias else None
         meta = {"operands": "e4m3", "safe_bits": bits, "unit_log2": unit_log2, "abs_sum_max_units": worst}
         meta.update(layout=reg.layout, trigger=f"exact accumulator at >= {bits} retained bits, any order")
@@ -150,6 +156,12 @@ SMALL_INT = (
     (Regime("scales_column", 24, 160, 32, layout="scales_column", bias=True), 4, 4),
     (Regime("scale_a_0d", 7, 96, 48, layout="scale_a_0d"), 4, 4),
     (Regime("scale_b_1", 33, 128, 16, layout="scale_b_1", bias=True), 4, 4),
+    (Regime("decode_scale_a_0d", 1, 256, 64, layout="scale_a_0d"), 4, 4),
+    # N over several 128-wide tiles with a partial last one, with bias; column-major b with N > K
+    (Regime("wide_n_tail", 8, 96, 320, bias=True), 4, 4),
+    (Regime("b_transposed_wide", 8, 64, 160, layout="b_transposed", bias=True), 4, 4),
+    # negative and zero scales (a zero-weight channel, an all-zero token)
+    (Regime("signed_zero_scales", 16, 128, 48, bias=True, signed_scales=True), 4, 4),
 )
 
 #: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
@@ -253,7 +265,7 @@ def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
 
 
 def scale_order_ties_case(
-    out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32, variant: str = "ties"
+    out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32, variant: str = "ties", vmax: int = 2**SAFE_BITS - 1
 ) -> GemmOperands:
     """One ``scale_order_ties`` case: accumulators where the legal scale orders round apart
     (``tie_search.pick_ties``, |acc| < 2**14), realized by :func:`_blocks` (integer e4m3 terms of one sign, ``b`` = 1),
@@ -261,7 +273,6 @@ def scale_order_ties_case(
     g = generator(f"{PREFIX}/scale_order_ties", f"{variant}-{DTYPE_TAG[out_dtype]}", seed)
     sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
     sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
-    vmax = 2**SAFE_BITS - 1
     # float32 output: orders within one spacing of each other (C6's premise), still apart (C8 tells them apart)
     acc = pick_fp32_ties(g, sa, sw, vmax) if out_dtype == torch.float32 else pick_ties(g, sa, sw, out_dtype, vmax)
     a, b = _blocks(acc)
@@ -273,19 +284,26 @@ def scale_order_ties_case(
 
 
 #: ``scale_order_ties`` variants: (name, output dtype, M). Every output dtype (float32 too: the orders differ by one
-#: spacing, which C8 sees) at a decode-like M, and a prefill M above 128 where a kernel may take another tile path.
+#: spacing, which C8 sees) at a decode-like M, a prefill M above 128 and a wide N where a kernel may take another
+#: tile path.
 TIE_VARIANTS = (
     ("ties", torch.bfloat16, 8),
     ("ties", torch.float16, 8),
     ("ties", torch.float32, 8),
     ("ties_prefill", torch.bfloat16, 129),
     ("ties_prefill", torch.float32, 129),
+    ("ties_wide", torch.bfloat16, 8),
 )
 
 
 def scale_order_ties_family(seed: int = 0) -> list[GemmOperands]:
-    """``scale_order_ties``: every :data:`TIE_VARIANTS` entry, N = 32."""
-    return [scale_order_ties_case(dt, seed, m=m, variant=v) for v, dt, m in TIE_VARIANTS]
+    """``scale_order_ties``: every :data:`TIE_VARIANTS` entry, N = 32 (``ties_wide``: N = 288, three 128-wide tiles,
+    the last partial, accumulators below 2**11 so that K stays near 1.7k)."""
+    wide = dict(n=288, vmax=2**11 - 1)
+    return [
+        scale_order_ties_case(dt, seed, m=m, variant=v, **(wide if v == "ties_wide" else {}))
+        for v, dt, m in TIE_VARIANTS
+    ]
 
 
 #: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.

@@ -1,8 +1,8 @@
 """C11 fp8_accumulator (DESIGN.md section 3b): measure a kernel's effective FP8 accumulation, compare it with the
 declared :class:`~reference.fp8.AccumulatorModel`.
 
-One call ``scaled_mm(a, b, 1, 1, float32)`` per K of :data:`K_PROBES` (4096 and 16384: a kernel may change path at
-large K): ``a`` [192, K] e4m3 probe rows (zero-padded), ``b`` [16, K]
+One call ``scaled_mm(a, b, 1, 1, float32)`` per K of :data:`K_PROBES` (4096, 6144 and 16384: a kernel may change path
+at large K): ``a`` [192, K] e4m3 probe rows (zero-padded), ``b`` [16, K]
 the fixed pattern ``2**8`` at even k, ``2**-9`` at odd k (a product at an even k lies in [2**-1, 448 * 2**8], at an
 odd k in [2**-18, 448 * 2**-9]). The rows are built from the candidate models, never from the declared one. The epilogue is exact: with unit scales and float32 output the output is the float32 value of
 the accumulator (an ``exact`` accumulator's one RNE cast included), whatever order the scales are applied in.
@@ -36,8 +36,9 @@ from reference.fp8 import E4M3, E4M3_MAX, FP32_BITS, AccumulatorModel, parse_acc
 
 C11 = "C11"
 K_PROBE = 4096
-#: Every K C11 measures at: a kernel may take another path (split-K, another tile or promotion setting) at large K.
-K_PROBES = (K_PROBE, 16384)
+#: Every K C11 measures at: a kernel may take another path (split-K, another tile or promotion setting) at large K;
+#: 6144 is Qwen3-1.7B's down_proj K.
+K_PROBES = (K_PROBE, 6144, 16384)
 N_PROBE = 16
 #: b at even / odd k.
 B_EVEN, B_ODD = 2.0**8, 2.0**-9

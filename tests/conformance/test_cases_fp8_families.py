@@ -34,8 +34,8 @@ def exact_units(a, b) -> torch.Tensor:
 
 
 def test_names_operands_and_bound(cases):
-    # 12 small_int + 6 narrow_span regimes + overflow_inf, each over the 6-entry grid; + 5 scale_order_ties cases
-    assert len(cases) == len({c.name for c in cases}) == 6 * 19 + 5
+    # 16 small_int + 6 narrow_span regimes + overflow_inf, each over the 6-entry grid; + 6 scale_order_ties cases
+    assert len(cases) == len({c.name for c in cases}) == 6 * 23 + 6
     for c in cases:
         pattern = r"fp8/(small_int|narrow_span|overflow_inf|scale_order_ties)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
         assert re.fullmatch(pattern, c.name), c.name

@@ -157,3 +157,67 @@ def fp8_scale_order_above_m64(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, 
 def fp8_scale_order_fp32_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: the float32-output path scales by s_a first (a_then_w) while declaring w_then_a."""
     return _order(a, b, scale_a, scale_b, out_dtype, bias, out_dtype == torch.float32)
+
+
+# --- bugs at one shape, layout or scale value (a second new-user trial: each escaped the plan above) -----------------
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_n_tail_tile_scale_shift")
+def fp8_n_tail_tile_scale_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with N over several 128-wide tiles and a partial last one, that tile reads ``scale_b`` one column early."""
+    n = b.shape[0]
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    if n > 128 and n % 128:
+        start = n - n % 128
+        sb = sb.clone()
+        sb[start:] = _scales(a, b, scale_a, scale_b)[1][start - 1 : n - 1]
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_bias_after_round_wide_n")
+def fp8_bias_after_round_wide_n(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the wide-N tile configuration (N >= 64) adds the bias after rounding."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    point = "after_round" if b.shape[0] >= 64 else "fp32_before_round"
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias, point).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_decode_ignores_0d_scale_a")
+def fp8_decode_ignores_0d_scale_a(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the decode path (M = 1) treats a 0-d ``scale_a`` as 1."""
+    if a.shape[0] == 1 and scale_a.dim() == 0:
+        scale_a = torch.ones((), dtype=torch.float32)
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_abs_scale_b")
+def fp8_abs_scale_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: weight scales are taken as magnitudes (a negative channel scale loses its sign)."""
+    return _epilogue(a, b, scale_a, scale_b.abs(), out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_zero_scale_means_one")
+def fp8_zero_scale_means_one(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a zero scale is read as "unset" and replaced by 1."""
+    one = torch.ones((), dtype=torch.float32)
+    return _epilogue(
+        a, b, torch.where(scale_a == 0, one, scale_a), torch.where(scale_b == 0, one, scale_b), out_dtype, bias
+    )
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_column_major_b_wide_bias_after_round")
+def fp8_column_major_b_wide_bias_after_round(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the swapped-operand path (column-major ``b`` with N > K) adds the bias after rounding."""
+    swapped = b.stride(0) == 1 and b.shape[0] > 1 and b.shape[0] > b.shape[1]
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    point = "after_round" if swapped else "fp32_before_round"
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias, point).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_scale_order_above_n256")
+def fp8_scale_order_above_n256(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares and keeps HOPPER_LIKE, but the N > 256 tile path scales by s_a first (a_then_w)."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    order = "a_then_w" if b.shape[0] > 256 else "w_then_a"
+    bias = None if bias is None else bias.cpu()
+    return emulate(_acc(a, b, HOPPER_LIKE), sa, sb, order, "fp32_before_round", bias, out_dtype).to(a.device)

@@ -168,8 +168,9 @@ def test_a_kernel_that_stops_promoting_at_large_k_fails_at_that_k():
         return (never if a.shape[1] > K_PROBE else good)(a, b, scale_a, scale_b, out_dtype, bias)
 
     r = check_fp8_accumulator(switch, "fp32 bits=14 truncate promote=128")
-    assert r.verdict == "fail" and r.evidence["probe_k"] == K_PROBES[1]
-    assert r.evidence["by_k"] == {K_PROBE: "fp32 bits=14 truncate promote=128", K_PROBES[1]: "fp32 bits=14 truncate"}
+    assert r.verdict == "fail" and r.evidence["probe_k"] == K_PROBES[1] == 6144  # the first K above 4096
+    never = {k: "fp32 bits=14 truncate" for k in K_PROBES if k > K_PROBE}
+    assert r.evidence["by_k"] == {K_PROBE: "fp32 bits=14 truncate promote=128", **never}
     assert r.evidence["shortfall"] == ["promotes never, declared every 128"] and f"at K={K_PROBES[1]}" in r.summary
     assert check_fp8_accumulator(good, "fp32 bits=14 truncate promote=128").evidence["by_k"] == {
         k: "fp32 bits=14 truncate promote=128" for k in K_PROBES
