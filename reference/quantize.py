@@ -86,8 +86,8 @@ def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 def quantize_activation_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q int8 [M, K], scale float32 [M])`` of finite [M, K] bf16/fp16/fp32 activations, as vLLM (module docstring).
-    An all-zero row gives scale 0.0, which ``validate_operands`` rejects: substitute any non-zero scale (the accumulator
-    row is zero anyway). OperandError: non-tensor, unsupported dtype, not 2-D / empty, non-finite."""
+    An all-zero row gives scale 0.0 (a legal scale: that accumulator row is zero). OperandError: non-tensor,
+    unsupported dtype, not 2-D / empty, non-finite."""
     check_float_matrix(x, "x", "M,K")
     xf = x.detach().to(torch.float32)
     absmax = xf.abs().amax(dim=1)

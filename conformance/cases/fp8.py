@@ -29,7 +29,8 @@ Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dt
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
 multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
-scales, N over several 128-wide tiles with a partial last one, column-major ``b`` with N > K; most cases have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+scales, N over several 128-wide tiles with a partial last one, column-major ``b`` with N > K; most cases have K and
+N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
 from __future__ import annotations
@@ -268,8 +269,8 @@ def scale_order_ties_case(
     out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 32, variant: str = "ties", vmax: int = 2**SAFE_BITS - 1
 ) -> GemmOperands:
     """One ``scale_order_ties`` case: accumulators where the legal scale orders round apart
-    (``tie_search.pick_ties``, |acc| < 2**14), realized by :func:`_blocks` (integer e4m3 terms of one sign, ``b`` = 1),
-    so ``sum_k |a b| = |acc| < 2**14``: accumulator-safe by the module's lemma; real-valued scales in [1e-3, 2.1e-2)."""
+    (``tie_search.pick_ties`` / ``pick_fp32_ties``, |acc| <= ``vmax`` < 2**14), realized by :func:`_blocks` (integer
+    e4m3 terms of one sign, ``b`` = 1), so ``sum_k |a b| = |acc| < 2**14``: accumulator-safe by the module's lemma; real-valued scales in [1e-3, 2.1e-2)."""
     g = generator(f"{PREFIX}/scale_order_ties", f"{variant}-{DTYPE_TAG[out_dtype]}", seed)
     sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
     sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()

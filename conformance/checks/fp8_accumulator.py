@@ -269,15 +269,13 @@ def check_fp8_accumulator(
     by_k = {k: m.model.label() for k, m in runs}
     short = [(k, m, shortfall(m.model, declared, m.bits_observed)) for k, m in runs]
     k0, m0, why = next(((k, m, w) for k, m, w in short if w), short[0])
-    labels = set(by_k.values())
-    measured = m0.model.label() if len(labels) == 1 else "; ".join(f"{v!r} at K={k}" for k, v in by_k.items())
     ev = dict(m0.evidence, declared=declared.label(), shortfall=why, by_k=by_k, probe_k=k0)
-    if len(labels) > 1:
-        ev["measured"] = measured
-    head = f"measured {m0.model.label()!r}" if len(labels) == 1 else f"measured {measured}"
-    head += f", declared {declared.label()!r}"
+    one = len(set(by_k.values())) == 1
+    if not one:  # every K's model, in the report's line and its evidence
+        ev["measured"] = "; ".join(f"{v!r} at K={k}" for k, v in by_k.items())
+    shown = repr(m0.model.label()) if one else ev["measured"]
+    head = f"measured {shown}, declared {declared.label()!r}"
     if why:
-        where = f" at K={k0}" if len(labels) > 1 else ""
-        line = f"{head}: {'; '.join(why)}{where}"
+        line = f"{head}: {'; '.join(why)}" + ("" if one else f" at K={k0}")
         return CheckResult(C11, "fp8_accumulator", "fail", line, dict(ev, failure_kind="kernel"))
     return CheckResult(C11, "fp8_accumulator", "pass", f"{head}: at least as precise as declared", ev)

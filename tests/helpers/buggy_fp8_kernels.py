@@ -169,8 +169,7 @@ def fp8_n_tail_tile_scale_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16
     sa, sb = _scales(a, b, scale_a, scale_b)
     if n > 128 and n % 128:
         start = n - n % 128
-        sb = sb.clone()
-        sb[start:] = _scales(a, b, scale_a, scale_b)[1][start - 1 : n - 1]
+        sb = torch.cat([sb[:start], sb[start - 1 : n - 1]])
     return _cutlass(_acc(a, b), sa, sb, out_dtype, bias).to(a.device)
 
 
