@@ -20,6 +20,12 @@ OUT="${OUT:-/tmp/int8conf-gpu}"; mkdir -p "$OUT/logs"
 for w in .devwork/whl .whl; do [ -d $w ] && python3 -m pip install -q --no-index --no-deps --no-compile \
   --target /tmp/site $w/*.whl >/dev/null 2>&1; done
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# `pip install` writes bytecode; this image's site-packages has none (each process compiled ~8 s of
+# source, profile in reports/h200-native/2026-12-03-main-job): compile it once, as an install does (PYC=0 skips)
+if [ "${PYC:-1}" = 1 ]; then
+  unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/pycache}"
+  echo "=== bytecode: $( { time python3 -m compileall -q -j 0 "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" /tmp/site "$PWD" >/dev/null 2>&1; } 2>&1 | grep real)"
+fi
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s) $(date +%T)"; \
   ( time timeout -s INT -k 40 "$limit" "$@" ) > "$OUT/logs/$name.log" 2>&1; \
   echo "rc=$?" >> "$OUT/logs/$name.log"; grep -E " (FAILED|ERROR) " "$OUT/logs/$name.log" | head -20; \

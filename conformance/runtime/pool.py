@@ -10,6 +10,7 @@ kernel), ``("stop",)``; the child answers ``("ok", value)`` or
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import os
@@ -36,6 +37,10 @@ _STICKY_CUDA = (
     "unspecified launch failure",
 )
 _PRELOAD = ["torch", "conformance.suite.evaluate", "conformance.kernels.registry"]
+
+#: held by a thread that imports beside the forking threads (``suite.workers.import_in_background``); a fork waits
+#: for it, since a child forked in the middle of an import inherits that module half-initialized and locked
+FORK_GATE = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -227,7 +232,16 @@ class IsolatedKernel:
     def running(self) -> bool:
         return self._proc is not None
 
+    def start(self) -> None:
+        """Start the child now if none runs (else the first request starts it)."""
+        if self._proc is None:
+            self._start()
+
     def _start(self) -> None:
+        with FORK_GATE if self.method == "fork" else contextlib.nullcontext():
+            self._start_child()
+
+    def _start_child(self) -> None:
         ctx = _context(self.method)
         parent, child = ctx.Pipe()
         self.children_started += 1

@@ -47,8 +47,9 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     suite_cases,
     suite_steps,
 )
-from conformance.suite.workers import evaluate_in_workers, model_check_in_worker, parallel_ok
+from conformance.suite.workers import evaluate_in_workers, import_in_background, model_check_in_worker, parallel_ok
 from reference.errors import first_line
+from reference.model.forward import model_class
 
 REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
 #: Version of the suite's case construction and check semantics: two reports compare
@@ -439,8 +440,9 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         why = parallel_ok(state) if jobs > 1 else None
         if why:
             say(f"{spec.name}: the cases run in this process: {why}")
-        elif jobs > 1:
-            evaluate_in_workers(state, jobs, say)
+        elif jobs > 1:  # C7's model library imported meanwhile
+            preload = (lambda: import_in_background(model_class)) if "C7" in checks else None
+            evaluate_in_workers(state, jobs, say, after_fork=preload)
         in_workers = set(state.results)
         beside: dict = {}  # model-level checks running in a worker beside the in-process step
         for s in steps:

@@ -3,7 +3,8 @@ worker processes call the kernel once per distinct operand layout on zero-filled
 (shape, strides, dtype, storage offset; dense copies where the kernel declares ``contiguous_only``), both
 ``scaled_mm`` and ``int_mm``. The JIT's disk cache (Triton's) then holds every variant the cases need, so the
 cases never wait on a compiler. Outputs are discarded: nothing here decides a verdict. Layouts are grouped by
-what a JIT specializes on (:func:`_jit_key`), groups spread over the workers. A warm-up that called
+what a JIT specializes on (:func:`_jit_key`, about one compile each); idle workers take the next group, largest
+first, so no worker is left with a long queue of compiles while the others wait. A warm-up that called
 every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
 layouts, device, torch / Triton versions and ``TRITON_CACHE_DIR``), and the same warm-up is then skipped."""
 
@@ -68,11 +69,16 @@ def _zeros(layout: Optional[tuple], device: str) -> Optional[torch.Tensor]:
     return flat.as_strided(shape, stride, offset)
 
 
-def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str, float]:
-    """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "", seconds)``."""
+_SPECS: dict = {}
+
+
+def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str, float, int]:
+    """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "", seconds, process id)``."""
     t0 = time.perf_counter()
-    silence_import_noise()
-    spec = get_kernel(kernel_name)
+    if kernel_name not in _SPECS:  # resolved once per worker process
+        silence_import_noise()
+        _SPECS[kernel_name] = get_kernel(kernel_name)
+    spec = _SPECS[kernel_name]
     done, err = 0, ""
     for lay in layouts:
         a, b, sa, sb, bias = (_zeros(x, device) for x in lay[:5])
@@ -86,7 +92,7 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str,
             err = err or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-    return done, err, time.perf_counter() - t0
+    return done, err, time.perf_counter() - t0, os.getpid()
 
 
 def reload_name(spec) -> str:
@@ -104,16 +110,13 @@ def _jit_key(lay: tuple) -> tuple:
     return ((m > 16) + (m > 256), lay[5], lay[4] is None) + tuple((v == 1, v % 16 == 0) for v in ints)
 
 
-def plan_groups(layouts: Sequence[tuple], workers: int) -> list[list]:
+def plan_groups(layouts: Sequence[tuple]) -> list[list]:
     """Distinct layouts grouped by :func:`_jit_key` (a variant is compiled by one worker, not by several at once),
-    the groups dealt largest first onto ``workers`` lists (fewest layouts first)."""
+    largest group first: the order idle workers take them in."""
     groups: dict = {}
     for lay in dict.fromkeys(layouts):
         groups.setdefault(_jit_key(lay), []).append(lay)
-    out: list[list] = [[] for _ in range(max(1, workers))]
-    for g in sorted(groups.values(), key=len, reverse=True):
-        min(out, key=len).extend(g)
-    return [w for w in out if w]
+    return sorted(groups.values(), key=len, reverse=True)
 
 
 def marker_path(spec, layouts: list, device: str) -> os.PathLike:
@@ -134,16 +137,21 @@ def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, s
     if os.path.exists(marker):
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")
         return {"layouts": len(layouts), "workers": 0, "seconds": 0.0, "calls": 0, "error": "", "skipped": True}
-    n = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1, len(layouts)))
-    groups = plan_groups(layouts, n)
-    say(f"{spec.name}: compiling {len(layouts)} operand layouts in {len(groups)} processes before the cases run")
+    groups = plan_groups(layouts)
+    n = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1, len(groups)))
+    n = min(n, len(groups))
+    say(
+        f"{spec.name}: compiling {len(layouts)} operand layouts ({len(groups)} groups) in {n} processes before the cases run"
+    )
     t0 = time.perf_counter()
-    calls, err, per_process = 0, "", []
+    calls, err, busy = 0, "", {}
     try:
-        with cf.ProcessPoolExecutor(max_workers=len(groups), mp_context=mp.get_context("spawn")) as ex:
-            for done, e, took in ex.map(_warm_group, [reload_name(spec)] * len(groups), groups, [device] * len(groups)):
+        with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
+            name = reload_name(spec)
+            for fut in cf.as_completed([ex.submit(_warm_group, name, g, device) for g in groups]):
+                done, e, took, pid = fut.result()
                 calls, err = calls + done, err or e
-                per_process.append(round(took, 2))
+                busy[pid] = busy.get(pid, 0.0) + took
     except Exception as e:  # noqa: BLE001 -- e.g. a kernel a fresh process cannot resolve
         err = f"{type(e).__name__}: {str(e).strip()[:160]}"
     secs = time.perf_counter() - t0
@@ -153,13 +161,15 @@ def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, s
             atomic_write_text(marker, f"{spec.name}: {len(layouts)} layouts\n")
         except OSError:  # a read-only cache only costs the next run its warm-up
             pass
-    spread = f"; per process {min(per_process):.1f}-{max(per_process):.1f} s" if per_process else ""
+    per_process = sorted(round(v, 2) for v in busy.values())
+    spread = f"; busy per process {per_process[0]:.1f}-{per_process[-1]:.1f} s" if per_process else ""
     say(
         f"{spec.name}: compiled in {secs:.1f} s ({calls} of {len(layouts)} layouts warm{spread}{'; ' + err if err else ''})"
     )
     return {
         "layouts": len(layouts),
-        "workers": len(groups),
+        "workers": len(per_process),
+        "groups": len(groups),
         "seconds": round(secs, 2),
         "calls": calls,
         "error": err,

@@ -12,7 +12,7 @@ import tempfile
 import threading
 from typing import Callable, Optional
 
-from conformance.runtime.pool import OK, IsolatedKernel, start_method
+from conformance.runtime.pool import FORK_GATE, OK, IsolatedKernel, start_method
 
 #: seconds one case may take in a worker before it is handed back to the in-process plan
 CASE_TIMEOUT_S = 600.0
@@ -33,9 +33,12 @@ def parallel_ok(state) -> Optional[str]:
     return None
 
 
-def evaluate_in_workers(state, jobs: int, say: Callable[[str], None] = lambda s: None) -> int:
+def evaluate_in_workers(
+    state, jobs: int, say: Callable[[str], None] = lambda s: None, after_fork: Optional[Callable[[], object]] = None
+) -> int:
     """Fill ``state.results`` for the fixed cases not yet evaluated, ``jobs`` workers at a time; returns how many
-    cases the workers answered (the rest stay for the in-process plan)."""
+    cases the workers answered (the rest stay for the in-process plan). ``after_fork``: called once every worker
+    has started, while they work (this process is idle then)."""
     todo = [i for i in range(len(state.cases)) if i not in state.results]
     jobs = min(jobs, len(todo))
     if jobs < 2:
@@ -46,9 +49,14 @@ def evaluate_in_workers(state, jobs: int, say: Callable[[str], None] = lambda s:
         work.put(i)
     answered = [0] * jobs
     lock = threading.Lock()
+    started = threading.Semaphore(0)
 
     def serve(w: int, logs: str) -> None:
         with IsolatedKernel(state.spec, state.cases, CASE_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+            try:
+                iso.start()
+            finally:
+                started.release()
             while True:
                 try:
                     i = work.get_nowait()
@@ -66,9 +74,30 @@ def evaluate_in_workers(state, jobs: int, say: Callable[[str], None] = lambda s:
         threads = [threading.Thread(target=serve, args=(w, logs), daemon=True) for w in range(jobs)]
         for t in threads:
             t.start()
+        for _ in threads:
+            started.acquire()
+        if after_fork is not None:
+            after_fork()
         for t in threads:
             t.join()
     return sum(answered)
+
+
+def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
+    """Run ``import_fn`` (an import of a heavy library a later step needs) on a daemon thread now, holding
+    ``pool.FORK_GATE`` so that no worker is forked from this process meanwhile; the later step's own import then
+    finds the module loaded (or waits on Python's import lock for it). An error is left for that step to raise."""
+
+    def run() -> None:
+        with FORK_GATE:
+            try:
+                import_fn()
+            except Exception:  # noqa: BLE001 -- the step that needs the module reports it
+                pass
+
+    t = threading.Thread(target=run, daemon=True, name="int8conf-import")
+    t.start()
+    return t
 
 
 #: seconds a model-level check may take in a worker before the in-process plan runs it instead

@@ -35,11 +35,17 @@ from reference.quantize import quantize_activation_per_token, quantize_weight_pe
 ScaledMM = Callable[..., torch.Tensor]
 
 
+def model_class() -> type:
+    """transformers' ``Qwen3ForCausalLM`` (imported here: its import tree costs seconds, paid on first use)."""
+    from transformers import Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM
+
+
 def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     """A Hugging Face ``Qwen3ForCausalLM`` in ``dtype``, eval mode, on CPU; CheckpointError (never transformers' random
     initialization) for no config.json, not Qwen3, a missing or misshapen tensor, or weights that fail to load."""
-    from transformers import Qwen3ForCausalLM
-
+    Qwen3ForCausalLM = model_class()
     d = Path(model_dir)
     cfg_path = d / "config.json"
     if not cfg_path.is_file():

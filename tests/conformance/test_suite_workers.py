@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
+import threading
 
 import torch
 from buggy_kernels import dies_in_workers, make_kernel
 
 from conformance.cases import make_case
 from conformance.kernels.loader import spec_from_object
+from conformance.runtime.pool import FORK_GATE, OK, IsolatedKernel
 from conformance.suite.plan import SuiteState, given_cases, run_model_check
 from conformance.suite.run import run_suite
-from conformance.suite.workers import evaluate_in_workers, model_check_in_worker, parallel_ok
+from conformance.suite.workers import evaluate_in_workers, import_in_background, model_check_in_worker, parallel_ok
 from reference.accumulate import exact_int_mm
 
 KINDS = ("ordinary", "extreme", "pow2", "fp16_out", "m1", "tails")
@@ -83,3 +86,37 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
 
     dies = dataclasses.replace(spec, name="e1-dies", int_mm=int_mm_dies_in_workers)
     assert model_check_in_worker(_state(dies, []), "E1")() is None
+
+
+def test_after_fork_runs_once_every_worker_has_started():
+    spec = make_kernel("plain", order=None)
+    st = _state(spec, _cases()[:4])
+    seen = []
+
+    def after_fork():  # every worker's child exists by now, and no case can be lost to it
+        seen.append(len(multiprocessing.active_children()))
+
+    assert evaluate_in_workers(st, 2, after_fork=after_fork) == 4
+    assert len(seen) == 1 and seen[0] >= 2
+
+
+def test_no_worker_is_forked_while_a_background_import_holds_the_gate(tmp_path):
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_import():
+        entered.set()
+        release.wait(60)
+
+    t = import_in_background(slow_import)
+    assert entered.wait(30) and FORK_GATE.locked()
+    iso = IsolatedKernel(make_kernel("plain", order=None), [], 60, tmp_path, device="cpu", method="fork")
+    starter = threading.Thread(target=iso.start)
+    starter.start()
+    starter.join(0.5)
+    assert starter.is_alive() and not iso.running  # waiting on the gate, not forked
+    release.set()
+    t.join(30)
+    starter.join(30)
+    assert iso.running and not FORK_GATE.locked()
+    assert iso.request(("ping",)).kind == OK
+    iso.close()
