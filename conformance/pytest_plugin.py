@@ -402,7 +402,16 @@ def pytest_collection_modifyitems(session, config, items) -> None:
             report=pytest.CollectReport(nodeid=name, outcome="passed", longrepr=None, result=got)
         )
         new.extend(got)
-    items[:0] = new
+    items[:0] = long_items_first(new) if hasattr(config, "workerinput") else new
+
+
+def long_items_first(items: list) -> list:
+    """An xdist worker's item order: the kernel-level checks and the property test (the long items: C7, E1, C9)
+    first, so that they run beside the cases rather than after them; otherwise the plan's order (a stable sort:
+    every worker collects the same list, as xdist requires)."""
+    from conformance.suite.plan import CHECK, PROPERTY
+
+    return sorted(items, key=lambda it: it.step.kind not in (CHECK, PROPERTY))
 
 
 def _cuda_count() -> int:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,6 +15,13 @@ from buggy_kernels import make_kernel
 
 from conformance.cli import main
 from conformance.kernels import registry
+from conformance.pytest_plugin import long_items_first
+from conformance.suite.plan import (
+    CASE,
+    CHECK,
+    PAIR,
+    PROPERTY,
+)  # at collection: triton imported after an in-process pytester run aborts
 
 pytest_plugins = ["pytester"]
 
@@ -259,6 +267,12 @@ def test_collect_only_counts_the_suite_items(pytester):
     ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
     assert r.ret == pytest.ExitCode.OK and len(ids) > 300
     assert f"{len(ids)} tests collected" in r.outlines[-1]
+
+
+def test_an_xdist_worker_runs_the_long_items_first():
+    kinds = [CASE, PAIR, CASE, PROPERTY, CHECK, CHECK]
+    items = [types.SimpleNamespace(step=types.SimpleNamespace(kind=k, n=i)) for i, k in enumerate(kinds)]
+    assert [it.step.n for it in long_items_first(items)] == [3, 4, 5, 0, 1, 2]
 
 
 # ---------------------------------------------------------- xdist worker threads
