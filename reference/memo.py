@@ -109,6 +109,15 @@ def moved(t, device):
     return cached(("moved", str(dev)), (t,), lambda: t.to(dev))
 
 
+def moved_if_kept(t, device):
+    """The copy :func:`moved` keeps of ``t`` on ``device`` in the open scope, else ``t.to(device)`` (not kept: a
+    caller moving many large tensors one at a time holds one copy at a time). Callers must not write into it."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    kept = peek(("moved", str(torch.device(device))), (t,))
+    return t.to(device) if kept is None else kept
+
+
 def note_copy(src, dst) -> None:
     """Record that ``dst`` is a fresh copy of ``src`` (same dtype, shape, bits): a
     known digest carries over and :func:`copy_source` finds ``src``."""

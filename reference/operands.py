@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -92,15 +94,32 @@ def _digest_or_source(t: torch.Tensor) -> str:
     return _digest(t) if src is None else tensor_digest(src)
 
 
+def tensor_digests(tensors: list, threads: int = 0) -> list[str]:
+    """:func:`tensor_digest` of each of ``tensors`` (the same strings, None -> ``"none"``); those not already known in
+    the open memo scope are hashed in up to ``threads`` threads (0: one per CPU core, at most 16; hashlib releases the
+    GIL on large buffers) and remembered there."""
+    todo = {id(t): t for t in tensors if t is not None}
+    todo = [t for t in todo.values() if memo.peek("digest", (t,)) is None and memo.copy_source(t) is None]
+    n = min(len(todo), threads or min(16, os.cpu_count() or 1))
+    if n <= 1:
+        return [tensor_digest(t) for t in tensors]
+    with ThreadPoolExecutor(n) as pool:
+        computed = dict(zip((id(t) for t in todo), pool.map(_digest, todo)))
+    for t in todo:
+        memo.remember("digest", (t,), computed[id(t)])
+    return [computed[id(t)] if t is not None and id(t) in computed else tensor_digest(t) for t in tensors]
+
+
 def _digest(t: torch.Tensor) -> str:
     h = hashlib.sha256()
     shape = ",".join(str(int(s)) for s in t.shape)
     h.update(f"{t.dtype};{shape};".encode("ascii"))
     flat = t.detach().to("cpu").reshape(-1)
-    # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view)
-    flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+    if flat.numel() and flat.stride() != (1,):
+        # a dense copy with stride 1 (``contiguous()`` keeps the stride of a size-1 view)
+        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
     if flat.numel():
-        h.update(flat.view(torch.uint8).numpy().tobytes())
+        h.update(flat.view(torch.uint8).numpy())  # the element bytes, read in place
     return h.hexdigest()
 
 

@@ -81,8 +81,15 @@ def _check_values(t: torch.Tensor, name: str) -> None:
             raise OperandError(f"{name} has {cnt} {what} value(s) (first at index {first})")
 
 
+_SUMMABLE = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
 def nonfinite_summary(t: torch.Tensor) -> Optional[str]:
-    """``"3 non-finite value(s) (first at (i, j))"`` (row-major order), or None when all finite (one read-back)."""
+    """``"3 non-finite value(s) (first at (i, j))"`` (row-major order), or None when all finite (one read-back).
+    A finite sum proves every element finite (a NaN or an infinity makes any sum of it non-finite); only a non-finite
+    sum (or an overflow) pays the element-wise test."""
+    if t.dtype in _SUMMABLE and bool(torch.isfinite(t.sum())):
+        return None
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None

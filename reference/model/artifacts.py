@@ -12,13 +12,15 @@ import functools
 import hashlib
 from pathlib import Path
 
+from reference import memo
 from reference.errors import CheckpointError
 from reference.fileio import CACHE_ENV, cache_location
 from reference.model import compressed_tensors
 from reference.model.assets import default_model_dir
 from reference.model.checkpoint import load_qwen3_state, state_digest
 from reference.model.compressed_tensors import build_w8a8_checkpoint
-from reference.model.pow2 import build_pow2_checkpoint
+from reference.model.pow2 import build_pow2_checkpoint, reconstruction_gate
+from reference.operands import tensor_digests
 from reference.validate import check_device
 
 KINDS = ("own", "pow2-nearest", "pow2-ceiling")
@@ -84,12 +86,29 @@ def _read_cached(path: str, size_mtime: tuple):
     return compressed_tensors.read_w8a8_checkpoint(Path(path))  # module attribute: tests count the reads
 
 
+#: ``{dir: (weight files key, W8A8Checkpoint)}`` of the checkpoints built by this process (the most recent few): their
+#: tensors are what was written, so they are not read back (a later process reads and hashes the files).
+_BUILT: dict = {}
+_BUILT_MAX = 4
+#: ``{(parent digest, own digest): reconstruction gate result}`` passed in this process (the gate runs once per pair).
+_GATES: dict = {}
+
+
+def _remember_built(ck) -> None:
+    _BUILT.pop(str(ck.dir), None)
+    _BUILT[str(ck.dir)] = (_weight_files_key(Path(ck.dir)), ck)
+    while len(_BUILT) > _BUILT_MAX:
+        _BUILT.pop(next(iter(_BUILT)))
+
+
 def _valid_entry(d: Path, pdigest: str):
     """The cached checkpoint at ``d`` if it is complete and its digests agree, else None."""
     if not (d / "config.json").is_file():
         return None
+    key = _weight_files_key(d)
+    built = _BUILT.get(str(d))
     try:
-        ck = _read_cached(str(d), _weight_files_key(d))
+        ck = built[1] if built is not None and built[0] == key else _read_cached(str(d), key)
     except CheckpointError:
         return None
     if ck.meta.get("parent_digest") != pdigest or ck.meta.get("state_digest") != ck.digest:
@@ -100,26 +119,39 @@ def _valid_entry(d: Path, pdigest: str):
 def derived_checkpoint(parent_dir, kind: str = "own", cache=None, device="cpu"):
     """The ``W8A8Checkpoint`` ``kind`` (:data:`KINDS`) of a parent, built into the cache if missing or invalid, its
     quantizers run on ``device`` (``cpu``, ``cuda``, ``cuda:N``; not part of the cache key: every device builds the
-    same bytes). CheckpointError: bad parent, kind or device, or the reconstruction gate failed."""
+    same bytes). A checkpoint built here is not read back (``_BUILT``); the reconstruction gate runs once per parent
+    and own checkpoint, and not at all for an own checkpoint built here from that parent (its rebuild is the build).
+    CheckpointError: bad parent, kind or device, or the reconstruction gate failed."""
     if kind not in KINDS:
         raise CheckpointError(f"derived checkpoint kind={kind!r} is not one of {KINDS}")
     check_device(device, "device", CheckpointError)
-    config, state, pdigest = load_parent(parent_dir)
+    parent = load_parent(parent_dir)
+    pdigest = parent[2]
     target = cache_dir(cache) / "checkpoints" / f"{pdigest[:16]}-{build_code_digest()[:8]}" / kind
     ck = _valid_entry(target, pdigest)
     if ck is not None:
         return ck
-    if kind == "own":
-        ck = build_w8a8_checkpoint(parent_dir, target, parent=(config, state), device=device)
-    else:
-        own = derived_checkpoint(parent_dir, "own", cache, device)
-        rule = kind.split("-", 1)[1]
-        ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=rule, parent=(config, state), device=device)
+    with memo.scope():
+        if kind == "own":
+            ck = build_w8a8_checkpoint(parent_dir, target, parent=parent, device=device)
+            # the gate's rebuild of this very checkpoint is this build: the same quantizer on the same tensors
+            digests = dict(zip(ck.tensors(), tensor_digests(list(ck.tensors().values()))))
+            gate = {"passed": True, "tensors": len(digests), "state_digest": ck.digest, "parent_digest": pdigest}
+            _GATES[(pdigest, ck.digest)] = gate | {"tensor_digests": digests}
+        else:
+            own = derived_checkpoint(parent_dir, "own", cache, device)
+            gate = _GATES.get((pdigest, own.digest))
+            if gate is None:
+                gate = reconstruction_gate(parent_dir, own.dir, parent=parent, device=device)
+                _GATES[(pdigest, own.digest)] = gate
+            rule = kind.split("-", 1)[1]
+            ck = build_pow2_checkpoint(parent_dir, own.dir, target, rule=rule, parent=parent, device=device, gate=gate)
     if ck.meta.get("state_digest") != ck.digest:
         raise CheckpointError(
             f"{target}: written checkpoint digest {ck.digest[:12]} does not match "
             f"the built tensors' {str(ck.meta.get('state_digest'))[:12]}"
         )
+    _remember_built(ck)
     return ck
 
 

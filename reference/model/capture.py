@@ -9,8 +9,9 @@ is the same set, its derived checkpoints the same bytes): float64 results of two
 bits, and a captured bf16 value changes only if its float64 value lies within ~1e-16 relative of a bf16 rounding
 boundary.
 
-Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten atomically after each layer (an
-interrupted capture resumes)::
+Files: one ``<layer>.safetensors`` per layer plus ``manifest.json``, rewritten atomically at most every
+:data:`MANIFEST_SAVE_S` seconds while layers are written and at the end (an interrupted capture resumes from the layers
+it lists)::
 
     model:       {digest, dir, num_hidden_layers, hidden_size, intermediate_size, ...}
     settings:    {engine, windows, window_len, positions, tokens_per_layer,
@@ -26,12 +27,14 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import torch
 
+from reference import memo
 from reference.accumulate import FP32_EXACT_INT
 from reference.errors import CaptureError, CheckpointError, first_line
 from reference.fileio import read_json_object
@@ -70,6 +73,8 @@ FORMAT = "int8conf-capture/1"
 MANIFEST = "manifest.json"
 DEFAULT_SETTINGS = {"windows": 4, "window_len": 128, "tokens_per_window": 16}
 DEFAULT_MODEL_TAG = "<default>"
+#: Seconds between manifest rewrites during a capture (each rewrites every layer's entry so far).
+MANIFEST_SAVE_S = 1.0
 _MODEL_KEYS = (
     "num_hidden_layers hidden_size intermediate_size num_attention_heads num_key_value_heads head_dim vocab_size"
 )
@@ -433,11 +438,13 @@ def token_positions(window_len: int, per_window: int) -> list[int]:
     return sorted({int(i) for i in idx})
 
 
-def _acc_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int]:
-    """(max |acc|, count |acc| >= 2^24) of ``a @ b.T``; exact in float64 since every partial sum is an integer of
-    magnitude <= K * 2^14 < 2^53."""
-    acc = a.to(torch.float64) @ b.to(torch.float64).T
-    return int(acc.abs().max()), int((acc.abs() >= FP32_EXACT_INT).sum())
+def _acc_stats(a: torch.Tensor, b: torch.Tensor, device="cpu") -> tuple[int, int]:
+    """(max |acc|, count |acc| >= 2^24) of ``a @ b.T``, computed on ``device``; exact in float64 on any device and in
+    any summation order since every partial sum is an integer of magnitude <= K * 2^14 < 2^53."""
+    acc = a.to(device).to(torch.float64) @ b.to(device).to(torch.float64).T  # moved as int8, widened there
+    absacc = acc.abs()
+    stats = torch.stack([absacc.max(), (absacc >= FP32_EXACT_INT).sum().to(torch.float64)]).tolist()
+    return int(stats[0]), int(stats[1])
 
 
 def _settings(input_ids, source, engine, dtype, positions, store_raw) -> dict:
@@ -488,6 +495,7 @@ def cached_capture(
     return cs
 
 
+@memo.scope()  # one scope per call: each tensor hashed once, the parent copied to ``device`` once
 def capture_model(
     model_dir,
     out_dir,
@@ -550,6 +558,9 @@ def capture_model(
     out = Path(out_dir)
     _check_existing(out, mdigest, settings)  # before any build: refuse early, touch nothing
     cks = {}
+    if engine == "f64" and dev.type != "cpu":  # on the device once, for the quantizers and the forward (memo.moved)
+        for v in state.values():
+            memo.moved(v, dev)
     try:
         cks["own"] = derived_checkpoint(mdir, "own", cache, device)
         if w8a8_dir is not None:
@@ -593,13 +604,14 @@ def capture_model(
 
         with torch.no_grad():
             if engine == "f64":
-                # the parent's tensors, shared (load_parent), are copied to the device, never changed
-                on_dev = state if dev.type == "cpu" else {k: v.to(dev) for k, v in state.items()}
+                # the parent's tensors, shared (load_parent), are on the device once (memo.moved), never changed
+                on_dev = {k: memo.moved(v, dev) for k, v in state.items()}
                 for w in range(input_ids.shape[0]):
                     forward_f64(config, on_dev, input_ids[w : w + 1].to(dev), hook, layers=wanted)
                 del on_dev
             else:
                 _forward_hf(mdir, input_ids, hook, todo, dtype)
+        saved = time.monotonic()
         for name in todo:
             x = torch.cat(rows.pop(name), dim=0).contiguous()
             a, sa = quantize_activation_per_token(x)
@@ -616,9 +628,11 @@ def capture_model(
             for kind, ck in cks.items():
                 b = ck.weight(name)
                 entry["weights"][kind] = {"b": tensor_digest(b), "scale_b": tensor_digest(ck.scale_b(name))}
-                entry["acc_absmax"][kind], entry["acc_ge_2p24"][kind] = _acc_stats(a, b)
+                entry["acc_absmax"][kind], entry["acc_ge_2p24"][kind] = _acc_stats(a, b, dev)
             man["layers"][name] = entry
-            _save_manifest(man, out, len(linear_names(config)))
+            if time.monotonic() >= saved + MANIFEST_SAVE_S:
+                _save_manifest(man, out, len(linear_names(config)))
+                saved = time.monotonic()
             if progress is not None:
                 progress(f"{name}: M={entry['M']} K={k_in} N={n_out} max|acc| own={entry['acc_absmax']['own']}")
     _save_manifest(man, out, len(linear_names(config)))

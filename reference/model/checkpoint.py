@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from reference.errors import CheckpointError, first_line
 from reference.fileio import read_json_object
-from reference.operands import tensor_digest
+from reference.operands import tensor_digests
 from reference.validate import nonfinite_summary
 
 CONFIG_FILE = "config.json"
@@ -194,26 +194,37 @@ def load_qwen3_state(model_dir) -> tuple[dict, dict[str, torch.Tensor]]:
         where = d / SINGLE_FILE
     else:
         raise CheckpointError(f"{d}: no {SINGLE_FILE} or {INDEX_FILE} (not a safetensors checkpoint)")
+    check_qwen3_state(config, state, where, origin)
+    return config, state
+
+
+def check_qwen3_state(
+    config: Mapping, state: Mapping[str, torch.Tensor], where: Path, origin: Optional[Mapping[str, Path]] = None
+) -> None:
+    """The tensor checks of :func:`load_qwen3_state` on a state in memory: CheckpointError naming ``where`` (or the
+    tensor's file in ``origin``) for a required tensor missing or misshapen, or a non-finite float tensor."""
+    origin = origin or {}
     for name, shape in required_tensors(config).items():
         if name not in state:
-            raise CheckpointError(f"{where}: missing tensor {name!r} required by {d / CONFIG_FILE}")
+            raise CheckpointError(f"{where}: missing tensor {name!r} required by {where.parent / CONFIG_FILE}")
         if shape is not None and tuple(state[name].shape) != shape:
             raise CheckpointError(
-                f"{origin[name]}: tensor {name!r} has shape {list(state[name].shape)}, config implies {list(shape)}"
+                f"{origin.get(name, where)}: tensor {name!r} has shape {list(state[name].shape)}, "
+                f"config implies {list(shape)}"
             )
     for name, t in state.items():  # a NaN / inf weight would surface later as an anonymous activation error
         bad = nonfinite_summary(t) if t.is_floating_point() else None
         if bad is not None:
             raise CheckpointError(f"{origin.get(name, where)}: tensor {name!r} has {bad}")
-    return config, state
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     """SHA-256 hex over every ``(name, tensor_digest)`` in name order: a checkpoint's content identity, independent of
     file layout and sharding."""
+    names = sorted(state)
     h = hashlib.sha256()
-    for name in sorted(state):
-        h.update(f"{name}={tensor_digest(state[name])};".encode("ascii"))
+    for name, d in zip(names, tensor_digests([state[n] for n in names])):
+        h.update(f"{name}={d};".encode("ascii"))
     return h.hexdigest()
 
 

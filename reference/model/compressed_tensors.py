@@ -9,6 +9,7 @@ takes other tools' variants (``compression_config``, ``naive-quantized``, ``[N]`
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import shutil
 import tempfile
@@ -18,15 +19,18 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
+from reference import memo
 from reference.errors import CheckpointError, OperandError, first_line
 from reference.model.checkpoint import (
     CONFIG_FILE,
     INDEX_FILE,
     SINGLE_FILE,
+    check_qwen3_state,
     copy_side_files,
     linear_names,
     linear_shapes,
     load_qwen3_state,
+    read_config,
     save_safetensors_atomic,
     state_digest,
     write_json_atomic,
@@ -100,7 +104,8 @@ def quantize_state_w8a8(
 ) -> dict[str, torch.Tensor]:
     """Tensors (CPU) of the W8A8 child of a parent state: ``<layer>.weight`` int8 and ``<layer>.weight_scale``
     ``[N, 1]`` from ``quantizer`` (default :func:`reference.quantize.quantize_weight_per_channel`), other tensors
-    unchanged. ``device``: where ``quantizer`` runs, each weight copied there (the reference quantizers are
+    unchanged. ``device``: where ``quantizer`` runs, each weight copied there (or its copy kept in the open memo
+    scope: ``memo.moved_if_kept``; ``quantizer`` must not write into its input; the reference quantizers are
     element-wise IEEE operations and exact exponent arithmetic: every device gives these bytes)."""
     quantizer = quantizer or quantize_weight_per_channel
     out: dict[str, torch.Tensor] = {}
@@ -109,7 +114,7 @@ def quantize_state_w8a8(
         base = name[: -len(".weight")] if name.endswith(".weight") else None
         if base in layers:
             try:
-                q, s = quantizer(t.to(device))
+                q, s = quantizer(memo.moved_if_kept(t, device))
             except OperandError as e:  # e.g. a NaN weight: name the tensor, not "w"
                 raise OperandError(f"tensor {name}: {first_line(e)}") from None
             out[f"{base}.weight"] = q.cpu().contiguous()
@@ -163,27 +168,44 @@ def write_checkpoint_dir(
 
 
 def write_w8a8_dir(parent_dir, out_dir, config: Mapping, tensors: Mapping, meta: dict) -> W8A8Checkpoint:
-    """Write ``tensors`` as a W8A8 child of ``parent_dir`` and read it back."""
-    write_checkpoint_dir(out_dir, config, tensors, parent_dir, w8a8_quantization_config(), meta)
-    return read_w8a8_checkpoint(out_dir)
+    """Write ``tensors`` as a W8A8 child of ``parent_dir`` and return what :func:`read_w8a8_checkpoint` of it gives,
+    built from ``tensors`` themselves (shared, not copied) and the ``config.json`` written, with the same checks."""
+    out = write_checkpoint_dir(out_dir, config, tensors, parent_dir, w8a8_quantization_config(), meta)
+    state = {k: v.contiguous() for k, v in tensors.items()}  # as written (save_safetensors_atomic)
+    cfg = read_config(out)
+    check_qwen3_state(cfg, state, out / SINGLE_FILE)
+    return _w8a8_from_state(out, cfg, state)
 
 
 def build_w8a8_checkpoint(
     parent_dir, out_dir, quantizer: Optional[Quantizer] = None, parent: Optional[tuple] = None, device="cpu"
 ) -> W8A8Checkpoint:
     """The committed checkpoint (DESIGN.md 5): a float parent quantized with own per-channel scales, written to
-    ``out_dir`` and re-read. ``parent``: pre-loaded ``(config, state)``; ``device``: where the quantizer runs
+    ``out_dir`` (:func:`write_w8a8_dir`). ``parent``: pre-loaded ``(config, state)`` or ``(config, state, digest)``
+    (:func:`parent_with_digest`); ``device``: where the quantizer runs
     (:func:`quantize_state_w8a8`: the same bytes). CheckpointError: bad or quantized parent."""
-    config, state = parent if parent is not None else load_qwen3_state(parent_dir)
+    config, state, pdigest = parent_with_digest(parent_dir, parent)
     if "quantization_config" in config or "compression_config" in config:
         raise CheckpointError(
             f"{Path(parent_dir) / CONFIG_FILE}: already quantized "
             f"(has quantization_config); quantize the float parent instead"
         )
-    tensors = quantize_state_w8a8(config, state, quantizer, device)
-    meta = {"scale_rule": "own", "parent_digest": state_digest(state), "state_digest": state_digest(tensors)}
-    meta["quantizer"] = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
-    return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
+    with memo.scope():  # each built tensor hashed once (meta, then the returned checkpoint)
+        tensors = quantize_state_w8a8(config, state, quantizer, device)
+        meta = {"scale_rule": "own", "parent_digest": pdigest(), "state_digest": state_digest(tensors)}
+        meta["quantizer"] = QUANTIZER_NAME if quantizer is None else getattr(quantizer, "__name__", "custom")
+        return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
+
+
+def parent_with_digest(parent_dir, parent: Optional[tuple] = None) -> tuple:
+    """``(config, state, digest())`` of a parent: ``parent`` (``(config, state)`` or ``load_parent``'s
+    ``(config, state, digest)``: not hashed again) or :func:`load_qwen3_state` of ``parent_dir``; ``digest()`` gives
+    :func:`state_digest` of ``state``, computed at most once."""
+    if parent is not None and len(parent) == 3:
+        config, state, known = parent
+        return config, state, lambda: known
+    config, state = parent if parent is not None else load_qwen3_state(parent_dir)
+    return config, state, functools.lru_cache(maxsize=1)(lambda: state_digest(state))
 
 
 def _check_group(qc_path: str, gname: str, group: Mapping) -> Optional[dict]:
@@ -212,6 +234,12 @@ def read_w8a8_checkpoint(model_dir) -> W8A8Checkpoint:
     integral in [-128, 127]); a scale of the wrong size or not finite and positive; a non-zero ``weight_zero_point``."""
     d = Path(model_dir)
     config, state = load_qwen3_state(d)
+    return _w8a8_from_state(d, config, state)
+
+
+def _w8a8_from_state(d: Path, config: dict, state: Mapping[str, torch.Tensor]) -> W8A8Checkpoint:
+    """The :class:`W8A8Checkpoint` of a Qwen3 state (tensors already checked) in directory ``d`` with ``config``:
+    the W8A8 checks of :func:`read_w8a8_checkpoint`."""
     cfg_path = f"{d / CONFIG_FILE}"
     qc = config.get("quantization_config") or config.get("compression_config")
     if not isinstance(qc, Mapping):

@@ -23,10 +23,11 @@ from typing import Callable, Mapping, Optional
 
 import torch
 
+from reference import memo
 from reference.errors import CheckpointError
 from reference.model.checkpoint import load_qwen3_state, read_config, state_digest
-from reference.model.compressed_tensors import quantize_state_w8a8, write_w8a8_dir
-from reference.operands import tensor_digest
+from reference.model.compressed_tensors import parent_with_digest, quantize_state_w8a8, write_w8a8_dir
+from reference.operands import tensor_digest, tensor_digests
 from reference.quantize import quantize_weight_per_channel
 
 POW2_RULES = ("nearest", "ceiling")
@@ -162,7 +163,8 @@ def reconstruction_gate(
     parent_dir, committed_dir, quantizer: Optional[Callable] = None, parent: Optional[tuple] = None, device="cpu"
 ) -> dict:
     """Rebuild the committed checkpoint from its parents with ``quantizer`` (run on ``device``:
-    ``quantize_state_w8a8``) and require a byte-for-byte match (:func:`compare_states`); returns
+    ``quantize_state_w8a8``; ``parent`` as ``build_w8a8_checkpoint``'s) and require a byte-for-byte match
+    (:func:`compare_states`); returns
     ``{"passed": True, "tensors", "state_digest", "parent_digest", "tensor_digests"}``. CheckpointError: unreadable
     inputs."""
     ccfg = read_config(committed_dir)
@@ -170,17 +172,19 @@ def reconstruction_gate(
         raise CheckpointError(
             f"{Path(committed_dir) / 'config.json'}: no quantization_config (not a committed W8A8 checkpoint)"
         )
-    config, state = parent if parent is not None else load_qwen3_state(parent_dir)
+    config, state, pdigest = parent_with_digest(parent_dir, parent)
     _, committed = load_qwen3_state(committed_dir)
-    rebuilt = quantize_state_w8a8(config, state, quantizer, device)
-    digests = compare_states(committed, rebuilt, committed_where=str(committed_dir))
-    return {
-        "passed": True,
-        "tensors": len(digests),
-        "state_digest": state_digest(committed),
-        "parent_digest": state_digest(state),
-        "tensor_digests": digests,
-    }
+    with memo.scope():  # the committed tensors hashed once (comparison, then state digest)
+        rebuilt = quantize_state_w8a8(config, state, quantizer, device)
+        tensor_digests([*committed.values(), *rebuilt.values()])  # in threads, remembered for compare_states
+        digests = compare_states(committed, rebuilt, committed_where=str(committed_dir))
+        return {
+            "passed": True,
+            "tensors": len(digests),
+            "state_digest": state_digest(committed),
+            "parent_digest": pdigest(),
+            "tensor_digests": digests,
+        }
 
 
 def build_pow2_checkpoint(
@@ -191,15 +195,20 @@ def build_pow2_checkpoint(
     gate_quantizer: Optional[Callable] = None,
     parent: Optional[tuple] = None,
     device="cpu",
+    gate: Optional[dict] = None,
 ):
     """The ``W8A8Checkpoint`` with power-of-two scales under ``rule``, requantized from the parent and written to
     ``out_dir`` only after :func:`reconstruction_gate` (with ``gate_quantizer``) passed against ``committed_dir``;
-    both quantize on ``device`` (``quantize_state_w8a8``: the same bytes)."""
+    both quantize on ``device`` (``quantize_state_w8a8``: the same bytes). ``parent``: as
+    ``build_w8a8_checkpoint``'s; ``gate``: the passed gate's result for these very parent and committed checkpoint
+    (``reference.model.artifacts`` keeps one per pair), else the gate runs here."""
     _check_rule(rule)
-    config, state = parent if parent is not None else load_qwen3_state(parent_dir)
-    gate = reconstruction_gate(parent_dir, committed_dir, gate_quantizer, (config, state), device)
-    tensors = quantize_state_w8a8(config, state, lambda t: requantize_pow2(t, rule), device)
-    meta = {"scale_rule": f"pow2-{rule}", "parent_digest": gate["parent_digest"]}
-    meta |= {"committed_digest": gate["state_digest"], "reconstruction_gate": "passed"}
-    meta |= {"state_digest": state_digest(tensors), "quantizer": "reference.model.pow2.requantize_pow2"}
-    return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
+    config, state, pdigest = parent_with_digest(parent_dir, parent)
+    if gate is None:
+        gate = reconstruction_gate(parent_dir, committed_dir, gate_quantizer, (config, state, pdigest()), device)
+    with memo.scope():  # each built tensor hashed once (meta, then the returned checkpoint)
+        tensors = quantize_state_w8a8(config, state, lambda t: requantize_pow2(t, rule), device)
+        meta = {"scale_rule": f"pow2-{rule}", "parent_digest": gate["parent_digest"]}
+        meta |= {"committed_digest": gate["state_digest"], "reconstruction_gate": "passed"}
+        meta |= {"state_digest": state_digest(tensors), "quantizer": "reference.model.pow2.requantize_pow2"}
+        return write_w8a8_dir(parent_dir, out_dir, config, tensors, meta)
