@@ -6,6 +6,7 @@ concatenates them in that order.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional, Sequence
 
 from conformance.cases.accumulator import int32_overflow_family, large_acc_family, partial_sums_family
@@ -60,6 +61,19 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
         "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators",
     ),
 }
+
+
+#: slices the regimes family is built in by :func:`family_builders` (its cases dominate the build)
+REGIME_PARTS = 16
+
+
+def family_builders(seed: int = 0) -> list[Callable[[], list]]:
+    """Zero-argument builders whose results, concatenated in order, are :func:`family_cases` ``(seed=seed)``: one per
+    family, the regimes family in :data:`REGIME_PARTS` slices (picklable: built in worker processes)."""
+    out: list[Callable[[], list]] = [functools.partial(FAMILIES[n][0], seed) for n in FAMILIES if n != "regimes"]
+    regimes = [functools.partial(regimes_family, seed, part=(j, REGIME_PARTS)) for j in range(REGIME_PARTS)]
+    i = list(FAMILIES).index("regimes")
+    return out[:i] + regimes + out[i:]
 
 
 def family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> list[GemmOperands]:

@@ -116,13 +116,17 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
     return with_layout(ops, layout, g)
 
 
-def regimes_family(seed: int = 0, max_macs: int | None = None) -> list[GemmOperands]:
+def regimes_family(seed: int = 0, max_macs: int | None = None, part: tuple[int, int] = (0, 1)) -> list[GemmOperands]:
     """Every regime case in suite order; with ``max_macs``, only those with M*K*N <= max_macs (same names and
-    layouts as in the full family: the rotation index counts the skipped ones)."""
+    layouts as in the full family: the rotation index counts the skipped ones). ``part=(j, n)``: only the j-th of n
+    contiguous slices of the shapes (the n parts, concatenated in order, are the family)."""
     out, per_axis = [], {}
-    for axis, m, k, n in regime_shapes():
+    shapes = regime_shapes()
+    j, n_parts = part
+    lo, hi = j * len(shapes) // n_parts, (j + 1) * len(shapes) // n_parts
+    for pos, (axis, m, k, n) in enumerate(shapes):
         i = per_axis.get(axis, 0)
         per_axis[axis] = i + 1
-        if max_macs is None or m * k * n <= max_macs:
+        if lo <= pos < hi and (max_macs is None or m * k * n <= max_macs):
             out.append(regime_case(axis, m, k, n, i, seed))
     return out

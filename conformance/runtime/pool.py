@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from conformance.runtime.forking import FORK_GATE, start_method
 from conformance.runtime.graceful_stop import exit_with_parent, restore_sigterm
 from conformance.runtime.import_noise import silence_import_noise
 from reference.errors import KernelLoadError, first_line
@@ -37,10 +38,6 @@ _STICKY_CUDA = (
     "unspecified launch failure",
 )
 _PRELOAD = ["torch", "conformance.suite.evaluate", "conformance.kernels.registry"]
-
-#: held by a thread that imports beside the forking threads (``suite.workers.import_in_background``); a fork waits
-#: for it, since a child forked in the middle of an import inherits that module half-initialized and locked
-FORK_GATE = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -175,18 +172,6 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
             faulthandler.cancel_dump_traceback_later()
             conn.send(("error", f"{type(e).__name__}: {first_line(e, None)}"))
-
-
-def start_method() -> str:
-    """``fork`` when available and CUDA is not initialized here, else ``spawn``."""
-    if "fork" not in mp.get_all_start_methods():
-        return "spawn"
-    try:
-        import torch
-
-        return "spawn" if torch.cuda.is_initialized() else "fork"
-    except Exception:  # noqa: BLE001
-        return "fork"
 
 
 def _context(method: str):

@@ -9,6 +9,7 @@ the int8 model and engine), pairwise as for int8."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
+from conformance.runtime.forking import map_forked
+from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case, is_fp8
 from conformance.suite.property import run_property_test
 from conformance.suite.warmup import warm_up
@@ -129,7 +132,9 @@ def default_cases(
         return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set)
 
     def build() -> list:
-        return list(synthetic_cases(seeds)) + (shape_sweep() + families.family_cases() if include_sweep else [])
+        parts = [functools.partial(synthetic_cases, seeds)]
+        parts += [shape_sweep, *families.family_builders()] if include_sweep else []
+        return [c for part in map_forked(parts, available_cores()) for c in part]
 
     cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/sweep={include_sweep}", build)
     if include_captures:

@@ -6,13 +6,14 @@ for the in-process plan, which then reports it as a sequential run would. Speed 
 
 from __future__ import annotations
 
-import os
 import queue
 import tempfile
 import threading
 from typing import Callable, Optional
 
-from conformance.runtime.pool import FORK_GATE, OK, IsolatedKernel, start_method
+from conformance.runtime.forking import FORK_GATE, start_method
+from conformance.runtime.pool import OK, IsolatedKernel
+from conformance.runtime.threads import available_cores
 
 #: seconds one case may take in a worker before it is handed back to the in-process plan
 CASE_TIMEOUT_S = 600.0
@@ -20,8 +21,7 @@ CASE_TIMEOUT_S = 600.0
 
 def default_jobs(device: Optional[str]) -> int:
     """Workers when ``--jobs`` is not given: one per core, at most 8 (CPU), 6 on a GPU (the cases' CPU side)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, 6 if (device or "").startswith("cuda") else 8))
+    return max(1, min(available_cores(), 6 if (device or "").startswith("cuda") else 8))
 
 
 def parallel_ok(state) -> Optional[str]:

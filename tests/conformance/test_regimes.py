@@ -11,12 +11,14 @@ import functools
 import pytest
 import torch
 
-from conformance.cases.families import family_cases
-from conformance.cases.regimes import LAYOUTS, POW2, VOCAB, regime_shapes
+from conformance.cases.families import FAMILIES, REGIME_PARTS, family_builders, family_cases
+from conformance.cases.regimes import LAYOUTS, POW2, VOCAB, regime_shapes, regimes_family
 from conformance.cases.synthetic import synthetic_cases
 from conformance.kernels.registry import get_kernel
+from conformance.runtime.forking import map_forked
 from conformance.suite.evaluate import evaluate_case
 from conformance.suite.run import run_conformance
+from reference.operands import tensor_digest
 
 
 @functools.lru_cache(maxsize=None)
@@ -297,3 +299,34 @@ def test_c10_evidence_of_a_hand_made_case():
     good = evaluate_case(get_kernel("cpu"), ops, device="cpu")
     assert good.checks["C10"].verdict == "pass"
     assert good.checks["C10"].evidence["held_result_changed"] == 0
+
+
+def test_the_regimes_family_built_in_forked_slices_is_the_serial_family():
+    serial = regimes_family(0, max_macs=1 << 22)
+    slices = [functools.partial(regimes_family, 0, 1 << 22, part=(j, 5)) for j in range(5)]
+    got = [c for part in map_forked(slices, 2) for c in part]
+    assert len(serial) > 50 and [c.name for c in got] == [c.name for c in serial]
+    for x, y in zip(got, serial):
+        assert x.meta == y.meta and x.out_dtype == y.out_dtype and x.scale_mode == y.scale_mode
+        for f in ("a", "b", "scale_a", "scale_b", "bias"):
+            tx, ty = getattr(x, f), getattr(y, f)
+            assert (tx is None) == (ty is None), (x.name, f)
+            if tx is not None:  # the same bits in the same layout (views, strides, offsets kept)
+                assert (tx.shape, tx.stride(), tx.storage_offset(), tx.dtype) == (
+                    ty.shape,
+                    ty.stride(),
+                    ty.storage_offset(),
+                    ty.dtype,
+                ), (x.name, f)
+                assert tensor_digest(tx) == tensor_digest(ty), (x.name, f)
+
+
+def test_the_family_builders_are_the_families_in_order_with_regimes_in_slices():
+    got = [(b.func.__name__, b.args, b.keywords) for b in family_builders(seed=3)]
+    want = []
+    for name, (builder, _) in FAMILIES.items():
+        if name == "regimes":
+            want += [("regimes_family", (3,), {"part": (j, REGIME_PARTS)}) for j in range(REGIME_PARTS)]
+        else:
+            want.append((builder.__name__, (3,), {}))
+    assert got == want and REGIME_PARTS > 1

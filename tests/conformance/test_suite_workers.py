@@ -14,7 +14,8 @@ from buggy_kernels import dies_in_workers, make_kernel
 
 from conformance.cases import make_case
 from conformance.kernels.loader import spec_from_object
-from conformance.runtime.pool import FORK_GATE, OK, IsolatedKernel
+from conformance.runtime.forking import FORK_GATE
+from conformance.runtime.pool import OK, IsolatedKernel
 from conformance.suite.plan import SuiteState, given_cases, run_model_check
 from conformance.suite.run import run_suite
 from conformance.suite.workers import evaluate_in_workers, import_in_background, model_check_in_worker, parallel_ok
