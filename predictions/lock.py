@@ -84,10 +84,14 @@ def lock_entry(path) -> Optional[LockEntry]:
 def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
     """The validated matrix at ``path``, proved to be the locked one, and so is every
     matrix it amends. PredictionError: see the module docstring."""
-    path = Path(path)
+    return _verified_chain(Path(path), set() if _seen is None else _seen)[-1]
+
+
+def _verified_chain(path: Path, seen: set) -> list[PredictionMatrix]:
+    """:func:`verify_matrix` of ``path``, returning it and every matrix it amends, oldest first
+    (each parsed and verified once)."""
     if not path.is_file():
         raise PredictionError(f"prediction matrix {path} does not exist")
-    seen = set() if _seen is None else _seen
     if path.resolve() in seen:
         raise PredictionError(f"{path.name}: amends itself (cycle)")
     seen.add(path.resolve())
@@ -104,19 +108,20 @@ def verify_matrix(path, _seen: Optional[set] = None) -> PredictionMatrix:
             f"{path.name}: SHA-256 {m.sha256[:16]}... does not match its lock {entry.sha256[:16]}... "
             f"in {path.parent / LOCK_NAME}: a locked matrix was edited (add an amendment instead)"
         )
-    if m.amends is not None:
-        parent_path = path.parent / m.amends["file"]
-        if not parent_path.is_file():
-            raise PredictionError(f"{path.name} amends {m.amends['file']}, which does not exist")
-        actual = hashlib.sha256(parent_path.read_bytes()).hexdigest()
-        if actual != m.amends["sha256"]:
-            raise PredictionError(
-                f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., but that file "
-                f"is now {actual[:16]}...: an earlier matrix was edited instead of amended"
-            )
-        parent = verify_matrix(parent_path, seen)
-        check_amendment(parent, m)
-    return m
+    if m.amends is None:
+        return [m]
+    parent_path = path.parent / m.amends["file"]
+    if not parent_path.is_file():
+        raise PredictionError(f"{path.name} amends {m.amends['file']}, which does not exist")
+    actual = hashlib.sha256(parent_path.read_bytes()).hexdigest()
+    if actual != m.amends["sha256"]:
+        raise PredictionError(
+            f"{path.name} amends {m.amends['file']}@{m.amends['sha256'][:16]}..., but that file "
+            f"is now {actual[:16]}...: an earlier matrix was edited instead of amended"
+        )
+    chain = _verified_chain(parent_path, seen)
+    check_amendment(chain[-1], m)
+    return chain + [m]
 
 
 def latest_locked(operands: str = "int8", directory=None) -> Path:
@@ -135,12 +140,7 @@ def latest_locked(operands: str = "int8", directory=None) -> Path:
 
 def matrix_chain(path) -> list[PredictionMatrix]:
     """The verified matrix at ``path`` and every matrix it amends, oldest first."""
-    m = verify_matrix(path)
-    out = [m]
-    while m.amends is not None:
-        m = verify_matrix(m.path.parent / m.amends["file"])
-        out.insert(0, m)
-    return out
+    return _verified_chain(Path(path), set())
 
 
 def lock_matrix(path) -> LockEntry:

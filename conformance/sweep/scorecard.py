@@ -17,11 +17,12 @@ import pandas as pd
 from conformance.sweep.scoring import (
     CHECK_ORDER,
     headlines,
-    mismatches,
+    mismatch_rows,
     observations,
-    scorecard,
+    predicted,
     signature_hits,
-    totals,
+    table,
+    tag_totals,
 )
 from faults.catalogue import get_fault
 from reference.fileio import atomic_write_json, atomic_write_text, portable_paths, portable_text
@@ -31,9 +32,10 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
     """All scorecard content (no files) from ``SweepStore.rows()``, ``{tag:
     PredictionMatrix}`` in protocol order (v1 first) and the sweep description ``meta``."""
     obs = observations(rows)
-    card = scorecard(obs, matrices, by_mode=True)
-    card_f = scorecard(obs, matrices, by_mode=False)
-    mm = {tag: mismatches(obs, m, tag) for tag, m in matrices.items()}
+    scored = predicted(obs, matrices)
+    card = table(scored, list(matrices), by_mode=True)
+    card_f = table(scored, list(matrices), by_mode=False)
+    mm = {tag: mismatch_rows(scored, tag) for tag in matrices}
     sig = signature_hits(rows)
     sig_rate = {}
     if not sig.empty:
@@ -59,7 +61,7 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
         "table": card,
         "table_by_fault": card_f,
         "mismatches": mm,
-        "totals": {tag: totals(obs, m, tag) for tag, m in matrices.items()},
+        "totals": {tag: tag_totals(scored, tag) for tag in matrices},
         "headlines": headlines(obs),
         "signatures": sig_rate,
     }

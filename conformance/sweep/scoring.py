@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from conformance.suite.signatures import features_of_cell, match_signatures
@@ -49,35 +50,54 @@ def observations(rows: Sequence[dict]) -> pd.DataFrame:
         gt = r.get("ground_truth") or {}
         d = gt.get("direction_vs_declared") or {}
         model = bool(gt.get("model_level"))
-        rec = {k: r[k] for k in ("layer", "fault", "coverage", "scale_mode", "check_id", "verdict")}
-        rec.update(seed=int(r["seed"]), observed=_OBS[r["verdict"]], failure_kind=r.get("failure_kind"))
         level = "model" if model else "kernel" if gt.get("kernel_level") else "layer"
-        rec.update(summary=r.get("summary", ""), level=level)
-        rec.update({f"gt_{k}": None if model else gt.get(k) for k in _GT})
-        rec.update(gt_toward_zero=d.get("toward_zero"), gt_away_from_zero=d.get("away_from_zero"))
-        rec["max_ulp"] = (r.get("evidence") or {}).get("max_ulp")
-        recs.append(rec)
+        truth = (None,) * len(_GT) if model else tuple(gt.get(k) for k in _GT)
+        recs.append(
+            (r["layer"], r["fault"], r["coverage"], r["scale_mode"], int(r["seed"]), r["check_id"], r["verdict"])
+            + (_OBS[r["verdict"]], r.get("failure_kind"), r.get("summary", ""), level)
+            + truth
+            + (d.get("toward_zero"), d.get("away_from_zero"), (r.get("evidence") or {}).get("max_ulp"))
+        )
     return pd.DataFrame.from_records(recs, columns=_OBS_COLUMNS)
+
+
+_SCORED = ("TP", "TN", "FP", "FN")
 
 
 def with_predictions(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
     """Add ``pred_<tag>`` and ``outcome_<tag>`` columns (``TP``, ``TN``,
     ``FP``, ``FN``, ``na`` (not scored), ``unexpected_applicable``,
-    ``na_as_predicted``)."""
+    ``na_as_predicted``). ``matrix.predict`` is asked once per distinct (fault, check,
+    scale mode); PredictionError as it raises for the first such key that has none."""
     df = obs.copy()
-    preds = [matrix.predict(f, c, m) for f, c, m in zip(df["fault"], df["check_id"], df["scale_mode"])]
-    df[f"pred_{tag}"] = preds
+    (fc, fu), (cc, cu), (mc, mu) = (
+        pd.factorize(df[k], use_na_sentinel=False) for k in ("fault", "check_id", "scale_mode")
+    )
+    codes, first = pd.factorize((fc * len(cu) + cc) * len(mu) + mc)  # distinct keys, in order of appearance
+    c_, m_ = np.divmod(first, len(mu))
+    f_, c_ = np.divmod(c_, len(cu))
+    preds = np.array([matrix.predict(fu[f], cu[c], mu[m]) for f, c, m in zip(f_, c_, m_)], dtype=object)[codes]
+    df[f"pred_{tag}"] = preds.tolist()
+    o = df["observed"].to_numpy(dtype=object)
+    outcome = np.where(
+        preds == "n/a",
+        np.where(o == "n/a", "na_as_predicted", "unexpected_applicable"),
+        np.where(
+            o == "n/a",
+            "na",
+            np.where(preds == "fire", np.where(o == "fire", "TP", "FN"), np.where(o == "fire", "FP", "TN")),
+        ),
+    )
+    df[f"outcome_{tag}"] = outcome.tolist()
+    return df
 
-    def outcome(p, o):
-        if p == "n/a":
-            return "na_as_predicted" if o == "n/a" else "unexpected_applicable"
-        if o == "n/a":
-            return "na"
-        if p == "fire":
-            return "TP" if o == "fire" else "FN"
-        return "FP" if o == "fire" else "TN"
 
-    df[f"outcome_{tag}"] = [outcome(p, o) for p, o in zip(preds, df["observed"])]
+def predicted(obs: pd.DataFrame, matrices: dict) -> pd.DataFrame:
+    """``obs`` with the ``pred_<tag>`` / ``outcome_<tag>`` columns of every tag of ``matrices``
+    (``{tag: PredictionMatrix}``, :func:`with_predictions`)."""
+    df = obs
+    for tag, m in matrices.items():
+        df = with_predictions(df, m, tag)
     return df
 
 
@@ -85,27 +105,46 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
     """Per fault x check (x scale mode when ``by_mode``): cells, fired, silent, n/a,
     detection rate (fired / (fired + silent)), no-op cells, and per tag of ``matrices``
     (``{tag: PredictionMatrix}``) its prediction(s), FP, FN, scored, unexpected."""
-    df = obs
-    for tag, m in matrices.items():
-        df = with_predictions(df, m, tag)
+    return table(predicted(obs, matrices), list(matrices), by_mode)
+
+
+def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd.DataFrame:
+    """:func:`scorecard` of observations that already carry the prediction columns of
+    ``tags`` (:func:`predicted`)."""
+    df = scored
     keys = ["fault", "check_id"] + (["scale_mode"] if by_mode else [])
+    observed = df["observed"].to_numpy(dtype=object)
+    no_op = df["gt_no_op"].eq(True).to_numpy()  # NaN-safe
+    counts = {"fired": observed == "fire", "silent": observed == "silent", "na": observed == "n/a"}
+    counts["no_op_cells"] = no_op
+    for tag in tags:
+        oc = df[f"outcome_{tag}"].to_numpy(dtype=object)
+        fn = oc == "FN"
+        counts[f"fp_{tag}"] = oc == "FP"
+        counts[f"fn_{tag}"] = fn
+        counts[f"fn_no_op_{tag}"] = fn & no_op
+        counts[f"scored_{tag}"] = fn | (oc == "FP") | (oc == "TP") | (oc == "TN")
+        counts[f"unexpected_{tag}"] = oc == "unexpected_applicable"
+    ind = pd.DataFrame({k: df[k] for k in keys} | {k: v.astype(np.int64) for k, v in counts.items()})
+    ind["cells"] = 1
+    sums = ind.groupby(keys, sort=True).sum()
+    preds = {}
+    for tag in tags:
+        seen: dict = {}
+        for t in df[keys + [f"pred_{tag}"]].drop_duplicates().itertuples(index=False):
+            seen.setdefault(tuple(t[:-1]), set()).add(t[-1])
+        preds[tag] = {k: "/".join(sorted(v)) for k, v in seen.items()}
     out = []
-    for k, g in df.groupby(keys, sort=True):
-        k = k if isinstance(k, tuple) else (k,)
-        fired = int((g["observed"] == "fire").sum())
-        silent = int((g["observed"] == "silent").sum())
+    for k, n in zip(sums.index, sums.to_dict("records")):
+        fired, silent = int(n["fired"]), int(n["silent"])
         rec = dict(zip(keys, k))
-        rec.update(cells=len(g), fired=fired, silent=silent, na=int((g["observed"] == "n/a").sum()))
+        rec.update(cells=int(n["cells"]), fired=fired, silent=silent, na=int(n["na"]))
         rec["detection_rate"] = (fired / (fired + silent)) if fired + silent else None
-        rec["no_op_cells"] = int(g["gt_no_op"].eq(True).sum())  # NaN-safe
-        for tag in matrices:
-            oc = g[f"outcome_{tag}"]
-            rec[f"pred_{tag}"] = "/".join(sorted(set(g[f"pred_{tag}"])))
-            rec[f"fp_{tag}"] = int((oc == "FP").sum())
-            rec[f"fn_{tag}"] = int((oc == "FN").sum())
-            rec[f"fn_no_op_{tag}"] = int(((oc == "FN") & (g["gt_no_op"] == True)).sum())  # noqa: E712
-            rec[f"scored_{tag}"] = int(oc.isin(["TP", "TN", "FP", "FN"]).sum())
-            rec[f"unexpected_{tag}"] = int((oc == "unexpected_applicable").sum())
+        rec["no_op_cells"] = int(n["no_op_cells"])
+        for tag in tags:
+            rec[f"pred_{tag}"] = preds[tag][k]
+            for c in ("fp", "fn", "fn_no_op", "scored", "unexpected"):
+                rec[f"{c}_{tag}"] = int(n[f"{c}_{tag}"])
         out.append(rec)
     card = pd.DataFrame(out)
     card["_c"] = card["check_id"].map(CHECK_ORDER.index)
@@ -120,7 +159,12 @@ def scorecard(obs: pd.DataFrame, matrices: dict, by_mode: bool = True) -> pd.Dat
 def mismatches(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
     """Every cell whose outcome disagrees with ``matrix`` (FP, FN, unexpected-applicable),
     with its ground truth."""
-    df = with_predictions(obs, matrix, tag)
+    return mismatch_rows(with_predictions(obs, matrix, tag), tag)
+
+
+def mismatch_rows(scored: pd.DataFrame, tag: str) -> pd.DataFrame:
+    """:func:`mismatches` of observations that already carry ``tag``'s prediction columns."""
+    df = scored
     bad = df[df[f"outcome_{tag}"].isin(["FP", "FN", "unexpected_applicable"])]
     cols = ["fault", "check_id", "scale_mode", "coverage", "layer", "seed", f"pred_{tag}", "observed", f"outcome_{tag}"]
     cols += ["gt_selected", "gt_changed", "gt_max_spacing", "gt_no_op", "max_ulp", "summary"]
@@ -130,15 +174,27 @@ def mismatches(obs: pd.DataFrame, matrix, tag: str) -> pd.DataFrame:
 def totals(obs: pd.DataFrame, matrix, tag: str) -> dict:
     """Overall counts against one matrix: scored, TP, TN, FP, FN, FN in no-op
     cells, unexpected-applicable; core (C1-C7) and all columns."""
-    df = with_predictions(obs, matrix, tag)
+    return tag_totals(with_predictions(obs, matrix, tag), tag)
+
+
+def tag_totals(scored: pd.DataFrame, tag: str) -> dict:
+    """:func:`totals` of observations that already carry ``tag``'s prediction columns."""
+    outcome = scored[f"outcome_{tag}"].to_numpy(dtype=object)
+    no_op = scored["gt_no_op"].eq(True).to_numpy()  # NaN-safe
+    core = scored["check_id"].isin(CORE).to_numpy()
     out = {}
-    for name, sub in (("core", df[df["check_id"].isin(CORE)]), ("all", df)):
-        oc = sub[f"outcome_{tag}"]
-        out[name] = {k: int((oc == k).sum()) for k in ("TP", "TN", "FP", "FN")}
-        out[name]["FN_no_op"] = int(((oc == "FN") & (sub["gt_no_op"] == True)).sum())  # noqa: E712
-        out[name]["unexpected_applicable"] = int((oc == "unexpected_applicable").sum())
-        out[name]["scored"] = sum(out[name][k] for k in ("TP", "TN", "FP", "FN"))
+    for name, sel in (("core", core), ("all", np.ones(len(core), dtype=bool))):
+        oc = outcome[sel]
+        out[name] = {k: int(np.count_nonzero(oc == k)) for k in _SCORED}
+        out[name]["FN_no_op"] = int(np.count_nonzero((oc == "FN") & no_op[sel]))
+        out[name]["unexpected_applicable"] = int(np.count_nonzero(oc == "unexpected_applicable"))
+        out[name]["scored"] = sum(out[name][k] for k in _SCORED)
     return out
+
+
+def _by_fault(df: pd.DataFrame) -> dict:
+    """``{fault: its rows of df}`` (row order kept)."""
+    return dict(iter(df.groupby("fault", sort=False))) if len(df) else {}
 
 
 def headlines(obs: pd.DataFrame) -> dict:
@@ -146,54 +202,60 @@ def headlines(obs: pd.DataFrame) -> dict:
     fired}, layer_cells, model_cells, effective_cells (an output changed), no_op_cells,
     max_spacing}}, "c8_adds": {F: layer cells where C8 alone fired}, "e1_adds": {F: model
     cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
-    lay = obs[obs["level"] == "layer"]
-    mod = obs[obs["level"] == "model"]
+    level = obs["level"].to_numpy(dtype=object)
+    fire = obs["observed"].to_numpy(dtype=object) == "fire"
+    lay = obs[level == "layer"]
+    mod = obs[level == "model"]
+    every, lay_f, mod_f = _by_fault(obs), _by_fault(lay), _by_fault(mod)
+    fired_f = _by_fault(obs[fire])
     per = {}
     for f in [x.id for x in FAULTS]:
-        g = obs[obs["fault"] == f]
-        if g.empty:
+        if f not in every:
             continue
-        gl = lay[lay["fault"] == f]
-        cells = gl.drop_duplicates(_CELL_KEYS)
-        fired = g[g["observed"] == "fire"].groupby("check_id").size().to_dict()
+        cells = lay_f[f].drop_duplicates(_CELL_KEYS) if f in lay_f else lay.iloc[:0]
+        fired = fired_f[f].groupby("check_id").size().to_dict() if f in fired_f else {}
         per[f] = {
             "name": get_fault(f).name,
             "detected_by": {c: int(fired[c]) for c in CHECK_ORDER if c in fired},
             "layer_cells": int(len(cells)),
-            "model_cells": int(len(mod[mod["fault"] == f].drop_duplicates(_CELL_KEYS))),
+            "model_cells": int(len(mod_f[f].drop_duplicates(_CELL_KEYS))) if f in mod_f else 0,
             "effective_cells": int((cells["gt_changed"].fillna(0) > 0).sum()),
             "no_op_cells": int((cells["gt_no_op"] == True).sum()),  # noqa: E712
             "max_spacing": int(cells["gt_max_spacing"].fillna(0).max()) if len(cells) else 0,
         }
     c8_adds, e1_adds = {}, {}
     if not lay.empty:
-        piv = lay.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
-        core = [c for c in ("C1", "C2", "C3", "C4", "C5", "C6") if c in piv.columns]
-        if "C8" in piv.columns:
-            only8 = (piv["C8"] == "fire") & ~(piv[core] == "fire").any(axis=1)
-            c8_adds = {f: int(n) for f, n in only8[only8].groupby(level="fault").size().items()}
+        check = lay["check_id"].to_numpy(dtype=object)
+        lay_fire = fire[level == "layer"]
+        if (check == "C8").any():  # a cell where C8 fired and none of C1-C6 did
+            ind = pd.DataFrame(
+                {"c8": lay_fire & (check == "C8"), "core": lay_fire & lay["check_id"].isin(CORE[:6]).to_numpy()},
+                index=lay.index,
+            )
+            per_cell = ind.groupby([lay[k] for k in _CELL_KEYS], sort=False).any()
+            only8 = per_cell["c8"] & ~per_cell["core"]
+            n8 = only8.groupby(level="fault", sort=True).sum()
+            c8_adds = {f: int(n) for f, n in n8.items() if n}
     if not mod.empty:
         pm = mod.pivot_table(index=_CELL_KEYS, columns="check_id", values="observed", aggfunc="first")
         if "E1" in pm.columns and "C7" in pm.columns:
             only = (pm["E1"] == "fire") & (pm["C7"] != "fire")
             e1_adds = {f: int(n) for f, n in only[only].groupby(level="fault").size().items()}
-    f8 = obs[(obs["fault"] == "F8") & (obs["observed"] == "fire")]
-    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(f8))}
+    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(fired_f.get("F8", ())))}
 
 
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
-    """Per layer cell with a failure: the matched fault classes and whether the injected
-    fault is among them."""
+    """Per layer cell with a failure, in the order of its first failing row: the matched
+    fault classes and whether the injected fault is among them (``features_of_cell`` reads
+    failing rows only, so only those are grouped)."""
     by = {}
     for r in rows:
-        if (r.get("ground_truth") or {}).get("model_level"):
+        if r["verdict"] != "fail" or (r.get("ground_truth") or {}).get("model_level"):
             continue
         by.setdefault(tuple(r[k] for k in _CELL_KEYS), []).append(r)
     recs = []
     for key, rs in by.items():
         ft = features_of_cell(rs)
-        if not ft.failed:
-            continue
         ids = [f for f, _ in match_signatures(ft)]
         recs.append((*key, ",".join(ids), key[1] in ids, len(ids)))
     return pd.DataFrame.from_records(recs, columns=[*_CELL_KEYS, "matched", "hit", "n_matched"])

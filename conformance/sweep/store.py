@@ -262,20 +262,38 @@ class SweepStore:
 
     def rows(self, deterministic_only: bool = False) -> list[dict]:
         """Every result row joined with its cell's ground truth, ordered by key
-        (``deterministic_only``: without ``elapsed_s`` and ``worker``)."""
+        (``deterministic_only``: without ``elapsed_s`` and ``worker``). A row belongs to
+        the cell of its key and to the cell of its key under scale mode ``both`` (a model
+        or kernel cell), as ``_CELL_JOIN``; a row without a cell is left out. Each stored
+        JSON text is parsed once: a cell's rows share its ground-truth object and rows
+        with equal evidence texts one evidence object, so the rows are to be read, not
+        modified."""
+        evidence: dict = {}
+
+        def load(text: str):
+            obj = evidence.get(text)
+            if obj is None:
+                obj = evidence[text] = json.loads(text)
+            return obj
+
+        q = "SELECT layer, fault, coverage, scale_mode, seed, ground_truth, case_digest, elapsed_s, worker FROM cells"
+        cells = {tuple(c[:5]): (json.loads(c[5]), *c[6:]) for c in self.db.execute(q)}
         q = (
-            "SELECT r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id, r.verdict, "
-            "r.failure_kind, r.summary, r.evidence, c.ground_truth, c.case_digest, c.elapsed_s, "
-            f"c.worker, c.scale_mode FROM results r JOIN cells c ON {_CELL_JOIN} "
-            "ORDER BY r.layer, r.fault, r.coverage, r.scale_mode, r.seed, r.check_id"
+            "SELECT layer, fault, coverage, scale_mode, seed, check_id, verdict, failure_kind, summary, evidence "
+            "FROM results ORDER BY layer, fault, coverage, scale_mode, seed, check_id"
         )
         out = []
         for t in self.db.execute(q):
-            d = dict(zip(_ROW_KEYS, t))
-            d["evidence"], d["ground_truth"] = json.loads(d["evidence"]), json.loads(d["ground_truth"])
-            if deterministic_only:
-                del d["elapsed_s"], d["worker"]
-            out.append(d)
+            key = t[:5]
+            both = None if key[3] == "both" else cells.get((key[0], key[1], key[2], "both", key[4]))
+            for c in (cells.get(key), both):
+                if c is None:
+                    continue
+                d = dict(zip(_ROW_KEYS, t + c))
+                d["evidence"] = load(d["evidence"])
+                if deterministic_only:
+                    del d["elapsed_s"], d["worker"]
+                out.append(d)
         return out
 
     def cell_times(self) -> list[tuple]:

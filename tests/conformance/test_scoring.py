@@ -39,6 +39,34 @@ def test_false_positives_and_negatives_against_v1_and_na_is_not_scored():
     assert (t["TP"], t["FP"], t["FN"], t["TN"], t["FN_no_op"], t["scored"]) == (1, 1, 1, 1, 1, 4)
 
 
+def test_headlines_table_and_totals_count_cells_with_model_rows_interleaved():
+    from conformance.sweep.scoring import headlines, observations, predicted, table, tag_totals
+
+    m = verify_matrix(V1)
+    model_gt = {"model_level": True}
+    rows = _rows("F4", "own", {"C8": "fail", "C5": "n/a", "C6": "pass"})  # C8 alone: counted
+    rows += [dict(r, layer="*model*") for r in _rows("F4", "own", {"C7": "fail", "E1": "pass"}, gt=model_gt)]
+    rows += [dict(r, layer="M") for r in _rows("F4", "own", {"C8": "fail", "C6": "fail"})]  # C6 fired too
+    rows += [dict(r, layer="N") for r in _rows("F2", "own", {"C8": "fail", "C1": "pass"})]  # another fault
+    obs = observations(rows)
+    h = headlines(obs)
+    assert h["c8_adds"] == {"F2": 1, "F4": 1} and h["e1_adds"] == {}
+    assert h["per_fault"]["F4"]["layer_cells"] == 2 and h["per_fault"]["F4"]["model_cells"] == 1
+    assert h["per_fault"]["F4"]["detected_by"] == {"C6": 1, "C7": 1, "C8": 2}
+    scored = predicted(obs, {"v1": m})
+    card = table(scored, ["v1"], by_mode=False).set_index(["fault", "check_id"])
+    assert card.loc[("F4", "C8"), ["cells", "fired", "silent", "na"]].tolist() == [2, 2, 0, 0]
+    assert card.loc[("F4", "C6"), ["fired", "silent", "fp_v1"]].tolist() == [1, 1, 1]
+    assert card.loc[("F4", "C5"), "na"] == 1
+    t = tag_totals(scored, "v1")
+    # v1, scale mode own: C8 fire under F2 / F4 (TP x3), C5 fire (n/a observed: not scored), C6 / C7 / E1
+    # silent under F4 (C6 TN and FP, C7 FP, E1 TN), C1 silent under F2 (TN)
+    assert t == {
+        "core": {"TP": 0, "TN": 2, "FP": 2, "FN": 0, "FN_no_op": 0, "unexpected_applicable": 0, "scored": 4},
+        "all": {"TP": 3, "TN": 3, "FP": 2, "FN": 0, "FN_no_op": 0, "unexpected_applicable": 0, "scored": 8},
+    }
+
+
 def test_truncation_signature_names_f4_and_a_clean_run_names_nothing():
     rows = _rows(
         "F4",
