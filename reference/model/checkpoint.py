@@ -285,10 +285,8 @@ def write_random_qwen3(out_dir, seed: int = 0, shards: int = 1, **overrides) -> 
     g = torch.Generator().manual_seed(seed)
     state = {}
     for name, shape in required_tensors(cfg).items():
-        if name.endswith("norm.weight") or "layernorm" in name:
-            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
-        else:
-            t = 0.02 * torch.randn(shape, generator=g)
+        t = torch.randn(shape, generator=g)  # scaled in place: the same float32 values as 1.0 + 0.1 * t, 0.02 * t
+        t = t.mul_(0.1).add_(1.0) if name.endswith("norm.weight") or "layernorm" in name else t.mul_(0.02)
         state[name] = t.to(torch.bfloat16)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
