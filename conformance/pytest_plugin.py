@@ -362,10 +362,23 @@ class PropertyItem(_Item):
 
 
 class CheckItem(_Item):
-    """A kernel-level check: C9 batch_invariance, C7 token_flip, E1 engine_hash."""
+    """A kernel-level check: C9 batch_invariance, C7 token_flip, E1 engine_hash. Under xdist it runs with the
+    threads of a lone process (:func:`conformance.runtime.threads.torch_threads` for one worker: ``--int8conf-threads``
+    and the environment still rule): one item whose CPU forwards would otherwise get one worker's share."""
 
     def runtest(self):
-        _check_verdict(self.kstate.run_check(self.step.check_id))
+        import torch
+
+        from conformance.runtime.threads import available_cores, torch_threads
+
+        before = torch.get_num_threads()
+        n = torch_threads(self.config.getoption("int8conf_threads"), available_cores(), 1, os.environ)
+        if n is not None and hasattr(self.config, "workerinput"):
+            torch.set_num_threads(n)
+        try:
+            _check_verdict(self.kstate.run_check(self.step.check_id))
+        finally:
+            torch.set_num_threads(before)
 
 
 class PairItem(_Item):

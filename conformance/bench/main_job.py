@@ -119,7 +119,7 @@ def build_rows(scratch: Path, cold_artifacts: bool, python: str = sys.executable
         "b": (Step((*check, "--device", "cuda"), a_env, scratch / "b"),),
         "c": (
             Step(
-                (python, "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton"),
+                (python, "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton", "--durations=8"),
                 env("triton-c", "cache-c"),
                 scratch / "c",
             ),

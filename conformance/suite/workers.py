@@ -7,6 +7,7 @@ for the in-process plan, which then reports it as a sequential run would. Speed 
 from __future__ import annotations
 
 import queue
+import sys
 import tempfile
 import threading
 from typing import Callable, Optional
@@ -83,6 +84,10 @@ def evaluate_in_workers(
     return sum(answered)
 
 
+#: the interpreter's thread switch interval (seconds) while a background import runs (Python's default: 0.005)
+IMPORT_SWITCH_INTERVAL_S = 0.0005
+
+
 def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
     """Run ``import_fn`` (an import of a heavy library a later step needs) on a daemon thread now, holding
     ``pool.FORK_GATE`` so that no worker is forked from this process meanwhile; the later step's own import then
@@ -90,10 +95,15 @@ def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
 
     def run() -> None:
         with FORK_GATE:
+            switch = sys.getswitchinterval()
+            # the threads that serve the workers wait for the GIL after every pipe read: hand it over sooner
+            sys.setswitchinterval(min(switch, IMPORT_SWITCH_INTERVAL_S))
             try:
                 import_fn()
             except Exception:  # noqa: BLE001 -- the step that needs the module reports it
                 pass
+            finally:
+                sys.setswitchinterval(switch)
 
     t = threading.Thread(target=run, daemon=True, name="int8conf-import")
     t.start()
