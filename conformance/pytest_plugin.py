@@ -200,7 +200,7 @@ def pytest_configure(config) -> None:
     )
     if not hasattr(config, "workerinput"):  # xdist workers find the controller's compiled kernels on disk
         for st in config.stash[_STATE].kernels:
-            st.warm_up(lambda line: print(f"int8conf: {line}", flush=True))
+            st.warm_up(lambda line: print(f"int8conf: {line}", flush=True), config.stash[_STATE].examples)
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
     sigterm_as_interrupt_in_pytest(config)
 

@@ -25,7 +25,7 @@ from conformance.kernels.runner import cuda_device, pick_device
 from conformance.runtime.forking import map_forked
 from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case, is_fp8
-from conformance.suite.property import run_property_test
+from conformance.suite.property import property_operands, run_property_test
 from conformance.suite.warmup import warm_up
 from reference import memo
 from reference.errors import Int8confError, first_line
@@ -245,12 +245,16 @@ class SuiteState:
     model: dict = field(default_factory=dict)
     warm: Optional[dict] = None
 
-    def warm_up(self, say: Callable[[str], None] = lambda s: None) -> Optional[dict]:
-        """Compile a ``warm_up`` kernel for every fixed case's layout in parallel before the cases run
-        (CUDA only, once; ``conformance.suite.warmup``); the warm-up record, or None when not warmed."""
+    def warm_up(self, say: Callable[[str], None] = lambda s: None, examples: int = 0) -> Optional[dict]:
+        """Compile a ``warm_up`` kernel for every fixed case's layout, C9's, and the layouts of the property
+        test's ``examples`` (when the plan has that step) in parallel before the cases run (CUDA only, once;
+        ``conformance.suite.warmup``); the warm-up record, or None when not warmed."""
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
-            self.warm = warm_up(self.spec, self.cases, dev, say=say)
+            operands = getattr(self.spec, "operands", "int8")
+            planned = any(s.kind == PROPERTY for s in suite_steps([], examples, False, False, operands))
+            extra = property_operands(examples) if planned else []
+            self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
         return self.warm
 
     def evaluate(self, index: int) -> CaseResult:

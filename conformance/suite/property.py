@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch
+
+from conformance.suite.evaluate import evaluate_case
 from reference.errors import first_line
 
 #: Operand bounds of the property test (shapes straddle 8/16/32/64 edges).
@@ -28,21 +31,14 @@ def ci_settings(max_examples: int = 25):
     )
 
 
-def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None) -> dict:
-    """Run the property test for one kernel; every example's ``CaseResult``
-    (``property/<i>:<shape>``, ``source == "property"``) goes to ``sink`` once. Stops at the first
-    failing example. Returns ``{"examples", "failed", "falsifying_case", "failure", "strategy",
-    "settings"}``, or ``{"skipped": reason, ...}`` when ``reference.strategies`` is not importable.
-    """
-    try:
-        from hypothesis import given  # heavy: loaded when the property test runs
+def _property_test(spec, sink: Callable, max_examples: int, device: Optional[str], evaluate_case: Callable):
+    """The ``@given`` test of :func:`run_property_test` (the arguments as there; ``evaluate_case`` as
+    ``conformance.suite.evaluate``'s) and its run state ``{"n", "failing"}``. The draws depend on this test's
+    source (``derandomize`` seeds from it): :func:`run_property_test` and :func:`property_operands` share it.
+    Raises ImportError when hypothesis or ``reference.strategies`` is not importable."""
+    from hypothesis import given  # heavy: loaded when the property test runs
 
-        from reference.strategies import gemm_operands
-    except ImportError as e:
-        return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}
-    import torch
-
-    from conformance.suite.evaluate import evaluate_case
+    from reference.strategies import gemm_operands
 
     strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N, out_dtypes=(torch.bfloat16, torch.float16))
     names: dict = {}
@@ -64,6 +60,47 @@ def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Opti
             state["failing"] = cr
             raise AssertionError(f"{cr.case}: " + "; ".join(cr.failure_lines()))
 
+    return prop, state
+
+
+def property_operands(max_examples: int = 25) -> list:
+    """The ``GemmOperands`` the property test evaluates, in order, when every example passes (repeats
+    included; names as the run gives them): the same test drawn with an evaluation that only collects. No
+    kernel is called. ``[]`` when the property test would be skipped (not importable). Hypothesis also draws
+    constants found in the loaded project modules: the run matches a draw made in its process."""
+    drawn: list = []
+
+    def collect(spec, ops, **kw):
+        drawn.append(ops)
+        return _PASSED
+
+    try:
+        prop, _ = _property_test(None, lambda cr: None, max_examples, None, collect)
+    except ImportError:
+        return []
+    prop()
+    return drawn
+
+
+class _Passed:
+    """What :func:`property_operands`' evaluation returns: a case without kernel failures."""
+
+    kernel_failures: tuple = ()
+
+
+_PASSED = _Passed()
+
+
+def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None) -> dict:
+    """Run the property test for one kernel; every example's ``CaseResult``
+    (``property/<i>:<shape>``, ``source == "property"``) goes to ``sink`` once. Stops at the first
+    failing example. Returns ``{"examples", "failed", "falsifying_case", "failure", "strategy",
+    "settings"}``, or ``{"skipped": reason, ...}`` when ``reference.strategies`` is not importable.
+    """
+    try:
+        prop, state = _property_test(spec, sink, max_examples, device, evaluate_case)
+    except ImportError as e:
+        return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}
     summary = {
         "strategy": f"reference.strategies.gemm_operands(max_m={MAX_M}, max_k={MAX_K}, "
         f"max_n={MAX_N}, out_dtypes=(bf16, fp16))",

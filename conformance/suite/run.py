@@ -436,7 +436,7 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
     checks = [s.check_id for s in steps if s.kind == CHECK]
     stopped, stage = None, "fixed cases"
     try:
-        state.warm_up(say)
+        state.warm_up(say, property_examples)
         why = parallel_ok(state) if jobs > 1 else None
         if why:
             say(f"{spec.name}: the cases run in this process: {why}")

@@ -6,7 +6,8 @@ cases never wait on a compiler. Outputs are discarded: nothing here decides a ve
 what a JIT specializes on (:func:`_jit_key`, about one compile each); idle workers take the next group, largest
 first, so no worker is left with a long queue of compiles while the others wait. A warm-up that called
 every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
-layouts, device, torch / Triton versions and ``TRITON_CACHE_DIR``), and the same warm-up is then skipped."""
+layouts (the property test's examples' included), device, torch / Triton versions and ``TRITON_CACHE_DIR``), and
+the same warm-up is then skipped."""
 
 from __future__ import annotations
 
@@ -127,12 +128,21 @@ def marker_path(spec, layouts: list, device: str) -> os.PathLike:
     return cache_location() / "warm-up" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
 
 
-def warm_up(spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None) -> dict:
-    """Warm ``spec`` (resolved by name in each worker) for ``cases`` and C9's calls on them (:func:`c9_layouts`) on
-    CUDA ``device``; returns ``{"layouts", "workers", "seconds", "calls", "error"}`` (``"skipped"`` when its marker
-    exists). Never raises: a failed warm-up only costs time."""
+def warm_layouts(spec, cases: Sequence, extra: Sequence = ()) -> list:
+    """The distinct call signatures (:func:`case_layout`) a warm-up of ``spec`` covers, in first-use order: the fixed
+    ``cases``, C9's calls on them (:func:`c9_layouts`), then the ``extra`` operands (the property test's examples)."""
     dense = spec.dense_operands()
-    layouts = list(dict.fromkeys([case_layout(c, dense) for c in cases] + c9_layouts(cases, dense)))
+    own = [case_layout(c, dense) for c in cases] + c9_layouts(cases, dense)
+    return list(dict.fromkeys(own + [case_layout(o, dense) for o in extra]))
+
+
+def warm_up(
+    spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None, extra: Sequence = ()
+) -> dict:
+    """Warm ``spec`` (resolved by name in each worker) for :func:`warm_layouts` of ``cases`` and ``extra`` (operands
+    the suite also evaluates) on CUDA ``device``; returns ``{"layouts", "workers", "seconds", "calls", "error"}``
+    (``"skipped"`` when its marker exists). Never raises: a failed warm-up only costs time."""
+    layouts = warm_layouts(spec, cases, extra)
     marker = marker_path(spec, layouts, device)
     if os.path.exists(marker):
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")

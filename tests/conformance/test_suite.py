@@ -173,6 +173,32 @@ def test_property_test_finds_truncation():
     assert s["failure"].startswith(sunk[-1].case + ": C8 declared_contract")
 
 
+def test_property_operands_are_the_examples_the_property_test_evaluates(monkeypatch):
+    """The draw the warm-up compiles for is the run's sequence when every example passes: same operands (layouts,
+    bits), same order, repeats included, same names."""
+    from conformance.kernels.registry import get_kernel
+    from conformance.suite import property as prop
+    from conformance.suite.warmup import case_layout
+
+    seen, real = [], prop.evaluate_case
+
+    def spy(spec, ops, **kw):
+        seen.append(ops)
+        return real(spec, ops, **kw)
+
+    monkeypatch.setattr(prop, "evaluate_case", spy)
+    sunk = []
+    s = prop.run_property_test(get_kernel("cpu"), sunk.append, max_examples=10)
+    assert s["failed"] is False and len(seen) == 10 and s["examples"] == len(sunk)
+    drawn = prop.property_operands(10)
+
+    def key(o):
+        return case_layout(o), o.digests(), o.name
+
+    assert [key(o) for o in drawn] == [key(o) for o in seen]
+    assert len({case_layout(o) for o in drawn}) > 1
+
+
 def test_fault_catalogue():
     from faults.catalogue import FAMILIES, FAULTS, get_fault
 

@@ -2,6 +2,8 @@
 tuner off, C1 records the configuration and fails a timed one, the coverage table counts the configurations
 that ran, and the warm-up reproduces each case's operand layout."""
 
+import types
+
 import pytest
 import torch
 from buggy_kernels import good_cutlass, timing_tuned
@@ -202,6 +204,36 @@ def test_warm_up_adds_the_calls_c9_will_make():
     assert len(lays) == picked * (1 + len(batch_invariance.BATCH_SIZES))
     ms = sorted({lay[0][0][0] for lay in lays})
     assert ms == sorted({1, *batch_invariance.BATCH_SIZES}) and all(lay[0][1] == (lay[0][0][1], 1) for lay in lays)
+
+
+def test_warm_up_covers_the_property_examples(tmp_path, monkeypatch):
+    """The suite's warm-up layouts include the property test's examples (int8 plan only), and its marker changes
+    with them."""
+    from conformance.cases import NO_CAPTURES
+    from conformance.suite import plan
+    from conformance.suite.property import property_operands
+    from conformance.suite.warmup import c9_layouts, marker_path, warm_layouts
+
+    monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path))
+    cases = [_ops(3, 32, 16), _ops(20, 32, 16, bias=True)]
+    spec = get_kernel("cpu")
+    extra = property_operands(5)
+    own = list(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
+    lays = warm_layouts(spec, cases, extra)
+    assert lays == list(dict.fromkeys(own + [case_layout(o) for o in extra])) and len(lays) > len(own)
+    assert marker_path(spec, lays, "cuda") != marker_path(spec, warm_layouts(spec, cases), "cuda")
+
+    got = {}
+    monkeypatch.setattr(plan, "cuda_device", lambda spec, device: "cuda")  # the warm-up's gate, on the CPU
+    monkeypatch.setattr(plan, "warm_up", lambda spec, cases, dev, say, extra: got.setdefault(spec.name, extra))
+    warm = types.SimpleNamespace(name="w", warm_up=True, operands="int8")
+    plan.SuiteState(warm, cases, NO_CAPTURES).warm_up(examples=5)
+    fp8 = types.SimpleNamespace(name="f", warm_up=True, operands="e4m3")
+    plan.SuiteState(fp8, cases, NO_CAPTURES).warm_up(examples=5)  # no property step in the FP8 plan
+    none = types.SimpleNamespace(name="n", warm_up=True, operands="int8")
+    plan.SuiteState(none, cases, NO_CAPTURES).warm_up(examples=0)
+    assert [(o.digests(), o.name) for o in got["w"]] == [(o.digests(), o.name) for o in extra]
+    assert got["f"] == [] and got["n"] == []
 
 
 def test_warm_up_runs_its_workers_and_leaves_a_marker(tmp_path, monkeypatch):
