@@ -290,7 +290,7 @@ def test_the_rows_run_what_a_user_runs(tmp_path):
     assert rows["e"].steps[0].env == {} and not rows["e"].cuda
     c = rows["c"].steps[0].argv
     plugin = ("-p", "conformance.pytest_plugin") if not mj._plugin_registered() else ()
-    assert c == ("py", "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton")
+    assert c == ("py", "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton", "--durations=8")
     assert [r.target_s for r in rows.values()] == [60.0, 20.0, 60.0, 60.0, 120.0]
 
 
