@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Optional
+import os
+import threading
+from typing import Iterable, Optional
 
 import numpy as np
 import torch
@@ -90,11 +92,57 @@ def selected_count(m: int, n: int, coverage: str) -> int:
 
 def element_mask(m: int, n: int, case: str, fault: str, coverage: str, seed: int) -> torch.Tensor:
     """bool [m, n]: exactly ``selected_count(m, n, coverage)`` selected elements (row-major
-    stream), ``case`` the :func:`case_key`. A fresh copy of a memoized mask."""
-    return _element_mask(int(m), int(n), str(case), str(fault), str(coverage), int(seed)).clone()
+    stream), ``case`` the :func:`case_key`. A fresh copy of a memoized mask (one that
+    :func:`prefetch_element_masks` is computing is waited for)."""
+    key = _mask_args(m, n, case, fault, coverage, seed)
+    pending = _PENDING.get(key)
+    if pending is not None:
+        pending.wait()
+    return _element_mask(*key).clone()
 
 
-@functools.lru_cache(maxsize=64)
+def _mask_args(m, n, case, fault, coverage, seed) -> tuple:
+    return int(m), int(n), str(case), str(fault), str(coverage), int(seed)
+
+
+#: masks a prefetch thread is computing: args -> Event set once it is in the memo (or failed)
+_PENDING: dict = {}
+os.register_at_fork(after_in_child=_PENDING.clear)  # a forked child has no prefetch thread to wait for
+
+
+def prefetch_element_masks(masks: Iterable[tuple]) -> threading.Thread:
+    """Compute the :func:`element_mask` of each ``(m, n, case, fault, coverage, seed)`` in
+    ``masks`` (at most the memo's size, in order) in a daemon thread, so that the host work of
+    drawing them (numpy, which releases the GIL) overlaps the caller's; the masks are the same
+    bits whoever computes them. Returns the started thread."""
+    todo = []
+    for args in masks:
+        key = _mask_args(*args)
+        if key not in _PENDING and key not in todo:
+            todo.append(key)
+    todo = todo[:_MEMO_SIZE]
+    events = {key: threading.Event() for key in todo}
+    _PENDING.update(events)
+
+    def work():
+        for key in todo:
+            try:
+                _element_mask(*key)
+            except Exception:  # noqa: BLE001 -- the caller's own call raises it
+                pass
+            finally:
+                _PENDING.pop(key, None)
+                events[key].set()
+
+    t = threading.Thread(target=work, name="int8conf-masks", daemon=True)
+    t.start()
+    return t
+
+
+_MEMO_SIZE = 64
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
 def _element_mask(m: int, n: int, case: str, fault: str, coverage: str, seed: int) -> torch.Tensor:
     count = selected_count(m, n, coverage)
     flat = torch.zeros(m * n, dtype=torch.bool)

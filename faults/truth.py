@@ -79,7 +79,7 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
     c = torch.cat(
         [
             torch.stack([ch.sum(), d.max().to(torch.int64) if d.numel() else z, (ch & ~sel).sum(), sel.sum()]),
-            ulp_histogram_counts(torch.where(sel, d, torch.full_like(d, -1))),
+            ulp_histogram_counts(torch.where(sel, d, -1)),
         ]
     )  # -1: no bin (d >= 0)
 

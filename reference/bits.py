@@ -41,6 +41,12 @@ def bits_of(x: torch.Tensor) -> torch.Tensor:
     return memo.cached("bits_of", (x,), lambda: x.contiguous().view(idt).to(torch.int64) & ((1 << nbits) - 1))
 
 
+def isnan_of(x: torch.Tensor) -> torch.Tensor:
+    """``torch.isnan(x)`` (bool, same shape and device), memoized inside a ``reference.memo`` scope (do not write
+    into it): a batch's reference is tested once, not once per comparison."""
+    return memo.cached("isnan", (x,), lambda: torch.isnan(x))
+
+
 def ordered_int(x: torch.Tensor) -> torch.Tensor:
     """Monotone int64 encoding (module docstring): ``ordered(a) < ordered(b)`` iff ``a < b`` for non-NaN values,
     adjacent representable values differ by 1, ``±0`` -> 0; NaNs encode beyond ``±inf`` (use :func:`spacing_distance`).
@@ -69,9 +75,9 @@ def spacing_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise OperandError(f"spacing_distance: shape mismatch {tuple(x.shape)} vs {tuple(y.shape)}")
     y = y.to(x.device)
     d = (ordered_int(x) - ordered_int(y)).abs()
-    nx, ny = torch.isnan(x), torch.isnan(y)
-    d = torch.where(nx & ny, torch.zeros_like(d), d)
-    d = torch.where(nx ^ ny, torch.full_like(d, NAN_DISTANCE), d)
+    nx, ny = isnan_of(x), isnan_of(y)
+    d = torch.where(nx & ny, 0, d)
+    d = torch.where(nx ^ ny, NAN_DISTANCE, d)
     return d
 
 
@@ -84,6 +90,7 @@ def ulp_histogram(dist: torch.Tensor) -> dict[str, int]:
 #: lower edges of the bins "0" .. ">256": ``bucketize(d, edges, right=True)``
 #: puts d in 1 .. 8 (0 for a negative d, counted nowhere, as before)
 _HIST_EDGES = (0, 1, 2, 3, 5, 9, 17, 257)
+#: (device, stream) -> (edges, bin numbers 1 .. 9 as a column)
 _EDGE_TENSORS: dict = {}
 
 
@@ -105,11 +112,15 @@ def ulp_histogram_counts(dist: torch.Tensor) -> torch.Tensor:
     d = dist.reshape(-1).to(torch.int64)
     # one per device and CUDA stream: a copy made on one stream is not ordered before another stream's use of it
     key = (d.device, _stream_key(d))
-    edges = _EDGE_TENSORS.get(key)
-    if edges is None:
-        edges = _EDGE_TENSORS[key] = torch.tensor(_HIST_EDGES, dtype=torch.int64, device=d.device)
+    consts = _EDGE_TENSORS.get(key)
+    if consts is None:
+        edges = torch.tensor(_HIST_EDGES, dtype=torch.int64, device=d.device)
+        consts = _EDGE_TENSORS[key] = (edges, torch.arange(1, 10, dtype=torch.int64, device=d.device).unsqueeze(1))
+    edges, bins = consts
     idx = torch.bucketize(d, edges, right=True)
-    idx = torch.where(d == NAN_DISTANCE, torch.full_like(idx, 9), idx)  # "nan" (not ">256")
+    idx = torch.where(d == NAN_DISTANCE, 9, idx)  # "nan" (not ">256")
+    if idx.is_cuda:  # torch.bincount reads its input's min and max back on CUDA (two syncs): counted per bin
+        return (idx.unsqueeze(0) == bins).sum(1)
     return torch.bincount(idx, minlength=10)[1:]
 
 

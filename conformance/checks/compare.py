@@ -6,14 +6,13 @@ Distances are in spacings (ulp) of the output dtype: ``reference.bits.spacing_di
 
 from __future__ import annotations
 
-import copy
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from reference import memo, readback
-from reference.bits import NAN_DISTANCE, bits_of, histogram_dict, spacing_distance, ulp_histogram_counts
+from reference.bits import NAN_DISTANCE, bits_of, histogram_dict, isnan_of, spacing_distance, ulp_histogram_counts
 
 #: evidence keys of compare_bits, in the order stored rows have them
 _EV_KEYS = "n_elements n_compared n_differ n_bits_differ n_signed_zero n_over_tol tol_ulp max_ulp ulp_histogram".split()
@@ -160,7 +159,7 @@ def bit_differences(out: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
     """``(differ, signed_zero)`` bool tensors of ``out`` / ``ref``'s shape (same
     dtype: bf16 / fp16 / fp32): bit patterns differ, any NaN equal to any NaN
     (IEEE 754 section 6.2.3 leaves payloads open); one is +0, the other -0."""
-    nan = torch.isnan(out) & torch.isnan(ref)
+    nan = isnan_of(out) & isnan_of(ref)
     differ = (bits_of(out) != bits_of(ref)) & ~nan
     signed_zero = differ & (out == 0) & (ref == 0)
     return differ, signed_zero
@@ -170,16 +169,14 @@ def _comparison_parts(out: Tensor, ref: Tensor, mask: Optional[Tensor]) -> tuple
     dist = spacing_distance(out, ref)
     differ, szero = bit_differences(out, ref)
     if mask is not None:
-        dist = torch.where(mask, dist, torch.zeros_like(dist))
+        dist = torch.where(mask, dist, 0)
         differ = differ & mask
         szero = szero & mask
     flat = dist.reshape(-1)
     z = torch.zeros((), dtype=torch.int64, device=flat.device)
     # masked-out elements become -1, which no bin counts (distances are >= 0):
     # no boolean indexing, whose result size would need a sync of its own
-    hist = ulp_histogram_counts(
-        flat if mask is None else torch.where(mask.reshape(-1), flat, torch.full_like(flat, -1))
-    )
+    hist = ulp_histogram_counts(flat if mask is None else torch.where(mask.reshape(-1), flat, -1))
     heads = [mask.sum() if mask is not None else z, (dist > 0).sum(), differ.sum(), szero.sum()]
     heads += [flat.max().to(torch.int64) if flat.numel() else z, (dist > 1).sum()]
     counts = torch.cat([torch.stack(heads), hist])
@@ -227,11 +224,12 @@ def _ask_worst_evidence(
     w = (flat if cmp["ev"]["max_ulp"] > 0 else differ.reshape(-1).to(torch.uint8)).argmax()
     w = w.reshape(1)
     ints, floats = _element_values(out, ref, flat, cmp["szero"], ops, exact, w, n_cols)
-    idx = torch.arange(n, device=flat.device)
 
     def first_k(where: Tensor, k: int) -> Tensor:
-        pos = torch.where(where.reshape(-1), idx, torch.full_like(idx, n))
-        return pos.topk(k, largest=False).values  # ascending
+        # ascending positions of the first k True elements, n where there are fewer: the j-th True
+        # is where the running count first reaches j (a scan and a search, not a multi-pass top-k)
+        seen = where.reshape(-1).cumsum(0)
+        return torch.searchsorted(seen, torch.arange(1, k + 1, dtype=seen.dtype, device=seen.device))
 
     k = min(max_listed, n) if n_over else 0
     first = first_k(differ if tol_ulp == 0 else dist > tol_ulp, k)
@@ -286,6 +284,16 @@ def evidence_questions(
     return out, mask, cmp, n_over, worst
 
 
+def _plain_copy(x):
+    """A deep copy of plain data (dicts, lists, tuples of scalars: the memoized evidence, which the
+    checks share), without ``copy.deepcopy``'s generic bookkeeping."""
+    if isinstance(x, dict):
+        return {k: _plain_copy(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain_copy(v) for v in x)
+    return x
+
+
 def compare_bits(
     out: Tensor,
     ref: Tensor,
@@ -304,12 +312,12 @@ def compare_bits(
     keys: :data:`_EV_KEYS`, ``worst``, ``first_over_tol``, ``signed_zero_first``.
     """
     out, mask, cmp, n_over, worst = evidence_questions(out, ref, tol_ulp, ops, exact, mask, max_listed)
-    ev: dict = dict(copy.deepcopy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
+    ev: dict = dict(_plain_copy(cmp["ev"]), n_over_tol=n_over, tol_ulp=int(tol_ulp))
     ev = {k: ev[k] for k in _EV_KEYS}
     if ev["max_ulp"] == NAN_DISTANCE:
         ev["max_ulp_is_nan_mismatch"] = True
     if worst is not None:
-        w, first, zeros = copy.deepcopy(worst.get())
+        w, first, zeros = _plain_copy(worst.get())
         if ev["n_signed_zero"]:
             ev["signed_zero_first"] = zeros
         ev["worst"], ev["first_over_tol"] = w, first

@@ -35,6 +35,7 @@ from conformance.suite.evaluate import CaseEvaluation, check_error
 from conformance.sweep.cells import SCALE_MODES_FOR, Cell, SweepSpec
 from conformance.sweep.store import CellRows
 from faults import inject_injection, prepare_injection
+from faults.mask import case_key, prefetch_element_masks
 from faults.spec import PRECONDITION_FAULTS
 from faults.truth import ask_ground_truth
 from reference import memo, readback
@@ -269,7 +270,30 @@ def run_layer_batch(tasks) -> list:
     _worker_env()
     ctx = LayerContext(tasks[0].spec, tasks[0].device)
     with memo.scope():
+        _prefetch_masks(tasks, ctx)
         return [run_layer_cell(t, ctx) for t in tasks]
+
+
+def _prefetch_masks(tasks: list, ctx: LayerContext) -> None:
+    """Start drawing the coverage masks the injected kernels of ``tasks`` will ask for
+    (``faults.mask.prefetch_element_masks``, on the batch's capture operands) in a thread, so
+    that their host work overlaps the cells'. Speed only: a mask not prefetched, or a failure
+    here, leaves each cell to draw its own (the same bits)."""
+    try:
+        want, keys = [], {}
+        for t in tasks:
+            c = t.cell
+            if c.fault in PRECONDITION_FAULTS:  # row / column streams, drawn inside the cell
+                continue
+            k = (c.layer, c.scale_mode)
+            if k not in keys:
+                o = ctx.ops(*k)
+                keys[k] = (o.m, o.n, case_key(o.a, o.b, o.scale_a, o.scale_b, o.bias))
+            want.append(keys[k] + (c.fault, c.coverage, c.seed))
+        if want:
+            prefetch_element_masks(want)
+    except Exception:  # noqa: BLE001 -- an optimisation: the cells raise what they must themselves
+        pass
 
 
 def run_model_cell(task: SweepTask) -> CellRows:

@@ -10,7 +10,16 @@ import pytest
 import torch
 
 from faults import COVERAGES, FaultError
-from faults.mask import block_counts, block_selection, element_mask, lowest_of, selected_count, stream_key
+from faults.mask import (
+    block_counts,
+    block_selection,
+    element_mask,
+    lowest,
+    lowest_of,
+    prefetch_element_masks,
+    selected_count,
+    stream_key,
+)
 
 MASK64 = (1 << 64) - 1
 
@@ -99,3 +108,19 @@ def test_lowest_of_equals_a_stable_argsort_prefix_with_ties():
         s = rng.integers(0, hi, n).astype(np.uint64)  # many ties when hi is small
         want = np.sort(np.argsort(s, kind="stable")[:count])
         assert lowest_of(s, count).tolist() == want.tolist()
+
+
+def test_prefetched_masks_are_the_masks_drawn_in_the_call():
+    keys = [(9, 13, "prefetch-case", f, cov, 3) for f in ("F1", "F8") for cov in COVERAGES]
+    drawn = {}
+    for k in keys:  # the definition, drawn here
+        flat = torch.zeros(9 * 13, dtype=torch.bool)
+        flat[torch.from_numpy(lowest(9 * 13, selected_count(9, 13, k[4]), stream_key(*k[2:])))] = True
+        drawn[k] = flat.reshape(9, 13)
+    prefetch_element_masks(keys + keys[:2])  # a key asked twice is drawn once
+    got = {k: element_mask(*k) for k in keys}  # waits for the ones still being drawn
+    for k in keys:
+        assert torch.equal(got[k], drawn[k]) and got[k].dtype == torch.bool, k
+        assert int(got[k].sum()) == selected_count(9, 13, k[4])
+        got[k][0, 0] = not bool(got[k][0, 0])  # a fresh copy: the memoized mask is untouched
+        assert torch.equal(element_mask(*k), drawn[k])

@@ -76,6 +76,16 @@ def test_histogram_counts_every_bin_in_one_tensor():
     assert ulp_histogram(torch.zeros(0, dtype=torch.int64)) == {k: 0 for k in want}
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_histogram_counts_on_cuda_are_the_cpu_counts():
+    g = torch.Generator().manual_seed(5)
+    d = torch.randint(-1, 600, (64, 6144), generator=g, dtype=torch.int64)
+    d.view(-1)[::97] = NAN_DISTANCE
+    for x in (d, d[:0], d[:1, :7]):
+        assert ulp_histogram_counts(x.cuda()).tolist() == ulp_histogram_counts(x).tolist()
+
+
 def test_grouped_in_place_check_names_exactly_the_written_operands():
     from conformance.kernels.runner import _differing
 
