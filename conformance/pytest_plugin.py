@@ -419,12 +419,19 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 
 def long_items_first(items: list) -> list:
-    """An xdist worker's item order: the kernel-level checks and the property test (the long items: C7, E1, C9)
-    first, so that they run beside the cases rather than after them; otherwise the plan's order (a stable sort:
-    every worker collects the same list, as xdist requires)."""
+    """An xdist worker's item order, longest first so that xdist's round-robin start spreads them over the workers
+    (no worker is left with a queue of long items at the end): the kernel-level checks and the property test (C7,
+    E1, C9), then the captured-layer cases, then the other cases by M*N*K, largest first (a stable sort: every worker
+    collects the same list, as xdist requires)."""
     from conformance.suite.plan import CHECK, PROPERTY
 
-    return sorted(items, key=lambda it: it.step.kind not in (CHECK, PROPERTY))
+    def cost(it) -> tuple:
+        if it.step.kind in (CHECK, PROPERTY):
+            return (0, 0)
+        ops = it.kstate.cases[it.step.index]
+        return (1, 0) if (ops.meta or {}).get("source") == "capture" else (2, -ops.m * ops.n * ops.k)
+
+    return sorted(items, key=cost)
 
 
 def _cuda_count() -> int:

@@ -5,6 +5,7 @@ database, no deadline, no shrinking (the first failing example is reported), hea
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -74,11 +75,14 @@ def property_operands(max_examples: int = 25) -> list:
         drawn.append(ops)
         return _PASSED
 
-    try:
-        prop, _ = _property_test(None, lambda cr: None, max_examples, None, collect)
-    except ImportError:
-        return []
-    prop()
+    with warnings.catch_warnings():
+        # the plugin draws inside pytest's configure step, where hypothesis warns about every lazy strategy
+        warnings.filterwarnings("ignore", message="Slow code in plugin")
+        try:
+            prop, _ = _property_test(None, lambda cr: None, max_examples, None, collect)
+        except ImportError:
+            return []
+        prop()
     return drawn
 
 

@@ -26,6 +26,7 @@ import faults  # noqa: F401 -- registers the resolver of injected names (triton+
 from conformance.checks import batch_invariance
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.import_noise import silence_import_noise
+from conformance.runtime.threads import available_cores
 from reference.fileio import atomic_write_text, cache_location
 
 #: the most worker processes a warm-up starts
@@ -86,7 +87,7 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str,
         out_dtype = getattr(torch, lay[5].replace("torch.", ""))
         try:
             spec.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
-            if spec.int_mm is not None:
+            if spec.int_mm is not None and lay[6]:
                 spec.int_mm(a, b)
             done += 1
         except Exception as e:  # noqa: BLE001 -- the case itself reports a kernel's error
@@ -129,11 +130,14 @@ def marker_path(spec, layouts: list, device: str) -> os.PathLike:
 
 
 def warm_layouts(spec, cases: Sequence, extra: Sequence = ()) -> list:
-    """The distinct call signatures (:func:`case_layout`) a warm-up of ``spec`` covers, in first-use order: the fixed
-    ``cases``, C9's calls on them (:func:`c9_layouts`), then the ``extra`` operands (the property test's examples)."""
+    """The distinct call signatures (:func:`case_layout`) a warm-up of ``spec`` covers, each with one more element,
+    whether the suite also calls ``int_mm`` on it: the fixed ``cases`` and the ``extra`` operands (the property test's
+    examples) in first-use order (True), then C9's other calls on them (:func:`c9_layouts`; ``scaled_mm`` only)."""
     dense = spec.dense_operands()
-    own = [case_layout(c, dense) for c in cases] + c9_layouts(cases, dense)
-    return list(dict.fromkeys(own + [case_layout(o, dense) for o in extra]))
+    both = list(dict.fromkeys([case_layout(c, dense) for c in cases] + [case_layout(o, dense) for o in extra]))
+    seen = set(both)
+    c9 = [lay for lay in dict.fromkeys(c9_layouts(cases, dense)) if lay not in seen]
+    return [lay + (True,) for lay in both] + [lay + (False,) for lay in c9]
 
 
 def warm_up(
@@ -148,7 +152,7 @@ def warm_up(
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")
         return {"layouts": len(layouts), "workers": 0, "seconds": 0.0, "calls": 0, "error": "", "skipped": True}
     groups = plan_groups(layouts)
-    n = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1, len(groups)))
+    n = workers or max(1, min(MAX_WORKERS, available_cores(), len(groups)))  # this process only waits
     n = min(n, len(groups))
     say(
         f"{spec.name}: compiling {len(layouts)} operand layouts ({len(groups)} groups) in {n} processes before the cases run"

@@ -270,9 +270,19 @@ def test_collect_only_counts_the_suite_items(pytester):
 
 
 def test_an_xdist_worker_runs_the_long_items_first():
-    kinds = [CASE, PAIR, CASE, PROPERTY, CHECK, CHECK]
-    items = [types.SimpleNamespace(step=types.SimpleNamespace(kind=k, n=i)) for i, k in enumerate(kinds)]
-    assert [it.step.n for it in long_items_first(items)] == [3, 4, 5, 0, 1, 2]
+    def case(m, n, k, source="family"):
+        return types.SimpleNamespace(m=m, n=n, k=k, meta={"source": source})
+
+    cases = [case(2, 2, 2), case(64, 64, 64), case(1, 1, 1, "capture"), case(8, 8, 8)]
+    ks = types.SimpleNamespace(cases=cases)
+
+    def item(n, kind, index=None):
+        return types.SimpleNamespace(step=types.SimpleNamespace(kind=kind, index=index, n=n), kstate=ks)
+
+    kinds = [(CASE, 0), (PAIR, 1), (CASE, 2), (PROPERTY, None), (CHECK, None), (CASE, 3), (CHECK, None)]
+    items = [item(n, kind, index) for n, (kind, index) in enumerate(kinds)]
+    # checks and property (plan order), the capture case, then M*N*K largest first
+    assert [it.step.n for it in long_items_first(items)] == [3, 4, 6, 2, 1, 5, 0]
 
 
 # ---------------------------------------------------------- xdist worker threads

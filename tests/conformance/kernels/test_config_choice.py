@@ -218,9 +218,11 @@ def test_warm_up_covers_the_property_examples(tmp_path, monkeypatch):
     cases = [_ops(3, 32, 16), _ops(20, 32, 16, bias=True)]
     spec = get_kernel("cpu")
     extra = property_operands(5)
-    own = list(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
+    both = list(dict.fromkeys([case_layout(c) for c in cases] + [case_layout(o) for o in extra]))
+    c9 = [lay for lay in dict.fromkeys(c9_layouts(cases)) if lay not in both]  # scaled_mm only: no int_mm warmed
     lays = warm_layouts(spec, cases, extra)
-    assert lays == list(dict.fromkeys(own + [case_layout(o) for o in extra])) and len(lays) > len(own)
+    assert lays == [lay + (True,) for lay in both] + [lay + (False,) for lay in c9]
+    assert len(both) > len(cases) and c9
     assert marker_path(spec, lays, "cuda") != marker_path(spec, warm_layouts(spec, cases), "cuda")
 
     got = {}
@@ -239,13 +241,14 @@ def test_warm_up_covers_the_property_examples(tmp_path, monkeypatch):
 def test_warm_up_runs_its_workers_and_leaves_a_marker(tmp_path, monkeypatch):
     """The whole warm-up on the CPU (the suite only warms CUDA runs): spawned workers resolve the kernel by
     name and call it once per layout; a complete warm-up is skipped the next time."""
-    from conformance.suite.warmup import c9_layouts, marker_path, warm_up
+    from conformance.suite.warmup import c9_layouts, marker_path, warm_layouts, warm_up
 
     monkeypatch.setenv("INT8CONF_CACHE", str(tmp_path))
     cases = [_ops(3, 32, 16), _ops(20, 32, 16, bias=True)]
     spec = get_kernel("cpu")
     rec = warm_up(spec, cases, "cpu", workers=2)
-    want = list(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
+    want = warm_layouts(spec, cases)
+    assert len(want) == len(dict.fromkeys([case_layout(c) for c in cases] + c9_layouts(cases)))
     assert (rec["layouts"], rec["calls"], rec["error"]) == (len(want), len(want), "")
-    assert rec["workers"] == 2 and marker_path(spec, want, "cpu").is_file()
+    assert 1 <= rec["workers"] <= 2 and marker_path(spec, want, "cpu").is_file()  # idle workers take groups
     assert warm_up(spec, cases, "cpu", workers=2)["skipped"]
