@@ -419,19 +419,24 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 
 def long_items_first(items: list) -> list:
-    """An xdist worker's item order, longest first so that xdist's round-robin start spreads them over the workers
-    (no worker is left with a queue of long items at the end): the kernel-level checks and the property test (C7,
-    E1, C9), then the captured-layer cases, then the other cases by M*N*K, largest first (a stable sort: every worker
-    collects the same list, as xdist requires)."""
+    """An xdist worker's item order: the long items (the kernel-level checks and the property test: C7, E1, C9)
+    spread over the first quarter of the list, a quarter of it over their count apart, between the captured-layer
+    cases and then the other cases by M*N*K, largest first. xdist's load scheduling starts each worker on a run of
+    consecutive items from the first quarter: each long item then starts at once on a worker of its own, and the
+    largest cases are spread over the workers. A deterministic order: every worker collects the same list, as
+    xdist requires."""
     from conformance.suite.plan import CHECK, PROPERTY
 
     def cost(it) -> tuple:
-        if it.step.kind in (CHECK, PROPERTY):
-            return (0, 0)
         ops = it.kstate.cases[it.step.index]
-        return (1, 0) if (ops.meta or {}).get("source") == "capture" else (2, -ops.m * ops.n * ops.k)
+        return (0, 0) if (ops.meta or {}).get("source") == "capture" else (1, -ops.m * ops.n * ops.k)
 
-    return sorted(items, key=cost)
+    long = [it for it in items if it.step.kind in (CHECK, PROPERTY)]
+    out = sorted((it for it in items if it.step.kind not in (CHECK, PROPERTY)), key=cost)
+    gap = len(items) // (4 * max(1, len(long))) + 1
+    for j, it in enumerate(long):
+        out.insert(min(j * gap, len(out)), it)
+    return out
 
 
 def _cuda_count() -> int:

@@ -269,20 +269,27 @@ def test_collect_only_counts_the_suite_items(pytester):
     assert f"{len(ids)} tests collected" in r.outlines[-1]
 
 
-def test_an_xdist_worker_runs_the_long_items_first():
+def test_an_xdist_worker_spreads_the_long_items_over_the_first_quarter():
     def case(m, n, k, source="family"):
         return types.SimpleNamespace(m=m, n=n, k=k, meta={"source": source})
 
-    cases = [case(2, 2, 2), case(64, 64, 64), case(1, 1, 1, "capture"), case(8, 8, 8)]
-    ks = types.SimpleNamespace(cases=cases)
+    sizes = [(i % 7 + 1, 8, 8) for i in range(36)]
+    ks = types.SimpleNamespace(cases=[case(*s) for s in sizes] + [case(1, 1, 1, "capture")])
 
     def item(n, kind, index=None):
         return types.SimpleNamespace(step=types.SimpleNamespace(kind=kind, index=index, n=n), kstate=ks)
 
-    kinds = [(CASE, 0), (PAIR, 1), (CASE, 2), (PROPERTY, None), (CHECK, None), (CASE, 3), (CHECK, None)]
-    items = [item(n, kind, index) for n, (kind, index) in enumerate(kinds)]
-    # checks and property (plan order), the capture case, then M*N*K largest first
-    assert [it.step.n for it in long_items_first(items)] == [3, 4, 6, 2, 1, 5, 0]
+    items = [item(i, CASE if i % 2 else PAIR, i) for i in range(37)]
+    items += [item(37, PROPERTY), item(38, CHECK), item(39, CHECK)]
+    got = long_items_first(items)
+    assert sorted(it.step.n for it in got) == list(range(40))
+    # 40 items, 3 long ones: 40 // 12 + 1 = 4 apart, from the first position, in plan order
+    assert [i for i, it in enumerate(got) if it.step.kind in (CHECK, PROPERTY)] == [0, 4, 8]
+    assert [got[i].step.n for i in (0, 4, 8)] == [37, 38, 39]
+    rest = [it for it in got if it.step.kind not in (CHECK, PROPERTY)]
+    assert rest[0].step.n == 36  # the captured-layer case, then M*N*K largest first (ties in plan order)
+    work = [ks.cases[it.step.index].m for it in rest[1:]]
+    assert work == sorted(work, reverse=True) and [it.step.n for it in rest[1:6]] == [6, 13, 20, 27, 34]
 
 
 # ---------------------------------------------------------- xdist worker threads
