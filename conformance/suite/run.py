@@ -26,6 +26,7 @@ from conformance.kernels.spec import conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import complete_run, partial_run
+from conformance.runtime.threads import available_cores
 from conformance.suite.coverage import coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
 from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
@@ -440,8 +441,9 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         why = parallel_ok(state) if jobs > 1 else None
         if why:
             say(f"{spec.name}: the cases run in this process: {why}")
-        elif jobs > 1:  # C7's model library imported meanwhile
-            preload = (lambda: import_in_background(model_class)) if "C7" in checks else None
+        elif jobs > 1:  # C7's model library imported meanwhile, on a core the workers leave idle
+            spare = available_cores() > jobs
+            preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
             evaluate_in_workers(state, jobs, say, after_fork=preload)
         in_workers = set(state.results)
         beside: dict = {}  # model-level checks running in a worker beside the in-process step
