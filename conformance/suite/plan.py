@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+import torch
+
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.cases.cache import cached_cases
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
@@ -23,7 +25,6 @@ from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
 from conformance.runtime.forking import map_forked
-from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_case, is_fp8
 from conformance.suite.property import property_operands, run_property_test
 from conformance.suite.warmup import warm_up
@@ -134,7 +135,8 @@ def default_cases(
     def build() -> list:
         parts = [functools.partial(synthetic_cases, seeds)]
         parts += [shape_sweep, *families.family_builders()] if include_sweep else []
-        return [c for part in map_forked(parts, available_cores()) for c in part]
+        # as many processes as this one's share of the cores (its torch threads: one per xdist worker on 2 cores)
+        return [c for part in map_forked(parts, torch.get_num_threads()) for c in part]
 
     cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/sweep={include_sweep}", build)
     if include_captures:
