@@ -90,7 +90,7 @@ IMPORT_SWITCH_INTERVAL_S = 0.0005
 
 def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
     """Run ``import_fn`` (an import of a heavy library a later step needs) on a daemon thread now, holding
-    ``pool.FORK_GATE`` so that no worker is forked from this process meanwhile; the later step's own import then
+    ``runtime.forking.FORK_GATE`` so that no worker is forked from this process meanwhile; the later step's own import then
     finds the module loaded (or waits on Python's import lock for it). An error is left for that step to raise."""
 
     def run() -> None:
