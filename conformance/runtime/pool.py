@@ -302,6 +302,12 @@ class IsolatedKernel:
     def run_model(self, check_id: str, timeout_s: Optional[float] = None) -> Outcome:
         return self.request(("model", check_id), timeout_s)
 
+    def kill(self) -> None:
+        """Kill the child now (from any thread): a request waiting on it returns CRASHED."""
+        proc = self._proc
+        if proc is not None and proc.is_alive():
+            proc.kill()
+
     def close(self) -> None:
         """Stop the child (politely, then by force)."""
         if self._proc is None:

@@ -51,14 +51,18 @@ def evaluate_in_workers(
     answered = [0] * jobs
     lock = threading.Lock()
     started = threading.Semaphore(0)
+    stop = threading.Event()
+    isolated: list = []
 
     def serve(w: int, logs: str) -> None:
         with IsolatedKernel(state.spec, state.cases, CASE_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+            with lock:
+                isolated.append(iso)
             try:
                 iso.start()
             finally:
                 started.release()
-            while True:
+            while not stop.is_set():
                 try:
                     i = work.get_nowait()
                 except queue.Empty:
@@ -77,10 +81,19 @@ def evaluate_in_workers(
             t.start()
         for _ in threads:
             started.acquire()
-        if after_fork is not None:
-            after_fork()
-        for t in threads:
-            t.join()
+        try:
+            if after_fork is not None:
+                after_fork()
+            for t in threads:
+                t.join()
+        except BaseException:  # interrupted: no serving thread may outlive this call inside a torch unpickle
+            stop.set()
+            with lock:
+                for iso in isolated:
+                    iso.kill()
+            for t in threads:
+                t.join()
+            raise
     return sum(answered)
 
 

@@ -24,7 +24,7 @@ def board(tmp_path_factory):
         kernels=["cpu", TRUNC, SLEEP, CRASH],
         devices=["cpu"],
         cases=cases,
-        case_timeout=3,
+        case_timeout=8,  # the sleeper hangs for 120 s; the others take milliseconds, even on a loaded machine
         warmup_timeout=120,
         quiet=True,
         jobs=4,

@@ -8,11 +8,12 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+from holding import Hold, interrupt_when_held
 
 from conformance.kernels.registry import get_kernel
 from conformance.suite.run import SuiteInterrupted, run_conformance
@@ -49,54 +50,26 @@ def test_run_conformance_interrupted_carries_the_finished_cases():
     assert all(c.verdict == "pass" for c in res.cases)
 
 
-_KERNEL_MODULE = """
-import dataclasses, os, signal
-from conformance.kernels.registry import get_kernel
-_cpu = get_kernel("cpu")
-_n = [0]
-def _mm(a, b, scale_a, scale_b, out_dtype, bias=None):
-    _n[0] += 1
-    if _n[0] == 30:
-        os.kill(os.getpid(), signal.SIGTERM)   # as `timeout` or a CI runner would
-    return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
-spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_mm)
-"""
-
-
 @pytest.mark.slow
 def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
-    (tmp_path / "stopmod.py").write_text(_KERNEL_MODULE)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.cli",
-            "check",
-            "--kernel",
-            "stopmod:spec",
-            "--no-model",
-            "--no-captures",
-            "-q",
-            "--out",
-            str(tmp_path / "rep"),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    """SIGTERM to ``int8conf check`` while one case's kernel call is held (after a finished case):
+    exit 130 and the partial report of what finished."""
+    cmd = [sys.executable, "-m", "conformance.cli", "check", "--kernel", "holding:spec", "--no-model"]
+    cmd += ["--no-captures", "--out", str(tmp_path / "rep")]
+    rc, out = interrupt_when_held(
+        cmd, ROOT, Hold(tmp_path / "hold"), signal.SIGTERM, r"stopper: [1-9]\d*/\d+ cases", tmp_path
     )
-    assert r.returncode == 130, r.stdout[-2000:] + r.stderr[-2000:]
+    assert rc == 130, out[-3000:]
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     assert rep["notes"][0].startswith("partial run: interrupted after ")
-    assert 0 < len(rep["cases"]) < 100
+    total = int(re.search(r"stopper: (\d+) cases", out).group(1))
+    assert 0 < len(rep["cases"]) < total  # the held case never finished
     assert (rep["partial"]["partial"], rep["partial"]["reason"], rep["partial"]["note"]) == (
         True,
         "interrupted",
         rep["notes"][0],
     )
-    assert "int8conf: interrupted" in r.stderr and "report: " in r.stderr
+    assert "int8conf: interrupted" in out and "report: " in out
 
 
 def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():

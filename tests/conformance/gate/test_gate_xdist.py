@@ -4,12 +4,15 @@ and timestamps aside), and each is written once, by the controller."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 -- imported before pytester's in-process run (a second import would crash)
+from holding import Hold, interrupt_when_held
 
 import conformance.gate.run  # noqa: F401 -- same: keep the gate's modules loaded across the inner run
 
@@ -90,64 +93,25 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     assert [c["item"] for c in gate_2["cases"]] == [c["item"] for c in gate_1["cases"]]
 
 
-_INTERRUPTING_KERNEL = """
-import dataclasses, os, signal, time
-from conformance.kernels.registry import get_kernel
-
-_cpu = get_kernel("cpu")
-_calls = 0
-
-def _scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
-    global _calls
-    _calls += 1
-    if _calls == 40 and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
-        os.kill(os.getppid(), signal.SIGINT)  # the controller, as a time limit would
-        time.sleep(2)
-    return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
-
-spec = dataclasses.replace(_cpu, name="stopper", scaled_mm=_scaled_mm, origin="test")
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_interrupted_xdist_run_reports_every_finished_item(tmp_path, sig):
-    """SIGINT or SIGTERM (what a time limit sends) to the controller mid-run:
-    the report still holds every item that passed before it, because each
-    item ships its result on its own report instead of at worker shutdown,
-    and SIGTERM stops the run like Ctrl-C."""
-    (tmp_path / "stopmod.py").write_text(_INTERRUPTING_KERNEL.replace("signal.SIGINT", f"signal.{sig}"))
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-n",
-            "2",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--kernel=stopmod:spec",
-            "--int8conf-no-captures",
-            "--int8conf-no-model",
-            "--int8conf-examples=0",
-            f"--int8conf-reports={tmp_path}/rep",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    """SIGINT or SIGTERM (what a time limit sends) to the controller mid-run, while one case's
+    kernel call is held: the report still holds every item that passed before it, because each
+    item ships its result on its own report instead of at worker shutdown, and SIGTERM stops the
+    run like Ctrl-C."""
+    cmd = [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-v", "--kernel=holding:spec"]
+    cmd += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    cmd += [f"--int8conf-reports={tmp_path}/rep"]
+    rc, out = interrupt_when_held(
+        cmd, ROOT, Hold(tmp_path / "hold", "xdist"), getattr(signal, sig), r" PASSED ", tmp_path
     )
-    out = r.stdout + r.stderr
-    assert r.returncode == 2, out[-3000:]  # pytest's INTERRUPTED
-    import re
-
-    passed = int(re.search(r"(\d+) passed", out).group(1))
+    assert rc == 2, out[-3000:]  # pytest's INTERRUPTED
+    passed = len(re.findall(r" PASSED ", out))
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     c9 = any(c["check_id"] == "C9" and c["verdict"] != "n/a" for c in rep["checks"])
-    assert 0 < passed < rep["overall"]["cases_total"] + 50, out[-2000:]
+    items = int(re.search(r"workers \[(\d+) items\]", out).group(1))
+    assert 0 < passed and len(rep["cases"]) < items, out[-2000:]  # the held item never finished
     assert len(rep["cases"]) + int(c9) >= passed, (len(rep["cases"]), c9, passed)
     assert "partial run" in " ".join(rep["notes"])
     assert (rep["partial"]["partial"], rep["partial"]["reason"]) == (True, "interrupted")
@@ -155,31 +119,13 @@ def test_interrupted_xdist_run_reports_every_finished_item(tmp_path, sig):
 
 @pytest.mark.slow
 def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
-    """SIGINT to the controller after a few decided cases (as a CI time limit
-    would): gate.json still lists every case whose item finished, and says
-    it is a partial run."""
-    import re
-    import signal
-
+    """SIGINT to the controller while one candidate call is held, after a decided case (as a CI
+    time limit would): gate.json lists every case whose item finished, and says it is a partial run."""
     args = [a for a in _args(tmp_path / "g") if a.startswith("--gate") or a.startswith("-p") or a == "no:cacheprovider"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-n", "2", "-v", *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines, sent = [], False
-    for line in p.stdout:
-        lines.append(line)
-        if not sent and sum(" PASSED " in x for x in lines) >= 4:
-            p.send_signal(signal.SIGINT)
-            sent = True
-    p.wait(timeout=300)
-    out = "".join(lines)
-    assert sent, out[-3000:]
+    args = ["--gate-candidate=holding:spec" if a == "--gate-candidate=cpu" else a for a in args]
+    cmd = [sys.executable, "-m", "pytest", "-n", "2", "-v", *args]
+    rc, out = interrupt_when_held(cmd, ROOT, Hold(tmp_path / "hold", "xdist"), signal.SIGINT, r" PASSED ", tmp_path)
+    assert rc == 2, out[-3000:]
     passed = {m.group(1) for m in re.finditer(r"PASSED .*?::(gate/\S+)", out)}
     gate = json.loads((tmp_path / "g" / "gate" / "gate.json").read_text())
     decided = {f"gate/{c['item']}" if not c["item"].startswith("gate/") else c["item"] for c in gate["cases"]}
@@ -195,46 +141,16 @@ def test_interrupted_xdist_gate_reports_every_decided_case(tmp_path):
 
 @pytest.mark.slow
 def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
-    """``int8conf gate`` stopped part-way (SIGTERM, as a CI time limit sends):
-    exit 130, and gate.json holds the decided cases with the partial-run note
-    (before, nothing was written and a previous run's report stayed)."""
-    import signal
-
+    """``int8conf gate`` stopped part-way (SIGTERM, as a CI time limit sends) while a candidate
+    call is held after a decided case: exit 130, and gate.json holds the decided cases with the
+    partial-run note (before, nothing was written and a previous run's report stayed)."""
     out = tmp_path / "g"
     out.mkdir()
     (out / "gate.json").write_text('{"stale": true}')
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "conformance.cli",
-            "gate",
-            "--candidate",
-            "int_mm",
-            "--incumbent",
-            "cpu",
-            "--no-model",
-            "--no-sweep",
-            "--no-captures",
-            "--out",
-            str(out),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    for line in p.stderr:
-        lines.append(line)
-        if sum(": pass" in x for x in lines) >= 4:
-            p.send_signal(signal.SIGTERM)
-            break
-    rest = p.stderr.read()
-    p.wait(timeout=300)
-    assert p.returncode == 130, "".join(lines) + rest
+    cmd = [sys.executable, "-m", "conformance.cli", "gate", "--candidate", "holding:spec", "--incumbent", "cpu"]
+    cmd += ["--no-model", "--no-sweep", "--no-captures", "--out", str(out)]
+    rc, log = interrupt_when_held(cmd, ROOT, Hold(tmp_path / "hold"), signal.SIGTERM, r": pass", tmp_path)
+    assert rc == 130, log[-3000:]
     gate = json.loads((out / "gate.json").read_text())
     assert 1 <= len(gate["cases"]) < 22, len(gate["cases"])
     assert any(n.startswith(f"partial run: {len(gate['cases'])} of 22 cases decided") for n in gate["notes"]), gate[
@@ -248,7 +164,7 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
         "stage": "cases",
         "note": f"partial run: {len(gate['cases'])} of 22 cases decided (interrupted)",
     }
-    assert "int8conf gate: partial run" in rest and "int8conf: interrupted" in rest
+    assert "int8conf gate: partial run" in log and "int8conf: interrupted" in log
     assert "(PARTIAL RUN: not every case was decided)" in (out / "gate.md").read_text().split("\n")[0]
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from holding import Hold
 from waiting import wait_until
 
 from conformance.sweep.cells import Cell, SweepSpec, layer_cells
@@ -365,10 +366,6 @@ def _cli(*args):
         "-m",
         "conformance.cli",
         "sweep",
-        "--kernel",
-        "cpu",
-        "--layers",
-        "1",
         "--no-model-checks",
         "--workers",
         "1",
@@ -388,18 +385,27 @@ def _cells(db):
 
 
 def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_scorecard(tmp_path):
+    """SIGKILL while the kernel call of a layer-6 cell is held (layer 1's cells stored before it):
+    the same command resumes and stores exactly the cells an uninterrupted run stores."""
     if _spec() is None:
         return
-    faults = ["--faults", "F4,F8", "--coverages", "one,all"]
-    total = 2 * 2 * 2
+    sweep = ["--kernel", "holding:spec", "--layers", "1,6", "--faults", "F4,F8", "--coverages", "one,all"]
+    total = 2 * 2 * 2 * 2
     db = tmp_path / "killed.sqlite"
-    cmd, env = _cli(*faults, "--db", str(db), "--out", str(tmp_path / "a"))
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: _cells(db) >= 2 or proc.poll() is not None, "two stored cells")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    hold = Hold(tmp_path / "hold")
+    cmd, _ = _cli(*sweep, "--db", str(db), "--out", str(tmp_path / "a"))
+    proc = subprocess.Popen(cmd, env=hold.env(ROOT), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        hold.wait_held()  # a layer-6 cell is reached and not stored
+        wait_until(lambda: _cells(db) >= 1, "a stored cell")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        hold.release()
+        proc.kill()
     done_at_kill = _cells(db)
     assert 0 < done_at_kill < total, "the kill must land part-way"
+    env = dict(hold.env(ROOT), INT8CONF_HOLD_DIR="")  # no hold from here on
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert _cells(db) == total
@@ -413,34 +419,15 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
     assert runs[1]["skipped"] == done_at_kill and runs[1]["stored_before"] == done_at_kill
     from conformance.cli import main
 
-    assert (
-        main(
-            [
-                "sweep",
-                "--kernel",
-                "cpu",
-                "--layers",
-                "1",
-                "--no-model-checks",
-                "--workers",
-                "1",
-                "--quiet",
-                *faults,
-                "--db",
-                str(tmp_path / "full.sqlite"),
-                "--out",
-                str(tmp_path / "b"),
-            ]
-        )
-        == 0
-    )
+    full = ["sweep", "--no-model-checks", "--workers", "1", "--quiet", *sweep]  # in-process: no hold
+    assert main([*full, "--db", str(tmp_path / "full.sqlite"), "--out", str(tmp_path / "b")]) == 0
     with SweepStore(db) as a, SweepStore(tmp_path / "full.sqlite") as b:
         assert a.rows(deterministic_only=True) == b.rows(deterministic_only=True)
-    assert (tmp_path / "a/cpu/scorecard.csv").read_text() == (tmp_path / "b/cpu/scorecard.csv").read_text()
+    assert (tmp_path / "a/stopper/scorecard.csv").read_text() == (tmp_path / "b/stopper/scorecard.csv").read_text()
     # no absolute path of this machine in the scorecard (database, captures, model, command)
     from machine_paths import absolute_strings, machine_paths
 
-    card = tmp_path / "b/cpu"
+    card = tmp_path / "b/stopper"
     text = "".join((card / f).read_text() for f in ("scorecard.json", "scorecard.md", "scorecard.csv"))
     assert machine_paths(text, tmp_path) == []
     meta = json.loads((card / "scorecard.json").read_text())["meta"]
