@@ -38,7 +38,7 @@ def register(subparsers) -> None:
         "check",
         help="run the conformance suite for a kernel and write its report",
         description="Run checks C1-C12 (and the engine-hash oracle when available) for a kernel; "
-        "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
+        "write int8conf-reports/check/<kernel label>/conformance.json and .md (with --out DIR "
         "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
         "reports/h200/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
@@ -75,7 +75,8 @@ def register(subparsers) -> None:
         metavar="DIR",
         help="reports root: each kernel's report goes to DIR/<kernel label>/ "
         "(cpu, cpu_F4_all_s0 with --inject F4), or to DIR itself when DIR's "
-        "last component already is that label (default: reports/check)",
+        "last component already is that label (default: int8conf-reports/check; the committed "
+        "examples: --out reports/check)",
     )
     p.add_argument(
         "--examples",

@@ -3,7 +3,7 @@
 Thin wrapper over ``conformance.gate.run.run_gate``: parses options, loads
 the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
 pull-request comment) and ``junit.xml`` (``<out>`` by default
-``reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
+``int8conf-reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
 
 Exit codes (``conformance.gate.status``): 0 pass (warnings the policy allows
 included); 1 blocked by the policy; 2 not comparable / bad input (unknown
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def out_dir(args: argparse.Namespace) -> Path:
-    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
+    """``--out``, else ``int8conf-reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
     its report names). Raises Int8confError: unknown ``--fault``, unreadable ``--baseline``."""
     if args.out is not None:
         return Path(args.out)
@@ -153,7 +153,7 @@ def out_dir(args: argparse.Namespace) -> Path:
 
 
 def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
-    """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
+    """``int8conf-reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
     if incumbent is None:
         from conformance.suite.report import read_report
 

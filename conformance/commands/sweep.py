@@ -60,7 +60,7 @@ def register(subparsers) -> None:
         description="Inject every fault class (F1-F9) at every coverage into a kernel, run every "
         "check on every captured layer in both scale modes, store one row per "
         "cell x check in SQLite (resumable), score against the locked prediction "
-        "matrices and write reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
+        "matrices and write int8conf-reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
         "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
         "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)",
@@ -118,7 +118,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="DIR",
         help="scorecard directory root: files go to <out>/<kernel label>/ (default: "
-        "reports/sweep; with --db and no --out, the store's own directory)",
+        "int8conf-reports/sweep; with --db and no --out, the store's own directory)",
     )
     p.add_argument(
         "--predictions",

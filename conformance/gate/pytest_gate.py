@@ -55,7 +55,9 @@ def pytest_addoption(parser) -> None:
     g.addoption(
         "--gate-fault", metavar="F", help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)"
     )
-    g.addoption("--gate-out", metavar="DIR", help="report folder (default reports/gate/<candidate>-vs-<incumbent>)")
+    g.addoption(
+        "--gate-out", metavar="DIR", help="report folder (default int8conf-reports/gate/<candidate>-vs-<incumbent>)"
+    )
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
     g.addoption("--gate-device", metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
