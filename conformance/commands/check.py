@@ -18,12 +18,14 @@ from pathlib import Path
 
 from rich.table import Table
 
+from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root, kernel_dirname
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
 from reference.errors import CaptureError, Int8confError
 
-#: ``int8conf check`` exit codes.
-EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
+#: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
+EXIT_CONFORMANT, EXIT_NOT_CONFORMANT = exit_codes.OK, exit_codes.FAILED
+EXIT_BAD_INPUT, EXIT_NOT_RUN = exit_codes.BAD_INPUT, exit_codes.NOT_RUN
 EXIT_CODES = {
     EXIT_CONFORMANT: "conformant",
     EXIT_NOT_CONFORMANT: "not conformant",

@@ -58,7 +58,7 @@ def test_an_fp8_sweep_slice_runs_and_is_scored_against_the_fp8_amendment(tmp_pat
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--faults", "F6"], "--faults F6: int32_overflow does not apply to e4m3 kernels"),
+        (["--faults", "F6"], "--inject F6: int32_overflow does not apply to e4m3 kernels"),
         (["--scale-modes", "own"], "unknown scale mode(s) ['own'] for e4m3 kernels"),
     ],
 )
