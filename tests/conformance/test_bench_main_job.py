@@ -106,7 +106,7 @@ def test_bad_option_values_are_one_line(argv, what, capsys):
 
 def test_row_selection():
     assert mj.select_rows(None, cuda=True) == ("a", "b", "c", "d")
-    assert mj.select_rows(None, cuda=False) == ("e",)
+    assert mj.select_rows(None, cuda=False) == ("e", "f")
     assert mj.select_rows("d, a,b", cuda=True) == ("d", "a", "b")
     assert mj.select_rows("c", cuda=True) == ("c",)
     with pytest.raises(Int8confError):
@@ -171,7 +171,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
     assert d["commands"] == [
         "python -m conformance.bench.paper_scale model model",
         "INT8CONF_TRITON_AUTOTUNE=0 python -m conformance.cli sweep --kernel triton --model model "
-        "--no-model-checks --db fresh.sqlite --out sweep",
+        "--no-model --db fresh.sqlite --out sweep",
     ]
     assert d["sweep"]["cells"] == 10584 and d["sweep"]["wall_s"] == 22.5 and d["sweep"]["target_over_measured"] == 1.333
     # a and b share one Triton cache, c has its own; every row works in a folder of its own
