@@ -150,11 +150,14 @@ def run(args: argparse.Namespace) -> int:
     from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
     from conformance.suite.workers import default_jobs
     from faults import annotate_result, inject, injection_of, parse_injection
+    from reference.model.capture import check_capture_dir
 
     validate_device(args.device)
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
+    if args.captures is not None and not args.no_captures:  # refused before any folder is made
+        check_capture_dir(args.captures)
     # a refusal in this block leaves no folder behind; past it the folders stay
     with contextlib.ExitStack() as refused:
         refused.enter_context(removed_if_refused(Path(args.out)))
