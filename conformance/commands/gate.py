@@ -51,8 +51,9 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--policy",
-        metavar="FILE",
-        help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
+        metavar="FILE|NAME",
+        help="policy YAML, or a shipped policy by name: bit-identity, one-spacing, one-spacing-everywhere, "
+        "with-expectations (conformance/gate/policies/; allow: [contract_difference] accepts "
         "a difference of any size where both kernels are bit-exact to their own "
         "declared contracts, C8; default: bit identity everywhere, no token "
         "flips, engine hash must not move)",

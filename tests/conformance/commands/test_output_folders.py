@@ -169,7 +169,9 @@ def test_a_partial_run_never_replaces_a_complete_report(tmp_path):
 
 def test_check_refuses_a_missing_capture_directory_before_making_a_folder(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["check", "--kernel", "cpu", "--captures", str(tmp_path / "nowhere"), *FAST[:1], "--out", str(out)]) == 2
+    assert (
+        main(["check", "--kernel", "cpu", "--captures", str(tmp_path / "nowhere"), *FAST[:1], "--out", str(out)]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("int8conf: error: ") and "not a capture directory" in err[0]
     assert not out.exists()
