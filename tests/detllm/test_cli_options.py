@@ -343,3 +343,20 @@ def test_generate_with_a_raising_int_mm_is_one_line_exit_2(capfd, tmp_path, monk
     assert err[0] == (
         "detllm: error: kernel 'raising_kern:k' int_mm raised RuntimeError: int_mm boom (M=11, K=384, N=640)"
     ), err[0]
+
+
+def test_generate_takes_an_undeclared_int_mm(tmp_path, monkeypatch, capsys):
+    """detllm uses only a kernel's int_mm: a plain ``(a, b) -> int32`` function needs no epilogue declaration
+    (issue 42 item 9); a declared kernel still resolves through the registry."""
+    from detllm.engine import resolve_int_mm
+
+    (tmp_path / "plain_acc.py").write_text(
+        "import torch\n\ndef my_int_mm(a, b):\n    return (a.to(torch.int64) @ b.to(torch.int64).t()).to(torch.int32)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn, label = resolve_int_mm("plain_acc:my_int_mm")
+    assert label == "plain_acc:my_int_mm" and fn.__name__ == "my_int_mm"
+    assert resolve_int_mm("cpu")[1] == "cpu"
+    rc = dcli.main(["generate", "--kernel", "plain_acc:my_int_mm", "--max-new-tokens", "2", "--prompt", "Shall I"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "kernel plain_acc:my_int_mm" in out
