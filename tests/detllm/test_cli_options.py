@@ -360,3 +360,15 @@ def test_generate_takes_an_undeclared_int_mm(tmp_path, monkeypatch, capsys):
     rc = dcli.main(["generate", "--kernel", "plain_acc:my_int_mm", "--max-new-tokens", "2", "--prompt", "Shall I"])
     out = capsys.readouterr().out
     assert rc == 0 and "kernel plain_acc:my_int_mm" in out
+
+
+def test_demo_prints_no_third_party_notice():
+    """``detllm demo`` stderr is empty: no torchao / torch pytree import notice, no transformers progress bar (issue 42
+    item 9). A fresh process: those notices come once per process, at import."""
+    import subprocess
+
+    from reference.fileio import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "detllm.cli", "demo", "-n", "2", "--context-tokens", "0", "--kernels", "cpu"]
+    p = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stderr == "" and "batch 8" in p.stdout
