@@ -386,7 +386,8 @@ def run(args: argparse.Namespace) -> int:
                 f"against {tag} ({meta.get('checks_core', 'C1-C7')}): TP {x['TP']} TN {x['TN']} FP {x['FP']} "
                 f"FN {x['FN']} ({x['FN_no_op']} FN in no-op cells)"
             )
-        print(f"F8 fired in {h['f8_fired']} check-cells")
+        if h.get("f8_fired") is not None:  # F8 (null) was swept: its false-alarm count
+            print(f"F8 fired in {h['f8_fired']} check-cells")
         print("scorecard: " + ", ".join(str(p) for p in paths))
         if not any(p.suffix == ".png" for p in paths):
             print("detection.png not written: matplotlib is not installed (pip install 'int8conf[plots]')")

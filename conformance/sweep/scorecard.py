@@ -167,7 +167,9 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
                 f"nothing), unexpected-applicable {x['unexpected_applicable']}"
             )
     h = sc["headlines"]
-    out += ["", "## Headlines", "", f"- F8 (null) fired a check in {h['f8_fired']} check-cells.", ""]
+    out += ["", "## Headlines", ""]
+    if h.get("f8_fired") is not None:  # only where the null fault was swept
+        out += [f"- F8 (null) fired a check in {h['f8_fired']} check-cells.", ""]
     out.append(
         "| fault | detected by (cells fired) | layer cells | effective (changed output) | no-op | max spacings moved |"
     )

@@ -201,7 +201,7 @@ def headlines(obs: pd.DataFrame) -> dict:
     """The closing-note numbers: ``{"per_fault": {F: {name, detected_by {check: cells
     fired}, layer_cells, model_cells, effective_cells (an output changed), no_op_cells,
     max_spacing}}, "c8_adds": {F: layer cells where C8 alone fired}, "e1_adds": {F: model
-    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
+    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8 (None when no F8 cell was swept)}``."""
     level = obs["level"].to_numpy(dtype=object)
     fire = obs["observed"].to_numpy(dtype=object) == "fire"
     lay = obs[level == "layer"]
@@ -241,7 +241,8 @@ def headlines(obs: pd.DataFrame) -> dict:
         if "E1" in pm.columns and "C7" in pm.columns:
             only = (pm["E1"] == "fire") & (pm["C7"] != "fire")
             e1_adds = {f: int(n) for f, n in only[only].groupby(level="fault").size().items()}
-    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(fired_f.get("F8", ())))}
+    f8 = int(len(fired_f.get("F8", ()))) if "F8" in every else None  # None: F8 was not swept
+    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": f8}
 
 
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:

@@ -171,3 +171,18 @@ def test_a_pool_worker_takes_one_gpu_from_the_queue(monkeypatch):
     import os
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_the_f8_headline_only_where_f8_was_swept():
+    """ "F8 fired in 0 check-cells" is F8's false-alarm count: it is printed only where the null fault ran (issue 42
+    item 9)."""
+    from conformance.sweep.scoring import headlines, observations
+
+    def row(fault, verdict):
+        gt = {"selected": 1, "changed": 1, "max_spacing": 1, "no_op": False}
+        return dict(layer="l0", fault=fault, coverage="all", scale_mode="own", seed=0, check_id="C5", verdict=verdict,
+                    ground_truth=gt)  # fmt: skip
+
+    assert headlines(observations([row("F4", "fail")]))["f8_fired"] is None
+    assert headlines(observations([row("F4", "fail"), row("F8", "pass")]))["f8_fired"] == 0
+    assert headlines(observations([row("F8", "fail")]))["f8_fired"] == 1
