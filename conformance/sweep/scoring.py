@@ -117,6 +117,7 @@ def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd
     no_op = df["gt_no_op"].eq(True).to_numpy()  # NaN-safe
     counts = {"fired": observed == "fire", "silent": observed == "silent", "na": observed == "n/a"}
     counts["no_op_cells"] = no_op
+    counts["silent_no_op"] = counts["silent"] & no_op  # silent where the fault changed no output: not a miss
     for tag in tags:
         oc = df[f"outcome_{tag}"].to_numpy(dtype=object)
         fn = oc == "FN"
@@ -141,6 +142,7 @@ def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd
         rec.update(cells=int(n["cells"]), fired=fired, silent=silent, na=int(n["na"]))
         rec["detection_rate"] = (fired / (fired + silent)) if fired + silent else None
         rec["no_op_cells"] = int(n["no_op_cells"])
+        rec["silent_no_op"] = int(n["silent_no_op"])
         for tag in tags:
             rec[f"pred_{tag}"] = preds[tag][k]
             for c in ("fp", "fn", "fn_no_op", "scored", "unexpected"):
