@@ -52,7 +52,7 @@ def _no_work(*a, **k):
             ["--main-job", "--rows", "a,x"],
             True,
             "bench --main-job: --rows a,x: unknown row 'x'; rows: a (CUDA), b (CUDA), c (CUDA), d (CUDA), "
-            "e (CPU-only machine)",
+            "e (CPU-only machine), f (CPU-only machine)",
         ),
         (["--main-job", "--rows", "a,a"], True, "bench --main-job: --rows a,a: a row is named twice"),
         (
@@ -69,7 +69,7 @@ def _no_work(*a, **k):
             ["--main-job", "--rows", "a,c"],
             False,
             "bench --main-job: --rows a,c: rows a, c need CUDA (torch.cuda.is_available() is False); this "
-            "machine's rows: e",
+            "machine's rows: e, f",
         ),
         (
             ["--main-job", "--rows", "e"],
@@ -291,7 +291,10 @@ def test_the_rows_run_what_a_user_runs(tmp_path):
     c = rows["c"].steps[0].argv
     plugin = ("-p", "conformance.pytest_plugin") if not mj._plugin_registered() else ()
     assert c == ("py", "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton", "--durations=8")
-    assert [r.target_s for r in rows.values()] == [60.0, 20.0, 60.0, 60.0, 120.0]
+    assert [r.target_s for r in rows.values()] == [60.0, 20.0, 60.0, 60.0, 120.0, 900.0]
+    # row f: the README's test command, in the checkout that holds the tests
+    assert rows["f"].steps[0].argv == ("py", "-m", "pytest", "-q", "-n", "auto") and not rows["f"].cuda
+    assert rows["f"].steps[0].cwd == Path(mj._package_root())
 
 
 def test_git_commit(tmp_path):
