@@ -102,7 +102,7 @@ def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     im = ax.imshow(z, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
-            fg = "white" if (np.isnan(z[i, j]) or z[i, j] < 0.6) else "black"
+            fg = "dimgray" if np.isnan(z[i, j]) else "white" if z[i, j] < 0.6 else "black"  # n/a, no-op: grey
             ax.text(j, i, txt[i][j], ha="center", va="center", fontsize=7, color=fg)
             if box[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))

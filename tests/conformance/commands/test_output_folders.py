@@ -56,15 +56,15 @@ def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monk
                 "sweep",
                 "--kernel",
                 MYGEMM,
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
                 "--scale-modes",
                 "own",
-                "--no-model-checks",
+                "--no-model",
                 "--workers",
                 "1",
                 "--quiet",
@@ -84,21 +84,9 @@ def test_gate_default_folder_is_its_pair(tmp_path):
     assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == Path(
         "int8conf-reports/gate/triton-vs-cpu"
     )
-    assert out_dir(
-        _args(
-            "gate",
-            "--candidate",
-            "cpu",
-            "--incumbent",
-            "int_mm",
-            "--fault",
-            "F4",
-            "--fault-coverage",
-            "1%",
-            "--fault-seed",
-            "7",
-        )
-    ) == Path("int8conf-reports/gate/cpu_F4_1_s7-vs-int_mm")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--inject", "F4:1%:7")) == Path(
+        "int8conf-reports/gate/cpu_F4_1_s7-vs-int_mm"
+    )
     res = run_conformance(
         "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
     )

@@ -155,7 +155,7 @@ def test_cli_blocked_exit_code(tmp_path):
                 "gate",
                 "--candidate",
                 "cpu",
-                "--fault",
+                "--inject",
                 "F4",
                 "--incumbent",
                 "cpu",

@@ -253,10 +253,12 @@ def test_threads_are_refused_for_the_interpreter_and_with_other_executors(capsys
     from conformance.cli import main
     from reference.errors import Int8confError
 
-    assert main(["sweep", "--kernel", "triton", "--layers", "1", "--threads", "2", "--no-score", "--quiet"]) == 2
+    assert main(["sweep", "--kernel", "triton", "--linears", "1", "--threads", "2", "--no-score", "--quiet"]) == 2
     assert "--threads 2: kernel 'triton' does not run on CUDA here" in capsys.readouterr().err
     assert (
-        main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--workers", "3", "--no-score", "--quiet"])
+        main(
+            ["sweep", "--kernel", "cpu", "--linears", "1", "--threads", "2", "--workers", "3", "--no-score", "--quiet"]
+        )
         == 2
     )
     assert "drop --workers 3" in capsys.readouterr().err
@@ -278,13 +280,13 @@ def test_threads_are_refused_for_the_interpreter_and_with_other_executors(capsys
                 "sweep",
                 "--kernel",
                 "cpu",
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
-                "--no-model-checks",
+                "--no-model",
                 "--threads",
                 "2",
                 "--no-score",
@@ -327,13 +329,13 @@ def test_the_sweep_command_on_a_store_being_written_says_so_and_leaves_nothing(t
         "sweep",
         "--kernel",
         "cpu",
-        "--layers",
+        "--linears",
         "1",
-        "--faults",
+        "--inject",
         "F8",
         "--coverages",
         "one",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--db",
@@ -367,9 +369,9 @@ def _cli(*args):
         "sweep",
         "--kernel",
         "cpu",
-        "--layers",
+        "--linears",
         "1",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--quiet",
@@ -390,7 +392,7 @@ def _cells(db):
 def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_scorecard(tmp_path):
     if _spec() is None:
         return
-    faults = ["--faults", "F4,F8", "--coverages", "one,all"]
+    faults = ["--inject", "F4,F8", "--coverages", "one,all"]
     total = 2 * 2 * 2
     db = tmp_path / "killed.sqlite"
     cmd, env = _cli(*faults, "--db", str(db), "--out", str(tmp_path / "a"))
@@ -419,9 +421,9 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
                 "sweep",
                 "--kernel",
                 "cpu",
-                "--layers",
+                "--linears",
                 "1",
-                "--no-model-checks",
+                "--no-model",
                 "--workers",
                 "1",
                 "--quiet",
@@ -462,9 +464,9 @@ def test_sweep_refuses_a_tampered_matrix_before_computing(tmp_path, capsys):
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--predictions",
             str(d / "v1.yaml"),
@@ -491,15 +493,15 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
             "--scale-modes",
             "own",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(db),
@@ -516,13 +518,13 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(tmp_path / "y.sqlite"),
@@ -539,13 +541,13 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(blocker / "z.sqlite"),
@@ -568,13 +570,13 @@ def test_a_db_that_is_a_text_file_or_a_folder_is_refused_naming_db(tmp_path, cap
                 "sweep",
                 "--kernel",
                 "cpu",
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
-                "--no-model-checks",
+                "--no-model",
                 "--quiet",
                 "--db",
                 str(db),
@@ -611,13 +613,13 @@ def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, 
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(db),
@@ -637,7 +639,7 @@ def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, 
         assert s.done() == set()
 
 
-@pytest.mark.parametrize("option", ["--layers", "--faults", "--coverages", "--scale-modes", "--seeds"])
+@pytest.mark.parametrize("option", ["--linears", "--inject", "--coverages", "--scale-modes", "--seeds"])
 def test_an_empty_list_option_is_an_error_not_the_default(option, capsys):
     """``--layers ""`` used to run every layer (504 cells), silently."""
     from conformance.cli import main
@@ -657,21 +659,21 @@ def test_a_slice_on_a_bigger_store_says_its_scorecard_scores_the_whole_store(tmp
         "sweep",
         "--kernel",
         "cpu",
-        "--layers",
+        "--linears",
         "0",
         "--coverages",
         "one",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--quiet",
         "--out",
         str(tmp_path),
     ]
-    assert main(base + ["--faults", "F8,F4"]) == 0
+    assert main(base + ["--inject", "F8,F4"]) == 0
     md = (tmp_path / "cpu" / "scorecard.md").read_text()
     assert "- cells: 4 layer cells (1 layers x 2 faults x 1 coverages x 2 scale modes" in md
-    assert main(base + ["--faults", "F8", "--scale-modes", "own"]) == 0
+    assert main(base + ["--inject", "F8", "--scale-modes", "own"]) == 0
     md = (tmp_path / "cpu" / "scorecard.md").read_text()
     assert (
         "- cells scored: every cell in the store, 4 layer cells + 0 model cells (this command "
@@ -692,15 +694,15 @@ def test_without_matplotlib_the_sweep_says_the_heatmap_was_not_written(tmp_path,
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
             "--scale-modes",
             "own",
-            "--no-model-checks",
+            "--no-model",
             "--db",
             str(tmp_path / "s.sqlite"),
         ]
@@ -717,15 +719,15 @@ _SMALL = [
     "sweep",
     "--kernel",
     "cpu",
-    "--layers",
+    "--linears",
     "1",
-    "--faults",
+    "--inject",
     "F8",
     "--coverages",
     "one",
     "--scale-modes",
     "own,pow2",
-    "--no-model-checks",
+    "--no-model",
     "--workers",
     "1",
     "--quiet",
