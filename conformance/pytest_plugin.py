@@ -78,9 +78,9 @@ def pytest_addoption(parser, pluginmanager) -> None:
     )
     g.addoption(
         "--int8conf-reports",
-        default="reports/check",
+        default=None,
         metavar="DIR",
-        help="directory for <kernel label>/conformance.{json,md} (default: reports/check)",
+        help="directory for <kernel label>/conformance.{json,md} (default: int8conf-reports/check)",
     )
     g.addoption(
         "--int8conf-examples",
@@ -161,6 +161,7 @@ def pytest_configure(config) -> None:
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
     from conformance.suite.plan import SuiteState, cli_capture_message, suite_cases
 
@@ -184,7 +185,7 @@ def pytest_configure(config) -> None:
     except Int8confError as e:
         msg = cli_capture_message(e).replace("--model DIR", "--int8conf-model=DIR")
         raise pytest.UsageError(f"int8conf: {msg}") from None
-    out = Path(opt("int8conf_reports"))
+    out = Path(opt("int8conf_reports") or command_root("check"))
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])

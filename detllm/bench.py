@@ -43,7 +43,7 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--kernels", type=name_list, default=None, help=h)
     sp.add_argument("--hash-check", action="store_true", help="(cuda) default-model hash: CUDA backends vs CPU")
     sp.add_argument("--workdir", default=None, help="where the 0.6B-shape model/artifact are written")
-    h = "(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; writes reports/bench/<device>/detllm.{json,md,png}"
+    h = "(cuda) the fused-kernel CUDA-graph decode path vs bf16, for --models; writes int8conf-reports/bench/<device>/detllm.{json,md,png}"
     sp.add_argument("--fast", action="store_true", help=h)
     h = "--fast: comma-separated default (shipped model), 0.6b, 1.7b (random-init shapes)"
     sp.add_argument("--models", default="default,0.6b,1.7b", help=h)
@@ -54,7 +54,7 @@ def add_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--cpu-check-tokens", type=non_negative_int, default=4, help=h)
     h = "--fast: models whose fast-path hash is checked against the CPU reference engine"
     sp.add_argument("--cpu-check-models", default="default,0.6b,tiny", help=h)
-    sp.add_argument("--out", default=None, help="--fast: report dir (default reports/bench/<device>)")
+    sp.add_argument("--out", default=None, help="--fast: report dir (default int8conf-reports/bench/<device>)")
     h = "model: shipped default model (cpu default) or random-init Qwen3-0.6B shapes (cuda default); 'tiny' = the test-size random model (smoke test of the GPU path)"
     sp.add_argument("--shapes", choices=("default", "0.6b", "tiny"), default=None, help=h)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from conformance.kernels.runner import validate_device
+from conformance.runtime.output_dirs import command_root
 from detllm import engine as E
 from detllm import generate as G
 from detllm import ops
@@ -231,7 +232,7 @@ def run(args) -> int:
 
     dev = str(validate_device(args.device))
     where = torch.cuda.get_device_name() if dev.startswith("cuda") else "cpu"
-    out = Path(args.out or Path("reports") / "bench" / _slug(where))
+    out = Path(args.out or command_root("bench") / _slug(where))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="detllm_bench_"))
     batches = list(args.batches)
     rec = dict(device=where, torch=torch.__version__, rows=[], checks=[], before=[], errors=[])

@@ -20,6 +20,7 @@ from rich.table import Table
 from conformance.kernels.loader import cwd_on_sys_path
 from conformance.kernels.registry import builtin_available, get_kernel
 from conformance.kernels.runner import validate_device
+from conformance.runtime.import_noise import silence_import_noise
 from detllm import bench
 from detllm import engine as E
 from detllm import generate as G
@@ -402,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Console entry point ``detllm``. Returns the exit code."""
+    silence_import_noise()  # torchao's and torch pytree's import-time notices, as in int8conf
     args = build_parser().parse_args(argv)
     cwd_on_sys_path()  # --kernel=mod:fn from the module's own folder, as python -m does
     if args.threads:

@@ -17,6 +17,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
+from conformance.kernels.loader import undeclared_callable
 from conformance.kernels.registry import get_kernel
 from detllm import guard as _guard
 from detllm import intops, ops
@@ -33,7 +34,8 @@ def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
-    """(int_mm callable, label) for None / "reference" / a KernelSpec / a registry name / a callable.
+    """(int_mm callable, label) for None / "reference" / a KernelSpec / a registry name / a callable, or
+    ``pkg.module:function`` naming an undeclared callable, taken as the int_mm itself (no epilogue declared).
 
     Raises KernelLoadError: unknown name, or a kernel without an ``int_mm`` entry.
     """
@@ -42,6 +44,9 @@ def resolve_int_mm(kernel=None) -> tuple[Callable, str]:
     if callable(kernel) and not hasattr(kernel, "int_mm"):
         return kernel, getattr(kernel, "__name__", "callable")
     if isinstance(kernel, str):
+        plain = undeclared_callable(kernel)  # an int_mm needs no epilogue declaration: the engine uses no epilogue
+        if plain is not None:
+            return plain, kernel
         kernel = get_kernel(kernel)
     fn = getattr(kernel, "int_mm", None)
     if fn is None:

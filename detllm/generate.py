@@ -20,6 +20,7 @@ import torch
 from detllm import engine as E
 from detllm import ops
 from reference.errors import Int8confError, OperandError
+from reference.model.forward import quiet_transformers
 
 LOGITS_TAG = b"detllm-logits-v1"
 TOKENS_TAG = b"detllm-tokens-v1"
@@ -209,7 +210,8 @@ def load_float_model(model_dir, dtype: torch.dtype = torch.bfloat16, device: str
     import transformers
 
     try:
-        m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+        with quiet_transformers():  # no third-party progress bar or notice in detllm's output
+            m = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     except (OSError, ValueError) as exc:
         raise Int8confError(f"{model_dir}: cannot load the float model ({exc.__class__.__name__})") from None
     return m.to(device).eval()

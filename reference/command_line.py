@@ -1,5 +1,5 @@
 """What both command lines (``int8conf``, ``detllm``) share: the rich console (a terminal's width on a terminal, else
-:data:`WIDE` columns, never wrapped, no colour), argparse value types that fail with one line (exit 2), and output
+:data:`WIDE` columns for tables, cells wrapped at word boundaries, text lines never wrapped, no colour), argparse value types that fail with one line (exit 2), and output
 folders created up front and removed again when the command refuses its input."""
 
 from __future__ import annotations
@@ -16,15 +16,20 @@ from rich.console import Console
 from reference.errors import Int8confError, SeedError
 from reference.seeds import check_seed
 
-WIDE = 100_000
+#: table width off a terminal (a CI log, a pipe): ``$COLUMNS`` when set, else this
+WIDE = 120
 
 
 def make_console(stderr: bool = False, file=None):
-    """A ``rich.console.Console`` on ``file`` (default stdout, or stderr with ``stderr``)."""
+    """A ``rich.console.Console`` on ``file`` (default stdout, or stderr with ``stderr``): on a terminal its width;
+    otherwise tables at most ``$COLUMNS`` or :data:`WIDE` columns (rich wraps cells at word boundaries) and text
+    lines unwrapped (``soft_wrap``: a path or a command stays whole on its line)."""
     con = Console(stderr=stderr, file=file)
     if con.is_terminal:
         return con
-    return Console(stderr=stderr, file=file, width=WIDE, soft_wrap=True)
+    cols = os.environ.get("COLUMNS", "")
+    width = int(cols) if cols.isdigit() and int(cols) >= 40 else WIDE
+    return Console(stderr=stderr, file=file, width=width, soft_wrap=True)
 
 
 def int_at_least(lo: int):

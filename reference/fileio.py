@@ -79,13 +79,20 @@ def cache_location(cache=None) -> Path:
 EXTERNAL = "..."
 
 
+def env_prefix(var: str, default: str) -> str:
+    """How a report names the folder of environment variable ``var``: ``$VAR`` while it is set, else
+    ``${VAR:-default}`` (``default``: where the folder is without it), so a shell expands either the same."""
+    return f"${var}" if os.environ.get(var) else f"${{{var}:-{default}}}"
+
+
 def _path_roots() -> list:
     """``(absolute root, portable prefix)`` pairs, longest root first, each as written and symlink-resolved: repository
-    -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~``."""
+    -> relative, cache -> ``$INT8CONF_CACHE``, temporary directory -> ``$TMPDIR``, home -> ``~`` (each variable as
+    :func:`env_prefix` writes it: a pasted command finds the folder where the variable is unset too)."""
     pairs = [
         (REPO_ROOT, ""),
-        (cache_location(), f"${CACHE_ENV}"),
-        (Path(tempfile.gettempdir()), "$TMPDIR"),
+        (cache_location(), env_prefix(CACHE_ENV, "~/.cache/int8conf")),
+        (Path(tempfile.gettempdir()), env_prefix("TMPDIR", tempfile.gettempdir())),
         (Path.home(), "~"),
     ]
     out: dict = {}
@@ -98,7 +105,8 @@ def _path_roots() -> list:
 
 def portable_path(p, _roots=None) -> Any:
     """``p`` as a committed report may show it: relative inside the repository, ``$INT8CONF_CACHE/<rel>``,
-    ``$TMPDIR/<rel>``, ``~/<rel>``, else ``.../<last component>``; relative paths, "" and None unchanged."""
+    ``$TMPDIR/<rel>`` (``${TMPDIR:-/tmp}/<rel>`` while TMPDIR is unset: :func:`env_prefix`), ``~/<rel>``, else
+    ``.../<last component>``; relative paths, "" and None unchanged."""
     if p is None:
         return None
     s = os.fspath(p)

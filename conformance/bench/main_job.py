@@ -3,7 +3,8 @@ subprocess from start to exit (Python start-up included) in a scratch folder of 
 its target; writes ``<out>/<device slug>/main_job.{json,md}`` atomically. Rows (:data:`ROWS`):
 on CUDA ``a`` the check with an empty Triton cache, ``b`` the same again warm, ``c`` the pytest
 plugin with an empty Triton cache, ``d`` the paper-scale model write and sweep from a fresh store;
-without CUDA ``e`` the check under the Triton interpreter. Prints figures; asserts no timing."""
+without CUDA ``e`` the check under the Triton interpreter, ``f`` the README's test command in this checkout.
+Prints figures; asserts no timing (``conformance.bench.figures`` quotes them in the READMEs)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ ROWS = {
     "c": ("pytest plugin, empty Triton cache", 60.0, True),
     "d": ("paper-scale model write + sweep from a fresh store", 60.0, True),
     "e": ("check, Triton interpreter (2 idle cores)", 120.0, False),
+    "f": ("the README's test command, pytest -q -n auto (2 idle cores)", 900.0, False),
 }
 #: row d's sweep alone: (target seconds, the sweep's own timing line)
 SWEEP_TARGET_S = 30.0
@@ -129,14 +131,17 @@ def build_rows(scratch: Path, cold_artifacts: bool, python: str = sys.executable
                 (python, "-m", "conformance.bench.paper_scale", "model", "model"), env(None, "cache-d"), scratch / "d"
             ),
             Step(
-                (*cli, *"sweep --kernel triton --model model --no-model-checks --db fresh.sqlite --out sweep".split()),
+                (*cli, *"sweep --kernel triton --model model --no-model --db fresh.sqlite --out sweep".split()),
                 env(None, "cache-d", INT8CONF_TRITON_AUTOTUNE="0"),
                 scratch / "d",
             ),
         ),
         "e": (Step(check, env(None, "cache-e"), scratch / "e"),),
+        # in the checkout (the tests live there); its reports go to the gitignored int8conf-reports/
+        "f": (Step((python, "-m", "pytest", "-q", "-n", "auto"), env(None, "cache-f"), Path(_package_root())),),
     }
     triton = {"a": "fresh", "b": "warm (row a's)", "c": "fresh", "d": "inherited", "e": "inherited (interpreter)"}
+    triton["f"] = triton["e"]
     return {
         k: Row(k, job, target, cuda, steps[k], triton[k], art(k != "b"), sweep_part=k == "d")
         for k, (job, target, cuda) in ROWS.items()

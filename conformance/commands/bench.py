@@ -3,9 +3,9 @@ each kernel on Qwen3-1.7B layer shapes (see ``conformance.bench.gemm``); with
 ``--gpu``, the built-in ``triton`` kernel against ``torch._int_mm`` and a plain
 autotuned Triton GEMM on Qwen3-0.6B/1.7B layer shapes and squares, TOPS, µs,
 ratios, fraction of peak and a bit check, written to
-``reports/bench/<device>/bench.{json,md,png}``; with ``--main-job``, the wall seconds of the jobs a user
+``int8conf-reports/bench/<device>/bench.{json,md,png}``; with ``--main-job``, the wall seconds of the jobs a user
 runs first (check, pytest plugin, paper-scale sweep), each as a subprocess, written to
-``reports/bench/<device>/main_job.{json,md}`` (``conformance.bench.main_job``)."""
+``int8conf-reports/bench/<device>/main_job.{json,md}`` (``conformance.bench.main_job``)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="PATH",
         help="CPU benchmark only: also write the rows and environment as JSON "
-        "(atomic write; --gpu always writes reports/bench/<device>/bench.json)",
+        "(atomic write; --gpu always writes int8conf-reports/bench/<device>/bench.json)",
     )
     g = p.add_argument_group("GPU benchmark (--gpu)")
     g.add_argument(

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from rich.table import Table
 
+from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root, kernel_dirname
 from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
 from reference.errors import CaptureError, Int8confError
 
-#: ``int8conf check`` exit codes.
-EXIT_CONFORMANT, EXIT_NOT_CONFORMANT, EXIT_BAD_INPUT, EXIT_NOT_RUN = 0, 1, 2, 3
+#: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
+EXIT_CONFORMANT, EXIT_NOT_CONFORMANT = exit_codes.OK, exit_codes.FAILED
+EXIT_BAD_INPUT, EXIT_NOT_RUN = exit_codes.BAD_INPUT, exit_codes.NOT_RUN
 EXIT_CODES = {
     EXIT_CONFORMANT: "conformant",
     EXIT_NOT_CONFORMANT: "not conformant",
@@ -38,7 +40,7 @@ def register(subparsers) -> None:
         "check",
         help="run the conformance suite for a kernel and write its report",
         description="Run checks C1-C12 (and the engine-hash oracle when available) for a kernel; "
-        "write reports/check/<kernel label>/conformance.json and .md (with --out DIR "
+        "write int8conf-reports/check/<kernel label>/conformance.json and .md (with --out DIR "
         "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
         "reports/h200/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
@@ -75,7 +77,8 @@ def register(subparsers) -> None:
         metavar="DIR",
         help="reports root: each kernel's report goes to DIR/<kernel label>/ "
         "(cpu, cpu_F4_all_s0 with --inject F4), or to DIR itself when DIR's "
-        "last component already is that label (default: reports/check)",
+        "last component already is that label (default: int8conf-reports/check; the committed "
+        "examples: --out reports/check)",
     )
     p.add_argument(
         "--examples",
@@ -147,11 +150,14 @@ def run(args: argparse.Namespace) -> int:
     from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
     from conformance.suite.workers import default_jobs
     from faults import annotate_result, inject, injection_of, parse_injection
+    from reference.model.capture import check_capture_dir
 
     validate_device(args.device)
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
+    if args.captures is not None and not args.no_captures:  # refused before any folder is made
+        check_capture_dir(args.captures)
     # a refusal in this block leaves no folder behind; past it the folders stay
     with contextlib.ExitStack() as refused:
         refused.enter_context(removed_if_refused(Path(args.out)))

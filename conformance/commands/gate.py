@@ -3,12 +3,12 @@
 Thin wrapper over ``conformance.gate.run.run_gate``: parses options, loads
 the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
 pull-request comment) and ``junit.xml`` (``<out>`` by default
-``reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
+``int8conf-reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
 
 Exit codes (``conformance.gate.status``): 0 pass (warnings the policy allows
 included); 1 blocked by the policy; 2 not comparable / bad input (unknown
 kernel, bad policy file, stale or incomparable baseline -- with the reasons);
-3 internal error of int8conf.
+4 internal error of int8conf (``conformance.runtime.exit_codes``: one table for every command).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from conformance.commands.options import add_deprecated_alias
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
 from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
 from reference.command_line import ensure_out_dir, positive_int, positive_seconds, removed_if_refused, seed_int
@@ -34,7 +35,8 @@ def register(subparsers) -> None:
         "process with a timeout, and decide per case under a YAML policy: pass, "
         "warn, fail, not-supported, crash, timeout. Writes gate.json, gate.md and "
         "junit.xml.",
-        epilog="exit codes: 0 pass; 1 blocked by policy; 2 not comparable / bad input; 3 internal error",
+        epilog="exit codes (the same table for every command, README.md): 0 pass; 1 blocked by policy; "
+        "2 not comparable / bad input; 4 internal error; 130 stopped",
     )
     p.add_argument(
         "--candidate",
@@ -49,34 +51,30 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--policy",
-        metavar="FILE",
-        help="policy YAML (examples/policies/; allow: [contract_difference] accepts "
+        metavar="FILE|NAME",
+        help="policy YAML, or a shipped policy by name: bit-identity, one-spacing, one-spacing-everywhere, "
+        "with-expectations (conformance/gate/policies/; allow: [contract_difference] accepts "
         "a difference of any size where both kernels are bit-exact to their own "
         "declared contracts, C8; default: bit identity everywhere, no token "
         "flips, engine hash must not move)",
     )
     p.add_argument(
-        "--fault",
-        metavar="F",
+        "--inject",
+        metavar="FAULT[:COVERAGE[:SEED]]",
         default=None,
-        help="wrap the candidate with fault F1..F10 (faults.inject; self-tests, demos)",
+        help="wrap the candidate with a fault (faults.inject; self-tests, demos): FAULT F1..F10 or its name, "
+        "COVERAGE one, 1%% or all (default all), SEED 0 .. 2**63-1 (default 0); as check --inject",
     )
-    p.add_argument(
-        "--fault-coverage",
-        default="all",
-        choices=("one", "1%", "all"),
-        help="elements --fault touches: one, 1%% or all (default all)",
-    )
-    p.add_argument(
-        "--fault-seed", type=seed_int, default=0, help="seed that picks the faulted elements, 0 .. 2**63-1 (default 0)"
-    )
+    add_deprecated_alias(p, "--fault", "--inject", "fault", metavar="F")
+    add_deprecated_alias(p, "--fault-coverage", "--inject F:COVERAGE", "fault_coverage", choices=("one", "1%", "all"))
+    add_deprecated_alias(p, "--fault-seed", "--inject F:COVERAGE:SEED", "fault_seed", type=seed_int)
     p.add_argument(
         "--out",
         default=None,
         metavar="DIR",
         help="where gate.json, gate.md, junit.xml, repro/ and logs/ go (default "
         "reports/gate/<candidate>-vs-<incumbent>, the candidate's label with "
-        "its --fault, the incumbent's or --baseline report's kernel)",
+        "its --inject, the incumbent's or --baseline report's kernel)",
     )
     p.add_argument(
         "--timeout",
@@ -121,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         raise  # the CLI prints the line and exits 2 (not comparable / bad input)
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # noqa: BLE001 -- anything else is int8conf's own bug: exit 3
+    except Exception as e:  # noqa: BLE001 -- anything else is int8conf's own bug: exit 4
         line = first_line(e, None)
         print(
             f"int8conf: internal error: {type(e).__name__}: {line} (please report it; traceback below)", file=sys.stderr
@@ -142,18 +140,27 @@ def _run(args: argparse.Namespace) -> int:
         return _gate(args, out)
 
 
+def injection_args(args: argparse.Namespace) -> tuple:
+    """``(fault or None, coverage, seed)`` of the candidate: ``--inject FAULT[:COVERAGE[:SEED]]``, else the
+    deprecated ``--fault`` / ``--fault-coverage`` / ``--fault-seed``. Raises FaultError (one line)."""
+    if getattr(args, "inject", None):
+        from faults import parse_injection
+
+        i = parse_injection(args.inject)
+        return args.inject.split(":", 1)[0].strip(), i.coverage, i.seed
+    return getattr(args, "fault", None), getattr(args, "fault_coverage", "all"), getattr(args, "fault_seed", 0)
+
+
 def out_dir(args: argparse.Namespace) -> Path:
-    """``--out``, else ``reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
-    its report names). Raises Int8confError: unknown ``--fault``, unreadable ``--baseline``."""
+    """``--out``, else ``int8conf-reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
+    its report names). Raises Int8confError: unknown ``--inject``, unreadable ``--baseline``."""
     if args.out is not None:
         return Path(args.out)
-    return default_gate_out(
-        args.candidate, args.fault, args.fault_coverage, args.fault_seed, args.incumbent, args.baseline
-    )
+    return default_gate_out(args.candidate, *injection_args(args), args.incumbent, args.baseline)
 
 
 def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
-    """``reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
+    """``int8conf-reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
     if incumbent is None:
         from conformance.suite.report import read_report
 
@@ -180,7 +187,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     from conformance.runtime.pool import KernelRef
 
     policy = load_policy(args.policy) if args.policy else Policy(name="default (bit identity)")
-    cand = KernelRef(args.candidate, args.fault, args.fault_coverage, args.fault_seed)
+    cand = KernelRef(args.candidate, *injection_args(args))
     inc = KernelRef(args.incumbent) if args.incumbent else None
     opts = GateOptions(
         include_captures=not args.no_captures,

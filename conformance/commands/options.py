@@ -5,11 +5,34 @@ takes."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from reference.model.artifacts import default_parent_dir
 from reference.model.assets import default_model_dir
 from reference.model.weights import SCALE_MODES
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option (``--faults`` for ``--inject``): it still works, storing into the new
+    option's ``dest`` (a flag when ``nargs=0``), after a one-line note on stderr naming the new spelling.
+    Hidden from ``--help``. Use :func:`add_deprecated_alias`."""
+
+    def __init__(self, option_strings, dest, new: str = "", nargs=None, const=None, **kw):
+        super().__init__(option_strings, dest, nargs=nargs, const=const, help=argparse.SUPPRESS, **kw)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is deprecated, use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_deprecated_alias(p: argparse.ArgumentParser, old: str, new: str, dest: str, flag: bool = False, **kw) -> None:
+    """Register ``old`` as a deprecated spelling of ``new`` (both ``--x`` strings) storing into ``dest``;
+    ``flag``: a store-true option; ``kw``: ``type`` / ``metavar`` of a valued one."""
+    if flag:
+        kw |= {"nargs": 0, "const": True}
+    p.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, default=argparse.SUPPRESS, **kw)
 
 
 def default_model_dir_arg(arg) -> Path:

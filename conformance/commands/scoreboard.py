@@ -1,8 +1,8 @@
 """``int8conf scoreboard``: every available kernel (built-in and adapted) on
 the same cases (FP8 kernels on FP8 cases, in rows of their own with the
-accumulator each declares and the one C11 measures); writes ``reports/scoreboard/`` (JSON, Markdown, PNG,
+accumulator each declares and the one C11 measures); writes ``int8conf-reports/scoreboard/`` (JSON, Markdown, PNG,
 reproducers; a ``--kernel`` / ``--device`` selection
-``reports/scoreboard/<kernels>@<devices>/``). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
+``int8conf-reports/scoreboard/<kernels>@<devices>/``). ``--repro FILE`` re-runs one saved failure alone (exit 1 when
 it reproduces, 0 when it does not)."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def register(subparsers) -> None:
         "--out",
         default=None,
         metavar="DIR",
-        help="output directory (default: reports/scoreboard, or "
-        "reports/scoreboard/<kernels>@<devices> for a --kernel / --device "
-        "selection, e.g. reports/scoreboard/torchao@cpu)",
+        help="output directory (default: int8conf-reports/scoreboard, or "
+        "int8conf-reports/scoreboard/<kernels>@<devices> for a --kernel / --device "
+        "selection, e.g. int8conf-reports/scoreboard/torchao@cpu)",
     )
     p.add_argument(
         "--kernel",
@@ -100,7 +100,7 @@ def register(subparsers) -> None:
 
 
 def out_dir(args: argparse.Namespace):
-    """``--out``, else ``reports/scoreboard[/<selection>]`` (``conformance.runtime.output_dirs``)."""
+    """``--out``, else ``int8conf-reports/scoreboard[/<selection>]`` (``conformance.runtime.output_dirs``)."""
     if args.out is not None:
         return Path(args.out)
     return default_out("scoreboard", selection_label(args.kernel or (), args.device or ()))

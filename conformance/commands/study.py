@@ -11,7 +11,7 @@
     of bf16 / own / pow2-nearest / pow2-ceiling / the wrong arm, paired window
     bootstrap) and teacher-forced flips per margin decile; writes
     ``study.json``, ``study.md`` and three PNGs to ``--out`` (default
-    ``reports/pow2/<A>-vs-<B>``). Finished parts are kept under ``--out``/.parts and
+    ``int8conf-reports/pow2/<A>-vs-<B>``). Finished parts are kept under ``--out``/.parts and
     reused by a rerun with the same settings.
 
 The default pair ``cpu,triton`` has different declared contracts (``cpu``:
@@ -91,7 +91,7 @@ def _run_study(args: argparse.Namespace) -> int:
 
 
 def out_dir(args: argparse.Namespace) -> Path:
-    """``--out``, else ``reports/pow2/<A>-vs-<B>`` (``conformance.runtime.output_dirs``).
+    """``--out``, else ``int8conf-reports/pow2/<A>-vs-<B>`` (``conformance.runtime.output_dirs``).
 
     Raises:
         Int8confError: ``--kernels`` is not two kernels (one line).
@@ -126,7 +126,7 @@ def register(subparsers) -> None:
         "(default: built by the reference quantizer)",
     )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the kernels run")
-    p.add_argument("--out", default=None, help="report directory (default reports/pow2/<A>-vs-<B>)")
+    p.add_argument("--out", default=None, help="report directory (default int8conf-reports/pow2/<A>-vs-<B>)")
     p.add_argument("--cache", help="artifact cache directory")
     p.add_argument("--tokens", type=positive_int, help="captured token rows per layer (default cpu 512, cuda 2048)")
     p.add_argument("--windows", type=positive_int, help="held-out windows for perplexity (default cpu 32, cuda 64)")

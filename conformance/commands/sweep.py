@@ -31,6 +31,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from conformance.commands.options import add_deprecated_alias
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.runtime.output_dirs import default_out, kernel_label
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
         description="Inject every fault class (F1-F9) at every coverage into a kernel, run every "
         "check on every captured layer in both scale modes, store one row per "
         "cell x check in SQLite (resumable), score against the locked prediction "
-        "matrices and write reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
+        "matrices and write int8conf-reports/sweep/<kernel label>/scorecard.{json,csv,md,png}.",
         epilog="exit codes: 0 done; 2 bad input (unknown kernel / fault / layer, a store of "
         "another sweep, a damaged store, a prediction matrix that does not match its lock); 130 stopped "
         "by Ctrl-C or SIGTERM (stored cells stay: the same command resumes)",
@@ -83,19 +84,25 @@ def register(subparsers) -> None:
         "--captures", metavar="DIR", default=None, help="capture directory (default: the default model's captures)"
     )
     p.add_argument(
-        "--layers",
+        "--linears",
+        dest="layers",
         type=_csv,
         default=None,
         metavar="L,...",
-        help="layer names or forward-order indices (default: every captured layer)",
+        help="captured linear layers: names (model.layers.0.mlp.up_proj) or forward-order indices over the "
+        "linears, not the decoder blocks (0,3: the first and the fourth linear; default: every captured linear)",
     )
+    add_deprecated_alias(p, "--layers", "--linears", "layers", type=_csv)
     p.add_argument(
-        "--faults",
+        "--inject",
+        dest="faults",
         type=_csv,
         default=None,
         metavar="F,...",
-        help="fault ids or names (default: those that apply to the kernel: F1-F9 int8, F1-F5 + F8-F10 e4m3)",
+        help="the faults to inject, ids or names (default: those that apply to the kernel: F1-F9 int8, "
+        "F1-F5 + F8-F10 e4m3); each at every --coverages and --seeds",
     )
+    add_deprecated_alias(p, "--faults", "--inject", "faults", type=_csv)
     p.add_argument("--coverages", type=_csv, default=None, metavar="C,...", help="one, 1%%, all (default: all three)")
     p.add_argument(
         "--scale-modes",
@@ -104,7 +111,7 @@ def register(subparsers) -> None:
         metavar="M,...",
         help="own, pow2 (int8 kernels) or per_token, per_tensor (e4m3 kernels: the activation scale; "
         "default: both); selects the layer cells -- a model cell "
-        "(C7, E1; see --no-model-checks) always evaluates C7 under both modes",
+        "(C7, E1; see --no-model) always evaluates C7 under both modes",
     )
     p.add_argument("--seeds", type=_csv, default=["0"], metavar="S,...", help="mask seeds (default: 0)")
     p.add_argument(
@@ -118,7 +125,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="DIR",
         help="scorecard directory root: files go to <out>/<kernel label>/ (default: "
-        "reports/sweep; with --db and no --out, the store's own directory)",
+        "int8conf-reports/sweep; with --db and no --out, the store's own directory)",
     )
     p.add_argument(
         "--predictions",
@@ -169,8 +176,12 @@ def register(subparsers) -> None:
         "--e1-tokens", type=positive_int, default=8, metavar="N", help="E1 greedy tokens per prompt (default 8)"
     )
     p.add_argument(
-        "--no-model-checks", action="store_true", help="skip C7 / E1 model cells (never run for e4m3 kernels)"
+        "--no-model",
+        dest="no_model_checks",
+        action="store_true",
+        help="skip C7 / E1 model cells (never run for e4m3 kernels)",
     )
+    add_deprecated_alias(p, "--no-model-checks", "--no-model", "no_model_checks", flag=True)
     p.add_argument("--device", default=None, help="kernel device: cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--no-score", action="store_true", help="only compute and store cells")
     p.add_argument(
@@ -212,12 +223,14 @@ def _select_layers(names: list, wanted) -> list:
         if w.isdigit():
             i = int(w)
             if i >= len(names):
-                raise Int8confError(f"--layers {w}: the capture has {len(names)} layers (0..{len(names) - 1})")
+                raise Int8confError(
+                    f"--linears {w}: the capture has {len(names)} captured linears (0..{len(names) - 1})"
+                )
             out.append(names[i])
         elif w in names:
             out.append(w)
         else:
-            raise Int8confError(f"--layers {w!r} is not a captured layer (e.g. {names[0]})")
+            raise Int8confError(f"--linears {w!r} is not a captured linear (e.g. {names[0]})")
     return list(dict.fromkeys(out))
 
 
@@ -280,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
     for f in faults:
         why = not_applicable(f, operands)
         if why:
-            raise Int8confError(f"--faults {f}: {get_fault(f).name} does not apply to {operands} kernels: {why}")
+            raise Int8confError(f"--inject {f}: {get_fault(f).name} does not apply to {operands} kernels: {why}")
     args.scale_modes = args.scale_modes or list(SCALE_MODES_FOR[operands])
     if fp8:
         args.no_model_checks = True  # NO_MODEL_CELLS_E4M3
@@ -373,7 +386,8 @@ def run(args: argparse.Namespace) -> int:
                 f"against {tag} ({meta.get('checks_core', 'C1-C7')}): TP {x['TP']} TN {x['TN']} FP {x['FP']} "
                 f"FN {x['FN']} ({x['FN_no_op']} FN in no-op cells)"
             )
-        print(f"F8 fired in {h['f8_fired']} check-cells")
+        if h.get("f8_fired") is not None:  # F8 (null) was swept: its false-alarm count
+            print(f"F8 fired in {h['f8_fired']} check-cells")
         print("scorecard: " + ", ".join(str(p) for p in paths))
         if not any(p.suffix == ".png" for p in paths):
             print("detection.png not written: matplotlib is not installed (pip install 'int8conf[plots]')")

@@ -225,10 +225,35 @@ def parse_policy(obj, source: str = "<dict>") -> Policy:
     return Policy(name.strip(), source, require, allow, flips, hash_ok, ns, unused_fail, exps, desc)
 
 
+#: the shipped policies (package data; ``examples/policies`` in a source checkout points here)
+SHIPPED_POLICIES = Path(__file__).resolve().parent / "policies"
+
+
+def shipped_policy_names() -> list:
+    """The names ``--policy`` takes for the shipped policies (``bit-identity``, ...), sorted."""
+    return sorted(p.stem for p in SHIPPED_POLICIES.glob("*.yaml"))
+
+
+def policy_path(name: Union[str, Path]) -> Path:
+    """``name`` as a policy file: an existing path as given, else a shipped policy by its name (``bit-identity``, or
+    ``bit-identity.yaml``, found wherever int8conf is installed). Raises PolicyError (one line, naming the shipped
+    ones) for neither."""
+    p = Path(name)
+    if p.exists() or p.parent != Path("."):  # a path: read as given (a missing one: "cannot read policy")
+        return p
+    shipped = SHIPPED_POLICIES / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
+    if shipped.is_file():
+        return shipped
+    raise PolicyError(
+        f"--policy {name}: no such file and no shipped policy of that name (shipped: "
+        f"{', '.join(shipped_policy_names())})"
+    )
+
+
 def load_policy(path: Union[str, Path]) -> Policy:
-    """Read and validate a policy YAML file (``yaml.safe_load``). Raises PolicyError (one line): missing /
-    unreadable file, not YAML, or a bad field."""
-    p = Path(path)
+    """Read and validate a policy YAML file (``yaml.safe_load``): a path, or a shipped policy's name
+    (:func:`policy_path`). Raises PolicyError (one line): missing / unreadable file, not YAML, or a bad field."""
+    p = policy_path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:

@@ -10,6 +10,8 @@ it adds nothing."""
 
 from __future__ import annotations
 
+import argparse
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +55,15 @@ def pytest_addoption(parser) -> None:
     )
     g.addoption("--gate-policy", metavar="FILE", help="policy YAML")
     g.addoption(
-        "--gate-fault", metavar="F", help="wrap the candidate with fault F (faults.inject, coverage all, seed 0)"
+        "--gate-inject",
+        "--gate-fault",  # the old spelling, deprecated
+        dest="gate_fault",
+        metavar="FAULT[:COVERAGE[:SEED]]",
+        help="wrap the candidate with a fault (faults.inject; as --inject of check, gate, sweep, pytest)",
     )
-    g.addoption("--gate-out", metavar="DIR", help="report folder (default reports/gate/<candidate>-vs-<incumbent>)")
+    g.addoption(
+        "--gate-out", metavar="DIR", help="report folder (default int8conf-reports/gate/<candidate>-vs-<incumbent>)"
+    )
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
     g.addoption("--gate-device", metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
@@ -68,7 +76,7 @@ def pytest_configure(config) -> None:
     cand = config.getoption("gate_candidate", default=None)
     if not cand:
         return
-    from conformance.commands.gate import check_out_dir, default_gate_out
+    from conformance.commands.gate import check_out_dir, default_gate_out, injection_args
     from conformance.gate.policy import Policy, load_policy
     from conformance.gate.run import GateOptions, GateSession
     from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
@@ -86,17 +94,20 @@ def pytest_configure(config) -> None:
         timeout_s=config.getoption("gate_timeout"),
         device=dev,
     )
-    inc, fault, baseline = (config.getoption(f"gate_{k}") for k in ("incumbent", "fault", "baseline"))
+    inc, inject, baseline = (config.getoption(f"gate_{k}") for k in ("incumbent", "fault", "baseline"))
+    if any(str(a).startswith("--gate-fault") for a in config.invocation_params.args) and not wid:
+        print("int8conf gate: note: --gate-fault is deprecated, use --gate-inject", file=sys.stderr)
     try:
+        fault, cov, seed = injection_args(argparse.Namespace(inject=inject))
         out = config.getoption("gate_out")
         if out is None:  # the rule of every command (conformance.runtime.output_dirs)
-            out = default_gate_out(cand, fault, "all", 0, inc, baseline)
+            out = default_gate_out(cand, fault, cov, seed, inc, baseline)
         out = Path(config.invocation_params.dir) / out  # an absolute ``out`` stays as it is
         if not wid:  # the controller: an unusable --gate-out is refused before any work
             check_out_dir(out, "--gate-out")
         path = config.getoption("gate_policy")
         pol = load_policy(path) if path else Policy(name="default (bit identity)")
-        sess = GateSession(KernelRef(cand, fault), KernelRef(inc) if inc else None, baseline, pol, opts, out)
+        sess = GateSession(KernelRef(cand, fault, cov, seed), KernelRef(inc) if inc else None, baseline, pol, opts, out)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
     if wid:

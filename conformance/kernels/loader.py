@@ -428,6 +428,26 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
     """Load ``pkg.module:attr[.attr...][?query]``; KernelLoadError (one line, naming
     ``option``) when the module, attribute or declaration is wrong."""
     base, query = split_query(name)
+    return spec_from_object(import_module_object(name, option), base, f"module:{base}", query)
+
+
+def undeclared_callable(name: str, option: str = "--kernel"):
+    """The object ``pkg.module:attr`` names when it is a plain callable declaring nothing (no ``declare``, no
+    ``int8conf_*`` attribute, no ``?query``): what a caller using only an accumulator ``(a, b) -> int32`` may
+    take as is; None for any other name or object. Raises KernelLoadError (one line) when it cannot import it."""
+    base, query = split_query(name)
+    if query or ":" not in base or not base.partition(":")[0]:
+        return None
+    obj = import_module_object(name, option)
+    if isinstance(obj, KernelSpec) or not callable(obj) or getattr(obj, "int8conf_factory", False):
+        return None
+    return obj if getattr(obj, "int8conf", None) is None and _declaration_from_attrs(obj, {}) is None else None
+
+
+def import_module_object(name: str, option: str = "--kernel"):
+    """The object ``pkg.module:attr[.attr...][?query]`` names (not yet a kernel); KernelLoadError (one line,
+    naming ``option``) when the module or attribute is wrong."""
+    base, _ = split_query(name)
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
         raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
@@ -447,7 +467,7 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
         if not hasattr(obj, part):
             raise KernelLoadError(f"{option} {name!r}: module {mod_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    return spec_from_object(obj, base, f"module:{base}", query)
+    return obj
 
 
 def entry_point_names() -> list[str]:

@@ -1,4 +1,6 @@
-"""Default output folders of every command: ``reports/<command>/<label>/``; ``<label>`` is
+"""Default output folders of every command: ``int8conf-reports/<command>/<label>/`` under the current
+directory (:data:`REPORTS`: a folder no committed file lives in, ignored by the repository's ``.gitignore``;
+the committed examples under ``reports/`` are regenerated only by an explicit ``--out``); ``<label>`` is
 :func:`kernel_label` for one kernel (with its fault: ``cpu_F4_all_s0``), :func:`pair_label`
 ``<first>-vs-<second>`` for two, nothing for the whole scoreboard (:func:`selection_label` for a
 selection), the device for ``bench --gpu``. ``--out`` chooses any folder."""
@@ -10,11 +12,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 #: the root of every default output folder (relative to the current directory)
-REPORTS = Path("reports")
+REPORTS = Path("int8conf-reports")
 
 
 def command_root(command: str) -> Path:
-    """``reports/<command>``."""
+    """``int8conf-reports/<command>``."""
     return REPORTS / command
 
 
@@ -51,5 +53,5 @@ def selection_label(kernels: Sequence[str] = (), devices: Sequence[str] = ()) ->
 
 
 def default_out(command: str, label: str = "") -> Path:
-    """``reports/<command>/<label>`` (``reports/<command>`` for no label)."""
+    """``int8conf-reports/<command>/<label>`` (``int8conf-reports/<command>`` for no label)."""
     return command_root(command) / label if label else command_root(command)

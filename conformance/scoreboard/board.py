@@ -28,7 +28,7 @@ from conformance.kernels import adapters
 from conformance.kernels.registry import builtin_available, get_kernel
 from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
-from conformance.runtime.output_dirs import kernel_dirname
+from conformance.runtime.output_dirs import command_root, kernel_dirname
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import load_repro, rerun_repro, save_repro  # noqa: F401 -- the CLI's --repro
 from conformance.scoreboard.render import STANDARD, render_markdown, render_png
@@ -450,7 +450,7 @@ def _merge(out: Path, merge: Sequence, own: set, root: Path) -> tuple[list, dict
 
 
 def run_scoreboard(
-    out_dir="reports/scoreboard",
+    out_dir=None,
     kernels: Optional[Sequence[str]] = None,
     devices: Optional[Sequence[str]] = None,
     cases: Optional[Sequence] = None,
@@ -474,7 +474,7 @@ def run_scoreboard(
     ``outputs.safetensors``. ``report_root``: directory named in reproducer commands (default
     ``out_dir``). Raises KernelLoadError for an unknown kernel name.
     """
-    out = Path(out_dir)
+    out = Path(out_dir or command_root("scoreboard"))
     out.mkdir(parents=True, exist_ok=True)
     names = list(kernels) if kernels is not None else default_kernels() + default_fp8_kernels()
     devs = list(devices) if devices else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])

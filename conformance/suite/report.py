@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 from conformance.checks.result import bound_line
 from conformance.runtime.output_dirs import kernel_dirname
-from conformance.runtime.partial_run import complete_run, partial_note
+from conformance.runtime.partial_run import complete_run, is_partial, partial_note
 from conformance.suite.signatures import signature_lines
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_text, portable_paths
@@ -535,11 +535,33 @@ def read_report(path: Union[str, Path]) -> dict:
 REPORT_FILES = ("conformance.json", "conformance.md")
 
 
-def write_reports(result, out_dir: Union[str, Path] = "reports") -> tuple[Path, Path]:
-    """Write ``<out_dir>/<kernel>/conformance.{json,md}`` for a ConformanceResult; returns the paths."""
+#: where a partial run's report goes when a complete one already lives in the folder
+PARTIAL_REPORT_FILES = ("conformance.partial.json", "conformance.partial.md")
+
+
+def write_reports(result, out_dir: Union[str, Path]) -> tuple[Path, Path]:
+    """Write ``<out_dir>/<kernel>/conformance.{json,md}`` for a ConformanceResult; returns the paths.
+    A partial run (pytest ``-k``, ``-x``, Ctrl-C) never replaces a complete report: when the folder's
+    ``conformance.json`` is a complete run, it writes ``conformance.partial.{json,md}`` beside it. A complete
+    run removes a stale ``conformance.partial.*`` of the folder."""
     doc = to_json_dict(result)
     d = Path(out_dir) / kernel_dirname(result.kernel["name"])
-    jp, mp = (d / name for name in REPORT_FILES)
+    names = REPORT_FILES
+    if is_partial(doc) and _complete_report(d / REPORT_FILES[0]):
+        names = PARTIAL_REPORT_FILES
+    jp, mp = (d / name for name in names)
     atomic_write_text(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     atomic_write_text(mp, render_markdown(doc))
+    if names == REPORT_FILES and not is_partial(doc):
+        for name in PARTIAL_REPORT_FILES:
+            (d / name).unlink(missing_ok=True)
     return jp, mp
+
+
+def _complete_report(path: Path) -> bool:
+    """Whether ``path`` is a readable conformance.json of a complete run."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("schema") == SCHEMA and not is_partial(doc)

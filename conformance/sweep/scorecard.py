@@ -67,6 +67,18 @@ def build(rows: list, matrices: dict, meta: dict) -> dict:
     }
 
 
+def heat_cell(r) -> tuple:
+    """``(rate, text)`` of one heatmap cell from a :func:`conformance.sweep.scoring.table` row: the detection rate
+    over the cells where the fault changed an output (a silent no-op cell is no miss), ``fired/effective`` with
+    ``+k no-op``; ``(nan, "no-op")`` when the fault changed nothing there, ``(nan, "n/a")`` when nothing applied."""
+    quiet = int(getattr(r, "silent_no_op", 0) or 0)
+    effective = int(r.fired) + int(r.silent) - quiet
+    extra = f"\n+{quiet} no-op" if quiet else ""
+    if effective > 0:
+        return r.fired / effective, f"{r.fired}/{effective}{extra}"
+    return float("nan"), "no-op" if quiet else "n/a"
+
+
 def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     """Detection-rate heatmap (rows fault@mode, columns checks) to ``path`` (PNG)."""
     import matplotlib
@@ -82,11 +94,7 @@ def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     box = np.zeros_like(z, dtype=bool)
     for r in card.itertuples():
         i, j = rows.index((r.fault, r.scale_mode)), cols.index(r.check_id)
-        if r.detection_rate is not None and not pd.isna(r.detection_rate):
-            z[i, j] = r.detection_rate
-            txt[i][j] = f"{r.fired}/{r.fired + r.silent}"
-        else:
-            txt[i][j] = "n/a"
+        z[i, j], txt[i][j] = heat_cell(r)
         n = {k: getattr(r, f"{k}_{tag.replace('.', '_')}", 0) or 0 for k in ("fp", "fn", "fn_no_op")}
         # false negatives in cells where the fault changed nothing are not the check's miss
         box[i, j] = n["fp"] + n["fn"] - n["fn_no_op"] > 0
@@ -94,16 +102,16 @@ def heatmap(card: pd.DataFrame, tag: str, path: Path, title: str) -> None:
     im = ax.imshow(z, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
-            fg = "white" if (np.isnan(z[i, j]) or z[i, j] < 0.6) else "black"
+            fg = "dimgray" if np.isnan(z[i, j]) else "white" if z[i, j] < 0.6 else "black"  # n/a, no-op: grey
             ax.text(j, i, txt[i][j], ha="center", va="center", fontsize=7, color=fg)
             if box[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", lw=1.6))
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), [f"{f} {get_fault(f).name} [{m}]" for f, m in rows], fontsize=7)
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label="detection rate (fired / applicable cells)")
+    fig.colorbar(im, ax=ax, label="detection rate (fired / cells where the fault changed an output)")
     note = f"red box: disagrees with predictions {tag} (FP, or FN in a cell where the fault changed an output)"
-    fig.text(0.01, 0.005, f"{note}; n/a: check not applicable in that scale mode", fontsize=7)
+    fig.text(0.01, 0.005, f"{note}; n/a: not applicable there; no-op: the fault changed no output", fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
@@ -167,7 +175,9 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
                 f"nothing), unexpected-applicable {x['unexpected_applicable']}"
             )
     h = sc["headlines"]
-    out += ["", "## Headlines", "", f"- F8 (null) fired a check in {h['f8_fired']} check-cells.", ""]
+    out += ["", "## Headlines", ""]
+    if h.get("f8_fired") is not None:  # only where the null fault was swept
+        out += [f"- F8 (null) fired a check in {h['f8_fired']} check-cells.", ""]
     out.append(
         "| fault | detected by (cells fired) | layer cells | effective (changed output) | no-op | max spacings moved |"
     )

@@ -117,6 +117,7 @@ def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd
     no_op = df["gt_no_op"].eq(True).to_numpy()  # NaN-safe
     counts = {"fired": observed == "fire", "silent": observed == "silent", "na": observed == "n/a"}
     counts["no_op_cells"] = no_op
+    counts["silent_no_op"] = counts["silent"] & no_op  # silent where the fault changed no output: not a miss
     for tag in tags:
         oc = df[f"outcome_{tag}"].to_numpy(dtype=object)
         fn = oc == "FN"
@@ -141,6 +142,7 @@ def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd
         rec.update(cells=int(n["cells"]), fired=fired, silent=silent, na=int(n["na"]))
         rec["detection_rate"] = (fired / (fired + silent)) if fired + silent else None
         rec["no_op_cells"] = int(n["no_op_cells"])
+        rec["silent_no_op"] = int(n["silent_no_op"])
         for tag in tags:
             rec[f"pred_{tag}"] = preds[tag][k]
             for c in ("fp", "fn", "fn_no_op", "scored", "unexpected"):
@@ -201,7 +203,7 @@ def headlines(obs: pd.DataFrame) -> dict:
     """The closing-note numbers: ``{"per_fault": {F: {name, detected_by {check: cells
     fired}, layer_cells, model_cells, effective_cells (an output changed), no_op_cells,
     max_spacing}}, "c8_adds": {F: layer cells where C8 alone fired}, "e1_adds": {F: model
-    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8}``."""
+    cells where E1 fired and C7 did not}, "f8_fired": check-cells fired under F8 (None when no F8 cell was swept)}``."""
     level = obs["level"].to_numpy(dtype=object)
     fire = obs["observed"].to_numpy(dtype=object) == "fire"
     lay = obs[level == "layer"]
@@ -241,7 +243,8 @@ def headlines(obs: pd.DataFrame) -> dict:
         if "E1" in pm.columns and "C7" in pm.columns:
             only = (pm["E1"] == "fire") & (pm["C7"] != "fire")
             e1_adds = {f: int(n) for f, n in only[only].groupby(level="fault").size().items()}
-    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": int(len(fired_f.get("F8", ())))}
+    f8 = int(len(fired_f.get("F8", ()))) if "F8" in every else None  # None: F8 was not swept
+    return {"per_fault": per, "c8_adds": c8_adds, "e1_adds": e1_adds, "f8_fired": f8}
 
 
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:

@@ -175,6 +175,12 @@ def _read_manifest(cdir: Path) -> dict:
     return man
 
 
+def check_capture_dir(capture_dir) -> None:
+    """Raise CaptureError (one line naming the file) unless ``capture_dir`` holds a valid capture manifest; reads
+    the manifest only (:func:`load_capture_set` verifies the layers): a command refuses before it makes folders."""
+    _read_manifest(Path(capture_dir))
+
+
 def _resolve_model_dir(man: dict, model_dir) -> Optional[Path]:
     if model_dir is not None:
         return Path(model_dir)

@@ -58,7 +58,7 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
         got = cfg.get("model_type") if isinstance(cfg, dict) else type(cfg).__name__
         raise CheckpointError(f"{cfg_path}: model_type={got!r}, expected 'qwen3'")
     checkpoint.load_qwen3_state(d)  # validation only (module attribute: a test bypasses it)
-    with _quiet_transformers():
+    with quiet_transformers():
         try:
             model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype, output_loading_info=True)
         except Exception as e:  # one line instead of a deep transformers traceback
@@ -75,7 +75,7 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """transformers logging at ERROR and no progress bar, restored on exit."""
     from transformers.utils import logging as hf_logging
 

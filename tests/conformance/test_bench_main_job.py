@@ -52,7 +52,7 @@ def _no_work(*a, **k):
             ["--main-job", "--rows", "a,x"],
             True,
             "bench --main-job: --rows a,x: unknown row 'x'; rows: a (CUDA), b (CUDA), c (CUDA), d (CUDA), "
-            "e (CPU-only machine)",
+            "e (CPU-only machine), f (CPU-only machine)",
         ),
         (["--main-job", "--rows", "a,a"], True, "bench --main-job: --rows a,a: a row is named twice"),
         (
@@ -69,7 +69,7 @@ def _no_work(*a, **k):
             ["--main-job", "--rows", "a,c"],
             False,
             "bench --main-job: --rows a,c: rows a, c need CUDA (torch.cuda.is_available() is False); this "
-            "machine's rows: e",
+            "machine's rows: e, f",
         ),
         (
             ["--main-job", "--rows", "e"],
@@ -106,7 +106,7 @@ def test_bad_option_values_are_one_line(argv, what, capsys):
 
 def test_row_selection():
     assert mj.select_rows(None, cuda=True) == ("a", "b", "c", "d")
-    assert mj.select_rows(None, cuda=False) == ("e",)
+    assert mj.select_rows(None, cuda=False) == ("e", "f")
     assert mj.select_rows("d, a,b", cuda=True) == ("d", "a", "b")
     assert mj.select_rows("c", cuda=True) == ("c",)
     with pytest.raises(Int8confError):
@@ -171,7 +171,7 @@ def test_a_runners_results_become_json_and_markdown(tmp_path):
     assert d["commands"] == [
         "python -m conformance.bench.paper_scale model model",
         "INT8CONF_TRITON_AUTOTUNE=0 python -m conformance.cli sweep --kernel triton --model model "
-        "--no-model-checks --db fresh.sqlite --out sweep",
+        "--no-model --db fresh.sqlite --out sweep",
     ]
     assert d["sweep"]["cells"] == 10584 and d["sweep"]["wall_s"] == 22.5 and d["sweep"]["target_over_measured"] == 1.333
     # a and b share one Triton cache, c has its own; every row works in a folder of its own
@@ -291,7 +291,10 @@ def test_the_rows_run_what_a_user_runs(tmp_path):
     c = rows["c"].steps[0].argv
     plugin = ("-p", "conformance.pytest_plugin") if not mj._plugin_registered() else ()
     assert c == ("py", "-m", "pytest", "-q", *plugin, "-n", "auto", "--kernel=triton", "--durations=8")
-    assert [r.target_s for r in rows.values()] == [60.0, 20.0, 60.0, 60.0, 120.0]
+    assert [r.target_s for r in rows.values()] == [60.0, 20.0, 60.0, 60.0, 120.0, 900.0]
+    # row f: the README's test command, in the checkout that holds the tests
+    assert rows["f"].steps[0].argv == ("py", "-m", "pytest", "-q", "-n", "auto") and not rows["f"].cuda
+    assert rows["f"].steps[0].cwd == Path(mj._package_root())
 
 
 def test_git_commit(tmp_path):

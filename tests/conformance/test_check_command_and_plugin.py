@@ -428,3 +428,19 @@ def test_against_a_kernel_of_the_other_operand_type_is_one_line(tmp_path, capsys
         "(e.g. --against fp8-cpu for an e4m3 kernel)"
     ]
     assert not (tmp_path / "fp8-cpu").exists()
+
+
+def test_plugin_default_reports_leave_committed_folders_and_full_reports_alone(tmp_path):
+    """``pytest --kernel=cpu`` writes ``int8conf-reports/check/cpu/`` under the invocation folder (never the
+    committed ``reports/``); a ``-k`` run then writes ``conformance.partial.json`` beside the complete report and
+    leaves it as it was (issue 42 item 6)."""
+    assert _pytest(tmp_path, "--kernel=cpu", *_PLUGIN_FAST).returncode == 0
+    d = tmp_path / "int8conf-reports" / "check" / "cpu"
+    full = (d / "conformance.json").read_text()
+    assert not (tmp_path / "reports").exists() and json.loads(full)["partial"]["partial"] is False
+    r = _pytest(tmp_path, "--kernel=cpu", *_PLUGIN_FAST, "-k", "ordinary-s0")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert (d / "conformance.json").read_text() == full
+    part = json.loads((d / "conformance.partial.json").read_text())["partial"]
+    assert (part["partial"], part["cases_ran"], part["cases_total"]) == (True, 1, 22)
+    assert str(d / "conformance.partial.json") in r.stdout

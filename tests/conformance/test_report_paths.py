@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 
 import pytest
 from machine_paths import absolute_strings, machine_paths
 
 from conformance.suite.report import write_reports
 from conformance.suite.run import run_conformance
-from reference.fileio import REPO_ROOT
+from reference.fileio import REPO_ROOT, env_prefix
 
 CAPTURES = REPO_ROOT / "reference" / "model" / "assets" / "captures"
 COMMITTED_STUDY = REPO_ROOT / "reports" / "pow2" / "cpu-vs-triton"
@@ -48,7 +49,7 @@ def test_conformance_report_records_portable_capture_paths(where, tmp_path):
     if want:
         assert src == want
     else:
-        assert src.startswith("$TMPDIR/") and src.endswith("/my-captures")
+        assert src.startswith(env_prefix("TMPDIR", tempfile.gettempdir()) + "/") and src.endswith("/my-captures")
     assert doc["comparability"]["captures_source"] == src
     assert {c["meta"]["capture_dir"] for c in doc["cases"] if c["source"] == "capture"} == {src}
     assert src in doc["captures"]["note"]

@@ -3,6 +3,7 @@ interchangeability, a per-case timeout, reproducers that re-run alone,
 merging rows from another machine."""
 
 import json
+import tempfile
 
 import pytest
 
@@ -10,6 +11,7 @@ from conformance.cases import make_case
 from conformance.kernels.registry import get_kernel
 from conformance.scoreboard.board import rerun_repro, run_scoreboard
 from conformance.suite.evaluate import evaluate_case
+from reference.fileio import env_prefix
 
 TRUNC, SLEEP = "buggy_kernels:truncating_kernel", "scoreboard_kernels:sleeping_kernel"
 CRASH = "scoreboard_kernels:crashing_kernel"
@@ -119,4 +121,5 @@ def test_scoreboard_files_name_no_machine_path(board):
     assert absolute_strings(json.loads((out / "scoreboard.json").read_text())) == []
     # the reproducer command names the file portably ($TMPDIR/... here)
     cmd = _row(doc, TRUNC)["repro"]["C8"]["command"]
-    assert cmd.startswith("int8conf scoreboard --repro $TMPDIR/") and cmd.endswith(".safetensors")
+    tmp = env_prefix("TMPDIR", tempfile.gettempdir())  # ${TMPDIR:-/tmp} while TMPDIR is unset
+    assert cmd.startswith(f"int8conf scoreboard --repro {tmp}/") and cmd.endswith(".safetensors")

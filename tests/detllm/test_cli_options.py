@@ -343,3 +343,40 @@ def test_generate_with_a_raising_int_mm_is_one_line_exit_2(capfd, tmp_path, monk
     assert err[0] == (
         "detllm: error: kernel 'raising_kern:k' int_mm raised RuntimeError: int_mm boom (M=11, K=384, N=640)"
     ), err[0]
+
+
+def test_generate_takes_an_undeclared_int_mm(tmp_path, monkeypatch, capsys):
+    """detllm uses only a kernel's int_mm: a plain ``(a, b) -> int32`` function needs no epilogue declaration
+    (issue 42 item 9); a declared kernel still resolves through the registry."""
+    from detllm.engine import resolve_int_mm
+
+    (tmp_path / "plain_acc.py").write_text(
+        "import torch\n\ndef my_int_mm(a, b):\n    return (a.to(torch.int64) @ b.to(torch.int64).t()).to(torch.int32)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn, label = resolve_int_mm("plain_acc:my_int_mm")
+    assert label == "plain_acc:my_int_mm" and fn.__name__ == "my_int_mm"
+    assert resolve_int_mm("cpu")[1] == "cpu"
+    rc = dcli.main(["generate", "--kernel", "plain_acc:my_int_mm", "--max-new-tokens", "2", "--prompt", "Shall I"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "kernel plain_acc:my_int_mm" in out
+
+
+def test_detllm_prints_no_third_party_notice(capfd, monkeypatch):
+    """detllm's output carries no third-party notice (issue 42 item 9): its CLI quiets torchao's and torch pytree's
+    import-time loggers as int8conf's does, and the float model loads without transformers' progress bar."""
+    import logging
+
+    from conformance.runtime.import_noise import QUIET_LOGGERS
+    from detllm.generate import load_float_model
+    from reference.model.assets import default_model_dir
+
+    for name in QUIET_LOGGERS:
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    with pytest.raises(SystemExit):
+        dcli.main(["--help"])
+    assert all(logging.getLogger(n).level == lvl for n, lvl in QUIET_LOGGERS.items())
+    capfd.readouterr()
+    load_float_model(default_model_dir(), torch.float32)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and err == ""

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from reference.fileio import REPO_ROOT, portable_path, portable_paths, portable_text
+from reference.fileio import REPO_ROOT, env_prefix, portable_path, portable_paths, portable_text
+
+
+def _tmp() -> str:
+    """How reports name the temporary directory here: ``$TMPDIR``, or ``${TMPDIR:-/tmp}`` while it is unset."""
+    return env_prefix("TMPDIR", tempfile.gettempdir())
 
 
 @pytest.fixture
@@ -30,7 +35,7 @@ def test_paths_under_each_known_root(roots):
     assert portable_path(home / "out" / "triton") == "~/out/triton"
     # the cache lies inside the temporary directory: the longer root wins
     tmp_rel = Path(os.path.relpath(os.path.realpath(cache.parent), os.path.realpath(tempfile.gettempdir())))
-    assert portable_path(cache.parent / "x") == f"$TMPDIR/{tmp_rel.as_posix()}/x"
+    assert portable_path(cache.parent / "x") == f"{_tmp()}/{tmp_rel.as_posix()}/x"
 
 
 def test_other_paths(roots):
@@ -52,7 +57,7 @@ def test_text_rewrites_known_roots_only_at_path_boundaries(roots):
     # temporary directory's root when the checkout itself lies there (a CI clone in /tmp)
     sib = os.path.realpath(f"{r}-old/x")
     tmp = os.path.realpath(tempfile.gettempdir())
-    sibling = f"$TMPDIR/{os.path.relpath(sib, tmp)}" if sib.startswith(tmp + os.sep) else f"{r}-old/x"
+    sibling = f"{_tmp()}/{os.path.relpath(sib, tmp)}" if sib.startswith(tmp + os.sep) else f"{r}-old/x"
     assert portable_text(text) == (
         "28 layers from reference/model/assets/captures; gate failed: "
         "$INT8CONF_CACHE/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd .; "
@@ -78,3 +83,14 @@ def test_documents_keep_structure_and_non_paths(roots):
         "nothing": None,
         "label": "GMAC/s",
     }
+
+
+def test_a_variable_that_is_unset_is_named_with_its_default(monkeypatch, tmp_path):
+    """A report's "Produced by" line pastes into a shell where TMPDIR is unset (issue 42 item 9)."""
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    tmp = tempfile.gettempdir()
+    assert portable_path(os.path.join(tmp, "int8conf-x", "r")) == f"${{TMPDIR:-{tmp}}}/int8conf-x/r"
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert portable_path(tmp_path / "r") == "$TMPDIR/r"

@@ -1,6 +1,7 @@
 """Every command's default output folder follows one rule,
-``reports/<command>/<label>`` (``conformance.runtime.output_dirs``; issue 31 item 7):
-two kernels, or two pairs, never share a folder."""
+``int8conf-reports/<command>/<label>`` (``conformance.runtime.output_dirs``; issue 31 item 7):
+two kernels, or two pairs, never share a folder; no default writes where a committed report lives
+(``reports/``, issue 42 item 6), and a partial run never replaces a complete report."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monk
     assert main(["check", "--kernel", "cpu", "--inject", "F8:one:3", *FAST]) == 0
     assert main(["check", "--kernel", MYGEMM, *FAST]) == 1
     assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("conformance.json")) == [
-        "reports/check/cpu",
-        "reports/check/cpu_F8_one_s3",
-        "reports/check/mygemm",
+        "int8conf-reports/check/cpu",
+        "int8conf-reports/check/cpu_F8_one_s3",
+        "int8conf-reports/check/mygemm",
     ]
     if default_capture_set() is None:
         pytest.skip("default captures not built")
@@ -55,15 +56,15 @@ def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monk
                 "sweep",
                 "--kernel",
                 MYGEMM,
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
                 "--scale-modes",
                 "own",
-                "--no-model-checks",
+                "--no-model",
                 "--workers",
                 "1",
                 "--quiet",
@@ -72,7 +73,7 @@ def test_check_and_sweep_write_under_reports_command_kernel_label(tmp_path, monk
         )
         == 0
     )
-    assert (tmp_path / "reports" / "sweep" / "mygemm" / "sweep.sqlite").is_file()
+    assert (tmp_path / "int8conf-reports" / "sweep" / "mygemm" / "sweep.sqlite").is_file()
 
 
 def test_gate_default_folder_is_its_pair(tmp_path):
@@ -80,39 +81,33 @@ def test_gate_default_folder_is_its_pair(tmp_path):
     from conformance.suite.report import write_reports
     from conformance.suite.run import run_conformance
 
-    assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == Path("reports/gate/triton-vs-cpu")
-    assert out_dir(
-        _args(
-            "gate",
-            "--candidate",
-            "cpu",
-            "--incumbent",
-            "int_mm",
-            "--fault",
-            "F4",
-            "--fault-coverage",
-            "1%",
-            "--fault-seed",
-            "7",
-        )
-    ) == Path("reports/gate/cpu_F4_1_s7-vs-int_mm")
+    assert out_dir(_args("gate", "--candidate", "triton", "--incumbent", "cpu")) == Path(
+        "int8conf-reports/gate/triton-vs-cpu"
+    )
+    assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--inject", "F4:1%:7")) == Path(
+        "int8conf-reports/gate/cpu_F4_1_s7-vs-int_mm"
+    )
     res = run_conformance(
         "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
     )
     jp, _ = write_reports(res, tmp_path)
-    assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == Path("reports/gate/cpu-vs-int_mm")
+    assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == Path(
+        "int8conf-reports/gate/cpu-vs-int_mm"
+    )
     assert out_dir(_args("gate", "--candidate", "cpu", "--incumbent", "int_mm", "--out", "x/y")) == Path("x/y")
 
 
 def test_study_and_scoreboard_default_folders():
     from conformance.commands import scoreboard, study
 
-    assert study.out_dir(_args("study", "pow2")) == Path("reports/pow2/cpu-vs-triton")
-    assert study.out_dir(_args("study", "pow2", "--kernels", "triton,int_mm")) == Path("reports/pow2/triton-vs-int_mm")
+    assert study.out_dir(_args("study", "pow2")) == Path("int8conf-reports/pow2/cpu-vs-triton")
+    assert study.out_dir(_args("study", "pow2", "--kernels", "triton,int_mm")) == Path(
+        "int8conf-reports/pow2/triton-vs-int_mm"
+    )
     assert study.out_dir(_args("study", "pow2", "--out", "o")) == Path("o")
-    assert scoreboard.out_dir(_args("scoreboard")) == Path("reports/scoreboard")
+    assert scoreboard.out_dir(_args("scoreboard")) == Path("int8conf-reports/scoreboard")
     assert scoreboard.out_dir(_args("scoreboard", "--kernel", "torchao", "--device", "cpu")) == Path(
-        "reports/scoreboard/torchao@cpu"
+        "int8conf-reports/scoreboard/torchao@cpu"
     )
     assert scoreboard.out_dir(_args("scoreboard", "--out", "o")) == Path("o")
 
@@ -125,3 +120,46 @@ def test_the_committed_examples_are_where_the_rule_puts_them():
     assert (root / "reports" / "pow2" / "cpu-vs-triton" / "study.md").is_file()
     assert (root / "reports" / "sweep" / "cpu" / "scorecard.md").is_file()
     assert (root / "reports" / "scoreboard" / "scoreboard.md").is_file()
+
+
+def test_no_default_output_folder_holds_a_committed_file():
+    import subprocess
+
+    from conformance.runtime.output_dirs import REPORTS, command_root
+
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+    assert git("ls-files", str(REPORTS)).stdout == ""
+    for cmd in ("check", "sweep", "gate", "pow2", "scoreboard", "bench"):
+        probe = command_root(cmd) / "cpu" / "conformance.json"
+        assert git("check-ignore", "-q", str(probe)).returncode == 0, probe  # ignored: a run leaves git clean
+
+
+def test_a_partial_run_never_replaces_a_complete_report(tmp_path):
+    from conformance.runtime.partial_run import partial_run
+    from conformance.suite.report import write_reports
+    from conformance.suite.run import run_conformance
+
+    res = run_conformance(
+        "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+    )
+    full_json, _ = write_reports(res, tmp_path)
+    full = full_json.read_text()
+    res.partial = partial_run(1, len(res.cases))  # pytest -k: one case of the suite
+    jp, mp = write_reports(res, tmp_path)
+    assert (jp.name, mp.name) == ("conformance.partial.json", "conformance.partial.md")
+    assert full_json.read_text() == full and json.loads(jp.read_text())["partial"]["cases_ran"] == 1
+    res.partial = partial_run(len(res.cases), len(res.cases))  # a complete run again: the stale partial goes
+    assert write_reports(res, tmp_path)[0] == full_json and not jp.exists()
+
+
+def test_check_refuses_a_missing_capture_directory_before_making_a_folder(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert (
+        main(["check", "--kernel", "cpu", "--captures", str(tmp_path / "nowhere"), *FAST[:1], "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("int8conf: error: ") and "not a capture directory" in err[0]
+    assert not out.exists()

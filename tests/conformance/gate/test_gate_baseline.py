@@ -144,7 +144,7 @@ def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
         raise RuntimeError("bug")
 
     monkeypatch.setattr(G, "run_gate", boom)
-    assert _cli(tmp_path, "--incumbent", "cpu") == 3
+    assert _cli(tmp_path, "--incumbent", "cpu") == 4  # one table: 3 is check's "not run" only
     assert "internal error: RuntimeError: bug" in capsys.readouterr().err
 
 
@@ -155,7 +155,7 @@ def test_cli_blocked_exit_code(tmp_path):
                 "gate",
                 "--candidate",
                 "cpu",
-                "--fault",
+                "--inject",
                 "F4",
                 "--incumbent",
                 "cpu",

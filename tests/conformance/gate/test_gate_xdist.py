@@ -43,7 +43,7 @@ def _args(out: Path):
         "--int8conf-examples=0",
         f"--int8conf-reports={out}/suite",
         "--gate-candidate=cpu",
-        "--gate-fault=F4",
+        "--gate-inject=F4",
         "--gate-incumbent=cpu",
         "--gate-no-captures",
         "--gate-no-sweep",

@@ -24,7 +24,7 @@ def _captures():
 
 def test_an_fp8_sweep_slice_runs_and_is_scored_against_the_fp8_amendment(tmp_path):
     _captures()
-    argv = ["sweep", "--kernel", "fp8-cpu", "--layers", "1", "--faults", "F1,F4,F8,F9,F10", "--coverages", "all"]
+    argv = ["sweep", "--kernel", "fp8-cpu", "--linears", "1", "--inject", "F1,F4,F8,F9,F10", "--coverages", "all"]
     assert main(argv + ["--workers", "1", "--quiet", "--out", str(tmp_path)]) == 0
     out = tmp_path / "fp8-cpu"
     sc = json.loads((out / "scorecard.json").read_text())
@@ -58,13 +58,13 @@ def test_an_fp8_sweep_slice_runs_and_is_scored_against_the_fp8_amendment(tmp_pat
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--faults", "F6"], "--faults F6: int32_overflow does not apply to e4m3 kernels"),
+        (["--inject", "F6"], "--inject F6: int32_overflow does not apply to e4m3 kernels"),
         (["--scale-modes", "own"], "unknown scale mode(s) ['own'] for e4m3 kernels"),
     ],
 )
 def test_an_fp8_sweep_refuses_what_does_not_apply_in_one_line(tmp_path, capsys, extra, message):
     _captures()
-    argv = ["sweep", "--kernel", "fp8-cpu", "--layers", "1", "--coverages", "one", "--quiet", "--out", str(tmp_path)]
+    argv = ["sweep", "--kernel", "fp8-cpu", "--linears", "1", "--coverages", "one", "--quiet", "--out", str(tmp_path)]
     assert main(argv + extra) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

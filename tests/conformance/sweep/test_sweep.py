@@ -254,10 +254,12 @@ def test_threads_are_refused_for_the_interpreter_and_with_other_executors(capsys
     from conformance.cli import main
     from reference.errors import Int8confError
 
-    assert main(["sweep", "--kernel", "triton", "--layers", "1", "--threads", "2", "--no-score", "--quiet"]) == 2
+    assert main(["sweep", "--kernel", "triton", "--linears", "1", "--threads", "2", "--no-score", "--quiet"]) == 2
     assert "--threads 2: kernel 'triton' does not run on CUDA here" in capsys.readouterr().err
     assert (
-        main(["sweep", "--kernel", "cpu", "--layers", "1", "--threads", "2", "--workers", "3", "--no-score", "--quiet"])
+        main(
+            ["sweep", "--kernel", "cpu", "--linears", "1", "--threads", "2", "--workers", "3", "--no-score", "--quiet"]
+        )
         == 2
     )
     assert "drop --workers 3" in capsys.readouterr().err
@@ -279,13 +281,13 @@ def test_threads_are_refused_for_the_interpreter_and_with_other_executors(capsys
                 "sweep",
                 "--kernel",
                 "cpu",
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
-                "--no-model-checks",
+                "--no-model",
                 "--threads",
                 "2",
                 "--no-score",
@@ -328,13 +330,13 @@ def test_the_sweep_command_on_a_store_being_written_says_so_and_leaves_nothing(t
         "sweep",
         "--kernel",
         "cpu",
-        "--layers",
+        "--linears",
         "1",
-        "--faults",
+        "--inject",
         "F8",
         "--coverages",
         "one",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--db",
@@ -366,7 +368,7 @@ def _cli(*args):
         "-m",
         "conformance.cli",
         "sweep",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--quiet",
@@ -389,7 +391,7 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
     the same command resumes and stores exactly the cells an uninterrupted run stores."""
     if _spec() is None:
         return
-    sweep = ["--kernel", "holding:spec", "--layers", "1,6", "--faults", "F4,F8", "--coverages", "one,all"]
+    sweep = ["--kernel", "holding:spec", "--linears", "1,6", "--inject", "F4,F8", "--coverages", "one,all"]
     total = 2 * 2 * 2 * 2
     db = tmp_path / "killed.sqlite"
     hold = Hold(tmp_path / "hold")
@@ -419,7 +421,7 @@ def test_sweep_killed_by_sigkill_resumes_without_loss_to_the_uninterrupted_score
     assert runs[1]["skipped"] == done_at_kill and runs[1]["stored_before"] == done_at_kill
     from conformance.cli import main
 
-    full = ["sweep", "--no-model-checks", "--workers", "1", "--quiet", *sweep]  # in-process: no hold
+    full = ["sweep", "--no-model", "--workers", "1", "--quiet", *sweep]  # in-process: no hold
     assert main([*full, "--db", str(tmp_path / "full.sqlite"), "--out", str(tmp_path / "b")]) == 0
     with SweepStore(db) as a, SweepStore(tmp_path / "full.sqlite") as b:
         assert a.rows(deterministic_only=True) == b.rows(deterministic_only=True)
@@ -449,9 +451,9 @@ def test_sweep_refuses_a_tampered_matrix_before_computing(tmp_path, capsys):
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--predictions",
             str(d / "v1.yaml"),
@@ -478,15 +480,15 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
             "--scale-modes",
             "own",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(db),
@@ -503,13 +505,13 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(tmp_path / "y.sqlite"),
@@ -526,13 +528,13 @@ def test_a_store_given_alone_keeps_its_scorecard_beside_it_and_a_bad_out_is_refu
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(blocker / "z.sqlite"),
@@ -555,13 +557,13 @@ def test_a_db_that_is_a_text_file_or_a_folder_is_refused_naming_db(tmp_path, cap
                 "sweep",
                 "--kernel",
                 "cpu",
-                "--layers",
+                "--linears",
                 "1",
-                "--faults",
+                "--inject",
                 "F8",
                 "--coverages",
                 "one",
-                "--no-model-checks",
+                "--no-model",
                 "--quiet",
                 "--db",
                 str(db),
@@ -598,13 +600,13 @@ def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, 
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
-            "--no-model-checks",
+            "--no-model",
             "--quiet",
             "--db",
             str(db),
@@ -624,7 +626,7 @@ def test_an_sqlite_database_of_something_else_is_not_taken_as_a_store(tmp_path, 
         assert s.done() == set()
 
 
-@pytest.mark.parametrize("option", ["--layers", "--faults", "--coverages", "--scale-modes", "--seeds"])
+@pytest.mark.parametrize("option", ["--linears", "--inject", "--coverages", "--scale-modes", "--seeds"])
 def test_an_empty_list_option_is_an_error_not_the_default(option, capsys):
     """``--layers ""`` used to run every layer (504 cells), silently."""
     from conformance.cli import main
@@ -644,21 +646,21 @@ def test_a_slice_on_a_bigger_store_says_its_scorecard_scores_the_whole_store(tmp
         "sweep",
         "--kernel",
         "cpu",
-        "--layers",
+        "--linears",
         "0",
         "--coverages",
         "one",
-        "--no-model-checks",
+        "--no-model",
         "--workers",
         "1",
         "--quiet",
         "--out",
         str(tmp_path),
     ]
-    assert main(base + ["--faults", "F8,F4"]) == 0
+    assert main(base + ["--inject", "F8,F4"]) == 0
     md = (tmp_path / "cpu" / "scorecard.md").read_text()
     assert "- cells: 4 layer cells (1 layers x 2 faults x 1 coverages x 2 scale modes" in md
-    assert main(base + ["--faults", "F8", "--scale-modes", "own"]) == 0
+    assert main(base + ["--inject", "F8", "--scale-modes", "own"]) == 0
     md = (tmp_path / "cpu" / "scorecard.md").read_text()
     assert (
         "- cells scored: every cell in the store, 4 layer cells + 0 model cells (this command "
@@ -679,15 +681,15 @@ def test_without_matplotlib_the_sweep_says_the_heatmap_was_not_written(tmp_path,
             "sweep",
             "--kernel",
             "cpu",
-            "--layers",
+            "--linears",
             "1",
-            "--faults",
+            "--inject",
             "F8",
             "--coverages",
             "one",
             "--scale-modes",
             "own",
-            "--no-model-checks",
+            "--no-model",
             "--db",
             str(tmp_path / "s.sqlite"),
         ]
@@ -704,15 +706,15 @@ _SMALL = [
     "sweep",
     "--kernel",
     "cpu",
-    "--layers",
+    "--linears",
     "1",
-    "--faults",
+    "--inject",
     "F8",
     "--coverages",
     "one",
     "--scale-modes",
     "own,pow2",
-    "--no-model-checks",
+    "--no-model",
     "--workers",
     "1",
     "--quiet",

@@ -171,3 +171,44 @@ def test_a_pool_worker_takes_one_gpu_from_the_queue(monkeypatch):
     import os
 
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_the_f8_headline_only_where_f8_was_swept():
+    """ "F8 fired in 0 check-cells" is F8's false-alarm count: it is printed only where the null fault ran (issue 42
+    item 9)."""
+    from conformance.sweep.scoring import headlines, observations
+
+    def row(fault, verdict):
+        gt = {"selected": 1, "changed": 1, "max_spacing": 1, "no_op": False}
+        return dict(layer="l0", fault=fault, coverage="all", scale_mode="own", seed=0, check_id="C5", verdict=verdict,
+                    ground_truth=gt)  # fmt: skip
+
+    assert headlines(observations([row("F4", "fail")]))["f8_fired"] is None
+    assert headlines(observations([row("F4", "fail"), row("F8", "pass")]))["f8_fired"] == 0
+    assert headlines(observations([row("F8", "fail")]))["f8_fired"] == 1
+
+
+def test_detection_png_does_not_draw_a_no_op_fault_as_a_miss():
+    """A check silent where the fault changed no output did not miss it (issue 42 item 9): the heatmap's rate and
+    text count only the cells where an output changed; a cell of no-op faults alone reads "no-op", not 0/N."""
+    import math
+    from types import SimpleNamespace as R
+
+    from conformance.sweep.scorecard import heat_cell
+    from conformance.sweep.scoring import observations, predicted, table
+
+    rate, text = heat_cell(R(fired=0, silent=4, silent_no_op=4))
+    assert math.isnan(rate) and text == "no-op"
+    assert heat_cell(R(fired=2, silent=3, silent_no_op=1)) == (0.5, "2/4\n+1 no-op")
+    assert heat_cell(R(fired=3, silent=1, silent_no_op=0)) == (0.75, "3/4")
+    rate, text = heat_cell(R(fired=0, silent=0, silent_no_op=0))
+    assert math.isnan(rate) and text == "n/a"
+
+    def row(seed, verdict, no_op):
+        gt = {"selected": 1, "changed": 0 if no_op else 1, "max_spacing": 0 if no_op else 1, "no_op": no_op}
+        return dict(layer="l0", fault="F4", coverage="one", scale_mode="own", seed=seed, check_id="C8",
+                    verdict=verdict, ground_truth=gt)  # fmt: skip
+
+    card = table(predicted(observations([row(0, "pass", True), row(1, "fail", False)]), {}), [])
+    assert (card.loc[0, "silent"], card.loc[0, "silent_no_op"]) == (1, 1)
+    assert heat_cell(next(card.itertuples())) == (1.0, "1/1\n+1 no-op")
