@@ -363,17 +363,7 @@ def test_the_sweep_command_on_a_store_being_written_says_so_and_leaves_nothing(t
 
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return [
-        sys.executable,
-        "-m",
-        "conformance.cli",
-        "sweep",
-        "--no-model",
-        "--workers",
-        "1",
-        "--quiet",
-        *args,
-    ], env
+    return [sys.executable, "-m", "conformance.cli", "sweep", "--no-model", "--workers", "1", "--quiet", *args], env
 
 
 def _cells(db):
