@@ -366,10 +366,13 @@ def special_values_family(seed: int = 0, m: int = 8, k: int = 64, n: int = 32) -
 PAPER_LAYERS = (("llama3_70b.down_proj", 28672, 8192), ("qwen2_7b.lm_head", 3584, 151936))
 #: M of a paper-size layer where the kernel runs natively (a GPU).
 PAPER_M = 64
+#: The widest N of a CPU paper layer (C11 plants its rows at N = 65,536; the epilogue cases reach N = 32,784).
+WIDE_N_CPU = 8192
 #: What the CPU plan's narrow paper layers do not reach (the report names it).
 PAPER_NOT_AFFORDED = (
     f"paper-size layers large in M, K and N together (M = {PAPER_M}, K up to 28,672 with N = 8,192; N = 151,936 "
-    "with K = 3,584): run only where the kernel runs natively (a GPU); here each layer's K and N at M = 2"
+    f"with K = 3,584) and N past {WIDE_N_CPU:,}: run only where the kernel runs natively (a GPU); here each "
+    f"layer's K at M = 2, N = 16 and N = min(N, {WIDE_N_CPU:,}) at M = 1, K = 128"
 )
 
 
@@ -392,14 +395,16 @@ def paper_layer_case(name: str, m: int, k: int, n: int, variant: str, seed: int 
 
 def paper_layer_family(seed: int = 0, native: bool = False) -> list[GemmOperands]:
     """``paper_layers``: every :data:`PAPER_LAYERS` layer at M = :data:`PAPER_M` when ``native`` (variant
-    ``full``); else the smallest shapes that reach its regimes: its K at M = 2, N = 16 (``deep_k``) and its N at
-    M = 2, K = 256 (``wide_n``); :data:`PAPER_NOT_AFFORDED` names what that leaves out."""
+    ``full``); else the smallest shapes that reach its regimes: its K at M = 2, N = 16 (``deep_k``) and its N (at
+    most :data:`WIDE_N_CPU`) at M = 1, K = 128 (``wide_n``); :data:`PAPER_NOT_AFFORDED` names what that leaves
+    out."""
     out = []
     for name, k, n in PAPER_LAYERS:
         if native:
             out.append(paper_layer_case(name, PAPER_M, k, n, "full", seed))
         else:
-            out += [paper_layer_case(name, 2, k, 16, "deep_k", seed), paper_layer_case(name, 2, 256, n, "wide_n", seed)]
+            wide = paper_layer_case(name, 1, 128, min(n, WIDE_N_CPU), "wide_n", seed)
+            out += [paper_layer_case(name, 2, k, 16, "deep_k", seed), wide]
     return out
 
 
