@@ -165,12 +165,12 @@ SMALL_INT = (
     (Regime("b_transposed_wide", 8, 64, 160, layout="b_transposed", bias=True), 4, 4),
     # negative and zero scales (a zero-weight channel, an all-zero token)
     (Regime("signed_zero_scales", 16, 128, 48, bias=True, signed_scales=True), 4, 4),
-    # the INT8 regimes: N past 32,768 (two of the grid's pairs: 65k outputs each), column-major b with a leading
+    # the INT8 regimes: N past 32,768 (one grid pair: 32k outputs), column-major b with a leading
     # dimension past N (N < K and N > K), a split-K depth at decode M
-    (Regime("wide_n_32k", 2, 32, 32784, bias=True, grid=(GRID[1], GRID[3])), 4, 4),
-    (Regime("b_transposed_padded", 8, 80, 48, layout="b_transposed_padded", bias=True), 4, 4),
-    (Regime("b_transposed_padded_wide", 4, 48, 160, layout="b_transposed_padded"), 4, 4),
-    (Regime("decode_splitk", 4, 8208, 16, support=1023), 4, 4),
+    (Regime("wide_n_32k", 2, 32, 32784, bias=True, grid=(GRID[0],)), 4, 4),
+    (Regime("b_transposed_padded", 8, 80, 48, layout="b_transposed_padded", bias=True, grid=GRID[:2]), 4, 4),
+    (Regime("b_transposed_padded_wide", 4, 48, 160, layout="b_transposed_padded", grid=GRID[3:5]), 4, 4),
+    (Regime("decode_splitk", 4, 8208, 16, support=1023, grid=(GRID[5],)), 4, 4),
 )
 
 #: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
@@ -396,15 +396,16 @@ def paper_layer_case(name: str, m: int, k: int, n: int, variant: str, seed: int 
 def paper_layer_family(seed: int = 0, native: bool = False) -> list[GemmOperands]:
     """``paper_layers``: every :data:`PAPER_LAYERS` layer at M = :data:`PAPER_M` when ``native`` (variant
     ``full``); else the smallest shapes that reach its regimes: its K at M = 2, N = 16 (``deep_k``) and its N (at
-    most :data:`WIDE_N_CPU`) at M = 1, K = 128 (``wide_n``); :data:`PAPER_NOT_AFFORDED` names what that leaves
+    most :data:`WIDE_N_CPU`, for a layer wider than that) at M = 1, K = 128 (``wide_n``); :data:`PAPER_NOT_AFFORDED` names what that leaves
     out."""
     out = []
     for name, k, n in PAPER_LAYERS:
         if native:
             out.append(paper_layer_case(name, PAPER_M, k, n, "full", seed))
         else:
-            wide = paper_layer_case(name, 1, 128, min(n, WIDE_N_CPU), "wide_n", seed)
-            out += [paper_layer_case(name, 2, k, 16, "deep_k", seed), wide]
+            out.append(paper_layer_case(name, 2, k, 16, "deep_k", seed))
+            if n > WIDE_N_CPU:  # the widest layer once, at the CPU's cap
+                out.append(paper_layer_case(name, 1, 128, WIDE_N_CPU, "wide_n", seed))
     return out
 
 

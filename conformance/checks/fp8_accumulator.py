@@ -280,7 +280,7 @@ REGIMES = (
     Regime("k_tail_odd", 16, 1043, 16),
     Regime("decode", 16, 8272, 16),
     Regime("decode_m1", 1, 8208, 16),
-    Regime("wide_n", 16, 144, 65536),
+    Regime("wide_n", 8, 144, 65536),
     Regime("narrow_n", 16, 1104, 8),
 )
 
