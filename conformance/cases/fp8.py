@@ -29,8 +29,10 @@ Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dt
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
 multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
-scales, N over several 128-wide tiles with a partial last one, column-major ``b`` with N > K; most cases have K and
-N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+scales, N over several 128-wide tiles with a partial last one and past 32,768, column-major ``b`` with N > K and
+with a padded leading dimension; ``special_values`` (:func:`special_values_family`): -0, every subnormal and
++-448 under every scale form. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
+have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ they are added in fp32 when a promotion or split-K boundary separates them (a bo
 the kernel look precise). An exactness row loses ``2**-9`` for k increasing or decreasing, pairwise trees and
 splits at even k; an order that cancels the two ``2**16`` first hides an inexact accumulator. Promotion intervals
 are located assuming partial sums cover contiguous k ranges from k = 0 (a split-K boundary counts as one).
+
+Regimes (:data:`REGIMES`: K tails, decode M at K >= 8192, N = 65,536, narrow N): :func:`regime_rows` built for the
+declared model, judged by :func:`check_regime` against :func:`allowed_values` (exact where the declaration fixes a
+row for every summation order, between the allowed values elsewhere). Every output is read through the declared
+epilogue for a float32 output (:func:`through_epilogue`).
 """
 
 from __future__ import annotations
