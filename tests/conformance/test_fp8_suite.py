@@ -20,6 +20,7 @@ import pytest
 import torch
 from buggy_fp8_kernels import HOPPER_LIKE, PROMOTE_180
 
+from conformance.cases.fp8 import PAPER_NOT_AFFORDED
 from conformance.checks.fp8_accumulator import allowed_values, check_fp8_accumulator, regime_rows
 from conformance.checks.result import bound_line
 from conformance.cli import main
@@ -122,6 +123,7 @@ def test_int8conf_check_passes_fp8_cpu_on_the_default_suite(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "accumulator declared: 'exact'" in out and "accumulator measured (C11): 'exact' - pass" in out
     assert "C12 fp8_error_bound (pass): max |err| 0 beside its bound 0" in out
+    assert fp8["not_afforded"] == PAPER_NOT_AFFORDED and f"C12 regimes not afforded here: {PAPER_NOT_AFFORDED}" in out
     md = (tmp_path / "fp8-cpu" / "conformance.md").read_text()
     assert "## FP8 accumulator" in md and "accumulator measured (C11): 'exact'" in md
 
