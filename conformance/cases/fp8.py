@@ -29,8 +29,10 @@ Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dt
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
 multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
-scales, N over several 128-wide tiles with a partial last one, column-major ``b`` with N > K; most cases have K and
-N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
+scales, N over several 128-wide tiles with a partial last one and past 32,768, column-major ``b`` with N > K and
+with a padded leading dimension; ``special_values`` (:func:`special_values_family`): -0, every subnormal and
++-448 under every scale form. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
+have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from conformance.cases._common import (
 from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
 from conformance.cases.tie_search import pick_fp32_ties, pick_ties
-from reference.fp8 import E4M3
+from reference.fp8 import E4M3, exact_at_bits
 from reference.operands import GemmOperands
 
 #: Retained significant bits the families are built for (the fewest a declaration may keep and stay safe).
@@ -66,7 +68,8 @@ class Regime:
     """One variant: shape (m, k, n), ``layout`` (``layouts.with_layout``), ``bias``, ``support`` (nonzero entries
     per ``a`` row; None: all of K, some zeros drawn unless ``positive``), ``positive`` (every product > 0 where
     nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound), ``signed_scales``
-    (every other channel scale negative, one channel and one token scale zero)."""
+    (every other channel scale negative, one channel and one token scale zero), ``grid``: the (scale mode, output
+    dtype) pairs of its cases (None: the builder's)."""
 
     variant: str
     m: int
@@ -78,6 +81,7 @@ class Regime:
     positive: bool = False
     top: Optional[int] = None
     signed_scales: bool = False
+    grid: Optional[tuple] = None
 
 
 def _magnitudes(mantissas: Sequence[float], exponents: Sequence[int]) -> torch.Tensor:
@@ -128,7 +132,7 @@ def safe_case(
     worst = int(units.max())
     assert bool((units == units.round()).all()) and worst < 2**bits, f"{family}/{reg.variant}: bound broken"
     out = []
-    for mode, dt in grid:
+    for mode, dt in reg.grid or grid:
         gs = generator(f"{PREFIX}/{family}", f"{reg.variant}-{mode}-{DTYPE_TAG[dt]}", seed)
         sa, sw = token_scales(gs, reg.m), channel_scales(gs, reg.n, mode)
         if reg.signed_scales:
@@ -163,6 +167,12 @@ SMALL_INT = (
     (Regime("b_transposed_wide", 8, 64, 160, layout="b_transposed", bias=True), 4, 4),
     # negative and zero scales (a zero-weight channel, an all-zero token)
     (Regime("signed_zero_scales", 16, 128, 48, bias=True, signed_scales=True), 4, 4),
+    # the INT8 regimes: N past 32,768 (one grid pair: 32k outputs), column-major b with a leading
+    # dimension past N (N < K and N > K), a split-K depth at decode M
+    (Regime("wide_n_32k", 2, 32, 32784, bias=True, grid=(GRID[0],)), 4, 4),
+    (Regime("b_transposed_padded", 8, 80, 48, layout="b_transposed_padded", bias=True, grid=GRID[:2]), 4, 4),
+    (Regime("b_transposed_padded_wide", 4, 48, 160, layout="b_transposed_padded", grid=GRID[3:5]), 4, 4),
+    (Regime("decode_splitk", 4, 8208, 16, support=1023, grid=(GRID[5],)), 4, 4),
 )
 
 #: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
@@ -307,6 +317,100 @@ def scale_order_ties_family(seed: int = 0) -> list[GemmOperands]:
     ]
 
 
+#: The e4m3 value classes of ``special_values`` rows and columns (magnitudes; signs drawn): the largest finite
+#: value, every subnormal (m * 2**-9, m = 1..7) with the smallest normal 2**-6, small integers; class 3 is all zeros.
+SPECIAL_CLASSES = ((448.0,), tuple(i * 2.0**-9 for i in range(1, 9)), (1.0, 2.0, 3.0, 4.0))
+#: The scale forms ``special_values`` takes (``layouts.with_layout``): [M] / [N], [M,1] / [N,1], a 0-d scale_a, a
+#: one-element scale_b, strided scales.
+SPECIAL_FORMS = ("dense", "scales_column", "scale_a_0d", "scale_b_1", "scales_strided")
+SPECIAL_SUPPORT = 8
+
+
+def _special_operand(g: torch.Generator, rows: int, k: int) -> torch.Tensor:
+    """e4m3 [rows, k]: row r of class ``r % 4`` (:data:`SPECIAL_CLASSES`, 3: zeros), ``SPECIAL_SUPPORT`` nonzero
+    entries of drawn sign; every zero is -0 or +0 at random (-0 is byte 0x80)."""
+    x = torch.zeros(rows, k, dtype=torch.float64)
+    for r in range(rows):
+        cls = r % 4
+        if cls < 3:
+            pool = torch.tensor(SPECIAL_CLASSES[cls], dtype=torch.float64)
+            at = torch.randperm(k, generator=g)[:SPECIAL_SUPPORT]
+            x[r, at] = pool[torch.randint(len(pool), (SPECIAL_SUPPORT,), generator=g)] * sign(g, SPECIAL_SUPPORT)
+    neg0 = (x == 0) & (torch.rand(rows, k, generator=g) < 0.5)
+    return torch.where(neg0, torch.full_like(x, -0.0), x).to(E4M3)
+
+
+def special_values_family(seed: int = 0, m: int = 8, k: int = 64, n: int = 32) -> list[GemmOperands]:
+    """``special_values``: every special e4m3 bit pattern (-0, every subnormal, +-448, the smallest normal) in rows
+    and columns of one value class each (:func:`_special_operand`), so that every element is accumulator-safe
+    (``exact_at_bits(a, b, 14)``: AssertionError otherwise), under every scale form of :data:`SPECIAL_FORMS`, two
+    (scale mode, output dtype) pairs of ``GRID`` per form (all six over the forms), bias on half."""
+    out = []
+    for i, form in enumerate(SPECIAL_FORMS):
+        g = generator(f"{PREFIX}/special_values", form, seed)
+        a, b = _special_operand(g, m, k), _special_operand(g, n, k)
+        assert bool(exact_at_bits(a, b, SAFE_BITS).all()), f"special_values/{form}: bound broken"
+        assert bool((a.view(torch.uint8) == 0x80).any()) and bool((b.view(torch.uint8) == 0x80).any())
+        for j in (2 * i, 2 * i + 1):
+            mode, dt = GRID[j % len(GRID)]
+            gs = generator(f"{PREFIX}/special_values", f"{form}-{mode}-{DTYPE_TAG[dt]}", seed)
+            sa, sw = token_scales(gs, m), channel_scales(gs, n, mode)
+            bias = (torch.randn(n, generator=gs) / 8).to(dt) if j % 2 else None
+            meta = {"operands": "e4m3", "safe_bits": SAFE_BITS, "layout": form}
+            meta["trigger"] = "special e4m3 bit patterns (-0, subnormals, +-448) under one scale form"
+            ops = family_case("special_values", form, mode, dt, a, b, sa, sw, bias, seed, prefix=PREFIX, **meta)
+            out.append(ops if form == "dense" else with_layout(ops, form, gs))
+    return out
+
+
+#: Paper-size layers (name, K, N): Llama-3-70B's down_proj (the deepest K of the field's dense models) and
+#: Qwen2's lm_head (a vocabulary-wide N).
+PAPER_LAYERS = (("llama3_70b.down_proj", 28672, 8192), ("qwen2_7b.lm_head", 3584, 151936))
+#: M of a paper-size layer where the kernel runs natively (a GPU).
+PAPER_M = 64
+#: The widest N of a CPU paper layer (C11 plants its rows at N = 65,536; the epilogue cases reach N = 32,784).
+WIDE_N_CPU = 8192
+#: What the CPU plan's narrow paper layers do not reach (the report names it).
+PAPER_NOT_AFFORDED = (
+    f"paper-size layers large in M, K and N together (M = {PAPER_M}, K up to 28,672 with N = 8,192; N = 151,936 "
+    f"with K = 3,584) and N past {WIDE_N_CPU:,}: run only where the kernel runs natively (a GPU); here each "
+    f"layer's K at M = 2, N = 16 and N = min(N, {WIDE_N_CPU:,}) at M = 1, K = 128"
+)
+
+
+def paper_layer_case(name: str, m: int, k: int, n: int, variant: str, seed: int = 0) -> GemmOperands:
+    """One synthetic layer [m, k] x [n, k]: Gaussian weights (std 0.02, bf16) quantized per channel and Gaussian
+    activations quantized per token to e4m3 (``reference.fp8.quantize``, as compressed-tensors / vLLM), bf16
+    output, no bias. Real operands: the accumulator rounds, so C12 bounds the output (C5/C6/C8 where exact)."""
+    from reference.fp8.quantize import quantize_activation_fp8_per_token, quantize_weight_fp8_per_channel
+
+    g = generator(f"{PREFIX}/paper_layers", f"{name}-{variant}", seed)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    b, sw = quantize_weight_fp8_per_channel(w)
+    a, sa = quantize_activation_fp8_per_token(x)
+    meta = {"operands": "e4m3", "layout": "dense", "layer": name, "trigger": f"paper-size layer {name}"}
+    v = f"{name}-{variant}"
+    sw32 = sw.reshape(-1).to(torch.float32)
+    return family_case("paper_layers", v, "real", torch.bfloat16, a, b, sa, sw32, None, seed, prefix=PREFIX, **meta)
+
+
+def paper_layer_family(seed: int = 0, native: bool = False) -> list[GemmOperands]:
+    """``paper_layers``: every :data:`PAPER_LAYERS` layer at M = :data:`PAPER_M` when ``native`` (variant
+    ``full``); else the smallest shapes that reach its regimes: its K at M = 2, N = 16 (``deep_k``) and its N (at
+    most :data:`WIDE_N_CPU`, for a layer wider than that) at M = 1, K = 128 (``wide_n``); :data:`PAPER_NOT_AFFORDED` names what that leaves
+    out."""
+    out = []
+    for name, k, n in PAPER_LAYERS:
+        if native:
+            out.append(paper_layer_case(name, PAPER_M, k, n, "full", seed))
+        else:
+            out.append(paper_layer_case(name, 2, k, 16, "deep_k", seed))
+            if n > WIDE_N_CPU:  # the widest layer once, at the CPU's cap
+                out.append(paper_layer_case(name, 1, 128, WIDE_N_CPU, "wide_n", seed))
+    return out
+
+
 #: name -> (builder(seed) -> cases, what it reaches), as ``families.FAMILIES``.
 FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "small_int": (small_int_family, "integer e4m3, exact accumulator at >= 14 bits in any order"),
@@ -316,6 +420,7 @@ FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     ),
     "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf, exact accumulator"),
     "scale_order_ties": (scale_order_ties_family, "scale-order ties: the declared scale order decides the bits"),
+    "special_values": (special_values_family, "every special e4m3 bit pattern (-0, subnormals, +-448) per scale form"),
 }
 
 

@@ -24,7 +24,7 @@ def _rand_i8(g: torch.Generator, shape, dtype: torch.dtype = torch.int8) -> torc
 
 def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
     """``ops``' values in ``layout``: ``dense``, ``a_padded``, ``b_transposed``,
-    ``b_padded``, ``scales_column`` ([M,1] / [N,1]), ``scale_a_0d``, ``scale_b_1``
+    ``b_transposed_padded`` (``w[:K, :N].t()`` of a wider [K+5, N+9] buffer), ``b_padded``, ``scales_column`` ([M,1] / [N,1]), ``scale_a_0d``, ``scale_b_1``
     ([1]; these two need one scale value per tensor), ``scales_strided``,
     ``bias_strided`` or ``all``; padding holds seeded bytes of the operand's dtype (int8 or e4m3)."""
     a, b, sa, sb, bias = ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias
@@ -37,6 +37,10 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
         a = buf[:, :k]
     if layout == "b_transposed":
         b = b.t().contiguous().t()
+    elif layout == "b_transposed_padded":  # column-major with a leading dimension past N
+        buf = _rand_i8(g, (k + 5, n + 9), b.dtype)
+        buf[:k, :n] = b.t()
+        b = buf[:k, :n].t()
     elif layout == "b_padded":
         buf = _rand_i8(g, (n, k + 7), b.dtype)
         buf[:, :k] = b

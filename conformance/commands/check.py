@@ -227,7 +227,10 @@ def _state(args, spec, inj, other):
     if args.model is not None and captures is None and not args.no_captures:
         dev = cuda_device(spec, args.device) or "cpu"
         captures = cached_capture(args.model, device=dev, progress=None if args.quiet else print).dir
-    cases, cap = suite_cases(not args.no_captures, not args.no_sweep, captures, args.model, operands=spec.operands)
+    native = cuda_device(spec, args.device) is not None
+    cases, cap = suite_cases(
+        not args.no_captures, not args.no_sweep, captures, args.model, operands=spec.operands, native=native
+    )
     if inj is not None and inj.fault in PRECONDITION_FAULTS:
         cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
         cap = given_cases(cases)

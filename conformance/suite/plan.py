@@ -19,7 +19,7 @@ import torch
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.cases.cache import cached_cases
-from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
+from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
@@ -124,13 +124,15 @@ def default_cases(
     max_capture_layers: Optional[int] = None,
     capture_set=None,
     operands: str = "int8",
+    native: bool = False,
 ) -> tuple[list, CaptureReplay]:
     """``(cases, captures)``: synthetic cases per seed, the shape sweep and the case families
     (``include_sweep``), the layer captures in both scale modes (when available). ``operands="e4m3"``:
     the FP8 families (seed ``seeds[0]``; ``include_sweep`` does not apply) and the captures quantized
-    to e4m3 in both activation scale modes."""
+    to e4m3 in both activation scale modes, and the paper-size layers (``fp8.paper_layer_family``: full size when
+    ``native``, the kernel running on a GPU; else their narrow shapes)."""
     if operands == "e4m3":
-        return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set)
+        return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native)
 
     def build() -> list:
         parts = [functools.partial(synthetic_cases, seeds)]
@@ -146,9 +148,16 @@ def default_cases(
     return mark_ownership_probes(cases + list(cap.cases)), cap
 
 
-def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set) -> tuple[list, CaptureReplay]:
+def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native=False) -> tuple[list, CaptureReplay]:
     seed = int(seeds[0]) if len(seeds) else 0
     cases = cached_cases(f"fp8_cases/seed={seed}", lambda: fp8_family_cases(seed=seed))
+    # full-size layers (hundreds of MB) are built, never cached
+    paper = (
+        paper_layer_family(seed, True)
+        if native
+        else cached_cases(f"fp8_paper_layers/seed={seed}", lambda: paper_layer_family(seed))
+    )
+    cases = cases + paper
     if include_captures:
         cap = fp8_capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:

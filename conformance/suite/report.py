@@ -255,6 +255,8 @@ def accumulator_lines(fp8: Optional[dict]) -> list[str]:
         lines.append(f"C12 fp8_error_bound ({c12.get('verdict')}): {bound_line(b)}; {b['n_bound_over']} elements over")
     else:
         lines.append(f"C12 fp8_error_bound: {c12.get('verdict', 'not run')} ({c12.get('summary', '')})")
+    if fp8.get("not_afforded"):
+        lines.append(f"C12 regimes not afforded here: {fp8['not_afforded']}")
     return lines
 
 

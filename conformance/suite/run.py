@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay
+from conformance.cases.fp8 import PAPER_NOT_AFFORDED
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.kernels.registry import get_kernel
-from conformance.kernels.runner import validate_device
+from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
@@ -306,16 +307,17 @@ def build_result(
         invocation=dict(invocation or {}),
         partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap),
-        fp8=fp8_summary(spec, checks),
+        fp8=fp8_summary(spec, checks, [cr.case for cr in case_results]),
     )
 
 
-def fp8_summary(spec, checks: Sequence[CheckResult]) -> Optional[dict]:
+def fp8_summary(spec, checks: Sequence[CheckResult], case_names: Sequence[str] = ()) -> Optional[dict]:
     """An e4m3 kernel's accumulator record (None for int8): ``declared`` (``KernelSpec.manifest``'s
     text, or per device), ``c11_declared`` (the declaration C11 compared with, on the device it ran
     on), ``measured`` (C11's measured model text, None if it did not measure), ``measured_model``,
     ``c11`` / ``c12`` (verdict and summary) and ``c12_bound`` (C12's observed maximum beside its
-    bound, ``result.bound_summary``; None if no case ran it)."""
+    bound, ``result.bound_summary``; None if no case ran it), ``not_afforded`` (the paper-size regimes the
+    run's cases, ``case_names``, left out: ``fp8.PAPER_NOT_AFFORDED``, or None)."""
     if not is_fp8(spec):
         return None
     by = {c.check_id: c for c in checks}
@@ -330,6 +332,9 @@ def fp8_summary(spec, checks: Sequence[CheckResult]) -> Optional[dict]:
         "c11": None if c11 is None else {"verdict": c11.verdict, "summary": c11.summary},
         "c12": None if c12 is None else {"verdict": c12.verdict, "summary": c12.summary},
         "c12_bound": None if c12 is None else c12.evidence.get("bound"),
+        "not_afforded": PAPER_NOT_AFFORDED
+        if any("/paper_layers/" in n and "-full-" not in n for n in case_names)
+        else None,
     }
 
 
@@ -391,6 +396,7 @@ def run_conformance(
             seeds=seeds,
             max_capture_layers=max_capture_layers,
             operands=getattr(spec, "operands", "int8"),
+            native=cuda_device(spec, device) is not None,
         )
     else:
         cases = list(cases)

@@ -12,7 +12,7 @@ import torch
 from fp8_kernels import emulated_units, fp8_kernel, operand_units
 
 from conformance.cases.fp8 import FP8_FAMILIES, SAFE_BITS, fp8_family_cases
-from reference.fp8 import E4M3
+from reference.fp8 import E4M3, exact_at_bits
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +34,19 @@ def exact_units(a, b) -> torch.Tensor:
 
 
 def test_names_operands_and_bound(cases):
-    # 16 small_int + 6 narrow_span regimes + overflow_inf, each over the 6-entry grid; + 6 scale_order_ties cases
-    assert len(cases) == len({c.name for c in cases}) == 6 * 23 + 6
+    # 16 small_int + 6 narrow_span regimes + overflow_inf, each over the 6-entry grid; + 6 scale_order_ties cases;
+    # 4 small_int regimes on 1, 2, 2, 1 grid pairs; special_values: 5 scale forms x 2 grid pairs
+    assert len(cases) == len({c.name for c in cases}) == 6 * 23 + 6 + 6 + 10
+    fams = "small_int|narrow_span|overflow_inf|scale_order_ties|special_values"
     for c in cases:
-        pattern = r"fp8/(small_int|narrow_span|overflow_inf|scale_order_ties)/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
+        pattern = rf"fp8/({fams})/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
         assert re.fullmatch(pattern, c.name), c.name
         assert c.a.dtype == c.b.dtype == E4M3 and c.meta["operands"] == "e4m3"
-        assert c.meta["safe_bits"] == SAFE_BITS and 0 < c.meta["abs_sum_max_units"] < 2**SAFE_BITS
+        assert c.meta["safe_bits"] == SAFE_BITS
+        if c.meta["family"] == "special_values":  # per-element units: the lemma element by element
+            assert bool(exact_at_bits(c.a, c.b, SAFE_BITS).all())
+        else:
+            assert 0 < c.meta["abs_sum_max_units"] < 2**SAFE_BITS
         assert c.meta["family"] in FP8_FAMILIES and c.scale_mode == (
             "pow2" if c.meta["scale_kind"] == "pow2" else "synthetic"
         )
@@ -53,6 +59,8 @@ def test_regimes_and_layouts_are_reached(cases):
     layouts = {(c.layouts()["a"], c.layouts()["b"]) for c in cases}
     assert ("row-major padded", "dense") in layouts and ("dense", "column-major") in layouts
     assert ("row-major padded", "column-major") in layouts
+    assert any(c.b.stride(0) == 1 and c.b.stride(1) > c.n for c in cases)  # column-major b, leading dimension > N
+    assert any(c.n > 32768 for c in cases)
     assert any(c.bias is not None for c in cases) and any(c.meta["unit_log2"] < 0 for c in cases)
 
 

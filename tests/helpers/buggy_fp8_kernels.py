@@ -13,6 +13,7 @@ import torch
 from buggy_kernels import emulate
 
 from conformance.kernels.loader import declare
+from reference.epilogue import apply_steps
 from reference.fp8 import E4M3, emulate_accumulation, exact_sum_fp32, parse_accumulator
 from reference.validate import normalize_scales
 
@@ -220,3 +221,108 @@ def fp8_scale_order_above_n256(a, b, scale_a, scale_b, out_dtype=torch.bfloat16,
     order = "a_then_w" if b.shape[0] > 256 else "w_then_a"
     bias = None if bias is None else bias.cpu()
     return emulate(_acc(a, b, HOPPER_LIKE), sa, sb, order, "fp32_before_round", bias, out_dtype).to(a.device)
+
+
+# --- accumulator bugs at one regime only (issue 41: the K probes at multiples of 512 never reach them) -------------
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_k_tail_narrow_accumulator")
+def fp8_k_tail_narrow_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares an exact accumulator, but with K % 128 != 0 the tail chunk is summed in a 14-bit truncating
+    partial sum, then added to the float32 total."""
+    k = a.shape[1]
+    k0 = k - k % 128
+    if k % 128 == 0:
+        return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    head = _acc(a[:, :k0], b[:, :k0]) if k0 else torch.zeros(a.shape[0], b.shape[0])
+    acc = head + _acc(a[:, k0:], b[:, k0:], "fp32 bits=14 truncate")
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    return _cutlass(acc, sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_decode_fp32_at_large_k")
+def fp8_decode_fp32_at_large_k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares an exact accumulator, but the decode path (M <= 16) at K >= 8192 sums in IEEE float32."""
+    model = "fp32" if a.shape[0] <= 16 and a.shape[1] >= 8192 else "exact"
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, model)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_wide_n_narrow_accumulator")
+def fp8_wide_n_narrow_accumulator(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares HOPPER_LIKE, but at N >= 65,536 (a vocabulary-wide layer) keeps 10 bits."""
+    model = NARROWER if b.shape[0] >= 65536 else HOPPER_LIKE
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, model)
+
+
+#: A promotion interval 1.4x the declared 128.
+PROMOTE_180 = "fp32 bits=14 truncate promote=180"
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_promotion_180")
+def fp8_promotion_180(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares promotion every 128 products, promotes every 180."""
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, PROMOTE_180)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator=HOPPER_LIKE, name="fp8_promotion_180_decode")
+def fp8_promotion_180_decode(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the decode path (M <= 16) promotes every 180 products where 128 is declared."""
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias, PROMOTE_180 if a.shape[0] <= 16 else HOPPER_LIKE)
+
+
+#: The epilogue of :func:`fp8_exact_bf16_step`: the accumulator times s_a, rounded to bf16, then s_w in float32.
+BF16_STEP = ["cast fp32", "mul s_a", "cast bf16", "mul s_w -> fp32", "add bias", "cast out"]
+
+
+@declare(contract=BF16_STEP, operands="e4m3", accumulator="exact", name="fp8_exact_bf16_step")
+def fp8_exact_bf16_step(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct: an exact accumulator and exactly its declared epilogue, whose bf16 step rounds the output (C11 must
+    read the accumulator through it, not take the bf16 rounding for the accumulator's)."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    bias = None if bias is None else bias.cpu()
+    return apply_steps(_acc(a, b), sa, sb, BF16_STEP, bias=bias, out_dtype=out_dtype).to(a.device)
+
+
+# --- value and layout bugs at one scale form, wide N or padded column-major b ------------------------------------
+
+
+def _negative_zero_as_nan(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 ``x`` read as float32 with byte 0x80 (-0) taken for NaN, as e4m3fnuz decodes it."""
+    return torch.where(x.view(torch.uint8) == 0x80, torch.full(x.shape, float("nan")), x.float())
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_negative_zero_nan_scale_b_1")
+def fp8_negative_zero_nan_scale_b_1(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with a one-element ``scale_b`` (the per-tensor weight path) the operands are decoded as e4m3fnuz,
+    where -0 (byte 0x80) is NaN."""
+    if scale_b.numel() != 1 or scale_b.dim() != 1:
+        return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    acc = (_negative_zero_as_nan(a.cpu()).double() @ _negative_zero_as_nan(b.cpu()).double().T).float()
+    acc = torch.where(torch.isnan(acc), acc, _acc(a, b))
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    return _cutlass(acc, sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_subnormal_flush_column_scales")
+def fp8_subnormal_flush_column_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with [M,1] scales (the column-scale path) e4m3 subnormal operands are flushed to zero."""
+    if scale_a.dim() == 2:
+        a, b = flush_subnormals(a), flush_subnormals(b)
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_wide_n_scale_wrap")
+def fp8_wide_n_scale_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a 15-bit column index: at N >= 32,768 column n reads ``scale_b[n mod 32768]``."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    sb = sb[torch.arange(b.shape[0]) % 32768]
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_padded_column_major_b")
+def fp8_padded_column_major_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a column-major ``b`` (stride (1, ld)) is read with leading dimension N, ignoring a padded ld > N."""
+    n, k = b.shape
+    if b.stride(0) == 1 and b.stride(1) > n and k > 1:
+        b = torch.as_strided(b, (n, k), (1, n), b.storage_offset())
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
