@@ -220,3 +220,18 @@ def fp8_scale_order_above_n256(a, b, scale_a, scale_b, out_dtype=torch.bfloat16,
     order = "a_then_w" if b.shape[0] > 256 else "w_then_a"
     bias = None if bias is None else bias.cpu()
     return emulate(_acc(a, b, HOPPER_LIKE), sa, sb, order, "fp32_before_round", bias, out_dtype).to(a.device)
+
+
+_FP8_WEIGHTS_BY_PTR: dict = {}
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_weight_cache_by_data_ptr")
+def fp8_weight_cache_by_data_ptr(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the e4m3 weight is pre-packed (a dense copy) once and cached by its ``data_ptr``, shape and strides (the
+    4 newest entries): a caller that updates the weight in place between calls gets the old one."""
+    key = (b.data_ptr(), tuple(b.shape), tuple(b.stride()))
+    if key not in _FP8_WEIGHTS_BY_PTR:
+        _FP8_WEIGHTS_BY_PTR[key] = b.contiguous().clone()
+        while len(_FP8_WEIGHTS_BY_PTR) > 4:
+            _FP8_WEIGHTS_BY_PTR.pop(next(iter(_FP8_WEIGHTS_BY_PTR)))
+    return _epilogue(a, _FP8_WEIGHTS_BY_PTR[key], scale_a, scale_b, out_dtype, bias)
