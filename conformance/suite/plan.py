@@ -175,7 +175,7 @@ def given_cases(cases: Sequence) -> CaptureReplay:
 
 
 #: Largest M * K * N of a case C10 replays in sequence (:func:`mark_ownership_probes`): seven more calls each.
-SEQUENCE_MAX_WORK = 1 << 22
+SEQUENCE_MAX_WORK = 1 << 20
 #: Upper bounds of the dimension classes whose first case C10 replays in sequence (1, decode, ... , the rest).
 SEQUENCE_CLASSES = (1, 16, 128, 1024)
 
