@@ -398,6 +398,7 @@ def _first_difference(first: Tensor, later: Tensor) -> dict:
     """``{"differing": count, "first": {"index": [i, j], "first_bits", "later_bits", "first_value",
     "later_value"}}`` for two [M,N] outputs of one dtype compared bit for bit (``first`` absent when equal)."""
     it = _INT_VIEW[first.element_size()]
+    later = later.to(first.device)
     ne = first.view(it) != later.view(it)
     count = int(ne.sum())
     ev: dict = {"differing": count}
