@@ -1,19 +1,40 @@
-"""Check C10 output_ownership: the caller owns the tensor a kernel returns.
+"""Check C10 call_independence: the caller owns the tensor a kernel returns, and a call's result does not depend
+on the calls before it.
 
-The output must share no storage with an operand and keep its bits when the
-kernel is called again (a cached output buffer rewrites results the caller
-holds). Evidence from the runner's ownership probe (``conformance.kernels.runner``).
+The output must share no storage with an operand, keep its bits when the kernel is called again (a cached output
+buffer rewrites results the caller holds), and the case's bits must come back when it is replayed after a call on
+other values whose tensors the caller then rewrote in place with the case's (a cache keyed by ``data_ptr`` or
+``id``), and after calls with another out dtype, the other bias presence and another scale form (a per-shape
+configuration or workspace kept from the previous call). A call with the same scale values in another form must give
+the case's bits too (int8 operands). Evidence from the runner's probe (``conformance.kernels.runner``).
 """
 
 from __future__ import annotations
 
 from conformance.checks.result import CheckResult, not_applicable
 
-CHECK_ID, NAME = "C10", "output_ownership"
+CHECK_ID, NAME = "C10", "call_independence"
 
 
-def check_output_ownership(spec, ops, run, acc=None, exact=None) -> CheckResult:
-    """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran."""
+def _step_problem(step: dict) -> str:
+    """One line for a failed step of the runner's ``sequence`` evidence ('' when it passed)."""
+    what = "a replay of the case" if step["compared"] == "replay" else step["compared"].removeprefix("variant: ")
+    if step.get("error"):
+        return f"{what} after {step['after']} failed: {step['error']}"
+    if not step.get("differing"):
+        return ""
+    f = step["first"]
+    i, j = f["index"]
+    return (
+        f"{what} after {step['after']} differs from the case's first result at {step['differing']} elements; "
+        f"first at [{i},{j}]: {f['later_bits']} ({f['later_value']!r}) where the first call gave "
+        f"{f['first_bits']} ({f['first_value']!r})"
+    )
+
+
+def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult:
+    """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran. The evidence's ``sequence`` steps
+    (when probed) are compared bit for bit with the case's first result."""
     ev = ((getattr(run, "manifest", None) or {}).get("extra") or {}).get("ownership")
     if ev is None:
         return not_applicable(
@@ -34,10 +55,16 @@ def check_output_ownership(spec, ops, run, acc=None, exact=None) -> CheckResult:
         problems.append("the second call returned the same storage as the first")
     if ev.get("second_call_error"):
         problems.append(f"a second call with other operands of the same shape failed: {ev['second_call_error']}")
+    problems += [p for p in map(_step_problem, ev.get("sequence") or ()) if p]
     evidence = dict(ev)
     if problems:
         evidence["failure_kind"] = "kernel"
         return CheckResult(CHECK_ID, NAME, "fail", "; ".join(problems), evidence)
+    calls = f", and {len(ev['sequence'])} calls in sequence gave the case's bits" if ev.get("sequence") else ""
     return CheckResult(
-        CHECK_ID, NAME, "pass", "the output is the caller's: no shared storage, unchanged by a later call", evidence
+        CHECK_ID,
+        NAME,
+        "pass",
+        f"the output is the caller's: no shared storage, unchanged by a later call{calls}",
+        evidence,
     )

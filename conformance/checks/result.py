@@ -20,7 +20,7 @@ CHECK_NAMES: dict[str, str] = {
     "C7": "token_flip",
     "C8": "declared_contract",
     "C9": "batch_invariance",
-    "C10": "output_ownership",
+    "C10": "call_independence",
     "C11": "fp8_accumulator",
     "C12": "fp8_error_bound",
     "E1": "engine_hash",

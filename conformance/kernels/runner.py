@@ -323,8 +323,11 @@ class KernelLaunch:
         return KernelRun(out, mod_err or nan_err, man, digests, self.elapsed_s)
 
 
-#: Largest M * K * N whose kernel call is repeated for check C10 (output_ownership).
+#: Largest M * K * N whose kernel call is repeated for check C10 (call_independence).
 OWNERSHIP_MAX_WORK = 1 << 25
+#: The out dtype of C10's "other out dtype" call for each case out dtype.
+OTHER_OUT_DTYPE = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16, torch.float32: torch.bfloat16}
+_DTYPE_NAME = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
@@ -335,17 +338,132 @@ def _same_storage(x: Tensor, y: Optional[Tensor]) -> bool:
     )
 
 
-def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype) -> Tensor:
-    """C10 evidence in ``extra["ownership"]``: ``aliases`` (operands sharing the output's storage),
-    then a second call on ``~a`` (``-a`` for e4m3): ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``.
-    Returns the first call's output (a snapshot if the second call changed it)."""
+def _other_values(given: dict) -> dict:
+    """Copies of ``given`` (same layouts) holding other values: ``~x`` of int8 ``a`` / ``b`` (``-x`` of e4m3: a sign
+    flip never makes a NaN), half the scales, ``-bias``."""
+    other = {k: copy_keep_layout(v) for k, v in given.items()}
+    for k in ("a", "b"):
+        if other[k].dtype == E4M3:
+            other[k].view(torch.uint8).bitwise_xor_(0x80)
+        else:
+            other[k].bitwise_not_()
+    for k in ("scale_a", "scale_b"):
+        other[k].mul_(0.5)
+    if other["bias"] is not None:
+        other["bias"].neg_()
+    return other
+
+
+def _other_form(s: Tensor) -> Tensor:
+    """The same scale values in another legal form (a copy): 0-d -> [1], another one-element scale -> 0-d,
+    [R] -> [R,1], [R,1] -> [R]."""
+    c = copy_keep_layout(s)
+    if c.dim() == 0:
+        return c.reshape(1)
+    if c.numel() == 1:
+        return c.reshape(())
+    return c.unsqueeze(1) if c.dim() == 1 else c.squeeze(1)
+
+
+def _form(s: Tensor) -> str:
+    return "0-d" if s.dim() == 0 else f"[{s.shape[0]}]" if s.dim() == 1 else f"[{s.shape[0]},1]"
+
+
+def _sequence_variants(given: dict, out_dtype: torch.dtype, dense: frozenset) -> list:
+    """C10's preceding calls that differ from the case in one attribute: ``(label, operands, out_dtype,
+    same_result)``; ``same_result``: the call's bits must equal the case's (same values in another scale form)."""
+    n = given["b"].shape[0]
+    dt = OTHER_OUT_DTYPE[out_dtype]
+    bias = given["bias"]
+    if bias is not None:  # the case's bias in the other dtype, a value past its range as 0 (a bias is finite)
+        bias = bias.to(dt).nan_to_num(posinf=0.0, neginf=0.0)
+    dtype_ops = dict(given, bias=bias)
+    flip = None if given["bias"] is not None else torch.ones(n, dtype=out_dtype, device=given["b"].device)
+    forms = {k: _other_form(given[k]) for k in ("scale_a", "scale_b")}
+    forms = {k: v.contiguous() if k in dense else v for k, v in forms.items()}
+    form_label = ", ".join(f"{k} {_form(given[k])} -> {_form(v)}" for k, v in forms.items())
+    return [
+        (f"a call with out_dtype={_DTYPE_NAME[dt]} (the case's operands otherwise)", dtype_ops, dt, False),
+        (
+            f"a call {'without bias' if flip is None else 'with bias (ones)'} (the case's operands otherwise)",
+            dict(given, bias=flip),
+            out_dtype,
+            False,
+        ),
+        (f"a call with the same scale values in another form ({form_label})", dict(given, **forms), out_dtype, True),
+    ]
+
+
+def _first_difference(first: Tensor, later: Tensor) -> dict:
+    """``{"differing": count, "first": {"index": [i, j], "first_bits", "later_bits", "first_value",
+    "later_value"}}`` for two [M,N] outputs of one dtype compared bit for bit (``first`` absent when equal)."""
+    it = _INT_VIEW[first.element_size()]
+    later = later.to(first.device)
+    ne = first.view(it) != later.view(it)
+    count = int(ne.sum())
+    ev: dict = {"differing": count}
+    if count:
+        flat = int(ne.reshape(-1).nonzero()[0])
+        i, j = divmod(flat, first.shape[1])
+        width = 2 * first.element_size()
+        bits = [int(t[i, j].view(it)) & ((1 << (8 * first.element_size())) - 1) for t in (first, later)]
+        ev["first"] = {
+            "index": [i, j],
+            "first_bits": f"0x{bits[0]:0{width}x}",
+            "later_bits": f"0x{bits[1]:0{width}x}",
+            "first_value": float(first[i, j]),
+            "later_value": float(later[i, j]),
+        }
+    return ev
+
+
+def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first: Tensor, out_dtype) -> list:
+    """C10's calls in sequence after the ownership call on ``other``: the case's values written in place into
+    ``other`` and called; then, per :func:`_sequence_variants`, the variant and a replay of ``given``. Returns one
+    step per compared call: ``after`` (the preceding call), ``compared`` (``replay`` / ``variant``), ``error`` or
+    :func:`_first_difference`'s evidence against ``first``."""
+    m, n = first.shape
+
+    def call(ops: dict, dt) -> tuple:
+        args = (ops["a"], ops["b"], ops["scale_a"], ops["scale_b"])
+        out, err, _, _ = _guarded_call(
+            _base_manifest(spec, dev), dev, spec.scaled_mm, *args, out_dtype=dt, bias=ops["bias"]
+        )
+        return out, err or _check_output(out, m, n, dt, "kernel")
+
+    def compare(after: str, compared: str, ops: dict) -> dict:
+        out, err = call(ops, out_dtype)
+        step = {"after": after, "compared": compared}
+        step.update({"error": err} if err else _first_difference(first, out.detach()))
+        return step
+
+    written = [k for k, v in given.items() if v is not None]
+    for k in written:
+        other[k].copy_(given[k])
+    inplace = f"the caller wrote the case's values in place into the previous call's {', '.join(written)}"
+    steps = [compare(inplace, "replay", other)]
+    for label, ops, dt, same in _sequence_variants(given, out_dtype, _dense_names(spec)):
+        if same and ops["a"].dtype != E4M3:  # an e4m3 path may sum in another order
+            steps.append(compare("the case's first call", f"variant: {label}", ops))
+        else:
+            _, err = call(ops, dt)
+            if err:
+                steps.append({"after": "the case's first call", "compared": f"variant: {label}", "error": err})
+                continue
+        steps.append(compare(label, "replay", given))
+    return steps
+
+
+def _probe_ownership(
+    man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype, sequence: bool
+) -> Tensor:
+    """C10 evidence in ``extra["ownership"]``: ``aliases`` (operands sharing the output's storage), then a second
+    call on :func:`_other_values`: ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``;
+    with ``sequence`` (and no failed second call), ``sequence``: :func:`_probe_sequence`'s steps. Returns the first
+    call's output (a snapshot if a later call changed it)."""
     ev: dict = {"aliases": [k for k, v in given.items() if _same_storage(out, v)]}
     snap = out.detach().clone()
-    other = {k: copy_keep_layout(v) for k, v in given.items()}
-    if other["a"].dtype == E4M3:  # -a: flipping the sign bit never makes an e4m3 NaN
-        other["a"].view(torch.uint8).bitwise_xor_(0x80)
-    else:
-        other["a"].bitwise_not_()
+    other = _other_values(given)
     scratch = _base_manifest(spec, dev)
     args = (other["a"], other["b"], other["scale_a"], other["scale_b"])
     out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, *args, out_dtype=out_dtype, bias=other["bias"])
@@ -354,6 +472,8 @@ def _probe_ownership(man: dict, dev: str, spec: KernelSpec, given: dict, out: Te
     it = _INT_VIEW[out.element_size()]
     changed = int((snap.view(it) != out.detach().view(it)).sum())
     ev["held_result_changed"] = changed
+    if sequence and err2 is None:
+        ev["sequence"] = _probe_sequence(dev, spec, given, other, snap, out_dtype)
     man["extra"]["ownership"] = ev
     return snap if changed else out
 
@@ -366,7 +486,8 @@ def start_kernel(
     probe_ownership: bool = False,
 ) -> KernelLaunch:
     """:func:`run_kernel` up to the call: verdicts asked, not read. ``probe_ownership``: record C10's
-    evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False."""
+    evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False, with the
+    calls in sequence where ``meta["sequence_probe"]`` is not False either."""
     m, k, n = validate_operands(
         ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, getattr(spec, "operands", "int8")
     )
@@ -395,7 +516,8 @@ def start_kernel(
         and m * k * n <= OWNERSHIP_MAX_WORK
         and (ops.meta or {}).get("ownership_probe", True)
     ):
-        out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype)
+        sequence = (ops.meta or {}).get("sequence_probe", True)
+        out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype, sequence)
     # the output's NaN count is asked with the in-place verdicts (one read-back)
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
     verdicts = _ask_differing(originals, given, asked)

@@ -27,7 +27,7 @@ from conformance.checks.fp8_exactness import (
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
-from conformance.checks.ownership import check_output_ownership
+from conformance.checks.ownership import check_call_independence
 from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, PRECONDITION_CASE, CheckResult
 from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
@@ -85,7 +85,7 @@ def per_case_checks(spec) -> tuple[tuple[str, Callable], ...]:
 #: C10 joins the per-case checks where the evaluation launched the kernel itself
 #: (the runner's ownership probe: ``conformance.kernels.runner.start_kernel``); the
 #: sweep hands its own runs in and stores no C10 row.
-OWNERSHIP_CHECK = ("C10", check_output_ownership)
+OWNERSHIP_CHECK = ("C10", check_call_independence)
 
 
 @dataclass

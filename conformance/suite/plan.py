@@ -183,14 +183,32 @@ def given_cases(cases: Sequence) -> CaptureReplay:
     return CaptureReplay(cases=[], available=bool(n_cap), note=note)
 
 
+#: Largest M * K * N of a case C10 replays in sequence (:func:`mark_ownership_probes`): seven more calls each.
+SEQUENCE_MAX_WORK = 1 << 20
+#: Upper bounds of the dimension classes whose first case C10 replays in sequence (1, decode, ... , the rest).
+SEQUENCE_CLASSES = (1, 16, 128, 1024)
+
+
+def _dim_class(v: int) -> int:
+    return next((i for i, top in enumerate(SEQUENCE_CLASSES) if v <= top), len(SEQUENCE_CLASSES))
+
+
 def mark_ownership_probes(cases: list) -> list:
-    """Set ``meta["ownership_probe"]`` (C10): True on the first case of each power-of-two size
-    class of (M, N, K), False on the rest. Returns ``cases``."""
+    """Set C10's ``meta["ownership_probe"]``: True on the first case of each power-of-two size class of (M, N, K),
+    False on the rest; and ``meta["sequence_probe"]`` (its calls in sequence): True on the first probed case up to
+    :data:`SEQUENCE_MAX_WORK` of each class of (M, N, K) by :data:`SEQUENCE_CLASSES`, False on the rest. Returns
+    ``cases``."""
     seen: set = set()
+    replayed: set = set()
     for c in cases:
         key = ((c.m - 1).bit_length(), (c.n - 1).bit_length(), (c.k - 1).bit_length())
         c.meta["ownership_probe"] = key not in seen
         seen.add(key)
+        coarse = (_dim_class(c.m), _dim_class(c.n), _dim_class(c.k))
+        replay = c.meta["ownership_probe"] and c.m * c.n * c.k <= SEQUENCE_MAX_WORK and coarse not in replayed
+        c.meta["sequence_probe"] = replay
+        if replay:
+            replayed.add(coarse)
     return cases
 
 

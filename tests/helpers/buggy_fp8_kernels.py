@@ -326,3 +326,18 @@ def fp8_padded_column_major_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, 
     if b.stride(0) == 1 and b.stride(1) > n and k > 1:
         b = torch.as_strided(b, (n, k), (1, n), b.storage_offset())
     return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+_FP8_WEIGHTS_BY_PTR: dict = {}
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_weight_cache_by_data_ptr")
+def fp8_weight_cache_by_data_ptr(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the e4m3 weight is pre-packed (a dense copy) once and cached by its ``data_ptr``, shape and strides (the
+    4 newest entries): a caller that updates the weight in place between calls gets the old one."""
+    key = (b.data_ptr(), tuple(b.shape), tuple(b.stride()))
+    if key not in _FP8_WEIGHTS_BY_PTR:
+        _FP8_WEIGHTS_BY_PTR[key] = b.contiguous().clone()
+        while len(_FP8_WEIGHTS_BY_PTR) > 4:
+            _FP8_WEIGHTS_BY_PTR.pop(next(iter(_FP8_WEIGHTS_BY_PTR)))
+    return _epilogue(a, _FP8_WEIGHTS_BY_PTR[key], scale_a, scale_b, out_dtype, bias)

@@ -850,3 +850,114 @@ def dies_in_workers(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None)
     if __import__("os").getpid() != _IMPORT_PID:
         __import__("os")._exit(3)
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- issue 41 item 4: results that depend on the calls before (C10) ----------
+# Each is exact on a call whose state is fresh; C10's calls in sequence (the case's
+# operands rewritten in place, another out dtype, the other bias presence, another
+# scale form, then the case replayed) see the state a previous call left.
+
+#: bounded caches (the newest entries), so a suite run does not keep every case's weight
+_CACHE_ENTRIES = 4
+
+
+def _remember(cache: dict, key, make):
+    """``cache[key]``, made by ``make()`` on a miss; the oldest entry goes past :data:`_CACHE_ENTRIES`."""
+    if key not in cache:
+        cache[key] = make()
+        while len(cache) > _CACHE_ENTRIES:
+            cache.pop(next(iter(cache)))
+    return cache[key]
+
+
+_PACKED_BY_PTR: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="weight_cache_by_data_ptr",
+    description="pre-packs b once per (data_ptr, shape, strides): stale when the caller updates b in place",
+)
+def weight_cache_by_data_ptr(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the weight is pre-packed (a dense copy) once and cached by its ``data_ptr``, shape and strides, as
+    kernels that pre-pack weights do; a caller that updates the weight in place between calls gets the old one."""
+    key = (b.data_ptr(), tuple(b.shape), tuple(b.stride()))
+    packed = _remember(_PACKED_BY_PTR, key, lambda: b.contiguous().clone())
+    return _cutlass_out(exact_acc32(a, packed), scale_a, scale_b, out_dtype, bias)
+
+
+_EPILOGUE_BY_SHAPE: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="epilogue_config_by_shape",
+    description="a per-(M, N, K) epilogue descriptor refreshed after the launch: each call rounds to the previous "
+    "call's out dtype and adds the bias only if the previous call had one",
+)
+def epilogue_config_by_shape(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the epilogue descriptor (the dtype the float32 result is rounded to, whether a bias is added) is
+    cached per (M, N, K) and refreshed after the launch for the next call of that shape, so each call runs with
+    the previous call's out dtype (then converted to its own) and bias flag."""
+    key = (a.shape[0], b.shape[0], a.shape[1])
+    round_to, add_bias = _EPILOGUE_BY_SHAPE.get(key, (out_dtype, bias is not None))
+    _EPILOGUE_BY_SHAPE[key] = (out_dtype, bias is not None)
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, round_to, bias if add_bias else None)
+    return out.to(out_dtype)
+
+
+_SPLITK_WORKSPACE: dict = {}
+#: the K from which :func:`splitk_workspace_not_zeroed` splits K in two
+SPLITK_MIN_K = 1024
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="splitk_workspace_not_zeroed",
+    description="split-K (K >= 1024) partials added into a per-(M, N) workspace zeroed only when allocated",
+)
+def splitk_workspace_not_zeroed(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: from K = 1024 the two halves of K are summed exactly and added (as atomics do) into an int64 workspace
+    cached per (M, N) and zeroed only when it is allocated: every later call of the shape adds the previous
+    calls' sums."""
+    m, k = a.shape
+    if k < SPLITK_MIN_K:
+        return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    ws = _remember(_SPLITK_WORKSPACE, (m, b.shape[0]), lambda: torch.zeros(m, b.shape[0], dtype=torch.int64))
+    h = k // 2
+    for lo, hi in ((0, h), (h, k)):
+        ws += exact_acc32(a[:, lo:hi], b[:, lo:hi]).to(torch.int64)
+    return _cutlass_out(ws.to(torch.int32), scale_a, scale_b, out_dtype, bias)
+
+
+_TRANSPOSED_BY_ID: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="transposed_b_by_id",
+    description="keeps a transposed copy of b keyed by id(b): stale once the caller rewrites b in place",
+)
+def transposed_b_by_id(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a transposed [K, N] copy of ``b`` is cached by ``id(b)`` (the Python object), so a call after the
+    caller rewrote ``b`` in place (or on a new tensor that reuses a freed one's id) multiplies by an old weight."""
+    bt = _remember(_TRANSPOSED_BY_ID, id(b), lambda: b.t().contiguous())
+    return _cutlass_out(exact_acc32(a, bt.t()), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="column_scale_a_first_row",
+    description="reads a [M, 1] scale_a as its first element for every row (a column scale's stride taken as 0)",
+)
+def column_scale_a_first_row(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a per-token scale passed as a [M, 1] column is read with row stride 0, so every row gets ``scale_a[0]``;
+    the same values passed as [M] are right."""
+    if scale_a.dim() == 2:
+        scale_a = scale_a[:1].expand(scale_a.shape)
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
