@@ -19,12 +19,12 @@ from conformance.checks.output_bits import (
     c5_inputs,
     c6_inputs,
     c8_inputs,
-    declared_steps,
+    case_epilogue,
+    interchangeable_reference,
     risky_count,
     unusable_output,
 )
 from reference import memo
-from reference.contract import EpilogueContract
 
 
 def prefetch_comparisons(triples: list) -> None:
@@ -50,10 +50,11 @@ def output_comparisons(spec, ops, run, exact: Tensor) -> list:
     if unusable_output(C8, "", ops, run):
         return []
     out = []
-    a_then_w = EpilogueContract("a_then_w", spec.contract.bias_point)
-    if declared_steps(spec, ops, run) is None:
+    a_then_w = interchangeable_reference(spec, ops, run)
+    de = case_epilogue(spec, ops, run)
+    if de.standard:
         o, r, m, d = c8_inputs(spec, ops, run, exact)
-        out.append((o, r, 0, m, d, spec.contract))
+        out.append((o, r, 0, m, d, de.contract))
     if ops.scale_mode == "pow2":
         o, r, m, d = c5_inputs(spec, ops, run, exact)[0]
         out.append((o, r, 0, m, d, a_then_w))
@@ -99,7 +100,7 @@ def declared_output_differs(spec, ops, run, exact: Tensor, pre: Optional[list] =
     differing bit, or there is no output; True otherwise. A hint, never a verdict."""
     if run.output is None:
         return False
-    if run.error or not memo.active() or declared_steps(spec, ops, run) is not None:
+    if run.error or not memo.active() or not case_epilogue(spec, ops, run).standard:
         return True
     pre = _settled(spec, ops, run, exact, pre)
     if not pre:
