@@ -21,7 +21,7 @@ from torch import Tensor
 
 from conformance.checks.compare import bit_differences, compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator, saturated_accumulator, wrap32
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import DECLARATION, CheckResult, not_applicable
 from conformance.kernels.spec import DeclaredEpilogue, declared_epilogue
 from reference import memo, readback
 from reference.bits import bits_of, spacing_distance
@@ -226,6 +226,16 @@ def declared_reference(spec, ops, run, exact: Tensor) -> tuple:
     return run.output.cpu(), ref, mask, dacc, de
 
 
+def declared_output(ops, declared: DeclaredEpilogue, exact: Optional[Tensor] = None) -> Tensor:
+    """out_dtype [M, N]: ``declared`` (a :class:`DeclaredEpilogue`) emulated on the exact accumulator, no overflow
+    choice: :func:`reference_output` of a standard contract, else ``apply_steps`` on the CPU."""
+    if declared.standard:
+        return reference_output(ops, declared.contract, exact=exact)
+    x = _exact(ops, exact).cpu()
+    bias = None if ops.bias is None else ops.bias.cpu()
+    return apply_steps(x, ops.scale_a.cpu(), ops.scale_b.cpu(), declared.steps, bias=bias, out_dtype=ops.out_dtype)
+
+
 def c6_inputs(spec, ops, run, exact: Tensor) -> tuple:
     """C6's ``(out, ref, mask, dacc)``: :func:`interchangeable_reference`."""
     return _against(spec, ops, run, exact, interchangeable_reference(spec, ops, run))
@@ -252,8 +262,6 @@ def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
 
 #: The line a failing C5 / C6 adds where the kernel gives exactly its declaration's bits.
 DECLARATION_LINE = "the declared contract, emulated, gives these bits: the declaration is not interchangeable here"
-#: ``failure_kind`` of a C5 / C6 failure whose every failing element is the declaration's.
-DECLARATION = "declaration"
 
 
 def attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int) -> dict:

@@ -16,6 +16,8 @@ from reference.contract import (
     EpilogueSteps,
     declaration_problems,
     declared_to_dict,
+    parse_declared,
+    parse_steps,
     select_key,
     steps_label,
 )
@@ -131,6 +133,25 @@ def declared_epilogue(spec, device_type: Optional[str] = None, out_dtype=torch.b
         return DeclaredEpilogue(spec.contract.steps, spec.contract, True)
     std = steps.standard()
     return DeclaredEpilogue(steps, std or steps.nearest_contract(), std is not None, sel)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A kernel's epilogue declaration alone, e.g. read back from a report (:meth:`from_manifest`): ``contract`` and
+    ``steps`` as :class:`KernelSpec`'s; :func:`declared_epilogue` reads it like a spec."""
+
+    contract: EpilogueContract
+    steps: Optional[object] = None
+
+    @classmethod
+    def from_manifest(cls, man: dict) -> "Declaration":
+        """From ``KernelSpec.manifest()``'s ``contract`` and ``steps``; ContractError when they are malformed."""
+        steps = man.get("steps")
+        if isinstance(steps, Mapping) and "steps" in steps:
+            steps = parse_steps(steps["steps"], steps.get("name", ""))
+        elif isinstance(steps, Mapping):
+            steps = parse_declared({k: v["steps"] for k, v in steps.items()})
+        return cls(EpilogueContract.from_dict(man.get("contract") or {}), steps)
 
 
 @dataclass(frozen=True)
