@@ -313,7 +313,12 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             raise ContractError(
                 f"the per-device epilogue names {sorted(decl.steps)} but not the declared device(s) {missing}: add an entry for each (or '*'), or declare devices={tuple(sorted(set(keys)))}"
             )
-        holes = [f"{d}/{t}" for d in decl.devices for t in OUT_DTYPES if select_key(decl.steps, d, t) is None]
+        holes = [
+            f"{d}/{str(t).replace('torch.', '')}"
+            for d in decl.devices
+            for t in OUT_DTYPES
+            if select_key(decl.steps, d, t) is None
+        ]
         if holes:
             raise ContractError(
                 f"the per-device epilogue names {sorted(decl.steps)} but nothing for {', '.join(holes)}: add an entry for each (or '<device>' / '*')"

@@ -150,7 +150,7 @@ class Declaration:
         if isinstance(steps, Mapping) and "steps" in steps:
             steps = parse_steps(steps["steps"], steps.get("name", ""))
         elif isinstance(steps, Mapping):
-            steps = parse_declared({k: v["steps"] for k, v in steps.items()})
+            steps = parse_declared({k: parse_steps(v["steps"], v.get("name", "")) for k, v in steps.items()})
         return cls(EpilogueContract.from_dict(man.get("contract") or {}), steps)
 
 
