@@ -264,20 +264,31 @@ def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
 DECLARATION_LINE = "the declared contract, emulated, gives these bits: the declaration is not interchangeable here"
 
 
+def ask_attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int):
+    """The Deferred of :func:`attribution` (memoized in a ``reference.memo`` scope, so a prefetch asks it with the
+    failure evidence: no read-back of its own)."""
+    dout, dref, dmask, _, _ = declared_reference(spec, ops, run, exact)
+
+    def ask():
+        over = _bad(out, ref, tol_ulp)
+        if mask is not None:
+            over = over & mask.to(over.device)
+        same = bits_of(dout) == bits_of(dref)
+        if dmask is not None:
+            same = same & dmask
+        same = same.to(over.device)
+        parts = [(over & same).sum(), (over & ~same).sum()]
+        return readback.ask(parts, lambda v: (int(v[0]), int(v[1])))
+
+    return memo.cached(("attribution", int(tol_ulp)), (out, ref, mask, dout, dref, dmask), ask)
+
+
 def attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int) -> dict:
     """Who a failing C5 / C6 comparison (``out`` vs ``ref`` over ``mask``, ``tol_ulp``) is due to: at each element
     over tolerance, the kernel's bits either are those of its declaration emulated (:func:`declared_reference`:
     the declaration deviates from the reference) or not (the kernel deviates from its declaration). Returns
     ``{"attribution": "declaration" | "kernel" | "kernel and declaration", "n_declaration", "n_kernel"}``."""
-    dout, dref, dmask, _, _ = declared_reference(spec, ops, run, exact)
-    over = _bad(out, ref, tol_ulp)
-    if mask is not None:
-        over &= mask
-    same = bits_of(dout) == bits_of(dref)
-    if dmask is not None:
-        same &= dmask
-    over, same = over.cpu(), same.cpu()
-    n_decl, n_kern = int((over & same).sum()), int((over & ~same).sum())
+    n_decl, n_kern = ask_attribution(spec, ops, run, exact, out, ref, mask, tol_ulp).get()
     who = "kernel" if not n_decl else DECLARATION if not n_kern else "kernel and declaration"
     return {"attribution": who, "n_declaration": n_decl, "n_kernel": n_kern}
 

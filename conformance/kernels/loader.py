@@ -343,7 +343,7 @@ def warn_declaration(spec: KernelSpec) -> None:
     if not problems or key in _WARNED:
         return
     _WARNED.add(key)
-    more = f" (and {len(problems) - 1} more: int8conf kernels lists them)" if len(problems) > 1 else ""
+    more = f" (and {len(problems) - 1} more: the report lists them)" if len(problems) > 1 else ""
     warnings.warn(
         DeclarationWarning(
             f"kernel {spec.name!r}: its declared epilogue can never be interchangeable with the reference: "
