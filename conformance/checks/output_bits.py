@@ -213,17 +213,25 @@ def c8_inputs(spec, ops, run, exact: Tensor) -> tuple:
 def declared_reference(spec, ops, run, exact: Tensor) -> tuple:
     """``(out, ref, mask, dacc, declared)``: the output and the case's declaration emulated (C8's reference). A
     standard contract: :func:`c8_inputs` on the exact accumulator's device; a step list: ``apply_steps`` on the
-    CPU, ``out`` and ``mask`` moved there (``mask`` None when every element is defined)."""
+    CPU of the declared accumulator, an at-risk element taking its alternative where ``out`` is closer to it (as
+    :func:`accepted_reference`), ``out`` and ``mask`` moved there (``mask`` None when every element is defined)."""
     de = case_epilogue(spec, ops, run)
     if de.standard:
         return c8_inputs(spec, ops, run, exact) + (de,)
     dacc = _declared(spec, ops, exact, run)
     mask = None if not dacc.n_undefined else dacc.defined.cpu()
     bias = None if ops.bias is None else ops.bias.cpu()
-    ref = apply_steps(
-        dacc.acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), de.steps, bias=bias, out_dtype=ops.out_dtype
-    )
-    return run.output.cpu(), ref, mask, dacc, de
+
+    def steps_of(acc: Tensor) -> Tensor:
+        return apply_steps(
+            acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), de.steps, bias=bias, out_dtype=ops.out_dtype
+        )
+
+    out, ref = run.output.cpu(), steps_of(dacc.acc)
+    if dacc.alternative is not None:  # as accepted_reference: ``wrap`` accepts the exact sum too
+        alt = steps_of(dacc.alternative)
+        ref = torch.where(dacc.at_risk.cpu() & (spacing_distance(out, alt) < spacing_distance(out, ref)), alt, ref)
+    return out, ref, mask, dacc, de
 
 
 def declared_output(ops, declared: DeclaredEpilogue, exact: Optional[Tensor] = None) -> Tensor:
