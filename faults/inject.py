@@ -16,7 +16,7 @@ import torch
 
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
-from conformance.kernels.spec import KernelSpec
+from conformance.kernels.spec import KernelSpec, declared_epilogue
 from faults.accumulator import fp8_kernel_accumulator, narrow_output, narrowed_model
 from faults.catalogue import not_applicable
 from faults.mask import acc_case_key, case_key, element_mask, selected_count
@@ -84,13 +84,15 @@ class FaultyScaledMM(_Faulty):
                 acc, extra["accumulator_source"] = fp8_kernel_accumulator(inner, a, b, scale_a, scale_b)
             else:
                 acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)
+            contract = declared_epilogue(inner, a.device.type, out_dtype).contract
             faulty = faulty_epilogue(
-                acc.to(clean.device), scale_a, scale_b, inner.contract, fid, bias=bias, out_dtype=out_dtype
+                acc.to(clean.device), scale_a, scale_b, contract, fid, bias=bias, out_dtype=out_dtype
             )
         elif fid in ACCUMULATOR_FAULTS:
             model = narrowed_model(inner.accumulator_on(a.device.type), f10_deficit(inj.variant))
             extra["accumulator_source"] = f"emulated narrow accumulator {model.label()!r}"
-            faulty = narrow_output(a, b, scale_a, scale_b, bias, out_dtype, inner.contract, model, mask)
+            contract = declared_epilogue(inner, a.device.type, out_dtype).contract
+            faulty = narrow_output(a, b, scale_a, scale_b, bias, out_dtype, contract, model, mask)
         elif fid == "F9":
             ops2 = mismatched(a, b, scale_a, scale_b, bias, inj.variant)
             faulty = inner.scaled_mm(*ops2[:4], out_dtype=out_dtype, bias=ops2[4])

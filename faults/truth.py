@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from conformance.kernels.runner import run_kernel
+from conformance.kernels.spec import declared_epilogue
 from faults.accumulator import KERNEL_UNIT_SCALES, narrowed_model
 from faults.describe import declared_formula
 from faults.inject import inject_injection, injection_of, prepare_injection, resolve_kernel, wrapped_kernel
@@ -91,12 +92,13 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
 
 
 def _definition(spec, inj, ops, device: str) -> str:
+    contract = declared_epilogue(spec, device, ops.out_dtype).contract
     if inj.fault in POSTPROCESSING_FAULTS:
-        return faulty_steps(spec.contract, inj.fault, ops.bias is not None)["definition"]
+        return faulty_steps(contract, inj.fault, ops.bias is not None)["definition"]
     if inj.fault in ACCUMULATOR_FAULTS:
         declared = spec.accumulator_on(device)
         narrow = narrowed_model(declared, f10_deficit(inj.variant))
-        formula = declared_formula(spec.contract, ops.bias is not None)
+        formula = declared_formula(contract, ops.bias is not None)
         return f"x = accumulator {narrow.label()!r} instead of the declared {declared.label()!r}; {formula}"
     if inj.fault == "F8":
         return "no change (null control)"
@@ -139,8 +141,9 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
         sel = torch.zeros((ops.m, ops.n), dtype=torch.bool)
         sel[torch.tensor(prep["rows"]).unsqueeze(1), torch.tensor(prep["cols"]).unsqueeze(0)] = True
         operand_change = prep["operand_change"]
+        contract = declared_epilogue(spec, device, ops.out_dtype).contract
         clean_out = cached_epilogue(
-            exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype
+            exact_int_mm(ops.a, ops.b), ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype
         )
         clean_err = None
         acc_source = "exact reference"

@@ -156,6 +156,15 @@ class EpilogueSteps:
     def label(self) -> str:
         return self.name or "; ".join(self.to_list())
 
+    def standard(self) -> Optional["EpilogueContract"]:
+        """The standard contract whose step list these steps are (the same step texts), else None."""
+        texts = self.to_list()
+        for key, st in NAMED.items():
+            if st.to_list() == texts:
+                order, bias_point = key.split("/")
+                return EpilogueContract(order, bias_point)
+        return None
+
     def nearest_contract(self) -> EpilogueContract:
         """The standard contract closest in structure (C5/C6 need only a scale order and a bias point): bias
         ``after_round`` when no ``cast`` follows ``add bias``; scale order from the first ``mul``/``fma`` operand naming
@@ -298,11 +307,17 @@ def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[Epilogue
     ``"<device>"``, ``"*/<dtype>"``, ``"*"``; None when nothing matches or ``decl`` is None."""
     if decl is None or isinstance(decl, EpilogueSteps):
         return decl
+    key = select_key(decl, device, out_dtype)
+    return None if key is None else decl[key]
+
+
+def select_key(decl: Mapping, device: str, out_dtype: torch.dtype) -> Optional[str]:
+    """The key of a selector mapping :func:`select_steps` takes for ``device`` / ``out_dtype``, or None."""
     dev = str(device or "cpu").split(":")[0]
     dt = str(out_dtype).replace("torch.", "")
     for key in (f"{dev}/{dt}", dev, f"*/{dt}", "*"):
         if key in decl:
-            return decl[key]
+            return key
     return None
 
 
@@ -317,3 +332,99 @@ def steps_label(steps: EpilogueSteps) -> str:
     """``name: step; step; ...`` for reports."""
     body = "; ".join(steps.to_list())
     return f"{steps.name}: {body}" if steps.name else body
+
+
+_NARROW = ("bf16", "fp16")
+_OUT_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+def _constants(expr: str) -> list:
+    """The numbers and the names rounded by bf16()/fp16() in an operand ``expr`` (a valid one)."""
+    consts, rounded = [], []
+
+    def walk(node, inside) -> None:
+        if isinstance(node, ast.BinOp):
+            walk(node.left, inside)
+            walk(node.right, inside)
+        elif isinstance(node, ast.Call):
+            for a in node.args:
+                walk(a, inside or (node.func.id if node.func.id in _NARROW else None))
+        elif isinstance(node, ast.Name) and inside:
+            rounded.append((node.id, inside))
+        elif isinstance(node, ast.UnaryOp):
+            consts.append(-float(node.operand.value))
+        elif isinstance(node, ast.Constant):
+            consts.append(float(node.value))
+
+    walk(ast.parse(expr, mode="eval").body, None)
+    return consts, rounded
+
+
+def interchangeability_problems(steps: EpilogueSteps, out_dtype: Optional[str] = None) -> list[str]:
+    """Why ``steps`` give other bits than every standard contract on some legal input, decided from the steps
+    alone: one line per reason, [] when none is found (a standard contract gives []). ``out_dtype``: the call's
+    dtype name (``bf16`` | ``fp16`` | ``fp32``) when the declaration is for one; None: any (``cast out`` is then
+    narrow for the 16-bit out dtypes). Reasons: a rounding to bf16/fp16 (or to the out dtype) before the last scale
+    is applied, a scale rounded to bf16/fp16, a ``rtz`` cast, an ``fma`` (one rounding of ``x*s + bias``; +0.0 added
+    without a bias turns -0 into +0), a constant factor other than a power of two, a scale applied other than once,
+    the bias added before the last scale or through a 16-bit format other than the out dtype."""
+    if steps.standard() is not None:
+        return []
+    out: list[str] = []
+    ss = steps.steps
+    scale_at = [i for i, s in enumerate(ss) if s.op in ("mul", "fma") and any(n in s.operand for n in _NAMES)]
+    last_scale = scale_at[-1] if scale_at else -1
+    counts = {n: 0 for n in _NAMES}
+    for i, s in enumerate(ss):
+        where = f"step {i + 1} {s.text!r}"
+        dt = s.dtype if s.dtype != "out" else (out_dtype or "out")
+        narrow = dt in _NARROW or (dt == "out" and out_dtype is None)
+        if s.op == "cast" and s.rounding == "rtz":
+            out.append(f"{where} rounds toward zero (the reference rounds to nearest even)")
+        if (s.op == "cast" or (s.dtype is not None and s.op != "add_bias")) and narrow and i < last_scale:
+            what = "the out dtype (16-bit)" if dt == "out" else dt
+            out.append(
+                f"{where} rounds to {what} before the last scale is applied (a rounding the reference does not make)"
+            )
+        if s.op == "cast" and dt in _NARROW and out_dtype != dt and last_scale <= i < len(ss) - 1:
+            other = f"the out dtype {out_dtype}" if out_dtype else f"the out dtype (unless it is {dt})"
+            out.append(f"{where} rounds to {dt}, then to {other}: two roundings")
+        if s.op in ("mul", "fma"):
+            consts, rounded = _constants(s.operand)
+            for n in _NAMES:
+                counts[n] += s.operand.count(n)
+            for name, fmt in rounded:
+                out.append(f"{where} rounds {name} to {fmt} before using it")
+            for c in consts:
+                if c != 0 and abs(math.frexp(c)[0]) != 0.5:
+                    out.append(
+                        f"{where} multiplies by {c:g}, not a power of two (the reference scales by s_a and s_w only)"
+                    )
+                    break
+        if s.op == "fma":
+            out.append(
+                f"{where} rounds x*s + {'bias' if s.rounding == 'bias' else '0'} once where the reference rounds the "
+                "product first, and adds +0.0 when there is no bias (-0 becomes +0)"
+            )
+        if s.op == "add_bias" and i < last_scale:
+            out.append(f"{where} adds the bias before the last scale is applied")
+        if s.op == "add_bias" and s.dtype in _NARROW and out_dtype not in (None, s.dtype):
+            out.append(f"{where} rounds the biased value to {s.dtype}, not to the out dtype {out_dtype}")
+    for n, c in counts.items():
+        if c != 1:
+            out.append(f"{n} is applied {c} times (the reference applies it once)")
+    return out
+
+
+def declaration_problems(decl) -> list[str]:
+    """:func:`interchangeability_problems` of a declaration (one step list, or a selector mapping: each line then
+    starts with its selector, e.g. ``cuda/float16: step 3 ...``); [] for None."""
+    if decl is None:
+        return []
+    if isinstance(decl, EpilogueSteps):
+        return interchangeability_problems(decl)
+    out = []
+    for key, st in decl.items():
+        dt = _OUT_NAMES.get(f"torch.{key.partition('/')[2]}") if "/" in key else None
+        out += [f"{key}: {line}" for line in interchangeability_problems(st, dt)]
+    return out

@@ -23,7 +23,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-from conformance.checks.output_bits import declared_steps, run_device, unusable_output
+from conformance.checks.output_bits import case_epilogue, run_device, unusable_output
 from conformance.checks.result import CheckResult, not_applicable
 from reference import memo
 from reference.bits import bits_of
@@ -173,5 +173,4 @@ def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
     model: Optional[AccumulatorModel] = spec.accumulator_on(run_device(run))
     if model is None:
         return not_applicable(C12, no_model_reason(run))
-    steps = declared_steps(spec, ops, run)
-    return fp8_error_bound(run.output, ops, model, spec.contract if steps is None else steps)
+    return fp8_error_bound(run.output, ops, model, case_epilogue(spec, ops, run).steps)

@@ -5,6 +5,10 @@ operands (int64; for e4m3 operands the exact sum rounded once to float32, DESIGN
 under the declared overflow behaviour: C8 the declared contract, 0 ulp;
 C5 (pow2 scales) order ``a_then_w`` with the declared bias point, 0 ulp where
 the scale orders agree; C6 (real scales) the same reference within 1 spacing.
+The declaration is the one for the case's device and out dtype (:func:`case_epilogue`).
+A failing C5 / C6 says who its failing elements are due to (:func:`attribution`):
+the kernel (it deviates from its declaration) or the declaration (the kernel gives
+its declaration's bits, which are not interchangeable with the reference there).
 Rationale in README.md here.
 """
 
@@ -17,10 +21,11 @@ from torch import Tensor
 
 from conformance.checks.compare import bit_differences, compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator, saturated_accumulator, wrap32
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import DECLARATION, CheckResult, not_applicable
+from conformance.kernels.spec import DeclaredEpilogue, declared_epilogue
 from reference import memo, readback
 from reference.bits import bits_of, spacing_distance
-from reference.contract import SCALE_ORDERS, EpilogueContract, select_steps, steps_label
+from reference.contract import SCALE_ORDERS, EpilogueContract, steps_label
 from reference.epilogue import apply_steps, cached_epilogue
 from reference.fp8 import exact_accumulator
 
@@ -189,14 +194,59 @@ def _against(spec, ops, run, exact: Tensor, contract: EpilogueContract) -> tuple
     return out, ref, None if dacc.all_defined else dacc.defined, dacc
 
 
+def case_epilogue(spec, ops, run) -> DeclaredEpilogue:
+    """The declaration that applies to this case: ``kernels.spec.declared_epilogue`` on the device the kernel ran
+    on (its manifest; ``cpu`` when unknown) and the case's out dtype."""
+    return declared_epilogue(spec, run_device(run), ops.out_dtype)
+
+
+def interchangeable_reference(spec, ops, run) -> EpilogueContract:
+    """C5 / C6's reference contract: order ``a_then_w`` with the bias point of the case's declaration."""
+    return EpilogueContract("a_then_w", case_epilogue(spec, ops, run).contract.bias_point)
+
+
 def c8_inputs(spec, ops, run, exact: Tensor) -> tuple:
-    """C8's ``(out, ref, mask, dacc)``: the declared contract."""
-    return _against(spec, ops, run, exact, spec.contract)
+    """C8's ``(out, ref, mask, dacc)`` for a case whose declaration is a standard contract."""
+    return _against(spec, ops, run, exact, case_epilogue(spec, ops, run).contract)
+
+
+def declared_reference(spec, ops, run, exact: Tensor) -> tuple:
+    """``(out, ref, mask, dacc, declared)``: the output and the case's declaration emulated (C8's reference). A
+    standard contract: :func:`c8_inputs` on the exact accumulator's device; a step list: ``apply_steps`` on the
+    CPU of the declared accumulator, an at-risk element taking its alternative where ``out`` is closer to it (as
+    :func:`accepted_reference`), ``out`` and ``mask`` moved there (``mask`` None when every element is defined)."""
+    de = case_epilogue(spec, ops, run)
+    if de.standard:
+        return c8_inputs(spec, ops, run, exact) + (de,)
+    dacc = _declared(spec, ops, exact, run)
+    mask = None if not dacc.n_undefined else dacc.defined.cpu()
+    bias = None if ops.bias is None else ops.bias.cpu()
+
+    def steps_of(acc: Tensor) -> Tensor:
+        return apply_steps(
+            acc.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), de.steps, bias=bias, out_dtype=ops.out_dtype
+        )
+
+    out, ref = run.output.cpu(), steps_of(dacc.acc)
+    if dacc.alternative is not None:  # as accepted_reference: ``wrap`` accepts the exact sum too
+        alt = steps_of(dacc.alternative)
+        ref = torch.where(dacc.at_risk.cpu() & (spacing_distance(out, alt) < spacing_distance(out, ref)), alt, ref)
+    return out, ref, mask, dacc, de
+
+
+def declared_output(ops, declared: DeclaredEpilogue, exact: Optional[Tensor] = None) -> Tensor:
+    """out_dtype [M, N]: ``declared`` (a :class:`DeclaredEpilogue`) emulated on the exact accumulator, no overflow
+    choice: :func:`reference_output` of a standard contract, else ``apply_steps`` on the CPU."""
+    if declared.standard:
+        return reference_output(ops, declared.contract, exact=exact)
+    x = _exact(ops, exact).cpu()
+    bias = None if ops.bias is None else ops.bias.cpu()
+    return apply_steps(x, ops.scale_a.cpu(), ops.scale_b.cpu(), declared.steps, bias=bias, out_dtype=ops.out_dtype)
 
 
 def c6_inputs(spec, ops, run, exact: Tensor) -> tuple:
-    """C6's ``(out, ref, mask, dacc)``: order ``a_then_w``, declared bias point."""
-    return _against(spec, ops, run, exact, EpilogueContract("a_then_w", spec.contract.bias_point))
+    """C6's ``(out, ref, mask, dacc)``: :func:`interchangeable_reference`."""
+    return _against(spec, ops, run, exact, interchangeable_reference(spec, ops, run))
 
 
 def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
@@ -204,7 +254,7 @@ def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
     every scale order agrees and the declaration defines, and the Deferred of
     ``(n_bad, all_pow2)``. The mask is None when the premise is already read and
     holds everywhere (then C5 shares C8's comparison), else the mask itself."""
-    bp = spec.contract.bias_point
+    bp = interchangeable_reference(spec, ops, run).bias_point
     out, ref, _, dacc = _against(spec, ops, run, exact, EpilogueContract("a_then_w", bp))
     refs = [ref] + [
         accepted_reference(out, ops, EpilogueContract(o, bp), dacc) for o in SCALE_ORDERS if o != "a_then_w"
@@ -218,45 +268,81 @@ def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
     return (out, ref, memo.cached("c5_mask", key, mask), dacc), premise.then(lambda p: p[::2])
 
 
-def declared_steps(spec, ops, run):
-    """The kernel's declared step list for this device / out dtype, or None
-    (none declared, or none for this device: the standard ``contract`` applies)."""
-    decl = getattr(spec, "steps", None)
-    if decl is None:
-        return None
-    return select_steps(decl, (run.manifest or {}).get("device") or "cpu", ops.out_dtype)
+#: The line a failing C5 / C6 adds where the kernel gives exactly its declaration's bits.
+DECLARATION_LINE = "the declared contract, emulated, gives these bits: the declaration is not interchangeable here"
+
+
+def ask_attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int):
+    """The Deferred of :func:`attribution` (memoized in a ``reference.memo`` scope, so a prefetch asks it with the
+    failure evidence: no read-back of its own)."""
+    dout, dref, dmask, _, _ = declared_reference(spec, ops, run, exact)
+
+    def ask():
+        over = _bad(out, ref, tol_ulp)
+        if mask is not None:
+            over = over & mask.to(over.device)
+        same = bits_of(dout) == bits_of(dref)
+        if dmask is not None:
+            same = same & dmask
+        same = same.to(over.device)
+        parts = [(over & same).sum(), (over & ~same).sum()]
+        return readback.ask(parts, lambda v: (int(v[0]), int(v[1])))
+
+    return memo.cached(("attribution", int(tol_ulp)), (out, ref, mask, dout, dref, dmask), ask)
+
+
+def attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int) -> dict:
+    """Who a failing C5 / C6 comparison (``out`` vs ``ref`` over ``mask``, ``tol_ulp``) is due to: at each element
+    over tolerance, the kernel's bits either are those of its declaration emulated (:func:`declared_reference`:
+    the declaration deviates from the reference) or not (the kernel deviates from its declaration). Returns
+    ``{"attribution": "declaration" | "kernel" | "kernel and declaration", "n_declaration", "n_kernel"}``."""
+    n_decl, n_kern = ask_attribution(spec, ops, run, exact, out, ref, mask, tol_ulp).get()
+    who = "kernel" if not n_decl else DECLARATION if not n_kern else "kernel and declaration"
+    return {"attribution": who, "n_declaration": n_decl, "n_kernel": n_kern}
+
+
+def _attributed(res: CheckResult, spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol: int):
+    """``res`` with :func:`attribution` in its evidence and, where the declaration is to blame for some failing
+    elements, :data:`DECLARATION_LINE` in its summary (``failure_kind`` :data:`DECLARATION` when for all)."""
+    if res.verdict != "fail" or "n_compared" not in res.evidence:
+        return res
+    at = attribution(spec, ops, run, exact, out, ref, mask, tol)
+    res.evidence.update(at)
+    if at["attribution"] == DECLARATION:
+        res.evidence["failure_kind"] = DECLARATION
+        res.summary += f"; {DECLARATION_LINE}"
+    elif at["n_declaration"]:
+        res.summary += (
+            f"; at {at['n_declaration']} of them {DECLARATION_LINE}; at the other {at['n_kernel']} the kernel "
+            "deviates from its declaration"
+        )
+    else:
+        res.summary += "; the kernel deviates from its declaration there (C8)"
+    return res
 
 
 def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
-    """C8: output bits vs the reference of the kernel's declared epilogue
-    contract (or step list, compared on the CPU), 0 ulp. ``acc`` is unused.
-    Evidence: :func:`conformance.checks.compare.compare_bits`' plus ``contract``."""
+    """C8: output bits vs the reference of the declaration that applies to the case (:func:`case_epilogue`: a
+    standard contract, or a step list compared on the CPU), 0 ulp. ``acc`` is unused. Evidence:
+    :func:`conformance.checks.compare.compare_bits`' plus ``contract`` (and ``steps``, ``selector``)."""
     name = "declared_contract"
     early = unusable_output(C8, name, ops, run)
     if early:
         return early
     exact = _exact(ops, exact)
-    steps = declared_steps(spec, ops, run)
-    if steps is not None:
-        dacc = _declared(spec, ops, exact, run)
-        mask = None if not dacc.n_undefined else dacc.defined
-        ref = apply_steps(
-            dacc.acc.cpu(),
-            ops.scale_a.cpu(),
-            ops.scale_b.cpu(),
-            steps,
-            bias=None if ops.bias is None else ops.bias.cpu(),
-            out_dtype=ops.out_dtype,
-        )
-        n_over, ev = compare_bits(run.output.cpu(), ref, 0, ops, exact.cpu(), mask=None if mask is None else mask.cpu())
-        ev["contract"], ev["steps"] = spec.contract.to_dict(), steps.to_dict()
+    out, ref, mask, dacc, de = declared_reference(spec, ops, run, exact)
+    if not de.standard:
+        n_over, ev = compare_bits(out, ref, 0, ops, exact.cpu(), mask=mask)
+        ev["contract"], ev["steps"] = de.contract.to_dict(), de.steps.to_dict()
         ev.update(dacc.evidence())
-        return _result(C8, name, n_over, ev, f"declared steps [{steps_label(steps)}]")
-    out, ref, mask, dacc = c8_inputs(spec, ops, run, exact)
-    n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=mask)
-    ev["contract"] = spec.contract.to_dict()
-    _overflow_evidence(ev, dacc, out, ops, spec.contract, exact, 0)
-    return _result(C8, name, n_over, ev, f"declared contract {spec.contract.label()}")
+    else:
+        n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=mask)
+        ev["contract"] = de.contract.to_dict()
+        _overflow_evidence(ev, dacc, out, ops, de.contract, exact, 0)
+    if de.selector:
+        ev["selector"] = de.selector
+    what = f"declared contract {de.contract.label()}" if de.standard else f"declared steps [{steps_label(de.steps)}]"
+    return _result(C8, name, n_over, ev, what + (f" (for {de.selector})" if de.selector else ""))
 
 
 def _is_pow2(s: Tensor) -> Tensor:
@@ -291,7 +377,7 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     if early:
         return early
     exact = _exact(ops, exact)
-    bp = spec.contract.bias_point
+    bp = interchangeable_reference(spec, ops, run).bias_point
     (out, ref, keep, dacc), premise = c5_inputs(spec, ops, run, exact)
     n_bad, all_pow2 = premise.get()
     n_over, ev = compare_bits(out, ref, 0, ops, exact, mask=keep)
@@ -304,7 +390,7 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
         res.summary += f"; {n_bad} elements excluded (scale orders disagree in the reference)"
     if not ev["scale_b_all_pow2"]:
         res.summary += "; note: scale_b is not all powers of two"
-    return res
+    return _attributed(res, spec, ops, run, exact, out, ref, keep, 0)
 
 
 def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResult:
@@ -317,9 +403,10 @@ def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResul
     if early:
         return early
     exact = _exact(ops, exact)
-    c = EpilogueContract("a_then_w", spec.contract.bias_point)
+    c = interchangeable_reference(spec, ops, run)
     out, ref, mask, dacc = c6_inputs(spec, ops, run, exact)
     n_over, ev = compare_bits(out, ref, 1, ops, exact, mask=mask)
     ev["reference"] = c.to_dict()
     _overflow_evidence(ev, dacc, out, ops, c, exact, 1)
-    return _result(C6, name, n_over, ev, f"the reference ({c.label()})")
+    res = _result(C6, name, n_over, ev, f"the reference ({c.label()})")
+    return _attributed(res, spec, ops, run, exact, out, ref, mask, 1)

@@ -27,8 +27,26 @@ CHECK_NAMES: dict[str, str] = {
 }
 
 #: Their failure with ``failure_kind == "precondition"`` blames the operands
-#: (F6 / F7), not the kernel; any other ``failure_kind`` is the kernel run's.
+#: (F6 / F7), not the kernel; any other ``failure_kind`` is the kernel run's
+#: (``declaration``: the kernel's declaration is what fails, :data:`DECLARATION`).
 PRECONDITION_CHECKS = ("C3", "C4")
+#: ``failure_kind`` of an output-check failure where the kernel gives exactly its declaration's bits and the
+#: declaration is what differs from the interchangeable reference (``checks.output_bits.attribution``).
+DECLARATION = "declaration"
+
+
+def failed_line(r: "CheckResult") -> str:
+    """``C5 pow2_bit_identity failed`` for an aggregated failing result, with the declaration's share when its
+    failing cases are (some of them) the declaration's, not the kernel's."""
+    line = f"{r.check_id} {r.name} failed"
+    n_decl, n_fail = r.evidence.get("n_declaration_cases", 0), r.evidence.get("n_failed_cases", 0)
+    if r.evidence.get("failure_kind") == DECLARATION:
+        return line + " (the declaration is not interchangeable here: the kernel gives its declared contract's bits)"
+    if n_decl:
+        return line + f" (on {n_decl} of {n_fail} failing cases the declaration, not the kernel)"
+    return line
+
+
 #: Evidence flag: a precondition violation on a case built to violate it
 #: (``meta["violates"]``); on an aggregate, set when every failing case is one.
 PRECONDITION_CASE = "precondition_case"
@@ -223,6 +241,9 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
         ev["failure_kinds"] = kinds
         # one kind -> that kind; a mix -> "kernel" (not only a precondition)
         ev["failure_kind"] = kinds[0] if len(kinds) == 1 else "kernel"
+        n_decl = sum(1 for _, r in failed if r.evidence.get("failure_kind") == DECLARATION)
+        if n_decl:
+            ev["n_declaration_cases"] = n_decl
         verdict = "fail"
         if check_id in PRECONDITION_CHECKS:
             n_case = sum(1 for _, r in failed if r.is_precondition_case)

@@ -18,8 +18,8 @@ import torch
 
 from conformance.cases.cache import cached_model_reference
 from conformance.checks import CheckResult
-from conformance.kernels.runner import run_kernel
-from conformance.kernels.spec import KernelSpec
+from conformance.kernels.runner import pick_device, run_kernel
+from conformance.kernels.spec import KernelSpec, declared_epilogue
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
 from reference.errors import Int8confError
 from reference.operands import GemmOperands
@@ -298,7 +298,8 @@ def check_token_flip(
     win = wf.check_windows(win, model.config.vocab_size)
     wf.check_context(win.shape[1], model.config, "C7 window length")
     wdig = _digest(win)
-    contract = kernel.contract
+    # the model's linear layers call with bf16 out on the device the kernel runs on
+    contract = declared_epilogue(kernel, pick_device(kernel, device)[0], torch.bfloat16).contract
     ref = _reference_replay(
         (str(mdir), stamp, scale_mode, wdig, contract, batch_size), model, weights, win, contract, batch_size
     )

@@ -12,19 +12,18 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from conformance.cases import case_id
-from conformance.checks.output_bits import reference_output
+from conformance.checks.output_bits import declared_output
 from conformance.gate import compare as C
 from conformance.gate.policy import Policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
 from conformance.kernels.runner import validate_device
-from conformance.kernels.spec import enter_conformance_run
+from conformance.kernels.spec import Declaration, declared_epilogue, enter_conformance_run
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import save_reproducer
 from conformance.suite.report import read_report
 from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
-from reference.contract import EpilogueContract
 from reference.errors import Int8confError
 from reference.operands import tensor_digest
 
@@ -192,8 +191,9 @@ def _side(outcome) -> C.Side:
     return C.Side(status, error=outcome.error, evidence={**ev, "elapsed_s": round(outcome.elapsed_s, 3)})
 
 
-def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) -> Optional[dict]:
-    """Output class vs a stored baseline (module docstring, step 5)."""
+def _baseline_delta(cand: C.Side, inc: C.Side, ops, kernel: dict, device: Optional[str]) -> Optional[dict]:
+    """Output class vs a stored baseline (module docstring, step 5); ``kernel``: the baseline report's kernel
+    manifest, whose declaration for ``device`` and the case's out dtype reproduces the baseline's output."""
     if cand.output is None or inc.status != C.RAN or inc.output_digest is None:
         return None
     n = int(cand.output.numel())
@@ -206,7 +206,7 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, contract: Optional[dict]) ->
             "via": "output digest equal to the baseline's",
         }
     try:
-        ref = reference_output(ops, EpilogueContract.from_dict(contract or {}))
+        ref = declared_output(ops, declared_epilogue(Declaration.from_manifest(kernel or {}), device, ops.out_dtype))
     except Exception as e:  # noqa: BLE001 -- a malformed contract in the stored report
         return {"class": C.UNKNOWN, "why": f"the baseline's declared contract is unusable ({e})"}
     if tensor_digest(ref) != inc.output_digest:
@@ -338,7 +338,8 @@ class GateSession:
         if self.doc is not None:
             b = self.base_cases.get(cid)
             inc = C.side_from_report_case(b) if b is not None else None
-            delta = _baseline_delta(cand, inc, ops, self.doc["kernel"].get("contract")) if inc else None
+            used = (self.doc.get("environment") or {}).get("devices_used") or ["cpu"]
+            delta = _baseline_delta(cand, inc, ops, self.doc["kernel"], used[0]) if inc else None
         else:
             inc = sides["incumbent"]
             delta = (

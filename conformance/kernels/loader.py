@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 from urllib.parse import parse_qs
@@ -36,8 +37,10 @@ from reference.contract import (
     EpilogueSteps,
     from_contract,
     parse_declared,
+    select_key,
 )
 from reference.errors import ContractError, KernelLoadError, first_line
+from reference.validate import OUT_DTYPES
 
 ENTRY_POINT_GROUP = "int8conf.kernels"
 CONVENTIONS = ("int8conf", "vllm")
@@ -310,7 +313,45 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             raise ContractError(
                 f"the per-device epilogue names {sorted(decl.steps)} but not the declared device(s) {missing}: add an entry for each (or '*'), or declare devices={tuple(sorted(set(keys)))}"
             )
+        holes = [
+            f"{d}/{str(t).replace('torch.', '')}"
+            for d in decl.devices
+            for t in OUT_DTYPES
+            if select_key(decl.steps, d, t) is None
+        ]
+        if holes:
+            raise ContractError(
+                f"the per-device epilogue names {sorted(decl.steps)} but nothing for {', '.join(holes)}: add an entry for each (or '<device>' / '*')"
+            )
     return decl
+
+
+class DeclarationWarning(UserWarning):
+    """A loaded kernel's declared epilogue can never be interchangeable with the reference (C5 / C6 will fail
+    where it differs, saying the declaration is to blame); warned once per kernel and declaration."""
+
+
+_WARNED: set = set()
+
+
+def warn_declaration(spec: KernelSpec) -> None:
+    """Warn (:class:`DeclarationWarning`, one line) when ``spec``'s declaration can never be interchangeable with
+    the reference (``KernelSpec.declaration_problems``: decided from the steps alone); once per process for the same
+    kernel name, origin and reasons."""
+    problems = spec.declaration_problems()
+    key = (spec.name, spec.origin, tuple(problems))
+    if not problems or key in _WARNED:
+        return
+    _WARNED.add(key)
+    more = f" (and {len(problems) - 1} more: the report lists them)" if len(problems) > 1 else ""
+    warnings.warn(
+        DeclarationWarning(
+            f"kernel {spec.name!r}: its declared epilogue can never be interchangeable with the reference: "
+            f"{problems[0]}{more}; C8 holds the kernel to it, C5 / C6 will fail where it differs and name the "
+            "declaration"
+        ),
+        stacklevel=3,
+    )
 
 
 def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) -> KernelSpec:
@@ -367,7 +408,9 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         )
     except ContractError as e:
         raise KernelLoadError(f"kernel {name!r}: bad declaration: {e}") from None
-    return _own_name(spec, name)
+    spec = _own_name(spec, name)
+    warn_declaration(spec)
+    return spec
 
 
 def _own_name(spec: KernelSpec, loaded_as: str) -> KernelSpec:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from conformance.kernels import trace
 from conformance.kernels.registry import builtin_source_digest
-from conformance.kernels.spec import KernelSpec
+from conformance.kernels.spec import KernelSpec, declared_epilogue
 from reference import readback
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
@@ -263,7 +263,8 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
     if cnt == 0:
         return None
     reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
-    ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, spec.contract, bias=ops.bias, out_dtype=ops.out_dtype)
+    contract = declared_epilogue(spec, man.get("device"), ops.out_dtype).contract
+    ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
     bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt
@@ -273,7 +274,7 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
     i, j = (int(v) for v in bad.nonzero()[0])
     man["extra"]["unexpected_nan_count"] = nbad
     man["extra"]["first_unexpected_nan"] = [i, j]
-    return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({spec.contract.label()}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
+    return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({contract.label()}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
 
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):

@@ -9,7 +9,18 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator, Mapping, Optional, Union
 
-from reference.contract import EpilogueContract, declared_to_dict
+import torch
+
+from reference.contract import (
+    EpilogueContract,
+    EpilogueSteps,
+    declaration_problems,
+    declared_to_dict,
+    parse_declared,
+    parse_steps,
+    select_key,
+    steps_label,
+)
 from reference.errors import ContractError
 from reference.fp8 import AccumulatorModel, parse_accumulator
 
@@ -86,6 +97,61 @@ def check_operands(operands: object, accumulator, devices, name: str = "") -> No
         missing = [d for d in devices if d not in accumulator]
         if missing:
             raise ContractError(f"{who}the per-device accumulator names {sorted(accumulator)} but not {missing}")
+
+
+@dataclass(frozen=True)
+class DeclaredEpilogue:
+    """The epilogue a kernel declares for one call (:func:`declared_epilogue`). ``steps``: the declared step list;
+    ``contract``: the standard contract those steps are, else their nearest (whose bias point C5 / C6 compare
+    with); ``standard``: the steps are exactly ``contract``'s (interchangeable); ``selector``: the key of a per-device
+    / per-out-dtype mapping that matched ("" for a single declaration)."""
+
+    steps: EpilogueSteps
+    contract: EpilogueContract
+    standard: bool
+    selector: str = ""
+
+    def label(self) -> str:
+        """The contract's label when standard, else ``steps_label`` of the steps."""
+        return self.contract.label() if self.standard else steps_label(self.steps)
+
+    def to_dict(self) -> dict:
+        out = {"contract": self.contract.to_dict(), "standard": self.standard, "selector": self.selector}
+        return out | ({} if self.standard else {"steps": self.steps.to_list()})
+
+
+def declared_epilogue(spec, device_type: Optional[str] = None, out_dtype=torch.bfloat16) -> DeclaredEpilogue:
+    """THE resolver of a kernel's declaration for a call on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``;
+    None: ``"cpu"``) with ``out_dtype``: ``spec.steps`` selected by ``reference.contract.select_steps`` (a mapping
+    ``"<device>/<dtype>"``, ``"<device>"``, ``"*/<dtype>"``, ``"*"``), else ``spec.contract``. ``spec``: a KernelSpec
+    or any object with ``contract`` (and optionally ``steps``). Every check that reads a declaration goes through
+    here, so all of them hold a case to the same one."""
+    decl = getattr(spec, "steps", None)
+    sel = select_key(decl, device_type, out_dtype) if isinstance(decl, Mapping) else ""
+    steps = decl[sel] if sel else decl if isinstance(decl, EpilogueSteps) else None
+    if steps is None:
+        return DeclaredEpilogue(spec.contract.steps, spec.contract, True)
+    std = steps.standard()
+    return DeclaredEpilogue(steps, std or steps.nearest_contract(), std is not None, sel)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A kernel's epilogue declaration alone, e.g. read back from a report (:meth:`from_manifest`): ``contract`` and
+    ``steps`` as :class:`KernelSpec`'s; :func:`declared_epilogue` reads it like a spec."""
+
+    contract: EpilogueContract
+    steps: Optional[object] = None
+
+    @classmethod
+    def from_manifest(cls, man: dict) -> "Declaration":
+        """From ``KernelSpec.manifest()``'s ``contract`` and ``steps``; ContractError when they are malformed."""
+        steps = man.get("steps")
+        if isinstance(steps, Mapping) and "steps" in steps:
+            steps = parse_steps(steps["steps"], steps.get("name", ""))
+        elif isinstance(steps, Mapping):
+            steps = parse_declared({k: parse_steps(v["steps"], v.get("name", "")) for k, v in steps.items()})
+        return cls(EpilogueContract.from_dict(man.get("contract") or {}), steps)
 
 
 @dataclass(frozen=True)
@@ -181,6 +247,15 @@ class KernelSpec:
         dev = (device_type or "").split(":")[0]
         return self.accumulator.get(dev, self.accumulator.get("*"))
 
+    def epilogue_on(self, device_type: Optional[str] = None, out_dtype=torch.bfloat16) -> DeclaredEpilogue:
+        """:func:`declared_epilogue` of this kernel."""
+        return declared_epilogue(self, device_type, out_dtype)
+
+    def declaration_problems(self) -> list:
+        """Why the declared step list(s) can never be interchangeable with the reference (one line each,
+        ``reference.contract.declaration_problems``); [] for a standard contract."""
+        return declaration_problems(self.steps)
+
     def dense_operands(self) -> frozenset:
         """Operand names the kernel must be handed dense."""
         if self.contiguous_only is True:
@@ -200,6 +275,9 @@ class KernelSpec:
         out["overflow"] = dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow
         if self.steps is not None:
             out["steps"] = declared_to_dict(self.steps)
+            problems = self.declaration_problems()
+            if problems:
+                out["not_interchangeable"] = problems
         out["operands"] = self.operands
         acc = self.accumulator
         if acc is not None:

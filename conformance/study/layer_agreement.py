@@ -21,6 +21,7 @@ import torch
 
 from conformance.checks.result import merge_histograms
 from conformance.kernels.runner import run_kernel
+from conformance.kernels.spec import declared_epilogue
 from conformance.suite.pairwise import compare_pair
 from reference.accumulate import exact_int_mm
 from reference.bits import bits_of
@@ -63,9 +64,12 @@ def ensure_capture(
     )
 
 
-def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) -> dict[str, bool]:
+def pow2_preconditions(
+    ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None, devices: tuple = (None, None)
+) -> dict[str, bool]:
     """``{precondition: holds}`` (module docstring) on one layer's GemmOperands; ``acc``: its
-    ``exact_int_mm(ops.a, ops.b)`` (int64 [M, N], any device), None computes it."""
+    ``exact_int_mm(ops.a, ops.b)`` (int64 [M, N], any device), None computes it; ``devices``: the device types the
+    two kernels ran on (their declarations may differ by device: ``kernels.spec.declared_epilogue``)."""
     if acc is None:
         acc = exact_int_mm(ops.a, ops.b)
     sb = ops.scale_b.reshape(-1).to(device=acc.device, dtype=torch.float32)
@@ -82,7 +86,9 @@ def pow2_preconditions(ops, spec_a, spec_b, acc: Optional[torch.Tensor] = None) 
 
     return {
         "pow2_scales": bool(torch.all(torch.frexp(sb).mantissa.abs() == 0.5)),
-        "bias_point": ops.bias is None or spec_a.contract.bias_point == spec_b.contract.bias_point,
+        "bias_point": ops.bias is None
+        or len({declared_epilogue(s, d, ops.out_dtype).contract.bias_point for s, d in zip((spec_a, spec_b), devices)})
+        == 1,
         "int32_headroom": bool(float(acc.max()) < 2.0**31) if acc.numel() else True,
         "fp32_normal_range": in_range(pa) and in_range(pw) and in_range(p),
     }
@@ -112,8 +118,17 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
     sa, sw = (s.to(rdev) for s in normalize_scales(ops.scale_a, ops.scale_b, m, n))
     bias = None if ops.bias is None else ops.bias.to(rdev)
     acc = exact_int_mm(ops.a.to(rdev), ops.b.to(rdev))
-    ref_a = apply_epilogue(acc, sa, sw, spec_a.contract, bias=bias, out_dtype=ops.out_dtype)
-    ref_b = apply_epilogue(acc, sa, sw, spec_b.contract, bias=bias, out_dtype=ops.out_dtype)
+    ref_a, ref_b = (
+        apply_epilogue(
+            acc,
+            sa,
+            sw,
+            declared_epilogue(s, r.manifest.get("device"), ops.out_dtype).contract,
+            bias=bias,
+            out_dtype=ops.out_dtype,
+        )
+        for s, r in ((spec_a, ra), (spec_b, rb))
+    )
     bits = lambda t: bits_of(t.to(rdev))  # noqa: E731
     rec["predicted_differing"] = int((bits(ref_a) != bits(ref_b)).sum())
     if rec["status"] != "error":
@@ -121,7 +136,9 @@ def compare_layer(ops, spec_a, spec_b, device: Optional[str] = None) -> dict:
         rec["a_vs_declared"] = int((bits(ra.output) != bits(ref_a)).sum())
         rec["b_vs_declared"] = int((bits(rb.output) != bits(ref_b)).sum())
     if ops.scale_mode == "pow2":
-        pre = rec["preconditions"] = pow2_preconditions(ops, spec_a, spec_b, acc=acc)
+        pre = rec["preconditions"] = pow2_preconditions(
+            ops, spec_a, spec_b, acc=acc, devices=(ra.manifest.get("device"), rb.manifest.get("device"))
+        )
         rec["failed_preconditions"] = [k for k, v in pre.items() if not v]
     return rec
 

@@ -20,6 +20,8 @@ from torch import Tensor
 
 from conformance.cases import tie_discrimination
 from conformance.cases.fp8 import FP8_FAMILIES
+from conformance.checks.output_bits import run_device
+from conformance.kernels.spec import declared_epilogue
 from reference.accumulate import exact_int_mm
 from reference.epilogue import apply_epilogue
 from reference.operands import OPERAND_NAMES, layout_label
@@ -114,7 +116,8 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     big = torch.maximum(fwd, bwd) >= FP32_EXACT
     sa, sb = ops.scale_a.reshape(-1), ops.scale_b.reshape(-1)
     bias = ops.bias
-    ref = apply_epilogue(acc, ops.scale_a, ops.scale_b, spec.contract, bias=bias, out_dtype=ops.out_dtype)
+    contract = declared_epilogue(spec, run_device(run), ops.out_dtype).contract
+    ref = apply_epilogue(acc, ops.scale_a, ops.scale_b, contract, bias=bias, out_dtype=ops.out_dtype)
     cov = {
         "max_partial_fwd": int(fwd.max()),
         "max_partial_bwd": int(bwd.max()),
@@ -144,7 +147,7 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
         ),
     }
     if bias is not None:
-        y = apply_epilogue(acc, ops.scale_a, ops.scale_b, spec.contract, bias=None, out_dtype=torch.float32)
+        y = apply_epilogue(acc, ops.scale_a, ops.scale_b, contract, bias=None, out_dtype=torch.float32)
         bf = bias.to(torch.float32).reshape(1, -1)
         cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0**-8).sum())
     else:

@@ -14,6 +14,7 @@ from conformance.checks.fp8_exactness import retained_bits
 from conformance.checks.output_bits import overflow_of, run_device
 from conformance.checks.overflow import declared_accumulator, may_leave_int32
 from conformance.checks.result import merge_histograms
+from conformance.kernels.spec import declared_epilogue
 from reference.accumulate import exact_int_mm
 from reference.fp8 import E4M3, exact_at_bits
 
@@ -54,13 +55,17 @@ def expected_agreement(
     spec_a, spec_b, ops, dev_a: Optional[str] = None, dev_b: Optional[str] = None
 ) -> tuple[bool, str]:
     """``(must two correct kernels give identical bits on ops, reason)``; ``dev_a`` / ``dev_b``:
-    the device types they ran on (overflow declarations may differ by device)."""
+    the device types they ran on (declarations may differ by device and out dtype:
+    ``kernels.spec.declared_epilogue``)."""
     freed = _overflow_frees(spec_a, spec_b, ops, dev_a, dev_b) or _fp8_frees(spec_a, spec_b, ops, dev_a, dev_b)
     if freed:
         return False, freed
-    ca, cb = spec_a.contract, spec_b.contract
-    if ca == cb:
-        return True, f"same declared contract {ca.label()}"
+    da, db = declared_epilogue(spec_a, dev_a, ops.out_dtype), declared_epilogue(spec_b, dev_b, ops.out_dtype)
+    if da.steps.to_list() == db.steps.to_list():
+        return True, f"same declared contract {da.label()}"
+    if not (da.standard and db.standard):
+        return False, f"declared epilogues differ ({da.label()} vs {db.label()}), one not a standard contract"
+    ca, cb = da.contract, db.contract
     if ops.scale_mode == "pow2" and (ops.bias is None or ca.bias_point == cb.bias_point):
         return True, "power-of-two weight scales: every scale order gives the same bits"
     return False, f"declared contracts differ ({ca.label()} vs {cb.label()})"

@@ -15,16 +15,19 @@ from torch import Tensor
 from conformance.checks.accumulator import ObservedAccumulator, headroom_questions
 from conformance.checks.compare import ask_comparison, evidence_questions
 from conformance.checks.output_bits import (
+    C5,
+    C6,
     C8,
+    ask_attribution,
     c5_inputs,
     c6_inputs,
     c8_inputs,
-    declared_steps,
+    case_epilogue,
+    interchangeable_reference,
     risky_count,
     unusable_output,
 )
 from reference import memo
-from reference.contract import EpilogueContract
 
 
 def prefetch_comparisons(triples: list) -> None:
@@ -43,23 +46,24 @@ def prefetch_failure_evidence(out: Tensor, ref: Tensor, tol_ulp: int, ops=None, 
 
 
 def output_comparisons(spec, ops, run, exact: Tensor) -> list:
-    """``(out, ref, tol_ulp, mask, dacc, contract)`` of each comparison the
+    """``(out, ref, tol_ulp, mask, dacc, contract, check id)`` of each comparison the
     output checks will make: C8's (unless it has a step list: compared on the
     CPU) and C5's (pow2) or C6's. Empty without a comparable output. ``run``:
     a KernelRun, or a ``KernelLaunch`` whose verdicts are not read yet."""
     if unusable_output(C8, "", ops, run):
         return []
     out = []
-    a_then_w = EpilogueContract("a_then_w", spec.contract.bias_point)
-    if declared_steps(spec, ops, run) is None:
+    a_then_w = interchangeable_reference(spec, ops, run)
+    de = case_epilogue(spec, ops, run)
+    if de.standard:
         o, r, m, d = c8_inputs(spec, ops, run, exact)
-        out.append((o, r, 0, m, d, spec.contract))
+        out.append((o, r, 0, m, d, de.contract, C8))
     if ops.scale_mode == "pow2":
         o, r, m, d = c5_inputs(spec, ops, run, exact)[0]
-        out.append((o, r, 0, m, d, a_then_w))
+        out.append((o, r, 0, m, d, a_then_w, C5))
     else:
         o, r, m, d = c6_inputs(spec, ops, run, exact)
-        out.append((o, r, 1, m, d, a_then_w))
+        out.append((o, r, 1, m, d, a_then_w, C6))
     return out
 
 
@@ -70,8 +74,8 @@ def prefetch_output_comparisons(spec, ops, run, exact: Tensor) -> list:
     if not memo.active():
         return []
     pre = output_comparisons(spec, ops, run, exact)
-    prefetch_comparisons([(o, r, m) for o, r, _, m, _, _ in pre])
-    for o, _, tol, _, dacc, contract in pre:
+    prefetch_comparisons([(o, r, m) for o, r, _, m, _, _, _ in pre])
+    for o, _, tol, _, dacc, contract, _ in pre:
         if dacc.known("at_risk") != 0:
             risky_count(dacc, o, ops, contract, tol)
     return pre
@@ -90,8 +94,19 @@ def prefetch_output_evidence(spec, ops, run, exact: Tensor, pre: Optional[list] 
     elements; call with the settled KernelRun after the comparisons were read."""
     if not memo.active():
         return
-    for o, r, tol, m, _, _ in _settled(spec, ops, run, exact, pre):
+    for o, r, tol, m, _, _, cid in _settled(spec, ops, run, exact, pre):
         prefetch_failure_evidence(o, r, tol, ops, exact, mask=m)
+        if cid != C8 and _differs(o, r, m):  # C5 / C6 then say who the failure is due to
+            ask_attribution(spec, ops, run, exact, o, r, m, tol)
+
+
+def _differs(out: Tensor, ref: Tensor, mask) -> bool:
+    """The comparison of ``out`` and ``ref`` was read and found a differing element."""
+    d = ask_comparison(memo.moved(out, ref.device), ref, None if mask is None else mask.to(ref.device))
+    if not d.done:
+        return False
+    ev = d.get()["ev"]
+    return bool(ev["n_bits_differ"] or ev["max_ulp"])
 
 
 def declared_output_differs(spec, ops, run, exact: Tensor, pre: Optional[list] = None) -> bool:
@@ -99,7 +114,7 @@ def declared_output_differs(spec, ops, run, exact: Tensor, pre: Optional[list] =
     differing bit, or there is no output; True otherwise. A hint, never a verdict."""
     if run.output is None:
         return False
-    if run.error or not memo.active() or declared_steps(spec, ops, run) is not None:
+    if run.error or not memo.active() or not case_epilogue(spec, ops, run).standard:
         return True
     pre = _settled(spec, ops, run, exact, pre)
     if not pre:

@@ -260,6 +260,15 @@ def accumulator_lines(fp8: Optional[dict]) -> list[str]:
     return lines
 
 
+def _steps_text(steps) -> str:
+    """A manifest's ``steps`` (one ``{name, steps}`` or a selector mapping of them) as one line; ``-`` when none."""
+    if not steps:
+        return "-"
+    if "steps" in steps:
+        return "; ".join(steps["steps"])
+    return " | ".join(f"`{k}`: " + "; ".join(v["steps"]) for k, v in steps.items())
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -308,6 +317,8 @@ def render_markdown(doc: dict) -> str:
                     f"scale order `{c.get('scale_order')}`, bias "
                     f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
                 ),
+                ("declared steps", _steps_text(k.get("steps"))),
+                ("not interchangeable", "; ".join(k.get("not_interchangeable") or []) or "-"),
                 ("devices", ", ".join(k.get("devices", []))),
                 ("version", k.get("version")),
                 ("source digest", f"`{k.get('source_digest')}`"),

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay
 from conformance.cases.fp8 import PAPER_NOT_AFFORDED
-from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
+from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, failed_line, not_applicable
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import conformance_run
@@ -200,7 +200,7 @@ def overall_verdict(
     if failed or prop_failed:
         verdict = "fail"
         summary = "NOT conformant: " + "; ".join(
-            [f"{c.check_id} {c.name} failed" for c in failed]
+            [failed_line(c) for c in failed]
             + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):

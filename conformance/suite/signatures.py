@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from conformance.checks.result import DECLARATION
 from faults.catalogue import get_fault
 
 #: The output checks whose spacing distance a signature reads.
@@ -215,8 +216,25 @@ def no_signature_line(n_failing: int) -> str:
     )
 
 
+def declaration_only(cr) -> bool:
+    """Every failing check of case result ``cr`` that is not a precondition is the declaration's
+    (``failure_kind`` ``declaration``: the kernel gives its declared contract's bits)."""
+    bad = [r for r in cr.checks.values() if r.verdict == "fail" and not r.is_precondition_violation]
+    return bool(bad) and all(r.evidence.get("failure_kind") == DECLARATION for r in bad)
+
+
+def declaration_line(n_declared: int, n_failing: int) -> str:
+    """The line for ``n_declared`` of ``n_failing`` failing cases failed only by the declaration."""
+    return (
+        f"the declaration, not the implementation: in {n_declared} of {n_failing} failing cases the kernel gives "
+        "exactly the bits of its declared contract (C8), which is not interchangeable with the reference there "
+        "(C5 / C6); no fault class is matched for them"
+    )
+
+
 def signature_lines(result) -> list[str]:
-    """A failing ConformanceResult's lines: each fault class matching at least one failing case
+    """A failing ConformanceResult's lines: the cases failed only by the declaration
+    (:func:`declaration_line`), then each fault class matching at least one other failing case
     (cases matched one by one; precondition-only failures do not count), most matched first, with
     its count; :func:`no_signature_line` when none matches; empty when no case failed."""
     failing = [
@@ -224,6 +242,8 @@ def signature_lines(result) -> list[str]:
         for cr in result.cases
         if any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
     ]
+    declared = [cr for cr in failing if declaration_only(cr)]
+    failing = [cr for cr in failing if not declaration_only(cr)]
     counts: dict = {}
     lines_of: dict = {}
     acc_off = 0
@@ -233,10 +253,11 @@ def signature_lines(result) -> list[str]:
         for fid, line in match_signatures(ft):
             counts[fid] = counts.get(fid, 0) + 1
             lines_of[fid] = line
-    n = len(failing)
+    n = len(failing) + len(declared)
     head = [accumulator_line(acc_off, n)] if acc_off else []
-    if n and not counts:
-        return head + [no_signature_line(n)]
+    head += [declaration_line(len(declared), n)] if declared else []
+    if failing and not counts:
+        return head + [no_signature_line(len(failing))]
     order = sorted(counts, key=lambda f: (-counts[f], int(f[1:])))
     return head + [f"{lines_of[f]} ({counts[f]} of {n} failing cases)" for f in order]
 

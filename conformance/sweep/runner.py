@@ -24,7 +24,7 @@ from safetensors import safe_open
 
 from conformance.checks.engine_hash import check_engine_hash
 from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
-from conformance.checks.output_bits import reference_output
+from conformance.checks.output_bits import case_epilogue, declared_output
 from conformance.checks.result import SWEEP_KEPT_EVIDENCE, not_applicable
 from conformance.checks.token_flip import check_token_flip
 from conformance.kernels.registry import get_kernel
@@ -251,11 +251,13 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     frun = case.run
     # the error direction is asked now when C8 may fail, so it comes back with round two
     if frun.output is not None and case.output_differs():
-        ask_direction_counts(frun.output, reference_output(ops, kernel.contract))
+        ask_direction_counts(frun.output, declared_output(ops, case_epilogue(kernel, ops, frun)))
     res = case.result(source="sweep", coverage=False, output_digest=False)
     gt = gt_asked.get().to_dict()
     if res.checks["C8"].verdict == "fail" and frun.output is not None:
-        gt["direction_vs_declared"] = direction_counts(frun.output, reference_output(ops, kernel.contract))
+        gt["direction_vs_declared"] = direction_counts(
+            frun.output, declared_output(ops, case_epilogue(kernel, ops, frun))
+        )
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
     return CellRows(c, rows, _jsonable(gt), digest, time.perf_counter() - t0, worker_id())

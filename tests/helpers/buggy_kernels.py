@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import torch
+from correct_kernels import BF16_INTERMEDIATE, bf16_intermediate
 
 from conformance.kernels import trace
 from conformance.kernels.loader import declare
@@ -961,3 +962,13 @@ def column_scale_a_first_row(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, b
     if scale_a.dim() == 2:
         scale_a = scale_a[:1].expand(scale_a.shape)
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- issue 41: a failure partly the declaration's, partly the kernel's -------
+
+
+@declare(contract=BF16_INTERMEDIATE, int_mm=exact_acc32, name="bf16_intermediate_drops_fp32_bias")
+def bf16_intermediate_drops_fp32_bias(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Implements README.md's bf16-intermediate step list exactly (not interchangeable by declaration), except that
+    with a float32 output it drops the bias (a bug of the kernel's own)."""
+    return bf16_intermediate(a, b, scale_a, scale_b, out_dtype, None if out_dtype == torch.float32 else bias)
