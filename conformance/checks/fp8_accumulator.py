@@ -37,7 +37,7 @@ import torch
 
 from conformance.checks.result import CheckResult, not_applicable
 from conformance.kernels.runner import pick_device
-from reference.contract import select_steps
+from conformance.kernels.spec import declared_epilogue
 from reference.epilogue import apply_steps
 from reference.errors import first_line
 from reference.fp8 import E4M3, E4M3_MAX, FP32_BITS, AccumulatorModel, parse_accumulator
@@ -479,7 +479,8 @@ def check_fp8_accumulator(
         regimes = tuple(r for r in regimes if r.name not in skipped)
         if declared is None:
             declared = spec_or_callable.accumulator_on(device)
-        epilogue = select_steps(getattr(spec_or_callable, "steps", None), device, torch.float32)
+        has_steps = getattr(spec_or_callable, "steps", None) is not None  # a plain contract: the values as they are
+        epilogue = declared_epilogue(spec_or_callable, device, torch.float32).steps if has_steps else None
     if declared is None:
         return not_applicable(C11, "kernel declares no FP8 accumulator")
     declared = parse_accumulator(declared)
