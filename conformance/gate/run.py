@@ -5,7 +5,6 @@ reproducer), then decide every case and model-level check (``conformance.gate.co
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
-from conformance.runtime.repro import save_reproducer
+from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.report import read_report
 from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
 from reference.contract import EpilogueContract
@@ -180,10 +179,6 @@ def _ref_dict(kernel) -> Optional[dict]:
     return kernel.to_dict() if isinstance(kernel, KernelRef) else None
 
 
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:120] or "case"
-
-
 def _side(outcome) -> C.Side:
     if outcome.kind == OK:
         return C.side_from_case_result(outcome.value)
@@ -331,7 +326,7 @@ class GateSession:
                 ref = _ref_dict(r.kernel)
                 info = {"status": sides[role].status, "role": role, "error": oc.error, "signal": oc.signal}
                 info.update(exitcode=oc.exitcode, log_tail=oc.log_tail, timeout_s=self.opts.timeout_s)
-                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid, info)
+                d = save_reproducer(self.out / "repro" / f"{role}-{reproducer_dirname(cid)}", ops, ref, cid, info)
                 sides[role].evidence["repro"] = str(d)
                 self.repros.append(str(d))
         cand = sides["candidate"]
