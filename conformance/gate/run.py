@@ -175,6 +175,18 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
     return probs
 
 
+def reduced_baseline_problem(doc: dict, policy: Policy) -> list[str]:
+    """``[why]`` when the baseline report ran a reduced suite (``overall.reduced_suite``) and ``policy`` does
+    not set ``allow_reduced_baseline``, else ``[]``."""
+    skipped = (doc.get("overall") or {}).get("reduced_suite") or []
+    if not skipped or policy.allow_reduced_baseline:
+        return []
+    return [
+        f"it ran a reduced suite ({', '.join(map(str, skipped))} skipped): its PASS covers less than the default "
+        f"suite; re-run `int8conf check` without those options, or set allow_reduced_baseline: true in the policy"
+    ]
+
+
 def _ref_dict(kernel) -> Optional[dict]:
     return kernel.to_dict() if isinstance(kernel, KernelRef) else None
 
@@ -289,6 +301,7 @@ class GateSession:
         if baseline is not None:
             self.doc = read_report(baseline)
             probs = baseline_problems(self.doc, self.comparability, baseline, self.rows)
+            probs += reduced_baseline_problem(self.doc, self.policy)
             if probs:
                 raise NotComparable(baseline, probs)
         self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}
