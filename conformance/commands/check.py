@@ -2,7 +2,10 @@
 ``pytest --kernel=NAME``) for each kernel, a summary table per kernel and the report paths.
 Progress goes to stderr (``conformance.runtime.progress``); ``--quiet`` silences it.
 
-Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant; 2 bad input; 3 not run /
+Every kernel call runs in a forked child (``conformance.suite.workers.Containment``, ``--timeout``): a crash or
+a hang fails its case (``crash`` / ``timeout``, a reproducer in ``<report>/repro/``) and the run goes on.
+
+Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant (a crash or a timeout included); 2 bad input; 3 not run /
 inconclusive (the kernel produced output on zero cases); 130 interrupted (the report of what
 finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEED]]`` checks
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
@@ -120,7 +123,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="N",
         help="worker processes for the fixed cases, forked from this one (same results; default: one per core, "
-        "at most 8, or 6 with --device cuda; 1 = in this process; --against runs in-process)",
+        "at most 8, or 6 with --device cuda; 1 = one child process for every step; --against: one child process)",
     )
     p.add_argument(
         "--timeout",
