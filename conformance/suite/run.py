@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from conformance.cases import CaptureReplay
+from conformance.cases import CaptureReplay, case_id
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, not_applicable
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import validate_device
@@ -524,6 +524,7 @@ def _run_steps(
     steps = state.steps(property_examples, model_checks, against=False)
     checks = [s.check_id for s in steps if s.kind == CHECK]
     stopped, stage = None, "fixed cases"
+    running: set = set()  # the cases in flight in the workers
     try:
         state.warm_up(say, property_examples)
         why = parallel_ok(state) if jobs > 1 else None
@@ -532,14 +533,16 @@ def _run_steps(
         elif jobs > 1:  # C7's model library imported meanwhile, on a core the workers leave idle
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
-            evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained)
+            evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
         in_workers = set(state.results)
         beside: dict = {}  # model-level checks running in a worker beside the in-process step
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
             if s.kind == CASE:
+                stage = f"case {case_id(cases[s.index])}"  # a stop names the case it cut short
                 cr = state.evaluate(s.index)
+                stage = "fixed cases"
                 if s.index not in in_workers:
                     say(f"[{s.index + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
             elif s.kind == PROPERTY:
@@ -561,6 +564,8 @@ def _run_steps(
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop
+        if running and stage == "fixed cases":
+            stage = "case " + ", ".join(sorted(running))
         if state.property is None:
             state.prop_cases = []  # never half of the property test
         for cid in checks:

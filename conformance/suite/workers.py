@@ -184,12 +184,15 @@ def evaluate_in_workers(
     say: Callable[[str], None] = lambda s: None,
     after_fork: Optional[Callable[[], object]] = None,
     contained: Optional[Containment] = None,
+    running: Optional[set] = None,
 ) -> int:
     """Fill ``state.results`` for the fixed cases not yet evaluated, ``jobs`` workers at a time; returns how many
     cases the workers answered (the rest stay for the in-process plan). ``contained``: a crashed or hung case is
     recorded by it (a ``crash`` / ``timeout`` CaseResult; the worker's next case gets a fresh child), else such a
     case and that worker's next ones are left for the in-process plan. ``after_fork``: called once every worker
-    has started, while they work (this process is idle then)."""
+    has started, while they work (this process is idle then). ``running``: holds the ids of the cases in flight
+    (a stopped run names them)."""
+    running = set() if running is None else running
     todo = [i for i in range(len(state.cases)) if i not in state.results]
     jobs = min(jobs, len(todo))
     if jobs < 2:
@@ -214,7 +217,10 @@ def evaluate_in_workers(
                     i = work.get_nowait()
                 except queue.Empty:
                     return
+                cid = case_id(state.cases[i])
+                running.add(cid)
                 oc = iso.request(("evaluate", i))
+                running.discard(cid)
                 cr = oc.value if oc.kind == OK else None
                 if contained is not None and cr is None:
                     cr = contained.case_result(state.cases[i], oc)

@@ -5,6 +5,7 @@ stopped plugin run says PARTIAL, never "overall PASS". Every hang is ended by th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from conformance.cases import make_case
+from conformance.kernels.registry import get_kernel
 from conformance.runtime.repro import reproducer_dirname
 from conformance.suite.report import write_reports
 from conformance.suite.run import run_conformance
@@ -143,3 +147,21 @@ def test_plugin_interrupted_summary_says_partial_never_overall_pass(tmp_path):
     assert "overall PASS" not in r.stdout
     doc = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())
     assert doc["partial"]["partial"] and _fixed(doc) == {"synthetic/ordinary-s0": "pass"}
+
+
+def _abort_at_m17(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    if a.shape[0] == 17:  # one of C9's batch sizes; no fixed case below has M = 17
+        os.abort()
+    return get_kernel("cpu").scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+def test_a_crash_during_c9_fails_c9_and_the_run_reports_it(tmp_path):
+    spec = dataclasses.replace(get_kernel("cpu"), name="c9-aborting", scaled_mm=_abort_at_m17)
+    cases = [make_case("ordinary", 0), make_case("bias", 0)]
+    res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False, timeout_s=60, repro_dir=tmp_path)
+    c9 = res.check("C9")
+    assert (c9.verdict, c9.evidence["crash"]["signal"]) == ("fail", "SIGABRT")
+    assert c9.summary == "kernel failed (crash): the kernel's process died during C9 (killed by SIGABRT)"
+    assert [cr.verdict for cr in res.cases] == ["pass", "pass"]
+    assert res.verdict == "fail" and res.overall["crashes"][0]["check"] == "C9"
+    assert res.overall["summary"].startswith("NOT conformant: the kernel's process died on 1 step (first: C9: SIGABRT)")
