@@ -165,3 +165,23 @@ def test_a_crash_during_c9_fails_c9_and_the_run_reports_it(tmp_path):
     assert [cr.verdict for cr in res.cases] == ["pass", "pass"]
     assert res.verdict == "fail" and res.overall["crashes"][0]["check"] == "C9"
     assert res.overall["summary"].startswith("NOT conformant: the kernel's process died on 1 step (first: C9: SIGABRT)")
+
+
+def test_plugin_k_selection_is_a_reduced_and_partial_run(tmp_path):
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
+    args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
+    r = _run([*args, "-k", "ordinary-s0"], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("cpu: "))
+    assert line.startswith("cpu: PARTIAL RUN (partial run: 1 of 22 fixed cases ran (pytest selection or early stop)")
+    assert (
+        "PASS on a reduced suite: the shape sweep and case families, layer-capture replay, the property test, " in line
+    )
+    assert (
+        "21 of 22 fixed cases (not selected or not reached), C9 batch_invariance (not selected or not reached)" in line
+    )
+    doc = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())
+    assert doc["overall"]["reduced_suite"][-2:] == [
+        "21 of 22 fixed cases (not selected or not reached)",
+        "C9 batch_invariance (not selected or not reached)",
+    ]
