@@ -207,13 +207,17 @@ def test_a_stopped_run_marks_its_json_partial(tmp_path):
     jp, mp = write_reports(res, tmp_path)
     doc = json.loads(jp.read_text())
     done = len(res.cases)
-    note = f"partial run: interrupted after {done} of 22 fixed cases; the verdict covers only what finished"
+    cut = "synthetic/" + ["ordinary-s0", "ordinary-s1", "pow2-s0"][done]  # the case the stop cut short
+    note = (
+        f"partial run: interrupted after {done} of 22 fixed cases, during case {cut}; the verdict covers only "
+        "what finished"
+    )
     assert doc["partial"] == {
         "partial": True,
         "reason": "interrupted",
         "cases_ran": done,
         "cases_total": 22,
-        "stage": "fixed cases",
+        "stage": f"case {cut}",
         "note": note,
     }
     assert doc["notes"] == [note]  # one source: the note is the record's
