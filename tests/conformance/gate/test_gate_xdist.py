@@ -91,7 +91,7 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
 
 
 _INTERRUPTING_KERNEL = """
-import dataclasses, os, signal, time
+import dataclasses, multiprocessing, os, signal, time
 from conformance.kernels.registry import get_kernel
 
 _cpu = get_kernel("cpu")
@@ -101,7 +101,10 @@ def _scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
     global _calls
     _calls += 1
     if _calls == 40 and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
-        os.kill(os.getppid(), signal.SIGINT)  # the controller, as a time limit would
+        worker = multiprocessing.parent_process().pid  # the kernel runs in a child forked from the xdist worker
+        with open(f"/proc/{worker}/stat") as f:
+            controller = int(f.read().rsplit(")", 1)[1].split()[1])
+        os.kill(controller, signal.SIGINT)  # the controller, as a time limit would
         time.sleep(2)
     return _cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
 
