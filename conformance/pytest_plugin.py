@@ -5,8 +5,14 @@ Options: ``--kernel`` (repeatable; ``all``, ``pkg.module:function`` or an entry 
 (pairwise items), ``--int8conf-reports=DIR`` (``DIR/<kernel>/conformance.{json,md}``, checked at
 configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8conf-threads``
 (``conformance.runtime.threads``), ``--int8conf-no-model``, ``--int8conf-no-sweep``,
-``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, and ``--inject
+``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, ``--int8conf-timeout=S`` and ``--inject
 FAULT[:COVERAGE[:SEED]]`` (mutation testing: the suite runs on ``faults.inject(kernel, ...)``).
+
+Every kernel call runs in a forked child (``conformance.suite.workers.Containment``): a kernel that kills its
+process or hangs (no result within ``--int8conf-timeout`` seconds, default 600) fails that item with the signal or
+the stack and a reproducer (``<reports>/<kernel>/repro/<case>/``); the session goes on and writes the report. A
+run that leaves out part of the default suite (the options above, ``-k`` / ``-m`` deselection) says so in its
+verdict ("PASS on a reduced suite: ... skipped"); a stopped one says PARTIAL.
 
 Items ``int8conf-<kernel>::<item>`` follow the suite's plan (``conformance.suite.plan.suite_steps``).
 A kernel failure fails its item; a precondition violation passes with a :class:`PreconditionWarning`
@@ -30,7 +36,14 @@ from typing import Optional
 import pytest
 
 from conformance.kernels.spec import enter_conformance_run
-from reference.command_line import ensure_out_dir, non_negative_int, positive_int, remove_empty_dirs, removed_if_refused
+from reference.command_line import (
+    ensure_out_dir,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+    remove_empty_dirs,
+    removed_if_refused,
+)
 from reference.errors import Int8confError
 
 # The heavy imports (torch, the suite) stay inside the hooks: this plugin loads in every pytest run.
@@ -119,6 +132,14 @@ def pytest_addoption(parser, pluginmanager) -> None:
     )
     g.addoption("--int8conf-no-captures", action="store_true", help="skip layer-capture replay (synthetic cases only)")
     g.addoption(
+        "--int8conf-timeout",
+        type=positive_seconds,
+        default=600.0,
+        metavar="S",
+        help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed (C7, "
+        "E1: at least 1800); a crash or a hang fails that item, with a reproducer (default 600)",
+    )
+    g.addoption(
         "--inject",
         action="append",
         default=[],
@@ -163,7 +184,8 @@ def pytest_configure(config) -> None:
     from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
     from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
-    from conformance.suite.plan import SuiteState, cli_capture_message, suite_cases
+    from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite, suite_cases
+    from conformance.suite.workers import Containment, containment_ok
 
     # the `pytest` console script puts its own folder, not the invocation
     # directory, on sys.path: --kernel=mod:fn must find mod.py where pytest runs
@@ -189,15 +211,25 @@ def pytest_configure(config) -> None:
     if not out.is_absolute():
         out = Path(config.invocation_params.dir) / out
     made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])
+    examples, model_checks = int(opt("int8conf_examples")), not opt("int8conf_no_model")
+
+    def skipped(spec) -> list:
+        return reduced_suite(
+            not opt("int8conf_no_captures"), not opt("int8conf_no_sweep"), examples, model_checks, spec.operands
+        )
+
+    kernels = [
+        SuiteState(s, _prepared(built[s.operands][0], inj, s), built[s.operands][1], other, skipped=skipped(s))
+        for s, inj in runs
+    ]
+    if containment_ok() is None:  # the child starts with the first item that calls the kernel
+        from conformance.runtime.output_dirs import kernel_dirname
+
+        for ks in kernels:
+            repro = out / kernel_dirname(ks.spec.name) / "repro"
+            ks.contained = Containment(ks, opt("int8conf_timeout"), repro)
     config.stash[_STATE] = _State(
-        kernels=[
-            SuiteState(s, _prepared(built[s.operands][0], inj, s), built[s.operands][1], other) for s, inj in runs
-        ],
-        against=other,
-        out_dir=out,
-        made=made,
-        examples=int(opt("int8conf_examples")),
-        model_checks=not opt("int8conf_no_model"),
+        kernels=kernels, against=other, out_dir=out, made=made, examples=examples, model_checks=model_checks
     )
     if not hasattr(config, "workerinput"):  # xdist workers find the controller's compiled kernels on disk
         for st in config.stash[_STATE].kernels:
@@ -324,9 +356,22 @@ class _Item(pytest.Item):
         return k, "case", self.step.index, ks.results.get(self.step.index)
 
 
+def _crash_message(what: str, rec: dict) -> str:
+    """The failure of an item whose kernel call crashed or hung: the line, the child's stack, the reproducer."""
+    lines = [f"{what}: {rec['status'].upper()}: {rec['line']}"]
+    stack = [x for x in rec.get("log_tail") or [] if x.strip()][:12]
+    if stack:
+        lines += ["  the kernel's process (faulthandler):", *[f"    {x}" for x in stack]]
+    if rec.get("repro"):
+        lines.append(f"  reproducer: {rec['repro']}/command.sh")
+    return "\n".join(lines)
+
+
 def _check_verdict(r) -> None:
     if r.verdict == "n/a":
         pytest.skip(r.summary)
+    if r.verdict == "fail" and isinstance(r.evidence.get("crash"), dict):
+        raise ConformanceFailure(_crash_message(f"{r.check_id} {r.name}", r.evidence["crash"]))
     if r.verdict == "fail":
         raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
 
@@ -337,6 +382,8 @@ class CaseItem(_Item):
     def runtest(self):
         name = self.kstate.spec.name
         cr = self.kstate.evaluate(self.step.index)
+        if cr.crash is not None:
+            raise ConformanceFailure(_crash_message(f"{cr.case} ({name})", cr.crash))
         if cr.kernel_failures:
             raise ConformanceFailure(f"{cr.case} ({name}):\n  " + "\n  ".join(cr.failure_lines()))
         if cr.not_run_reason is not None:  # C3/C4 ran on the reference only
@@ -355,6 +402,9 @@ class PropertyItem(_Item):
         prop = ks.run_property(self.st.examples)
         if prop.get("skipped"):
             pytest.skip(prop["skipped"])
+        crashed = [cr for cr in ks.prop_cases if cr.crash is not None]
+        if crashed:
+            raise ConformanceFailure(_crash_message(f"property test, {crashed[0].case}", crashed[0].crash))
         if prop.get("failed"):
             raise ConformanceFailure(f"property test failed: {prop.get('failure')}")
         reasons = {cr.not_run_reason for cr in ks.prop_cases}
@@ -514,9 +564,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         if not ks.results and not ks.prop_cases and not ks.model:
             continue
         # a Ctrl-C / SIGTERM stop is partial even when every fixed case ran
-        part = partial_run(
-            len(ks.results), len(ks.cases), kind="plugin", interrupted=exitstatus == pytest.ExitCode.INTERRUPTED
-        )
+        stopped = exitstatus == pytest.ExitCode.INTERRUPTED
+        part = partial_run(len(ks.results), len(ks.cases), kind="plugin", interrupted=stopped)
         res = build_result(
             ks.spec,
             ks.case_results(),
@@ -528,6 +577,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             invocation=_invocation(session.config),
             partial=part,
             warm_up=ks.warm,
+            skipped=ks.skipped + ([] if stopped else _not_selected(ks, st)),
         )
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
@@ -537,11 +587,28 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _not_selected(ks, st: _State) -> list:
+    """What of ``ks``'s plan a finished session did not run (``-k`` / ``-m`` deselection, ``-x``): fixed cases
+    and kernel-level steps without a result, one phrase each."""
+    from conformance.checks.result import CHECK_NAMES
+    from conformance.suite.plan import CHECK, PROPERTY
+
+    out = []
+    if len(ks.results) < len(ks.cases):
+        out.append(f"{len(ks.cases) - len(ks.results)} of {len(ks.cases)} fixed cases (not selected or not reached)")
+    for step in ks.steps(st.examples, st.model_checks, False):
+        if step.kind == PROPERTY and ks.property is None:
+            out.append("the property test (not selected or not reached)")
+        elif step.kind == CHECK and step.check_id not in ks.model:
+            out.append(f"{step.check_id} {CHECK_NAMES[step.check_id]} (not selected or not reached)")
+    return out
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     st = _state(config)
     if st is None or not st.written:
         return
-    from conformance.suite.report import pair_difference_line
+    from conformance.suite.report import crash_lines, pair_difference_line
     from conformance.suite.run import NOT_RUN
 
     terminalreporter.section("int8conf conformance reports")
@@ -550,10 +617,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         if res.verdict == NOT_RUN:
             head = "NOT RUN (inconclusive: the kernel produced output on no case)"
         else:
-            head = res.verdict.upper()
+            head = ov.get("headline") or res.verdict.upper()
             if ov.get("cases_not_run"):
                 head += f" ({ov['cases_not_run']} of {ov['cases_total']} cases not run)"
-        terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
+        if (res.partial or {}).get("partial"):  # a stopped or cut-short run never reads as an overall verdict
+            head = f"PARTIAL RUN ({res.partial['note']}): {head} over what finished"
+            terminalreporter.write_line(f"{name}: {head}  {jp}  {mp}")
+        else:
+            terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
+        for line in crash_lines(ov):
+            terminalreporter.write_line(f"  {line}")
         if (res.kernel or {}).get("injection"):
             terminalreporter.write_line(f"  {res.notes[0]}")
         line = pair_difference_line(res.pairwise) if res.pairwise else ""
@@ -566,5 +639,8 @@ def pytest_unconfigure(config) -> None:
 
     restore_sigterm()
     st = _state(config)
+    for ks in st.kernels if st is not None else ():
+        if ks.contained is not None:  # the kernel's child process
+            ks.contained.close()
     if st is not None:  # a run that wrote no report (--collect-only, nothing selected) leaves no empty folder
         remove_empty_dirs(st.made)

@@ -2,7 +2,10 @@
 ``pytest --kernel=NAME``) for each kernel, a summary table per kernel and the report paths.
 Progress goes to stderr (``conformance.runtime.progress``); ``--quiet`` silences it.
 
-Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant; 2 bad input; 3 not run /
+Every kernel call runs in a forked child (``conformance.suite.workers.Containment``, ``--timeout``): a crash or
+a hang fails its case (``crash`` / ``timeout``, a reproducer in ``<report>/repro/``) and the run goes on.
+
+Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant (a crash or a timeout included); 2 bad input; 3 not run /
 inconclusive (the kernel produced output on zero cases); 130 interrupted (the report of what
 finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEED]]`` checks
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
@@ -20,7 +23,14 @@ from rich.table import Table
 
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root, kernel_dirname
-from reference.command_line import ensure_out_dir, make_console, non_negative_int, positive_int, removed_if_refused
+from reference.command_line import (
+    ensure_out_dir,
+    make_console,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+    removed_if_refused,
+)
 from reference.errors import CaptureError, Int8confError
 
 #: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
@@ -116,7 +126,17 @@ def register(subparsers) -> None:
         default=None,
         metavar="N",
         help="worker processes for the fixed cases, forked from this one (same results; default: one per core, "
-        "at most 8, or 6 with --device cuda; 1 = in this process; --against runs in-process)",
+        "at most 8, or 6 with --device cuda; 1 = one child process for every step; --against: one child process)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=600.0,
+        metavar="S",
+        help="seconds a case, a property example, C9 or C11 may take before its process is killed (C7, E1: at "
+        "least 1800); every kernel call runs in a child process, so a crash or a hang fails that case (crash / "
+        "timeout, with the signal or the stack and a reproducer in <report>/repro/) and the run goes on "
+        "(default 600)",
     )
     p.add_argument(
         "--threads",
@@ -185,8 +205,16 @@ def run(args: argparse.Namespace) -> int:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
                 jobs = args.jobs or default_jobs(args.device)
+                kdir = kernel_report_dir(args.out, spec.name)
                 res = run_suite(
-                    _state(args, spec, inj, other), args.examples, not args.no_model, progress, invocation(args), jobs
+                    _state(args, spec, inj, other),
+                    args.examples,
+                    not args.no_model,
+                    progress,
+                    invocation(args),
+                    jobs,
+                    timeout_s=args.timeout,
+                    repro_dir=kdir / "repro",
                 )
             except CaptureError as e:
                 raise CaptureError(cli_capture_message(e)) from None
@@ -217,6 +245,7 @@ def _state(args, spec, inj, other):
     """The suite's ``SuiteState`` for one kernel run: its cases built once (prepared for a
     precondition fault F6 / F7, then counted as an explicit case list)."""
     from conformance.kernels.runner import cuda_device
+    from conformance.suite.plan import reduced_suite
     from conformance.suite.run import SuiteState, given_cases, suite_cases
     from faults import prepare_case
     from faults.spec import PRECONDITION_FAULTS
@@ -234,15 +263,17 @@ def _state(args, spec, inj, other):
     if inj is not None and inj.fault in PRECONDITION_FAULTS:
         cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
         cap = given_cases(cases)
-    return SuiteState(spec, cases, cap, other, args.device, t0=t0)
+    skipped = reduced_suite(not args.no_captures, not args.no_sweep, args.examples, not args.no_model, spec.operands)
+    return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped)
 
 
 def _print_summary(con, name: str, res) -> None:
-    from conformance.suite.report import accumulator_lines, fault_signatures, pair_difference_line
+    from conformance.suite.report import accumulator_lines, crash_lines, fault_signatures, pair_difference_line
     from conformance.suite.run import NOT_RUN
 
+    head = res.overall.get("headline") or res.verdict.upper()
     t = Table(
-        title=f"{name}: overall {res.verdict.upper()} "
+        title=f"{name}: overall {head} "
         f"({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)"
     )
     for col in ("id", "check", "verdict"):
@@ -253,7 +284,11 @@ def _print_summary(con, name: str, res) -> None:
     con.print(t)
     if res.verdict == NOT_RUN:
         con.print(f"{name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
+    for line in crash_lines(res.overall):
+        con.print(line, markup=False, soft_wrap=True, style="bold red")
     con.print(res.overall["summary"], markup=False)
+    if res.overall.get("reduced_suite"):
+        con.print(f"{name}: overall {head}", markup=False, soft_wrap=True, style="bold yellow")
     for line in signature_summary(fault_signatures(res)):
         con.print(line, markup=False, soft_wrap=True)
     con.print(f"captures: {res.captures['note']}", markup=False)

@@ -49,7 +49,7 @@ EXPECTATION_CHECKS = (
 MODEL_LEVEL = ("C7", "E1")
 _KEYS = tuple(
     "version name require allow max_token_flips_above_threshold allow_engine_hash_change not_supported"
-    " fail_on_unused_expectations expectations description".split()
+    " fail_on_unused_expectations allow_reduced_baseline expectations description".split()
 )
 _EXP_KEYS = ("case", "layer", "check", "reason", "owner")
 
@@ -97,7 +97,8 @@ class Expectation:
 class Policy:
     """A parsed gate policy (README.md in this folder for each field): ``source`` is the file it came from
     (or ``<dict>``), ``require`` / ``allow`` the rule names as given, ``max_token_flips_above_threshold`` the
-    C7 limit (None = not gated), ``not_supported`` ``block`` | ``allow``."""
+    C7 limit (None = not gated), ``not_supported`` ``block`` | ``allow``, ``allow_reduced_baseline``: a
+    ``--baseline`` report of a reduced suite (``overall.reduced_suite``) may be gated against."""
 
     name: str = "default"
     source: str = "<default>"
@@ -109,6 +110,7 @@ class Policy:
     fail_on_unused_expectations: bool = False
     expectations: tuple = ()
     description: str = ""
+    allow_reduced_baseline: bool = False
 
     @property
     def required_families(self) -> frozenset:
@@ -137,7 +139,7 @@ class Policy:
         d.update(require=list(self.require), allow=list(self.allow))
         d.update(required_families=sorted(self.required_families), allowed_families=sorted(self.allowed_families))
         flags = ("max_token_flips_above_threshold", "allow_engine_hash_change", "not_supported")
-        d.update({k: getattr(self, k) for k in (*flags, "fail_on_unused_expectations")})
+        d.update({k: getattr(self, k) for k in (*flags, "fail_on_unused_expectations", "allow_reduced_baseline")})
         return {**d, "expectations": [e.to_dict() for e in self.expectations]}
 
 
@@ -218,11 +220,12 @@ def parse_policy(obj, source: str = "<dict>") -> Policy:
         raise PolicyError(f"{source}: field 'expectations': expected a list, got {type(exps).__name__}")
     require = _rules(source, "require", obj.get("require"), REQUIRE_RULES)
     allow = _rules(source, "allow", obj.get("allow"), ALLOW_RULES)
-    hash_ok, unused_fail = (
-        _bool(source, k, obj.get(k), False) for k in ("allow_engine_hash_change", "fail_on_unused_expectations")
+    hash_ok, unused_fail, reduced_ok = (
+        _bool(source, k, obj.get(k), False)
+        for k in ("allow_engine_hash_change", "fail_on_unused_expectations", "allow_reduced_baseline")
     )
     exps = tuple(_expectation(source, i, e) for i, e in enumerate(exps))
-    return Policy(name.strip(), source, require, allow, flips, hash_ok, ns, unused_fail, exps, desc)
+    return Policy(name.strip(), source, require, allow, flips, hash_ok, ns, unused_fail, exps, desc, reduced_ok)
 
 
 #: the shipped policies (package data; ``examples/policies`` in a source checkout points here)

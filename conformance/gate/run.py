@@ -5,7 +5,6 @@ reproducer), then decide every case and model-level check (``conformance.gate.co
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from conformance.kernels.spec import Declaration, declared_epilogue, enter_confo
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
-from conformance.runtime.repro import save_reproducer
+from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.report import read_report
 from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
 from reference.errors import Int8confError
@@ -175,12 +174,20 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
     return probs
 
 
+def reduced_baseline_problem(doc: dict, policy: Policy) -> list[str]:
+    """``[why]`` when the baseline report ran a reduced suite (``overall.reduced_suite``) and ``policy`` does
+    not set ``allow_reduced_baseline``, else ``[]``."""
+    skipped = (doc.get("overall") or {}).get("reduced_suite") or []
+    if not skipped or policy.allow_reduced_baseline:
+        return []
+    return [
+        f"it ran a reduced suite ({', '.join(map(str, skipped))} skipped): its PASS covers less than the default "
+        f"suite; re-run `int8conf check` without those options, or set allow_reduced_baseline: true in the policy"
+    ]
+
+
 def _ref_dict(kernel) -> Optional[dict]:
     return kernel.to_dict() if isinstance(kernel, KernelRef) else None
-
-
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:120] or "case"
 
 
 def _side(outcome) -> C.Side:
@@ -294,6 +301,7 @@ class GateSession:
         if baseline is not None:
             self.doc = read_report(baseline)
             probs = baseline_problems(self.doc, self.comparability, baseline, self.rows)
+            probs += reduced_baseline_problem(self.doc, self.policy)
             if probs:
                 raise NotComparable(baseline, probs)
         self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}
@@ -331,7 +339,7 @@ class GateSession:
                 ref = _ref_dict(r.kernel)
                 info = {"status": sides[role].status, "role": role, "error": oc.error, "signal": oc.signal}
                 info.update(exitcode=oc.exitcode, log_tail=oc.log_tail, timeout_s=self.opts.timeout_s)
-                d = save_reproducer(self.out / "repro" / f"{role}-{_slug(cid)}", ops, ref, cid, info)
+                d = save_reproducer(self.out / "repro" / f"{role}-{reproducer_dirname(cid)}", ops, ref, cid, info)
                 sides[role].evidence["repro"] = str(d)
                 self.repros.append(str(d))
         cand = sides["candidate"]

@@ -4,8 +4,10 @@ crashes kills only its child, one that hangs is killed after the timeout, and th
 child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
 an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
 :class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
-``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult), ``("model", check_id)``, ``("accumulator",)`` (C11 on an e4m3
-kernel), ``("stop",)``; the child answers ``("ok", value)`` or
+``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult, pairwise with ``against``),
+``("operands", ops)`` (the CaseResult of operands sent along: a property example), ``("check", check_id)`` (a
+kernel-level check over the cases: ``plan.run_kernel_check``), ``("model", check_id)``, ``("accumulator",)`` (C11 on
+an e4m3 kernel), ``("stop",)``; the child answers ``("ok", value)`` or
 ``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _signal_name(code: Optional[int]) -> Optional[str]:
         return f"signal {-code}"
 
 
-def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_parent=False) -> None:
+def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_parent=False, against=None) -> None:
     """Child entry: output to ``log_path``, faulthandler on, then :func:`_serve`. ``die_with_parent``
     only for a child of the main thread (the death signal follows the starting thread)."""
     if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
@@ -120,10 +122,18 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_p
     sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
     restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
-    _serve(conn, kernel, cases, device, method, logf)
+    _serve(conn, kernel, cases, device, method, logf, against)
 
 
-def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
+def _label(msg: tuple) -> str:
+    """A request as its log line names it (operands by case name and shape, not their values)."""
+    arg = msg[1] if len(msg) > 1 else None
+    if hasattr(arg, "digests"):
+        arg = f"{arg.name} M={arg.m} K={arg.k} N={arg.n}"
+    return f"{msg[0]} {arg!r}" if len(msg) > 1 else msg[0]
+
+
+def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) -> None:
     """Answer requests until ``stop`` or EOF (module docstring)."""
     if method == "fork":
         # an OpenMP pool the parent used deadlocks after fork: a forked child computes on one thread
@@ -139,7 +149,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
     import conformance.kernels.runner as runner
     from conformance.checks.fp8_accumulator import check_fp8_accumulator
     from conformance.suite.evaluate import evaluate_case
-    from conformance.suite.plan import evaluate_fixed, run_model_check
+    from conformance.suite.plan import evaluate_fixed, run_kernel_check, run_model_check
 
     while True:
         try:
@@ -151,7 +161,7 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
         if spec is None:
             conn.send(("error", f"kernel could not be resolved in the child: {err}"))
             continue
-        print(f"--- request {msg[:2]!r}", flush=True)
+        print(f"--- request {_label(msg)}", flush=True)
         if len(msg) > 2 and msg[2] and logf is not None:  # the stack of a hang lands in the log before the kill
             faulthandler.dump_traceback_later(msg[2], exit=False, file=logf)
         try:
@@ -162,7 +172,11 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None) -> None:
             elif msg[0] == "case":
                 val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
             elif msg[0] == "evaluate":  # the suite's own evaluation (outputs not kept)
-                val = evaluate_fixed(spec, cases[msg[1]], device)
+                val = evaluate_fixed(spec, cases[msg[1]], device, against)
+            elif msg[0] == "operands":  # a property example: its operands come with the request
+                val = evaluate_case(spec, msg[1], device=device, source="property")
+            elif msg[0] == "check":
+                val = run_kernel_check(msg[1], spec, cases, device)
             elif msg[0] == "accumulator":  # C11: an FP8 kernel's measured accumulator
                 val = check_fp8_accumulator(spec, device=device)
             else:
@@ -190,7 +204,8 @@ class IsolatedKernel:
     ``kernel``: KernelRef (any start method) or KernelSpec (``fork`` only); ``cases``: the
     GemmOperands requests name by index; ``timeout_s``: seconds per request before the child is
     killed; ``log_dir`` receives ``<label>.<n>.log`` per child; ``method``: fork | forkserver |
-    spawn | None (:func:`start_method`). Raises KernelLoadError for a KernelSpec without fork.
+    spawn | None (:func:`start_method`); ``against``: the second kernel of ``evaluate``'s pairwise
+    comparison (None: none). Raises KernelLoadError for a KernelSpec without fork.
     """
 
     def __init__(
@@ -201,8 +216,10 @@ class IsolatedKernel:
         log_dir: Union[str, Path],
         device: Optional[str] = None,
         method: Optional[str] = None,
+        against=None,
     ):
         self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
+        self.against = against
         self.method = method or start_method()
         if self.method != "fork" and not isinstance(kernel, KernelRef):
             msg = "an in-memory KernelSpec can only be isolated with the fork start method; pass a KernelRef"
@@ -234,7 +251,7 @@ class IsolatedKernel:
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
         main = threading.current_thread() is threading.main_thread()
-        args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main)
+        args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main, self.against)
         self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}", args=args)
         self._proc.start()
         child.close()

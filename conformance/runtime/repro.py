@@ -3,7 +3,7 @@ re-run (:func:`save_operands` / :func:`load_operands`).
 
 * Scoreboard: ``<kernel>-<device>-<check>.safetensors`` with metadata kernel, device, check, summary;
   ``int8conf scoreboard --repro FILE`` (:func:`rerun_repro`) re-evaluates it.
-* Gate (a case that crashed or hung): a directory ``operands.safetensors`` + ``case.json`` (kernel
+* Gate and check (a case that crashed or hung): a directory ``operands.safetensors`` + ``case.json`` (kernel
   name and fault, case id, what happened, operand digests) + ``command.sh``, which runs
   ``python -m conformance.runtime.repro DIR [--timeout S]``: the kernel **in this process, without
   isolation**, so a segfault or abort reproduces as itself (shell status 139 / 134); ``--timeout S``
@@ -16,6 +16,7 @@ import argparse
 import faulthandler
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -95,6 +96,12 @@ def rerun_repro(path) -> tuple[bool, str]:
     return c is not None and c.verdict == "fail", line
 
 
+def reproducer_dirname(case: str) -> str:
+    """The folder name of ``case``'s reproducer: its id with every run of other characters than
+    ``[A-Za-z0-9._-]`` as one ``_``, at most 120 characters."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", case).strip("_")[:120] or "case"
+
+
 def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], case: str, what: dict) -> Path:
     """Write the gate's reproducer directory of one case (module docstring); returns it.
 
@@ -128,7 +135,7 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
     atomic_write_text(
         d / "command.sh",
         "#!/bin/sh\n"
-        f"# Re-runs kernel {label} on case {case} in this process, no isolation (the gate saw: {seen}).\n"
+        f"# Re-runs kernel {label} on case {case} in this process, no isolation (int8conf saw: {seen}).\n"
         f"# Add --timeout S to print the stack of a hang after S seconds.\n"
         f"export PYTHONPATH={shlex.quote(pp)}\nexec {cmd}\n",
     )
@@ -174,7 +181,7 @@ def main(argv=None) -> int:
         faulthandler.dump_traceback_later(args.timeout, exit=True)
     seen = info["what_happened"].get("status")
     print(
-        f"repro: {info['kernel']['label']} on {info['case']} (M,K,N={info['shape']}); the gate saw: {seen}", flush=True
+        f"repro: {info['kernel']['label']} on {info['case']} (M,K,N={info['shape']}); int8conf saw: {seen}", flush=True
     )
     run = run_kernel(spec, ops, device=args.device)
     faulthandler.cancel_dump_traceback_later()

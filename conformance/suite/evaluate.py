@@ -98,7 +98,8 @@ class CaseResult:
     ``--against``; ``produced_output``: False when not runnable here or it raised; ``output_digest``:
     ``tensor_digest`` of the output (None without); ``output``: the tensor with ``keep_output=True``
     (not serialized); ``coverage``: ``case_coverage`` (``{"error": line}`` if it failed);
-    ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None.
+    ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None;
+    ``crash``: :func:`crashed_case`'s record when the kernel's process died or hung on the case.
     """
 
     case: str
@@ -119,6 +120,7 @@ class CaseResult:
     output: Optional[object] = field(default=None, repr=False, compare=False)
     coverage: dict = field(default_factory=dict)
     prefetch_error: Optional[str] = None
+    crash: Optional[dict] = None
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -144,7 +146,10 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
-        """``fail`` on a kernel failure, else ``not run`` when the kernel could not run, else ``pass``."""
+        """``crash`` / ``timeout`` when the kernel's process died / hung on the case, else ``fail`` on a
+        kernel failure, else ``not run`` when the kernel could not run, else ``pass``."""
+        if self.crash is not None:
+            return self.crash["status"]
         if self.kernel_failures:
             return "fail"
         return NOT_RUN if self.not_run_reason is not None else "pass"
@@ -183,7 +188,56 @@ class CaseResult:
             d["pair"] = self.pair
         if self.prefetch_error is not None:
             d["prefetch_error"] = self.prefetch_error
+        if self.crash is not None:
+            d["crash"] = self.crash
         return d
+
+
+#: ``CaseResult.crash["status"]``: the kernel's process died / gave no result within the timeout
+CRASH, TIMEOUT = "crash", "timeout"
+#: the per-case check a crashed or hung case fails (as a kernel that raised fails it: no output)
+CRASH_CHECK = "C8"
+
+
+def crash_line(record: dict) -> str:
+    """One line for a crash / timeout record (``status``, ``signal``, ``exitcode``, ``timeout_s``, ``where``:
+    e.g. ``on this case``, ``during C9``)."""
+    where = record.get("where") or "on this case"
+    if record["status"] == TIMEOUT:
+        return f"no result within {record.get('timeout_s'):g} s {where} (the kernel hangs or is that slow): killed"
+    sig = record.get("signal")
+    how = f"killed by {sig}" if sig else f"exited with status {record.get('exitcode')}"
+    return f"the kernel's process died {where} ({how})"
+
+
+def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseResult:
+    """The CaseResult of a case whose kernel call killed its process or hung, without calling anything of the kernel:
+    ``record`` = ``{"status": crash | timeout, "signal", "exitcode", "timeout_s", "log_tail", "repro", ...}``.
+    :data:`CRASH_CHECK` fails with :func:`crash_line` (evidence: the record); the other per-case checks are
+    ``n/a`` (not evaluated)."""
+    line = crash_line(record)
+    checks = {}
+    for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,):
+        if cid == CRASH_CHECK:
+            ev = {"kernel_error": line, "problem_kind": record["status"], "failure_kind": "kernel", "crash": record}
+            checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "fail", f"kernel failed ({record['status']}): {line}", ev)
+        else:
+            checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "n/a", f"not evaluated: {line}")
+    meta = dict(ops.meta or {})
+    return CaseResult(
+        case=case_id(ops),
+        source=source or meta.get("source", "synthetic"),
+        scale_mode=ops.scale_mode,
+        shape=[ops.m, ops.k, ops.n],
+        out_dtype=str(ops.out_dtype),
+        bias=ops.bias is not None,
+        checks=checks,
+        error=line,
+        operand_digests=ops.digests(),
+        meta=_jsonable_meta(meta),
+        produced_output=False,
+        crash=dict(record),
+    )
 
 
 class PrefetchWarning(RuntimeWarning):

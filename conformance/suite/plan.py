@@ -94,6 +94,18 @@ def evaluate_fixed(spec, ops, device: Optional[str], against=None, ref_device: O
         return evaluate_case(spec, ops.to(dev), against=against, device=device, keep_on_device=True)
 
 
+def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
+    """A kernel-level check of the plan: C9 over the fixed ``cases``, C11 (an e4m3 kernel's accumulator), or a
+    model-level check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`). Never raises for the kernel."""
+    if check_id == "C9":
+        return run_batch_invariance(spec, cases, device)
+    if check_id == "C11":
+        return run_fp8_accumulator(spec, device)
+    if is_fp8(spec) and check_id in FP8_MODEL_CHECKS_NA:
+        return not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
+    return run_model_check(check_id, spec, device=pick_device(spec, device)[0])
+
+
 def run_model_check(
     check_id: str, spec, module: Optional[str] = None, attr: Optional[str] = None, device: Optional[str] = None
 ) -> CheckResult:
@@ -223,6 +235,39 @@ def cli_capture_message(e: BaseException) -> str:
 
 
 CASE, PROPERTY, CHECK, PAIR = "case", "property", "check", "pair"
+#: hypothesis examples of the default suite's property test
+DEFAULT_EXAMPLES = 25
+
+
+def reduced_suite(
+    include_captures: bool = True,
+    include_sweep: bool = True,
+    examples: int = DEFAULT_EXAMPLES,
+    model_checks: bool = True,
+    operands: str = "int8",
+    max_capture_layers: Optional[int] = None,
+    explicit_cases: bool = False,
+) -> list[str]:
+    """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
+    suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no shape sweep, property test
+    or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases."""
+    fp8 = operands == "e4m3"
+    out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
+    if not explicit_cases and include_sweep is False and not fp8:
+        out.append("the shape sweep and case families")
+    if not explicit_cases and not include_captures:
+        out.append("layer-capture replay")
+    elif not explicit_cases and max_capture_layers is not None:
+        out.append(f"captured layers after the first {max_capture_layers}")
+    if not fp8 and examples < DEFAULT_EXAMPLES:
+        out.append(
+            "the property test"
+            if examples == 0
+            else f"{DEFAULT_EXAMPLES - examples} of {DEFAULT_EXAMPLES} property examples"
+        )
+    if not fp8 and not model_checks:
+        out.append("the model-level checks (" + ", ".join(cid for cid, _, _ in MODEL_CHECKS) + ")")
+    return out
 
 
 @dataclass(frozen=True)
@@ -259,7 +304,9 @@ class SuiteState:
     """One kernel's suite: its cases and what its steps produced so far. ``results``: fixed-case
     index -> CaseResult; ``model``: check id -> kernel-level CheckResult; ``ref_device``: where
     every fixed case's references are computed (None: :func:`reference_device` per case; a
-    device, ``"cpu"`` included, takes the device path for every case)."""
+    device, ``"cpu"`` included, takes the device path for every case); ``contained``: where the
+    kernel calls run (``suite.workers.Containment``: a child process per crash), None = here;
+    ``skipped``: what of the default suite this run leaves out (:func:`reduced_suite`)."""
 
     spec: object
     cases: list
@@ -273,6 +320,8 @@ class SuiteState:
     property: Optional[dict] = None
     model: dict = field(default_factory=dict)
     warm: Optional[dict] = None
+    contained: object = None
+    skipped: list = field(default_factory=list)
 
     def warm_up(self, say: Callable[[str], None] = lambda s: None, examples: int = 0) -> Optional[dict]:
         """Compile a ``warm_up`` kernel for every fixed case's layout, C9's, and the layouts of the property
@@ -292,9 +341,12 @@ class SuiteState:
         the case's device questions are read back together (a ``reference.memo`` scope); the
         CaseResult is the one the CPU path gives."""
         if index not in self.results:
-            self.results[index] = evaluate_fixed(
-                self.spec, self.cases[index], self.device, self.against, self.ref_device
-            )
+            if self.contained is not None:
+                self.results[index] = self.contained.evaluate(index)
+            else:
+                self.results[index] = evaluate_fixed(
+                    self.spec, self.cases[index], self.device, self.against, self.ref_device
+                )
         return self.results[index]
 
     def run_property(self, examples: int, each: Callable = lambda cr: None) -> dict:
@@ -305,7 +357,8 @@ class SuiteState:
             self.prop_cases.append(cr)
             each(cr)
 
-        self.property = run_property_test(self.spec, keep, max_examples=examples, device=self.device)
+        evaluate = None if self.contained is None else self.contained.evaluate_operands
+        self.property = run_property_test(self.spec, keep, max_examples=examples, device=self.device, evaluate=evaluate)
         return self.property
 
     def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
@@ -313,16 +366,11 @@ class SuiteState:
         return suite_steps(self.cases, examples, model_checks, against, getattr(self.spec, "operands", "int8"))
 
     def run_check(self, check_id: str) -> CheckResult:
-        """C9 over the fixed cases, C11 (an e4m3 kernel's accumulator, once), or a model-level
-        check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`); kept in ``model``."""
-        if check_id == "C9":
-            r = run_batch_invariance(self.spec, self.cases, self.device)
-        elif check_id == "C11":
-            r = run_fp8_accumulator(self.spec, self.device)
-        elif is_fp8(self.spec) and check_id in FP8_MODEL_CHECKS_NA:
-            r = not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
+        """:func:`run_kernel_check` of this kernel (in ``contained`` when set); kept in ``model``."""
+        if self.contained is not None:
+            r = self.contained.check(check_id)
         else:
-            r = run_model_check(check_id, self.spec, device=pick_device(self.spec, self.device)[0])
+            r = run_kernel_check(check_id, self.spec, self.cases, self.device)
         self.model[check_id] = r
         return r
 

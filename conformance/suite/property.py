@@ -95,14 +95,17 @@ class _Passed:
 _PASSED = _Passed()
 
 
-def run_property_test(spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None) -> dict:
+def run_property_test(
+    spec, sink: Callable, max_examples: int = 25, device: Optional[str] = None, evaluate: Optional[Callable] = None
+) -> dict:
     """Run the property test for one kernel; every example's ``CaseResult``
     (``property/<i>:<shape>``, ``source == "property"``) goes to ``sink`` once. Stops at the first
-    failing example. Returns ``{"examples", "failed", "falsifying_case", "failure", "strategy",
+    failing example. ``evaluate``: how an example is evaluated (``evaluate_case``'s signature; None:
+    ``evaluate_case`` here; the suite's contained runs pass a child process's). Returns ``{"examples", "failed", "falsifying_case", "failure", "strategy",
     "settings"}``, or ``{"skipped": reason, ...}`` when ``reference.strategies`` is not importable.
     """
     try:
-        prop, state = _property_test(spec, sink, max_examples, device, evaluate_case)
+        prop, state = _property_test(spec, sink, max_examples, device, evaluate or evaluate_case)
     except ImportError as e:
         return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}
     summary = {

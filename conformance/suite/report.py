@@ -159,6 +159,39 @@ def _not_run_lines(ov: dict) -> list[str]:
     return lines + [""]
 
 
+def crash_lines(overall: dict) -> list[str]:
+    """One line per crash / timeout of a run (``overall["crashes"]``): where, what, the reproducer."""
+    out = []
+    for c in overall.get("crashes") or []:
+        where = f"case {c['case']}" if c.get("case") else f"check {c.get('check')}"
+        repro = f"; reproducer: {c['repro']}/command.sh" if c.get("repro") else ""
+        out.append(f"{c['status'].upper()} {where}: {c.get('line')}{repro}")
+    return out
+
+
+def _crash_lines(doc: dict) -> list[str]:
+    """The report's ``Crashes and hangs`` section: each crash with the child's last log lines (its
+    ``faulthandler`` stack)."""
+    ov = doc["overall"]
+    if not ov.get("crashes"):
+        return []
+    stacks = {cs["case"]: cs["crash"] for cs in doc.get("cases") or [] if cs.get("crash")}
+    stacks.update({ch["check_id"]: ch["evidence"]["crash"] for ch in doc["checks"] if "crash" in ch["evidence"]})
+    lines = ["## Crashes and hangs", ""]
+    for c, line in zip(ov["crashes"], crash_lines(ov)):
+        lines.append(f"- **{line}**")
+        tail = (stacks.get(c.get("case") or c.get("check")) or {}).get("log_tail") or []
+        if tail:
+            lines += ["", "  ```", *[f"  {x}" for x in tail[:16] if x.strip()], "  ```"]
+    return lines + [
+        "",
+        "Each kernel call ran in a child process; a crash or a hang (no result within the timeout, `--timeout`) "
+        "killed only that child. A reproducer's `command.sh` re-runs the case in its own process, without "
+        "isolation (`python -m conformance.runtime.repro DIR [--timeout S]`).",
+        "",
+    ]
+
+
 def pair_difference_line(pw: dict) -> str:
     """One line saying whether two kernels are bit-interchangeable (``pw``: ``summarize_pairs``),
     naming ``differ-expected`` cases as NOT interchangeable though no failure; "" when none compared."""
@@ -273,15 +306,15 @@ def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
     c = k.get("contract", {})
+    v = ov.get("headline") or ov["verdict"].upper()  # "PASS on a reduced suite: ... skipped"
     head = (
         f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
         f"nothing was verified)** - {ov['summary']}"
         if ov["verdict"] == "not run"
-        else f"**Overall verdict: {ov['verdict'].upper()}** - {ov['summary']}"
+        else f"**Overall verdict: {v}** - {ov['summary']}"
     )
     partial = partial_note(doc)
     if partial:  # a verdict over part of the suite must not read like the whole one
-        v = ov["verdict"].upper()
         head = head.replace(f"**Overall verdict: {v}**", f"**Overall verdict: {v} (PARTIAL RUN: only what finished)**")
         head = f"**PARTIAL RUN** ({partial})\n\n{head}"
     sig = doc.get("fault_signatures") or []
@@ -290,6 +323,7 @@ def render_markdown(doc: dict) -> str:
     )
     lines = (
         [f"# Conformance report: `{k['name']}`", "", head, ""]
+        + _crash_lines(doc)
         + sig_lines
         + _not_run_lines(ov)
         + [

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from conformance.cases import CaptureReplay
+from conformance.cases import CaptureReplay, case_id
 from conformance.cases.fp8 import PAPER_NOT_AFFORDED
 from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, failed_line, not_applicable
 from conformance.kernels.registry import get_kernel
@@ -44,12 +44,20 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     given_cases,
     load_captures,
     mark_ownership_probes,
+    reduced_suite,
     run_batch_invariance,
     run_model_check,
     suite_cases,
     suite_steps,
 )
-from conformance.suite.workers import evaluate_in_workers, import_in_background, model_check_in_worker, parallel_ok
+from conformance.suite.workers import (
+    Containment,
+    containment_ok,
+    evaluate_in_workers,
+    import_in_background,
+    model_check_in_worker,
+    parallel_ok,
+)
 from reference.errors import first_line
 from reference.model.forward import model_class
 
@@ -181,15 +189,54 @@ def _reasons_text(reasons: dict[str, int], limit: int = 3) -> str:
     return text
 
 
+def crash_records(checks: Sequence[CheckResult], case_results: Sequence[CaseResult] = ()) -> list[dict]:
+    """Every crash / timeout of a run (``suite.workers.Containment``'s records, without the stack): the cases'
+    (``CaseResult.crash``, property examples included) and the kernel-level checks' (``evidence["crash"]``)."""
+    keys = ("status", "line", "signal", "exitcode", "timeout_s", "repro")
+    out = [{"case": cr.case, **{k: cr.crash.get(k) for k in keys}} for cr in case_results if cr.crash]
+    for c in checks:
+        rec = (c.evidence or {}).get("crash")
+        if isinstance(rec, dict):
+            out.append({"check": c.check_id, **{k: rec.get(k) for k in keys}})
+    return out
+
+
+def _crash_text(crashes: Sequence[dict]) -> str:
+    """``the kernel's process died on 1 case (family/x: SIGSEGV); hung on 1 case (...: no result within 3 s)``."""
+    parts = []
+    for status, verb in (("crash", "the kernel's process died"), ("timeout", "the kernel hung")):
+        got = [c for c in crashes if c["status"] == status]
+        if not got:
+            continue
+        first = got[0]
+        what = first.get("case") or first.get("check")
+        why = first.get("signal") or f"exit status {first.get('exitcode')}"
+        if status == "timeout":
+            why = f"no result within {first.get('timeout_s'):g} s"
+        noun = "case" if all(c.get("case") for c in got) else "step"
+        parts.append(f"{verb} on {len(got)} {noun}{'s' if len(got) > 1 else ''} (first: {what}: {why})")
+    return "; ".join(parts)
+
+
+def reduced_headline(verdict: str, skipped: Sequence[str]) -> str:
+    """The verdict as a headline says it: ``PASS``, or ``PASS on a reduced suite: <what>, <what> skipped``."""
+    head = verdict.upper()
+    return f"{head} on a reduced suite: {', '.join(skipped)} skipped" if skipped else head
+
+
 def overall_verdict(
     checks: Sequence[CheckResult],
     property_tests: Optional[dict] = None,
     case_results: Optional[Sequence[CaseResult]] = None,
+    skipped: Sequence[str] = (),
 ) -> dict:
     """The ``overall`` record (module docstring); a failed property test fails it too. With
     ``case_results``, a kernel that produced output on none gets ``not run`` (unless something
-    failed) and skipped cases are counted (``cases_run``, ``cases_not_run``, ``not_run_reasons``)."""
+    failed) and skipped cases are counted (``cases_run``, ``cases_not_run``, ``not_run_reasons``).
+    ``crashes``: :func:`crash_records` (each one fails the verdict); ``reduced_suite``: ``skipped``, what of the
+    default suite the run left out (``plan.reduced_suite``); ``headline``: :func:`reduced_headline`."""
     failed = [c for c in checks if c.is_kernel_failure]
+    crashes = crash_records(checks, case_results or ())
     pre = [c for c in checks if c.is_precondition_violation and c.evidence.get("n_precondition_violations", 1)]
     pre_cases = {
         c.check_id: c.evidence["n_precondition_cases"]
@@ -200,7 +247,8 @@ def overall_verdict(
     if failed or prop_failed:
         verdict = "fail"
         summary = "NOT conformant: " + "; ".join(
-            [failed_line(c) for c in failed]
+            ([_crash_text(crashes)] if crashes else [])
+            + [failed_line(c) for c in failed]
             + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):
@@ -227,6 +275,9 @@ def overall_verdict(
         )
     out = {
         "verdict": verdict,
+        "headline": reduced_headline(verdict, skipped),
+        "reduced_suite": list(skipped),
+        "crashes": crashes,
         "summary": summary,
         "failed_checks": [c.check_id for c in failed],
         "precondition_violations": [c.check_id for c in pre],
@@ -261,12 +312,14 @@ def build_result(
     invocation: Optional[dict] = None,
     partial: Optional[dict] = None,
     warm_up: Optional[dict] = None,
+    skipped: Sequence[str] = (),
 ) -> ConformanceResult:
     """Aggregate per-case results (property examples included) and kernel-level ones (C9, C7, E1;
     absent ones are n/a "not run") into a ConformanceResult; ``against``: the other KernelSpec
     when pairwise results are present. ``partial``: ``partial_run`` record, None = complete; a
     partial record's ``note`` goes first in the notes. ``warm_up``: the suite's warm-up record
-    (``environment["warm_up"]``).
+    (``environment["warm_up"]``); ``skipped``: what of the default suite the run left out
+    (``plan.reduced_suite``; the verdict's headline says so).
     """
     per: dict[str, list] = {cid: [] for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,)}
     for cr in case_results:
@@ -300,7 +353,7 @@ def build_result(
         captures=cap,
         property_tests=property_tests,
         pairwise=pairwise,
-        overall=overall_verdict(checks, property_tests, list(case_results)),
+        overall=overall_verdict(checks, property_tests, list(case_results), skipped),
         elapsed_s=elapsed_s,
         notes=notes,
         coverage=fp8_coverage_table(case_results) if is_fp8(spec) else _coverage(case_results),
@@ -369,13 +422,16 @@ def run_conformance(
     device: Optional[str] = None,
     progress: Optional[Callable[[str], None]] = None,
     invocation: Optional[dict] = None,
+    timeout_s: Optional[float] = None,
+    repro_dir=None,
 ) -> ConformanceResult:
     """Run the whole conformance suite for one kernel (a KernelSpec or a registry name).
 
     ``against``: other kernel for pairwise interchangeability; ``cases``: explicit GemmOperands
     (replace the default cases, see ``plan.default_cases``); ``capture_dir`` / ``model_dir``:
     replay these captures; ``property_examples``: 0 = skip; ``progress``: called with a line per
-    step; ``invocation``: None = this call's own arguments. Never raises for a kernel's failure.
+    step; ``invocation``: None = this call's own arguments; ``timeout_s`` / ``repro_dir``: as
+    :func:`run_suite`. Never raises for a kernel's failure.
 
     Raises:
         SuiteInterrupted: Ctrl-C / SIGTERM during the run (carries the partial result).
@@ -387,6 +443,7 @@ def run_conformance(
     t0 = time.perf_counter()
     spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
     other = get_kernel(against) if isinstance(against, str) else against
+    explicit = cases is not None
     if cases is None:
         cases, cap = suite_cases(
             include_captures,
@@ -415,8 +472,19 @@ def run_conformance(
             },
             prog="conformance.suite.run.run_conformance",
         )
-    state = SuiteState(spec, cases, cap, other, device, t0=t0)
-    return run_suite(state, property_examples, model_checks, progress, invocation)
+    skipped = reduced_suite(
+        include_captures,
+        include_sweep,
+        property_examples,
+        model_checks,
+        getattr(spec, "operands", "int8"),
+        max_capture_layers,
+        explicit,
+    )
+    state = SuiteState(spec, cases, cap, other, device, t0=t0, skipped=skipped)
+    return run_suite(
+        state, property_examples, model_checks, progress, invocation, timeout_s=timeout_s, repro_dir=repro_dir
+    )
 
 
 def run_suite(
@@ -426,22 +494,43 @@ def run_suite(
     progress: Optional[Callable[[str], None]] = None,
     invocation: Optional[dict] = None,
     jobs: int = 1,
+    timeout_s: Optional[float] = None,
+    repro_dir=None,
 ) -> ConformanceResult:
     """The plan's steps (``plan.suite_steps``) for a prepared :class:`SuiteState` (spec resolved,
     device validated, cases built); pairwise comparisons run with each case; ``jobs`` > 1: the
-    fixed cases in that many forked workers first (``suite.workers``; same results). Raises as
-    :func:`run_conformance` does for a stop."""
+    fixed cases in that many forked workers first (``suite.workers``; same results). ``timeout_s``:
+    every kernel call runs contained (``suite.workers.Containment``: a crash or a hang fails its case
+    or check, the run goes on; a reproducer per case in ``repro_dir``), ``timeout_s`` seconds per
+    case; None: in this process. Raises as :func:`run_conformance` does for a stop."""
     with conformance_run():
-        return _run_steps(state, property_examples, model_checks, progress, invocation, jobs)
+        contained, why = None, None
+        if timeout_s is not None:
+            why = containment_ok()
+            contained = Containment(state, timeout_s, repro_dir) if why is None else None
+        state.contained = contained
+        try:
+            return _run_steps(state, property_examples, model_checks, progress, invocation, jobs, why)
+        finally:
+            state.contained = None
+            if contained is not None:
+                contained.close()
 
 
-def _run_steps(state: SuiteState, property_examples, model_checks, progress, invocation, jobs) -> ConformanceResult:
-    spec, cases = state.spec, state.cases
+def _run_steps(
+    state: SuiteState, property_examples, model_checks, progress, invocation, jobs, uncontained=None
+) -> ConformanceResult:
+    spec, cases, contained = state.spec, state.cases, state.contained
     say = progress or (lambda s: None)
     say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
+    notes = []
+    if uncontained:
+        notes.append(f"the kernel ran in the suite's own process (a crash or a hang is not contained): {uncontained}")
+        say(f"{spec.name}: {notes[-1]}")
     steps = state.steps(property_examples, model_checks, against=False)
     checks = [s.check_id for s in steps if s.kind == CHECK]
     stopped, stage = None, "fixed cases"
+    running: set = set()  # the cases in flight in the workers
     try:
         state.warm_up(say, property_examples)
         why = parallel_ok(state) if jobs > 1 else None
@@ -450,14 +539,16 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         elif jobs > 1:  # C7's model library imported meanwhile, on a core the workers leave idle
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
-            evaluate_in_workers(state, jobs, say, after_fork=preload)
+            evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
         in_workers = set(state.results)
         beside: dict = {}  # model-level checks running in a worker beside the in-process step
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
             if s.kind == CASE:
+                stage = f"case {case_id(cases[s.index])}"  # a stop names the case it cut short
                 cr = state.evaluate(s.index)
+                stage = "fixed cases"
                 if s.index not in in_workers:
                     say(f"[{s.index + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
             elif s.kind == PROPERTY:
@@ -474,11 +565,13 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
                         continue
                 pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
                 if pair and jobs > 1 and parallel_ok(state) is None:
-                    beside["E1"] = model_check_in_worker(state, "E1")  # the two engines' forwards at once
+                    beside["E1"] = model_check_in_worker(state, "E1", contained)  # the two engines' forwards at once
                     say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop
+        if running and stage == "fixed cases":
+            stage = "case " + ", ".join(sorted(running))
         if state.property is None:
             state.prop_cases = []  # never half of the property test
         for cid in checks:
@@ -492,9 +585,11 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         state.property,
         state.against,
         time.perf_counter() - state.t0,
+        notes=notes,
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,
+        skipped=state.skipped,
     )
     if stopped:
         raise SuiteInterrupted(res)

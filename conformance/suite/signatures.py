@@ -235,12 +235,14 @@ def declaration_line(n_declared: int, n_failing: int) -> str:
 def signature_lines(result) -> list[str]:
     """A failing ConformanceResult's lines: the cases failed only by the declaration
     (:func:`declaration_line`), then each fault class matching at least one other failing case
-    (cases matched one by one; precondition-only failures do not count), most matched first, with
-    its count; :func:`no_signature_line` when none matches; empty when no case failed."""
+    (cases matched one by one; precondition-only failures and cases whose kernel process crashed or hung,
+    which produced no output, do not count), most matched first, with its count;
+    :func:`no_signature_line` when none matches; empty when no case failed."""
     failing = [
         cr
         for cr in result.cases
-        if any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
+        if getattr(cr, "crash", None) is None
+        and any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
     ]
     declared = [cr for cr in failing if declaration_only(cr)]
     failing = [cr for cr in failing if not declaration_only(cr)]

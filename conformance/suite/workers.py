@@ -1,23 +1,167 @@
-"""The suite's fixed cases spread over worker processes (``run_suite(jobs=N)``, ``int8conf check --jobs``): each
-worker is a :class:`conformance.runtime.pool.IsolatedKernel` forked from this process (it inherits the kernel,
-fault wrappers included, and the cases), and threads hand case indices to idle workers. A worker answers with
-the same :class:`CaseResult` the in-process plan computes; a case whose worker crashed, hung or erred is left
-for the in-process plan, which then reports it as a sequential run would. Speed only: no verdict is decided here."""
+"""Where the suite's kernel calls run. :class:`Containment`: every call of one kernel's suite (its fixed cases, the
+property test's examples, C9, C11, C7, E1) in a child process forked from this one
+(:class:`conformance.runtime.pool.IsolatedKernel`), so a kernel that kills its process (SIGSEGV, abort) or hangs
+costs only that case: it gets a ``crash`` / ``timeout`` CaseResult (``suite.evaluate.crashed_case``) with the
+signal, the child's ``faulthandler`` stack and a reproducer (``runtime.repro.save_reproducer``), a fresh child
+takes the next request, and the run goes on. :func:`evaluate_in_workers`: the fixed cases spread over ``jobs``
+such children (``int8conf check --jobs``), threads handing case indices to idle ones; each answers with the
+CaseResult the in-process plan computes. A case whose child erred in the harness (not the kernel) is left for
+the in-process plan."""
 
 from __future__ import annotations
 
 import queue
+import shutil
 import sys
 import tempfile
 import threading
+from pathlib import Path
 from typing import Callable, Optional
 
+from conformance.cases import case_id
+from conformance.checks.result import CHECK_NAMES, CheckResult
+from conformance.kernels.registry import get_kernel
 from conformance.runtime.forking import FORK_GATE, start_method
-from conformance.runtime.pool import OK, IsolatedKernel
+from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome
+from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.runtime.threads import available_cores
+from conformance.suite.evaluate import CRASH, TIMEOUT, CaseResult, check_error, crash_line, crashed_case, evaluate_case
+from conformance.suite.plan import evaluate_fixed
+from reference.errors import Int8confError
 
-#: seconds one case may take in a worker before it is handed back to the in-process plan
+#: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
 CASE_TIMEOUT_S = 600.0
+#: the kernel-level checks a step of :data:`CASE_TIMEOUT_S` (``--timeout``) bounds; the others (C7, E1: whole-model
+#: replays) get at least :data:`MODEL_CHECK_TIMEOUT_S`
+SHORT_CHECKS = ("C9", "C11")
+
+
+def kernel_ref(spec) -> Optional[KernelRef]:
+    """A name a fresh process resolves to ``spec`` (its import path, else its registry name), for a reproducer's
+    ``command.sh``; None when no name resolves to it here (an in-memory kernel)."""
+    origin = str(getattr(spec, "origin", "") or "")
+    if origin.startswith("module:"):
+        return KernelRef(origin[len("module:") :])
+    try:
+        get_kernel(spec.name)
+    except Int8confError:
+        return None
+    return KernelRef(spec.name)
+
+
+def containment_ok() -> Optional[str]:
+    """None when the suite's kernel calls can run in forked children here, else why not (one line)."""
+    if start_method() != "fork":
+        return "this process initialized CUDA (or has no fork): a child could not inherit the kernel"
+    return None
+
+
+class Containment:
+    """One kernel's suite (``state``: a ``plan.SuiteState``) calling its kernel in forked children (module
+    docstring). ``timeout_s``: seconds a case, a property example, C9 or C11 may take (C7 / E1: at least
+    :data:`MODEL_CHECK_TIMEOUT_S`); ``repro_dir``: reproducers go to ``<repro_dir>/<case>/`` (None: none saved).
+    ``records``: every crash / timeout so far (the record a CaseResult's ``crash`` or a check's
+    ``evidence["crash"]`` holds). Close it (context manager) to stop the child."""
+
+    def __init__(self, state, timeout_s: float = CASE_TIMEOUT_S, repro_dir=None):
+        self.state, self.timeout_s = state, float(timeout_s)
+        self.repro_dir = None if repro_dir is None else Path(repro_dir)
+        self.ref = kernel_ref(state.spec)
+        self.records: list = []
+        self._logs = tempfile.mkdtemp(prefix="int8conf-contained-")
+        self._iso: Optional[IsolatedKernel] = None
+        self._lock = threading.Lock()
+
+    def isolated(self, logs: Optional[str] = None, cases=None) -> IsolatedKernel:
+        """A new IsolatedKernel of this kernel (fork; pairwise with the state's ``against``)."""
+        st = self.state
+        cases = st.cases if cases is None else cases
+        return IsolatedKernel(
+            st.spec, cases, self.timeout_s, logs or self._logs, device=st.device, method="fork", against=st.against
+        )
+
+    def _child(self) -> IsolatedKernel:
+        if self._iso is None:
+            self._iso = self.isolated()
+        return self._iso
+
+    def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
+        """The crash / timeout record of ``oc``; with ``ops`` and a ``repro_dir``, the case's reproducer is saved
+        and named in it (``repro``)."""
+        rec = {
+            "status": CRASH if oc.kind == CRASHED else TIMEOUT,
+            "signal": oc.signal,
+            "exitcode": oc.exitcode,
+            "timeout_s": self.timeout_s if timeout_s is None else timeout_s,
+            "where": where,
+            "error": oc.error,
+            "log_tail": list(oc.log_tail),
+        }
+        rec["line"] = crash_line(rec)
+        if ops is not None:
+            rec["case"] = case_id(ops)
+            if self.repro_dir is not None:
+                ref = None if self.ref is None else self.ref.to_dict()
+                d = save_reproducer(self.repro_dir / reproducer_dirname(rec["case"]), ops, ref, rec["case"], rec)
+                rec["repro"] = str(d)
+        with self._lock:
+            self.records.append(rec)
+        return rec
+
+    def case_result(self, ops, oc: Outcome, source: Optional[str] = None) -> Optional[CaseResult]:
+        """The CaseResult of a request about ``ops``: the child's answer, a crashed case (crash / timeout), or
+        None when the child erred in the harness."""
+        if oc.kind == OK:
+            return oc.value
+        if oc.kind not in (CRASHED, TIMED_OUT):
+            return None
+        return crashed_case(self.state.spec, ops, self.record(oc, ops), source)
+
+    def evaluate(self, index: int) -> CaseResult:
+        """Fixed case ``index`` (``plan.evaluate_fixed``) in the child."""
+        st = self.state
+        ops = st.cases[index]
+        cr = self.case_result(ops, self._child().request(("evaluate", index)))
+        return cr if cr is not None else evaluate_fixed(st.spec, ops, st.device, st.against, st.ref_device)
+
+    def evaluate_operands(self, spec, ops, device=None, source=None) -> CaseResult:
+        """``evaluate_case(spec, ops, ...)`` of operands sent to the child (a property example)."""
+        cr = self.case_result(ops, self._child().request(("operands", ops)), source)
+        return cr if cr is not None else evaluate_case(spec, ops, device=device, source=source)
+
+    def check_timeout(self, check_id: str) -> float:
+        """Seconds kernel-level check ``check_id`` may take (class docstring)."""
+        return self.timeout_s if check_id in SHORT_CHECKS else max(self.timeout_s, MODEL_CHECK_TIMEOUT_S)
+
+    def check_result(self, check_id: str, oc: Outcome) -> CheckResult:
+        """The CheckResult of a kernel-level check's request: the child's answer, else a kernel failure naming
+        the crash / timeout (evidence ``crash``), or a harness failure."""
+        if oc.kind == OK:
+            return oc.value
+        if oc.kind not in (CRASHED, TIMED_OUT):
+            return check_error(check_id, RuntimeError(oc.error))
+        rec = self.record(oc, where=f"during {check_id}", timeout_s=self.check_timeout(check_id))
+        ev = {"kernel_error": rec["line"], "problem_kind": rec["status"], "failure_kind": "kernel", "crash": rec}
+        return CheckResult(
+            check_id, CHECK_NAMES[check_id], "fail", f"kernel failed ({rec['status']}): {rec['line']}", ev
+        )
+
+    def check(self, check_id: str) -> CheckResult:
+        """Kernel-level check ``check_id`` (``plan.run_kernel_check``) in the child."""
+        return self.check_result(check_id, self._child().request(("check", check_id), self.check_timeout(check_id)))
+
+    def close(self) -> None:
+        """Stop the child; remove its logs."""
+        if self._iso is not None:
+            self._iso.close()
+            self._iso = None
+        shutil.rmtree(self._logs, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def default_jobs(device: Optional[str]) -> int:
@@ -35,11 +179,20 @@ def parallel_ok(state) -> Optional[str]:
 
 
 def evaluate_in_workers(
-    state, jobs: int, say: Callable[[str], None] = lambda s: None, after_fork: Optional[Callable[[], object]] = None
+    state,
+    jobs: int,
+    say: Callable[[str], None] = lambda s: None,
+    after_fork: Optional[Callable[[], object]] = None,
+    contained: Optional[Containment] = None,
+    running: Optional[set] = None,
 ) -> int:
     """Fill ``state.results`` for the fixed cases not yet evaluated, ``jobs`` workers at a time; returns how many
-    cases the workers answered (the rest stay for the in-process plan). ``after_fork``: called once every worker
-    has started, while they work (this process is idle then)."""
+    cases the workers answered (the rest stay for the in-process plan). ``contained``: a crashed or hung case is
+    recorded by it (a ``crash`` / ``timeout`` CaseResult; the worker's next case gets a fresh child), else such a
+    case and that worker's next ones are left for the in-process plan. ``after_fork``: called once every worker
+    has started, while they work (this process is idle then). ``running``: holds the ids of the cases in flight
+    (a stopped run names them)."""
+    running = set() if running is None else running
     todo = [i for i in range(len(state.cases)) if i not in state.results]
     jobs = min(jobs, len(todo))
     if jobs < 2:
@@ -53,9 +206,10 @@ def evaluate_in_workers(
     started = threading.Semaphore(0)
     stop = threading.Event()
     isolated: list = []
+    timeout_s = contained.timeout_s if contained is not None else CASE_TIMEOUT_S
 
     def serve(w: int, logs: str) -> None:
-        with IsolatedKernel(state.spec, state.cases, CASE_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+        with IsolatedKernel(state.spec, state.cases, timeout_s, logs, device=state.device, method="fork") as iso:
             with lock:
                 isolated.append(iso)
             try:
@@ -67,13 +221,21 @@ def evaluate_in_workers(
                     i = work.get_nowait()
                 except queue.Empty:
                     return
+                cid = case_id(state.cases[i])
+                running.add(cid)
                 oc = iso.request(("evaluate", i))
-                if oc.kind != OK:
+                running.discard(cid)
+                if stop.is_set():
+                    return  # killed by an interrupt: not this case's crash
+                cr = oc.value if oc.kind == OK else None
+                if contained is not None and cr is None:
+                    cr = contained.case_result(state.cases[i], oc)
+                if cr is None:
                     return  # this case and this worker's next ones fall back to the in-process plan
                 with lock:
-                    state.results[i] = oc.value
+                    state.results[i] = cr
                     answered[w] += 1
-                    say(f"[{len(state.results)}/{len(state.cases)}] {oc.value.case}: {oc.value.verdict}")
+                    say(f"[{len(state.results)}/{len(state.cases)}] {cr.case}: {cr.verdict}")
 
     with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
         threads = [threading.Thread(target=serve, args=(w, logs), daemon=True) for w in range(jobs)]
@@ -127,17 +289,24 @@ def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
 MODEL_CHECK_TIMEOUT_S = 1800.0
 
 
-def model_check_in_worker(state, check_id: str) -> Callable[[], Optional[object]]:
+def model_check_in_worker(
+    state, check_id: str, contained: Optional[Containment] = None
+) -> Callable[[], Optional[object]]:
     """Start the model-level check ``check_id`` (E1, C7) for ``state``'s kernel in a forked worker now, so it runs
-    beside the in-process plan's next step; returns a callable that waits for its CheckResult, or None when the
-    worker crashed, hung or erred (the caller then runs the check in-process). Speed only, as above."""
+    beside the in-process plan's next step; returns a callable that waits for its CheckResult: with ``contained``,
+    a crash or hang is that check's failure (``Containment.check_result``); else None when the worker crashed,
+    hung or erred (the caller then runs the check in-process)."""
     box: dict = {}
+    limit = contained.check_timeout(check_id) if contained is not None else MODEL_CHECK_TIMEOUT_S
 
     def serve() -> None:
         with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
-            with IsolatedKernel(state.spec, [], MODEL_CHECK_TIMEOUT_S, logs, device=state.device, method="fork") as iso:
+            with IsolatedKernel(state.spec, [], limit, logs, device=state.device, method="fork") as iso:
                 oc = iso.run_model(check_id)
-                box["result"] = oc.value if oc.kind == OK else None
+                if contained is not None:
+                    box["result"] = contained.check_result(check_id, oc)
+                else:
+                    box["result"] = oc.value if oc.kind == OK else None
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()

@@ -271,6 +271,40 @@ def hanging_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
+def _odd_k(a) -> bool:
+    """An odd K other than HOSTILE_K: no fixed case of the default suite or C9 probe has one, the property
+    test's examples do (its first, M1xK1xN1, among them)."""
+    return a.shape[1] % 2 == 1 and a.shape[1] != HOSTILE_K
+
+
+@declare(contract="cutlass", name="hanging-then-aborting", description="hangs on K == HOSTILE_K, aborts on other odd K")
+def hanging_then_aborting_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``time.sleep(3600)`` on K == HOSTILE_K (the fixed "tails" cases), ``os.abort()`` on another odd K (property
+    examples); exact elsewhere (issue 42: containment under ``int8conf check``)."""
+    import os
+    import time
+
+    if a.shape[1] == HOSTILE_K:
+        time.sleep(3600)
+    if _odd_k(a):
+        os.abort()
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", name="aborting-then-hanging", description="aborts on K == HOSTILE_K, hangs on other odd K")
+def aborting_then_hanging_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``os.abort()`` on K == HOSTILE_K, ``time.sleep(3600)`` on another odd K; exact elsewhere (issue 42:
+    containment under ``pytest --kernel``)."""
+    import os
+    import time
+
+    if a.shape[1] == HOSTILE_K:
+        os.abort()
+    if _odd_k(a):
+        time.sleep(3600)
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 @declare(
     contract="cutlass",
     int_mm=_trunc_int_mm,

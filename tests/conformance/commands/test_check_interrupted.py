@@ -42,11 +42,12 @@ def test_run_conformance_interrupted_carries_the_finished_cases():
     done = len(res.cases)
     assert 1 <= done <= 3  # a case may call the kernel more than once
     m = re.fullmatch(
-        r"partial run: interrupted after (\d+) of (\d+) fixed cases; "
+        r"partial run: interrupted after (\d+) of (\d+) fixed cases, during case (\S+); "
         r"the verdict covers only what finished",
         res.notes[0],
     )
     assert m and int(m.group(1)) == done and int(m.group(2)) == 22, res.notes  # the synthetic set
+    assert m.group(3) not in {c.case for c in res.cases}  # the case the stop cut short is named
     assert all(c.verdict == "pass" for c in res.cases)
 
 
@@ -153,7 +154,10 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
     assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head
-    assert "**Overall verdict: PASS (PARTIAL RUN: only what finished)**" in md.split("\n")[4]  # never a bare PASS
+    verdict = md.split("\n")[4]  # never a bare PASS
+    assert verdict.startswith("**Overall verdict: PASS on a reduced suite: ") and (
+        " skipped (PARTIAL RUN: only what finished)**" in verdict
+    ), verdict
 
 
 def test_a_stopped_run_marks_its_json_partial(tmp_path):
@@ -175,13 +179,17 @@ def test_a_stopped_run_marks_its_json_partial(tmp_path):
     jp, mp = write_reports(res, tmp_path)
     doc = json.loads(jp.read_text())
     done = len(res.cases)
-    note = f"partial run: interrupted after {done} of 22 fixed cases; the verdict covers only what finished"
+    cut = "synthetic/" + ["ordinary-s0", "ordinary-s1", "pow2-s0"][done]  # the case the stop cut short
+    note = (
+        f"partial run: interrupted after {done} of 22 fixed cases, during case {cut}; the verdict covers only "
+        "what finished"
+    )
     assert doc["partial"] == {
         "partial": True,
         "reason": "interrupted",
         "cases_ran": done,
         "cases_total": 22,
-        "stage": "fixed cases",
+        "stage": f"case {cut}",
         "note": note,
     }
     assert doc["notes"] == [note]  # one source: the note is the record's

@@ -17,8 +17,9 @@ from conformance.suite.report import write_reports
 from conformance.suite.run import run_conformance
 
 SYN = [make_case("ordinary", 0), make_case("pow2", 0), make_case("epilogue_ties", 0)]
-BIT = parse_policy({"name": "bit", "require": "bit_identical"})
-ONE = parse_policy({"name": "one", "allow": "within_one_spacing"})
+# the stored baselines below are reduced suites (explicit cases, no property test, no model checks)
+BIT = parse_policy({"name": "bit", "require": "bit_identical", "allow_reduced_baseline": True})
+ONE = parse_policy({"name": "one", "allow": "within_one_spacing", "allow_reduced_baseline": True})
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
     base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0, model_checks=False)
     jp, _ = write_reports(base, tmp_path / "A")
     policy = tmp_path / "p.yaml"
-    policy.write_text("require: [bit_identical]\n")
+    policy.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
     assert _cli(tmp_path, "--baseline", str(jp), "--max-capture-layers", "1", "--policy", str(policy)) == 0
     from machine_paths import absolute_strings, machine_paths
 
@@ -291,9 +292,11 @@ def test_cli_refuses_an_edited_baseline_exit_2_in_one_line(tmp_path, capsys):
     base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
     jp, _ = write_reports(base, tmp_path / "A")
     edited, name = _edited(tmp_path, jp, 3, "scale_a")
-    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures") == 0
+    policy = tmp_path / "p.yaml"
+    policy.write_text("allow_reduced_baseline: true\n")
+    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures", "--policy", str(policy)) == 0
     capsys.readouterr()
-    assert _cli(tmp_path, "--baseline", str(edited), "--no-captures") == 2
+    assert _cli(tmp_path, "--baseline", str(edited), "--no-captures", "--policy", str(policy)) == 2
     sa = make_case("pow2", 1).digests()["scale_a"][:12]
     assert (name, capsys.readouterr().err.splitlines()) == (
         "synthetic/pow2-s1",
@@ -310,7 +313,7 @@ def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline)
     """The stored incumbent's C8 verdicts count as its side of the
     contract_difference rule (issue 31, item 1)."""
     jp, cases = baseline
-    pol = parse_policy({"require": "bit_identical", "allow": "contract_difference"})
+    pol = parse_policy({"require": "bit_identical", "allow": "contract_difference", "allow_reduced_baseline": True})
     res = _gate(tmp_path, KernelRef("buggy_kernels:good_triton"), jp, cases, pol)
     faulty = _gate(tmp_path / "faulty", KernelRef("cpu", "F4"), jp, cases, pol)
     # ordinary-s0 and epilogue_ties-s0 carry scale-order ties the two contracts split
@@ -338,3 +341,32 @@ def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused
         f"its comparability record does not match its own cases (cases digest 000000000000 vs "
         f"{mine}); re-run `int8conf check` for the incumbent"
     ]
+
+
+def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(tmp_path, capsys):
+    """issue 42, item 2: a baseline whose PASS covers a reduced suite is not gated against silently."""
+    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+    skipped = [
+        "the shape sweep and case families",
+        "layer-capture replay",
+        "the property test",
+        "the model-level checks (C7, E1)",
+    ]
+    assert (base.verdict, base.overall["reduced_suite"]) == ("pass", skipped)
+    assert base.overall["headline"] == "PASS on a reduced suite: " + ", ".join(skipped) + " skipped"
+    jp, mp = write_reports(base, tmp_path / "A")
+    assert "**Overall verdict: PASS on a reduced suite: the shape sweep and case families," in mp.read_text()
+    assert json.loads(jp.read_text())["overall"]["reduced_suite"] == skipped
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("require: [bit_identical]\n")
+    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures", "--policy", str(strict)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"int8conf gate: NOT COMPARABLE: baseline {jp}: it ran a reduced suite ({', '.join(skipped)} skipped): its "
+        "PASS covers less than the default suite; re-run `int8conf check` without those options, or set "
+        "allow_reduced_baseline: true in the policy"
+    )
+    assert len(err) == 2 and err[1].startswith("report: ")
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
+    assert _cli(tmp_path, "--baseline", str(jp), "--no-captures", "--policy", str(lenient)) == 0

@@ -50,6 +50,8 @@ def _statuses(res):
 
 def test_every_example_policy_is_tested_here():
     assert sorted(p.stem for p in POLICIES.glob("*.yaml")) == sorted(EXPECTED)
+    reduced_ok = {p.stem for p in POLICIES.glob("*.yaml") if load_policy(p).allow_reduced_baseline}
+    assert reduced_ok == {"bit-identity-quick-baseline"}
 
 
 P, W, F = "pass", "warn", "fail"
@@ -57,6 +59,8 @@ P, W, F = "pass", "warn", "fail"
 EXPECTED = {
     # same contract only: the legal swap is blocked wherever the two contracts give other bits
     "bit-identity": (([F, P, F, F, F, F, F], 1), ([F] * 7, 1)),
+    # the same rules; only a reduced --baseline is accepted too (test_gate_baseline)
+    "bit-identity-quick-baseline": (([F, P, F, F, F, F, F], 1), ([F] * 7, 1)),
     # one spacing, whatever the contracts: bias cancellation (> 1 spacing) blocks
     "one-spacing-everywhere": (([W, P, F, F, F, W, F], 1), ([W] * 7, 0)),
     # different legal contracts: every contract difference warns; F4 blocks on pow2 scales
