@@ -28,7 +28,16 @@ from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.ownership import check_output_ownership
-from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, PRECONDITION_CASE, CheckResult
+from conformance.checks.result import (
+    CHECK_NAMES,
+    INTERFACE_ID,
+    INTERFACE_NAME,
+    KEPT_EVIDENCE,
+    PRECONDITION_CASE,
+    CheckResult,
+    interface_failure,
+    not_applicable,
+)
 from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
 from conformance.suite.pairwise import compare_pair
@@ -45,6 +54,8 @@ from reference.operands import tensor_digest
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
 NOT_RUN = "not run"
+#: The n/a reason of every other per-case check on a case whose output failed its interface.
+NOT_RUN_ON_INTERFACE = f"not run: the kernel returned no valid output ({INTERFACE_NAME} failure)"
 #: Per-case checks in report order (uniform signature
 #: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
 PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
@@ -129,6 +140,12 @@ class CaseResult:
         return None
 
     @property
+    def interface(self) -> Optional[str]:
+        """The kernel's interface failure on this case (``KernelRun.interface``), or None."""
+        r = self.checks.get(INTERFACE_ID)
+        return None if r is None else r.evidence.get("interface")
+
+    @property
     def kernel_failures(self) -> list[CheckResult]:
         return [r for r in self.checks.values() if r.is_kernel_failure]
 
@@ -150,8 +167,11 @@ class CaseResult:
         return NOT_RUN if self.not_run_reason is not None else "pass"
 
     def failure_lines(self) -> list[str]:
-        """One line per kernel failure: ``C8 declared_contract: <summary>``."""
-        return [f"{r.check_id} {r.name}: {r.summary}" for r in self.kernel_failures]
+        """One line per kernel failure: ``C8 declared_contract: <summary>``, ``interface: <line>``."""
+        return [
+            r.summary if r.check_id == INTERFACE_ID else f"{r.check_id} {r.name}: {r.summary}"
+            for r in self.kernel_failures
+        ]
 
     def to_dict(self) -> dict:
         """JSON-able dict; full evidence for failing checks, the headline
@@ -168,6 +188,7 @@ class CaseResult:
             "out_dtype": self.out_dtype,
             "bias": self.bias,
             "verdict": self.verdict,
+            "interface": self.interface,
             "checks": checks,
             "path": self.run_manifest.get("path"),
             "elapsed_s": self.elapsed_s,
@@ -335,12 +356,18 @@ class CaseEvaluation:
         checks: dict[str, CheckResult] = {}
         # one scope per case: the checks share its bound, references and digests
         # (reference.memo; a no-op inside the sweep's own scope)
+        iface = getattr(run, "interface", None)
         with memo.scope():
             for cid, fn in per_case_checks(spec) + ((OWNERSHIP_CHECK,) if self.probed else ()):
+                if iface is not None:  # no valid output: nothing numeric was judged
+                    checks[cid] = not_applicable(cid, NOT_RUN_ON_INTERFACE)
+                    continue
                 try:
                     checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
                 except Exception as e:  # noqa: BLE001 -- report, never crash the suite
                     checks[cid] = check_error(cid, e)
+        if iface is not None:
+            checks = {INTERFACE_ID: interface_failure(iface), **checks}
         _mark_precondition_cases(checks, ops.meta)
         pair = None
         if against is not None:
