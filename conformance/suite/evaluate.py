@@ -47,6 +47,7 @@ from conformance.suite.prefetch import (
     prefetch_output_comparisons,
     prefetch_output_evidence,
 )
+from conformance.suite.signatures import explain_output
 from reference import memo
 from reference.errors import first_line
 from reference.fp8 import exact_accumulator
@@ -109,7 +110,8 @@ class CaseResult:
     ``--against``; ``produced_output``: False when not runnable here or it raised; ``output_digest``:
     ``tensor_digest`` of the output (None without); ``output``: the tensor with ``keep_output=True``
     (not serialized); ``coverage``: ``case_coverage`` (``{"error": line}`` if it failed);
-    ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None.
+    ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None; ``fault_explanation``:
+    ``conformance.suite.signatures.explain_output`` where C8 failed (None elsewhere, or when not asked).
     """
 
     case: str
@@ -130,6 +132,7 @@ class CaseResult:
     output: Optional[object] = field(default=None, repr=False, compare=False)
     coverage: dict = field(default_factory=dict)
     prefetch_error: Optional[str] = None
+    fault_explanation: Optional[dict] = None
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -204,6 +207,8 @@ class CaseResult:
             d["pair"] = self.pair
         if self.prefetch_error is not None:
             d["prefetch_error"] = self.prefetch_error
+        if self.fault_explanation is not None:
+            d["fault_explanation"] = self.fault_explanation
         return d
 
 
@@ -349,8 +354,10 @@ class CaseEvaluation:
         keep_output: bool = False,
         coverage: bool = True,
         output_digest: bool = True,
+        explain: bool = True,
     ) -> CaseResult:
-        """The CaseResult (settles first). Args as :func:`evaluate_case`."""
+        """The CaseResult (settles first). Args as :func:`evaluate_case`; ``explain``: test F1-F5's emulations
+        against the output where C8 failed (``CaseResult.fault_explanation``)."""
         self.settle()
         spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
         checks: dict[str, CheckResult] = {}
@@ -369,6 +376,13 @@ class CaseEvaluation:
         if iface is not None:
             checks = {INTERFACE_ID: interface_failure(iface), **checks}
         _mark_precondition_cases(checks, ops.meta)
+        explanation = None
+        c8 = checks.get("C8")
+        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not is_fp8(spec):
+            try:
+                explanation = explain_output(spec, ops, run.output, exact)
+            except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
+                explanation = None
         pair = None
         if against is not None:
             run_b = run_kernel(against, ops, device=device)
@@ -399,6 +413,7 @@ class CaseEvaluation:
             output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
             output=run.output if keep_output else None,
             prefetch_error="; ".join(self._prefetch_errors) or None,
+            fault_explanation=explanation,
         )
 
 

@@ -592,6 +592,22 @@ def bias_rounded_first(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
     return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias, out_dtype)
 
 
+# --- issue 42: realistic bugs whose failure signature must name the right class first ---
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncates_from_m32")
+def truncates_from_m32(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the large-M (M >= 32) bf16 path converts with round-toward-zero (F4 on a shape-gated path)."""
+    rounding = "rtz" if a.shape[0] >= 32 and out_dtype == torch.bfloat16 else "rne"
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias, out_dtype, rounding)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="fused_scales")
+def fused_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares w_then_a but precomputes ``s_a * s_w`` (fused order, F5) on every path."""
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "fused", "fp32_before_round", bias, out_dtype)
+
+
 # --- issue 8: bugs on size-dependent paths (family ``large_shapes``) ---------
 # Each is correct below its path's threshold, so only a case beyond it (large
 # M, N > 256, K >= 8192 at small M) can catch it.
