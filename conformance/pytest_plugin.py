@@ -1,12 +1,14 @@
-"""pytest plugin: ``pytest --kernel=NAME`` runs the conformance suite (``pytest11`` entry point;
-without ``--kernel`` it adds nothing).
+"""pytest plugin: ``pytest --int8conf-kernel=NAME`` (or ``--kernel=NAME``) runs the conformance suite (``pytest11``
+entry point ``int8conf``; without a kernel it adds nothing; ``-p no:int8conf`` keeps it out of a run).
 
-Options: ``--kernel`` (repeatable; ``all``, ``pkg.module:function`` or an entry point), ``--against``
-(pairwise items), ``--int8conf-reports=DIR`` (``DIR/<kernel>/conformance.{json,md}``, checked at
+Options: ``--int8conf-kernel`` (repeatable; ``all``, ``pkg.module:function`` or an entry point),
+``--int8conf-against`` (pairwise items), ``--int8conf-inject``; the short names ``--kernel``, ``--against``,
+``--inject`` are aliases added after the initial conftests load, only where no conftest or plugin took the name
+(:func:`pytest_load_initial_conftests`); ``--int8conf-reports=DIR`` (``DIR/<kernel>/conformance.{json,md}``, checked at
 configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8conf-threads``
 (``conformance.runtime.threads``), ``--int8conf-no-model``, ``--int8conf-no-sweep``,
-``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, ``--int8conf-timeout=S`` and ``--inject
-FAULT[:COVERAGE[:SEED]]`` (mutation testing: the suite runs on ``faults.inject(kernel, ...)``).
+``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, ``--int8conf-timeout=S``;
+``--int8conf-inject FAULT[:COVERAGE[:SEED]]`` is mutation testing (the suite runs on ``faults.inject(kernel, ...)``).
 
 Every kernel call runs in a forked child (``conformance.suite.workers.Containment``): a kernel that kills its
 process or hangs (no result within ``--int8conf-timeout`` seconds, default 600) fails that item with the signal or
@@ -70,6 +72,42 @@ class _State:
 
 _STATE = pytest.StashKey[_State]()
 _ITEM_KEY = "int8conf_result"
+GROUP = "int8conf"
+#: ``--int8conf-X`` -> (its short alias, argparse attributes): registered always, the alias where it is free
+_SHARED = {
+    "--int8conf-kernel": (
+        "--kernel",
+        dict(
+            dest="int8conf_kernel",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
+            "built-in available here; or pkg.module:function)",
+        ),
+    ),
+    "--int8conf-against": (
+        "--against",
+        dict(
+            dest="int8conf_against",
+            default=None,
+            metavar="OTHER",
+            help="add pairwise bit-agreement items against kernel OTHER",
+        ),
+    ),
+    "--int8conf-inject": (
+        "--inject",
+        dict(
+            dest="int8conf_inject",
+            action="append",
+            default=[],
+            metavar="FAULT[:COVERAGE[:SEED]]",
+            help="inject a fault into every --int8conf-kernel (repeatable): FAULT F1..F9 or its name "
+            "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
+            "(default all), SEED integer (default 0); e.g. F4:all",
+        ),
+    ),
+}
 
 
 def pytest_addoption(parser, pluginmanager) -> None:
@@ -77,18 +115,9 @@ def pytest_addoption(parser, pluginmanager) -> None:
 
     if not pluginmanager.is_registered(gate_plugin):
         pluginmanager.register(gate_plugin, "int8conf-gate")
-    g = parser.getgroup("int8conf", "int8conf kernel conformance")
-    g.addoption(
-        "--kernel",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="run the conformance suite for kernel NAME (repeatable; 'all' = every "
-        "built-in available here; or pkg.module:function)",
-    )
-    g.addoption(
-        "--against", default=None, metavar="OTHER", help="add pairwise bit-agreement items against kernel OTHER"
-    )
+    g = parser.getgroup(GROUP, "int8conf kernel conformance")
+    for long, (_, attrs) in _SHARED.items():
+        g.addoption(long, **attrs)
     g.addoption(
         "--int8conf-reports",
         default=None,
@@ -139,15 +168,27 @@ def pytest_addoption(parser, pluginmanager) -> None:
         help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed (C7, "
         "E1: at least 1800); a crash or a hang fails that item, with a reproducer (default 600)",
     )
-    g.addoption(
-        "--inject",
-        action="append",
-        default=[],
-        metavar="FAULT[:COVERAGE[:SEED]]",
-        help="inject a fault into every --kernel (repeatable): FAULT F1..F9 or its name "
-        "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
-        "(default all), SEED integer (default 0); e.g. F4:all",
-    )
+
+
+def _option_names(parser) -> set:
+    """Every option string registered on ``parser`` so far (pytest lists its groups in no public API: ``_anonymous``
+    and ``_groups``, pytest 8 and 9)."""
+    groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", [])]
+    return {name for g in groups if g is not None for opt in g.options for name in opt.names()}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Once the initial conftests have added their options: the short alias of each :data:`_SHARED` option
+    (``--kernel``, ``--against``, ``--inject``) where no conftest or plugin registered that name; a name already
+    taken is left to its owner, without a word (``--int8conf-kernel`` always works)."""
+    result = yield
+    taken = _option_names(parser)
+    g = parser.getgroup(GROUP)
+    for long, (short, attrs) in _SHARED.items():
+        if short not in taken:
+            g.addoption(short, **dict(attrs, help=f"alias of {long} (where no conftest defines {short})"))
+    return result
 
 
 def _share_cores(config) -> None:
@@ -171,10 +212,13 @@ def _share_cores(config) -> None:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "int8conf: a generated kernel-conformance item")
-    names = config.getoption("kernel", default=[]) or []
+    names = config.getoption("int8conf_kernel", default=[]) or []
     if not names:
-        if config.getoption("inject", default=[]):
-            raise pytest.UsageError("int8conf: --inject needs --kernel=NAME (the kernel to inject the fault into)")
+        if config.getoption("int8conf_inject", default=[]):
+            raise pytest.UsageError(
+                "int8conf: --inject needs --kernel=NAME (--int8conf-inject, --int8conf-kernel: the kernel to inject "
+                "the fault into)"
+            )
         return
     _share_cores(config)
     enter_conformance_run()
@@ -192,8 +236,8 @@ def pytest_configure(config) -> None:
     cwd_on_sys_path(config.invocation_params.dir)
     opt = config.getoption
     try:
-        runs = _injected(resolve_kernels(list(names)), opt("inject", default=[]) or [])
-        other = get_kernel(opt("against"), "--against") if opt("against") else None
+        runs = _injected(resolve_kernels(list(names)), opt("int8conf_inject", default=[]) or [])
+        other = get_kernel(opt("int8conf_against"), "--against") if opt("int8conf_against") else None
         built = {
             kind: suite_cases(
                 not opt("int8conf_no_captures"),
@@ -502,7 +546,7 @@ def _cuda_count() -> int:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` with several GPUs: one worker per GPU (else xdist's default)."""
-    if config.getoption("kernel", default=None) or config.getoption("gate_candidate", default=None):
+    if config.getoption("int8conf_kernel", default=None) or config.getoption("gate_candidate", default=None):
         n = _cuda_count()
         if n > 1:
             return n

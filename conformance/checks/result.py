@@ -24,7 +24,12 @@ CHECK_NAMES: dict[str, str] = {
     "C11": "fp8_accumulator",
     "C12": "fp8_error_bound",
     "E1": "engine_hash",
+    "IF": "interface",
 }
+#: The interface pseudo-check: present on a case only when the kernel's call returned something the contract's
+#: interface refuses (``conformance.kernels.runner.interface_violation``, an operand written in place); that case's
+#: other checks are then ``n/a`` (not run), never ``pass``.
+INTERFACE_ID, INTERFACE_NAME = "IF", "interface"
 
 #: Their failure with ``failure_kind == "precondition"`` blames the operands
 #: (F6 / F7), not the kernel; any other ``failure_kind`` is the kernel run's
@@ -125,6 +130,13 @@ class CheckResult:
 def not_applicable(check_id: str, reason: str, **evidence) -> CheckResult:
     """An ``n/a`` result whose summary is ``reason``."""
     return CheckResult(check_id, CHECK_NAMES.get(check_id, check_id), "n/a", reason, {"reason": reason, **evidence})
+
+
+def interface_failure(line: str) -> CheckResult:
+    """The ``fail`` result of :data:`INTERFACE_ID` for the runner's interface line (``KernelRun.interface``)."""
+    return CheckResult(
+        INTERFACE_ID, INTERFACE_NAME, "fail", f"interface: {line}", {"failure_kind": "interface", "interface": line}
+    )
 
 
 def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import os
 import sys
 import warnings
@@ -354,17 +355,51 @@ def warn_declaration(spec: KernelSpec) -> None:
     )
 
 
+#: how the runner calls each entry, per convention: ``(text shown, positional count, keyword names)``
+_CALLS = {
+    ("scaled_mm", "int8conf"): ("(a, b, scale_a, scale_b, out_dtype=..., bias=None)", 4, ("out_dtype", "bias")),
+    ("scaled_mm", "vllm"): ("(a, b, scale_a, scale_b, out_dtype, bias)", 6, ()),
+    ("int_mm", "int8conf"): ("(a, b)", 2, ()),
+}
+
+
+def check_callable(fn: Callable, name: str, entry: str = "scaled_mm", convention: str = "int8conf") -> None:
+    """Refuse ``fn`` (KernelLoadError, one line) when its signature cannot take the call the runner makes
+    (:data:`_CALLS`: ``scaled_mm(a, b, scale_a, scale_b, out_dtype=..., bias=None)``, the vLLM convention's six
+    positional arguments, ``int_mm(a, b)``); a callable without an inspectable signature (a C extension) passes."""
+    shown, n_pos, keywords = _CALLS[(entry, "int8conf" if entry == "int_mm" else convention)]
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(n_pos), **{k: None for k in keywords})
+    except TypeError as e:
+        raise KernelLoadError(
+            f"kernel {name!r}: {entry} cannot be called as {shown}: its signature is {sig} ({e})"
+        ) from None
+
+
+def _checked(spec: KernelSpec, name: str, convention: str = "int8conf") -> KernelSpec:
+    """``spec`` after :func:`check_callable` on its entries (the raw callable of a vLLM-convention kernel)."""
+    raw = getattr(spec.scaled_mm, "__wrapped__", spec.scaled_mm) if convention == "vllm" else spec.scaled_mm
+    check_callable(raw, name, "scaled_mm", convention)
+    if spec.int_mm is not None:
+        check_callable(spec.int_mm, name, "int_mm")
+    return spec
+
+
 def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) -> KernelSpec:
     """A KernelSpec from a loaded object (module docstring). Raises KernelLoadError: not a spec,
-    factory or declared callable, a bad declaration, or a reserved name."""
+    factory or declared callable, a bad declaration, an entry its signature does not let the runner call
+    (:func:`check_callable`), or a reserved name."""
     query = query or {}
     try:
         if getattr(obj, "int8conf_factory", False) and callable(obj):
             obj = obj()
         if isinstance(obj, KernelSpec):
-            return _own_name(
-                replace(obj, origin=origin, source_digest=obj.source_digest or callable_digest(obj.scaled_mm)), name
-            )
+            spec = replace(obj, origin=origin, source_digest=obj.source_digest or callable_digest(obj.scaled_mm))
+            return _checked(_own_name(spec, name), name)
         if not callable(obj):
             raise KernelLoadError(
                 f"kernel {name!r}: {type(obj).__name__} object is neither a KernelSpec nor a callable"
@@ -408,7 +443,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         )
     except ContractError as e:
         raise KernelLoadError(f"kernel {name!r}: bad declaration: {e}") from None
-    spec = _own_name(spec, name)
+    spec = _checked(_own_name(spec, name), name, decl.convention)
     warn_declaration(spec)
     return spec
 

@@ -39,13 +39,16 @@ _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 @dataclass
 class KernelRun:
     """One ``scaled_mm`` call: ``output`` out_dtype [M,N] on the CPU (None on failure), ``error`` (one line
-    or None), ``manifest``, ``received_digests`` (operand -> sha256 hex, bias "none"), ``elapsed_s`` (CUDA synced)."""
+    or None), ``manifest``, ``received_digests`` (operand -> sha256 hex, bias "none"), ``elapsed_s`` (CUDA synced),
+    ``interface``: the :func:`interface_violation` line (or the in-place write) when the call returned but broke
+    the contract's interface (then ``output`` is None and ``error`` is that line), else None."""
 
     output: Optional[Tensor]
     error: Optional[str]
     manifest: dict
     received_digests: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
+    interface: Optional[str] = None
 
 
 @dataclass
@@ -238,9 +241,15 @@ def _sync(device: Optional[str]) -> None:
         torch.cuda.synchronize()
 
 
-def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optional[str]:
+def interface_violation(out, m: int, n: int, dtype: torch.dtype, what: str = "kernel", operands=None) -> Optional[str]:
+    """The one place an output's interface is judged: one line when ``out`` is not what the contract returns,
+    else None. Violations: not a tensor (``None`` included), shape other than [m, n], dtype other than ``dtype``,
+    a device holding no values, not dense row-major (column-major, strided), storage shared with an operand of
+    ``operands`` (name -> tensor or None: the tensors handed to the kernel). In-place writes to an operand are
+    found after the call (:func:`_modified_line`) and are interface failures too (``KernelRun.interface``)."""
     if not isinstance(out, Tensor):
-        return f"{what} returned {type(out).__name__}, expected a torch.Tensor [{m},{n}] {dtype}"
+        got = "None" if out is None else type(out).__name__
+        return f"{what} returned {got}, expected a torch.Tensor [{m},{n}] {dtype}"
     if tuple(out.shape) != (m, n):
         return f"{what} returned shape {tuple(out.shape)}, expected [{m},{n}]"
     if out.dtype != dtype:
@@ -248,7 +257,11 @@ def _check_output(out, m: int, n: int, dtype: torch.dtype, what: str) -> Optiona
     if out.device.type not in ("cpu", "cuda"):  # e.g. 'meta': no values to compare
         return f"{what} returned a tensor on device {out.device.type!r}, expected one on 'cpu' or 'cuda' holding its values"
     if not out.is_contiguous():  # callers .view() the result as torch ops' outputs allow
-        return f"{what} returned a non-contiguous output (strides {tuple(out.stride())}), expected a dense row-major [{m},{n}] tensor"
+        layout = "column-major" if m > 1 and n > 1 and out.stride() == (1, m) else "non-contiguous"
+        return f"{what} returned a {layout} output (strides {tuple(out.stride())}), expected a dense row-major [{m},{n}] tensor"
+    shared = [k for k, v in (operands or {}).items() if _same_storage(out, v)]
+    if shared:
+        return f"{what} returned an output that shares storage with operand {', '.join(shared)} (written in place)"
     return None
 
 
@@ -303,6 +316,7 @@ class KernelLaunch:
         self.spec, self.ops, self.output, self.error = spec, ops, output, error
         self.manifest, self.elapsed_s = manifest, elapsed
         self._verdicts, self._digests, self._keep = verdicts, digests, keep_on_device
+        self.interface: Optional[str] = None  # set by start_kernel: KernelRun.interface known at call time
         self._run: Optional[KernelRun] = None
 
     def result(self) -> KernelRun:
@@ -317,11 +331,13 @@ class KernelLaunch:
         mod_err, n_nan = _modified_line(man, *self._verdicts.get())
         digests = self._digests()
         if self.output is None:
-            return KernelRun(None, self.error, man, digests, self.elapsed_s)
+            return KernelRun(None, self.error, man, digests, self.elapsed_s, interface=self.interface)
+        if mod_err is not None:  # an operand written in place: an interface failure, the output is not judged
+            return KernelRun(None, mod_err, man, digests, self.elapsed_s, interface=mod_err)
         out = self.output if self._keep else self.output.to("cpu")
-        # NaN / in-place evidence keeps the output: the checks may still want the other elements
+        # NaN evidence keeps the output: the checks may still want the other elements
         nan_err = _nan_error(out, self.ops, self.spec, man, n_nan[0] if n_nan else None)
-        return KernelRun(out, mod_err or nan_err, man, digests, self.elapsed_s)
+        return KernelRun(out, nan_err, man, digests, self.elapsed_s)
 
 
 #: Largest M * K * N whose kernel call is repeated for check C10 (call_independence).
@@ -430,7 +446,7 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
         out, err, _, _ = _guarded_call(
             _base_manifest(spec, dev), dev, spec.scaled_mm, *args, out_dtype=dt, bias=ops["bias"]
         )
-        return out, err or _check_output(out, m, n, dt, "kernel")
+        return out, err or interface_violation(out, m, n, dt, "kernel")
 
     def compare(after: str, compared: str, ops: dict) -> dict:
         out, err = call(ops, out_dtype)
@@ -509,8 +525,8 @@ def start_kernel(
     _record_layouts(man, originals, given)
     args = (given["a"], given["b"], given["scale_a"], given["scale_b"])
     out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, *args, out_dtype=dops.out_dtype, bias=given["bias"])
-    if err is None:
-        err = _check_output(out, m, n, ops.out_dtype, "kernel")
+    iface = None if err is not None else interface_violation(out, m, n, ops.out_dtype, "kernel", given)
+    err = err or iface
     if (
         err is None
         and probe_ownership
@@ -532,7 +548,9 @@ def start_kernel(
         return trace.digest_operands(dops.a, dops.b, dops.scale_a, dops.scale_b, dops.bias)
 
     if err is not None:
-        return KernelLaunch(spec, ops, None, err, man, elapsed, verdicts, digests, keep_on_device)
+        launch = KernelLaunch(spec, ops, None, err, man, elapsed, verdicts, digests, keep_on_device)
+        launch.interface = iface
+        return launch
     man["device"] = out.device.type
     return KernelLaunch(spec, ops, out.detach(), None, man, elapsed, verdicts, digests, keep_on_device)
 
@@ -589,7 +607,7 @@ def start_int_mm(
     acc, err, elapsed, _ = _guarded_call(man, dev, spec.int_mm, given["a"], given["b"])
     verdicts = _ask_differing(originals, given)
     if err is None:
-        err = _check_output(acc, m, n, torch.int32, "int_mm")
+        err = interface_violation(acc, m, n, torch.int32, "int_mm", given)
     if err is not None:
         return AccLaunch(None, err, man, elapsed, verdicts, keep_on_device)
     man["device"] = acc.device.type

@@ -28,7 +28,16 @@ from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.ownership import check_call_independence
-from conformance.checks.result import CHECK_NAMES, KEPT_EVIDENCE, PRECONDITION_CASE, CheckResult
+from conformance.checks.result import (
+    CHECK_NAMES,
+    INTERFACE_ID,
+    INTERFACE_NAME,
+    KEPT_EVIDENCE,
+    PRECONDITION_CASE,
+    CheckResult,
+    interface_failure,
+    not_applicable,
+)
 from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
 from conformance.suite.pairwise import compare_pair
@@ -38,6 +47,7 @@ from conformance.suite.prefetch import (
     prefetch_output_comparisons,
     prefetch_output_evidence,
 )
+from conformance.suite.signatures import explain_output
 from reference import memo
 from reference.errors import first_line
 from reference.fp8 import exact_accumulator
@@ -45,6 +55,8 @@ from reference.operands import tensor_digest
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
 NOT_RUN = "not run"
+#: The n/a reason of every other per-case check on a case whose output failed its interface.
+NOT_RUN_ON_INTERFACE = f"not run: the kernel returned no valid output ({INTERFACE_NAME} failure)"
 #: Per-case checks in report order (uniform signature
 #: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
 PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
@@ -99,7 +111,8 @@ class CaseResult:
     ``tensor_digest`` of the output (None without); ``output``: the tensor with ``keep_output=True``
     (not serialized); ``coverage``: ``case_coverage`` (``{"error": line}`` if it failed);
     ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None;
-    ``crash``: :func:`crashed_case`'s record when the kernel's process died or hung on the case.
+    ``crash``: :func:`crashed_case`'s record when the kernel's process died or hung on the case; ``fault_explanation``:
+    ``conformance.suite.signatures.explain_output`` where C8 failed (None elsewhere, or when not asked).
     """
 
     case: str
@@ -121,6 +134,7 @@ class CaseResult:
     coverage: dict = field(default_factory=dict)
     prefetch_error: Optional[str] = None
     crash: Optional[dict] = None
+    fault_explanation: Optional[dict] = None
 
     @property
     def not_run_reason(self) -> Optional[str]:
@@ -129,6 +143,12 @@ class CaseResult:
         if self.run_manifest.get("skipped") or err.startswith("not runnable here"):
             return err or "not runnable here"
         return None
+
+    @property
+    def interface(self) -> Optional[str]:
+        """The kernel's interface failure on this case (``KernelRun.interface``), or None."""
+        r = self.checks.get(INTERFACE_ID)
+        return None if r is None else r.evidence.get("interface")
 
     @property
     def kernel_failures(self) -> list[CheckResult]:
@@ -155,8 +175,11 @@ class CaseResult:
         return NOT_RUN if self.not_run_reason is not None else "pass"
 
     def failure_lines(self) -> list[str]:
-        """One line per kernel failure: ``C8 declared_contract: <summary>``."""
-        return [f"{r.check_id} {r.name}: {r.summary}" for r in self.kernel_failures]
+        """One line per kernel failure: ``C8 declared_contract: <summary>``, ``interface: <line>``."""
+        return [
+            r.summary if r.check_id == INTERFACE_ID else f"{r.check_id} {r.name}: {r.summary}"
+            for r in self.kernel_failures
+        ]
 
     def to_dict(self) -> dict:
         """JSON-able dict; full evidence for failing checks, the headline
@@ -173,6 +196,7 @@ class CaseResult:
             "out_dtype": self.out_dtype,
             "bias": self.bias,
             "verdict": self.verdict,
+            "interface": self.interface,
             "checks": checks,
             "path": self.run_manifest.get("path"),
             "elapsed_s": self.elapsed_s,
@@ -190,6 +214,8 @@ class CaseResult:
             d["prefetch_error"] = self.prefetch_error
         if self.crash is not None:
             d["crash"] = self.crash
+        if self.fault_explanation is not None:
+            d["fault_explanation"] = self.fault_explanation
         return d
 
 
@@ -382,20 +408,35 @@ class CaseEvaluation:
         keep_output: bool = False,
         coverage: bool = True,
         output_digest: bool = True,
+        explain: bool = True,
     ) -> CaseResult:
-        """The CaseResult (settles first). Args as :func:`evaluate_case`."""
+        """The CaseResult (settles first). Args as :func:`evaluate_case`; ``explain``: test F1-F5's emulations
+        against the output where C8 failed (``CaseResult.fault_explanation``)."""
         self.settle()
         spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
         checks: dict[str, CheckResult] = {}
         # one scope per case: the checks share its bound, references and digests
         # (reference.memo; a no-op inside the sweep's own scope)
+        iface = getattr(run, "interface", None)
         with memo.scope():
             for cid, fn in per_case_checks(spec) + ((OWNERSHIP_CHECK,) if self.probed else ()):
+                if iface is not None:  # no valid output: nothing numeric was judged
+                    checks[cid] = not_applicable(cid, NOT_RUN_ON_INTERFACE)
+                    continue
                 try:
                     checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
                 except Exception as e:  # noqa: BLE001 -- report, never crash the suite
                     checks[cid] = check_error(cid, e)
+        if iface is not None:
+            checks = {INTERFACE_ID: interface_failure(iface), **checks}
         _mark_precondition_cases(checks, ops.meta)
+        explanation = None
+        c8 = checks.get("C8")
+        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not is_fp8(spec):
+            try:
+                explanation = explain_output(spec, ops, run.output, exact)
+            except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
+                explanation = None
         pair = None
         if against is not None:
             run_b = run_kernel(against, ops, device=device)
@@ -426,6 +467,7 @@ class CaseEvaluation:
             output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
             output=run.output if keep_output else None,
             prefetch_error="; ".join(self._prefetch_errors) or None,
+            fault_explanation=explanation,
         )
 
 

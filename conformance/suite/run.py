@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay, case_id
 from conformance.cases.fp8 import PAPER_NOT_AFFORDED
-from conformance.checks.result import CHECK_NAMES, CheckResult, aggregate, failed_line, not_applicable
+from conformance.checks.result import CHECK_NAMES, INTERFACE_ID, CheckResult, aggregate, failed_line, not_applicable
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import conformance_run
@@ -61,7 +61,7 @@ from conformance.suite.workers import (
 from reference.errors import first_line
 from reference.model.forward import model_class
 
-REPORT_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
+REPORT_ORDER = ("IF", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
 #: Version of the suite's case construction and check semantics: two reports compare
 #: (``int8conf gate --baseline``) only when equal; bump it when a generator or a check's meaning changes.
 SUITE_VERSION = "3"
@@ -248,7 +248,7 @@ def overall_verdict(
         verdict = "fail"
         summary = "NOT conformant: " + "; ".join(
             ([_crash_text(crashes)] if crashes else [])
-            + [failed_line(c) for c in failed]
+            + [c.summary if c.check_id == INTERFACE_ID else failed_line(c) for c in failed]
             + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):
@@ -300,6 +300,15 @@ def overall_verdict(
     return out
 
 
+def _interface_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
+    """The aggregated interface failure ``r`` re-worded over all ``total`` cases: ``interface: <first line> on
+    <first case> (N of total cases)`` (``failed``: its ``(case, CheckResult)`` pairs)."""
+    case, first = failed[0]
+    return CheckResult(
+        r.check_id, r.name, r.verdict, f"{first.summary} on {case} ({len(failed)} of {total} cases)", r.evidence
+    )
+
+
 def build_result(
     spec,
     case_results: Sequence[CaseResult],
@@ -326,6 +335,8 @@ def build_result(
         for cid, r in cr.checks.items():
             per.setdefault(cid, []).append((cr.case, r))
     agg = {cid: aggregate(cid, lst) for cid, lst in per.items()}
+    if per.get(INTERFACE_ID):
+        agg[INTERFACE_ID] = _interface_summary(agg[INTERFACE_ID], per[INTERFACE_ID], len(case_results))
     for r in model_results:
         agg[r.check_id] = r
     for cid, _, _ in MODEL_CHECKS:

@@ -1,6 +1,13 @@
-"""Fault signatures (DESIGN.md section 6): which fault classes a set of failures is consistent with,
-from the failing checks, the largest spacing distance and the direction of the differing elements
-against the declared-contract reference. Reports name them; the sweep scores them."""
+"""Fault signatures (DESIGN.md section 6): which fault classes a set of failures is consistent with, ranked by how
+well each explains the evidence, and the shape / dtype / layout pattern of the failing cases.
+
+Evidence per failing case: the failing checks, the largest spacing distance and the direction of the differing
+elements against the declared-contract reference (:class:`FailureFeatures`, :data:`SIGNATURES`: the predicates the
+sweep scores), and, where the case kept its output, the post-processing faults' emulations tested against it
+(:func:`explain_output`: of the elements whose bits differ from the declared reference, how many each of F1-F5's
+epilogue, ``faults.postprocessing.faulty_epilogue``, reproduces bit for bit). A class's score on a case is the
+fraction of the differing elements its emulation reproduces (consistent when more than half), or 1 / 0 by its
+predicate where no emulation applies; its report score is the mean over the failing cases (:func:`rank_classes`)."""
 
 from __future__ import annotations
 
@@ -10,6 +17,10 @@ from typing import Iterable, Optional
 
 from conformance.checks.result import DECLARATION
 from faults.catalogue import get_fault
+from faults.postprocessing import faulty_epilogue
+from faults.spec import POSTPROCESSING_FAULTS
+from reference.bits import bits_of
+from reference.epilogue import cached_epilogue
 
 #: The output checks whose spacing distance a signature reads.
 OUTPUT_CHECKS = ("C5", "C6", "C8")
@@ -232,36 +243,194 @@ def declaration_line(n_declared: int, n_failing: int) -> str:
     )
 
 
+def explain_output(spec, ops, out, exact) -> Optional[dict]:
+    """Test each post-processing fault against an int8 kernel's output: ``{"n_differ": n, "explained": {fid: k},
+    "predicted": {fid: p}}`` over the elements whose accumulator fits int32 (the others are the overflow
+    declaration's): ``n`` differ in bits from the declared contract's reference, ``k`` of them equal fault ``fid``'s
+    epilogue (F1-F5, ``faults.postprocessing.faulty_epilogue`` on the exact accumulator), which changes ``p``
+    elements. ``out``: out_dtype [M, N]; ``exact``: int64 [M, N]. None where nothing differs, for an e4m3 kernel,
+    or a kernel declaring a step list (no F1-F5 emulation of it)."""
+    if out is None or getattr(spec, "operands", "int8") != "int8" or getattr(spec, "steps", None) is not None:
+        return None
+    dev = exact.device
+    out = out.to(dev)
+    sa, sb = ops.scale_a.to(dev), ops.scale_b.to(dev)
+    bias = None if ops.bias is None else ops.bias.to(dev)
+    fits = exact.abs() <= 2**31 - 1
+    ref = bits_of(cached_epilogue(exact, sa, sb, spec.contract, bias=bias, out_dtype=ops.out_dtype))
+    ob = bits_of(out)
+    diff = (ob != ref) & fits
+    n = int(diff.sum())
+    if n == 0:
+        return None
+    explained, predicted = {}, {}
+    for fid in POSTPROCESSING_FAULTS:
+        alt = bits_of(faulty_epilogue(exact, sa, sb, spec.contract, fid, bias, ops.out_dtype))
+        changed = (alt != ref) & fits
+        explained[fid] = int((changed & (alt == ob)).sum())
+        predicted[fid] = int(changed.sum())
+    return {"n_differ": n, "explained": explained, "predicted": predicted}
+
+
+def case_scores(cr, ft: Optional[FailureFeatures] = None) -> dict:
+    """``{fault id: score in [0, 1]}`` of one failing case: for F1-F5 with an emulation test
+    (``cr.fault_explanation``) the fraction of differing elements reproduced when more than half, else 0; for the
+    others 1 where :data:`SIGNATURES`' predicate matches, else 0. Only classes scoring above 0 appear."""
+    ft = ft if ft is not None else features_of_case(cr)
+    ex = getattr(cr, "fault_explanation", None)
+    out = {fid: 1.0 for fid, _ in match_signatures(ft)}
+    if ex:
+        n = ex["n_differ"]
+        for fid in POSTPROCESSING_FAULTS:
+            k = ex["explained"].get(fid, 0)
+            out.pop(fid, None)
+            if 2 * k > n:
+                out[fid] = k / n
+    return out
+
+
+@dataclass
+class ClassRank:
+    """One consistent class of a report: ``score`` (mean of :func:`case_scores` over the failing cases),
+    ``precision`` (of the elements its emulation changes, the fraction that differ: the tie-break), ``cases``
+    (failing cases it is consistent with), ``explained`` of the ``differ`` elements differing from the declared
+    reference over every failing case tested (emulated classes F1-F5 only; else 0)."""
+
+    fault: str
+    score: float
+    precision: float
+    cases: int
+    explained: int = 0
+    differ: int = 0
+
+    def line(self, n_failing: int) -> str:
+        name = get_fault(self.fault).name.replace("_", " ")
+        if self.differ:
+            how = (
+                f"{get_fault(self.fault).description}: its epilogue reproduces {self.explained} of the "
+                f"{self.differ} differing elements"
+            )
+        else:
+            how = SIGNATURES[self.fault][1]
+        return (
+            f"consistent with {self.fault} {name}: {how} (score {self.score:.2f}; {self.cases} of {n_failing} "
+            f"failing cases)"
+        )
+
+
+def rank_classes(failing: list) -> list[ClassRank]:
+    """The classes consistent with at least one of the ``failing`` CaseResults, best explanation first: score, then
+    precision, then cases, then catalogue order."""
+    n = len(failing)
+    acc: dict = {}
+    explained: dict = {f: 0 for f in POSTPROCESSING_FAULTS}
+    predicted, differ = dict(explained), 0
+    for cr in failing:
+        ex = getattr(cr, "fault_explanation", None)
+        if ex:
+            differ += ex["n_differ"]
+            for fid in POSTPROCESSING_FAULTS:
+                explained[fid] += ex["explained"][fid]
+                predicted[fid] += ex["predicted"][fid]
+        for fid, sc in case_scores(cr).items():
+            r = acc.setdefault(fid, ClassRank(fid, 0.0, 0.0, 0))
+            r.score += sc  # summed here, the mean below
+            r.cases += 1
+    for r in acc.values():
+        r.score /= n
+        if r.fault in explained and differ:
+            r.explained, r.differ = explained[r.fault], differ
+            r.precision = r.explained / predicted[r.fault] if predicted[r.fault] else 0.0
+        else:
+            r.precision = r.score
+    return sorted(acc.values(), key=lambda r: (-round(r.score, 9), -round(r.precision, 9), -r.cases, int(r.fault[1:])))
+
+
+_SCALE_MODES = {"pow2": "power-of-two", "own": "checkpoint (real)", "synthetic": "real (not power-of-two)"}
+
+
+def _dtype_label(text: str) -> str:
+    return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(text, text)
+
+
+def failing_pattern(cases: list, failing: list) -> Optional[str]:
+    """``all failing cases: bf16 out, M >= 4095``: what every failing case shares and some passing case does not
+    (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a lower or upper bound on M, N, K); None
+    when every case failed or nothing sets the failing ones apart. ``cases``: every case that ran."""
+    fail_ids = {id(c) for c in failing}
+    rest = [c for c in cases if id(c) not in fail_ids]
+    if not failing or not rest:
+        return None
+
+    def layouts(c, k):
+        return ((c.run_manifest or {}).get("extra") or {}).get("operand_layouts", {}).get(k)
+
+    attrs = (
+        ("out", lambda c: _dtype_label(c.out_dtype), "{} out"),
+        ("bias", lambda c: bool(c.bias), None),
+        ("scales", lambda c: _SCALE_MODES.get(c.scale_mode, c.scale_mode), "{} scales"),
+        ("source", lambda c: c.source, "{} cases"),
+        ("a", lambda c: layouts(c, "a"), "a {}"),
+        ("b", lambda c: layouts(c, "b"), "b {}"),
+    )
+    parts = []
+    for key, get, fmt in attrs:
+        vals = {get(c) for c in failing}
+        if len(vals) != 1 or None in vals:
+            continue
+        (v,) = vals
+        if all(get(c) == v for c in rest):
+            continue
+        parts.append(("with bias" if v else "no bias") if key == "bias" else fmt.format(v))
+    for i, dim in enumerate(("M", "K", "N")):
+        lo, hi = min(c.shape[i] for c in failing), max(c.shape[i] for c in failing)
+        below = [c for c in rest if c.shape[i] < lo]
+        above = [c for c in rest if c.shape[i] > hi]
+        if below and not any(c.shape[i] >= lo for c in rest):
+            parts.append(f"{dim} >= {lo}")
+        elif above and not any(c.shape[i] <= hi for c in rest):
+            parts.append(f"{dim} <= {hi}")
+    if not parts:
+        return None
+    return "all failing cases: " + ", ".join(parts)
+
+
 def signature_lines(result) -> list[str]:
-    """A failing ConformanceResult's lines: the cases failed only by the declaration
-    (:func:`declaration_line`), then each fault class matching at least one other failing case
-    (cases matched one by one; precondition-only failures and cases whose kernel process crashed or hung,
-    which produced no output, do not count), most matched first, with its count;
-    :func:`no_signature_line` when none matches; empty when no case failed."""
+    """A failing ConformanceResult's lines: the interface failures (not numeric); the cases failed only by the
+    declaration (:func:`declaration_line`); the pattern the failing cases share (:func:`failing_pattern`); each
+    consistent fault class, best explanation first (:func:`rank_classes`), with its score and case count;
+    :func:`no_signature_line` when none is; empty when no case failed. Precondition-only failures and cases whose
+    kernel process crashed or hung (no output) do not count as failing."""
     failing = [
         cr
         for cr in result.cases
         if getattr(cr, "crash", None) is None
         and any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
     ]
+    iface = [cr for cr in failing if getattr(cr, "interface", None)]
+    failing = [cr for cr in failing if not getattr(cr, "interface", None)]
     declared = [cr for cr in failing if declaration_only(cr)]
     failing = [cr for cr in failing if not declaration_only(cr)]
-    counts: dict = {}
-    lines_of: dict = {}
-    acc_off = 0
-    for cr in failing:
-        ft = features_of_case(cr)
-        acc_off += ft.acc_mismatch
-        for fid, line in match_signatures(ft):
-            counts[fid] = counts.get(fid, 0) + 1
-            lines_of[fid] = line
+    head = [interface_line(len(iface))] if iface else []
+    acc_off = sum(features_of_case(cr).acc_mismatch for cr in failing)
     n = len(failing) + len(declared)
-    head = [accumulator_line(acc_off, n)] if acc_off else []
+    head += [accumulator_line(acc_off, n)] if acc_off else []
     head += [declaration_line(len(declared), n)] if declared else []
-    if failing and not counts:
+    ran = [cr for cr in result.cases if cr.produced_output and not getattr(cr, "interface", None)]
+    pattern = failing_pattern(ran, failing)
+    head += [pattern] if pattern else []
+    ranks = rank_classes(failing)
+    if failing and not ranks:
         return head + [no_signature_line(len(failing))]
-    order = sorted(counts, key=lambda f: (-counts[f], int(f[1:])))
-    return head + [f"{lines_of[f]} ({counts[f]} of {n} failing cases)" for f in order]
+    return head + [r.line(n) for r in ranks]
+
+
+def interface_line(n: int) -> str:
+    """The line for ``n`` cases whose output failed its interface (check IF): no numeric fault class applies."""
+    return (
+        f"interface failure on {n} case{'' if n == 1 else 's'} (check IF): the kernel returned no valid output "
+        f"there, so no numeric fault class is offered for {'it' if n == 1 else 'them'}"
+    )
 
 
 def accumulator_line(n_off: int, n_failing: int) -> str:

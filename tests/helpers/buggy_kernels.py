@@ -535,6 +535,35 @@ def column_major_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias).t().contiguous().t()
 
 
+@declare(contract="cutlass", int_mm=exact_acc32, name="returns_none")
+def returns_none(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: writes its result into a buffer of its own and returns nothing (an interface failure)."""
+    _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=exact_acc32, name="float32_output")
+def float32_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: returns the float32 epilogue value, never converted to ``out_dtype`` (an interface failure)."""
+    acc = exact_acc32(a, b).to(torch.float32)
+    return acc * scale_b.reshape(1, -1).to(torch.float32) * scale_a.reshape(-1, 1).to(torch.float32)
+
+
+@declare(contract="cutlass", int_mm=exact_acc32, name="scales_a_in_place")
+def scales_a_in_place(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: right values, but it reuses ``scale_a`` as scratch (``mul_``) and leaves it changed (in place)."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    scale_a.mul_(2.0)
+    return out
+
+
+def wrong_signature(a, b, scale_a, scale_b):
+    """Bug: no ``out_dtype`` / ``bias`` parameters (refused at load)."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, torch.bfloat16, None)
+
+
+wrong_signature.int8conf_contract = "cutlass"
+
+
 @declare(contract="cutlass", int_mm=lambda a, b: exact_acc32(a, _dense_view(b)), name="b_as_contiguous")
 def b_as_contiguous(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: reads ``b`` as a dense row-major [N, K] buffer whatever its strides
@@ -596,6 +625,22 @@ def bias_rounded_first(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
     """Bug: declares bias in float32 before the rounding but rounds the
     product to out_dtype first and adds the bias after (fault F5)."""
     return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "after_round", bias, out_dtype)
+
+
+# --- issue 42: realistic bugs whose failure signature must name the right class first ---
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="truncates_from_m32")
+def truncates_from_m32(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the large-M (M >= 32) bf16 path converts with round-toward-zero (F4 on a shape-gated path)."""
+    rounding = "rtz" if a.shape[0] >= 32 and out_dtype == torch.bfloat16 else "rne"
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias, out_dtype, rounding)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="fused_scales")
+def fused_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: declares w_then_a but precomputes ``s_a * s_w`` (fused order, F5) on every path."""
+    return emulate(exact_acc32(a, b), scale_a, scale_b, "fused", "fp32_before_round", bias, out_dtype)
 
 
 # --- issue 8: bugs on size-dependent paths (family ``large_shapes``) ---------

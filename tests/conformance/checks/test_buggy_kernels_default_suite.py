@@ -41,7 +41,7 @@ def _verdict(kernel: str, family: str):
     [
         ("signed_zero_lost", "signed_zero", {"C8"}),  # +0 where -0 = 0 * (negative scale)
         ("saturating_declares_wrap", "int32_overflow", {"C3", "C8"}),  # clamps, declares wrap
-        ("bf16_when_fp16", "subnormal", {"C8"}),  # dtype error on the fp16 cases
+        ("bf16_when_fp16", "subnormal", {"IF"}),  # an interface failure (dtype) on the fp16 cases
         ("decode_path_order", "ties", {"C8", "C9"}),  # M = 1 path: other scale order
         ("stale_accumulator", "ties", {"C8", "C9"}),  # workspace not reset between calls
     ],
@@ -52,10 +52,12 @@ def test_default_suite_fails_the_buggy_kernel(kernel, family, failing):
     assert failing <= set(res.overall["failed_checks"]), res.overall["summary"]
 
 
-def test_dtype_bug_is_reported_as_dtype_error():
+def test_dtype_bug_is_reported_as_an_interface_failure():
     res = _verdict("bf16_when_fp16", "subnormal")
-    ev = res.check("C8").evidence["worst_case"]["evidence"]
-    assert ev["problem_kind"] == "dtype" and "torch.bfloat16" in ev["kernel_error"]
+    r = res.check("IF")
+    assert r.verdict == "fail" and r.evidence["failure_kind"] == "interface"
+    assert r.summary.startswith("interface: kernel returned dtype torch.bfloat16, expected torch.float16 on ")
+    assert res.overall["failed_checks"] == ["IF"]  # the numeric checks did not run on those cases
 
 
 @pytest.mark.parametrize(

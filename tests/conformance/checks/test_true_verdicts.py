@@ -235,19 +235,17 @@ def test_nan_payloads_are_canonical_and_signed_zero_counted():
     assert _bits(c) == ["0xFFC0", "0x8000", "0x3F81"]
 
 
-def test_wrong_output_dtype_is_a_dtype_error_not_a_spacing_failure():
+def test_wrong_output_dtype_is_an_interface_failure_not_a_spacing_failure():
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (3, 16), generator=g, dtype=torch.int16).to(torch.int8)
     ops = GemmOperands(
         a, a.clone(), torch.full((3,), 0.01), torch.full((3,), 0.02), out_dtype=torch.float16, name="fp16"
     )
     cr = evaluate_case(_spec(bf16_when_fp16, "bf16fp16"), ops, device="cpu")
-    for cid in ("C6", "C8"):
-        r = cr.checks[cid]
-        assert r.verdict == "fail" and r.evidence["problem_kind"] == "dtype"
-        assert r.summary.startswith("dtype error:") and "torch.bfloat16" in r.summary
-    # no output: C1 / C2 have nothing to certify
-    assert cr.checks["C1"].verdict == cr.checks["C2"].verdict == "n/a"
+    assert cr.interface == "kernel returned dtype torch.bfloat16, expected torch.float16"
+    assert [r.check_id for r in cr.kernel_failures] == ["IF"]
+    # no valid output: no other check certifies or fails anything
+    assert {r.verdict for cid, r in cr.checks.items() if cid != "IF"} == {"n/a"}
 
 
 # ------------------------------------------------------------ aggregation, digests

@@ -174,7 +174,7 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
     assert split_query("m:f?contract=cutlass&overflow=wrap") == ("m:f", {"contract": "cutlass", "overflow": "wrap"})
     with pytest.raises(ContractError, match=r"unknown query key\(s\) \['overflo'\]"):
         split_query("m:f?contract=cutlass&overflo=saturate")
-    tpu = declare("cutlass", devices=("tpu",))(lambda *a: None)
+    tpu = declare("cutlass", devices=("tpu",))(lambda *a, **k: None)
     with pytest.raises(KernelLoadError, match="device 'tpu' is not a torch device type"):
         spec_from_object(tpu, "m:tpu", "test")
     with pytest.raises(KernelLoadError, match=r"\?devices=: devices is empty"):
@@ -188,7 +188,7 @@ def test_a_loaded_kernel_cannot_take_a_builtin_name():
     """Its reports would replace the built-in's (reports/check/cpu/)."""
     from conformance.kernels.loader import declare, spec_from_object
 
-    fn = declare("cutlass", name="cpu")(lambda *a: None)
+    fn = declare("cutlass", name="cpu")(lambda *a, **k: None)
     with pytest.raises(
         KernelLoadError,
         match=r"^kernel 'm:f' declares the name 'cpu', which is "
@@ -196,11 +196,11 @@ def test_a_loaded_kernel_cannot_take_a_builtin_name():
     ):
         spec_from_object(fn, "m:f", "module:m:f")
     with pytest.raises(KernelLoadError, match="declares the name 'all'"):
-        spec_from_object(declare("cutlass")(lambda *a: None), "m:f", "module:m:f", {"name": "all"})
+        spec_from_object(declare("cutlass")(lambda *a, **k: None), "m:f", "module:m:f", {"name": "all"})
     spec = KernelSpec(name="triton", scaled_mm=print, contract=CUTLASS_STYLE)
     with pytest.raises(KernelLoadError, match="declares the name 'triton'"):
         spec_from_object(spec, "m:SPEC", "module:m:SPEC")
-    assert spec_from_object(declare("cutlass", name="cpu2")(lambda *a: None), "m:f", "t").name == "cpu2"
+    assert spec_from_object(declare("cutlass", name="cpu2")(lambda *a, **k: None), "m:f", "t").name == "cpu2"
 
 
 MIXED_MODULE = textwrap.dedent("""
@@ -265,7 +265,7 @@ def test_a_per_device_mapping_may_name_contracts():
     spec = spec_from_object(
         declare(
             {"cpu": "triton", "cuda/float16": "w_then_a/after_round", "*": ["cast fp32", "mul s_a*s_w", "cast out"]}
-        )(lambda *a: None),
+        )(lambda *a, **k: None),
         "m:f",
         "test",
     )
@@ -285,10 +285,10 @@ def test_a_per_device_mapping_must_cover_every_declared_device():
         match=r"names \['cuda'\] but not the declared device\(s\) "
         r"\['cpu'\]: add an entry for each \(or '\*'\)",
     ):
-        spec_from_object(declare({"cuda": "triton"})(lambda *a: None), "m:f", "t")
-    assert spec_from_object(declare({"cuda": "triton"}, devices=("cuda",))(lambda *a: None), "m:f", "t").devices == (
-        "cuda",
-    )
+        spec_from_object(declare({"cuda": "triton"})(lambda *a, **k: None), "m:f", "t")
     assert spec_from_object(
-        declare({"cuda/float16": "triton", "*": "cutlass"}, devices=("cpu", "cuda"))(lambda *a: None), "m:f", "t"
+        declare({"cuda": "triton"}, devices=("cuda",))(lambda *a, **k: None), "m:f", "t"
+    ).devices == ("cuda",)
+    assert spec_from_object(
+        declare({"cuda/float16": "triton", "*": "cutlass"}, devices=("cpu", "cuda"))(lambda *a, **k: None), "m:f", "t"
     )

@@ -1,0 +1,88 @@
+"""The failure signature ranks the consistent fault classes by how well each explains the evidence (issue 42, item 4):
+every fault class the sweep injects into the cpu kernel comes out first, and so does the class of three realistic
+bugs (round-toward-zero above an M, fused scales, an injected F3), with the pattern the failing cases share."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.cases.synthetic import synthetic_cases
+from conformance.kernels.registry import get_kernel
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.plan import given_cases
+from conformance.suite.run import build_result
+from conformance.suite.signatures import interface_line, rank_classes, signature_lines
+from faults import faults_for, inject, prepare_case
+
+
+def _result(spec, cases):
+    return build_result(spec, [evaluate_case(spec, c, device="cpu") for c in cases], given_cases(cases))
+
+
+def _failing(res):
+    return [cr for cr in res.cases if cr.kernel_failures]
+
+
+#: one seed of every synthetic kind: bias and none, power-of-two and real scales, bf16 and fp16 out (11 cases)
+CASES = synthetic_cases(seeds=(0,))
+#: the int8 classes the sweep injects that a run can detect (F8 changes nothing; F10 is e4m3-only)
+DETECTABLE = [f.id for f in faults_for("int8") if f.id != "F8"]
+
+
+def test_every_detectable_int8_class_is_listed():
+    assert DETECTABLE == ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F9"]
+
+
+@pytest.mark.parametrize("fault", DETECTABLE)
+def test_an_injected_fault_is_ranked_first(fault):
+    spec = inject(get_kernel("cpu"), fault, "all", 0)
+    if fault in ("F6", "F7"):  # precondition faults run on cases prepared for them (two suffice)
+        cases = [prepare_case(c, fault, "all", 0) for c in CASES[:2]]
+    else:
+        cases = CASES
+    res = _result(spec, cases)
+    assert res.verdict == "fail"
+    ranks = rank_classes(_failing(res))
+    assert ranks[0].fault == fault, [(r.fault, round(r.score, 3)) for r in ranks]
+    assert ranks[0].score == 1.0
+    assert all(r.score < 1.0 for r in ranks[1:])
+    line = next(x for x in signature_lines(res) if x.startswith("consistent with"))
+    assert line.startswith(f"consistent with {fault} ")
+
+
+@pytest.mark.parametrize("fault", ["F1", "F3", "F4", "F5"])
+def test_a_fault_on_one_percent_of_the_elements_is_ranked_first_too(fault):
+    res = _result(inject(get_kernel("cpu"), fault, "1%", 0), CASES)
+    assert rank_classes(_failing(res))[0].fault == fault
+
+
+def test_round_toward_zero_above_an_m_is_f4_first_with_its_pattern():
+    import buggy_kernels
+
+    assert buggy_kernels.truncates_from_m32 is not None
+    res = _result(get_kernel("buggy_kernels:truncates_from_m32"), synthetic_cases())
+    failing = _failing(res)
+    assert sorted(cr.case for cr in failing) == ["synthetic/epilogue_ties-s0", "synthetic/epilogue_ties-s1"]
+    sig = signature_lines(res)
+    assert sig[0] == ("all failing cases: bf16 out, no bias, real (not power-of-two) scales, M >= 32, K >= 1024")
+    n = sum(cr.fault_explanation["n_differ"] for cr in failing)
+    assert sig[1] == (
+        "consistent with F4 output truncation: final conversion rounds toward zero instead of to nearest-even: its "
+        f"epilogue reproduces {n} of the {n} differing elements (score 1.00; 2 of 2 failing cases)"
+    )
+
+
+def test_fused_scales_are_f5_first():
+    res = _result(get_kernel("buggy_kernels:fused_scales"), CASES)
+    ranks = rank_classes(_failing(res))
+    assert ranks[0].fault == "F5" and ranks[0].score > ranks[1].score
+
+
+def test_interface_failures_are_named_not_offered_a_fault_class():
+    cases = CASES[:3]
+    res = _result(get_kernel("buggy_kernels:returns_none"), cases)
+    assert signature_lines(res) == [interface_line(3)]
+    assert interface_line(3) == (
+        "interface failure on 3 cases (check IF): the kernel returned no valid output there, so no numeric fault "
+        "class is offered for them"
+    )
