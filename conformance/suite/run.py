@@ -486,6 +486,7 @@ def _run_steps(state: SuiteState, property_examples, model_checks, progress, inv
         state.property,
         state.against,
         time.perf_counter() - state.t0,
+        notes=state.notes(),
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,
