@@ -11,6 +11,7 @@ from typing import Callable, Optional, Sequence
 
 from conformance.cases.accumulator import int32_overflow_family, large_acc_family, partial_sums_family
 from conformance.cases.alignment import extreme_pairs_family, k_residues_family, m_n_edges_family
+from conformance.cases.covering import covering_family
 from conformance.cases.dispatch import dispatch_family
 from conformance.cases.large_shapes import large_shapes_family
 from conformance.cases.layouts import layouts_family
@@ -60,20 +61,32 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
         "(2^k +- 1 up to 2^17 + 1, tile multiples, 151,936, large-K residues, M*N*K "
         "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators",
     ),
+    "covering": (
+        covering_family,
+        "a covering array over the declared attribute space (conformance.cases.covering): every legal triple of "
+        "shape regime, operand layout, scale form, out dtype and bias, every legal pair of the rest (scale "
+        "magnitude class, bias value class, leading planted kind), planted",
+    ),
 }
 
 
-#: slices the regimes family is built in by :func:`family_builders` (its cases dominate the build)
+#: slices the regimes and covering families are built in by :func:`family_builders` (their cases dominate the build)
 REGIME_PARTS = 16
+COVERING_PARTS = 8
 
 
 def family_builders(seed: int = 0) -> list[Callable[[], list]]:
     """Zero-argument builders whose results, concatenated in order, are :func:`family_cases` ``(seed=seed)``: one per
     family, the regimes family in :data:`REGIME_PARTS` slices (picklable: built in worker processes)."""
-    out: list[Callable[[], list]] = [functools.partial(FAMILIES[n][0], seed) for n in FAMILIES if n != "regimes"]
-    regimes = [functools.partial(regimes_family, seed, part=(j, REGIME_PARTS)) for j in range(REGIME_PARTS)]
-    i = list(FAMILIES).index("regimes")
-    return out[:i] + regimes + out[i:]
+    sliced = {"regimes": (regimes_family, REGIME_PARTS), "covering": (covering_family, COVERING_PARTS)}
+    out: list[Callable[[], list]] = []
+    for name in FAMILIES:
+        if name in sliced:
+            build, parts = sliced[name]
+            out += [functools.partial(build, seed, part=(j, parts)) for j in range(parts)]
+        else:
+            out.append(functools.partial(FAMILIES[name][0], seed))
+    return out
 
 
 def family_cases(names: Optional[Sequence[str]] = None, seed: int = 0) -> list[GemmOperands]:

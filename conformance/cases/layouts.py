@@ -81,3 +81,48 @@ def layouts_family(seed: int = 0) -> list[GemmOperands]:
         for j, mode in enumerate(MODES):
             out.append(layout_case(variant, mode, OUT_DTYPES[(i + j) % 3], SHAPES[(i + j) % len(SHAPES)], seed))
     return out
+
+
+def _scale_form(s: torch.Tensor, form: str) -> torch.Tensor:
+    if form == "column":
+        return s.reshape(-1, 1).clone()
+    if form == "0d":
+        return s.reshape(-1)[0].clone()
+    if form == "one":
+        return s.reshape(-1)[:1].clone()
+    if form == "strided":
+        return torch.stack([s, -s], 1)[:, 0]
+    return s  # vector, uniform ([M] / [N] of one value)
+
+
+def with_forms(ops: GemmOperands, forms: dict, g: torch.Generator) -> GemmOperands:
+    """``ops``' values with each operand in its own form: ``forms["a"]`` ``dense`` | ``padded``; ``forms["b"]``
+    ``dense`` | ``transposed`` | ``padded`` | ``transposed_padded`` (``w.t()`` of the first N columns of a [K, N + 5]
+    buffer: leading stride N + 5); ``forms["scale_a"]`` / ``["scale_b"]`` ``vector`` | ``column`` | ``0d`` | ``one`` | ``strided`` |
+    ``uniform`` (the scalar forms need one value per tensor); ``forms["bias"]`` ``none`` | ``contiguous`` |
+    ``strided``. Padding holds seeded bytes of the operand's dtype."""
+    a, b, bias = ops.a, ops.b, ops.bias
+    m, k = a.shape
+    n = b.shape[0]
+    if forms.get("a", "dense") == "padded":
+        buf = _rand_i8(g, (m, k + 13), a.dtype)
+        buf[:, :k] = a
+        a = buf[:, :k]
+    fb = forms.get("b", "dense")
+    if fb == "transposed":
+        b = b.t().contiguous().t()
+    elif fb == "padded":
+        buf = _rand_i8(g, (n, k + 7), b.dtype)
+        buf[:, :k] = b
+        b = buf[:, :k]
+    elif fb == "transposed_padded":
+        buf = _rand_i8(g, (k, n + 5), b.dtype)
+        buf[:, :n] = b.t()
+        b = buf[:, :n].t()
+    sa, sb = (
+        _scale_form(ops.scale_a, forms.get("scale_a", "vector")),
+        _scale_form(ops.scale_b, forms.get("scale_b", "vector")),
+    )
+    if bias is not None and forms.get("bias") == "strided":
+        bias = torch.stack([bias, bias], 1)[:, 0]
+    return GemmOperands(a, b, sa, sb, bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta)

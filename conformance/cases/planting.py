@@ -22,7 +22,17 @@ from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
 from reference.epilogue import apply_epilogue
 from reference.operands import GemmOperands
 
-KINDS = ("scale_order", "bias_point", "signed_zero", "overflow", "subnormal", "partial_sums", "big_acc")
+KINDS = (
+    "scale_order",
+    "bias_point",
+    "signed_zero",
+    "overflow",
+    "subnormal",
+    "partial_sums",
+    "big_acc",
+    "bias_value",
+    "subnormal_scale",
+)
 ROW_KINDS = ("short", "real", "tiny")
 TILE_EDGES = (16, 128, 64, 256, 32)
 MAX_ROWS, MAX_COLS = 8, 12
@@ -30,6 +40,12 @@ MAX_ROWS, MAX_COLS = 8, 12
 RUN = 1100
 PARTIAL_K, BIG_ACC_K = 2 * RUN + 3, 1200
 OUT_TAG = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+#: scale magnitude classes: ``huge`` multiplies every s_a by 2^HUGE and s_w by 2^-HUGE (exact: every legal epilogue
+#: keeps its bits); ``subnormal`` gives the ``tiny`` probe rows float32-subnormal s_a = short * 2^SUBNORMAL_EXP
+MAGNITUDES = ("typical", "pow2", "subnormal", "huge")
+HUGE, SUBNORMAL_EXP = 60, -130
+#: bias value classes of a ``bias_value`` column (zero accumulators: the output is the bias itself)
+BIAS_VALUES = ("full", "other_range", "tiny")
 
 
 def generator(name: str, seed: int) -> torch.Generator:
@@ -63,9 +79,11 @@ def short_mantissa(g: torch.Generator, n: int, bits: int) -> Tensor:
     return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
-def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool) -> list[str]:
+def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool, magnitude=None, bias_value=None) -> list[str]:
     budget = 3 * k // 4
-    ks = []
+    ks = ["subnormal_scale"] if magnitude == "subnormal" and budget >= 8 else []
+    if bias and bias_value is not None:
+        ks.append("bias_value")
     if mode == "real":
         ks.append("scale_order")
     if bias and out_dtype != torch.float32 and not (sb_tensor and mode == "real"):
@@ -111,16 +129,21 @@ def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
         return -(2.0**-10) * u
     if kind == "big_acc":
         return 2.0**-14 * u
+    if kind == "subnormal_scale":  # s_a * s_w normal (2^-110, fp16 2^-22) or float32-subnormal (2^-134)
+        return 2.0 ** ((108 if out_dtype == torch.float16 else 20) if j % 2 == 0 else -4) * u
     return 2.0**-10 * u  # bias_point, partial_sums
 
 
-def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Tensor, float]:
+def _tie_column(
+    g, sa: Tensor, out_dtype, cap: int, tries: int = 3, fixed: Optional[float] = None
+) -> tuple[Tensor, float]:
     """``(acc int64 [R], s_w)`` of a ``scale_order`` column: of ``tries`` seeded scales
-    ``(1 + U) * 2^-10``, the one with the most rows whose scale orders differ."""
+    ``(1 + U) * 2^-10`` (``fixed``: that scale, a scalar s_w's), the one with the most rows whose scale orders differ."""
     best, best_n = None, -1
     vmax = min(cap, 500126)
     for _ in range(tries if cap > 2**12 else 4 * tries):  # few candidates: more scales
         sbc = float((1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10)
+        sbc = sbc if fixed is None else fixed
         sbt = torch.tensor([sbc], dtype=torch.float32)
         if out_dtype == torch.float32:
             v = pick_fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
@@ -133,7 +156,9 @@ def _tie_column(g, sa: Tensor, out_dtype, cap: int, tries: int = 3) -> tuple[Ten
     return best
 
 
-def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g, j: int = 0) -> Tensor:
+def _targets(
+    kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int, g, j: int = 0, scalar_sb=False
+) -> Tensor:
     """int64 [R]: the accumulators of one probe column (0 where a row takes none)."""
     r = len(rows)
     fp32 = out_dtype == torch.float32
@@ -162,6 +187,17 @@ def _targets(kind: str, rows: list, sa: Tensor, sbc: float, out_dtype, cap: int,
         ok = short if out_dtype == torch.float16 else tiny
         v = torch.randint(1, 32, (r,), generator=g) * torch.where(torch.rand(r, generator=g) < 0.5, -1, 1)
         return torch.where(ok, v, 0)
+    if kind == "subnormal_scale":  # tiny rows only (float32-subnormal s_a); every legal order exact before rounding
+        if scalar_sb:  # s_w = 2^-10: y = acc * 2^-140 * short, nonzero in bf16 from acc >= 2^7, zero in fp16
+            lo, hi = 2**7, max(2**7 + 1, min(cap, 2**14))
+            v = (
+                torch.randint(lo, hi, (r,), generator=g)
+                if out_dtype != torch.float16
+                else torch.zeros(r, dtype=torch.int64)
+            )
+        else:
+            v = torch.randint(1, 32, (r,), generator=g)
+        return torch.where(tiny, v * torch.where(torch.rand(r, generator=g) < 0.5, -1, 1), 0)
     if kind == "big_acc":
         ok = ~tiny
         v = 2**24 + 1 + 2 * torch.randint(0, 2**20, (r,), generator=g)
@@ -190,10 +226,19 @@ def planted_case(
     scale_b_tensor: bool = False,
     rotate: int = 0,
     meta: Optional[dict] = None,
+    magnitude: Optional[str] = None,
+    bias_value: Optional[str] = None,
+    lead: Optional[str] = None,
+    scalar_ties: bool = False,
+    distinct_offsets: bool = False,
 ) -> GemmOperands:
     """Dense random (M, K, N) operands with planted discriminators; ``mode`` ``real``
     | ``pow2`` (weight scales); ``scale_*_tensor``: one scale value for every row /
     column (as a [M] / [N] vector); ``rotate``: offset into the kind cycles.
+    ``magnitude`` (:data:`MAGNITUDES`): ``subnormal`` plants ``subnormal_scale`` (a scalar s_w becomes 2^-10),
+    ``huge`` rescales s_a / s_w by 2^+-HUGE; ``bias_value`` (:data:`BIAS_VALUES`, with ``bias``): a ``bias_value``
+    column; ``lead``: that kind first; ``scalar_ties``: ties searched at a scalar s_w's own value;
+    ``distinct_offsets``: pow2 s_w = 2^-(7 + j % 5), so s_w[j] != s_w[j + 16 / 32 / 64 / 128 / 256].
     ``meta["probes"]``: probe rows and columns; ``meta["planted"]``: :func:`discrimination`."""
     g = generator(f"{name}/{m}x{k}x{n}/{OUT_TAG[out_dtype]}/{mode}", seed)
     hi = 127 if 16384 * k >= 2**31 else 128
@@ -202,12 +247,16 @@ def planted_case(
     sa = (0.5 + 7.5 * torch.rand(m, generator=g, dtype=torch.float64)) / 127.0
     if mode == "pow2":
         sb = torch.pow(2.0, -torch.randint(7, 13, (n,), generator=g).double())
+        if distinct_offsets:
+            sb = torch.pow(2.0, -(7 + torch.arange(n) % 5).double())
     else:
         sb = (0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)) / 127.5
     if scale_b_tensor:
         sb.fill_(
             2.0**-10 if mode == "pow2" else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0]) * 2.0**-10
         )
+        if magnitude == "subnormal":  # a power-of-two scalar s_w: s_a * s_w stays exact in the subnormal range
+            sb.fill_(2.0**-10)
     fp32 = out_dtype == torch.float32
     if fp32 and mode == "real":  # every order agrees where s_a is a power of two
         sa = torch.pow(2.0, torch.round(torch.log2(sa)))
@@ -218,6 +267,10 @@ def planted_case(
 
     prow = probe_positions(m, MAX_ROWS)
     kinds_r = [ROW_KINDS[(i + rotate) % 3] for i in range(len(prow))]
+    subnormal = magnitude == "subnormal"
+    if subnormal and "tiny" not in kinds_r:
+        kinds_r[-1] = "tiny"
+    tiny_exp = SUBNORMAL_EXP if subnormal else -64
     sgn_r = torch.tensor([-1.0 if i % 4 in (1, 2) else 1.0 for i in range(len(prow))], dtype=torch.float64)
     if scale_a_tensor:
         kinds_r = ["short"] * len(prow)
@@ -230,16 +283,18 @@ def planted_case(
                 if kind != "real"
                 else float(1.0 + torch.rand(1, generator=g, dtype=torch.float64)[0])
             )
-            sa[r] = v * float(sgn_r[i]) * (2.0**-64 if kind == "tiny" else 1.0)
+            sa[r] = v * float(sgn_r[i]) * (2.0**tiny_exp if kind == "tiny" else 1.0)
     sa_probe = sa[prow].clone()
 
-    ks = _kinds(out_dtype, mode, bias, k, scale_b_tensor)
+    ks = _kinds(out_dtype, mode, bias, k, scale_b_tensor, magnitude, bias_value)
     pcol = probe_positions(n, MAX_COLS)
     ks = ks[rotate % len(ks) :] + ks[: rotate % len(ks)]
+    first = [x for x in (lead, "subnormal_scale", "bias_value") if x in ks]
+    ks = list(dict.fromkeys(first + ks))
     extra = [x for x in ("scale_order", "bias_point") if x in ks] or ks
     col_kinds = (ks + extra * len(pcol))[: len(pcol)]
     budget = 3 * k // 4 if k > 1 else 0
-    fixed = {"partial_sums": PARTIAL_K, "big_acc": BIG_ACC_K}
+    fixed = {"partial_sums": PARTIAL_K, "big_acc": BIG_ACC_K, "bias_value": 0}
     big = sum(fixed.get(c, 0) for c in col_kinds)
     n_small = sum(c not in fixed for c in col_kinds)
     bk = max(1, min(32, (budget - big) // max(1, n_small)))
@@ -261,6 +316,9 @@ def planted_case(
         b[:, pos_t] = 0
     if fp32:  # probe rows isolated: two roundings per order could exceed C6's spacing
         a[prow] = 0
+    tiny_rows = torch.tensor([x == "tiny" for x in kinds_r])
+    if subnormal:  # subnormal s_a: products only where planted (every legal order exact there)
+        a[[r for r, x in zip(prow, kinds_r) if x == "tiny"]] = 0
     cols: list[_Col] = []
     bias_vals: dict[int, float] = {}
     for j, (c, kind) in enumerate(zip(pcol, col_kinds)):
@@ -268,12 +326,17 @@ def planted_case(
         sbc = float(sb[0]) if scale_b_tensor else _column_scale(kind, mode, out_dtype, g, j)
         sb[c] = sbc
         b[c] = 0
+        if kind == "bias_value":
+            bias_vals[c] = _bias_value(bias_value, out_dtype, g, j)
+            cols.append(_Col(kind, c, ()))
+            continue
         if kind == "partial_sums":
             odd_b = odd_ints(g, (3,))
             b[c, kp[:3]] = odd_b.to(b.dtype)
             b[c, kp[3:]] = 127
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
             ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else torch.tensor([x != "real" for x in kinds_r])
+            ok &= ~tiny_rows if subnormal else ok
             for i, r in enumerate(prow):
                 if ok[i]:
                     a[r, kp[:3]] = odd_ints(g, (3,)).to(a.dtype)
@@ -283,11 +346,14 @@ def planted_case(
             b[c, kp[:-1]] = 127
             b[c, kp[-1]] = 1
             if kind == "scale_order":
-                v, tie_sb = _tie_column(g, sa_probe, out_dtype, _capacity(len(kp)))
+                fixed_sb = sbc if scale_b_tensor and scalar_ties else None
+                v, tie_sb = _tie_column(g, sa_probe, out_dtype, _capacity(len(kp)), fixed=fixed_sb)
                 if not scale_b_tensor:
                     sbc = sb[c] = tie_sb
             else:
-                v = _targets(kind, kinds_r, sa_probe, sbc, out_dtype, _capacity(len(kp)), g, j)
+                v = _targets(kind, kinds_r, sa_probe, sbc, out_dtype, _capacity(len(kp)), g, j, scale_b_tensor)
+            if subnormal and kind != "subnormal_scale":
+                v = torch.where(tiny_rows, 0, v)
             if fp32 and kind != "scale_order":
                 v = torch.where(torch.tensor([x != "real" for x in kinds_r]), v, 0)
             a[torch.tensor(prow).unsqueeze(-1), kp.unsqueeze(0)] = _decompose(v, len(kp)).to(a.dtype)
@@ -305,6 +371,8 @@ def planted_case(
             bvec[col.index] = bias_vals.get(col.index, -0.0)
         if mode == "real" and not fp32:
             _keep_c6_premise(a, b, sa, sb, bvec, out_dtype, {c.index for c in cols}, g)
+    if magnitude == "huge":  # exact rescaling: s_a * s_w and every legal order's bits unchanged
+        sa, sb = sa * 2.0**HUGE, sb * 2.0**-HUGE
     scale_mode, meta = "pow2" if mode == "pow2" else "synthetic", dict(meta or {})
     a, b, sa, sb = a.to(torch.int8), b.to(torch.int8), sa.to(torch.float32), sb.to(torch.float32)
     ops = GemmOperands(a, b, sa, sb, bvec, out_dtype, name, scale_mode, meta)
@@ -313,6 +381,27 @@ def planted_case(
     if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design
         ops.meta["violates"] = sorted(set(ops.meta.get("violates", [])) | {"C4"})
     return ops
+
+
+def _bias_value(cls: str, out_dtype, g: torch.Generator, j: int) -> float:
+    """A bias of class ``cls`` (:data:`BIAS_VALUES`) in ``out_dtype`` whose bits change when narrowed to the other
+    16-bit format(s): ``full`` every significand bit of the out dtype (bf16: in fp16's range, kept), ``other_range``
+    outside the other format's range (bf16 2^20 / 2^-30; fp16 near 65504; fp32 2^70), ``tiny`` subnormal (bf16
+    2^-130; fp16 2^-24 * odd; fp32 2^-140 * odd)."""
+    frac = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[out_dtype]
+    odd = float(2 * int(torch.randint(2 ** (frac - 2), 2 ** (frac - 1), (1,), generator=g)[0]) + 1)
+    sig = 1.0 + odd / 2**frac  # the lowest significand bit set
+    sgn = -1.0 if j % 2 else 1.0
+    if cls == "full":
+        v = sig * 2.0 ** int(torch.randint(-6, 7, (1,), generator=g)[0])
+    elif cls == "other_range":
+        e = {torch.bfloat16: (20, -30)[j % 2], torch.float16: 15, torch.float32: (70, -140)[j % 2]}[out_dtype]
+        v = sig * 2.0**e
+    elif cls == "tiny":
+        v = {torch.bfloat16: sig * 2.0**-130, torch.float16: odd * 2.0**-24, torch.float32: odd * 2.0**-149}[out_dtype]
+    else:
+        raise ValueError(f"unknown bias value class {cls!r}; known: {BIAS_VALUES}")
+    return float(torch.tensor(sgn * v, dtype=torch.float64).to(out_dtype).float())
 
 
 def _keep_c6_premise(
@@ -398,6 +487,16 @@ def discrimination(ops: GemmOperands) -> dict:
             out[kind] += int(((acc[:, col] != 0) & (y[:, col].abs() < tiny)).sum())
         elif kind == "partial_sums":
             out[kind] += int(((acc[:, col] % 2 != 0) & (acc[:, col].abs() < 2**24)).sum())
+        elif kind == "bias_value" and bias is not None:
+            narrowed = [
+                bias[col].to(dt).to(ops.out_dtype) for dt in (torch.bfloat16, torch.float16) if dt != ops.out_dtype
+            ]
+            changed = torch.stack([bits_of(x) != bits_of(bias[col]) for x in narrowed]).any(0)
+            out[kind] += int(changed.sum()) * len(rows)
+        elif kind == "subnormal_scale":  # nonzero outputs of a float32-subnormal s_a or s_a * s_w
+            prod = (sa.reshape(-1, 1) * sb[col].reshape(1, -1)).abs()
+            sub = (sa.abs().reshape(-1, 1) < 2.0**-126) | ((prod < 2.0**-126) & (prod > 0))
+            out[kind] += int(((acc[:, col] != 0) & sub & (y[:, col] != 0)).sum())
         elif kind == "big_acc":
             big = acc[:, col].abs() > 2**24
             out[kind] += int((big & (acc[:, col].double().float().double() != acc[:, col].double())).sum())

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from conformance.cases import tie_discrimination
+from conformance.cases.covering import ATTRIBUTES, t_wise_coverage
 from conformance.cases.fp8 import FP8_FAMILIES
 from conformance.checks.output_bits import run_device
 from conformance.kernels.spec import declared_epilogue
@@ -166,6 +167,8 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     cov["planted"] = dict(meta.get("planted") or {})
     if meta.get("regime"):
         cov["regime"] = dict(meta["regime"])
+    if meta.get("attributes"):
+        cov["attributes"] = dict(meta["attributes"])
     return cov
 
 
@@ -397,6 +400,26 @@ def coverage_table(case_results: Sequence) -> list[dict]:
         )
     sl = sorted({c["scale_layout"] for c in covs})
     row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)
+    attrs = [c["attributes"] for c in covs if c.get("attributes")]
+    if attrs:
+        tw = t_wise_coverage(attrs)
+        row(
+            "covering array: legal attribute tuples the cases that ran hold (conformance.cases.covering)",
+            "; ".join(f"{t} {held}/{legal} ({100 * held / max(1, legal):.1f} %)" for t, (held, legal) in tw.items()),
+            len(attrs),
+            "yes" if all(h == n for h, n in tw.values()) else "partial",
+        )
+        for kind in ("scale_order", "bias_point", "bias_value", "subnormal_scale", "subnormal", "overflow"):
+            met = {a: set() for a in ATTRIBUTES}
+            for c in covs:
+                if c.get("attributes") and (c.get("planted") or {}).get(kind, 0) > 0:
+                    for a, v in c["attributes"].items():
+                        met[a].add(v)
+            txt = "; ".join(f"{a}: {', '.join(v for v in ATTRIBUTES[a] if v in met[a])}" for a in met if met[a])
+            n_kind = sum(1 for c in covs if c.get("attributes") and (c.get("planted") or {}).get(kind, 0) > 0)
+            row(
+                f"attribute values with {kind} discriminators (C5 / C6 / C8 see them)", txt or "none", n_kind, bool(txt)
+            )
     for op, wanted in LAYOUTS_WANTED.items():
         seen = {}
         dens = 0

@@ -19,6 +19,7 @@ import torch
 
 from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
 from conformance.cases.cache import cached_cases
+from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
@@ -322,6 +323,25 @@ class SuiteState:
     warm: Optional[dict] = None
     contained: object = None
     skipped: list = field(default_factory=list)
+    not_afforded: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """On the CPU, leave out the cases marked ``native_only`` (``conformance.cases.covering.CPU_MACS``):
+        ``not_afforded`` names them and their regimes."""
+        if cuda_device(self.spec, self.device) is None:
+            keep = [c for c in self.cases if not (c.meta or {}).get("native_only")]
+            self.not_afforded = [c for c in self.cases if (c.meta or {}).get("native_only")]
+            self.cases = keep
+
+    def notes(self) -> list:
+        """One note naming the regimes of the cases left out on the CPU (none when every case ran)."""
+        if not self.not_afforded:
+            return []
+        regimes = sorted({"M {m} / N {n} / K {k}".format(**c.meta["attributes"]) for c in self.not_afforded})
+        return [
+            f"{len(self.not_afforded)} covering cases not afforded on the CPU (M*K*N > {COVERING_CPU_MACS}; they run "
+            f"where the kernel runs natively, a GPU): regimes {'; '.join(regimes)}"
+        ]
 
     def warm_up(self, say: Callable[[str], None] = lambda s: None, examples: int = 0) -> Optional[dict]:
         """Compile a ``warm_up`` kernel for every fixed case's layout, C9's, and the layouts of the property

@@ -596,7 +596,7 @@ def _run_steps(
         state.property,
         state.against,
         time.perf_counter() - state.t0,
-        notes=notes,
+        notes=notes + state.notes(),
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,

@@ -34,6 +34,8 @@ PINNED = {
         "subnormal": 1,
         "partial_sums": 0,
         "big_acc": 0,
+        "bias_value": 0,
+        "subnormal_scale": 0,
     },
     (3, 9000, 24, BF, "real", False, 4): {
         "scale_order": 5,
@@ -43,6 +45,8 @@ PINNED = {
         "subnormal": 1,
         "partial_sums": 3,
         "big_acc": 2,
+        "bias_value": 0,
+        "subnormal_scale": 0,
     },
     (8, 64, 48, FP16, "pow2", True, 2): {
         "scale_order": 0,
@@ -52,6 +56,8 @@ PINNED = {
         "subnormal": 3,
         "partial_sums": 0,
         "big_acc": 0,
+        "bias_value": 0,
+        "subnormal_scale": 0,
     },
     (8, 64, 48, FP32, "real", False, 1): {
         "scale_order": 72,
@@ -61,6 +67,8 @@ PINNED = {
         "subnormal": 3,
         "partial_sums": 0,
         "big_acc": 0,
+        "bias_value": 0,
+        "subnormal_scale": 0,
     },
 }
 

@@ -11,7 +11,7 @@ import functools
 import pytest
 import torch
 
-from conformance.cases.families import FAMILIES, REGIME_PARTS, family_builders, family_cases
+from conformance.cases.families import COVERING_PARTS, FAMILIES, REGIME_PARTS, family_builders, family_cases
 from conformance.cases.regimes import LAYOUTS, POW2, VOCAB, regime_shapes, regimes_family
 from conformance.cases.synthetic import synthetic_cases
 from conformance.kernels.registry import get_kernel
@@ -328,6 +328,8 @@ def test_the_family_builders_are_the_families_in_order_with_regimes_in_slices():
     for name, (builder, _) in FAMILIES.items():
         if name == "regimes":
             want += [("regimes_family", (3,), {"part": (j, REGIME_PARTS)}) for j in range(REGIME_PARTS)]
+        elif name == "covering":
+            want += [("covering_family", (3,), {"part": (j, COVERING_PARTS)}) for j in range(COVERING_PARTS)]
         else:
             want.append((builder.__name__, (3,), {}))
     assert got == want and REGIME_PARTS > 1

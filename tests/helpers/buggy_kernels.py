@@ -1051,3 +1051,80 @@ def bf16_intermediate_drops_fp32_bias(a, b, scale_a, scale_b, out_dtype=torch.bf
     """Implements README.md's bf16-intermediate step list exactly (not interchangeable by declaration), except that
     with a float32 output it drops the bias (a bug of the kernel's own)."""
     return bf16_intermediate(a, b, scale_a, scale_b, out_dtype, None if out_dtype == torch.float32 else bias)
+
+
+# --- issue 41: bugs gated on attribute combinations and values ----------------
+# Each is exact outside its gate; the default suite's ``covering`` family (a covering array over
+# the declared attribute space, conformance.cases.covering) meets each gate with discriminators.
+
+#: the smallest tiny float32 normal; below it a value is subnormal
+_F32_TINY = 2.0**-126
+
+
+def _ftz32(x: torch.Tensor) -> torch.Tensor:
+    """float32 ``x`` with subnormals flushed to (signed) zero, as a fast-math GPU multiply does."""
+    return torch.where(x.abs() < _F32_TINY, torch.zeros_like(x).copysign(x), x)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="scalar_weight_scale_order_past_m_32")
+def scalar_weight_scale_order_past_m_32(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the per-tensor weight-scale variant (one s_w value: 0-d or [1]) multiplies by s_a first, but only
+    from M = 32 on (its decode variant is right)."""
+    order = "a_then_w" if scale_b.numel() == 1 and a.shape[0] >= 32 else "w_then_a"
+    return emulate(exact_acc32(a, b), scale_a, scale_b, order, "fp32_before_round", bias, out_dtype)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="bias_through_fp16_wide_n_bf16")
+def bias_through_fp16_wide_n_bf16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the wide-N bf16 epilogue (N >= 4096) stages the bias in a float16 buffer: a bias outside fp16's range
+    (or below its subnormals) comes back as inf or 0."""
+    if bias is not None and out_dtype == torch.bfloat16 and b.shape[0] >= 4096:
+        bias = bias.to(torch.float16).to(torch.bfloat16)
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="transposed_padded_b_misread")
+def transposed_padded_b_misread(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a column-major ``b`` (the ``w.t()`` view of a [K, N] buffer) is read with leading stride N, right for a
+    dense buffer, wrong when the buffer is padded (leading stride > N)."""
+    n, k = b.shape
+    if n > 1 and b.stride(0) == 1 and b.stride(1) != n:
+        b = torch.as_strided(b, (n, k), (1, n))
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="column_scales_subtile_shift_large_mn")
+def column_scales_subtile_shift_large_mn(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the large-tile configuration (M >= 128 and N >= 128) loads the per-channel scales of the second 32-wide
+    sub-tile of each 64-wide tile from the first one's offset (column j reads s_w[j - 32] where j % 64 >= 32)."""
+    n = b.shape[0]
+    sb = scale_b.reshape(-1)
+    if a.shape[0] >= 128 and n >= 128 and sb.numel() == n:
+        j = torch.arange(n)
+        sb = sb[torch.where(j % 64 >= 32, j - 32, j)]
+    return _cutlass_out(exact_acc32(a, b), scale_a, sb, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_subnormal_token_scale_ftz")
+def decode_subnormal_token_scale_ftz(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the decode path (M <= 16) loads the per-token scales with flush-to-zero: a float32-subnormal s_a
+    becomes 0."""
+    sa = scale_a.reshape(-1).to(torch.float32)
+    if a.shape[0] <= 16:
+        sa = _ftz32(sa)
+    return _cutlass_out(exact_acc32(a, b), sa, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="pow2_scalar_weight_scale_folded")
+def pow2_scalar_weight_scale_folded(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a power-of-two per-tensor weight scale is folded into the per-token scale (s_a * s_w, flushed to zero
+    when subnormal) before the accumulator is scaled: exact for every other s_a, wrong where the product
+    underflows."""
+    sb = scale_b.reshape(-1).to(torch.float32)
+    if sb.numel() == 1 and float(sb[0]) != 0 and torch.frexp(sb)[0].abs().eq(0.5).all():
+        s = _ftz32(scale_a.reshape(-1, 1).to(torch.float32) * sb)
+        y = exact_acc32(a, b).to(torch.float32) * s
+        if bias is not None:
+            y = y + bias.to(torch.float32)
+        return round_fp32(y, out_dtype, "rne")
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
