@@ -4,6 +4,7 @@
 #   1: the CUDA tests; 2a/2b: triton and int_mm conformance natively;
 #   3 / 3b: the pow2 studies; 4: the paper-scale sweep (conformance/bench/paper_scale.sh);
 #   5 / 5b: int8conf bench --main-job rows a,b / c,d (ROWS= overrides);
+#   7: every built-in's default suite natively (check --device cuda), then main-job rows a,b;
 #   6: FP8 natively: the FP8 CUDA tests, int8conf check of torch-fp8 and torchao-fp8 (torchao as a
 #      wheel in .whl, carried), then 6s: the FP8 paper-scale sweep (torch-fp8) with its scorecard.
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
@@ -66,6 +67,12 @@ case "${STAGE:-1}" in
    # without SWEEP_LIMIT: what is left of BUDGET_S (default 580 s) after the steps before, less 60 s of grace
    step fp8-sweep "${SWEEP_LIMIT:-$(( ${BUDGET_S:-580} - SECONDS - 60 ))}" python3 -m conformance.cli sweep --kernel torch-fp8 --model /tmp/big --device cuda \
      --workers "${WORKERS:-8}" --out "$OUT/sweep" ;;
+7) # issue 41's acceptance: every built-in through the default suite natively (the covering array's native-only
+   # cases included), then the main job's rows a,b when time is left (ROWS= overrides, NOBENCH=1 skips)
+   for k in ${KERNELS:-triton int_mm torch-fp8 triton-fp8}; do
+     step "check-$k" "${LIMIT:-150}" python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done
+   [ "${NOBENCH:-0}" = 1 ] || step "main-job-${ROWS:-a,b}" "$(( ${BUDGET_S:-580} - SECONDS - 20 ))" python3 -m conformance.cli \
+     bench --main-job --rows "${ROWS:-a,b}" --timeout 200 --out "$OUT/bench" ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
