@@ -596,7 +596,13 @@ def _run_steps(
         state.property,
         state.against,
         time.perf_counter() - state.t0,
-        notes=notes + state.notes(),
+        notes=notes
+        + state.notes()
+        + (
+            [f"after this process initialized CUDA the kernel ran in it (not contained): {contained.uncontained}"]
+            if contained is not None and contained.uncontained
+            else []
+        ),
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,

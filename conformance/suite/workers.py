@@ -26,7 +26,7 @@ from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Ker
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CRASH, TIMEOUT, CaseResult, check_error, crash_line, crashed_case, evaluate_case
-from conformance.suite.plan import evaluate_fixed
+from conformance.suite.plan import evaluate_fixed, run_kernel_check
 from reference.errors import Int8confError
 
 #: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
@@ -71,6 +71,10 @@ class Containment:
         self._logs = tempfile.mkdtemp(prefix="int8conf-contained-")
         self._iso: Optional[IsolatedKernel] = None
         self._lock = threading.Lock()
+        #: why a later call ran in this process (this process initialized CUDA since: a child could not use it)
+        self.uncontained: Optional[str] = None
+        if containment_ok() is None:
+            self._child().start()  # forked now, before this process may initialize CUDA for the cases' references
 
     def isolated(self, logs: Optional[str] = None, cases=None) -> IsolatedKernel:
         """A new IsolatedKernel of this kernel (fork; pairwise with the state's ``against``)."""
@@ -80,9 +84,17 @@ class Containment:
             st.spec, cases, self.timeout_s, logs or self._logs, device=st.device, method="fork", against=st.against
         )
 
-    def _child(self) -> IsolatedKernel:
-        if self._iso is None:
-            self._iso = self.isolated()
+    def _child(self) -> Optional[IsolatedKernel]:
+        """The running child, else a new one; None when this process can no longer fork one that may use the
+        kernel (:func:`containment_ok`: CUDA initialized here since): the call then runs here, named in
+        ``uncontained``."""
+        if self._iso is None or not self._iso.running:
+            why = containment_ok()
+            if why is not None:
+                self.uncontained = why
+                return None
+            if self._iso is None:
+                self._iso = self.isolated()
         return self._iso
 
     def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
@@ -121,12 +133,14 @@ class Containment:
         """Fixed case ``index`` (``plan.evaluate_fixed``) in the child."""
         st = self.state
         ops = st.cases[index]
-        cr = self.case_result(ops, self._child().request(("evaluate", index)))
+        iso = self._child()
+        cr = None if iso is None else self.case_result(ops, iso.request(("evaluate", index)))
         return cr if cr is not None else evaluate_fixed(st.spec, ops, st.device, st.against, st.ref_device)
 
     def evaluate_operands(self, spec, ops, device=None, source=None) -> CaseResult:
         """``evaluate_case(spec, ops, ...)`` of operands sent to the child (a property example)."""
-        cr = self.case_result(ops, self._child().request(("operands", ops)), source)
+        iso = self._child()
+        cr = None if iso is None else self.case_result(ops, iso.request(("operands", ops)), source)
         return cr if cr is not None else evaluate_case(spec, ops, device=device, source=source)
 
     def check_timeout(self, check_id: str) -> float:
@@ -148,7 +162,11 @@ class Containment:
 
     def check(self, check_id: str) -> CheckResult:
         """Kernel-level check ``check_id`` (``plan.run_kernel_check``) in the child."""
-        return self.check_result(check_id, self._child().request(("check", check_id), self.check_timeout(check_id)))
+        iso = self._child()
+        if iso is None:
+            st = self.state
+            return run_kernel_check(check_id, st.spec, st.cases, st.device)
+        return self.check_result(check_id, iso.request(("check", check_id), self.check_timeout(check_id)))
 
     def close(self) -> None:
         """Stop the child; remove its logs."""
