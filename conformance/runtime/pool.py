@@ -161,6 +161,9 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) 
         if spec is None:
             conn.send(("error", f"kernel could not be resolved in the child: {err}"))
             continue
+        if msg[0] != "ping" and _in_bad_cuda_fork():
+            conn.send(("error", BAD_CUDA_FORK))
+            continue
         print(f"--- request {_label(msg)}", flush=True)
         if len(msg) > 2 and msg[2] and logf is not None:  # the stack of a hang lands in the log before the kill
             faulthandler.dump_traceback_later(msg[2], exit=False, file=logf)
@@ -186,6 +189,16 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) 
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
             faulthandler.cancel_dump_traceback_later()
             conn.send(("error", f"{type(e).__name__}: {first_line(e, None)}"))
+
+
+#: a child's answer when it was forked from a process that had initialized CUDA (torch cannot use CUDA there)
+BAD_CUDA_FORK = "forked from a process that had initialized CUDA: this child cannot use CUDA"
+
+
+def _in_bad_cuda_fork() -> bool:
+    import torch
+
+    return bool(getattr(torch._C, "_cuda_isInBadFork", lambda: False)())
 
 
 def _context(method: str):

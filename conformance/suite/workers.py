@@ -22,7 +22,7 @@ from conformance.cases import case_id
 from conformance.checks.result import CHECK_NAMES, CheckResult
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.forking import FORK_GATE, start_method
-from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome
+from conformance.runtime.pool import BAD_CUDA_FORK, CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CRASH, TIMEOUT, CaseResult, check_error, crash_line, crashed_case, evaluate_case
@@ -126,6 +126,8 @@ class Containment:
         if oc.kind == OK:
             return oc.value
         if oc.kind not in (CRASHED, TIMED_OUT):
+            if oc.error == BAD_CUDA_FORK:
+                self.uncontained = BAD_CUDA_FORK
             return None
         return crashed_case(self.state.spec, ops, self.record(oc, ops), source)
 
@@ -163,10 +165,13 @@ class Containment:
     def check(self, check_id: str) -> CheckResult:
         """Kernel-level check ``check_id`` (``plan.run_kernel_check``) in the child."""
         iso = self._child()
-        if iso is None:
+        oc = None if iso is None else iso.request(("check", check_id), self.check_timeout(check_id))
+        if oc is not None and oc.error == BAD_CUDA_FORK:
+            self.uncontained, oc = BAD_CUDA_FORK, None
+        if oc is None:
             st = self.state
             return run_kernel_check(check_id, st.spec, st.cases, st.device)
-        return self.check_result(check_id, iso.request(("check", check_id), self.check_timeout(check_id)))
+        return self.check_result(check_id, oc)
 
     def close(self) -> None:
         """Stop the child; remove its logs."""
