@@ -106,13 +106,16 @@ def _path_roots() -> list:
 def portable_path(p, _roots=None) -> Any:
     """``p`` as a committed report may show it: relative inside the repository, ``$INT8CONF_CACHE/<rel>``,
     ``$TMPDIR/<rel>`` (``${TMPDIR:-/tmp}/<rel>`` while TMPDIR is unset: :func:`env_prefix`), ``~/<rel>``, else
-    ``.../<last component>``; relative paths, "" and None unchanged."""
+    ``.../<last component>``; relative paths, "" and None unchanged. A path through a symlink is shown as written
+    where a root holds it so (``examples/policies/x.yaml``, not its target), else resolved."""
     if p is None:
         return None
     s = os.fspath(p)
     if not s or not os.path.isabs(s):
         return s
-    cands = {os.path.normpath(os.path.abspath(s)), os.path.realpath(s)}
+    # the path as written first, then symlink-resolved: a fixed order (a set's order varies with the hash seed,
+    # so a path through a symlink showed either name from one process to the next)
+    cands = dict.fromkeys((os.path.normpath(os.path.abspath(s)), os.path.realpath(s)))
     for root, pre in _roots if _roots is not None else _path_roots():
         for c in cands:
             if c == root:

@@ -34,7 +34,8 @@ def _step_problem(step: dict) -> str:
 
 def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran. The evidence's ``sequence`` steps
-    (when probed) are compared bit for bit with the case's first result."""
+    (when probed) are compared bit for bit with the case's first result; a variant call whose output broke the
+    interface (a step's ``interface``) is IF's to judge, named in the summary, not a C10 failure."""
     ev = ((getattr(run, "manifest", None) or {}).get("extra") or {}).get("ownership")
     if ev is None:
         return not_applicable(
@@ -60,7 +61,12 @@ def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult
     if problems:
         evidence["failure_kind"] = "kernel"
         return CheckResult(CHECK_ID, NAME, "fail", "; ".join(problems), evidence)
-    calls = f", and {len(ev['sequence'])} calls in sequence gave the case's bits" if ev.get("sequence") else ""
+    seq = ev.get("sequence") or ()
+    compared = sum("differing" in step for step in seq)
+    calls = f", and {compared} calls in sequence gave the case's bits" if compared else ""
+    skipped = [step["interface"] for step in seq if step.get("interface")]
+    if skipped:  # judged by IF on the cases of that variant, not here
+        calls += f" ({len(skipped)} variant call(s) broke the interface, not judged here: {skipped[0]})"
     return CheckResult(
         CHECK_ID,
         NAME,

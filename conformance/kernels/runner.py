@@ -438,20 +438,23 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
     """C10's calls in sequence after the ownership call on ``other``: the case's values written in place into
     ``other`` and called; then, per :func:`_sequence_variants`, the variant and a replay of ``given``. Returns one
     step per compared call: ``after`` (the preceding call), ``compared`` (``replay`` / ``variant``), ``error`` or
-    :func:`_first_difference`'s evidence against ``first``."""
+    :func:`_first_difference`'s evidence against ``first``. A variant call (not the case's) whose output breaks the
+    interface is ``interface`` (that line), not ``error``: the interface failure is judged on the cases of that
+    variant, and C10 does not count it; the replay after it still runs."""
     m, n = first.shape
 
     def call(ops: dict, dt) -> tuple:
+        """(output, error, interface line)."""
         args = (ops["a"], ops["b"], ops["scale_a"], ops["scale_b"])
         out, err, _, _ = _guarded_call(
             _base_manifest(spec, dev), dev, spec.scaled_mm, *args, out_dtype=dt, bias=ops["bias"]
         )
-        return out, err or interface_violation(out, m, n, dt, "kernel")
+        return out, err, None if err else interface_violation(out, m, n, dt, "kernel")
 
     def compare(after: str, compared: str, ops: dict) -> dict:
-        out, err = call(ops, out_dtype)
+        out, err, iface = call(ops, out_dtype)
         step = {"after": after, "compared": compared}
-        step.update({"error": err} if err else _first_difference(first, out.detach()))
+        step.update({"error": err or iface} if err or iface else _first_difference(first, out.detach()))
         return step
 
     written = [k for k, v in given.items() if v is not None]
@@ -463,10 +466,18 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
         if same and ops["a"].dtype != E4M3:  # an e4m3 path may sum in another order
             steps.append(compare("the case's first call", f"variant: {label}", ops))
         else:
-            _, err = call(ops, dt)
-            if err:
-                steps.append({"after": "the case's first call", "compared": f"variant: {label}", "error": err})
-                continue
+            _, err, iface = call(ops, dt)
+            if err or iface:
+                steps.append(
+                    {
+                        "after": "the case's first call",
+                        "compared": f"variant: {label}",
+                        "error": err,
+                        "interface": iface,
+                    }
+                )
+                if err:
+                    continue
         steps.append(compare(label, "replay", given))
     return steps
 

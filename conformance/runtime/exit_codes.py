@@ -10,7 +10,7 @@ from __future__ import annotations
 
 #: conformant (check), the swap may go in (gate), done (every other command)
 OK = 0
-#: not conformant (check), blocked by the policy (gate)
+#: not conformant, a kernel crash or timeout included (check), blocked by the policy (gate)
 FAILED = 1
 #: bad input: a usage error, an unknown kernel, an unusable path; not comparable (gate)
 BAD_INPUT = 2
@@ -24,7 +24,7 @@ INTERRUPTED = 130
 #: code -> meaning, the README's table
 EXIT_CODES = {
     OK: "conformant (check); pass (gate); done (other commands)",
-    FAILED: "not conformant (check); blocked by the policy (gate)",
+    FAILED: "not conformant, a crash or a timeout included (check); blocked by the policy (gate)",
     BAD_INPUT: "bad input, one line naming it (usage, unknown kernel, unusable path; gate: not comparable)",
     NOT_RUN: "not run: the kernel produced output on no case, nothing verified (check)",
     INTERNAL: "internal error: int8conf's own bug, with its traceback (please report it)",

@@ -228,9 +228,13 @@ def no_signature_line(n_failing: int) -> str:
 
 
 def declaration_only(cr) -> bool:
-    """Every failing check of case result ``cr`` that is not a precondition is the declaration's
-    (``failure_kind`` ``declaration``: the kernel gives its declared contract's bits)."""
-    bad = [r for r in cr.checks.values() if r.verdict == "fail" and not r.is_precondition_violation]
+    """Every failing check of case result ``cr`` is the declaration's (``failure_kind`` ``declaration``: the kernel
+    gives its declared contract's bits), and no precondition is violated: past the int32 headroom (C3) or float32
+    exactness (C4) the declared overflow gives those bits, and the precondition classes (F6, F7) explain them."""
+    fails = [r for r in cr.checks.values() if r.verdict == "fail"]
+    bad = [r for r in fails if not r.is_precondition_violation]
+    if len(bad) < len(fails):
+        return False
     return bool(bad) and all(r.evidence.get("failure_kind") == DECLARATION for r in bad)
 
 

@@ -204,7 +204,7 @@ def test_bench_help_shows_defaults_and_what_quick_means_with_gpu():
     assert len(bench.gpu_shapes(quick=True)) == 3
     assert "at least 1; default 3)" in text
     assert "(0 = no pre-compile; the hang probe still runs; default 8)" in text
-    assert "--gpu and --main-job only: report root (default reports/bench)" in text
+    assert "--gpu and --main-job only: report root (default int8conf-reports/bench)" in text  # never a committed folder
 
 
 @pytest.mark.parametrize(

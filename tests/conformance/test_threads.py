@@ -40,13 +40,20 @@ def test_torch_threads_resolution():
         assert str(e.value) == f"INT8CONF_WORKER_THREADS must be an integer >= 1, got {bad!r}"
 
 
-def test_check_threads_option_sets_torch_threads_and_refuses_too_many(tmp_path, capsys, monkeypatch):
+def test_check_threads_option_sets_torch_threads_and_refuses_too_many(tmp_path, capsys, monkeypatch, request):
     import torch
 
     from conformance.runtime import threads
 
     calls = []
-    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    real, before = torch.set_num_threads, torch.get_num_threads()
+    request.addfinalizer(lambda: real(before))
+
+    def recording(n: int) -> None:  # still sets: a forked case child relies on its set_num_threads(1) (no OpenMP hang)
+        calls.append(n)
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", recording)
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("INT8CONF_WORKER_THREADS", raising=False)

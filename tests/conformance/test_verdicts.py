@@ -309,6 +309,10 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
         )
 
     monkeypatch.setattr(capture, "load_capture_set", fake_load)
+    caps = tmp_path / "caps"  # a manifest check() accepts before it makes folders; the layers are load_capture_set's
+    caps.mkdir()
+    head = {"format": capture.FORMAT, "model": {"dir": "/gone"}, "settings": {}, "checkpoints": {}, "layers": {}}
+    (caps / capture.MANIFEST).write_text(json.dumps(head))
     base = [
         "check",
         "--kernel",
@@ -318,19 +322,19 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
         "0",
         "-q",
         "--out",
-        str(tmp_path),
+        str(tmp_path / "out"),
         "--captures",
-        "/caps",
+        str(caps),
     ]
     assert main(base) == 2
     err = _err_lines(capsys)
     assert err == [
-        "int8conf: error: /caps/manifest.json: parent model '/gone' not found; "
+        f"int8conf: error: {caps}/manifest.json: parent model '/gone' not found; "
         "pass --model DIR (the parent model the captures were taken from)"
     ]
     assert main(base + ["--model", "/moved/model"]) == 2
     _err_lines(capsys)
-    assert seen == [("/caps", None), ("/caps", "/moved/model")]
+    assert seen == [(str(caps), None), (str(caps), "/moved/model")]
     # --model alone: the model is captured into the shared cache (reference.model.capture.cached_capture)
     # and that capture replayed; a missing directory is one line
     caught = []

@@ -94,3 +94,12 @@ def test_a_variable_that_is_unset_is_named_with_its_default(monkeypatch, tmp_pat
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     assert portable_path(tmp_path / "r") == "$TMPDIR/r"
+
+
+def test_a_path_through_a_symlink_is_shown_as_written(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "p.yaml").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    roots = [(r, "") for r in dict.fromkeys((os.path.realpath(tmp_path), os.path.abspath(tmp_path)))]
+    assert portable_path(str(tmp_path / "link" / "p.yaml"), roots) == "link/p.yaml"
+    assert portable_path(str(tmp_path / "real" / "p.yaml"), roots) == "real/p.yaml"

@@ -21,13 +21,19 @@ from conformance.suite.run import SuiteInterrupted, run_conformance
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _stopping_kernel(after: int):
+#: the fixed cases finished before the stop, and the case it cuts short: the first of the synthetic set whose
+#: weight shape (N, K) = (40, 96) is new (conformance.cases.synthetic order)
+STOP_AFTER, STOP_CASE, STOP_SHAPE = 8, "synthetic/m1-s0", (40, 96)
+
+
+def _stopping_kernel():
+    """The cpu kernel raising KeyboardInterrupt (as Ctrl-C would) at its first call with ``b`` of STOP_SHAPE. The
+    stop is by shape, not by a call count: each case's calls run in a child forked from the run (a count would
+    restart there), and every call of a case (C9's row subsets, C10's other values) keeps its N and K."""
     cpu = get_kernel("cpu")
-    calls = [0]
 
     def scaled_mm(a, b, scale_a, scale_b, out_dtype, bias=None):
-        calls[0] += 1
-        if calls[0] > after:
+        if tuple(b.shape) == STOP_SHAPE:
             raise KeyboardInterrupt
         return cpu.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
 
@@ -35,19 +41,19 @@ def _stopping_kernel(after: int):
 
 
 def test_run_conformance_interrupted_carries_the_finished_cases():
-    spec = _stopping_kernel(after=3)
+    spec = _stopping_kernel()
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance(spec, include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
     res = e.value.result
     done = len(res.cases)
-    assert 1 <= done <= 3  # a case may call the kernel more than once
+    assert done == STOP_AFTER
     m = re.fullmatch(
         r"partial run: interrupted after (\d+) of (\d+) fixed cases, during case (\S+); "
         r"the verdict covers only what finished",
         res.notes[0],
     )
     assert m and int(m.group(1)) == done and int(m.group(2)) == 22, res.notes  # the synthetic set
-    assert m.group(3) not in {c.case for c in res.cases}  # the case the stop cut short is named
+    assert m.group(3) == STOP_CASE and STOP_CASE not in {c.case for c in res.cases}  # the case cut short is named
     assert all(c.verdict == "pass" for c in res.cases)
 
 
@@ -145,11 +151,7 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
 
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance(
-            _stopping_kernel(after=3),
-            include_captures=False,
-            include_sweep=False,
-            property_examples=0,
-            model_checks=False,
+            _stopping_kernel(), include_captures=False, include_sweep=False, property_examples=0, model_checks=False
         )
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
@@ -169,17 +171,14 @@ def test_a_stopped_run_marks_its_json_partial(tmp_path):
 
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance(
-            _stopping_kernel(after=3),
-            include_captures=False,
-            include_sweep=False,
-            property_examples=0,
-            model_checks=False,
+            _stopping_kernel(), include_captures=False, include_sweep=False, property_examples=0, model_checks=False
         )
     res = e.value.result
     jp, mp = write_reports(res, tmp_path)
     doc = json.loads(jp.read_text())
     done = len(res.cases)
-    cut = "synthetic/" + ["ordinary-s0", "ordinary-s1", "pow2-s0"][done]  # the case the stop cut short
+    cut = STOP_CASE
+    assert done == STOP_AFTER
     note = (
         f"partial run: interrupted after {done} of 22 fixed cases, during case {cut}; the verdict covers only "
         "what finished"

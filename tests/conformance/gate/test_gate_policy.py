@@ -159,7 +159,13 @@ def test_a_shipped_policy_is_found_by_its_name_anywhere(tmp_path, monkeypatch):
     from conformance.gate.policy import SHIPPED_POLICIES, policy_path, shipped_policy_names
 
     monkeypatch.chdir(tmp_path)  # not a source checkout: no examples/policies here
-    assert shipped_policy_names() == ["bit-identity", "one-spacing", "one-spacing-everywhere", "with-expectations"]
+    assert shipped_policy_names() == [
+        "bit-identity",
+        "bit-identity-quick-baseline",
+        "one-spacing",
+        "one-spacing-everywhere",
+        "with-expectations",
+    ]
     assert policy_path("bit-identity") == policy_path("bit-identity.yaml") == SHIPPED_POLICIES / "bit-identity.yaml"
     assert load_policy("one-spacing").name == load_policy(SHIPPED_POLICIES / "one-spacing.yaml").name
     (tmp_path / "bit-identity.yaml").write_text("name: mine\n")  # a file of the same name in the cwd wins
