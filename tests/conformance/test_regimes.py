@@ -62,6 +62,8 @@ def test_every_regime_case_carries_planted_discriminators():
         "subnormal": 300,
         "partial_sums": 223,
         "big_acc": 113,
+        "bias_value": 0,  # the covering family's discriminators: not planted in the regimes family
+        "subnormal_scale": 0,
     }
 
 
