@@ -236,6 +236,22 @@ def crash_line(record: dict) -> str:
     return f"the kernel's process died {where} ({how})"
 
 
+def _case_fields(ops, source: Optional[str]) -> dict:
+    """The CaseResult fields every result of ``ops`` shares: case id, source (``source`` or the case's meta, else
+    ``synthetic``), scale mode, shape [M, K, N], out dtype, bias presence, operand digests, JSON-able meta."""
+    meta = ops.meta or {}
+    return dict(
+        case=case_id(ops),
+        source=source or meta.get("source", "synthetic"),
+        scale_mode=ops.scale_mode,
+        shape=[ops.m, ops.k, ops.n],
+        out_dtype=str(ops.out_dtype),
+        bias=ops.bias is not None,
+        operand_digests=ops.digests(),
+        meta=_jsonable_meta(dict(meta)),
+    )
+
+
 def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseResult:
     """The CaseResult of a case whose kernel call killed its process or hung, without calling anything of the kernel:
     ``record`` = ``{"status": crash | timeout, "signal", "exitcode", "timeout_s", "log_tail", "repro", ...}``.
@@ -249,21 +265,7 @@ def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseR
             checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "fail", f"kernel failed ({record['status']}): {line}", ev)
         else:
             checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "n/a", f"not evaluated: {line}")
-    meta = dict(ops.meta or {})
-    return CaseResult(
-        case=case_id(ops),
-        source=source or meta.get("source", "synthetic"),
-        scale_mode=ops.scale_mode,
-        shape=[ops.m, ops.k, ops.n],
-        out_dtype=str(ops.out_dtype),
-        bias=ops.bias is not None,
-        checks=checks,
-        error=line,
-        operand_digests=ops.digests(),
-        meta=_jsonable_meta(meta),
-        produced_output=False,
-        crash=dict(record),
-    )
+    return CaseResult(**_case_fields(ops, source), checks=checks, error=line, produced_output=False, crash=dict(record))
 
 
 class PrefetchWarning(RuntimeWarning):
@@ -441,7 +443,6 @@ class CaseEvaluation:
         if against is not None:
             run_b = run_kernel(against, ops, device=device)
             pair = compare_pair(spec, against, ops, run, run_b)
-        meta = dict(ops.meta or {})
         cov = {}
         try:
             if coverage and not is_fp8(spec):  # the coverage conditions are the int8 epilogue's
@@ -449,19 +450,12 @@ class CaseEvaluation:
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
         return CaseResult(
-            case=case_id(ops),
-            source=source or meta.get("source", "synthetic"),
-            scale_mode=ops.scale_mode,
-            shape=[ops.m, ops.k, ops.n],
-            out_dtype=str(ops.out_dtype),
-            bias=ops.bias is not None,
+            **_case_fields(ops, source),
             checks=checks,
             run_manifest=dict(run.manifest or {}),
             elapsed_s=float(getattr(run, "elapsed_s", 0.0) or 0.0),
             error=run.error,
-            operand_digests=ops.digests(),
             pair=pair,
-            meta=_jsonable_meta(meta),
             produced_output=run.output is not None,
             coverage=cov,
             output_digest=None if run.output is None or not output_digest else tensor_digest(run.output),
