@@ -9,6 +9,7 @@ becomes one planted case (:func:`covering_case`, ``meta["attributes"]`` = the ro
 
 from __future__ import annotations
 
+import functools
 import itertools
 from functools import lru_cache
 
@@ -151,7 +152,10 @@ def t_wise_coverage(rows) -> dict:
     every attribute that ``rows`` (attribute dicts) hold."""
     out = {}
     for label, keys, t in (("3-wise", STRONG, 3), ("2-wise", tuple(ATTRIBUTES), 2)):
-        want = legal_tuples(keys, t)
+        # the legal tuples depend on the space alone: enumerated once (~4 s), kept in the artifact cache
+        want = cached_artifact(
+            "covering", CASE_CODE, f"legal/{t}/{','.join(keys)}", functools.partial(legal_tuples, keys, t)
+        )
         out[label] = [len(tuples_of(rows, keys, t) & want), len(want)]
     return out
 

@@ -18,26 +18,21 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from conformance.cases import tie_discrimination
 from conformance.cases.covering import ATTRIBUTES, t_wise_coverage
 from conformance.cases.fp8 import FP8_FAMILIES
+from conformance.cases.reach import FP32_EXACT, INT32_MAX, PAIR_ALIGN, reach_of
 from conformance.checks.output_bits import run_device
 from conformance.kernels.spec import declared_epilogue
 from reference.accumulate import exact_int_mm
 from reference.epilogue import apply_epilogue
 from reference.operands import OPERAND_NAMES, layout_label
 
-FP32_EXACT = 2**24
-INT32_MAX = 2**31 - 1
-#: Elements x K per batch of :func:`partial_sum_extremes` (float64: 32 MiB).
-PARTIAL_BUDGET = 2**22
 #: Residue moduli of K reported (usual K tiles).
 K_MODULI = (8, 16, 32, 64, 128)
 #: M values the table wants (decode and small-batch tails).
 M_WANTED = tuple(range(1, 18))
 #: N values around tile edges the table looks for.
 N_EDGES = (15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129)
-PAIR_ALIGN = 32
 #: Layouts of ``a`` / ``b`` / scales the contract admits (reference.operands.layout_label).
 LAYOUTS_WANTED = {
     "a": ("dense", "row-major padded"),
@@ -45,49 +40,6 @@ LAYOUTS_WANTED = {
     "scale_a": ("dense", "strided"),
     "scale_b": ("dense", "strided"),
 }
-
-
-def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> tuple[Tensor, Tensor, int]:
-    """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in each summation direction.
-
-    Prefix sums ``P_j`` are exact (float64 matmuls of int8: integers < 2**53). Forward the partial
-    sums are ``P_j``, backward ``acc - P_j``, whose maximum is at the smallest or largest ``P_j``
-    (convexity). When ``M * N * K > budget`` the prefix sums are taken every ``g`` (power of two)
-    products: a lower bound. ``a``: int8 [M, K], ``b``: int8 [N, K] (one device, any).
-    Returns ``(forward int64 [M, N], backward int64 [M, N], g)`` on that device.
-    """
-    m, k = a.shape
-    n = b.shape[0]
-    g = 1
-    while m * n * math.ceil(k / g) > budget and g < k:
-        g *= 2
-    c = math.ceil(k / g)
-    pad = c * g - k
-    af = torch.nn.functional.pad(a.to(torch.float64), (0, pad)).reshape(m, c, g).transpose(0, 1)
-    bf = torch.nn.functional.pad(b.to(torch.float64), (0, pad)).reshape(n, c, g).permute(1, 2, 0)
-    run = torch.zeros((m, n), dtype=torch.float64, device=a.device)
-    lo, hi = run.clone(), run.clone()
-    step = max(1, budget // max(1, m * n))
-    for c0 in range(0, c, step):
-        s = torch.bmm(af[c0 : c0 + step], bf[c0 : c0 + step])  # [C', M, N] chunk sums
-        p = run.unsqueeze(0) + torch.cumsum(s, 0)
-        lo = torch.minimum(lo, p.amin(0))
-        hi = torch.maximum(hi, p.amax(0))
-        run = p[-1]
-    fwd = torch.maximum(lo.abs(), hi.abs())
-    bwd = torch.maximum((run - lo).abs(), (run - hi).abs())
-    return fwd.to(torch.int64), bwd.to(torch.int64), g
-
-
-def _pairs(a: Tensor, b: Tensor) -> list[int]:
-    """Sorted k (mod PAIR_ALIGN) where some element has the adjacent products
-    a[m,k]*b[n,k] and a[m,k+1]*b[n,k+1] both equal to (-128)*(-128)."""
-    if a.shape[1] < 2:
-        return []
-    pa = ((a[:, :-1] == -128) & (a[:, 1:] == -128)).any(0)
-    pb = ((b[:, :-1] == -128) & (b[:, 1:] == -128)).any(0)
-    ks = torch.nonzero(pa & pb).reshape(-1)
-    return torch.unique(ks % PAIR_ALIGN).tolist()  # one read-back, sorted
 
 
 def _float_counts(y: Tensor) -> dict:
@@ -111,52 +63,25 @@ def case_coverage(spec, ops, run=None, exact: Optional[Tensor] = None) -> dict:
     GemmOperands on one device (measured there: exact integer sums and element-wise IEEE float32,
     so every device gives the same dict); ``run``: its KernelRun (layouts handed to the kernel) or
     None; ``exact``: the int64 [M, N] accumulator on that device if already computed."""
-    a, b = ops.a, ops.b
-    acc = exact if exact is not None else exact_int_mm(a, b)
-    fwd, bwd, step = partial_sum_extremes(a, b)
-    big = torch.maximum(fwd, bwd) >= FP32_EXACT
-    sa, sb = ops.scale_a.reshape(-1), ops.scale_b.reshape(-1)
+    acc = exact if exact is not None else exact_int_mm(ops.a, ops.b)
     bias = ops.bias
     contract = declared_epilogue(spec, run_device(run), ops.out_dtype).contract
     ref = apply_epilogue(acc, ops.scale_a, ops.scale_b, contract, bias=bias, out_dtype=ops.out_dtype)
-    cov = {
-        "max_partial_fwd": int(fwd.max()),
-        "max_partial_bwd": int(bwd.max()),
-        "partial_step": step,
-        "n_partial_big_final_small": int((big & (acc.abs() < FP32_EXACT)).sum()),
-        "max_abs_acc": int(acc.abs().max()),
-        "n_acc_ge_2_24": int((acc.abs() >= FP32_EXACT).sum()),
-        "n_acc_gt_int32": int((acc.abs() > INT32_MAX).sum()),
-        "out": _float_counts(ref),
-        "out_dtype": str(ops.out_dtype).replace("torch.", ""),
-        "scale_mode": ops.scale_mode,
-        "m": ops.m,
-        "k": ops.k,
-        "n": ops.n,
-        "neg_scale_a": bool((torch.signbit(sa) & (sa != 0)).any()),
-        "neg_scale_b": bool((torch.signbit(sb) & (sb != 0)).any()),
-        "zero_scale_a": bool((sa == 0).any()),
-        "zero_scale_b": bool((sb == 0).any()),
-        "zero_rows_a": int((a == 0).all(1).sum()),
-        "pair_alignments": _pairs(a, b),
-        "scale_layout": (
-            "scalar"
-            if ops.scale_a.dim() == 0 or ops.scale_a.numel() == 1 and ops.m > 1
-            else "[M,1]"
-            if ops.scale_a.dim() == 2
-            else "[M]"
-        ),
-    }
+    cov = dict(reach_of(ops, acc))
+    cov.update(
+        out=_float_counts(ref),
+        out_dtype=str(ops.out_dtype).replace("torch.", ""),
+        scale_mode=ops.scale_mode,
+        m=ops.m,
+        k=ops.k,
+        n=ops.n,
+    )
     if bias is not None:
         y = apply_epilogue(acc, ops.scale_a, ops.scale_b, contract, bias=None, out_dtype=torch.float32)
         bf = bias.to(torch.float32).reshape(1, -1)
         cov["bias_cancel"] = int(((y + bf).abs() < bf.abs() * 2.0**-8).sum())
     else:
         cov["bias_cancel"] = 0
-    if ops.out_dtype != torch.float32 and int(acc.abs().max()) < FP32_EXACT:
-        cov["discriminating"] = tie_discrimination(ops, acc)["a_then_w!=w_then_a"]
-    else:
-        cov["discriminating"] = 0
     extra = ((getattr(run, "manifest", None) or {}).get("extra") or {}) if run is not None else {}
     cov["layouts"] = extra.get("operand_layouts") or {k_: layout_label(getattr(ops, k_)) for k_ in OPERAND_NAMES}
     cov["densified"] = list(extra.get("densified") or [])

@@ -21,6 +21,7 @@ from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id
 from conformance.cases.cache import cached_cases
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
+from conformance.cases.reach import attach_reach
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
@@ -47,7 +48,7 @@ FP8_MODEL_CHECKS_NA = {
 #: Smallest M * K * N of a fixed case whose references a CUDA suite computes on the kernel's device
 #: (:func:`reference_device`). A case's device path costs a fixed few hundred launches and a few dozen
 #: read-backs; the CPU's reference work (mostly the coverage measurement's prefix sums, M * N * K
-#: element operations up to ``coverage.PARTIAL_BUDGET``) grows with the case and passes that cost
+#: element operations up to ``reach.PARTIAL_BUDGET``) grows with the case and passes that cost
 #: about here. Smaller cases and the property examples keep CPU operands.
 DEVICE_REFERENCE_MIN_MACS = 1 << 20
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
@@ -150,7 +151,9 @@ def default_cases(
     def build() -> list:
         parts = [functools.partial(synthetic_cases, seeds)]
         parts += [shape_sweep, *families.family_builders()] if include_sweep else []
+        # each part measures what its operands reach (kept with the cases: the coverage table reads it);
         # as many processes as this one's share of the cores (its torch threads: one per xdist worker on 2 cores)
+        parts = [functools.partial(_with_reach, part) for part in parts]
         return [c for part in map_forked(parts, torch.get_num_threads()) for c in part]
 
     cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/sweep={include_sweep}", build)
@@ -159,6 +162,11 @@ def default_cases(
     else:
         cap = CaptureReplay(note=f"{NO_CAPTURES} (capture replay not requested)")
     return mark_ownership_probes(cases + list(cap.cases)), cap
+
+
+def _with_reach(build: Callable[[], list]) -> list:
+    """``build()``'s cases with ``meta["reach"]`` set (``conformance.cases.reach.attach_reach``)."""
+    return attach_reach(build())
 
 
 def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native=False) -> tuple[list, CaptureReplay]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay, case_id
@@ -466,8 +466,10 @@ def run_conformance(
             operands=getattr(spec, "operands", "int8"),
             native=cuda_device(spec, device) is not None,
         )
-    else:
+    else:  # probed as the plan probes its own cases (C10's marks), unless the caller's cases carry them
         cases = list(cases)
+        if not all("ownership_probe" in (c.meta or {}) for c in cases):
+            cases = mark_ownership_probes([replace(c, meta=dict(c.meta or {})) for c in cases])
         cap = given_cases(cases)
     if invocation is None:
         invocation = call_invocation(

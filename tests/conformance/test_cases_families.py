@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from conformance.cases.families import FAMILIES, family_cases
+from conformance.cases.reach import partial_sum_extremes
 from conformance.kernels.registry import get_kernel
-from conformance.suite.coverage import case_coverage, partial_sum_extremes
+from conformance.suite.coverage import case_coverage
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.epilogue import reference_scaled_mm
 from reference.operands import GemmOperands
