@@ -3,6 +3,8 @@ kernel's own float32 accumulator, F10 narrow_accumulator keeps fewer bits than d
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from fp8_kernels import emulated_accumulator, fp8_kernel
@@ -13,6 +15,7 @@ from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec
 from conformance.suite.evaluate import CaseEvaluation
+from conformance.suite.plan import mark_ownership_probes
 from faults import FaultError, inject, make_injection, parse_injection
 from faults.accumulator import EXACT_FP8, KERNEL_UNIT_SCALES, fp8_kernel_accumulator, narrowed_model
 from faults.catalogue import faults_for, not_applicable
@@ -137,12 +140,19 @@ def test_f10_is_caught_by_c11_on_an_emulated_fp8_kernel(declared, variant, measu
 HOPPER_LIKE_KERNEL = "buggy_fp8_kernels:fp8_emulated_good"
 
 
+@functools.lru_cache(maxsize=1)
+def _safe_cases() -> tuple:
+    """Accumulator-safe FP8 cases, C10 probing them as the suite's plan does (the first of each size class)."""
+    cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + fp8_family_cases(["scale_order_ties"])
+    return tuple(mark_ownership_probes(cases))
+
+
 def _caught_bit_exactly(kernel: str, fault: str, device=None) -> None:
     """On accumulator-safe cases C4 passes (the declared accumulator provably keeps the exact sum), C8 fails exactly
     where the fault changed an output and counts exactly the elements it changed (0 ulp), C5 likewise under
     power-of-two scales, and C12 leaves these cases to them (n/a)."""
     faulty = inject(get_kernel(kernel), fault, "all")
-    cases = fp8_family_cases(["small_int", "narrow_span"])[::15] + fp8_family_cases(["scale_order_ties"])
+    cases = _safe_cases()
     changed = 0
     for ops in cases:
         case = CaseEvaluation(faulty, ops, device=device)
