@@ -9,9 +9,8 @@ becomes one planted case (:func:`covering_case`, ``meta["attributes"]`` = the ro
 
 from __future__ import annotations
 
-import functools
 import itertools
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import covertable
 import torch
@@ -153,9 +152,7 @@ def t_wise_coverage(rows) -> dict:
     out = {}
     for label, keys, t in (("3-wise", STRONG, 3), ("2-wise", tuple(ATTRIBUTES), 2)):
         # the legal tuples depend on the space alone: enumerated once (~4 s), kept in the artifact cache
-        want = cached_artifact(
-            "covering", CASE_CODE, f"legal/{t}/{','.join(keys)}", functools.partial(legal_tuples, keys, t)
-        )
+        want = cached_artifact("covering", CASE_CODE, f"legal/{t}/{','.join(keys)}", partial(legal_tuples, keys, t))
         out[label] = [len(tuples_of(rows, keys, t) & want), len(want)]
     return out
 

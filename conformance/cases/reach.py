@@ -16,11 +16,10 @@ import torch
 from torch import Tensor
 
 from conformance.cases.synthetic import tie_discrimination
-from reference.accumulate import exact_int_mm
+from reference.accumulate import FP32_EXACT_INT as FP32_EXACT
+from reference.accumulate import INT32_MAX, exact_int_mm
 from reference.operands import GemmOperands
 
-FP32_EXACT = 2**24
-INT32_MAX = 2**31 - 1
 #: Elements x K per batch of :func:`partial_sum_extremes` (float64: 32 MiB).
 PARTIAL_BUDGET = 2**22
 PAIR_ALIGN = 32
