@@ -225,7 +225,7 @@ def pytest_configure(config) -> None:
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.graceful_stop import record_interrupts, sigterm_as_interrupt_in_pytest
     from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
     from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite, suite_cases
@@ -280,6 +280,7 @@ def pytest_configure(config) -> None:
             st.warm_up(lambda line: print(f"int8conf: {line}", flush=True), config.stash[_STATE].examples)
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
     sigterm_as_interrupt_in_pytest(config)
+    record_interrupts()  # every process running items: a kernel's own KeyboardInterrupt is its failure
 
 
 def _check_report_dirs(out: Path, specs) -> list:
@@ -679,9 +680,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
-    from conformance.runtime.graceful_stop import restore_sigterm
+    from conformance.runtime.graceful_stop import restore_interrupts, restore_sigterm
 
     restore_sigterm()
+    restore_interrupts()
     st = _state(config)
     for ks in st.kernels if st is not None else ():
         if ks.contained is not None:  # the kernel's child process
