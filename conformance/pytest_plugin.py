@@ -601,6 +601,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if st is None or hasattr(session.config, "workerinput"):  # xdist workers ship, the controller writes
         return
     from conformance.runtime.partial_run import partial_run
+    from conformance.suite.plan import NOT_REACHED, NOT_SELECTED
     from conformance.suite.report import write_reports
     from conformance.suite.run import NOT_RUN, build_result
     from faults.inject import annotate_result
@@ -622,7 +623,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             invocation=_invocation(session.config),
             partial=part,
             warm_up=ks.warm,
-            skipped=ks.skipped + ([] if stopped else _not_selected(ks, st)),
+            skipped=ks.skipped + ks.missing(st.examples, st.model_checks, NOT_REACHED if stopped else NOT_SELECTED),
         )
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
@@ -630,23 +631,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if exitstatus == pytest.ExitCode.OK and any(r.verdict == NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _not_selected(ks, st: _State) -> list:
-    """What of ``ks``'s plan a finished session did not run (``-k`` / ``-m`` deselection, ``-x``): fixed cases
-    and kernel-level steps without a result, one phrase each."""
-    from conformance.checks.result import CHECK_NAMES
-    from conformance.suite.plan import CHECK, PROPERTY
-
-    out = []
-    if len(ks.results) < len(ks.cases):
-        out.append(f"{len(ks.cases) - len(ks.results)} of {len(ks.cases)} fixed cases (not selected or not reached)")
-    for step in ks.steps(st.examples, st.model_checks, False):
-        if step.kind == PROPERTY and ks.property is None:
-            out.append("the property test (not selected or not reached)")
-        elif step.kind == CHECK and step.check_id not in ks.model:
-            out.append(f"{step.check_id} {CHECK_NAMES[step.check_id]} (not selected or not reached)")
-    return out
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

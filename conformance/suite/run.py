@@ -46,6 +46,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     CHECK,
     CLI_MODEL_HINT,
     MODEL_CHECKS,
+    NOT_REACHED,
     PROPERTY,
     SuiteState,
     cli_capture_message,
@@ -591,7 +592,7 @@ def _run_steps(
         say(f"{spec.name}: {notes[-1]}")
     steps = state.steps(property_examples, model_checks, against=False)
     checks = [s.check_id for s in steps if s.kind == CHECK]
-    stopped, stage = None, "fixed cases"
+    stopped, stage, unreached = None, "fixed cases", []
     running: set = set()  # the cases in flight in the workers
     try:
         state.warm_up(say, property_examples)
@@ -636,6 +637,7 @@ def _run_steps(
             stage = "case " + ", ".join(sorted(running))
         if state.property is None:
             state.prop_cases = []  # never half of the property test
+        unreached = state.missing(property_examples, model_checks, NOT_REACHED)
         for cid in checks:
             state.model.setdefault(cid, not_applicable(cid, "not run: the run was interrupted"))
         stopped = partial_run(len(state.results), len(cases), interrupted=True, stage=stage, kind="suite")
@@ -657,7 +659,7 @@ def _run_steps(
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,
-        skipped=state.skipped,
+        skipped=state.skipped + (unreached if stopped else []),
     )
     if stopped:
         raise SuiteInterrupted(res)
