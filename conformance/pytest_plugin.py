@@ -11,7 +11,7 @@ configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8c
 ``--int8conf-inject FAULT[:COVERAGE[:SEED]]`` is mutation testing (the suite runs on ``faults.inject(kernel, ...)``).
 
 Every kernel call runs in a forked child (``conformance.suite.workers.Containment``): a kernel that kills its
-process or hangs (no result within ``--int8conf-timeout`` seconds, default 600) fails that item with the signal or
+process or hangs (no result within ``--int8conf-timeout`` seconds, default 600; C7 / E1 at least 1800) fails that item with the signal or
 the stack and a reproducer (``<reports>/<kernel>/repro/<case>/``); the session goes on and writes the report. A
 run that leaves out part of the default suite (the options above, ``-k`` / ``-m`` deselection) says so in its
 verdict ("PASS on a reduced suite: ... skipped"); a stopped one says PARTIAL.
@@ -71,6 +71,8 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+#: the short aliases another plugin or conftest registered first (:func:`pytest_load_initial_conftests`)
+_TAKEN = pytest.StashKey[set]()
 _ITEM_KEY = "int8conf_result"
 GROUP = "int8conf"
 #: ``--int8conf-X`` -> (its short alias, argparse attributes): registered always, the alias where it is free
@@ -102,9 +104,8 @@ _SHARED = {
             action="append",
             default=[],
             metavar="FAULT[:COVERAGE[:SEED]]",
-            help="inject a fault into every --int8conf-kernel (repeatable): FAULT F1..F9 or its name "
-            "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
-            "(default all), SEED integer (default 0); e.g. F4:all",
+            help="inject a fault into every --int8conf-kernel (repeatable): FAULT {faults}, COVERAGE one, 1%% or "
+            "all (default all), SEED integer (default 0); e.g. F4:all",
         ),
     ),
 }
@@ -117,7 +118,7 @@ def pytest_addoption(parser, pluginmanager) -> None:
         pluginmanager.register(gate_plugin, "int8conf-gate")
     g = parser.getgroup(GROUP, "int8conf kernel conformance")
     for long, (_, attrs) in _SHARED.items():
-        g.addoption(long, **attrs)
+        g.addoption(long, **_with_fault_choices(attrs))
     g.addoption(
         "--int8conf-reports",
         default=None,
@@ -165,9 +166,19 @@ def pytest_addoption(parser, pluginmanager) -> None:
         type=positive_seconds,
         default=600.0,
         metavar="S",
-        help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed (C7, "
-        "E1: at least 1800); a crash or a hang fails that item, with a reproducer (default 600)",
+        help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed "
+        "(default 600); C7 and E1, whole-model replays, get at least 1800 s; a crash or a hang fails that item, with "
+        "a reproducer",
     )
+
+
+def _with_fault_choices(attrs: dict) -> dict:
+    """``attrs`` with ``{faults}`` in its help replaced by the fault catalogue's ids (``faults.spec.fault_choices``)."""
+    if "{faults}" not in attrs.get("help", ""):
+        return attrs
+    from faults.spec import fault_choices
+
+    return dict(attrs, help=attrs["help"].replace("{faults}", fault_choices()))
 
 
 def _option_names(parser) -> set:
@@ -181,14 +192,31 @@ def _option_names(parser) -> set:
 def pytest_load_initial_conftests(early_config, parser, args):
     """Once the initial conftests have added their options: the short alias of each :data:`_SHARED` option
     (``--kernel``, ``--against``, ``--inject``) where no conftest or plugin registered that name; a name already
-    taken is left to its owner, without a word (``--int8conf-kernel`` always works)."""
+    taken is left to its owner (``--int8conf-kernel`` always works; :func:`pytest_report_header` says so where the
+    command line used the taken name)."""
     result = yield
     taken = _option_names(parser)
     g = parser.getgroup(GROUP)
+    early_config.stash[_TAKEN] = {short for short, _ in _SHARED.values() if short in taken}
     for long, (short, attrs) in _SHARED.items():
         if short not in taken:
             g.addoption(short, **dict(attrs, help=f"alias of {long} (where no conftest defines {short})"))
     return result
+
+
+def pytest_report_header(config) -> list:
+    """One line per short alias (``--kernel``, ``--against``, ``--inject``) that another plugin or conftest owns
+    here while the command line gives it and not its ``--int8conf-`` form: the run then runs no int8conf item."""
+    args = [str(a) for a in config.invocation_params.args]
+
+    def given(opt: str) -> bool:
+        return any(a == opt or a.startswith(opt + "=") for a in args)
+
+    return [
+        f"int8conf: {short} belongs to another plugin or conftest here; use {long}=X"
+        for long, (short, _) in _SHARED.items()
+        if short in config.stash.get(_TAKEN, set()) and given(short) and not given(long)
+    ]
 
 
 def _share_cores(config) -> None:
@@ -235,6 +263,10 @@ def pytest_configure(config) -> None:
     # directory, on sys.path: --kernel=mod:fn must find mod.py where pytest runs
     cwd_on_sys_path(config.invocation_params.dir)
     opt = config.getoption
+    if opt("int8conf_captures") and opt("int8conf_no_captures"):
+        raise pytest.UsageError(
+            "int8conf: --int8conf-captures=DIR and --int8conf-no-captures contradict each other: give one of them"
+        )
     try:
         runs = _injected(resolve_kernels(list(names)), opt("int8conf_inject", default=[]) or [])
         other = get_kernel(opt("int8conf_against"), "--against") if opt("int8conf_against") else None
