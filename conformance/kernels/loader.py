@@ -490,8 +490,9 @@ def split_query(name: str) -> tuple[str, dict]:
 
 
 def _devices(value, where: str) -> tuple:
-    """Declared device types, each one torch knows; ContractError when empty or unknown."""
-    devs = tuple(value)
+    """Declared device types, each one torch knows (a single string is one device: ``"cpu"`` = ``("cpu",)``);
+    ContractError when empty or unknown."""
+    devs = (value,) if isinstance(value, str) else tuple(value)
     if not devs:
         raise ContractError(f"{where}: devices is empty; declare e.g. ('cpu',) or ('cuda',)")
     for d in devs:

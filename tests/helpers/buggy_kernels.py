@@ -1128,3 +1128,48 @@ def pow2_scalar_weight_scale_folded(a, b, scale_a, scale_b, out_dtype=torch.bflo
             y = y + bias.to(torch.float32)
         return round_fp32(y, out_dtype, "rne")
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- issue 42 walk: failures that are not numerics ------------------------
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="raises_past_m16")
+def raises_past_m16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style output for M <= 16; raises RuntimeError for a larger M (an unsupported tile)."""
+    if a.shape[0] > 16:
+        raise RuntimeError(f"no tile for M={a.shape[0]}\nsecond line")
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+#: what :func:`segfaults_always` prints before it dies (its child's log only: README, "A kernel's own prints")
+SEGFAULT_PRINT = "segfaults_always: about to read address 0"
+
+
+@declare(contract="cutlass", name="segfaults_always", description="segfaults on every call")
+def segfaults_always(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Prints :data:`SEGFAULT_PRINT` (stdout and stderr), then reads address 0 through ctypes (a real SIGSEGV), on
+    every call."""
+    import ctypes
+
+    print(SEGFAULT_PRINT, flush=True)
+    print(SEGFAULT_PRINT, file=sys.stderr, flush=True)
+    ctypes.string_at(0)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="raises_keyboard_interrupt")
+def raises_keyboard_interrupt(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Raises KeyboardInterrupt itself (no signal) for M > 16; exact otherwise."""
+    if a.shape[0] > 16:
+        raise KeyboardInterrupt("the kernel's own KeyboardInterrupt")
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_returns_bias")
+def decode_returns_bias(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style output, except on an M == 1 call with a bias: the output is written into the bias
+    (shares its storage, viewed [1, N])."""
+    out = _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    if a.shape[0] == 1 and bias is not None:
+        bias.copy_(out.reshape(-1))
+        return bias.view(1, -1)
+    return out

@@ -184,6 +184,14 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
         split_query("m:f?contract=cutlass&contract=triton")
 
 
+def test_a_single_device_string_is_one_device():
+    """issue 42 walk, P13a: before, ``devices="cpu"`` was read letter by letter ("device 'c' is not a torch ...")."""
+    from conformance.kernels.loader import declare, spec_from_object
+
+    one = declare("cutlass", devices="cpu")(lambda *a, **k: None)
+    assert spec_from_object(one, "m:one", "test").devices == ("cpu",)
+
+
 def test_a_loaded_kernel_cannot_take_a_builtin_name():
     """Its reports would replace the built-in's (reports/check/cpu/)."""
     from conformance.kernels.loader import declare, spec_from_object
