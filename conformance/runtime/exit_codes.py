@@ -26,10 +26,12 @@ INTERRUPTED = 130
 EXIT_CODES = {
     OK: "conformant (check); pass (gate); done (other commands)",
     FAILED: "not conformant, a crash or a timeout included (check); blocked by the policy (gate)",
-    BAD_INPUT: "bad input, one line naming it (usage, unknown kernel, unusable path; gate: not comparable)",
+    BAD_INPUT: "bad input, one line naming it (usage, unknown kernel, unusable path; gate: not comparable); "
+    "under `pytest --kernel` the same line is pytest's usage error, exit 4",
     NOT_RUN: "not run: the kernel could not be called here at all, every case not runnable on this machine "
     "(its devices, its shape constraints), nothing verified (check)",
-    INTERNAL: "internal error: int8conf's own bug, with its traceback (please report it)",
+    INTERNAL: "internal error: int8conf's own bug, with its traceback (please report it); under pytest also "
+    "pytest's usage error (one line, no traceback: bad input above)",
     INTERRUPTED: "stopped (Ctrl-C, SIGTERM): the report of what finished is written, headed PARTIAL RUN",
 }
 

@@ -2,7 +2,8 @@
 raises KeyboardInterrupt in the main thread and is remembered (:func:`raise_if_requested` raises
 it again where Python discarded it); a second one is ignored so the report is written. SIGINT (Ctrl-C) keeps
 Python's behaviour (KeyboardInterrupt) and is remembered too (:func:`record_interrupts`), so that
-:func:`stop_requested` tells a stop from a KeyboardInterrupt a kernel raised itself."""
+:func:`stop_requested` tells a stop from a KeyboardInterrupt a kernel raised itself; there the second SIGINT is
+ignored (the report is written) and a third raises again."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ _interrupts: list = []  # the SIGINTs received while :func:`_record_interrupt` w
 
 def _record_interrupt(signum, frame):
     _interrupts.append(signum)
-    raise KeyboardInterrupt
+    if len(_interrupts) != 2:  # the second SIGINT (`timeout -s INT` signals the process, then its group) is
+        raise KeyboardInterrupt  # ignored so the partial report is written; a third one stops at once
 
 
 def record_interrupts() -> bool:

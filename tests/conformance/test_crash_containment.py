@@ -197,7 +197,7 @@ def _quick_check(kernel: str, out: Path) -> int:
 
 
 def test_a_kernel_that_raises_is_named_as_raising_not_as_failing_numerics(tmp_path, capsys):
-    """P1: the headline leads with the raise; the raised cases feed no check's failure and no fault signature."""
+    """the headline leads with the raise; the raised cases feed no check's failure and no fault signature."""
     rc = _quick_check("buggy_kernels:raises_past_m16", tmp_path)
     out = capsys.readouterr().out
     assert rc == 1
@@ -225,7 +225,7 @@ def test_a_kernel_that_raises_is_named_as_raising_not_as_failing_numerics(tmp_pa
 
 
 def test_a_kernel_that_crashes_on_every_case_fails_no_numeric_check(tmp_path, capsys):
-    """P5: a case whose process died has no output: its checks are not run (-), C8 does not fail, the run fails
+    """a case whose process died has no output: its checks are not run (-), C8 does not fail, the run fails
     (exit 1) with the crashes in its headline. P11: the kernel's own prints are in no report."""
     from buggy_kernels import SEGFAULT_PRINT
 
@@ -246,7 +246,7 @@ def test_a_kernel_that_crashes_on_every_case_fails_no_numeric_check(tmp_path, ca
 
 
 def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_check(tmp_path, capsys):
-    """P2: no SIGINT / SIGTERM came: the kernel's own KeyboardInterrupt fails its cases; the run is complete."""
+    """no SIGINT / SIGTERM came: the kernel's own KeyboardInterrupt fails its cases; the run is complete."""
     rc = _quick_check("buggy_kernels:raises_keyboard_interrupt", tmp_path)
     assert rc == 1  # before: 130, a PARTIAL RUN report headed PASS
     doc = json.loads((tmp_path / "raises_keyboard_interrupt" / "conformance.json").read_text())
@@ -266,7 +266,7 @@ def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_the_plugin(
 
 
 def test_a_real_ctrl_c_during_a_kernel_call_still_stops():
-    """P2: with SIGINT remembered (as check and pytest --kernel do), a Ctrl-C inside the kernel call is a stop."""
+    """with SIGINT remembered (as check and pytest --kernel do), a Ctrl-C inside the kernel call is a stop."""
     import signal
 
     from conformance.kernels.runner import run_kernel
@@ -291,8 +291,29 @@ def test_a_real_ctrl_c_during_a_kernel_call_still_stops():
         signal.signal(signal.SIGINT, before)
 
 
+def test_a_second_sigint_is_ignored_so_the_partial_report_is_written_and_a_third_stops():
+    """``timeout -s INT`` signals the process and then its group: two SIGINTs. The first stops the run, the second
+    arrives while the partial report is written and must not interrupt that; a third Ctrl-C stops at once."""
+    import signal
+
+    from conformance.runtime.graceful_stop import record_interrupts, restore_interrupts, stop_requested
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert record_interrupts()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # the report is being written: ignored
+        assert stop_requested()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        restore_interrupts()
+        signal.signal(signal.SIGINT, before)
+
+
 def test_an_interrupted_check_lists_what_it_did_not_reach(monkeypatch):
-    """P8: the cases and steps a stop cut off are in ``reduced_suite``, so the headline is never a bare PASS."""
+    """the cases and steps a stop cut off are in ``reduced_suite``, so the headline is never a bare PASS."""
     from conformance.suite.plan import SuiteState
     from conformance.suite.run import SuiteInterrupted
 

@@ -62,7 +62,7 @@ def test_p_no_int8conf_keeps_the_plugin_out(pytester):
 
 
 def test_where_their_conftest_owns_kernel_the_header_names_the_long_option(pytester):
-    """issue 42 walk, P10: ``--kernel=X`` taken by a conftest runs no int8conf item; the header says what to use."""
+    """``--kernel=X`` taken by a conftest runs no int8conf item; the header says what to use."""
     pytester.makeconftest(THEIRS)
     pytester.makepyfile(TEST_THEIRS.format(want="cpu", inject=False))
     r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--kernel=cpu")

@@ -73,7 +73,7 @@ def test_kernel_that_cannot_run_is_na():
 
 
 def test_an_interface_error_on_a_c9_call_is_an_interface_failure_not_batch_dependence():
-    """issue 42 walk, P4: an M == 1 call returning the bias's storage breaks the interface (the same judgement as
+    """an M == 1 call returning the bias's storage breaks the interface (the same judgement as
     a case's IF); C9 says so, and the run's headline names the interface, not C9."""
     from conformance.cases import make_case
     from conformance.suite.run import run_conformance
@@ -90,7 +90,7 @@ def test_an_interface_error_on_a_c9_call_is_an_interface_failure_not_batch_depen
 
 
 def test_a_c9_call_that_raises_is_the_kernel_raising_not_batch_dependence():
-    """P1: rows C9 could not compare because the kernel raised are no batch dependence."""
+    """rows C9 could not compare because the kernel raised are no batch dependence."""
     r = check_batch_invariance(_spec(raises_past_m16, "raises"), [])
     assert r.verdict == "fail" and r.evidence["failure_kind"] == "raised"
     assert r.evidence["raised"]["exception"] == "RuntimeError: no tile for M=17"

@@ -65,7 +65,7 @@ def _help(command: str, option: str) -> str:
 
 
 def test_default_output_folders_in_help_are_the_ones_the_code_uses():
-    """issue 42 walk, P7: before, gate --help said reports/gate/..., bench --help reports/bench/<device>/."""
+    """before, gate --help said reports/gate/..., bench --help reports/bench/<device>/."""
     from conformance.commands.bench import DEFAULT_GPU_OUT
     from conformance.runtime.output_dirs import REPORTS
 
@@ -76,7 +76,7 @@ def test_default_output_folders_in_help_are_the_ones_the_code_uses():
 
 
 def test_fault_ids_in_help_come_from_the_catalogue(pytester):
-    """P13d: before, --int8conf-inject said F1..F9 while check --inject said F1..F10."""
+    """before, --int8conf-inject said F1..F9 while check --inject said F1..F10."""
     from faults.catalogue import FAULTS
     from faults.spec import fault_choices
 
@@ -90,7 +90,7 @@ def test_fault_ids_in_help_come_from_the_catalogue(pytester):
     "command", [["check", "--kernel", "cpu"], ["gate", "--candidate", "cpu", "--incumbent", "cpu"]]
 )
 def test_captures_and_no_captures_together_are_a_usage_error(tmp_path, capsys, command):
-    """P13b: before, --captures X --no-captures ran silently without captures."""
+    """before, --captures X --no-captures ran silently without captures."""
     from conformance.cli import main
 
     rc = main([*command, "--captures", str(tmp_path), "--no-captures", "--out", str(tmp_path / "o")])
@@ -102,7 +102,7 @@ def test_captures_and_no_captures_together_are_a_usage_error(tmp_path, capsys, c
 
 
 def test_readme_says_what_exit_3_the_model_check_timeout_and_a_kernels_prints_are():
-    """P9: exit 3 is a kernel not callable here at all (one that crashes / raises on every case exits 1);
+    """exit 3 is a kernel not callable here at all (one that crashes / raises on every case exits 1);
     P6: the C7 / E1 floor beside --timeout, in the README and the plugin's help; P11: where a kernel's prints go."""
     readme = (ROOT / "README.md").read_text()
     assert exit_codes.EXIT_CODES[exit_codes.NOT_RUN].startswith("not run: the kernel could not be called here at all")

@@ -175,7 +175,7 @@ def test_a_shipped_policy_is_found_by_its_name_anywhere(tmp_path, monkeypatch):
 
 
 def test_a_gate_on_a_reduced_suite_says_so_under_the_default_policy_it_describes_truly(tmp_path, capsys):
-    """issue 42 walk, P3: the gate's headline (console, gate.md) and gate.json's overall name what was skipped, as
+    """the gate's headline (console, gate.md) and gate.json's overall name what was skipped, as
     check's do (``suite.plan.reduced_suite``); P13c: the default policy's description says what blocks."""
     import json
 
