@@ -321,10 +321,12 @@ def fp8_wide_n_scale_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias
 
 @declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_padded_column_major_b")
 def fp8_padded_column_major_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-    """Bug: a column-major ``b`` (stride (1, ld)) is read with leading dimension N, ignoring a padded ld > N."""
+    """Bug: a column-major ``b`` (stride (1, ld)) is read with leading dimension N, ignoring a padded ld > N (the
+    padding bytes it reads that are NaN taken as 0, so the kernel returns wrong numbers instead of raising)."""
     n, k = b.shape
     if b.stride(0) == 1 and b.stride(1) > n and k > 1:
-        b = torch.as_strided(b, (n, k), (1, n), b.storage_offset())
+        wrong = torch.as_strided(b, (n, k), (1, n), b.storage_offset()).float()
+        b = torch.where(torch.isnan(wrong), torch.zeros_like(wrong), wrong).to(b.dtype)
     return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
 
 
