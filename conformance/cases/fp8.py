@@ -31,7 +31,11 @@ multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padd
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
 scales, N over several 128-wide tiles with a partial last one and past 32,768, column-major ``b`` with N > K and
 with a padded leading dimension; ``special_values`` (:func:`special_values_family`): -0, every subnormal and
-+-448 under every scale form. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
++-448 under every scale form. ``signed_zero`` / ``subnormal`` (:func:`signed_zero_family`, :func:`subnormal_family`): the INT8 output
+families' cases (``outputs.py``) on e4m3 integers (:func:`from_int8_case`: the same accumulators, ``u = 1``), at a
+decode M and a prefill M; ``overflow_inf`` also under every scale form (:func:`overflow_inf_form_case`); ``small_int``
+also layouts at prefill M, N = 4096 and K = 1040, and bias value classes (``planting._bias_value``: bits that change
+through bf16 or fp16) in every output dtype up to N = 32,784. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
 have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 

@@ -64,6 +64,8 @@ def test_the_plan_of_an_e4m3_kernel():
         "overflow_inf",
         "scale_order_ties",
         "special_values",
+        "signed_zero",
+        "subnormal",
         "paper_layers",
     } and all(c.a.dtype == E4M3 for c in cases)
     captured = [c for c in cases if c.meta.get("source") == "capture"]
