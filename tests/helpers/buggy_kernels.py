@@ -1130,6 +1130,78 @@ def pow2_scalar_weight_scale_folded(a, b, scale_a, scale_b, out_dtype=torch.bflo
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
 
 
+# --- escapes of a new user's kernels (h-esc8): one per class the default suite now meets ----------
+
+
+def _exact_acc64(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """int64 exact a @ b.T through a float64 GEMM (every partial sum an integer below 2^53): fast on the CPU."""
+    return (a.to(torch.float64) @ b.to(torch.float64).T).to(torch.int64)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="pow2_weight_scale_as_int32_shift")
+def pow2_weight_scale_as_int32_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: one power-of-two weight scale (0-d or [1]) 2^e is applied to the int32 accumulator as a shift: left
+    by e (wrapping in int32) for e >= 1, arithmetic right by -e (dropping low bits) for e <= -1; then * s_a."""
+    sb = scale_b.reshape(-1).to(torch.float32)
+    if sb.numel() != 1 or float(sb[0]) == 0 or not bool(torch.frexp(sb)[0].abs().eq(0.5).all()):
+        return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    e = int(torch.frexp(sb)[1][0]) - 1
+    acc = exact_acc32(a, b).to(torch.int64)
+    acc = (((acc << e) + 2**31) % 2**32 - 2**31) if e >= 0 else acc >> -e
+    y = acc.to(torch.float32) * (float(torch.sign(sb[0])) * scale_a.reshape(-1, 1).to(torch.float32))
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return round_fp32(y, out_dtype, "rne")
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_bias_elements_skipped")
+def zero_bias_elements_skipped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a sparse-bias path adds the bias only where its element is nonzero (a +0 bias is skipped), so a -0.0
+    scaled value stays -0.0 where the contract gives -0 + +0 = +0; any out dtype."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    if bias is None:
+        return out
+    unbiased = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, None)
+    return torch.where(bias.reshape(1, -1) == 0, unbiased, out)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_weight_scale_column_positive_zero")
+def zero_weight_scale_column_positive_zero(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: without a bias, a column whose per-channel s_w is 0 is not computed but memset to +0.0 (the contract
+    gives -0.0 where acc * s_a < 0); from N = 32 on (the narrow path computes it)."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    sb = scale_b.reshape(-1)
+    if bias is None and b.shape[0] >= 32 and sb.numel() == b.shape[0]:
+        out = torch.where(sb.reshape(1, -1) == 0, torch.zeros_like(out), out)
+    return out
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="splitk_float32_partials_all_large")
+def splitk_float32_partials_all_large(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with M >= 512, N >= 4096 and K >= 2048 together (a stream-K configuration) K is cut in 3 slices at
+    multiples of 128, each an exact sum, the slices added in float32: inexact once a running sum passes 2^24."""
+    m, k = a.shape
+    if not (m >= 512 and b.shape[0] >= 4096 and k >= 2048):
+        return _cutlass_out(_exact_acc64(a, b).to(torch.int32), scale_a, scale_b, out_dtype, bias)
+    step = -(-k // 3 // 128) * 128
+    acc = None
+    for k0 in range(0, k, step):
+        part = _exact_acc64(a[:, k0 : k0 + step], b[:, k0 : k0 + step]).to(torch.float32)
+        acc = part if acc is None else acc + part
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="fp32_bias_fma_contracted")
+def fp32_bias_fma_contracted(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with float32 output, a bias and K >= 512, the compiler contracts the last multiply and the bias add:
+    fma(acc * s_w, s_a, bias) rounds once (the declared epilogue rounds the product, then the sum)."""
+    if not (out_dtype == torch.float32 and bias is not None and a.shape[1] >= 512):
+        return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    t = exact_acc32(a, b).to(torch.float32) * scale_b.reshape(1, -1).to(torch.float32)
+    y = t.double() * scale_a.reshape(-1, 1).double() + bias.reshape(1, -1).double()
+    return y.to(torch.float32)
+
+
 # --- issue 42 walk: failures that are not numerics ------------------------
 
 
