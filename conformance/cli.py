@@ -20,7 +20,12 @@ from typing import Optional, Sequence
 
 import conformance.commands as commands
 from conformance.kernels.loader import cwd_on_sys_path
-from conformance.runtime.graceful_stop import restore_sigterm, sigterm_as_interrupt
+from conformance.runtime.graceful_stop import (
+    record_interrupts,
+    restore_interrupts,
+    restore_sigterm,
+    sigterm_as_interrupt,
+)
 from conformance.runtime.import_noise import silence_import_noise
 from reference.errors import Int8confError, first_line
 
@@ -144,6 +149,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cwd_on_sys_path()
     args = parser.parse_args(argv)
     sigterm_as_interrupt()  # a CI time limit stops a long command like Ctrl-C: partial reports
+    record_interrupts()  # a KeyboardInterrupt a kernel raises itself is its failure, a Ctrl-C a stop
     try:
         return int(args.func(args) or 0)
     except Int8confError as e:
@@ -158,6 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     finally:
         restore_sigterm()
+        restore_interrupts()
 
 
 if __name__ == "__main__":

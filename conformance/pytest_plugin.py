@@ -11,7 +11,7 @@ configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8c
 ``--int8conf-inject FAULT[:COVERAGE[:SEED]]`` is mutation testing (the suite runs on ``faults.inject(kernel, ...)``).
 
 Every kernel call runs in a forked child (``conformance.suite.workers.Containment``): a kernel that kills its
-process or hangs (no result within ``--int8conf-timeout`` seconds, default 600) fails that item with the signal or
+process or hangs (no result within ``--int8conf-timeout`` seconds, default 600; C7 / E1 at least 1800) fails that item with the signal or
 the stack and a reproducer (``<reports>/<kernel>/repro/<case>/``); the session goes on and writes the report. A
 run that leaves out part of the default suite (the options above, ``-k`` / ``-m`` deselection) says so in its
 verdict ("PASS on a reduced suite: ... skipped"); a stopped one says PARTIAL.
@@ -71,6 +71,8 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+#: the short aliases another plugin or conftest registered first (:func:`pytest_load_initial_conftests`)
+_TAKEN = pytest.StashKey[set]()
 _ITEM_KEY = "int8conf_result"
 GROUP = "int8conf"
 #: ``--int8conf-X`` -> (its short alias, argparse attributes): registered always, the alias where it is free
@@ -102,9 +104,8 @@ _SHARED = {
             action="append",
             default=[],
             metavar="FAULT[:COVERAGE[:SEED]]",
-            help="inject a fault into every --int8conf-kernel (repeatable): FAULT F1..F9 or its name "
-            "(F9.stale, F9.transposed: other F9 variants), COVERAGE one, 1%% or all "
-            "(default all), SEED integer (default 0); e.g. F4:all",
+            help="inject a fault into every --int8conf-kernel (repeatable): FAULT {faults}, COVERAGE one, 1%% or "
+            "all (default all), SEED integer (default 0); e.g. F4:all",
         ),
     ),
 }
@@ -117,7 +118,7 @@ def pytest_addoption(parser, pluginmanager) -> None:
         pluginmanager.register(gate_plugin, "int8conf-gate")
     g = parser.getgroup(GROUP, "int8conf kernel conformance")
     for long, (_, attrs) in _SHARED.items():
-        g.addoption(long, **attrs)
+        g.addoption(long, **_with_fault_choices(attrs))
     g.addoption(
         "--int8conf-reports",
         default=None,
@@ -165,9 +166,19 @@ def pytest_addoption(parser, pluginmanager) -> None:
         type=positive_seconds,
         default=600.0,
         metavar="S",
-        help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed (C7, "
-        "E1: at least 1800); a crash or a hang fails that item, with a reproducer (default 600)",
+        help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed "
+        "(default 600); C7 and E1, whole-model replays, get at least 1800 s; a crash or a hang fails that item, with "
+        "a reproducer",
     )
+
+
+def _with_fault_choices(attrs: dict) -> dict:
+    """``attrs`` with ``{faults}`` in its help replaced by the fault catalogue's ids (``faults.spec.fault_choices``)."""
+    if "{faults}" not in attrs.get("help", ""):
+        return attrs
+    from faults.spec import fault_choices
+
+    return dict(attrs, help=attrs["help"].replace("{faults}", fault_choices()))
 
 
 def _option_names(parser) -> set:
@@ -181,14 +192,31 @@ def _option_names(parser) -> set:
 def pytest_load_initial_conftests(early_config, parser, args):
     """Once the initial conftests have added their options: the short alias of each :data:`_SHARED` option
     (``--kernel``, ``--against``, ``--inject``) where no conftest or plugin registered that name; a name already
-    taken is left to its owner, without a word (``--int8conf-kernel`` always works)."""
+    taken is left to its owner (``--int8conf-kernel`` always works; :func:`pytest_report_header` says so where the
+    command line used the taken name)."""
     result = yield
     taken = _option_names(parser)
     g = parser.getgroup(GROUP)
+    early_config.stash[_TAKEN] = {short for short, _ in _SHARED.values() if short in taken}
     for long, (short, attrs) in _SHARED.items():
         if short not in taken:
             g.addoption(short, **dict(attrs, help=f"alias of {long} (where no conftest defines {short})"))
     return result
+
+
+def pytest_report_header(config) -> list:
+    """One line per short alias (``--kernel``, ``--against``, ``--inject``) that another plugin or conftest owns
+    here while the command line gives it and not its ``--int8conf-`` form: the run then runs no int8conf item."""
+    args = [str(a) for a in config.invocation_params.args]
+
+    def given(opt: str) -> bool:
+        return any(a == opt or a.startswith(opt + "=") for a in args)
+
+    return [
+        f"int8conf: {short} belongs to another plugin or conftest here; use {long}=X"
+        for long, (short, _) in _SHARED.items()
+        if short in config.stash.get(_TAKEN, set()) and given(short) and not given(long)
+    ]
 
 
 def _share_cores(config) -> None:
@@ -225,7 +253,7 @@ def pytest_configure(config) -> None:
     import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
     from conformance.kernels.registry import get_kernel, resolve_kernels
-    from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
+    from conformance.runtime.graceful_stop import record_interrupts, sigterm_as_interrupt_in_pytest
     from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
     from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite, suite_cases
@@ -235,6 +263,10 @@ def pytest_configure(config) -> None:
     # directory, on sys.path: --kernel=mod:fn must find mod.py where pytest runs
     cwd_on_sys_path(config.invocation_params.dir)
     opt = config.getoption
+    if opt("int8conf_captures") and opt("int8conf_no_captures"):
+        raise pytest.UsageError(
+            "int8conf: --int8conf-captures=DIR and --int8conf-no-captures contradict each other: give one of them"
+        )
     try:
         runs = _injected(resolve_kernels(list(names)), opt("int8conf_inject", default=[]) or [])
         other = get_kernel(opt("int8conf_against"), "--against") if opt("int8conf_against") else None
@@ -280,6 +312,7 @@ def pytest_configure(config) -> None:
             st.warm_up(lambda line: print(f"int8conf: {line}", flush=True), config.stash[_STATE].examples)
     merge_on_controller(config, _ITEM_KEY, lambda delta: _merge(config, delta))
     sigterm_as_interrupt_in_pytest(config)
+    record_interrupts()  # every process running items: a kernel's own KeyboardInterrupt is its failure
 
 
 def _check_report_dirs(out: Path, specs) -> list:
@@ -600,6 +633,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if st is None or hasattr(session.config, "workerinput"):  # xdist workers ship, the controller writes
         return
     from conformance.runtime.partial_run import partial_run
+    from conformance.suite.plan import NOT_REACHED, NOT_SELECTED
     from conformance.suite.report import write_reports
     from conformance.suite.run import NOT_RUN, build_result
     from faults.inject import annotate_result
@@ -621,7 +655,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             invocation=_invocation(session.config),
             partial=part,
             warm_up=ks.warm,
-            skipped=ks.skipped + ([] if stopped else _not_selected(ks, st)),
+            skipped=ks.skipped + ks.missing(st.examples, st.model_checks, NOT_REACHED if stopped else NOT_SELECTED),
         )
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, st.out_dir)
@@ -629,23 +663,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if exitstatus == pytest.ExitCode.OK and any(r.verdict == NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _not_selected(ks, st: _State) -> list:
-    """What of ``ks``'s plan a finished session did not run (``-k`` / ``-m`` deselection, ``-x``): fixed cases
-    and kernel-level steps without a result, one phrase each."""
-    from conformance.checks.result import CHECK_NAMES
-    from conformance.suite.plan import CHECK, PROPERTY
-
-    out = []
-    if len(ks.results) < len(ks.cases):
-        out.append(f"{len(ks.cases) - len(ks.results)} of {len(ks.cases)} fixed cases (not selected or not reached)")
-    for step in ks.steps(st.examples, st.model_checks, False):
-        if step.kind == PROPERTY and ks.property is None:
-            out.append("the property test (not selected or not reached)")
-        elif step.kind == CHECK and step.check_id not in ks.model:
-            out.append(f"{step.check_id} {CHECK_NAMES[step.check_id]} (not selected or not reached)")
-    return out
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -679,9 +696,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
-    from conformance.runtime.graceful_stop import restore_sigterm
+    from conformance.runtime.graceful_stop import restore_interrupts, restore_sigterm
 
     restore_sigterm()
+    restore_interrupts()
     st = _state(config)
     for ks in st.kernels if st is not None else ():
         if ks.contained is not None:  # the kernel's child process

@@ -28,6 +28,13 @@ F10_MAX_DEFICIT = 22
 _F10_VARIANT = re.compile(r"^d([1-9][0-9]?)$")
 
 
+def fault_choices() -> str:
+    """What ``--inject FAULT`` takes, for a help text: ``F1..F10 or its name (F9.stale, F9.transposed: the other F9
+    variants)``, from the catalogue (:data:`faults.catalogue.FAULTS`) and :data:`F9_VARIANTS`."""
+    others = ", ".join(f"F9.{v}" for v in F9_VARIANTS[1:])
+    return f"{FAULTS[0].id}..{FAULTS[-1].id} or its name ({others}: the other F9 variants)"
+
+
 def default_variant(fault: str) -> Optional[str]:
     """The variant an injection of fault id ``fault`` takes by default (F9 ``pow2_scales``, F10 ``d10``), else None."""
     return {"F9": F9_VARIANTS[0], "F10": F10_DEFAULT}.get(fault)

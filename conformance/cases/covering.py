@@ -157,10 +157,22 @@ def t_wise_coverage(rows) -> dict:
     return out
 
 
+#: K of a row with M, N and K all large (native only): K = 1024 bounds |acc| by 2^24 (float32-exact in any order),
+#: so the planted ``partial_sums`` (its ``deep_acc`` form: 3,600 positions) and ``big_acc`` columns need a deeper K
+DEEP_ALL_LARGE_K = 6656
+
+
+def all_large(row: dict) -> bool:
+    """Whether M, N and K are all in their largest regime (a split-K / stream-K configuration's domain)."""
+    return (row["m"], row["n"], row["k"]) == ("large", "wide", "deep")
+
+
 def shape_of(row: dict, i: int) -> tuple[int, int, int]:
-    """(M, K, N) of row ``i``: each regime's size at position ``i`` of :data:`SIZES`."""
+    """(M, K, N) of row ``i``: each regime's size at position ``i`` of :data:`SIZES`; K =
+    :data:`DEEP_ALL_LARGE_K` where M, N and K are all large (:func:`all_large`)."""
     m, k, n = (SIZES[a][row[a]] for a in ("m", "k", "n"))
-    return m[i % len(m)], k[i % len(k)], n[i % len(n)]
+    kk = DEEP_ALL_LARGE_K if all_large(row) else k[i % len(k)]
+    return m[i % len(m)], kk, n[i % len(n)]
 
 
 def covering_case(row: dict, i: int, seed: int = 0) -> GemmOperands:
@@ -194,6 +206,7 @@ def covering_case(row: dict, i: int, seed: int = 0) -> GemmOperands:
         lead=row["contract"],
         scalar_ties=True,
         distinct_offsets=True,
+        deep_acc=all_large(row),
     )
     forms = {"a": row["a_layout"], "b": row["b_layout"], "scale_a": row["scale_a"], "scale_b": row["scale_b"]}
     forms["bias"] = row["bias"]

@@ -36,6 +36,9 @@ FORMS = (
 BIG_BLOCK, BIG_VMAX = 64, 1_000_000
 #: M of the float32-output tie cases (real scales, orders within one spacing)
 FP32_TIES_M = (1, 16, 64)
+#: of those, the M whose case carries a bias (real per-token scales: a contracted ``fma(acc * s_w, s_a, bias)``
+#: rounds once where the declared epilogue rounds twice; C6 n/a there, C8 judges)
+FP32_TIES_BIAS_M = (16, 64)
 #: (M, out dtype) of the small-accumulator tie cases, and their bound
 SMALL_ACC = ((1, BF), (16, BF), (64, BF), (16, FP16))
 SMALL_VMAX = 2**16 - 1
@@ -134,10 +137,19 @@ def form_case(form: str, m: int, out_dtype: torch.dtype, seed: int = 0) -> GemmO
 
 
 def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
-    """Scale-order ties in float32 output, real scales (``pick_fp32_ties``; N = 24, K = 768)."""
+    """Scale-order ties in float32 output, real scales (``pick_fp32_ties``; N = 24, K = 768). For M in
+    :data:`FP32_TIES_BIAS_M` a bias of -(0.5..1) x the column's median |acc * s_w * s_a| (partial cancellation:
+    the product's rounding shows in the sum, so a contracted multiply-add differs); C6 is n/a there
+    (``meta["c6_not_applicable"]``: a bias rounds once more, so legal orders may end two spacings apart)."""
     g = generator(FAMILY, f"fp32_ties-M{m}", seed)
     sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
     a, b = realize_acc(pick_fp32_ties(g, sa, sb))
+    bias, extra = None, {}
+    if m in FP32_TIES_BIAS_M:
+        p = (a.double() @ b.double().T) * sb.double().reshape(1, -1) * sa.double().reshape(-1, 1)
+        frac = 0.5 + 0.5 * torch.rand(N_TIES, generator=g, dtype=torch.float64)
+        bias = (-frac * p.abs().median(0).values).to(torch.float32)
+        extra["c6_not_applicable"] = "float32 output, real scales and a bias: legal orders may differ by 2 spacings"
     return family_case(
         FAMILY,
         f"fp32_ties-M{m}",
@@ -147,10 +159,12 @@ def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
         b,
         sa,
         sb,
+        bias=bias,
         seed=seed,
         snap_fp32=False,
-        trigger="scale-order ties in float32 output, real scales",
+        trigger="scale-order ties in float32 output, real scales" + (" and a bias" if bias is not None else ""),
         token_scales="real (every legal order within one float32 spacing)",
+        **extra,
     )
 
 

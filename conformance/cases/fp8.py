@@ -31,7 +31,11 @@ multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padd
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
 scales, N over several 128-wide tiles with a partial last one and past 32,768, column-major ``b`` with N > K and
 with a padded leading dimension; ``special_values`` (:func:`special_values_family`): -0, every subnormal and
-+-448 under every scale form. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
++-448 under every scale form. ``signed_zero`` / ``subnormal`` (:func:`signed_zero_family`, :func:`subnormal_family`): the INT8 output
+families' cases (``outputs.py``) on e4m3 integers (:func:`from_int8_case`: the same accumulators, ``u = 1``), at a
+decode M and a prefill M; ``overflow_inf`` also under every scale form (:func:`overflow_inf_form_case`); ``small_int``
+also layouts at prefill M, N = 4096 and K = 1040, and bias value classes (``planting._bias_value``: bits that change
+through bf16 or fp16) in every output dtype up to N = 32,784. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
 have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
 
@@ -45,6 +49,7 @@ import torch
 from conformance.cases._common import (
     DTYPE_TAG,
     GRID,
+    OUT_DTYPES,
     channel_scales,
     family_case,
     generator,
@@ -54,6 +59,8 @@ from conformance.cases._common import (
 )
 from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
+from conformance.cases.outputs import signed_zero_case, subnormal_case
+from conformance.cases.planting import BIAS_VALUES, _bias_value
 from conformance.cases.tie_search import pick_fp32_ties, pick_ties
 from reference.fp8 import E4M3, exact_at_bits
 from reference.operands import GemmOperands
@@ -69,7 +76,8 @@ class Regime:
     per ``a`` row; None: all of K, some zeros drawn unless ``positive``), ``positive`` (every product > 0 where
     nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound), ``signed_scales``
     (every other channel scale negative, one channel and one token scale zero), ``grid``: the (scale mode, output
-    dtype) pairs of its cases (None: the builder's)."""
+    dtype) pairs of its cases (None: the builder's), ``bias_values``: the bias of column j of value class
+    ``planting.BIAS_VALUES[j % 3]`` (``planting._bias_value``: bits that change through bf16 or fp16), not Gaussian."""
 
     variant: str
     m: int
@@ -82,6 +90,7 @@ class Regime:
     top: Optional[int] = None
     signed_scales: bool = False
     grid: Optional[tuple] = None
+    bias_values: bool = False
 
 
 def _magnitudes(mantissas: Sequence[float], exponents: Sequence[int]) -> torch.Tensor:
@@ -139,6 +148,9 @@ def safe_case(
             sw[1::2] = -sw[1::2]
             sw[0], sa[-1] = 0.0, 0.0
         bias = (torch.randn(reg.n, generator=gs) / 8).to(dt) if reg.bias else None
+        if reg.bias_values:
+            vals = [_bias_value(BIAS_VALUES[j % len(BIAS_VALUES)], dt, gs, j) for j in range(reg.n)]
+            bias = torch.tensor(vals, dtype=torch.float64).to(dt)
         meta = {"operands": "e4m3", "safe_bits": bits, "unit_log2": unit_log2, "abs_sum_max_units": worst}
         meta.update(layout=reg.layout, trigger=f"exact accumulator at >= {bits} retained bits, any order")
         ops = family_case(family, reg.variant, mode, dt, a8, b8, sa, sw, bias, seed, prefix=PREFIX, **meta)
@@ -173,6 +185,27 @@ SMALL_INT = (
     (Regime("b_transposed_padded", 8, 80, 48, layout="b_transposed_padded", bias=True, grid=GRID[:2]), 4, 4),
     (Regime("b_transposed_padded_wide", 4, 48, 160, layout="b_transposed_padded", grid=GRID[3:5]), 4, 4),
     (Regime("decode_splitk", 4, 8208, 16, support=1023, grid=(GRID[5],)), 4, 4),
+    # operand layouts at prefill M (>= 128) and at large N / K, not only at small shapes: padded a, column-major b
+    # (padded too), strided scales and bias ("all": every one at once)
+    (Regime("prefill_all", 129, 160, 48, layout="all", bias=True), 4, 4),
+    (Regime("prefill_a_padded", 256, 144, 32, layout="a_padded", grid=GRID[1:4]), 4, 4),
+    (Regime("prefill_b_transposed_padded", 128, 96, 64, layout="b_transposed_padded", bias=True, grid=GRID[2:5]), 4, 4),
+    (Regime("prefill_scales_strided", 130, 64, 32, layout="scales_strided", bias=True, grid=GRID[3:6]), 4, 4),
+    (Regime("prefill_scale_a_0d", 128, 64, 32, layout="scale_a_0d", grid=(GRID[0], GRID[4])), 4, 4),
+    (Regime("wide_all", 2, 48, 4096, layout="all", bias=True, grid=GRID[::2]), 4, 4),
+    (Regime("deep_all", 129, 1040, 16, layout="all", bias=True, support=1023, grid=GRID[1::2]), 4, 4),
+    # bias value classes (bits that change through bf16 or fp16: full significand, outside the other format's range,
+    # tiny) in every output dtype, narrow, at N >= 4096 and past 32,768 (small M and K)
+    (Regime("bias_values", 17, 48, 48, bias=True, bias_values=True), 4, 4),
+    (Regime("bias_values_wide", 2, 32, 4096, bias=True, bias_values=True, grid=GRID[:3]), 4, 4),
+    (Regime("bias_values_32k", 1, 16, 32784, bias=True, bias_values=True, grid=GRID[:3]), 4, 4),
+    (
+        Regime(
+            "bias_values_wide_strided", 3, 32, 4112, layout="bias_strided", bias=True, bias_values=True, grid=GRID[3:]
+        ),
+        4,
+        4,
+    ),
 )
 
 #: ``narrow_span`` regimes: (regime, mantissas, ea0, eb0, unit log2); mantissas {1, 1.5}: <= 36 units per product.
@@ -270,9 +303,103 @@ def overflow_inf_case(mode: str, out_dtype: torch.dtype, seed: int = 0, n: int =
     return family_case("overflow_inf", "boundary", mode, out_dtype, a, b, sa32, sw32, None, seed, prefix=PREFIX, **meta)
 
 
+def overflow_inf_form_case(form: str, out_dtype: torch.dtype, seed: int = 0, n: int = 16) -> GemmOperands:
+    """One ``overflow_inf`` case under the scale form ``form`` (``layouts.with_layout``: ``scale_a_0d``, ``scale_b_1``,
+    ``scales_column``, ``scales_strided``): :func:`overflow_inf_case`'s accumulators with every token scale 1 (row 1
+    the negated boundary row instead of ``s_a = -1``: one ``s_a`` value, so a per-tensor form holds it) and, for
+    ``scale_b_1``, every channel scale ``2**e`` (one value). Variant ``boundary_<form>``, real mode."""
+    g = generator(f"{PREFIX}/overflow_inf", f"boundary_{form}", seed)
+    fp16 = out_dtype == torch.float16
+    t0, e = (4090, 4) if fp16 else (505, 119)
+    u = torch.ones(n, dtype=torch.float64) if form == "scale_b_1" else mantissa(g, n, "real")
+    u[0::2] = 1.0
+    sw = torch.pow(2.0, torch.full((n,), float(e), dtype=torch.float64)) * u
+    boundary = torch.round(torch.arange(t0, t0 + n, dtype=torch.float64) / u).to(torch.int64)
+    x = 11 if fp16 else 8  # s_a = 1: the coarse rows' |acc| one binade higher than with s_a in [1, 2)
+    coarse = torch.randint(2 ** (x - 2), 2 ** (x + 1), (2, n), generator=g) * sign(g, n)[None, :]
+    acc = torch.cat([boundary[None, :], -boundary[None, :], coarse], 0)
+    a, b = _blocks(acc)
+    worst = int(acc.abs().max())
+    assert worst < 2**SAFE_BITS, "overflow_inf: bound broken"
+    meta = {"operands": "e4m3", "safe_bits": SAFE_BITS, "unit_log2": 0, "abs_sum_max_units": worst}
+    meta.update(layout=form, trigger=f"+-inf outputs and the rounding boundary to inf, scale form {form}")
+    sa32, sw32 = torch.ones(4, dtype=torch.float32), sw.to(torch.float32)
+    v = f"boundary_{form}"
+    ops = family_case("overflow_inf", v, "real", out_dtype, a, b, sa32, sw32, None, seed, prefix=PREFIX, **meta)
+    return with_layout(ops, form, generator(f"{PREFIX}/overflow_inf", f"{v}-{DTYPE_TAG[out_dtype]}", seed))
+
+
+#: The scale forms besides [M] / [N] that ``overflow_inf`` takes (every output dtype each).
+OVERFLOW_FORMS = ("scale_a_0d", "scale_b_1", "scales_column", "scales_strided")
+
+
 def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
-    """``overflow_inf`` (module docstring): one case per (scale mode, output dtype) of ``GRID``."""
-    return [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
+    """``overflow_inf`` (module docstring): one case per (scale mode, output dtype) of ``GRID``, and one per (scale
+    form of :data:`OVERFLOW_FORMS`, output dtype) (:func:`overflow_inf_form_case`)."""
+    out = [overflow_inf_case(mode, dt, seed) for mode, dt in GRID]
+    return out + [overflow_inf_form_case(form, dt, seed) for form in OVERFLOW_FORMS for dt in OUT_DTYPES]
+
+
+def from_int8_case(ops: GemmOperands, variant: str, m: Optional[int] = None, neg_zero: bool = False) -> GemmOperands:
+    """An INT8 output-family case (``conformance.cases.outputs``) on e4m3 operands: its integer ``a`` / ``b`` (every
+    value within +-16, which e4m3 holds exactly) cast to e4m3, its scales, bias and output dtype kept, so the epilogue
+    sees the same accumulators; ``m``: rows (and token scales) repeated cyclically up to ``m`` (a prefill M with the
+    same per-row analysis); ``neg_zero``: every other zero of ``a`` and ``b`` is -0 (byte 0x80). Accumulator-safe by
+    the module's lemma (``u = 1``; AssertionError otherwise); K padded with zero columns to a multiple of 16. Named ``fp8/<family>/<variant>-<mode>-<dtype>``."""
+    a, b, sa = ops.a.to(torch.float64), ops.b.to(torch.float64), ops.scale_a
+    assert bool((a.abs() <= 16).all()) and bool((b.abs() <= 16).all()), f"{ops.name}: not e4m3 integers"
+    if m is not None:
+        reps = -(-m // a.shape[0])
+        a, sa = a.repeat(reps, 1)[:m], sa.repeat(reps)[:m].clone()
+    if neg_zero:
+        a = torch.where((a == 0) & (torch.arange(a.numel()).reshape(a.shape) % 2 == 0), -0.0, a)
+        b = torch.where((b == 0) & (torch.arange(b.numel()).reshape(b.shape) % 2 == 1), -0.0, b)
+    pad = -a.shape[1] % 16  # K a multiple of 16 (zero columns: the sums unchanged)
+    a, b = torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad))
+    worst = int((a.abs() @ b.abs().T).max())
+    assert worst < 2**SAFE_BITS, f"{ops.name}: bound broken"
+    meta = dict(ops.meta)
+    family, mode, tag = meta["family"], meta["scale_kind"], DTYPE_TAG[ops.out_dtype]
+    meta.update(variant=variant, operands="e4m3", safe_bits=SAFE_BITS, unit_log2=0, abs_sum_max_units=worst)
+    meta.update(layout="dense", int8_case=ops.name)
+    name = f"{PREFIX}/{family}/{variant}-{mode}-{tag}"
+    return GemmOperands(a.to(E4M3), b.to(E4M3), sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta)
+
+
+#: Prefill M of the ``signed_zero`` / ``subnormal`` cases (rows repeated: the same per-row analysis).
+PREFILL_M = 129
+
+
+def signed_zero_family(seed: int = 0) -> list[GemmOperands]:
+    """``signed_zero``: ``outputs.signed_zero_case`` (zero ``a`` / ``b`` rows under scales of both signs, a row
+    underflowing to +-0; pow2 mode a -0 bias) on small-integer e4m3 operands (the int8 values divided by 32, zeros
+    kept, every other zero -0: a sum of -0 operands is +0 before the scales), every (mode, output dtype) of ``GRID``
+    at M = 4 (``zeros``) and every output dtype at M = :data:`PREFILL_M` (``zeros_prefill``)."""
+    out = []
+    for variant, grid, m in (("zeros", GRID, None), ("zeros_prefill", GRID[:3], PREFILL_M)):
+        for mode, dt in grid:
+            ops = signed_zero_case(mode, dt, seed, n=16)
+            small = GemmOperands(
+                torch.div(ops.a.to(torch.int16), 32, rounding_mode="floor"),
+                torch.div(ops.b.to(torch.int16), 32, rounding_mode="floor"),
+                ops.scale_a,
+                ops.scale_b,
+                ops.bias,
+                ops.out_dtype,
+                ops.name,
+                ops.scale_mode,
+                ops.meta,
+            )
+            out.append(from_int8_case(small, variant, m, neg_zero=True))
+    return out
+
+
+def subnormal_family(seed: int = 0) -> list[GemmOperands]:
+    """``subnormal``: ``outputs.subnormal_case`` (outputs across the normal / subnormal boundary of the output dtype,
+    every product exact in float32; integers within +-8) on e4m3 operands, every (mode, output dtype) of ``GRID`` at
+    a decode M = 8 (``spread``) and every output dtype at M = :data:`PREFILL_M` (``spread_prefill``)."""
+    out = [from_int8_case(subnormal_case(mode, dt, seed), "spread") for mode, dt in GRID]
+    return out + [from_int8_case(subnormal_case(mode, dt, seed), "spread_prefill", PREFILL_M) for mode, dt in GRID[:3]]
 
 
 def scale_order_ties_case(
@@ -419,6 +546,8 @@ FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
         "two-exponent e4m3 spans (subnormal operands included), exact accumulator at >= 14 bits in any order",
     ),
     "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf, exact accumulator"),
+    "signed_zero": (signed_zero_family, "-0 and +0 outputs (zero sums, -0 operands, underflow) under signed scales"),
+    "subnormal": (subnormal_family, "subnormal outputs of every output dtype at decode and prefill M"),
     "scale_order_ties": (scale_order_ties_family, "scale-order ties: the declared scale order decides the bits"),
     "special_values": (special_values_family, "every special e4m3 bit pattern (-0, subnormals, +-448) per scale form"),
 }

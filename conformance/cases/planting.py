@@ -39,11 +39,18 @@ MAX_ROWS, MAX_COLS = 8, 12
 #: partial_sums: run length (run * 127^2 > 2^24) and the K it needs
 RUN = 1100
 PARTIAL_K, BIG_ACC_K = 2 * RUN + 3, 1200
+#: ``deep_acc`` partial_sums column: positions of its own (some unused, see ``planted_case``), products 127 * 126
+#: (even: every running sum stays odd, so float32 rounds it once it passes 2^24), peak below 2^25
+PARTIAL_K_DEEP = 3600
 OUT_TAG = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 #: scale magnitude classes: ``huge`` multiplies every s_a by 2^HUGE and s_w by 2^-HUGE (exact: every legal epilogue
 #: keeps its bits); ``subnormal`` gives the ``tiny`` probe rows float32-subnormal s_a = short * 2^SUBNORMAL_EXP
 MAGNITUDES = ("typical", "pow2", "subnormal", "huge")
 HUGE, SUBNORMAL_EXP = 60, -130
+#: a scalar power-of-two s_w (pow2 mode) is lifted from 2^-10 to 2^LIFT_EXP (s_a * 2^-(LIFT_EXP + 10): every legal
+#: order keeps its bits), so |acc| * s_w passes 2^31 from |acc| >= 2^(31 - LIFT_EXP): an exponent / shift fold of
+#: s_w into the int32 accumulator wraps
+LIFT_EXP = 20
 #: bias value classes of a ``bias_value`` column (zero accumulators: the output is the bias itself)
 BIAS_VALUES = ("full", "other_range", "tiny")
 
@@ -79,7 +86,9 @@ def short_mantissa(g: torch.Generator, n: int, bits: int) -> Tensor:
     return 1.0 + torch.randint(0, 2**bits, (n,), generator=g).double() / 2**bits
 
 
-def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool, magnitude=None, bias_value=None) -> list[str]:
+def _kinds(
+    out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool, magnitude=None, bias_value=None, deep_acc=False
+) -> list[str]:
     budget = 3 * k // 4
     ks = ["subnormal_scale"] if magnitude == "subnormal" and budget >= 8 else []
     if bias and bias_value is not None:
@@ -89,13 +98,16 @@ def _kinds(out_dtype, mode: str, bias: bool, k: int, sb_tensor: bool, magnitude=
     if bias and out_dtype != torch.float32 and not (sb_tensor and mode == "real"):
         ks.append("bias_point")  # needs exact products: a short or power-of-two s_w
     ks.append("signed_zero")
+    if sb_tensor and deep_acc and not (out_dtype == torch.float32 and mode == "real"):
+        # no per-column scale needed: a scalar s_w keeps C6's premise except with float32 output and a real s_w
+        ks += [x for x, kk in (("partial_sums", PARTIAL_K), ("big_acc", BIG_ACC_K)) if budget >= kk + 64]
     if sb_tensor:
         return ks
     if budget >= 8:
         ks += ["overflow", "subnormal"]
     if budget >= PARTIAL_K + 64:
         ks.append("partial_sums")
-    if budget >= BIG_ACC_K + 64 and out_dtype != torch.float32:
+    if budget >= BIG_ACC_K + 64 and (out_dtype != torch.float32 or deep_acc):
         ks.append("big_acc")
     return ks
 
@@ -127,8 +139,8 @@ def _column_scale(kind: str, mode: str, out_dtype, g, j: int) -> float:
         return 2.0**-e * u
     if kind == "signed_zero":
         return -(2.0**-10) * u
-    if kind == "big_acc":
-        return 2.0**-14 * u
+    if kind == "big_acc":  # float32 output: a power of two (float32(acc) * s_w exact, one rounding in every order)
+        return 2.0**-14 * (1.0 if out_dtype == torch.float32 else u)
     if kind == "subnormal_scale":  # s_a * s_w normal (2^-110, fp16 2^-22) or float32-subnormal (2^-134)
         return 2.0 ** ((108 if out_dtype == torch.float16 else 20) if j % 2 == 0 else -4) * u
     return 2.0**-10 * u  # bias_point, partial_sums
@@ -231,6 +243,7 @@ def planted_case(
     lead: Optional[str] = None,
     scalar_ties: bool = False,
     distinct_offsets: bool = False,
+    deep_acc: bool = False,
 ) -> GemmOperands:
     """Dense random (M, K, N) operands with planted discriminators; ``mode`` ``real``
     | ``pow2`` (weight scales); ``scale_*_tensor``: one scale value for every row /
@@ -238,7 +251,12 @@ def planted_case(
     ``magnitude`` (:data:`MAGNITUDES`): ``subnormal`` plants ``subnormal_scale`` (a scalar s_w becomes 2^-10),
     ``huge`` rescales s_a / s_w by 2^+-HUGE; ``bias_value`` (:data:`BIAS_VALUES`, with ``bias``): a ``bias_value``
     column; ``lead``: that kind first; ``scalar_ties``: ties searched at a scalar s_w's own value;
-    ``distinct_offsets``: pow2 s_w = 2^-(7 + j % 5), so s_w[j] != s_w[j + 16 / 32 / 64 / 128 / 256].
+    ``distinct_offsets``: pow2 s_w = 2^-(7 + j % 5), so s_w[j] != s_w[j + 16 / 32 / 64 / 128 / 256];
+    ``deep_acc``: ``partial_sums`` and ``big_acc`` wherever K affords them, also with float32 output (``big_acc``
+    then a power-of-two s_w column) and a scalar s_w (not both with a real s_w: C6's premise).
+    A real-mode case without a scalar s_w gets s_w = 0 on one non-probe column (``meta["probes"]["zero_scale_col"]``);
+    a pow2-mode scalar s_w is 2^LIFT_EXP (s_a scaled down to match); the ``signed_zero`` column's bias is -0.0 for
+    an even ``rotate``, +0.0 for an odd one.
     ``meta["probes"]``: probe rows and columns; ``meta["planted"]``: :func:`discrimination`."""
     g = generator(f"{name}/{m}x{k}x{n}/{OUT_TAG[out_dtype]}/{mode}", seed)
     hi = 127 if 16384 * k >= 2**31 else 128
@@ -286,7 +304,7 @@ def planted_case(
             sa[r] = v * float(sgn_r[i]) * (2.0**tiny_exp if kind == "tiny" else 1.0)
     sa_probe = sa[prow].clone()
 
-    ks = _kinds(out_dtype, mode, bias, k, scale_b_tensor, magnitude, bias_value)
+    ks = _kinds(out_dtype, mode, bias, k, scale_b_tensor, magnitude, bias_value, deep_acc)
     pcol = probe_positions(n, MAX_COLS)
     ks = ks[rotate % len(ks) :] + ks[: rotate % len(ks)]
     first = [x for x in (lead, "subnormal_scale", "bias_value") if x in ks]
@@ -294,7 +312,7 @@ def planted_case(
     extra = [x for x in ("scale_order", "bias_point") if x in ks] or ks
     col_kinds = (ks + extra * len(pcol))[: len(pcol)]
     budget = 3 * k // 4 if k > 1 else 0
-    fixed = {"partial_sums": PARTIAL_K, "big_acc": BIG_ACC_K, "bias_value": 0}
+    fixed = {"partial_sums": PARTIAL_K_DEEP if deep_acc else PARTIAL_K, "big_acc": BIG_ACC_K, "bias_value": 0}
     big = sum(fixed.get(c, 0) for c in col_kinds)
     n_small = sum(c not in fixed for c in col_kinds)
     bk = max(1, min(32, (budget - big) // max(1, n_small)))
@@ -337,11 +355,21 @@ def planted_case(
             sgn = torch.where(torch.rand(len(prow), generator=g) < 0.5, -1, 1)
             ok = torch.ones(len(prow), dtype=torch.bool) if not fp32 else torch.tensor([x != "real" for x in kinds_r])
             ok &= ~tiny_rows if subnormal else ok
+            up, down = kp[3 : 3 + RUN], kp[3 + RUN :]
+            if deep_acc:  # the positives before K / 2, as many negatives at the end: the running sum peaks (odd,
+                # in (2^24, 2^25)) at K / 2 and stays there until the last quarter, so a float32 reduction of 2, 3
+                # or 4 K slices rounds it
+                rest = kp[3:]
+                up, down = rest[rest < k // 2], rest[rest >= k // 2]
+                n_run = min(len(up), len(down))
+                up, down = up[:n_run], down[len(down) - n_run :]
+                b[c, kp[3:]] = 0
+                b[c, up], b[c, down] = 126, 126
             for i, r in enumerate(prow):
                 if ok[i]:
                     a[r, kp[:3]] = odd_ints(g, (3,)).to(a.dtype)
-                    a[r, kp[3 : 3 + RUN]] = 127 * int(sgn[i])
-                    a[r, kp[3 + RUN :]] = -127 * int(sgn[i])
+                    a[r, up] = 127 * int(sgn[i])
+                    a[r, down] = -127 * int(sgn[i])
         else:
             b[c, kp[:-1]] = 127
             b[c, kp[-1]] = 1
@@ -366,21 +394,39 @@ def planted_case(
                 )  # exact: <= 24 bits
                 bias_vals[c] = float(-(y0.to(out_dtype)).float())
         cols.append(_Col(kind, c, tuple(kp.tolist())))
+    # signed_zero: a -0.0 bias (a +0 added shows) in even-rotated cases, +0.0 (a skipped add shows) in odd ones
+    sz_bias = -0.0 if rotate % 2 == 0 else 0.0
+    zcol = _zero_scale_column(n, [c.index for c in cols]) if mode == "real" and not scale_b_tensor else None
+    # s_w = 0 on a random column (real mode: C5 notes a pow2 case's non-pow2 s_w): the output keeps the sign of
+    # acc * s_a (-0.0 where it is negative), so a zero-scale column written +0 shows
+    if zcol is not None:
+        sb[zcol] = 0.0
     if bias:
         for col in cols:
-            bvec[col.index] = bias_vals.get(col.index, -0.0)
+            bvec[col.index] = bias_vals.get(col.index, sz_bias if col.kind == "signed_zero" else -0.0)
         if mode == "real" and not fp32:
             _keep_c6_premise(a, b, sa, sb, bvec, out_dtype, {c.index for c in cols}, g)
     if magnitude == "huge":  # exact rescaling: s_a * s_w and every legal order's bits unchanged
         sa, sb = sa * 2.0**HUGE, sb * 2.0**-HUGE
+    if mode == "pow2" and scale_b_tensor:  # exact too: a scalar pow2 s_w >= 2 meets |acc| * s_w >= 2^31
+        sa, sb = sa * 2.0 ** -(LIFT_EXP + 10), sb * 2.0 ** (LIFT_EXP + 10)
     scale_mode, meta = "pow2" if mode == "pow2" else "synthetic", dict(meta or {})
     a, b, sa, sb = a.to(torch.int8), b.to(torch.int8), sa.to(torch.float32), sb.to(torch.float32)
     ops = GemmOperands(a, b, sa, sb, bvec, out_dtype, name, scale_mode, meta)
     ops.meta["probes"] = {"rows": prow, "row_kinds": kinds_r, "cols": [[c.index, c.kind] for c in cols]}
+    if zcol is not None:
+        ops.meta["probes"]["zero_scale_col"] = zcol
     ops.meta["planted"] = discrimination(ops)
     if ops.meta["planted"]["big_acc"]:  # C4 (float32-exact accumulator) fails by design
         ops.meta["violates"] = sorted(set(ops.meta.get("violates", [])) | {"C4"})
     return ops
+
+
+def _zero_scale_column(n: int, probe_cols: list) -> Optional[int]:
+    """The column given s_w = 0 (a zero scale is legal, DESIGN.md 3): the middle non-probe column (random
+    accumulators of both signs), or None where every column is a probe."""
+    free = [c for c in range(n) if c not in set(probe_cols)]
+    return free[len(free) // 2] if free else None
 
 
 def _bias_value(cls: str, out_dtype, g: torch.Generator, j: int) -> float:

@@ -179,6 +179,18 @@ def _diff(ref_row: Tensor, got_row: Tensor, dtype) -> Optional[dict]:
     }
 
 
+def _failed_call(run) -> Optional[tuple]:
+    """``(kind, line)`` of a call that gave no output: ``interface`` (the runner's ``interface_violation``, the same
+    judgement as a case's IF) or ``raised`` (``<type>: <first line>``) or ``error``; None when it gave one."""
+    if run.output is not None:
+        return None
+    if getattr(run, "interface", None):
+        return "interface", run.interface
+    if getattr(run, "raised", None):
+        return "raised", run.raised
+    return "error", run.error or "no output"
+
+
 def check_batch_invariance(
     spec,
     cases: Sequence = (),
@@ -193,20 +205,36 @@ def check_batch_invariance(
     seeds probes, batch contents and positions. ``n/a`` when the kernel ran on
     no selected case. Evidence: ``cases``, ``batch_sizes``, ``n_calls``,
     ``n_comparisons``, ``n_differences``, ``differences`` (first
-    :data:`MAX_LISTED`, with context and both bit patterns), ``errors``."""
+    :data:`MAX_LISTED`, with context and both bit patterns), ``errors`` (a line per call that gave no output),
+    ``failed_calls``.
+
+    A call that gave no output is no batch dependence: where a call's output breaks the interface, C9 fails as an
+    interface failure (``failure_kind`` ``interface``, summary ``interface: <line> ...``); else where rows differ,
+    as batch dependence; else where calls raised, as the kernel raising (``failure_kind`` ``raised``; evidence
+    ``raised``: the first exception, its call, how many calls raised)."""
     g = torch.Generator().manual_seed(seed)
     chosen = select_cases(list(cases), max_cases)
     if include_probes:
         chosen += [(p, _row_discrimination(p)) for p in probe_cases(seed, getattr(spec, "operands", "int8"))]
     diffs: list[dict] = []
-    errors: list[str] = []
+    failed: list[dict] = []  # {"kind", "line", "call", "error"} per call that gave no output
     per_case: list[dict] = []
     n_calls = n_cmp = n_diff = 0
     skipped_cases: list[str] = []
+
+    def gave_output(run, ops, context: str) -> bool:
+        bad = _failed_call(run)
+        if bad is not None:
+            failed.append({"kind": bad[0], "line": bad[1], "call": f"{ops.name} {context}", "error": run.error})
+        return bad is None
+
     for ops, disc in chosen:
         first = run_kernel(spec, ops, device=device)
         n_calls += 1
-        if first.manifest.get("skipped") or first.output is None:
+        if first.manifest.get("skipped"):
+            skipped_cases.append(f"{ops.name}: {first.error or 'no output'}")
+            continue
+        if not gave_output(first, ops, "(the case's own call)"):
             skipped_cases.append(f"{ops.name}: {first.error or 'no output'}")
             continue
         ref = _bits(first.output)
@@ -224,15 +252,8 @@ def check_batch_invariance(
         }
         per_case.append(info)
 
-        def record(context: str, row: int, got: Optional[Tensor], err: Optional[str]):
+        def record(context: str, row: int, got: Tensor):
             nonlocal n_cmp, n_diff
-            if got is None:
-                n_diff += 1
-                line = f"{ops.name} row {row} {context}: kernel failed ({err}) where the case ran"
-                errors.append(line)
-                if len(diffs) < MAX_LISTED:
-                    diffs.append({"case": ops.name, "row": row, "context": context, "error": err})
-                return
             n_cmp += 1
             d = _diff(ref[row], got, ops.out_dtype)
             if d is not None:
@@ -242,19 +263,18 @@ def check_batch_invariance(
 
         again = run_kernel(spec, ops, device=device)
         n_calls += 1
-        if again.output is None:
-            record("repeat", rows[0], None, again.error)
-        else:
+        if gave_output(again, ops, "repeat (same inputs, second call)"):
             rb = _bits(again.output)
             for r in range(ops.m):
-                record("repeat (same inputs, second call)", r, rb[r], None)
+                record("repeat (same inputs, second call)", r, rb[r])
         for r in rows:
             run = run_kernel(spec, alone_operands(ops, r), device=device)
             n_calls += 1
             if run.manifest.get("skipped"):
                 info["sizes_skipped"]["1"] = run.error
                 continue
-            record("alone (M=1)", r, None if run.output is None else _bits(run.output)[0], run.error)
+            if gave_output(run, ops, f"row {r} alone (M=1)"):
+                record("alone (M=1)", r, _bits(run.output)[0])
         for size in batch_sizes:
             if size < len(rows):
                 continue
@@ -265,9 +285,10 @@ def check_batch_invariance(
                 info["sizes_skipped"][str(size)] = run.error
                 continue
             info["sizes_run"].append(int(size))
-            out = None if run.output is None else _bits(run.output)
-            for r, p in zip(rows, pos):
-                record(f"batch M={size} at position {p}", r, None if out is None else out[p], run.error)
+            if gave_output(run, ops, f"rows {rows} in a batch M={size}"):
+                out = _bits(run.output)
+                for r, p in zip(rows, pos):
+                    record(f"batch M={size} at position {p}", r, out[p])
     ev = {
         "cases": per_case,
         "batch_sizes": [int(s) for s in batch_sizes],
@@ -275,27 +296,40 @@ def check_batch_invariance(
         "n_comparisons": n_cmp,
         "n_differences": n_diff,
         "differences": diffs,
-        "errors": errors[:MAX_LISTED],
+        "errors": [f"{f['call']}: {f['error']}" for f in failed[:MAX_LISTED]],
+        "failed_calls": len(failed),
         "cases_not_run": skipped_cases[:MAX_LISTED],
         "seed": seed,
     }
+    raised = [f for f in failed if f["kind"] == "raised"]
+    if raised:
+        ev["raised"] = {"exception": raised[0]["line"], "line": raised[0]["error"], "call": raised[0]["call"]}
+        ev["raised"]["calls"] = len(raised)
+    iface = [f for f in failed if f["kind"] == "interface"]
+    besides = f"; besides, {n_diff} of {n_cmp} row comparisons differ" if n_diff else ""
+    if iface:
+        f0 = iface[0]
+        line = f"interface: {f0['line']}; on C9's call {f0['call']} ({len(iface)} of {n_calls} C9 calls){besides}"
+        return CheckResult(CHECK_ID, NAME, "fail", line, dict(ev, failure_kind="interface", interface=f0["line"]))
     if n_diff:
         d0 = diffs[0]
-        where = f"{d0['case']} row {d0['row']} {d0['context']}: " + (
-            f"kernel failed: {d0['error']}"
-            if "error" in d0
-            else f"{d0['n_differ']} element(s) differ, first col {d0['columns'][0]['col']} "
-            f"{d0['columns'][0]['bits']} vs {d0['columns'][0]['reference_call_bits']} "
+        where = (
+            f"{d0['case']} row {d0['row']} {d0['context']}: {d0['n_differ']} element(s) differ, first col "
+            f"{d0['columns'][0]['col']} {d0['columns'][0]['bits']} vs {d0['columns'][0]['reference_call_bits']} "
             f"in the case's own call"
         )
         return CheckResult(
             CHECK_ID,
             NAME,
             "fail",
-            f"row bits depend on the batch or the call: {n_diff} of "
-            f"{n_cmp + len(errors)} comparisons differ; first: {where}",
+            f"row bits depend on the batch or the call: {n_diff} of {n_cmp} comparisons differ; first: {where}",
             ev,
         )
+    if failed:
+        f0 = failed[0]
+        kind = "raised" if f0["kind"] == "raised" else "kernel"
+        line = f"the kernel gave no output on {len(failed)} of {n_calls} C9 calls; first: {f0['call']}: {f0['error']}"
+        return CheckResult(CHECK_ID, NAME, "fail", line, dict(ev, failure_kind=kind))
     if not n_cmp:
         why = "; ".join(skipped_cases[:3]) or "no case selected"
         return not_applicable(CHECK_ID, f"kernel ran on none of the C9 cases: {why}", **ev)

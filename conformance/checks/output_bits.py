@@ -395,10 +395,14 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
 
 def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResult:
     """C6: under real scales, output within 1 spacing of the ``a_then_w``
-    reference with the declared bias point. Evidence adds ``reference``."""
+    reference with the declared bias point. Evidence adds ``reference``. n/a on a case whose
+    ``meta["c6_not_applicable"]`` gives the reason its legal epilogues may end more than one spacing apart (C8
+    judges it against the declaration)."""
     name = "real_scale_spacing"
     if ops.scale_mode == "pow2":
         return not_applicable(C6, "scale mode 'pow2': C6 applies to real scales (C5 covers pow2)")
+    if ops.meta.get("c6_not_applicable"):
+        return not_applicable(C6, f"case outside C6's premise: {ops.meta['c6_not_applicable']}")
     early = unusable_output(C6, name, ops, run)
     if early:
         return early

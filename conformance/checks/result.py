@@ -25,11 +25,21 @@ CHECK_NAMES: dict[str, str] = {
     "C12": "fp8_error_bound",
     "E1": "engine_hash",
     "IF": "interface",
+    "CALL": "kernel_call",
 }
 #: The interface pseudo-check: present on a case only when the kernel's call returned something the contract's
 #: interface refuses (``conformance.kernels.runner.interface_violation``, an operand written in place); that case's
 #: other checks are then ``n/a`` (not run), never ``pass``.
 INTERFACE_ID, INTERFACE_NAME = "IF", "interface"
+#: The kernel-call pseudo-check: present on a case only when the kernel's call gave no output because it raised
+#: or its process died or hung (``failure_kind`` one of :data:`CALL_FAILURES`); that case's other checks are then
+#: ``n/a`` (not run), never ``pass`` or ``fail``. A kernel-level check (C9, C7, ...) whose calls failed that way
+#: alone carries the same ``failure_kind``. The run's headline names these as the kernel raising / dying / hanging
+#: (``overall.raised``, ``overall.crashes``), never as a numeric check's failure.
+CALL_ID, CALL_NAME = "CALL", "kernel_call"
+#: ``failure_kind`` of a call that gave no output: it raised, its process died, it hung
+RAISED, CRASHED, TIMED_OUT = "raised", "crash", "timeout"
+CALL_FAILURES = (RAISED, CRASHED, TIMED_OUT)
 
 #: Their failure with ``failure_kind == "precondition"`` blames the operands
 #: (F6 / F7), not the kernel; any other ``failure_kind`` is the kernel run's
@@ -137,6 +147,23 @@ def interface_failure(line: str) -> CheckResult:
     return CheckResult(
         INTERFACE_ID, INTERFACE_NAME, "fail", f"interface: {line}", {"failure_kind": "interface", "interface": line}
     )
+
+
+def call_failure(kind: str, line: str, **evidence) -> CheckResult:
+    """The ``fail`` result of :data:`CALL_ID` for a call that gave no output: ``kind`` one of :data:`CALL_FAILURES`,
+    ``line`` the runner's (or the containment's) one line."""
+    return CheckResult(CALL_ID, CALL_NAME, "fail", line, {"failure_kind": kind, "kernel_error": line, **evidence})
+
+
+def is_call_failure(r: CheckResult) -> bool:
+    """``r`` failed only because the kernel's calls gave no output (:data:`CALL_FAILURES`): the :data:`CALL_ID`
+    pseudo-check, or a kernel-level check whose failing calls all raised, died or hung."""
+    if r.verdict != "fail":
+        return False
+    if r.check_id == CALL_ID:
+        return True
+    kinds = r.evidence.get("failure_kinds") or [r.evidence.get("failure_kind")]
+    return all(k in CALL_FAILURES for k in kinds)
 
 
 def merge_histograms(hists: Iterable[dict]) -> dict[str, int]:

@@ -96,7 +96,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="PATH",
         help="CPU benchmark only: also write the rows and environment as JSON "
-        "(atomic write; --gpu always writes int8conf-reports/bench/<device>/bench.json)",
+        f"(atomic write; --gpu always writes <--out, default {DEFAULT_GPU_OUT}>/<device>/bench.json)",
     )
     g = p.add_argument_group("GPU benchmark (--gpu)")
     g.add_argument(
@@ -104,7 +104,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="benchmark triton vs torch._int_mm vs a plain autotuned Triton GEMM on "
         "the GPU (Qwen3-0.6B/1.7B layers at M in 1,16,128,512,4096; 4096^3, "
-        "8192^3, 16384x8192x8192), check bits, write reports/bench/<device>/; "
+        f"8192^3, 16384x8192x8192), check bits, write <--out, default {DEFAULT_GPU_OUT}>/<device>/; "
         "first compiles each TMA/Gluon candidate in its own process and drops "
         "those that fail or hang (always)",
     )
@@ -138,7 +138,7 @@ def register(subparsers) -> None:
         "--main-job",
         action="store_true",
         help="time, each as a subprocess, the jobs a user runs first and write "
-        "reports/bench/<device>/main_job.{json,md}: with CUDA a) int8conf check --kernel triton "
+        f"<--out, default {DEFAULT_GPU_OUT}>/<device>/main_job.{{json,md}}: with CUDA a) int8conf check --kernel triton "
         "--device cuda with an empty Triton cache (target <= 60 s), b) the same again warm (<= 20 s), "
         "c) python -m pytest -q -n auto --kernel=triton with an empty Triton cache (<= 60 s), d) the "
         "paper-scale model write + sweep from a fresh store (<= 60 s; the sweep alone <= 30 s); "

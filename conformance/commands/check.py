@@ -5,8 +5,8 @@ Progress goes to stderr (``conformance.runtime.progress``); ``--quiet`` silences
 Every kernel call runs in a forked child (``conformance.suite.workers.Containment``, ``--timeout``): a crash or
 a hang fails its case (``crash`` / ``timeout``, a reproducer in ``<report>/repro/``) and the run goes on.
 
-Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant (a crash or a timeout included); 2 bad input; 3 not run /
-inconclusive (the kernel produced output on zero cases); 130 interrupted (the report of what
+Exit codes (:data:`EXIT_CODES`): 0 conformant; 1 not conformant (a crash, a timeout or a raise included, on every
+case too); 2 bad input; 3 not run / inconclusive (the kernel could not be called here on any case); 130 interrupted (the report of what
 finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEED]]`` checks
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
 are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
@@ -46,6 +46,8 @@ EXIT_CODES = {
 
 def register(subparsers) -> None:
     """Add the ``check`` subcommand."""
+    from faults.spec import fault_choices
+
     p = subparsers.add_parser(
         "check",
         help="run the conformance suite for a kernel and write its report",
@@ -55,7 +57,7 @@ def register(subparsers) -> None:
         "reports/h200/triton/conformance.json).",
         epilog="exit codes: 0 conformant; 1 not conformant; 2 bad input (unknown kernel, bad "
         "option, unavailable device, unusable captures or --out); 3 not run / "
-        "inconclusive (the kernel produced output on zero cases here)",
+        "inconclusive (the kernel could not be called here on any case: its devices, its shape constraints)",
     )
     p.add_argument(
         "--kernel",
@@ -70,8 +72,7 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="FAULT[:COVERAGE[:SEED]]",
-        help="check the kernel with a fault injected (repeatable): FAULT is F1..F10 or "
-        "its name (F9.stale / F9.transposed for the other F9 variants), "
+        help=f"check the kernel with a fault injected (repeatable): FAULT is {fault_choices()}, "
         "COVERAGE one, 1%% or all (default all), SEED an integer (default 0); "
         "e.g. F4:all, output_truncation:1%%; exit 1 = the suite caught it",
     )
@@ -176,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
     set_torch_threads(args.threads)
     if not str(args.out).strip():  # Path("") is ".": reports would land in the cwd unasked
         raise Int8confError(f"--out {args.out!r} is empty: give a reports directory")
-    if args.captures is not None and not args.no_captures:  # refused before any folder is made
+    if args.captures is not None and args.no_captures:
+        raise Int8confError("--captures DIR and --no-captures contradict each other: give one of them")
+    if args.captures is not None:  # refused before any folder is made
         check_capture_dir(args.captures)
     # a refusal in this block leaves no folder behind; past it the folders stay
     with contextlib.ExitStack() as refused:

@@ -27,6 +27,8 @@ from reference.errors import Int8confError, first_line
 
 def register(subparsers) -> None:
     """Add the ``gate`` subcommand."""
+    from faults.spec import fault_choices
+
     p = subparsers.add_parser(
         "gate",
         help="decide whether a candidate kernel may replace an incumbent (CI gate)",
@@ -62,7 +64,7 @@ def register(subparsers) -> None:
         "--inject",
         metavar="FAULT[:COVERAGE[:SEED]]",
         default=None,
-        help="wrap the candidate with a fault (faults.inject; self-tests, demos): FAULT F1..F10 or its name, "
+        help=f"wrap the candidate with a fault (faults.inject; self-tests, demos): FAULT {fault_choices()}, "
         "COVERAGE one, 1%% or all (default all), SEED 0 .. 2**63-1 (default 0); as check --inject",
     )
     add_deprecated_alias(p, "--fault", "--inject", "fault", metavar="F")
@@ -73,7 +75,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="DIR",
         help="where gate.json, gate.md, junit.xml, repro/ and logs/ go (default "
-        "reports/gate/<candidate>-vs-<incumbent>, the candidate's label with "
+        f"{default_out('gate', pair_label('<candidate>', '<incumbent>'))}, the candidate's label with "
         "its --inject, the incumbent's or --baseline report's kernel)",
     )
     p.add_argument(
@@ -129,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.captures is not None and args.no_captures:
+        raise Int8confError("--captures DIR and --no-captures contradict each other: give one of them")
     if args.model is not None and args.captures is None:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
     if args.out is not None and not str(args.out).strip():
@@ -181,12 +185,12 @@ def check_out_dir(out: Path, option: str = "--out") -> None:
 
 def _gate(args: argparse.Namespace, out: Path) -> int:
     """Load the policy, run the gate into ``out``, write and print the reports."""
-    from conformance.gate.policy import Policy, load_policy
+    from conformance.gate.policy import default_policy, load_policy
     from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
     from conformance.gate.run import GateInterrupted, GateOptions, NotComparable, run_gate
     from conformance.runtime.pool import KernelRef
 
-    policy = load_policy(args.policy) if args.policy else Policy(name="default (bit identity)")
+    policy = load_policy(args.policy) if args.policy else default_policy()
     cand = KernelRef(args.candidate, *injection_args(args))
     inc = KernelRef(args.incumbent) if args.incumbent else None
     opts = GateOptions(

@@ -143,6 +143,16 @@ class Policy:
         return {**d, "expectations": [e.to_dict() for e in self.expectations]}
 
 
+def default_policy() -> Policy:
+    """The policy of a gate given none: bit identity everywhere (``require: [bit_identical]``, no allow rule), no
+    token flip above the threshold, the engine hash must not move."""
+    return Policy(
+        name="default (bit identity)",
+        require=("bit_identical",),
+        description="bit identity everywhere, no token flips above the threshold, the engine hash must not move",
+    )
+
+
 def _rules(src: str, key: str, value, known: dict) -> tuple:
     if value is None:
         return ()

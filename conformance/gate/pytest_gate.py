@@ -77,7 +77,7 @@ def pytest_configure(config) -> None:
     if not cand:
         return
     from conformance.commands.gate import check_out_dir, default_gate_out, injection_args
-    from conformance.gate.policy import Policy, load_policy
+    from conformance.gate.policy import default_policy, load_policy
     from conformance.gate.run import GateOptions, GateSession
     from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
     from conformance.runtime.pool import KernelRef
@@ -106,7 +106,7 @@ def pytest_configure(config) -> None:
         if not wid:  # the controller: an unusable --gate-out is refused before any work
             check_out_dir(out, "--gate-out")
         path = config.getoption("gate_policy")
-        pol = load_policy(path) if path else Policy(name="default (bit identity)")
+        pol = load_policy(path) if path else default_policy()
         sess = GateSession(KernelRef(cand, fault, cov, seed), KernelRef(inc) if inc else None, baseline, pol, opts, out)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence, Union
 from conformance.cases import case_id
 from conformance.checks.output_bits import declared_output
 from conformance.gate import compare as C
-from conformance.gate.policy import Policy
+from conformance.gate.policy import Policy, default_policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
 from conformance.kernels.runner import validate_device
 from conformance.kernels.spec import Declaration, declared_epilogue, enter_conformance_run
@@ -21,8 +21,18 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
+from conformance.suite.plan import DEFAULT_EXAMPLES
 from conformance.suite.report import read_report
-from conformance.suite.run import MODEL_CHECKS, SUITE_VERSION, comparability, default_cases, environment, load_captures
+from conformance.suite.run import (
+    MODEL_CHECKS,
+    SUITE_VERSION,
+    comparability,
+    default_cases,
+    environment,
+    load_captures,
+    reduced_headline,
+    reduced_suite,
+)
 from reference.errors import Int8confError
 from reference.operands import tensor_digest
 
@@ -228,7 +238,10 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, kernel: dict, device: Option
     return d
 
 
-def _overall(decisions: list, model: list, policy: Policy) -> dict:
+def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = ()) -> dict:
+    """The gate's ``overall`` record; ``skipped``: what of the default suite the gate left out
+    (``suite.plan.reduced_suite``: ``reduced_suite``, and the ``headline`` / ``summary`` say "on a reduced suite",
+    as ``int8conf check``'s do)."""
     used = sorted({i for d in decisions + model for i in d.expectations_used})
     unused = [e.to_dict() for e in policy.expectations if e.index not in used]
     blocking = [d.item for d in decisions + model if d.blocking]
@@ -236,14 +249,18 @@ def _overall(decisions: list, model: list, policy: Policy) -> dict:
     if unused and policy.fail_on_unused_expectations:
         blocking.append("unused expectations")
     parts = ", ".join(f"{counts[s]} {s}" for s in counts if counts[s])
-    summary = f"{'BLOCKED' if blocking else 'PASS'} under policy '{policy.name}': {len(decisions)} cases ({parts})"
+    verdict = "blocked" if blocking else "pass"
+    headline = reduced_headline(verdict, skipped)
+    summary = f"{headline}{'; ' if skipped else ' '}under policy '{policy.name}': {len(decisions)} cases ({parts})"
     if model:
         summary += "; model-level: " + ", ".join(f"{d.item} {d.status}" for d in model)
     if unused:
         summary += f"; {len(unused)} unused expectation{'s' if len(unused) > 1 else ''}"
     return {
-        "verdict": "blocked" if blocking else "pass",
+        "verdict": verdict,
         "exit_code": EXIT_BLOCKED if blocking else EXIT_PASS,
+        "headline": headline,
+        "reduced_suite": list(skipped),
         "summary": summary,
         "counts": counts,
         "model_counts": status_counts(d.status for d in model),
@@ -273,7 +290,7 @@ class GateSession:
         self.t0 = time.perf_counter()
         enter_conformance_run()  # the pool's children inherit it
         self.opts = options or GateOptions()
-        self.policy = policy or Policy()
+        self.policy = policy or default_policy()
         self.say = progress or (lambda s: None)
         if (incumbent is None) == (baseline is None):
             raise Int8confError("give exactly one of --incumbent KERNEL or --baseline REPORT")
@@ -282,6 +299,7 @@ class GateSession:
         self.cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
         self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
         opts = self.opts
+        explicit = cases is not None
         if cases is None:
             cs = (
                 load_captures(opts.capture_dir, opts.model_dir)
@@ -295,6 +313,15 @@ class GateSession:
         else:
             cases = list(cases)
             cap_d = {"available": False, "note": "explicit case list", "source": ""}
+        self.skipped = reduced_suite(
+            opts.include_captures,
+            opts.include_sweep,
+            DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
+            opts.model_checks,
+            getattr(self.cand_spec, "operands", "int8"),
+            opts.max_capture_layers,
+            explicit_cases=explicit,
+        )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)
         self.doc = None
@@ -424,7 +451,7 @@ class GateSession:
             policy=policy.to_dict(),
             cases=list(decisions),
             model=model,
-            overall=_overall(list(decisions), model, policy),
+            overall=_overall(list(decisions), model, policy, self.skipped),
             comparability=self.comparability,
             environment=env,
             options=self.opts.to_dict(),

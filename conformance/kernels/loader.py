@@ -17,7 +17,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 from urllib.parse import parse_qs
 
 import torch
@@ -131,8 +131,11 @@ def _bool(value) -> bool:
     raise ContractError(f"expected true or false, got {value!r}")
 
 
-def _overflow(value) -> str:
-    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS`` (ContractError otherwise)."""
+def _overflow(value):
+    """``overflow`` declaration: one of ``OVERFLOW_BEHAVIOURS``, or a mapping device type -> one of them
+    (``KernelSpec.overflow``); ContractError otherwise."""
+    if isinstance(value, Mapping):
+        return {str(d).strip().lower(): _overflow(v) for d, v in value.items()}
     v = str(value).strip().lower()
     if v not in OVERFLOW_BEHAVIOURS:
         raise ContractError(f"overflow={value!r} is not one of {OVERFLOW_BEHAVIOURS}")
@@ -490,8 +493,9 @@ def split_query(name: str) -> tuple[str, dict]:
 
 
 def _devices(value, where: str) -> tuple:
-    """Declared device types, each one torch knows; ContractError when empty or unknown."""
-    devs = tuple(value)
+    """Declared device types, each one torch knows (a single string is one device: ``"cpu"`` = ``("cpu",)``);
+    ContractError when empty or unknown."""
+    devs = (value,) if isinstance(value, str) else tuple(value)
     if not devs:
         raise ContractError(f"{where}: devices is empty; declare e.g. ('cpu',) or ('cuda',)")
     for d in devs:

@@ -1,8 +1,8 @@
 """Run a registered kernel on one case and collect its output and evidence (checks C1, C2, C10).
 
 :func:`run_kernel` / :func:`run_int_mm` (= ``start_*`` then ``.result()``: verdicts are ``reference.readback``
-questions, read together) never raise for a kernel's own failure: an exception (``SystemExit`` included; only
-``KeyboardInterrupt`` propagates), a malformed output, an operand written in place, or NaN where the declared
+questions, read together) never raise for a kernel's own failure: an exception (``SystemExit`` and a
+``KeyboardInterrupt`` the kernel raised itself included; only a stop, SIGINT or SIGTERM, propagates), a malformed output, an operand written in place, or NaN where the declared
 contract's reference has none becomes ``KernelRun.error`` (one line) with evidence in ``manifest["extra"]``. Invalid
 operands (int8 for an int8 kernel, e4m3 without NaN for an e4m3 one: ``KernelSpec.operands``) raise ``OperandError``
 first. The kernel gets copies that keep each operand's layout (dense copies for what
@@ -24,6 +24,7 @@ from torch import Tensor
 from conformance.kernels import trace
 from conformance.kernels.registry import builtin_source_digest
 from conformance.kernels.spec import KernelSpec, declared_epilogue
+from conformance.runtime.graceful_stop import stop_requested
 from reference import readback
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
@@ -41,7 +42,9 @@ class KernelRun:
     """One ``scaled_mm`` call: ``output`` out_dtype [M,N] on the CPU (None on failure), ``error`` (one line
     or None), ``manifest``, ``received_digests`` (operand -> sha256 hex, bias "none"), ``elapsed_s`` (CUDA synced),
     ``interface``: the :func:`interface_violation` line (or the in-place write) when the call returned but broke
-    the contract's interface (then ``output`` is None and ``error`` is that line), else None."""
+    the contract's interface (then ``output`` is None and ``error`` is that line), else None; ``raised``:
+    ``<exception type>: <first line of its message>`` when the call raised (then ``output`` is None and ``error``
+    is the runner's line), else None."""
 
     output: Optional[Tensor]
     error: Optional[str]
@@ -49,6 +52,7 @@ class KernelRun:
     received_digests: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     interface: Optional[str] = None
+    raised: Optional[str] = None
 
 
 @dataclass
@@ -148,6 +152,7 @@ def _fill_from_trace(man: dict, t: trace.Trace) -> None:
 def _raised(man: dict, e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     man["extra"]["exception"] = type(e).__name__
+    man["extra"]["exception_message"] = first_line(e)
     man["extra"]["traceback_tail"] = [f"{f.filename}:{f.lineno} in {f.name}" for f in tb[-4:]]
     where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
     return f"kernel raised {type(e).__name__}: {first_line(e)}{where}"
@@ -290,17 +295,27 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
     return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({contract.label()}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
 
 
+def raised_text(man: dict) -> str:
+    """``<exception type>: <first line>`` of the exception :func:`_guarded_call` recorded in ``man``."""
+    extra = man.get("extra") or {}
+    return f"{extra.get('exception')}: {extra.get('exception_message') or ''}".strip().rstrip(":")
+
+
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
     """Call a kernel entry under ``trace.capture``: ``(result or None, error line or None, elapsed s,
-    trace)``, the trace merged into ``man``. Only KeyboardInterrupt propagates."""
+    trace)``, the trace merged into ``man``; an error line is always an exception the call raised. Only a
+    KeyboardInterrupt that is a stop propagates (``graceful_stop.stop_requested``: SIGINT or SIGTERM arrived, or
+    this process cannot tell); one the kernel raised itself is its failure like any other exception."""
     t0 = time.perf_counter()
     with trace.capture() as t:
         try:
             out = fn(*args, **kwargs)
             _sync(dev)
             err = None
-        except KeyboardInterrupt:
-            raise
+        except KeyboardInterrupt as e:
+            if stop_requested():
+                raise
+            out, err = None, _raised(man, e)
         except BaseException as e:  # noqa: BLE001 -- incl. SystemExit
             out, err = None, _raised(man, e)
     elapsed = time.perf_counter() - t0
@@ -317,6 +332,7 @@ class KernelLaunch:
         self.manifest, self.elapsed_s = manifest, elapsed
         self._verdicts, self._digests, self._keep = verdicts, digests, keep_on_device
         self.interface: Optional[str] = None  # set by start_kernel: KernelRun.interface known at call time
+        self.raised: Optional[str] = None  # set by start_kernel: KernelRun.raised
         self._run: Optional[KernelRun] = None
 
     def result(self) -> KernelRun:
@@ -331,7 +347,7 @@ class KernelLaunch:
         mod_err, n_nan = _modified_line(man, *self._verdicts.get())
         digests = self._digests()
         if self.output is None:
-            return KernelRun(None, self.error, man, digests, self.elapsed_s, interface=self.interface)
+            return KernelRun(None, self.error, man, digests, self.elapsed_s, self.interface, self.raised)
         if mod_err is not None:  # an operand written in place: an interface failure, the output is not judged
             return KernelRun(None, mod_err, man, digests, self.elapsed_s, interface=mod_err)
         out = self.output if self._keep else self.output.to("cpu")
@@ -536,6 +552,7 @@ def start_kernel(
     _record_layouts(man, originals, given)
     args = (given["a"], given["b"], given["scale_a"], given["scale_b"])
     out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, *args, out_dtype=dops.out_dtype, bias=given["bias"])
+    raised = None if err is None else raised_text(man)
     iface = None if err is not None else interface_violation(out, m, n, ops.out_dtype, "kernel", given)
     err = err or iface
     if (
@@ -560,7 +577,7 @@ def start_kernel(
 
     if err is not None:
         launch = KernelLaunch(spec, ops, None, err, man, elapsed, verdicts, digests, keep_on_device)
-        launch.interface = iface
+        launch.interface, launch.raised = iface, raised
         return launch
     man["device"] = out.device.type
     return KernelLaunch(spec, ops, out.detach(), None, man, elapsed, verdicts, digests, keep_on_device)

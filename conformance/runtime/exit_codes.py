@@ -2,7 +2,8 @@
 ``pytest --kernel`` where pytest's own codes allow; one table, :data:`EXIT_CODES`, also in README.md.
 
 A command that does not reach a verdict of its own (``sweep``, ``bench``, ``faults``) exits :data:`OK` when
-done. :data:`NOT_RUN` is ``check``'s alone (the kernel produced output on no case: nothing verified);
+done. :data:`NOT_RUN` is ``check``'s alone (the kernel could not be called here on any case: nothing verified; a
+kernel called that crashed, raised or returned no valid output on every case is not conformant, :data:`FAILED`);
 :data:`INTERNAL` is int8conf's own bug (an exception no check expected), for every command.
 """
 
@@ -14,7 +15,7 @@ OK = 0
 FAILED = 1
 #: bad input: a usage error, an unknown kernel, an unusable path; not comparable (gate)
 BAD_INPUT = 2
-#: not run / inconclusive: the kernel produced output on no case (check)
+#: not run / inconclusive: the kernel could not be called here on any case (check)
 NOT_RUN = 3
 #: internal error: int8conf itself failed (please report it)
 INTERNAL = 4
@@ -25,9 +26,12 @@ INTERRUPTED = 130
 EXIT_CODES = {
     OK: "conformant (check); pass (gate); done (other commands)",
     FAILED: "not conformant, a crash or a timeout included (check); blocked by the policy (gate)",
-    BAD_INPUT: "bad input, one line naming it (usage, unknown kernel, unusable path; gate: not comparable)",
-    NOT_RUN: "not run: the kernel produced output on no case, nothing verified (check)",
-    INTERNAL: "internal error: int8conf's own bug, with its traceback (please report it)",
+    BAD_INPUT: "bad input, one line naming it (usage, unknown kernel, unusable path; gate: not comparable); "
+    "under `pytest --kernel` the same line is pytest's usage error, exit 4",
+    NOT_RUN: "not run: the kernel could not be called here at all, every case not runnable on this machine "
+    "(its devices, its shape constraints), nothing verified (check)",
+    INTERNAL: "internal error: int8conf's own bug, with its traceback (please report it); under pytest also "
+    "pytest's usage error (one line, no traceback: bad input above)",
     INTERRUPTED: "stopped (Ctrl-C, SIGTERM): the report of what finished is written, headed PARTIAL RUN",
 }
 

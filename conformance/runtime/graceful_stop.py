@@ -1,6 +1,9 @@
 """SIGTERM as Ctrl-C, so a stopped run still writes its (partial) reports: the first SIGTERM
 raises KeyboardInterrupt in the main thread and is remembered (:func:`raise_if_requested` raises
-it again where Python discarded it); a second one is ignored so the report is written."""
+it again where Python discarded it); a second one is ignored so the report is written. SIGINT (Ctrl-C) keeps
+Python's behaviour (KeyboardInterrupt) and is remembered too (:func:`record_interrupts`), so that
+:func:`stop_requested` tells a stop from a KeyboardInterrupt a kernel raised itself; there the second SIGINT is
+ignored (the report is written) and a third raises again."""
 
 from __future__ import annotations
 
@@ -12,6 +15,32 @@ import sys
 import threading
 
 _requested: list = []  # the signal numbers received while the handler was installed
+_interrupts: list = []  # the SIGINTs received while :func:`_record_interrupt` was installed
+
+
+def _record_interrupt(signum, frame):
+    _interrupts.append(signum)
+    if len(_interrupts) != 2:  # the second SIGINT (`timeout -s INT` signals the process, then its group) is
+        raise KeyboardInterrupt  # ignored so the partial report is written; a third one stops at once
+
+
+def record_interrupts() -> bool:
+    """Remember every SIGINT from now on (it still raises KeyboardInterrupt) where SIGINT has Python's default
+    handler, from the main thread only (a forked child inherits it). Returns whether it was installed."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        return False
+    signal.signal(signal.SIGINT, _record_interrupt)
+    return True
+
+
+def stop_requested() -> bool:
+    """Whether a KeyboardInterrupt raised now is a stop: a SIGTERM or SIGINT arrived since the handlers were
+    installed, or this process does not remember SIGINTs (:func:`record_interrupts`), so it cannot tell. False
+    means no signal came: the KeyboardInterrupt was raised by code (a kernel) itself."""
+    return bool(_requested or _interrupts) or signal.getsignal(signal.SIGINT) is not _record_interrupt
 
 
 def _raise_interrupt(signum, frame):
@@ -26,6 +55,14 @@ def raise_if_requested() -> None:
     (hypothesis installs one), so the handler's own raise can be lost."""
     if _requested:
         raise KeyboardInterrupt(f"stopped by signal {_requested[-1]}")
+
+
+def restore_interrupts() -> None:
+    """Put Python's default SIGINT handler back where :func:`record_interrupts` installed its own, and forget the
+    SIGINTs it saw (a pytest run in-process must not leave it behind)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _record_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _interrupts.clear()
 
 
 def sigterm_as_interrupt() -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from conformance.runtime.forking import FORK_GATE, start_method
-from conformance.runtime.graceful_stop import exit_with_parent, restore_sigterm
+from conformance.runtime.graceful_stop import exit_with_parent, record_interrupts, restore_sigterm
 from conformance.runtime.import_noise import silence_import_noise
 from reference.errors import KernelLoadError, first_line
 
@@ -122,6 +122,7 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_p
     sys.stdout = sys.stderr = logf  # Python-level prints too (pytest may have replaced them)
     faulthandler.enable(file=logf, all_threads=True)
     restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
+    record_interrupts()  # a KeyboardInterrupt the kernel raises itself is its failure, a Ctrl-C a stop
     _serve(conn, kernel, cases, device, method, logf, against)
 
 

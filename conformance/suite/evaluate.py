@@ -29,12 +29,15 @@ from conformance.checks.operand_sharing import check_operand_sharing
 from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
 from conformance.checks.ownership import check_call_independence
 from conformance.checks.result import (
+    CALL_ID,
     CHECK_NAMES,
     INTERFACE_ID,
     INTERFACE_NAME,
     KEPT_EVIDENCE,
     PRECONDITION_CASE,
+    RAISED,
     CheckResult,
+    call_failure,
     interface_failure,
     not_applicable,
 )
@@ -57,6 +60,8 @@ from reference.operands import tensor_digest
 NOT_RUN = "not run"
 #: The n/a reason of every other per-case check on a case whose output failed its interface.
 NOT_RUN_ON_INTERFACE = f"not run: the kernel returned no valid output ({INTERFACE_NAME} failure)"
+#: The n/a reason of every per-case check on a case whose kernel call raised (no output).
+NOT_RUN_ON_RAISE = "not run: the kernel raised, no output"
 #: Per-case checks in report order (uniform signature
 #: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
 PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
@@ -151,6 +156,13 @@ class CaseResult:
         return None if r is None else r.evidence.get("interface")
 
     @property
+    def raised(self) -> Optional[str]:
+        """``<exception type>: <first line>`` when the kernel's call raised on this case (``KernelRun.raised``),
+        else None."""
+        r = self.checks.get(CALL_ID)
+        return None if r is None or r.evidence.get("failure_kind") != RAISED else r.evidence.get("exception")
+
+    @property
     def kernel_failures(self) -> list[CheckResult]:
         return [r for r in self.checks.values() if r.is_kernel_failure]
 
@@ -175,9 +187,10 @@ class CaseResult:
         return NOT_RUN if self.not_run_reason is not None else "pass"
 
     def failure_lines(self) -> list[str]:
-        """One line per kernel failure: ``C8 declared_contract: <summary>``, ``interface: <line>``."""
+        """One line per kernel failure: ``C8 declared_contract: <summary>``, ``interface: <line>``, the runner's
+        ``kernel raised ...`` line."""
         return [
-            r.summary if r.check_id == INTERFACE_ID else f"{r.check_id} {r.name}: {r.summary}"
+            r.summary if r.check_id in (INTERFACE_ID, CALL_ID) else f"{r.check_id} {r.name}: {r.summary}"
             for r in self.kernel_failures
         ]
 
@@ -214,6 +227,8 @@ class CaseResult:
             d["prefetch_error"] = self.prefetch_error
         if self.crash is not None:
             d["crash"] = self.crash
+        if self.raised is not None:
+            d["raised"] = self.raised
         if self.fault_explanation is not None:
             d["fault_explanation"] = self.fault_explanation
         return d
@@ -221,8 +236,6 @@ class CaseResult:
 
 #: ``CaseResult.crash["status"]``: the kernel's process died / gave no result within the timeout
 CRASH, TIMEOUT = "crash", "timeout"
-#: the per-case check a crashed or hung case fails (as a kernel that raised fails it: no output)
-CRASH_CHECK = "C8"
 
 
 def crash_line(record: dict) -> str:
@@ -255,16 +268,13 @@ def _case_fields(ops, source: Optional[str]) -> dict:
 def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseResult:
     """The CaseResult of a case whose kernel call killed its process or hung, without calling anything of the kernel:
     ``record`` = ``{"status": crash | timeout, "signal", "exitcode", "timeout_s", "log_tail", "repro", ...}``.
-    :data:`CRASH_CHECK` fails with :func:`crash_line` (evidence: the record); the other per-case checks are
-    ``n/a`` (not evaluated)."""
+    The kernel-call pseudo-check (``checks.result.CALL_ID``) fails with :func:`crash_line` (evidence: the record);
+    every per-case check is ``n/a`` (not run: no output)."""
     line = crash_line(record)
-    checks = {}
+    status = record["status"]
+    checks = {CALL_ID: call_failure(status, f"kernel failed ({status}): {line}", crash=record)}
     for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,):
-        if cid == CRASH_CHECK:
-            ev = {"kernel_error": line, "problem_kind": record["status"], "failure_kind": "kernel", "crash": record}
-            checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "fail", f"kernel failed ({record['status']}): {line}", ev)
-        else:
-            checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "n/a", f"not evaluated: {line}")
+        checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "n/a", f"not run: {line}")
     return CaseResult(**_case_fields(ops, source), checks=checks, error=line, produced_output=False, crash=dict(record))
 
 
@@ -419,11 +429,11 @@ class CaseEvaluation:
         checks: dict[str, CheckResult] = {}
         # one scope per case: the checks share its bound, references and digests
         # (reference.memo; a no-op inside the sweep's own scope)
-        iface = getattr(run, "interface", None)
+        iface, raised = getattr(run, "interface", None), getattr(run, "raised", None)
         with memo.scope():
             for cid, fn in per_case_checks(spec) + ((OWNERSHIP_CHECK,) if self.probed else ()):
-                if iface is not None:  # no valid output: nothing numeric was judged
-                    checks[cid] = not_applicable(cid, NOT_RUN_ON_INTERFACE)
+                if iface is not None or raised is not None:  # no valid output: nothing numeric was judged
+                    checks[cid] = not_applicable(cid, NOT_RUN_ON_INTERFACE if iface is not None else NOT_RUN_ON_RAISE)
                     continue
                 try:
                     checks[cid] = fn(spec, ops, run, acc=self.obs, exact=exact)
@@ -431,6 +441,8 @@ class CaseEvaluation:
                     checks[cid] = check_error(cid, e)
         if iface is not None:
             checks = {INTERFACE_ID: interface_failure(iface), **checks}
+        elif raised is not None:
+            checks = {CALL_ID: call_failure(RAISED, run.error, exception=raised), **checks}
         _mark_precondition_cases(checks, ops.meta)
         explanation = None
         c8 = checks.get("C8")

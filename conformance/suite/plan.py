@@ -405,3 +405,23 @@ class SuiteState:
     def case_results(self) -> list:
         """The fixed cases' results in case order, then the property examples."""
         return [self.results[i] for i in sorted(self.results)] + list(self.prop_cases)
+
+    def missing(self, examples: int, model_checks: bool, why: str) -> list[str]:
+        """What of this kernel's plan has no result, one phrase each, for ``reduced_suite`` (``why``: the
+        phrase's tail, :data:`NOT_SELECTED` or :data:`NOT_REACHED`): ``N of M fixed cases <why>``, ``the property
+        test <why>``, ``C9 batch_invariance <why>``."""
+        out = []
+        if len(self.results) < len(self.cases):
+            out.append(f"{len(self.cases) - len(self.results)} of {len(self.cases)} fixed cases {why}")
+        for step in self.steps(examples, model_checks, False):
+            if step.kind == PROPERTY and self.property is None:
+                out.append(f"the property test {why}")
+            elif step.kind == CHECK and step.check_id not in self.model:
+                out.append(f"{step.check_id} {CHECK_NAMES[step.check_id]} {why}")
+        return out
+
+
+#: :meth:`SuiteState.missing`'s tail for a run that finished without some steps (``pytest -k`` / ``-m``, ``-x``)
+NOT_SELECTED = "(not selected or not reached)"
+#: ... and for a stopped run (Ctrl-C, SIGTERM)
+NOT_REACHED = "not reached (interrupted)"

@@ -490,7 +490,7 @@ def render_markdown(doc: dict) -> str:
                     f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
                     f"runnable here); those examples verified nothing."
                 )
-    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("IF", "C7", "C9", "C11", "E1")]
+    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("IF", "CALL", "C7", "C9", "C11", "E1")]
     for src, title in (
         ("capture", "Per-layer results (captures)"),
         ("synthetic", "Synthetic cases"),
@@ -511,7 +511,11 @@ def render_markdown(doc: dict) -> str:
                 "M,K,N": ",".join(map(str, cs["shape"])),
                 "out": cs["out_dtype"].replace("torch.", ""),
                 "bias": "y" if cs["bias"] else "",
-                "verdict": f"FAIL interface: {cs['interface']}" if cs.get("interface") else cs["verdict"],
+                "verdict": f"FAIL interface: {cs['interface']}"
+                if cs.get("interface")
+                else f"FAIL raised: {cs['raised']}"
+                if cs.get("raised")
+                else cs["verdict"],
             }
             for cid in ids:
                 ch = cs["checks"].get(cid, {})
@@ -552,7 +556,8 @@ def render_markdown(doc: dict) -> str:
         "Verdicts: ok = pass, FAIL = fail, pre = precondition case (C3/C4: "
         "the suite built this case to violate it; expected), violated = precondition "
         "violated by these operands (C3/C4; not a kernel failure), - = not applicable or not run (a case whose "
-        "verdict reads 'FAIL interface: ...' returned no valid output, so no other check ran), skip = the kernel "
+        "verdict reads 'FAIL interface: ...', 'FAIL raised: ...', crash or timeout gave no valid output, so no "
+        "check ran on it), skip = the kernel "
         "could not run on this case here (not runnable), case verdict 'not run'. Distances are in "
         "spacings (ulp) of the output dtype, from ordered bit encodings. The JSON file next "
         "to this one holds every number shown here and the full evidence.",

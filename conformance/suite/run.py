@@ -20,7 +20,16 @@ from typing import Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay, case_id
 from conformance.cases.fp8 import PAPER_NOT_AFFORDED
-from conformance.checks.result import CHECK_NAMES, INTERFACE_ID, CheckResult, aggregate, failed_line, not_applicable
+from conformance.checks.result import (
+    CALL_ID,
+    CHECK_NAMES,
+    INTERFACE_ID,
+    CheckResult,
+    aggregate,
+    failed_line,
+    is_call_failure,
+    not_applicable,
+)
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import conformance_run
@@ -37,6 +46,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     CHECK,
     CLI_MODEL_HINT,
     MODEL_CHECKS,
+    NOT_REACHED,
     PROPERTY,
     SuiteState,
     cli_capture_message,
@@ -61,7 +71,7 @@ from conformance.suite.workers import (
 from reference.errors import first_line
 from reference.model.forward import model_class
 
-REPORT_ORDER = ("IF", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
+REPORT_ORDER = ("IF", "CALL", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
 #: Version of the suite's case construction and check semantics: two reports compare
 #: (``int8conf gate --baseline``) only when equal; bump it when a generator or a check's meaning changes.
 SUITE_VERSION = "3"
@@ -201,11 +211,24 @@ def crash_records(checks: Sequence[CheckResult], case_results: Sequence[CaseResu
     return out
 
 
-def _crash_text(crashes: Sequence[dict]) -> str:
-    """``the kernel's process died on 1 case (family/x: SIGSEGV); hung on 1 case (...: no result within 3 s)``."""
+def raise_records(checks: Sequence[CheckResult], case_results: Sequence[CaseResult] = ()) -> list[dict]:
+    """Every kernel call of a run that raised: the cases' (``CaseResult.raised``, property examples included;
+    ``exception`` ``<type>: <first line>``, ``line`` the runner's line) and the kernel-level checks'
+    (``evidence["raised"]``: their first call that raised, and how many did)."""
+    out = [{"case": cr.case, "exception": cr.raised, "line": cr.error} for cr in case_results if cr.raised]
+    for c in checks:
+        rec = (c.evidence or {}).get("raised")
+        if isinstance(rec, dict):
+            out.append({"check": c.check_id, **{k: rec.get(k) for k in ("exception", "line", "calls")}})
+    return out
+
+
+def _call_text(crashes: Sequence[dict], raised: Sequence[dict] = ()) -> str:
+    """``the kernel's process died on 1 case (first: family/x: SIGSEGV); the kernel hung on 1 step (first: C9: no
+    result within 3 s); the kernel raised on 2 cases and C9 (first: family/y: RuntimeError: <first line>)``."""
     parts = []
-    for status, verb in (("crash", "the kernel's process died"), ("timeout", "the kernel hung")):
-        got = [c for c in crashes if c["status"] == status]
+    for status, verb in (("crash", "the kernel's process died"), ("timeout", "the kernel hung"), ("raised", "")):
+        got = list(raised) if status == "raised" else [c for c in crashes if c["status"] == status]
         if not got:
             continue
         first = got[0]
@@ -213,9 +236,21 @@ def _crash_text(crashes: Sequence[dict]) -> str:
         why = first.get("signal") or f"exit status {first.get('exitcode')}"
         if status == "timeout":
             why = f"no result within {first.get('timeout_s'):g} s"
-        noun = "case" if all(c.get("case") for c in got) else "step"
-        parts.append(f"{verb} on {len(got)} {noun}{'s' if len(got) > 1 else ''} (first: {what}: {why})")
+        elif status == "raised":
+            verb, why = "the kernel raised", first.get("exception")
+        cases, steps = [c for c in got if c.get("case")], [c["check"] for c in got if not c.get("case")]
+        if cases and steps:  # N cases and C9
+            where = f"{len(cases)} case{'s' if len(cases) > 1 else ''} and {', '.join(steps)}"
+        else:
+            where = f"{len(got)} {'case' if cases else 'step'}{'s' if len(got) > 1 else ''}"
+        parts.append(f"{verb} on {where} (first: {what}: {why})")
     return "; ".join(parts)
+
+
+def _failure_text(c: CheckResult) -> str:
+    """How the headline names a failing check: an interface failure by its line (``interface: ...``), any other by
+    :func:`checks.result.failed_line`."""
+    return c.summary if c.check_id == INTERFACE_ID or c.evidence.get("failure_kind") == "interface" else failed_line(c)
 
 
 def reduced_headline(verdict: str, skipped: Sequence[str]) -> str:
@@ -233,10 +268,14 @@ def overall_verdict(
     """The ``overall`` record (module docstring); a failed property test fails it too. With
     ``case_results``, a kernel that produced output on none gets ``not run`` (unless something
     failed) and skipped cases are counted (``cases_run``, ``cases_not_run``, ``not_run_reasons``).
-    ``crashes``: :func:`crash_records` (each one fails the verdict); ``reduced_suite``: ``skipped``, what of the
-    default suite the run left out (``plan.reduced_suite``); ``headline``: :func:`reduced_headline`."""
+    ``crashes``: :func:`crash_records`, ``raised``: :func:`raise_records` (each one fails the verdict; the summary
+    leads with them, and names a check only where it failed on a valid output: ``checks.result.is_call_failure``);
+    ``reduced_suite``: ``skipped``, what of the default suite the run left out (``plan.reduced_suite``);
+    ``headline``: :func:`reduced_headline`."""
     failed = [c for c in checks if c.is_kernel_failure]
     crashes = crash_records(checks, case_results or ())
+    raised = raise_records(checks, case_results or ())
+    lead = _call_text(crashes, raised)
     pre = [c for c in checks if c.is_precondition_violation and c.evidence.get("n_precondition_violations", 1)]
     pre_cases = {
         c.check_id: c.evidence["n_precondition_cases"]
@@ -247,8 +286,8 @@ def overall_verdict(
     if failed or prop_failed:
         verdict = "fail"
         summary = "NOT conformant: " + "; ".join(
-            ([_crash_text(crashes)] if crashes else [])
-            + [c.summary if c.check_id == INTERFACE_ID else failed_line(c) for c in failed]
+            ([lead] if lead else [])
+            + [_failure_text(c) for c in failed if not is_call_failure(c)]
             + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):
@@ -278,6 +317,7 @@ def overall_verdict(
         "headline": reduced_headline(verdict, skipped),
         "reduced_suite": list(skipped),
         "crashes": crashes,
+        "raised": raised,
         "summary": summary,
         "failed_checks": [c.check_id for c in failed],
         "precondition_violations": [c.check_id for c in pre],
@@ -309,6 +349,14 @@ def _interface_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
     )
 
 
+def _call_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
+    """The aggregated kernel-call failure ``r`` re-worded over all ``total`` cases: ``no output on N of total
+    cases; first: <case>: <its line>`` (``failed``: its ``(case, CheckResult)`` pairs)."""
+    case, first = failed[0]
+    line = f"no output on {len(failed)} of {total} cases; first: {case}: {first.summary}"
+    return CheckResult(r.check_id, r.name, r.verdict, line, r.evidence)
+
+
 def build_result(
     spec,
     case_results: Sequence[CaseResult],
@@ -337,6 +385,8 @@ def build_result(
     agg = {cid: aggregate(cid, lst) for cid, lst in per.items()}
     if per.get(INTERFACE_ID):
         agg[INTERFACE_ID] = _interface_summary(agg[INTERFACE_ID], per[INTERFACE_ID], len(case_results))
+    if per.get(CALL_ID):
+        agg[CALL_ID] = _call_summary(agg[CALL_ID], per[CALL_ID], len(case_results))
     for r in model_results:
         agg[r.check_id] = r
     for cid, _, _ in MODEL_CHECKS:
@@ -542,7 +592,7 @@ def _run_steps(
         say(f"{spec.name}: {notes[-1]}")
     steps = state.steps(property_examples, model_checks, against=False)
     checks = [s.check_id for s in steps if s.kind == CHECK]
-    stopped, stage = None, "fixed cases"
+    stopped, stage, unreached = None, "fixed cases", []
     running: set = set()  # the cases in flight in the workers
     try:
         state.warm_up(say, property_examples)
@@ -587,6 +637,7 @@ def _run_steps(
             stage = "case " + ", ".join(sorted(running))
         if state.property is None:
             state.prop_cases = []  # never half of the property test
+        unreached = state.missing(property_examples, model_checks, NOT_REACHED)
         for cid in checks:
             state.model.setdefault(cid, not_applicable(cid, "not run: the run was interrupted"))
         stopped = partial_run(len(state.results), len(cases), interrupted=True, stage=stage, kind="suite")
@@ -608,7 +659,7 @@ def _run_steps(
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,
-        skipped=state.skipped,
+        skipped=state.skipped + (unreached if stopped else []),
     )
     if stopped:
         raise SuiteInterrupted(res)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from conformance.checks.result import DECLARATION
+from conformance.checks.result import CALL_ID, DECLARATION
 from faults.catalogue import get_fault
 from faults.postprocessing import faulty_epilogue
 from faults.spec import POSTPROCESSING_FAULTS
@@ -404,11 +404,13 @@ def signature_lines(result) -> list[str]:
     declaration (:func:`declaration_line`); the pattern the failing cases share (:func:`failing_pattern`); each
     consistent fault class, best explanation first (:func:`rank_classes`), with its score and case count;
     :func:`no_signature_line` when none is; empty when no case failed. Precondition-only failures and cases whose
-    kernel process crashed or hung (no output) do not count as failing."""
+    kernel call gave no output (it raised, its process crashed or hung: ``checks.result.CALL_ID``) do not count as
+    failing: a signature explains numerics only."""
     failing = [
         cr
         for cr in result.cases
         if getattr(cr, "crash", None) is None
+        and CALL_ID not in cr.checks
         and any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
     ]
     iface = [cr for cr in failing if getattr(cr, "interface", None)]

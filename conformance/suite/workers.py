@@ -151,13 +151,13 @@ class Containment:
 
     def check_result(self, check_id: str, oc: Outcome) -> CheckResult:
         """The CheckResult of a kernel-level check's request: the child's answer, else a kernel failure naming
-        the crash / timeout (evidence ``crash``), or a harness failure."""
+        the crash / timeout (evidence ``crash``, ``failure_kind`` its status), or a harness failure."""
         if oc.kind == OK:
             return oc.value
         if oc.kind not in (CRASHED, TIMED_OUT):
             return check_error(check_id, RuntimeError(oc.error))
         rec = self.record(oc, where=f"during {check_id}", timeout_s=self.check_timeout(check_id))
-        ev = {"kernel_error": rec["line"], "problem_kind": rec["status"], "failure_kind": "kernel", "crash": rec}
+        ev = {"kernel_error": rec["line"], "problem_kind": rec["status"], "failure_kind": rec["status"], "crash": rec}
         return CheckResult(
             check_id, CHECK_NAMES[check_id], "fail", f"kernel failed ({rec['status']}): {rec['line']}", ev
         )

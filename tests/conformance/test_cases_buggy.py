@@ -57,6 +57,7 @@ BUGS = {
     "mid_m_bucket_order": ("dispatch", "C8", 4),  # m_gap M = 40, 48, 56, 63 in bf16
     "small_acc_fast_path": ("dispatch", "C8", 4),  # small_acc (deep_k_bias: orders agree)
     "fp32_output_scale_order": ("dispatch", "C8", 3),  # the three fp32_ties cases
+    "fp32_bias_fma_contracted": ("dispatch", "C8", 2),  # fp32_ties M = 16, 64: real s_a and a bias (h-esc8)
 }
 
 

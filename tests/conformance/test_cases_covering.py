@@ -14,6 +14,8 @@ import torch
 from conformance.cases.covering import (
     ATTRIBUTES,
     CPU_MACS,
+    DEEP_ALL_LARGE_K,
+    all_large,
     covering_case,
     covering_rows,
     legal,
@@ -73,6 +75,10 @@ BUGS = {
     "column_scales_subtile_shift_large_mn": (4, "C8"),  # M = 512, N = 129, distinct pow2 s_w at offset 32
     "decode_subnormal_token_scale_ftz": (33, "C8"),  # M = 1, subnormal s_a
     "pow2_scalar_weight_scale_folded": (55, "C8"),  # s_w = 2^-10 (0-d), subnormal s_a: s_a * s_w flushed
+    # escapes of a new user's kernels (h-esc8): the value classes planted beside the probes (README.md, Planting)
+    "pow2_weight_scale_as_int32_shift": (15, "C8"),  # pow2 0-d s_w lifted to 2^20: |acc| * s_w past 2^31
+    "zero_bias_elements_skipped": (17, "C8"),  # fp32, odd row: +0.0 bias on the signed_zero column's -0 products
+    "zero_weight_scale_column_positive_zero": (111, "C8"),  # no bias, N >= 64: the s_w = 0 column's -0.0
 }
 
 
@@ -86,3 +92,36 @@ def test_buggy_kernel_fails_its_pinned_covering_case(kernel):
     assert bad.verdict == "fail" and bad.checks[check].verdict == "fail", bad.case
     good = evaluate_case(get_kernel("cpu"), ops, coverage=False)
     assert good.verdict == "pass", good.case
+
+
+def test_every_all_large_row_carries_float32_inexact_partial_sums():
+    """M, N and K all large (native only): K = 1024 bounds |acc| by 2^24, so those rows take K = 4608 and plant
+    ``partial_sums`` (running sums past 2^24) and, where C6's premise allows, ``big_acc`` (|acc| > 2^24)."""
+    rows = covering_rows()
+    big = [i for i, r in enumerate(rows) if all_large(r)]
+    assert big and all(shape_of(rows[i], i)[1] == DEEP_ALL_LARGE_K for i in big)
+    planted = {i: _case(i).meta["planted"] for i in big}
+    # row 141: float32 output with a real scalar s_w: neither (two roundings per order, C6's premise)
+    assert all(planted[i]["partial_sums"] > 0 for i in big if i != 141), planted
+    assert planted[158]["big_acc"] > 0 and planted[68]["big_acc"] > 0, planted
+
+
+@pytest.mark.slow
+def test_a_float32_split_k_at_all_large_shapes_fails_the_native_only_row():
+    """Row 158 (512 x 4608 x 4096, bf16) is native only; evaluated here on the CPU (~1-2 min on 2 cores)."""
+    ops = _case(158)
+    assert ops.meta.get("native_only")
+    bad = evaluate_case(get_kernel("buggy_kernels:splitk_float32_partials_all_large"), ops, coverage=False)
+    assert bad.verdict == "fail" and bad.checks["C8"].verdict == "fail", bad.case
+
+
+def test_fp32_ties_with_a_bias_fail_a_contracted_fma_and_leave_c6_out():
+    from conformance.cases.dispatch import FP32_TIES_BIAS_M, fp32_ties_case
+
+    for m in FP32_TIES_BIAS_M:
+        ops = fp32_ties_case(m)
+        assert ops.bias is not None and ops.k >= 512 and ops.meta["c6_not_applicable"]
+        good = evaluate_case(get_kernel("cpu"), ops, coverage=False)
+        assert good.verdict == "pass" and good.checks["C6"].verdict == "n/a", good.case
+        bad = evaluate_case(get_kernel("buggy_kernels:fp32_bias_fma_contracted"), ops, coverage=False)
+        assert bad.checks["C8"].verdict == "fail" and bad.checks["C6"].verdict == "n/a", bad.case

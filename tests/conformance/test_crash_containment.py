@@ -185,3 +185,173 @@ def test_plugin_k_selection_is_a_reduced_and_partial_run(tmp_path):
         "21 of 22 fixed cases (not selected or not reached)",
         "C9 batch_invariance (not selected or not reached)",
     ]
+
+
+# --- issue 42 walk: a kernel that raises, crashes everywhere, interrupts itself; an interrupted run's skips ---
+
+
+def _quick_check(kernel: str, out: Path) -> int:
+    from conformance.cli import main
+
+    return main(["check", "--kernel", kernel, *QUICK, "--examples", "0", "--out", str(out), "-q"])
+
+
+def test_a_kernel_that_raises_is_named_as_raising_not_as_failing_numerics(tmp_path, capsys):
+    """the headline leads with the raise; the raised cases feed no check's failure and no fault signature."""
+    rc = _quick_check("buggy_kernels:raises_past_m16", tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1
+    doc = json.loads((tmp_path / "raises_past_m16" / "conformance.json").read_text())
+    ov = doc["overall"]
+    want = (
+        "NOT conformant: the kernel raised on 2 cases and C9 (first: synthetic/epilogue_ties-s0: RuntimeError: no "
+        "tile for M=32)"
+    )
+    assert ov["summary"] == want and want in out  # before: "C5 pow2_bit_identity failed; C6 ...; C8 ... failed"
+    assert ov["failed_checks"] == ["CALL", "C9"] and [r["case"] for r in ov["raised"][:2]] == [
+        "synthetic/epilogue_ties-s0",
+        "synthetic/epilogue_ties-s1",
+    ]
+    assert doc["fault_signatures"] == [] and "failure signature" not in out
+    raised = next(c for c in doc["cases"] if c["case"] == "synthetic/epilogue_ties-s0")
+    assert raised["verdict"] == "fail" and raised["raised"] == "RuntimeError: no tile for M=32"
+    assert {cid: c["verdict"] for cid, c in raised["checks"].items() if cid != "CALL"} == dict.fromkeys(
+        ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C10"), "n/a"
+    )
+    c9 = next(c for c in doc["checks"] if c["check_id"] == "C9")
+    assert c9["evidence"]["failure_kind"] == "raised" and "row bits depend" not in c9["summary"]
+    md = (tmp_path / "raises_past_m16" / "conformance.md").read_text()
+    assert "| FAIL raised: RuntimeError: no tile for M=32 |" in md
+
+
+def test_a_kernel_that_crashes_on_every_case_fails_no_numeric_check(tmp_path, capsys):
+    """a case whose process died has no output: its checks are not run (-), C8 does not fail, the run fails
+    (exit 1) with the crashes in its headline. P11: the kernel's own prints are in no report."""
+    from buggy_kernels import SEGFAULT_PRINT
+
+    rc = _quick_check("buggy_kernels:segfaults_always", tmp_path)
+    out = capsys.readouterr().out
+    assert rc == 1
+    doc = json.loads((tmp_path / "segfaults_always" / "conformance.json").read_text())
+    ov = doc["overall"]
+    want = "NOT conformant: the kernel's process died on 22 cases and C9 (first: synthetic/ordinary-s0: SIGSEGV)"
+    assert ov["summary"] == want and want in out  # before: "...; C8 declared_contract failed"
+    assert ov["failed_checks"] == ["CALL", "C9"]
+    checks = {c["check_id"]: c for c in doc["checks"]}
+    assert checks["C8"]["verdict"] == "n/a"  # before: "fail ... failed on 22/22 cases"
+    assert checks["CALL"]["summary"].startswith("no output on 22 of 22 cases; first: synthetic/ordinary-s0: ")
+    assert {c["verdict"] for c in doc["cases"]} == {"crash"}
+    assert {v["verdict"] for c in doc["cases"] for cid, v in c["checks"].items() if cid != "CALL"} == {"n/a"}
+    assert SEGFAULT_PRINT not in (tmp_path / "segfaults_always" / "conformance.json").read_text() + out
+
+
+def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_check(tmp_path, capsys):
+    """no SIGINT / SIGTERM came: the kernel's own KeyboardInterrupt fails its cases; the run is complete."""
+    rc = _quick_check("buggy_kernels:raises_keyboard_interrupt", tmp_path)
+    assert rc == 1  # before: 130, a PARTIAL RUN report headed PASS
+    doc = json.loads((tmp_path / "raises_keyboard_interrupt" / "conformance.json").read_text())
+    assert not doc["partial"]["partial"] and len([c for c in doc["cases"] if c["source"] != "property"]) == 22
+    assert doc["overall"]["summary"].startswith(
+        "NOT conformant: the kernel raised on 2 cases and C9 (first: synthetic/epilogue_ties-s0: KeyboardInterrupt: "
+    )
+
+
+def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_the_plugin(tmp_path):
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=buggy_kernels:raises_keyboard_interrupt"]
+    args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    r = _run([*args, "--int8conf-reports=rep"], tmp_path)
+    assert r.returncode == pytest.ExitCode.TESTS_FAILED, r.stdout[-3000:] + r.stderr[-3000:]  # before: INTERRUPTED
+    assert "3 failed, 20 passed" in r.stdout and "PARTIAL RUN" not in r.stdout
+    assert "kernel raised KeyboardInterrupt: the kernel's own KeyboardInterrupt" in r.stdout
+
+
+def test_a_real_ctrl_c_during_a_kernel_call_still_stops():
+    """with SIGINT remembered (as check and pytest --kernel do), a Ctrl-C inside the kernel call is a stop."""
+    import signal
+
+    from conformance.kernels.runner import run_kernel
+    from conformance.runtime.graceful_stop import record_interrupts, restore_interrupts
+
+    def own(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        raise KeyboardInterrupt("mine")
+
+    def ctrl_c(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        signal.raise_signal(signal.SIGINT)
+
+    ops = make_case("ordinary", 0)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert record_interrupts()
+        run = run_kernel(dataclasses.replace(get_kernel("cpu"), scaled_mm=own), ops)
+        assert run.output is None and run.raised == "KeyboardInterrupt: mine"
+        with pytest.raises(KeyboardInterrupt):
+            run_kernel(dataclasses.replace(get_kernel("cpu"), scaled_mm=ctrl_c), ops)
+    finally:
+        restore_interrupts()
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_second_sigint_is_ignored_so_the_partial_report_is_written_and_a_third_stops():
+    """``timeout -s INT`` signals the process and then its group: two SIGINTs. The first stops the run, the second
+    arrives while the partial report is written and must not interrupt that; a third Ctrl-C stops at once."""
+    import signal
+
+    from conformance.runtime.graceful_stop import record_interrupts, restore_interrupts, stop_requested
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert record_interrupts()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # the report is being written: ignored
+        assert stop_requested()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        restore_interrupts()
+        signal.signal(signal.SIGINT, before)
+
+
+def test_an_interrupted_check_lists_what_it_did_not_reach(monkeypatch):
+    """the cases and steps a stop cut off are in ``reduced_suite``, so the headline is never a bare PASS."""
+    from conformance.suite.plan import SuiteState
+    from conformance.suite.run import SuiteInterrupted
+
+    evaluate = SuiteState.evaluate
+
+    def stop_at_second(self, index):
+        if index == 1:
+            raise KeyboardInterrupt
+        return evaluate(self, index)
+
+    monkeypatch.setattr(SuiteState, "evaluate", stop_at_second)
+    cases = [make_case("ordinary", 0), make_case("bias", 0), make_case("tails", 0)]
+    with pytest.raises(SuiteInterrupted) as e:
+        run_conformance("cpu", cases=cases, property_examples=3, model_checks=False)
+    ov = e.value.result.overall
+    assert ov["reduced_suite"][-3:] == [
+        "2 of 3 fixed cases not reached (interrupted)",
+        "the property test not reached (interrupted)",
+        "C9 batch_invariance not reached (interrupted)",
+    ]
+    assert ov["headline"].startswith("PASS on a reduced suite: ") and ov["cases_total"] == 1
+
+
+def test_an_interrupted_plugin_run_lists_what_it_did_not_reach(tmp_path):
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_runtest_logfinish(nodeid, location):\n"
+        "    if nodeid.endswith('ordinary-s0'):\n"
+        "        raise KeyboardInterrupt\n"
+    )
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
+    args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
+    r = _run([*args, str(tmp_path / "conftest.py")], tmp_path)
+    assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]
+    ov = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())["overall"]
+    assert ov["reduced_suite"][-2:] == [  # before: nothing of the cut-off steps listed
+        "21 of 22 fixed cases not reached (interrupted)",
+        "C9 batch_invariance not reached (interrupted)",
+    ]
+    assert ov["headline"].endswith(
+        "21 of 22 fixed cases not reached (interrupted), C9 batch_invariance not reached (interrupted) skipped"
+    )

@@ -64,6 +64,8 @@ def test_the_plan_of_an_e4m3_kernel():
         "overflow_inf",
         "scale_order_ties",
         "special_values",
+        "signed_zero",
+        "subnormal",
         "paper_layers",
     } and all(c.a.dtype == E4M3 for c in cases)
     captured = [c for c in cases if c.meta.get("source") == "capture"]
@@ -197,6 +199,45 @@ def test_buggy_fp8_kernel_fails_the_default_suite(kernel):
     if "C12" in failed:
         b = res.check("C12").evidence["bound"]
         assert b["n_bound_over"] > 0 and b["max_ratio"] > 1
+
+
+#: The new-user trial of issue 41 (epilogue value classes, layouts at prefill M, bias values at wide N): kernel ->
+#: (cases of the default FP8 plan, the checks failed, a case C8 fails).
+VALUE_CLASS_BUGS = {
+    "fp8_per_tensor_satfinite": (
+        dict(family="overflow_inf", variants=("boundary_scale_a_0d", "boundary_scale_b_1")),
+        ["C8"],
+        "fp8/overflow_inf/boundary_scale_a_0d-real-fp16",
+    ),
+    "fp8_fp32_store_drops_zero_sign": (dict(family="signed_zero"), ["C5", "C8"], "fp8/signed_zero/zeros-real-fp32"),
+    "fp8_prefill_flushes_subnormal_outputs": (
+        dict(family="subnormal", variants=("spread_prefill",)),
+        ["C6", "C8", "C9"],
+        "fp8/subnormal/spread_prefill-real-fp16",
+    ),
+    "fp8_prefill_strided_scale_a_dense": (
+        dict(family="small_int", variants=("prefill_scales_strided", "prefill_all")),
+        ["C5", "C6", "C8", "C9"],
+        "fp8/small_int/prefill_all-real-bf16",
+    ),
+    "fp8_wide_n_bias_via_fp16": (
+        dict(family="small_int", variants=("bias_values_wide", "bias_values_32k")),
+        ["C6", "C8"],
+        "fp8/small_int/bias_values_32k-real-bf16",
+    ),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(VALUE_CLASS_BUGS))
+def test_an_epilogue_value_or_prefill_layout_bug_fails_the_default_suite(kernel):
+    """Each bug sits on one path (a scale form, the float32 store, prefill M, wide N) and one value class (past the
+    output's range, signed zeros, subnormal outputs, a bias whose bits change through another 16-bit format) or
+    layout (strided scales at M >= 128): the default FP8 plan reaches it."""
+    where, failed, case = VALUE_CLASS_BUGS[kernel]
+    spec = get_kernel(f"buggy_fp8_kernels:{kernel}")
+    res = run_conformance(spec, cases=_cases(**where), property_examples=0, model_checks=False)
+    assert res.verdict == "fail" and sorted(res.overall["failed_checks"]) == sorted(failed), res.overall
+    assert case in res.check("C8").evidence["failed_cases"], res.check("C8").evidence["failed_cases"]
 
 
 def test_int8conf_check_fails_a_saturating_fp8_kernel_on_the_default_suite(tmp_path, capsys):

@@ -59,3 +59,15 @@ def test_p_no_int8conf_keeps_the_plugin_out(pytester):
     r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:int8conf", "--help")
     text = "\n".join(r.outlines)
     assert r.ret == pytest.ExitCode.OK and "--int8conf-kernel" not in text and "--kernel" not in text
+
+
+def test_where_their_conftest_owns_kernel_the_header_names_the_long_option(pytester):
+    """``--kernel=X`` taken by a conftest runs no int8conf item; the header says what to use."""
+    pytester.makeconftest(THEIRS)
+    pytester.makepyfile(TEST_THEIRS.format(want="cpu", inject=False))
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--kernel=cpu")
+    r.assert_outcomes(passed=1)
+    hint = "int8conf: --kernel belongs to another plugin or conftest here; use --int8conf-kernel=X"
+    assert hint in r.outlines  # before: no word
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--kernel=cpu", "--int8conf-kernel=cpu", "--co")
+    assert hint not in r.outlines

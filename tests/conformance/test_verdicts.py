@@ -86,8 +86,20 @@ def test_kernel_that_raises_everywhere_fails_not_not_run(tmp_path):
     res = run_conformance(
         make_kernel("fixb-raises", raises=True), cases=[tie_case()], property_examples=0, model_checks=False
     )
-    assert res.verdict == "fail" and "C8" in res.overall["failed_checks"]
+    # the raise is the kernel's call failing (CALL), not a numeric check's failure (issue 42 walk, P1 / P5)
+    assert res.verdict == "fail" and res.overall["failed_checks"] == ["CALL", "C9"]
     assert res.overall["cases_not_run"] == 0
+    assert res.overall["raised"][0] == {
+        "case": "tie",
+        "exception": "RuntimeError: deliberate failure",
+        "line": res.cases[0].error,
+    }
+    assert res.overall["summary"] == (
+        "NOT conformant: the kernel raised on 1 case and C9 (first: tie: RuntimeError: deliberate failure)"
+    )
+    assert {cid: r.verdict for cid, r in res.cases[0].checks.items() if cid != "CALL"} == dict.fromkeys(
+        ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C10"), "n/a"
+    )
 
 
 @no_cuda

@@ -321,10 +321,12 @@ def fp8_wide_n_scale_wrap(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias
 
 @declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_padded_column_major_b")
 def fp8_padded_column_major_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-    """Bug: a column-major ``b`` (stride (1, ld)) is read with leading dimension N, ignoring a padded ld > N."""
+    """Bug: a column-major ``b`` (stride (1, ld)) is read with leading dimension N, ignoring a padded ld > N (the
+    padding bytes it reads that are NaN taken as 0, so the kernel returns wrong numbers instead of raising)."""
     n, k = b.shape
     if b.stride(0) == 1 and b.stride(1) > n and k > 1:
-        b = torch.as_strided(b, (n, k), (1, n), b.storage_offset())
+        wrong = torch.as_strided(b, (n, k), (1, n), b.storage_offset()).float()
+        b = torch.where(torch.isnan(wrong), torch.zeros_like(wrong), wrong).to(b.dtype)
     return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
 
 
@@ -341,3 +343,60 @@ def fp8_weight_cache_by_data_ptr(a, b, scale_a, scale_b, out_dtype=torch.bfloat1
         while len(_FP8_WEIGHTS_BY_PTR) > 4:
             _FP8_WEIGHTS_BY_PTR.pop(next(iter(_FP8_WEIGHTS_BY_PTR)))
     return _epilogue(a, _FP8_WEIGHTS_BY_PTR[key], scale_a, scale_b, out_dtype, bias)
+
+
+# --- epilogue-value and layout bugs on one path (issue 41 trial: each escaped the earlier default FP8 plan) -------
+
+
+def _single(s: torch.Tensor) -> bool:
+    return s.numel() == 1
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_per_tensor_satfinite")
+def fp8_per_tensor_satfinite(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: when either scale is a single value (the per-tensor epilogue) the output conversion saturates, so a value
+    past the output dtype's range is its largest finite value instead of +-inf (every output dtype)."""
+    out = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    if not (_single(scale_a) or _single(scale_b)):
+        return out
+    big = torch.finfo(out_dtype).max
+    return out.clamp(-big, big)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_fp32_store_drops_zero_sign")
+def fp8_fp32_store_drops_zero_sign(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the float32 store writes every zero as +0 (a -0 from a zero sum under a negative scale is lost)."""
+    out = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    if out_dtype != torch.float32:
+        return out
+    return torch.where(out == 0, torch.zeros_like(out), out)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_prefill_flushes_subnormal_outputs")
+def fp8_prefill_flushes_subnormal_outputs(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: at M >= 128 (the prefill tile path) outputs subnormal in the output dtype are flushed to a zero of their
+    sign (FTZ in the store)."""
+    out = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    if a.shape[0] < 128:
+        return out
+    tiny = torch.finfo(out_dtype).tiny
+    return torch.where((out != 0) & (out.abs() < tiny), out * 0, out)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_prefill_strided_scale_a_dense")
+def fp8_prefill_strided_scale_a_dense(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: at M >= 128 a strided per-token ``scale_a`` is read as if contiguous (``scale_a[i]`` at storage offset
+    ``i`` instead of ``i * stride``)."""
+    m = a.shape[0]
+    if m >= 128 and scale_a.dim() == 1 and scale_a.numel() == m and scale_a.stride(0) != 1:
+        scale_a = torch.as_strided(scale_a, (m,), (1,), scale_a.storage_offset())
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_wide_n_bias_via_fp16")
+def fp8_wide_n_bias_via_fp16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: at N >= 4096 with a bf16 or float32 output the bias is staged through float16 (rounded to 11 bits,
+    out-of-range values to +-inf, tiny ones flushed to fp16 subnormals or zero)."""
+    if bias is not None and b.shape[0] >= 4096 and out_dtype != torch.float16:
+        bias = bias.to(torch.float16).to(out_dtype)
+    return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)

@@ -1128,3 +1128,120 @@ def pow2_scalar_weight_scale_folded(a, b, scale_a, scale_b, out_dtype=torch.bflo
             y = y + bias.to(torch.float32)
         return round_fp32(y, out_dtype, "rne")
     return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+
+
+# --- escapes of a new user's kernels (h-esc8): one per class the default suite now meets ----------
+
+
+def _exact_acc64(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """int64 exact a @ b.T through a float64 GEMM (every partial sum an integer below 2^53): fast on the CPU."""
+    return (a.to(torch.float64) @ b.to(torch.float64).T).to(torch.int64)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="pow2_weight_scale_as_int32_shift")
+def pow2_weight_scale_as_int32_shift(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: one power-of-two weight scale (0-d or [1]) 2^e is applied to the int32 accumulator as a shift: left
+    by e (wrapping in int32) for e >= 1, arithmetic right by -e (dropping low bits) for e <= -1; then * s_a."""
+    sb = scale_b.reshape(-1).to(torch.float32)
+    if sb.numel() != 1 or float(sb[0]) == 0 or not bool(torch.frexp(sb)[0].abs().eq(0.5).all()):
+        return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    e = int(torch.frexp(sb)[1][0]) - 1
+    acc = exact_acc32(a, b).to(torch.int64)
+    acc = (((acc << e) + 2**31) % 2**32 - 2**31) if e >= 0 else acc >> -e
+    y = acc.to(torch.float32) * (float(torch.sign(sb[0])) * scale_a.reshape(-1, 1).to(torch.float32))
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return round_fp32(y, out_dtype, "rne")
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_bias_elements_skipped")
+def zero_bias_elements_skipped(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a sparse-bias path adds the bias only where its element is nonzero (a +0 bias is skipped), so a -0.0
+    scaled value stays -0.0 where the contract gives -0 + +0 = +0; any out dtype."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    if bias is None:
+        return out
+    unbiased = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, None)
+    return torch.where(bias.reshape(1, -1) == 0, unbiased, out)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="zero_weight_scale_column_positive_zero")
+def zero_weight_scale_column_positive_zero(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: without a bias, a column whose per-channel s_w is 0 is not computed but memset to +0.0 (the contract
+    gives -0.0 where acc * s_a < 0); from N = 32 on (the narrow path computes it)."""
+    out = _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    sb = scale_b.reshape(-1)
+    if bias is None and b.shape[0] >= 32 and sb.numel() == b.shape[0]:
+        out = torch.where(sb.reshape(1, -1) == 0, torch.zeros_like(out), out)
+    return out
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="splitk_float32_partials_all_large")
+def splitk_float32_partials_all_large(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with M >= 512, N >= 4096 and K >= 2048 together (a stream-K configuration) K is cut in 3 slices at
+    multiples of 128, each an exact sum, the slices added in float32: inexact once a running sum passes 2^24."""
+    m, k = a.shape
+    if not (m >= 512 and b.shape[0] >= 4096 and k >= 2048):
+        return _cutlass_out(_exact_acc64(a, b).to(torch.int32), scale_a, scale_b, out_dtype, bias)
+    step = -(-k // 3 // 128) * 128
+    acc = None
+    for k0 in range(0, k, step):
+        part = _exact_acc64(a[:, k0 : k0 + step], b[:, k0 : k0 + step]).to(torch.float32)
+        acc = part if acc is None else acc + part
+    return _cutlass_out(acc, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="fp32_bias_fma_contracted")
+def fp32_bias_fma_contracted(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: with float32 output, a bias and K >= 512, the compiler contracts the last multiply and the bias add:
+    fma(acc * s_w, s_a, bias) rounds once (the declared epilogue rounds the product, then the sum)."""
+    if not (out_dtype == torch.float32 and bias is not None and a.shape[1] >= 512):
+        return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias)
+    t = exact_acc32(a, b).to(torch.float32) * scale_b.reshape(1, -1).to(torch.float32)
+    y = t.double() * scale_a.reshape(-1, 1).double() + bias.reshape(1, -1).double()
+    return y.to(torch.float32)
+
+
+# --- issue 42 walk: failures that are not numerics ------------------------
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="raises_past_m16")
+def raises_past_m16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style output for M <= 16; raises RuntimeError for a larger M (an unsupported tile)."""
+    if a.shape[0] > 16:
+        raise RuntimeError(f"no tile for M={a.shape[0]}\nsecond line")
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+#: what :func:`segfaults_always` prints before it dies (its child's log only: README, "A kernel's own prints")
+SEGFAULT_PRINT = "segfaults_always: about to read address 0"
+
+
+@declare(contract="cutlass", name="segfaults_always", description="segfaults on every call")
+def segfaults_always(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Prints :data:`SEGFAULT_PRINT` (stdout and stderr), then reads address 0 through ctypes (a real SIGSEGV), on
+    every call."""
+    import ctypes
+
+    print(SEGFAULT_PRINT, flush=True)
+    print(SEGFAULT_PRINT, file=sys.stderr, flush=True)
+    ctypes.string_at(0)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="raises_keyboard_interrupt")
+def raises_keyboard_interrupt(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Raises KeyboardInterrupt itself (no signal) for M > 16; exact otherwise."""
+    if a.shape[0] > 16:
+        raise KeyboardInterrupt("the kernel's own KeyboardInterrupt")
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(contract="cutlass", int_mm=_trunc_int_mm, name="decode_returns_bias")
+def decode_returns_bias(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style output, except on an M == 1 call with a bias: the output is written into the bias
+    (shares its storage, viewed [1, N])."""
+    out = _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    if a.shape[0] == 1 and bias is not None:
+        bias.copy_(out.reshape(-1))
+        return bias.view(1, -1)
+    return out

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import torch
-from buggy_kernels import decode_path_order, emulate, exact_acc32, good_cutlass, stale_accumulator
+from buggy_kernels import (
+    decode_path_order,
+    decode_returns_bias,
+    emulate,
+    exact_acc32,
+    good_cutlass,
+    raises_past_m16,
+    stale_accumulator,
+)
 
 from conformance.checks.batch_invariance import check_batch_invariance, probe_cases
 from conformance.kernels.loader import spec_from_object
@@ -62,3 +70,28 @@ def test_kernel_that_cannot_run_is_na():
     if not torch.cuda.is_available():
         r = check_batch_invariance(spec, [])
         assert r.verdict == "n/a" and len(r.evidence["cases_not_run"]) == 3
+
+
+def test_an_interface_error_on_a_c9_call_is_an_interface_failure_not_batch_dependence():
+    """an M == 1 call returning the bias's storage breaks the interface (the same judgement as
+    a case's IF); C9 says so, and the run's headline names the interface, not C9."""
+    from conformance.cases import make_case
+    from conformance.suite.run import run_conformance
+
+    spec = _spec(decode_returns_bias, "decode_returns_bias")
+    r = check_batch_invariance(spec, [])
+    line = "kernel returned an output that shares storage with operand bias (written in place)"
+    assert r.verdict == "fail" and r.evidence["failure_kind"] == "interface" and r.evidence["interface"] == line
+    assert r.summary.startswith(f"interface: {line}; on C9's call c9/probe-bf16-bias row ")  # before: "row bits depend"
+    assert "row bits depend" not in r.summary and r.evidence["n_differences"] == 0
+    res = run_conformance(spec, cases=[make_case("ordinary", 0)], property_examples=0, model_checks=False)
+    assert res.overall["summary"].startswith(f"NOT conformant: interface: {line}; on C9's call ")
+    assert "C9 batch_invariance failed" not in res.overall["summary"]
+
+
+def test_a_c9_call_that_raises_is_the_kernel_raising_not_batch_dependence():
+    """rows C9 could not compare because the kernel raised are no batch dependence."""
+    r = check_batch_invariance(_spec(raises_past_m16, "raises"), [])
+    assert r.verdict == "fail" and r.evidence["failure_kind"] == "raised"
+    assert r.evidence["raised"]["exception"] == "RuntimeError: no tile for M=17"
+    assert r.summary.startswith("the kernel gave no output on 6 of 27 C9 calls; first: c9/probe-fp32 rows ")

@@ -13,6 +13,8 @@ from conformance.runtime import exit_codes
 
 ROOT = Path(__file__).resolve().parents[3]
 
+pytest_plugins = ["pytester"]
+
 
 def _ns(argv):
     return vars(build_parser().parse_args(argv))
@@ -54,3 +56,63 @@ def test_every_command_uses_one_exit_code_table():
     assert (check.EXIT_CONFORMANT, check.EXIT_NOT_CONFORMANT, check.EXIT_BAD_INPUT, check.EXIT_NOT_RUN) == (0, 1, 2, 3)
     assert (status.EXIT_PASS, status.EXIT_BLOCKED, status.EXIT_NOT_COMPARABLE, status.EXIT_INTERNAL) == (0, 1, 2, 4)
     assert exit_codes.exit_code_table() in (ROOT / "README.md").read_text()
+
+
+def _help(command: str, option: str) -> str:
+    """The help text of ``int8conf <command> <option>`` as given to argparse (unwrapped)."""
+    sub = next(a for a in build_parser()._actions if a.choices and command in a.choices).choices[command]
+    return next(a.help for a in sub._actions if option in a.option_strings)
+
+
+def test_default_output_folders_in_help_are_the_ones_the_code_uses():
+    """before, gate --help said reports/gate/..., bench --help reports/bench/<device>/."""
+    from conformance.commands.bench import DEFAULT_GPU_OUT
+    from conformance.runtime.output_dirs import REPORTS
+
+    assert f"{REPORTS}/gate/<candidate>-vs-<incumbent>" in _help("gate", "--out")
+    for option in ("--gpu", "--main-job", "--json"):
+        assert f"default {DEFAULT_GPU_OUT}>/<device>/" in _help("bench", option), option
+        assert " reports/bench" not in _help("bench", option)
+
+
+def test_fault_ids_in_help_come_from_the_catalogue(pytester):
+    """before, --int8conf-inject said F1..F9 while check --inject said F1..F10."""
+    from faults.catalogue import FAULTS
+    from faults.spec import fault_choices
+
+    ids = f"FAULT is {FAULTS[0].id}..{FAULTS[-1].id} or its name"
+    assert ids in _help("check", "--inject") and fault_choices() in _help("gate", "--inject")
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--help")
+    assert f"{FAULTS[0].id}..{FAULTS[-1].id}" in " ".join(x.strip() for x in r.outlines)
+
+
+@pytest.mark.parametrize(
+    "command", [["check", "--kernel", "cpu"], ["gate", "--candidate", "cpu", "--incumbent", "cpu"]]
+)
+def test_captures_and_no_captures_together_are_a_usage_error(tmp_path, capsys, command):
+    """before, --captures X --no-captures ran silently without captures."""
+    from conformance.cli import main
+
+    rc = main([*command, "--captures", str(tmp_path), "--no-captures", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert (
+        rc == 2 and err == "int8conf: error: --captures DIR and --no-captures contradict each other: give one of them\n"
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_readme_says_what_exit_3_the_model_check_timeout_and_a_kernels_prints_are():
+    """exit 3 is a kernel not callable here at all (one that crashes / raises on every case exits 1);
+    P6: the C7 / E1 floor beside --timeout, in the README and the plugin's help; P11: where a kernel's prints go."""
+    readme = (ROOT / "README.md").read_text()
+    assert exit_codes.EXIT_CODES[exit_codes.NOT_RUN].startswith("not run: the kernel could not be called here at all")
+    assert "| 3 | not run: the kernel could not be called here at all, every case not runnable" in readme
+    text = " ".join(readme.split())
+    assert "`--int8conf-timeout=S`, default 600 s; C7 and E1, whole-model replays, get at least 1800 s)" in text
+    assert "A kernel's own prints (stdout, stderr) go to that child's log in a temporary folder" in text
+
+
+def test_plugin_timeout_help_names_the_model_check_floor(pytester):
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--help")
+    text = " ".join(" ".join(x.split()) for x in r.outlines)
+    assert "C7 and E1, whole-model replays, get at least 1800 s" in text

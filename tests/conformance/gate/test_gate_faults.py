@@ -87,7 +87,10 @@ def test_exact_swap_passes_bit_identity_and_writes_all_three_reports(tmp_path):
     paths = write_gate_reports(to_json_dict(res), tmp_path)
     doc = json.loads(paths["json"].read_text())
     assert doc["schema"] == "int8conf.gate" and doc["overall"]["counts"]["pass"] == len(CASES)
-    assert "**PASS**" in paths["md"].read_text()
+    # an explicit case list without C7 / E1 is a reduced suite: the title says so, as check's report does
+    head = "PASS on a reduced suite: the default cases (an explicit case list replaced them), the model-level checks"
+    assert doc["overall"]["headline"] == head + " (C7, E1) skipped"
+    assert f"**{doc['overall']['headline']}**" in paths["md"].read_text()
     suite = ET.parse(paths["junit"]).getroot().find("testsuite")
     assert suite.get("tests") == str(len(CASES)) and suite.get("failures") == "0"
 

@@ -214,7 +214,8 @@ def test_a_stop_between_cases_marks_gate_json_partial(tmp_path, monkeypatch):
     }
     assert note in doc["notes"]
     assert paths["md"].read_text().split("\n")[0] == (
-        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS (PARTIAL RUN: not every case was decided)**"
+        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS on a reduced suite: the default cases (an explicit case "
+        "list replaced them), the model-level checks (C7, E1) skipped (PARTIAL RUN: not every case was decided)**"
     )
 
 
@@ -248,5 +249,6 @@ def test_a_stop_during_a_model_check_marks_gate_json_partial(tmp_path, monkeypat
     from conformance.gate.report import render_markdown
 
     assert render_markdown(doc).split("\n")[0] == (
-        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS (PARTIAL RUN: stopped during C7)**"
+        "## int8conf gate: `int_mm` replacing `cpu` -- **PASS on a reduced suite: the default cases (an explicit case "
+        "list replaced them) skipped (PARTIAL RUN: stopped during C7)**"
     )

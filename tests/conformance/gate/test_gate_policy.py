@@ -172,3 +172,27 @@ def test_a_shipped_policy_is_found_by_its_name_anywhere(tmp_path, monkeypatch):
     assert load_policy("bit-identity.yaml").name == "mine"
     with pytest.raises(PolicyError, match=r"^--policy bit-identiy: no such file and no shipped policy .*one-spacing"):
         load_policy("bit-identiy")
+
+
+def test_a_gate_on_a_reduced_suite_says_so_under_the_default_policy_it_describes_truly(tmp_path, capsys):
+    """the gate's headline (console, gate.md) and gate.json's overall name what was skipped, as
+    check's do (``suite.plan.reduced_suite``); P13c: the default policy's description says what blocks."""
+    import json
+
+    from conformance.cli import main
+
+    out = tmp_path / "g"
+    quick = ["--no-model", "--no-sweep", "--no-captures", "-q"]
+    rc = main(["gate", "--candidate", "int_mm", "--incumbent", "cpu", *quick, "--out", str(out)])
+    assert rc == 0
+    skipped = ["the shape sweep and case families", "layer-capture replay", "the model-level checks (C7, E1)"]
+    head = "PASS on a reduced suite: " + ", ".join(skipped) + " skipped"
+    # before: "PASS under policy 'default (bit identity)': 22 cases (22 pass)", no marker in gate.json
+    assert (
+        capsys.readouterr().out.splitlines()[0] == f"{head}; under policy 'default (bit identity)': 22 cases (22 pass)"
+    )
+    ov = json.loads((out / "gate.json").read_text())["overall"]
+    assert (ov["headline"], ov["reduced_suite"]) == (head, skipped)
+    md = (out / "gate.md").read_text().splitlines()
+    assert md[0] == f"## int8conf gate: `int_mm` replacing `cpu` -- **{head}**"
+    assert md[2].startswith("Policy `default (bit identity)` (<default>): require bit_identical; allow nothing;")

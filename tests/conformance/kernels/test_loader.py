@@ -184,6 +184,25 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
         split_query("m:f?contract=cutlass&contract=triton")
 
 
+def test_a_single_device_string_is_one_device():
+    """``devices="cpu"`` is the one device ``cpu``, not the letters of the string."""
+    from conformance.kernels.loader import declare, spec_from_object
+
+    one = declare("cutlass", devices="cpu")(lambda *a, **k: None)
+    assert spec_from_object(one, "m:one", "test").devices == ("cpu",)
+
+
+def test_declare_takes_the_per_device_overflow_mapping_the_kernels_readme_shows():
+    from conformance.kernels.loader import declare, spec_from_object
+
+    fn = declare("cutlass", overflow={"cpu": "wrap", "CUDA": "undefined"})(lambda *a, **k: None)
+    spec = spec_from_object(fn, "m:fn", "test")
+    assert (spec.overflow_on("cpu"), spec.overflow_on("cuda:1")) == ("wrap", "undefined")
+    bad = declare("cutlass", overflow={"cuda": "clamp"})(lambda *a, **k: None)
+    with pytest.raises(KernelLoadError, match="overflow='clamp' is not one of"):
+        spec_from_object(bad, "m:bad", "test")
+
+
 def test_a_loaded_kernel_cannot_take_a_builtin_name():
     """Its reports would replace the built-in's (reports/check/cpu/)."""
     from conformance.kernels.loader import declare, spec_from_object

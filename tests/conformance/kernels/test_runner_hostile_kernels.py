@@ -212,7 +212,8 @@ def test_base_exceptions_are_kernel_failures(exc, line):
     acc = run_int_mm(_spec(raiser, int_mm=raiser), ops.a, ops.b)
     assert acc.acc is None and acc.error.startswith(line)
     cr = evaluate_case(_spec(raiser, int_mm=raiser), ops)
-    assert cr.checks["C8"].verdict == "fail" and cr.error.startswith(line)
+    assert cr.checks["CALL"].verdict == "fail" and cr.error.startswith(line)
+    assert cr.checks["C8"].verdict == "n/a"  # no output: nothing numeric judged
 
 
 def test_keyboard_interrupt_still_propagates():
@@ -247,7 +248,8 @@ def test_cli_check_survives_sys_exit_kernel(tmp_path):
     reports = sorted(tmp_path.rglob("conformance.*"))
     assert [p.name for p in reports] == ["conformance.json", "conformance.md"]
     doc = json.loads(reports[0].read_text())
-    assert "C8" in doc["overall"]["failed_checks"]
+    assert "CALL" in doc["overall"]["failed_checks"] and "C8" not in doc["overall"]["failed_checks"]
+    assert doc["overall"]["summary"].startswith("NOT conformant: the kernel raised on 22 cases and C9 (first: ")
     errors = {c["error"].split(" (at ")[0] for c in doc["cases"]}
     assert errors == {"kernel raised SystemExit: 3"}
 
