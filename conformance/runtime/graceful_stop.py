@@ -38,9 +38,11 @@ def record_interrupts() -> bool:
 
 def stop_requested() -> bool:
     """Whether a KeyboardInterrupt raised now is a stop: a SIGTERM or SIGINT arrived since the handlers were
-    installed, or this process does not remember SIGINTs (:func:`record_interrupts`), so it cannot tell. False
-    means no signal came: the KeyboardInterrupt was raised by code (a kernel) itself."""
-    return bool(_requested or _interrupts) or signal.getsignal(signal.SIGINT) is not _record_interrupt
+    installed, or this process has a SIGINT handler of someone else's, so it cannot tell. False means no signal
+    came: the KeyboardInterrupt was raised by code (a kernel) itself (also where SIGINT is ignored, as in a
+    process started in the background by a shell: no SIGINT can raise it there)."""
+    handler = signal.getsignal(signal.SIGINT)
+    return bool(_requested or _interrupts) or handler not in (_record_interrupt, signal.SIG_IGN)
 
 
 def _raise_interrupt(signum, frame):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -82,7 +83,17 @@ def interrupt_when_held(cmd, root: Path, hold: Hold, sig, decided: str, cwd) -> 
     """Run ``cmd`` (stdout and stderr together), and once a kernel call is held and a line matching the
     regex ``decided`` was printed (a finished case), send ``sig`` to the run's main process, then
     release the call. Returns (returncode, output); fails if the run ended before either happened."""
-    p = subprocess.Popen(cmd, cwd=cwd, env=hold.env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT's default action in the child: a shell starts background commands with SIGINT ignored, and a run
+    # started from one (a CI script, `cmd &`) would pass that on to the run this test interrupts
+    p = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=hold.env(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)
     reader.start()
