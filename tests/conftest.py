@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from reference.fileio import CACHE_ENV, cache_location
+
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -22,6 +24,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # with pytest's importlib mode (pyproject), so equal basenames never clash.
 HELPERS = Path(__file__).resolve().parent / "helpers"
 sys.path.insert(0, str(HELPERS))
+
+# The artifact cache named once for every test and subprocess: pytester points HOME at a temporary folder, which
+# would move the default cache (~/.cache/int8conf) there and rebuild the default suite's cases in every such test.
+# Tests of a cold cache name their own folder.
+os.environ.setdefault(CACHE_ENV, str(cache_location()))
 
 
 @pytest.fixture(autouse=True)
