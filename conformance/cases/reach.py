@@ -28,7 +28,8 @@ PAIR_ALIGN = 32
 def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> tuple[Tensor, Tensor, int]:
     """Largest |partial sum| of ``acc[m, n] = sum_k a[m, k] * b[n, k]`` in each summation direction.
 
-    Prefix sums ``P_j`` are exact (float64 matmuls of int8: integers < 2**53). Forward the partial
+    Prefix sums ``P_j`` are exact: float64 matmuls of int8 (integers < 2**53), or float32 ones where every partial
+    sum in any order is an integer below 2**24 (``sum_k |a[m,k]| |b[n,k]| < 2**24``). Forward the partial
     sums are ``P_j``, backward ``acc - P_j``, whose maximum is at the smallest or largest ``P_j``
     (convexity). When ``M * N * K > budget`` the prefix sums are taken every ``g`` (power of two)
     products: a lower bound. ``a``: int8 [M, K], ``b``: int8 [N, K] (one device, any).
@@ -41,9 +42,10 @@ def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> 
         g *= 2
     c = math.ceil(k / g)
     pad = c * g - k
-    af = torch.nn.functional.pad(a.to(torch.float64), (0, pad)).reshape(m, c, g).transpose(0, 1)
-    bf = torch.nn.functional.pad(b.to(torch.float64), (0, pad)).reshape(n, c, g).permute(1, 2, 0)
-    run = torch.zeros((m, n), dtype=torch.float64, device=a.device)
+    dt = torch.float32 if _abs_sum_below(a, b, FP32_EXACT) else torch.float64
+    af = torch.nn.functional.pad(a.to(dt), (0, pad)).reshape(m, c, g).transpose(0, 1)
+    bf = torch.nn.functional.pad(b.to(dt), (0, pad)).reshape(n, c, g).permute(1, 2, 0)
+    run = torch.zeros((m, n), dtype=dt, device=a.device)
     lo, hi = run.clone(), run.clone()
     step = max(1, budget // max(1, m * n))
     for c0 in range(0, c, step):
@@ -55,6 +57,16 @@ def partial_sum_extremes(a: Tensor, b: Tensor, budget: int = PARTIAL_BUDGET) -> 
     fwd = torch.maximum(lo.abs(), hi.abs())
     bwd = torch.maximum((run - lo).abs(), (run - hi).abs())
     return fwd.to(torch.int64), bwd.to(torch.int64), g
+
+
+def _abs_sum_below(a: Tensor, b: Tensor, limit: int) -> bool:
+    """Whether ``sum_k |a[m,k]| * |b[n,k]| < limit`` for every (m, n), by a bound in O((M + N) K): the largest row
+    sum of ``|a|`` times the largest ``|b|``, or the other way round (False where the bound does not show it)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return True
+    a64, b64 = a.to(torch.int64).abs(), b.to(torch.int64).abs()
+    bound = min(int(a64.sum(1).max()) * int(b64.max()), int(b64.sum(1).max()) * int(a64.max()))
+    return bound < limit
 
 
 def pair_alignments(a: Tensor, b: Tensor) -> list[int]:
@@ -114,8 +126,10 @@ def reach_of(ops: GemmOperands, exact: Optional[Tensor] = None) -> dict:
 
 
 def attach_reach(cases: list) -> list:
-    """Set ``meta["reach"]`` (values and the operands' digests) on every int8 case of ``cases``; returns ``cases``."""
+    """Set ``meta["reach"]`` (values and the operands' digests) on every int8 case of ``cases`` a CPU run evaluates;
+    returns ``cases``. A ``native_only`` case is measured by :func:`reach_of` where it runs (on its GPU): its
+    measurement on the CPU (exact sums at M, N, K all large) would cost more than the rest of the cases together."""
     for c in cases:
-        if c.a.dtype == torch.int8:
+        if c.a.dtype == torch.int8 and not (c.meta or {}).get("native_only"):
             c.meta = dict(c.meta or {}, reach={"digests": c.digests(), "values": operand_reach(c)})
     return cases

@@ -208,6 +208,21 @@ def test_partial_sum_extremes_by_hand():
     assert out(a, b, [1.0], [0.25], FP32) == [0x3F400000]
 
 
+def test_partial_sum_extremes_in_float32_below_2_24_match_int64_prefix_sums():
+    """Below 2**24 in every order the partial sums are taken in float32: the extremes equal int64 prefix sums,
+    at K = 1023 (1023 * 128**2 < 2**24: float32 by K alone) and at K = 4096 with small b (by the row-sum bound)."""
+    g = torch.Generator().manual_seed(3)
+    for k, b_hi in ((1023, 128), (4096, 8)):
+        a = torch.randint(-128, 128, (5, k), generator=g, dtype=I8)
+        b = torch.randint(-b_hi, b_hi, (6, k), generator=g, dtype=I8)
+        prefix = torch.cumsum(a.to(torch.int64)[:, None, :] * b.to(torch.int64)[None, :, :], dim=2)  # [M, N, K]
+        total = prefix[:, :, -1:]
+        want_fwd = prefix.abs().amax(2)
+        want_bwd = torch.cat([total, total - prefix[:, :, :-1]], dim=2).abs().amax(2)  # suffixes from k = K-1
+        fwd, bwd, step = partial_sum_extremes(a, b)
+        assert step == 1 and torch.equal(fwd, want_fwd) and torch.equal(bwd, want_bwd)
+
+
 def test_large_acc_rounds_half_to_even_by_hand():
     # acc = 1041 * 16129 = 16790289 = 2**24 + 13073, odd: float32 spacing is 2 there,
     # a tie between 16790288 (significand field 6536, even) and 16790290 (6537):
