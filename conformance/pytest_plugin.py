@@ -38,14 +38,7 @@ from typing import Optional
 import pytest
 
 from conformance.kernels.spec import enter_conformance_run
-from reference.command_line import (
-    ensure_out_dir,
-    non_negative_int,
-    positive_int,
-    positive_seconds,
-    remove_empty_dirs,
-    removed_if_refused,
-)
+from reference.command_line import non_negative_int, positive_int, positive_seconds, remove_empty_dirs
 from reference.errors import Int8confError
 
 # The heavy imports (torch, the suite) stay inside the hooks: this plugin loads in every pytest run.
@@ -250,13 +243,12 @@ def pytest_configure(config) -> None:
         return
     _share_cores(config)
     enter_conformance_run()
-    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
     from conformance.kernels.loader import cwd_on_sys_path
-    from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.runtime.graceful_stop import record_interrupts, sigterm_as_interrupt_in_pytest
     from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
-    from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite, suite_cases
+    from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite
+    from conformance.suite.setup import CaseSource, RunCases, against_kernel, kernel_report_dir, kernel_runs
     from conformance.suite.workers import Containment, containment_ok
 
     # the `pytest` console script puts its own folder, not the invocation
@@ -267,19 +259,17 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(
             "int8conf: --int8conf-captures=DIR and --int8conf-no-captures contradict each other: give one of them"
         )
+    source = CaseSource(
+        not opt("int8conf_no_captures"),
+        not opt("int8conf_no_sweep"),
+        opt("int8conf_captures") or None,
+        opt("int8conf_model"),
+    )
     try:
-        runs = _injected(resolve_kernels(list(names)), opt("int8conf_inject", default=[]) or [])
-        other = get_kernel(opt("int8conf_against"), "--against") if opt("int8conf_against") else None
-        built = {
-            kind: suite_cases(
-                not opt("int8conf_no_captures"),
-                not opt("int8conf_no_sweep"),
-                opt("int8conf_captures") or None,
-                opt("int8conf_model"),
-                operands=kind,
-            )
-            for kind in dict.fromkeys(s.operands for s, _ in runs)
-        }
+        runs = kernel_runs(names, opt("int8conf_inject", default=[]) or [])
+        other = against_kernel(opt("int8conf_against"), [s for s, _ in runs])
+        cases_of = RunCases(source, full_size=False)  # every xdist worker builds its own cases
+        built = {s.name: cases_of.for_kernel(s, inj) for s, inj in runs}
     except Int8confError as e:
         msg = cli_capture_message(e).replace("--model DIR", "--int8conf-model=DIR")
         raise pytest.UsageError(f"int8conf: {msg}") from None
@@ -294,15 +284,10 @@ def pytest_configure(config) -> None:
             not opt("int8conf_no_captures"), not opt("int8conf_no_sweep"), examples, model_checks, spec.operands
         )
 
-    kernels = [
-        SuiteState(s, _prepared(built[s.operands][0], inj, s), built[s.operands][1], other, skipped=skipped(s))
-        for s, inj in runs
-    ]
+    kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s)) for s, _ in runs]
     if containment_ok() is None:  # the child starts with the first item that calls the kernel
-        from conformance.runtime.output_dirs import kernel_dirname
-
         for ks in kernels:
-            repro = out / kernel_dirname(ks.spec.name) / "repro"
+            repro = kernel_report_dir(out, ks.spec.name) / "repro"
             ks.contained = Containment(ks, opt("int8conf_timeout"), repro)
     config.stash[_STATE] = _State(
         kernels=kernels, against=other, out_dir=out, made=made, examples=examples, model_checks=model_checks
@@ -316,38 +301,13 @@ def pytest_configure(config) -> None:
 
 
 def _check_report_dirs(out: Path, specs) -> list:
-    """Make and check every ``<out>/<kernel>/`` before any item runs (removed again on a refusal);
-    returns the folders made, deepest first. Raises pytest.UsageError (one line)."""
-    from conformance.runtime.output_dirs import kernel_dirname
-    from conformance.suite.report import REPORT_FILES
+    """``make_report_dirs`` for ``--int8conf-reports``; raises pytest.UsageError (one line)."""
+    from conformance.suite.setup import make_report_dirs
 
-    dirs = list(dict.fromkeys(out / kernel_dirname(s.name) for s in specs))
     try:
-        with removed_if_refused(*dirs) as made:
-            for d in dirs:
-                ensure_out_dir(d, "--int8conf-reports", files=REPORT_FILES)
+        return make_report_dirs(out, [s.name for s in specs], "--int8conf-reports")
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf: {e}") from None
-    return made
-
-
-def _injected(specs, texts) -> list:
-    """(spec, Injection or None) per kernel and ``--inject`` value; raises Int8confError."""
-    from faults import inject, injection_of, parse_injection
-
-    if not texts:  # a kernel named like cpu+F7@one#s0 is injected already
-        return [(s, injection_of(s)) for s in specs]
-    injections = [parse_injection(t) for t in texts]
-    return [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
-
-
-def _prepared(cases, inj, spec) -> list:
-    """The fixed cases, prepared by ``faults.prepare_case`` for F6 / F7 within the kernel's constraints."""
-    if inj is None:
-        return cases
-    from faults import prepare_case
-
-    return [prepare_case(c, inj.fault, inj.coverage, inj.seed, spec.constraints) for c in cases]
 
 
 def _fixture_spec(spec):
@@ -636,6 +596,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     from conformance.suite.plan import NOT_REACHED, NOT_SELECTED
     from conformance.suite.report import write_reports
     from conformance.suite.run import NOT_RUN, build_result
+    from conformance.suite.setup import report_root
     from faults.inject import annotate_result
 
     for ks in st.kernels:
@@ -658,7 +619,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             skipped=ks.skipped + ks.missing(st.examples, st.model_checks, NOT_REACHED if stopped else NOT_SELECTED),
         )
         annotate_result(res, ks.spec)
-        jp, mp = write_reports(res, st.out_dir)
+        jp, mp = write_reports(res, report_root(st.out_dir, ks.spec.name))
         st.written.append((ks.spec.name, res, jp, mp))
     if exitstatus == pytest.ExitCode.OK and any(r.verdict == NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing

@@ -15,22 +15,13 @@ are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
-from pathlib import Path
 
 from rich.table import Table
 
 from conformance.runtime import exit_codes
-from conformance.runtime.output_dirs import command_root, kernel_dirname
-from reference.command_line import (
-    ensure_out_dir,
-    make_console,
-    non_negative_int,
-    positive_int,
-    positive_seconds,
-    removed_if_refused,
-)
+from conformance.runtime.output_dirs import command_root
+from reference.command_line import make_console, non_negative_int, positive_int, positive_seconds
 from reference.errors import CaptureError, Int8confError
 
 #: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
@@ -161,16 +152,22 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
     # the command's body (the suite stack, faults) loads here, not when the CLI starts
-    import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
-    from conformance.kernels.registry import get_kernel, resolve_kernels
     from conformance.kernels.runner import validate_device
     from conformance.runtime.progress import suite_progress
     from conformance.runtime.threads import set_torch_threads
     from conformance.suite.coverage import invocation
-    from conformance.suite.report import REPORT_FILES
     from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
+    from conformance.suite.setup import (
+        CaseSource,
+        RunCases,
+        against_kernel,
+        kernel_report_dir,
+        kernel_runs,
+        make_report_dirs,
+        report_root,
+    )
     from conformance.suite.workers import default_jobs
-    from faults import annotate_result, inject, injection_of, parse_injection
+    from faults import annotate_result
     from reference.model.capture import check_capture_dir
 
     validate_device(args.device)
@@ -181,27 +178,11 @@ def run(args: argparse.Namespace) -> int:
         raise Int8confError("--captures DIR and --no-captures contradict each other: give one of them")
     if args.captures is not None:  # refused before any folder is made
         check_capture_dir(args.captures)
-    # a refusal in this block leaves no folder behind; past it the folders stay
-    with contextlib.ExitStack() as refused:
-        refused.enter_context(removed_if_refused(Path(args.out)))
-        ensure_out_dir(Path(args.out))
-        injections = [parse_injection(t) for t in args.inject]
-        specs = resolve_kernels(args.kernel)
-        other = get_kernel(args.against, "--against") if args.against else None
-        mixed = [f"{s.name} takes {s.operands}" for s in specs if other is not None and s.operands != other.operands]
-        if mixed:
-            raise Int8confError(
-                f"--against {other.name} takes {other.operands} operands, {'; '.join(mixed)}: compare kernels of one "
-                "operand type (e.g. --against fp8-cpu for an e4m3 kernel)"
-            )
-        if not injections:  # a kernel named like cpu+F7@one#s0 is injected already
-            runs = [(s, injection_of(s)) for s in specs]
-        else:
-            runs = [(inject(s, i.fault, i.coverage, i.seed, variant=i.variant), i) for s in specs for i in injections]
-        for spec, _ in runs:  # every report folder, before any case runs
-            kdir = kernel_report_dir(args.out, spec.name)
-            refused.enter_context(removed_if_refused(kdir))
-            ensure_out_dir(kdir, files=REPORT_FILES)
+    runs = kernel_runs(args.kernel, args.inject)
+    other = against_kernel(args.against, [s for s, _ in runs])
+    make_report_dirs(args.out, [s.name for s, _ in runs])  # every report folder, before any case runs
+    source = CaseSource(not args.no_captures, not args.no_sweep, args.captures, args.model)
+    cases_of = RunCases(source, args.device, progress=None if args.quiet else print)
     con, err = make_console(), make_console(stderr=True)
     ok, not_run = True, False
     for spec, inj in runs:
@@ -210,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 jobs = args.jobs or default_jobs(args.device)
                 kdir = kernel_report_dir(args.out, spec.name)
                 res = run_suite(
-                    _state(args, spec, inj, other),
+                    _state(args, spec, inj, other, cases_of),
                     args.examples,
                     not args.no_model,
                     progress,
@@ -244,28 +225,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT
 
 
-def _state(args, spec, inj, other):
-    """The suite's ``SuiteState`` for one kernel run: its cases built once (prepared for a
-    precondition fault F6 / F7, then counted as an explicit case list)."""
-    from conformance.kernels.runner import cuda_device
+def _state(args, spec, inj, other, cases_of):
+    """The suite's ``SuiteState`` for one kernel run (its cases from the run's ``RunCases``)."""
     from conformance.suite.plan import reduced_suite
-    from conformance.suite.run import SuiteState, given_cases, suite_cases
-    from faults import prepare_case
-    from faults.spec import PRECONDITION_FAULTS
-    from reference.model.capture import cached_capture
+    from conformance.suite.run import SuiteState
 
     t0 = time.perf_counter()
-    captures = args.captures
-    if args.model is not None and captures is None and not args.no_captures:
-        dev = cuda_device(spec, args.device) or "cpu"
-        captures = cached_capture(args.model, device=dev, progress=None if args.quiet else print).dir
-    native = cuda_device(spec, args.device) is not None
-    cases, cap = suite_cases(
-        not args.no_captures, not args.no_sweep, captures, args.model, operands=spec.operands, native=native
-    )
-    if inj is not None and inj.fault in PRECONDITION_FAULTS:
-        cases = [prepare_case(c, inj.fault, inj.coverage, inj.seed) for c in cases]
-        cap = given_cases(cases)
+    cases, cap = cases_of.for_kernel(spec, inj)
     skipped = reduced_suite(not args.no_captures, not args.no_sweep, args.examples, not args.no_model, spec.operands)
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped)
 
@@ -302,18 +268,6 @@ def _print_summary(con, name: str, res) -> None:
         line = pair_difference_line(res.pairwise)
         if line:
             con.print(line.replace("`", ""), markup=False)
-
-
-def report_root(out, kernel_name: str) -> Path:
-    """The root for ``write_reports`` (which writes ``<root>/<kernel dir>/``): ``out``, or its
-    parent when ``out``'s last component already is the kernel's folder name."""
-    p = Path(out)
-    return p.parent if p.name == kernel_dirname(kernel_name) else p
-
-
-def kernel_report_dir(out, kernel_name: str) -> Path:
-    """The folder ``--out OUT`` writes ``kernel_name``'s report into (:func:`report_root`)."""
-    return report_root(out, kernel_name) / kernel_dirname(kernel_name)
 
 
 def _write(res, out):

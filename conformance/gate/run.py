@@ -27,12 +27,12 @@ from conformance.suite.run import (
     MODEL_CHECKS,
     SUITE_VERSION,
     comparability,
-    default_cases,
     environment,
-    load_captures,
     reduced_headline,
     reduced_suite,
 )
+from conformance.suite.setup import CaseSource, RunCases
+from faults import injection_of
 from reference.errors import Int8confError
 from reference.operands import tensor_digest
 
@@ -300,15 +300,16 @@ class GateSession:
         self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
         opts = self.opts
         explicit = cases is not None
-        if cases is None:
-            cs = (
-                load_captures(opts.capture_dir, opts.model_dir)
-                if (opts.capture_dir and opts.include_captures)
-                else None
+        if cases is None:  # the candidate's cases, as `int8conf check` builds them (suite.setup)
+            source = CaseSource(
+                opts.include_captures,
+                opts.include_sweep,
+                opts.capture_dir,
+                opts.model_dir,
+                tuple(opts.seeds),
+                opts.max_capture_layers,
             )
-            cases, cap = default_cases(
-                opts.include_captures, opts.include_sweep, opts.seeds, opts.max_capture_layers, cs
-            )
+            cases, cap = RunCases(source, opts.device).for_kernel(self.cand_spec, injection_of(self.cand_spec))
             cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
         else:
             cases = list(cases)

@@ -317,6 +317,18 @@ def declining_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
     return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="tiled32",
+    constraints=ShapeConstraints(min_m=32, n_multiple=32, k_multiple=64),
+    description="declares M >= 32, N % 32 == 0, K % 64 == 0 (a tile-only kernel; declines other shapes)",
+)
+def tiled32_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact CUTLASS-style kernel that declares whole 32 x 32 x 64 tiles only."""
+    return _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 # --- buggy kernels for the verdict checks (issue 8, deliverables 2 and 3) ----
 # Each is a CUTLASS-style kernel (declared w_then_a, bias in float32 before
 # the one RNE rounding, overflow "wrap" by default) with one realistic bug.

@@ -58,7 +58,7 @@ def test_out_ending_in_the_kernel_name_is_not_doubled(tmp_path):
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path / "cpu"), *FAST]) == 0
     assert (tmp_path / "cpu" / "conformance.json").is_file()
     assert not (tmp_path / "cpu" / "cpu").exists()
-    from conformance.commands.check import report_root
+    from conformance.suite.setup import report_root
 
     assert report_root(tmp_path / "run1", "cpu") == tmp_path / "run1"  # -> run1/cpu/
 
