@@ -1,5 +1,6 @@
-"""The house rules that a tree can break silently: no import circles among the five packages, no import of another
-package's ``_private`` names, no Python under ``reports/``, a ``conformance/`` root of entry points only."""
+"""The house rules that a tree can break silently: no import circles among the five packages, layers imported
+downwards only (function-local imports counted), no import of another package's ``_private`` names, no Python under
+``reports/``, a ``conformance/`` root of entry points only."""
 
 from __future__ import annotations
 
@@ -55,6 +56,54 @@ def test_the_cycle_check_finds_a_planted_circle(tmp_path):
     (tmp_path / "faults" / "b.py").write_text("def x():\n    from faults import a\n")
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(import_graph(tmp_path)).prepare()
+
+
+#: The layers of the tree, lowest first (data flows reference -> kernels -> faults -> checks -> suite -> front doors):
+#: a module imports from its own layer or a lower one, a function-local import too. An entry is a package, a
+#: sub-package or one module (the most specific entry naming a module decides its layer).
+LAYERS = (
+    ("reference", "conformance"),
+    ("conformance.runtime.graceful_stop",),  # the stop signals the kernel runner reads
+    ("conformance.kernels", "conformance.cases"),
+    ("faults",),
+    ("conformance.runtime", "predictions"),
+    ("detllm", "conformance.checks", "conformance.bench"),
+    ("conformance.suite",),
+    ("conformance.gate", "conformance.scoreboard", "conformance.sweep", "conformance.study"),
+    ("conformance.pytest_plugin", "conformance.commands"),
+    ("conformance.cli",),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the most specific entry that is ``module`` or a package above it."""
+    best = (-1, None)
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > best[0]:
+                best = (len(n), i)
+    assert best[1] is not None, f"{module} is in no layer of LAYERS"
+    return best[1]
+
+
+def layer_violations(root: Path) -> list[str]:
+    """``"<module> imports <target> (layer i < j)"`` for every import of a higher layer."""
+    bad = []
+    for mod, path in modules(root).items():
+        for target, _ in imported(path):
+            if target.split(".")[0] in PACKAGES and layer_of(target) > layer_of(mod):
+                bad.append(f"{mod} imports {target} (layer {layer_of(mod)} < {layer_of(target)})")
+    return bad
+
+
+def test_layers_are_imported_downwards_only():
+    assert layer_violations(ROOT) == []
+
+
+def test_the_layer_check_finds_a_function_local_upward_import(tmp_path):
+    (tmp_path / "conformance" / "runtime").mkdir(parents=True)
+    (tmp_path / "conformance" / "runtime" / "pool.py").write_text("def f():\n    from conformance.suite import plan\n")
+    assert layer_violations(tmp_path) == ["conformance.runtime.pool imports conformance.suite (layer 4 < 6)"]
 
 
 def test_no_private_names_across_packages():

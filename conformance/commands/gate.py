@@ -20,8 +20,8 @@ from pathlib import Path
 
 from conformance.commands.options import add_deprecated_alias
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
-from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
-from reference.command_line import ensure_out_dir, positive_int, positive_seconds, removed_if_refused, seed_int
+from conformance.runtime.output_dirs import default_out, pair_label
+from reference.command_line import positive_int, positive_seconds, removed_if_refused, seed_int
 from reference.errors import Int8confError, first_line
 
 
@@ -137,6 +137,8 @@ def _run(args: argparse.Namespace) -> int:
         raise Int8confError("--model DIR applies to --captures DIR; give --captures too")
     if args.out is not None and not str(args.out).strip():
         raise Int8confError(f"--out {args.out!r} is empty: give a directory")
+    from conformance.gate.options import check_out_dir
+
     out = out_dir(args)
     # a refusal (unusable --out, bad policy, unknown kernel, ...) leaves no folder behind
     with removed_if_refused(out / "logs"):
@@ -145,42 +147,26 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def injection_args(args: argparse.Namespace) -> tuple:
-    """``(fault or None, coverage, seed)`` of the candidate: ``--inject FAULT[:COVERAGE[:SEED]]``, else the
-    deprecated ``--fault`` / ``--fault-coverage`` / ``--fault-seed``. Raises FaultError (one line)."""
-    if getattr(args, "inject", None):
-        from faults import parse_injection
+    """``(fault or None, coverage, seed)`` of the candidate (``gate.options.candidate_injection``): ``--inject``,
+    else the deprecated ``--fault`` / ``--fault-coverage`` / ``--fault-seed``. Raises FaultError (one line)."""
+    from conformance.gate.options import candidate_injection
 
-        i = parse_injection(args.inject)
-        return args.inject.split(":", 1)[0].strip(), i.coverage, i.seed
-    return getattr(args, "fault", None), getattr(args, "fault_coverage", "all"), getattr(args, "fault_seed", 0)
+    return candidate_injection(
+        getattr(args, "inject", None),
+        getattr(args, "fault", None),
+        getattr(args, "fault_coverage", "all"),
+        getattr(args, "fault_seed", 0),
+    )
 
 
 def out_dir(args: argparse.Namespace) -> Path:
     """``--out``, else ``int8conf-reports/gate/<candidate>-vs-<incumbent>`` (with ``--baseline``, the kernel
     its report names). Raises Int8confError: unknown ``--inject``, unreadable ``--baseline``."""
+    from conformance.gate.options import default_gate_out
+
     if args.out is not None:
         return Path(args.out)
     return default_gate_out(args.candidate, *injection_args(args), args.incumbent, args.baseline)
-
-
-def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
-    """``int8conf-reports/gate/<candidate label>-vs-<incumbent label>`` (also ``--gate-out``'s default)."""
-    if incumbent is None:
-        from conformance.suite.report import read_report
-
-        incumbent = read_report(baseline)["kernel"]["name"]
-    return default_out("gate", pair_label(kernel_label(candidate, fault, coverage, seed), kernel_label(incumbent)))
-
-
-def check_out_dir(out: Path, option: str = "--out") -> None:
-    """Make and check ``out`` and ``out/logs`` (and an existing ``out/repro``) before any kernel
-    runs; ``option`` names the flag (``--gate-out`` in the pytest plugin). Raises Int8confError."""
-    from conformance.gate.report import GATE_REPORT_FILES
-
-    ensure_out_dir(out, option, files=GATE_REPORT_FILES.values())
-    ensure_out_dir(out / "logs", option, what="log directory")
-    if (out / "repro").exists() or (out / "repro").is_symlink():
-        ensure_out_dir(out / "repro", option, what="reproducer directory")
 
 
 def _gate(args: argparse.Namespace, out: Path) -> int:

@@ -10,7 +10,6 @@ it adds nothing."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -76,7 +75,7 @@ def pytest_configure(config) -> None:
     cand = config.getoption("gate_candidate", default=None)
     if not cand:
         return
-    from conformance.commands.gate import check_out_dir, default_gate_out, injection_args
+    from conformance.gate.options import candidate_injection, check_out_dir, default_gate_out
     from conformance.gate.policy import default_policy, load_policy
     from conformance.gate.run import GateOptions, GateSession
     from conformance.runtime.graceful_stop import sigterm_as_interrupt_in_pytest
@@ -98,7 +97,7 @@ def pytest_configure(config) -> None:
     if any(str(a).startswith("--gate-fault") for a in config.invocation_params.args) and not wid:
         print("int8conf gate: note: --gate-fault is deprecated, use --gate-inject", file=sys.stderr)
     try:
-        fault, cov, seed = injection_args(argparse.Namespace(inject=inject))
+        fault, cov, seed = candidate_injection(inject)
         out = config.getoption("gate_out")
         if out is None:  # the rule of every command (conformance.runtime.output_dirs)
             out = default_gate_out(cand, fault, cov, seed, inc, baseline)

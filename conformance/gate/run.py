@@ -23,6 +23,7 @@ from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, Isol
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.plan import DEFAULT_EXAMPLES
 from conformance.suite.report import read_report
+from conformance.suite.requests import SUITE_REQUESTS
 from conformance.suite.run import (
     MODEL_CHECKS,
     SUITE_VERSION,
@@ -342,7 +343,13 @@ class GateSession:
         if role not in self.runners:
             k = self.candidate if role == "candidate" else self.incumbent
             self.runners[role] = IsolatedKernel(
-                k, self.cases, self.opts.timeout_s, self.log_dir, self.opts.device, self.opts.method
+                k,
+                self.cases,
+                self.opts.timeout_s,
+                self.log_dir,
+                self.opts.device,
+                self.opts.method,
+                handlers=SUITE_REQUESTS,
             )
         return self.runners[role]
 

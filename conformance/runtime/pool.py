@@ -2,13 +2,12 @@
 crashes kills only its child, one that hangs is killed after the timeout, and the parent gets an
 :class:`Outcome` (``ok`` / ``crash`` / ``timeout`` / ``error``) with exit status, signal and the tail of the
 child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
-an in-memory KernelSpec), ``forkserver`` (torch and the checks preloaded) or ``spawn`` (both need a
-:class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (unscored),
-``("case", i)`` (outputs kept), ``("evaluate", i)`` (the suite's CaseResult, pairwise with ``against``),
-``("operands", ops)`` (the CaseResult of operands sent along: a property example), ``("check", check_id)`` (a
-kernel-level check over the cases: ``plan.run_kernel_check``), ``("model", check_id)``, ``("accumulator",)`` (C11 on
-an e4m3 kernel), ``("stop",)``; the child answers ``("ok", value)`` or
-``("error", line)`` (a harness error; kernel exceptions are already check failures)."""
+an in-memory KernelSpec), ``forkserver`` (torch and the handlers' modules preloaded) or ``spawn`` (both need a
+:class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (case ``i`` called,
+unscored), ``("stop",)``, and ``(kind, arg)`` for every kind of the ``handlers`` the pool is given (the suite's:
+``conformance.suite.requests.SUITE_REQUESTS``): the child calls ``handlers[kind](spec, arg, Served)`` and answers
+``("ok", value)`` or ``("error", line)`` (a harness error; kernel exceptions are already check failures). The pool
+never imports what answers: the layer above hands it in, as xdist's worker controller is handed its events."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from conformance.runtime.forking import FORK_GATE, start_method
 from conformance.runtime.graceful_stop import exit_with_parent, record_interrupts, restore_sigterm
@@ -39,7 +38,21 @@ _STICKY_CUDA = (
     "CUBLAS_STATUS",
     "unspecified launch failure",
 )
-_PRELOAD = ["torch", "conformance.suite.evaluate", "conformance.kernels.registry"]
+_PRELOAD = ["torch", "conformance.kernels.registry"]
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a child's request handler reads besides the kernel and the request's argument: the cases requests name
+    by index, the device, the second kernel of a pairwise comparison (None: none)."""
+
+    cases: Sequence
+    device: Optional[str] = None
+    against: object = None
+
+
+#: a request handler: ``(spec, the request's argument or None, Served) -> a picklable value``
+Handler = Callable[[object, object, Served], object]
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,9 @@ def _signal_name(code: Optional[int]) -> Optional[str]:
         return f"signal {-code}"
 
 
-def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_parent=False, against=None) -> None:
+def _child_main(
+    conn, kernel, cases, device, log_path, method="fork", die_with_parent=False, against=None, handlers=None
+) -> None:
     """Child entry: output to ``log_path``, faulthandler on, then :func:`_serve`. ``die_with_parent``
     only for a child of the main thread (the death signal follows the starting thread)."""
     if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
@@ -123,7 +138,7 @@ def _child_main(conn, kernel, cases, device, log_path, method="fork", die_with_p
     faulthandler.enable(file=logf, all_threads=True)
     restore_sigterm()  # a forked child dies on SIGTERM, not with the parent's orderly stop
     record_interrupts()  # a KeyboardInterrupt the kernel raises itself is its failure, a Ctrl-C a stop
-    _serve(conn, kernel, cases, device, method, logf, against)
+    _serve(conn, kernel, cases, device, method, logf, against, handlers)
 
 
 def _label(msg: tuple) -> str:
@@ -134,7 +149,7 @@ def _label(msg: tuple) -> str:
     return f"{msg[0]} {arg!r}" if len(msg) > 1 else msg[0]
 
 
-def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) -> None:
+def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None, handlers=None) -> None:
     """Answer requests until ``stop`` or EOF (module docstring)."""
     if method == "fork":
         # an OpenMP pool the parent used deadlocks after fork: a forked child computes on one thread
@@ -148,9 +163,8 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) 
     except Exception as e:  # noqa: BLE001 -- reported per request
         spec, err = None, f"{type(e).__name__}: {first_line(e, None)}"
     import conformance.kernels.runner as runner
-    from conformance.checks.fp8_accumulator import check_fp8_accumulator
-    from conformance.suite.evaluate import evaluate_case
-    from conformance.suite.plan import evaluate_fixed, run_kernel_check, run_model_check
+
+    handlers, served = handlers or {}, Served(cases, device, against)
 
     while True:
         try:
@@ -173,18 +187,10 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None) 
                 val = None
             elif msg[0] == "warm":
                 val = runner.run_kernel(spec, cases[msg[1]], device=device).error
-            elif msg[0] == "case":
-                val = evaluate_case(spec, cases[msg[1]], device=device, keep_output=True)
-            elif msg[0] == "evaluate":  # the suite's own evaluation (outputs not kept)
-                val = evaluate_fixed(spec, cases[msg[1]], device, against)
-            elif msg[0] == "operands":  # a property example: its operands come with the request
-                val = evaluate_case(spec, msg[1], device=device, source="property")
-            elif msg[0] == "check":
-                val = run_kernel_check(msg[1], spec, cases, device)
-            elif msg[0] == "accumulator":  # C11: an FP8 kernel's measured accumulator
-                val = check_fp8_accumulator(spec, device=device)
+            elif msg[0] in handlers:
+                val = handlers[msg[0]](spec, msg[1] if len(msg) > 1 else None, served)
             else:
-                val = run_model_check(msg[1], spec, device=runner.pick_device(spec, device)[0])
+                raise ValueError(f"no handler for request {msg[0]!r} in this pool")
             faulthandler.cancel_dump_traceback_later()
             conn.send(("ok", val))
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
@@ -202,12 +208,13 @@ def _in_bad_cuda_fork() -> bool:
     return bool(getattr(torch._C, "_cuda_isInBadFork", lambda: False)())
 
 
-def _context(method: str):
+def _context(method: str, handlers: Mapping[str, Handler]):
     if method == "forkserver":
         if "forkserver" not in mp.get_all_start_methods():
             return mp.get_context("spawn")
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)  # no effect once the server runs
+        preload = _PRELOAD + sorted({h.__module__ for h in handlers.values()})
+        ctx.set_forkserver_preload(preload)  # no effect once the server runs
         return ctx
     return mp.get_context(method)
 
@@ -218,8 +225,9 @@ class IsolatedKernel:
     ``kernel``: KernelRef (any start method) or KernelSpec (``fork`` only); ``cases``: the
     GemmOperands requests name by index; ``timeout_s``: seconds per request before the child is
     killed; ``log_dir`` receives ``<label>.<n>.log`` per child; ``method``: fork | forkserver |
-    spawn | None (:func:`start_method`); ``against``: the second kernel of ``evaluate``'s pairwise
-    comparison (None: none). Raises KernelLoadError for a KernelSpec without fork.
+    spawn | None (:func:`start_method`); ``against``: the second kernel of a pairwise comparison (None: none);
+    ``handlers``: request kind -> :data:`Handler` (module docstring; module-level functions, so that a spawned
+    child unpickles them by name). Raises KernelLoadError for a KernelSpec without fork.
     """
 
     def __init__(
@@ -231,9 +239,10 @@ class IsolatedKernel:
         device: Optional[str] = None,
         method: Optional[str] = None,
         against=None,
+        handlers: Optional[Mapping[str, Handler]] = None,
     ):
         self.kernel, self.cases, self.timeout_s, self.device = kernel, list(cases), timeout_s, device
-        self.against = against
+        self.against, self.handlers = against, dict(handlers or {})
         self.method = method or start_method()
         if self.method != "fork" and not isinstance(kernel, KernelRef):
             msg = "an in-memory KernelSpec can only be isolated with the fork start method; pass a KernelRef"
@@ -258,7 +267,7 @@ class IsolatedKernel:
             self._start_child()
 
     def _start_child(self) -> None:
-        ctx = _context(self.method)
+        ctx = _context(self.method, self.handlers)
         parent, child = ctx.Pipe()
         self.children_started += 1
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
@@ -266,6 +275,7 @@ class IsolatedKernel:
         self._log.write_text("")
         main = threading.current_thread() is threading.main_thread()
         args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main, self.against)
+        args += (self.handlers,)
         self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}", args=args)
         self._proc.start()
         child.close()

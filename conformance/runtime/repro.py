@@ -2,7 +2,7 @@
 re-run (:func:`save_operands` / :func:`load_operands`).
 
 * Scoreboard: ``<kernel>-<device>-<check>.safetensors`` with metadata kernel, device, check, summary;
-  ``int8conf scoreboard --repro FILE`` (:func:`rerun_repro`) re-evaluates it.
+  ``int8conf scoreboard --repro FILE`` (``scoreboard.board.rerun_repro``) re-evaluates it.
 * Gate and check (a case that crashed or hung): a directory ``operands.safetensors`` + ``case.json`` (kernel
   name and fault, case id, what happened, operand digests) + ``command.sh``, which runs
   ``python -m conformance.runtime.repro DIR [--timeout S]``: the kernel **in this process, without
@@ -26,10 +26,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save
 
-from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import run_kernel
 from conformance.runtime.pool import KernelRef
-from conformance.suite.evaluate import evaluate_case
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_text, read_json_object
 from reference.operands import GemmOperands, tensor_digest
@@ -84,16 +82,6 @@ def load_repro(path) -> tuple:
     if "kernel" not in meta:
         raise Int8confError(f"--repro {str(path)!r}: missing operands or kernel metadata")
     return ops, meta
-
-
-def rerun_repro(path) -> tuple[bool, str]:
-    """Re-run a scoreboard reproducer alone: ``(reproduced, line)``; reproduced when the recorded
-    check fails again on the recorded kernel and device."""
-    ops, meta = load_repro(path)
-    res = evaluate_case(get_kernel(meta["kernel"]), ops, device=meta["device"])
-    c = res.checks.get(meta["check"])
-    line = f"{meta['kernel']}@{meta['device']} {meta['check']}: {c.verdict if c else 'missing'} -- {c.summary if c else ''}"
-    return c is not None and c.verdict == "fail", line
 
 
 def reproducer_dirname(case: str) -> str:

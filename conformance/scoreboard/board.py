@@ -30,9 +30,10 @@ from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, enter_conforma
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.output_dirs import command_root, kernel_dirname
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
-from conformance.runtime.repro import load_repro, rerun_repro, save_repro  # noqa: F401 -- the CLI's --repro
+from conformance.runtime.repro import load_repro, save_repro
 from conformance.scoreboard.render import STANDARD, render_markdown, render_png
 from conformance.suite.evaluate import evaluate_case
+from conformance.suite.requests import SUITE_REQUESTS
 from reference.bits import NAN_DISTANCE, bits_of, spacing_distance
 from reference.contract import NAMED
 from reference.epilogue import apply_steps
@@ -132,7 +133,9 @@ def run_row(
         return row
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="int8conf-scoreboard-") as logs:
-        iso = IsolatedKernel(KernelRef(kernel), cases, case_timeout, logs, device=device, method="forkserver")
+        iso = IsolatedKernel(
+            KernelRef(kernel), cases, case_timeout, logs, device=device, method="forkserver", handlers=SUITE_REQUESTS
+        )
         try:
             row.error = _start_error(iso.request(("ping",), warmup_timeout), warmup_timeout)
             if not row.error and _warm_up(row, iso, cases, warmup_timeout):
@@ -516,3 +519,13 @@ def run_scoreboard(
     atomic_write_text(out / "scoreboard.md", render_markdown(doc))
     render_png(doc, out / "scoreboard.png")
     return doc
+
+
+def rerun_repro(path) -> tuple[bool, str]:
+    """Re-run a scoreboard reproducer alone: ``(reproduced, line)``; reproduced when the recorded
+    check fails again on the recorded kernel and device."""
+    ops, meta = load_repro(path)
+    res = evaluate_case(get_kernel(meta["kernel"]), ops, device=meta["device"])
+    c = res.checks.get(meta["check"])
+    line = f"{meta['kernel']}@{meta['device']} {meta['check']}: {c.verdict if c else 'missing'} -- {c.summary if c else ''}"
+    return c is not None and c.verdict == "fail", line

@@ -27,6 +27,7 @@ from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.runtime.threads import available_cores
 from conformance.suite.evaluate import CRASH, TIMEOUT, CaseResult, check_error, crash_line, crashed_case, evaluate_case
 from conformance.suite.plan import evaluate_fixed, run_kernel_check
+from conformance.suite.requests import SUITE_REQUESTS
 from reference.errors import Int8confError
 
 #: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
@@ -81,7 +82,14 @@ class Containment:
         st = self.state
         cases = st.cases if cases is None else cases
         return IsolatedKernel(
-            st.spec, cases, self.timeout_s, logs or self._logs, device=st.device, method="fork", against=st.against
+            st.spec,
+            cases,
+            self.timeout_s,
+            logs or self._logs,
+            device=st.device,
+            method="fork",
+            against=st.against,
+            handlers=SUITE_REQUESTS,
         )
 
     def _child(self) -> Optional[IsolatedKernel]:
@@ -232,7 +240,10 @@ def evaluate_in_workers(
     timeout_s = contained.timeout_s if contained is not None else CASE_TIMEOUT_S
 
     def serve(w: int, logs: str) -> None:
-        with IsolatedKernel(state.spec, state.cases, timeout_s, logs, device=state.device, method="fork") as iso:
+        iso = IsolatedKernel(
+            state.spec, state.cases, timeout_s, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
+        )
+        with iso:
             with lock:
                 isolated.append(iso)
             try:
@@ -324,7 +335,9 @@ def model_check_in_worker(
 
     def serve() -> None:
         with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
-            with IsolatedKernel(state.spec, [], limit, logs, device=state.device, method="fork") as iso:
+            with IsolatedKernel(
+                state.spec, [], limit, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
+            ) as iso:
                 oc = iso.run_model(check_id)
                 if contained is not None:
                     box["result"] = contained.check_result(check_id, oc)

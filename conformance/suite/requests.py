@@ -1,0 +1,45 @@
+"""What a kernel's child process answers for the suite, the gate and the scoreboard: the request handlers handed to
+``runtime.pool.IsolatedKernel`` (:data:`SUITE_REQUESTS`). Each takes ``(spec, arg, served)`` (``served``: the
+pool's cases, device and pairwise kernel) and returns a picklable value."""
+
+from __future__ import annotations
+
+from conformance.checks.fp8_accumulator import check_fp8_accumulator
+from conformance.kernels.runner import pick_device
+from conformance.runtime.pool import Served
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.plan import evaluate_fixed, run_kernel_check, run_model_check
+
+
+def case(spec, index: int, served: Served):
+    """Case ``index`` evaluated with its outputs kept (the gate, the scoreboard)."""
+    return evaluate_case(spec, served.cases[index], device=served.device, keep_output=True)
+
+
+def evaluate(spec, index: int, served: Served):
+    """The suite's own evaluation of fixed case ``index`` (pairwise with ``served.against``; outputs not kept)."""
+    return evaluate_fixed(spec, served.cases[index], served.device, served.against)
+
+
+def operands(spec, ops, served: Served):
+    """A property example: its operands come with the request."""
+    return evaluate_case(spec, ops, device=served.device, source="property")
+
+
+def check(spec, check_id: str, served: Served):
+    """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...)."""
+    return run_kernel_check(check_id, spec, served.cases, served.device)
+
+
+def accumulator(spec, _arg, served: Served):
+    """C11: an FP8 kernel's measured accumulator."""
+    return check_fp8_accumulator(spec, device=served.device)
+
+
+def model(spec, check_id: str, served: Served):
+    """A model-level check (C7, E1) on the device the kernel runs on."""
+    return run_model_check(check_id, spec, device=pick_device(spec, served.device)[0])
+
+
+#: request kind -> handler (``runtime.pool`` module docstring)
+SUITE_REQUESTS = {f.__name__: f for f in (case, evaluate, operands, check, accumulator, model)}
