@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import GRID, channel_scales, family_case, generator, sign, small_int8, token_scales
+from conformance.cases.common import GRID, channel_scales, family_case, generator, sign, small_int8, token_scales
 from reference.operands import GemmOperands
 
 RUN = 2048  # same-sign products per run

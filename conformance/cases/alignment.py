@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import (
+from conformance.cases.common import (
     GRID,
     MODES,
     OUT_DTYPES,

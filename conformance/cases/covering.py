@@ -16,8 +16,8 @@ import covertable
 import torch
 from covertable.evaluate import evaluate
 
-from conformance.cases._common import generator
 from conformance.cases.cache import CASE_CODE, cached_artifact
+from conformance.cases.common import generator
 from conformance.cases.layouts import with_forms
 from conformance.cases.planting import planted_case
 from reference.operands import GemmOperands

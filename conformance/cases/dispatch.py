@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import family_case, generator, token_scales
+from conformance.cases.common import family_case, generator, token_scales
 from conformance.cases.outputs import bias_cancel_case
-from conformance.cases.synthetic import _channel_scales
+from conformance.cases.synthetic import real_channel_scales
 from conformance.cases.tie_search import TIE_BLOCK, VMAX, pick_fp32_ties, pick_ties, realize_acc
 from conformance.cases.ties import N_TIES
 from reference.operands import GemmOperands
@@ -89,9 +89,9 @@ def _ties(
 ):
     g = generator(FAMILY, f"{variant}-M{m}-{_TAG[out_dtype]}", seed)
     if scalar:  # one scale per tensor: the ties are chosen for that single product
-        sa, sb = token_scales(g, 1).expand(m), _channel_scales(g, 1).expand(N_TIES)
+        sa, sb = token_scales(g, 1).expand(m), real_channel_scales(g, 1).expand(N_TIES)
     else:
-        sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
+        sa, sb = token_scales(g, m), real_channel_scales(g, N_TIES)
     a, b = realize_acc(pick_ties(g, sa, sb, out_dtype, vmax), block)
     return g, a, b, sa, sb
 
@@ -142,7 +142,7 @@ def fp32_ties_case(m: int, seed: int = 0) -> GemmOperands:
     the product's rounding shows in the sum, so a contracted multiply-add differs); C6 is n/a there
     (``meta["c6_not_applicable"]``: a bias rounds once more, so legal orders may end two spacings apart)."""
     g = generator(FAMILY, f"fp32_ties-M{m}", seed)
-    sa, sb = token_scales(g, m), _channel_scales(g, N_TIES)
+    sa, sb = token_scales(g, m), real_channel_scales(g, N_TIES)
     a, b = realize_acc(pick_fp32_ties(g, sa, sb))
     bias, extra = None, {}
     if m in FP32_TIES_BIAS_M:

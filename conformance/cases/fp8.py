@@ -25,7 +25,7 @@ output dtype (the accumulators of the int8 ``overflow_inf`` family, with scales 
 integer ``|acc| < 2**13`` written as a sum of e4m3 integers (:func:`e4m3_integer_terms`) in its own block of k with
 ``b = 1`` there (``u = 1``, ``sum_k |a b| = |acc|``): the lemma holds.
 
-Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``_common.GRID``, ``a`` and
+Cases ``fp8/<family>/<variant>-<mode>-<dtype>`` for every (scale mode, output dtype) of ``common.GRID``, ``a`` and
 ``b`` seeded per (family, variant, seed): regimes of M (decode 1, small, prefill > 128), K (a tail below 16, not a
 multiple of 16 / 32 / 128, several promotion intervals of 128), N, layouts (padded ``a``, transposed ``b``, all),
 scale forms ([M,1] / [N,1] columns, a 0-d ``scale_a`` also at M = 1, a one-element ``scale_b``), negative and zero
@@ -34,7 +34,7 @@ with a padded leading dimension; ``special_values`` (:func:`special_values_famil
 +-448 under every scale form. ``signed_zero`` / ``subnormal`` (:func:`signed_zero_family`, :func:`subnormal_family`): the INT8 output
 families' cases (``outputs.py``) on e4m3 integers (:func:`from_int8_case`: the same accumulators, ``u = 1``), at a
 decode M and a prefill M; ``overflow_inf`` also under every scale form (:func:`overflow_inf_form_case`); ``small_int``
-also layouts at prefill M, N = 4096 and K = 1040, and bias value classes (``planting._bias_value``: bits that change
+also layouts at prefill M, N = 4096 and K = 1040, and bias value classes (``planting.bias_class_value``: bits that change
 through bf16 or fp16) in every output dtype up to N = 32,784. ``paper_layers`` (:func:`paper_layer_family`): real operands, judged by C12. Most cases
 have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept), the tails do not.
 """
@@ -46,7 +46,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from conformance.cases._common import (
+from conformance.cases.captures import NO_CAPTURES, CaptureReplay
+from conformance.cases.common import (
     DTYPE_TAG,
     GRID,
     OUT_DTYPES,
@@ -57,10 +58,9 @@ from conformance.cases._common import (
     sign,
     token_scales,
 )
-from conformance.cases.captures import NO_CAPTURES, CaptureReplay
 from conformance.cases.layouts import with_layout
 from conformance.cases.outputs import signed_zero_case, subnormal_case
-from conformance.cases.planting import BIAS_VALUES, _bias_value
+from conformance.cases.planting import BIAS_VALUES, bias_class_value
 from conformance.cases.tie_search import pick_fp32_ties, pick_ties
 from reference.fp8 import E4M3, exact_at_bits
 from reference.operands import GemmOperands
@@ -77,7 +77,7 @@ class Regime:
     nonzero, values from the pools' ``top`` largest magnitudes: partial sums grow towards the bound), ``signed_scales``
     (every other channel scale negative, one channel and one token scale zero), ``grid``: the (scale mode, output
     dtype) pairs of its cases (None: the builder's), ``bias_values``: the bias of column j of value class
-    ``planting.BIAS_VALUES[j % 3]`` (``planting._bias_value``: bits that change through bf16 or fp16), not Gaussian."""
+    ``planting.BIAS_VALUES[j % 3]`` (``planting.bias_class_value``: bits that change through bf16 or fp16), not Gaussian."""
 
     variant: str
     m: int
@@ -149,7 +149,7 @@ def safe_case(
             sw[0], sa[-1] = 0.0, 0.0
         bias = (torch.randn(reg.n, generator=gs) / 8).to(dt) if reg.bias else None
         if reg.bias_values:
-            vals = [_bias_value(BIAS_VALUES[j % len(BIAS_VALUES)], dt, gs, j) for j in range(reg.n)]
+            vals = [bias_class_value(BIAS_VALUES[j % len(BIAS_VALUES)], dt, gs, j) for j in range(reg.n)]
             bias = torch.tensor(vals, dtype=torch.float64).to(dt)
         meta = {"operands": "e4m3", "safe_bits": bits, "unit_log2": unit_log2, "abs_sum_max_units": worst}
         meta.update(layout=reg.layout, trigger=f"exact accumulator at >= {bits} retained bits, any order")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import GRID, channel_scales, family_case, generator, nonzero_int8, sign, token_scales
+from conformance.cases.common import GRID, channel_scales, family_case, generator, nonzero_int8, sign, token_scales
 from conformance.cases.planting import odd_ints
-from conformance.cases.synthetic import _channel_scales
+from conformance.cases.synthetic import real_channel_scales
 from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
 
@@ -45,7 +45,7 @@ def prefill_case(m: int, out_dtype: torch.dtype, seed: int = 0, n: int = PREFILL
     tag = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype]
     g = generator(FAMILY, f"prefill_M{m}-{tag}", seed)
     base = min(m, BASE_ROWS)
-    sa0, sb = token_scales(g, base), _channel_scales(g, n)
+    sa0, sb = token_scales(g, base), real_channel_scales(g, n)
     acc0 = pick_ties(g, sa0, sb, out_dtype)
     rows = torch.cat([torch.randperm(base, generator=g), torch.randint(0, base, (m - base,), generator=g)])
     a, b = realize_acc(acc0[rows])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import DTYPE_TAG, MODES, OUT_DTYPES, generator
+from conformance.cases.common import DTYPE_TAG, MODES, OUT_DTYPES, generator
 from conformance.cases.planting import planted_case
 from reference.operands import GemmOperands
 

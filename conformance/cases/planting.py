@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from conformance.cases.tie_search import MANT_BITS, _tie_orders_bits, pick_fp32_ties, pick_ties
+from conformance.cases.tie_search import MANT_BITS, pick_fp32_ties, pick_ties, tie_orders_bits
 from reference.accumulate import exact_int_mm
 from reference.bits import bits_of, spacing_distance
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
@@ -161,7 +161,7 @@ def _tie_column(
             v = pick_fp32_ties(g, sa.float(), sbt, vmax)[:, 0]
         else:
             v = pick_ties(g, sa.float(), sbt, out_dtype, vmax)[:, 0]
-        y1, y2, y3 = _tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype)
+        y1, y2, y3 = tie_orders_bits(v.abs().double().reshape(-1, 1, 1), sa.float(), sbt, out_dtype)
         n_d = int(((y1 != y2) | (y1 != y3)).sum())
         if n_d > best_n:
             best, best_n = (v, sbc), n_d
@@ -345,7 +345,7 @@ def planted_case(
         sb[c] = sbc
         b[c] = 0
         if kind == "bias_value":
-            bias_vals[c] = _bias_value(bias_value, out_dtype, g, j)
+            bias_vals[c] = bias_class_value(bias_value, out_dtype, g, j)
             cols.append(_Col(kind, c, ()))
             continue
         if kind == "partial_sums":
@@ -429,7 +429,7 @@ def _zero_scale_column(n: int, probe_cols: list) -> Optional[int]:
     return free[len(free) // 2] if free else None
 
 
-def _bias_value(cls: str, out_dtype, g: torch.Generator, j: int) -> float:
+def bias_class_value(cls: str, out_dtype, g: torch.Generator, j: int) -> float:
     """A bias of class ``cls`` (:data:`BIAS_VALUES`) in ``out_dtype`` whose bits change when narrowed to the other
     16-bit format(s): ``full`` every significand bit of the out dtype (bf16: in fp16's range, kept), ``other_range``
     outside the other format's range (bf16 2^20 / 2^-30; fp16 near 65504; fp32 2^70), ``tiny`` subnormal (bf16

@@ -36,19 +36,19 @@ def _int8(g: torch.Generator, shape) -> torch.Tensor:
     return torch.randint(-128, 128, shape, generator=g, dtype=torch.int16).to(torch.int8)
 
 
-def _token_scales(g: torch.Generator, m: int) -> torch.Tensor:
+def real_token_scales(g: torch.Generator, m: int) -> torch.Tensor:
     """float32 [m] absmax/127, absmax in [0.5, 8): full mantissas."""
     absmax = 0.5 + 7.5 * torch.rand(m, generator=g, dtype=torch.float64)
     return (absmax / 127.0).to(torch.float32)
 
 
-def _channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
+def real_channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
     """float32 [n] absmax/127.5, absmax in [0.02, 0.3)."""
     absmax = 0.02 + 0.28 * torch.rand(n, generator=g, dtype=torch.float64)
     return (absmax / 127.5).to(torch.float32)
 
 
-def _pow2_channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
+def pow2_channel_scales(g: torch.Generator, n: int) -> torch.Tensor:
     """float32 [n] 2**-e, e in [7, 12]."""
     e = torch.randint(7, 13, (n,), generator=g)
     return torch.pow(2.0, -e.to(torch.float64)).to(torch.float32)
@@ -61,7 +61,7 @@ def _bias(g: torch.Generator, n: int, dtype: torch.dtype) -> torch.Tensor:
 def _epilogue_ties(g: torch.Generator, m: int, n: int, out_dtype: torch.dtype = torch.bfloat16):
     """(a, b, scale_a, scale_b) of ``epilogue_ties``: real scales, :func:`pick_ties`
     accumulators (|acc| < 2**24) realized with K = N * TIE_BLOCK."""
-    sa, sb = _token_scales(g, m), _channel_scales(g, n)
+    sa, sb = real_token_scales(g, m), real_channel_scales(g, n)
     acc = pick_ties(g, sa, sb, out_dtype)
     a, b = realize_acc(acc)
     return a, b, sa, sb
@@ -158,8 +158,8 @@ def make_case(
         b[0].fill_(-128)
     else:
         a, b = _int8(g, (m, k)), _int8(g, (n, k))
-    sa = _token_scales(g, m)
-    sb = _pow2_channel_scales(g, n) if pow2 else _channel_scales(g, n)
+    sa = real_token_scales(g, m)
+    sb = pow2_channel_scales(g, n) if pow2 else real_channel_scales(g, n)
     if kind == "column_scales":
         sa, sb = sa.view(-1, 1).clone(), sb.view(-1, 1).clone()
     elif kind == "scalar_scales":

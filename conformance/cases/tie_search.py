@@ -43,7 +43,7 @@ def _tie_targets(
     return torch.cat(cands, -1).clamp(1, vmax)
 
 
-def _tie_orders_bits(
+def tie_orders_bits(
     v: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16
 ) -> list:
     """Output bits (int16 / int32) of the three scale orders on ``v`` (float64 integers
@@ -92,7 +92,7 @@ def pick_ties(
     w_then_a, then fused; seeded tie-break), with a random sign."""
     m, n = int(sa.numel()), int(sb.numel())
     v = _tie_targets(sa, sb, vmax, out_dtype, g)
-    y1, y2, y3 = _tie_orders_bits(v, sa, sb, out_dtype)
+    y1, y2, y3 = tie_orders_bits(v, sa, sb, out_dtype)
     aw = y1 != y2
     fd = (y3 != y1) | (y3 != y2)
     all3 = aw & (y3 != y1) & (y3 != y2)
@@ -106,7 +106,7 @@ def pick_fp32_ties(g: torch.Generator, sa: torch.Tensor, sb: torch.Tensor, vmax:
     """int64 [M, N]: float32-output ties, every order within one float32 spacing of
     ``a_then_w`` (C6's reference), preferring different bits; 0 where none; random sign."""
     v = _tie_targets(sa, sb, vmax, torch.float32, g)
-    y1, y2, y3 = (y.to(torch.int64) for y in _tie_orders_bits(v, sa, sb, torch.float32))
+    y1, y2, y3 = (y.to(torch.int64) for y in tie_orders_bits(v, sa, sb, torch.float32))
     d2, d3 = (y2 - y1).abs(), (y3 - y1).abs()  # positive finite floats: bits order like values
     ok = (d2 <= 1) & (d3 <= 1)
     score = torch.where(

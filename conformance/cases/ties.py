@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases._common import family_case, generator, token_scales
-from conformance.cases.synthetic import _channel_scales
+from conformance.cases.common import family_case, generator, token_scales
+from conformance.cases.synthetic import real_channel_scales
 from conformance.cases.tie_search import pick_ties, realize_acc
 from reference.operands import GemmOperands
 
@@ -19,7 +19,7 @@ def tie_case(m: int, out_dtype: torch.dtype = torch.bfloat16, seed: int = 0, n: 
     """One ``ties`` case: M = m, N = n, K = 32 n (``realize_acc``)."""
     tag = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[out_dtype]
     g = generator("ties", f"M{m}-{tag}", seed)
-    sa, sb = token_scales(g, m), _channel_scales(g, n)
+    sa, sb = token_scales(g, m), real_channel_scales(g, n)
     acc = pick_ties(g, sa, sb, out_dtype)
     a, b = realize_acc(acc)
     return family_case("ties", f"M{m}", "real", out_dtype, a, b, sa, sb, seed=seed, trigger="scale-order ties")

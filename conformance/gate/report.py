@@ -14,7 +14,7 @@ from conformance.gate.junit import reason_text, to_junit_xml
 from conformance.gate.run import SCHEMA, SCHEMA_VERSION
 from conformance.gate.status import STATUSES
 from conformance.runtime.partial_run import complete_run, partial_note
-from conformance.suite.report import _clean
+from conformance.suite.report import json_safe
 from reference.fileio import atomic_write_text, portable_paths
 
 _MARK = {s: s.upper() if s in ("fail", "crash", "timeout") else s for s in STATUSES}
@@ -54,7 +54,7 @@ def _head() -> dict:
 
 def to_json_dict(res) -> dict:
     """The ``gate.json`` document of a ``conformance.gate.run.GateResult``."""
-    return _clean(
+    return json_safe(
         {
             **_head(),
             "candidate": res.candidate,
@@ -77,7 +77,7 @@ def to_json_dict(res) -> dict:
 
 def not_comparable_doc(candidate: str, baseline: str, reasons: list, policy: Optional[dict]) -> dict:
     """A ``gate.json`` document for a refused baseline (no kernel ran)."""
-    return _clean(
+    return json_safe(
         {
             **_head(),
             "candidate": {"ref": {"label": candidate}},

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from conformance.cases import case_id
-from conformance.cases._common import VIOLATES
+from conformance.cases.common import VIOLATES
 from conformance.checks.accumulator import (
     ObservedAccumulator,
     check_fp32_exact_accumulator,

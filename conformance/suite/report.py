@@ -33,12 +33,12 @@ SCHEMA = "int8conf.conformance"
 SCHEMA_VERSION = 1
 
 
-def _clean(x):
+def json_safe(x):
     """Recursively make ``x`` strict-JSON-able."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, float):
         return x if math.isfinite(x) else repr(x)
     if isinstance(x, (str, int, bool)) or x is None:
@@ -50,7 +50,7 @@ def to_json_dict(result) -> dict:
     """The report's JSON document for a ``ConformanceResult`` (paths portable)."""
     fp8 = getattr(result, "fp8", None)
     return portable_paths(
-        _clean(
+        json_safe(
             {
                 "schema": SCHEMA,
                 "schema_version": SCHEMA_VERSION,

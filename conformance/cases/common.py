@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from conformance.cases.synthetic import _channel_scales, _pow2_channel_scales, _token_scales
+from conformance.cases.synthetic import pow2_channel_scales, real_channel_scales, real_token_scales
 from reference.operands import GemmOperands
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -39,13 +39,13 @@ def sign(g: torch.Generator, n: int) -> torch.Tensor:
 
 def token_scales(g: torch.Generator, m: int) -> torch.Tensor:
     """float32 [m] per-token scales absmax/127, absmax in [0.5, 8) (real mantissas)."""
-    return _token_scales(g, m)
+    return real_token_scales(g, m)
 
 
 def channel_scales(g: torch.Generator, n: int, mode: str) -> torch.Tensor:
     """float32 [n] weight scales: ``real`` absmax/127.5 with absmax in
     [0.02, 0.3); ``pow2`` 2**-e, e in [7, 12]."""
-    return _pow2_channel_scales(g, n) if mode == "pow2" else _channel_scales(g, n)
+    return pow2_channel_scales(g, n) if mode == "pow2" else real_channel_scales(g, n)
 
 
 def mantissa(g: torch.Generator, n: int, mode: str) -> torch.Tensor:
@@ -102,7 +102,7 @@ def family_case(
     m = {"source": "family", "family": family, "variant": variant, "seed": seed, "scale_kind": mode}
     if mode == "real" and out_dtype == torch.float32 and snap_fp32:
         snap_pow2_(scale_a)
-        m["token_scales"] = "pow2 (float32 output, see conformance.cases._common.snap_pow2_)"
+        m["token_scales"] = "pow2 (float32 output, see conformance.cases.common.snap_pow2_)"
     m.update(meta)
     name, scale_mode = f"{prefix}/{family}/{variant}-{mode}-{tag}", "pow2" if mode == "pow2" else "synthetic"
     return GemmOperands(a, b, scale_a, scale_b, bias, out_dtype, name, scale_mode, m)
