@@ -24,7 +24,7 @@ from reference.errors import PredictionError
 PREDICTIONS = ("fire", "silent", "n/a")
 CORE_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 EXTRA_CHECKS = ("C8", "E1")
-SCALE_MODES = ("own", "pow2")
+CAPTURE_SCALE_MODES = ("own", "pow2")
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Domain:
 #: ``operands`` -> Domain. e4m3 kernels: the layer checks of the published suite (C7 is a model check of the int8
 #: forward, not run), C8 and the FP8 checks C11 / C12; scale modes: the activation scale (per token, per tensor).
 DOMAINS = {
-    "int8": Domain(CORE_CHECKS, EXTRA_CHECKS, SCALE_MODES),
+    "int8": Domain(CORE_CHECKS, EXTRA_CHECKS, CAPTURE_SCALE_MODES),
     "e4m3": Domain(("C1", "C2", "C3", "C4", "C5", "C6"), ("C8", "C11", "C12"), ("per_token", "per_tensor")),
 }
 _ROW = re.compile(r"^(F(?:10|[1-9]))(?:@([a-z0-9_]+))?$")

@@ -14,7 +14,7 @@ import torch
 
 from reference import memo
 
-SCALE_MODES = ("own", "pow2", "synthetic")
+OPERAND_SCALE_MODES = ("own", "pow2", "synthetic")
 #: Operand names in call order (``scaled_mm(a, b, scale_a, scale_b, bias=...)``).
 OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reference.model.artifacts import default_parent_dir
 from reference.model.assets import default_model_dir
-from reference.model.weights import SCALE_MODES
+from reference.model.weights import WEIGHT_SCALE_MODES
 
 
 class DeprecatedAlias(argparse.Action):
@@ -56,7 +56,7 @@ def add_model_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scale-mode",
         default="own",
-        choices=SCALE_MODES,
+        choices=WEIGHT_SCALE_MODES,
         help="weight scales: own (reference quantizer), pow2-nearest, pow2-ceiling "
         "(requantized from the parent), or bf16 (no quantization)",
     )

@@ -7,7 +7,7 @@ from conformance.checks import token_flip
 from conformance.kernels.registry import resolve_kernels
 from reference.errors import Int8confError
 from reference.model import forward as wf
-from reference.model.weights import SCALE_MODES, check_checkpoint_mode, checkpoint_weights, load_weights
+from reference.model.weights import WEIGHT_SCALE_MODES, check_checkpoint_mode, checkpoint_weights, load_weights
 
 
 def build_model(
@@ -22,13 +22,13 @@ def build_model(
 ):
     """``(model, AccStats or None, first-call kernel manifest)``: bf16 as is, or W8A8 through ``kernel``.
 
-    ``scale_mode``: one of :data:`SCALE_MODES`; ``checkpoint``: optional compressed-tensors W8A8 directory;
+    ``scale_mode``: one of :data:`WEIGHT_SCALE_MODES`; ``checkpoint``: optional compressed-tensors W8A8 directory;
     ``track_acc``: record per-layer max |acc|; ``base_model`` / ``weights``: reuse a loaded model / weight map;
     ``kernel_scale_mode``: the GemmOperands ``scale_mode`` the kernel is told (default ``scale_mode``, or the
     checkpoint's when ``checkpoint`` is given and ``weights`` is not). Raises Int8confError: unknown scale mode.
     """
-    if scale_mode not in SCALE_MODES:
-        raise Int8confError(f"--scale-mode {scale_mode!r} is not one of {SCALE_MODES}")
+    if scale_mode not in WEIGHT_SCALE_MODES:
+        raise Int8confError(f"--scale-mode {scale_mode!r} is not one of {WEIGHT_SCALE_MODES}")
     check_checkpoint_mode(checkpoint, scale_mode)
     base = base_model if base_model is not None else wf.load_model(model_dir)
     if scale_mode == "bf16":

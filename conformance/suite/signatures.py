@@ -350,7 +350,7 @@ def rank_classes(failing: list) -> list[ClassRank]:
     return sorted(acc.values(), key=lambda r: (-round(r.score, 9), -round(r.precision, 9), -r.cases, int(r.fault[1:])))
 
 
-_SCALE_MODES = {"pow2": "power-of-two", "own": "checkpoint (real)", "synthetic": "real (not power-of-two)"}
+_SCALE_MODE_LABELS = {"pow2": "power-of-two", "own": "checkpoint (real)", "synthetic": "real (not power-of-two)"}
 
 
 def _dtype_label(text: str) -> str:
@@ -372,7 +372,7 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
     attrs = (
         ("out", lambda c: _dtype_label(c.out_dtype), "{} out"),
         ("bias", lambda c: bool(c.bias), None),
-        ("scales", lambda c: _SCALE_MODES.get(c.scale_mode, c.scale_mode), "{} scales"),
+        ("scales", lambda c: _SCALE_MODE_LABELS.get(c.scale_mode, c.scale_mode), "{} scales"),
         ("source", lambda c: c.source, "{} cases"),
         ("a", lambda c: layouts(c, "a"), "a {}"),
         ("b", lambda c: layouts(c, "b"), "b {}"),

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from faults.spec import Injection, make_injection
+from predictions.matrix import CAPTURE_SCALE_MODES
 from reference.errors import Int8confError
 
 #: ``layer`` of a model-level cell.
 MODEL_LAYER = "*model*"
 #: ``layer`` of a kernel-level cell (C11 on its probe operands; e4m3 kernels).
 KERNEL_LAYER = "*kernel*"
-SCALE_MODES = ("own", "pow2")
 #: Scale modes of the layer cells per kernel operand dtype (e4m3: the activation scale, DESIGN.md 3b).
-SCALE_MODES_FOR = {"int8": SCALE_MODES, "e4m3": ("per_token", "per_tensor")}
+SCALE_MODES_FOR = {"int8": CAPTURE_SCALE_MODES, "e4m3": ("per_token", "per_tensor")}
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ def quantize_weights(model: nn.Module, quantizer: Optional[Callable] = None) -> 
     return out
 
 
-SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling")
+ENGINE_SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling")
 
 
 def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[str, QuantWeight]:
@@ -144,7 +144,7 @@ def weights_for_scale_mode(model: nn.Module, scale_mode: str = "own") -> dict[st
     if scale_mode in ("pow2-nearest", "pow2-ceiling"):
         rule = scale_mode.split("-", 1)[1]
         return quantize_weights(model, lambda w: requantize_pow2(w, rule=rule))
-    raise ContractError(f"scale_mode={scale_mode!r} is not one of {SCALE_MODES}")
+    raise ContractError(f"scale_mode={scale_mode!r} is not one of {ENGINE_SCALE_MODES}")
 
 
 def weights_from_tensors(tensors: Mapping[str, torch.Tensor], num_layers: int) -> dict[str, QuantWeight]:

@@ -10,7 +10,7 @@ from reference.errors import Int8confError
 from reference.model import forward as wf
 from reference.model.compressed_tensors import read_w8a8_checkpoint
 
-SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
+WEIGHT_SCALE_MODES = ("own", "pow2-nearest", "pow2-ceiling", "bf16")
 
 
 def checkpoint_scale_mode(ck) -> tuple[str, str]:
