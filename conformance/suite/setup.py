@@ -24,7 +24,7 @@ from faults import Injection, inject_injection, injection_of, parse_injection, p
 from faults.spec import PRECONDITION_FAULTS
 from reference.command_line import ensure_out_dir, removed_if_refused
 from reference.errors import Int8confError
-from reference.model.capture import cached_capture
+from reference.model import capture as model_capture
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class RunCases:
             src = self.source
             captures = src.capture_dir
             if src.model_dir is not None and captures is None and src.captures:
-                captures = cached_capture(src.model_dir, device=dev or "cpu", progress=self.progress).dir
+                captures = model_capture.cached_capture(src.model_dir, device=dev or "cpu", progress=self.progress).dir
             self._built[key] = suite_cases(
                 src.captures,
                 src.sweep,

@@ -365,8 +365,8 @@ def _refused_at_configure(r) -> list:
 @pytest.mark.parametrize(
     "layout,kernels,bad,problem",
     [
-        # the reports "folder" is a file (/etc/passwd): its kernel subfolder cannot be made
-        ("rep", ["cpu"], "rep/cpu", "cannot create reports directory (Not a directory: {bad})"),
+        # the reports "folder" is a file (/etc/passwd): refused as such, before its kernel subfolder is tried
+        ("rep", ["cpu"], "rep", "exists and is not a directory"),
         ("rep/cpu", ["cpu"], "rep/cpu", "exists and is not a directory"),
         ("rep/cpu/conformance.json/", ["cpu"], "rep/cpu", "conformance.json is a directory, not a file"),
         # the second kernel's folder is refused: the first one's, just made, is removed again

@@ -191,12 +191,12 @@ def test_oserror_writing_report_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
-    import conformance.commands.check as check
+    import conformance.suite.setup as setup
 
-    def boom(out):
+    def boom(out, *_):
         raise IsADirectoryError(21, "Is a directory", str(out))
 
-    monkeypatch.setattr(check, "ensure_out_dir", boom)
+    monkeypatch.setattr(setup, "ensure_out_dir", boom)
     assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 2
     assert _err_lines(capsys) == [f"int8conf: error: {tmp_path}: Is a directory (IsADirectoryError)"]
 
