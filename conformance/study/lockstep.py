@@ -33,8 +33,10 @@ class Lockstep:
         self._out: list = [None] * n
         self._err: Optional[BaseException] = None
         self._local = threading.local()
-        self._done = False
-        self._barrier = threading.Barrier(n, action=self._batch)
+        self._cond = threading.Condition()
+        self._arrived = 0  # threads waiting in this round
+        self._round = 0  # rounds completed
+        self._stopped: Optional[str] = None  # why no further round can complete (a thread finished or failed)
         self.calls = self.rows = 0  # kernel calls made and rows they carried
 
     def _batch(self) -> None:  # runs in the last thread to arrive
@@ -61,19 +63,23 @@ class Lockstep:
 
         def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
             i = self._local.index
-            if self._done:
-                raise LockstepError(
-                    f"{name}: called after another lockstep thread had finished "
-                    f"(threads made different numbers of calls)"
-                )
-            self._slots[i] = (name, a, scale_a, fn, b, scale_b, out_dtype, bias)
-            try:
-                self._barrier.wait()
-            except threading.BrokenBarrierError:
-                raise LockstepError("a lockstep thread failed") from None
-            if self._err is not None:
-                raise self._err
-            return self._out[i]
+            with self._cond:
+                if self._stopped is not None:
+                    raise LockstepError(f"{name}: {self._stopped}")
+                self._slots[i] = (name, a, scale_a, fn, b, scale_b, out_dtype, bias)
+                self._arrived += 1
+                mine = self._round
+                if self._arrived == self.n:  # the last to arrive makes the batched call
+                    self._batch()
+                    self._arrived, self._round = 0, self._round + 1
+                    self._cond.notify_all()
+                else:
+                    self._cond.wait_for(lambda: self._round != mine or self._stopped is not None)
+                if self._round == mine:  # stopped before this round completed
+                    raise LockstepError(f"{name}: {self._stopped}")
+                if self._err is not None:
+                    raise self._err
+                return self._out[i]
 
         return scaled_mm
 
@@ -86,28 +92,27 @@ class Lockstep:
             return [fn(0)]
         results: list = [None] * self.n
         errors: list = [None] * self.n
-        self._done = False
+        self._stopped, self._arrived = None, 0
 
         def body(i):
             self._local.index = i
             try:
                 results[i] = fn(i)
-            except BaseException as exc:  # noqa: BLE001
+                why = "called after another lockstep thread had finished (threads made different numbers of calls)"
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after every thread stopped
                 errors[i] = exc
-                self._barrier.abort()
-                return
-            # a finished thread joins no further round: others waiting for it (unequal call counts) are stopped
-            self._done = True
-            if self._barrier.n_waiting > 0:
-                self._barrier.abort()
+                why = "a lockstep thread failed"
+            # no further round can complete without thread i: whoever waits for one (or comes) is stopped
+            with self._cond:
+                self._stopped = self._stopped or why
+                self._cond.notify_all()
 
         threads = [threading.Thread(target=body, args=(i,), name=f"lockstep-{i}") for i in range(self.n)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        self._barrier.reset()
-        self._done = False
+        self._stopped, self._arrived = None, 0
         if self._err is not None:
             err, self._err = self._err, None
             raise err

@@ -135,3 +135,32 @@ def test_e2e_runs_resume_after_the_last_finished_run(tmp_path):
     other = ResumableRuns(tmp_path, dict(key, new_tokens=3))  # other settings: recomputed
     assert other.get("generate-cpu-own", run("c"))[0]["tag"] == "c" and calls == ["a", "c"]
     assert ResumableRuns(None, key).get("x", run("d"))[0]["tag"] == "d" and not list(tmp_path.glob("x.json"))
+
+
+def test_lockstep_uneven_threads_never_hang_when_one_finishes_between_rounds():
+    """Many rounds in which one thread finishes while the others are on their way to the next round: each run
+    ends in a LockstepError (a thread that checked for a finished peer just before it finished used to wait for
+    ever)."""
+
+    def kernel(a, b, sa, sb, out_dtype, bias):
+        return a.to(out_dtype)
+
+    def one_run(_):
+        ls = Lockstep(4)
+        mm = ls.wrap("layer", kernel)
+        ones = torch.ones(1, 2)
+
+        def uneven(i):  # thread i makes i + 1 calls
+            for _ in range(i + 1):
+                mm(ones, None, ones, None, torch.float32)
+
+        with pytest.raises(LockstepError):
+            ls.run(uneven)
+        return ls.calls
+
+    box = {}
+    t = threading.Thread(target=lambda: box.update(calls=[one_run(r) for r in range(300)]))
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive(), "lockstep hung"
+    assert box["calls"] == [1] * 300  # one full round (every thread's first call), then the shortest thread finished
