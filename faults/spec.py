@@ -79,11 +79,16 @@ class Injection:
     def family(self) -> str:
         return get_fault(self.fault).family
 
+    @property
+    def spelled(self) -> str:
+        """The fault as ``--inject`` spells it: ``F4``, ``F9.stale`` (a default variant left out)."""
+        v = f".{self.variant}" if self.variant and self.variant != default_variant(self.fault) else ""
+        return f"{self.fault}{v}"
+
     def suffix(self) -> str:
         """Kernel-name suffix ``+F4@all#s0`` (``+F9.stale@one#s3``; ``!`` when F6/F7 are not prepared)."""
-        v = f".{self.variant}" if self.variant and self.variant != default_variant(self.fault) else ""
         bang = "!" if (self.fault in PRECONDITION_FAULTS and not self.prepared) else ""
-        return f"+{self.fault}{v}@{self.coverage}#s{self.seed}{bang}"
+        return f"+{self.spelled}@{self.coverage}#s{self.seed}{bang}"
 
     def label(self) -> str:
         """e.g. ``F4 output_truncation, coverage all, seed 0``."""

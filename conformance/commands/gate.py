@@ -146,9 +146,9 @@ def _run(args: argparse.Namespace) -> int:
         return _gate(args, out)
 
 
-def injection_args(args: argparse.Namespace) -> tuple:
-    """``(fault or None, coverage, seed)`` of the candidate (``gate.options.candidate_injection``): ``--inject``,
-    else the deprecated ``--fault`` / ``--fault-coverage`` / ``--fault-seed``. Raises FaultError (one line)."""
+def injection_args(args: argparse.Namespace):
+    """The candidate's ``Injection`` or None (``gate.options.candidate_injection``): ``--inject``, else the
+    deprecated ``--fault`` / ``--fault-coverage`` / ``--fault-seed``. Raises FaultError (one line)."""
     from conformance.gate.options import candidate_injection
 
     return candidate_injection(
@@ -166,7 +166,7 @@ def out_dir(args: argparse.Namespace) -> Path:
 
     if args.out is not None:
         return Path(args.out)
-    return default_gate_out(args.candidate, *injection_args(args), args.incumbent, args.baseline)
+    return default_gate_out(args.candidate, injection_args(args), args.incumbent, args.baseline)
 
 
 def _gate(args: argparse.Namespace, out: Path) -> int:
@@ -177,7 +177,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     from conformance.runtime.pool import KernelRef
 
     policy = load_policy(args.policy) if args.policy else default_policy()
-    cand = KernelRef(args.candidate, *injection_args(args))
+    cand = KernelRef(args.candidate, injection_args(args))
     inc = KernelRef(args.incumbent) if args.incumbent else None
     opts = GateOptions(
         include_captures=not args.no_captures,

@@ -10,25 +10,27 @@ from conformance.gate.report import GATE_REPORT_FILES
 from conformance.runtime.output_dirs import default_out, kernel_label, pair_label
 from conformance.suite.report import read_report
 from faults import parse_injection
+from faults.spec import Injection, make_injection
 from reference.command_line import ensure_out_dir
 
 
-def candidate_injection(inject: Optional[str], fault: Optional[str] = None, coverage: str = "all", seed: int = 0):
-    """``(fault or None, coverage, seed)`` of the candidate: ``inject`` (``FAULT[:COVERAGE[:SEED]]``, validated;
-    the fault as written, e.g. ``F9.stale`` or ``output_truncation``), else the deprecated ``--fault`` /
-    ``--fault-coverage`` / ``--fault-seed`` values. Raises FaultError (one line)."""
+def candidate_injection(
+    inject: Optional[str], fault: Optional[str] = None, coverage: str = "all", seed: int = 0
+) -> Optional[Injection]:
+    """The candidate's validated injection: ``inject`` (``FAULT[:COVERAGE[:SEED]]``), else the deprecated
+    ``--fault`` / ``--fault-coverage`` / ``--fault-seed`` values; None without a fault. Raises FaultError (one
+    line)."""
     if inject:
-        i = parse_injection(inject)
-        return inject.split(":", 1)[0].strip(), i.coverage, i.seed
-    return fault, coverage, seed
+        return parse_injection(inject)
+    return make_injection(fault, coverage, seed) if fault else None
 
 
-def default_gate_out(candidate: str, fault, coverage: str, seed: int, incumbent, baseline) -> Path:
+def default_gate_out(candidate: str, injection: Optional[Injection], incumbent, baseline) -> Path:
     """``int8conf-reports/gate/<candidate label>-vs-<incumbent label>`` (with ``baseline``, the kernel its report
     names). Raises Int8confError: unreadable baseline."""
     if incumbent is None:
         incumbent = read_report(baseline)["kernel"]["name"]
-    return default_out("gate", pair_label(kernel_label(candidate, fault, coverage, seed), kernel_label(incumbent)))
+    return default_out("gate", pair_label(kernel_label(candidate, injection), kernel_label(incumbent)))
 
 
 def check_out_dir(out: Path, option: str = "--out") -> None:

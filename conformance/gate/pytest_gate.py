@@ -97,16 +97,16 @@ def pytest_configure(config) -> None:
     if any(str(a).startswith("--gate-fault") for a in config.invocation_params.args) and not wid:
         print("int8conf gate: note: --gate-fault is deprecated, use --gate-inject", file=sys.stderr)
     try:
-        fault, cov, seed = candidate_injection(inject)
+        injection = candidate_injection(inject)
         out = config.getoption("gate_out")
         if out is None:  # the rule of every command (conformance.runtime.output_dirs)
-            out = default_gate_out(cand, fault, cov, seed, inc, baseline)
+            out = default_gate_out(cand, injection, inc, baseline)
         out = Path(config.invocation_params.dir) / out  # an absolute ``out`` stays as it is
         if not wid:  # the controller: an unusable --gate-out is refused before any work
             check_out_dir(out, "--gate-out")
         path = config.getoption("gate_policy")
         pol = load_policy(path) if path else default_policy()
-        sess = GateSession(KernelRef(cand, fault, cov, seed), KernelRef(inc) if inc else None, baseline, pol, opts, out)
+        sess = GateSession(KernelRef(cand, injection), KernelRef(inc) if inc else None, baseline, pol, opts, out)
     except Int8confError as e:
         raise pytest.UsageError(f"int8conf gate: {e}") from None
     if wid:

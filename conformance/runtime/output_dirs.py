@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
+from faults.spec import Injection
+
 #: the root of every default output folder (relative to the current directory)
 REPORTS = Path("int8conf-reports")
 
@@ -25,19 +27,10 @@ def kernel_dirname(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "kernel"
 
 
-def kernel_label(name: str, fault: Optional[str] = None, coverage: str = "all", seed: int = 0) -> str:
-    """A kernel's folder name: its name (``KernelSpec.name``, with an injected
-    fault's suffix ``+F4@all#s0`` when ``fault`` is given) made a folder name
-    (:func:`kernel_dirname`).
-
-    Raises:
-        FaultError: ``fault`` / ``coverage`` unknown (one line).
-    """
-    if fault:
-        from faults.spec import make_injection
-
-        name += make_injection(fault, coverage, seed).suffix()
-    return kernel_dirname(name)
+def kernel_label(name: str, injection: Optional[Injection] = None) -> str:
+    """A kernel's folder name: its name (``KernelSpec.name``, with the injection's suffix ``+F4@all#s0`` when
+    one is given) made a folder name (:func:`kernel_dirname`)."""
+    return kernel_dirname(name + (injection.suffix() if injection else ""))
 
 
 def pair_label(first: str, second: str) -> str:

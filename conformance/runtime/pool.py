@@ -20,13 +20,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from conformance.runtime.forking import FORK_GATE, start_method
 from conformance.runtime.graceful_stop import exit_with_parent, record_interrupts, restore_sigterm
 from conformance.runtime.import_noise import silence_import_noise
+from faults.inject import inject_injection
+from faults.spec import FaultError, Injection, make_injection
 from reference.errors import KernelLoadError, first_line
 
 OK, CRASHED, TIMED_OUT, HARNESS_ERROR = "ok", "crash", "timeout", "error"
@@ -57,46 +59,41 @@ Handler = Callable[[object, object, Served], object]
 
 @dataclass(frozen=True)
 class KernelRef:
-    """A kernel as a registry name a fresh process can resolve, optionally wrapped with a fault
-    (``faults.inject``: ``fault`` F1..F9, ``coverage`` one | 1% | all, ``seed``)."""
+    """A kernel as a registry name a fresh process can resolve, optionally wrapped with a fault injection
+    (``faults.Injection``, validated by whoever built it)."""
 
     name: str
-    fault: Optional[str] = None
-    coverage: str = "all"
-    seed: int = 0
+    injection: Optional[Injection] = None
 
     def label(self) -> str:
         """``cpu`` or ``cpu+F3[all,seed=0]``."""
-        return f"{self.name}+{self.fault}[{self.coverage},seed={self.seed}]" if self.fault else self.name
+        inj = self.injection
+        return f"{self.name}+{inj.spelled}[{inj.coverage},seed={inj.seed}]" if inj else self.name
 
     def resolve(self):
-        """The KernelSpec, fault-wrapped if a fault is set. Raises KernelLoadError (one line)."""
+        """The KernelSpec, fault-wrapped if an injection is set. Raises KernelLoadError (one line)."""
         from conformance.kernels.registry import get_kernel
 
         spec = get_kernel(self.name)
-        if not self.fault:
+        if self.injection is None:
             return spec
         try:
-            from faults.inject import inject
-        except ImportError as e:
-            raise KernelLoadError(
-                f"--fault {self.fault}: fault injection is not available (faults.inject: {e})"
-            ) from None
-        try:
-            return inject(spec, self.fault, coverage=self.coverage, seed=self.seed)
-        except KernelLoadError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- one line for a bad fault id / coverage
-            line = first_line(e, None) or type(e).__name__
-            what = f"{self.fault} (coverage {self.coverage}) into {self.name!r}"
-            raise KernelLoadError(f"cannot inject {what}: {line}") from None
+            return inject_injection(spec, self.injection)
+        except FaultError as e:
+            raise KernelLoadError(f"cannot inject {self.injection.spelled} into {self.name!r}: {e}") from None
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "label": self.label()}
+        """``name``, ``fault`` (as ``--inject`` spells it, or None), ``coverage``, ``seed``, ``label``."""
+        inj = self.injection
+        fault, coverage, seed = (inj.spelled, inj.coverage, inj.seed) if inj else (None, "all", 0)
+        return {"name": self.name, "fault": fault, "coverage": coverage, "seed": seed, "label": self.label()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelRef":
-        return cls(d["name"], d.get("fault"), d.get("coverage", "all"), int(d.get("seed", 0)))
+        """The inverse of :meth:`to_dict`. Raises FaultError: a fault the catalogue does not know."""
+        fault = d.get("fault")
+        inj = make_injection(fault, d.get("coverage", "all"), int(d.get("seed", 0))) if fault else None
+        return cls(d["name"], inj)
 
 
 @dataclass

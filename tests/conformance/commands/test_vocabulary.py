@@ -38,13 +38,14 @@ def test_sweep_old_spellings_parse_as_the_new_ones(capsys, new, old, note):
 
 def test_gate_injects_like_check(capsys):
     from conformance.commands.gate import injection_args, out_dir
+    from faults.spec import make_injection
 
     new = build_parser().parse_args(["gate", "--candidate", "cpu", "--incumbent", "int_mm", "--inject", "F4:1%:7"])
     old = build_parser().parse_args(
         ["gate", "--candidate", "cpu", "--incumbent", "int_mm", "--fault", "F4", "--fault-coverage", "1%"]
         + ["--fault-seed", "7"]
     )
-    assert injection_args(new) == injection_args(old) == ("F4", "1%", 7)
+    assert injection_args(new) == injection_args(old) == make_injection("F4", "1%", 7)
     assert out_dir(new) == out_dir(old) == Path("int8conf-reports/gate/cpu_F4_1_s7-vs-int_mm")
     assert capsys.readouterr().err.count("is deprecated, use --inject") == 3
 

@@ -15,6 +15,7 @@ from conformance.gate.run import GateOptions, NotComparable, run_gate
 from conformance.runtime.pool import KernelRef
 from conformance.suite.report import write_reports
 from conformance.suite.run import run_conformance
+from faults.spec import make_injection
 
 SYN = [make_case("ordinary", 0), make_case("pow2", 0), make_case("epilogue_ties", 0)]
 # the stored baselines below are reduced suites (explicit cases, no property test, no model checks)
@@ -58,8 +59,8 @@ def test_faulty_candidate_measured_against_the_baseline_contract_reference(tmp_p
     stored incumbent is measured through the reference of its declared
     contract, whose digest reproduces the stored output digest."""
     jp, cases = baseline
-    bit = _gate(tmp_path / "bit", KernelRef("cpu", "F4"), jp, cases, BIT)
-    one = _gate(tmp_path / "one", KernelRef("cpu", "F4"), jp, cases, ONE)
+    bit = _gate(tmp_path / "bit", KernelRef("cpu", make_injection("F4")), jp, cases, BIT)
+    one = _gate(tmp_path / "one", KernelRef("cpu", make_injection("F4")), jp, cases, ONE)
     assert bit.exit_code == 1 and all(d.status == "fail" for d in bit.cases)
     assert one.exit_code == 0 and all(d.status == "warn" for d in one.cases)
     assert all(d.delta["max_ulp"] == 1 and d.delta["via"].startswith("baseline output reproduced") for d in one.cases)
@@ -315,7 +316,7 @@ def test_legal_contract_difference_against_a_stored_baseline(tmp_path, baseline)
     jp, cases = baseline
     pol = parse_policy({"require": "bit_identical", "allow": "contract_difference", "allow_reduced_baseline": True})
     res = _gate(tmp_path, KernelRef("buggy_kernels:good_triton"), jp, cases, pol)
-    faulty = _gate(tmp_path / "faulty", KernelRef("cpu", "F4"), jp, cases, pol)
+    faulty = _gate(tmp_path / "faulty", KernelRef("cpu", make_injection("F4")), jp, cases, pol)
     # ordinary-s0 and epilogue_ties-s0 carry scale-order ties the two contracts split
     assert [d.status for d in res.cases] == ["warn", "pass", "warn", "pass", "pass"]
     assert res.exit_code == 0 and res.cases[2].reasons[0]["text"].endswith(

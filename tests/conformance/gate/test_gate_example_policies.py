@@ -13,6 +13,7 @@ from conformance.gate.policy import load_policy
 from conformance.gate.run import GateOptions, run_gate
 from conformance.kernels.runner import run_kernel
 from conformance.runtime.pool import KernelRef
+from faults.spec import make_injection
 
 POLICIES = Path(__file__).resolve().parents[3] / "examples" / "policies"
 #: pow2_bias: power-of-two scales with a bias (the bias point still differs);
@@ -32,7 +33,7 @@ NAMES = [
 ]
 #: good_triton: exact emulation of the triton contract (a_then_w, bias after the rounding).
 LEGAL = KernelRef("buggy_kernels:good_triton")
-FAULTY = KernelRef("cpu", "F4")  # truncation instead of RNE: one spacing, off its contract
+FAULTY = KernelRef("cpu", make_injection("F4"))  # truncation instead of RNE: one spacing, off its contract
 
 
 def _gate(tmp_path, cand, policy, cases=CASES):

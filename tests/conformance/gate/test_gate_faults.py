@@ -22,6 +22,7 @@ from conformance.gate.run import run_gate
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.pool import KernelRef
 from faults.inject import inject
+from faults.spec import make_injection
 
 BIT = parse_policy({"name": "bit", "require": "bit_identical"})
 ONE = parse_policy({"name": "one", "allow": "within_one_spacing"})
@@ -103,7 +104,7 @@ def test_post_processing_fault_blocked_under_bit_identity_warns_within_one_spaci
     # the data: every fault is visible on this case set, and somewhere within one spacing
     assert max(dist) >= 1 and 1 in dist, dist
     for policy in (BIT, ONE):
-        res = _gate(tmp_path / policy.name, KernelRef("cpu", fault), KernelRef("cpu"), policy)
+        res = _gate(tmp_path / policy.name, KernelRef("cpu", make_injection(fault)), KernelRef("cpu"), policy)
         want = [_expected(d, policy) for d in dist]
         assert [d.status for d in res.cases] == want, (policy.name, dist)
         assert [d.delta["max_ulp"] for d in res.cases] == dist
@@ -122,7 +123,7 @@ def test_operand_mismatch_is_blocked_under_every_policy(tmp_path, policy):
     # F9's default variant rewrites the weight scales to powers of two without
     # requantizing: a mismatch on every real-scale case (on a pow2 case it is none)
     real = [c for c in CASES if c.scale_mode != "pow2"]
-    res = _gate(tmp_path, KernelRef("cpu", "F9"), KernelRef("cpu"), policy, cases=real)
+    res = _gate(tmp_path, KernelRef("cpu", make_injection("F9")), KernelRef("cpu"), policy, cases=real)
     assert res.overall["verdict"] == "blocked" and res.exit_code == 1
     for d in res.cases:
         assert d.status == "fail" and d.blocking
@@ -131,7 +132,7 @@ def test_operand_mismatch_is_blocked_under_every_policy(tmp_path, policy):
 
 
 def test_stale_operand_is_blocked_even_by_the_most_lenient_policy(tmp_path):
-    res = _gate(tmp_path, KernelRef("cpu", "F9.stale"), KernelRef("cpu"), LENIENT, cases=CASES[:2])
+    res = _gate(tmp_path, KernelRef("cpu", make_injection("F9.stale")), KernelRef("cpu"), LENIENT, cases=CASES[:2])
     assert [d.status for d in res.cases] == ["fail", "fail"] and res.exit_code == 1
 
 
@@ -143,14 +144,17 @@ def test_expectations_accept_a_deviation_and_unused_ones_are_reported(tmp_path):
     pol = parse_policy({"require": "bit_identical", "expectations": exps})
     # F3 (scale order) changes bits only on the ties case: a plain random case beside it
     cases = [make_case("ordinary", 0, plant=False), CASES[4]]
-    res = _gate(tmp_path, KernelRef("cpu", "F3"), KernelRef("cpu"), pol, cases=cases)
+    res = _gate(tmp_path, KernelRef("cpu", make_injection("F3")), KernelRef("cpu"), pol, cases=cases)
     ties = res.decision("synthetic/epilogue_ties-s0")
     assert ties.status == "warn" and not ties.blocking and ties.expectations_used == [0]
     assert res.overall["verdict"] == "pass"
     assert [e["owner"] for e in res.overall["unused_expectations"]] == ["@b"]
     strict = parse_policy({"require": "bit_identical", "fail_on_unused_expectations": True, "expectations": exps})
     assert (
-        _gate(tmp_path, KernelRef("cpu", "F3"), KernelRef("cpu"), strict, cases=cases).overall["verdict"] == "blocked"
+        _gate(tmp_path, KernelRef("cpu", make_injection("F3")), KernelRef("cpu"), strict, cases=cases).overall[
+            "verdict"
+        ]
+        == "blocked"
     )
 
 
