@@ -9,11 +9,11 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import run_python
 
 from conformance.cases import make_case
 from conformance.kernels.registry import get_kernel
@@ -28,11 +28,6 @@ TAILS = ["synthetic/tails-s0", "synthetic/tails-s1"]
 QUICK = ["--no-model", "--no-captures", "--no-sweep"]
 
 
-def _run(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HELPERS)])}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
 def _fixed(doc: dict) -> dict:
     return {c["case"]: c["verdict"] for c in doc["cases"] if c["source"] != "property"}
 
@@ -40,7 +35,7 @@ def _fixed(doc: dict) -> dict:
 def test_check_segfault_in_a_worker_fails_that_case_and_the_run_goes_on(tmp_path):
     out = tmp_path / "r"
     kernel = "buggy_kernels:segfaulting_kernel"
-    r = _run(
+    r = run_python(
         ["-m", "conformance.cli", "check", "--kernel", kernel, *QUICK, "--examples", "0", "-j", "2", "--out", str(out)],
         tmp_path,
     )
@@ -71,7 +66,7 @@ def test_check_hang_and_abort_in_one_process_timeout_named_property_contained(tm
     test's first example (K = 1) aborts: the property test fails with SIGABRT and a reproducer of its operands."""
     out = tmp_path / "r"
     args = ["check", "--kernel", "buggy_kernels:hanging_then_aborting_kernel", *QUICK, "--examples", "3"]
-    r = _run(["-m", "conformance.cli", *args, "-j", "1", "--timeout", "3", "--out", str(out)], tmp_path)
+    r = run_python(["-m", "conformance.cli", *args, "-j", "1", "--timeout", "3", "--out", str(out)], tmp_path)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((out / "hanging-then-aborting" / "conformance.json").read_text())
     fixed = _fixed(doc)
@@ -95,7 +90,7 @@ def test_plugin_abort_and_hang_fail_their_items_and_the_session_writes_the_repor
     reports = tmp_path / "rep"
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=buggy_kernels:aborting_then_hanging_kernel"]
     args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=3"]
-    r = _run([*args, "--int8conf-timeout=3", f"--int8conf-reports={reports}"], tmp_path)
+    r = run_python([*args, "--int8conf-timeout=3", f"--int8conf-reports={reports}"], tmp_path)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     for case in TAILS:
         assert f"FAILED int8conf-aborting-then-hanging::{case}" in r.stdout
@@ -140,7 +135,7 @@ def test_plugin_interrupted_summary_says_partial_never_overall_pass(tmp_path):
     )
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
-    r = _run([*args, str(tmp_path / "conftest.py")], tmp_path)
+    r = run_python([*args, str(tmp_path / "conftest.py")], tmp_path)
     assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("cpu: "))
     assert line.startswith("cpu: PARTIAL RUN (partial run: 1 of 22 fixed cases ran (interrupted)"), line
@@ -167,10 +162,10 @@ def test_a_crash_during_c9_fails_c9_and_the_run_reports_it(tmp_path):
     assert res.overall["summary"].startswith("NOT conformant: the kernel's process died on 1 step (first: C9: SIGABRT)")
 
 
-def test_plugin_k_selection_is_a_reduced_and_partial_run(tmp_path):
+def test_plugin_k_selection_is_a_reduced_and_partialrun_python(tmp_path):
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
-    r = _run([*args, "-k", "ordinary-s0"], tmp_path)
+    r = run_python([*args, "-k", "ordinary-s0"], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("cpu: "))
     assert line.startswith("cpu: PARTIAL RUN (partial run: 1 of 22 fixed cases ran (pytest selection or early stop)")
@@ -259,7 +254,7 @@ def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_check(tmp_p
 def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_the_plugin(tmp_path):
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=buggy_kernels:raises_keyboard_interrupt"]
     args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
-    r = _run([*args, "--int8conf-reports=rep"], tmp_path)
+    r = run_python([*args, "--int8conf-reports=rep"], tmp_path)
     assert r.returncode == pytest.ExitCode.TESTS_FAILED, r.stdout[-3000:] + r.stderr[-3000:]  # before: INTERRUPTED
     assert "3 failed, 20 passed" in r.stdout and "PARTIAL RUN" not in r.stdout
     assert "kernel raised KeyboardInterrupt: the kernel's own KeyboardInterrupt" in r.stdout
@@ -345,7 +340,7 @@ def test_an_interrupted_plugin_run_lists_what_it_did_not_reach(tmp_path):
     )
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
-    r = _run([*args, str(tmp_path / "conftest.py")], tmp_path)
+    r = run_python([*args, str(tmp_path / "conftest.py")], tmp_path)
     assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]
     ov = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())["overall"]
     assert ov["reduced_suite"][-2:] == [  # before: nothing of the cut-off steps listed

@@ -2,10 +2,9 @@
 build byte-identical cases for an injected kernel that declares shape constraints."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from subprocesses import run_python
 
 from conformance.cli import main
 
@@ -28,17 +27,9 @@ def _cases(report: Path) -> list:
 def test_check_and_the_plugin_build_the_same_prepared_cases(tmp_path):
     rc = main(["check", f"--kernel={KERNEL}", "--inject=F6:one", *REDUCED, "--examples=0", "-q", f"--out={tmp_path}/c"])
     assert rc == 0  # the kernel declares wrap-around: F6's wrap is its declared behaviour (C3 / C4 preconditions)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(HELPERS)]))
     args = [f"--kernel={KERNEL}", "--int8conf-inject=F6:one", "--int8conf-examples=0"]
     args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", f"--int8conf-reports={tmp_path}/p"]
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args], tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (check_report,) = (tmp_path / "c").rglob("conformance.json")
     (plugin_report,) = (tmp_path / "p").rglob("conformance.json")

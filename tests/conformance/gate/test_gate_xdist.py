@@ -3,16 +3,15 @@ same conformance report and the same gate report as a serial run (timings
 and timestamps aside), and each is written once, by the controller."""
 
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 -- imported before pytester's in-process run (a second import would crash)
 from holding import Hold, interrupt_when_held
+from subprocesses import run_python
 
 import conformance.gate.run  # noqa: F401 -- same: keep the gate's modules loaded across the inner run
 
@@ -65,15 +64,7 @@ def test_xdist_two_workers_write_the_serial_reports(tmp_path, pytester):
     serial = pytester.runpytest_inprocess(*_args(tmp_path / "serial"))  # serial, this process
     assert serial.ret == 0, serial.stdout.str()[-3000:]
     suite_1, gate_1 = _reports(tmp_path / "serial")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", *_args(tmp_path / "xdist")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = run_python(["-m", "pytest", "-n", "2", *_args(tmp_path / "xdist")], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     suite_2, gate_2 = _reports(tmp_path / "xdist")
     out = r.stdout
@@ -174,11 +165,8 @@ def test_an_unusable_gate_out_is_a_usage_error_before_any_item(tmp_path):
     every gate case ran (the CLI's ``check_out_dir``, shared)."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [a if not a.startswith("--gate-out=") else f"--gate-out={blocker}/gate" for a in _args(tmp_path / "o")]
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    r = run_python(["-m", "pytest", *args], tmp_path, timeout=300)
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"int8conf gate: --gate-out {blocker}/gate: cannot create reports directory" in r.stderr, r.stderr[-2000:]
     assert "passed" not in r.stdout and "Traceback" not in r.stderr
