@@ -37,6 +37,7 @@ from typing import Optional
 
 import pytest
 
+from conformance.checks.result import Verdict
 from conformance.kernels.spec import enter_conformance_run
 from reference.command_line import non_negative_int, positive_int, positive_seconds, remove_empty_dirs
 from reference.errors import Int8confError
@@ -405,11 +406,11 @@ def _crash_message(what: str, rec: dict) -> str:
 
 
 def _check_verdict(r) -> None:
-    if r.verdict == "n/a":
+    if r.verdict == Verdict.NOT_APPLICABLE:
         pytest.skip(r.summary)
-    if r.verdict == "fail" and isinstance(r.evidence.get("crash"), dict):
+    if r.verdict == Verdict.FAIL and isinstance(r.evidence.get("crash"), dict):
         raise ConformanceFailure(_crash_message(f"{r.check_id} {r.name}", r.evidence["crash"]))
-    if r.verdict == "fail":
+    if r.verdict == Verdict.FAIL:
         raise ConformanceFailure(f"{r.check_id} {r.name}: {r.summary}")
 
 
@@ -427,7 +428,7 @@ class CaseItem(_Item):
             pytest.skip(f"{name}: {cr.not_run_reason}")
         for r in cr.precondition_violations:
             warnings.warn(PreconditionWarning(f"{name} {cr.case}: {r.check_id} {r.name}: {r.summary}"), stacklevel=2)
-        if all(r.verdict == "n/a" for r in cr.checks.values()):
+        if all(r.verdict == Verdict.NOT_APPLICABLE for r in cr.checks.values()):
             pytest.skip("; ".join(sorted({r.summary for r in cr.checks.values()})))
 
 
@@ -595,7 +596,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     from conformance.runtime.partial_run import partial_run
     from conformance.suite.plan import NOT_REACHED, NOT_SELECTED
     from conformance.suite.report import write_reports
-    from conformance.suite.run import NOT_RUN, build_result
+    from conformance.suite.run import build_result
     from conformance.suite.setup import report_root
     from faults.inject import annotate_result
 
@@ -621,7 +622,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, report_root(st.out_dir, ks.spec.name))
         st.written.append((ks.spec.name, res, jp, mp))
-    if exitstatus == pytest.ExitCode.OK and any(r.verdict == NOT_RUN for _, r, _, _ in st.written):
+    if exitstatus == pytest.ExitCode.OK and any(r.verdict == Verdict.NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -631,12 +632,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if st is None or not st.written:
         return
     from conformance.suite.report import crash_lines, pair_difference_line
-    from conformance.suite.run import NOT_RUN
 
     terminalreporter.section("int8conf conformance reports")
     for name, res, jp, mp in st.written:
         ov = res.overall
-        if res.verdict == NOT_RUN:
+        if res.verdict == Verdict.NOT_RUN:
             head = "NOT RUN (inconclusive: the kernel produced output on no case)"
         else:
             head = ov.get("headline") or res.verdict.upper()

@@ -8,16 +8,18 @@ declared overflow behaviour gives; C4: ``|acc| < 2**24`` (``float32(acc)`` exact
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
+from conformance.checks.case_check import ObservedAccumulator
 from conformance.checks.compare import skipped_reason
 from conformance.checks.output_bits import overflow_of
 from conformance.checks.overflow import declared_accumulator, may_leave_int32
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
 from reference import memo, readback
 from reference.accumulate import (
     FP32_EXACT_INT,
@@ -26,20 +28,9 @@ from reference.accumulate import (
     ask_accumulator_bound,
     exact_int_mm,
 )
+from reference.operands import GemmOperands
 
 C3, C4 = "C3", "C4"
-
-
-@dataclass
-class ObservedAccumulator:
-    """The accumulator a check looks at: ``acc`` int32/int64 [M, N] (CPU, or the
-    kernel's device with ``keep_on_device``) or None; ``source`` ``"kernel int_mm"``
-    or ``"reference exact_int_mm"``; ``error`` one line; ``manifest`` of the run."""
-
-    acc: Optional[Tensor]
-    source: str
-    error: Optional[str] = None
-    manifest: Optional[dict] = None
 
 
 def observe_accumulator(
@@ -166,7 +157,13 @@ def headroom_questions(spec, ops, obs: ObservedAccumulator, exact: Tensor) -> di
     return q
 
 
-def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
+def check_int32_headroom(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: Optional[KernelRun] = None,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C3: the tight bound ``|a| @ |b|.T`` on every partial sum vs 2**31, and the
     observed accumulator (``acc``: tensor, :class:`ObservedAccumulator` or None)
     vs the declared one. Fail (precondition) when the bound exceeds INT32_MAX,
@@ -234,14 +231,14 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
         if mismatch_line:
             s = mismatch_line + "; " + s
         ev["n_bound_over"], ev["n_exact_over"] = n_over, ex_over
-        return CheckResult(C3, name, "fail", s, ev)
+        return CheckResult(C3, name, Verdict.FAIL, s, ev)
     if mismatch_line:
         ev["failure_kind"] = "kernel"
-        return CheckResult(C3, name, "fail", mismatch_line, ev)
+        return CheckResult(C3, name, Verdict.FAIL, mismatch_line, ev)
     return CheckResult(
         C3,
         name,
-        "pass",
+        Verdict.PASS,
         f"bound |acc| <= {tight_max} < 2^31 (K={ops.k}); observed accumulator from {obs.source} matches exact"
         if obs.acc is not None
         else f"bound |acc| <= {tight_max} < 2^31 (K={ops.k})",
@@ -249,7 +246,13 @@ def check_int32_headroom(spec, ops, run=None, acc=None, exact=None) -> CheckResu
     )
 
 
-def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> CheckResult:
+def check_fp32_exact_accumulator(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: Optional[KernelRun] = None,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C4: observed (else exact) |acc| < 2**24, so ``float32(acc)`` is exact; a
     failure is a precondition (F7). Evidence ``{fp32_exact_int, max_abs,
     n_at_or_over, worst, acc_source, bound_tight_max}``."""
@@ -281,9 +284,9 @@ def check_fp32_exact_accumulator(spec, ops, run=None, acc=None, exact=None) -> C
         return CheckResult(
             C4,
             name,
-            "fail",
+            Verdict.FAIL,
             f"|acc| >= 2^24 at {n_over}/{t.numel()} elements (max {ev['max_abs']} "
             f"at {ev['worst']['index']}): float32(acc) is inexact",
             ev,
         )
-    return CheckResult(C4, name, "pass", f"max |acc| = {ev['max_abs']} < 2^24 ({src})", ev)
+    return CheckResult(C4, name, Verdict.PASS, f"max |acc| = {ev['max_abs']} < 2^24 ({src})", ev)

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
 from conformance.kernels.runner import run_kernel
 from reference.bits import bits_of
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
@@ -310,7 +310,7 @@ def check_batch_invariance(
     if iface:
         f0 = iface[0]
         line = f"interface: {f0['line']}; on C9's call {f0['call']} ({len(iface)} of {n_calls} C9 calls){besides}"
-        return CheckResult(CHECK_ID, NAME, "fail", line, dict(ev, failure_kind="interface", interface=f0["line"]))
+        return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind="interface", interface=f0["line"]))
     if n_diff:
         d0 = diffs[0]
         where = (
@@ -321,7 +321,7 @@ def check_batch_invariance(
         return CheckResult(
             CHECK_ID,
             NAME,
-            "fail",
+            Verdict.FAIL,
             f"row bits depend on the batch or the call: {n_diff} of {n_cmp} comparisons differ; first: {where}",
             ev,
         )
@@ -329,14 +329,14 @@ def check_batch_invariance(
         f0 = failed[0]
         kind = "raised" if f0["kind"] == "raised" else "kernel"
         line = f"the kernel gave no output on {len(failed)} of {n_calls} C9 calls; first: {f0['call']}: {f0['error']}"
-        return CheckResult(CHECK_ID, NAME, "fail", line, dict(ev, failure_kind=kind))
+        return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
     if not n_cmp:
         why = "; ".join(skipped_cases[:3]) or "no case selected"
         return not_applicable(CHECK_ID, f"kernel ran on none of the C9 cases: {why}", **ev)
     return CheckResult(
         CHECK_ID,
         NAME,
-        "pass",
+        Verdict.PASS,
         f"{n_cmp} row comparisons bit-identical across M=1, batches "
         f"{sorted({s for c in per_case for s in c['sizes_run']})}, the cases' own "
         f"M and a repeated call ({len(per_case)} cases, {n_calls} kernel calls)",

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
 from conformance.kernels.runner import pick_device
 from conformance.kernels.spec import declared_epilogue
 from reference.epilogue import apply_steps
@@ -488,7 +488,7 @@ def check_fp8_accumulator(
     for k, m in runs:
         if m.model is None:
             ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel", probe_k=k)
-            return CheckResult(C11, "fp8_accumulator", "fail", f"{m.error} (probe K={k})", ev)
+            return CheckResult(C11, "fp8_accumulator", Verdict.FAIL, f"{m.error} (probe K={k})", ev)
     by_k = {k: m.model.label() for k, m in runs}
     short = [(k, m, shortfall(m.model, declared, m.bits_observed)) for k, m in runs]
     k0, m0, why = next(((k, m, w) for k, m, w in short if w), short[0])
@@ -502,14 +502,14 @@ def check_fp8_accumulator(
     head = f"measured {shown}, declared {declared.label()!r}"
     if why:
         line = f"{head}: {'; '.join(why)}" + ("" if one else f" at K={k0}")
-        return CheckResult(C11, "fp8_accumulator", "fail", line, dict(ev, failure_kind="kernel"))
+        return CheckResult(C11, "fp8_accumulator", Verdict.FAIL, line, dict(ev, failure_kind="kernel"))
     bad = [r for r in reg.values() if "error" in r or r["wrong"]]
     if bad:
         line = f"{head}, but {_regime_line(bad[0])}" + (f" (and {len(bad) - 1} more regimes)" if len(bad) > 1 else "")
-        return CheckResult(C11, "fp8_accumulator", "fail", line, dict(ev, failure_kind="kernel"))
+        return CheckResult(C11, "fp8_accumulator", Verdict.FAIL, line, dict(ev, failure_kind="kernel"))
     n_rows = sum(r["n_rows"] for r in reg.values())
     n_fixed = sum(r["n_fixed"] for r in reg.values())
     where = f"; {n_rows} rows at {len(reg)} regimes as declared ({n_fixed} exact for every order, the rest bounded)"
     if skipped:
         where += f"; regimes outside the constraints: {', '.join(skipped)}"
-    return CheckResult(C11, "fp8_accumulator", "pass", f"{head}: at least as precise as declared{where}", ev)
+    return CheckResult(C11, "fp8_accumulator", Verdict.PASS, f"{head}: at least as precise as declared{where}", ev)

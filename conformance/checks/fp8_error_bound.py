@@ -23,14 +23,18 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from conformance.checks.case_check import ObservedAccumulator
 from conformance.checks.output_bits import case_epilogue, run_device, unusable_output
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
 from reference import memo
 from reference.bits import bits_of
 from reference.contract import EpilogueContract, EpilogueSteps, from_contract
 from reference.epilogue import apply_steps
 from reference.fp8 import PRODUCT_SHIFT, AccumulatorModel, accumulation_bound, exact_fp8_mm, parse_accumulator
 from reference.fp8.exact import fixed_to_fp32
+from reference.operands import GemmOperands
 
 C12 = "C12"
 NAME = "fp8_error_bound"
@@ -147,8 +151,8 @@ def fp8_error_bound(
         w = ev["worst"]
         line = f"{n_over}/{n} elements outside the declared bound; first at {w['index']}: out {w['out']!r} "
         line += f"not in {w['interval']}; {head}"
-        return CheckResult(C12, NAME, "fail", line, dict(ev, failure_kind="kernel"))
-    return CheckResult(C12, NAME, "pass", f"{n} elements within the declared bound; {head}", ev)
+        return CheckResult(C12, NAME, Verdict.FAIL, line, dict(ev, failure_kind="kernel"))
+    return CheckResult(C12, NAME, Verdict.PASS, f"{n} elements within the declared bound; {head}", ev)
 
 
 def no_model_reason(run) -> str:
@@ -160,7 +164,13 @@ def no_model_reason(run) -> str:
     return f"kernel declares no FP8 accumulator for device {dev!r}"
 
 
-def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_error_bound(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C12 as a per-case check (``check(spec, ops, run, acc=None, exact=None)``; ``acc`` / ``exact`` unused): the
     run's output against the accumulator ``spec`` declares on the device it ran on and its declared epilogue (its
     step list for that device / out dtype, else its contract). n/a: int8 operands, no declared accumulator, no

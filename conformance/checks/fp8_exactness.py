@@ -10,13 +10,19 @@ case is (pass: provably exact at the declared precision; n/a otherwise, with the
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
+from torch import Tensor
+
+from conformance.checks.case_check import CaseCheck, ObservedAccumulator
 from conformance.checks.fp8_error_bound import C12, check_fp8_error_bound, no_model_reason
 from conformance.checks.output_bits import run_device
-from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
+from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
 from reference import memo
 from reference.fp8 import FP32_BITS, AccumulatorModel, exact_at_bits
+from reference.operands import GemmOperands
 
 C3, C4 = "C3", "C4"
 
@@ -44,12 +50,24 @@ def inexact_count(spec, ops, run) -> Optional[int]:
     return memo.cached(("fp8_inexact", bits), (ops.a, ops.b), lambda: int((~exact_at_bits(a, b, bits)).sum()))
 
 
-def check_no_int32_accumulator(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_no_int32_accumulator(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C3 for an e4m3 kernel: n/a (its accumulator is floating point, not int32)."""
     return not_applicable(C3, "e4m3 operands: the accumulator is floating point, no int32 headroom to check")
 
 
-def check_fp8_exact_accumulator(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_exact_accumulator(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C4 for an e4m3 kernel: pass when the declared accumulator provably keeps the exact sum on every element
     (module docstring), else n/a with the count (C12 then bounds the output). Evidence: ``accumulator``,
     ``retained_bits``, ``n_inexact``."""
@@ -66,14 +84,20 @@ def check_fp8_exact_accumulator(spec, ops, run, acc=None, exact=None) -> CheckRe
         )
         return not_applicable(C4, why, **ev)
     how = "declared exact" if model.kind == "exact" else f"every partial sum < 2^{retained_bits(model)} units"
-    return CheckResult(C4, CHECK_NAMES[C4], "pass", f"accumulator provably exact on all {n} elements ({how})", ev)
+    return CheckResult(C4, CHECK_NAMES[C4], Verdict.PASS, f"accumulator provably exact on all {n} elements ({how})", ev)
 
 
-def exact_only(check_id: str, fn: Callable) -> Callable:
+def exact_only(check_id: str, fn: CaseCheck) -> CaseCheck:
     """Per-case check ``fn`` (C5 / C6 / C8) where the declared accumulator is provably exact on every element of the
     case, else n/a."""
 
-    def check(spec, ops, run, acc=None, exact=None) -> CheckResult:
+    def check(
+        spec: KernelSpec,
+        ops: GemmOperands,
+        run: KernelRun,
+        acc: Optional[ObservedAccumulator] = None,
+        exact: Optional[Tensor] = None,
+    ) -> CheckResult:
         n_bad = inexact_count(spec, ops, run)
         if n_bad is None:
             return not_applicable(check_id, no_model_reason(run))
@@ -88,7 +112,13 @@ def exact_only(check_id: str, fn: Callable) -> Callable:
     return check
 
 
-def check_fp8_bound_where_inexact(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_bound_where_inexact(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C12 (``fp8_error_bound.check_fp8_error_bound``) on captured cases and on cases whose accumulator is not
     provably exact; n/a where C5 / C6 / C8 judge the output bit-exactly."""
     captured = (ops.meta or {}).get("source") == "capture"

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+from torch import Tensor
+
+from conformance.checks.case_check import ObservedAccumulator
 from conformance.checks.compare import skipped_reason
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
+from reference.operands import GemmOperands
 
 C1 = "C1"
 #: Evidence path of a non-built-in kernel that did not call ``trace.record_path``.
@@ -18,7 +26,13 @@ def _device_type(device) -> str:
 TIMED_RULES = ("timed",)
 
 
-def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_kernel_manifest(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C1: ``run.manifest`` vs ``spec``: name, source digest (a spec without one
     fails), device type in ``spec.devices``, a code path recorded by a
     built-in kernel (a third-party one passes with :data:`UNREPORTED_PATH`), and
@@ -64,5 +78,5 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
             observed["path"] = path
     ev = {"declared": declared, "observed": observed, "mismatches": bad}
     if bad:
-        return CheckResult(C1, name, "fail", "; ".join(bad), ev)
-    return CheckResult(C1, name, "pass", f"{spec.name} ran as declared on {m.get('device')} via {path}", ev)
+        return CheckResult(C1, name, Verdict.FAIL, "; ".join(bad), ev)
+    return CheckResult(C1, name, Verdict.PASS, f"{spec.name} ran as declared on {m.get('device')} via {path}", ev)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+from torch import Tensor
+
+from conformance.checks.case_check import ObservedAccumulator
 from conformance.checks.compare import skipped_reason
-from conformance.checks.result import CheckResult, not_applicable
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
+from reference.operands import GemmOperands
 
 C2 = "C2"
 KEYS = ("a", "b", "scale_a", "scale_b", "bias")
 
 
-def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_operand_sharing(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C2: ``run.received_digests`` (the kernel's, else the runner's at the call
     boundary) vs ``ops.digests()`` (dtype, shape, bytes), key by key. ``n/a``
     without digests or output. Evidence ``{expected, received, mismatched, recorded_by}``."""
@@ -32,7 +46,7 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
         return CheckResult(
             C2,
             name,
-            "fail",
+            Verdict.FAIL,
             "kernel received operands other than the reference's: "
             + ", ".join(f"{k} {str(got.get(k))[:12]}... != {want[k][:12]}..." for k in bad),
             ev,
@@ -45,7 +59,7 @@ def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
     return CheckResult(
         C2,
         name,
-        "pass",
+        Verdict.PASS,
         "kernel received the reference's operands (a, b, scale_a, scale_b, bias digests equal)" + note,
         ev,
     )

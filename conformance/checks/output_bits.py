@@ -19,15 +19,18 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from conformance.checks.case_check import ObservedAccumulator
 from conformance.checks.compare import bit_differences, compare_bits, output_problem, problem_kind, skipped_reason
 from conformance.checks.overflow import DeclaredAccumulator, declared_accumulator, saturated_accumulator, wrap32
-from conformance.checks.result import DECLARATION, CheckResult, not_applicable
-from conformance.kernels.spec import DeclaredEpilogue, declared_epilogue
+from conformance.checks.result import DECLARATION, CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import DeclaredEpilogue, KernelSpec, declared_epilogue
 from reference import memo, readback
 from reference.bits import bits_of, spacing_distance
 from reference.contract import SCALE_ORDERS, EpilogueContract, steps_label
 from reference.epilogue import apply_steps, cached_epilogue
 from reference.fp8 import exact_accumulator
+from reference.operands import GemmOperands
 
 C5, C6, C8 = "C5", "C6", "C8"
 
@@ -141,7 +144,7 @@ def _result(check_id: str, name: str, n_over: int, ev: dict, what: str) -> Check
     if n_over == 0:
         extra = f" ({ev['n_differ']} within tolerance)" if ev["n_differ"] else ""
         return CheckResult(
-            check_id, name, "pass", f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}{excl}", ev
+            check_id, name, Verdict.PASS, f"{n} elements within {ev['tol_ulp']} ulp of {what}{extra}{excl}", ev
         )
     w = ev.get("worst", {})
     nz = ev.get("n_signed_zero", 0)
@@ -163,7 +166,7 @@ def _result(check_id: str, name: str, n_over: int, ev: dict, what: str) -> Check
     return CheckResult(
         check_id,
         name,
-        "fail",
+        Verdict.FAIL,
         f"{head}; worst at {w.get('index')}: out {w.get('out_bits')} vs ref {w.get('ref_bits')}" + excl,
         ev,
     )
@@ -181,7 +184,7 @@ def unusable_output(check_id: str, name: str, ops, run) -> Optional[CheckResult]
         return None
     kind = problem_kind(run.output, (ops.m, ops.n), ops.out_dtype, run.error)
     ev = {"kernel_error": problem, "problem_kind": kind, "operand_digests": ops.digests()}
-    return CheckResult(check_id, name, "fail", problem, ev)
+    return CheckResult(check_id, name, Verdict.FAIL, problem, ev)
 
 
 def _against(spec, ops, run, exact: Tensor, contract: EpilogueContract) -> tuple:
@@ -304,7 +307,7 @@ def attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, t
 def _attributed(res: CheckResult, spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol: int):
     """``res`` with :func:`attribution` in its evidence and, where the declaration is to blame for some failing
     elements, :data:`DECLARATION_LINE` in its summary (``failure_kind`` :data:`DECLARATION` when for all)."""
-    if res.verdict != "fail" or "n_compared" not in res.evidence:
+    if res.verdict != Verdict.FAIL or "n_compared" not in res.evidence:
         return res
     at = attribution(spec, ops, run, exact, out, ref, mask, tol)
     res.evidence.update(at)
@@ -321,7 +324,13 @@ def _attributed(res: CheckResult, spec, ops, run, exact: Tensor, out: Tensor, re
     return res
 
 
-def check_declared_contract(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_declared_contract(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C8: output bits vs the reference of the declaration that applies to the case (:func:`case_epilogue`: a
     standard contract, or a step list compared on the CPU), 0 ulp. ``acc`` is unused. Evidence:
     :func:`conformance.checks.compare.compare_bits`' plus ``contract`` (and ``steps``, ``selector``)."""
@@ -366,7 +375,13 @@ def _pow2_premise(refs: list, defined: Tensor, scale_b: Tensor) -> tuple:
     return memo.cached("pow2_premise", tuple(refs) + (defined, scale_b), ask)
 
 
-def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_pow2_bit_identity(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C5: under pow2 scales, output bits vs the ``a_then_w`` reference with the
     declared bias point, 0 ulp, where the scale orders agree. Evidence adds
     ``reference``, ``premise_violations`` and ``scale_b_all_pow2``."""
@@ -393,7 +408,13 @@ def check_pow2_bit_identity(spec, ops, run, acc=None, exact=None) -> CheckResult
     return _attributed(res, spec, ops, run, exact, out, ref, keep, 0)
 
 
-def check_real_scale_spacing(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_real_scale_spacing(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C6: under real scales, output within 1 spacing of the ``a_then_w``
     reference with the declared bias point. Evidence adds ``reference``. n/a on a case whose
     ``meta["c6_not_applicable"]`` gives the reason its legal epilogues may end more than one spacing apart (C8

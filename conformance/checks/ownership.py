@@ -11,7 +11,15 @@ the case's bits too (int8 operands). Evidence from the runner's probe (``conform
 
 from __future__ import annotations
 
-from conformance.checks.result import CheckResult, not_applicable
+from typing import Optional
+
+from torch import Tensor
+
+from conformance.checks.case_check import ObservedAccumulator
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import KernelRun
+from conformance.kernels.spec import KernelSpec
+from reference.operands import GemmOperands
 
 CHECK_ID, NAME = "C10", "call_independence"
 
@@ -32,7 +40,13 @@ def _step_problem(step: dict) -> str:
     )
 
 
-def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_call_independence(
+    spec: KernelSpec,
+    ops: GemmOperands,
+    run: KernelRun,
+    acc: Optional[ObservedAccumulator] = None,
+    exact: Optional[Tensor] = None,
+) -> CheckResult:
     """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran. The evidence's ``sequence`` steps
     (when probed) are compared bit for bit with the case's first result; a variant call whose output broke the
     interface (a step's ``interface``) is IF's to judge, named in the summary, not a C10 failure."""
@@ -60,7 +74,7 @@ def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult
     evidence = dict(ev)
     if problems:
         evidence["failure_kind"] = "kernel"
-        return CheckResult(CHECK_ID, NAME, "fail", "; ".join(problems), evidence)
+        return CheckResult(CHECK_ID, NAME, Verdict.FAIL, "; ".join(problems), evidence)
     seq = ev.get("sequence") or ()
     compared = sum("differing" in step for step in seq)
     calls = f", and {compared} calls in sequence gave the case's bits" if compared else ""
@@ -70,7 +84,7 @@ def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult
     return CheckResult(
         CHECK_ID,
         NAME,
-        "pass",
+        Verdict.PASS,
         f"the output is the caller's: no shared storage, unchanged by a later call{calls}",
         evidence,
     )

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Iterable, Optional
 
-VERDICTS = ("pass", "fail", "n/a")
+
+class Verdict(StrEnum):
+    """A verdict as reports write it (a ``str``: ``Verdict.FAIL == "fail"``). A check's is ``PASS``, ``FAIL`` or
+    ``NOT_APPLICABLE`` (:data:`VERDICTS`); ``NOT_RUN`` is a kernel's overall verdict when no case could be called."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "n/a"
+    NOT_RUN = "not run"
+
+
+#: the verdicts of one check
+VERDICTS = (Verdict.PASS, Verdict.FAIL, Verdict.NOT_APPLICABLE)
 
 #: check id -> name; ``E1`` is the detllm engine-hash oracle (DESIGN.md section 4).
 CHECK_NAMES: dict[str, str] = {
@@ -104,18 +117,19 @@ class CheckResult:
 
     check_id: str
     name: str
-    verdict: str
+    verdict: Verdict
     summary: str
     evidence: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+            raise ValueError(f"verdict {self.verdict!r} is not one of {[str(v) for v in VERDICTS]}")
+        self.verdict = Verdict(self.verdict)
 
     @property
     def is_kernel_failure(self) -> bool:
         """A failure that is the kernel's, not the operands' (:data:`PRECONDITION_CHECKS`)."""
-        if self.verdict != "fail":
+        if self.verdict != Verdict.FAIL:
             return False
         if self.check_id in PRECONDITION_CHECKS:
             return self.evidence.get("failure_kind") != "precondition"
@@ -123,7 +137,7 @@ class CheckResult:
 
     @property
     def is_precondition_violation(self) -> bool:
-        return self.verdict == "fail" and not self.is_kernel_failure
+        return self.verdict == Verdict.FAIL and not self.is_kernel_failure
 
     @property
     def is_precondition_case(self) -> bool:
@@ -139,26 +153,32 @@ class CheckResult:
 
 def not_applicable(check_id: str, reason: str, **evidence) -> CheckResult:
     """An ``n/a`` result whose summary is ``reason``."""
-    return CheckResult(check_id, CHECK_NAMES.get(check_id, check_id), "n/a", reason, {"reason": reason, **evidence})
+    return CheckResult(
+        check_id, CHECK_NAMES.get(check_id, check_id), Verdict.NOT_APPLICABLE, reason, {"reason": reason, **evidence}
+    )
 
 
 def interface_failure(line: str) -> CheckResult:
     """The ``fail`` result of :data:`INTERFACE_ID` for the runner's interface line (``KernelRun.interface``)."""
     return CheckResult(
-        INTERFACE_ID, INTERFACE_NAME, "fail", f"interface: {line}", {"failure_kind": "interface", "interface": line}
+        INTERFACE_ID,
+        INTERFACE_NAME,
+        Verdict.FAIL,
+        f"interface: {line}",
+        {"failure_kind": "interface", "interface": line},
     )
 
 
 def call_failure(kind: str, line: str, **evidence) -> CheckResult:
     """The ``fail`` result of :data:`CALL_ID` for a call that gave no output: ``kind`` one of :data:`CALL_FAILURES`,
     ``line`` the runner's (or the containment's) one line."""
-    return CheckResult(CALL_ID, CALL_NAME, "fail", line, {"failure_kind": kind, "kernel_error": line, **evidence})
+    return CheckResult(CALL_ID, CALL_NAME, Verdict.FAIL, line, {"failure_kind": kind, "kernel_error": line, **evidence})
 
 
 def is_call_failure(r: CheckResult) -> bool:
     """``r`` failed only because the kernel's calls gave no output (:data:`CALL_FAILURES`): the :data:`CALL_ID`
     pseudo-check, or a kernel-level check whose failing calls all raised, died or hung."""
-    if r.verdict != "fail":
+    if r.verdict != Verdict.FAIL:
         return False
     if r.check_id == CALL_ID:
         return True
@@ -211,7 +231,11 @@ def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
     """C12's observed error beside its bound over the cases that ran it (evidence ``max_abs_err``): the case with
     the largest ``max_abs_err`` (its bound at that element and their ratio), the largest ratio and its case, the
     elements out of bound; None when no case has that evidence."""
-    ran = [(c, r.evidence) for c, r in per_case if r.verdict != "n/a" and "max_abs_err" in (r.evidence or {})]
+    ran = [
+        (c, r.evidence)
+        for c, r in per_case
+        if r.verdict != Verdict.NOT_APPLICABLE and "max_abs_err" in (r.evidence or {})
+    ]
     if not ran:
         return None
     c_err, e_err = max(ran, key=lambda ce: _order(ce[1]["max_abs_err"]))
@@ -258,20 +282,20 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
     counts = {v: 0 for v in VERDICTS}
     for _, r in per_case:
         counts[r.verdict] += 1
-    failed = [(c, r) for c, r in per_case if r.verdict == "fail"]
+    failed = [(c, r) for c, r in per_case if r.verdict == Verdict.FAIL]
     hists = [
         r.evidence["ulp_histogram"]
         for _, r in per_case
-        if r.verdict != "n/a" and isinstance(r.evidence.get("ulp_histogram"), dict)
+        if r.verdict != Verdict.NOT_APPLICABLE and isinstance(r.evidence.get("ulp_histogram"), dict)
     ]
     ev: dict = {"cases": counts, "failed_cases": [c for c, _ in failed[:max_listed]], "n_failed_cases": len(failed)}
     if hists:
         ev["ulp_histogram"] = merge_histograms(hists)
-    pool = failed or [(c, r) for c, r in per_case if r.verdict == "pass"]
+    pool = failed or [(c, r) for c, r in per_case if r.verdict == Verdict.PASS]
     if pool:
         worst_case, worst = max(pool, key=lambda cr: severity(cr[1]))
         ev["worst_case"] = {"case": worst_case, "summary": worst.summary, "evidence": worst.evidence}
-    reasons = sorted({r.summary for _, r in per_case if r.verdict == "n/a"})
+    reasons = sorted({r.summary for _, r in per_case if r.verdict == Verdict.NOT_APPLICABLE})
     if reasons:
         ev["na_reasons"] = reasons[:max_listed]
     n = len(per_case)
@@ -283,7 +307,7 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
         n_decl = sum(1 for _, r in failed if r.evidence.get("failure_kind") == DECLARATION)
         if n_decl:
             ev["n_declaration_cases"] = n_decl
-        verdict = "fail"
+        verdict = Verdict.FAIL
         if check_id in PRECONDITION_CHECKS:
             n_case = sum(1 for _, r in failed if r.is_precondition_case)
             ev["n_precondition_cases"] = n_case
@@ -296,10 +320,12 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
                 f"precondition case on {len(failed)}/{n} cases (built to violate it); "
                 f"first: {failed[0][0]}: {failed[0][1].summary}"
             )
-    elif counts["pass"]:
-        verdict = "pass"
-        summary = f"passed on {counts['pass']}/{n} cases" + (f" (n/a on {counts['n/a']})" if counts["n/a"] else "")
-        passed = [r.evidence for _, r in per_case if r.verdict == "pass"]
+    elif counts[Verdict.PASS]:
+        verdict = Verdict.PASS
+        summary = f"passed on {counts['pass']}/{n} cases" + (
+            f" (n/a on {counts['n/a']})" if counts[Verdict.NOT_APPLICABLE] else ""
+        )
+        passed = [r.evidence for _, r in per_case if r.verdict == Verdict.PASS]
         n_el = sum(int(e.get("n_compared", 0)) for e in passed)
         if n_el:
             ev["n_elements_compared"] = n_el
@@ -311,7 +337,7 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
                 summary += f"; {label} {max(vals)}"
                 break
     else:
-        verdict = "n/a"
+        verdict = Verdict.NOT_APPLICABLE
         summary = f"n/a on all {n} cases: " + "; ".join(reasons[:3])
     bound = bound_summary(per_case)
     if bound is not None:

@@ -18,6 +18,7 @@ import torch
 
 from conformance.cases.cache import cached_model_reference
 from conformance.checks import CheckResult
+from conformance.checks.result import Verdict
 from conformance.kernels.runner import pick_device, run_kernel
 from conformance.kernels.spec import KernelSpec, declared_epilogue
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
@@ -286,7 +287,7 @@ def check_token_flip(
 
     ok, why = _runs_here(kernel)
     if not ok:
-        return CheckResult(CHECK_ID, NAME, "n/a", why, {"kernel": kernel.name})
+        return CheckResult(CHECK_ID, NAME, Verdict.NOT_APPLICABLE, why, {"kernel": kernel.name})
     mdir = _resolve_model_dir(model_dir)
     stamp = _dir_stamp(mdir)
     model, weights = _model_and_weights(str(mdir), scale_mode, stamp)
@@ -323,9 +324,9 @@ def check_token_flip(
     except KernelLayerFailure as e:
         if e.skipped:
             ev = dict(base, kernel_manifest=first_run, skipped_layer=e.layer, reason=e.error)
-            return CheckResult(CHECK_ID, NAME, "n/a", str(e), ev)
+            return CheckResult(CHECK_ID, NAME, Verdict.NOT_APPLICABLE, str(e), ev)
         ev = dict(base, kernel_manifest=first_run, kernel_error=e.error, failed_layer=e.layer)
-        return CheckResult(CHECK_ID, NAME, "fail", str(e), ev)
+        return CheckResult(CHECK_ID, NAME, Verdict.FAIL, str(e), ev)
     if margin_threshold is None:
         env = _envelope(
             (str(mdir), stamp, scale_mode, wdig, contract, batch_size), model, weights, win, contract, batch_size
@@ -340,7 +341,7 @@ def check_token_flip(
         thr, desc = float(margin_threshold), None
     ev = dict(base, kernel_manifest=first_run, **compare_replays(ref, test, thr, desc))
     n_above, n_flips, total = ev["flips_above_threshold"], ev["flips"], ev["total_positions"]
-    verdict = "fail" if n_above else "pass"
+    verdict = Verdict.FAIL if n_above else Verdict.PASS
     summary = (
         f"{n_flips} flip(s) in {total} positions, {n_above} above threshold "
         f"({ev['threshold']}); ppl reference(declared contract) {ev['ppl_reference']:.4f} vs kernel "

@@ -19,6 +19,7 @@ import time
 
 from rich.table import Table
 
+from conformance.checks.result import Verdict
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root
 from reference.command_line import make_console, non_negative_int, positive_int, positive_seconds
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.runtime.progress import suite_progress
     from conformance.runtime.threads import set_torch_threads
     from conformance.suite.coverage import invocation
-    from conformance.suite.run import NOT_RUN, SuiteInterrupted, cli_capture_message, run_suite
+    from conformance.suite.run import SuiteInterrupted, cli_capture_message, run_suite
     from conformance.suite.setup import (
         CaseSource,
         RunCases,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         jp, mp = _write(res, report_root(args.out, spec.name))
         _print_summary(con, spec.name, res)
         con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
-        if res.verdict == NOT_RUN:
+        if res.verdict == Verdict.NOT_RUN:
             not_run = True
         else:
             ok = ok and res.conformant
@@ -238,7 +239,6 @@ def _state(args, spec, inj, other, cases_of):
 
 def _print_summary(con, name: str, res) -> None:
     from conformance.suite.report import accumulator_lines, crash_lines, fault_signatures, pair_difference_line
-    from conformance.suite.run import NOT_RUN
 
     head = res.overall.get("headline") or res.verdict.upper()
     t = Table(
@@ -251,7 +251,7 @@ def _print_summary(con, name: str, res) -> None:
     for c in res.checks:
         t.add_row(c.check_id, c.name, verdict_markup(c.verdict, c.evidence), c.summary)
     con.print(t)
-    if res.verdict == NOT_RUN:
+    if res.verdict == Verdict.NOT_RUN:
         con.print(f"{name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
     for line in crash_lines(res.overall):
         con.print(line, markup=False, soft_wrap=True, style="bold red")
@@ -300,10 +300,14 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup), labelled as in conformance.md."""
     from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
-    from conformance.suite.run import NOT_RUN
 
     if is_precondition_failure(verdict, evidence):
         style = "cyan" if is_precondition_case(verdict, evidence) else "yellow"
         return f"[{style}]{verdict_label(verdict, evidence)}[/]"
-    style = {"pass": "green", "fail": "bold red", "n/a": "dim", NOT_RUN: "bold yellow"}
+    style = {
+        Verdict.PASS: "green",
+        Verdict.FAIL: "bold red",
+        Verdict.NOT_APPLICABLE: "dim",
+        Verdict.NOT_RUN: "bold yellow",
+    }
     return f"[{style.get(verdict, 'bold')}]{verdict}[/]"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS
+from conformance.checks.result import CHECK_NAMES, PRECONDITION_CHECKS, Verdict
 from conformance.gate.policy import CONTRACT_DIFFERENCE, REQUIRE_RULES, Policy
 from conformance.gate.status import CRASH, FAIL, NOT_SUPPORTED, PASS, TIMEOUT, WARN
 from reference.bits import spacing_distance, ulp_histogram
@@ -43,7 +43,7 @@ class Side:
 
 def _kernel_failure(cid: str, verdict: str, evidence: dict) -> bool:
     pre = cid in PRECONDITION_CHECKS
-    return verdict == "fail" and not (pre and (evidence or {}).get("failure_kind") == "precondition")
+    return verdict == Verdict.FAIL and not (pre and (evidence or {}).get("failure_kind") == "precondition")
 
 
 def side_from_case_result(cr) -> Side:
@@ -171,7 +171,7 @@ LEGAL = "a difference the two declared contracts allow (C8 passes for both kerne
 
 def _own_contract(side: Side) -> bool:
     """The kernel's output is the reference of its own declared contract (C8 passes)."""
-    return (side.checks.get("C8") or {}).get("verdict") == "pass"
+    return (side.checks.get("C8") or {}).get("verdict") == Verdict.PASS
 
 
 def _legal_note(legal: bool) -> str:
@@ -273,7 +273,7 @@ def decide_model(
     elif cand_status == HARNESS:
         rs.add("harness", f"the gate could not run {check_id}: {error}", True)
         status = FAIL
-    elif cand is None or cand.get("verdict") == "n/a":
+    elif cand is None or cand.get("verdict") == Verdict.NOT_APPLICABLE:
         rs.add(check_id, f"{check_id} {name} not run: " + ((cand or {}).get("summary") or "disabled"), False)
         status = NOT_SUPPORTED
     else:
@@ -281,7 +281,7 @@ def decide_model(
         if check_id == "C7":
             above = ev.get("flips_above_threshold")
             lim = policy.max_token_flips_above_threshold
-            if cand.get("verdict") == "fail" and above is None:
+            if cand.get("verdict") == Verdict.FAIL and above is None:
                 rs.add("C7", f"C7 token_flip failed: {cand.get('summary')}", True)
             elif above is not None and lim is not None and int(above) > lim:
                 thr = ev.get("threshold")
@@ -290,7 +290,7 @@ def decide_model(
                 rs.add("C7", f"{ev.get('flips')} token flips, {above} above the threshold (policy allows {lim})", False)
         else:
             ch, ih = _hash(cand), _hash(inc)
-            if cand.get("verdict") == "fail" and (inc or {}).get("verdict") != "fail":
+            if cand.get("verdict") == Verdict.FAIL and (inc or {}).get("verdict") != Verdict.FAIL:
                 rs.add("E1", f"E1 engine_hash fails where the incumbent passes: {cand.get('summary')}", True)
             if ch is not None and ih is not None and ch != ih:
                 moved = f"engine hash moved: {ch[0]} (candidate) vs {ih[0]} (incumbent)"

@@ -3,10 +3,10 @@ crashes kills only its child, one that hangs is killed after the timeout, and th
 :class:`Outcome` (``ok`` / ``crash`` / ``timeout`` / ``error``) with exit status, signal and the tail of the
 child's log (``faulthandler`` stacks); the next request starts a fresh child. Start methods: ``fork`` (even
 an in-memory KernelSpec), ``forkserver`` (torch and the handlers' modules preloaded) or ``spawn`` (both need a
-:class:`KernelRef`). Protocol (pickled tuples on a pipe): ``("ping",)``, ``("warm", i)`` (case ``i`` called,
-unscored), ``("stop",)``, and ``(kind, arg)`` for every kind of the ``handlers`` the pool is given (the suite's:
+:class:`KernelRef`). Protocol (pickled :class:`Request` / :class:`Reply` on a pipe): kinds ``ping``, ``warm``
+(case ``arg`` called, unscored), ``stop``, and every kind of the ``handlers`` the pool is given (the suite's:
 ``conformance.suite.requests.SUITE_REQUESTS``): the child calls ``handlers[kind](spec, arg, Served)`` and answers
-``("ok", value)`` or ``("error", line)`` (a harness error; kernel exceptions are already check failures). The pool
+``Reply(True, value)`` or ``Reply(False, line)`` (a harness error; kernel exceptions are already check failures). The pool
 never imports what answers: the layer above hands it in, as xdist's worker controller is handed its events."""
 
 from __future__ import annotations
@@ -41,6 +41,32 @@ _STICKY_CUDA = (
     "unspecified launch failure",
 )
 _PRELOAD = ["torch", "conformance.kernels.registry"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to the child: ``kind`` (``ping`` / ``warm`` / ``stop`` / a handler's), ``arg`` its argument (a
+    case index, operands, a check id), ``dump_after_s`` the seconds after which the child writes its threads' stacks
+    to its log (a hang's evidence before the kill; None: never)."""
+
+    kind: str
+    arg: object = None
+    dump_after_s: Optional[float] = None
+
+    def label(self) -> str:
+        """The request as its log line names it (operands by case name and shape, not their values)."""
+        arg = self.arg
+        if hasattr(arg, "digests"):
+            arg = f"{arg.name} M={arg.m} K={arg.k} N={arg.n}"
+        return self.kind if arg is None else f"{self.kind} {arg!r}"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The child's answer: ``ok`` and the handler's ``value``, or not ``ok`` and a harness error line."""
+
+    ok: bool
+    value: object = None
 
 
 @dataclass(frozen=True)
@@ -138,14 +164,6 @@ def _child_main(
     _serve(conn, kernel, cases, device, method, logf, against, handlers)
 
 
-def _label(msg: tuple) -> str:
-    """A request as its log line names it (operands by case name and shape, not their values)."""
-    arg = msg[1] if len(msg) > 1 else None
-    if hasattr(arg, "digests"):
-        arg = f"{arg.name} M={arg.m} K={arg.k} N={arg.n}"
-    return f"{msg[0]} {arg!r}" if len(msg) > 1 else msg[0]
-
-
 def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None, handlers=None) -> None:
     """Answer requests until ``stop`` or EOF (module docstring)."""
     if method == "fork":
@@ -165,34 +183,34 @@ def _serve(conn, kernel, cases, device, method="fork", logf=None, against=None, 
 
     while True:
         try:
-            msg = conn.recv()
+            req: Request = conn.recv()
         except EOFError:
             return
-        if msg[0] == "stop":
+        if req.kind == "stop":
             return
         if spec is None:
-            conn.send(("error", f"kernel could not be resolved in the child: {err}"))
+            conn.send(Reply(False, f"kernel could not be resolved in the child: {err}"))
             continue
-        if msg[0] != "ping" and _in_bad_cuda_fork():
-            conn.send(("error", BAD_CUDA_FORK))
+        if req.kind != "ping" and _in_bad_cuda_fork():
+            conn.send(Reply(False, BAD_CUDA_FORK))
             continue
-        print(f"--- request {_label(msg)}", flush=True)
-        if len(msg) > 2 and msg[2] and logf is not None:  # the stack of a hang lands in the log before the kill
-            faulthandler.dump_traceback_later(msg[2], exit=False, file=logf)
+        print(f"--- request {req.label()}", flush=True)
+        if req.dump_after_s and logf is not None:  # the stack of a hang lands in the log before the kill
+            faulthandler.dump_traceback_later(req.dump_after_s, exit=False, file=logf)
         try:
-            if msg[0] == "ping":
+            if req.kind == "ping":
                 val = None
-            elif msg[0] == "warm":
-                val = runner.run_kernel(spec, cases[msg[1]], device=device).error
-            elif msg[0] in handlers:
-                val = handlers[msg[0]](spec, msg[1] if len(msg) > 1 else None, served)
+            elif req.kind == "warm":
+                val = runner.run_kernel(spec, cases[req.arg], device=device).error
+            elif req.kind in handlers:
+                val = handlers[req.kind](spec, req.arg, served)
             else:
-                raise ValueError(f"no handler for request {msg[0]!r} in this pool")
+                raise ValueError(f"no handler for request {req.kind!r} in this pool")
             faulthandler.cancel_dump_traceback_later()
-            conn.send(("ok", val))
+            conn.send(Reply(True, val))
         except BaseException as e:  # noqa: BLE001 -- a harness failure, reported, loop goes on
             faulthandler.cancel_dump_traceback_later()
-            conn.send(("error", f"{type(e).__name__}: {first_line(e, None)}"))
+            conn.send(Reply(False, f"{type(e).__name__}: {first_line(e, None)}"))
 
 
 #: a child's answer when it was forked from a process that had initialized CUDA (torch cannot use CUDA there)
@@ -300,14 +318,14 @@ class IsolatedKernel:
         proc.join(10)
         return proc.exitcode
 
-    def request(self, msg: tuple, timeout_s: Optional[float] = None) -> Outcome:
-        """Send one request (starting a child if none runs); never raises for what the kernel does."""
+    def request(self, kind: str, arg: object = None, timeout_s: Optional[float] = None) -> Outcome:
+        """Send one :class:`Request` (starting a child if none runs); never raises for what the kernel does."""
         if self._proc is None:
             self._start()
         limit = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.perf_counter()
         # ask the child to dump its stack shortly before the deadline (evidence of a hang)
-        msg = tuple(msg[:2]) + (max(limit * 0.9, limit - 1.0),) if msg[0] != "stop" else msg
+        msg = Request(kind, arg, max(limit * 0.9, limit - 1.0))
         try:
             self._conn.send(msg)
             ready = self._conn.poll(limit)
@@ -326,8 +344,8 @@ class IsolatedKernel:
             why = f"killed by {sig}" if sig else f"exited with status {code}"
             error = f"the kernel's process died during the request: {why}"
             return Outcome(CRASHED, None, error, code, sig, self._tail(), dt)
-        kind, val = reply
-        if kind != "ok":
+        val = reply.value
+        if not reply.ok:
             return Outcome(HARNESS_ERROR, error=str(val), log_tail=self._tail(), elapsed_s=dt)
         err = getattr(val, "error", None) or ""
         if any(s in err for s in _STICKY_CUDA):  # the context is poisoned: fresh child next time
@@ -335,10 +353,10 @@ class IsolatedKernel:
         return Outcome(OK, value=val, elapsed_s=dt)
 
     def run_case(self, index: int) -> Outcome:
-        return self.request(("case", index))
+        return self.request("case", index)
 
     def run_model(self, check_id: str, timeout_s: Optional[float] = None) -> Outcome:
-        return self.request(("model", check_id), timeout_s)
+        return self.request("model", check_id, timeout_s)
 
     def kill(self) -> None:
         """Kill the child now (from any thread): a request waiting on it returns CRASHED."""
@@ -352,7 +370,7 @@ class IsolatedKernel:
             return
         try:
             if self._conn is not None:
-                self._conn.send(("stop",))
+                self._conn.send(Request("stop"))
         except (OSError, BrokenPipeError):
             pass
         if self._proc.pid is not None:

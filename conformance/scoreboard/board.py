@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save
 
 from conformance.cases import SYNTHETIC_KINDS, capture_cases, case_id, make_case
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
+from conformance.checks.result import Verdict
 from conformance.kernels import adapters
 from conformance.kernels.registry import builtin_available, get_kernel
 from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, enter_conformance_run
@@ -137,7 +138,7 @@ def run_row(
             KernelRef(kernel), cases, case_timeout, logs, device=device, method="forkserver", handlers=SUITE_REQUESTS
         )
         try:
-            row.error = _start_error(iso.request(("ping",), warmup_timeout), warmup_timeout)
+            row.error = _start_error(iso.request("ping", timeout_s=warmup_timeout), warmup_timeout)
             if not row.error and _warm_up(row, iso, cases, warmup_timeout):
                 _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, give_up_after)
                 if is_fp8_row(row):
@@ -153,9 +154,9 @@ def _measured_accumulator(kernel: str, device: str, iso: IsolatedKernel, timeout
     row's worker, ``timeout`` seconds)."""
     declared = get_kernel(kernel).accumulator_on(device)
     out = {"declared": None if declared is None else declared.label(), "measured": None}
-    oc = iso.request(("accumulator",), timeout)
+    oc = iso.request("accumulator", timeout_s=timeout)
     if oc.kind != OK:
-        out.update(verdict="fail", summary=oc.error or f"C11 did not finish ({oc.kind})")
+        out.update(verdict=Verdict.FAIL, summary=oc.error or f"C11 did not finish ({oc.kind})")
         return out
     r = oc.value
     out.update(measured=(r.evidence or {}).get("measured"), verdict=r.verdict, summary=r.summary)
@@ -165,14 +166,18 @@ def _measured_accumulator(kernel: str, device: str, iso: IsolatedKernel, timeout
 def _warm_up(row: Row, iso: IsolatedKernel, cases, timeout: float) -> bool:
     """The first case's shape, unscored (JIT / autotuning); False (every case recorded) when it fails."""
     tw = time.perf_counter()
-    oc = iso.request(("warm", 0), timeout)
+    oc = iso.request("warm", 0, timeout)
     row.warmup_s = time.perf_counter() - tw
     if oc.kind == OK:
         return True
     timed_out = oc.kind == TIMED_OUT
     row.error = f"warm-up call exceeded {timeout:.0f} s" if timed_out else f"warm-up call: {oc.error}"
     for ops in cases:
-        row.cases[case_id(ops)] = {"verdict": "timeout" if timed_out else "fail", "checks": {}, "error": row.error}
+        row.cases[case_id(ops)] = {
+            "verdict": "timeout" if timed_out else Verdict.FAIL,
+            "checks": {},
+            "error": row.error,
+        }
     return False
 
 
@@ -185,14 +190,14 @@ def _run_cases(row, iso, cases, case_timeout, warmup_timeout, progress, task, gi
             row.cases[cid] = {"verdict": "timeout", "checks": {}, "error": error}
         else:
             if not iso.running:
-                why = _start_error(iso.request(("ping",), warmup_timeout), warmup_timeout)
+                why = _start_error(iso.request("ping", timeout_s=warmup_timeout), warmup_timeout)
                 if why:
                     row.cases[cid] = {"verdict": "timeout", "checks": {}, "error": why}
                     continue
-            oc = iso.request(("case", i), case_timeout)
+            oc = iso.request("case", i, case_timeout)
             streak = streak + 1 if oc.kind == TIMED_OUT else 0
             if oc.kind in (CRASHED, HARNESS_ERROR):  # the worker died inside the kernel: a kernel failure
-                row.cases[cid] = {"verdict": "fail", "checks": {}, "error": oc.error}
+                row.cases[cid] = {"verdict": Verdict.FAIL, "checks": {}, "error": oc.error}
             elif oc.kind == TIMED_OUT:
                 error = f"case exceeded {case_timeout:.0f} s (worker restarted)"
                 row.cases[cid] = {"verdict": "timeout", "checks": {}, "error": error}
@@ -238,12 +243,12 @@ def _check_verdicts(row: Row) -> dict:
     for res in row.cases.values():
         for cid, c in (res.get("checks") or {}).items():
             v = c.get("verdict")
-            cur = agg.get(cid, "n/a")
-            if v == "fail":
+            cur = agg.get(cid, Verdict.NOT_APPLICABLE)
+            if v == Verdict.FAIL:
                 pre = (c.get("evidence") or {}).get("failure_kind") == "precondition" or cid in ("C3", "C4")
-                agg[cid] = "fail" if not pre or cur == "fail" else "pre"
-            elif v == "pass" and cur == "n/a":
-                agg[cid] = "pass"
+                agg[cid] = Verdict.FAIL if not pre or cur == Verdict.FAIL else "pre"
+            elif v == Verdict.PASS and cur == Verdict.NOT_APPLICABLE:
+                agg[cid] = Verdict.PASS
             else:
                 agg.setdefault(cid, cur)
     return dict(sorted(agg.items()))
@@ -255,11 +260,11 @@ def overall(row: Row) -> str:
     if row.error and not row.cases:
         return "not run"
     vs = [c.get("verdict") for c in row.cases.values()]
-    if "fail" in vs or row.accumulator.get("verdict") == "fail":
+    if Verdict.FAIL in vs or row.accumulator.get("verdict") == Verdict.FAIL:
         return "not conformant"
     if "timeout" in vs:
         return "timeout"
-    return "conformant" if "pass" in vs else "not run"
+    return "conformant" if Verdict.PASS in vs else "not run"
 
 
 def _slice_ops(ops, i: int, j: int):
@@ -288,7 +293,7 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
         for cid_case, res in r.cases.items():
             for chk, c in (res.get("checks") or {}).items():
                 if (
-                    c.get("verdict") != "fail"
+                    c.get("verdict") != Verdict.FAIL
                     or chk in ("C3", "C4")
                     or chk in links.get(r.key, {})
                     or cid_case not in by_id
@@ -301,7 +306,7 @@ def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> di
                     small = _slice_ops(ops, int(idx[0]), int(idx[1]))
                     try:
                         again = evaluate_case(get_kernel(r.kernel), small, device=r.device).checks.get(chk)
-                        if again and again.verdict == "fail":
+                        if again and again.verdict == Verdict.FAIL:
                             target, minimal = small, True
                     except Exception:  # noqa: BLE001 -- keep the full case
                         pass
@@ -362,7 +367,7 @@ def _row_doc(r: Row, links: dict) -> dict:
         if not r.accumulator
         else dict(_check_verdicts(r), C11=r.accumulator.get("verdict")),
         "cases_run": sum(1 for c in r.cases.values() if c.get("produced_output")),
-        "cases_failed": sorted(k for k, c in r.cases.items() if c.get("verdict") == "fail"),
+        "cases_failed": sorted(k for k, c in r.cases.items() if c.get("verdict") == Verdict.FAIL),
         "cases_timeout": sorted(k for k, c in r.cases.items() if c.get("verdict") == "timeout"),
         "paths": sorted({c.get("path") for c in r.cases.values() if c.get("path")}),
         "elapsed_s": round(r.elapsed_s, 2),
@@ -528,4 +533,4 @@ def rerun_repro(path) -> tuple[bool, str]:
     res = evaluate_case(get_kernel(meta["kernel"]), ops, device=meta["device"])
     c = res.checks.get(meta["check"])
     line = f"{meta['kernel']}@{meta['device']} {meta['check']}: {c.verdict if c else 'missing'} -- {c.summary if c else ''}"
-    return c is not None and c.verdict == "fail", line
+    return c is not None and c.verdict == Verdict.FAIL, line

@@ -18,6 +18,7 @@ from conformance.checks.accumulator import (
     check_int32_headroom,
     observe_accumulator,
 )
+from conformance.checks.case_check import CaseCheck
 from conformance.checks.fp8_exactness import (
     check_fp8_bound_where_inexact,
     check_fp8_exact_accumulator,
@@ -37,6 +38,7 @@ from conformance.checks.result import (
     PRECONDITION_CASE,
     RAISED,
     CheckResult,
+    Verdict,
     call_failure,
     interface_failure,
     not_applicable,
@@ -57,14 +59,12 @@ from reference.fp8 import exact_accumulator
 from reference.operands import tensor_digest
 
 #: Overall verdict when the kernel produced output on zero cases (inconclusive).
-NOT_RUN = "not run"
 #: The n/a reason of every other per-case check on a case whose output failed its interface.
 NOT_RUN_ON_INTERFACE = f"not run: the kernel returned no valid output ({INTERFACE_NAME} failure)"
 #: The n/a reason of every per-case check on a case whose kernel call raised (no output).
 NOT_RUN_ON_RAISE = "not run: the kernel raised, no output"
-#: Per-case checks in report order (uniform signature
-#: ``check(spec, ops, run, acc=None, exact=None) -> CheckResult``).
-PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
+#: Per-case checks in report order (each a ``checks.case_check.CaseCheck``).
+PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
     ("C1", check_kernel_manifest),
     ("C2", check_operand_sharing),
     ("C3", check_int32_headroom),
@@ -76,7 +76,7 @@ PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
 #: The per-case checks of an e4m3 kernel (DESIGN.md 3b, ``conformance.checks.fp8_exactness``): C3 n/a; C4 whether the
 #: declared accumulator is provably exact on the case; C5 / C6 / C8 bit-exact where it is; C12 the declared bound on
 #: captured cases and where it is not.
-FP8_PER_CASE_CHECKS: tuple[tuple[str, Callable], ...] = (
+FP8_PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
     ("C1", check_kernel_manifest),
     ("C2", check_operand_sharing),
     ("C3", check_no_int32_accumulator),
@@ -93,7 +93,7 @@ def is_fp8(spec) -> bool:
     return getattr(spec, "operands", "int8") == "e4m3"
 
 
-def per_case_checks(spec) -> tuple[tuple[str, Callable], ...]:
+def per_case_checks(spec) -> tuple[tuple[str, CaseCheck], ...]:
     """The per-case checks of ``spec``: :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else
     :data:`PER_CASE_CHECKS`."""
     return FP8_PER_CASE_CHECKS if is_fp8(spec) else PER_CASE_CHECKS
@@ -102,7 +102,7 @@ def per_case_checks(spec) -> tuple[tuple[str, Callable], ...]:
 #: C10 joins the per-case checks where the evaluation launched the kernel itself
 #: (the runner's ownership probe: ``conformance.kernels.runner.start_kernel``); the
 #: sweep hands its own runs in and stores no C10 row.
-OWNERSHIP_CHECK = ("C10", check_call_independence)
+OWNERSHIP_CHECK: tuple[str, CaseCheck] = ("C10", check_call_independence)
 
 
 @dataclass
@@ -183,8 +183,8 @@ class CaseResult:
         if self.crash is not None:
             return self.crash["status"]
         if self.kernel_failures:
-            return "fail"
-        return NOT_RUN if self.not_run_reason is not None else "pass"
+            return Verdict.FAIL
+        return Verdict.NOT_RUN if self.not_run_reason is not None else Verdict.PASS
 
     def failure_lines(self) -> list[str]:
         """One line per kernel failure: ``C8 declared_contract: <summary>``, ``interface: <line>``, the runner's
@@ -199,7 +199,9 @@ class CaseResult:
         numbers (max ulp, histogram, accumulator maxima) for the others."""
         checks = {}
         for cid, r in self.checks.items():
-            ev = r.evidence if r.verdict == "fail" else {k: v for k, v in r.evidence.items() if k in KEPT_EVIDENCE}
+            ev = (
+                r.evidence if r.verdict == Verdict.FAIL else {k: v for k, v in r.evidence.items() if k in KEPT_EVIDENCE}
+            )
             checks[cid] = {"verdict": r.verdict, "summary": r.summary, "evidence": ev}
         d = {
             "case": self.case,
@@ -274,7 +276,7 @@ def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseR
     status = record["status"]
     checks = {CALL_ID: call_failure(status, f"kernel failed ({status}): {line}", crash=record)}
     for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,):
-        checks[cid] = CheckResult(cid, CHECK_NAMES[cid], "n/a", f"not run: {line}")
+        checks[cid] = CheckResult(cid, CHECK_NAMES[cid], Verdict.NOT_APPLICABLE, f"not run: {line}")
     return CaseResult(**_case_fields(ops, source), checks=checks, error=line, produced_output=False, crash=dict(record))
 
 
@@ -314,7 +316,9 @@ def _prefetch(spec, ops, fn: Callable, *args) -> tuple:
 def check_error(cid: str, e: BaseException) -> CheckResult:
     """A ``fail`` CheckResult (``failure_kind == "harness"``) for a check that itself raised ``e``."""
     line = f"check raised {type(e).__name__}: {first_line(e, None)}"
-    return CheckResult(cid, CHECK_NAMES.get(cid, cid), "fail", line, {"check_error": line, "failure_kind": "harness"})
+    return CheckResult(
+        cid, CHECK_NAMES.get(cid, cid), Verdict.FAIL, line, {"check_error": line, "failure_kind": "harness"}
+    )
 
 
 def _jsonable_meta(meta: dict) -> dict:

@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
-from conformance.checks.result import bound_line
+from conformance.checks.result import Verdict, bound_line
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, is_partial, partial_note
 from conformance.suite.signatures import signature_lines
@@ -82,7 +82,7 @@ def to_json_dict(result) -> dict:
 def fault_signatures(result) -> list:
     """``signature_lines`` of a failing run (fault classes its failures match, or one line saying
     none); empty for a run that did not fail."""
-    if result.overall.get("verdict") != "fail":
+    if result.overall.get("verdict") != Verdict.FAIL:
         return []
     return signature_lines(result)
 
@@ -108,7 +108,7 @@ def _kv(rows: list) -> str:
 
 def is_precondition_failure(verdict: str, evidence: dict) -> bool:
     """A failing precondition check (C3/C4) caused by the operands."""
-    return verdict == "fail" and (evidence or {}).get("failure_kind") == "precondition"
+    return verdict == Verdict.FAIL and (evidence or {}).get("failure_kind") == "precondition"
 
 
 def is_precondition_case(verdict: str, evidence: dict) -> bool:
@@ -133,7 +133,7 @@ def verdict_label(verdict: str, evidence: dict) -> str:
 def _case_cell(verdict: str, evidence: dict) -> str:
     if is_precondition_failure(verdict, evidence):
         return "pre" if is_precondition_case(verdict, evidence) else "violated"
-    return {"pass": "ok", "fail": "FAIL", "n/a": "-"}.get(verdict, verdict)
+    return {Verdict.PASS: "ok", Verdict.FAIL: "FAIL", Verdict.NOT_APPLICABLE: "-"}.get(verdict, verdict)
 
 
 def _hist_str(h: dict) -> str:
@@ -310,7 +310,7 @@ def render_markdown(doc: dict) -> str:
     head = (
         f"**Overall verdict: NOT RUN (inconclusive: the kernel produced output on no case, "
         f"nothing was verified)** - {ov['summary']}"
-        if ov["verdict"] == "not run"
+        if ov["verdict"] == Verdict.NOT_RUN
         else f"**Overall verdict: {v}** - {ov['summary']}"
     )
     partial = partial_note(doc)
@@ -431,7 +431,7 @@ def render_markdown(doc: dict) -> str:
     failing = [
         ch
         for ch in doc["checks"]
-        if ch["verdict"] == "fail" and not is_precondition_case(ch["verdict"], ch["evidence"])
+        if ch["verdict"] == Verdict.FAIL and not is_precondition_case(ch["verdict"], ch["evidence"])
     ]
     if failing:
         lines += ["", "### Failure evidence", ""]

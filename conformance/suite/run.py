@@ -25,6 +25,7 @@ from conformance.checks.result import (
     CHECK_NAMES,
     INTERFACE_ID,
     CheckResult,
+    Verdict,
     aggregate,
     failed_line,
     is_call_failure,
@@ -39,7 +40,7 @@ from conformance.runtime.partial_run import complete_run, partial_run
 from conformance.runtime.threads import available_cores
 from conformance.suite.coverage import coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
-from conformance.suite.evaluate import NOT_RUN, OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
+from conformance.suite.evaluate import OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
 from conformance.suite.pairwise import summarize_pairs
 from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's public names
     CASE,
@@ -134,11 +135,11 @@ class ConformanceResult:
     @property
     def verdict(self) -> str:
         """``pass`` | ``fail`` | ``not run`` | ``n/a``."""
-        return self.overall.get("verdict", "n/a")
+        return self.overall.get("verdict", Verdict.NOT_APPLICABLE)
 
     @property
     def conformant(self) -> bool:
-        return self.verdict == "pass"
+        return self.verdict == Verdict.PASS
 
     def check(self, check_id: str) -> CheckResult:
         """The aggregated result of one check (KeyError if absent)."""
@@ -284,23 +285,23 @@ def overall_verdict(
     }
     prop_failed = bool(property_tests and property_tests.get("failed"))
     if failed or prop_failed:
-        verdict = "fail"
+        verdict = Verdict.FAIL
         summary = "NOT conformant: " + "; ".join(
             ([lead] if lead else [])
             + [_failure_text(c) for c in failed if not is_call_failure(c)]
             + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):
-        verdict = NOT_RUN
+        verdict = Verdict.NOT_RUN
         reasons = not_run_counts(case_results)
         summary = f"inconclusive, nothing verified: the kernel produced output on 0 of {len(case_results)} cases" + (
             ": " + _reasons_text(reasons) if reasons else ""
         )
-    elif any(c.verdict == "pass" for c in checks):
-        verdict = "pass"
+    elif any(c.verdict == Verdict.PASS for c in checks):
+        verdict = Verdict.PASS
         summary = "conformant: no check failed because of the kernel"
     else:
-        verdict, summary = "n/a", "no check could run"
+        verdict, summary = Verdict.NOT_APPLICABLE, "no check could run"
     if pre:
         summary += "; precondition violated (operands, not the kernel): " + "; ".join(
             f"{c.check_id} {c.name}: "
@@ -332,7 +333,7 @@ def overall_verdict(
             cases_not_run=n_skip,
             not_run_reasons=reasons,
         )
-        if n_skip and verdict != NOT_RUN:
+        if n_skip and verdict != Verdict.NOT_RUN:
             out["summary"] += (
                 f"; {n_skip} of {len(case_results)} cases not run (not covered "
                 f"by this verdict): " + _reasons_text(reasons)

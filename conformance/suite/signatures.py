@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from conformance.checks.result import CALL_ID, DECLARATION
+from conformance.checks.result import CALL_ID, DECLARATION, Verdict
 from faults.catalogue import get_fault
 from faults.postprocessing import faulty_epilogue
 from faults.spec import POSTPROCESSING_FAULTS
@@ -165,7 +165,7 @@ def features_of_cell(rows: Iterable[dict]) -> FailureFeatures:
     """Features of one sweep cell from its store rows (direction: all differing elements)."""
     ft = FailureFeatures()
     for r in rows:
-        if r["verdict"] != "fail":
+        if r["verdict"] != Verdict.FAIL:
             continue
         ft.failed.add(r["check_id"])
         if r.get("failure_kind") == "precondition":
@@ -191,7 +191,7 @@ def features_of_case(cr) -> FailureFeatures:
     tz = az = sc = 0
     seen = False
     for cid, r in cr.checks.items():
-        if r.verdict != "fail":
+        if r.verdict != Verdict.FAIL:
             continue
         ft.failed.add(cid)
         if r.is_precondition_violation:
@@ -231,7 +231,7 @@ def declaration_only(cr) -> bool:
     """Every failing check of case result ``cr`` is the declaration's (``failure_kind`` ``declaration``: the kernel
     gives its declared contract's bits), and no precondition is violated: past the int32 headroom (C3) or float32
     exactness (C4) the declared overflow gives those bits, and the precondition classes (F6, F7) explain them."""
-    fails = [r for r in cr.checks.values() if r.verdict == "fail"]
+    fails = [r for r in cr.checks.values() if r.verdict == Verdict.FAIL]
     bad = [r for r in fails if not r.is_precondition_violation]
     if len(bad) < len(fails):
         return False
@@ -411,7 +411,7 @@ def signature_lines(result) -> list[str]:
         for cr in result.cases
         if getattr(cr, "crash", None) is None
         and CALL_ID not in cr.checks
-        and any(r.verdict == "fail" and not r.is_precondition_violation for r in cr.checks.values())
+        and any(r.verdict == Verdict.FAIL and not r.is_precondition_violation for r in cr.checks.values())
     ]
     iface = [cr for cr in failing if getattr(cr, "interface", None)]
     failing = [cr for cr in failing if not getattr(cr, "interface", None)]

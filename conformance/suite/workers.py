@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from conformance.cases import case_id
-from conformance.checks.result import CHECK_NAMES, CheckResult
+from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.forking import FORK_GATE, start_method
 from conformance.runtime.pool import BAD_CUDA_FORK, CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome
@@ -144,13 +144,13 @@ class Containment:
         st = self.state
         ops = st.cases[index]
         iso = self._child()
-        cr = None if iso is None else self.case_result(ops, iso.request(("evaluate", index)))
+        cr = None if iso is None else self.case_result(ops, iso.request("evaluate", index))
         return cr if cr is not None else evaluate_fixed(st.spec, ops, st.device, st.against, st.ref_device)
 
     def evaluate_operands(self, spec, ops, device=None, source=None) -> CaseResult:
         """``evaluate_case(spec, ops, ...)`` of operands sent to the child (a property example)."""
         iso = self._child()
-        cr = None if iso is None else self.case_result(ops, iso.request(("operands", ops)), source)
+        cr = None if iso is None else self.case_result(ops, iso.request("operands", ops), source)
         return cr if cr is not None else evaluate_case(spec, ops, device=device, source=source)
 
     def check_timeout(self, check_id: str) -> float:
@@ -167,13 +167,13 @@ class Containment:
         rec = self.record(oc, where=f"during {check_id}", timeout_s=self.check_timeout(check_id))
         ev = {"kernel_error": rec["line"], "problem_kind": rec["status"], "failure_kind": rec["status"], "crash": rec}
         return CheckResult(
-            check_id, CHECK_NAMES[check_id], "fail", f"kernel failed ({rec['status']}): {rec['line']}", ev
+            check_id, CHECK_NAMES[check_id], Verdict.FAIL, f"kernel failed ({rec['status']}): {rec['line']}", ev
         )
 
     def check(self, check_id: str) -> CheckResult:
         """Kernel-level check ``check_id`` (``plan.run_kernel_check``) in the child."""
         iso = self._child()
-        oc = None if iso is None else iso.request(("check", check_id), self.check_timeout(check_id))
+        oc = None if iso is None else iso.request("check", check_id, self.check_timeout(check_id))
         if oc is not None and oc.error == BAD_CUDA_FORK:
             self.uncontained, oc = BAD_CUDA_FORK, None
         if oc is None:
@@ -257,7 +257,7 @@ def evaluate_in_workers(
                     return
                 cid = case_id(state.cases[i])
                 running.add(cid)
-                oc = iso.request(("evaluate", i))
+                oc = iso.request("evaluate", i)
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash

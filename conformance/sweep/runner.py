@@ -25,7 +25,7 @@ from safetensors import safe_open
 from conformance.checks.engine_hash import check_engine_hash
 from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
 from conformance.checks.output_bits import case_epilogue, declared_output
-from conformance.checks.result import SWEEP_KEPT_EVIDENCE, not_applicable
+from conformance.checks.result import SWEEP_KEPT_EVIDENCE, Verdict, not_applicable
 from conformance.checks.token_flip import check_token_flip
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
@@ -150,7 +150,7 @@ def _jsonable(x):
 def row_of(scale_mode: str, r, keep_all: bool = False) -> dict:
     """One store row from a CheckResult (a passing / n/a check keeps ``SWEEP_KEPT_EVIDENCE``)."""
     ev = dict(r.evidence or {})
-    if r.verdict != "fail" and not keep_all:
+    if r.verdict != Verdict.FAIL and not keep_all:
         ev = {k: v for k, v in ev.items() if k in SWEEP_KEPT_EVIDENCE}
     for k in _DROP:
         ev.pop(k, None)
@@ -162,7 +162,7 @@ def row_of(scale_mode: str, r, keep_all: bool = False) -> dict:
         "scale_mode": scale_mode,
         "check_id": r.check_id,
         "verdict": r.verdict,
-        "failure_kind": (ev.get("failure_kind") or "kernel") if r.verdict == "fail" else None,
+        "failure_kind": (ev.get("failure_kind") or "kernel") if r.verdict == Verdict.FAIL else None,
         "summary": r.summary,
         "evidence": _jsonable(ev),
     }
@@ -254,7 +254,7 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
         ask_direction_counts(frun.output, declared_output(ops, case_epilogue(kernel, ops, frun)))
     res = case.result(source="sweep", coverage=False, output_digest=False, explain=False)
     gt = gt_asked.get().to_dict()
-    if res.checks["C8"].verdict == "fail" and frun.output is not None:
+    if res.checks["C8"].verdict == Verdict.FAIL and frun.output is not None:
         gt["direction_vs_declared"] = direction_counts(
             frun.output, declared_output(ops, case_epilogue(kernel, ops, frun))
         )

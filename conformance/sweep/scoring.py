@@ -11,12 +11,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from conformance.checks.result import Verdict
 from conformance.suite.signatures import features_of_cell, match_signatures
 from faults.catalogue import FAULTS, get_fault
 
 CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12")
 CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
-_OBS = {"fail": "fire", "pass": "silent", "n/a": "n/a"}
+_OBS = {Verdict.FAIL: "fire", Verdict.PASS: "silent", Verdict.NOT_APPLICABLE: "n/a"}
 
 
 def check_span(checks) -> str:

@@ -39,11 +39,11 @@ def test_the_sweep_worker_setup_silences_them_too():
 def test_the_scoreboard_worker_silences_them_before_loading_its_kernel():
     """Issue 31 item 11: ``int8conf scoreboard``'s row workers (fresh processes)
     printed torchao's "Failed to load ...so" lines."""
-    from conformance.runtime.pool import KernelRef, _serve
+    from conformance.runtime.pool import KernelRef, Request, _serve
 
     class Conn:
         sent = []
-        requests = [("ping",)]
+        requests = [Request("ping")]
 
         def send(self, msg):
             self.sent.append(msg)
@@ -56,5 +56,5 @@ def test_the_scoreboard_worker_silences_them_before_loading_its_kernel():
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)
     _serve(Conn(), KernelRef("no_such_pkg_xyz:fn"), [], "cpu", method="forkserver")
-    assert Conn.sent[0][0] == "error" and "could not be resolved" in Conn.sent[0][1]
+    assert not Conn.sent[0].ok and "could not be resolved" in Conn.sent[0].value
     assert all(logging.getLogger(n).level == logging.ERROR for n in QUIET_LOGGERS)

@@ -16,12 +16,13 @@ import torch
 from buggy_kernels import bias_tie_case, make_kernel, tie_case
 
 from conformance.cases import synthetic_cases
+from conformance.checks.result import Verdict
 from conformance.cli import main
 from conformance.kernels import registry
 from conformance.kernels.runner import run_kernel
 from conformance.kernels.spec import ShapeConstraints
 from conformance.suite.report import pair_difference_line, render_markdown, to_json_dict
-from conformance.suite.run import NOT_RUN, run_conformance
+from conformance.suite.run import run_conformance
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.errors import CaptureError
 
@@ -49,7 +50,7 @@ def test_cuda_only_kernel_is_not_run_exit_3(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fixb-cudaonly: overall NOT RUN" in out and "nothing was verified" in out
     ov = _doc(tmp_path, "fixb-cudaonly")["overall"]
-    assert ov["verdict"] == NOT_RUN == "not run"
+    assert ov["verdict"] == Verdict.NOT_RUN == "not run"
     assert (ov["cases_total"], ov["cases_run"], ov["cases_not_run"]) == (N_SYNTHETIC, 0, N_SYNTHETIC)
     assert list(ov["not_run_reasons"].values()) == [N_SYNTHETIC]
     assert "supports devices ['cuda']" in next(iter(ov["not_run_reasons"]))
