@@ -23,7 +23,6 @@ from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, Isol
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.plan import DEFAULT_EXAMPLES
 from conformance.suite.report import read_report
-from conformance.suite.requests import SUITE_REQUESTS
 from conformance.suite.run import (
     MODEL_CHECKS,
     SUITE_VERSION,
@@ -33,6 +32,7 @@ from conformance.suite.run import (
     reduced_suite,
 )
 from conformance.suite.setup import CaseSource, RunCases
+from conformance.suite.workers import SUITE_REQUESTS
 from faults import injection_of
 from reference.errors import Int8confError
 from reference.operands import tensor_digest

@@ -5,7 +5,7 @@ child's log (``faulthandler`` stacks); the next request starts a fresh child. St
 an in-memory KernelSpec), ``forkserver`` (torch and the handlers' modules preloaded) or ``spawn`` (both need a
 :class:`KernelRef`). Protocol (pickled :class:`Request` / :class:`Reply` on a pipe): kinds ``ping``, ``warm``
 (case ``arg`` called, unscored), ``stop``, and every kind of the ``handlers`` the pool is given (the suite's:
-``conformance.suite.requests.SUITE_REQUESTS``): the child calls ``handlers[kind](spec, arg, Served)`` and answers
+``conformance.suite.workers.SUITE_REQUESTS``): the child calls ``handlers[kind](spec, arg, Served)`` and answers
 ``Reply(True, value)`` or ``Reply(False, line)`` (a harness error; kernel exceptions are already check failures). The pool
 never imports what answers: the layer above hands it in, as xdist's worker controller is handed its events."""
 

@@ -34,7 +34,7 @@ from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, Isol
 from conformance.runtime.repro import load_repro, save_repro
 from conformance.scoreboard.render import STANDARD, render_markdown, render_png
 from conformance.suite.evaluate import evaluate_case
-from conformance.suite.requests import SUITE_REQUESTS
+from conformance.suite.workers import SUITE_REQUESTS
 from reference.bits import NAN_DISTANCE, bits_of, spacing_distance
 from reference.contract import NAMED
 from reference.epilogue import apply_steps

@@ -43,7 +43,7 @@ from conformance.checks.result import (
     interface_failure,
     not_applicable,
 )
-from conformance.kernels.runner import KernelLaunch, run_kernel, start_int_mm, start_kernel
+from conformance.kernels.runner import KernelLaunch, cuda_device, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
 from conformance.suite.pairwise import compare_pair
 from conformance.suite.prefetch import (
@@ -63,6 +63,12 @@ from reference.operands import tensor_digest
 NOT_RUN_ON_INTERFACE = f"not run: the kernel returned no valid output ({INTERFACE_NAME} failure)"
 #: The n/a reason of every per-case check on a case whose kernel call raised (no output).
 NOT_RUN_ON_RAISE = "not run: the kernel raised, no output"
+#: Smallest M * K * N of a fixed case whose references a CUDA suite computes on the kernel's device
+#: (:func:`reference_device`). A case's device path costs a fixed few hundred launches and a few dozen
+#: read-backs; the CPU's reference work (mostly the coverage measurement's prefix sums, M * N * K
+#: element operations up to ``reach.PARTIAL_BUDGET``) grows with the case and passes that cost
+#: about here. Smaller cases and the property examples keep CPU operands.
+DEVICE_REFERENCE_MIN_MACS = 1 << 20
 #: Per-case checks in report order (each a ``checks.case_check.CaseCheck``).
 PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
     ("C1", check_kernel_manifest),
@@ -509,3 +515,24 @@ def evaluate_case(
     return CaseEvaluation(spec, ops, device=device, run=run, keep_on_device=keep_on_device).result(
         against=against, source=source, keep_output=keep_output, coverage=coverage, output_digest=output_digest
     )
+
+
+def reference_device(spec, device: Optional[str], ops) -> Optional[str]:
+    """Where the suite computes the references of fixed case ``ops``: the kernel's CUDA device
+    (``runner.cuda_device(spec, device)``) when ``M * K * N >= DEVICE_REFERENCE_MIN_MACS``, else
+    None (the CPU). The exact accumulator, the epilogue emulation and the coverage measurement are
+    exact or element-wise IEEE float32, so the device gives the CPU's bits (tests pin it)."""
+    if ops.m * ops.k * ops.n < DEVICE_REFERENCE_MIN_MACS:
+        return None
+    return cuda_device(spec, device)
+
+
+def evaluate_fixed(spec, ops, device: Optional[str], against=None, ref_device: Optional[str] = None) -> CaseResult:
+    """One fixed case as the suite evaluates it (``SuiteState.evaluate``, the suite's workers): references on
+    ``ref_device`` or :func:`reference_device` (operands moved there once, device questions read back together in
+    a ``reference.memo`` scope), else on the CPU; the same CaseResult either way."""
+    dev = ref_device or reference_device(spec, device, ops)
+    if dev is None:
+        return evaluate_case(spec, ops, against=against, device=device)
+    with memo.scope():
+        return evaluate_case(spec, ops.to(dev), against=against, device=device, keep_on_device=True)

@@ -27,10 +27,9 @@ from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
 from conformance.runtime.forking import map_forked
-from conformance.suite.evaluate import CaseResult, check_error, evaluate_case, is_fp8
+from conformance.suite.evaluate import CaseResult, check_error, evaluate_fixed, is_fp8
 from conformance.suite.property import property_operands, run_property_test
 from conformance.suite.warmup import warm_up
-from reference import memo
 from reference.errors import Int8confError, first_line
 from reference.model import capture as model_capture
 
@@ -45,12 +44,6 @@ FP8_MODEL_CHECKS_NA = {
     "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 operands",
     "E1": "int8-engine check: the integer engine's only hardware op is int8 x int8 -> int32; an e4m3 kernel has none",
 }
-#: Smallest M * K * N of a fixed case whose references a CUDA suite computes on the kernel's device
-#: (:func:`reference_device`). A case's device path costs a fixed few hundred launches and a few dozen
-#: read-backs; the CPU's reference work (mostly the coverage measurement's prefix sums, M * N * K
-#: element operations up to ``reach.PARTIAL_BUDGET``) grows with the case and passes that cost
-#: about here. Smaller cases and the property examples keep CPU operands.
-DEVICE_REFERENCE_MIN_MACS = 1 << 20
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
 CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
@@ -73,27 +66,6 @@ def run_fp8_accumulator(spec, device: Optional[str] = None) -> CheckResult:
         return check_fp8_accumulator(spec, device=device)
     except Exception as e:  # noqa: BLE001 -- report, never crash the suite
         return check_error("C11", e)
-
-
-def reference_device(spec, device: Optional[str], ops) -> Optional[str]:
-    """Where the suite computes the references of fixed case ``ops``: the kernel's CUDA device
-    (``runner.cuda_device(spec, device)``) when ``M * K * N >= DEVICE_REFERENCE_MIN_MACS``, else
-    None (the CPU). The exact accumulator, the epilogue emulation and the coverage measurement are
-    exact or element-wise IEEE float32, so the device gives the CPU's bits (tests pin it)."""
-    if ops.m * ops.k * ops.n < DEVICE_REFERENCE_MIN_MACS:
-        return None
-    return cuda_device(spec, device)
-
-
-def evaluate_fixed(spec, ops, device: Optional[str], against=None, ref_device: Optional[str] = None) -> CaseResult:
-    """One fixed case as the suite evaluates it (``SuiteState.evaluate``, the suite's workers): references on
-    ``ref_device`` or :func:`reference_device` (operands moved there once, device questions read back together in
-    a ``reference.memo`` scope), else on the CPU; the same CaseResult either way."""
-    dev = ref_device or reference_device(spec, device, ops)
-    if dev is None:
-        return evaluate_case(spec, ops, against=against, device=device)
-    with memo.scope():
-        return evaluate_case(spec, ops.to(dev), against=against, device=device, keep_on_device=True)
 
 
 def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:

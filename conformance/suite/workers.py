@@ -6,7 +6,8 @@ signal, the child's ``faulthandler`` stack and a reproducer (``runtime.repro.sav
 takes the next request, and the run goes on. :func:`evaluate_in_workers`: the fixed cases spread over ``jobs``
 such children (``int8conf check --jobs``), threads handing case indices to idle ones; each answers with the
 CaseResult the in-process plan computes. A case whose child erred in the harness (not the kernel) is left for
-the in-process plan."""
+the in-process plan. :data:`SUITE_REQUESTS`: what a kernel's child answers (for the suite, the gate and the
+scoreboard), the request handlers handed to the pool."""
 
 from __future__ import annotations
 
@@ -19,15 +20,25 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from conformance.cases import case_id
+from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict
 from conformance.kernels.registry import get_kernel
+from conformance.kernels.runner import pick_device
 from conformance.runtime.forking import FORK_GATE, start_method
-from conformance.runtime.pool import BAD_CUDA_FORK, CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome
+from conformance.runtime.pool import BAD_CUDA_FORK, CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.runtime.threads import available_cores
-from conformance.suite.evaluate import CRASH, TIMEOUT, CaseResult, check_error, crash_line, crashed_case, evaluate_case
-from conformance.suite.plan import evaluate_fixed, run_kernel_check
-from conformance.suite.requests import SUITE_REQUESTS
+from conformance.suite.evaluate import (
+    CRASH,
+    TIMEOUT,
+    CaseResult,
+    check_error,
+    crash_line,
+    crashed_case,
+    evaluate_case,
+    evaluate_fixed,
+)
+from conformance.suite.plan import run_kernel_check, run_model_check
 from reference.errors import Int8confError
 
 #: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
@@ -140,7 +151,7 @@ class Containment:
         return crashed_case(self.state.spec, ops, self.record(oc, ops), source)
 
     def evaluate(self, index: int) -> CaseResult:
-        """Fixed case ``index`` (``plan.evaluate_fixed``) in the child."""
+        """Fixed case ``index`` (``evaluate.evaluate_fixed``) in the child."""
         st = self.state
         ops = st.cases[index]
         iso = self._child()
@@ -352,3 +363,41 @@ def model_check_in_worker(
         return box.get("result")
 
     return wait
+
+
+# --- the child's side: the request handlers handed to runtime.pool.IsolatedKernel (SUITE_REQUESTS); each takes
+# (spec, arg, served) (served: the pool's cases, device and pairwise kernel) and returns a picklable value
+
+
+def case(spec, index: int, served: Served):
+    """Case ``index`` evaluated with its outputs kept (the gate, the scoreboard)."""
+    return evaluate_case(spec, served.cases[index], device=served.device, keep_output=True)
+
+
+def evaluate(spec, index: int, served: Served):
+    """The suite's own evaluation of fixed case ``index`` (pairwise with ``served.against``; outputs not kept)."""
+    return evaluate_fixed(spec, served.cases[index], served.device, served.against)
+
+
+def operands(spec, ops, served: Served):
+    """A property example: its operands come with the request."""
+    return evaluate_case(spec, ops, device=served.device, source="property")
+
+
+def check(spec, check_id: str, served: Served):
+    """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...)."""
+    return run_kernel_check(check_id, spec, served.cases, served.device)
+
+
+def accumulator(spec, _arg, served: Served):
+    """C11: an FP8 kernel's measured accumulator."""
+    return check_fp8_accumulator(spec, device=served.device)
+
+
+def model(spec, check_id: str, served: Served):
+    """A model-level check (C7, E1) on the device the kernel runs on."""
+    return run_model_check(check_id, spec, device=pick_device(spec, served.device)[0])
+
+
+#: request kind -> handler (``runtime.pool`` module docstring)
+SUITE_REQUESTS = {f.__name__: f for f in (case, evaluate, operands, check, accumulator, model)}

@@ -13,9 +13,9 @@ import torch
 
 from conformance.cases import CaptureReplay, families, make_case, synthetic_cases
 from conformance.kernels.registry import get_kernel
-from conformance.suite import plan
-from conformance.suite.evaluate import evaluate_case
-from conformance.suite.plan import SuiteState, default_cases, mark_ownership_probes, reference_device
+from conformance.suite import evaluate
+from conformance.suite.evaluate import evaluate_case, reference_device
+from conformance.suite.plan import SuiteState, default_cases, mark_ownership_probes
 from faults import inject
 
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -105,15 +105,15 @@ def test_the_representative_cases_cover_the_suite():
 
 
 def _edge_cases() -> tuple:
-    """A case just below :data:`plan.DEVICE_REFERENCE_MIN_MACS` and one at it."""
+    """A case just below :data:`evaluate.DEVICE_REFERENCE_MIN_MACS` and one at it."""
     k = n = 256
-    m = plan.DEVICE_REFERENCE_MIN_MACS // (k * n)
+    m = evaluate.DEVICE_REFERENCE_MIN_MACS // (k * n)
     return make_case("ordinary", m=m, k=k - 1, n=n), make_case("ordinary", m=m, k=k, n=n)
 
 
 def test_small_cases_and_cpu_kernels_keep_cpu_references():
     small, big = _edge_cases()
-    assert big.m * big.k * big.n == plan.DEVICE_REFERENCE_MIN_MACS > small.m * small.k * small.n
+    assert big.m * big.k * big.n == evaluate.DEVICE_REFERENCE_MIN_MACS > small.m * small.k * small.n
     assert reference_device(get_kernel("int_mm"), "cuda", small) is None
     assert reference_device(get_kernel("cpu"), None, big) is None  # the kernel runs on the CPU
     assert reference_device(get_kernel("int_mm"), "cpu", big) is None
