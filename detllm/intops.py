@@ -37,7 +37,7 @@ def require_int(x, name: str = "x") -> torch.Tensor:
     return x
 
 
-def _as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> torch.Tensor:
+def as_i64(x: IntLike, like: torch.Tensor | None = None, name: str = "x") -> torch.Tensor:
     if isinstance(x, bool):
         raise OperandError(f"{name}: expected an integer, got bool")
     if isinstance(x, int):
@@ -56,8 +56,8 @@ def floor_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     k: int or integer tensor broadcastable to x. Left shifts must not overflow (not checked).
     Raises OperandError for a non-integer x or k.
     """
-    x = _as_i64(x, name="x")
-    k = _as_i64(k, like=x, name="k")
+    x = as_i64(x, name="x")
+    k = as_i64(k, like=x, name="k")
     right = torch.bitwise_right_shift(x, k.clamp(0, 63))
     left = torch.bitwise_left_shift(x, (-k).clamp(0, 63))
     return torch.where(k >= 0, right, left)
@@ -80,7 +80,7 @@ def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
     all int64 and every k (k >= 63: -1, 0 or 1). k: int or integer tensor broadcastable to x.
     Left shifts must not overflow (not checked). Raises OperandError for a non-integer x or k.
     """
-    x = _as_i64(x, name="x")
+    x = as_i64(x, name="x")
     if isinstance(k, int) and not isinstance(k, bool):
         if k <= 0:
             return torch.bitwise_left_shift(x, min(-k, 63))
@@ -89,7 +89,7 @@ def round_shift(x: torch.Tensor, k: IntLike) -> torch.Tensor:
             r = torch.bitwise_and(x, (1 << k) - 1)
             half = 1 << (k - 1)
             return q + ((r > half) | ((r == half) & (x >= 0))).to(torch.int64)
-    k = _as_i64(k, like=x, name="k")
+    k = as_i64(k, like=x, name="k")
     if k.numel() and 0 <= int(k.min()) and int(k.max()) <= _MAX_SHIFT:
         return _round_shift_tensor_fast(x, k)
     kr = k.clamp(0, _MAX_SHIFT)
@@ -114,8 +114,8 @@ def _check_divisor(b: torch.Tensor) -> None:
 
 def div_floor(a: IntLike, b: IntLike) -> torch.Tensor:
     """floor(a / b) -> int64, broadcast shape. Raises OperandError if any b == 0."""
-    a = _as_i64(a, name="a")
-    b = _as_i64(b, like=a, name="b")
+    a = as_i64(a, name="a")
+    b = as_i64(b, like=a, name="b")
     _check_divisor(b)
     return torch.div(a, b, rounding_mode="floor")
 
@@ -126,8 +126,8 @@ def div_round(a: IntLike, b: IntLike) -> torch.Tensor:
     On magnitudes: q = |a| // |b|, +1 when 2r >= |b|; sign last. Raises OperandError for a non-integer
     operand or any b == 0.
     """
-    a = _as_i64(a, name="a")
-    b = _as_i64(b, like=a, name="b")
+    a = as_i64(a, name="a")
+    b = as_i64(b, like=a, name="b")
     _check_divisor(b)
     aa, bb = a.abs(), b.abs()
     q = torch.div(aa, bb, rounding_mode="floor")
@@ -142,7 +142,7 @@ def isqrt(x: torch.Tensor) -> torch.Tensor:
 
     Raises OperandError for a non-integer dtype or a negative element.
     """
-    x = _as_i64(x, name="x")
+    x = as_i64(x, name="x")
     if bool((x < 0).any()):
         raise OperandError("isqrt: negative input")
     rem = x.clone()
@@ -159,7 +159,7 @@ def isqrt(x: torch.Tensor) -> torch.Tensor:
 
 def ilog2(x: torch.Tensor) -> torch.Tensor:
     """Exact floor(log2(x)) for 1 <= x <= 2^63 - 1 (binary search) -> int64 in [0, 62]; OperandError for x <= 0."""
-    x = _as_i64(x, name="x")
+    x = as_i64(x, name="x")
     if bool((x <= 0).any()):
         raise OperandError("ilog2: input must be >= 1")
     r = torch.zeros_like(x)
@@ -172,7 +172,7 @@ def ilog2(x: torch.Tensor) -> torch.Tensor:
 
 def ilog2_or(x: torch.Tensor, zero_value: int = -1) -> torch.Tensor:
     """floor(log2(x)) for x >= 1, ``zero_value`` where x == 0; OperandError for negative elements."""
-    x = _as_i64(x, name="x")
+    x = as_i64(x, name="x")
     if bool((x < 0).any()):
         raise OperandError("ilog2_or: negative input")
     return torch.where(x > 0, ilog2(x.clamp(min=1)), torch.full_like(x, zero_value))
@@ -258,9 +258,9 @@ def fit_channel_multipliers(values, bits: int = 15):
 
 def _dyadic_tensors(d: DyadicLike, like: torch.Tensor):
     if isinstance(d, Dyadic):
-        return _as_i64(d.m, like), _as_i64(d.k, like)
+        return as_i64(d.m, like), as_i64(d.k, like)
     if isinstance(d, tuple) and len(d) == 2:
-        return _as_i64(d[0], like, "dyadic m").to(like.device), _as_i64(d[1], like, "dyadic k").to(like.device)
+        return as_i64(d[0], like, "dyadic m").to(like.device), as_i64(d[1], like, "dyadic k").to(like.device)
     raise OperandError(f"dyadic: expected Dyadic or (m, k) tensors, got {type(d).__name__}")
 
 
@@ -272,7 +272,7 @@ def apply_dyadic(x: torch.Tensor, d: DyadicLike, shift: IntLike = 0) -> torch.Te
     """
     x = require_int(x, "x").to(torch.int64)
     m, k = _dyadic_tensors(d, x)
-    return round_shift(x * m, k + _as_i64(shift, x, "shift"))
+    return round_shift(x * m, k + as_i64(shift, x, "shift"))
 
 
 def saturate(x: torch.Tensor, bits: int) -> torch.Tensor:

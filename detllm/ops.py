@@ -16,7 +16,7 @@ import torch
 
 from detllm.intops import (
     IntLike,
-    _as_i64,
+    as_i64,
     div_floor,
     div_round,
     floor_shift,
@@ -40,7 +40,7 @@ LOG2E_M = 24204406
 
 
 @functools.cache
-def _exp2_values() -> tuple:
+def exp2_values() -> tuple:
     """Q30 table of 2^(-j/1024), j = 0..1024, ties up, in 50-digit decimal arithmetic (platform-independent);
     built on first use (a quarter second: not at import)."""
     with localcontext() as ctx:
@@ -58,7 +58,7 @@ _table_cache: dict = {}
 def _exp2_table(device) -> torch.Tensor:
     key = str(device)
     if key not in _table_cache:
-        _table_cache[key] = torch.tensor(_exp2_values(), dtype=torch.int64, device=device)
+        _table_cache[key] = torch.tensor(exp2_values(), dtype=torch.int64, device=device)
     return _table_cache[key]
 
 
@@ -262,7 +262,7 @@ def int_rmsnorm(
         em, ek = int(eps[0]), int(eps[1])
         if em < 0:
             raise OperandError("int_rmsnorm: eps must be >= 0")
-        xe = _as_i64(x_exp, like=x, name="x_exp")
+        xe = as_i64(x_exp, like=x, name="x_exp")
         # eps in x' units is em / 2^sh; choose c so that it is <= 2^42 after >> 2c.
         sh = ek + 2 * (xe + s)
         c = div_floor(em.bit_length() - sh - 41, 2).clamp(min=0)
@@ -389,7 +389,7 @@ def renormalize(x: torch.Tensor, x_exp: IntLike, bits: int = RESIDUAL_BITS) -> T
     x = require_int(x, "x").to(torch.int64)
     if not (1 <= bits <= 30):
         raise OperandError(f"renormalize: bits must be in [1, 30], got {bits}")
-    xe = _as_i64(x_exp, like=x, name="x_exp")
+    xe = as_i64(x_exp, like=x, name="x_exp")
     s = (ilog2_or(x.abs().amax(dim=-1), 0) + 1 - bits).clamp(min=0)
     return round_shift(x, s.unsqueeze(-1)).to(torch.int32), xe + s
 
@@ -408,8 +408,8 @@ def residual_add(
         raise OperandError(f"residual_add: shapes {tuple(a.shape)} and {tuple(b.shape)} differ")
     _check_31(a, "residual_add a")
     _check_31(b, "residual_add b")
-    ae = _as_i64(a_exp, like=a, name="a_exp").expand(a.shape[:-1])
-    be = _as_i64(b_exp, like=a, name="b_exp").expand(a.shape[:-1])
+    ae = as_i64(a_exp, like=a, name="a_exp").expand(a.shape[:-1])
+    be = as_i64(b_exp, like=a, name="b_exp").expand(a.shape[:-1])
     e = torch.maximum(torch.minimum(ae, be), torch.maximum(ae, be) - 31)
     total = round_shift(a, (e - ae).unsqueeze(-1)) + round_shift(b, (e - be).unsqueeze(-1))
     return renormalize(total, e, bits)
@@ -424,7 +424,7 @@ def quantize_pow2_per_token(x: torch.Tensor, x_exp: IntLike = 0, bits: int = 8) 
     x = require_int(x, "x").to(torch.int64)
     if bits not in (8, 16):
         raise OperandError(f"quantize_pow2_per_token: bits must be 8 or 16, got {bits}")
-    xe = _as_i64(x_exp, like=x, name="x_exp")
+    xe = as_i64(x_exp, like=x, name="x_exp")
     amax = x.abs().amax(dim=-1)
     s = (ilog2_or(amax, 0) - (bits - 2)).clamp(min=0)
     # amax / 2^s >= 2^(bits-1) - 1/2  <=>  round_shift(amax, s) >= 2^(bits-1): one more bit

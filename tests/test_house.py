@@ -106,15 +106,30 @@ def test_the_layer_check_finds_a_function_local_upward_import(tmp_path):
     assert layer_violations(tmp_path) == ["conformance.runtime.pool imports conformance.suite (layer 4 < 6)"]
 
 
-def test_no_private_names_across_packages():
+def private_imports(root: Path) -> list[str]:
+    """``"<module>: <target> [private parts]"`` for every import of a ``_private`` module or name of the project from
+    another module (within one package too; a package's tests are outside ``root``'s packages)."""
     bad = []
-    for mod, path in modules(ROOT).items():
+    for mod, path in modules(root).items():
         for target, names in imported(path):
-            top = target.split(".")[0]
-            if top in PACKAGES and top != mod.split(".")[0]:
+            if target.split(".")[0] in PACKAGES and target != mod:
                 private = [p for p in target.split(".") + names if p.startswith("_") and not p.startswith("__")]
                 bad += [f"{mod}: {target} {private}"] if private else []
-    assert bad == []
+    return bad
+
+
+def test_no_private_names_imported_across_modules():
+    assert private_imports(ROOT) == []
+
+
+def test_the_private_import_check_finds_one_within_a_package(tmp_path):
+    (tmp_path / "conformance" / "kernels").mkdir(parents=True)
+    (tmp_path / "conformance" / "kernels" / "a.py").write_text("from conformance.kernels._digest import f\n")
+    (tmp_path / "conformance" / "kernels" / "b.py").write_text("from conformance.kernels.c import _g\n")
+    assert private_imports(tmp_path) == [
+        "conformance.kernels.a: conformance.kernels._digest ['_digest']",
+        "conformance.kernels.b: conformance.kernels.c ['_g']",
+    ]
 
 
 def test_reports_hold_no_python_and_the_conformance_root_holds_entry_points():

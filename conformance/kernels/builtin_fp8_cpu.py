@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from conformance.kernels import trace
-from conformance.kernels._digest import module_digest
+from conformance.kernels.digest import module_digest
 from reference import fp8
 from reference.contract import CUTLASS_STYLE
 from reference.epilogue import apply_epilogue

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from conformance.kernels import trace
-from conformance.kernels._digest import module_digest
-from conformance.kernels._torch_epilogue import epilogue
+from conformance.kernels.digest import module_digest
+from conformance.kernels.torch_epilogue import epilogue
 from reference.contract import CUTLASS_STYLE
 from reference.validate import validate_operands
 

@@ -9,7 +9,7 @@ Declared accumulator on CUDA (issue 30's H200 measurement, C11-verified natively
 promote=128`` for ``torch-fp8``, ``fp32 bits=14 truncate`` for ``torch-fp8-fast``. CPU: torch multiplies the operands
 by the scales before an fp32 GEMM, which no epilogue step list describes, so the kernel calls ``_scaled_mm`` with unit
 scales (an fp32 GEMM of the exact products, accumulator ``fp32``; ``use_fast_accum`` has no effect there) and applies
-the epilogue in torch float32 ops (``_torch_epilogue``)."""
+the epilogue in torch float32 ops (``torch_epilogue``)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from conformance.kernels import trace
-from conformance.kernels._digest import module_digest
-from conformance.kernels._torch_epilogue import epilogue, scale_vectors
+from conformance.kernels.digest import module_digest
 from conformance.kernels.spec import ShapeConstraints
+from conformance.kernels.torch_epilogue import epilogue, scale_vectors
 from reference.contract import EpilogueContract
 from reference.validate import validate_operands
 

@@ -2,7 +2,7 @@
 
 Computes exactly ``triton_gemm.w8a8_mm_tma``: a int8 [M, K], b int8 [N, K] (K-contiguous, via host TMA descriptors
 whose zero-filled K tail adds nothing), ``acc = a @ b.T`` in int32, then :func:`_epilogue`, op for op
-``triton_gemm._epilogue`` (TRITON_STYLE, integer RNE to bf16; launch with ``enable_fp_fusion=False``).
+``triton_gemm.fused_epilogue`` (TRITON_STYLE, integer RNE to bf16; launch with ``enable_fp_fusion=False``).
 Gluon lets the int32-accumulator wgmma stay in flight across K steps (``warpgroup_mma_wait(1)``), which Triton's
 pipeliner never does. :func:`w8a8_mm_gluon`: a ring of ``STAGES`` TMA slots, tiles in grouped order, persistent when
 ``NUM_PROGS`` < tiles. :func:`w8a8_mm_gluon_ws`: CUTLASS's ping-pong design (``KernelTmaWarpSpecializedPingpong``)
@@ -134,7 +134,7 @@ def _fill(a_desc, b_desc, a_ring, b_ring, ready, g, off_m, off_n, k, pred, STAGE
 def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
               HAS_BIAS: gl.constexpr, OUT_KIND: gl.constexpr, ACC_ONLY: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
-    """``triton_gemm._epilogue`` in Gluon for one complete int32 tile ``acc`` (layout ``LAYOUT``) at
+    """``triton_gemm.fused_epilogue`` in Gluon for one complete int32 tile ``acc`` (layout ``LAYOUT``) at
     (off_m, off_n): the same operations in the same order."""
     rm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LAYOUT))
     rn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, LAYOUT))
@@ -148,7 +148,7 @@ def _epilogue(acc, off_m, off_n, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride
         y = acc.to(gl.float32) * sa[:, None]  # TRITON_STYLE: s_a first ...
         y = y * sb[None, :]  # ... then s_w (two roundings, no FMA)
         if OUT_KIND == 0:
-            # RNE fp32 -> bf16 on the bit pattern (as triton_gemm._epilogue)
+            # RNE fp32 -> bf16 on the bit pattern (as triton_gemm.fused_epilogue)
             u = y.to(gl.uint32, bitcast=True)
             hi = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
             hi = gl.where(y != y, 0x7FC0, hi)  # noqa: PLR0124 -- NaN test

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 
 import torch
 
-from conformance.kernels._digest import callable_digest
+from conformance.kernels.digest import callable_digest
 from conformance.kernels.spec import (
     BUILTINS,
     OVERFLOW_BEHAVIOURS,

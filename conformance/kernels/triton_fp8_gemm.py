@@ -1,7 +1,7 @@
 """The Triton kernel of the built-in ``triton-fp8`` (host side: ``builtin_triton_fp8``). In torch terms::
 
     acc = fp8_accumulate(a, b)        # float32 [M,N]: tl.dot of e4m3 tiles into a float32 accumulator
-    out = triton_gemm._epilogue(acc)  # the int8 kernel's fused epilogue, whose first cast is the identity here
+    out = triton_gemm.fused_epilogue(acc)  # the int8 kernel's fused epilogue, whose first cast is the identity here
 
 One program per output tile (grouped order), K walked in BLOCK_K steps, no split-K. ``MAX_IMPRECISE`` is
 ``tl.dot``'s ``max_num_imprecise_acc``: natively on sm_90 the products of that many K elements are summed in the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from conformance.kernels.triton_gemm import _epilogue
+from conformance.kernels.triton_gemm import fused_epilogue
 
 
 def fp8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
@@ -20,7 +20,7 @@ def fp8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_am, 
            GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, INT64_IDX: tl.constexpr, K_ITERS_STATIC: tl.constexpr,
            MAX_IMPRECISE: tl.constexpr):  # fmt: skip
     """FP8 W8A8 tile program. a e4m3 [M,K], b e4m3 [N,K], any strides; scales fp32 (stride 0 = scalar); bias
-    out_dtype [N] (bf16 as int16 bits); out [M,N] as ``triton_gemm._epilogue`` (ACC_ONLY: the float32 accumulator).
+    out_dtype [N] (bf16 as int16 bits); out [M,N] as ``triton_gemm.fused_epilogue`` (ACC_ONLY: the float32 accumulator).
     Grid: (tiles_m * tiles_n,)."""
     pid = tl.program_id(0)
     num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -56,5 +56,5 @@ def fp8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stride_am, 
         b_ptrs += BLOCK_K * stride_bk
 
     omask = (rm[:, None] < M) & (rn[None, :] < N)
-    _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+    fused_epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
               HAS_BIAS, OUT_KIND, ACC_ONLY)  # fmt: skip

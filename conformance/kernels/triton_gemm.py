@@ -4,7 +4,7 @@
     out = ((acc.float() * scale_a[:, None]) * scale_b[None, :]).to(out_dtype)   # two fp32 multiplies, RNE
     if bias is not None: out = (out.float() + bias.float()).to(out_dtype)      # after the rounding, RNE again
 
-Every tiling, K split and program order gives the same int32 sums and one epilogue (:func:`_epilogue`), so the
+Every tiling, K split and program order gives the same int32 sums and one epilogue (:func:`fused_epilogue`), so the
 same bits. ``w8a8_mm``: pointer loads through every stride (CUDA and the interpreter), grouped order, exact split-K
 (int32 atomics; the last program at a tile takes the sum with ``atomic_xchg(ws, 0)``, leaving the workspace zeroed).
 ``w8a8_mm_tma``: Hopper TMA descriptors, optionally persistent / warp-specialised. bf16 is rounded with integer ops
@@ -33,7 +33,7 @@ class _DeviceFunction(JITFunction):
 
 
 @_DeviceFunction
-def _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+def fused_epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
               HAS_BIAS: tl.constexpr, OUT_KIND: tl.constexpr, ACC_ONLY: tl.constexpr):  # fmt: skip
     """Store one tile of complete int32 sums ``acc`` [BLOCK_M, BLOCK_N] (rows ``rm``, columns ``rn``,
     mask ``omask``). ACC_ONLY: int32 out; else ``(float32(acc) * s_a) * s_w`` rounded RNE to OUT_KIND (0: bf16 as
@@ -80,7 +80,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M,
             GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT64_IDX: tl.constexpr,
             K_ITERS_STATIC: tl.constexpr, FLOAT_DOT: tl.constexpr):  # fmt: skip
     """Pointer-load W8A8 tile program. a int8 [M,K], b int8 [N,K], any strides; scales fp32 (stride 0 =
-    scalar); bias out_dtype [N] (bf16 as int16 bits); out [M,N] as :func:`_epilogue`. ws / cnt: int32 workspace [M*N]
+    scalar); bias out_dtype [N] (bf16 as int16 bits); out [M,N] as :func:`fused_epilogue`. ws / cnt: int32 workspace [M*N]
     and per-tile counters, zero on entry and exit (SPLIT_K > 1). Grid: (tiles_m * tiles_n, SPLIT_K)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -141,7 +141,7 @@ def w8a8_mm(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, M,
         )  # full sum out, workspace zeroed
         tl.atomic_xchg(cnt_ptr + tile, 0, mask=last, sem="relaxed")
 
-    _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
+    fused_epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias, stride_om,
               HAS_BIAS, OUT_KIND, ACC_ONLY)  # fmt: skip
 
 
@@ -174,5 +174,5 @@ def w8a8_mm_tma(a_desc, b_desc, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, K, stri
         rm = off_m + tl.arange(0, BLOCK_M)
         rn = off_n + tl.arange(0, BLOCK_N)
         omask = (rm[:, None] < M) & (rn[None, :] < N)
-        _epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias,
+        fused_epilogue(acc, rm, rn, omask, sa_ptr, sb_ptr, bias_ptr, out_ptr, M, N, stride_sa, stride_sb, stride_bias,
                   stride_om, HAS_BIAS, OUT_KIND, ACC_ONLY)  # fmt: skip

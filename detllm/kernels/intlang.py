@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from detllm.ops import _exp2_values
+from detllm.ops import exp2_values
 
 INT64_MIN = -(2**63)
 
@@ -103,7 +103,7 @@ def isqrt_newton(n):
 
 @triton.jit
 def int_exp(x, table_ptr, F: tl.constexpr):
-    """``ops.int_exp`` (dyadic log2e, table) for int64 x <= 0, 0 <= F <= 30; ``table_ptr``: ``ops._exp2_values()``."""
+    """``ops.int_exp`` (dyadic log2e, table) for int64 x <= 0, 0 <= F <= 30; ``table_ptr``: ``ops.exp2_values()``."""
     xc = tl.maximum(x, -(64 << F))
     v = xc * (-24204406)
     if F > 0:
@@ -220,7 +220,7 @@ def exp2_table(device) -> torch.Tensor:
     key = str(device)
     t = _TABLES.get(key)
     if t is None:
-        t = _TABLES[key] = torch.tensor(list(_exp2_values()) + [0], dtype=torch.int64, device=device)
+        t = _TABLES[key] = torch.tensor(list(exp2_values()) + [0], dtype=torch.int64, device=device)
     return t
 
 

@@ -19,7 +19,7 @@ import importlib.metadata
 import torch
 
 from conformance.kernels import trace
-from conformance.kernels._digest import module_digest
+from conformance.kernels.digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import parse_steps
 

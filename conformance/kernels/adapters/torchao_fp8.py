@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 
 from conformance.kernels import trace
-from conformance.kernels._digest import module_digest
-from conformance.kernels._torch_epilogue import scale_vectors
 from conformance.kernels.builtin_torch_fp8 import KERNELS as TORCH_FP8
 from conformance.kernels.builtin_torch_fp8 import ROWWISE
+from conformance.kernels.digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
+from conformance.kernels.torch_epilogue import scale_vectors
 
 
 def _default_mm_config():

@@ -14,7 +14,7 @@ import importlib
 import importlib.metadata
 from typing import Callable
 
-from conformance.kernels._digest import callable_digest
+from conformance.kernels.digest import callable_digest
 from conformance.kernels.loader import vllm_adapter
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import NAMED

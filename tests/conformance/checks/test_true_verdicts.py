@@ -25,7 +25,7 @@ from buggy_kernels import (
 from conformance.checks.compare import compare_bits
 from conformance.checks.overflow import declared_accumulator, wrap32
 from conformance.checks.result import CheckResult, aggregate
-from conformance.kernels._digest import callable_digest
+from conformance.kernels.digest import callable_digest
 from conformance.kernels.loader import declare, load_module_function, spec_from_object
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec

@@ -1,5 +1,5 @@
 """A user kernel's source digest (check C1, the sweep store's identity) covers the
-helper modules of its own project (``conformance.kernels._digest.helper_files``):
+helper modules of its own project (``conformance.kernels.digest.helper_files``):
 editing a helper the kernel imports changes the digest; a file it does not import,
 an installed library and int8conf itself do not; a kernel without helpers keeps the
 single-module digest (module bytes + NUL + qualified name)."""
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conformance.kernels import loader
-from conformance.kernels._digest import callable_digest, helper_files
+from conformance.kernels.digest import callable_digest, helper_files
 
 KERN = """import helper
 from util.scale import double

@@ -101,7 +101,7 @@ def _assert_no_local_memory(ptx, tmp_path):
 @needs_gluon
 def test_sm90_fp32_bias_epilogue_is_not_contracted():
     """fp32 out with bias is ``(acc * s_a) * s_w + bias``: with ``enable_fp_fusion=False``
-    the last multiply and the add stay two roundings, as in ``triton_gemm._epilogue``."""
+    the last multiply and the add stay two roundings, as in ``triton_gemm.fused_epilogue``."""
     ptx = _compile(64, 128, 128, 4, 4, has_bias=True, out_kind=2).asm["ptx"]
     assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx
     assert not re.search(r"\bfma\.", ptx)

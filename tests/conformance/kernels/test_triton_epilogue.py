@@ -1,5 +1,5 @@
 """The output epilogue of the built-in Triton kernels is written once
-(``triton_gemm._epilogue``), called by the pointer and the TMA kernel, and
+(``triton_gemm.fused_epilogue``), called by the pointer and the TMA kernel, and
 inlined when compiled natively (checked by compiling for sm_90 on the CPU:
 Triton's pipeline up to PTX needs no GPU)."""
 
@@ -40,16 +40,16 @@ def _calls(name: str) -> list[str]:
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_both_kernels_call_the_one_epilogue_and_store_nothing_themselves(kernel):
     src = _fn_source(kernel)
-    assert _calls(kernel).count("_epilogue") == 1
+    assert _calls(kernel).count("fused_epilogue") == 1
     # the epilogue's own operations appear in the helper only
     for token in ("tl.store", "0x7FFF", "0x7FC0", "tl.float16", "bias_ptr +", "sa_ptr +"):
         assert token not in src, f"{kernel} repeats the epilogue: {token}"
-    helper = _fn_source("_epilogue")
+    helper = _fn_source("fused_epilogue")
     assert helper.count("0x7FFF") == 2 and helper.count("tl.store") == 4
 
 
 def test_epilogue_is_a_device_function_the_compiler_inlines():
-    ep = triton_gemm._epilogue
+    ep = triton_gemm.fused_epilogue
     assert isinstance(ep, JITFunction) and not ep.noinline
 
 
@@ -71,7 +71,7 @@ def test_interpreted_kernel_calls_the_epilogue(monkeypatch):
     out = bt.scaled_mm(a, b, sa, sb, torch.bfloat16, bias)
     want = apply_epilogue(exact_int_mm(a, b), sa, sb, TRITON_STYLE, bias, torch.bfloat16)
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
-    assert calls and set(calls) == {"_epilogue"}
+    assert calls and set(calls) == {"fused_epilogue"}
 
 
 def _sm90_ptx(kernel: str) -> str:
