@@ -190,7 +190,7 @@ def save_artifact(out_dir, config: dict, tensors: Mapping[str, torch.Tensor]) ->
         sha = file_sha256(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, out / TENSORS_FILE)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 -- cleanup then re-raise: no temporary file left behind
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise

@@ -143,6 +143,6 @@ def removed_if_refused(*outs: Path):
     created = sorted(created, key=lambda d: len(d.parts), reverse=True)  # deepest first
     try:
         yield created
-    except BaseException:
+    except BaseException:  # noqa: BLE001 -- cleanup then re-raise: a refused run leaves no empty folders
         remove_empty_dirs(created)
         raise

@@ -24,7 +24,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 -- cleanup then re-raise: no temporary file left behind
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise

@@ -172,7 +172,7 @@ def flush() -> int:
         try:
             flat, slots = _gather(parts)
             vals = flat.tolist()  # the one read-back of this device
-        except BaseException:
+        except BaseException:  # noqa: BLE001 -- cleanup then re-raise: unread questions stay pending
             # nothing read: every unread question stays pending (a later get retries)
             queue.extend(weakref.ref(d) for d in live if not d.done)
             raise

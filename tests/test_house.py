@@ -1,11 +1,12 @@
 """The house rules that a tree can break silently: no import circles among the five packages, layers imported
 downwards only (function-local imports counted), no import of another package's ``_private`` names, no Python under
-``reports/``, a ``conformance/`` root of entry points only."""
+``reports/``, a ``conformance/`` root of entry points only, a written reason on every broad ``except``."""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,46 @@ def test_reports_hold_no_python_and_the_conformance_root_holds_entry_points():
     assert sorted(str(p.relative_to(ROOT)) for p in (ROOT / "reports").rglob("*.py")) == []
     root_modules = sorted(p.name for p in (ROOT / "conformance").glob("*.py"))
     assert root_modules == ["__init__.py", "cli.py", "pytest_plugin.py"]
+
+
+#: ``# noqa: BLE001 -- <reason>``: ruff's code (``BLE`` is selected in pyproject.toml), then a non-empty reason
+BROAD_EXCEPT_REASON = re.compile(r"#\s*noqa:[\w\s,]*\bBLE001\b[\w\s,]*--\s*\S")
+
+
+def is_broad(handler: ast.ExceptHandler) -> bool:
+    """A bare ``except:`` or one naming ``Exception`` / ``BaseException`` (alone or in a tuple)."""
+    if handler.type is None:
+        return True
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(t, ast.Name) and t.id in ("Exception", "BaseException") for t in types)
+
+
+def unexplained_broad_excepts(root: Path) -> list[str]:
+    """``"<path>:<line>"`` of every broad ``except`` whose header lines carry no :data:`BROAD_EXCEPT_REASON`: broad
+    clauses belong at the isolation boundary only (a user's kernel, a plugin, a worker's top loop, cleanup then
+    re-raise), each saying why."""
+    bad = []
+    for path in sorted(modules(root).values()):
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ExceptHandler) and is_broad(node):
+                last = node.lineno if node.type is None else node.type.end_lineno
+                if not any(BROAD_EXCEPT_REASON.search(line) for line in lines[node.lineno - 1 : last]):
+                    bad.append(f"{path.relative_to(root).as_posix()}:{node.lineno}")
+    return bad
+
+
+def test_every_broad_except_gives_its_reason():
+    assert unexplained_broad_excepts(ROOT) == []
+
+
+def test_the_except_check_finds_a_planted_reasonless_clause(tmp_path):
+    (tmp_path / "faults").mkdir()
+    (tmp_path / "faults" / "a.py").write_text(
+        "try:\n    x = 1\nexcept Exception:  # noqa: BLE001\n    pass\n"
+        "try:\n    x = 2\nexcept (ValueError, BaseException):  # noqa: BLE001 -- a reason\n    pass\n"
+        "try:\n    x = 3\nexcept:  # noqa: BLE001 --\n    pass\n"
+        "try:\n    x = 4\nexcept ValueError:\n    pass\n"
+    )
+    assert unexplained_broad_excepts(tmp_path) == ["faults/a.py:3", "faults/a.py:11"]

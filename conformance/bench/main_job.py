@@ -216,7 +216,7 @@ def run_subprocess(argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeo
         p.wait(timeout=max(timeout_s, 0.0))
     except subprocess.TimeoutExpired:
         timed_out = True
-    except BaseException:
+    except BaseException:  # noqa: BLE001 -- cleanup then re-raise: Ctrl-C or any error stops the child's process group
         _stop_group(p)
         raise
     wall = time.perf_counter() - t0

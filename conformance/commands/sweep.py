@@ -454,7 +454,7 @@ def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs
             threads=args.threads,
             on_start=log.executor,
         )
-    except BaseException:
+    except BaseException:  # noqa: BLE001 -- cleanup then re-raise: the run log records the interruption
         with contextlib.suppress(sqlite3.DatabaseError):  # a damaged store: its own error
             log.interrupt()  # what was stored stays counted in the record
         raise

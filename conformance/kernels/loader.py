@@ -565,7 +565,7 @@ def load_entry_point(name: str) -> Optional[KernelSpec]:
         return None
     try:
         obj = eps[0].load()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- a plugin's import may raise anything: one KernelLoadError line
         raise KernelLoadError(
             f"entry point {base!r} ({eps[0].value}) failed to load: {type(e).__name__}: {first_line(e, limit=None)}"
         ) from None

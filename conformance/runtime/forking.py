@@ -23,7 +23,7 @@ def start_method() -> str:
         return "spawn"
     try:
         return "spawn" if torch.cuda.is_initialized() else "fork"
-    except Exception:  # noqa: BLE001
+    except RuntimeError:  # a CUDA state query failing (torch's CUDA errors are RuntimeErrors)
         return "fork"
 
 

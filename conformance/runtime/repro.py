@@ -30,6 +30,7 @@ from conformance.kernels.runner import run_kernel
 from conformance.runtime.pool import KernelRef
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_text, read_json_object
+from reference.model.checkpoint import SAFETENSORS_READ_ERRORS
 from reference.operands import GemmOperands, tensor_digest
 
 _DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
@@ -59,7 +60,7 @@ def load_operands(path, what: str = "--repro") -> tuple[GemmOperands, dict]:
         with safe_open(str(p), "pt") as f:
             meta = dict(f.metadata() or {})
             t = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # noqa: BLE001 -- missing or truncated file
+    except SAFETENSORS_READ_ERRORS as e:  # missing or truncated file
         raise Int8confError(f"{what} {str(path)!r}: not a reproducer file ({type(e).__name__})") from None
     if not {"a", "b", "scale_a", "scale_b"} <= set(t):
         raise Int8confError(f"{what} {str(path)!r}: missing operands")

@@ -41,6 +41,7 @@ from reference.epilogue import apply_steps
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, portable_paths
 from reference.fp8 import exact_accumulator
+from reference.model.checkpoint import SAFETENSORS_READ_ERRORS
 from reference.operands import GemmOperands
 
 SCHEMA, SCHEMA_VERSION = "int8conf.scoreboard", 1
@@ -129,7 +130,7 @@ def run_row(
     row = Row(kernel, device)
     try:
         row.spec = get_kernel(kernel).manifest()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- a user's kernel module or factory may raise anything: the row records it
         row.error = str(e).splitlines()[0]
         return row
     t0 = time.perf_counter()
@@ -343,7 +344,7 @@ def load_raw(src: Path) -> list:
     try:
         raw = json.loads((src / "raw.json").read_text())
         outs = load_file(str(src / "outputs.safetensors"))
-    except Exception as e:  # noqa: BLE001
+    except SAFETENSORS_READ_ERRORS as e:  # raw.json's JSON errors are ValueErrors
         raise Int8confError(f"--merge {str(src)!r}: unreadable ({type(e).__name__})") from None
     rows = []
     for d in raw:

@@ -53,7 +53,7 @@ class Lockstep:
             lo = 0
             for i, s in enumerate(self._slots):
                 self._out[i], lo = y[lo : lo + int(s[1].shape[0])], lo + int(s[1].shape[0])
-        except BaseException as exc:  # noqa: BLE001 - handed to every thread
+        except BaseException as exc:  # noqa: BLE001 -- the batch runs a user's kernel: its error is handed to every thread
             self._err = exc
 
     def wrap(self, name: str, fn: Callable) -> Callable:
@@ -99,7 +99,7 @@ class Lockstep:
             try:
                 results[i] = fn(i)
                 why = "called after another lockstep thread had finished (threads made different numbers of calls)"
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after every thread stopped
+            except BaseException as exc:  # noqa: BLE001 -- a thread's error, re-raised below after every thread stopped
                 errors[i] = exc
                 why = "a lockstep thread failed"
             # no further round can complete without thread i: whoever waits for one (or comes) is stopped

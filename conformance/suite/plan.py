@@ -96,7 +96,7 @@ def run_model_check(
         res = fn(spec) if device is None else fn(spec, device=device)
     except Int8confError as e:
         return not_applicable(check_id, f"{module}.{attr} could not run: {e}")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the check runs the user's kernel: anything else is a harness failure, reported
         return check_error(check_id, e)
     if not isinstance(res, CheckResult):
         return check_error(check_id, TypeError(f"{attr} returned {type(res).__name__}"))

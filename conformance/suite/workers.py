@@ -293,7 +293,7 @@ def evaluate_in_workers(
                 after_fork()
             for t in threads:
                 t.join()
-        except BaseException:  # interrupted: no serving thread may outlive this call inside a torch unpickle
+        except BaseException:  # noqa: BLE001 -- cleanup then re-raise: no serving thread may outlive this call inside a torch unpickle
             stop.set()
             with lock:
                 for iso in isolated:

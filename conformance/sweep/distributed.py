@@ -193,7 +193,7 @@ def run_cells(
                         f"the kernel) after {st.computed} cells were stored; run the same "
                         f"command again to resume (or --workers 1 to see the crash)"
                     ) from None
-                except BaseException:
+                except BaseException:  # noqa: BLE001 -- cleanup then re-raise: Ctrl-C or any error stops the workers
                     # stop the workers now (their units are recomputed on resume): a worker hit by a
                     # second Ctrl-C could block its exit and hang the command (no public call < 3.14)
                     for proc in list((getattr(ex, "_processes", None) or {}).values()):

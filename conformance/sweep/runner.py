@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from conformance.checks.engine_hash import check_engine_hash
 from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
@@ -103,7 +103,7 @@ def _layer_ops_direct(spec: SweepSpec, scale_mode: str, layer: str):
         raise CaptureError(f"{ck_dir}: layer {layer}: {kind} weight does not match the captured digests")
     try:
         bias = _checkpoint_tensor(ck_dir, f"{layer}.bias").to(torch.bfloat16)
-    except Exception:  # noqa: BLE001 -- Qwen3 linears have no bias
+    except (SafetensorError, KeyError):  # no such tensor (single file / shard index): Qwen3 linears have no bias
         bias = None
     meta = {k: entry[k] for k in ("block", "proj", "M", "K", "N")}
     meta.update(kind=kind, rule="nearest" if scale_mode == "pow2" else None, model_digest=cs.model_digest)

@@ -421,7 +421,7 @@ def _forward_hf(model_dir, input_ids: torch.Tensor, hook: Hook, names: list[str]
 
     try:
         model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="eager")
-    except Exception as exc:  # transformers raises many types; one line for the user
+    except Exception as exc:  # noqa: BLE001 -- transformers raises many types; one line for the user
         raise CaptureError(
             f"{model_dir}: transformers could not load the model ({exc.__class__.__name__}: {first_line(exc, None)})"
         ) from None
@@ -587,7 +587,7 @@ def capture_model(
             )
     try:
         is_default = mdir.resolve() == default_parent_dir().resolve()
-    except Exception:
+    except (OSError, RuntimeError):  # Path.resolve: unreadable path, symlink loop
         is_default = False
     model_rec = {key: config.get(key) for key in _MODEL_KEYS.split()}
     model_rec.update(digest=mdigest, dir=DEFAULT_MODEL_TAG if is_default else str(mdir.resolve()), model_type="qwen3")

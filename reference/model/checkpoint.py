@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from reference.errors import CheckpointError, first_line
@@ -29,6 +30,11 @@ CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 QWEN3_ARCH = "Qwen3ForCausalLM"
+
+#: What reading a safetensors file (``load_file``, ``safe_open``, ``get_tensor``) raises for a missing, truncated or
+#: malformed file: SafetensorError (header, offsets, a missing tensor), OSError, RuntimeError (torch's storage) and
+#: AttributeError (a dtype this torch lacks, e.g. float8_e8m0fnu before 2.7); ValueError for JSON read beside it.
+SAFETENSORS_READ_ERRORS = (SafetensorError, OSError, ValueError, RuntimeError, AttributeError)
 
 # The 7 linears of a Qwen3 decoder block in forward order (path relative to ``model.layers.{i}``).
 BLOCK_LINEARS = tuple(f"self_attn.{p}_proj" for p in "qkvo") + tuple(f"mlp.{p}_proj" for p in ("gate", "up", "down"))
@@ -152,7 +158,7 @@ def load_safetensors_file(path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{p}: truncated safetensors file ({size} bytes, header declares {expected})")
     try:
         return load_file(str(p), device="cpu")
-    except Exception as exc:  # safetensors raises its own SafetensorError / OSError
+    except SAFETENSORS_READ_ERRORS as exc:
         msg = first_line(exc, None) or type(exc).__name__
         raise CheckpointError(f"{p}: not a readable safetensors file ({msg})") from None
 

@@ -61,7 +61,7 @@ def load_model(model_dir, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     with quiet_transformers():
         try:
             model, info = Qwen3ForCausalLM.from_pretrained(str(d), dtype=dtype, output_loading_info=True)
-        except Exception as e:  # one line instead of a deep transformers traceback
+        except Exception as e:  # noqa: BLE001 -- transformers raises many types; one line instead of a deep traceback
             msg = first_line(e, None) or type(e).__name__
             raise CheckpointError(f"{d}: cannot load Qwen3 weights ({msg})") from None
     for key, what in (("missing_keys", "missing"), ("mismatched_keys", "has a mismatched shape")):
