@@ -80,7 +80,7 @@ class FaultyScaledMM(_Faulty):
         clean = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
         extra = {}
         if fid in POSTPROCESSING_FAULTS:
-            if inner.operands == "e4m3":
+            if inner.is_fp8:
                 acc, extra["accumulator_source"] = fp8_kernel_accumulator(inner, a, b, scale_a, scale_b)
             else:
                 acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)

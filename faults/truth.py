@@ -132,7 +132,7 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
     if inj is None or spec is None:
         raise FaultError(f"kernel {getattr(faulty, 'name', faulty)!r} carries no injected fault")
     acc_source = "kernel int_mm" if spec.int_mm is not None else "exact reference"
-    if spec.operands == "e4m3":
+    if spec.is_fp8:
         acc_source = KERNEL_UNIT_SCALES
     operand_change, change_asked = None, None
     if inj.fault in PRECONDITION_FAULTS:

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from conformance.checks.result import CheckResult, Verdict, not_applicable
 from conformance.kernels.runner import run_kernel
+from conformance.kernels.spec import FP8
 from reference.bits import bits_of
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
 from reference.epilogue import apply_epilogue
@@ -53,7 +54,7 @@ def probe_cases(seed: int = 0, operands: str = "int8") -> list:
     scales; ``probe-fp32`` (6x72x40, where scale orders differ on many elements), ``probe-bf16-bias`` (5x48x24),
     ``probe-fp16`` (4x40x24)."""
     g = torch.Generator().manual_seed(1000 + seed)
-    dt = E4M3 if operands == "e4m3" else torch.int8
+    dt = E4M3 if operands == FP8 else torch.int8
 
     def mk(m, k, n, dtype, bias, name):
         a = random_operand((m, k), g, dt)

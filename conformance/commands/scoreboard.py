@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     args.out = str(out_dir(args))
     cases = sb.scoreboard_cases(quick=args.quick, captures=args.captures)
     names = args.kernel if args.kernel is not None else sb.default_kernels() + sb.default_fp8_kernels()
-    fp8 = any(get_kernel(n).operands == "e4m3" for n in names)
+    fp8 = any(get_kernel(n).is_fp8 for n in names)
     fp8_cases = sb.scoreboard_fp8_cases(quick=args.quick, captures=args.captures) if fp8 else []
     doc = sb.run_scoreboard(
         args.out,

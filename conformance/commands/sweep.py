@@ -34,6 +34,7 @@ from pathlib import Path
 from conformance.commands.options import add_deprecated_alias
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
+from conformance.kernels.spec import FP8
 from conformance.runtime.output_dirs import default_out, kernel_label
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
 from reference.errors import Int8confError
@@ -288,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     if why:
         raise Int8confError(why)
     operands = kernel.operands
-    fp8 = operands == "e4m3"
+    fp8 = operands == FP8
     faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands)])]
     for f in faults:
         why = not_applicable(f, operands)

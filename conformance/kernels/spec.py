@@ -29,6 +29,8 @@ OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 
 #: Operand dtypes a kernel may declare (``KernelSpec.operands``): int8 (DESIGN.md 3) or FP8 e4m3 (3b).
 OPERANDS = ("int8", "e4m3")
+#: the FP8 operand type (``KernelSpec.is_fp8``)
+FP8 = "e4m3"
 
 #: Built-in kernels by operand dtype; ``"all"`` names the int8 ones. Every name in :data:`BUILTINS` is reserved.
 INT8_BUILTINS = ("cpu", "int_mm", "triton")
@@ -89,7 +91,7 @@ def check_operands(operands: object, accumulator, devices, name: str = "") -> No
         raise ContractError(f"{who}operands={operands!r} is not one of {OPERANDS}")
     if operands == "int8" and accumulator is not None:
         raise ContractError(f"{who}an int8 kernel declares no accumulator (its int32 sum is exact); drop accumulator=")
-    if operands == "e4m3" and accumulator is None:
+    if operands == FP8 and accumulator is None:
         raise ContractError(
             f"{who}an e4m3 kernel must declare its accumulator, e.g. accumulator='fp32 bits=14 truncate promote=128'"
         )
@@ -230,6 +232,11 @@ class KernelSpec:
                 raise ContractError(
                     f"kernel {self.name!r}: overflow={self.overflow!r}: {v!r} is not one of {OVERFLOW_BEHAVIOURS}"
                 )
+
+    @property
+    def is_fp8(self) -> bool:
+        """Whether the kernel takes e4m3 operands (DESIGN.md 3b), not int8 ones."""
+        return self.operands == FP8
 
     def overflow_on(self, device_type: Optional[str] = None) -> str:
         """Declared overflow behaviour on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``;

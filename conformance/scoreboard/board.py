@@ -27,7 +27,7 @@ from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
 from conformance.checks.result import Verdict
 from conformance.kernels import adapters
 from conformance.kernels.registry import builtin_available, get_kernel
-from conformance.kernels.spec import FP8_BUILTINS, INT8_BUILTINS, enter_conformance_run
+from conformance.kernels.spec import FP8, FP8_BUILTINS, INT8_BUILTINS, enter_conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.output_dirs import command_root, kernel_dirname
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
@@ -81,7 +81,7 @@ def scoreboard_fp8_cases(quick: bool = False, captures: int = 2) -> list:
 
 def is_fp8_row(r) -> bool:
     """Whether row ``r`` (a :class:`Row`) is an FP8 (e4m3) kernel's."""
-    return (r.spec or {}).get("operands") == "e4m3"
+    return (r.spec or {}).get("operands") == FP8
 
 
 @dataclass
@@ -490,15 +490,10 @@ def run_scoreboard(
     cases = list(cases) if cases is not None else scoreboard_cases()
     specs = {nm: get_kernel(nm) for nm in names}
     if fp8_cases is None:
-        fp8_cases = scoreboard_fp8_cases() if any(s.operands == "e4m3" for s in specs.values()) else []
+        fp8_cases = scoreboard_fp8_cases() if any(s.is_fp8 for s in specs.values()) else []
     fp8_cases = list(fp8_cases)
     enter_conformance_run()  # the rows' children inherit it
-    plan = [
-        (nm, d, fp8_cases if specs[nm].operands == "e4m3" else cases)
-        for nm in names
-        for d in devs
-        if d in specs[nm].devices
-    ]
+    plan = [(nm, d, fp8_cases if specs[nm].is_fp8 else cases) for nm in names for d in devs if d in specs[nm].devices]
     with Progress(disable=quiet, transient=False) as prog:
         tasks = [prog.add_task(f"{nm}@{d}", total=len(cs)) for nm, d, cs in plan]
         with ThreadPoolExecutor(max_workers=max(1, int(jobs))) as ex:

@@ -94,15 +94,10 @@ FP8_PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
 )
 
 
-def is_fp8(spec) -> bool:
-    """Whether ``spec`` takes e4m3 operands (``KernelSpec.operands``)."""
-    return getattr(spec, "operands", "int8") == "e4m3"
-
-
 def per_case_checks(spec) -> tuple[tuple[str, CaseCheck], ...]:
     """The per-case checks of ``spec``: :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else
     :data:`PER_CASE_CHECKS`."""
-    return FP8_PER_CASE_CHECKS if is_fp8(spec) else PER_CASE_CHECKS
+    return FP8_PER_CASE_CHECKS if spec.is_fp8 else PER_CASE_CHECKS
 
 
 #: C10 joins the per-case checks where the evaluation launched the kernel itself
@@ -371,7 +366,7 @@ class CaseEvaluation:
                 self._acc_error = e
         subject = self.run if self.run is not None else self.launch
         acc = self._acc_launch
-        if is_fp8(spec):  # the prefetches ask the int8 checks' questions; the FP8 checks ask their own
+        if spec.is_fp8:  # the prefetches ask the int8 checks' questions; the FP8 checks ask their own
             self._outputs, self._prefetch_errors = None, []
             return
         # inside a reference.memo scope (the sweep): every question asked now
@@ -394,7 +389,7 @@ class CaseEvaluation:
         if self.run is None:
             self.run = self.launch.result()
         self.obs = self._observed()
-        if is_fp8(self.spec):
+        if self.spec.is_fp8:
             return self
         _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact, self._outputs)
         if err:
@@ -416,7 +411,7 @@ class CaseEvaluation:
         """Whether C8 may fail (``declared_output_differs``): a hint for asking failure-related
         questions before :meth:`result`, never a verdict."""
         self.settle()
-        if is_fp8(self.spec):
+        if self.spec.is_fp8:
             return True
         try:
             return declared_output_differs(self.spec, self.ops, self.run, self.exact, self._outputs)
@@ -456,7 +451,7 @@ class CaseEvaluation:
         _mark_precondition_cases(checks, ops.meta)
         explanation = None
         c8 = checks.get("C8")
-        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not is_fp8(spec):
+        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not spec.is_fp8:
             try:
                 explanation = explain_output(spec, ops, run.output, exact)
             except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
@@ -467,7 +462,7 @@ class CaseEvaluation:
             pair = compare_pair(spec, against, ops, run, run_b)
         cov = {}
         try:
-            if coverage and not is_fp8(spec):  # the coverage conditions are the int8 epilogue's
+            if coverage and not spec.is_fp8:  # the coverage conditions are the int8 epilogue's
                 cov = case_coverage(spec, ops, run, exact)
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}

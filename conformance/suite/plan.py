@@ -26,8 +26,9 @@ from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.kernels.runner import cuda_device, pick_device
+from conformance.kernels.spec import FP8
 from conformance.runtime.forking import map_forked
-from conformance.suite.evaluate import CaseResult, check_error, evaluate_fixed, is_fp8
+from conformance.suite.evaluate import CaseResult, check_error, evaluate_fixed
 from conformance.suite.property import property_operands, run_property_test
 from conformance.suite.warmup import warm_up
 from reference.errors import Int8confError, first_line
@@ -75,7 +76,7 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
         return run_batch_invariance(spec, cases, device)
     if check_id == "C11":
         return run_fp8_accumulator(spec, device)
-    if is_fp8(spec) and check_id in FP8_MODEL_CHECKS_NA:
+    if spec.is_fp8 and check_id in FP8_MODEL_CHECKS_NA:
         return not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
     return run_model_check(check_id, spec, device=pick_device(spec, device)[0])
 
@@ -117,7 +118,7 @@ def default_cases(
     the FP8 families (seed ``seeds[0]``; ``include_sweep`` does not apply) and the captures quantized
     to e4m3 in both activation scale modes, and the paper-size layers (``fp8.paper_layer_family``: full size when
     ``native``, the kernel running on a GPU; else their narrow shapes)."""
-    if operands == "e4m3":
+    if operands == FP8:
         return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native)
 
     def build() -> list:
@@ -232,7 +233,7 @@ def reduced_suite(
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
     suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no shape sweep, property test
     or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases."""
-    fp8 = operands == "e4m3"
+    fp8 = operands == FP8
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
     if not explicit_cases and include_sweep is False and not fp8:
         out.append("the shape sweep and case families")
@@ -269,7 +270,7 @@ def suite_steps(
     """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only),
     C9, C11 (``operands="e4m3"``), C7 / E1 (``model_checks``), a pairwise step per fixed case
     (``against``)."""
-    fp8 = operands == "e4m3"
+    fp8 = operands == FP8
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
     if examples > 0 and not fp8:
         steps.append(Step(PROPERTY, "property"))

@@ -40,7 +40,7 @@ from conformance.runtime.partial_run import complete_run, partial_run
 from conformance.runtime.threads import available_cores
 from conformance.suite.coverage import coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
-from conformance.suite.evaluate import OWNERSHIP_CHECK, CaseResult, is_fp8, per_case_checks
+from conformance.suite.evaluate import OWNERSHIP_CHECK, CaseResult, per_case_checks
 from conformance.suite.pairwise import summarize_pairs
 from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's public names
     CASE,
@@ -393,7 +393,7 @@ def build_result(
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
     agg.setdefault("C9", not_applicable("C9", "not run"))
-    if is_fp8(spec):
+    if spec.is_fp8:
         agg.setdefault("C11", not_applicable("C11", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
@@ -418,7 +418,7 @@ def build_result(
         overall=overall_verdict(checks, property_tests, list(case_results), skipped),
         elapsed_s=elapsed_s,
         notes=notes,
-        coverage=fp8_coverage_table(case_results) if is_fp8(spec) else _coverage(case_results),
+        coverage=fp8_coverage_table(case_results) if spec.is_fp8 else _coverage(case_results),
         invocation=dict(invocation or {}),
         partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap),
@@ -433,7 +433,7 @@ def fp8_summary(spec, checks: Sequence[CheckResult], case_names: Sequence[str] =
     ``c11`` / ``c12`` (verdict and summary) and ``c12_bound`` (C12's observed maximum beside its
     bound, ``result.bound_summary``; None if no case ran it), ``not_afforded`` (the paper-size regimes the
     run's cases, ``case_names``, left out: ``fp8.PAPER_NOT_AFFORDED``, or None)."""
-    if not is_fp8(spec):
+    if not spec.is_fp8:
         return None
     by = {c.check_id: c for c in checks}
     c11, c12 = by.get("C11"), by.get("C12")

@@ -14,6 +14,7 @@ from typing import Optional
 
 import pandas as pd
 
+from conformance.kernels.spec import FP8
 from conformance.sweep.scoring import (
     CHECK_ORDER,
     headlines,
@@ -136,7 +137,7 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     tags = list(sc["matrices"])
     out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", ""]
     out += [f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
-    fp8 = m.get("operands") == "e4m3"
+    fp8 = m.get("operands") == FP8
     asked = (
         f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
         f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
