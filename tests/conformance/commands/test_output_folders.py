@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import build_parser, main
+from faults.spec import make_injection
 
 FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
 MYGEMM = "buggy_kernels:truncating_kernel?name=mygemm"  # a user kernel declaring its name
@@ -27,8 +28,8 @@ def test_kernel_labels_are_one_function_of_the_name_and_the_fault():
 
     assert kernel_label("cpu") == "cpu"
     assert kernel_label("mypkg.gemm:scaled_mm") == "mypkg.gemm_scaled_mm"
-    assert kernel_label("mygemm", "F3", "1%", 7) == "mygemm_F3_1_s7"
-    assert kernel_label("cpu", "output_truncation") == "cpu_F4_all_s0"
+    assert kernel_label("mygemm", make_injection("F3", "1%", 7)) == "mygemm_F3_1_s7"
+    assert kernel_label("cpu", make_injection("output_truncation")) == "cpu_F4_all_s0"
     # the name `check --inject F3:1%:7` gives the injected kernel has the same label
     assert kernel_label(faults.inject(get_kernel("cpu"), "F3", "1%", 7).name) == "cpu_F3_1_s7"
     assert pair_label("cpu", "triton") == "cpu-vs-triton"
