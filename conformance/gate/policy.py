@@ -61,7 +61,7 @@ class PolicyError(Int8confError):
 @dataclass(frozen=True)
 class Expectation:
     """One known, accepted deviation: ``check`` of :data:`EXPECTATION_CHECKS`, ``reason`` (shown in every
-    report), ``owner`` (who removes it), fnmatch patterns ``case`` (e.g. ``sweep/M127*``) or ``layer`` (capture
+    report), ``owner`` (who removes it), fnmatch patterns ``case`` (e.g. ``tile_edges/M127*``) or ``layer`` (capture
     cases) or neither (model level), ``index`` in the file's list."""
 
     check: str

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.cases.tile_edges import SOURCE as TILE_EDGES_SOURCE
 from conformance.checks.result import bound_line
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, is_partial, partial_note
@@ -494,7 +495,7 @@ def render_markdown(doc: dict) -> str:
     for src, title in (
         ("capture", "Per-layer results (captures)"),
         ("synthetic", "Synthetic cases"),
-        ("sweep", "Shape sweep"),
+        (TILE_EDGES_SOURCE, "Tile-edge shapes"),
         ("family", "Trigger-condition families"),
         ("property", "Property-test examples"),
     ):

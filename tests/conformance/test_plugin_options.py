@@ -34,7 +34,7 @@ def test_a_conftest_that_defines_kernel_and_inject_runs_its_own_tests(pytester):
 def test_beside_their_kernel_option_the_long_name_runs_the_suite(pytester):
     pytester.makeconftest(THEIRS)
     theirs = pytester.makepyfile(TEST_THEIRS.format(want="6.1", inject=False))
-    fast = ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    fast = ["--int8conf-no-tile-edges", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
     args = ["-p", "no:cacheprovider", "--co", "-q", "--int8conf-kernel=cpu", "--kernel=6.1", *fast]
     r = pytester.runpytest_inprocess(*args)
     ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]

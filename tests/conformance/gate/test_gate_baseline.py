@@ -111,12 +111,14 @@ def test_a_baseline_marked_partial_is_refused(tmp_path, baseline):
 
 def _cli(tmp_path, *args):
     return main(
-        ["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q", "--out", str(tmp_path / "out"), *args]
+        ["gate", "--candidate", "int_mm", "--no-model", "--no-tile-edges", "-q", "--out", str(tmp_path / "out"), *args]
     )
 
 
 def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
-    base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_tile_edges=False, max_capture_layers=1, property_examples=0, model_checks=False
+    )
     jp, _ = write_reports(base, tmp_path / "A")
     policy = tmp_path / "p.yaml"
     policy.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
@@ -163,7 +165,7 @@ def test_cli_blocked_exit_code(tmp_path):
                 "cpu",
                 "--no-model",
                 "--no-captures",
-                "--no-sweep",
+                "--no-tile-edges",
                 "-q",
                 "--out",
                 str(tmp_path),
@@ -290,7 +292,9 @@ def test_baseline_with_an_edited_case_digest_is_refused_naming_the_case(tmp_path
 
 
 def test_cli_refuses_an_edited_baseline_exit_2_in_one_line(tmp_path, capsys):
-    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
+    )
     jp, _ = write_reports(base, tmp_path / "A")
     edited, name = _edited(tmp_path, jp, 3, "scale_a")
     policy = tmp_path / "p.yaml"
@@ -346,9 +350,11 @@ def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused
 
 def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(tmp_path, capsys):
     """issue 42, item 2: a baseline whose PASS covers a reduced suite is not gated against silently."""
-    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
+    )
     skipped = [
-        "the shape sweep and case families",
+        "the tile-edge shapes and case families",
         "layer-capture replay",
         "the property test",
         "the model-level checks (C7, E1)",
@@ -356,7 +362,7 @@ def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(t
     assert (base.verdict, base.overall["reduced_suite"]) == ("pass", skipped)
     assert base.overall["headline"] == "PASS on a reduced suite: " + ", ".join(skipped) + " skipped"
     jp, mp = write_reports(base, tmp_path / "A")
-    assert "**Overall verdict: PASS on a reduced suite: the shape sweep and case families," in mp.read_text()
+    assert "**Overall verdict: PASS on a reduced suite: the tile-edge shapes and case families," in mp.read_text()
     assert json.loads(jp.read_text())["overall"]["reduced_suite"] == skipped
     strict = tmp_path / "strict.yaml"
     strict.write_text("require: [bit_identical]\n")
