@@ -377,3 +377,52 @@ def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(t
     lenient = tmp_path / "lenient.yaml"
     lenient.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
     assert _cli(tmp_path, "--baseline", str(jp), "--no-captures", "--policy", str(lenient)) == 0
+
+
+def _as_written_before_the_rename(doc: dict) -> dict:
+    """``doc`` as a report of the tile-edge shapes' former name wrote it: source and case ids ``sweep``,
+    ``include_sweep`` in the invocation's options, the old reduced-suite phrase, a comparability record of those."""
+    from conformance.suite.run import comparability
+
+    for c in doc["cases"]:
+        if c["source"] == "tile_edges":
+            c["source"], c["case"] = "sweep", c["case"].replace("tile_edges/", "sweep/")
+    comp = comparability(doc["cases"])
+    doc["comparability"].update(cases_digest=comp["cases_digest"], case_ids=comp["case_ids"])
+    opts = doc["invocation"]["options"]
+    opts["include_sweep"] = opts.pop("include_tile_edges")
+    doc["overall"]["reduced_suite"] = ["the shape sweep and case families", *doc["overall"]["reduced_suite"]]
+    return doc
+
+
+def test_a_baseline_written_before_the_tile_edges_rename_is_read_with_the_current_names(tmp_path):
+    """Its ``sweep/M...`` cases are the ``tile_edges/M...`` cases (the same operands): read as those and gated
+    against; an expectation naming the old case ids (``sweep/M15*``) still matches."""
+    from conformance.cases import tile_edge_cases
+    from conformance.suite.plan import TILE_EDGES_LEFT_OUT
+    from conformance.suite.report import read_report
+
+    cases = tile_edge_cases()[:3]
+    res = run_conformance("cpu", cases=cases, property_examples=0, model_checks=False)
+    jp, _ = write_reports(res, tmp_path / "A")
+    new = json.loads(jp.read_text())
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_as_written_before_the_rename(json.loads(jp.read_text()))))
+    assert '"sweep/M15xK15xN15"' in old.read_text() and '"include_sweep"' in old.read_text()
+    doc = read_report(old)
+    assert [c["case"] for c in doc["cases"]] == [c["case"] for c in new["cases"]] == [c.name for c in cases]
+    assert {c["source"] for c in doc["cases"]} == {"tile_edges"} and doc["comparability"] == new["comparability"]
+    assert doc["invocation"]["options"] == new["invocation"]["options"]  # include_tile_edges
+    assert doc["overall"]["reduced_suite"] == [TILE_EDGES_LEFT_OUT, *new["overall"]["reduced_suite"]]
+    pol = parse_policy(
+        {
+            "require": "bit_identical",
+            "allow_reduced_baseline": True,
+            "expectations": [{"case": "sweep/M15*", "check": "output", "reason": "old id", "owner": "@me"}],
+        }
+    )
+    assert pol.expectations[0].case == "tile_edges/M15*"
+    gated = _gate(tmp_path / "g", KernelRef("cpu", make_injection("F4")), old, cases, pol)
+    assert [d.item for d in gated.cases] == [c.name for c in cases]
+    assert [d.status for d in gated.cases] == ["warn", "fail", "fail"]  # the expectation covers M15 only
+    assert _gate(tmp_path / "ok", KernelRef("int_mm"), old, cases).exit_code == 0
