@@ -6,7 +6,7 @@ Options: ``--int8conf-kernel`` (repeatable; ``all``, ``pkg.module:function`` or 
 ``--inject`` are aliases added after the initial conftests load, only where no conftest or plugin took the name
 (:func:`pytest_load_initial_conftests`); ``--int8conf-reports=DIR`` (``DIR/<kernel>/conformance.{json,md}``, checked at
 configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8conf-threads``
-(``conformance.runtime.threads``), ``--int8conf-no-model``, ``--int8conf-no-sweep``,
+(``conformance.runtime.threads``), ``--int8conf-no-model``, ``--int8conf-no-tile-edges``,
 ``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, ``--int8conf-timeout=S``;
 ``--int8conf-inject FAULT[:COVERAGE[:SEED]]`` is mutation testing (the suite runs on ``faults.inject(kernel, ...)``).
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ _STATE = pytest.StashKey[_State]()
 _TAKEN = pytest.StashKey[set]()
 _ITEM_KEY = "int8conf_result"
 GROUP = "int8conf"
+#: old option spellings -> the new ones (each still works, after a one-line note on stderr)
+DEPRECATED = {"--int8conf-no-sweep": "--int8conf-no-tile-edges"}
 #: ``--int8conf-X`` -> (its short alias, argparse attributes): registered always, the alias where it is free
 _SHARED = {
     "--int8conf-kernel": (
@@ -138,9 +141,11 @@ def pytest_addoption(parser, pluginmanager) -> None:
         "--int8conf-no-model", action="store_true", help="skip the model-level checks (C7 token_flip, E1 engine_hash)"
     )
     g.addoption(
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
+        "--int8conf-no-sweep",  # the old spelling, deprecated (DEPRECATED)
+        dest="int8conf_no_tile_edges",
         action="store_true",
-        help="skip the alignment-straddling shape sweep and the trigger-condition case families",
+        help="skip the tile-edge shapes and the trigger-condition case families",
     )
     g.addoption(
         "--int8conf-captures",
@@ -242,6 +247,10 @@ def pytest_configure(config) -> None:
                 "the fault into)"
             )
         return
+    if not hasattr(config, "workerinput"):  # the controller says it once
+        for old, new in DEPRECATED.items():
+            if any(str(a).startswith(old) for a in config.invocation_params.args):
+                print(f"int8conf: note: {old} is deprecated, use {new}", file=sys.stderr)
     _share_cores(config)
     enter_conformance_run()
     from conformance.kernels.loader import cwd_on_sys_path
@@ -262,7 +271,7 @@ def pytest_configure(config) -> None:
         )
     source = CaseSource(
         not opt("int8conf_no_captures"),
-        not opt("int8conf_no_sweep"),
+        not opt("int8conf_no_tile_edges"),
         opt("int8conf_captures") or None,
         opt("int8conf_model"),
     )
@@ -282,7 +291,7 @@ def pytest_configure(config) -> None:
 
     def skipped(spec) -> list:
         return reduced_suite(
-            not opt("int8conf_no_captures"), not opt("int8conf_no_sweep"), examples, model_checks, spec.operands
+            not opt("int8conf_no_captures"), not opt("int8conf_no_tile_edges"), examples, model_checks, spec.operands
         )
 
     kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s)) for s, _ in runs]

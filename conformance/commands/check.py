@@ -20,6 +20,7 @@ import time
 from rich.table import Table
 
 from conformance.checks.result import Verdict
+from conformance.commands.options import add_deprecated_alias
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root
 from reference.command_line import make_console, non_negative_int, positive_int, positive_seconds
@@ -92,11 +93,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--no-model", action="store_true", help="skip model-level checks (C7 token_flip, E1 engine_hash)")
     p.add_argument(
-        "--no-sweep",
+        "--no-tile-edges",
         action="store_true",
-        help="skip the shape sweep and the trigger-condition case families "
+        help="skip the tile-edge shapes and the trigger-condition case families "
         "(quick runs; the default suite includes both)",
     )
+    add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument(
         "--captures",
@@ -182,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     runs = kernel_runs(args.kernel, args.inject)
     other = against_kernel(args.against, [s for s, _ in runs])
     make_report_dirs(args.out, [s.name for s, _ in runs])  # every report folder, before any case runs
-    source = CaseSource(not args.no_captures, not args.no_sweep, args.captures, args.model)
+    source = CaseSource(not args.no_captures, not args.no_tile_edges, args.captures, args.model)
     cases_of = RunCases(source, args.device, progress=None if args.quiet else print)
     con, err = make_console(), make_console(stderr=True)
     ok, not_run = True, False
@@ -233,7 +235,9 @@ def _state(args, spec, inj, other, cases_of):
 
     t0 = time.perf_counter()
     cases, cap = cases_of.for_kernel(spec, inj)
-    skipped = reduced_suite(not args.no_captures, not args.no_sweep, args.examples, not args.no_model, spec.operands)
+    skipped = reduced_suite(
+        not args.no_captures, not args.no_tile_edges, args.examples, not args.no_model, spec.operands
+    )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped)
 
 

@@ -93,7 +93,10 @@ def register(subparsers) -> None:
         help="the same for one model-level check C7 / E1 (default 1800)",
     )
     p.add_argument("--no-model", action="store_true", help="skip C7 token_flip and E1 engine_hash")
-    p.add_argument("--no-sweep", action="store_true", help="skip the shape sweep")
+    p.add_argument(
+        "--no-tile-edges", action="store_true", help="skip the tile-edge shapes and the trigger-condition case families"
+    )
+    add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument(
         "--captures", metavar="DIR", default=None, help="replay this capture directory (default: the default model's)"
@@ -181,7 +184,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     inc = KernelRef(args.incumbent) if args.incumbent else None
     opts = GateOptions(
         include_captures=not args.no_captures,
-        include_sweep=not args.no_sweep,
+        include_tile_edges=not args.no_tile_edges,
         max_capture_layers=args.max_capture_layers,
         capture_dir=args.captures,
         model_dir=args.model,

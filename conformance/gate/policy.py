@@ -52,6 +52,8 @@ _KEYS = tuple(
     " fail_on_unused_expectations allow_reduced_baseline expectations description".split()
 )
 _EXP_KEYS = ("case", "layer", "check", "reason", "owner")
+#: an expectation's ``case`` pattern written before the tile-edge shapes' rename (``sweep/M127*``) names them still
+OLD_TILE_EDGES_PREFIX, TILE_EDGES_PREFIX = "sweep/", "tile_edges/"
 
 
 class PolicyError(Int8confError):
@@ -61,7 +63,7 @@ class PolicyError(Int8confError):
 @dataclass(frozen=True)
 class Expectation:
     """One known, accepted deviation: ``check`` of :data:`EXPECTATION_CHECKS`, ``reason`` (shown in every
-    report), ``owner`` (who removes it), fnmatch patterns ``case`` (e.g. ``sweep/M127*``) or ``layer`` (capture
+    report), ``owner`` (who removes it), fnmatch patterns ``case`` (e.g. ``tile_edges/M127*``) or ``layer`` (capture
     cases) or neither (model level), ``index`` in the file's list."""
 
     check: str
@@ -196,7 +198,10 @@ def _expectation(src: str, i: int, item) -> Expectation:
         raise PolicyError(f"{where}: give either case or layer, not both")
     if "case" not in item and "layer" not in item and check not in MODEL_LEVEL:
         raise PolicyError(f"{where}: needs case or layer (only C7 / E1 are model-level)")
-    return Expectation(check, item["reason"].strip(), item["owner"].strip(), item.get("case"), item.get("layer"), i)
+    case = item.get("case")
+    if case is not None and case.startswith(OLD_TILE_EDGES_PREFIX):  # the tile-edge shapes' former case ids
+        case = TILE_EDGES_PREFIX + case[len(OLD_TILE_EDGES_PREFIX) :]
+    return Expectation(check, item["reason"].strip(), item["owner"].strip(), case, item.get("layer"), i)
 
 
 def parse_policy(obj, source: str = "<dict>") -> Policy:

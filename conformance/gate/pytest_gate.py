@@ -41,6 +41,8 @@ class _GateState:
 
 
 _STATE = pytest.StashKey[_GateState]()
+#: old option spellings -> the new ones (each still works, after a one-line note on stderr)
+DEPRECATED = {"--gate-fault": "--gate-inject", "--gate-no-sweep": "--gate-no-tile-edges"}
 
 
 def pytest_addoption(parser) -> None:
@@ -67,7 +69,13 @@ def pytest_addoption(parser) -> None:
     g.addoption("--gate-device", metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
     g.addoption("--gate-no-captures", action="store_true")
-    g.addoption("--gate-no-sweep", action="store_true")
+    g.addoption(
+        "--gate-no-tile-edges",
+        "--gate-no-sweep",  # the old spelling, deprecated
+        dest="gate_no_tile_edges",
+        action="store_true",
+        help="skip the tile-edge shapes and the trigger-condition case families",
+    )
     g.addoption("--gate-max-capture-layers", type=int, metavar="N")
 
 
@@ -87,15 +95,17 @@ def pytest_configure(config) -> None:
     dev = config.getoption("gate_device") or (f"cuda:{gpu}" if gpu is not None else None)
     opts = GateOptions(
         include_captures=not config.getoption("gate_no_captures"),
-        include_sweep=not config.getoption("gate_no_sweep"),
+        include_tile_edges=not config.getoption("gate_no_tile_edges"),
         max_capture_layers=config.getoption("gate_max_capture_layers"),
         model_checks=not config.getoption("gate_no_model"),
         timeout_s=config.getoption("gate_timeout"),
         device=dev,
     )
     inc, inject, baseline = (config.getoption(f"gate_{k}") for k in ("incumbent", "fault", "baseline"))
-    if any(str(a).startswith("--gate-fault") for a in config.invocation_params.args) and not wid:
-        print("int8conf gate: note: --gate-fault is deprecated, use --gate-inject", file=sys.stderr)
+    if not wid:
+        for old, new in DEPRECATED.items():
+            if any(str(a).startswith(old) for a in config.invocation_params.args):
+                print(f"int8conf gate: note: {old} is deprecated, use {new}", file=sys.stderr)
     try:
         injection = candidate_injection(inject)
         out = config.getoption("gate_out")

@@ -57,7 +57,7 @@ class GateOptions:
     may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``)."""
 
     include_captures: bool = True
-    include_sweep: bool = True
+    include_tile_edges: bool = True
     seeds: tuple = (0, 1)
     max_capture_layers: Optional[int] = None
     capture_dir: Optional[str] = None
@@ -169,7 +169,7 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
         detail += [f"{len(only_m)} only in this run (e.g. {only_m[0]})"] if only_m else []
         probs.append(
             "different case set: " + ", ".join(detail) + "; run the gate with the options the baseline was made with "
-            "(--no-captures / --no-sweep / --captures DIR)"
+            "(--no-captures / --no-tile-edges / --captures DIR)"
         )
     common = [cid for cid in ours if cid in theirs]
     diffs = [(cid, d) for cid in common for d in [_row_difference(theirs[cid], ours[cid])] if d]
@@ -304,7 +304,7 @@ class GateSession:
         if cases is None:  # the candidate's cases, as `int8conf check` builds them (suite.setup)
             source = CaseSource(
                 opts.include_captures,
-                opts.include_sweep,
+                opts.include_tile_edges,
                 opts.capture_dir,
                 opts.model_dir,
                 tuple(opts.seeds),
@@ -317,7 +317,7 @@ class GateSession:
             cap_d = {"available": False, "note": "explicit case list", "source": ""}
         self.skipped = reduced_suite(
             opts.include_captures,
-            opts.include_sweep,
+            opts.include_tile_edges,
             DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
             opts.model_checks,
             getattr(self.cand_spec, "operands", "int8"),

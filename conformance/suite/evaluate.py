@@ -110,10 +110,10 @@ OWNERSHIP_CHECK: tuple[str, CaseCheck] = ("C10", check_call_independence)
 class CaseResult:
     """Every per-case check on one operand case.
 
-    ``source``: ``synthetic`` | ``sweep`` | ``capture`` | ``property``; ``shape``: ``[M, K, N]``;
-    ``checks``: check id -> CheckResult; ``run_manifest``: the KernelRun manifest; ``elapsed_s``:
-    kernel wall time (s); ``error``: the kernel's error line; ``pair``: ``compare_pair`` result with
-    ``--against``; ``produced_output``: False when not runnable here or it raised; ``output_digest``:
+    ``source``: ``synthetic`` | ``tile_edges`` | ``family`` | ``capture`` | ``property`` (a fault-sweep cell:
+    ``sweep``); ``shape``: ``[M, K, N]``; ``checks``: check id -> CheckResult; ``run_manifest``: the KernelRun
+    manifest; ``elapsed_s``: kernel wall time (s); ``error``: the kernel's error line; ``pair``: ``compare_pair``
+    result with ``--against``; ``produced_output``: False when not runnable here or it raised; ``output_digest``:
     ``tensor_digest`` of the output (None without); ``output``: the tensor with ``keep_output=True``
     (not serialized); ``coverage``: ``case_coverage`` (``{"error": line}`` if it failed);
     ``prefetch_error``: the line(s) of a failed prefetch (verdicts unaffected), else None;

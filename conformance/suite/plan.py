@@ -17,7 +17,15 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from conformance.cases import NO_CAPTURES, CaptureReplay, capture_cases, case_id, families, shape_sweep, synthetic_cases
+from conformance.cases import (
+    NO_CAPTURES,
+    CaptureReplay,
+    capture_cases,
+    case_id,
+    families,
+    synthetic_cases,
+    tile_edge_cases,
+)
 from conformance.cases.cache import cached_cases
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
@@ -106,16 +114,16 @@ def run_model_check(
 
 def default_cases(
     include_captures: bool = True,
-    include_sweep: bool = True,
+    include_tile_edges: bool = True,
     seeds: Sequence[int] = (0, 1),
     max_capture_layers: Optional[int] = None,
     capture_set=None,
     operands: str = "int8",
     native: bool = False,
 ) -> tuple[list, CaptureReplay]:
-    """``(cases, captures)``: synthetic cases per seed, the shape sweep and the case families
-    (``include_sweep``), the layer captures in both scale modes (when available). ``operands="e4m3"``:
-    the FP8 families (seed ``seeds[0]``; ``include_sweep`` does not apply) and the captures quantized
+    """``(cases, captures)``: synthetic cases per seed, the tile-edge shapes and the case families
+    (``include_tile_edges``), the layer captures in both scale modes (when available). ``operands="e4m3"``:
+    the FP8 families (seed ``seeds[0]``; ``include_tile_edges`` does not apply) and the captures quantized
     to e4m3 in both activation scale modes, and the paper-size layers (``fp8.paper_layer_family``: full size when
     ``native``, the kernel running on a GPU; else their narrow shapes)."""
     if operands == FP8:
@@ -123,13 +131,13 @@ def default_cases(
 
     def build() -> list:
         parts = [functools.partial(synthetic_cases, seeds)]
-        parts += [shape_sweep, *families.family_builders()] if include_sweep else []
+        parts += [tile_edge_cases, *families.family_builders()] if include_tile_edges else []
         # each part measures what its operands reach (kept with the cases: the coverage table reads it);
         # as many processes as this one's share of the cores (its torch threads: one per xdist worker on 2 cores)
         parts = [functools.partial(_with_reach, part) for part in parts]
         return [c for part in map_forked(parts, torch.get_num_threads()) for c in part]
 
-    cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/sweep={include_sweep}", build)
+    cases = cached_cases(f"default_cases/seeds={tuple(seeds)}/tile_edges={include_tile_edges}", build)
     if include_captures:
         cap = capture_cases(capture_set=capture_set, max_layers=max_capture_layers)
     else:
@@ -159,7 +167,7 @@ def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native=
     return mark_ownership_probes(cases + list(cap.cases)), cap
 
 
-def suite_cases(include_captures=True, include_sweep=True, capture_dir=None, model_dir=None, **kw) -> tuple:
+def suite_cases(include_captures=True, include_tile_edges=True, capture_dir=None, model_dir=None, **kw) -> tuple:
     """:func:`default_cases` (keywords such as ``operands`` passed on), replaying ``capture_dir``
     (parent model ``model_dir``) when given.
 
@@ -167,7 +175,7 @@ def suite_cases(include_captures=True, include_sweep=True, capture_dir=None, mod
         CaptureError: missing / inconsistent capture (one line).
     """
     cs = load_captures(capture_dir, model_dir) if capture_dir is not None and include_captures else None
-    return default_cases(include_captures, include_sweep, capture_set=cs, **kw)
+    return default_cases(include_captures, include_tile_edges, capture_set=cs, **kw)
 
 
 def given_cases(cases: Sequence) -> CaptureReplay:
@@ -219,11 +227,13 @@ def cli_capture_message(e: BaseException) -> str:
 CASE, PROPERTY, CHECK, PAIR = "case", "property", "check", "pair"
 #: hypothesis examples of the default suite's property test
 DEFAULT_EXAMPLES = 25
+#: what :func:`reduced_suite` says a run without the tile-edge shapes (``--no-tile-edges``) left out
+TILE_EDGES_LEFT_OUT = "the tile-edge shapes and case families"
 
 
 def reduced_suite(
     include_captures: bool = True,
-    include_sweep: bool = True,
+    include_tile_edges: bool = True,
     examples: int = DEFAULT_EXAMPLES,
     model_checks: bool = True,
     operands: str = "int8",
@@ -231,12 +241,12 @@ def reduced_suite(
     explicit_cases: bool = False,
 ) -> list[str]:
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
-    suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no shape sweep, property test
+    suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no tile-edge shapes, property test
     or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases."""
     fp8 = operands == FP8
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
-    if not explicit_cases and include_sweep is False and not fp8:
-        out.append("the shape sweep and case families")
+    if not explicit_cases and include_tile_edges is False and not fp8:
+        out.append(TILE_EDGES_LEFT_OUT)
     if not explicit_cases and not include_captures:
         out.append("layer-capture replay")
     elif not explicit_cases and max_capture_layers is not None:

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.cases.tile_edges import SOURCE as TILE_EDGES_SOURCE
 from conformance.checks.result import Verdict, bound_line
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, is_partial, partial_note
@@ -494,7 +495,7 @@ def render_markdown(doc: dict) -> str:
     for src, title in (
         ("capture", "Per-layer results (captures)"),
         ("synthetic", "Synthetic cases"),
-        ("sweep", "Shape sweep"),
+        (TILE_EDGES_SOURCE, "Tile-edge shapes"),
         ("family", "Trigger-condition families"),
         ("property", "Property-test examples"),
     ):
@@ -581,6 +582,46 @@ def read_report(path: Union[str, Path]) -> dict:
     v = doc.get("schema_version")
     if not isinstance(v, int) or v > SCHEMA_VERSION:
         raise Int8confError(f"{p}: schema_version {v!r} not readable (this code reads <= {SCHEMA_VERSION})")
+    return current_names(doc)
+
+
+#: the tile-edge shapes' former name (``meta["source"]`` and case-id prefix), now the fault-injection sweep's alone
+OLD_TILE_EDGES_SOURCE = "sweep"
+#: invocation options of a report written under the former name -> their current names
+OLD_TILE_EDGES_OPTIONS = {"include_sweep": "include_tile_edges", "no_sweep": "no_tile_edges"}
+#: the former ``overall.reduced_suite`` phrase of a run without them (now ``plan.TILE_EDGES_LEFT_OUT``)
+OLD_TILE_EDGES_LEFT_OUT = "the shape sweep and case families"
+
+
+def current_names(doc: dict) -> dict:
+    """``doc`` (a ``conformance.json`` document, changed in place) with the tile-edge shapes under their current
+    names where a report written before their rename says ``sweep``: the cases' ``source`` and id prefix
+    (``sweep/M17xK17xN17`` -> ``tile_edges/M17xK17xN17``: the same operands), the invocation's options
+    (:data:`OLD_TILE_EDGES_OPTIONS`) and the reduced-suite phrase. A comparability record that matched the old
+    case rows is recomputed over the renamed ones; one that did not stays as it is (and the gate refuses it)."""
+    cases = [c for c in doc.get("cases") or [] if isinstance(c, dict)]
+    old = [c for c in cases if c.get("source") == OLD_TILE_EDGES_SOURCE]
+    if old:
+        from conformance.suite.run import comparability  # only for a report written before the rename
+
+        comp = doc.get("comparability")
+        matched = isinstance(comp, dict) and comp.get("cases_digest") == comparability(cases)["cases_digest"]
+        prefix = OLD_TILE_EDGES_SOURCE + "/"
+        for c in old:
+            c["source"] = TILE_EDGES_SOURCE
+            if str(c.get("case", "")).startswith(prefix):
+                c["case"] = f"{TILE_EDGES_SOURCE}/{c['case'][len(prefix) :]}"
+        if matched:
+            new = comparability(cases)
+            comp.update(cases_digest=new["cases_digest"], case_ids=new["case_ids"])
+    opts = (doc.get("invocation") or {}).get("options")
+    if isinstance(opts, dict):
+        doc["invocation"]["options"] = {OLD_TILE_EDGES_OPTIONS.get(k, k): v for k, v in opts.items()}
+    ov = doc.get("overall")
+    if isinstance(ov, dict) and isinstance(ov.get("reduced_suite"), list):
+        from conformance.suite.plan import TILE_EDGES_LEFT_OUT
+
+        ov["reduced_suite"] = [TILE_EDGES_LEFT_OUT if s == OLD_TILE_EDGES_LEFT_OUT else s for s in ov["reduced_suite"]]
     return doc
 
 

@@ -474,7 +474,7 @@ def run_conformance(
     *,
     cases: Optional[Sequence] = None,
     include_captures: bool = True,
-    include_sweep: bool = True,
+    include_tile_edges: bool = True,
     seeds: Sequence[int] = (0, 1),
     property_examples: int = 25,
     model_checks: bool = True,
@@ -509,7 +509,7 @@ def run_conformance(
     if cases is None:
         cases, cap = suite_cases(
             include_captures,
-            include_sweep,
+            include_tile_edges,
             capture_dir,
             model_dir,
             seeds=seeds,
@@ -528,7 +528,7 @@ def run_conformance(
                 "kernel": spec.name,
                 "against": getattr(other, "name", None),
                 "include_captures": include_captures,
-                "include_sweep": include_sweep,
+                "include_tile_edges": include_tile_edges,
                 "property_examples": property_examples,
                 "model_checks": model_checks,
                 "device": device,
@@ -538,7 +538,7 @@ def run_conformance(
         )
     skipped = reduced_suite(
         include_captures,
-        include_sweep,
+        include_tile_edges,
         property_examples,
         model_checks,
         getattr(spec, "operands", "int8"),

@@ -29,12 +29,12 @@ from reference.model import capture as model_capture
 
 @dataclass(frozen=True)
 class CaseSource:
-    """What a run's cases are built from: ``captures`` / ``sweep`` (False: left out), ``capture_dir`` (None: the
+    """What a run's cases are built from: ``captures`` / ``tile_edges`` (the tile-edge shapes and case families; False: left out), ``capture_dir`` (None: the
     bundled captures, or those of ``model_dir`` when it is given), ``model_dir`` (a HF Qwen3 checkpoint), ``seeds``
     of the synthetic cases, ``max_capture_layers`` (None: all)."""
 
     captures: bool = True
-    sweep: bool = True
+    tile_edges: bool = True
     capture_dir: Optional[Path] = None
     model_dir: Optional[Path] = None
     seeds: tuple = (0, 1)
@@ -86,7 +86,7 @@ class RunCases:
                 captures = model_capture.cached_capture(src.model_dir, device=dev or "cpu", progress=self.progress).dir
             self._built[key] = suite_cases(
                 src.captures,
-                src.sweep,
+                src.tile_edges,
                 captures,
                 src.model_dir,
                 seeds=src.seeds,

@@ -91,7 +91,7 @@ def _evidence(step: dict) -> tuple:
         # bf16 without bias: the replay after the fp16 call is rounded to fp16, then converted to bf16
         ("synthetic/ordinary-s0", (AFTER_FP16,)),
         # bf16 with bias: that, and the replay after the call without bias drops the bias
-        ("sweep/M3xK15xN17", (AFTER_FP16, AFTER_NO_BIAS)),
+        ("tile_edges/M3xK15xN17", (AFTER_FP16, AFTER_NO_BIAS)),
     ],
 )
 def test_an_epilogue_descriptor_kept_from_the_previous_call_fails_after_fp16_and_after_no_bias(name, after):

@@ -123,7 +123,7 @@ def test_in_default_synthetic_set():
     assert SYNTHETIC_KINDS[-3:] == ("epilogue_ties", "column_scales", "scalar_scales")
     names = [c.name for c in synthetic_cases()]
     assert "synthetic/epilogue_ties-s0" in names and "synthetic/epilogue_ties-s1" in names
-    cases, _ = default_cases(include_captures=False, include_sweep=False)
+    cases, _ = default_cases(include_captures=False, include_tile_edges=False)
     assert sum(c.meta["kind"] == "epilogue_ties" for c in cases) == 2
 
 

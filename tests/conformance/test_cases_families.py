@@ -83,9 +83,9 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
     monkeypatch.setenv("INT8CONF_CASE_CACHE", "0")  # build: the patched families, not a cached list
     monkeypatch.setattr(fam_mod, "family_builders", lambda: [_marker_cases])  # module level: built in a fork too
     cases, _ = default_cases(include_captures=False)
-    assert cases[-1].name == "marker" and sum(c.name == "marker" for c in cases) == 1  # after synthetic + sweep
-    cases, _ = default_cases(include_captures=False, include_sweep=False)
-    assert all(c.name != "marker" for c in cases)  # --no-sweep skips them
+    assert cases[-1].name == "marker" and sum(c.name == "marker" for c in cases) == 1  # after synthetic + tile_edges
+    cases, _ = default_cases(include_captures=False, include_tile_edges=False)
+    assert all(c.name != "marker" for c in cases)  # --no-tile-edges skips them
     monkeypatch.undo()
     assert set(fams) == set(FAMILIES)
     counts = {f: len(cs) for f, cs in fams.items()}

@@ -26,7 +26,7 @@ from conformance.suite.plan import (
 pytest_plugins = ["pytester"]
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # holds buggy_kernels.py
-FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0", "-q"]
 
 
 def test_cli_check_conformant_and_not(tmp_path, capsys):
@@ -69,7 +69,7 @@ def test_plugin_kernel_junit_and_reports(tmp_path):
         "--kernel=cpu",
         "--kernel=buggy_kernels:truncating_kernel",
         "--against=cpu",
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-captures",
         "--int8conf-examples=2",
         "--int8conf-no-model",
@@ -115,7 +115,7 @@ def test_plugin_selection_marks_the_report_partial(tmp_path):
     r = _pytest(
         tmp_path,
         "--kernel=cpu",
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-captures",
         "--int8conf-examples=0",
         "--int8conf-no-model",
@@ -172,7 +172,7 @@ def test_pytest_console_script_imports_a_kernel_from_the_directory_it_runs_in(tm
             "-p",
             "no:cacheprovider",
             "--kernel=my_cwd_kernel:scaled_mm",
-            "--int8conf-no-sweep",
+            "--int8conf-no-tile-edges",
             "--int8conf-no-captures",
             "--int8conf-no-model",
         ],
@@ -334,7 +334,7 @@ def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist
         "-q",
         "--kernel=cpu",
         "--int8conf-no-captures",
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-model",
         f"--int8conf-reports={tmp_path}",
     ] + (["-n", "2"] if xdist else [])
@@ -347,7 +347,7 @@ def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist
 
 # --- an unusable --int8conf-reports is a usage error at configure time ---------------
 
-_PLUGIN_FAST = ("--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0")
+_PLUGIN_FAST = ("--int8conf-no-tile-edges", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0")
 
 
 def _tree(root: Path) -> list:

@@ -57,7 +57,7 @@ def test_check_table_rows_stay_whole_in_a_pipe(tmp_path, capsys):
                 "cpu",
                 "--out",
                 str(tmp_path),
-                "--no-sweep",
+                "--no-tile-edges",
                 "--no-captures",
                 "--no-model",
                 "--examples",

@@ -23,9 +23,9 @@ from conformance.suite.run import run_conformance
 
 REPO = Path(__file__).resolve().parents[2]
 HELPERS = REPO / "tests" / "helpers"
-#: the two fixed cases with K == buggy_kernels.HOSTILE_K among the 22 of --no-sweep --no-captures
+#: the two fixed cases with K == buggy_kernels.HOSTILE_K among the 22 of --no-tile-edges --no-captures
 TAILS = ["synthetic/tails-s0", "synthetic/tails-s1"]
-QUICK = ["--no-model", "--no-captures", "--no-sweep"]
+QUICK = ["--no-model", "--no-captures", "--no-tile-edges"]
 
 
 def _fixed(doc: dict) -> dict:
@@ -83,13 +83,13 @@ def test_check_hang_and_abort_in_one_process_timeout_named_property_contained(tm
     repro = out / "hanging-then-aborting" / "repro" / reproducer_dirname(prop[0]["case"])
     shape = json.loads((repro / "case.json").read_text())["shape"]
     assert shape[1] % 2 == 1 and shape[1] != 37  # the odd-K example that aborted
-    assert doc["overall"]["headline"].startswith("FAIL on a reduced suite: the shape sweep and case families, ")
+    assert doc["overall"]["headline"].startswith("FAIL on a reduced suite: the tile-edge shapes and case families, ")
 
 
 def test_plugin_abort_and_hang_fail_their_items_and_the_session_writes_the_report(tmp_path):
     reports = tmp_path / "rep"
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=buggy_kernels:aborting_then_hanging_kernel"]
-    args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=3"]
+    args += ["--int8conf-no-tile-edges", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=3"]
     r = run_python([*args, "--int8conf-timeout=3", f"--int8conf-reports={reports}"], tmp_path)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     for case in TAILS:
@@ -106,13 +106,15 @@ def test_plugin_abort_and_hang_fail_their_items_and_the_session_writes_the_repor
     assert sorted(v for c, v in fixed.items() if c not in TAILS) == ["pass"] * 20
     assert [c["status"] for c in doc["overall"]["crashes"]] == ["crash", "crash", "timeout"]
     assert (reports / "aborting-then-hanging" / "repro" / "synthetic_tails-s1" / "command.sh").is_file()
-    assert "aborting-then-hanging: overall FAIL on a reduced suite: the shape sweep and case families," in r.stdout
+    assert "aborting-then-hanging: overall FAIL on a reduced suite: the tile-edge shapes and case families," in r.stdout
 
 
 def test_a_reduced_run_says_so_in_its_headline(tmp_path):
-    res = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=5, model_checks=False)
+    res = run_conformance(
+        "cpu", include_captures=False, include_tile_edges=False, property_examples=5, model_checks=False
+    )
     want = [
-        "the shape sweep and case families",
+        "the tile-edge shapes and case families",
         "layer-capture replay",
         "20 of 25 property examples",
         "the model-level checks (C7, E1)",
@@ -122,7 +124,7 @@ def test_a_reduced_run_says_so_in_its_headline(tmp_path):
     assert (
         json.loads(jp.read_text())["overall"]["headline"] == "PASS on a reduced suite: " + ", ".join(want) + " skipped"
     )
-    assert mp.read_text().split("\n")[2].startswith("**Overall verdict: PASS on a reduced suite: the shape sweep")
+    assert mp.read_text().split("\n")[2].startswith("**Overall verdict: PASS on a reduced suite: the tile-edge shapes")
 
 
 def test_plugin_interrupted_summary_says_partial_never_overall_pass(tmp_path):
@@ -133,7 +135,7 @@ def test_plugin_interrupted_summary_says_partial_never_overall_pass(tmp_path):
         "    if nodeid.endswith('ordinary-s0'):\n"
         "        raise KeyboardInterrupt\n"
     )
-    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-tile-edges"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
     r = run_python([*args, str(tmp_path / "conftest.py")], tmp_path)
     assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]
@@ -163,14 +165,15 @@ def test_a_crash_during_c9_fails_c9_and_the_run_reports_it(tmp_path):
 
 
 def test_plugin_k_selection_is_a_reduced_and_partialrun_python(tmp_path):
-    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-tile-edges"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
     r = run_python([*args, "-k", "ordinary-s0"], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("cpu: "))
     assert line.startswith("cpu: PARTIAL RUN (partial run: 1 of 22 fixed cases ran (pytest selection or early stop)")
     assert (
-        "PASS on a reduced suite: the shape sweep and case families, layer-capture replay, the property test, " in line
+        "PASS on a reduced suite: the tile-edge shapes and case families, layer-capture replay, the property test, "
+        in line
     )
     assert (
         "21 of 22 fixed cases (not selected or not reached), C9 batch_invariance (not selected or not reached)" in line
@@ -253,7 +256,7 @@ def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_check(tmp_p
 
 def test_a_keyboard_interrupt_the_kernel_raises_is_its_failure_under_the_plugin(tmp_path):
     args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=buggy_kernels:raises_keyboard_interrupt"]
-    args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    args += ["--int8conf-no-tile-edges", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
     r = run_python([*args, "--int8conf-reports=rep"], tmp_path)
     assert r.returncode == pytest.ExitCode.TESTS_FAILED, r.stdout[-3000:] + r.stderr[-3000:]  # before: INTERRUPTED
     assert "3 failed, 20 passed" in r.stdout and "PARTIAL RUN" not in r.stdout
@@ -338,7 +341,7 @@ def test_an_interrupted_plugin_run_lists_what_it_did_not_reach(tmp_path):
         "    if nodeid.endswith('ordinary-s0'):\n"
         "        raise KeyboardInterrupt\n"
     )
-    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-sweep"]
+    args = ["-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--kernel=cpu", "--int8conf-no-tile-edges"]
     args += ["--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0", "--int8conf-reports=rep"]
     r = run_python([*args, str(tmp_path / "conftest.py")], tmp_path)
     assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]

@@ -73,7 +73,7 @@ def test_signatures_that_take_the_call_load():
 def test_check_refuses_a_wrong_signature_with_exit_2_and_one_line(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "conformance.cli", "check", "--kernel", "buggy_kernels:wrong_signature"]
-        + ["--no-model", "--no-sweep", "--no-captures", "-q", "--out", str(tmp_path)],
+        + ["--no-model", "--no-tile-edges", "--no-captures", "-q", "--out", str(tmp_path)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": f"{HELPERS}:{ROOT}"},
         capture_output=True,

@@ -34,7 +34,7 @@ def test_a_conftest_that_defines_kernel_and_inject_runs_its_own_tests(pytester):
 def test_beside_their_kernel_option_the_long_name_runs_the_suite(pytester):
     pytester.makeconftest(THEIRS)
     theirs = pytester.makepyfile(TEST_THEIRS.format(want="6.1", inject=False))
-    fast = ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    fast = ["--int8conf-no-tile-edges", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
     args = ["-p", "no:cacheprovider", "--co", "-q", "--int8conf-kernel=cpu", "--kernel=6.1", *fast]
     r = pytester.runpytest_inprocess(*args)
     ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
@@ -44,6 +44,21 @@ def test_beside_their_kernel_option_the_long_name_runs_the_suite(pytester):
     # their own test runs beside the suite, its --kernel keeping its own value
     r = pytester.runpytest_inprocess(*[a for a in args if a not in ("--co", "-q")], str(theirs), "-k", "their_option")
     r.assert_outcomes(passed=1, deselected=23)
+
+
+def test_the_old_no_sweep_spellings_still_skip_the_tile_edge_shapes_after_a_note(pytester):
+    """``--int8conf-no-sweep`` / ``--gate-no-sweep`` (before "sweep" named only the fault-injection sweep) set
+    ``--int8conf-no-tile-edges`` / ``--gate-no-tile-edges``; the suite prints the deprecation note once."""
+    for old, dest in (("--int8conf-no-sweep", "int8conf_no_tile_edges"), ("--gate-no-sweep", "gate_no_tile_edges")):
+        assert pytester.parseconfig(old).getoption(dest) is True
+        assert pytester.parseconfig().getoption(dest) is False
+    fast = ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", "--int8conf-examples=0"]
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--co", "-q", "--int8conf-kernel=cpu", *fast)
+    ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
+    assert r.ret == pytest.ExitCode.OK and len(ids) == 22 + 1, r.outlines  # as with --int8conf-no-tile-edges
+    assert not any("tile_edges/" in i for i in ids)
+    note = "int8conf: note: --int8conf-no-sweep is deprecated, use --int8conf-no-tile-edges"
+    assert r.errlines.count(note) == 1, r.errlines
 
 
 def test_where_kernel_is_free_it_is_an_alias_of_the_long_name(pytester):

@@ -23,7 +23,7 @@ COMMITTED_STUDY = REPO_ROOT / "reports" / "pow2" / "cpu-vs-triton"
 def _run(tmp_path, capture_dir):
     res = run_conformance(
         "cpu",
-        include_sweep=False,
+        include_tile_edges=False,
         property_examples=0,
         model_checks=False,
         capture_dir=capture_dir,

@@ -11,7 +11,7 @@ import torch
 from buggy_kernels import bias_tie_case, make_kernel, order_case, tie_case
 
 from conformance import cases as cases_mod
-from conformance.cases import NO_CAPTURES, capture_cases, make_case, shape_sweep, sweep_shapes, synthetic_cases
+from conformance.cases import NO_CAPTURES, capture_cases, make_case, synthetic_cases, tile_edge_cases, tile_edge_shapes
 from conformance.checks.result import CheckResult
 from conformance.kernels.runner import run_kernel
 from conformance.runtime.output_dirs import kernel_dirname
@@ -37,15 +37,15 @@ def test_synthetic_cases_deterministic_and_known():
     assert (make_case("m1").m, make_case("tails").k) == (1, 37)
 
 
-def test_sweep_straddles_tile_edges():
-    shapes = sweep_shapes()
+def test_tile_edge_shapes_straddle_tile_edges():
+    shapes = tile_edge_shapes()
     assert len(shapes) == len(set(shapes)) == 44
     for e in (16, 32, 64, 128):
         for s in (e - 1, e, e + 1):
             assert (s, s, s) in shapes and (3, s, 17) in shapes and (3, 33, s) in shapes
     assert [m for m, k, n in shapes if (k, n) == (65, 33)] == list(range(1, 10))
-    sw = shape_sweep()
-    assert sw[1].bias is not None and sw[0].bias is None and sw[0].name == "sweep/M15xK15xN15"
+    sw = tile_edge_cases()
+    assert sw[1].bias is not None and sw[0].bias is None and sw[0].name == "tile_edges/M15xK15xN15"
 
 
 def test_capture_cases_absent_and_present(monkeypatch):

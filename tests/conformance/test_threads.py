@@ -11,7 +11,7 @@ import pytest
 
 from conformance.cli import main
 
-FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0", "-q"]
 
 
 def test_torch_threads_resolution():
@@ -83,7 +83,7 @@ def test_plugin_threads_option_is_checked_at_configure(tmp_path):
             "no:cacheprovider",
             "--kernel=cpu",
             f"--int8conf-threads={n + 1}",
-            "--int8conf-no-sweep",
+            "--int8conf-no-tile-edges",
             "--int8conf-no-captures",
             "--int8conf-no-model",
             "--int8conf-examples=0",

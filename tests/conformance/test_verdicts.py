@@ -27,7 +27,7 @@ from reference.contract import CUTLASS_STYLE, TRITON_STYLE
 from reference.errors import CaptureError
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # holds buggy_kernels.py
-FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0", "-q"]
 N_SYNTHETIC = len(synthetic_cases())  # the cases FAST runs
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 
@@ -117,7 +117,7 @@ def test_plugin_skips_not_runnable_and_summary_says_not_run(tmp_path):
             "--kernel=buggy_kernels:truncating_kernel?devices=cuda",
             "--kernel=cpu",
             "--against=triton",
-            "--int8conf-no-sweep",
+            "--int8conf-no-tile-edges",
             "--int8conf-no-captures",
             "--int8conf-examples=0",
             "--int8conf-no-model",
@@ -359,7 +359,7 @@ def test_model_option_reaches_capture_loading(tmp_path, capsys, monkeypatch):
     _err_lines(capsys)
     assert caught == [("/some/model", "cpu")] and seen[-1] == ("/cache/caps", "/some/model")
     monkeypatch.undo()
-    assert main(["check", "--kernel", "cpu", "--model", "/m", "--no-sweep", "--no-model", "--examples", "0"]) == 2
+    assert main(["check", "--kernel", "cpu", "--model", "/m", "--no-tile-edges", "--no-model", "--examples", "0"]) == 2
     assert _err_lines(capsys) == ["int8conf: error: /m: not a model directory"]
 
 

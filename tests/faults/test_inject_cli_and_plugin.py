@@ -19,7 +19,7 @@ from conformance.cli import main
 pytest_plugins = ["pytester"]
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
-FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0", "-q"]
 
 
 def test_check_inject_names_the_fault_and_exits_1_when_caught(tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_pytest_inject_end_to_end(tmp_path):
         tmp_path,
         "--kernel=cpu",
         "--inject=output_truncation:1%",
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-captures",
         "--int8conf-examples=0",
         "--int8conf-no-model",
@@ -127,7 +127,7 @@ def test_tie_rounds_to_nearest_even(int8conf_kernel):
 def test_user_tests_get_the_injected_kernel_through_a_fixture(pytester):
     pytester.makepyfile(test_user=USER_TEST)
     fast = [
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-captures",
         "--int8conf-examples=0",
         "--int8conf-no-model",

@@ -23,7 +23,7 @@ PER_FAMILY, MAX_MACS = 8, 1 << 21
 
 @functools.lru_cache(maxsize=1)
 def _default_int8() -> dict:
-    """The default int8 cases (the case cache), by family (``synthetic`` and ``sweep`` for the others)."""
+    """The default int8 cases (the case cache), by family (``synthetic`` and ``tile_edges`` for the others)."""
     out: dict = {}
     for c in default_cases(include_captures=False)[0]:
         out.setdefault((c.meta or {}).get("family") or c.name.split("/")[0], []).append(c)
@@ -41,7 +41,7 @@ def _sample(cases) -> list:
 
 
 #: every family but int32_overflow, whose accumulators leave int32 by construction (beyond the specification)
-SOURCES = ["synthetic", "sweep", *(f for f in FAMILIES if f != "int32_overflow")]
+SOURCES = ["synthetic", "tile_edges", *(f for f in FAMILIES if f != "int32_overflow")]
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -43,7 +43,7 @@ def _stopping_kernel():
 def test_run_conformance_interrupted_carries_the_finished_cases():
     spec = _stopping_kernel()
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(spec, include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+        run_conformance(spec, include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False)
     res = e.value.result
     done = len(res.cases)
     assert done == STOP_AFTER
@@ -105,7 +105,9 @@ def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():
     try:
         assert sigterm_as_interrupt()
         with pytest.raises(SuiteInterrupted) as e:
-            run_conformance(spec, include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+            run_conformance(
+                spec, include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
+            )
     finally:
         restore_sigterm()
         signal.signal(signal.SIGTERM, before)
@@ -127,7 +129,9 @@ def test_interrupted_during_the_property_test_says_so():
 
     spec = dataclasses.replace(cpu, name="late", scaled_mm=scaled_mm)
     with pytest.raises(SuiteInterrupted) as e:
-        run_conformance(spec, include_captures=False, include_sweep=False, property_examples=200, model_checks=False)
+        run_conformance(
+            spec, include_captures=False, include_tile_edges=False, property_examples=200, model_checks=False
+        )
     assert e.value.result.notes[0] == (
         "partial run: interrupted after 22 of 22 fixed cases, "
         "during the property test; the verdict covers only "
@@ -151,7 +155,11 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
 
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance(
-            _stopping_kernel(), include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+            _stopping_kernel(),
+            include_captures=False,
+            include_tile_edges=False,
+            property_examples=0,
+            model_checks=False,
         )
     md = render_markdown(to_json_dict(e.value.result))
     head = md.split("\n")[2]
@@ -171,7 +179,11 @@ def test_a_stopped_run_marks_its_json_partial(tmp_path):
 
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance(
-            _stopping_kernel(), include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+            _stopping_kernel(),
+            include_captures=False,
+            include_tile_edges=False,
+            property_examples=0,
+            model_checks=False,
         )
     res = e.value.result
     jp, mp = write_reports(res, tmp_path)

@@ -35,7 +35,7 @@ def test_check_reaches_the_bit_comparison_through_eight_modules(tmp_path, monkey
     monkeypatch.setattr(output_bits, "compare_bits", traced)
     rc = main(
         ["check", "--kernel", "cpu", "--jobs", "1", "--no-model", "--no-captures", "--examples", "0"]
-        + ["--no-sweep", "-q", "--out", str(tmp_path / "r")]
+        + ["--no-tile-edges", "-q", "--out", str(tmp_path / "r")]
     )
     assert rc == 0
     assert seen.read_text().split("\n") == PATH

@@ -15,7 +15,7 @@ import pytest
 from conformance.cli import build_parser, main, strip_markup
 
 #: The cheapest check run (synthetic cases only; not the default suite).
-FAST = ["--no-sweep", "--no-captures", "--examples", "0", "--no-model", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--examples", "0", "--no-model", "-q"]
 
 
 def test_misspelled_option_is_named_not_a_missing_kernel(capsys):

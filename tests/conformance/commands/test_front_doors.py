@@ -14,7 +14,7 @@ HELPERS = REPO / "tests" / "helpers"
 #: preparation cuts a window of outputs and lengthens K, within the kernel's constraints (else the prepared cases
 #: would be shapes the kernel declines)
 KERNEL = "buggy_kernels:tiled32_kernel"
-REDUCED = ["--no-sweep", "--no-captures", "--no-model"]
+REDUCED = ["--no-tile-edges", "--no-captures", "--no-model"]
 
 
 def _cases(report: Path) -> list:
@@ -28,7 +28,12 @@ def test_check_and_the_plugin_build_the_same_prepared_cases(tmp_path):
     rc = main(["check", f"--kernel={KERNEL}", "--inject=F6:one", *REDUCED, "--examples=0", "-q", f"--out={tmp_path}/c"])
     assert rc == 0  # the kernel declares wrap-around: F6's wrap is its declared behaviour (C3 / C4 preconditions)
     args = [f"--kernel={KERNEL}", "--int8conf-inject=F6:one", "--int8conf-examples=0"]
-    args += ["--int8conf-no-sweep", "--int8conf-no-captures", "--int8conf-no-model", f"--int8conf-reports={tmp_path}/p"]
+    args += [
+        "--int8conf-no-tile-edges",
+        "--int8conf-no-captures",
+        "--int8conf-no-model",
+        f"--int8conf-reports={tmp_path}/p",
+    ]
     r = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args], tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (check_report,) = (tmp_path / "c").rglob("conformance.json")

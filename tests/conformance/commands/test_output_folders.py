@@ -13,7 +13,7 @@ import pytest
 from conformance.cli import build_parser, main
 from faults.spec import make_injection
 
-FAST = ["--no-sweep", "--no-captures", "--no-model", "--examples", "0", "-q"]
+FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0", "-q"]
 MYGEMM = "buggy_kernels:truncating_kernel?name=mygemm"  # a user kernel declaring its name
 
 
@@ -89,7 +89,7 @@ def test_gate_default_folder_is_its_pair(tmp_path):
         "int8conf-reports/gate/cpu_F4_1_s7-vs-int_mm"
     )
     res = run_conformance(
-        "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+        "int_mm", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
     )
     jp, _ = write_reports(res, tmp_path)
     assert out_dir(_args("gate", "--candidate", "cpu", "--baseline", str(jp))) == Path(
@@ -144,7 +144,7 @@ def test_a_partial_run_never_replaces_a_complete_report(tmp_path):
     from conformance.suite.run import run_conformance
 
     res = run_conformance(
-        "int_mm", include_captures=False, include_sweep=False, property_examples=0, model_checks=False
+        "int_mm", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
     )
     full_json, _ = write_reports(res, tmp_path)
     full = full_json.read_text()

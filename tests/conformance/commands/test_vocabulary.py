@@ -36,6 +36,21 @@ def test_sweep_old_spellings_parse_as_the_new_ones(capsys, new, old, note):
     assert capsys.readouterr().err == f"int8conf sweep: note: {note}\n"
 
 
+@pytest.mark.parametrize(
+    "command", [["check", "--kernel", "cpu"], ["gate", "--candidate", "cpu", "--incumbent", "cpu"]]
+)
+def test_the_old_no_sweep_parses_as_no_tile_edges_after_a_note(capsys, command):
+    """ "sweep" names the fault-injection sweep alone: the tile-edge shapes are skipped by ``--no-tile-edges``;
+    ``--no-sweep`` still works, after the deprecation note."""
+    want = _ns(command + ["--no-tile-edges"])
+    assert want["no_tile_edges"] is True and "no_sweep" not in want and capsys.readouterr().err == ""
+    assert _ns(command)["no_tile_edges"] is False
+    assert _ns(command + ["--no-sweep"]) == want
+    note = "--no-sweep is deprecated, use --no-tile-edges"
+    assert capsys.readouterr().err == f"int8conf {command[0]}: note: {note}\n"
+    assert "--no-sweep" not in _help(command[0], "--no-tile-edges")  # hidden from --help
+
+
 def test_gate_injects_like_check(capsys):
     from conformance.commands.gate import injection_args, out_dir
     from faults.spec import make_injection

@@ -111,12 +111,14 @@ def test_a_baseline_marked_partial_is_refused(tmp_path, baseline):
 
 def _cli(tmp_path, *args):
     return main(
-        ["gate", "--candidate", "int_mm", "--no-model", "--no-sweep", "-q", "--out", str(tmp_path / "out"), *args]
+        ["gate", "--candidate", "int_mm", "--no-model", "--no-tile-edges", "-q", "--out", str(tmp_path / "out"), *args]
     )
 
 
 def test_cli_exit_codes(tmp_path, capsys, monkeypatch):
-    base = run_conformance("cpu", include_sweep=False, max_capture_layers=1, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_tile_edges=False, max_capture_layers=1, property_examples=0, model_checks=False
+    )
     jp, _ = write_reports(base, tmp_path / "A")
     policy = tmp_path / "p.yaml"
     policy.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
@@ -163,7 +165,7 @@ def test_cli_blocked_exit_code(tmp_path):
                 "cpu",
                 "--no-model",
                 "--no-captures",
-                "--no-sweep",
+                "--no-tile-edges",
                 "-q",
                 "--out",
                 str(tmp_path),
@@ -290,7 +292,9 @@ def test_baseline_with_an_edited_case_digest_is_refused_naming_the_case(tmp_path
 
 
 def test_cli_refuses_an_edited_baseline_exit_2_in_one_line(tmp_path, capsys):
-    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
+    )
     jp, _ = write_reports(base, tmp_path / "A")
     edited, name = _edited(tmp_path, jp, 3, "scale_a")
     policy = tmp_path / "p.yaml"
@@ -346,9 +350,11 @@ def test_baseline_whose_comparability_record_disagrees_with_its_cases_is_refused
 
 def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(tmp_path, capsys):
     """issue 42, item 2: a baseline whose PASS covers a reduced suite is not gated against silently."""
-    base = run_conformance("cpu", include_captures=False, include_sweep=False, property_examples=0, model_checks=False)
+    base = run_conformance(
+        "cpu", include_captures=False, include_tile_edges=False, property_examples=0, model_checks=False
+    )
     skipped = [
-        "the shape sweep and case families",
+        "the tile-edge shapes and case families",
         "layer-capture replay",
         "the property test",
         "the model-level checks (C7, E1)",
@@ -356,7 +362,7 @@ def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(t
     assert (base.verdict, base.overall["reduced_suite"]) == ("pass", skipped)
     assert base.overall["headline"] == "PASS on a reduced suite: " + ", ".join(skipped) + " skipped"
     jp, mp = write_reports(base, tmp_path / "A")
-    assert "**Overall verdict: PASS on a reduced suite: the shape sweep and case families," in mp.read_text()
+    assert "**Overall verdict: PASS on a reduced suite: the tile-edge shapes and case families," in mp.read_text()
     assert json.loads(jp.read_text())["overall"]["reduced_suite"] == skipped
     strict = tmp_path / "strict.yaml"
     strict.write_text("require: [bit_identical]\n")
@@ -371,3 +377,52 @@ def test_a_reduced_baseline_is_refused_in_one_line_unless_the_policy_allows_it(t
     lenient = tmp_path / "lenient.yaml"
     lenient.write_text("require: [bit_identical]\nallow_reduced_baseline: true\n")
     assert _cli(tmp_path, "--baseline", str(jp), "--no-captures", "--policy", str(lenient)) == 0
+
+
+def _as_written_before_the_rename(doc: dict) -> dict:
+    """``doc`` as a report of the tile-edge shapes' former name wrote it: source and case ids ``sweep``,
+    ``include_sweep`` in the invocation's options, the old reduced-suite phrase, a comparability record of those."""
+    from conformance.suite.run import comparability
+
+    for c in doc["cases"]:
+        if c["source"] == "tile_edges":
+            c["source"], c["case"] = "sweep", c["case"].replace("tile_edges/", "sweep/")
+    comp = comparability(doc["cases"])
+    doc["comparability"].update(cases_digest=comp["cases_digest"], case_ids=comp["case_ids"])
+    opts = doc["invocation"]["options"]
+    opts["include_sweep"] = opts.pop("include_tile_edges")
+    doc["overall"]["reduced_suite"] = ["the shape sweep and case families", *doc["overall"]["reduced_suite"]]
+    return doc
+
+
+def test_a_baseline_written_before_the_tile_edges_rename_is_read_with_the_current_names(tmp_path):
+    """Its ``sweep/M...`` cases are the ``tile_edges/M...`` cases (the same operands): read as those and gated
+    against; an expectation naming the old case ids (``sweep/M15*``) still matches."""
+    from conformance.cases import tile_edge_cases
+    from conformance.suite.plan import TILE_EDGES_LEFT_OUT
+    from conformance.suite.report import read_report
+
+    cases = tile_edge_cases()[:3]
+    res = run_conformance("cpu", cases=cases, property_examples=0, model_checks=False)
+    jp, _ = write_reports(res, tmp_path / "A")
+    new = json.loads(jp.read_text())
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_as_written_before_the_rename(json.loads(jp.read_text()))))
+    assert '"sweep/M15xK15xN15"' in old.read_text() and '"include_sweep"' in old.read_text()
+    doc = read_report(old)
+    assert [c["case"] for c in doc["cases"]] == [c["case"] for c in new["cases"]] == [c.name for c in cases]
+    assert {c["source"] for c in doc["cases"]} == {"tile_edges"} and doc["comparability"] == new["comparability"]
+    assert doc["invocation"]["options"] == new["invocation"]["options"]  # include_tile_edges
+    assert doc["overall"]["reduced_suite"] == [TILE_EDGES_LEFT_OUT, *new["overall"]["reduced_suite"]]
+    pol = parse_policy(
+        {
+            "require": "bit_identical",
+            "allow_reduced_baseline": True,
+            "expectations": [{"case": "sweep/M15*", "check": "output", "reason": "old id", "owner": "@me"}],
+        }
+    )
+    assert pol.expectations[0].case == "tile_edges/M15*"
+    gated = _gate(tmp_path / "g", KernelRef("cpu", make_injection("F4")), old, cases, pol)
+    assert [d.item for d in gated.cases] == [c.name for c in cases]
+    assert [d.status for d in gated.cases] == ["warn", "fail", "fail"]  # the expectation covers M15 only
+    assert _gate(tmp_path / "ok", KernelRef("int_mm"), old, cases).exit_code == 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conformance.cases import make_case
-from conformance.cases.sweep import shape_sweep
+from conformance.cases.tile_edges import tile_edge_cases
 from conformance.gate.policy import load_policy
 from conformance.gate.run import GateOptions, run_gate
 from conformance.kernels.runner import run_kernel
@@ -17,10 +17,10 @@ from faults.spec import make_injection
 
 POLICIES = Path(__file__).resolve().parents[3] / "examples" / "policies"
 #: pow2_bias: power-of-two scales with a bias (the bias point still differs);
-#: sweep/M127xK127xN127: the bias cancels the product (planted, max 15334 spacings);
+#: tile_edges/M127xK127xN127: the bias cancels the product (planted, max 15334 spacings);
 #: ordinary-s0: planted scale-order ties (the contracts' scale orders differ there).
 CASES = [make_case(n, 0) for n in ("ordinary", "pow2", "bias", "pow2_bias", "fp16_out", "epilogue_ties")] + [
-    shape_sweep()[9]
+    tile_edge_cases()[9]
 ]
 NAMES = [
     "synthetic/ordinary-s0",
@@ -29,7 +29,7 @@ NAMES = [
     "synthetic/pow2_bias-s0",
     "synthetic/fp16_out-s0",
     "synthetic/epilogue_ties-s0",
-    "sweep/M127xK127xN127",
+    "tile_edges/M127xK127xN127",
 ]
 #: good_triton: exact emulation of the triton contract (a_then_w, bias after the rounding).
 LEGAL = KernelRef("buggy_kernels:good_triton")
@@ -89,13 +89,13 @@ def test_example_policy_on_a_legal_swap_and_on_a_faulty_candidate(tmp_path, poli
 def test_a_legal_difference_is_reported_truthfully_under_every_policy(tmp_path):
     """The reason gives the measured difference and says the two declared
     contracts allow it, whether the policy accepts it or not."""
-    sweep = [CASES[-1]]
-    incumbent = run_kernel(KernelRef("cpu").resolve(), sweep[0]).output
-    candidate = run_kernel(LEGAL.resolve(), sweep[0]).output
+    edge = [CASES[-1]]
+    incumbent = run_kernel(KernelRef("cpu").resolve(), edge[0]).output
+    candidate = run_kernel(LEGAL.resolve(), edge[0]).output
     n = int((incumbent.view(torch.int16) != candidate.view(torch.int16)).sum())  # bf16 out: bits as int16
     text = f"{n}/16129 elements differ from the incumbent's output (max 15334 spacings)"
     legal = "a difference the two declared contracts allow (C8 passes for both kernels)"
-    ok = _gate(tmp_path / "ok", LEGAL, "one-spacing", sweep).cases[0].reasons
+    ok = _gate(tmp_path / "ok", LEGAL, "one-spacing", edge).cases[0].reasons
     assert ok == [
         {
             "check": "output",
@@ -104,7 +104,7 @@ def test_a_legal_difference_is_reported_truthfully_under_every_policy(tmp_path):
             "text": f"{text}; {legal}: allowed by the policy (contract_difference)",
         }
     ]
-    no = _gate(tmp_path / "no", LEGAL, "one-spacing-everywhere", sweep).cases[0].reasons
+    no = _gate(tmp_path / "no", LEGAL, "one-spacing-everywhere", edge).cases[0].reasons
     assert no == [
         {
             "check": "output",

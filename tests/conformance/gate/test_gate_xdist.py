@@ -37,7 +37,7 @@ def _args(out: Path):
         "-q",
         "--kernel=cpu",
         "--int8conf-no-captures",
-        "--int8conf-no-sweep",
+        "--int8conf-no-tile-edges",
         "--int8conf-no-model",
         "--int8conf-examples=0",
         f"--int8conf-reports={out}/suite",
@@ -45,7 +45,7 @@ def _args(out: Path):
         "--gate-inject=F4",
         "--gate-incumbent=cpu",
         "--gate-no-captures",
-        "--gate-no-sweep",
+        "--gate-no-tile-edges",
         "--gate-no-model",
         f"--gate-out={out}/gate",
         f"--gate-policy={ROOT}/examples/policies/one-spacing-everywhere.yaml",
@@ -139,7 +139,7 @@ def test_gate_cli_stopped_by_sigterm_writes_the_decided_cases(tmp_path):
     out.mkdir()
     (out / "gate.json").write_text('{"stale": true}')
     cmd = [sys.executable, "-m", "conformance.cli", "gate", "--candidate", "holding:spec", "--incumbent", "cpu"]
-    cmd += ["--no-model", "--no-sweep", "--no-captures", "--out", str(out)]
+    cmd += ["--no-model", "--no-tile-edges", "--no-captures", "--out", str(out)]
     rc, log = interrupt_when_held(cmd, ROOT, Hold(tmp_path / "hold"), signal.SIGTERM, r": pass", tmp_path)
     assert rc == 130, log[-3000:]
     gate = json.loads((out / "gate.json").read_text())

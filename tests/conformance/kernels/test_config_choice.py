@@ -177,7 +177,7 @@ def test_a_bad_pins_table_is_one_line_and_exit_2(tmp_path):
     bad.write_text("garbage")
     env = {**__import__("os").environ, bt.PINS_ENV: str(bad)}
     cmd = [sys.executable, "-m", "conformance.cli", "check", "--kernel", "triton", "--no-model", "--no-captures"]
-    cmd += ["--no-sweep", "--examples", "0", "-q", "--out", str(tmp_path / "r")]
+    cmd += ["--no-tile-edges", "--examples", "0", "-q", "--out", str(tmp_path / "r")]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()

@@ -239,7 +239,7 @@ def test_cli_check_survives_sys_exit_kernel(tmp_path):
             "--examples",
             "0",
             "--no-model",
-            "--no-sweep",
+            "--no-tile-edges",
             "--no-captures",
             "-q",
         ]
