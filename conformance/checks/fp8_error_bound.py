@@ -18,7 +18,7 @@ accepted there.
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -31,6 +31,11 @@ from reference.contract import EpilogueContract, EpilogueSteps, from_contract
 from reference.epilogue import apply_steps
 from reference.fp8 import PRODUCT_SHIFT, AccumulatorModel, accumulation_bound, exact_fp8_mm, parse_accumulator
 from reference.fp8.exact import fixed_to_fp32
+
+if TYPE_CHECKING:
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
 
 C12 = "C12"
 NAME = "fp8_error_bound"
@@ -67,7 +72,11 @@ def _steps(epilogue: Union[EpilogueContract, EpilogueSteps, object]) -> object:
 
 
 def fp8_error_bound(
-    out: Tensor, ops, accumulator: Union[str, AccumulatorModel], epilogue, max_listed: int = 8
+    out: Tensor,
+    ops: GemmOperands,
+    accumulator: Union[str, AccumulatorModel],
+    epilogue: Union[EpilogueContract, EpilogueSteps],
+    max_listed: int = 8,
 ) -> CheckResult:
     """C12 on one output: ``out`` [M, N] ``ops.out_dtype`` of ``scaled_mm`` on ``ops`` (GemmOperands with e4m3
     ``a`` / ``b``), held within the interval the declared ``accumulator`` (text or model) and ``epilogue`` (an
@@ -123,7 +132,7 @@ def fp8_error_bound(
         }
 
     over_idx = (~ok).reshape(-1).nonzero().reshape(-1)[:max_listed].tolist()
-    ev = {
+    ev: dict[str, Any] = {
         "accumulator": model.label(),
         "epilogue": getattr(epilogue, "label", lambda: str(epilogue))(),
         "n_compared": n,
@@ -151,7 +160,7 @@ def fp8_error_bound(
     return CheckResult(C12, NAME, "pass", f"{n} elements within the declared bound; {head}", ev)
 
 
-def no_model_reason(run) -> str:
+def no_model_reason(run: KernelRun) -> str:
     """Why no declared accumulator applies to ``run``: it ran on no device here, or on one the kernel declares none
     for."""
     dev = run_device(run)
@@ -160,7 +169,9 @@ def no_model_reason(run) -> str:
     return f"kernel declares no FP8 accumulator for device {dev!r}"
 
 
-def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_error_bound(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C12 as a per-case check (``check(spec, ops, run, acc=None, exact=None)``; ``acc`` / ``exact`` unused): the
     run's output against the accumulator ``spec`` declares on the device it ran on and its declared epilogue (its
     step list for that device / out dtype, else its contract). n/a: int8 operands, no declared accumulator, no
@@ -170,6 +181,7 @@ def check_fp8_error_bound(spec, ops, run, acc=None, exact=None) -> CheckResult:
     early = unusable_output(C12, NAME, ops, run)
     if early:
         return early
+    assert run.output is not None  # else unusable_output gave the verdict
     model: Optional[AccumulatorModel] = spec.accumulator_on(run_device(run))
     if model is None:
         return not_applicable(C12, no_model_reason(run))

@@ -10,7 +10,7 @@ case is (pass: provably exact at the declared precision; n/a otherwise, with the
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from conformance.checks.fp8_error_bound import C12, check_fp8_error_bound, no_model_reason
 from conformance.checks.output_bits import run_device
@@ -18,10 +18,17 @@ from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from reference import memo
 from reference.fp8 import FP32_BITS, AccumulatorModel, exact_at_bits
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
+
 C3, C4 = "C3", "C4"
 
 
-def declared_model(spec, run) -> Optional[AccumulatorModel]:
+def declared_model(spec: KernelSpec, run: KernelRun) -> Optional[AccumulatorModel]:
     """The accumulator ``spec`` declares on the device ``run`` ran on (``KernelSpec.accumulator_on``)."""
     return spec.accumulator_on(run_device(run))
 
@@ -31,7 +38,7 @@ def retained_bits(model: AccumulatorModel) -> int:
     return FP32_BITS if model.kind == "exact" else model.bits
 
 
-def inexact_count(spec, ops, run) -> Optional[int]:
+def inexact_count(spec: KernelSpec, ops: GemmOperands, run: KernelRun) -> Optional[int]:
     """Elements of ``ops`` whose accumulator the declaration does not make provably exact: 0 for ``exact``; None
     when the kernel declares no accumulator here."""
     model = declared_model(spec, run)
@@ -44,12 +51,16 @@ def inexact_count(spec, ops, run) -> Optional[int]:
     return memo.cached(("fp8_inexact", bits), (ops.a, ops.b), lambda: int((~exact_at_bits(a, b, bits)).sum()))
 
 
-def check_no_int32_accumulator(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_no_int32_accumulator(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C3 for an e4m3 kernel: n/a (its accumulator is floating point, not int32)."""
     return not_applicable(C3, "e4m3 operands: the accumulator is floating point, no int32 headroom to check")
 
 
-def check_fp8_exact_accumulator(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_exact_accumulator(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C4 for an e4m3 kernel: pass when the declared accumulator provably keeps the exact sum on every element
     (module docstring), else n/a with the count (C12 then bounds the output). Evidence: ``accumulator``,
     ``retained_bits``, ``n_inexact``."""
@@ -73,7 +84,9 @@ def exact_only(check_id: str, fn: Callable) -> Callable:
     """Per-case check ``fn`` (C5 / C6 / C8) where the declared accumulator is provably exact on every element of the
     case, else n/a."""
 
-    def check(spec, ops, run, acc=None, exact=None) -> CheckResult:
+    def check(
+        spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+    ) -> CheckResult:
         n_bad = inexact_count(spec, ops, run)
         if n_bad is None:
             return not_applicable(check_id, no_model_reason(run))
@@ -88,7 +101,9 @@ def exact_only(check_id: str, fn: Callable) -> Callable:
     return check
 
 
-def check_fp8_bound_where_inexact(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_fp8_bound_where_inexact(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C12 (``fp8_error_bound.check_fp8_error_bound``) on captured cases and on cases whose accumulator is not
     provably exact; n/a where C5 / C6 / C8 judge the output bit-exactly."""
     captured = (ops.meta or {}).get("source") == "capture"

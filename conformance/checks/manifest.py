@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from conformance.checks.compare import skipped_reason
 from conformance.checks.result import CheckResult, not_applicable
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
 
 C1 = "C1"
 #: Evidence path of a non-built-in kernel that did not call ``trace.record_path``.
 UNREPORTED_PATH = "not reported by kernel (runner-observed call)"
 
 
-def _device_type(device) -> str:
+def _device_type(device: object) -> str:
     return str(device or "").split(":")[0]
 
 
@@ -18,7 +27,9 @@ def _device_type(device) -> str:
 TIMED_RULES = ("timed",)
 
 
-def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_kernel_manifest(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C1: ``run.manifest`` vs ``spec``: name, source digest (a spec without one
     fails), device type in ``spec.devices``, a code path recorded by a
     built-in kernel (a third-party one passes with :data:`UNREPORTED_PATH`), and
@@ -27,8 +38,8 @@ def check_kernel_manifest(spec, ops, run, acc=None, exact=None) -> CheckResult:
     ``n/a`` without a run to certify. Evidence ``{declared, observed, mismatches}``;
     ``observed`` carries the recorded ``config`` and ``config_rule``."""
     name = "kernel_manifest"
-    if skipped_reason(run):
-        return not_applicable(C1, skipped_reason(run))
+    if why := skipped_reason(run):
+        return not_applicable(C1, why)
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
         return not_applicable(

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from conformance.checks.compare import skipped_reason
 from conformance.checks.result import CheckResult, not_applicable
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
 
 C2 = "C2"
 KEYS = ("a", "b", "scale_a", "scale_b", "bias")
 
 
-def check_operand_sharing(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_operand_sharing(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C2: ``run.received_digests`` (the kernel's, else the runner's at the call
     boundary) vs ``ops.digests()`` (dtype, shape, bytes), key by key. ``n/a``
     without digests or output. Evidence ``{expected, received, mismatched, recorded_by}``."""
     name = "operand_sharing"
-    if skipped_reason(run):
-        return not_applicable(C2, skipped_reason(run))
+    if why := skipped_reason(run):
+        return not_applicable(C2, why)
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
         return not_applicable(

@@ -11,7 +11,16 @@ the case's bits too (int8 operands). Evidence from the runner's probe (``conform
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from conformance.checks.result import CheckResult, not_applicable
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
 
 CHECK_ID, NAME = "C10", "call_independence"
 
@@ -32,7 +41,9 @@ def _step_problem(step: dict) -> str:
     )
 
 
-def check_call_independence(spec, ops, run, acc=None, exact=None) -> CheckResult:
+def check_call_independence(
+    spec: KernelSpec, ops: GemmOperands, run: KernelRun, acc: object = None, exact: Optional[Tensor] = None
+) -> CheckResult:
     """C10 from ``run.manifest["extra"]["ownership"]``; ``n/a`` when no probe ran. The evidence's ``sequence`` steps
     (when probed) are compared bit for bit with the case's first result; a variant call whose output broke the
     interface (a step's ``interface``) is IF's to judge, named in the summary, not a C10 failure."""

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from conformance.cases import case_id
 from conformance.checks.result import CHECK_NAMES, CheckResult
@@ -74,8 +74,8 @@ class Containment:
         self._lock = threading.Lock()
         #: why a later call ran in this process (this process initialized CUDA since: a child could not use it)
         self.uncontained: Optional[str] = None
-        if containment_ok() is None:
-            self._child().start()  # forked now, before this process may initialize CUDA for the cases' references
+        if containment_ok() is None and (child := self._child()) is not None:
+            child.start()  # forked now, before this process may initialize CUDA for the cases' references
 
     def isolated(self, logs: Optional[str] = None, cases=None) -> IsolatedKernel:
         """A new IsolatedKernel of this kernel (fork; pairwise with the state's ``against``)."""
@@ -108,7 +108,7 @@ class Containment:
     def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
         """The crash / timeout record of ``oc``; with ``ops`` and a ``repro_dir``, the case's reproducer is saved
         and named in it (``repro``)."""
-        rec = {
+        rec: dict[str, Any] = {
             "status": CRASH if oc.kind == CRASHED else TIMEOUT,
             "signal": oc.signal,
             "exitcode": oc.exitcode,
@@ -132,7 +132,7 @@ class Containment:
         """The CaseResult of a request about ``ops``: the child's answer, a crashed case (crash / timeout), or
         None when the child erred in the harness."""
         if oc.kind == OK:
-            return oc.value
+            return cast(CaseResult, oc.value)  # the answer of a case request (suite.requests)
         if oc.kind not in (CRASHED, TIMED_OUT):
             if oc.error == BAD_CUDA_FORK:
                 self.uncontained = BAD_CUDA_FORK
@@ -161,7 +161,7 @@ class Containment:
         """The CheckResult of a kernel-level check's request: the child's answer, else a kernel failure naming
         the crash / timeout (evidence ``crash``, ``failure_kind`` its status), or a harness failure."""
         if oc.kind == OK:
-            return oc.value
+            return cast(CheckResult, oc.value)  # the answer of a check request (suite.requests)
         if oc.kind not in (CRASHED, TIMED_OUT):
             return check_error(check_id, RuntimeError(oc.error))
         rec = self.record(oc, where=f"during {check_id}", timeout_s=self.check_timeout(check_id))
@@ -261,7 +261,7 @@ def evaluate_in_workers(
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash
-                cr = oc.value if oc.kind == OK else None
+                cr = cast(CaseResult, oc.value) if oc.kind == OK else None
                 if contained is not None and cr is None:
                     cr = contained.case_result(state.cases[i], oc)
                 if cr is None:
