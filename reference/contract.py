@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Union, overload
 
 import torch
 
@@ -284,13 +284,17 @@ TRITON_STYLE = EpilogueContract("a_then_w", "after_round", "rne")
 StepsDecl = Union[EpilogueSteps, Mapping[str, EpilogueSteps]]
 
 
-def parse_declared(desc) -> Union[EpilogueSteps, dict]:
+@overload
+def parse_declared(desc: Mapping) -> dict[str, EpilogueSteps]: ...
+@overload
+def parse_declared(desc: object) -> Union[EpilogueSteps, dict[str, EpilogueSteps]]: ...
+def parse_declared(desc: object) -> Union[EpilogueSteps, dict[str, EpilogueSteps]]:
     """A kernel's step declaration: one description, or a mapping from a selector (``"cpu"``, ``"cuda"``,
     ``"cuda/float16"``, ``"*"``) to a description (see :func:`select_steps`). ContractError when bad."""
     if isinstance(desc, Mapping):
         if not desc:
             raise ContractError("empty per-device epilogue mapping")
-        out = {}
+        out: dict[str, EpilogueSteps] = {}
         for k, v in desc.items():
             dev, _, dt = str(k).partition("/")
             if dev not in ("*", "cpu", "cuda") or (dt and dt not in ("bfloat16", "float16", "float32")):
@@ -311,7 +315,7 @@ def select_steps(decl, device: str, out_dtype: torch.dtype) -> Optional[Epilogue
     return None if key is None else decl[key]
 
 
-def select_key(decl: Mapping, device: str, out_dtype: torch.dtype) -> Optional[str]:
+def select_key(decl: Mapping, device: Optional[str], out_dtype: torch.dtype) -> Optional[str]:
     """The key of a selector mapping :func:`select_steps` takes for ``device`` / ``out_dtype``, or None."""
     dev = str(device or "cpu").split(":")[0]
     dt = str(out_dtype).replace("torch.", "")

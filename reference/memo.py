@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Callable, Iterator, Optional
+from typing import Callable, Hashable, Iterator, Optional
 
 import torch
 
@@ -72,7 +72,7 @@ def _key(kind: str, tensors: tuple) -> tuple[tuple, list]:
     return tuple(key), live
 
 
-def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
+def cached(kind: Hashable, tensors: tuple, compute: Callable[[], object]):
     """``compute()`` memoized on ``kind`` (hashable) and the identities + versions
     of ``tensors`` (None entries key as None); outside a scope just ``compute()``."""
     st = _state()
@@ -90,7 +90,7 @@ def cached(kind: str, tensors: tuple, compute: Callable[[], object]):
     return val
 
 
-def remember(kind: str, tensors: tuple, value) -> None:
+def remember(kind: Hashable, tensors: tuple, value) -> None:
     """Store ``value`` as :func:`cached`'s result for (``kind``, ``tensors``) (a result known by construction)."""
     if _state()["depth"] <= 0:
         return

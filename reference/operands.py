@@ -8,7 +8,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, overload
 
 import torch
 
@@ -26,6 +26,12 @@ def storage_span(t: torch.Tensor) -> int:
     return 1 + sum((int(n) - 1) * int(s) for n, s in zip(t.shape, t.stride()))
 
 
+@overload
+def copy_keep_layout(t: torch.Tensor, device=None) -> torch.Tensor: ...
+@overload
+def copy_keep_layout(t: None, device=None) -> None: ...
+@overload
+def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]: ...
 def copy_keep_layout(t: Optional[torch.Tensor], device=None) -> Optional[torch.Tensor]:
     """A copy of ``t`` (None -> None), optionally on ``device``, with the same shape, strides and the bytes between its
     elements (the padding of a ``x[:, :K]`` view), storage offset 0, never sharing memory with ``t``. ``clone()`` /

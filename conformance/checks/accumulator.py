@@ -8,7 +8,7 @@ declared overflow behaviour gives; C4: ``|acc| < 2**24`` (``float32(acc)`` exact
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -169,8 +169,8 @@ def check_int32_headroom(
     vs the declared one. Fail (precondition) when the bound exceeds INT32_MAX,
     (kernel) when the observed accumulator errs or differs."""
     name = "int32_headroom"
-    if run is not None and skipped_reason(run):
-        return not_applicable(C3, skipped_reason(run))
+    if run is not None and (why := skipped_reason(run)):
+        return not_applicable(C3, why)
     obs = _as_observed(acc)
     exact = _exact(ops, exact)
     tight = accumulator_row_col_bound(ops.a, ops.b)
@@ -257,8 +257,8 @@ def check_fp32_exact_accumulator(
     failure is a precondition (F7). Evidence ``{fp32_exact_int, max_abs,
     n_at_or_over, worst, acc_source, bound_tight_max}``."""
     name = "fp32_exact_accumulator"
-    if run is not None and skipped_reason(run):
-        return not_applicable(C4, skipped_reason(run))
+    if run is not None and (why := skipped_reason(run)):
+        return not_applicable(C4, why)
     obs = _as_observed(acc)
     src = obs.source
     t = obs.acc if (obs.acc is not None and not obs.error) else None
@@ -267,7 +267,7 @@ def check_fp32_exact_accumulator(
         if obs.source == "kernel int_mm":
             src = "reference exact_int_mm (kernel int_mm unusable)"
     tight = _tensor_max(accumulator_row_col_bound(ops.a, ops.b))  # asked with the stats
-    stats = _acc_stats(t).get() if t.numel() else {"max_abs": 0, "n_at_or_over": 0, "worst": None}
+    stats: dict[str, Any] = _acc_stats(t).get() if t.numel() else {"max_abs": 0, "n_at_or_over": 0, "worst": None}
     n_over = stats["n_at_or_over"]
     ev = {
         "fp32_exact_int": int(FP32_EXACT_INT),

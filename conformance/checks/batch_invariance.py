@@ -8,7 +8,7 @@ canonical bits (README.md here).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -106,7 +106,8 @@ def select_cases(cases: Sequence, max_cases: int = MAX_CASES) -> list[tuple]:
             continue
         scored.append((int(disc.sum()), -i, ops, disc))
     scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    picked, groups = [], set()
+    picked: list[tuple] = []
+    groups: set[tuple] = set()
     for t in scored:  # one per group first
         g = (t[2].out_dtype, t[2].bias is not None)
         if g not in groups and len(picked) < max_cases:
@@ -223,11 +224,13 @@ def check_batch_invariance(
     n_calls = n_cmp = n_diff = 0
     skipped_cases: list[str] = []
 
-    def gave_output(run, ops, context: str) -> bool:
+    def output_of(run, ops, context: str) -> Optional[Tensor]:
+        """The call's output, or None (recorded in ``failed``) when it gave none."""
         bad = _failed_call(run)
         if bad is not None:
             failed.append({"kind": bad[0], "line": bad[1], "call": f"{ops.name} {context}", "error": run.error})
-        return bad is None
+            return None
+        return run.output
 
     for ops, disc in chosen:
         first = run_kernel(spec, ops, device=device)
@@ -235,12 +238,13 @@ def check_batch_invariance(
         if first.manifest.get("skipped"):
             skipped_cases.append(f"{ops.name}: {first.error or 'no output'}")
             continue
-        if not gave_output(first, ops, "(the case's own call)"):
+        first_out = output_of(first, ops, "(the case's own call)")
+        if first_out is None:
             skipped_cases.append(f"{ops.name}: {first.error or 'no output'}")
             continue
-        ref = _bits(first.output)
+        ref = _bits(first_out)
         rows = sorted(range(ops.m), key=lambda r: (-int(disc[r]), r))[:rows_per_case]
-        info = {
+        info: dict[str, Any] = {
             "case": ops.name,
             "M": ops.m,
             "K": ops.k,
@@ -264,8 +268,8 @@ def check_batch_invariance(
 
         again = run_kernel(spec, ops, device=device)
         n_calls += 1
-        if gave_output(again, ops, "repeat (same inputs, second call)"):
-            rb = _bits(again.output)
+        if (again_out := output_of(again, ops, "repeat (same inputs, second call)")) is not None:
+            rb = _bits(again_out)
             for r in range(ops.m):
                 record("repeat (same inputs, second call)", r, rb[r])
         for r in rows:
@@ -274,8 +278,8 @@ def check_batch_invariance(
             if run.manifest.get("skipped"):
                 info["sizes_skipped"]["1"] = run.error
                 continue
-            if gave_output(run, ops, f"row {r} alone (M=1)"):
-                record("alone (M=1)", r, _bits(run.output)[0])
+            if (alone_out := output_of(run, ops, f"row {r} alone (M=1)")) is not None:
+                record("alone (M=1)", r, _bits(alone_out)[0])
         for size in batch_sizes:
             if size < len(rows):
                 continue
@@ -286,11 +290,11 @@ def check_batch_invariance(
                 info["sizes_skipped"][str(size)] = run.error
                 continue
             info["sizes_run"].append(int(size))
-            if gave_output(run, ops, f"rows {rows} in a batch M={size}"):
-                out = _bits(run.output)
+            if (batch_out := output_of(run, ops, f"rows {rows} in a batch M={size}")) is not None:
+                out = _bits(batch_out)
                 for r, p in zip(rows, pos):
                     record(f"batch M={size} at position {p}", r, out[p])
-    ev = {
+    ev: dict[str, Any] = {
         "cases": per_case,
         "batch_sizes": [int(s) for s in batch_sizes],
         "n_calls": n_calls,

@@ -191,8 +191,10 @@ def measure_accumulator(
         observed[p.name] = entry
     broken = [n for n, e in observed.items() if n.startswith("bits 1 ") and not e["kept"]]
     if broken:
-        e = observed[broken[0]]
-        line = f"the output is not the accumulator: probe {broken[0]!r} gave {e['observed']}, exact {e['exact']}"
+        first = observed[broken[0]]
+        line = (
+            f"the output is not the accumulator: probe {broken[0]!r} gave {first['observed']}, exact {first['exact']}"
+        )
         return MeasuredAccumulator(None, 0, {"probes": observed}, line)
     return _interpret(rows, observed)
 
@@ -472,8 +474,8 @@ def check_fp8_accumulator(
         outside = {k: cons.violations(m_probe, k, N_PROBE) for k in ks}
         ks = tuple(k for k in ks if not outside[k])
         if not ks:
-            bad = "; ".join(v for vs in outside.values() for v in vs)
-            return not_applicable(C11, f"probe shapes outside the kernel's constraints: {bad}")
+            out_of = "; ".join(v for vs in outside.values() for v in vs)
+            return not_applicable(C11, f"probe shapes outside the kernel's constraints: {out_of}")
         skipped = {r.name: "; ".join(cons.violations(r.m, r.k, r.n)) for r in regimes}
         skipped = {name: why for name, why in skipped.items() if why}
         regimes = tuple(r for r in regimes if r.name not in skipped)
@@ -485,12 +487,14 @@ def check_fp8_accumulator(
         return not_applicable(C11, "kernel declares no FP8 accumulator")
     declared = parse_accumulator(declared)
     runs = [(k, measure_accumulator(fn, device or "cpu", k, epilogue)) for k in ks]
+    models: dict[int, AccumulatorModel] = {}
     for k, m in runs:
         if m.model is None:
             ev = dict(m.evidence, declared=declared.label(), error=m.error, failure_kind="kernel", probe_k=k)
             return CheckResult(C11, "fp8_accumulator", Verdict.FAIL, f"{m.error} (probe K={k})", ev)
-    by_k = {k: m.model.label() for k, m in runs}
-    short = [(k, m, shortfall(m.model, declared, m.bits_observed)) for k, m in runs]
+        models[k] = m.model
+    by_k = {k: models[k].label() for k, _ in runs}
+    short = [(k, m, shortfall(models[k], declared, m.bits_observed)) for k, m in runs]
     k0, m0, why = next(((k, m, w) for k, m, w in short if w), short[0])
     reg = {r.name: check_regime(fn, declared, r, device or "cpu", epilogue) for r in regimes}
     ev = dict(m0.evidence, declared=declared.label(), shortfall=why, by_k=by_k, probe_k=k0)
@@ -498,7 +502,7 @@ def check_fp8_accumulator(
     one = len(set(by_k.values())) == 1
     if not one:  # every K's model, in the report's line and its evidence
         ev["measured"] = "; ".join(f"{v!r} at K={k}" for k, v in by_k.items())
-    shown = repr(m0.model.label()) if one else ev["measured"]
+    shown = repr(models[k0].label()) if one else ev["measured"]
     head = f"measured {shown}, declared {declared.label()!r}"
     if why:
         line = f"{head}: {'; '.join(why)}" + ("" if one else f" at K={k0}")

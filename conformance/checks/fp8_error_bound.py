@@ -18,7 +18,7 @@ accepted there.
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -71,7 +71,11 @@ def _steps(epilogue: Union[EpilogueContract, EpilogueSteps, object]) -> object:
 
 
 def fp8_error_bound(
-    out: Tensor, ops, accumulator: Union[str, AccumulatorModel], epilogue, max_listed: int = 8
+    out: Tensor,
+    ops: GemmOperands,
+    accumulator: Union[str, AccumulatorModel],
+    epilogue: Union[EpilogueContract, EpilogueSteps],
+    max_listed: int = 8,
 ) -> CheckResult:
     """C12 on one output: ``out`` [M, N] ``ops.out_dtype`` of ``scaled_mm`` on ``ops`` (GemmOperands with e4m3
     ``a`` / ``b``), held within the interval the declared ``accumulator`` (text or model) and ``epilogue`` (an
@@ -127,7 +131,7 @@ def fp8_error_bound(
         }
 
     over_idx = (~ok).reshape(-1).nonzero().reshape(-1)[:max_listed].tolist()
-    ev = {
+    ev: dict[str, Any] = {
         "accumulator": model.label(),
         "epilogue": getattr(epilogue, "label", lambda: str(epilogue))(),
         "n_compared": n,
@@ -155,7 +159,7 @@ def fp8_error_bound(
     return CheckResult(C12, NAME, Verdict.PASS, f"{n} elements within the declared bound; {head}", ev)
 
 
-def no_model_reason(run) -> str:
+def no_model_reason(run: KernelRun) -> str:
     """Why no declared accumulator applies to ``run``: it ran on no device here, or on one the kernel declares none
     for."""
     dev = run_device(run)
@@ -180,6 +184,7 @@ def check_fp8_error_bound(
     early = unusable_output(C12, NAME, ops, run)
     if early:
         return early
+    assert run.output is not None  # else unusable_output gave the verdict
     model: Optional[AccumulatorModel] = spec.accumulator_on(run_device(run))
     if model is None:
         return not_applicable(C12, no_model_reason(run))

@@ -27,7 +27,7 @@ from reference.operands import GemmOperands
 C3, C4 = "C3", "C4"
 
 
-def declared_model(spec, run) -> Optional[AccumulatorModel]:
+def declared_model(spec: KernelSpec, run: KernelRun) -> Optional[AccumulatorModel]:
     """The accumulator ``spec`` declares on the device ``run`` ran on (``KernelSpec.accumulator_on``)."""
     return spec.accumulator_on(run_device(run))
 
@@ -37,7 +37,7 @@ def retained_bits(model: AccumulatorModel) -> int:
     return FP32_BITS if model.kind == "exact" else model.bits
 
 
-def inexact_count(spec, ops, run) -> Optional[int]:
+def inexact_count(spec: KernelSpec, ops: GemmOperands, run: KernelRun) -> Optional[int]:
     """Elements of ``ops`` whose accumulator the declaration does not make provably exact: 0 for ``exact``; None
     when the kernel declares no accumulator here."""
     model = declared_model(spec, run)

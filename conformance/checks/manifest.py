@@ -18,7 +18,7 @@ C1 = "C1"
 UNREPORTED_PATH = "not reported by kernel (runner-observed call)"
 
 
-def _device_type(device) -> str:
+def _device_type(device: object) -> str:
     return str(device or "").split(":")[0]
 
 
@@ -41,8 +41,8 @@ def check_kernel_manifest(
     ``n/a`` without a run to certify. Evidence ``{declared, observed, mismatches}``;
     ``observed`` carries the recorded ``config`` and ``config_rule``."""
     name = "kernel_manifest"
-    if skipped_reason(run):
-        return not_applicable(C1, skipped_reason(run))
+    if why := skipped_reason(run):
+        return not_applicable(C1, why)
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
         return not_applicable(

@@ -28,8 +28,8 @@ def check_operand_sharing(
     boundary) vs ``ops.digests()`` (dtype, shape, bytes), key by key. ``n/a``
     without digests or output. Evidence ``{expected, received, mismatched, recorded_by}``."""
     name = "operand_sharing"
-    if skipped_reason(run):
-        return not_applicable(C2, skipped_reason(run))
+    if why := skipped_reason(run):
+        return not_applicable(C2, why)
     if getattr(run, "output", None) is None:
         # nothing came back: "pass" would certify a run that verified nothing
         return not_applicable(

@@ -9,7 +9,7 @@ or ``Q > 2**31`` (sums of positive / negative products; README.md here).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
@@ -17,6 +17,9 @@ from torch import Tensor
 from conformance.kernels.spec import OVERFLOW_BEHAVIOURS
 from reference import memo, readback
 from reference.accumulate import accumulator_row_col_bound
+
+if TYPE_CHECKING:
+    from reference.operands import GemmOperands
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -39,9 +42,9 @@ class DeclaredAccumulator:
     alternative: Optional[Tensor] = None
     #: ``at_risk`` / ``undefined`` counts once known
     _counts: dict = field(default_factory=dict, repr=False, compare=False)
-    _asked: Optional[object] = field(default=None, repr=False, compare=False)
+    _asked: Optional[readback.Deferred] = field(default=None, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # defined by construction: checks compare unmasked without reading a count
         self.all_defined = self._counts.get("undefined") == 0
         missing = [k for k in ("at_risk", "undefined") if k not in self._counts]
@@ -59,6 +62,7 @@ class DeclaredAccumulator:
 
     def _count(self, key: str) -> int:
         if key not in self._counts:
+            assert self._asked is not None  # asked in __post_init__ for every count not known then
             self._counts.update(self._asked.get())
         return self._counts[key]
 
@@ -100,7 +104,7 @@ def positive_negative_sums(a: Tensor, b: Tensor, exact: Tensor) -> tuple[Tensor,
     return (tight + exact) // 2, (tight - exact) // 2
 
 
-def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> DeclaredAccumulator:
+def declared_accumulator(ops: GemmOperands, exact: Tensor, behaviour: str = "wrap") -> DeclaredAccumulator:
     """The accumulator of ``ops`` under ``behaviour`` (:data:`OVERFLOW_BEHAVIOURS`;
     ValueError otherwise); ``exact``: int64 [M, N], or float32 [M, N] for e4m3 operands
     (``reference.fp8.exact_accumulator``: never at risk, kept as is)."""
@@ -111,7 +115,7 @@ def declared_accumulator(ops, exact: Tensor, behaviour: str = "wrap") -> Declare
     )
 
 
-def _declared_accumulator(ops, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
+def _declared_accumulator(ops: GemmOperands, exact: Tensor, behaviour: str) -> DeclaredAccumulator:
     if exact.is_floating_point():  # an FP8 kernel's float32 accumulator: no int32 to leave
         none = torch.zeros_like(exact, dtype=torch.bool)
         return DeclaredAccumulator(exact, ~none, none, behaviour, _counts={"at_risk": 0, "undefined": 0})

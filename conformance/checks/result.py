@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 
 class Verdict(StrEnum):
@@ -151,7 +151,7 @@ class CheckResult:
         return cls(d["check_id"], d["name"], d["verdict"], d["summary"], dict(d.get("evidence", {})))
 
 
-def not_applicable(check_id: str, reason: str, **evidence) -> CheckResult:
+def not_applicable(check_id: str, reason: str, **evidence: Any) -> CheckResult:
     """An ``n/a`` result whose summary is ``reason``."""
     return CheckResult(
         check_id, CHECK_NAMES.get(check_id, check_id), Verdict.NOT_APPLICABLE, reason, {"reason": reason, **evidence}
@@ -169,7 +169,7 @@ def interface_failure(line: str) -> CheckResult:
     )
 
 
-def call_failure(kind: str, line: str, **evidence) -> CheckResult:
+def call_failure(kind: str, line: str, **evidence: Any) -> CheckResult:
     """The ``fail`` result of :data:`CALL_ID` for a call that gave no output: ``kind`` one of :data:`CALL_FAILURES`,
     ``line`` the runner's (or the containment's) one line."""
     return CheckResult(CALL_ID, CALL_NAME, Verdict.FAIL, line, {"failure_kind": kind, "kernel_error": line, **evidence})
@@ -218,7 +218,7 @@ def severity(r: CheckResult) -> tuple:
     )
 
 
-def _order(v) -> float:
+def _order(v: Any) -> float:
     """A number to rank by: ``v`` as float (``"inf"`` text included), NaN and text that is no number as +inf."""
     try:
         f = float(v)
@@ -252,7 +252,7 @@ def bound_summary(per_case: list[tuple[str, CheckResult]]) -> Optional[dict]:
     }
 
 
-def _num(v, spec: str) -> str:
+def _num(v: Any, spec: str) -> str:
     """``v`` formatted with ``spec``; a value a JSON round trip left as text (``"inf"``, ``"nan"``) or None as is."""
     try:
         return format(float(v), spec)
@@ -322,8 +322,8 @@ def aggregate(check_id: str, per_case: list[tuple[str, CheckResult]], max_listed
             )
     elif counts[Verdict.PASS]:
         verdict = Verdict.PASS
-        summary = f"passed on {counts['pass']}/{n} cases" + (
-            f" (n/a on {counts['n/a']})" if counts[Verdict.NOT_APPLICABLE] else ""
+        summary = f"passed on {counts[Verdict.PASS]}/{n} cases" + (
+            f" (n/a on {counts[Verdict.NOT_APPLICABLE]})" if counts[Verdict.NOT_APPLICABLE] else ""
         )
         passed = [r.evidence for _, r in per_case if r.verdict == Verdict.PASS]
         n_el = sum(int(e.get("n_compared", 0)) for e in passed)

@@ -13,6 +13,8 @@ overflow (``checks.output_bits.accepted_reference``). Tested against the fast pa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -22,8 +24,11 @@ from reference.accumulate import INT32_MAX
 from reference.epilogue import apply_steps
 from reference.operands import GemmOperands
 
+if TYPE_CHECKING:
+    from conformance.kernels.spec import KernelSpec
 
-def c8_differing(spec, ops: GemmOperands) -> Tensor:
+
+def c8_differing(spec: KernelSpec, ops: GemmOperands) -> Tensor:
     """bool [M, N]: where the kernel's output bits differ from its declaration emulated on the exact accumulator
     (module docstring), the kernel run on the CPU. Raises ValueError: not an int8 case, an accumulator beyond int32,
     or a kernel that gave no output."""

@@ -169,7 +169,7 @@ class KernelLayerFailure(Int8confError):
     """The kernel failed (``skipped=False``) or could not run (``skipped=True``)
     on one layer. Attributes ``layer``, ``error``, ``skipped``."""
 
-    def __init__(self, kernel: str, layer: str, error: str, skipped: bool):
+    def __init__(self, kernel: str, layer: str, error: Optional[str], skipped: bool) -> None:
         first = (error or "no output").splitlines()[0]
         verb = "cannot run" if skipped else "failed on"
         super().__init__(f"kernel {kernel!r} {verb} {layer}: {first}")

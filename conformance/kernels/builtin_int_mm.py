@@ -70,7 +70,7 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return acc.contiguous()
 
 
-def _record(padded: bool, device: str, **kw) -> None:
+def _record(padded: bool, device: str, **kw: object) -> None:
     path = "int_mm-padded" if padded else "int_mm"
     trace.record_path(path, padded=padded, source_digest=SOURCE_DIGEST, digest_of=NAME, device=device, **kw)
 

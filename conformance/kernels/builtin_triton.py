@@ -26,7 +26,7 @@ import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import triton
@@ -348,7 +348,7 @@ class _Plan:
     """The configuration chosen for one key, its kernel object, whether it was timed, and the manifest details."""
 
     config: Config
-    kern: object
+    kern: Any  # the triton JITFunction / InterpretedFunction (triton ships no types)
     interp: bool
     tuned: bool
     extra: dict
@@ -503,11 +503,11 @@ def _hooks() -> tuple:
     return None, None
 
 
-def _launch_raw(call: _Call, args: tuple) -> None:
-    """Launch the cached ``CompiledKernel`` of ``call`` directly (``CompiledKernel.run``, as
-    ``JITFunction.run`` does after binding), on the current CUDA stream."""
-    ck, grid = call.fast
-    stream = _stream_id(call.device)
+def _launch_raw(fast: tuple, device: torch.device, args: tuple) -> None:
+    """Launch the cached ``CompiledKernel`` of a call (its ``_Call.fast``) directly (``CompiledKernel.run``, as
+    ``JITFunction.run`` does after binding), on ``device``'s current CUDA stream."""
+    ck, grid = fast
+    stream = _stream_id(device)
     enter, leave = _hooks()
     meta = None if enter is None else ck.launch_metadata(grid, stream, *args)
     ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta, enter, leave, *args)
@@ -534,7 +534,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
     if cfg.kernel in _TMA_KERNELS:  # a, b bases are 16-byte aligned (checked by the caller)
         args = _descriptor_args(call, a, b, sa, sb, bias, out)
         if call.fast is not None and _aligned(sa, sb, bias):
-            _launch_raw(call, args + call.tail)
+            _launch_raw(call.fast, call.device, args + call.tail)
             return
         ck = plan.kern[call.grid](*args, **call.kw)
         if ck is not None and _aligned(sa, sb, bias, out):
@@ -552,7 +552,7 @@ def _issue(call: _Call, a: Tensor, b: Tensor, sa, sb, bias, out: Tensor) -> None
             plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
         return
     if call.fast is not None and _aligned(a, b, sa, sb, bias):
-        _launch_raw(call, (a, b, sa, sb, bias, out, ws, cnt) + call.ints + call.tail)
+        _launch_raw(call.fast, call.device, (a, b, sa, sb, bias, out, ws, cnt) + call.ints + call.tail)
         return
     ck = plan.kern[call.grid](a, b, sa, sb, bias, out, ws, cnt, *call.ints, **call.kw)
     if ck is not None and _aligned(a, b, sa, sb, bias, out, ws, cnt):
@@ -844,7 +844,7 @@ def _build(
         raise ValueError(
             f"configuration '{config.label()}' needs an sm_90 CUDA device, a Triton with Gluon's Hopper API, split_k 1 and TMA-able operands (int8, M > 16, K-contiguous, 16-byte aligned base and row stride)"
         )
-    pkey = (a.device.index if a.is_cuda else -1, native, _pow2_bin(m), n, k, _OUT_KIND.get(out_dtype, -1))
+    pkey: tuple = (a.device.index if a.is_cuda else -1, native, _pow2_bin(m), n, k, _OUT_KIND.get(out_dtype, -1))
     pkey += (bias is not None, tma, a.stride(1) == 1, b.stride(1) == 1, config)
     interp = not native
     alloc = torch.int32 if out_dtype is None else (torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype)
@@ -907,6 +907,7 @@ def _meta(t) -> Optional[tuple]:
 
 
 def _run(a: Tensor, b: Tensor, scale_a, scale_b, bias, out_dtype, config: Optional[Config] = None) -> Tensor:
+    key: Optional[tuple]
     try:  # metadata key: a hit means these exact dtypes/shapes/strides/devices were validated
         # (flat: hashing it dominates a repeated call; ``layout`` / ``device`` tell a sparse or meta
         # tensor from the dense one a cached call took)
@@ -1010,9 +1011,9 @@ def launch_spec(
     if not raw:
         return (lambda: kern(*pos, **kw)), out, cfg
     ck = kern(*pos, **kw)
-    fake = replace(call, ws_views=(), pad_k=0, fast=(ck, _grid3(call.grid)))
+    fast, device = (ck, _grid3(call.grid)), call.device
     args = pos + call.tail
-    return (lambda: _launch_raw(fake, args)), out, cfg
+    return (lambda: _launch_raw(fast, device, args)), out, cfg
 
 
 def available() -> tuple[bool, str]:

@@ -84,7 +84,7 @@ def _run(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[
     if interp and bias is not None and bias.dtype == torch.bfloat16:
         bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    args = (a, b, sa, sb, out if bias is None else bias, out, m, n, k, a.stride(0), a.stride(1), b.stride(0))
+    args: tuple = (a, b, sa, sb, out if bias is None else bias, out, m, n, k, a.stride(0), a.stride(1), b.stride(0))
     args += (b.stride(1), sa_st, sb_st, 0 if bias is None else bias.stride(0), n)
     if interp:
         with builtin_triton._quiet_ieee_overflow():

@@ -25,7 +25,7 @@ def module_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _is_code(obj) -> bool:
+def _is_code(obj: object) -> bool:
     return any(
         f(obj) for f in (inspect.isfunction, inspect.ismethod, inspect.isclass, inspect.ismodule, inspect.isbuiltin)
     )
@@ -73,7 +73,9 @@ def callable_digest(fn: Callable) -> str:
     ``functools.partial``, up to 16 levels) covers every link, joined. When the kernel has helper modules of its own
     project (:func:`helper_files`), the digest also covers ``relative/path.py:<sha256>`` of each, sorted. Not covered:
     installed libraries, constants imported by value, imports inside function bodies."""
-    chain, targets, target = [], [], fn
+    chain: list[str] = []
+    targets: list[Callable] = []
+    target: Optional[Callable] = fn
     while target is not None and len(chain) < 16:
         chain.append(_single_digest(target))
         targets.append(target)
@@ -86,9 +88,10 @@ def callable_digest(fn: Callable) -> str:
     return hashlib.sha256(",".join(parts).encode()).hexdigest()
 
 
-def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
+def _namespace_and_file(obj: object) -> Optional[tuple[dict, Path]]:
     """(globals, .py file) of a module, a function, or an object naming its module in
-    ``__module__``; (None, None) otherwise."""
+    ``__module__``; None otherwise."""
+    ns: Optional[dict]
     if isinstance(obj, types.ModuleType):
         ns, f = vars(obj), getattr(obj, "__file__", None)
     elif isinstance(obj, types.FunctionType):
@@ -97,13 +100,13 @@ def _namespace_and_file(obj) -> tuple[Optional[dict], Optional[Path]]:
         try:
             modname = getattr(obj, "__module__", None)
         except Exception:  # noqa: BLE001 -- a lazy proxy may raise anything on getattr
-            return None, None
+            return None
         mod = sys.modules.get(modname) if isinstance(modname, str) else None
         ns, f = (vars(mod), getattr(mod, "__file__", None)) if mod else (None, None)
-    if not f or not str(f).endswith(".py"):
-        return None, None
+    if ns is None or not f or not str(f).endswith(".py"):
+        return None
     path = Path(f).resolve()
-    return (ns, path) if path.is_file() else (None, None)
+    return (ns, path) if path.is_file() else None
 
 
 def _project_root(ns: dict, path: Path) -> Path:
@@ -140,11 +143,12 @@ def helper_files(targets: list) -> list[tuple[str, Path]]:
     under the project folder, outside libraries and int8conf, other than the targets' own; at most
     :data:`MAX_HELPER_FILES`."""
     seen: dict[Path, dict] = {}
-    root = None
+    root: Optional[Path] = None
     for t in targets:
-        ns, path = _namespace_and_file(t)
-        if ns is None or _is_library(path):  # e.g. a partial: functools, not the kernel
+        found = _namespace_and_file(t)
+        if found is None or _is_library(found[1]):  # e.g. a partial: functools, not the kernel
             continue
+        ns, path = found
         root = root or _project_root(ns, path)
         seen.setdefault(path, ns)
     if root is None:
@@ -154,9 +158,10 @@ def helper_files(targets: list) -> list[tuple[str, Path]]:
     while queue and len(seen) - len(own) < MAX_HELPER_FILES:
         ns = queue.pop(0)
         for v in _parent_packages(ns) + list(ns.values()):
-            sub_ns, path = _namespace_and_file(v)
-            if sub_ns is None or path in seen or not _is_helper(path, root):
+            found = _namespace_and_file(v)
+            if found is None or found[1] in seen or not _is_helper(found[1], root):
                 continue
+            sub_ns, path = found
             seen[path] = sub_ns
             queue.append(sub_ns)
             if len(seen) - len(own) >= MAX_HELPER_FILES:

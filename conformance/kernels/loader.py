@@ -38,6 +38,7 @@ from reference.contract import (
     EpilogueSteps,
     from_contract,
     parse_declared,
+    parse_steps,
     select_key,
 )
 from reference.errors import ContractError, KernelLoadError, first_line
@@ -81,7 +82,7 @@ def _contract_and_steps(contract) -> tuple:
         first = steps if isinstance(steps, EpilogueSteps) else next(iter(steps.values()))
         return first.nearest_contract(), steps
     if isinstance(contract, str) and ";" in contract:
-        steps = parse_declared(contract)
+        steps = parse_steps(contract)
         return steps.nearest_contract(), steps
     return parse_contract(contract), None
 
@@ -227,7 +228,13 @@ def declare(
     field("warm_up", warm_up, _bool)
     field("accumulator", accumulator, parse_declared_accumulator)
     if not any(k in ("accumulator", "devices") for k, _ in problems):
-        field("operands", operands, lambda v: check_operands(v, values["accumulator"], values["devices"]) or v)
+
+        def _operands(v):
+            check_operands(v, values["accumulator"], values["devices"])
+            return v
+
+        field("operands", operands, _operands)
+    decl: InvalidDeclaration | KernelDeclaration
     if problems:
         decl = InvalidDeclaration(tuple(problems))
     else:
@@ -237,7 +244,7 @@ def declare(
         )
 
     def wrap(fn: Callable) -> Callable:
-        fn.int8conf = decl
+        fn.int8conf = decl  # type: ignore[attr-defined]  # the declaration rides on the function as an attribute
         return fn
 
     return wrap
@@ -262,7 +269,7 @@ def vllm_adapter(fn: Callable) -> Callable:
             bt = b.contiguous().t()
         return fn(a, bt, sa, sb, out_dtype, bias)
 
-    scaled_mm.int8conf_adapted = "vllm"
+    scaled_mm.int8conf_adapted = "vllm"  # type: ignore[attr-defined]  # a marker attribute on the wrapper function
     return scaled_mm
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -97,7 +97,9 @@ def cuda_device(spec: KernelSpec, device: Optional[str] = None) -> Optional[str]
 
 
 def _base_manifest(spec: KernelSpec, device: Optional[str]) -> dict:
-    man = dict(name=spec.name, source_digest=spec.source_digest, declared_source_digest=spec.source_digest)
+    man: dict[str, Any] = dict(
+        name=spec.name, source_digest=spec.source_digest, declared_source_digest=spec.source_digest
+    )
     man.update(
         device=device or "", path="unreported", interpreter=False, padded=False, contract=spec.contract.to_dict()
     )
@@ -567,7 +569,7 @@ def start_kernel(
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
     verdicts = _ask_differing(originals, given, asked)
 
-    def digests() -> tuple:
+    def digests() -> dict:
         if t.received_digests:
             man["operands_recorded_by"] = "kernel"
             return t.received_digests

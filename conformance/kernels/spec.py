@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 
@@ -70,7 +70,7 @@ def in_conformance_run() -> bool:
 _ACC_KEYS = ("kind", "bits", "rounding", "promote_every")
 
 
-def parse_declared_accumulator(decl) -> Union[None, AccumulatorModel, dict]:
+def parse_declared_accumulator(decl: Any) -> Union[None, AccumulatorModel, dict]:
     """A declared accumulator: None, one model (text, field mapping or model; ``reference.fp8.parse_accumulator``)
     or a mapping device type (``"cpu"``, ``"cuda"``, ``"*"``) -> one of those. ContractError (one line) when bad."""
     if decl is None or isinstance(decl, AccumulatorModel):
@@ -83,7 +83,7 @@ def parse_declared_accumulator(decl) -> Union[None, AccumulatorModel, dict]:
     return parse_accumulator(decl)
 
 
-def check_operands(operands: object, accumulator, devices, name: str = "") -> None:
+def check_operands(operands: object, accumulator: object, devices: Iterable[str], name: str = "") -> None:
     """ContractError (one line) unless ``operands`` is one of :data:`OPERANDS`, an e4m3 kernel declares an
     accumulator (per-device mappings name every device in ``devices`` or ``"*"``) and an int8 kernel declares none."""
     who = f"kernel {name!r}: " if name else ""
@@ -122,15 +122,20 @@ class DeclaredEpilogue:
         return out | ({} if self.standard else {"steps": self.steps.to_list()})
 
 
-def declared_epilogue(spec, device_type: Optional[str] = None, out_dtype=torch.bfloat16) -> DeclaredEpilogue:
+def declared_epilogue(
+    spec: Any, device_type: Optional[str] = None, out_dtype: torch.dtype = torch.bfloat16
+) -> DeclaredEpilogue:
     """THE resolver of a kernel's declaration for a call on ``device_type`` (``"cuda:1"`` counts as ``"cuda"``;
     None: ``"cpu"``) with ``out_dtype``: ``spec.steps`` selected by ``reference.contract.select_steps`` (a mapping
     ``"<device>/<dtype>"``, ``"<device>"``, ``"*/<dtype>"``, ``"*"``), else ``spec.contract``. ``spec``: a KernelSpec
     or any object with ``contract`` (and optionally ``steps``). Every check that reads a declaration goes through
     here, so all of them hold a case to the same one."""
     decl = getattr(spec, "steps", None)
-    sel = select_key(decl, device_type, out_dtype) if isinstance(decl, Mapping) else ""
-    steps = decl[sel] if sel else decl if isinstance(decl, EpilogueSteps) else None
+    if isinstance(decl, Mapping):
+        sel = select_key(decl, device_type, out_dtype) or ""
+        steps = decl[sel] if sel else None
+    else:
+        sel, steps = "", decl if isinstance(decl, EpilogueSteps) else None
     if steps is None:
         return DeclaredEpilogue(spec.contract.steps, spec.contract, True)
     std = steps.standard()
@@ -254,7 +259,9 @@ class KernelSpec:
         dev = (device_type or "").split(":")[0]
         return self.accumulator.get(dev, self.accumulator.get("*"))
 
-    def epilogue_on(self, device_type: Optional[str] = None, out_dtype=torch.bfloat16) -> DeclaredEpilogue:
+    def epilogue_on(
+        self, device_type: Optional[str] = None, out_dtype: torch.dtype = torch.bfloat16
+    ) -> DeclaredEpilogue:
         """:func:`declared_epilogue` of this kernel."""
         return declared_epilogue(self, device_type, out_dtype)
 
@@ -274,7 +281,7 @@ class KernelSpec:
     def manifest(self) -> dict:
         """JSON-able declared manifest (no callables)."""
         dense = self.contiguous_only if isinstance(self.contiguous_only, bool) else sorted(self.contiguous_only)
-        out = {"name": self.name, "contract": self.contract.to_dict(), "devices": list(self.devices)}
+        out: dict[str, Any] = {"name": self.name, "contract": self.contract.to_dict(), "devices": list(self.devices)}
         out.update(constraints=asdict(self.constraints), version=self.version, source_digest=self.source_digest)
         out.update(has_int_mm=self.int_mm is not None, origin=self.origin, description=self.description)
         out["contiguous_only"] = dense

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from reference.contract import EpilogueContract
 
 
 def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Tensor, Tensor]:
@@ -19,7 +22,12 @@ def scale_vectors(scale_a: Tensor, scale_b: Tensor, m: int, n: int) -> tuple[Ten
 
 
 def epilogue(
-    acc: Tensor, scale_a: Tensor, scale_b: Tensor, contract, bias: Optional[Tensor], out_dtype: torch.dtype
+    acc: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    contract: EpilogueContract,
+    bias: Optional[Tensor],
+    out_dtype: torch.dtype,
 ) -> Tensor:
     """Apply ``contract`` (a ``reference.contract.EpilogueContract``: scale order, bias point) to an int32 (or int64) accumulator [M,N]: bias
     out_dtype [N] or None; returns out_dtype [M,N] on acc's device."""

@@ -47,7 +47,7 @@ def current() -> Optional[Trace]:
     return _CURRENT.get()
 
 
-def record_path(path: str, **extra) -> None:
+def record_path(path: str, **extra: object) -> None:
     """Record the code path taken; ``extra`` merges into ``Trace.extra`` except ``source_digest`` and
     ``digest_of`` (whose digest: a built-in's name), which go to ``Trace.digests`` (``runner.own_digests`` judges
     those claims)."""

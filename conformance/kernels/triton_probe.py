@@ -6,6 +6,7 @@ its manifest so a report states the machinery it ran on."""
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import torch
 import triton
@@ -46,7 +47,7 @@ def _rtz_bf16(x: torch.Tensor) -> torch.Tensor:
     return ((x.view(torch.int32) >> 16).to(torch.int16)).view(torch.bfloat16)
 
 
-def _verdict(got: torch.Tensor, rne: torch.Tensor, rtz: torch.Tensor = None, ok_word: str = "rne") -> str:
+def _verdict(got: torch.Tensor, rne: torch.Tensor, rtz: Optional[torch.Tensor] = None, ok_word: str = "rne") -> str:
     g, r = _bits(got), _bits(rne)
     if torch.equal(g, r):
         return ok_word

@@ -335,7 +335,7 @@ def coverage_table(case_results: Sequence) -> list[dict]:
             "yes" if all(h == n for h, n in tw.values()) else "partial",
         )
         for kind in ("scale_order", "bias_point", "bias_value", "subnormal_scale", "subnormal", "overflow"):
-            met = {a: set() for a in ATTRIBUTES}
+            met: dict[str, set] = {a: set() for a in ATTRIBUTES}
             for c in covs:
                 if c.get("attributes") and (c.get("planted") or {}).get(kind, 0) > 0:
                     for a, v in c["attributes"].items():
@@ -346,7 +346,7 @@ def coverage_table(case_results: Sequence) -> list[dict]:
                 f"attribute values with {kind} discriminators (C5 / C6 / C8 see them)", txt or "none", n_kind, bool(txt)
             )
     for op, wanted in LAYOUTS_WANTED.items():
-        seen = {}
+        seen: dict[str, int] = {}
         dens = 0
         for c in covs:
             lab = c["layouts"].get(op)
@@ -354,11 +354,16 @@ def coverage_table(case_results: Sequence) -> list[dict]:
                 dens += 1
                 continue
             seen[lab] = seen.get(lab, 0) + 1
-        miss = [w for w in wanted if w not in seen]
+        missing = [w for w in wanted if w not in seen]
         txt = ", ".join(f"{k} {v}" for k, v in sorted(seen.items()))
         if dens:
             txt += f"; NOT covered: {dens} cases handed as dense copies (kernel declares contiguous_only)"
-        row(f"layout of {op}", txt, len(covs), "yes" if not miss else ("partial" if len(miss) < len(wanted) else "no"))
+        row(
+            f"layout of {op}",
+            txt,
+            len(covs),
+            "yes" if not missing else ("partial" if len(missing) < len(wanted) else "no"),
+        )
     return rows
 
 

@@ -43,7 +43,7 @@ from conformance.checks.result import (
     interface_failure,
     not_applicable,
 )
-from conformance.kernels.runner import KernelLaunch, cuda_device, run_kernel, start_int_mm, start_kernel
+from conformance.kernels.runner import KernelLaunch, KernelRun, cuda_device, run_kernel, start_int_mm, start_kernel
 from conformance.suite.coverage import case_coverage
 from conformance.suite.pairwise import compare_pair
 from conformance.suite.prefetch import (
@@ -349,7 +349,9 @@ class CaseEvaluation:
 
     def __init__(self, spec, ops, device: Optional[str] = None, run=None, keep_on_device: bool = False):
         self.spec, self.ops, self.device, self.keep_on_device = spec, ops, device, keep_on_device
-        self.launch, self.run, self.obs = None, None, None
+        self.launch: Optional[KernelLaunch] = None
+        self.run: Optional[KernelRun] = None
+        self.obs: Optional[ObservedAccumulator] = None
         self.probed = run is None
         if isinstance(run, KernelLaunch):
             self.launch = run
@@ -387,6 +389,7 @@ class CaseEvaluation:
         if self.obs is not None:
             return self
         if self.run is None:
+            assert self.launch is not None  # __init__ sets one of them
             self.run = self.launch.result()
         self.obs = self._observed()
         if self.spec.is_fp8:
@@ -431,6 +434,7 @@ class CaseEvaluation:
         against the output where C8 failed (``CaseResult.fault_explanation``)."""
         self.settle()
         spec, ops, run, exact, device = self.spec, self.ops, self.run, self.exact, self.device
+        assert run is not None  # settle() sets it
         checks: dict[str, CheckResult] = {}
         # one scope per case: the checks share its bound, references and digests
         # (reference.memo; a no-op inside the sweep's own scope)
@@ -447,7 +451,7 @@ class CaseEvaluation:
         if iface is not None:
             checks = {INTERFACE_ID: interface_failure(iface), **checks}
         elif raised is not None:
-            checks = {CALL_ID: call_failure(RAISED, run.error, exception=raised), **checks}
+            checks = {CALL_ID: call_failure(RAISED, run.error or raised, exception=raised), **checks}
         _mark_precondition_cases(checks, ops.meta)
         explanation = None
         c8 = checks.get("C8")

@@ -7,7 +7,7 @@ both declared accumulators are provably exact on the case (DESIGN.md 3b).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from conformance.checks.compare import compare_bits, output_problem
 from conformance.checks.fp8_exactness import retained_bits
@@ -18,8 +18,15 @@ from conformance.kernels.spec import declared_epilogue
 from reference.accumulate import exact_int_mm
 from reference.fp8 import E4M3, exact_at_bits
 
+if TYPE_CHECKING:
+    from conformance.kernels.runner import KernelRun
+    from conformance.kernels.spec import KernelSpec
+    from reference.operands import GemmOperands
 
-def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
+
+def _overflow_frees(
+    spec_a: KernelSpec, spec_b: KernelSpec, ops: GemmOperands, dev_a: Optional[str], dev_b: Optional[str]
+) -> Optional[str]:
     """Why overflow frees the pair from bit identity on ``ops`` (an accumulator can leave int32 and
     the declarations are not both ``wrap``, which is order-free), or None."""
     ba, bb = overflow_of(spec_a, dev_a), overflow_of(spec_b, dev_b)
@@ -34,7 +41,9 @@ def _overflow_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[s
     )
 
 
-def _fp8_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) -> Optional[str]:
+def _fp8_frees(
+    spec_a: KernelSpec, spec_b: KernelSpec, ops: GemmOperands, dev_a: Optional[str], dev_b: Optional[str]
+) -> Optional[str]:
     """Why FP8 accumulation frees the pair from bit identity on ``ops`` (e4m3 operands and a declared accumulator
     that is not provably exact on the case, ``conformance.checks.fp8_exactness``), or None."""
     if ops.a.dtype != E4M3:
@@ -52,7 +61,7 @@ def _fp8_frees(spec_a, spec_b, ops, dev_a: Optional[str], dev_b: Optional[str]) 
 
 
 def expected_agreement(
-    spec_a, spec_b, ops, dev_a: Optional[str] = None, dev_b: Optional[str] = None
+    spec_a: KernelSpec, spec_b: KernelSpec, ops: GemmOperands, dev_a: Optional[str] = None, dev_b: Optional[str] = None
 ) -> tuple[bool, str]:
     """``(must two correct kernels give identical bits on ops, reason)``; ``dev_a`` / ``dev_b``:
     the device types they ran on (declarations may differ by device and out dtype:
@@ -71,7 +80,7 @@ def expected_agreement(
     return False, f"declared contracts differ ({ca.label()} vs {cb.label()})"
 
 
-def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
+def compare_pair(spec_a: KernelSpec, spec_b: KernelSpec, ops: GemmOperands, run_a: KernelRun, run_b: KernelRun) -> dict:
     """Bit agreement of two kernels' KernelRuns on one case: ``status`` (``identical`` |
     ``differ-expected`` | ``differ-unexpected`` | ``error``), ``expected_identical``, ``reason``,
     ``n_elements``, ``n_equal``, ``agreement``, ``max_ulp``, ``ulp_histogram``, ``worst``, ``error``."""
@@ -83,6 +92,7 @@ def compare_pair(spec_a, spec_b, ops, run_a, run_b) -> dict:
     if pa or pb:
         out.update(status="error", error="; ".join(f"{s.name}: {p}" for s, p in ((spec_a, pa), (spec_b, pb)) if p))
         return out
+    assert run_a.output is not None and run_b.output is not None  # else output_problem named it
     _, ev = compare_bits(run_a.output, run_b.output, 0, ops)
     ev.pop("operand_digests", None)
     ev.pop("first_over_tol", None)

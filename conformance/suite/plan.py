@@ -13,7 +13,7 @@ import functools
 import importlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import torch
 
@@ -41,6 +41,10 @@ from conformance.suite.property import property_operands, run_property_test
 from conformance.suite.warmup import warm_up
 from reference.errors import Int8confError, first_line
 from reference.model import capture as model_capture
+
+if TYPE_CHECKING:
+    from conformance.kernels.spec import KernelSpec
+    from conformance.suite.workers import Containment
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
@@ -130,7 +134,7 @@ def default_cases(
         return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native)
 
     def build() -> list:
-        parts = [functools.partial(synthetic_cases, seeds)]
+        parts: list[Callable[[], list]] = [functools.partial(synthetic_cases, seeds)]
         parts += [tile_edge_cases, *families.family_builders()] if include_tile_edges else []
         # each part measures what its operands reach (kept with the cases: the coverage table reads it);
         # as many processes as this one's share of the cores (its torch threads: one per xdist worker on 2 cores)
@@ -167,7 +171,9 @@ def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native=
     return mark_ownership_probes(cases + list(cap.cases)), cap
 
 
-def suite_cases(include_captures=True, include_tile_edges=True, capture_dir=None, model_dir=None, **kw) -> tuple:
+def suite_cases(
+    include_captures=True, include_tile_edges=True, capture_dir=None, model_dir=None, **kw
+) -> tuple[list, CaptureReplay]:
     """:func:`default_cases` (keywords such as ``operands`` passed on), replaying ``capture_dir``
     (parent model ``model_dir``) when given.
 
@@ -300,10 +306,10 @@ class SuiteState:
     kernel calls run (``suite.workers.Containment``: a child process per crash), None = here;
     ``skipped``: what of the default suite this run leaves out (:func:`reduced_suite`)."""
 
-    spec: object
+    spec: KernelSpec
     cases: list
     captures: CaptureReplay
-    against: object = None
+    against: Optional[KernelSpec] = None
     device: Optional[str] = None
     ref_device: Optional[str] = None
     t0: float = field(default_factory=time.perf_counter)
@@ -312,7 +318,7 @@ class SuiteState:
     property: Optional[dict] = None
     model: dict = field(default_factory=dict)
     warm: Optional[dict] = None
-    contained: object = None
+    contained: Optional[Containment] = None
     skipped: list = field(default_factory=list)
     not_afforded: list = field(default_factory=list)
 
@@ -399,7 +405,7 @@ class SuiteState:
         for step in self.steps(examples, model_checks, False):
             if step.kind == PROPERTY and self.property is None:
                 out.append(f"the property test {why}")
-            elif step.kind == CHECK and step.check_id not in self.model:
+            elif step.kind == CHECK and step.check_id is not None and step.check_id not in self.model:
                 out.append(f"{step.check_id} {CHECK_NAMES[step.check_id]} {why}")
         return out
 

@@ -6,7 +6,7 @@ database, no deadline, no shrinking (the first failing example is reported), hea
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -43,7 +43,7 @@ def _property_test(spec, sink: Callable, max_examples: int, device: Optional[str
 
     strategy = gemm_operands(max_m=MAX_M, max_k=MAX_K, max_n=MAX_N, out_dtypes=(torch.bfloat16, torch.float16))
     names: dict = {}
-    state = {"n": 0, "failing": None}
+    state: dict[str, Any] = {"n": 0, "failing": None}
 
     @ci_settings(max_examples)
     @given(ops=strategy)
@@ -108,7 +108,7 @@ def run_property_test(
         prop, state = _property_test(spec, sink, max_examples, device, evaluate or evaluate_case)
     except ImportError as e:
         return {"skipped": f"reference.strategies not importable: {e}", "examples": 0, "failed": False}
-    summary = {
+    summary: dict[str, Any] = {
         "strategy": f"reference.strategies.gemm_operands(max_m={MAX_M}, max_k={MAX_K}, "
         f"max_n={MAX_N}, out_dtypes=(bf16, fp16))",
         "settings": f"max_examples={max_examples}, derandomize=True, no shrinking",

@@ -134,7 +134,8 @@ def verdict_label(verdict: str, evidence: dict) -> str:
 def _case_cell(verdict: str, evidence: dict) -> str:
     if is_precondition_failure(verdict, evidence):
         return "pre" if is_precondition_case(verdict, evidence) else "violated"
-    return {Verdict.PASS: "ok", Verdict.FAIL: "FAIL", Verdict.NOT_APPLICABLE: "-"}.get(verdict, verdict)
+    marks: dict[str, str] = {Verdict.PASS: "ok", Verdict.FAIL: "FAIL", Verdict.NOT_APPLICABLE: "-"}
+    return marks.get(verdict, verdict)
 
 
 def _hist_str(h: dict) -> str:
@@ -611,7 +612,7 @@ def current_names(doc: dict) -> dict:
             c["source"] = TILE_EDGES_SOURCE
             if str(c.get("case", "")).startswith(prefix):
                 c["case"] = f"{TILE_EDGES_SOURCE}/{c['case'][len(prefix) :]}"
-        if matched:
+        if matched and isinstance(comp, dict):
             new = comparability(cases)
             comp.update(cases_digest=new["cases_digest"], case_ids=new["case_ids"])
     opts = (doc.get("invocation") or {}).get("options")

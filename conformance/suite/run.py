@@ -16,7 +16,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from conformance.cases import CaptureReplay, case_id
 from conformance.cases.fp8 import PAPER_NOT_AFFORDED
@@ -289,7 +289,7 @@ def overall_verdict(
         summary = "NOT conformant: " + "; ".join(
             ([lead] if lead else [])
             + [_failure_text(c) for c in failed if not is_call_failure(c)]
-            + ([f"property test failed: {property_tests.get('failure')}"] if prop_failed and not failed else [])
+            + ([f"property test failed: {(property_tests or {}).get('failure')}"] if prop_failed and not failed else [])
         )
     elif case_results and not any(cr.produced_output for cr in case_results):
         verdict = Verdict.NOT_RUN
@@ -313,7 +313,7 @@ def overall_verdict(
         summary += "; precondition cases (built by the suite to violate them, not failures): " + "; ".join(
             f"{cid} {CHECK_NAMES[cid]}: {n}" for cid, n in pre_cases.items()
         )
-    out = {
+    out: dict[str, Any] = {
         "verdict": verdict,
         "headline": reduced_headline(verdict, skipped),
         "reduced_suite": list(skipped),
@@ -592,7 +592,7 @@ def _run_steps(
         notes.append(f"the kernel ran in the suite's own process (a crash or a hang is not contained): {uncontained}")
         say(f"{spec.name}: {notes[-1]}")
     steps = state.steps(property_examples, model_checks, against=False)
-    checks = [s.check_id for s in steps if s.kind == CHECK]
+    checks = [s.check_id for s in steps if s.kind == CHECK and s.check_id is not None]
     stopped, stage, unreached = None, "fixed cases", []
     running: set = set()  # the cases in flight in the workers
     try:
@@ -610,6 +610,7 @@ def _run_steps(
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
             if s.kind == CASE:
+                assert s.index is not None  # a CASE step carries its case's index
                 stage = f"case {case_id(cases[s.index])}"  # a stop names the case it cut short
                 cr = state.evaluate(s.index)
                 stage = "fixed cases"
@@ -620,6 +621,7 @@ def _run_steps(
                 say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
                 state.run_property(property_examples, lambda cr: raise_if_requested())
             else:
+                assert s.check_id is not None  # a CHECK step carries its check id
                 stage = s.check_id
                 if s.check_id in beside:
                     say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]} (its worker's result)")

@@ -9,9 +9,10 @@ counted as an explicit case list. Every error is one line (Int8confError and its
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import faults  # noqa: F401 -- registers the resolver of injected names (cpu+F4@all#s0)
 from conformance.kernels.registry import get_kernel, resolve_kernels
@@ -71,7 +72,13 @@ class RunCases:
     where the kernel runs on a GPU (GBs of operands: a front door whose every worker process builds its own cases,
     as pytest-xdist's do, passes False and keeps their narrow shapes)."""
 
-    def __init__(self, source: CaseSource, device: Optional[str] = None, progress=None, full_size: bool = True):
+    def __init__(
+        self,
+        source: CaseSource,
+        device: Optional[str] = None,
+        progress: Optional[Callable[[str], None]] = None,
+        full_size: bool = True,
+    ) -> None:
         self.source, self.device, self.progress, self.full_size = source, device, progress, full_size
         self._built: dict = {}
 
@@ -101,19 +108,19 @@ class RunCases:
         return list(cases), cap
 
 
-def report_root(out, kernel_name: str) -> Path:
+def report_root(out: Union[str, os.PathLike], kernel_name: str) -> Path:
     """The root reports are written under (``<root>/<kernel dir>/``): ``out``, or its parent when ``out``'s last
     component already is the kernel's folder name."""
     p = Path(out)
     return p.parent if p.name == kernel_dirname(kernel_name) else p
 
 
-def kernel_report_dir(out, kernel_name: str) -> Path:
+def kernel_report_dir(out: Union[str, os.PathLike], kernel_name: str) -> Path:
     """The folder a run writes ``kernel_name``'s report into (:func:`report_root`)."""
     return report_root(out, kernel_name) / kernel_dirname(kernel_name)
 
 
-def make_report_dirs(out, kernel_names: Sequence[str], option: str = "--out") -> list[Path]:
+def make_report_dirs(out: Union[str, os.PathLike], kernel_names: Sequence[str], option: str = "--out") -> list[Path]:
     """Make ``out`` and every kernel's report folder and check them writable before any case runs; on a refusal
     the folders made here that are still empty are removed again. Returns the folders made, deepest first.
     Raises Int8confError naming ``option`` and the path."""

@@ -138,7 +138,11 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set
         return out | {"F7"}
     o, r = worst.get("out"), worst.get("ref")
     prec = _PRECISION.get(out_dtype)
-    if bias or prec is None or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (o, r)):
+    if (
+        bias
+        or prec is None
+        or not (isinstance(o, (int, float)) and math.isfinite(o) and isinstance(r, (int, float)) and math.isfinite(r))
+    ):
         return out
     p, tiny = prec
     g = (k - 1) * 2.0**-24
@@ -371,21 +375,21 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
 
     attrs = (
         ("out", lambda c: _dtype_label(c.out_dtype), "{} out"),
-        ("bias", lambda c: bool(c.bias), None),
+        ("bias", lambda c: bool(c.bias), None),  # no format: "with bias" / "no bias"
         ("scales", lambda c: _SCALE_MODE_LABELS.get(c.scale_mode, c.scale_mode), "{} scales"),
         ("source", lambda c: c.source, "{} cases"),
         ("a", lambda c: layouts(c, "a"), "a {}"),
         ("b", lambda c: layouts(c, "b"), "b {}"),
     )
     parts = []
-    for key, get, fmt in attrs:
+    for _, get, fmt in attrs:
         vals = {get(c) for c in failing}
         if len(vals) != 1 or None in vals:
             continue
         (v,) = vals
         if all(get(c) == v for c in rest):
             continue
-        parts.append(("with bias" if v else "no bias") if key == "bias" else fmt.format(v))
+        parts.append(("with bias" if v else "no bias") if fmt is None else fmt.format(v))
     for i, dim in enumerate(("M", "K", "N")):
         lo, hi = min(c.shape[i] for c in failing), max(c.shape[i] for c in failing)
         below = [c for c in rest if c.shape[i] < lo]

@@ -17,6 +17,7 @@ import json
 import multiprocessing as mp
 import os
 import time
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -121,7 +122,7 @@ def plan_groups(layouts: Sequence[tuple]) -> list[list]:
     return sorted(groups.values(), key=len, reverse=True)
 
 
-def marker_path(spec, layouts: list, device: str) -> os.PathLike:
+def marker_path(spec, layouts: list, device: str) -> Path:
     """Where a complete warm-up of ``layouts`` for ``spec`` on ``device`` leaves its marker (module docstring)."""
     # no CUDA call: this process must not initialize CUDA before the suite forks its workers
     key = [spec.source_digest, spec.name, layouts, str(device), torch.__version__, torch.version.cuda]
@@ -158,7 +159,8 @@ def warm_up(
         f"{spec.name}: compiling {len(layouts)} operand layouts ({len(groups)} groups) in {n} processes before the cases run"
     )
     t0 = time.perf_counter()
-    calls, err, busy = 0, "", {}
+    calls, err = 0, ""
+    busy: dict[int, float] = {}
     try:
         with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
             name = reload_name(spec)

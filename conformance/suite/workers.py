@@ -17,13 +17,14 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from conformance.cases import case_id
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
 from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import pick_device
+from conformance.kernels.spec import KernelSpec
 from conformance.runtime.forking import FORK_GATE, start_method
 from conformance.runtime.pool import BAD_CUDA_FORK, CRASHED, OK, TIMED_OUT, IsolatedKernel, KernelRef, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
@@ -40,6 +41,7 @@ from conformance.suite.evaluate import (
 )
 from conformance.suite.plan import run_kernel_check, run_model_check
 from reference.errors import Int8confError
+from reference.operands import GemmOperands
 
 #: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
 CASE_TIMEOUT_S = 600.0
@@ -85,8 +87,8 @@ class Containment:
         self._lock = threading.Lock()
         #: why a later call ran in this process (this process initialized CUDA since: a child could not use it)
         self.uncontained: Optional[str] = None
-        if containment_ok() is None:
-            self._child().start()  # forked now, before this process may initialize CUDA for the cases' references
+        if containment_ok() is None and (child := self._child()) is not None:
+            child.start()  # forked now, before this process may initialize CUDA for the cases' references
 
     def isolated(self, logs: Optional[str] = None, cases=None) -> IsolatedKernel:
         """A new IsolatedKernel of this kernel (fork; pairwise with the state's ``against``)."""
@@ -119,7 +121,7 @@ class Containment:
     def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
         """The crash / timeout record of ``oc``; with ``ops`` and a ``repro_dir``, the case's reproducer is saved
         and named in it (``repro``)."""
-        rec = {
+        rec: dict[str, Any] = {
             "status": CRASH if oc.kind == CRASHED else TIMEOUT,
             "signal": oc.signal,
             "exitcode": oc.exitcode,
@@ -143,7 +145,7 @@ class Containment:
         """The CaseResult of a request about ``ops``: the child's answer, a crashed case (crash / timeout), or
         None when the child erred in the harness."""
         if oc.kind == OK:
-            return oc.value
+            return cast(CaseResult, oc.value)  # the answer of a case request (suite.requests)
         if oc.kind not in (CRASHED, TIMED_OUT):
             if oc.error == BAD_CUDA_FORK:
                 self.uncontained = BAD_CUDA_FORK
@@ -172,7 +174,7 @@ class Containment:
         """The CheckResult of a kernel-level check's request: the child's answer, else a kernel failure naming
         the crash / timeout (evidence ``crash``, ``failure_kind`` its status), or a harness failure."""
         if oc.kind == OK:
-            return oc.value
+            return cast(CheckResult, oc.value)  # the answer of a check request (suite.requests)
         if oc.kind not in (CRASHED, TIMED_OUT):
             return check_error(check_id, RuntimeError(oc.error))
         rec = self.record(oc, where=f"during {check_id}", timeout_s=self.check_timeout(check_id))
@@ -272,7 +274,7 @@ def evaluate_in_workers(
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash
-                cr = oc.value if oc.kind == OK else None
+                cr = cast(CaseResult, oc.value) if oc.kind == OK else None
                 if contained is not None and cr is None:
                     cr = contained.case_result(state.cases[i], oc)
                 if cr is None:
@@ -369,35 +371,37 @@ def model_check_in_worker(
 # (spec, arg, served) (served: the pool's cases, device and pairwise kernel) and returns a picklable value
 
 
-def case(spec, index: int, served: Served):
+def case(spec: KernelSpec, index: int, served: Served) -> CaseResult:
     """Case ``index`` evaluated with its outputs kept (the gate, the scoreboard)."""
     return evaluate_case(spec, served.cases[index], device=served.device, keep_output=True)
 
 
-def evaluate(spec, index: int, served: Served):
+def evaluate(spec: KernelSpec, index: int, served: Served) -> CaseResult:
     """The suite's own evaluation of fixed case ``index`` (pairwise with ``served.against``; outputs not kept)."""
     return evaluate_fixed(spec, served.cases[index], served.device, served.against)
 
 
-def operands(spec, ops, served: Served):
+def operands(spec: KernelSpec, ops: GemmOperands, served: Served) -> CaseResult:
     """A property example: its operands come with the request."""
     return evaluate_case(spec, ops, device=served.device, source="property")
 
 
-def check(spec, check_id: str, served: Served):
+def check(spec: KernelSpec, check_id: str, served: Served) -> CheckResult:
     """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...)."""
     return run_kernel_check(check_id, spec, served.cases, served.device)
 
 
-def accumulator(spec, _arg, served: Served):
+def accumulator(spec: KernelSpec, _arg: object, served: Served) -> CheckResult:
     """C11: an FP8 kernel's measured accumulator."""
     return check_fp8_accumulator(spec, device=served.device)
 
 
-def model(spec, check_id: str, served: Served):
+def model(spec: KernelSpec, check_id: str, served: Served) -> CheckResult:
     """A model-level check (C7, E1) on the device the kernel runs on."""
     return run_model_check(check_id, spec, device=pick_device(spec, served.device)[0])
 
 
 #: request kind -> handler (``runtime.pool`` module docstring)
-SUITE_REQUESTS = {f.__name__: f for f in (case, evaluate, operands, check, accumulator, model)}
+SUITE_REQUESTS: dict[str, Callable[..., object]] = {
+    f.__name__: f for f in (case, evaluate, operands, check, accumulator, model)
+}

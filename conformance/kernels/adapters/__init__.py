@@ -7,9 +7,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from reference.errors import KernelLoadError, first_line
+
+if TYPE_CHECKING:
+    from conformance.kernels.spec import KernelSpec
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,8 @@ _DESCRIPTION = {
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
-    row[0]: AdapterInfo(*row, _DESCRIPTION[row[0]])
-    for row in (
+    name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
+    for name, module, requires, install, devices in (
         ("torchao", _TA, ("torchao",), _TA_PIP, _ANY),
         ("torchao-w8a8", _TA, ("torchao",), _TA_PIP, _ANY),
         ("torchao-w8a8-bf16", _TA, ("torchao",), _TA_PIP, _ANY),
@@ -76,10 +79,10 @@ def _info(name: str) -> AdapterInfo:
     return ADAPTERS[name]
 
 
-_CACHE: dict = {}
+_CACHE: dict[str, KernelSpec] = {}
 
 
-def make_spec(name: str):
+def make_spec(name: str) -> KernelSpec:
     """The KernelSpec of adapter ``name`` (cached); KernelLoadError (one line) when unknown or broken."""
     if name in _CACHE:
         return _CACHE[name]
@@ -100,7 +103,7 @@ def available_adapters() -> list[str]:
     return [n for n in ADAPTERS if availability(n)[0]]
 
 
-def lookup(name: str) -> Optional[object]:
+def lookup(name: str) -> Optional[KernelSpec]:
     """KernelSpec for an adapter name, None when not one; KernelLoadError when its library is unavailable."""
     if name not in ADAPTERS:
         return None
