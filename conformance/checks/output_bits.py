@@ -4,7 +4,7 @@ Output bits vs ``reference.epilogue`` on the exact accumulator of the reference'
 operands (int64; for e4m3 operands the exact sum rounded once to float32, DESIGN.md 3b)
 under the declared overflow behaviour: C8 the declared contract, 0 ulp;
 C5 (pow2 scales) order ``a_then_w`` with the declared bias point, 0 ulp where
-the scale orders agree; C6 (real scales) the same reference within 1 spacing.
+the scale orders agree; C6 (real scales) the same reference within ``C6_TOL_ULP`` (1) spacing.
 The declaration is the one for the case's device and out dtype (:func:`case_epilogue`).
 A failing C5 / C6 says who its failing elements are due to (:func:`attribution`):
 the kernel (it deviates from its declaration) or the declaration (the kernel gives
@@ -33,6 +33,10 @@ from reference.fp8 import exact_accumulator
 from reference.operands import GemmOperands
 
 C5, C6, C8 = "C5", "C6", "C8"
+
+#: C6's tolerance: the most spacings (ulp of the output dtype) an output element may lie from the
+#: ``a_then_w`` reference under real scales and still pass (``spacing_distance <= C6_TOL_ULP``).
+C6_TOL_ULP = 1
 
 
 def _exact(ops, exact: Optional[Tensor]) -> Tensor:
@@ -415,7 +419,7 @@ def check_real_scale_spacing(
     acc: Optional[ObservedAccumulator] = None,
     exact: Optional[Tensor] = None,
 ) -> CheckResult:
-    """C6: under real scales, output within 1 spacing of the ``a_then_w``
+    """C6: under real scales, output within ``C6_TOL_ULP`` spacings of the ``a_then_w``
     reference with the declared bias point. Evidence adds ``reference``. n/a on a case whose
     ``meta["c6_not_applicable"]`` gives the reason its legal epilogues may end more than one spacing apart (C8
     judges it against the declaration)."""
@@ -430,8 +434,8 @@ def check_real_scale_spacing(
     exact = _exact(ops, exact)
     c = interchangeable_reference(spec, ops, run)
     out, ref, mask, dacc = c6_inputs(spec, ops, run, exact)
-    n_over, ev = compare_bits(out, ref, 1, ops, exact, mask=mask)
+    n_over, ev = compare_bits(out, ref, C6_TOL_ULP, ops, exact, mask=mask)
     ev["reference"] = c.to_dict()
-    _overflow_evidence(ev, dacc, out, ops, c, exact, 1)
+    _overflow_evidence(ev, dacc, out, ops, c, exact, C6_TOL_ULP)
     res = _result(C6, name, n_over, ev, f"the reference ({c.label()})")
-    return _attributed(res, spec, ops, run, exact, out, ref, mask, 1)
+    return _attributed(res, spec, ops, run, exact, out, ref, mask, C6_TOL_ULP)

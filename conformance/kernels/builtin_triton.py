@@ -245,11 +245,27 @@ UNSPECIALIZED = {
     "ptr": ("M", "stride_sa", "stride_sb", "stride_bias"),
     "tma": ("M", "stride_sa", "stride_sb", "stride_bias", "NUM_PROGS"),
 }
+#: ... and in a conformance run (``spec.in_conformance_run``): no integer argument. Specializing on a value class
+#: only adds alignment and unit-stride hints (wider loads, folded multiplies), never a different sum or rounding,
+#: while each class is one more compile: the suite's hundreds of operand layouts would cost a compile each.
+#: ``tests/conformance/kernels/test_triton_configs_cuda.py`` runs the specialized variants on the suite's cases.
+#: ``INT8CONF_TRITON_SPECIALIZE=full`` keeps :data:`UNSPECIALIZED` in a conformance run too.
+UNSPECIALIZED_IN_CONFORMANCE = {
+    "ptr": UNSPECIALIZED["ptr"] + ("N", "K", "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_om"),
+    "tma": UNSPECIALIZED["tma"] + ("N", "K", "stride_om"),
+}
+SPECIALIZE_ENV = "INT8CONF_TRITON_SPECIALIZE"
+
+
+def _unspecialized(name: str) -> tuple:
+    """The integer arguments of kernel ``name`` Triton must not specialize in this process (see above)."""
+    full = os.environ.get(SPECIALIZE_ENV, "").strip() == "full"
+    return (UNSPECIALIZED if full or not in_conformance_run() else UNSPECIALIZED_IN_CONFORMANCE)[name]
 
 
 def _kernel(name: str, native: bool):
     """``(kernel object, is_interpreter)`` for ``ptr`` / ``tma`` / ``gluon`` / ``gluon_ws``, built once."""
-    key = (name, native)
+    key = (name, native, _unspecialized(name) if name in UNSPECIALIZED else ())
     got = _KERNELS.get(key)
     if got is None:
         if name in ("gluon", "gluon_ws"):
@@ -263,7 +279,7 @@ def _kernel(name: str, native: bool):
         fn = triton_gemm.w8a8_mm if name == "ptr" else triton_gemm.w8a8_mm_tma
         if not native:
             _skip_dead_overflow_checks()
-        k = triton.jit(fn, do_not_specialize=UNSPECIALIZED[name]) if native else InterpretedFunction(fn)
+        k = triton.jit(fn, do_not_specialize=key[2]) if native else InterpretedFunction(fn)
         got = _KERNELS[key] = (k, isinstance(k, InterpretedFunction))
     return got
 

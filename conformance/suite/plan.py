@@ -13,7 +13,7 @@ import functools
 import importlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
@@ -44,7 +44,6 @@ from reference.model import capture as model_capture
 
 if TYPE_CHECKING:
     from conformance.kernels.spec import KernelSpec
-    from conformance.suite.workers import Containment
 
 #: Model-level checks: (check id, module, attribute); each callable takes the
 #: KernelSpec and returns a CheckResult. Missing modules give ``n/a``.
@@ -297,6 +296,16 @@ def suite_steps(
     return steps
 
 
+class Contained(Protocol):
+    """Where a suite's kernel calls run when not in this process (``suite.workers.Containment``)."""
+
+    def evaluate(self, index: int) -> CaseResult: ...
+
+    def evaluate_operands(self, spec: KernelSpec, ops: Any, device: Any = None, source: Any = None) -> CaseResult: ...
+
+    def check(self, check_id: str) -> CheckResult: ...
+
+
 @dataclass(eq=False)  # compared by identity (the plugin looks its kernels up)
 class SuiteState:
     """One kernel's suite: its cases and what its steps produced so far. ``results``: fixed-case
@@ -318,7 +327,7 @@ class SuiteState:
     property: Optional[dict] = None
     model: dict = field(default_factory=dict)
     warm: Optional[dict] = None
-    contained: Optional[Containment] = None
+    contained: Optional[Contained] = None
     skipped: list = field(default_factory=list)
     not_afforded: list = field(default_factory=list)
 

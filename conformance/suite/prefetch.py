@@ -17,6 +17,7 @@ from conformance.checks.compare import ask_comparison, evidence_questions
 from conformance.checks.output_bits import (
     C5,
     C6,
+    C6_TOL_ULP,
     C8,
     ask_attribution,
     c5_inputs,
@@ -63,7 +64,7 @@ def output_comparisons(spec, ops, run, exact: Tensor) -> list:
         out.append((o, r, 0, m, d, a_then_w, C5))
     else:
         o, r, m, d = c6_inputs(spec, ops, run, exact)
-        out.append((o, r, 1, m, d, a_then_w, C6))
+        out.append((o, r, C6_TOL_ULP, m, d, a_then_w, C6))
     return out
 
 

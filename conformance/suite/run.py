@@ -584,7 +584,8 @@ def run_suite(
 def _run_steps(
     state: SuiteState, property_examples, model_checks, progress, invocation, jobs, uncontained=None
 ) -> ConformanceResult:
-    spec, cases, contained = state.spec, state.cases, state.contained
+    spec, cases = state.spec, state.cases
+    contained = state.contained if isinstance(state.contained, Containment) else None
     say = progress or (lambda s: None)
     say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
     notes = []

@@ -6,7 +6,8 @@ cases never wait on a compiler. Outputs are discarded: nothing here decides a ve
 what a JIT specializes on (:func:`_jit_key`, about one compile each); idle workers take the next group, largest
 first, so no worker is left with a long queue of compiles while the others wait. A warm-up that called
 every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
-layouts (the property test's examples' included), device, torch / Triton versions and ``TRITON_CACHE_DIR``), and
+layouts (the property test's examples' included), device, torch / Triton versions, ``TRITON_CACHE_DIR`` and
+``INT8CONF_TRITON_SPECIALIZE``), and
 the same warm-up is then skipped."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import triton
 
 import faults  # noqa: F401 -- registers the resolver of injected names (triton+F4@all#s0) in every worker
 from conformance.checks import batch_invariance
+from conformance.kernels.builtin_triton import SPECIALIZE_ENV
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.runtime.threads import available_cores
@@ -126,7 +128,7 @@ def marker_path(spec, layouts: list, device: str) -> Path:
     """Where a complete warm-up of ``layouts`` for ``spec`` on ``device`` leaves its marker (module docstring)."""
     # no CUDA call: this process must not initialize CUDA before the suite forks its workers
     key = [spec.source_digest, spec.name, layouts, str(device), torch.__version__, torch.version.cuda]
-    key += [triton.__version__, os.environ.get("TRITON_CACHE_DIR", "")]
+    key += [triton.__version__, os.environ.get("TRITON_CACHE_DIR", ""), os.environ.get(SPECIALIZE_ENV, "")]
     return cache_location() / "warm-up" / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
 
 

@@ -12,7 +12,12 @@ from buggy_kernels import TEST_DIGEST, bias_tie_case, const_case, make_kernel, o
 from conformance.checks.accumulator import check_fp32_exact_accumulator, check_int32_headroom, observe_accumulator
 from conformance.checks.manifest import check_kernel_manifest
 from conformance.checks.operand_sharing import check_operand_sharing
-from conformance.checks.output_bits import check_declared_contract, check_pow2_bit_identity, check_real_scale_spacing
+from conformance.checks.output_bits import (
+    C6_TOL_ULP,
+    check_declared_contract,
+    check_pow2_bit_identity,
+    check_real_scale_spacing,
+)
 from conformance.checks.result import CheckResult, aggregate
 from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case
@@ -74,6 +79,24 @@ def test_c6_fails_when_bias_enters_elsewhere():
     assert check_declared_contract(f5, ops, _run(f5, ops)).verdict == "fail"
     honest = make_kernel("honest", TRITON_STYLE)
     assert check_real_scale_spacing(honest, ops, _run(honest, ops)).verdict == "pass"
+
+
+@pytest.mark.parametrize("off, verdict", [(C6_TOL_ULP, "pass"), (C6_TOL_ULP + 1, "fail")])
+def test_c6_tolerance_boundary(off, verdict):
+    """C6 allows ``C6_TOL_ULP`` spacings: one element exactly that many spacings off passes, one more fails."""
+    ops = tie_case()  # reference 0x3F82 (1 + 2**-6), well inside its binade: +n bits is n spacings
+    good = make_kernel("good", TRITON_STYLE)
+
+    def shifted(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        out = good.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+        out.view(torch.int16)[0, 0] += off
+        return out
+
+    spec = dataclasses.replace(good, name=f"off{off}", scaled_mm=shifted)
+    r = check_real_scale_spacing(spec, ops, _run(spec, ops))
+    assert r.verdict == verdict, r.summary
+    assert r.evidence["max_ulp"] == off and r.evidence["tol_ulp"] == C6_TOL_ULP
+    assert r.evidence["worst"]["ref_bits"] == "0x3F82"
 
 
 def test_c2_transposed_operand():
