@@ -19,7 +19,6 @@ import time
 
 from rich.table import Table
 
-from conformance.checks.result import Verdict
 from conformance.commands.options import add_deprecated_alias
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root
@@ -155,6 +154,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
     # the command's body (the suite stack, faults) loads here, not when the CLI starts
+    from conformance.checks.result import Verdict
     from conformance.kernels.runner import validate_device
     from conformance.runtime.progress import suite_progress
     from conformance.runtime.threads import set_torch_threads
@@ -242,6 +242,7 @@ def _state(args, spec, inj, other, cases_of):
 
 
 def _print_summary(con, name: str, res) -> None:
+    from conformance.checks.result import Verdict
     from conformance.suite.report import accumulator_lines, crash_lines, fault_signatures, pair_difference_line
 
     head = res.overall.get("headline") or res.verdict.upper()
@@ -303,6 +304,7 @@ def signature_summary(lines: list, limit: int = MAX_SIGNATURE_LINES) -> list[str
 
 def verdict_markup(verdict: str, evidence: dict) -> str:
     """The console table's verdict cell (rich markup), labelled as in conformance.md."""
+    from conformance.checks.result import Verdict
     from conformance.suite.report import is_precondition_case, is_precondition_failure, verdict_label
 
     if is_precondition_failure(verdict, evidence):

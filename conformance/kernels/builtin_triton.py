@@ -36,7 +36,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from conformance.kernels import gluon_gemm, trace, triton_gemm
-from conformance.kernels.spec import in_conformance_run
+from conformance.kernels.spec import SPECIALIZE_ENV, in_conformance_run
 from conformance.kernels.triton_probe import probe
 from reference.contract import TRITON_STYLE
 from reference.errors import OperandError
@@ -254,7 +254,6 @@ UNSPECIALIZED_IN_CONFORMANCE = {
     "ptr": UNSPECIALIZED["ptr"] + ("N", "K", "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_om"),
     "tma": UNSPECIALIZED["tma"] + ("N", "K", "stride_om"),
 }
-SPECIALIZE_ENV = "INT8CONF_TRITON_SPECIALIZE"
 
 
 def _unspecialized(name: str) -> tuple:
@@ -1030,6 +1029,30 @@ def launch_spec(
     fast, device = (ck, _grid3(call.grid)), call.device
     args = pos + call.tail
     return (lambda: _launch_raw(fast, device, args)), out, cfg
+
+
+def variant_key(
+    a: Tensor,
+    b: Tensor,
+    scale_a: Tensor,
+    scale_b: Tensor,
+    out_dtype: Optional[torch.dtype] = torch.bfloat16,
+    bias: Optional[Tensor] = None,
+) -> str:
+    """The compiled variant a :func:`scaled_mm` call with these operands launches, without launching (the suite's
+    warm-up compiles each once: ``KernelSpec.warm_up``): the kernel, its constexprs and launch options, the
+    value classes (``== 1``, ``% 16 == 0``) of the integer arguments it specializes on and the operand dtypes.
+    Outside a conformance run the configuration may first be timed (as :func:`scaled_mm` would)."""
+    call, _, (a, b, sa, sb, bias) = _build(a, b, scale_a, scale_b, bias, out_dtype, None)
+    name = _kernel_name(call.plan.config)
+    classes: tuple = ()
+    params = getattr(call.plan.kern, "params", None)  # the interpreter specializes on nothing
+    if name in UNSPECIALIZED and params is not None and call.ints:
+        skip = set(_unspecialized(name))
+        ints = [p.name for p in params if not p.is_constexpr][-len(call.ints) :]
+        classes = tuple((v == 1, v % 16 == 0) for nm, v in zip(ints, call.ints) if nm not in skip)
+    dtypes = tuple(str(getattr(t, "dtype", None)) for t in (a, b, sa, sb, bias)) + (str(call.alloc_dtype),)
+    return repr((name, sorted(call.kw.items()), classes, dtypes))
 
 
 def available() -> tuple[bool, str]:

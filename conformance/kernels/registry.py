@@ -76,7 +76,7 @@ def _builtin(name: str) -> KernelSpec:
         _DESCRIPTIONS[name],
     )
     dense = getattr(mod, "CONTIGUOUS_ONLY", False)
-    warm = name == "triton"
+    warm = getattr(mod, "variant_key", False) if name == "triton" else False
     _BUILT[name] = spec = KernelSpec(name, *args, contiguous_only=dense, overflow=mod.OVERFLOW, warm_up=warm)
     return spec
 

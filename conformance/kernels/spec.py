@@ -41,6 +41,8 @@ BUILTINS = INT8_BUILTINS + FP8_BUILTINS
 #: worker processes. A kernel that picks launch configurations by timing must then pick them as a pure function of
 #: (shape, dtypes, layout, device capability), so a run certifies a path it can name and repeat.
 CONFORMANCE_RUN_ENV = "INT8CONF_CONFORMANCE_RUN"
+#: ``full``: a JIT kernel keeps its production specialization in a conformance run too (``builtin_triton``)
+SPECIALIZE_ENV = "INT8CONF_TRITON_SPECIALIZE"
 
 
 def enter_conformance_run() -> None:
@@ -198,7 +200,9 @@ class KernelSpec:
     ``"saturate"`` or ``"undefined"`` when a sum leaves int32, or a mapping device type (``"*"``: the rest) -> one
     of those; overflowing elements are compared with it, never failed. ``warm_up``: the kernel compiles per operand
     signature on a first call (a JIT such as Triton); a CUDA suite then calls it once per case layout in parallel
-    processes before the cases run (``conformance.suite.warmup``), filling the JIT's disk cache. ``operands``:
+    processes before the cases run (``conformance.suite.warmup``), filling the JIT's disk cache; a callable taking
+    ``scaled_mm``'s arguments and returning a hashable names the compiled variant a call would launch, so each is
+    compiled once (else layouts are grouped by what a JIT usually specializes on). ``operands``:
     ``"int8"`` or ``"e4m3"`` (DESIGN.md 3b). ``accumulator``: an e4m3 kernel's declared accumulator
     (:func:`parse_declared_accumulator`: text, model, or a mapping ``"cpu"`` / ``"cuda"`` / ``"*"`` -> one); None for
     int8. ContractError (one line) on a bad overflow, operands or accumulator (:func:`check_operands`)."""
@@ -216,7 +220,7 @@ class KernelSpec:
     steps: Optional[object] = None
     contiguous_only: Union[bool, tuple] = False
     overflow: Union[str, Mapping[str, str]] = "wrap"
-    warm_up: bool = False
+    warm_up: Union[bool, Callable] = False
     operands: str = "int8"
     accumulator: Union[None, AccumulatorModel, Mapping[str, AccumulatorModel]] = None
 
@@ -285,7 +289,7 @@ class KernelSpec:
         out.update(constraints=asdict(self.constraints), version=self.version, source_digest=self.source_digest)
         out.update(has_int_mm=self.int_mm is not None, origin=self.origin, description=self.description)
         out["contiguous_only"] = dense
-        out["warm_up"] = self.warm_up
+        out["warm_up"] = bool(self.warm_up)
         out["overflow"] = dict(self.overflow) if isinstance(self.overflow, Mapping) else self.overflow
         if self.steps is not None:
             out["steps"] = declared_to_dict(self.steps)

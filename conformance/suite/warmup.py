@@ -26,8 +26,8 @@ import triton
 
 import faults  # noqa: F401 -- registers the resolver of injected names (triton+F4@all#s0) in every worker
 from conformance.checks import batch_invariance
-from conformance.kernels.builtin_triton import SPECIALIZE_ENV
 from conformance.kernels.registry import get_kernel
+from conformance.kernels.spec import SPECIALIZE_ENV
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.runtime.threads import available_cores
 from reference.fileio import atomic_write_text, cache_location
@@ -100,6 +100,23 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str,
     return done, err, time.perf_counter() - t0, os.getpid()
 
 
+def _variant_keys(kernel_name: str, layouts: list, device: str) -> list:
+    """Worker: the kernel's own variant key (``KernelSpec.warm_up`` callable) of each layout, or None where it
+    raised (that layout is then grouped alone)."""
+    if kernel_name not in _SPECS:
+        silence_import_noise()
+        _SPECS[kernel_name] = get_kernel(kernel_name)
+    key_of = _SPECS[kernel_name].warm_up
+    keys = []
+    for lay in layouts:
+        a, b, sa, sb, bias = (_zeros(x, device) for x in lay[:5])
+        try:
+            keys.append(key_of(a, b, sa, sb, out_dtype=getattr(torch, lay[5].replace("torch.", "")), bias=bias))
+        except Exception:  # noqa: BLE001 -- a layout the kernel refuses: its own group, the case reports the error
+            keys.append(None)
+    return keys
+
+
 def reload_name(spec) -> str:
     """The name a fresh process resolves ``spec`` by: a loaded kernel's module / entry point / adapter name,
     else its own name (built-ins, fault-injected names)."""
@@ -115,12 +132,14 @@ def _jit_key(lay: tuple) -> tuple:
     return ((m > 16) + (m > 256), lay[5], lay[4] is None) + tuple((v == 1, v % 16 == 0) for v in ints)
 
 
-def plan_groups(layouts: Sequence[tuple]) -> list[list]:
-    """Distinct layouts grouped by :func:`_jit_key` (a variant is compiled by one worker, not by several at once),
-    largest group first: the order idle workers take them in."""
+def plan_groups(layouts: Sequence[tuple], keys: Optional[Sequence] = None) -> list[list]:
+    """Distinct layouts grouped by ``keys`` (the kernel's own variant keys, one per distinct layout; None: by
+    :func:`_jit_key`), so a variant is compiled by one worker, not by several at once; largest group first: the
+    order idle workers take them in. A None key is a group of its own."""
     groups: dict = {}
-    for lay in dict.fromkeys(layouts):
-        groups.setdefault(_jit_key(lay), []).append(lay)
+    for i, lay in enumerate(dict.fromkeys(layouts)):
+        key = _jit_key(lay) if keys is None else (keys[i] if keys[i] is not None else ("alone", i))
+        groups.setdefault(key, []).append(lay)
     return sorted(groups.values(), key=len, reverse=True)
 
 
@@ -154,18 +173,26 @@ def warm_up(
     if os.path.exists(marker):
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")
         return {"layouts": len(layouts), "workers": 0, "seconds": 0.0, "calls": 0, "error": "", "skipped": True}
-    groups = plan_groups(layouts)
-    n = workers or max(1, min(MAX_WORKERS, available_cores(), len(groups)))  # this process only waits
-    n = min(n, len(groups))
-    say(
-        f"{spec.name}: compiling {len(layouts)} operand layouts ({len(groups)} groups) in {n} processes before the cases run"
-    )
+    distinct = list(dict.fromkeys(layouts))
+    own_keys = callable(spec.warm_up)
+    n = workers or max(1, min(MAX_WORKERS, available_cores(), len(distinct)))  # this process only waits
+    n = min(n, len(distinct))
+    say(f"{spec.name}: compiling {len(layouts)} operand layouts in {n} processes before the cases run")
     t0 = time.perf_counter()
     calls, err = 0, ""
     busy: dict[int, float] = {}
+    groups: list = []
     try:
         with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
             name = reload_name(spec)
+            keys = None
+            if own_keys:  # the workers name each layout's variant (no launch), then each variant compiles once
+                chunks = [distinct[i::n] for i in range(n)]
+                got = list(ex.map(_variant_keys, [name] * n, chunks, [device] * n))
+                by_layout = {lay: k for chunk, ks in zip(chunks, got) for lay, k in zip(chunk, ks)}
+                keys = [by_layout[lay] for lay in distinct]
+            groups = plan_groups(distinct, keys)
+            say(f"{spec.name}: {len(groups)} {'compiled variants' if own_keys else 'groups'} to compile")
             for fut in cf.as_completed([ex.submit(_warm_group, name, g, device) for g in groups]):
                 done, e, took, pid = fut.result()
                 calls, err = calls + done, err or e
