@@ -17,7 +17,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 from urllib.parse import parse_qs
 
 import torch
@@ -64,7 +64,7 @@ class KernelDeclaration:
     steps: Optional[object] = None
     contiguous_only: object = False
     overflow: str = "wrap"
-    warm_up: bool = False
+    warm_up: Union[bool, Callable] = False
     operands: str = "int8"
     accumulator: object = None
 
@@ -118,6 +118,11 @@ def _flag(value):
     if bad or not ops:
         raise ContractError(f"contiguous_only={value!r}: expected a boolean or operand names {names}")
     return ops
+
+
+def _warm_up(value) -> Union[bool, Callable]:
+    """``warm_up``: a function naming a call's compiled variant (``KernelSpec.warm_up``) as it is, else :func:`_bool`."""
+    return value if callable(value) else _bool(value)
 
 
 def _bool(value) -> bool:
@@ -191,7 +196,7 @@ def declare(
     description: str = "",
     contiguous_only=False,
     overflow: str = "wrap",
-    warm_up: bool = False,
+    warm_up: Union[bool, Callable] = False,
     operands: str = "int8",
     accumulator=None,
 ) -> Callable:
@@ -225,7 +230,7 @@ def declare(
     field("convention", convention, _conv)
     field("contiguous_only", contiguous_only, _flag)
     field("overflow", overflow, _overflow)
-    field("warm_up", warm_up, _bool)
+    field("warm_up", warm_up, _warm_up)
     field("accumulator", accumulator, parse_declared_accumulator)
     if not any(k in ("accumulator", "devices") for k, _ in problems):
 
@@ -299,7 +304,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             description=getattr(obj, "int8conf_description", ""),
             contiguous_only=_flag(getattr(obj, "int8conf_contiguous_only", False)),
             overflow=_overflow(getattr(obj, "int8conf_overflow", "wrap")),
-            warm_up=_bool(getattr(obj, "int8conf_warm_up", False)),
+            warm_up=_warm_up(getattr(obj, "int8conf_warm_up", False)),
             operands=getattr(obj, "int8conf_operands", "int8"),
             accumulator=parse_declared_accumulator(getattr(obj, "int8conf_accumulator", None)),
         )
@@ -307,7 +312,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     if "contract" in query:
         over["contract"], over["steps"] = _contract_and_steps(query["contract"])
     parse = {"devices": lambda v: _devices([d for d in v.split(",") if d], "?devices="), "contiguous_only": _flag}
-    parse.update(overflow=_overflow, warm_up=_bool, accumulator=parse_declared_accumulator)
+    parse.update(overflow=_overflow, warm_up=_warm_up, accumulator=parse_declared_accumulator)
     for key in QUERY_KEYS[1:]:
         if key in query:
             over[key] = parse[key](query[key]) if key in parse else query[key]

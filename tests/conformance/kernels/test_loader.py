@@ -311,3 +311,17 @@ def test_a_per_device_mapping_must_cover_every_declared_device():
     assert spec_from_object(
         declare({"cuda/float16": "triton", "*": "cutlass"}, devices=("cpu", "cuda"))(lambda *a, **k: None), "m:f", "t"
     )
+
+
+def test_a_declared_warm_up_may_name_the_compiled_variant():
+    """``warm_up`` takes a function of scaled_mm's arguments (the warm-up compiles each variant it names once)."""
+    from conformance.kernels.loader import declare
+
+    def variant(a, b, scale_a, scale_b, out_dtype=None, bias=None):
+        return (a.shape[0] > 16, out_dtype)
+
+    @declare(contract="triton", warm_up=variant)
+    def mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):
+        raise NotImplementedError
+
+    assert mm.int8conf.warm_up is variant
