@@ -698,7 +698,7 @@ def load_pins(path) -> dict:
             _PINS[path] = {
                 (int(p["m"]), int(p["n"]), int(p["k"]), bool(p["tma"])): str(p["config"]) for p in doc["pins"]
             }
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as e:
             raise ValueError(f"{PINS_ENV}={path}: not a Triton pins table ({type(e).__name__}: {e})") from None
     return _PINS[path]
 

@@ -522,7 +522,9 @@ def load_module_function(name: str, option: str = "--kernel") -> KernelSpec:
     """Load ``pkg.module:attr[.attr...][?query]``; KernelLoadError (one line, naming
     ``option``) when the module, attribute or declaration is wrong."""
     base, query = split_query(name)
-    return spec_from_object(import_module_object(name, option), base, f"module:{base}", query)
+    # the origin keeps a ?query: a fresh process (a reproducer, a warm-up worker) resolves the same declaration
+    origin = f"module:{name.strip()}" if query else f"module:{base}"
+    return spec_from_object(import_module_object(name, option), base, origin, query)
 
 
 def undeclared_callable(name: str, option: str = "--kernel"):
@@ -547,6 +549,10 @@ def import_module_object(name: str, option: str = "--kernel"):
         raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
     try:
         mod = importlib.import_module(mod_name)
+    except SystemExit as e:  # a module that exits while imported must not end int8conf with its own status
+        raise KernelLoadError(
+            f"{option} {name!r}: module {mod_name!r} called sys.exit({e.code!r}) while being imported"
+        ) from None
     except Exception as e:  # noqa: BLE001 -- import errors of any kind become one line
         # the module itself (or its package) is missing, not a failing import inside it
         missing = (

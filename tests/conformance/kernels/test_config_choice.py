@@ -271,3 +271,12 @@ def test_warm_up_runs_its_workers_and_leaves_a_marker(tmp_path, monkeypatch):
     assert (rec["layouts"], rec["calls"], rec["error"]) == (len(want), len(want), "")
     assert 1 <= rec["workers"] <= 2 and marker_path(spec, want, "cpu").is_file()  # idle workers take groups
     assert warm_up(spec, cases, "cpu", workers=2)["skipped"]
+
+
+@pytest.mark.parametrize("text", ['{"format": "int8conf-triton-pins/1", "pins": [{"m": 1e400}]}', "[" * 100000])
+def test_a_pins_table_that_overflows_or_nests_too_deep_names_itself(tmp_path, monkeypatch, text):
+    path = tmp_path / "pins.json"
+    path.write_text(text)
+    bt._PINS.pop(str(path), None)
+    with pytest.raises(ValueError, match=rf"{bt.PINS_ENV}=.*pins.json: not a Triton pins table"):
+        bt.load_pins(path)

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 
+from conformance.kernels.loader import load_module_function
 from conformance.kernels.registry import get_kernel, list_kernels, register, resolve_kernels
 from conformance.kernels.runner import run_int_mm, run_kernel
 from conformance.kernels.spec import KernelSpec
@@ -325,3 +326,27 @@ def test_a_declared_warm_up_may_name_the_compiled_variant():
         raise NotImplementedError
 
     assert mm.int8conf.warm_up is variant
+
+
+def test_a_module_exiting_while_imported_is_one_load_error(tmp_path, monkeypatch):
+    (tmp_path / "kern_exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KernelLoadError, match=r"called sys.exit\(3\) while being imported"):
+        load_module_function("kern_exits_on_import:fn")
+
+
+def test_a_query_declared_kernel_keeps_its_query_for_a_fresh_process(tmp_path, monkeypatch):
+    """A reproducer's command.sh re-resolves the kernel by name: a ``?contract=`` declaration must travel with it."""
+    from conformance.suite.workers import kernel_ref
+
+    (tmp_path / "kern_query_mod.py").write_text(
+        "def fn(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n    raise NotImplementedError\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = load_module_function("kern_query_mod:fn?contract=cutlass")
+    ref = kernel_ref(spec)
+    assert ref is not None and ref.name == "kern_query_mod:fn?contract=cutlass"
+    assert ref.resolve().contract == spec.contract
+    assert (
+        load_module_function("kern_query_mod:fn?contract=cutlass").origin == "module:kern_query_mod:fn?contract=cutlass"
+    )
