@@ -3,12 +3,12 @@ worker processes call the kernel once per distinct operand layout on zero-filled
 (shape, strides, dtype, storage offset; dense copies where the kernel declares ``contiguous_only``), both
 ``scaled_mm`` and ``int_mm``. The JIT's disk cache (Triton's) then holds every variant the cases need, so the
 cases never wait on a compiler. Outputs are discarded: nothing here decides a verdict. Layouts are grouped by
-what a JIT specializes on (:func:`_jit_key`, about one compile each); idle workers take the next group, largest
-first, so no worker is left with a long queue of compiles while the others wait. A warm-up that called
-every layout leaves a marker in the artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the
-layouts (the property test's examples' included), device, torch / Triton versions, ``TRITON_CACHE_DIR`` and
-``INT8CONF_TRITON_SPECIALIZE``), and
-the same warm-up is then skipped."""
+the compiled variant the kernel names for them (``warm_up`` a callable: one compile each), else by what a JIT
+usually specializes on (:func:`_jit_key`); idle workers take the next group, largest first, so no worker is left
+with a long queue of compiles while the others wait. A warm-up that called every layout leaves a marker in the
+artifact cache (``<cache>/warm-up/<key>``; key: kernel source digest, the layouts (the property test's examples'
+included), device, torch / Triton versions, ``TRITON_CACHE_DIR`` and ``INT8CONF_TRITON_SPECIALIZE``), and the
+same warm-up is then skipped."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import multiprocessing as mp
 import os
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 import triton
@@ -77,17 +77,26 @@ def _zeros(layout: Optional[tuple], device: str) -> Optional[torch.Tensor]:
 _SPECS: dict = {}
 
 
+def _worker_spec(kernel_name: str):
+    """Worker: the KernelSpec of ``kernel_name``, resolved once per worker process."""
+    if kernel_name not in _SPECS:
+        silence_import_noise()
+        _SPECS[kernel_name] = get_kernel(kernel_name)
+    return _SPECS[kernel_name]
+
+
+def _call_args(lay: tuple, device: str) -> tuple:
+    """``(a, b, scale_a, scale_b, bias, out_dtype)`` of a layout: zero-filled device tensors of that layout."""
+    return tuple(_zeros(x, device) for x in lay[:5]) + (getattr(torch, lay[5].replace("torch.", "")),)
+
+
 def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str, float, int]:
     """Worker: call ``kernel_name`` once per layout; ``(calls made, first error line or "", seconds, process id)``."""
     t0 = time.perf_counter()
-    if kernel_name not in _SPECS:  # resolved once per worker process
-        silence_import_noise()
-        _SPECS[kernel_name] = get_kernel(kernel_name)
-    spec = _SPECS[kernel_name]
+    spec = _worker_spec(kernel_name)
     done, err = 0, ""
     for lay in layouts:
-        a, b, sa, sb, bias = (_zeros(x, device) for x in lay[:5])
-        out_dtype = getattr(torch, lay[5].replace("torch.", ""))
+        a, b, sa, sb, bias, out_dtype = _call_args(lay, device)
         try:
             spec.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
             if spec.int_mm is not None and lay[6]:
@@ -103,15 +112,12 @@ def _warm_group(kernel_name: str, layouts: list, device: str) -> tuple[int, str,
 def _variant_keys(kernel_name: str, layouts: list, device: str) -> list:
     """Worker: the kernel's own variant key (``KernelSpec.warm_up`` callable) of each layout, or None where it
     raised (that layout is then grouped alone)."""
-    if kernel_name not in _SPECS:
-        silence_import_noise()
-        _SPECS[kernel_name] = get_kernel(kernel_name)
-    key_of = _SPECS[kernel_name].warm_up
+    key_of = _worker_spec(kernel_name).warm_up
     keys = []
     for lay in layouts:
-        a, b, sa, sb, bias = (_zeros(x, device) for x in lay[:5])
+        a, b, sa, sb, bias, out_dtype = _call_args(lay, device)
         try:
-            keys.append(key_of(a, b, sa, sb, out_dtype=getattr(torch, lay[5].replace("torch.", "")), bias=bias))
+            keys.append(key_of(a, b, sa, sb, out_dtype=out_dtype, bias=bias))
         except Exception:  # noqa: BLE001 -- a layout the kernel refuses: its own group, the case reports the error
             keys.append(None)
     return keys
@@ -132,14 +138,14 @@ def _jit_key(lay: tuple) -> tuple:
     return ((m > 16) + (m > 256), lay[5], lay[4] is None) + tuple((v == 1, v % 16 == 0) for v in ints)
 
 
-def plan_groups(layouts: Sequence[tuple], keys: Optional[Sequence] = None) -> list[list]:
-    """Distinct layouts grouped by ``keys`` (the kernel's own variant keys, one per distinct layout; None: by
-    :func:`_jit_key`), so a variant is compiled by one worker, not by several at once; largest group first: the
-    order idle workers take them in. A None key is a group of its own."""
+def plan_groups(layouts: Sequence[tuple], keys: Optional[Mapping] = None) -> list[list]:
+    """Distinct layouts grouped by ``keys`` (layout -> the kernel's own variant key; None: by :func:`_jit_key`), so
+    a variant is compiled by one worker, not by several at once; largest group first: the order idle workers take
+    them in. A layout whose key is None is a group of its own."""
     groups: dict = {}
-    for i, lay in enumerate(dict.fromkeys(layouts)):
-        key = _jit_key(lay) if keys is None else (keys[i] if keys[i] is not None else ("alone", i))
-        groups.setdefault(key, []).append(lay)
+    for lay in dict.fromkeys(layouts):
+        key = _jit_key(lay) if keys is None else keys.get(lay)
+        groups.setdefault(("alone", lay) if key is None else key, []).append(lay)
     return sorted(groups.values(), key=len, reverse=True)
 
 
@@ -188,9 +194,8 @@ def warm_up(
             keys = None
             if own_keys:  # the workers name each layout's variant (no launch), then each variant compiles once
                 chunks = [distinct[i::n] for i in range(n)]
-                got = list(ex.map(_variant_keys, [name] * n, chunks, [device] * n))
-                by_layout = {lay: k for chunk, ks in zip(chunks, got) for lay, k in zip(chunk, ks)}
-                keys = [by_layout[lay] for lay in distinct]
+                got = ex.map(_variant_keys, [name] * n, chunks, [device] * n)
+                keys = {lay: k for chunk, ks in zip(chunks, got) for lay, k in zip(chunk, ks)}
             groups = plan_groups(distinct, keys)
             say(f"{spec.name}: {len(groups)} {'compiled variants' if own_keys else 'groups'} to compile")
             for fut in cf.as_completed([ex.submit(_warm_group, name, g, device) for g in groups]):

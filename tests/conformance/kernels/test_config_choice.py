@@ -125,7 +125,8 @@ def test_warm_up_groups_layouts_a_jit_compiles_alike():
 
 def test_warm_up_groups_by_the_kernels_own_variant_keys_where_it_names_them():
     lays = [("L", i) for i in range(5)]
-    groups = plan_groups(lays, ["x", "y", "x", None, "x"])  # None: a layout the kernel refused, alone
+    keys = dict(zip(lays, ["x", "y", "x", None, "x"]))  # None: a layout the kernel refused, alone
+    groups = plan_groups(lays, keys)
     assert groups == [[("L", 0), ("L", 2), ("L", 4)], [("L", 1)], [("L", 3)]]
 
 
