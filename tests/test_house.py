@@ -70,7 +70,7 @@ LAYERS = (
     ("conformance.runtime", "predictions"),
     ("detllm", "conformance.checks", "conformance.bench"),
     ("conformance.suite",),
-    ("conformance.gate", "conformance.scoreboard", "conformance.sweep", "conformance.study"),
+    ("conformance.gate", "conformance.scoreboard", "conformance.sweep", "conformance.study", "conformance.triage"),
     ("conformance.pytest_plugin", "conformance.commands"),
     ("conformance.cli",),
 )

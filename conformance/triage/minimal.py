@@ -1,0 +1,50 @@
+"""The smallest failing shape of a case (:func:`minimal_case`), on the failing side of every boundary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from conformance.triage.boundary import Boundary, fails
+from conformance.triage.reshape import at_shape
+from reference.operands import GemmOperands
+
+
+@dataclass
+class MinimalCase:
+    """``ops`` (the reshaped case, or the original when no smaller one fails), its ``shape`` [M, K, N], whether its
+    failure was verified by a call (``fails``) and the kernel calls spent."""
+
+    ops: GemmOperands
+    shape: list
+    fails: bool
+    calls: int
+
+
+def smallest_failing(b: Boundary) -> int:
+    """The smallest value known to fail in ``b``: the failing value of a boundary whose failing side lies above,
+    else (failing side below, or non-monotone) the smallest failing probe."""
+    failing = [v for v, f in b.points if f]
+    if b.monotone and b.fails_above:
+        return b.fails_at
+    return min(failing) if failing else b.fails_at
+
+
+def minimal_case(spec, ops: GemmOperands, check_id: str, boundaries: dict, device: Optional[str] = None) -> MinimalCase:
+    """``ops`` at the smallest failing value of each dimension in ``boundaries`` (``{"m" | "n" | "k": Boundary}``,
+    :func:`conformance.triage.boundary.find_boundaries`' ``.boundaries``), verified by a call. If that combination
+    passes (the dimensions interact), the dimensions are shrunk one at a time, in M, N, K order, each kept only where
+    the case still fails. Never raises for a kernel's failure."""
+    want = {d: smallest_failing(b) for d, b in boundaries.items()}
+    calls = 1
+    cand = at_shape(ops, **want)
+    if fails(spec, cand, check_id, device):
+        return MinimalCase(cand, [cand.m, cand.k, cand.n], True, calls)
+    kept: dict = {}
+    best = ops
+    for d, v in want.items():
+        trial = at_shape(ops, **{**kept, d: v})
+        calls += 1
+        if fails(spec, trial, check_id, device):
+            kept[d], best = v, trial
+    return MinimalCase(best, [best.m, best.k, best.n], best is not ops, calls)

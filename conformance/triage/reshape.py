@@ -1,0 +1,163 @@
+"""A failing case's operands at another shape, everything else kept (:func:`at_shape`).
+
+Rows of ``a`` / ``scale_a`` (M) and rows of ``b`` / ``scale_b`` / ``bias`` (N) are cropped (the first ones kept)
+or tiled (index ``i % old``), so the planted rows and columns of the case stay. Columns of ``a`` / ``b`` (K) are
+cropped, or extended with zeros (``k_fill="zeros"``, the default: every accumulator, hence every planted
+discriminator, unchanged) or tiled (``k_fill="tile"``: nonzero data in the new columns, the accumulators change).
+Cropping K changes the accumulators: planted discriminators may be lost there. Each operand keeps its form (:func:`operand_forms`, the vocabulary of ``conformance.cases.layouts.with_forms``,
+which re-creates it at the new shape: padding of seeded bytes), a scalar scale stays scalar, the bias stays present
+or absent and the out dtype stays. Deterministic: the same case and shape give the same bits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from conformance.cases.common import generator
+from conformance.cases.layouts import with_forms
+from reference.operands import GemmOperands
+
+#: The scale forms that hold one value for the whole tensor (``with_forms``' ``0d`` and ``one``).
+SCALAR_FORMS = ("0d", "one")
+#: ``meta`` key of a reshaped case: ``{"from_shape": [M, K, N], "shape": [M, K, N]}``.
+META_KEY = "triage"
+
+
+def _scale_form(s: torch.Tensor, rows: int) -> str:
+    if s.dim() == 0:
+        return "0d"
+    if s.dim() == 2:
+        return "column_strided" if s.shape[0] > 1 and int(s.stride(0)) != 1 else "column"
+    if s.numel() == 1 and rows > 1:
+        return "one"
+    if s.numel() > 1 and int(s.stride(0)) != 1:
+        return "strided"
+    return "vector"
+
+
+def _b_form(b: torch.Tensor) -> str:
+    n, k = (int(v) for v in b.shape)
+    s0, s1 = (int(v) for v in b.stride())
+    if n > 1 and k > 1 and s0 == 1:
+        return "transposed_padded" if s1 > n else "transposed"
+    if k > 0 and s1 == 1 and n > 1 and s0 > k:
+        return "padded"
+    return "dense"
+
+
+def operand_forms(ops: GemmOperands) -> dict[str, str]:
+    """The form of each operand, as ``with_forms`` names it: ``a`` ``dense`` | ``padded``; ``b`` ``dense`` |
+    ``transposed`` | ``padded`` | ``transposed_padded``; ``scale_a`` / ``scale_b`` ``vector`` | ``column`` | ``0d``
+    | ``one`` | ``strided`` | ``column_strided`` (an [M, 1] view with a row stride > 1, as ``layouts``'
+    ``scales_strided`` builds ``scale_b``); ``bias`` ``none`` | ``contiguous`` | ``strided``. A size-1 dimension reads as dense."""
+    m, k = (int(v) for v in ops.a.shape)
+    a_padded = m > 1 and int(ops.a.stride(1)) == 1 and int(ops.a.stride(0)) > k
+    bias = ops.bias
+    return {
+        "a": "padded" if a_padded else "dense",
+        "b": _b_form(ops.b),
+        "scale_a": _scale_form(ops.scale_a, ops.m),
+        "scale_b": _scale_form(ops.scale_b, ops.n),
+        "bias": "none"
+        if bias is None
+        else ("strided" if bias.numel() > 1 and int(bias.stride(0)) != 1 else "contiguous"),
+    }
+
+
+def _index(old: int, new: int) -> torch.Tensor:
+    """int64 [new]: ``i % old`` (crop when new <= old, tile past it)."""
+    return torch.arange(new, dtype=torch.int64) % old
+
+
+def _columns(t: torch.Tensor, idx: torch.Tensor, k_fill: str) -> torch.Tensor:
+    """Dense ``t[:, idx]``, or with ``k_fill == "zeros"`` the first columns of ``t`` and zeros past its width."""
+    k0, k = int(t.shape[1]), int(idx.numel())
+    if k_fill == "tile" or k <= k0:
+        return t[:, idx].contiguous()
+    out = torch.zeros((int(t.shape[0]), k), dtype=t.dtype)
+    out[:, :k0] = t
+    return out
+
+
+def _values(s: torch.Tensor, form: str, idx: torch.Tensor) -> torch.Tensor:
+    """A scale's values as a dense 1-D tensor: one value for a scalar form, else ``s[idx]``."""
+    flat = s.detach().reshape(-1).contiguous()
+    return flat[:1].clone() if form in SCALAR_FORMS else flat[idx].clone()
+
+
+def reform(ops: GemmOperands, forms: dict, seed: int = 0) -> GemmOperands:
+    """``ops``' values (any layout) re-created in ``forms`` (:func:`operand_forms`' vocabulary; a key left out keeps
+    the operand's form; a scalar form of a per-row scale keeps its first value, a per-row form of a scalar
+    repeats it). Padding: seeded bytes (``generator("triage", shape, seed)``). ``meta`` shallow-copied."""
+    now = operand_forms(ops)
+    want = {**now, **forms}
+    m, n = ops.m, ops.n
+    sa = ops.scale_a.detach().reshape(-1).contiguous()
+    sb = ops.scale_b.detach().reshape(-1).contiguous()
+    if want["scale_a"] not in SCALAR_FORMS:
+        sa = sa[_index(sa.numel(), m)].clone()
+    if want["scale_b"] not in SCALAR_FORMS:
+        sb = sb[_index(sb.numel(), n)].clone()
+    bias = None if ops.bias is None else ops.bias.detach().contiguous().clone()
+    dense = GemmOperands(
+        ops.a.detach().contiguous().clone(),
+        ops.b.detach().contiguous().clone(),
+        sa,
+        sb,
+        bias,
+        ops.out_dtype,
+        ops.name,
+        ops.scale_mode,
+        ops.meta,
+    )
+    g = generator("triage", f"{m}x{ops.k}x{n}", seed)
+    kept = {key: "column" if v == "column_strided" else v for key, v in want.items()}
+    out = with_forms(dense, {**kept, "bias": "strided" if want["bias"] == "strided" else "contiguous"}, g)
+    strided = {
+        key: _strided_column(getattr(out, key)) for key in ("scale_a", "scale_b") if want[key] == "column_strided"
+    }
+    return dataclasses.replace(out, **strided, meta=dict(ops.meta))
+
+
+def _strided_column(s: torch.Tensor) -> torch.Tensor:
+    """[R, 1] view of row stride 3 holding ``s``' values (``layouts.with_layout``'s strided column)."""
+    flat = s.reshape(-1)
+    return torch.stack([flat, flat, flat], 1)[:, 1:2]
+
+
+#: How :func:`at_shape` fills the new columns of a longer K.
+K_FILLS = ("zeros", "tile")
+
+
+def at_shape(
+    ops: GemmOperands, m: Optional[int] = None, n: Optional[int] = None, k: Optional[int] = None, k_fill: str = "zeros"
+) -> GemmOperands:
+    """``ops`` at shape (m, k, n) (None keeps that dimension; each >= 1): rows cropped or tiled, columns cropped or
+    filled per ``k_fill`` (:data:`K_FILLS`; module docstring), every operand's form kept (:func:`operand_forms`), scale mode, out dtype, bias presence kept;
+    ``name`` gets ``@MxKxN``; ``meta[META_KEY]`` records the shape it came from and the new one. Deterministic.
+
+    Raises:
+        ValueError: a dimension < 1, an unknown ``k_fill``.
+    """
+    m0, k0, n0 = ops.m, ops.k, ops.n
+    m, n, k = m0 if m is None else int(m), n0 if n is None else int(n), k0 if k is None else int(k)
+    if min(m, n, k) < 1:
+        raise ValueError(f"at_shape: every dimension must be >= 1, got M={m}, K={k}, N={n}")
+    if k_fill not in K_FILLS:
+        raise ValueError(f"at_shape: k_fill {k_fill!r} is not one of {K_FILLS}")
+    forms = operand_forms(ops)
+    im, in_, ik = _index(m0, m), _index(n0, n), _index(k0, k)
+    a = _columns(ops.a.detach().contiguous()[im], ik, k_fill)
+    b = _columns(ops.b.detach().contiguous()[in_], ik, k_fill)
+    sa = _values(ops.scale_a, forms["scale_a"], im)
+    sb = _values(ops.scale_b, forms["scale_b"], in_)
+    bias = None if ops.bias is None else ops.bias.detach().contiguous()[in_].clone()
+    meta = dict(ops.meta)
+    first = meta.get(META_KEY, {}).get("from_shape", [m0, k0, n0])
+    meta[META_KEY] = {"from_shape": list(first), "shape": [m, k, n]}
+    base = ops.name.split("@")[0]
+    dense = GemmOperands(a, b, sa, sb, bias, ops.out_dtype, f"{base}@{m}x{k}x{n}", ops.scale_mode, meta)
+    return reform(dense, forms)

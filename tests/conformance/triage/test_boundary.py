@@ -1,0 +1,178 @@
+"""Triage of a failing check (conformance.triage, issue 43): the boundary search pins the threshold each
+shape-gated buggy kernel of ``tests/helpers/buggy_kernels.py`` was written with (a case of the project's case
+builders as the start), the categorical flips name the attribute a gated bug needs, a non-monotone failure is
+reported as points, the minimal case fails, and ``at_shape`` keeps every operand's form, the scales, the bias
+and the out dtype."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from buggy_kernels import emulate, exact_acc32
+
+from conformance.cases.common import generator
+from conformance.cases.large_shapes import prefill_case, wide_n_case
+from conformance.cases.layouts import layout_case, with_forms
+from conformance.cases.planting import planted_case
+from conformance.kernels.loader import declare, spec_from_object
+from conformance.kernels.registry import get_kernel
+from conformance.triage.boundary import Boundary, fails, find_boundaries
+from conformance.triage.flips import flips
+from conformance.triage.minimal import minimal_case
+from conformance.triage.reshape import META_KEY, at_shape, operand_forms
+from reference.operands import tensor_digest
+
+BF, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(name: str):
+    return get_kernel(f"buggy_kernels:{name}")
+
+
+def _failing_flips(search) -> set:
+    return {(f.attribute, f.value) for f in search.flips if not f.fails}
+
+
+def _pair(b: Boundary) -> tuple:
+    return (b.passes_at, b.fails_at, b.monotone)
+
+
+def test_prefill_scale_order_fails_past_m_128():
+    # M > 128 takes a_then_w; the large_shapes prefill case has a tie on every row
+    spec, ops = _kernel("prefill_scale_order"), prefill_case(257, BF)
+    s = find_boundaries(spec, ops, "C8")
+    assert _pair(s.boundaries["m"]) == (128, 129, True) and s.boundaries["m"].exact
+    assert s.boundaries["n"].passes_at is None  # any N fails
+    assert all(b.calls <= 24 for b in s.boundaries.values())
+    mc = minimal_case(spec, ops, "C8", s.boundaries)
+    assert mc.fails and mc.shape[0] == 129 and fails(spec, mc.ops, "C8")
+
+
+@pytest.mark.parametrize("i", [0, 2, 4])  # N = 257 (bias, bf16), 520 (no bias, fp32), 383 (bias, fp16)
+def test_wide_n_tail_tile_dropped_fails_past_n_256(i):
+    spec, ops = _kernel("wide_n_tail_tile_dropped"), wide_n_case(i)
+    s = find_boundaries(spec, ops, "C8")
+    assert _pair(s.boundaries["n"]) == (256, 257, True)
+    assert _failing_flips(s) == set()  # any dtype, bias, layout, scale form
+    assert minimal_case(spec, ops, "C8", s.boundaries).shape[2] == 257
+
+
+def test_bias_cache_wraps_fails_past_n_256_only_with_a_bias():
+    spec, ops = _kernel("bias_cache_wraps"), wide_n_case(1)  # N = 300, bias, fp16
+    s = find_boundaries(spec, ops, "C8")
+    assert _pair(s.boundaries["n"]) == (256, 257, True)
+    assert _failing_flips(s) == {("bias", "absent")}
+
+
+def test_fused_for_fp16_fails_past_m_64_only_in_fp16():
+    # issue 27's out-dtype-gated kernel: float16 output and M > 64 fuse the scales
+    spec, ops = _kernel("fused_for_fp16"), planted_case(100, 32, 16, FP16, "real")
+    s = find_boundaries(spec, ops, "C8")
+    assert _pair(s.boundaries["m"]) == (64, 65, True)
+    assert {("out_dtype", "bf16"), ("out_dtype", "fp32")} <= _failing_flips(s)
+
+
+def test_splitk_fused_epilogue_fails_at_m_16_and_below_from_k_4096():
+    # the failing side lies below M = 17: the search goes up; K extended with zeros keeps every accumulator
+    spec = _kernel("splitk_fused_epilogue")
+    ops = at_shape(prefill_case(129, BF), m=8, k=4100)
+    s = find_boundaries(spec, ops, "C8", categorical=False)
+    assert _pair(s.boundaries["m"]) == (17, 16, True) and not s.boundaries["m"].fails_above
+    assert _pair(s.boundaries["k"]) == (4095, 4096, True)
+    mc = minimal_case(spec, ops, "C8", s.boundaries)
+    assert mc.fails and mc.shape[:2] == [1, 4096]
+
+
+@declare(contract="cutlass", name="fails_at_m_200_and_400")
+def _nonmonotone(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Right (w_then_a) except at M = 200 and 400, which multiply by s_a first."""
+    order = "a_then_w" if a.shape[0] in (200, 400) else "w_then_a"
+    return emulate(exact_acc32(a, b), scale_a, scale_b, order, "fp32_before_round", bias, out_dtype)
+
+
+def test_a_non_monotone_failure_is_reported_as_points():
+    spec = spec_from_object(_nonmonotone, "fails_at_m_200_and_400", "test")
+    ops = at_shape(prefill_case(129, BF), m=400)
+    s = find_boundaries(spec, ops, "C8", dims=("m",), categorical=False)
+    b = s.boundaries["m"]
+    assert not b.monotone and not b.exact
+    points = dict(b.points)
+    assert points[400] and points[200] and not points[300] and not points[199]
+    assert [v for v, f in b.points if f] == [200, 400]
+
+
+def test_a_raising_kernel_counts_as_failing():
+    @declare(contract="cutlass", name="raises_past_m_20")
+    def raises(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        if a.shape[0] > 20:
+            raise RuntimeError("no config for this M")
+        return emulate(exact_acc32(a, b), scale_a, scale_b, "w_then_a", "fp32_before_round", bias, out_dtype)
+
+    spec = spec_from_object(raises, "raises_past_m_20", "test")
+    s = find_boundaries(spec, planted_case(40, 16, 8, BF), "C8", dims=("m",), categorical=False)
+    assert _pair(s.boundaries["m"]) == (20, 21, True)
+
+
+FORMS = (
+    {"a": "padded", "b": "transposed", "scale_a": "column", "scale_b": "0d", "bias": "strided"},
+    {"a": "dense", "b": "padded", "scale_a": "0d", "scale_b": "one", "bias": "contiguous"},
+    {"a": "padded", "b": "transposed_padded", "scale_a": "strided", "scale_b": "column"},
+)
+
+
+@pytest.mark.parametrize("forms", FORMS)
+@pytest.mark.parametrize("shape", [(40, 33, 5), (5, 7, 40), (17, 16, 16)])
+def test_at_shape_keeps_layout_scale_form_bias_and_dtype(forms, shape):
+    bias = forms.get("bias", "none") != "none"
+    base = planted_case(17, 16, 16, FP16, "real", bias, scale_a_tensor=True, scale_b_tensor=True)
+    ops = with_forms(base, forms, generator("test", "triage", 0))
+    m, k, n = shape
+    r = at_shape(ops, m=m, n=n, k=k)
+    assert (r.m, r.k, r.n) == (m, k, n)
+    assert operand_forms(r) == operand_forms(ops) and r.layouts() == ops.layouts()
+    assert r.scale_a.dim() == ops.scale_a.dim() and r.scale_b.dim() == ops.scale_b.dim()
+    assert r.out_dtype == FP16 and (r.bias is None) == (ops.bias is None)
+    assert r.bias is None or (r.bias.dtype == FP16 and r.bias.shape == (n,))
+    assert r.scale_mode == ops.scale_mode and r.meta[META_KEY] == {"from_shape": [17, 16, 16], "shape": [m, k, n]}
+    # the planted values stay: rows tiled, columns cropped or zero-extended
+    mm, kk = min(m, 17), min(k, 16)
+    assert torch.equal(r.a[:mm, :kk], ops.a[:mm, :kk]) and torch.equal(r.b[: min(n, 16), :kk], ops.b[: min(n, 16), :kk])
+    if m > 17:
+        assert torch.equal(r.a[17:34, :kk], ops.a[: min(17, m - 17), :kk])
+    if k > 16:
+        assert not r.a[:, 16:].any()
+    again = at_shape(ops, m=m, n=n, k=k)
+    assert r.digests() == again.digests()
+
+
+def test_at_shape_keeps_the_layouts_family_forms_and_tiles_k_on_request():
+    for v in ("a_padded", "b_transposed", "b_padded", "scales_strided", "all"):
+        ops = layout_case(v, "real", BF, (17, 16, 16))
+        r = at_shape(ops, m=40, n=7, k=33, k_fill="tile")
+        assert r.layouts() == ops.layouts(), v
+        assert torch.equal(r.a[:17, 16:32], ops.a)
+    with pytest.raises(ValueError):
+        at_shape(ops, m=0)
+
+
+def test_flips_change_one_attribute_each():
+    ops = layout_case("all", "real", BF, (17, 16, 16))
+    got = {(attr, value): v for attr, value, v in flips(ops)}
+    assert set(got) == {
+        ("out_dtype", "fp16"),
+        ("out_dtype", "fp32"),
+        ("bias", "absent"),
+        ("layout:a", "dense"),
+        ("layout:b", "dense"),
+        ("layout:b", "padded"),
+        ("scale_form:scale_a", "scalar"),
+        ("scale_form:scale_b", "scalar"),
+    }
+    f = got[("out_dtype", "fp32")]
+    assert f.out_dtype == FP32 and f.bias.dtype == FP32 and f.layouts() == ops.layouts()
+    assert tensor_digest(f.a) == tensor_digest(ops.a)
+    assert got[("layout:b", "dense")].layouts()["b"] == "dense"
+    assert got[("scale_form:scale_a", "scalar")].scale_a.dim() == 0
