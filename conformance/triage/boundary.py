@@ -147,7 +147,8 @@ class _Probe:
 
     def __call__(self, value: int) -> bool:
         if value not in self.seen:
-            ops = at_shape(self.ops, **{self.dim: value})
+            size = {self.dim: value}
+            ops = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"))
             self.seen[value] = fails(self.spec, ops, self.check_id, self.device)
         return self.seen[value]
 

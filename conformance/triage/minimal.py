@@ -37,13 +37,14 @@ def minimal_case(spec, ops: GemmOperands, check_id: str, boundaries: dict, devic
     the case still fails. Never raises for a kernel's failure."""
     want = {d: smallest_failing(b) for d, b in boundaries.items()}
     calls = 1
-    cand = at_shape(ops, **want)
+    cand = at_shape(ops, m=want.get("m"), n=want.get("n"), k=want.get("k"))
     if fails(spec, cand, check_id, device):
         return MinimalCase(cand, [cand.m, cand.k, cand.n], True, calls)
     kept: dict = {}
     best = ops
     for d, v in want.items():
-        trial = at_shape(ops, **{**kept, d: v})
+        size = {**kept, d: v}
+        trial = at_shape(ops, m=size.get("m"), n=size.get("n"), k=size.get("k"))
         calls += 1
         if fails(spec, trial, check_id, device):
             kept[d], best = v, trial

@@ -116,10 +116,9 @@ def reform(ops: GemmOperands, forms: dict, seed: int = 0) -> GemmOperands:
     g = generator("triage", f"{m}x{ops.k}x{n}", seed)
     kept = {key: "column" if v == "column_strided" else v for key, v in want.items()}
     out = with_forms(dense, {**kept, "bias": "strided" if want["bias"] == "strided" else "contiguous"}, g)
-    strided = {
-        key: _strided_column(getattr(out, key)) for key in ("scale_a", "scale_b") if want[key] == "column_strided"
-    }
-    return dataclasses.replace(out, **strided, meta=dict(ops.meta))
+    sa2 = _strided_column(out.scale_a) if want["scale_a"] == "column_strided" else out.scale_a
+    sb2 = _strided_column(out.scale_b) if want["scale_b"] == "column_strided" else out.scale_b
+    return dataclasses.replace(out, scale_a=sa2, scale_b=sb2, meta=dict(ops.meta))
 
 
 def _strided_column(s: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ and the out dtype."""
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
@@ -65,6 +66,17 @@ def test_bias_cache_wraps_fails_past_n_256_only_with_a_bias():
     s = find_boundaries(spec, ops, "C8")
     assert _pair(s.boundaries["n"]) == (256, 257, True)
     assert _failing_flips(s) == {("bias", "absent")}
+    d = json.loads(json.dumps(s.to_dict()))
+    assert d["check"] == "C8" and d["boundaries"]["n"]["exact"] and d["calls"] == s.calls
+    assert {"attribute": "bias", "value": "absent", "fails": False} in d["flips"]
+
+
+def test_order_past_m_4096_fails_past_m_4096():
+    # issue 27: the long-prefill configuration; the tie rows of the prefill case tiled to M = 4097
+    spec = _kernel("order_past_m_4096")
+    ops = at_shape(prefill_case(129, BF), m=4097)
+    s = find_boundaries(spec, ops, "C8", dims=("m",), categorical=False)
+    assert _pair(s.boundaries["m"]) == (4096, 4097, True) and s.boundaries["m"].calls <= 24
 
 
 def test_fused_for_fp16_fails_past_m_64_only_in_fp16():
