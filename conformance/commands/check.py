@@ -10,6 +10,11 @@ case too); 2 bad input; 3 not run / inconclusive (the kernel could not be called
 finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEED]]`` checks
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
 are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
+
+After a failing run (not an ``--inject`` one), unless ``--no-triage``: ``conformance.triage.run.triage_result`` on
+the first failing case of each failing per-case check (in this process, at most about 10 % of the run's time), its
+result in ``ConformanceResult.triage`` and the report's "Where the bug lives", the minimal case's reproducer in
+``<report>/repro/triage-<check>-<case>/``.
 """
 
 from __future__ import annotations
@@ -99,6 +104,13 @@ def register(subparsers) -> None:
     )
     add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
+    p.add_argument(
+        "--no-triage",
+        action="store_true",
+        help="after a failing run, do not search where each failing check's first failing case switches on "
+        "(by default: M / N / K boundaries, categorical flips, the minimal case and its reproducer, in the "
+        "report's 'Where the bug lives'; about 10%% of the run's time at most)",
+    )
     p.add_argument(
         "--captures",
         metavar="DIR",
@@ -193,8 +205,9 @@ def run(args: argparse.Namespace) -> int:
             try:
                 jobs = args.jobs or default_jobs(args.device)
                 kdir = kernel_report_dir(args.out, spec.name)
+                state = _state(args, spec, inj, other, cases_of)
                 res = run_suite(
-                    _state(args, spec, inj, other, cases_of),
+                    state,
                     args.examples,
                     not args.no_model,
                     progress,
@@ -216,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         if inj is not None:
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
+        elif not args.no_triage and res.verdict == Verdict.FAIL:
+            res.triage = _triage(spec, res, state.cases, kdir / "repro", args.device, err, args.quiet)
         jp, mp = _write(res, report_root(args.out, spec.name))
         _print_summary(con, spec.name, res)
         con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
@@ -239,6 +254,15 @@ def _state(args, spec, inj, other, cases_of):
         not args.no_captures, not args.no_tile_edges, args.examples, not args.no_model, spec.operands
     )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped)
+
+
+def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:
+    """``conformance.triage.run.triage_result`` of a failing run (a line on stderr unless ``quiet``)."""
+    from conformance.triage.run import triage_result
+
+    if not quiet:
+        err.print(f"{spec.name}: triage: where the failing checks switch on", markup=False)
+    return triage_result(spec, res, cases, repro_dir=repro_dir, device=device)
 
 
 def _print_summary(con, name: str, res) -> None:

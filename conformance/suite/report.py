@@ -9,7 +9,8 @@ schema_version, generated_at`` (UTC ISO-8601), ``kernel`` (``KernelSpec.manifest
 (``run.comparability``), ``coverage`` (``coverage.coverage_table`` rows), ``invocation {command,
 options}`` and ``fault_signatures`` (:func:`fault_signatures`; ``[]`` unless the run failed); for an
 e4m3 kernel also ``fp8`` (``run.fp8_summary``: declared and measured accumulator, C12's observed
-maximum beside its bound).
+maximum beside its bound); for a triaged failing run also ``triage`` (``ConformanceResult.triage``: check id ->
+where its failure lives, rendered as "Where the bug lives" by :func:`triage_lines`).
 Paths are written portably (``reference.fileio.portable_paths``), non-finite floats as strings
 (strict JSON); both files are written atomically.
 """
@@ -50,6 +51,7 @@ def json_safe(x):
 def to_json_dict(result) -> dict:
     """The report's JSON document for a ``ConformanceResult`` (paths portable)."""
     fp8 = getattr(result, "fp8", None)
+    triage = getattr(result, "triage", None) or {}
     return portable_paths(
         json_safe(
             {
@@ -76,6 +78,7 @@ def to_json_dict(result) -> dict:
                 "invocation": dict(getattr(result, "invocation", {}) or {}),
             }
             | ({} if fp8 is None else {"fp8": fp8})
+            | ({"triage": triage} if triage else {})
         )
     )
 
@@ -304,6 +307,80 @@ def _steps_text(steps) -> str:
     return " | ".join(f"`{k}`: " + "; ".join(v["steps"]) for k, v in steps.items())
 
 
+def _values_text(values: list) -> str:
+    return ", ".join(str(v) for v in values) if values else "-"
+
+
+def _boundary_row(dim: str, b: dict) -> tuple:
+    """One row of the "Where the bug lives" table: attribute, passes at, fails at, calls."""
+    if not b.get("monotone", True):
+        pts = b.get("points") or []
+        passing = [v for v, f in pts if not f]
+        failing = [v for v, f in pts if f]
+        return (dim.upper(), f"{_values_text(passing)} (not monotone)", _values_text(failing), b.get("calls"))
+    if b.get("passes_at") is None:
+        return (
+            dim.upper(),
+            f"none found in {b.get('calls')} calls",
+            f"{b['fails_at']} and every probe",
+            b.get("calls"),
+        )
+    near = "" if b.get("exact") else " (bisection not finished)"
+    return (dim.upper(), f"{b['passes_at']}{near}", str(b["fails_at"]), b.get("calls"))
+
+
+def triage_lines(doc: dict) -> list[str]:
+    """The "Where the bug lives" section of a report document's ``triage`` (``ConformanceResult.triage``; none
+    without it): per triaged check the case it started from, a table attribute | passes at | fails at (the probed
+    points when not monotone), the categorical flips that make it pass, the minimal failing shape and the replay
+    command of its reproducer."""
+    tri = doc.get("triage") or {}
+    if not tri:
+        return []
+    names = {ch["check_id"]: ch["name"] for ch in doc.get("checks") or []}
+    lines = [
+        "",
+        "## Where the bug lives",
+        "",
+        "The first failing case of each failing check, re-run at other shapes and with one attribute flipped "
+        "(`conformance.triage`): where the failure switches on. A verdict is about the case's values: a probe that "
+        "crops away the case's differing elements passes although the kernel's path may still be wrong.",
+    ]
+    for cid, t in tri.items():
+        lines += ["", f"### {cid} {names.get(cid, '')}".rstrip(), ""]
+        if t.get("skipped"):
+            lines.append(f"Case `{t.get('case')}`: not triaged ({t['skipped']}).")
+            continue
+        lines += [f"From case `{t['case']}` (M,K,N {','.join(map(str, t['shape']))}).", ""]
+        rows = [_boundary_row(d, b) for d, b in (t.get("boundaries") or {}).items()]
+        lines += [_table(rows, ["attribute", "passes at", "fails at", "calls"]), ""]
+        fl = t.get("flips") or []
+        passing = [f"{f['attribute']} {f['value']}" for f in fl if not f["fails"]]
+        if passing:
+            lines.append(
+                "Passes when flipped: "
+                + ", ".join(f"`{x}`" for x in passing)
+                + " (the failure needs the case's value)."
+            )
+        elif fl:
+            lines.append(
+                "Fails under every flip tried (" + ", ".join(f"{f['attribute']} {f['value']}" for f in fl) + ")."
+            )
+        mn = t.get("minimal") or {}
+        if mn:
+            ok = "verified failing" if mn.get("fails") else "no smaller failing shape found; the case itself"
+            lines.append(f"Minimal failing shape: M,K,N {','.join(map(str, mn.get('shape', [])))} ({ok}).")
+        if t.get("replay"):
+            lines.append(
+                f"Replay: `{t['replay']}` (re-runs the kernel on the minimal case in one process; "
+                f"operands and case.json in `{t['repro']}`)."
+            )
+        lines.append(
+            f"{t.get('calls')} kernel calls, {t.get('seconds')} s (budget {t.get('budget')} calls per dimension)."
+        )
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """Readable report for a kernel engineer, from :func:`to_json_dict`'s doc."""
     k, env, ov = doc["kernel"], doc["environment"], doc["overall"]
@@ -472,6 +549,7 @@ def render_markdown(doc: dict) -> str:
                         else f"{d['n_differ']} element(s) differ from the case's own call ({cols})"
                     )
                 )
+    lines += triage_lines(doc)
     lines += _coverage_lines(doc.get("coverage") or [])
     pt = doc.get("property_tests")
     if pt:

@@ -113,7 +113,9 @@ class ConformanceResult:
     ``overall``: :func:`overall_verdict`; ``partial``: ``conformance.runtime.partial_run`` record
     (whether the verdict covers the whole run); ``comparability``: :func:`comparability`;
     ``coverage``: ``coverage_table`` rows; ``invocation``: command line and options (``{}`` unknown);
-    ``fp8``: :func:`fp8_summary` for an e4m3 kernel, else None.
+    ``fp8``: :func:`fp8_summary` for an e4m3 kernel, else None; ``triage``: check id -> where its failure
+    lives (a plain JSON-able dict the front door fills after the run, e.g. ``int8conf check`` with
+    ``conformance.triage.run.triage_result``; ``{}`` when not triaged).
     """
 
     kernel: dict
@@ -131,6 +133,7 @@ class ConformanceResult:
     invocation: dict = field(default_factory=dict)
     partial: dict = field(default_factory=dict)
     fp8: Optional[dict] = None
+    triage: dict = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
