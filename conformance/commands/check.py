@@ -11,9 +11,10 @@ finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEE
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
 are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
 
-After a failing run (not an ``--inject`` one), unless ``--no-triage``: ``conformance.triage.run.triage_result`` on
-the first failing case of each failing per-case check (in this process, at most about 10 % of the run's time), its
-result in ``ConformanceResult.triage`` and the report's "Where the bug lives", the minimal case's reproducer in
+After every kernel ran, for each failing run (not an ``--inject`` one), unless ``--no-triage``:
+``conformance.triage.run.triage_result`` on the first failing case of each failing per-case check (in this process,
+at most about 10 % of the run's time), its result in ``ConformanceResult.triage`` and the report (rewritten) under
+"Where the bug lives", a line per check on stdout, the minimal case's reproducer in
 ``<report>/repro/triage-<check>-<case>/``.
 """
 
@@ -171,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.runtime.progress import suite_progress
     from conformance.runtime.threads import set_torch_threads
     from conformance.suite.coverage import invocation
+    from conformance.suite.report import triage_summary
     from conformance.suite.run import SuiteInterrupted, cli_capture_message, run_suite
     from conformance.suite.setup import (
         CaseSource,
@@ -200,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     cases_of = RunCases(source, args.device, progress=None if args.quiet else print)
     con, err = make_console(), make_console(stderr=True)
     ok, not_run = True, False
+    pending: list = []  # (spec, result, cases, report dir) of the failing runs to triage
     for spec, inj in runs:
         with suite_progress(spec.name, err, quiet=args.quiet) as progress:
             try:
@@ -230,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
         elif not args.no_triage and res.verdict == Verdict.FAIL:
-            res.triage = _triage(spec, res, state.cases, kdir / "repro", args.device, err, args.quiet)
+            pending.append((spec, res, state.cases, kdir))
         jp, mp = _write(res, report_root(args.out, spec.name))
         _print_summary(con, spec.name, res)
         con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
@@ -238,6 +241,14 @@ def run(args: argparse.Namespace) -> int:
             not_run = True
         else:
             ok = ok and res.conformant
+    # after every kernel's run: triage calls kernels in this process, which must stay fit to fork the next
+    # kernel's contained children (a CUDA context here would not); each report is already on disk
+    for spec, res, cases, kdir in pending:
+        res.triage = _triage(spec, res, cases, kdir / "repro", args.device, err, args.quiet)
+        if res.triage:
+            _write(res, report_root(args.out, spec.name))
+            for line in triage_summary(res.triage):
+                con.print(f"{spec.name}: {line}", markup=False, soft_wrap=True)
     if not ok:
         return EXIT_NOT_CONFORMANT
     return EXIT_NOT_RUN if not_run else EXIT_CONFORMANT

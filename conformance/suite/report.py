@@ -329,6 +329,33 @@ def _boundary_row(dim: str, b: dict) -> tuple:
     return (dim.upper(), f"{b['passes_at']}{near}", str(b["fails_at"]), b.get("calls"))
 
 
+def triage_summary(triage: dict) -> list[str]:
+    """One line per triaged check of ``triage`` (``ConformanceResult.triage``), for the terminal: each dimension's
+    passing and failing values (``not monotone``, or ``fails at every probe``), the flips that pass, the minimal
+    shape."""
+    out = []
+    for cid, t in (triage or {}).items():
+        if t.get("skipped"):
+            out.append(f"where {cid} lives: not triaged ({t['skipped']})")
+            continue
+        parts = []
+        for dim, b in (t.get("boundaries") or {}).items():
+            if not b.get("monotone", True):
+                parts.append(f"{dim.upper()} not monotone")
+            elif b.get("passes_at") is None:
+                parts.append(f"{dim.upper()} fails at every probe")
+            else:
+                parts.append(f"{dim.upper()} passes at {b['passes_at']}, fails at {b['fails_at']}")
+        passing = [f"{f['attribute']} {f['value']}" for f in t.get("flips") or [] if not f["fails"]]
+        if passing:
+            parts.append("passes with " + ", ".join(passing))
+        mn = (t.get("minimal") or {}).get("shape")
+        if mn:
+            parts.append(f"minimal M,K,N {','.join(map(str, mn))}")
+        out.append(f"where {cid} lives (case {t.get('case')}): " + "; ".join(parts))
+    return out
+
+
 def triage_lines(doc: dict) -> list[str]:
     """The "Where the bug lives" section of a report document's ``triage`` (``ConformanceResult.triage``; none
     without it): per triaged check the case it started from, a table attribute | passes at | fails at (the probed

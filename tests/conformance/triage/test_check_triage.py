@@ -30,6 +30,8 @@ def test_prefill_scale_order_report_names_m_128_129(tmp_path):
     args = ["-m", "conformance.cli", "check", "--kernel", "buggy_kernels:prefill_scale_order", *QUICK, "--out", out]
     proc = run_python(args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "prefill_scale_order: where C8 lives (case " in proc.stdout
+    assert "M passes at 128, fails at 129" in proc.stdout
     kdir = out / "prefill_scale_order"
     doc = json.loads((kdir / "conformance.json").read_text())
     t = doc["triage"]["C8"]
