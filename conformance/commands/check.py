@@ -12,8 +12,8 @@ finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEE
 are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
 
 After every kernel ran, for each failing run (not an ``--inject`` one), unless ``--no-triage``:
-``conformance.triage.run.triage_result`` on the first failing case of each failing per-case check (in this process,
-at most about 10 % of the run's time), its result in ``ConformanceResult.triage`` and the report (rewritten) under
+``conformance.triage.run.triage_result`` on the first failing case of each failing per-case check (each search in
+a child process, a crash or hang of it a ``skipped`` entry; at most about 10 % of the run's time), its result in ``ConformanceResult.triage`` and the report (rewritten) under
 "Where the bug lives", a line per check on stdout, the minimal case's reproducer in
 ``<report>/repro/triage-<check>-<case>/``.
 """
@@ -241,8 +241,8 @@ def run(args: argparse.Namespace) -> int:
             not_run = True
         else:
             ok = ok and res.conformant
-    # after every kernel's run: triage calls kernels in this process, which must stay fit to fork the next
-    # kernel's contained children (a CUDA context here would not); each report is already on disk
+    # after every kernel's run (each report already on disk): triage's searches run in children of this process,
+    # which stays fit to fork the next kernel's contained children (no CUDA context of a kernel here)
     for spec, res, cases, kdir in pending:
         res.triage = _triage(spec, res, cases, kdir / "repro", args.device, err, args.quiet)
         if res.triage:

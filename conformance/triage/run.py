@@ -3,19 +3,27 @@ per-case check, the boundary search (:func:`conformance.triage.boundary.find_bou
 (:func:`conformance.triage.minimal.minimal_case`), as a plain JSON-able dict the report renders
 (``conformance.suite.report`` reads it without importing this package), the minimal case saved as a reproducer.
 
-The kernel calls run in this process (the suite's containment is over): a run in which the kernel crashed or hung
-(``overall["crashes"]``) is not triaged at all, since a probe could kill or stall the command before its report. The calls are budgeted: at most ``share`` (10 %) of the run's elapsed time in all, split evenly between
-the checks triaged, each search's calls estimated from the case's cost (its ``elapsed_s``, or one timed call on it
-when that is larger), at least :data:`MIN_DIM_CALLS` per dimension.
+Each check's search runs in a child process (:class:`conformance.runtime.pool.IsolatedKernel`, handed
+:data:`TRIAGE_REQUESTS`; forked where this process may fork, as the suite's cases are, else a fresh interpreter
+resolving the kernel by name), so a kernel that crashes or hangs on a reshaped probe costs only that check's
+search: its record says ``skipped`` (the kernel's process died / hung during the boundary search) and the run goes
+on. The calls are budgeted: at most ``share`` (10 %) of the run's elapsed time in all, split evenly between the
+checks triaged, each search's calls estimated from the case's cost (its ``elapsed_s``, or one timed call on it when
+that is larger), at least :data:`MIN_DIM_CALLS` per dimension; a search's child is killed after
+:func:`search_timeout` seconds.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from conformance.cases import case_id
+from conformance.runtime.forking import start_method
+from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.workers import kernel_ref
 from conformance.triage.boundary import DIMENSIONS, fails, find_boundaries
@@ -34,6 +42,10 @@ MAX_DIM_CALLS = 24
 MIN_CALL_S = 1e-3
 #: ``repro_dir`` subfolder name prefix of a minimal case's reproducer: ``triage-<check>-<case>``.
 REPRO_PREFIX = "triage"
+#: Seconds a search's child is given at least, whatever the budget says (a fresh child's start, the first call).
+MIN_SEARCH_TIMEOUT_S = 120.0
+#: How many times the search's estimated time its child is given before it is killed as hung.
+SEARCH_TIMEOUT_FACTOR = 20.0
 
 
 def first_failures(result) -> list[tuple[str, str]]:
@@ -59,6 +71,97 @@ def call_budget(run_s: float, case_s: float, n_searches: int, n_flips: int, shar
     return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, per_dim))
 
 
+@dataclass(frozen=True)
+class SearchArg:
+    """One search request's argument: the failing case's operands ``ops`` (case id ``case``), the check ``check_id``
+    that failed on it, the budget's inputs (:func:`call_budget`: the run's ``run_s``, ``n_searches``, ``share``, the
+    case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
+    ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None)."""
+
+    ops: Any
+    case: str
+    check_id: str
+    run_s: float
+    case_s: float
+    n_searches: int
+    share: float = DEFAULT_SHARE
+    repro_dir: Optional[str] = None
+    ref: Optional[dict] = None
+
+    def label(self) -> str:
+        return f"{self.check_id} on {self.case}"
+
+    def __repr__(self) -> str:  # the child's log line names the case, not the operands' values
+        return f"SearchArg({self.label()})"
+
+
+def search_timeout(arg: SearchArg, n_flips: int) -> float:
+    """Seconds a search's child may take: :data:`SEARCH_TIMEOUT_FACTOR` times its calls (the most
+    :func:`call_budget` allows at the case's cost, the flips, the minimal case's) at the case's suite cost, at
+    least :data:`MIN_SEARCH_TIMEOUT_S`."""
+    per_dim = call_budget(arg.run_s, arg.case_s, arg.n_searches, n_flips, arg.share)
+    calls = 2 + n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
+    est = max(arg.share * arg.run_s / max(1, arg.n_searches), calls * max(MIN_CALL_S, arg.case_s))
+    return max(MIN_SEARCH_TIMEOUT_S, SEARCH_TIMEOUT_FACTOR * est)
+
+
+def search_case(spec, arg: SearchArg, served: Served) -> dict:
+    """The triage record of one failing check (a request handler, :data:`TRIAGE_REQUESTS`; run in the kernel's
+    child): one timed call verifying the case fails, the boundary search within :func:`call_budget`, the minimal
+    case, saved as a reproducer under ``arg.repro_dir``. JSON-able (:func:`triage_result`'s record)."""
+    ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
+    t0 = time.perf_counter()
+    first_fails = fails(spec, ops, cid, device)  # one timed call: what a probe costs here
+    cost = max(arg.case_s, time.perf_counter() - t0)
+    if not first_fails:
+        return {"case": case, "skipped": "the case passes when re-run here (not reproducible in a fresh process)"}
+    budget = call_budget(arg.run_s, cost, arg.n_searches, len(flips(ops)), arg.share)
+    search = find_boundaries(spec, ops, cid, budget=budget, device=device)
+    mc = minimal_case(spec, ops, cid, search.boundaries, device=device)
+    d = search.to_dict()
+    rec: dict[str, Any] = {
+        "case": case,
+        "shape": d["shape"],
+        "boundaries": d["boundaries"],
+        "flips": d["flips"],
+        "minimal": {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls},
+        "budget": budget,
+        "calls": 1 + search.calls + mc.calls,
+    }
+    if arg.repro_dir is not None and mc.fails:
+        name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
+        what = {"status": "fail", "check": cid, "error": f"{cid} fails on the minimal case of {case}"}
+        rd = save_reproducer(Path(arg.repro_dir) / name, mc.ops, arg.ref, case_id(mc.ops), what)
+        rec["repro"], rec["replay"] = str(rd), f"sh {rd / 'command.sh'}"
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+#: request kind -> handler, handed to ``runtime.pool.IsolatedKernel`` (the pool does not import this package)
+TRIAGE_REQUESTS: dict[str, Callable[..., object]] = {"triage": search_case}
+
+
+def isolated(spec, timeout_s: float, log_dir: str, device: Optional[str] = None) -> IsolatedKernel:
+    """The IsolatedKernel the searches of ``spec`` run in: forked with the in-memory kernel where this process may
+    fork (``runtime.forking.start_method``), else a fresh interpreter resolving it by name
+    (``suite.workers.kernel_ref``); a kernel without such a name is forked all the same."""
+    method = start_method()
+    ref = kernel_ref(spec)
+    if method == "fork" or ref is None:
+        return IsolatedKernel(spec, [], timeout_s, log_dir, device=device, method="fork", handlers=TRIAGE_REQUESTS)
+    return IsolatedKernel(ref, [], timeout_s, log_dir, device=device, method=method, handlers=TRIAGE_REQUESTS)
+
+
+def skipped_line(oc: Outcome, timeout_s: float) -> str:
+    """One line for a search whose child crashed, hung (killed after ``timeout_s``) or erred."""
+    if oc.kind == CRASHED:
+        how = f"killed by {oc.signal}" if oc.signal else f"exit status {oc.exitcode}"
+        return f"the kernel's process died during the boundary search ({how})"
+    if oc.kind == TIMED_OUT:
+        return f"the kernel's process hung during the boundary search (killed after {timeout_s:g} s)"
+    return f"the boundary search failed in its process: {oc.error}"
+
+
 def triage_result(
     spec, result, cases, repro_dir=None, device: Optional[str] = None, share: float = DEFAULT_SHARE
 ) -> dict:
@@ -68,46 +171,42 @@ def triage_result(
     (``BoundarySearch.to_dict()``'s, per ``m`` / ``n`` / ``k``), ``flips`` (``[{attribute, value, fails}]``),
     ``minimal`` (``{shape, fails, calls}``), ``repro`` (the reproducer directory, with ``repro_dir``) and
     ``replay`` (its ``command.sh``), ``budget`` (calls per dimension), ``calls``, ``seconds``; a case not among
-    ``cases`` gives ``{case, skipped: reason}``; ``{}`` too for a run with a crash or a hang (module docstring).
-    Never raises for a kernel's failure."""
-    if result.conformant or result.overall.get("crashes"):
+    ``cases`` gives ``{case, skipped: reason}``, a search whose child crashed, hung or erred ``{case, shape,
+    skipped: one line, seconds}`` (:func:`skipped_line`). The searches of a run share one :func:`isolated` child,
+    replaced after a crash. Never raises for a kernel's failure."""
+    if result.conformant:
         return {}
     todo = first_failures(result)
     by_id = {case_id(ops): ops for ops in cases}
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
     ref = kernel_ref(spec)
     out: dict[str, dict] = {}
-    for cid, case in todo:
-        ops = by_id.get(case)
-        if ops is None:
-            out[cid] = {"case": case, "skipped": "not among the run's fixed cases (a property example?)"}
-            continue
-        t0 = time.perf_counter()
-        first_fails = fails(spec, ops, cid, device)  # one timed call: what a probe costs here
-        cost = max(elapsed.get(case, 0.0), time.perf_counter() - t0)
-        if not first_fails:
-            out[cid] = {"case": case, "skipped": "the case passes when re-run here (not reproducible in-process)"}
-            continue
-        budget = call_budget(result.elapsed_s, cost, len(todo), len(flips(ops)), share)
-        search = find_boundaries(spec, ops, cid, budget=budget, device=device)
-        mc = minimal_case(spec, ops, cid, search.boundaries, device=device)
-        d = search.to_dict()
-        rec = {
-            "case": case,
-            "shape": d["shape"],
-            "boundaries": d["boundaries"],
-            "flips": d["flips"],
-            "minimal": {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls},
-            "budget": budget,
-            "calls": 1 + search.calls + mc.calls,
-        }
-        if repro_dir is not None and mc.fails:
-            name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
-            what = {"status": "fail", "check": cid, "error": f"{cid} fails on the minimal case of {case}"}
-            rd = save_reproducer(
-                Path(repro_dir) / name, mc.ops, None if ref is None else ref.to_dict(), case_id(mc.ops), what
-            )
-            rec["repro"], rec["replay"] = str(rd), f"sh {rd / 'command.sh'}"
-        rec["seconds"] = round(time.perf_counter() - t0, 3)
-        out[cid] = rec
+    if not todo:
+        return out
+    with tempfile.TemporaryDirectory(prefix="int8conf-triage-") as logs:
+        with isolated(spec, MIN_SEARCH_TIMEOUT_S, logs, device) as iso:
+            for cid, case in todo:
+                ops = by_id.get(case)
+                if ops is None:
+                    out[cid] = {"case": case, "skipped": "not among the run's fixed cases (a property example?)"}
+                    continue
+                arg = SearchArg(
+                    ops,
+                    case,
+                    cid,
+                    result.elapsed_s,
+                    elapsed.get(case, 0.0),
+                    len(todo),
+                    share,
+                    None if repro_dir is None else str(repro_dir),
+                    None if ref is None else ref.to_dict(),
+                )
+                limit = search_timeout(arg, len(flips(ops)))
+                oc = iso.request("triage", arg, limit)
+                if oc.kind == OK and isinstance(oc.value, dict):
+                    out[cid] = oc.value
+                    continue
+                why = skipped_line(oc, limit)
+                out[cid] = {"case": case, "shape": [int(ops.m), int(ops.k), int(ops.n)], "skipped": why}
+                out[cid]["seconds"] = round(oc.elapsed_s, 3)
     return out

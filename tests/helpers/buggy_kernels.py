@@ -1257,3 +1257,27 @@ def decode_returns_bias(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
         bias.copy_(out.reshape(-1))
         return bias.view(1, -1)
     return out
+
+
+#: M above which :func:`prefill_segfault` reads address 0; above :data:`MID_M` (to it) its output is wrong.
+SEGFAULT_M, MID_M = 128, 64
+
+
+@declare(
+    contract="cutlass",
+    int_mm=_trunc_int_mm,
+    name="prefill_segfault",
+    description="segfaults (NULL read via ctypes) for M > 128; its last output row wrong for 64 < M <= 128",
+)
+def prefill_segfault(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact for M <= 64; for 64 < M <= 128 the last output row is written as ``2 x + 1``; for M > 128 a real
+    SIGSEGV (issue 43: a triage probe that reshapes past M = 128 kills its process, not ``int8conf check``)."""
+    m = a.shape[0]
+    if m > SEGFAULT_M:
+        import ctypes
+
+        ctypes.string_at(0)
+    out = _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    if m > MID_M:
+        out[-1] = out[-1] * 2 + 1
+    return out

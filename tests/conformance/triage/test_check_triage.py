@@ -1,17 +1,24 @@
 """``int8conf check``'s triage (conformance.triage.run, issue 43): a failing run's report carries "Where the bug
 lives" (conformance.json's ``triage``, the md section, a reproducer of the minimal case); a passing run's does not;
-``--no-triage`` leaves it out. ``prefill_scale_order`` pins M 128 / 129 from the run's first failing case."""
+``--no-triage`` leaves it out. ``prefill_scale_order`` pins M 128 / 129 from the run's first failing case. A search
+runs in a child: a kernel that segfaults or hangs on a probe costs that check's search (``skipped``), not the run."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import buggy_kernels
 from subprocesses import run_python
 
+from conformance.cases import case_id
 from conformance.cli import main
+from conformance.kernels.registry import get_kernel
 from conformance.suite.report import triage_lines
+from conformance.triage import run
+from conformance.triage.reshape import at_shape
 from conformance.triage.run import triage_result
 
 QUICK = ["--no-model", "--no-captures", "--examples", "0", "--quiet"]
@@ -99,7 +106,49 @@ def test_triage_lines_render_points_and_skips():
     assert triage_lines({"checks": []}) == []
 
 
-def test_a_run_with_a_crash_is_not_triaged():
-    # its probes would run in the command's own process: a kernel that died once must not be called there again
-    res = SimpleNamespace(conformant=False, overall={"crashes": [{"case": "x", "status": "crash"}]}, cases=[])
-    assert triage_result(None, res, []) == {}
+def _one_failing_case(ops, *check_ids: str):
+    """A failing ConformanceResult's stand-in: ``ops`` failed ``check_ids`` as the kernel's failure."""
+    checks = {cid: SimpleNamespace(is_kernel_failure=True) for cid in check_ids}
+    cr = SimpleNamespace(case=case_id(ops), crash=None, elapsed_s=0.01, checks=checks)
+    return SimpleNamespace(conformant=False, overall={"crashes": [{"case": "y"}]}, elapsed_s=10.0, cases=[cr])
+
+
+def test_a_search_whose_kernel_segfaults_is_skipped_and_the_next_goes_on():
+    # the kernel segfaults on every probe at K = 37: each search's child dies, this process does not
+    ops = at_shape(buggy_kernels.tie_case(), m=4, n=4, k=buggy_kernels.HOSTILE_K)
+    out = triage_result(get_kernel("buggy_kernels:segfaulting_kernel"), _one_failing_case(ops, "C5", "C8"), [ops])
+    assert set(out) == {"C5", "C8"}
+    for rec in out.values():
+        assert rec["case"] == case_id(ops) and rec["shape"] == [4, buggy_kernels.HOSTILE_K, 4]
+        assert rec["skipped"] == "the kernel's process died during the boundary search (killed by SIGSEGV)"
+
+
+def test_a_search_whose_kernel_hangs_is_killed_and_skipped(monkeypatch):
+    monkeypatch.setattr(run, "MIN_SEARCH_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(run, "SEARCH_TIMEOUT_FACTOR", 1.0)
+    ops = at_shape(buggy_kernels.tie_case(), m=4, n=4, k=buggy_kernels.HOSTILE_K)
+    t0 = time.perf_counter()
+    out = triage_result(get_kernel("buggy_kernels:hanging_kernel"), _one_failing_case(ops, "C8"), [ops])
+    assert time.perf_counter() - t0 < 30
+    assert out["C8"]["skipped"] == "the kernel's process hung during the boundary search (killed after 2 s)"
+
+
+def test_check_of_a_kernel_that_segfaults_past_m_128_finishes_with_its_triage(tmp_path):
+    # correct for M <= 64, wrong for 64 < M <= 128, SIGSEGV for M > 128: the suite's large cases crash (contained),
+    # the triage runs all the same, in its own children, and the command ends with exit 1 and its report
+    out = tmp_path / "r"
+    args = ["-m", "conformance.cli", "check", "--kernel", "buggy_kernels:prefill_segfault", *QUICK, "--out", out]
+    proc = run_python(args, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    doc = json.loads((out / "prefill_segfault" / "conformance.json").read_text())
+    assert doc["overall"]["crashes"] and doc["triage"]
+    for cid, t in doc["triage"].items():
+        if "skipped" in t:
+            assert "the kernel's process died during the boundary search" in t["skipped"], (cid, t)
+        else:
+            # the time budget (the run's 10 %) may stop the bisection short of adjacent values on a loaded machine
+            m, mid = t["boundaries"]["m"], buggy_kernels.MID_M
+            assert m["passes_at"] <= mid < m["fails_at"] <= buggy_kernels.SEGFAULT_M, (cid, m)
+            assert not m["exact"] or (m["passes_at"], m["fails_at"]) == (mid, mid + 1)
+            assert f"where {cid} lives" in proc.stdout
