@@ -326,7 +326,12 @@ def _boundary_row(dim: str, b: dict) -> tuple:
             b.get("calls"),
         )
     near = "" if b.get("exact") else " (bisection not finished)"
-    return (dim.upper(), f"{b['passes_at']}{near}", str(b["fails_at"]), b.get("calls"))
+    blind = " (values there tell no legal epilogues apart: may be the values' pass)" if b.get("blind") else ""
+    return (dim.upper(), f"{b['passes_at']}{near}{blind}", str(b["fails_at"]), b.get("calls"))
+
+
+def _mkn(shape) -> str:
+    return ",".join(map(str, shape or []))
 
 
 def triage_summary(triage: dict) -> list[str]:
@@ -336,7 +341,9 @@ def triage_summary(triage: dict) -> list[str]:
     out = []
     for cid, t in (triage or {}).items():
         if t.get("skipped"):
-            out.append(f"where {cid} lives: not triaged ({t['skipped']})")
+            died = t.get("died_on") or {}
+            on = f"; it was probing {died['probe']} at M,K,N {_mkn(died.get('shape'))}" if died.get("probe") else ""
+            out.append(f"where {cid} lives: not triaged ({t['skipped']}{on})")
             continue
         parts = []
         for dim, b in (t.get("boundaries") or {}).items():
@@ -345,13 +352,17 @@ def triage_summary(triage: dict) -> list[str]:
             elif b.get("passes_at") is None:
                 parts.append(f"{dim.upper()} fails at every probe")
             else:
-                parts.append(f"{dim.upper()} passes at {b['passes_at']}, fails at {b['fails_at']}")
+                blind = " (values-limited)" if b.get("blind") else ""
+                parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {b['fails_at']}")
         passing = [f"{f['attribute']} {f['value']}" for f in t.get("flips") or [] if not f["fails"]]
         if passing:
             parts.append("passes with " + ", ".join(passing))
         mn = (t.get("minimal") or {}).get("shape")
         if mn:
             parts.append(f"minimal M,K,N {','.join(map(str, mn))}")
+        fc = (t.get("minimal") or {}).get("fault_classes") or {}
+        if fc:
+            parts.append("consistent with " + ", ".join(fc))
         out.append(f"where {cid} lives (case {t.get('case')}): " + "; ".join(parts))
     return out
 
@@ -375,11 +386,29 @@ def triage_lines(doc: dict) -> list[str]:
     ]
     for cid, t in tri.items():
         lines += ["", f"### {cid} {names.get(cid, '')}".rstrip(), ""]
+        rows = [_boundary_row(d, b) for d, b in (t.get("boundaries") or {}).items()]
         if t.get("skipped"):
             lines.append(f"Case `{t.get('case')}`: not triaged ({t['skipped']}).")
+            died = t.get("died_on") or {}
+            if died.get("probe"):
+                lines.append(f"It was probing {died['probe']} (M,K,N {_mkn(died.get('shape'))}) when it stopped.")
+            if rows:
+                lines += [
+                    "",
+                    "Found before it stopped:",
+                    "",
+                    _table(rows, ["attribute", "passes at", "fails at", "calls"]),
+                ]
             continue
-        lines += [f"From case `{t['case']}` (M,K,N {','.join(map(str, t['shape']))}).", ""]
-        rows = [_boundary_row(d, b) for d, b in (t.get("boundaries") or {}).items()]
+        lines += [f"From case `{t['case']}` (M,K,N {_mkn(t['shape'])}).", ""]
+        dif = t.get("differing")
+        if dif:
+            lines += [
+                f"Its output differs in {dif['elements']} element(s) on {dif['rows']} row(s) and {dif['cols']} "
+                "column(s); a probe that passes cropped is retried with those rows / columns tiled (K: a planted "
+                "case at that K), so a pass is the path's, not the values'.",
+                "",
+            ]
         lines += [_table(rows, ["attribute", "passes at", "fails at", "calls"]), ""]
         fl = t.get("flips") or []
         passing = [f"{f['attribute']} {f['value']}" for f in fl if not f["fails"]]
@@ -396,7 +425,12 @@ def triage_lines(doc: dict) -> list[str]:
         mn = t.get("minimal") or {}
         if mn:
             ok = "verified failing" if mn.get("fails") else "no smaller failing shape found; the case itself"
-            lines.append(f"Minimal failing shape: M,K,N {','.join(map(str, mn.get('shape', [])))} ({ok}).")
+            lines.append(f"Minimal failing shape: M,K,N {_mkn(mn.get('shape'))} ({ok}).")
+            fc = mn.get("fault_classes") or {}
+            if fc:
+                lines.append(
+                    "Its evidence is consistent with: " + ", ".join(f"{f} (score {v:g})" for f, v in fc.items()) + "."
+                )
         if t.get("replay"):
             lines.append(
                 f"Replay: `{t['replay']}` (re-runs the kernel on the minimal case in one process; "

@@ -14,13 +14,16 @@ failure; at most ``budget`` kernel calls per attribute (one per flip).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
+
+import torch
 
 from conformance.checks.accumulator import observe_accumulator
 from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case, per_case_checks
 from conformance.triage.flips import flips
-from conformance.triage.reshape import at_shape
+from conformance.triage.focus import ACCUMULATOR_CHECKS, Lines, differing_lines, told_apart
+from conformance.triage.reshape import at_shape, replanted, row_index
 from reference.operands import GemmOperands
 
 #: Kernel calls per numeric attribute unless told.
@@ -31,8 +34,6 @@ DEFAULT_CAP = 8192
 DEFAULT_MAX_MACS = 1 << 24
 #: The numeric attributes searched, in order.
 DIMENSIONS = ("m", "n", "k")
-#: The checks that read the kernel's own accumulator (its ``int_mm`` entry).
-ACCUMULATOR_CHECKS = ("C3", "C4")
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,10 @@ class Boundary:
     """One dimension's finding. ``passes_at`` / ``fails_at``: the verified passing and failing values nearest each
     other (``passes_at`` None: no passing value found within the budget and cap); adjacent (differ by 1) when the
     bisection finished. ``calls``: kernel calls spent. ``monotone`` False: a probe between failing values passed;
-    read ``points`` (every probed ``(value, fails)``, sorted by value) instead of the pair."""
+    read ``points`` (every probed ``(value, fails)``, sorted by value) instead of the pair. ``replanted``: the
+    values that failed only re-planted with the differing rows / columns (:class:`_Probe`). ``blind``: K's passing
+    value lies below the case's K and its cropped and re-planted values tell fewer legal epilogues apart than the
+    failing value's (:func:`conformance.triage.focus.told_apart`): a pass of the values, maybe not of the path."""
 
     attribute: str
     passes_at: Optional[int]
@@ -48,6 +52,8 @@ class Boundary:
     calls: int
     monotone: bool = True
     points: tuple = ()
+    replanted: tuple = ()
+    blind: bool = False
 
     @property
     def exact(self) -> bool:
@@ -73,10 +79,12 @@ class Flip:
 @dataclass
 class BoundarySearch:
     """:func:`find_boundaries`' answer: the check, the case's shape [M, K, N], a :class:`Boundary` per dimension,
-    a :class:`Flip` per categorical variant and the kernel calls spent in all."""
+    a :class:`Flip` per categorical variant, the differing ``lines`` probes were re-planted with (None: unknown or
+    not focused) and the kernel calls spent in all."""
 
     check_id: str
     shape: list
+    lines: Optional[Lines] = None
     boundaries: dict = field(default_factory=dict)
     flips: list = field(default_factory=list)
     calls: int = 0
@@ -94,12 +102,14 @@ class BoundarySearch:
                     "monotone": b.monotone,
                     "exact": b.exact,
                     "points": [list(p) for p in b.points],
+                    "replanted": list(b.replanted),
+                    "blind": b.blind,
                 }
                 for k, b in self.boundaries.items()
             },
             "flips": [{"attribute": f.attribute, "value": f.value, "fails": f.fails} for f in self.flips],
             "calls": self.calls,
-        }
+        } | ({} if self.lines is None else {"differing": self.lines.to_dict()})
 
 
 def fails(spec, ops: GemmOperands, check_id: str, device: Optional[str] = None) -> bool:
@@ -124,32 +134,65 @@ def fails(spec, ops: GemmOperands, check_id: str, device: Optional[str] = None) 
 
 
 class _Probe:
-    """Judges one dimension's values, memoized, counting calls against a budget."""
+    """Judges one dimension's values, memoized, counting kernel calls against a budget. A value whose cropped probe
+    passes is tried again re-planted (:meth:`_fails`) when the case's differing ``lines`` are known
+    (:mod:`conformance.triage.focus`) and the re-planted probe differs."""
 
-    def __init__(self, spec, ops, check_id, dim, budget, device):
-        self.spec, self.ops, self.check_id, self.dim, self.budget, self.device = (
-            spec,
-            ops,
-            check_id,
-            dim,
-            budget,
-            device,
-        )
+    def __init__(self, spec, ops, check_id, dim, budget, device, lines: Optional[Lines] = None, on_call=None):
+        self.spec, self.ops, self.check_id, self.dim, self.device = spec, ops, check_id, dim, device
+        self.budget, self.lines, self.on_call = budget, lines, on_call
         self.seen: dict[int, bool] = {}
-
-    @property
-    def calls(self) -> int:
-        return len(self.seen)
+        self.calls = 0
+        self.replanted: list[int] = []  # values that failed only re-planted
 
     @property
     def spent(self) -> bool:
         return self.calls >= self.budget
 
+    def _fails(self, value: int, again: bool = False) -> bool:
+        """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: the differing lines tiled; K:
+        :func:`conformance.triage.reshape.replanted`)."""
+        size = {self.dim: value}
+        rows, cols = (self.lines.rows, self.lines.cols) if again and self.lines is not None else (None, None)
+        ops = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"), rows=rows, cols=cols)
+        if again and self.dim == "k":
+            ops = replanted(self.ops, value)
+        if self.on_call is not None:
+            self.on_call(f"{self.dim.upper()}={value}" + (" re-planted" if again else ""), ops)
+        self.calls += 1
+        return fails(self.spec, ops, self.check_id, self.device)
+
+    def _replant_differs(self, value: int) -> bool:
+        """The re-planted probe at ``value`` differs from the cropped one (other rows or columns; K below the case's
+        own: other values)."""
+        if self.lines is None:
+            return False
+        if self.dim == "k":
+            return value < self.ops.k
+        m, n = (value if self.dim == "m" else self.ops.m), (value if self.dim == "n" else self.ops.n)
+        return not (
+            torch.equal(row_index(self.ops.m, m), row_index(self.ops.m, m, self.lines.rows))
+            and torch.equal(row_index(self.ops.n, n), row_index(self.ops.n, n, self.lines.cols))
+        )
+
+    def blind(self, value: int, failing: int) -> bool:
+        """The K probes at ``value`` tell apart fewer legal epilogues than the one at ``failing`` (no kernel call;
+        :func:`conformance.triage.focus.told_apart`)."""
+        probes = [at_shape(self.ops, k=value)] + ([replanted(self.ops, value)] if self.lines is not None else [])
+        there = told_apart(at_shape(self.ops, k=failing))
+        here = [told_apart(p) for p in probes]
+        if there is None or any(h is None for h in here):
+            return False
+        return bool(there - frozenset().union(*here))
+
     def __call__(self, value: int) -> bool:
         if value not in self.seen:
-            size = {self.dim: value}
-            ops = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"))
-            self.seen[value] = fails(self.spec, ops, self.check_id, self.device)
+            verdict = self._fails(value)
+            if not verdict and self._replant_differs(value):
+                verdict = self._fails(value, again=True)
+                if verdict:
+                    self.replanted.append(value)
+            self.seen[value] = verdict
         return self.seen[value]
 
 
@@ -162,12 +205,16 @@ def search_dimension(
     cap: int = DEFAULT_CAP,
     device: Optional[str] = None,
     max_macs: int = DEFAULT_MAX_MACS,
+    lines: Optional[Lines] = None,
+    on_call: Optional[Callable[[str, GemmOperands], None]] = None,
 ) -> Boundary:
     """The :class:`Boundary` of dimension ``dim`` (``m`` / ``n`` / ``k``) of failing case ``ops`` (module
     docstring). ``ops`` is first verified to fail (one call); if it passes, ``Boundary(dim, passes_at=value,
-    fails_at=value, monotone=False)`` says so."""
+    fails_at=value, monotone=False)`` says so. ``lines``: the differing rows / columns a passing probe is
+    re-planted with (:func:`conformance.triage.focus.differing_lines`); ``on_call(what, ops)`` is told of each
+    kernel call before it is made (``what``: ``"M=257"``, ``"K=28 re-planted"``)."""
     start = int(getattr(ops, dim))
-    probe = _Probe(spec, ops, check_id, dim, max(1, budget), device)
+    probe = _Probe(spec, ops, check_id, dim, max(1, budget), device, lines, on_call)
     if not probe(start):
         return Boundary(dim, start, start, probe.calls, False, ((start, False),))
     chain = [start]  # failing values in probe order
@@ -193,7 +240,7 @@ def search_dimension(
                 break
     if passing is None:
         failing = min(chain)
-        return Boundary(dim, None, failing, probe.calls, True, _points(probe))
+        return Boundary(dim, None, failing, probe.calls, True, _points(probe), tuple(sorted(probe.replanted)))
     failing = chain[-1]
     while abs(failing - passing) > 1 and not probe.spent:  # bisect
         mid = (failing + passing) // 2
@@ -211,7 +258,8 @@ def search_dimension(
             monotone = False
     if any(not f for val, f in probe.seen.items() if _beyond(val, failing, passing)):
         monotone = False
-    return Boundary(dim, passing, failing, probe.calls, monotone, _points(probe))
+    blind = dim == "k" and passing < start and probe.blind(passing, failing)
+    return Boundary(dim, passing, failing, probe.calls, monotone, _points(probe), tuple(sorted(probe.replanted)), blind)
 
 
 def _beyond(value: int, failing: int, passing: int) -> bool:
@@ -233,26 +281,50 @@ def find_boundaries(
     categorical: bool = True,
     device: Optional[str] = None,
     max_macs: int = DEFAULT_MAX_MACS,
+    focus: bool = True,
+    on_call: Optional[Callable[[str, GemmOperands, BoundarySearch], None]] = None,
 ) -> BoundarySearch:
     """The boundaries of failing case ``ops`` for ``check_id`` (a per-case check id of ``per_case_checks(spec)``,
-        or C10): :func:`search_dimension` for each of ``dims`` (at most ``budget`` calls each, values up to ``cap``,
-    shapes up to ``max_macs`` going up),
-        then, with ``categorical``, one call per variant of :func:`conformance.triage.flips.flips`. Deterministic;
-        never raises for a kernel's failure.
+    or C10): :func:`search_dimension` for each of ``dims`` (at most ``budget`` calls each, values up to ``cap``,
+    shapes up to ``max_macs`` going up; with ``focus``, a passing probe retried re-planted with the case's
+    differing rows / columns, one call to find them), then, with ``categorical``, one call per variant of
+    :func:`conformance.triage.flips.flips` (a passing one retried on the differing lines tiled). ``on_call(what,
+    ops, search)`` is told of each kernel call before it is made, with the search so far (a crash's last words).
+    Deterministic; never raises for a kernel's failure.
 
-        Raises:
-            ValueError: a dimension outside ``DIMENSIONS``.
+    Raises:
+        ValueError: a dimension outside ``DIMENSIONS``.
     """
     bad = [d for d in dims if d not in DIMENSIONS]
     if bad:
         raise ValueError(f"find_boundaries: unknown dimension(s) {bad}; known: {DIMENSIONS}")
     out = BoundarySearch(check_id, [ops.m, ops.k, ops.n])
+
+    def tell(what: str, probe: GemmOperands) -> None:
+        if on_call is not None:
+            on_call(what, probe, out)
+
+    if focus:
+        tell("the case (where it differs)", ops)
+        out.lines = differing_lines(spec, ops, check_id, device)
+        out.calls += 1
     for d in dims:
-        b = search_dimension(spec, ops, check_id, d, budget=budget, cap=cap, device=device, max_macs=max_macs)
+        b = search_dimension(spec, ops, check_id, d, budget, cap, device, max_macs, out.lines, tell)
         out.boundaries[d] = b
         out.calls += b.calls
     if categorical:
+        again: Optional[dict] = None
         for attribute, value, variant in flips(ops):
-            out.flips.append(Flip(attribute, value, fails(spec, variant, check_id, device)))
+            tell(f"flip {attribute} {value}", variant)
+            verdict = fails(spec, variant, check_id, device)
             out.calls += 1
+            if not verdict and out.lines is not None:  # retried on the differing lines tiled (a scalar keeps theirs)
+                if again is None:
+                    focused = at_shape(ops, rows=out.lines.rows, cols=out.lines.cols)
+                    again = {(a, v): o for a, v, o in flips(focused)}
+                if (attribute, value) in again:
+                    tell(f"flip {attribute} {value} re-planted", again[(attribute, value)])
+                    verdict = fails(spec, again[(attribute, value)], check_id, device)
+                    out.calls += 1
+            out.flips.append(Flip(attribute, value, verdict))
     return out

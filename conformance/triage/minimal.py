@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from conformance.triage.boundary import Boundary, fails
+from conformance.triage.focus import Lines
 from conformance.triage.reshape import at_shape
 from reference.operands import GemmOperands
 
@@ -30,9 +31,17 @@ def smallest_failing(b: Boundary) -> int:
     return min(failing) if failing else b.fails_at
 
 
-def minimal_case(spec, ops: GemmOperands, check_id: str, boundaries: dict, device: Optional[str] = None) -> MinimalCase:
+def minimal_case(
+    spec,
+    ops: GemmOperands,
+    check_id: str,
+    boundaries: dict,
+    device: Optional[str] = None,
+    lines: Optional[Lines] = None,
+) -> MinimalCase:
     """``ops`` at the smallest failing value of each dimension in ``boundaries`` (``{"m" | "n" | "k": Boundary}``,
-    :func:`conformance.triage.boundary.find_boundaries`' ``.boundaries``), verified by a call. If that combination
+    :func:`conformance.triage.boundary.find_boundaries`' ``.boundaries``), verified by a call (then, with
+    ``lines``, the search's differing rows / columns, re-planted the same way). If that combination
     passes (the dimensions interact), the dimensions are shrunk one at a time, in M, N, K order, each kept only where
     the case still fails. Never raises for a kernel's failure."""
     want = {d: smallest_failing(b) for d, b in boundaries.items()}
@@ -40,6 +49,11 @@ def minimal_case(spec, ops: GemmOperands, check_id: str, boundaries: dict, devic
     cand = at_shape(ops, m=want.get("m"), n=want.get("n"), k=want.get("k"))
     if fails(spec, cand, check_id, device):
         return MinimalCase(cand, [cand.m, cand.k, cand.n], True, calls)
+    if lines is not None:  # the differing rows / columns tiled, as the search re-planted its probes
+        cand = at_shape(ops, m=want.get("m"), n=want.get("n"), k=want.get("k"), rows=lines.rows, cols=lines.cols)
+        calls += 1
+        if fails(spec, cand, check_id, device):
+            return MinimalCase(cand, [cand.m, cand.k, cand.n], True, calls)
     kept: dict = {}
     best = ops
     for d, v in want.items():

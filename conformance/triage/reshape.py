@@ -18,6 +18,7 @@ import torch
 
 from conformance.cases.common import generator
 from conformance.cases.layouts import with_forms
+from conformance.cases.planting import planted_case
 from reference.operands import GemmOperands
 
 #: The scale forms that hold one value for the whole tensor (``with_forms``' ``0d`` and ``one``).
@@ -67,9 +68,12 @@ def operand_forms(ops: GemmOperands) -> dict[str, str]:
     }
 
 
-def _index(old: int, new: int) -> torch.Tensor:
-    """int64 [new]: ``i % old`` (crop when new <= old, tile past it)."""
-    return torch.arange(new, dtype=torch.int64) % old
+def row_index(old: int, new: int, source: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int64 [new]: ``i % old`` (crop when new <= old, tile past it); with ``source`` (int64 indices < old),
+    ``source[i % len(source)]``: those rows tiled."""
+    if source is None or source.numel() == 0:
+        return torch.arange(new, dtype=torch.int64) % old
+    return source.to(torch.int64)[torch.arange(new, dtype=torch.int64) % source.numel()]
 
 
 def _columns(t: torch.Tensor, idx: torch.Tensor, k_fill: str) -> torch.Tensor:
@@ -98,9 +102,9 @@ def reform(ops: GemmOperands, forms: dict, seed: int = 0) -> GemmOperands:
     sa = ops.scale_a.detach().reshape(-1).contiguous()
     sb = ops.scale_b.detach().reshape(-1).contiguous()
     if want["scale_a"] not in SCALAR_FORMS:
-        sa = sa[_index(sa.numel(), m)].clone()
+        sa = sa[row_index(sa.numel(), m)].clone()
     if want["scale_b"] not in SCALAR_FORMS:
-        sb = sb[_index(sb.numel(), n)].clone()
+        sb = sb[row_index(sb.numel(), n)].clone()
     bias = None if ops.bias is None else ops.bias.detach().contiguous().clone()
     dense = GemmOperands(
         ops.a.detach().contiguous().clone(),
@@ -132,11 +136,19 @@ K_FILLS = ("zeros", "tile")
 
 
 def at_shape(
-    ops: GemmOperands, m: Optional[int] = None, n: Optional[int] = None, k: Optional[int] = None, k_fill: str = "zeros"
+    ops: GemmOperands,
+    m: Optional[int] = None,
+    n: Optional[int] = None,
+    k: Optional[int] = None,
+    k_fill: str = "zeros",
+    rows: Optional[torch.Tensor] = None,
+    cols: Optional[torch.Tensor] = None,
 ) -> GemmOperands:
     """``ops`` at shape (m, k, n) (None keeps that dimension; each >= 1): rows cropped or tiled, columns cropped or
-    filled per ``k_fill`` (:data:`K_FILLS`; module docstring), every operand's form kept (:func:`operand_forms`), scale mode, out dtype, bias presence kept;
-    ``name`` gets ``@MxKxN``; ``meta[META_KEY]`` records the shape it came from and the new one. Deterministic.
+    filled per ``k_fill`` (:data:`K_FILLS`; module docstring), every operand's form kept (:func:`operand_forms`),
+    scale mode, out dtype, bias presence kept; ``rows`` / ``cols`` (int64 indices of M rows / N columns): only
+    those tiled (with their scales and bias), e.g. the rows whose output differs. ``name`` gets ``@MxKxN``;
+    ``meta[META_KEY]`` records the shape it came from and the new one. Deterministic.
 
     Raises:
         ValueError: a dimension < 1, an unknown ``k_fill``.
@@ -148,7 +160,7 @@ def at_shape(
     if k_fill not in K_FILLS:
         raise ValueError(f"at_shape: k_fill {k_fill!r} is not one of {K_FILLS}")
     forms = operand_forms(ops)
-    im, in_, ik = _index(m0, m), _index(n0, n), _index(k0, k)
+    im, in_, ik = row_index(m0, m, rows), row_index(n0, n, cols), row_index(k0, k)
     a = _columns(ops.a.detach().contiguous()[im], ik, k_fill)
     b = _columns(ops.b.detach().contiguous()[in_], ik, k_fill)
     sa = _values(ops.scale_a, forms["scale_a"], im)
@@ -160,3 +172,44 @@ def at_shape(
     base = ops.name.split("@")[0]
     dense = GemmOperands(a, b, sa, sb, bias, ops.out_dtype, f"{base}@{m}x{k}x{n}", ops.scale_mode, meta)
     return reform(dense, forms)
+
+
+def replanted(ops: GemmOperands, k: int) -> GemmOperands:
+    """A fresh case at (M, ``k``, N) in ``ops``' forms, out dtype, bias presence and scale mode: INT8 operands get
+    ``conformance.cases.planting.planted_case``'s discriminators (every legal epilogue told apart at this K; a
+    scalar scale stays scalar), e4m3 operands :func:`reseeded` values at ``k``. A K probe whose crop lost the case's
+    discriminating sums is retried on it (:mod:`conformance.triage.boundary`)."""
+    forms = operand_forms(ops)
+    if ops.a.dtype != torch.int8:
+        return reseeded(at_shape(ops, k=k))
+    fresh = planted_case(
+        ops.m,
+        k,
+        ops.n,
+        ops.out_dtype,
+        mode="pow2" if ops.scale_mode == "pow2" else "real",
+        bias=ops.bias is not None,
+        name="triage",
+        scale_a_tensor=forms["scale_a"] in SCALAR_FORMS,
+        scale_b_tensor=forms["scale_b"] in SCALAR_FORMS,
+    )
+    meta = {**ops.meta, META_KEY: {"from_shape": [ops.m, ops.k, ops.n], "shape": [ops.m, k, ops.n]}}
+    named = dataclasses.replace(fresh, name=f"{ops.name.split('@')[0]}@{ops.m}x{k}x{ops.n}+planted", meta=meta)
+    return reform(named, forms)
+
+
+def reseeded(ops: GemmOperands, seed: int = 0) -> GemmOperands:
+    """``ops`` with ``a`` and ``b`` replaced by seeded full-range values of their dtype (int8 in [-128, 127]; e4m3:
+    any finite byte, NaN bytes read as zero), scales, bias, out dtype and every operand's form kept. A probe whose
+    cropped K lost the case's discriminating sums is retried on these (:mod:`conformance.triage.boundary`)."""
+    g = generator("triage", f"reseed-{ops.m}x{ops.k}x{ops.n}", seed)
+
+    def values(rows: int, dtype: torch.dtype) -> torch.Tensor:
+        raw = torch.randint(-128, 128, (rows, ops.k), generator=g, dtype=torch.int16).to(torch.int8)
+        if dtype == torch.int8:
+            return raw
+        raw = torch.where((raw == 0x7F) | (raw == -1), torch.zeros_like(raw), raw)  # e4m3 NaN bytes 0x7f / 0xff
+        return raw.view(dtype)
+
+    dense = dataclasses.replace(ops, a=values(ops.m, ops.a.dtype), b=values(ops.n, ops.b.dtype), meta=dict(ops.meta))
+    return reform(dense, operand_forms(ops))

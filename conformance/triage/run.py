@@ -15,6 +15,7 @@ that is larger), at least :data:`MIN_DIM_CALLS` per dimension; a search's child 
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import dataclass
@@ -22,13 +23,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from conformance.cases import case_id
+from conformance.checks.result import Verdict
 from conformance.runtime.forking import start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.signatures import case_scores
 from conformance.suite.workers import kernel_ref
-from conformance.triage.boundary import DIMENSIONS, fails, find_boundaries
+from conformance.triage.boundary import DIMENSIONS, BoundarySearch, fails, find_boundaries
 from conformance.triage.flips import flips
 from conformance.triage.minimal import minimal_case
+from reference.fileio import atomic_write_json
 
 #: The per-case checks triaged (C3 / C4 only where the kernel's own accumulator failed, not a precondition case).
 TRIAGED_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C12")
@@ -76,7 +81,8 @@ class SearchArg:
     """One search request's argument: the failing case's operands ``ops`` (case id ``case``), the check ``check_id``
     that failed on it, the budget's inputs (:func:`call_budget`: the run's ``run_s``, ``n_searches``, ``share``, the
     case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
-    ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None)."""
+    ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None), ``progress`` (a file
+    the search writes before each kernel call: :func:`partial_record`; None: none)."""
 
     ops: Any
     case: str
@@ -87,6 +93,7 @@ class SearchArg:
     share: float = DEFAULT_SHARE
     repro_dir: Optional[str] = None
     ref: Optional[dict] = None
+    progress: Optional[str] = None
 
     def label(self) -> str:
         return f"{self.check_id} on {self.case}"
@@ -108,26 +115,34 @@ def search_timeout(arg: SearchArg, n_flips: int) -> float:
 def search_case(spec, arg: SearchArg, served: Served) -> dict:
     """The triage record of one failing check (a request handler, :data:`TRIAGE_REQUESTS`; run in the kernel's
     child): one timed call verifying the case fails, the boundary search within :func:`call_budget`, the minimal
-    case, saved as a reproducer under ``arg.repro_dir``. JSON-able (:func:`triage_result`'s record)."""
+    case, the fault classes its evidence is consistent with, saved as a reproducer under ``arg.repro_dir``.
+    JSON-able (:func:`triage_result`'s record). Before each kernel call the search so far and the probe about to
+    run go to ``arg.progress`` (atomically), so a crash or hang leaves them (:func:`partial_record`)."""
     ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
     t0 = time.perf_counter()
+
+    def tell(what: str, probe, search: Optional[BoundarySearch] = None) -> None:
+        if arg.progress is not None:
+            doc = {} if search is None else _search_fields(search)
+            doc |= {"probing": what, "probe_shape": [int(probe.m), int(probe.k), int(probe.n)]}
+            atomic_write_json(Path(arg.progress), doc)
+
+    tell("the case", ops)
     first_fails = fails(spec, ops, cid, device)  # one timed call: what a probe costs here
     cost = max(arg.case_s, time.perf_counter() - t0)
     if not first_fails:
         return {"case": case, "skipped": "the case passes when re-run here (not reproducible in a fresh process)"}
     budget = call_budget(arg.run_s, cost, arg.n_searches, len(flips(ops)), arg.share)
-    search = find_boundaries(spec, ops, cid, budget=budget, device=device)
-    mc = minimal_case(spec, ops, cid, search.boundaries, device=device)
-    d = search.to_dict()
-    rec: dict[str, Any] = {
-        "case": case,
-        "shape": d["shape"],
-        "boundaries": d["boundaries"],
-        "flips": d["flips"],
-        "minimal": {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls},
-        "budget": budget,
-        "calls": 1 + search.calls + mc.calls,
-    }
+    search = find_boundaries(spec, ops, cid, budget=budget, device=device, on_call=tell)
+    tell("the minimal case", ops, search)
+    mc = minimal_case(spec, ops, cid, search.boundaries, device=device, lines=search.lines)
+    rec: dict[str, Any] = {"case": case} | _search_fields(search)
+    rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
+    rec["budget"], rec["calls"] = budget, 1 + search.calls + mc.calls
+    if mc.fails:
+        tell("the minimal case's fault classes", mc.ops, search)
+        rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
+        rec["calls"] += 1
     if arg.repro_dir is not None and mc.fails:
         name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
         what = {"status": "fail", "check": cid, "error": f"{cid} fails on the minimal case of {case}"}
@@ -135,6 +150,35 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
         rec["repro"], rec["replay"] = str(rd), f"sh {rd / 'command.sh'}"
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def _search_fields(search: BoundarySearch) -> dict:
+    """The record's ``shape``, ``boundaries``, ``flips`` and ``differing`` from a search (finished or not)."""
+    d = search.to_dict()
+    return {k: d[k] for k in ("shape", "boundaries", "flips", "differing") if k in d}
+
+
+def fault_classes(spec, ops, device: Optional[str] = None) -> dict:
+    """``{fault id: score}`` (best first) of the fault classes the evidence of case ``ops`` is consistent with
+    (``suite.signatures.case_scores`` of its ``evaluate_case``); ``{}`` when none or the case does not fail."""
+    cr = evaluate_case(spec, ops, device=device, coverage=False, output_digest=False)
+    if cr.verdict != Verdict.FAIL:
+        return {}
+    scores = case_scores(cr)
+    return {fid: round(v, 3) for fid, v in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def partial_record(progress: Optional[str]) -> dict:
+    """What a search whose child died or hung had found (its ``arg.progress`` file): ``died_on`` (the probe being
+    run and its shape [M, K, N]) and the boundaries and flips finished; ``{}`` when none was written."""
+    if progress is None or not Path(progress).is_file():
+        return {}
+    try:
+        doc = json.loads(Path(progress).read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {k: doc[k] for k in ("boundaries", "flips", "differing") if k in doc}
+    return out | {"died_on": {"probe": doc.get("probing"), "shape": doc.get("probe_shape")}}
 
 
 #: request kind -> handler, handed to ``runtime.pool.IsolatedKernel`` (the pool does not import this package)
@@ -169,10 +213,12 @@ def triage_result(
     ``ConformanceResult``; :func:`first_failures`), found among ``cases`` (the run's operands) by case id; ``{}``
     for a passing run or one without such a failure. A record: ``case``, ``shape`` [M, K, N], ``boundaries``
     (``BoundarySearch.to_dict()``'s, per ``m`` / ``n`` / ``k``), ``flips`` (``[{attribute, value, fails}]``),
-    ``minimal`` (``{shape, fails, calls}``), ``repro`` (the reproducer directory, with ``repro_dir``) and
+    ``differing`` (rows, columns, elements of the case that differ), ``minimal`` (``{shape, fails, calls,
+    fault_classes}``), ``repro`` (the reproducer directory, with ``repro_dir``) and
     ``replay`` (its ``command.sh``), ``budget`` (calls per dimension), ``calls``, ``seconds``; a case not among
     ``cases`` gives ``{case, skipped: reason}``, a search whose child crashed, hung or erred ``{case, shape,
-    skipped: one line, seconds}`` (:func:`skipped_line`). The searches of a run share one :func:`isolated` child,
+    skipped: one line, seconds}`` (:func:`skipped_line`) with what it had found (:func:`partial_record`: the probe it
+    died on, the boundaries and flips finished). The searches of a run share one :func:`isolated` child,
     replaced after a crash. Never raises for a kernel's failure."""
     if result.conformant:
         return {}
@@ -200,6 +246,7 @@ def triage_result(
                     share,
                     None if repro_dir is None else str(repro_dir),
                     None if ref is None else ref.to_dict(),
+                    str(Path(logs) / f"progress-{cid}.json"),
                 )
                 limit = search_timeout(arg, len(flips(ops)))
                 oc = iso.request("triage", arg, limit)
@@ -207,6 +254,7 @@ def triage_result(
                     out[cid] = oc.value
                     continue
                 why = skipped_line(oc, limit)
-                out[cid] = {"case": case, "shape": [int(ops.m), int(ops.k), int(ops.n)], "skipped": why}
+                shape = [int(ops.m), int(ops.k), int(ops.n)]
+                out[cid] = {"case": case, "shape": shape, "skipped": why} | partial_record(arg.progress)
                 out[cid]["seconds"] = round(oc.elapsed_s, 3)
     return out

@@ -1281,3 +1281,25 @@ def prefill_segfault(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
     if m > MID_M:
         out[-1] = out[-1] * 2 + 1
     return out
+
+
+#: K below which :func:`short_k_segfault` reads address 0.
+SEGFAULT_BELOW_K = 8
+
+
+@declare(
+    contract="cutlass",
+    name="short_k_segfault",
+    description="segfaults (NULL read via ctypes) for K < 8; its last output row wrong for M > 64",
+)
+def short_k_segfault(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Exact for M <= 64; for M > 64 the last output row is written as ``2 x + 1``; for K < 8 a real SIGSEGV
+    (issue 43: a triage search that dies on its K probes keeps its M and N boundaries and names the probe)."""
+    if a.shape[1] < SEGFAULT_BELOW_K:
+        import ctypes
+
+        ctypes.string_at(0)
+    out = _cutlass_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    if a.shape[0] > MID_M:
+        out[-1] = out[-1] * 2 + 1
+    return out

@@ -14,6 +14,7 @@ import buggy_kernels
 from subprocesses import run_python
 
 from conformance.cases import case_id
+from conformance.cases.planting import planted_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.suite.report import triage_lines
@@ -121,6 +122,21 @@ def test_a_search_whose_kernel_segfaults_is_skipped_and_the_next_goes_on():
     for rec in out.values():
         assert rec["case"] == case_id(ops) and rec["shape"] == [4, buggy_kernels.HOSTILE_K, 4]
         assert rec["skipped"] == "the kernel's process died during the boundary search (killed by SIGSEGV)"
+
+
+def test_a_search_that_dies_on_its_k_probes_keeps_its_m_and_n_findings_and_names_the_probe():
+    # wrong for M > 64, SIGSEGV for K < 8: M and N are searched before K, whose halving reaches K < 8
+    ops = planted_case(100, 32, 16)
+    out = triage_result(get_kernel("buggy_kernels:short_k_segfault"), _one_failing_case(ops, "C8"), [ops])
+    rec = out["C8"]
+    assert rec["skipped"] == "the kernel's process died during the boundary search (killed by SIGSEGV)"
+    m = rec["boundaries"]["m"]
+    assert (m["passes_at"], m["fails_at"], m["exact"]) == (buggy_kernels.MID_M, buggy_kernels.MID_M + 1, True)
+    assert rec["boundaries"]["n"]["passes_at"] is None and set(rec["boundaries"]) == {"m", "n"}
+    probe, (pm, pk, pn) = rec["died_on"]["probe"], rec["died_on"]["shape"]
+    assert probe == f"K={pk}" and pk < buggy_kernels.SEGFAULT_BELOW_K and (pm, pn) == (100, 16)
+    text = "\n".join(triage_lines({"checks": [], "triage": out}))
+    assert f"It was probing K={pk} (M,K,N 100,{pk},16)" in text and "| M " in text
 
 
 def test_a_search_whose_kernel_hangs_is_killed_and_skipped(monkeypatch):
