@@ -334,10 +334,15 @@ def _mkn(shape) -> str:
     return ",".join(map(str, shape or []))
 
 
+def _flip_text(f: dict) -> str:
+    """A flip as ``attribute value`` (``attribute from -> value`` where the record names the case's own value)."""
+    return f"{f['attribute']} {f['from']} -> {f['value']}" if f.get("from") else f"{f['attribute']} {f['value']}"
+
+
 def triage_summary(triage: dict) -> list[str]:
     """One line per triaged check of ``triage`` (``ConformanceResult.triage``), for the terminal: each dimension's
-    passing and failing values (``not monotone``, or ``fails at every probe``), the flips that pass, the minimal
-    shape."""
+    passing and failing values (``not monotone``, or ``fails at every probe``), a verified M*N*K boundary, the flips
+    that pass, the minimal shape."""
     out = []
     for cid, t in (triage or {}).items():
         if t.get("skipped"):
@@ -354,7 +359,10 @@ def triage_summary(triage: dict) -> list[str]:
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
                 parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {b['fails_at']}")
-        passing = [f"{f['attribute']} {f['value']}" for f in t.get("flips") or [] if not f["fails"]]
+        pr = t.get("product") or {}
+        if pr.get("verified"):
+            parts.append(f"M*N*K passes at {pr['passes_at']}, fails at {pr['fails_at']}")
+        passing = [_flip_text(f) for f in t.get("flips") or [] if not f["fails"]]
         if passing:
             parts.append("passes with " + ", ".join(passing))
         mn = (t.get("minimal") or {}).get("shape")
@@ -370,8 +378,8 @@ def triage_summary(triage: dict) -> list[str]:
 def triage_lines(doc: dict) -> list[str]:
     """The "Where the bug lives" section of a report document's ``triage`` (``ConformanceResult.triage``; none
     without it): per triaged check the case it started from, a table attribute | passes at | fails at (the probed
-    points when not monotone), the categorical flips that make it pass, the minimal failing shape and the replay
-    command of its reproducer."""
+    points when not monotone; an M*N*K row where ``product`` is verified, else its note), the categorical flips that
+    make it pass, the minimal failing shape and its non-zero counts, and the replay command of its reproducer."""
     tri = doc.get("triage") or {}
     if not tri:
         return []
@@ -409,9 +417,17 @@ def triage_lines(doc: dict) -> list[str]:
                 "case at that K), so a pass is the path's, not the values'.",
                 "",
             ]
+        pr = t.get("product") or {}
+        if pr.get("verified"):
+            rows.append(("M*N*K", str(pr["passes_at"]), str(pr["fails_at"]), pr.get("calls")))
         lines += [_table(rows, ["attribute", "passes at", "fails at", "calls"]), ""]
+        if pr.get("verified"):
+            at = "; ".join(f"M,K,N {q[0]},{q[1]},{q[2]} {'fails' if q[3] else 'passes'}" for q in pr["probes"])
+            lines.append(f"M*N*K decides, verified at another aspect ratio ({at}).")
+        elif pr.get("note"):
+            lines.append(f"M*N*K: {pr['note']}.")
         fl = t.get("flips") or []
-        passing = [f"{f['attribute']} {f['value']}" for f in fl if not f["fails"]]
+        passing = [_flip_text(f) for f in fl if not f["fails"]]
         if passing:
             lines.append(
                 "Passes when flipped: "
@@ -431,6 +447,10 @@ def triage_lines(doc: dict) -> list[str]:
                 lines.append(
                     "Its evidence is consistent with: " + ", ".join(f"{f} (score {v:g})" for f, v in fc.items()) + "."
                 )
+            nz = mn.get("nonzero") or {}
+            if nz:
+                kept = ", ".join(f"`{k}` {v[0]} -> {v[1]}" for k, v in nz.items())
+                lines.append(f"Non-zero elements kept (the rest zeroed, the failure kept): {kept}.")
         if t.get("replay"):
             lines.append(
                 f"Replay: `{t['replay']}` (re-runs the kernel on the minimal case in one process; "

@@ -9,6 +9,10 @@ failing and the passing value. Both sides of a reported boundary are verified by
 between consecutive failing probes are tried (budget allowing): one that passes makes the finding non-monotone,
 reported as its probed points (``monotone=False``), not as a boundary. Deterministic; never raises for a kernel's
 failure; at most ``budget`` kernel calls per attribute (one per flip).
+
+The product M * N * K (:func:`search_product`): where all three are monotone boundaries with larger values failing
+and every probed passing product lies below every failing one, two calls at another aspect ratio (one dimension
+doubled, another derived) test it on both sides; else the dimensions act separately.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 from conformance.checks.accumulator import observe_accumulator
 from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case, per_case_checks
-from conformance.triage.flips import flips
+from conformance.triage.flips import flips, own_values
 from conformance.triage.focus import ACCUMULATOR_CHECKS, Lines, differing_lines, told_apart
 from conformance.triage.reshape import at_shape, replanted, row_index
 from reference.operands import GemmOperands
@@ -34,6 +38,10 @@ DEFAULT_CAP = 8192
 DEFAULT_MAX_MACS = 1 << 24
 #: The numeric attributes searched, in order.
 DIMENSIONS = ("m", "n", "k")
+#: Kernel calls of the product's verification (one each side).
+PRODUCT_CALLS = 2
+#: (derived, doubled) dimension pairs a product is verified with, in order (K last: cropping K changes values).
+PRODUCT_PAIRS = (("m", "n"), ("n", "m"), ("m", "k"), ("n", "k"), ("k", "m"), ("k", "n"))
 
 
 @dataclass(frozen=True)
@@ -74,13 +82,45 @@ class Flip:
     attribute: str
     value: str
     fails: bool
+    was: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-able form; ``from``: the case's own value."""
+        return {"attribute": self.attribute, "value": self.value, "fails": self.fails, "from": self.was}
+
+
+@dataclass(frozen=True)
+class ProductBoundary:
+    """M * N * K as one attribute. ``passes_at`` / ``fails_at``: the largest passing and smallest failing product
+    probed (None where a passing product is not below every failing one, or a dimension has no monotone boundary
+    with larger values failing); ``verified``: both calls at another aspect ratio (``probes``: ``(M, K, N,
+    fails)``) agreed with the product; ``note``: why it is not a product boundary (empty when verified)."""
+
+    passes_at: Optional[int]
+    fails_at: Optional[int]
+    verified: bool
+    calls: int
+    probes: tuple = ()
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-able form."""
+        return {
+            "passes_at": self.passes_at,
+            "fails_at": self.fails_at,
+            "verified": self.verified,
+            "calls": self.calls,
+            "probes": [list(p) for p in self.probes],
+            "note": self.note,
+        }
 
 
 @dataclass
 class BoundarySearch:
     """:func:`find_boundaries`' answer: the check, the case's shape [M, K, N], a :class:`Boundary` per dimension,
-    a :class:`Flip` per categorical variant, the differing ``lines`` probes were re-planted with (None: unknown or
-    not focused) and the kernel calls spent in all."""
+    the :class:`ProductBoundary` (None unless all three were searched), a :class:`Flip` per categorical variant,
+    the differing ``lines`` probes were re-planted with (None: unknown or not focused) and the kernel calls spent in
+    all."""
 
     check_id: str
     shape: list
@@ -88,6 +128,7 @@ class BoundarySearch:
     boundaries: dict = field(default_factory=dict)
     flips: list = field(default_factory=list)
     calls: int = 0
+    product: Optional[ProductBoundary] = None
 
     def to_dict(self) -> dict:
         """JSON-able form."""
@@ -107,7 +148,8 @@ class BoundarySearch:
                 }
                 for k, b in self.boundaries.items()
             },
-            "flips": [{"attribute": f.attribute, "value": f.value, "fails": f.fails} for f in self.flips],
+            "product": None if self.product is None else self.product.to_dict(),
+            "flips": [f.to_dict() for f in self.flips],
             "calls": self.calls,
         } | ({} if self.lines is None else {"differing": self.lines.to_dict()})
 
@@ -117,20 +159,42 @@ def fails(spec, ops: GemmOperands, check_id: str, device: Optional[str] = None) 
     and that check (C3 / C4 also call the ``int_mm`` entry; a check outside ``per_case_checks(spec)``, e.g. C10,
     runs the whole :func:`evaluate_case`). A kernel that raises or gives no valid output fails; so does a check
     that raises. Never raises for a kernel's failure."""
+    return judge(spec, ops, check_id, device)[0]
+
+
+def judge(
+    spec, ops: GemmOperands, check_id: str, device: Optional[str] = None
+) -> tuple[bool, Optional[tuple[int, int]]]:
+    """``(fails, element)``: :func:`fails`' verdict (one kernel call) and the output element ``(i, j)`` the failing
+    check's evidence names (``first_acc_mismatch``, ``worst`` or the first of ``first_over_tol``; None when it names
+    none or the check passed)."""
     table = dict(per_case_checks(spec))
     check = table.get(check_id)
     try:
         if check is None:
             res = evaluate_case(spec, ops, device=device, coverage=False, output_digest=False)
             r = res.checks.get(check_id)
-            return res.raised is not None or res.interface is not None or bool(r is not None and r.is_kernel_failure)
+            bad = res.raised is not None or res.interface is not None or bool(r is not None and r.is_kernel_failure)
+            return bad, _element(r.evidence if r is not None and bad else {}, ops)
         run = run_kernel(spec, ops, device=device)
         if run.output is None or getattr(run, "raised", None) is not None or getattr(run, "interface", None):
-            return True
+            return True, None
         acc = observe_accumulator(spec, ops, device=device) if check_id in ACCUMULATOR_CHECKS else None
-        return bool(check(spec, ops, run, acc=acc).is_kernel_failure)
+        r = check(spec, ops, run, acc=acc)
+        return bool(r.is_kernel_failure), _element(r.evidence, ops) if r.is_kernel_failure else None
     except Exception:  # noqa: BLE001 -- a harness or kernel error on a probe counts as failing, never a crash
-        return True
+        return True, None
+
+
+def _element(ev: dict, ops: GemmOperands) -> Optional[tuple[int, int]]:
+    """The output element a check's evidence names first, inside [M, N]; None without one."""
+    firsts = ev.get("first_over_tol") or [None]
+    for where in ((ev.get("first_acc_mismatch") or {}).get("index"), (ev.get("worst") or {}).get("index"), firsts[0]):
+        if isinstance(where, (list, tuple)) and len(where) >= 2:
+            i, j = int(where[0]), int(where[1])
+            if 0 <= i < ops.m and 0 <= j < ops.n:
+                return i, j
+    return None
 
 
 class _Probe:
@@ -283,14 +347,16 @@ def find_boundaries(
     max_macs: int = DEFAULT_MAX_MACS,
     focus: bool = True,
     on_call: Optional[Callable[[str, GemmOperands, BoundarySearch], None]] = None,
+    product: bool = True,
 ) -> BoundarySearch:
     """The boundaries of failing case ``ops`` for ``check_id`` (a per-case check id of ``per_case_checks(spec)``,
     or C10): :func:`search_dimension` for each of ``dims`` (at most ``budget`` calls each, values up to ``cap``,
     shapes up to ``max_macs`` going up; with ``focus``, a passing probe retried re-planted with the case's
-    differing rows / columns, one call to find them), then, with ``categorical``, one call per variant of
-    :func:`conformance.triage.flips.flips` (a passing one retried on the differing lines tiled). ``on_call(what,
-    ops, search)`` is told of each kernel call before it is made, with the search so far (a crash's last words).
-    Deterministic; never raises for a kernel's failure.
+    differing rows / columns, one call to find them); with ``product`` and all three dimensions,
+    :func:`search_product` (at most :data:`PRODUCT_CALLS`); then, with ``categorical``, one call per variant of
+    :func:`conformance.triage.flips.flips` (each :class:`Flip` with the case's own value; a passing one retried on
+    the differing lines tiled). ``on_call(what, ops, search)`` is told of each kernel call before it is made, with
+    the search so far (a crash's last words). Deterministic; never raises for a kernel's failure.
 
     Raises:
         ValueError: a dimension outside ``DIMENSIONS``.
@@ -312,8 +378,12 @@ def find_boundaries(
         b = search_dimension(spec, ops, check_id, d, budget, cap, device, max_macs, out.lines, tell)
         out.boundaries[d] = b
         out.calls += b.calls
+    if product and all(d in out.boundaries for d in DIMENSIONS):
+        out.product = search_product(spec, ops, check_id, out.boundaries, cap, device, max_macs)
+        out.calls += out.product.calls
     if categorical:
         again: Optional[dict] = None
+        own = own_values(ops)
         for attribute, value, variant in flips(ops):
             tell(f"flip {attribute} {value}", variant)
             verdict = fails(spec, variant, check_id, device)
@@ -326,5 +396,61 @@ def find_boundaries(
                     tell(f"flip {attribute} {value} re-planted", again[(attribute, value)])
                     verdict = fails(spec, again[(attribute, value)], check_id, device)
                     out.calls += 1
-            out.flips.append(Flip(attribute, value, verdict))
+            out.flips.append(Flip(attribute, value, verdict, own.get(attribute, "")))
     return out
+
+
+def _products(ops: GemmOperands, boundaries: dict) -> tuple[list, list]:
+    """``(passing, failing)``: ``(M * N * K, (M, K, N))`` of every probe of ``boundaries`` (others at the case's)."""
+    passing, failing = [], []
+    for d, b in boundaries.items():
+        for v, f in b.points:
+            size = {"m": ops.m, "n": ops.n, "k": ops.k, d: int(v)}
+            (failing if f else passing).append((size["m"] * size["n"] * size["k"], (size["m"], size["k"], size["n"])))
+    return passing, failing
+
+
+def search_product(
+    spec,
+    ops: GemmOperands,
+    check_id: str,
+    boundaries: dict,
+    cap: int = DEFAULT_CAP,
+    device: Optional[str] = None,
+    max_macs: int = DEFAULT_MAX_MACS,
+) -> ProductBoundary:
+    """Whether M * N * K decides the failure of ``ops`` (module docstring). ``boundaries``: a monotone
+    :class:`Boundary` per M, N, K. If every passing product probed (P the largest) lies below every failing one (F
+    the smallest), for the first pair (x, y) of :data:`PRODUCT_PAIRS` that fits (x >= 1, 2 y <= ``cap``): y
+    doubled, x = P // (2 y z) must pass and x = ceil(F / (2 y z)) must fail (a gate on one dimension alone
+    contradicts one of the two). At most :data:`PRODUCT_CALLS` kernel calls; never raises for a kernel's failure."""
+    for d in DIMENSIONS:
+        b = boundaries[d]
+        if not b.monotone or b.passes_at is None or not b.fails_above:
+            why = "not monotone" if not b.monotone else "no passing value" if b.passes_at is None else "fails below"
+            return ProductBoundary(None, None, False, 0, (), f"the dimensions act separately ({d.upper()}: {why})")
+    passing, failing = _products(ops, boundaries)
+    (p, p_at), (f, f_at) = max(passing), min(failing)
+    if p >= f:
+        why = f"M*N*K {p} passes at M,K,N {','.join(map(str, p_at))}, {f} fails at {','.join(map(str, f_at))}"
+        return ProductBoundary(None, None, False, 0, (), f"the dimensions act separately ({why})")
+    size = {"m": ops.m, "n": ops.n, "k": ops.k}
+    for x, y in PRODUCT_PAIRS:
+        (z,) = (d for d in DIMENSIONS if d not in (x, y))
+        y2 = 2 * size[y]
+        rest = y2 * size[z]
+        lo, hi = p // rest, -(-f // rest)
+        if lo < 1 or y2 > cap or hi * rest > max(max_macs, 2 * f):
+            continue
+        probes = []
+        for v in (lo, hi):
+            at = {z: size[z], y: y2, x: v}
+            verdict = fails(spec, at_shape(ops, m=at["m"], n=at["n"], k=at["k"]), check_id, device)
+            probes.append((at["m"], at["k"], at["n"], verdict))
+        ok = not probes[0][3] and probes[1][3]
+        if not ok:
+            shape = ", ".join(f"{'fails' if q[3] else 'passes'} at M,K,N {q[0]},{q[1]},{q[2]}" for q in probes)
+            note = f"the dimensions act separately (at another aspect ratio M*N*K does not decide: {shape})"
+            return ProductBoundary(p, f, False, len(probes), tuple(probes), note)
+        return ProductBoundary(max(p, lo * rest), min(f, hi * rest), True, len(probes), tuple(probes))
+    return ProductBoundary(p, f, False, 0, (), "not verified: no other aspect ratio within the cap")

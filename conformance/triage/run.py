@@ -30,9 +30,9 @@ from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.evaluate import evaluate_case
 from conformance.suite.signatures import case_scores
 from conformance.suite.workers import kernel_ref
-from conformance.triage.boundary import DIMENSIONS, BoundarySearch, fails, find_boundaries
+from conformance.triage.boundary import DIMENSIONS, PRODUCT_CALLS, BoundarySearch, fails, find_boundaries
 from conformance.triage.flips import flips
-from conformance.triage.minimal import minimal_case
+from conformance.triage.minimal import ZERO_BUDGET, minimal_case
 from reference.fileio import atomic_write_json
 
 #: The per-case checks triaged (C3 / C4 only where the kernel's own accumulator failed, not a precondition case).
@@ -43,6 +43,9 @@ DEFAULT_SHARE = 0.10
 MIN_DIM_CALLS = 4
 #: The most kernel calls per dimension.
 MAX_DIM_CALLS = 24
+#: Calls a search makes besides its dimensions and flips: the case verified, its differing lines, the product's
+#: verification, the minimal case (two), its fault classes, and the non-zero reduction at most.
+FIXED_CALLS = 1 + 1 + PRODUCT_CALLS + 2 + 1 + ZERO_BUDGET
 #: Seconds a kernel call is assumed to take at least (a check and a reshape ride along).
 MIN_CALL_S = 1e-3
 #: ``repro_dir`` subfolder name prefix of a minimal case's reproducer: ``triage-<check>-<case>``.
@@ -68,12 +71,21 @@ def first_failures(result) -> list[tuple[str, str]]:
 
 
 def call_budget(run_s: float, case_s: float, n_searches: int, n_flips: int, share: float = DEFAULT_SHARE) -> int:
-    """Kernel calls per dimension of one search: ``share`` of ``run_s`` split over ``n_searches``, less the
-    ``n_flips`` calls and two for the verification and the minimal case, over three dimensions, at a call's cost
-    ``case_s``; between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`."""
-    calls = share * max(0.0, run_s) / max(1, n_searches) / max(MIN_CALL_S, case_s)
-    per_dim = int((calls - n_flips - 2) // len(DIMENSIONS))
+    """Kernel calls per dimension of one search: ``share`` of ``run_s`` split over ``n_searches``, at a call's cost
+    ``case_s``, less :data:`FIXED_CALLS` and twice ``n_flips`` (each may be retried), over three dimensions;
+    between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`."""
+    per_dim = int((_calls(run_s, case_s, n_searches, share) - FIXED_CALLS - 2 * n_flips) // len(DIMENSIONS))
     return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, per_dim))
+
+
+def zero_budget(run_s: float, case_s: float, n_searches: int, share: float = DEFAULT_SHARE) -> int:
+    """Kernel calls of the minimal case's non-zero reduction: a fifth of the search's calls, between
+    :data:`MIN_DIM_CALLS` and ``triage.minimal.ZERO_BUDGET``."""
+    return max(MIN_DIM_CALLS, min(ZERO_BUDGET, int(_calls(run_s, case_s, n_searches, share) // 5)))
+
+
+def _calls(run_s: float, case_s: float, n_searches: int, share: float) -> float:
+    return share * max(0.0, run_s) / max(1, n_searches) / max(MIN_CALL_S, case_s)
 
 
 @dataclass(frozen=True)
@@ -104,10 +116,10 @@ class SearchArg:
 
 def search_timeout(arg: SearchArg, n_flips: int) -> float:
     """Seconds a search's child may take: :data:`SEARCH_TIMEOUT_FACTOR` times its calls (the most
-    :func:`call_budget` allows at the case's cost, the flips, the minimal case's) at the case's suite cost, at
+    :func:`call_budget` allows at the case's cost, the flips, the fixed ones) at the case's suite cost, at
     least :data:`MIN_SEARCH_TIMEOUT_S`."""
     per_dim = call_budget(arg.run_s, arg.case_s, arg.n_searches, n_flips, arg.share)
-    calls = 2 + n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
+    calls = FIXED_CALLS + 2 * n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
     est = max(arg.share * arg.run_s / max(1, arg.n_searches), calls * max(MIN_CALL_S, arg.case_s))
     return max(MIN_SEARCH_TIMEOUT_S, SEARCH_TIMEOUT_FACTOR * est)
 
@@ -135,9 +147,11 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     budget = call_budget(arg.run_s, cost, arg.n_searches, len(flips(ops)), arg.share)
     search = find_boundaries(spec, ops, cid, budget=budget, device=device, on_call=tell)
     tell("the minimal case", ops, search)
-    mc = minimal_case(spec, ops, cid, search.boundaries, device=device, lines=search.lines)
+    zeros = zero_budget(arg.run_s, cost, arg.n_searches, arg.share)
+    mc = minimal_case(spec, ops, cid, search.boundaries, device=device, zero_budget=zeros, lines=search.lines)
     rec: dict[str, Any] = {"case": case} | _search_fields(search)
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
+    rec["minimal"]["nonzero"] = {k: list(v) for k, v in mc.nonzero.items()}
     rec["budget"], rec["calls"] = budget, 1 + search.calls + mc.calls
     if mc.fails:
         tell("the minimal case's fault classes", mc.ops, search)
@@ -153,9 +167,10 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
 
 
 def _search_fields(search: BoundarySearch) -> dict:
-    """The record's ``shape``, ``boundaries``, ``flips`` and ``differing`` from a search (finished or not)."""
+    """The record's ``shape``, ``boundaries``, ``product``, ``flips`` and ``differing`` from a search (finished or
+    not)."""
     d = search.to_dict()
-    return {k: d[k] for k in ("shape", "boundaries", "flips", "differing") if k in d}
+    return {k: d[k] for k in ("shape", "boundaries", "product", "flips", "differing") if k in d}
 
 
 def fault_classes(spec, ops, device: Optional[str] = None) -> dict:

@@ -841,6 +841,13 @@ order_past_mnk_2_30 = _switched(
     lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > 2**30,
     doc="Bug: past M*N*K = 2^30 (a heuristic's large-problem path) s_a goes first.",
 )
+#: M * N * K above which :func:`splitk_order_past_mnk_2_20` takes its split-K path (issue 43: a product boundary).
+SPLITK_MACS = 2**20
+splitk_order_past_mnk_2_20 = _switched(
+    "splitk_order_past_mnk_2_20",
+    lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > SPLITK_MACS,
+    doc="Bug: past M*N*K = 2^20 a heuristic picks split-K, whose reduce epilogue multiplies by s_a first.",
+)
 order_for_transposed_b = _switched(
     "order_for_transposed_b",
     lambda a, b, dt, bias: b.shape[0] > 1 and b.stride(0) == 1,

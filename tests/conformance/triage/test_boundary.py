@@ -1,17 +1,19 @@
 """Triage of a failing check (conformance.triage, issue 43): the boundary search pins the threshold each
 shape-gated buggy kernel of ``tests/helpers/buggy_kernels.py`` was written with (a case of the project's case
-builders as the start), the categorical flips name the attribute a gated bug needs, a non-monotone failure is
-reported as points, the minimal case fails, and ``at_shape`` keeps every operand's form, the scales, the bias
-and the out dtype."""
+builders as the start), an M*N*K-gated kernel's product boundary (a per-dimension one has none), the categorical
+flips name the attribute a gated bug needs (a scale's magnitude class included), a non-monotone failure is
+reported as points, the minimal case fails and keeps only the elements its failure needs, and ``at_shape`` keeps
+every operand's form, the scales, the bias and the out dtype."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
 import pytest
 import torch
-from buggy_kernels import emulate, exact_acc32
+from buggy_kernels import SPLITK_MACS, emulate, exact_acc32
 
 from conformance.cases.common import generator
 from conformance.cases.large_shapes import prefill_case, wide_n_case
@@ -19,9 +21,10 @@ from conformance.cases.layouts import layout_case, with_forms
 from conformance.cases.planting import planted_case
 from conformance.kernels.loader import declare, spec_from_object
 from conformance.kernels.registry import get_kernel
+from conformance.suite.report import triage_lines, triage_summary
 from conformance.triage.boundary import Boundary, fails, find_boundaries
-from conformance.triage.flips import flips
-from conformance.triage.minimal import minimal_case
+from conformance.triage.flips import flips, scale_class, to_scale_class
+from conformance.triage.minimal import minimal_case, nonzero_count
 from conformance.triage.reshape import META_KEY, at_shape, operand_forms
 from reference.operands import tensor_digest
 
@@ -48,6 +51,8 @@ def test_prefill_scale_order_fails_past_m_128():
     assert _pair(s.boundaries["m"]) == (128, 129, True) and s.boundaries["m"].exact
     assert s.boundaries["n"].passes_at is None  # any N fails
     assert all(b.calls <= 24 for b in s.boundaries.values())
+    assert s.product is not None and not s.product.verified and s.product.passes_at is None  # M alone decides
+    assert s.product.calls == 0 and "act separately" in s.product.note
     mc = minimal_case(spec, ops, "C8", s.boundaries)
     assert mc.fails and mc.shape[0] == 129 and fails(spec, mc.ops, "C8")
 
@@ -68,7 +73,22 @@ def test_bias_cache_wraps_fails_past_n_256_only_with_a_bias():
     assert _failing_flips(s) == {("bias", "absent")}
     d = json.loads(json.dumps(s.to_dict()))
     assert d["check"] == "C8" and d["boundaries"]["n"]["exact"] and d["calls"] == s.calls
-    assert {"attribute": "bias", "value": "absent", "fails": False} in d["flips"]
+    assert {"attribute": "bias", "value": "absent", "fails": False, "from": "present"} in d["flips"]
+
+
+def test_splitk_order_past_mnk_2_20_has_a_product_boundary():
+    # M * N * K > 2^20 at M,K,N 129,768,24: M 56/57 (N*K = 18,432), N 10/11, K 338/339 (cropping K keeps the
+    # ties of columns 0..9); the product verified at N = 48: M 28 (1,032,192) passes, M 29 (1,069,056) fails
+    spec, ops = _kernel("splitk_order_past_mnk_2_20"), prefill_case(129, BF)
+    s = find_boundaries(spec, ops, "C8", categorical=False)
+    assert [_pair(s.boundaries[d]) for d in "mnk"] == [(56, 57, True), (10, 11, True), (338, 339, True)]
+    p = s.product
+    assert (p.passes_at, p.fails_at, p.verified, p.calls) == (129 * 24 * 338, 129 * 24 * 339, True, 2)
+    assert p.passes_at <= SPLITK_MACS < p.fails_at
+    assert p.probes == ((28, 768, 48, False), (29, 768, 48, True))
+    assert s.calls == 1 + sum(b.calls for b in s.boundaries.values()) + 2  # the differing lines, the product
+    d = json.loads(json.dumps(s.to_dict()))["product"]
+    assert d["verified"] and d["probes"][1] == [29, 768, 48, True] and d["note"] == ""
 
 
 def test_order_past_m_4096_fails_past_m_4096():
@@ -182,9 +202,103 @@ def test_flips_change_one_attribute_each():
         ("layout:b", "padded"),
         ("scale_form:scale_a", "scalar"),
         ("scale_form:scale_b", "scalar"),
+        ("magnitude:scale_a", "pow2"),
+        ("magnitude:scale_a", "subnormal"),
+        ("magnitude:scale_b", "pow2"),
+        ("magnitude:scale_b", "subnormal"),
     }
+    sub = got[("magnitude:scale_b", "subnormal")]
+    assert sub.layouts() == ops.layouts() and scale_class(sub.scale_b) == "subnormal"
+    assert torch.equal(sub.scale_a, ops.scale_a) and tensor_digest(sub.a) == tensor_digest(ops.a)
     f = got[("out_dtype", "fp32")]
     assert f.out_dtype == FP32 and f.bias.dtype == FP32 and f.layouts() == ops.layouts()
     assert tensor_digest(f.a) == tensor_digest(ops.a)
     assert got[("layout:b", "dense")].layouts()["b"] == "dense"
     assert got[("scale_form:scale_a", "scalar")].scale_a.dim() == 0
+
+
+def _pair_case() -> tuple:
+    """M,K,N 16,64,16 of small nonzero values in [-8, 8]; a[5, 16:18] = b[9, 16:18] = -128: the one int16 pair
+    that saturates (32768) is acc[5, 9]'s. a padded, b transposed-padded."""
+    g = torch.Generator().manual_seed(43)
+    a, b = (
+        torch.randint(1, 9, (16, 64), generator=g) * torch.where(torch.rand(16, 64, generator=g) < 0.5, -1, 1)
+        for _ in range(2)
+    )
+    a[5, 16:18], b[9, 16:18] = -128, -128
+    base = planted_case(16, 64, 16, BF, "real")
+    ops = dataclasses.replace(base, a=a.to(torch.int8), b=b.to(torch.int8), bias=None, meta={})
+    return ops, with_forms(ops, {"a": "padded", "b": "transposed_padded"}, generator("test", "pair", 0))
+
+
+def test_minimal_case_keeps_the_one_saturating_pair_and_zeroes_the_rest():
+    # C3 of pair_saturation_int16: one differing element (5, 9); its row and column re-planted fail at every M and
+    # N (the pair is the bug, not the shape), K 17/18 (the pair's columns 16, 17 cropped away); the minimal case
+    # 1,18,1 (row 5 / column 9 tiled) has 18 / 18 nonzero, halving K's columns keeps 16 and 17: the four -128 alone
+    spec, (_, ops) = _kernel("pair_saturation_int16"), _pair_case()
+    s = find_boundaries(spec, ops, "C3", categorical=False)
+    assert [_pair(s.boundaries[d]) for d in "mnk"] == [(None, 1, True), (None, 1, True), (17, 18, True)]
+    assert (s.lines.rows.tolist(), s.lines.cols.tolist(), s.lines.n) == ([5], [9], 1)
+    assert s.boundaries["m"].replanted and s.boundaries["n"].replanted
+    assert not s.product.verified and s.product.passes_at is None  # M has no passing value
+    mc = minimal_case(spec, ops, "C3", s.boundaries, lines=s.lines)
+    assert mc.shape == [1, 18, 1] and mc.fails and fails(spec, mc.ops, "C3")
+    assert mc.nonzero == {"a": (18, 2), "b": (18, 2)}
+    assert mc.ops.a.stride(0) > mc.ops.k  # zeroed through the padded view (at N = 1 a transposed b is dense)
+    assert mc.ops.a.nonzero().tolist() == [[0, 16], [0, 17]] and mc.ops.b.nonzero().tolist() == [[0, 16], [0, 17]]
+    assert int(mc.ops.a[0, 16]) == int(mc.ops.b[0, 17]) == -128
+    assert nonzero_count(mc.ops.a) == 2 and mc.ops.meta[META_KEY]["nonzero"] == {"a": [18, 2], "b": [18, 2]}
+    cropped = minimal_case(spec, ops, "C3", s.boundaries, zero_budget=0)  # without the lines: no smaller shape
+    assert cropped.nonzero == {} and not cropped.fails and nonzero_count(cropped.ops.a) == nonzero_count(ops.a)
+
+
+def test_scale_classes_and_their_flips():
+    s = torch.tensor([1.5 * 2.0**-136, 0.3, 0.0, -(2.0**-140)])
+    assert scale_class(s) == "subnormal"
+    assert to_scale_class(s, "typical").tolist() == [1.5 * 2.0**-6, pytest.approx(0.3), 0.0, -(2.0**-10)]
+    assert to_scale_class(s, "pow2").tolist() == [2.0**-5, 0.25, 0.0, -(2.0**-10)]
+    assert scale_class(to_scale_class(s, "pow2")) == "pow2"
+    assert to_scale_class(torch.tensor(0.25), "subnormal").item() == 2.0**-132
+    assert to_scale_class(torch.tensor([0.25, 2.0]), "typical").tolist() == [0.375, 3.0]
+    assert scale_class(torch.zeros(3)) == "typical"
+    with pytest.raises(ValueError):
+        to_scale_class(s, "huge")
+
+
+def test_decode_subnormal_token_scale_ftz_needs_a_subnormal_scale_a():
+    # the decode path (M <= 16) flushes a float32-subnormal s_a: s_a moved to a normal class (typical, pow2) passes,
+    # the case's own class (subnormal) fails, and s_w's class does not matter (pow2 still fails)
+    spec = _kernel("decode_subnormal_token_scale_ftz")
+    ops = planted_case(16, 32, 16, BF, "real", magnitude="subnormal")
+    assert scale_class(ops.scale_a) == "subnormal" and fails(spec, ops, "C8")
+    s = find_boundaries(spec, ops, "C8", dims=())
+    mag = {(f.attribute, f.value): (f.was, f.fails) for f in s.flips if f.attribute.startswith("magnitude:")}
+    assert mag[("magnitude:scale_a", "typical")] == ("subnormal", False)
+    assert mag[("magnitude:scale_a", "pow2")] == ("subnormal", False)
+    assert mag[("magnitude:scale_b", "pow2")] == ("typical", True)
+    variants = {(attr, v): o for attr, v, o in flips(ops)}
+    moved = variants[("magnitude:scale_a", "typical")]
+    assert scale_class(moved.scale_a) == "typical" and operand_forms(moved) == operand_forms(ops)
+
+
+def test_report_renders_the_product_the_nonzero_counts_and_a_flips_own_value():
+    product = {"passes_at": 1046448, "fails_at": 1049544, "verified": True, "calls": 2, "note": ""}
+    product["probes"] = [[28, 768, 48, False], [29, 768, 48, True]]
+    rec = {
+        "case": "x",
+        "shape": [129, 768, 24],
+        "boundaries": {},
+        "product": product,
+        "flips": [{"attribute": "magnitude:scale_a", "value": "typical", "fails": False, "from": "subnormal"}],
+        "minimal": {"shape": [57, 768, 24], "fails": True, "calls": 20, "nonzero": {"a": [43724, 32], "b": [768, 32]}},
+        "calls": 50,
+    }
+    doc = {"checks": [{"check_id": "C8", "name": "declared_contract"}], "triage": {"C8": rec}}
+    text = "\n".join(triage_lines(doc))
+    assert any(line.replace(" ", "") == "|M*N*K|1046448|1049544|2|" for line in text.splitlines())
+    assert "M,K,N 29,768,48 fails" in text and "`magnitude:scale_a subnormal -> typical`" in text
+    assert "`a` 43724 -> 32, `b` 768 -> 32" in text
+    line = triage_summary({"C8": rec})[0]
+    assert "M*N*K passes at 1046448, fails at 1049544" in line and "magnitude:scale_a subnormal -> typical" in line
+    rec["product"] = {"verified": False, "note": "the dimensions act separately (N: no passing value)"}
+    assert "M*N*K: the dimensions act separately (N: no passing value)." in "\n".join(triage_lines(doc))
