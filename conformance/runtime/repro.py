@@ -6,8 +6,9 @@ re-run (:func:`save_operands` / :func:`load_operands`).
 * Gate and check (a case that crashed or hung): a directory ``operands.safetensors`` + ``case.json`` (kernel
   name and fault, case id, what happened, operand digests) + ``command.sh``, which runs
   ``python -m conformance.runtime.repro DIR [--timeout S]``: the kernel **in this process, without
-  isolation**, so a segfault or abort reproduces as itself (shell status 139 / 134); ``--timeout S``
-  dumps every thread's stack and exits 1. Exit 0: the kernel returned; 1: it raised or returned garbage.
+  isolation**, so a segfault or abort reproduces as itself (shell status 139 / 134); ``--timeout S`` dumps every
+  thread's stack and exits 1. Exit 0: the kernel returned; 1: it raised or returned garbage. (``int8conf replay
+  DIR`` re-judges the checks on it, the kernel in a child process.)
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
         d / "command.sh",
         "#!/bin/sh\n"
         f"# Re-runs kernel {label} on case {case} in this process, no isolation (int8conf saw: {seen}).\n"
-        f"# Add --timeout S to print the stack of a hang after S seconds.\n"
+        f"# Add --timeout S to print the stack of a hang after S seconds. To re-judge the checks with the kernel\n"
+        "# in a child process instead: int8conf replay DIR (DIR: this directory).\n"
         f"export PYTHONPATH={shlex.quote(pp)}\nexec {cmd}\n",
     )
     os.chmod(d / "command.sh", 0o755)

@@ -40,6 +40,7 @@ from conformance.suite.evaluate import (
     evaluate_fixed,
 )
 from conformance.suite.plan import run_kernel_check, run_model_check
+from faults.inject import injection_of, wrapped_kernel
 from reference.errors import Int8confError
 from reference.operands import GemmOperands
 
@@ -52,15 +53,35 @@ SHORT_CHECKS = ("C9", "C11")
 
 def kernel_ref(spec) -> Optional[KernelRef]:
     """A name a fresh process resolves to ``spec`` (its import path, else its registry name), for a reproducer's
-    ``command.sh``; None when no name resolves to it here (an in-memory kernel)."""
+    ``command.sh``; a fault-injected kernel no name resolves to: its clean kernel's name with the injection; None
+    when no name resolves to it here (an in-memory kernel)."""
     origin = str(getattr(spec, "origin", "") or "")
     if origin.startswith("module:"):
         return KernelRef(origin[len("module:") :])
     try:
         get_kernel(spec.name)
     except Int8confError:
-        return None
+        inner, injection = wrapped_kernel(spec), injection_of(spec)  # a fault-injected kernel by its clean name
+        ref = None if inner is None or injection is None else kernel_ref(inner)
+        return None if ref is None else KernelRef(ref.name, injection)
     return KernelRef(spec.name)
+
+
+def outcome_record(oc: Outcome, timeout_s: float, where: str = "on this case") -> dict:
+    """The crash / timeout record of a request's :class:`Outcome` (``CaseResult.crash``, ``crashed_case``'s
+    ``record``): ``status`` (``crash`` / ``timeout``), ``signal``, ``exitcode``, ``timeout_s``, ``where``,
+    ``error``, ``log_tail`` (the child's faulthandler stack) and ``line`` (``evaluate.crash_line``)."""
+    rec: dict[str, Any] = {
+        "status": CRASH if oc.kind == CRASHED else TIMEOUT,
+        "signal": oc.signal,
+        "exitcode": oc.exitcode,
+        "timeout_s": timeout_s,
+        "where": where,
+        "error": oc.error,
+        "log_tail": list(oc.log_tail),
+    }
+    rec["line"] = crash_line(rec)
+    return rec
 
 
 def containment_ok() -> Optional[str]:
@@ -121,16 +142,7 @@ class Containment:
     def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
         """The crash / timeout record of ``oc``; with ``ops`` and a ``repro_dir``, the case's reproducer is saved
         and named in it (``repro``)."""
-        rec: dict[str, Any] = {
-            "status": CRASH if oc.kind == CRASHED else TIMEOUT,
-            "signal": oc.signal,
-            "exitcode": oc.exitcode,
-            "timeout_s": self.timeout_s if timeout_s is None else timeout_s,
-            "where": where,
-            "error": oc.error,
-            "log_tail": list(oc.log_tail),
-        }
-        rec["line"] = crash_line(rec)
+        rec = outcome_record(oc, self.timeout_s if timeout_s is None else timeout_s, where)
         if ops is not None:
             rec["case"] = case_id(ops)
             if self.repro_dir is not None:
