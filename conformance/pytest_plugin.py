@@ -9,6 +9,10 @@ configure: an unusable one is a usage error), ``--int8conf-examples``, ``--int8c
 (``conformance.runtime.threads``), ``--int8conf-no-model``, ``--int8conf-no-tile-edges``,
 ``--int8conf-captures`` / ``--int8conf-model``, ``--int8conf-no-captures``, ``--int8conf-timeout=S``;
 ``--int8conf-inject FAULT[:COVERAGE[:SEED]]`` is mutation testing (the suite runs on ``faults.inject(kernel, ...)``).
+After a failing session (not an injected kernel's, not a stopped one) the controller triages each failing kernel's run
+as ``int8conf check`` does (``conformance.triage.run.triage_result`` on the cases it built at configure, the same plan
+as the workers'): its report carries "Where the bug lives", the terminal summary a line per check;
+``--int8conf-no-triage`` turns it off.
 
 Every kernel call runs in a forked child (``conformance.suite.workers.Containment``): a kernel that kills its
 process or hangs (no result within ``--int8conf-timeout`` seconds, default 600; C7 / E1 at least 1800) fails that item with the signal or
@@ -61,6 +65,7 @@ class _State:
     out_dir: Path
     examples: int
     model_checks: bool
+    triage: bool = True
     written: list = field(default_factory=list)
     made: list = field(default_factory=list)  # report folders configure created, deepest first
 
@@ -160,6 +165,12 @@ def pytest_addoption(parser, pluginmanager) -> None:
         help="parent model directory of --int8conf-captures, when it moved since capture",
     )
     g.addoption("--int8conf-no-captures", action="store_true", help="skip layer-capture replay (synthetic cases only)")
+    g.addoption(
+        "--int8conf-no-triage",
+        action="store_true",
+        help="after a failing run, do not search where each failing check's first failing case switches on (by "
+        "default, as int8conf check: in the report's 'Where the bug lives' and the terminal summary)",
+    )
     g.addoption(
         "--int8conf-timeout",
         type=positive_seconds,
@@ -300,7 +311,13 @@ def pytest_configure(config) -> None:
             repro = kernel_report_dir(out, ks.spec.name) / "repro"
             ks.contained = Containment(ks, opt("int8conf_timeout"), repro)
     config.stash[_STATE] = _State(
-        kernels=kernels, against=other, out_dir=out, made=made, examples=examples, model_checks=model_checks
+        kernels=kernels,
+        against=other,
+        out_dir=out,
+        made=made,
+        examples=examples,
+        model_checks=model_checks,
+        triage=not opt("int8conf_no_triage"),
     )
     if not hasattr(config, "workerinput"):  # xdist workers find the controller's compiled kernels on disk
         for st in config.stash[_STATE].kernels:
@@ -606,9 +623,12 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     from conformance.suite.plan import NOT_REACHED, NOT_SELECTED
     from conformance.suite.report import write_reports
     from conformance.suite.run import build_result
-    from conformance.suite.setup import report_root
+    from conformance.suite.setup import kernel_report_dir, report_root
+    from conformance.triage.run import triage_result
+    from faults import injection_of
     from faults.inject import annotate_result
 
+    pending = []  # the failing runs to triage, once every report is on disk
     for ks in st.kernels:
         if not ks.results and not ks.prop_cases and not ks.model:
             continue
@@ -631,6 +651,15 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, report_root(st.out_dir, ks.spec.name))
         st.written.append((ks.spec.name, res, jp, mp))
+        if st.triage and not stopped and res.verdict == Verdict.FAIL and injection_of(ks.spec) is None:
+            pending.append((ks, res))
+    # as int8conf check: the searches run in children of this process, from the cases it built (the same plan as
+    # the workers'); each report is rewritten with its triage
+    for ks, res in pending:
+        repro = kernel_report_dir(st.out_dir, ks.spec.name) / "repro"
+        res.triage = triage_result(ks.spec, res, ks.cases, repro_dir=repro)
+        if res.triage:
+            write_reports(res, report_root(st.out_dir, ks.spec.name))
     if exitstatus == pytest.ExitCode.OK and any(r.verdict == Verdict.NOT_RUN for _, r, _, _ in st.written):
         # all items skipped reads as green in CI; a kernel that never ran verified nothing
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -640,7 +669,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     st = _state(config)
     if st is None or not st.written:
         return
-    from conformance.suite.report import crash_lines, pair_difference_line
+    from conformance.suite.report import crash_lines, pair_difference_line, triage_summary
 
     terminalreporter.section("int8conf conformance reports")
     for name, res, jp, mp in st.written:
@@ -663,6 +692,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         line = pair_difference_line(res.pairwise) if res.pairwise else ""
         if line:
             terminalreporter.write_line("  " + line.replace("`", ""))
+        for line in triage_summary(res.triage):
+            terminalreporter.write_line(f"  {line}")
 
 
 def pytest_unconfigure(config) -> None:

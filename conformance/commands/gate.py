@@ -3,7 +3,8 @@
 Thin wrapper over ``conformance.gate.run.run_gate``: parses options, loads
 the policy, runs the gate, writes ``<out>/gate.json``, ``gate.md`` (a
 pull-request comment) and ``junit.xml`` (``<out>`` by default
-``int8conf-reports/gate/<candidate>-vs-<incumbent>``), prints the summary.
+``int8conf-reports/gate/<candidate>-vs-<incumbent>``), prints the summary. A blocked candidate's failing
+checks are triaged (``GateSession.triage``, unless ``--no-triage``): a line per check on stdout.
 
 Exit codes (``conformance.gate.status``): 0 pass (warnings the policy allows
 included); 1 blocked by the policy; 2 not comparable / bad input (unknown
@@ -99,6 +100,13 @@ def register(subparsers) -> None:
     add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument(
+        "--no-triage",
+        action="store_true",
+        help="for a blocked candidate, do not search where each check it fails switches on (by default, as check "
+        "does: M / N / K boundaries, categorical flips, the minimal case and its reproducer, in gate.json's "
+        "candidate.triage and gate.md's 'Where the bug lives'; about 10%% of the gate's time at most)",
+    )
+    p.add_argument(
         "--captures", metavar="DIR", default=None, help="replay this capture directory (default: the default model's)"
     )
     p.add_argument(
@@ -178,6 +186,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     from conformance.gate.report import not_comparable_doc, to_json_dict, write_gate_reports
     from conformance.gate.run import GateInterrupted, GateOptions, NotComparable, run_gate
     from conformance.runtime.pool import KernelRef
+    from conformance.suite.report import triage_summary
 
     policy = load_policy(args.policy) if args.policy else default_policy()
     cand = KernelRef(args.candidate, injection_args(args))
@@ -192,6 +201,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
         device=args.device,
         timeout_s=args.timeout,
         model_timeout_s=args.model_timeout,
+        triage=not args.no_triage,
     )
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
@@ -221,6 +231,8 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
         if d.blocking:
             why = "; ".join(r["text"] for r in d.reasons if r["blocking"])
             print(f"  {d.status.upper():13} {d.item}: {why[:240]}")
+    for line in triage_summary(res.candidate.get("triage") or {}):
+        print(f"  {line}")
     for e in doc["overall"].get("unused_expectations") or []:
         print(f"  unused expectation: {e['check']} on {e.get('case') or e.get('layer') or 'model'} ({e['owner']})")
     print(f"report: {paths['md']}\nreport: {paths['json']}\nreport: {paths['junit']}")

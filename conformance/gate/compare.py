@@ -134,8 +134,9 @@ class Decision:
     """The gate's verdict on one case (or model-level check ``C7`` / ``E1``): ``status`` of ``STATUSES``,
     ``blocking`` (the swap), ``reasons`` ``[{"check", "text", "blocking", "expected"}]``, ``delta``
     (:func:`output_delta` or None), ``changes`` (:func:`check_changes`), ``expectations_used`` (indices),
-    the case's coordinates, ``evidence`` (crash / timeout / model check; ``repro`` dir), and ``manifest``
-    (the candidate's run manifest on this case, or None)."""
+    the case's coordinates, ``evidence`` (crash / timeout / model check; ``repro`` dir), ``candidate_failed``
+    (the checks the candidate failed on the case as the kernel's failure, the gate's triage starts from them) and
+    ``manifest`` (the candidate's run manifest on this case, or None)."""
 
     item: str
     status: str
@@ -149,6 +150,7 @@ class Decision:
     scale_mode: Optional[str] = None
     source: Optional[str] = None
     evidence: dict = field(default_factory=dict)
+    candidate_failed: list = field(default_factory=list)
     manifest: Optional[dict] = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
@@ -242,7 +244,9 @@ def decide_case(
             rs.add("output", f"no incumbent output on this case (it {it}): judged on the candidate's own checks", False)
         status = FAIL if rs.blocking else WARN if rs.items else PASS
     used, ev = sorted(rs.used), dict(cand.evidence)
-    return Decision(case, status, rs.blocking, rs.items, delta, changes, used, layer, fam, scale_mode, source, ev)
+    own = sorted(cid for cid in cand.checks if cand.failed(cid)) if cand.status == RAN else []
+    coords = (layer, fam, scale_mode, source)
+    return Decision(case, status, rs.blocking, rs.items, delta, changes, used, *coords, ev, own)
 
 
 def _hash(res: Optional[dict]) -> Optional[list]:

@@ -1,11 +1,14 @@
 """JUnit XML of a gate report: one ``<testsuite name="int8conf-gate">``, a ``<testcase>`` per case
 (``gate.<source>``) and per model-level check (``gate.model``), property ``status`` on each. pass /
 warn -> passed; fail -> ``<failure>``; crash / timeout -> ``<error type=...>``; not-supported ->
-``<skipped>`` (plus ``<failure>`` when it blocks)."""
+``<skipped>`` (plus ``<failure>`` when it blocks). A blocked candidate's triage (``candidate.triage``) adds its
+one-line summary (``suite.report.triage_summary``) to the failure of the case each check's search started from."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+
+from conformance.suite.report import triage_summary
 
 
 def reason_text(r: dict) -> str:
@@ -19,6 +22,7 @@ def to_junit_xml(doc: dict) -> str:
     items += [(m, "gate.model") for m in doc.get("model") or []]
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.Element("testsuite", name="int8conf-gate")
+    tri = (doc.get("candidate") or {}).get("triage") or {}
     for d, cls in items:
         secs = str((d.get("evidence") or {}).get("elapsed_s", 0) or 0)
         tc = ET.SubElement(suite, "testcase", classname=cls, name=d["item"], time=secs)
@@ -38,7 +42,8 @@ def to_junit_xml(doc: dict) -> str:
                 ET.SubElement(tc, "failure", message=msg).text = text
                 counts["failures"] += 1
         elif d["blocking"]:
-            ET.SubElement(tc, "failure", message=msg).text = text
+            where = triage_summary({cid: t for cid, t in tri.items() if t.get("case") == d["item"]})
+            ET.SubElement(tc, "failure", message=msg).text = "\n".join([text, *where])
             counts["failures"] += 1
         elif text:
             ET.SubElement(tc, "system-out").text = f"{st}: {text}"

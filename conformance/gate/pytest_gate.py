@@ -5,8 +5,9 @@ One item per case (``gate/<case id>``) and per model-level check (``gate/C7``, `
 ``GateSession``. A blocking case fails its item, ``warn`` passes with a :class:`GateWarning`, a
 non-blocking ``not-supported`` skips. The controller writes ``gate.json`` / ``gate.md`` /
 ``junit.xml`` once, from Decisions shipped on each item's report (``conformance.runtime.xdist_ship``),
-in case order, so ``-n N`` and a stopped run report like a serial one. Without ``--gate-candidate``
-it adds nothing."""
+in case order, so ``-n N`` and a stopped run report like a serial one; for a blocked candidate it first triages
+the candidate's failing checks (``GateSession.triage``, unless ``--gate-no-triage``), a line per check in the
+terminal summary. Without ``--gate-candidate`` it adds nothing."""
 
 from __future__ import annotations
 
@@ -77,6 +78,12 @@ def pytest_addoption(parser) -> None:
         help="skip the tile-edge shapes and the trigger-condition case families",
     )
     g.addoption("--gate-max-capture-layers", type=int, metavar="N")
+    g.addoption(
+        "--gate-no-triage",
+        action="store_true",
+        help="for a blocked candidate, do not search where each check it fails switches on (as int8conf gate "
+        "--no-triage)",
+    )
 
 
 def pytest_configure(config) -> None:
@@ -100,6 +107,7 @@ def pytest_configure(config) -> None:
         model_checks=not config.getoption("gate_no_model"),
         timeout_s=config.getoption("gate_timeout"),
         device=dev,
+        triage=not config.getoption("gate_no_triage"),
     )
     inc, inject, baseline = (config.getoption(f"gate_{k}") for k in ("incumbent", "fault", "baseline"))
     if not wid:
@@ -226,13 +234,23 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if not gs.decisions and not gs.model:
         return
     from conformance.gate.report import to_json_dict, write_gate_reports
+    from conformance.suite.report import triage_summary
     from conformance.suite.run import MODEL_CHECKS
 
     order = [cid for cid, _, _ in MODEL_CHECKS]
     model = [gs.model[c] for c in order if c in gs.model]
-    res = gs.session.result(list(gs.decisions.values()), model, interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-    gs.written = write_gate_reports(to_json_dict(res), gs.out_dir)
-    gs.written["summary"] = res.overall["summary"]
+    stopped = exitstatus == pytest.ExitCode.INTERRUPTED
+    res = gs.session.result(list(gs.decisions.values()), model, interrupted=stopped)
+    try:
+        if not stopped:  # the kernels' children are closed: the searches fork from here
+            gs.session.triage(res)
+    except KeyboardInterrupt:  # stopped during the triage: the report goes without it
+        res.candidate.pop("triage", None)
+        raise
+    finally:
+        gs.written = write_gate_reports(to_json_dict(res), gs.out_dir)
+        gs.written["summary"] = res.overall["summary"]
+        gs.written["triage"] = triage_summary(res.candidate.get("triage") or {})
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -241,5 +259,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         return
     terminalreporter.section("int8conf gate")
     terminalreporter.write_line(gs.written["summary"])
+    for line in gs.written["triage"]:
+        terminalreporter.write_line(f"  {line}")
     for k in ("md", "json", "junit"):
         terminalreporter.write_line(f"report: {gs.written[k]}")

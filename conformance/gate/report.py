@@ -1,7 +1,8 @@
 """Gate reports, written atomically: ``gate.json`` (schema ``int8conf.gate`` v1, everything:
-candidate / incumbent, policy, overall, per_layer, cases, model, check_changes, comparability,
-environment, options, elapsed_s, notes, ``partial`` per ``conformance.runtime.partial_run``),
-``gate.md`` (a pull-request summary) and ``junit.xml``."""
+candidate / incumbent (a blocked candidate's ``triage``: where its failing checks live), policy, overall,
+per_layer, cases, model, check_changes, comparability, environment, options, elapsed_s, notes, ``partial`` per
+``conformance.runtime.partial_run``), ``gate.md`` (a pull-request summary; "Where the bug lives" after the
+blocking cases) and ``junit.xml``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import json
 from pathlib import Path
 from typing import Optional, Union
 
+from conformance.checks.result import CHECK_NAMES
 from conformance.gate.junit import reason_text, to_junit_xml
 from conformance.gate.run import SCHEMA, SCHEMA_VERSION
 from conformance.gate.status import STATUSES
 from conformance.runtime.partial_run import complete_run, partial_note
-from conformance.suite.report import json_safe
+from conformance.suite.report import json_safe, triage_lines
 from reference.fileio import atomic_write_text, portable_paths
 
 _MARK = {s: s.upper() if s in ("fail", "crash", "timeout") else s for s in STATUSES}
@@ -45,6 +47,13 @@ def check_change_summary(cases: list) -> dict:
         for ch in d.changes:
             out.setdefault(ch["check"], {"regression": 0, "improvement": 0, "changed": 0})[ch["change"]] += 1
     return dict(sorted(out.items()))
+
+
+def triage_doc(doc: dict) -> dict:
+    """What ``conformance.suite.report.triage_lines`` / ``triage_summary`` read, from a ``gate.json`` document: the
+    candidate's ``triage`` (``GateSession.triage``; ``{}`` when it was not triaged) and its checks' names."""
+    tri = (doc.get("candidate") or {}).get("triage") or {}
+    return {"triage": tri, "checks": [{"check_id": cid, "name": CHECK_NAMES.get(cid, "")} for cid in tri]}
 
 
 def _head() -> dict:
@@ -115,9 +124,9 @@ def _cell(s, width: int = 160) -> str:
 
 
 def render_markdown(doc: dict, max_rows: int = 15) -> str:
-    """The pull-request comment: verdict, counts, blocking items with reasons,
-    per-layer classes, check changes, model-level checks, expectations,
-    reproducers (long lists folded in ``<details>``)."""
+    """The pull-request comment: verdict, counts, blocking items with reasons, where a blocked candidate's
+    failing checks live (``suite.report.triage_lines`` of :func:`triage_doc`), per-layer classes, check changes,
+    model-level checks, expectations, reproducers (long lists folded in ``<details>``)."""
     ov = doc["overall"]
     verdict = ov.get("headline") or ov["verdict"].upper()  # "PASS on a reduced suite: ... skipped"
     if partial_note(doc):
@@ -162,6 +171,9 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
         if len(bad) > max_rows:
             lines.append(f"- ... and {len(bad) - max_rows} more (gate.json)")
         lines.append("")
+    where = triage_lines(triage_doc(doc))
+    if where:
+        lines += [*where[1:], ""]  # triage_lines opens with a blank line
     warn = [c for c in cases if c["status"] == "warn"]
     if warn:
         what = "within policy, not bit-identical or accepted by an expectation"

@@ -1,7 +1,8 @@
 """The gate as a library call, :func:`run_gate`: resolve both kernels and the policy, build the
 suite's cases, check a ``baseline``'s comparability before any kernel runs (:class:`NotComparable`
 with every reason), run each kernel isolated (``conformance.runtime.pool``; a crash or hang saves a
-reproducer), then decide every case and model-level check (``conformance.gate.compare``)."""
+reproducer), then decide every case and model-level check (``conformance.gate.compare``); a blocked candidate's
+failing checks are then triaged (:meth:`GateSession.triage`: where each switches on, ``conformance.triage``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from conformance.suite.run import (
 )
 from conformance.suite.setup import CaseSource, RunCases
 from conformance.suite.workers import SUITE_REQUESTS
+from conformance.triage.run import first_failing, triage_cases
 from faults import injection_of
 from reference.errors import Int8confError
 from reference.operands import tensor_digest
@@ -54,7 +56,9 @@ class GateOptions:
     """How the gate runs (defaults = the full suite). ``include_captures`` .. ``model_dir``: the case set
     (``conformance.suite.run.default_cases``); ``model_checks``: run C7 / E1 (``--no-model`` turns them off);
     ``device``: None = runner default; ``timeout_s`` / ``model_timeout_s``: seconds one case / model-level check
-    may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``)."""
+    may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``);
+    ``triage``: triage a blocked candidate's failing checks (:meth:`GateSession.triage`; ``--no-triage`` turns it
+    off)."""
 
     include_captures: bool = True
     include_tile_edges: bool = True
@@ -67,6 +71,7 @@ class GateOptions:
     timeout_s: float = 60.0
     model_timeout_s: float = 1800.0
     method: Optional[str] = None
+    triage: bool = True
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -75,7 +80,8 @@ class GateOptions:
 @dataclass
 class GateResult:
     """Everything the gate report holds (``conformance.gate.report``): ``candidate`` / ``incumbent``
-    (``{"ref", "manifest"}``, or ``{"baseline", "manifest", ...}``), ``policy``, Decisions ``cases`` /
+    (``{"ref", "manifest"}``, or ``{"baseline", "manifest", ...}``; a triaged candidate's also ``triage``,
+    :meth:`GateSession.triage`), ``policy``, Decisions ``cases`` /
     ``model``, ``overall`` (verdict, exit_code, summary, counts, blocking, unused_expectations),
     ``comparability``, ``environment``, ``options``, ``elapsed_s``, ``notes``, ``partial`` (kind ``gate``)."""
 
@@ -412,6 +418,23 @@ class GateSession:
         ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
         return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error, ev)
 
+    def triage(self, res: GateResult) -> dict:
+        """Where a blocked candidate's failing checks live: ``conformance.triage.run.triage_cases`` on the first case
+        each check of ``TRIAGED_CHECKS`` failed on as the candidate's failure (``Decision.candidate_failed``), its
+        searches in children of this process (call it after :meth:`close`, as ``check`` triages after its runs),
+        the minimal cases' reproducers under ``<out>/repro/``; the ``{check id: record}`` also goes to
+        ``res.candidate["triage"]``. ``{}`` (no kernel call) for a passing candidate, an injected one (as
+        ``check --inject``), ``triage=False``, or a block without such a failure."""
+        if not self.opts.triage or res.overall["verdict"] != "blocked" or injection_of(self.cand_spec) is not None:
+            return {}
+        todo = first_failing((d.item, d.candidate_failed) for d in res.cases)
+        if not todo:
+            return {}
+        self.say(f"gate: triage: where the candidate's failing checks switch on ({', '.join(c for c, _ in todo)})")
+        tri = triage_cases(self.cand_spec, todo, self.cases, res.elapsed_s, {}, self.out / "repro", self.opts.device)
+        res.candidate["triage"] = tri
+        return tri
+
     def close(self) -> None:
         """Stop the child processes."""
         for r in self.runners.values():
@@ -510,6 +533,11 @@ def run_gate(
     res = s.result(decisions, model, interrupted=stopped and stage is not None, stage=stage)
     if stopped:
         raise GateInterrupted(res)
+    try:
+        s.triage(res)
+    except KeyboardInterrupt:  # stopped during the triage: every decision stands, the report goes without it
+        res.candidate.pop("triage", None)
+        raise GateInterrupted(res) from None
     return res
 
 

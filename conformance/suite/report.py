@@ -453,8 +453,9 @@ def triage_lines(doc: dict) -> list[str]:
                 lines.append(f"Non-zero elements kept (the rest zeroed, the failure kept): {kept}.")
         if t.get("replay"):
             lines.append(
-                f"Replay: `{t['replay']}` (re-runs the kernel on the minimal case in one process; "
-                f"operands and case.json in `{t['repro']}`)."
+                f"Replay: `{t['replay']}` (re-judges the check on the minimal case, the kernel in a child process: "
+                f"exit 1 while it fails; `command.sh` there runs it in this process for a debugger; operands and "
+                f"case.json in `{t['repro']}`)."
             )
         lines.append(
             f"{t.get('calls')} kernel calls, {t.get('seconds')} s (budget {t.get('budget')} calls per dimension)."

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from conformance.cases import case_id
 from conformance.checks.result import Verdict
@@ -28,6 +28,7 @@ from conformance.runtime.forking import start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
 from conformance.suite.evaluate import evaluate_case
+from conformance.suite.replay import replay_command
 from conformance.suite.signatures import case_scores
 from conformance.suite.workers import kernel_ref
 from conformance.triage.boundary import DIMENSIONS, PRODUCT_CALLS, BoundarySearch, fails, find_boundaries
@@ -59,14 +60,20 @@ SEARCH_TIMEOUT_FACTOR = 20.0
 def first_failures(result) -> list[tuple[str, str]]:
     """``[(check id, case id)]``: the first case (in the run's order, property examples included) on which each of
     :data:`TRIAGED_CHECKS` failed as the kernel's failure; a case that crashed or hung is skipped."""
+    return first_failing(
+        (cr.case, [cid for cid, r in cr.checks.items() if r is not None and r.is_kernel_failure])
+        for cr in result.cases
+        if cr.crash is None
+    )
+
+
+def first_failing(rows: Iterable[tuple[str, Iterable[str]]]) -> list[tuple[str, str]]:
+    """``[(check id, case id)]`` in :data:`TRIAGED_CHECKS`' order: for each of them, the first of ``rows`` (``(case
+    id, the ids of the checks the kernel failed on it)``, in the run's order) that names it."""
     out: dict[str, str] = {}
-    for cr in result.cases:
-        if cr.crash is not None:
-            continue
-        for cid in TRIAGED_CHECKS:
-            r = cr.checks.get(cid)
-            if cid not in out and r is not None and r.is_kernel_failure:
-                out[cid] = cr.case
+    for case, failed in rows:
+        for cid in failed:
+            out.setdefault(cid, case)
     return [(cid, out[cid]) for cid in TRIAGED_CHECKS if cid in out]
 
 
@@ -161,7 +168,7 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
         name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
         what = {"status": "fail", "check": cid, "error": f"{cid} fails on the minimal case of {case}"}
         rd = save_reproducer(Path(arg.repro_dir) / name, mc.ops, arg.ref, case_id(mc.ops), what)
-        rec["repro"], rec["replay"] = str(rd), f"sh {rd / 'command.sh'}"
+        rec["repro"], rec["replay"] = str(rd), replay_command(rd, arg.ref, cid)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 
@@ -233,13 +240,27 @@ def triage_result(
     ``replay`` (its ``command.sh``), ``budget`` (calls per dimension), ``calls``, ``seconds``; a case not among
     ``cases`` gives ``{case, skipped: reason}``, a search whose child crashed, hung or erred ``{case, shape,
     skipped: one line, seconds}`` (:func:`skipped_line`) with what it had found (:func:`partial_record`: the probe it
-    died on, the boundaries and flips finished). The searches of a run share one :func:`isolated` child,
-    replaced after a crash. Never raises for a kernel's failure."""
+    died on, the boundaries and flips finished). Never raises for a kernel's failure."""
     if result.conformant:
         return {}
-    todo = first_failures(result)
-    by_id = {case_id(ops): ops for ops in cases}
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
+    return triage_cases(spec, first_failures(result), cases, result.elapsed_s, elapsed, repro_dir, device, share)
+
+
+def triage_cases(
+    spec,
+    todo: list[tuple[str, str]],
+    cases,
+    run_s: float,
+    case_s: Mapping[str, float],
+    repro_dir=None,
+    device: Optional[str] = None,
+    share: float = DEFAULT_SHARE,
+) -> dict:
+    """:func:`triage_result`'s records for ``todo`` (``[(check id, case id)]``, :func:`first_failing`) of a run of
+    ``run_s`` seconds; ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
+    cost). The searches share one :func:`isolated` child, replaced after a crash."""
+    by_id = {case_id(ops): ops for ops in cases}
     ref = kernel_ref(spec)
     out: dict[str, dict] = {}
     if not todo:
@@ -255,8 +276,8 @@ def triage_result(
                     ops,
                     case,
                     cid,
-                    result.elapsed_s,
-                    elapsed.get(case, 0.0),
+                    run_s,
+                    case_s.get(case, 0.0),
                     len(todo),
                     share,
                     None if repro_dir is None else str(repro_dir),
