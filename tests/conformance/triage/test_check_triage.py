@@ -46,13 +46,14 @@ def test_prefill_scale_order_report_names_m_128_129(tmp_path):
     m = t["boundaries"]["m"]
     assert (m["passes_at"], m["fails_at"], m["exact"]) == (128, 129, True)
     assert t["minimal"]["fails"] and t["minimal"]["shape"][0] == 129
-    assert t["calls"] <= 3 * 24 + len(t["flips"]) + 8
+    assert t["calls"] <= 3 * 24 + 2 * len(t["flips"]) + run.FIXED_CALLS + 3
     md = (kdir / "conformance.md").read_text()
     section = md.split("## Where the bug lives")[1].split("\n## ")[0]
     assert "### C8 declared_contract" in section and f"`{t['case']}`" in section
     assert any(line.replace(" ", "").startswith("|M|128|129|") for line in section.splitlines())
     repro = Path(t["repro"])  # written portably (${TMPDIR:-/tmp}/...): its name is what counts
-    assert "command.sh" in t["replay"] and t["replay"] in section
+    assert t["replay"].startswith("int8conf replay ") and t["replay"] in section
+    assert t["replay"].endswith(f"{repro.name} --kernel buggy_kernels:prefill_scale_order --check C8")
     assert (kdir / "repro" / repro.name / "command.sh").is_file()
     case = json.loads((kdir / "repro" / repro.name / "case.json").read_text())
     assert case["shape"] == t["minimal"]["shape"] and case["what_happened"]["check"] == "C8"
