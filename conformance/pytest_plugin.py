@@ -625,7 +625,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     from conformance.suite.run import build_result
     from conformance.suite.setup import kernel_report_dir, report_root
     from conformance.triage.run import triage_result
-    from faults import injection_of
     from faults.inject import annotate_result
 
     pending = []  # the failing runs to triage, once every report is on disk
@@ -651,7 +650,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         annotate_result(res, ks.spec)
         jp, mp = write_reports(res, report_root(st.out_dir, ks.spec.name))
         st.written.append((ks.spec.name, res, jp, mp))
-        if st.triage and not stopped and res.verdict == Verdict.FAIL and injection_of(ks.spec) is None:
+        if st.triage and not stopped and res.verdict == Verdict.FAIL:
             pending.append((ks, res))
     # as int8conf check: the searches run in children of this process, from the cases it built (the same plan as
     # the workers'); each report is rewritten with its triage

@@ -11,7 +11,8 @@ finished is written first, noted "partial run"). ``--inject FAULT[:COVERAGE[:SEE
 ``faults.inject(kernel, ...)`` instead (exit 1 = the suite caught the fault); for F6 / F7 the cases
 are prepared first (``faults.prepare_case``); reports go to ``<kernel>_<fault>_<coverage>_s<seed>``.
 
-After every kernel ran, for each failing run (not an ``--inject`` one), unless ``--no-triage``:
+After every kernel ran, for each failing run (an ``--inject`` one too: the fault's own class should lead the
+minimal case's consistent classes), unless ``--no-triage``:
 ``conformance.triage.run.triage_result`` on the first failing case of each failing per-case check (each search in
 a child process, a crash or hang of it a ``skipped`` entry; at most about 10 % of the run's time), its result in ``ConformanceResult.triage`` and the report (rewritten) under
 "Where the bug lives", a line per check on stdout, the minimal case's reproducer in
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         if inj is not None:
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
-        elif not args.no_triage and res.verdict == Verdict.FAIL:
+        if not args.no_triage and res.verdict == Verdict.FAIL:
             pending.append((spec, res, state.cases, kdir))
         jp, mp = _write(res, report_root(args.out, spec.name))
         _print_summary(con, spec.name, res)

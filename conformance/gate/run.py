@@ -423,9 +423,9 @@ class GateSession:
         each check of ``TRIAGED_CHECKS`` failed on as the candidate's failure (``Decision.candidate_failed``), its
         searches in children of this process (call it after :meth:`close`, as ``check`` triages after its runs),
         the minimal cases' reproducers under ``<out>/repro/``; the ``{check id: record}`` also goes to
-        ``res.candidate["triage"]``. ``{}`` (no kernel call) for a passing candidate, an injected one (as
-        ``check --inject``), ``triage=False``, or a block without such a failure."""
-        if not self.opts.triage or res.overall["verdict"] != "blocked" or injection_of(self.cand_spec) is not None:
+        ``res.candidate["triage"]``. ``{}`` (no kernel call) for a passing candidate, ``triage=False``, or a
+        block without such a failure."""
+        if not self.opts.triage or res.overall["verdict"] != "blocked":
             return {}
         todo = first_failing((d.item, d.candidate_failed) for d in res.cases)
         if not todo:

@@ -36,6 +36,8 @@ DEFAULT_BUDGET = 24
 DEFAULT_CAP = 8192
 #: The largest M * N * K a search going up tries (a CPU kernel call and its check stay well under a second).
 DEFAULT_MAX_MACS = 1 << 24
+#: Flips that change the case's values themselves (not retried on re-planted values).
+VALUE_FLIPS = ("magnitude:",)
 #: The numeric attributes searched, in order.
 DIMENSIONS = ("m", "n", "k")
 #: Kernel calls of the product's verification (one each side).
@@ -214,10 +216,10 @@ class _Probe:
         return self.calls >= self.budget
 
     def _fails(self, value: int, again: bool = False) -> bool:
-        """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: the differing lines tiled; K:
+        """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: its differing lines tiled; K:
         :func:`conformance.triage.reshape.replanted`)."""
         size = {self.dim: value}
-        rows, cols = (self.lines.rows, self.lines.cols) if again and self.lines is not None else (None, None)
+        rows, cols = self._lines() if again else (None, None)
         ops = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"), rows=rows, cols=cols)
         if again and self.dim == "k":
             ops = replanted(self.ops, value)
@@ -234,20 +236,31 @@ class _Probe:
         if self.dim == "k":
             return value < self.ops.k
         m, n = (value if self.dim == "m" else self.ops.m), (value if self.dim == "n" else self.ops.n)
+        rows, cols = self._lines()
         return not (
-            torch.equal(row_index(self.ops.m, m), row_index(self.ops.m, m, self.lines.rows))
-            and torch.equal(row_index(self.ops.n, n), row_index(self.ops.n, n, self.lines.cols))
+            torch.equal(row_index(self.ops.m, m), row_index(self.ops.m, m, rows))
+            and torch.equal(row_index(self.ops.n, n), row_index(self.ops.n, n, cols))
         )
 
+    def _lines(self) -> tuple:
+        """``(rows, cols)`` a re-planted probe tiles: the differing rows for M, columns for N (the other
+        dimension's lines stay the case's: a bug of a row's position, e.g. a tail row reading its neighbour's scale,
+        needs its neighbours)."""
+        if self.lines is None:
+            return None, None
+        return (self.lines.rows if self.dim == "m" else None), (self.lines.cols if self.dim == "n" else None)
+
     def blind(self, value: int, failing: int) -> bool:
-        """The K probes at ``value`` tell apart fewer legal epilogues than the one at ``failing`` (no kernel call;
-        :func:`conformance.triage.focus.told_apart`)."""
-        probes = [at_shape(self.ops, k=value)] + ([replanted(self.ops, value)] if self.lines is not None else [])
-        there = told_apart(at_shape(self.ops, k=failing))
-        here = [told_apart(p) for p in probes]
-        if there is None or any(h is None for h in here):
-            return False
-        return bool(there - frozenset().union(*here))
+        """The K probes at ``value`` (cropped and re-planted) tell apart fewer legal epilogues than those at
+        ``failing`` (no kernel call; :func:`conformance.triage.focus.told_apart`)."""
+
+        def told(k: int) -> Optional[frozenset]:
+            probes = [at_shape(self.ops, k=k)] + ([replanted(self.ops, k)] if self.lines is not None else [])
+            pairs = [told_apart(p) for p in probes]
+            return None if any(p is None for p in pairs) else frozenset().union(*pairs)
+
+        there, here = told(failing), told(value)
+        return there is not None and here is not None and bool(there - here)
 
     def __call__(self, value: int) -> bool:
         if value not in self.seen:
@@ -355,7 +368,8 @@ def find_boundaries(
     differing rows / columns, one call to find them); with ``product`` and all three dimensions,
     :func:`search_product` (at most :data:`PRODUCT_CALLS`); then, with ``categorical``, one call per variant of
     :func:`conformance.triage.flips.flips` (each :class:`Flip` with the case's own value; a passing one retried on
-    the differing lines tiled). ``on_call(what, ops, search)`` is told of each kernel call before it is made, with
+    the differing lines tiled, then, but for a :data:`VALUE_FLIPS` one, on a case planted for the flipped attribute:
+    ``reshape.replanted``). ``on_call(what, ops, search)`` is told of each kernel call before it is made, with
     the search so far (a crash's last words). Deterministic; never raises for a kernel's failure.
 
     Raises:
@@ -393,9 +407,14 @@ def find_boundaries(
                     focused = at_shape(ops, rows=out.lines.rows, cols=out.lines.cols)
                     again = {(a, v): o for a, v, o in flips(focused)}
                 if (attribute, value) in again:
-                    tell(f"flip {attribute} {value} re-planted", again[(attribute, value)])
+                    tell(f"flip {attribute} {value} on the differing lines", again[(attribute, value)])
                     verdict = fails(spec, again[(attribute, value)], check_id, device)
                     out.calls += 1
+            if not verdict and out.lines is not None and not attribute.startswith(VALUE_FLIPS):
+                fresh = replanted(variant, variant.k)  # values planted for the flipped attribute (its out dtype...)
+                tell(f"flip {attribute} {value} re-planted", fresh)
+                verdict = fails(spec, fresh, check_id, device)
+                out.calls += 1
             out.flips.append(Flip(attribute, value, verdict, own.get(attribute, "")))
     return out
 

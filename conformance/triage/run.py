@@ -8,9 +8,9 @@ Each check's search runs in a child process (:class:`conformance.runtime.pool.Is
 resolving the kernel by name), so a kernel that crashes or hangs on a reshaped probe costs only that check's
 search: its record says ``skipped`` (the kernel's process died / hung during the boundary search) and the run goes
 on. The calls are budgeted: at most ``share`` (10 %) of the run's elapsed time in all, split evenly between the
-checks triaged, each search's calls estimated from the case's cost (its ``elapsed_s``, or one timed call on it when
-that is larger), at least :data:`MIN_DIM_CALLS` per dimension; a search's child is killed after
-:func:`search_timeout` seconds.
+checks triaged, each search's calls estimated from one timed call on its case in the child, at least
+:data:`MIN_DIM_CALLS` per dimension; a search's child is killed after :func:`search_timeout` seconds (from the case's
+cost in the suite). A search that dies keeps what it found (:func:`partial_record`).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def first_failing(rows: Iterable[tuple[str, Iterable[str]]]) -> list[tuple[str, 
 
 def call_budget(run_s: float, case_s: float, n_searches: int, n_flips: int, share: float = DEFAULT_SHARE) -> int:
     """Kernel calls per dimension of one search: ``share`` of ``run_s`` split over ``n_searches``, at a call's cost
-    ``case_s``, less :data:`FIXED_CALLS` and twice ``n_flips`` (each may be retried), over three dimensions;
+    ``case_s``, less :data:`FIXED_CALLS` and three per flip (each may be retried twice), over three dimensions;
     between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`."""
-    per_dim = int((_calls(run_s, case_s, n_searches, share) - FIXED_CALLS - 2 * n_flips) // len(DIMENSIONS))
+    per_dim = int((_calls(run_s, case_s, n_searches, share) - FIXED_CALLS - 3 * n_flips) // len(DIMENSIONS))
     return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, per_dim))
 
 
@@ -126,7 +126,7 @@ def search_timeout(arg: SearchArg, n_flips: int) -> float:
     :func:`call_budget` allows at the case's cost, the flips, the fixed ones) at the case's suite cost, at
     least :data:`MIN_SEARCH_TIMEOUT_S`."""
     per_dim = call_budget(arg.run_s, arg.case_s, arg.n_searches, n_flips, arg.share)
-    calls = FIXED_CALLS + 2 * n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
+    calls = FIXED_CALLS + 3 * n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
     est = max(arg.share * arg.run_s / max(1, arg.n_searches), calls * max(MIN_CALL_S, arg.case_s))
     return max(MIN_SEARCH_TIMEOUT_S, SEARCH_TIMEOUT_FACTOR * est)
 
@@ -148,7 +148,7 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
 
     tell("the case", ops)
     first_fails = fails(spec, ops, cid, device)  # one timed call: what a probe costs here
-    cost = max(arg.case_s, time.perf_counter() - t0)
+    cost = time.perf_counter() - t0
     if not first_fails:
         return {"case": case, "skipped": "the case passes when re-run here (not reproducible in a fresh process)"}
     budget = call_budget(arg.run_s, cost, arg.n_searches, len(flips(ops)), arg.share)
