@@ -327,7 +327,10 @@ def _boundary_row(dim: str, b: dict) -> tuple:
         )
     near = "" if b.get("exact") else " (bisection not finished)"
     blind = " (values there tell no legal epilogues apart: may be the values' pass)" if b.get("blind") else ""
-    return (dim.upper(), f"{b['passes_at']}{near}{blind}", str(b["fails_at"]), b.get("calls"))
+    passes, fails = f"{b['passes_at']}{near}{blind}", str(b["fails_at"])
+    if b.get("upper_passes_at") is not None:
+        passes, fails = f"{passes} and {b['upper_passes_at']}", f"{fails} to {b['upper_fails_at']}"
+    return (dim.upper(), passes, fails, b.get("calls"))
 
 
 def _mkn(shape) -> str:
@@ -358,7 +361,11 @@ def triage_summary(triage: dict) -> list[str]:
                 parts.append(f"{dim.upper()} fails at every probe")
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
-                parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {b['fails_at']}")
+                up = b.get("upper_passes_at")
+                fails = (
+                    f"{b['fails_at']}" if up is None else f"{b['fails_at']} to {b['upper_fails_at']} (passes at {up})"
+                )
+                parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {fails}")
         pr = t.get("product") or {}
         if pr.get("verified"):
             parts.append(f"M*N*K passes at {pr['passes_at']}, fails at {pr['fails_at']}")

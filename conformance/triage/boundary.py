@@ -4,8 +4,9 @@ failing value, and per categorical flip whether the failure stays.
 A candidate is judged by running the kernel and the one check that failed (:func:`fails`): a kernel that raises,
 returns no valid output or dies in the call counts as failing. For each dimension, holding the others: halve the
 failing value down to 1 until a value passes; if none does, double it up to ``cap`` (and M * N * K up to
-``max_macs``); then bisect between the last
-failing and the passing value. Both sides of a reported boundary are verified by a call. Afterwards the midpoints
+``max_macs``); then bisect between the last failing and the passing value. Where the failing side lies above, double
+up from the case's value too: a value that passes there ends the failing side (an M bucket), its edge bisected the
+same way. Both sides of a reported edge are verified by a call. Afterwards the midpoints
 between consecutive failing probes are tried (budget allowing): one that passes makes the finding non-monotone,
 reported as its probed points (``monotone=False``), not as a boundary. Deterministic; never raises for a kernel's
 failure; at most ``budget`` kernel calls per attribute (one per flip).
@@ -54,7 +55,10 @@ class Boundary:
     read ``points`` (every probed ``(value, fails)``, sorted by value) instead of the pair. ``replanted``: the
     values that failed only re-planted with the differing rows / columns (:class:`_Probe`). ``blind``: K's passing
     value lies below the case's K and its cropped and re-planted values tell fewer legal epilogues apart than the
-    failing value's (:func:`conformance.triage.focus.told_apart`): a pass of the values, maybe not of the path."""
+    failing value's (:func:`conformance.triage.focus.told_apart`): a pass of the values, maybe not of the path.
+    ``upper_fails_at`` / ``upper_passes_at``: where a failing side above the boundary ends (an M bucket: fails
+    from ``fails_at`` to ``upper_fails_at``, passes again at ``upper_passes_at``); None: it did not end within
+    the budget and cap."""
 
     attribute: str
     passes_at: Optional[int]
@@ -64,6 +68,8 @@ class Boundary:
     points: tuple = ()
     replanted: tuple = ()
     blind: bool = False
+    upper_fails_at: Optional[int] = None
+    upper_passes_at: Optional[int] = None
 
     @property
     def exact(self) -> bool:
@@ -147,6 +153,8 @@ class BoundarySearch:
                     "points": [list(p) for p in b.points],
                     "replanted": list(b.replanted),
                     "blind": b.blind,
+                    "upper_fails_at": b.upper_fails_at,
+                    "upper_passes_at": b.upper_passes_at,
                 }
                 for k, b in self.boundaries.items()
             },
@@ -318,13 +326,19 @@ def search_dimension(
     if passing is None:
         failing = min(chain)
         return Boundary(dim, None, failing, probe.calls, True, _points(probe), tuple(sorted(probe.replanted)))
-    failing = chain[-1]
-    while abs(failing - passing) > 1 and not probe.spent:  # bisect
-        mid = (failing + passing) // 2
-        if probe(mid):
-            failing = mid
-        else:
-            passing = mid
+    failing, passing = _bisect(probe, chain[-1], passing)
+    upper = None  # (failing, passing) of the failing side's far edge, when a value above the case's passes
+    if failing > passing:
+        v = start
+        while v < top and not probe.spent:  # up by doubling: does the failing side end?
+            v = min(top, v * 2)
+            if probe(v):
+                chain.append(v)
+            else:
+                upper = (max(x for x in chain if x < v), v)
+                break
+        if upper is not None:
+            upper = _bisect(probe, upper[0], upper[1])
     monotone = True
     ordered = sorted(chain)
     for lo, hi in zip(ordered, ordered[1:]):  # a passing value between failing ones breaks monotony
@@ -333,15 +347,31 @@ def search_dimension(
         mid = (lo + hi) // 2
         if lo < mid < hi and not probe(mid):
             monotone = False
-    if any(not f for val, f in probe.seen.items() if _beyond(val, failing, passing)):
+    last = upper[0] if upper is not None else None
+    if any(not f for val, f in probe.seen.items() if _beyond(val, failing, passing, last)):
         monotone = False
     blind = dim == "k" and passing < start and probe.blind(passing, failing)
-    return Boundary(dim, passing, failing, probe.calls, monotone, _points(probe), tuple(sorted(probe.replanted)), blind)
+    edge = upper if upper is not None else (None, None)
+    replanted = tuple(sorted(probe.replanted))
+    return Boundary(dim, passing, failing, probe.calls, monotone, _points(probe), replanted, blind, *edge)
 
 
-def _beyond(value: int, failing: int, passing: int) -> bool:
-    """``value`` lies on the failing side of the pair (failing included)."""
-    return value >= failing if failing > passing else value <= failing
+def _bisect(probe: _Probe, failing: int, passing: int) -> tuple[int, int]:
+    """``(failing, passing)`` adjacent (budget allowing), bisecting between the two given."""
+    while abs(failing - passing) > 1 and not probe.spent:
+        mid = (failing + passing) // 2
+        if probe(mid):
+            failing = mid
+        else:
+            passing = mid
+    return failing, passing
+
+
+def _beyond(value: int, failing: int, passing: int, last: Optional[int] = None) -> bool:
+    """``value`` lies on the failing side of the pair (failing included; up to ``last`` when the side ends)."""
+    if failing > passing:
+        return failing <= value <= (last if last is not None else value)
+    return value <= failing
 
 
 def _points(probe: _Probe) -> tuple:
