@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from conformance.cases.tile_edges import SOURCE as TILE_EDGES_SOURCE
-from conformance.checks.result import Verdict, bound_line
+from conformance.checks.result import CHECK_NAMES, Verdict, bound_line
 from conformance.runtime.output_dirs import kernel_dirname
 from conformance.runtime.partial_run import complete_run, is_partial, partial_note
 from conformance.suite.signatures import signature_lines
@@ -390,7 +390,7 @@ def triage_lines(doc: dict) -> list[str]:
     tri = doc.get("triage") or {}
     if not tri:
         return []
-    names = {ch["check_id"]: ch["name"] for ch in doc.get("checks") or []}
+    names = CHECK_NAMES | {ch["check_id"]: ch["name"] for ch in doc.get("checks") or []}
     lines = [
         "",
         "## Where the bug lives",

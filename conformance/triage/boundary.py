@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import torch
 
 from conformance.checks.accumulator import observe_accumulator
+from conformance.checks.result import CALL_ID, INTERFACE_ID
 from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case, per_case_checks
 from conformance.triage.flips import flips, own_values
@@ -37,6 +38,8 @@ DEFAULT_BUDGET = 24
 DEFAULT_CAP = 8192
 #: The largest M * N * K a search going up tries (a CPU kernel call and its check stay well under a second).
 DEFAULT_MAX_MACS = 1 << 24
+#: The pseudo-checks of the call itself (``checks.result``): it raised or gave no output, it broke the interface.
+CALL_CHECKS = (CALL_ID, INTERFACE_ID)
 #: Flips that change the case's values themselves (not retried on re-planted values).
 VALUE_FLIPS = ("magnitude:",)
 #: The numeric attributes searched, in order.
@@ -181,6 +184,9 @@ def judge(
     table = dict(per_case_checks(spec))
     check = table.get(check_id)
     try:
+        if check_id in CALL_CHECKS:  # the call itself: no output, a raise, an interface violation
+            run = run_kernel(spec, ops, device=device)
+            return bool(run.output is None or run.raised is not None or run.interface), None
         if check is None:
             res = evaluate_case(spec, ops, device=device, coverage=False, output_digest=False)
             r = res.checks.get(check_id)

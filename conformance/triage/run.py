@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from conformance.cases import case_id
-from conformance.checks.result import Verdict
+from conformance.checks.result import CALL_ID, INTERFACE_ID, Verdict
 from conformance.runtime.forking import start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
@@ -36,8 +36,9 @@ from conformance.triage.flips import flips
 from conformance.triage.minimal import ZERO_BUDGET, minimal_case
 from reference.fileio import atomic_write_json
 
-#: The per-case checks triaged (C3 / C4 only where the kernel's own accumulator failed, not a precondition case).
-TRIAGED_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C12")
+#: The per-case checks triaged (C3 / C4 only where the kernel's own accumulator failed, not a precondition case)
+#: and the call's own pseudo-checks (it raised or gave no output; it broke the interface, e.g. the wrong dtype).
+TRIAGED_CHECKS = (CALL_ID, INTERFACE_ID, "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C12")
 #: The share of the run's elapsed time triage may add.
 DEFAULT_SHARE = 0.10
 #: Kernel calls per dimension, whatever the time budget says.
