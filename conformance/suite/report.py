@@ -319,9 +319,11 @@ def _boundary_row(dim: str, b: dict) -> tuple:
         failing = [v for v, f in pts if f]
         return (dim.upper(), f"{_values_text(passing)} (not monotone)", _values_text(failing), b.get("calls"))
     if b.get("passes_at") is None:
+        floor = b.get("form_floor")
+        held = "" if floor is None else f" (at {floor} the case's operand layout cannot be held)"
         return (
             dim.upper(),
-            f"none found in {b.get('calls')} calls",
+            f"none found in {b.get('calls')} calls{held}",
             f"{b['fails_at']} and every probe",
             b.get("calls"),
         )
@@ -358,7 +360,11 @@ def triage_summary(triage: dict) -> list[str]:
             if not b.get("monotone", True):
                 parts.append(f"{dim.upper()} not monotone")
             elif b.get("passes_at") is None:
-                parts.append(f"{dim.upper()} fails at every probe")
+                floor = b.get("form_floor")
+                parts.append(
+                    f"{dim.upper()} fails at every probe"
+                    + ("" if floor is None else f" down to {b['fails_at']} (its layout cannot be held at {floor})")
+                )
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
                 up = b.get("upper_passes_at")

@@ -29,7 +29,7 @@ from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case, per_case_checks
 from conformance.triage.flips import flips, own_values
 from conformance.triage.focus import ACCUMULATOR_CHECKS, Lines, differing_lines, told_apart
-from conformance.triage.reshape import at_shape, replanted, row_index
+from conformance.triage.reshape import at_shape, operand_forms, replanted, row_index
 from reference.operands import GemmOperands
 
 #: Kernel calls per numeric attribute unless told.
@@ -61,7 +61,8 @@ class Boundary:
     failing value's (:func:`conformance.triage.focus.told_apart`): a pass of the values, maybe not of the path.
     ``upper_fails_at`` / ``upper_passes_at``: where a failing side above the boundary ends (an M bucket: fails
     from ``fails_at`` to ``upper_fails_at``, passes again at ``upper_passes_at``); None: it did not end within
-    the budget and cap."""
+    the budget and cap. ``form_floor``: the search down stopped there, the case's operand forms (a transposed or
+    padded operand) cannot be held at that value (:meth:`_Probe.formable`)."""
 
     attribute: str
     passes_at: Optional[int]
@@ -73,6 +74,7 @@ class Boundary:
     blind: bool = False
     upper_fails_at: Optional[int] = None
     upper_passes_at: Optional[int] = None
+    form_floor: Optional[int] = None
 
     @property
     def exact(self) -> bool:
@@ -158,6 +160,7 @@ class BoundarySearch:
                     "blind": b.blind,
                     "upper_fails_at": b.upper_fails_at,
                     "upper_passes_at": b.upper_passes_at,
+                    "form_floor": b.form_floor,
                 }
                 for k, b in self.boundaries.items()
             },
@@ -224,6 +227,7 @@ class _Probe:
         self.seen: dict[int, bool] = {}
         self.calls = 0
         self.replanted: list[int] = []  # values that failed only re-planted
+        self._forms: dict[int, bool] = {}
 
     @property
     def spent(self) -> bool:
@@ -276,6 +280,15 @@ class _Probe:
         there, here = told(failing), told(value)
         return there is not None and here is not None and bool(there - here)
 
+    def formable(self, value: int) -> bool:
+        """The case's operand forms hold at ``value`` (a transposed or padded operand reads as dense at size 1; no
+        kernel call)."""
+        if value not in self._forms:
+            size = {self.dim: value}
+            probe = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"))
+            self._forms[value] = operand_forms(probe) == operand_forms(self.ops)
+        return self._forms[value]
+
     def __call__(self, value: int) -> bool:
         if value not in self.seen:
             verdict = self._fails(value)
@@ -311,8 +324,12 @@ def search_dimension(
     chain = [start]  # failing values in probe order
     passing: Optional[int] = None
     v = start
+    floor = None  # the largest value below the case's where its operand forms cannot be held
     while v > 1 and not probe.spent:  # down by halving
         v = v // 2
+        if not probe.formable(v):
+            floor = v
+            break
         if probe(v):
             chain.append(v)
         else:
@@ -331,9 +348,11 @@ def search_dimension(
                 break
     if passing is None:
         failing = min(chain)
-        return Boundary(dim, None, failing, probe.calls, True, _points(probe), tuple(sorted(probe.replanted)))
+        rp = tuple(sorted(probe.replanted))
+        return Boundary(dim, None, failing, probe.calls, True, _points(probe), rp, form_floor=floor)
     failing, passing = _bisect(probe, chain[-1], passing)
     upper = None  # (failing, passing) of the failing side's far edge, when a value above the case's passes
+    periodic = False
     if failing > passing:
         v = start
         while v < top and not probe.spent:  # up by doubling: does the failing side end?
@@ -343,9 +362,12 @@ def search_dimension(
             else:
                 upper = (max(x for x in chain if x < v), v)
                 break
-        if upper is not None:
+        if upper is not None and not probe.spent and probe(upper[1] + 1):  # fails again just past: not a bucket
+            chain.append(upper[1] + 1)
+            periodic, upper = True, None
+        elif upper is not None:
             upper = _bisect(probe, upper[0], upper[1])
-    monotone = True
+    monotone = not periodic
     ordered = sorted(chain)
     for lo, hi in zip(ordered, ordered[1:]):  # a passing value between failing ones breaks monotony
         if probe.spent:

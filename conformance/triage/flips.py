@@ -3,7 +3,8 @@
 Attributes: ``out_dtype`` (each other of bf16 / fp16 / fp32, the bias cast along), ``bias`` (``absent``, or
 ``present``: a seeded bias of small multiples of 1/4, exact in every out dtype), ``layout:a`` (``dense`` /
 ``padded``), ``layout:b`` (``dense`` / ``transposed`` / ``padded``), ``scale_form:scale_a`` / ``scale_form:scale_b``
-(``scalar``: a 0-d tensor of the first value; ``vector``: a dense [M] / [N], a scalar repeated),
+(``scalar``: a 0-d tensor of the first value; ``vector``: a dense [M] / [N], a scalar repeated or a column's
+values),
 ``magnitude:scale_a`` / ``magnitude:scale_b`` (:data:`SCALE_CLASSES`, the planted cases' magnitude classes less
 ``huge``, which rescales s_a and s_w together: :func:`scale_class`, :func:`to_scale_class`; the scale's form kept).
 Only values other than the case's own are listed (a magnitude flip only where it reaches its class). Deterministic.
@@ -20,6 +21,8 @@ from conformance.cases.planting import SUBNORMAL_EXP
 from conformance.triage.reshape import SCALAR_FORMS, operand_forms, reform
 from reference.operands import GemmOperands
 
+#: The per-row scale forms held as a column ([M, 1] / [N, 1], dense or strided).
+COLUMN_FORMS = ("column", "column_strided")
 #: The layouts a flip gives each matrix operand (``operand_forms`` names; ``a`` is row-major by contract).
 LAYOUTS = {"a": ("dense", "padded"), "b": ("dense", "transposed", "padded")}
 #: Scale magnitude classes (``conformance.cases.planting.MAGNITUDES``' names): ``subnormal`` some nonzero element
@@ -72,7 +75,8 @@ def own_values(ops: GemmOperands) -> dict[str, str]:
     for name in LAYOUTS:
         out[f"layout:{name}"] = forms[name]
     for name in ("scale_a", "scale_b"):
-        out[f"scale_form:{name}"] = "scalar" if forms[name] in SCALAR_FORMS else "vector"
+        own = "scalar" if forms[name] in SCALAR_FORMS else "column" if forms[name] in COLUMN_FORMS else "vector"
+        out[f"scale_form:{name}"] = own
         out[f"magnitude:{name}"] = scale_class(getattr(ops, name))
     return out
 
@@ -106,6 +110,8 @@ def flips(ops: GemmOperands) -> list[tuple[str, str, GemmOperands]]:
         scalar = forms[name] in SCALAR_FORMS
         value, form = ("vector", "vector") if scalar else ("scalar", "0d")
         out.append((f"scale_form:{name}", value, reform(ops, {name: form})))
+        if forms[name] in COLUMN_FORMS:  # an [M, 1] / [N, 1] column: also the same values as a dense vector
+            out.append((f"scale_form:{name}", "vector", reform(ops, {name: "vector"})))
     for name in ("scale_a", "scale_b"):
         s = getattr(ops, name)
         own = scale_class(s)
