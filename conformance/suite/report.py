@@ -402,8 +402,9 @@ def triage_lines(doc: dict) -> list[str]:
         "## Where the bug lives",
         "",
         "The first failing case of each failing check, re-run at other shapes and with one attribute flipped "
-        "(`conformance.triage`): where the failure switches on. A verdict is about the case's values: a probe that "
-        "crops away the case's differing elements passes although the kernel's path may still be wrong.",
+        "(`conformance.triage`): where the failure switches on. A probe that passes cropped is retried with the "
+        "case's differing rows / columns (K: a case planted at that K) before it counts as passing; a boundary "
+        "marked values-limited may still be where the values stop telling the epilogues apart.",
     ]
     for cid, t in tri.items():
         lines += ["", f"### {cid} {names.get(cid, '')}".rstrip(), ""]
