@@ -331,8 +331,14 @@ def _boundary_row(dim: str, b: dict) -> tuple:
     blind = " (values there tell no legal epilogues apart: may be the values' pass)" if b.get("blind") else ""
     passes, fails = f"{b['passes_at']}{near}{blind}", str(b["fails_at"])
     if b.get("upper_passes_at") is not None:
-        passes, fails = f"{passes} and {b['upper_passes_at']}", f"{fails} to {b['upper_fails_at']}"
+        passes, fails = f"{passes} and {b['upper_passes_at']}", f"{fails} to {_upper(b)}"
     return (dim.upper(), passes, fails, b.get("calls"))
+
+
+def _upper(b: dict) -> str:
+    """A bucket's last failing value, ``at least V`` where the bisection toward its passing value was not finished."""
+    last, up = b["upper_fails_at"], b["upper_passes_at"]
+    return str(last) if abs(up - last) == 1 else f"at least {last}"
 
 
 def _mkn(shape) -> str:
@@ -368,9 +374,7 @@ def triage_summary(triage: dict) -> list[str]:
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
                 up = b.get("upper_passes_at")
-                fails = (
-                    f"{b['fails_at']}" if up is None else f"{b['fails_at']} to {b['upper_fails_at']} (passes at {up})"
-                )
+                fails = f"{b['fails_at']}" if up is None else f"{b['fails_at']} to {_upper(b)} (passes at {up})"
                 parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {fails}")
         pr = t.get("product") or {}
         if pr.get("verified"):

@@ -17,7 +17,7 @@ from conformance.cases import case_id
 from conformance.cases.planting import planted_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
-from conformance.suite.report import triage_lines
+from conformance.suite.report import triage_lines, triage_summary
 from conformance.triage import run
 from conformance.triage.reshape import at_shape
 from conformance.triage.run import triage_result
@@ -169,3 +169,31 @@ def test_check_of_a_kernel_that_segfaults_past_m_128_finishes_with_its_triage(tm
             assert m["passes_at"] <= mid < m["fails_at"] <= buggy_kernels.SEGFAULT_M, (cid, m)
             assert not m["exact"] or (m["passes_at"], m["fails_at"]) == (mid, mid + 1)
             assert f"where {cid} lives" in proc.stdout
+
+
+def test_a_bucket_a_layout_floor_and_a_blind_k_are_rendered():
+    b = {"monotone": True, "exact": True, "calls": 9}
+    tri = {
+        "C8": {
+            "case": "x",
+            "shape": [40, 64, 40],
+            "boundaries": {
+                "m": b | {"passes_at": 32, "fails_at": 33, "upper_fails_at": 63, "upper_passes_at": 64},
+                "n": b | {"passes_at": None, "fails_at": 2, "form_floor": 1},
+                "k": b | {"passes_at": 31, "fails_at": 32, "blind": True},
+            },
+            "flips": [],
+        },
+        "C5": {
+            "case": "y",
+            "shape": [20, 9, 1],
+            "boundaries": {"m": b | {"passes_at": 16, "fails_at": 17, "upper_fails_at": 40, "upper_passes_at": 80}},
+        },
+    }
+    line = triage_summary(tri)
+    assert "M passes at 32, fails at 33 to 63 (passes at 64)" in line[0]
+    assert "N fails at every probe down to 2 (its layout cannot be held at 1)" in line[0]
+    assert "K passes at 31 (values-limited), fails at 32" in line[0]
+    assert "fails at 17 to at least 40 (passes at 80)" in line[1]
+    text = "\n".join(triage_lines({"checks": [], "triage": tri}))
+    assert "| 32 and 64" in text and "| 33 to 63" in text and "cannot be held" in text
