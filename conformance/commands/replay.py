@@ -1,9 +1,10 @@
-"""``int8conf replay DIR [--kernel K] [--inject F] [--device D] [--check CID]``: re-judge a saved reproducer (a
-triage minimal case ``<report>/repro/triage-<check>-<case>/``, a case that crashed) with the suite's checks, the
-kernel called in a child process (``conformance.suite.replay``). One line per check, the named one first; exit 0 when
+"""``int8conf replay DIR [--kernel K] [--inject F] [--device D] [--check CID] [--triage]``: re-judge a saved
+reproducer (a triage minimal case ``<report>/repro/triage-<check>-<case>/``, a case that crashed) with the suite's
+checks, the kernel called in a child process (``conformance.suite.replay``). One line per check, the named one first; exit 0 when
 the named check (none named: every check) passes, 1 when it fails, 2 on bad input, 3 when the kernel crashed, hung,
 raised or could not be called here. The reproducer's ``command.sh`` re-runs the kernel alone, without isolation
-(for a debugger)."""
+(for a debugger). ``--triage``: when it fails, the boundary search of ``int8conf check`` on this case, on demand
+(``conformance.triage.run.triage_cases``; the record in ``DIR/triage/triage.json``)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ def register(subparsers) -> None:
         metavar="S",
         help="seconds before the kernel's process is killed as hung (default: check --timeout's)",
     )
+    p.add_argument(
+        "--triage",
+        action="store_true",
+        help="when it fails, also search where: M / N / K boundaries, flips, the minimal case (as check's "
+        "'Where the bug lives'; its reproducer under DIR/triage/)",
+    )
     p.set_defaults(func=run)
 
 
@@ -62,4 +69,29 @@ def run(args: argparse.Namespace) -> int:
         for line in crash.get("log_tail", [])[:STACK_LINES]:
             print(f"  | {line}", file=sys.stderr)
     print(replay_verdict_line(rp, code), flush=True)
+    if args.triage and code == 1:
+        _triage(rp, args)
     return code
+
+
+def _triage(rp, args: argparse.Namespace) -> None:
+    """The boundary search on the replayed case for the check it answers for (else its first failing one), at
+    the most calls per dimension; a line per check (``suite.report.triage_summary``), the record in
+    ``DIR/triage/triage.json``."""
+    from pathlib import Path
+
+    from conformance.suite.report import triage_summary
+    from conformance.triage.run import ON_DEMAND_RUN_S, first_failing, triage_cases
+    from reference.fileio import atomic_write_json
+
+    failed = [cid for cid, r in rp.result.checks.items() if r.is_kernel_failure]
+    todo = first_failing([(rp.result.case, [rp.check] if rp.check in failed else failed)])
+    if not todo:
+        print("replay: triage: no triaged check failed (a kernel-level check?)")
+        return
+    out = Path(args.dir) / "triage"
+    tri = triage_cases(rp.spec, todo, [rp.ops], ON_DEMAND_RUN_S, {}, out, args.device, share=1.0)
+    atomic_write_json(out / "triage.json", tri)
+    for line in triage_summary(tri):
+        print(f"replay: {line}")
+    print(f"replay: triage record: {out / 'triage.json'}", flush=True)

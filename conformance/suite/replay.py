@@ -17,7 +17,7 @@ import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from conformance.checks.result import CALL_ID, CHECK_NAMES, INTERFACE_ID, CheckResult, Verdict
 from conformance.runtime import exit_codes
@@ -36,12 +36,15 @@ COMMAND = "int8conf replay"
 @dataclass
 class Replay:
     """One replayed reproducer: the kernel's ``label``, the ``case`` as case.json names it, the ``check`` named
-    (None: every check) and the suite's :class:`CaseResult` of it (a crashed case when the child died or hung)."""
+    (None: every check), the suite's :class:`CaseResult` of it (a crashed case when the child died or hung), the
+    resolved kernel ``spec`` and the case's operands ``ops``."""
 
     label: str
     case: str
     check: Optional[str]
     result: CaseResult
+    spec: Any = None
+    ops: Any = None
 
 
 def replay_kernel(info: dict, kernel: Optional[str] = None, inject: Optional[str] = None) -> KernelRef:
@@ -103,7 +106,7 @@ def replay(
         cr = oc.value
     else:
         raise Int8confError(f"the case could not be evaluated ({spec.name}): {oc.error}")
-    return Replay(ref.label(), str(info.get("case") or cr.case), cid, cr)
+    return Replay(ref.label(), str(info.get("case") or cr.case), cid, cr, spec, ops)
 
 
 def _line(r: CheckResult) -> str:

@@ -41,6 +41,8 @@ from reference.fileio import atomic_write_json
 TRIAGED_CHECKS = (CALL_ID, INTERFACE_ID, "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C12")
 #: The share of the run's elapsed time triage may add.
 DEFAULT_SHARE = 0.10
+#: The run seconds an on-demand search (``int8conf replay --triage``) is budgeted as: at share 1.0, the most calls.
+ON_DEMAND_RUN_S = 60.0
 #: Kernel calls per dimension, whatever the time budget says.
 MIN_DIM_CALLS = 4
 #: The most kernel calls per dimension.

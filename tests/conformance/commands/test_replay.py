@@ -5,6 +5,7 @@ on bad input; ``replay_command`` spells a command that does what it says."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import buggy_kernels
@@ -12,6 +13,7 @@ import pytest
 import torch
 from subprocesses import run_python
 
+from conformance.cases.large_shapes import wide_n_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.pool import KernelRef
@@ -62,6 +64,19 @@ def test_the_triages_minimal_case_replays_failing_and_passes_with_a_correct_kern
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("C8 declared_contract: fail") and lines[-1] == "replay: C8 fails (exit 1)"
     assert main(["replay", str(d), "--kernel", "buggy_kernels:good_cutlass"]) == 0
+
+
+def test_replay_triage_searches_where_a_saved_case_fails_on_demand(tmp_path, capsys):
+    # any saved case: a wide-N case of bias_cache_wraps (N > 256 reads bias[n % 256]), searched on demand
+    d = _repro(tmp_path / "wide", wide_n_case(1), KernelRef("buggy_kernels:bias_cache_wraps"), "C8")
+    assert main(["replay", str(d), "--triage"]) == 1
+    out = capsys.readouterr().out
+    assert "replay: where C8 lives (case " in out and "N passes at 256, fails at 257" in out
+    assert "passes with bias present -> absent" in out
+    tri = json.loads((d / "triage" / "triage.json").read_text())
+    assert tri["C8"]["boundaries"]["n"]["exact"] and tri["C8"]["budget"] == 24 and tri["C8"]["minimal"]["fails"]
+    assert main(["replay", str(d), "--triage", "--kernel", "buggy_kernels:good_cutlass"]) == 0  # passes: no search
+    assert "where C8 lives" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("kernel", ["buggy_kernels:good_cutlass", "cpu"])
