@@ -362,7 +362,7 @@ def search_dimension(
             else:
                 upper = (max(x for x in chain if x < v), v)
                 break
-        if upper is not None and not probe.spent and probe(upper[1] + 1):  # fails again just past: not a bucket
+        if upper is not None and probe(upper[1] + 1):  # fails again just past: not a bucket (beyond the budget)
             chain.append(upper[1] + 1)
             periodic, upper = True, None
         elif upper is not None:
@@ -419,6 +419,7 @@ def find_boundaries(
     focus: bool = True,
     on_call: Optional[Callable[[str, GemmOperands, BoundarySearch], None]] = None,
     product: bool = True,
+    total: Optional[int] = None,
 ) -> BoundarySearch:
     """The boundaries of failing case ``ops`` for ``check_id`` (a per-case check id of ``per_case_checks(spec)``,
     or C10): :func:`search_dimension` for each of ``dims`` (at most ``budget`` calls each, values up to ``cap``,
@@ -428,7 +429,8 @@ def find_boundaries(
     :func:`conformance.triage.flips.flips` (each :class:`Flip` with the case's own value; a passing one retried on
     the differing lines tiled, then, but for a :data:`VALUE_FLIPS` one, on a case planted for the flipped attribute:
     ``reshape.replanted``). ``on_call(what, ops, search)`` is told of each kernel call before it is made, with
-    the search so far (a crash's last words). Deterministic; never raises for a kernel's failure.
+    the search so far (a crash's last words). ``total``: the calls of the whole search; past it the product is
+    not verified and a flip gets its first call only. Deterministic; never raises for a kernel's failure.
 
     Raises:
         ValueError: a dimension outside ``DIMENSIONS``.
@@ -450,7 +452,11 @@ def find_boundaries(
         b = search_dimension(spec, ops, check_id, d, budget, cap, device, max_macs, out.lines, tell)
         out.boundaries[d] = b
         out.calls += b.calls
-    if product and all(d in out.boundaries for d in DIMENSIONS):
+
+    def left() -> bool:
+        return total is None or out.calls < total
+
+    if product and all(d in out.boundaries for d in DIMENSIONS) and left():
         out.product = search_product(spec, ops, check_id, out.boundaries, cap, device, max_macs)
         out.calls += out.product.calls
     if categorical:
@@ -460,7 +466,7 @@ def find_boundaries(
             tell(f"flip {attribute} {value}", variant)
             verdict = fails(spec, variant, check_id, device)
             out.calls += 1
-            if not verdict and out.lines is not None:  # retried on the differing lines tiled (a scalar keeps theirs)
+            if not verdict and out.lines is not None and left():  # retried on the differing lines tiled
                 if again is None:
                     focused = at_shape(ops, rows=out.lines.rows, cols=out.lines.cols)
                     again = {(a, v): o for a, v, o in flips(focused)}
@@ -468,7 +474,7 @@ def find_boundaries(
                     tell(f"flip {attribute} {value} on the differing lines", again[(attribute, value)])
                     verdict = fails(spec, again[(attribute, value)], check_id, device)
                     out.calls += 1
-            if not verdict and out.lines is not None and not attribute.startswith(VALUE_FLIPS):
+            if not verdict and out.lines is not None and not attribute.startswith(VALUE_FLIPS) and left():
                 fresh = replanted(variant, variant.k)  # values planted for the flipped attribute (its out dtype...)
                 tell(f"flip {attribute} {value} re-planted", fresh)
                 verdict = fails(spec, fresh, check_id, device)

@@ -44,7 +44,7 @@ def _b_form(b: torch.Tensor) -> str:
     s0, s1 = (int(v) for v in b.stride())
     if n > 1 and k > 1 and s0 == 1:
         return "transposed_padded" if s1 > n else "transposed"
-    if k > 0 and s1 == 1 and n > 1 and s0 > k:
+    if k > 0 and s1 == 1 and s0 > k:
         return "padded"
     return "dense"
 
@@ -53,9 +53,10 @@ def operand_forms(ops: GemmOperands) -> dict[str, str]:
     """The form of each operand, as ``with_forms`` names it: ``a`` ``dense`` | ``padded``; ``b`` ``dense`` |
     ``transposed`` | ``padded`` | ``transposed_padded``; ``scale_a`` / ``scale_b`` ``vector`` | ``column`` | ``0d``
     | ``one`` | ``strided`` | ``column_strided`` (an [M, 1] view with a row stride > 1, as ``layouts``'
-    ``scales_strided`` builds ``scale_b``); ``bias`` ``none`` | ``contiguous`` | ``strided``. A size-1 dimension reads as dense."""
+    ``scales_strided`` builds ``scale_b``); ``bias`` ``none`` | ``contiguous`` | ``strided``. A transposed ``b``
+    needs N and K > 1 (else it reads as dense)."""
     m, k = (int(v) for v in ops.a.shape)
-    a_padded = m > 1 and int(ops.a.stride(1)) == 1 and int(ops.a.stride(0)) > k
+    a_padded = k > 0 and int(ops.a.stride(1)) == 1 and int(ops.a.stride(0)) > k
     bias = ops.bias
     return {
         "a": "padded" if a_padded else "dense",

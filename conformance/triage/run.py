@@ -47,9 +47,9 @@ ON_DEMAND_RUN_S = 60.0
 MIN_DIM_CALLS = 4
 #: The most kernel calls per dimension.
 MAX_DIM_CALLS = 24
-#: Calls a search makes besides its dimensions and flips: the case verified, its differing lines, the product's
-#: verification, the minimal case (two), its fault classes, and the non-zero reduction at most.
-FIXED_CALLS = 1 + 1 + PRODUCT_CALLS + 2 + 1 + ZERO_BUDGET
+#: Calls a search makes whatever its budget: the case verified and timed (two), its differing lines, the minimal
+#: case (two), its fault classes.
+FIXED_CALLS = 2 + 1 + 2 + 1
 #: Seconds a kernel call is assumed to take at least (a check and a reshape ride along).
 MIN_CALL_S = 1e-3
 #: ``repro_dir`` subfolder name prefix of a minimal case's reproducer: ``triage-<check>-<case>``.
@@ -80,28 +80,23 @@ def first_failing(rows: Iterable[tuple[str, Iterable[str]]]) -> list[tuple[str, 
     return [(cid, out[cid]) for cid in TRIAGED_CHECKS if cid in out]
 
 
-def call_budget(run_s: float, case_s: float, n_searches: int, n_flips: int, share: float = DEFAULT_SHARE) -> int:
-    """Kernel calls per dimension of one search: ``share`` of ``run_s`` split over ``n_searches``, at a call's cost
-    ``case_s``, less :data:`FIXED_CALLS` and three per flip (each may be retried twice), over three dimensions;
-    between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`."""
-    per_dim = int((_calls(run_s, case_s, n_searches, share) - FIXED_CALLS - 3 * n_flips) // len(DIMENSIONS))
-    return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, per_dim))
+def total_calls(run_s: float, case_s: float, n_searches: int, share: float = DEFAULT_SHARE) -> int:
+    """Kernel calls one search may make: ``share`` of ``run_s`` split over ``n_searches``, at a call's cost
+    ``case_s`` (at least :data:`MIN_CALL_S`)."""
+    return int(share * max(0.0, run_s) / max(1, n_searches) / max(MIN_CALL_S, case_s))
 
 
-def zero_budget(run_s: float, case_s: float, n_searches: int, share: float = DEFAULT_SHARE) -> int:
-    """Kernel calls of the minimal case's non-zero reduction: a fifth of the search's calls, between
-    :data:`MIN_DIM_CALLS` and ``triage.minimal.ZERO_BUDGET``."""
-    return max(MIN_DIM_CALLS, min(ZERO_BUDGET, int(_calls(run_s, case_s, n_searches, share) // 5)))
-
-
-def _calls(run_s: float, case_s: float, n_searches: int, share: float) -> float:
-    return share * max(0.0, run_s) / max(1, n_searches) / max(MIN_CALL_S, case_s)
+def call_budget(total: int) -> int:
+    """Kernel calls per dimension out of a search's ``total``: the dimensions come first (a third each, less the
+    :data:`FIXED_CALLS`), between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`; the flips, the product and the
+    non-zero reduction get what the dimensions leave (each flip one call at least)."""
+    return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, (total - FIXED_CALLS) // len(DIMENSIONS)))
 
 
 @dataclass(frozen=True)
 class SearchArg:
     """One search request's argument: the failing case's operands ``ops`` (case id ``case``), the check ``check_id``
-    that failed on it, the budget's inputs (:func:`call_budget`: the run's ``run_s``, ``n_searches``, ``share``, the
+    that failed on it, the budget's inputs (:func:`total_calls`: the run's ``run_s``, ``n_searches``, ``share``, the
     case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
     ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None), ``progress`` (a file
     the search writes before each kernel call: :func:`partial_record`; None: none)."""
@@ -128,16 +123,17 @@ def search_timeout(arg: SearchArg, n_flips: int) -> float:
     """Seconds a search's child may take: :data:`SEARCH_TIMEOUT_FACTOR` times its calls (the most
     :func:`call_budget` allows at the case's cost, the flips, the fixed ones) at the case's suite cost, at
     least :data:`MIN_SEARCH_TIMEOUT_S`."""
-    per_dim = call_budget(arg.run_s, arg.case_s, arg.n_searches, n_flips, arg.share)
-    calls = FIXED_CALLS + 3 * n_flips + len(DIMENSIONS) * (per_dim + 2) + 3 * len(DIMENSIONS)
+    per_dim = call_budget(total_calls(arg.run_s, arg.case_s, arg.n_searches, arg.share))
+    calls = FIXED_CALLS + ZERO_BUDGET + PRODUCT_CALLS + 3 * n_flips + len(DIMENSIONS) * (per_dim + 2)
     est = max(arg.share * arg.run_s / max(1, arg.n_searches), calls * max(MIN_CALL_S, arg.case_s))
     return max(MIN_SEARCH_TIMEOUT_S, SEARCH_TIMEOUT_FACTOR * est)
 
 
 def search_case(spec, arg: SearchArg, served: Served) -> dict:
     """The triage record of one failing check (a request handler, :data:`TRIAGE_REQUESTS`; run in the kernel's
-    child): one timed call verifying the case fails, the boundary search within :func:`call_budget`, the minimal
-    case, the fault classes its evidence is consistent with, saved as a reproducer under ``arg.repro_dir``.
+    child): a call verifying the case fails and a timed one (the search's :func:`total_calls`), the boundary
+    search (:func:`call_budget` per dimension; flips and product within the total), the minimal case (its non-zero
+    reduction within what is left), the fault classes its evidence is consistent with, saved as a reproducer under ``arg.repro_dir``.
     JSON-able (:func:`triage_result`'s record). Before each kernel call the search so far and the probe about to
     run go to ``arg.progress`` (atomically), so a crash or hang leaves them (:func:`partial_record`)."""
     ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
@@ -150,19 +146,20 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
             atomic_write_json(Path(arg.progress), doc)
 
     tell("the case", ops)
-    first_fails = fails(spec, ops, cid, device)  # one timed call: what a probe costs here
-    cost = time.perf_counter() - t0
-    if not first_fails:
+    if not fails(spec, ops, cid, device):
         return {"case": case, "skipped": "the case passes when re-run here (not reproducible in a fresh process)"}
-    budget = call_budget(arg.run_s, cost, arg.n_searches, len(flips(ops)), arg.share)
-    search = find_boundaries(spec, ops, cid, budget=budget, device=device, on_call=tell)
+    t1 = time.perf_counter()
+    fails(spec, ops, cid, device)  # a second, timed call: what a probe costs here (the first pays for warm-up)
+    total = total_calls(arg.run_s, time.perf_counter() - t1, arg.n_searches, arg.share)
+    budget = call_budget(total)
+    search = find_boundaries(spec, ops, cid, budget=budget, device=device, on_call=tell, total=total - FIXED_CALLS)
     tell("the minimal case", ops, search)
-    zeros = zero_budget(arg.run_s, cost, arg.n_searches, arg.share)
+    zeros = max(0, min(ZERO_BUDGET, total - FIXED_CALLS - search.calls))
     mc = minimal_case(spec, ops, cid, search.boundaries, device=device, zero_budget=zeros, lines=search.lines)
     rec: dict[str, Any] = {"case": case} | _search_fields(search)
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
     rec["minimal"]["nonzero"] = {k: list(v) for k, v in mc.nonzero.items()}
-    rec["budget"], rec["calls"] = budget, 1 + search.calls + mc.calls
+    rec["budget"], rec["calls"] = budget, 2 + search.calls + mc.calls
     if mc.fails:
         tell("the minimal case's fault classes", mc.ops, search)
         rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)

@@ -59,9 +59,13 @@ def test_prefill_scale_order_fails_past_m_128():
 
 @pytest.mark.parametrize("i", [0, 2, 4])  # N = 257 (bias, bf16), 520 (no bias, fp32), 383 (bias, fp16)
 def test_wide_n_tail_tile_dropped_fails_past_n_256(i):
+    # N > 256 drops the partial last 128-wide tile: a multiple of 128 above 256 passes again (periodic)
     spec, ops = _kernel("wide_n_tail_tile_dropped"), wide_n_case(i)
     s = find_boundaries(spec, ops, "C8")
-    assert _pair(s.boundaries["n"]) == (256, 257, True)
+    b = s.boundaries["n"]
+    assert (b.passes_at, b.fails_at) == (256, 257) and b.upper_passes_at is None
+    assert all(f == (v > 256 and v % 128 != 0) for v, f in b.points), b.points  # every probe as the code says
+    assert b.monotone == all(v <= 256 or v % 128 for v, _ in b.points)
     assert _failing_flips(s) == set()  # any dtype, bias, layout, scale form
     assert minimal_case(spec, ops, "C8", s.boundaries).shape[2] == 257
 
@@ -202,6 +206,7 @@ def test_flips_change_one_attribute_each():
         ("layout:b", "padded"),
         ("scale_form:scale_a", "scalar"),
         ("scale_form:scale_b", "scalar"),
+        ("scale_form:scale_b", "vector"),  # its [N, 1] strided column as a dense [N]
         ("magnitude:scale_a", "pow2"),
         ("magnitude:scale_a", "subnormal"),
         ("magnitude:scale_b", "pow2"),
@@ -215,6 +220,8 @@ def test_flips_change_one_attribute_each():
     assert tensor_digest(f.a) == tensor_digest(ops.a)
     assert got[("layout:b", "dense")].layouts()["b"] == "dense"
     assert got[("scale_form:scale_a", "scalar")].scale_a.dim() == 0
+    vec = got[("scale_form:scale_b", "vector")].scale_b
+    assert vec.dim() == 1 and torch.equal(vec, ops.scale_b.reshape(-1))
 
 
 def _pair_case() -> tuple:
@@ -233,21 +240,23 @@ def _pair_case() -> tuple:
 
 def test_minimal_case_keeps_the_one_saturating_pair_and_zeroes_the_rest():
     # C3 of pair_saturation_int16: one differing element (5, 9); its row and column re-planted fail at every M and
-    # N (the pair is the bug, not the shape), K 17/18 (the pair's columns 16, 17 cropped away); the minimal case
-    # 1,18,1 (row 5 / column 9 tiled) has 18 / 18 nonzero, halving K's columns keeps 16 and 17: the four -128 alone
+    # N (the pair is the bug, not the shape; N stops at 2: a transposed padded b needs N > 1), K 17/18 (the pair's
+    # columns 16, 17 cropped away); the minimal case 1,18,2 (row 5 / column 9 tiled) has 18 / 36 nonzero, halving
+    # K's columns keeps 16 and 17: the four -128 alone (b's second row zeroed with the others)
     spec, (_, ops) = _kernel("pair_saturation_int16"), _pair_case()
     s = find_boundaries(spec, ops, "C3", categorical=False)
-    assert [_pair(s.boundaries[d]) for d in "mnk"] == [(None, 1, True), (None, 1, True), (17, 18, True)]
+    assert [_pair(s.boundaries[d]) for d in "mnk"] == [(None, 1, True), (None, 2, True), (17, 18, True)]
+    assert [s.boundaries[d].form_floor for d in "mnk"] == [None, 1, None]
     assert (s.lines.rows.tolist(), s.lines.cols.tolist(), s.lines.n) == ([5], [9], 1)
     assert s.boundaries["m"].replanted and s.boundaries["n"].replanted
     assert not s.product.verified and s.product.passes_at is None  # M has no passing value
     mc = minimal_case(spec, ops, "C3", s.boundaries, lines=s.lines)
-    assert mc.shape == [1, 18, 1] and mc.fails and fails(spec, mc.ops, "C3")
-    assert mc.nonzero == {"a": (18, 2), "b": (18, 2)}
-    assert mc.ops.a.stride(0) > mc.ops.k  # zeroed through the padded view (at N = 1 a transposed b is dense)
+    assert mc.shape == [1, 18, 2] and mc.fails and fails(spec, mc.ops, "C3")
+    assert mc.nonzero == {"a": (18, 2), "b": (36, 2)}
+    assert operand_forms(mc.ops) == operand_forms(ops)  # zeroed through the padded / transposed-padded views
     assert mc.ops.a.nonzero().tolist() == [[0, 16], [0, 17]] and mc.ops.b.nonzero().tolist() == [[0, 16], [0, 17]]
     assert int(mc.ops.a[0, 16]) == int(mc.ops.b[0, 17]) == -128
-    assert nonzero_count(mc.ops.a) == 2 and mc.ops.meta[META_KEY]["nonzero"] == {"a": [18, 2], "b": [18, 2]}
+    assert nonzero_count(mc.ops.a) == 2 and mc.ops.meta[META_KEY]["nonzero"] == {"a": [18, 2], "b": [36, 2]}
     cropped = minimal_case(spec, ops, "C3", s.boundaries, zero_budget=0)  # without the lines only K shrinks
     assert cropped.shape == [ops.m, 18, ops.n] and cropped.fails and cropped.nonzero == {}
 
