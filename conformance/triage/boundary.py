@@ -9,7 +9,7 @@ up from the case's value too: a value that passes there ends the failing side (a
 same way. Both sides of a reported edge are verified by a call. Afterwards the midpoints
 between consecutive failing probes are tried (budget allowing): one that passes makes the finding non-monotone,
 reported as its probed points (``monotone=False``), not as a boundary. Deterministic; never raises for a kernel's
-failure; at most ``budget`` kernel calls per attribute (one per flip).
+failure; at most ``budget`` values probed per dimension (a passing value is retried re-planted, up to three calls).
 
 The product M * N * K (:func:`search_product`): where all three are monotone boundaries with larger values failing
 and every probed passing product lies below every failing one, two calls at another aspect ratio (one dimension
@@ -29,7 +29,7 @@ from conformance.kernels.runner import run_kernel
 from conformance.suite.evaluate import evaluate_case, per_case_checks
 from conformance.triage.flips import flips, own_values
 from conformance.triage.focus import ACCUMULATOR_CHECKS, Lines, differing_lines, told_apart
-from conformance.triage.reshape import at_shape, operand_forms, replanted, row_index
+from conformance.triage.reshape import at_shape, operand_forms, replanted, reseeded, row_index
 from reference.operands import GemmOperands
 
 #: Kernel calls per numeric attribute unless told.
@@ -217,7 +217,7 @@ def _element(ev: dict, ops: GemmOperands) -> Optional[tuple[int, int]]:
 
 
 class _Probe:
-    """Judges one dimension's values, memoized, counting kernel calls against a budget. A value whose cropped probe
+    """Judges one dimension's values, memoized, counting the values probed against a budget. A value whose cropped probe
     passes is tried again re-planted (:meth:`_fails`) when the case's differing ``lines`` are known
     (:mod:`conformance.triage.focus`) and the re-planted probe differs."""
 
@@ -231,28 +231,39 @@ class _Probe:
 
     @property
     def spent(self) -> bool:
-        return self.calls >= self.budget
+        """``budget`` values probed (a re-planted retry is the same value's: :attr:`calls` counts every call)."""
+        return len(self.seen) >= self.budget
 
     def _fails(self, value: int, again: bool = False) -> bool:
-        """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: its differing lines tiled; K:
-        :func:`conformance.triage.reshape.replanted`)."""
+        """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: its differing lines tiled; K below
+        the case's: :func:`conformance.triage.reshape.replanted`, then :func:`conformance.triage.reshape.reseeded`
+        values under the case's own scales, two calls; K above it: the case's columns tiled instead of zeros, so a
+        bug in the last K columns sees data there)."""
         size = {self.dim: value}
         rows, cols = self._lines() if again else (None, None)
         ops = at_shape(self.ops, m=size.get("m"), n=size.get("n"), k=size.get("k"), rows=rows, cols=cols)
-        if again and self.dim == "k":
-            ops = replanted(self.ops, value)
+        if again and self.dim == "k":  # above the case's K: its columns tiled into the new ones (not zeros)
+            ops = replanted(self.ops, value) if value < self.ops.k else at_shape(self.ops, k=value, k_fill="tile")
         if self.on_call is not None:
             self.on_call(f"{self.dim.upper()}={value}" + (" re-planted" if again else ""), ops)
         self.calls += 1
-        return fails(self.spec, ops, self.check_id, self.device)
+        if fails(self.spec, ops, self.check_id, self.device):
+            return True
+        if again and self.dim == "k" and value < self.ops.k:  # full-range values, the case's scales and bias
+            ops = reseeded(at_shape(self.ops, k=value))
+            if self.on_call is not None:
+                self.on_call(f"K={value} reseeded", ops)
+            self.calls += 1
+            return fails(self.spec, ops, self.check_id, self.device)
+        return False
 
     def _replant_differs(self, value: int) -> bool:
-        """The re-planted probe at ``value`` differs from the cropped one (other rows or columns; K below the case's
-        own: other values)."""
+        """The re-planted probe at ``value`` differs from the cropped one (other rows or columns; another K than the
+        case's: other values)."""
         if self.lines is None:
             return False
         if self.dim == "k":
-            return value < self.ops.k
+            return value != self.ops.k
         m, n = (value if self.dim == "m" else self.ops.m), (value if self.dim == "n" else self.ops.n)
         rows, cols = self._lines()
         return not (
@@ -328,7 +339,12 @@ def search_dimension(
     while v > 1 and not probe.spent:  # down by halving
         v = v // 2
         if not probe.formable(v):
-            floor = v
+            floor, w = v, v + 1  # the smallest value above it that holds the forms, when not yet probed
+            if w < chain[-1] and probe.formable(w) and not probe.spent:
+                if probe(w):
+                    chain.append(w)
+                else:
+                    passing = w
             break
         if probe(v):
             chain.append(v)

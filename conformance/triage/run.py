@@ -43,9 +43,11 @@ TRIAGED_CHECKS = (CALL_ID, INTERFACE_ID, "C1", "C2", "C3", "C4", "C5", "C6", "C8
 DEFAULT_SHARE = 0.10
 #: The run seconds an on-demand search (``int8conf replay --triage``) is budgeted as: at share 1.0, the most calls.
 ON_DEMAND_RUN_S = 60.0
-#: Kernel calls per dimension, whatever the time budget says.
+#: Kernel calls a probed value costs on average (a passing one is retried re-planted).
+CALLS_PER_VALUE = 2
+#: Values probed per dimension, whatever the time budget says.
 MIN_DIM_CALLS = 4
-#: The most kernel calls per dimension.
+#: The most values probed per dimension.
 MAX_DIM_CALLS = 24
 #: Calls a search makes whatever its budget: the case verified and timed (two), its differing lines, the minimal
 #: case (two), its fault classes.
@@ -87,10 +89,10 @@ def total_calls(run_s: float, case_s: float, n_searches: int, share: float = DEF
 
 
 def call_budget(total: int) -> int:
-    """Kernel calls per dimension out of a search's ``total``: the dimensions come first (a third each, less the
-    :data:`FIXED_CALLS`), between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`; the flips, the product and the
-    non-zero reduction get what the dimensions leave (each flip one call at least)."""
-    return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, (total - FIXED_CALLS) // len(DIMENSIONS)))
+    """Values probed per dimension out of a search's ``total`` calls: the dimensions come first (a third each, less
+    the :data:`FIXED_CALLS`, at :data:`CALLS_PER_VALUE`), between :data:`MIN_DIM_CALLS` and :data:`MAX_DIM_CALLS`;
+    the flips, the product and the non-zero reduction get what the dimensions leave (each flip one call at least)."""
+    return max(MIN_DIM_CALLS, min(MAX_DIM_CALLS, (total - FIXED_CALLS) // (len(DIMENSIONS) * CALLS_PER_VALUE)))
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def search_timeout(arg: SearchArg, n_flips: int) -> float:
     :func:`call_budget` allows at the case's cost, the flips, the fixed ones) at the case's suite cost, at
     least :data:`MIN_SEARCH_TIMEOUT_S`."""
     per_dim = call_budget(total_calls(arg.run_s, arg.case_s, arg.n_searches, arg.share))
-    calls = FIXED_CALLS + ZERO_BUDGET + PRODUCT_CALLS + 3 * n_flips + len(DIMENSIONS) * (per_dim + 2)
+    calls = FIXED_CALLS + ZERO_BUDGET + PRODUCT_CALLS + 3 * n_flips + len(DIMENSIONS) * 3 * (per_dim + 2)
     est = max(arg.share * arg.run_s / max(1, arg.n_searches), calls * max(MIN_CALL_S, arg.case_s))
     return max(MIN_SEARCH_TIMEOUT_S, SEARCH_TIMEOUT_FACTOR * est)
 
