@@ -64,7 +64,7 @@ def judged_check(info: dict, spec, check: Optional[str] = None) -> Optional[str]
     cid = check if check is not None else (info.get("what_happened") or {}).get("check")
     if cid is None:
         return None
-    known = [c for c, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,)]
+    known = [CALL_ID, INTERFACE_ID] + [c for c, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,)]
     cid = str(cid).strip().upper()
     if cid not in known:
         what = f"not a per-case check of {spec.name}" if cid in CHECK_NAMES else "no such check"
@@ -122,12 +122,17 @@ def replay_lines(rp: Replay) -> list[str]:
 
 
 def replay_exit(rp: Replay) -> int:
-    """0 / 1 / 3 (module docstring): 3 when the case's verdict is ``crash`` / ``timeout`` / ``not run`` or the call
+    """0 / 1 / 3 (module docstring): 1 when the named check is ``CALL`` (the call itself) and the kernel raised,
+    crashed or hung again; else 3 when the case's verdict is ``crash`` / ``timeout`` / ``not run`` or the call
     raised; 1 when the kernel's output failed its interface, the named check failed as the kernel's failure, or
     (none named) any check did; else 0 (a named check ``n/a`` here does not fail)."""
     cr = rp.result
+    if rp.check == CALL_ID and (cr.crash is not None or cr.raised is not None):  # the call's failure, again
+        return exit_codes.FAILED
     if cr.crash is not None or cr.raised is not None or cr.verdict == Verdict.NOT_RUN:
         return exit_codes.NOT_RUN
+    if rp.check == CALL_ID:
+        return exit_codes.OK
     if cr.interface is not None:
         return exit_codes.FAILED
     if rp.check is None:

@@ -282,7 +282,7 @@ def triage_cases(
                     case_s.get(case, 0.0),
                     len(todo),
                     share,
-                    None if repro_dir is None else str(repro_dir),
+                    None if repro_dir is None else str(Path(repro_dir).resolve()),  # a replay pastes anywhere
                     None if ref is None else ref.to_dict(),
                     str(Path(logs) / f"progress-{cid}.json"),
                 )

@@ -20,6 +20,7 @@ from conformance.runtime.pool import KernelRef
 from conformance.runtime.repro import save_reproducer
 from conformance.suite.replay import replay_command
 from conformance.suite.workers import kernel_ref
+from conformance.triage.reshape import at_shape
 from faults.inject import inject_injection
 from faults.spec import make_injection
 from reference.operands import GemmOperands
@@ -77,6 +78,15 @@ def test_replay_triage_searches_where_a_saved_case_fails_on_demand(tmp_path, cap
     assert tri["C8"]["boundaries"]["n"]["exact"] and tri["C8"]["budget"] == 24 and tri["C8"]["minimal"]["fails"]
     assert main(["replay", str(d), "--triage", "--kernel", "buggy_kernels:good_cutlass"]) == 0  # passes: no search
     assert "where C8 lives" not in capsys.readouterr().out
+
+
+def test_a_call_triage_reproducer_replays_its_raise_as_exit_1(tmp_path, capsys):
+    # triage of the CALL pseudo-check saves check "CALL": the kernel raising again is that check failing (exit 1)
+    ref = KernelRef("buggy_kernels:raises_past_m16")
+    d = _repro(tmp_path / "call", at_shape(buggy_kernels.tie_case(), m=17), ref, "CALL")
+    assert main(["replay", str(d)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "replay: CALL fails (exit 1)"
+    assert main(["replay", str(d), "--kernel", "buggy_kernels:good_cutlass"]) == 0
 
 
 @pytest.mark.parametrize("kernel", ["buggy_kernels:good_cutlass", "cpu"])
@@ -163,12 +173,12 @@ def test_kernel_ref_names_an_injected_module_kernel_by_its_clean_name_and_fault(
         (["{mem}"], "int8conf: error: this reproducer's kernel was in-memory (no name saved): name one with --kernel"),
         (
             ["{order}", "--check", "C9"],
-            "int8conf: error: --check C9: not a per-case check of decode_path_order; a replay judges C1, C2, C3, C4, C5, C6, "
+            "int8conf: error: --check C9: not a per-case check of decode_path_order; a replay judges CALL, IF, C1, C2, C3, C4, C5, C6, "
             "C8, C10",
         ),
         (
             ["{order}", "--check", "C99"],
-            "int8conf: error: --check C99: no such check; a replay judges C1, C2, C3, C4, C5, C6, C8, C10",
+            "int8conf: error: --check C99: no such check; a replay judges CALL, IF, C1, C2, C3, C4, C5, C6, C8, C10",
         ),
         (["{order}", "--inject", "F99"], "int8conf: error: --inject 'F99': unknown fault 'F99'"),
         (["{order}", "--kernel", "nope"], "int8conf: error: unknown kernel 'nope'"),
