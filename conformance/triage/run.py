@@ -15,6 +15,7 @@ cost in the suite). A search that dies keeps what it found (:func:`partial_recor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -24,14 +25,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from conformance.cases import case_id
 from conformance.checks.result import CALL_ID, INTERFACE_ID, Verdict
-from conformance.runtime.forking import start_method
+from conformance.runtime.forking import Forked, start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.evaluate import evaluate_case
+from conformance.suite.evaluate import CRASH, evaluate_case
 from conformance.suite.replay import replay_command
 from conformance.suite.signatures import case_scores
 from conformance.suite.workers import kernel_ref
-from conformance.triage.boundary import DIMENSIONS, PRODUCT_CALLS, BoundarySearch, fails, find_boundaries
+from conformance.triage.boundary import CALL_CHECKS, DIMENSIONS, PRODUCT_CALLS, BoundarySearch, fails, find_boundaries
 from conformance.triage.flips import flips
 from conformance.triage.minimal import ZERO_BUDGET, minimal_case
 from reference.fileio import atomic_write_json
@@ -58,18 +59,23 @@ MIN_CALL_S = 1e-3
 REPRO_PREFIX = "triage"
 #: Seconds a search's child is given at least, whatever the budget says (a fresh child's start, the first call).
 MIN_SEARCH_TIMEOUT_S = 120.0
+#: Seconds a probe's own child is given (a search of a case that killed the kernel's process) before it is killed.
+PROBE_TIMEOUT_S = 30.0
 #: How many times the search's estimated time its child is given before it is killed as hung.
 SEARCH_TIMEOUT_FACTOR = 20.0
 
 
 def first_failures(result) -> list[tuple[str, str]]:
     """``[(check id, case id)]``: the first case (in the run's order, property examples included) on which each of
-    :data:`TRIAGED_CHECKS` failed as the kernel's failure; a case that crashed or hung is skipped."""
-    return first_failing(
-        (cr.case, [cid for cid, r in cr.checks.items() if r is not None and r.is_kernel_failure])
-        for cr in result.cases
-        if cr.crash is None
-    )
+    :data:`TRIAGED_CHECKS` failed as the kernel's failure; a case whose process died counts as a ``CALL`` failure
+    (its search calls the kernel in a child per probe: :attr:`SearchArg.isolate_calls`), one that hung is skipped."""
+
+    def failed(cr) -> list[str]:
+        if cr.crash is not None:
+            return [CALL_ID] if cr.crash.get("status") == CRASH else []
+        return [cid for cid, r in cr.checks.items() if r is not None and r.is_kernel_failure]
+
+    return first_failing((cr.case, failed(cr)) for cr in result.cases)
 
 
 def first_failing(rows: Iterable[tuple[str, Iterable[str]]]) -> list[tuple[str, str]]:
@@ -101,7 +107,9 @@ class SearchArg:
     that failed on it, the budget's inputs (:func:`total_calls`: the run's ``run_s``, ``n_searches``, ``share``, the
     case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
     ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None), ``progress`` (a file
-    the search writes before each kernel call: :func:`partial_record`; None: none)."""
+    the search writes before each kernel call: :func:`partial_record`; None: none), ``isolate_calls`` (the case
+    killed the kernel's process: every probe's call runs in a child of its own, ``runtime.forking.Forked``, where
+    this child may fork; set for every search of a run whose kernel's process died)."""
 
     ops: Any
     case: str
@@ -113,6 +121,7 @@ class SearchArg:
     repro_dir: Optional[str] = None
     ref: Optional[dict] = None
     progress: Optional[str] = None
+    isolate_calls: bool = False
 
     def label(self) -> str:
         return f"{self.check_id} on {self.case}"
@@ -140,6 +149,8 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     run go to ``arg.progress`` (atomically), so a crash or hang leaves them (:func:`partial_record`)."""
     ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
     t0 = time.perf_counter()
+    if arg.isolate_calls and start_method() == "fork":  # a crash of a probe is that probe's failure
+        spec = dataclasses.replace(spec, scaled_mm=Forked(spec.scaled_mm, PROBE_TIMEOUT_S))
 
     def tell(what: str, probe, search: Optional[BoundarySearch] = None) -> None:
         if arg.progress is not None:
@@ -162,7 +173,7 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
     rec["minimal"]["nonzero"] = {k: list(v) for k, v in mc.nonzero.items()}
     rec["budget"], rec["calls"] = budget, 2 + search.calls + mc.calls
-    if mc.fails:
+    if mc.fails and cid not in CALL_CHECKS:  # a call that gave no output is no fault class's
         tell("the minimal case's fault classes", mc.ops, search)
         rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
         rec["calls"] += 1
@@ -246,7 +257,9 @@ def triage_result(
     if result.conformant:
         return {}
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
-    return triage_cases(spec, first_failures(result), cases, result.elapsed_s, elapsed, repro_dir, device, share)
+    died = any(cr.crash is not None and cr.crash.get("status") == CRASH for cr in result.cases)
+    todo = first_failures(result)
+    return triage_cases(spec, todo, cases, result.elapsed_s, elapsed, repro_dir, device, share, died)
 
 
 def triage_cases(
@@ -258,10 +271,12 @@ def triage_cases(
     repro_dir=None,
     device: Optional[str] = None,
     share: float = DEFAULT_SHARE,
+    isolate_calls: bool = False,
 ) -> dict:
     """:func:`triage_result`'s records for ``todo`` (``[(check id, case id)]``, :func:`first_failing`) of a run of
     ``run_s`` seconds; ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
-    cost). The searches share one :func:`isolated` child, replaced after a crash."""
+    cost); ``isolate_calls``: the kernel's process died in the run, so every search calls it in a child per probe
+    (:attr:`SearchArg.isolate_calls`). The searches share one :func:`isolated` child, replaced after a crash."""
     by_id = {case_id(ops): ops for ops in cases}
     ref = kernel_ref(spec)
     out: dict[str, dict] = {}
@@ -285,6 +300,7 @@ def triage_cases(
                     None if repro_dir is None else str(Path(repro_dir).resolve()),  # a replay pastes anywhere
                     None if ref is None else ref.to_dict(),
                     str(Path(logs) / f"progress-{cid}.json"),
+                    isolate_calls,
                 )
                 limit = search_timeout(arg, len(flips(ops)))
                 oc = iso.request("triage", arg, limit)
