@@ -6,6 +6,7 @@ on every run, so CI is reproducible. Override with HYPOTHESIS_PROFILE.
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +30,17 @@ sys.path.insert(0, str(HELPERS))
 # would move the default cache (~/.cache/int8conf) there and rebuild the default suite's cases in every such test.
 # Tests of a cold cache name their own folder.
 os.environ.setdefault(CACHE_ENV, str(cache_location()))
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_it_was():
+    """Each test leaves SIGINT's handler as it found it: an in-process ``int8conf`` command installs
+    ``runtime.graceful_stop``'s recorder for the rest of its process, under which a kernel's own KeyboardInterrupt is
+    its failure - a later test of the runner's KeyboardInterrupt would then depend on the tests run before it."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(autouse=True)

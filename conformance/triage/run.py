@@ -58,9 +58,10 @@ MIN_CALL_S = 1e-3
 #: ``repro_dir`` subfolder name prefix of a minimal case's reproducer: ``triage-<check>-<case>``.
 REPRO_PREFIX = "triage"
 #: Seconds a search's child is given at least, whatever the budget says (a fresh child's start, the first call).
-MIN_SEARCH_TIMEOUT_S = 120.0
-#: Seconds a probe's own child is given (a search of a case that killed the kernel's process) before it is killed.
-PROBE_TIMEOUT_S = 30.0
+MIN_SEARCH_TIMEOUT_S = 30.0
+#: Seconds a probe's own child is given at least (a search of a run whose kernel died or hung), and how many times
+#: the case's suite cost: a probe past it counts as hung, a failing probe.
+PROBE_TIMEOUT_S, PROBE_TIMEOUT_FACTOR = 2.0, 20.0
 #: How many times the search's estimated time its child is given before it is killed as hung.
 SEARCH_TIMEOUT_FACTOR = 20.0
 
@@ -107,7 +108,7 @@ class SearchArg:
     that failed on it, the budget's inputs (:func:`total_calls`: the run's ``run_s``, ``n_searches``, ``share``, the
     case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
     ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None), ``progress`` (a file
-    the search writes before each kernel call: :func:`partial_record`; None: none), ``isolate_calls`` (the case
+    the search writes before each kernel call: :func:`partial_record`; None: none), ``isolate_calls`` (a case
     killed the kernel's process: every probe's call runs in a child of its own, ``runtime.forking.Forked``, where
     this child may fork; set for every search of a run whose kernel's process died)."""
 
@@ -150,7 +151,8 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
     t0 = time.perf_counter()
     if arg.isolate_calls and start_method() == "fork":  # a crash of a probe is that probe's failure
-        spec = dataclasses.replace(spec, scaled_mm=Forked(spec.scaled_mm, PROBE_TIMEOUT_S))
+        limit = max(PROBE_TIMEOUT_S, PROBE_TIMEOUT_FACTOR * arg.case_s)
+        spec = dataclasses.replace(spec, scaled_mm=Forked(spec.scaled_mm, limit))
 
     def tell(what: str, probe, search: Optional[BoundarySearch] = None) -> None:
         if arg.progress is not None:
@@ -257,7 +259,7 @@ def triage_result(
     if result.conformant:
         return {}
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
-    died = any(cr.crash is not None and cr.crash.get("status") == CRASH for cr in result.cases)
+    died = any(cr.crash is not None for cr in result.cases)  # it died or hung: each probe in a child of its own
     todo = first_failures(result)
     return triage_cases(spec, todo, cases, result.elapsed_s, elapsed, repro_dir, device, share, died)
 
@@ -275,7 +277,7 @@ def triage_cases(
 ) -> dict:
     """:func:`triage_result`'s records for ``todo`` (``[(check id, case id)]``, :func:`first_failing`) of a run of
     ``run_s`` seconds; ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
-    cost); ``isolate_calls``: the kernel's process died in the run, so every search calls it in a child per probe
+    cost); ``isolate_calls``: the kernel's process died or hung in the run, so every search calls it in a child per probe
     (:attr:`SearchArg.isolate_calls`). The searches share one :func:`isolated` child, replaced after a crash."""
     by_id = {case_id(ops): ops for ops in cases}
     ref = kernel_ref(spec)
