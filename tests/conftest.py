@@ -33,14 +33,15 @@ os.environ.setdefault(CACHE_ENV, str(cache_location()))
 
 
 @pytest.fixture(autouse=True)
-def _sigint_as_it_was():
-    """Each test leaves SIGINT's handler as it found it: an in-process ``int8conf`` command installs
-    ``runtime.graceful_stop``'s recorder for the rest of its process, under which a kernel's own KeyboardInterrupt is
-    its failure - a later test of the runner's KeyboardInterrupt would then depend on the tests run before it."""
+def _sigint_as_python_sets_it():
+    """Each test starts with SIGINT's default handler and leaves the handler as it found it: an in-process
+    ``int8conf`` command (a test's, or a module fixture's) installs ``runtime.graceful_stop``'s recorder for the rest
+    of its process, under which a kernel's own KeyboardInterrupt is its failure - a later test of the runner's
+    KeyboardInterrupt would otherwise depend on the tests run before it in its worker."""
     before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
-    if signal.getsignal(signal.SIGINT) is not before:
-        signal.signal(signal.SIGINT, before)
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(autouse=True)

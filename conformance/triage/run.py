@@ -109,8 +109,8 @@ class SearchArg:
     case's ``case_s`` in the suite), ``repro_dir`` (the minimal case's reproducer goes under it; None: none) and
     ``ref`` (``KernelRef.to_dict()`` of the kernel for the reproducer's command, or None), ``progress`` (a file
     the search writes before each kernel call: :func:`partial_record`; None: none), ``isolate_calls`` (a case
-    killed the kernel's process: every probe's call runs in a child of its own, ``runtime.forking.Forked``, where
-    this child may fork; set for every search of a run whose kernel's process died)."""
+    killed the kernel's process or hung: every probe's call runs in a child of its own, ``runtime.forking.Forked``,
+    where this child may fork, one past :data:`PROBE_TIMEOUT_S` or 20 times the case's cost a failing probe)."""
 
     ops: Any
     case: str
