@@ -233,9 +233,9 @@ def run(args: argparse.Namespace) -> int:
         if inj is not None:
             annotate_result(res, spec)
             con.print(res.notes[0], markup=False)
-        if not args.no_triage and res.verdict == Verdict.FAIL:
-            pending.append((spec, res, state.cases, kdir))
         jp, mp = _write(res, report_root(args.out, spec.name))
+        if not args.no_triage and res.verdict == Verdict.FAIL:
+            pending.append((spec, res, state.cases, kdir, (jp, mp)))
         _print_summary(con, spec.name, res)
         con.print(f"report: {jp}\nreport: {mp}", markup=False, soft_wrap=True)
         if res.verdict == Verdict.NOT_RUN:
@@ -244,10 +244,10 @@ def run(args: argparse.Namespace) -> int:
             ok = ok and res.conformant
     # after every kernel's run (each report already on disk): triage's searches run in children of this process,
     # which stays fit to fork the next kernel's contained children (no CUDA context of a kernel here)
-    for spec, res, cases, kdir in pending:
+    for spec, res, cases, kdir, paths in pending:
         res.triage = _triage(spec, res, cases, kdir / "repro", args.device, err, args.quiet)
         if res.triage:
-            _write(res, report_root(args.out, spec.name))
+            _add_triage(paths, res.triage)
             for line in triage_summary(res.triage):
                 con.print(f"{spec.name}: {line}", markup=False, soft_wrap=True)
     if not ok:
@@ -309,6 +309,16 @@ def _print_summary(con, name: str, res) -> None:
         line = pair_difference_line(res.pairwise)
         if line:
             con.print(line.replace("`", ""), markup=False)
+
+
+def _add_triage(paths, triage: dict) -> None:
+    """``add_triage(*paths, triage)`` (the written report gains its triage); an OSError becomes an Int8confError."""
+    from conformance.suite.report import add_triage
+
+    try:
+        add_triage(*paths, triage)
+    except OSError as e:
+        raise Int8confError(f"cannot add the triage to {paths[0]}: {e.strerror or type(e).__name__}") from None
 
 
 def _write(res, out):

@@ -812,6 +812,19 @@ REPORT_FILES = ("conformance.json", "conformance.md")
 PARTIAL_REPORT_FILES = ("conformance.partial.json", "conformance.partial.md")
 
 
+def add_triage(json_path: Union[str, Path], md_path: Union[str, Path], triage: dict) -> None:
+    """Add a run's ``triage`` (``ConformanceResult.triage``) to its written report, without rendering it again: the
+    JSON document gains its ``triage`` key (paths portable), the markdown :func:`triage_lines` where
+    :func:`render_markdown` puts them (before the coverage section, else at the end). Both files atomically."""
+    jp, mp = Path(json_path), Path(md_path)
+    doc = json.loads(jp.read_text())
+    doc["triage"] = portable_paths(json_safe(triage))
+    atomic_write_text(jp, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    md, section = mp.read_text(), "\n".join(triage_lines(doc))
+    at = md.find("\n## Coverage of trigger conditions\n")
+    atomic_write_text(mp, md[:at] + section + "\n" + md[at:] if at >= 0 else md.rstrip("\n") + section + "\n")
+
+
 def write_reports(result, out_dir: Union[str, Path]) -> tuple[Path, Path]:
     """Write ``<out_dir>/<kernel>/conformance.{json,md}`` for a ConformanceResult; returns the paths.
     A partial run (pytest ``-k``, ``-x``, Ctrl-C) never replaces a complete report: when the folder's

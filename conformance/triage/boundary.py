@@ -18,6 +18,7 @@ doubled, another derived) test it on both sides; else the dimensions act separat
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -34,6 +35,8 @@ from reference.operands import GemmOperands
 
 #: Kernel calls per numeric attribute unless told.
 DEFAULT_BUDGET = 24
+#: Values a dimension probes whatever its seconds say.
+MIN_VALUES = 4
 #: The largest value a search going up tries (per dimension).
 DEFAULT_CAP = 8192
 #: The largest M * N * K a search going up tries (a CPU kernel call and its check stay well under a second).
@@ -221,9 +224,12 @@ class _Probe:
     passes is tried again re-planted (:meth:`_fails`) when the case's differing ``lines`` are known
     (:mod:`conformance.triage.focus`) and the re-planted probe differs."""
 
-    def __init__(self, spec, ops, check_id, dim, budget, device, lines: Optional[Lines] = None, on_call=None):
+    def __init__(
+        self, spec, ops, check_id, dim, budget, device, lines: Optional[Lines] = None, on_call=None, seconds=None
+    ):
         self.spec, self.ops, self.check_id, self.dim, self.device = spec, ops, check_id, dim, device
         self.budget, self.lines, self.on_call = budget, lines, on_call
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
         self.seen: dict[int, bool] = {}
         self.calls = 0
         self.replanted: list[int] = []  # values that failed only re-planted
@@ -231,8 +237,10 @@ class _Probe:
 
     @property
     def spent(self) -> bool:
-        """``budget`` values probed (a re-planted retry is the same value's: :attr:`calls` counts every call)."""
-        return len(self.seen) >= self.budget
+        """``budget`` values probed (a re-planted retry is the same value's: :attr:`calls` counts every call), or,
+        past :data:`MIN_VALUES` of them, the dimension's seconds spent."""
+        late = self.deadline is not None and len(self.seen) >= MIN_VALUES and time.perf_counter() > self.deadline
+        return len(self.seen) >= self.budget or late
 
     def _fails(self, value: int, again: bool = False) -> bool:
         """One call at ``value``: cropped / tiled, or ``again`` re-planted (M / N: its differing lines tiled; K below
@@ -322,14 +330,16 @@ def search_dimension(
     max_macs: int = DEFAULT_MAX_MACS,
     lines: Optional[Lines] = None,
     on_call: Optional[Callable[[str, GemmOperands], None]] = None,
+    seconds: Optional[float] = None,
 ) -> Boundary:
     """The :class:`Boundary` of dimension ``dim`` (``m`` / ``n`` / ``k``) of failing case ``ops`` (module
     docstring). ``ops`` is first verified to fail (one call); if it passes, ``Boundary(dim, passes_at=value,
     fails_at=value, monotone=False)`` says so. ``lines``: the differing rows / columns a passing probe is
     re-planted with (:func:`conformance.triage.focus.differing_lines`); ``on_call(what, ops)`` is told of each
-    kernel call before it is made (``what``: ``"M=257"``, ``"K=28 re-planted"``)."""
+    kernel call before it is made (``what``: ``"M=257"``, ``"K=28 re-planted"``); ``seconds``: the dimension's time,
+    after which (past :data:`MIN_VALUES` values) it probes no more."""
     start = int(getattr(ops, dim))
-    probe = _Probe(spec, ops, check_id, dim, max(1, budget), device, lines, on_call)
+    probe = _Probe(spec, ops, check_id, dim, max(1, budget), device, lines, on_call, seconds)
     if not probe(start):
         return Boundary(dim, start, start, probe.calls, False, ((start, False),))
     chain = [start]  # failing values in probe order
@@ -436,6 +446,7 @@ def find_boundaries(
     on_call: Optional[Callable[[str, GemmOperands, BoundarySearch], None]] = None,
     product: bool = True,
     total: Optional[int] = None,
+    seconds: Optional[float] = None,
 ) -> BoundarySearch:
     """The boundaries of failing case ``ops`` for ``check_id`` (a per-case check id of ``per_case_checks(spec)``,
     or C10): :func:`search_dimension` for each of ``dims`` (at most ``budget`` calls each, values up to ``cap``,
@@ -446,7 +457,9 @@ def find_boundaries(
     the differing lines tiled, then, but for a :data:`VALUE_FLIPS` one, on a case planted for the flipped attribute:
     ``reshape.replanted``). ``on_call(what, ops, search)`` is told of each kernel call before it is made, with
     the search so far (a crash's last words). ``total``: the calls of the whole search; past it the product is
-    not verified and a flip gets its first call only. Deterministic; never raises for a kernel's failure.
+    not verified and a flip gets its first call only; ``seconds``: the search's time, a quarter of it per
+    dimension, the product and the flips' retries only while some is left (then not deterministic: a slower machine
+    probes less). Deterministic otherwise; never raises for a kernel's failure.
 
     Raises:
         ValueError: a dimension outside ``DIMENSIONS``.
@@ -455,6 +468,7 @@ def find_boundaries(
     if bad:
         raise ValueError(f"find_boundaries: unknown dimension(s) {bad}; known: {DIMENSIONS}")
     out = BoundarySearch(check_id, [ops.m, ops.k, ops.n])
+    t0 = time.perf_counter()
 
     def tell(what: str, probe: GemmOperands) -> None:
         if on_call is not None:
@@ -465,12 +479,14 @@ def find_boundaries(
         out.lines = differing_lines(spec, ops, check_id, device)
         out.calls += 1
     for d in dims:
-        b = search_dimension(spec, ops, check_id, d, budget, cap, device, max_macs, out.lines, tell)
+        quarter = None if seconds is None else seconds / 4
+        b = search_dimension(spec, ops, check_id, d, budget, cap, device, max_macs, out.lines, tell, quarter)
         out.boundaries[d] = b
         out.calls += b.calls
 
     def left() -> bool:
-        return total is None or out.calls < total
+        in_time = seconds is None or time.perf_counter() - t0 < seconds
+        return (total is None or out.calls < total) and in_time
 
     if product and all(d in out.boundaries for d in DIMENSIONS) and left():
         out.product = search_product(spec, ops, check_id, out.boundaries, cap, device, max_macs)

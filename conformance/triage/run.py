@@ -53,6 +53,10 @@ MAX_DIM_CALLS = 24
 #: Calls a search makes whatever its budget: the case verified and timed (two), its differing lines, the minimal
 #: case (two), its fault classes.
 FIXED_CALLS = 2 + 1 + 2 + 1
+#: Seconds the searches' child takes to start and answer (its fork, the report's rewrite), taken off their share.
+CHILD_START_S = 0.5
+#: Seconds a search may take whatever its share says (its fixed calls, a few values per dimension).
+MIN_SEARCH_S = 0.3
 #: Seconds a kernel call is assumed to take at least (a check and a reshape ride along).
 MIN_CALL_S = 1e-3
 #: ``repro_dir`` subfolder name prefix of a minimal case's reproducer: ``triage-<check>-<case>``.
@@ -93,6 +97,12 @@ def total_calls(run_s: float, case_s: float, n_searches: int, share: float = DEF
     """Kernel calls one search may make: ``share`` of ``run_s`` split over ``n_searches``, at a call's cost
     ``case_s`` (at least :data:`MIN_CALL_S`)."""
     return int(share * max(0.0, run_s) / max(1, n_searches) / max(MIN_CALL_S, case_s))
+
+
+def search_seconds(arg: "SearchArg") -> float:
+    """Seconds one search may take: ``arg.share`` of the run's ``run_s`` split over its ``n_searches``, less the
+    child's start (:data:`CHILD_START_S`, shared); at least :data:`MIN_SEARCH_S`."""
+    return max(MIN_SEARCH_S, (arg.share * arg.run_s - CHILD_START_S) / max(1, arg.n_searches))
 
 
 def call_budget(total: int) -> int:
@@ -144,8 +154,9 @@ def search_timeout(arg: SearchArg, n_flips: int) -> float:
 def search_case(spec, arg: SearchArg, served: Served) -> dict:
     """The triage record of one failing check (a request handler, :data:`TRIAGE_REQUESTS`; run in the kernel's
     child): a call verifying the case fails and a timed one (the search's :func:`total_calls`), the boundary
-    search (:func:`call_budget` per dimension; flips and product within the total), the minimal case (its non-zero
-    reduction within what is left), the fault classes its evidence is consistent with, saved as a reproducer under ``arg.repro_dir``.
+    search (:func:`call_budget` values per dimension, :func:`search_seconds` in all; flips and product within what
+    is left), the minimal case (its non-zero reduction within what is left), the fault classes its evidence is
+    consistent with, saved as a reproducer under ``arg.repro_dir``.
     JSON-able (:func:`triage_result`'s record). Before each kernel call the search so far and the probe about to
     run go to ``arg.progress`` (atomically), so a crash or hang leaves them (:func:`partial_record`)."""
     ops, cid, case, device = arg.ops, arg.check_id, arg.case, served.device
@@ -165,11 +176,15 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
         return {"case": case, "skipped": "the case passes when re-run here (not reproducible in a fresh process)"}
     t1 = time.perf_counter()
     fails(spec, ops, cid, device)  # a second, timed call: what a probe costs here (the first pays for warm-up)
-    total = total_calls(arg.run_s, time.perf_counter() - t1, arg.n_searches, arg.share)
+    cost = max(MIN_CALL_S, time.perf_counter() - t1)
+    total, seconds = total_calls(arg.run_s, cost, arg.n_searches, arg.share), search_seconds(arg)
     budget = call_budget(total)
-    search = find_boundaries(spec, ops, cid, budget=budget, device=device, on_call=tell, total=total - FIXED_CALLS)
+    search = find_boundaries(
+        spec, ops, cid, budget=budget, device=device, on_call=tell, total=total - FIXED_CALLS, seconds=seconds
+    )
     tell("the minimal case", ops, search)
-    zeros = max(0, min(ZERO_BUDGET, total - FIXED_CALLS - search.calls))
+    time_left = seconds - (time.perf_counter() - t0)
+    zeros = max(0, min(ZERO_BUDGET, total - FIXED_CALLS - search.calls, int(time_left / cost)))
     mc = minimal_case(spec, ops, cid, search.boundaries, device=device, zero_budget=zeros, lines=search.lines)
     rec: dict[str, Any] = {"case": case} | _search_fields(search)
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
