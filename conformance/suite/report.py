@@ -346,8 +346,10 @@ def _mkn(shape) -> str:
 
 
 def _flip_text(f: dict) -> str:
-    """A flip as ``attribute value`` (``attribute from -> value`` where the record names the case's own value)."""
-    return f"{f['attribute']} {f['from']} -> {f['value']}" if f.get("from") else f"{f['attribute']} {f['value']}"
+    """A flip as ``attribute value`` (``attribute from -> value`` where the record names the case's own value),
+    ``(on the case's values only)`` where its re-planted retries were not made."""
+    text = f"{f['attribute']} {f['from']} -> {f['value']}" if f.get("from") else f"{f['attribute']} {f['value']}"
+    return text + (" (on the case's values only)" if f.get("unverified") else "")
 
 
 def triage_summary(triage: dict) -> list[str]:

@@ -93,16 +93,19 @@ class Boundary:
 @dataclass(frozen=True)
 class Flip:
     """One categorical variant: ``attribute`` (``out_dtype``, ``bias``, ``layout:a``, ...), ``value``, and whether
-    the check still ``fails`` there."""
+    the check still ``fails`` there; ``unverified``: it passed on the case's values only, its re-planted retries not
+    made (the search's calls or seconds spent), so the pass may be the values'."""
 
     attribute: str
     value: str
     fails: bool
     was: str = ""
+    unverified: bool = False
 
     def to_dict(self) -> dict:
         """JSON-able form; ``from``: the case's own value."""
-        return {"attribute": self.attribute, "value": self.value, "fails": self.fails, "from": self.was}
+        d = {"attribute": self.attribute, "value": self.value, "fails": self.fails, "from": self.was}
+        return d | ({"unverified": True} if self.unverified else {})
 
 
 @dataclass(frozen=True)
@@ -511,7 +514,9 @@ def find_boundaries(
                 tell(f"flip {attribute} {value} re-planted", fresh)
                 verdict = fails(spec, fresh, check_id, device)
                 out.calls += 1
-            out.flips.append(Flip(attribute, value, verdict, own.get(attribute, "")))
+            retriable = out.lines is not None and not attribute.startswith(VALUE_FLIPS)
+            unverified = not verdict and retriable and not left()
+            out.flips.append(Flip(attribute, value, verdict, own.get(attribute, ""), unverified))
     return out
 
 
