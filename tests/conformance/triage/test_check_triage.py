@@ -19,6 +19,8 @@ from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.suite.report import render_markdown, triage_lines, triage_summary
 from conformance.triage import run
+from conformance.triage.boundary import PRODUCT_CALLS
+from conformance.triage.minimal import ZERO_BUDGET
 from conformance.triage.reshape import at_shape
 from conformance.triage.run import triage_result
 
@@ -39,19 +41,24 @@ def test_prefill_scale_order_report_names_m_128_129(tmp_path):
     proc = run_python(args, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "prefill_scale_order: where C8 lives (case " in proc.stdout
-    assert "M passes at 128, fails at 129" in proc.stdout
     kdir = out / "prefill_scale_order"
     doc = json.loads((kdir / "conformance.json").read_text())
     t = doc["triage"]["C8"]
     m = t["boundaries"]["m"]
-    assert (m["passes_at"], m["fails_at"], m["exact"]) == (128, 129, True)
-    assert t["minimal"]["fails"] and t["minimal"]["shape"][0] == 129
-    assert t["calls"] <= 3 * 24 + 2 * len(t["flips"]) + run.FIXED_CALLS + 3
+    # the search has 10 % of this run's seconds: a loaded machine may stop the bisection short of adjacent values
+    # (test_boundary.py pins 128 / 129 exactly, without a time share)
+    assert m["passes_at"] <= 128 < m["fails_at"] and (not m["exact"] or (m["passes_at"], m["fails_at"]) == (128, 129))
+    assert f"M passes at {m['passes_at']}, fails at {m['fails_at']}" in proc.stdout
+    assert t["minimal"]["fails"] and t["minimal"]["shape"][0] == m["fails_at"]
+    # at most 24 values a dimension, 3 calls a value (a K value below the case's: cropped, planted, reseeded), 3 a
+    # flip, and the fixed, product and non-zero calls
+    bound = 3 * 24 * 3 + 3 * len(t["flips"]) + run.FIXED_CALLS + PRODUCT_CALLS + ZERO_BUDGET + 3
+    assert t["calls"] <= bound
     md = (kdir / "conformance.md").read_text()
     assert md == render_markdown(doc)  # the triage added in place is what a full rendering would write
     section = md.split("## Where the bug lives")[1].split("\n## ")[0]
     assert "### C8 declared_contract" in section and f"`{t['case']}`" in section
-    assert any(line.replace(" ", "").startswith("|M|128|129|") for line in section.splitlines())
+    assert any(line.replace(" ", "").startswith(f"|M|{m['passes_at']}") for line in section.splitlines())
     repro = Path(t["repro"])  # written portably (${TMPDIR:-/tmp}/...): its name is what counts
     assert t["replay"].startswith("int8conf replay ") and t["replay"] in section
     assert t["replay"].endswith(f"{repro.name} --kernel buggy_kernels:prefill_scale_order --check C8")
@@ -109,11 +116,12 @@ def test_triage_lines_render_points_and_skips():
     assert triage_lines({"checks": []}) == []
 
 
-def _one_failing_case(ops, *check_ids: str):
-    """A failing ConformanceResult's stand-in: ``ops`` failed ``check_ids`` as the kernel's failure."""
+def _one_failing_case(ops, *check_ids: str, run_s: float = 10.0):
+    """A failing ConformanceResult's stand-in: ``ops`` failed ``check_ids`` as the kernel's failure in a run of
+    ``run_s`` seconds (triage's time share: 10 % of it)."""
     checks = {cid: SimpleNamespace(is_kernel_failure=True) for cid in check_ids}
     cr = SimpleNamespace(case=case_id(ops), crash=None, elapsed_s=0.01, checks=checks)
-    return SimpleNamespace(conformant=False, overall={"crashes": [{"case": "y"}]}, elapsed_s=10.0, cases=[cr])
+    return SimpleNamespace(conformant=False, overall={"crashes": [{"case": "y"}]}, elapsed_s=run_s, cases=[cr])
 
 
 def test_a_search_whose_kernel_segfaults_is_skipped_and_the_next_goes_on():
@@ -129,7 +137,8 @@ def test_a_search_whose_kernel_segfaults_is_skipped_and_the_next_goes_on():
 def test_a_search_that_dies_on_its_k_probes_keeps_its_m_and_n_findings_and_names_the_probe():
     # wrong for M > 64, SIGSEGV for K < 8: M and N are searched before K, whose halving reaches K < 8
     ops = planted_case(100, 32, 16)
-    out = triage_result(get_kernel("buggy_kernels:short_k_segfault"), _one_failing_case(ops, "C8"), [ops])
+    # a run of 600 s: a time share no loaded machine runs out of before the M bisection ends (the pin is exact)
+    out = triage_result(get_kernel("buggy_kernels:short_k_segfault"), _one_failing_case(ops, "C8", run_s=600), [ops])
     rec = out["C8"]
     assert rec["skipped"] == "the kernel's process died during the boundary search (killed by SIGSEGV)"
     m = rec["boundaries"]["m"]
