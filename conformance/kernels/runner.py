@@ -542,11 +542,13 @@ def start_kernel(
     if dev is None:
         man["skipped"] = True
         return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None, keep_on_device)
-    viol = spec.constraints.violations(m, k, n)
+    shape_viol = spec.constraints.violations(m, k, n)
+    viol = shape_viol + spec.constraints.operand_violations(ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
     if viol:
         man["skipped"] = True
         man["extra"]["constraint_violations"] = viol
-        why = f"not runnable here: shape outside declared constraints: {'; '.join(viol)}"
+        what = "shape outside" if viol == shape_viol else "outside"
+        why = f"not runnable here: {what} declared constraints: {'; '.join(viol)}"
         return KernelLaunch(spec, ops, None, why, man, 0.0, None, None, keep_on_device)
     dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
     originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b, "bias": dops.bias}

@@ -165,8 +165,11 @@ class Declaration:
 
 @dataclass(frozen=True)
 class ShapeConstraints:
-    """Shapes a kernel accepts natively (the harness skips others): ``min_m``, divisibility
-    ``*_multiple`` (1 = any), ``max_k`` (None = unbounded), ``note`` for reports."""
+    """Shapes and operand features a kernel accepts natively (the harness records a case outside them as
+    skipped with the reason, never calls the kernel on it): ``min_m``, divisibility ``*_multiple`` (1 = any),
+    ``max_k`` (None = unbounded); ``out_dtypes``: the output dtypes it writes (names as ``torch.bfloat16``'s
+    ``"bfloat16"``; empty = any); ``scales``: ``"any"`` or ``"tensor"`` (one scale per operand: a 0-d or
+    one-element scale_a and scale_b); ``bias``: False when it takes no bias; ``note`` for reports."""
 
     min_m: int = 1
     m_multiple: int = 1
@@ -174,6 +177,14 @@ class ShapeConstraints:
     n_multiple: int = 1
     max_k: Optional[int] = None
     note: str = ""
+    out_dtypes: tuple = ()
+    scales: str = "any"
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.scales not in ("any", "tensor"):
+            raise ContractError(f"constraints scales={self.scales!r}: expected 'any' or 'tensor'")
+        object.__setattr__(self, "out_dtypes", tuple(str(d).replace("torch.", "") for d in self.out_dtypes))
 
     def violations(self, m: int, k: int, n: int) -> list[str]:
         """Human-readable list of the constraints (m, k, n) breaks; [] if none."""
@@ -185,6 +196,18 @@ class ShapeConstraints:
                 out.append(f"{name}={v} is not a multiple of {mult}")
         if self.max_k is not None and k > self.max_k:
             out.append(f"K={k} > max_k={self.max_k}")
+        return out
+
+    def operand_violations(self, scale_a, scale_b, bias, out_dtype) -> list[str]:
+        """Human-readable list of the operand features (tensors / dtype of one case) this kernel does not take."""
+        out = []
+        dtype = str(out_dtype).replace("torch.", "")
+        if self.out_dtypes and dtype not in self.out_dtypes:
+            out.append(f"out dtype {dtype} is not one of {', '.join(self.out_dtypes)}")
+        if self.scales == "tensor" and (scale_a.numel() != 1 or scale_b.numel() != 1):
+            out.append("per-token / per-channel scales: the kernel takes one scale per operand")
+        if not self.bias and bias is not None:
+            out.append("a bias: the kernel takes none")
         return out
 
 

@@ -12,7 +12,7 @@ from conformance.kernels.runner import run_int_mm, run_kernel
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 from reference.epilogue import reference_scaled_mm
-from reference.errors import OperandError
+from reference.errors import ContractError, OperandError
 from reference.operands import GemmOperands
 
 
@@ -120,6 +120,29 @@ def test_constraints_and_device_skip():
     if not torch.cuda.is_available():
         run = run_kernel(_spec(_good, devices=("cuda",)), _ops())
         assert run.manifest["skipped"] and "none available here" in run.error
+
+
+def test_operand_constraints_skip_the_case_with_each_reason():
+    # a tensorwise, bf16-only kernel without a bias: a per-token case with a bias and an fp16 output is refused
+    # for all three reasons, never called; a case inside them runs
+    calls = []
+    cons = ShapeConstraints(out_dtypes=(torch.bfloat16,), scales="tensor", bias=False)
+    spec = _spec(lambda *a, **kw: calls.append(1) or _good(*a, **kw), constraints=cons)
+    ops = _ops(bias=True)
+    ops.out_dtype, ops.bias = torch.float16, ops.bias.half()
+    run = run_kernel(spec, ops)
+    assert run.manifest["skipped"] is True and calls == []
+    assert run.manifest["extra"]["constraint_violations"] == [
+        "out dtype float16 is not one of bfloat16",
+        "per-token / per-channel scales: the kernel takes one scale per operand",
+        "a bias: the kernel takes none",
+    ]
+    assert run.error.startswith("not runnable here: outside declared constraints: out dtype float16")
+    ok = _ops()
+    ok.scale_a, ok.scale_b = ok.scale_a[:1].clone(), ok.scale_b[0].clone()
+    assert run_kernel(spec, ok).error is None and calls == [1]
+    with pytest.raises(ContractError, match="scales='rowwise'"):
+        ShapeConstraints(scales="rowwise")
 
 
 def test_int_mm_missing_and_bad():
