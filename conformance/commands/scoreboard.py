@@ -95,6 +95,19 @@ def register(subparsers) -> None:
         default=None,
         help="re-run one saved reproducer alone and report whether it still fails",
     )
+    p.add_argument(
+        "--from-checks",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="instead of running cases: the full-suite scoreboard from the `int8conf check` reports "
+        "(conformance.json) under DIR (repeatable); writes <out>/suite.{json,md}",
+    )
+    p.add_argument(
+        "--throughput",
+        action="store_true",
+        help="with --from-checks, on CUDA: also time each CUDA row's kernel at three shapes beside a baseline",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -110,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the scoreboard (exit 0) or one reproducer (exit 1 reproduced, 0 not)."""
     from conformance.scoreboard import board as sb
 
+    if args.from_checks:
+        return _from_checks(args)
+    if args.throughput:
+        raise Int8confError("--throughput: only with --from-checks DIR")
     if args.repro:
         ok, line = sb.rerun_repro(args.repro)
         print(("REPRODUCED " if ok else "NOT REPRODUCED ") + line)
@@ -145,4 +162,24 @@ def run(args: argparse.Namespace) -> int:
             f"failed: {', '.join(c for c, v in r['checks'].items() if v == 'fail') or '-'}{acc_text}"
         )
     print(f"wrote {args.out}/scoreboard.json, scoreboard.md, scoreboard.png")
+    return 0
+
+
+def _from_checks(args: argparse.Namespace) -> int:
+    """The full-suite scoreboard of ``--from-checks`` reports (exit 0)."""
+    from conformance.bench.throughput import kernel_throughput
+    from conformance.scoreboard import suite
+
+    timer = (lambda name: kernel_throughput(get_kernel(name))) if args.throughput else None
+    if timer is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise Int8confError("--throughput needs CUDA: none is available here")
+    doc = suite.build(args.from_checks, timer)
+    out = Path(args.out) if args.out is not None else default_out("scoreboard", "")
+    suite.write(doc, out)
+    for r in doc["rows"]:
+        print(f"{r['kernel']:>22} {r['verdict']:<6} failed: {', '.join(r['failed_checks']) or '-'}")
+    print(f"wrote {out}/suite.json, suite.md")
     return 0

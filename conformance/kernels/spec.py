@@ -198,7 +198,9 @@ class ShapeConstraints:
             out.append(f"K={k} > max_k={self.max_k}")
         return out
 
-    def operand_violations(self, scale_a, scale_b, bias, out_dtype) -> list[str]:
+    def operand_violations(
+        self, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype
+    ) -> list[str]:
         """Human-readable list of the operand features (tensors / dtype of one case) this kernel does not take."""
         out = []
         dtype = str(out_dtype).replace("torch.", "")

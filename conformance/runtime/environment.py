@@ -3,6 +3,7 @@ Reports add their own keys (devices used, execution mode ...) on top."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import os
@@ -13,7 +14,17 @@ from typing import Optional
 import torch
 
 #: Optional kernel libraries whose installed versions are recorded (distribution names).
-LIBRARIES = ("torchao", "bitsandbytes", "triton", "vllm", "sgl-kernel")
+LIBRARIES = (
+    "torchao",
+    "bitsandbytes",
+    "triton",
+    "vllm",
+    "sgl-kernel",
+    "flag-gems",
+    "gemlite",
+    "fbgemm-gpu-genai",
+    "nvidia-cutlass",
+)
 
 
 def _version(mod: str) -> Optional[str]:
@@ -28,6 +39,16 @@ def _version(mod: str) -> Optional[str]:
         return None
 
 
+def _record_hash(name: str) -> Optional[str]:
+    """SHA-256 of the installed distribution's ``RECORD`` (which lists every installed file with its own SHA-256):
+    one hash naming exactly what was installed; None when absent."""
+    try:
+        record = importlib.metadata.distribution(name).read_text("RECORD")
+    except Exception:  # noqa: BLE001 -- not installed as a distribution
+        return None
+    return None if record is None else hashlib.sha256(record.encode()).hexdigest()
+
+
 def _distribution(name: str) -> Optional[str]:
     try:
         return importlib.metadata.version(name)
@@ -38,7 +59,8 @@ def _distribution(name: str) -> Optional[str]:
 def environment() -> dict:
     """JSON-able: ``python, platform, machine, cpu_count, torch,
     triton, hypothesis, numpy, int8conf`` (None: not installed), ``cuda_available, cuda_device`` (None
-    without CUDA), ``triton_interpret_env``, ``libraries`` {distribution: version} of :data:`LIBRARIES`."""
+    without CUDA), ``triton_interpret_env``, ``libraries`` {distribution: version} of :data:`LIBRARIES`,
+    ``library_record_sha256`` {distribution: SHA-256 of its installed RECORD} for those but triton."""
     cuda = torch.cuda.is_available()
     libs = {d: v for d in LIBRARIES if (v := _distribution(d)) is not None}
     return {
@@ -55,4 +77,5 @@ def environment() -> dict:
         "cuda_device": torch.cuda.get_device_name(0) if cuda else None,
         "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
         "libraries": libs,
+        "library_record_sha256": {d: h for d in libs if d != "triton" and (h := _record_hash(d)) is not None},
     }
