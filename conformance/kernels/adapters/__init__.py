@@ -32,6 +32,8 @@ _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
 _TAF = "conformance.kernels.adapters.torchao_fp8"
+_GL = "conformance.kernels.adapters.gemlite"
+_GL_PIP = "pip install gemlite==0.6.0 (CUDA, triton>=3.6)"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -43,6 +45,8 @@ _DESCRIPTION = {
     "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
     "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
+    "gemlite-int8": "gemlite A8W8_int8_dynamic layer on the given int8 activation: GEMV / GEMM split-K (SPLIT_K=1 pinned) / GEMM by M, acc*(s_a*s_w), cast, + bias (CUDA only)",
+    "gemlite-fp8": "gemlite A8W8_fp8_dynamic layer on the given e4m3 activation: the same paths and epilogue, tl.dot's sm_90 default accumulation (CUDA only)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -56,6 +60,8 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
+        ("gemlite-int8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
+        ("gemlite-fp8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
     )
 }
 
