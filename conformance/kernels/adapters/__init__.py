@@ -32,6 +32,7 @@ _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
 _TAF = "conformance.kernels.adapters.torchao_fp8"
+_FG, _FG_PIP = "conformance.kernels.adapters.flaggems", "pip install flag-gems==5.0.2 (CUDA sm_90)"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -43,6 +44,8 @@ _DESCRIPTION = {
     "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
     "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
+    "flaggems-int8": "FlagGems cutlass_scaled_mm, int8 (Triton per-tensor / per-token kernel, sm_90; vLLM's op API)",
+    "flaggems-fp8": "FlagGems cutlass_scaled_mm, e4m3 (tl.dot without max_num_imprecise_acc: unpromoted wgmma sums)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -56,6 +59,8 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
+        ("flaggems-int8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
+        ("flaggems-fp8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
     )
 }
 
