@@ -34,6 +34,7 @@ _VL = "conformance.kernels.adapters.vllm"
 _TAF = "conformance.kernels.adapters.torchao_fp8"
 _GL = "conformance.kernels.adapters.gemlite"
 _GL_PIP = "pip install gemlite==0.6.0 (CUDA, triton>=3.6)"
+_FG, _FG_PIP = "conformance.kernels.adapters.flaggems", "pip install flag-gems==5.0.2 (CUDA sm_90)"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -47,6 +48,8 @@ _DESCRIPTION = {
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
     "gemlite-int8": "gemlite A8W8_int8_dynamic layer on the given int8 activation: GEMV / GEMM split-K (SPLIT_K=1 pinned) / GEMM by M, acc*(s_a*s_w), cast, + bias (CUDA only)",
     "gemlite-fp8": "gemlite A8W8_fp8_dynamic layer on the given e4m3 activation: the same paths and epilogue, tl.dot's sm_90 default accumulation (CUDA only)",
+    "flaggems-int8": "FlagGems cutlass_scaled_mm, int8 (Triton per-tensor / per-token kernel, sm_90; vLLM's op API)",
+    "flaggems-fp8": "FlagGems cutlass_scaled_mm, e4m3 (tl.dot without max_num_imprecise_acc: unpromoted wgmma sums)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -62,6 +65,8 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
         ("gemlite-int8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
         ("gemlite-fp8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
+        ("flaggems-int8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
+        ("flaggems-fp8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
     )
 }
 
