@@ -32,6 +32,7 @@ _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
 _TAF = "conformance.kernels.adapters.torchao_fp8"
+_FB, _FB_PIP = "conformance.kernels.adapters.fbgemm", "pip install fbgemm-gpu-genai (CUDA, matching torch)"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -43,6 +44,9 @@ _DESCRIPTION = {
     "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
     "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
+    "fbgemm-int8": "fbgemm i8i8bf16 (CUTLASS Sm80 int8 GEMM, one float scale = s_a * s_w, bf16 out, no bias)",
+    "fbgemm-fp8-rowwise": "fbgemm f8f8bf16_rowwise (CUTLASS sm90 EVT: acc * x_scale, fma(w_scale, bias fp32), bf16; fast accum)",
+    "fbgemm-triton-fp8": "fbgemm Triton matmul_fp8_row (persistent, fast accum, pinned config; fma(acc, s_a*s_w, bias))",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -56,6 +60,9 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
+        ("fbgemm-int8", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
+        ("fbgemm-fp8-rowwise", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
+        ("fbgemm-triton-fp8", _FB, ("fbgemm_gpu", "triton"), _FB_PIP, ("cuda",)),
     )
 }
 
