@@ -35,6 +35,7 @@ _TAF = "conformance.kernels.adapters.torchao_fp8"
 _GL = "conformance.kernels.adapters.gemlite"
 _GL_PIP = "pip install gemlite==0.6.0 (CUDA, triton>=3.6)"
 _FG, _FG_PIP = "conformance.kernels.adapters.flaggems", "pip install flag-gems==5.0.2 (CUDA sm_90)"
+_FB, _FB_PIP = "conformance.kernels.adapters.fbgemm", "pip install fbgemm-gpu-genai (CUDA, matching torch)"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -50,6 +51,9 @@ _DESCRIPTION = {
     "gemlite-fp8": "gemlite A8W8_fp8_dynamic layer on the given e4m3 activation: the same paths and epilogue, tl.dot's sm_90 default accumulation (CUDA only)",
     "flaggems-int8": "FlagGems cutlass_scaled_mm, int8 (Triton per-tensor / per-token kernel, sm_90; vLLM's op API)",
     "flaggems-fp8": "FlagGems cutlass_scaled_mm, e4m3 (tl.dot without max_num_imprecise_acc: unpromoted wgmma sums)",
+    "fbgemm-int8": "fbgemm i8i8bf16 (CUTLASS Sm80 int8 GEMM, one float scale = s_a * s_w, bf16 out, no bias)",
+    "fbgemm-fp8-rowwise": "fbgemm f8f8bf16_rowwise (CUTLASS sm90 EVT: acc * x_scale, fma(w_scale, bias fp32), bf16; fast accum)",
+    "fbgemm-triton-fp8": "fbgemm Triton matmul_fp8_row (persistent, fast accum, pinned config; fma(acc, s_a*s_w, bias))",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -67,6 +71,9 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("gemlite-fp8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
         ("flaggems-int8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
         ("flaggems-fp8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
+        ("fbgemm-int8", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
+        ("fbgemm-fp8-rowwise", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
+        ("fbgemm-triton-fp8", _FB, ("fbgemm_gpu", "triton"), _FB_PIP, ("cuda",)),
     )
 }
 
