@@ -477,7 +477,7 @@ class PropertyItem(_Item):
 
 
 class CheckItem(_Item):
-    """A kernel-level check: C9 batch_invariance, C7 token_flip, E1 engine_hash. Under xdist it runs with the
+    """A kernel-level check: C9 batch_invariance, C11, C13-C15 (graph replay, compile, streams), C7, E1. Under xdist it runs with the
     threads of a lone process (:func:`conformance.runtime.threads.torch_threads` for one worker: ``--int8conf-threads``
     and the environment still rule): one item whose CPU forwards would otherwise get one worker's share."""
 

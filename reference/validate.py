@@ -31,7 +31,10 @@ def _check_matrix(x, name: str, dims: str, dtype: torch.dtype = torch.int8) -> N
 
 
 def _check_e4m3_values(x: torch.Tensor, name: str) -> None:
-    """OperandError on an e4m3 NaN (bit pattern S.1111.111; e4m3fn has no inf)."""
+    """OperandError on an e4m3 NaN (bit pattern S.1111.111; e4m3fn has no inf); not checked during a CUDA-graph
+    capture (:func:`capturing`)."""
+    if capturing(x):
+        return
     nan = (x.view(torch.uint8) & 0x7F) == 0x7F
     cnt = int(nan.sum())
     if cnt:
@@ -64,8 +67,17 @@ def _check_layout(x: torch.Tensor, name: str, allow_column_major: bool) -> None:
     )
 
 
+def capturing(t: torch.Tensor) -> bool:
+    """True while ``t`` is a CUDA tensor and the current stream captures a CUDA graph: values cannot be read then
+    (a read-back is a sync, which breaks the capture), and a replay reads other values anyway."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _check_values(t: torch.Tensor, name: str) -> None:
-    """OperandError on NaN or ±inf (zero and negative values are legal)."""
+    """OperandError on NaN or ±inf (zero and negative values are legal); not checked during a CUDA-graph capture
+    (:func:`capturing`)."""
+    if capturing(t):
+        return
     # both counts in one read-back, memoized per tensor; a fresh copy has its source's counts (memo.copy_source)
     src = memo.copy_source(t)
     key = t if src is None else src

@@ -16,7 +16,7 @@ from reference.errors import Int8confError
 from reference.fileio import atomic_write_json, atomic_write_text
 
 SCHEMA, SCHEMA_VERSION = "int8conf.suite-scoreboard", 1
-CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
+CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "C13", "C14", "C15", "E1")
 
 
 def read_reports(dirs: list) -> list[dict]:

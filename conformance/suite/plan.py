@@ -1,6 +1,6 @@
 """The suite's plan, shared by ``run_conformance`` and the pytest plugin: which cases it builds
 (:func:`default_cases`), which steps it takes in which order (:func:`suite_steps`: fixed cases, the
-property test, C9, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`).
+property test, C9, C13-C15, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`).
 
 An e4m3 kernel (``KernelSpec.operands``, DESIGN.md 3b) gets the FP8 plan: the accumulator-safe FP8
 families and the captured layers quantized to e4m3 (``conformance.cases.fp8``) as fixed cases, no
@@ -31,8 +31,11 @@ from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.cases.reach import attach_reach
 from conformance.checks.batch_invariance import check_batch_invariance
+from conformance.checks.compile import check_compile
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
+from conformance.checks.graph_replay import check_graph_replay
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
+from conformance.checks.streams import check_streams_devices
 from conformance.kernels.runner import cuda_device, pick_device
 from conformance.kernels.spec import FP8
 from conformance.runtime.forking import map_forked
@@ -80,13 +83,34 @@ def run_fp8_accumulator(spec, device: Optional[str] = None) -> CheckResult:
         return check_error("C11", e)
 
 
+#: The serving checks (issue 45), kernel-level, each on its own sample of cases (``checks.serving``): check id ->
+#: its function ``(spec, cases, device) -> CheckResult``.
+SERVING_CHECKS: dict[str, Callable[..., CheckResult]] = {
+    "C13": check_graph_replay,
+    "C14": check_compile,
+    "C15": check_streams_devices,
+}
+
+
+def run_serving_check(check_id: str, spec, device: Optional[str] = None) -> CheckResult:
+    """C13 / C14 / C15 (:data:`SERVING_CHECKS`) on the device the kernel runs on; a check that raises gives a
+    ``harness`` failure."""
+    try:
+        return SERVING_CHECKS[check_id](spec, device=device)
+    except Exception as e:  # noqa: BLE001 -- report, never crash the suite
+        return check_error(check_id, e)
+
+
 def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
-    """A kernel-level check of the plan: C9 over the fixed ``cases``, C11 (an e4m3 kernel's accumulator), or a
-    model-level check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`). Never raises for the kernel."""
+    """A kernel-level check of the plan: C9 over the fixed ``cases``, C11 (an e4m3 kernel's accumulator), C13-C15
+    (:data:`SERVING_CHECKS`) or a model-level check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`). Never
+    raises for the kernel."""
     if check_id == "C9":
         return run_batch_invariance(spec, cases, device)
     if check_id == "C11":
         return run_fp8_accumulator(spec, device)
+    if check_id in SERVING_CHECKS:
+        return run_serving_check(check_id, spec, device)
     if spec.is_fp8 and check_id in FP8_MODEL_CHECKS_NA:
         return not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
     return run_model_check(check_id, spec, device=pick_device(spec, device)[0])
@@ -283,13 +307,18 @@ def suite_steps(
     cases: Sequence, examples: int, model_checks: bool, against: bool, operands: str = "int8"
 ) -> list[Step]:
     """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only),
-    C9, C11 (``operands="e4m3"``), C7 / E1 (``model_checks``), a pairwise step per fixed case
-    (``against``)."""
+    C9, C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`), C7 / E1 (``model_checks``), a pairwise step
+    per fixed case (``against``)."""
     fp8 = operands == FP8
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
     if examples > 0 and not fp8:
         steps.append(Step(PROPERTY, "property"))
-    cids = ["C9"] + (["C11"] if fp8 else []) + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
+    cids = (
+        ["C9"]
+        + (["C11"] if fp8 else [])
+        + list(SERVING_CHECKS)
+        + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
+    )
     steps += [Step(CHECK, f"{cid}-{CHECK_NAMES[cid]}", check_id=cid) for cid in cids]
     if against:
         steps += [Step(PAIR, f"pairwise/{case_id(ops)}", i, ops) for i, ops in enumerate(cases)]

@@ -672,7 +672,11 @@ def render_markdown(doc: dict) -> str:
                     f"The kernel did not run on {n_skip} of {len(prop)} examples (not "
                     f"runnable here); those examples verified nothing."
                 )
-    ids = [ch["check_id"] for ch in doc["checks"] if ch["check_id"] not in ("IF", "CALL", "C7", "C9", "C11", "E1")]
+    ids = [
+        ch["check_id"]
+        for ch in doc["checks"]
+        if ch["check_id"] not in ("IF", "CALL", "C7", "C9", "C11", "C13", "C14", "C15", "E1")
+    ]
     for src, title in (
         ("capture", "Per-layer results (captures)"),
         ("synthetic", "Synthetic cases"),

@@ -49,6 +49,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     MODEL_CHECKS,
     NOT_REACHED,
     PROPERTY,
+    SERVING_CHECKS,
     SuiteState,
     cli_capture_message,
     default_cases,
@@ -72,7 +73,10 @@ from conformance.suite.workers import (
 from reference.errors import first_line
 from reference.model.forward import model_class
 
-REPORT_ORDER = ("IF", "CALL", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "E1")
+REPORT_ORDER = (
+    *("IF", "CALL", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "C13", "C14", "C15"),
+    "E1",
+)
 #: Version of the suite's case construction and check semantics: two reports compare
 #: (``int8conf gate --baseline``) only when equal; bump it when a generator or a check's meaning changes.
 SUITE_VERSION = "3"
@@ -395,7 +399,8 @@ def build_result(
         agg[r.check_id] = r
     for cid, _, _ in MODEL_CHECKS:
         agg.setdefault(cid, not_applicable(cid, "not run (model-level checks disabled)"))
-    agg.setdefault("C9", not_applicable("C9", "not run"))
+    for cid in ("C9", *SERVING_CHECKS):
+        agg.setdefault(cid, not_applicable(cid, "not run"))
     if spec.is_fp8:
         agg.setdefault("C11", not_applicable("C11", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]

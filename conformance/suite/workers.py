@@ -44,11 +44,11 @@ from faults.inject import injection_of, wrapped_kernel
 from reference.errors import Int8confError
 from reference.operands import GemmOperands
 
-#: default seconds one kernel call step (a case, a property example, C9, C11) may take before its child is killed
+#: default seconds one kernel call step (a case, a property example, C9, C11, C13-C15) may take before its child is killed
 CASE_TIMEOUT_S = 600.0
 #: the kernel-level checks a step of :data:`CASE_TIMEOUT_S` (``--timeout``) bounds; the others (C7, E1: whole-model
 #: replays) get at least :data:`MODEL_CHECK_TIMEOUT_S`
-SHORT_CHECKS = ("C9", "C11")
+SHORT_CHECKS = ("C9", "C11", "C13", "C14", "C15")
 
 
 def kernel_ref(spec) -> Optional[KernelRef]:

@@ -176,12 +176,14 @@ def test_plugin_k_selection_is_a_reduced_and_partialrun_python(tmp_path):
         in line
     )
     assert (
-        "21 of 22 fixed cases (not selected or not reached), C9 batch_invariance (not selected or not reached)" in line
+        "21 of 22 fixed cases (not selected or not reached), C9 batch_invariance (not selected or not reached), "
+        "C13 graph_replay (not selected or not reached)" in line
     )
     doc = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())
-    assert doc["overall"]["reduced_suite"][-2:] == [
+    assert doc["overall"]["reduced_suite"][-5:] == [
         "21 of 22 fixed cases (not selected or not reached)",
         "C9 batch_invariance (not selected or not reached)",
+        *(f"{c} (not selected or not reached)" for c in ("C13 graph_replay", "C14 compile", "C15 streams_devices")),
     ]
 
 
@@ -327,10 +329,11 @@ def test_an_interrupted_check_lists_what_it_did_not_reach(monkeypatch):
     with pytest.raises(SuiteInterrupted) as e:
         run_conformance("cpu", cases=cases, property_examples=3, model_checks=False)
     ov = e.value.result.overall
-    assert ov["reduced_suite"][-3:] == [
+    assert ov["reduced_suite"][-6:] == [
         "2 of 3 fixed cases not reached (interrupted)",
         "the property test not reached (interrupted)",
         "C9 batch_invariance not reached (interrupted)",
+        *(f"{c} not reached (interrupted)" for c in ("C13 graph_replay", "C14 compile", "C15 streams_devices")),
     ]
     assert ov["headline"].startswith("PASS on a reduced suite: ") and ov["cases_total"] == 1
 
@@ -346,10 +349,14 @@ def test_an_interrupted_plugin_run_lists_what_it_did_not_reach(tmp_path):
     r = run_python([*args, str(tmp_path / "conftest.py")], tmp_path)
     assert r.returncode == pytest.ExitCode.INTERRUPTED, r.stdout[-3000:] + r.stderr[-3000:]
     ov = json.loads((tmp_path / "rep" / "cpu" / "conformance.json").read_text())["overall"]
-    assert ov["reduced_suite"][-2:] == [  # before: nothing of the cut-off steps listed
+    serving = [f"{c} not reached (interrupted)" for c in ("C13 graph_replay", "C14 compile", "C15 streams_devices")]
+    assert ov["reduced_suite"][-5:] == [  # before: nothing of the cut-off steps listed
         "21 of 22 fixed cases not reached (interrupted)",
         "C9 batch_invariance not reached (interrupted)",
+        *serving,
     ]
     assert ov["headline"].endswith(
-        "21 of 22 fixed cases not reached (interrupted), C9 batch_invariance not reached (interrupted) skipped"
+        "21 of 22 fixed cases not reached (interrupted), C9 batch_invariance not reached (interrupted), "
+        + ", ".join(serving)
+        + " skipped"
     )

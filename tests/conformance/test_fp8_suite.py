@@ -34,6 +34,9 @@ from reference.fp8 import E4M3, parse_accumulator, reference_fp8_scaled_mm
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"
 
+#: the serving checks' plan steps (issue 45), after C9 / C11
+SERVING_STEPS = ("C13-graph_replay", "C14-compile", "C15-streams_devices")
+
 
 @functools.lru_cache(maxsize=1)
 def _default() -> tuple:
@@ -75,11 +78,18 @@ def test_the_plan_of_an_e4m3_kernel():
     assert [s.name for s in steps if s.kind == CHECK] == [
         "C9-batch_invariance",
         "C11-fp8_accumulator",
+        *SERVING_STEPS,
         "C7-token_flip",
         "E1-engine_hash",
     ]
     int8 = [s for s in suite_steps(cases[:2], 25, True, False) if s.kind != "case"]
-    assert [s.name for s in int8] == ["property", "C9-batch_invariance", "C7-token_flip", "E1-engine_hash"]
+    assert [s.name for s in int8] == [
+        "property",
+        "C9-batch_invariance",
+        *SERVING_STEPS,
+        "C7-token_flip",
+        "E1-engine_hash",
+    ]
 
 
 def test_default_fp8_cases_hold_subnormal_operands_and_reach_inf():

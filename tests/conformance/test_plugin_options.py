@@ -39,11 +39,20 @@ def test_beside_their_kernel_option_the_long_name_runs_the_suite(pytester):
     r = pytester.runpytest_inprocess(*args)
     ids = [line for line in r.outlines if line.startswith("int8conf-cpu::")]
     assert r.ret == pytest.ExitCode.OK, r.outlines
-    assert ids[0] == "int8conf-cpu::synthetic/ordinary-s0" and len(ids) == 22 + 1  # the fixed cases and C9
-    assert ids[-1] == "int8conf-cpu::C9-batch_invariance" and CHECK == "check"
+    assert ids[0] == "int8conf-cpu::synthetic/ordinary-s0" and len(ids) == 22 + 4  # the fixed cases, C9, C13-C15
+    assert (
+        ids[-4:]
+        == [
+            "int8conf-cpu::C9-batch_invariance",
+            "int8conf-cpu::C13-graph_replay",
+            "int8conf-cpu::C14-compile",
+            "int8conf-cpu::C15-streams_devices",
+        ]
+        and CHECK == "check"
+    )
     # their own test runs beside the suite, its --kernel keeping its own value
     r = pytester.runpytest_inprocess(*[a for a in args if a not in ("--co", "-q")], str(theirs), "-k", "their_option")
-    r.assert_outcomes(passed=1, deselected=23)
+    r.assert_outcomes(passed=1, deselected=26)
 
 
 def test_the_old_no_sweep_spellings_still_skip_the_tile_edge_shapes_after_a_note(pytester):

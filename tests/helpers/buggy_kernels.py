@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from typing import Optional
 
 import numpy as np
 import torch
@@ -1310,3 +1311,117 @@ def short_k_segfault(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
     if a.shape[0] > MID_M:
         out[-1] = out[-1] * 2 + 1
     return out
+
+
+# --- the kernel as the serving stack calls it (issue 45: C13 graph_replay, C14 compile, C15 streams_devices) ---
+# Each computes the CUTLASS-style epilogue exactly, on any device, in plain torch ops (capturable, compilable); the
+# bug is in how it is called: a host read, a wrong fake implementation, a stream of its own, a hard-coded device.
+
+SERVING_DEVICES = ("cpu", "cuda")
+
+
+def _serving_exact(a, b, scale_a, scale_b, out_dtype, bias):
+    """``rnd((float32(acc) * s_w) * s_a [+ bias in float32])`` on a's device; acc exact (float64 sums < 2^53)."""
+    acc = (a.to(torch.float64) @ b.to(torch.float64).T).to(torch.float32)
+    y = (acc * scale_b.reshape(1, -1).to(torch.float32)) * scale_a.reshape(-1, 1).to(torch.float32)
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(out_dtype)
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="host_scalar_scale",
+    description="reads scale_a on the host (.item()) at call time to pick a path: a CUDA-graph capture refuses it",
+)
+def host_scalar_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C13): ``scale_a[0].item()`` picks the path on every call (as a kernel choosing a config from a scale does):
+    a device-to-host read, which a CUDA-graph capture refuses (eagerly exact)."""
+    fused = scale_a.reshape(-1)[0].item() > 0.0
+    out = _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    return out if fused else out.clone()
+
+
+def _scaled_mm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+#: a custom op with the right fake (the control) and one whose fake returns float32 whatever out_dtype is asked
+_CUSTOM_OK = torch.library.custom_op("int8conf_buggy::scaled_mm_ok", _scaled_mm_op, mutates_args=())
+_CUSTOM_WRONG_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_wrong_fake", _scaled_mm_op, mutates_args=())
+
+
+@_CUSTOM_OK.register_fake
+def _fake_ok(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@_CUSTOM_WRONG_FAKE.register_fake
+def _fake_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.float32)
+
+
+def _custom_spec(name: str, op, description: str) -> KernelSpec:
+    return KernelSpec(
+        name=name,
+        scaled_mm=op,
+        contract=CUTLASS_STYLE,
+        devices=SERVING_DEVICES,
+        int_mm=_trunc_int_mm,
+        source_digest=TEST_DIGEST,
+        description=description,
+    )
+
+
+#: Correct (C14's control): a registered custom op whose fake gives the real output's shape, dtype and strides.
+custom_op_control = _custom_spec("custom_op_control", _CUSTOM_OK, "a torch custom op with a correct fake")
+#: Bug (C14): the custom op's fake (meta) implementation returns float32 for every out_dtype.
+wrong_fake_custom_op = _custom_spec(
+    "wrong_fake_custom_op", _CUSTOM_WRONG_FAKE, "a torch custom op whose fake returns float32 for any out_dtype"
+)
+
+_OWN_STREAMS: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="own_stream_no_wait",
+    description="launches on a stream of its own without waiting for the caller's stream: it races",
+)
+def own_stream_no_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C15): on CUDA the work runs on the kernel's own stream, which neither waits for the caller's current
+    stream (inputs still being written there are read early) nor is waited for (the output is read before it is
+    done). Exact when the caller synchronizes the device around the call."""
+    if not a.is_cuda:
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    s = _OWN_STREAMS.setdefault(a.device, torch.cuda.Stream(a.device))
+    with torch.cuda.stream(s):
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="hardcoded_cuda0",
+    description="computes on 'cuda:0' whatever device its operands are on",
+)
+def hardcoded_cuda0(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C15, two GPUs): on CUDA the operands are moved to the hard-coded ``"cuda:0"`` and the output left there
+    (exact on a single GPU, where every CUDA tensor is on ``cuda:0``)."""
+    if not a.is_cuda:
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    dev = torch.device("cuda:0")
+    moved = [None if t is None else t.to(dev) for t in (a, b, scale_a, scale_b, bias)]
+    return _serving_exact(*moved[:4], out_dtype, moved[4])

@@ -1,0 +1,145 @@
+"""C14 compile: the kernel called inside a ``torch.compile``d function gives the eager call's bits; a registered
+custom op also has a fake (meta) implementation that agrees with the real output and passes ``torch.library.opcheck``.
+
+:func:`registered_op` tells a custom op (``torch.library.custom_op``'s ``CustomOpDef``, a ``torch.ops`` ``OpOverload``
+or its packet's ``default``) from a plain callable. Per sample case (``serving.sample_cases``) the kernel is called
+eagerly and through ``torch.compile(backend="inductor")`` (``fullgraph=True`` for a custom op: a graph break there is
+what breaks vLLM's compiled model; else the default, graph breaks allowed) after ``torch.compiler.reset()`` (no
+earlier compile's cache or recompile limit decides it); the bits must agree. For a custom op also, on the first case:
+the fake output's shape, dtype and strides (``FakeTensorMode``) against the real one's, and ``opcheck``'s failures.
+
+Where it runs (the decision, issue 45): CUDA, every kernel, on the sample. The CPU: a registered custom op only, on
+one tiny case (:data:`CPU_SHAPE`: about 5 s on the 2-core CI, most of it inductor's first compile), so a wrong fake is
+found without a GPU; a plain Python kernel on the CPU is ``n/a`` (dynamo tracing the CPU kernels' reference code and
+inductor's C++ build would cost the CI minutes per kernel, and no serving stack compiles a CPU W8A8 GEMM)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from conformance.checks import serving
+from conformance.checks.result import CheckResult, Verdict, not_applicable
+from conformance.kernels.runner import pick_device
+
+CHECK_ID, NAME = "C14", "compile"
+#: (M, out dtype) of the one CPU case (a custom op only; K x N as the sample's)
+CPU_SHAPE = (4, torch.bfloat16)
+CPU_REASON = (
+    "a plain Python kernel on the CPU: C14 compiles it on CUDA (and a registered custom op on one tiny CPU case); "
+    "tracing CPU kernels through inductor would cost the CI minutes per kernel"
+)
+#: opcheck's tests (torch's defaults, as vLLM's kernel tests run them)
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def registered_op(fn: Any) -> Optional[Any]:
+    """The ``OpOverload`` of a registered custom op ``fn`` (a ``CustomOpDef``, an ``OpOverload`` or an
+    ``OpOverloadPacket``), None for any other callable."""
+    if isinstance(fn, torch._ops.OpOverload):
+        return fn
+    if isinstance(fn, torch._ops.OpOverloadPacket):
+        return getattr(fn, "default", None)
+    op = getattr(fn, "_opoverload", None)  # torch._library.custom_ops.CustomOpDef
+    return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+def fake_difference(op, t: dict, out_dtype, real: torch.Tensor) -> Optional[str]:
+    """None when ``op``'s fake output on fake copies of ``t`` has ``real``'s shape, dtype and strides, else one
+    line (the fake raising included: no fake implementation)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode  # torch's only fake-tensor entry (no public one)
+
+    try:
+        with FakeTensorMode() as mode:
+            fake = {k: None if v is None else mode.from_tensor(v) for k, v in t.items()}
+            out = serving.call(op, fake, out_dtype)
+    except Exception as e:  # noqa: BLE001 -- a fake that raises (or is missing) is the finding
+        return f"fake implementation raised {serving.exception_line(e)}"
+    got = (tuple(out.shape), out.dtype, tuple(out.stride()))
+    want = (tuple(real.shape), real.dtype, tuple(real.stride()))
+    if got != want:
+        return f"fake output shape/dtype/strides {got} != the real output's {want}"
+    return None
+
+
+def opcheck_failures(op, t: dict, out_dtype) -> list[str]:
+    """``["test_faketensor: <first line>", ...]``: the :data:`OPCHECK_TESTS` ``torch.library.opcheck`` fails."""
+    args = (t["a"], t["b"], t["scale_a"], t["scale_b"])
+    try:
+        res = torch.library.opcheck(
+            op, args, {"out_dtype": out_dtype, "bias": t["bias"]}, test_utils=OPCHECK_TESTS, raise_exception=False
+        )
+    except Exception as e:  # noqa: BLE001 -- opcheck itself refusing the op is a finding too
+        return [f"opcheck raised {serving.exception_line(e)}"]
+    return [
+        f"{k}: {str(v).splitlines()[0][:300] if str(v) else type(v).__name__}" for k, v in res.items() if v != "SUCCESS"
+    ]
+
+
+def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> dict:
+    """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
+    ``opcheck``."""
+    label = serving.case_label(ops)
+    t = serving.on_device(ops, device)
+    try:
+        eager = serving.call(spec.scaled_mm, t, ops.out_dtype)
+    except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
+        return {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
+    fn, dt = spec.scaled_mm, ops.out_dtype
+    torch.compiler.reset()
+    compiled = torch.compile(
+        lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias), fullgraph=op is not None
+    )
+    try:
+        got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
+    except Exception as e:  # noqa: BLE001 -- a compile / trace that fails is the finding
+        return {
+            "case": label,
+            "ok": False,
+            "kind": "compile",
+            "line": f"torch.compile raised {serving.exception_line(e)}",
+        }
+    finally:
+        torch.compiler.reset()
+    row: dict[str, Any] = {"case": label, "ok": True, "fullgraph": op is not None}
+    problems = []
+    diff = serving.bit_difference(got, eager)
+    if diff is not None:
+        problems.append(f"compiled call: {diff}")
+    if op is not None and fake_and_opcheck and isinstance(eager, torch.Tensor):
+        fake = fake_difference(op, t, dt, eager)
+        failures = opcheck_failures(op, t, dt)
+        row.update(fake=fake or "agrees", opcheck=failures or "all passed")
+        problems += [fake] if fake else []
+        problems += [f"opcheck {f}" for f in failures]
+    row.update(ok=not problems, line="; ".join(problems) or "compiled call bit-identical to the eager call")
+    return row
+
+
+def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed: int = 0) -> CheckResult:
+    """C14 (module docstring) for ``spec`` on ``device`` (None: where the kernel runs); ``cases`` (the suite's) are
+    not used. Evidence: ``custom_op`` (its name or None), ``cases`` (``case``, ``ok``, ``line`` each)."""
+    dev, why = pick_device(spec, device)
+    if dev is None:
+        return not_applicable(CHECK_ID, f"not runnable here: {why}")
+    op = registered_op(spec.scaled_mm)
+    on_cpu = torch.device(dev).type == "cpu"
+    if on_cpu and op is None:
+        return not_applicable(CHECK_ID, CPU_REASON)
+    if on_cpu:
+        m, dt = CPU_SHAPE
+        sample = [serving.make_operands(spec, m, dt, True, True, seed, f"serving/cpu-M{m}")]
+    else:
+        sample = serving.sample_cases(spec, seed)
+    rows = [compile_case(spec, ops, dev, op, i == 0) for i, ops in enumerate(sample)]
+    ev: dict[str, Any] = {"custom_op": None if op is None else str(op), "cases": rows, "device": dev}
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        kind = "raised" if all(r.get("kind") == "raised" for r in bad) else "kernel"
+        line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
+        return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
+    how = f"custom op {op}, fullgraph, fake and opcheck agree" if op is not None else "fullgraph=False"
+    return CheckResult(
+        CHECK_ID, NAME, Verdict.PASS, f"torch.compile ({how}): bit-identical on {len(rows)} case(s) on {dev}", ev
+    )

@@ -1,0 +1,125 @@
+"""What C13 (``graph_replay``), C14 (``compile``) and C15 (``streams_devices``) share: the sample of cases they
+call the kernel on and the bit comparison of two outputs (issue 45: the kernel as the serving stack calls it).
+
+The sample (:func:`sample_cases`): one decode case (M = :data:`DECODE_M` <= 16: what vLLM / SGLang capture in a CUDA
+graph) and one prefill case (M = :data:`PREFILL_M` >= 128), K x N = :data:`K` x :data:`N`; the decode case per-token /
+per-channel scales, a bias and the first out dtype the kernel writes (bf16 when any), the prefill one 0-d scales, no
+bias and fp16 when the kernel writes it. What these checks find (a host read, an allocation or stream outside the
+capture, a wrong fake, a race) depends on the call, not the values: two regimes (the M buckets kernels branch on)
+x two epilogue forms suffice, and keep the three checks' cost a small share of a kernel run. A shape is rounded up to
+the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out dtype) left out, so
+every kernel is sampled. Operands are C9's seeded random int8 / e4m3 (``batch_invariance.random_operand``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from conformance.checks.batch_invariance import random_operand
+from conformance.kernels.spec import FP8
+from reference.bits import bits_of
+from reference.errors import first_line
+from reference.fp8 import E4M3
+from reference.operands import GemmOperands
+
+DECODE_M, PREFILL_M, K, N = 8, 128, 512, 256
+#: the operand names in ``scaled_mm``'s positional order, then bias
+NAMES = ("a", "b", "scale_a", "scale_b", "bias")
+
+
+def _up(v: int, mult: int) -> int:
+    return -(-v // mult) * mult if mult > 1 else v
+
+
+def _shape(spec, m: int) -> tuple[int, int, int]:
+    c = spec.constraints
+    k = _up(K, c.k_multiple)
+    if c.max_k is not None and k > c.max_k:
+        k = max(c.k_multiple, (c.max_k // max(1, c.k_multiple)) * max(1, c.k_multiple))
+    return _up(max(m, c.min_m), c.m_multiple), k, _up(N, c.n_multiple)
+
+
+def _out_dtypes(spec) -> list:
+    allowed = list(spec.constraints.out_dtypes) or ["bfloat16", "float16", "float32"]
+    return [getattr(torch, d) for d in allowed]
+
+
+def make_operands(spec, m: int, out_dtype, per_token: bool, bias: bool, seed: int, name: str) -> GemmOperands:
+    """Seeded operands of the sample for ``spec`` (module docstring): M >= ``m`` rounded to its constraints."""
+    m, k, n = _shape(spec, m)
+    g = torch.Generator().manual_seed(4500 + seed)
+    dt = E4M3 if getattr(spec, "operands", "int8") == FP8 else torch.int8
+    a, b = random_operand((m, k), g, dt), random_operand((n, k), g, dt)
+    sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(torch.float32)
+    sb = (torch.rand(n, generator=g) * 0.002 + 1e-4).to(torch.float32)
+    if not per_token or spec.constraints.scales == "tensor":
+        sa, sb = sa[0].clone(), sb[0].clone()
+    bv = (torch.randn(n, generator=g) * 4).to(out_dtype) if bias and spec.constraints.bias else None
+    return GemmOperands(a, b, sa, sb, bv, out_dtype, name, "synthetic", {"source": "serving-sample", "seed": seed})
+
+
+def sample_cases(spec, seed: int = 0) -> list[GemmOperands]:
+    """The decode and the prefill case of the sample (module docstring)."""
+    dts = _out_dtypes(spec)
+    prefill_dt = torch.float16 if torch.float16 in dts else dts[0]
+    return [
+        make_operands(spec, DECODE_M, dts[0], True, True, seed, f"serving/decode-M{DECODE_M}"),
+        make_operands(spec, PREFILL_M, prefill_dt, False, False, seed, f"serving/prefill-M{PREFILL_M}"),
+    ]
+
+
+def fresh_like(spec, ops: GemmOperands, seed: int) -> GemmOperands:
+    """New operands of ``ops``' shapes, dtypes and scale forms (other values: seed ``seed``)."""
+    per_token = ops.scale_a.dim() > 0
+    new = make_operands(spec, ops.m, ops.out_dtype, per_token, ops.bias is not None, seed, ops.name + "/new")
+    assert (new.m, new.k, new.n) == (ops.m, ops.k, ops.n)
+    return new
+
+
+def on_device(ops: GemmOperands, device: Any) -> dict:
+    """``{name: tensor or None}``: dense copies of ``ops``' operands on ``device`` (name order :data:`NAMES`)."""
+    return {k: None if v is None else v.detach().to(device).contiguous().clone() for k, v in zip(NAMES, _tensors(ops))}
+
+
+def _tensors(ops: GemmOperands) -> tuple:
+    return ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias
+
+
+def call(fn: Callable, t: dict, out_dtype) -> Any:
+    """``fn(a, b, scale_a, scale_b, out_dtype=..., bias=...)`` on the operand dict ``t``."""
+    return fn(t["a"], t["b"], t["scale_a"], t["scale_b"], out_dtype=out_dtype, bias=t["bias"])
+
+
+def _canonical(x: Tensor) -> Tensor:
+    b = bits_of(x)
+    return torch.where(torch.isnan(x), torch.full_like(b, -1), b)
+
+
+def bit_difference(got: Any, ref: Tensor) -> Optional[str]:
+    """None when ``got`` is a tensor of ``ref``'s shape and dtype with its canonical bits (NaN payloads alike;
+    the sign of zero counts), else one line: the interface difference or ``n of N elements differ, first [i, j]``."""
+    if not isinstance(got, Tensor):
+        return f"returned {type(got).__name__}, expected a tensor"
+    if tuple(got.shape) != tuple(ref.shape) or got.dtype != ref.dtype:
+        return f"returned {got.dtype} {tuple(got.shape)}, the eager call {ref.dtype} {tuple(ref.shape)}"
+    d = _canonical(got.detach().cpu()) != _canonical(ref.detach().cpu())
+    n = int(d.sum())
+    if n == 0:
+        return None
+    i, j = (int(v) for v in d.nonzero()[0])
+    return f"{n} of {d.numel()} elements differ from the eager call's bits, first [{i}, {j}]"
+
+
+def exception_line(e: BaseException) -> str:
+    """``<type>: <first line>`` of an exception."""
+    return f"{type(e).__name__}: {first_line(e, None)}"
+
+
+def case_label(ops: GemmOperands) -> str:
+    """``serving/decode-M8 (8x512x256 bfloat16, bias)``."""
+    feats = [str(ops.out_dtype).replace("torch.", "")]
+    feats += ["bias"] if ops.bias is not None else []
+    feats += ["per-tensor scales"] if ops.scale_a.dim() == 0 else []
+    return f"{ops.name} ({ops.m}x{ops.k}x{ops.n} {', '.join(feats)})"

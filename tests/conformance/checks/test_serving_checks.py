@@ -1,0 +1,116 @@
+"""C13 graph_replay, C14 compile, C15 streams_devices (issue 45): on the CPU each is ``n/a`` with its reason, except
+C14 on a registered custom op (one tiny case): the control passes, the wrong fake fails. The CUDA tests (skipped
+without CUDA) pin that each serving-bug kernel of ``buggy_kernels`` fails its check and the built-ins pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.checks.compile import CPU_REASON, check_compile, registered_op
+from conformance.checks.graph_replay import check_graph_replay
+from conformance.checks.serving import DECODE_M, PREFILL_M, fresh_like, sample_cases
+from conformance.checks.streams import ONE_GPU, check_streams_devices
+from conformance.kernels.loader import load_module_function
+from conformance.kernels.registry import get_kernel
+from conformance.suite.plan import run_kernel_check
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="C13-C15 call the kernel on a CUDA device: no CUDA here")
+SERVING = (check_graph_replay, check_compile, check_streams_devices)
+
+
+def _buggy(name: str):
+    return load_module_function(f"buggy_kernels:{name}")
+
+
+def test_the_sample_is_a_decode_and_a_prefill_case_fitted_to_the_constraints():
+    decode, prefill = sample_cases(get_kernel("cpu"))
+    assert (decode.m, prefill.m) == (DECODE_M, PREFILL_M) and DECODE_M <= 16 and PREFILL_M >= 128
+    assert decode.bias is not None and decode.scale_a.shape == (DECODE_M,) and prefill.scale_a.dim() == 0
+    assert (decode.out_dtype, prefill.out_dtype) == (torch.bfloat16, torch.float16)
+    new = fresh_like(get_kernel("cpu"), decode, 7)
+    assert new.a.shape == decode.a.shape and not torch.equal(new.a, decode.a)
+    assert new.scale_a.shape == decode.scale_a.shape and not torch.equal(new.scale_a, decode.scale_a)
+
+
+@pytest.mark.skipif(CUDA, reason="pins the CPU verdicts")
+def test_on_the_cpu_each_check_is_na_with_its_reason():
+    spec = get_kernel("cpu")
+    got = {r.check_id: (r.verdict, r.summary) for r in (f(spec) for f in SERVING)}
+    assert got == {
+        "C13": ("n/a", "CUDA graphs need a CUDA device: the kernel declares no CUDA device (devices ['cpu'])"),
+        "C14": ("n/a", CPU_REASON),
+        "C15": ("n/a", "streams and devices are CUDA's: the kernel declares no CUDA device (devices ['cpu'])"),
+    }
+    cuda_kernel = _buggy("own_stream_no_wait")  # declares CUDA, none here
+    r13, r15 = check_graph_replay(cuda_kernel), check_streams_devices(cuda_kernel)
+    assert r13.summary == "CUDA graphs need a CUDA device: no CUDA device here (torch.cuda.is_available() is False)"
+    assert (r13.verdict, r15.verdict) == ("n/a", "n/a") and r15.summary.endswith("is False)")
+    # the plan's step runs the same function
+    assert run_kernel_check("C13", spec, []).summary == got["C13"][1]
+
+
+def test_custom_op_detection():
+    assert registered_op(get_kernel("cpu").scaled_mm) is None
+    assert str(registered_op(_buggy("custom_op_control").scaled_mm)) == "int8conf_buggy.scaled_mm_ok.default"
+    assert registered_op(torch.ops.int8conf_buggy.scaled_mm_ok) == torch.ops.int8conf_buggy.scaled_mm_ok.default
+
+
+@pytest.mark.skipif(CUDA, reason="pins the CPU custom-op case")
+def test_c14_on_the_cpu_passes_a_custom_op_with_a_right_fake_and_fails_a_wrong_one():
+    ok = check_compile(_buggy("custom_op_control"))
+    assert ok.verdict == "pass", ok.summary
+    assert ok.evidence["cases"][0]["fake"] == "agrees" and ok.evidence["cases"][0]["opcheck"] == "all passed"
+    bad = check_compile(_buggy("wrong_fake_custom_op"))
+    assert bad.verdict == "fail" and len(bad.evidence["cases"]) == 1
+    assert "fake output shape/dtype/strides ((4, 256), torch.float32, (256, 1)) != the real output's " in bad.summary
+    assert "opcheck test_faketensor:" in bad.summary and bad.evidence["failure_kind"] == "kernel"
+
+
+# --- CUDA: run natively (skipped without CUDA) ---
+
+
+@needs_cuda
+@pytest.mark.parametrize("kernel", ["triton", "int_mm"])
+def test_builtins_pass_c13_c14_c15(kernel):
+    spec = get_kernel(kernel)
+    for f in SERVING:
+        r = f(spec)
+        assert r.verdict == "pass", f"{r.check_id}: {r.summary}"
+
+
+@needs_cuda
+@pytest.mark.parametrize(
+    "kernel, check, says",
+    [
+        ("host_scalar_scale", check_graph_replay, "capture raised"),
+        ("wrong_fake_custom_op", check_compile, "fake output shape/dtype/strides"),
+        ("own_stream_no_wait", check_streams_devices, "on a side stream"),
+    ],
+)
+def test_each_serving_bug_fails_its_check(kernel, check, says):
+    r = check(_buggy(kernel))
+    assert r.verdict == "fail" and says in r.summary, r.summary
+
+
+@needs_cuda
+def test_a_custom_op_with_a_right_fake_passes_c14_on_cuda():
+    r = check_compile(_buggy("custom_op_control"))
+    assert r.verdict == "pass", r.summary
+
+
+@needs_cuda
+@pytest.mark.skipif(CUDA and torch.cuda.device_count() < 2, reason="the cuda:1 part needs two GPUs: one GPU here")
+def test_a_kernel_hard_coding_cuda0_fails_c15_on_two_gpus():
+    r = check_streams_devices(_buggy("hardcoded_cuda0"))
+    assert r.verdict == "fail" and "operands on cuda:1, output on cuda:0" in r.summary, r.summary
+
+
+@needs_cuda
+def test_with_one_gpu_the_device_part_is_na():
+    r = check_streams_devices(get_kernel("int_mm"))
+    if torch.cuda.device_count() > 1:
+        assert r.evidence["devices"][1] is not None
+    else:
+        assert r.evidence["device_part"] == f"n/a: {ONE_GPU}" and ONE_GPU in r.summary
