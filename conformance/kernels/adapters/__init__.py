@@ -32,6 +32,7 @@ _TA = "conformance.kernels.adapters.torchao"
 _BNB = "conformance.kernels.adapters.bnb"
 _VL = "conformance.kernels.adapters.vllm"
 _TAF = "conformance.kernels.adapters.torchao_fp8"
+_CU = "conformance.kernels.adapters.cutlass"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -43,6 +44,7 @@ _DESCRIPTION = {
     "vllm-cutlass": "vLLM _custom_ops.cutlass_scaled_mm through the vLLM-convention adapter",
     "vllm-triton": "vLLM triton_scaled_mm through the vLLM-convention adapter",
     "sgl-int8": "sgl-kernel int8_scaled_mm through the vLLM-convention adapter",
+    "cutlass-int8": "CUTLASS Python interface (nvidia-cutlass, cutlass_cppgen) sm90 int8 GEMM with a traced epilogue visitor (nvcc JIT; CUDA sm90 only)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -56,6 +58,7 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("vllm-cutlass", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("vllm-triton", _VL, ("vllm",), _VL_PIP, ("cuda",)),
         ("sgl-int8", _VL, ("sgl_kernel",), "pip install sgl-kernel (CUDA)", ("cuda",)),
+        ("cutlass-int8", _CU, ("cutlass_cppgen", "cuda"), "pip install nvidia-cutlass (+ nvcc)", ("cuda",)),
     )
 }
 
