@@ -9,6 +9,7 @@ kernels free to differ only in the epilogue. An :class:`EpilogueSteps` says what
     mul <operand> [-> <dtype>]         current * operand, result dtype (default: current)
     add bias [-> <dtype>]              current + bias (skipped without a bias)
     fma <operand> bias|0 [-> <dtype>]  current * operand + (bias or +0.0), ONE rounding (C ``fmaf``)
+    fma <operand> bias? [-> <dtype>]   the same with a bias; without one a plain ``mul`` (a -0 product stays -0)
     <dtype>   := fp32 | bf16 | fp16 | out      (``out`` = the call's out_dtype)
     <operand> := a product of s_a | s_w | <number> | bf16(..) | fp16(..) | fp32(..), e.g. (s_a*127)*(s_w*127)
 
@@ -132,8 +133,8 @@ def parse_step(text: str, i: int = 0) -> Step:
     if op == "fma":
         body, dt = _split_result(rest, i, text)
         expr, _, addend = body.rpartition(" ")
-        if addend not in ("bias", "0") or not expr.strip():
-            raise _err(i, text, "expected 'fma <operand> bias|0 [-> dtype]'")
+        if addend not in ("bias", "bias?", "0") or not expr.strip():
+            raise _err(i, text, "expected 'fma <operand> bias|bias?|0 [-> dtype]'")
         _check_operand(expr.strip(), i, text)
         return Step("fma", dt, expr.strip(), addend, t)
     raise _err(i, text, f"unknown step {op!r} (use cast, mul, add bias, fma)")
@@ -405,7 +406,9 @@ def interchangeability_problems(steps: EpilogueSteps, out_dtype: Optional[str] =
                         f"{where} multiplies by {c:g}, not a power of two (the reference scales by s_a and s_w only)"
                     )
                     break
-        if s.op == "fma":
+        if s.op == "fma" and s.rounding == "bias?":
+            out.append(f"{where} rounds x*s + bias once where the reference rounds the product first")
+        elif s.op == "fma":
             out.append(
                 f"{where} rounds x*s + {'bias' if s.rounding == 'bias' else '0'} once where the reference rounds the "
                 "product first, and adds +0.0 when there is no bias (-0 becomes +0)"

@@ -161,8 +161,11 @@ def _evaluate(acc, scale_a, scale_b, desc, bias, out_dtype, bias_dtype) -> torch
                     val = _round_to(val.float(), new)
             else:  # fma
                 opnd = _eval_operand(_operand_tree(st.operand), sa, sw)
-                b = bf if (bf is not None and st.rounding == "bias") else torch.zeros((), dtype=torch.float32)
-                val = _round_to(_fma_fp32(val.float(), opnd, b), new)
+                if bf is None and st.rounding == "bias?":  # no bias: a plain multiply
+                    val = _round_to(val.float() * opnd, new)
+                else:
+                    b = bf if (bf is not None and st.rounding != "0") else torch.zeros((), dtype=torch.float32)
+                    val = _round_to(_fma_fp32(val.float(), opnd, b), new)
             cur = new
         if cur != out_dtype:
             raise ContractError(

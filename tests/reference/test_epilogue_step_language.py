@@ -2,6 +2,7 @@
 bits, hand-derived bits for steps the contracts cannot say, exact fma,
 one-line errors for bad descriptions."""
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -97,6 +98,29 @@ def test_fma_step_rounds_once():
     assert sep.item() == 0.0
 
 
+def test_fma_bias_optional_is_a_plain_multiply_without_a_bias():
+    # acc = -1 times a scale of 1: the product is -1; with acc = 0 and a negative scale it is -0. ``fma .. bias``
+    # adds +0.0 without a bias (-0 -> +0); ``fma .. bias?`` multiplies only (-0 stays -0); with a bias both round once
+    acc = torch.tensor([[0, -1]], dtype=torch.int64)
+    sa, sw = torch.tensor([-1.0]), torch.tensor([1.0, 1.0])
+    plus = apply_steps(acc, sa, sw, ["cast fp32", "fma s_a*s_w bias", "cast out"], out_dtype=torch.float32)
+    opt = apply_steps(acc, sa, sw, ["cast fp32", "fma s_a*s_w bias?", "cast out"], out_dtype=torch.float32)
+    assert [math.copysign(1, v) for v in plus[0].tolist()] == [1.0, 1.0]
+    assert [math.copysign(1, v) for v in opt[0].tolist()] == [-1.0, 1.0] and opt[0, 1].item() == 1.0
+    x = 1 + 2.0**-12
+    one, bias = torch.tensor([[1]], dtype=torch.int64), torch.tensor([-(1 + 2.0**-11)])
+    for addend in ("bias", "bias?"):
+        got = apply_steps(
+            one,
+            torch.tensor([x]),
+            torch.tensor([x]),
+            ["cast fp32", "mul s_a", f"fma s_w {addend}", "cast out"],
+            bias=bias,
+            out_dtype=torch.float32,
+        )
+        assert got.item() == 2.0**-24  # one rounding: the fma test above
+
+
 @pytest.mark.parametrize(
     "desc, fragment",
     [
@@ -108,7 +132,7 @@ def test_fma_step_rounds_once():
         ("cast fp32; add bas; cast out", "only 'add bias"),
         ("cast fp32; mul __import__('os'); cast out", "only '*'"),
         ("cast bf16 nearest", "rounding 'nearest'"),
-        ("cast fp32; fma 2.0 bais; cast out", "fma <operand> bias|0"),
+        ("cast fp32; fma 2.0 bais; cast out", "fma <operand> bias|bias?|0"),
         ("cast fp32; mul s_a -> fp64; cast out", "result dtype 'fp64'"),
         ("cast fp32; mul s_a*1e999; cast out", "constant inf is not a finite float32 number"),
         ("cast fp32; mul s_a*-1e39; cast out", "constant 1e+39 is not a finite float32 number"),

@@ -36,6 +36,7 @@ _GL = "conformance.kernels.adapters.gemlite"
 _GL_PIP = "pip install gemlite==0.6.0 (CUDA, triton>=3.6)"
 _FG, _FG_PIP = "conformance.kernels.adapters.flaggems", "pip install flag-gems==5.0.2 (CUDA sm_90)"
 _FB, _FB_PIP = "conformance.kernels.adapters.fbgemm", "pip install fbgemm-gpu-genai (CUDA, matching torch)"
+_CU = "conformance.kernels.adapters.cutlass"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
 _DESCRIPTION = {
     "torchao": "torchao int_scaled_matmul (per-token scaled int8 GEMM) + torchao's per-channel rescale and bias (quantization/utils.py)",
@@ -54,6 +55,7 @@ _DESCRIPTION = {
     "fbgemm-int8": "fbgemm i8i8bf16 (CUTLASS Sm80 int8 GEMM, one float scale = s_a * s_w, bf16 out, no bias)",
     "fbgemm-fp8-rowwise": "fbgemm f8f8bf16_rowwise (CUTLASS sm90 EVT: acc * x_scale, fma(w_scale, bias fp32), bf16; fast accum)",
     "fbgemm-triton-fp8": "fbgemm Triton matmul_fp8_row (persistent, fast accum, pinned config; fma(acc, s_a*s_w, bias))",
+    "cutlass-int8": "CUTLASS Python interface (nvidia-cutlass, cutlass_cppgen) sm90 int8 GEMM with a traced epilogue visitor (nvcc JIT; CUDA sm90 only)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
     name: AdapterInfo(name, module, requires, install, devices, _DESCRIPTION[name])
@@ -74,6 +76,7 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("fbgemm-int8", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
         ("fbgemm-fp8-rowwise", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
         ("fbgemm-triton-fp8", _FB, ("fbgemm_gpu", "triton"), _FB_PIP, ("cuda",)),
+        ("cutlass-int8", _CU, ("cutlass_cppgen", "cuda"), "pip install nvidia-cutlass (+ nvcc)", ("cuda",)),
     )
 }
 

@@ -27,8 +27,7 @@
   ``acc *= a_scale[:, None] * b_scale[None, :]``, ``acc += bias`` (float32), ``.to(bf16)`` (l.399-414): with Triton's
   fp fusion (its default) ``fma(acc, s_a*s_w, bias)``. Its 100-config search (``MATMUL_CONFIGS``) is pinned to
   :data:`TRITON_CONFIG`; any M, K, N (masked loads and stores). Without a bias (``USE_BIAS`` False) it only
-  multiplies: where ``acc * scale`` is -0 it keeps -0, which the declared ``fma .. bias`` (+0.0 added) writes +0
-  (the step language has no "fma with the bias, plain multiply without"). ``_kernel_matmul_fp8_row`` is fbgemm's
+  multiplies (a -0 product stays -0): declared ``fma s_a*s_w bias?``. ``_kernel_matmul_fp8_row`` is fbgemm's
   private name: its autotuner is the only handle on the config search."""
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ ROWWISE_STEPS = parse_steps(
 )
 #: matmul_fp8_row: the scales multiplied first, then acc * scale + bias contracted to one fma (Triton's fp fusion)
 TRITON_FUSED_STEPS = parse_steps(
-    ["cast fp32", "fma s_a*s_w bias", "cast out"], name="fbgemm-triton: fma(acc, s_a*s_w, bias)"
+    ["cast fp32", "fma s_a*s_w bias?", "cast out"], name="fbgemm-triton: fma(acc, s_a*s_w, bias), no bias: a mul"
 )
 #: the pinned ``MATMUL_CONFIGS`` entry: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_stages, num_warps)
 TRITON_CONFIG = (128, 128, 128, 1, 4, 4)
