@@ -117,7 +117,22 @@ def test_run_conformance_wrong_kernel_fails_and_reports(tmp_path):
         read_report(other)
     doc = json.loads(jp.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert doc["schema_version"] == SCHEMA_VERSION and doc["overall"]["verdict"] == "fail"
-    assert [c["check_id"] for c in doc["checks"]] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "E1"]
+    assert [c["check_id"] for c in doc["checks"]] == [
+        "C1",
+        "C2",
+        "C3",
+        "C4",
+        "C5",
+        "C6",
+        "C7",
+        "C8",
+        "C9",
+        "C10",
+        "C13",
+        "C14",
+        "C15",
+        "E1",
+    ]
     tie = doc["cases"][0]
     assert tie["checks"]["C8"]["evidence"]["worst"]["out_bits"] == "0x3F81"
     assert doc["pairwise"]["counts"] == {"differ-unexpected": 2, "identical": 1}
