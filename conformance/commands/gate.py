@@ -95,6 +95,13 @@ def register(subparsers) -> None:
     )
     p.add_argument("--no-model", action="store_true", help="skip C7 token_flip and E1 engine_hash")
     p.add_argument(
+        "--no-serving",
+        action="store_true",
+        help="skip the serving checks C13 graph_replay, C14 compile, C15 streams_devices (by default run on both "
+        "kernels; a candidate failing one blocks unless the incumbent fails it too; n/a, e.g. without CUDA, never "
+        "blocks)",
+    )
+    p.add_argument(
         "--no-tile-edges", action="store_true", help="skip the tile-edge shapes and the trigger-condition case families"
     )
     add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
@@ -198,6 +205,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
         capture_dir=args.captures,
         model_dir=args.model,
         model_checks=not args.no_model,
+        serving_checks=not args.no_serving,
         device=args.device,
         timeout_s=args.timeout,
         model_timeout_s=args.model_timeout,
@@ -227,7 +235,7 @@ def _gate(args: argparse.Namespace, out: Path) -> int:
     doc = to_json_dict(res)
     paths = write_gate_reports(doc, out)
     print(doc["overall"]["summary"])
-    for d in res.cases + res.model:
+    for d in res.cases + res.serving + res.model:
         if d.blocking:
             why = "; ".join(r["text"] for r in d.reasons if r["blocking"])
             print(f"  {d.status.upper():13} {d.item}: {why[:240]}")

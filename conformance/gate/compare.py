@@ -1,9 +1,10 @@
-"""Candidate vs incumbent, per case and per model-level check, decided under a policy.
+"""Candidate vs incumbent, per case, per serving check and per model-level check, decided under a policy.
 
 :func:`output_delta` classes the candidate's output against the incumbent's in spacings:
 ``identical``, ``within_one_spacing``, ``worse`` (more than one spacing or NaN-ness) or ``unknown``
 (a baseline output digest that cannot be reproduced). :func:`decide_case` turns that and the check
-verdict changes into one status of ``conformance.gate.status.STATUSES`` with its reasons."""
+verdict changes into one status of ``conformance.gate.status.STATUSES`` with its reasons; :func:`decide_serving`
+decides a serving check (C13-C15) by :data:`SERVING_RULE`."""
 
 from __future__ import annotations
 
@@ -302,3 +303,63 @@ def decide_model(
         status = FAIL if rs.blocking else WARN if rs.items else PASS
     ev = {"candidate": cand, "incumbent": inc, **(evidence or {})}
     return Decision(check_id, status, rs.blocking, rs.items, expectations_used=sorted(rs.used), evidence=ev)
+
+
+#: How a serving check (C13 graph_replay, C14 compile, C15 streams_devices: kernel-level, no case) is decided
+#: (:func:`decide_serving`; the gate's README): candidate fails (crash / timeout during the check included) ->
+#: ``fail``, blocking, unless the incumbent fails it too -> ``warn`` ("both fail"), not blocking; candidate ``n/a``
+#: (no CUDA, ...) -> ``not-supported``, never blocking (whatever the policy's ``not_supported``); candidate passes
+#: -> ``pass``. An incumbent that is ``n/a``, passes, or is unknown (an older baseline) does not excuse a failure.
+SERVING_RULE = "a candidate failing a serving check blocks unless the incumbent fails it too (both fail); n/a never"
+#: :func:`decide_serving`'s ``evidence["outcome"]`` values
+BOTH_FAIL = "both fail"
+
+
+def _serving_failed(res: Optional[dict]) -> bool:
+    return (res or {}).get("verdict") == Verdict.FAIL
+
+
+def decide_serving(
+    check_id: str,
+    cand: Optional[dict],
+    inc: Optional[dict],
+    cand_status: str = RAN,
+    error: Optional[str] = None,
+    evidence: Optional[dict] = None,
+) -> Decision:
+    """The status of serving check ``check_id`` (C13 / C14 / C15) by :data:`SERVING_RULE`. ``cand`` / ``inc``: the
+    check's result dicts (``CheckResult.to_dict()`` or a report's ``checks[]`` entry; None when absent; an incumbent
+    that crashed or hung during the check is given as a ``fail`` dict); ``cand_status``: ``ran`` | ``crash`` |
+    ``timeout`` | ``harness-error`` (the gate could not run it: blocks, as a model-level check's); ``error`` /
+    ``evidence``: crash / timeout details. ``evidence["outcome"]``: ``pass``, ``fail``, :data:`BOTH_FAIL`, ``n/a``
+    or ``harness``."""
+    name = CHECK_NAMES.get(check_id, check_id)
+    reasons: list[dict] = []
+
+    def why(text: str, blocks: bool) -> None:
+        reasons.append({"check": check_id, "text": text, "blocking": blocks, "expected": None})
+
+    inc_fails = _serving_failed(inc)
+    inc_line = f"incumbent: {(inc or {}).get('summary') or ''}"[:200]
+    if cand_status == HARNESS:
+        why(f"the gate could not run {check_id}: {error}", True)
+        status, outcome = FAIL, "harness"
+    elif cand_status in (CRASH, TIMEOUT) or _serving_failed(cand):
+        line = f"{cand_status}: {error or cand_status}" if cand_status in (CRASH, TIMEOUT) else None
+        summ = (line or (cand or {}).get("summary") or "")[:200]
+        if inc_fails:
+            why(f"{check_id} {name} fails, as it does for the incumbent ({BOTH_FAIL}): {summ}; {inc_line}", False)
+            status, outcome = WARN, BOTH_FAIL
+        else:
+            was = (inc or {}).get("verdict") or "unknown"
+            why(f"{check_id} {name}: incumbent {was} -> candidate fail: {summ}", True)
+            status, outcome = (cand_status if line else FAIL), "fail"
+    elif cand is None or cand.get("verdict") == Verdict.NOT_APPLICABLE:
+        why(f"{check_id} {name} n/a: " + ((cand or {}).get("summary") or "not run"), False)
+        status, outcome = NOT_SUPPORTED, Verdict.NOT_APPLICABLE
+    else:
+        if inc_fails:
+            why(f"{check_id} {name} passes where the incumbent fails ({inc_line})", False)
+        status, outcome = PASS, "pass"
+    ev = {"candidate": cand, "incumbent": inc, "outcome": outcome, **(evidence or {})}
+    return Decision(check_id, status, any(r["blocking"] for r in reasons), reasons, evidence=ev)

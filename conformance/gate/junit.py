@@ -1,6 +1,6 @@
 """JUnit XML of a gate report: one ``<testsuite name="int8conf-gate">``, a ``<testcase>`` per case
-(``gate.<source>``) and per model-level check (``gate.model``), property ``status`` on each. pass /
-warn -> passed; fail -> ``<failure>``; crash / timeout -> ``<error type=...>``; not-supported ->
+(``gate.<source>``), per serving check C13-C15 (``gate.serving``) and per model-level check (``gate.model``),
+property ``status`` on each. pass / warn -> passed; fail -> ``<failure>``; crash / timeout -> ``<error type=...>``; not-supported ->
 ``<skipped>`` (plus ``<failure>`` when it blocks). A blocked candidate's triage (``candidate.triage``) adds its
 one-line summary (``suite.report.triage_summary``) to the failure of the case each check's search started from."""
 
@@ -19,6 +19,7 @@ def reason_text(r: dict) -> str:
 def to_junit_xml(doc: dict) -> str:
     """The JUnit XML text of a ``gate.json`` document."""
     items = [(c, f"gate.{c.get('source') or 'case'}") for c in doc.get("cases") or []]
+    items += [(m, "gate.serving") for m in doc.get("serving") or []]
     items += [(m, "gate.model") for m in doc.get("model") or []]
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     suite = ET.Element("testsuite", name="int8conf-gate")

@@ -1,9 +1,10 @@
 """pytest plugin of the gate: ``pytest --gate-candidate=B --gate-incumbent=A`` (or
 ``--gate-baseline=REPORT``) ``--gate-policy=FILE [-n auto]``.
 
-One item per case (``gate/<case id>``) and per model-level check (``gate/C7``, ``gate/E1``), run by
-``GateSession``. A blocking case fails its item, ``warn`` passes with a :class:`GateWarning`, a
-non-blocking ``not-supported`` skips. The controller writes ``gate.json`` / ``gate.md`` /
+One item per case (``gate/<case id>``), per serving check (``gate/C13``, ``gate/C14``, ``gate/C15``; not with
+``--gate-no-serving``) and per model-level check (``gate/C7``, ``gate/E1``), run by ``GateSession``. A blocking case
+fails its item, ``warn`` passes with a :class:`GateWarning`, a non-blocking ``not-supported`` (a serving check's
+``n/a``) skips. The controller writes ``gate.json`` / ``gate.md`` /
 ``junit.xml`` once, from Decisions shipped on each item's report (``conformance.runtime.xdist_ship``),
 in case order, so ``-n N`` and a stopped run report like a serial one; for a blocked candidate it first triages
 the candidate's failing checks (``GateSession.triage``, unless ``--gate-no-triage``), a line per check in the
@@ -38,6 +39,7 @@ class _GateState:
     out_dir: Path
     decisions: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    serving: dict = field(default_factory=dict)
     written: Optional[dict] = None
 
 
@@ -69,6 +71,11 @@ def pytest_addoption(parser) -> None:
     g.addoption("--gate-timeout", type=float, default=60.0, metavar="S")
     g.addoption("--gate-device", metavar="DEV")
     g.addoption("--gate-no-model", action="store_true", help="skip C7 / E1")
+    g.addoption(
+        "--gate-no-serving",
+        action="store_true",
+        help="skip the serving checks C13 graph_replay, C14 compile, C15 streams_devices (as gate --no-serving)",
+    )
     g.addoption("--gate-no-captures", action="store_true")
     g.addoption(
         "--gate-no-tile-edges",
@@ -105,6 +112,7 @@ def pytest_configure(config) -> None:
         include_tile_edges=not config.getoption("gate_no_tile_edges"),
         max_capture_layers=config.getoption("gate_max_capture_layers"),
         model_checks=not config.getoption("gate_no_model"),
+        serving_checks=not config.getoption("gate_no_serving"),
         timeout_s=config.getoption("gate_timeout"),
         device=dev,
         triage=not config.getoption("gate_no_triage"),
@@ -164,10 +172,10 @@ class _GateItem(pytest.Item):
         return self.kind, self.decided
 
     def runtest(self):
-        case = self.kind == "case"
         s = self.gstate.session
-        d = self.decided = s.run_case(self.key) if case else s.run_model(self.key)
-        (self.gstate.decisions if case else self.gstate.model)[d.item] = d
+        run = {"case": s.run_case, "serving": s.run_serving, "model": s.run_model}[self.kind]
+        d = self.decided = run(self.key)
+        _decided(self.gstate, self.kind)[d.item] = d
         self._outcome(d)
 
     def _outcome(self, d) -> None:
@@ -185,10 +193,21 @@ class GateCaseItem(_GateItem):
     """One case of the gate."""
 
 
+class GateServingItem(_GateItem):
+    """A serving check (C13 / C14 / C15) of the gate."""
+
+    kind = "serving"
+
+
 class GateModelItem(_GateItem):
     """A model-level check (C7 / E1) of the gate."""
 
     kind = "model"
+
+
+def _decided(gs: _GateState, kind: str) -> dict:
+    """Where ``gs`` keeps the Decisions of items of ``kind`` (``case``, ``serving``, ``model``)."""
+    return {"case": gs.decisions, "serving": gs.serving, "model": gs.model}[kind]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -196,12 +215,15 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     gs = _state(config)
     if gs is None:
         return
+    from conformance.suite.plan import SERVING_CHECKS
     from conformance.suite.run import MODEL_CHECKS
 
     items += [
         GateCaseItem.from_parent(session, name=f"gate/{r['case']}", gstate=gs, key=i)
         for i, r in enumerate(gs.session.rows)
     ]
+    if gs.session.opts.serving_checks:  # the suite's order: C13-C15 before C7 / E1
+        items += [GateServingItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c in SERVING_CHECKS]
     if gs.session.opts.model_checks:
         items += [GateModelItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c, _, _ in MODEL_CHECKS]
 
@@ -221,7 +243,7 @@ def _merge(config, shipped) -> None:
     kind, d = shipped
     gs = _state(config)
     if gs is not None and d is not None:
-        (gs.decisions if kind == "case" else gs.model)[d.item] = d
+        _decided(gs, kind)[d.item] = d
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -231,7 +253,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     gs.session.close()
     if hasattr(session.config, "workerinput"):  # an xdist worker: its items shipped
         return
-    if not gs.decisions and not gs.model:
+    if not gs.decisions and not gs.model and not gs.serving:
         return
     from conformance.gate.report import to_json_dict, write_gate_reports
     from conformance.suite.report import triage_summary
@@ -240,7 +262,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     order = [cid for cid, _, _ in MODEL_CHECKS]
     model = [gs.model[c] for c in order if c in gs.model]
     stopped = exitstatus == pytest.ExitCode.INTERRUPTED
-    res = gs.session.result(list(gs.decisions.values()), model, interrupted=stopped)
+    serving = list(gs.serving.values())
+    res = gs.session.result(list(gs.decisions.values()), model, interrupted=stopped, serving=serving)
     try:
         if not stopped:  # the kernels' children are closed: the searches fork from here
             gs.session.triage(res)

@@ -1,7 +1,7 @@
 """Gate reports, written atomically: ``gate.json`` (schema ``int8conf.gate`` v1, everything:
 candidate / incumbent (a blocked candidate's ``triage``: where its failing checks live), policy, overall,
-per_layer, cases, model, check_changes, comparability, environment, options, elapsed_s, notes, ``partial`` per
-``conformance.runtime.partial_run``), ``gate.md`` (a pull-request summary; "Where the bug lives" after the
+per_layer, cases, serving (C13-C15), model, check_changes, comparability, environment, options, elapsed_s, notes,
+``partial`` per ``conformance.runtime.partial_run``), ``gate.md`` (a pull-request summary; "Where the bug lives" after the
 blocking cases) and ``junit.xml``."""
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ def to_json_dict(res) -> dict:
             "overall": res.overall,
             "per_layer": per_layer(res.cases),
             "check_changes": check_change_summary(res.cases),
+            "serving": [d.to_dict() for d in getattr(res, "serving", None) or []],
             "model": [d.to_dict() for d in res.model],
             "cases": [d.to_dict() for d in res.cases],
             "comparability": {k: v for k, v in res.comparability.items() if k != "case_ids"},
@@ -103,6 +104,7 @@ def not_comparable_doc(candidate: str, baseline: str, reasons: list, policy: Opt
             },
             "per_layer": [],
             "check_changes": {},
+            "serving": [],
             "model": [],
             "cases": [],
             "notes": [],
@@ -126,7 +128,7 @@ def _cell(s, width: int = 160) -> str:
 def render_markdown(doc: dict, max_rows: int = 15) -> str:
     """The pull-request comment: verdict, counts, blocking items with reasons, where a blocked candidate's
     failing checks live (``suite.report.triage_lines`` of :func:`triage_doc`), per-layer classes, check changes,
-    model-level checks, expectations, reproducers (long lists folded in ``<details>``)."""
+    serving checks (C13-C15), model-level checks, expectations, reproducers (long lists folded in ``<details>``)."""
     ov = doc["overall"]
     verdict = ov.get("headline") or ov["verdict"].upper()  # "PASS on a reduced suite: ... skipped"
     if partial_note(doc):
@@ -206,6 +208,19 @@ def render_markdown(doc: dict, max_rows: int = 15) -> str:
             + "; ".join(f"{cid}: " + ", ".join(f"{n} {k}" for k, n in v.items() if n) for cid, v in chg.items()),
             "",
         ]
+    serving = doc.get("serving") or []
+    if serving:
+        lines += [
+            "Serving checks (the kernel as a serving stack calls it; a failure blocks unless the incumbent fails "
+            "it too, n/a never blocks):",
+            "",
+        ]
+    for m in serving:
+        summary = ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or "passes"
+        txt = "; ".join(r["text"] for r in m["reasons"]) or f"{m['item']} {CHECK_NAMES.get(m['item'], '')}: {summary}"
+        lines.append(f"- **{m['item']}** {_MARK[m['status']]}: {_cell(txt, 300)}")
+    if serving:
+        lines.append("")
     for m in doc.get("model") or []:
         summary = ((m.get("evidence") or {}).get("candidate") or {}).get("summary") or ""
         txt = "; ".join(r["text"] for r in m["reasons"]) or summary

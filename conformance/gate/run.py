@@ -1,8 +1,10 @@
 """The gate as a library call, :func:`run_gate`: resolve both kernels and the policy, build the
 suite's cases, check a ``baseline``'s comparability before any kernel runs (:class:`NotComparable`
 with every reason), run each kernel isolated (``conformance.runtime.pool``; a crash or hang saves a
-reproducer), then decide every case and model-level check (``conformance.gate.compare``); a blocked candidate's
-failing checks are then triaged (:meth:`GateSession.triage`: where each switches on, ``conformance.triage``)."""
+reproducer), then decide every case, the serving checks C13-C15 (``suite.plan.SERVING_CHECKS``, run by the suite's
+own kernel-level check runner in each kernel's child) and the model-level checks (``conformance.gate.compare``); a
+blocked candidate's failing checks are then triaged (:meth:`GateSession.triage`: where each switches on,
+``conformance.triage``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from conformance.cases import case_id
 from conformance.checks.output_bits import declared_output
+from conformance.checks.result import CHECK_NAMES, Verdict
 from conformance.gate import compare as C
 from conformance.gate.policy import Policy, default_policy
 from conformance.gate.status import CRASH, EXIT_BLOCKED, EXIT_PASS, TIMEOUT, status_counts
@@ -22,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES
+from conformance.suite.plan import DEFAULT_EXAMPLES, SERVING_CHECKS
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -33,7 +36,7 @@ from conformance.suite.run import (
     reduced_suite,
 )
 from conformance.suite.setup import CaseSource, RunCases
-from conformance.suite.workers import SUITE_REQUESTS
+from conformance.suite.workers import CASE_TIMEOUT_S, SUITE_REQUESTS
 from conformance.triage.run import first_failing, triage_cases
 from faults import injection_of
 from reference.errors import Int8confError
@@ -58,7 +61,8 @@ class GateOptions:
     ``device``: None = runner default; ``timeout_s`` / ``model_timeout_s``: seconds one case / model-level check
     may take (per kernel) before its child is killed; ``method``: start method (None = ``start_method()``);
     ``triage``: triage a blocked candidate's failing checks (:meth:`GateSession.triage`; ``--no-triage`` turns it
-    off)."""
+    off); ``serving_checks``: run C13-C15 (``--no-serving`` turns them off); ``serving_timeout_s``: seconds one of
+    them may take per kernel (as ``check``'s default step limit: C14 compiles with inductor)."""
 
     include_captures: bool = True
     include_tile_edges: bool = True
@@ -72,6 +76,8 @@ class GateOptions:
     model_timeout_s: float = 1800.0
     method: Optional[str] = None
     triage: bool = True
+    serving_checks: bool = True
+    serving_timeout_s: float = CASE_TIMEOUT_S
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -81,8 +87,8 @@ class GateOptions:
 class GateResult:
     """Everything the gate report holds (``conformance.gate.report``): ``candidate`` / ``incumbent``
     (``{"ref", "manifest"}``, or ``{"baseline", "manifest", ...}``; a triaged candidate's also ``triage``,
-    :meth:`GateSession.triage`), ``policy``, Decisions ``cases`` /
-    ``model``, ``overall`` (verdict, exit_code, summary, counts, blocking, unused_expectations),
+    :meth:`GateSession.triage`), ``policy``, Decisions ``cases`` / ``model`` (C7 / E1) / ``serving`` (C13-C15),
+    ``overall`` (verdict, exit_code, summary, counts, serving_counts, blocking, unused_expectations),
     ``comparability``, ``environment``, ``options``, ``elapsed_s``, ``notes``, ``partial`` (kind ``gate``)."""
 
     candidate: dict
@@ -97,14 +103,15 @@ class GateResult:
     elapsed_s: float = 0.0
     notes: list = field(default_factory=list)
     partial: dict = field(default_factory=dict)
+    serving: list = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return self.overall["exit_code"]
 
     def decision(self, item: str) -> C.Decision:
-        """The Decision of one case id or model check (KeyError if absent)."""
-        found = next((d for d in [*self.cases, *self.model] if d.item == item), None)
+        """The Decision of one case id, serving check or model check (KeyError if absent)."""
+        found = next((d for d in [*self.cases, *self.serving, *self.model] if d.item == item), None)
         if found is None:
             raise KeyError(item)
         return found
@@ -245,13 +252,14 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, kernel: dict, device: Option
     return d
 
 
-def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = ()) -> dict:
+def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = (), serving: list = ()) -> dict:
     """The gate's ``overall`` record; ``skipped``: what of the default suite the gate left out
     (``suite.plan.reduced_suite``: ``reduced_suite``, and the ``headline`` / ``summary`` say "on a reduced suite",
-    as ``int8conf check``'s do)."""
+    as ``int8conf check``'s do); ``serving``: the C13-C15 Decisions (``serving_counts``; a blocking one blocks)."""
+    serving = list(serving)
     used = sorted({i for d in decisions + model for i in d.expectations_used})
     unused = [e.to_dict() for e in policy.expectations if e.index not in used]
-    blocking = [d.item for d in decisions + model if d.blocking]
+    blocking = [d.item for d in decisions + serving + model if d.blocking]
     counts = status_counts(d.status for d in decisions)
     if unused and policy.fail_on_unused_expectations:
         blocking.append("unused expectations")
@@ -259,6 +267,8 @@ def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str
     verdict = "blocked" if blocking else "pass"
     headline = reduced_headline(verdict, skipped)
     summary = f"{headline}{'; ' if skipped else ' '}under policy '{policy.name}': {len(decisions)} cases ({parts})"
+    if serving:
+        summary += "; serving: " + ", ".join(f"{d.item} {d.status}" for d in serving)
     if model:
         summary += "; model-level: " + ", ".join(f"{d.item} {d.status}" for d in model)
     if unused:
@@ -271,6 +281,7 @@ def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str
         "summary": summary,
         "counts": counts,
         "model_counts": status_counts(d.status for d in model),
+        "serving_counts": status_counts(d.status for d in serving),
         "blocking": blocking,
         "unused_expectations": unused,
         "expectations_used": used,
@@ -329,6 +340,7 @@ class GateSession:
             getattr(self.cand_spec, "operands", "int8"),
             opts.max_capture_layers,
             explicit_cases=explicit,
+            serving_checks=opts.serving_checks,
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)
@@ -418,6 +430,33 @@ class GateSession:
         ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
         return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error, ev)
 
+    def run_serving(self, check_id: str) -> C.Decision:
+        """Run serving check ``check_id`` (C13 / C14 / C15) in each kernel's child (the suite's ``check`` request:
+        ``suite.plan.run_kernel_check``, as ``int8conf check`` runs it) and decide it
+        (``compare.decide_serving``); with a baseline, the incumbent's result is its report's ``checks[]`` entry
+        (None in a report written before these checks). An incumbent that crashed or hung during the check fails
+        it."""
+        res = {}
+        for role in self.roles:
+            self.say(f"gate: {check_id} {CHECK_NAMES[check_id]} for the {role}")
+            res[role] = self._runner(role).request("check", check_id, self.opts.serving_timeout_s)
+        oc = res["candidate"]
+        cand_d = oc.value.to_dict() if oc.kind == OK else None
+        if self.doc is not None:
+            inc_d = next((c for c in self.doc.get("checks") or [] if c.get("check_id") == check_id), None)
+        else:
+            io = res["incumbent"]
+            inc_d = io.value.to_dict() if io.kind == OK else None
+            if io.kind in (CRASHED, TIMED_OUT):
+                what = CRASH if io.kind == CRASHED else TIMEOUT
+                why = f"kernel failed ({what}): {io.error}"
+                inc_d = {"check_id": check_id, "verdict": Verdict.FAIL, "summary": why}
+        st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
+        ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
+        dec = C.decide_serving(check_id, cand_d, inc_d, st, oc.error, ev)
+        self.say(f"gate: {check_id}: {dec.status}")
+        return dec
+
     def triage(self, res: GateResult) -> dict:
         """Where a blocked candidate's failing checks live: ``conformance.triage.run.triage_cases`` on the first case
         each check of ``TRIAGED_CHECKS`` failed on as the candidate's failure (``Decision.candidate_failed``), its
@@ -448,14 +487,17 @@ class GateSession:
         elapsed_s: Optional[float] = None,
         interrupted: bool = False,
         stage: Optional[str] = None,
+        serving: Sequence = (),
     ) -> GateResult:
-        """The GateResult of case Decisions (any order; sorted into case order) and model-level ones.
-        ``elapsed_s``: None = since the session started; ``interrupted``: stopped (Ctrl-C / SIGTERM) before
-        the end, partial even with every case decided; ``stage``: what it was doing then (``"cases"``,
-        ``"C7"``, ``"E1"``, None = not known). ``partial`` is the ``partial_run`` record; its note is in ``notes``."""
+        """The GateResult of case Decisions (any order; sorted into case order), model-level ones and ``serving``
+        ones (C13-C15, any order; sorted into :data:`SERVING_CHECKS` order). ``elapsed_s``: None = since the session
+        started; ``interrupted``: stopped (Ctrl-C / SIGTERM) before the end, partial even with every case decided;
+        ``stage``: what it was doing then (``"cases"``, ``"C13"`` .. ``"C15"``, ``"C7"``, ``"E1"``, None = not
+        known). ``partial`` is the ``partial_run`` record; its note is in ``notes``."""
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
+        serving = sorted(serving, key=lambda d: list(SERVING_CHECKS).index(d.item))
         env = environment([d.manifest for d in decisions if getattr(d, "manifest", None)])
         doc, policy, notes = self.doc, self.policy, []
         if doc is not None:
@@ -482,13 +524,14 @@ class GateSession:
             policy=policy.to_dict(),
             cases=list(decisions),
             model=model,
-            overall=_overall(list(decisions), model, policy, self.skipped),
+            overall=_overall(list(decisions), model, policy, self.skipped, serving),
             comparability=self.comparability,
             environment=env,
             options=self.opts.to_dict(),
             elapsed_s=(time.perf_counter() - self.t0) if elapsed_s is None else elapsed_s,
             notes=notes,
             partial=part,
+            serving=serving,
         )
 
 
@@ -511,12 +554,16 @@ def run_gate(
     s = GateSession(candidate, incumbent, baseline, policy, options, out_dir, cases, progress)
     s.say(f"gate: {len(s.cases)} cases; candidate {s.cand_spec.name}")
 
-    decisions, model, stopped = [], [], False
-    stage: Optional[str] = "cases"  # None once every case and model check is decided
+    decisions, serving, model, stopped = [], [], [], False
+    stage: Optional[str] = "cases"  # None once every case, serving and model check is decided
     try:
         for i in range(len(s.cases)):
             raise_if_requested()
             decisions.append(s.run_case(i))
+        for cid in SERVING_CHECKS if s.opts.serving_checks else ():  # the suite's order: C13-C15 before C7 / E1
+            stage = cid
+            raise_if_requested()
+            serving.append(s.run_serving(cid))
         for cid, _, _ in MODEL_CHECKS if s.opts.model_checks else ():
             stage = cid
             raise_if_requested()
@@ -530,7 +577,7 @@ def run_gate(
         except KeyboardInterrupt:  # the stop landed while the children shut down: still report
             stopped = True
     # a stop after the last decision (while the children shut down) cut nothing short
-    res = s.result(decisions, model, interrupted=stopped and stage is not None, stage=stage)
+    res = s.result(decisions, model, interrupted=stopped and stage is not None, stage=stage, serving=serving)
     if stopped:
         raise GateInterrupted(res)
     try:

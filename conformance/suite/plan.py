@@ -268,10 +268,12 @@ def reduced_suite(
     operands: str = "int8",
     max_capture_layers: Optional[int] = None,
     explicit_cases: bool = False,
+    serving_checks: bool = True,
 ) -> list[str]:
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
     suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no tile-edge shapes, property test
-    or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases."""
+    or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases; ``serving_checks``:
+    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (the gate's ``--no-serving``)."""
     fp8 = operands == FP8
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
     if not explicit_cases and include_tile_edges is False and not fp8:
@@ -286,6 +288,8 @@ def reduced_suite(
             if examples == 0
             else f"{DEFAULT_EXAMPLES - examples} of {DEFAULT_EXAMPLES} property examples"
         )
+    if not serving_checks:
+        out.append("the serving checks (" + ", ".join(SERVING_CHECKS) + ")")
     if not fp8 and not model_checks:
         out.append("the model-level checks (" + ", ".join(cid for cid, _, _ in MODEL_CHECKS) + ")")
     return out
