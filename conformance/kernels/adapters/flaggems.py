@@ -13,6 +13,7 @@ operand dtype or device than sm_90; ImportError from :func:`make_spec` without f
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
 from typing import Callable, Iterator, Optional
 
@@ -163,7 +164,8 @@ def build_spec(
 def make_spec(name: str) -> KernelSpec:
     """KernelSpec of the real ``flag_gems.cutlass_scaled_mm``; ImportError without flag_gems. Reads the module's
     ``_pertensor_or_pertoken_smm_kernel`` (a private name of flag_gems: the autotuner to pin has no public handle)."""
-    import flag_gems.fused.cutlass_scaled_mm as fg
+    # the module itself: ``flag_gems.fused`` re-exports the function under the module's name
+    fg = importlib.import_module("flag_gems.fused.cutlass_scaled_mm")
     import triton
 
     version = f"flag_gems {importlib.metadata.version('flag_gems')} (triton {triton.__version__})"

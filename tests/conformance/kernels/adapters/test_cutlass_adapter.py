@@ -129,10 +129,11 @@ def _native_reason() -> str:
 
 
 @pytest.mark.skipif(bool(_native_reason()), reason=_native_reason() or "runs")
-@pytest.mark.parametrize("kind", ["epilogue_ties", "bias", "signed_zero"])
+@pytest.mark.parametrize("kind", ["epilogue_ties", "bias", "family/signed_zero/zeros-real-fp32"])
 def test_the_real_kernel_natively(kind):
     from conformance.kernels.adapters import make_spec
 
-    r = evaluate_case(make_spec("cutlass-int8"), make_case(kind, 0), device="cuda")
+    case = CASES[kind]() if kind in CASES else make_case(kind, 0)
+    r = evaluate_case(make_spec("cutlass-int8"), case, device="cuda")
     assert r.checks["C8"].verdict == "pass", r.checks["C8"].summary
     assert r.verdict == "pass", r
