@@ -476,6 +476,9 @@ def check_fp8_accumulator(
         if not ks:
             out_of = "; ".join(v for vs in outside.values() for v in vs)
             return not_applicable(C11, f"probe shapes outside the kernel's constraints: {out_of}")
+        if cons.out_dtypes and "float32" not in cons.out_dtypes:
+            only = ", ".join(cons.out_dtypes)
+            return not_applicable(C11, f"C11 reads the sums through a float32 output; the kernel writes {only} only")
         skipped = {r.name: "; ".join(cons.violations(r.m, r.k, r.n)) for r in regimes}
         skipped = {name: why for name, why in skipped.items() if why}
         regimes = tuple(r for r in regimes if r.name not in skipped)

@@ -481,6 +481,8 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
     inplace = f"the caller wrote the case's values in place into the previous call's {', '.join(written)}"
     steps = [compare(inplace, "replay", other)]
     for label, ops, dt, same in _sequence_variants(given, out_dtype, _dense_names(spec)):
+        if spec.constraints.operand_violations(ops["scale_a"], ops["scale_b"], ops["bias"], dt):
+            continue  # a call the kernel declares it does not take
         if same and ops["a"].dtype != E4M3:  # an e4m3 path may sum in another order
             steps.append(compare("the case's first call", f"variant: {label}", ops))
         else:

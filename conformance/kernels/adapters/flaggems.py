@@ -170,4 +170,6 @@ def make_spec(name: str) -> KernelSpec:
 
     version = f"flag_gems {importlib.metadata.version('flag_gems')} (triton {triton.__version__})"
     tuner = fg._pertensor_or_pertoken_smm_kernel
-    return build_spec(name, fg.cutlass_scaled_mm, version, tuner, int(fg.SM_VERSION_NUM), module_digest(fg.__file__))
+    return build_spec(
+        name, fg.cutlass_scaled_mm, version, tuner, int(fg.SM_VERSION_NUM), module_digest(str(fg.__file__))
+    )

@@ -135,6 +135,11 @@ def test_spec_declaration_device_and_constraints():
     narrow = KernelSpec("emulated", fn, CUTLASS_STYLE, constraints=ShapeConstraints(max_k=1024), **e4m3)
     r = check_fp8_accumulator(narrow, "fp32")
     assert r.verdict == "n/a" and "max_k=1024" in r.summary
+    bf16_only = KernelSpec(
+        "emulated", fn, CUTLASS_STYLE, constraints=ShapeConstraints(out_dtypes=("bfloat16",)), **e4m3
+    )
+    r = check_fp8_accumulator(bf16_only)
+    assert r.verdict == "n/a" and r.summary.endswith("the kernel writes bfloat16 only"), r.summary
     gpu = KernelSpec("emulated", fn, CUTLASS_STYLE, devices=("cuda",), **e4m3)
     if not torch.cuda.is_available():
         assert check_fp8_accumulator(gpu, "fp32").verdict == "n/a"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conformance.checks.ownership import check_call_independence
 from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
-from conformance.kernels.runner import run_int_mm, run_kernel
+from conformance.kernels.runner import run_int_mm, run_kernel, start_kernel
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from reference.contract import CUTLASS_STYLE
 from reference.epilogue import reference_scaled_mm
@@ -163,3 +164,27 @@ def test_trace_outside_capture_is_noop_and_nested_last_wins():
     assert outer.path == "inner" and outer.paths == ["wrapper", "inner"]
     assert outer.extra == {"a": 1, "b": 2}
     assert trace.current() is None
+
+
+def test_c10_makes_no_variant_call_outside_the_declared_out_dtypes():
+    # a bf16-only kernel raises on another out dtype: C10's out-dtype variant is not called, the others are
+    seen = []
+
+    def bf16_only(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None):
+        seen.append(out_dtype)
+        if out_dtype != torch.bfloat16:
+            raise OperandError(f"writes bfloat16 only, got {out_dtype}")
+        return _good(a, b, sa, sb, out_dtype, bias)
+
+    spec = _spec(bf16_only, constraints=ShapeConstraints(out_dtypes=("bfloat16",)))
+    ops = _ops(bias=True)
+    run = start_kernel(spec, ops, device="cpu", probe_ownership=True).result()
+    steps = run.manifest["extra"]["ownership"]["sequence"]
+    assert check_call_independence(spec, ops, run).verdict == "pass"
+    assert set(seen) == {torch.bfloat16} and not any("out_dtype=" in s["compared"] for s in steps)
+    assert [s["compared"].split(":")[0] for s in steps] == [
+        "replay",
+        "replay",
+        "variant",
+        "replay",
+    ]  # no out-dtype variant
