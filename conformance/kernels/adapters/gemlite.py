@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -114,6 +115,31 @@ class Gemlite:
         return getattr(self.core.GEMLITE_TRITON_MAPPING[mt].kernel[0], "best_config", None)
 
 
+#: the layers built for the last calls: (operand identities and versions) -> layer; a serving stack builds the
+#: layer once per weight, so a repeated call (a CUDA graph's warm-up and capture) does no host-side building
+_LAYERS: "OrderedDict[tuple, Any]" = OrderedDict()
+_LAYERS_KEPT = 4
+
+
+def _layer(lib: Any, b, scale_b, bias):
+    """``lib.make_layer`` for these weight operands, reused while the same tensors hold the same values (their
+    storage, data pointer and in-place version in the key: an in-place update of the weight builds a new layer)."""
+
+    def ident(t) -> tuple:
+        return () if t is None else (id(t), t.data_ptr(), t._version, tuple(t.shape), str(t.dtype))
+
+    def build(out_dtype, fp8: bool):
+        key = (ident(b), ident(scale_b), ident(bias), str(out_dtype), fp8, id(lib))
+        if key not in _LAYERS:  # the entry holds the tensors: their ids cannot be reused while it is kept
+            _LAYERS[key] = (lib.make_layer(b, scale_b, bias, out_dtype, fp8), (b, scale_b, bias))
+            while len(_LAYERS) > _LAYERS_KEPT:
+                _LAYERS.popitem(last=False)
+        _LAYERS.move_to_end(key)
+        return _LAYERS[key][0]
+
+    return build
+
+
 def _scaled_mm(lib: Any, fp8: bool, digest: str):
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
         """W8A8 GEMM through gemlite's A8W8 dynamic layer with the given activation (module docstring)."""
@@ -121,9 +147,8 @@ def _scaled_mm(lib: Any, fp8: bool, digest: str):
         (m, k), n = a.shape, b.shape[0]
         sa, sb = scale_vectors(scale_a.to(dev), scale_b.to(dev), m, n)
         trace.record_operands(a, b, scale_a, scale_b, bias)
-        layer = lib.make_layer(
-            b.to(dev), sb.reshape(n, 1).contiguous(), None if bias is None else bias.to(dev), out_dtype, fp8
-        )
+        layer = _layer(lib, b.to(dev), sb.reshape(n, 1).contiguous(), None if bias is None else bias.to(dev))
+        layer = layer(out_dtype, fp8)
         tensor_args, meta_args = layer.get_tensor_args(), layer.get_meta_args()
         data_contiguous, w_nbits = bool(meta_args[1]), meta_args[1]  # core.py:202-203, verbatim
         type_id = meta_args[5] * 100 + w_nbits  # core.py:206-210 (INT8 / FP8 inputs: no bf16 remap)

@@ -243,3 +243,23 @@ def test_real_gemlite_natively(name):
     for ops in cases:
         r = evaluate_case(spec, ops, device="cuda")
         assert r.checks["C8"].verdict == "pass", (ops.name, r.checks["C8"].summary)
+
+
+def test_the_layer_is_built_once_per_weight_and_again_after_an_in_place_update():
+    from conformance.kernels.adapters import gemlite as gl
+
+    built = []
+
+    class Lib:
+        def make_layer(self, b, scale_b, bias, out_dtype, fp8):
+            built.append(b.clone())
+            return object()
+
+    lib, b, sb = Lib(), torch.ones(4, 8, dtype=torch.int8), torch.ones(4, 1)
+    first = gl._layer(lib, b, sb, None)(torch.bfloat16, False)
+    assert gl._layer(lib, b, sb, None)(torch.bfloat16, False) is first and len(built) == 1
+    b.add_(1)  # the caller updates the weight in place: a new layer on the new values
+    assert gl._layer(lib, b, sb, None)(torch.bfloat16, False) is not first and len(built) == 2
+    assert int(built[-1][0, 0]) == 2
+    gl._layer(lib, b, sb, None)(torch.float16, False)  # another out dtype: its own layer
+    assert len(built) == 3
