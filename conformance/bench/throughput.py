@@ -46,13 +46,14 @@ def _baseline(spec: KernelSpec, a, b, sa, sb):
 
 
 def kernel_throughput(spec: KernelSpec, shapes: tuple = SHAPES) -> list[dict]:
-    """One row per shape: ``M, K, N, label, us, tops, baseline, baseline_us, baseline_tops, ratio`` (kernel TOPS /
-    baseline TOPS), or ``error`` (one line) where the kernel refuses or raises."""
+    """One row per shape: ``M, K, N, label, device, us, tops, baseline, baseline_us, baseline_tops, ratio`` (kernel
+    TOPS / baseline TOPS; ``baseline_error`` instead where the baseline refuses the shape, e.g. ``torch._int_mm`` at
+    M <= 16), or ``error`` (one line) where the kernel refuses or raises."""
     if not torch.cuda.is_available():
         raise Int8confError("throughput needs CUDA: none is available here")
     rows = []
     for m, k, n, label in shapes:
-        row: dict = {"M": m, "K": k, "N": n, "label": label}
+        row: dict = {"M": m, "K": k, "N": n, "label": label, "device": torch.cuda.get_device_name()}
         a, b, sa, sb = _operands(spec, m, k, n)
         why = spec.constraints.violations(m, k, n)
         why += spec.constraints.operand_violations(sa, sb, None, torch.bfloat16)

@@ -76,9 +76,12 @@ def build(dirs: list, timer: Optional[Callable[[str], list]] = None) -> dict:
 
 
 def _tops(rows: Optional[list]) -> str:
-    if not rows:
-        return "-"
-    return " / ".join(f"{r['tops']:.0f} ({r['ratio']:.2f}x)" if "ratio" in r else "refused" for r in rows)
+    def one(r: dict) -> str:
+        if "tops" not in r:
+            return "refused"
+        return f"{r['tops']:.0f} ({r['ratio']:.2f}x)" if "ratio" in r else f"{r['tops']:.0f} (no baseline)"
+
+    return " / ".join(one(r) for r in rows) if rows else "-"
 
 
 def render(doc: dict) -> str:
@@ -97,7 +100,7 @@ def render(doc: dict) -> str:
     ]
     for r in doc["rows"]:
         acc = r["accumulator"]
-        acc_text = f"{acc['declared']} / {acc['measured']}" if acc else "int32 (exact)"
+        acc_text = f"{acc['declared'] or '-'} / {acc['measured'] or 'not measured'}" if acc else "int32 (exact)"
         L.append(
             f"| {r['kernel']} | {r['operands']} | {r['device_name']} | **{r['verdict']}** | "
             f"{', '.join(r['failed_checks']) or '-'} | {r['cases_run']}/{r['cases_total']} | {acc_text} | "
@@ -114,9 +117,12 @@ def render(doc: dict) -> str:
         L.append("- paths: " + (", ".join(f"{p} ({n})" for p, n in r["paths"].items()) or "-"))
         for t in r.get("throughput") or []:
             figures = t.get("error") or f"{t['us']:.1f} us, {t['tops']:.1f} TOPS" + (
-                f"; {t['baseline']} {t['baseline_us']:.1f} us, ratio {t['ratio']:.2f}" if "ratio" in t else ""
+                f"; {t['baseline']} {t['baseline_us']:.1f} us, ratio {t['ratio']:.2f}"
+                if "ratio" in t
+                else f"; baseline: {t.get('baseline_error', '-')}"
             )
-            L.append(f"- {t['label']} {t['M']}x{t['K']}x{t['N']}: {figures}")
+            where = f" on {t['device']}" if t.get("device") else ""
+            L.append(f"- {t['label']} {t['M']}x{t['K']}x{t['N']}{where}: {figures}")
     return "\n".join(L) + "\n"
 
 
