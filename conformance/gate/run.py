@@ -413,46 +413,49 @@ class GateSession:
         self.say(f"[{i + 1}/{len(self.cases)}] {cid}: {dec.status}")
         return dec
 
-    def run_model(self, check_id: str) -> C.Decision:
-        """Run model-level check ``check_id`` (C7 / E1) isolated and decide it."""
+    def _on_both(self, check_id: str, what: str, ask) -> tuple:
+        """``ask(runner)`` for each role; ``(candidate outcome, its result dict or None, the incumbent's result dict
+        or None, the incumbent's outcome or None)``: with a baseline, the incumbent's result is its report's
+        ``checks[]`` entry (None in a report written before that check) and its outcome None."""
         res = {}
         for role in self.roles:
-            self.say(f"gate: {check_id} for the {role}")
-            res[role] = self._runner(role).run_model(check_id, self.opts.model_timeout_s)
+            self.say(f"gate: {what} for the {role}")
+            res[role] = ask(self._runner(role))
         oc = res["candidate"]
         cand_d = oc.value.to_dict() if oc.kind == OK else None
         if self.doc is not None:
             inc_d = next((c for c in self.doc.get("checks") or [] if c.get("check_id") == check_id), None)
-        else:
-            io = res["incumbent"]
-            inc_d = io.value.to_dict() if io.kind == OK else None
+            return oc, cand_d, inc_d, None
+        io = res["incumbent"]
+        return oc, cand_d, io.value.to_dict() if io.kind == OK else None, io
+
+    @staticmethod
+    def _status(oc) -> tuple:
+        """``(status, evidence)`` of the candidate's outcome for a decision (evidence None when it ran)."""
         st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-        ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
+        return st, ({"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None)
+
+    def run_model(self, check_id: str) -> C.Decision:
+        """Run model-level check ``check_id`` (C7 / E1) isolated and decide it."""
+        oc, cand_d, inc_d, _ = self._on_both(
+            check_id, check_id, lambda r: r.run_model(check_id, self.opts.model_timeout_s)
+        )
+        st, ev = self._status(oc)
         return C.decide_model(check_id, cand_d, inc_d, self.policy, st, oc.error, ev)
 
     def run_serving(self, check_id: str) -> C.Decision:
         """Run serving check ``check_id`` (C13 / C14 / C15) in each kernel's child (the suite's ``check`` request:
-        ``suite.plan.run_kernel_check``, as ``int8conf check`` runs it) and decide it
-        (``compare.decide_serving``); with a baseline, the incumbent's result is its report's ``checks[]`` entry
-        (None in a report written before these checks). An incumbent that crashed or hung during the check fails
-        it."""
-        res = {}
-        for role in self.roles:
-            self.say(f"gate: {check_id} {CHECK_NAMES[check_id]} for the {role}")
-            res[role] = self._runner(role).request("check", check_id, self.opts.serving_timeout_s)
-        oc = res["candidate"]
-        cand_d = oc.value.to_dict() if oc.kind == OK else None
-        if self.doc is not None:
-            inc_d = next((c for c in self.doc.get("checks") or [] if c.get("check_id") == check_id), None)
-        else:
-            io = res["incumbent"]
-            inc_d = io.value.to_dict() if io.kind == OK else None
-            if io.kind in (CRASHED, TIMED_OUT):
-                what = CRASH if io.kind == CRASHED else TIMEOUT
-                why = f"kernel failed ({what}): {io.error}"
-                inc_d = {"check_id": check_id, "verdict": Verdict.FAIL, "summary": why}
-        st = {OK: C.RAN, CRASHED: CRASH, TIMED_OUT: TIMEOUT, HARNESS_ERROR: C.HARNESS}[oc.kind]
-        ev = {"signal": oc.signal, "exitcode": oc.exitcode, "log_tail": oc.log_tail} if oc.kind != OK else None
+        ``suite.plan.run_kernel_check``, as ``int8conf check`` runs it) and decide it (``compare.decide_serving``).
+        An incumbent that crashed or hung during the check fails it."""
+        oc, cand_d, inc_d, io = self._on_both(
+            check_id,
+            f"{check_id} {CHECK_NAMES[check_id]}",
+            lambda r: r.request("check", check_id, self.opts.serving_timeout_s),
+        )
+        if io is not None and io.kind in (CRASHED, TIMED_OUT):
+            why = f"kernel failed ({CRASH if io.kind == CRASHED else TIMEOUT}): {io.error}"
+            inc_d = {"check_id": check_id, "verdict": Verdict.FAIL, "summary": why}
+        st, ev = self._status(oc)
         dec = C.decide_serving(check_id, cand_d, inc_d, st, oc.error, ev)
         self.say(f"gate: {check_id}: {dec.status}")
         return dec
