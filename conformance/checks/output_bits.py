@@ -252,22 +252,24 @@ def declared_output(ops, declared: DeclaredEpilogue, exact: Optional[Tensor] = N
 
 
 def c6_inputs(spec, ops, run, exact: Tensor) -> tuple:
-    """C6's ``(out, ref, mask, dacc)``: per element the reference of the standard scale order (``a_then_w``, then
-    ``w_then_a``, ``fused``) nearest to ``out``, each at the declared bias point (:func:`interchangeable_reference`).
-    Legal orders differ by one spacing before the bias; an ``after_round`` bias added in a 16-bit out dtype can
-    cancel most of the value, so they may end several spacings of the sum apart: C6 holds ``out`` within one spacing
-    of *some* legal order, never fails a standard contract."""
+    """C6's ``(out, ref, mask, dacc)``: the ``a_then_w`` reference at the declared bias point
+    (:func:`interchangeable_reference`), except where another standard scale order (``w_then_a``, ``fused``) at that
+    bias point lies more than ``C6_TOL_ULP`` from it and ``out`` has exactly that order's bits: there, that order's. Legal orders differ by one spacing before the
+    bias; an ``after_round`` bias added in a 16-bit out dtype can cancel most of the value, so they may end several
+    spacings of the sum apart: C6 never fails a standard contract, and tolerates one spacing around ``a_then_w``
+    only (not around every order: a fault of two spacings would hide there)."""
     bp = interchangeable_reference(spec, ops, run).bias_point
     out, ref, mask, dacc = _against(spec, ops, run, exact, EpilogueContract("a_then_w", bp))
 
-    def nearest() -> Tensor:
+    def legal() -> Tensor:
         best = ref
         for o in SCALE_ORDERS[1:]:
             alt = accepted_reference(out, ops, EpilogueContract(o, bp), dacc)
-            best = torch.where(spacing_distance(out, alt) < spacing_distance(out, best), alt, best)
+            apart = spacing_distance(alt, ref) > C6_TOL_ULP  # where the one-spacing premise fails
+            best = torch.where(apart & (spacing_distance(out, alt) == 0), alt, best)
         return best
 
-    return out, memo.cached("c6_nearest", (out, ref, dacc.defined), nearest), mask, dacc
+    return out, memo.cached("c6_legal", (out, ref, dacc.defined), legal), mask, dacc
 
 
 def c5_inputs(spec, ops, run, exact: Tensor) -> tuple:
@@ -433,8 +435,8 @@ def check_real_scale_spacing(
     acc: Optional[ObservedAccumulator] = None,
     exact: Optional[Tensor] = None,
 ) -> CheckResult:
-    """C6: under real scales, output within ``C6_TOL_ULP`` spacings of the nearest standard scale order's
-    reference (``a_then_w`` first) with the declared bias point (:func:`c6_inputs`). Evidence adds ``reference``. n/a on a case whose
+    """C6: under real scales, output within ``C6_TOL_ULP`` spacings of the ``a_then_w`` reference with the declared
+    bias point, or exactly another standard order's (:func:`c6_inputs`). Evidence adds ``reference``. n/a on a case whose
     ``meta["c6_not_applicable"]`` gives the reason its legal epilogues may end more than one spacing apart (C8
     judges it against the declaration)."""
     name = "real_scale_spacing"
