@@ -32,15 +32,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.metadata
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
 from conformance.kernels import trace
+from conformance.kernels.adapters.autotune import one_config
 from conformance.kernels.digest import module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints
 from conformance.kernels.torch_epilogue import scale_vectors
@@ -184,17 +184,6 @@ def rowwise_scaled_mm(op: Callable, digest: str, fast: bool = True) -> Callable:
     return scaled_mm
 
 
-@contextlib.contextmanager
-def pinned_configs(autotuner: Any, config: Any) -> Iterator[None]:
-    """Inside the block ``autotuner.configs`` is ``[config]`` (Triton's Autotuner then times nothing); restored after."""
-    old = autotuner.configs
-    autotuner.configs = [config]
-    try:
-        yield
-    finally:
-        autotuner.configs = old
-
-
 def pinned_config(configs: list) -> Any:
     """The ``triton.Config`` of :data:`TRITON_CONFIG` in fbgemm's ``MATMUL_CONFIGS``; KernelLoadError when absent."""
     bm, bn, bk, sk, stages, warps = TRITON_CONFIG
@@ -222,7 +211,7 @@ def triton_scaled_mm(fn: Callable, autotuner: Any, config: Any, digest: str, fus
             fp_fusion=fused,
             tma_persistent=False,
         )
-        with pinned_configs(autotuner, config):
+        with one_config(autotuner, config):
             return fn(
                 a,
                 b.to(dev),

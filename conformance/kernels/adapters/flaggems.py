@@ -15,11 +15,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import torch
 
 from conformance.kernels import trace
+from conformance.kernels.adapters.autotune import one_config
 from conformance.kernels.digest import callable_digest, module_digest
 from conformance.kernels.spec import KernelSpec, ShapeConstraints, in_conformance_run
 from reference.contract import NAMED
@@ -72,17 +73,10 @@ def _config_label(cfg) -> str:
     return f"{kw['TILE_M']}x{kw['TILE_N']}x{kw['TILE_K']} w{cfg.num_warps} s{cfg.num_stages}"
 
 
-@contextlib.contextmanager
-def _only_config(tuner, tiles: tuple) -> Iterator[object]:
-    """Inside the block the Triton autotuner ``tuner`` holds one config (the source's with ``tiles``): Triton then
-    launches it without timing (``Autotuner.run``: a single config is not benchmarked)."""
+def _only_config(tuner, tiles: tuple):
+    """Inside the block the Triton autotuner ``tuner`` holds one config, the source's with ``tiles`` (yielded)."""
     (cfg,) = [c for c in tuner.configs if tuple(c.kwargs.get(t) for t in ("TILE_M", "TILE_N", "TILE_K")) == tiles]
-    old = tuner.configs
-    tuner.configs = [cfg]
-    try:
-        yield cfg
-    finally:
-        tuner.configs = old
+    return one_config(tuner, cfg)
 
 
 def _scale(s: torch.Tensor, rows: int) -> torch.Tensor:
