@@ -353,7 +353,7 @@ def _e2e_interleaved(fns: dict, min_batch_ms: float = 10.0, rounds: int = 7) -> 
     return {name: statistics.median(v) for name, v in ts.items()}
 
 
-def _kernel_us(fn) -> float:
+def kernel_us(fn) -> float:
     """GPU microseconds per call with a cold L2 (``triton.testing.do_bench`` median)."""
     return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
 
@@ -606,7 +606,7 @@ def run_gpu_bench(
                 row["kernels"][kname] = {"error": _err(e)}
         e2e = _e2e_interleaved(ok)
         for kname, fn in ok.items():
-            kus = _kernel_us(fn)
+            kus = kernel_us(fn)
             us = e2e[kname]
             row["kernels"][kname] = {
                 "us": us,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import triton
 
+from conformance.bench.gemm import kernel_us, tops
 from conformance.kernels.spec import KernelSpec
 from reference.errors import Int8confError, first_line
 
@@ -32,10 +32,6 @@ def _operands(spec: KernelSpec, m: int, k: int, n: int) -> tuple:
     sa = torch.rand(1 if one else m, device="cuda", generator=g) * 0.01 + 1e-3
     sb = torch.rand(1 if one else n, device="cuda", generator=g) * 0.01 + 1e-3
     return a, b, sa, sb
-
-
-def _median_us(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) * 1e3
 
 
 def _baseline(spec: KernelSpec, a, b, sa, sb):
@@ -62,18 +58,17 @@ def kernel_throughput(spec: KernelSpec, shapes: tuple = SHAPES) -> list[dict]:
             continue
         row["baseline"] = "torch._scaled_mm rowwise" if spec.is_fp8 else "torch._int_mm"
         try:
-            row["baseline_us"] = _median_us(_baseline(spec, a, b, sa, sb))
+            row["baseline_us"] = kernel_us(_baseline(spec, a, b, sa, sb))
         except Exception as e:  # noqa: BLE001 -- a baseline this build lacks leaves the ratio blank
             row["baseline_error"] = f"{type(e).__name__}: {first_line(e)}"
         try:
-            row["us"] = _median_us(partial(spec.scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, bias=None))
+            row["us"] = kernel_us(partial(spec.scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, bias=None))
         except Exception as e:  # noqa: BLE001 -- a kernel that raises gets a row saying so
             rows.append({**row, "error": f"{type(e).__name__}: {first_line(e)}"})
             continue
-        flops = 2.0 * m * k * n
-        row["tops"] = flops / row["us"] / 1e6
+        row["tops"] = tops(m, k, n, row["us"])
         if "baseline_us" in row:
-            row["baseline_tops"] = flops / row["baseline_us"] / 1e6
+            row["baseline_tops"] = tops(m, k, n, row["baseline_us"])
             row["ratio"] = row["tops"] / row["baseline_tops"]
         rows.append(row)
     return rows

@@ -1322,7 +1322,7 @@ SERVING_DEVICES = ("cpu", "cuda")
 
 def _serving_exact(a, b, scale_a, scale_b, out_dtype, bias):
     """``rnd((float32(acc) * s_w) * s_a [+ bias in float32])`` on a's device; acc exact (float64 sums < 2^53)."""
-    acc = (a.to(torch.float64) @ b.to(torch.float64).T).to(torch.float32)
+    acc = _exact_acc64(a, b).to(torch.float32)
     y = (acc * scale_b.reshape(1, -1).to(torch.float32)) * scale_a.reshape(-1, 1).to(torch.float32)
     if bias is not None:
         y = y + bias.to(torch.float32)
