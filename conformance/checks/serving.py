@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from conformance.checks.batch_invariance import random_operand
+from conformance.checks.compare import bit_differences
 from conformance.kernels.spec import FP8
-from reference.bits import bits_of
 from reference.errors import first_line
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
@@ -92,11 +92,6 @@ def call(fn: Callable, t: dict, out_dtype) -> Any:
     return fn(t["a"], t["b"], t["scale_a"], t["scale_b"], out_dtype=out_dtype, bias=t["bias"])
 
 
-def _canonical(x: Tensor) -> Tensor:
-    b = bits_of(x)
-    return torch.where(torch.isnan(x), torch.full_like(b, -1), b)
-
-
 def bit_difference(got: Any, ref: Tensor) -> Optional[str]:
     """None when ``got`` is a tensor of ``ref``'s shape and dtype with its canonical bits (NaN payloads alike;
     the sign of zero counts), else one line: the interface difference or ``n of N elements differ, first [i, j]``."""
@@ -104,7 +99,7 @@ def bit_difference(got: Any, ref: Tensor) -> Optional[str]:
         return f"returned {type(got).__name__}, expected a tensor"
     if tuple(got.shape) != tuple(ref.shape) or got.dtype != ref.dtype:
         return f"returned {got.dtype} {tuple(got.shape)}, the eager call {ref.dtype} {tuple(ref.shape)}"
-    d = _canonical(got.detach().cpu()) != _canonical(ref.detach().cpu())
+    d = bit_differences(got.detach().cpu(), ref.detach().cpu())[0]
     n = int(d.sum())
     if n == 0:
         return None
