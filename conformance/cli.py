@@ -16,10 +16,12 @@ import importlib
 import pkgutil
 import re
 import sys
+import traceback
 from typing import Optional, Sequence
 
 import conformance.commands as commands
 from conformance.kernels.loader import cwd_on_sys_path
+from conformance.runtime import exit_codes
 from conformance.runtime.graceful_stop import (
     record_interrupts,
     restore_interrupts,
@@ -162,6 +164,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("int8conf: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # noqa: BLE001 -- int8conf's own bug: its traceback and exit 4, never "not conformant" (1)
+        traceback.print_exc()
+        print(
+            "int8conf: internal error (int8conf's own bug: please report it with the traceback above)", file=sys.stderr
+        )
+        return exit_codes.INTERNAL
     finally:
         restore_sigterm()
         restore_interrupts()

@@ -32,8 +32,9 @@ def read_reports(dirs: list) -> list[dict]:
                 doc = json.loads(p.read_text())
             except (OSError, ValueError) as e:
                 raise Int8confError(f"{p}: not readable as JSON ({type(e).__name__})") from None
-            if doc.get("schema") != "int8conf.conformance":
-                raise Int8confError(f"{p}: schema {doc.get('schema')!r} is not int8conf.conformance")
+            if not isinstance(doc, dict) or doc.get("schema") != "int8conf.conformance":
+                schema = doc.get("schema") if isinstance(doc, dict) else None
+                raise Int8confError(f"{p}: schema {schema!r} is not int8conf.conformance")
             reports.append(doc)
     return reports
 

@@ -73,3 +73,23 @@ def test_throughput_of_the_builtin_triton_kernel_natively():
     rows = kernel_throughput(get_kernel("triton"))
     assert [(r["M"], r["K"], r["N"]) for r in rows] == [s[:3] for s in SHAPES]
     assert all(r["tops"] > 0 and r["ratio"] > 0 for r in rows)
+
+
+def test_a_report_that_is_not_an_object_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "conformance.json").write_text("[1, 2]")
+    assert main(["scoreboard", "--from-checks", str(tmp_path)]) == 2
+    assert "schema None is not int8conf.conformance" in capsys.readouterr().err
+
+
+def test_an_internal_error_exits_4_with_its_traceback(tmp_path, monkeypatch, capsys):
+    from conformance.scoreboard import suite as board
+
+    def broken(dirs, timer=None):
+        raise AttributeError("a bug of int8conf's own")
+
+    monkeypatch.setattr(board, "build", broken)
+    assert main(["scoreboard", "--from-checks", str(tmp_path)]) == 4
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "AttributeError: a bug of int8conf's own" in err
+    assert err.rstrip().endswith("please report it with the traceback above)")
