@@ -166,6 +166,11 @@ def pytest_addoption(parser, pluginmanager) -> None:
     )
     g.addoption("--int8conf-no-captures", action="store_true", help="skip layer-capture replay (synthetic cases only)")
     g.addoption(
+        "--int8conf-no-serving",
+        action="store_true",
+        help="skip the serving checks C13 graph_replay, C14 compile, C15 streams_devices (CUDA kernels)",
+    )
+    g.addoption(
         "--int8conf-no-triage",
         action="store_true",
         help="after a failing run, do not search where each failing check's first failing case switches on (by "
@@ -300,12 +305,19 @@ def pytest_configure(config) -> None:
     made = [] if hasattr(config, "workerinput") else _check_report_dirs(out, [s for s, _ in runs])
     examples, model_checks = int(opt("int8conf_examples")), not opt("int8conf_no_model")
 
+    serving = not opt("int8conf_no_serving")
+
     def skipped(spec) -> list:
         return reduced_suite(
-            not opt("int8conf_no_captures"), not opt("int8conf_no_tile_edges"), examples, model_checks, spec.operands
+            not opt("int8conf_no_captures"),
+            not opt("int8conf_no_tile_edges"),
+            examples,
+            model_checks,
+            spec.operands,
+            serving_checks=serving,
         )
 
-    kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s)) for s, _ in runs]
+    kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s), serving_checks=serving) for s, _ in runs]
     if containment_ok() is None:  # the child starts with the first item that calls the kernel
         for ks in kernels:
             repro = kernel_report_dir(out, ks.spec.name) / "repro"

@@ -107,6 +107,12 @@ def register(subparsers) -> None:
     add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument(
+        "--no-serving",
+        action="store_true",
+        help="skip the serving checks C13 graph_replay, C14 compile, C15 streams_devices (CUDA kernels; the "
+        "default suite includes them)",
+    )
+    p.add_argument(
         "--no-triage",
         action="store_true",
         help="after a failing run, do not search where each failing check's first failing case switches on "
@@ -262,10 +268,16 @@ def _state(args, spec, inj, other, cases_of):
 
     t0 = time.perf_counter()
     cases, cap = cases_of.for_kernel(spec, inj)
+    serving = not args.no_serving
     skipped = reduced_suite(
-        not args.no_captures, not args.no_tile_edges, args.examples, not args.no_model, spec.operands
+        not args.no_captures,
+        not args.no_tile_edges,
+        args.examples,
+        not args.no_model,
+        spec.operands,
+        serving_checks=serving,
     )
-    return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped)
+    return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
 
 
 def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:

@@ -273,7 +273,7 @@ def reduced_suite(
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
     suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no tile-edge shapes, property test
     or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases; ``serving_checks``:
-    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (the gate's ``--no-serving``)."""
+    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (``--no-serving``)."""
     fp8 = operands == FP8
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
     if not explicit_cases and include_tile_edges is False and not fp8:
@@ -308,11 +308,16 @@ class Step:
 
 
 def suite_steps(
-    cases: Sequence, examples: int, model_checks: bool, against: bool, operands: str = "int8"
+    cases: Sequence,
+    examples: int,
+    model_checks: bool,
+    against: bool,
+    operands: str = "int8",
+    serving_checks: bool = True,
 ) -> list[Step]:
     """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only),
-    C9, C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`), C7 / E1 (``model_checks``), a pairwise step
-    per fixed case (``against``)."""
+    C9, C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1
+    (``model_checks``), a pairwise step per fixed case (``against``)."""
     fp8 = operands == FP8
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
     if examples > 0 and not fp8:
@@ -320,7 +325,7 @@ def suite_steps(
     cids = (
         ["C9"]
         + (["C11"] if fp8 else [])
-        + list(SERVING_CHECKS)
+        + (list(SERVING_CHECKS) if serving_checks else [])
         + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
     )
     steps += [Step(CHECK, f"{cid}-{CHECK_NAMES[cid]}", check_id=cid) for cid in cids]
@@ -346,7 +351,8 @@ class SuiteState:
     every fixed case's references are computed (None: :func:`reference_device` per case; a
     device, ``"cpu"`` included, takes the device path for every case); ``contained``: where the
     kernel calls run (``suite.workers.Containment``: a child process per crash), None = here;
-    ``skipped``: what of the default suite this run leaves out (:func:`reduced_suite`)."""
+    ``skipped``: what of the default suite this run leaves out (:func:`reduced_suite`); ``serving_checks``:
+    False when the run leaves C13-C15 out (``--no-serving``)."""
 
     spec: KernelSpec
     cases: list
@@ -363,6 +369,7 @@ class SuiteState:
     contained: Optional[Contained] = None
     skipped: list = field(default_factory=list)
     not_afforded: list = field(default_factory=list)
+    serving_checks: bool = True
 
     def __post_init__(self) -> None:
         """On the CPU, leave out the cases marked ``native_only`` (``conformance.cases.covering.CPU_MACS``):
@@ -422,7 +429,8 @@ class SuiteState:
 
     def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
         """:func:`suite_steps` of this kernel's cases and operands."""
-        return suite_steps(self.cases, examples, model_checks, against, getattr(self.spec, "operands", "int8"))
+        operands = getattr(self.spec, "operands", "int8")
+        return suite_steps(self.cases, examples, model_checks, against, operands, self.serving_checks)
 
     def run_check(self, check_id: str) -> CheckResult:
         """:func:`run_kernel_check` of this kernel (in ``contained`` when set); kept in ``model``."""

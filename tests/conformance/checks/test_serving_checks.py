@@ -4,6 +4,8 @@ without CUDA) pin that each serving-bug kernel of ``buggy_kernels`` fails its ch
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import torch
 
@@ -114,3 +116,20 @@ def test_with_one_gpu_the_device_part_is_na():
         assert r.evidence["devices"][1] is not None
     else:
         assert r.evidence["device_part"] == f"n/a: {ONE_GPU}" and ONE_GPU in r.summary
+
+
+def test_no_serving_leaves_c13_to_c15_out_of_the_plan_and_says_so():
+    from conformance.commands.check import _state
+    from conformance.suite.plan import CHECK, SERVING_CHECKS, suite_steps
+
+    def checks(**kw) -> list:
+        return [s.check_id for s in suite_steps([], 0, False, False, **kw) if s.kind == CHECK]
+
+    assert checks() == ["C9", *SERVING_CHECKS] and checks(serving_checks=False) == ["C9"]
+    args = argparse.Namespace(
+        no_captures=True, no_tile_edges=True, examples=0, no_model=True, no_serving=True, device="cpu"
+    )
+    cases_of = type("Cases", (), {"for_kernel": lambda self, spec, inj: ([], None)})()
+    state = _state(args, get_kernel("cpu"), None, None, cases_of)
+    assert [s.check_id for s in state.steps(0, False, False) if s.kind == CHECK] == ["C9"]
+    assert "the serving checks (C13, C14, C15)" in state.skipped
