@@ -194,3 +194,17 @@ def round_fp32(x: torch.Tensor, dtype: torch.dtype, mode: str = "rne") -> torch.
         away = (rne.to(torch.float32).abs() > x.abs()) & torch.isfinite(x)  # exact widening
         # one step toward zero in sign-magnitude = magnitude bits - 1
         return torch.where(away, _from_bits(bits_of(rne) - 1, dtype), rne)
+
+
+def fma_fp32(x: torch.Tensor, c: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IEEE ``fmaf(x, c, b)`` on float32 tensors: ``x*c`` is exact in float64, the float64 sum is rounded to odd (TwoSum
+    error), then one RNE to float32 equals one RNE of the exact sum (Boldo & Melquiond, IEEE TC 2008)."""
+    x64, c64, b64 = (t.to(torch.float64) for t in torch.broadcast_tensors(x, c, b))
+    p = x64 * c64
+    s = p + b64
+    bb = s - p
+    err = (p - (s - bb)) + (b64 - bb)
+    bits = s.view(torch.int64)
+    fix = (err != 0) & ((bits & 1) == 0) & torch.isfinite(s)
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
+    return torch.where(fix, torch.nextafter(s, toward), s).to(torch.float32)

@@ -14,7 +14,7 @@ import torch
 
 from reference import memo
 from reference.accumulate import exact_int_mm
-from reference.bits import ieee_subnormals, round_fp32
+from reference.bits import fma_fp32, ieee_subnormals, round_fp32
 from reference.contract import DTYPES, EpilogueContract, parse_steps
 from reference.errors import ContractError, OperandError
 from reference.validate import OUT_DTYPES, normalize_scales, validate_operands
@@ -85,20 +85,6 @@ def _eval_operand(node, sa: torch.Tensor, sw: torch.Tensor) -> torch.Tensor:
     return _round_to(_eval_operand(node.args[0], sa, sw).to(torch.float32), DTYPES[node.func.id]).float()
 
 
-def _fma_fp32(x: torch.Tensor, c: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """IEEE ``fmaf(x, c, b)`` on float32 tensors: ``x*c`` is exact in float64, the float64 sum is rounded to odd (TwoSum
-    error), then one RNE to float32 equals one RNE of the exact sum (Boldo & Melquiond, IEEE TC 2008)."""
-    x64, c64, b64 = (t.to(torch.float64) for t in torch.broadcast_tensors(x, c, b))
-    p = x64 * c64
-    s = p + b64
-    bb = s - p
-    err = (p - (s - bb)) + (b64 - bb)
-    bits = s.view(torch.int64)
-    fix = (err != 0) & ((bits & 1) == 0) & torch.isfinite(s)
-    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
-    return torch.where(fix, torch.nextafter(s, toward), s).to(torch.float32)
-
-
 def apply_steps(
     acc: torch.Tensor,
     scale_a: torch.Tensor,
@@ -165,7 +151,7 @@ def _evaluate(acc, scale_a, scale_b, desc, bias, out_dtype, bias_dtype) -> torch
                     val = _round_to(val.float() * opnd, new)
                 else:
                     b = bf if (bf is not None and st.rounding != "0") else torch.zeros((), dtype=torch.float32)
-                    val = _round_to(_fma_fp32(val.float(), opnd, b), new)
+                    val = _round_to(fma_fp32(val.float(), opnd, b), new)
             cur = new
         if cur != out_dtype:
             raise ContractError(

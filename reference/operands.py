@@ -136,7 +136,9 @@ class GemmOperands:
     ``a``: int8 [M, K], row-major (leading stride >= K), per-token quantized; ``b``: int8 [N, K] (row-major or the
     transposed view of a [K, N] buffer), per-channel; ``scale_a``: float32 [M] / [M, 1] / scalar; ``scale_b``: float32
     [N] / [N, 1] / scalar; ``bias``: None or [N] of ``out_dtype`` (bf16 default, fp16, fp32); ``name``: case label;
-    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras."""
+    ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras. ``block_size``: a
+    block-scaled call's ``(block_n, block_k)`` (``reference.block``: scale_a [M, ceil(K/block_k)], scale_b
+    [ceil(N/block_n), ceil(K/block_k)], passed to the kernel as ``block_size=``); None: per-token x per-channel."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -147,6 +149,7 @@ class GemmOperands:
     name: str = ""
     scale_mode: str = "synthetic"
     meta: dict = field(default_factory=dict)
+    block_size: Optional[tuple] = None
 
     @property
     def m(self) -> int:
@@ -192,5 +195,6 @@ class GemmOperands:
         return (
             f"GemmOperands(name={self.name!r}, M={self.m}, K={self.k}, N={self.n}, "
             f"out_dtype={self.out_dtype}, bias={'yes' if self.bias is not None else 'no'}, "
-            f"scale_mode={self.scale_mode!r})"
+            f"scale_mode={self.scale_mode!r}"
+            + (f", block_size={tuple(self.block_size)})" if self.block_size is not None else ")")
         )

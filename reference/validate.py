@@ -134,14 +134,17 @@ def validate_operands(
     bias: Optional[torch.Tensor] = None,
     out_dtype: torch.dtype = torch.bfloat16,
     operands: str = "int8",
+    block_size=None,
 ) -> tuple[int, int, int]:
     """Check one ``scaled_mm`` call -> ``(M, K, N)``.
 
     ``a``: int8 [M, K] row-major (leading stride >= K); ``b``: int8 [N, K] row-major, or the ``w.t()`` view of a [K, N]
     buffer; ``scale_a`` / ``scale_b``: float32 [M] / [N], [M, 1] / [N, 1] or scalar, any strides, finite (zero and
     negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. ``operands``:
-    ``"int8"``, or ``"e4m3"`` for ``a`` / ``b`` float8_e4m3fn without NaN (DESIGN.md 3b). OperandError (one line) on
-    anything else, including M, N or K equal to 0."""
+    ``"int8"``, or ``"e4m3"`` for ``a`` / ``b`` float8_e4m3fn without NaN (DESIGN.md 3b). ``block_size``: a
+    block-scaled call (``reference.block``): ``(block_n, block_k)``, scale_a float32 [M, ceil(K/block_k)], scale_b
+    float32 [ceil(N/block_n), ceil(K/block_k)], any strides. OperandError (one line) on anything else, including M,
+    N or K equal to 0."""
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     if operands not in OPERAND_DTYPES:
@@ -160,7 +163,10 @@ def validate_operands(
                 f"{dim}=0: {nm} has shape {tuple((a if nm == 'a' else b).shape)}; empty GEMMs are not supported"
             )
     for s, name, rows, rows_name in ((scale_a, "scale_a", m, "M"), (scale_b, "scale_b", n, "N")):
-        _check_scale_layout(s, name, rows, rows_name)
+        if block_size is None:
+            _check_scale_layout(s, name, rows, rows_name)
+        else:
+            _check_block_scale(s, name, m, k, n, block_size)
         _check_values(s, name)  # zero is legal: an all-zero activation row quantizes to scale 0
     if bias is not None:
         _is_tensor(bias, "bias")
@@ -173,6 +179,23 @@ def validate_operands(
         _check_e4m3_values(a, "a")
         _check_e4m3_values(b, "b")
     return m, k, n
+
+
+def _check_block_scale(s, name: str, m: int, k: int, n: int, block_size) -> None:
+    try:
+        bn, bk = (int(v) for v in block_size)
+    except (TypeError, ValueError):
+        raise OperandError(f"block_size={block_size!r}: expected (block_n, block_k)") from None
+    if bn < 1 or bk < 1:
+        raise OperandError(f"block_size={block_size!r}: block_n and block_k must be positive")
+    want = (m, -(-k // bk)) if name == "scale_a" else (-(-n // bn), -(-k // bk))
+    _is_tensor(s, name)
+    if s.dtype != torch.float32 or tuple(s.shape) != want:
+        what = "[M, ceil(K/block_k)]" if name == "scale_a" else "[ceil(N/block_n), ceil(K/block_k)]"
+        raise OperandError(
+            f"{name} is {s.dtype} {list(s.shape)}; a block-scaled call with block_size ({bn}, {bk}) takes float32 "
+            f"{what} = {list(want)}"
+        )
 
 
 def normalize_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,6 +31,7 @@ from conformance.kernels.spec import (
     check_operands,
     parse_declared_accumulator,
 )
+from reference.block.contract import parse_block_declaration
 from reference.contract import (
     CUTLASS_STYLE,
     TRITON_STYLE,
@@ -67,6 +68,13 @@ class KernelDeclaration:
     warm_up: Union[bool, Callable] = False
     operands: str = "int8"
     accumulator: object = None
+    block: object = None
+
+
+def block_contract(block) -> EpilogueContract:
+    """The standard contract a block-scaled kernel's reports name: the one nearest its declared epilogue
+    (its bias point; the scales entered per K-block)."""
+    return parse_block_declaration(block).epilogue.nearest_contract()
 
 
 def _contract_and_steps(contract) -> tuple:
@@ -186,7 +194,7 @@ class InvalidDeclaration:
 
 
 def declare(
-    contract,
+    contract=None,
     devices=("cpu",),
     constraints: Optional[ShapeConstraints] = None,
     int_mm: Optional[Callable] = None,
@@ -199,9 +207,12 @@ def declare(
     warm_up: Union[bool, Callable] = False,
     operands: str = "int8",
     accumulator=None,
+    block=None,
 ) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
-    :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field)."""
+    :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field).
+    ``block``: a block-scaled kernel's declaration (``reference.block.contract.parse_block_declaration``); its
+    ``contract`` may then be left out (the standard contract nearest its epilogue stands for it in reports)."""
     problems: list[tuple[str, str]] = []
     values: dict = {}
 
@@ -224,7 +235,11 @@ def declare(
             raise ContractError(f"constraints={v!r}: expected a ShapeConstraints")
         return v or ShapeConstraints()
 
-    field("contract", contract, _contract_and_steps)
+    field("block", block, lambda v: None if v is None else parse_block_declaration(v))
+    if contract is None and values.get("block") is not None:
+        values["contract"] = (block_contract(values["block"]), None)
+    else:
+        field("contract", contract, _contract_and_steps)
     field("devices", devices, lambda v: _devices(v, f"devices={v!r}"))
     field("constraints", constraints, _cons)
     field("convention", convention, _conv)
@@ -286,12 +301,17 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         base = decl
     else:
         contract = query.get("contract", getattr(obj, "int8conf_contract", None))
-        if contract is None:
+        block = getattr(obj, "int8conf_block", None)
+        if contract is None and block is None:
             return None
         cons = getattr(obj, "int8conf_constraints", None)
         if isinstance(cons, dict):
             cons = ShapeConstraints(**cons)
-        contract, attr_steps = _contract_and_steps(contract)
+        if contract is None:
+            block = parse_block_declaration(block)
+            contract, attr_steps = block_contract(block), None
+        else:
+            contract, attr_steps = _contract_and_steps(contract)
         base = KernelDeclaration(
             contract=contract,
             steps=attr_steps,
@@ -307,6 +327,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             warm_up=_warm_up(getattr(obj, "int8conf_warm_up", False)),
             operands=getattr(obj, "int8conf_operands", "int8"),
             accumulator=parse_declared_accumulator(getattr(obj, "int8conf_accumulator", None)),
+            block=block,
         )
     over = {}
     if "contract" in query:
@@ -445,6 +466,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "warm_up",
         "operands",
         "accumulator",
+        "block",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
     try:

@@ -18,6 +18,8 @@ _MODULES.update(
         "torch-fp8": "conformance.kernels.builtin_torch_fp8",
         "torch-fp8-fast": "conformance.kernels.builtin_torch_fp8",
         "triton-fp8": "conformance.kernels.builtin_triton_fp8",
+        "block-cpu": "conformance.kernels.builtin_block_cpu",
+        "block-fp8-cpu": "conformance.kernels.builtin_block_cpu",
     }
 )
 _DESCRIPTIONS = {
@@ -56,7 +58,10 @@ def _builtin(name: str) -> KernelSpec:
         msg = first_line(e, None)
         raise KernelLoadError(f"built-in kernel {name!r} cannot be imported: {type(e).__name__}: {msg}") from None
     if name not in INT8_BUILTINS:
-        _BUILT[name] = spec = KernelSpec(name, source_digest=mod.SOURCE_DIGEST, origin="builtin", **mod.KERNELS[name])
+        kw = dict(mod.KERNELS[name])
+        if "contract" not in kw:  # a block-scaled kernel: the standard contract nearest its epilogue
+            kw["contract"] = loader.block_contract(kw["block"])
+        _BUILT[name] = spec = KernelSpec(name, source_digest=mod.SOURCE_DIGEST, origin="builtin", **kw)
         return spec
     notes = {
         "int_mm": "pads internally to torch._int_mm's native constraints (CUDA: M>16, K and N multiples of 8; CPU: none)",

@@ -13,6 +13,7 @@ it declares ``contiguous_only``). Manifest keys: ``name``, ``source_digest`` (re
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from conformance.kernels.registry import builtin_source_digest
 from conformance.kernels.spec import KernelSpec, declared_epilogue
 from conformance.runtime.graceful_stop import stop_requested
 from reference import readback
+from reference.block.evaluate import reference_block_scaled_mm
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
 from reference.fp8 import E4M3, reference_fp8_scaled_mm
@@ -282,9 +284,26 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
         cnt = int(nan.sum())
     if cnt == 0:
         return None
-    reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
-    contract = declared_epilogue(spec, man.get("device"), ops.out_dtype).contract
-    ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
+    if ops.block_size is not None and spec.block is not None:
+        blk = spec.block
+        label = blk.label()
+        ref = reference_block_scaled_mm(
+            ops.a,
+            ops.b,
+            ops.scale_a,
+            ops.scale_b,
+            ops.block_size,
+            blk.accumulation,
+            blk.epilogue,
+            ops.bias,
+            ops.out_dtype,
+            spec.accumulator_on(man.get("device")),
+        )
+    else:
+        reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
+        contract = declared_epilogue(spec, man.get("device"), ops.out_dtype).contract
+        label = contract.label()
+        ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
     bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt
@@ -294,13 +313,19 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
     i, j = (int(v) for v in bad.nonzero()[0])
     man["extra"]["unexpected_nan_count"] = nbad
     man["extra"]["first_unexpected_nan"] = [i, j]
-    return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({contract.label()}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
+    return f"kernel wrote NaN at {nbad} of {out.numel()} elements where the reference ({label}) has none; first at [{i},{j}] (reference {float(ref[i, j])!r})"
 
 
 def raised_text(man: dict) -> str:
     """``<exception type>: <first line>`` of the exception :func:`_guarded_call` recorded in ``man``."""
     extra = man.get("extra") or {}
     return f"{extra.get('exception')}: {extra.get('exception_message') or ''}".strip().rstrip(":")
+
+
+def kernel_call(spec: KernelSpec, ops) -> Callable:
+    """``spec.scaled_mm``, with ``block_size=`` bound for a block-scaled case (``GemmOperands.block_size``)."""
+    bs = ops.block_size if isinstance(ops, GemmOperands) else ops
+    return spec.scaled_mm if bs is None else functools.partial(spec.scaled_mm, block_size=tuple(bs))
 
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
@@ -452,7 +477,9 @@ def _first_difference(first: Tensor, later: Tensor) -> dict:
     return ev
 
 
-def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first: Tensor, out_dtype) -> list:
+def _probe_sequence(
+    dev: str, spec: KernelSpec, given: dict, other: dict, first: Tensor, out_dtype, fn: Callable
+) -> list:
     """C10's calls in sequence after the ownership call on ``other``: the case's values written in place into
     ``other`` and called; then, per :func:`_sequence_variants`, the variant and a replay of ``given``. Returns one
     step per compared call: ``after`` (the preceding call), ``compared`` (``replay`` / ``variant``), ``error`` or
@@ -464,9 +491,7 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
     def call(ops: dict, dt) -> tuple:
         """(output, error, interface line)."""
         args = (ops["a"], ops["b"], ops["scale_a"], ops["scale_b"])
-        out, err, _, _ = _guarded_call(
-            _base_manifest(spec, dev), dev, spec.scaled_mm, *args, out_dtype=dt, bias=ops["bias"]
-        )
+        out, err, _, _ = _guarded_call(_base_manifest(spec, dev), dev, fn, *args, out_dtype=dt, bias=ops["bias"])
         return out, err, None if err else interface_violation(out, m, n, dt, "kernel")
 
     def compare(after: str, compared: str, ops: dict) -> dict:
@@ -503,7 +528,14 @@ def _probe_sequence(dev: str, spec: KernelSpec, given: dict, other: dict, first:
 
 
 def _probe_ownership(
-    man: dict, dev: str, spec: KernelSpec, given: dict, out: Tensor, out_dtype: torch.dtype, sequence: bool
+    man: dict,
+    dev: str,
+    spec: KernelSpec,
+    given: dict,
+    out: Tensor,
+    out_dtype: torch.dtype,
+    sequence: bool,
+    fn: Callable,
 ) -> Tensor:
     """C10 evidence in ``extra["ownership"]``: ``aliases`` (operands sharing the output's storage), then a second
     call on :func:`_other_values`: ``held_result_changed``, ``second_output_shares_storage``, ``second_call_error``;
@@ -514,14 +546,14 @@ def _probe_ownership(
     other = _other_values(given)
     scratch = _base_manifest(spec, dev)
     args = (other["a"], other["b"], other["scale_a"], other["scale_b"])
-    out2, err2, _, _ = _guarded_call(scratch, dev, spec.scaled_mm, *args, out_dtype=out_dtype, bias=other["bias"])
+    out2, err2, _, _ = _guarded_call(scratch, dev, fn, *args, out_dtype=out_dtype, bias=other["bias"])
     ev["second_call_error"] = err2
     ev["second_output_shares_storage"] = _same_storage(out, out2)
     it = _INT_VIEW[out.element_size()]
     changed = int((snap.view(it) != out.detach().view(it)).sum())
     ev["held_result_changed"] = changed
     if sequence and err2 is None:
-        ev["sequence"] = _probe_sequence(dev, spec, given, other, snap, out_dtype)
+        ev["sequence"] = _probe_sequence(dev, spec, given, other, snap, out_dtype, fn)
     man["extra"]["ownership"] = ev
     return snap if changed else out
 
@@ -537,7 +569,14 @@ def start_kernel(
     evidence for cases up to :data:`OWNERSHIP_MAX_WORK` whose ``meta["ownership_probe"]`` is not False, with the
     calls in sequence where ``meta["sequence_probe"]`` is not False either."""
     m, k, n = validate_operands(
-        ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, getattr(spec, "operands", "int8")
+        ops.a,
+        ops.b,
+        ops.scale_a,
+        ops.scale_b,
+        ops.bias,
+        ops.out_dtype,
+        getattr(spec, "operands", "int8"),
+        ops.block_size,
     )
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
@@ -545,7 +584,9 @@ def start_kernel(
         man["skipped"] = True
         return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None, keep_on_device)
     shape_viol = spec.constraints.violations(m, k, n)
-    viol = shape_viol + spec.constraints.operand_violations(ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    viol = shape_viol + spec.block_violations(ops.block_size)
+    if ops.block_size is None:
+        viol += spec.constraints.operand_violations(ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
     if viol:
         man["skipped"] = True
         man["extra"]["constraint_violations"] = viol
@@ -557,7 +598,8 @@ def start_kernel(
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
     args = (given["a"], given["b"], given["scale_a"], given["scale_b"])
-    out, err, elapsed, t = _guarded_call(man, dev, spec.scaled_mm, *args, out_dtype=dops.out_dtype, bias=given["bias"])
+    fn = kernel_call(spec, ops)
+    out, err, elapsed, t = _guarded_call(man, dev, fn, *args, out_dtype=dops.out_dtype, bias=given["bias"])
     raised = None if err is None else raised_text(man)
     iface = None if err is not None else interface_violation(out, m, n, ops.out_dtype, "kernel", given)
     err = err or iface
@@ -567,8 +609,9 @@ def start_kernel(
         and m * k * n <= OWNERSHIP_MAX_WORK
         and (ops.meta or {}).get("ownership_probe", True)
     ):
-        sequence = (ops.meta or {}).get("sequence_probe", True)
-        out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype, sequence)
+        # calls in sequence vary the scale forms: a block-scaled call has one
+        sequence = (ops.meta or {}).get("sequence_probe", True) and ops.block_size is None
+        out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype, sequence, fn)
     # the output's NaN count is asked with the in-place verdicts (one read-back)
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()
     verdicts = _ask_differing(originals, given, asked)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 
+from reference.block.contract import BlockDeclaration, parse_block_declaration
 from reference.contract import (
     EpilogueContract,
     EpilogueSteps,
@@ -35,7 +36,9 @@ FP8 = "e4m3"
 #: Built-in kernels by operand dtype; ``"all"`` names the int8 ones. Every name in :data:`BUILTINS` is reserved.
 INT8_BUILTINS = ("cpu", "int_mm", "triton")
 FP8_BUILTINS = ("fp8-cpu", "torch-fp8", "torch-fp8-fast", "triton-fp8")
-BUILTINS = INT8_BUILTINS + FP8_BUILTINS
+#: block-scaled built-ins (``reference.block``)
+BLOCK_BUILTINS = ("block-cpu", "block-fp8-cpu")
+BUILTINS = INT8_BUILTINS + FP8_BUILTINS + BLOCK_BUILTINS
 
 #: Set to ``1`` by every conformance run (check, pytest plugin, gate, sweep, study, scoreboard), inherited by its
 #: worker processes. A kernel that picks launch configurations by timing must then pick them as a pure function of
@@ -230,7 +233,9 @@ class KernelSpec:
     compiled once (else layouts are grouped by what a JIT usually specializes on). ``operands``:
     ``"int8"`` or ``"e4m3"`` (DESIGN.md 3b). ``accumulator``: an e4m3 kernel's declared accumulator
     (:func:`parse_declared_accumulator`: text, model, or a mapping ``"cpu"`` / ``"cuda"`` / ``"*"`` -> one); None for
-    int8. ContractError (one line) on a bad overflow, operands or accumulator (:func:`check_operands`)."""
+    int8. ``block``: a block-scaled kernel's declaration (``reference.block.contract.parse_block_declaration``:
+    block sizes, block accumulation, epilogue; each call then gets ``block_size=``), None for a per-token x
+    per-channel kernel. ContractError (one line) on a bad overflow, operands, accumulator or block declaration."""
 
     name: str
     scaled_mm: Callable
@@ -248,13 +253,16 @@ class KernelSpec:
     warm_up: Union[bool, Callable] = False
     operands: str = "int8"
     accumulator: Union[None, AccumulatorModel, Mapping[str, AccumulatorModel]] = None
+    block: Optional[BlockDeclaration] = None
 
     def __post_init__(self) -> None:
         try:
             acc = parse_declared_accumulator(self.accumulator)
+            block = None if self.block is None else parse_block_declaration(self.block)
         except ContractError as e:
             raise ContractError(f"kernel {self.name!r}: {e}") from None
         object.__setattr__(self, "accumulator", acc)
+        object.__setattr__(self, "block", block)
         check_operands(self.operands, acc, self.devices, self.name)
         for field_name in ("scaled_mm", "int_mm"):
             fn = getattr(self, field_name)
@@ -266,6 +274,23 @@ class KernelSpec:
                 raise ContractError(
                     f"kernel {self.name!r}: overflow={self.overflow!r}: {v!r} is not one of {OVERFLOW_BEHAVIOURS}"
                 )
+
+    @property
+    def is_block(self) -> bool:
+        """Whether the kernel is block-scaled (``block`` declared): its cases carry ``block_size``."""
+        return self.block is not None
+
+    def block_violations(self, block_size: Optional[tuple]) -> list[str]:
+        """Why a case with ``block_size`` (None: per-token x per-channel scales) is not this kernel's call."""
+        if block_size is None:
+            return ["per-token x per-channel scales: the kernel is block-scaled"] if self.is_block else []
+        if self.block is None:
+            return ["block scales: the kernel declares none (block=)"]
+        bs = (int(block_size[0]), int(block_size[1]))
+        if bs not in self.block.sizes:
+            sizes = ", ".join(f"{bn}x{bk}" for bn, bk in self.block.sizes)
+            return [f"block size {bs[0]}x{bs[1]} is not one of the declared {sizes}"]
+        return []
 
     @property
     def is_fp8(self) -> bool:
@@ -322,6 +347,8 @@ class KernelSpec:
             if problems:
                 out["not_interchangeable"] = problems
         out["operands"] = self.operands
+        if self.block is not None:
+            out["block"] = self.block.to_dict()
         acc = self.accumulator
         if acc is not None:
             out["accumulator"] = {k: v.label() for k, v in acc.items()} if isinstance(acc, Mapping) else acc.label()
