@@ -1,1 +1,4 @@
-"""Block-scaled W8A8 (issue 46): per-token-group activation scales and per-block weight scales entering the K loop."""
+"""Block-scaled W8A8: per-token-group activation scales and per-block weight scales entering the K loop.
+
+:mod:`.contract`: the declaration (block sizes, block accumulation, epilogue); :mod:`.evaluate`: its exact reference;
+:mod:`.quantize`: the field's block quantizers, byte for byte."""
