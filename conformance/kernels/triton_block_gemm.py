@@ -204,6 +204,23 @@ def _tiles(m: int, n: int, tile_k: int, interp: bool) -> tuple[int, int, int, in
     return bm, bn, 8 if bm * bn >= 128 * 128 else 4, stages, "shape"
 
 
+def launch_options(m: int, n: int, k: int, block_k: int, fp8: bool, has_bias: bool, out_dtype, interp: bool,
+                   int64: bool = False) -> tuple[tuple[int], dict, str, str]:  # fmt: skip
+    """``(grid, constexprs and launch options, config label, config_rule)`` of a :func:`block_mm` launch: a pure
+    function of shape, block_k, dtypes and device kind. BLOCK_K is block_k when a power of two >= 32 (else the next
+    one, masked); natively ``enable_fp_fusion=False``."""
+    tile_k = max(32, 1 << (block_k - 1).bit_length())
+    bm, bn, warps, stages, rule = _tiles(m, n, tile_k, interp)
+    kw: dict = dict(SCALE_BLOCK_K=block_k, HAS_BIAS=has_bias, OUT_KIND=builtin_triton._OUT_KIND[out_dtype], FP8=fp8)
+    kw.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=tile_k, GROUP_M=8, EVEN_K=k % block_k == 0 and tile_k == block_k)
+    kw.update(INT64_IDX=int64, K_ITERS_STATIC=-(-k // block_k) if interp else 0)
+    kw.update(FLOAT_DOT=interp and not fp8, MAX_IMPRECISE=min(MAX_IMPRECISE, tile_k))
+    if not interp:
+        kw.update(num_warps=warps, num_stages=stages, enable_fp_fusion=False)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    return grid, kw, f"{bm}x{bn}x{tile_k} w{warps} s{stages}", rule
+
+
 def block_scaled_mm(
     a: Tensor,
     b: Tensor,
@@ -228,21 +245,13 @@ def block_scaled_mm(
         _bad(f"{NAME}: FP8 tl.dot needs CUDA sm_89 or newer; {dev} is sm_{cap}")
     b, scale_a, scale_b = b.to(dev), scale_a.to(dev), scale_b.to(dev)
     bias = None if bias is None else bias.to(dev)
-    tile_k = max(32, 1 << (bk_s - 1).bit_length())
-    bm, bn, warps, stages, rule = _tiles(m, n, tile_k, interp)
-    k_iters = -(-k // bk_s)
-    kw = dict(SCALE_BLOCK_K=bk_s, HAS_BIAS=bias is not None, OUT_KIND=builtin_triton._OUT_KIND[out_dtype], FP8=fp8)
-    kw.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=tile_k, GROUP_M=8, EVEN_K=k % bk_s == 0 and tile_k == bk_s)
-    kw.update(INT64_IDX=builtin_triton._need_int64(a, b, m, n, k), K_ITERS_STATIC=k_iters if interp else 0)
-    kw.update(FLOAT_DOT=interp and not fp8, MAX_IMPRECISE=min(MAX_IMPRECISE, tile_k))
-    if not interp:
-        kw.update(num_warps=warps, num_stages=stages, enable_fp_fusion=False)
+    int64 = builtin_triton._need_int64(a, b, m, n, k)
+    grid, kw, config, rule = launch_options(m, n, k, bk_s, fp8, bias is not None, out_dtype, interp, int64)
     alloc = torch.int16 if interp and out_dtype == torch.bfloat16 else out_dtype
     out = torch.empty((m, n), dtype=alloc, device=dev)
     if interp and bias is not None and bias.dtype == torch.bfloat16:
         bias = bias.view(torch.int16)  # the interpreter has no bf16 loads: raw bits
     one = torch.ones(1, dtype=torch.float32, device=dev)
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     args: tuple = (a, b, scale_a, scale_b, out if bias is None else bias, one, out, m, n, k, *a.stride(), *b.stride())
     args += (*scale_a.stride(), *scale_b.stride(), 0 if bias is None else bias.stride(0), n, bn_s)
     if interp:
@@ -251,7 +260,7 @@ def block_scaled_mm(
     else:
         kern[grid](*args, **kw)
     if trace.current() is not None:
-        extra: dict = dict(config=f"{bm}x{bn}x{tile_k} w{warps} s{stages}", config_rule=rule, block_size=[bn_s, bk_s])
+        extra: dict = dict(config=config, config_rule=rule, block_size=[bn_s, bk_s])
         extra.update(operands="e4m3" if fp8 else "int8", block_accumulation=BLOCK_ACCUMULATION, epilogue=EPILOGUE)
         extra.update(triton_version=triton.__version__, device=dev.type, interpreter=interp)
         if fp8:

@@ -6,14 +6,19 @@ that the wrong orders (FMA into the sum, fused scale product) give other bits on
 
 from __future__ import annotations
 
+import inspect
+import re
 from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
 from conformance.kernels import trace
-from conformance.kernels.triton_block_gemm import block_scaled_mm
+from conformance.kernels.triton_block_gemm import block_mm, block_scaled_mm, launch_options
 from reference.errors import OperandError
 
 E4M3 = torch.float8_e4m3fn
@@ -231,3 +236,19 @@ def test_bad_operands_are_one_line_errors_naming_the_operand(what):
     msg = str(e.value)
     assert msg.startswith(what) or what in msg
     assert "\n" not in msg
+
+
+def test_native_launch_has_no_fp32_fma():
+    """The native launch options (``launch_options``) compile, for sm_90 on the CPU, to separate fp32 multiplies and
+    adds with no ``fma.rn.f32``: the interpreter's rounding steps (with ``enable_fp_fusion`` on, Triton contracts
+    ``acc + y * s_w`` into FMAs). e4m3, so the fp8 ``tl.dot`` with ``max_num_imprecise_acc`` compiles too."""
+    _, kw, _, _ = launch_options(16, 16, 100, 32, True, True, torch.bfloat16, interp=False)
+    assert kw["BLOCK_K"] == kw["SCALE_BLOCK_K"] == 32 and kw["MAX_IMPRECISE"] == 32
+    opts = {o: kw.pop(o) for o in ("num_warps", "num_stages", "enable_fp_fusion")}
+    sig = {p: "constexpr" if p in kw else "i32" for p in inspect.signature(block_mm).parameters}
+    sig.update(a_ptr="*fp8e4nv", b_ptr="*fp8e4nv", sa_ptr="*fp32", sb_ptr="*fp32", one_ptr="*fp32")
+    sig.update(bias_ptr="*bf16", out_ptr="*bf16")
+    src = ASTSource(fn=triton.jit(block_mm), signature=sig, constexprs=kw)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+    assert "wgmma" in ptx and not re.search(r"\bfma\.rn(\.ftz)?\.f32", ptx)
+    assert re.search(r"\bmul\.rn\.f32", ptx) and re.search(r"\badd\.rn\.f32", ptx)
