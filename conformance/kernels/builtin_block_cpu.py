@@ -1,5 +1,5 @@
 """Built-in block-scaled kernels on the CPU: ``block-cpu`` (int8) and ``block-fp8-cpu`` (e4m3), block sizes 128x128,
-64x128 and 1x128, block accumulation ``mul s_a; mul s_w; add``, epilogue ``add bias; cast out``.
+64x128, 128x64 and 1x128 (:data:`SIZES`), block accumulation ``mul s_a; mul s_w; add``, epilogue ``add bias; cast out``.
 
 Each K-block's partial is one float64 GEMM of the block (an exact integer for int8; the exact e4m3 sum for e4m3, both
 within float64's 53 bits for block_k <= 1024), rounded once to float32; then ``acc = acc + (p * s_a) * s_w`` in
@@ -21,7 +21,8 @@ from reference.validate import validate_operands
 SOURCE_DIGEST = module_digest(__file__)
 ACCUMULATION = "mul s_a; mul s_w; add"
 EPILOGUE = "add bias; cast out"
-SIZES = ((128, 128), (64, 128), (1, 128))
+#: the field's 128x128, a block_n below and a block_k below block_n (block_n != block_k both ways), per channel
+SIZES = ((128, 128), (64, 128), (128, 64), (1, 128))
 
 
 def _block_mm(a, b, scale_a, scale_b, out_dtype, bias, block_size, operands: str, name: str) -> Tensor:

@@ -20,6 +20,8 @@ _MODULES.update(
         "triton-fp8": "conformance.kernels.builtin_triton_fp8",
         "block-cpu": "conformance.kernels.builtin_block_cpu",
         "block-fp8-cpu": "conformance.kernels.builtin_block_cpu",
+        "triton-block": "conformance.kernels.builtin_triton_block",
+        "triton-block-fp8": "conformance.kernels.builtin_triton_block",
     }
 )
 _DESCRIPTIONS = {

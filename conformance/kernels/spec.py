@@ -37,7 +37,7 @@ FP8 = "e4m3"
 INT8_BUILTINS = ("cpu", "int_mm", "triton")
 FP8_BUILTINS = ("fp8-cpu", "torch-fp8", "torch-fp8-fast", "triton-fp8")
 #: block-scaled built-ins (``reference.block``)
-BLOCK_BUILTINS = ("block-cpu", "block-fp8-cpu")
+BLOCK_BUILTINS = ("block-cpu", "block-fp8-cpu", "triton-block", "triton-block-fp8")
 BUILTINS = INT8_BUILTINS + FP8_BUILTINS + BLOCK_BUILTINS
 
 #: Set to ``1`` by every conformance run (check, pytest plugin, gate, sweep, study, scoreboard), inherited by its

@@ -34,6 +34,7 @@ from reference.fp8 import check_e4m3
 from reference.validate import OUT_DTYPES, nonfinite_summary
 
 NAME = "triton-block"
+FP8_NAME = "triton-block-fp8"
 #: the declared block accumulation and epilogue (step language of issue 46 / ``reference/contract.py``)
 BLOCK_ACCUMULATION = "mul s_a; mul s_w; add"
 EPILOGUE = "add bias; cast out"
@@ -268,5 +269,5 @@ def block_scaled_mm(
         if interp:
             extra["interpreter_semantics"] = probe()
         mode = "triton-block-interpreter" if interp else "triton-block-native"
-        trace.record_path(mode, source_digest=SOURCE_DIGEST, digest_of=NAME, **extra)
+        trace.record_path(mode, source_digest=SOURCE_DIGEST, digest_of=FP8_NAME if fp8 else NAME, **extra)
     return out.view(out_dtype) if out.dtype != out_dtype else out

@@ -30,7 +30,9 @@ def _case(m, k, n, block, dtype=torch.int8, out=torch.bfloat16, bias=True, seed=
     return GemmOperands(a, b, sa, sw, bz, out, block_size=block)
 
 
-@pytest.mark.parametrize("name,dtype", [("block-cpu", torch.int8), ("block-fp8-cpu", torch.float8_e4m3fn)])
+@pytest.mark.parametrize(
+    "name,dtype", [("block-cpu", torch.int8), ("block-fp8-cpu", torch.float8_e4m3fn), ("triton-block", torch.int8)]
+)
 @pytest.mark.parametrize(
     "m,k,n,block,out,bias",
     [
@@ -56,7 +58,9 @@ def test_the_runner_refuses_what_the_kernel_does_not_declare():
     ops = _case(2, 128, 8, (128, 128))
     assert run_kernel(dense, ops).error.endswith("block scales: the kernel declares none (block=)")
     odd = _case(2, 128, 8, (32, 128))
-    assert run_kernel(block, odd).error.endswith("block size 32x128 is not one of the declared 128x128, 64x128, 1x128")
+    assert run_kernel(block, odd).error.endswith(
+        "block size 32x128 is not one of the declared 128x128, 64x128, 128x64, 1x128"
+    )
     plain = GemmOperands(ops.a, ops.b, torch.ones(2), torch.ones(8))
     assert run_kernel(block, plain).error.endswith("per-token x per-channel scales: the kernel is block-scaled")
 
