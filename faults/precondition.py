@@ -36,6 +36,19 @@ def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
     return _round_up(k + extra, math.lcm(K_ALIGN, max(1, int(k_multiple))))
 
 
+def extra_columns(fault: str, lowest_acc: int) -> int:
+    """``E = max(1, ceil((T - lowest_acc) / 16384))`` of the module docstring: the columns of -128 that lift the
+    selected block, whose smallest exact accumulator is ``lowest_acc``, to F6's / F7's threshold ``T``."""
+    return max(1, -(-(THRESHOLD[fault] - int(lowest_acc)) // SATURATED_PRODUCT))
+
+
+def extended_widths(fault: str, k: int, acc_absmax: int, k_multiple: int = 1) -> list[int]:
+    """Every K' (:func:`padded_k`, ascending) F6 / F7 can give a case (or its F6 window) of K ``k`` whose exact
+    accumulators all have ``|acc| <= acc_absmax``: E over ``[extra_columns(absmax), extra_columns(-absmax)]``."""
+    lo, hi = extra_columns(fault, acc_absmax), extra_columns(fault, -acc_absmax)
+    return sorted({padded_k(k, e, k_multiple) for e in range(lo, hi + 1)})
+
+
 def _round_up(v: int, mult: int) -> int:
     mult = max(1, int(mult))
     return -(-int(v) // mult) * mult
@@ -89,7 +102,7 @@ def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, 
     acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
     blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
     lo, hi = readback.read([blk.min(), blk.max()])
-    extra = max(1, -(-(THRESHOLD[fault] - int(lo)) // SATURATED_PRODUCT))  # E of the module docstring
+    extra = extra_columns(fault, int(lo))
     return rows, cols, extra, acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
