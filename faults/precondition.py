@@ -16,7 +16,7 @@ import torch
 
 from faults.mask import block_indices, case_key, lowest, stream_key
 from reference import memo, readback
-from reference.accumulate import exact_int_mm
+from reference.accumulate import accumulator_row_col_bound, exact_int_mm
 from reference.errors import OperandError
 from reference.operands import derived_digest
 
@@ -34,6 +34,19 @@ def padded_k(k: int, extra: int, k_multiple: int = 1) -> int:
     """K of the extended operands: ``k + extra`` rounded up to a multiple of
     :data:`K_ALIGN` and of the kernel's declared ``k_multiple``."""
     return _round_up(k + extra, math.lcm(K_ALIGN, max(1, int(k_multiple))))
+
+
+def extra_columns(fault: str, lowest_acc: int) -> int:
+    """``E = max(1, ceil((T - lowest_acc) / 16384))`` of the module docstring: the columns of -128 that lift the
+    selected block, whose smallest exact accumulator is ``lowest_acc``, to F6's / F7's threshold ``T``."""
+    return max(1, -(-(THRESHOLD[fault] - int(lowest_acc)) // SATURATED_PRODUCT))
+
+
+def extended_widths(fault: str, k: int, acc_absmax: int, k_multiple: int = 1) -> list[int]:
+    """Every K' (:func:`padded_k`, ascending) F6 / F7 can give a case (or its F6 window) of K ``k`` whose exact
+    accumulators all have ``|acc| <= acc_absmax``: E over ``[extra_columns(absmax), extra_columns(-absmax)]``."""
+    lo, hi = extra_columns(fault, acc_absmax), extra_columns(fault, -acc_absmax)
+    return sorted({padded_k(k, e, k_multiple) for e in range(lo, hi + 1)})
 
 
 def _round_up(v: int, mult: int) -> int:
@@ -89,7 +102,7 @@ def _select(a, b, scale_a, scale_b, bias, fault: str, coverage: str, seed: int, 
     acc = exact_int_mm(a, b)  # on a's device (exact on any: reference.accumulate)
     blk = acc[rows.to(acc.device)][:, cols.to(acc.device)]
     lo, hi = readback.read([blk.min(), blk.max()])
-    extra = max(1, -(-(THRESHOLD[fault] - int(lo)) // SATURATED_PRODUCT))  # E of the module docstring
+    extra = extra_columns(fault, int(lo))
     return rows, cols, extra, acc, (lo, hi), rows_h.tolist(), cols_h.tolist()
 
 
@@ -100,10 +113,27 @@ def precondition_operands(
     (no window); ``key`` defaults to ``case_key``. OperandError: fault is not F6/F7."""
     rows, cols, extra, acc = _select(a, b, scale_a, scale_b, bias, fault, coverage, seed, key)[:4]
     a2, b2 = extend_k(a, b, rows, cols, extra)
-    acc2 = acc.clone()
+    return a2, b2, rows, cols, extra, grown(acc, rows, cols, extra)
+
+
+def grown(acc: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, extra: int) -> torch.Tensor:
+    """``acc`` (int64 [M, N], exact ``A @ B^T`` or the bound ``|A| @ |B|^T``) of a case, as :func:`extend_k`'s
+    K-extended case has it: ``+ extra * 16384`` on ``rows x cols`` (the new columns are -128 on the selected rows
+    of ``a`` and channels of ``b``, 0 elsewhere; the padding is 0), a new tensor."""
+    out = acc.clone()
     r, c = rows.to(acc.device), cols.to(acc.device)
-    acc2[r.unsqueeze(1), c.unsqueeze(0)] += extra * SATURATED_PRODUCT
-    return a2, b2, rows, cols, extra, acc2
+    out[r.unsqueeze(1), c.unsqueeze(0)] += extra * SATURATED_PRODUCT
+    return out
+
+
+def _remember_references(src, a2: torch.Tensor, b2: torch.Tensor, acc: torch.Tensor, rows, cols, extra: int) -> None:
+    """In the open ``reference.memo`` scope: the extended case's exact accumulator and row / column bound
+    (``reference.accumulate``), known by construction from the source case's (:func:`grown`, exact integers), so no
+    check multiplies the K-extended operands again; with the ``K' * 2**14`` bound ``exact_int_mm`` notes."""
+    bound = accumulator_row_col_bound(src.a, src.b)
+    for kind, v in (("exact", grown(acc, rows, cols, extra)), ("bound", grown(bound, rows, cols, extra))):
+        memo.note_bound(v, int(a2.shape[1]) * SATURATED_PRODUCT)
+        memo.remember(kind, (a2, b2), v)
 
 
 def _take(s: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -185,6 +215,7 @@ def prepare_precondition(ops, fault: str, coverage: str, seed: int, constraints=
         recipe = f"faults.precondition.extend_k;rows={row_list};cols={col_list};extra={extra};k_multiple={k_mult}"
         derived_digest(a2, (src.a,), recipe)
         derived_digest(b2, (src.b,), recipe)
+        _remember_references(src, a2, b2, sel[3], rows, cols, extra)
     # every selected accumulator grew by exactly extra * 16384 (module docstring)
     grown = extra * SATURATED_PRODUCT
     width = padded_k(src.k, extra, k_mult)

@@ -466,6 +466,16 @@ def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs
             f"({st.cells_per_s:.2f} cells/s on average; {st.executor or 'nothing to do'}); "
             f"{st.skipped} already stored"
         )
+        if st.warm_up is not None:
+            w = st.warm_up
+            print(
+                f"warm-up: {w['skipped']}"
+                if isinstance(w.get("skipped"), str)
+                else f"warm-up: {w['layouts']} operand layouts compiled by an earlier run (skipped)"
+                if w.get("skipped")
+                else f"warm-up: {w['layouts']} operand layouts, {w.get('groups', 0)} variants compiled once before "
+                f"the cells in {w['seconds']} s" + (f" ({w['error']})" if w.get("error") else "")
+            )
     return runs
 
 

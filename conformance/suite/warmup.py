@@ -13,6 +13,7 @@ same warm-up is then skipped."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
@@ -172,9 +173,19 @@ def warm_up(
     spec, cases: Sequence, device: str, workers: Optional[int] = None, say=lambda s: None, extra: Sequence = ()
 ) -> dict:
     """Warm ``spec`` (resolved by name in each worker) for :func:`warm_layouts` of ``cases`` and ``extra`` (operands
-    the suite also evaluates) on CUDA ``device``; returns ``{"layouts", "workers", "seconds", "calls", "error"}``
-    (``"skipped"`` when its marker exists). Never raises: a failed warm-up only costs time."""
-    layouts = warm_layouts(spec, cases, extra)
+    the suite also evaluates) on CUDA ``device``: :func:`warm_up_layouts`."""
+    return warm_up_layouts(spec, warm_layouts(spec, cases, extra), device, workers, say)
+
+
+def warm_up_layouts(
+    spec, layouts: Sequence[tuple], device: str, workers: Optional[int] = None, say=lambda s: None, executor=None
+) -> dict:
+    """Compile ``spec`` for ``layouts`` (:func:`warm_layouts`' form: a :func:`case_layout` plus whether ``int_mm`` is
+    called too) on CUDA ``device``, each variant once (:func:`plan_groups`), in ``executor`` (a process pool whose
+    workers may resolve ``spec`` by name; its ``workers`` processes) or a pool of its own; returns ``{"layouts",
+    "workers", "seconds", "calls", "error"}`` (``"skipped"`` when its marker exists). Never raises: a failed warm-up
+    only costs time."""
+    layouts = list(layouts)
     marker = marker_path(spec, layouts, device)
     if os.path.exists(marker):
         say(f"{spec.name}: {len(layouts)} operand layouts compiled by an earlier run (warm-up skipped)")
@@ -189,7 +200,10 @@ def warm_up(
     busy: dict[int, float] = {}
     groups: list = []
     try:
-        with cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as ex:
+        with contextlib.ExitStack() as stack:
+            ex = executor or stack.enter_context(
+                cf.ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+            )
             name = reload_name(spec)
             keys = None
             if own_keys:  # the workers name each layout's variant (no launch), then each variant compiles once

@@ -23,8 +23,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from conformance.kernels.runner import cuda_device
+from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.graceful_stop import exit_with_parent
-from conformance.sweep.runner import SweepTask, batches, kernel_spec, run_unit
+from conformance.suite.warmup import warm_up_layouts
+from conformance.sweep.runner import SweepTask, batches, kernel_spec, layer_layouts, run_unit
 from conformance.sweep.store import SweepStore
 from reference.errors import Int8confError
 
@@ -33,7 +35,8 @@ from reference.errors import Int8confError
 class RunStats:
     """What a run did: ``total`` cells requested, ``skipped`` already finished, ``computed``
     stored this run, ``duplicates`` returned but already stored, ``elapsed_s`` wall time
-    of the compute phase, ``executor`` its description."""
+    of the compute phase, ``executor`` its description, ``warm_up`` what :func:`warm_up_sweep` did (None: not
+    asked: no process pool)."""
 
     total: int = 0
     skipped: int = 0
@@ -41,6 +44,7 @@ class RunStats:
     duplicates: int = 0
     elapsed_s: float = 0.0
     executor: str = ""
+    warm_up: Optional[dict] = None
 
     @property
     def cells_per_s(self) -> float:
@@ -80,6 +84,7 @@ def _workers_ignore_ctrl_c():
 
 def _init_worker(threads: int, gpu_queue=None) -> None:
     exit_with_parent()  # a parent killed with SIGKILL must not leave workers behind
+    enter_conformance_run()  # the warm-up compiles the configurations the cells choose (no timing)
     os.environ["INT8CONF_SWEEP_THREADS"] = str(threads)
     if gpu_queue is not None:
         # one GPU per worker process: pinned before CUDA is initialised here
@@ -108,6 +113,30 @@ def default_workers(kernel, device: Optional[str] = None) -> tuple[int, tuple]:
             return min(SHARED_GPU_WORKERS, cores), ()
         return n, tuple(range(n))
     return cores, ()
+
+
+def warm_up_sweep(tasks: Sequence[SweepTask], workers: int, executor=None, say=lambda s: None) -> dict:
+    """Compile every variant of a JIT-compiled kernel (``KernelSpec.warm_up``) the layer cells of ``tasks`` will
+    launch (``runner.layer_layouts``) once, before any cell runs, in ``executor`` (the sweep's process pool of
+    ``workers`` processes) by ``conformance.suite.warmup.warm_up_layouts``, so that no two workers compile the same
+    variant. Returns its record, or ``{"skipped": reason}`` where nothing is compiled ahead (a kernel not on CUDA,
+    none declared, an e4m3 kernel, no layer cell). Never raises."""
+    layer = [t for t in tasks if not (t.cell.is_model or t.cell.is_kernel)]
+    if not layer:
+        return {"skipped": "no layer cell to run"}
+    kernel = kernel_spec(layer[0].spec.kernel)
+    dev = cuda_device(kernel, layer[0].device)
+    if dev is None:
+        return {"skipped": f"kernel {kernel.name!r} does not run on CUDA here: nothing is compiled ahead"}
+    if not kernel.warm_up:
+        return {"skipped": f"kernel {kernel.name!r} declares no warm_up (no per-layout compiles)"}
+    if kernel.operands != "int8":
+        return {"skipped": "e4m3 layer cells: their quantized operands' layouts are not planned ahead"}
+    try:
+        layouts = layer_layouts(layer)
+    except Exception as e:  # noqa: BLE001 -- an optimisation: the cells report what they must themselves
+        return {"skipped": f"layouts not derived ({type(e).__name__}: {str(e).strip()[:160]})"}
+    return warm_up_layouts(kernel, layouts, dev, workers=workers, say=say, executor=executor)
 
 
 def run_cells(
@@ -182,6 +211,7 @@ def run_cells(
                 max_workers=nw, mp_context=ctx, initializer=_init_worker, initargs=(1, gpu_queue)
             ) as ex:
                 with _workers_ignore_ctrl_c():  # the submits spawn the workers
+                    st.warm_up = warm_up_sweep(todo, nw, ex)
                     futs = [ex.submit(run_unit, u) for u in units]
                 try:
                     for f in as_completed(futs):

@@ -32,10 +32,12 @@ from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
 from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.suite.evaluate import CaseEvaluation, check_error
+from conformance.suite.warmup import case_layout
 from conformance.sweep.cells import SCALE_MODES_FOR, Cell, SweepSpec
 from conformance.sweep.store import CellRows
 from faults import inject_injection, prepare_injection
 from faults.mask import case_key, prefetch_element_masks
+from faults.precondition import extended_widths
 from faults.spec import PRECONDITION_FAULTS
 from faults.truth import ask_ground_truth
 from reference import memo, readback
@@ -296,6 +298,38 @@ def _prefetch_masks(tasks: list, ctx: LayerContext) -> None:
             prefetch_element_masks(want)
     except Exception:  # noqa: BLE001 -- an optimisation: the cells raise what they must themselves
         pass
+
+
+def layer_layouts(tasks) -> list:
+    """The distinct call signatures (``suite.warmup.case_layout``, plus True: ``int_mm`` is launched on each case
+    too) the int8 layer cells of ``tasks`` launch the kernel with: each (layer, scale mode)'s capture operands, read
+    for one layer per shape (manifest M, K, N, projection; layouts follow shape and projection), and the F6 / F7
+    cells' K-extended operands at every K' the layer's captured ``acc_absmax`` allows
+    (``faults.precondition.extended_widths``; a superset of the K' the cells reach), from one prepared cell per
+    shape and fault with K replaced (``extend_k`` builds dense int8 ``[rows, K']``)."""
+    out: dict = {}
+    reps: dict = {}
+    for t in tasks:
+        c, spec = t.cell, t.spec
+        if c.is_model or c.is_kernel:
+            continue
+        kernel = kernel_spec(spec.kernel)
+        entry = _capture_set(spec.capture_dir, spec.model_dir).manifest["layers"][c.layer]
+        shape = (entry["M"], entry["K"], entry["N"], entry["proj"], c.scale_mode, spec.kernel)
+        if shape not in reps:
+            reps[shape] = capture_ops(spec, c.layer, c.scale_mode)
+            out[case_layout(reps[shape], kernel.dense_operands()) + (True,)] = None
+        if c.fault not in PRECONDITION_FAULTS:
+            continue
+        if (shape, c.fault) not in reps:
+            prepared = prepare_injection(reps[shape], c.injection, kernel.constraints)
+            reps[(shape, c.fault)] = case_layout(prepared, kernel.dense_operands())
+        lay = reps[(shape, c.fault)]
+        absmax = int(entry["acc_absmax"]["own" if c.scale_mode == "own" else "pow2-nearest"])
+        for width in extended_widths(c.fault, int(entry["K"]), absmax, kernel.constraints.k_multiple):
+            a, b = (((x[0][0], width), (width, 1), x[2], x[3]) for x in lay[:2])
+            out[(a, b, *lay[2:], True)] = None
+    return list(out)
 
 
 def run_model_cell(task: SweepTask) -> CellRows:
