@@ -12,10 +12,10 @@ blocks ``s_a`` = 1. The output (float32, no bias) is the accumulator through the
   ``P`` wide. An ``add`` form leaves the scaled partial's own rounding there (``r(r(3 s_a) s_w)``, ``r(r(3 s_w) s_a)``,
   ``r(3 r(s_a s_w))``: for :data:`FORM_SA`, :data:`FORM_SW` three neighbouring float32s, 2**-37 apart); an ``fma``
   form keeps the exact product (``r(3 s_a) s_w``, ``r(3 s_w) s_a``, ``3 r(s_a s_w)``, three other reals whose residual
-  is exact in float32). The six legal forms give six values (-1024, -2048, -1144.72, -1875.55, -3072, -2560 x 2**-47).
+  is exact in float32). The :data:`LEGAL_FORMS` give, in order, -1024, -2048, -1144.72, -1875.55, -3072, -2560 x 2**-47.
 * ``split at b`` (b = 2, 3, 4, 6): 1 in a block before b, then ``2**24`` at b and ``-2**24`` at b + 1 (partials +-1,
   ``s_a`` = 2**24: exact in every form). Summed in one chain ``1 + 2**24`` rounds the 1 away (a tie, to even) and
-  the row gives 0; a chunk boundary at b (and none at b + 1) adds the 1 to a chunk total 0: the row gives 1.
+  the row gives 0; with the 1 in an earlier chunk than ``2**24`` and ``+-2**24`` in one chunk (total 0) it gives 1.
   ``order split_k=S`` cuts the 8 blocks at {4} (S=2), {3, 6} (S=3), {2, 4, 6} (S=4): the four rows read 0000,
   0010, 0101, 1011 for S = 1..4.
 

@@ -29,18 +29,18 @@ FP32_TINY = torch.finfo(torch.float32).tiny
 
 #: kernel -> (the check that should fail it, the case regime that shows it)
 CATCHES = {
-    "scale_a_prev_kblock": ("C8", "M > 64 and K >= 2 blocks (any out dtype)"),
+    "scale_a_prev_kblock": ("C8, C16", "M > 64 and K >= 2 blocks (C16 at M = 128)"),
     "scale_b_next_kblock": ("C8, C16", "K >= 3 blocks"),
     "tail_scale_prev_kblock": ("C8", "K % block_k != 0 and K > block_k"),
     "tail_dropped_fp16": ("C8", "out float16 and K % block_k != 0, K > block_k"),
     "weight_block_by_block_k": ("C8", "block_n != block_k (64x128, 128x64, 1x128) and N > block_n"),
     "k_rounded_down_to_128": ("C8", "K % 128 != 0 (any block_k)"),
     "per_channel_read_as_block": ("C8", "block_n = 1 (1x128) and N >= 2"),
-    "fma_where_add": ("C16, C8", "any (C8: out float32)"),
-    "scale_product_first_large_m": ("C8", "M > 64 (out float32 most often)"),
-    "split_k_long_k": ("C16, C8", "ceil(K / block_k) >= 8"),
+    "fma_where_add": ("C16, C8", "K >= 2 blocks; C8 on out float32 (bf16 / fp16 hide most ulps)"),
+    "scale_product_first_large_m": ("C16, C8", "M > 64 (C16 at M = 128); C8 on out float32"),
+    "split_k_long_k": ("C16, C8", "ceil(K / block_k) >= 8; C8 on out float32"),
     "scale_a_strides_ignored": ("C8", "scale_a column-major (a strided view)"),
-    "subnormal_scale_ftz": ("C8", "a subnormal block scale (s_a or s_w < 2**-126)"),
+    "subnormal_scale_ftz": ("C8", "a subnormal block scale (s_a or s_w < 2**-126) whose product is normal"),
 }
 
 

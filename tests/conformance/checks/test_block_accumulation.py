@@ -145,6 +145,10 @@ def test_not_applicable():
             "no legal form matches (declared 'mul s_a; mul s_w; add') at M=16: row 'form' column 0",
         ),
         (
+            "scale_a_prev_kblock",
+            "no legal form matches (declared 'mul s_a; mul s_w; add') at M=128: row 'form' column 0",
+        ),
+        (
             "scale_product_first_large_m",
             "measured 'mul s_a; mul s_w; add' at M=16, 'mul s_a*s_w; add' at M=128, declared 'mul s_a; mul s_w; add'",
         ),
