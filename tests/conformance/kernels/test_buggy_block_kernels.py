@@ -1,0 +1,76 @@
+"""The buggy block kernels (tests/helpers/buggy_block_kernels.py) are wrong: each differs from its declared reference
+(``reference_block_scaled_mm`` of its declaration) on one legal case of its regime, and gives the declared bits on a
+legal case outside its gate (so the gate is what the docstring says)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from buggy_block_kernels import CATCHES
+
+from conformance.kernels.loader import load_module_function
+from conformance.kernels.runner import run_kernel
+from reference.block.evaluate import reference_block_scaled_mm
+from reference.block.quantize import block_quantize_layer
+from reference.operands import GemmOperands
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def _case(m, k, n, block=(128, 128), out=BF16, column_major=False, subnormal=False, seed=0) -> GemmOperands:
+    """A legal block case from float activations and weights quantized as the field does (vLLM per-token groups,
+    compressed-tensors weight blocks); ``subnormal``: the weight-block scales times 2**-120 (subnormal) and s_a times
+    2**110 (no product overflows; the GEMM term 2**-10 of what it was, beside the bias)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((m, k), generator=g).to(BF16)
+    w = torch.randn((n, k), generator=g) * 0.05
+    bias = torch.randn(n, generator=g)
+    q = block_quantize_layer(x, w, bias, block, "int8", column_major, out_dtype=out)
+    sa, sb = q.scale_a, q.scale_b
+    if subnormal:
+        sa, sb = sa * 2.0**110, sb * 2.0**-120
+        assert bool((sb < torch.finfo(F32).tiny).all())
+    return GemmOperands(q.a, q.b, sa, sb, q.bias, out, block_size=block)
+
+
+#: kernel -> (a case its bug shows on, a legal case outside its gate)
+CASES = {
+    "scale_a_prev_kblock": (_case(72, 256, 16), _case(64, 256, 16)),
+    "scale_b_next_kblock": (_case(4, 384, 8), _case(4, 256, 8)),
+    "tail_scale_prev_kblock": (_case(4, 200, 8), _case(4, 256, 8)),
+    "tail_dropped_fp16": (_case(4, 200, 8, out=F16), _case(4, 200, 8)),
+    "weight_block_by_block_k": (_case(4, 128, 130, (64, 128)), _case(4, 128, 130)),
+    "k_rounded_down_to_128": (_case(4, 192, 8, (128, 64)), _case(4, 256, 8, (128, 64))),
+    "per_channel_read_as_block": (_case(4, 128, 8, (1, 128)), _case(4, 128, 8)),
+    "fma_where_add": (_case(8, 512, 16, out=F32), _case(8, 128, 16, out=F32)),
+    "scale_product_first_large_m": (_case(72, 256, 16, out=F32), _case(64, 256, 16, out=F32)),
+    "split_k_long_k": (_case(8, 1024, 16, out=F32), _case(8, 896, 16, out=F32)),
+    "scale_a_strides_ignored": (_case(4, 256, 8, column_major=True), _case(4, 256, 8)),
+    "subnormal_scale_ftz": (_case(4, 256, 8, out=F32, subnormal=True), _case(4, 256, 8, out=F32)),
+}
+
+
+def _same_as_declared(name: str, ops: GemmOperands) -> bool:
+    spec = load_module_function(f"buggy_block_kernels:{name}")
+    run = run_kernel(spec, ops)
+    assert run.error is None, run.error
+    blk = spec.block
+    ref = reference_block_scaled_mm(
+        ops.a, ops.b, ops.scale_a, ops.scale_b, ops.block_size, blk.accumulation, blk.epilogue, ops.bias, ops.out_dtype
+    )
+    return torch.equal(run.output.view(torch.uint8), ref.view(torch.uint8))
+
+
+def test_every_buggy_kernel_has_a_case_and_a_catching_check():
+    assert set(CASES) == set(CATCHES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_wrong_on_its_regime_right_outside_its_gate(name):
+    shows, outside = CASES[name]
+    assert not _same_as_declared(name, shows)
+    assert _same_as_declared(name, outside)
+
+
+def test_the_control_gives_the_declared_bits():
+    assert _same_as_declared("good_block", _case(72, 200, 130, (64, 128), F16, column_major=True))
