@@ -35,6 +35,7 @@ _TAF = "conformance.kernels.adapters.torchao_fp8"
 _GL = "conformance.kernels.adapters.gemlite"
 _GL_PIP = "pip install gemlite==0.6.0 (CUDA, triton>=3.6)"
 _FG, _FG_PIP = "conformance.kernels.adapters.flaggems", "pip install flag-gems==5.0.2 (CUDA sm_90)"
+_FGB = "conformance.kernels.adapters.flaggems_block"
 _FB, _FB_PIP = "conformance.kernels.adapters.fbgemm", "pip install fbgemm-gpu-genai (CUDA, matching torch)"
 _CU = "conformance.kernels.adapters.cutlass"
 _TA_PIP, _VL_PIP, _ANY = "pip install 'int8conf[torchao]'", "pip install vllm (CUDA)", ("cuda", "cpu")
@@ -55,6 +56,8 @@ _DESCRIPTION = {
     "fbgemm-int8": "fbgemm i8i8bf16 (CUTLASS Sm80 int8 GEMM, one float scale = s_a * s_w, bf16 out, no bias)",
     "fbgemm-fp8-rowwise": "fbgemm f8f8bf16_rowwise (CUTLASS sm90 EVT: acc * x_scale, fma(w_scale, bias fp32), bf16; fast accum)",
     "fbgemm-triton-fp8": "fbgemm Triton matmul_fp8_row (persistent, fast accum, pinned config; fma(acc, s_a*s_w, bias))",
+    "flaggems-block-fp8": "FlagGems w8a8_block_fp8_matmul (Triton; per K-block dot * s_a then fma s_w; cast; no bias)",
+    "flaggems-cutlass-block-fp8": "FlagGems cutlass_scaled_mm with 128x128 block scales (Triton block-wise kernel, sm_90)",
     "cutlass-int8": "CUTLASS Python interface (nvidia-cutlass, cutlass_cppgen) sm90 int8 GEMM with a traced epilogue visitor (nvcc JIT; CUDA sm90 only)",
 }
 ADAPTERS: dict[str, AdapterInfo] = {
@@ -73,6 +76,8 @@ ADAPTERS: dict[str, AdapterInfo] = {
         ("gemlite-fp8", _GL, ("gemlite",), _GL_PIP, ("cuda",)),
         ("flaggems-int8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
         ("flaggems-fp8", _FG, ("flag_gems",), _FG_PIP, ("cuda",)),
+        ("flaggems-block-fp8", _FGB, ("flag_gems",), _FG_PIP, ("cuda",)),
+        ("flaggems-cutlass-block-fp8", _FGB, ("flag_gems",), _FG_PIP, ("cuda",)),
         ("fbgemm-int8", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
         ("fbgemm-fp8-rowwise", _FB, ("fbgemm_gpu",), _FB_PIP, ("cuda",)),
         ("fbgemm-triton-fp8", _FB, ("fbgemm_gpu", "triton"), _FB_PIP, ("cuda",)),
