@@ -585,8 +585,9 @@ def start_kernel(
         return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None, keep_on_device)
     shape_viol = spec.constraints.violations(m, k, n)
     viol = shape_viol + spec.block_violations(ops.block_size)
-    if ops.block_size is None:
-        viol += spec.constraints.operand_violations(ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype)
+    viol += spec.constraints.operand_violations(
+        ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, block=ops.block_size is not None
+    )
     if viol:
         man["skipped"] = True
         man["extra"]["constraint_violations"] = viol

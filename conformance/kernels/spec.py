@@ -202,14 +202,20 @@ class ShapeConstraints:
         return out
 
     def operand_violations(
-        self, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype
+        self,
+        scale_a: torch.Tensor,
+        scale_b: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        out_dtype: torch.dtype,
+        block: bool = False,
     ) -> list[str]:
-        """Human-readable list of the operand features (tensors / dtype of one case) this kernel does not take."""
+        """Human-readable list of the operand features (tensors / dtype of one case) this kernel does not take;
+        ``block``: a block-scaled case (its scale forms are the block declaration's, ``KernelSpec.block``)."""
         out = []
         dtype = str(out_dtype).replace("torch.", "")
         if self.out_dtypes and dtype not in self.out_dtypes:
             out.append(f"out dtype {dtype} is not one of {', '.join(self.out_dtypes)}")
-        if self.scales == "tensor" and (scale_a.numel() != 1 or scale_b.numel() != 1):
+        if not block and self.scales == "tensor" and (scale_a.numel() != 1 or scale_b.numel() != 1):
             out.append("per-token / per-channel scales: the kernel takes one scale per operand")
         if not self.bias and bias is not None:
             out.append("a bias: the kernel takes none")
