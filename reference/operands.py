@@ -17,6 +17,8 @@ from reference import memo
 OPERAND_SCALE_MODES = ("own", "pow2", "synthetic")
 #: Operand names in call order (``scaled_mm(a, b, scale_a, scale_b, bias=...)``).
 OPERAND_NAMES = ("a", "b", "scale_a", "scale_b", "bias")
+#: an asymmetric call's extra operands (``GemmOperands.azp_adj`` / ``azp``), passed by keyword
+ZERO_POINT_NAMES = ("azp_adj", "azp")
 
 
 def storage_span(t: torch.Tensor) -> int:
@@ -138,7 +140,9 @@ class GemmOperands:
     [N] / [N, 1] / scalar; ``bias``: None or [N] of ``out_dtype`` (bf16 default, fp16, fp32); ``name``: case label;
     ``scale_mode``: ``"own"``, ``"pow2"`` or ``"synthetic"``; ``meta``: JSON-able extras. ``block_size``: a
     block-scaled call's ``(block_n, block_k)`` (``reference.block``: scale_a [M, ceil(K/block_k)], scale_b
-    [ceil(N/block_n), ceil(K/block_k)], passed to the kernel as ``block_size=``); None: per-token x per-channel."""
+    [ceil(N/block_n), ceil(K/block_k)], passed to the kernel as ``block_size=``); None: per-token x per-channel.
+    ``azp_adj`` / ``azp``: an asymmetric-activation call's zero-point operands (``reference.asymmetric``: azp_adj int32
+    [N], azp None for per-tensor or int32 [M] per-token; passed as ``azp_adj=`` / ``azp=``); None: symmetric."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -150,6 +154,15 @@ class GemmOperands:
     scale_mode: str = "synthetic"
     meta: dict = field(default_factory=dict)
     block_size: Optional[tuple] = None
+    azp_adj: Optional[torch.Tensor] = None
+    azp: Optional[torch.Tensor] = None
+
+    @property
+    def zero_point(self) -> Optional[str]:
+        """``"per-tensor"`` / ``"per-token"`` for an asymmetric call (``azp_adj`` given), else None."""
+        if self.azp_adj is None:
+            return None
+        return "per-tensor" if self.azp is None else "per-token"
 
     @property
     def m(self) -> int:
@@ -188,7 +201,7 @@ class GemmOperands:
 
     def _map(self, fn) -> "GemmOperands":
         """A copy with ``fn`` applied to every tensor operand (None stays None) and ``meta`` shallow-copied."""
-        kw = {k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in OPERAND_NAMES}
+        kw = {k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in OPERAND_NAMES + ZERO_POINT_NAMES}
         return dataclasses.replace(self, **kw, meta=dict(self.meta))
 
     def __repr__(self) -> str:
@@ -196,5 +209,6 @@ class GemmOperands:
             f"GemmOperands(name={self.name!r}, M={self.m}, K={self.k}, N={self.n}, "
             f"out_dtype={self.out_dtype}, bias={'yes' if self.bias is not None else 'no'}, "
             f"scale_mode={self.scale_mode!r}"
-            + (f", block_size={tuple(self.block_size)})" if self.block_size is not None else ")")
+            + (f", block_size={tuple(self.block_size)}" if self.block_size is not None else "")
+            + (f", zero_point={self.zero_point!r})" if self.zero_point is not None else ")")
         )

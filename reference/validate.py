@@ -135,6 +135,8 @@ def validate_operands(
     out_dtype: torch.dtype = torch.bfloat16,
     operands: str = "int8",
     block_size=None,
+    azp_adj=None,
+    azp=None,
 ) -> tuple[int, int, int]:
     """Check one ``scaled_mm`` call -> ``(M, K, N)``.
 
@@ -143,8 +145,9 @@ def validate_operands(
     negative legal); ``bias``: None or finite [N] of ``out_dtype``; ``out_dtype``: bf16, fp16 or fp32. ``operands``:
     ``"int8"``, or ``"e4m3"`` for ``a`` / ``b`` float8_e4m3fn without NaN (DESIGN.md 3b). ``block_size``: a
     block-scaled call (``reference.block``): ``(block_n, block_k)``, scale_a float32 [M, ceil(K/block_k)], scale_b
-    float32 [ceil(N/block_n), ceil(K/block_k)], any strides. OperandError (one line) on anything else, including M,
-    N or K equal to 0."""
+    float32 [ceil(N/block_n), ceil(K/block_k)], any strides. ``azp_adj`` / ``azp``: an asymmetric-activation call
+    (``reference.asymmetric``, int8 only, not block-scaled): azp_adj int32 [N] or [1, N], azp None (per-tensor) or
+    int32 [M] / [M, 1] (per-token). OperandError (one line) on anything else, including M, N or K equal to 0."""
     if out_dtype not in OUT_DTYPES:
         raise OperandError(f"out_dtype={out_dtype} is not one of torch.bfloat16, torch.float16, torch.float32")
     if operands not in OPERAND_DTYPES:
@@ -178,7 +181,31 @@ def validate_operands(
     if operands == "e4m3":
         _check_e4m3_values(a, "a")
         _check_e4m3_values(b, "b")
+    if azp_adj is not None or azp is not None:
+        check_zero_point_operands(azp_adj, azp, m, n, operands, block_size)
     return m, k, n
+
+
+def check_zero_point_operands(azp_adj, azp, m: int, n: int, operands: str = "int8", block_size=None) -> str:
+    """The zero-point operands of an asymmetric call -> ``"per-tensor"`` (azp None) or ``"per-token"``.
+
+    vLLM's checks (csrc/quantization/w8a8/cutlass/scaled_mm_entry.cu:435-443): azp_adj int32 with N elements,
+    azp int32 with M elements; here any strides, [N] / [1, N] and [M] / [M, 1]. OperandError (one line) otherwise,
+    and for e4m3 operands or a block-scaled call (vLLM's azp GEMMs are int8 per-token x per-channel only)."""
+    if azp_adj is None:
+        raise OperandError("azp given without azp_adj: an asymmetric call passes azp_adj int32 [N] (colsum of b)")
+    if operands != "int8":
+        raise OperandError(f"azp_adj with operands={operands!r}: zero points are for int8 activations only")
+    if block_size is not None:
+        raise OperandError("azp_adj with block_size: asymmetric activations are per-token x per-channel calls only")
+    for t, name, forms in ((azp_adj, "azp_adj", ((n,), (1, n))), (azp, "azp", ((m,), (m, 1)))):
+        if t is None:
+            continue
+        _is_tensor(t, name)
+        if t.dtype != torch.int32 or tuple(t.shape) not in forms:
+            want = " or ".join(str(list(f)) for f in forms)
+            raise OperandError(f"{name} is {t.dtype} {list(t.shape)}; expected torch.int32 {want}")
+    return "per-tensor" if azp is None else "per-token"
 
 
 def _check_block_scale(s, name: str, m: int, k: int, n: int, block_size) -> None:

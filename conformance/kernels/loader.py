@@ -31,6 +31,7 @@ from conformance.kernels.spec import (
     check_operands,
     parse_declared_accumulator,
 )
+from reference.asymmetric import parse_azp_declaration
 from reference.block.contract import parse_block_declaration
 from reference.contract import (
     CUTLASS_STYLE,
@@ -69,6 +70,7 @@ class KernelDeclaration:
     operands: str = "int8"
     accumulator: object = None
     block: object = None
+    azp: object = None
 
 
 def block_contract(block) -> EpilogueContract:
@@ -208,11 +210,14 @@ def declare(
     operands: str = "int8",
     accumulator=None,
     block=None,
+    azp=None,
 ) -> Callable:
     """Decorator attaching a :class:`KernelDeclaration` as ``fn.int8conf``; invalid arguments attach an
     :class:`InvalidDeclaration` instead (loading then raises KernelLoadError naming function and field).
     ``block``: a block-scaled kernel's declaration (``reference.block.contract.parse_block_declaration``); its
-    ``contract`` may then be left out (the standard contract nearest its epilogue stands for it in reports)."""
+    ``contract`` may then be left out (the standard contract nearest its epilogue stands for it in reports).
+    ``azp``: an asymmetric-activation kernel's declaration (``reference.asymmetric.parse_azp_declaration``:
+    ``"per-token"``, ``"per-tensor"`` or both); its calls then get ``azp_adj=`` and ``azp=``."""
     problems: list[tuple[str, str]] = []
     values: dict = {}
 
@@ -236,6 +241,7 @@ def declare(
         return v or ShapeConstraints()
 
     field("block", block, lambda v: None if v is None else parse_block_declaration(v))
+    field("azp", azp, lambda v: None if v is None else parse_azp_declaration(v))
     if contract is None and values.get("block") is not None:
         values["contract"] = (block_contract(values["block"]), None)
     else:
@@ -273,10 +279,11 @@ def declare(
 def vllm_adapter(fn: Callable) -> Callable:
     """Wrap ``fn(a, b[K,N], scale_a[M,1], scale_b[N,1], out_dtype, bias)`` into the int8conf
     convention: ``b.t()`` is passed as a [K,N] column-major view (a copy when ``b`` is itself a transposed view),
-    scales reshaped to float32 columns, values unchanged."""
+    scales reshaped to float32 columns, values unchanged. An asymmetric call (``azp_adj=``, ``azp=``) is made as
+    vLLM's ``cutlass_scaled_mm_azp(a, b, scale_a, scale_b, out_dtype, azp_adj=, azp=, bias=)`` (_custom_ops.py:798)."""
 
     @functools.wraps(fn)
-    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, **zero_point):
         m, n = a.shape[0], b.shape[0]
         sa = scale_a.reshape(-1)
         sb = scale_b.reshape(-1)
@@ -287,6 +294,8 @@ def vllm_adapter(fn: Callable) -> Callable:
             # b came as the transposed view of a [K, N] buffer: b.t() is then
             # row-major, and CUTLASS-style kernels need [K, N] column-major
             bt = b.contiguous().t()
+        if zero_point:
+            return fn(a, bt, sa, sb, out_dtype, bias=bias, **zero_point)
         return fn(a, bt, sa, sb, out_dtype, bias)
 
     scaled_mm.int8conf_adapted = "vllm"  # type: ignore[attr-defined]  # a marker attribute on the wrapper function
@@ -328,6 +337,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             operands=getattr(obj, "int8conf_operands", "int8"),
             accumulator=parse_declared_accumulator(getattr(obj, "int8conf_accumulator", None)),
             block=block,
+            azp=getattr(obj, "int8conf_azp", None),
         )
     over = {}
     if "contract" in query:
@@ -396,6 +406,16 @@ _CALLS = {
     ("scaled_mm", "int8conf"): ("(a, b, scale_a, scale_b, out_dtype=..., bias=None)", 4, ("out_dtype", "bias")),
     ("scaled_mm", "vllm"): ("(a, b, scale_a, scale_b, out_dtype, bias)", 6, ()),
     ("int_mm", "int8conf"): ("(a, b)", 2, ()),
+    ("scaled_mm_azp", "int8conf"): (
+        "(a, b, scale_a, scale_b, out_dtype=..., bias=None, azp_adj=..., azp=None)",
+        4,
+        ("out_dtype", "bias", "azp_adj", "azp"),
+    ),
+    ("scaled_mm_azp", "vllm"): (
+        "(a, b, scale_a, scale_b, out_dtype, azp_adj=..., azp=None, bias=None)",
+        5,
+        ("azp_adj", "azp", "bias"),
+    ),
 }
 
 
@@ -419,7 +439,7 @@ def check_callable(fn: Callable, name: str, entry: str = "scaled_mm", convention
 def _checked(spec: KernelSpec, name: str, convention: str = "int8conf") -> KernelSpec:
     """``spec`` after :func:`check_callable` on its entries (the raw callable of a vLLM-convention kernel)."""
     raw = getattr(spec.scaled_mm, "__wrapped__", spec.scaled_mm) if convention == "vllm" else spec.scaled_mm
-    check_callable(raw, name, "scaled_mm", convention)
+    check_callable(raw, name, "scaled_mm_azp" if spec.azp is not None else "scaled_mm", convention)
     if spec.int_mm is not None:
         check_callable(spec.int_mm, name, "int_mm")
     return spec
@@ -467,6 +487,7 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "operands",
         "accumulator",
         "block",
+        "azp",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
     try:

@@ -22,6 +22,7 @@ _MODULES.update(
         "block-fp8-cpu": "conformance.kernels.builtin_block_cpu",
         "triton-block": "conformance.kernels.builtin_triton_block",
         "triton-block-fp8": "conformance.kernels.builtin_triton_block",
+        "azp-cpu": "conformance.kernels.builtin_azp_cpu",
     }
 )
 _DESCRIPTIONS = {

@@ -27,6 +27,7 @@ from conformance.kernels.registry import builtin_source_digest
 from conformance.kernels.spec import KernelSpec, declared_epilogue
 from conformance.runtime.graceful_stop import stop_requested
 from reference import readback
+from reference.asymmetric import reference_azp_scaled_mm
 from reference.block.evaluate import reference_block_scaled_mm
 from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
@@ -284,7 +285,13 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
         cnt = int(nan.sum())
     if cnt == 0:
         return None
-    if ops.block_size is not None and spec.block is not None:
+    if ops.azp_adj is not None:
+        decl = declared_epilogue(spec, man.get("device"), ops.out_dtype)
+        label = f"{decl.label()} after the int32 zero-point correction"
+        ref = reference_azp_scaled_mm(
+            ops.a, ops.b, ops.scale_a, ops.scale_b, ops.out_dtype, ops.bias, ops.azp_adj, ops.azp, decl.steps
+        )
+    elif ops.block_size is not None and spec.block is not None:
         blk = spec.block
         label = blk.label()
         ref = reference_block_scaled_mm(
@@ -322,10 +329,16 @@ def raised_text(man: dict) -> str:
     return f"{extra.get('exception')}: {extra.get('exception_message') or ''}".strip().rstrip(":")
 
 
-def kernel_call(spec: KernelSpec, ops) -> Callable:
-    """``spec.scaled_mm``, with ``block_size=`` bound for a block-scaled case (``GemmOperands.block_size``)."""
+def kernel_call(spec: KernelSpec, ops, given: Optional[dict] = None) -> Callable:
+    """``spec.scaled_mm``, with ``block_size=`` bound for a block-scaled case (``GemmOperands.block_size``) and
+    ``azp_adj=`` / ``azp=`` for an asymmetric one (``GemmOperands.zero_point``): the tensors of ``given`` (the copies
+    handed to the kernel) when given, else the case's own."""
     bs = ops.block_size if isinstance(ops, GemmOperands) else ops
-    return spec.scaled_mm if bs is None else functools.partial(spec.scaled_mm, block_size=tuple(bs))
+    fn = spec.scaled_mm if bs is None else functools.partial(spec.scaled_mm, block_size=tuple(bs))
+    if isinstance(ops, GemmOperands) and ops.azp_adj is not None:
+        src = given if given is not None else {"azp_adj": ops.azp_adj, "azp": ops.azp}
+        fn = functools.partial(fn, azp_adj=src["azp_adj"], azp=src["azp"])
+    return fn
 
 
 def _guarded_call(man: dict, dev: str, fn: Callable, *args, **kwargs):
@@ -577,6 +590,8 @@ def start_kernel(
         ops.out_dtype,
         getattr(spec, "operands", "int8"),
         ops.block_size,
+        ops.azp_adj,
+        ops.azp,
     )
     dev, why = pick_device(spec, device)
     man = _base_manifest(spec, dev)
@@ -584,7 +599,7 @@ def start_kernel(
         man["skipped"] = True
         return KernelLaunch(spec, ops, None, f"not runnable here: {why}", man, 0.0, None, None, keep_on_device)
     shape_viol = spec.constraints.violations(m, k, n)
-    viol = shape_viol + spec.block_violations(ops.block_size)
+    viol = shape_viol + spec.block_violations(ops.block_size) + spec.azp_violations(ops.zero_point)
     viol += spec.constraints.operand_violations(
         ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, block=ops.block_size is not None
     )
@@ -596,10 +611,12 @@ def start_kernel(
         return KernelLaunch(spec, ops, None, why, man, 0.0, None, None, keep_on_device)
     dops = ops.to(dev)  # on the CPU these are the caller's own tensors: never hand them out
     originals = {"a": dops.a, "b": dops.b, "scale_a": dops.scale_a, "scale_b": dops.scale_b, "bias": dops.bias}
+    if ops.azp_adj is not None:  # zero-point operands: handed as copies, in-place writes found like the others'
+        originals.update(azp_adj=dops.azp_adj, azp=dops.azp)
     given = _clone_operands(originals, dense=_dense_names(spec))
     _record_layouts(man, originals, given)
     args = (given["a"], given["b"], given["scale_a"], given["scale_b"])
-    fn = kernel_call(spec, ops)
+    fn = kernel_call(spec, ops, given)
     out, err, elapsed, t = _guarded_call(man, dev, fn, *args, out_dtype=dops.out_dtype, bias=given["bias"])
     raised = None if err is None else raised_text(man)
     iface = None if err is not None else interface_violation(out, m, n, ops.out_dtype, "kernel", given)
@@ -610,8 +627,9 @@ def start_kernel(
         and m * k * n <= OWNERSHIP_MAX_WORK
         and (ops.meta or {}).get("ownership_probe", True)
     ):
-        # calls in sequence vary the scale forms: a block-scaled call has one
-        sequence = (ops.meta or {}).get("sequence_probe", True) and ops.block_size is None
+        # calls in sequence vary the scale forms: a block-scaled call has one; an asymmetric call's variants
+        # would pair a changed b with the case's azp_adj
+        sequence = (ops.meta or {}).get("sequence_probe", True) and ops.block_size is None and ops.azp_adj is None
         out = _probe_ownership(man, dev, spec, given, out, dops.out_dtype, sequence, fn)
     # the output's NaN count is asked with the in-place verdicts (one read-back)
     asked = (torch.isnan(out).sum(),) if err is None and out.is_floating_point() else ()

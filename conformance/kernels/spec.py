@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 
+from reference.asymmetric import AzpDeclaration, parse_azp_declaration
 from reference.block.contract import BlockDeclaration, parse_block_declaration
 from reference.contract import (
     EpilogueContract,
@@ -38,7 +39,9 @@ INT8_BUILTINS = ("cpu", "int_mm", "triton")
 FP8_BUILTINS = ("fp8-cpu", "torch-fp8", "torch-fp8-fast", "triton-fp8")
 #: block-scaled built-ins (``reference.block``)
 BLOCK_BUILTINS = ("block-cpu", "block-fp8-cpu", "triton-block", "triton-block-fp8")
-BUILTINS = INT8_BUILTINS + FP8_BUILTINS + BLOCK_BUILTINS
+#: asymmetric-activation built-ins (``reference.asymmetric``: ``azp_adj=`` / ``azp=`` calls)
+AZP_BUILTINS = ("azp-cpu",)
+BUILTINS = INT8_BUILTINS + FP8_BUILTINS + BLOCK_BUILTINS + AZP_BUILTINS
 
 #: Set to ``1`` by every conformance run (check, pytest plugin, gate, sweep, study, scoreboard), inherited by its
 #: worker processes. A kernel that picks launch configurations by timing must then pick them as a pure function of
@@ -241,7 +244,10 @@ class KernelSpec:
     (:func:`parse_declared_accumulator`: text, model, or a mapping ``"cpu"`` / ``"cuda"`` / ``"*"`` -> one); None for
     int8. ``block``: a block-scaled kernel's declaration (``reference.block.contract.parse_block_declaration``:
     block sizes, block accumulation, epilogue; each call then gets ``block_size=``), None for a per-token x
-    per-channel kernel. ContractError (one line) on a bad overflow, operands, accumulator or block declaration."""
+    per-channel kernel. ``azp``: an asymmetric-activation kernel's declaration (``reference.asymmetric.
+    parse_azp_declaration``: the zero-point forms it takes, where the correction is applied; each call then gets
+    ``azp_adj=`` and ``azp=``), None for symmetric activations. ContractError (one line) on a bad overflow, operands,
+    accumulator, block or azp declaration."""
 
     name: str
     scaled_mm: Callable
@@ -260,15 +266,18 @@ class KernelSpec:
     operands: str = "int8"
     accumulator: Union[None, AccumulatorModel, Mapping[str, AccumulatorModel]] = None
     block: Optional[BlockDeclaration] = None
+    azp: Optional[AzpDeclaration] = None
 
     def __post_init__(self) -> None:
         try:
             acc = parse_declared_accumulator(self.accumulator)
             block = None if self.block is None else parse_block_declaration(self.block)
+            azp = None if self.azp is None else parse_azp_declaration(self.azp)
         except ContractError as e:
             raise ContractError(f"kernel {self.name!r}: {e}") from None
         object.__setattr__(self, "accumulator", acc)
         object.__setattr__(self, "block", block)
+        object.__setattr__(self, "azp", azp)
         check_operands(self.operands, acc, self.devices, self.name)
         for field_name in ("scaled_mm", "int_mm"):
             fn = getattr(self, field_name)
@@ -296,6 +305,17 @@ class KernelSpec:
         if bs not in self.block.sizes:
             sizes = ", ".join(f"{bn}x{bk}" for bn, bk in self.block.sizes)
             return [f"block size {bs[0]}x{bs[1]} is not one of the declared {sizes}"]
+        return []
+
+    def azp_violations(self, zero_point: Optional[str]) -> list[str]:
+        """Why a case with ``zero_point`` (``GemmOperands.zero_point``: None, ``"per-tensor"``, ``"per-token"``) is
+        not this kernel's call."""
+        if zero_point is None:
+            return ["symmetric activations: the kernel takes azp_adj= (asymmetric)"] if self.azp is not None else []
+        if self.azp is None:
+            return [f"asymmetric activations ({zero_point} zero point): the kernel declares none (azp=)"]
+        if zero_point not in self.azp.kinds:
+            return [f"{zero_point} zero point: the kernel declares {'/'.join(self.azp.kinds)} only"]
         return []
 
     @property
@@ -355,6 +375,8 @@ class KernelSpec:
         out["operands"] = self.operands
         if self.block is not None:
             out["block"] = self.block.to_dict()
+        if self.azp is not None:
+            out["azp"] = self.azp.to_dict()
         acc = self.accumulator
         if acc is not None:
             out["accumulator"] = {k: v.label() for k, v in acc.items()} if isinstance(acc, Mapping) else acc.label()
