@@ -315,6 +315,7 @@ def pytest_configure(config) -> None:
             model_checks,
             spec.operands,
             serving_checks=serving,
+            block=spec.is_block,
         )
 
     kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s), serving_checks=serving) for s, _ in runs]

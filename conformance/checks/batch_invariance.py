@@ -3,7 +3,9 @@
 :func:`check_batch_invariance` recomputes sampled rows of the most
 epilogue-discriminating cases (:func:`select_cases`) and of :func:`probe_cases`
 alone, in batches of :data:`BATCH_SIZES` and in a repeated call, and compares
-canonical bits (README.md here).
+canonical bits (README.md here). A block-scaled case (``GemmOperands.block_size``) keeps its block size; its rows'
+discrimination counts where the field's block accumulation forms disagree, its other rows carry scale_a rows
+of the case, and the per-token probes do not apply.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from conformance.checks.result import CheckResult, Verdict, not_applicable
 from conformance.kernels.runner import run_kernel
 from conformance.kernels.spec import FP8
 from reference.bits import bits_of
+from reference.block.contract import FIELD_FORMS
+from reference.block.evaluate import reference_block_scaled_mm
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
 from reference.epilogue import apply_epilogue
 from reference.fp8 import E4M3, exact_accumulator
@@ -73,7 +77,19 @@ def probe_cases(seed: int = 0, operands: str = "int8") -> list:
 
 
 def _row_discrimination(ops) -> Tensor:
-    """int64 [M]: per row, elements where the legal epilogues' references disagree."""
+    """int64 [M]: per row, elements where the legal epilogues' references disagree (a block case: the
+    ``FIELD_FORMS`` block accumulations with bias added before the cast)."""
+    if ops.block_size is not None:
+        args = (ops.a.cpu(), ops.b.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), ops.block_size)
+        bias = None if ops.bias is None else ops.bias.cpu()
+        outs = [
+            bits_of(reference_block_scaled_mm(*args, form, "add bias; cast out", bias, ops.out_dtype))
+            for form in FIELD_FORMS
+        ]
+        differ = torch.zeros_like(outs[0], dtype=torch.bool)
+        for o in outs[1:]:
+            differ |= o != outs[0]
+        return differ.sum(dim=1)
     exact = exact_accumulator(ops.a.cpu(), ops.b.cpu())
     bias = None if ops.bias is None else ops.bias.cpu()
     points = BIAS_POINTS if bias is not None else BIAS_POINTS[:1]
@@ -137,7 +153,11 @@ def batch_operands(ops, rows: list[int], size: int, g: torch.Generator):
     for p, r in zip(pos, rows):
         a[p] = a0[r]
     sa0 = ops.scale_a
-    if sa0.dim() == 0 or (sa0.numel() == 1 and m0 != 1):
+    if ops.block_size is not None:  # block scales: the case's rows, the others' rows drawn from the case's
+        sa = sa0[torch.randint(0, m0, (size,), generator=g)].contiguous()
+        for p, r in zip(pos, rows):
+            sa[p] = sa0[r]
+    elif sa0.dim() == 0 or (sa0.numel() == 1 and m0 != 1):
         sa = sa0.clone()  # per-tensor: stays per-tensor
     else:
         flat = sa0.reshape(-1).to(torch.float32)
@@ -147,19 +167,22 @@ def batch_operands(ops, rows: list[int], size: int, g: torch.Generator):
             s[p] = flat[r]
         sa = s.reshape(size, 1) if sa0.dim() == 2 else s
     name, meta = f"{ops.name}/batch{size}", {"source": "c9-batch"}
-    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta), pos
+    bs = ops.block_size
+    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta, bs), pos
 
 
 def alone_operands(ops, r: int):
     """GemmOperands of row ``r`` of ``ops`` alone (M = 1; a per-tensor scale stays per-tensor)."""
     sa0 = ops.scale_a
-    if sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
+    if ops.block_size is not None:
+        sa = sa0[r : r + 1].contiguous()
+    elif sa0.dim() == 0 or (sa0.numel() == 1 and ops.m != 1):
         sa = sa0.clone()
     else:
         sa = sa0.reshape(-1)[r : r + 1].clone()
         sa = sa.reshape(1, 1) if sa0.dim() == 2 else sa
     a, name, meta = ops.a[r : r + 1].contiguous(), f"{ops.name}/row{r}", {"source": "c9-alone"}
-    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta)
+    return GemmOperands(a, ops.b, sa, ops.scale_b, ops.bias, ops.out_dtype, name, ops.scale_mode, meta, ops.block_size)
 
 
 def _hex(v: int, dtype) -> str:
@@ -216,7 +239,7 @@ def check_batch_invariance(
     ``raised``: the first exception, its call, how many calls raised)."""
     g = torch.Generator().manual_seed(seed)
     chosen = select_cases(list(cases), max_cases)
-    if include_probes:
+    if include_probes and not getattr(spec, "is_block", False):  # the probes are per-token x per-channel
         chosen += [(p, _row_discrimination(p)) for p in probe_cases(seed, getattr(spec, "operands", "int8"))]
     diffs: list[dict] = []
     failed: list[dict] = []  # {"kind", "line", "call", "error"} per call that gave no output

@@ -39,6 +39,7 @@ CHECK_NAMES: dict[str, str] = {
     "C13": "graph_replay",
     "C14": "compile",
     "C15": "streams_devices",
+    "C16": "block_accumulation",
     "E1": "engine_hash",
     "IF": "interface",
     "CALL": "kernel_call",

@@ -276,6 +276,7 @@ def _state(args, spec, inj, other, cases_of):
         not args.no_model,
         spec.operands,
         serving_checks=serving,
+        block=spec.is_block,
     )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
 
@@ -291,7 +292,13 @@ def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:
 
 def _print_summary(con, name: str, res) -> None:
     from conformance.checks.result import Verdict
-    from conformance.suite.report import accumulator_lines, crash_lines, fault_signatures, pair_difference_line
+    from conformance.suite.report import (
+        accumulator_lines,
+        block_lines,
+        crash_lines,
+        fault_signatures,
+        pair_difference_line,
+    )
 
     head = res.overall.get("headline") or res.verdict.upper()
     t = Table(
@@ -314,7 +321,7 @@ def _print_summary(con, name: str, res) -> None:
     for line in signature_summary(fault_signatures(res)):
         con.print(line, markup=False, soft_wrap=True)
     con.print(f"captures: {res.captures['note']}", markup=False)
-    for line in accumulator_lines(getattr(res, "fp8", None)):
+    for line in block_lines(res.kernel) + accumulator_lines(getattr(res, "fp8", None)):
         con.print(line, markup=False, soft_wrap=True)
     if res.pairwise:
         con.print(f"pairwise vs {res.pairwise['other']}: {res.pairwise['summary']}", markup=False)

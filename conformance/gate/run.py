@@ -341,6 +341,7 @@ class GateSession:
             opts.max_capture_layers,
             explicit_cases=explicit,
             serving_checks=opts.serving_checks,
+            block=getattr(self.cand_spec, "is_block", False),
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)

@@ -129,6 +129,37 @@ def fp8_coverage_table(case_results: Sequence) -> list[dict]:
     return rows
 
 
+#: the block case attributes the block coverage rows report (``conformance.cases.block``: ``meta["block"]``)
+BLOCK_ATTRIBUTES = ("m", "k", "n", "magnitude", "layout")
+
+
+def block_coverage_table(case_results: Sequence) -> list[dict]:
+    """A block-scaled kernel's coverage rows: per declared block size and block case attribute
+    (:data:`BLOCK_ATTRIBUTES`, out dtype, bias), the values its cases hold and how many the kernel produced output on;
+    ``covered`` ``yes`` (every value reached with output), ``partial`` or ``no``."""
+    groups: dict[tuple, dict] = {}
+    for cr in case_results:
+        blk = (getattr(cr, "meta", None) or {}).get("block")
+        if not isinstance(blk, dict):
+            continue
+        ran = bool(getattr(cr, "produced_output", False))
+        values = {a: str(blk.get(a)) for a in BLOCK_ATTRIBUTES}
+        values["out dtype"] = str(cr.out_dtype).replace("torch.", "")
+        values["bias"] = "bias" if cr.bias else "no bias"
+        for attr, v in values.items():
+            seen = groups.setdefault((blk.get("size"), attr), {})
+            seen[v] = seen.get(v, False) or ran
+    rows = []
+    for (size, attr), seen in groups.items():
+        got = [v for v, ran in seen.items() if ran]
+        covered = "yes" if len(got) == len(seen) else "partial" if got else "no"
+        reached = ", ".join(sorted(got)) + (
+            f" (not: {', '.join(sorted(set(seen) - set(got)))})" if covered != "yes" else ""
+        )
+        rows.append({"condition": f"block {size}: {attr}", "reached": reached, "cases": len(got), "covered": covered})
+    return rows
+
+
 def coverage_table(case_results: Sequence) -> list[dict]:
     """Rows ``{"condition", "reached", "cases", "covered"}`` over the cases
     the kernel produced output on (``CaseResult.coverage`` set).

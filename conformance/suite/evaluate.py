@@ -18,6 +18,7 @@ from conformance.checks.accumulator import (
     check_int32_headroom,
     observe_accumulator,
 )
+from conformance.checks.block_output import block_not_applicable, check_block_declared, check_block_pow2
 from conformance.checks.case_check import CaseCheck
 from conformance.checks.fp8_exactness import (
     check_fp8_bound_where_inexact,
@@ -94,9 +95,26 @@ FP8_PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
 )
 
 
+#: The per-case checks of a block-scaled kernel (``conformance.checks.block_output``; int8 or e4m3): C8 bit-exact
+#: against the declared block accumulation, C5 on power-of-two block scales (order-free), C3 / C4 / C6 (and C12 for
+#: e4m3) n/a with the reason.
+BLOCK_PER_CASE_CHECKS: tuple[tuple[str, CaseCheck], ...] = (
+    ("C1", check_kernel_manifest),
+    ("C2", check_operand_sharing),
+    ("C3", block_not_applicable("C3")),
+    ("C4", block_not_applicable("C4")),
+    ("C5", check_block_pow2),
+    ("C6", block_not_applicable("C6")),
+    ("C8", check_block_declared),
+)
+BLOCK_FP8_PER_CASE_CHECKS = BLOCK_PER_CASE_CHECKS + (("C12", block_not_applicable("C12")),)
+
+
 def per_case_checks(spec) -> tuple[tuple[str, CaseCheck], ...]:
-    """The per-case checks of ``spec``: :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else
-    :data:`PER_CASE_CHECKS`."""
+    """The per-case checks of ``spec``: :data:`BLOCK_PER_CASE_CHECKS` (:data:`BLOCK_FP8_PER_CASE_CHECKS`) for a
+    block-scaled kernel, :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else :data:`PER_CASE_CHECKS`."""
+    if getattr(spec, "is_block", False):
+        return BLOCK_FP8_PER_CASE_CHECKS if spec.is_fp8 else BLOCK_PER_CASE_CHECKS
     return FP8_PER_CASE_CHECKS if spec.is_fp8 else PER_CASE_CHECKS
 
 
@@ -337,6 +355,12 @@ def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
             r.evidence[PRECONDITION_CASE] = True
 
 
+def _own_questions(spec) -> bool:
+    """Whether ``spec``'s checks ask their own questions (an e4m3 or a block-scaled kernel): the int8 prefetches,
+    fault explanation and coverage measurement (the per-token epilogue's) do not apply."""
+    return bool(spec.is_fp8 or getattr(spec, "is_block", False))
+
+
 class CaseEvaluation:
     """:func:`evaluate_case` in three steps, so a caller can ask its own device questions
     (``reference.readback``) together with the case's: construction (kernel, exact accumulator and
@@ -368,7 +392,7 @@ class CaseEvaluation:
                 self._acc_error = e
         subject = self.run if self.run is not None else self.launch
         acc = self._acc_launch
-        if spec.is_fp8:  # the prefetches ask the int8 checks' questions; the FP8 checks ask their own
+        if _own_questions(spec):  # the prefetches ask the int8 checks' questions; FP8 / block checks ask their own
             self._outputs, self._prefetch_errors = None, []
             return
         # inside a reference.memo scope (the sweep): every question asked now
@@ -392,7 +416,7 @@ class CaseEvaluation:
             assert self.launch is not None  # __init__ sets one of them
             self.run = self.launch.result()
         self.obs = self._observed()
-        if self.spec.is_fp8:
+        if _own_questions(self.spec):
             return self
         _, err = _prefetch(self.spec, self.ops, prefetch_output_evidence, self.run, self.exact, self._outputs)
         if err:
@@ -414,7 +438,7 @@ class CaseEvaluation:
         """Whether C8 may fail (``declared_output_differs``): a hint for asking failure-related
         questions before :meth:`result`, never a verdict."""
         self.settle()
-        if self.spec.is_fp8:
+        if _own_questions(self.spec):
             return True
         try:
             return declared_output_differs(self.spec, self.ops, self.run, self.exact, self._outputs)
@@ -455,7 +479,7 @@ class CaseEvaluation:
         _mark_precondition_cases(checks, ops.meta)
         explanation = None
         c8 = checks.get("C8")
-        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not spec.is_fp8:
+        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not _own_questions(spec):
             try:
                 explanation = explain_output(spec, ops, run.output, exact)
             except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
@@ -466,7 +490,7 @@ class CaseEvaluation:
             pair = compare_pair(spec, against, ops, run, run_b)
         cov = {}
         try:
-            if coverage and not spec.is_fp8:  # the coverage conditions are the int8 epilogue's
+            if coverage and not _own_questions(spec):  # the coverage conditions are the int8 epilogue's
                 cov = case_coverage(spec, ops, run, exact)
         except Exception as e:  # noqa: BLE001 -- coverage is evidence, never a crash
             cov = {"error": f"{type(e).__name__}: {first_line(e, None)}"}

@@ -5,7 +5,14 @@ property test, C9, C13-C15, C7 / E1, pairwise) and the state one kernel's steps 
 An e4m3 kernel (``KernelSpec.operands``, DESIGN.md 3b) gets the FP8 plan: the accumulator-safe FP8
 families and the captured layers quantized to e4m3 (``conformance.cases.fp8``) as fixed cases, no
 property test (its strategies draw int8 operands), C9, C11 once per run, C7 / E1 n/a (they replay
-the int8 model and engine), pairwise as for int8."""
+the int8 model and engine), pairwise as for int8.
+
+A block-scaled kernel (``KernelSpec.block``) gets the BLOCK plan: the block families of its declared block sizes
+(``conformance.cases.block``, int8 or e4m3) as fixed cases through the block per-case checks
+(``suite.evaluate.BLOCK_PER_CASE_CHECKS``: C8 against the declared block accumulation, C5 on power-of-two block
+scales, C1 / C2 / C10), no property test and no captures (both are per-token x per-channel), C9, C16
+(:data:`BLOCK_CHECKS`, n/a "not built" while its module is missing), and C11, C13-C15, C7 / E1 n/a with the reason
+(:data:`BLOCK_CHECKS_NA`)."""
 
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from conformance.cases import (
     synthetic_cases,
     tile_edge_cases,
 )
+from conformance.cases.block import block_family_cases
 from conformance.cases.cache import cached_cases
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
@@ -58,6 +66,23 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
 FP8_MODEL_CHECKS_NA = {
     "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 operands",
     "E1": "int8-engine check: the integer engine's only hardware op is int8 x int8 -> int32; an e4m3 kernel has none",
+}
+#: Kernel-level checks of the block plan, looked up when run (``n/a`` "not built" while the module is missing).
+BLOCK_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("C16", "conformance.checks.block_accumulation", "check_block_accumulation"),
+)
+#: Why the other kernel-level checks are n/a for a block-scaled kernel.
+BLOCK_CHECKS_NA = {
+    "C11": "block-scaled: C11 probes per-token x per-channel calls; the e4m3 block partials are accumulator-safe "
+    "cases that C8 judges bit-exactly",
+    "C13": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
+    "sample is not built",
+    "C14": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
+    "sample is not built",
+    "C15": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
+    "sample is not built",
+    "C7": "int8-engine check: replays the per-token x per-channel W8A8 model; a block-scaled kernel takes block scales",
+    "E1": "int8-engine check: the integer engine's int8 x int8 -> int32 op has no block scales",
 }
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
@@ -105,8 +130,12 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
     """A kernel-level check of the plan: C9 over the fixed ``cases``, C11 (an e4m3 kernel's accumulator), C13-C15
     (:data:`SERVING_CHECKS`) or a model-level check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`). Never
     raises for the kernel."""
+    if getattr(spec, "is_block", False) and check_id in BLOCK_CHECKS_NA:
+        return not_applicable(check_id, BLOCK_CHECKS_NA[check_id])
     if check_id == "C9":
         return run_batch_invariance(spec, cases, device)
+    if check_id in {cid for cid, _, _ in BLOCK_CHECKS}:
+        return run_block_check(check_id, spec, device)
     if check_id == "C11":
         return run_fp8_accumulator(spec, device)
     if check_id in SERVING_CHECKS:
@@ -114,6 +143,18 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
     if spec.is_fp8 and check_id in FP8_MODEL_CHECKS_NA:
         return not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
     return run_model_check(check_id, spec, device=pick_device(spec, device)[0])
+
+
+def run_block_check(check_id: str, spec, device: Optional[str] = None) -> CheckResult:
+    """A check of :data:`BLOCK_CHECKS` on ``spec`` and ``device`` (its module looked up now): n/a "not built" when
+    the module is missing, else as :func:`run_model_check`."""
+    module, attr = {cid: (m, a) for cid, m, a in BLOCK_CHECKS}[check_id]
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            return not_applicable(check_id, f"not built: {module} is missing")
+    return run_model_check(check_id, spec, module, attr, device=device)
 
 
 def run_model_check(
@@ -147,12 +188,17 @@ def default_cases(
     capture_set=None,
     operands: str = "int8",
     native: bool = False,
+    block_sizes: Optional[Sequence[tuple]] = None,
 ) -> tuple[list, CaptureReplay]:
     """``(cases, captures)``: synthetic cases per seed, the tile-edge shapes and the case families
-    (``include_tile_edges``), the layer captures in both scale modes (when available). ``operands="e4m3"``:
+    (``include_tile_edges``), the layer captures in both scale modes (when available). ``block_sizes``: a
+    block-scaled kernel's declared ``(block_n, block_k)``: the block families of those sizes for ``operands``
+    (seed ``seeds[0]``; no captures, tile edges or property examples apply). ``operands="e4m3"``:
     the FP8 families (seed ``seeds[0]``; ``include_tile_edges`` does not apply) and the captures quantized
     to e4m3 in both activation scale modes, and the paper-size layers (``fp8.paper_layer_family``: full size when
     ``native``, the kernel running on a GPU; else their narrow shapes)."""
+    if block_sizes is not None:
+        return _block_cases(operands, tuple(tuple(int(v) for v in s) for s in block_sizes), seeds)
     if operands == FP8:
         return _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native)
 
@@ -175,6 +221,17 @@ def default_cases(
 def _with_reach(build: Callable[[], list]) -> list:
     """``build()``'s cases with ``meta["reach"]`` set (``conformance.cases.reach.attach_reach``)."""
     return attach_reach(build())
+
+
+#: what the captures record of a block plan says
+BLOCK_NO_CAPTURES = f"{NO_CAPTURES} (the captures are per-token x per-channel; a block-scaled kernel takes none)"
+
+
+def _block_cases(operands: str, sizes: tuple, seeds: Sequence[int]) -> tuple[list, CaptureReplay]:
+    seed = int(seeds[0]) if len(seeds) else 0
+    key = f"block_cases/{operands}/sizes={sizes}/seed={seed}"
+    cases = cached_cases(key, lambda: block_family_cases(sizes, operands, seed))
+    return mark_ownership_probes(cases), CaptureReplay(note=BLOCK_NO_CAPTURES)
 
 
 def _fp8_cases(include_captures, seeds, max_capture_layers, capture_set, native=False) -> tuple[list, CaptureReplay]:
@@ -269,11 +326,15 @@ def reduced_suite(
     max_capture_layers: Optional[int] = None,
     explicit_cases: bool = False,
     serving_checks: bool = True,
+    block: bool = False,
 ) -> list[str]:
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
     suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no tile-edge shapes, property test
     or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases; ``serving_checks``:
-    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (``--no-serving``)."""
+    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (``--no-serving``); ``block``: the block plan (no
+    tile-edge shapes, captures, property test, serving or model-level checks to skip: they do not apply)."""
+    if block:
+        return ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
     fp8 = operands == FP8
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
     if not explicit_cases and include_tile_edges is False and not fp8:
@@ -314,16 +375,18 @@ def suite_steps(
     against: bool,
     operands: str = "int8",
     serving_checks: bool = True,
+    block: bool = False,
 ) -> list[Step]:
-    """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only),
-    C9, C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1
+    """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only, not ``block``),
+    C9, C16 (``block``), C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1
     (``model_checks``), a pairwise step per fixed case (``against``)."""
     fp8 = operands == FP8
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
-    if examples > 0 and not fp8:
+    if examples > 0 and not fp8 and not block:
         steps.append(Step(PROPERTY, "property"))
     cids = (
         ["C9"]
+        + ([cid for cid, _, _ in BLOCK_CHECKS] if block else [])
         + (["C11"] if fp8 else [])
         + (list(SERVING_CHECKS) if serving_checks else [])
         + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
@@ -396,7 +459,8 @@ class SuiteState:
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
             operands = getattr(self.spec, "operands", "int8")
-            planned = any(s.kind == PROPERTY for s in suite_steps([], examples, False, False, operands))
+            steps = suite_steps([], examples, False, False, operands, block=self.spec.is_block)
+            planned = any(s.kind == PROPERTY for s in steps)
             extra = property_operands(examples) if planned else []
             self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
         return self.warm
@@ -430,7 +494,9 @@ class SuiteState:
     def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
         """:func:`suite_steps` of this kernel's cases and operands."""
         operands = getattr(self.spec, "operands", "int8")
-        return suite_steps(self.cases, examples, model_checks, against, operands, self.serving_checks)
+        return suite_steps(
+            self.cases, examples, model_checks, against, operands, self.serving_checks, self.spec.is_block
+        )
 
     def run_check(self, check_id: str) -> CheckResult:
         """:func:`run_kernel_check` of this kernel (in ``contained`` when set); kept in ``model``."""

@@ -271,6 +271,20 @@ def _overflow_text(decl) -> str:
     return f"`{decl}`"
 
 
+def block_lines(kernel: Optional[dict]) -> list[str]:
+    """A block-scaled kernel's declaration lines (``KernelSpec.manifest()["block"]``: sizes, block accumulation,
+    epilogue); [] for another kernel."""
+    blk = (kernel or {}).get("block")
+    if not isinstance(blk, dict):
+        return []
+    sizes = ", ".join(f"{bn}x{bk}" for bn, bk in blk.get("sizes") or [])
+    return [
+        f"block sizes (block_n x block_k): {sizes}",
+        f"block accumulation: {blk.get('accumulation')}",
+        f"epilogue: {blk.get('epilogue')}",
+    ]
+
+
 def accumulator_lines(fp8: Optional[dict]) -> list[str]:
     """An e4m3 kernel's accumulator lines (declared, measured by C11, C12's observed maximum beside
     its bound); [] for an int8 report."""
@@ -567,6 +581,15 @@ def render_markdown(doc: dict) -> str:
         )
     )
     lines += _semantics_lines(env)
+    blk_lines = block_lines(doc.get("kernel"))
+    if blk_lines:
+        lines += ["", "## Block declaration", "", *[f"- `{_cell(x, 400)}`" for x in blk_lines]]
+        lines += [
+            "",
+            "The block plan: the block families of every declared size (conformance/cases/block.py); C8 holds each "
+            "case bit-exactly to this declaration, C5 the power-of-two cases to every legal block accumulation, "
+            "C16 probes the accumulation; the coverage table below lists the block regimes each size met.",
+        ]
     acc_lines = accumulator_lines(doc.get("fp8"))
     if acc_lines:
         lines += ["", "## FP8 accumulator", "", *[f"- {_cell(x, 400)}" for x in acc_lines]]

@@ -38,7 +38,7 @@ from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import complete_run, partial_run
 from conformance.runtime.threads import available_cores
-from conformance.suite.coverage import coverage_table, fp8_coverage_table
+from conformance.suite.coverage import block_coverage_table, coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
 from conformance.suite.evaluate import OWNERSHIP_CHECK, CaseResult, per_case_checks
 from conformance.suite.pairwise import summarize_pairs
@@ -74,7 +74,26 @@ from reference.errors import first_line
 from reference.model.forward import model_class
 
 REPORT_ORDER = (
-    *("IF", "CALL", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11", "C12", "C13", "C14", "C15"),
+    *(
+        "IF",
+        "CALL",
+        "C1",
+        "C2",
+        "C3",
+        "C4",
+        "C5",
+        "C6",
+        "C7",
+        "C8",
+        "C9",
+        "C10",
+        "C11",
+        "C12",
+        "C13",
+        "C14",
+        "C15",
+        "C16",
+    ),
     "E1",
 )
 #: Version of the suite's case construction and check semantics: two reports compare
@@ -403,6 +422,8 @@ def build_result(
         agg.setdefault(cid, not_applicable(cid, "not run"))
     if spec.is_fp8:
         agg.setdefault("C11", not_applicable("C11", "not run"))
+    if getattr(spec, "is_block", False):
+        agg.setdefault("C16", not_applicable("C16", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
     if against is not None:
@@ -426,7 +447,7 @@ def build_result(
         overall=overall_verdict(checks, property_tests, list(case_results), skipped),
         elapsed_s=elapsed_s,
         notes=notes,
-        coverage=fp8_coverage_table(case_results) if spec.is_fp8 else _coverage(case_results),
+        coverage=_coverage_rows(spec, case_results),
         invocation=dict(invocation or {}),
         partial=partial,
         comparability=comparability([cr.to_dict() for cr in case_results], env, cap),
@@ -459,6 +480,20 @@ def fp8_summary(spec, checks: Sequence[CheckResult], case_names: Sequence[str] =
         if any("/paper_layers/" in n and "-full-" not in n for n in case_names)
         else None,
     }
+
+
+def _block_sizes(spec) -> Optional[tuple]:
+    """A block-scaled kernel's declared block sizes (the block plan's), None for another kernel."""
+    block = getattr(spec, "block", None)
+    return None if block is None else block.sizes
+
+
+def _coverage_rows(spec, case_results) -> list:
+    """The report's coverage rows: the block table for a block-scaled kernel, the FP8 one for e4m3, else
+    :func:`_coverage`."""
+    if getattr(spec, "is_block", False):
+        return block_coverage_table(case_results)
+    return fp8_coverage_table(case_results) if spec.is_fp8 else _coverage(case_results)
 
 
 def _coverage(case_results) -> list:
@@ -524,6 +559,7 @@ def run_conformance(
             max_capture_layers=max_capture_layers,
             operands=getattr(spec, "operands", "int8"),
             native=cuda_device(spec, device) is not None,
+            block_sizes=_block_sizes(spec),
         )
     else:  # probed as the plan probes its own cases (C10's marks), unless the caller's cases carry them
         cases = list(cases)
@@ -552,6 +588,7 @@ def run_conformance(
         getattr(spec, "operands", "int8"),
         max_capture_layers,
         explicit,
+        block=getattr(spec, "is_block", False),
     )
     state = SuiteState(spec, cases, cap, other, device, t0=t0, skipped=skipped)
     return run_suite(

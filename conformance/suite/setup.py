@@ -85,7 +85,8 @@ class RunCases:
     def for_kernel(self, spec: KernelSpec, inj: Optional[Injection] = None) -> tuple[list, object]:
         """``(cases, CaptureReplay)`` of ``spec`` carrying ``inj``. Raises CaptureError (one line)."""
         dev = cuda_device(spec, self.device)
-        key = (spec.operands, dev is not None and self.full_size)
+        sizes = spec.block.sizes if spec.block is not None else None
+        key = (spec.operands, dev is not None and self.full_size, sizes)
         if key not in self._built:
             src = self.source
             captures = src.capture_dir
@@ -100,6 +101,7 @@ class RunCases:
                 max_capture_layers=src.max_capture_layers,
                 operands=spec.operands,
                 native=key[1],
+                block_sizes=sizes,
             )
         cases, cap = self._built[key]
         if inj is not None and inj.fault in PRECONDITION_FAULTS:

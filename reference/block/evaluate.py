@@ -95,3 +95,37 @@ def reference_block_scaled_mm(
     validate_operands(a, b, scale_a, scale_b, bias, out_dtype, operands, block_size)
     acc = block_accumulate(a, b, scale_a, scale_b, block_size, accumulation, accumulator)
     return apply_steps(acc, _ONE, _ONE, parse_block_epilogue(epilogue), bias=bias, out_dtype=out_dtype)
+
+
+def _exact_in_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bool: float64 ``x`` is a finite float32 value (subnormals included)."""
+    xf = x.to(torch.float32)
+    return torch.isfinite(xf) & (xf.to(torch.float64) == x)
+
+
+def order_free_elements(a, b, scale_a, scale_b, block_size, accumulator=None) -> torch.Tensor:
+    """bool [M, N]: elements where every legal block accumulation (any form, any ``order``) gives the same float32
+    sum: every intermediate a form may round (``p*s_a``, ``p*s_w``, ``s_a*s_w``, ``p*s_a*s_w``) is exact in float32,
+    and the scaled partials ``t`` are multiples of ``u`` (the lowest set bit of any nonzero ``t``; >= 2**-149)
+    with ``sum |t| < 2**24 * u``, so no addition of any order rounds. Holds on power-of-two block scales
+    with small partials (the proof: ``conformance.checks.block_output``). Operands as :func:`block_accumulate`."""
+    bn, bk = check_block_size(block_size)
+    m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[0])
+    rows = torch.arange(n, device=a.device) // bn
+    ok = torch.ones((m, n), dtype=torch.bool, device=a.device)
+    total = torch.zeros((m, n), dtype=torch.float64, device=a.device)
+    unit = torch.full((m, n), float("inf"), dtype=torch.float64, device=a.device)
+    with ieee_subnormals(a):
+        for j in range(-(-k // bk)):
+            p = block_partial(a[:, j * bk : (j + 1) * bk], b[:, j * bk : (j + 1) * bk], accumulator).to(torch.float64)
+            sa = scale_a[:, j].to(a.device, torch.float64).reshape(m, 1)
+            sw = scale_b[:, j].to(a.device, torch.float64)[rows].reshape(1, n)
+            t = p * sa * sw
+            for x in (p * sa, p * sw, sa * sw, t):
+                ok &= _exact_in_fp32(x.expand(m, n))
+            fm, e = torch.frexp(t)  # t = fm * 2**e, fm * 2**24 an integer (t is a float32 value)
+            mi = (fm.abs() * 2.0**24).to(torch.int64)
+            u = (mi & -mi).to(torch.float64) * torch.pow(2.0, (e - 24).to(torch.float64))  # t's lowest set bit
+            unit = torch.where(t != 0, torch.minimum(unit, u), unit)
+            total += t.abs()
+    return ok & (total < 2.0**24 * unit) & (total < 2.0**127)

@@ -1,0 +1,211 @@
+"""Block-scaled case families (issue 46, DESIGN.md section 8: discriminators x regimes), per declared block size.
+
+For each ``(block_n, block_k)`` a kernel declares (``KernelSpec.block.sizes``), :data:`VARIANTS`: K a multiple of
+block_k and K with a short last K-block (a tail of 1 and of block_k - 1), N with a partial last weight block
+(``N % block_n != 0``; block_n = 1 has none), decode M (1, 3, 4) and prefill M (128, 129), every out dtype, bias
+none / present, scale magnitude classes, layouts (column-major ``scale_a`` as DeepGEMM takes it, the transposed
+view of ``b``, padded ``a``); :func:`wide_case` adds N = 4096 + block_n / 2 at M = 2 for the first size.
+
+Discrimination. Scales are distinct per K-block and per weight-block row with full float32 mantissas, so a scale
+read from a wrong K-block or weight block, a tail K-block scaled with another block's scale, an FMA for a multiply
+and add, a fused ``s_a*s_w`` and a split-K order each change float32 bits. A 16-bit output hides one float32 ulp, so
+odd rows (the row at M = 1) cancel: full K-blocks come in pairs (2j, 2j + 1) with ``b`` repeated and ``a`` negated, and the pair's
+scales differ by a relative ``2**-15 .. 2**-13``; the row's value is the pair residuals, about ``2**-14`` of each
+term, so the terms' float32 roundings move it by up to ``2**-10`` relative: bf16 / fp16 bits change (unpaired blocks
+are zero on those rows; even rows are random and carry the tail); a bias is Gaussian with the magnitude of those
+rows' values, so the bias point shows there. Split-K orders need >= 4 K-blocks (K-blocks split 2 or 3 ways differ
+from the sequential sum only past 3 / 4 blocks): ``decode3-tail1`` has 6, ``layouts`` 5. Magnitudes (:data:`MAGNITUDES`): ``typical``
+(s_a ~ absmax / 127, s_w ~ 1e-4 .. 3e-3), ``pow2`` (powers of two, small operands: every legal block accumulation
+gives the same bits, ``reference.block.evaluate.order_free_elements`` holds on every element: asserted), ``tiny``
+(s_a * s_w ~ 2**-130: a fused scale product is float32-subnormal), ``huge`` (s_a ~ 2**90, s_w ~ 2**-100).
+
+e4m3 (``operands="e4m3"``): the same integers, ``|a| <= 8`` and ``|b| <= W`` with ``block_k * 8 * W < 2**14``, so
+each K-block's partial is exact in any accumulator keeping >= 14 bits (the lemma of ``conformance.cases.fp8``,
+applied per K-block: the block partial starts from 0) and C8 is exact. Names ``block/<bn>x<bk>/<variant>-<dtype>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from conformance.cases.common import DTYPE_TAG, generator
+from conformance.cases.fp8 import SAFE_BITS
+from reference.block.evaluate import block_accumulate, order_free_elements
+from reference.fp8 import E4M3
+from reference.operands import GemmOperands
+
+PREFIX = "block"
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+#: scale magnitude classes: (s_a low, s_a high, s_w low, s_w high) of the uniform draws (powers of two for pow2)
+MAGNITUDES = {
+    "typical": (0.004, 0.06, 1e-4, 3e-3),
+    "pow2": (2.0**-9, 2.0**-5, 2.0**-12, 2.0**-8),
+    "tiny": (2.0**-62, 2.0**-61, 2.0**-69, 2.0**-68),
+    "huge": (2.0**90, 2.0**91, 2.0**-100, 2.0**-99),
+}
+#: operand magnitude of the pow2 cases (|p| <= block_k * 49: the sums stay exact in float32)
+POW2_LIMIT = 7
+#: relative difference of a cancelling pair's scales: uniform in [2**-15, 2**-13], random sign
+PAIR_DELTA = (2.0**-15, 2.0**-13)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One block case per size: ``m``; ``k`` as ``(full K-blocks, tail)`` (tail -1: block_k - 1); ``n`` ``partial``
+    (``2 * block_n + block_n // 2 + 1``; 40 at block_n = 1), ``wide``; out dtype, bias, magnitude, layout."""
+
+    name: str
+    m: int
+    k: tuple
+    out_dtype: torch.dtype
+    bias: bool
+    magnitude: str = "typical"
+    layout: str = "dense"
+    n: str = "partial"
+
+
+VARIANTS = (
+    Variant("decode1-kmul", 1, (4, 0), BF16, True),
+    Variant("decode3-tail1", 3, (5, 1), FP32, False),
+    Variant("decode4-tailbk1", 4, (2, -1), FP16, True),
+    Variant("prefill128-kmul", 128, (2, 0), FP32, False),
+    Variant("prefill129-tail1", 129, (2, 1), BF16, True, layout="all"),
+    Variant("pow2-tail", 6, (3, 5), BF16, True, "pow2"),
+    Variant("pow2-kmul", 2, (4, 0), FP32, False, "pow2", "scale_a_column_major"),
+    Variant("tiny", 4, (2, 7), FP32, False, "tiny"),
+    Variant("huge", 4, (2, 3), FP16, True, "huge"),
+    Variant("layouts", 8, (4, 3), FP32, True, layout="all"),
+)
+WIDE = Variant("wide-decode2", 2, (1, 3), BF16, True, n="wide")
+LAYOUTS = ("dense", "scale_a_column_major", "all")
+
+
+def block_tag(block: tuple) -> str:
+    return f"{block[0]}x{block[1]}"
+
+
+def _k(block_k: int, k: tuple) -> tuple[int, int]:
+    """``(K, tail)`` of a variant's ``(full blocks, tail)``."""
+    full, tail = k
+    tail = block_k - 1 if tail == -1 else tail
+    return full * block_k + tail, tail
+
+
+def _n(block_n: int, kind: str) -> int:
+    if kind == "wide":
+        return 4096 + max(1, block_n // 2)
+    return 40 if block_n == 1 else 2 * block_n + block_n // 2 + 1
+
+
+def _scales(g: torch.Generator, rows: int, kb: int, lo: float, hi: float, pow2: bool, pairs: int) -> torch.Tensor:
+    """float32 [rows, kb]: uniform in [lo, hi) with full mantissas (``pow2``: 2**e, e uniform over the exponents of
+    [lo, hi]); K-block 2j + 1 (j < pairs) is block 2j's times (1 + delta), delta of :data:`PAIR_DELTA`."""
+    if pow2:
+        e_lo, e_hi = int(torch.tensor(lo).log2()), int(torch.tensor(hi).log2())
+        e = torch.randint(e_lo, e_hi + 1, (rows, kb), generator=g).to(torch.float64)
+        return torch.pow(2.0, e).to(torch.float32)
+    s = lo + (hi - lo) * torch.rand((rows, kb), generator=g, dtype=torch.float64)
+    for j in range(pairs):
+        d = PAIR_DELTA[0] + (PAIR_DELTA[1] - PAIR_DELTA[0]) * torch.rand(rows, generator=g, dtype=torch.float64)
+        sign = torch.where(torch.rand(rows, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+        s[:, 2 * j + 1] = s[:, 2 * j] * (1 + sign * d)
+    return s.to(torch.float32)
+
+
+def cancelling_rows(m: int) -> slice:
+    """The rows that cancel pairwise (module docstring): the odd ones, every row at M = 1."""
+    return slice(0, 1) if m == 1 else slice(1, None, 2)
+
+
+def _values(g: torch.Generator, m: int, k: int, n: int, block_k: int, lim_a: int, lim_b: int, cancel: bool):
+    """int16 ``(a [M, K], b [N, K], pairs)``: uniform in [-lim, lim]; with ``cancel``, odd rows cancel pairwise
+    (module docstring) over ``pairs`` pairs of full K-blocks, zero elsewhere."""
+    a = torch.randint(-lim_a, lim_a + 1, (m, k), generator=g, dtype=torch.int16)
+    b = torch.randint(-lim_b, lim_b + 1, (n, k), generator=g, dtype=torch.int16)
+    pairs = (k // block_k) // 2 if cancel else 0
+    rows = cancelling_rows(m)
+    for j in range(pairs):
+        lo, mid, hi = 2 * j * block_k, (2 * j + 1) * block_k, (2 * j + 2) * block_k
+        b[:, mid:hi] = b[:, lo:mid]
+        a[rows, mid:hi] = -a[rows, lo:mid]
+    if pairs:
+        a[rows, 2 * pairs * block_k :] = 0
+    return a, b, pairs
+
+
+def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
+    """``ops`` with ``scale_a`` column-major (``[KB, M]`` storage, DeepGEMM's), and for ``all`` also ``b`` as the
+    transposed view of a [K, N] buffer and ``a`` padded (leading stride K + 5, random padding)."""
+    if layout == "dense":
+        return ops
+    sa = ops.scale_a.t().contiguous().t()
+    a, b = ops.a, ops.b
+    if layout == "all":
+        b = b.t().contiguous().t()
+        buf = torch.randint(-128, 128, (ops.m, ops.k + 5), generator=g, dtype=torch.int16).to(torch.int8)
+        buf = buf if a.dtype == torch.int8 else (buf % 9).to(a.dtype)
+        buf[:, : ops.k] = a
+        a = buf[:, : ops.k]
+    return GemmOperands(
+        a, b, sa, ops.scale_b, ops.bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta, ops.block_size
+    )
+
+
+def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) -> GemmOperands:
+    """One case of variant ``v`` at ``block`` = (block_n, block_k) (module docstring); AssertionError when a pow2
+    case leaves ``order_free_elements``' premise."""
+    bn, bk = (int(x) for x in block)
+    g = generator(f"{PREFIX}/{block_tag(block)}/{operands}", v.name, seed)
+    k, tail = _k(bk, v.k)
+    n, m = _n(bn, v.n), v.m
+    kb, nb = -(-k // bk), -(-n // bn)
+    fp8 = operands == "e4m3"
+    pow2 = v.magnitude == "pow2"
+    lim_a = POW2_LIMIT if pow2 else 8 if fp8 else 127
+    lim_b = POW2_LIMIT if pow2 else min(15, (2**SAFE_BITS - 1) // (bk * 8)) if fp8 else 127
+    a, b, pairs = _values(g, m, k, n, bk, lim_a, lim_b, cancel=not pow2)
+    dt = E4M3 if fp8 else torch.int8
+    a, b = a.to(dt), b.to(dt)
+    lo_a, hi_a, lo_w, hi_w = MAGNITUDES[v.magnitude]
+    sa = _scales(g, m, kb, lo_a, hi_a, pow2, pairs)
+    sw = _scales(g, nb, kb, lo_w, hi_w, pow2, pairs)
+    bias = None
+    if v.bias:  # of the cancelling rows' magnitude, so the bias point shows there
+        acc = block_accumulate(a, b, sa, sw, (bn, bk), "mul s_a; mul s_w; add").abs()
+        typical = float((acc[cancelling_rows(m)] if pairs else acc).median())
+        bias = (torch.randn(n, generator=g, dtype=torch.float64) * typical).to(v.out_dtype)
+    meta = {
+        "source": "family",
+        "family": PREFIX,
+        "variant": v.name,
+        "seed": seed,
+        "scale_kind": "pow2" if pow2 else "real",
+        "block": {
+            "size": block_tag((bn, bk)),
+            "m": "decode" if m < 128 else "prefill",
+            "k": "multiple" if tail == 0 else "tail 1" if tail == 1 else f"tail {tail}",
+            "n": "wide" if v.n == "wide" else "partial" if n % bn else "multiple",
+            "magnitude": v.magnitude,
+            "layout": v.layout,
+            "cancelling_pairs": pairs,
+        },
+    }
+    name = f"{PREFIX}/{block_tag((bn, bk))}/{v.name}-{DTYPE_TAG[v.out_dtype]}"
+    ops = GemmOperands(a, b, sa, sw, bias, v.out_dtype, name, "pow2" if pow2 else "synthetic", meta, (bn, bk))
+    if pow2:
+        assert bool(order_free_elements(a, b, sa, sw, (bn, bk)).all()), f"{name}: pow2 premise does not hold"
+    return _lay_out(ops, v.layout, g)
+
+
+def block_family_cases(
+    sizes: Sequence[tuple], operands: str = "int8", seed: int = 0, wide: Optional[bool] = True
+) -> list[GemmOperands]:
+    """Every :data:`VARIANTS` case per size of ``sizes`` (a kernel's declared ``(block_n, block_k)``), then
+    ``wide`` (N = 4096 + block_n / 2) at the first size."""
+    cases = [block_case(tuple(s), v, operands, seed) for s in sizes for v in VARIANTS]
+    if wide and sizes:
+        cases.append(block_case(tuple(sizes[0]), WIDE, operands, seed))
+    return cases
