@@ -14,10 +14,13 @@ scales differ by a relative ``2**-15 .. 2**-13``; the row's value is the pair re
 term, so the terms' float32 roundings move it by up to ``2**-10`` relative: bf16 / fp16 bits change (unpaired blocks
 are zero on those rows; even rows are random and carry the tail); a bias is Gaussian with the magnitude of those
 rows' values, so the bias point shows there. Split-K orders need >= 4 K-blocks (K-blocks split 2 or 3 ways differ
-from the sequential sum only past 3 / 4 blocks): ``decode3-tail1`` has 6, ``layouts`` 5. Magnitudes (:data:`MAGNITUDES`): ``typical``
+from the sequential sum only past 3 / 4 blocks): ``decode3-tail1`` has 6, ``layouts`` 5, ``decode2-longk`` 10 (a
+split-K switched on past 8 K-blocks). Magnitudes (:data:`MAGNITUDES`): ``typical``
 (s_a ~ absmax / 127, s_w ~ 1e-4 .. 3e-3), ``pow2`` (powers of two, small operands: every legal block accumulation
 gives the same bits, ``reference.block.evaluate.order_free_elements`` holds on every element: asserted), ``tiny``
-(s_a * s_w ~ 2**-130: a fused scale product is float32-subnormal), ``huge`` (s_a ~ 2**90, s_w ~ 2**-100).
+(s_a * s_w ~ 2**-130: a fused scale product is float32-subnormal), ``huge`` (s_a ~ 2**90, s_w ~ 2**-100),
+``subnormal_a`` / ``subnormal_w`` (one scale float32-subnormal, ~2**-133, the other ~2**100: the products are
+normal, so a scale flushed to zero shows).
 
 e4m3 (``operands="e4m3"``): the same integers, ``|a| <= 8`` and ``|b| <= W`` with ``block_k * 8 * W < 2**14``, so
 each K-block's partial is exact in any accumulator keeping >= 14 bits (the lemma of ``conformance.cases.fp8``,
@@ -45,6 +48,8 @@ MAGNITUDES = {
     "pow2": (2.0**-9, 2.0**-5, 2.0**-12, 2.0**-8),
     "tiny": (2.0**-62, 2.0**-61, 2.0**-69, 2.0**-68),
     "huge": (2.0**90, 2.0**91, 2.0**-100, 2.0**-99),
+    "subnormal_a": (2.0**-133, 2.0**-132, 2.0**100, 2.0**101),
+    "subnormal_w": (2.0**100, 2.0**101, 2.0**-134, 2.0**-133),
 }
 #: operand magnitude of the pow2 cases (|p| <= block_k * 49: the sums stay exact in float32)
 POW2_LIMIT = 7
@@ -77,7 +82,10 @@ VARIANTS = (
     Variant("pow2-kmul", 2, (4, 0), FP32, False, "pow2", "scale_a_column_major"),
     Variant("tiny", 4, (2, 7), FP32, False, "tiny"),
     Variant("huge", 4, (2, 3), FP16, True, "huge"),
+    Variant("subnormal-a", 4, (2, 5), FP32, False, "subnormal_a"),
+    Variant("subnormal-w", 3, (3, 0), BF16, True, "subnormal_w"),
     Variant("layouts", 8, (4, 3), FP32, True, layout="all"),
+    Variant("decode2-longk", 2, (9, 3), FP32, False),
 )
 WIDE = Variant("wide-decode2", 2, (1, 3), BF16, True, n="wide")
 LAYOUTS = ("dense", "scale_a_column_major", "all")

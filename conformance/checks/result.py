@@ -40,6 +40,7 @@ CHECK_NAMES: dict[str, str] = {
     "C14": "compile",
     "C15": "streams_devices",
     "C16": "block_accumulation",
+    "C17": "zero_point",
     "E1": "engine_hash",
     "IF": "interface",
     "CALL": "kernel_call",

@@ -295,6 +295,11 @@ class KernelSpec:
         """Whether the kernel is block-scaled (``block`` declared): its cases carry ``block_size``."""
         return self.block is not None
 
+    @property
+    def is_azp(self) -> bool:
+        """Whether the kernel takes asymmetric activations (``azp`` declared): every call carries ``azp_adj=``."""
+        return self.azp is not None
+
     def block_violations(self, block_size: Optional[tuple]) -> list[str]:
         """Why a case with ``block_size`` (None: per-token x per-channel scales) is not this kernel's call."""
         if block_size is None:

@@ -12,7 +12,12 @@ A block-scaled kernel (``KernelSpec.block``) gets the BLOCK plan: the block fami
 (``suite.evaluate.BLOCK_PER_CASE_CHECKS``: C8 against the declared block accumulation, C5 on power-of-two block
 scales, C1 / C2 / C10), no property test and no captures (both are per-token x per-channel), C9, C16
 (:data:`BLOCK_CHECKS`, n/a "not built" while its module is missing), and C11, C13-C15, C7 / E1 n/a with the reason
-(:data:`BLOCK_CHECKS_NA`)."""
+(:data:`BLOCK_CHECKS_NA`).
+
+A kernel taking asymmetric activations (``KernelSpec.azp``) gets the ZERO-POINT plan: no fixed per-token x
+per-channel cases (it refuses a call without ``azp_adj=``), C17 on its own asymmetric cases (:data:`AZP_CHECKS`:
+bits, the correction's int32 headroom, a stale precomputed correction), the other kernel-level checks n/a with the
+reason (:data:`AZP_CHECKS_NA`)."""
 
 from __future__ import annotations
 
@@ -84,6 +89,13 @@ BLOCK_CHECKS_NA = {
     "C7": "int8-engine check: replays the per-token x per-channel W8A8 model; a block-scaled kernel takes block scales",
     "E1": "int8-engine check: the integer engine's int8 x int8 -> int32 op has no block scales",
 }
+#: Kernel-level checks of the zero-point plan (looked up when run, as :data:`BLOCK_CHECKS`).
+AZP_CHECKS: tuple[tuple[str, str, str], ...] = (("C17", "conformance.checks.zero_point", "check_zero_point"),)
+_AZP_WHY = "asymmetric activations: the kernel takes azp_adj= on every call; C17 judges it on its own cases"
+#: Why the other kernel-level checks are n/a for a kernel taking asymmetric activations.
+AZP_CHECKS_NA = {cid: _AZP_WHY for cid in ("C9", "C11", "C13", "C14", "C15", "C7", "E1")}
+#: what the captures record of a zero-point plan says
+AZP_NO_CAPTURES = "no per-token x per-channel cases: the kernel takes asymmetric activations (C17 has its own)"
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
 _API_MODEL_HINT = "pass model_dir to load_capture_set"
 CLI_MODEL_HINT = "pass --model DIR (the parent model the captures were taken from)"
@@ -132,9 +144,11 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
     raises for the kernel."""
     if getattr(spec, "is_block", False) and check_id in BLOCK_CHECKS_NA:
         return not_applicable(check_id, BLOCK_CHECKS_NA[check_id])
+    if getattr(spec, "azp", None) is not None and check_id in AZP_CHECKS_NA:
+        return not_applicable(check_id, AZP_CHECKS_NA[check_id])
     if check_id == "C9":
         return run_batch_invariance(spec, cases, device)
-    if check_id in {cid for cid, _, _ in BLOCK_CHECKS}:
+    if check_id in {cid for cid, _, _ in BLOCK_CHECKS + AZP_CHECKS}:
         return run_block_check(check_id, spec, device)
     if check_id == "C11":
         return run_fp8_accumulator(spec, device)
@@ -146,9 +160,9 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
 
 
 def run_block_check(check_id: str, spec, device: Optional[str] = None) -> CheckResult:
-    """A check of :data:`BLOCK_CHECKS` on ``spec`` and ``device`` (its module looked up now): n/a "not built" when
-    the module is missing, else as :func:`run_model_check`."""
-    module, attr = {cid: (m, a) for cid, m, a in BLOCK_CHECKS}[check_id]
+    """A check of :data:`BLOCK_CHECKS` / :data:`AZP_CHECKS` on ``spec`` and ``device`` (its module looked up now):
+    n/a "not built" when the module is missing, else as :func:`run_model_check`."""
+    module, attr = {cid: (m, a) for cid, m, a in BLOCK_CHECKS + AZP_CHECKS}[check_id]
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -189,6 +203,7 @@ def default_cases(
     operands: str = "int8",
     native: bool = False,
     block_sizes: Optional[Sequence[tuple]] = None,
+    azp: bool = False,
 ) -> tuple[list, CaptureReplay]:
     """``(cases, captures)``: synthetic cases per seed, the tile-edge shapes and the case families
     (``include_tile_edges``), the layer captures in both scale modes (when available). ``block_sizes``: a
@@ -196,7 +211,10 @@ def default_cases(
     (seed ``seeds[0]``; no captures, tile edges or property examples apply). ``operands="e4m3"``:
     the FP8 families (seed ``seeds[0]``; ``include_tile_edges`` does not apply) and the captures quantized
     to e4m3 in both activation scale modes, and the paper-size layers (``fp8.paper_layer_family``: full size when
-    ``native``, the kernel running on a GPU; else their narrow shapes)."""
+    ``native``, the kernel running on a GPU; else their narrow shapes). ``azp``: a kernel taking asymmetric
+    activations: no cases (the zero-point plan's C17 builds its own)."""
+    if azp:
+        return [], CaptureReplay(note=AZP_NO_CAPTURES)
     if block_sizes is not None:
         return _block_cases(operands, tuple(tuple(int(v) for v in s) for s in block_sizes), seeds)
     if operands == FP8:
@@ -376,17 +394,19 @@ def suite_steps(
     operands: str = "int8",
     serving_checks: bool = True,
     block: bool = False,
+    azp: bool = False,
 ) -> list[Step]:
     """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only, not ``block``),
     C9, C16 (``block``), C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1
-    (``model_checks``), a pairwise step per fixed case (``against``)."""
+    (``model_checks``), a pairwise step per fixed case (``against``); C17 (``azp``) after C9."""
     fp8 = operands == FP8
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
-    if examples > 0 and not fp8 and not block:
+    if examples > 0 and not fp8 and not block and not azp:
         steps.append(Step(PROPERTY, "property"))
     cids = (
         ["C9"]
         + ([cid for cid, _, _ in BLOCK_CHECKS] if block else [])
+        + ([cid for cid, _, _ in AZP_CHECKS] if azp else [])
         + (["C11"] if fp8 else [])
         + (list(SERVING_CHECKS) if serving_checks else [])
         + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
@@ -459,7 +479,7 @@ class SuiteState:
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
             operands = getattr(self.spec, "operands", "int8")
-            steps = suite_steps([], examples, False, False, operands, block=self.spec.is_block)
+            steps = suite_steps([], examples, False, False, operands, block=self.spec.is_block, azp=self.spec.is_azp)
             planned = any(s.kind == PROPERTY for s in steps)
             extra = property_operands(examples) if planned else []
             self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
@@ -494,8 +514,9 @@ class SuiteState:
     def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
         """:func:`suite_steps` of this kernel's cases and operands."""
         operands = getattr(self.spec, "operands", "int8")
+        spec = self.spec
         return suite_steps(
-            self.cases, examples, model_checks, against, operands, self.serving_checks, self.spec.is_block
+            self.cases, examples, model_checks, against, operands, self.serving_checks, spec.is_block, spec.is_azp
         )
 
     def run_check(self, check_id: str) -> CheckResult:

@@ -93,6 +93,7 @@ REPORT_ORDER = (
         "C14",
         "C15",
         "C16",
+        "C17",
     ),
     "E1",
 )
@@ -424,6 +425,8 @@ def build_result(
         agg.setdefault("C11", not_applicable("C11", "not run"))
     if getattr(spec, "is_block", False):
         agg.setdefault("C16", not_applicable("C16", "not run"))
+    if getattr(spec, "is_azp", False):
+        agg.setdefault("C17", not_applicable("C17", "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
     if against is not None:
@@ -560,6 +563,7 @@ def run_conformance(
             operands=getattr(spec, "operands", "int8"),
             native=cuda_device(spec, device) is not None,
             block_sizes=_block_sizes(spec),
+            azp=getattr(spec, "is_azp", False),
         )
     else:  # probed as the plan probes its own cases (C10's marks), unless the caller's cases carry them
         cases = list(cases)

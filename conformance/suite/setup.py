@@ -86,7 +86,7 @@ class RunCases:
         """``(cases, CaptureReplay)`` of ``spec`` carrying ``inj``. Raises CaptureError (one line)."""
         dev = cuda_device(spec, self.device)
         sizes = spec.block.sizes if spec.block is not None else None
-        key = (spec.operands, dev is not None and self.full_size, sizes)
+        key = (spec.operands, dev is not None and self.full_size, sizes, spec.is_azp)
         if key not in self._built:
             src = self.source
             captures = src.capture_dir
@@ -102,6 +102,7 @@ class RunCases:
                 operands=spec.operands,
                 native=key[1],
                 block_sizes=sizes,
+                azp=spec.is_azp,
             )
         cases, cap = self._built[key]
         if inj is not None and inj.fault in PRECONDITION_FAULTS:

@@ -82,7 +82,10 @@ def test_scales_are_distinct_per_k_block_and_weight_block_row_with_full_mantissa
             assert all(len(set(row.tolist())) == s.shape[1] for row in s)  # per K-block
             assert len(set(s[:, 0].tolist())) == s.shape[0]  # per row
             mant, _ = torch.frexp(s)
-            assert bool(((mant * 2**24).to(torch.int64) & 0xFF != 0).any())  # low mantissa bits in use
+            if s.abs().min() >= 2.0**-126:  # a subnormal class's tiny scale keeps only ~16 significant bits
+                assert bool(((mant * 2**24).to(torch.int64) & 0xFF != 0).any())  # low mantissa bits in use
+            else:
+                assert bool((s.abs() < 2.0**-126).all()) and bool((s != 0).all())  # subnormal, never flushed here
 
 
 def _alternatives(c) -> dict:
