@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from conformance.cases.cache import CASE_CODE, cached_artifact
 from conformance.cases.layouts import with_layout
 from conformance.cases.planting import discrimination, planted_case
 from reference.operands import GemmOperands
@@ -119,14 +120,21 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
 def regimes_family(seed: int = 0, max_macs: int | None = None, part: tuple[int, int] = (0, 1)) -> list[GemmOperands]:
     """Every regime case in suite order; with ``max_macs``, only those with M*K*N <= max_macs (same names and
     layouts as in the full family: the rotation index counts the skipped ones). ``part=(j, n)``: only the j-th of n
-    contiguous slices of the shapes (the n parts, concatenated in order, are the family)."""
-    out, per_axis = [], {}
+    contiguous slices of the shapes (the n parts, concatenated in order, are the family). The whole family (no
+    ``max_macs``, one part) is kept in the artifact cache (folder ``regimes``: its planting costs ~45 CPU s); the
+    default suite's slices are built into its own cached list."""
     shapes = regime_shapes()
     j, n_parts = part
     lo, hi = j * len(shapes) // n_parts, (j + 1) * len(shapes) // n_parts
-    for pos, (axis, m, k, n) in enumerate(shapes):
-        i = per_axis.get(axis, 0)
-        per_axis[axis] = i + 1
-        if lo <= pos < hi and (max_macs is None or m * k * n <= max_macs):
-            out.append(regime_case(axis, m, k, n, i, seed))
-    return out
+
+    def build() -> list[GemmOperands]:
+        out, per_axis = [], {}
+        for pos, (axis, m, k, n) in enumerate(shapes):
+            i = per_axis.get(axis, 0)
+            per_axis[axis] = i + 1
+            if lo <= pos < hi and (max_macs is None or m * k * n <= max_macs):
+                out.append(regime_case(axis, m, k, n, i, seed))
+        return out
+
+    whole = max_macs is None and part == (0, 1)
+    return cached_artifact("regimes", CASE_CODE, f"cases/seed={seed}", build) if whole else build()

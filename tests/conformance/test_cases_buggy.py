@@ -6,9 +6,10 @@ The default suite's verdict fails when any of its cases fails, and every
 family is in the default suite (``conformance.suite.run.default_cases``), so a
 kernel failed on its family is failed by ``int8conf check``: most tests run
 the family that reaches the bug (the whole default suite costs ~20-40 s per
-kernel on 2 cores); one test runs the full default ``int8conf check
---no-model`` in process (captures and the property test left out for time:
-they only add cases, so they cannot turn the FAIL into a PASS).
+kernel on 2 cores); one test runs ``int8conf check --no-model`` in process on
+the cases of its default plan where the bug can show, and the cases beside them
+it must pass (captures, the property test and the plan's other cases left out
+for time: they only add cases, so they cannot turn the FAIL into a PASS).
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from __future__ import annotations
 import functools
 import json
 import warnings
+from collections import Counter
 
 import pytest
 
+from conformance.cases import case_id
 from conformance.cases.families import family_cases
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.suite.evaluate import evaluate_case
 from conformance.suite.run import run_conformance
+from conformance.suite.setup import CaseSource, RunCases
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,10 +92,35 @@ def test_the_correct_control_passes_every_family():
         assert all(evaluate_case(spec, c).verdict == "pass" for c in _fam(fam)), fam
 
 
-def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path):
-    """``int8conf check --kernel=buggy_kernels:ignores_lda --no-model`` (in
-    process): only the padded-``a`` layout cases fail, and the report's
-    coverage table shows the padded layout was exercised."""
+def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path, monkeypatch):
+    """``int8conf check --kernel=buggy_kernels:ignores_lda --no-model --no-captures`` (in process) fails on
+    exactly the padded-``a`` cases (M > 1) of its default plan, and the report's coverage table shows the padded
+    layout was exercised. The plan is the command's own (``RunCases``, the same call as the command's): its padded
+    cases are 4 of ``layouts``, 33 of ``regimes`` and 36 of ``covering``. The command runs them, and beside them the
+    cases it must not fail (every other case of ``a`` with a leading stride above K: M = 1 reads the same either way,
+    the native-only ones a CPU run leaves out; the unpadded ``layouts`` cases), through the suite's own per-case
+    evaluation; the rest of the plan is left out for time (the kernel reads every other ``a`` as the exact CUTLASS
+    control does, and a case only adds a verdict, so the rest cannot turn the FAIL into a PASS)."""
+    spec = get_kernel("buggy_kernels:ignores_lda")
+    plan, _ = RunCases(CaseSource(captures=False)).for_kernel(spec)
+
+    def lda_matters(c) -> bool:
+        return c.a.stride(0) > c.k or c.meta.get("family") == "layouts"
+
+    def padded_part(self, spec, inj=None):
+        cases, cap = for_kernel(self, spec, inj)
+        return [c for c in cases if lda_matters(c)], cap
+
+    for_kernel = RunCases.for_kernel
+    monkeypatch.setattr(RunCases, "for_kernel", padded_part)
+    padded = sorted(
+        case_id(c) for c in plan if c.a.stride(0) > c.k and c.m > 1 and not c.meta.get("native_only")
+    )  # a CPU run leaves the native-only cases out
+    assert Counter(c.meta["family"] for c in plan if case_id(c) in padded) == {
+        "layouts": 4,
+        "regimes": 33,
+        "covering": 36,
+    }
     rc = main(
         [
             "check",
@@ -108,13 +137,8 @@ def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path):
     assert rc == 1
     doc = json.loads(next(tmp_path.rglob("conformance.json")).read_text())
     assert doc["overall"]["verdict"] == "fail"
+    assert len(doc["cases"]) == sum(lda_matters(c) and not c.meta.get("native_only") for c in plan) == 83
     failed = sorted(c["case"] for c in doc["cases"] if c["verdict"] == "fail")
-    padded = sorted(
-        c.name
-        for f in ("layouts", "regimes", "covering")
-        for c in _fam(f)
-        if c.a.stride(0) > c.k and c.m > 1 and not c.meta.get("native_only")  # a CPU run leaves those out
-    )  # one row reads the same either way
     assert failed == padded and len(failed) == 37 + 36  # layouts and regimes, covering
     rows = {r["condition"]: r for r in doc["coverage"]}
     assert "row-major padded" in rows["layout of a"]["reached"]
