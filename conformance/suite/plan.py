@@ -479,7 +479,15 @@ class SuiteState:
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
             operands = getattr(self.spec, "operands", "int8")
-            steps = suite_steps([], examples, False, False, operands, block=self.spec.is_block, azp=self.spec.is_azp)
+            steps = suite_steps(
+                [],
+                examples,
+                False,
+                False,
+                operands,
+                block=getattr(self.spec, "is_block", False),
+                azp=getattr(self.spec, "is_azp", False),
+            )
             planned = any(s.kind == PROPERTY for s in steps)
             extra = property_operands(examples) if planned else []
             self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
