@@ -83,10 +83,10 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
     label = serving.case_label(ops)
     t = serving.on_device(ops, device)
     try:
-        eager = serving.call(spec.scaled_mm, t, ops.out_dtype)
+        eager = serving.call(serving.kernel_fn(spec, ops), t, ops.out_dtype)
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
         return {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
-    fn, dt = spec.scaled_mm, ops.out_dtype
+    fn, dt = serving.kernel_fn(spec, ops), ops.out_dtype
     torch.compiler.reset()
     compiled = torch.compile(
         lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias), fullgraph=op is not None

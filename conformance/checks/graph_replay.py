@@ -45,7 +45,7 @@ def replay_case(spec, ops, new, device: str) -> dict:
     try:
         with torch.cuda.stream(side):
             for _ in range(WARMUP_CALLS):
-                serving.call(spec.scaled_mm, static, ops.out_dtype)
+                serving.call(serving.kernel_fn(spec, ops), static, ops.out_dtype)
         cur.wait_stream(side)
         torch.cuda.synchronize(device)
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
@@ -58,7 +58,7 @@ def replay_case(spec, ops, new, device: str) -> dict:
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
-            out = serving.call(spec.scaled_mm, static, ops.out_dtype)
+            out = serving.call(serving.kernel_fn(spec, ops), static, ops.out_dtype)
     except Exception as e:  # noqa: BLE001 -- a capture that raises is the finding
         torch.cuda.synchronize(device)
         return {"case": label, "ok": False, "kind": "capture", "line": f"capture raised {serving.exception_line(e)}"}
@@ -68,7 +68,7 @@ def replay_case(spec, ops, new, device: str) -> dict:
     graph.replay()
     torch.cuda.synchronize(device)
     replayed = out.clone() if isinstance(out, torch.Tensor) else out
-    eager = serving.call(spec.scaled_mm, serving.on_device(new, device), ops.out_dtype)
+    eager = serving.call(serving.kernel_fn(spec, ops), serving.on_device(new, device), ops.out_dtype)
     torch.cuda.synchronize(device)
     del graph
     diff = serving.bit_difference(replayed, eager)

@@ -8,7 +8,9 @@ bias and fp16 when the kernel writes it. What these checks find (a host read, an
 capture, a wrong fake, a race) depends on the call, not the values: two regimes (the M buckets kernels branch on)
 x two epilogue forms suffice, and keep the three checks' cost a small share of a kernel run. A shape is rounded up to
 the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out dtype) left out, so
-every kernel is sampled. Operands are C9's seeded random int8 / e4m3 (``batch_invariance.random_operand``)."""
+every kernel is sampled. Operands are C9's seeded random int8 / e4m3 (``batch_invariance.random_operand``). A
+block-scaled kernel's sample takes its first declared block size (scale_a [M, KB], scale_b [NB, KB]) and is called
+through ``runner.kernel_call`` (``block_size=`` bound)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from torch import Tensor
 
 from conformance.checks.batch_invariance import random_operand
 from conformance.checks.compare import bit_differences
+from conformance.kernels.runner import kernel_call
 from conformance.kernels.spec import FP8
 from reference.errors import first_line
 from reference.fp8 import E4M3
@@ -52,12 +55,15 @@ def make_operands(spec, m: int, out_dtype, per_token: bool, bias: bool, seed: in
     g = torch.Generator().manual_seed(4500 + seed)
     dt = E4M3 if getattr(spec, "operands", "int8") == FP8 else torch.int8
     a, b = random_operand((m, k), g, dt), random_operand((n, k), g, dt)
-    sa = (torch.rand(m, generator=g) * 0.02 + 1e-3).to(torch.float32)
-    sb = (torch.rand(n, generator=g) * 0.002 + 1e-4).to(torch.float32)
-    if not per_token or spec.constraints.scales == "tensor":
+    block = spec.block.sizes[0] if getattr(spec, "block", None) is not None else None
+    rows_a, rows_b = ((m, -(-k // block[1])), (-(-n // block[0]), -(-k // block[1]))) if block else ((m,), (n,))
+    sa = (torch.rand(rows_a, generator=g) * 0.02 + 1e-3).to(torch.float32)
+    sb = (torch.rand(rows_b, generator=g) * 0.002 + 1e-4).to(torch.float32)
+    if block is None and (not per_token or spec.constraints.scales == "tensor"):
         sa, sb = sa[0].clone(), sb[0].clone()
     bv = (torch.randn(n, generator=g) * 4).to(out_dtype) if bias and spec.constraints.bias else None
-    return GemmOperands(a, b, sa, sb, bv, out_dtype, name, "synthetic", {"source": "serving-sample", "seed": seed})
+    meta = {"source": "serving-sample", "seed": seed}
+    return GemmOperands(a, b, sa, sb, bv, out_dtype, name, "synthetic", meta, block_size=block)
 
 
 def sample_cases(spec, seed: int = 0) -> list[GemmOperands]:
@@ -90,6 +96,11 @@ def _tensors(ops: GemmOperands) -> tuple:
 def call(fn: Callable, t: dict, out_dtype) -> Any:
     """``fn(a, b, scale_a, scale_b, out_dtype=..., bias=...)`` on the operand dict ``t``."""
     return fn(t["a"], t["b"], t["scale_a"], t["scale_b"], out_dtype=out_dtype, bias=t["bias"])
+
+
+def kernel_fn(spec, ops: GemmOperands) -> Callable:
+    """The callable a sample case is called through: ``spec.scaled_mm``, ``block_size=`` bound for a block case."""
+    return kernel_call(spec, ops)
 
 
 def bit_difference(got: Any, ref: Tensor) -> Optional[str]:

@@ -28,7 +28,7 @@ ONE_GPU = "one GPU here"
 
 
 def _eager(spec, ops, device: str) -> Any:
-    out = serving.call(spec.scaled_mm, serving.on_device(ops, device), ops.out_dtype)
+    out = serving.call(serving.kernel_fn(spec, ops), serving.on_device(ops, device), ops.out_dtype)
     torch.cuda.synchronize(device)
     return out
 
@@ -49,7 +49,7 @@ def stream_case(spec, ops, device: str, eager) -> dict:
                 buf = bufs[k]
                 if v is not None and buf is not None:
                     buf.copy_(v)
-            out = serving.call(spec.scaled_mm, bufs, ops.out_dtype)
+            out = serving.call(serving.kernel_fn(spec, ops), bufs, ops.out_dtype)
         s.synchronize()
         got = out.clone() if isinstance(out, torch.Tensor) else out
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
@@ -72,7 +72,7 @@ def device_case(spec, ops, current: str, other: str, eager) -> dict:
     label = serving.case_label(ops)
     try:
         with torch.cuda.device(current):
-            out = serving.call(spec.scaled_mm, serving.on_device(ops, other), ops.out_dtype)
+            out = serving.call(serving.kernel_fn(spec, ops), serving.on_device(ops, other), ops.out_dtype)
             torch.cuda.synchronize(other)
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
         return {"case": label, "ok": False, "kind": "raised", "line": f"on {other} raised {serving.exception_line(e)}"}

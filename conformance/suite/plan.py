@@ -11,7 +11,8 @@ A block-scaled kernel (``KernelSpec.block``) gets the BLOCK plan: the block fami
 (``conformance.cases.block``, int8 or e4m3) as fixed cases through the block per-case checks
 (``suite.evaluate.BLOCK_PER_CASE_CHECKS``: C8 against the declared block accumulation, C5 on power-of-two block
 scales, C1 / C2 / C10), no property test and no captures (both are per-token x per-channel), C9, C16
-(:data:`BLOCK_CHECKS`, n/a "not built" while its module is missing), and C11, C13-C15, C7 / E1 n/a with the reason
+(:data:`BLOCK_CHECKS`, n/a "not built" while its module is missing), C13-C15 on a block sample
+(``checks.serving``), and C11, C7 / E1 n/a with the reason
 (:data:`BLOCK_CHECKS_NA`).
 
 A kernel taking asymmetric activations (``KernelSpec.azp``) gets the ZERO-POINT plan: no fixed per-token x
@@ -80,12 +81,6 @@ BLOCK_CHECKS: tuple[tuple[str, str, str], ...] = (
 BLOCK_CHECKS_NA = {
     "C11": "block-scaled: C11 probes per-token x per-channel calls; the e4m3 block partials are accumulator-safe "
     "cases that C8 judges bit-exactly",
-    "C13": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
-    "sample is not built",
-    "C14": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
-    "sample is not built",
-    "C15": "block-scaled: the serving sample calls scaled_mm without block_size= (per-token x per-channel); a block "
-    "sample is not built",
     "C7": "int8-engine check: replays the per-token x per-channel W8A8 model; a block-scaled kernel takes block scales",
     "E1": "int8-engine check: the integer engine's int8 x int8 -> int32 op has no block scales",
 }

@@ -133,3 +133,18 @@ def test_no_serving_leaves_c13_to_c15_out_of_the_plan_and_says_so():
     state = _state(args, get_kernel("cpu"), None, None, cases_of)
     assert [s.check_id for s in state.steps(0, False, False) if s.kind == CHECK] == ["C9"]
     assert "the serving checks (C13, C14, C15)" in state.skipped
+
+
+def test_a_block_kernel_s_sample_is_block_scaled_and_called_with_its_block_size():
+    from conformance.checks.serving import call, kernel_fn, on_device
+    from conformance.kernels.runner import run_kernel
+
+    spec = get_kernel("block-cpu")
+    decode, prefill = sample_cases(spec)
+    bn, bk = spec.block.sizes[0]
+    for ops in (decode, prefill):
+        kb = -(-ops.k // bk)
+        assert ops.block_size == (bn, bk) and ops.scale_a.shape == (ops.m, kb)
+        assert ops.scale_b.shape == (-(-ops.n // bn), kb)
+    got = call(kernel_fn(spec, decode), on_device(decode, "cpu"), decode.out_dtype)
+    assert torch.equal(got.view(torch.int16), run_kernel(spec, decode).output.view(torch.int16))
