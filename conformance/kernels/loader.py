@@ -242,8 +242,13 @@ def declare(
 
     field("block", block, lambda v: None if v is None else parse_block_declaration(v))
     field("azp", azp, lambda v: None if v is None else parse_azp_declaration(v))
-    if contract is None and values.get("block") is not None:
-        values["contract"] = (block_contract(values["block"]), None)
+    if block is not None and contract is not None:
+        problems.append(
+            ("contract", "contract= with block=: a block-scaled kernel's epilogue is its block declaration's")
+        )
+    elif block is not None:  # a bad block declaration is its own problem; a good one gives the contract
+        if "block" in values:
+            values["contract"] = (block_contract(values["block"]), None)
     else:
         field("contract", contract, _contract_and_steps)
     field("devices", devices, lambda v: _devices(v, f"devices={v!r}"))
@@ -313,6 +318,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
         block = getattr(obj, "int8conf_block", None)
         if contract is None and block is None:
             return None
+        if contract is not None and block is not None:
+            raise ContractError("contract with block: a block-scaled kernel's epilogue is its block declaration's")
         cons = getattr(obj, "int8conf_constraints", None)
         if isinstance(cons, dict):
             cons = ShapeConstraints(**cons)
@@ -406,6 +413,11 @@ _CALLS = {
     ("scaled_mm", "int8conf"): ("(a, b, scale_a, scale_b, out_dtype=..., bias=None)", 4, ("out_dtype", "bias")),
     ("scaled_mm", "vllm"): ("(a, b, scale_a, scale_b, out_dtype, bias)", 6, ()),
     ("int_mm", "int8conf"): ("(a, b)", 2, ()),
+    ("scaled_mm_block", "int8conf"): (
+        "(a, b, scale_a, scale_b, out_dtype=..., bias=None, block_size=(block_n, block_k))",
+        4,
+        ("out_dtype", "bias", "block_size"),
+    ),
     ("scaled_mm_azp", "int8conf"): (
         "(a, b, scale_a, scale_b, out_dtype=..., bias=None, azp_adj=..., azp=None)",
         4,
@@ -432,14 +444,18 @@ def check_callable(fn: Callable, name: str, entry: str = "scaled_mm", convention
         sig.bind(*range(n_pos), **{k: None for k in keywords})
     except TypeError as e:
         raise KernelLoadError(
-            f"kernel {name!r}: {entry} cannot be called as {shown}: its signature is {sig} ({e})"
+            f"kernel {name!r}: {entry.split('_block')[0].split('_azp')[0]} cannot be called as {shown}: its signature "
+            f"is {sig} ({e})"
         ) from None
 
 
 def _checked(spec: KernelSpec, name: str, convention: str = "int8conf") -> KernelSpec:
     """``spec`` after :func:`check_callable` on its entries (the raw callable of a vLLM-convention kernel)."""
     raw = getattr(spec.scaled_mm, "__wrapped__", spec.scaled_mm) if convention == "vllm" else spec.scaled_mm
-    check_callable(raw, name, "scaled_mm_azp" if spec.azp is not None else "scaled_mm", convention)
+    entry = "scaled_mm_azp" if spec.azp is not None else "scaled_mm_block" if spec.block is not None else "scaled_mm"
+    if entry == "scaled_mm_block" and convention == "vllm":
+        raise KernelLoadError(f"kernel {name!r}: a block-scaled kernel takes the int8conf convention (block_size=)")
+    check_callable(raw, name, entry, convention)
     if spec.int_mm is not None:
         check_callable(spec.int_mm, name, "int_mm")
     return spec

@@ -403,6 +403,14 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
     return "all failing cases: " + ", ".join(parts)
 
 
+#: block-scaled cases (``conformance.cases.block``) and what their signature says
+BLOCK_CASE_PREFIX = "block/"
+BLOCK_SIGNATURE_LINE = (
+    "block-scaled cases: the fault catalogue (F1-F10) models per-token x per-channel kernels; no class is matched "
+    "(C8 names the first differing element and, where one fits, the field form the kernel's bits are)"
+)
+
+
 def signature_lines(result) -> list[str]:
     """A failing ConformanceResult's lines: the interface failures (not numeric); the cases failed only by the
     declaration (:func:`declaration_line`); the pattern the failing cases share (:func:`failing_pattern`); each
@@ -422,6 +430,8 @@ def signature_lines(result) -> list[str]:
     declared = [cr for cr in failing if declaration_only(cr)]
     failing = [cr for cr in failing if not declaration_only(cr)]
     head = [interface_line(len(iface))] if iface else []
+    if failing and all(str(cr.case).startswith(BLOCK_CASE_PREFIX) for cr in failing):
+        return head + [BLOCK_SIGNATURE_LINE]
     acc_off = sum(features_of_case(cr).acc_mismatch for cr in failing)
     n = len(failing) + len(declared)
     head += [accumulator_line(acc_off, n)] if acc_off else []

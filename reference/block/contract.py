@@ -8,8 +8,10 @@ through the BLOCK ACCUMULATION, ``;``-separated steps::
     mul <s>          p = r(p * s)                  <s> := s_a | s_w | s_a*s_w (the scales' product, one rounding)
     add              acc = r(acc + p)              (the last scale step, or)
     fma <s>          acc = fmaf(p, s, acc)         one rounding
-    order sequential | order split_k=S           the K-blocks in S contiguous chunks, each from +0.0, totals summed
-                                                 in chunk order (default: sequential)
+    order sequential | order split_k=S           the K-blocks in S contiguous chunks of ceil(KB / S) (split s:
+                                                 K-blocks [s*c, (s+1)*c), a split-K grid's cdiv; the last ones shorter
+                                                 or empty), each from +0.0, totals summed in chunk order (default:
+                                                 sequential)
 
 ``s_a`` and ``s_w`` enter exactly once each. Then the epilogue (``reference.contract`` steps naming no scale) on acc.
 Bad text: a one-line ContractError."""
