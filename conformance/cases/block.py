@@ -24,7 +24,11 @@ normal, so a scale flushed to zero shows).
 
 e4m3 (``operands="e4m3"``): the same integers, ``|a| <= 8`` and ``|b| <= W`` with ``block_k * 8 * W < 2**14``, so
 each K-block's partial is exact in any accumulator keeping >= 14 bits (the lemma of ``conformance.cases.fp8``,
-applied per K-block: the block partial starts from 0) and C8 is exact. Names ``block/<bn>x<bk>/<variant>-<dtype>``.
+applied per K-block: the block partial starts from 0) and C8 is exact; two e4m3-only variants (:func:`_fp8_values`)
+reach the format's ends under the same lemma: magnitudes up to 448 (a clamp to another format's 240 shows) and
+subnormal operands (a flush to zero shows); ``fp8-wide-sum`` needs more than 24 bits per K-block and is judged
+only where the declared accumulator is ``exact`` (``checks.block_output``). ``decode2-deepk`` (K = 56 K-blocks + 5, the field's 7168) and
+``prefill130-deepk`` (16 K-blocks) reach deep-K paths. Names ``block/<bn>x<bk>/<variant>-<dtype>``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class Variant:
     magnitude: str = "typical"
     layout: str = "dense"
     n: str = "partial"
+    values: str = "int"
 
 
 VARIANTS = (
@@ -86,7 +91,16 @@ VARIANTS = (
     Variant("subnormal-w", 3, (3, 0), BF16, True, "subnormal_w"),
     Variant("layouts", 8, (4, 3), FP32, True, layout="all"),
     Variant("decode2-longk", 2, (9, 3), FP32, False),
+    Variant("decode2-deepk", 2, (56, 5), BF16, True),
+    Variant("prefill130-deepk", 130, (16, 0), FP32, False),
+    Variant("fp8-max", 4, (3, 17), BF16, True, values="fp8max"),
+    Variant("fp8-subnormal", 3, (2, 9), FP32, False, values="fp8sub"),
+    Variant("fp8-wide-sum", 3, (2, 0), FP32, False, values="fp8wide"),
 )
+#: e4m3 magnitudes of the ``fp8max`` values: multiples of 16 in [128, 448] (e4m3 steps 16 below 256, 32 above)
+FP8_LARGE = tuple(range(128, 256, 16)) + tuple(range(256, 449, 32))
+#: nonzero products per row and K-block of ``fp8max``: 16 * 448**2 < 2**22, multiples of 2**8: 14 bits exact
+FP8_LARGE_TERMS = 16
 WIDE = Variant("wide-decode2", 2, (1, 3), BF16, True, n="wide")
 LAYOUTS = ("dense", "scale_a_column_major", "all")
 
@@ -144,6 +158,40 @@ def _values(g: torch.Generator, m: int, k: int, n: int, block_k: int, lim_a: int
     return a, b, pairs
 
 
+def _fp8_values(g: torch.Generator, m: int, k: int, n: int, block_k: int, kind: str):
+    """float32 ``(a [M, K], b [N, K])`` of e4m3-only values, every K-block's partial exact at 14 bits (products of a
+    common power of two, bounded): ``fp8max`` :data:`FP8_LARGE_TERMS` products per row and K-block of magnitudes
+    in :data:`FP8_LARGE` (up to 448, the e4m3 maximum); ``fp8sub`` ``a`` e4m3-subnormal (``j * 2**-9``, j in
+    1..7) everywhere, ``b`` integers in [-8, 8] on even K-blocks and subnormal on odd ones. ``fp8wide`` (NOT
+    14-bit exact: judged only against an exact declared accumulator) per K-block ``+448**2`` and ``-448**2`` with
+    ``j * 2**-7`` products around them: an accumulator that adds a small product to a big partial loses it (the
+    float32 spacing at 448**2 is 2**-6), so a kernel declaring ``exact`` but summing in float32 (or 14 bits) shows."""
+    sign = lambda shape: torch.where(torch.rand(shape, generator=g) < 0.5, -1.0, 1.0)  # noqa: E731
+    if kind == "fp8max":
+        big = torch.tensor(FP8_LARGE, dtype=torch.float32)
+        pick = lambda shape: big[torch.randint(0, len(FP8_LARGE), shape, generator=g)] * sign(shape)  # noqa: E731
+        b = pick((n, k))
+        a = torch.zeros((m, k))
+        for k0 in range(0, k, block_k):
+            width = min(block_k, k - k0)
+            for i in range(m):
+                cols = k0 + torch.randperm(width, generator=g)[: min(FP8_LARGE_TERMS, width)]
+                a[i, cols] = pick((len(cols),))
+        return a, b
+    sub = lambda shape: torch.randint(1, 8, shape, generator=g).float() * 2.0**-9 * sign(shape)  # noqa: E731
+    if kind == "fp8wide":  # per K-block +448**2 at its start, -448**2 at its middle, k * 2**-7 products elsewhere
+        a, b = sub((m, k)), torch.full((n, k), 4.0)
+        for k0 in range(0, k, block_k):
+            mid = k0 + min(block_k, k - k0) // 2
+            a[:, k0], a[:, mid], b[:, k0], b[:, mid] = 448.0, -448.0, 448.0, 448.0
+        return a, b
+    a = sub((m, k))
+    b = torch.randint(-8, 9, (n, k), generator=g).float()
+    for k0 in range(block_k, k, 2 * block_k):
+        b[:, k0 : k0 + block_k] = sub((n, min(block_k, k - k0)))
+    return a, b
+
+
 def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
     """``ops`` with ``scale_a`` column-major (``[KB, M]`` storage, DeepGEMM's), and for ``all`` also ``b`` as the
     transposed view of a [K, N] buffer and ``a`` padded (leading stride K + 5, random padding)."""
@@ -174,7 +222,10 @@ def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) 
     pow2 = v.magnitude == "pow2"
     lim_a = POW2_LIMIT if pow2 else 8 if fp8 else 127
     lim_b = POW2_LIMIT if pow2 else min(15, (2**SAFE_BITS - 1) // (bk * 8)) if fp8 else 127
-    a, b, pairs = _values(g, m, k, n, bk, lim_a, lim_b, cancel=not pow2)
+    if v.values == "int":
+        a, b, pairs = _values(g, m, k, n, bk, lim_a, lim_b, cancel=not pow2)
+    else:  # e4m3-only values (block_family_cases builds them for e4m3 operands only)
+        (a, b), pairs = _fp8_values(g, m, k, n, bk, v.values), 0
     dt = E4M3 if fp8 else torch.int8
     a, b = a.to(dt), b.to(dt)
     lo_a, hi_a, lo_w, hi_w = MAGNITUDES[v.magnitude]
@@ -199,6 +250,7 @@ def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) 
             "magnitude": v.magnitude,
             "layout": v.layout,
             "cancelling_pairs": pairs,
+            "values": v.values,
         },
     }
     name = f"{PREFIX}/{block_tag((bn, bk))}/{v.name}-{DTYPE_TAG[v.out_dtype]}"
@@ -213,7 +265,8 @@ def block_family_cases(
 ) -> list[GemmOperands]:
     """Every :data:`VARIANTS` case per size of ``sizes`` (a kernel's declared ``(block_n, block_k)``), then
     ``wide`` (N = 4096 + block_n / 2) at the first size."""
-    cases = [block_case(tuple(s), v, operands, seed) for s in sizes for v in VARIANTS]
+    variants = [v for v in VARIANTS if v.values == "int" or operands == "e4m3"]
+    cases = [block_case(tuple(s), v, operands, seed) for s in sizes for v in variants]
     if wide and sizes:
         cases.append(block_case(tuple(sizes[0]), WIDE, operands, seed))
     return cases

@@ -28,7 +28,7 @@ from conformance.suite import plan
 from conformance.suite.evaluate import evaluate_fixed
 from conformance.suite.plan import CASE, PROPERTY, SuiteState, default_cases, suite_steps
 from reference.block.contract import FIELD_FORMS
-from reference.block.evaluate import order_free_elements, reference_block_scaled_mm
+from reference.block.evaluate import block_accumulate, order_free_elements, reference_block_scaled_mm
 
 SIZES = ((128, 128), (64, 128), (128, 64), (1, 128))
 DECLARED = "mul s_a; mul s_w; add"
@@ -53,7 +53,9 @@ def _differ(x, y) -> bool:
 
 def test_the_block_plan_holds_every_variant_per_declared_size_and_the_block_steps():
     cases = _plan()
-    assert len(cases) == len(SIZES) * len(VARIANTS) + 1  # + the wide-N case at the first size
+    int_variants = [v for v in VARIANTS if v.values == "int"]  # the e4m3-only value variants: 3 of them
+    assert len(VARIANTS) - len(int_variants) == 3 and len(_plan("e4m3")) == len(SIZES) * len(VARIANTS) + 1
+    assert len(cases) == len(SIZES) * len(int_variants) + 1  # + the wide-N case at the first size
     assert {c.block_size for c in cases} == set(SIZES)
     assert cases[0].name == "block/128x128/decode1-kmul-bf16" and cases[-1].n == 4096 + 64
     ks = {(c.block_size, c.meta["block"]["k"]) for c in cases}
@@ -129,6 +131,14 @@ def test_every_alternative_changes_bits_on_the_decode_cases_of_every_size():
 def test_e4m3_block_partials_are_exact_at_14_bits_and_odd_rows_cancel():
     for c in _plan("e4m3"):
         bk = c.block_size[1]
+        values = c.meta["block"]["values"]
+        if values != "int":  # e4m3-only values: each K-block's sum is exact at 14 bits, except fp8wide by design
+            exact = block_accumulate(c.a, c.b, c.scale_a, c.scale_b, c.block_size, "mul s_a; mul s_w; add", "exact")
+            b14 = block_accumulate(
+                c.a, c.b, c.scale_a, c.scale_b, c.block_size, "mul s_a; mul s_w; add", "fp32 bits=14 truncate"
+            )
+            assert torch.equal(exact, b14) == (values != "fp8wide"), c.name
+            continue
         assert torch.equal(c.a.float(), c.a.float().round()) and float(c.b.float().abs().max()) <= 15
         a, b = c.a.to(torch.float64).abs(), c.b.to(torch.float64).abs()
         for j in range(0, c.k, bk):

@@ -41,6 +41,10 @@ CATCHES = {
     "split_k_long_k": ("C16, C8", "ceil(K / block_k) >= 8; C8 on out float32"),
     "scale_a_strides_ignored": ("C8", "scale_a column-major (a strided view)"),
     "subnormal_scale_ftz": ("C8", "a subnormal block scale (s_a or s_w < 2**-126) whose product is normal"),
+    "fp8_clamped_to_240": ("C8", "e4m3 operands above 240 (fp8-max)"),
+    "fp8_operands_ftz": ("C8", "e4m3 subnormal operands (fp8-subnormal, fp8-wide-sum)"),
+    "fp8_float32_partial_declared_exact": ("C8", "K-block sums beyond 24 bits, an 'exact' declaration (fp8-wide-sum)"),
+    "bf16_partial_deep_k": ("C8", "16 or more K-blocks (decode2-deepk, prefill130-deepk)"),
 }
 
 
@@ -176,3 +180,48 @@ def subnormal_scale_ftz(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
         return torch.where(s.abs() < FP32_TINY, torch.zeros_like(s), s)
 
     return _ref(a, b, ftz(scale_a), ftz(scale_b), out_dtype, bias, block_size)
+
+
+_FP8_BLOCK = dict(block=_BLOCK, operands="e4m3", accumulator="exact")
+
+
+@declare(name="fp8_clamped_to_240", **_FP8_BLOCK)
+def fp8_clamped_to_240(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug (e4m3): operands clamped to +-240, the e4m3fnuz maximum of another vendor's format, before the MMA."""
+
+    def clamp(t):
+        return t.float().clamp(-240.0, 240.0).to(t.dtype)
+
+    return _ref(clamp(a), clamp(b), scale_a, scale_b, out_dtype, bias, block_size)
+
+
+@declare(name="fp8_operands_ftz", **_FP8_BLOCK)
+def fp8_operands_ftz(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug (e4m3): subnormal e4m3 operands (below 2**-6) flushed to zero when loaded."""
+
+    def ftz(t):
+        f = t.float()
+        return torch.where(f.abs() < 2.0**-6, torch.zeros_like(f), f).to(t.dtype)
+
+    return _ref(ftz(a), ftz(b), scale_a, scale_b, out_dtype, bias, block_size)
+
+
+@declare(name="fp8_float32_partial_declared_exact", **_FP8_BLOCK)
+def fp8_float32_partial_declared_exact(
+    a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)
+):
+    """Bug (e4m3): each K-block's partial summed in float32, k in order, while the declaration says ``exact``."""
+    return reference_block_scaled_mm(
+        a, b, scale_a, scale_b, block_size, DECLARED, EPILOGUE, bias, out_dtype, accumulator="fp32"
+    )
+
+
+@declare(block=_BLOCK, name="bf16_partial_deep_k")
+def bf16_partial_deep_k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug: from 16 K-blocks on (K >= 2048 at block_k 128) the scaled partial is kept in bf16 (a deep-K fast path)."""
+    if a.shape[1] < 16 * int(block_size[1]):
+        return _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)
+    acc = reference_block_scaled_mm(
+        a, b, scale_a, scale_b, block_size, DECLARED, "cast fp32; cast bf16; cast fp32", None, torch.float32
+    )
+    return (acc + (0 if bias is None else bias.float())).to(out_dtype)

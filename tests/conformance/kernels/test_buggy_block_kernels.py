@@ -33,6 +33,19 @@ def _case(m, k, n, block=(128, 128), out=BF16, column_major=False, subnormal=Fal
     return GemmOperands(q.a, q.b, sa, sb, q.bias, out, block_size=block)
 
 
+def _fp8_case(value: float, big: float = 0.0) -> GemmOperands:
+    """An e4m3 block case: ``a`` all ``value`` (one e4m3 value), ``b`` small integers, with ``big``: ``a[:, 0] = b[:,
+    0] = big`` (a partial whose small products a float32 sum next to ``big**2`` loses)."""
+    g = torch.Generator().manual_seed(1)
+    a = torch.full((2, 256), value)
+    b = torch.randint(1, 5, (8, 256), generator=g).float()
+    if big:
+        a[:, 0], b[:, 0] = big, big
+    sa, sb = torch.full((2, 2), 0.01), torch.full((1, 2), 0.02)
+    e4 = torch.float8_e4m3fn
+    return GemmOperands(a.to(e4), b.to(e4), sa, sb, None, F32, block_size=(128, 128))
+
+
 #: kernel -> (a case its bug shows on, a legal case outside its gate)
 CASES = {
     "scale_a_prev_kblock": (_case(72, 256, 16), _case(64, 256, 16)),
@@ -47,6 +60,10 @@ CASES = {
     "split_k_long_k": (_case(8, 1024, 16, out=F32), _case(8, 896, 16, out=F32)),
     "scale_a_strides_ignored": (_case(4, 256, 8, column_major=True), _case(4, 256, 8)),
     "subnormal_scale_ftz": (_case(4, 256, 8, out=F32, subnormal=True), _case(4, 256, 8, out=F32)),
+    "fp8_clamped_to_240": (_fp8_case(400.0), _fp8_case(200.0)),
+    "fp8_operands_ftz": (_fp8_case(2.0**-8), _fp8_case(2.0**-5)),
+    "fp8_float32_partial_declared_exact": (_fp8_case(2.0**-8, big=448.0), _fp8_case(2.0**-5)),
+    "bf16_partial_deep_k": (_case(2, 2048, 8, out=F32), _case(2, 1920, 8, out=F32)),
 }
 
 
@@ -56,7 +73,16 @@ def _same_as_declared(name: str, ops: GemmOperands) -> bool:
     assert run.error is None, run.error
     blk = spec.block
     ref = reference_block_scaled_mm(
-        ops.a, ops.b, ops.scale_a, ops.scale_b, ops.block_size, blk.accumulation, blk.epilogue, ops.bias, ops.out_dtype
+        ops.a,
+        ops.b,
+        ops.scale_a,
+        ops.scale_b,
+        ops.block_size,
+        blk.accumulation,
+        blk.epilogue,
+        ops.bias,
+        ops.out_dtype,
+        spec.accumulator,
     )
     return torch.equal(run.output.view(torch.uint8), ref.view(torch.uint8))
 
