@@ -43,10 +43,13 @@ def test_check_inject_names_the_fault_and_exits_1_when_caught(tmp_path, capsys):
     assert doc["overall"]["verdict"] == "fail" and "C8" in doc["overall"]["failed_checks"]
     md = (tmp_path / "cpu_F4_all_s0" / "conformance.md").read_text()
     assert "fault injected: F4 output_truncation" in md
-    # triage of the injected fault: every element truncated, so no shape passes; F4 leads the minimal case's classes
+    # the run's failure signature (every failing case) ranks F4 first; triage: every element truncated, so no shape
+    # passes, and F4 explains the minimal case (how far the minimal case shrinks depends on triage's time share, and
+    # on a tiny case another class may tie or lead: its rank there is not pinned)
+    assert doc["fault_signatures"] and "F4" in str(doc["fault_signatures"][0]), doc["fault_signatures"][:2]
     t = doc["triage"]["C8"]
     assert all(b["passes_at"] is None for b in t["boundaries"].values()), t["boundaries"]
-    assert t["minimal"]["fails"] and next(iter(t["minimal"]["fault_classes"])) == "F4", t["minimal"]
+    assert t["minimal"]["fails"] and "F4" in t["minimal"]["fault_classes"], t["minimal"]
     assert "--kernel 'cpu+F4@all#s0' --check C8" in t["replay"] and "## Where the bug lives" in md
     null = json.loads((tmp_path / "cpu_F8_1_s3" / "conformance.json").read_text())
     assert null["overall"]["verdict"] == "pass" and null["kernel"]["injection"]["seed"] == 3
