@@ -75,6 +75,13 @@ def test_throughput_of_the_builtin_triton_kernel_natively():
     assert all(r["tops"] > 0 and r["ratio"] > 0 for r in rows)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="throughput is timed on CUDA only")
+def test_throughput_of_a_block_scaled_kernel_natively():
+    rows = kernel_throughput(get_kernel("triton-block"))
+    assert [r["block"] for r in rows] == ["128x128"] * len(SHAPES)
+    assert all(r["tops"] > 0 and r["baseline"] == "torch._int_mm" for r in rows)
+
+
 def test_a_report_that_is_not_an_object_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "conformance.json").write_text("[1, 2]")
