@@ -17,10 +17,14 @@ blocks ``s_a`` = 1. The output (float32, no bias) is the accumulator through the
   ``s_a`` = 2**24: exact in every form). Summed in one chain ``1 + 2**24`` rounds the 1 away (a tie, to even) and
   the row gives 0; with the 1 in an earlier chunk than ``2**24`` and ``+-2**24`` in one chunk (total 0) it gives 1.
   ``order split_k=S`` cuts the 8 blocks at {4} (S=2), {3, 6} (S=3), {2, 4, 6} (S=4): the four rows read 0000,
-  0010, 0101, 1011 for S = 1..4.
+  0010, 0101, 1011 for S = 1..4; ``order split_k=S interleaved`` (split s takes blocks s, s+S, ...) 0111, 1101, 0110
+  for S = 2..4.
 
-The form row lies in blocks 0 and 1 (one chunk for every S <= 4) and the split rows hold exact terms, so the
-:data:`CANDIDATES` (6 forms x S in :data:`SPLITS`) give 24 distinct outputs; the declared accumulation is evaluated
+The form row lies in blocks 0 and 1 (one chunk for every contiguous S <= 4) and the split rows hold exact terms, so
+the :data:`CANDIDATES` (6 forms x S in :data:`SPLITS`, contiguous, and S >= 2 interleaved) give 33 distinct outputs
+of 42: interleaved, blocks 0 and 1 fall in different splits and each ``fma`` form gives the bits of its ``add`` twin
+(``mul s_a; fma s_w`` = ``mul s_a; mul s_w; add``): the probe names both, C8 on real operands tells them apart. The
+declared accumulation is evaluated
 too (``reference.block.evaluate.reference_block_scaled_mm`` for each, through the declared epilogue). Verdict: pass
 when the declared form is among those matching the output bit for bit, fail naming the measured form(s) beside the
 declaration, or "no legal form matches" with the first element differing from the declared form."""
@@ -94,7 +98,9 @@ ROWS = (Row("form", ((0, -1, -_form_offset()), (1, FORM_Q, FORM_SA))),) + tuple(
 #: the weight scale of each K-block (every weight-block row alike)
 SW_BY_BLOCK = tuple(FORM_SW if kb == 1 else 1.0 for kb in range(KB_PROBE))
 #: the legal block accumulations C16 tells apart, as :class:`BlockAccumulation`
-CANDIDATES = tuple(replace(parse_block_accumulation(f), split_k=s) for s in SPLITS for f in LEGAL_FORMS)
+CANDIDATES = tuple(replace(parse_block_accumulation(f), split_k=s) for s in SPLITS for f in LEGAL_FORMS) + tuple(
+    replace(parse_block_accumulation(f), split_k=s, interleaved=True) for s in SPLITS[1:] for f in LEGAL_FORMS
+)
 
 
 def probe_case(operands: str = "int8", block_size=(128, 128), m: int = M_TILE) -> GemmOperands:

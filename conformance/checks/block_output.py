@@ -21,6 +21,7 @@ epilogue."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -33,7 +34,7 @@ from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict, not_app
 from conformance.kernels.runner import KernelRun
 from conformance.kernels.spec import KernelSpec
 from reference.bits import bits_of
-from reference.block.contract import FIELD_FORMS, BlockAccumulation, parse_block_accumulation
+from reference.block.contract import FIELD_FORMS, parse_block_accumulation
 from reference.block.evaluate import order_free_elements, reference_block_scaled_mm
 from reference.operands import GemmOperands
 
@@ -100,7 +101,7 @@ def other_field_form(spec: KernelSpec, ops: GemmOperands, run: KernelRun, out: T
     declared = blk.accumulation
     for text in FIELD_FORMS:
         form = parse_block_accumulation(text)
-        form = BlockAccumulation(form.muls, form.fma, declared.split_k)
+        form = replace(form, split_k=declared.split_k, interleaved=declared.interleaved)
         if (form.muls, form.fma) == (declared.muls, declared.fma):
             continue
         ref = block_reference(spec, ops, run, form)

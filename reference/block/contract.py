@@ -12,12 +12,15 @@ through the BLOCK ACCUMULATION, ``;``-separated steps::
                                                  K-blocks [s*c, (s+1)*c), a split-K grid's cdiv; the last ones shorter
                                                  or empty), each from +0.0, totals summed in chunk order (default:
                                                  sequential)
+    order split_k=S interleaved                  split s takes K-blocks s, s+S, s+2S, ... (a split-K program striding
+                                                 over K: ``for kb in range(pid_k, KB, S)``), totals as above
 
 ``s_a`` and ``s_w`` enter exactly once each. Then the epilogue (``reference.contract`` steps naming no scale) on acc.
 Bad text: a one-line ContractError."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Union
 
@@ -26,6 +29,8 @@ from reference.errors import ContractError
 
 #: scale operands of a block step: text -> the scales it applies
 BLOCK_OPERANDS = {"s_a": ("s_a",), "s_w": ("s_w",), "s_a*s_w": ("s_a", "s_w"), "s_w*s_a": ("s_a", "s_w")}
+#: the ``order`` step's text after ``order``: sequential, or S (>= 1) chunks, interleaved or not
+_ORDER = re.compile(r"^(?:sequential|split_k\s*=\s*([1-9][0-9]*)(\s+interleaved)?)$")
 #: the field's block size (DeepSeek-V3, vLLM, DeepGEMM): 128 x 128 weight blocks, activation groups of 128
 FIELD_BLOCK = (128, 128)
 #: the forms the field's kernels take (``order sequential``), by where they come from
@@ -41,17 +46,19 @@ FIELD_FORMS = {
 class BlockAccumulation:
     """A parsed block accumulation: ``muls`` the scale operands multiplied into the partial in order (normalized
     text: ``s_a``, ``s_w``, ``s_a*s_w``); ``fma`` the operand of the final fused step ('' for ``add``);
-    ``split_k`` the number of contiguous K-block chunks (1 = sequential)."""
+    ``split_k`` the number of K-block chunks (1 = sequential), ``interleaved`` whether split s takes K-blocks
+    s, s+S, ... instead of a contiguous chunk."""
 
     muls: tuple = ("s_a", "s_w")
     fma: str = ""
     split_k: int = 1
+    interleaved: bool = False
 
     def label(self) -> str:
         """The text :func:`parse_block_accumulation` reads back to this value."""
         parts = [f"mul {m}" for m in self.muls] + [f"fma {self.fma}" if self.fma else "add"]
         if self.split_k > 1:
-            parts.append(f"order split_k={self.split_k}")
+            parts.append(f"order split_k={self.split_k}" + (" interleaved" if self.interleaved else ""))
         return "; ".join(parts)
 
 
@@ -69,15 +76,17 @@ def parse_block_accumulation(text: Union[str, BlockAccumulation]) -> BlockAccumu
     if not isinstance(text, str) or not text.strip():
         raise ContractError(f"block accumulation must be a non-empty string, got {text!r}")
     steps = [" ".join(s.split()) for s in text.split(";") if s.strip()]
-    split_k = 1
+    split_k, interleaved = 1, False
     if steps and steps[-1].startswith("order"):
-        order = steps.pop()[len("order") :].strip().replace(" ", "")
-        if order == "sequential":
-            split_k = 1
-        elif order.startswith("split_k=") and order[8:].isdigit() and int(order[8:]) >= 1:
-            split_k = int(order[8:])
-        else:
-            raise ContractError(f"block accumulation order {order!r}: expected 'sequential' or 'split_k=S' (S >= 1)")
+        order = steps.pop()[len("order") :].strip()
+        m = _ORDER.match(order)
+        if m is None:
+            raise ContractError(
+                f"block accumulation order {order!r}: expected 'sequential', 'split_k=S' or 'split_k=S interleaved'"
+                " (S >= 1)"
+            )
+        split_k = int(m.group(1) or 1)
+        interleaved = bool(m.group(2)) and split_k > 1
     if not steps:
         raise ContractError(f"block accumulation {text!r}: no accumulate step ('add' or 'fma <s>')")
     *muls, last = steps
@@ -99,7 +108,7 @@ def parse_block_accumulation(text: Union[str, BlockAccumulation]) -> BlockAccumu
         raise ContractError(
             f"block accumulation {text!r}: s_a and s_w must each enter exactly once (they enter as {applied})"
         )
-    return BlockAccumulation(tuple(parsed), fma, split_k)
+    return BlockAccumulation(tuple(parsed), fma, split_k, interleaved)
 
 
 def parse_block_epilogue(text) -> EpilogueSteps:

@@ -55,14 +55,19 @@ def accumulate_block(acc: torch.Tensor, p: torch.Tensor, sa, sw, form: BlockAccu
 
 def block_accumulate(a, b, scale_a, scale_b, block_size, accumulation, accumulator=None) -> torch.Tensor:
     """float32 [M, N]: the declared block accumulation over every K-block (``order split_k=S``: S contiguous chunks
-    of ``ceil(KB / S)`` K-blocks, the last ones shorter or empty, each from +0.0, totals added in chunk order). Operands as ``reference.validate.validate_operands`` with ``block_size``."""
+    of ``ceil(KB / S)`` K-blocks, the last ones shorter or empty; ``interleaved``: split s takes K-blocks s, s+S, ...;
+    each chunk from +0.0, totals added in chunk order). Operands as ``reference.validate.validate_operands`` with
+    ``block_size``."""
     form = parse_block_accumulation(accumulation)
     bn, bk = check_block_size(block_size)
     m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[0])
     kb = -(-k // bk)
     rows = torch.arange(n, device=a.device) // bn
     per = -(-kb // form.split_k)  # a split-K grid's cdiv: split s takes K-blocks [s * per, (s + 1) * per)
-    chunks = [torch.arange(kb)[s * per : (s + 1) * per] for s in range(form.split_k)]
+    if form.interleaved:
+        chunks = [torch.arange(kb)[s :: form.split_k] for s in range(form.split_k)]
+    else:
+        chunks = [torch.arange(kb)[s * per : (s + 1) * per] for s in range(form.split_k)]
     total = torch.zeros((m, n), dtype=torch.float32, device=a.device)
     with ieee_subnormals(a):
         for chunk in chunks:

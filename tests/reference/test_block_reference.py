@@ -105,6 +105,29 @@ def test_split_k_sums_chunk_totals_in_order():
     assert one.item() == 2.0**24 + 2  # 1 + 1 = 2 first, then exact
 
 
+def test_interleaved_split_k_takes_every_s_th_k_block():
+    # K-blocks of 1, scaled partials 1, 2**24, 1, -2**24. Sequential: 1 + 2**24 ties to 2**24, + 1 ties to 2**24,
+    # - 2**24 -> 0. Contiguous split_k=2 ({0, 1}, {2, 3}): 2**24 + (1 - 2**24) = 1. Interleaved ({0, 2}, {1, 3}):
+    # 2 + 0 = 2.
+    a = torch.tensor([[1, 1, 1, -1]], dtype=torch.int8)
+    b = torch.ones((1, 4), dtype=torch.int8)
+    sa, sw = torch.tensor([[1.0, 2.0**24, 1.0, 2.0**24]]), torch.ones((1, 4))
+    got = {
+        order: reference_block_scaled_mm(
+            a, b, sa, sw, (1, 1), "mul s_a; mul s_w; add" + order, "cast out", None, torch.float32
+        ).item()
+        for order in ("", "; order split_k=2", "; order split_k=2 interleaved")
+    }
+    assert list(got.values()) == [0.0, 1.0, 2.0]
+    form = parse_block_accumulation("mul s_a; fma s_w; order split_k = 3  interleaved")
+    assert (form.split_k, form.interleaved) == (3, True)
+    assert form.label() == "mul s_a; fma s_w; order split_k=3 interleaved"
+    one = parse_block_accumulation("mul s_a; mul s_w; add; order split_k=1 interleaved")
+    assert (one.interleaved, one.label()) == (False, "mul s_a; mul s_w; add")
+    with pytest.raises(ContractError, match="'split_k=S interleaved'"):
+        parse_block_accumulation("mul s_a; mul s_w; add; order split_k=2 strided")
+
+
 def test_bad_declarations_and_operands_are_one_line_errors():
     with pytest.raises(ContractError, match="exactly once"):
         parse_block_accumulation("mul s_a; add")

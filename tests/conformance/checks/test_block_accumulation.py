@@ -46,8 +46,16 @@ def _spec(computes: str, declares: str, operands: str = "int8", size=(128, 128),
 @pytest.mark.parametrize("size", SIZES)
 def test_every_candidate_gives_other_bits(operands, size):
     outs = candidate_outputs(probe_case(operands, size), CANDIDATES, "add bias; cast out")
-    assert len(outs) == 24
-    assert len({o.view(torch.int32).numpy().tobytes() for o in outs.values()}) == 24
+    assert len(outs) == 42
+    groups: dict = {}
+    for label, o in outs.items():
+        groups.setdefault(o.view(torch.int32).numpy().tobytes(), []).append(label)
+    # interleaved, the form row's blocks 0 and 1 lie in different splits: each fma form gives its add twin's bits
+    twins = {"mul s_a; mul s_w; add": "mul s_a; fma s_w", "mul s_w; mul s_a; add": "mul s_w; fma s_a"}
+    twins["mul s_a*s_w; add"] = "fma s_a*s_w"
+    want = [sorted(f"{f}; order split_k={s} interleaved" for f in pair) for pair in twins.items() for s in (2, 3, 4)]
+    assert len(groups) == 33
+    assert sorted(sorted(g) for g in groups.values() if len(g) > 1) == sorted(want)
 
 
 def test_form_row_is_the_residual_of_each_form():
@@ -76,6 +84,10 @@ def test_split_rows_read_the_chunk_boundaries():
     n = len(ROWS)
     got = {s: o[1:n, 0].tolist() for s, o in zip((1, 2, 3, 4), outs.values())}
     assert got == {1: [0, 0, 0, 0], 2: [0, 0, 1, 0], 3: [0, 1, 0, 1], 4: [1, 0, 1, 1]}
+    interleaved = [c for c in CANDIDATES if c.interleaved and c.label().startswith("mul s_a; mul s_w; add")]
+    outs = candidate_outputs(probe_case(), interleaved, "cast out")
+    got = {c.split_k: o[1:n, 0].tolist() for c, o in zip(interleaved, outs.values())}
+    assert got == {2: [0, 1, 1, 1], 3: [1, 1, 0, 1], 4: [0, 1, 1, 0]}
 
 
 @pytest.mark.parametrize("declares", list(FIELD_FORMS))
@@ -92,6 +104,16 @@ def test_a_field_form_is_measured_and_judged_against_the_declaration(computes, d
 def test_split_k_is_measured_with_its_form():
     r = check_block_accumulation(_spec("fma s_a*s_w; order split_k=3", "fma s_a*s_w", "e4m3", (1, 128)))
     assert r.verdict == "fail" and r.summary == "measured 'fma s_a*s_w; order split_k=3', declared 'fma s_a*s_w'"
+
+
+def test_an_interleaved_split_k_declared_contiguous_is_measured():
+    r = check_block_accumulation(
+        _spec("mul s_a*s_w; add; order split_k=2 interleaved", "mul s_a*s_w; add; order split_k=2")
+    )
+    assert r.verdict == "fail" and r.evidence["measured"] == [
+        "mul s_a*s_w; add; order split_k=2 interleaved",
+        "fma s_a*s_w; order split_k=2 interleaved",
+    ]
 
 
 def test_a_declaration_the_probe_cannot_separate_passes_and_says_so():
