@@ -95,16 +95,40 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 }
 
 
-def faults_for(operands: str) -> tuple[FaultClass, ...]:
-    """The fault classes that apply to kernels of ``operands`` (``int8``: F1-F9; ``e4m3``:
-    F1-F5, F8-F10), in catalogue order; Int8confError for an unknown dtype."""
+#: The fault classes of a block-scaled kernel (issue 46), by operand dtype: F1-F5, F8, F9 as for every kernel, F10 for
+#: e4m3, the block classes F11-F14 (a class listed here applies once it is in :data:`FAULTS`).
+BLOCK_FAULTS: dict[str, tuple[str, ...]] = {
+    "int8": ("F1", "F2", "F3", "F4", "F5", "F8", "F9", "F11", "F12", "F13", "F14"),
+    "e4m3": ("F1", "F2", "F3", "F4", "F5", "F8", "F9", "F10", "F11", "F12", "F13", "F14"),
+}
+#: Why a fault class of :data:`FAULTS` does not apply to block-scaled kernels (one line).
+NOT_APPLICABLE_BLOCK: dict[str, str] = {
+    "F6": "a block-scaled kernel's int32 partial is one K-block's, at most block_k * 2^14 (< 2^31 for block_k <= "
+    "131072): no accumulator to push out of int32",
+    "F7": "a block-scaled kernel converts each K-block's partial (|p| <= 128 * 2^14 = 2^21 at block_k 128) to float32 "
+    "exactly and accumulates in float32 by contract (C8 emulates it)",
+}
+
+
+def _check_operands(operands: str) -> None:
     if operands not in OPERANDS:
         raise Int8confError(f"operands {operands!r} is not one of {OPERANDS}")
+
+
+def faults_for(operands: str, block: bool = False) -> tuple[FaultClass, ...]:
+    """The fault classes that apply to kernels of ``operands`` (``int8``: F1-F9; ``e4m3``: F1-F5, F8-F10; ``block``:
+    a block-scaled kernel's, :data:`BLOCK_FAULTS`), in catalogue order; Int8confError for an unknown dtype."""
+    _check_operands(operands)
+    if block:
+        return tuple(f for f in FAULTS if f.id in BLOCK_FAULTS[operands])
     return tuple(f for f in FAULTS if operands in f.operands)
 
 
-def not_applicable(fault: str, operands: str) -> Optional[str]:
-    """The reason fault id ``fault`` does not apply to ``operands`` kernels, None when it does."""
+def not_applicable(fault: str, operands: str, block: bool = False) -> Optional[str]:
+    """The reason fault id ``fault`` does not apply to ``operands`` kernels (``block``: block-scaled ones), None when
+    it does."""
+    if block and fault not in BLOCK_FAULTS.get(operands, ()):
+        return NOT_APPLICABLE_BLOCK.get(fault) or NOT_APPLICABLE.get((fault, operands)) or "not a block-scaled fault"
     return NOT_APPLICABLE.get((fault, operands))
 
 
