@@ -110,6 +110,11 @@ NOT_APPLICABLE_BLOCK: dict[str, str] = {
 }
 
 
+#: Families whose classes apply only to the kernels they are named for (block-scaled, zero-point), never to
+#: per-token x per-channel ones.
+KERNEL_KIND_FAMILIES = ("block", "zero-point")
+
+
 def _check_operands(operands: str) -> None:
     if operands not in OPERANDS:
         raise Int8confError(f"operands {operands!r} is not one of {OPERANDS}")
@@ -121,7 +126,7 @@ def faults_for(operands: str, block: bool = False) -> tuple[FaultClass, ...]:
     _check_operands(operands)
     if block:
         return tuple(f for f in FAULTS if f.id in BLOCK_FAULTS[operands])
-    return tuple(f for f in FAULTS if operands in f.operands)
+    return tuple(f for f in FAULTS if operands in f.operands and f.family not in KERNEL_KIND_FAMILIES)
 
 
 def not_applicable(fault: str, operands: str, block: bool = False) -> Optional[str]:
