@@ -43,7 +43,7 @@ DOMAINS = {
     "int8": Domain(CORE_CHECKS, EXTRA_CHECKS, CAPTURE_SCALE_MODES),
     "e4m3": Domain(("C1", "C2", "C3", "C4", "C5", "C6"), ("C8", "C11", "C12"), ("per_token", "per_tensor")),
 }
-_ROW = re.compile(r"^(F(?:10|[1-9]))(?:@([a-z0-9_]+))?$")
+_ROW = re.compile(r"^(F(?:1[0-5]|[1-9]))(?:@([a-z0-9_]+))?$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -158,7 +158,7 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         m = _ROW.match(str(key))
         if not m or (m.group(2) is not None and m.group(2) not in dom.scale_modes):
             modes = " / ".join(f"F<n>@{x}" for x in dom.scale_modes)
-            raise _fail(path, f"row {key!r} is not F1..F10 or {modes}")
+            raise _fail(path, f"row {key!r} is not {FAULTS[0].id}..{FAULTS[-1].id} or {modes}")
         if not isinstance(row, dict):
             raise _fail(path, f"row {key}: must map check ids to cells")
         cells = {}
