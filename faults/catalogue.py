@@ -124,7 +124,8 @@ FAULTS: tuple[FaultClass, ...] = (
 
 FAMILIES = ("post-processing", "precondition", "control", "operand", "accumulator", "block", "zero-point")
 
-#: The largest block_k whose int8 K-block partial is exact in float32: |p| <= bk * 128 * 128 <= 2**24.
+#: The largest block_k whose int8 K-block partial is exact in float32 for any int8 operands: |p| <= bk * 128 * 128
+#: <= 2**24 (symmetric quantization, |q| <= 127: bk * 127 * 127 <= 2**24 up to 1040).
 MAX_EXACT_BLOCK_K = 2**24 // (128 * 128)
 
 #: Why a fault class does not apply to kernels of an operand dtype (faults/README.md, DESIGN.md 3b).
@@ -147,8 +148,8 @@ _BLOCK_ONLY = "block-scaled kernels only: a per-token x per-channel kernel has n
 NOT_APPLICABLE_KIND: dict[tuple[str, str], str] = {
     **{(f, "block"): (
         f"a block kernel's int8 K-block partial |p| <= block_k * 128 * 128 <= 2**24 for block_k <= "
-        f"{MAX_EXACT_BLOCK_K} (every field size): it neither leaves int32 nor turns float32-inexact; larger "
-        f"block_k is not modelled"
+        f"{MAX_EXACT_BLOCK_K} (block_k * 127 * 127 for block_k <= 1040; every field size): it neither leaves int32 "
+        f"nor turns float32-inexact; larger block_k is not modelled"
     ) for f in ("F6", "F7")},
     **{(f, "zero-point"): (
         "extending K changes colsum(b), so the case's precomputed azp_adj would no longer match the operands "
