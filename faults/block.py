@@ -19,7 +19,7 @@ import torch
 from faults.accumulator import rows_of
 from faults.postprocessing import storage16
 from reference.asymmetric import column_sums
-from reference.bits import fma_fp32, ieee_subnormals, round_fp32
+from reference.bits import ieee_subnormals, round_fp32
 from reference.block.contract import BlockAccumulation, BlockDeclaration, check_block_size
 from reference.block.evaluate import accumulate_block, block_partial, k_block_chunks
 from reference.contract import EpilogueSteps, parse_steps

@@ -146,17 +146,26 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
 _BLOCK_ONLY = "block-scaled kernels only: a per-token x per-channel kernel has no K-blocks or block scales"
 #: Why a fault class does not apply to a kind of kernel (:data:`KINDS`).
 NOT_APPLICABLE_KIND: dict[tuple[str, str], str] = {
-    **{(f, "block"): (
-        f"a block kernel's int8 K-block partial |p| <= block_k * 128 * 128 <= 2**24 for block_k <= "
-        f"{MAX_EXACT_BLOCK_K} (block_k * 127 * 127 for block_k <= 1040; every field size): it neither leaves int32 "
-        f"nor turns float32-inexact; larger block_k is not modelled"
-    ) for f in ("F6", "F7")},
-    **{(f, "zero-point"): (
-        "extending K changes colsum(b), so the case's precomputed azp_adj would no longer match the operands "
-        "(F15 is the zero-point fault)"
-    ) for f in ("F6", "F7")},
+    **{
+        (f, "block"): (
+            f"a block kernel's int8 K-block partial |p| <= block_k * 128 * 128 <= 2**24 for block_k <= "
+            f"{MAX_EXACT_BLOCK_K} (block_k * 127 * 127 for block_k <= 1040; every field size): it neither leaves int32 "
+            f"nor turns float32-inexact; larger block_k is not modelled"
+        )
+        for f in ("F6", "F7")
+    },
+    **{
+        (f, "zero-point"): (
+            "extending K changes colsum(b), so the case's precomputed azp_adj would no longer match the operands "
+            "(F15 is the zero-point fault)"
+        )
+        for f in ("F6", "F7")
+    },
     **{(f, k): _BLOCK_ONLY for f in ("F11", "F12", "F13", "F14") for k in ("per-channel", "zero-point")},
-    **{("F15", k): "asymmetric-activation kernels only (azp=): this kernel takes no azp_adj" for k in ("per-channel", "block")},
+    **{
+        ("F15", k): "asymmetric-activation kernels only (azp=): this kernel takes no azp_adj"
+        for k in ("per-channel", "block")
+    },
 }
 
 

@@ -98,7 +98,9 @@ def _definition(spec, inj, ops, device: str) -> str:
     if spec.is_block and inj.fault in POSTPROCESSING_FAULTS + BLOCK_FAULTS:
         return block_fault_definition(spec.block, inj.fault)
     if inj.fault in ZERO_POINT_FAULTS:
-        return "azp_adj / azp precomputed for zero point + 1: the correction moves by colsum(b)[n] (no change: colsum 0)"
+        return (
+            "azp_adj / azp precomputed for zero point + 1: the correction moves by colsum(b)[n] (no change: colsum 0)"
+        )
     contract = declared_epilogue(spec, device, ops.out_dtype).contract
     if inj.fault in POSTPROCESSING_FAULTS:
         return faulty_steps(contract, inj.fault, ops.bias is not None)["definition"]
