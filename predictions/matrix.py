@@ -61,9 +61,9 @@ def matrix_domain(spec) -> str:
 
 def domain_faults(domain: str) -> tuple:
     """The fault ids a matrix of ``domain`` must predict, in catalogue order (``block``: those of a block-scaled
-    kernel of either dtype, ``faults.catalogue.faults_for(..., block=True)``)."""
+    kernel of either dtype, ``faults.catalogue.faults_for(..., "block")``)."""
     if domain == BLOCK_DOMAIN:
-        ids = {f.id for o in OPERANDS for f in faults_for(o, block=True)}
+        ids = {f.id for o in OPERANDS for f in faults_for(o, "block")}
         return tuple(f.id for f in FAULTS if f.id in ids)
     return tuple(f.id for f in faults_for(domain))
 

@@ -9,7 +9,7 @@ quantized to e4m3 in the activation scale modes per_token / per_tensor, the
 per-case checks C1-C6, C8, C12, and C11 once per (fault, coverage, seed) in a
 kernel cell; C7 and E1 (int8-engine checks) are not run. A block-scaled kernel's
 sweep (``KernelSpec.is_block``, int8 or e4m3) takes the block faults
-(``faults.catalogue.BLOCK_FAULTS``), the captured layers block-quantized in the scale
+(``faults.catalogue.faults_for(operands, "block")``), the captured layers block-quantized in the scale
 modes group / group_ue8m0, the block plan's per-case checks and C16 in the kernel
 cells, no model cells, scored against the newest ``operands: block`` matrix. Results go into a
 SQLite store as cells finish (resumable: re-running the same command skips
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
     from faults import COVERAGES
-    from faults.catalogue import faults_for, get_fault, not_applicable
+    from faults.catalogue import faults_for, get_fault, kernel_kind, not_applicable
     from predictions.lock import matrix_chain
 
     validate_device(args.device)
@@ -303,9 +303,10 @@ def run(args: argparse.Namespace) -> int:
     operands, block = kernel.operands, kernel.is_block
     domain = matrix_domain(kernel)  # operands, or "block": the matrices, scale modes and faults of the sweep
     fp8 = operands == FP8
-    faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands, block)])]
+    kind = kernel_kind(kernel)
+    faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands, kind)])]
     for f in faults:
-        why = not_applicable(f, operands, block)
+        why = not_applicable(f, operands, kind)
         if why:
             what = f"block-scaled {operands}" if block else operands
             raise Int8confError(f"--inject {f}: {get_fault(f).name} does not apply to {what} kernels: {why}")

@@ -1,6 +1,5 @@
-"""The block-scaled kernel's sweep: its fault set (faults.catalogue.BLOCK_FAULTS), its cells over block-quantized
-captures, its matrix (predictions/v1.3-block.yaml). The layer-cell and matrix tests need the block fault injection
-and F11-F14 of branch h-bf: on this branch alone they fail (injection raises TypeError on block_size=; F11-F14 unknown)."""
+"""The block-scaled kernel's sweep: its fault set (faults.catalogue.faults_for(..., "block")), its cells over block-quantized
+captures, its matrix (predictions/v1.3-block.yaml)."""
 
 from __future__ import annotations
 
@@ -23,17 +22,16 @@ def test_block_kernels_sweep_in_the_block_domain_without_f6_f7():
     assert matrix_domain(get_kernel("block-cpu")) == matrix_domain(get_kernel("block-fp8-cpu")) == "block"
     assert matrix_domain(get_kernel("cpu")) == "int8" and matrix_domain(get_kernel("fp8-cpu")) == "e4m3"
     for operands in ("int8", "e4m3"):
-        ids = [f.id for f in faults_for(operands, block=True)]
+        ids = [f.id for f in faults_for(operands, "block")]
         assert "F6" not in ids and "F7" not in ids and ("F10" in ids) == (operands == "e4m3")
         for fid in ("F6", "F7"):
-            assert "K-block" in not_applicable(fid, operands, block=True)
-    assert not_applicable("F10", "int8", block=True) and not_applicable("F4", "int8", block=True) is None
+            assert not_applicable(fid, operands, "block")
+    assert not_applicable("F10", "int8", "block") and not_applicable("F4", "int8", "block") is None
     cells = layer_cells(["L"], ["F8"], ["all"], list(SCALE_MODES_FOR["block"]), [0], "block")
     assert [c.scale_mode for c in cells] == ["group", "group_ue8m0"]
 
 
 def test_a_null_fault_block_slice_passes_c8_and_c5_on_ue8m0_scales():
-    """Needs h-bf (the injected wrapper passing block_size=)."""
     cs = default_capture_set()
     if cs is None:
         pytest.skip("no shipped capture set")
@@ -55,7 +53,6 @@ def test_a_null_fault_block_slice_passes_c8_and_c5_on_ue8m0_scales():
 
 
 def test_the_block_matrix_predicts_every_block_fault_and_changes_nothing_of_v12():
-    """Needs h-bf (F11-F14 in faults.catalogue.FAULTS)."""
     p, parent = PRED / "v1.3-block.yaml", PRED / "v1.2-fp8.yaml"
     m = parse_matrix(p, p.read_bytes())
     assert m.operands == "block" and m.amends["file"] == "v1.2-fp8.yaml" and m.changes == []
