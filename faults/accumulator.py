@@ -57,7 +57,7 @@ def narrowed_model(declared, deficit: int) -> AccumulatorModel:
     return AccumulatorModel("fp32", max(MIN_BITS, base - int(deficit)), "truncate", declared.promote_every)
 
 
-def _rows_of(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def rows_of(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """Rows ``idx`` of an e4m3 matrix, gathered as bytes (float8 indexing is not on every device)."""
     return x.view(torch.uint8)[idx].view(x.dtype)
 
@@ -74,6 +74,6 @@ def narrow_output(
     cols = mk.any(dim=0).nonzero().reshape(-1)
     acc = torch.zeros((m, n), dtype=torch.float32, device=a.device)
     if len(rows) and len(cols):
-        acc[rows.unsqueeze(1), cols.unsqueeze(0)] = emulate_accumulation(_rows_of(a, rows), _rows_of(b, cols), model)
+        acc[rows.unsqueeze(1), cols.unsqueeze(0)] = emulate_accumulation(rows_of(a, rows), rows_of(b, cols), model)
     bias_d: Optional[torch.Tensor] = None if bias is None else bias.to(a.device)
     return apply_epilogue(acc, scale_a.to(a.device), scale_b.to(a.device), contract, bias_d, out_dtype)

@@ -18,15 +18,18 @@ from conformance.kernels import trace
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import KernelSpec, declared_epilogue
 from faults.accumulator import fp8_kernel_accumulator, narrow_output, narrowed_model
-from faults.catalogue import not_applicable
+from faults.block import block_fault_output, stale_azp_operands
+from faults.catalogue import kernel_kind, not_applicable
 from faults.mask import acc_case_key, case_key, element_mask, selected_count
 from faults.operand import ACC_VARIANTS, mismatched, mismatched_acc_operands
 from faults.postprocessing import faulty_epilogue
 from faults.precondition import block_case, extend_k, prepare_precondition, select_block
 from faults.spec import (
     ACCUMULATOR_FAULTS,
+    BLOCK_FAULTS,
     POSTPROCESSING_FAULTS,
     PRECONDITION_FAULTS,
+    ZERO_POINT_FAULTS,
     FaultError,
     Injection,
     f10_deficit,
@@ -34,6 +37,7 @@ from faults.spec import (
     split_injected_name,
 )
 from reference.accumulate import exact_int_mm
+from reference.asymmetric import corrected_accumulator, wrap32
 
 #: Version of the injection semantics, part of every injected kernel's source digest.
 INJECTION_VERSION = "int8conf-faults/1"
@@ -68,22 +72,38 @@ class _Faulty:
 
 
 class FaultyScaledMM(_Faulty):
-    """``scaled_mm`` of an injected kernel."""
+    """``scaled_mm`` of an injected kernel. Keyword arguments beyond ``out_dtype`` / ``bias`` (a block kernel's
+    ``block_size=``, an asymmetric one's ``azp_adj=`` / ``azp=``) go to the inner kernel as given, and key the mask."""
 
-    def __call__(self, a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    def __call__(self, a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, **call):
         inj, inner = self.injection, self.inner
         fid = inj.fault
         if fid in PRECONDITION_FAULTS:
             return self._precondition(a, b, scale_a, scale_b, out_dtype, bias)
         m, n = int(a.shape[0]), int(b.shape[0])
-        mask = element_mask(m, n, case_key(a, b, scale_a, scale_b, bias), fid, inj.coverage, inj.seed)
-        clean = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias)
+        key = case_key(a, b, scale_a, scale_b, bias, call.get("block_size"), call.get("azp_adj"), call.get("azp"))
+        mask = element_mask(m, n, key, fid, inj.coverage, inj.seed)
+        clean = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, **call)
         extra = {}
-        if fid in POSTPROCESSING_FAULTS:
+        if inner.is_block and fid in POSTPROCESSING_FAULTS + ACCUMULATOR_FAULTS + BLOCK_FAULTS:
+            declared = inner.accumulator_on(a.device.type) if inner.is_fp8 else None
+            if fid in ACCUMULATOR_FAULTS:
+                declared = narrowed_model(declared, f10_deficit(inj.variant))
+                extra["accumulator_source"] = f"emulated narrow accumulator {declared.label()!r}"
+            else:
+                extra["accumulator_source"] = "block reference (K-block partials)"
+            bs = call.get("block_size", inner.block.sizes[0])
+            faulty = block_fault_output(
+                a, b, scale_a, scale_b, bias, out_dtype, bs, inner.block, fid, mask, accumulator=declared
+            )
+        elif fid in POSTPROCESSING_FAULTS:
             if inner.is_fp8:
                 acc, extra["accumulator_source"] = fp8_kernel_accumulator(inner, a, b, scale_a, scale_b)
             else:
                 acc, extra["accumulator_source"] = kernel_accumulator(inner, a, b)
+            if call.get("azp_adj") is not None:  # the int32 correction first (reference.asymmetric)
+                acc = wrap32(corrected_accumulator(acc, call["azp_adj"], call.get("azp")))
+                extra["accumulator_source"] += " - azp * azp_adj (int32)"
             contract = declared_epilogue(inner, a.device.type, out_dtype).contract
             faulty = faulty_epilogue(
                 acc.to(clean.device), scale_a, scale_b, contract, fid, bias=bias, out_dtype=out_dtype
@@ -95,8 +115,11 @@ class FaultyScaledMM(_Faulty):
             faulty = narrow_output(a, b, scale_a, scale_b, bias, out_dtype, contract, model, mask)
         elif fid == "F9":
             ops2 = mismatched(a, b, scale_a, scale_b, bias, inj.variant)
-            faulty = inner.scaled_mm(*ops2[:4], out_dtype=out_dtype, bias=ops2[4])
+            faulty = inner.scaled_mm(*ops2[:4], out_dtype=out_dtype, bias=ops2[4], **call)
             trace.record_operands(*ops2)  # what the kernel received (last record wins)
+        elif fid in ZERO_POINT_FAULTS:
+            adj, azp = stale_azp_operands(b, call.get("azp_adj"), call.get("azp"))
+            faulty = inner.scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, azp_adj=adj, azp=azp)
         else:  # F8 null: the kernel's own bits through the same merge
             faulty = clean
         out = torch.where(mask.to(clean.device), faulty.to(clean.device), clean)
@@ -206,7 +229,7 @@ def inject_injection(inner: KernelSpec, inj: Injection) -> KernelSpec:
     checked against the same promises), ``int_mm`` wrapped when ``inner`` has one.
     FaultError: ``inner`` already injected, or the fault does not apply to its operands."""
     _clean(inner)
-    why = not_applicable(inj.fault, inner.operands)
+    why = not_applicable(inj.fault, inner.operands, kernel_kind(inner))
     if why:
         raise FaultError(f"{inj.fault} {inj.name} does not apply to {inner.operands} kernel {inner.name!r}: {why}")
     text = f"{INJECTION_VERSION}|{inner.source_digest}|{inner.name}|{inj.suffix()}"

@@ -184,10 +184,23 @@ def block_indices(m: int, n: int, case: str, fault: str, coverage: str, seed: in
 
 
 def case_key(
-    a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Optional[torch.Tensor] = None
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    block_size: Optional[tuple] = None,
+    azp_adj: Optional[torch.Tensor] = None,
+    azp: Optional[torch.Tensor] = None,
 ) -> str:
-    """sha256 hex over the operands' ``tensor_digest`` values (dtype, shape, bits) joined by ``|``."""
+    """sha256 hex over the operands' ``tensor_digest`` values (dtype, shape, bits) joined by ``|``; a block case
+    appends ``|block=<bn>x<bk>``, an asymmetric one ``|azp_adj=<digest>|azp=<digest>`` (per-token x per-channel
+    cases keep their keys)."""
     parts = "|".join(tensor_digest(t) for t in (a, b, scale_a, scale_b, bias))
+    if block_size is not None:
+        parts += f"|block={int(block_size[0])}x{int(block_size[1])}"
+    if azp_adj is not None or azp is not None:
+        parts += f"|azp_adj={tensor_digest(azp_adj)}|azp={tensor_digest(azp)}"
     return hashlib.sha256(parts.encode("ascii")).hexdigest()
 
 

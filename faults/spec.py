@@ -22,6 +22,10 @@ PRECONDITION_FAULTS = ("F6", "F7")
 POSTPROCESSING_FAULTS = ("F1", "F2", "F3", "F4", "F5")
 #: Faults that recompute selected elements from a narrower FP8 accumulator (``faults.accumulator``).
 ACCUMULATOR_FAULTS = ("F10",)
+#: Faults in a block-scaled kernel's K-block scale indexing (``faults.block``).
+BLOCK_FAULTS = ("F11", "F12", "F13", "F14")
+#: Faults in an asymmetric kernel's zero-point correction (``faults.block.stale_azp_operands``).
+ZERO_POINT_FAULTS = ("F15",)
 #: F10 narrow_accumulator variants ``d<N>``: N significant bits fewer than declared, N in 1 .. F10_MAX_DEFICIT.
 F10_DEFAULT = "d10"
 F10_MAX_DEFICIT = 22
@@ -29,7 +33,7 @@ _F10_VARIANT = re.compile(r"^d([1-9][0-9]?)$")
 
 
 def fault_choices() -> str:
-    """What ``--inject FAULT`` takes, for a help text: ``F1..F10 or its name (F9.stale, F9.transposed: the other F9
+    """What ``--inject FAULT`` takes, for a help text: ``F1..F15 or its name (F9.stale, F9.transposed: the other F9
     variants)``, from the catalogue (:data:`faults.catalogue.FAULTS`) and :data:`F9_VARIANTS`."""
     others = ", ".join(f"F9.{v}" for v in F9_VARIANTS[1:])
     return f"{FAULTS[0].id}..{FAULTS[-1].id} or its name ({others}: the other F9 variants)"
@@ -178,7 +182,7 @@ def parse_injection(text: str) -> Injection:
 
 
 _SUFFIX = re.compile(
-    r"^(?P<inner>.+)\+(?P<fault>F(?:10|[1-9]))(?:\.(?P<variant>[a-z0-9_]+))?"
+    r"^(?P<inner>.+)\+(?P<fault>F(?:1[0-5]|[1-9]))(?:\.(?P<variant>[a-z0-9_]+))?"
     r"@(?P<cov>one|1%|all)#s(?P<seed>\d+)(?P<bang>!?)$"
 )
 _LOOSE_SUFFIX = re.compile(r"^[^?]*\+F\d")
@@ -192,7 +196,7 @@ def split_injected_name(name: str) -> Optional[tuple[str, Injection]]:
     if not m:
         if _LOOSE_SUFFIX.match(name or ""):
             raise FaultError(
-                f"kernel {name!r}: an injection suffix reads KERNEL+F<1-9>[.variant] or KERNEL+F10[.d<N>]"
+                f"kernel {name!r}: an injection suffix reads KERNEL+F<1-15>[.variant] (F9, F10.d<N>)"
                 f"@<one|1%|all>#s<seed>[!], e.g. triton+F4@all#s0 or "
                 f"cpu+F9.transposed@one#s7"
             )

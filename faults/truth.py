@@ -16,6 +16,7 @@ import torch
 from conformance.kernels.runner import run_kernel
 from conformance.kernels.spec import declared_epilogue
 from faults.accumulator import KERNEL_UNIT_SCALES, narrowed_model
+from faults.block import block_fault_definition
 from faults.describe import declared_formula
 from faults.inject import inject_injection, injection_of, prepare_injection, resolve_kernel, wrapped_kernel
 from faults.mask import case_key, element_mask
@@ -23,8 +24,10 @@ from faults.operand import ask_changed_operands, describe
 from faults.postprocessing import faulty_steps
 from faults.spec import (
     ACCUMULATOR_FAULTS,
+    BLOCK_FAULTS,
     POSTPROCESSING_FAULTS,
     PRECONDITION_FAULTS,
+    ZERO_POINT_FAULTS,
     FaultError,
     f10_deficit,
     make_injection,
@@ -92,6 +95,12 @@ def _compare(clean: torch.Tensor, faulty: torch.Tensor, sel: torch.Tensor):
 
 
 def _definition(spec, inj, ops, device: str) -> str:
+    if spec.is_block and inj.fault in POSTPROCESSING_FAULTS + BLOCK_FAULTS:
+        return block_fault_definition(spec.block, inj.fault)
+    if inj.fault in ZERO_POINT_FAULTS:
+        return (
+            "azp_adj / azp precomputed for zero point + 1: the correction moves by colsum(b)[n] (no change: colsum 0)"
+        )
     contract = declared_epilogue(spec, device, ops.out_dtype).contract
     if inj.fault in POSTPROCESSING_FAULTS:
         return faulty_steps(contract, inj.fault, ops.bias is not None)["definition"]
@@ -148,9 +157,8 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
         clean_err = None
         acc_source = "exact reference"
     else:
-        sel = element_mask(
-            ops.m, ops.n, case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias), inj.fault, inj.coverage, inj.seed
-        )
+        key = case_key(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.block_size, ops.azp_adj, ops.azp)
+        sel = element_mask(ops.m, ops.n, key, inj.fault, inj.coverage, inj.seed)
         run = clean_run if clean_run is not None else run_kernel(spec, ops, device=device)
         clean_out, clean_err = run.output, run.error if run.output is None else None
         if inj.fault == "F9":  # asked now, read with the comparison's counts
@@ -159,7 +167,7 @@ def ask_ground_truth(faulty, ops, *, device: Optional[str] = None, clean_run=Non
                 lambda ch: describe(variant, changed=list(ch), operands=spec.operands)
             )
     frun = faulty_run if faulty_run is not None else run_kernel(faulty, ops, device=device)
-    if inj.fault in POSTPROCESSING_FAULTS + ACCUMULATOR_FAULTS:
+    if inj.fault in POSTPROCESSING_FAULTS + ACCUMULATOR_FAULTS + BLOCK_FAULTS:
         acc_source = str((frun.manifest.get("extra") or {}).get("accumulator_source", acc_source))
     base = dict(fault=inj.fault, coverage=inj.coverage, seed=inj.seed, accumulator_source=acc_source)
     base.update(

@@ -6,6 +6,7 @@ cell with its reason (:func:`check_amendment` proves the list exact). A matrix p
 kernels of one operand dtype (``operands``: ``int8`` default, or ``e4m3``, DESIGN.md 3b),
 whose faults, scale modes and checks it covers (:data:`DOMAINS`); an ``e4m3`` matrix may amend
 an ``int8`` one: it extends the predictions to e4m3 kernels and changes none of its parent's.
+``operands: block`` predicts for block-scaled kernels of either dtype (issue 46; :func:`matrix_domain`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Optional
 
 import yaml
 
-from faults.catalogue import FAULTS, faults_for
+from faults.catalogue import FAULTS, OPERANDS, faults_for
 from reference.errors import PredictionError
+from reference.model.capture import BLOCK_SCALE_MODES
 
 PREDICTIONS = ("fire", "silent", "n/a")
 CORE_CHECKS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
@@ -39,11 +41,33 @@ class Domain:
 
 #: ``operands`` -> Domain. e4m3 kernels: the layer checks of the published suite (C7 is a model check of the int8
 #: forward, not run), C8 and the FP8 checks C11 / C12; scale modes: the activation scale (per token, per tensor).
+#: ``block``: block-scaled kernels, int8 or e4m3 (issue 46): the same layer checks, C8, C12 (e4m3) and the block
+#: accumulation probe C16; scale modes: ``reference.model.capture.BLOCK_SCALE_MODES``.
 DOMAINS = {
     "int8": Domain(CORE_CHECKS, EXTRA_CHECKS, CAPTURE_SCALE_MODES),
     "e4m3": Domain(("C1", "C2", "C3", "C4", "C5", "C6"), ("C8", "C11", "C12"), ("per_token", "per_tensor")),
+    "block": Domain(("C1", "C2", "C3", "C4", "C5", "C6"), ("C8", "C12", "C16"), tuple(BLOCK_SCALE_MODES)),
 }
-_ROW = re.compile(r"^(F(?:10|[1-9]))(?:@([a-z0-9_]+))?$")
+#: the matrix domain of block-scaled kernels (any operand dtype)
+BLOCK_DOMAIN = "block"
+_ROW = re.compile(r"^(F[1-9][0-9]?)(?:@([a-z0-9_]+))?$")
+
+
+def matrix_domain(spec) -> str:
+    """The :data:`DOMAINS` key a kernel's sweep is scored in: ``block`` for a block-scaled kernel
+    (``KernelSpec.is_block``), else its operand dtype."""
+    return BLOCK_DOMAIN if getattr(spec, "is_block", False) else spec.operands
+
+
+def domain_faults(domain: str) -> tuple:
+    """The fault ids a matrix of ``domain`` must predict, in catalogue order (``block``: those of a block-scaled
+    kernel of either dtype, ``faults.catalogue.faults_for(..., "block")``)."""
+    if domain == BLOCK_DOMAIN:
+        ids = {f.id for o in OPERANDS for f in faults_for(o, "block")}
+        return tuple(f.id for f in FAULTS if f.id in ids)
+    return tuple(f.id for f in faults_for(domain))
+
+
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -158,7 +182,7 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         m = _ROW.match(str(key))
         if not m or (m.group(2) is not None and m.group(2) not in dom.scale_modes):
             modes = " / ".join(f"F<n>@{x}" for x in dom.scale_modes)
-            raise _fail(path, f"row {key!r} is not F1..F10 or {modes}")
+            raise _fail(path, f"row {key!r} is not F<n> or {modes}")
         if not isinstance(row, dict):
             raise _fail(path, f"row {key}: must map check ids to cells")
         cells = {}
@@ -174,7 +198,7 @@ def parse_matrix(path, data: bytes) -> PredictionMatrix:
         if unknown:
             raise _fail(path, f"row {key}: unknown column(s) {sorted(unknown)}")
         rows[str(key)] = cells
-    ids = [f.id for f in faults_for(operands)]
+    ids = domain_faults(operands)
     for fid in [f.id for f in FAULTS]:
         whole, split = fid in rows, [f"{fid}@{s}" for s in dom.scale_modes]
         has_split = [s in rows for s in split]
@@ -236,12 +260,12 @@ def check_amendment(parent: PredictionMatrix, child: PredictionMatrix) -> list[d
         )
     listed = {(str(ch["row"]), str(ch["check"])): ch for ch in child.changes}
     actual = {}
-    for f in faults_for(parent.operands):
+    for fid in domain_faults(parent.operands):
         for mode in parent.scale_modes:
             for cid in parent.checks:
-                was, now = parent.predict(f.id, cid, mode), child.predict(f.id, cid, mode)
+                was, now = parent.predict(fid, cid, mode), child.predict(fid, cid, mode)
                 if was != now:
-                    actual[(child.row_key(f.id, mode), cid)] = (was, now)
+                    actual[(child.row_key(fid, mode), cid)] = (was, now)
     for key, (was, now) in actual.items():
         ch = listed.get(key)
         if ch is None:

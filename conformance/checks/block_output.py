@@ -178,10 +178,11 @@ def check_block_pow2(
     acc: Optional[ObservedAccumulator] = None,
     exact: Optional[Tensor] = None,
 ) -> CheckResult:
-    """C5 of a block-scaled case (module docstring): on a ``pow2`` case, the output bits vs :data:`POW2_FORM` with
+    """C5 of a block-scaled case (module docstring): on a ``pow2`` case (scale mode, or ``meta["scale_kind"]`` of a
+    ue8m0 capture, ``reference.model.capture.iter_layer_operands_block``), the output bits vs :data:`POW2_FORM` with
     the declared epilogue where the premise holds, 0 ulp. Evidence adds ``premise_violations``, ``reference``."""
     name = CHECK_NAMES[C5]
-    if ops.scale_mode != "pow2":
+    if ops.scale_mode != "pow2" and (ops.meta or {}).get("scale_kind") != "pow2":
         return not_applicable(C5, f"scale mode {ops.scale_mode!r}: C5 applies to power-of-two block scales only")
     early = unusable_output(C5, name, ops, run)
     if early:

@@ -7,7 +7,11 @@ into every linear layer (C7 per scale mode). An FP8 (e4m3) kernel's sweep
 takes the faults that apply to it (F1-F5, F8-F10), the captured layers
 quantized to e4m3 in the activation scale modes per_token / per_tensor, the
 per-case checks C1-C6, C8, C12, and C11 once per (fault, coverage, seed) in a
-kernel cell; C7 and E1 (int8-engine checks) are not run. Results go into a
+kernel cell; C7 and E1 (int8-engine checks) are not run. A block-scaled kernel's
+sweep (``KernelSpec.is_block``, int8 or e4m3) takes the block faults
+(``faults.catalogue.faults_for(operands, "block")``), the captured layers block-quantized in the scale
+modes group / group_ue8m0, the block plan's per-case checks and C16 in the kernel
+cells, no model cells, scored against the newest ``operands: block`` matrix. Results go into a
 SQLite store as cells finish (resumable: re-running the same command skips
 finished cells), then the sweep is scored against the latest locked
 prediction matrix for the kernel's operand dtype and every matrix of that
@@ -36,6 +40,7 @@ from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import FP8
 from conformance.runtime.output_dirs import default_out, kernel_label
+from predictions.matrix import matrix_domain
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
 from reference.errors import Int8confError
 from reference.model.assets import default_model_dir
@@ -242,6 +247,13 @@ NO_MODEL_CELLS_E4M3 = (
 )
 
 
+#: Why a block-scaled kernel's sweep has no model cells (scorecard, README).
+NO_MODEL_CELLS_BLOCK = (
+    "not run for a block-scaled kernel: C7 replays the per-token x per-channel W8A8 int8 model forward and E1 "
+    "drives the detllm integer engine through an int8 int_mm entry; neither has block scales"
+)
+
+
 def _checkpoint_dirs(cs, scale_modes) -> tuple:
     """``((kind, dir), ...)`` of the int8 checkpoints the selected scale modes read
     (``own``, ``pow2-nearest``), each loaded and digest-checked here once
@@ -275,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.sweep.runner import SweepTask
     from conformance.sweep.store import DamagedStoreError, StoreError, SweepStore, damaged
     from faults import COVERAGES
-    from faults.catalogue import faults_for, get_fault, not_applicable
+    from faults.catalogue import faults_for, get_fault, kernel_kind, not_applicable
     from predictions.lock import matrix_chain
 
     validate_device(args.device)
@@ -288,26 +300,29 @@ def run(args: argparse.Namespace) -> int:
     why = threads_refusal(args.kernel, kernel, args.device, args.threads)
     if why:
         raise Int8confError(why)
-    operands = kernel.operands
+    operands, block = kernel.operands, kernel.is_block
+    domain = matrix_domain(kernel)  # operands, or "block": the matrices, scale modes and faults of the sweep
     fp8 = operands == FP8
-    faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands)])]
+    kind = kernel_kind(kernel)
+    faults = [get_fault(f).id for f in (args.faults or [f.id for f in faults_for(operands, kind)])]
     for f in faults:
-        why = not_applicable(f, operands)
+        why = not_applicable(f, operands, kind)
         if why:
-            raise Int8confError(f"--inject {f}: {get_fault(f).name} does not apply to {operands} kernels: {why}")
-    args.scale_modes = args.scale_modes or list(SCALE_MODES_FOR[operands])
-    if fp8:
-        args.no_model_checks = True  # NO_MODEL_CELLS_E4M3
+            what = f"block-scaled {operands}" if block else operands
+            raise Int8confError(f"--inject {f}: {get_fault(f).name} does not apply to {what} kernels: {why}")
+    args.scale_modes = args.scale_modes or list(SCALE_MODES_FOR[domain])
+    if fp8 or block:
+        args.no_model_checks = True  # NO_MODEL_CELLS_E4M3 / NO_MODEL_CELLS_BLOCK
     covs = args.coverages or list(COVERAGES)
     bad = [c for c in covs if c not in COVERAGES]
     if bad:
         raise Int8confError(f"--coverages {bad}: known {list(COVERAGES)}")
     seeds = [check_seed(s, "--seeds: seed") for s in args.seeds]
     # refuse a tampered matrix before spending any compute
-    chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions, operands))
-    chain = [m for m in chain if m.operands == operands]  # an e4m3 matrix amending an int8 one scores e4m3 only
+    chain = [] if args.no_score else matrix_chain(latest_matrix(args.predictions, domain))
+    chain = [m for m in chain if m.operands == domain]  # an e4m3 matrix amending an int8 one scores e4m3 only
     if not args.no_score and not chain:
-        raise Int8confError(f"--predictions {args.predictions}: that matrix predicts for other than {operands} kernels")
+        raise Int8confError(f"--predictions {args.predictions}: that matrix predicts for other than {domain} kernels")
 
     cs, model_dir = _resolve_captures(args, kernel)
     layers = _select_layers(cs.layer_names(), args.layers)
@@ -328,9 +343,9 @@ def run(args: argparse.Namespace) -> int:
         model_checks=not args.no_model_checks,
         checkpoint_dirs=_checkpoint_dirs(cs, args.scale_modes),
     )
-    cells = layer_cells(layers, faults, covs, args.scale_modes, seeds, operands)
+    cells = layer_cells(layers, faults, covs, args.scale_modes, seeds, domain)
     mcells = [] if args.no_model_checks else model_cells(faults, covs, seeds)
-    if fp8:  # C11: one probe per (fault, coverage, seed), not per layer
+    if fp8 or block:  # C11 / C16: one probe per (fault, coverage, seed), not per layer
         mcells = kernel_cells(faults, covs, seeds)
     kdir = kernel_label(kernel.name)
     if args.out is not None:
@@ -369,7 +384,9 @@ def run(args: argparse.Namespace) -> int:
     meta = _meta(
         args, spec, cells, mcells, layers, faults, covs, seeds, db, n_rows, runs, stored=(len(times) - n_model, n_model)
     )
-    if fp8:
+    if block:
+        meta.update(_block_meta(chain, operands))
+    elif fp8:
         meta.update(_fp8_meta(spec, chain))
     meta["worker_s"] = round(worker_s, 1)
     meta["timing_line"] += (
@@ -395,6 +412,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _block_meta(chain, operands: str) -> dict:
+    """The scorecard's meta of a block-scaled kernel's sweep: its domain, the check spans of its
+    matrices' totals, what replaced the model cells, the scale modes and the kernel cells."""
+    from conformance.sweep.scoring import check_span
+
+    m = chain[-1] if chain else None
+    return {
+        "operands": "block",
+        "kernel_operands": operands,
+        "kernel_cells_check": "C16",
+        "checks_core": check_span(m.core_checks) if m else "C1-C6",
+        "checks_all": check_span(m.checks) if m else "C1-C6 + C8, C12, C16",
+        "c7_line": NO_MODEL_CELLS_BLOCK,
+        "e1_line": NO_MODEL_CELLS_BLOCK,
+        "kernel_cells_line": (
+            "C16 block_accumulation once per fault x coverage x seed on its probe operands (M 16 and 128, "
+            "K = 8 K-blocks, N 16, float32 output, the kernel's first declared block size; the layer plays no "
+            "part), stored under both scale modes; the cell's ground truth is the fault's on the M = 16 probe"
+        ),
+        "scale_modes_line": (
+            "group / group_ue8m0: the captured bf16 activations quantized per token and group of block_k "
+            "(vLLM's per_token_group_quant), the parent model's weights in block_n x block_k blocks "
+            "(compressed-tensors BLOCK), real scales or both rounded up to powers of two (ue8m0; C5 applies)"
+        ),
+    }
+
+
 def _fp8_meta(spec, chain) -> dict:
     """The scorecard's meta of an e4m3 sweep: its dtype, the check spans of its matrices'
     totals, and what replaced the model cells."""
@@ -403,6 +447,7 @@ def _fp8_meta(spec, chain) -> dict:
     m = chain[-1]
     return {
         "operands": "e4m3",
+        "kernel_cells_check": "C11",
         "checks_core": check_span(m.core_checks),
         "checks_all": check_span(m.checks),
         "c7_line": NO_MODEL_CELLS_E4M3,
@@ -419,6 +464,13 @@ def _fp8_meta(spec, chain) -> dict:
     }
 
 
+def _kernel_cells_label(kernel) -> str:
+    """What the non-layer cells of ``kernel``'s sweep are: kernel cells (C16 block-scaled, C11 e4m3) or model cells."""
+    if kernel.is_block:
+        return "kernel cells (C16)"
+    return "kernel cells (C11)" if kernel.operands == FP8 else "model cells"
+
+
 def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs, seeds) -> list:
     """Compute and store the cells of ``tasks`` not yet in ``store``; returns
     the store's record of runs (``conformance.sweep.runlog``)."""
@@ -431,8 +483,7 @@ def _compute(args, store, db, kernel, tasks, cells, mcells, layers, faults, covs
             f"sweep {args.kernel}: {len(cells)} layer cells ({len(layers)} layers x "
             f"{len(faults)} faults x {len(covs)} coverages x {len(args.scale_modes)} scale "
             f"modes x {len(seeds)} seeds) + {len(mcells)} "
-            f"{'kernel cells (C11)' if kernel.operands == 'e4m3' else 'model cells'} -> {db}"
-            + (f" ({before} cells already stored)" if before else "")
+            f"{_kernel_cells_label(kernel)} -> {db}" + (f" ({before} cells already stored)" if before else "")
         )
     workers, gpus = args.workers, ()
     if args.threads > 1:

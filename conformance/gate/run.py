@@ -25,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES, SERVING_CHECKS
+from conformance.suite.plan import AZP_CHECKS, BLOCK_CHECKS, DEFAULT_EXAMPLES, SERVING_CHECKS
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -250,6 +250,17 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, kernel: dict, device: Option
     d = C.output_delta(cand.output, ref)
     d["via"] = "baseline output reproduced by the reference of its declared contract"
     return d
+
+
+#: the kernel-level checks of a block-scaled (C16) or asymmetric (C17) kernel's plan, decided like C13-C15
+KERNEL_CHECKS = tuple(cid for cid, _, _ in BLOCK_CHECKS + AZP_CHECKS)
+
+
+def kernel_checks(spec) -> tuple:
+    """The ids of :data:`KERNEL_CHECKS` that ``spec``'s plan runs (``suite.plan``: C16 block, C17 zero-point): the
+    zero-point plan has no fixed case, so C17 is its whole verdict."""
+    block = tuple(cid for cid, _, _ in BLOCK_CHECKS) if getattr(spec, "is_block", False) else ()
+    return block + (tuple(cid for cid, _, _ in AZP_CHECKS) if getattr(spec, "is_azp", False) else ())
 
 
 def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = (), serving: list = ()) -> dict:
@@ -501,7 +512,7 @@ class GateSession:
         order = {row["case"]: i for i, row in enumerate(self.rows)}
         decisions = sorted(decisions, key=lambda d: order.get(d.item, len(order)))
         model = list(model)
-        serving = sorted(serving, key=lambda d: list(SERVING_CHECKS).index(d.item))
+        serving = sorted(serving, key=lambda d: [*SERVING_CHECKS, *KERNEL_CHECKS].index(d.item))
         env = environment([d.manifest for d in decisions if getattr(d, "manifest", None)])
         doc, policy, notes = self.doc, self.policy, []
         if doc is not None:
@@ -565,6 +576,10 @@ def run_gate(
             raise_if_requested()
             decisions.append(s.run_case(i))
         for cid in SERVING_CHECKS if s.opts.serving_checks else ():  # the suite's order: C13-C15 before C7 / E1
+            stage = cid
+            raise_if_requested()
+            serving.append(s.run_serving(cid))
+        for cid in kernel_checks(s.cand_spec):  # a block / zero-point kernel's own check, decided as C13-C15 are
             stage = cid
             raise_if_requested()
             serving.append(s.run_serving(cid))

@@ -406,7 +406,7 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
 #: block-scaled cases (``conformance.cases.block``) and what their signature says
 BLOCK_CASE_PREFIX = "block/"
 BLOCK_SIGNATURE_LINE = (
-    "block-scaled cases: the fault catalogue (F1-F10) models per-token x per-channel kernels; no class is matched "
+    "block-scaled cases: the failure signatures rank the per-token x per-channel classes (F1-F10); no class is matched "
     "(C8 names the first differing element and, where one fits, the field form the kernel's bits are)"
 )
 

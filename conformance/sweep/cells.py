@@ -1,7 +1,8 @@
 """The cells of a sweep and its identity (DESIGN.md section 7). A layer cell is (layer
 capture, injection, scale mode); a model cell (``layer ==`` :data:`MODEL_LAYER`, scale mode
-``both``) runs C7 per scale mode and E1 once; a kernel cell of an e4m3 sweep (``layer ==``
-:data:`KERNEL_LAYER`, scale mode ``both``) runs C11, whose probe operands are no layer's, once.
+``both``) runs C7 per scale mode and E1 once; a kernel cell of an e4m3 or a block sweep (``layer ==``
+:data:`KERNEL_LAYER`, scale mode ``both``) runs C11 (C16 for a block-scaled kernel), whose probe operands are no
+layer's, once.
 A cell carries its :class:`faults.Injection`; the store holds the strings of :attr:`Cell.key`,
 read back by :meth:`Cell.from_key`.
 """
@@ -12,15 +13,16 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from faults.spec import Injection, make_injection
-from predictions.matrix import CAPTURE_SCALE_MODES
+from predictions.matrix import DOMAINS
 from reference.errors import Int8confError
 
 #: ``layer`` of a model-level cell.
 MODEL_LAYER = "*model*"
-#: ``layer`` of a kernel-level cell (C11 on its probe operands; e4m3 kernels).
+#: ``layer`` of a kernel-level cell (C11 / C16 on its probe operands; e4m3 and block-scaled kernels).
 KERNEL_LAYER = "*kernel*"
-#: Scale modes of the layer cells per kernel operand dtype (e4m3: the activation scale, DESIGN.md 3b).
-SCALE_MODES_FOR = {"int8": CAPTURE_SCALE_MODES, "e4m3": ("per_token", "per_tensor")}
+#: Scale modes of the layer cells per matrix domain (``predictions.matrix.matrix_domain``: the kernel's operand
+#: dtype, e4m3 the activation scale, DESIGN.md 3b; ``block`` the block scale modes of a block-scaled kernel).
+SCALE_MODES_FOR = {domain: d.scale_modes for domain, d in DOMAINS.items()}
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ def layer_cells(
     operands: str = "int8",
 ) -> list[Cell]:
     """Every layer cell, in a fixed order (layer, scale mode, fault, coverage, seed), for a
-    kernel of ``operands``. Raises Int8confError: an empty axis or an unknown scale mode,
-    fault or coverage."""
+    kernel of matrix domain ``operands`` (:data:`SCALE_MODES_FOR`). Raises Int8confError: an
+    empty axis or an unknown scale mode, fault or coverage."""
     names = ("layers", "faults", "coverages", "scale modes", "seeds")
     for name, axis in zip(names, (layers, faults, coverages, scale_modes, seeds)):
         if not axis:

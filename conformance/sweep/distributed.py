@@ -120,7 +120,7 @@ def warm_up_sweep(tasks: Sequence[SweepTask], workers: int, executor=None, say=l
     launch (``runner.layer_layouts``) once, before any cell runs, in ``executor`` (the sweep's process pool of
     ``workers`` processes) by ``conformance.suite.warmup.warm_up_layouts``, so that no two workers compile the same
     variant. Returns its record, or ``{"skipped": reason}`` where nothing is compiled ahead (a kernel not on CUDA,
-    none declared, an e4m3 kernel, no layer cell). Never raises."""
+    none declared, an e4m3 or block-scaled kernel, no layer cell). Never raises."""
     layer = [t for t in tasks if not (t.cell.is_model or t.cell.is_kernel)]
     if not layer:
         return {"skipped": "no layer cell to run"}
@@ -130,8 +130,9 @@ def warm_up_sweep(tasks: Sequence[SweepTask], workers: int, executor=None, say=l
         return {"skipped": f"kernel {kernel.name!r} does not run on CUDA here: nothing is compiled ahead"}
     if not kernel.warm_up:
         return {"skipped": f"kernel {kernel.name!r} declares no warm_up (no per-layout compiles)"}
-    if kernel.operands != "int8":
-        return {"skipped": "e4m3 layer cells: their quantized operands' layouts are not planned ahead"}
+    if kernel.operands != "int8" or kernel.is_block:
+        what = "block-scaled" if kernel.is_block else "e4m3"
+        return {"skipped": f"{what} layer cells: their quantized operands' layouts are not planned ahead"}
     try:
         layouts = layer_layouts(layer)
     except Exception as e:  # noqa: BLE001 -- an optimisation: the cells report what they must themselves

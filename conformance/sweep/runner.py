@@ -1,9 +1,11 @@
 """What a worker computes for one cell (:mod:`conformance.sweep.cells`). Layer cell: the
 injected kernel on the prepared capture operands (an e4m3 kernel: the captured layer
-quantized to e4m3 in the cell's activation scale mode), every per-case check (C1-C6, C8;
-C12 for e4m3), the ground truth and, where C8 fails, the error direction against the
-declared contract. Model cell: C7 per scale mode and E1 once, with the fault in every linear
-layer. Kernel cell (e4m3): C11 on its probe operands, with the fault's ground truth there.
+quantized to e4m3 in the cell's activation scale mode; a block-scaled kernel: the layer
+block-quantized, ``iter_layer_operands_block``, at its first declared block size), every
+per-case check of its plan (C1-C6, C8; C12 for e4m3), the ground truth and, where C8 fails,
+the error direction against the declared contract (block accumulation). Model cell: C7 per
+scale mode and E1 once, with the fault in every linear layer. Kernel cell (e4m3 / block):
+C11 / C16 on its probe operands, with the fault's ground truth there.
 Everything travels as plain data (:class:`SweepTask`); caches are per process.
 """
 
@@ -22,9 +24,12 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError, safe_open
 
+from conformance.checks.block_accumulation import check_block_accumulation
+from conformance.checks.block_accumulation import probe_case as block_probe_case
+from conformance.checks.block_output import block_reference
 from conformance.checks.engine_hash import check_engine_hash
 from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
-from conformance.checks.output_bits import case_epilogue, declared_output
+from conformance.checks.output_bits import case_epilogue, declared_output, run_device
 from conformance.checks.result import SWEEP_KEPT_EVIDENCE, Verdict, not_applicable
 from conformance.checks.token_flip import check_token_flip
 from conformance.kernels.registry import get_kernel
@@ -40,10 +45,17 @@ from faults.mask import case_key, prefetch_element_masks
 from faults.precondition import extended_widths
 from faults.spec import PRECONDITION_FAULTS
 from faults.truth import ask_ground_truth
+from predictions.matrix import matrix_domain
 from reference import memo, readback
 from reference.bits import bits_of
 from reference.errors import first_line
-from reference.model.capture import CaptureError, iter_layer_operands, iter_layer_operands_fp8, load_capture_set
+from reference.model.capture import (
+    CaptureError,
+    iter_layer_operands,
+    iter_layer_operands_block,
+    iter_layer_operands_fp8,
+    load_capture_set,
+)
 from reference.model.checkpoint import INDEX_FILE, SINGLE_FILE
 from reference.operands import GemmOperands, copy_keep_layout, tensor_digest
 
@@ -131,11 +143,29 @@ def _fp8_layer_ops(capture_dir: str, model_dir: str, activations: str) -> dict:
     return {o.name: o for o in iter_layer_operands_fp8(cs, activations)}
 
 
+@functools.lru_cache(maxsize=2)
+def _block_layer_ops(capture_dir: str, model_dir: str, operands: str, scales: str, block: tuple) -> dict:
+    """Every layer's block-scaled GemmOperands (``iter_layer_operands_block``, once per process,
+    operand dtype, block scale mode and block size), by layer name."""
+    cs = _capture_set(capture_dir, model_dir)
+    return {o.name: o for o in iter_layer_operands_block(cs, operands, scales, block)}
+
+
 def capture_ops(spec: SweepSpec, layer: str, scale_mode: str):
     """A fresh copy (``copy_keep_layout``: same layout, bits and known digests) of the
     capture operands of ``layer`` in ``scale_mode`` (``per_token`` / ``per_tensor``: quantized
-    to e4m3 with that activation scale)."""
-    if scale_mode in SCALE_MODES_FOR["e4m3"]:
+    to e4m3 with that activation scale; ``group`` / ``group_ue8m0``: block-quantized in the
+    kernel's operand dtype at its first declared block size)."""
+    if scale_mode in SCALE_MODES_FOR["block"]:
+        kernel = kernel_spec(spec.kernel)
+        if kernel.block is None:
+            raise CaptureError(
+                f"scale mode {scale_mode!r} is a block scale mode; kernel {kernel.name!r} is not block-scaled"
+            )
+        o = _block_layer_ops(spec.capture_dir, spec.model_dir, kernel.operands, scale_mode, kernel.block.sizes[0])[
+            layer
+        ]
+    elif scale_mode in SCALE_MODES_FOR["e4m3"]:
         o = _fp8_layer_ops(spec.capture_dir, spec.model_dir, scale_mode)[layer]
     else:
         o = _layer_ops_direct(spec, scale_mode, layer) if spec.checkpoint_dirs else None
@@ -253,16 +283,25 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     frun = case.run
     # the error direction is asked now when C8 may fail, so it comes back with round two
     if frun.output is not None and case.output_differs():
-        ask_direction_counts(frun.output, declared_output(ops, case_epilogue(kernel, ops, frun)))
+        ask_direction_counts(frun.output, _declared(kernel, ops, frun))
     res = case.result(source="sweep", coverage=False, output_digest=False, explain=False)
     gt = gt_asked.get().to_dict()
     if res.checks["C8"].verdict == Verdict.FAIL and frun.output is not None:
-        gt["direction_vs_declared"] = direction_counts(
-            frun.output, declared_output(ops, case_epilogue(kernel, ops, frun))
-        )
+        gt["direction_vs_declared"] = direction_counts(frun.output, _declared(kernel, ops, frun))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
     return CellRows(c, rows, _jsonable(gt), digest, time.perf_counter() - t0, worker_id())
+
+
+def _declared(kernel, ops: GemmOperands, run) -> torch.Tensor:
+    """The declared output of ``ops`` (memoized in the open scope): the block reference of a block-scaled case
+    (``checks.block_output.block_reference``, on the device ``run`` ran), else the declared epilogue on the exact
+    accumulator."""
+    if ops.block_size is None or kernel.block is None:
+        return declared_output(ops, case_epilogue(kernel, ops, run))
+    kind = ("block_declared", kernel.block.label(), tuple(ops.block_size), str(ops.out_dtype), str(run_device(run)))
+    tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
+    return memo.cached(kind, tensors, lambda: block_reference(kernel, ops, run))
 
 
 def run_layer_batch(tasks) -> list:
@@ -374,25 +413,40 @@ def probe_case() -> GemmOperands:
     return GemmOperands(a, b, one, one.clone(), None, torch.float32, "c11-probe", "probe", {"source": "probe"})
 
 
+#: Evidence of a C16 row the store keeps (not the per-row candidate tables).
+C16_KEPT = ("declared", "measured", "block_size", "probe_k", "probe_n")
+
+
 def run_kernel_cell(task: SweepTask) -> CellRows:
-    """Evaluate one kernel cell of an e4m3 sweep: C11 on the injected kernel, stored under
-    each e4m3 scale mode (the probe has none), and the fault's ground truth on the probe."""
+    """Evaluate one kernel cell: C11 on the injected kernel for an e4m3 kernel, C16 (the block
+    accumulation probe, ``checks.block_accumulation``) for a block-scaled one, stored under each
+    scale mode of the kernel's matrix domain (the probe has none), and the fault's ground truth on
+    the probe (C16's: its M = 16 call at the kernel's first declared block size)."""
     t0 = time.perf_counter()
     c, spec = task.cell, task.spec
-    faulty = inject_injection(kernel_spec(spec.kernel), c.injection)
+    kernel = kernel_spec(spec.kernel)
+    block = kernel.block
+    cid, check, kept = (
+        ("C16", check_block_accumulation, C16_KEPT) if block else ("C11", check_fp8_accumulator, C11_KEPT)
+    )
+    faulty = inject_injection(kernel, c.injection)
     with memo.scope():
         try:
-            r = check_fp8_accumulator(faulty, device=task.device)
+            r = check(faulty, device=task.device)
         except Exception as e:  # noqa: BLE001 -- a harness error is a row, not a crash
-            r = check_error("C11", e)
-        r.evidence = {k: v for k, v in (r.evidence or {}).items() if k in C11_KEPT + ("failure_kind", "check_error")}
-        gt = ask_ground_truth(faulty, probe_case(), device=task.device).get().to_dict()
+            r = check_error(cid, e)
+        r.evidence = {k: v for k, v in (r.evidence or {}).items() if k in kept + ("failure_kind", "check_error")}
+        probe = block_probe_case(kernel.operands, block.sizes[0]) if block else probe_case()
+        try:
+            gt = ask_ground_truth(faulty, probe, device=task.device).get().to_dict()
+        except Exception as e:  # noqa: BLE001 -- no ground truth on the probe: said in the cell, the row stays
+            gt = {"error": f"{type(e).__name__}: {first_line(e, None)}"}
     rows = []
-    for mode in SCALE_MODES_FOR["e4m3"]:
+    for mode in SCALE_MODES_FOR[matrix_domain(kernel)]:
         row = row_of(mode, r, keep_all=True)
         row["evidence"]["shared_across_scale_modes"] = True
         rows.append(row)
-    gt.update(kernel_level=True, case="C11 probe operands")
+    gt.update(kernel_level=True, case=f"{cid} probe operands")
     return CellRows(c, rows, _jsonable(gt), "", time.perf_counter() - t0, worker_id())
 
 

@@ -137,11 +137,13 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
     tags = list(sc["matrices"])
     out = [f"# Fault-injection sweep scorecard: kernel `{m['kernel']}`", ""]
     out += [f"Produced by `{m.get('command', 'int8conf sweep')}`.", ""]
-    fp8 = m.get("operands") == FP8
+    # a sweep with kernel cells (C11: e4m3, C16: block-scaled) and no model cells
+    kc = m.get("kernel_cells_check", "C11" if m.get("operands") == FP8 else None)
+    fp8 = kc is not None
     asked = (
         f"{m['layer_cells']} layer cells ({m['layers']} layers x {m['faults']} faults x "
         f"{m['coverages']} coverages x {m['scale_modes']} scale modes x {m['seeds']} seeds) + "
-        f"{m['model_cells']} {'kernel cells (C11)' if fp8 else 'model cells (C7, E1)'}"
+        f"{m['model_cells']} {f'kernel cells ({kc})' if fp8 else 'model cells (C7, E1)'}"
     )
     stored = (m.get("stored_layer_cells"), m.get("stored_model_cells"))
     if None in stored or stored == (m["layer_cells"], m["model_cells"]):
@@ -214,7 +216,10 @@ def markdown(sc: dict, max_mismatches: int = 60) -> str:
         ]
     out += ["## Fault x check", ""]
     na = (
-        "n/a cells (C3 and C5 for e4m3 operands and real scales; C5 / C6 / C8 where the declared "
+        "n/a cells (C3, C4, C6, C12 for block-scaled kernels: C8 judges the declared block accumulation bit "
+        "for bit; C5 under real group scales) are not scored; C16 rows come from the kernel cells"
+        if kc == "C16"
+        else "n/a cells (C3 and C5 for e4m3 operands and real scales; C5 / C6 / C8 where the declared "
         "accumulator is not provably exact) are not scored; C11 rows come from the kernel cells"
         if fp8
         else "n/a cells (C5 under own scales, C6 under pow2) are not scored"

@@ -15,7 +15,7 @@ from conformance.checks.result import Verdict
 from conformance.suite.signatures import features_of_cell, match_signatures
 from faults.catalogue import FAULTS, get_fault
 
-CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12")
+CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12", "C16")
 CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 _OBS = {Verdict.FAIL: "fire", Verdict.PASS: "silent", Verdict.NOT_APPLICABLE: "n/a"}
 

@@ -53,6 +53,16 @@ def accumulate_block(acc: torch.Tensor, p: torch.Tensor, sa, sw, form: BlockAccu
     return fma_fp32(p, _operand(form.fma, sa, sw), acc) if form.fma else acc + p
 
 
+def k_block_chunks(kb: int, split_k: int, interleaved: bool = False) -> list[list[int]]:
+    """The K-block indices of each of ``split_k`` chunks of ``kb`` K-blocks: contiguous, a split-K grid's cdiv (split
+    s takes K-blocks ``[s * per, (s + 1) * per)`` with ``per = ceil(kb / split_k)``, the last ones shorter or empty),
+    or ``interleaved`` (split s takes K-blocks s, s + split_k, ...)."""
+    if interleaved:
+        return [list(range(s, kb, split_k)) for s in range(split_k)]
+    per = -(-kb // split_k)
+    return [list(range(kb))[s * per : (s + 1) * per] for s in range(split_k)]
+
+
 def block_accumulate(a, b, scale_a, scale_b, block_size, accumulation, accumulator=None) -> torch.Tensor:
     """float32 [M, N]: the declared block accumulation over every K-block (``order split_k=S``: S contiguous chunks
     of ``ceil(KB / S)`` K-blocks, the last ones shorter or empty; ``interleaved``: split s takes K-blocks s, s+S, ...;
@@ -63,16 +73,12 @@ def block_accumulate(a, b, scale_a, scale_b, block_size, accumulation, accumulat
     m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[0])
     kb = -(-k // bk)
     rows = torch.arange(n, device=a.device) // bn
-    per = -(-kb // form.split_k)  # a split-K grid's cdiv: split s takes K-blocks [s * per, (s + 1) * per)
-    if form.interleaved:
-        chunks = [torch.arange(kb)[s :: form.split_k] for s in range(form.split_k)]
-    else:
-        chunks = [torch.arange(kb)[s * per : (s + 1) * per] for s in range(form.split_k)]
+    chunks = k_block_chunks(kb, form.split_k, form.interleaved)
     total = torch.zeros((m, n), dtype=torch.float32, device=a.device)
     with ieee_subnormals(a):
         for chunk in chunks:
             acc = torch.zeros((m, n), dtype=torch.float32, device=a.device)
-            for j in chunk.tolist():
+            for j in chunk:
                 lo, hi = j * bk, min(k, (j + 1) * bk)
                 p = block_partial(a[:, lo:hi], b[:, lo:hi], accumulator)
                 sa = scale_a[:, j].to(a.device).reshape(m, 1)

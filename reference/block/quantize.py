@@ -18,7 +18,10 @@ Weights, compressed-tensors 0.20.1's BLOCK strategy (``FP8_BLOCK``, quant_scheme
 blocks (helpers.py:416-444), per block ``lo = min(amin, 0)``, ``hi = max(amax, 0)`` in the weight dtype
 (helpers.py:72-73), ``scale = max(|lo|, |hi|) / (bit_range / 2)`` (helpers.py:82-88: 127.5 | 448, a division in the
 weight dtype), a zero scale -> ``finfo(w.dtype).eps`` (helpers.py:117-128), ``q = cast(clamp(w / scale + 0))`` with
-RNE (forward_helpers.py:536-541, quant_args.py:501-512). The scale is returned widened exactly to float32."""
+RNE (forward_helpers.py:536-541, quant_args.py:501-512). The scale is returned widened exactly to float32.
+``use_ue8m0``: that scale widened to float32 and rounded up to a power of two (:func:`ceil_to_ue8m0`, as DeepGEMM's
+ue8m0 path requires of both operands), then ``q = cast(clamp(w / scale))`` in float32 from the float weight (one
+quantization; the field's ``requant_weight_ue8m0`` instead requantizes an already quantized weight)."""
 
 from __future__ import annotations
 
@@ -120,12 +123,17 @@ def quantize_activation_per_token_group(
 
 
 def quantize_weight_blocks(
-    w: torch.Tensor, block: tuple[int, int] = (128, 128), dtype: str = "int8", division: str = "weight_dtype"
+    w: torch.Tensor,
+    block: tuple[int, int] = (128, 128),
+    dtype: str = "int8",
+    division: str = "weight_dtype",
+    use_ue8m0: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q [N, K] int8 | float8_e4m3fn, scale float32 [ceil(N / bn), ceil(K / bk)])`` of a finite [N, K]
     bf16/fp16/fp32 weight in ``block = (bn, bk)`` blocks, as compressed-tensors' block strategy (module docstring);
     partial edge blocks are zero-padded. ``division``: as :func:`reference.quantize.quantize_weight_per_channel`
-    (``"float32"``: the library's Triton path on CUDA). OperandError: bad w, block, dtype or division."""
+    (``"float32"``: the library's Triton path on CUDA); ``use_ue8m0``: power-of-two block scales (module docstring).
+    OperandError: bad w, block, dtype or division."""
     check_float_matrix(w, "w", "N,K")
     if not isinstance(block, (tuple, list)) or len(block) != 2:
         raise OperandError(f"block must be a (block_n, block_k) pair, got {block!r}")
@@ -143,6 +151,8 @@ def quantize_weight_blocks(
     half_range = (torch.tensor(_QMAX[dtype]) - torch.tensor(_QMIN[dtype])).to(w.dtype) / 2  # 127.5 | 448
     scale = torch.maximum(lo.abs(), hi.abs()) / half_range
     scale = torch.where(scale == 0, torch.tensor(torch.finfo(w.dtype).eps, dtype=w.dtype), scale)
+    if use_ue8m0:
+        scale, division = ceil_to_ue8m0(scale.to(torch.float32)), "float32"
     full = scale.repeat_interleave(bn, dim=0).repeat_interleave(bk, dim=1)
     scaled = wp / full if division == "weight_dtype" else wp.float() / full.float()
     scaled = scaled + torch.zeros((), dtype=scaled.dtype)  # the +0 zero point: -0.0 -> +0.0

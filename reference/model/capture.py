@@ -36,7 +36,9 @@ import torch
 
 from reference import memo
 from reference.accumulate import FP32_EXACT_INT
-from reference.errors import CaptureError, CheckpointError, first_line
+from reference.block.contract import check_block_size
+from reference.block.quantize import quantize_activation_per_token_group, quantize_weight_blocks
+from reference.errors import CaptureError, CheckpointError, ContractError, first_line
 from reference.fileio import read_json_object
 from reference.fp8.quantize import (
     quantize_activation_fp8_per_tensor,
@@ -280,19 +282,9 @@ def iter_layer_operands(cs: CaptureSet, scale_mode: str = "own", rule: str = "ne
         yield GemmOperands(t["a"], b, t["scale_a"], sb, bias, torch.bfloat16, name, scale_mode, meta)
 
 
-#: FP8 activation scale modes of :func:`iter_layer_operands_fp8` -> the ``scale_mode`` of their cases.
-FP8_ACTIVATION_MODES = {"per_token": "fp8-token", "per_tensor": "fp8-tensor"}
-
-
-def iter_layer_operands_fp8(cs: CaptureSet, activations: str = "per_token") -> Iterator["GemmOperands"]:
-    """Per-layer FP8 :class:`GemmOperands` in forward order: the captured ``x`` bf16 [M, K] quantized to e4m3 per
-    token (vLLM dynamic, ``scale_a`` fp32 [M]) or per tensor (``activations="per_tensor"``, ``scale_a`` fp32 [1]),
-    the parent model's float weight [N, K] quantized to e4m3 per channel (compressed-tensors static; ``scale_b`` its
-    bf16 scale widened exactly to fp32 [N]), the parent's bias (bf16) if any, bf16 out; ``scale_mode``
-    :data:`FP8_ACTIVATION_MODES`; ``meta`` {block, proj, M, K, N, operands, activations, weights, model_digest,
-    capture_dir, source}. CaptureError: bad mode, a capture without ``x``, no parent model or another one."""
-    if activations not in FP8_ACTIVATION_MODES:
-        raise CaptureError(f"activations={activations!r} is not one of {tuple(FP8_ACTIVATION_MODES)}")
+def _parent_state(cs: CaptureSet) -> dict:
+    """The float state dict of ``cs``'s parent model, checked against the captured model digest; CaptureError: no
+    parent model, an unreadable one or another one."""
     if cs.model_dir is None:
         raise CaptureError(
             f"{cs.dir / MANIFEST}: parent model {cs.manifest['model'].get('dir')!r} not found; "
@@ -307,13 +299,36 @@ def iter_layer_operands_fp8(cs: CaptureSet, activations: str = "per_token") -> I
             f"{cs.dir / MANIFEST}: capture is from model {cs.model_digest[:12]}, "
             f"but {cs.model_dir} has digest {digest[:12]} (a different model)"
         )
+    return state
+
+
+def _raw_x(cs: CaptureSet, name: str) -> tuple[dict, torch.Tensor]:
+    """(manifest entry, raw bf16 ``x`` [M, K]) of layer ``name``; CaptureError when the capture stores no ``x``."""
+    entry = cs.manifest["layers"][name]
+    t = cs.load_layer(name)
+    if "x" not in t:
+        raise CaptureError(f"{cs.dir / entry['file']}: layer {name} stores no raw x (capture with store_raw)")
+    return entry, t["x"]
+
+
+#: FP8 activation scale modes of :func:`iter_layer_operands_fp8` -> the ``scale_mode`` of their cases.
+FP8_ACTIVATION_MODES = {"per_token": "fp8-token", "per_tensor": "fp8-tensor"}
+
+
+def iter_layer_operands_fp8(cs: CaptureSet, activations: str = "per_token") -> Iterator["GemmOperands"]:
+    """Per-layer FP8 :class:`GemmOperands` in forward order: the captured ``x`` bf16 [M, K] quantized to e4m3 per
+    token (vLLM dynamic, ``scale_a`` fp32 [M]) or per tensor (``activations="per_tensor"``, ``scale_a`` fp32 [1]),
+    the parent model's float weight [N, K] quantized to e4m3 per channel (compressed-tensors static; ``scale_b`` its
+    bf16 scale widened exactly to fp32 [N]), the parent's bias (bf16) if any, bf16 out; ``scale_mode``
+    :data:`FP8_ACTIVATION_MODES`; ``meta`` {block, proj, M, K, N, operands, activations, weights, model_digest,
+    capture_dir, source}. CaptureError: bad mode, a capture without ``x``, no parent model or another one."""
+    if activations not in FP8_ACTIVATION_MODES:
+        raise CaptureError(f"activations={activations!r} is not one of {tuple(FP8_ACTIVATION_MODES)}")
+    state = _parent_state(cs)
     quantize_x = quantize_activation_fp8_per_token if activations == "per_token" else quantize_activation_fp8_per_tensor
     for name in cs.layer_names():
-        entry = cs.manifest["layers"][name]
-        t = cs.load_layer(name)
-        if "x" not in t:
-            raise CaptureError(f"{cs.dir / entry['file']}: layer {name} stores no raw x (capture with store_raw)")
-        a, sa = quantize_x(t["x"])
+        entry, x = _raw_x(cs, name)
+        a, sa = quantize_x(x)
         b, sb = quantize_weight_fp8_per_channel(state[f"{name}.weight"])
         bias = state.get(f"{name}.bias")
         bias = None if bias is None else bias.to(torch.bfloat16)
@@ -322,6 +337,57 @@ def iter_layer_operands_fp8(cs: CaptureSet, activations: str = "per_token") -> I
         meta.update(model_digest=cs.model_digest, capture_dir=str(cs.dir), source="capture")
         sb32 = sb.to(torch.float32).reshape(-1).contiguous()
         yield GemmOperands(a, b, sa, sb32, bias, torch.bfloat16, name, FP8_ACTIVATION_MODES[activations], meta)
+
+
+#: Block scale modes of :func:`iter_layer_operands_block` (also the ``scale_mode`` of their cases) -> ``use_ue8m0``:
+#: ``group`` the quantizers' real scales, ``group_ue8m0`` both scales rounded up to powers of two (C5 applies).
+BLOCK_SCALE_MODES = {"group": False, "group_ue8m0": True}
+#: ``operands`` of :func:`iter_layer_operands_block`: the quantizers' ``dtype``.
+BLOCK_OPERANDS = ("int8", "e4m3")
+
+
+def iter_layer_operands_block(
+    cs: CaptureSet, operands: str = "int8", scales: str = "group", block: tuple = (128, 128)
+) -> Iterator["GemmOperands"]:
+    """Per-layer block-scaled :class:`GemmOperands` (``block_size=block`` = (bn, bk)) in forward order: the captured
+    ``x`` bf16 [M, K] quantized per token and group of bk (``reference.block.quantize``, rule ``kernel``: vLLM's CUDA
+    ``per_token_group_quant``; ``scale_a`` fp32 [M, ceil(K/bk)]), the parent model's float weight [N, K] in bn x bk
+    blocks (compressed-tensors BLOCK; ``scale_b`` fp32 [ceil(N/bn), ceil(K/bk)]), ``operands`` int8 | e4m3, scales
+    :data:`BLOCK_SCALE_MODES` (``group_ue8m0``: ``use_ue8m0`` on both), the parent's bias (bf16) if any, bf16 out.
+    ``meta``: the FP8 iterator's keys, ``decoder_block`` the layer's decoder block, ``block`` the block-case attributes
+    of ``conformance.cases.block`` (size, k multiple | tail r, ...), ``scale_kind`` real | pow2. CaptureError: bad
+    operands / scales / block (no fallback to per-token scales), a capture without ``x``, no or another parent."""
+    if operands not in BLOCK_OPERANDS:
+        raise CaptureError(f"operands={operands!r} is not one of {BLOCK_OPERANDS}")
+    if scales not in BLOCK_SCALE_MODES:
+        raise CaptureError(f"scales={scales!r} is not one of {tuple(BLOCK_SCALE_MODES)}")
+    try:
+        bn, bk = check_block_size(block)
+    except ContractError as exc:
+        raise CaptureError(str(exc)) from None
+    ue8m0 = BLOCK_SCALE_MODES[scales]
+    state = _parent_state(cs)
+    for name in cs.layer_names():
+        entry, x = _raw_x(cs, name)
+        a, sa = quantize_activation_per_token_group(x, bk, operands, rule="kernel", use_ue8m0=ue8m0)
+        b, sb = quantize_weight_blocks(state[f"{name}.weight"], (bn, bk), operands, use_ue8m0=ue8m0)
+        bias = state.get(f"{name}.bias")
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        m, k, n = entry["M"], entry["K"], entry["N"]
+        meta = {key: entry[key] for key in ("proj", "M", "K", "N")}
+        meta.update(decoder_block=entry["block"], operands=operands, activations=f"per_token_group {bk} (vLLM kernel)")
+        meta.update(weights=f"{bn}x{bk} blocks (compressed-tensors BLOCK)", scale_kind="pow2" if ue8m0 else "real")
+        meta.update(model_digest=cs.model_digest, capture_dir=str(cs.dir), source="capture")
+        meta["block"] = {
+            "size": f"{bn}x{bk}",
+            "m": "decode" if m < 128 else "prefill",
+            "k": "multiple" if k % bk == 0 else f"tail {k % bk}",
+            "n": "partial" if n % bn else "multiple",
+            "magnitude": "ue8m0" if ue8m0 else "real",
+            "layout": "row-major",
+            "values": "capture",
+        }
+        yield GemmOperands(a, b, sa, sb, bias, torch.bfloat16, name, scales, meta, (bn, bk))
 
 
 Hook = Callable[[str, torch.Tensor], None]
