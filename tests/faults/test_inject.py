@@ -130,7 +130,7 @@ def test_every_catalogue_fault_injects_and_names_are_canonical():
 @pytest.mark.parametrize(
     "bad,msg",
     [
-        ("F11", "unknown fault"),
+        ("F16", "unknown fault"),
         ("F10.d23", "unknown F10 variant"),
         ("F10.stale", "unknown F10 variant"),
         ("F4:5%", "unknown coverage"),
