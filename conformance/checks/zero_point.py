@@ -114,7 +114,7 @@ def check_zero_point(spec, device: Optional[str] = None) -> CheckResult:
     reference or the kernel raised / broke the interface there; ``pass`` when at least one case ran and none did;
     ``n/a`` for a kernel declaring no zero point, or when nothing could run here. Evidence: ``cases`` (one row per
     case run), ``not_run`` (case, reason), ``stale`` (one per declared form), ``n_failed``."""
-    if getattr(spec, "azp", None) is None:
+    if not spec.is_azp:
         why = "the kernel declares no asymmetric activations (azp=)"
         return CheckResult(CHECK_ID, NAME, Verdict.NOT_APPLICABLE, why, {"reason": why})
     rows: list[dict] = []

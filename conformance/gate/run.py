@@ -25,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES, SERVING_CHECKS
+from conformance.suite.plan import DEFAULT_EXAMPLES, SERVING_CHECKS, plan_kind
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -337,11 +337,11 @@ class GateSession:
             opts.include_tile_edges,
             DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
             opts.model_checks,
-            getattr(self.cand_spec, "operands", "int8"),
+            self.cand_spec.operands,
             opts.max_capture_layers,
             explicit_cases=explicit,
             serving_checks=opts.serving_checks,
-            block=getattr(self.cand_spec, "is_block", False),
+            kind=plan_kind(self.cand_spec),
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)
