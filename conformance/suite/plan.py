@@ -44,6 +44,7 @@ from conformance.cases import (
 )
 from conformance.cases.block import block_family_cases
 from conformance.cases.cache import cached_cases
+from conformance.cases.captures import require_capture_dir
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.cases.reach import attach_reach
@@ -360,7 +361,9 @@ def mark_ownership_probes(cases: list) -> list:
 
 
 def load_captures(capture_dir, model_dir=None):
-    """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line)."""
+    """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line; a directory that is
+    not there says so: ``cases.captures.require_capture_dir``)."""
+    require_capture_dir(capture_dir)
     return model_capture.load_capture_set(capture_dir, model_dir=model_dir)
 
 
