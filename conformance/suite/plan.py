@@ -44,7 +44,6 @@ from conformance.cases import (
 )
 from conformance.cases.block import block_family_cases
 from conformance.cases.cache import cached_cases
-from conformance.cases.captures import require_capture_dir
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.cases.reach import attach_reach
@@ -361,9 +360,7 @@ def mark_ownership_probes(cases: list) -> list:
 
 
 def load_captures(capture_dir, model_dir=None):
-    """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line; a directory that is
-    not there says so: ``cases.captures.require_capture_dir``)."""
-    require_capture_dir(capture_dir)
+    """``load_capture_set(capture_dir, model_dir=model_dir)``; raises CaptureError (one line)."""
     return model_capture.load_capture_set(capture_dir, model_dir=model_dir)
 
 
