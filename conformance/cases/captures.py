@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Optional
 
+from reference.errors import CaptureError
 from reference.operands import GemmOperands
 
 NO_CAPTURES = "no captures available: synthetic only"
@@ -56,10 +58,31 @@ def capture_cases(
     )
 
 
+#: the line a capture directory that is not there gets (``{}``: the path)
+NO_CAPTURE_DIR = (
+    "{}: no such directory (a capture directory holds manifest.json and the layers; int8conf capture writes one)"
+)
+
+
+def require_capture_dir(capture_dir) -> None:
+    """CaptureError (one line) unless ``capture_dir`` is a directory (:data:`NO_CAPTURE_DIR`; a file: "not a
+    directory") holding a valid capture manifest (``reference.model.capture.check_capture_dir``: the manifest only)."""
+    from reference.model.capture import check_capture_dir
+
+    path = Path(capture_dir)
+    if not path.exists():
+        raise CaptureError(NO_CAPTURE_DIR.format(path))
+    if not path.is_dir():
+        raise CaptureError(f"{path}: not a directory (give the capture directory, not a file in it)")
+    check_capture_dir(path)
+
+
 def load_capture_dir(capture_dir) -> object:
-    """``reference.model.capture.load_capture_set(capture_dir)``; CaptureError when missing or inconsistent."""
+    """``reference.model.capture.load_capture_set(capture_dir)`` after :func:`require_capture_dir`; CaptureError
+    when missing or inconsistent."""
     from reference.model.capture import load_capture_set
 
+    require_capture_dir(capture_dir)
     return load_capture_set(capture_dir)
 
 

@@ -239,7 +239,7 @@ def check_batch_invariance(
     ``raised``: the first exception, its call, how many calls raised)."""
     g = torch.Generator().manual_seed(seed)
     chosen = select_cases(list(cases), max_cases)
-    if include_probes and not getattr(spec, "is_block", False):  # the probes are per-token x per-channel
+    if include_probes and not spec.is_block:  # the probes are per-token x per-channel
         chosen += [(p, _row_discrimination(p)) for p in probe_cases(seed, getattr(spec, "operands", "int8"))]
     diffs: list[dict] = []
     failed: list[dict] = []  # {"kind", "line", "call", "error"} per call that gave no output

@@ -31,11 +31,12 @@ from conformance.checks.case_check import CaseCheck, ObservedAccumulator
 from conformance.checks.compare import bit_differences, compare_bits
 from conformance.checks.output_bits import run_device, unusable_output
 from conformance.checks.result import CHECK_NAMES, CheckResult, Verdict, not_applicable
+from conformance.kernels.declared import declared_reference
 from conformance.kernels.runner import KernelRun
 from conformance.kernels.spec import KernelSpec
 from reference.bits import bits_of
 from reference.block.contract import FIELD_FORMS, parse_block_accumulation
-from reference.block.evaluate import order_free_elements, reference_block_scaled_mm
+from reference.block.evaluate import order_free_elements
 from reference.operands import GemmOperands
 
 C5, C8 = "C5", "C8"
@@ -51,22 +52,10 @@ BLOCK_NOT_APPLICABLE = {
 
 
 def block_reference(spec: KernelSpec, ops: GemmOperands, run: KernelRun, accumulation=None) -> Tensor:
-    """[M, N] out dtype on ``ops``' device: the kernel's block declaration (``accumulation`` overrides its block
-    accumulation) evaluated on ``ops``; an e4m3 partial through the accumulator declared where ``run`` ran."""
-    blk = spec.block
-    assert blk is not None  # only a block-scaled kernel's checks call this
-    return reference_block_scaled_mm(
-        ops.a,
-        ops.b,
-        ops.scale_a,
-        ops.scale_b,
-        ops.block_size,
-        blk.accumulation if accumulation is None else accumulation,
-        blk.epilogue,
-        ops.bias,
-        ops.out_dtype,
-        spec.accumulator_on(run_device(run)) if spec.is_fp8 else None,
-    )
+    """[M, N] out dtype on ``ops``' device: ``kernels.declared.declared_reference`` of the kernel's block
+    declaration (``accumulation`` overrides its block accumulation) on the device ``run`` ran on."""
+    assert spec.block is not None  # only a block-scaled kernel's checks call this
+    return declared_reference(spec, ops, run_device(run), accumulation).output
 
 
 def _hex(v: int, dtype: torch.dtype) -> str:

@@ -217,7 +217,7 @@ def c8_inputs(spec, ops, run, exact: Tensor) -> tuple:
     return _against(spec, ops, run, exact, case_epilogue(spec, ops, run).contract)
 
 
-def declared_reference(spec, ops, run, exact: Tensor) -> tuple:
+def c8_reference(spec, ops, run, exact: Tensor) -> tuple:
     """``(out, ref, mask, dacc, declared)``: the output and the case's declaration emulated (C8's reference). A
     standard contract: :func:`c8_inputs` on the exact accumulator's device; a step list: ``apply_steps`` on the
     CPU of the declared accumulator, an at-risk element taking its alternative where ``out`` is closer to it (as
@@ -298,7 +298,7 @@ DECLARATION_LINE = "the declared contract, emulated, gives these bits: the decla
 def ask_attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int):
     """The Deferred of :func:`attribution` (memoized in a ``reference.memo`` scope, so a prefetch asks it with the
     failure evidence: no read-back of its own)."""
-    dout, dref, dmask, _, _ = declared_reference(spec, ops, run, exact)
+    dout, dref, dmask, _, _ = c8_reference(spec, ops, run, exact)
 
     def ask():
         over = _bad(out, ref, tol_ulp)
@@ -316,7 +316,7 @@ def ask_attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mas
 
 def attribution(spec, ops, run, exact: Tensor, out: Tensor, ref: Tensor, mask, tol_ulp: int) -> dict:
     """Who a failing C5 / C6 comparison (``out`` vs ``ref`` over ``mask``, ``tol_ulp``) is due to: at each element
-    over tolerance, the kernel's bits either are those of its declaration emulated (:func:`declared_reference`:
+    over tolerance, the kernel's bits either are those of its declaration emulated (:func:`c8_reference`:
     the declaration deviates from the reference) or not (the kernel deviates from its declaration). Returns
     ``{"attribution": "declaration" | "kernel" | "kernel and declaration", "n_declaration", "n_kernel"}``."""
     n_decl, n_kern = ask_attribution(spec, ops, run, exact, out, ref, mask, tol_ulp).get()
@@ -359,7 +359,7 @@ def check_declared_contract(
     if early:
         return early
     exact = _exact(ops, exact)
-    out, ref, mask, dacc, de = declared_reference(spec, ops, run, exact)
+    out, ref, mask, dacc, de = c8_reference(spec, ops, run, exact)
     if not de.standard:
         n_over, ev = compare_bits(out, ref, 0, ops, exact.cpu(), mask=mask)
         ev["contract"], ev["steps"] = de.contract.to_dict(), de.steps.to_dict()

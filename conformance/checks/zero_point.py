@@ -21,9 +21,9 @@ from torch import Tensor
 from conformance.cases.asymmetric import asymmetric_cases, stale_pair
 from conformance.checks.output_bits import overflow_of
 from conformance.checks.result import CheckResult, Verdict
+from conformance.kernels.declared import declared_reference
 from conformance.kernels.runner import pick_device, run_kernel
 from conformance.kernels.spec import declared_epilogue
-from reference.asymmetric import asymmetric_reference
 from reference.bits import bits_of, isnan_of
 from reference.epilogue import apply_steps
 from reference.errors import first_line
@@ -41,9 +41,8 @@ def judge(spec, ops: GemmOperands, out: Tensor, device_type: Optional[str] = Non
     """One case's comparison (module docstring): ``n_bad``, ``n_judged``, ``n_excluded``, ``outside_int32``,
     ``raw_outside_int32``, ``first`` (index, kernel and reference values, exact corrected value) when ``n_bad``."""
     steps = declared_epilogue(spec, device_type, ops.out_dtype).steps
-    ref = asymmetric_reference(
-        ops.a, ops.b, ops.scale_a, ops.scale_b, steps, ops.bias, ops.out_dtype, ops.azp_adj, ops.azp
-    )
+    ref = declared_reference(spec, ops, device_type).asymmetric
+    assert ref is not None  # an asymmetric case carries azp_adj
     out = out.to("cpu")
     wrap = overflow_of(spec, device_type) == "wrap"
     ok = _same(out, ref.output)
@@ -115,7 +114,7 @@ def check_zero_point(spec, device: Optional[str] = None) -> CheckResult:
     reference or the kernel raised / broke the interface there; ``pass`` when at least one case ran and none did;
     ``n/a`` for a kernel declaring no zero point, or when nothing could run here. Evidence: ``cases`` (one row per
     case run), ``not_run`` (case, reason), ``stale`` (one per declared form), ``n_failed``."""
-    if getattr(spec, "azp", None) is None:
+    if not spec.is_azp:
         why = "the kernel declares no asymmetric activations (azp=)"
         return CheckResult(CHECK_ID, NAME, Verdict.NOT_APPLICABLE, why, {"reason": why})
     rows: list[dict] = []

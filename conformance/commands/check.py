@@ -174,6 +174,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the suite for every requested kernel; returns the exit code."""
     # the command's body (the suite stack, faults) loads here, not when the CLI starts
+    from conformance.cases.captures import require_capture_dir
     from conformance.checks.result import Verdict
     from conformance.kernels.runner import validate_device
     from conformance.runtime.progress import suite_progress
@@ -192,7 +193,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from conformance.suite.workers import default_jobs
     from faults import annotate_result
-    from reference.model.capture import check_capture_dir
 
     validate_device(args.device)
     set_torch_threads(args.threads)
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if args.captures is not None and args.no_captures:
         raise Int8confError("--captures DIR and --no-captures contradict each other: give one of them")
     if args.captures is not None:  # refused before any folder is made
-        check_capture_dir(args.captures)
+        require_capture_dir(args.captures)
     runs = kernel_runs(args.kernel, args.inject)
     other = against_kernel(args.against, [s for s, _ in runs])
     make_report_dirs(args.out, [s.name for s, _ in runs])  # every report folder, before any case runs
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _state(args, spec, inj, other, cases_of):
     """The suite's ``SuiteState`` for one kernel run (its cases from the run's ``RunCases``)."""
-    from conformance.suite.plan import reduced_suite
+    from conformance.suite.plan import plan_kind, reduced_suite
     from conformance.suite.run import SuiteState
 
     t0 = time.perf_counter()
@@ -276,7 +276,7 @@ def _state(args, spec, inj, other, cases_of):
         not args.no_model,
         spec.operands,
         serving_checks=serving,
-        block=spec.is_block,
+        kind=plan_kind(spec),
     )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
 
@@ -301,10 +301,7 @@ def _print_summary(con, name: str, res) -> None:
     )
 
     head = res.overall.get("headline") or res.verdict.upper()
-    t = Table(
-        title=f"{name}: overall {head} "
-        f"({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)"
-    )
+    t = Table(title=f"{name} ({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)")
     for col in ("id", "check", "verdict"):
         t.add_column(col)
     t.add_column("summary", overflow="fold")
@@ -316,8 +313,9 @@ def _print_summary(con, name: str, res) -> None:
     for line in crash_lines(res.overall):
         con.print(line, markup=False, soft_wrap=True, style="bold red")
     con.print(res.overall["summary"], markup=False)
-    if res.overall.get("reduced_suite"):
-        con.print(f"{name}: overall {head}", markup=False, soft_wrap=True, style="bold yellow")
+    # the verdict line, once (below the table, where a long table leaves it in view)
+    style = "bold yellow" if res.overall.get("reduced_suite") else None
+    con.print(f"{name}: overall {head}", markup=False, soft_wrap=True, style=style)
     for line in signature_summary(fault_signatures(res)):
         con.print(line, markup=False, soft_wrap=True)
     con.print(f"captures: {res.captures['note']}", markup=False)

@@ -25,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import AZP_CHECKS, BLOCK_CHECKS, DEFAULT_EXAMPLES, SERVING_CHECKS
+from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, plan_checks, plan_kind
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -252,15 +252,14 @@ def _baseline_delta(cand: C.Side, inc: C.Side, ops, kernel: dict, device: Option
     return d
 
 
-#: the kernel-level checks of a block-scaled (C16) or asymmetric (C17) kernel's plan, decided like C13-C15
-KERNEL_CHECKS = tuple(cid for cid, _, _ in BLOCK_CHECKS + AZP_CHECKS)
+#: the kernel-level checks a plan kind adds (``suite.plan.PLANS``: C16 block, C17 zero-point), decided like C13-C15
+KERNEL_CHECKS = tuple(plan_checks())
 
 
 def kernel_checks(spec) -> tuple:
-    """The ids of :data:`KERNEL_CHECKS` that ``spec``'s plan runs (``suite.plan``: C16 block, C17 zero-point): the
-    zero-point plan has no fixed case, so C17 is its whole verdict."""
-    block = tuple(cid for cid, _, _ in BLOCK_CHECKS) if getattr(spec, "is_block", False) else ()
-    return block + (tuple(cid for cid, _, _ in AZP_CHECKS) if getattr(spec, "is_azp", False) else ())
+    """The ids of :data:`KERNEL_CHECKS` that ``spec``'s plan runs: the zero-point plan has no fixed case, so C17 is
+    its whole verdict."""
+    return tuple(cid for cid, _, _ in PLANS[plan_kind(spec)].checks)
 
 
 def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = (), serving: list = ()) -> dict:
@@ -348,11 +347,11 @@ class GateSession:
             opts.include_tile_edges,
             DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
             opts.model_checks,
-            getattr(self.cand_spec, "operands", "int8"),
+            self.cand_spec.operands,
             opts.max_capture_layers,
             explicit_cases=explicit,
             serving_checks=opts.serving_checks,
-            block=getattr(self.cand_spec, "is_block", False),
+            kind=plan_kind(self.cand_spec),
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)

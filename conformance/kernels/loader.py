@@ -17,6 +17,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Union
 from urllib.parse import parse_qs
 
@@ -599,6 +600,17 @@ def undeclared_callable(name: str, option: str = "--kernel"):
     return obj if getattr(obj, "int8conf", None) is None and _declaration_from_attrs(obj, {}) is None else None
 
 
+def file_path_hint(option: str, path: str, attr: str) -> str:
+    """The one line a kernel named by a file path (``dir/file.py:function``) gets: the accepted form, a module
+    name with its directory on PYTHONPATH, spelled out for this file."""
+    p = Path(path)
+    stem = p.name[: -len(".py")] if p.name.endswith(".py") else p.name
+    return (
+        f"{option} '{path}:{attr}': a file path is not a kernel name: give 'module:function' with the module's "
+        f"directory on PYTHONPATH (here: PYTHONPATH={p.parent} ... {option} {stem}:{attr})"
+    )
+
+
 def import_module_object(name: str, option: str = "--kernel"):
     """The object ``pkg.module:attr[.attr...][?query]`` names (not yet a kernel); KernelLoadError (one line,
     naming ``option``) when the module or attribute is wrong."""
@@ -606,6 +618,8 @@ def import_module_object(name: str, option: str = "--kernel"):
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
         raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
+    if mod_name.endswith(".py") or "/" in mod_name or os.sep in mod_name:
+        raise KernelLoadError(file_path_hint(option, mod_name, attr))
     try:
         mod = importlib.import_module(mod_name)
     except SystemExit as e:  # a module that exits while imported must not end int8conf with its own status

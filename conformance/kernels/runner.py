@@ -23,15 +23,13 @@ import torch
 from torch import Tensor
 
 from conformance.kernels import trace
+from conformance.kernels.declared import declared_reference
 from conformance.kernels.registry import builtin_source_digest
-from conformance.kernels.spec import KernelSpec, declared_epilogue
+from conformance.kernels.spec import KernelSpec
 from conformance.runtime.graceful_stop import stop_requested
 from reference import readback
-from reference.asymmetric import reference_azp_scaled_mm
-from reference.block.evaluate import reference_block_scaled_mm
-from reference.epilogue import reference_scaled_mm
 from reference.errors import Int8confError, first_line
-from reference.fp8 import E4M3, reference_fp8_scaled_mm
+from reference.fp8 import E4M3
 from reference.operands import GemmOperands, copy_keep_layout, layout_label
 from reference.validate import check_device, validate_operands
 
@@ -285,32 +283,8 @@ def _nan_error(out: Tensor, ops: GemmOperands, spec: KernelSpec, man: dict, cnt:
         cnt = int(nan.sum())
     if cnt == 0:
         return None
-    if ops.azp_adj is not None:
-        decl = declared_epilogue(spec, man.get("device"), ops.out_dtype)
-        label = f"{decl.label()} after the int32 zero-point correction"
-        ref = reference_azp_scaled_mm(
-            ops.a, ops.b, ops.scale_a, ops.scale_b, ops.out_dtype, ops.bias, ops.azp_adj, ops.azp, decl.steps
-        )
-    elif ops.block_size is not None and spec.block is not None:
-        blk = spec.block
-        label = blk.label()
-        ref = reference_block_scaled_mm(
-            ops.a,
-            ops.b,
-            ops.scale_a,
-            ops.scale_b,
-            ops.block_size,
-            blk.accumulation,
-            blk.epilogue,
-            ops.bias,
-            ops.out_dtype,
-            spec.accumulator_on(man.get("device")),
-        )
-    else:
-        reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
-        contract = declared_epilogue(spec, man.get("device"), ops.out_dtype).contract
-        label = contract.label()
-        ref = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
+    declared = declared_reference(spec, ops, man.get("device"))
+    ref, label = declared.output, declared.label
     bad = nan & ~torch.isnan(ref.to(nan.device))
     nbad = int(bad.sum())
     man["extra"]["nan_count"] = cnt

@@ -113,7 +113,7 @@ BLOCK_FP8_PER_CASE_CHECKS = BLOCK_PER_CASE_CHECKS + (("C12", block_not_applicabl
 def per_case_checks(spec) -> tuple[tuple[str, CaseCheck], ...]:
     """The per-case checks of ``spec``: :data:`BLOCK_PER_CASE_CHECKS` (:data:`BLOCK_FP8_PER_CASE_CHECKS`) for a
     block-scaled kernel, :data:`FP8_PER_CASE_CHECKS` for an e4m3 kernel, else :data:`PER_CASE_CHECKS`."""
-    if getattr(spec, "is_block", False):
+    if spec.is_block:
         return BLOCK_FP8_PER_CASE_CHECKS if spec.is_fp8 else BLOCK_PER_CASE_CHECKS
     return FP8_PER_CASE_CHECKS if spec.is_fp8 else PER_CASE_CHECKS
 
@@ -358,7 +358,7 @@ def _mark_precondition_cases(checks: dict, meta: Optional[dict]) -> None:
 def _own_questions(spec) -> bool:
     """Whether ``spec``'s checks ask their own questions (an e4m3 or a block-scaled kernel): the int8 prefetches,
     fault explanation and coverage measurement (the per-token epilogue's) do not apply."""
-    return bool(spec.is_fp8 or getattr(spec, "is_block", False))
+    return bool(spec.is_fp8 or spec.is_block)
 
 
 class CaseEvaluation:

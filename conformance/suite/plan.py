@@ -11,14 +11,17 @@ A block-scaled kernel (``KernelSpec.block``) gets the BLOCK plan: the block fami
 (``conformance.cases.block``, int8 or e4m3) as fixed cases through the block per-case checks
 (``suite.evaluate.BLOCK_PER_CASE_CHECKS``: C8 against the declared block accumulation, C5 on power-of-two block
 scales, C1 / C2 / C10), no property test and no captures (both are per-token x per-channel), C9, C16
-(:data:`BLOCK_CHECKS`, n/a "not built" while its module is missing), C13-C15 on a block sample
-(``checks.serving``), and C11, C7 / E1 n/a with the reason
-(:data:`BLOCK_CHECKS_NA`).
+(n/a "not built" while its module is missing), C13-C15 on a block sample
+(``checks.serving``), and C11, C7 / E1 n/a with the reason.
 
 A kernel taking asymmetric activations (``KernelSpec.azp``) gets the ZERO-POINT plan: no fixed per-token x
-per-channel cases (it refuses a call without ``azp_adj=``), C17 on its own asymmetric cases (:data:`AZP_CHECKS`:
-bits, the correction's int32 headroom, a stale precomputed correction), the other kernel-level checks n/a with the
-reason (:data:`AZP_CHECKS_NA`)."""
+per-channel cases (it refuses a call without ``azp_adj=``), C17 on its own asymmetric cases (bits, the
+correction's int32 headroom, a stale precomputed correction), the other kernel-level checks n/a with the reason.
+
+The four plan kinds (per-token, fp8, block, zero-point) are one table, :data:`PLANS` (:func:`plan_kind` of a
+kernel): the checks each adds, the n/a reason of the others, whether the property test, tile edges and captures are
+part of it. Every front door (``int8conf check``, the pytest plugin, the gate) reads it through :func:`suite_steps`,
+:func:`run_kernel_check` and :func:`reduced_suite`."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import functools
 import importlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import torch
 
@@ -68,27 +71,73 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
 )
-#: Why each model-level check is n/a for an e4m3 kernel (they exercise the int8 path only).
-FP8_MODEL_CHECKS_NA = {
-    "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 operands",
-    "E1": "int8-engine check: the integer engine's only hardware op is int8 x int8 -> int32; an e4m3 kernel has none",
-}
-#: Kernel-level checks of the block plan, looked up when run (``n/a`` "not built" while the module is missing).
-BLOCK_CHECKS: tuple[tuple[str, str, str], ...] = (
-    ("C16", "conformance.checks.block_accumulation", "check_block_accumulation"),
-)
-#: Why the other kernel-level checks are n/a for a block-scaled kernel.
-BLOCK_CHECKS_NA = {
-    "C11": "block-scaled: C11 probes per-token x per-channel calls; the e4m3 block partials are accumulator-safe "
-    "cases that C8 judges bit-exactly",
-    "C7": "int8-engine check: replays the per-token x per-channel W8A8 model; a block-scaled kernel takes block scales",
-    "E1": "int8-engine check: the integer engine's int8 x int8 -> int32 op has no block scales",
-}
-#: Kernel-level checks of the zero-point plan (looked up when run, as :data:`BLOCK_CHECKS`).
-AZP_CHECKS: tuple[tuple[str, str, str], ...] = (("C17", "conformance.checks.zero_point", "check_zero_point"),)
+PER_TOKEN, FP8_PLAN, BLOCK, ZERO_POINT = "per-token", "fp8", "block", "zero-point"
 _AZP_WHY = "asymmetric activations: the kernel takes azp_adj= on every call; C17 judges it on its own cases"
-#: Why the other kernel-level checks are n/a for a kernel taking asymmetric activations.
-AZP_CHECKS_NA = {cid: _AZP_WHY for cid in ("C9", "C11", "C13", "C14", "C15", "C7", "E1")}
+
+
+@dataclass(frozen=True)
+class PlanKind:
+    """What one kind of plan (:data:`PLANS`, keyed by :func:`plan_kind`) runs: ``checks`` the kernel-level checks it
+    adds after C9, as (check id, module, attribute) looked up when run (n/a "not built" while the module is missing);
+    ``not_applicable`` the kernel-level checks n/a for it (check id -> the reason, one line); whether the property
+    test, the tile-edge shapes and the layer captures are part of it. C11 follows the operands (every e4m3 plan)."""
+
+    checks: tuple[tuple[str, str, str], ...] = ()
+    not_applicable: Mapping[str, str] = field(default_factory=dict)
+    property_test: bool = False
+    tile_edges: bool = False
+    captures: bool = False
+
+
+#: The plan kinds: which kernel-level checks run, and why the others are n/a.
+PLANS: dict[str, PlanKind] = {
+    PER_TOKEN: PlanKind(property_test=True, tile_edges=True, captures=True),
+    FP8_PLAN: PlanKind(
+        not_applicable={
+            "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 "
+            "operands",
+            "E1": "int8-engine check: the integer engine's only hardware op is int8 x int8 -> int32; an e4m3 kernel "
+            "has none",
+        },
+        captures=True,
+    ),
+    BLOCK: PlanKind(
+        checks=(("C16", "conformance.checks.block_accumulation", "check_block_accumulation"),),
+        not_applicable={
+            "C11": "block-scaled: C11 probes per-token x per-channel calls; the e4m3 block partials are "
+            "accumulator-safe cases that C8 judges bit-exactly",
+            "C7": "int8-engine check: replays the per-token x per-channel W8A8 model; a block-scaled kernel takes "
+            "block scales",
+            "E1": "int8-engine check: the integer engine's int8 x int8 -> int32 op has no block scales",
+        },
+    ),
+    ZERO_POINT: PlanKind(
+        checks=(("C17", "conformance.checks.zero_point", "check_zero_point"),),
+        not_applicable={cid: _AZP_WHY for cid in ("C9", "C11", "C13", "C14", "C15", "C7", "E1")},
+    ),
+}
+
+
+def kind_of(operands: str = "int8", block: bool = False, azp: bool = False) -> str:
+    """The plan kind (a key of :data:`PLANS`) of a kernel with these ``operands`` (``"int8"`` / ``"e4m3"``), block
+    scales (``block``) or asymmetric activations (``azp``)."""
+    if azp:
+        return ZERO_POINT
+    if block:
+        return BLOCK
+    return FP8_PLAN if operands == FP8 else PER_TOKEN
+
+
+def plan_kind(spec: KernelSpec) -> str:
+    """:func:`kind_of` a KernelSpec."""
+    return kind_of(spec.operands, spec.is_block, spec.is_azp)
+
+
+def plan_checks() -> dict:
+    """check id -> (module, attribute) of every check a plan kind adds (:attr:`PlanKind.checks`)."""
+    return {cid: (m, a) for kind in PLANS.values() for cid, m, a in kind.checks}
+
+
 #: what the captures record of a zero-point plan says
 AZP_NO_CAPTURES = "no per-token x per-channel cases: the kernel takes asymmetric activations (C17 has its own)"
 #: Hint of reference.model.capture for a moved parent model, and its CLI form.
@@ -134,30 +183,27 @@ def run_serving_check(check_id: str, spec, device: Optional[str] = None) -> Chec
 
 
 def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str] = None) -> CheckResult:
-    """A kernel-level check of the plan: C9 over the fixed ``cases``, C11 (an e4m3 kernel's accumulator), C13-C15
-    (:data:`SERVING_CHECKS`) or a model-level check (n/a for an e4m3 kernel: :data:`FP8_MODEL_CHECKS_NA`). Never
-    raises for the kernel."""
-    if getattr(spec, "is_block", False) and check_id in BLOCK_CHECKS_NA:
-        return not_applicable(check_id, BLOCK_CHECKS_NA[check_id])
-    if getattr(spec, "azp", None) is not None and check_id in AZP_CHECKS_NA:
-        return not_applicable(check_id, AZP_CHECKS_NA[check_id])
+    """A kernel-level check of the plan: n/a with the reason where the kernel's plan kind says so (:data:`PLANS`),
+    else C9 over the fixed ``cases``, a check the plan kind adds (:func:`run_plan_check`), C11 (an e4m3 kernel's
+    accumulator), C13-C15 (:data:`SERVING_CHECKS`) or a model-level check. Never raises for the kernel."""
+    na = PLANS[plan_kind(spec)].not_applicable
+    if check_id in na:
+        return not_applicable(check_id, na[check_id])
     if check_id == "C9":
         return run_batch_invariance(spec, cases, device)
-    if check_id in {cid for cid, _, _ in BLOCK_CHECKS + AZP_CHECKS}:
-        return run_block_check(check_id, spec, device)
+    if check_id in plan_checks():
+        return run_plan_check(check_id, spec, device)
     if check_id == "C11":
         return run_fp8_accumulator(spec, device)
     if check_id in SERVING_CHECKS:
         return run_serving_check(check_id, spec, device)
-    if spec.is_fp8 and check_id in FP8_MODEL_CHECKS_NA:
-        return not_applicable(check_id, FP8_MODEL_CHECKS_NA[check_id])
     return run_model_check(check_id, spec, device=pick_device(spec, device)[0])
 
 
-def run_block_check(check_id: str, spec, device: Optional[str] = None) -> CheckResult:
-    """A check of :data:`BLOCK_CHECKS` / :data:`AZP_CHECKS` on ``spec`` and ``device`` (its module looked up now):
-    n/a "not built" when the module is missing, else as :func:`run_model_check`."""
-    module, attr = {cid: (m, a) for cid, m, a in BLOCK_CHECKS + AZP_CHECKS}[check_id]
+def run_plan_check(check_id: str, spec, device: Optional[str] = None) -> CheckResult:
+    """A check a plan kind adds (:attr:`PlanKind.checks`: C16, C17) on ``spec`` and ``device`` (its module looked up
+    now): n/a "not built" when the module is missing, else as :func:`run_model_check`."""
+    module, attr = plan_checks()[check_id]
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -339,32 +385,30 @@ def reduced_suite(
     max_capture_layers: Optional[int] = None,
     explicit_cases: bool = False,
     serving_checks: bool = True,
-    block: bool = False,
+    kind: Optional[str] = None,
 ) -> list[str]:
     """What a run with these options leaves out of the default suite, one phrase each (``[]``: the whole default
-    suite). Only what applies to the kernel's ``operands`` counts: an e4m3 plan has no tile-edge shapes, property test
-    or model-level checks to skip. ``explicit_cases``: the caller replaced the default cases; ``serving_checks``:
-    False when C13-C15 (:data:`SERVING_CHECKS`) are left out (``--no-serving``); ``block``: the block plan (no
-    tile-edge shapes, captures, property test, serving or model-level checks to skip: they do not apply)."""
-    if block:
-        return ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
-    fp8 = operands == FP8
+    suite). Only what the plan kind has counts (``kind``, a key of :data:`PLANS`; None: the kind of ``operands``,
+    per-token or FP8): a plan without tile-edge shapes, captures, a property test, or with the serving or
+    model-level checks n/a has none of them to skip. ``explicit_cases``: the caller replaced the default cases;
+    ``serving_checks``: False when C13-C15 (:data:`SERVING_CHECKS`) are left out (``--no-serving``)."""
+    plan = PLANS[kind or kind_of(operands)]
     out = ["the default cases (an explicit case list replaced them)"] if explicit_cases else []
-    if not explicit_cases and include_tile_edges is False and not fp8:
+    if not explicit_cases and include_tile_edges is False and plan.tile_edges:
         out.append(TILE_EDGES_LEFT_OUT)
-    if not explicit_cases and not include_captures:
+    if not explicit_cases and plan.captures and not include_captures:
         out.append("layer-capture replay")
-    elif not explicit_cases and max_capture_layers is not None:
+    elif not explicit_cases and plan.captures and max_capture_layers is not None:
         out.append(f"captured layers after the first {max_capture_layers}")
-    if not fp8 and examples < DEFAULT_EXAMPLES:
+    if plan.property_test and examples < DEFAULT_EXAMPLES:
         out.append(
             "the property test"
             if examples == 0
             else f"{DEFAULT_EXAMPLES - examples} of {DEFAULT_EXAMPLES} property examples"
         )
-    if not serving_checks:
+    if not serving_checks and any(cid not in plan.not_applicable for cid in SERVING_CHECKS):
         out.append("the serving checks (" + ", ".join(SERVING_CHECKS) + ")")
-    if not fp8 and not model_checks:
+    if not model_checks and any(cid not in plan.not_applicable for cid, _, _ in MODEL_CHECKS):
         out.append("the model-level checks (" + ", ".join(cid for cid, _, _ in MODEL_CHECKS) + ")")
     return out
 
@@ -391,17 +435,18 @@ def suite_steps(
     block: bool = False,
     azp: bool = False,
 ) -> list[Step]:
-    """The steps in suite order: every fixed case, the property test (``examples > 0``; int8 only, not ``block``),
-    C9, C16 (``block``), C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1
-    (``model_checks``), a pairwise step per fixed case (``against``); C17 (``azp``) after C9."""
+    """The steps in suite order: every fixed case, the property test (``examples > 0``, where the plan kind has one:
+    :func:`kind_of` ``operands``, ``block``, ``azp``), C9, the checks the plan kind adds (:data:`PLANS`: C16, C17),
+    C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1 (``model_checks``), a
+    pairwise step per fixed case (``against``)."""
     fp8 = operands == FP8
+    plan = PLANS[kind_of(operands, block, azp)]
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
-    if examples > 0 and not fp8 and not block and not azp:
+    if examples > 0 and plan.property_test:
         steps.append(Step(PROPERTY, "property"))
     cids = (
         ["C9"]
-        + ([cid for cid, _, _ in BLOCK_CHECKS] if block else [])
-        + ([cid for cid, _, _ in AZP_CHECKS] if azp else [])
+        + [cid for cid, _, _ in plan.checks]
         + (["C11"] if fp8 else [])
         + (list(SERVING_CHECKS) if serving_checks else [])
         + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
@@ -473,17 +518,7 @@ class SuiteState:
         ``conformance.suite.warmup``); the warm-up record, or None when not warmed."""
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
-            operands = getattr(self.spec, "operands", "int8")
-            steps = suite_steps(
-                [],
-                examples,
-                False,
-                False,
-                operands,
-                block=getattr(self.spec, "is_block", False),
-                azp=getattr(self.spec, "is_azp", False),
-            )
-            planned = any(s.kind == PROPERTY for s in steps)
+            planned = examples > 0 and PLANS[plan_kind(self.spec)].property_test
             extra = property_operands(examples) if planned else []
             self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
         return self.warm
@@ -516,10 +551,9 @@ class SuiteState:
 
     def steps(self, examples: int, model_checks: bool, against: bool) -> list[Step]:
         """:func:`suite_steps` of this kernel's cases and operands."""
-        operands = getattr(self.spec, "operands", "int8")
         spec = self.spec
         return suite_steps(
-            self.cases, examples, model_checks, against, operands, self.serving_checks, spec.is_block, spec.is_azp
+            self.cases, examples, model_checks, against, spec.operands, self.serving_checks, spec.is_block, spec.is_azp
         )
 
     def run_check(self, check_id: str) -> CheckResult:

@@ -48,6 +48,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     CLI_MODEL_HINT,
     MODEL_CHECKS,
     NOT_REACHED,
+    PLANS,
     PROPERTY,
     SERVING_CHECKS,
     SuiteState,
@@ -56,6 +57,7 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     given_cases,
     load_captures,
     mark_ownership_probes,
+    plan_kind,
     reduced_suite,
     run_batch_invariance,
     run_model_check,
@@ -423,10 +425,8 @@ def build_result(
         agg.setdefault(cid, not_applicable(cid, "not run"))
     if spec.is_fp8:
         agg.setdefault("C11", not_applicable("C11", "not run"))
-    if getattr(spec, "is_block", False):
-        agg.setdefault("C16", not_applicable("C16", "not run"))
-    if getattr(spec, "is_azp", False):
-        agg.setdefault("C17", not_applicable("C17", "not run"))
+    for cid, _, _ in PLANS[plan_kind(spec)].checks:
+        agg.setdefault(cid, not_applicable(cid, "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
     if against is not None:
@@ -487,14 +487,13 @@ def fp8_summary(spec, checks: Sequence[CheckResult], case_names: Sequence[str] =
 
 def _block_sizes(spec) -> Optional[tuple]:
     """A block-scaled kernel's declared block sizes (the block plan's), None for another kernel."""
-    block = getattr(spec, "block", None)
-    return None if block is None else block.sizes
+    return None if spec.block is None else spec.block.sizes
 
 
 def _coverage_rows(spec, case_results) -> list:
     """The report's coverage rows: the block table for a block-scaled kernel, the FP8 one for e4m3, else
     :func:`_coverage`."""
-    if getattr(spec, "is_block", False):
+    if spec.is_block:
         return block_coverage_table(case_results)
     return fp8_coverage_table(case_results) if spec.is_fp8 else _coverage(case_results)
 
@@ -560,10 +559,10 @@ def run_conformance(
             model_dir,
             seeds=seeds,
             max_capture_layers=max_capture_layers,
-            operands=getattr(spec, "operands", "int8"),
+            operands=spec.operands,
             native=cuda_device(spec, device) is not None,
             block_sizes=_block_sizes(spec),
-            azp=getattr(spec, "is_azp", False),
+            azp=spec.is_azp,
         )
     else:  # probed as the plan probes its own cases (C10's marks), unless the caller's cases carry them
         cases = list(cases)
@@ -589,10 +588,10 @@ def run_conformance(
         include_tile_edges,
         property_examples,
         model_checks,
-        getattr(spec, "operands", "int8"),
+        spec.operands,
         max_capture_layers,
         explicit,
-        block=getattr(spec, "is_block", False),
+        kind=plan_kind(spec),
     )
     state = SuiteState(spec, cases, cap, other, device, t0=t0, skipped=skipped)
     return run_suite(

@@ -2,7 +2,7 @@
 differs, so a probe at another shape can be re-planted with them (``reshape.at_shape(rows=, cols=)``).
 
 An element differs when its bits differ from the declaration's reference (C8's,
-``checks.output_bits.declared_reference``) or, for the accumulator checks C3 / C4, when the kernel's own
+``checks.output_bits.c8_reference``) or, for the accumulator checks C3 / C4, when the kernel's own
 ``int_mm`` accumulator differs from the exact sum. A cropped probe that loses every such row passes because of its
 values, not because the kernel took another path: the search retries a passing probe re-planted with these lines.
 """
@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from conformance.checks.accumulator import observe_accumulator
-from conformance.checks.output_bits import declared_reference
+from conformance.checks.output_bits import c8_reference
 from conformance.kernels.runner import run_kernel
 from reference.bits import bits_of
 from reference.contract import BIAS_POINTS, SCALE_ORDERS, EpilogueContract
@@ -52,7 +52,7 @@ def differing_mask(spec, ops: GemmOperands, check_id: str, device: Optional[str]
     run = run_kernel(spec, ops, device=device)
     if run.output is None or run.error:
         return None
-    out, ref, mask, _, _ = declared_reference(spec, ops, run, exact)
+    out, ref, mask, _, _ = c8_reference(spec, ops, run, exact)
     diff = bits_of(out.cpu()) != bits_of(ref.cpu())
     return diff if mask is None else diff & mask.cpu()
 

@@ -279,7 +279,7 @@ def triage_result(
     died on, the boundaries and flips finished). Never raises for a kernel's failure."""
     if result.conformant:
         return {}
-    if getattr(spec, "is_block", False) or getattr(spec, "is_azp", False):
+    if spec.is_block or spec.is_azp:
         # the searches reshape and re-form per-token x per-channel cases; C8's evidence names the first element
         return {cid: {"case": case, "skipped": NOT_TRIAGED_SCALES} for cid, case in first_failures(result)}
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
