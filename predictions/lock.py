@@ -184,9 +184,10 @@ def _git(repo: Path, *args: str) -> Optional[str]:
 
 
 def verify_git_history(directory=None) -> Optional[dict]:
-    """Prove from committed history that the LOCK only grew by appended lines and that
-    no locked matrix's committed bytes changed: ``{"lock_commits": n, "matrices": {file:
-    first commit}}``, None outside a git work tree. PredictionError names the commit."""
+    """Prove from committed history that the LOCK only grew by appended lines and that no locked matrix's
+    committed bytes changed from the commit that locked it on (the first commit whose LOCK names it; drafts
+    committed before it were no prediction yet: the sweep scores locked matrices only): ``{"lock_commits": n,
+    "matrices": {file: its locking commit}}``, None outside a git work tree. PredictionError names the commit."""
     d = Path(directory).resolve() if directory is not None else default_dir()
     top = _git(d, "rev-parse", "--show-toplevel")
     if top is None:
@@ -196,6 +197,7 @@ def verify_git_history(directory=None) -> Optional[dict]:
     lock_rel = f"{rel}/{LOCK_NAME}"
     commits = (_git(repo, "log", "--reverse", "--format=%H", "--", lock_rel) or "").split()
     prev = ""
+    locked_at: dict = {}
     for c in commits:
         cur = _git(repo, "show", f"{c}:{lock_rel}")
         if cur is None:
@@ -204,22 +206,29 @@ def verify_git_history(directory=None) -> Optional[dict]:
             raise PredictionError(
                 f"commit {c[:10]} rewrote lines of {lock_rel} instead of appending; the LOCK is append-only"
             )
+        for line in cur[len(prev) :].splitlines():
+            parts = line.split()
+            if len(parts) == 3 and not line.startswith("#"):
+                locked_at.setdefault(parts[1], c)
         prev = cur
     first: dict = {}
     for e in read_lock(d):
         f_rel = f"{rel}/{e.file}"
-        hist = (_git(repo, "log", "--reverse", "--format=%H", "--", f_rel) or "").split()
+        since = locked_at.get(e.file)
+        if since is None:  # locked in the work tree only: nothing committed to compare yet
+            continue
+        after = (_git(repo, "log", "--reverse", "--format=%H", f"{since}..", "--", f_rel) or "").split()
         blobs = set()
-        for c in hist:
-            b = _git(repo, "rev-parse", f"{c}:{f_rel}")
+        for c in [since, *after]:
+            b = _git(repo, "rev-parse", "--verify", "-q", f"{c}:{f_rel}")
             if b is None:
-                raise PredictionError(f"commit {c[:10]} deleted locked matrix {f_rel}")
+                why = "locked it without committing it" if c == since else "deleted locked matrix"
+                raise PredictionError(f"commit {c[:10]} {why} {f_rel}")
             blobs.add(b.strip())
         if len(blobs) > 1:
             raise PredictionError(
-                f"{f_rel} changed after it was first committed ({len(blobs)} "
-                f"versions in history): a locked matrix is never edited"
+                f"{f_rel} changed after the commit that locked it ({since[:10]}; {len(blobs)} "
+                f"versions since): a locked matrix is never edited"
             )
-        if hist:
-            first[e.file] = hist[0]
+        first[e.file] = since
     return {"lock_commits": len(commits), "matrices": first}

@@ -141,3 +141,27 @@ def test_git_history_refuses_a_rewritten_lock(tmp_path):
     subprocess.run(g + ["commit", "-qam", "rewrite"], check=True)
     with pytest.raises(PredictionError, match="append-only"):
         verify_git_history(d)
+
+
+def test_git_history_takes_drafts_before_the_lock_and_refuses_edits_after(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    g = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(g[:3] + ["init", "-q"], check=True)
+    d = tmp_path / "predictions"
+    d.mkdir()
+    p = d / "v1.yaml"
+    text = (PRED / "v1.yaml").read_text()
+    p.write_text(text + "# draft\n")
+    subprocess.run(g + ["add", "."], check=True)
+    subprocess.run(g + ["commit", "-qm", "draft"], check=True)
+    p.write_text(text)  # the draft edited before it is locked: no prediction yet
+    lock_matrix(p)
+    subprocess.run(g + ["add", "."], check=True)
+    subprocess.run(g + ["commit", "-qm", "lock"], check=True)
+    head = subprocess.run(g[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert verify_git_history(d) == {"lock_commits": 1, "matrices": {"v1.yaml": head}}
+    p.write_text(text + "# edited after the lock\n")
+    subprocess.run(g + ["commit", "-qam", "edit"], check=True)
+    with pytest.raises(PredictionError, match=f"changed after the commit that locked it \\({head[:10]}; 2 versions"):
+        verify_git_history(d)
