@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(
                 f"git history: LOCK append-only over {hist['lock_commits']} commits; "
-                f"locked matrices never changed once committed"
+                f"locked matrices never changed since the commit that locked them"
             )
         return 0
     m = verify_matrix(args.file)

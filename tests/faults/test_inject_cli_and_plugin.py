@@ -66,10 +66,16 @@ def test_check_inject_precondition_fault_prepares_the_cases(tmp_path):
 
 
 def test_check_bad_inject_is_one_line_exit_2(capsys):
-    for bad in ("F4:2%", "F11", "F4.stale"):
+    for bad in ("F4:2%", "F16", "F4.stale"):
         assert main(["check", "--kernel", "cpu", "--inject", bad, *FAST]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("int8conf: error: --inject"), err
+    assert main(["check", "--kernel", "cpu", "--inject", "F11", *FAST]) == 2  # a block fault on a per-token kernel
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "int8conf: error: F11 k_block_scale_shift does not apply to int8 kernel 'cpu': block-scaled kernels only: a "
+        "per-token x per-channel kernel has no K-blocks or block scales"
+    ]
 
 
 def _pytest(tmp_path, *args):
