@@ -27,6 +27,8 @@ from reference.epilogue import apply_steps
 from reference.errors import OperandError
 
 _ONE = torch.ones((), dtype=torch.float32)
+#: the faults :func:`block_fault_output` emulates
+BLOCK_EMULATED = ("F1", "F2", "F3", "F4", "F5", "F10", "F11", "F12", "F13", "F14")
 
 
 def faulty_form(form: BlockAccumulation, fault: str) -> BlockAccumulation:
@@ -74,7 +76,7 @@ def block_fault_output(
     ``fault`` (module docstring; F1-F5, F10, F11-F14) over the selected rows x columns, zero elsewhere. ``decl`` the
     kernel's declaration, ``accumulator`` its FP8 accumulator model (F10: the narrowed one; None for int8: exact
     partials). OperandError: a fault with no block form."""
-    if fault not in ("F1", "F2", "F3", "F4", "F5", "F10", "F11", "F12", "F13", "F14"):
+    if fault not in BLOCK_EMULATED:
         raise OperandError(f"{fault!r} has no block-scaled form")
     bn, bk = check_block_size(block_size)
     m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[0])

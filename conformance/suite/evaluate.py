@@ -53,7 +53,7 @@ from conformance.suite.prefetch import (
     prefetch_output_comparisons,
     prefetch_output_evidence,
 )
-from conformance.suite.signatures import explain_output
+from conformance.suite.signatures import explain_block_output, explain_output
 from reference import memo
 from reference.errors import first_line
 from reference.fp8 import exact_accumulator
@@ -479,9 +479,12 @@ class CaseEvaluation:
         _mark_precondition_cases(checks, ops.meta)
         explanation = None
         c8 = checks.get("C8")
-        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None and not _own_questions(spec):
+        if explain and c8 is not None and c8.is_kernel_failure and run.output is not None:
             try:
-                explanation = explain_output(spec, ops, run.output, exact)
+                if spec.is_block:
+                    explanation = explain_block_output(spec, ops, run.output, device)
+                elif not _own_questions(spec):
+                    explanation = explain_output(spec, ops, run.output, exact)
             except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
                 explanation = None
         pair = None

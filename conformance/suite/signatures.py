@@ -15,8 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+import torch
+
 from conformance.checks.result import CALL_ID, DECLARATION, Verdict
-from faults.catalogue import get_fault
+from conformance.kernels.declared import declared_reference
+from faults.block import BLOCK_EMULATED, block_fault_output
+from faults.catalogue import faults_for, get_fault
 from faults.postprocessing import faulty_epilogue
 from faults.spec import POSTPROCESSING_FAULTS
 from reference.bits import bits_of
@@ -280,6 +284,47 @@ def explain_output(spec, ops, out, exact) -> Optional[dict]:
     return {"n_differ": n, "explained": explained, "predicted": predicted}
 
 
+def explain_block_output(spec, ops, out, device: Optional[str] = None) -> Optional[dict]:
+    """:func:`explain_output` for a block-scaled case: the elements whose bits differ from the declared block
+    reference (``conformance.kernels.declared``), and how many of them each block fault class's emulation
+    (``faults.block.block_fault_output`` on every element: F1-F5, F11-F14 of ``faults_for(operands, "block")``)
+    reproduces; the same dict. None where nothing differs or the case has no block size."""
+    if out is None or ops.block_size is None or spec.block is None:
+        return None
+    ref = declared_reference(spec, ops, device).output
+    dev = ref.device
+    ob, rb = bits_of(out.to(dev)), bits_of(ref)
+    diff = ob != rb
+    n = int(diff.sum())
+    if n == 0:
+        return None
+    acc = spec.accumulator_on(torch.device(device or "cpu").type) if spec.operands == "e4m3" else None
+    every = torch.ones(diff.shape, dtype=torch.bool)
+    explained, predicted = {}, {}
+    for fc in faults_for(spec.operands, "block"):
+        if fc.id not in BLOCK_EMULATED or fc.id == "F10":  # F10 narrows by an unknown deficit: C11 / C12's
+            continue
+        alt = bits_of(
+            block_fault_output(
+                ops.a,
+                ops.b,
+                ops.scale_a,
+                ops.scale_b,
+                ops.bias,
+                ops.out_dtype,
+                ops.block_size,
+                spec.block,
+                fc.id,
+                every,
+                acc,
+            ).to(dev)
+        )
+        changed = alt != rb
+        explained[fc.id] = int((changed & (alt == ob)).sum())
+        predicted[fc.id] = int(changed.sum())
+    return {"n_differ": n, "explained": explained, "predicted": predicted}
+
+
 def case_scores(cr, ft: Optional[FailureFeatures] = None) -> dict:
     """``{fault id: score in [0, 1]}`` of one failing case: for F1-F5 with an emulation test
     (``cr.fault_explanation``) the fraction of differing elements reproduced when more than half, else 0; for the
@@ -289,8 +334,7 @@ def case_scores(cr, ft: Optional[FailureFeatures] = None) -> dict:
     out = {fid: 1.0 for fid, _ in match_signatures(ft)}
     if ex:
         n = ex["n_differ"]
-        for fid in POSTPROCESSING_FAULTS:
-            k = ex["explained"].get(fid, 0)
+        for fid, k in ex["explained"].items():
             out.pop(fid, None)
             if 2 * k > n:
                 out[fid] = k / n
@@ -310,12 +354,14 @@ class ClassRank:
     cases: int
     explained: int = 0
     differ: int = 0
+    block: bool = False
 
     def line(self, n_failing: int) -> str:
         name = get_fault(self.fault).name.replace("_", " ")
         if self.differ:
+            what = "epilogue" if self.fault in POSTPROCESSING_FAULTS and not self.block else "emulation"
             how = (
-                f"{get_fault(self.fault).description}: its epilogue reproduces {self.explained} of the "
+                f"{get_fault(self.fault).description}: its {what} reproduces {self.explained} of the "
                 f"{self.differ} differing elements"
             )
         else:
@@ -331,15 +377,17 @@ def rank_classes(failing: list) -> list[ClassRank]:
     precision, then cases, then catalogue order."""
     n = len(failing)
     acc: dict = {}
-    explained: dict = {f: 0 for f in POSTPROCESSING_FAULTS}
-    predicted, differ = dict(explained), 0
+    block = any(str(cr.case).startswith(BLOCK_CASE_PREFIX) for cr in failing)
+    explained: dict = {}
+    predicted: dict = {}
+    differ = 0
     for cr in failing:
         ex = getattr(cr, "fault_explanation", None)
         if ex:
             differ += ex["n_differ"]
-            for fid in POSTPROCESSING_FAULTS:
-                explained[fid] += ex["explained"][fid]
-                predicted[fid] += ex["predicted"][fid]
+            for fid, k in ex["explained"].items():
+                explained[fid] = explained.get(fid, 0) + k
+                predicted[fid] = predicted.get(fid, 0) + ex["predicted"][fid]
         for fid, sc in case_scores(cr).items():
             r = acc.setdefault(fid, ClassRank(fid, 0.0, 0.0, 0))
             r.score += sc  # summed here, the mean below
@@ -347,7 +395,7 @@ def rank_classes(failing: list) -> list[ClassRank]:
     for r in acc.values():
         r.score /= n
         if r.fault in explained and differ:
-            r.explained, r.differ = explained[r.fault], differ
+            r.explained, r.differ, r.block = explained[r.fault], differ, block
             r.precision = r.explained / predicted[r.fault] if predicted[r.fault] else 0.0
         else:
             r.precision = r.score
@@ -406,8 +454,8 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
 #: block-scaled cases (``conformance.cases.block``) and what their signature says
 BLOCK_CASE_PREFIX = "block/"
 BLOCK_SIGNATURE_LINE = (
-    "block-scaled cases: the failure signatures rank the per-token x per-channel classes (F1-F10); no class is matched "
-    "(C8 names the first differing element and, where one fits, the field form the kernel's bits are)"
+    "block-scaled cases: no block fault class's emulation (F1-F5, F11-F14) reproduces more than half of the differing "
+    "elements (C8 names the first differing element and, where one fits, the field form the kernel's bits are)"
 )
 
 
@@ -431,7 +479,8 @@ def signature_lines(result) -> list[str]:
     failing = [cr for cr in failing if not declaration_only(cr)]
     head = [interface_line(len(iface))] if iface else []
     if failing and all(str(cr.case).startswith(BLOCK_CASE_PREFIX) for cr in failing):
-        return head + [BLOCK_SIGNATURE_LINE]
+        ranks = rank_classes(failing)
+        return head + ([r.line(len(failing) + len(declared)) for r in ranks] or [BLOCK_SIGNATURE_LINE])
     acc_off = sum(features_of_case(cr).acc_mismatch for cr in failing)
     n = len(failing) + len(declared)
     head += [accumulator_line(acc_off, n)] if acc_off else []

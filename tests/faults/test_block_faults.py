@@ -157,3 +157,17 @@ def test_the_gate_decides_c17_of_a_zero_point_kernel(tmp_path):
     opts = GateOptions(model_checks=False, serving_checks=False, timeout_s=120)
     res = run_gate(KernelRef("azp-cpu+F15@all#s0"), KernelRef("azp-cpu"), out_dir=tmp_path, options=opts)
     assert [(d.item, d.status) for d in res.serving] == [("C17", "fail")] and res.overall["verdict"] == "blocked"
+
+
+def test_the_block_signature_names_the_injected_fault_by_its_emulation():
+    from conformance.suite.signatures import explain_block_output
+
+    a, b, sa, sw = _case(300)  # KB = 3, a partial last K-block; block_n != block_k
+    ops = GemmOperands(a, b, sa, sw, None, torch.float32, name="t", block_size=BS)
+    clean = get_kernel("block-cpu")
+    assert explain_block_output(clean, ops, _run(clean, a, b, sa, sw)) is None  # nothing differs
+    for fid in ("F11", "F13", "F14"):
+        ex = explain_block_output(clean, ops, _run(inject("block-cpu", fid, "all"), a, b, sa, sw))
+        assert ex["n_differ"] > 0 and ex["explained"][fid] == ex["n_differ"] == ex["predicted"][fid]
+        assert sorted(ex["explained"]) == "F1 F11 F12 F13 F14 F2 F3 F4 F5".split()
+        assert all(2 * k <= ex["n_differ"] for f, k in ex["explained"].items() if f != fid)
