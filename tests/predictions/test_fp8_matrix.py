@@ -137,16 +137,26 @@ def test_the_committed_fp8_amendment_verifies_and_precedes_every_fp8_sweep_resul
     assert m.predict("F10", "C11", "per_tensor") == "fire" and m.predict("F3", "C8", "per_token") == "silent"
     assert all(c.rationale and "\n" not in c.rationale for row in m.rows.values() for c in row.values())
     assert latest_locked("e4m3") == PRED / "v1.2-fp8.yaml" and latest_locked("int8") == PRED / "v1.1.yaml"
+
+
+@pytest.mark.parametrize(
+    "matrix, results",
+    [
+        ("v1.2-fp8.yaml", "reports/sweep/fp8-cpu"),
+        ("v1.3-block.yaml", "reports/sweep/block-cpu"),
+        ("v1.3-block.yaml", "reports/sweep/block-fp8-cpu"),
+    ],
+)
+def test_an_amendment_is_locked_before_every_commit_of_its_sweep_results(matrix, results):
     hist = verify_git_history(PRED)
     if hist is None:
         pytest.skip("not a git work tree")
     # git history proves the order: the commit that locked the amendment is an ancestor of every commit that
-    # touched an FP8 sweep result
+    # touched its sweep's results
     root = PRED.parent
-    locked = hist["matrices"]["v1.2-fp8.yaml"]
-    log = subprocess.run(
-        ["git", "-C", str(root), "log", "--format=%H", "--", "reports/sweep/fp8-cpu"], capture_output=True, text=True
-    )
+    locked = hist["matrices"][matrix]
+    log = subprocess.run(["git", "-C", str(root), "log", "--format=%H", "--", results], capture_output=True, text=True)
+    assert log.stdout.split(), f"no commit of {results}"
     for c in log.stdout.split():
         anc = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", locked, c])
         assert anc.returncode == 0 and c != locked, c
