@@ -40,7 +40,6 @@ from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import FP8
 from conformance.runtime.output_dirs import default_out, kernel_label
-from predictions.matrix import matrix_domain
 from reference.command_line import ensure_out_dir, non_negative_int, positive_int, removed_if_refused
 from reference.errors import Int8confError
 from reference.model.assets import default_model_dir
@@ -289,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
     from faults import COVERAGES
     from faults.catalogue import faults_for, get_fault, kernel_kind, not_applicable
     from predictions.lock import matrix_chain
+    from predictions.matrix import matrix_domain
 
     validate_device(args.device)
     if args.threads > 1 and (args.workers > 1 or args.scheduler):

@@ -220,9 +220,9 @@ def test_property_operands_are_the_examples_the_property_test_evaluates(monkeypa
 def test_fault_catalogue():
     from faults.catalogue import FAMILIES, FAULTS, get_fault
 
-    assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 11)]
+    assert [f.id for f in FAULTS] == [f"F{i}" for i in range(1, 16)]
     assert get_fault("multiplication_order").id == "F3" and get_fault("F8").family == "control"
     assert get_fault("narrow_accumulator").id == "F10" and get_fault("F10").operands == ("e4m3",)
     assert {f.family for f in FAULTS} == set(FAMILIES)
-    with pytest.raises(Exception, match="unknown fault 'F11'"):
-        get_fault("F11")
+    with pytest.raises(Exception, match="unknown fault 'F16'"):
+        get_fault("F16")

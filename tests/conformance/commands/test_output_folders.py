@@ -162,5 +162,5 @@ def test_check_refuses_a_missing_capture_directory_before_making_a_folder(tmp_pa
         main(["check", "--kernel", "cpu", "--captures", str(tmp_path / "nowhere"), *FAST[:1], "--out", str(out)]) == 2
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("int8conf: error: ") and "not a capture directory" in err[0]
+    assert len(err) == 1 and err[0].startswith("int8conf: error: ") and "nowhere: no such directory" in err[0]
     assert not out.exists()

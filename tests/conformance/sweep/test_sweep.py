@@ -176,7 +176,7 @@ def test_local_cluster_gives_the_serial_rows_and_scorecard_and_f8_never_fires(tm
     from dask.distributed import LocalCluster
 
     from conformance.sweep import scorecard
-    from predictions.lock import default_dir, matrix_chain, read_lock
+    from predictions.lock import latest_locked, matrix_chain
 
     tasks = _tasks(["F4", "F8", "F9"])
     with SweepStore(tmp_path / "serial.sqlite", {"t": 1}) as s:
@@ -191,7 +191,7 @@ def test_local_cluster_gives_the_serial_rows_and_scorecard_and_f8_never_fires(tm
         dask_rows = s.rows(deterministic_only=True)
     assert st.executor.startswith("dask.distributed")
     assert dask_rows == serial
-    chain = matrix_chain(default_dir() / read_lock(default_dir())[-1].file)
+    chain = matrix_chain(latest_locked("int8"))
     mats = {m.id: m for m in chain}
     meta = {"kernel": "cpu"}
     a = scorecard.build(serial, mats, meta)
