@@ -6,7 +6,8 @@
     out = r_out(r(acc + float32(bias[n])))                                      # 'add bias; cast out'
 
 Launched with ``enable_fp_fusion=False`` natively (no FMA contraction), so the interpreter (numpy float32 ops,
-each rounded once) and CUDA give the same float32 steps. One tile spans exactly one K-block: BLOCK_K = block_k
+each rounded once) and CUDA give the same float32 steps; under ``torch.compile`` the launch stays eager (``_launch``),
+and no operand value is read during a CUDA-graph capture. One tile spans exactly one K-block: BLOCK_K = block_k
 (a power of two >= 32), else the next power of two with the lanes beyond the block masked to zero; K tails
 masked. The cast reuses ``triton_gemm.fused_epilogue`` with unit scales (bf16 RNE by integer ops).
 e4m3 partial (as ``builtin_triton_fp8``): natively ``max_num_imprecise_acc = min(128, BLOCK_K)``, so the block
@@ -31,7 +32,7 @@ from conformance.kernels.triton_gemm import fused_epilogue
 from conformance.kernels.triton_probe import probe
 from reference.errors import OperandError
 from reference.fp8 import check_e4m3
-from reference.validate import OUT_DTYPES, nonfinite_summary
+from reference.validate import OUT_DTYPES, capturing, nonfinite_summary
 
 NAME = "triton-block"
 FP8_NAME = "triton-block-fp8"
@@ -164,7 +165,7 @@ def _float_operand(x, name: str, shape: tuple, dims: str, dtype) -> None:
     if tuple(x.shape) != shape:
         _bad(f"{name} has shape {tuple(x.shape)}; expected [{dims}]={list(shape)}")
     builtin_triton._dense_cpu_or_cuda(x, name)
-    bad = nonfinite_summary(x)
+    bad = None if capturing(x) else nonfinite_summary(x)  # a read-back would break a CUDA-graph capture
     if bad:
         _bad(f"{name} has {bad}")
 
@@ -222,6 +223,18 @@ def launch_options(m: int, n: int, k: int, block_k: int, fp8: bool, has_bias: bo
     return grid, kw, f"{bm}x{bn}x{tile_k} w{warps} s{stages}", rule
 
 
+@torch.compiler.disable
+def _launch(kern, grid: tuple, args: tuple, kw: dict, interp: bool) -> None:
+    """``kern[grid](*args, **kw)``, eagerly also inside a ``torch.compile``d caller: inductor would recompile the
+    user Triton kernel with its own options, without ``enable_fp_fusion=False`` (C14 on an H100: 7 of 32768 fp16
+    elements off the eager bits), so the launch stays out of the graph (a graph break, as any opaque call)."""
+    if interp:
+        with builtin_triton._quiet_ieee_overflow():
+            kern[grid](*args, **kw)
+    else:
+        kern[grid](*args, **kw)
+
+
 def block_scaled_mm(
     a: Tensor,
     b: Tensor,
@@ -255,11 +268,7 @@ def block_scaled_mm(
     one = torch.ones(1, dtype=torch.float32, device=dev)
     args: tuple = (a, b, scale_a, scale_b, out if bias is None else bias, one, out, m, n, k, *a.stride(), *b.stride())
     args += (*scale_a.stride(), *scale_b.stride(), 0 if bias is None else bias.stride(0), n, bn_s)
-    if interp:
-        with builtin_triton._quiet_ieee_overflow():
-            kern[grid](*args, **kw)
-    else:
-        kern[grid](*args, **kw)
+    _launch(kern, grid, args, kw, interp)
     if trace.current() is not None:
         extra: dict = dict(config=config, config_rule=rule, block_size=[bn_s, bk_s])
         extra.update(operands="e4m3" if fp8 else "int8", block_accumulation=BLOCK_ACCUMULATION, epilogue=EPILOGUE)
