@@ -66,10 +66,10 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
 )
 from conformance.suite.workers import (
     Containment,
+    checks_in_worker,
     containment_ok,
     evaluate_in_workers,
     import_in_background,
-    model_check_in_worker,
     parallel_ok,
 )
 from reference.errors import first_line
@@ -649,12 +649,16 @@ def _run_steps(
         why = parallel_ok(state) if jobs > 1 else None
         if why:
             say(f"{spec.name}: the cases run in this process: {why}")
-        elif jobs > 1:  # C7's model library imported meanwhile, on a core the workers leave idle
+        beside: dict = {}  # kernel-level checks running in a worker beside the in-process steps
+        if jobs > 1 and not why:  # C7's model library imported meanwhile, on a core the workers leave idle
+            serving = [cid for cid in checks if cid in SERVING_CHECKS]
+            if serving and cuda_device(spec, state.device) is not None:  # C13-C15 (compiles) beside the cases
+                beside.update(checks_in_worker(state, serving, contained))
+                say(f"{spec.name}: {', '.join(serving)} in a worker process beside the fixed cases")
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
             evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
         in_workers = set(state.results)
-        beside: dict = {}  # model-level checks running in a worker beside the in-process step
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example
                 raise_if_requested()
@@ -680,7 +684,7 @@ def _run_steps(
                         continue
                 pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
                 if pair and jobs > 1 and parallel_ok(state) is None:
-                    beside["E1"] = model_check_in_worker(state, "E1", contained)  # the two engines' forwards at once
+                    beside.update(checks_in_worker(state, ["E1"], contained))  # the two engines' forwards at once
                     say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, Sequence, cast
 
 from conformance.cases import case_id
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
@@ -348,35 +348,50 @@ def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
 MODEL_CHECK_TIMEOUT_S = 1800.0
 
 
-def model_check_in_worker(
-    state, check_id: str, contained: Optional[Containment] = None
-) -> Callable[[], Optional[object]]:
-    """Start the model-level check ``check_id`` (E1, C7) for ``state``'s kernel in a forked worker now, so it runs
-    beside the in-process plan's next step; returns a callable that waits for its CheckResult: with ``contained``,
-    a crash or hang is that check's failure (``Containment.check_result``); else None when the worker crashed,
-    hung or erred (the caller then runs the check in-process)."""
+def checks_in_worker(
+    state, check_ids: Sequence[str], contained: Optional[Containment] = None
+) -> dict[str, Callable[[], Optional[object]]]:
+    """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the fixed
+    cases) for ``state``'s kernel in one forked worker now, one after the other, so they run beside the in-process
+    plan; returns check id -> a callable that waits for its CheckResult: with ``contained``, a crash or hang is that
+    check's failure (``Containment.check_result``; the checks after it give None); else None when the worker
+    crashed, hung or erred (the caller then runs the check in-process)."""
     box: dict = {}
-    limit = contained.check_timeout(check_id) if contained is not None else MODEL_CHECK_TIMEOUT_S
+    done = {cid: threading.Event() for cid in check_ids}
 
     def serve() -> None:
-        with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
-            with IsolatedKernel(
-                state.spec, [], limit, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
-            ) as iso:
-                oc = iso.run_model(check_id)
-                if contained is not None:
-                    box["result"] = contained.check_result(check_id, oc)
-                else:
-                    box["result"] = oc.value if oc.kind == OK else None
+        try:
+            with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
+                limit = max(
+                    contained.check_timeout(c) if contained is not None else MODEL_CHECK_TIMEOUT_S for c in check_ids
+                )
+                with IsolatedKernel(
+                    state.spec, [], limit, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
+                ) as iso:
+                    for cid in check_ids:
+                        t = contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
+                        oc = iso.request("check", cid, t)
+                        if contained is not None:
+                            box[cid] = contained.check_result(cid, oc)
+                        else:
+                            box[cid] = oc.value if oc.kind == OK else None
+                        done[cid].set()
+                        if oc.kind != OK:
+                            break
+        finally:
+            for ev in done.values():
+                ev.set()
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    threading.Thread(target=serve, daemon=True).start()
 
-    def wait() -> Optional[object]:
-        t.join()
-        return box.get("result")
+    def waiter(cid: str) -> Callable[[], Optional[object]]:
+        def wait() -> Optional[object]:
+            done[cid].wait()
+            return box.get(cid)
 
-    return wait
+        return wait
+
+    return {cid: waiter(cid) for cid in check_ids}
 
 
 # --- the child's side: the request handlers handed to runtime.pool.IsolatedKernel (SUITE_REQUESTS); each takes

@@ -18,7 +18,7 @@ from conformance.runtime.forking import FORK_GATE
 from conformance.runtime.pool import OK, IsolatedKernel
 from conformance.suite.plan import SuiteState, given_cases, run_model_check
 from conformance.suite.run import run_suite
-from conformance.suite.workers import evaluate_in_workers, import_in_background, model_check_in_worker, parallel_ok
+from conformance.suite.workers import checks_in_worker, evaluate_in_workers, import_in_background, parallel_ok
 from reference.accumulate import exact_int_mm
 
 KINDS = ("ordinary", "extreme", "pow2", "fp16_out", "m1", "tails")
@@ -76,7 +76,7 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
     CheckResult is the in-process one, and a worker that dies hands the check back (None)."""
     spec = make_kernel("e1-beside", acc_off_by_one=True)  # its int_mm adds 1 at [0, 0]: E1's hash differs
     want = run_model_check("E1", spec, device="cpu")
-    got = model_check_in_worker(_state(spec, []), "E1")()
+    got = checks_in_worker(_state(spec, []), ["E1"])["E1"]()
     assert got is not None and want.verdict == "fail" and _plain(got) == _plain(want)
     parent = os.getpid()
 
@@ -86,7 +86,7 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
         return exact_int_mm(a, b).to(torch.int32)
 
     dies = dataclasses.replace(spec, name="e1-dies", int_mm=int_mm_dies_in_workers)
-    assert model_check_in_worker(_state(dies, []), "E1")() is None
+    assert checks_in_worker(_state(dies, []), ["E1"])["E1"]() is None
 
 
 def test_after_fork_runs_once_every_worker_has_started():
@@ -121,3 +121,25 @@ def test_no_worker_is_forked_while_a_background_import_holds_the_gate(tmp_path):
     assert iso.running and not FORK_GATE.locked()
     assert iso.request("ping").kind == OK
     iso.close()
+
+
+def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process_results(monkeypatch):
+    """On CUDA the suite starts C13-C15 (torch.compile's minutes of CPU) in one forked worker before the fixed
+    cases and reads their results at their steps; forced here on the CPU, their results are the in-process ones."""
+    from conformance.suite import run as suite_run
+
+    spec = make_kernel("serving-beside", order=None)
+    cases = _cases()[:2]
+    one = run_suite(_state(spec, cases), property_examples=0, model_checks=False, jobs=1)
+    monkeypatch.setattr(suite_run, "cuda_device", lambda spec, device: "cuda")
+    said: list = []
+    two = run_suite(_state(spec, cases), property_examples=0, model_checks=False, jobs=2, progress=said.append)
+    assert f"{spec.name}: C13, C14, C15 in a worker process beside the fixed cases" in said
+    assert [
+        f"{spec.name}: {c} {n} (its worker's result)" in said
+        for c, n in (("C13", "graph_replay"), ("C14", "compile"), ("C15", "streams_devices"))
+    ] == [True] * 3
+    by = {c.check_id: _plain(c) for c in one.checks}
+    assert {c.check_id: _plain(c) for c in two.checks if c.check_id in ("C13", "C14", "C15")} == {
+        cid: by[cid] for cid in ("C13", "C14", "C15")
+    }
