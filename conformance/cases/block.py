@@ -4,7 +4,9 @@ For each ``(block_n, block_k)`` a kernel declares (``KernelSpec.block.sizes``), 
 block_k and K with a short last K-block (a tail of 1 and of block_k - 1), N with a partial last weight block
 (``N % block_n != 0``; block_n = 1 has none), decode M (1, 3, 4) and prefill M (128, 129), every out dtype, bias
 none / present, scale magnitude classes, layouts (column-major ``scale_a`` as DeepGEMM takes it, the transposed
-view of ``b``, padded ``a``); :func:`wide_case` adds N = 4096 + block_n / 2 at M = 2 for the first size.
+view of ``b``, padded ``a``); :func:`wide_case` adds N = 4096 + block_n / 2 at M = 2 for the first size. Three
+``*-aligned`` variants have whole blocks only (K and N multiples of the block, as DeepGEMM and CUTLASS's block-wise
+GEMM require: 16-element alignment), at decode M 1 and 16 and prefill M 128, so such kernels run some cases.
 
 Discrimination. Scales are distinct per K-block and per weight-block row with full float32 mantissas, so a scale
 read from a wrong K-block or weight block, a tail K-block scaled with another block's scale, an FMA for a multiply
@@ -64,7 +66,8 @@ PAIR_DELTA = (2.0**-15, 2.0**-13)
 @dataclass(frozen=True)
 class Variant:
     """One block case per size: ``m``; ``k`` as ``(full K-blocks, tail)`` (tail -1: block_k - 1); ``n`` ``partial``
-    (``2 * block_n + block_n // 2 + 1``; 40 at block_n = 1), ``wide``; out dtype, bias, magnitude, layout."""
+    (``2 * block_n + block_n // 2 + 1``; 40 at block_n = 1), ``full`` (``2 * block_n``; 48 at block_n = 1), ``wide``;
+    out dtype, bias, magnitude, layout."""
 
     name: str
     m: int
@@ -96,6 +99,9 @@ VARIANTS = (
     Variant("fp8-max", 4, (3, 17), BF16, True, values="fp8max"),
     Variant("fp8-subnormal", 3, (2, 9), FP32, False, values="fp8sub"),
     Variant("fp8-wide-sum", 3, (2, 0), FP32, False, values="fp8wide"),
+    Variant("decode1-aligned", 1, (4, 0), BF16, False, n="full"),
+    Variant("decode16-aligned-bias", 16, (2, 0), FP16, True, n="full"),
+    Variant("prefill128-aligned", 128, (3, 0), BF16, False, n="full"),
 )
 #: e4m3 magnitudes of the ``fp8max`` values: multiples of 16 in [128, 448] (e4m3 steps 16 below 256, 32 above)
 FP8_LARGE = tuple(range(128, 256, 16)) + tuple(range(256, 449, 32))
@@ -119,6 +125,8 @@ def _k(block_k: int, k: tuple) -> tuple[int, int]:
 def _n(block_n: int, kind: str) -> int:
     if kind == "wide":
         return 4096 + max(1, block_n // 2)
+    if kind == "full":
+        return 48 if block_n == 1 else 2 * block_n
     return 40 if block_n == 1 else 2 * block_n + block_n // 2 + 1
 
 

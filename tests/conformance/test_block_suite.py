@@ -264,7 +264,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def test_pytest_kernel_takes_a_block_kernel(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    args = ["--kernel=block-cpu", "-k", "decode1 or C9 or C16", "--int8conf-no-model"]
+    args = ["--kernel=block-cpu", "-k", "(decode1 and kmul) or C9 or C16", "--int8conf-no-model"]
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, f"--int8conf-reports={tmp_path}"],
         cwd=tmp_path,
