@@ -125,13 +125,19 @@ def test_yaml_tags_are_not_constructed():
         parse_matrix(Path("evil.yaml"), evil)
 
 
-def test_git_history_refuses_a_rewritten_lock(tmp_path):
+def _git_repo(tmp_path: Path) -> tuple[list, Path]:
+    """``(git command prefix, predictions dir)`` of a fresh repository in ``tmp_path`` (skips without git)."""
     if shutil.which("git") is None:
         pytest.skip("git not installed")
     g = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(g[:3] + ["init", "-q"], check=True)
     d = tmp_path / "predictions"
     d.mkdir()
+    return g, d
+
+
+def test_git_history_refuses_a_rewritten_lock(tmp_path):
+    g, d = _git_repo(tmp_path)
     _v1(d)
     subprocess.run(g + ["add", "."], check=True)
     subprocess.run(g + ["commit", "-qm", "v1"], check=True)
@@ -144,12 +150,7 @@ def test_git_history_refuses_a_rewritten_lock(tmp_path):
 
 
 def test_git_history_takes_drafts_before_the_lock_and_refuses_edits_after(tmp_path):
-    if shutil.which("git") is None:
-        pytest.skip("git not installed")
-    g = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(g[:3] + ["init", "-q"], check=True)
-    d = tmp_path / "predictions"
-    d.mkdir()
+    g, d = _git_repo(tmp_path)
     p = d / "v1.yaml"
     text = (PRED / "v1.yaml").read_text()
     p.write_text(text + "# draft\n")
