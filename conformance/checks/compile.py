@@ -15,6 +15,9 @@ inductor's C++ build would cost the CI minutes per kernel, and no serving stack 
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -77,6 +80,21 @@ def opcheck_failures(op, t: dict, out_dtype) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def quiet_dynamo():
+    """Dynamo's graph-break log lines and tracing warnings silenced while C14 compiles (a graph break is legal for a
+    plain callable; the bits decide): the ``torch._dynamo`` logger at ERROR, its UserWarnings ignored; restored after."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> dict:
     """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
     ``opcheck``."""
@@ -92,7 +110,8 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
         lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias), fullgraph=op is not None
     )
     try:
-        got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
+        with quiet_dynamo():
+            got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
     except Exception as e:  # noqa: BLE001 -- a compile / trace that fails is the finding
         return {
             "case": label,

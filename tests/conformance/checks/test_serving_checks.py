@@ -148,3 +148,20 @@ def test_a_block_kernel_s_sample_is_block_scaled_and_called_with_its_block_size(
         assert ops.scale_b.shape == (-(-ops.n // bn), kb)
     got = call(kernel_fn(spec, decode), on_device(decode, "cpu"), decode.out_dtype)
     assert torch.equal(got.view(torch.int16), run_kernel(spec, decode).output.view(torch.int16))
+
+
+def test_c14_compiles_without_dynamo_noise_and_restores_its_logger(capfd):
+    import logging
+
+    from conformance.checks.compile import quiet_dynamo
+
+    def item_graph_break(x):
+        return x * int(x.sum())  # Tensor.item(): dynamo logs a graph-break warning
+
+    before = logging.getLogger("torch._dynamo").level
+    torch.compiler.reset()
+    with quiet_dynamo():
+        out = torch.compile(item_graph_break, backend="eager")(torch.ones(3))
+    torch.compiler.reset()
+    assert out.tolist() == [3.0, 3.0, 3.0] and logging.getLogger("torch._dynamo").level == before
+    assert "Graph break" not in capfd.readouterr().err
