@@ -9,15 +9,7 @@ import torch
 from reference.block.quantize import quantize_activation_per_token_group, quantize_weight_blocks
 from reference.errors import CaptureError
 from reference.model.artifacts import load_parent
-from reference.model.capture import BLOCK_SCALE_MODES, default_capture_set, iter_layer_operands_block
-
-
-@pytest.fixture(scope="module")
-def cs():
-    got = default_capture_set()
-    if got is None:
-        pytest.skip("no shipped capture set")
-    return got
+from reference.model.capture import BLOCK_SCALE_MODES, iter_layer_operands_block
 
 
 @pytest.mark.parametrize(("operands", "scales"), [("int8", "group"), ("e4m3", "group_ue8m0")])
