@@ -2,7 +2,7 @@
 
 :func:`asymmetric_cases` gives, for each zero-point form the kernel declares (both when it declares none):
 ``quantized`` cases (compressed-tensors' asymmetric quantizer on seeded activations: per token, or one scale and zero
-point for the tensor; decode and prefill M, bias and out dtypes varied); ``near-zero-point`` (rows that are their zero
+point for the tensor; decode M, and prefill M one past each power of two 16 .. 512, bias and out dtypes varied); ``near-zero-point`` (rows that are their zero
 point, as zero activations quantize, but for one element: ``acc`` and ``azp * colsum`` ~ 2**27 cancel to a few
 units, so a correction made in float after a rounding loses them); and the correction's int32 headroom at K ~ 2**16-2**17, out float32 and power-of-two
 scales (the output is ``float32(acc - azp * azp_adj) * 2**-30`` exactly): ``inside-near-limit`` (``|acc - azp *
@@ -23,12 +23,19 @@ from reference.asymmetric import ZERO_POINTS, precomputed_azp_adj, quantize_asym
 from reference.operands import GemmOperands
 
 _SEED = 1746
-#: (M, K, N, out dtype, bias): decode, a small prefill, one past a 32-row tile
+#: (M, K, N, out dtype, bias): decode, a small prefill, one past a 32-row tile; then one row past each power-of-two
+#: M a kernel may switch paths at (16 .. 512), with a bias and a float32 / float16 output, where an epilogue that
+#: corrects in float or adds the bias first changes bits
 _QUANTIZED = (
     (1, 64, 48, torch.bfloat16, True),
     (5, 200, 48, torch.float16, False),
     (33, 128, 64, torch.bfloat16, False),
     (4, 96, 32, torch.float32, True),
+    (17, 128, 64, torch.float16, True),
+    (65, 96, 40, torch.float32, True),
+    (129, 64, 48, torch.float32, True),
+    (257, 128, 24, torch.float16, True),
+    (513, 64, 16, torch.float32, True),
 )
 #: K of the headroom cases: 255 * 127 * K just below 2**31 (inside), 127 * 127 * K above it (product), 255 * 127 * K
 #: above it (corrected)

@@ -63,6 +63,7 @@ def test_c16_names_the_measured_accumulation(name):
 @pytest.mark.parametrize(
     "name",
     [
+        "azp_bias_first_past_m16",
         "azp_wrong_sign",
         "azp_float_after_scale",
         "azp_ignored_per_token",

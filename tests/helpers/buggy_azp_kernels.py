@@ -5,7 +5,9 @@ from ``cutlass_scaled_mm_azp`` in the correction only: ``azp_wrong_sign`` (``acc
 ``azp_float_after_scale`` (``float32(acc) * s_w - float32(azp * azp_adj) * s_w``: the correction in float after the
 scale), ``azp_ignored_per_token`` (``acc - azp_adj`` whatever ``azp``), ``azp_cached_colsum`` (the ``azp_adj`` of the
 first call for a weight shape, kept), ``azp_int32_product_overflow`` (``azp * azp_adj`` in int32, which wraps,
-subtracted from the int64 accumulator: wrong wherever the product leaves int32 though the corrected value fits).
+subtracted from the int64 accumulator: wrong wherever the product leaves int32 though the corrected value fits),
+``azp_bias_first_past_m16`` (past M = 16 with a bias: the scaled accumulator plus the bias, then the scaled correction
+subtracted in float; from a new user's trial: the prefill path the cases once missed).
 Load one as ``--kernel buggy_azp_kernels:NAME``."""
 
 from __future__ import annotations
@@ -96,7 +98,20 @@ def azp_int32_product_overflow(a, b, scale_a, scale_b, out_dtype=torch.bfloat16,
     return _epilogue(_acc(a, b) - prod.to(torch.int64), sa, sb, bias, out_dtype)
 
 
+@declare(contract="cutlass", azp=_AZP, name="azp_bias_first_past_m16")
+def azp_bias_first_past_m16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, azp_adj=None, azp=None):
+    m, n = a.shape[0], b.shape[0]
+    sa, sb = _scales(scale_a, scale_b, m, n)
+    if m <= 16 or bias is None:
+        return _epilogue(_wrap32(_acc(a, b) - _correction(azp_adj, azp, m)), sa, sb, bias, out_dtype)
+    f32 = lambda t: t.to(torch.float64).to(torch.float32)  # noqa: E731
+    with ieee_subnormals():  # a prefill path: the scaled accumulator plus bias, then the scaled correction off
+        y = (f32(_wrap32(_acc(a, b))) * sb) * sa + bias.to(torch.float32)
+        return (y - (f32(_correction(azp_adj, azp, m)) * sb) * sa).to(out_dtype)
+
+
 BUGGY_AZP = (
+    "azp_bias_first_past_m16",
     "azp_wrong_sign",
     "azp_float_after_scale",
     "azp_ignored_per_token",

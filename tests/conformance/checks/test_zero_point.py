@@ -33,7 +33,8 @@ def test_builtin_passes_and_a_symmetric_kernel_is_not_applicable():
     r = check_zero_point(get_kernel("azp-cpu"))
     assert r.verdict == "pass", r.summary
     assert r.check_id == "C17" and r.name == "zero_point"
-    assert len(r.evidence["cases"]) == 15 and r.evidence["not_run"] == []
+    # per form: 9 quantized + near-zero-point + the headroom cases (3 per-token, 2 per-tensor)
+    assert len(r.evidence["cases"]) == 2 * (9 + 1) + 3 + 2 and r.evidence["not_run"] == []
     assert [s["verdict"] for s in r.evidence["stale"]] == ["pass", "pass"]
     assert check_zero_point(get_kernel("cpu")).verdict == "n/a"
 
@@ -76,7 +77,8 @@ def test_cached_colsum_wrong_after_an_in_place_update_then_failed():
     r = check_zero_point(get_kernel("buggy_azp_kernels:azp_cached_colsum"))
     assert r.verdict == "fail"
     assert [s["verdict"] for s in r.evidence["stale"]] == ["fail", "fail"]
-    assert "stale correction" in r.summary
+    # the stale probe fails both forms; the kernel's cache also serves other cases of the same (N, K) shape
+    assert r.evidence["n_failed"] >= 2 and r.summary.startswith(f"{r.evidence['n_failed']} failure(s): ")
 
 
 def test_runner_records_undeclared_calls_as_not_run():
