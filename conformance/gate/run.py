@@ -277,8 +277,12 @@ def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str
     verdict = "blocked" if blocking else "pass"
     headline = reduced_headline(verdict, skipped)
     summary = f"{headline}{'; ' if skipped else ' '}under policy '{policy.name}': {len(decisions)} cases ({parts})"
-    if serving:
-        summary += "; serving: " + ", ".join(f"{d.item} {d.status}" for d in serving)
+    for label, group in (
+        ("serving", [d for d in serving if d.item in SERVING_CHECKS]),
+        ("plan checks", [d for d in serving if d.item not in SERVING_CHECKS]),  # C16 block, C17 zero-point
+    ):
+        if group:
+            summary += f"; {label}: " + ", ".join(f"{d.item} {d.status}" for d in group)
     if model:
         summary += "; model-level: " + ", ".join(f"{d.item} {d.status}" for d in model)
     if unused:

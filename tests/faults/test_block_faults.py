@@ -157,6 +157,7 @@ def test_the_gate_decides_c17_of_a_zero_point_kernel(tmp_path):
     opts = GateOptions(model_checks=False, serving_checks=False, timeout_s=120)
     res = run_gate(KernelRef("azp-cpu+F15@all#s0"), KernelRef("azp-cpu"), out_dir=tmp_path, options=opts)
     assert [(d.item, d.status) for d in res.serving] == [("C17", "fail")] and res.overall["verdict"] == "blocked"
+    assert res.overall["summary"].endswith("; plan checks: C17 fail") and "serving:" not in res.overall["summary"]
 
 
 def test_the_block_signature_names_the_injected_fault_by_its_emulation():
