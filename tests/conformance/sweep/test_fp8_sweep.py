@@ -97,3 +97,18 @@ def test_the_committed_fp8_scorecard_is_what_its_committed_store_scores_to(tmp_p
     scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
     for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
         assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("kernel", ["block-cpu", "block-fp8-cpu"])
+def test_the_committed_block_scorecards_are_what_their_committed_stores_score_to(tmp_path, kernel):
+    """Each committed block store scores, against the block matrices only (v1.3-block), to its committed scorecard."""
+    src = ROOT / "reports" / "sweep" / kernel
+    shutil.copy(src / "sweep.sqlite", tmp_path / "sweep.sqlite")
+    with SweepStore(tmp_path / "sweep.sqlite") as st:
+        rows = st.rows()
+    chain = [m for m in matrix_chain(latest_locked("block")) if m.operands == "block"]
+    assert [m.id for m in chain] == ["v1.3-block"]
+    committed = json.loads((src / "scorecard.json").read_text())
+    scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
+    for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
+        assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
