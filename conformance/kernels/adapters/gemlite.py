@@ -141,8 +141,13 @@ def _layer(lib: Any, b, scale_b, bias):
 
 
 def _scaled_mm(lib: Any, fp8: bool, digest: str):
+    @torch.compiler.disable
     def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-        """W8A8 GEMM through gemlite's A8W8 dynamic layer with the given activation (module docstring)."""
+        """W8A8 GEMM through gemlite's A8W8 dynamic layer with the given activation (module docstring). Eager also
+        inside a ``torch.compile``d caller (a graph break): the layer cache and the config pinning are this
+        adapter's Python, which dynamo cannot trace; a serving stack compiles gemlite's registered custom op
+        ``gemlite::forward_functional`` instead, which re-quantizes the activation (so C14 here checks the call,
+        not that op's fake)."""
         dev = a.device
         (m, k), n = a.shape, b.shape[0]
         sa, sb = scale_vectors(scale_a.to(dev), scale_b.to(dev), m, n)
