@@ -66,6 +66,7 @@ class _State:
     examples: int
     model_checks: bool
     triage: bool = True
+    long_items: int = 1  # kernel-level checks + property tests collected (they may run at once under xdist)
     written: list = field(default_factory=list)
     made: list = field(default_factory=list)  # report folders configure created, deepest first
 
@@ -490,9 +491,11 @@ class PropertyItem(_Item):
 
 
 class CheckItem(_Item):
-    """A kernel-level check: C9 batch_invariance, C11, C13-C15 (graph replay, compile, streams), C7, E1. Under xdist it runs with the
-    threads of a lone process (:func:`conformance.runtime.threads.torch_threads` for one worker: ``--int8conf-threads``
-    and the environment still rule): one item whose CPU forwards would otherwise get one worker's share."""
+    """A kernel-level check: C9 batch_invariance, C11, C13-C15 (graph replay, compile, streams), C7, E1. Under xdist
+    it runs with the cores shared among the long items (:func:`conformance.runtime.threads.torch_threads` for as many
+    workers as kernel-level checks and property tests were collected; ``--int8conf-threads`` and the environment
+    still rule): xdist starts them at once (:func:`long_items_first`), and each with every core's thread would
+    oversubscribe the cores once the cases are done (C7, E1, C9 ran 10-20 times slower than in ``int8conf check``)."""
 
     def runtest(self):
         import torch
@@ -500,7 +503,8 @@ class CheckItem(_Item):
         from conformance.runtime.threads import available_cores, torch_threads
 
         before = torch.get_num_threads()
-        n = torch_threads(self.config.getoption("int8conf_threads"), available_cores(), 1, os.environ)
+        share = self.st.long_items if hasattr(self.config, "workerinput") else 1
+        n = torch_threads(self.config.getoption("int8conf_threads"), available_cores(), share, os.environ)
         if n is not None and hasattr(self.config, "workerinput"):
             torch.set_num_threads(n)
         try:
@@ -534,6 +538,8 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     st = _state(config)
     if st is None:
         return
+    from conformance.suite.plan import CHECK, PROPERTY
+
     new = []
     for ks in st.kernels:
         name = f"int8conf-{ks.spec.name}"
@@ -543,6 +549,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
             report=pytest.CollectReport(nodeid=name, outcome="passed", longrepr=None, result=got)
         )
         new.extend(got)
+    st.long_items = max(1, sum(it.step.kind in (CHECK, PROPERTY) for it in new))
     items[:0] = long_items_first(new) if hasattr(config, "workerinput") else new
 
 

@@ -322,6 +322,34 @@ def test_xdist_worker_sets_its_share_and_the_controller_does_not(monkeypatch):
     assert calls == [4, 16]
 
 
+def test_a_check_item_under_xdist_shares_the_cores_among_the_long_items(monkeypatch):
+    import types
+
+    import torch
+
+    from conformance import pytest_plugin as plug
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("INT8CONF_WORKER_THREADS", raising=False)
+    monkeypatch.setattr(plug.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(plug, "_check_verdict", lambda result: None)
+    opts = types.SimpleNamespace(int8conf_threads=None)
+    item = types.SimpleNamespace(
+        config=types.SimpleNamespace(getoption=lambda name: getattr(opts, name), workerinput={"workerid": "gw0"}),
+        st=types.SimpleNamespace(long_items=5),
+        kstate=types.SimpleNamespace(run_check=lambda check_id: None),
+        step=types.SimpleNamespace(check_id="E1"),
+    )
+    before = torch.get_num_threads()
+    plug.CheckItem.runtest(item)  # 16 cores, 5 long items at once: 3 threads each, then restored
+    assert calls == [3, before]
+    del item.config.workerinput
+    plug.CheckItem.runtest(item)  # no xdist: left as the process has it, only restored
+    assert calls == [3, before, before]
+
+
 @pytest.mark.parametrize("xdist", [False, True])
 def test_bad_worker_threads_is_one_usage_error_before_any_worker(tmp_path, xdist):
     env = dict(os.environ, INT8CONF_WORKER_THREADS="abc")
