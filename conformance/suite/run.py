@@ -653,8 +653,10 @@ def _run_steps(
         if jobs > 1 and not why:  # C7's model library imported meanwhile, on a core the workers leave idle
             serving = [cid for cid in checks if cid in SERVING_CHECKS]
             if serving and cuda_device(spec, state.device) is not None:  # C13-C15 (compiles) beside the cases
-                beside.update(checks_in_worker(state, serving, contained))
-                say(f"{spec.name}: {', '.join(serving)} in a worker process beside the fixed cases")
+                started = checks_in_worker(state, serving, contained)
+                beside.update(started)
+                if started:
+                    say(f"{spec.name}: {', '.join(serving)} in a worker process beside the fixed cases")
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
             evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
@@ -684,8 +686,10 @@ def _run_steps(
                         continue
                 pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
                 if pair and jobs > 1 and parallel_ok(state) is None:
-                    beside.update(checks_in_worker(state, ["E1"], contained))  # the two engines' forwards at once
-                    say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
+                    started = checks_in_worker(state, ["E1"], contained)  # the two engines' forwards at once
+                    beside.update(started)
+                    if started:
+                        say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop

@@ -352,32 +352,41 @@ def checks_in_worker(
     state, check_ids: Sequence[str], contained: Optional[Containment] = None
 ) -> dict[str, Callable[[], Optional[object]]]:
     """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the fixed
-    cases) for ``state``'s kernel in one forked worker now, one after the other, so they run beside the in-process
-    plan; returns check id -> a callable that waits for its CheckResult: with ``contained``, a crash or hang is that
-    check's failure (``Containment.check_result``; the checks after it give None); else None when the worker
-    crashed, hung or erred (the caller then runs the check in-process)."""
+    cases) for ``state``'s kernel in one worker forked now (in the calling thread), then run one after the other
+    there, beside the in-process plan; returns check id -> a callable that waits for its CheckResult: with
+    ``contained``, a crash or hang is that check's failure (``Containment.check_result``; the checks after it give
+    None); else None when the worker crashed, hung or erred. None also where the child cannot use CUDA (forked from
+    a process that had initialized it: ``BAD_CUDA_FORK``). Returns {} (nothing started) where this process cannot
+    fork a CUDA-capable child (``runtime.forking.start_method``: CUDA already initialized here). On None or {}
+    the caller runs the check in-process."""
+    if start_method() != "fork":
+        return {}
     box: dict = {}
     done = {cid: threading.Event() for cid in check_ids}
 
+    def timeout(cid: str) -> float:
+        return contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
+
+    logs = tempfile.TemporaryDirectory(prefix="int8conf-workers-")
+    limit = max(timeout(c) for c in check_ids)
+    iso = IsolatedKernel(state.spec, [], limit, logs.name, device=state.device, method="fork", handlers=SUITE_REQUESTS)
+    iso.start()  # forked here, before the caller's next step can initialize CUDA in this process
+
     def serve() -> None:
         try:
-            with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
-                limit = max(
-                    contained.check_timeout(c) if contained is not None else MODEL_CHECK_TIMEOUT_S for c in check_ids
-                )
-                with IsolatedKernel(
-                    state.spec, [], limit, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
-                ) as iso:
-                    for cid in check_ids:
-                        t = contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
-                        oc = iso.request("check", cid, t)
-                        if contained is not None:
-                            box[cid] = contained.check_result(cid, oc)
-                        else:
-                            box[cid] = oc.value if oc.kind == OK else None
-                        done[cid].set()
-                        if oc.kind != OK:
-                            break
+            with logs, iso:
+                for cid in check_ids:
+                    oc = iso.request("check", cid, timeout(cid))
+                    if oc.error == BAD_CUDA_FORK:
+                        break
+                    box[cid] = (
+                        contained.check_result(cid, oc)
+                        if contained is not None
+                        else (oc.value if oc.kind == OK else None)
+                    )
+                    done[cid].set()
+                    if oc.kind != OK:
+                        break
         finally:
             for ev in done.values():
                 ev.set()

@@ -18,7 +18,13 @@ from conformance.runtime.forking import FORK_GATE
 from conformance.runtime.pool import OK, IsolatedKernel
 from conformance.suite.plan import SuiteState, given_cases, run_model_check
 from conformance.suite.run import run_suite
-from conformance.suite.workers import checks_in_worker, evaluate_in_workers, import_in_background, parallel_ok
+from conformance.suite.workers import (
+    Containment,
+    checks_in_worker,
+    evaluate_in_workers,
+    import_in_background,
+    parallel_ok,
+)
 from reference.accumulate import exact_int_mm
 
 KINDS = ("ordinary", "extreme", "pow2", "fp16_out", "m1", "tails")
@@ -87,6 +93,24 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
 
     dies = dataclasses.replace(spec, name="e1-dies", int_mm=int_mm_dies_in_workers)
     assert checks_in_worker(_state(dies, []), ["E1"])["E1"]() is None
+
+
+def test_checks_beside_start_no_worker_where_cuda_is_initialized_and_hand_back_a_bad_cuda_fork(monkeypatch):
+    """A process that initialized CUDA cannot fork a child that uses it: no worker is started (the caller runs the
+    checks in-process), and a child that answers BAD_CUDA_FORK (CUDA initialized here after it was forked) hands
+    each check back (None), never a failing check."""
+    from conformance.runtime import pool
+    from conformance.suite import workers
+
+    spec = make_kernel("beside", order=None)
+    monkeypatch.setattr(workers, "start_method", lambda: "spawn")
+    assert checks_in_worker(_state(spec, []), ["E1", "C9"]) == {}
+    monkeypatch.setattr(workers, "start_method", lambda: "fork")
+    monkeypatch.setattr(pool, "_in_bad_cuda_fork", lambda: True)  # read in the forked child
+    st = _state(spec, [])
+    with Containment(st) as contained:
+        got = checks_in_worker(st, ["E1", "C9"], contained)
+        assert [got[c]() for c in ("E1", "C9")] == [None, None]
 
 
 def test_after_fork_runs_once_every_worker_has_started():
