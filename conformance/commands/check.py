@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _state(args, spec, inj, other, cases_of):
     """The suite's ``SuiteState`` for one kernel run (its cases from the run's ``RunCases``)."""
-    from conformance.suite.plan import plan_kind, reduced_suite
+    from conformance.suite.plan import reduced_suite
     from conformance.suite.run import SuiteState
 
     t0 = time.perf_counter()
@@ -276,7 +276,7 @@ def _state(args, spec, inj, other, cases_of):
         not args.no_model,
         spec.operands,
         serving_checks=serving,
-        kind=plan_kind(spec),
+        kind=spec.kind,
     )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
 
