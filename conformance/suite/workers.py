@@ -359,18 +359,19 @@ def checks_in_worker(
     box: dict = {}
     done = {cid: threading.Event() for cid in check_ids}
 
+    def timeout(cid: str) -> float:
+        """Seconds check ``cid`` may take in the worker (``Containment.check_timeout``, else MODEL_CHECK_TIMEOUT_S)."""
+        return contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
+
     def serve() -> None:
         try:
             with tempfile.TemporaryDirectory(prefix="int8conf-workers-") as logs:
-                limit = max(
-                    contained.check_timeout(c) if contained is not None else MODEL_CHECK_TIMEOUT_S for c in check_ids
-                )
+                limit = max(timeout(c) for c in check_ids)
                 with IsolatedKernel(
                     state.spec, [], limit, logs, device=state.device, method="fork", handlers=SUITE_REQUESTS
                 ) as iso:
                     for cid in check_ids:
-                        t = contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
-                        oc = iso.request("check", cid, t)
+                        oc = iso.request("check", cid, timeout(cid))
                         if contained is not None:
                             box[cid] = contained.check_result(cid, oc)
                         else:
