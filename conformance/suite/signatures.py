@@ -300,25 +300,12 @@ def explain_block_output(spec, ops, out, device: Optional[str] = None) -> Option
         return None
     acc = spec.accumulator_on(torch.device(device or "cpu").type) if spec.operands == "e4m3" else None
     every = torch.ones(diff.shape, dtype=torch.bool)
+    call = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, ops.block_size, spec.block)
     explained, predicted = {}, {}
     for fc in faults_for(spec.operands, "block"):
         if fc.id not in BLOCK_EMULATED or fc.id == "F10":  # F10 narrows by an unknown deficit: C11 / C12's
             continue
-        alt = bits_of(
-            block_fault_output(
-                ops.a,
-                ops.b,
-                ops.scale_a,
-                ops.scale_b,
-                ops.bias,
-                ops.out_dtype,
-                ops.block_size,
-                spec.block,
-                fc.id,
-                every,
-                acc,
-            ).to(dev)
-        )
+        alt = bits_of(block_fault_output(*call, fc.id, every, acc).to(dev))
         changed = alt != rb
         explained[fc.id] = int((changed & (alt == ob)).sum())
         predicted[fc.id] = int(changed.sum())
