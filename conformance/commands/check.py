@@ -295,13 +295,14 @@ def _print_summary(con, name: str, res) -> None:
     from conformance.suite.report import (
         accumulator_lines,
         block_lines,
+        case_count,
         crash_lines,
         fault_signatures,
         pair_difference_line,
     )
 
     head = res.overall.get("headline") or res.verdict.upper()
-    t = Table(title=f"{name} ({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)")
+    t = Table(title=f"{name} ({res.environment.get('execution')}, {res.elapsed_s:.1f} s): {case_count(res.cases)}")
     for col in ("id", "check", "verdict"):
         t.add_column(col)
     t.add_column("summary", overflow="fold")

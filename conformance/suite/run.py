@@ -634,7 +634,7 @@ def _run_steps(
     spec, cases = state.spec, state.cases
     contained = state.contained if isinstance(state.contained, Containment) else None
     say = progress or (lambda s: None)
-    say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
+    say(f"{spec.name}: {len(cases)} fixed cases; {state.captures.note}")
     notes = []
     if uncontained:
         notes.append(f"the kernel ran in the suite's own process (a crash or a hang is not contained): {uncontained}")

@@ -253,7 +253,7 @@ def evaluate_in_workers(
     jobs = min(jobs, len(todo))
     if jobs < 2:
         return 0
-    say(f"{state.spec.name}: {len(todo)} cases in {jobs} worker processes")
+    say(f"{state.spec.name}: {len(todo)} fixed cases in {jobs} worker processes")
     work: queue.SimpleQueue = queue.SimpleQueue()
     for i in todo:
         work.put(i)
