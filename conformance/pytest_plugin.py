@@ -274,7 +274,7 @@ def pytest_configure(config) -> None:
     from conformance.runtime.graceful_stop import record_interrupts, sigterm_as_interrupt_in_pytest
     from conformance.runtime.output_dirs import command_root
     from conformance.runtime.xdist_ship import merge_on_controller
-    from conformance.suite.plan import SuiteState, cli_capture_message, plan_kind, reduced_suite
+    from conformance.suite.plan import SuiteState, cli_capture_message, reduced_suite
     from conformance.suite.setup import CaseSource, RunCases, against_kernel, kernel_report_dir, kernel_runs
     from conformance.suite.workers import Containment, containment_ok
 
@@ -316,7 +316,7 @@ def pytest_configure(config) -> None:
             model_checks,
             spec.operands,
             serving_checks=serving,
-            kind=plan_kind(spec),
+            kind=spec.kind,
         )
 
     kernels = [SuiteState(s, *built[s.name], other, skipped=skipped(s), serving_checks=serving) for s, _ in runs]

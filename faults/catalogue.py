@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from conformance.kernels.spec import BLOCK, ZERO_POINT, KernelSpec
 from reference.errors import Int8confError
 
 #: Operand dtypes of the kernel contract (``conformance.kernels.spec.OPERANDS``).
 OPERANDS = ("int8", "e4m3")
-#: Kernel kinds: per-token x per-channel scales, block scales (``KernelSpec.is_block``), asymmetric activations
-#: (``KernelSpec.is_azp``); :func:`kernel_kind`.
-KINDS = ("per-channel", "block", "zero-point")
+#: Kernel kinds by scales, whatever the operand dtype (:func:`kernel_kind` of ``KernelSpec.kind``): per-token x
+#: per-channel scales, block scales, asymmetric activations.
+PER_CHANNEL = "per-channel"
+KINDS = (PER_CHANNEL, BLOCK, ZERO_POINT)
 
 
 @dataclass(frozen=True)
@@ -180,11 +182,10 @@ def faults_for(operands: str, kind: str = "per-channel") -> tuple[FaultClass, ..
     return tuple(f for f in FAULTS if operands in f.operands and kind in f.kinds)
 
 
-def kernel_kind(spec) -> str:
-    """:data:`KINDS` entry of a KernelSpec: ``block`` (``is_block``), ``zero-point`` (``is_azp``), else ``per-channel``."""
-    if getattr(spec, "is_block", False):
-        return "block"
-    return "zero-point" if getattr(spec, "is_azp", False) else "per-channel"
+def kernel_kind(spec: KernelSpec) -> str:
+    """:data:`KINDS` entry of a KernelSpec, read from ``KernelSpec.kind``: ``block``, ``zero-point``, else (per-token
+    or fp8: per-token x per-channel scales, either operand dtype) ``per-channel``."""
+    return spec.kind if spec.kind in (BLOCK, ZERO_POINT) else PER_CHANNEL
 
 
 def not_applicable(fault: str, operands: str, kind: str = "per-channel") -> Optional[str]:

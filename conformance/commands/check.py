@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _state(args, spec, inj, other, cases_of):
     """The suite's ``SuiteState`` for one kernel run (its cases from the run's ``RunCases``)."""
-    from conformance.suite.plan import plan_kind, reduced_suite
+    from conformance.suite.plan import reduced_suite
     from conformance.suite.run import SuiteState
 
     t0 = time.perf_counter()
@@ -276,7 +276,7 @@ def _state(args, spec, inj, other, cases_of):
         not args.no_model,
         spec.operands,
         serving_checks=serving,
-        kind=plan_kind(spec),
+        kind=spec.kind,
     )
     return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
 
@@ -295,13 +295,14 @@ def _print_summary(con, name: str, res) -> None:
     from conformance.suite.report import (
         accumulator_lines,
         block_lines,
+        case_count,
         crash_lines,
         fault_signatures,
         pair_difference_line,
     )
 
     head = res.overall.get("headline") or res.verdict.upper()
-    t = Table(title=f"{name} ({res.environment.get('execution')}, {len(res.cases)} cases, {res.elapsed_s:.1f} s)")
+    t = Table(title=f"{name} ({res.environment.get('execution')}, {res.elapsed_s:.1f} s): {case_count(res.cases)}")
     for col in ("id", "check", "verdict"):
         t.add_column(col)
     t.add_column("summary", overflow="fold")

@@ -25,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, plan_checks, plan_kind
+from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, plan_checks
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -259,7 +259,7 @@ KERNEL_CHECKS = tuple(plan_checks())
 def kernel_checks(spec) -> tuple:
     """The ids of :data:`KERNEL_CHECKS` that ``spec``'s plan runs: the zero-point plan has no fixed case, so C17 is
     its whole verdict."""
-    return tuple(cid for cid, _, _ in PLANS[plan_kind(spec)].checks)
+    return tuple(cid for cid, _, _ in PLANS[spec.kind].checks)
 
 
 def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str] = (), serving: list = ()) -> dict:
@@ -355,7 +355,7 @@ class GateSession:
             opts.max_capture_layers,
             explicit_cases=explicit,
             serving_checks=opts.serving_checks,
-            kind=plan_kind(self.cand_spec),
+            kind=self.cand_spec.kind,
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)

@@ -7,11 +7,15 @@
 * block scales (``ops.block_size`` and ``spec.block``): ``reference.block.evaluate.reference_block_scaled_mm`` of the
   declared block accumulation (or ``accumulation``) and epilogue, an e4m3 partial through the accumulator declared
   on ``device``;
-* otherwise per-token x per-channel: ``reference.epilogue.reference_scaled_mm`` (int8) or
-  ``reference.fp8.reference_fp8_scaled_mm`` (e4m3 ``ops.a``) of the declared contract.
+* otherwise per-token x per-channel (int8, or e4m3 ``ops.a``): the declared epilogue on the exact accumulator
+  (``reference.fp8.exact_accumulator``): a standard contract through ``reference.epilogue.cached_epilogue`` (the bits
+  of ``reference_scaled_mm`` / ``reference_fp8_scaled_mm``) on the operands' device, a step list that is no standard
+  contract through ``reference.epilogue.apply_steps`` on the CPU.
 
 ``device``: the device the kernel ran on (``"cuda:1"`` counts as ``"cuda"``; None: ``"cpu"``), which selects the
-declaration. Operands are validated by the reference functions (OperandError / ContractError, one line)."""
+declaration. Operands are validated (``reference.validate.validate_operands``; OperandError / ContractError, one
+line). Inside a ``reference.memo`` scope the exact accumulator and a standard epilogue are shared with the checks
+(callers must not write into ``output``)."""
 
 from __future__ import annotations
 
@@ -23,9 +27,10 @@ from torch import Tensor
 from conformance.kernels.spec import declared_epilogue
 from reference.asymmetric import AsymmetricReference, asymmetric_reference
 from reference.block.evaluate import reference_block_scaled_mm
-from reference.epilogue import reference_scaled_mm
-from reference.fp8 import E4M3, reference_fp8_scaled_mm
+from reference.epilogue import apply_steps, cached_epilogue
+from reference.fp8 import E4M3, exact_accumulator
 from reference.operands import GemmOperands
+from reference.validate import validate_operands
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,15 @@ def declared_reference(
             spec.accumulator_on(device),
         )
         return DeclaredReference(out, blk.label())
-    contract = declared_epilogue(spec, device, ops.out_dtype).contract
-    reference = reference_fp8_scaled_mm if ops.a.dtype == E4M3 else reference_scaled_mm
-    out = reference(ops.a, ops.b, ops.scale_a, ops.scale_b, contract, bias=ops.bias, out_dtype=ops.out_dtype)
-    return DeclaredReference(out, contract.label())
+    decl = declared_epilogue(spec, device, ops.out_dtype)
+    operands = "e4m3" if ops.a.dtype == E4M3 else "int8"
+    validate_operands(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, operands)
+    exact = exact_accumulator(ops.a, ops.b)
+    if decl.standard:
+        out = cached_epilogue(exact, ops.scale_a, ops.scale_b, decl.contract, bias=ops.bias, out_dtype=ops.out_dtype)
+    else:
+        bias = None if ops.bias is None else ops.bias.cpu()
+        out = apply_steps(
+            exact.cpu(), ops.scale_a.cpu(), ops.scale_b.cpu(), decl.steps, bias=bias, out_dtype=ops.out_dtype
+        )
+    return DeclaredReference(out, decl.label())

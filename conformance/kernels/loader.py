@@ -600,14 +600,21 @@ def undeclared_callable(name: str, option: str = "--kernel"):
     return obj if getattr(obj, "int8conf", None) is None and _declaration_from_attrs(obj, {}) is None else None
 
 
-def file_path_hint(option: str, path: str, attr: str) -> str:
-    """The one line a kernel named by a file path (``dir/file.py:function``) gets: the accepted form, a module
-    name with its directory on PYTHONPATH, spelled out for this file."""
+def is_file_path(name: str) -> bool:
+    """Whether kernel name (or module part) ``name`` is a file path: it ends in ``.py`` or holds a path separator."""
+    return name.endswith(".py") or "/" in name or os.sep in name
+
+
+def file_path_hint(option: str, path: str, attr: Optional[str] = None) -> str:
+    """The one line a kernel named by a file path (``dir/file.py:function``, or ``dir/file.py`` with no function:
+    ``attr`` None) gets: the accepted form, a module name with its directory on PYTHONPATH, spelled out for this
+    file (``FUNCTION`` standing for the function not given)."""
     p = Path(path)
     stem = p.name[: -len(".py")] if p.name.endswith(".py") else p.name
+    given = path if attr is None else f"{path}:{attr}"
     return (
-        f"{option} '{path}:{attr}': a file path is not a kernel name: give 'module:function' with the module's "
-        f"directory on PYTHONPATH (here: PYTHONPATH={p.parent} ... {option} {stem}:{attr})"
+        f"{option} '{given}': a file path is not a kernel name: give 'module:function' with the module's "
+        f"directory on PYTHONPATH (here: PYTHONPATH={p.parent} ... {option} {stem}:{attr or 'FUNCTION'})"
     )
 
 
@@ -618,7 +625,7 @@ def import_module_object(name: str, option: str = "--kernel"):
     mod_name, _, attr = base.partition(":")
     if not mod_name or not attr:
         raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
-    if mod_name.endswith(".py") or "/" in mod_name or os.sep in mod_name:
+    if is_file_path(mod_name):
         raise KernelLoadError(file_path_hint(option, mod_name, attr))
     try:
         mod = importlib.import_module(mod_name)

@@ -132,6 +132,8 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
     spec = loader.load_entry_point(name)
     if spec is not None:
         return spec
+    if loader.is_file_path(name):
+        raise KernelLoadError(loader.file_path_hint(option, name))
     raise KernelLoadError(
         f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not registered, not 'pkg.module:function', not an '{loader.ENTRY_POINT_GROUP}' entry point"
     )

@@ -33,6 +33,10 @@ OVERFLOW_BEHAVIOURS = ("wrap", "saturate", "undefined")
 OPERANDS = ("int8", "e4m3")
 #: the FP8 operand type (``KernelSpec.is_fp8``)
 FP8 = "e4m3"
+#: Kernel kinds (:attr:`KernelSpec.kind`, :func:`kind_of`): int8 per-token x per-channel scales, e4m3 operands with
+#: those scales, block scales (``block``, either operand dtype), asymmetric activations (``azp``, int8).
+PER_TOKEN, FP8_KIND, BLOCK, ZERO_POINT = "per-token", "fp8", "block", "zero-point"
+KINDS = (PER_TOKEN, FP8_KIND, BLOCK, ZERO_POINT)
 
 #: Built-in kernels by operand dtype; ``"all"`` names the int8 ones. Every name in :data:`BUILTINS` is reserved.
 INT8_BUILTINS = ("cpu", "int_mm", "triton")
@@ -89,6 +93,16 @@ def parse_declared_accumulator(decl: Any) -> Union[None, AccumulatorModel, dict]
             raise ContractError(f"accumulator selector(s) {bad}: use 'cpu', 'cuda' or '*'")
         return {str(k): parse_accumulator(v) for k, v in decl.items()}
     return parse_accumulator(decl)
+
+
+def kind_of(operands: str = "int8", block: bool = False, azp: bool = False) -> str:
+    """The kernel kind (:data:`KINDS`) of a kernel with these ``operands`` (``"int8"`` / ``"e4m3"``), block scales
+    (``block``) or asymmetric activations (``azp``; it wins over ``block``)."""
+    if azp:
+        return ZERO_POINT
+    if block:
+        return BLOCK
+    return FP8_KIND if operands == FP8 else PER_TOKEN
 
 
 def check_operands(operands: object, accumulator: object, devices: Iterable[str], name: str = "") -> None:
@@ -322,6 +336,12 @@ class KernelSpec:
         if zero_point not in self.azp.kinds:
             return [f"{zero_point} zero point: the kernel declares {'/'.join(self.azp.kinds)} only"]
         return []
+
+    @property
+    def kind(self) -> str:
+        """The kernel's kind (:data:`KINDS`, :func:`kind_of`): ``per-token``, ``fp8``, ``block`` or ``zero-point``;
+        the suite's plan and the fault catalogue's kernel kind both read it."""
+        return kind_of(self.operands, self.is_block, self.is_azp)
 
     @property
     def is_fp8(self) -> bool:

@@ -1,8 +1,9 @@
 """Progress of a long command (``int8conf check``): rich live status on a terminal; elsewhere
 (CI logs, pipes) :class:`PlainProgress` prints self-contained lines ``int8conf check: <label>:
-<done>/<total> cases, <elapsed> s elapsed: <latest step>`` at every non-case step, every
+<done>/<total> fixed cases, <elapsed> s elapsed: <latest step>`` at every non-case step, every
 ``every_cases`` cases or ``every_s`` seconds (heartbeat thread); nothing with ``--quiet``.
-A finished case is the suite's line :data:`CASE_LINE`."""
+A finished fixed case is the suite's line :data:`CASE_LINE` (the property examples have none: the summary table
+counts them beside the fixed cases, ``suite.report.case_count``)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class PlainProgress:
     def _print(self) -> None:
         """Write the status line (caller holds the lock)."""
         now = self._clock()
-        cases = "" if self.total is None else f"{self.done}/{self.total} cases, "
+        cases = "" if self.total is None else f"{self.done}/{self.total} fixed cases, "
         line = f"int8conf check: {self.label}: {cases}{now - self._t0:.1f} s elapsed: {self.step}"
         print(line, file=self._stream if self._stream is not None else sys.stderr, flush=True)
         self._last_t, self._last_done = now, self.done

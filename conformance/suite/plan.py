@@ -18,9 +18,9 @@ A kernel taking asymmetric activations (``KernelSpec.azp``) gets the ZERO-POINT 
 per-channel cases (it refuses a call without ``azp_adj=``), C17 on its own asymmetric cases (bits, the
 correction's int32 headroom, a stale precomputed correction), the other kernel-level checks n/a with the reason.
 
-The four plan kinds (per-token, fp8, block, zero-point) are one table, :data:`PLANS` (:func:`plan_kind` of a
-kernel): the checks each adds, the n/a reason of the others, whether the property test, tile edges and captures are
-part of it. Every front door (``int8conf check``, the pytest plugin, the gate) reads it through :func:`suite_steps`,
+The four plan kinds (per-token, fp8, block, zero-point) are one table, :data:`PLANS` (keyed by ``KernelSpec.kind``):
+the checks each adds, the n/a reason of the others, whether the property test, tile edges and captures are part of
+it. Every front door (``int8conf check``, the pytest plugin, the gate) reads it through :func:`suite_steps`,
 :func:`run_kernel_check` and :func:`reduced_suite`."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from conformance.checks.graph_replay import check_graph_replay
 from conformance.checks.result import CHECK_NAMES, CheckResult, not_applicable
 from conformance.checks.streams import check_streams_devices
 from conformance.kernels.runner import cuda_device, pick_device
-from conformance.kernels.spec import FP8
+from conformance.kernels.spec import BLOCK, FP8, FP8_KIND, PER_TOKEN, ZERO_POINT, kind_of
 from conformance.runtime.forking import map_forked
 from conformance.suite.evaluate import CaseResult, check_error, evaluate_fixed
 from conformance.suite.property import property_operands, run_property_test
@@ -71,13 +71,12 @@ MODEL_CHECKS: tuple[tuple[str, str, str], ...] = (
     ("C7", "conformance.checks.token_flip", "check_token_flip"),
     ("E1", "conformance.checks.engine_hash", "check_engine_hash"),
 )
-PER_TOKEN, FP8_PLAN, BLOCK, ZERO_POINT = "per-token", "fp8", "block", "zero-point"
 _AZP_WHY = "asymmetric activations: the kernel takes azp_adj= on every call; C17 judges it on its own cases"
 
 
 @dataclass(frozen=True)
 class PlanKind:
-    """What one kind of plan (:data:`PLANS`, keyed by :func:`plan_kind`) runs: ``checks`` the kernel-level checks it
+    """What one kind of plan (:data:`PLANS`, keyed by ``KernelSpec.kind``) runs: ``checks`` the kernel-level checks it
     adds after C9, as (check id, module, attribute) looked up when run (n/a "not built" while the module is missing);
     ``not_applicable`` the kernel-level checks n/a for it (check id -> the reason, one line); whether the property
     test, the tile-edge shapes and the layer captures are part of it. C11 follows the operands (every e4m3 plan)."""
@@ -92,7 +91,7 @@ class PlanKind:
 #: The plan kinds: which kernel-level checks run, and why the others are n/a.
 PLANS: dict[str, PlanKind] = {
     PER_TOKEN: PlanKind(property_test=True, tile_edges=True, captures=True),
-    FP8_PLAN: PlanKind(
+    FP8_KIND: PlanKind(
         not_applicable={
             "C7": "int8-engine check: replays the W8A8 int8 model through the kernel; an e4m3 kernel takes e4m3 "
             "operands",
@@ -116,21 +115,6 @@ PLANS: dict[str, PlanKind] = {
         not_applicable={cid: _AZP_WHY for cid in ("C9", "C11", "C13", "C14", "C15", "C7", "E1")},
     ),
 }
-
-
-def kind_of(operands: str = "int8", block: bool = False, azp: bool = False) -> str:
-    """The plan kind (a key of :data:`PLANS`) of a kernel with these ``operands`` (``"int8"`` / ``"e4m3"``), block
-    scales (``block``) or asymmetric activations (``azp``)."""
-    if azp:
-        return ZERO_POINT
-    if block:
-        return BLOCK
-    return FP8_PLAN if operands == FP8 else PER_TOKEN
-
-
-def plan_kind(spec: KernelSpec) -> str:
-    """:func:`kind_of` a KernelSpec."""
-    return kind_of(spec.operands, spec.is_block, spec.is_azp)
 
 
 def plan_checks() -> dict:
@@ -186,7 +170,7 @@ def run_kernel_check(check_id: str, spec, cases: Sequence, device: Optional[str]
     """A kernel-level check of the plan: n/a with the reason where the kernel's plan kind says so (:data:`PLANS`),
     else C9 over the fixed ``cases``, a check the plan kind adds (:func:`run_plan_check`), C11 (an e4m3 kernel's
     accumulator), C13-C15 (:data:`SERVING_CHECKS`) or a model-level check. Never raises for the kernel."""
-    na = PLANS[plan_kind(spec)].not_applicable
+    na = PLANS[spec.kind].not_applicable
     if check_id in na:
         return not_applicable(check_id, na[check_id])
     if check_id == "C9":
@@ -518,7 +502,7 @@ class SuiteState:
         ``conformance.suite.warmup``); the warm-up record, or None when not warmed."""
         dev = cuda_device(self.spec, self.device)
         if self.warm is None and self.spec.warm_up and dev is not None and self.cases:
-            planned = examples > 0 and PLANS[plan_kind(self.spec)].property_test
+            planned = examples > 0 and PLANS[self.spec.kind].property_test
             extra = property_operands(examples) if planned else []
             self.warm = warm_up(self.spec, self.cases, dev, say=say, extra=extra)
         return self.warm

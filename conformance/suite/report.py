@@ -83,6 +83,16 @@ def to_json_dict(result) -> dict:
     )
 
 
+def case_count(cases) -> str:
+    """``777 cases (776 fixed + 1 property example)`` of a run's case results (``source`` ``property``: a property
+    example; the others are the fixed cases, what the progress lines count); ``776 cases`` when no property example
+    ran."""
+    n_prop = sum(1 for c in cases if c.source == "property")
+    if not n_prop:
+        return f"{len(cases)} cases"
+    return f"{len(cases)} cases ({len(cases) - n_prop} fixed + {n_prop} property example{'s' if n_prop > 1 else ''})"
+
+
 def fault_signatures(result) -> list:
     """``signature_lines`` of a failing run (fault classes its failures match, or one line saying
     none); empty for a run that did not fail."""

@@ -57,7 +57,6 @@ from conformance.suite.plan import (  # noqa: F401 -- re-exported: the suite's p
     given_cases,
     load_captures,
     mark_ownership_probes,
-    plan_kind,
     reduced_suite,
     run_batch_invariance,
     run_model_check,
@@ -425,7 +424,7 @@ def build_result(
         agg.setdefault(cid, not_applicable(cid, "not run"))
     if spec.is_fp8:
         agg.setdefault("C11", not_applicable("C11", "not run"))
-    for cid, _, _ in PLANS[plan_kind(spec)].checks:
+    for cid, _, _ in PLANS[spec.kind].checks:
         agg.setdefault(cid, not_applicable(cid, "not run"))
     checks = [agg[c] for c in REPORT_ORDER if c in agg] + [r for c, r in agg.items() if c not in REPORT_ORDER]
     pairwise = None
@@ -591,7 +590,7 @@ def run_conformance(
         spec.operands,
         max_capture_layers,
         explicit,
-        kind=plan_kind(spec),
+        kind=spec.kind,
     )
     state = SuiteState(spec, cases, cap, other, device, t0=t0, skipped=skipped)
     return run_suite(
@@ -635,7 +634,7 @@ def _run_steps(
     spec, cases = state.spec, state.cases
     contained = state.contained if isinstance(state.contained, Containment) else None
     say = progress or (lambda s: None)
-    say(f"{spec.name}: {len(cases)} cases; {state.captures.note}")
+    say(f"{spec.name}: {len(cases)} fixed cases; {state.captures.note}")
     notes = []
     if uncontained:
         notes.append(f"the kernel ran in the suite's own process (a crash or a hang is not contained): {uncontained}")

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import torch
 
-from conformance.checks.result import CALL_ID, DECLARATION, Verdict
+from conformance.checks.result import CALL_ID, CHECK_NAMES, DECLARATION, Verdict
 from conformance.kernels.declared import declared_reference
 from faults.block import BLOCK_EMULATED, block_fault_output
 from faults.catalogue import faults_for, get_fault
@@ -300,25 +300,12 @@ def explain_block_output(spec, ops, out, device: Optional[str] = None) -> Option
         return None
     acc = spec.accumulator_on(torch.device(device or "cpu").type) if spec.operands == "e4m3" else None
     every = torch.ones(diff.shape, dtype=torch.bool)
+    call = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, ops.block_size, spec.block)
     explained, predicted = {}, {}
     for fc in faults_for(spec.operands, "block"):
         if fc.id not in BLOCK_EMULATED or fc.id == "F10":  # F10 narrows by an unknown deficit: C11 / C12's
             continue
-        alt = bits_of(
-            block_fault_output(
-                ops.a,
-                ops.b,
-                ops.scale_a,
-                ops.scale_b,
-                ops.bias,
-                ops.out_dtype,
-                ops.block_size,
-                spec.block,
-                fc.id,
-                every,
-                acc,
-            ).to(dev)
-        )
+        alt = bits_of(block_fault_output(*call, fc.id, every, acc).to(dev))
         changed = alt != rb
         explained[fc.id] = int((changed & (alt == ob)).sum())
         predicted[fc.id] = int(changed.sum())
@@ -356,7 +343,8 @@ class ClassRank:
     differ: int = 0
     block: bool = False
 
-    def line(self, n_failing: int) -> str:
+    def line(self, n_failing: int, failed: Sequence[str]) -> str:
+        """The report line: ``failed`` the checks the ``n_failing`` failing cases fail (:func:`failed_checks`)."""
         name = get_fault(self.fault).name.replace("_", " ")
         if self.differ:
             what = "epilogue" if self.fault in POSTPROCESSING_FAULTS and not self.block else "emulation"
@@ -368,8 +356,20 @@ class ClassRank:
             how = SIGNATURES[self.fault][1]
         return (
             f"consistent with {self.fault} {name}: {how} (score {self.score:.2f}; {self.cases} of {n_failing} "
-            f"failing cases)"
+            f"cases failing {_either(failed)})"
         )
+
+
+def failed_checks(cases: Iterable) -> list[str]:
+    """The ids of the checks that fail on any of the case results ``cases`` (``CaseResult.kernel_failures``: not a
+    precondition violated), in ``CHECK_NAMES`` order."""
+    ids = {r.check_id for cr in cases for r in cr.kernel_failures}
+    return [cid for cid in CHECK_NAMES if cid in ids]
+
+
+def _either(ids: Sequence[str]) -> str:
+    """``C8``, ``C5 or C8``, ``C5, C8 or C10``."""
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} or {ids[-1]}"
 
 
 def rank_classes(failing: list) -> list[ClassRank]:
@@ -478,9 +478,10 @@ def signature_lines(result) -> list[str]:
     declared = [cr for cr in failing if declaration_only(cr)]
     failing = [cr for cr in failing if not declaration_only(cr)]
     head = [interface_line(len(iface))] if iface else []
+    failed = failed_checks(failing + declared)
     if failing and all(str(cr.case).startswith(BLOCK_CASE_PREFIX) for cr in failing):
         ranks = rank_classes(failing)
-        return head + ([r.line(len(failing) + len(declared)) for r in ranks] or [BLOCK_SIGNATURE_LINE])
+        return head + ([r.line(len(failing) + len(declared), failed) for r in ranks] or [BLOCK_SIGNATURE_LINE])
     acc_off = sum(features_of_case(cr).acc_mismatch for cr in failing)
     n = len(failing) + len(declared)
     head += [accumulator_line(acc_off, n)] if acc_off else []
@@ -491,7 +492,7 @@ def signature_lines(result) -> list[str]:
     ranks = rank_classes(failing)
     if failing and not ranks:
         return head + [no_signature_line(len(failing))]
-    return head + [r.line(n) for r in ranks]
+    return head + [r.line(n, failed) for r in ranks]
 
 
 def interface_line(n: int) -> str:

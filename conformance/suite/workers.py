@@ -253,7 +253,7 @@ def evaluate_in_workers(
     jobs = min(jobs, len(todo))
     if jobs < 2:
         return 0
-    say(f"{state.spec.name}: {len(todo)} cases in {jobs} worker processes")
+    say(f"{state.spec.name}: {len(todo)} fixed cases in {jobs} worker processes")
     work: queue.SimpleQueue = queue.SimpleQueue()
     for i in todo:
         work.put(i)
@@ -365,6 +365,7 @@ def checks_in_worker(
     done = {cid: threading.Event() for cid in check_ids}
 
     def timeout(cid: str) -> float:
+        """Seconds check ``cid`` may take in the worker (``Containment.check_timeout``, else MODEL_CHECK_TIMEOUT_S)."""
         return contained.check_timeout(cid) if contained is not None else MODEL_CHECK_TIMEOUT_S
 
     logs = tempfile.TemporaryDirectory(prefix="int8conf-workers-")

@@ -26,12 +26,12 @@ from safetensors import SafetensorError, safe_open
 
 from conformance.checks.block_accumulation import check_block_accumulation
 from conformance.checks.block_accumulation import probe_case as block_probe_case
-from conformance.checks.block_output import block_reference
 from conformance.checks.engine_hash import check_engine_hash
 from conformance.checks.fp8_accumulator import K_PROBE, N_PROBE, check_fp8_accumulator, probe_operands, probes
-from conformance.checks.output_bits import case_epilogue, declared_output, run_device
+from conformance.checks.output_bits import run_device
 from conformance.checks.result import SWEEP_KEPT_EVIDENCE, Verdict, not_applicable
 from conformance.checks.token_flip import check_token_flip
+from conformance.kernels.declared import declared_reference
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
 from conformance.kernels.spec import enter_conformance_run
@@ -294,14 +294,14 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
 
 
 def _declared(kernel, ops: GemmOperands, run) -> torch.Tensor:
-    """The declared output of ``ops`` (memoized in the open scope): the block reference of a block-scaled case
-    (``checks.block_output.block_reference``, on the device ``run`` ran), else the declared epilogue on the exact
-    accumulator."""
-    if ops.block_size is None or kernel.block is None:
-        return declared_output(ops, case_epilogue(kernel, ops, run))
-    kind = ("block_declared", kernel.block.label(), tuple(ops.block_size), str(ops.out_dtype), str(run_device(run)))
-    tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
-    return memo.cached(kind, tensors, lambda: block_reference(kernel, ops, run))
+    """``kernels.declared.declared_reference`` of ``kernel`` on ``ops`` for the device ``run`` ran on (its output
+    bits), memoized in the open ``reference.memo`` scope on the operands, so the two rounds of a layer cell compute
+    it once."""
+    device = run_device(run)
+    bs = None if ops.block_size is None else tuple(ops.block_size)
+    kind = ("declared_reference", kernel.name, bs, str(ops.out_dtype), str(device))
+    tensors = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.azp_adj, ops.azp)
+    return memo.cached(kind, tensors, lambda: declared_reference(kernel, ops, device).output)
 
 
 def run_layer_batch(tasks) -> list:

@@ -1,16 +1,21 @@
-"""The plan-kind table (``suite.plan.PLANS``): a reduced suite names only what the kernel's plan kind has."""
+"""The kernel kind (``KernelSpec.kind``) keys the plan-kind table (``suite.plan.PLANS``) and gives the fault
+catalogue's kernel kind; a reduced suite names only what the kernel's plan kind has."""
 
 from __future__ import annotations
 
 from conformance.kernels.registry import get_kernel
-from conformance.suite.plan import BLOCK, FP8_PLAN, PER_TOKEN, ZERO_POINT, plan_kind, reduced_suite
+from conformance.kernels.spec import BLOCK, FP8_KIND, PER_TOKEN, ZERO_POINT
+from conformance.suite.plan import PLANS, reduced_suite
+from faults.catalogue import kernel_kind
 
 SERVING = "the serving checks (C13, C14, C15)"
 
 
-def test_each_builtin_family_has_its_plan_kind():
-    kinds = [plan_kind(get_kernel(n)) for n in ("cpu", "fp8-cpu", "block-cpu", "azp-cpu")]
-    assert kinds == [PER_TOKEN, FP8_PLAN, BLOCK, ZERO_POINT]
+def test_each_builtin_family_has_its_kind_for_the_plan_and_the_fault_catalogue():
+    specs = [get_kernel(n) for n in ("cpu", "fp8-cpu", "block-cpu", "block-fp8-cpu", "azp-cpu")]
+    assert [s.kind for s in specs] == [PER_TOKEN, FP8_KIND, BLOCK, BLOCK, ZERO_POINT]
+    assert list(PLANS) == [PER_TOKEN, FP8_KIND, BLOCK, ZERO_POINT]
+    assert [kernel_kind(s) for s in specs] == ["per-channel", "per-channel", "block", "block", "zero-point"]
 
 
 def test_reduced_suite_names_only_what_the_plan_kind_has():

@@ -21,7 +21,7 @@ from conformance.runtime.progress import PlainProgress, suite_progress
 
 FAST = ["--no-tile-edges", "--no-captures", "--no-model", "--examples", "0"]
 ROOT = Path(__file__).resolve().parents[2]
-LINE = re.compile(r"^int8conf check: cpu: (\d+)/(\d+) cases, \d+\.\d s elapsed: ")
+LINE = re.compile(r"^int8conf check: cpu: (\d+)/(\d+) fixed cases, \d+\.\d s elapsed: ")
 
 
 class FakeClock:
@@ -35,18 +35,18 @@ class FakeClock:
 def test_plain_lines_every_n_cases_and_the_last_case():
     buf, clock = io.StringIO(), FakeClock()
     p = PlainProgress("k", buf, every_cases=4, every_s=60, clock=clock, heartbeat=False)
-    p("k: 10 cases; no captures")
+    p("k: 10 fixed cases; no captures")
     for i in range(1, 11):
         clock.t += 1.0
         p(f"[{i}/10] synthetic/c{i}: pass")
     p("k: C9 batch_invariance")
     lines = buf.getvalue().splitlines()
     assert lines == [
-        "int8conf check: k: 0.0 s elapsed: k: 10 cases; no captures",
-        "int8conf check: k: 4/10 cases, 4.0 s elapsed: last case synthetic/c4: pass",
-        "int8conf check: k: 8/10 cases, 8.0 s elapsed: last case synthetic/c8: pass",
-        "int8conf check: k: 10/10 cases, 10.0 s elapsed: last case synthetic/c10: pass",
-        "int8conf check: k: 10/10 cases, 10.0 s elapsed: k: C9 batch_invariance",
+        "int8conf check: k: 0.0 s elapsed: k: 10 fixed cases; no captures",
+        "int8conf check: k: 4/10 fixed cases, 4.0 s elapsed: last case synthetic/c4: pass",
+        "int8conf check: k: 8/10 fixed cases, 8.0 s elapsed: last case synthetic/c8: pass",
+        "int8conf check: k: 10/10 fixed cases, 10.0 s elapsed: last case synthetic/c10: pass",
+        "int8conf check: k: 10/10 fixed cases, 10.0 s elapsed: k: C9 batch_invariance",
     ]
 
 
@@ -61,8 +61,8 @@ def test_plain_line_after_every_s_seconds_even_between_n_cases():
     clock.t += 5
     assert p.beat()  # a long case: the heartbeat prints the state
     assert buf.getvalue().splitlines() == [
-        "int8conf check: k: 2/50 cases, 6.0 s elapsed: last case b: pass",
-        "int8conf check: k: 2/50 cases, 12.0 s elapsed: last case b: pass",
+        "int8conf check: k: 2/50 fixed cases, 6.0 s elapsed: last case b: pass",
+        "int8conf check: k: 2/50 fixed cases, 12.0 s elapsed: last case b: pass",
     ]
 
 
@@ -72,7 +72,7 @@ def test_heartbeat_thread_prints_while_a_step_runs_and_stops_on_exit():
         p("[3/9] slow/case: pass")
         wait_until(lambda: p.lines >= 3, "heartbeat lines")  # while "hung" in one case
     assert not [t for t in threading.enumerate() if t.name == "int8conf-progress"]  # stopped with the context
-    assert all(ln.startswith("int8conf check: k: 3/9 cases, ") for ln in buf.getvalue().splitlines())
+    assert all(ln.startswith("int8conf check: k: 3/9 fixed cases, ") for ln in buf.getvalue().splitlines())
 
 
 def test_bad_periods_are_refused():
@@ -92,7 +92,7 @@ def test_display_is_chosen_by_terminal_and_quiet():
     with suite_progress("k", plain, every_s=60) as cb:
         assert isinstance(cb, PlainProgress)
         cb("[1/1] x: pass")
-    assert plain.file.getvalue() == "int8conf check: k: 1/1 cases, 0.0 s elapsed: last case x: pass\n"
+    assert plain.file.getvalue() == "int8conf check: k: 1/1 fixed cases, 0.0 s elapsed: last case x: pass\n"
     with suite_progress("k", term) as cb:
         assert not isinstance(cb, PlainProgress) and callable(cb)  # rich status.update
         cb("[1/1] x: pass")
@@ -100,13 +100,15 @@ def test_display_is_chosen_by_terminal_and_quiet():
 
 def test_check_prints_progress_lines_without_a_tty(tmp_path, capsys):
     # capsys: stdout and stderr are not terminals, as in a CI log
-    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST]) == 0
-    err = capsys.readouterr().err.splitlines()
+    assert main(["check", "--kernel", "cpu", "--out", str(tmp_path), *FAST, "--examples", "1"]) == 0
+    out, err = (x.splitlines() for x in capsys.readouterr())
     counts = [tuple(map(int, m.groups())) for m in map(LINE.match, err) if m]
-    # 22 cases (test_check_command_and_plugin): lines at 22 only unless 15 s pass
+    # 22 fixed cases (test_check_command_and_plugin): lines at 22 only unless 15 s pass
     assert counts and counts[-1] == (22, 22), err
     assert any(ln.endswith("cpu: C9 batch_invariance") for ln in err), err
     assert all(0 < d <= t == 22 for d, t in counts)
+    # the table counts the fixed cases the progress lines count, and the property example beside them
+    assert any(ln.endswith(" s): 23 cases (22 fixed + 1 property example)") for ln in out), out
 
 
 def test_check_quiet_prints_no_progress(tmp_path, capsys):
@@ -129,5 +131,5 @@ def test_check_subprocess_piped_prints_plain_lines(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if LINE.match(ln)]
-    assert lines and "22/22 cases" in lines[-2], r.stderr  # last: the C9 step line
+    assert lines and "22/22 fixed cases" in lines[-2], r.stderr  # last: the C9 step line
     assert "\r" not in r.stderr and "\x1b[" not in r.stderr  # no live-display codes

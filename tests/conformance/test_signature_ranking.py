@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.cases.synthetic import synthetic_cases
+from conformance.checks.result import CheckResult
 from conformance.kernels.registry import get_kernel
 from conformance.suite.evaluate import evaluate_case
 from conformance.suite.plan import given_cases
@@ -74,7 +75,7 @@ def test_round_toward_zero_above_an_m_is_f4_first_with_its_pattern():
     n = sum(cr.fault_explanation["n_differ"] for cr in failing)
     assert sig[1] == (
         "consistent with F4 output truncation: final conversion rounds toward zero instead of to nearest-even: its "
-        f"epilogue reproduces {n} of the {n} differing elements (score 1.00; 2 of 2 failing cases)"
+        f"epilogue reproduces {n} of the {n} differing elements (score 1.00; 2 of 2 cases failing C8)"
     )
 
 
@@ -92,3 +93,15 @@ def test_interface_failures_are_named_not_offered_a_fault_class():
         "interface failure on 3 cases (check IF): the kernel returned no valid output there, so no numeric fault "
         "class is offered for them"
     )
+
+
+def test_a_class_line_names_the_checks_its_failing_cases_fail():
+    """The case count of a class line says what it counts: a case failing only C10 (no numeric difference) is one
+    of the failing cases, named among the checks they fail, and one the class does not explain."""
+    f4 = inject(get_kernel("cpu"), "F4", "all", 0)
+    crs = [evaluate_case(f4, c, device="cpu") for c in CASES[:2]] + [evaluate_case(get_kernel("cpu"), CASES[2])]
+    assert [sorted(r.check_id for r in cr.kernel_failures) for cr in crs] == [["C8"], ["C5", "C8"], []]
+    crs[2].checks["C10"] = CheckResult("C10", "call_independence", "fail", "differs after another call")
+    res = build_result(f4, crs, given_cases(CASES[:3]))
+    line = next(x for x in signature_lines(res) if x.startswith("consistent with F4 "))
+    assert line.endswith("(score 0.67; 2 of 3 cases failing C5, C8 or C10)")

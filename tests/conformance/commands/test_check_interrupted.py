@@ -64,12 +64,12 @@ def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
     cmd = [sys.executable, "-m", "conformance.cli", "check", "--kernel", "holding:spec", "--no-model"]
     cmd += ["--no-captures", "--out", str(tmp_path / "rep")]
     rc, out = interrupt_when_held(
-        cmd, ROOT, Hold(tmp_path / "hold"), signal.SIGTERM, r"stopper: [1-9]\d*/\d+ cases", tmp_path
+        cmd, ROOT, Hold(tmp_path / "hold"), signal.SIGTERM, r"stopper: [1-9]\d*/\d+ fixed cases", tmp_path
     )
     assert rc == 130, out[-3000:]
     rep = json.loads((tmp_path / "rep" / "stopper" / "conformance.json").read_text())
     assert rep["notes"][0].startswith("partial run: interrupted after ")
-    total = int(re.search(r"stopper: (\d+) cases", out).group(1))
+    total = int(re.search(r"stopper: (\d+) fixed cases", out).group(1))
     assert 0 < len(rep["cases"]) < total  # the held case never finished
     assert (rep["partial"]["partial"], rep["partial"]["reason"], rep["partial"]["note"]) == (
         True,

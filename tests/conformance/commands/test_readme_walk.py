@@ -1,5 +1,6 @@
 """A new user's first ``int8conf check`` runs (the README walk): a capture directory that is not there says so, a
-kernel named by a file path gets the accepted form spelled out, and a failing run prints its verdict line once."""
+kernel named by a file path (with or without its function) gets the accepted form spelled out, and a failing run
+prints its verdict line once."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def test_a_kernel_named_by_file_path_gets_the_accepted_form(capfd, tmp_path):
     assert err.strip().splitlines() == [
         f"int8conf: error: --kernel '{path}:scaled_mm': a file path is not a kernel name: give 'module:function' "
         f"with the module's directory on PYTHONPATH (here: PYTHONPATH={tmp_path} ... --kernel mykern:scaled_mm)"
+    ]
+
+
+def test_a_kernel_named_by_file_path_without_a_function_gets_the_accepted_form(capfd, tmp_path):
+    path = tmp_path / "mykern.py"
+    path.write_text("def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, bias=None):\n    return None\n")
+    rc, _, err = _int8conf(capfd, "check", f"--kernel={path}", "--out", tmp_path / "r")
+    assert rc == 2
+    assert err.strip().splitlines() == [
+        f"int8conf: error: --kernel '{path}': a file path is not a kernel name: give 'module:function' "
+        f"with the module's directory on PYTHONPATH (here: PYTHONPATH={tmp_path} ... --kernel mykern:FUNCTION)"
     ]
 
 

@@ -248,11 +248,11 @@ def test_warm_up_covers_the_property_examples(tmp_path, monkeypatch):
     got = {}
     monkeypatch.setattr(plan, "cuda_device", lambda spec, device: "cuda")  # the warm-up's gate, on the CPU
     monkeypatch.setattr(plan, "warm_up", lambda spec, cases, dev, say, extra: got.setdefault(spec.name, extra))
-    warm = types.SimpleNamespace(name="w", warm_up=True, operands="int8", is_block=False, is_azp=False)
+    warm = types.SimpleNamespace(name="w", warm_up=True, operands="int8", kind="per-token")
     plan.SuiteState(warm, cases, NO_CAPTURES).warm_up(examples=5)
-    fp8 = types.SimpleNamespace(name="f", warm_up=True, operands="e4m3", is_block=False, is_azp=False)
+    fp8 = types.SimpleNamespace(name="f", warm_up=True, operands="e4m3", kind="fp8")
     plan.SuiteState(fp8, cases, NO_CAPTURES).warm_up(examples=5)  # no property step in the FP8 plan
-    none = types.SimpleNamespace(name="n", warm_up=True, operands="int8", is_block=False, is_azp=False)
+    none = types.SimpleNamespace(name="n", warm_up=True, operands="int8", kind="per-token")
     plan.SuiteState(none, cases, NO_CAPTURES).warm_up(examples=0)
     assert [(o.digests(), o.name) for o in got["w"]] == [(o.digests(), o.name) for o in extra]
     assert got["f"] == [] and got["n"] == []

@@ -1,5 +1,5 @@
 """The sweep on an FP8 (e4m3) kernel: a slice runs and is scored against the locked FP8 amendment, faults that do not
-apply are refused, and the committed INT8 scorecard is still what its committed store scores to."""
+apply are refused, and each committed scorecard (int8, FP8, block) is still what its committed store scores to."""
 
 import json
 import shutil
@@ -70,44 +70,25 @@ def test_an_fp8_sweep_refuses_what_does_not_apply_in_one_line(tmp_path, capsys, 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_committed_int8_scorecard_is_what_its_committed_store_scores_to(tmp_path):
-    """The FP8 amendment, the e4m3 scoring paths and F10 change nothing of the INT8 sweep: its store scores, against
-    the newest int8 matrix and what it amends (v1, v1.1), to the committed scorecard byte for byte."""
-    src = ROOT / "reports" / "sweep" / "cpu"
-    shutil.copy(src / "sweep.sqlite", tmp_path / "sweep.sqlite")
-    with SweepStore(tmp_path / "sweep.sqlite") as st:
-        rows = st.rows()
-    chain = matrix_chain(latest_locked("int8"))
-    assert [m.id for m in chain] == ["v1", "v1.1"]
-    committed = json.loads((src / "scorecard.json").read_text())
-    scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
-    for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
-        assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
-
-
-def test_the_committed_fp8_scorecard_is_what_its_committed_store_scores_to(tmp_path):
-    """The committed FP8 store scores, against the e4m3 matrices only (v1.2-fp8), to the committed scorecard."""
-    src = ROOT / "reports" / "sweep" / "fp8-cpu"
-    shutil.copy(src / "sweep.sqlite", tmp_path / "sweep.sqlite")
-    with SweepStore(tmp_path / "sweep.sqlite") as st:
-        rows = st.rows()
-    chain = [m for m in matrix_chain(latest_locked("e4m3")) if m.operands == "e4m3"]
-    assert [m.id for m in chain] == ["v1.2-fp8"]
-    committed = json.loads((src / "scorecard.json").read_text())
-    scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
-    for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
-        assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes(), name
-
-
-@pytest.mark.parametrize("kernel", ["block-cpu", "block-fp8-cpu"])
-def test_the_committed_block_scorecards_are_what_their_committed_stores_score_to(tmp_path, kernel):
-    """Each committed block store scores, against the block matrices only (v1.3-block), to its committed scorecard."""
+@pytest.mark.parametrize(
+    "kernel, domain, matrices",
+    [
+        ("cpu", "int8", ["v1", "v1.1"]),
+        ("fp8-cpu", "e4m3", ["v1.2-fp8"]),
+        ("block-cpu", "block", ["v1.3-block"]),
+        ("block-fp8-cpu", "block", ["v1.3-block"]),
+    ],
+)
+def test_each_committed_scorecard_is_what_its_committed_store_scores_to(tmp_path, kernel, domain, matrices):
+    """Each committed store scores, against the matrices of its domain in the newest locked chain (int8: v1 and its
+    amendment v1.1; the FP8 and block amendments alone), to its committed scorecard byte for byte: the later
+    amendments, their scoring paths and faults change nothing of an earlier sweep."""
     src = ROOT / "reports" / "sweep" / kernel
     shutil.copy(src / "sweep.sqlite", tmp_path / "sweep.sqlite")
     with SweepStore(tmp_path / "sweep.sqlite") as st:
         rows = st.rows()
-    chain = [m for m in matrix_chain(latest_locked("block")) if m.operands == "block"]
-    assert [m.id for m in chain] == ["v1.3-block"]
+    chain = [m for m in matrix_chain(latest_locked(domain)) if m.operands == domain]
+    assert [m.id for m in chain] == matrices
     committed = json.loads((src / "scorecard.json").read_text())
     scorecard.write(scorecard.build(rows, {m.id: m for m in chain}, committed["meta"]), tmp_path / "out")
     for name in ("scorecard.json", "scorecard.csv", "mismatches.csv", "scorecard.md"):
