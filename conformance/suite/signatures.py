@@ -2,10 +2,11 @@
 well each explains the evidence, and the shape / dtype / layout pattern of the failing cases.
 
 Evidence per failing case: the failing checks, the largest spacing distance and the direction of the differing
-elements against the declared-contract reference (:class:`FailureFeatures`, :data:`SIGNATURES`: the predicates the
-sweep scores), and, where the case kept its output, the post-processing faults' emulations tested against it
-(:func:`explain_output`: of the elements whose bits differ from the declared reference, how many each of F1-F5's
-epilogue, ``faults.postprocessing.faulty_epilogue``, reproduces bit for bit). A class's score on a case is the
+elements against the declared-contract reference (:class:`FailureFeatures`, :data:`SIGNATURES`), and, where the case
+kept its output, the post-processing faults' emulations tested against it (:func:`explain_output`: of the elements
+whose bits differ from the declared reference, how many each of F1-F5's epilogue,
+``faults.postprocessing.faulty_epilogue``, reproduces bit for bit; :func:`explain_block_output` for a block-scaled
+case, which a block sweep stores per cell, :func:`stored_explanation`). A class's score on a case is the
 fraction of the differing elements its emulation reproduces (consistent when more than half), or 1 / 0 by its
 predicate where no emulation applies; its report score is the mean over the failing cases (:func:`rank_classes`)."""
 
@@ -284,48 +285,98 @@ def explain_output(spec, ops, out, exact) -> Optional[dict]:
     return {"n_differ": n, "explained": explained, "predicted": predicted}
 
 
-def explain_block_output(spec, ops, out, device: Optional[str] = None) -> Optional[dict]:
+def explain_block_output(
+    spec, ops, out, device: Optional[str] = None, reference: Optional[torch.Tensor] = None, rows: Optional[int] = None
+) -> Optional[dict]:
     """:func:`explain_output` for a block-scaled case: the elements whose bits differ from the declared block
-    reference (``conformance.kernels.declared``), and how many of them each block fault class's emulation
-    (``faults.block.block_fault_output`` on every element: F1-F5, F11-F14 of ``faults_for(operands, "block")``)
-    reproduces; the same dict. None where nothing differs or the case has no block size."""
+    reference (``reference`` when given: ``conformance.kernels.declared``'s output on ``ops``, out_dtype [M, N]),
+    and how many of them each block fault class's emulation (``faults.block.block_fault_output``: F1-F5, F11-F14
+    of ``faults_for(operands, "block")``) reproduces; the same dict. ``rows`` None: every element is emulated and
+    tested. ``rows`` r: only the differing elements of at most r rows, spread evenly over the rows holding one
+    (:func:`sampled_rows`), are emulated and tested: ``n_differ`` counts those, ``sampled_from`` every differing
+    element, ``predicted`` counts within the rows x columns of those elements. None where nothing differs or the
+    case has no block size."""
     if out is None or ops.block_size is None or spec.block is None:
         return None
-    ref = declared_reference(spec, ops, device).output
+    ref = reference if reference is not None else declared_reference(spec, ops, device).output
     dev = ref.device
     ob, rb = bits_of(out.to(dev)), bits_of(ref)
     diff = ob != rb
-    n = int(diff.sum())
-    if n == 0:
+    n_all = int(diff.sum())
+    if n_all == 0:
         return None
+    if rows is None:
+        tested = diff
+        mask = box = torch.ones(diff.shape, dtype=torch.bool)
+    else:
+        keep = torch.zeros(diff.shape[0], dtype=torch.bool, device=dev)
+        keep[sampled_rows(diff.any(dim=1), rows)] = True
+        tested = mask = diff & keep.unsqueeze(1)
+        box = tested.any(dim=1, keepdim=True) & tested.any(dim=0, keepdim=True)
+    n = int(tested.sum())
     acc = spec.accumulator_on(torch.device(device or "cpu").type) if spec.operands == "e4m3" else None
-    every = torch.ones(diff.shape, dtype=torch.bool)
     call = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, ops.block_size, spec.block)
     explained, predicted = {}, {}
     for fc in faults_for(spec.operands, "block"):
         if fc.id not in BLOCK_EMULATED or fc.id == "F10":  # F10 narrows by an unknown deficit: C11 / C12's
             continue
-        alt = bits_of(block_fault_output(*call, fc.id, every, acc).to(dev))
-        changed = alt != rb
-        explained[fc.id] = int((changed & (alt == ob)).sum())
+        alt = bits_of(block_fault_output(*call, fc.id, mask, acc).to(dev))
+        changed = (alt != rb) & box.to(dev)
+        explained[fc.id] = int((changed & (alt == ob) & tested).sum())
         predicted[fc.id] = int(changed.sum())
-    return {"n_differ": n, "explained": explained, "predicted": predicted}
+    return {"n_differ": n, "explained": explained, "predicted": predicted} | (
+        {} if rows is None else {"sampled_from": n_all}
+    )
+
+
+def sampled_rows(holding: torch.Tensor, rows: int) -> torch.Tensor:
+    """int64 indices of at most ``rows`` (>= 1) of the True entries of ``holding`` (bool [M]): all of them when there
+    are no more, else ``rows`` spread evenly over them (the first and the last included), ascending."""
+    idx = holding.nonzero().reshape(-1)
+    if len(idx) <= rows:
+        return idx
+    pick = torch.linspace(0, len(idx) - 1, max(1, rows), dtype=torch.float64).round().to(torch.int64)
+    return idx[pick.unique()]
+
+
+#: Evidence key of a sweep store's failing C8 row holding the cell's :func:`stored_explanation`.
+EXPLANATION_KEY = "fault_explanation"
+
+
+def stored_explanation(explanation: dict) -> dict:
+    """What a sweep row keeps of an :func:`explain_output` / :func:`explain_block_output` dict: ``{"n_differ": n,
+    "explained": {fid: k}}`` (every class tested, 0 included: a tested class is judged by its emulation alone) and
+    ``sampled_from`` where present, the ``predicted`` counts dropped; plain ints, catalogue order."""
+    ex = explanation["explained"]
+    out = {
+        "n_differ": int(explanation["n_differ"]),
+        "explained": {fid: int(ex[fid]) for fid in sorted(ex, key=lambda f: int(f[1:]))},
+    }
+    if "sampled_from" in explanation:
+        out["sampled_from"] = int(explanation["sampled_from"])
+    return out
 
 
 def case_scores(cr, ft: Optional[FailureFeatures] = None) -> dict:
-    """``{fault id: score in [0, 1]}`` of one failing case: for F1-F5 with an emulation test
-    (``cr.fault_explanation``) the fraction of differing elements reproduced when more than half, else 0; for the
-    others 1 where :data:`SIGNATURES`' predicate matches, else 0. Only classes scoring above 0 appear."""
-    ft = ft if ft is not None else features_of_case(cr)
-    ex = getattr(cr, "fault_explanation", None)
+    """:func:`class_scores` of one failing ``CaseResult`` (its features, ``features_of_case`` unless given, and its
+    ``fault_explanation``)."""
+    return class_scores(ft if ft is not None else features_of_case(cr), getattr(cr, "fault_explanation", None))
+
+
+def class_scores(ft: FailureFeatures, explanation: Optional[dict] = None) -> dict:
+    """``{fault id: score in [0, 1]}`` of one failing case or sweep cell: for each class ``explanation`` tested
+    (:func:`explain_output` / :func:`explain_block_output`: ``{"n_differ": n, "explained": {fid: k}}``) ``k / n``
+    when its emulation reproduces more than half of the ``n`` differing elements, else 0; for the others 1 where
+    :data:`SIGNATURES`' predicate matches ``ft``, else 0. Only classes scoring above 0 appear (a class is
+    "consistent with" the case exactly when it appears), in catalogue order."""
     out = {fid: 1.0 for fid, _ in match_signatures(ft)}
-    if ex:
-        n = ex["n_differ"]
-        for fid, k in ex["explained"].items():
+    if explanation:
+        n = explanation["n_differ"]
+        for fid, k in explanation["explained"].items():
             out.pop(fid, None)
             if 2 * k > n:
                 out[fid] = k / n
-    return out
+    return {fid: out[fid] for fid in sorted(out, key=lambda f: int(f[1:]))}
 
 
 @dataclass

@@ -3,7 +3,8 @@ injected kernel on the prepared capture operands (an e4m3 kernel: the captured l
 quantized to e4m3 in the cell's activation scale mode; a block-scaled kernel: the layer
 block-quantized, ``iter_layer_operands_block``, at its first declared block size), every
 per-case check of its plan (C1-C6, C8; C12 for e4m3), the ground truth and, where C8 fails,
-the error direction against the declared contract (block accumulation). Model cell: C7 per
+the error direction against the declared contract (block accumulation) and, for a block-scaled
+kernel, the block fault classes' emulations tested on the output (stored on the C8 row). Model cell: C7 per
 scale mode and E1 once, with the fault in every linear layer. Kernel cell (e4m3 / block):
 C11 / C16 on its probe operands, with the fault's ground truth there.
 Everything travels as plain data (:class:`SweepTask`); caches are per process.
@@ -37,6 +38,7 @@ from conformance.kernels.runner import cuda_device, run_kernel, start_kernel
 from conformance.kernels.spec import enter_conformance_run
 from conformance.runtime.import_noise import silence_import_noise
 from conformance.suite.evaluate import CaseEvaluation, check_error
+from conformance.suite.signatures import EXPLANATION_KEY, explain_block_output, stored_explanation
 from conformance.suite.warmup import case_layout
 from conformance.sweep.cells import SCALE_MODES_FOR, Cell, SweepSpec
 from conformance.sweep.store import CellRows
@@ -289,8 +291,28 @@ def _run_layer_cell(task: SweepTask, ctx: Optional[LayerContext]) -> CellRows:
     if res.checks["C8"].verdict == Verdict.FAIL and frun.output is not None:
         gt["direction_vs_declared"] = direction_counts(frun.output, _declared(kernel, ops, frun))
     rows = [row_of(c.scale_mode, res.checks[cid]) for cid in res.checks]
+    if kernel.is_block and res.checks["C8"].is_kernel_failure and frun.output is not None:
+        ex = _block_explanation(faulty, ops, frun, _declared(kernel, ops, frun), task.device)
+        if ex is not None:  # C8 failed, so its row keeps every evidence key
+            next(r["evidence"] for r in rows if r["check_id"] == "C8")[EXPLANATION_KEY] = ex
     digest = hashlib.sha256(json.dumps(ops.digests(), sort_keys=True).encode()).hexdigest()
     return CellRows(c, rows, _jsonable(gt), digest, time.perf_counter() - t0, worker_id())
+
+
+#: Rows of a failing block layer cell whose differing elements the sweep's fault explanation tests (``rows`` of
+#: ``suite.signatures.explain_block_output``: the whole output costs the sweep more than a third of its time).
+EXPLAIN_ROWS = 16
+
+
+def _block_explanation(faulty, ops: GemmOperands, run, declared: torch.Tensor, device) -> Optional[dict]:
+    """``suite.signatures.stored_explanation`` of the block fault explanation of ``run``'s output (the differing
+    elements of :data:`EXPLAIN_ROWS` rows against ``declared``, the cell's declared output); None where nothing
+    differs or the explanation raised (a hint for the signature, never a failed cell)."""
+    try:
+        ex = explain_block_output(faulty, ops, run.output, device, reference=declared, rows=EXPLAIN_ROWS)
+    except Exception:  # noqa: BLE001 -- a hint for the signature, never a crash
+        return None
+    return None if ex is None else stored_explanation(ex)
 
 
 def _declared(kernel, ops: GemmOperands, run) -> torch.Tensor:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from conformance.checks.result import Verdict
-from conformance.suite.signatures import features_of_cell, match_signatures
+from conformance.suite.signatures import EXPLANATION_KEY, class_scores, features_of_cell
 from faults.catalogue import FAULTS, get_fault
 
 CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12", "C16")
@@ -249,9 +249,11 @@ def headlines(obs: pd.DataFrame) -> dict:
 
 
 def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
-    """Per layer cell with a failure, in the order of its first failing row: the matched
-    fault classes and whether the injected fault is among them (``features_of_cell`` reads
-    failing rows only, so only those are grouped)."""
+    """Per layer cell with a failure, in the order of its first failing row: the fault classes
+    it is consistent with (``suite.signatures.class_scores`` of ``features_of_cell`` and, where a
+    failing row stored one (a block-scaled kernel's C8), the cell's emulation test, ``EXPLANATION_KEY``:
+    the criterion ``check`` prints as "consistent with") and whether the injected fault is among
+    them (``features_of_cell`` reads failing rows only, so only those are grouped)."""
     by = {}
     for r in rows:
         if r["verdict"] != "fail" or (r.get("ground_truth") or {}).get("model_level"):
@@ -259,7 +261,7 @@ def signature_hits(rows: Sequence[dict]) -> pd.DataFrame:
         by.setdefault(tuple(r[k] for k in _CELL_KEYS), []).append(r)
     recs = []
     for key, rs in by.items():
-        ft = features_of_cell(rs)
-        ids = [f for f, _ in match_signatures(ft)]
+        ex = next((e for r in rs if (e := (r.get("evidence") or {}).get(EXPLANATION_KEY))), None)
+        ids = list(class_scores(features_of_cell(rs), ex))
         recs.append((*key, ",".join(ids), key[1] in ids, len(ids)))
     return pd.DataFrame.from_records(recs, columns=[*_CELL_KEYS, "matched", "hit", "n_matched"])

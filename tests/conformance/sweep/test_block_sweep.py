@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from conformance.checks.result import Verdict
 from conformance.kernels.registry import get_kernel
+from conformance.suite.signatures import EXPLANATION_KEY, sampled_rows
 from conformance.sweep.cells import SCALE_MODES_FOR, SweepSpec, kernel_cells, layer_cells
 from conformance.sweep.runner import SweepTask, run_unit
+from conformance.sweep.scoring import signature_hits
 from faults.catalogue import faults_for, not_applicable
 from predictions.matrix import matrix_domain, parse_matrix
 from reference.model.capture import default_capture_set
@@ -60,3 +63,34 @@ def test_the_block_matrix_predicts_every_block_fault_and_changes_nothing_of_v12(
     for fid in ("F12", "F13", "F14"):  # K % 128 == 0 and bn == bk on every bundled layer: no bit changes
         assert {c.prediction for mode in m.scale_modes for c in m.rows[f"{fid}@{mode}"].values()} <= {"silent", "n/a"}
     assert all(m.predict("F8", c, mode) != "fire" for c in m.checks for mode in m.scale_modes)
+
+
+def test_a_block_f11_cell_stores_its_emulation_test_and_its_signature_names_f11():
+    cs = default_capture_set()
+    if cs is None:
+        pytest.skip("no shipped capture set")
+    layer = cs.layer_names()[3]  # o_proj: M 64, K 384, N 384
+    spec = SweepSpec("block-cpu", "", str(cs.dir), "", str(cs.model_dir), {}, model_checks=False)
+    (cell,) = layer_cells([layer], ["F11"], ["all"], ["group"], [0], "block")
+    (res,) = run_unit((SweepTask(cell, spec),))
+    (c8,) = [r for r in res.rows if r["check_id"] == "C8"]
+    ex = c8["evidence"][EXPLANATION_KEY]
+    # the differing elements of 16 of the 64 rows are tested, out of the ground truth's changed elements
+    assert ex["sampled_from"] == res.ground_truth["changed"] == 24381 and ex["n_differ"] == 6088
+    assert list(ex["explained"]) == ["F1", "F2", "F3", "F4", "F5", "F11", "F12", "F13", "F14"]
+    assert ex["explained"]["F11"] == 6088 and max(k for f, k in ex["explained"].items() if f != "F11") == 24
+    key = dict(layer=cell.layer, fault=cell.fault, coverage=cell.coverage, seed=cell.seed)
+    stored = [dict(r, **key, ground_truth=res.ground_truth) for r in res.rows]
+    (hit,) = signature_hits(stored).to_dict("records")
+    assert (hit["matched"], hit["hit"], hit["n_matched"]) == ("F11", True, 1)
+    # without the stored test the per-token predicates name nothing for this cell
+    del c8["evidence"][EXPLANATION_KEY]
+    (miss,) = signature_hits(stored).to_dict("records")
+    assert (miss["matched"], miss["hit"]) == ("", False)
+
+
+def test_sampled_rows_spreads_evenly_over_the_rows_holding_a_difference():
+    holding = torch.tensor([False, True, True, False, True, True, True])
+    assert sampled_rows(holding, 3).tolist() == [1, 4, 6]
+    assert sampled_rows(holding, 1).tolist() == [1]
+    assert sampled_rows(holding, 9).tolist() == [1, 2, 4, 5, 6]
