@@ -121,17 +121,19 @@ _LAYERS: "OrderedDict[tuple, Any]" = OrderedDict()
 _LAYERS_KEPT = 4
 
 
-def _layer(lib: Any, b, scale_b, bias):
-    """``lib.make_layer`` for these weight operands, reused while the same tensors hold the same values (their
-    storage, data pointer and in-place version in the key: an in-place update of the weight builds a new layer)."""
+def _layer(lib: Any, b, scale_b, bias, given: tuple):
+    """``lib.make_layer`` for these weight operands (``scale_b`` the float32 [N, 1] column), reused while the
+    caller's tensors ``given`` (its ``b``, ``scale_b``, ``bias``: a derived view is a new object on every call) are
+    the same objects holding the same values (storage, data pointer and in-place version in the key: an in-place
+    update of the weight builds a new layer)."""
 
     def ident(t) -> tuple:
         return () if t is None else (id(t), t.data_ptr(), t._version, tuple(t.shape), str(t.dtype))
 
     def build(out_dtype, fp8: bool):
-        key = (ident(b), ident(scale_b), ident(bias), str(out_dtype), fp8, id(lib))
+        key = (*(ident(t) for t in given), str(out_dtype), fp8, id(lib))
         if key not in _LAYERS:  # the entry holds the tensors: their ids cannot be reused while it is kept
-            _LAYERS[key] = (lib.make_layer(b, scale_b, bias, out_dtype, fp8), (b, scale_b, bias))
+            _LAYERS[key] = (lib.make_layer(b, scale_b, bias, out_dtype, fp8), given)
             while len(_LAYERS) > _LAYERS_KEPT:
                 _LAYERS.popitem(last=False)
         _LAYERS.move_to_end(key)
@@ -152,7 +154,8 @@ def _scaled_mm(lib: Any, fp8: bool, digest: str):
         (m, k), n = a.shape, b.shape[0]
         sa, sb = scale_vectors(scale_a.to(dev), scale_b.to(dev), m, n)
         trace.record_operands(a, b, scale_a, scale_b, bias)
-        layer = _layer(lib, b.to(dev), sb.reshape(n, 1).contiguous(), None if bias is None else bias.to(dev))
+        bias_dev = None if bias is None else bias.to(dev)
+        layer = _layer(lib, b.to(dev), sb.reshape(n, 1).contiguous(), bias_dev, (b, scale_b, bias))
         layer = layer(out_dtype, fp8)
         tensor_args, meta_args = layer.get_tensor_args(), layer.get_meta_args()
         data_contiguous, w_nbits = bool(meta_args[1]), meta_args[1]  # core.py:202-203, verbatim

@@ -255,11 +255,15 @@ def test_the_layer_is_built_once_per_weight_and_again_after_an_in_place_update()
             built.append(b.clone())
             return object()
 
-    lib, b, sb = Lib(), torch.ones(4, 8, dtype=torch.int8), torch.ones(4, 1)
-    first = gl._layer(lib, b, sb, None)(torch.bfloat16, False)
-    assert gl._layer(lib, b, sb, None)(torch.bfloat16, False) is first and len(built) == 1
+    lib, b, sb = Lib(), torch.ones(4, 8, dtype=torch.int8), torch.ones(4)
+
+    def layer(out_dtype=torch.bfloat16):  # as the adapter calls it: a fresh [N, 1] view of the caller's scale
+        return gl._layer(lib, b, sb.reshape(4, 1), None, (b, sb, None))(out_dtype, False)
+
+    first = layer()
+    assert layer() is first and len(built) == 1  # a new view object each call, the same caller tensors
     b.add_(1)  # the caller updates the weight in place: a new layer on the new values
-    assert gl._layer(lib, b, sb, None)(torch.bfloat16, False) is not first and len(built) == 2
+    assert layer() is not first and len(built) == 2
     assert int(built[-1][0, 0]) == 2
-    gl._layer(lib, b, sb, None)(torch.float16, False)  # another out dtype: its own layer
+    layer(torch.float16)  # another out dtype: its own layer
     assert len(built) == 3
