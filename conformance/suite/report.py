@@ -322,6 +322,17 @@ def accumulator_lines(fp8: Optional[dict]) -> list[str]:
     return lines
 
 
+def _declared_row(k: dict, c: dict) -> tuple:
+    """The Kernel table's declaration row: a block-scaled kernel's block declaration (:func:`block_lines`: it
+    governs its cases), else the per-token contract."""
+    if block_lines(k):
+        return "declared block accumulation", "; ".join(block_lines(k))
+    return (
+        "declared contract",
+        f"scale order `{c.get('scale_order')}`, bias `{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
+    )
+
+
 def _steps_text(steps) -> str:
     """A manifest's ``steps`` (one ``{name, steps}`` or a selector mapping of them) as one line; ``-`` when none."""
     if not steps:
@@ -551,11 +562,7 @@ def render_markdown(doc: dict) -> str:
                 ("name", k["name"]),
                 ("origin", k.get("origin")),
                 ("description", k.get("description")),
-                (
-                    "declared contract",
-                    f"scale order `{c.get('scale_order')}`, bias "
-                    f"`{c.get('bias_point')}`, rounding `{c.get('rounding')}`",
-                ),
+                _declared_row(k, c),
                 ("declared steps", _steps_text(k.get("steps"))),
                 ("not interchangeable", "; ".join(k.get("not_interchangeable") or []) or "-"),
                 ("devices", ", ".join(k.get("devices", []))),
