@@ -405,9 +405,10 @@ class ClassRank:
             )
         else:
             how = SIGNATURES[self.fault][1]
+        partly = "partly " if 2 * self.cases <= n_failing else ""  # not the explanation of most failing cases
         return (
-            f"consistent with {self.fault} {name}: {how} (score {self.score:.2f}; {self.cases} of {n_failing} "
-            f"cases failing {_either(failed)})"
+            f"{partly}consistent with {self.fault} {name}: {how} (score {self.score:.2f}; {self.cases} of "
+            f"{n_failing} cases failing {_either(failed)})"
         )
 
 
@@ -513,7 +514,8 @@ BLOCK_SIGNATURE_LINE = (
 def signature_lines(result) -> list[str]:
     """A failing ConformanceResult's lines: the interface failures (not numeric); the cases failed only by the
     declaration (:func:`declaration_line`); the pattern the failing cases share (:func:`failing_pattern`); each
-    consistent fault class, best explanation first (:func:`rank_classes`), with its score and case count;
+    consistent fault class, best explanation first (:func:`rank_classes`), with its score and case count ("partly
+    consistent" where it explains at most half of the failing cases);
     :func:`no_signature_line` when none is; empty when no case failed. Precondition-only failures and cases whose
     kernel call gave no output (it raised, its process crashed or hung: ``checks.result.CALL_ID``) do not count as
     failing: a signature explains numerics only."""
@@ -530,15 +532,16 @@ def signature_lines(result) -> list[str]:
     failing = [cr for cr in failing if not declaration_only(cr)]
     head = [interface_line(len(iface))] if iface else []
     failed = failed_checks(failing + declared)
+    ran = [cr for cr in result.cases if cr.produced_output and not getattr(cr, "interface", None)]
+    pattern = failing_pattern(ran, failing)
     if failing and all(str(cr.case).startswith(BLOCK_CASE_PREFIX) for cr in failing):
         ranks = rank_classes(failing)
+        head += [pattern] if pattern else []
         return head + ([r.line(len(failing) + len(declared), failed) for r in ranks] or [BLOCK_SIGNATURE_LINE])
     acc_off = sum(features_of_case(cr).acc_mismatch for cr in failing)
     n = len(failing) + len(declared)
     head += [accumulator_line(acc_off, n)] if acc_off else []
     head += [declaration_line(len(declared), n)] if declared else []
-    ran = [cr for cr in result.cases if cr.produced_output and not getattr(cr, "interface", None)]
-    pattern = failing_pattern(ran, failing)
     head += [pattern] if pattern else []
     ranks = rank_classes(failing)
     if failing and not ranks:

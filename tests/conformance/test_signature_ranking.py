@@ -105,3 +105,12 @@ def test_a_class_line_names_the_checks_its_failing_cases_fail():
     res = build_result(f4, crs, given_cases(CASES[:3]))
     line = next(x for x in signature_lines(res) if x.startswith("consistent with F4 "))
     assert line.endswith("(score 0.67; 2 of 3 cases failing C5, C8 or C10)")
+
+
+def test_a_class_explaining_at_most_half_of_the_failing_cases_is_named_partly_consistent():
+    from conformance.suite.signatures import ClassRank
+
+    few, most = ClassRank("F4", 0.08, 0.08, 1), ClassRank("F4", 0.6, 0.6, 5)
+    assert few.line(8, ["C8"]).startswith("partly consistent with F4 ")
+    assert few.line(8, ["C8"]).endswith("(score 0.08; 1 of 8 cases failing C8)")
+    assert most.line(8, ["C8"]).startswith("consistent with F4 ")
