@@ -12,7 +12,7 @@ from conformance.kernels.registry import get_kernel
 from conformance.suite.evaluate import evaluate_case
 from conformance.suite.plan import given_cases
 from conformance.suite.run import build_result
-from conformance.suite.signatures import interface_line, rank_classes, signature_lines
+from conformance.suite.signatures import ClassRank, interface_line, rank_classes, signature_lines
 from faults import faults_for, inject, prepare_case
 
 
@@ -108,8 +108,6 @@ def test_a_class_line_names_the_checks_its_failing_cases_fail():
 
 
 def test_a_class_explaining_at_most_half_of_the_failing_cases_is_named_partly_consistent():
-    from conformance.suite.signatures import ClassRank
-
     few, most = ClassRank("F4", 0.08, 0.08, 1), ClassRank("F4", 0.6, 0.6, 5)
     assert few.line(8, ["C8"]).startswith("partly consistent with F4 ")
     assert few.line(8, ["C8"]).endswith("(score 0.08; 1 of 8 cases failing C8)")
