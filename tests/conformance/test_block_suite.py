@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conformance.cases.block import VARIANTS, cancelling_rows
+from conformance.cases.block_covering import block_covering_rows, block_space
 from conformance.cases.fp8 import SAFE_BITS
 from conformance.checks.result import CHECK_NAMES
 from conformance.cli import main
@@ -305,3 +306,29 @@ def test_c9_keeps_the_block_size_of_a_block_case():
     c = next(c for c in _plan() if c.name == "block/64x128/decode4-tailbk1-fp16")
     r = plan.run_kernel_check("C9", spec, [dataclasses.replace(c, meta=dict(c.meta))])
     assert r.verdict == "pass" and r.evidence["cases"][0]["case"] == c.name and not r.evidence["cases_not_run"]
+
+
+def test_the_block_covering_rows_meet_every_legal_pair_and_triple_and_plant_their_classes():
+    """The block covering array (``conformance.cases.block_covering``): every legal pair of all attributes and every
+    legal triple of (out dtype, layouts, magnitude, values), legal rows only; its classes planted as named."""
+    for operands, n, cover in (
+        ("int8", 50, {"3-wise": [212, 212], "2-wise": [384, 384]}),
+        ("e4m3", 106, {"3-wise": [458, 458], "2-wise": [489, 489]}),
+    ):
+        space, rows = block_space(operands), block_covering_rows(operands)
+        assert len(rows) == n and all(space.legal(r) for r in rows)
+        assert space.t_wise_coverage(rows) == cover
+    for c in (c for c in _plan("e4m3") if c.meta["variant"].startswith("cov")):
+        attrs = c.meta["attributes"]
+        assert (c.m <= 16) == (attrs["m"] == "decode") and (c.k >= 7168) == (attrs["k"] == "deep")
+        if attrs["magnitude"] == "k_uniform":
+            assert all(len(set(s.tolist())) == 1 for s in (*c.scale_a, *c.scale_b))
+        if attrs["magnitude"] == "pow2_tiny":
+            assert bool((c.scale_a < 2.0**-126).all()) and c.scale_mode == "pow2"
+        if attrs["values"] == "fp8negzero":  # row 0 x the first and last columns: every product -0
+            for j in (0, c.n - 1):
+                prod = c.a[0].float() * c.b[j].float()
+                assert bool((prod == 0).all()) and bool(torch.signbit(prod).all())
+                assert c.bias is None or (c.bias[j] == 0 and bool(torch.signbit(c.bias[j])))
+        assert (c.scale_a.stride(0) == 1 and c.m > 1) == (attrs["scale_a"] == "column_major" and c.m > 1)
+        assert (c.b.stride(0) == 1) == (attrs["b_layout"] == "transposed")
