@@ -4,7 +4,8 @@ For each ``(block_n, block_k)`` a kernel declares (``KernelSpec.block.sizes``), 
 block_k and K with a short last K-block (a tail of 1 and of block_k - 1), N with a partial last weight block
 (``N % block_n != 0``; block_n = 1 has none), decode M (1, 3, 4) and prefill M (128, 129), every out dtype, bias
 none / present, scale magnitude classes, layouts (column-major ``scale_a`` as DeepGEMM takes it, the transposed
-view of ``b``, padded ``a``); :func:`wide_case` adds N = 4096 + block_n / 2 at M = 2 for the first size. Three
+view of ``b``, padded ``a``, each alone or together: :func:`layout_parts`); ``WIDE`` adds N = 4096 + block_n / 2 at
+M = 2 for the first size (``conformance.cases.block_covering.block_plan_cases`` builds the plan). Three
 ``*-aligned`` variants have whole blocks only (K and N multiples of the block, as DeepGEMM and CUTLASS's block-wise
 GEMM require: 16-element alignment), at decode M 1 and 16 and prefill M 128, so such kernels run some cases.
 
@@ -22,21 +23,25 @@ split-K switched on past 8 K-blocks). Magnitudes (:data:`MAGNITUDES`): ``typical
 gives the same bits, ``reference.block.evaluate.order_free_elements`` holds on every element: asserted), ``tiny``
 (s_a * s_w ~ 2**-130: a fused scale product is float32-subnormal), ``huge`` (s_a ~ 2**90, s_w ~ 2**-100),
 ``subnormal_a`` / ``subnormal_w`` (one scale float32-subnormal, ~2**-133, the other ~2**100: the products are
-normal, so a scale flushed to zero shows).
+normal, so a scale flushed to zero shows); for the covering rows (``conformance.cases.block_covering``) also
+``pow2_tiny`` (ue8m0: powers of two, s_a float32-subnormal 2**-133 .. 2**-130, s_w 2**98 .. 2**101; premise
+asserted as for ``pow2``) and ``k_uniform`` (typical draws constant along K, a per-channel checkpoint expanded to
+blocks: a pair's equal scales cancel it exactly, so each pair carries a small residual instead, :func:`_values`).
 
 e4m3 (``operands="e4m3"``): the same integers, ``|a| <= 8`` and ``|b| <= W`` with ``block_k * 8 * W < 2**14``, so
 each K-block's partial is exact in any accumulator keeping >= 14 bits (the lemma of ``conformance.cases.fp8``,
 applied per K-block: the block partial starts from 0) and C8 is exact; two e4m3-only variants (:func:`_fp8_values`)
 reach the format's ends under the same lemma: magnitudes up to 448 (a clamp to another format's 240 shows) and
 subnormal operands (a flush to zero shows); ``fp8-wide-sum`` needs more than 24 bits per K-block and is judged
-only where the declared accumulator is ``exact`` (``checks.block_output``). ``decode2-deepk`` (K = 56 K-blocks + 5, the field's 7168) and
+only where the declared accumulator is ``exact`` (``checks.block_output``); ``fp8negzero`` (covering rows) the
+integer draws with every product of row 0 and the first and last columns ``-0`` in every K-block (a bias there is
+``-0`` too), so a running sum seeded with a partial instead of ``+0.0`` shows in the sign of zero. ``decode2-deepk`` (K = 56 K-blocks + 5, the field's 7168) and
 ``prefill130-deepk`` (16 K-blocks) reach deep-K paths. Names ``block/<bn>x<bk>/<variant>-<dtype>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import torch
 
@@ -56,9 +61,15 @@ MAGNITUDES = {
     "huge": (2.0**90, 2.0**91, 2.0**-100, 2.0**-99),
     "subnormal_a": (2.0**-133, 2.0**-132, 2.0**100, 2.0**101),
     "subnormal_w": (2.0**100, 2.0**101, 2.0**-134, 2.0**-133),
+    "pow2_tiny": (2.0**-133, 2.0**-130, 2.0**98, 2.0**101),
+    "k_uniform": (0.004, 0.06, 1e-4, 3e-3),
 }
+#: the magnitude classes whose scales are powers of two (ue8m0): ``order_free_elements`` holds (asserted), C5 judges
+POW2_MAGNITUDES = ("pow2", "pow2_tiny")
 #: operand magnitude of the pow2 cases (|p| <= block_k * 49: the sums stay exact in float32)
 POW2_LIMIT = 7
+#: the value classes built from the integer draws (:func:`_values`); the others are e4m3-only (:func:`_fp8_values`)
+INT_VALUES = ("int", "fp8negzero")
 #: relative difference of a cancelling pair's scales: uniform in [2**-15, 2**-13], random sign
 PAIR_DELTA = (2.0**-15, 2.0**-13)
 
@@ -66,8 +77,9 @@ PAIR_DELTA = (2.0**-15, 2.0**-13)
 @dataclass(frozen=True)
 class Variant:
     """One block case per size: ``m``; ``k`` as ``(full K-blocks, tail)`` (tail -1: block_k - 1); ``n`` ``partial``
-    (``2 * block_n + block_n // 2 + 1``; 40 at block_n = 1), ``full`` (``2 * block_n``; 48 at block_n = 1), ``wide``;
-    out dtype, bias, magnitude, layout."""
+    (``2 * block_n + block_n // 2 + 1``; 40 at block_n = 1), ``full`` (``2 * block_n``; 48 at block_n = 1), ``wide``,
+    ``wideish`` (past 512 with a partial last block); out dtype, bias, magnitude, layout (:func:`layout_parts`),
+    values."""
 
     name: str
     m: int
@@ -125,14 +137,22 @@ def _k(block_k: int, k: tuple) -> tuple[int, int]:
 def _n(block_n: int, kind: str) -> int:
     if kind == "wide":
         return 4096 + max(1, block_n // 2)
+    if kind == "wideish":  # past the N >= 512 a wide-N epilogue switches on, a partial last weight block
+        return max(512, 4 * block_n) + max(1, block_n // 2) + 1
     if kind == "full":
         return 48 if block_n == 1 else 2 * block_n
     return 40 if block_n == 1 else 2 * block_n + block_n // 2 + 1
 
 
-def _scales(g: torch.Generator, rows: int, kb: int, lo: float, hi: float, pow2: bool, pairs: int) -> torch.Tensor:
+def _scales(
+    g: torch.Generator, rows: int, kb: int, lo: float, hi: float, pow2: bool, pairs: int, k_uniform: bool = False
+) -> torch.Tensor:
     """float32 [rows, kb]: uniform in [lo, hi) with full mantissas (``pow2``: 2**e, e uniform over the exponents of
-    [lo, hi]); K-block 2j + 1 (j < pairs) is block 2j's times (1 + delta), delta of :data:`PAIR_DELTA`."""
+    [lo, hi]); K-block 2j + 1 (j < pairs) is block 2j's times (1 + delta), delta of :data:`PAIR_DELTA`;
+    ``k_uniform``: one draw per row repeated along K (a per-channel checkpoint expanded to blocks)."""
+    if k_uniform:
+        s = lo + (hi - lo) * torch.rand((rows, 1), generator=g, dtype=torch.float64)
+        return s.expand(rows, kb).to(torch.float32).contiguous()
     if pow2:
         e_lo, e_hi = int(torch.tensor(lo).log2()), int(torch.tensor(hi).log2())
         e = torch.randint(e_lo, e_hi + 1, (rows, kb), generator=g).to(torch.float64)
@@ -150,9 +170,23 @@ def cancelling_rows(m: int) -> slice:
     return slice(0, 1) if m == 1 else slice(1, None, 2)
 
 
-def _values(g: torch.Generator, m: int, k: int, n: int, block_k: int, lim_a: int, lim_b: int, cancel: bool):
+def _values(
+    g: torch.Generator,
+    m: int,
+    k: int,
+    n: int,
+    block_k: int,
+    lim_a: int,
+    lim_b: int,
+    cancel: bool,
+    residual: bool = False,
+):
     """int16 ``(a [M, K], b [N, K], pairs)``: uniform in [-lim, lim]; with ``cancel``, odd rows cancel pairwise
-    (module docstring) over ``pairs`` pairs of full K-blocks, zero elsewhere."""
+    (module docstring) over ``pairs`` pairs of full K-blocks, zero elsewhere. ``residual`` (K-uniform scales, which
+    cancel a pair exactly): each pair's first column of the cancelling rows holds ``a`` 3 and -2 (not -3), and ``b``
+    there is a nonzero integer in [-min(lim_b, 8), min(lim_b, 8)], so the pair sums to ``b`` (a small residual of
+    two terms ~2**17 apart; a single rounding of the whole-K sum and the per-K-block roundings differ by ~2**-10
+    relative)."""
     a = torch.randint(-lim_a, lim_a + 1, (m, k), generator=g, dtype=torch.int16)
     b = torch.randint(-lim_b, lim_b + 1, (n, k), generator=g, dtype=torch.int16)
     pairs = (k // block_k) // 2 if cancel else 0
@@ -161,6 +195,11 @@ def _values(g: torch.Generator, m: int, k: int, n: int, block_k: int, lim_a: int
         lo, mid, hi = 2 * j * block_k, (2 * j + 1) * block_k, (2 * j + 2) * block_k
         b[:, mid:hi] = b[:, lo:mid]
         a[rows, mid:hi] = -a[rows, lo:mid]
+        if residual:
+            small = min(lim_b, 8)
+            v = torch.randint(1, small + 1, (n,), generator=g, dtype=torch.int16)
+            b[:, lo] = b[:, mid] = torch.where(torch.rand(n, generator=g) < 0.5, -v, v)
+            a[rows, lo], a[rows, mid] = 3, -2
     if pairs:
         a[rows, 2 * pairs * block_k :] = 0
     return a, b, pairs
@@ -200,15 +239,31 @@ def _fp8_values(g: torch.Generator, m: int, k: int, n: int, block_k: int, kind: 
     return a, b
 
 
+#: a variant's ``layout`` -> the operands it lays out: ``scale_a`` column-major, ``b`` transposed, ``a`` padded
+LAYOUT_PARTS = {"dense": (), "scale_a_column_major": ("scale_a",), "all": ("scale_a", "b", "a")}
+
+
+def layout_parts(layout: str) -> tuple:
+    """The operands ``layout`` lays out: a :data:`LAYOUT_PARTS` key, or ``+``-joined operand names (``"b+a"``)."""
+    if layout in LAYOUT_PARTS:
+        return LAYOUT_PARTS[layout]
+    parts = tuple(layout.split("+"))
+    assert set(parts) <= {"scale_a", "b", "a"}, f"block layout {layout!r}"
+    return parts
+
+
 def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
-    """``ops`` with ``scale_a`` column-major (``[KB, M]`` storage, DeepGEMM's), and for ``all`` also ``b`` as the
-    transposed view of a [K, N] buffer and ``a`` padded (leading stride K + 5, random padding)."""
-    if layout == "dense":
+    """``ops`` with the operands of :func:`layout_parts` laid out: ``scale_a`` column-major (``[KB, M]`` storage,
+    DeepGEMM's), ``b`` the transposed view of a [K, N] buffer, ``a`` padded (leading stride K + 5, random
+    padding)."""
+    parts = layout_parts(layout)
+    if not parts:
         return ops
-    sa = ops.scale_a.t().contiguous().t()
+    sa = ops.scale_a.t().contiguous().t() if "scale_a" in parts else ops.scale_a
     a, b = ops.a, ops.b
-    if layout == "all":
+    if "b" in parts:
         b = b.t().contiguous().t()
+    if "a" in parts:
         buf = torch.randint(-128, 128, (ops.m, ops.k + 5), generator=g, dtype=torch.int16).to(torch.int8)
         buf = buf if a.dtype == torch.int8 else (buf % 9).to(a.dtype)
         buf[:, : ops.k] = a
@@ -216,6 +271,22 @@ def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands
     return GemmOperands(
         a, b, sa, ops.scale_b, ops.bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta, ops.block_size
     )
+
+
+def negzero_columns(n: int) -> list[int]:
+    """The columns of an ``fp8negzero`` case whose products with row 0 are all ``-0``: the first and the last."""
+    return sorted({0, n - 1})
+
+
+def _negzero(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``b`` (float32 [N, K]) with :func:`negzero_columns` set to signed zeros against row 0 of ``a``: ``-0.0``
+    where ``a[0, k]`` has a clear sign bit, ``+0.0`` where it is set, so every product of row 0 and such a column
+    is ``-0`` in every K-block (a running sum from ``+0.0`` gives ``+0``, one seeded with a partial ``-0``)."""
+    b = b.clone()
+    z = torch.where(torch.signbit(a[0]), torch.tensor(0.0), torch.tensor(-0.0))
+    for j in negzero_columns(b.shape[0]):
+        b[j] = z
+    return b
 
 
 def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) -> GemmOperands:
@@ -227,23 +298,27 @@ def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) 
     n, m = _n(bn, v.n), v.m
     kb, nb = -(-k // bk), -(-n // bn)
     fp8 = operands == "e4m3"
-    pow2 = v.magnitude == "pow2"
+    pow2, uniform = v.magnitude in POW2_MAGNITUDES, v.magnitude == "k_uniform"
     lim_a = POW2_LIMIT if pow2 else 8 if fp8 else 127
     lim_b = POW2_LIMIT if pow2 else min(15, (2**SAFE_BITS - 1) // (bk * 8)) if fp8 else 127
-    if v.values == "int":
-        a, b, pairs = _values(g, m, k, n, bk, lim_a, lim_b, cancel=not pow2)
-    else:  # e4m3-only values (block_family_cases builds them for e4m3 operands only)
+    if v.values in INT_VALUES:
+        a, b, pairs = _values(g, m, k, n, bk, lim_a, lim_b, cancel=not pow2, residual=uniform)
+    else:  # e4m3-only values (the block plan builds them for e4m3 operands only)
         (a, b), pairs = _fp8_values(g, m, k, n, bk, v.values), 0
+    if v.values == "fp8negzero":
+        b = _negzero(a.float(), b.float())
     dt = E4M3 if fp8 else torch.int8
     a, b = a.to(dt), b.to(dt)
     lo_a, hi_a, lo_w, hi_w = MAGNITUDES[v.magnitude]
-    sa = _scales(g, m, kb, lo_a, hi_a, pow2, pairs)
-    sw = _scales(g, nb, kb, lo_w, hi_w, pow2, pairs)
+    sa = _scales(g, m, kb, lo_a, hi_a, pow2, pairs, uniform)
+    sw = _scales(g, nb, kb, lo_w, hi_w, pow2, pairs, uniform)
     bias = None
     if v.bias:  # of the cancelling rows' magnitude, so the bias point shows there
         acc = block_accumulate(a, b, sa, sw, (bn, bk), "mul s_a; mul s_w; add").abs()
         typical = float((acc[cancelling_rows(m)] if pairs else acc).median())
         bias = (torch.randn(n, generator=g, dtype=torch.float64) * typical).to(v.out_dtype)
+        if v.values == "fp8negzero":  # -0 + -0 keeps the sign a seeded running sum shows
+            bias[negzero_columns(n)] = -0.0
     meta = {
         "source": "family",
         "family": PREFIX,
@@ -252,7 +327,7 @@ def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) 
         "scale_kind": "pow2" if pow2 else "real",
         "block": {
             "size": block_tag((bn, bk)),
-            "m": "decode" if m < 128 else "prefill",
+            "m": "decode" if m <= 16 else "mid" if m < 128 else "prefill",
             "k": "multiple" if tail == 0 else "tail 1" if tail == 1 else f"tail {tail}",
             "n": "wide" if v.n == "wide" else "partial" if n % bn else "multiple",
             "magnitude": v.magnitude,
@@ -266,15 +341,3 @@ def block_case(block: tuple, v: Variant, operands: str = "int8", seed: int = 0) 
     if pow2:
         assert bool(order_free_elements(a, b, sa, sw, (bn, bk)).all()), f"{name}: pow2 premise does not hold"
     return _lay_out(ops, v.layout, g)
-
-
-def block_family_cases(
-    sizes: Sequence[tuple], operands: str = "int8", seed: int = 0, wide: Optional[bool] = True
-) -> list[GemmOperands]:
-    """Every :data:`VARIANTS` case per size of ``sizes`` (a kernel's declared ``(block_n, block_k)``), then
-    ``wide`` (N = 4096 + block_n / 2) at the first size."""
-    variants = [v for v in VARIANTS if v.values == "int" or operands == "e4m3"]
-    cases = [block_case(tuple(s), v, operands, seed) for s in sizes for v in variants]
-    if wide and sizes:
-        cases.append(block_case(tuple(sizes[0]), WIDE, operands, seed))
-    return cases

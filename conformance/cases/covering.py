@@ -10,7 +10,9 @@ becomes one planted case (:func:`covering_case`, ``meta["attributes"]`` = the ro
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from functools import lru_cache, partial
+from typing import Mapping
 
 import covertable
 import torch
@@ -55,75 +57,101 @@ SCALAR_FORMS = ("0d", "one", "uniform")
 PER_ROW = ("vector", "column", "strided")
 
 
-def _eq(a: str, v) -> dict:
+def c_eq(a: str, v) -> dict:
     return {"operator": "eq", "left": a, "value": v}
 
 
-def _in(a: str, vs) -> dict:
+def c_in(a: str, vs) -> dict:
     return {"operator": "in", "left": a, "values": list(vs)}
 
 
-def _not(c: dict) -> dict:
+def c_not(c: dict) -> dict:
     return {"operator": "not", "condition": c}
 
 
-def _or(*cs) -> dict:
+def c_or(*cs) -> dict:
     return {"operator": "or", "conditions": list(cs)}
 
 
-def _and(*cs) -> dict:
+def c_and(*cs) -> dict:
     return {"operator": "and", "conditions": list(cs)}
 
 
 #: s_w exact (per-column or a power of two), a bias, a final rounding: where a bias point can be planted
-_BIAS_POINT = _and(
-    _not(_eq("bias", "none")), _not(_eq("out_dtype", "fp32")), _or(_in("scale_b", PER_ROW), _eq("magnitude", "pow2"))
+_BIAS_POINT = c_and(
+    c_not(c_eq("bias", "none")),
+    c_not(c_eq("out_dtype", "fp32")),
+    c_or(c_in("scale_b", PER_ROW), c_eq("magnitude", "pow2")),
 )
 #: covertable conditions a legal row satisfies, every one
 CONSTRAINTS: tuple[dict, ...] = (
-    _or(
-        _and(_eq("bias", "none"), _eq("bias_value", "none")),
-        _and(_not(_eq("bias", "none")), _not(_eq("bias_value", "none"))),
+    c_or(
+        c_and(c_eq("bias", "none"), c_eq("bias_value", "none")),
+        c_and(c_not(c_eq("bias", "none")), c_not(c_eq("bias_value", "none"))),
     ),
-    _or(_not(_eq("magnitude", "subnormal")), _in("scale_a", PER_ROW)),
-    _or(_not(_eq("contract", "scale_order")), _not(_eq("magnitude", "pow2"))),
-    _or(_not(_in("contract", ("overflow", "subnormal"))), _in("scale_b", PER_ROW)),
-    _or(_not(_eq("contract", "bias_point")), _BIAS_POINT),
-    _or(_not(_eq("bias_value", "cancelling")), _BIAS_POINT),
+    c_or(c_not(c_eq("magnitude", "subnormal")), c_in("scale_a", PER_ROW)),
+    c_or(c_not(c_eq("contract", "scale_order")), c_not(c_eq("magnitude", "pow2"))),
+    c_or(c_not(c_in("contract", ("overflow", "subnormal"))), c_in("scale_b", PER_ROW)),
+    c_or(c_not(c_eq("contract", "bias_point")), _BIAS_POINT),
+    c_or(c_not(c_eq("bias_value", "cancelling")), _BIAS_POINT),
 )
 
 
-def legal(row: dict) -> bool:
-    """Whether a (partial) row breaks no constraint whose attributes it holds all of."""
-    return all(evaluate(c, row) is not False for c in CONSTRAINTS)
+@dataclass(frozen=True)
+class AttributeSpace:
+    """An attribute space and its covering array: ``attributes`` (attribute -> values, in declaration order),
+    ``constraints`` (covertable conditions a legal row satisfies, every one), ``strong`` (the attributes covered
+    ``strong_strength``-wise; the rest 2-wise); ``name`` keys its artifact-cache entries."""
 
+    name: str
+    attributes: Mapping[str, tuple]
+    constraints: tuple
+    strong: tuple
+    strong_strength: int = 3
 
-def completable(partial: dict) -> bool:
-    """Whether some legal full row agrees with ``partial`` (depth-first over the missing attributes)."""
-    if not legal(partial):
-        return False
-    missing = [a for a in ATTRIBUTES if a not in partial]
-    if not missing:
-        return True
-    a = missing[0]
-    return any(completable({**partial, a: v}) for v in ATTRIBUTES[a])
+    def legal(self, row: dict) -> bool:
+        """Whether a (partial) row breaks no constraint whose attributes it holds all of."""
+        return all(evaluate(c, row) is not False for c in self.constraints)
 
+    def completable(self, partial: dict) -> bool:
+        """Whether some legal full row agrees with ``partial`` (depth-first over the missing attributes)."""
+        if not self.legal(partial):
+            return False
+        missing = [a for a in self.attributes if a not in partial]
+        if not missing:
+            return True
+        a = missing[0]
+        return any(self.completable({**partial, a: v}) for v in self.attributes[a])
 
-@lru_cache(maxsize=1)
-def covering_rows() -> tuple:
-    """The covering array: legal rows (dicts attribute -> value), deterministic (covertable's hash sorter, no salt);
-    kept in the artifact cache (``cache.cached_artifact``: a build costs ~10-50 s on one core)."""
-    return cached_artifact("covering", CASE_CODE, "rows", _make_rows)
+    def make_rows(self) -> tuple:
+        """The covering array (dicts attribute -> value), deterministic (covertable's hash sorter, no salt)."""
+        rows = covertable.make(
+            {a: list(v) for a, v in self.attributes.items()},
+            strength=2,
+            sub_models=[{"fields": list(self.strong), "strength": self.strong_strength}],
+            constraints=list(self.constraints),
+        )
+        return tuple({a: r[a] for a in self.attributes} for r in rows)
 
+    def legal_tuples(self, keys: tuple, t: int) -> frozenset:
+        """Every t-tuple over ``keys`` that some legal full row holds."""
+        out = set()
+        for attrs in itertools.combinations(keys, t):
+            for vals in itertools.product(*(self.attributes[a] for a in attrs)):
+                if self.completable(dict(zip(attrs, vals))):
+                    out.add(tuple(zip(attrs, vals)))
+        return frozenset(out)
 
-def _make_rows() -> tuple:
-    rows = covertable.make(
-        {a: list(v) for a, v in ATTRIBUTES.items()},
-        strength=2,
-        sub_models=[{"fields": list(STRONG), "strength": 3}],
-        constraints=list(CONSTRAINTS),
-    )
-    return tuple({a: r[a] for a in ATTRIBUTES} for r in rows)
+    def t_wise_coverage(self, rows) -> dict:
+        """``{"<s>-wise": [held, legal], "2-wise": [held, legal]}``: legal s-tuples over ``strong`` and legal pairs
+        over every attribute that ``rows`` (attribute dicts) hold (the legal tuples kept in the artifact cache)."""
+        out = {}
+        t3 = self.strong_strength
+        for label, keys, t in ((f"{t3}-wise", self.strong, t3), ("2-wise", tuple(self.attributes), 2)):
+            label_key = f"legal/{self.name}/{t}/{','.join(keys)}"
+            want = cached_artifact("covering", CASE_CODE, label_key, partial(self.legal_tuples, keys, t))
+            out[label] = [len(tuples_of(rows, keys, t) & want), len(want)]
+        return out
 
 
 def tuples_of(rows, keys: tuple, t: int) -> set:
@@ -135,15 +163,31 @@ def tuples_of(rows, keys: tuple, t: int) -> set:
     return out
 
 
+#: the per-token x per-channel attribute space
+SPACE = AttributeSpace("per-token", ATTRIBUTES, CONSTRAINTS, STRONG)
+
+
+def legal(row: dict) -> bool:
+    """Whether a (partial) row of :data:`SPACE` breaks no constraint whose attributes it holds all of."""
+    return SPACE.legal(row)
+
+
+def completable(partial: dict) -> bool:
+    """Whether some legal full row of :data:`SPACE` agrees with ``partial``."""
+    return SPACE.completable(partial)
+
+
+@lru_cache(maxsize=1)
+def covering_rows() -> tuple:
+    """The covering array of :data:`SPACE`: legal rows (dicts attribute -> value), deterministic; kept in the
+    artifact cache (``cache.cached_artifact``: a build costs ~10-50 s on one core)."""
+    return cached_artifact("covering", CASE_CODE, "rows", SPACE.make_rows)
+
+
 @lru_cache(maxsize=4)
 def legal_tuples(keys: tuple, t: int) -> frozenset:
-    """Every t-tuple over ``keys`` that some legal full row holds."""
-    out = set()
-    for attrs in itertools.combinations(keys, t):
-        for vals in itertools.product(*(ATTRIBUTES[a] for a in attrs)):
-            if completable(dict(zip(attrs, vals))):
-                out.add(tuple(zip(attrs, vals)))
-    return frozenset(out)
+    """Every t-tuple over ``keys`` that some legal full row of :data:`SPACE` holds."""
+    return SPACE.legal_tuples(keys, t)
 
 
 def t_wise_coverage(rows) -> dict:

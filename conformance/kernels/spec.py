@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
@@ -189,7 +189,8 @@ class ShapeConstraints:
     skipped with the reason, never calls the kernel on it): ``min_m``, divisibility ``*_multiple`` (1 = any),
     ``max_k`` (None = unbounded); ``out_dtypes``: the output dtypes it writes (names as ``torch.bfloat16``'s
     ``"bfloat16"``; empty = any); ``scales``: ``"any"`` or ``"tensor"`` (one scale per operand: a 0-d or
-    one-element scale_a and scale_b); ``bias``: False when it takes no bias; ``note`` for reports."""
+    one-element scale_a and scale_b); ``bias``: False when it takes no bias (``no_bias_reason``: why, when the
+    declaration implies it); ``note`` for reports."""
 
     min_m: int = 1
     m_multiple: int = 1
@@ -200,6 +201,7 @@ class ShapeConstraints:
     out_dtypes: tuple = ()
     scales: str = "any"
     bias: bool = True
+    no_bias_reason: str = ""
 
     def __post_init__(self) -> None:
         if self.scales not in ("any", "tensor"):
@@ -235,7 +237,7 @@ class ShapeConstraints:
         if not block and self.scales == "tensor" and (scale_a.numel() != 1 or scale_b.numel() != 1):
             out.append("per-token / per-channel scales: the kernel takes one scale per operand")
         if not self.bias and bias is not None:
-            out.append("a bias: the kernel takes none")
+            out.append("a bias: the kernel takes none" + (f" ({self.no_bias_reason})" if self.no_bias_reason else ""))
         return out
 
 
@@ -257,7 +259,8 @@ class KernelSpec:
     ``"int8"`` or ``"e4m3"`` (DESIGN.md 3b). ``accumulator``: an e4m3 kernel's declared accumulator
     (:func:`parse_declared_accumulator`: text, model, or a mapping ``"cpu"`` / ``"cuda"`` / ``"*"`` -> one); None for
     int8. ``block``: a block-scaled kernel's declaration (``reference.block.contract.parse_block_declaration``:
-    block sizes, block accumulation, epilogue; each call then gets ``block_size=``), None for a per-token x
+    block sizes, block accumulation, epilogue; each call then gets ``block_size=``; an epilogue with no bias step
+    means the kernel takes no bias: ``constraints.bias`` is then False), None for a per-token x
     per-channel kernel. ``azp``: an asymmetric-activation kernel's declaration (``reference.asymmetric.
     parse_azp_declaration``: the zero-point forms it takes, where the correction is applied; each call then gets
     ``azp_adj=`` and ``azp=``), None for symmetric activations. ContractError (one line) on a bad overflow, operands,
@@ -291,6 +294,9 @@ class KernelSpec:
             raise ContractError(f"kernel {self.name!r}: {e}") from None
         object.__setattr__(self, "accumulator", acc)
         object.__setattr__(self, "block", block)
+        if block is not None and not block.takes_bias and self.constraints.bias:
+            why = f"its block epilogue {block.epilogue.label()!r} has no bias step"
+            object.__setattr__(self, "constraints", replace(self.constraints, bias=False, no_bias_reason=why))
         object.__setattr__(self, "azp", azp)
         check_operands(self.operands, acc, self.devices, self.name)
         for field_name in ("scaled_mm", "int_mm"):

@@ -8,7 +8,8 @@ property test (its strategies draw int8 operands), C9, C11 once per run, C7 / E1
 the int8 model and engine), pairwise as for int8.
 
 A block-scaled kernel (``KernelSpec.block``) gets the BLOCK plan: the block families of its declared block sizes
-(``conformance.cases.block``, int8 or e4m3) as fixed cases through the block per-case checks
+(``conformance.cases.block``, int8 or e4m3) and the block covering array at the first size
+(``conformance.cases.block_covering.block_plan_cases``) as fixed cases through the block per-case checks
 (``suite.evaluate.BLOCK_PER_CASE_CHECKS``: C8 against the declared block accumulation, C5 on power-of-two block
 scales, C1 / C2 / C10), no property test and no captures (both are per-token x per-channel), C9, C16
 (n/a "not built" while its module is missing), C13-C15 on a block sample
@@ -42,7 +43,7 @@ from conformance.cases import (
     synthetic_cases,
     tile_edge_cases,
 )
-from conformance.cases.block import block_family_cases
+from conformance.cases.block_covering import block_plan_cases
 from conformance.cases.cache import cached_cases
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
@@ -273,7 +274,7 @@ BLOCK_NO_CAPTURES = f"{NO_CAPTURES} (the captures are per-token x per-channel; a
 def _block_cases(operands: str, sizes: tuple, seeds: Sequence[int]) -> tuple[list, CaptureReplay]:
     seed = int(seeds[0]) if len(seeds) else 0
     key = f"block_cases/{operands}/sizes={sizes}/seed={seed}"
-    cases = cached_cases(key, lambda: block_family_cases(sizes, operands, seed))
+    cases = cached_cases(key, lambda: block_plan_cases(sizes, operands, seed))
     return mark_ownership_probes(cases), CaptureReplay(note=BLOCK_NO_CAPTURES)
 
 

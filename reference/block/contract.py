@@ -154,6 +154,12 @@ class BlockDeclaration:
             raise ContractError("block sizes: declare at least one (block_n, block_k)")
         object.__setattr__(self, "sizes", sizes)
 
+    @property
+    def takes_bias(self) -> bool:
+        """Whether the epilogue has a bias step (``add bias``, ``fma ... bias``); without one the kernel takes no
+        bias (a call with one is outside the declaration)."""
+        return any(st.op == "add_bias" or (st.op == "fma" and st.rounding == "bias") for st in self.epilogue.steps)
+
     def label(self) -> str:
         """One line: sizes, accumulation, epilogue."""
         sizes = ", ".join(f"{bn}x{bk}" for bn, bk in self.sizes)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conformance.cases.block import VARIANTS, cancelling_rows
+from conformance.cases.block_covering import block_covering_rows, block_space
 from conformance.cases.fp8 import SAFE_BITS
 from conformance.checks.result import CHECK_NAMES
 from conformance.cli import main
@@ -54,10 +55,14 @@ def _differ(x, y) -> bool:
 def test_the_block_plan_holds_every_variant_per_declared_size_and_the_block_steps():
     cases = _plan()
     int_variants = [v for v in VARIANTS if v.values == "int"]  # the e4m3-only value variants: 3 of them
-    assert len(VARIANTS) - len(int_variants) == 3 and len(_plan("e4m3")) == len(SIZES) * len(VARIANTS) + 1
-    assert len(cases) == len(SIZES) * len(int_variants) + 1  # + the wide-N case at the first size
+    assert len(VARIANTS) - len(int_variants) == 3
+    # every variant per size, less the ones the covering rows subsume at the first size (10 int8, 12 e4m3), the
+    # covering rows (50 int8, 106 e4m3) at the first size, the wide-N case at the first size
+    assert len(_plan("e4m3")) == len(SIZES) * len(VARIANTS) - 12 + 106 + 1 == 179
+    assert len(cases) == len(SIZES) * len(int_variants) - 10 + 50 + 1 == 113
+    assert sum(c.meta["variant"].startswith("cov") for c in cases) == 50
     assert {c.block_size for c in cases} == set(SIZES)
-    assert cases[0].name == "block/128x128/decode1-kmul-bf16" and cases[-1].n == 4096 + 64
+    assert cases[0].name == "block/128x128/prefill129-tail1-bf16" and cases[-1].n == 4096 + 64
     ks = {(c.block_size, c.meta["block"]["k"]) for c in cases}
     assert {((128, 64), "multiple"), ((128, 64), "tail 1"), ((128, 64), "tail 63")} <= ks
     assert all(c.n % c.block_size[0] for c in cases if c.block_size[0] > 1 and c.meta["block"]["n"] == "partial")
@@ -78,11 +83,12 @@ def test_the_block_plan_holds_every_variant_per_declared_size_and_the_block_step
 
 def test_scales_are_distinct_per_k_block_and_weight_block_row_with_full_mantissas():
     for c in _plan():
-        if c.meta["block"]["magnitude"] == "pow2":
+        if c.meta["block"]["magnitude"] in ("pow2", "pow2_tiny", "k_uniform"):  # powers of two; constant along K
             continue
         for s in (c.scale_a, c.scale_b):
             assert all(len(set(row.tolist())) == s.shape[1] for row in s)  # per K-block
-            assert len(set(s[:, 0].tolist())) == s.shape[0]  # per row
+            if s.abs().min() >= 2.0**-126:  # per row (a subnormal class's ~16 bits may repeat over 130 rows)
+                assert len(set(s[:, 0].tolist())) == s.shape[0]
             mant, _ = torch.frexp(s)
             if s.abs().min() >= 2.0**-126:  # a subnormal class's tiny scale keeps only ~16 significant bits
                 assert bool(((mant * 2**24).to(torch.int64) & 0xFF != 0).any())  # low mantissa bits in use
@@ -132,7 +138,10 @@ def test_e4m3_block_partials_are_exact_at_14_bits_and_odd_rows_cancel():
     for c in _plan("e4m3"):
         bk = c.block_size[1]
         values = c.meta["block"]["values"]
-        if values != "int":  # e4m3-only values: each K-block's sum is exact at 14 bits, except fp8wide by design
+        if values not in (
+            "int",
+            "fp8negzero",
+        ):  # e4m3-only values: each K-block's sum is exact at 14 bits, except fp8wide by design
             exact = block_accumulate(c.a, c.b, c.scale_a, c.scale_b, c.block_size, "mul s_a; mul s_w; add", "exact")
             b14 = block_accumulate(
                 c.a, c.b, c.scale_a, c.scale_b, c.block_size, "mul s_a; mul s_w; add", "fp32 bits=14 truncate"
@@ -145,12 +154,13 @@ def test_e4m3_block_partials_are_exact_at_14_bits_and_odd_rows_cancel():
             assert float((a[:, j : j + bk] @ b[:, j : j + bk].T).max()) < 2**SAFE_BITS, c.name
         if c.meta["block"]["cancelling_pairs"]:
             rows = cancelling_rows(c.m)
-            assert torch.equal(c.a[rows, bk : 2 * bk].float(), -c.a[rows, :bk].float())
+            lo = 1 if c.meta["block"]["magnitude"] == "k_uniform" else 0  # its residual column: a 3 and -2
+            assert torch.equal(c.a[rows, bk + lo : 2 * bk].float(), -c.a[rows, lo:bk].float())
 
 
 def test_on_the_pow2_cases_every_field_form_and_split_order_gives_the_same_bits():
     pow2 = [c for c in _plan() if c.scale_mode == "pow2"]
-    assert len(pow2) == 2 * len(SIZES)
+    assert len(pow2) == 2 * len(SIZES) - 1 + 12  # pow2-tail left out at the first size; 12 covering rows
     for c in pow2:
         assert bool(order_free_elements(c.a, c.b, c.scale_a, c.scale_b, c.block_size).all())
         base = _ref(c)
@@ -190,7 +200,7 @@ def test_a_wrong_k_block_scale_index_fails_c8_on_a_case_of_the_default_block_pla
     spec = load_module_function(f"{__name__}:wrong_kblock_kernel")
     cases, _ = plan.default_cases(operands="int8", block_sizes=spec.block.sizes)
     cr = evaluate_fixed(spec, cases[0], None)
-    assert cr.case == "block/128x128/decode1-kmul-bf16" and cr.verdict == "fail"
+    assert cr.case == "block/128x128/prefill129-tail1-bf16" and cr.verdict == "fail"
     assert [r.check_id for r in cr.kernel_failures] == ["C8"]
     line = cr.checks["C8"].summary
     assert "from the declared block accumulation [blocks 128x128, 64x128, 128x64, 1x128; mul s_a; mul s_w; add;" in line
@@ -202,7 +212,7 @@ def test_a_wrong_k_block_scale_index_fails_c8_on_a_case_of_the_default_block_pla
 
 def test_c8_names_the_field_form_whose_bits_the_kernel_gives():
     spec = load_module_function(f"{__name__}:fused_fma_kernel")
-    c = next(c for c in _plan() if c.name == "block/128x128/decode3-tail1-fp32")
+    c = next(c for c in _plan() if c.name == "block/64x128/decode3-tail1-fp32")
     cr = evaluate_fixed(spec, c, None)
     assert cr.checks["C8"].verdict == "fail" and cr.checks["C8"].evidence["kernel_form"] == "fma s_a*s_w"
     assert cr.checks["C8"].summary.endswith("; the kernel's bits are those of 'fma s_a*s_w'")
@@ -276,10 +286,11 @@ def test_pytest_kernel_takes_a_block_kernel(tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, r.stdout[-2000:]
-    # the decode1 case of every size and C9 pass; C16 is n/a (skipped) until its module is built, or passes
-    assert r.stdout.splitlines()[-1].startswith((f"{len(SIZES) + 1} passed, 1 skipped", f"{len(SIZES) + 2} passed"))
+    # the decode1 case of every size but the first (covering rows subsume it there) and C9 pass; C16 is n/a
+    # (skipped) until its module is built, or passes
+    assert r.stdout.splitlines()[-1].startswith((f"{len(SIZES)} passed, 1 skipped", f"{len(SIZES) + 1} passed"))
     doc = json.loads((tmp_path / "block-cpu" / "conformance.json").read_text())
-    assert {c["case"] for c in doc["cases"]} == {f"block/{bn}x{bk}/decode1-kmul-bf16" for bn, bk in SIZES}
+    assert {c["case"] for c in doc["cases"]} == {f"block/{bn}x{bk}/decode1-kmul-bf16" for bn, bk in SIZES[1:]}
 
 
 def test_the_gate_runs_a_block_kernels_plan(tmp_path):
@@ -297,3 +308,29 @@ def test_c9_keeps_the_block_size_of_a_block_case():
     c = next(c for c in _plan() if c.name == "block/64x128/decode4-tailbk1-fp16")
     r = plan.run_kernel_check("C9", spec, [dataclasses.replace(c, meta=dict(c.meta))])
     assert r.verdict == "pass" and r.evidence["cases"][0]["case"] == c.name and not r.evidence["cases_not_run"]
+
+
+def test_the_block_covering_rows_meet_every_legal_pair_and_triple_and_plant_their_classes():
+    """The block covering array (``conformance.cases.block_covering``): every legal pair of all attributes and every
+    legal triple of (out dtype, layouts, magnitude, values), legal rows only; its classes planted as named."""
+    for operands, n, cover in (
+        ("int8", 50, {"3-wise": [212, 212], "2-wise": [384, 384]}),
+        ("e4m3", 106, {"3-wise": [458, 458], "2-wise": [489, 489]}),
+    ):
+        space, rows = block_space(operands), block_covering_rows(operands)
+        assert len(rows) == n and all(space.legal(r) for r in rows)
+        assert space.t_wise_coverage(rows) == cover
+    for c in (c for c in _plan("e4m3") if c.meta["variant"].startswith("cov")):
+        attrs = c.meta["attributes"]
+        assert (c.m <= 16) == (attrs["m"] == "decode") and (c.k >= 7168) == (attrs["k"] == "deep")
+        if attrs["magnitude"] == "k_uniform":
+            assert all(len(set(s.tolist())) == 1 for s in (*c.scale_a, *c.scale_b))
+        if attrs["magnitude"] == "pow2_tiny":
+            assert bool((c.scale_a < 2.0**-126).all()) and c.scale_mode == "pow2"
+        if attrs["values"] == "fp8negzero":  # row 0 x the first and last columns: every product -0
+            for j in (0, c.n - 1):
+                prod = c.a[0].float() * c.b[j].float()
+                assert bool((prod == 0).all()) and bool(torch.signbit(prod).all())
+                assert c.bias is None or (c.bias[j] == 0 and bool(torch.signbit(c.bias[j])))
+        assert (c.scale_a.stride(0) == 1 and c.m > 1) == (attrs["scale_a"] == "column_major" and c.m > 1)
+        assert (c.b.stride(0) == 1) == (attrs["b_layout"] == "transposed")

@@ -45,6 +45,10 @@ CATCHES = {
     "fp8_operands_ftz": ("C8", "e4m3 subnormal operands (fp8-subnormal, fp8-wide-sum)"),
     "fp8_float32_partial_declared_exact": ("C8", "K-block sums beyond 24 bits, an 'exact' declaration (fp8-wide-sum)"),
     "bf16_partial_deep_k": ("C8", "16 or more K-blocks (decode2-deepk, prefill130-deepk)"),
+    "scale_product_fp16_column_major": ("C8", "out float16 AND column-major scale_a (a covering row)"),
+    "ue8m0_exponent_bits": ("C5, C8", "power-of-two scales, one float32-subnormal (pow2_tiny)"),
+    "k_uniform_per_token_bf16": ("C8", "scales constant along K AND out bfloat16 (k_uniform)"),
+    "fp8_seeded_running_sum_decode": ("C8", "M <= 16 AND a row x column of -0 products (fp8negzero)"),
 }
 
 
@@ -225,3 +229,54 @@ def bf16_partial_deep_k(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=N
         a, b, scale_a, scale_b, block_size, DECLARED, "cast fp32; cast bf16; cast fp32", None, torch.float32
     )
     return (acc + (0 if bias is None else bias.float())).to(out_dtype)
+
+
+@declare(block=_BLOCK, name="scale_product_fp16_column_major")
+def scale_product_fp16_column_major(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug: the float16-out kernel taking a column-major ``scale_a`` (DeepGEMM's) forms ``s_a*s_w`` first."""
+    column_major = scale_a.shape[0] > 1 and scale_a.stride(0) == 1
+    form = "mul s_a*s_w; add" if out_dtype == torch.float16 and column_major else DECLARED
+    return _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size, form)
+
+
+def _pow2(s: torch.Tensor) -> bool:
+    return bool((torch.frexp(s)[0].abs() == 0.5).all())
+
+
+@declare(block=_BLOCK, name="ue8m0_exponent_bits")
+def ue8m0_exponent_bits(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug: when every block scale is a power of two (ue8m0) the kernel takes each scale's exponent from its float32
+    bits: a subnormal scale (exponent field 0) reads as 2**-127."""
+    if not (_pow2(scale_a) and _pow2(scale_b)):
+        return _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)
+
+    def from_bits(s):
+        return torch.where(s.abs() < FP32_TINY, torch.full_like(s, 2.0**-127), s)
+
+    return _ref(a, b, from_bits(scale_a), from_bits(scale_b), out_dtype, bias, block_size)
+
+
+@declare(block=_BLOCK, name="k_uniform_per_token_bf16")
+def k_uniform_per_token_bf16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug: a bfloat16-out dispatcher sees block scales constant along K (a per-channel checkpoint expanded to
+    blocks, two or more K-blocks) and runs the per-token path: the whole-K sum scaled once."""
+    uniform = bool((scale_a == scale_a[:, :1]).all()) and bool((scale_b == scale_b[:, :1]).all())
+    if not (uniform and scale_a.shape[1] >= 2 and out_dtype == torch.bfloat16):
+        return _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)
+    k = int(a.shape[1])
+    return _ref(a, b, scale_a[:, :1], scale_b[:, :1], out_dtype, bias, (int(block_size[0]), k))
+
+
+@declare(name="fp8_seeded_running_sum_decode", **_FP8_BLOCK)
+def fp8_seeded_running_sum_decode(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug (e4m3): the decode path (M <= 16) seeds the running sum with the first K-block's scaled partial instead of
+    ``+0.0``: where every product of a row and column is ``-0``, the sum stays ``-0`` (``-0 + -0``)."""
+    out = _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)
+    if a.shape[0] > 16:
+        return out
+    fa, fb = a.float(), b.float()
+    zero = (fa != 0).float() @ (fb != 0).float().T == 0
+    sa, sb = torch.signbit(fa).float(), torch.signbit(fb).float()
+    negative = sa @ (1 - sb).T + (1 - sa) @ sb.T == a.shape[1]
+    keep = torch.ones(b.shape[0], dtype=torch.bool) if bias is None else (bias == 0) & torch.signbit(bias)
+    return torch.where(zero & negative & keep[None, :], torch.full_like(out, -0.0), out)

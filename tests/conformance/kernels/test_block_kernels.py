@@ -93,3 +93,27 @@ def test_a_bad_block_declaration_is_one_line():
     globals()["bad_block_kernel"] = bad
     with pytest.raises(KernelLoadError, match=r"block=.*exactly once"):
         load_module_function(f"{__name__}:bad_block_kernel")
+
+
+_NO_BIAS_CALLS: list = []
+
+
+@declare(block={"accumulation": "mul s_a; mul s_w; add", "epilogue": "cast out"})
+def no_bias_block_kernel(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    _NO_BIAS_CALLS.append(bias is not None)
+    return reference_block_scaled_mm(a, b, scale_a, scale_b, block_size, epilogue="cast out", out_dtype=out_dtype)
+
+
+def test_a_block_epilogue_without_a_bias_step_takes_no_bias():
+    """``epilogue: cast out`` declares a kernel that takes no bias: a case with one is not run, with the reason (the
+    kernel is never handed a bias the reference would ignore); a case without one runs."""
+    spec = load_module_function(f"{__name__}:no_bias_block_kernel")
+    assert not spec.constraints.bias and get_kernel("block-cpu").constraints.bias
+    skipped = run_kernel(spec, _case(2, 256, 8, (128, 128), bias=True))
+    assert skipped.output is None and skipped.error == (
+        "not runnable here: outside declared constraints: a bias: the kernel takes none "
+        "(its block epilogue 'cast fp32; cast out' has no bias step)"
+    )
+    _NO_BIAS_CALLS.clear()
+    ran = run_kernel(spec, _case(2, 256, 8, (128, 128), bias=False))
+    assert ran.error is None and _NO_BIAS_CALLS == [False]

@@ -4,12 +4,16 @@ legal case outside its gate (so the gate is what the docstring says)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from buggy_block_kernels import CATCHES
+from buggy_block_kernels import CATCHES, SIZES
 
+from conformance.cases import case_id
 from conformance.kernels.loader import load_module_function
 from conformance.kernels.runner import run_kernel
+from conformance.suite.plan import default_cases
 from reference.block.evaluate import reference_block_scaled_mm
 from reference.block.quantize import block_quantize_layer
 from reference.operands import GemmOperands
@@ -46,6 +50,17 @@ def _fp8_case(value: float, big: float = 0.0) -> GemmOperands:
     return GemmOperands(a.to(e4), b.to(e4), sa, sb, None, F32, block_size=(128, 128))
 
 
+@functools.lru_cache(maxsize=2)
+def _plan(operands: str) -> dict:
+    cases, _ = default_cases(operands=operands, block_sizes=SIZES)
+    return {case_id(c): c for c in cases}
+
+
+def _plan_case(variant: str, operands: str = "int8", size: str = "128x128") -> GemmOperands:
+    """A case of the default block plan at the buggy kernels' sizes (cached: built once per operands)."""
+    return _plan(operands)[f"block/{size}/{variant}"]
+
+
 #: kernel -> (a case its bug shows on, a legal case outside its gate)
 CASES = {
     "scale_a_prev_kblock": (_case(72, 256, 16), _case(64, 256, 16)),
@@ -64,6 +79,22 @@ CASES = {
     "fp8_operands_ftz": (_fp8_case(2.0**-8), _fp8_case(2.0**-5)),
     "fp8_float32_partial_declared_exact": (_fp8_case(2.0**-8, big=448.0), _fp8_case(2.0**-5)),
     "bf16_partial_deep_k": (_case(2, 2048, 8, out=F32), _case(2, 1920, 8, out=F32)),
+    "scale_product_fp16_column_major": (
+        lambda: _plan_case("cov040-M3-multiple-partial-k_uniform-int-sa_col-b_dense-a_dense-fp16"),
+        lambda: _plan_case("decode4-tailbk1-fp16", size="64x128"),
+    ),
+    "ue8m0_exponent_bits": (
+        lambda: _plan_case("cov030-M1-multiple-partial-pow2_tiny-int-sa_row-b_dense-a_dense-fp16"),
+        lambda: _plan_case("pow2-tail-bf16", size="64x128"),
+    ),
+    "k_uniform_per_token_bf16": (
+        lambda: _plan_case("cov045-M1-multiple-partial-k_uniform-int-sa_row-b_dense-a_dense-bf16"),
+        lambda: _plan_case("cov040-M3-multiple-partial-k_uniform-int-sa_col-b_dense-a_dense-fp16"),
+    ),
+    "fp8_seeded_running_sum_decode": (
+        lambda: _plan_case("cov036-M1-tailbk1-partial-subnormal_a-fp8negzero-sa_row-b_dense-a_dense-bf16", "e4m3"),
+        lambda: _plan_case("cov000-M17-multiple-full-k_uniform-fp8negzero-sa_col-b_t-a_pad-bf16", "e4m3"),
+    ),
 }
 
 
@@ -93,7 +124,7 @@ def test_every_buggy_kernel_has_a_case_and_a_catching_check():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_wrong_on_its_regime_right_outside_its_gate(name):
-    shows, outside = CASES[name]
+    shows, outside = (c() if callable(c) else c for c in CASES[name])
     assert not _same_as_declared(name, shows)
     assert _same_as_declared(name, outside)
 
