@@ -6,7 +6,9 @@
 #   5 / 5b: int8conf bench --main-job rows a,b / c,d (ROWS= overrides);
 #   7: every built-in's default suite natively (check --device cuda), then main-job rows a,b;
 #   6: FP8 natively: the FP8 CUDA tests, int8conf check of torch-fp8 and torchao-fp8 (torchao as a
-#      wheel in .whl, carried), then 6s: the FP8 paper-scale sweep (torch-fp8) with its scorecard.
+#      wheel in .whl, carried), then 6s: the FP8 paper-scale sweep (torch-fp8) with its scorecard;
+#   8: the field adapters and block built-ins through the default suite + the full-suite scoreboard;
+#   9: the serving checks' share of the warm check (alternated with --no-serving).
 # Device budget note: a fresh machine's start-up counts; four calls used 1,800 s in
 # 2026-12-01e. Batch stages into as few calls as the 600 s limit allows.
 # A fresh H200 pays every Triton compile single-threaded, and the device limits a
@@ -73,6 +75,27 @@ case "${STAGE:-1}" in
      step "check-$k" "${LIMIT:-150}" python3 -m conformance.cli check --kernel "$k" --device cuda --out "$OUT/reports"; done
    [ "${NOBENCH:-0}" = 1 ] || step "main-job-${ROWS:-a,b}" "$(( ${BUDGET_S:-580} - SECONDS - 20 ))" python3 -m conformance.cli \
      bench --main-job --rows "${ROWS:-a,b}" --timeout 200 --out "$OUT/bench" ;;
+8) # issue 44 / 46: every field adapter and the block built-ins through the default suite, eight at once on two cores
+   # each, then the full-suite scoreboard with throughput. Carry the wheels in .whl: flag-gems==5.0.2, gemlite 0.6.0
+   # (built here: pip wheel --no-deps gemlite==0.6.0), nvidia-cutlass==4.2.0, cuda-python / cuda-bindings 13.0.3,
+   # cuda-pathfinder, treelib, pydot, pyparsing, sqlalchemy==2.0.48 (cp312 manylinux); fbgemm-gpu-genai 1.6.0's wheel
+   # is 36 MB: carry it unpacked and xz-compressed as .whl/fbg.tar.xz (9 MB), unpacked into /tmp/site here.
+   [ -f .whl/fbg.tar.xz ] && tar -xJf .whl/fbg.tar.xz -C /tmp/site
+   end=$(( $(date +%s) + ${DEAD:-440} ))
+   one() { local left=$(( end - $(date +%s) )); [ "$left" -gt 300 ] && left=300; [ "$left" -lt 30 ] && return
+     taskset -c "$1" timeout -s INT -k 20 "$left" python3 -m conformance.cli check --kernel "$2" --device cuda --jobs 2 \
+       --out "$OUT/reports" > "$OUT/logs/check-$2.log" 2>&1; echo "=== $2 rc=$?"; }
+   two() { local c=$1; shift; for k in "$@"; do one "$c" "$k"; done; }
+   two 0-1 triton-block gemlite-int8 & two 2-3 triton-block-fp8 gemlite-fp8 & two 4-5 flaggems-block-fp8 flaggems-int8 &
+   two 6-7 flaggems-cutlass-block-fp8 flaggems-fp8 & two 8-9 fbgemm-int8 & two 10-11 fbgemm-fp8-rowwise &
+   two 12-13 fbgemm-triton-fp8 & two 14-15 cutlass-int8 & wait
+   step scoreboard "$(( 575 - SECONDS ))" python3 -m conformance.cli scoreboard --from-checks "$OUT/reports" --throughput \
+     --out "$OUT/reports/scoreboard" ;;
+9) # issue 45: the serving checks' share of the warm check, alternated after a warm-up (C13-C15 beside the cases)
+   step warm 120 python3 -m conformance.cli check --kernel triton --device cuda --no-serving --out "$OUT/reports"
+   for i in 1 2; do step "serving-$i" 90 python3 -m conformance.cli check --kernel triton --device cuda --out "$OUT/reports"
+     step "no-serving-$i" 90 python3 -m conformance.cli check --kernel triton --device cuda --no-serving --out "$OUT/reports"; done
+   grep -h "^real" "$OUT"/logs/*serving-*.log ;;
 4) OUT="$OUT" BUDGET=540 bash conformance/bench/paper_scale.sh > "$OUT/logs/paper.log" 2>&1
    grep -v "━" "$OUT/logs/paper.log" | tail -60 | cut -c1-300 ;;
 esac
