@@ -25,7 +25,7 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, plan_checks
+from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, afforded_cases, plan_checks
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -342,6 +342,9 @@ class GateSession:
                 opts.max_capture_layers,
             )
             cases, cap = RunCases(source, opts.device).for_kernel(self.cand_spec, injection_of(self.cand_spec))
+            cases, left_out = afforded_cases(self.cand_spec, opts.device, cases)  # as `check` runs them
+            if left_out:
+                self.say(f"{len(left_out)} covering cases not afforded on the CPU left out, as `int8conf check` does")
             cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
         else:
             cases = list(cases)

@@ -452,6 +452,16 @@ class Contained(Protocol):
     def check(self, check_id: str) -> CheckResult: ...
 
 
+def afforded_cases(spec, device: Optional[str], cases: list) -> tuple[list, list]:
+    """``(kept, left out)`` of ``cases`` for ``spec`` on ``device``: where the kernel does not run on CUDA, the cases
+    marked ``native_only`` (``conformance.cases.covering.CPU_MACS``) are left out; every front door (check, the
+    plugin, the gate) runs the kept ones, so a stored check report and a gate run hold the same case set."""
+    if cuda_device(spec, device) is not None:
+        return list(cases), []
+    native = [bool((c.meta or {}).get("native_only")) for c in cases]
+    return [c for c, n in zip(cases, native) if not n], [c for c, n in zip(cases, native) if n]
+
+
 @dataclass(eq=False)  # compared by identity (the plugin looks its kernels up)
 class SuiteState:
     """One kernel's suite: its cases and what its steps produced so far. ``results``: fixed-case
@@ -480,12 +490,9 @@ class SuiteState:
     serving_checks: bool = True
 
     def __post_init__(self) -> None:
-        """On the CPU, leave out the cases marked ``native_only`` (``conformance.cases.covering.CPU_MACS``):
-        ``not_afforded`` names them and their regimes."""
-        if cuda_device(self.spec, self.device) is None:
-            keep = [c for c in self.cases if not (c.meta or {}).get("native_only")]
-            self.not_afforded = [c for c in self.cases if (c.meta or {}).get("native_only")]
-            self.cases = keep
+        """On the CPU, leave out the cases marked ``native_only`` (:func:`afforded_cases`): ``not_afforded``
+        names them and their regimes."""
+        self.cases, self.not_afforded = afforded_cases(self.spec, self.device, self.cases)
 
     def notes(self) -> list:
         """One note naming the regimes of the cases left out on the CPU (none when every case ran)."""

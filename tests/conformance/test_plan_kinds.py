@@ -3,9 +3,11 @@ catalogue's kernel kind; a reduced suite names only what the kernel's plan kind 
 
 from __future__ import annotations
 
+import types
+
 from conformance.kernels.registry import get_kernel
 from conformance.kernels.spec import BLOCK, FP8_KIND, PER_TOKEN, ZERO_POINT
-from conformance.suite.plan import PLANS, reduced_suite
+from conformance.suite.plan import PLANS, afforded_cases, reduced_suite
 from faults.catalogue import kernel_kind
 
 SERVING = "the serving checks (C13, C14, C15)"
@@ -30,3 +32,12 @@ def test_reduced_suite_names_only_what_the_plan_kind_has():
     ]
     assert reduced_suite(*args, serving_checks=False, kind=BLOCK) == [SERVING]  # C13-C15 run on a block sample
     assert reduced_suite(*args, serving_checks=False, kind=ZERO_POINT) == []  # every other check n/a there
+
+
+def test_the_gate_and_check_leave_out_the_same_native_only_cases_on_the_cpu():
+    """check (SuiteState) and the gate both take their CPU case set from plan.afforded_cases: a stored check report
+    and a gate run then hold the same cases (a full check baseline was refused: 'N only in this run')."""
+    case = lambda name, native: types.SimpleNamespace(name=name, meta={"native_only": True} if native else {})  # noqa: E731
+    cases = [case("a", False), case("big", True), case("b", False)]
+    kept, out = afforded_cases(get_kernel("cpu"), "cpu", cases)
+    assert [c.name for c in kept] == ["a", "b"] and [c.name for c in out] == ["big"]
