@@ -1,7 +1,7 @@
 """Families reaching the output's trigger conditions (README.md here).
 
 ``subnormal`` (across the normal / subnormal boundary, every product exact in
-float32), ``overflow_inf`` (on the rounding boundary to +-inf, no intermediate
+float32), ``subnormal_scales`` (float32-subnormal per-channel weight scales, normal outputs), ``overflow_inf`` (on the rounding boundary to +-inf, no intermediate
 overflow), ``signed_zero``, ``negative_scales``, ``zero_scales`` and
 ``bias_cancel`` (bias ~ -(acc * s_a * s_w): the bias point decides).
 """
@@ -47,6 +47,37 @@ def subnormal_case(
     sw = torch.pow(2.0, -ew) * (short_mantissa(g, n, 8) if mode == "real" else torch.ones(n, dtype=torch.float64))
     return family_case(
         "subnormal", "spread", mode, out_dtype, a, b, _f32(sa), _f32(sw), seed=seed, trigger="subnormal outputs"
+    )
+
+
+def subnormal_weight_scales_case(
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 16, k: int = 24
+) -> GemmOperands:
+    """One ``subnormal_scales`` case: per-channel s_w float32-SUBNORMAL (2**-(127 + j mod 10), fp16 out
+    2**-(127 + j mod 4); 8-bit mantissas in ``real`` mode, powers of two in ``pow2``), s_a huge (2**(100 + i mod 4),
+    fp16 2**(112 + i mod 4), 3-bit mantissas), |acc| < 2**11: every product normal and exact in float32 in every
+    scale order (acc * s_a <= 14 bits below 2**127; acc * s_w <= 19 bits above 2**-149; s_a * s_w <= 11 bits), so
+    every legal contract gives the same bits and a kernel that flushes a subnormal weight scale to zero zeroes
+    nonzero outputs."""
+    g = generator("subnormal_scales", "weight", seed)
+    a = small_int8(g, (m, k), -8, 8)
+    b = small_int8(g, (n, k), -8, 8)
+    fp16 = out_dtype == torch.float16
+    ea = torch.arange(m, dtype=torch.float64) % 4 + (112 if fp16 else 100)
+    ew = torch.arange(n, dtype=torch.float64) % (4 if fp16 else 10) + 127
+    sa = torch.pow(2.0, ea) * short_mantissa(g, m, 3) * sign(g, m)
+    sw = torch.pow(2.0, -ew) * (short_mantissa(g, n, 8) if mode == "real" else torch.ones(n, dtype=torch.float64))
+    return family_case(
+        "subnormal_scales",
+        "weight",
+        mode,
+        out_dtype,
+        a,
+        b,
+        _f32(sa),
+        _f32(sw),
+        seed=seed,
+        trigger="float32-subnormal per-channel weight scales, normal outputs",
     )
 
 
@@ -169,6 +200,10 @@ def bias_cancel_case(
 
 def subnormal_family(seed: int = 0) -> list[GemmOperands]:
     return [subnormal_case(mode, dt, seed) for mode, dt in GRID]
+
+
+def subnormal_scales_family(seed: int = 0) -> list[GemmOperands]:
+    return [subnormal_weight_scales_case(mode, dt, seed) for mode, dt in GRID]
 
 
 def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:

@@ -4,6 +4,8 @@ its exact output bits pinned (derived by hand in the comments)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,6 +13,8 @@ from conformance.cases.families import FAMILIES, family_cases
 from conformance.cases.reach import partial_sum_extremes
 from conformance.kernels.registry import get_kernel
 from conformance.suite.coverage import case_coverage
+from conformance.suite.evaluate import evaluate_case
+from reference.bits import bits_of
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.epilogue import reference_scaled_mm
 from reference.operands import GemmOperands
@@ -94,6 +98,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "large_acc": 6,
         "int32_overflow": 2,
         "subnormal": 6,
+        "subnormal_scales": 6,
         "overflow_inf": 6,
         "signed_zero": 6,
         "negative_scales": 6,
@@ -109,7 +114,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "regimes": 202,
         "covering": 181,
     }
-    assert len({c.name for cs in fams.values() for c in cs}) == 685
+    assert len({c.name for cs in fams.values() for c in cs}) == 691
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"] + fams["layouts"]]
     assert family_cases(["subnormal"], seed=1)[0].digests() != fams["subnormal"][0].digests()
@@ -118,6 +123,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "partial_sums",
         "large_acc",
         "subnormal",
+        "subnormal_scales",
         "overflow_inf",
         "signed_zero",
         "negative_scales",
@@ -416,3 +422,30 @@ def test_fp32_real_cases_keep_c6_premise(fams):
                 continue
             assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), c.name
     assert n_ties == 3
+
+
+def test_subnormal_weight_scales_are_order_free_and_fail_a_kernel_that_flushes_them():
+    """Every subnormal_scales case: s_w float32-subnormal everywhere, every scale order the same bits, nonzero
+    outputs; a kernel that flushes a subnormal per-channel weight scale to zero (a new user's escape: only s_a was
+    ever subnormal) fails C8 on every case of the family."""
+    cases = family_cases(["subnormal_scales"])
+    assert len(cases) == 6
+    cpu = get_kernel("cpu")
+
+    def flushes_subnormal_weight_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        sb = torch.where(scale_b.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(scale_b), scale_b)
+        return cpu.scaled_mm(a, b, scale_a, sb, out_dtype=out_dtype, bias=bias)
+
+    buggy = dataclasses.replace(cpu, name="flush-subnormal-s_w", scaled_mm=flushes_subnormal_weight_scales)
+    for c in cases:
+        assert bool((c.scale_b.abs() < torch.finfo(torch.float32).tiny).all()), c.name
+        outs = [
+            reference_scaled_mm(
+                c.a, c.b, c.scale_a, c.scale_b, EpilogueContract(o, "fp32_before_round"), None, c.out_dtype
+            )
+            for o in ("a_then_w", "w_then_a", "fused")
+        ]
+        assert all(torch.equal(bits_of(outs[0]), bits_of(o)) for o in outs), c.name
+        assert int((outs[0] != 0).sum()) >= c.m * c.n // 2, c.name
+        assert evaluate_case(cpu, c).verdict == "pass", c.name
+        assert evaluate_case(buggy, c).checks["C8"].verdict == "fail", c.name
