@@ -167,38 +167,11 @@ def tuples_of(rows, keys: tuple, t: int) -> set:
 SPACE = AttributeSpace("per-token", ATTRIBUTES, CONSTRAINTS, STRONG)
 
 
-def legal(row: dict) -> bool:
-    """Whether a (partial) row of :data:`SPACE` breaks no constraint whose attributes it holds all of."""
-    return SPACE.legal(row)
-
-
-def completable(partial: dict) -> bool:
-    """Whether some legal full row of :data:`SPACE` agrees with ``partial``."""
-    return SPACE.completable(partial)
-
-
 @lru_cache(maxsize=1)
 def covering_rows() -> tuple:
     """The covering array of :data:`SPACE`: legal rows (dicts attribute -> value), deterministic; kept in the
     artifact cache (``cache.cached_artifact``: a build costs ~10-50 s on one core)."""
     return cached_artifact("covering", CASE_CODE, "rows", SPACE.make_rows)
-
-
-@lru_cache(maxsize=4)
-def legal_tuples(keys: tuple, t: int) -> frozenset:
-    """Every t-tuple over ``keys`` that some legal full row of :data:`SPACE` holds."""
-    return SPACE.legal_tuples(keys, t)
-
-
-def t_wise_coverage(rows) -> dict:
-    """``{"3-wise": [held, legal], "2-wise": [held, legal]}``: legal triples over :data:`STRONG` and legal pairs over
-    every attribute that ``rows`` (attribute dicts) hold."""
-    out = {}
-    for label, keys, t in (("3-wise", STRONG, 3), ("2-wise", tuple(ATTRIBUTES), 2)):
-        # the legal tuples depend on the space alone: enumerated once (~4 s), kept in the artifact cache
-        want = cached_artifact("covering", CASE_CODE, f"legal/{t}/{','.join(keys)}", partial(legal_tuples, keys, t))
-        out[label] = [len(tuples_of(rows, keys, t) & want), len(want)]
-    return out
 
 
 #: K of a row with M, N and K all large (native only): K = 1024 bounds |acc| by 2^24 (float32-exact in any order),

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from conformance.cases.covering import ATTRIBUTES, t_wise_coverage
+from conformance.cases.covering import ATTRIBUTES, SPACE
 from conformance.cases.fp8 import FP8_FAMILIES
 from conformance.cases.reach import FP32_EXACT, INT32_MAX, PAIR_ALIGN, reach_of
 from conformance.checks.output_bits import run_device
@@ -358,7 +358,7 @@ def coverage_table(case_results: Sequence) -> list[dict]:
     row("scale shapes ([M] / [M,1] / scalar)", ", ".join(sl), len(covs), len(sl) == 3)
     attrs = [c["attributes"] for c in covs if c.get("attributes")]
     if attrs:
-        tw = t_wise_coverage(attrs)
+        tw = SPACE.t_wise_coverage(attrs)
         row(
             "covering array: legal attribute tuples the cases that ran hold (conformance.cases.covering)",
             "; ".join(f"{t} {held}/{legal} ({100 * held / max(1, legal):.1f} %)" for t, (held, legal) in tw.items()),

@@ -15,12 +15,11 @@ from conformance.cases.covering import (
     ATTRIBUTES,
     CPU_MACS,
     DEEP_ALL_LARGE_K,
+    SPACE,
     all_large,
     covering_case,
     covering_rows,
-    legal,
     shape_of,
-    t_wise_coverage,
 )
 from conformance.cases.families import FAMILIES
 from conformance.kernels.registry import get_kernel
@@ -36,10 +35,10 @@ def _case(i: int):
 def test_the_array_meets_every_legal_triple_and_pair_and_only_legal_rows():
     rows = covering_rows()
     assert len(rows) == 181
-    assert all(legal(r) and set(r) == set(ATTRIBUTES) for r in rows)
-    assert t_wise_coverage(rows) == {"3-wise": [4328, 4328], "2-wise": [1027, 1027]}
+    assert all(SPACE.legal(r) and set(r) == set(ATTRIBUTES) for r in rows)
+    assert SPACE.t_wise_coverage(rows) == {"3-wise": [4328, 4328], "2-wise": [1027, 1027]}
     # a row less loses triples: the array is not padded with rows that add nothing
-    assert t_wise_coverage(rows[1:])["3-wise"][0] < 4328
+    assert SPACE.t_wise_coverage(rows[1:])["3-wise"][0] < 4328
     assert "covering" in FAMILIES
 
 
