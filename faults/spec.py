@@ -39,6 +39,11 @@ def fault_choices() -> str:
     return f"{FAULTS[0].id}..{FAULTS[-1].id} or its name ({others}: the other F9 variants)"
 
 
+def catalogue_order(fault: str) -> int:
+    """Sort key of a fault id in catalogue order (``F2`` before ``F10``)."""
+    return int(fault[1:])
+
+
 def default_variant(fault: str) -> Optional[str]:
     """The variant an injection of fault id ``fault`` takes by default (F9 ``pow2_scales``, F10 ``d10``), else None."""
     return {"F9": F9_VARIANTS[0], "F10": F10_DEFAULT}.get(fault)

@@ -628,6 +628,15 @@ def run_suite(
                 contained.close()
 
 
+def _start_beside(state: SuiteState, check_ids: list, beside: dict, say, what: str) -> None:
+    """Start ``check_ids`` in a worker process (``checks_in_worker``); their result getters go into
+    ``beside``; ``what`` is said when a worker started."""
+    started = checks_in_worker(state, check_ids, state.contained if isinstance(state.contained, Containment) else None)
+    beside.update(started)
+    if started:
+        say(f"{state.spec.name}: {what}")
+
+
 def _run_steps(
     state: SuiteState, property_examples, model_checks, progress, invocation, jobs, uncontained=None
 ) -> ConformanceResult:
@@ -652,10 +661,9 @@ def _run_steps(
         if jobs > 1 and not why:  # C7's model library imported meanwhile, on a core the workers leave idle
             serving = [cid for cid in checks if cid in SERVING_CHECKS]
             if serving and cuda_device(spec, state.device) is not None:  # C13-C15 (compiles) beside the cases
-                started = checks_in_worker(state, serving, contained)
-                beside.update(started)
-                if started:
-                    say(f"{spec.name}: {', '.join(serving)} in a worker process beside the fixed cases")
+                _start_beside(
+                    state, serving, beside, say, f"{', '.join(serving)} in a worker process beside the fixed cases"
+                )
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
             evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
@@ -685,10 +693,8 @@ def _run_steps(
                         continue
                 pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
                 if pair and jobs > 1 and parallel_ok(state) is None:
-                    started = checks_in_worker(state, ["E1"], contained)  # the two engines' forwards at once
-                    beside.update(started)
-                    if started:
-                        say(f"{spec.name}: E1 {CHECK_NAMES['E1']} in a worker process beside C7")
+                    # the two engines' forwards at once
+                    _start_beside(state, ["E1"], beside, say, f"E1 {CHECK_NAMES['E1']} in a worker process beside C7")
                 say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]}")
                 state.run_check(s.check_id)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop

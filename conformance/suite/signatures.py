@@ -23,7 +23,8 @@ from conformance.kernels.declared import declared_reference
 from faults.block import BLOCK_EMULATED, block_fault_output
 from faults.catalogue import faults_for, get_fault
 from faults.postprocessing import faulty_epilogue
-from faults.spec import POSTPROCESSING_FAULTS
+from faults.accumulator import narrowed_model
+from faults.spec import POSTPROCESSING_FAULTS, catalogue_order, f10_deficit
 from reference.bits import bits_of
 from reference.epilogue import cached_epilogue
 
@@ -291,7 +292,7 @@ def explain_block_output(
     """:func:`explain_output` for a block-scaled case: the elements whose bits differ from the declared block
     reference (``reference`` when given: ``conformance.kernels.declared``'s output on ``ops``, out_dtype [M, N]),
     and how many of them each block fault class's emulation (``faults.block.block_fault_output``: F1-F5, F11-F14
-    of ``faults_for(operands, "block")``) reproduces; the same dict. ``rows`` None: every element is emulated and
+    of ``faults_for(operands, "block")``; e4m3: F10 at the default deficit) reproduces; the same dict. ``rows`` None: every element is emulated and
     tested. ``rows`` r: only the differing elements of at most r rows, spread evenly over the rows holding one
     (:func:`sampled_rows`), are emulated and tested: ``n_differ`` counts those, ``sampled_from`` every differing
     element, ``predicted`` counts within the rows x columns of those elements. None where nothing differs or the
@@ -318,9 +319,11 @@ def explain_block_output(
     call = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias, ops.out_dtype, ops.block_size, spec.block)
     explained, predicted = {}, {}
     for fc in faults_for(spec.operands, "block"):
-        if fc.id not in BLOCK_EMULATED or fc.id == "F10":  # F10 narrows by an unknown deficit: C11 / C12's
+        if fc.id not in BLOCK_EMULATED:
             continue
-        alt = bits_of(block_fault_output(*call, fc.id, mask, acc).to(dev))
+        # F10: the accumulator narrowed by the default deficit (the sweep's injection; another deficit goes unnamed)
+        model = narrowed_model(acc, f10_deficit(None)) if fc.id == "F10" and acc is not None else acc
+        alt = bits_of(block_fault_output(*call, fc.id, mask, model).to(dev))
         changed = (alt != rb) & box.to(dev)
         explained[fc.id] = int((changed & (alt == ob) & tested).sum())
         predicted[fc.id] = int(changed.sum())
@@ -350,7 +353,7 @@ def stored_explanation(explanation: dict) -> dict:
     ex = explanation["explained"]
     out = {
         "n_differ": int(explanation["n_differ"]),
-        "explained": {fid: int(ex[fid]) for fid in sorted(ex, key=lambda f: int(f[1:]))},
+        "explained": {fid: int(ex[fid]) for fid in sorted(ex, key=catalogue_order)},
     }
     if "sampled_from" in explanation:
         out["sampled_from"] = int(explanation["sampled_from"])
@@ -376,7 +379,7 @@ def class_scores(ft: FailureFeatures, explanation: Optional[dict] = None) -> dic
             out.pop(fid, None)
             if 2 * k > n:
                 out[fid] = k / n
-    return {fid: out[fid] for fid in sorted(out, key=lambda f: int(f[1:]))}
+    return {fid: out[fid] for fid in sorted(out, key=catalogue_order)}
 
 
 @dataclass
@@ -451,7 +454,9 @@ def rank_classes(failing: list) -> list[ClassRank]:
             r.precision = r.explained / predicted[r.fault] if predicted[r.fault] else 0.0
         else:
             r.precision = r.score
-    return sorted(acc.values(), key=lambda r: (-round(r.score, 9), -round(r.precision, 9), -r.cases, int(r.fault[1:])))
+    return sorted(
+        acc.values(), key=lambda r: (-round(r.score, 9), -round(r.precision, 9), -r.cases, catalogue_order(r.fault))
+    )
 
 
 _SCALE_MODE_LABELS = {"pow2": "power-of-two", "own": "checkpoint (real)", "synthetic": "real (not power-of-two)"}

@@ -14,6 +14,7 @@ import pandas as pd
 from conformance.checks.result import Verdict
 from conformance.suite.signatures import EXPLANATION_KEY, class_scores, features_of_cell
 from faults.catalogue import FAULTS, get_fault
+from faults.spec import catalogue_order
 
 CHECK_ORDER = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "E1", "C11", "C12", "C16")
 CORE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
@@ -151,7 +152,7 @@ def table(scored: pd.DataFrame, tags: Sequence[str], by_mode: bool = True) -> pd
         out.append(rec)
     card = pd.DataFrame(out)
     card["_c"] = card["check_id"].map(CHECK_ORDER.index)
-    card["_f"] = card["fault"].map(lambda f: int(f[1:]))
+    card["_f"] = card["fault"].map(catalogue_order)
     return (
         card.sort_values(["_f", "_c"] + (["scale_mode"] if by_mode else []))
         .drop(columns=["_c", "_f"])

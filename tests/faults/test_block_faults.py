@@ -172,3 +172,22 @@ def test_the_block_signature_names_the_injected_fault_by_its_emulation():
         assert ex["n_differ"] > 0 and ex["explained"][fid] == ex["n_differ"] == ex["predicted"][fid]
         assert sorted(ex["explained"]) == "F1 F11 F12 F13 F14 F2 F3 F4 F5".split()
         assert all(2 * k <= ex["n_differ"] for f, k in ex["explained"].items() if f != fid)
+
+
+def test_the_block_signature_names_f10_by_its_default_deficit_on_an_e4m3_kernel():
+    from conformance.suite.signatures import explain_block_output
+
+    spec = get_kernel("block-fp8-cpu")
+    cases, _ = default_cases(operands=spec.operands, block_sizes=((128, 128),))
+    c = next(c for c in cases if c.name == "block/128x128/fp8-wide-sum-fp32")
+    gt = ground_truth(spec, "F10", "all", 0, c)
+    out = evaluate_fixed(inject(spec, "F10", "all"), c, None).checks["C8"].evidence["n_bits_differ"]
+    ex = explain_block_output(spec, c, _call(inject(spec, "F10", "all"), c))
+    assert out == gt.changed == ex["n_differ"] > 0
+    assert ex["explained"]["F10"] == ex["n_differ"]  # the injected d10 accumulator, emulated, is the kernel's output
+
+
+def _call(spec, ops):
+    return spec.scaled_mm(
+        ops.a, ops.b, ops.scale_a, ops.scale_b, out_dtype=ops.out_dtype, bias=ops.bias, block_size=ops.block_size
+    )
