@@ -129,11 +129,12 @@ def portable_path(p, _roots=None) -> Any:
 
 def portable_text(text: str, _roots=None) -> str:
     """``text`` with every absolute path under a known root rewritten as :func:`portable_path` does; paths outside the
-    known roots stay (free text cannot be parsed for paths safely)."""
+    known roots stay (free text cannot be parsed for paths safely), and so does a root that is already a variable's
+    default (``${TMPDIR:-/tmp}``: text made portable once is unchanged)."""
     for root, pre in _roots if _roots is not None else _path_roots():
         if root not in text:
             continue
-        rx = re.compile(re.escape(root) + r"(/|(?![\w.\-]))")
+        rx = re.compile(r"(?<!:-)" + re.escape(root) + r"(/|(?![\w.\-]))")
         text = rx.sub(lambda m, pre=pre: (f"{pre}/" if pre else "") if m.group(1) else (pre or "."), text)
     return text
 

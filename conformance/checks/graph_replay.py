@@ -1,10 +1,11 @@
-"""C13 graph_replay: the kernel captured in a CUDA graph and replayed on new operands gives the eager call's bits.
+"""C13 graph_replay: the kernel captured in a CUDA graph and replayed on new activations gives the eager call's bits.
 
 On each case of the sample (``serving.sample_cases``: a decode M = 8 and a prefill M = 128 case) the kernel is called
 :data:`WARMUP_CALLS` times on static input buffers on a side stream (torch's CUDA-graph docs: warm up outside the
-capture), captured once in a ``torch.cuda.CUDAGraph``, then NEW operands of the same shapes / dtypes / scale forms are
-copied into the captured buffers, the graph replayed and the output it wrote compared bit for bit with an eager call
-on the new operands. A capture that raises (a host read such as ``.item()``, a sync, work on an uncaptured stream)
+capture), captured once in a ``torch.cuda.CUDAGraph``, then a NEW activation ``a`` and activation scale of the same
+shapes / dtypes / scale form are copied into the captured buffers (the weight, its scale and the bias stay: a serving
+stack's decode graph replays new tokens through the same layer, and a kernel may pack its weight once:
+``serving.fresh_like``), the graph replayed and the output it wrote compared bit for bit with an eager call on them. A capture that raises (a host read such as ``.item()``, a sync, work on an uncaptured stream)
 fails with the exception's first line; a replay whose bits differ (a value read on the host at capture and replayed
 stale, a pointer cached outside the graph) fails with the count. An output the kernel allocated outside the graph pool
 is fine when its bits match. CUDA only: elsewhere ``n/a`` with the reason."""
@@ -73,7 +74,7 @@ def replay_case(spec, ops, new, device: str) -> dict:
     del graph
     diff = serving.bit_difference(replayed, eager)
     if diff is not None:
-        return {"case": label, "ok": False, "kind": "replay", "line": f"replay on new operands: {diff}"}
+        return {"case": label, "ok": False, "kind": "replay", "line": f"replay on new activations: {diff}"}
     return {"case": label, "ok": True, "line": f"replay bit-identical to the eager call ({ops.out_dtype})"}
 
 
@@ -97,5 +98,9 @@ def check_graph_replay(spec, cases: Sequence = (), device: Optional[str] = None,
         line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
     return CheckResult(
-        CHECK_ID, NAME, Verdict.PASS, f"captured and replayed on new operands: bit-identical on {len(rows)} case(s)", ev
+        CHECK_ID,
+        NAME,
+        Verdict.PASS,
+        f"captured and replayed on new activations: bit-identical on {len(rows)} case(s)",
+        ev,
     )

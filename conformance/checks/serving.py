@@ -14,6 +14,7 @@ through ``runner.kernel_call`` (``block_size=`` bound)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import torch
@@ -77,11 +78,13 @@ def sample_cases(spec, seed: int = 0) -> list[GemmOperands]:
 
 
 def fresh_like(spec, ops: GemmOperands, seed: int) -> GemmOperands:
-    """New operands of ``ops``' shapes, dtypes and scale forms (other values: seed ``seed``)."""
+    """``ops`` with new activations: ``a`` and ``scale_a`` of the same shapes, dtypes and scale form (other values:
+    seed ``seed``); the weight, its scale and the bias stay ``ops``' own, as a serving stack's captured decode graph
+    replays new tokens through the same layer (a kernel may pack its weight once)."""
     per_token = ops.scale_a.dim() > 0
     new = make_operands(spec, ops.m, ops.out_dtype, per_token, ops.bias is not None, seed, ops.name + "/new")
     assert (new.m, new.k, new.n) == (ops.m, ops.k, ops.n)
-    return new
+    return dataclasses.replace(ops, a=new.a, scale_a=new.scale_a, name=new.name)
 
 
 def on_device(ops: GemmOperands, device: Any) -> dict:

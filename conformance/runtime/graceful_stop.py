@@ -96,17 +96,18 @@ def restore_sigterm() -> None:
         _requested.clear()
 
 
-def exit_with_parent() -> bool:
+def exit_with_parent(forkserver: bool = False) -> bool:
     """Have the kernel end this (child) process with SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
     Linux): a child inside a hung kernel never reads its closed pipe, and a parent killed with SIGKILL leaves it
     running. Call it first thing in the child. The signal follows the *thread* that started the child: arm it
     only in children of a thread that outlives them. True when armed (the process exits at once if its parent
-    already died); False off Linux or where libc has no ``prctl``."""
+    already died); False off Linux or where libc has no ``prctl``. ``forkserver``: a forkserver's child, whose
+    parent is the forkserver (it ends when the process that asked for the child ends), not that process."""
     if not sys.platform.startswith("linux"):
         return False
     # the parent that started us, not getppid(): a parent killed before this call has
     # already handed us to init or a subreaper
-    started_by = multiprocessing.parent_process()
+    started_by = None if forkserver else multiprocessing.parent_process()
     parent = started_by.pid if started_by is not None else os.getppid()
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl

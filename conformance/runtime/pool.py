@@ -152,7 +152,7 @@ def _child_main(
     """Child entry: output to ``log_path``, faulthandler on, then :func:`_serve`. ``die_with_parent``
     only for a child of the main thread (the death signal follows the starting thread)."""
     if die_with_parent:  # EOF is never read while a kernel hangs: SIGKILL with the parent
-        exit_with_parent()
+        exit_with_parent(forkserver=method == "forkserver")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -687,10 +687,14 @@ def _run_steps(
                 stage = s.check_id
                 if s.check_id in beside:
                     say(f"{spec.name}: {s.check_id} {CHECK_NAMES[s.check_id]} (its worker's result)")
-                    r = beside.pop(s.check_id)()
+                    r, why_not = beside.pop(s.check_id)()
                     if r is not None:
                         state.model[s.check_id] = r
                         continue
+                    notes.append(
+                        f"{s.check_id} ran in this process after the cases: its worker gave no result ({why_not})"
+                    )
+                    say(f"{spec.name}: {notes[-1]}")
                 pair = s.check_id == "C7" and "E1" in checks and spec.operands == "int8"
                 if pair and jobs > 1 and parallel_ok(state) is None:
                     # the two engines' forwards at once

@@ -20,10 +20,10 @@ import torch
 
 from conformance.checks.result import CALL_ID, CHECK_NAMES, DECLARATION, Verdict
 from conformance.kernels.declared import declared_reference
+from faults.accumulator import narrowed_model
 from faults.block import BLOCK_EMULATED, block_fault_output
 from faults.catalogue import faults_for, get_fault
 from faults.postprocessing import faulty_epilogue
-from faults.accumulator import narrowed_model
 from faults.spec import POSTPROCESSING_FAULTS, catalogue_order, f10_deficit
 from reference.bits import bits_of
 from reference.epilogue import cached_epilogue

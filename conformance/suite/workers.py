@@ -39,7 +39,7 @@ from conformance.suite.evaluate import (
     evaluate_case,
     evaluate_fixed,
 )
-from conformance.suite.plan import run_kernel_check, run_model_check
+from conformance.suite.plan import SERVING_CHECKS, run_kernel_check, run_model_check
 from faults.inject import injection_of, wrapped_kernel
 from reference.errors import Int8confError
 from reference.operands import GemmOperands
@@ -350,18 +350,22 @@ MODEL_CHECK_TIMEOUT_S = 1800.0
 
 def checks_in_worker(
     state, check_ids: Sequence[str], contained: Optional[Containment] = None
-) -> dict[str, Callable[[], Optional[object]]]:
+) -> dict[str, Callable[[], tuple[Optional[object], Optional[str]]]]:
     """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the fixed
-    cases) for ``state``'s kernel in one worker forked now (in the calling thread), then run one after the other
-    there, beside the in-process plan; returns check id -> a callable that waits for its CheckResult: with
-    ``contained``, a crash or hang is that check's failure (``Containment.check_result``; the checks after it give
-    None); else None when the worker crashed, hung or erred. None also where the child cannot use CUDA (forked from
-    a process that had initialized it: ``BAD_CUDA_FORK``). Returns {} (nothing started) where this process cannot
-    fork a CUDA-capable child (``runtime.forking.start_method``: CUDA already initialized here). On None or {}
-    the caller runs the check in-process."""
-    if start_method() != "fork":
+    cases) for ``state``'s kernel in one worker started now (in the calling thread), then run one after the other
+    there, beside the in-process plan; returns check id -> a callable that waits for ``(CheckResult or None, why
+    None)``: with ``contained``, a crash or hang is that check's failure (``Containment.check_result``; the checks
+    after it give None); else None when the worker crashed, hung or erred, or the child cannot use CUDA (forked from
+    a process that had initialized it: ``BAD_CUDA_FORK``), ``why`` the worker's one line. The serving checks
+    (``plan.SERVING_CHECKS``) of a kernel a fresh interpreter resolves (:func:`kernel_ref`) run in a forkserver
+    child (no CUDA or Triton state inherited; its start-up overlaps the cases); the others in a forked one. Returns
+    {} (nothing started) where this process cannot fork a CUDA-capable child (``runtime.forking.start_method``: CUDA
+    already initialized here). On None or {} the caller runs the check in-process."""
+    ref = kernel_ref(state.spec) if set(check_ids) <= set(SERVING_CHECKS) else None
+    if ref is None and start_method() != "fork":
         return {}
     box: dict = {}
+    why: dict = {}
     done = {cid: threading.Event() for cid in check_ids}
 
     def timeout(cid: str) -> float:
@@ -370,14 +374,17 @@ def checks_in_worker(
 
     logs = tempfile.TemporaryDirectory(prefix="int8conf-workers-")
     limit = max(timeout(c) for c in check_ids)
-    iso = IsolatedKernel(state.spec, [], limit, logs.name, device=state.device, method="fork", handlers=SUITE_REQUESTS)
-    iso.start()  # forked here, before the caller's next step can initialize CUDA in this process
+    kernel, method = (ref, "forkserver") if ref is not None else (state.spec, "fork")
+    iso = IsolatedKernel(kernel, [], limit, logs.name, device=state.device, method=method, handlers=SUITE_REQUESTS)
+    iso.start()  # here, before the caller's next step can initialize CUDA in this process
 
     def serve() -> None:
         try:
             with logs, iso:
                 for cid in check_ids:
                     oc = iso.request("check", cid, timeout(cid))
+                    if oc.kind != OK:
+                        why[cid] = outcome_line(oc)
                     if oc.error == BAD_CUDA_FORK:
                         break
                     box[cid] = (
@@ -389,19 +396,28 @@ def checks_in_worker(
                     if oc.kind != OK:
                         break
         finally:
-            for ev in done.values():
+            for cid, ev in done.items():
+                if box.get(cid) is None and cid not in why:
+                    why[cid] = "not run: an earlier check in its worker gave no result"
                 ev.set()
 
     threading.Thread(target=serve, daemon=True).start()
 
-    def waiter(cid: str) -> Callable[[], Optional[object]]:
-        def wait() -> Optional[object]:
+    def waiter(cid: str) -> Callable[[], tuple[Optional[object], Optional[str]]]:
+        def wait() -> tuple[Optional[object], Optional[str]]:
             done[cid].wait()
-            return box.get(cid)
+            return box.get(cid), why.get(cid)
 
         return wait
 
     return {cid: waiter(cid) for cid in check_ids}
+
+
+def outcome_line(oc: Outcome) -> str:
+    """One line for a request that gave no result: its error, else its kind and exit (signal)."""
+    if oc.error:
+        return oc.error.splitlines()[0][:300]
+    return f"{oc.kind}" + (f" ({oc.signal or f'exit {oc.exitcode}'})" if oc.exitcode is not None else "")
 
 
 # --- the child's side: the request handlers handed to runtime.pool.IsolatedKernel (SUITE_REQUESTS); each takes

@@ -14,9 +14,10 @@ from buggy_kernels import dies_in_workers, make_kernel
 
 from conformance.cases import make_case
 from conformance.kernels.loader import spec_from_object
+from conformance.kernels.registry import get_kernel
 from conformance.runtime.forking import FORK_GATE
-from conformance.runtime.pool import OK, IsolatedKernel
-from conformance.suite.plan import SuiteState, given_cases, run_model_check
+from conformance.runtime.pool import BAD_CUDA_FORK, OK, IsolatedKernel, KernelRef
+from conformance.suite.plan import SuiteState, given_cases, run_kernel_check, run_model_check
 from conformance.suite.run import run_suite
 from conformance.suite.workers import (
     Containment,
@@ -82,8 +83,8 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
     CheckResult is the in-process one, and a worker that dies hands the check back (None)."""
     spec = make_kernel("e1-beside", acc_off_by_one=True)  # its int_mm adds 1 at [0, 0]: E1's hash differs
     want = run_model_check("E1", spec, device="cpu")
-    got = checks_in_worker(_state(spec, []), ["E1"])["E1"]()
-    assert got is not None and want.verdict == "fail" and _plain(got) == _plain(want)
+    got, why = checks_in_worker(_state(spec, []), ["E1"])["E1"]()
+    assert got is not None and why is None and want.verdict == "fail" and _plain(got) == _plain(want)
     parent = os.getpid()
 
     def int_mm_dies_in_workers(a, b):
@@ -92,7 +93,8 @@ def test_e1_in_a_worker_gives_the_in_process_result_and_a_dead_worker_gives_none
         return exact_int_mm(a, b).to(torch.int32)
 
     dies = dataclasses.replace(spec, name="e1-dies", int_mm=int_mm_dies_in_workers)
-    assert checks_in_worker(_state(dies, []), ["E1"])["E1"]() is None
+    got, why = checks_in_worker(_state(dies, []), ["E1"])["E1"]()
+    assert got is None and why == "the kernel's process died during the request: exited with status 3"
 
 
 def test_checks_beside_start_no_worker_where_cuda_is_initialized_and_hand_back_a_bad_cuda_fork(monkeypatch):
@@ -110,7 +112,10 @@ def test_checks_beside_start_no_worker_where_cuda_is_initialized_and_hand_back_a
     st = _state(spec, [])
     with Containment(st) as contained:
         got = checks_in_worker(st, ["E1", "C9"], contained)
-        assert [got[c]() for c in ("E1", "C9")] == [None, None]
+        assert [got[c]() for c in ("E1", "C9")] == [
+            (None, BAD_CUDA_FORK),
+            (None, "not run: an earlier check in its worker gave no result"),
+        ]
 
 
 def test_after_fork_runs_once_every_worker_has_started():
@@ -167,3 +172,28 @@ def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process
     assert {c.check_id: _plain(c) for c in two.checks if c.check_id in ("C13", "C14", "C15")} == {
         cid: by[cid] for cid in ("C13", "C14", "C15")
     }
+
+
+def test_serving_checks_of_a_named_kernel_run_in_a_forkserver_child_even_where_this_process_cannot_fork(monkeypatch):
+    """C13-C15 of a kernel a fresh interpreter resolves (a registry name) run in a forkserver child, which inherits
+    no CUDA or Triton state: started even where this process initialized CUDA, with the in-process results."""
+    from conformance.runtime import pool
+    from conformance.suite import workers
+
+    spec = get_kernel("cpu")
+    monkeypatch.setattr(workers, "start_method", lambda: "spawn")  # as after CUDA was initialized here
+    methods = []
+    real = pool.IsolatedKernel.__init__
+
+    def spy(self, kernel, *a, **kw):
+        methods.append((kernel, kw.get("method")))
+        real(self, kernel, *a, **kw)
+
+    monkeypatch.setattr(pool.IsolatedKernel, "__init__", spy)
+    got = checks_in_worker(_state(spec, []), ["C13", "C15"])
+    assert methods == [(KernelRef("cpu"), "forkserver")]
+    want = {cid: _plain(run_kernel_check(cid, spec, [], "cpu")) for cid in ("C13", "C15")}
+    assert {cid: (_plain(r), why) for cid, (r, why) in ((c, got[c]()) for c in ("C13", "C15"))} == {
+        cid: (want[cid], None) for cid in ("C13", "C15")
+    }
+    assert checks_in_worker(_state(spec, []), ["E1"]) == {}  # E1 beside C7: a forked child only

@@ -63,6 +63,10 @@ def test_text_rewrites_known_roots_only_at_path_boundaries(roots):
         "$INT8CONF_CACHE/checkpoints/81e4/own: tensor 'w' element [0, 18]; cwd .; "
         f"sibling {sibling}; /data/x stays"
     )
+    assert portable_text(portable_text(text)) == portable_text(text)  # made portable once: unchanged
+    tmp_pre = env_prefix("TMPDIR", tempfile.gettempdir())
+    once = portable_text(f"--model {tempfile.gettempdir()}/big")
+    assert once == f"--model {tmp_pre}/big" and portable_text(once) == once
 
 
 def test_documents_keep_structure_and_non_paths(roots):

@@ -377,3 +377,17 @@ def test_cuda_matches_cpu():
     model = "fp32 bits=14 truncate promote=128"
     assert torch.equal(emulate_accumulation(a.cuda(), b.cuda(), model).cpu(), emulate_accumulation(a, b, model))
     assert torch.equal(accumulation_bound(a.cuda(), b.cuda(), model).cpu(), accumulation_bound(a, b, model))
+
+
+def test_check_e4m3_reads_no_value_while_a_cuda_graph_is_captured(monkeypatch):
+    """Counting NaNs synchronizes: inside a CUDA-graph capture the value check is skipped (``reference.validate``'s
+    rule), so an e4m3 kernel validating its operands still captures (``triton-block-fp8`` failed C13 natively)."""
+    import reference.fp8.exact as ex
+
+    nan = torch.full((2, 2), float("nan")).to(torch.float8_e4m3fn)
+    with pytest.raises(OperandError, match="4 NaN"):
+        ex.check_e4m3(nan, "a", "M,K")
+    monkeypatch.setattr(ex, "capturing", lambda t: True)
+    ex.check_e4m3(nan, "a", "M,K")  # not read
+    with pytest.raises(OperandError, match="dtype"):  # metadata is still checked
+        ex.check_e4m3(nan.to(torch.float32), "a", "M,K")

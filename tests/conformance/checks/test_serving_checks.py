@@ -34,6 +34,8 @@ def test_the_sample_is_a_decode_and_a_prefill_case_fitted_to_the_constraints():
     new = fresh_like(get_kernel("cpu"), decode, 7)
     assert new.a.shape == decode.a.shape and not torch.equal(new.a, decode.a)
     assert new.scale_a.shape == decode.scale_a.shape and not torch.equal(new.scale_a, decode.scale_a)
+    # a serving stack replays new tokens through the same layer: weight, weight scale and bias are the captured ones
+    assert new.b is decode.b and new.scale_b is decode.scale_b and new.bias is decode.bias
 
 
 @pytest.mark.skipif(CUDA, reason="pins the CPU verdicts")
@@ -74,7 +76,7 @@ def test_c14_on_the_cpu_passes_a_custom_op_with_a_right_fake_and_fails_a_wrong_o
 
 
 @needs_cuda
-@pytest.mark.parametrize("kernel", ["triton", "int_mm"])
+@pytest.mark.parametrize("kernel", ["triton", "int_mm", "triton-fp8", "triton-block", "triton-block-fp8"])
 def test_builtins_pass_c13_c14_c15(kernel):
     spec = get_kernel(kernel)
     for f in SERVING:
