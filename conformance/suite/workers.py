@@ -41,7 +41,7 @@ from conformance.suite.evaluate import (
 )
 from conformance.suite.plan import SERVING_CHECKS, run_kernel_check, run_model_check
 from faults.inject import injection_of, wrapped_kernel
-from reference.errors import Int8confError
+from reference.errors import Int8confError, first_line
 from reference.operands import GemmOperands
 
 #: default seconds one kernel call step (a case, a property example, C9, C11, C13-C15) may take before its child is killed
@@ -395,6 +395,9 @@ def checks_in_worker(
                     done[cid].set()
                     if oc.kind != OK:
                         break
+        except Exception as e:  # noqa: BLE001 -- a harness failure: the checks not answered run in-process
+            for cid in check_ids:
+                why.setdefault(cid, f"its worker's thread raised {type(e).__name__}: {first_line(e, None)}")
         finally:
             for cid, ev in done.items():
                 if box.get(cid) is None and cid not in why:
