@@ -302,6 +302,18 @@ def _overall(decisions: list, model: list, policy: Policy, skipped: Sequence[str
     }
 
 
+def check_same_kind(cand, inc) -> None:
+    """Int8confError (exit 2, not comparable) unless the incumbent (None: a baseline) is of the candidate's kind and
+    operands (``KernelSpec.kind``, ``operands``): each kind has its own case list, so an incumbent of another kind
+    answers none of the candidate's cases and nothing would be compared."""
+    if inc is None or (inc.kind, inc.operands) == (cand.kind, cand.operands):
+        return
+    raise Int8confError(
+        f"not comparable: candidate {cand.name!r} is a {cand.kind} kernel on {cand.operands} operands, incumbent "
+        f"{inc.name!r} a {inc.kind} kernel on {inc.operands} operands: the gate compares kernels of one kind"
+    )
+
+
 class GateSession:
     """A gate in progress: kernels resolved, cases built, baseline checked;
     cases are decided one at a time (:meth:`run_case`), so the pytest plugin
@@ -330,6 +342,7 @@ class GateSession:
         self.candidate, self.incumbent, self.baseline = candidate, incumbent, baseline
         self.cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
         self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
+        check_same_kind(self.cand_spec, self.inc_spec)
         opts = self.opts
         explicit = cases is not None
         if cases is None:  # the candidate's cases, as `int8conf check` builds them (suite.setup)

@@ -119,7 +119,8 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
     }
     atomic_write_text(d / "case.json", json.dumps(info, indent=1, default=str) + "\n")
     # the gate's working directory first: a kernel module found there must resolve from anywhere
-    pp = os.pathsep.join([os.getcwd()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    entries = [os.getcwd()] + (os.environ.get("PYTHONPATH") or "").split(os.pathsep)
+    pp = os.pathsep.join(dict.fromkeys(e for e in entries if e))  # each entry once, in order
     cmd = f'{shlex.quote(sys.executable)} -m conformance.runtime.repro "$(dirname "$0")" "$@"'
     seen = f"{what.get('status')}{': ' + str(what.get('error')) if what.get('error') else ''}"
     atomic_write_text(
@@ -137,7 +138,7 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
 def load_reproducer(directory) -> tuple[GemmOperands, dict]:
     """``(operands, case.json dict)`` of a gate reproducer directory. Raises Int8confError (one line)."""
     d = Path(directory)
-    info = read_json_object(d / "case.json", missing_hint="not a gate reproducer directory")
+    info = read_json_object(d / "case.json", missing_hint="not a reproducer directory")
     if info.get("format") != "int8conf.gate.repro":
         raise Int8confError(f"{d / 'case.json'}: not an int8conf gate reproducer")
     try:

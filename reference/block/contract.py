@@ -1,4 +1,5 @@
-"""The block-scaled contract: block sizes and the block accumulation a kernel declares (see the package README).
+"""The block-scaled contract: block sizes and the block accumulation a kernel declares (how a user writes it:
+``conformance/kernels/README.md``, block-scaled kernels).
 
 ``scaled_mm(a [M,K], b [N,K], scale_a f32 [M, KB], scale_b f32 [ceil(N/bn), KB], out_dtype, bias, block_size=(bn,
 bk))`` with ``KB = ceil(K / bk)``; the activation group along K is ``bk``. Per output element, from ``acc = +0.0``,

@@ -6,6 +6,7 @@ on bad input; ``replay_command`` spells a command that does what it says."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 import buggy_kernels
@@ -169,7 +170,7 @@ def test_kernel_ref_names_an_injected_module_kernel_by_its_clean_name_and_fault(
     "args, line",
     [
         (["{tmp}/nowhere"], "int8conf: error: {tmp}/nowhere: no such reproducer directory"),
-        (["{tmp}"], "int8conf: error: {tmp}/case.json: missing (not a gate reproducer directory)"),
+        (["{tmp}"], "int8conf: error: {tmp}/case.json: missing (not a reproducer directory)"),
         (["{mem}"], "int8conf: error: this reproducer's kernel was in-memory (no name saved): name one with --kernel"),
         (
             ["{order}", "--check", "C9"],
@@ -193,3 +194,12 @@ def test_bad_input_is_exit_2_with_one_line(tmp_path, capsys, args, line):
     }
     assert main(["replay", *(a.format(**where) for a in args)]) == 2
     assert _one_error_line(capsys).startswith(line.format(**where))
+
+
+def test_the_reproducer_s_command_names_each_pythonpath_entry_once(tmp_path, monkeypatch):
+    here = str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, "/opt/k", here, "", "/opt/k"]))
+    d = _repro(tmp_path / "r", buggy_kernels.order_case(), KernelRef(DECODE_BUG), "C8")
+    line = next(ln for ln in (d / "command.sh").read_text().splitlines() if ln.startswith("export PYTHONPATH="))
+    assert line == f"export PYTHONPATH={here}{os.pathsep}/opt/k"

@@ -426,3 +426,13 @@ def test_a_baseline_written_before_the_tile_edges_rename_is_read_with_the_curren
     assert [d.item for d in gated.cases] == [c.name for c in cases]
     assert [d.status for d in gated.cases] == ["warn", "fail", "fail"]  # the expectation covers M15 only
     assert _gate(tmp_path / "ok", KernelRef("int_mm"), old, cases).exit_code == 0
+
+
+@pytest.mark.parametrize("cand,inc", [("cpu", "fp8-cpu"), ("fp8-cpu", "cpu"), ("block-cpu", "block-fp8-cpu")])
+def test_an_incumbent_of_another_kind_is_not_comparable_exit_2_before_any_work(tmp_path, capsys, cand, inc):
+    """An int8 kernel and an e4m3 one (or block kernels on other operands) share no case: a new user's gate of such a
+    swap passed bit-identity with every case 'warn' and no bit compared."""
+    assert main(["gate", "--candidate", cand, "--incumbent", inc, "--out", str(tmp_path / "o"), "--no-model"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not comparable" in err[0] and "the gate compares kernels of one kind" in err[0], err
+    assert not (tmp_path / "o" / "gate.json").exists()
