@@ -34,7 +34,10 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "large_acc": (large_acc_family, "final |acc| >= 2^24 (float32(acc) inexact)"),
     "int32_overflow": (int32_overflow_family, "|acc| > 2^31 (K = 131073, all -128)"),
     "subnormal": (subnormal_family, "subnormal outputs in bf16 / fp16 / fp32"),
-    "subnormal_scales": (subnormal_scales_family, "float32-subnormal per-channel weight scales, normal outputs"),
+    "subnormal_scales": (
+        subnormal_scales_family,
+        "float32-subnormal per-channel weight or per-token scales (M = 1), normal outputs",
+    ),
     "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf"),
     "signed_zero": (signed_zero_family, "-0 and +0 outputs"),
     "negative_scales": (negative_scales_family, "negative per-token and per-channel scales"),

@@ -1,7 +1,7 @@
 """Families reaching the output's trigger conditions (README.md here).
 
 ``subnormal`` (across the normal / subnormal boundary, every product exact in
-float32), ``subnormal_scales`` (float32-subnormal per-channel weight scales, normal outputs), ``overflow_inf`` (on the rounding boundary to +-inf, no intermediate
+float32), ``subnormal_scales`` (float32-subnormal per-channel weight scales, or per-token scales at M = 1, normal outputs), ``overflow_inf`` (on the rounding boundary to +-inf, no intermediate
 overflow), ``signed_zero``, ``negative_scales``, ``zero_scales`` and
 ``bias_cancel`` (bias ~ -(acc * s_a * s_w): the bias point decides).
 """
@@ -51,25 +51,31 @@ def subnormal_case(
 
 
 def subnormal_weight_scales_case(
-    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 16, k: int = 24
+    mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 16, k: int = 24, role: str = "weight"
 ) -> GemmOperands:
     """One ``subnormal_scales`` case: per-channel s_w float32-SUBNORMAL (2**-(127 + j mod 10), fp16 out
     2**-(127 + j mod 4); 8-bit mantissas in ``real`` mode, powers of two in ``pow2``), s_a huge (2**(100 + i mod 4),
     fp16 2**(112 + i mod 4), 3-bit mantissas), |acc| < 2**11: every product normal and exact in float32 in every
     scale order (acc * s_a <= 14 bits below 2**127; acc * s_w <= 19 bits above 2**-149; s_a * s_w <= 11 bits), so
     every legal contract gives the same bits and a kernel that flushes a subnormal weight scale to zero zeroes
-    nonzero outputs."""
-    g = generator("subnormal_scales", "weight", seed)
+    nonzero outputs. ``role="activation"``: the two scales' roles swapped (per-token s_a subnormal, s_w huge; the
+    same bounds), the decode path's case at ``m`` = 1."""
+    g = generator("subnormal_scales", role, seed)
     a = small_int8(g, (m, k), -8, 8)
     b = small_int8(g, (n, k), -8, 8)
     fp16 = out_dtype == torch.float16
-    ea = torch.arange(m, dtype=torch.float64) % 4 + (112 if fp16 else 100)
-    ew = torch.arange(n, dtype=torch.float64) % (4 if fp16 else 10) + 127
-    sa = torch.pow(2.0, ea) * short_mantissa(g, m, 3) * sign(g, m)
-    sw = torch.pow(2.0, -ew) * (short_mantissa(g, n, 8) if mode == "real" else torch.ones(n, dtype=torch.float64))
+    tiny_n, huge_n = (n, m) if role == "weight" else (m, n)
+    e_huge = torch.arange(huge_n, dtype=torch.float64) % 4 + (112 if fp16 else 100)
+    e_tiny = torch.arange(tiny_n, dtype=torch.float64) % (4 if fp16 else 10) + 127
+    huge = torch.pow(2.0, e_huge) * short_mantissa(g, huge_n, 3) * sign(g, huge_n)
+    tiny = torch.pow(2.0, -e_tiny) * (
+        short_mantissa(g, tiny_n, 8) if mode == "real" else torch.ones(tiny_n, dtype=torch.float64)
+    )
+    sa, sw = (huge, tiny) if role == "weight" else (tiny, huge)
+    which = "per-channel weight" if role == "weight" else "per-token activation"
     return family_case(
         "subnormal_scales",
-        "weight",
+        role,
         mode,
         out_dtype,
         a,
@@ -77,7 +83,8 @@ def subnormal_weight_scales_case(
         _f32(sa),
         _f32(sw),
         seed=seed,
-        trigger="float32-subnormal per-channel weight scales, normal outputs",
+        snap_fp32=role == "weight",  # every order is exact here; snapping would round a subnormal s_a up to normal
+        trigger=f"float32-subnormal {which} scales, normal outputs",
     )
 
 
@@ -203,7 +210,8 @@ def subnormal_family(seed: int = 0) -> list[GemmOperands]:
 
 
 def subnormal_scales_family(seed: int = 0) -> list[GemmOperands]:
-    return [subnormal_weight_scales_case(mode, dt, seed) for mode, dt in GRID]
+    weight = [subnormal_weight_scales_case(mode, dt, seed) for mode, dt in GRID]
+    return weight + [subnormal_weight_scales_case(mode, dt, seed, m=1, role="activation") for mode, dt in GRID]
 
 
 def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:

@@ -98,7 +98,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "large_acc": 6,
         "int32_overflow": 2,
         "subnormal": 6,
-        "subnormal_scales": 6,
+        "subnormal_scales": 12,
         "overflow_inf": 6,
         "signed_zero": 6,
         "negative_scales": 6,
@@ -114,7 +114,7 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "regimes": 202,
         "covering": 181,
     }
-    assert len({c.name for cs in fams.values() for c in cs}) == 691
+    assert len({c.name for cs in fams.values() for c in cs}) == 697
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"] + fams["layouts"]]
     assert family_cases(["subnormal"], seed=1)[0].digests() != fams["subnormal"][0].digests()
@@ -424,21 +424,38 @@ def test_fp32_real_cases_keep_c6_premise(fams):
     assert n_ties == 3
 
 
-def test_subnormal_weight_scales_are_order_free_and_fail_a_kernel_that_flushes_them():
-    """Every subnormal_scales case: s_w float32-subnormal everywhere, every scale order the same bits, nonzero
-    outputs; a kernel that flushes a subnormal per-channel weight scale to zero (a new user's escape: only s_a was
-    ever subnormal) fails C8 on every case of the family."""
+def test_subnormal_scales_are_order_free_and_fail_a_kernel_that_flushes_them():
+    """Every subnormal_scales case: s_w (weight variant) or the per-token s_a at M = 1 (activation variant)
+    float32-subnormal everywhere, every scale order the same bits, nonzero outputs; a kernel that flushes a subnormal
+    weight scale to zero (a new user's escape: only s_a was ever subnormal) fails C8 on every weight case, one that
+    flushes a subnormal per-token scale on its decode path (M = 1: a later new user's kernel failed on one covering
+    case only) on every activation case."""
     cases = family_cases(["subnormal_scales"])
-    assert len(cases) == 6
+    assert len(cases) == 12
     cpu = get_kernel("cpu")
+    tiny = torch.finfo(torch.float32).tiny
+
+    def flush(x):
+        return torch.where(x.abs() < tiny, torch.zeros_like(x), x)
 
     def flushes_subnormal_weight_scales(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-        sb = torch.where(scale_b.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(scale_b), scale_b)
-        return cpu.scaled_mm(a, b, scale_a, sb, out_dtype=out_dtype, bias=bias)
+        return cpu.scaled_mm(a, b, scale_a, flush(scale_b), out_dtype=out_dtype, bias=bias)
 
-    buggy = dataclasses.replace(cpu, name="flush-subnormal-s_w", scaled_mm=flushes_subnormal_weight_scales)
+    def flushes_subnormal_token_scales_at_m1(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        sa = flush(scale_a) if a.shape[0] == 1 else scale_a
+        return cpu.scaled_mm(a, b, sa, scale_b, out_dtype=out_dtype, bias=bias)
+
+    buggy = {
+        "weight": dataclasses.replace(cpu, name="flush-subnormal-s_w", scaled_mm=flushes_subnormal_weight_scales),
+        "activation": dataclasses.replace(
+            cpu, name="flush-subnormal-s_a-m1", scaled_mm=flushes_subnormal_token_scales_at_m1
+        ),
+    }
+    assert sorted(c.name.split("/")[2].split("-")[0] for c in cases) == ["activation"] * 6 + ["weight"] * 6
     for c in cases:
-        assert bool((c.scale_b.abs() < torch.finfo(torch.float32).tiny).all()), c.name
+        role = c.name.split("/")[2].split("-")[0]
+        tiny_scale = c.scale_b if role == "weight" else c.scale_a
+        assert bool((tiny_scale.abs() < tiny).all()) and (role == "weight" or c.m == 1), c.name
         outs = [
             reference_scaled_mm(
                 c.a, c.b, c.scale_a, c.scale_b, EpilogueContract(o, "fp32_before_round"), None, c.out_dtype
@@ -448,4 +465,6 @@ def test_subnormal_weight_scales_are_order_free_and_fail_a_kernel_that_flushes_t
         assert all(torch.equal(bits_of(outs[0]), bits_of(o)) for o in outs), c.name
         assert int((outs[0] != 0).sum()) >= c.m * c.n // 2, c.name
         assert evaluate_case(cpu, c).verdict == "pass", c.name
-        assert evaluate_case(buggy, c).checks["C8"].verdict == "fail", c.name
+        assert evaluate_case(buggy[role], c).checks["C8"].verdict == "fail", c.name
+        other = buggy["activation" if role == "weight" else "weight"]
+        assert evaluate_case(other, c).verdict == "pass", c.name  # each variant reaches its own trigger
