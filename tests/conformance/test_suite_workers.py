@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import threading
 
+import pytest
 import torch
 from buggy_kernels import dies_in_workers, make_kernel
 
@@ -152,12 +153,14 @@ def test_no_worker_is_forked_while_a_background_import_holds_the_gate(tmp_path):
     iso.close()
 
 
-def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process_results(monkeypatch):
-    """On CUDA the suite starts C13-C15 (torch.compile's minutes of CPU) in one forked worker before the fixed
-    cases and reads their results at their steps; forced here on the CPU, their results are the in-process ones."""
+@pytest.mark.parametrize("named", [False, True], ids=["in-memory kernel: forked", "registry kernel: forkserver"])
+def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process_results(monkeypatch, named):
+    """On CUDA the suite starts C13-C15 (torch.compile's minutes of CPU) in one worker before the fixed cases and
+    reads their results at their steps (a forkserver child for a kernel a fresh interpreter resolves, else a forked
+    one); forced here on the CPU, their results are the in-process ones and no check is handed back."""
     from conformance.suite import run as suite_run
 
-    spec = make_kernel("serving-beside", order=None)
+    spec = get_kernel("cpu") if named else make_kernel("serving-beside", order=None)
     cases = _cases()[:2]
     one = run_suite(_state(spec, cases), property_examples=0, model_checks=False, jobs=1)
     monkeypatch.setattr(suite_run, "cuda_device", lambda spec, device: "cuda")
@@ -172,6 +175,7 @@ def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process
     assert {c.check_id: _plain(c) for c in two.checks if c.check_id in ("C13", "C14", "C15")} == {
         cid: by[cid] for cid in ("C13", "C14", "C15")
     }
+    assert not [line for line in said if "gave no result" in line] and not [n for n in two.notes if "gave no" in n]
 
 
 def test_serving_checks_of_a_named_kernel_run_in_a_forkserver_child_even_where_this_process_cannot_fork(monkeypatch):
