@@ -4,7 +4,7 @@ For each ``(block_n, block_k)`` a kernel declares (``KernelSpec.block.sizes``), 
 block_k and K with a short last K-block (a tail of 1 and of block_k - 1), N with a partial last weight block
 (``N % block_n != 0``; block_n = 1 has none), decode M (1, 3, 4) and prefill M (128, 129), every out dtype, bias
 none / present, scale magnitude classes, layouts (column-major ``scale_a`` as DeepGEMM takes it, the transposed
-view of ``b``, padded ``a``, each alone or together: :func:`layout_parts`); ``WIDE`` adds N = 4096 + block_n / 2 at
+view of ``b``, padded ``a``, each alone or together, and with all of them a strided bias: :func:`layout_parts`); ``WIDE`` adds N = 4096 + block_n / 2 at
 M = 2 for the first size (``conformance.cases.block_covering.block_plan_cases`` builds the plan). Three
 ``*-aligned`` variants have whole blocks only (K and N multiples of the block, as DeepGEMM and CUTLASS's block-wise
 GEMM require: 16-element alignment), at decode M 1 and 16 and prefill M 128, so such kernels run some cases.
@@ -23,7 +23,9 @@ split-K switched on past 8 K-blocks). Magnitudes (:data:`MAGNITUDES`): ``typical
 gives the same bits, ``reference.block.evaluate.order_free_elements`` holds on every element: asserted), ``tiny``
 (s_a * s_w ~ 2**-130: a fused scale product is float32-subnormal), ``huge`` (s_a ~ 2**90, s_w ~ 2**-100),
 ``subnormal_a`` / ``subnormal_w`` (one scale float32-subnormal, ~2**-133, the other ~2**100: the products are
-normal, so a scale flushed to zero shows); for the covering rows (``conformance.cases.block_covering``) also
+normal, so a scale flushed to zero shows), ``underflow`` (s_a * s_w ~ 2**-200: every scaled partial underflows
+to a signed zero, so the sign of the output zero is the block accumulation's start: a running sum seeded with a
+partial instead of ``+0.0`` shows, whatever the partials' own arithmetic); for the covering rows (``conformance.cases.block_covering``) also
 ``pow2_tiny`` (ue8m0: powers of two, s_a float32-subnormal 2**-133 .. 2**-130, s_w 2**98 .. 2**101; premise
 asserted as for ``pow2``) and ``k_uniform`` (typical draws constant along K, a per-channel checkpoint expanded to
 blocks: a pair's equal scales cancel it exactly, so each pair carries a small residual instead, :func:`_values`).
@@ -63,6 +65,7 @@ MAGNITUDES = {
     "subnormal_w": (2.0**100, 2.0**101, 2.0**-134, 2.0**-133),
     "pow2_tiny": (2.0**-133, 2.0**-130, 2.0**98, 2.0**101),
     "k_uniform": (0.004, 0.06, 1e-4, 3e-3),
+    "underflow": (2.0**-100, 2.0**-99, 2.0**-101, 2.0**-100),
 }
 #: the magnitude classes whose scales are powers of two (ue8m0): ``order_free_elements`` holds (asserted), C5 judges
 POW2_MAGNITUDES = ("pow2", "pow2_tiny")
@@ -104,6 +107,7 @@ VARIANTS = (
     Variant("huge", 4, (2, 3), FP16, True, "huge"),
     Variant("subnormal-a", 4, (2, 5), FP32, False, "subnormal_a"),
     Variant("subnormal-w", 3, (3, 0), BF16, True, "subnormal_w"),
+    Variant("underflow", 3, (3, 5), BF16, False, "underflow"),
     Variant("layouts", 8, (4, 3), FP32, True, layout="all"),
     Variant("decode2-longk", 2, (9, 3), FP32, False),
     Variant("decode2-deepk", 2, (56, 5), BF16, True),
@@ -240,7 +244,7 @@ def _fp8_values(g: torch.Generator, m: int, k: int, n: int, block_k: int, kind: 
 
 
 #: a variant's ``layout`` -> the operands it lays out: ``scale_a`` column-major, ``b`` transposed, ``a`` padded
-LAYOUT_PARTS = {"dense": (), "scale_a_column_major": ("scale_a",), "all": ("scale_a", "b", "a")}
+LAYOUT_PARTS = {"dense": (), "scale_a_column_major": ("scale_a",), "all": ("scale_a", "b", "a", "bias")}
 
 
 def layout_parts(layout: str) -> tuple:
@@ -248,14 +252,14 @@ def layout_parts(layout: str) -> tuple:
     if layout in LAYOUT_PARTS:
         return LAYOUT_PARTS[layout]
     parts = tuple(layout.split("+"))
-    assert set(parts) <= {"scale_a", "b", "a"}, f"block layout {layout!r}"
+    assert set(parts) <= {"scale_a", "b", "a", "bias"}, f"block layout {layout!r}"
     return parts
 
 
 def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
     """``ops`` with the operands of :func:`layout_parts` laid out: ``scale_a`` column-major (``[KB, M]`` storage,
     DeepGEMM's), ``b`` the transposed view of a [K, N] buffer, ``a`` padded (leading stride K + 5, random
-    padding)."""
+    padding), ``bias`` (where there is one) a stride-2 view."""
     parts = layout_parts(layout)
     if not parts:
         return ops
@@ -268,9 +272,10 @@ def _lay_out(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands
         buf = buf if a.dtype == torch.int8 else (buf % 9).to(a.dtype)
         buf[:, : ops.k] = a
         a = buf[:, : ops.k]
-    return GemmOperands(
-        a, b, sa, ops.scale_b, ops.bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta, ops.block_size
-    )
+    bias = ops.bias
+    if "bias" in parts and bias is not None:
+        bias = torch.stack([bias, -bias], 1)[:, 0]
+    return GemmOperands(a, b, sa, ops.scale_b, bias, ops.out_dtype, ops.name, ops.scale_mode, ops.meta, ops.block_size)
 
 
 def negzero_columns(n: int) -> list[int]:

@@ -41,6 +41,7 @@ have K and N multiples of 16 (what FP8 GEMMs such as ``torch._scaled_mm`` accept
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -59,7 +60,13 @@ from conformance.cases.common import (
     token_scales,
 )
 from conformance.cases.layouts import with_layout
-from conformance.cases.outputs import signed_zero_case, subnormal_case
+from conformance.cases.outputs import (
+    negative_scales_case,
+    signed_zero_case,
+    subnormal_case,
+    subnormal_weight_scales_case,
+    zero_scales_case,
+)
 from conformance.cases.planting import BIAS_VALUES, bias_class_value
 from conformance.cases.tie_search import pick_fp32_ties, pick_ties
 from reference.fp8 import E4M3, exact_at_bits
@@ -307,11 +314,13 @@ def overflow_inf_form_case(form: str, out_dtype: torch.dtype, seed: int = 0, n: 
     """One ``overflow_inf`` case under the scale form ``form`` (``layouts.with_layout``: ``scale_a_0d``, ``scale_b_1``,
     ``scales_column``, ``scales_strided``): :func:`overflow_inf_case`'s accumulators with every token scale 1 (row 1
     the negated boundary row instead of ``s_a = -1``: one ``s_a`` value, so a per-tensor form holds it) and, for
-    ``scale_b_1``, every channel scale ``2**e`` (one value). Variant ``boundary_<form>``, real mode."""
+    ``scale_b_1`` / ``scale_b_0d``, every channel scale ``2**e`` (one value). Variant ``boundary_<form>``, real
+    mode. ``form`` ``bias``: dense scales and a bias of signed zeros (it moves no output in any bias point: a kernel
+    saturating only where a bias is added shows)."""
     g = generator(f"{PREFIX}/overflow_inf", f"boundary_{form}", seed)
     fp16 = out_dtype == torch.float16
     t0, e = (4090, 4) if fp16 else (505, 119)
-    u = torch.ones(n, dtype=torch.float64) if form == "scale_b_1" else mantissa(g, n, "real")
+    u = torch.ones(n, dtype=torch.float64) if form in ("scale_b_1", "scale_b_0d") else mantissa(g, n, "real")
     u[0::2] = 1.0
     sw = torch.pow(2.0, torch.full((n,), float(e), dtype=torch.float64)) * u
     boundary = torch.round(torch.arange(t0, t0 + n, dtype=torch.float64) / u).to(torch.int64)
@@ -325,12 +334,17 @@ def overflow_inf_form_case(form: str, out_dtype: torch.dtype, seed: int = 0, n: 
     meta.update(layout=form, trigger=f"+-inf outputs and the rounding boundary to inf, scale form {form}")
     sa32, sw32 = torch.ones(4, dtype=torch.float32), sw.to(torch.float32)
     v = f"boundary_{form}"
-    ops = family_case("overflow_inf", v, "real", out_dtype, a, b, sa32, sw32, None, seed, prefix=PREFIX, **meta)
+    bias = None
+    if form == "bias":  # +0 / -0 alternating: x + (+-0) = x for every nonzero x, in every bias point and rounding
+        bias = torch.where(torch.arange(n) % 2 == 0, 0.0, -0.0).to(out_dtype)
+    ops = family_case("overflow_inf", v, "real", out_dtype, a, b, sa32, sw32, bias, seed, prefix=PREFIX, **meta)
+    if form == "bias":
+        return ops
     return with_layout(ops, form, generator(f"{PREFIX}/overflow_inf", f"{v}-{DTYPE_TAG[out_dtype]}", seed))
 
 
-#: The scale forms besides [M] / [N] that ``overflow_inf`` takes (every output dtype each).
-OVERFLOW_FORMS = ("scale_a_0d", "scale_b_1", "scales_column", "scales_strided")
+#: The scale forms besides [M] / [N] that ``overflow_inf`` takes (every output dtype each), and a signed-zero bias.
+OVERFLOW_FORMS = ("scale_a_0d", "scale_b_1", "scale_b_0d", "scales_column", "scales_strided", "bias")
 
 
 def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
@@ -391,7 +405,41 @@ def signed_zero_family(seed: int = 0) -> list[GemmOperands]:
                 ops.meta,
             )
             out.append(from_int8_case(small, variant, m, neg_zero=True))
+    for form in SIGNED_ZERO_FORMS:  # -0 outputs under a one-value scale form (a kernel adding +0 only there)
+        for dt in OUT_DTYPES:
+            ops = from_int8_case(_reduced(signed_zero_case("real", dt, seed, n=16), 32), f"zeros_{form}", neg_zero=True)
+            g = generator(f"{PREFIX}/signed_zero", f"zeros_{form}-{DTYPE_TAG[dt]}", seed)
+            out.append(with_layout(dataclasses.replace(ops, meta=dict(ops.meta, layout=form)), form, g))
     return out
+
+
+def _reduced(ops: GemmOperands, divisor: int) -> GemmOperands:
+    """``ops`` with ``a`` / ``b`` floor-divided by ``divisor`` (zeros kept; e4m3 integers for :func:`from_int8_case`)."""
+    a, b = (torch.div(t.to(torch.int16), divisor, rounding_mode="floor") for t in (ops.a, ops.b))
+    return dataclasses.replace(ops, a=a, b=b)
+
+
+#: The scale forms the ``signed_zero`` family also takes (one scale value per tensor: ``layouts.with_layout``).
+SIGNED_ZERO_FORMS = ("scale_a_0d", "scale_b_0d", "scale_b_1")
+
+
+def scale_values_family(seed: int = 0) -> list[GemmOperands]:
+    """The INT8 scale-value families on e4m3 operands (:func:`from_int8_case`), every (mode, output dtype) of ``GRID``,
+    named ``fp8/scale_values/<variant>-<mode>-<dtype>``: ``zero_scales`` and ``negative_scales`` (integers divided
+    by 16: |a|, |b| <= 8), ``subnormal_weight`` and ``subnormal_token_m1`` (``outputs.subnormal_weight_scales_case``:
+    a float32-subnormal per-channel s_w, and per-token s_a at M = 1). A kernel flushing a subnormal scale, or writing
+    +0 for a zero scale's -0, shows in every output dtype."""
+
+    def ported(ops: GemmOperands, variant: str) -> GemmOperands:
+        return from_int8_case(dataclasses.replace(ops, meta=dict(ops.meta, family="scale_values")), variant)
+
+    one = {"m": 1, "role": "activation"}
+    return (
+        [ported(_reduced(zero_scales_case(mode, dt, seed), 16), "zero_scales") for mode, dt in GRID]
+        + [ported(_reduced(negative_scales_case(mode, dt, seed), 16), "negative_scales") for mode, dt in GRID]
+        + [ported(subnormal_weight_scales_case(mode, dt, seed), "subnormal_weight") for mode, dt in GRID]
+        + [ported(subnormal_weight_scales_case(mode, dt, seed, **one), "subnormal_token_m1") for mode, dt in GRID]
+    )
 
 
 def subnormal_family(seed: int = 0) -> list[GemmOperands]:
@@ -411,6 +459,10 @@ def scale_order_ties_case(
     g = generator(f"{PREFIX}/scale_order_ties", f"{variant}-{DTYPE_TAG[out_dtype]}", seed)
     sa = (torch.rand(m, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
     sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
+    if variant.endswith("uniform_a"):  # one value in every entry of the [M] vector (a per-tensor scale, spelled [M])
+        sa = sa[:1].expand(m).clone()
+    elif variant.endswith("uniform_w"):
+        sw = sw[:1].expand(n).clone()
     # float32 output: orders within one spacing of each other (C6's premise), still apart (C8 tells them apart)
     acc = pick_fp32_ties(g, sa, sw, vmax) if out_dtype == torch.float32 else pick_ties(g, sa, sw, out_dtype, vmax)
     a, b = _blocks(acc)
@@ -422,8 +474,8 @@ def scale_order_ties_case(
 
 
 #: ``scale_order_ties`` variants: (name, output dtype, M). Every output dtype (float32 too: the orders differ by one
-#: spacing, which C8 sees) at a decode-like M, a prefill M above 128 and a wide N where a kernel may take another
-#: tile path.
+#: spacing, which C8 sees) at a decode-like M, a prefill M above 128, a wide N where a kernel may take another
+#: tile path, and uniform [M] / [N] scale vectors (one value: a kernel may take a per-tensor path there).
 TIE_VARIANTS = (
     ("ties", torch.bfloat16, 8),
     ("ties", torch.float16, 8),
@@ -431,6 +483,9 @@ TIE_VARIANTS = (
     ("ties_prefill", torch.bfloat16, 129),
     ("ties_prefill", torch.float32, 129),
     ("ties_wide", torch.bfloat16, 8),
+    ("ties_uniform_a", torch.bfloat16, 8),
+    ("ties_uniform_a", torch.float16, 8),
+    ("ties_uniform_w", torch.bfloat16, 8),
 )
 
 
@@ -548,6 +603,7 @@ FP8_FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
     "overflow_inf": (overflow_inf_family, "+-inf outputs and the rounding boundary to inf, exact accumulator"),
     "signed_zero": (signed_zero_family, "-0 and +0 outputs (zero sums, -0 operands, underflow) under signed scales"),
     "subnormal": (subnormal_family, "subnormal outputs of every output dtype at decode and prefill M"),
+    "scale_values": (scale_values_family, "zero, negative and float32-subnormal scales (weight; token at M = 1)"),
     "scale_order_ties": (scale_order_ties_family, "scale-order ties: the declared scale order decides the bits"),
     "special_values": (special_values_family, "every special e4m3 bit pattern (-0, subnormals, +-448) per scale form"),
 }

@@ -25,7 +25,7 @@ def _rand_i8(g: torch.Generator, shape, dtype: torch.dtype = torch.int8) -> torc
 def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOperands:
     """``ops``' values in ``layout``: ``dense``, ``a_padded``, ``b_transposed``,
     ``b_transposed_padded`` (``w[:K, :N].t()`` of a wider [K+5, N+9] buffer), ``b_padded``, ``scales_column`` ([M,1] / [N,1]), ``scale_a_0d``, ``scale_b_1``
-    ([1]; these two need one scale value per tensor), ``scales_strided``,
+    ([1]), ``scale_b_0d`` (these three need one scale value per tensor), ``scales_strided``,
     ``bias_strided`` or ``all``; padding holds seeded bytes of the operand's dtype (int8 or e4m3)."""
     a, b, sa, sb, bias = ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias
     m, k = a.shape
@@ -55,6 +55,8 @@ def with_layout(ops: GemmOperands, layout: str, g: torch.Generator) -> GemmOpera
         sa = sa[0].clone()
     elif layout == "scale_b_1":
         sb = sb[:1].clone()
+    elif layout == "scale_b_0d":
+        sb = sb[0].clone()
     if layout == "scales_strided" or everything:
         sa = torch.stack([sa, -sa], 1)[:, 0]
         sb = torch.stack([sb, sb, sb], 1)[:, 1:2]

@@ -50,6 +50,9 @@ CAUGHT = {
         "block/128x128/cov036-M1-tailbk1-partial-subnormal_a-fp8negzero-sa_row-b_dense-a_dense-bf16",
         {"C8"},
     ),
+    # a new user's kernels (2026-12-07): every scaled partial underflowing to -0; a strided bias
+    "seeded_running_sum": ("block/128x128/underflow-bf16", {"C8"}),
+    "strided_bias_read_dense": ("block/128x128/layouts-fp32", {"C8"}),
 }
 #: the buggy kernels C16's probe names a measured form for (it measures the accumulation, not the indexing)
 C16_CAUGHT = ("scale_a_prev_kblock", "fma_where_add", "scale_product_first_large_m", "split_k_long_k")

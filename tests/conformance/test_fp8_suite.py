@@ -69,6 +69,7 @@ def test_the_plan_of_an_e4m3_kernel():
         "special_values",
         "signed_zero",
         "subnormal",
+        "scale_values",
         "paper_layers",
     } and all(c.a.dtype == E4M3 for c in cases)
     captured = [c for c in cases if c.meta.get("source") == "capture"]
@@ -234,6 +235,33 @@ VALUE_CLASS_BUGS = {
         dict(family="small_int", variants=("bias_values_wide", "bias_values_32k")),
         ["C6", "C8"],
         "fp8/small_int/bias_values_32k-real-bf16",
+    ),
+    # a later new user's kernels (2026-12-07): each passed the plan before its value class met its scale form / bias
+    "fp8_satfinite_0d_scale_b": (
+        dict(family="overflow_inf", variants=("boundary_scale_b_0d",)),
+        ["C8"],
+        "fp8/overflow_inf/boundary_scale_b_0d-real-bf16",
+    ),
+    "fp8_satfinite_with_bias": (
+        dict(family="overflow_inf", variants=("boundary_bias",)),
+        ["C8"],
+        "fp8/overflow_inf/boundary_bias-real-fp16",
+    ),
+    "fp8_zero_sign_0d_scale_b": (
+        dict(family="signed_zero", variants=("zeros_scale_b_0d",)),
+        ["C8"],
+        "fp8/signed_zero/zeros_scale_b_0d-real-bf16",
+    ),
+    "fp8_scales_daz": (
+        dict(family="scale_values"),
+        ["C5", "C6", "C8"],
+        "fp8/scale_values/subnormal_token_m1-real-bf16",
+    ),
+    "fp8_zero_scale_positive_zero": (dict(family="scale_values"), ["C8"], "fp8/scale_values/zero_scales-real-fp16"),
+    "fp8_fused_uniform_scale_a": (
+        dict(family="scale_order_ties", variants=("ties_uniform_a",)),
+        ["C8", "C9"],
+        "fp8/scale_order_ties/ties_uniform_a-real-bf16",
     ),
 }
 

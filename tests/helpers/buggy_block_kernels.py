@@ -49,6 +49,8 @@ CATCHES = {
     "ue8m0_exponent_bits": ("C5, C8", "power-of-two scales, one float32-subnormal (pow2_tiny)"),
     "k_uniform_per_token_bf16": ("C8", "scales constant along K AND out bfloat16 (k_uniform)"),
     "fp8_seeded_running_sum_decode": ("C8", "M <= 16 AND a row x column of -0 products (fp8negzero)"),
+    "seeded_running_sum": ("C8", "every scaled partial underflowing to -0, no bias (underflow)"),
+    "strided_bias_read_dense": ("C8", "a strided bias (the layouts variants)"),
 }
 
 
@@ -280,3 +282,38 @@ def fp8_seeded_running_sum_decode(a, b, scale_a, scale_b, out_dtype=torch.bfloat
     negative = sa @ (1 - sb).T + (1 - sa) @ sb.T == a.shape[1]
     keep = torch.ones(b.shape[0], dtype=torch.bool) if bias is None else (bias == 0) & torch.signbit(bias)
     return torch.where(zero & negative & keep[None, :], torch.full_like(out, -0.0), out)
+
+
+def _scaled_partials(a, b, scale_a, scale_b, block_size) -> list:
+    """float32 [M, N] per K-block: ``(p * s_a) * s_w`` (the declared ``mul s_a; mul s_w``), int8 partials exact."""
+    bn, bk = int(block_size[0]), int(block_size[1])
+    cols = torch.arange(b.shape[0]) // bn
+    out = []
+    for j in range(_kblocks(a, block_size)):
+        p = (a[:, j * bk : (j + 1) * bk].long() @ b[:, j * bk : (j + 1) * bk].long().T).to(torch.float32)
+        out.append((p * scale_a[:, j : j + 1]) * scale_b[cols, j][None, :])
+    return out
+
+
+@declare(block=_BLOCK, name="seeded_running_sum")
+def seeded_running_sum(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug (int8): the running sum starts from the first K-block's scaled partial instead of ``+0.0``: where every
+    scaled partial underflows to ``-0`` the output is ``-0`` (the declared sum from ``+0.0`` gives ``+0``). Bias-free
+    calls only (the sign of a zero sum plus a bias is the bias's)."""
+    out = _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)
+    if bias is not None or a.dtype != torch.int8:
+        return out
+    parts = _scaled_partials(a, b, scale_a, scale_b, block_size)
+    seeded = parts[0]
+    for p in parts[1:]:
+        seeded = seeded + p
+    return torch.where((out == 0) & (seeded == 0), seeded.to(out_dtype), out)
+
+
+@declare(block=_BLOCK, name="strided_bias_read_dense")
+def strided_bias_read_dense(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None, block_size=(128, 128)):
+    """Bug: the bias is read as a dense vector from its first element (a strided view's storage read without its
+    stride)."""
+    if bias is not None and bias.stride(0) != 1:
+        bias = torch.as_strided(bias, bias.shape, (1,), bias.storage_offset())
+    return _ref(a, b, scale_a, scale_b, out_dtype, bias, block_size)

@@ -400,3 +400,61 @@ def fp8_wide_n_bias_via_fp16(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, b
     if bias is not None and b.shape[0] >= 4096 and out_dtype != torch.float16:
         bias = bias.to(torch.float16).to(out_dtype)
     return _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+# --- a later new user's FP8 kernels (2026-12-07): value classes under one scale form or with a bias ---------------
+
+_FINITE = {torch.bfloat16: torch.finfo(torch.bfloat16).max, torch.float16: torch.finfo(torch.float16).max}
+_FP32_TINY = torch.finfo(torch.float32).tiny
+
+
+def _satfinite(y: torch.Tensor) -> torch.Tensor:
+    top = _FINITE.get(y.dtype, torch.finfo(torch.float32).max)
+    return y.clamp(-top, top)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_satfinite_0d_scale_b")
+def fp8_satfinite_0d_scale_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: under a 0-d weight scale the kernel's store saturates (``satfinite``): +-inf become the largest finite."""
+    y = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    return _satfinite(y) if scale_b.dim() == 0 else y
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_satfinite_with_bias")
+def fp8_satfinite_with_bias(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the bias epilogue's store saturates: +-inf become the largest finite value where a bias is added."""
+    y = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    return _satfinite(y) if bias is not None else y
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_zero_sign_0d_scale_b")
+def fp8_zero_sign_0d_scale_b(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: the 0-d weight-scale path adds ``+0.0`` to every output: ``-0`` becomes ``+0``."""
+    y = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    return y + torch.zeros_like(y) if scale_b.dim() == 0 else y
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_scales_daz")
+def fp8_scales_daz(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: float32-subnormal scales are read as zero (denormals-are-zero), on every call."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    sa, sb = (torch.where(s.abs() < _FP32_TINY, torch.zeros_like(s), s) for s in (sa, sb))
+    return _cutlass(_acc(a, b), sa, sb, out_dtype, bias).to(a.device)
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_zero_scale_positive_zero")
+def fp8_zero_scale_positive_zero(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: a column whose weight scale is zero is written ``+0`` (the kernel skips it), not the signed zero."""
+    y = _epilogue(a, b, scale_a, scale_b, out_dtype, bias)
+    _, sb = _scales(a, b, scale_a, scale_b)
+    return torch.where((sb == 0)[None, :].to(y.device), torch.zeros_like(y), y) if bias is None else y
+
+
+@declare(contract="cutlass", operands="e4m3", accumulator="exact", name="fp8_fused_uniform_scale_a")
+def fp8_fused_uniform_scale_a(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: an [M] activation scale holding one value takes the per-tensor path, which forms ``s_a * s_w`` first."""
+    sa, sb = _scales(a, b, scale_a, scale_b)
+    uniform = scale_a.dim() == 1 and scale_a.numel() > 1 and bool((scale_a == scale_a[0]).all())
+    order = "fused" if uniform else "w_then_a"
+    b_ = None if bias is None else bias.cpu()
+    return emulate(_acc(a, b), sa, sb, order, "fp32_before_round", b_, out_dtype).to(a.device)

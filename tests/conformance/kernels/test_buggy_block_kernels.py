@@ -95,6 +95,14 @@ CASES = {
         lambda: _plan_case("cov036-M1-tailbk1-partial-subnormal_a-fp8negzero-sa_row-b_dense-a_dense-bf16", "e4m3"),
         lambda: _plan_case("cov000-M17-multiple-full-k_uniform-fp8negzero-sa_col-b_t-a_pad-bf16", "e4m3"),
     ),
+    "seeded_running_sum": (
+        lambda: _plan_case("underflow-bf16"),
+        lambda: _plan_case("decode1-kmul-bf16", size="64x128"),
+    ),
+    "strided_bias_read_dense": (
+        lambda: _plan_case("layouts-fp32"),
+        lambda: _plan_case("decode1-kmul-bf16", size="64x128"),
+    ),
 }
 
 
