@@ -58,8 +58,8 @@ def test_the_block_plan_holds_every_variant_per_declared_size_and_the_block_step
     assert len(VARIANTS) - len(int_variants) == 3
     # every variant per size, less the ones the covering rows subsume at the first size (10 int8, 12 e4m3), the
     # covering rows (50 int8, 106 e4m3) at the first size, the wide-N case at the first size
-    assert len(_plan("e4m3")) == len(SIZES) * len(VARIANTS) - 12 + 106 + 1 == 179
-    assert len(cases) == len(SIZES) * len(int_variants) - 10 + 50 + 1 == 113
+    assert len(_plan("e4m3")) == len(SIZES) * len(VARIANTS) - 12 + 106 + 1 == 183
+    assert len(cases) == len(SIZES) * len(int_variants) - 10 + 50 + 1 == 117
     assert sum(c.meta["variant"].startswith("cov") for c in cases) == 50
     assert {c.block_size for c in cases} == set(SIZES)
     assert cases[0].name == "block/128x128/prefill129-tail1-bf16" and cases[-1].n == 4096 + 64
