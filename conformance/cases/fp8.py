@@ -461,8 +461,6 @@ def scale_order_ties_case(
     sw = (torch.rand(n, generator=g, dtype=torch.float64) * 0.02 + 1e-3).float()
     if variant.endswith("uniform_a"):  # one value in every entry of the [M] vector (a per-tensor scale, spelled [M])
         sa = sa[:1].expand(m).clone()
-    elif variant.endswith("uniform_w"):
-        sw = sw[:1].expand(n).clone()
     # float32 output: orders within one spacing of each other (C6's premise), still apart (C8 tells them apart)
     acc = pick_fp32_ties(g, sa, sw, vmax) if out_dtype == torch.float32 else pick_ties(g, sa, sw, out_dtype, vmax)
     a, b = _blocks(acc)
@@ -475,7 +473,7 @@ def scale_order_ties_case(
 
 #: ``scale_order_ties`` variants: (name, output dtype, M). Every output dtype (float32 too: the orders differ by one
 #: spacing, which C8 sees) at a decode-like M, a prefill M above 128, a wide N where a kernel may take another
-#: tile path, and uniform [M] / [N] scale vectors (one value: a kernel may take a per-tensor path there).
+#: tile path, and a uniform [M] scale vector (one value: a kernel may take a per-tensor path there).
 TIE_VARIANTS = (
     ("ties", torch.bfloat16, 8),
     ("ties", torch.float16, 8),
@@ -485,7 +483,6 @@ TIE_VARIANTS = (
     ("ties_wide", torch.bfloat16, 8),
     ("ties_uniform_a", torch.bfloat16, 8),
     ("ties_uniform_a", torch.float16, 8),
-    ("ties_uniform_w", torch.bfloat16, 8),
 )
 
 

@@ -37,9 +37,11 @@ def test_names_operands_and_bound(cases):
     # 18 small_int + 6 narrow_span regimes + overflow_inf, each over the 6-entry grid; + 6 scale_order_ties cases;
     # 4 small_int regimes on 1, 2, 2, 1 grid pairs; special_values: 5 scale forms x 2 grid pairs; issue 41: 9 more
     # small_int regimes (prefill / wide layouts, bias values) on 3, 3, 3, 2, 3, 3, 3, 3, 3 grid pairs,
-    # overflow_inf under 4 scale forms x 3 output dtypes, signed_zero and subnormal 6 + 3 each
-    assert len(cases) == len({c.name for c in cases}) == 6 * 25 + 6 + 6 + 10 + 26 + 12 + 9 + 9
-    fams = "small_int|narrow_span|overflow_inf|scale_order_ties|special_values|signed_zero|subnormal"
+    # overflow_inf under 4 scale forms x 3 output dtypes, signed_zero and subnormal 6 + 3 each; a later new user:
+    # overflow_inf under a 0-d scale_b and with a bias (2 x 3), signed_zero under 3 one-value forms (3 x 3),
+    # scale_values (4 x 6), 2 uniform-scale_a ties
+    assert len(cases) == len({c.name for c in cases}) == 6 * 25 + 6 + 6 + 10 + 26 + 12 + 9 + 9 + 6 + 9 + 24 + 2
+    fams = "small_int|narrow_span|overflow_inf|scale_order_ties|special_values|signed_zero|subnormal|scale_values"
     for c in cases:
         pattern = rf"fp8/({fams})/[a-z_0-9]+-(real|pow2)-(bf16|fp16|fp32)"
         assert re.fullmatch(pattern, c.name), c.name
