@@ -64,7 +64,7 @@ from conformance.cases.outputs import (
     negative_scales_case,
     signed_zero_case,
     subnormal_case,
-    subnormal_weight_scales_case,
+    subnormal_scales_case,
     zero_scales_case,
 )
 from conformance.cases.planting import BIAS_VALUES, bias_class_value
@@ -392,19 +392,7 @@ def signed_zero_family(seed: int = 0) -> list[GemmOperands]:
     out = []
     for variant, grid, m in (("zeros", GRID, None), ("zeros_prefill", GRID[:3], PREFILL_M)):
         for mode, dt in grid:
-            ops = signed_zero_case(mode, dt, seed, n=16)
-            small = GemmOperands(
-                torch.div(ops.a.to(torch.int16), 32, rounding_mode="floor"),
-                torch.div(ops.b.to(torch.int16), 32, rounding_mode="floor"),
-                ops.scale_a,
-                ops.scale_b,
-                ops.bias,
-                ops.out_dtype,
-                ops.name,
-                ops.scale_mode,
-                ops.meta,
-            )
-            out.append(from_int8_case(small, variant, m, neg_zero=True))
+            out.append(from_int8_case(_reduced(signed_zero_case(mode, dt, seed, n=16), 32), variant, m, neg_zero=True))
     for form in SIGNED_ZERO_FORMS:  # -0 outputs under a one-value scale form (a kernel adding +0 only there)
         for dt in OUT_DTYPES:
             ops = from_int8_case(_reduced(signed_zero_case("real", dt, seed, n=16), 32), f"zeros_{form}", neg_zero=True)
@@ -426,7 +414,7 @@ SIGNED_ZERO_FORMS = ("scale_a_0d", "scale_b_0d", "scale_b_1")
 def scale_values_family(seed: int = 0) -> list[GemmOperands]:
     """The INT8 scale-value families on e4m3 operands (:func:`from_int8_case`), every (mode, output dtype) of ``GRID``,
     named ``fp8/scale_values/<variant>-<mode>-<dtype>``: ``zero_scales`` and ``negative_scales`` (integers divided
-    by 16: |a|, |b| <= 8), ``subnormal_weight`` and ``subnormal_token_m1`` (``outputs.subnormal_weight_scales_case``:
+    by 16: |a|, |b| <= 8), ``subnormal_weight`` and ``subnormal_token_m1`` (``outputs.subnormal_scales_case``:
     a float32-subnormal per-channel s_w, and per-token s_a at M = 1). A kernel flushing a subnormal scale, or writing
     +0 for a zero scale's -0, shows in every output dtype."""
 
@@ -437,8 +425,8 @@ def scale_values_family(seed: int = 0) -> list[GemmOperands]:
     return (
         [ported(_reduced(zero_scales_case(mode, dt, seed), 16), "zero_scales") for mode, dt in GRID]
         + [ported(_reduced(negative_scales_case(mode, dt, seed), 16), "negative_scales") for mode, dt in GRID]
-        + [ported(subnormal_weight_scales_case(mode, dt, seed), "subnormal_weight") for mode, dt in GRID]
-        + [ported(subnormal_weight_scales_case(mode, dt, seed, **one), "subnormal_token_m1") for mode, dt in GRID]
+        + [ported(subnormal_scales_case(mode, dt, seed), "subnormal_weight") for mode, dt in GRID]
+        + [ported(subnormal_scales_case(mode, dt, seed, **one), "subnormal_token_m1") for mode, dt in GRID]
     )
 
 

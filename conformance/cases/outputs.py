@@ -50,7 +50,7 @@ def subnormal_case(
     )
 
 
-def subnormal_weight_scales_case(
+def subnormal_scales_case(
     mode: str, out_dtype: torch.dtype, seed: int = 0, m: int = 8, n: int = 16, k: int = 24, role: str = "weight"
 ) -> GemmOperands:
     """One ``subnormal_scales`` case: per-channel s_w float32-SUBNORMAL (2**-(127 + j mod 10), fp16 out
@@ -210,8 +210,8 @@ def subnormal_family(seed: int = 0) -> list[GemmOperands]:
 
 
 def subnormal_scales_family(seed: int = 0) -> list[GemmOperands]:
-    weight = [subnormal_weight_scales_case(mode, dt, seed) for mode, dt in GRID]
-    return weight + [subnormal_weight_scales_case(mode, dt, seed, m=1, role="activation") for mode, dt in GRID]
+    weight = [subnormal_scales_case(mode, dt, seed) for mode, dt in GRID]
+    return weight + [subnormal_scales_case(mode, dt, seed, m=1, role="activation") for mode, dt in GRID]
 
 
 def overflow_inf_family(seed: int = 0) -> list[GemmOperands]:
