@@ -2,16 +2,19 @@
 custom op also has a fake (meta) implementation that agrees with the real output and passes ``torch.library.opcheck``.
 
 :func:`registered_op` tells a custom op (``torch.library.custom_op``'s ``CustomOpDef``, a ``torch.ops`` ``OpOverload``
-or its packet's ``default``) from a plain callable. Per sample case (``serving.sample_cases``) the kernel is called
-eagerly and through ``torch.compile(backend="inductor")`` (``fullgraph=True`` for a custom op: a graph break there is
-what breaks vLLM's compiled model; else the default, graph breaks allowed) after ``torch.compiler.reset()`` (no
-earlier compile's cache or recompile limit decides it); the bits must agree. For a custom op also, on the first case:
-the fake output's shape, dtype and strides (``FakeTensorMode``) against the real one's, and ``opcheck``'s failures.
+or its packet's ``default``) from a plain callable. On the sample's core cases (``serving.sample_cases``: the decode
+and the prefill case) the kernel is called eagerly and through ``torch.compile(backend="inductor")``
+(``fullgraph=True`` for a custom op: a graph break there is what breaks vLLM's compiled model; else the default, graph
+breaks allowed) after ``torch.compiler.reset()`` (no earlier compile's cache or recompile limit decides it); the bits
+must agree. For a custom op also: ``opcheck``'s failures on the first case, and on every case of the sample (its
+covering rows reach each M regime, scale form, bias and out dtype) the fake output's shape, dtype and strides
+(``FakeTensorMode``) against the real one's: a fake may be wrong on one path only, and a fake costs no compile.
 
-Where it runs (the decision, issue 45): CUDA, every kernel, on the sample. The CPU: a registered custom op only, on
-one tiny case (:data:`CPU_SHAPE`: about 5 s on the 2-core CI, most of it inductor's first compile), so a wrong fake is
-found without a GPU; a plain Python kernel on the CPU is ``n/a`` (dynamo tracing the CPU kernels' reference code and
-inductor's C++ build would cost the CI minutes per kernel, and no serving stack compiles a CPU W8A8 GEMM)."""
+Where it runs (the decision, issue 45): CUDA, every kernel, on the sample. The CPU: a registered custom op only,
+compiled on one tiny case (:data:`CPU_SHAPE`: about 5 s on the 2-core CI, most of it inductor's first compile) and
+its fake on the whole sample, so a wrong fake is found without a GPU; a plain Python kernel on the CPU is ``n/a``
+(dynamo tracing the CPU kernels' reference code and inductor's C++ build would cost the CI minutes per kernel, and no
+serving stack compiles a CPU W8A8 GEMM)."""
 
 from __future__ import annotations
 
@@ -136,6 +139,24 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
     return row
 
 
+def fake_case(spec, ops, device: str, op) -> dict:
+    """A custom op's fake on one case, no compile: ``{"case", "ok", "line", "fake"}``."""
+    label = serving.case_label(ops)
+    t = serving.on_device(ops, device)
+    try:
+        real = serving.call(serving.kernel_fn(spec, ops), t, ops.out_dtype)
+    except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
+        return {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
+    fake = fake_difference(op, t, ops.out_dtype, real) if isinstance(real, torch.Tensor) else None
+    return {
+        "case": label,
+        "ok": fake is None,
+        "kind": "kernel",
+        "fake": fake or "agrees",
+        "line": fake or "fake agrees",
+    }
+
+
 def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed: int = 0) -> CheckResult:
     """C14 (module docstring) for ``spec`` on ``device`` (None: where the kernel runs); ``cases`` (the suite's) are
     not used. Evidence: ``custom_op`` (its name or None), ``cases`` (``case``, ``ok``, ``line`` each)."""
@@ -146,12 +167,15 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
     on_cpu = torch.device(dev).type == "cpu"
     if on_cpu and op is None:
         return not_applicable(CHECK_ID, CPU_REASON)
+    sample = serving.sample_cases(spec, seed)
     if on_cpu:
         m, dt = CPU_SHAPE
-        sample = [serving.make_operands(spec, m, dt, True, True, seed, f"serving/cpu-M{m}")]
+        compiled, faked = [serving.make_operands(spec, m, dt, True, True, seed, f"serving/cpu-M{m}")], sample
     else:
-        sample = serving.sample_cases(spec, seed)
-    rows = [compile_case(spec, ops, dev, op, i == 0) for i, ops in enumerate(sample)]
+        compiled, faked = sample[: serving.CORE], sample[serving.CORE :]
+    rows = [compile_case(spec, ops, dev, op, i == 0) for i, ops in enumerate(compiled)]
+    if op is not None:  # the fake on the rest of the sample (a fake may be wrong for one out dtype or path only)
+        rows += [fake_case(spec, ops, dev, op) for ops in faked]
     ev: dict[str, Any] = {"custom_op": None if op is None else str(op), "cases": rows, "device": dev}
     bad = [r for r in rows if not r["ok"]]
     if bad:
@@ -159,6 +183,11 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
         line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
     how = f"custom op {op}, fullgraph, fake and opcheck agree" if op is not None else "fullgraph=False"
+    more = f"; the fake agrees on {len(rows) - len(compiled)} more" if op is not None else ""
     return CheckResult(
-        CHECK_ID, NAME, Verdict.PASS, f"torch.compile ({how}): bit-identical on {len(rows)} case(s) on {dev}", ev
+        CHECK_ID,
+        NAME,
+        Verdict.PASS,
+        f"torch.compile ({how}): bit-identical on {len(compiled)} case(s) on {dev}{more}",
+        ev,
     )

@@ -1,22 +1,26 @@
 """What C13 (``graph_replay``), C14 (``compile``) and C15 (``streams_devices``) share: the sample of cases they
 call the kernel on and the bit comparison of two outputs (issue 45: the kernel as the serving stack calls it).
 
-The sample (:func:`sample_cases`): one decode case (M = :data:`DECODE_M` <= 16: what vLLM / SGLang capture in a CUDA
-graph) and one prefill case (M = :data:`PREFILL_M` >= 128), K x N = :data:`K` x :data:`N`; the decode case per-token /
-per-channel scales, a bias and the first out dtype the kernel writes (bf16 when any), the prefill one 0-d scales, no
-bias and fp16 when the kernel writes it. What these checks find (a host read, an allocation or stream outside the
-capture, a wrong fake, a race) depends on the call, not the values: two regimes (the M buckets kernels branch on)
-x two epilogue forms suffice, and keep the three checks' cost a small share of a kernel run. A shape is rounded up to
-the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out dtype) left out, so
-every kernel is sampled. Operands are C9's seeded random int8 / e4m3 (``batch_invariance.random_operand``). A
-block-scaled kernel's sample takes its first declared block size (scale_a [M, KB], scale_b [NB, KB]) and is called
-through ``runner.kernel_call`` (``block_size=`` bound)."""
+The sample (:func:`sample_cases`): first the two core cases, one decode (M = :data:`DECODE_M` <= 16: what vLLM /
+SGLang capture in a CUDA graph; per-token / per-channel scales, a bias, the kernel's first out dtype, bf16 when any)
+and one prefill (M = :data:`PREFILL_M` >= 128; 0-d scales, no bias, fp16 when the kernel writes it); then a covering
+array (covertable, :func:`covering_rows`): every M regime of :data:`M_REGIMES` (M = 1: the GEMV path kernels branch
+to) x scale form (per-token / 0-d) x bias (3-wise), each pair of those with every out dtype the kernel writes
+(2-wise). A host read, an allocation or stream outside the capture, a wrong fake or a race depends on the call, not
+the values, but a kernel may take such a step on one path only (a 0-d scale read on the host at M = 1; a fake wrong
+for float32): the covering rows reach each path at a few ms a case. K x N = :data:`K` x :data:`N`. A shape is
+rounded up to the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out dtype)
+left out (a row that then repeats an earlier case is dropped), so every kernel is sampled. Operands are C9's seeded
+random int8 / e4m3 (``batch_invariance.random_operand``). A block-scaled kernel's sample takes its first declared
+block size (scale_a [M, KB], scale_b [NB, KB]) and is called through ``runner.kernel_call`` (``block_size=`` bound)."""
 
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 from typing import Any, Callable, Optional
 
+import covertable
 import torch
 from torch import Tensor
 
@@ -29,6 +33,10 @@ from reference.fp8 import E4M3
 from reference.operands import GemmOperands
 
 DECODE_M, PREFILL_M, K, N = 8, 128, 512, 256
+#: the covering rows' M values: the GEMV path (M = 1), a decode M, a prefill M
+M_REGIMES = (1, DECODE_M, PREFILL_M)
+#: the two core cases lead the sample (C14 compiles these; module docstring)
+CORE = 2
 #: the operand names in ``scaled_mm``'s positional order, then bias
 NAMES = ("a", "b", "scale_a", "scale_b", "bias")
 
@@ -67,14 +75,44 @@ def make_operands(spec, m: int, out_dtype, per_token: bool, bias: bool, seed: in
     return GemmOperands(a, b, sa, sb, bv, out_dtype, name, "synthetic", meta, block_size=block)
 
 
+@lru_cache(maxsize=None)
+def covering_rows(out_dtypes: tuple[str, ...]) -> tuple[dict, ...]:
+    """The covering array over ``m`` (:data:`M_REGIMES`), ``scales`` (token / tensor), ``bias`` (bias / none) 3-wise
+    and ``out_dtype`` (torch dtype names) 2-wise with them: dicts, deterministic (covertable's hash sorter)."""
+    rows = covertable.make(
+        {"m": list(M_REGIMES), "scales": ["token", "tensor"], "bias": ["bias", "none"], "out_dtype": list(out_dtypes)},
+        strength=2,
+        sub_models=[{"fields": ["m", "scales", "bias"], "strength": 3}],
+    )
+    return tuple({a: r[a] for a in ("m", "scales", "bias", "out_dtype")} for r in rows)
+
+
+def _key(ops: GemmOperands) -> tuple:
+    return ops.m, tuple(ops.scale_a.shape), ops.bias is not None, ops.out_dtype
+
+
 def sample_cases(spec, seed: int = 0) -> list[GemmOperands]:
-    """The decode and the prefill case of the sample (module docstring)."""
+    """The core decode and prefill cases, then the covering rows' cases not already held (module docstring)."""
     dts = _out_dtypes(spec)
     prefill_dt = torch.float16 if torch.float16 in dts else dts[0]
-    return [
+    out = [
         make_operands(spec, DECODE_M, dts[0], True, True, seed, f"serving/decode-M{DECODE_M}"),
         make_operands(spec, PREFILL_M, prefill_dt, False, False, seed, f"serving/prefill-M{PREFILL_M}"),
     ]
+    held = {_key(o) for o in out}
+    for r in covering_rows(tuple(str(d).replace("torch.", "") for d in dts)):
+        ops = make_operands(
+            spec, r["m"], getattr(torch, r["out_dtype"]), r["scales"] == "token", r["bias"] == "bias", seed, ""
+        )
+        if _key(ops) not in held:
+            held.add(_key(ops))
+            form = "block" if ops.block_size else "token" if ops.scale_a.dim() else "tensor"
+            out.append(
+                dataclasses.replace(
+                    ops, name=f"serving/cover-M{ops.m}-{form}-{'bias' if ops.bias is not None else 'none'}"
+                )
+            )
+    return out
 
 
 def fresh_like(spec, ops: GemmOperands, seed: int) -> GemmOperands:

@@ -1344,6 +1344,22 @@ def host_scalar_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=Non
     return out if fused else out.clone()
 
 
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="gemv_host_scale",
+    description="reads its 0-d scales on the host (float()) on its M == 1 path: a CUDA-graph capture refuses it",
+)
+def gemv_host_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C13, one path): at M == 1 with 0-d scales (a per-tensor GEMV path) the scales are read on the host
+    (``float()``: a device-to-host sync a CUDA-graph capture refuses); eagerly exact everywhere. The
+    sample's core decode (M = 8, per-token) and prefill (M = 128, 0-d) cases take the other path."""
+    if a.shape[0] == 1 and scale_a.dim() == 0 and scale_b.dim() == 0:
+        _alpha = float(scale_a * scale_b)  # the host read (a GEMV kernel would take it as its alpha argument)
+    return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 def _scaled_mm_op(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -1358,6 +1374,7 @@ def _scaled_mm_op(
 #: a custom op with the right fake (the control) and one whose fake returns float32 whatever out_dtype is asked
 _CUSTOM_OK = torch.library.custom_op("int8conf_buggy::scaled_mm_ok", _scaled_mm_op, mutates_args=())
 _CUSTOM_WRONG_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_wrong_fake", _scaled_mm_op, mutates_args=())
+_CUSTOM_FP32_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_fp32_fake", _scaled_mm_op, mutates_args=())
 
 
 @_CUSTOM_OK.register_fake
@@ -1368,6 +1385,12 @@ def _fake_ok(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 @_CUSTOM_WRONG_FAKE.register_fake
 def _fake_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.float32)
+
+
+@_CUSTOM_FP32_FAKE.register_fake
+def _fake_fp32_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    half = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16  # float32 forgotten
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=half)
 
 
 def _custom_spec(name: str, op, description: str) -> KernelSpec:
@@ -1387,6 +1410,11 @@ custom_op_control = _custom_spec("custom_op_control", _CUSTOM_OK, "a torch custo
 #: Bug (C14): the custom op's fake (meta) implementation returns float32 for every out_dtype.
 wrong_fake_custom_op = _custom_spec(
     "wrong_fake_custom_op", _CUSTOM_WRONG_FAKE, "a torch custom op whose fake returns float32 for any out_dtype"
+)
+
+#: Bug (C14, one out dtype): the custom op's fake returns bfloat16 where float32 is asked (bf16 / fp16 right).
+fp32_fake_custom_op = _custom_spec(
+    "fp32_fake_custom_op", _CUSTOM_FP32_FAKE, "a torch custom op whose fake returns bfloat16 for a float32 output"
 )
 
 _OWN_STREAMS: dict = {}

@@ -5,16 +5,19 @@ without CUDA) pin that each serving-bug kernel of ``buggy_kernels`` fails its ch
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 
 import pytest
 import torch
 
 from conformance.checks.compile import CPU_REASON, check_compile, registered_op
 from conformance.checks.graph_replay import check_graph_replay
-from conformance.checks.serving import DECODE_M, PREFILL_M, fresh_like, sample_cases
+from conformance.checks.serving import CORE, DECODE_M, PREFILL_M, fresh_like, sample_cases
 from conformance.checks.streams import ONE_GPU, check_streams_devices
 from conformance.kernels.loader import load_module_function
 from conformance.kernels.registry import get_kernel
+from conformance.kernels.spec import ShapeConstraints
 from conformance.suite.plan import run_kernel_check
 
 CUDA = torch.cuda.is_available()
@@ -27,7 +30,7 @@ def _buggy(name: str):
 
 
 def test_the_sample_is_a_decode_and_a_prefill_case_fitted_to_the_constraints():
-    decode, prefill = sample_cases(get_kernel("cpu"))
+    decode, prefill = sample_cases(get_kernel("cpu"))[:CORE]
     assert (decode.m, prefill.m) == (DECODE_M, PREFILL_M) and DECODE_M <= 16 and PREFILL_M >= 128
     assert decode.bias is not None and decode.scale_a.shape == (DECODE_M,) and prefill.scale_a.dim() == 0
     assert (decode.out_dtype, prefill.out_dtype) == (torch.bfloat16, torch.float16)
@@ -36,6 +39,31 @@ def test_the_sample_is_a_decode_and_a_prefill_case_fitted_to_the_constraints():
     assert new.scale_a.shape == decode.scale_a.shape and not torch.equal(new.scale_a, decode.scale_a)
     # a serving stack replays new tokens through the same layer: weight, weight scale and bias are the captured ones
     assert new.b is decode.b and new.scale_b is decode.scale_b and new.bias is decode.bias
+
+
+def _attributes(ops) -> tuple:
+    return ops.m, "tensor" if ops.scale_a.dim() == 0 else "token", ops.bias is not None, ops.out_dtype
+
+
+def test_the_sample_covers_m_scale_form_bias_3_wise_and_each_pair_with_the_out_dtype():
+    got = [_attributes(o) for o in sample_cases(get_kernel("cpu"))]
+    assert len(got) == len(set(got)) == 14  # 2 core + 12 covering rows, none repeating a core case
+    ms, forms, biases, dts = (
+        (1, 8, 128),
+        ("tensor", "token"),
+        (False, True),
+        (torch.bfloat16, torch.float16, torch.float32),
+    )
+    assert set(itertools.product(ms, forms, biases)) <= {g[:3] for g in got}
+    for i, j in itertools.combinations(range(3), 2):
+        held = {(g[i], g[j]) for g in got}
+        assert set(itertools.product((ms, forms, biases)[i], (ms, forms, biases)[j])) <= held
+    for i in range(3):
+        assert set(itertools.product((ms, forms, biases)[i], dts)) <= {(g[i], g[3]) for g in got}
+    # a kernel taking no bias, 0-d scales only and bf16 only: the rows fold onto the cases it takes, none repeated
+    only = ShapeConstraints(scales="tensor", bias=False, no_bias_reason="none", out_dtypes=("bfloat16",))
+    narrow = [_attributes(o) for o in sample_cases(dataclasses.replace(get_kernel("cpu"), constraints=only))]
+    assert sorted(narrow) == [(m, "tensor", False, torch.bfloat16) for m in (1, 8, 128)]
 
 
 @pytest.mark.skipif(CUDA, reason="pins the CPU verdicts")
@@ -66,10 +94,22 @@ def test_c14_on_the_cpu_passes_a_custom_op_with_a_right_fake_and_fails_a_wrong_o
     ok = check_compile(_buggy("custom_op_control"))
     assert ok.verdict == "pass", ok.summary
     assert ok.evidence["cases"][0]["fake"] == "agrees" and ok.evidence["cases"][0]["opcheck"] == "all passed"
-    bad = check_compile(_buggy("wrong_fake_custom_op"))
-    assert bad.verdict == "fail" and len(bad.evidence["cases"]) == 1
+    assert ok.summary.endswith("bit-identical on 1 case(s) on cpu; the fake agrees on 14 more")
+    bad = check_compile(_buggy("wrong_fake_custom_op"))  # float32 for any out dtype: 12 of the 15 rows ask another
+    assert bad.verdict == "fail" and len(bad.evidence["cases"]) == 15 and bad.summary.endswith("(12 of 15 cases)")
     assert "fake output shape/dtype/strides ((4, 256), torch.float32, (256, 1)) != the real output's " in bad.summary
     assert "opcheck test_faketensor:" in bad.summary and bad.evidence["failure_kind"] == "kernel"
+
+
+@pytest.mark.skipif(CUDA, reason="pins the CPU custom-op case")
+def test_c14_finds_a_fake_wrong_for_float32_only_on_the_covering_rows():
+    r = check_compile(_buggy("fp32_fake_custom_op"))
+    rows = r.evidence["cases"]
+    bad = [row["case"] for row in rows if not row["ok"]]
+    # the compiled bf16 case and the core cases (bf16, fp16) pass; the float32 rows of the covering array fail
+    fp32 = [o for o in sample_cases(get_kernel("cpu")) if o.out_dtype == torch.float32]
+    assert r.verdict == "fail" and all(row["ok"] for row in rows[:3]) and len(bad) == len(fp32) == 3, r.summary
+    assert all("float32" in c for c in bad) and "torch.bfloat16" in r.summary
 
 
 # --- CUDA: run natively (skipped without CUDA) ---
@@ -91,6 +131,9 @@ def test_builtins_pass_c13_c14_c15(kernel):
         ("host_scalar_scale", check_graph_replay, "capture raised"),
         ("wrong_fake_custom_op", check_compile, "fake output shape/dtype/strides"),
         ("own_stream_no_wait", check_streams_devices, "on a side stream"),
+        # one path only: the covering rows reach it (M = 1 with 0-d scales; a float32 output)
+        ("gemv_host_scale", check_graph_replay, "serving/cover-M1-tensor-"),
+        ("fp32_fake_custom_op", check_compile, "torch.float32"),
     ],
 )
 def test_each_serving_bug_fails_its_check(kernel, check, says):
@@ -142,9 +185,12 @@ def test_a_block_kernel_s_sample_is_block_scaled_and_called_with_its_block_size(
     from conformance.kernels.runner import run_kernel
 
     spec = get_kernel("block-cpu")
-    decode, prefill = sample_cases(spec)
+    sample = sample_cases(spec)
+    decode = sample[0]
     bn, bk = spec.block.sizes[0]
-    for ops in (decode, prefill):
+    # the scale form is the block's on every case: the covering rows fold onto M x bias x out dtype (12 cases)
+    assert len(sample) == 12 and len({(o.m, o.bias is not None, o.out_dtype) for o in sample}) == 12
+    for ops in sample:
         kb = -(-ops.k // bk)
         assert ops.block_size == (bn, bk) and ops.scale_a.shape == (ops.m, kb)
         assert ops.scale_b.shape == (-(-ops.n // bn), kb)
