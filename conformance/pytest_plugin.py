@@ -184,7 +184,7 @@ def pytest_addoption(parser, pluginmanager) -> None:
         metavar="S",
         help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed "
         "(default 600); C7 and E1, whole-model replays, get at least 1800 s; a crash or a hang fails that item, with "
-        "a reproducer",
+        "a reproducer; after a first hung case each later case gets max(60, 20 x the slowest answered) s, at most S",
     )
 
 
@@ -662,6 +662,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             ks.property,
             st.against if any(c.pair for c in ks.results.values()) else None,
             time.perf_counter() - ks.t0,
+            notes=ks.notes() + (ks.contained.notes() if ks.contained is not None else []),
             invocation=_invocation(session.config),
             partial=part,
             warm_up=ks.warm,

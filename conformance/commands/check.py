@@ -149,7 +149,8 @@ def register(subparsers) -> None:
         metavar="S",
         help="seconds a case, a property example, C9 or C11 may take before its process is killed (C7, E1: at "
         "least 1800); every kernel call runs in a child process, so a crash or a hang fails that case (crash / "
-        "timeout, with the signal or the stack and a reproducer in <report>/repro/) and the run goes on "
+        "timeout, with the signal or the stack and a reproducer in <report>/repro/) and the run goes on; after a "
+        "first hung case each later case gets max(60, 20 x the slowest case answered) seconds, at most S "
         "(default 600)",
     )
     p.add_argument(

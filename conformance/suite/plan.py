@@ -451,6 +451,8 @@ class Contained(Protocol):
 
     def check(self, check_id: str) -> CheckResult: ...
 
+    def notes(self) -> list[str]: ...
+
 
 def afforded_cases(spec, device: Optional[str], cases: list) -> tuple[list, list]:
     """``(kept, left out)`` of ``cases`` for ``spec`` on ``device``: where the kernel does not run on CUDA, the cases

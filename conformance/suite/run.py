@@ -718,13 +718,7 @@ def _run_steps(
         state.property,
         state.against,
         time.perf_counter() - state.t0,
-        notes=notes
-        + state.notes()
-        + (
-            [f"after this process initialized CUDA the kernel ran in it (not contained): {contained.uncontained}"]
-            if contained is not None and contained.uncontained
-            else []
-        ),
+        notes=notes + state.notes() + (contained.notes() if contained is not None else []),
         invocation=invocation,
         partial=stopped or complete_run(len(cases)),
         warm_up=state.warm,

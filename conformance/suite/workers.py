@@ -46,6 +46,10 @@ from reference.operands import GemmOperands
 
 #: default seconds one kernel call step (a case, a property example, C9, C11, C13-C15) may take before its child is killed
 CASE_TIMEOUT_S = 600.0
+#: the hang budget: once a case hung, each later case or example may take min(timeout, max(HANG_FLOOR_S, HANG_FACTOR x
+#: the slowest one answered)): a kernel hanging on many cases costs minutes, not --timeout each (its verdict is
+#: FAIL from the first hang on, so a slow case cut short changes no verdict, only that case's evidence)
+HANG_FLOOR_S, HANG_FACTOR = 60.0, 20.0
 #: the kernel-level checks a step of :data:`CASE_TIMEOUT_S` (``--timeout``) bounds; the others (C7, E1: whole-model
 #: replays) get at least :data:`MODEL_CHECK_TIMEOUT_S`
 SHORT_CHECKS = ("C9", "C11", "C13", "C14", "C15")
@@ -103,6 +107,7 @@ class Containment:
         self.repro_dir = None if repro_dir is None else Path(repro_dir)
         self.ref = kernel_ref(state.spec)
         self.records: list = []
+        self.hangs, self.slowest_s = 0, 0.0  # the hang budget's inputs (:meth:`case_timeout`)
         self._logs = tempfile.mkdtemp(prefix="int8conf-contained-")
         self._iso: Optional[IsolatedKernel] = None
         self._lock = threading.Lock()
@@ -139,6 +144,43 @@ class Containment:
                 self._iso = self.isolated()
         return self._iso
 
+    def case_timeout(self) -> float:
+        """Seconds the next case or property example may take: ``timeout_s`` until one hung, then the hang budget
+        (:data:`HANG_FLOOR_S`)."""
+        with self._lock:
+            if not self.hangs:
+                return self.timeout_s
+            return min(self.timeout_s, max(HANG_FLOOR_S, HANG_FACTOR * self.slowest_s))
+
+    def observe(self, oc: Outcome) -> None:
+        """Count a case's or example's outcome into the hang budget (a hang; the slowest answer)."""
+        with self._lock:
+            if oc.kind == TIMED_OUT:
+                self.hangs += 1
+            elif oc.kind == OK:
+                self.slowest_s = max(self.slowest_s, oc.elapsed_s)
+
+    def notes(self) -> list[str]:
+        """The report's notes on how the calls were contained: those that ran in this process, the hang budget
+        when it cut the later cases' time."""
+        out = []
+        if self.uncontained:
+            out.append(f"after this process initialized CUDA the kernel ran in it (not contained): {self.uncontained}")
+        t = self.case_timeout()
+        if t < self.timeout_s:
+            out.append(
+                f"hang budget: after the first case that hung (--timeout {self.timeout_s:g} s) each later case had "
+                f"{t:g} s (max({HANG_FLOOR_S:g} s, {HANG_FACTOR:g} x the slowest case answered, {self.slowest_s:.2f} s))"
+            )
+        return out
+
+    def request_case(self, iso: IsolatedKernel, ops, kind: str, arg, source: Optional[str] = None):
+        """``iso.request(kind, arg)`` under the hang budget; the CaseResult of ``ops`` (``case_result``)."""
+        limit = self.case_timeout()
+        oc = iso.request(kind, arg, limit)
+        self.observe(oc)
+        return self.case_result(ops, oc, source, limit)
+
     def record(self, oc: Outcome, ops=None, where: str = "on this case", timeout_s: Optional[float] = None) -> dict:
         """The crash / timeout record of ``oc``; with ``ops`` and a ``repro_dir``, the case's reproducer is saved
         and named in it (``repro``)."""
@@ -153,29 +195,31 @@ class Containment:
             self.records.append(rec)
         return rec
 
-    def case_result(self, ops, oc: Outcome, source: Optional[str] = None) -> Optional[CaseResult]:
-        """The CaseResult of a request about ``ops``: the child's answer, a crashed case (crash / timeout), or
-        None when the child erred in the harness."""
+    def case_result(
+        self, ops, oc: Outcome, source: Optional[str] = None, timeout_s: Optional[float] = None
+    ) -> Optional[CaseResult]:
+        """The CaseResult of a request about ``ops`` (``timeout_s``: the limit it ran under): the child's answer, a
+        crashed case (crash / timeout), or None when the child erred in the harness."""
         if oc.kind == OK:
             return cast(CaseResult, oc.value)  # the answer of a case request (suite.requests)
         if oc.kind not in (CRASHED, TIMED_OUT):
             if oc.error == BAD_CUDA_FORK:
                 self.uncontained = BAD_CUDA_FORK
             return None
-        return crashed_case(self.state.spec, ops, self.record(oc, ops), source)
+        return crashed_case(self.state.spec, ops, self.record(oc, ops, timeout_s=timeout_s), source)
 
     def evaluate(self, index: int) -> CaseResult:
         """Fixed case ``index`` (``evaluate.evaluate_fixed``) in the child."""
         st = self.state
         ops = st.cases[index]
         iso = self._child()
-        cr = None if iso is None else self.case_result(ops, iso.request("evaluate", index))
+        cr = None if iso is None else self.request_case(iso, ops, "evaluate", index)
         return cr if cr is not None else evaluate_fixed(st.spec, ops, st.device, st.against, st.ref_device)
 
     def evaluate_operands(self, spec, ops, device=None, source=None) -> CaseResult:
         """``evaluate_case(spec, ops, ...)`` of operands sent to the child (a property example)."""
         iso = self._child()
-        cr = None if iso is None else self.case_result(ops, iso.request("operands", ops), source)
+        cr = None if iso is None else self.request_case(iso, ops, "operands", ops, source)
         return cr if cr is not None else evaluate_case(spec, ops, device=device, source=source)
 
     def check_timeout(self, check_id: str) -> float:
@@ -282,13 +326,15 @@ def evaluate_in_workers(
                     return
                 cid = case_id(state.cases[i])
                 running.add(cid)
-                oc = iso.request("evaluate", i)
+                limit = timeout_s if contained is None else contained.case_timeout()
+                oc = iso.request("evaluate", i, limit)
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash
                 cr = cast(CaseResult, oc.value) if oc.kind == OK else None
-                if contained is not None and cr is None:
-                    cr = contained.case_result(state.cases[i], oc)
+                if contained is not None:
+                    contained.observe(oc)
+                    cr = cr if cr is not None else contained.case_result(state.cases[i], oc, timeout_s=limit)
                 if cr is None:
                     return  # this case and this worker's next ones fall back to the in-process plan
                 with lock:

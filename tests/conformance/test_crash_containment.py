@@ -16,8 +16,10 @@ import torch
 from subprocesses import run_python
 
 from conformance.cases import make_case
+from conformance.kernels.loader import load_module_function
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.repro import reproducer_dirname
+from conformance.suite import workers
 from conformance.suite.report import write_reports
 from conformance.suite.run import run_conformance
 
@@ -162,6 +164,19 @@ def test_a_crash_during_c9_fails_c9_and_the_run_reports_it(tmp_path):
     assert [cr.verdict for cr in res.cases] == ["pass", "pass"]
     assert res.verdict == "fail" and res.overall["crashes"][0]["check"] == "C9"
     assert res.overall["summary"].startswith("NOT conformant: the kernel's process died on 1 step (first: C9: SIGABRT)")
+
+
+def test_after_a_hang_each_later_case_gets_the_hang_budget_and_the_report_says_so(monkeypatch):
+    # the budget at its floor (factor 0): the first hang costs --timeout, the second the floor, whatever the load
+    monkeypatch.setattr(workers, "HANG_FLOOR_S", 1.0)
+    monkeypatch.setattr(workers, "HANG_FACTOR", 0.0)
+    spec = load_module_function("buggy_kernels:hanging_kernel")
+    cases = [make_case("tails", 0), make_case("ordinary", 0), make_case("tails", 1)]  # the tails: K == HOSTILE_K
+    res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False, timeout_s=4)
+    assert [cr.verdict for cr in res.cases] == ["timeout", "pass", "timeout"]
+    got = [(c.get("case", c.get("check")), c["timeout_s"]) for c in res.overall["crashes"]]
+    assert got == [(TAILS[0], 4.0), (TAILS[1], 1.0), ("C9", 4.0)]  # a check keeps --timeout (C9's probes hang too)
+    assert "hang budget: after the first case that hung (--timeout 4 s) each later case had 1 s" in res.notes[-1]
 
 
 def test_plugin_k_selection_is_a_reduced_and_partialrun_python(tmp_path):
