@@ -44,7 +44,7 @@ import pytest
 
 from conformance.checks.result import Verdict
 from conformance.kernels.spec import enter_conformance_run
-from reference.command_line import non_negative_int, positive_int, positive_seconds, remove_empty_dirs
+from reference.command_line import call_seconds, non_negative_int, positive_int, remove_empty_dirs
 from reference.errors import Int8confError
 
 # The heavy imports (torch, the suite) stay inside the hooks: this plugin loads in every pytest run.
@@ -179,7 +179,7 @@ def pytest_addoption(parser, pluginmanager) -> None:
     )
     g.addoption(
         "--int8conf-timeout",
-        type=positive_seconds,
+        type=call_seconds,
         default=600.0,
         metavar="S",
         help="seconds a case, a property example, C9 or C11 may take before the kernel's process is killed "

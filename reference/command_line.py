@@ -102,6 +102,18 @@ def positive_seconds(text: str) -> float:
     return _parsed(text, float, lambda v: v > 0 and math.isfinite(v), "seconds > 0")
 
 
+#: the least seconds a kernel call may be given (``--timeout``): its child process forks, unpickles the case and answers
+MIN_CALL_SECONDS = 1.0
+
+
+def call_seconds(text: str) -> float:
+    """argparse ``type``: a kernel call's time limit, finite seconds >= :data:`MIN_CALL_SECONDS` (less would fail a
+    correct kernel as hung)."""
+    return _parsed(
+        text, float, lambda v: v >= MIN_CALL_SECONDS and math.isfinite(v), f"seconds >= {MIN_CALL_SECONDS:g}"
+    )
+
+
 def ensure_out_dir(
     out: Path, option: str = "--out", what: str = "reports directory", files: Iterable[str] = ()
 ) -> None:

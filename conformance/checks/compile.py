@@ -116,12 +116,10 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
         with quiet_dynamo():
             got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
     except Exception as e:  # noqa: BLE001 -- a compile / trace that fails is the finding
-        return {
-            "case": label,
-            "ok": False,
-            "kind": "compile",
-            "line": f"torch.compile raised {serving.exception_line(e)}",
-        }
+        # a custom op's wrong or missing fake is the usual cause: said first, in its own words
+        fake = fake_difference(op, t, dt, eager) if op is not None and isinstance(eager, torch.Tensor) else None
+        line = f"torch.compile raised {serving.exception_line(e)}"
+        return {"case": label, "ok": False, "kind": "compile", "line": f"{fake}; {line}" if fake else line}
     finally:
         torch.compiler.reset()
     row: dict[str, Any] = {"case": label, "ok": True, "fullgraph": op is not None}

@@ -3,16 +3,16 @@ call the kernel on and the bit comparison of two outputs (issue 45: the kernel a
 
 The sample (:func:`sample_cases`): first the two core cases, one decode (M = :data:`DECODE_M` <= 16: what vLLM /
 SGLang capture in a CUDA graph; per-token / per-channel scales, a bias, the kernel's first out dtype, bf16 when any)
-and one prefill (M = :data:`PREFILL_M` >= 128; 0-d scales, no bias, fp16 when the kernel writes it); then a covering
-array (covertable, :func:`covering_rows`): every M regime of :data:`M_REGIMES` (M = 1: the GEMV path kernels branch
-to) x scale form (per-token / 0-d) x bias (3-wise), each pair of those with every out dtype the kernel writes
-(2-wise). A host read, an allocation or stream outside the capture, a wrong fake or a race depends on the call, not
-the values, but a kernel may take such a step on one path only (a 0-d scale read on the host at M = 1; a fake wrong
-for float32): the covering rows reach each path at a few ms a case. K x N = :data:`K` x :data:`N`. A shape is
-rounded up to the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out dtype)
-left out (a row that then repeats an earlier case is dropped), so every kernel is sampled. Operands are C9's seeded
-random int8 / e4m3 (``batch_invariance.random_operand``). A block-scaled kernel's sample takes its first declared
-block size (scale_a [M, KB], scale_b [NB, KB]) and is called through ``runner.kernel_call`` (``block_size=`` bound)."""
+and one prefill (M = :data:`PREFILL_M` >= 128; 0-d scales, no bias, fp16 when the kernel writes it); then a 3-wise
+covering array (covertable, :func:`covering_rows`) over M (:data:`M_REGIMES`: 1, the GEMV path kernels branch to;
+decode; prefill; :data:`LARGE_M`, vLLM's largest CUDA-graph batch), scale form (per-token / 0-d), bias and every out
+dtype the kernel writes. A host read, an allocation or stream outside the capture, a wrong fake or a race depends on
+the call, not the values, but a kernel may take such a step on one path only (a 0-d scale read on the host at M = 1;
+a fake wrong for float32 with a bias): the rows reach each path at a few ms a case. K x N = :data:`K` x :data:`N`. A
+shape is rounded up to the kernel's ``ShapeConstraints`` and a feature it does not take (bias, per-token scales, out
+dtype) left out (a row that then repeats an earlier case is dropped), so every kernel is sampled. Operands are C9's
+seeded random int8 / e4m3 (``batch_invariance.random_operand``). A block-scaled kernel's sample takes its first
+declared block size (scale_a [M, KB], scale_b [NB, KB]) and is called through ``runner.kernel_call``."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from reference.errors import first_line
 from reference.fp8 import E4M3
 from reference.operands import GemmOperands
 
-DECODE_M, PREFILL_M, K, N = 8, 128, 512, 256
-#: the covering rows' M values: the GEMV path (M = 1), a decode M, a prefill M
-M_REGIMES = (1, DECODE_M, PREFILL_M)
+DECODE_M, PREFILL_M, LARGE_M, K, N = 8, 128, 512, 512, 256
+#: the covering rows' M values: the GEMV path (M = 1), a decode M, a prefill M, a large M
+M_REGIMES = (1, DECODE_M, PREFILL_M, LARGE_M)
 #: the two core cases lead the sample (C14 compiles these; module docstring)
 CORE = 2
 #: the operand names in ``scaled_mm``'s positional order, then bias
@@ -77,14 +77,16 @@ def make_operands(spec, m: int, out_dtype, per_token: bool, bias: bool, seed: in
 
 @lru_cache(maxsize=None)
 def covering_rows(out_dtypes: tuple[str, ...]) -> tuple[dict, ...]:
-    """The covering array over ``m`` (:data:`M_REGIMES`), ``scales`` (token / tensor), ``bias`` (bias / none) 3-wise
-    and ``out_dtype`` (torch dtype names) 2-wise with them: dicts, deterministic (covertable's hash sorter)."""
-    rows = covertable.make(
-        {"m": list(M_REGIMES), "scales": ["token", "tensor"], "bias": ["bias", "none"], "out_dtype": list(out_dtypes)},
-        strength=2,
-        sub_models=[{"fields": ["m", "scales", "bias"], "strength": 3}],
-    )
-    return tuple({a: r[a] for a in ("m", "scales", "bias", "out_dtype")} for r in rows)
+    """The 3-wise covering array over ``m`` (:data:`M_REGIMES`), ``scales`` (token / tensor), ``bias`` (bias / none)
+    and ``out_dtype`` (torch dtype names): dicts, deterministic (covertable's hash sorter)."""
+    factors = {
+        "m": list(M_REGIMES),
+        "scales": ["token", "tensor"],
+        "bias": ["bias", "none"],
+        "out_dtype": list(out_dtypes),
+    }
+    rows = covertable.make(factors, strength=min(3, len(factors)))
+    return tuple({a: r[a] for a in factors} for r in rows)
 
 
 def _key(ops: GemmOperands) -> tuple:

@@ -29,7 +29,7 @@ from rich.table import Table
 from conformance.commands.options import add_deprecated_alias
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root
-from reference.command_line import make_console, non_negative_int, positive_int, positive_seconds
+from reference.command_line import call_seconds, make_console, non_negative_int, positive_int
 from reference.errors import CaptureError, Int8confError
 
 #: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
@@ -144,7 +144,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=positive_seconds,
+        type=call_seconds,
         default=600.0,
         metavar="S",
         help="seconds a case, a property example, C9 or C11 may take before its process is killed (C7, E1: at "

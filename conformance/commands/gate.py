@@ -22,7 +22,7 @@ from pathlib import Path
 from conformance.commands.options import add_deprecated_alias
 from conformance.gate.status import EXIT_BLOCKED, EXIT_INTERNAL, EXIT_NOT_COMPARABLE, EXIT_PASS
 from conformance.runtime.output_dirs import default_out, pair_label
-from reference.command_line import positive_int, positive_seconds, removed_if_refused, seed_int
+from reference.command_line import call_seconds, positive_int, positive_seconds, removed_if_refused, seed_int
 from reference.errors import Int8confError, first_line
 
 
@@ -81,7 +81,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=positive_seconds,
+        type=call_seconds,
         default=60.0,
         metavar="S",
         help="seconds one case may take per kernel before its process is killed (default 60)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reference.command_line import positive_seconds
+from reference.command_line import call_seconds
 
 #: lines of the child's faulthandler stack printed after a crash / timeout
 STACK_LINES = 20
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=positive_seconds,
+        type=call_seconds,
         default=None,
         metavar="S",
         help="seconds before the kernel's process is killed as hung (default: check --timeout's)",

@@ -471,6 +471,11 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         if getattr(obj, "int8conf_factory", False) and callable(obj):
             obj = obj()
         if isinstance(obj, KernelSpec):
+            if query:  # a spec's declaration is its own: a query would be silently ignored
+                raise KernelLoadError(
+                    f"kernel {name!r} is a KernelSpec, whose declaration is its own: ?{'&'.join(query)}= cannot change "
+                    "it (drop the query, or name a declared callable)"
+                )
             spec = replace(obj, origin=origin, source_digest=obj.source_digest or callable_digest(obj.scaled_mm))
             return _checked(_own_name(spec, name), name)
         if not callable(obj):

@@ -1375,6 +1375,7 @@ def _scaled_mm_op(
 _CUSTOM_OK = torch.library.custom_op("int8conf_buggy::scaled_mm_ok", _scaled_mm_op, mutates_args=())
 _CUSTOM_WRONG_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_wrong_fake", _scaled_mm_op, mutates_args=())
 _CUSTOM_FP32_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_fp32_fake", _scaled_mm_op, mutates_args=())
+_CUSTOM_NO_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_no_fake", _scaled_mm_op, mutates_args=())
 
 
 @_CUSTOM_OK.register_fake
@@ -1416,6 +1417,9 @@ wrong_fake_custom_op = _custom_spec(
 fp32_fake_custom_op = _custom_spec(
     "fp32_fake_custom_op", _CUSTOM_FP32_FAKE, "a torch custom op whose fake returns bfloat16 for a float32 output"
 )
+
+#: Bug (C14): a custom op with no fake (meta) implementation registered: torch.compile cannot trace it.
+no_fake_custom_op = _custom_spec("no_fake_custom_op", _CUSTOM_NO_FAKE, "a torch custom op with no fake registered")
 
 _OWN_STREAMS: dict = {}
 

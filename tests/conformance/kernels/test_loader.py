@@ -183,6 +183,9 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
 
     with pytest.raises(ContractError, match=r"query key\(s\) \['contract'\] given more than once"):
         split_query("m:f?contract=cutlass&contract=triton")
+    # a KernelSpec's declaration is its own: a query on one is refused, not ignored (it passed before)
+    with pytest.raises(KernelLoadError, match=r"is a KernelSpec, whose declaration is its own: \?contract&name= "):
+        load_module_function("buggy_kernels:custom_op_control?contract=triton&name=zzz")
 
 
 def test_a_single_device_string_is_one_device():
