@@ -288,7 +288,8 @@ def _case_fields(ops, source: Optional[str]) -> dict:
 
 def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseResult:
     """The CaseResult of a case whose kernel call killed its process or hung, without calling anything of the kernel:
-    ``record`` = ``{"status": crash | timeout, "signal", "exitcode", "timeout_s", "log_tail", "repro", ...}``.
+    ``record`` = ``{"status": crash | timeout, "signal", "exitcode", "timeout_s", "elapsed_s", "log_tail", "repro",
+    ...}`` (``elapsed_s``: until the process died or was killed, the case's ``elapsed_s``).
     The kernel-call pseudo-check (``checks.result.CALL_ID``) fails with :func:`crash_line` (evidence: the record);
     every per-case check is ``n/a`` (not run: no output)."""
     line = crash_line(record)
@@ -296,7 +297,8 @@ def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseR
     checks = {CALL_ID: call_failure(status, f"kernel failed ({status}): {line}", crash=record)}
     for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,):
         checks[cid] = CheckResult(cid, CHECK_NAMES[cid], Verdict.NOT_APPLICABLE, f"not run: {line}")
-    return CaseResult(**_case_fields(ops, source), checks=checks, error=line, produced_output=False, crash=dict(record))
+    fields = dict(checks=checks, error=line, produced_output=False, crash=dict(record))
+    return CaseResult(**_case_fields(ops, source), elapsed_s=float(record.get("elapsed_s", 0.0)), **fields)
 
 
 class PrefetchWarning(RuntimeWarning):

@@ -73,13 +73,14 @@ def kernel_ref(spec) -> Optional[KernelRef]:
 
 def outcome_record(oc: Outcome, timeout_s: float, where: str = "on this case") -> dict:
     """The crash / timeout record of a request's :class:`Outcome` (``CaseResult.crash``, ``crashed_case``'s
-    ``record``): ``status`` (``crash`` / ``timeout``), ``signal``, ``exitcode``, ``timeout_s``, ``where``,
+    ``record``): ``status`` (``crash`` / ``timeout``), ``signal``, ``exitcode``, ``timeout_s``, ``elapsed_s``, ``where``,
     ``error``, ``log_tail`` (the child's faulthandler stack) and ``line`` (``evaluate.crash_line``)."""
     rec: dict[str, Any] = {
         "status": CRASH if oc.kind == CRASHED else TIMEOUT,
         "signal": oc.signal,
         "exitcode": oc.exitcode,
         "timeout_s": timeout_s,
+        "elapsed_s": round(oc.elapsed_s, 3),
         "where": where,
         "error": oc.error,
         "log_tail": list(oc.log_tail),

@@ -174,6 +174,7 @@ def test_after_a_hang_each_later_case_gets_the_hang_budget_and_the_report_says_s
     cases = [make_case("tails", 0), make_case("ordinary", 0), make_case("tails", 1)]  # the tails: K == HOSTILE_K
     res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False, timeout_s=4)
     assert [cr.verdict for cr in res.cases] == ["timeout", "pass", "timeout"]
+    assert res.cases[0].elapsed_s >= 4.0 and res.cases[2].elapsed_s >= 1.0  # until the kill, not 0
     got = [(c.get("case", c.get("check")), c["timeout_s"]) for c in res.overall["crashes"]]
     assert got == [(TAILS[0], 4.0), (TAILS[1], 1.0), ("C9", 4.0)]  # a check keeps --timeout (C9's probes hang too)
     assert "hang budget: after the first case that hung (--timeout 4 s) each later case had 1 s" in res.notes[-1]
