@@ -1376,6 +1376,7 @@ _CUSTOM_OK = torch.library.custom_op("int8conf_buggy::scaled_mm_ok", _scaled_mm_
 _CUSTOM_WRONG_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_wrong_fake", _scaled_mm_op, mutates_args=())
 _CUSTOM_FP32_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_fp32_fake", _scaled_mm_op, mutates_args=())
 _CUSTOM_NO_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_no_fake", _scaled_mm_op, mutates_args=())
+_CUSTOM_LARGE_M_FAKE = torch.library.custom_op("int8conf_buggy::scaled_mm_large_m_fake", _scaled_mm_op, mutates_args=())
 
 
 @_CUSTOM_OK.register_fake
@@ -1392,6 +1393,12 @@ def _fake_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 def _fake_fp32_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     half = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.bfloat16  # float32 forgotten
     return a.new_empty((a.shape[0], b.shape[0]), dtype=half)
+
+
+@_CUSTOM_LARGE_M_FAKE.register_fake
+def _fake_large_m_wrong(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    m = a.shape[0]
+    return a.new_empty((m, b.shape[0]), dtype=torch.float32 if m > 256 else out_dtype)  # a "large-M path" dtype
 
 
 def _custom_spec(name: str, op, description: str) -> KernelSpec:
@@ -1418,6 +1425,10 @@ fp32_fake_custom_op = _custom_spec(
     "fp32_fake_custom_op", _CUSTOM_FP32_FAKE, "a torch custom op whose fake returns bfloat16 for a float32 output"
 )
 
+#: Bug (C14, one M regime): the custom op's fake returns float32 past M = 256 (right below).
+large_m_fake_custom_op = _custom_spec(
+    "large_m_fake_custom_op", _CUSTOM_LARGE_M_FAKE, "a torch custom op whose fake returns float32 for M > 256"
+)
 #: Bug (C14): a custom op with no fake (meta) implementation registered: torch.compile cannot trace it.
 no_fake_custom_op = _custom_spec("no_fake_custom_op", _CUSTOM_NO_FAKE, "a torch custom op with no fake registered")
 

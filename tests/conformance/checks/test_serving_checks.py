@@ -11,6 +11,7 @@ import itertools
 import pytest
 import torch
 
+from conformance.checks import serving
 from conformance.checks.compile import CPU_REASON, check_compile, registered_op
 from conformance.checks.graph_replay import check_graph_replay
 from conformance.checks.serving import CORE, DECODE_M, PREFILL_M, fresh_like, sample_cases
@@ -107,14 +108,19 @@ def test_c14_names_a_missing_fake_before_the_compile_error_it_causes():
 
 
 @pytest.mark.skipif(CUDA, reason="pins the CPU custom-op case")
-def test_c14_finds_a_fake_wrong_for_float32_only_on_the_covering_rows():
-    r = check_compile(_buggy("fp32_fake_custom_op"))
-    rows = r.evidence["cases"]
-    bad = [row["case"] for row in rows if not row["ok"]]
-    # the compiled bf16 case and the core cases (bf16, fp16) pass; the float32 rows of the covering array fail
-    fp32 = [o for o in sample_cases(get_kernel("cpu")) if o.out_dtype == torch.float32]
-    assert r.verdict == "fail" and all(row["ok"] for row in rows[:3]) and len(bad) == len(fp32) >= 8, r.summary
-    assert all("float32" in c for c in bad) and "torch.bfloat16" in r.summary
+@pytest.mark.parametrize(
+    "kernel, wrong_on",
+    [
+        ("fp32_fake_custom_op", lambda o: o.out_dtype == torch.float32),  # bf16 for float32
+        ("large_m_fake_custom_op", lambda o: o.m > 256 and o.out_dtype != torch.float32),  # float32 past M = 256
+    ],
+)
+def test_c14_finds_a_fake_wrong_on_one_path_only_on_the_covering_rows(kernel, wrong_on):
+    r = check_compile(_buggy(kernel))
+    bad = [row["case"] for row in r.evidence["cases"] if not row["ok"]]
+    want = [serving.case_label(o) for o in sample_cases(get_kernel("cpu")) if wrong_on(o)]
+    # the compiled tiny case and the two core cases pass; exactly the rows on the wrong path fail
+    assert r.verdict == "fail" and all(row["ok"] for row in r.evidence["cases"][:3]) and bad == want and want, bad
 
 
 # --- CUDA: run natively (skipped without CUDA) ---
