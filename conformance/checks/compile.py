@@ -98,15 +98,23 @@ def quiet_dynamo():
         logger.setLevel(level)
 
 
-def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> dict:
-    """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
-    ``opcheck``."""
+def _eager(spec, ops, device: str) -> tuple:
+    """``(label, operands on device, the eager output, None)``; when the call raises, the last is its failing row."""
     label = serving.case_label(ops)
     t = serving.on_device(ops, device)
     try:
-        eager = serving.call(serving.kernel_fn(spec, ops), t, ops.out_dtype)
+        return label, t, serving.call(serving.kernel_fn(spec, ops), t, ops.out_dtype), None
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
-        return {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
+        row = {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
+        return label, t, None, row
+
+
+def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> dict:
+    """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
+    ``opcheck``."""
+    label, t, eager, raised = _eager(spec, ops, device)
+    if raised is not None:
+        return raised
     fn, dt = serving.kernel_fn(spec, ops), ops.out_dtype
     torch.compiler.reset()
     compiled = torch.compile(
@@ -139,12 +147,9 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
 
 def fake_case(spec, ops, device: str, op) -> dict:
     """A custom op's fake on one case, no compile: ``{"case", "ok", "line", "fake"}``."""
-    label = serving.case_label(ops)
-    t = serving.on_device(ops, device)
-    try:
-        real = serving.call(serving.kernel_fn(spec, ops), t, ops.out_dtype)
-    except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
-        return {"case": label, "ok": False, "kind": "raised", "line": f"eager call raised {serving.exception_line(e)}"}
+    label, t, real, raised = _eager(spec, ops, device)
+    if raised is not None:
+        return raised
     fake = fake_difference(op, t, ops.out_dtype, real) if isinstance(real, torch.Tensor) else None
     return {
         "case": label,

@@ -297,8 +297,14 @@ def crashed_case(spec, ops, record: dict, source: Optional[str] = None) -> CaseR
     checks = {CALL_ID: call_failure(status, f"kernel failed ({status}): {line}", crash=record)}
     for cid, _ in per_case_checks(spec) + (OWNERSHIP_CHECK,):
         checks[cid] = CheckResult(cid, CHECK_NAMES[cid], Verdict.NOT_APPLICABLE, f"not run: {line}")
-    fields = dict(checks=checks, error=line, produced_output=False, crash=dict(record))
-    return CaseResult(**_case_fields(ops, source), elapsed_s=float(record.get("elapsed_s", 0.0)), **fields)
+    return CaseResult(
+        **_case_fields(ops, source),
+        checks=checks,
+        elapsed_s=float(record.get("elapsed_s", 0.0)),
+        error=line,
+        produced_output=False,
+        crash=dict(record),
+    )
 
 
 class PrefetchWarning(RuntimeWarning):
