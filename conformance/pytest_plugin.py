@@ -263,6 +263,10 @@ def pytest_configure(config) -> None:
                 "int8conf: --inject needs --kernel=NAME (--int8conf-inject, --int8conf-kernel: the kernel to inject "
                 "the fault into)"
             )
+        if config.getoption("int8conf_against", default=None):
+            raise pytest.UsageError(
+                "int8conf: --against needs --kernel=NAME (--int8conf-against: the kernel compared pairwise with it)"
+            )
         return
     if not hasattr(config, "workerinput"):  # the controller says it once
         for old, new in DEPRECATED.items():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 from pathlib import Path
 from typing import Iterable
@@ -97,21 +96,22 @@ def seed_int(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def positive_seconds(text: str) -> float:
-    """argparse ``type``: seconds, a finite float > 0."""
-    return _parsed(text, float, lambda v: v > 0 and math.isfinite(v), "seconds > 0")
-
-
+#: the most seconds any time option takes (about 11.6 days; the OS's waits refuse much more: OverflowError)
+MAX_SECONDS = 1e6
 #: the least seconds a kernel call may be given (``--timeout``): its child process forks, unpickles the case and answers
 MIN_CALL_SECONDS = 1.0
 
 
+def positive_seconds(text: str) -> float:
+    """argparse ``type``: seconds, a float in (0, :data:`MAX_SECONDS`] (NaN refused)."""
+    return _parsed(text, float, lambda v: 0 < v <= MAX_SECONDS, f"seconds > 0 (at most {MAX_SECONDS:g})")
+
+
 def call_seconds(text: str) -> float:
-    """argparse ``type``: a kernel call's time limit, finite seconds >= :data:`MIN_CALL_SECONDS` (less would fail a
-    correct kernel as hung)."""
-    return _parsed(
-        text, float, lambda v: v >= MIN_CALL_SECONDS and math.isfinite(v), f"seconds >= {MIN_CALL_SECONDS:g}"
-    )
+    """argparse ``type``: a kernel call's time limit, seconds in [:data:`MIN_CALL_SECONDS`, :data:`MAX_SECONDS`]
+    (less would fail a correct kernel as hung)."""
+    ok = lambda v: MIN_CALL_SECONDS <= v <= MAX_SECONDS  # noqa: E731 -- one predicate, named for the line below
+    return _parsed(text, float, ok, f"seconds >= {MIN_CALL_SECONDS:g} (at most {MAX_SECONDS:g})")
 
 
 def ensure_out_dir(

@@ -50,7 +50,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "check",
         help="run the conformance suite for a kernel and write its report",
-        description="Run checks C1-C12 (and the engine-hash oracle when available) for a kernel; "
+        description="Run the conformance checks (C1-C17 as the kernel's kind takes them, the serving checks C13-C15 "
+        "on CUDA, and the engine-hash oracle E1 when available) for a kernel; "
         "write int8conf-reports/check/<kernel label>/conformance.json and .md (with --out DIR "
         "ending in the kernel's label, DIR itself: --out reports/h200/triton -> "
         "reports/h200/triton/conformance.json).",
@@ -288,7 +289,10 @@ def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:
 
     if not quiet:
         err.print(f"{spec.name}: triage: where the failing checks switch on", markup=False)
-    return triage_result(spec, res, cases, repro_dir=repro_dir, device=device)
+    tri = triage_result(spec, res, cases, repro_dir=repro_dir, device=device)
+    if not tri and not quiet:  # every failure a hang or a crash (their reproducers), or nothing triage searches
+        err.print(f"{spec.name}: triage: nothing to search (the failures are hangs, crashes or run-level checks)")
+    return tri
 
 
 def _print_summary(con, name: str, res) -> None:

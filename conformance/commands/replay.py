@@ -57,8 +57,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the lines; the exit code of ``suite.replay.replay_exit``. Bad input: Int8confError (exit 2)."""
+    from conformance.kernels.runner import validate_device
     from conformance.suite.replay import replay, replay_exit, replay_lines, replay_verdict_line
 
+    validate_device(args.device)  # CUDA asked for where there is none: bad input (exit 2), as check and gate say
     rp = replay(args.dir, args.kernel, args.device, args.check, args.inject, args.timeout)
     print(f"replay: {rp.label} on {rp.case} (M,K,N={rp.result.shape})", flush=True)
     for line in replay_lines(rp):

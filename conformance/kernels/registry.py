@@ -134,6 +134,11 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
         return spec
     if loader.is_file_path(name):
         raise KernelLoadError(loader.file_path_hint(option, name))
+    base = name.split("?", 1)[0]
+    if base != name and (base in BUILTINS or base in _REGISTERED or adapters.lookup(base) is not None):
+        raise KernelLoadError(
+            f"kernel {name!r}: {base!r} declares itself; a ?query declares a 'pkg.module:function' kernel only"
+        )
     raise KernelLoadError(
         f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not registered, not 'pkg.module:function', not an '{loader.ENTRY_POINT_GROUP}' entry point"
     )

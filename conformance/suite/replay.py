@@ -88,7 +88,12 @@ def replay(
     unknown kernel or check, an evaluation that failed in the harness (e.g. int8 operands for an e4m3 kernel)."""
     d = Path(directory)
     if not d.is_dir():
-        raise Int8confError(f"{directory}: no such reproducer directory")
+        what = (
+            "not a directory (a reproducer is one: <report>/repro/<case>/)"
+            if d.exists()
+            else "no such reproducer directory"
+        )
+        raise Int8confError(f"{directory}: {what}")
     ops, info = load_reproducer(d)
     ref = replay_kernel(info, kernel, inject)
     spec = ref.resolve()

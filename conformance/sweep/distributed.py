@@ -305,7 +305,7 @@ def _run_dask(todo, store_one, scheduler, cluster, on_start=None) -> str:
         raise Int8confError("--scheduler needs dask.distributed: pip install 'int8conf[dist]'") from None
     try:
         client = Client(cluster if cluster is not None else scheduler, timeout="30s")
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, ValueError) as e:  # ValueError: not an address (no port, unknown protocol)
         raise Int8confError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
     try:
         nw = len(client.scheduler_info().get("workers", {}))

@@ -93,7 +93,7 @@ def test_refused_options_are_one_line_before_any_work(argv, cuda, line, monkeypa
 @pytest.mark.parametrize(
     "argv, what",
     [
-        (["--timeout", "0"], "argument --timeout: expected seconds > 0, got '0'"),
+        (["--timeout", "0"], "argument --timeout: expected seconds > 0 (at most 1e+06), got '0'"),
         (["--rows", "a,,b"], "argument --rows: expected a comma-separated list of names, got 'a,,b'"),
     ],
 )

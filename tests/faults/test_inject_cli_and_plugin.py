@@ -124,6 +124,9 @@ def test_pytest_bad_inject_is_a_usage_error(pytester):
     r = pytester.runpytest_inprocess("--inject=F4")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     assert "--inject needs --kernel" in "\n".join(r.outlines + r.errlines)
+    # --against alone was ignored: the project's own tests ran instead
+    r = pytester.runpytest_inprocess("--against=cpu")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR and "--against needs --kernel" in "\n".join(r.outlines + r.errlines)
 
 
 USER_TEST = """

@@ -15,6 +15,10 @@ from conformance.cli import main
         # a kernel call's limit: under a second would fail a correct kernel as hung
         ["check", "--kernel", "cpu", "--timeout", "0.001"],
         ["gate", "--candidate", "cpu", "--incumbent", "cpu", "--timeout", "1e-9"],
+        # more than the OS's waits take (OverflowError deep in the run before)
+        ["check", "--kernel", "cpu", "--timeout", "2200000"],
+        ["replay", ".", "--timeout", "1e9"],
+        ["study", "pow2", "--time-budget", "1e300", "--report-only"],
     ],
 )
 def test_non_finite_or_non_positive_seconds_are_refused(argv, capsys):

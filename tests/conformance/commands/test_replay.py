@@ -170,6 +170,9 @@ def test_kernel_ref_names_an_injected_module_kernel_by_its_clean_name_and_fault(
     "args, line",
     [
         (["{tmp}/nowhere"], "int8conf: error: {tmp}/nowhere: no such reproducer directory"),
+        (["{order}/case.json"], "int8conf: error: {order}/case.json: not a directory (a reproducer is one: "),
+        # a device this machine lacks is bad input (exit 2), as under check and gate
+        (["{order}", "--device", "cuda:7"], "int8conf: error: --device 'cuda:7': "),
         (["{tmp}"], "int8conf: error: {tmp}/case.json: missing (not a reproducer directory)"),
         (["{mem}"], "int8conf: error: this reproducer's kernel was in-memory (no name saved): name one with --kernel"),
         (

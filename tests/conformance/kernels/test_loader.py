@@ -186,6 +186,8 @@ def test_unknown_query_keys_and_bad_devices_are_refused_with_their_name():
     # a KernelSpec's declaration is its own: a query on one is refused, not ignored (it passed before)
     with pytest.raises(KernelLoadError, match=r"is a KernelSpec, whose declaration is its own: \?contract&name= "):
         load_module_function("buggy_kernels:custom_op_control?contract=triton&name=zzz")
+    with pytest.raises(KernelLoadError, match=r"'cpu' declares itself; a \?query declares a 'pkg.module:function'"):
+        get_kernel("cpu?contract=triton")
 
 
 def test_a_single_device_string_is_one_device():
