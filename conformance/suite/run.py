@@ -680,7 +680,7 @@ def _run_steps(
                     say(f"[{s.index + 1}/{len(cases)}] {cr.case}: {cr.verdict}")
             elif s.kind == PROPERTY:
                 stage = "the property test"
-                say(f"{spec.name}: property test ({property_examples} hypothesis examples)")
+                say(f"{spec.name}: property test (at most {property_examples} hypothesis examples)")
                 state.run_property(property_examples, lambda cr: raise_if_requested())
             else:
                 assert s.check_id is not None  # a CHECK step carries its check id
