@@ -118,7 +118,9 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
     fn, dt = serving.kernel_fn(spec, ops), ops.out_dtype
     torch.compiler.reset()
     compiled = torch.compile(
-        lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias), fullgraph=op is not None
+        lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias),
+        fullgraph=op is not None,
+        options={"compile_threads": 1},  # no pool of compile processes for one small graph (beside the cases' workers)
     )
     try:
         with quiet_dynamo():

@@ -288,7 +288,8 @@ class IsolatedKernel:
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
         self._log = self.log_dir / f"{slug}.{self.children_started}.log"
         self._log.write_text("")
-        main = threading.current_thread() is threading.main_thread()
+        # the death signal follows the thread that forked: a forkserver child's is the forkserver's own main thread
+        main = threading.current_thread() is threading.main_thread() or self.method == "forkserver"
         args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main, self.against)
         args += (self.handlers,)
         self._proc = ctx.Process(target=_child_main, daemon=True, name=f"int8conf-gate-{slug}", args=args)

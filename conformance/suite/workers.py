@@ -398,16 +398,17 @@ MODEL_CHECK_TIMEOUT_S = 1800.0
 def checks_in_worker(
     state, check_ids: Sequence[str], contained: Optional[Containment] = None
 ) -> dict[str, Callable[[], tuple[Optional[object], Optional[str]]]]:
-    """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the fixed
-    cases) for ``state``'s kernel in one worker started now (in the calling thread), then run one after the other
-    there, beside the in-process plan; returns check id -> a callable that waits for ``(CheckResult or None, why
-    None)``: with ``contained``, a crash or hang is that check's failure (``Containment.check_result``; the checks
-    after it give None); else None when the worker crashed, hung or erred, or the child cannot use CUDA (forked from
-    a process that had initialized it: ``BAD_CUDA_FORK``), ``why`` the worker's one line. The serving checks
-    (``plan.SERVING_CHECKS``) of a kernel a fresh interpreter resolves (:func:`kernel_ref`) run in a forkserver
-    child (no CUDA or Triton state inherited; its start-up overlaps the cases); the others in a forked one. Returns
-    {} (nothing started) where this process cannot fork a CUDA-capable child (``runtime.forking.start_method``: CUDA
-    already initialized here). On None or {} the caller runs the check in-process."""
+    """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the
+    fixed cases) for ``state``'s kernel in one worker (a forked one started now, in the calling thread; a forkserver
+    one by its first request, in the serving thread), then run one after the other there, beside the in-process
+    plan; returns check id -> a callable that waits for ``(CheckResult or None, why None)``: with ``contained``, a
+    crash or hang is that check's failure (``Containment.check_result``; the checks after it give None); else None
+    when the worker crashed, hung or erred, or the child cannot use CUDA (forked from a process that had initialized
+    it: ``BAD_CUDA_FORK``), ``why`` the worker's one line. The serving checks (``plan.SERVING_CHECKS``) of a kernel
+    a fresh interpreter resolves (:func:`kernel_ref`) run in a forkserver child (no CUDA or Triton state inherited;
+    its start-up overlaps the cases); the others in a forked one. Returns {} (nothing started) where this process
+    cannot fork a CUDA-capable child (``runtime.forking.start_method``: CUDA already initialized here). On None or
+    {} the caller runs the check in-process."""
     ref = kernel_ref(state.spec) if set(check_ids) <= set(SERVING_CHECKS) else None
     if ref is None and start_method() != "fork":
         return {}
@@ -423,7 +424,10 @@ def checks_in_worker(
     limit = max(timeout(c) for c in check_ids)
     kernel, method = (ref, "forkserver") if ref is not None else (state.spec, "fork")
     iso = IsolatedKernel(kernel, [], limit, logs.name, device=state.device, method=method, handlers=SUITE_REQUESTS)
-    iso.start()  # here, before the caller's next step can initialize CUDA in this process
+    if method == "fork":  # here, before the caller's next step can initialize CUDA in this process
+        iso.start()
+    # a forkserver child inherits nothing of this process: its first request starts it in the serving thread (the
+    # server's start, torch preloaded, cost the cases' start 4.4 s on an H100 when it ran here)
 
     def serve() -> None:
         try:
