@@ -110,8 +110,8 @@ def positive_seconds(text: str) -> float:
 def call_seconds(text: str) -> float:
     """argparse ``type``: a kernel call's time limit, seconds in [:data:`MIN_CALL_SECONDS`, :data:`MAX_SECONDS`]
     (less would fail a correct kernel as hung)."""
-    ok = lambda v: MIN_CALL_SECONDS <= v <= MAX_SECONDS  # noqa: E731 -- one predicate, named for the line below
-    return _parsed(text, float, ok, f"seconds >= {MIN_CALL_SECONDS:g} (at most {MAX_SECONDS:g})")
+    want = f"seconds >= {MIN_CALL_SECONDS:g} (at most {MAX_SECONDS:g})"
+    return _parsed(text, float, lambda v: MIN_CALL_SECONDS <= v <= MAX_SECONDS, want)
 
 
 def ensure_out_dir(

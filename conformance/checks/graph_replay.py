@@ -1,15 +1,15 @@
 """C13 graph_replay: the kernel captured in a CUDA graph and replayed on new activations gives the eager call's bits.
 
-On each case of the sample (``serving.sample_cases``: a decode and a prefill case, then a covering array over M = 1 /
-8 / 128, the scale form, bias and out dtype) the kernel is called :data:`WARMUP_CALLS` times on static input buffers on
-a side stream (torch's CUDA-graph docs: warm up outside the capture), captured once in a ``torch.cuda.CUDAGraph``, then
-a NEW activation ``a`` and activation scale of the same shapes / dtypes / scale form are copied into the captured
+On each case of the sample (``serving.sample_cases``: a decode and a prefill case, then a covering array over M = 1 / 8
+/ 128 / 512, the scale form, bias and out dtype) the kernel is called :data:`WARMUP_CALLS` times on static input buffers
+on a side stream (torch's CUDA-graph docs: warm up outside the capture), captured once in a ``torch.cuda.CUDAGraph``,
+then a NEW activation ``a`` and activation scale of the same shapes / dtypes / scale form are copied into the captured
 buffers (the weight, its scale and the bias stay: a serving stack's decode graph replays new tokens through the same
 layer, and a kernel may pack its weight once: ``serving.fresh_like``), the graph replayed and the output it wrote
-compared bit for bit with an eager call on them. A capture that raises (a host read such as ``.item()``, a sync, work
-on an uncaptured stream) fails with the exception's first line; a replay whose bits differ (a value read on the host
-at capture and replayed stale, a pointer cached outside the graph) fails with the count. An output the kernel
-allocated outside the graph pool is fine when its bits match. CUDA only: elsewhere ``n/a`` with the reason."""
+compared bit for bit with an eager call on them. A capture that raises (a host read such as ``.item()``, a sync, work on
+an uncaptured stream) fails with the exception's first line; a replay whose bits differ (a value read on the host at
+capture and replayed stale, a pointer cached outside the graph) fails with the count. An output the kernel allocated
+outside the graph pool is fine when its bits match. CUDA only: elsewhere ``n/a`` with the reason."""
 
 from __future__ import annotations
 
