@@ -1,11 +1,12 @@
 """C15 streams_devices: the kernel on a non-default stream and on a second GPU gives the eager call's bits.
 
-Stream part, per sample case (``serving.sample_cases``): on a new ``torch.cuda.Stream`` ``s`` the input buffers are
-made (zeros), a long kernel is queued (:data:`LONG_MATMULS` float32 matmuls of :data:`LONG_N` squared, some ms), the
-operands are copied into the buffers after it, and the kernel is called under ``with torch.cuda.stream(s)``; its
-output is read after ``s.synchronize()`` only (no device-wide sync), as a serving stack reads it. A kernel that
-launches on a stream of its own without waiting for the caller's reads the zeros (or is read before it is done):
-its bits differ from the eager call's (default stream, synchronized) on the same operands. Device part: the operands
+Stream part, per sample case (``serving.sample_cases`` with activations C13 did not use, ``serving.fresh_like``, so
+no freed buffer holds their result): on a new ``torch.cuda.Stream`` ``s`` the input buffers are made (zeros), a long
+kernel is queued (:data:`LONG_MATMULS` float32 matmuls of :data:`LONG_N` squared, some ms), the operands are copied
+into the buffers after it, the kernel is called under ``with torch.cuda.stream(s)`` and its output copied on ``s``
+right after the call (as the next layer reads it, no sync), the copy compared after ``s.synchronize()``. A kernel on
+a stream of its own that does not wait for the caller's reads the zeros; one the caller's stream does not wait for is
+read before it is done: its bits differ from the eager call's (default stream, synchronized) on the same operands. Device part: the operands
 on the second GPU while the first stays current: the output must be on that GPU with the eager bits (a kernel that
 hard-codes ``cuda:0`` or the current device fails); with one GPU that part is ``n/a`` ("one GPU here"). CUDA only:
 elsewhere the check is ``n/a`` with the reason."""
@@ -30,7 +31,7 @@ ONE_GPU = "one GPU here"
 def _eager(spec, ops, device: str) -> Any:
     out = serving.call(serving.kernel_fn(spec, ops), serving.on_device(ops, device), ops.out_dtype)
     torch.cuda.synchronize(device)
-    return out
+    return out.clone() if isinstance(out, torch.Tensor) else out  # a kernel may hand back a buffer it reuses
 
 
 def stream_case(spec, ops, device: str, eager) -> dict:
@@ -50,8 +51,8 @@ def stream_case(spec, ops, device: str, eager) -> dict:
                 if v is not None and buf is not None:
                     buf.copy_(v)
             out = serving.call(serving.kernel_fn(spec, ops), bufs, ops.out_dtype)
+            got = out.clone() if isinstance(out, torch.Tensor) else out  # the next layer's read, queued on s
         s.synchronize()
-        got = out.clone() if isinstance(out, torch.Tensor) else out
     except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported
         torch.cuda.synchronize(device)
         return {
@@ -99,7 +100,8 @@ def check_streams_devices(spec, cases: Sequence = (), device: Optional[str] = No
     stream_rows: list[dict] = []
     device_rows: list[dict] = []
     with torch.cuda.device(dev):
-        for ops in serving.sample_cases(spec, seed):
+        for i, case in enumerate(serving.sample_cases(spec, seed)):
+            ops = serving.fresh_like(spec, case, seed + 200 + i)
             try:
                 eager = _eager(spec, ops, dev)
             except Exception as e:  # noqa: BLE001 -- the kernel's own failure, reported

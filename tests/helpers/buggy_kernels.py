@@ -1468,3 +1468,76 @@ def hardcoded_cuda0(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None)
     dev = torch.device("cuda:0")
     moved = [None if t is None else t.to(dev) for t in (a, b, scale_a, scale_b, bias)]
     return _serving_exact(*moved[:4], out_dtype, moved[4])
+
+
+_SIDE_STREAMS: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="no_output_wait",
+    description="waits for the caller's stream, but the caller's stream never waits for its output",
+)
+def no_output_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C15, half a fork): on CUDA the work runs on a side stream that waits for the caller's current stream (the
+    inputs are ready) but the caller's stream is never made to wait for it: a read queued there after the call sees
+    the output before it is written. Exact when the caller synchronizes the device."""
+    if not a.is_cuda:
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    cur = torch.cuda.current_stream(a.device)
+    side = _SIDE_STREAMS.setdefault(a.device, torch.cuda.Stream(a.device))
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        out = _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    out.record_stream(cur)  # memory safety only: no ordering
+    return out
+
+
+_FIRST_STREAM: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="first_call_stream",
+    description="keeps the stream current at its first call and launches there ever after",
+)
+def first_call_stream(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C13 / C15): on CUDA the stream current at the first call (a library's handle made once) is kept and every
+    later call launches on it, whatever stream the caller is on: a capture on another stream records nothing, a
+    caller's side stream is neither waited for nor waits. Exact when every call is on one stream."""
+    if not a.is_cuda:
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    s = _FIRST_STREAM.setdefault(a.device, torch.cuda.current_stream(a.device))
+    with torch.cuda.stream(s):
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+_CAPTURE_SCALES: dict = {}
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="capture_cached_scale",
+    description="reads 0-d scales on the host, and under a CUDA-graph capture reuses the last values read",
+)
+def capture_cached_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C13, replayed stale): with 0-d scales the kernel takes them as host floats (a GEMV's alpha); to pass a
+    CUDA-graph capture, which refuses the read, it reuses the values of its last eager call of that shape when
+    capturing: the graph bakes them in and replays them whatever scale the new activations bring. Eagerly exact."""
+    if scale_a.dim() or scale_b.dim():
+        return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
+    key = (a.device, tuple(a.shape), tuple(b.shape))
+    if a.is_cuda and torch.cuda.is_current_stream_capturing():
+        sa, sb = _CAPTURE_SCALES[key]
+    else:
+        sa, sb = _CAPTURE_SCALES[key] = float(scale_a), float(scale_b)
+    y = (_exact_acc64(a, b).to(torch.float32) * sb) * sa  # float32 products of float32 values: the eager bits
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    return y.to(out_dtype)

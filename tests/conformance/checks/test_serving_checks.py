@@ -145,6 +145,12 @@ def test_builtins_pass_c13_c14_c15(kernel):
         # one path only: the covering rows reach it (M = 1 with 0-d scales; a float32 output)
         ("gemv_host_scale", check_graph_replay, "serving/cover-M1-tensor-"),
         ("fp32_fake_custom_op", check_compile, "torch.float32"),
+        # a caller's stream that never waits for the kernel's; a stream kept from the first call; host scales reused
+        # under capture (replayed stale)
+        ("no_output_wait", check_streams_devices, "on a side stream"),
+        ("first_call_stream", check_streams_devices, "on a side stream"),
+        ("first_call_stream", check_graph_replay, "serving/"),
+        ("capture_cached_scale", check_graph_replay, "replay on new activations"),
     ],
 )
 def test_each_serving_bug_fails_its_check(kernel, check, says):
