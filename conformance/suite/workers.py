@@ -11,6 +11,7 @@ scoreboard), the request handlers handed to the pool."""
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import sys
@@ -391,6 +392,8 @@ def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
     return t
 
 
+#: the CPU priority (``os.nice``) a serving checks' worker takes: below the cases it runs beside
+SERVING_NICE = 10
 #: seconds a model-level check may take in a worker before the in-process plan runs it instead
 MODEL_CHECK_TIMEOUT_S = 1800.0
 
@@ -494,7 +497,10 @@ def operands(spec: KernelSpec, ops: GemmOperands, served: Served) -> CaseResult:
 
 
 def check(spec: KernelSpec, check_id: str, served: Served) -> CheckResult:
-    """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...)."""
+    """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...); a serving check's worker
+    first drops to :data:`SERVING_NICE` (it runs beside the cases, which keep the CPUs first)."""
+    if check_id in SERVING_CHECKS and os.nice(0) < SERVING_NICE:
+        os.nice(SERVING_NICE - os.nice(0))
     return run_kernel_check(check_id, spec, served.cases, served.device)
 
 
