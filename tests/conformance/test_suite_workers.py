@@ -17,7 +17,7 @@ from conformance.cases import make_case
 from conformance.kernels.loader import spec_from_object
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.forking import FORK_GATE
-from conformance.runtime.pool import BAD_CUDA_FORK, OK, IsolatedKernel, KernelRef
+from conformance.runtime.pool import BAD_CUDA_FORK, OK, IsolatedKernel, KernelRef, Served
 from conformance.suite.plan import SuiteState, given_cases, run_kernel_check, run_model_check
 from conformance.suite.run import run_suite
 from conformance.suite.workers import (
@@ -201,3 +201,29 @@ def test_serving_checks_of_a_named_kernel_run_in_a_forkserver_child_even_where_t
         cid: (want[cid], None) for cid in ("C13", "C15")
     }
     assert checks_in_worker(_state(spec, []), ["E1"]) == {}  # E1 beside C7: a forked child only
+
+
+def test_a_serving_check_s_worker_drops_to_serving_nice_and_a_c9_one_does_not():
+    """The worker request ``check`` lowers its process to ``SERVING_NICE`` for C13-C15 (they run beside the cases),
+    not for another check; read in forked children (niceness cannot be raised back)."""
+    from conformance.suite import workers
+
+    def nice_after(check_id: str) -> int:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: one request, its niceness to the pipe
+            code = 1
+            try:
+                workers.check(get_kernel("cpu"), check_id, Served(cases=[], device="cpu"))
+                os.write(w, str(os.nice(0)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r) as f:
+            got = f.read()
+        assert os.waitpid(pid, 0)[1] == 0
+        return int(got)
+
+    base = os.nice(0)
+    assert (nice_after("C13"), nice_after("C9")) == (max(base, workers.SERVING_NICE), base)
