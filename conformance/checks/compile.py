@@ -8,11 +8,14 @@ and the prefill case) the kernel is called eagerly and through ``torch.compile(b
 breaks allowed) after ``torch.compiler.reset()`` (no earlier compile's cache or recompile limit decides it); the bits
 must agree. For a custom op also: ``opcheck``'s failures on the first case, and on every case of the sample (its
 covering rows reach each M regime, scale form, bias and out dtype) the fake output's shape, dtype and strides
-(``FakeTensorMode``) against the real one's: a fake may be wrong on one path only, and a fake costs no compile.
+(``FakeTensorMode``) against the real one's: a fake may be wrong on one path only, and a fake costs no compile. A
+plain callable that calls a custom op (vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``; :func:`wrapped_op`,
+one eager call) is a wrapper: compiled with ``fullgraph=True``, its fake compared through it (no opcheck).
 
 Where it runs (the decision, issue 45): CUDA, every kernel, on the sample. The CPU: a registered custom op only,
 compiled on one tiny case (:data:`CPU_SHAPE`: about 5 s on the 2-core CI, most of it inductor's first compile) and
-its fake on the whole sample, so a wrong fake is found without a GPU; a plain Python kernel on the CPU is ``n/a``
+its fake on the whole sample, so a wrong fake is found without a GPU; a wrapper's fake on the whole sample, not
+compiled; any other plain Python kernel on the CPU is ``n/a``
 (dynamo tracing the CPU kernels' reference code and inductor's C++ build would cost the CI minutes per kernel, and no
 serving stack compiles a CPU W8A8 GEMM)."""
 
@@ -24,6 +27,7 @@ import warnings
 from typing import Any, Optional, Sequence
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from conformance.checks import serving
 from conformance.checks.result import CheckResult, Verdict, not_applicable
@@ -33,7 +37,7 @@ CHECK_ID, NAME = "C14", "compile"
 #: (M, out dtype) of the one CPU case (a custom op only; K x N as the sample's)
 CPU_SHAPE = (4, torch.bfloat16)
 CPU_REASON = (
-    "a plain Python kernel on the CPU: C14 compiles it on CUDA (and a registered custom op on one tiny CPU case); "
+    "a plain Python kernel calling no custom op, on the CPU: C14 compiles it on CUDA (and a registered custom op on one tiny CPU case); "
     "tracing CPU kernels through inductor would cost the CI minutes per kernel"
 )
 #: opcheck's tests (torch's defaults, as vLLM's kernel tests run them)
@@ -49,6 +53,33 @@ def registered_op(fn: Any) -> Optional[Any]:
         return getattr(fn, "default", None)
     op = getattr(fn, "_opoverload", None)  # torch._library.custom_ops.CustomOpDef
     return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+class _CustomOpCalls(TorchFunctionMode):
+    """Records the registered ops outside ``aten`` / ``prims`` a callable calls (``torch.ops`` overloads or packets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        op = registered_op(func)
+        if op is not None and op.namespace not in ("aten", "prims"):
+            self.ops.append(op)
+        return func(*args, **(kwargs or {}))
+
+
+def wrapped_op(fn, t: dict, out_dtype) -> Optional[Any]:
+    """The first registered custom op a plain callable ``fn`` calls on the operands ``t`` (one eager call: a wrapper
+    such as vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``), None when it calls none or raises (the eager
+    call's failure is reported by the cases that call it)."""
+    calls = _CustomOpCalls()
+    try:
+        with calls:
+            serving.call(fn, t, out_dtype)
+    except Exception:  # noqa: BLE001 -- reported where the kernel is judged, not here
+        return None
+    return calls.ops[0] if calls.ops else None
 
 
 def fake_difference(op, t: dict, out_dtype, real: torch.Tensor) -> Optional[str]:
@@ -109,13 +140,14 @@ def _eager(spec, ops, device: str) -> tuple:
         return label, t, None, row
 
 
-def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> dict:
+def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True, wrapper: bool = False) -> dict:
     """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
-    ``opcheck``."""
+    ``opcheck`` (``wrapper``: ``op`` is a plain callable over a custom op: its fake is compared, no opcheck)."""
     label, t, eager, raised = _eager(spec, ops, device)
     if raised is not None:
         return raised
     fn, dt = serving.kernel_fn(spec, ops), ops.out_dtype
+    target = fn if wrapper else op
     torch.compiler.reset()
     compiled = torch.compile(
         lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias),
@@ -127,7 +159,7 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
             got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
     except Exception as e:  # noqa: BLE001 -- a compile / trace that fails is the finding
         # a custom op's wrong or missing fake is the usual cause: said first, in its own words
-        fake = fake_difference(op, t, dt, eager) if op is not None and isinstance(eager, torch.Tensor) else None
+        fake = fake_difference(target, t, dt, eager) if op is not None and isinstance(eager, torch.Tensor) else None
         line = f"torch.compile raised {serving.exception_line(e)}"
         return {"case": label, "ok": False, "kind": "compile", "line": f"{fake}; {line}" if fake else line}
     finally:
@@ -138,21 +170,23 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True) -> d
     if diff is not None:
         problems.append(f"compiled call: {diff}")
     if op is not None and fake_and_opcheck and isinstance(eager, torch.Tensor):
-        fake = fake_difference(op, t, dt, eager)
-        failures = opcheck_failures(op, t, dt)
-        row.update(fake=fake or "agrees", opcheck=failures or "all passed")
+        fake = fake_difference(target, t, dt, eager)
+        failures = [] if wrapper else opcheck_failures(op, t, dt)
+        row.update(fake=fake or "agrees", opcheck="n/a: a wrapper" if wrapper else failures or "all passed")
         problems += [fake] if fake else []
         problems += [f"opcheck {f}" for f in failures]
     row.update(ok=not problems, line="; ".join(problems) or "compiled call bit-identical to the eager call")
     return row
 
 
-def fake_case(spec, ops, device: str, op) -> dict:
-    """A custom op's fake on one case, no compile: ``{"case", "ok", "line", "fake"}``."""
+def fake_case(spec, ops, device: str, op, wrapper: bool = False) -> dict:
+    """A custom op's fake on one case, no compile (``wrapper``: through the plain callable ``op``, which calls
+    one): ``{"case", "ok", "line", "fake"}``."""
     label, t, real, raised = _eager(spec, ops, device)
     if raised is not None:
         return raised
-    fake = fake_difference(op, t, ops.out_dtype, real) if isinstance(real, torch.Tensor) else None
+    target = serving.kernel_fn(spec, ops) if wrapper else op
+    fake = fake_difference(target, t, ops.out_dtype, real) if isinstance(real, torch.Tensor) else None
     return {
         "case": label,
         "ok": fake is None,
@@ -170,24 +204,42 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
         return not_applicable(CHECK_ID, f"not runnable here: {why}")
     op = registered_op(spec.scaled_mm)
     on_cpu = torch.device(dev).type == "cpu"
+    sample = serving.sample_cases(spec, seed)
+    first = sample[0]
+    inner = (
+        None
+        if op is not None
+        else wrapped_op(serving.kernel_fn(spec, first), serving.on_device(first, dev), first.out_dtype)
+    )
+    wrapper = inner is not None
+    if wrapper:  # a plain callable over a custom op: a compiled model sees that op's fake through it
+        op = spec.scaled_mm
     if on_cpu and op is None:
         return not_applicable(CHECK_ID, CPU_REASON)
-    sample = serving.sample_cases(spec, seed)
-    if on_cpu:
+    if on_cpu and wrapper:  # the fake through the wrapper on the whole sample, no compile (the CI's minutes)
+        compiled, faked = [], sample
+    elif on_cpu:
         m, dt = CPU_SHAPE
         compiled, faked = [serving.make_operands(spec, m, dt, True, True, seed, f"serving/cpu-M{m}")], sample
     else:
         compiled, faked = sample[: serving.CORE], sample[serving.CORE :]
-    rows = [compile_case(spec, ops, dev, op, i == 0) for i, ops in enumerate(compiled)]
+    rows = [compile_case(spec, ops, dev, op, i == 0, wrapper) for i, ops in enumerate(compiled)]
     if op is not None:  # the fake on the rest of the sample (a fake may be wrong for one out dtype or path only)
-        rows += [fake_case(spec, ops, dev, op) for ops in faked]
-    ev: dict[str, Any] = {"custom_op": None if op is None else str(op), "cases": rows, "device": dev}
+        rows += [fake_case(spec, ops, dev, op, wrapper) for ops in faked]
+    named = f"{inner} (called by the kernel)" if wrapper else None if op is None else str(op)
+    ev: dict[str, Any] = {"custom_op": named, "cases": rows, "device": dev}
     bad = [r for r in rows if not r["ok"]]
     if bad:
         kind = "raised" if all(r.get("kind") == "raised" for r in bad) else "kernel"
         line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
-    how = f"custom op {op}, fullgraph, fake and opcheck agree" if op is not None else "fullgraph=False"
+    if not compiled:
+        line = f"the fake of custom op {inner}, called by the kernel, agrees on {len(rows)} case(s) on {dev} (compiled on CUDA)"
+        return CheckResult(CHECK_ID, NAME, Verdict.PASS, line, ev)
+    if wrapper:
+        how = f"a wrapper of custom op {inner}, fullgraph, its fake agrees"
+    else:
+        how = f"custom op {op}, fullgraph, fake and opcheck agree" if op is not None else "fullgraph=False"
     more = f"; the fake agrees on {len(rows) - len(compiled)} more" if op is not None else ""
     return CheckResult(
         CHECK_ID,

@@ -340,8 +340,8 @@ class GateSession:
             raise Int8confError("give exactly one of --incumbent KERNEL or --baseline REPORT")
         validate_device(self.opts.device)
         self.candidate, self.incumbent, self.baseline = candidate, incumbent, baseline
-        self.cand_spec = candidate.resolve() if isinstance(candidate, KernelRef) else candidate
-        self.inc_spec = incumbent.resolve() if isinstance(incumbent, KernelRef) else incumbent
+        self.cand_spec = candidate.resolve("--candidate") if isinstance(candidate, KernelRef) else candidate
+        self.inc_spec = incumbent.resolve("--incumbent") if isinstance(incumbent, KernelRef) else incumbent
         check_same_kind(self.cand_spec, self.inc_spec)
         opts = self.opts
         explicit = cases is not None

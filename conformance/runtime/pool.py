@@ -96,11 +96,12 @@ class KernelRef:
         inj = self.injection
         return f"{self.name}+{inj.spelled}[{inj.coverage},seed={inj.seed}]" if inj else self.name
 
-    def resolve(self):
-        """The KernelSpec, fault-wrapped if an injection is set. Raises KernelLoadError (one line)."""
+    def resolve(self, option: str = "--kernel"):
+        """The KernelSpec, fault-wrapped if an injection is set. Raises KernelLoadError (one line, naming
+        ``option``: the command-line option that gave the name)."""
         from conformance.kernels.registry import get_kernel
 
-        spec = get_kernel(self.name)
+        spec = get_kernel(self.name, option)
         if self.injection is None:
             return spec
         try:

@@ -32,7 +32,7 @@ from conformance.runtime.pool import KernelRef
 from reference.errors import Int8confError
 from reference.fileio import atomic_write_bytes, atomic_write_text, read_json_object
 from reference.model.checkpoint import SAFETENSORS_READ_ERRORS
-from reference.operands import GemmOperands, tensor_digest
+from reference.operands import GemmOperands, storage_span, tensor_digest
 
 _DTYPES = {"torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16, "torch.float32": torch.float32}
 
@@ -42,12 +42,23 @@ def _tensors(ops: GemmOperands) -> dict:
     return tensors if ops.bias is None else {**tensors, "bias": ops.bias}
 
 
+#: the key suffix of a strided operand's storage span (its first element to its last, padding bytes included)
+SPAN = ".span"
+
+
 def save_operands(path, ops: GemmOperands, meta: dict) -> None:
-    """Write ``a, b, scale_a, scale_b[, bias]`` (contiguous) and ``meta`` (str values) plus the out dtype,
-    scale mode and case name as safetensors metadata."""
-    tensors = _tensors(ops)
+    """Write ``a, b, scale_a, scale_b[, bias]`` (contiguous values) and ``meta`` (str values) plus the out dtype,
+    scale mode and case name as safetensors metadata; a strided operand (a padded or ``w.t()`` view) also as its
+    storage span (key ``<name>.span``) and strides (metadata ``<name>.stride``), so that it loads with its layout."""
     info = {"out_dtype": str(ops.out_dtype), "scale_mode": ops.scale_mode, "case": ops.name or "", **meta}
-    blob = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=info)
+    blob_tensors = {}
+    for k, v in _tensors(ops).items():
+        v = v.detach().cpu()
+        blob_tensors[k] = v.contiguous()
+        if v.numel() and not v.is_contiguous():
+            blob_tensors[k + SPAN] = v.as_strided((storage_span(v),), (1,), v.storage_offset()).clone()
+            info[k + ".stride"] = json.dumps(list(v.stride()))
+    blob = save(blob_tensors, metadata=info)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(Path(path), blob)
 
@@ -65,6 +76,12 @@ def load_operands(path, what: str = "--repro") -> tuple[GemmOperands, dict]:
         raise Int8confError(f"{what} {str(path)!r}: not a reproducer file ({type(e).__name__})") from None
     if not {"a", "b", "scale_a", "scale_b"} <= set(t):
         raise Int8confError(f"{what} {str(path)!r}: missing operands")
+    for k in [k for k in t if k.endswith(SPAN)]:  # a strided operand: its layout back over its storage span
+        name, span = k[: -len(SPAN)], t.pop(k)
+        try:
+            t[name] = span.as_strided(tuple(t[name].shape), tuple(json.loads(meta[name + ".stride"])), 0)
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+            raise Int8confError(f"{what} {str(path)!r}: bad layout of {name} ({type(e).__name__})") from None
     dtype = _DTYPES[meta.get("out_dtype", "torch.bfloat16")]
     name, mode = meta.get("case", ""), meta.get("scale_mode", "synthetic")
     ops = GemmOperands(
@@ -114,7 +131,7 @@ def save_reproducer(directory, ops: GemmOperands, kernel_ref: Optional[dict], ca
         "meta": {k: v for k, v in (ops.meta or {}).items() if isinstance(v, json_meta)},
         "shape": [ops.m, ops.k, ops.n],
         "operand_digests": ops.digests(),
-        "strides": {k: list(v.stride()) for k, v in tensors.items()},  # the file holds contiguous copies
+        "strides": {k: list(v.stride()) for k, v in tensors.items()},  # kept in the file too (save_operands)
         "what_happened": what,
     }
     atomic_write_text(d / "case.json", json.dumps(info, indent=1, default=str) + "\n")

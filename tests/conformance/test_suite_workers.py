@@ -214,6 +214,7 @@ def test_a_serving_check_s_worker_drops_to_serving_nice_and_a_c9_one_does_not():
         if pid == 0:  # the child: one request, its niceness to the pipe
             code = 1
             try:
+                torch.set_num_threads(1)  # the parent's OpenMP pool deadlocks after fork (as runtime.pool does)
                 workers.check(get_kernel("cpu"), check_id, Served(cases=[], device="cpu"))
                 os.write(w, str(os.nice(0)).encode())
                 code = 0

@@ -1432,6 +1432,33 @@ large_m_fake_custom_op = _custom_spec(
 #: Bug (C14): a custom op with no fake (meta) implementation registered: torch.compile cannot trace it.
 no_fake_custom_op = _custom_spec("no_fake_custom_op", _CUSTOM_NO_FAKE, "a torch custom op with no fake registered")
 
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="wrapped_custom_op",
+    description="a plain Python wrapper over a torch custom op with a correct fake",
+)
+def wrapped_custom_op(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Correct (C14's control for wrappers): the ``ops.cutlass_scaled_mm`` form, a Python function calling a
+    registered custom op whose fake is right."""
+    return _CUSTOM_OK(a, b, scale_a, scale_b, out_dtype, bias)
+
+
+@declare(
+    contract="cutlass",
+    devices=SERVING_DEVICES,
+    int_mm=_trunc_int_mm,
+    name="wrapped_fp32_fake",
+    description="a plain Python wrapper over a torch custom op whose fake returns bfloat16 for a float32 output",
+)
+def wrapped_fp32_fake(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug (C14, through a wrapper): the Python function the kernel is declared as calls a custom op whose fake
+    gives bfloat16 where float32 is asked; a compiled model sees that fake through the wrapper."""
+    return _CUSTOM_FP32_FAKE(a, b, scale_a, scale_b, out_dtype, bias)
+
+
 _OWN_STREAMS: dict = {}
 
 
@@ -1506,9 +1533,9 @@ _FIRST_STREAM: dict = {}
     description="keeps the stream current at its first call and launches there ever after",
 )
 def first_call_stream(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
-    """Bug (C13 / C15): on CUDA the stream current at the first call (a library's handle made once) is kept and every
-    later call launches on it, whatever stream the caller is on: a capture on another stream records nothing, a
-    caller's side stream is neither waited for nor waits. Exact when every call is on one stream."""
+    """Bug (C15): on CUDA the stream current at the first call (a library's handle made once) is kept and every later
+    call launches on it, whatever stream the caller is on: a caller's side stream is neither waited for nor waits.
+    Exact when every call is on one stream."""
     if not a.is_cuda:
         return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
     s = _FIRST_STREAM.setdefault(a.device, torch.cuda.current_stream(a.device))

@@ -108,6 +108,18 @@ def test_c14_names_a_missing_fake_before_the_compile_error_it_causes():
 
 
 @pytest.mark.skipif(CUDA, reason="pins the CPU custom-op case")
+def test_c14_on_the_cpu_checks_the_fake_of_a_custom_op_called_through_a_plain_wrapper():
+    """The ``ops.cutlass_scaled_mm`` form: a plain function over a custom op. Its fake, traced through the wrapper, is
+    compared on the whole sample: wrong only for float32 outputs, it fails on exactly those rows; right, it passes."""
+    bad, good = check_compile(_buggy("wrapped_fp32_fake")), check_compile(_buggy("wrapped_custom_op"))
+    rows = [r["case"] for r in bad.evidence["cases"] if not r["ok"]]
+    sample = sample_cases(_buggy("wrapped_fp32_fake"))
+    assert bad.verdict == "fail" and "torch.float32" in bad.summary, bad.summary
+    assert rows == [serving.case_label(o) for o in sample if o.out_dtype == torch.float32]
+    assert good.verdict == "pass" and "int8conf_buggy.scaled_mm_ok.default" in good.summary, good.summary
+    assert check_compile(get_kernel("cpu")).verdict == "n/a"  # a plain kernel calling no custom op
+
+
 @pytest.mark.parametrize(
     "kernel, wrong_on",
     [
@@ -145,11 +157,10 @@ def test_builtins_pass_c13_c14_c15(kernel):
         # one path only: the covering rows reach it (M = 1 with 0-d scales; a float32 output)
         ("gemv_host_scale", check_graph_replay, "serving/cover-M1-tensor-"),
         ("fp32_fake_custom_op", check_compile, "torch.float32"),
-        # a caller's stream that never waits for the kernel's; a stream kept from the first call; host scales reused
-        # under capture (replayed stale)
+        # a caller's stream that never waits for the kernel's; a stream kept from the first call (its capture replays
+        # right: natively, C13 passes it); host scales reused under capture (replayed stale)
         ("no_output_wait", check_streams_devices, "on a side stream"),
         ("first_call_stream", check_streams_devices, "on a side stream"),
-        ("first_call_stream", check_graph_replay, "serving/"),
         ("capture_cached_scale", check_graph_replay, "replay on new activations"),
     ],
 )

@@ -18,13 +18,13 @@ from conformance.cases.large_shapes import wide_n_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
 from conformance.runtime.pool import KernelRef
-from conformance.runtime.repro import save_reproducer
+from conformance.runtime.repro import load_reproducer, save_reproducer
 from conformance.suite.replay import replay_command
 from conformance.suite.workers import kernel_ref
 from conformance.triage.reshape import at_shape
 from faults.inject import inject_injection
 from faults.spec import make_injection
-from reference.operands import GemmOperands
+from reference.operands import GemmOperands, storage_span
 
 #: an M = 1 case whose two scale orders round to different bf16 bits (0x3C31 / 0x3C32)
 DECODE_BUG = "buggy_kernels:decode_path_order"
@@ -206,3 +206,28 @@ def test_the_reproducer_s_command_names_each_pythonpath_entry_once(tmp_path, mon
     d = _repro(tmp_path / "r", buggy_kernels.order_case(), KernelRef(DECODE_BUG), "C8")
     line = next(ln for ln in (d / "command.sh").read_text().splitlines() if ln.startswith("export PYTHONPATH="))
     assert line == f"export PYTHONPATH={here}{os.pathsep}/opt/k"
+
+
+def _padded_column_major_case() -> GemmOperands:
+    """M,K,N = 3,5,4: ``b`` the ``w.t()`` view of a [K, N + 3] buffer (leading stride 7), ``a`` a [:, :K] view of
+    a [M, K + 2] buffer, seeded int8 values and padding."""
+    g = torch.Generator().manual_seed(43)
+    a = torch.randint(-128, 128, (3, 7), generator=g, dtype=torch.int8)[:, :5]
+    b = torch.randint(-128, 128, (5, 7), generator=g, dtype=torch.int8)[:, :4].t()
+    sa, sb = torch.full((3,), 0.0625), torch.full((4,), 0.125)
+    return GemmOperands(a, b, sa, sb, None, torch.float32, "padded-colmajor", "pow2", {})
+
+
+def test_a_reproducer_keeps_each_operand_s_layout_and_padding_bytes(tmp_path):
+    """The file holds a strided operand's storage span: it loads with the strides and the padding it was saved with
+    (contiguous copies hid a kernel that misreads a padded leading stride: its reproducer replayed passing)."""
+    ops = _padded_column_major_case()
+    d = _repro(tmp_path / "layout", ops, KernelRef("buggy_kernels:transposed_padded_b_misread"), "C8")
+    got, info = load_reproducer(d)
+    assert (got.a.stride(), got.b.stride()) == ((7, 1), (1, 7)) == (tuple(info["strides"]["a"]), ops.b.stride())
+    for new, old in ((got.a, ops.a), (got.b, ops.b)):  # the values and the bytes between them
+        assert torch.equal(new, old)
+        span = storage_span(old)
+        assert torch.equal(new.as_strided((span,), (1,)), old.as_strided((span,), (1,), old.storage_offset()))
+    assert main(["replay", str(d)]) == 1  # the misread reproduces
+    assert main(["replay", str(d), "--kernel", "buggy_kernels:good_cutlass"]) == 0

@@ -254,7 +254,8 @@ def test_cli_read_only_out_is_one_line_exit_2(tmp_path, capsys, gate_never_runs)
 @pytest.mark.parametrize(
     "args,words",
     [
-        (["--candidate", "fixg_no_such_mod:fn", "--incumbent", "cpu"], "fixg_no_such_mod"),
+        (["--candidate", "fixg_no_such_mod:fn", "--incumbent", "cpu"], "--candidate 'fixg_no_such_mod:fn'"),
+        (["--candidate", "cpu", "--incumbent", "fixg_no_such_mod:fn"], "--incumbent 'fixg_no_such_mod:fn'"),
         (["--candidate", "int_mm", "--incumbent", "cpu", "--policy", "/nonexistent.yaml"], "/nonexistent.yaml"),
     ],
 )

@@ -22,7 +22,8 @@ pytest_plugins = ["pytester"]
 CASES = [make_case("ordinary", 0)]
 NO_CUDA = "no CUDA device here (torch.cuda.is_available() is False)"
 C14_CPU = (
-    "a plain Python kernel on the CPU: C14 compiles it on CUDA (and a registered custom op on one tiny CPU case); "
+    "a plain Python kernel calling no custom op, on the CPU: C14 compiles it on CUDA (and a registered custom op on "
+    "one tiny CPU case); "
     "tracing CPU kernels through inductor would cost the CI minutes per kernel"
 )
 
