@@ -9,8 +9,9 @@ breaks allowed) after ``torch.compiler.reset()`` (no earlier compile's cache or 
 must agree. For a custom op also: ``opcheck``'s failures on the first case, and on every case of the sample (its
 covering rows reach each M regime, scale form, bias and out dtype) the fake output's shape, dtype and strides
 (``FakeTensorMode``) against the real one's: a fake may be wrong on one path only, and a fake costs no compile. A
-plain callable that calls a custom op (vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``; :func:`wrapped_op`,
-one eager call) is a wrapper: compiled with ``fullgraph=True``, its fake compared through it (no opcheck).
+plain callable that calls a custom op (vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``; :func:`wrapped_op`:
+one eager call, made when its own code names an op, :func:`names_an_op`) is a wrapper: compiled with
+``fullgraph=True``, its fake compared through it (no opcheck).
 
 Where it runs (the decision, issue 45): CUDA, every kernel, on the sample. The CPU: a registered custom op only,
 compiled on one tiny case (:data:`CPU_SHAPE`: about 5 s on the 2-core CI, most of it inductor's first compile) and
@@ -22,6 +23,7 @@ serving stack compiles a CPU W8A8 GEMM)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import warnings
 from typing import Any, Optional, Sequence
@@ -69,10 +71,22 @@ class _CustomOpCalls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def names_an_op(fn) -> bool:
+    """Whether a plain callable's own code names a registered op: a global or closure value that is one, or
+    ``torch.ops`` (``inspect.unwrap`` first; a callable without Python code names none)."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    scope = getattr(fn, "__globals__", {})
+    values = [scope.get(n) for n in code.co_names] + [c.cell_contents for c in fn.__closure__ or ()]
+    return "ops" in code.co_names or any(registered_op(v) is not None for v in values)
+
+
 def wrapped_op(fn, t: dict, out_dtype) -> Optional[Any]:
-    """The first registered custom op a plain callable ``fn`` calls on the operands ``t`` (one eager call: a wrapper
-    such as vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``), None when it calls none or raises (the eager
-    call's failure is reported by the cases that call it)."""
+    """The first registered custom op outside ``aten`` a plain callable ``fn`` calls on the operands ``t`` (a wrapper
+    such as vLLM's ``ops.cutlass_scaled_mm`` over ``torch.ops._C``; one eager call), None when it calls none or
+    raises (judged where the cases call it)."""
     calls = _CustomOpCalls()
     try:
         with calls:
@@ -206,11 +220,9 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
     on_cpu = torch.device(dev).type == "cpu"
     sample = serving.sample_cases(spec, seed)
     first = sample[0]
-    inner = (
-        None
-        if op is not None
-        else wrapped_op(serving.kernel_fn(spec, first), serving.on_device(first, dev), first.out_dtype)
-    )
+    inner = None
+    if op is None and names_an_op(spec.scaled_mm):  # called once to see which op it calls (no call otherwise)
+        inner = wrapped_op(serving.kernel_fn(spec, first), serving.on_device(first, dev), first.out_dtype)
     wrapper = inner is not None
     if wrapper:  # a plain callable over a custom op: a compiled model sees that op's fake through it
         op = spec.scaled_mm

@@ -72,6 +72,8 @@ class KernelDeclaration:
     accumulator: object = None
     block: object = None
     azp: object = None
+    #: the declared fields a ``?query`` on the kernel's name replaced (named in its description)
+    overridden: tuple = ()
 
 
 def block_contract(block) -> EpilogueContract:
@@ -355,6 +357,8 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     for key in QUERY_KEYS[1:]:
         if key in query:
             over[key] = parse[key](query[key]) if key in parse else query[key]
+    if isinstance(getattr(obj, "int8conf", None), KernelDeclaration):  # said in the report's header
+        over["overridden"] = tuple(k for k in over if k != "steps" and over[k] != getattr(base, k))
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
@@ -512,6 +516,8 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "azp",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
+    if decl.overridden:
+        desc += f"; the name's query overrides the declared {', '.join(decl.overridden)}"
     try:
         spec = KernelSpec(
             name=decl.name or name,

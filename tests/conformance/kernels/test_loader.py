@@ -101,6 +101,13 @@ def test_attribute_declaration_and_query_override(usermod):
     assert spec.contract == EpilogueContract("fused", "after_round") and spec.name == "x"
 
 
+def test_a_query_over_a_declare_decorator_is_named_in_the_description():
+    over = get_kernel("buggy_kernels:decode_path_order?contract=triton&contiguous_only=1")
+    assert over.description.endswith("; the name's query overrides the declared contract, contiguous_only")
+    same = get_kernel("buggy_kernels:decode_path_order?contract=cutlass")  # what it declares: nothing overridden
+    assert "overrides" not in same.description
+
+
 def test_vllm_adapter(usermod):
     spec = get_kernel("kern_user_mod:vllm_style?contract=cutlass&convention=vllm")
     ops = _ops()
