@@ -39,8 +39,8 @@ CHECK_ID, NAME = "C14", "compile"
 #: (M, out dtype) of the one CPU case (a custom op only; K x N as the sample's)
 CPU_SHAPE = (4, torch.bfloat16)
 CPU_REASON = (
-    "a plain Python kernel calling no custom op, on the CPU: C14 compiles it on CUDA (and a registered custom op on one tiny CPU case); "
-    "tracing CPU kernels through inductor would cost the CI minutes per kernel"
+    "a plain Python kernel calling no custom op, on the CPU: C14 compiles it on CUDA (and a registered custom op "
+    "on one tiny CPU case); tracing CPU kernels through inductor would cost the CI minutes per kernel"
 )
 #: opcheck's tests (torch's defaults, as vLLM's kernel tests run them)
 OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -218,16 +218,17 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
         return not_applicable(CHECK_ID, f"not runnable here: {why}")
     op = registered_op(spec.scaled_mm)
     on_cpu = torch.device(dev).type == "cpu"
-    sample = serving.sample_cases(spec, seed)
-    first = sample[0]
-    inner = None
+    inner, sample = None, None
     if op is None and names_an_op(spec.scaled_mm):  # called once to see which op it calls (no call otherwise)
+        sample = serving.sample_cases(spec, seed)
+        first = sample[0]
         inner = wrapped_op(serving.kernel_fn(spec, first), serving.on_device(first, dev), first.out_dtype)
     wrapper = inner is not None
     if wrapper:  # a plain callable over a custom op: a compiled model sees that op's fake through it
         op = spec.scaled_mm
     if on_cpu and op is None:
         return not_applicable(CHECK_ID, CPU_REASON)
+    sample = sample or serving.sample_cases(spec, seed)
     if on_cpu and wrapper:  # the fake through the wrapper on the whole sample, no compile (the CI's minutes)
         compiled, faked = [], sample
     elif on_cpu:
@@ -246,7 +247,8 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
         line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
     if not compiled:
-        line = f"the fake of custom op {inner}, called by the kernel, agrees on {len(rows)} case(s) on {dev} (compiled on CUDA)"
+        line = f"the fake of custom op {inner}, called by the kernel, agrees on {len(rows)} case(s) on {dev}"
+        line += " (compiled on CUDA)"
         return CheckResult(CHECK_ID, NAME, Verdict.PASS, line, ev)
     if wrapper:
         how = f"a wrapper of custom op {inner}, fullgraph, its fake agrees"

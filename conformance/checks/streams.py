@@ -6,10 +6,10 @@ kernel is queued (:data:`LONG_MATMULS` float32 matmuls of :data:`LONG_N` squared
 into the buffers after it, the kernel is called under ``with torch.cuda.stream(s)`` and its output copied on ``s``
 right after the call (as the next layer reads it, no sync), the copy compared after ``s.synchronize()``. A kernel on
 a stream of its own that does not wait for the caller's reads the zeros; one the caller's stream does not wait for is
-read before it is done: its bits differ from the eager call's (default stream, synchronized) on the same operands. Device part: the operands
-on the second GPU while the first stays current: the output must be on that GPU with the eager bits (a kernel that
-hard-codes ``cuda:0`` or the current device fails); with one GPU that part is ``n/a`` ("one GPU here"). CUDA only:
-elsewhere the check is ``n/a`` with the reason."""
+read before it is done: its bits differ from the eager call's (default stream, synchronized) on the same operands.
+Device part: the operands on the second GPU while the first stays current: the output must be on that GPU with the
+eager bits (a kernel that hard-codes ``cuda:0`` or the current device fails); with one GPU that part is ``n/a`` ("one
+GPU here"). CUDA only: elsewhere the check is ``n/a`` with the reason."""
 
 from __future__ import annotations
 

@@ -1320,6 +1320,13 @@ def short_k_segfault(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None
 SERVING_DEVICES = ("cpu", "cuda")
 
 
+def _serving_kernel(name: str, description: str):
+    """The declaration every serving-bug kernel shares: the CUTLASS-style epilogue, CPU and CUDA, exact int_mm."""
+    return declare(
+        contract="cutlass", devices=SERVING_DEVICES, int_mm=_trunc_int_mm, name=name, description=description
+    )
+
+
 def _serving_exact(a, b, scale_a, scale_b, out_dtype, bias):
     """``rnd((float32(acc) * s_w) * s_a [+ bias in float32])`` on a's device; acc exact (float64 sums < 2^53)."""
     acc = _exact_acc64(a, b).to(torch.float32)
@@ -1329,12 +1336,9 @@ def _serving_exact(a, b, scale_a, scale_b, out_dtype, bias):
     return y.to(out_dtype)
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="host_scalar_scale",
-    description="reads scale_a on the host (.item()) at call time to pick a path: a CUDA-graph capture refuses it",
+@_serving_kernel(
+    "host_scalar_scale",
+    "reads scale_a on the host (.item()) at call time to pick a path: a CUDA-graph capture refuses it",
 )
 def host_scalar_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C13): ``scale_a[0].item()`` picks the path on every call (as a kernel choosing a config from a scale does):
@@ -1344,12 +1348,8 @@ def host_scalar_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=Non
     return out if fused else out.clone()
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="gemv_host_scale",
-    description="reads its 0-d scales on the host (float()) on its M == 1 path: a CUDA-graph capture refuses it",
+@_serving_kernel(
+    "gemv_host_scale", "reads its 0-d scales on the host (float()) on its M == 1 path: a CUDA-graph capture refuses it"
 )
 def gemv_host_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C13, one path): at M == 1 with 0-d scales (a per-tensor GEMV path) the scales are read on the host
@@ -1433,25 +1433,16 @@ large_m_fake_custom_op = _custom_spec(
 no_fake_custom_op = _custom_spec("no_fake_custom_op", _CUSTOM_NO_FAKE, "a torch custom op with no fake registered")
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="wrapped_custom_op",
-    description="a plain Python wrapper over a torch custom op with a correct fake",
-)
+@_serving_kernel("wrapped_custom_op", "a plain Python wrapper over a torch custom op with a correct fake")
 def wrapped_custom_op(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Correct (C14's control for wrappers): the ``ops.cutlass_scaled_mm`` form, a Python function calling a
     registered custom op whose fake is right."""
     return _CUSTOM_OK(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="wrapped_fp32_fake",
-    description="a plain Python wrapper over a torch custom op whose fake returns bfloat16 for a float32 output",
+@_serving_kernel(
+    "wrapped_fp32_fake",
+    "a plain Python wrapper over a torch custom op whose fake returns bfloat16 for a float32 output",
 )
 def wrapped_fp32_fake(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C14, through a wrapper): the Python function the kernel is declared as calls a custom op whose fake
@@ -1462,12 +1453,8 @@ def wrapped_fp32_fake(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=Non
 _OWN_STREAMS: dict = {}
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="own_stream_no_wait",
-    description="launches on a stream of its own without waiting for the caller's stream: it races",
+@_serving_kernel(
+    "own_stream_no_wait", "launches on a stream of its own without waiting for the caller's stream: it races"
 )
 def own_stream_no_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C15): on CUDA the work runs on the kernel's own stream, which neither waits for the caller's current
@@ -1480,13 +1467,7 @@ def own_stream_no_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=No
         return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="hardcoded_cuda0",
-    description="computes on 'cuda:0' whatever device its operands are on",
-)
+@_serving_kernel("hardcoded_cuda0", "computes on 'cuda:0' whatever device its operands are on")
 def hardcoded_cuda0(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C15, two GPUs): on CUDA the operands are moved to the hard-coded ``"cuda:0"`` and the output left there
     (exact on a single GPU, where every CUDA tensor is on ``cuda:0``)."""
@@ -1500,13 +1481,7 @@ def hardcoded_cuda0(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None)
 _SIDE_STREAMS: dict = {}
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="no_output_wait",
-    description="waits for the caller's stream, but the caller's stream never waits for its output",
-)
+@_serving_kernel("no_output_wait", "waits for the caller's stream, but the caller's stream never waits for its output")
 def no_output_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C15, half a fork): on CUDA the work runs on a side stream that waits for the caller's current stream (the
     inputs are ready) but the caller's stream is never made to wait for it: a read queued there after the call sees
@@ -1525,13 +1500,7 @@ def no_output_wait(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
 _FIRST_STREAM: dict = {}
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="first_call_stream",
-    description="keeps the stream current at its first call and launches there ever after",
-)
+@_serving_kernel("first_call_stream", "keeps the stream current at its first call and launches there ever after")
 def first_call_stream(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C15): on CUDA the stream current at the first call (a library's handle made once) is kept and every later
     call launches on it, whatever stream the caller is on: a caller's side stream is neither waited for nor waits.
@@ -1546,12 +1515,8 @@ def first_call_stream(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=Non
 _CAPTURE_SCALES: dict = {}
 
 
-@declare(
-    contract="cutlass",
-    devices=SERVING_DEVICES,
-    int_mm=_trunc_int_mm,
-    name="capture_cached_scale",
-    description="reads 0-d scales on the host, and under a CUDA-graph capture reuses the last values read",
+@_serving_kernel(
+    "capture_cached_scale", "reads 0-d scales on the host, and under a CUDA-graph capture reuses the last values read"
 )
 def capture_cached_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug (C13, replayed stale): with 0-d scales the kernel takes them as host floats (a GEMV's alpha); to pass a
