@@ -244,11 +244,13 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
     bad = [r for r in rows if not r["ok"]]
     if bad:
         kind = "raised" if all(r.get("kind") == "raised" for r in bad) else "kernel"
-        line = f"{bad[0]['case']}: {bad[0]['line']}" + (f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else "")
+        whose = f"custom op {inner}, called by the kernel: " if wrapper else ""
+        line = f"{bad[0]['case']}: {whose}{bad[0]['line']}"
+        line += f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else ""
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
     if not compiled:
         line = f"the fake of custom op {inner}, called by the kernel, agrees on {len(rows)} case(s) on {dev}"
-        line += " (compiled on CUDA)"
+        line += " (not compiled on the CPU: C14 compiles it on CUDA)"
         return CheckResult(CHECK_ID, NAME, Verdict.PASS, line, ev)
     if wrapper:
         how = f"a wrapper of custom op {inner}, fullgraph, its fake agrees"

@@ -115,6 +115,7 @@ def test_c14_on_the_cpu_checks_the_fake_of_a_custom_op_called_through_a_plain_wr
     rows = [r["case"] for r in bad.evidence["cases"] if not r["ok"]]
     sample = sample_cases(_buggy("wrapped_fp32_fake"))
     assert bad.verdict == "fail" and "torch.float32" in bad.summary, bad.summary
+    assert "custom op int8conf_buggy.scaled_mm_fp32_fake.default, called by the kernel: fake output" in bad.summary
     assert rows == [serving.case_label(o) for o in sample if o.out_dtype == torch.float32]
     assert good.verdict == "pass" and "int8conf_buggy.scaled_mm_ok.default" in good.summary, good.summary
     assert check_compile(get_kernel("cpu")).verdict == "n/a"  # a plain kernel calling no custom op
