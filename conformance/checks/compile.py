@@ -166,7 +166,7 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True, wrap
     compiled = torch.compile(
         lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias),
         fullgraph=op is not None,
-        options={"compile_threads": 1},  # no pool of compile processes for one small graph (beside the cases' workers)
+        options={"compile_threads": 1},  # no pool of compile processes for one small graph
     )
     try:
         with quiet_dynamo():

@@ -516,11 +516,14 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
         "azp",
     )
     desc = decl.description or f"{origin} ({decl.convention} convention)"
+    label = decl.name or name
     if decl.overridden:
         desc += f"; the name's query overrides the declared {', '.join(decl.overridden)}"
+        if "name" not in query:  # its own report folder: the declared run's reports are not replaced
+            label += "?" + "&".join(f"{k}={query[k]}" for k in decl.overridden)
     try:
         spec = KernelSpec(
-            name=decl.name or name,
+            name=label,
             scaled_mm=fn,
             source_digest=callable_digest(obj),
             origin=origin,

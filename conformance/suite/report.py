@@ -352,6 +352,9 @@ def _boundary_row(dim: str, b: dict) -> tuple:
         pts = b.get("points") or []
         passing = [v for v, f in pts if not f]
         failing = [v for v, f in pts if f]
+        if b.get("period"):
+            aligned = f"multiples of {b['period']} only ({_values_text(passing)})"
+            return (dim.upper(), aligned, f"every other value probed ({_values_text(failing)})", b.get("calls"))
         return (dim.upper(), f"{_values_text(passing)} (not monotone)", _values_text(failing), b.get("calls"))
     if b.get("passes_at") is None:
         floor = b.get("form_floor")
@@ -400,7 +403,9 @@ def triage_summary(triage: dict) -> list[str]:
             continue
         parts = []
         for dim, b in (t.get("boundaries") or {}).items():
-            if not b.get("monotone", True):
+            if b.get("period"):
+                parts.append(f"{dim.upper()} passes only at multiples of {b['period']}, fails at {b['fails_at']}")
+            elif not b.get("monotone", True):
                 parts.append(f"{dim.upper()} not monotone")
             elif b.get("passes_at") is None:
                 floor = b.get("form_floor")

@@ -659,14 +659,13 @@ def _run_steps(
             say(f"{spec.name}: the cases run in this process: {why}")
         beside: dict = {}  # kernel-level checks running in a worker beside the in-process steps
         if jobs > 1 and not why:  # C7's model library imported meanwhile, on a core the workers leave idle
-            serving = [cid for cid in checks if cid in SERVING_CHECKS]
-            if serving and cuda_device(spec, state.device) is not None:  # C13-C15 (compiles) beside the cases
-                _start_beside(
-                    state, serving, beside, say, f"{', '.join(serving)} in a worker process beside the fixed cases"
-                )
             spare = available_cores() > jobs
             preload = (lambda: import_in_background(model_class)) if "C7" in checks and spare else None
             evaluate_in_workers(state, jobs, say, after_fork=preload, contained=contained, running=running)
+            serving = [cid for cid in checks if cid in SERVING_CHECKS]
+            if serving and cuda_device(spec, state.device) is not None:  # after the cases: none share the GPU
+                what = f"{', '.join(serving)} in a worker process beside the property test and the model checks"
+                _start_beside(state, serving, beside, say, what)
         in_workers = set(state.results)
         for s in steps:
             if s.kind != PROPERTY:  # the property test checks after each example

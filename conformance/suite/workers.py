@@ -307,6 +307,7 @@ def evaluate_in_workers(
     lock = threading.Lock()
     started = threading.Semaphore(0)
     stop = threading.Event()
+    bad_fork = threading.Event()  # a worker's child could not use CUDA (this process poisoned fork)
     isolated: list = []
     timeout_s = contained.timeout_s if contained is not None else CASE_TIMEOUT_S
 
@@ -333,6 +334,8 @@ def evaluate_in_workers(
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash
+                if oc.error == BAD_CUDA_FORK:
+                    bad_fork.set()
                 cr = cast(CaseResult, oc.value) if oc.kind == OK else None
                 if contained is not None:
                     contained.observe(oc)
@@ -363,6 +366,11 @@ def evaluate_in_workers(
             for t in threads:
                 t.join()
             raise
+    if bad_fork.is_set():
+        left = len(todo) - sum(answered)
+        say(
+            f"{state.spec.name}: {left} fixed cases run in this process: its forked workers could not use CUDA ({BAD_CUDA_FORK})"
+        )
     return sum(answered)
 
 
@@ -392,7 +400,7 @@ def import_in_background(import_fn: Callable[[], object]) -> threading.Thread:
     return t
 
 
-#: the CPU priority (``os.nice``) a serving checks' worker takes: below the cases it runs beside
+#: the CPU priority (``os.nice``) a serving checks' worker takes: below the suite's steps it runs beside
 SERVING_NICE = 10
 #: seconds a model-level check may take in a worker before the in-process plan runs it instead
 MODEL_CHECK_TIMEOUT_S = 1800.0
@@ -402,7 +410,7 @@ def checks_in_worker(
     state, check_ids: Sequence[str], contained: Optional[Containment] = None
 ) -> dict[str, Callable[[], tuple[Optional[object], Optional[str]]]]:
     """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the
-    fixed cases) for ``state``'s kernel in one worker (a forked one started now, in the calling thread; a forkserver
+    property test and the model checks) for ``state``'s kernel in one worker (a forked one started now, in the calling thread; a forkserver
     one by its first request, in the serving thread), then run one after the other there, beside the in-process
     plan; returns check id -> a callable that waits for ``(CheckResult or None, why None)``: with ``contained``, a
     crash or hang is that check's failure (``Containment.check_result``; the checks after it give None); else None
@@ -498,7 +506,7 @@ def operands(spec: KernelSpec, ops: GemmOperands, served: Served) -> CaseResult:
 
 def check(spec: KernelSpec, check_id: str, served: Served) -> CheckResult:
     """A kernel-level check over the pool's cases (``plan.run_kernel_check``: C9, ...); a serving check's worker
-    first drops to :data:`SERVING_NICE` (it runs beside the cases, which keep the CPUs first)."""
+    first drops to :data:`SERVING_NICE` (it runs beside the suite's own steps, which keep the CPUs first)."""
     if check_id in SERVING_CHECKS and os.nice(0) < SERVING_NICE:
         os.nice(SERVING_NICE - os.nice(0))
     return run_kernel_check(check_id, spec, served.cases, served.device)

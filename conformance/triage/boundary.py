@@ -6,10 +6,12 @@ returns no valid output or dies in the call counts as failing. For each dimensio
 failing value down to 1 until a value passes; if none does, double it up to ``cap`` (and M * N * K up to
 ``max_macs``); then bisect between the last failing and the passing value. Where the failing side lies above, double
 up from the case's value too: a value that passes there ends the failing side (an M bucket), its edge bisected the
-same way. Both sides of a reported edge are verified by a call. Afterwards the midpoints
-between consecutive failing probes are tried (budget allowing): one that passes makes the finding non-monotone,
-reported as its probed points (``monotone=False``), not as a boundary. Deterministic; never raises for a kernel's
-failure; at most ``budget`` values probed per dimension (a passing value is retried re-planted, up to three calls).
+same way. Both sides of a reported edge are verified by a call. Afterwards the midpoints between consecutive
+failing probes are tried (budget allowing): one that passes makes the finding non-monotone, reported as its probed
+points (``monotone=False``), not as a boundary. A passing value whose neighbours both fail is an alignment (K % 16),
+reported as its period (``Boundary.period``; checked before bisecting and at the edge). Deterministic; never raises
+for a kernel's failure; at most ``budget`` values probed per dimension (a passing value is retried re-planted, up to
+three calls).
 
 The product M * N * K (:func:`search_product`): where all three are monotone boundaries with larger values failing
 and every probed passing product lies below every failing one, two calls at another aspect ratio (one dimension
@@ -65,7 +67,9 @@ class Boundary:
     ``upper_fails_at`` / ``upper_passes_at``: where a failing side above the boundary ends (an M bucket: fails
     from ``fails_at`` to ``upper_fails_at``, passes again at ``upper_passes_at``); None: it did not end within
     the budget and cap. ``form_floor``: the search down stopped there, the case's operand forms (a transposed or
-    padded operand) cannot be held at that value (:meth:`_Probe.formable`)."""
+    padded operand) cannot be held at that value (:meth:`_Probe.formable`). ``period``: it passes only at multiples
+    of it (``monotone`` False; ``passes_at`` and ``passes_at`` +- ``period`` passed, the values between failed):
+    an alignment the kernel branches on, e.g. K % 16."""
 
     attribute: str
     passes_at: Optional[int]
@@ -78,6 +82,7 @@ class Boundary:
     upper_fails_at: Optional[int] = None
     upper_passes_at: Optional[int] = None
     form_floor: Optional[int] = None
+    period: Optional[int] = None
 
     @property
     def exact(self) -> bool:
@@ -167,6 +172,7 @@ class BoundarySearch:
                     "upper_fails_at": b.upper_fails_at,
                     "upper_passes_at": b.upper_passes_at,
                     "form_floor": b.form_floor,
+                    "period": b.period,
                 }
                 for k, b in self.boundaries.items()
             },
@@ -379,6 +385,11 @@ def search_dimension(
         failing = min(chain)
         rp = tuple(sorted(probe.replanted))
         return Boundary(dim, None, failing, probe.calls, True, _points(probe), rp, form_floor=floor)
+    period = _alignment(probe, passing, chain[-1], top)  # K % 16: bisecting toward it finds no threshold
+    if period is not None:
+        failing = passing + 1 if chain[-1] > passing else passing - 1
+        rp = tuple(sorted(probe.replanted))
+        return Boundary(dim, passing, failing, probe.calls, False, _points(probe), rp, period=period)
     failing, passing = _bisect(probe, chain[-1], passing)
     upper = None  # (failing, passing) of the failing side's far edge, when a value above the case's passes
     periodic = False
@@ -407,10 +418,34 @@ def search_dimension(
     last = upper[0] if upper is not None else None
     if any(not f for val, f in probe.seen.items() if _beyond(val, failing, passing, last)):
         monotone = False
+    period = _alignment(probe, passing, failing, top) if abs(failing - passing) == 1 else None
     blind = dim == "k" and passing < start and probe.blind(passing, failing)
     edge = upper if upper is not None else (None, None)
     replanted = tuple(sorted(probe.replanted))
-    return Boundary(dim, passing, failing, probe.calls, monotone, _points(probe), replanted, blind, *edge)
+    monotone = monotone and period is None
+    return Boundary(
+        dim, passing, failing, probe.calls, monotone, _points(probe), replanted, blind, *edge, period=period
+    )
+
+
+def _alignment(probe: _Probe, passing: int, failing: int, top: int) -> Optional[int]:
+    """The alignment a failure needs, where ``passing`` passes alone: both neighbours fail (the one away from
+    ``failing`` first: a threshold's passes, one call), and ``d``, the smallest power of two dividing ``passing``
+    with ``passing + d`` passing (``passing + d / 2`` failed the step before), passes at ``passing - d`` too (or
+    that is below 1). None otherwise, or where the budget ends first."""
+    away, toward = (passing + 1, passing - 1) if failing < passing else (passing - 1, passing + 1)
+    for v in (away, toward):
+        if not 1 <= v <= max(top, passing + 1) or not probe.formable(v) or probe.spent or not probe(v):
+            return None
+    d = 2
+    while passing % d == 0 and not probe.spent:
+        if not probe(passing + d):
+            below = passing - d
+            if below < 1 or not probe.formable(below):
+                return d
+            return None if probe.spent or probe(below) else d
+        d *= 2
+    return None
 
 
 def _bisect(probe: _Probe, failing: int, passing: int) -> tuple[int, int]:

@@ -63,6 +63,24 @@ def test_check_segfault_in_a_worker_fails_that_case_and_the_run_goes_on(tmp_path
     assert again.returncode in (-11, 139) and "segfaulting_kernel" in again.stderr  # it segfaults again, alone
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU path's containment: no CUDA here")
+def test_check_segfault_on_cuda_fails_that_case_and_the_run_goes_on(tmp_path):
+    """On CUDA too a segfault costs one case: the workers and the containment child can use CUDA (nothing in the
+    run poisons fork before them), so no kernel call runs in the suite's own process."""
+    out = tmp_path / "r"
+    args = ["--kernel", "buggy_kernels:segfaulting_cuda", "--device", "cuda", "--no-serving", "--no-triage"]
+    r = run_python(
+        ["-m", "conformance.cli", "check", *args, *QUICK, "--examples", "0", "-j", "2", "--out", str(out)], tmp_path
+    )
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads((out / "segfaulting_cuda" / "conformance.json").read_text())
+    fixed = _fixed(doc)
+    assert {c: v for c, v in fixed.items() if c in TAILS} == {c: "crash" for c in TAILS}
+    assert len(fixed) == 22 and "crash" not in {v for c, v in fixed.items() if c not in TAILS}
+    assert not [n for n in doc["notes"] if "not contained" in n], doc["notes"]
+    assert "fixed cases run in this process" not in r.stderr
+
+
 def test_check_hang_and_abort_in_one_process_timeout_named_property_contained(tmp_path):
     """-j 1: one child for every step. The tails cases hang (killed at --timeout 3, stack named); the property
     test's first example (K = 1) aborts: the property test fails with SIGABRT and a reproducer of its operands."""

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -154,19 +156,28 @@ def test_no_worker_is_forked_while_a_background_import_holds_the_gate(tmp_path):
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["in-memory kernel: forked", "registry kernel: forkserver"])
-def test_serving_checks_run_in_a_worker_beside_the_cases_and_give_the_in_process_results(monkeypatch, named):
-    """On CUDA the suite starts C13-C15 (torch.compile's minutes of CPU) in one worker before the fixed cases and
-    reads their results at their steps (a forkserver child for a kernel a fresh interpreter resolves, else a forked
-    one); forced here on the CPU, their results are the in-process ones and no check is handed back."""
+def test_serving_checks_run_in_a_worker_after_the_cases_and_give_the_in_process_results(monkeypatch, named):
+    """On CUDA the suite starts C13-C15 (graph capture, torch.compile) in one worker once every fixed case is
+    answered (beside the property test and the model checks: their GPU and CPU work would slow the cases' workers)
+    and reads their results at their steps (a forkserver child for a kernel a fresh interpreter resolves, else a
+    forked one); forced here on the CPU, their results are the in-process ones and no check is handed back."""
     from conformance.suite import run as suite_run
 
     spec = get_kernel("cpu") if named else make_kernel("serving-beside", order=None)
     cases = _cases()[:2]
     one = run_suite(_state(spec, cases), property_examples=0, model_checks=False, jobs=1)
     monkeypatch.setattr(suite_run, "cuda_device", lambda spec, device: "cuda")
+    answered = []  # fixed cases answered when the serving checks' worker is started
+
+    def spy(state, *a, **kw):
+        answered.append(len(state.results))
+        return checks_in_worker(state, *a, **kw)
+
+    monkeypatch.setattr(suite_run, "checks_in_worker", spy)
     said: list = []
     two = run_suite(_state(spec, cases), property_examples=0, model_checks=False, jobs=2, progress=said.append)
-    assert f"{spec.name}: C13, C14, C15 in a worker process beside the fixed cases" in said
+    assert answered == [len(cases)]
+    assert f"{spec.name}: C13, C14, C15 in a worker process beside the property test and the model checks" in said
     assert [
         f"{spec.name}: {c} {n} (its worker's result)" in said
         for c, n in (("C13", "graph_replay"), ("C14", "compile"), ("C15", "streams_devices"))
@@ -204,7 +215,7 @@ def test_serving_checks_of_a_named_kernel_run_in_a_forkserver_child_even_where_t
 
 
 def test_a_serving_check_s_worker_drops_to_serving_nice_and_a_c9_one_does_not():
-    """The worker request ``check`` lowers its process to ``SERVING_NICE`` for C13-C15 (they run beside the cases),
+    """The worker request ``check`` lowers its process to ``SERVING_NICE`` for C13-C15 (they run beside the suite),
     not for another check; read in forked children (niceness cannot be raised back)."""
     from conformance.suite import workers
 
@@ -228,3 +239,30 @@ def test_a_serving_check_s_worker_drops_to_serving_nice_and_a_c9_one_does_not():
 
     base = os.nice(0)
     assert (nice_after("C13"), nice_after("C9")) == (max(base, workers.SERVING_NICE), base)
+
+
+def test_workers_that_cannot_use_cuda_say_the_cases_run_in_this_process(monkeypatch):
+    """A worker whose child answers BAD_CUDA_FORK (forked after this process poisoned fork) hands its cases back,
+    and the run says so on its progress line (it was silent: on a GPU every case ran in-process, uncontained)."""
+    from conformance.runtime import pool
+
+    monkeypatch.setattr(pool, "_in_bad_cuda_fork", lambda: True)  # read in the forked children
+    st = _state(make_kernel("bad-fork", order=None), _cases()[:4])
+    said: list = []
+    assert evaluate_in_workers(st, 2, said.append) == 0 and not st.results
+    assert (
+        said[-1]
+        == f"bad-fork: 4 fixed cases run in this process: its forked workers could not use CUDA ({BAD_CUDA_FORK})"
+    )
+
+
+def test_importing_conformance_asks_torch_for_cuda_through_nvml_unless_told_otherwise():
+    """``import conformance`` sets PYTORCH_NVML_BASED_CUDA_CHECK=1 (torch.cuda.is_available() then leaves fork
+    usable for the workers) and keeps a value the user set."""
+    code = "import os, conformance; print(os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'])"
+    for given, want in ((None, "1"), ("0", "0")):
+        env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+        if given is not None:
+            env["PYTORCH_NVML_BASED_CUDA_CHECK"] = given
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.stdout.strip() == want, r.stderr[-2000:]

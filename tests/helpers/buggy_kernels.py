@@ -1533,3 +1533,13 @@ def capture_cached_scale(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=
     if bias is not None:
         y = y + bias.to(torch.float32)
     return y.to(out_dtype)
+
+
+@_serving_kernel("segfaulting_cuda", "segfaults (NULL read via ctypes) when K == HOSTILE_K, on the CPU or CUDA")
+def segfaulting_cuda(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """``segfaulting_kernel`` on either device: a real SIGSEGV on K == HOSTILE_K, else exact on a's device."""
+    if a.shape[1] == HOSTILE_K:
+        import ctypes
+
+        ctypes.string_at(0)
+    return _serving_exact(a, b, scale_a, scale_b, out_dtype, bias)

@@ -13,6 +13,7 @@ from conformance.kernels.loader import load_module_function
 from conformance.kernels.registry import get_kernel, list_kernels, register, resolve_kernels
 from conformance.kernels.runner import run_int_mm, run_kernel
 from conformance.kernels.spec import KernelSpec
+from conformance.runtime.output_dirs import kernel_label
 from reference.contract import CUTLASS_STYLE, TRITON_STYLE, EpilogueContract
 from reference.epilogue import reference_scaled_mm
 from reference.errors import KernelLoadError
@@ -101,11 +102,16 @@ def test_attribute_declaration_and_query_override(usermod):
     assert spec.contract == EpilogueContract("fused", "after_round") and spec.name == "x"
 
 
-def test_a_query_over_a_declare_decorator_is_named_in_the_description():
+def test_a_query_over_a_declare_decorator_is_named_in_the_description_and_the_kernel_s_name():
+    """The overriding run gets its own name (its report folder: the declared run's reports are not replaced)."""
     over = get_kernel("buggy_kernels:decode_path_order?contract=triton&contiguous_only=1")
     assert over.description.endswith("; the name's query overrides the declared contract, contiguous_only")
+    assert over.name == "decode_path_order?contract=triton&contiguous_only=1"
+    assert kernel_label(over.name) == "decode_path_order_contract_triton_contiguous_only_1"
     same = get_kernel("buggy_kernels:decode_path_order?contract=cutlass")  # what it declares: nothing overridden
-    assert "overrides" not in same.description
+    assert "overrides" not in same.description and same.name == "decode_path_order"
+    named = get_kernel("buggy_kernels:decode_path_order?contract=triton&name=mine")  # a name given: that name
+    assert named.name == "mine"
 
 
 def test_vllm_adapter(usermod):

@@ -311,3 +311,24 @@ def test_report_renders_the_product_the_nonzero_counts_and_a_flips_own_value():
     assert "M*N*K passes at 1046448, fails at 1049544" in line and "magnitude:scale_a subnormal -> typical" in line
     rec["product"] = {"verified": False, "note": "the dimensions act separately (N: no passing value)"}
     assert "M*N*K: the dimensions act separately (N: no passing value)." in "\n".join(triage_lines(doc))
+
+
+@pytest.mark.parametrize(("kernel", "period"), [("k_padded_with_ones", 16), ("k_tail_dropped", 32)])
+def test_a_k_alignment_bug_is_reported_as_its_period_not_a_threshold(kernel, period):
+    """A kernel wrong wherever K % period != 0 passes at a K between failing ones: the search names the period
+    (both neighbours of the passing K fail, K +- period pass), not the threshold a bisection would pin."""
+    spec = _kernel(kernel)
+    ops = planted_case(4, 131, 16, BF)
+    assert fails(spec, ops, "C8")
+    s = find_boundaries(spec, ops, "C8", dims=("k",), categorical=False)
+    b = s.boundaries["k"]
+    assert b.period == period and not b.monotone and b.passes_at % period == 0
+    points = dict(b.points)
+    p = b.passes_at
+    assert points[p - 1] and points[p + 1] and not points[p + period]
+    assert all(f == (v % period != 0) for v, f in b.points)  # every probe agrees with the alignment
+    t = {"C8": {"case": "k131", **json.loads(json.dumps(s.to_dict()))}}
+    want = f"where C8 lives (case k131): K passes only at multiples of {period}, fails at {b.fails_at}"
+    assert abs(b.fails_at - p) == 1 and triage_summary(t) == [want]
+    row = [r for r in triage_lines({"triage": t}) if "multiples of" in r]
+    assert row and f"multiples of {period} only" in row[0]
