@@ -137,10 +137,10 @@ def test_plugin_skips_not_runnable_and_summary_says_not_run(tmp_path):
     for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase"):
         skipped.setdefault(c.get("classname"), []).append(c.find("skipped") is not None)
     # N_SYNTHETIC cases + as many pairwise items + C9 + C13-C15; every truncating item skipped, no cpu item but
-    # C13-C15 (n/a on the CPU)
-    assert skipped["int8conf-truncating"] == [True] * (2 * N_SYNTHETIC + 4)
+    # C13-C15 (n/a on the CPU); the query overrides its declared devices: the name says so
+    assert skipped["int8conf-truncating?devices=cuda"] == [True] * (2 * N_SYNTHETIC + 4)
     assert sorted(skipped["int8conf-cpu"]) == [False] * (2 * N_SYNTHETIC + 1) + [True] * 3
-    assert "truncating: overall NOT RUN" in r.stdout
+    assert "truncating?devices=cuda: overall NOT RUN" in r.stdout
     doc = _doc(tmp_path / "r", "cpu")
     n_exp = doc["pairwise"]["counts"]["differ-expected"]
     assert n_exp > 0
