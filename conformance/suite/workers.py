@@ -307,7 +307,7 @@ def evaluate_in_workers(
     lock = threading.Lock()
     started = threading.Semaphore(0)
     stop = threading.Event()
-    bad_fork = threading.Event()  # a worker's child could not use CUDA (this process poisoned fork)
+    handed_back: list = []  # why a worker left its cases to the in-process plan (its request's one line)
     isolated: list = []
     timeout_s = contained.timeout_s if contained is not None else CASE_TIMEOUT_S
 
@@ -334,14 +334,13 @@ def evaluate_in_workers(
                 running.discard(cid)
                 if stop.is_set():
                     return  # killed by an interrupt: not this case's crash
-                if oc.error == BAD_CUDA_FORK:
-                    bad_fork.set()
                 cr = cast(CaseResult, oc.value) if oc.kind == OK else None
                 if contained is not None:
                     contained.observe(oc)
                     cr = cr if cr is not None else contained.case_result(state.cases[i], oc, timeout_s=limit)
-                if cr is None:
-                    return  # this case and this worker's next ones fall back to the in-process plan
+                if cr is None:  # this case and this worker's next ones fall back to the in-process plan
+                    handed_back.append(outcome_line(oc))
+                    return
                 with lock:
                     state.results[i] = cr
                     answered[w] += 1
@@ -366,11 +365,9 @@ def evaluate_in_workers(
             for t in threads:
                 t.join()
             raise
-    if bad_fork.is_set():
+    if handed_back:  # said: on a GPU this was silent while every case ran here, uncontained
         left = len(todo) - sum(answered)
-        say(
-            f"{state.spec.name}: {left} fixed cases run in this process: its forked workers could not use CUDA ({BAD_CUDA_FORK})"
-        )
+        say(f"{state.spec.name}: {left} fixed cases run in this process: a worker gave no result ({handed_back[0]})")
     return sum(answered)
 
 
@@ -410,14 +407,14 @@ def checks_in_worker(
     state, check_ids: Sequence[str], contained: Optional[Containment] = None
 ) -> dict[str, Callable[[], tuple[Optional[object], Optional[str]]]]:
     """Start the kernel-level checks ``check_ids`` (``plan.run_kernel_check``: E1 beside C7, C13-C15 beside the
-    property test and the model checks) for ``state``'s kernel in one worker (a forked one started now, in the calling thread; a forkserver
-    one by its first request, in the serving thread), then run one after the other there, beside the in-process
-    plan; returns check id -> a callable that waits for ``(CheckResult or None, why None)``: with ``contained``, a
-    crash or hang is that check's failure (``Containment.check_result``; the checks after it give None); else None
-    when the worker crashed, hung or erred, or the child cannot use CUDA (forked from a process that had initialized
-    it: ``BAD_CUDA_FORK``), ``why`` the worker's one line. The serving checks (``plan.SERVING_CHECKS``) of a kernel
-    a fresh interpreter resolves (:func:`kernel_ref`) run in a forkserver child (no CUDA or Triton state inherited;
-    its start-up overlaps the cases); the others in a forked one. Returns {} (nothing started) where this process
+    property test and the model checks) for ``state``'s kernel in one worker (a forked one started now, in the
+    calling thread; a forkserver one by its first request, in the serving thread), then run one after the other
+    there, beside the in-process plan; returns check id -> a callable that waits for ``(CheckResult or None, why
+    None)``: with ``contained``, a crash or hang is that check's failure (``Containment.check_result``; the checks
+    after it give None); else None when the worker crashed, hung or erred, or the child cannot use CUDA (forked from
+    a process that had initialized it: ``BAD_CUDA_FORK``), ``why`` the worker's one line. The serving checks
+    (``plan.SERVING_CHECKS``) of a kernel a fresh interpreter resolves (:func:`kernel_ref`) run in a forkserver child
+    (no CUDA or Triton state inherited); the others in a forked one. Returns {} (nothing started) where this process
     cannot fork a CUDA-capable child (``runtime.forking.start_method``: CUDA already initialized here). On None or
     {} the caller runs the check in-process."""
     ref = kernel_ref(state.spec) if set(check_ids) <= set(SERVING_CHECKS) else None
