@@ -693,7 +693,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     st = _state(config)
     if st is None or not st.written:
         return
-    from conformance.suite.report import crash_lines, pair_difference_line, triage_summary
+    from conformance.suite.report import CONSOLE_CRASHES, crash_lines, pair_difference_line, triage_summary
 
     terminalreporter.section("int8conf conformance reports")
     for name, res, jp, mp in st.written:
@@ -709,7 +709,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(f"{name}: {head}  {jp}  {mp}")
         else:
             terminalreporter.write_line(f"{name}: overall {head}  {jp}  {mp}")
-        for line in crash_lines(ov):
+        for line in crash_lines(ov, CONSOLE_CRASHES):
             terminalreporter.write_line(f"  {line}")
         if (res.kernel or {}).get("injection"):
             terminalreporter.write_line(f"  {res.notes[0]}")

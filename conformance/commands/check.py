@@ -298,6 +298,7 @@ def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:
 def _print_summary(con, name: str, res) -> None:
     from conformance.checks.result import Verdict
     from conformance.suite.report import (
+        CONSOLE_CRASHES,
         accumulator_lines,
         block_lines,
         case_count,
@@ -316,7 +317,7 @@ def _print_summary(con, name: str, res) -> None:
     con.print(t)
     if res.verdict == Verdict.NOT_RUN:
         con.print(f"{name}: NOT RUN - inconclusive, nothing was verified", style="bold yellow")
-    for line in crash_lines(res.overall):
+    for line in crash_lines(res.overall, CONSOLE_CRASHES):
         con.print(line, markup=False, soft_wrap=True, style="bold red")
     con.print(res.overall["summary"], markup=False)
     # the verdict line, once (below the table, where a long table leaves it in view)

@@ -72,8 +72,10 @@ class KernelDeclaration:
     accumulator: object = None
     block: object = None
     azp: object = None
-    #: the declared fields a ``?query`` on the kernel's name replaced (named in its description)
+    #: the declared fields a ``?query`` on the kernel's name replaced (named in its description and its name)
     overridden: tuple = ()
+    #: what they declared, one text each (``overridden``'s order), for the description
+    declared_before: tuple = ()
 
 
 def block_contract(block) -> EpilogueContract:
@@ -310,6 +312,11 @@ def vllm_adapter(fn: Callable) -> Callable:
     return scaled_mm
 
 
+def _declared_text(value) -> str:
+    """A declared field's value as the description names it (a contract by its label)."""
+    return value.label() if isinstance(value, EpilogueContract) else str(value)
+
+
 def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
     decl = getattr(obj, "int8conf", None)
     if isinstance(decl, InvalidDeclaration):
@@ -359,6 +366,7 @@ def _declaration_from_attrs(obj, query: dict) -> Optional[KernelDeclaration]:
             over[key] = parse[key](query[key]) if key in parse else query[key]
     if isinstance(getattr(obj, "int8conf", None), KernelDeclaration):  # said in the report's header
         over["overridden"] = tuple(k for k in over if k != "steps" and over[k] != getattr(base, k))
+        over["declared_before"] = tuple(_declared_text(getattr(base, k)) for k in over["overridden"])
     decl = replace(base, **over)
     if decl.convention not in CONVENTIONS:
         raise ContractError(f"convention={decl.convention!r} is not one of {CONVENTIONS}")
@@ -518,9 +526,12 @@ def spec_from_object(obj, name: str, origin: str, query: Optional[dict] = None) 
     desc = decl.description or f"{origin} ({decl.convention} convention)"
     label = decl.name or name
     if decl.overridden:
-        desc += f"; the name's query overrides the declared {', '.join(decl.overridden)}"
-        if "name" not in query:  # its own report folder: the declared run's reports are not replaced
-            label += "?" + "&".join(f"{k}={query[k]}" for k in decl.overridden)
+        was = ", ".join(f"{k} ({v})" for k, v in zip(decl.overridden, decl.declared_before))
+        desc += f"; the name's query overrides the declared {was}"
+    declared = isinstance(getattr(obj, "int8conf", None), KernelDeclaration)
+    named_by_query = decl.overridden if declared else tuple(k for k in query if k != "name")
+    if named_by_query and "name" not in query:  # its own report folder: another query's run is not replaced
+        label += "?" + "&".join(f"{k}={query[k]}" for k in named_by_query)
     try:
         spec = KernelSpec(
             name=label,

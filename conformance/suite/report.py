@@ -174,13 +174,21 @@ def _not_run_lines(ov: dict) -> list[str]:
     return lines + [""]
 
 
-def crash_lines(overall: dict) -> list[str]:
-    """One line per crash / timeout of a run (``overall["crashes"]``): where, what, the reproducer."""
+#: crash / timeout lines a terminal gets before one line counts the rest (the report lists every one)
+CONSOLE_CRASHES = 5
+
+
+def crash_lines(overall: dict, limit: Optional[int] = None) -> list[str]:
+    """One line per crash / timeout of a run (``overall["crashes"]``): where, what, the reproducer; with ``limit``,
+    the first ``limit`` of them and one line counting the rest."""
     out = []
-    for c in overall.get("crashes") or []:
+    crashes = overall.get("crashes") or []
+    for c in crashes[:limit]:
         where = f"case {c['case']}" if c.get("case") else f"check {c.get('check')}"
         repro = f"; reproducer: {c['repro']}/command.sh" if c.get("repro") else ""
         out.append(f"{c['status'].upper()} {where}: {c.get('line')}{repro}")
+    if limit is not None and len(crashes) > limit:
+        out.append(f"... and {len(crashes) - limit} more crashes / timeouts (conformance.md: Crashes and hangs)")
     return out
 
 
@@ -369,14 +377,18 @@ def _boundary_row(dim: str, b: dict) -> tuple:
     blind = " (values there tell no legal epilogues apart: may be the values' pass)" if b.get("blind") else ""
     passes, fails = f"{b['passes_at']}{near}{blind}", str(b["fails_at"])
     if b.get("upper_passes_at") is not None:
-        passes, fails = f"{passes} and {b['upper_passes_at']}", f"{fails} to {_upper(b)}"
+        passes, fails = f"{passes} and {b['upper_passes_at']}", _failing_span(b)
     return (dim.upper(), passes, fails, b.get("calls"))
 
 
-def _upper(b: dict) -> str:
-    """A bucket's last failing value, ``at least V`` where the bisection toward its passing value was not finished."""
-    last, up = b["upper_fails_at"], b["upper_passes_at"]
-    return str(last) if abs(up - last) == 1 else f"at least {last}"
+def _failing_span(b: dict) -> str:
+    """A bucket's failing values: ``17`` (one value), ``33 to 63``, ``3 to at least 4 (5 not probed)`` where the
+    bisection toward its passing value was not finished."""
+    first, last, up = b["fails_at"], b["upper_fails_at"], b["upper_passes_at"]
+    if up - last == 1:
+        return str(first) if last == first else f"{first} to {last}"
+    gap = f"{last + 1}" if up - last == 2 else f"{last + 1} to {up - 1}"
+    return (f"{first}" if last == first else f"{first} to at least {last}") + f" ({gap} not probed)"
 
 
 def _mkn(shape) -> str:
@@ -385,8 +397,11 @@ def _mkn(shape) -> str:
 
 def _flip_text(f: dict) -> str:
     """A flip as ``attribute value`` (``attribute from -> value`` where the record names the case's own value),
-    ``(on the case's values only)`` where its re-planted retries were not made."""
+    ``(on the case's values only)`` where its re-planted retries were not made, ``(here only: ...)`` where a failing
+    case of the run has the flipped value (``contradicted_by``)."""
     text = f"{f['attribute']} {f['from']} -> {f['value']}" if f.get("from") else f"{f['attribute']} {f['value']}"
+    if f.get("contradicted_by"):
+        text += f" (here only: case {f['contradicted_by']} with it fails)"
     return text + (" (on the case's values only)" if f.get("unverified") else "")
 
 
@@ -416,7 +431,7 @@ def triage_summary(triage: dict) -> list[str]:
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
                 up = b.get("upper_passes_at")
-                fails = f"{b['fails_at']}" if up is None else f"{b['fails_at']} to {_upper(b)} (passes at {up})"
+                fails = f"{b['fails_at']}" if up is None else f"{_failing_span(b)}, passes again at {up}"
                 parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {fails}")
         pr = t.get("product") or {}
         if pr.get("verified"):

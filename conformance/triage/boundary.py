@@ -429,23 +429,33 @@ def search_dimension(
 
 
 def _alignment(probe: _Probe, passing: int, failing: int, top: int) -> Optional[int]:
-    """The alignment a failure needs, where ``passing`` passes alone: both neighbours fail (the one away from
-    ``failing`` first: a threshold's passes, one call), and ``d``, the smallest power of two dividing ``passing``
-    with ``passing + d`` passing (``passing + d / 2`` failed the step before), passes at ``passing - d`` too (or
-    that is below 1). None otherwise, or where the budget ends first."""
-    away, toward = (passing + 1, passing - 1) if failing < passing else (passing - 1, passing + 1)
-    for v in (away, toward):
-        if not 1 <= v <= max(top, passing + 1) or not probe.formable(v) or probe.spent or not probe(v):
-            return None
-    d = 2
-    while passing % d == 0 and not probe.spent:
-        if not probe(passing + d):
-            below = passing - d
-            if below < 1 or not probe.formable(below):
-                return d
-            return None if probe.spent or probe(below) else d
-        d *= 2
-    return None
+    """The alignment a failure needs, where ``passing`` passes alone (its lowest set bit ``low`` >= 2): a value an
+    odd step away from it on the side away from ``failing`` fails (``+-1``, then ``+-(low - 1)``: a tail of one
+    element may hide in the values; a threshold passes both), and one toward ``failing`` (``-+1``) fails too; the
+    period is then the smallest power of two ``d`` <= ``low`` with ``passing + d`` passing, searched down from
+    ``low`` (``passing + d / 2`` fails), and ``passing - d`` passes (or is below 1). None otherwise, or where the
+    budget ends first."""
+    low = passing & -passing
+    if low < 2:
+        return None
+    side = 1 if passing > failing else -1  # away from the failing side
+
+    def fails_at(v: int) -> bool:
+        return 1 <= v <= max(top, passing + low) and probe.formable(v) and not probe.spent and probe(v)
+
+    steps = (1, low - 1) if low > 2 else (1,)
+    if not any(fails_at(passing + side * s) for s in steps) or not fails_at(passing - side):
+        return None
+    period = None
+    d = low
+    while d >= 2 and not probe.spent:
+        if fails_at(passing + d):
+            break
+        period, d = d, d // 2
+    if period is None or probe.spent:
+        return None
+    below = passing - period
+    return period if below < 1 or not probe.formable(below) or not probe(below) else None
 
 
 def _bisect(probe: _Probe, failing: int, passing: int) -> tuple[int, int]:

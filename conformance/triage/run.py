@@ -33,7 +33,7 @@ from conformance.suite.replay import replay_command
 from conformance.suite.signatures import case_scores
 from conformance.suite.workers import kernel_ref
 from conformance.triage.boundary import CALL_CHECKS, DIMENSIONS, PRODUCT_CALLS, BoundarySearch, fails, find_boundaries
-from conformance.triage.flips import flips
+from conformance.triage.flips import flips, own_values
 from conformance.triage.minimal import ZERO_BUDGET, minimal_case
 from reference.fileio import atomic_write_json
 
@@ -285,7 +285,28 @@ def triage_result(
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
     died = any(cr.crash is not None for cr in result.cases)  # it died or hung: each probe in a child of its own
     todo = first_failures(result)
-    return triage_cases(spec, todo, cases, result.elapsed_s, elapsed, repro_dir, device, share, died)
+    out = triage_cases(spec, todo, cases, result.elapsed_s, elapsed, repro_dir, device, share, died)
+    return contradicted_flips(out, result, cases)
+
+
+def contradicted_flips(records: dict, result, cases) -> dict:
+    """``records`` (:func:`triage_result`'s) with each passing flip that a failing case of the run contradicts marked
+    ``contradicted_by`` (that case's id): the case has the flipped value and the same check failed on it, so the
+    value alone does not make the failure pass (the flip passed on the triaged case's values or shape)."""
+    by_id = {case_id(ops): ops for ops in cases}
+    for cid, rec in records.items():
+        failing = [
+            cr.case
+            for cr in result.cases
+            if cr.case in by_id and (r := cr.checks.get(cid)) is not None and r.is_kernel_failure
+        ]
+        own = {case: own_values(by_id[case]) for case in failing}
+        for f in rec.get("flips") or []:
+            if not f["fails"]:
+                hit = next((case for case in failing if own[case].get(f["attribute"]) == f["value"]), None)
+                if hit is not None:
+                    f["contradicted_by"] = hit
+    return records
 
 
 def triage_cases(

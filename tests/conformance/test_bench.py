@@ -322,7 +322,10 @@ def test_bench_times_a_named_or_queried_user_kernel(monkeypatch, tmp_path, capsy
 
     monkeypatch.setattr(bench, "run_bench", fake_run_bench)
     monkeypatch.setattr(bench, "render", lambda *a, **k: None)
-    for name, want in (("bk_user:named", "bk_named"), ("bk_user:plain?contract=cutlass", "bk_user:plain")):
+    for name, want in (
+        ("bk_user:named", "bk_named"),
+        ("bk_user:plain?contract=cutlass", "bk_user:plain?contract=cutlass"),
+    ):
         assert main(["bench", "--kernel", name, "--quick"]) == 0, capsys.readouterr().err
         (spec,) = seen[-1]
         assert isinstance(spec, KernelSpec) and spec.name == want

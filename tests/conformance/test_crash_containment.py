@@ -394,3 +394,15 @@ def test_an_interrupted_plugin_run_lists_what_it_did_not_reach(tmp_path):
         + ", ".join(serving)
         + " skipped"
     )
+
+
+def test_the_console_lists_the_first_crashes_and_counts_the_rest():
+    """A kernel that dies on 54 cases printed 54 CRASH lines: the terminal gets CONSOLE_CRASHES of them and one line
+    counting the rest (the report keeps every one)."""
+    from conformance.suite.report import CONSOLE_CRASHES, crash_lines
+
+    ov = {"crashes": [{"status": "crash", "case": f"c{i}", "line": "died"} for i in range(CONSOLE_CRASHES + 3)]}
+    got = crash_lines(ov, CONSOLE_CRASHES)
+    assert got[:2] == ["CRASH case c0: died", "CRASH case c1: died"] and len(got) == CONSOLE_CRASHES + 1
+    assert got[-1] == "... and 3 more crashes / timeouts (conformance.md: Crashes and hangs)"
+    assert len(crash_lines(ov)) == CONSOLE_CRASHES + 3

@@ -105,7 +105,9 @@ def test_attribute_declaration_and_query_override(usermod):
 def test_a_query_over_a_declare_decorator_is_named_in_the_description_and_the_kernel_s_name():
     """The overriding run gets its own name (its report folder: the declared run's reports are not replaced)."""
     over = get_kernel("buggy_kernels:decode_path_order?contract=triton&contiguous_only=1")
-    assert over.description.endswith("; the name's query overrides the declared contract, contiguous_only")
+    assert over.description.endswith(
+        "; the name's query overrides the declared contract (w_then_a/bias:fp32_before_round/rne), contiguous_only (False)"
+    )
     assert over.name == "decode_path_order?contract=triton&contiguous_only=1"
     assert kernel_label(over.name) == "decode_path_order_contract_triton_contiguous_only_1"
     same = get_kernel("buggy_kernels:decode_path_order?contract=cutlass")  # what it declares: nothing overridden
@@ -368,3 +370,13 @@ def test_a_query_declared_kernel_keeps_its_query_for_a_fresh_process(tmp_path, m
     assert (
         load_module_function("kern_query_mod:fn?contract=cutlass").origin == "module:kern_query_mod:fn?contract=cutlass"
     )
+
+
+def test_an_undeclared_callable_is_named_with_the_query_that_declares_it(usermod):
+    """Two runs of one undeclared callable under two contracts wrote one report folder: its query is in its name."""
+    one = get_kernel("kern_user_mod:vllm_style?contract=cutlass&convention=vllm")
+    two = get_kernel("kern_user_mod:vllm_style?contract=triton&convention=vllm")
+    assert one.name == "kern_user_mod:vllm_style?contract=cutlass&convention=vllm"
+    assert kernel_label(one.name) == "kern_user_mod_vllm_style_contract_cutlass_convention_vllm"
+    assert kernel_label(two.name) != kernel_label(one.name)
+    assert get_kernel("kern_user_mod:vllm_style?contract=triton&convention=vllm&name=mine").name == "mine"

@@ -206,12 +206,50 @@ def test_a_bucket_a_layout_floor_and_a_blind_k_are_rendered():
             "shape": [20, 9, 1],
             "boundaries": {"m": b | {"passes_at": 16, "fails_at": 17, "upper_fails_at": 40, "upper_passes_at": 80}},
         },
+        "C6": {  # one failing value between two passing ones; a bucket whose end was not bisected at all
+            "case": "z",
+            "shape": [20, 9, 17],
+            "boundaries": {
+                "n": b | {"passes_at": 16, "fails_at": 17, "upper_fails_at": 17, "upper_passes_at": 18},
+                "m": b | {"passes_at": 2, "fails_at": 3, "upper_fails_at": 3, "upper_passes_at": 6},
+            },
+        },
     }
     line = triage_summary(tri)
-    assert "M passes at 32, fails at 33 to 63 (passes at 64)" in line[0]
+    assert "M passes at 32, fails at 33 to 63, passes again at 64" in line[0]
     assert "N fails at every probe down to 2 (its layout cannot be held at 1)" in line[0]
     assert "K passes at 31 (values-limited), fails at 32" in line[0]
-    assert "fails at 17 to at least 40 (passes at 80)" in line[1]
+    assert "fails at 17 to at least 40 (41 to 79 not probed), passes again at 80" in line[1]
+    assert "N passes at 16, fails at 17, passes again at 18" in line[2]
+    assert "M passes at 2, fails at 3 (4 to 5 not probed), passes again at 6" in line[2]
     assert line[0].endswith("passes with out_dtype bf16 -> fp16 (on the case's values only), bias absent -> present")
     text = "\n".join(triage_lines({"checks": [], "triage": tri}))
     assert "| 32 and 64" in text and "| 33 to 63" in text and "cannot be held" in text
+
+
+def test_a_passing_flip_a_failing_case_of_the_run_contradicts_is_marked_here_only():
+    """decode_path_order fails C8 on the ties family's M = 1 cases in bf16 and fp16: a flip bf16 -> fp16 that passed
+    on the triaged case is contradicted by the fp16 case (the helper's decode kernel read "passes with out_dtype
+    bf16 -> fp16"); a flip no failing case holds stays plain."""
+    from conformance.cases.families import family_cases
+    from conformance.suite.run import run_conformance
+
+    spec = get_kernel("buggy_kernels:decode_path_order")
+    cases = list(family_cases(["ties"]))
+    res = run_conformance(spec, cases=cases, property_examples=0, model_checks=False)
+    failing = sorted(cr.case for cr in res.cases if cr.checks["C8"].is_kernel_failure)
+    assert failing == ["family/ties/M1-real-bf16", "family/ties/M1-real-fp16"]
+    rec = {
+        "C8": {
+            "flips": [
+                {"attribute": "out_dtype", "value": "fp16", "fails": False, "from": "bf16"},
+                {"attribute": "out_dtype", "value": "fp32", "fails": False, "from": "bf16"},
+                {"attribute": "bias", "value": "present", "fails": True, "from": "absent"},
+            ]
+        }
+    }
+    got = run.contradicted_flips(rec, res, cases)["C8"]["flips"]
+    assert [f.get("contradicted_by") for f in got] == ["family/ties/M1-real-fp16", None, None]
+    line = triage_summary({"C8": {"case": failing[0], "flips": got}})[0]
+    assert "out_dtype bf16 -> fp16 (here only: case family/ties/M1-real-fp16 with it fails)" in line
+    assert "out_dtype bf16 -> fp32, " not in line and line.endswith("out_dtype bf16 -> fp32")
