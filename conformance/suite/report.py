@@ -439,10 +439,11 @@ def triage_summary(triage: dict) -> list[str]:
         passing = [_flip_text(f) for f in t.get("flips") or [] if not f["fails"]]
         if passing:
             parts.append("passes with " + ", ".join(passing))
-        mn = (t.get("minimal") or {}).get("shape")
-        if mn:
-            parts.append(f"minimal M,K,N {','.join(map(str, mn))}")
-        fc = (t.get("minimal") or {}).get("fault_classes") or {}
+        mn = t.get("minimal") or {}
+        if mn.get("shape"):
+            shape = ",".join(map(str, mn["shape"]))
+            parts.append(f"minimal M,K,N {shape}" if mn.get("fails") else f"no smaller failing shape than {shape}")
+        fc = mn.get("fault_classes") or {}
         if fc:
             parts.append("consistent with " + ", ".join(fc))
         out.append(f"where {cid} lives (case {t.get('case')}): " + "; ".join(parts))

@@ -194,10 +194,11 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
         tell("the minimal case's fault classes", mc.ops, search)
         rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
         rec["calls"] += 1
-    if arg.repro_dir is not None and mc.fails:
+    if arg.repro_dir is not None:  # no smaller failing shape found: the case itself is the reproducer
         name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
-        what = {"status": "fail", "check": cid, "error": f"{cid} fails on the minimal case of {case}"}
-        rd = save_reproducer(Path(arg.repro_dir) / name, mc.ops, arg.ref, case_id(mc.ops), what)
+        error = f"{cid} fails on the minimal case of {case}" if mc.fails else f"{cid} fails on case {case}"
+        what = {"status": "fail", "check": cid, "error": error}
+        rd = save_reproducer(Path(arg.repro_dir) / name, mc.ops if mc.fails else ops, arg.ref, case_id(mc.ops), what)
         rec["repro"], rec["replay"] = str(rd), replay_command(rd, arg.ref, cid)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec

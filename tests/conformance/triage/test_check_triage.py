@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import buggy_kernels
+import torch
 from subprocesses import run_python
 
 from conformance.cases import case_id
@@ -253,3 +254,27 @@ def test_a_passing_flip_a_failing_case_of_the_run_contradicts_is_marked_here_onl
     line = triage_summary({"C8": {"case": failing[0], "flips": got}})[0]
     assert "out_dtype bf16 -> fp16 (here only: case family/ties/M1-real-fp16 with it fails)" in line
     assert "out_dtype bf16 -> fp32, " not in line and line.endswith("out_dtype bf16 -> fp32")
+
+
+def test_a_search_without_a_smaller_failing_shape_saves_the_case_itself_and_says_so(monkeypatch, tmp_path):
+    """The helper's contract-mismatch run printed "Minimal failing shape" and saved no reproducer when no smaller
+    shape failed: the case itself is now the reproducer, and the line says "no smaller failing shape than"."""
+    from conformance.runtime.pool import KernelRef, Served
+    from conformance.triage.minimal import MinimalCase
+
+    spec = get_kernel("buggy_kernels:decode_path_order")
+    ops = planted_case(1, 64, 16, torch.bfloat16)
+    assert run.fails(spec, ops, "C8")
+
+    def no_smaller(spec, ops, cid, boundaries, **kw):
+        return MinimalCase(ops, [int(ops.m), int(ops.k), int(ops.n)], False, 0)
+
+    monkeypatch.setattr(run, "minimal_case", no_smaller)
+    ref = KernelRef("buggy_kernels:decode_path_order").to_dict()
+    arg = run.SearchArg(ops, "x", "C8", 1.0, 0.01, 1, repro_dir=str(tmp_path), ref=ref)
+    rec = run.search_case(spec, arg, Served(cases=[], device="cpu"))
+    assert rec["minimal"]["fails"] is False and rec["repro"]
+    info = json.loads((Path(rec["repro"]) / "case.json").read_text())
+    assert info["shape"] == [1, 64, 16] and info["what_happened"]["error"] == "C8 fails on case x"
+    line = triage_summary({"C8": rec})[0]
+    assert "no smaller failing shape than 1,64,16" in line and "minimal M,K,N" not in line
