@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -287,8 +288,11 @@ class IsolatedKernel:
         parent, child = ctx.Pipe()
         self.children_started += 1
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.label)
-        self._log = self.log_dir / f"{slug}.{self.children_started}.log"
-        self._log.write_text("")
+        # a name of its own: the workers of one kernel share a log folder, and two children that crash at once
+        # wrote their stacks into one file, interleaved
+        fd, path = tempfile.mkstemp(prefix=f"{slug}.{self.children_started}.", suffix=".log", dir=self.log_dir)
+        os.close(fd)
+        self._log = Path(path)
         # the death signal follows the thread that forked: a forkserver child's is the forkserver's own main thread
         main = threading.current_thread() is threading.main_thread() or self.method == "forkserver"
         args = (child, self.kernel, self.cases, self.device, str(self._log), self.method, main, self.against)

@@ -263,3 +263,18 @@ def test_importing_conformance_asks_torch_for_cuda_through_nvml_unless_told_othe
             env["PYTORCH_NVML_BASED_CUDA_CHECK"] = given
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.stdout.strip() == want, r.stderr[-2000:]
+
+
+def test_children_of_one_kernel_sharing_a_log_folder_write_their_own_logs(tmp_path):
+    """The workers of one kernel share a log folder; their children's logs were named ``<label>.<n>.log``, so two
+    children crashing at once wrote one file, their stacks interleaved (a CI run's segfault tail lost its frame)."""
+    spec = make_kernel("shared-logs", order=None)
+    isos = [IsolatedKernel(spec, [], 60, tmp_path, device="cpu", method="fork") for _ in range(2)]
+    for iso in isos:
+        iso.start()
+    try:
+        assert [iso.request("ping").kind for iso in isos] == [OK, OK]
+        assert len(list(tmp_path.glob("*.log"))) == 2
+    finally:
+        for iso in isos:
+            iso.close()
